@@ -1,0 +1,51 @@
+/* err.c - the thread's last error message. */
+#include "base/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char msg[1024];
+
+const char *bfit_errmsg(void) { return msg; }
+
+void bfit_clear_error(void) { msg[0] = '\0'; }
+
+int bfit_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int bfit_fail_prefix(int code, const char *fmt, ...)
+{
+    char old[sizeof msg];
+    size_t n;
+    va_list ap;
+
+    memcpy(old, msg, sizeof old);
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    n = strlen(msg);
+    if (n < sizeof msg - 1)
+        snprintf(msg + n, sizeof msg - n, "%s", old);
+    return code;
+}
+
+const char *bfit_strerror(int code)
+{
+    switch (code) {
+    case BFIT_OK: return "ok";
+    case BFIT_ENOMEM: return "out of memory";
+    case BFIT_EINVAL: return "invalid argument";
+    case BFIT_EIO: return "i/o error";
+    case BFIT_EFORMAT: return "bad format";
+    case BFIT_EDEVICE: return "device error";
+    case BFIT_ESTATE: return "invalid state";
+    default: return "unknown error";
+    }
+}

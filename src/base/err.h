@@ -1,0 +1,14 @@
+/* err.h - the thread's last error message, set where a failure is found. */
+#ifndef BFIT_ERR_H
+#define BFIT_ERR_H
+
+#include "batchfit.h"
+
+/* Set the message for code and return code, so callers can write
+ * `return bfit_fail(BFIT_EINVAL, "bad %s", x);`. */
+int bfit_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefix the current message with context ("loading x: " + old message). */
+int bfit_fail_prefix(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bfit_clear_error(void);
+
+#endif

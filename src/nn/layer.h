@@ -1,0 +1,143 @@
+/* layer.h - the layer interface: shape inference, memory needs for a
+ * micro-batch, forward and backward on buffers the model owns.
+ *
+ * A layer never allocates device memory. It says what it needs (bfit_layer_need)
+ * and the model hands it pointers carved from blocks the plan sized: that is
+ * what lets the plan equal the allocation to the byte.
+ */
+#ifndef BFIT_LAYER_H
+#define BFIT_LAYER_H
+
+#include "device/device.h"
+#include "tensor/tensor.h"
+
+typedef enum {
+    BFIT_L_LINEAR,
+    BFIT_L_CONV,
+    BFIT_L_MAXPOOL,
+    BFIT_L_AVGPOOL,
+    BFIT_L_GAP,        /* global average pool: CxHxW -> C */
+    BFIT_L_RELU,
+    BFIT_L_GELU,
+    BFIT_L_FLATTEN,
+    BFIT_L_DROPOUT,
+    BFIT_L_BATCHNORM,  /* over channels of CxHxW (BatchNorm2d), or features of a vector (BatchNorm1d) */
+    BFIT_L_LAYERNORM,  /* over the C*H*W features of each sample */
+    BFIT_L_ADD,        /* residual add of two inputs of equal shape */
+    BFIT_L_XENT,       /* softmax cross-entropy loss over a vector of class scores */
+    BFIT_L_COUNT
+} bfit_layer_kind;
+
+typedef struct bfit_layer_cfg {
+    bfit_layer_kind kind;
+    int units;          /* linear: out features; conv: out channels */
+    int kh, kw;         /* conv/pool kernel */
+    int sh, sw;         /* stride (pool default: kernel) */
+    int ph, pw;         /* zero padding */
+    int bias;           /* linear/conv: has bias (default 1) */
+    float p;            /* dropout probability */
+    float eps;          /* norms (default 1e-5) */
+    float momentum;     /* batch norm running-stat momentum (default 0.1, PyTorch's meaning) */
+} bfit_layer_cfg;
+
+/* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1 / kernel for pools). */
+bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind);
+const char *bfit_layer_kind_name(bfit_layer_kind kind); /* spec keyword: "linear", "conv", ... */
+
+/* What a layer needs for micro-batch m besides its output buffer and the
+ * gradient of its output, which the model sizes from the output shape. */
+typedef struct bfit_layer_need {
+    size_t saved;       /* activations: kept from forward to backward (masks, indices, stats) */
+    size_t ws_fwd;      /* workspace during forward */
+    size_t ws_bwd;      /* workspace during backward */
+} bfit_layer_need;
+
+typedef struct bfit_fwd_args {
+    int m;
+    int training;
+    const float *x[2];         /* inputs, [m, in shape] */
+    float *y;                  /* output, [m, out shape] */
+    void *saved;               /* need.saved bytes (training only) */
+    void *ws;                  /* need.ws_fwd bytes */
+    uint64_t seed;             /* dropout: fresh per micro-step */
+    const int32_t *labels;     /* XENT: [m] class indices */
+    double *loss;              /* XENT: sum over the m samples of -log p(label) */
+} bfit_fwd_args;
+
+typedef struct bfit_bwd_args {
+    int m;
+    const float *x[2];         /* the forward's inputs */
+    const float *y;            /* the forward's output */
+    const float *dy;           /* gradient of the output (XENT: NULL) */
+    float *dx[2];              /* gradient of the inputs, overwritten; NULL: not wanted */
+    void *saved;
+    void *ws;                  /* need.ws_bwd bytes */
+    const int32_t *labels;     /* XENT */
+    float loss_scale;          /* XENT: dL/dloss_i, e.g. 1/E for a mean over the optimizer step */
+} bfit_bwd_args;
+
+typedef struct bfit_layer bfit_layer;
+
+typedef struct bfit_layer_vt {
+    bfit_layer_kind kind;
+    int nin;   /* inputs: 1, or 2 for add */
+    /* Check cfg and input shapes, set out shape and params[] (names, dims,
+     * flags); on a bad combination write a message saying which shapes and
+     * what would be right into err and return BFIT_EINVAL. */
+    int (*init)(bfit_layer *l, char *err, size_t errlen);
+    /* Create device ops for micro-batch m (training or eval) and report the
+     * needs; replaces ops prepared for another m. */
+    int (*prepare)(bfit_layer *l, int m, int training, bfit_layer_need *need);
+    /* Fill params[i].data for a fresh model (PyTorch's default init, seeded). */
+    void (*init_params)(bfit_layer *l, uint64_t seed);
+    int (*forward)(bfit_layer *l, const bfit_fwd_args *a);
+    /* Adds parameter gradients into params[i].grad (accumulation across
+     * micro-batches); overwrites dx. */
+    int (*backward)(bfit_layer *l, const bfit_bwd_args *a);
+    void (*unprepare)(bfit_layer *l); /* free ops */
+} bfit_layer_vt;
+
+#define BFIT_LAYER_MAXP 4
+#define BFIT_LAYER_MAXOPS 8
+
+struct bfit_layer {
+    const bfit_layer_vt *vt;
+    bfit_layer_cfg cfg;
+    bfit_device *dev;
+    int nin;
+    bfit_shape in[2];
+    bfit_shape out;
+    int nparams;
+    bfit_param params[BFIT_LAYER_MAXP];
+    /* prepared state */
+    int prep_m, prep_training;      /* 0: not prepared */
+    bfit_layer_need need;
+    bfit_op *ops[BFIT_LAYER_MAXOPS];
+};
+
+/* Make a layer of cfg.kind for the given input shapes (init runs). */
+int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape *in, int nin,
+                   bfit_layer **out, char *err, size_t errlen);
+void bfit_layer_free(bfit_layer *l);
+/* Prepare for (m, training) unless already prepared so; need is filled. */
+int bfit_layer_prepare(bfit_layer *l, int m, int training);
+/* The layer's needs for m without disturbing what is prepared (creates and
+ * frees ops if m differs). */
+int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need);
+
+/* Layer bytes per category for micro-batch m, 64-byte aligned per buffer:
+ * params/grads from params[], activations = output + saved, act_grads =
+ * gradient of the output, workspace = max(ws_fwd, ws_bwd). */
+int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_MEM_NCAT]);
+
+/* The vtables, one per file in src/nn/. */
+extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_avgpool_vt,
+    bfit_gap_vt, bfit_relu_vt, bfit_gelu_vt, bfit_flatten_vt, bfit_dropout_vt, bfit_batchnorm_vt,
+    bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt;
+
+/* Deterministic init helpers shared by layers: uniform(-bound, bound) from a
+ * counter-based generator so results do not depend on call order. */
+void bfit_fill_uniform(float *x, int64_t n, float bound, uint64_t seed);
+void bfit_fill_const(float *x, int64_t n, float v);
+
+#endif
