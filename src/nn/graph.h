@@ -1,0 +1,31 @@
+/* graph.h - a model's structure before it is built: nodes (a layer config
+ * and its inputs) in topological order, where each came from in a spec.
+ *
+ * Values are numbered: 0 is the model input, node i produces value i+1. The
+ * softmax cross-entropy loss is not a node: the model adds it after the last
+ * node, whose output must be a vector of class scores. */
+#ifndef BFIT_GRAPH_H
+#define BFIT_GRAPH_H
+
+#include "nn/layer.h"
+
+typedef struct bfit_node_desc {
+    bfit_layer_cfg cfg;
+    int in[2];       /* value ids; in[1] only for two-input layers (add) */
+    int line, col;   /* where the spec defined it; 0 for graphs built in C */
+} bfit_node_desc;
+
+typedef struct bfit_graph_desc {
+    bfit_shape input;
+    int input_line, input_col;
+    int nnodes, cap;
+    bfit_node_desc *nodes;
+    char source[256];  /* file name for messages ("" for presets) */
+} bfit_graph_desc;
+
+void bfit_graph_init(bfit_graph_desc *g, const char *source);
+/* Append a node; returns its value id (> 0) or BFIT_ENOMEM. */
+int bfit_graph_add(bfit_graph_desc *g, const bfit_layer_cfg *cfg, int in0, int in1, int line, int col);
+void bfit_graph_fini(bfit_graph_desc *g);
+
+#endif

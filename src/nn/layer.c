@@ -1,0 +1,188 @@
+/* layer.c - what every layer shares: construction, preparation for a
+ * micro-batch, the per-category memory answer, seeded init helpers. */
+#include "base/err.h"
+#include "nn/layer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
+    [BFIT_L_LINEAR] = &bfit_linear_vt,       [BFIT_L_CONV] = &bfit_conv_vt,
+    [BFIT_L_MAXPOOL] = &bfit_maxpool_vt,     [BFIT_L_AVGPOOL] = &bfit_avgpool_vt,
+    [BFIT_L_GAP] = &bfit_gap_vt,             [BFIT_L_RELU] = &bfit_relu_vt,
+    [BFIT_L_GELU] = &bfit_gelu_vt,           [BFIT_L_FLATTEN] = &bfit_flatten_vt,
+    [BFIT_L_DROPOUT] = &bfit_dropout_vt,     [BFIT_L_BATCHNORM] = &bfit_batchnorm_vt,
+    [BFIT_L_LAYERNORM] = &bfit_layernorm_vt, [BFIT_L_ADD] = &bfit_add_vt,
+    [BFIT_L_XENT] = &bfit_xent_vt,
+};
+
+static const char *const kind_names[BFIT_L_COUNT] = {
+    [BFIT_L_LINEAR] = "linear",   [BFIT_L_CONV] = "conv",        [BFIT_L_MAXPOOL] = "maxpool",
+    [BFIT_L_AVGPOOL] = "avgpool", [BFIT_L_GAP] = "gap",          [BFIT_L_RELU] = "relu",
+    [BFIT_L_GELU] = "gelu",       [BFIT_L_FLATTEN] = "flatten",  [BFIT_L_DROPOUT] = "dropout",
+    [BFIT_L_BATCHNORM] = "batchnorm", [BFIT_L_LAYERNORM] = "layernorm", [BFIT_L_ADD] = "add",
+    [BFIT_L_XENT] = "xent",
+};
+
+const char *bfit_layer_kind_name(bfit_layer_kind kind)
+{
+    return (unsigned)kind < BFIT_L_COUNT ? kind_names[kind] : "?";
+}
+
+bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind)
+{
+    bfit_layer_cfg c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.kh = c.kw = 1;
+    c.sh = c.sw = 1;
+    c.bias = 1;
+    c.eps = 1e-5f;
+    c.momentum = 0.1f;
+    c.p = 0.5f;
+    return c;
+}
+
+int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape *in, int nin,
+                   bfit_layer **out, char *err, size_t errlen)
+{
+    bfit_layer *l;
+    int rc;
+
+    *out = NULL;
+    if ((unsigned)cfg->kind >= BFIT_L_COUNT || !vts[cfg->kind]) {
+        snprintf(err, errlen, "unknown layer kind %d", (int)cfg->kind);
+        return bfit_fail(BFIT_EINVAL, "%s", err);
+    }
+    if (nin != vts[cfg->kind]->nin) {
+        snprintf(err, errlen, "%s takes %d input(s), got %d", kind_names[cfg->kind], vts[cfg->kind]->nin, nin);
+        return bfit_fail(BFIT_EINVAL, "%s", err);
+    }
+    l = calloc(1, sizeof *l);
+    if (!l) {
+        snprintf(err, errlen, "out of host memory");
+        return bfit_fail(BFIT_ENOMEM, "%s", err);
+    }
+    l->vt = vts[cfg->kind];
+    l->cfg = *cfg;
+    l->dev = dev;
+    l->nin = nin;
+    for (int i = 0; i < nin; i++)
+        l->in[i] = in[i];
+    err[0] = '\0';
+    rc = l->vt->init(l, err, errlen);
+    if (rc != BFIT_OK) {
+        free(l);
+        return bfit_fail(rc, "%s", err);
+    }
+    *out = l;
+    return BFIT_OK;
+}
+
+static void unprepare(bfit_layer *l)
+{
+    if (l->vt->unprepare)
+        l->vt->unprepare(l);
+    for (int i = 0; i < BFIT_LAYER_MAXOPS; i++) {
+        bfit_op_free(l->ops[i]);
+        l->ops[i] = NULL;
+    }
+    l->prep_m = 0;
+    memset(&l->need, 0, sizeof l->need);
+}
+
+void bfit_layer_free(bfit_layer *l)
+{
+    if (!l)
+        return;
+    unprepare(l);
+    free(l);
+}
+
+int bfit_layer_prepare(bfit_layer *l, int m, int training)
+{
+    int rc;
+    if (m < 1)
+        return bfit_fail(BFIT_EINVAL, "micro-batch must be at least 1, got %d", m);
+    if (l->prep_m == m && l->prep_training == training)
+        return BFIT_OK;
+    unprepare(l);
+    rc = l->vt->prepare(l, m, training, &l->need);
+    if (rc != BFIT_OK) {
+        unprepare(l);
+        return rc;
+    }
+    l->prep_m = m;
+    l->prep_training = training;
+    return BFIT_OK;
+}
+
+int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    int old_m = l->prep_m, old_t = l->prep_training, rc;
+
+    if (old_m == m && old_t == training) {
+        *need = l->need;
+        return BFIT_OK;
+    }
+    rc = bfit_layer_prepare(l, m, training);
+    if (rc == BFIT_OK)
+        *need = l->need;
+    if (old_m) {
+        int rc2 = bfit_layer_prepare(l, old_m, old_t);
+        if (rc == BFIT_OK)
+            rc = rc2;
+    } else {
+        unprepare(l);
+    }
+    return rc;
+}
+
+int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_MEM_NCAT])
+{
+    bfit_layer_need need;
+    uint64_t out_bytes = BFIT_ALIGN_UP((uint64_t)m * bfit_shape_numel(l->out) * sizeof(float));
+    int rc = bfit_layer_query(l, m, training, &need);
+
+    if (rc != BFIT_OK)
+        return rc;
+    memset(bytes, 0, sizeof(uint64_t) * BFIT_MEM_NCAT);
+    for (int i = 0; i < l->nparams; i++) {
+        uint64_t b = BFIT_ALIGN_UP(bfit_param_numel(&l->params[i]) * sizeof(float));
+        bytes[BFIT_MEM_PARAMS] += b;
+        if (l->params[i].trainable && training)
+            bytes[BFIT_MEM_GRADS] += b;
+    }
+    bytes[BFIT_MEM_ACTIVATIONS] = out_bytes + (training ? BFIT_ALIGN_UP(need.saved) : 0);
+    bytes[BFIT_MEM_ACT_GRADS] = training ? out_bytes : 0;
+    bytes[BFIT_MEM_WORKSPACE] =
+        BFIT_ALIGN_UP(need.ws_fwd > need.ws_bwd || !training ? need.ws_fwd : need.ws_bwd);
+    return BFIT_OK;
+}
+
+/* splitmix64: a counter-based generator, so element i's value depends only on
+ * (seed, i) and fills are reproducible whatever the threading. */
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+void bfit_fill_uniform(float *x, int64_t n, float bound, uint64_t seed)
+{
+    uint64_t s = mix(seed);
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)(mix(s + (uint64_t)i) >> 11) * (1.0 / 9007199254740992.0); /* [0,1) */
+        x[i] = (float)((2.0 * u - 1.0) * bound);
+    }
+}
+
+void bfit_fill_const(float *x, int64_t n, float v)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = v;
+}
