@@ -1,4 +1,43 @@
-/* main.c - placeholder until the CLI lands. */
-#include "batchfit.h"
+/* main.c - `batchfit COMMAND ...`: dispatch to the subcommands. */
+#include "cli/cli.h"
+
 #include <stdio.h>
-int main(void) { puts("batchfit"); return 0; }
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*run)(int, char **);
+    const char *what;
+} cmds[] = {
+    {"train", cmd_train, "train a model; the batch is chosen to fit memory"},
+    {"eval", cmd_eval, "evaluate saved weights on a data set's test split"},
+    {"plan", cmd_plan, "print the memory a training step needs, per category, and the largest batch that fits"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: batchfit COMMAND [OPTIONS]\n\n"
+               "Trains neural networks and manages the batch size: the exact memory of a step,\n"
+               "the largest batch that fits, and training that keeps fitting.\n\nCommands:\n");
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].what);
+    fprintf(f, "\nRun 'batchfit COMMAND --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(argv[1], cmds[i].name))
+            return cmds[i].run(argc - 1, argv + 1);
+    cli_error("unknown command '%s'", argv[1]);
+    usage(stderr);
+    return EXIT_USAGE;
+}

@@ -7,6 +7,11 @@
 
 #include "device/device.h"
 
+/* oneDNN 3 names a pointer to a constant memory descriptor this way; 2.6
+ * passes descriptors by pointer to a struct. The alias keeps our code in
+ * the newer spelling. */
+typedef const dnnl_memory_desc_t *const_dnnl_memory_desc_t;
+
 typedef struct cpu_device {
     bfit_device base;
     dnnl_engine_t eng;

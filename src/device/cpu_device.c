@@ -41,7 +41,7 @@ int cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr)
 int cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_primitive_attr_t attr,
                   dnnl_engine_t eng, const_dnnl_primitive_desc_t hint, size_t *ws)
 {
-    const_dnnl_memory_desc_t smd;
+    const dnnl_memory_desc_t *smd;
     size_t sz;
     CPU_TRY(dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint), "primitive descriptor");
     smd = dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0);
@@ -60,7 +60,7 @@ int cpu_exec(cpu_op *op, dnnl_primitive_t prim, const cpu_arg *args, int nargs, 
     dnnl_memory_t mem[16];
     int n = 0, rc = BFIT_OK;
     const_dnnl_primitive_desc_t pd;
-    const_dnnl_memory_desc_t smd;
+    const dnnl_memory_desc_t *smd;
 
     for (int i = 0; i < nargs && n < 15; i++) {
         if (!args[i].ptr)

@@ -142,7 +142,7 @@ int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
 
 int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_MEM_NCAT])
 {
-    bfit_layer_need need;
+    bfit_layer_need need = {0, 0, 0};
     uint64_t out_bytes = BFIT_ALIGN_UP((uint64_t)m * bfit_shape_numel(l->out) * sizeof(float));
     int rc = bfit_layer_query(l, m, training, &need);
 

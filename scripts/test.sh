@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# test.sh - set up, build and run every test: once normally, once under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh build
+(cd build && ctest --output-on-failure -j2)
+scripts/build.sh build-asan -DBFIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j2 -LE nosan)

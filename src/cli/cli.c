@@ -1,0 +1,75 @@
+/* cli.c - shared option parsing and error printing for the subcommands. */
+#include "cli/cli.h"
+
+#include "batchfit.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("batchfit: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_usage_hint(const char *cmd)
+{
+    fprintf(stderr, "Try 'batchfit %s --help'.\n", cmd);
+    return EXIT_USAGE;
+}
+
+int cli_int(const char *opt, const char *v, long min, long max, long *out)
+{
+    char *end;
+    long x;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (!*v || *end || errno) {
+        cli_error("%s: '%s' is not a whole number", opt, v);
+        return -1;
+    }
+    if (x < min || x > max) {
+        cli_error("%s: %ld is out of range: expected %ld to %ld", opt, x, min, max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cli_double(const char *opt, const char *v, double min, double max, double *out)
+{
+    char *end;
+    double x;
+    errno = 0;
+    x = strtod(v, &end);
+    if (!*v || *end || errno || !isfinite(x)) {
+        cli_error("%s: '%s' is not a number", opt, v);
+        return -1;
+    }
+    if (x < min || x > max) {
+        cli_error("%s: %g is out of range: expected %g to %g", opt, x, min, max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cli_size(const char *opt, const char *v, uint64_t *out)
+{
+    if (bfit_parse_size(v, out) != BFIT_OK) {
+        cli_error("%s: %s", opt, bfit_errmsg());
+        return -1;
+    }
+    if (*out == 0) {
+        cli_error("%s: a size of 0 bytes leaves no memory: expected e.g. 512MiB", opt);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,24 @@
+/* cli.h - what the subcommands share: option value parsing that reports
+ * usage errors the same way, and the exit codes. Only cli/ exits. */
+#ifndef BFIT_CLI_H
+#define BFIT_CLI_H
+
+#include <stdint.h>
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* Print "batchfit: error: ..." to stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Parse an option value or print a usage error naming the option and return
+ * -1 (caller exits 2). */
+int cli_int(const char *opt, const char *v, long min, long max, long *out);
+int cli_double(const char *opt, const char *v, double min, double max, double *out);
+int cli_size(const char *opt, const char *v, uint64_t *out);
+/* "Try 'batchfit CMD --help'." after a usage error. */
+int cli_usage_hint(const char *cmd);
+
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+
+#endif

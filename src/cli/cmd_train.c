@@ -1,0 +1,185 @@
+/* cmd_train.c - `batchfit train`: options to a bfit_train_cfg, run, report. */
+#include "base/err.h"
+#include "cli/cli.h"
+#include "train/trainer.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+static void help(void)
+{
+    puts("Usage: batchfit train --model FILE [OPTIONS]\n"
+         "\n"
+         "Train a model on a data set, evaluating on its test split after each epoch.\n"
+         "--batch is the effective batch (samples per optimizer step); the micro-batch\n"
+         "that runs on the device is chosen by the memory plan unless given, and\n"
+         "gradient accumulation covers the rest.\n"
+         "\n"
+         "Model and data:\n"
+         "  --model FILE          model spec (docs/model-spec.md), e.g. models/cnn.cfg\n"
+         "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
+         "                        IMAGES,LABELS IDX files, or a CSV file\n"
+         "  --epochs N            passes over the training data (default 1)\n"
+         "  --epoch-samples N     samples per epoch (default: the whole training set)\n"
+         "  --eval-samples N      test samples to evaluate on (default: all)\n"
+         "  --max-steps N         stop after N optimizer steps\n"
+         "  --augment             random crop (pad 2) and horizontal flip of images\n"
+         "  --no-normalize        do not standardise inputs by the training set's mean/std\n"
+         "  --no-prefetch         load samples on the training thread\n"
+         "Batch and memory:\n"
+         "  --batch N             effective batch E (default 128)\n"
+         "  --micro-batch auto|N  device micro-batch m (default auto: the largest that fits)\n"
+         "  --eval-batch N        micro-batch for evaluation (default 1000, or what fits)\n"
+         "  --memory SIZE         device memory capacity, e.g. 512MiB, 2GiB (default: available RAM)\n"
+         "  --margin F            fraction of memory kept free when choosing m (default 0.1)\n"
+         "Optimisation:\n"
+         "  --optimizer sgd|adamw (default sgd)\n"
+         "  --lr X                base learning rate (default 0.05)\n"
+         "  --momentum X          SGD momentum (default 0.9)\n"
+         "  --nesterov            Nesterov momentum\n"
+         "  --weight-decay X      (default 0 for SGD, 0.01 for AdamW)\n"
+         "  --schedule constant|step|cosine  (default constant)\n"
+         "  --warmup N            linear warm-up steps (default 0)\n"
+         "  --step-size N --gamma X   step schedule: multiply by X every N steps\n"
+         "  --clip X              clip the global gradient norm to X\n"
+         "Run:\n"
+         "  --seed N              seed for init, shuffling, dropout, augmentation (default 1)\n"
+         "  --threads N           CPU threads (default: all cores)\n"
+         "  --save FILE           write the final weights (safetensors)\n"
+         "  --log FILE            write a JSON-lines event log\n"
+         "  --quiet               no progress output\n"
+         "  --json                print the result as JSON on stdout\n"
+         "\n"
+         "Example:\n"
+         "  batchfit train --model models/cnn.cfg --data fashion-mnist --batch 128 --epochs 5 \\\n"
+         "      --optimizer sgd --lr 0.05 --save cnn.safetensors --log train.jsonl\n"
+         "\n"
+         "Exit status: 0 trained, 1 failed, 2 usage error.");
+}
+
+enum {
+    O_MODEL = 256, O_DATA, O_EPOCHS, O_EPOCH_SAMPLES, O_EVAL_SAMPLES, O_MAX_STEPS, O_AUGMENT, O_NO_NORM,
+    O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
+    O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP
+};
+
+static const struct option opts[] = {
+    {"model", required_argument, 0, O_MODEL}, {"data", required_argument, 0, O_DATA},
+    {"epochs", required_argument, 0, O_EPOCHS}, {"epoch-samples", required_argument, 0, O_EPOCH_SAMPLES},
+    {"eval-samples", required_argument, 0, O_EVAL_SAMPLES}, {"max-steps", required_argument, 0, O_MAX_STEPS},
+    {"augment", no_argument, 0, O_AUGMENT}, {"no-normalize", no_argument, 0, O_NO_NORM},
+    {"no-prefetch", no_argument, 0, O_NO_PREFETCH}, {"batch", required_argument, 0, O_BATCH},
+    {"micro-batch", required_argument, 0, O_MICRO}, {"eval-batch", required_argument, 0, O_EVAL_BATCH},
+    {"memory", required_argument, 0, O_MEMORY}, {"margin", required_argument, 0, O_MARGIN},
+    {"optimizer", required_argument, 0, O_OPT}, {"lr", required_argument, 0, O_LR},
+    {"momentum", required_argument, 0, O_MOM}, {"nesterov", no_argument, 0, O_NEST},
+    {"weight-decay", required_argument, 0, O_WD}, {"schedule", required_argument, 0, O_SCHED},
+    {"warmup", required_argument, 0, O_WARMUP}, {"step-size", required_argument, 0, O_STEP_SIZE},
+    {"gamma", required_argument, 0, O_GAMMA}, {"clip", required_argument, 0, O_CLIP},
+    {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
+    {"save", required_argument, 0, O_SAVE}, {"log", required_argument, 0, O_LOG},
+    {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0}};
+
+int cmd_train(int argc, char **argv)
+{
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_train_result r;
+    int o, json = 0, quiet = 0, wd_set = 0, mom_set = 0, nest = 0;
+    long v;
+    double d, mom = 0, wd = 0;
+    bfit_opt_kind kind = BFIT_OPT_SGD;
+    bfit_sched_kind sk = BFIT_SCHED_CONSTANT;
+    long warmup = 0, step_size = 0;
+    double gamma = 0.1;
+
+    c.data = "fashion-mnist";
+    opterr = 0;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+        switch (o) {
+        case O_MODEL: c.model = optarg; break;
+        case O_DATA: c.data = optarg; break;
+        case O_EPOCHS: if (cli_int("--epochs", optarg, 1, 1000000, &v)) return cli_usage_hint("train"); c.epochs = (int)v; break;
+        case O_EPOCH_SAMPLES: if (cli_int("--epoch-samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.epoch_samples = v; break;
+        case O_EVAL_SAMPLES: if (cli_int("--eval-samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.eval_samples = v; break;
+        case O_MAX_STEPS: if (cli_int("--max-steps", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.max_steps = v; break;
+        case O_AUGMENT: c.augment = 1; break;
+        case O_NO_NORM: c.normalize = 0; break;
+        case O_NO_PREFETCH: c.prefetch = 0; break;
+        case O_BATCH: if (cli_int("--batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train"); c.batch = (int)v; break;
+        case O_MICRO:
+            if (!strcmp(optarg, "auto")) c.micro_batch = 0;
+            else if (cli_int("--micro-batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train");
+            else c.micro_batch = (int)v;
+            break;
+        case O_EVAL_BATCH: if (cli_int("--eval-batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train"); c.eval_batch = (int)v; break;
+        case O_MEMORY: if (cli_size("--memory", optarg, &c.memory)) return cli_usage_hint("train"); break;
+        case O_MARGIN: if (cli_double("--margin", optarg, 0, 0.99, &c.margin)) return cli_usage_hint("train"); break;
+        case O_OPT:
+            if (bfit_optim_kind_parse(optarg, &kind) != BFIT_OK) { cli_error("--optimizer: %s", bfit_errmsg()); return cli_usage_hint("train"); }
+            break;
+        case O_LR: if (cli_double("--lr", optarg, 1e-12, 1e6, &c.lr)) return cli_usage_hint("train"); break;
+        case O_MOM: if (cli_double("--momentum", optarg, 0, 0.999999, &mom)) return cli_usage_hint("train"); mom_set = 1; break;
+        case O_NEST: nest = 1; break;
+        case O_WD: if (cli_double("--weight-decay", optarg, 0, 10, &wd)) return cli_usage_hint("train"); wd_set = 1; break;
+        case O_SCHED:
+            if (bfit_lr_sched_parse(optarg, &sk) != BFIT_OK) { cli_error("--schedule: %s", bfit_errmsg()); return cli_usage_hint("train"); }
+            break;
+        case O_WARMUP: if (cli_int("--warmup", optarg, 0, INT64_MAX, &warmup)) return cli_usage_hint("train"); break;
+        case O_STEP_SIZE: if (cli_int("--step-size", optarg, 1, INT64_MAX, &step_size)) return cli_usage_hint("train"); break;
+        case O_GAMMA: if (cli_double("--gamma", optarg, 1e-9, 1, &gamma)) return cli_usage_hint("train"); break;
+        case O_CLIP: if (cli_double("--clip", optarg, 1e-12, 1e12, &c.clip)) return cli_usage_hint("train"); break;
+        case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) return cli_usage_hint("train"); c.seed = (uint64_t)v; break;
+        case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return cli_usage_hint("train"); c.threads = (int)v; break;
+        case O_SAVE: c.save = optarg; break;
+        case O_LOG: c.log = optarg; break;
+        case O_QUIET: quiet = 1; break;
+        case O_JSON: json = 1; break;
+        case O_HELP: help(); return EXIT_OK;
+        default:
+            if (optopt)
+                cli_error("option %s needs a value", name);
+            else
+                cli_error("unknown option '%s'", name);
+            return cli_usage_hint("train");
+        }
+    }
+    if (optind < argc) {
+        cli_error("unexpected argument '%s'", argv[optind]);
+        return cli_usage_hint("train");
+    }
+    if (!c.model) {
+        cli_error("--model is required, e.g. --model models/cnn.cfg");
+        return cli_usage_hint("train");
+    }
+    (void)d;
+    c.opt = bfit_optim_cfg_default(kind);
+    if (mom_set)
+        c.opt.momentum = mom;
+    if (wd_set)
+        c.opt.weight_decay = wd;
+    c.opt.nesterov = nest;
+    c.sched = bfit_lr_schedule_default(sk);
+    c.sched.warmup_steps = warmup;
+    if (step_size)
+        c.sched.step_size = step_size;
+    c.sched.gamma = gamma;
+    c.human = quiet ? NULL : stderr;
+    if (bfit_train(&c, &r) != BFIT_OK) {
+        cli_error("%s", bfit_errmsg());
+        return EXIT_FAIL;
+    }
+    if (json)
+        printf("{\"steps\":%lld,\"samples\":%lld,\"epochs\":%d,\"train_loss\":%.6f,\"test_loss\":%.6f,"
+               "\"test_accuracy\":%.6f,\"train_seconds\":%.3f,\"micro_batch\":%d,\"ooms\":%d,\"peak_bytes\":%llu}\n",
+               (long long)r.steps, (long long)r.samples, r.epochs, r.train_loss, r.test_loss, r.test_acc, r.seconds,
+               r.micro_batch, r.ooms, (unsigned long long)r.peak_bytes);
+    else
+        printf("test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s)\n",
+               100 * r.test_acc, r.epochs, (long long)r.steps, r.seconds,
+               r.seconds > 0 ? (double)r.samples / r.seconds : 0.0);
+    return EXIT_OK;
+}

@@ -1,0 +1,135 @@
+/* data.h - data sets (IDX, CSV, in memory) and the sample stream.
+ *
+ * A data set is a read-only array of samples and integer labels, stored
+ * compactly (uint8 for IDX images, float for CSV). The stream is a cursor
+ * over it: any number of samples can be taken at any moment, so the batch
+ * size may change mid-epoch without losing or repeating a sample (DESIGN.md,
+ * principle 3). What a sample looks like after shuffling, augmentation and
+ * normalisation depends only on (seed, epoch, sample index), never on how
+ * the epoch was split into takes or on whether prefetching is on.
+ */
+#ifndef BFIT_DATA_H
+#define BFIT_DATA_H
+
+#include <stdint.h>
+
+#include "batchfit.h"
+#include "tensor/tensor.h"
+
+/* ---- data sets ----------------------------------------------------------- */
+typedef struct bfit_dataset bfit_dataset;
+
+/* Options for loading; all fields apply to CSV, nclasses to IDX too. */
+typedef struct bfit_data_opts {
+    int nclasses;  /* 0: max label + 1 (fashion-mnist: 10); else labels must be < nclasses */
+    int label_col; /* CSV: label column, 0-based; negative counts from the end (-1: last) */
+    int header;    /* CSV: -1 auto-detect (first row not all numbers), 0 none, 1 present */
+    char delim;    /* CSV: field separator, 0 means ',' */
+} bfit_data_opts;
+
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ','}
+
+/* Load a data set by name or path; o may be NULL (BFIT_DATA_OPTS_INIT).
+ * spec is one of:
+ *   "fashion-mnist"          the installed set in /usr/share/datasets/fashion-mnist
+ *   a directory              MNIST layout: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
+ *   "IMAGES,LABELS"          an explicit pair of IDX files
+ *   a file (.csv or other)   CSV, see bfit_dataset_load_csv
+ * train picks the train or the t10k files of a named set or directory and is
+ * ignored for files. Fails with BFIT_EIO (missing file, saying which paths
+ * were tried), BFIT_EFORMAT (bad contents, saying file and position) or
+ * BFIT_EINVAL (bad options); *out is NULL on failure. */
+int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out);
+
+/* Load an IDX image file (magic 0x00000803, N x H x W uint8) and an IDX label
+ * file (0x00000801, N uint8), each gzip-compressed (by its 1f 8b magic) or
+ * raw. nclasses 0 takes max label + 1; otherwise a label >= nclasses is an
+ * error. Samples have shape 1 x H x W; pixels become value/255 when taken. */
+int bfit_dataset_load_idx(const char *images, const char *labels, int nclasses, bfit_dataset **out);
+
+/* Load a CSV file of numeric features and one integer label column per row
+ * (o: label_col, header, delim, nclasses; NULL for defaults). Blank lines and
+ * lines starting with '#' are skipped. Samples have shape F x 1 x 1 where F
+ * is the number of columns less the label. Errors name file:line:column. */
+int bfit_dataset_load_csv(const char *path, const bfit_data_opts *o, bfit_dataset **out);
+
+/* Make a data set from float samples in memory (copied): count samples of
+ * shape, count labels in 0..nclasses-1. For synthetic data in tests and
+ * benchmarks. */
+int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
+                             const int32_t *y, bfit_dataset **out);
+
+int64_t bfit_dataset_count(const bfit_dataset *d);
+bfit_shape bfit_dataset_shape(const bfit_dataset *d);
+int bfit_dataset_classes(const bfit_dataset *d);
+/* Where it came from (a path or name), for logs. */
+const char *bfit_dataset_source(const bfit_dataset *d);
+/* Label of sample i (0 <= i < count), in dataset order. */
+int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i);
+
+/* Per-channel mean and standard deviation (population) of the sample values
+ * as the stream sees them before normalisation (IDX pixels /255; CSV: each
+ * feature is a channel). mean and std hold shape.c floats each. A channel
+ * with zero spread gets std 1 so normalising it is harmless. Compute these on
+ * the training set and pass them to the streams of both train and test. */
+int bfit_dataset_norm_stats(const bfit_dataset *d, float *mean, float *std);
+
+void bfit_dataset_free(bfit_dataset *d);
+
+/* ---- the sample stream --------------------------------------------------- */
+typedef struct bfit_stream bfit_stream;
+
+/* A position: the next sample taken is the pos-th of epoch's order. */
+typedef struct bfit_cursor {
+    int64_t epoch;
+    int64_t pos;
+} bfit_cursor;
+
+typedef struct bfit_stream_cfg {
+    uint64_t seed;          /* shuffle and augmentation */
+    int shuffle;            /* 1: a permutation per epoch; 0: dataset order (evaluation) */
+    int max_take;           /* largest n ever passed to take; sizes the staging buffers */
+    int prefetch;           /* 1: a background thread prepares the next take */
+    int aug_crop_pad;       /* images: random crop after zero padding by this many pixels */
+    int aug_hflip;          /* images: flip left-right with probability 1/2 */
+    const float *norm_mean; /* shape.c values, copied; NULL: no normalisation */
+    const float *norm_std;  /* shape.c values, each > 0; NULL together with norm_mean */
+} bfit_stream_cfg;
+
+/* Make a stream over d at epoch 0, position 0. d must outlive the stream. All
+ * buffers (permutation, staging for max_take samples) are allocated here; take
+ * allocates nothing. Fails with BFIT_EINVAL for a bad config (augmentation on
+ * non-image data, max_take < 1, std <= 0), BFIT_ENOMEM, or BFIT_ESTATE if the
+ * prefetch thread cannot start. */
+int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stream **out);
+
+/* Copy the next min(n, remaining in epoch) samples into x (n * numel floats,
+ * NCHW) and their labels into y (n values), set *got, and advance. At the end
+ * of an epoch *got is 0; call bfit_stream_next_epoch to go on. 1 <= n <=
+ * max_take, else BFIT_EINVAL. */
+int bfit_stream_take(bfit_stream *s, int n, float *x, int32_t *y, int *got);
+
+/* Move to position 0 of the next epoch (whatever remains of this one is
+ * skipped). */
+void bfit_stream_next_epoch(bfit_stream *s);
+
+/* The cursor now; seek back to it to take the same samples again (retry
+ * after an out-of-memory), or save it in a checkpoint. */
+bfit_cursor bfit_stream_tell(const bfit_stream *s);
+
+/* Jump to c (epoch >= 0, 0 <= pos <= count); BFIT_EINVAL otherwise, with the
+ * stream unchanged. Samples taken after a seek are the same as those first
+ * taken from that cursor. */
+int bfit_stream_seek(bfit_stream *s, bfit_cursor c);
+
+/* Samples left in the current epoch. */
+int64_t bfit_stream_remaining(const bfit_stream *s);
+
+/* Total wall seconds callers have spent inside take (waiting for prefetched
+ * samples or making them): the data side of a bottleneck report. */
+double bfit_stream_wait_seconds(const bfit_stream *s);
+
+/* Stops the prefetch thread and frees the stream (not the data set). */
+void bfit_stream_free(bfit_stream *s);
+
+#endif

@@ -1,0 +1,246 @@
+/* dataset.c - the data set object: finding files by name, accessors,
+ * in-memory sets and normalisation statistics. The parsers live in idx.c
+ * and csv.c. */
+#include "data/data_int.h"
+#include "base/err.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Data sets known by name: an MNIST-layout directory and its class count. */
+static const struct {
+    const char *name;
+    const char *dir;
+    int nclasses;
+} named_sets[] = {
+    {"fashion-mnist", "/usr/share/datasets/fashion-mnist", 10},
+};
+
+int bfit_data_alloc(const char *source, bfit_dataset **out)
+{
+    bfit_dataset *d = calloc(1, sizeof *d);
+
+    *out = NULL;
+    if (!d)
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for a data set");
+    d->source = strdup(source ? source : "(memory)");
+    if (!d->source) {
+        free(d);
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for a data set");
+    }
+    *out = d;
+    return BFIT_OK;
+}
+
+void bfit_dataset_free(bfit_dataset *d)
+{
+    if (!d)
+        return;
+    free(d->u8);
+    free(d->f32);
+    free(d->labels);
+    free(d->source);
+    free(d);
+}
+
+int64_t bfit_dataset_count(const bfit_dataset *d) { return d->count; }
+bfit_shape bfit_dataset_shape(const bfit_dataset *d) { return d->shape; }
+int bfit_dataset_classes(const bfit_dataset *d) { return d->nclasses; }
+const char *bfit_dataset_source(const bfit_dataset *d) { return d->source; }
+int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i) { return d->labels[i]; }
+
+int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
+                             const int32_t *y, bfit_dataset **out)
+{
+    int64_t numel = bfit_shape_numel(shape);
+    bfit_dataset *d = NULL;
+    int rc;
+
+    *out = NULL;
+    if (shape.c < 1 || shape.h < 1 || shape.w < 1 || count < 1 || count > INT32_MAX ||
+        nclasses < 1 || !x || !y)
+        return bfit_fail(BFIT_EINVAL, "bad in-memory data set: shape %dx%dx%d, %lld samples, %d classes",
+                         shape.c, shape.h, shape.w, (long long)count, nclasses);
+    for (int64_t i = 0; i < count; i++)
+        if (y[i] < 0 || y[i] >= nclasses)
+            return bfit_fail(BFIT_EINVAL, "label of sample %lld is %d, out of range: allowed 0..%d",
+                             (long long)i, y[i], nclasses - 1);
+    rc = bfit_data_alloc(NULL, &d);
+    if (rc)
+        return rc;
+    d->f32 = malloc((size_t)(count * numel) * sizeof *d->f32);
+    d->labels = malloc((size_t)count * sizeof *d->labels);
+    if (!d->f32 || !d->labels) {
+        bfit_dataset_free(d);
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for %lld samples", (long long)count);
+    }
+    memcpy(d->f32, x, (size_t)(count * numel) * sizeof *d->f32);
+    memcpy(d->labels, y, (size_t)count * sizeof *d->labels);
+    d->shape = shape;
+    d->count = count;
+    d->nclasses = nclasses;
+    *out = d;
+    return BFIT_OK;
+}
+
+/* Integer sums make the pixel statistics exact whatever the order. */
+static void u8_stats(const bfit_dataset *d, float *mean, float *std)
+{
+    int64_t plane = (int64_t)d->shape.h * d->shape.w;
+    int64_t numel = d->shape.c * plane;
+
+    for (int c = 0; c < d->shape.c; c++) {
+        uint64_t s = 0, s2 = 0;
+        for (int64_t i = 0; i < d->count; i++) {
+            const uint8_t *p = d->u8 + i * numel + c * plane;
+            for (int64_t k = 0; k < plane; k++) {
+                s += p[k];
+                s2 += (uint64_t)p[k] * p[k];
+            }
+        }
+        double n = (double)d->count * (double)plane;
+        double m = (double)s / n / 255.0;
+        double var = (double)s2 / n / (255.0 * 255.0) - m * m;
+        mean[c] = (float)m;
+        std[c] = var > 1e-12 ? (float)sqrt(var) : 1.0f;
+    }
+}
+
+/* Two passes in double: mean first, then the spread around it. */
+static void f32_stats(const bfit_dataset *d, float *mean, float *std)
+{
+    int64_t plane = (int64_t)d->shape.h * d->shape.w;
+    int64_t numel = d->shape.c * plane;
+    double n = (double)d->count * (double)plane;
+
+    for (int c = 0; c < d->shape.c; c++) {
+        double s = 0, s2 = 0;
+        for (int64_t i = 0; i < d->count; i++)
+            for (int64_t k = 0; k < plane; k++)
+                s += d->f32[i * numel + c * plane + k];
+        double m = s / n;
+        for (int64_t i = 0; i < d->count; i++)
+            for (int64_t k = 0; k < plane; k++) {
+                double v = d->f32[i * numel + c * plane + k] - m;
+                s2 += v * v;
+            }
+        double var = s2 / n;
+        mean[c] = (float)m;
+        std[c] = var > 1e-12 ? (float)sqrt(var) : 1.0f;
+    }
+}
+
+int bfit_dataset_norm_stats(const bfit_dataset *d, float *mean, float *std)
+{
+    if (!d || !mean || !std)
+        return bfit_fail(BFIT_EINVAL, "norm_stats: NULL argument");
+    if (d->u8)
+        u8_stats(d, mean, std);
+    else
+        f32_stats(d, mean, std);
+    return BFIT_OK;
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Find dir/prefix-kind-idx-ubyte in the two spellings MNIST copies use
+ * (images-idx3-ubyte and images.idx3-ubyte), gzip-compressed or not. */
+static int find_idx(const char *dir, const char *prefix, const char *kind, const char *idx,
+                    char *path, size_t len)
+{
+    static const char *const forms[] = {"%s/%s-%s-%s-ubyte.gz", "%s/%s-%s-%s-ubyte",
+                                        "%s/%s-%s.%s-ubyte.gz", "%s/%s-%s.%s-ubyte"};
+    char tried[2048] = "";
+    size_t used = 0;
+
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        int n = snprintf(path, len, forms[i], dir, prefix, kind, idx);
+        if (n < 0 || (size_t)n >= len)
+            return bfit_fail(BFIT_EINVAL, "data directory path too long: %s", dir);
+        if (exists(path))
+            return BFIT_OK;
+        n = snprintf(tried + used, sizeof tried - used, "%s%s", i ? ", " : "", path);
+        if (n > 0 && used + (size_t)n < sizeof tried)
+            used += (size_t)n;
+    }
+    return bfit_fail(BFIT_EIO, "no %s file for the %s set: tried %s", kind,
+                     strcmp(prefix, "train") == 0 ? "training" : "test", tried);
+}
+
+static int load_dir(const char *dir, int train, int nclasses, bfit_dataset **out)
+{
+    const char *prefix = train ? "train" : "t10k";
+    char images[4096], labels[4096];
+    int rc;
+
+    rc = find_idx(dir, prefix, "images", "idx3", images, sizeof images);
+    if (rc)
+        return rc;
+    rc = find_idx(dir, prefix, "labels", "idx1", labels, sizeof labels);
+    if (rc)
+        return rc;
+    return bfit_dataset_load_idx(images, labels, nclasses, out);
+}
+
+static int load_pair(const char *spec, int nclasses, bfit_dataset **out)
+{
+    const char *comma = strchr(spec, ',');
+    char *images = strndup(spec, (size_t)(comma - spec));
+    int rc;
+
+    if (!images)
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    rc = bfit_dataset_load_idx(images, comma + 1, nclasses, out);
+    free(images);
+    return rc;
+}
+
+/* A lone IDX file (or any gzip file) given where a CSV would be read is a
+ * common slip; say so rather than complain about its bytes as numbers. */
+static int looks_binary(const char *path)
+{
+    unsigned char m[4];
+    FILE *f = fopen(path, "rb");
+    size_t n;
+
+    if (!f)
+        return 0;
+    n = fread(m, 1, sizeof m, f);
+    fclose(f);
+    return (n >= 2 && m[0] == 0x1f && m[1] == 0x8b) || (n == 4 && m[0] == 0 && m[1] == 0 && m[2] == 8);
+}
+
+int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out)
+{
+    static const bfit_data_opts defaults = BFIT_DATA_OPTS_INIT;
+    struct stat st;
+
+    *out = NULL;
+    if (!o)
+        o = &defaults;
+    if (!spec || !*spec)
+        return bfit_fail(BFIT_EINVAL, "no data set given");
+    for (size_t i = 0; i < sizeof named_sets / sizeof named_sets[0]; i++)
+        if (strcmp(spec, named_sets[i].name) == 0)
+            return load_dir(named_sets[i].dir, train,
+                            o->nclasses ? o->nclasses : named_sets[i].nclasses, out);
+    if (stat(spec, &st) != 0 && strchr(spec, ','))
+        return load_pair(spec, o->nclasses, out);
+    if (stat(spec, &st) != 0)
+        return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give fashion-mnist, an MNIST-format "
+                         "directory, IMAGES,LABELS IDX files, or a CSV file", spec, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return load_dir(spec, train, o->nclasses, out);
+    if (looks_binary(spec))
+        return bfit_fail(BFIT_EINVAL, "%s is an IDX or gzip file, not CSV: give its directory, "
+                         "or IMAGES,LABELS for a pair of IDX files", spec);
+    return bfit_dataset_load_csv(spec, o, out);
+}

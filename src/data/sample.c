@@ -1,0 +1,85 @@
+/* sample.c - the pure part of the stream: the order of an epoch and the
+ * look of one sample, each a function of (seed, epoch, index) only.
+ *
+ * Random numbers come from splitmix64 used as a counter-based generator (the
+ * i-th number is mix(key + i * golden)), so any sample's randomness can be
+ * computed on its own, by any thread, in any order: that is what makes the
+ * data independent of the batch split and of prefetching.
+ */
+#include "data/data_int.h"
+
+#define GOLDEN 0x9e3779b97f4a7c15ULL
+#define DOMAIN_PERM 0x7065726d75746531ULL /* keeps shuffle and augmentation draws apart */
+#define DOMAIN_AUG 0x6175676d656e7431ULL
+
+/* The splitmix64 finaliser: a bijection that scatters nearby inputs. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t key(uint64_t seed, int64_t epoch, uint64_t domain)
+{
+    return mix64(mix64(seed ^ domain) + (uint64_t)epoch * GOLDEN);
+}
+
+void bfit_data_permute(uint64_t seed, int64_t epoch, int64_t n, int32_t *perm)
+{
+    uint64_t k = key(seed, epoch, DOMAIN_PERM);
+
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        uint64_t r = mix64(k + (uint64_t)(n - i) * GOLDEN);
+        /* Lemire's multiply-shift: a uniform pick in 0..i without division */
+        int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)(i + 1)) >> 64);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* Value of stored element v of channel c, as the model sees it. */
+static float f32_value(const bfit_sample_fn *f, int c, float v)
+{
+    return f->mean ? (v - f->mean[c]) / f->std[c] : v;
+}
+
+void bfit_data_sample(const bfit_sample_fn *f, int64_t epoch, int64_t idx, float *out)
+{
+    const bfit_dataset *d = f->d;
+    const int C = d->shape.c, H = d->shape.h, W = d->shape.w;
+    const int64_t plane = (int64_t)H * W, numel = C * plane;
+    int dy = 0, dx = 0, flip = 0;
+
+    if (f->crop_pad || f->hflip) {
+        uint64_t r = mix64(key(f->seed, epoch, DOMAIN_AUG) + (uint64_t)idx * GOLDEN);
+        uint64_t span = 2 * (uint64_t)f->crop_pad + 1;
+        dy = (int)((r & 0xffffffu) % span) - f->crop_pad;
+        dx = (int)(((r >> 24) & 0xffffffu) % span) - f->crop_pad;
+        flip = f->hflip && (r >> 63);
+    }
+    for (int c = 0; c < C; c++) {
+        const uint8_t *su = d->u8 ? d->u8 + idx * numel + c * plane : NULL;
+        const float *sf = d->f32 ? d->f32 + idx * numel + c * plane : NULL;
+        const float *lut = f->lut ? f->lut + 256 * c : NULL;
+        /* padding is a stored zero, normalised like any other value */
+        const float zero = lut ? lut[0] : f32_value(f, c, 0.0f);
+        float *o = out + c * plane;
+
+        for (int h = 0; h < H; h++) {
+            int sy = h + dy;
+            for (int w = 0; w < W; w++) {
+                int sx = (flip ? W - 1 - w : w) + dx;
+                float v = zero;
+                if (sy >= 0 && sy < H && sx >= 0 && sx < W) {
+                    int64_t at = (int64_t)sy * W + sx;
+                    v = lut ? lut[su[at]] : f32_value(f, c, sf[at]);
+                }
+                o[(int64_t)h * W + w] = v;
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+/* cpu_bnorm.c - batch normalisation over the channels of nchw data on oneDNN.
+ *
+ * Forward training normalises with the batch statistics and writes them
+ * (mean, biased variance) to args mean/var; forward eval uses the given
+ * mean/var. Backward produces diff_src, diff_scale and diff_shift; oneDNN
+ * overwrites the latter two, so with desc.accumulate it writes temporaries
+ * placed after its scratchpad in the workspace, which are then added. When
+ * diff_src is not wanted (NULL), the two parameter gradients are computed
+ * by a plain loop instead, which needs no buffer for an unwanted diff_src. */
+#include "base/err.h"
+#include "device/cpu.h"
+
+#include <math.h>
+
+enum { P_FWD = 0, P_BWD = 1 };
+
+static const dnnl_memory_desc_t *qmd(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
+{
+    return dnnl_primitive_desc_query_md(pd, what, 0);
+}
+
+static size_t scratch_bytes(const_dnnl_primitive_desc_t pd)
+{
+    const dnnl_memory_desc_t *md = qmd(pd, dnnl_query_scratchpad_md);
+    return md ? dnnl_memory_desc_get_size(md) : 0;
+}
+
+static int run_fwd(cpu_op *op, const bfit_op_args *a)
+{
+    dnnl_primitive_desc_t pd = op->pd[P_FWD];
+    /* scale, shift, mean and var are all plain f32 [c]: one md serves them */
+    const dnnl_memory_desc_t *cmd = qmd(pd, dnnl_query_weights_md);
+    cpu_arg args[] = {
+        {DNNL_ARG_SRC, a->src, qmd(pd, dnnl_query_src_md)},
+        {DNNL_ARG_DST, a->dst, qmd(pd, dnnl_query_dst_md)},
+        {DNNL_ARG_SCALE, a->scale, cmd},
+        {DNNL_ARG_SHIFT, a->shift, cmd},
+        {DNNL_ARG_MEAN, a->mean, cmd},
+        {DNNL_ARG_VARIANCE, a->var, cmd},
+    };
+    if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
+        return bfit_fail(BFIT_EINVAL, "batch norm forward: src, dst, scale, shift, mean, var are required");
+    return cpu_exec(op, op->prim[P_FWD], args, 6, a->workspace, "batch normalization forward");
+}
+
+/* diff_scale/diff_shift without diff_src: per channel,
+ * dshift = sum dy, dscale = sum dy * (x - mean) / sqrt(var + eps). */
+static void param_grads_only(const bfit_op_desc *d, const bfit_op_args *a)
+{
+    int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
+    const float *x = a->src, *dy = a->diff_dst, *mean = a->mean, *var = a->var;
+    float *dscale = a->diff_scale, *dshift = a->diff_shift;
+
+#pragma omp parallel for
+    for (int64_t k = 0; k < c; k++) {
+        double ss = 0, sh = 0, rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
+        for (int64_t i = 0; i < n; i++) {
+            const float *xp = x + (i * c + k) * hw, *gp = dy + (i * c + k) * hw;
+            for (int64_t j = 0; j < hw; j++) {
+                ss += (double)gp[j] * ((double)xp[j] - mean[k]);
+                sh += gp[j];
+            }
+        }
+        dscale[k] = (float)((d->accumulate ? dscale[k] : 0) + ss * rstd);
+        dshift[k] = (float)((d->accumulate ? dshift[k] : 0) + sh);
+    }
+}
+
+static int run_bwd(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    dnnl_primitive_desc_t pd = op->pd[P_BWD];
+    const dnnl_memory_desc_t *cmd = qmd(pd, dnnl_query_weights_md);
+    float *ds = a->diff_scale, *dh = a->diff_shift;
+    int64_t c = d->u.bnorm.c;
+    int rc;
+
+    if (!a->src || !a->diff_dst || !a->scale || !a->mean || !a->var || !ds || !dh)
+        return bfit_fail(BFIT_EINVAL, "batch norm backward: src, diff_dst, scale, mean, var, diff_scale, "
+                                      "diff_shift are required");
+    if (!a->diff_src) {
+        param_grads_only(d, a);
+        return BFIT_OK;
+    }
+    if (d->accumulate) {
+        char *ws = a->workspace;
+        if (!ws)
+            return bfit_fail(BFIT_EINVAL, "batch norm backward: accumulate needs the workspace");
+        ds = (float *)(ws + BFIT_ALIGN_UP(scratch_bytes(pd)));
+        dh = (float *)((char *)ds + BFIT_ALIGN_UP((size_t)c * sizeof(float)));
+    }
+    {
+        cpu_arg args[] = {
+            {DNNL_ARG_SRC, a->src, qmd(pd, dnnl_query_src_md)},
+            {DNNL_ARG_MEAN, a->mean, cmd},
+            {DNNL_ARG_VARIANCE, a->var, cmd},
+            {DNNL_ARG_DIFF_DST, a->diff_dst, qmd(pd, dnnl_query_diff_dst_md)},
+            {DNNL_ARG_SCALE, a->scale, cmd},
+            /* oneDNN checks that SHIFT is given though backward never reads
+             * it; any [c] buffer will do when the caller has none */
+            {DNNL_ARG_SHIFT, a->shift ? a->shift : a->scale, cmd},
+            {DNNL_ARG_DIFF_SRC, a->diff_src, qmd(pd, dnnl_query_diff_src_md)},
+            {DNNL_ARG_DIFF_SCALE, ds, qmd(pd, dnnl_query_diff_weights_md)},
+            {DNNL_ARG_DIFF_SHIFT, dh, qmd(pd, dnnl_query_diff_weights_md)},
+        };
+        rc = cpu_exec(op, op->prim[P_BWD], args, 9, a->workspace, "batch normalization backward");
+    }
+    if (rc != BFIT_OK || !d->accumulate)
+        return rc;
+    for (int64_t k = 0; k < c; k++) {
+        ((float *)a->diff_scale)[k] += ds[k];
+        ((float *)a->diff_shift)[k] += dh[k];
+    }
+    return BFIT_OK;
+}
+
+int cpu_bnorm_init(cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t sd[4] = {d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h, d->u.bnorm.w};
+    int train = d->kind == BFIT_OP_BNORM_BWD || d->u.bnorm.training;
+    unsigned flags = dnnl_use_scale | dnnl_use_shift | (train ? 0u : (unsigned)dnnl_use_global_stats);
+    dnnl_memory_desc_t src;
+    dnnl_batch_normalization_desc_t fd, bd;
+    dnnl_primitive_attr_t attr;
+    dnnl_status_t s;
+    size_t hint_ws = 0, ws = 0;
+    int rc;
+
+    if (d->dtype != BFIT_F32)
+        return bfit_fail(BFIT_EINVAL, "cpu batch norm: only f32 for now");
+    if (sd[0] < 1 || sd[1] < 1 || sd[2] < 1 || sd[3] < 1 || !(d->u.bnorm.eps >= 0))
+        return bfit_fail(BFIT_EINVAL, "cpu batch norm: bad sizes %lldx%lldx%lldx%lld or eps %g", (long long)sd[0],
+                         (long long)sd[1], (long long)sd[2], (long long)sd[3], (double)d->u.bnorm.eps);
+    if (d->kind != BFIT_OP_BNORM_FWD && d->kind != BFIT_OP_BNORM_BWD)
+        return bfit_fail(BFIT_EINVAL, "cpu batch norm: op kind %d is not a batch norm", (int)d->kind);
+    rc = cpu_md(&src, 4, sd);
+    if (rc != BFIT_OK)
+        return rc;
+    /* the backward pd's hint must be the training forward */
+    CPU_TRY(dnnl_batch_normalization_forward_desc_init(&fd, train ? dnnl_forward_training : dnnl_forward_inference,
+                                                       &src, d->u.bnorm.eps, flags),
+            "batch normalization forward descriptor");
+    rc = cpu_attr_user_scratchpad(&attr);
+    if (rc != BFIT_OK)
+        return rc;
+    rc = cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
+                       d->kind == BFIT_OP_BNORM_FWD ? &ws : &hint_ws);
+    if (rc != BFIT_OK)
+        goto free_attr;
+    if (d->kind == BFIT_OP_BNORM_FWD) {
+        op->run = run_fwd;
+        s = dnnl_primitive_create(&op->prim[P_FWD], op->pd[P_FWD]);
+    } else {
+        s = dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &src, &src, d->u.bnorm.eps, flags);
+        if (s != dnnl_success) {
+            rc = cpu_dnnl_check(s, "batch normalization backward descriptor");
+            goto free_attr;
+        }
+        rc = cpu_pd_create(&op->pd[P_BWD], &bd, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
+        if (rc != BFIT_OK)
+            goto free_attr;
+        if (d->accumulate)
+            ws = BFIT_ALIGN_UP(ws) + 2 * BFIT_ALIGN_UP((size_t)d->u.bnorm.c * sizeof(float));
+        op->run = run_bwd;
+        s = dnnl_primitive_create(&op->prim[P_BWD], op->pd[P_BWD]);
+    }
+    if (s != dnnl_success) {
+        rc = cpu_dnnl_check(s, "batch normalization primitive");
+        goto free_attr;
+    }
+    op->ws = ws;
+    op->saved = 0;
+free_attr:
+    dnnl_primitive_attr_destroy(attr);
+    return rc;
+}

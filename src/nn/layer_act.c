@@ -1,0 +1,102 @@
+/* layer_act.c - elementwise activations: relu and gelu (PyTorch's default
+ * erf form). Any input shape; the output has the same shape. The backward
+ * reads the forward's input, so nothing beyond the output is saved. */
+#include "base/err.h"
+#include "nn/layer.h"
+
+enum { OP_FWD, OP_BWD };
+
+static int init(bfit_layer *l, char *err, size_t errlen)
+{
+    l->out = l->in[0];
+    return BFIT_OK;
+}
+
+static bfit_eltwise_alg alg_of(const bfit_layer *l)
+{
+    return l->cfg.kind == BFIT_L_GELU ? BFIT_ELT_GELU_ERF : BFIT_ELT_RELU;
+}
+
+static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
+    int rc;
+
+    d.u.elt.n = (int64_t)m * bfit_shape_numel(l->in[0]);
+    d.u.elt.alg = alg_of(l);
+    if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK)
+        return rc;
+    need->saved = 0;
+    need->ws_fwd = bfit_op_workspace_bytes(l->ops[OP_FWD]);
+    need->ws_bwd = 0;
+    if (training) {
+        d.kind = BFIT_OP_ELTWISE_BWD;
+        if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD])) != BFIT_OK)
+            return rc;
+        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
+    }
+    return BFIT_OK;
+}
+
+/* ops are sized for the prepared micro-batch: running another would overrun */
+static int check_m(const bfit_layer *l, int m)
+{
+    if (m != l->prep_m)
+        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
+                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
+    return BFIT_OK;
+}
+
+static int forward(bfit_layer *l, const bfit_fwd_args *a)
+{
+    bfit_op_args o = {0};
+    int rc;
+
+    if ((rc = check_m(l, a->m)) != BFIT_OK)
+        return rc;
+    o.src = a->x[0];
+    o.dst = a->y;
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_FWD], &o);
+}
+
+static int backward(bfit_layer *l, const bfit_bwd_args *a)
+{
+    bfit_op_args o = {0};
+    int rc;
+
+    if ((rc = check_m(l, a->m)) != BFIT_OK)
+        return rc;
+    if (!l->ops[OP_BWD])
+        return bfit_fail(BFIT_ESTATE, "%s: backward on a layer prepared for evaluation",
+                         bfit_layer_kind_name(l->cfg.kind));
+    if (!a->dx[0])
+        return BFIT_OK;
+    o.src = a->x[0];
+    o.diff_dst = a->dy;
+    o.diff_src = a->dx[0];
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_BWD], &o);
+}
+
+const bfit_layer_vt bfit_relu_vt = {
+    .kind = BFIT_L_RELU,
+    .nin = 1,
+    .init = init,
+    .prepare = prepare,
+    .init_params = NULL, /* no parameters */
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};
+
+const bfit_layer_vt bfit_gelu_vt = {
+    .kind = BFIT_L_GELU,
+    .nin = 1,
+    .init = init,
+    .prepare = prepare,
+    .init_params = NULL,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};

@@ -1,0 +1,156 @@
+/* layer_batchnorm.c - batch normalisation, PyTorch's nn.BatchNorm2d over the
+ * channels of CxHxW, and nn.BatchNorm1d over the features of a vector
+ * (F x 1 x 1: the same mathematics with H = W = 1).
+ *
+ * Training normalises with the micro-batch's statistics, keeps them (mean,
+ * biased variance) in `saved` for backward, and moves the running statistics
+ * PyTorch's way: running = (1 - momentum) * running + momentum * stat, with
+ * the unbiased variance for running_var. Eval uses the running statistics. */
+#include "base/err.h"
+#include "nn/layer.h"
+
+#include <stdio.h>
+
+enum { OP_FWD, OP_BWD };
+enum { P_GAMMA, P_BETA, P_RMEAN, P_RVAR };
+
+static int init(bfit_layer *l, char *err, size_t errlen)
+{
+    const bfit_layer_cfg *cfg = &l->cfg;
+    int c = l->in[0].c;
+
+    if (!(cfg->eps > 0) || !(cfg->momentum >= 0 && cfg->momentum <= 1)) {
+        snprintf(err, errlen, "batchnorm needs eps > 0 and momentum in [0, 1], got eps %g momentum %g",
+                 (double)cfg->eps, (double)cfg->momentum);
+        return BFIT_EINVAL;
+    }
+    l->out = l->in[0];
+    l->nparams = 4;
+    l->params[P_GAMMA] = (bfit_param){.name = "weight", .ndim = 1, .dim = {c}, .trainable = 1};
+    l->params[P_BETA] = (bfit_param){.name = "bias", .ndim = 1, .dim = {c}, .trainable = 1};
+    l->params[P_RMEAN] = (bfit_param){.name = "running_mean", .ndim = 1, .dim = {c}};
+    l->params[P_RVAR] = (bfit_param){.name = "running_var", .ndim = 1, .dim = {c}};
+    return BFIT_OK;
+}
+
+static size_t stat_bytes(const bfit_layer *l) { return BFIT_ALIGN_UP((size_t)l->in[0].c * sizeof(float)); }
+
+static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int training)
+{
+    bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32, .accumulate = kind == BFIT_OP_BNORM_BWD};
+
+    d.u.bnorm.n = m;
+    d.u.bnorm.c = l->in[0].c;
+    d.u.bnorm.h = l->in[0].h;
+    d.u.bnorm.w = l->in[0].w;
+    d.u.bnorm.eps = l->cfg.eps;
+    d.u.bnorm.training = training;
+    return bfit_op_new(l->dev, &d, &l->ops[slot]);
+}
+
+static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    char buf[48];
+    int rc;
+
+    if (training && (int64_t)m * l->in[0].h * l->in[0].w < 2)
+        /* one value per channel: the output is beta whatever the input, and
+         * the unbiased variance is undefined (PyTorch refuses this too) */
+        return bfit_fail(BFIT_EINVAL,
+                         "batchnorm over %s in training needs more than one value per channel: use a micro-batch "
+                         "of at least 2",
+                         bfit_shape_str(l->in[0], buf, sizeof buf));
+    if ((rc = new_op(l, OP_FWD, BFIT_OP_BNORM_FWD, m, training)) != BFIT_OK)
+        return rc;
+    need->saved = training ? 2 * stat_bytes(l) : 0; /* batch mean, batch variance */
+    need->ws_fwd = bfit_op_workspace_bytes(l->ops[OP_FWD]);
+    need->ws_bwd = 0;
+    if (!training)
+        return BFIT_OK;
+    if ((rc = new_op(l, OP_BWD, BFIT_OP_BNORM_BWD, m, 1)) != BFIT_OK)
+        return rc;
+    need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
+    return BFIT_OK;
+}
+
+static void init_params(bfit_layer *l, uint64_t seed)
+{
+    int64_t c = l->in[0].c;
+    (void)seed;
+    bfit_fill_const(l->params[P_GAMMA].data, c, 1.0f);
+    bfit_fill_const(l->params[P_BETA].data, c, 0.0f);
+    bfit_fill_const(l->params[P_RMEAN].data, c, 0.0f);
+    bfit_fill_const(l->params[P_RVAR].data, c, 1.0f);
+}
+
+/* PyTorch's running-statistics update; n values per channel went into var. */
+static void update_running(bfit_layer *l, const float *mean, const float *var, int64_t n)
+{
+    float *rm = l->params[P_RMEAN].data, *rv = l->params[P_RVAR].data;
+    double mom = l->cfg.momentum, unbias = (double)n / (double)(n - 1);
+
+    for (int k = 0; k < l->in[0].c; k++) {
+        rm[k] = (float)((1 - mom) * rm[k] + mom * mean[k]);
+        rv[k] = (float)((1 - mom) * rv[k] + mom * var[k] * unbias);
+    }
+}
+
+static int forward(bfit_layer *l, const bfit_fwd_args *a)
+{
+    bfit_op_args o = {0};
+    int rc;
+
+    if (!l->ops[OP_FWD] || a->m != l->prep_m || a->training != l->prep_training)
+        return bfit_fail(BFIT_ESTATE, "batchnorm: forward of %d samples (%s) on a layer prepared for %d (%s)", a->m,
+                         a->training ? "training" : "eval", l->prep_m, l->prep_training ? "training" : "eval");
+    o.src = a->x[0];
+    o.dst = a->y;
+    o.scale = l->params[P_GAMMA].data;
+    o.shift = l->params[P_BETA].data;
+    o.workspace = a->ws;
+    if (!a->training) {
+        /* eval only reads mean/var */
+        o.mean = l->params[P_RMEAN].data;
+        o.var = l->params[P_RVAR].data;
+        return bfit_op_run(l->ops[OP_FWD], &o);
+    }
+    if (!a->saved)
+        return bfit_fail(BFIT_EINVAL, "batchnorm: training forward needs its saved buffer");
+    o.mean = a->saved;
+    o.var = (char *)a->saved + stat_bytes(l);
+    if ((rc = bfit_op_run(l->ops[OP_FWD], &o)) != BFIT_OK)
+        return rc;
+    update_running(l, o.mean, o.var, (int64_t)a->m * l->in[0].h * l->in[0].w);
+    return BFIT_OK;
+}
+
+static int backward(bfit_layer *l, const bfit_bwd_args *a)
+{
+    bfit_op_args o = {0};
+
+    if (!l->ops[OP_BWD] || a->m != l->prep_m)
+        return bfit_fail(BFIT_ESTATE, "batchnorm: backward needs the layer prepared for training %d samples", a->m);
+    if (!a->saved)
+        return bfit_fail(BFIT_EINVAL, "batchnorm: backward needs the statistics forward saved");
+    o.src = a->x[0];
+    o.diff_dst = a->dy;
+    o.scale = l->params[P_GAMMA].data;
+    o.mean = a->saved;
+    o.var = (char *)a->saved + stat_bytes(l);
+    o.diff_src = a->dx[0]; /* NULL: the op computes only the parameter gradients */
+    o.diff_scale = l->params[P_GAMMA].grad;
+    o.diff_shift = l->params[P_BETA].grad;
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_BWD], &o);
+}
+
+const bfit_layer_vt bfit_batchnorm_vt = {
+    .kind = BFIT_L_BATCHNORM,
+    .nin = 1,
+    .init = init,
+    .prepare = prepare,
+    .init_params = init_params,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL, /* ops are freed generically */
+};

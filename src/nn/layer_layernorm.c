@@ -1,0 +1,138 @@
+/* layer_layernorm.c - layer normalisation over the C*H*W features of each
+ * sample with an elementwise affine of that size (PyTorch's
+ * nn.LayerNorm([C,H,W]), or nn.LayerNorm(F) for a vector).
+ *
+ * The per-sample mean and variance the backward needs live in `saved`
+ * (training); in evaluation they are scratch in the forward workspace,
+ * after the op's scratchpad. */
+#include "base/err.h"
+#include "nn/layer.h"
+
+#include <stdio.h>
+
+enum { OP_FWD, OP_BWD };
+
+static int init(bfit_layer *l, char *err, size_t errlen)
+{
+    bfit_shape in = l->in[0];
+
+    if (!(l->cfg.eps > 0)) {
+        snprintf(err, errlen, "layernorm eps must be positive, got %g", (double)l->cfg.eps);
+        return BFIT_EINVAL;
+    }
+    l->out = in;
+    l->nparams = 2;
+    /* PyTorch's shapes: [F] for a vector, [C,H,W] otherwise */
+    l->params[0] = (bfit_param){.name = "weight", .ndim = 3, .dim = {in.c, in.h, in.w}, .trainable = 1};
+    l->params[1] = (bfit_param){.name = "bias", .ndim = 3, .dim = {in.c, in.h, in.w}, .trainable = 1};
+    if (in.h == 1 && in.w == 1)
+        l->params[0].ndim = l->params[1].ndim = 1;
+    return BFIT_OK;
+}
+
+static size_t stat_bytes(int m) { return BFIT_ALIGN_UP((size_t)m * sizeof(float)); }
+
+static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = 1};
+    int rc;
+
+    d.u.lnorm.rows = m;
+    d.u.lnorm.cols = bfit_shape_numel(l->in[0]);
+    d.u.lnorm.eps = l->cfg.eps;
+    if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK)
+        return rc;
+    need->ws_bwd = 0;
+    if (training) {
+        d.kind = BFIT_OP_LNORM_BWD;
+        if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD])) != BFIT_OK)
+            return rc;
+        need->saved = 2 * stat_bytes(m);
+        need->ws_fwd = bfit_op_workspace_bytes(l->ops[OP_FWD]);
+        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
+    } else {
+        need->saved = 0;
+        need->ws_fwd = BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[OP_FWD])) + 2 * stat_bytes(m);
+    }
+    return BFIT_OK;
+}
+
+static void init_params(bfit_layer *l, uint64_t seed)
+{
+    bfit_fill_const(l->params[0].data, bfit_param_numel(&l->params[0]), 1.0f);
+    bfit_fill_const(l->params[1].data, bfit_param_numel(&l->params[1]), 0.0f);
+}
+
+/* mean/var: in saved when prepared for training (whatever the forward's
+ * mode, since the workspace then has no room for them), else after the
+ * scratchpad in ws */
+static float *stats(const bfit_layer *l, void *saved, void *ws)
+{
+    if (l->prep_training)
+        return saved;
+    return (float *)((char *)ws + BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[OP_FWD])));
+}
+
+/* ops are sized for the prepared micro-batch: running another would overrun */
+static int check_m(const bfit_layer *l, int m)
+{
+    if (m != l->prep_m)
+        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
+                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
+    return BFIT_OK;
+}
+
+static int forward(bfit_layer *l, const bfit_fwd_args *a)
+{
+    bfit_op_args o = {0};
+    float *mean;
+    int rc;
+
+    if ((rc = check_m(l, a->m)) != BFIT_OK)
+        return rc;
+    if (a->training && !l->ops[OP_BWD])
+        return bfit_fail(BFIT_ESTATE, "layernorm: training forward on a layer prepared for evaluation");
+    mean = stats(l, a->saved, a->ws);
+    o.src = a->x[0];
+    o.dst = a->y;
+    o.scale = l->params[0].data;
+    o.shift = l->params[1].data;
+    o.mean = mean;
+    o.var = (char *)mean + stat_bytes(a->m);
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_FWD], &o);
+}
+
+static int backward(bfit_layer *l, const bfit_bwd_args *a)
+{
+    bfit_op_args o = {0};
+    int rc;
+
+    if ((rc = check_m(l, a->m)) != BFIT_OK)
+        return rc;
+    if (!l->ops[OP_BWD])
+        return bfit_fail(BFIT_ESTATE, "layernorm: backward on a layer prepared for evaluation");
+    o.src = a->x[0];
+    o.mean = a->saved;
+    o.var = (char *)a->saved + stat_bytes(a->m);
+    o.diff_dst = a->dy;
+    o.scale = l->params[0].data;
+    /* dx not wanted (first layer): oneDNN computes it anyway, so it is
+     * written in place over dy, which is dead after this call */
+    o.diff_src = a->dx[0] ? a->dx[0] : (float *)a->dy;
+    o.diff_scale = l->params[0].grad;
+    o.diff_shift = l->params[1].grad;
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_BWD], &o);
+}
+
+const bfit_layer_vt bfit_layernorm_vt = {
+    .kind = BFIT_L_LAYERNORM,
+    .nin = 1,
+    .init = init,
+    .prepare = prepare,
+    .init_params = init_params,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};

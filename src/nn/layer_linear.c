@@ -1,0 +1,162 @@
+/* layer_linear.c - fully connected layer, PyTorch's nn.Linear:
+ * y[m,out] = x[m,in] W[out,in]^T + b.
+ *
+ * Three matmuls and a row reduction, all on oneDNN/OpenMP ops prepared for
+ * the micro-batch. Weight and bias gradients are accumulated by the ops
+ * themselves (sum post-op), so no temporary is needed. */
+#include "base/err.h"
+#include "nn/layer.h"
+
+#include <math.h>
+#include <stdio.h>
+
+enum { OP_FWD, OP_DW, OP_DX, OP_DB };
+
+static int init(bfit_layer *l, char *err, size_t errlen)
+{
+    bfit_shape in = l->in[0];
+    char buf[48];
+
+    if (in.h != 1 || in.w != 1) {
+        snprintf(err, errlen, "linear expects a vector, got %s: add `flatten` before it",
+                 bfit_shape_str(in, buf, sizeof buf));
+        return BFIT_EINVAL;
+    }
+    if (l->cfg.units < 1) {
+        snprintf(err, errlen, "linear needs a positive number of output features, got %d", l->cfg.units);
+        return BFIT_EINVAL;
+    }
+    l->out = (bfit_shape){l->cfg.units, 1, 1};
+    l->nparams = l->cfg.bias ? 2 : 1;
+    l->params[0] = (bfit_param){.name = "weight", .ndim = 2, .dim = {l->cfg.units, in.c}, .trainable = 1, .decay = 1};
+    if (l->cfg.bias)
+        l->params[1] = (bfit_param){.name = "bias", .ndim = 1, .dim = {l->cfg.units}, .trainable = 1};
+    return BFIT_OK;
+}
+
+static int new_mm(bfit_layer *l, int slot, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int acc)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32, .accumulate = acc};
+    d.u.mm.M = M;
+    d.u.mm.N = N;
+    d.u.mm.K = K;
+    d.u.mm.trans_src = ts;
+    d.u.mm.trans_weights = tw;
+    d.u.mm.bias = bias;
+    return bfit_op_new(l->dev, &d, &l->ops[slot]);
+}
+
+static size_t max_ws(const bfit_layer *l, int from, int to)
+{
+    size_t w = 0;
+    for (int i = from; i <= to; i++)
+        if (l->ops[i] && bfit_op_workspace_bytes(l->ops[i]) > w)
+            w = bfit_op_workspace_bytes(l->ops[i]);
+    return w;
+}
+
+static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    int64_t in = l->in[0].c, out = l->cfg.units;
+    int rc;
+
+    /* y = x W^T: W is stored [out,in] = [N,K], hence trans_weights */
+    if ((rc = new_mm(l, OP_FWD, m, out, in, 0, 1, l->cfg.bias, 0)) != BFIT_OK)
+        return rc;
+    if (training) {
+        /* dW[out,in] += dy^T x: dy is stored [m,out] = [K,M] */
+        if ((rc = new_mm(l, OP_DW, out, in, m, 1, 0, 0, 1)) != BFIT_OK)
+            return rc;
+        /* dx[m,in] = dy[m,out] W[out,in] */
+        if ((rc = new_mm(l, OP_DX, m, in, out, 0, 0, 0, 0)) != BFIT_OK)
+            return rc;
+        if (l->cfg.bias) {
+            bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = BFIT_F32, .accumulate = 1};
+            d.u.reduce.M = m;
+            d.u.reduce.N = out;
+            if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_DB])) != BFIT_OK)
+                return rc;
+        }
+    }
+    need->saved = 0;
+    need->ws_fwd = max_ws(l, OP_FWD, OP_FWD);
+    need->ws_bwd = training ? max_ws(l, OP_DW, OP_DB) : 0;
+    return BFIT_OK;
+}
+
+static void init_params(bfit_layer *l, uint64_t seed)
+{
+    /* PyTorch: kaiming_uniform(a=sqrt 5) for W and U(+-1/sqrt(fan_in)) for b
+     * both come to U(-1/sqrt(in), 1/sqrt(in)) */
+    float bound = 1.0f / sqrtf((float)l->in[0].c);
+    bfit_fill_uniform(l->params[0].data, bfit_param_numel(&l->params[0]), bound, seed * 2 + 0);
+    if (l->cfg.bias)
+        bfit_fill_uniform(l->params[1].data, bfit_param_numel(&l->params[1]), bound, seed * 2 + 1);
+}
+
+/* ops are sized for the prepared micro-batch: running another would overrun */
+static int check_m(const bfit_layer *l, int m)
+{
+    if (m != l->prep_m)
+        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
+                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
+    return BFIT_OK;
+}
+
+static int forward(bfit_layer *l, const bfit_fwd_args *a)
+{
+    bfit_op_args o = {0};
+    int rc;
+
+    if ((rc = check_m(l, a->m)) != BFIT_OK)
+        return rc;
+    o.src = a->x[0];
+    o.weights = l->params[0].data;
+    o.bias = l->cfg.bias ? l->params[1].data : NULL;
+    o.dst = a->y;
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_FWD], &o);
+}
+
+static int backward(bfit_layer *l, const bfit_bwd_args *a)
+{
+    bfit_op_args o = {0};
+    int rc;
+
+    if ((rc = check_m(l, a->m)) != BFIT_OK)
+        return rc;
+    if (!l->ops[OP_DW])
+        return bfit_fail(BFIT_ESTATE, "linear: backward on a layer prepared for evaluation");
+    o.src = a->dy;
+    o.weights = a->x[0];
+    o.dst = l->params[0].grad;
+    o.workspace = a->ws;
+    if ((rc = bfit_op_run(l->ops[OP_DW], &o)) != BFIT_OK)
+        return rc;
+    if (l->cfg.bias) {
+        o = (bfit_op_args){0};
+        o.src = a->dy;
+        o.dst = l->params[1].grad;
+        if ((rc = bfit_op_run(l->ops[OP_DB], &o)) != BFIT_OK)
+            return rc;
+    }
+    if (!a->dx[0])
+        return BFIT_OK;
+    o = (bfit_op_args){0};
+    o.src = a->dy;
+    o.weights = l->params[0].data;
+    o.dst = a->dx[0];
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_DX], &o);
+}
+
+const bfit_layer_vt bfit_linear_vt = {
+    .kind = BFIT_L_LINEAR,
+    .nin = 1,
+    .init = init,
+    .prepare = prepare,
+    .init_params = init_params,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL, /* ops are freed generically */
+};

@@ -1,0 +1,103 @@
+/* layer_xent.c - softmax cross-entropy loss over a vector of N class scores.
+ *
+ * The output y is the softmax probabilities (same shape as the input), which
+ * is all the backward needs: dx = (p - onehot(label)) * loss_scale. The
+ * forward writes *loss = the sum over the micro-batch of -log p[label]; the
+ * trainer divides by the effective batch through loss_scale. */
+#include "base/err.h"
+#include "nn/layer.h"
+
+#include <stdio.h>
+
+enum { OP_FWD, OP_BWD };
+
+static int init(bfit_layer *l, char *err, size_t errlen)
+{
+    bfit_shape in = l->in[0];
+    char buf[48];
+
+    if (in.h != 1 || in.w != 1) {
+        snprintf(err, errlen, "xent expects a vector of class scores, got %s: add `flatten` and a `linear` "
+                              "with one output per class before it",
+                 bfit_shape_str(in, buf, sizeof buf));
+        return BFIT_EINVAL;
+    }
+    l->out = in;
+    return BFIT_OK;
+}
+
+static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_XENT_FWD, .dtype = BFIT_F32};
+    int rc;
+
+    d.u.xent.M = m;
+    d.u.xent.N = l->in[0].c;
+    if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK)
+        return rc;
+    need->saved = 0;
+    need->ws_fwd = bfit_op_workspace_bytes(l->ops[OP_FWD]);
+    need->ws_bwd = 0;
+    if (training) {
+        d.kind = BFIT_OP_XENT_BWD;
+        if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD])) != BFIT_OK)
+            return rc;
+        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
+    }
+    return BFIT_OK;
+}
+
+/* labels and loss may both be NULL: probabilities only (prediction) */
+/* ops are sized for the prepared micro-batch: running another would overrun */
+static int check_m(const bfit_layer *l, int m)
+{
+    if (m != l->prep_m)
+        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
+                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
+    return BFIT_OK;
+}
+
+static int forward(bfit_layer *l, const bfit_fwd_args *a)
+{
+    bfit_op_args o = {0};
+    int rc;
+
+    if ((rc = check_m(l, a->m)) != BFIT_OK)
+        return rc;
+    o.src = a->x[0];
+    o.dst = a->y;
+    o.labels = a->labels;
+    o.loss = a->loss;
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_FWD], &o);
+}
+
+static int backward(bfit_layer *l, const bfit_bwd_args *a)
+{
+    bfit_op_args o = {0};
+    int rc;
+
+    if ((rc = check_m(l, a->m)) != BFIT_OK)
+        return rc;
+    if (!l->ops[OP_BWD])
+        return bfit_fail(BFIT_ESTATE, "xent: backward on a layer prepared for evaluation");
+    if (!a->dx[0])
+        return BFIT_OK;
+    o.src = a->y;
+    o.labels = a->labels;
+    o.diff_src = a->dx[0];
+    o.loss_scale = a->loss_scale;
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[OP_BWD], &o);
+}
+
+const bfit_layer_vt bfit_xent_vt = {
+    .kind = BFIT_L_XENT,
+    .nin = 1,
+    .init = init,
+    .prepare = prepare,
+    .init_params = NULL,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};

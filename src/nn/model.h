@@ -1,0 +1,100 @@
+/* model.h - a built model: layers wired as a graph, its parameters, and the
+ * per-micro-batch buffers carved from blocks whose sizes the layout computes.
+ *
+ * Plan, then allocate (llm.c): bfit_model_layout() is a pure function of the
+ * model and (m, training) giving every byte of the step's activations,
+ * activation gradients, workspace and input; bfit_model_reserve() allocates
+ * exactly those blocks, and forward/backward touch nothing else.
+ */
+#ifndef BFIT_MODEL_H
+#define BFIT_MODEL_H
+
+#include "nn/graph.h"
+#include "nn/layer.h"
+
+#define BFIT_OFF_NONE UINT64_MAX
+
+/* Where every buffer of a step lives. Offsets are into the category's block. */
+typedef struct bfit_layout {
+    int m, training;
+    uint64_t bytes[BFIT_MEM_NCAT];   /* activations, act_grads, workspace, input (params etc. 0) */
+    uint64_t no_reuse[BFIT_MEM_NCAT];/* the same without any buffer sharing (for reports) */
+    int nvalues;                     /* nodes + 1 */
+    uint64_t *y_off;                 /* per value: activations offset (value 0: input block) */
+    uint64_t *saved_off;             /* per node: activations offset of its saved bytes */
+    uint64_t *dy_off;                /* per value: act_grads offset of its gradient, or NONE */
+    uint64_t *tmp_off;               /* per node: act_grads offset of a temp for a summed dx, or NONE */
+    int *tmp_input;                  /* per node: which input (0/1) uses tmp_off, -1 none */
+    uint64_t labels_off;             /* input block: labels after the samples */
+} bfit_layout;
+
+typedef struct bfit_node {
+    bfit_layer *l;
+    int in[2];
+    int nconsumers;                  /* of this node's output value */
+} bfit_node;
+
+typedef struct bfit_model {
+    bfit_device *dev;
+    bfit_shape input;
+    int nclasses;
+    int n;                 /* nodes, the loss last */
+    bfit_node *nodes;
+    int in0_consumers;     /* consumers of the model input */
+    char source[256];
+    /* parameters: one block each for values and gradients */
+    int nparams, ntrainable;
+    bfit_param **params;   /* all (incl. running stats), in node order */
+    bfit_param **trainable;
+    void *param_block, *grad_block;
+    uint64_t param_bytes, grad_bytes;
+    /* the reserved step */
+    int m, training;
+    bfit_layout lay;
+    void *block[BFIT_MEM_NCAT];      /* activations, act_grads, workspace, input */
+    uint64_t block_bytes[BFIT_MEM_NCAT];
+} bfit_model;
+
+/* Build layers from a graph description (shape inference; no device memory).
+ * Errors name file:line:col of the node at fault. dev may be NULL for a
+ * shape-only model (no prepare/reserve then). */
+int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_model **out);
+void bfit_model_free(bfit_model *M);
+
+/* Bytes of params (and grads if training) the model allocates. */
+uint64_t bfit_model_param_bytes(const bfit_model *M);
+uint64_t bfit_model_grad_bytes(const bfit_model *M);
+int64_t bfit_model_param_count(const bfit_model *M); /* trainable scalars */
+
+/* Allocate the params block (and the grads block if with_grads); OOM leaves
+ * nothing allocated. Then fill with PyTorch-style init from seed. */
+int bfit_model_alloc_params(bfit_model *M, int with_grads);
+void bfit_model_init_params(bfit_model *M, uint64_t seed);
+void bfit_model_zero_grads(bfit_model *M);
+
+/* The pure plan of a step's buffers for micro-batch m. Prepares nothing that
+ * stays and allocates no device memory. Free with bfit_layout_fini. */
+int bfit_model_layout(bfit_model *M, int m, int training, bfit_layout *lay);
+void bfit_layout_fini(bfit_layout *lay);
+
+/* Reserve exactly the layout's blocks for (m, training) and prepare layers.
+ * All-or-nothing: on BFIT_ENOMEM nothing of the step is held (m = 0). If the
+ * blocks already held are large enough they are reused without allocating. */
+int bfit_model_reserve(bfit_model *M, int m, int training);
+void bfit_model_unreserve(bfit_model *M);
+
+/* The reserved input buffers: x [m, C,H,W] floats and labels [m]. */
+float *bfit_model_input_x(bfit_model *M);
+int32_t *bfit_model_input_labels(bfit_model *M);
+
+/* Forward the reserved micro-batch. loss = sum of per-sample losses;
+ * correct = samples whose arg-max class equals the label (either may be NULL). */
+int bfit_model_forward(bfit_model *M, uint64_t seed, double *loss, int *correct);
+/* Backward; parameter gradients are ADDED to (accumulation), scaled so that
+ * the loss of the step is sum(losses) * loss_scale. */
+int bfit_model_backward(bfit_model *M, float loss_scale);
+
+/* Output (softmax probabilities) of the last forward, [m, nclasses]. */
+const float *bfit_model_probs(bfit_model *M);
+
+#endif

@@ -1,0 +1,97 @@
+/* log.c - JSON-lines events and human progress. */
+#include "base/err.h"
+#include "train/log.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double bfit_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int bfit_log_open(bfit_log *lg, const char *json_path, FILE *human, double interval)
+{
+    memset(lg, 0, sizeof *lg);
+    lg->human = human;
+    lg->tty = human && isatty(fileno(human));
+    lg->interval = interval;
+    lg->last_plain = -1e9;
+    if (json_path && strcmp(json_path, "-") != 0) {
+        lg->json = fopen(json_path, "w");
+        if (!lg->json)
+            return bfit_fail(BFIT_EIO, "%s: cannot open the log for writing: %s", json_path, strerror(errno));
+    }
+    return BFIT_OK;
+}
+
+void bfit_log_close(bfit_log *lg)
+{
+    if (lg->line_open && lg->human) {
+        fputc('\n', lg->human);
+        lg->line_open = 0;
+    }
+    if (lg->json)
+        fclose(lg->json);
+    lg->json = NULL;
+}
+
+void bfit_log_event(bfit_log *lg, const char *event, const char *fmt, ...)
+{
+    va_list ap;
+    struct timespec ts;
+    if (!lg->json)
+        return;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(lg->json, "{\"event\":\"%s\",\"time\":%.3f", event, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    if (fmt && *fmt) {
+        fputc(',', lg->json);
+        va_start(ap, fmt);
+        vfprintf(lg->json, fmt, ap);
+        va_end(ap);
+    }
+    fputs("}\n", lg->json);
+    fflush(lg->json);
+}
+
+void bfit_log_progress(bfit_log *lg, int force, const char *fmt, ...)
+{
+    va_list ap;
+    double t = bfit_now();
+    if (!lg->human)
+        return;
+    if (!lg->tty && !force && t - lg->last_plain < lg->interval)
+        return;
+    if (lg->tty)
+        fputs("\r\033[K", lg->human);
+    va_start(ap, fmt);
+    vfprintf(lg->human, fmt, ap);
+    va_end(ap);
+    if (lg->tty) {
+        lg->line_open = 1;
+    } else {
+        fputc('\n', lg->human);
+        lg->last_plain = t;
+    }
+    fflush(lg->human);
+}
+
+void bfit_log_say(bfit_log *lg, const char *fmt, ...)
+{
+    va_list ap;
+    if (!lg->human)
+        return;
+    if (lg->line_open) {
+        fputs("\r\033[K", lg->human);
+        lg->line_open = 0;
+    }
+    va_start(ap, fmt);
+    vfprintf(lg->human, fmt, ap);
+    va_end(ap);
+    fputc('\n', lg->human);
+    fflush(lg->human);
+}

@@ -1,0 +1,77 @@
+/* trainer.h - the step loop: samples from the stream, micro-batches on the
+ * device, gradients summed over the effective batch, optimizer steps, an
+ * evaluation after each epoch, weights saved at the end.
+ *
+ * An optimizer step consumes exactly E samples (the last of an epoch may
+ * have fewer) in micro-batches of m; the loss is normalised by the samples in
+ * the optimizer step, so the gradient does not depend on the split. Every
+ * micro-step reserves its memory before it computes (OOM-atomic); on an
+ * out-of-memory the micro-batch shrinks to what the plan says fits now and
+ * the same samples are taken again. */
+#ifndef BFIT_TRAINER_H
+#define BFIT_TRAINER_H
+
+#include <stdio.h>
+
+#include "data/data.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
+
+typedef struct bfit_train_cfg {
+    const char *model;         /* spec file */
+    const char *data;          /* data set name or path */
+    int batch;                 /* effective batch E */
+    int micro_batch;           /* 0: the plan chooses (largest that fits, at most E) */
+    int epochs;
+    int64_t epoch_samples;     /* 0: the whole training set per epoch; else this many (shuffled) */
+    int64_t eval_samples;      /* 0: the whole test set; else the first this many */
+    int64_t max_steps;         /* 0: no limit */
+    int eval_batch;            /* micro-batch for evaluation (0: 1000, or what fits) */
+    bfit_optim_cfg opt;
+    double lr;
+    bfit_lr_schedule sched;
+    double clip;               /* max global gradient norm; 0: off */
+    uint64_t seed;
+    int threads;               /* 0: all cores */
+    uint64_t memory;           /* arena capacity; 0: the machine's available RAM */
+    double margin;             /* fraction of memory kept free when choosing m (default 0.1) */
+    int augment;               /* images: random crop (pad 2) and horizontal flip */
+    int prefetch;              /* background loading */
+    int normalize;             /* per-channel mean/std from the training set */
+    const char *save;          /* weights file (safetensors) or NULL */
+    const char *log;           /* JSON-lines log or NULL */
+    FILE *human;               /* progress and summary lines; NULL: quiet */
+    double progress_interval;  /* seconds between plain progress lines when not a terminal */
+} bfit_train_cfg;
+
+/* Defaults: E 128, auto micro-batch, 1 epoch, SGD momentum 0.9, lr 0.05,
+ * constant schedule, seed 1, margin 0.1, prefetch and normalisation on. */
+bfit_train_cfg bfit_train_cfg_default(void);
+
+typedef struct bfit_train_result {
+    int64_t steps;              /* optimizer steps */
+    int64_t samples;            /* training samples consumed */
+    int epochs;
+    double train_loss;          /* mean over the last epoch */
+    double test_loss, test_acc; /* after the last epoch */
+    double seconds;             /* training wall time, evaluation excluded */
+    int micro_batch;            /* the last micro-batch used */
+    int ooms;                   /* out-of-memory events recovered from */
+    uint64_t peak_bytes;        /* the arena's high-water mark */
+} bfit_train_result;
+
+int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res);
+
+/* Evaluate a model's saved weights on a data set's test split. */
+typedef struct bfit_eval_cfg {
+    const char *model, *weights, *data;
+    int batch;                  /* 0: 1000 */
+    int64_t samples;            /* 0: all */
+    int threads;
+    uint64_t memory;
+    int normalize;              /* must match training; stats come from the training split */
+} bfit_eval_cfg;
+
+int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n);
+
+#endif

@@ -1,0 +1,118 @@
+/* weights.c - saving and loading a model's parameters as safetensors. */
+#include "base/err.h"
+#include "tensor/safetensors.h"
+#include "train/weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct named {
+    char name[64];
+    bfit_param *p;
+} named;
+
+/* The parameters with their file names, in model order. */
+static int list_params(const bfit_model *M, named **out, int *n)
+{
+    named *v = calloc((size_t)M->nparams + 1, sizeof *v);
+    int k = 0;
+    if (!v)
+        return bfit_fail(BFIT_ENOMEM, "weights: out of host memory");
+    for (int i = 0; i < M->n; i++)
+        for (int j = 0; j < M->nodes[i].l->nparams; j++) {
+            snprintf(v[k].name, sizeof v[k].name, "%d.%s", i, M->nodes[i].l->params[j].name);
+            v[k].p = &M->nodes[i].l->params[j];
+            k++;
+        }
+    *out = v;
+    *n = k;
+    return BFIT_OK;
+}
+
+int bfit_weights_save(const bfit_model *M, const char *path, const char *const *meta_keys,
+                      const char *const *meta_vals, int nmeta)
+{
+    named *v;
+    bfit_st_tensor *t;
+    int n, rc;
+
+    rc = list_params(M, &v, &n);
+    if (rc != BFIT_OK)
+        return rc;
+    t = calloc((size_t)n + 1, sizeof *t);
+    if (!t) {
+        free(v);
+        return bfit_fail(BFIT_ENOMEM, "weights: out of host memory");
+    }
+    for (int i = 0; i < n; i++) {
+        t[i].name = v[i].name;
+        t[i].dtype = "F32";
+        t[i].ndim = v[i].p->ndim;
+        for (int d = 0; d < v[i].p->ndim; d++)
+            t[i].shape[d] = v[i].p->dim[d];
+        t[i].data = v[i].p->data;
+        t[i].nbytes = (size_t)bfit_param_numel(v[i].p) * sizeof(float);
+    }
+    rc = bfit_st_write(path, t, n, meta_keys, meta_vals, nmeta);
+    free(t);
+    free(v);
+    return rc;
+}
+
+int bfit_weights_load(bfit_model *M, const char *path)
+{
+    bfit_st_file *f = NULL;
+    named *v = NULL;
+    int n, rc;
+
+    rc = bfit_st_read(path, &f);
+    if (rc != BFIT_OK)
+        return rc;
+    rc = list_params(M, &v, &n);
+    if (rc != BFIT_OK)
+        goto out;
+    /* check everything before touching the model */
+    for (int i = 0; i < n; i++) {
+        const bfit_st_tensor *t = bfit_st_find(f, v[i].name);
+        if (!t) {
+            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is missing: the weights are for another model", path,
+                           v[i].name);
+            goto out;
+        }
+        if (t->ndim != v[i].p->ndim || bfit_st_numel(t) != bfit_param_numel(v[i].p)) {
+            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' has %d dims and %lld values, the model wants %d dims and %lld",
+                           path, v[i].name, t->ndim, (long long)bfit_st_numel(t), v[i].p->ndim,
+                           (long long)bfit_param_numel(v[i].p));
+            goto out;
+        }
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] != v[i].p->dim[d]) {
+                rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' dimension %d is %lld, the model wants %lld", path,
+                               v[i].name, d, (long long)t->shape[d], (long long)v[i].p->dim[d]);
+                goto out;
+            }
+    }
+    if (bfit_st_count(f) != n) {
+        for (int i = 0; i < bfit_st_count(f); i++) {
+            const char *name = bfit_st_get(f, i)->name;
+            int found = 0;
+            for (int j = 0; j < n && !found; j++)
+                found = strcmp(name, v[j].name) == 0;
+            if (!found) {
+                rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is not a parameter of this model", path, name);
+                goto out;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const bfit_st_tensor *t = bfit_st_find(f, v[i].name);
+        rc = bfit_st_to_f32(t, v[i].p->data, bfit_param_numel(v[i].p));
+        if (rc != BFIT_OK)
+            goto out;
+    }
+out:
+    free(v);
+    bfit_st_free(f);
+    return rc;
+}

@@ -1,0 +1,20 @@
+/* weights.h - a model's parameters to and from safetensors files.
+ *
+ * Tensor names are "<node>.<param>" with node the layer's position in the
+ * model (0-based, every layer counted, as in torch.nn.Sequential), so a
+ * sequential model's file loads into the equivalent PyTorch Sequential. */
+#ifndef BFIT_WEIGHTS_H
+#define BFIT_WEIGHTS_H
+
+#include "nn/model.h"
+
+/* Write all parameters (running statistics included) with metadata pairs;
+ * atomic: a temp file, synced, renamed. */
+int bfit_weights_save(const bfit_model *M, const char *path, const char *const *meta_keys,
+                      const char *const *meta_vals, int nmeta);
+/* Load every parameter; a missing tensor, a shape that differs, or a tensor
+ * the model does not have is BFIT_EFORMAT naming it. The model is unchanged
+ * on failure. */
+int bfit_weights_load(bfit_model *M, const char *path);
+
+#endif

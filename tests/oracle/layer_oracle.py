@@ -1,0 +1,253 @@
+#!/usr/bin/python3
+"""layer_oracle.py - PyTorch's answers for every batchfit layer kind.
+
+Usage: /usr/bin/python3 layer_oracle.py OUTDIR
+
+Writes OUTDIR/case_NNN_<label>.safetensors, one per case, holding
+  x0 (x1 for add)            the inputs, [m, C, H, W] float32
+  weight, bias, running_*    the layer's parameters under PyTorch's names
+  grad_out                   dy (not for the loss)
+  labels                     I32 class indices (loss only)
+  y, dx0 (dx1), d<param>     expected output and gradients
+  new_running_mean/var       batch norm's running statistics after forward
+  loss                       expected loss (loss only)
+and the layer config as string metadata (kind, units, kh, kw, sh, sw, ph, pw,
+bias, eps, momentum, p, in0, in1, m, training, loss_scale, params).
+
+Inputs and parameters are drawn as float32; torch then computes in float64
+from those exact values, so the expected results are the float32 problem's
+true answers, rounded once to float32. test_layers_torch compares the C
+layers against them.
+"""
+import json
+import os
+import struct
+import sys
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # the project's setup installs python3-torch
+    sys.exit("layer_oracle.py: PyTorch is required (apt-get install python3-torch; "
+             "run with /usr/bin/python3, not another python3): %s" % e)
+
+DT = {torch.float32: "F32", torch.int32: "I32"}
+
+
+def write_safetensors(path, tensors, meta):
+    """Plain safetensors writer (json + struct), so the oracle does not depend
+    on the safetensors package; tensors are all 4-byte types, so any order
+    keeps them aligned."""
+    hdr, chunks, off = {"__metadata__": meta}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().contiguous()
+        raw = t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        hdr[name] = {"dtype": DT[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        chunks.append(raw)
+        off += len(raw)
+    js = json.dumps(hdr, separators=(",", ":")).encode()
+    js += b" " * (-len(js) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(js)) + js + b"".join(chunks))
+    os.replace(tmp, path)
+
+
+def f32(x):
+    """The float32 value of x, as a Python float (exact)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+class Case:
+    def __init__(self, idx, label, kind, shapes, m, training=1, **cfg):
+        self.idx, self.label, self.kind, self.m, self.training = idx, label, kind, m, training
+        self.shapes = [tuple(s) + (1,) * (3 - len(s)) for s in shapes]  # CxHxW
+        self.cfg = dict(units=0, kh=1, kw=1, sh=1, sw=1, ph=0, pw=0, bias=1, eps=1e-5, momentum=0.1, p=0.5)
+        self.cfg.update(cfg)
+        self.g = torch.Generator().manual_seed(7919 * (idx + 1))
+
+    def uniform(self, shape, lo=-1.0, hi=1.0):
+        """float32 draws, returned as float64 leaves (exactly the stored values)."""
+        t = torch.rand(shape, generator=self.g, dtype=torch.float32) * (hi - lo) + lo
+        return t.double()
+
+
+def leaf(t):
+    return t.clone().requires_grad_(True)
+
+
+def run_case(c, outdir):
+    m, cfg, k = c.m, c.cfg, c.kind
+    C, H, W = c.shapes[0]
+    xs = [c.uniform((m,) + s) for s in c.shapes]
+    params, state = {}, {}
+    extra = {}
+    meta = {}
+
+    if k == "maxpool":  # distinct values, so the maximum of every window is unique
+        n = m * C * H * W
+        xs[0] = (torch.randperm(n, generator=c.g).double() * (2.0 / n) - 1.0).float().double().reshape(m, C, H, W)
+    if k == "xent":
+        xs[0] = xs[0] * cfg.pop("logit_scale", 1.0)
+        xs[0] = xs[0].float().double()
+    x = [leaf(t) for t in xs]
+
+    if k == "linear":
+        fan_in = C * H * W
+        params["weight"] = c.uniform((cfg["units"], fan_in), -0.5, 0.5)
+        if cfg["bias"]:
+            params["bias"] = c.uniform((cfg["units"],), -0.5, 0.5)
+    elif k == "conv":
+        params["weight"] = c.uniform((cfg["units"], C, cfg["kh"], cfg["kw"]), -0.5, 0.5)
+        if cfg["bias"]:
+            params["bias"] = c.uniform((cfg["units"],), -0.5, 0.5)
+    elif k == "batchnorm":
+        params["weight"] = c.uniform((C,), 0.7, 1.3)
+        params["bias"] = c.uniform((C,), -0.3, 0.3)
+        state["running_mean"] = c.uniform((C,), -0.5, 0.5)
+        state["running_var"] = c.uniform((C,), 0.5, 1.5)
+    elif k == "layernorm":
+        pshape = (C,) if H == 1 and W == 1 else (C, H, W)
+        params["weight"] = c.uniform(pshape, 0.7, 1.3)
+        params["bias"] = c.uniform(pshape, -0.3, 0.3)
+    p = {n: leaf(t) for n, t in params.items()}
+    st = {n: t.clone() for n, t in state.items()}
+
+    if k == "linear":
+        y = F.linear(x[0].flatten(1), p["weight"], p.get("bias"))
+    elif k == "conv":
+        y = F.conv2d(x[0], p["weight"], p.get("bias"), stride=(cfg["sh"], cfg["sw"]), padding=(cfg["ph"], cfg["pw"]))
+    elif k == "maxpool":
+        y = F.max_pool2d(x[0], (cfg["kh"], cfg["kw"]), (cfg["sh"], cfg["sw"]), (cfg["ph"], cfg["pw"]))
+    elif k == "avgpool":
+        y = F.avg_pool2d(x[0], (cfg["kh"], cfg["kw"]), (cfg["sh"], cfg["sw"]), (cfg["ph"], cfg["pw"]),
+                         count_include_pad=True)
+    elif k == "gap":
+        y = F.adaptive_avg_pool2d(x[0], 1).flatten(1)
+    elif k == "relu":
+        y = F.relu(x[0])
+    elif k == "gelu":
+        y = F.gelu(x[0])  # the exact (erf) form, PyTorch's default
+    elif k == "flatten":
+        y = x[0].flatten(1)
+    elif k == "dropout":
+        assert not c.training or cfg["p"] == 0.0, "dropout masks are random: only eval or p=0"
+        y = F.dropout(x[0], cfg["p"], bool(c.training))
+    elif k == "batchnorm":
+        xin = x[0].reshape(m, C) if H == 1 and W == 1 else x[0]  # BatchNorm1d on vectors
+        y = F.batch_norm(xin, st["running_mean"], st["running_var"], p["weight"], p["bias"], bool(c.training),
+                         cfg["momentum"], cfg["eps"])
+        extra["new_running_mean"] = st["running_mean"]
+        extra["new_running_var"] = st["running_var"]
+    elif k == "layernorm":
+        shp = x[0].shape[1:]
+        y = F.layer_norm(x[0], shp, p["weight"].reshape(shp), p["bias"].reshape(shp), cfg["eps"])
+    elif k == "add":
+        y = x[0] + x[1]
+    elif k == "xent":
+        labels = torch.randint(0, C, (m,), generator=c.g, dtype=torch.int64)
+        loss_scale = f32(cfg.pop("loss_scale"))
+        loss = F.cross_entropy(x[0].flatten(1), labels, reduction="sum")
+        y = torch.softmax(x[0].flatten(1), dim=1)
+        extra["labels"] = labels.to(torch.int32)
+        extra["loss"] = loss.detach().reshape(1)
+        meta["loss_scale"] = repr(loss_scale)
+    else:
+        raise ValueError("unknown kind " + k)
+
+    out = {}
+    for i, t in enumerate(xs):
+        out["x%d" % i] = t
+    out.update(params)
+    out.update(state)
+    if c.training:
+        if k == "xent":
+            loss.backward(torch.tensor(loss_scale, dtype=torch.float64))
+        else:
+            dy = c.uniform(tuple(y.shape))
+            y.backward(dy)
+            out["grad_out"] = dy
+        for i, t in enumerate(x):
+            out["dx%d" % i] = t.grad
+        for n, t in p.items():
+            out["d" + n] = t.grad
+    out["y"] = y
+    out.update(extra)
+    tensors = {n: (t.detach().float() if t.dtype == torch.float64 else t) for n, t in out.items()}
+
+    meta.update({key: repr(float(v)) if isinstance(v, float) else str(v) for key, v in cfg.items()})
+    meta.update(kind=k, label=c.label, m=str(m), training=str(c.training),
+                params=",".join(list(params) + list(state)))
+    for i, s in enumerate(c.shapes):
+        meta["in%d" % i] = "%dx%dx%d" % s
+    path = os.path.join(outdir, "case_%03d_%s.safetensors" % (c.idx, c.label))
+    write_safetensors(path, tensors, meta)
+
+
+def cases():
+    """(label, kind, input shapes, m, training, config)."""
+    L = []
+
+    def add(label, kind, shapes, m, training=1, **cfg):
+        L.append((label, kind, shapes, m, training, cfg))
+
+    add("linear_m1_5to3", "linear", [(5,)], 1, units=3)
+    add("linear_m7_37to13", "linear", [(37,)], 7, units=13)
+    add("linear_m7_300to11_nobias", "linear", [(300,)], 7, units=11, bias=0)
+    add("linear_m3_img3x5x7to4", "linear", [(3, 5, 7)], 3, units=4)
+    add("conv_m1_3x5x7_k3p1", "conv", [(3, 5, 7)], 1, units=4, kh=3, kw=3, ph=1, pw=1)
+    add("conv_m7_3x5x7_k3s2p1", "conv", [(3, 5, 7)], 7, units=5, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1)
+    add("conv_m2_4x6x6_k1_nobias", "conv", [(4, 6, 6)], 2, units=3, bias=0)
+    add("conv_m3_2x9x8_k3s2", "conv", [(2, 9, 8)], 3, units=6, kh=3, kw=3, sh=2, sw=2)
+    add("conv_m3_2x7x6_k3x1_s1x2_p1x0", "conv", [(2, 7, 6)], 3, units=4, kh=3, kw=1, sh=1, sw=2, ph=1, pw=0)
+    add("conv_m4_16x8x8_k3p1", "conv", [(16, 8, 8)], 4, units=8, kh=3, kw=3, ph=1, pw=1)
+    add("maxpool_m1_3x5x7_k2", "maxpool", [(3, 5, 7)], 1, kh=2, kw=2, sh=2, sw=2)
+    add("maxpool_m7_2x7x9_k3s2p1", "maxpool", [(2, 7, 9)], 7, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1)
+    add("maxpool_m2_4x6x5_k3s1p1", "maxpool", [(4, 6, 5)], 2, kh=3, kw=3, ph=1, pw=1)
+    add("avgpool_m1_3x5x7_k2", "avgpool", [(3, 5, 7)], 1, kh=2, kw=2, sh=2, sw=2)
+    add("avgpool_m7_2x7x9_k3s2p1", "avgpool", [(2, 7, 9)], 7, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1)
+    add("avgpool_m2_3x6x6_k3s1p1", "avgpool", [(3, 6, 6)], 2, kh=3, kw=3, ph=1, pw=1)
+    add("gap_m1_3x5x7", "gap", [(3, 5, 7)], 1)
+    add("gap_m7_8x4x4", "gap", [(8, 4, 4)], 7)
+    add("relu_m1_3x5x7", "relu", [(3, 5, 7)], 1)
+    add("relu_m7_37", "relu", [(37,)], 7)
+    add("gelu_m1_3x5x7", "gelu", [(3, 5, 7)], 1)
+    add("gelu_m7_37", "gelu", [(37,)], 7)
+    add("flatten_m7_3x5x7", "flatten", [(3, 5, 7)], 7)
+    add("dropout_eval_m7_37", "dropout", [(37,)], 7, training=0, p=0.5)
+    add("dropout_p0_train_m3_3x5x7", "dropout", [(3, 5, 7)], 3, p=0.0)
+    add("batchnorm2d_train_m7_3x5x7", "batchnorm", [(3, 5, 7)], 7)
+    add("batchnorm2d_train_m1_4x3x5", "batchnorm", [(4, 3, 5)], 1)
+    add("batchnorm2d_train_m2_5x4x4_mom0.3_eps1e-3", "batchnorm", [(5, 4, 4)], 2, momentum=0.3, eps=1e-3)
+    add("batchnorm1d_train_m7_13", "batchnorm", [(13,)], 7)
+    add("batchnorm1d_train_m2_5", "batchnorm", [(5,)], 2)
+    add("batchnorm2d_eval_m7_3x5x7", "batchnorm", [(3, 5, 7)], 7, training=0)
+    add("batchnorm1d_eval_m1_13", "batchnorm", [(13,)], 1, training=0)
+    add("layernorm_m1_3x5x7", "layernorm", [(3, 5, 7)], 1)
+    add("layernorm_m7_37", "layernorm", [(37,)], 7)
+    add("layernorm_m3_300", "layernorm", [(300,)], 3)
+    add("add_m1_3x5x7", "add", [(3, 5, 7), (3, 5, 7)], 1)
+    add("add_m7_37", "add", [(37,), (37,)], 7)
+    add("xent_m1_10_scale1", "xent", [(10,)], 1, loss_scale=1.0)
+    add("xent_m7_10_scale1over7", "xent", [(10,)], 7, loss_scale=1.0 / 7)
+    add("xent_m7_3_scale0.25_logits8", "xent", [(3,)], 7, loss_scale=0.25, logit_scale=8.0)
+    return L
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: layer_oracle.py OUTDIR")
+    outdir = sys.argv[1]
+    os.makedirs(outdir, exist_ok=True)
+    for f in os.listdir(outdir):  # stale cases from an older list must not linger
+        if f.startswith("case_") and f.endswith(".safetensors"):
+            os.remove(os.path.join(outdir, f))
+    torch.set_num_threads(1)
+    L = cases()
+    for i, (label, kind, shapes, m, training, cfg) in enumerate(L):
+        run_case(Case(i, label, kind, shapes, m, training, **cfg), outdir)
+    print("layer_oracle.py: %d cases in %s (torch %s)" % (len(L), outdir, torch.__version__))
+
+
+if __name__ == "__main__":
+    main()

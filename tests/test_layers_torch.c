@@ -1,0 +1,459 @@
+/* test_layers_torch.c - every layer against PyTorch on identical inputs and
+ * weights.
+ *
+ * tests/oracle/layer_oracle.py (run by the CTest fixture oracle_layers_gen)
+ * writes one safetensors file per case into $BFIT_BINARY_DIR/oracle/layers
+ * (or $BFIT_ORACLE_DIR): inputs, PyTorch-named parameters, dy, and torch's
+ * float64 results. Each case becomes one cmocka test: build the layer from
+ * the metadata, copy the weights in, forward, compare y (and the loss and
+ * running statistics), backward, compare dx and the parameter gradients.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batchfit.h"
+#include "nn/layer.h"
+#include "tensor/safetensors.h"
+
+/* Tolerance. The expected values are torch's float64 results from the very
+ * float32 inputs and weights the layer gets, so every difference is our
+ * float32 arithmetic. A float32 sum of K terms is off by about
+ * sqrt(K) * 2^-24 of the terms' magnitudes, K * 2^-24 at worst; for the
+ * K <= ~300 of these cases that is at most ~2e-5. Each element's error is
+ * measured against |expected| + rms(expected of the tensor), so an element
+ * that is small by cancellation (a BN gradient, a bias gradient) is judged
+ * by the size of what was summed, not by its own size. 1e-4 is five times
+ * the worst case and still far below any indexing or formula mistake, which
+ * shows up at 1e-2 or more. Do not widen it to make a case pass: a case
+ * that fails is a bug in a layer. */
+#define TOL 1e-4
+
+typedef struct buf {
+    float *p;
+    int64_t n;
+} buf;
+
+typedef struct casectx {
+    const char *path;
+    bfit_st_file *f;
+    bfit_arena *arena;
+    bfit_device *dev;
+    bfit_layer *l;
+    int m, training, nin;
+    buf x[2], dx[2], y, dy, pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP], prefill[BFIT_LAYER_MAXP];
+    void *saved, *ws_f, *ws_b;
+    int32_t *labels;
+    char fail[2048];     /* what went wrong, reported after cleanup */
+    size_t nfail;
+} casectx;
+
+static void *xalloc(size_t n)
+{
+    size_t sz = BFIT_ALIGN_UP(n ? n : 1);
+    void *p = aligned_alloc(64, sz);
+    if (p)
+        memset(p, 0xff, sz); /* NaN-filled floats: a value the layer did not write shows up */
+    return p;
+}
+
+static void note(casectx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(casectx *c, const char *fmt, ...)
+{
+    va_list ap;
+    if (c->nfail + 2 >= sizeof c->fail)
+        return;
+    if (c->nfail)
+        c->fail[c->nfail++] = '\n';
+    va_start(ap, fmt);
+    vsnprintf(c->fail + c->nfail, sizeof c->fail - c->nfail, fmt, ap);
+    va_end(ap);
+    c->nfail += strlen(c->fail + c->nfail);
+}
+
+static int meta_int(const bfit_st_file *f, const char *key, int dflt)
+{
+    const char *v = bfit_st_meta(f, key);
+    return v ? atoi(v) : dflt;
+}
+
+static float meta_float(const bfit_st_file *f, const char *key, float dflt)
+{
+    const char *v = bfit_st_meta(f, key);
+    return v ? strtof(v, NULL) : dflt;
+}
+
+static int parse_shape(const char *s, bfit_shape *out)
+{
+    int c, h = 1, w = 1, k;
+    if (!s)
+        return 0;
+    k = sscanf(s, "%dx%dx%d", &c, &h, &w);
+    if (k != 1 && k != 3)
+        return 0;
+    *out = (bfit_shape){c, h, w};
+    return 1;
+}
+
+/* A float tensor of the case file into a fresh aligned buffer of n floats. */
+static int load(casectx *c, const char *name, int64_t n, buf *out)
+{
+    const bfit_st_tensor *t = bfit_st_find(c->f, name);
+    if (!t) {
+        note(c, "case file has no tensor \"%s\"", name);
+        return 0;
+    }
+    if (bfit_st_numel(t) != n) {
+        note(c, "\"%s\": file has %lld elements, the layer wants %lld", name, (long long)bfit_st_numel(t),
+             (long long)n);
+        return 0;
+    }
+    out->p = xalloc((size_t)n * sizeof(float));
+    out->n = n;
+    if (!out->p || bfit_st_to_f32(t, out->p, n) != BFIT_OK) {
+        note(c, "\"%s\": %s", name, bfit_errmsg());
+        return 0;
+    }
+    return 1;
+}
+
+/* Compare got[0..n) with the file's tensor `name` (minus sub[] if given),
+ * print the errors, note a failure past TOL. */
+static void compare(casectx *c, const char *name, const float *got, const float *sub, int64_t n)
+{
+    buf e = {0};
+    double ss = 0, rms, max_abs = 0, max_rel = 0;
+    int64_t worst = 0;
+    if (!load(c, name, n, &e))
+        return;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)e.p[i] * e.p[i];
+    rms = n ? sqrt(ss / (double)n) : 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = sub ? (double)got[i] - sub[i] : got[i];
+        double d = fabs(g - e.p[i]), r = d / (fabs(e.p[i]) + rms + 1e-30);
+        if (!(d <= max_abs)) /* NaN lands here too, and sticks */
+            max_abs = d;
+        if (!(r <= max_rel)) {
+            max_rel = r;
+            worst = i;
+        }
+    }
+    printf("    %-18s n=%-6lld max abs err %.2e  max rel err %.2e\n", name, (long long)n, max_abs, max_rel);
+    if (!(max_rel <= TOL))
+        note(c, "%s: max rel err %.3g > %.0e at [%lld]: got %.8g, torch %.8g", name, max_rel, TOL, (long long)worst,
+             sub ? (double)got[worst] - sub[worst] : (double)got[worst], (double)e.p[worst]);
+    free(e.p);
+}
+
+static bfit_layer_kind kind_of(const char *name)
+{
+    for (int k = 0; k < BFIT_L_COUNT; k++)
+        if (name && strcmp(bfit_layer_kind_name((bfit_layer_kind)k), name) == 0)
+            return (bfit_layer_kind)k;
+    return BFIT_L_COUNT;
+}
+
+/* The layer config from the metadata: defaults, then every key given. */
+static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
+{
+    const bfit_st_file *f = c->f;
+    bfit_layer_kind k = kind_of(bfit_st_meta(f, "kind"));
+    if (k == BFIT_L_COUNT) {
+        note(c, "unknown kind \"%s\"", bfit_st_meta(f, "kind") ? bfit_st_meta(f, "kind") : "(none)");
+        return 0;
+    }
+    *cfg = bfit_layer_cfg_default(k);
+    cfg->units = meta_int(f, "units", cfg->units);
+    cfg->kh = meta_int(f, "kh", cfg->kh);
+    cfg->kw = meta_int(f, "kw", cfg->kw);
+    cfg->sh = meta_int(f, "sh", cfg->sh);
+    cfg->sw = meta_int(f, "sw", cfg->sw);
+    cfg->ph = meta_int(f, "ph", cfg->ph);
+    cfg->pw = meta_int(f, "pw", cfg->pw);
+    cfg->bias = meta_int(f, "bias", cfg->bias);
+    cfg->eps = meta_float(f, "eps", cfg->eps);
+    cfg->momentum = meta_float(f, "momentum", cfg->momentum);
+    cfg->p = meta_float(f, "p", cfg->p);
+    c->m = meta_int(f, "m", 0);
+    c->training = meta_int(f, "training", 1);
+    c->nin = bfit_st_meta(f, "in1") ? 2 : 1;
+    if (!parse_shape(bfit_st_meta(f, "in0"), &in[0]) || (c->nin == 2 && !parse_shape(bfit_st_meta(f, "in1"), &in[1])) ||
+        c->m < 1) {
+        note(c, "metadata needs in0 (CxHxW) and m >= 1");
+        return 0;
+    }
+    return 1;
+}
+
+/* Parameters: the layer's names must be exactly the file's ("params"
+ * metadata), with equal element counts; torch's values are copied in. */
+static int load_params(casectx *c)
+{
+    bfit_layer *l = c->l;
+    const char *list = bfit_st_meta(c->f, "params");
+    char names[256], *save = NULL;
+    int nlisted = 0;
+
+    snprintf(names, sizeof names, "%s", list ? list : "");
+    for (char *tok = strtok_r(names, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (int i = 0; i < l->nparams; i++)
+            found |= strcmp(l->params[i].name, tok) == 0;
+        if (!found)
+            note(c, "torch has parameter \"%s\", the layer does not", tok);
+        nlisted++;
+    }
+    if (nlisted != l->nparams)
+        note(c, "torch has %d parameters, the layer %d", nlisted, l->nparams);
+    for (int i = 0; i < l->nparams; i++) {
+        bfit_param *p = &l->params[i];
+        int64_t n = bfit_param_numel(p);
+        if (!load(c, p->name, n, &c->pdata[i]))
+            return 0;
+        p->data = c->pdata[i].p;
+        if (p->trainable) {
+            char dn[64];
+            c->pgrad[i].p = xalloc((size_t)n * sizeof(float));
+            c->pgrad[i].n = n;
+            p->grad = c->pgrad[i].p;
+            /* backward adds into grad: start from a known non-zero pattern
+             * of the expected gradient's size and compare grad - pattern */
+            snprintf(dn, sizeof dn, "d%s", p->name);
+            if (c->training && !load(c, dn, n, &c->prefill[i]))
+                return 0;
+            if (c->training) {
+                double ss = 0;
+                for (int64_t j = 0; j < n; j++)
+                    ss += (double)c->prefill[i].p[j] * c->prefill[i].p[j];
+                bfit_fill_uniform(c->prefill[i].p, n, (float)sqrt(ss / (double)(n ? n : 1)) + 1e-3f, 4242 + i);
+                memcpy(p->grad, c->prefill[i].p, (size_t)n * sizeof(float));
+            }
+        }
+    }
+    return c->nfail == 0;
+}
+
+static void run_forward_backward(casectx *c)
+{
+    bfit_layer *l = c->l;
+    bfit_fwd_args a;
+    bfit_bwd_args b;
+    double loss = NAN;
+    int is_xent = l->cfg.kind == BFIT_L_XENT;
+    int64_t ny = (int64_t)c->m * bfit_shape_numel(l->out);
+
+    if (bfit_layer_prepare(l, c->m, c->training) != BFIT_OK) {
+        note(c, "prepare(m=%d, training=%d): %s", c->m, c->training, bfit_errmsg());
+        return;
+    }
+    c->y.p = xalloc((size_t)ny * sizeof(float));
+    c->y.n = ny;
+    c->saved = xalloc(l->need.saved);
+    c->ws_f = xalloc(l->need.ws_fwd);
+    c->ws_b = xalloc(l->need.ws_bwd);
+    if (is_xent) {
+        const bfit_st_tensor *t = bfit_st_find(c->f, "labels");
+        if (!t || strcmp(t->dtype, "I32") != 0 || bfit_st_numel(t) != c->m) {
+            note(c, "case file needs labels: I32 [%d]", c->m);
+            return;
+        }
+        c->labels = xalloc((size_t)c->m * sizeof(int32_t));
+        memcpy(c->labels, t->data, (size_t)c->m * sizeof(int32_t));
+    }
+
+    memset(&a, 0, sizeof a);
+    a.m = c->m;
+    a.training = c->training;
+    a.x[0] = c->x[0].p;
+    a.x[1] = c->x[1].p;
+    a.y = c->y.p;
+    a.saved = c->training ? c->saved : NULL;
+    a.ws = c->ws_f;
+    a.seed = 12345;
+    a.labels = c->labels;
+    a.loss = &loss;
+    if (l->vt->forward(l, &a) != BFIT_OK) {
+        note(c, "forward: %s", bfit_errmsg());
+        return;
+    }
+    /* the loss layer's output is the softmax; compared when it is shaped so */
+    if (!is_xent || bfit_shape_eq(l->out, l->in[0]))
+        compare(c, "y", c->y.p, NULL, ny);
+    if (is_xent) {
+        float got = (float)loss;
+        compare(c, "loss", &got, NULL, 1);
+    }
+    for (int i = 0; i < l->nparams; i++) {
+        char nn[64];
+        snprintf(nn, sizeof nn, "new_%s", l->params[i].name);
+        if (bfit_st_find(c->f, nn))
+            compare(c, nn, l->params[i].data, NULL, bfit_param_numel(&l->params[i]));
+    }
+    if (!c->training)
+        return;
+
+    memset(&b, 0, sizeof b);
+    b.m = c->m;
+    b.x[0] = c->x[0].p;
+    b.x[1] = c->x[1].p;
+    b.y = c->y.p;
+    if (!is_xent) {
+        if (!load(c, "grad_out", ny, &c->dy))
+            return;
+        b.dy = c->dy.p;
+    }
+    for (int i = 0; i < c->nin; i++) {
+        c->dx[i].p = xalloc((size_t)c->x[i].n * sizeof(float)); /* NaN: dx must be overwritten */
+        c->dx[i].n = c->x[i].n;
+        b.dx[i] = c->dx[i].p;
+    }
+    b.saved = c->saved;
+    b.ws = c->ws_b;
+    b.labels = c->labels;
+    b.loss_scale = meta_float(c->f, "loss_scale", 1.0f);
+    if (l->vt->backward(l, &b) != BFIT_OK) {
+        note(c, "backward: %s", bfit_errmsg());
+        return;
+    }
+    for (int i = 0; i < c->nin; i++) {
+        char nn[8];
+        snprintf(nn, sizeof nn, "dx%d", i);
+        compare(c, nn, c->dx[i].p, NULL, c->dx[i].n);
+    }
+    for (int i = 0; i < l->nparams; i++) {
+        char nn[64];
+        if (!l->params[i].trainable)
+            continue;
+        snprintf(nn, sizeof nn, "d%s", l->params[i].name);
+        compare(c, nn, l->params[i].grad, c->prefill[i].p, c->pgrad[i].n);
+    }
+}
+
+static void cleanup(casectx *c)
+{
+    for (int i = 0; i < 2; i++) {
+        free(c->x[i].p);
+        free(c->dx[i].p);
+    }
+    for (int i = 0; i < BFIT_LAYER_MAXP; i++) {
+        free(c->pdata[i].p);
+        free(c->pgrad[i].p);
+        free(c->prefill[i].p);
+    }
+    free(c->y.p);
+    free(c->dy.p);
+    free(c->saved);
+    free(c->ws_f);
+    free(c->ws_b);
+    free(c->labels);
+    bfit_layer_free(c->l);
+    bfit_device_free(c->dev);
+    bfit_arena_free(c->arena);
+    bfit_st_free(c->f);
+}
+
+static void run_case(void **state)
+{
+    casectx c;
+    bfit_layer_cfg cfg;
+    bfit_shape in[2];
+    const bfit_st_tensor *ty;
+    char err[256];
+
+    memset(&c, 0, sizeof c);
+    c.path = *state;
+    if (bfit_st_read(c.path, &c.f) != BFIT_OK) {
+        note(&c, "%s", bfit_errmsg());
+        goto out;
+    }
+    if (!config(&c, &cfg, in))
+        goto out;
+    printf("  %s: %s m=%d %s\n", bfit_st_meta(c.f, "label"), bfit_st_meta(c.f, "kind"), c.m,
+           c.training ? "training" : "eval");
+    c.arena = bfit_arena_new(1ull << 32, NULL);
+    if (!c.arena || bfit_device_cpu_new(c.arena, 0, &c.dev) != BFIT_OK) {
+        note(&c, "cpu device: %s", bfit_errmsg());
+        goto out;
+    }
+    if (bfit_layer_new(&cfg, c.dev, in, c.nin, &c.l, err, sizeof err) != BFIT_OK) {
+        note(&c, "bfit_layer_new: %s", err);
+        goto out;
+    }
+    ty = bfit_st_find(c.f, "y");
+    if (cfg.kind != BFIT_L_XENT && (!ty || bfit_st_numel(ty) != (int64_t)c.m * bfit_shape_numel(c.l->out))) {
+        char s[32];
+        note(&c, "output shape %s does not match torch's y", bfit_shape_str(c.l->out, s, sizeof s));
+        goto out;
+    }
+    for (int i = 0; i < c.nin; i++) {
+        char nn[8];
+        snprintf(nn, sizeof nn, "x%d", i);
+        if (!load(&c, nn, (int64_t)c.m * bfit_shape_numel(in[i]), &c.x[i]))
+            goto out;
+    }
+    if (!load_params(&c))
+        goto out;
+    run_forward_backward(&c);
+out:
+    cleanup(&c);
+    if (c.nfail)
+        fail_msg("%s:\n%s", c.path, c.fail);
+}
+
+static int is_case(const struct dirent *e)
+{
+    size_t n = strlen(e->d_name);
+    return strncmp(e->d_name, "case_", 5) == 0 && n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0;
+}
+
+int main(void)
+{
+    const char *env = getenv("BFIT_ORACLE_DIR"), *bin = getenv("BFIT_BINARY_DIR");
+    char dir[PATH_MAX];
+    struct dirent **list = NULL;
+    struct CMUnitTest *tests;
+    char **paths;
+    int n, rc;
+
+    if (env && *env)
+        snprintf(dir, sizeof dir, "%s", env);
+    else
+        snprintf(dir, sizeof dir, "%s/oracle/layers", bin && *bin ? bin : ".");
+    n = scandir(dir, &list, is_case, alphasort);
+    if (n <= 0) {
+        fprintf(stderr, "test_layers_torch: no case files in %s: the oracle_layers_gen test writes them "
+                        "(ctest runs it first as a fixture; it needs /usr/bin/python3 with torch)\n", dir);
+        free(list);
+        return 1;
+    }
+    tests = calloc((size_t)n, sizeof *tests);
+    paths = calloc((size_t)n, sizeof *paths);
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(dir) + strlen(list[i]->d_name) + 2;
+        paths[i] = malloc(len);
+        snprintf(paths[i], len, "%s/%s", dir, list[i]->d_name);
+        tests[i].name = list[i]->d_name;
+        tests[i].test_func = run_case;
+        tests[i].initial_state = paths[i];
+    }
+    printf("test_layers_torch: %d cases from %s, tolerance %.0e relative\n", n, dir, TOL);
+    rc = _cmocka_run_group_tests("layers_vs_torch", tests, (size_t)n, NULL, NULL);
+    for (int i = 0; i < n; i++) {
+        free(paths[i]);
+        free(list[i]);
+    }
+    free(paths);
+    free(tests);
+    free(list);
+    return rc;
+}
