@@ -109,6 +109,7 @@ static const conv_case conv_cases[] = {
     {7, 3, 9, 6, 2, 5, 1, 2, 1, 2, 0, 1},  /* m = 7, tall kernel, mixed strides */
     {1, 4, 8, 8, 3, 3, 3, 2, 2, 0, 0, 1},  /* (8-3)/2 rounds down: floor rule */
     {2, 5, 6, 9, 7, 1, 4, 1, 2, 0, 2, 1},  /* wide kernel, padding in w */
+    {4, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1}, /* a real layer's size: threaded, blocked paths */
 };
 
 static bfit_op_desc conv_desc(const conv_case *c, bfit_op_kind kind, int acc)
@@ -297,6 +298,7 @@ static const pool_case pool_cases[] = {
     {3, 4, 6, 7, 3, 3, 1, 1, 1, 1},  /* overlapping windows with padding */
     {2, 5, 7, 6, 7, 6, 1, 1, 0, 0},  /* global: one window over everything */
     {1, 2, 9, 4, 5, 3, 2, 2, 2, 1},  /* big padded kernel, stride 2 */
+    {4, 16, 28, 28, 2, 2, 2, 2, 0, 0}, /* a real layer's size */
 };
 
 static bfit_op_desc pool_desc(const pool_case *c, bfit_op_kind kind, int max, int training)
@@ -451,6 +453,7 @@ static const bn_case bn_cases[] = {
     {4, 5, 1, 1},  /* BatchNorm1d: features */
     {2, 1, 7, 7},  /* one channel */
     {1, 7, 1, 2},  /* two values per channel: the smallest legal batch */
+    {8, 16, 14, 14}, /* a real layer's size */
 };
 
 /* Reference statistics in double: mean and biased variance per channel. */
