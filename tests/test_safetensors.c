@@ -49,7 +49,8 @@ static int teardown_dir(void **st)
 
 static void path_in(char *buf, size_t len, const char *name)
 {
-    snprintf(buf, len, "%s/%s", dir, name);
+    if ((size_t)snprintf(buf, len, "%s/%s", dir, name) >= len)
+        fail_msg("path too long: %s/%s", dir, name);
 }
 
 /* Entries of d whose names contain ".tmp." (leftover temporary files). */

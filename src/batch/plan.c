@@ -2,6 +2,7 @@
 #include "base/err.h"
 #include "batch/plan.h"
 
+#include <math.h>
 #include <string.h>
 
 int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int training, bfit_plan *p)
@@ -70,6 +71,68 @@ int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, 
         else
             hi = mid - 1;
     }
+    /* The peak is nondecreasing but for oneDNN's scratchpads, which can
+     * shrink at some m (a backward-weights convolution on 2 threads takes
+     * half the scratch for odd m than for even m): look a few sizes past
+     * the bisection for one that fits after all. */
+    for (int k = lo + 1; k <= lo + BFIT_PLAN_PROBE && k <= limit; k++) {
+        rc = bfit_plan_compute(M, opt, k, training, &p);
+        if (rc != BFIT_OK)
+            return rc;
+        if (p.peak <= budget)
+            lo = k;
+    }
     *m_out = lo;
+    return BFIT_OK;
+}
+
+uint64_t bfit_plan_budget(uint64_t capacity, double margin)
+{
+    if (!(margin > 0))
+        return capacity;
+    if (margin >= 1)
+        return 0;
+    return (uint64_t)((double)capacity * (1.0 - margin));
+}
+
+int bfit_plan_max_batch_fraction(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t capacity,
+                                 double fraction, int limit, int *m_out, bfit_plan *p1)
+{
+    *m_out = 0;
+    if (!(fraction > 0 && fraction <= 1))
+        return bfit_fail(BFIT_EINVAL, "fraction of memory must be in (0, 1], got %g", fraction);
+    return bfit_plan_max_batch(M, opt, training, fraction >= 1 ? capacity : (uint64_t)((double)capacity * fraction),
+                               limit, m_out, p1);
+}
+
+int bfit_plan_line_fit(const bfit_plan *p, int n, bfit_plan_line *out)
+{
+    const bfit_plan *a = NULL, *b = NULL;
+    double dm;
+
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n; i++) {
+        if (!a || p[i].m < a->m)
+            a = &p[i];
+        if (!b || p[i].m > b->m)
+            b = &p[i];
+    }
+    if (!a || a->m == b->m)
+        return bfit_fail(BFIT_EINVAL, "a per-sample slope needs plans for two different batch sizes");
+    dm = (double)(b->m - a->m);
+    out->m1 = a->m;
+    out->m2 = b->m;
+    out->slope = ((double)b->peak - (double)a->peak) / dm;
+    for (int c = 0; c < BFIT_MEM_NCAT; c++)
+        out->cat_slope[c] = ((double)b->bytes[c] - (double)a->bytes[c]) / dm;
+    out->intercept = (double)a->peak - out->slope * a->m;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)p[i].peak - (out->intercept + out->slope * p[i].m));
+        uint64_t dev = (uint64_t)llround(d);
+        if (dev > out->max_dev) {
+            out->max_dev = dev;
+            out->dev_m = p[i].m;
+        }
+    }
     return BFIT_OK;
 }

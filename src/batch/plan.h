@@ -24,11 +24,46 @@ typedef struct bfit_plan {
 /* Plan for micro-batch m. opt NULL: no optimizer state (eval, or find). */
 int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int training, bfit_plan *p);
 
+/* Sizes past the bisection the solver also tries (see below). */
+#define BFIT_PLAN_PROBE 8
+
 /* The largest m in [1, limit] whose planned peak fits in budget bytes
  * (peak <= budget). Returns BFIT_OK with *m_out = 0 when even m = 1 does not
  * fit (p1, if not NULL, gets the plan for m = 1 so callers can say by how
- * much). Peak is nondecreasing in m, so this bisects. */
+ * much). The peak is nondecreasing in m up to oneDNN's scratchpads, which
+ * can be smaller at some m than at m - 1: this bisects, then tries the
+ * BFIT_PLAN_PROBE sizes above the answer. Whatever it returns fits. */
 int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
                         int *m_out, bfit_plan *p1);
+
+/* What a capacity allows after a safety margin in [0, 1): capacity * (1 -
+ * margin), rounded down. The margin leaves room for what the plan cannot see
+ * (a co-tenant, allocator slack on other devices). */
+uint64_t bfit_plan_budget(uint64_t capacity, double margin);
+
+/* The largest m in [1, limit] whose whole step (fixed part included) takes
+ * at most `fraction` of capacity, fraction in (0, 1]: the solver with budget
+ * capacity * fraction. *m_out = 0 when m = 1 does not fit (see p1 above). */
+int bfit_plan_max_batch_fraction(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t capacity,
+                                 double fraction, int limit, int *m_out, bfit_plan *p1);
+
+/* A straight line through plans of one model and settings: the per-sample
+ * slope of the peak (and of each category) between the smallest and the
+ * largest m given, and how far any of the plans lies from that line. The
+ * plan is affine up to alignment padding (64 bytes per buffer) for layers
+ * whose workspace grows linearly; a larger deviation means some layer's
+ * needs jump with m (oneDNN choosing another algorithm). */
+typedef struct bfit_plan_line {
+    int m1, m2;                       /* the slope is taken between these */
+    double slope;                     /* bytes per sample of the peak */
+    double cat_slope[BFIT_MEM_NCAT];  /* bytes per sample of each category */
+    double intercept;                 /* the line at m = 0: peak(m1) - slope * m1 */
+    uint64_t max_dev;                 /* largest |peak(m) - line(m)| over the plans */
+    int dev_m;                        /* the m where it is (0 if none deviates) */
+} bfit_plan_line;
+
+/* Fit the line through p[0..n); needs two plans with different m
+ * (BFIT_EINVAL otherwise). Pure. */
+int bfit_plan_line_fit(const bfit_plan *p, int n, bfit_plan_line *out);
 
 #endif

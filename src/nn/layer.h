@@ -40,8 +40,9 @@ typedef struct bfit_layer_cfg {
     float momentum;     /* batch norm running-stat momentum (default 0.1, PyTorch's meaning) */
 } bfit_layer_cfg;
 
-/* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1 / kernel for pools). */
+/* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1). */
 bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind);
+/* (pools treat a stride <= 0 as "the kernel"; the spec sets it explicitly) */
 const char *bfit_layer_kind_name(bfit_layer_kind kind); /* spec keyword: "linear", "conv", ... */
 
 /* What a layer needs for micro-batch m besides its output buffer and the

@@ -1,0 +1,230 @@
+/* bench_step.c - the batchfit side of bench/run.sh: times full training steps
+ * (forward, loss, backward, SGD momentum step, zeroing the gradients) of a
+ * model spec on synthetic data through the calls the trainer makes, or times
+ * oneDNN's f32 matmul on this machine (the practical limit the training runs
+ * are compared with).
+ *
+ *   bfit_bench step MODEL.cfg BATCH [STEPS [REPS [WARMUP [THREADS]]]]
+ *   bfit_bench matmul M N K [REPS [THREADS]]
+ *
+ * Prints one line of key=value pairs for the script to read. Each timed rep
+ * runs STEPS steps; samples/s is the median over REPS (warm-up excluded).
+ * Peak resident memory is ru_maxrss of this process.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "batchfit.h"
+#include "device/device.h"
+#include "nn/model.h"
+#include "nn/spec.h"
+#include "optim/optim.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static long maxrss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* xorshift: synthetic inputs need only be reproducible, not good */
+static uint32_t rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 32);
+}
+
+/* FLOPs of a training step per sample that the linear and conv layers do:
+ * 2 MACs each for forward, weight gradient, and input gradient, the last
+ * only where the layer's input needs a gradient (not for the first such
+ * layer: neither batchfit nor PyTorch computes a gradient of the data). */
+static double step_flops_per_sample(const bfit_model *M)
+{
+    double f = 0;
+    int first = 1;
+    for (int i = 0; i < M->n; i++) {
+        const bfit_layer *l = M->nodes[i].l;
+        double macs;
+        if (l->cfg.kind == BFIT_L_LINEAR)
+            macs = (double)l->in[0].c * l->cfg.units;
+        else if (l->cfg.kind == BFIT_L_CONV)
+            macs = (double)l->cfg.units * l->in[0].c * l->cfg.kh * l->cfg.kw * l->out.h * l->out.w;
+        else
+            continue;
+        f += (first ? 4.0 : 6.0) * macs;
+        first = 0;
+    }
+    return f;
+}
+
+static int bench_step(const char *spec, int batch, int steps, int reps, int warmup, int threads)
+{
+    bfit_arena *arena = NULL;
+    bfit_device *dev = NULL;
+    bfit_graph_desc g;
+    bfit_model *M = NULL;
+    bfit_optim *opt = NULL;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    double *rate = calloc((size_t)reps, sizeof *rate), loss = 0;
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    int rc;
+
+    memset(&g, 0, sizeof g);
+    arena = bfit_arena_new(bfit_host_available_memory(), NULL);
+    if (!arena || !rate) {
+        rc = BFIT_ENOMEM;
+        goto out;
+    }
+    if ((rc = bfit_device_cpu_new(arena, threads, &dev)) != BFIT_OK ||
+        (rc = bfit_spec_parse_file(spec, &g)) != BFIT_OK || (rc = bfit_model_new(&g, dev, &M)) != BFIT_OK ||
+        (rc = bfit_model_alloc_params(M, 1)) != BFIT_OK)
+        goto out;
+    bfit_model_init_params(M, 1);
+    oc.momentum = 0.9;
+    if ((rc = bfit_optim_new(&oc, M->trainable, M->ntrainable, arena, &opt)) != BFIT_OK ||
+        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK)
+        goto out;
+    {
+        float *x = bfit_model_input_x(M);
+        int32_t *y = bfit_model_input_labels(M);
+        int64_t n = (int64_t)batch * bfit_shape_numel(M->input);
+        for (int64_t i = 0; i < n; i++)
+            x[i] = (float)rng(&seed) / 4294967296.0f;
+        for (int i = 0; i < batch; i++)
+            y[i] = (int32_t)(rng(&seed) % (uint32_t)M->nclasses);
+    }
+    for (int r = -1; r < reps; r++) {
+        int n = r < 0 ? warmup : steps;
+        double t0 = now();
+        for (int s = 0; s < n; s++) {
+            /* the trainer's step: reserve (a no-op at the same m), forward,
+             * backward with the 1/E loss scale, optimizer, zero grads */
+            if ((rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK ||
+                (rc = bfit_model_forward(M, (uint64_t)s, &loss, NULL)) != BFIT_OK ||
+                (rc = bfit_model_backward(M, 1.0f / (float)batch)) != BFIT_OK ||
+                (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK)
+                goto out;
+            bfit_model_zero_grads(M);
+        }
+        if (r >= 0)
+            rate[r] = (double)n * batch / (now() - t0);
+    }
+    printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
+           "warmup=%d threads=%d loss=%.4f\n",
+           batch, median(rate, reps), step_flops_per_sample(M), maxrss_kib(), reps, steps, warmup,
+           dev->nthreads, loss / batch);
+out:
+    if (rc != BFIT_OK)
+        fprintf(stderr, "bfit_bench: %s\n", bfit_errmsg());
+    bfit_optim_free(opt);
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    bfit_device_free(dev);
+    bfit_arena_free(arena);
+    free(rate);
+    return rc == BFIT_OK ? 0 : 1;
+}
+
+/* dst[M,N] = src[M,K] x weights[K,N], all row-major: oneDNN's best case */
+static int bench_matmul(int64_t m, int64_t n, int64_t k, int reps, int threads)
+{
+    bfit_arena *arena = bfit_arena_new(bfit_host_available_memory(), NULL);
+    bfit_device *dev = NULL;
+    bfit_op *op = NULL;
+    bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32};
+    bfit_op_args a = {0};
+    void *buf[4] = {0};
+    double *gf = calloc((size_t)reps, sizeof *gf);
+    int rc, per = 10;
+
+    d.u.mm.M = m;
+    d.u.mm.N = n;
+    d.u.mm.K = k;
+    if (!arena || !gf) {
+        rc = BFIT_ENOMEM;
+        goto out;
+    }
+    if ((rc = bfit_device_cpu_new(arena, threads, &dev)) != BFIT_OK || (rc = bfit_op_new(dev, &d, &op)) != BFIT_OK ||
+        (rc = bfit_device_alloc(dev, (size_t)(m * k) * 4, BFIT_MEM_INPUT, &buf[0])) != BFIT_OK ||
+        (rc = bfit_device_alloc(dev, (size_t)(k * n) * 4, BFIT_MEM_PARAMS, &buf[1])) != BFIT_OK ||
+        (rc = bfit_device_alloc(dev, (size_t)(m * n) * 4, BFIT_MEM_ACTIVATIONS, &buf[2])) != BFIT_OK ||
+        (rc = bfit_device_alloc(dev, bfit_op_workspace_bytes(op) + 1, BFIT_MEM_WORKSPACE, &buf[3])) != BFIT_OK)
+        goto out;
+    for (int64_t i = 0; i < m * k; i++)
+        ((float *)buf[0])[i] = (float)(i % 7) * 0.1f;
+    for (int64_t i = 0; i < k * n; i++)
+        ((float *)buf[1])[i] = (float)(i % 5) * 0.1f;
+    a.src = buf[0];
+    a.weights = buf[1];
+    a.dst = buf[2];
+    a.workspace = buf[3];
+    for (int r = -1; r < reps; r++) {
+        double t0 = now();
+        for (int i = 0; i < per; i++)
+            if ((rc = bfit_op_run(op, &a)) != BFIT_OK)
+                goto out;
+        if (r >= 0)
+            gf[r] = 2.0 * m * n * k * per / (now() - t0) / 1e9;
+    }
+    printf("side=onednn_matmul m=%lld n=%lld k=%lld gflops=%.1f reps=%d threads=%d\n", (long long)m, (long long)n,
+           (long long)k, median(gf, reps), reps, dev->nthreads);
+out:
+    if (rc != BFIT_OK)
+        fprintf(stderr, "bfit_bench: %s\n", bfit_errmsg());
+    for (int i = 0; i < 4; i++)
+        if (buf[i])
+            bfit_device_release(dev, buf[i]);
+    bfit_op_free(op);
+    bfit_device_free(dev);
+    bfit_arena_free(arena);
+    free(gf);
+    return rc == BFIT_OK ? 0 : 1;
+}
+
+static int arg(int argc, char **argv, int i, int def)
+{
+    return argc > i ? atoi(argv[i]) : def;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 4 && strcmp(argv[1], "step") == 0) {
+        int batch = atoi(argv[3]);
+        if (batch < 1) {
+            fprintf(stderr, "bfit_bench: batch must be at least 1\n");
+            return 2;
+        }
+        return bench_step(argv[2], batch, arg(argc, argv, 4, 10), arg(argc, argv, 5, 5), arg(argc, argv, 6, 3),
+                          arg(argc, argv, 7, 2));
+    }
+    if (argc >= 5 && strcmp(argv[1], "matmul") == 0)
+        return bench_matmul(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), arg(argc, argv, 5, 5),
+                            arg(argc, argv, 6, 2));
+    fprintf(stderr, "usage: bfit_bench step MODEL.cfg BATCH [STEPS [REPS [WARMUP [THREADS]]]]\n"
+                    "       bfit_bench matmul M N K [REPS [THREADS]]\n");
+    return 2;
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""torch_peer.py - the PyTorch side of bench/run.sh.
+
+Builds the nn.Sequential equivalent of a batchfit model spec (the subset the
+shipped models use: input, conv, relu, maxpool, avgpool, flatten, linear,
+dropout), trains it on synthetic data with SGD momentum 0.9 and
+cross-entropy, and prints one key=value line like bench_step.c:
+
+    torch_peer.py MODEL.cfg BATCH [STEPS [REPS [WARMUP [THREADS]]]]
+
+Each timed rep runs STEPS full steps (zero_grad, forward, loss, backward,
+optimizer step); samples/s is the median over REPS, warm-up excluded. Peak
+resident memory is ru_maxrss of this process.
+"""
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+def opts(words):
+    kv = {}
+    pos = []
+    for w in words:
+        if "=" in w:
+            k, v = w.split("=", 1)
+            kv[k] = v
+        else:
+            pos.append(w)
+    return pos, kv
+
+
+def build(path):
+    """The spec's layers as nn.Sequential, and the input shape (C, H, W)."""
+    layers, shape = [], None
+    for raw in open(path):
+        line = raw.split("#", 1)[0].split()
+        if not line:
+            continue
+        name, (pos, kv) = line[0], opts(line[1:])
+        if name == "input":
+            dims = [int(d) for d in pos[0].split("x")]
+            shape = tuple(dims) if len(dims) == 3 else (dims[0], 1, 1)
+            c, h, w = shape
+            flat = len(dims) == 1
+            continue
+        if name == "linear":
+            n = int(pos[0])
+            layers.append(nn.Linear(c * h * w, n, bias=kv.get("bias", "1") == "1"))
+            c, h, w = n, 1, 1
+        elif name == "conv":
+            n, k = int(pos[0]), int(kv.get("k", 1))
+            s, p = int(kv.get("stride", 1)), int(kv.get("pad", 0))
+            layers.append(nn.Conv2d(c, n, k, stride=s, padding=p, bias=kv.get("bias", "1") == "1"))
+            c, h, w = n, (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+        elif name in ("maxpool", "avgpool"):
+            k = int(pos[0]) if pos else int(kv["k"])
+            s, p = int(kv.get("stride", k)), int(kv.get("pad", 0))
+            pool = nn.MaxPool2d if name == "maxpool" else nn.AvgPool2d
+            layers.append(pool(k, stride=s, padding=p))
+            h, w = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+        elif name == "relu":
+            layers.append(nn.ReLU())
+        elif name == "flatten":
+            layers.append(nn.Flatten())
+            c, h, w = c * h * w, 1, 1
+        elif name == "dropout":
+            layers.append(nn.Dropout(float(pos[0]) if pos else float(kv.get("p", 0.5))))
+        else:
+            sys.exit(f"torch_peer.py: {path}: layer '{name}' is not supported here")
+    if flat:
+        layers.insert(0, nn.Flatten())
+    return nn.Sequential(*layers), shape, c
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit("usage: torch_peer.py MODEL.cfg BATCH [STEPS [REPS [WARMUP [THREADS]]]]")
+    a = sys.argv + [None] * 6
+    path, batch = a[1], int(a[2])
+    steps, reps = int(a[3] or 10), int(a[4] or 5)
+    warmup, threads = int(a[5] or 3), int(a[6] or 2)
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    model, shape, classes = build(path)
+    x = torch.rand(batch, *shape)
+    y = torch.randint(0, classes, (batch,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    lossf = nn.CrossEntropyLoss()
+    rates, loss = [], None
+    for r in range(-1, reps):
+        n = warmup if r < 0 else steps
+        t0 = time.perf_counter()
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            loss = lossf(model(x), y)
+            loss.backward()
+            opt.step()
+        if r >= 0:
+            rates.append(n * batch / (time.perf_counter() - t0))
+    print(f"side=torch batch={batch} samples_per_s={statistics.median(rates):.1f} "
+          f"maxrss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} reps={reps} steps={steps} "
+          f"warmup={warmup} threads={torch.get_num_threads()} loss={loss.item():.4f} torch={torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()

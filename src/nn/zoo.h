@@ -1,0 +1,31 @@
+/* zoo.h - the model zoo: preset networks built in C as graph descriptions
+ * (the same nodes a spec would give), and the loader that takes either a
+ * preset name or a spec file path, as every --model option does.
+ *
+ * Presets: mlp (784-1024-1024-10), cnn (models/cnn.cfg), resnet18 and
+ * resnet50 (torchvision's, 3x224x224, 1000 classes), vgg16 (torchvision's,
+ * without batch norm). */
+#ifndef BFIT_ZOO_H
+#define BFIT_ZOO_H
+
+#include "nn/graph.h"
+
+/* The preset names, NULL-terminated. */
+const char *const *bfit_zoo_names(void);
+
+/* Build preset `name` into g (initialised here; free with bfit_graph_fini).
+ * An unknown name is BFIT_EINVAL with a message listing the valid names; on
+ * failure g is left empty. */
+int bfit_zoo_build(const char *name, bfit_graph_desc *g);
+
+/* 1 if name_or_path is read as a spec file: it names an existing file,
+ * contains '/', or ends in ".cfg"; 0 if it is taken for a preset name. */
+int bfit_model_source_is_file(const char *name_or_path);
+
+/* Load "a preset name or a spec file path" into g: a file goes through
+ * bfit_spec_parse_file (BFIT_EIO/BFIT_EFORMAT), anything else through
+ * bfit_zoo_build (BFIT_EINVAL for an unknown name, whose message also says
+ * how to give a file). On failure g is left empty. */
+int bfit_model_source_load(const char *name_or_path, bfit_graph_desc *g);
+
+#endif

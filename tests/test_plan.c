@@ -1,0 +1,421 @@
+/* test_plan.c - the plan is the allocation: for every shipped model and
+ * small preset, at several micro-batches and with each optimizer, a real
+ * training step's measured arena peak equals the plan to the byte, in total
+ * and per category, and the step allocates nothing after the reserve. The
+ * solver is tight (its m runs within the capacity, m + 1 is refused without
+ * a trace), eval plans less than training, reuse saves memory, and planning
+ * the big presets allocates nothing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "batch/plan.h"
+#include "nn/zoo.h"
+
+#define BIG ((uint64_t)16 << 30) /* accounting only: the arena allocates on demand */
+
+static char models_dir[512];
+
+static int setup(void **st)
+{
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    (void)st;
+    snprintf(models_dir, sizeof models_dir, "%s/models", src ? src : "..");
+    return 0;
+}
+
+/* Arena, device and model for a preset name or a file under models/. */
+typedef struct rig {
+    bfit_arena *arena;
+    bfit_device *dev;
+    bfit_model *M;
+    bfit_optim *opt;
+} rig;
+
+static void rig_new(rig *r, const char *model, uint64_t capacity)
+{
+    bfit_graph_desc g;
+    char path[600];
+    const char *src = model;
+    memset(r, 0, sizeof *r);
+    if (strstr(model, ".cfg")) {
+        snprintf(path, sizeof path, "%s/%s", models_dir, model);
+        src = path;
+    }
+    r->arena = bfit_arena_new(capacity, NULL);
+    assert_non_null(r->arena);
+    assert_int_equal(bfit_device_cpu_new(r->arena, 2, &r->dev), BFIT_OK);
+    if (bfit_model_source_load(src, &g) != BFIT_OK)
+        fail_msg("%s: %s", src, bfit_errmsg());
+    assert_int_equal(bfit_model_new(&g, r->dev, &r->M), BFIT_OK);
+    bfit_graph_fini(&g);
+}
+
+static void rig_free(rig *r)
+{
+    bfit_optim_free(r->opt);
+    bfit_model_free(r->M);
+    bfit_device_free(r->dev);
+    bfit_arena_free(r->arena);
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* Random samples and valid labels into the reserved input block. */
+static void fill_input(bfit_model *M, int m, uint64_t seed)
+{
+    float *x = bfit_model_input_x(M);
+    int32_t *lab = bfit_model_input_labels(M);
+    int64_t n = (int64_t)m * bfit_shape_numel(M->input);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)((double)rnd(&seed) / 2147483648.0 - 0.5);
+    for (int i = 0; i < m; i++)
+        lab[i] = (int32_t)(rnd(&seed) % (uint64_t)M->nclasses);
+}
+
+static void assert_measured_is_planned(const char *what, const bfit_arena_stats *s, const bfit_plan *p)
+{
+    if (s->peak != p->peak)
+        print_message("%s: measured peak %llu, planned %llu\n", what, (unsigned long long)s->peak,
+                      (unsigned long long)p->peak);
+    assert_int_equal(s->peak, p->peak);
+    for (int c = 0; c < BFIT_MEM_NCAT; c++) {
+        uint64_t want = c == BFIT_MEM_OTHER ? 0 : p->bytes[c];
+        if (s->peak_cat[c] != want)
+            print_message("%s: %s measured %llu, planned %llu\n", what, bfit_mem_cat_name((bfit_mem_cat)c),
+                          (unsigned long long)s->peak_cat[c], (unsigned long long)want);
+        assert_int_equal(s->peak_cat[c], want);
+    }
+}
+
+/* One training step (forward, backward, optimizer) at micro-batch m, from
+ * an empty arena; returns after checking measured against planned. */
+static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
+{
+    rig r;
+    bfit_plan p;
+    bfit_arena_stats s0, s1;
+    double loss = 0;
+    char what[160];
+
+    snprintf(what, sizeof what, "%s %s(momentum %g) m=%d", model, bfit_optim_kind_name(oc->kind), oc->momentum,
+             m);
+    rig_new(&r, model, BIG);
+    bfit_arena_reset_peak(r.arena);
+    bfit_arena_stats_get(r.arena, &s0);
+    assert_int_equal(s0.current, 0);
+    assert_int_equal(s0.peak, 0);
+
+    assert_int_equal(bfit_plan_compute(r.M, oc, m, 1, &p), BFIT_OK);
+    assert_int_equal(p.peak, p.fixed + p.step);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    bfit_model_init_params(r.M, 7);
+    assert_int_equal(bfit_optim_new(oc, r.M->trainable, r.M->ntrainable, r.arena, &r.opt), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(r.M, m, 1), BFIT_OK);
+    bfit_arena_stats_get(r.arena, &s0);
+    /* everything is held once reserved */
+    assert_int_equal(s0.current, p.peak);
+
+    fill_input(r.M, m, 99 + (uint64_t)m);
+    assert_int_equal(bfit_model_forward(r.M, 5, &loss, NULL), BFIT_OK);
+    assert_true(loss > 0 && loss < 1e9);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f / (float)m), BFIT_OK);
+    assert_int_equal(bfit_optim_step(r.opt, 0.01), BFIT_OK);
+
+    bfit_arena_stats_get(r.arena, &s1);
+    if (s1.nalloc != s0.nalloc)
+        print_message("%s: the step made %llu allocations after the reserve\n", what,
+                      (unsigned long long)(s1.nalloc - s0.nalloc));
+    assert_int_equal(s1.nalloc, s0.nalloc);
+    assert_int_equal(s1.nfree, s0.nfree);
+    assert_measured_is_planned(what, &s1, &p);
+    rig_free(&r);
+}
+
+static const char *small_models[] = {"mlp.cfg", "cnn.cfg", "mlp", "cnn"};
+static const int sizes[] = {1, 7, 32, 128};
+
+static void test_measured_equals_planned_sgd(void **st)
+{
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD); /* momentum 0.9: one state tensor */
+    (void)st;
+    assert_true(oc.momentum > 0);
+    for (unsigned i = 0; i < sizeof small_models / sizeof small_models[0]; i++)
+        for (unsigned j = 0; j < sizeof sizes / sizeof sizes[0]; j++)
+            measured_step(small_models[i], &oc, sizes[j]);
+}
+
+static void test_measured_equals_planned_adamw(void **st)
+{
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    (void)st;
+    for (unsigned i = 0; i < sizeof small_models / sizeof small_models[0]; i++)
+        for (unsigned j = 0; j < sizeof sizes / sizeof sizes[0]; j++)
+            measured_step(small_models[i], &oc, sizes[j]);
+}
+
+/* Plain SGD has no state: the plan's optimizer category is 0 and so is the
+ * arena's. */
+static void test_measured_equals_planned_plain_sgd(void **st)
+{
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    rig r;
+    bfit_plan p;
+    (void)st;
+    oc.momentum = 0;
+    measured_step("cnn", &oc, 7);
+    rig_new(&r, "mlp", BIG);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 3, 1, &p), BFIT_OK);
+    assert_int_equal(p.bytes[BFIT_MEM_OPTIMIZER], 0);
+    rig_free(&r);
+}
+
+/* ResNet-18 at 3x224x224: two small micro-batches, both over batch norm,
+ * residual adds and the strided convs. */
+static void test_measured_equals_planned_resnet18(void **st)
+{
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    measured_step("resnet18", &oc, 1);
+    measured_step("resnet18", &oc, 2);
+}
+
+/* An eval step (no gradients, no optimizer) is planned too, and less. */
+static void test_eval_measured_and_smaller(void **st)
+{
+    const char *models[] = {"mlp.cfg", "cnn.cfg", "mlp", "cnn"};
+    (void)st;
+    for (unsigned i = 0; i < 4; i++)
+        for (unsigned j = 0; j < sizeof sizes / sizeof sizes[0]; j++) {
+            rig r;
+            bfit_plan pe, pt;
+            bfit_arena_stats s0, s1;
+            bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+            int m = sizes[j];
+            char what[64];
+            snprintf(what, sizeof what, "%s eval m=%d", models[i], m);
+            rig_new(&r, models[i], BIG);
+            assert_int_equal(bfit_plan_compute(r.M, NULL, m, 0, &pe), BFIT_OK);
+            assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &pt), BFIT_OK);
+            assert_true(pe.peak < pt.peak);
+            assert_int_equal(pe.bytes[BFIT_MEM_GRADS], 0);
+            assert_int_equal(pe.bytes[BFIT_MEM_OPTIMIZER], 0);
+            assert_int_equal(pe.bytes[BFIT_MEM_ACT_GRADS], 0);
+            assert_true(pe.bytes[BFIT_MEM_ACTIVATIONS] <= pt.bytes[BFIT_MEM_ACTIVATIONS]);
+
+            bfit_arena_reset_peak(r.arena);
+            assert_int_equal(bfit_model_alloc_params(r.M, 0), BFIT_OK);
+            bfit_model_init_params(r.M, 3);
+            assert_int_equal(bfit_model_reserve(r.M, m, 0), BFIT_OK);
+            bfit_arena_stats_get(r.arena, &s0);
+            fill_input(r.M, m, 5);
+            assert_int_equal(bfit_model_forward(r.M, 1, NULL, NULL), BFIT_OK);
+            bfit_arena_stats_get(r.arena, &s1);
+            assert_int_equal(s1.nalloc, s0.nalloc);
+            assert_measured_is_planned(what, &s1, &pe);
+            rig_free(&r);
+        }
+}
+
+/* Sharing buffers whose lifetimes do not overlap saves memory. */
+static void test_reuse_saves(void **st)
+{
+    rig r;
+    bfit_plan p;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    rig_new(&r, "mlp", BIG);
+    for (int m = 1; m <= 128; m *= 4) {
+        assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &p), BFIT_OK);
+        assert_true(p.no_reuse > p.peak);
+        /* the fixed part is never shared */
+        assert_true(p.no_reuse - p.peak <= p.step);
+    }
+    /* eval reuses activations down the network */
+    assert_int_equal(bfit_plan_compute(r.M, NULL, 64, 0, &p), BFIT_OK);
+    assert_true(p.no_reuse > p.peak);
+    rig_free(&r);
+}
+
+/* The solver at a capacity that binds: the plan at m = 37 plus a few bytes.
+ * It answers 37; a real step at 37 runs in that capacity (the arena refuses
+ * anything more, so success proves it); 38 is refused with the arena as it
+ * was. */
+static void solver_tight(const char *model, const bfit_optim_cfg *oc)
+{
+    rig r;
+    bfit_plan p37, p38, p1;
+    bfit_arena_stats before, after;
+    uint64_t cap;
+    int m = 0;
+    double loss;
+
+    rig_new(&r, model, BIG);
+    assert_int_equal(bfit_plan_compute(r.M, oc, 37, 1, &p37), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r.M, oc, 38, 1, &p38), BFIT_OK);
+    cap = p37.peak + 5;
+    assert_true(p38.peak > cap);
+    assert_int_equal(bfit_plan_max_batch(r.M, oc, 1, cap, 1 << 20, &m, &p1), BFIT_OK);
+    assert_int_equal(m, 37);
+    assert_int_equal(p1.m, 1);
+    /* exactly at the plan fits too; a byte less does not */
+    assert_int_equal(bfit_plan_max_batch(r.M, oc, 1, p37.peak, 1 << 20, &m, NULL), BFIT_OK);
+    assert_int_equal(m, 37);
+    assert_int_equal(bfit_plan_max_batch(r.M, oc, 1, p37.peak - 1, 1 << 20, &m, NULL), BFIT_OK);
+    assert_int_equal(m, 36);
+    /* and the fraction form: 37 for this capacity as a fraction of twice it */
+    assert_int_equal(bfit_plan_max_batch_fraction(r.M, oc, 1, 2 * cap, 0.5, 1 << 20, &m, NULL), BFIT_OK);
+    assert_int_equal(m, 37);
+
+    bfit_arena_set_capacity(r.arena, cap);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    bfit_model_init_params(r.M, 1);
+    assert_int_equal(bfit_optim_new(oc, r.M->trainable, r.M->ntrainable, r.arena, &r.opt), BFIT_OK);
+
+    /* 38 first, from a state with no step held: refused, nothing changes */
+    bfit_arena_stats_get(r.arena, &before);
+    assert_int_equal(bfit_model_reserve(r.M, 38, 1), BFIT_ENOMEM);
+    bfit_arena_stats_get(r.arena, &after);
+    assert_int_equal(after.current, before.current);
+    assert_int_equal(after.nalloc - after.nfree, before.nalloc - before.nfree);
+    assert_true(after.nfail > before.nfail);
+    for (int c = 0; c < BFIT_MEM_NCAT; c++)
+        assert_int_equal(after.cur[c], before.cur[c]);
+    assert_int_equal(r.M->m, 0);
+
+    /* 37 runs a whole step within the capacity */
+    assert_int_equal(bfit_model_reserve(r.M, 37, 1), BFIT_OK);
+    fill_input(r.M, 37, 11);
+    assert_int_equal(bfit_model_forward(r.M, 2, &loss, NULL), BFIT_OK);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f / 37), BFIT_OK);
+    assert_int_equal(bfit_optim_step(r.opt, 0.01), BFIT_OK);
+    bfit_arena_stats_get(r.arena, &after);
+    assert_int_equal(after.peak, p37.peak);
+    assert_true(after.peak <= cap);
+    rig_free(&r);
+}
+
+static void test_solver_tight(void **st)
+{
+    bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD), adamw = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    (void)st;
+    solver_tight("mlp.cfg", &sgd);
+    solver_tight("cnn.cfg", &adamw);
+}
+
+/* Edges of the solver: nothing fits, everything fits up to the limit, and
+ * the answer is the largest over a sweep of budgets. */
+static void test_solver_edges(void **st)
+{
+    rig r;
+    bfit_plan p1, p;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    int m;
+    (void)st;
+    rig_new(&r, "cnn", BIG);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 1, 1, &p), BFIT_OK);
+    assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, p.peak - 1, 1000, &m, &p1), BFIT_OK);
+    assert_int_equal(m, 0);
+    assert_int_equal(p1.peak, p.peak);
+    assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, BIG, 300, &m, NULL), BFIT_OK);
+    assert_int_equal(m, 300);
+    assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, BIG, 0, &m, NULL), BFIT_EINVAL);
+    assert_int_equal(bfit_plan_max_batch_fraction(r.M, &oc, 1, BIG, 0, 10, &m, NULL), BFIT_EINVAL);
+    assert_int_equal(bfit_plan_max_batch_fraction(r.M, &oc, 1, BIG, 1.5, 10, &m, NULL), BFIT_EINVAL);
+    for (uint64_t budget = 8 << 20; budget < (64 << 20); budget += 5 << 20) {
+        bfit_plan pm, pn;
+        assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, budget, 1 << 20, &m, NULL), BFIT_OK);
+        assert_true(m >= 1);
+        assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &pm), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(r.M, &oc, m + 1, 1, &pn), BFIT_OK);
+        assert_true(pm.peak <= budget);
+        assert_true(pn.peak > budget);
+    }
+    rig_free(&r);
+}
+
+static void test_budget_and_line(void **st)
+{
+    rig r;
+    bfit_plan p[3];
+    bfit_plan_line l;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    assert_int_equal(bfit_plan_budget(1000, 0), 1000);
+    assert_int_equal(bfit_plan_budget(1000, 0.1), 900);
+    assert_int_equal(bfit_plan_budget(UINT64_MAX, 0), UINT64_MAX);
+
+    rig_new(&r, "mlp", BIG);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 16, 1, &p[0]), BFIT_OK);
+    assert_int_equal(bfit_plan_line_fit(p, 1, &l), BFIT_EINVAL);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 64, 1, &p[1]), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 32, 1, &p[2]), BFIT_OK);
+    assert_int_equal(bfit_plan_line_fit(p, 3, &l), BFIT_OK);
+    assert_int_equal(l.m1, 16);
+    assert_int_equal(l.m2, 64);
+    assert_true(l.slope == ((double)p[1].peak - (double)p[0].peak) / 48);
+    /* the mlp's per-sample bytes: its activations, their gradients and the input */
+    assert_true(l.cat_slope[BFIT_MEM_PARAMS] == 0 && l.cat_slope[BFIT_MEM_OPTIMIZER] == 0);
+    assert_true(l.cat_slope[BFIT_MEM_ACTIVATIONS] > 0 && l.cat_slope[BFIT_MEM_INPUT] >= 784 * 4);
+    /* 16, 32, 64 are multiples of 16 floats' alignment: exactly on the line */
+    assert_int_equal(l.max_dev, 0);
+    rig_free(&r);
+}
+
+/* Planning the big presets allocates nothing and is quick. */
+static void test_plan_big_presets_allocates_nothing(void **st)
+{
+    const char *names[] = {"resnet50", "vgg16"};
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        rig r;
+        bfit_plan p;
+        bfit_arena_stats s;
+        bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+        struct timespec t0, t1;
+        int m;
+        rig_new(&r, names[i], (uint64_t)11 << 30);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        assert_int_equal(bfit_plan_compute(r.M, &oc, 64, 1, &p), BFIT_OK);
+        assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, bfit_plan_budget((uint64_t)11 << 30, 0.1), 1 << 20, &m,
+                                             NULL),
+                         BFIT_OK);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        print_message("  %s: m=64 peak %llu bytes; largest batch in 11 GiB less 10%%: %d; %.2f s\n", names[i],
+                      (unsigned long long)p.peak, m,
+                      (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+        assert_true(m > 1 && m < 1000);
+        bfit_arena_stats_get(r.arena, &s);
+        assert_int_equal(s.nalloc, 0);
+        assert_int_equal(s.peak, 0);
+        assert_int_equal(r.M->m, 0);
+        rig_free(&r);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_measured_equals_planned_sgd),
+        cmocka_unit_test(test_measured_equals_planned_adamw),
+        cmocka_unit_test(test_measured_equals_planned_plain_sgd),
+        cmocka_unit_test(test_measured_equals_planned_resnet18),
+        cmocka_unit_test(test_eval_measured_and_smaller),
+        cmocka_unit_test(test_reuse_saves),
+        cmocka_unit_test(test_solver_tight),
+        cmocka_unit_test(test_solver_edges),
+        cmocka_unit_test(test_budget_and_line),
+        cmocka_unit_test(test_plan_big_presets_allocates_nothing),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
