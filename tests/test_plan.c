@@ -180,13 +180,12 @@ static void test_measured_equals_planned_plain_sgd(void **st)
     rig_free(&r);
 }
 
-/* ResNet-18 at 3x224x224: two small micro-batches, both over batch norm,
- * residual adds and the strided convs. */
+/* ResNet-18 at 3x224x224 (batch norm, residual adds with and without a
+ * projection, strided convs): one small micro-batch keeps it a few seconds. */
 static void test_measured_equals_planned_resnet18(void **st)
 {
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
-    measured_step("resnet18", &oc, 1);
     measured_step("resnet18", &oc, 2);
 }
 
@@ -238,8 +237,9 @@ static void test_reuse_saves(void **st)
     for (int m = 1; m <= 128; m *= 4) {
         assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &p), BFIT_OK);
         assert_true(p.no_reuse > p.peak);
-        /* the fixed part is never shared */
-        assert_true(p.no_reuse - p.peak <= p.step);
+        /* the fixed part is never shared: all the saving is in the step */
+        assert_true(p.no_reuse - p.fixed > p.step);
+        assert_true(p.bytes[BFIT_MEM_ACT_GRADS] > 0);
     }
     /* eval reuses activations down the network */
     assert_int_equal(bfit_plan_compute(r.M, NULL, 64, 0, &p), BFIT_OK);

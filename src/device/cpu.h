@@ -19,6 +19,7 @@ typedef struct cpu_device {
 } cpu_device;
 
 #define CPU_OP_MAXPRIM 4
+#define CPU_OP_MAXARGS 12 /* arguments of one execution, the scratchpad included */
 
 /* One prepared op. A family's init fills prim/pd (oneDNN) or nothing (plain
  * loops), sets ws/saved bytes and the run function. Scratchpads are
@@ -32,6 +33,11 @@ typedef struct cpu_op {
     int (*run)(struct cpu_op *op, const bfit_op_args *a);
     void (*fini)(struct cpu_op *op); /* extra cleanup; pd/prim are freed generically */
     void *extra;
+    /* Memory objects for prim[p]'s arguments, made at its first execution
+     * and re-pointed at the caller's buffers on every later one, so a step
+     * allocates nothing (cpu_exec). Slot i is args[i]; the last, the
+     * scratchpad. */
+    dnnl_memory_t mem[CPU_OP_MAXPRIM][CPU_OP_MAXARGS];
 } cpu_op;
 
 static inline cpu_device *cpu_dev(const cpu_op *op) { return (cpu_device *)op->base.dev; }

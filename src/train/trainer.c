@@ -15,6 +15,7 @@ bfit_train_cfg bfit_train_cfg_default(void)
 {
     bfit_train_cfg c;
     memset(&c, 0, sizeof c);
+    c.data = "fashion-mnist";
     c.batch = 128;
     c.epochs = 1;
     c.opt = bfit_optim_cfg_default(BFIT_OPT_SGD);

@@ -44,7 +44,7 @@ typedef struct bfit_train_cfg {
     double progress_interval;  /* seconds between plain progress lines when not a terminal */
 } bfit_train_cfg;
 
-/* Defaults: E 128, auto micro-batch, 1 epoch, SGD momentum 0.9, lr 0.05,
+/* Defaults: data fashion-mnist, E 128, auto micro-batch, 1 epoch, SGD momentum 0.9, lr 0.05,
  * constant schedule, seed 1, margin 0.1, prefetch and normalisation on. */
 bfit_train_cfg bfit_train_cfg_default(void);
 

@@ -1,0 +1,237 @@
+/* test_noalloc.c - a steady-state training step allocates nothing: no arena
+ * block and no heap call, from our code, oneDNN, OpenMP or libc, over
+ * several steps of mlp and cnn after a warm-up step.
+ *
+ * Heap calls are counted by interposing malloc and friends in this binary
+ * (they win over libc's for every library in the process); under
+ * AddressSanitizer, which owns malloc, by its allocation hooks instead. The
+ * counter is first shown to see a deliberate malloc, so a silent counter
+ * cannot pass the test. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "device/device.h"
+#include "nn/model.h"
+#include "nn/spec.h"
+#include "optim/optim.h"
+
+/* ---- the heap counter ---------------------------------------------------- */
+
+static int counting;          /* read by every thread: atomics */
+static uint64_t nheap;
+#define NCALLERS 8
+static void *callers[NCALLERS]; /* where the first counted calls came from */
+
+static void count(void *caller)
+{
+    if (!__atomic_load_n(&counting, __ATOMIC_RELAXED))
+        return;
+    uint64_t i = __atomic_fetch_add(&nheap, 1, __ATOMIC_RELAXED);
+    if (i < NCALLERS)
+        callers[i] = caller;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+/* ASan replaces malloc; its hooks see every allocation and free. */
+int __sanitizer_install_malloc_and_free_hooks(void (*m)(const volatile void *, size_t),
+                                              void (*f)(const volatile void *));
+static void on_malloc(const volatile void *p, size_t n) { (void)p, (void)n, count(__builtin_return_address(0)); }
+static void on_free(const volatile void *p) { (void)p, count(__builtin_return_address(0)); }
+static void counter_install(void) { __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free); }
+#else
+/* glibc's own entry points: forwarding to them needs no dlsym, which could
+ * itself allocate before the forwarders are known. */
+void *__libc_malloc(size_t);
+void *__libc_calloc(size_t, size_t);
+void *__libc_realloc(void *, size_t);
+void *__libc_memalign(size_t, size_t);
+void __libc_free(void *);
+
+void *malloc(size_t n)
+{
+    count(__builtin_return_address(0));
+    return __libc_malloc(n);
+}
+void *calloc(size_t k, size_t n)
+{
+    count(__builtin_return_address(0));
+    return __libc_calloc(k, n);
+}
+void *realloc(void *p, size_t n)
+{
+    count(__builtin_return_address(0));
+    return __libc_realloc(p, n);
+}
+void free(void *p)
+{
+    if (p)
+        count(__builtin_return_address(0));
+    __libc_free(p);
+}
+void *aligned_alloc(size_t a, size_t n)
+{
+    count(__builtin_return_address(0));
+    return __libc_memalign(a, n);
+}
+void *memalign(size_t a, size_t n)
+{
+    count(__builtin_return_address(0));
+    return __libc_memalign(a, n);
+}
+int posix_memalign(void **out, size_t a, size_t n)
+{
+    count(__builtin_return_address(0));
+    *out = __libc_memalign(a, n);
+    return *out ? 0 : 12; /* ENOMEM */
+}
+static void counter_install(void) {}
+#endif
+
+static void counter_start(void)
+{
+    memset(callers, 0, sizeof callers);
+    __atomic_store_n(&nheap, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&counting, 1, __ATOMIC_SEQ_CST);
+}
+
+static uint64_t counter_stop(void)
+{
+    __atomic_store_n(&counting, 0, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&nheap, __ATOMIC_RELAXED);
+}
+
+/* Name the libraries the counted calls came from, for a failure message. */
+static void print_callers(uint64_t n)
+{
+    for (uint64_t i = 0; i < n && i < NCALLERS; i++) {
+        Dl_info di;
+        if (callers[i] && dladdr(callers[i], &di) && di.dli_fname)
+            fprintf(stderr, "  heap call %llu from %s (%s+%#lx)\n", (unsigned long long)i, di.dli_fname,
+                    di.dli_sname ? di.dli_sname : "?",
+                    (unsigned long)((char *)callers[i] - (char *)(di.dli_sname ? di.dli_saddr : di.dli_fbase)));
+        else
+            fprintf(stderr, "  heap call %llu from %p\n", (unsigned long long)i, callers[i]);
+    }
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    counter_install();
+    return 0;
+}
+
+/* The counter must see a deliberate allocation, or its zero means nothing.
+ * The volatile pointer keeps the compiler from eliding the pair. */
+static void test_counter_sees_malloc(void **st)
+{
+    void *(*volatile alloc)(size_t) = malloc;
+    void (*volatile release)(void *) = free;
+    uint64_t n;
+    (void)st;
+    counter_start();
+    release(alloc(100));
+    n = counter_stop();
+    assert_true(n >= 1);
+}
+
+/* ---- a model's steady-state step ------------------------------------------ */
+
+static void steady_state(const char *file, int m)
+{
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    char path[512];
+    bfit_arena *arena = bfit_arena_new(1ull << 32, NULL);
+    bfit_device *dev = NULL;
+    bfit_graph_desc g;
+    bfit_model *M = NULL;
+    bfit_optim *opt = NULL;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_arena_stats s0, s1;
+    uint64_t heap = 0;
+    double loss;
+    int rc = BFIT_OK;
+
+    snprintf(path, sizeof path, "%s/models/%s", src ? src : "..", file);
+    assert_non_null(arena);
+    assert_int_equal(bfit_device_cpu_new(arena, 2, &dev), BFIT_OK);
+    assert_int_equal(bfit_spec_parse_file(path, &g), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, dev, &M), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(M, 1), BFIT_OK);
+    bfit_model_init_params(M, 1);
+    assert_int_equal(bfit_optim_new(&oc, M->trainable, M->ntrainable, arena, &opt), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(M, m, 1), BFIT_OK);
+    {
+        float *x = bfit_model_input_x(M);
+        int32_t *y = bfit_model_input_labels(M);
+        for (int64_t i = 0; i < (int64_t)m * bfit_shape_numel(M->input); i++)
+            x[i] = (float)(i % 13) * 0.07f;
+        for (int i = 0; i < m; i++)
+            y[i] = i % M->nclasses;
+    }
+    /* step 0 warms up (thread team, lazily built kernels); 1..4 are counted,
+     * two micro-batches each (accumulation), as the trainer runs them */
+    for (int step = 0; step < 5 && rc == BFIT_OK; step++) {
+        if (step == 1) {
+            bfit_arena_stats_get(arena, &s0);
+            counter_start();
+        }
+        for (int k = 0; k < 2 && rc == BFIT_OK; k++) {
+            rc = bfit_model_reserve(M, m, 1);
+            if (rc == BFIT_OK)
+                rc = bfit_model_forward(M, (uint64_t)(step * 2 + k), &loss, NULL);
+            if (rc == BFIT_OK)
+                rc = bfit_model_backward(M, 0.5f / (float)m);
+        }
+        if (rc == BFIT_OK)
+            rc = bfit_optim_step(opt, 0.01);
+        bfit_model_zero_grads(M);
+    }
+    heap = counter_stop();
+    bfit_arena_stats_get(arena, &s1);
+    if (rc != BFIT_OK)
+        fail_msg("%s m=%d: %s", file, m, bfit_errmsg());
+    printf("  %s m=%d: %llu arena allocations, %llu arena frees, %llu heap calls in 4 steps\n", file, m,
+           (unsigned long long)(s1.nalloc - s0.nalloc), (unsigned long long)(s1.nfree - s0.nfree),
+           (unsigned long long)heap);
+    if (heap)
+        print_callers(heap);
+    assert_int_equal(s1.nalloc - s0.nalloc, 0);
+    assert_int_equal(s1.nfree - s0.nfree, 0);
+    assert_int_equal(heap, 0);
+
+    bfit_optim_free(opt);
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    bfit_device_free(dev);
+    bfit_arena_free(arena);
+}
+
+static void test_mlp_steady_state(void **st)
+{
+    (void)st;
+    steady_state("mlp.cfg", 64);
+}
+
+static void test_cnn_steady_state(void **st)
+{
+    (void)st;
+    steady_state("cnn.cfg", 32);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counter_sees_malloc),
+        cmocka_unit_test(test_mlp_steady_state),
+        cmocka_unit_test(test_cnn_steady_state),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
