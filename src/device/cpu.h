@@ -58,12 +58,13 @@ int cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr);
 /* Create pd from an op descriptor and record its scratchpad size in *ws (max). */
 int cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_primitive_attr_t attr,
                   dnnl_engine_t eng, const_dnnl_primitive_desc_t hint, size_t *ws);
-/* Execute a primitive with (arg, pointer, md) triples; NULL pointers are
+/* Execute prim[p] with (arg, pointer, md) triples; NULL pointers are
  * skipped. The primitive's scratchpad, if any, is placed at `scratch` (the
- * start of the op's workspace). */
+ * start of the op's workspace). A given p must always be called with the
+ * same list (args[i] the same argument and md each time; only pointers,
+ * or their being NULL, change): slot i's memory object is reused. */
 typedef struct cpu_arg { int arg; const void *ptr; const_dnnl_memory_desc_t md; } cpu_arg;
-int cpu_exec(cpu_op *op, dnnl_primitive_t prim, const cpu_arg *args, int nargs, void *scratch,
-             const char *what);
+int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what);
 
 /* Family initialisers: each sets op->run, op->ws, op->saved (and pd/prim). */
 int cpu_matmul_init(cpu_op *op);   /* MATMUL */

@@ -40,7 +40,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "batch norm forward: src, dst, scale, shift, mean, var are required");
-    return cpu_exec(op, op->prim[P_FWD], args, 6, a->workspace, "batch normalization forward");
+    return cpu_exec(op, P_FWD, args, 6, a->workspace, "batch normalization forward");
 }
 
 /* diff_scale/diff_shift without diff_src: per channel,
@@ -103,7 +103,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
             {DNNL_ARG_DIFF_SCALE, ds, qmd(pd, dnnl_query_diff_weights_md)},
             {DNNL_ARG_DIFF_SHIFT, dh, qmd(pd, dnnl_query_diff_weights_md)},
         };
-        rc = cpu_exec(op, op->prim[P_BWD], args, 9, a->workspace, "batch normalization backward");
+        rc = cpu_exec(op, P_BWD, args, 9, a->workspace, "batch normalization backward");
     }
     if (rc != BFIT_OK || !d->accumulate)
         return rc;

@@ -46,7 +46,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->weights || !a->dst || (op->base.desc.u.conv.bias && !a->bias))
         return bfit_fail(BFIT_EINVAL, "conv forward: src, weights, dst (and bias) are required");
-    return cpu_exec(op, op->prim[P_FWD], args, 4, a->workspace, "convolution forward");
+    return cpu_exec(op, P_FWD, args, 4, a->workspace, "convolution forward");
 }
 
 static int run_bwd_data(cpu_op *op, const bfit_op_args *a)
@@ -59,7 +59,7 @@ static int run_bwd_data(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->diff_dst || !a->weights || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "conv backward data: diff_dst, weights, diff_src are required");
-    return cpu_exec(op, op->prim[P_BWD], args, 3, a->workspace, "convolution backward data");
+    return cpu_exec(op, P_BWD, args, 3, a->workspace, "convolution backward data");
 }
 
 static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
@@ -87,7 +87,7 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
             {DNNL_ARG_DIFF_WEIGHTS, dw, qmd(pd, dnnl_query_diff_weights_md, 0)},
             {DNNL_ARG_DIFF_BIAS, db, qmd(pd, dnnl_query_diff_weights_md, 1)},
         };
-        rc = cpu_exec(op, op->prim[P_BWD], args, 4, a->workspace, "convolution backward weights");
+        rc = cpu_exec(op, P_BWD, args, 4, a->workspace, "convolution backward weights");
     }
     if (rc != BFIT_OK || !d->accumulate)
         return rc;

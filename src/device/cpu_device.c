@@ -51,55 +51,58 @@ int cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_pri
     return BFIT_OK;
 }
 
-int cpu_exec(cpu_op *op, dnnl_primitive_t prim, const cpu_arg *args, int nargs, void *scratch,
-             const char *what)
+/* The memory object in op's cache slot for (prim p, slot i), pointed at ptr;
+ * made on first use (the only host allocation an op makes after init). */
+static int bind(cpu_op *op, int p, int i, const_dnnl_memory_desc_t md, const void *ptr, dnnl_memory_t *out,
+                const char *what)
 {
-    /* Memory objects wrap caller buffers (DNNL_MEMORY_NONE would allocate): they
-     * are small host structs, not device bytes. */
-    dnnl_exec_arg_t ex[16];
-    dnnl_memory_t mem[16];
-    int n = 0, rc = BFIT_OK;
+    dnnl_memory_t *m = &op->mem[p][i];
+    if (!*m) {
+        if (dnnl_memory_create(m, md, cpu_dev(op)->eng, (void *)ptr) != dnnl_success) {
+            *m = NULL;
+            return bfit_fail(BFIT_EDEVICE, "oneDNN: cannot wrap memory for %s", what);
+        }
+    } else if (dnnl_memory_set_data_handle(*m, (void *)ptr) != dnnl_success) {
+        return bfit_fail(BFIT_EDEVICE, "oneDNN: cannot point memory at a buffer for %s", what);
+    }
+    *out = *m;
+    return BFIT_OK;
+}
+
+int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what)
+{
+    /* Memory objects wrap caller buffers (DNNL_MEMORY_NONE would allocate):
+     * they are small host structs, kept in the op between calls. */
+    dnnl_exec_arg_t ex[CPU_OP_MAXARGS];
+    int n = 0, rc;
     const_dnnl_primitive_desc_t pd;
     const dnnl_memory_desc_t *smd;
+    dnnl_status_t s;
 
-    for (int i = 0; i < nargs && n < 15; i++) {
+    if (nargs > CPU_OP_MAXARGS - 1)
+        return bfit_fail(BFIT_EINVAL, "cpu: %s has %d arguments, at most %d are supported", what, nargs,
+                         CPU_OP_MAXARGS - 1);
+    for (int i = 0; i < nargs; i++) {
         if (!args[i].ptr)
             continue;
-        if (dnnl_memory_create(&mem[n], args[i].md, cpu_dev(op)->eng, (void *)args[i].ptr) != dnnl_success) {
-            rc = bfit_fail(BFIT_EDEVICE, "oneDNN: cannot wrap memory for %s", what);
-            goto out;
-        }
-        ex[n].arg = args[i].arg;
-        ex[n].memory = mem[n];
-        n++;
+        if ((rc = bind(op, p, i, args[i].md, args[i].ptr, &ex[n].memory, what)) != BFIT_OK)
+            return rc;
+        ex[n++].arg = args[i].arg;
     }
-    dnnl_primitive_get_primitive_desc(prim, &pd);
+    dnnl_primitive_get_primitive_desc(op->prim[p], &pd);
     smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     if (smd && dnnl_memory_desc_get_size(smd) > 0) {
         /* the scratchpad sits at the start of the op's workspace */
-        if (!scratch) {
-            rc = bfit_fail(BFIT_EINVAL, "cpu: %s needs a workspace and got none", what);
-            goto out;
-        }
-        if (dnnl_memory_create(&mem[n], smd, cpu_dev(op)->eng, scratch) != dnnl_success) {
-            rc = bfit_fail(BFIT_EDEVICE, "oneDNN: cannot wrap scratchpad for %s", what);
-            goto out;
-        }
-        ex[n].arg = DNNL_ARG_SCRATCHPAD;
-        ex[n].memory = mem[n];
-        n++;
+        if (!scratch)
+            return bfit_fail(BFIT_EINVAL, "cpu: %s needs a workspace and got none", what);
+        if ((rc = bind(op, p, CPU_OP_MAXARGS - 1, smd, scratch, &ex[n].memory, what)) != BFIT_OK)
+            return rc;
+        ex[n++].arg = DNNL_ARG_SCRATCHPAD;
     }
-    {
-        dnnl_status_t s = dnnl_primitive_execute(prim, cpu_dev(op)->stream, n, ex);
-        if (s == dnnl_success)
-            s = dnnl_stream_wait(cpu_dev(op)->stream);
-        if (s != dnnl_success)
-            rc = cpu_dnnl_check(s, what);
-    }
-out:
-    for (int i = 0; i < n; i++)
-        dnnl_memory_destroy(mem[i]);
-    return rc;
+    s = dnnl_primitive_execute(op->prim[p], cpu_dev(op)->stream, n, ex);
+    if (s == dnnl_success)
+        s = dnnl_stream_wait(cpu_dev(op)->stream);
+    return s == dnnl_success ? BFIT_OK : cpu_dnnl_check(s, what);
 }
 
 static int cpu_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
@@ -140,6 +143,9 @@ static void cpu_op_free(bfit_op *base)
     if (op->fini)
         op->fini(op);
     for (int i = 0; i < CPU_OP_MAXPRIM; i++) {
+        for (int k = 0; k < CPU_OP_MAXARGS; k++)
+            if (op->mem[i][k])
+                dnnl_memory_destroy(op->mem[i][k]);
         if (op->prim[i])
             dnnl_primitive_destroy(op->prim[i]);
         if (op->pd[i])

@@ -18,7 +18,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "eltwise forward: src and dst are required");
-    return cpu_exec(op, op->prim[0], args, 2, a->workspace, "eltwise forward");
+    return cpu_exec(op, 0, args, 2, a->workspace, "eltwise forward");
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
@@ -30,7 +30,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
-    return cpu_exec(op, op->prim[0], args, 3, a->workspace, "eltwise backward");
+    return cpu_exec(op, 0, args, 3, a->workspace, "eltwise backward");
 }
 
 int cpu_eltwise_init(cpu_op *op)

@@ -25,7 +25,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
-    return cpu_exec(op, op->prim[0], args, 6, a->workspace, "layer norm forward");
+    return cpu_exec(op, 0, args, 6, a->workspace, "layer norm forward");
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
@@ -56,7 +56,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
         (acc && !a->workspace))
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
-    rc = cpu_exec(op, op->prim[0], args, 9, a->workspace, "layer norm backward");
+    rc = cpu_exec(op, 0, args, 9, a->workspace, "layer norm backward");
     if (rc != BFIT_OK || !acc)
         return rc;
 #pragma omp parallel for if (cols > 16384)

@@ -59,7 +59,7 @@ static int run(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->weights || !a->dst || (op->base.desc.u.mm.bias && !a->bias))
         return bfit_fail(BFIT_EINVAL, "matmul: src, weights, dst%s are required",
                          op->base.desc.u.mm.bias ? " and bias" : "");
-    return cpu_exec(op, op->prim[0], args, 4, a->workspace, "matmul");
+    return cpu_exec(op, 0, args, 4, a->workspace, "matmul");
 }
 
 int cpu_matmul_init(cpu_op *op)

@@ -26,7 +26,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->dst || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
-    return cpu_exec(op, op->prim[P_FWD], args, 3, a->workspace, "pooling forward");
+    return cpu_exec(op, P_FWD, args, 3, a->workspace, "pooling forward");
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
@@ -40,7 +40,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->diff_dst || !a->diff_src || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
-    return cpu_exec(op, op->prim[P_BWD], args, 3, a->workspace, "pooling backward");
+    return cpu_exec(op, P_BWD, args, 3, a->workspace, "pooling backward");
 }
 
 static int check_desc(const bfit_op_desc *d)

@@ -7,7 +7,10 @@
 #include "train/trainer.h"
 #include "train/weights.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +204,17 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
     rc = bfit_optim_cfg_check(&cfg->opt);
     if (rc != BFIT_OK)
         return rc;
+    if (cfg->save) {
+        /* find out now, not after hours of training, that the weights cannot be written */
+        char dir[4096];
+        const char *slash = strrchr(cfg->save, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - cfg->save) : 1, slash ? cfg->save : ".");
+        if (!dir[0])
+            snprintf(dir, sizeof dir, "/");
+        if (access(dir, W_OK) != 0)
+            return bfit_fail(BFIT_EIO, "--save %s: cannot write into directory '%s': %s", cfg->save, dir,
+                             strerror(errno));
+    }
     rc = run_setup(&r, cfg->model, cfg->data, 1, cfg->memory, cfg->threads, cfg->normalize);
     if (rc != BFIT_OK)
         goto out;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# train.sh BATCHFIT SRC - the train and eval commands: --help, exit codes and
+# error messages for bad input, a tiny real run whose weights eval reads back,
+# and no half-written weights file when a run fails.
+set -u
+bf=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+passes=0
+
+# expect CODE PATTERN CMD...: exit code and a stderr/stdout pattern
+expect() {
+  local code=$1 pat=$2
+  shift 2
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pat" <<<"$out"; then
+    echo "FAIL: $* -> exit $rc (want $code), output:"
+    echo "$out" | head -5
+    echo "  (wanted /$pat/)"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+m=$src/models/mlp.cfg
+expect 0 "Commands:" "$bf" --help
+expect 2 "unknown command 'frobnicate'" "$bf" frobnicate
+expect 2 "Usage: batchfit COMMAND" "$bf"
+expect 0 "effective batch" "$bf" train --help
+expect 0 "Usage: batchfit eval" "$bf" eval --help
+expect 0 "Usage: batchfit plan" "$bf" plan --help
+expect 2 "--model is required" "$bf" train
+expect 2 "--batch: 0 is out of range" "$bf" train --model "$m" --batch 0
+expect 2 "--batch: 'x1' is not a whole number" "$bf" train --model "$m" --batch x1
+expect 2 "--memory: size '12XB' has unknown unit 'XB'" "$bf" train --model "$m" --memory 12XB
+expect 2 "--memory: size '-1' is negative" "$bf" train --model "$m" --memory -1
+expect 2 "--lr: 'fast' is not a number" "$bf" train --model "$m" --lr fast
+expect 2 "--optimizer: .*sgd.*adamw" "$bf" train --model "$m" --optimizer adam
+expect 2 "--schedule: .*constant.*cosine" "$bf" train --model "$m" --schedule linear
+expect 2 "unknown option '--bogus'" "$bf" train --model "$m" --bogus
+expect 2 "option --epochs needs a value" "$bf" train --model "$m" --epochs
+expect 2 "unexpected argument 'extra'" "$bf" train --model "$m" extra
+expect 1 "nope.cfg: cannot open" "$bf" train --model "$tmp/nope.cfg"
+expect 1 "data set '$tmp/nodata' not found" "$bf" train --model "$m" --data "$tmp/nodata"
+expect 1 "needs .* even at micro-batch 1, but .* is allowed" "$bf" train --model "$m" --memory 1MiB
+printf 'input 1x28x28\nflatten\nlinear 10 bais=1\n' >"$tmp/bad.cfg"
+expect 1 "bad.cfg:3:11: " "$bf" train --model "$tmp/bad.cfg"
+printf 'input 3x32x32\nflatten\nlinear 10\n' >"$tmp/rgb.cfg"
+expect 1 "takes inputs of 3x32x32 but the data set fashion-mnist has samples of 1x28x28" "$bf" train --model "$tmp/rgb.cfg"
+
+# a tiny real run, then eval reads the weights back and agrees
+expect 0 "test accuracy" "$bf" train --model "$m" --epoch-samples 640 --eval-samples 500 --batch 64 \
+  --save "$tmp/w.safetensors" --log "$tmp/log.jsonl" --quiet
+expect 0 '"event":"end"' cat "$tmp/log.jsonl"
+expect 0 '"event":"eval".*"test_samples":500' cat "$tmp/log.jsonl"
+expect 0 "test accuracy .* on 500 samples" "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500
+expect 0 '^\{"samples":500,"loss":[0-9.]+,"accuracy":[0-9.]+\}$' "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500 --json
+expect 1 "is missing: the weights are for another model" "$bf" eval --model "$src/models/cnn.cfg" --weights "$tmp/w.safetensors"
+expect 2 "--model and --weights are both required" "$bf" eval --model "$m"
+# a failing save leaves nothing behind and an existing file intact
+cp "$tmp/w.safetensors" "$tmp/keep.safetensors"
+expect 1 "cannot write into directory .*nodir" "$bf" train --model "$m" --epoch-samples 64 --eval-samples 64 --save "$tmp/nodir/w.safetensors" --quiet
+expect 0 "" cmp "$tmp/w.safetensors" "$tmp/keep.safetensors"
+if ls "$tmp"/nodir* "$tmp"/*.tmp.* >/dev/null 2>&1; then
+  echo "FAIL: a temporary or partial file was left behind"; fails=$((fails + 1))
+fi
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]

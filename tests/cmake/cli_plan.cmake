@@ -1,0 +1,8 @@
+# cli_plan.cmake - `batchfit plan` through its command line: tests/cli/plan.sh
+# checks exit codes (0 / 1 does not fit / 2 usage) and messages precisely,
+# which a WILL_FAIL property cannot (it does not tell 1 from 2).
+find_program(BFIT_BASH bash REQUIRED)
+add_test(NAME cli_plan
+         COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/plan.sh $<TARGET_FILE:batchfit_cli> ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_plan PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "all plan CLI checks passed")
