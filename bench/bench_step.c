@@ -4,12 +4,14 @@
  * oneDNN's f32 matmul on this machine (the practical limit the training runs
  * are compared with).
  *
- *   bfit_bench step MODEL.cfg BATCH [STEPS [REPS [WARMUP [THREADS]]]]
+ *   bfit_bench step MODEL.cfg BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]
  *   bfit_bench matmul M N K [REPS [THREADS]]
  *
- * Prints one line of key=value pairs for the script to read. Each timed rep
- * runs STEPS steps; samples/s is the median over REPS (warm-up excluded).
- * Peak resident memory is ru_maxrss of this process.
+ * Prints one line of key=value pairs for the script to read. WARMUP steps
+ * (default 3) are not timed; the last of them sets how many steps a timed
+ * rep runs (about REP_SECONDS, default 0.5, at least 2 steps); samples/s is
+ * the median over REPS (default 5). Peak resident memory is ru_maxrss of
+ * this process. torch_peer.py does the same on the PyTorch side.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +83,7 @@ static double step_flops_per_sample(const bfit_model *M)
     return f;
 }
 
-static int bench_step(const char *spec, int batch, int steps, int reps, int warmup, int threads)
+static int bench_step(const char *spec, int batch, int reps, int warmup, int threads, double rep_s)
 {
     bfit_arena *arena = NULL;
     bfit_device *dev = NULL;
@@ -91,7 +93,8 @@ static int bench_step(const char *spec, int batch, int steps, int reps, int warm
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     double *rate = calloc((size_t)reps, sizeof *rate), loss = 0;
     uint64_t seed = 0x9E3779B97F4A7C15ull;
-    int rc;
+    double t_step = 0;
+    int rc, steps = 2;
 
     memset(&g, 0, sizeof g);
     arena = bfit_arena_new(bfit_host_available_memory(), NULL);
@@ -123,15 +126,19 @@ static int bench_step(const char *spec, int batch, int steps, int reps, int warm
         for (int s = 0; s < n; s++) {
             /* the trainer's step: reserve (a no-op at the same m), forward,
              * backward with the 1/E loss scale, optimizer, zero grads */
+            t_step = now();
             if ((rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK ||
                 (rc = bfit_model_forward(M, (uint64_t)s, &loss, NULL)) != BFIT_OK ||
                 (rc = bfit_model_backward(M, 1.0f / (float)batch)) != BFIT_OK ||
                 (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK)
                 goto out;
             bfit_model_zero_grads(M);
+            t_step = now() - t_step;
         }
         if (r >= 0)
             rate[r] = (double)n * batch / (now() - t0);
+        else if (t_step > 0 && rep_s / t_step > steps)
+            steps = (int)(rep_s / t_step + 0.5);
     }
     printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
            "warmup=%d threads=%d loss=%.4f\n",
@@ -214,17 +221,18 @@ int main(int argc, char **argv)
 {
     if (argc >= 4 && strcmp(argv[1], "step") == 0) {
         int batch = atoi(argv[3]);
-        if (batch < 1) {
-            fprintf(stderr, "bfit_bench: batch must be at least 1\n");
+        int reps = arg(argc, argv, 4, 5), warmup = arg(argc, argv, 5, 3);
+        if (batch < 1 || reps < 1 || warmup < 1) {
+            fprintf(stderr, "bfit_bench: batch, reps and warm-up steps must be at least 1\n");
             return 2;
         }
-        return bench_step(argv[2], batch, arg(argc, argv, 4, 10), arg(argc, argv, 5, 5), arg(argc, argv, 6, 3),
-                          arg(argc, argv, 7, 2));
+        return bench_step(argv[2], batch, reps, warmup, arg(argc, argv, 6, 2),
+                          argc > 7 ? atof(argv[7]) : 0.5);
     }
     if (argc >= 5 && strcmp(argv[1], "matmul") == 0)
         return bench_matmul(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), arg(argc, argv, 5, 5),
                             arg(argc, argv, 6, 2));
-    fprintf(stderr, "usage: bfit_bench step MODEL.cfg BATCH [STEPS [REPS [WARMUP [THREADS]]]]\n"
+    fprintf(stderr, "usage: bfit_bench step MODEL.cfg BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]\n"
                     "       bfit_bench matmul M N K [REPS [THREADS]]\n");
     return 2;
 }

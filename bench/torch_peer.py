@@ -6,11 +6,12 @@ shipped models use: input, conv, relu, maxpool, avgpool, flatten, linear,
 dropout), trains it on synthetic data with SGD momentum 0.9 and
 cross-entropy, and prints one key=value line like bench_step.c:
 
-    torch_peer.py MODEL.cfg BATCH [STEPS [REPS [WARMUP [THREADS]]]]
+    torch_peer.py MODEL.cfg BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]
 
-Each timed rep runs STEPS full steps (zero_grad, forward, loss, backward,
-optimizer step); samples/s is the median over REPS, warm-up excluded. Peak
-resident memory is ru_maxrss of this process.
+A step is zero_grad, forward, loss, backward, optimizer step. WARMUP steps
+(default 3) are not timed; the last of them sets how many steps a timed rep
+runs (about REP_SECONDS, default 0.5, at least 2); samples/s is the median
+over REPS (default 5). Peak resident memory is ru_maxrss of this process.
 """
 import resource
 import statistics
@@ -78,11 +79,11 @@ def build(path):
 
 def main():
     if len(sys.argv) < 3:
-        sys.exit("usage: torch_peer.py MODEL.cfg BATCH [STEPS [REPS [WARMUP [THREADS]]]]")
+        sys.exit("usage: torch_peer.py MODEL.cfg BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]")
     a = sys.argv + [None] * 6
     path, batch = a[1], int(a[2])
-    steps, reps = int(a[3] or 10), int(a[4] or 5)
-    warmup, threads = int(a[5] or 3), int(a[6] or 2)
+    reps, warmup = int(a[3] or 5), int(a[4] or 3)
+    threads, rep_s = int(a[5] or 2), float(a[6] or 0.5)
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model, shape, classes = build(path)
@@ -90,17 +91,21 @@ def main():
     y = torch.randint(0, classes, (batch,))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     lossf = nn.CrossEntropyLoss()
-    rates, loss = [], None
+    rates, loss, steps, t_step = [], None, 2, 0.0
     for r in range(-1, reps):
         n = warmup if r < 0 else steps
         t0 = time.perf_counter()
         for _ in range(n):
+            t_step = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss = lossf(model(x), y)
             loss.backward()
             opt.step()
+            t_step = time.perf_counter() - t_step
         if r >= 0:
             rates.append(n * batch / (time.perf_counter() - t0))
+        elif t_step > 0 and rep_s / t_step > steps:
+            steps = int(rep_s / t_step + 0.5)
     print(f"side=torch batch={batch} samples_per_s={statistics.median(rates):.1f} "
           f"maxrss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} reps={reps} steps={steps} "
           f"warmup={warmup} threads={torch.get_num_threads()} loss={loss.item():.4f} torch={torch.__version__}")

@@ -20,5 +20,6 @@ int cli_usage_hint(const char *cmd);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_find(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static const struct {
     {"train", cmd_train, "train a model; the batch is chosen to fit memory"},
     {"eval", cmd_eval, "evaluate saved weights on a data set's test split"},
     {"plan", cmd_plan, "print the memory a training step needs, per category, and the largest batch that fits"},
+    {"find", cmd_find, "find the largest batch that fits (confirmed by real steps) and the fastest batch"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""compare.py - batchfit against PyTorch, side by side in one run (bench/run.sh
+builds bfit_bench and calls this).
+
+For each model and batch size it runs the batchfit side (bfit_bench) and the
+PyTorch side (torch_peer.py) in separate processes, PAIRS times each,
+alternating which goes first so a change in load hits both; each process
+reports the median samples/s of its REPS timed reps, and the table shows the
+median over the PAIRS processes. It also measures the f32 matmul GFLOP/s
+oneDNN reaches here (the practical limit) and the fraction of it each
+batchfit run achieves, and each side's peak resident memory (ru_maxrss of
+its process; the largest over the PAIRS runs).
+"""
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def kv(line):
+    return dict(w.split("=", 1) for w in line.split() if "=" in w)
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"compare.py: {' '.join(cmd)} failed:\n{p.stderr}")
+    lines = [l for l in p.stdout.splitlines() if l.startswith("side=")]
+    return kv(lines[-1])
+
+
+def load():
+    return os.getloadavg()[0]
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bench", required=True, help="the bfit_bench program")
+    ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--batches", default="32,128,512")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--pairs", type=int, default=3, help="processes per side and configuration")
+    ap.add_argument("--reps", type=int, default=5, help="timed reps per process")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per process")
+    ap.add_argument("--rep-seconds", type=float, default=0.5)
+    a = ap.parse_args()
+
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    torch_v = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    print(f"# bench/run.sh  {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    print(f"# cpu: {cpu_name()}, {os.cpu_count()} cores; threads per side: {a.threads} "
+          f"(OMP_NUM_THREADS={a.threads}, torch.set_num_threads({a.threads}))")
+    print(f"# peer: PyTorch {torch_v} (/usr/bin/python3); f32; SGD momentum 0.9; synthetic data")
+    print(f"# per cell: {a.pairs} processes per side (alternating), each {a.warmup} warm-up steps then "
+          f"the median of {a.reps} reps of ~{a.rep_seconds} s; the cell is the median of the {a.pairs}")
+    print(f"# load average at start: {load():.2f}")
+    print()
+
+    # the practical limit: oneDNN's f32 matmul on this machine, same threads
+    mm = {}
+    for shape in ((512, 1024, 1024), (1024, 1024, 1024)):
+        g = [float(run([a.bench, "matmul", *map(str, shape), "7", str(a.threads)], env)["gflops"])
+             for _ in range(a.pairs)]
+        mm[shape] = statistics.median(g)
+    limit = max(mm.values())
+    for shape, g in mm.items():
+        print(f"oneDNN f32 matmul {shape[0]}x{shape[1]}x{shape[2]}: {g:.1f} GFLOP/s")
+    print(f"matmul limit (the larger): {limit:.1f} GFLOP/s")
+    print()
+
+    rows = []
+    for model in a.models.split(","):
+        spec = os.path.join(ROOT, "models", model + ".cfg")
+        for batch in map(int, a.batches.split(",")):
+            common = [spec, str(batch), str(a.reps), str(a.warmup), str(a.threads), str(a.rep_seconds)]
+            res = {"batchfit": [], "torch": []}
+            loads = []
+            for p in range(a.pairs):
+                loads.append(load())
+                order = ("batchfit", "torch") if p % 2 == 0 else ("torch", "batchfit")
+                for side in order:
+                    cmd = ([a.bench, "step", *common] if side == "batchfit"
+                           else ["/usr/bin/python3", os.path.join(HERE, "torch_peer.py"), *common])
+                    res[side].append(run(cmd, env))
+            bf = statistics.median(float(r["samples_per_s"]) for r in res["batchfit"])
+            pt = statistics.median(float(r["samples_per_s"]) for r in res["torch"])
+            flops = float(res["batchfit"][0]["flops_per_sample"])
+            rows.append(dict(model=model, batch=batch, bf=bf, pt=pt, ratio=bf / pt, gflops=bf * flops / 1e9,
+                             frac=bf * flops / 1e9 / limit, flops=flops,
+                             rss_bf=max(int(r["maxrss_kib"]) for r in res["batchfit"]) / 1024,
+                             rss_pt=max(int(r["maxrss_kib"]) for r in res["torch"]) / 1024,
+                             load=statistics.median(loads)))
+            r = rows[-1]
+            print(f"  {model} batch {batch}: batchfit {bf:.0f}/s, torch {pt:.0f}/s, ratio {r['ratio']:.2f}, "
+                  f"load {r['load']:.2f}", file=sys.stderr)
+
+    print("| model | batch | batchfit samples/s | PyTorch samples/s | ratio | batchfit GFLOP/s | "
+          "of matmul limit | batchfit peak RSS | PyTorch peak RSS | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['model']} | {r['batch']} | {r['bf']:.0f} | {r['pt']:.0f} | {r['ratio']:.2f}x | "
+              f"{r['gflops']:.1f} | {100 * r['frac']:.0f}% | {r['rss_bf']:.0f} MiB | {r['rss_pt']:.0f} MiB | "
+              f"{r['load']:.2f} |")
+    print()
+    seen = set()
+    for r in rows:
+        if r["model"] not in seen:
+            seen.add(r["model"])
+            print(f"FLOPs counted per sample, {r['model']}: {r['flops'] / 1e6:.2f} M (linear/conv layers: 2 MACs "
+                  "forward, 2 weight gradient, 2 input gradient except the first such layer)")
+    print()
+    print("targets:")
+    for r in rows:
+        want = 1.0 if r["batch"] <= 32 else 1.5
+        ok = r["ratio"] >= want
+        print(f"  {r['model']} batch {r['batch']}: ratio {r['ratio']:.2f}x vs >= {want:.1f}x: "
+              + ("met" if ok else f"MISSED by {100 * (1 - r['ratio'] / want):.0f}%"))
+        ok = r["rss_bf"] <= r["rss_pt"]
+        print(f"  {r['model']} batch {r['batch']}: peak RSS {r['rss_bf']:.0f} vs {r['rss_pt']:.0f} MiB: "
+              + ("met" if ok else "MISSED"))
+    for r in rows:
+        if r["model"] == "mlp" and r["batch"] == 512:
+            ok = r["frac"] >= 0.6
+            print(f"  mlp batch 512: {100 * r['frac']:.0f}% of the matmul limit vs >= 60%: "
+                  + ("met" if ok else f"MISSED by {100 * (0.6 - r['frac']):.0f} points"))
+    print(f"# load average at end: {load():.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,771 @@
+/* control.c - the batch controller: for each optimizer step, the micro-batch,
+ * the accumulation, the effective batch and the learning-rate scale, decided
+ * from the memory plan (a function handed in) and from what the trainer
+ * observed. Pure logic: no tensors, no model, no clock. docs/dynamic.md
+ * states the rules; the comments here say why. */
+#include "batchfit.h"
+#include "base/err.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Sizes past a bisection's answer that are also tried: a plan can be smaller
+ * at some m than at m - 1 (oneDNN picks another algorithm). */
+#define PROBE 8
+/* Micro-batches whose throughput is remembered (least recently used go). */
+#define NTPUT 32
+/* Measurements before a micro-batch's throughput is trusted. */
+#define TPUT_MIN 2
+/* The holdoff doubles on each flap up to this many times the configured one. */
+#define HOLDOFF_MAX_FACTOR 64
+
+typedef struct tput {
+    int m, n;        /* micro-batch, measurements (0: slot free) */
+    double rate;     /* EMA of samples per second of compute */
+    uint64_t used;   /* for replacement */
+} tput;
+
+struct bfit_controller {
+    bfit_controller_config cfg;
+    bfit_batch_point *sched;   /* our copy of cfg.schedule */
+    uint64_t capacity, free;   /* the last observed memory */
+    int m, E, E0;
+    bfit_noise noise;
+
+    int started, decided, observed, oom_step;
+    int64_t step;              /* the step last decided */
+    bfit_batch_decision d;     /* and its decision */
+
+    double scale;              /* lr scale of the last decision */
+    double ramp_from, ramp_to; /* the re-warmup ramp, from ramp_start on */
+    int64_t ramp_start;
+
+    int streak;                /* consecutive observations with room for a larger m */
+    int at_m;                  /* steps observed since m last changed */
+    int64_t hold_until;        /* no growth before this step */
+    int64_t holdoff;           /* the current holdoff (doubles on flapping) */
+    int64_t last_grow;         /* step of the last growth, -1: none */
+    int64_t last_E_change;
+
+    tput tp[NTPUT];
+    uint64_t tick;
+};
+
+/* ---- names and parsing --------------------------------------------------- */
+
+static const char *const rule_names[BFIT_LR_NRULES] = { "linear", "sqrt", "none" };
+static const char *const reason_names[BFIT_REASON_COUNT] = {
+    "", "start", "out of memory", "memory shrank", "memory freed", "throughput", "schedule", "noise scale"
+};
+
+int bfit_lr_rule_parse(const char *name, bfit_lr_rule *out)
+{
+    for (int r = 0; r < BFIT_LR_NRULES; r++) {
+        if (name && strcasecmp(name, rule_names[r]) == 0) {
+            *out = (bfit_lr_rule)r;
+            return BFIT_OK;
+        }
+    }
+    return bfit_fail(BFIT_EINVAL, "unknown lr scaling rule '%s' (valid: linear, sqrt, none)", name ? name : "");
+}
+
+const char *bfit_lr_rule_name(bfit_lr_rule rule)
+{
+    return (unsigned)rule < BFIT_LR_NRULES ? rule_names[rule] : "?";
+}
+
+double bfit_lr_rule_scale(bfit_lr_rule rule, double ratio)
+{
+    switch (rule) {
+    case BFIT_LR_LINEAR: return ratio;
+    case BFIT_LR_SQRT: return sqrt(ratio);
+    default: return 1.0;
+    }
+}
+
+const char *bfit_batch_reason_name(bfit_batch_reason r)
+{
+    return (unsigned)r < BFIT_REASON_COUNT ? reason_names[r] : "?";
+}
+
+/* A decimal integer at *p into *v (at most `limit`); advances *p. */
+static int parse_int(const char **p, int64_t limit, int64_t *v)
+{
+    const char *s = *p;
+    int64_t x = 0;
+
+    if (*s < '0' || *s > '9')
+        return -1;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        x = x * 10 + (*s - '0');
+        if (x > limit)
+            return -1;
+    }
+    *v = x;
+    *p = s;
+    return 0;
+}
+
+#define POS(p) ((int)((p) - text) + 1)
+
+int bfit_batch_schedule_parse(const char *text, bfit_batch_point *out, int max, int *n)
+{
+    const char *p = text;
+    int count = 0;
+
+    if (!text || !out || !n || max < 1)
+        return bfit_fail(BFIT_EINVAL, "batch schedule: no text or no room");
+    *n = 0;
+    for (;;) {
+        bfit_batch_point pt = {0};
+        int64_t v;
+
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == 'e' || *p == 'E') {
+            pt.by_epoch = 1;
+            p++;
+        }
+        if (parse_int(&p, INT64_MAX / 10, &v))
+            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected a step number or "
+                             "'e' and an epoch number (like 0:32,1000:64 or e0:32,e2:64)", text, POS(p));
+        pt.at = v;
+        if (*p != ':')
+            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected ':' after %s %lld",
+                             text, POS(p), pt.by_epoch ? "epoch" : "step", (long long)pt.at);
+        p++;
+        if (parse_int(&p, 0x7fffffff, &v) || v < 1)
+            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected a batch size "
+                             "from 1 to 2147483647", text, POS(p));
+        pt.batch = (int)v;
+        if (count > 0 && pt.by_epoch != out[count - 1].by_epoch)
+            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': point %d mixes epochs and steps "
+                             "(use one unit throughout)", text, count + 1);
+        if (count > 0 && pt.at <= out[count - 1].at)
+            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': point %d: %s %lld does not come after %lld",
+                             text, count + 1, pt.by_epoch ? "epoch" : "step", (long long)pt.at,
+                             (long long)out[count - 1].at);
+        if (count == max)
+            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': more than %d points", text, max);
+        out[count++] = pt;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\0')
+            break;
+        if (*p != ',')
+            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected ',' or the end",
+                             text, POS(p));
+        p++;
+    }
+    *n = count;
+    return BFIT_OK;
+}
+
+/* ---- configuration -------------------------------------------------------- */
+
+void bfit_controller_config_default(bfit_controller_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->rule = BFIT_LR_LINEAR;
+    cfg->rewarmup_steps = 100;
+    cfg->grow_after = 5;
+    cfg->grow_gain = 0.05;
+    cfg->shrink_holdoff = 50;
+    cfg->flap_window = 200;
+    cfg->tput_skip = 1;
+    cfg->tput_alpha = 0.3;
+    cfg->adapt_interval = 100;
+    cfg->adapt_factor = 2.0;
+    cfg->adapt_min_change = 0.1;
+    cfg->noise_alpha = 0.05;
+    cfg->noise_min_updates = 20;
+}
+
+static int check_schedule(const bfit_controller_config *cfg)
+{
+    const bfit_batch_point *s = cfg->schedule;
+
+    if (cfg->nschedule < 0 || (cfg->nschedule > 0 && !s))
+        return bfit_fail(BFIT_EINVAL, "controller: schedule of %d points without points", cfg->nschedule);
+    for (int i = 0; i < cfg->nschedule; i++) {
+        if (s[i].at < 0 || s[i].batch < 1)
+            return bfit_fail(BFIT_EINVAL, "controller: schedule point %d (%lld:%d) needs at >= 0 and batch >= 1",
+                             i + 1, (long long)s[i].at, s[i].batch);
+        if (i > 0 && (s[i].by_epoch != s[0].by_epoch || s[i].at <= s[i - 1].at))
+            return bfit_fail(BFIT_EINVAL, "controller: schedule point %d is not after point %d in the same unit",
+                             i + 1, i);
+    }
+    if (cfg->batch < 1 && (cfg->nschedule == 0 || s[0].at != 0))
+        return bfit_fail(BFIT_EINVAL, "controller: effective batch %d must be >= 1 (or the schedule must start "
+                         "at 0)", cfg->batch);
+    return BFIT_OK;
+}
+
+static int check_config(const bfit_controller_config *cfg)
+{
+    if (!cfg || !cfg->plan_bytes)
+        return bfit_fail(BFIT_EINVAL, "controller: no plan function");
+    if (!(cfg->margin >= 0 && cfg->margin < 1))
+        return bfit_fail(BFIT_EINVAL, "controller: margin %g must be in [0, 1)", cfg->margin);
+    if (cfg->micro_batch < 0)
+        return bfit_fail(BFIT_EINVAL, "controller: micro-batch %d must be 0 (auto) or >= 1", cfg->micro_batch);
+    if ((unsigned)cfg->rule >= BFIT_LR_NRULES)
+        return bfit_fail(BFIT_EINVAL, "controller: unknown lr scaling rule %d (valid: linear, sqrt, none)",
+                         (int)cfg->rule);
+    if (cfg->adaptive) {
+        if (cfg->nschedule)
+            return bfit_fail(BFIT_EINVAL, "controller: adaptive batch and a batch schedule exclude each other");
+        if (cfg->batch_min < 2 || cfg->batch_min > cfg->batch_max)
+            return bfit_fail(BFIT_EINVAL, "controller: adaptive batch needs 2 <= minimum <= maximum, got %d and %d",
+                             cfg->batch_min, cfg->batch_max);
+        if (cfg->batch && (cfg->batch < cfg->batch_min || cfg->batch > cfg->batch_max))
+            return bfit_fail(BFIT_EINVAL, "controller: initial batch %d is outside [%d, %d]", cfg->batch,
+                             cfg->batch_min, cfg->batch_max);
+    } else if (check_schedule(cfg) != BFIT_OK) {
+        return BFIT_EINVAL;
+    }
+    if (cfg->lr_ref_batch < 0 || cfg->rewarmup_steps < 0)
+        return bfit_fail(BFIT_EINVAL, "controller: lr reference batch %d and re-warmup steps %lld must be >= 0",
+                         cfg->lr_ref_batch, (long long)cfg->rewarmup_steps);
+    if (cfg->grow_after < 0 || cfg->shrink_holdoff < 0 || cfg->flap_window < 0 || cfg->tput_skip < 0)
+        return bfit_fail(BFIT_EINVAL, "controller: grow-after, holdoff, flap window and skip must be >= 0");
+    if (!(cfg->grow_gain >= 0 && isfinite(cfg->grow_gain)))
+        return bfit_fail(BFIT_EINVAL, "controller: growth gain %g must be finite and >= 0", cfg->grow_gain);
+    if (!(cfg->tput_alpha > 0 && cfg->tput_alpha <= 1) || !(cfg->noise_alpha > 0 && cfg->noise_alpha <= 1))
+        return bfit_fail(BFIT_EINVAL, "controller: EMA weights (throughput %g, noise %g) must be in (0, 1]",
+                         cfg->tput_alpha, cfg->noise_alpha);
+    if (cfg->adapt_interval < 1 || !(cfg->adapt_factor > 1 && isfinite(cfg->adapt_factor)) ||
+        !(cfg->adapt_min_change >= 0 && cfg->adapt_min_change < 1) || cfg->noise_min_updates < 1)
+        return bfit_fail(BFIT_EINVAL, "controller: adaptive needs interval >= 1 (got %lld), factor > 1 (%g), "
+                         "min change in [0, 1) (%g), noise updates >= 1 (%d)", (long long)cfg->adapt_interval,
+                         cfg->adapt_factor, cfg->adapt_min_change, cfg->noise_min_updates);
+    return BFIT_OK;
+}
+
+/* ---- memory --------------------------------------------------------------- */
+
+static uint64_t budget(const bfit_controller *c)
+{
+    return (uint64_t)((double)c->capacity * (1.0 - c->cfg.margin));
+}
+
+/* The one predicate: the whole step within the budget, its blocks within
+ * what is free. */
+static int fits(const bfit_controller *c, int m)
+{
+    uint64_t need = c->cfg.plan_bytes(c->cfg.plan_ud, m);
+
+    if (need == UINT64_MAX || need > budget(c))
+        return 0;
+    return need - (need < c->cfg.fixed_bytes ? need : c->cfg.fixed_bytes) <= c->free;
+}
+
+/* The largest m in [1, hi] that fits, 0 if none: bisection as if the plan
+ * grew with m, then PROBE sizes above its answer for the exceptions. */
+static int largest_fit(const bfit_controller *c, int hi)
+{
+    int lo = 0, top = hi, best;
+
+    if (hi < 1)
+        return 0;
+    if (fits(c, hi))
+        return hi;
+    while (top - lo > 1) { /* fits(lo) or lo == 0; !fits(top) */
+        int mid = lo + (top - lo) / 2;
+        if (fits(c, mid))
+            lo = mid;
+        else
+            top = mid;
+    }
+    best = lo;
+    for (int m = lo + 2; m <= lo + PROBE && m < hi; m++)
+        if (fits(c, m))
+            best = m;
+    return best;
+}
+
+/* The largest micro-batch E allows: at most E, the fixed one if set, and in
+ * adaptive mode half of E (rounded up) so every step has two micro-batches
+ * for the noise scale. */
+static int m_cap(const bfit_controller *c)
+{
+    int cap = c->E;
+
+    if (c->cfg.adaptive)
+        cap = (int)(((int64_t)c->E + 1) / 2);
+    if (c->cfg.micro_batch && c->cfg.micro_batch < cap)
+        cap = c->cfg.micro_batch;
+    return cap;
+}
+
+/* ---- throughput records ---------------------------------------------------- */
+
+static tput *tput_find(const bfit_controller *c, int m)
+{
+    for (int i = 0; i < NTPUT; i++)
+        if (c->tp[i].n && c->tp[i].m == m)
+            return (tput *)&c->tp[i];
+    return NULL;
+}
+
+static int measured(const bfit_controller *c, int m, double *rate)
+{
+    tput *t = tput_find(c, m);
+
+    if (!t || t->n < TPUT_MIN)
+        return 0;
+    if (rate)
+        *rate = t->rate;
+    return 1;
+}
+
+static void tput_record(bfit_controller *c, int m, double rate)
+{
+    tput *t = tput_find(c, m);
+
+    if (!t) {
+        t = &c->tp[0];
+        for (int i = 1; i < NTPUT && t->n; i++)
+            if (!c->tp[i].n || c->tp[i].used < t->used)
+                t = &c->tp[i];
+        *t = (tput){ .m = m };
+    }
+    t->rate = t->n ? t->rate + c->cfg.tput_alpha * (rate - t->rate) : rate;
+    t->n++;
+    t->used = ++c->tick;
+}
+
+/* ---- decisions ------------------------------------------------------------- */
+
+static void say(bfit_batch_decision *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(bfit_batch_decision *d, const char *fmt, ...)
+{
+    size_t n = strlen(d->why);
+    va_list ap;
+
+    if (n + 3 >= sizeof d->why)
+        return;
+    if (n)
+        n += (size_t)snprintf(d->why + n, sizeof d->why - n, "; ");
+    va_start(ap, fmt);
+    vsnprintf(d->why + n, sizeof d->why - n, fmt, ap);
+    va_end(ap);
+}
+
+/* Record a change's reason: the first one of a step is the decision's. */
+static void because(bfit_batch_decision *d, bfit_batch_reason r)
+{
+    if (d->reason == BFIT_REASON_NONE)
+        d->reason = r;
+}
+
+static void set_m(bfit_controller *c, int m)
+{
+    if (m != c->m) {
+        c->m = m;
+        c->at_m = 0;
+        c->streak = 0;
+    }
+}
+
+/* After any shrink: no growth for the holdoff, which doubles when the shrink
+ * undoes a growth of less than flap_window steps ago, so memory oscillating
+ * around a threshold makes the controller ever slower to follow it. */
+static void after_shrink(bfit_controller *c, int64_t step)
+{
+    int64_t base = c->cfg.shrink_holdoff;
+
+    if (c->last_grow >= 0 && step - c->last_grow <= c->cfg.flap_window) {
+        c->holdoff = c->holdoff * 2 > base * HOLDOFF_MAX_FACTOR ? base * HOLDOFF_MAX_FACTOR : c->holdoff * 2;
+    } else {
+        c->holdoff = base;
+    }
+    c->last_grow = -1;
+    c->hold_until = step + c->holdoff;
+    c->streak = 0;
+}
+
+static double scale_at(const bfit_controller *c, int64_t step)
+{
+    int64_t j = step - c->ramp_start + 1, W = c->cfg.rewarmup_steps;
+
+    if (j >= W)
+        return c->ramp_to;
+    return c->ramp_from + (c->ramp_to - c->ramp_from) * (double)j / (double)W;
+}
+
+/* E changed at `step`: a higher scale ramps up from the one in use, a lower
+ * one applies at once. */
+static void rescale(bfit_controller *c, int64_t step)
+{
+    double to = bfit_lr_rule_scale(c->cfg.rule, (double)c->E / (double)c->E0);
+
+    c->ramp_from = to > c->scale ? c->scale : to;
+    c->ramp_to = to;
+    c->ramp_start = step;
+}
+
+static int schedule_E(const bfit_controller *c, int64_t step, int epoch)
+{
+    int E = c->cfg.batch;
+
+    for (int i = 0; i < c->cfg.nschedule; i++) {
+        int64_t at = c->sched[i].by_epoch ? epoch : step;
+        if (c->sched[i].at <= at)
+            E = c->sched[i].batch;
+    }
+    return E;
+}
+
+/* Adaptive mode: toward the smoothed noise scale, within the bounds, by at
+ * most adapt_factor, only every adapt_interval steps and only for a change of
+ * at least adapt_min_change (small moves cost a re-warmup for nothing). */
+static int adaptive_E(bfit_controller *c, int64_t step, double *bn)
+{
+    double t, lo, hi;
+    int E = c->E;
+
+    if (step - c->last_E_change < c->cfg.adapt_interval || c->noise.n < c->cfg.noise_min_updates ||
+        bfit_noise_scale(&c->noise, bn) != BFIT_OK)
+        return E;
+    lo = E / c->cfg.adapt_factor;
+    hi = E * c->cfg.adapt_factor;
+    t = *bn < lo ? lo : *bn > hi ? hi : *bn;
+    t = t < c->cfg.batch_min ? c->cfg.batch_min : t > c->cfg.batch_max ? c->cfg.batch_max : t;
+    t = floor(t + 0.5);
+    if (fabs(t - E) < 1 || fabs(t - E) < c->cfg.adapt_min_change * E)
+        return E;
+    return (int)t;
+}
+
+/* Grow m if memory allows a larger one and (auto mode) it is unmeasured, or
+ * measured faster by grow_gain than the current m. A fixed micro-batch grows
+ * back to itself whenever memory allows. need_streak: require grow_after
+ * observations in a row with room (not after an E change, where the room
+ * was just observed). */
+static void try_grow(bfit_controller *c, int64_t step, int need_streak, bfit_batch_decision *d)
+{
+    int cap = m_cap(c), mc, best = 0, from = c->m;
+    double cur = 0, best_r = 0;
+
+    if (step < c->hold_until || c->m >= cap || (need_streak && c->streak < c->cfg.grow_after))
+        return;
+    mc = largest_fit(c, cap);
+    if (mc <= c->m)
+        return;
+    if (c->cfg.micro_batch || !measured(c, mc, NULL)) {
+        best = mc;
+    } else if (measured(c, c->m, &cur)) {
+        for (int i = 0; i < NTPUT; i++) {
+            int m = c->tp[i].m;
+            if (c->tp[i].n >= TPUT_MIN && m > c->m && m <= mc && c->tp[i].rate > best_r && fits(c, m)) {
+                best = m;
+                best_r = c->tp[i].rate;
+            }
+        }
+        if (best && best_r < cur * (1.0 + c->cfg.grow_gain))
+            best = 0;
+    }
+    if (!best)
+        return;
+    set_m(c, best);
+    c->last_grow = step;
+    because(d, BFIT_REASON_MEM_FREED);
+    if (c->cfg.micro_batch || !measured(c, best, NULL))
+        say(d, "memory freed: micro-batch %d -> %d", from, best);
+    else
+        say(d, "memory freed: micro-batch %d -> %d (measured %.4g vs %.4g samples/s)", from, best, best_r, cur);
+}
+
+/* Auto mode: a smaller m that fits and was measured faster by grow_gain
+ * replaces a measured m (a growth into an unmeasured size can turn out
+ * slower). */
+static void try_faster(bfit_controller *c, bfit_batch_decision *d)
+{
+    double cur = 0, best_r = 0;
+    int best = 0, from = c->m;
+
+    if (c->cfg.micro_batch || !measured(c, c->m, &cur))
+        return;
+    for (int i = 0; i < NTPUT; i++) {
+        int m = c->tp[i].m;
+        if (c->tp[i].n >= TPUT_MIN && m < c->m && c->tp[i].rate > best_r && fits(c, m)) {
+            best = m;
+            best_r = c->tp[i].rate;
+        }
+    }
+    if (!best || best_r < cur * (1.0 + c->cfg.grow_gain))
+        return;
+    set_m(c, best);
+    because(d, BFIT_REASON_THROUGHPUT);
+    say(d, "throughput: micro-batch %d -> %d (measured %.4g vs %.4g samples/s)", from, best, best_r, cur);
+}
+
+static void finish(bfit_controller *c, int64_t step, bfit_batch_decision *d)
+{
+    int64_t k = ((int64_t)c->E + c->m - 1) / c->m;
+
+    d->m = c->m;
+    d->k = (int)k;
+    d->last = (int)(c->E - (k - 1) * c->m);
+    d->batch = c->E;
+    d->lr_scale = c->scale;
+    d->split = c->m < c->E;
+    c->d = *d;
+    c->step = step;
+    c->decided = 1;
+    c->observed = 0;
+    c->oom_step = 0;
+}
+
+static int no_fit(bfit_controller *c, bfit_batch_decision *d, const char *when)
+{
+    char s1[32], s2[32], s3[32], s4[32];
+    uint64_t p1 = c->cfg.plan_bytes(c->cfg.plan_ud, 1);
+
+    d->m = d->k = d->last = 0;
+    return bfit_fail(BFIT_ENOMEM, "%s: even micro-batch 1 needs %s (%s of it for the step) but the budget is %s "
+                     "and %s is free for the step", when, bfit_format_size(p1, s1, sizeof s1),
+                     bfit_format_size(p1 >= c->cfg.fixed_bytes ? p1 - c->cfg.fixed_bytes : 0, s3, sizeof s3),
+                     bfit_format_size(budget(c), s2, sizeof s2),
+                     bfit_format_size(c->free, s4, sizeof s4));
+}
+
+/* The first decision: E from the schedule (or the configured one), m the
+ * largest that fits up to the cap. */
+static int start(bfit_controller *c, int64_t step, int epoch, bfit_batch_decision *d)
+{
+    int cap, m;
+
+    c->E = c->cfg.adaptive ? (c->cfg.batch ? c->cfg.batch : c->cfg.batch_min) : schedule_E(c, step, epoch);
+    cap = m_cap(c);
+    m = largest_fit(c, cap);
+    if (!m)
+        return no_fit(c, d, "controller");
+    set_m(c, m);
+    c->E0 = c->cfg.lr_ref_batch ? c->cfg.lr_ref_batch : c->E;
+    c->scale = c->ramp_from = c->ramp_to = bfit_lr_rule_scale(c->cfg.rule, (double)c->E / (double)c->E0);
+    c->ramp_start = step;
+    c->last_E_change = step;
+    d->reason = BFIT_REASON_START;
+    say(d, "start: batch %d, micro-batch %d%s", c->E, m, m < c->cfg.micro_batch ? " (the set one does not fit)" : "");
+    return BFIT_OK;
+}
+
+int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch_decision *d)
+{
+    bfit_batch_decision nd = {0};
+    int E, E_changed = 0, rc;
+    double bn = 0;
+
+    if (!c || !d || step < 0)
+        return bfit_fail(BFIT_EINVAL, "controller: next needs a controller, a decision and a step >= 0");
+    if (c->decided && step == c->step) {
+        *d = c->d;
+        return BFIT_OK;
+    }
+    if (c->decided && step < c->step)
+        return bfit_fail(BFIT_EINVAL, "controller: step %lld comes before step %lld", (long long)step,
+                         (long long)c->step);
+    nd.prev_m = c->m;
+    nd.prev_batch = c->E;
+    if (!c->started) {
+        rc = start(c, step, epoch, &nd);
+        if (rc != BFIT_OK) {
+            *d = nd;
+            return rc;
+        }
+        c->started = 1;
+    } else {
+        /* 1. the effective batch */
+        E = c->cfg.adaptive ? adaptive_E(c, step, &bn) : schedule_E(c, step, epoch);
+        if (E != c->E) {
+            because(&nd, c->cfg.adaptive ? BFIT_REASON_NOISE : BFIT_REASON_SCHEDULE);
+            if (c->cfg.adaptive)
+                say(&nd, "noise scale %.4g: batch %d -> %d", bn, c->E, E);
+            else
+                say(&nd, "schedule: batch %d -> %d", c->E, E);
+            c->E = E;
+            c->last_E_change = step;
+            rescale(c, step);
+            E_changed = 1;
+        }
+        /* 2. memory: shrink before an allocation fails */
+        if (!fits(c, c->m)) {
+            int from = c->m, m = largest_fit(c, c->m < m_cap(c) ? c->m : m_cap(c));
+            if (!m) {
+                *d = nd;
+                return no_fit(c, d, "memory shrank");
+            }
+            set_m(c, m);
+            after_shrink(c, step);
+            because(&nd, BFIT_REASON_MEM_SHRANK);
+            say(&nd, "memory shrank: micro-batch %d -> %d", from, m);
+        }
+        /* 3. a smaller E caps m; a larger one may let it grow */
+        if (c->m > m_cap(c)) {
+            int m = fits(c, m_cap(c)) ? m_cap(c) : largest_fit(c, m_cap(c));
+            say(&nd, "micro-batch %d -> %d", c->m, m);
+            set_m(c, m);
+        } else {
+            try_grow(c, step, !E_changed, &nd);
+        }
+        if (nd.reason == BFIT_REASON_NONE)
+            try_faster(c, &nd);
+        c->scale = scale_at(c, step);
+    }
+    finish(c, step, &nd);
+    *d = nd;
+    return BFIT_OK;
+}
+
+int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s)
+{
+    double compute;
+    int cap, rc;
+
+    if (!c || !s)
+        return bfit_fail(BFIT_EINVAL, "controller: observe needs a controller and stats");
+    if (!c->decided || c->observed)
+        return bfit_fail(BFIT_ESTATE, "controller: observe follows exactly one next() per step");
+    if (s->step != c->step)
+        return bfit_fail(BFIT_EINVAL, "controller: observed step %lld, but step %lld was decided",
+                         (long long)s->step, (long long)c->step);
+    if (s->samples < 0 || !(s->seconds >= 0) || !(s->data_seconds >= 0) || !isfinite(s->seconds))
+        return bfit_fail(BFIT_EINVAL, "controller: step %lld has %d samples in %g s (%g s data): not valid",
+                         (long long)s->step, s->samples, s->seconds, s->data_seconds);
+    if (s->nmicro < 0 || s->nmicro == 1 || (s->nmicro && (!s->micro_sqnorm || !s->micro_size)))
+        return bfit_fail(BFIT_EINVAL, "controller: %d micro-batch norms (0, or 2 and more with sizes)",
+                         s->nmicro);
+    if (s->nmicro) {
+        rc = bfit_noise_update_step(&c->noise, s->nmicro, s->micro_sqnorm, s->micro_size, s->full_sqnorm);
+        if (rc != BFIT_OK)
+            return rc;
+    }
+    c->observed = 1;
+    c->capacity = s->capacity;
+    c->free = s->free_bytes;
+    /* throughput of compute, not of data loading; not over a step that
+     * retried after an OOM (two sizes) or set up a new size */
+    compute = s->seconds - s->data_seconds;
+    if (++c->at_m > c->cfg.tput_skip && !c->oom_step && s->samples > 0 && compute > 0)
+        tput_record(c, c->m, s->samples / compute);
+    /* the streak of steps with room for a larger micro-batch */
+    cap = m_cap(c);
+    if (c->m < cap && largest_fit(c, cap) > c->m)
+        c->streak++;
+    else
+        c->streak = 0;
+    return BFIT_OK;
+}
+
+int bfit_controller_on_oom(bfit_controller *c, int failed_m, uint64_t free_bytes, uint64_t capacity,
+                           bfit_batch_decision *d)
+{
+    bfit_batch_decision nd;
+    int m, from;
+
+    if (!c || !d || failed_m < 1)
+        return bfit_fail(BFIT_EINVAL, "controller: on_oom needs a controller, a decision and the failed size");
+    if (!c->decided)
+        return bfit_fail(BFIT_ESTATE, "controller: an OOM before any decision");
+    c->capacity = capacity;
+    c->free = free_bytes;
+    c->oom_step = 1;
+    m = largest_fit(c, failed_m - 1 < m_cap(c) ? failed_m - 1 : m_cap(c));
+    if (!m) {
+        *d = c->d;
+        return no_fit(c, d, "out of memory");
+    }
+    from = c->m;
+    set_m(c, m);
+    after_shrink(c, c->step);
+    nd = c->d;
+    nd.reason = BFIT_REASON_OOM;
+    nd.prev_m = from;
+    nd.prev_batch = c->E;
+    nd.why[0] = '\0';
+    say(&nd, "out of memory at micro-batch %d: micro-batch %d -> %d", failed_m, from, m);
+    finish(c, c->step, &nd);
+    c->oom_step = 1;
+    *d = nd;
+    return BFIT_OK;
+}
+
+int bfit_controller_noise_scale(const bfit_controller *c, double *b_noise)
+{
+    if (!c || !b_noise)
+        return bfit_fail(BFIT_EINVAL, "controller: no controller or output");
+    return bfit_noise_scale(&c->noise, b_noise);
+}
+
+int bfit_controller_throughput(const bfit_controller *c, int m, double *samples_per_s)
+{
+    if (!c || !samples_per_s)
+        return bfit_fail(BFIT_EINVAL, "controller: no controller or output");
+    if (!measured(c, m, samples_per_s))
+        return bfit_fail(BFIT_ESTATE, "controller: micro-batch %d not measured yet", m);
+    return BFIT_OK;
+}
+
+int bfit_controller_new(const bfit_controller_config *cfg, bfit_controller **out)
+{
+    bfit_controller *c;
+    uint64_t p1;
+    int rc;
+
+    if (!out)
+        return bfit_fail(BFIT_EINVAL, "controller: no output");
+    *out = NULL;
+    rc = check_config(cfg);
+    if (rc != BFIT_OK)
+        return rc;
+    p1 = cfg->plan_bytes(cfg->plan_ud, 1);
+    if (p1 != UINT64_MAX && p1 < cfg->fixed_bytes)
+        return bfit_fail(BFIT_EINVAL, "controller: fixed bytes %llu exceed the plan at micro-batch 1 (%llu)",
+                         (unsigned long long)cfg->fixed_bytes, (unsigned long long)p1);
+    c = calloc(1, sizeof *c);
+    if (!c)
+        return bfit_fail(BFIT_ENOMEM, "controller: out of host memory");
+    c->cfg = *cfg;
+    if (cfg->nschedule) {
+        c->sched = malloc((size_t)cfg->nschedule * sizeof *c->sched);
+        if (!c->sched) {
+            rc = bfit_fail(BFIT_ENOMEM, "controller: out of host memory");
+            goto fail_free;
+        }
+        memcpy(c->sched, cfg->schedule, (size_t)cfg->nschedule * sizeof *c->sched);
+    }
+    c->cfg.schedule = c->sched;
+    c->capacity = cfg->capacity;
+    c->free = cfg->capacity > cfg->fixed_bytes ? cfg->capacity - cfg->fixed_bytes : 0;
+    c->holdoff = cfg->shrink_holdoff;
+    c->last_grow = -1;
+    bfit_noise_init(&c->noise, cfg->noise_alpha);
+    /* fail now, not at the first step, if nothing fits at all */
+    if (!fits(c, 1)) {
+        bfit_batch_decision d = {0};
+        rc = no_fit(c, &d, "controller");
+        goto fail_sched;
+    }
+    *out = c;
+    return BFIT_OK;
+
+fail_sched:
+    free(c->sched);
+fail_free:
+    free(c);
+    return rc;
+}
+
+void bfit_controller_free(bfit_controller *c)
+{
+    if (!c)
+        return;
+    free(c->sched);
+    free(c);
+}

@@ -1,0 +1,751 @@
+/* probe.c - the finder: the largest batch from the plan, confirmed by real
+ * steps against an arena whose capacity is the budget; the fastest batch
+ * from throughput measured on a ladder of sizes; the model left as found. */
+#include "base/err.h"
+#include "batch/probe.h"
+#include "nn/zoo.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_LIMIT (1 << 20)
+#define SYNTHETIC_COUNT 512 /* samples of --data synthetic; the stream cycles through them */
+
+bfit_probe_cfg bfit_probe_cfg_default(void)
+{
+    bfit_probe_cfg c;
+    memset(&c, 0, sizeof c);
+    c.margin = 0.1;
+    c.limit = DEFAULT_LIMIT;
+    c.ladder = 1;
+    c.warmup = 1;
+    c.repeats = 5;
+    c.tolerance = 0.05;
+    c.data_threshold = 0.2;
+    c.seed = 1;
+    return c;
+}
+
+bfit_find_cfg bfit_find_cfg_default(void)
+{
+    bfit_find_cfg c;
+    memset(&c, 0, sizeof c);
+    c.data = "fashion-mnist";
+    c.normalize = 1;
+    c.prefetch = 1;
+    c.seed = 1;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    c.probe = bfit_probe_cfg_default();
+    return c;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static const char *sz(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
+
+/* ---- what a probe holds -------------------------------------------------- */
+
+typedef struct probe {
+    bfit_model *M;
+    bfit_arena *arena;
+    const bfit_probe_cfg *cfg;
+    const bfit_optim_cfg *opt;
+    const bfit_dataset *d;
+    bfit_stream_cfg sc;
+    bfit_stream *s;
+    bfit_probe_result *res;
+    uint64_t step_budget;   /* what the plan may take: the budget less what others hold */
+    uint64_t micro;         /* steps run, for dropout seeds */
+    int *steps;             /* the counter the current phase charges */
+} probe;
+
+/* A stream that can give m samples in one take (prefetching guesses the
+ * next take is the size of the last, so one take per step keeps it useful). */
+static int ensure_stream(probe *p, int m)
+{
+    if (p->s && p->sc.max_take >= m)
+        return BFIT_OK;
+    bfit_stream_free(p->s);
+    p->s = NULL;
+    p->sc.max_take = m;
+    return bfit_stream_new(p->d, &p->sc, &p->s);
+}
+
+/* Fill the reserved input with m samples, going on to the next epoch when
+ * one ends (the limit may exceed the data set). */
+static int take_samples(probe *p, int m)
+{
+    float *x = bfit_model_input_x(p->M);
+    int32_t *y = bfit_model_input_labels(p->M);
+    int64_t numel = bfit_shape_numel(p->M->input);
+    int done = 0, empty = 0, rc;
+
+    while (done < m) {
+        int n = m - done < p->sc.max_take ? m - done : p->sc.max_take, got;
+        rc = bfit_stream_take(p->s, n, x + (int64_t)done * numel, y + done, &got);
+        if (rc != BFIT_OK)
+            return rc;
+        if (got == 0) {
+            if (empty++)
+                return bfit_fail(BFIT_ESTATE, "the data set %s gives no samples", bfit_dataset_source(p->d));
+            bfit_stream_next_epoch(p->s);
+            continue;
+        }
+        empty = 0;
+        done += got;
+    }
+    return BFIT_OK;
+}
+
+/* One micro-step at the reserved size: take, forward, backward. *secs and
+ * *wait get its wall time and the part spent in the stream. */
+static int run_step(probe *p, double *secs, double *wait)
+{
+    double t0 = now(), w0 = bfit_stream_wait_seconds(p->s), loss;
+    int rc;
+
+    (*p->steps)++;
+    rc = take_samples(p, p->M->m);
+    if (rc == BFIT_OK)
+        rc = bfit_model_forward(p->M, p->cfg->seed * 1000003ull + p->micro++, &loss, NULL);
+    if (rc == BFIT_OK)
+        rc = bfit_model_backward(p->M, 1.0f / (float)p->M->m);
+    if (secs)
+        *secs = now() - t0;
+    if (wait)
+        *wait = bfit_stream_wait_seconds(p->s) - w0;
+    return rc;
+}
+
+/* Reserve m from nothing, so the arena's peak is this step's. */
+static int reserve_fresh(probe *p, int m)
+{
+    bfit_model_unreserve(p->M);
+    bfit_arena_reset_peak(p->arena);
+    return bfit_model_reserve(p->M, m, 1);
+}
+
+static uint64_t measured_peak(const probe *p)
+{
+    bfit_arena_stats st;
+    bfit_arena_stats_get(p->arena, &st);
+    return st.peak - p->res->held_other;
+}
+
+/* ---- the doubling-then-bisecting search ---------------------------------- */
+
+/* Does a step of m fit? Sets *fits; returns a status for other failures. */
+typedef int (*fits_fn)(probe *p, int m, int *fits);
+
+/* Start at 1, double while it fits (up to limit), then bisect between the
+ * last fit and the first failure: what today's tools do by trial and error.
+ * *answer 0 when 1 does not fit; *refused: answer + 1 was tried and failed. */
+static int doubling_search(probe *p, fits_fn f, int limit, int *answer, int *trials, int *refused)
+{
+    int lo = 1, hi = 0, fits, rc;
+
+    *answer = 0;
+    *trials = 1;
+    *refused = 0;
+    rc = f(p, 1, &fits);
+    if (rc != BFIT_OK)
+        return rc;
+    if (!fits) {
+        *refused = 1;
+        return BFIT_OK;
+    }
+    while (lo < limit) {
+        int next = lo > limit / 2 ? limit : 2 * lo;
+        (*trials)++;
+        rc = f(p, next, &fits);
+        if (rc != BFIT_OK)
+            return rc;
+        if (!fits) {
+            hi = next;
+            break;
+        }
+        lo = next;
+    }
+    while (hi && hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        (*trials)++;
+        rc = f(p, mid, &fits);
+        if (rc != BFIT_OK)
+            return rc;
+        if (fits)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *answer = lo;
+    *refused = hi == lo + 1;
+    return BFIT_OK;
+}
+
+/* The search simulated: the arena refuses exactly what the plan exceeds. */
+static int fits_by_plan(probe *p, int m, int *fits)
+{
+    bfit_plan pl;
+    int rc = bfit_plan_compute(p->M, p->opt, m, 1, &pl);
+    *fits = rc == BFIT_OK && pl.peak <= p->step_budget;
+    return rc;
+}
+
+/* The search for real, one step per trial: the fallback when the plan is
+ * contradicted. */
+static int fits_by_step(probe *p, int m, int *fits)
+{
+    int rc;
+    *fits = 0;
+    rc = ensure_stream(p, m);
+    if (rc != BFIT_OK)
+        return rc;
+    rc = reserve_fresh(p, m);
+    if (rc == BFIT_ENOMEM) {
+        (*p->steps)++;
+        bfit_clear_error();
+        return BFIT_OK;
+    }
+    if (rc == BFIT_OK)
+        rc = run_step(p, NULL, NULL);
+    bfit_model_unreserve(p->M);
+    *fits = rc == BFIT_OK;
+    return rc;
+}
+
+/* ---- why nothing fits ---------------------------------------------------- */
+
+static int explain_no_fit(bfit_probe_result *r, double margin)
+{
+    const bfit_plan *p1 = &r->p1;
+    char a[32], b[32], c[32], d[32], e[32], f[32];
+    char other[96] = "";
+
+    if (r->held_other)
+        snprintf(other, sizeof other, " (of which %s is held by others)", sz(r->held_other, a));
+    if (p1->fixed + r->held_other > r->capacity) {
+        r->no_fit = BFIT_PROBE_FIXED_OVER_CAPACITY;
+        r->missing = p1->fixed + r->held_other - r->capacity;
+        return bfit_fail(BFIT_ENOMEM,
+                         "the model does not fit in %s%s at any batch size: its fixed part alone (parameters %s + "
+                         "gradients %s + optimizer state %s = %s) exceeds the memory by %s",
+                         sz(r->capacity, a), other, sz(p1->bytes[BFIT_MEM_PARAMS], b),
+                         sz(p1->bytes[BFIT_MEM_GRADS], c), sz(p1->bytes[BFIT_MEM_OPTIMIZER], d), sz(p1->fixed, e),
+                         sz(r->missing, f));
+    }
+    if (p1->fixed + r->held_other > r->budget) {
+        r->no_fit = BFIT_PROBE_FIXED_OVER_BUDGET;
+        r->missing = p1->fixed + r->held_other - r->budget;
+        return bfit_fail(BFIT_ENOMEM,
+                         "the model does not fit in the budget %s (memory %s less the %g%% margin)%s at any batch "
+                         "size: its fixed part alone (parameters, gradients, optimizer state) is %s, %s over",
+                         sz(r->budget, a), sz(r->capacity, b), 100 * margin, other, sz(p1->fixed, c),
+                         sz(r->missing, d));
+    }
+    r->no_fit = BFIT_PROBE_BATCH1_OVER_BUDGET;
+    r->missing = p1->peak + r->held_other - r->budget;
+    return bfit_fail(BFIT_ENOMEM,
+                     "not even batch 1 fits: it needs %s (fixed %s + step %s) but the budget is %s (memory %s less "
+                     "the %g%% margin)%s: %s missing",
+                     sz(p1->peak, a), sz(p1->fixed, b), sz(p1->step, c), sz(r->budget, d), sz(r->capacity, e),
+                     100 * margin, other, sz(r->missing, f));
+}
+
+/* ---- the phases ---------------------------------------------------------- */
+
+static void disagree(bfit_probe_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void disagree(bfit_probe_result *r, const char *fmt, ...)
+{
+    va_list ap;
+    size_t n = strlen(r->disagreement);
+    if (n + 4 >= sizeof r->disagreement)
+        return;
+    if (n)
+        n += (size_t)snprintf(r->disagreement + n, sizeof r->disagreement - n, "; ");
+    va_start(ap, fmt);
+    vsnprintf(r->disagreement + n, sizeof r->disagreement - n, fmt, ap);
+    va_end(ap);
+    r->plan_agrees = 0;
+}
+
+/* Confirm the plan's largest m: a real step at m, a refusal at m + 1. On a
+ * contradiction, find the answer by a real search. */
+static int confirm_largest(probe *p)
+{
+    bfit_probe_result *r = p->res;
+    int m = r->plan_m, rc, trials, refused, answer;
+    char a[32], b[32];
+
+    p->steps = &r->largest_steps;
+    rc = ensure_stream(p, m);
+    if (rc != BFIT_OK)
+        return rc;
+    rc = reserve_fresh(p, m);
+    if (rc == BFIT_OK) {
+        rc = run_step(p, NULL, NULL);
+        if (rc != BFIT_OK)
+            return rc;
+        r->measured_largest = measured_peak(p);
+        if (r->measured_largest != r->plan_largest.peak)
+            disagree(r, "at batch %d the step's measured peak is %llu bytes but the plan says %llu", m,
+                     (unsigned long long)r->measured_largest, (unsigned long long)r->plan_largest.peak);
+    } else if (rc == BFIT_ENOMEM) {
+        r->largest_steps++;
+        disagree(r, "the plan says batch %d needs %s and fits the budget %s, but reserving it failed (%s)", m,
+                 sz(r->plan_largest.peak, a), sz(r->budget, b), bfit_errmsg());
+        bfit_clear_error();
+    } else {
+        return rc;
+    }
+    bfit_model_unreserve(p->M);
+    if (m < r->limit) {
+        rc = reserve_fresh(p, m + 1);
+        r->largest_steps++;
+        if (rc == BFIT_OK) {
+            disagree(r, "the plan says batch %d needs %s, over the budget %s, but reserving it succeeded", m + 1,
+                     sz(r->plan_next.peak, a), sz(r->budget, b));
+        } else if (rc == BFIT_ENOMEM) {
+            r->next_refused = 1;
+            bfit_clear_error();
+        } else {
+            return rc;
+        }
+        bfit_model_unreserve(p->M);
+    }
+    if (r->plan_agrees) {
+        r->largest = m;
+        return BFIT_OK;
+    }
+
+    /* The plan was contradicted: a bug to report, not to hide. The answer
+     * comes from real steps, bounded by the doubling-then-bisecting search. */
+    rc = doubling_search(p, fits_by_step, r->limit, &answer, &trials, &refused);
+    if (rc != BFIT_OK)
+        return rc;
+    if (!answer)
+        return bfit_fail(BFIT_ENOMEM, "the plan says batch %d fits, but a real step does not fit even at batch 1 "
+                         "(%s)", m, r->disagreement);
+    r->largest = answer;
+    r->next_refused = refused;
+    rc = bfit_plan_compute(p->M, p->opt, answer, 1, &r->plan_largest);
+    if (rc == BFIT_OK && answer < r->limit)
+        rc = bfit_plan_compute(p->M, p->opt, answer + 1, 1, &r->plan_next);
+    if (rc == BFIT_OK)
+        rc = reserve_fresh(p, answer);
+    if (rc == BFIT_OK)
+        rc = run_step(p, NULL, NULL);
+    if (rc == BFIT_OK)
+        r->measured_largest = measured_peak(p);
+    bfit_model_unreserve(p->M);
+    return rc;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* Throughput at one size: warm-up steps, then the median of the measured. */
+static int measure_rung(probe *p, bfit_probe_rung *g, double *t, double *w)
+{
+    const bfit_probe_cfg *c = p->cfg;
+    double wsum = 0, tsum = 0;
+    int rc;
+
+    rc = reserve_fresh(p, g->m);
+    if (rc != BFIT_OK)
+        return bfit_fail_prefix(rc, "ladder at batch %d: ", g->m);
+    for (int i = 0; i < c->warmup + c->repeats; i++) {
+        rc = run_step(p, &t[i], &w[i]);
+        if (rc != BFIT_OK)
+            return rc;
+        bfit_model_zero_grads(p->M); /* gradients only add up here; keep them small */
+    }
+    g->measured_peak = measured_peak(p);
+    for (int i = c->warmup; i < c->warmup + c->repeats; i++) {
+        tsum += t[i];
+        wsum += w[i];
+    }
+    qsort(t + c->warmup, (size_t)c->repeats, sizeof *t, cmp_double);
+    g->step_s = c->repeats % 2 ? t[c->warmup + c->repeats / 2]
+                               : 0.5 * (t[c->warmup + c->repeats / 2 - 1] + t[c->warmup + c->repeats / 2]);
+    g->samples_per_s = g->step_s > 0 ? g->m / g->step_s : 0;
+    g->wait_share = tsum > 0 ? wsum / tsum : 0;
+    bfit_model_unreserve(p->M);
+    return BFIT_OK;
+}
+
+/* Sizes 1, 2, 4, ... below the largest, then the largest. */
+static int ladder(probe *p)
+{
+    bfit_probe_result *r = p->res;
+    double *t, *w;
+    int rc = BFIT_OK;
+
+    p->steps = &r->ladder_steps;
+    t = malloc(sizeof *t * (size_t)(p->cfg->warmup + p->cfg->repeats));
+    w = malloc(sizeof *w * (size_t)(p->cfg->warmup + p->cfg->repeats));
+    if (!t || !w) {
+        rc = bfit_fail(BFIT_ENOMEM, "probe: out of host memory");
+        goto out;
+    }
+    r->nrungs = 0;
+    for (int64_t m = 1; r->nrungs < BFIT_PROBE_MAX_RUNGS; m *= 2) {
+        bfit_probe_rung *g = &r->rungs[r->nrungs];
+        bfit_plan pl;
+        if (m >= r->largest)
+            m = r->largest;
+        memset(g, 0, sizeof *g);
+        g->m = (int)m;
+        rc = bfit_plan_compute(p->M, p->opt, g->m, 1, &pl);
+        if (rc != BFIT_OK)
+            goto out;
+        g->planned_peak = pl.peak;
+        /* oneDNN's scratch can make a smaller size plan more than the
+         * largest (plan.h); such a size cannot be the answer anyway */
+        if (pl.peak <= p->step_budget) {
+            rc = measure_rung(p, g, t, w);
+            if (rc != BFIT_OK)
+                goto out;
+            if (g->measured_peak != g->planned_peak)
+                disagree(r, "at batch %d the step's measured peak is %llu bytes but the plan says %llu", g->m,
+                         (unsigned long long)g->measured_peak, (unsigned long long)g->planned_peak);
+            r->nrungs++;
+        }
+        if (m == r->largest)
+            break;
+    }
+    bfit_probe_analyse(r, p->cfg->tolerance, p->cfg->data_threshold);
+out:
+    free(t);
+    free(w);
+    return rc;
+}
+
+void bfit_probe_analyse(bfit_probe_result *r, double tolerance, double data_threshold)
+{
+    r->best = r->recommended = 0;
+    r->data_share = 0;
+    r->data_bound = 0;
+    if (r->nrungs < 1)
+        return;
+    for (int i = 1; i < r->nrungs; i++)
+        if (r->rungs[i].samples_per_s > r->rungs[r->best].samples_per_s)
+            r->best = i;
+    for (int i = 0; i < r->nrungs; i++)
+        if (r->rungs[i].samples_per_s >= (1.0 - tolerance) * r->rungs[r->best].samples_per_s) {
+            r->recommended = i;
+            break;
+        }
+    r->data_share = r->rungs[r->recommended].wait_share;
+    r->data_bound = r->data_share > data_threshold;
+}
+
+/* ---- the probe ----------------------------------------------------------- */
+
+static int check_cfg(const bfit_probe_cfg *c)
+{
+    if (!(c->margin >= 0 && c->margin < 1))
+        return bfit_fail(BFIT_EINVAL, "margin must be in [0, 1), got %g", c->margin);
+    if (!(c->tolerance >= 0 && c->tolerance < 1))
+        return bfit_fail(BFIT_EINVAL, "tolerance must be in [0, 1), got %g", c->tolerance);
+    if (!(c->data_threshold > 0 && c->data_threshold <= 1))
+        return bfit_fail(BFIT_EINVAL, "data threshold must be in (0, 1], got %g", c->data_threshold);
+    if (c->limit < 0)
+        return bfit_fail(BFIT_EINVAL, "batch limit must be at least 1, got %d", c->limit);
+    if (c->warmup < 0 || c->warmup > 1000)
+        return bfit_fail(BFIT_EINVAL, "warm-up steps must be 0 to 1000, got %d", c->warmup);
+    if (c->repeats < 1 || c->repeats > 1000)
+        return bfit_fail(BFIT_EINVAL, "measured steps must be 1 to 1000, got %d", c->repeats);
+    return BFIT_OK;
+}
+
+/* Host copies of the parameters and gradients, to put back at the end. */
+typedef struct snapshot {
+    void *params, *grads;
+} snapshot;
+
+static int snapshot_take(bfit_model *M, snapshot *s)
+{
+    int rc = BFIT_OK;
+    s->params = malloc(M->param_bytes ? M->param_bytes : 1);
+    s->grads = malloc(M->grad_bytes ? M->grad_bytes : 1);
+    if (!s->params || !s->grads)
+        return bfit_fail(BFIT_ENOMEM, "probe: out of host memory for a copy of the parameters");
+    if (M->param_bytes)
+        rc = bfit_device_copy(M->dev, s->params, M->param_block, M->param_bytes);
+    if (rc == BFIT_OK && M->grad_bytes)
+        rc = bfit_device_copy(M->dev, s->grads, M->grad_block, M->grad_bytes);
+    return rc;
+}
+
+static int snapshot_restore(bfit_model *M, const snapshot *s)
+{
+    int rc = BFIT_OK;
+    if (M->param_bytes)
+        rc = bfit_device_copy(M->dev, M->param_block, s->params, M->param_bytes);
+    if (rc == BFIT_OK && M->grad_bytes)
+        rc = bfit_device_copy(M->dev, M->grad_block, s->grads, M->grad_bytes);
+    return rc;
+}
+
+/* Plan the largest batch, and the search it is compared with. */
+static int plan_phase(probe *p)
+{
+    bfit_probe_result *r = p->res;
+    int trials, refused, rc;
+
+    rc = bfit_plan_compute(p->M, p->opt, 1, 1, &r->p1);
+    if (rc != BFIT_OK)
+        return rc;
+    if (r->p1.peak > p->step_budget)
+        return explain_no_fit(r, p->cfg->margin);
+    rc = bfit_plan_max_batch(p->M, p->opt, 1, p->step_budget, r->limit, &r->plan_m, NULL);
+    if (rc != BFIT_OK)
+        return rc;
+    rc = bfit_plan_compute(p->M, p->opt, r->plan_m, 1, &r->plan_largest);
+    if (rc == BFIT_OK && r->plan_m < r->limit)
+        rc = bfit_plan_compute(p->M, p->opt, r->plan_m + 1, 1, &r->plan_next);
+    if (rc != BFIT_OK)
+        return rc;
+    rc = doubling_search(p, fits_by_plan, r->limit, &r->search_m, &trials, &refused);
+    r->search_trials = trials;
+    r->search_steps = trials * BFIT_PROBE_SEARCH_STEPS;
+    return rc;
+}
+
+int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *sc, const bfit_optim_cfg *opt,
+                   const bfit_probe_cfg *cfg, bfit_probe_result *res)
+{
+    probe p;
+    snapshot snap = {0};
+    bfit_optim *o = NULL;
+    uint64_t old_capacity, held;
+    int rc, restore_rc;
+    char a[32], b[32];
+
+    memset(res, 0, sizeof *res);
+    res->plan_agrees = 1;
+    if (!M || !d || !sc || !cfg)
+        return bfit_fail(BFIT_EINVAL, "probe: NULL argument");
+    rc = check_cfg(cfg);
+    if (rc != BFIT_OK)
+        return rc;
+    if (!M->dev || !M->param_block || (M->grad_bytes && !M->grad_block))
+        return bfit_fail(BFIT_ESTATE, "probe: the model needs its parameters and gradients allocated");
+    if (!bfit_shape_eq(bfit_dataset_shape(d), M->input))
+        return bfit_fail(BFIT_EINVAL, "the model takes inputs of %s but the data set %s has samples of %s",
+                         bfit_shape_str(M->input, a, sizeof a), bfit_dataset_source(d),
+                         bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
+    if (bfit_dataset_classes(d) > M->nclasses)
+        return bfit_fail(BFIT_EINVAL, "the model has %d class scores but the data set %s has %d classes",
+                         M->nclasses, bfit_dataset_source(d), bfit_dataset_classes(d));
+
+    memset(&p, 0, sizeof p);
+    p.M = M;
+    p.arena = M->dev->arena;
+    p.cfg = cfg;
+    p.opt = opt;
+    p.d = d;
+    p.sc = *sc;
+    p.res = res;
+    res->threads = M->dev->nthreads;
+    res->params = bfit_model_param_count(M);
+    res->input = M->input;
+    res->data_count = bfit_dataset_count(d);
+    res->limit = cfg->limit ? cfg->limit : DEFAULT_LIMIT;
+
+    bfit_model_unreserve(M);
+    old_capacity = bfit_arena_capacity(p.arena);
+    res->capacity = cfg->capacity ? cfg->capacity : old_capacity;
+    res->budget = bfit_plan_budget(res->capacity, cfg->margin);
+    {
+        bfit_arena_stats st;
+        bfit_arena_stats_get(p.arena, &st);
+        held = st.current;
+    }
+    res->held_other = held - M->param_bytes - (M->grad_block ? M->grad_bytes : 0);
+    p.step_budget = res->budget > res->held_other ? res->budget - res->held_other : 0;
+
+    rc = plan_phase(&p);
+    if (rc != BFIT_OK)
+        return rc;
+
+    rc = snapshot_take(M, &snap);
+    if (rc != BFIT_OK)
+        goto out;
+    bfit_arena_set_capacity(p.arena, res->budget);
+    if (opt) {
+        rc = bfit_optim_new(opt, M->trainable, M->ntrainable, p.arena, &o);
+        if (rc == BFIT_ENOMEM)
+            rc = bfit_fail(BFIT_ENOMEM, "the plan says the optimizer state (%s) fits the budget %s, but allocating "
+                           "it failed: the plan disagrees with the arena, a bug (%s)",
+                           sz(res->p1.bytes[BFIT_MEM_OPTIMIZER], a), sz(res->budget, b), bfit_errmsg());
+        if (rc != BFIT_OK)
+            goto out;
+    }
+    rc = confirm_largest(&p);
+    if (rc == BFIT_OK && cfg->ladder)
+        rc = ladder(&p);
+out:
+    bfit_model_unreserve(M);
+    bfit_stream_free(p.s);
+    bfit_optim_free(o);
+    bfit_arena_set_capacity(p.arena, old_capacity);
+    if (snap.params && snap.grads) {
+        restore_rc = snapshot_restore(M, &snap);
+        if (rc == BFIT_OK)
+            rc = restore_rc;
+    }
+    free(snap.params);
+    free(snap.grads);
+    return rc;
+}
+
+/* ---- `find`'s setup ------------------------------------------------------ */
+
+/* Random samples of the model's shape with labels 0..nclasses-1. */
+static int synthetic_data(const bfit_model *M, uint64_t seed, bfit_dataset **out)
+{
+    int64_t numel = bfit_shape_numel(M->input), n = (int64_t)SYNTHETIC_COUNT * numel;
+    float *x = malloc(sizeof *x * (size_t)n);
+    int32_t *y = malloc(sizeof *y * SYNTHETIC_COUNT);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    int rc;
+
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for %d synthetic samples", SYNTHETIC_COUNT);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24)) - 0.5f;
+    }
+    for (int i = 0; i < SYNTHETIC_COUNT; i++)
+        y[i] = i % M->nclasses;
+    rc = bfit_dataset_from_floats(M->input, SYNTHETIC_COUNT, M->nclasses, x, y, out);
+    free(x);
+    free(y);
+    return rc;
+}
+
+int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
+{
+    bfit_arena *arena = NULL;
+    bfit_device *dev = NULL;
+    bfit_graph_desc g;
+    bfit_model *M = NULL;
+    bfit_dataset *d = NULL;
+    bfit_probe_cfg pc = cfg->probe;
+    bfit_stream_cfg sc;
+    float *mean = NULL, *std = NULL;
+    uint64_t memory = cfg->memory;
+    int rc, synthetic;
+
+    memset(res, 0, sizeof *res);
+    memset(&g, 0, sizeof g);
+    rc = check_cfg(&cfg->probe);
+    if (rc == BFIT_OK)
+        rc = bfit_optim_cfg_check(&cfg->opt);
+    if (rc != BFIT_OK)
+        return rc;
+    if (!memory)
+        memory = bfit_host_available_memory();
+    if (!memory)
+        return bfit_fail(BFIT_EINVAL, "cannot tell the available memory: give the capacity");
+    rc = bfit_model_source_load(cfg->model, &g);
+    if (rc != BFIT_OK)
+        return rc;
+    arena = bfit_arena_new(memory, NULL);
+    if (!arena) {
+        rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
+        goto out;
+    }
+    rc = bfit_device_cpu_new(arena, cfg->threads, &dev);
+    if (rc == BFIT_OK)
+        rc = bfit_model_new(&g, dev, &M);
+    if (rc != BFIT_OK)
+        goto out;
+    res->threads = dev->nthreads;
+    res->params = bfit_model_param_count(M);
+    res->input = M->input;
+    res->capacity = memory;
+    res->budget = bfit_plan_budget(memory, pc.margin);
+
+    /* say why nothing fits before allocating parameters that may not fit */
+    rc = bfit_plan_compute(M, &cfg->opt, 1, 1, &res->p1);
+    if (rc != BFIT_OK)
+        goto out;
+    if (res->p1.peak > res->budget) {
+        rc = explain_no_fit(res, pc.margin);
+        goto out;
+    }
+
+    synthetic = !strcmp(cfg->data, "synthetic");
+    rc = synthetic ? synthetic_data(M, cfg->seed, &d) : bfit_dataset_load(cfg->data, 1, NULL, &d);
+    if (rc != BFIT_OK)
+        goto out;
+    if (!bfit_shape_eq(bfit_dataset_shape(d), M->input)) {
+        char a[32], b[32];
+        rc = bfit_fail(BFIT_EINVAL, "the model takes inputs of %s but the data set %s has samples of %s: give a "
+                       "data set of the model's shape, or synthetic data",
+                       bfit_shape_str(M->input, a, sizeof a), cfg->data,
+                       bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
+        goto out;
+    }
+    memset(&sc, 0, sizeof sc);
+    sc.seed = cfg->seed;
+    sc.shuffle = 1;
+    sc.max_take = 1;
+    sc.prefetch = cfg->prefetch;
+    sc.aug_crop_pad = cfg->augment ? 2 : 0;
+    sc.aug_hflip = cfg->augment;
+    if (cfg->normalize) {
+        bfit_shape ds = bfit_dataset_shape(d);
+        mean = calloc((size_t)ds.c, sizeof *mean);
+        std = calloc((size_t)ds.c, sizeof *std);
+        if (!mean || !std) {
+            rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
+            goto out;
+        }
+        rc = bfit_dataset_norm_stats(d, mean, std);
+        if (rc != BFIT_OK)
+            goto out;
+        sc.norm_mean = mean;
+        sc.norm_std = std;
+    }
+    rc = bfit_model_alloc_params(M, 1);
+    if (rc != BFIT_OK)
+        goto out;
+    bfit_model_init_params(M, cfg->seed);
+
+    pc.capacity = memory;
+    pc.seed = cfg->seed;
+    if (cfg->limit)
+        pc.limit = cfg->limit;
+    else if (synthetic)
+        pc.limit = DEFAULT_LIMIT;
+    else
+        pc.limit = bfit_dataset_count(d) < DEFAULT_LIMIT ? (int)bfit_dataset_count(d) : DEFAULT_LIMIT;
+    rc = bfit_probe_run(M, d, &sc, &cfg->opt, &pc, res);
+out:
+    free(mean);
+    free(std);
+    bfit_model_free(M);
+    bfit_dataset_free(d);
+    bfit_device_free(dev);
+    bfit_arena_free(arena);
+    bfit_graph_fini(&g);
+    return rc;
+}
