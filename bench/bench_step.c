@@ -32,6 +32,15 @@ static double now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* CPU seconds of the whole process: with one thread, a rate that the load
+ * of other processes hardly disturbs (for comparing changes on a busy box) */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -92,13 +101,14 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
     bfit_optim *opt = NULL;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     double *rate = calloc((size_t)reps, sizeof *rate), loss = 0;
+    double *cpu_rate = calloc((size_t)reps, sizeof *cpu_rate);
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     double t_step = 0;
     int rc, steps = 2;
 
     memset(&g, 0, sizeof g);
     arena = bfit_arena_new(bfit_host_available_memory(), NULL);
-    if (!arena || !rate) {
+    if (!arena || !rate || !cpu_rate) {
         rc = BFIT_ENOMEM;
         goto out;
     }
@@ -122,7 +132,7 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
     }
     for (int r = -1; r < reps; r++) {
         int n = r < 0 ? warmup : steps;
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         for (int s = 0; s < n; s++) {
             /* the trainer's step: reserve (a no-op at the same m), forward,
              * backward with the 1/E loss scale, optimizer, zero grads */
@@ -135,15 +145,16 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
             bfit_model_zero_grads(M);
             t_step = now() - t_step;
         }
-        if (r >= 0)
+        if (r >= 0) {
             rate[r] = (double)n * batch / (now() - t0);
-        else if (t_step > 0 && rep_s / t_step > steps)
+            cpu_rate[r] = (double)n * batch / (cpu_now() - c0);
+        } else if (t_step > 0 && rep_s / t_step > steps)
             steps = (int)(rep_s / t_step + 0.5);
     }
     printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
-           "warmup=%d threads=%d loss=%.4f\n",
+           "warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f\n",
            batch, median(rate, reps), step_flops_per_sample(M), maxrss_kib(), reps, steps, warmup,
-           dev->nthreads, loss / batch);
+           dev->nthreads, loss / batch, median(cpu_rate, reps));
 out:
     if (rc != BFIT_OK)
         fprintf(stderr, "bfit_bench: %s\n", bfit_errmsg());
@@ -153,6 +164,7 @@ out:
     bfit_device_free(dev);
     bfit_arena_free(arena);
     free(rate);
+    free(cpu_rate);
     return rc == BFIT_OK ? 0 : 1;
 }
 

@@ -219,7 +219,7 @@ typedef struct bfit_batch_decision {
     int batch;               /* E */
     double lr_scale;         /* multiplies the scheduled lr; see bfit_controller_next */
     bfit_batch_reason reason;/* BFIT_REASON_NONE when nothing changed */
-    int prev_m, prev_batch;  /* before this change (equal to m, batch if none) */
+    int prev_m, prev_batch;  /* before this decision (0 at the start) */
     int split;               /* m < E: layers with batch statistics (batch norm) see
                                 micro-batches, not E; the trainer warns once */
     char why[200];           /* for logs: "memory shrank: micro-batch 90 -> 50 (...)" */

@@ -114,7 +114,7 @@ static int parse_int(const char **p, int64_t limit, int64_t *v)
 
 int bfit_batch_schedule_parse(const char *text, bfit_batch_point *out, int max, int *n)
 {
-    const char *p = text;
+    const char *p = text, *q;
     int count = 0;
 
     if (!text || !out || !n || max < 1)
@@ -137,10 +137,10 @@ int bfit_batch_schedule_parse(const char *text, bfit_batch_point *out, int max, 
         if (*p != ':')
             return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected ':' after %s %lld",
                              text, POS(p), pt.by_epoch ? "epoch" : "step", (long long)pt.at);
-        p++;
+        q = ++p;
         if (parse_int(&p, 0x7fffffff, &v) || v < 1)
             return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected a batch size "
-                             "from 1 to 2147483647", text, POS(p));
+                             "from 1 to 2147483647", text, POS(q));
         pt.batch = (int)v;
         if (count > 0 && pt.by_epoch != out[count - 1].by_epoch)
             return bfit_fail(BFIT_EINVAL, "batch schedule '%s': point %d mixes epochs and steps "
@@ -265,27 +265,33 @@ static int fits(const bfit_controller *c, int m)
 }
 
 /* The largest m in [1, hi] that fits, 0 if none: bisection as if the plan
- * grew with m, then PROBE sizes above its answer for the exceptions. */
+ * grew with m, then PROBE sizes above its answer for the exceptions; one
+ * that fits restarts the bisection above it. Whatever it returns fits. */
 static int largest_fit(const bfit_controller *c, int hi)
 {
-    int lo = 0, top = hi, best;
+    int lo = 0, again = 1;
 
     if (hi < 1)
         return 0;
     if (fits(c, hi))
         return hi;
-    while (top - lo > 1) { /* fits(lo) or lo == 0; !fits(top) */
-        int mid = lo + (top - lo) / 2;
-        if (fits(c, mid))
-            lo = mid;
-        else
-            top = mid;
+    while (again) {
+        int top = hi; /* fits(lo) or lo == 0; !fits(top) */
+        while (top - lo > 1) {
+            int mid = lo + (top - lo) / 2;
+            if (fits(c, mid))
+                lo = mid;
+            else
+                top = mid;
+        }
+        again = 0;
+        for (int m = lo + 2; m <= lo + PROBE && m < hi; m++)
+            if (fits(c, m))
+                again = m;
+        if (again)
+            lo = again;
     }
-    best = lo;
-    for (int m = lo + 2; m <= lo + PROBE && m < hi; m++)
-        if (fits(c, m))
-            best = m;
-    return best;
+    return lo;
 }
 
 /* The largest micro-batch E allows: at most E, the fixed one if set, and in
@@ -552,7 +558,9 @@ static int start(bfit_controller *c, int64_t step, int epoch, bfit_batch_decisio
     c->ramp_start = step;
     c->last_E_change = step;
     d->reason = BFIT_REASON_START;
-    say(d, "start: batch %d, micro-batch %d%s", c->E, m, m < c->cfg.micro_batch ? " (the set one does not fit)" : "");
+    say(d, "start: batch %d, micro-batch %d", c->E, m);
+    if (c->cfg.micro_batch && m < cap)
+        say(d, "micro-batch %d does not fit", cap);
     return BFIT_OK;
 }
 
@@ -581,6 +589,11 @@ int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch
         }
         c->started = 1;
     } else {
+        /* nothing fits: fail before changing anything */
+        if (!fits(c, 1)) {
+            *d = nd;
+            return no_fit(c, d, "memory shrank");
+        }
         /* 1. the effective batch */
         E = c->cfg.adaptive ? adaptive_E(c, step, &bn) : schedule_E(c, step, epoch);
         if (E != c->E) {
@@ -597,10 +610,6 @@ int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch
         /* 2. memory: shrink before an allocation fails */
         if (!fits(c, c->m)) {
             int from = c->m, m = largest_fit(c, c->m < m_cap(c) ? c->m : m_cap(c));
-            if (!m) {
-                *d = nd;
-                return no_fit(c, d, "memory shrank");
-            }
             set_m(c, m);
             after_shrink(c, step);
             because(&nd, BFIT_REASON_MEM_SHRANK);

@@ -228,10 +228,20 @@ static int explain_no_fit(bfit_probe_result *r, double margin)
 {
     const bfit_plan *p1 = &r->p1;
     char a[32], b[32], c[32], d[32], e[32], f[32];
-    char other[96] = "";
+    char other[96] = "", budget[160], is_budget[170];
 
     if (r->held_other)
         snprintf(other, sizeof other, " (of which %s is held by others)", sz(r->held_other, a));
+    if (margin > 0)
+        snprintf(budget, sizeof budget, "the budget %s (memory %s less the %g%% margin)%s", sz(r->budget, a),
+                 sz(r->capacity, b), 100 * margin, other);
+    else
+        snprintf(budget, sizeof budget, "the memory %s%s", sz(r->capacity, a), other);
+    /* "the budget 1 MiB (...)" -> "the budget is 1 MiB (...)" */
+    {
+        char *sp = strchr(budget + 4, ' ');
+        snprintf(is_budget, sizeof is_budget, "%.*s is%s", (int)(sp - budget), budget, sp);
+    }
     if (p1->fixed + r->held_other > r->capacity) {
         r->no_fit = BFIT_PROBE_FIXED_OVER_CAPACITY;
         r->missing = p1->fixed + r->held_other - r->capacity;
@@ -246,18 +256,14 @@ static int explain_no_fit(bfit_probe_result *r, double margin)
         r->no_fit = BFIT_PROBE_FIXED_OVER_BUDGET;
         r->missing = p1->fixed + r->held_other - r->budget;
         return bfit_fail(BFIT_ENOMEM,
-                         "the model does not fit in the budget %s (memory %s less the %g%% margin)%s at any batch "
-                         "size: its fixed part alone (parameters, gradients, optimizer state) is %s, %s over",
-                         sz(r->budget, a), sz(r->capacity, b), 100 * margin, other, sz(p1->fixed, c),
-                         sz(r->missing, d));
+                         "the model does not fit in %s at any batch size: its fixed part alone (parameters, "
+                         "gradients, optimizer state) is %s, %s over",
+                         budget, sz(p1->fixed, c), sz(r->missing, d));
     }
     r->no_fit = BFIT_PROBE_BATCH1_OVER_BUDGET;
     r->missing = p1->peak + r->held_other - r->budget;
-    return bfit_fail(BFIT_ENOMEM,
-                     "not even batch 1 fits: it needs %s (fixed %s + step %s) but the budget is %s (memory %s less "
-                     "the %g%% margin)%s: %s missing",
-                     sz(p1->peak, a), sz(p1->fixed, b), sz(p1->step, c), sz(r->budget, d), sz(r->capacity, e),
-                     100 * margin, other, sz(r->missing, f));
+    return bfit_fail(BFIT_ENOMEM, "not even batch 1 fits: it needs %s (fixed %s + step %s) but %s: %s missing",
+                     sz(p1->peak, c), sz(p1->fixed, d), sz(p1->step, e), is_budget, sz(r->missing, f));
 }
 
 /* ---- the phases ---------------------------------------------------------- */
@@ -355,11 +361,18 @@ static int cmp_double(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-/* Throughput at one size: warm-up steps, then the median of the measured. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Throughput at one size: warm-up steps, then the medians of the measured
+ * step times and data-wait shares (a step disturbed by another process
+ * moves neither). */
 static int measure_rung(probe *p, bfit_probe_rung *g, double *t, double *w)
 {
     const bfit_probe_cfg *c = p->cfg;
-    double wsum = 0, tsum = 0;
     int rc;
 
     rc = reserve_fresh(p, g->m);
@@ -372,15 +385,11 @@ static int measure_rung(probe *p, bfit_probe_rung *g, double *t, double *w)
         bfit_model_zero_grads(p->M); /* gradients only add up here; keep them small */
     }
     g->measured_peak = measured_peak(p);
-    for (int i = c->warmup; i < c->warmup + c->repeats; i++) {
-        tsum += t[i];
-        wsum += w[i];
-    }
-    qsort(t + c->warmup, (size_t)c->repeats, sizeof *t, cmp_double);
-    g->step_s = c->repeats % 2 ? t[c->warmup + c->repeats / 2]
-                               : 0.5 * (t[c->warmup + c->repeats / 2 - 1] + t[c->warmup + c->repeats / 2]);
+    for (int i = c->warmup; i < c->warmup + c->repeats; i++)
+        w[i] = t[i] > 0 ? w[i] / t[i] : 0;
+    g->step_s = median(t + c->warmup, c->repeats);
     g->samples_per_s = g->step_s > 0 ? g->m / g->step_s : 0;
-    g->wait_share = tsum > 0 ? wsum / tsum : 0;
+    g->wait_share = median(w + c->warmup, c->repeats);
     bfit_model_unreserve(p->M);
     return BFIT_OK;
 }

@@ -276,9 +276,9 @@ static void print_human(const args *a, const bfit_probe_result *r)
     int file = bfit_model_source_is_file(a->c.model);
     int largest_budget = r->search_steps / 3;
 
-    printf("batchfit find: %s (%s) on %s: %s parameters, input %s, %d threads\n", a->c.model,
+    printf("batchfit find: %s (%s) on %s: %s parameters, input %s, %d thread%s\n", a->c.model,
            file ? "spec file" : "preset", a->c.data, thousands((double)r->params, b1, sizeof b1),
-           bfit_shape_str(r->input, sh, sizeof sh), r->threads);
+           bfit_shape_str(r->input, sh, sizeof sh), r->threads, r->threads == 1 ? "" : "s");
     printf("memory %s, margin %g%%: budget %s; optimizer %s; fixed part %s\n\n", fmt(r->capacity, b1),
            100 * a->c.probe.margin, fmt(r->budget, b2), optim_desc(&a->c.opt, b3, sizeof b3), fmt(r->p1.fixed, b4));
 
@@ -472,11 +472,15 @@ static void mem_unit(uint64_t max, double *div, const char **name)
 
 static void y_ticks(FILE *f, const axis *y, double step, double div, int decimals)
 {
+    char b[32];
     for (double v = 0; v <= y->hi * 1.0001; v += step) {
         double py = ax(y, v);
         fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", PL, py, PR, py);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" class=\"tick\">%.*f</text>\n", PL - 6, py + 4,
-                decimals, v / div);
+        if (decimals)
+            snprintf(b, sizeof b, "%.*f", decimals, v / div);
+        else
+            thousands(v / div, b, sizeof b);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" class=\"tick\">%s</text>\n", PL - 6, py + 4, b);
     }
 }
 
@@ -525,8 +529,9 @@ static void write_svg(FILE *f, const args *a, const bfit_probe_result *r)
     fprintf(f, "<text x=\"%d\" y=\"24\" class=\"title\">batchfit find: ", PL);
     xml_text(f, a->c.model);
     fprintf(f, ", memory %s, budget %s</text>\n", fmt(r->capacity, b1), fmt(r->budget, b2));
-    fprintf(f, "<text x=\"%d\" y=\"42\" class=\"note\">%d threads; largest batch %d, recommended %d (the smallest "
-               "within %g%% of the best throughput)</text>\n", PL, r->threads, r->largest, rec, 100 * tol);
+    fprintf(f, "<text x=\"%d\" y=\"42\" class=\"note\">%d thread%s; largest batch %d, recommended %d (the "
+               "smallest within %g%% of the best throughput)</text>\n", PL, r->threads, r->threads == 1 ? "" : "s",
+            r->largest, rec, 100 * tol);
 
     /* throughput panel */
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lab\" font-weight=\"bold\">training throughput (samples/s, "
@@ -535,8 +540,8 @@ static void write_svg(FILE *f, const args *a, const bfit_probe_result *r)
     x_ticks(f, &x, T1, B1, 1, r->largest);
     fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"#2ca02c\" fill-opacity=\"0.12\"/>\n", PL,
             ax(&y1, best), PR - PL, ax(&y1, best * (1 - tol)) - ax(&y1, best));
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" class=\"note\" fill=\"#2a7a2a\">within %g%% of the "
-               "best</text>\n", PR - 4, ax(&y1, best * (1 - tol)) + 13, 100 * tol);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"note\" fill=\"#2a7a2a\">within %g%% of the best</text>\n",
+            PL + 6, ax(&y1, best) - 5, 100 * tol);
     fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
     for (int i = 0; i < r->nrungs; i++)
         fprintf(f, "%.1f,%.1f ", ax(&x, log2(r->rungs[i].m)), ax(&y1, r->rungs[i].samples_per_s));
@@ -557,8 +562,6 @@ static void write_svg(FILE *f, const args *a, const bfit_probe_result *r)
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, T1, PL, B1);
 
     /* memory panel */
-    if (r->largest < r->limit && r->plan_next.peak > mmax)
-        mmax = r->plan_next.peak;
     mem_unit(mmax, &div, &unit);
     y2.lo = 0;
     step = nice_step((double)mmax * 1.05 / div, 5);
@@ -591,22 +594,20 @@ static void write_svg(FILE *f, const args *a, const bfit_probe_result *r)
         double px = ax(&x, log2(r->largest));
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d62728\" stroke-width=\"1.5\" "
                    "stroke-dasharray=\"5,4\"/>\n", px, T2, px, B2);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" class=\"note\" fill=\"#b22222\">largest %d</text>\n",
-                px - 5, B2 - 8, r->largest);
-        if (r->largest < r->limit) {
-            double nx = ax(&x, log2(r->largest + 1.0)), ny = ax(&y2, (double)r->plan_next.peak);
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"white\" stroke=\"#d62728\" stroke-width=\"2\"/>"
-                       "\n", nx, ny);
-        }
+        if (r->largest < r->limit)
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" class=\"note\" fill=\"#b22222\">largest %d "
+                       "(%d was refused)</text>\n", px - 5, B2 - 8, r->largest, r->largest + 1);
+        else
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" class=\"note\" fill=\"#b22222\">largest %d "
+                       "(the limit)</text>\n", px - 5, B2 - 8, r->largest);
     }
-    /* legend */
+    /* legend, in the lower left where the peaks are small */
     fprintf(f, "<g class=\"note\" transform=\"translate(%d,%d)\">"
                "<line x1=\"0\" y1=\"0\" x2=\"22\" y2=\"0\" stroke=\"#ff7f0e\" stroke-width=\"2\"/>"
                "<text x=\"28\" y=\"4\">planned peak</text>"
-               "<path d=\"M-4,14 l8,8 m0,-8 l-8,8\" transform=\"translate(11,0)\" stroke=\"#222\" stroke-width=\"1.5\"/>"
-               "<text x=\"28\" y=\"22\">measured peak (a real step)</text>"
-               "<circle cx=\"11\" cy=\"36\" r=\"5\" fill=\"white\" stroke=\"#d62728\" stroke-width=\"2\"/>"
-               "<text x=\"28\" y=\"40\">next size up: refused</text></g>\n", PL + 14, T2 + 40);
+               "<path d=\"M7,14 l8,8 m0,-8 l-8,8\" stroke=\"#222\" stroke-width=\"1.5\"/>"
+               "<text x=\"28\" y=\"22\">measured peak of a real step</text></g>\n",
+            PL + 14, T2 + (B2 - T2) * 2 / 5);
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, B2, PR, B2);
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, T2, PL, B2);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"lab\">micro-batch size (log2 scale)</text>\n",
@@ -674,17 +675,22 @@ static int save_svg(const char *path, const args *a, const bfit_probe_result *r)
 
 static int explain_failure(const args *a, const bfit_probe_result *r, int rc)
 {
-    char b1[32], b2[32];
-    if (rc == BFIT_ENOMEM && r->no_fit != BFIT_PROBE_FITS) {
-        uint64_t need = r->no_fit == BFIT_PROBE_BATCH1_OVER_BUDGET ? r->p1.peak : r->p1.fixed;
-        cli_error("%s: %s; batch 1 needs --memory of at least %s (%s with the %g%% margin)%s", a->c.model,
-                  bfit_errmsg(), fmt(r->p1.peak, b1), fmt(memory_for(r->p1.peak, a->c.probe.margin), b2),
-                  100 * a->c.probe.margin,
-                  r->p1.bytes[BFIT_MEM_OPTIMIZER] && need ? ", or hold less optimizer state: --optimizer sgd --momentum 0"
-                                                          : "");
+    char b1[32], b2[32], hint[160] = "";
+    double margin = a->c.probe.margin;
+
+    if (rc != BFIT_ENOMEM || r->no_fit == BFIT_PROBE_FITS) {
+        cli_error("%s", bfit_errmsg());
         return EXIT_FAIL;
     }
-    cli_error("%s", bfit_errmsg());
+    if (r->p1.bytes[BFIT_MEM_OPTIMIZER])
+        snprintf(hint, sizeof hint, ", or hold no optimizer state (%s of it): --optimizer sgd --momentum 0",
+                 fmt(r->p1.bytes[BFIT_MEM_OPTIMIZER], b1));
+    if (margin > 0)
+        cli_error("%s: %s; give --memory of at least %s for batch 1 (%s with --margin 0)%s", a->c.model, bfit_errmsg(),
+                  fmt(memory_for(r->p1.peak + r->held_other, margin), b1), fmt(r->p1.peak + r->held_other, b2), hint);
+    else
+        cli_error("%s: %s; give --memory of at least %s for batch 1%s", a->c.model, bfit_errmsg(),
+                  fmt(r->p1.peak + r->held_other, b1), hint);
     return EXIT_FAIL;
 }
 

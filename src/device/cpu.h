@@ -18,7 +18,7 @@ typedef struct cpu_device {
     dnnl_stream_t stream;
 } cpu_device;
 
-#define CPU_OP_MAXPRIM 4
+#define CPU_OP_MAXPRIM 5
 #define CPU_OP_MAXARGS 12 /* arguments of one execution, the scratchpad included */
 
 /* One prepared op. A family's init fills prim/pd (oneDNN) or nothing (plain
@@ -65,6 +65,19 @@ int cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_pri
  * or their being NULL, change): slot i's memory object is reused. */
 typedef struct cpu_arg { int arg; const void *ptr; const_dnnl_memory_desc_t md; } cpu_arg;
 int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what);
+
+/* Run the for statement given across the thread team when cond holds,
+ * else serially. Not an if() clause: a region with a false if() still
+ * makes a one-thread team, which libgomp allocates afresh whenever the
+ * last team had another size - a heap call per op in every step. */
+#define PAR_FOR_IF(cond, ...)                                                                      \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            _Pragma("omp parallel for") __VA_ARGS__                                                \
+        } else {                                                                                   \
+            __VA_ARGS__                                                                            \
+        }                                                                                          \
+    } while (0)
 
 /* Family initialisers: each sets op->run, op->ws, op->saved (and pd/prim). */
 int cpu_matmul_init(cpu_op *op);   /* MATMUL */

@@ -1,33 +1,49 @@
 /* cpu_conv.c - 2-d convolution on oneDNN: forward (optional bias), backward
- * data, backward weights (optional bias gradient), plain nchw/oihw layouts.
+ * data, backward weights (optional bias gradient). The caller's tensors are
+ * plain nchw/oihw.
  *
- * oneDNN overwrites diff_weights/diff_bias; with desc.accumulate the primitive
- * writes into temporaries placed after its scratchpad in the op's workspace
- * and those are added to the caller's buffers, so gradients sum over
- * micro-batches. Backward primitives need the forward pd as a hint: it sits
- * in pd[0] (no primitive), the backward one in pd[1]/prim[1]. */
+ * oneDNN's direct convolutions want blocked layouts (nChw16c, OIhw16i16o...):
+ * with plain ones it falls back to im2col + gemm, about half as fast here.
+ * So each op lets oneDNN choose its layouts ("any") and reorders the
+ * arguments that differ: inputs from plain into blocked buffers in the op's
+ * workspace before, the output back to plain after. The buffers are part of
+ * the workspace the op reports, so the plan counts them.
+ *
+ * oneDNN overwrites diff_weights/diff_bias; with desc.accumulate the weight
+ * gradient's reorder back to oihw adds into the caller's buffer (a sum
+ * post-op), or, where there is no reorder, the primitive writes temporaries
+ * in the workspace that are then added, as is the bias gradient, so
+ * gradients sum over micro-batches. Backward primitives need the forward pd
+ * as a hint: it sits in pd[P_FWD] (no primitive), the backward one in
+ * pd/prim[P_BWD]. */
 #include "base/err.h"
 #include "device/cpu.h"
 
-enum { P_FWD = 0, P_BWD = 1 };
+#include <stdint.h>
+#include <stdlib.h>
+
+/* pd/prim slots: the convolution, then the reorders of its two inputs and
+ * its output (absent where oneDNN keeps the plain layout) */
+enum { P_FWD = 0, P_BWD = 1, R_IN0 = 2, R_IN1 = 3, R_OUT = 4 };
+#define NONE SIZE_MAX
+
+/* Workspace map: [scratchpad (the largest of all the op's primitives')]
+ * then, from base, the blocked buffers and the accumulation temporaries. */
+typedef struct conv_ws {
+    size_t base;
+    size_t off[3];   /* R_IN0, R_IN1, R_OUT buffers, relative to base; NONE: no reorder */
+    size_t dw, db;   /* accumulation temporaries (backward weights), relative to base; NONE: unused */
+} conv_ws;
 
 static const dnnl_memory_desc_t *qmd(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int i)
 {
     return dnnl_primitive_desc_query_md(pd, what, i);
 }
 
-static size_t scratch_bytes(const_dnnl_primitive_desc_t pd)
-{
-    const dnnl_memory_desc_t *md = qmd(pd, dnnl_query_scratchpad_md, 0);
-    return md ? dnnl_memory_desc_get_size(md) : 0;
-}
-
 /* dst[i] += src[i]; parallel only where it pays. */
 static void add_into(float *dst, const float *src, int64_t n)
 {
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; i++)
-        dst[i] += src[i];
+    PAR_FOR_IF(n > 65536, for (int64_t i = 0; i < n; i++) dst[i] += src[i];);
 }
 
 static int64_t wnumel(const bfit_op_desc *d)
@@ -35,65 +51,137 @@ static int64_t wnumel(const bfit_op_desc *d)
     return d->u.conv.oc * d->u.conv.ic * d->u.conv.kh * d->u.conv.kw;
 }
 
+/* Reorder slot r from `from` to `to` (mds from the reorder's pd). */
+static int reorder(cpu_op *op, int r, const void *from, void *to, void *ws)
+{
+    const cpu_arg args[] = {
+        {DNNL_ARG_FROM, from, qmd(op->pd[r], dnnl_query_src_md, 0)},
+        {DNNL_ARG_TO, to, qmd(op->pd[r], dnnl_query_dst_md, 0)},
+    };
+    return cpu_exec(op, r, args, 2, ws, "convolution layout reorder");
+}
+
+/* An input of the convolution: the caller's plain buffer, or its blocked
+ * copy in the workspace after reorder slot r. */
+static int input(cpu_op *op, int r, const void *plain, void *ws, const void **out)
+{
+    const conv_ws *m = op->extra;
+    int rc;
+    *out = plain;
+    if (!op->prim[r])
+        return BFIT_OK;
+    *out = (char *)ws + m->base + m->off[r - R_IN0];
+    rc = reorder(op, r, plain, (void *)*out, ws);
+    return rc;
+}
+
+/* Where the convolution writes its output: the caller's buffer, or the
+ * blocked one that R_OUT then reorders into the caller's. */
+static void *output(cpu_op *op, void *plain, void *ws)
+{
+    const conv_ws *m = op->extra;
+    return op->prim[R_OUT] ? (char *)ws + m->base + m->off[2] : plain;
+}
+
+static int need_ws(const cpu_op *op, const bfit_op_args *a, const char *what)
+{
+    if (op->ws && !a->workspace)
+        return bfit_fail(BFIT_EINVAL, "%s: the workspace is required", what);
+    return BFIT_OK;
+}
+
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     dnnl_primitive_desc_t pd = op->pd[P_FWD];
-    cpu_arg args[] = {
-        {DNNL_ARG_SRC, a->src, qmd(pd, dnnl_query_src_md, 0)},
-        {DNNL_ARG_WEIGHTS, a->weights, qmd(pd, dnnl_query_weights_md, 0)},
-        {DNNL_ARG_BIAS, op->base.desc.u.conv.bias ? a->bias : NULL, qmd(pd, dnnl_query_weights_md, 1)},
-        {DNNL_ARG_DST, a->dst, qmd(pd, dnnl_query_dst_md, 0)},
-    };
+    const void *src, *w;
+    void *dst;
+    int rc;
+
     if (!a->src || !a->weights || !a->dst || (op->base.desc.u.conv.bias && !a->bias))
         return bfit_fail(BFIT_EINVAL, "conv forward: src, weights, dst (and bias) are required");
-    return cpu_exec(op, P_FWD, args, 4, a->workspace, "convolution forward");
+    if ((rc = need_ws(op, a, "conv forward")) != BFIT_OK || (rc = input(op, R_IN0, a->src, a->workspace, &src)) ||
+        (rc = input(op, R_IN1, a->weights, a->workspace, &w)))
+        return rc;
+    dst = output(op, a->dst, a->workspace);
+    {
+        const cpu_arg args[] = {
+            {DNNL_ARG_SRC, src, qmd(pd, dnnl_query_src_md, 0)},
+            {DNNL_ARG_WEIGHTS, w, qmd(pd, dnnl_query_weights_md, 0)},
+            {DNNL_ARG_BIAS, op->base.desc.u.conv.bias ? a->bias : NULL, qmd(pd, dnnl_query_weights_md, 1)},
+            {DNNL_ARG_DST, dst, qmd(pd, dnnl_query_dst_md, 0)},
+        };
+        rc = cpu_exec(op, P_FWD, args, 4, a->workspace, "convolution forward");
+    }
+    if (rc == BFIT_OK && op->prim[R_OUT])
+        rc = reorder(op, R_OUT, dst, a->dst, a->workspace);
+    return rc;
 }
 
 static int run_bwd_data(cpu_op *op, const bfit_op_args *a)
 {
     dnnl_primitive_desc_t pd = op->pd[P_BWD];
-    cpu_arg args[] = {
-        {DNNL_ARG_DIFF_DST, a->diff_dst, qmd(pd, dnnl_query_diff_dst_md, 0)},
-        {DNNL_ARG_WEIGHTS, a->weights, qmd(pd, dnnl_query_weights_md, 0)},
-        {DNNL_ARG_DIFF_SRC, a->diff_src, qmd(pd, dnnl_query_diff_src_md, 0)},
-    };
+    const void *dd, *w;
+    void *ds;
+    int rc;
+
     if (!a->diff_dst || !a->weights || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "conv backward data: diff_dst, weights, diff_src are required");
-    return cpu_exec(op, P_BWD, args, 3, a->workspace, "convolution backward data");
+    if ((rc = need_ws(op, a, "conv backward data")) != BFIT_OK ||
+        (rc = input(op, R_IN0, a->diff_dst, a->workspace, &dd)) ||
+        (rc = input(op, R_IN1, a->weights, a->workspace, &w)))
+        return rc;
+    ds = output(op, a->diff_src, a->workspace);
+    {
+        const cpu_arg args[] = {
+            {DNNL_ARG_DIFF_DST, dd, qmd(pd, dnnl_query_diff_dst_md, 0)},
+            {DNNL_ARG_WEIGHTS, w, qmd(pd, dnnl_query_weights_md, 0)},
+            {DNNL_ARG_DIFF_SRC, ds, qmd(pd, dnnl_query_diff_src_md, 0)},
+        };
+        rc = cpu_exec(op, P_BWD, args, 3, a->workspace, "convolution backward data");
+    }
+    if (rc == BFIT_OK && op->prim[R_OUT])
+        rc = reorder(op, R_OUT, ds, a->diff_src, a->workspace);
+    return rc;
 }
 
 static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
+    const conv_ws *m = op->extra;
     dnnl_primitive_desc_t pd = op->pd[P_BWD];
     int bias = d->u.conv.bias, rc;
-    void *dw = a->diff_weights, *db = bias ? a->diff_bias : NULL;
+    const void *src, *dd;
+    char *tmp = (char *)a->workspace + m->base;
+    void *dw, *db = bias ? a->diff_bias : NULL;
 
-    if (!a->src || !a->diff_dst || !dw || (bias && !db))
+    if (!a->src || !a->diff_dst || !a->diff_weights || (bias && !a->diff_bias))
         return bfit_fail(BFIT_EINVAL,
                          "conv backward weights: src, diff_dst, diff_weights (and diff_bias) are required");
-    if (d->accumulate) {
-        /* temporaries after the scratchpad, 64-byte aligned like every carve */
-        char *ws = a->workspace;
-        if (!ws)
-            return bfit_fail(BFIT_EINVAL, "conv backward weights: accumulate needs the workspace");
-        dw = ws + BFIT_ALIGN_UP(scratch_bytes(pd));
-        db = bias ? (char *)dw + BFIT_ALIGN_UP((size_t)wnumel(d) * sizeof(float)) : NULL;
-    }
+    if ((rc = need_ws(op, a, "conv backward weights")) != BFIT_OK ||
+        (rc = input(op, R_IN0, a->src, a->workspace, &src)) ||
+        (rc = input(op, R_IN1, a->diff_dst, a->workspace, &dd)))
+        return rc;
+    /* the blocked gradient (its reorder accumulates), or a temporary to add */
+    dw = output(op, m->dw != NONE ? tmp + m->dw : a->diff_weights, a->workspace);
+    if (bias && m->db != NONE)
+        db = tmp + m->db;
     {
-        cpu_arg args[] = {
-            {DNNL_ARG_SRC, a->src, qmd(pd, dnnl_query_src_md, 0)},
-            {DNNL_ARG_DIFF_DST, a->diff_dst, qmd(pd, dnnl_query_diff_dst_md, 0)},
+        const cpu_arg args[] = {
+            {DNNL_ARG_SRC, src, qmd(pd, dnnl_query_src_md, 0)},
+            {DNNL_ARG_DIFF_DST, dd, qmd(pd, dnnl_query_diff_dst_md, 0)},
             {DNNL_ARG_DIFF_WEIGHTS, dw, qmd(pd, dnnl_query_diff_weights_md, 0)},
             {DNNL_ARG_DIFF_BIAS, db, qmd(pd, dnnl_query_diff_weights_md, 1)},
         };
         rc = cpu_exec(op, P_BWD, args, 4, a->workspace, "convolution backward weights");
     }
-    if (rc != BFIT_OK || !d->accumulate)
+    if (rc != BFIT_OK)
         return rc;
-    add_into(a->diff_weights, dw, wnumel(d));
-    if (bias)
-        add_into(a->diff_bias, db, d->u.conv.oc);
+    if (op->prim[R_OUT] && (rc = reorder(op, R_OUT, dw, a->diff_weights, a->workspace)) != BFIT_OK)
+        return rc;
+    if (m->dw != NONE)
+        add_into(a->diff_weights, (const float *)(tmp + m->dw), wnumel(d));
+    if (bias && m->db != NONE)
+        add_into(a->diff_bias, (const float *)(tmp + m->db), d->u.conv.oc);
     return BFIT_OK;
 }
 
@@ -121,90 +209,196 @@ static int check_desc(const bfit_op_desc *d)
     return BFIT_OK;
 }
 
-int cpu_conv_init(cpu_op *op)
+/* Reorder slot r between the plain md and the one the convolution chose,
+ * if they differ, with a buffer for the chosen layout at *cursor (relative
+ * to the workspace's base). to_plain: an output (blocked -> plain); sum: add
+ * into the destination instead of overwriting it. */
+static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *chosen,
+                        int to_plain, int sum, size_t *cursor, size_t *scratch)
 {
-    const bfit_op_desc *d = &op->base.desc;
+    conv_ws *m = op->extra;
+    dnnl_primitive_attr_t attr;
+    dnnl_post_ops_t po = NULL;
+    dnnl_status_t s;
+    int rc;
+
+    m->off[r - R_IN0] = NONE;
+    if (dnnl_memory_desc_equal(plain, chosen))
+        return BFIT_OK;
+    if ((rc = cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
+        return rc;
+    if (sum) {
+        s = dnnl_post_ops_create(&po);
+        if (s == dnnl_success)
+            s = dnnl_post_ops_append_sum(po, 1.0f);
+        if (s == dnnl_success)
+            s = dnnl_primitive_attr_set_post_ops(attr, po);
+        if (po)
+            dnnl_post_ops_destroy(po);
+        if (s != dnnl_success) {
+            dnnl_primitive_attr_destroy(attr);
+            return cpu_dnnl_check(s, "reorder sum post-op");
+        }
+    }
+    s = dnnl_reorder_primitive_desc_create(&op->pd[r], to_plain ? chosen : plain, cpu_dev(op)->eng,
+                                           to_plain ? plain : chosen, cpu_dev(op)->eng, attr);
+    dnnl_primitive_attr_destroy(attr);
+    if (s != dnnl_success)
+        return cpu_dnnl_check(s, "convolution layout reorder");
+    {
+        const dnnl_memory_desc_t *smd = qmd(op->pd[r], dnnl_query_scratchpad_md, 0);
+        size_t sz = smd ? dnnl_memory_desc_get_size(smd) : 0;
+        if (sz > *scratch)
+            *scratch = sz;
+    }
+    CPU_TRY(dnnl_primitive_create(&op->prim[r], op->pd[r]), "convolution layout reorder primitive");
+    m->off[r - R_IN0] = *cursor;
+    *cursor += BFIT_ALIGN_UP(dnnl_memory_desc_get_size(chosen));
+    return BFIT_OK;
+}
+
+/* Memory descriptors of the op: plain ones (the caller's) and "any" ones
+ * for oneDNN to choose from. */
+typedef struct conv_mds {
+    dnnl_memory_desc_t src, w, b, dst;          /* plain */
+    dnnl_memory_desc_t src_any, w_any, dst_any;  /* format any, or plain where that is faster */
+} conv_mds;
+
+static int make_mds(const bfit_op_desc *d, conv_mds *md)
+{
     int64_t sd[4] = {d->u.conv.n, d->u.conv.ic, d->u.conv.ih, d->u.conv.iw};
     int64_t wd[4] = {d->u.conv.oc, d->u.conv.ic, d->u.conv.kh, d->u.conv.kw};
     int64_t dd[4] = {d->u.conv.n, d->u.conv.oc, d->u.conv.oh, d->u.conv.ow};
     int64_t bd[1] = {d->u.conv.oc};
-    dnnl_dims_t strides = {d->u.conv.sh, d->u.conv.sw}, pad = {d->u.conv.ph, d->u.conv.pw};
-    dnnl_memory_desc_t src, w, b, dst;
-    dnnl_convolution_desc_t fd, bdesc;
-    dnnl_primitive_attr_t attr;
-    dnnl_status_t s;
-    size_t hint_ws = 0, ws = 0;
-    int bias = d->u.conv.bias, rc;
+    dnnl_dims_t s4, w4, d4;
+    int rc;
 
-    rc = check_desc(d);
-    if (rc == BFIT_OK)
-        rc = cpu_md(&src, 4, sd);
-    if (rc == BFIT_OK)
-        rc = cpu_md(&w, 4, wd);
-    if (rc == BFIT_OK)
-        rc = cpu_md(&b, 1, bd);
-    if (rc == BFIT_OK)
-        rc = cpu_md(&dst, 4, dd);
-    if (rc != BFIT_OK)
+    if ((rc = cpu_md(&md->src, 4, sd)) != BFIT_OK || (rc = cpu_md(&md->w, 4, wd)) != BFIT_OK ||
+        (rc = cpu_md(&md->b, 1, bd)) != BFIT_OK || (rc = cpu_md(&md->dst, 4, dd)) != BFIT_OK)
         return rc;
+    md->src_any = md->src;
+    md->w_any = md->w;
+    md->dst_any = md->dst;
+    /* The gradient of a few-channel input in a 16-channel block is mostly
+     * padding (6x slower than plain for one channel, measured): backward
+     * data with ic < 16 stays plain. */
+    if (d->kind == BFIT_OP_CONV_BWD_DATA && d->u.conv.ic < 16)
+        return BFIT_OK;
+    for (int i = 0; i < 4; i++)
+        s4[i] = sd[i], w4[i] = wd[i], d4[i] = dd[i];
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->src_any, 4, s4, dnnl_f32, dnnl_format_tag_any), "conv src md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, 4, w4, dnnl_f32, dnnl_format_tag_any), "conv weights md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dst_any, 4, d4, dnnl_f32, dnnl_format_tag_any), "conv dst md");
+    return BFIT_OK;
+}
+
+/* The primitive for d->kind in its slot, its reorders, and the workspace
+ * map: scratch is the largest scratchpad, cursor the bytes after it. */
+static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr, size_t *scratch,
+                      size_t *cursor)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    conv_ws *m = op->extra;
+    dnnl_dims_t strides = {d->u.conv.sh, d->u.conv.sw}, pad = {d->u.conv.ph, d->u.conv.pw};
+    dnnl_convolution_desc_t fd, bdesc;
+    size_t hint_ws = 0;
+    int bias = d->u.conv.bias, acc = d->accumulate, rc;
+    const_dnnl_primitive_desc_t pd;
+
     /* padding_r = padding_l: oneDNN checks the output size with PyTorch's
      * floor division, and windows never reach the unused right padding */
-    CPU_TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &src, &w,
-                                               bias ? &b : NULL, &dst, strides, pad, pad),
+    CPU_TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &md->src_any,
+                                               &md->w_any, bias ? &md->b : NULL, &md->dst_any, strides, pad, pad),
             "convolution forward descriptor");
-    rc = cpu_attr_user_scratchpad(&attr);
+    rc = cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
+                       d->kind == BFIT_OP_CONV_FWD ? scratch : &hint_ws);
     if (rc != BFIT_OK)
         return rc;
-    rc = cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
-                       d->kind == BFIT_OP_CONV_FWD ? &ws : &hint_ws);
-    if (rc != BFIT_OK)
-        goto free_attr;
-
     switch (d->kind) {
     case BFIT_OP_CONV_FWD:
+        pd = op->pd[P_FWD];
+        CPU_TRY(dnnl_primitive_create(&op->prim[P_FWD], pd), "convolution primitive");
+        if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
+            (rc = plan_reorder(op, R_IN1, &md->w, qmd(pd, dnnl_query_weights_md, 0), 0, 0, cursor, scratch)) ||
+            (rc = plan_reorder(op, R_OUT, &md->dst, qmd(pd, dnnl_query_dst_md, 0), 1, 0, cursor, scratch)))
+            return rc;
         op->run = run_fwd;
-        s = dnnl_primitive_create(&op->prim[P_FWD], op->pd[P_FWD]);
-        break;
+        return BFIT_OK;
     case BFIT_OP_CONV_BWD_DATA:
-        s = dnnl_convolution_backward_data_desc_init(&bdesc, dnnl_convolution_direct, &src, &w, &dst, strides,
-                                                     pad, pad);
-        if (s != dnnl_success) {
-            rc = cpu_dnnl_check(s, "convolution backward data descriptor");
-            goto free_attr;
-        }
-        rc = cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
-        if (rc != BFIT_OK)
-            goto free_attr;
+        CPU_TRY(dnnl_convolution_backward_data_desc_init(&bdesc, dnnl_convolution_direct, &md->src_any, &md->w_any,
+                                                         &md->dst_any, strides, pad, pad),
+                "convolution backward data descriptor");
+        if ((rc = cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
+            return rc;
+        pd = op->pd[P_BWD];
+        CPU_TRY(dnnl_primitive_create(&op->prim[P_BWD], pd), "convolution primitive");
+        if ((rc = plan_reorder(op, R_IN0, &md->dst, qmd(pd, dnnl_query_diff_dst_md, 0), 0, 0, cursor, scratch)) ||
+            (rc = plan_reorder(op, R_IN1, &md->w, qmd(pd, dnnl_query_weights_md, 0), 0, 0, cursor, scratch)) ||
+            (rc = plan_reorder(op, R_OUT, &md->src, qmd(pd, dnnl_query_diff_src_md, 0), 1, 0, cursor, scratch)))
+            return rc;
         op->run = run_bwd_data;
-        s = dnnl_primitive_create(&op->prim[P_BWD], op->pd[P_BWD]);
-        break;
+        return BFIT_OK;
     case BFIT_OP_CONV_BWD_WEIGHTS:
-        s = dnnl_convolution_backward_weights_desc_init(&bdesc, dnnl_convolution_direct, &src, &w,
-                                                        bias ? &b : NULL, &dst, strides, pad, pad);
-        if (s != dnnl_success) {
-            rc = cpu_dnnl_check(s, "convolution backward weights descriptor");
-            goto free_attr;
+        CPU_TRY(dnnl_convolution_backward_weights_desc_init(&bdesc, dnnl_convolution_direct, &md->src_any,
+                                                            &md->w_any, bias ? &md->b : NULL, &md->dst_any,
+                                                            strides, pad, pad),
+                "convolution backward weights descriptor");
+        if ((rc = cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
+            return rc;
+        pd = op->pd[P_BWD];
+        CPU_TRY(dnnl_primitive_create(&op->prim[P_BWD], pd), "convolution primitive");
+        if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
+            (rc = plan_reorder(op, R_IN1, &md->dst, qmd(pd, dnnl_query_diff_dst_md, 0), 0, 0, cursor, scratch)) ||
+            (rc = plan_reorder(op, R_OUT, &md->w, qmd(pd, dnnl_query_diff_weights_md, 0), 1, acc, cursor,
+                               scratch)))
+            return rc;
+        /* without a reorder to accumulate through, temporaries are added */
+        m->dw = m->db = NONE;
+        if (acc && !op->prim[R_OUT]) {
+            m->dw = *cursor;
+            *cursor += BFIT_ALIGN_UP((size_t)wnumel(d) * sizeof(float));
         }
-        rc = cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
-        if (rc != BFIT_OK)
-            goto free_attr;
-        if (d->accumulate)
-            ws = BFIT_ALIGN_UP(ws) + BFIT_ALIGN_UP((size_t)wnumel(d) * sizeof(float)) +
-                 (bias ? BFIT_ALIGN_UP((size_t)d->u.conv.oc * sizeof(float)) : 0);
+        if (acc && bias) {
+            m->db = *cursor;
+            *cursor += BFIT_ALIGN_UP((size_t)d->u.conv.oc * sizeof(float));
+        }
         op->run = run_bwd_weights;
-        s = dnnl_primitive_create(&op->prim[P_BWD], op->pd[P_BWD]);
-        break;
+        return BFIT_OK;
     default:
-        rc = bfit_fail(BFIT_EINVAL, "cpu conv: op kind %d is not a convolution", (int)d->kind);
-        goto free_attr;
+        return bfit_fail(BFIT_EINVAL, "cpu conv: op kind %d is not a convolution", (int)d->kind);
     }
-    if (s != dnnl_success) {
-        rc = cpu_dnnl_check(s, "convolution primitive");
-        goto free_attr;
-    }
-    op->ws = ws;
-    op->saved = 0;
-free_attr:
+}
+
+static void fini(cpu_op *op)
+{
+    free(op->extra);
+    op->extra = NULL;
+}
+
+int cpu_conv_init(cpu_op *op)
+{
+    conv_mds md;
+    conv_ws *m;
+    dnnl_primitive_attr_t attr;
+    size_t scratch = 0, cursor = 0;
+    int rc;
+
+    if ((rc = check_desc(&op->base.desc)) != BFIT_OK || (rc = make_mds(&op->base.desc, &md)) != BFIT_OK)
+        return rc;
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return bfit_fail(BFIT_ENOMEM, "cpu conv: cannot allocate the op's record");
+    m->dw = m->db = NONE;
+    op->extra = m;
+    op->fini = fini;
+    if ((rc = cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
+        return rc;
+    rc = make_prims(op, &md, attr, &scratch, &cursor);
     dnnl_primitive_attr_destroy(attr);
-    return rc;
+    if (rc != BFIT_OK)
+        return rc;
+    m->base = BFIT_ALIGN_UP(scratch);
+    op->ws = cursor ? m->base + cursor : scratch;
+    op->saved = 0;
+    return BFIT_OK;
 }

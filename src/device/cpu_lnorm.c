@@ -59,11 +59,10 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     rc = cpu_exec(op, 0, args, 9, a->workspace, "layer norm backward");
     if (rc != BFIT_OK || !acc)
         return rc;
-#pragma omp parallel for if (cols > 16384)
-    for (int64_t j = 0; j < cols; j++) {
+    PAR_FOR_IF(cols > 16384, for (int64_t j = 0; j < cols; j++) {
         gs[j] += ds[j];
         gh[j] += dh[j];
-    }
+    });
     return BFIT_OK;
 }
 

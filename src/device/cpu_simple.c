@@ -13,6 +13,21 @@
 
 /* ---- REDUCE_ROWS: dst[N] (+)= sum over rows of src[M,N] ---- */
 
+static void reduce_block(const float *src, float *dst, int64_t M, int64_t N, int64_t b, int acc)
+{
+    double s[RED_BLOCK];
+    int64_t j0 = b * RED_BLOCK, nj = N - j0 < RED_BLOCK ? N - j0 : RED_BLOCK;
+    for (int64_t j = 0; j < nj; j++)
+        s[j] = 0;
+    for (int64_t i = 0; i < M; i++) {
+        const float *row = src + i * N + j0;
+        for (int64_t j = 0; j < nj; j++)
+            s[j] += row[j];
+    }
+    for (int64_t j = 0; j < nj; j++)
+        dst[j0 + j] = (float)(acc ? dst[j0 + j] + s[j] : s[j]);
+}
+
 static int run_reduce(cpu_op *op, const bfit_op_args *a)
 {
     int64_t M = op->base.desc.u.reduce.M, N = op->base.desc.u.reduce.N;
@@ -24,20 +39,7 @@ static int run_reduce(cpu_op *op, const bfit_op_args *a)
     if (!src || !dst)
         return bfit_fail(BFIT_EINVAL, "reduce rows: src and dst are required");
     /* column blocks: rows are read contiguously, each block summed in double */
-#pragma omp parallel for if (M * N > PAR_MIN)
-    for (int64_t b = 0; b < nblk; b++) {
-        double s[RED_BLOCK];
-        int64_t j0 = b * RED_BLOCK, nj = N - j0 < RED_BLOCK ? N - j0 : RED_BLOCK;
-        for (int64_t j = 0; j < nj; j++)
-            s[j] = 0;
-        for (int64_t i = 0; i < M; i++) {
-            const float *row = src + i * N + j0;
-            for (int64_t j = 0; j < nj; j++)
-                s[j] += row[j];
-        }
-        for (int64_t j = 0; j < nj; j++)
-            dst[j0 + j] = (float)(acc ? dst[j0 + j] + s[j] : s[j]);
-    }
+    PAR_FOR_IF(M * N > PAR_MIN, for (int64_t b = 0; b < nblk; b++) reduce_block(src, dst, M, N, b, acc););
     return BFIT_OK;
 }
 
@@ -52,9 +54,7 @@ static int run_add(cpu_op *op, const bfit_op_args *a)
     if (!x || !y || !dst)
         return bfit_fail(BFIT_EINVAL, "add: src, %s and dst are required",
                          op->base.desc.accumulate ? "dst (accumulating)" : "src2");
-#pragma omp parallel for simd if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = x[i] + y[i];
+    PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) dst[i] = x[i] + y[i];);
     return BFIT_OK;
 }
 
@@ -82,12 +82,11 @@ static int run_drop_fwd(cpu_op *op, const bfit_op_args *a)
 
     if (!x || !y || !mask)
         return bfit_fail(BFIT_EINVAL, "dropout forward: src, dst and saved (the mask) are required");
-#pragma omp parallel for if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
+    PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) {
         uint8_t k = (mix(s + (uint64_t)i) >> 32) >= thresh;
         mask[i] = k;
         y[i] = k ? x[i] * scale : 0.0f;
-    }
+    });
     return BFIT_OK;
 }
 
@@ -101,9 +100,7 @@ static int run_drop_bwd(cpu_op *op, const bfit_op_args *a)
 
     if (!dy || !dx || !mask)
         return bfit_fail(BFIT_EINVAL, "dropout backward: diff_dst, diff_src and saved (the mask) are required");
-#pragma omp parallel for simd if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+    PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) dx[i] = mask[i] ? dy[i] * scale : 0.0f;);
     return BFIT_OK;
 }
 
@@ -116,6 +113,21 @@ static int check_labels(const int32_t *labels, int64_t M, int64_t N)
             return bfit_fail(BFIT_EINVAL, "cross-entropy: label %d of sample %lld is outside [0, %lld)",
                              (int)labels[i], (long long)i, (long long)N);
     return BFIT_OK;
+}
+
+/* One row of XENT_FWD: probabilities, and the row's loss with labels. */
+static void xent_row(const float *xi, float *pi, int64_t N, const int32_t *labels, double *row_loss, int64_t i)
+{
+    float mx = xi[0];
+    double sum = 0;
+    for (int64_t j = 1; j < N; j++)
+        mx = xi[j] > mx ? xi[j] : mx;
+    for (int64_t j = 0; j < N; j++)
+        sum += exp((double)xi[j] - mx);
+    for (int64_t j = 0; j < N; j++)
+        pi[j] = (float)(exp((double)xi[j] - mx) / sum);
+    if (labels)
+        row_loss[i] = log(sum) + mx - xi[labels[i]];
 }
 
 /* XENT_FWD: dst = softmax(src) per row; with labels, *loss = sum of
@@ -139,21 +151,8 @@ static int run_xent_fwd(cpu_op *op, const bfit_op_args *a)
         if ((rc = check_labels(a->labels, M, N)) != BFIT_OK)
             return rc;
     }
-#pragma omp parallel for if (M * N > PAR_MIN)
-    for (int64_t i = 0; i < M; i++) {
-        const float *xi = x + i * N;
-        float *pi = p + i * N;
-        float mx = xi[0];
-        double sum = 0;
-        for (int64_t j = 1; j < N; j++)
-            mx = xi[j] > mx ? xi[j] : mx;
-        for (int64_t j = 0; j < N; j++)
-            sum += exp((double)xi[j] - mx);
-        for (int64_t j = 0; j < N; j++)
-            pi[j] = (float)(exp((double)xi[j] - mx) / sum);
-        if (a->labels)
-            row_loss[i] = log(sum) + mx - xi[a->labels[i]];
-    }
+    PAR_FOR_IF(M * N > PAR_MIN, for (int64_t i = 0; i < M; i++) xent_row(x + i * N, p + i * N, N,
+                                                                     a->labels, row_loss, i););
     if (a->labels) {
         for (int64_t i = 0; i < M; i++)
             total += row_loss[i];
@@ -176,12 +175,11 @@ static int run_xent_bwd(cpu_op *op, const bfit_op_args *a)
                                       "are required");
     if ((rc = check_labels(a->labels, M, N)) != BFIT_OK)
         return rc;
-#pragma omp parallel for if (M * N > PAR_MIN)
-    for (int64_t i = 0; i < M; i++) {
+    PAR_FOR_IF(M * N > PAR_MIN, for (int64_t i = 0; i < M; i++) {
         for (int64_t j = 0; j < N; j++)
             dx[i * N + j] = p[i * N + j] * s;
         dx[i * N + a->labels[i]] = (p[i * N + a->labels[i]] - 1.0f) * s;
-    }
+    });
     return BFIT_OK;
 }
 

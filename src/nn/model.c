@@ -91,8 +91,18 @@ int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_model **out)
         np += M->nodes[i].l->nparams;
     M->params = calloc((size_t)np + 1, sizeof *M->params);
     M->trainable = calloc((size_t)np + 1, sizeof *M->trainable);
-    if (!M->params || !M->trainable)
+    M->needs_grad = calloc((size_t)M->n + 1, 1);
+    if (!M->params || !M->trainable || !M->needs_grad)
         goto fail_nomem;
+    /* nodes are in topological order: one pass decides which values' gradients
+     * anything needs (a first layer's input gradient is wasted work) */
+    for (int i = 0; i < M->n; i++) {
+        const bfit_layer *L = M->nodes[i].l;
+        for (int k = 0; k < L->nparams; k++)
+            M->needs_grad[i + 1] |= L->params[k].trainable != 0;
+        for (int k = 0; k < L->nin; k++)
+            M->needs_grad[i + 1] |= M->needs_grad[M->nodes[i].in[k]];
+    }
     for (int i = 0; i < M->n; i++)
         for (int k = 0; k < M->nodes[i].l->nparams; k++) {
             bfit_param *p = &M->nodes[i].l->params[k];
@@ -129,6 +139,7 @@ void bfit_model_free(bfit_model *M)
     free(M->nodes);
     free(M->params);
     free(M->trainable);
+    free(M->needs_grad);
     free(M);
 }
 
@@ -515,12 +526,14 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
     for (int i = M->n - 1; i >= 0; i--) {
         bfit_layer *L = M->nodes[i].l;
         bfit_bwd_args a;
+        if (!M->needs_grad[i + 1])
+            continue; /* no parameter here or upstream: nothing to compute */
         memset(&a, 0, sizeof a);
         a.m = M->m;
         for (int k = 0; k < L->nin; k++) {
             int v = M->nodes[i].in[k];
             a.x[k] = yptr(M, v);
-            if (v > 0)
+            if (v > 0 && M->needs_grad[v])
                 a.dx[k] = M->lay.tmp_input[i] == k ? agrad(M, M->lay.tmp_off[i]) : agrad(M, M->lay.dy_off[v]);
         }
         a.y = yptr(M, i + 1);
@@ -532,7 +545,7 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
         rc = L->vt->backward(L, &a);
         if (rc != BFIT_OK)
             return bfit_fail_prefix(rc, "backward of layer %d (%s): ", i + 1, bfit_layer_kind_name(L->cfg.kind));
-        if (M->lay.tmp_input[i] >= 0) {
+        if (M->lay.tmp_input[i] >= 0 && M->needs_grad[M->nodes[i].in[M->lay.tmp_input[i]]]) {
             /* a value with two consumers: add this consumer's share in */
             int k = M->lay.tmp_input[i], v = M->nodes[i].in[k];
             float *dst = agrad(M, M->lay.dy_off[v]);

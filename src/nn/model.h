@@ -41,6 +41,8 @@ typedef struct bfit_model {
     int n;                 /* nodes, the loss last */
     bfit_node *nodes;
     int in0_consumers;     /* consumers of the model input */
+    unsigned char *needs_grad; /* per value: a trainable parameter upstream, so backward computes its
+                                  gradient (never the input's: PyTorch's requires_grad) */
     char source[256];
     /* parameters: one block each for values and gradients */
     int nparams, ntrainable;

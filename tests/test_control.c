@@ -1,0 +1,766 @@
+/* test_control.c - the batch controller driven by made-up observations, no
+ * tensors: the micro-batch from an affine plan (fixed + per_sample * m) and a
+ * capacity; OOM recovery to exactly the largest fitting m with E unchanged;
+ * accumulation that covers E exactly; shrinking when capacity drops and
+ * growing back only after the hysteresis and only when throughput favours
+ * it; no flapping; batch schedules with lr scaling and re-warmup; adaptive E
+ * following a made-up noise scale within bounds; a reason for every change;
+ * config and schedule-string errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "batchfit.h"
+
+/* ---- a made-up plan and a simulated trainer -------------------------------- */
+
+typedef struct plan {
+    uint64_t fixed, per;
+    int bump_at;      /* nonzero: m % bump_at == 0 costs `bump` more (a oneDNN algorithm) */
+    uint64_t bump;
+} plan;
+
+static uint64_t plan_bytes(void *ud, int m)
+{
+    plan *p = ud;
+    return p->fixed + p->per * (uint64_t)m + (p->bump_at && m % p->bump_at == 0 ? p->bump : 0);
+}
+
+/* The step cost in seconds per sample at micro-batch m: the per-test knob
+ * that makes a larger m faster or slower. */
+static double (*cost)(int m);
+static double cost_big_fast(int m) { return m >= 90 ? 1e-3 : 1.5e-3; }
+static double cost_big_slow(int m) { return m >= 90 ? 2e-3 : 1.5e-3; }
+static double cost_flat(int m) { return 1e-3; }
+
+typedef struct sim {
+    plan p;
+    bfit_controller_config cfg;
+    bfit_controller *c;
+    int64_t step;
+    int epoch;
+    uint64_t cap, other;          /* capacity for the next observation; bytes held by others */
+    uint64_t seen_cap, seen_free; /* what the controller last observed */
+    bfit_batch_decision prev;
+    int nchanges;                 /* decisions that changed m */
+    int64_t change_step[256];
+    int change_m[256];
+    double noise_g2, noise_s;     /* nonzero: report norms for this |G|^2 and tr(Sigma) */
+} sim;
+
+static uint64_t sim_free(const sim *s) { return s->cap > s->p.fixed + s->other ? s->cap - s->p.fixed - s->other : 0; }
+
+static void sim_config(sim *s, int E, uint64_t cap)
+{
+    memset(s, 0, sizeof *s);
+    s->p.fixed = 1000;
+    s->p.per = 100;
+    bfit_controller_config_default(&s->cfg);
+    s->cfg.plan_bytes = plan_bytes;
+    s->cfg.plan_ud = &s->p;
+    s->cfg.fixed_bytes = s->p.fixed;
+    s->cfg.capacity = cap;
+    s->cfg.batch = E;
+    s->cap = cap;
+    cost = cost_flat;
+}
+
+static void sim_start(sim *s)
+{
+    assert_int_equal(bfit_controller_new(&s->cfg, &s->c), BFIT_OK);
+    s->seen_cap = s->cfg.capacity;
+    s->seen_free = s->cfg.capacity - s->cfg.fixed_bytes;
+}
+
+static int fits_seen(const sim *s, int m)
+{
+    uint64_t need = plan_bytes((void *)&s->p, m);
+    return need <= (uint64_t)((double)s->seen_cap * (1 - s->cfg.margin)) && need - s->p.fixed <= s->seen_free;
+}
+
+/* What every decision must satisfy: k micro-batches of m, the last one
+ * 1..m, cover E exactly; it fits what was last observed; a change has a
+ * reason and a text, no change has none. */
+static void check_decision(sim *s, const bfit_batch_decision *d, int first)
+{
+    int changed = first || d->m != s->prev.m || d->batch != s->prev.batch;
+
+    assert_true(d->m >= 1 && d->m <= d->batch);
+    assert_int_equal((int64_t)(d->k - 1) * d->m + d->last, d->batch);
+    assert_true(d->last >= 1 && d->last <= d->m);
+    assert_int_equal(d->split, d->m < d->batch);
+    assert_true(fits_seen(s, d->m));
+    if (changed) {
+        assert_int_not_equal(d->reason, BFIT_REASON_NONE);
+        assert_true(strlen(d->why) > 0);
+        assert_int_equal(d->prev_m, first ? 0 : s->prev.m);
+        assert_int_equal(d->prev_batch, first ? 0 : s->prev.batch);
+    } else {
+        assert_int_equal(d->reason, BFIT_REASON_NONE);
+        assert_string_equal(d->why, "");
+    }
+    if (first)
+        assert_int_equal(d->reason, BFIT_REASON_START);
+    if (!first && d->m != s->prev.m && s->nchanges < 256) {
+        s->change_step[s->nchanges] = s->step;
+        s->change_m[s->nchanges++] = d->m;
+    }
+}
+
+/* One optimizer step: decide, check, observe. */
+static bfit_batch_decision sim_step(sim *s)
+{
+    bfit_batch_decision d;
+    bfit_step_stats st = {0};
+    double g2m[1024];
+    int size[1024];
+
+    assert_int_equal(bfit_controller_next(s->c, s->step, s->epoch, &d), BFIT_OK);
+    check_decision(s, &d, s->step == 0);
+    s->prev = d;
+    st.step = s->step;
+    st.epoch = s->epoch;
+    st.samples = d.batch;
+    st.data_seconds = 0.25; /* not compute: must not count */
+    st.seconds = d.batch * cost(d.m) + st.data_seconds;
+    st.capacity = s->cap;
+    st.free_bytes = sim_free(s);
+    if (s->noise_g2 > 0) {
+        /* the expected squared norms for this |G|^2 and tr(Sigma) */
+        assert_true(d.k >= 2 && d.k <= 1024);
+        for (int j = 0; j < d.k; j++) {
+            size[j] = j == d.k - 1 ? d.last : d.m;
+            g2m[j] = s->noise_g2 + s->noise_s / size[j];
+        }
+        st.nmicro = d.k;
+        st.micro_sqnorm = g2m;
+        st.micro_size = size;
+        st.full_sqnorm = s->noise_g2 + s->noise_s / d.batch;
+    }
+    assert_int_equal(bfit_controller_observe(s->c, &st), BFIT_OK);
+    s->seen_cap = st.capacity;
+    s->seen_free = st.free_bytes;
+    s->step++;
+    return d;
+}
+
+static void sim_run(sim *s, int64_t until)
+{
+    while (s->step < until)
+        sim_step(s);
+}
+
+/* ---- the micro-batch from the plan ----------------------------------------- */
+
+static void test_auto_micro_batch(void **st)
+{
+    static const struct {
+        int E, fixed_m;
+        double margin;
+        int m, k, last;
+    } cases[] = {
+        { 256, 0, 0.0, 90, 3, 76 },   /* 1000 + 100 * 90 = 10000 exactly */
+        { 256, 0, 0.1, 80, 4, 16 },   /* budget 9000 */
+        { 64, 0, 0.0, 64, 1, 64 },    /* E fits whole */
+        { 256, 32, 0.0, 32, 8, 32 },  /* fixed micro-batch */
+        { 256, 128, 0.0, 90, 3, 76 }, /* fixed but too big: what fits */
+        { 91, 0, 0.0, 90, 2, 1 },     /* last micro-batch of 1 */
+    };
+    (void)st;
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sim s;
+        bfit_batch_decision d;
+        sim_config(&s, cases[i].E, 10000);
+        s.cfg.margin = cases[i].margin;
+        s.cfg.micro_batch = cases[i].fixed_m;
+        sim_start(&s);
+        d = sim_step(&s);
+        assert_int_equal(d.m, cases[i].m);
+        assert_int_equal(d.k, cases[i].k);
+        assert_int_equal(d.last, cases[i].last);
+        assert_int_equal(d.batch, cases[i].E);
+        assert_true(d.lr_scale == 1.0);
+        /* the largest: one more does not fit the budget */
+        if (d.m < cases[i].E && d.m != cases[i].fixed_m)
+            assert_false(fits_seen(&s, d.m + 1));
+        bfit_controller_free(s.c);
+    }
+}
+
+static void test_accumulation_covers_E(void **st)
+{
+    (void)st;
+    for (int E = 1; E <= 300; E += 7) {
+        for (uint64_t cap = 1100; cap <= 40000; cap += 3100) {
+            sim s;
+            bfit_batch_decision d;
+            sim_config(&s, E, cap);
+            sim_start(&s);
+            d = sim_step(&s); /* check_decision asserts (k-1)m + last = E */
+            assert_int_equal(d.m, E < (int)((cap - 1000) / 100) ? E : (int)((cap - 1000) / 100));
+            bfit_controller_free(s.c);
+        }
+    }
+}
+
+static void test_non_affine_plan_fits(void **st)
+{
+    sim s;
+    bfit_batch_decision d;
+    (void)st;
+    /* every 16th size needs 2000 bytes more: 80 (9000 + 2000) does not fit,
+     * the bisection may land low, the probes find 90 */
+    sim_config(&s, 256, 10000);
+    s.p.bump_at = 16;
+    s.p.bump = 2000;
+    sim_start(&s);
+    d = sim_step(&s);
+    assert_int_equal(d.m, 90);
+    assert_true(fits_seen(&s, d.m));
+    bfit_controller_free(s.c);
+    sim_config(&s, 256, 9500);
+    s.p.bump_at = 16;
+    s.p.bump = 2000;
+    sim_start(&s);
+    d = sim_step(&s);
+    assert_int_equal(d.m, 85);
+    bfit_controller_free(s.c);
+}
+
+/* ---- out of memory ------------------------------------------------------- */
+
+static void test_oom_shrinks_to_largest_fitting(void **st)
+{
+    sim s;
+    bfit_batch_decision d, o;
+    (void)st;
+    sim_config(&s, 256, 10000);
+    s.cfg.rule = BFIT_LR_LINEAR;
+    s.cfg.lr_ref_batch = 128;
+    sim_start(&s);
+    sim_run(&s, 3);
+    assert_int_equal(bfit_controller_next(s.c, 3, 0, &d), BFIT_OK);
+    assert_int_equal(d.m, 90);
+    assert_true(d.lr_scale == 2.0);
+    /* a co-tenant took memory: 4000 bytes free for the step blocks */
+    assert_int_equal(bfit_controller_on_oom(s.c, 90, 4000, 10000, &o), BFIT_OK);
+    assert_int_equal(o.m, 40); /* 40 * 100 = 4000 <= 4000 < 4100 */
+    assert_int_equal(o.batch, 256);
+    assert_int_equal(o.k, 7);
+    assert_int_equal(o.last, 16);
+    assert_int_equal(o.reason, BFIT_REASON_OOM);
+    assert_int_equal(o.prev_m, 90);
+    assert_true(o.lr_scale == d.lr_scale);
+    assert_non_null(strstr(o.why, "out of memory"));
+    /* asking again for the same step gives the shrunk decision */
+    assert_int_equal(bfit_controller_next(s.c, 3, 0, &d), BFIT_OK);
+    assert_int_equal(d.m, 40);
+    /* the last, smaller micro-batch can fail too: below it, even with room */
+    assert_int_equal(bfit_controller_on_oom(s.c, 16, 100000, 1000000, &o), BFIT_OK);
+    assert_int_equal(o.m, 15);
+    assert_int_equal(o.batch, 256);
+    /* nothing fits: an error and m = 0 */
+    assert_int_equal(bfit_controller_on_oom(s.c, 15, 50, 10000, &o), BFIT_ENOMEM);
+    assert_int_equal(o.m, 0);
+    assert_non_null(strstr(bfit_errmsg(), "even micro-batch 1"));
+    assert_int_equal(bfit_controller_on_oom(s.c, 1, 1000000, 10000000, &o), BFIT_ENOMEM);
+    bfit_controller_free(s.c);
+}
+
+/* ---- capacity changes, growth, hysteresis, throughput ---------------------- */
+
+/* 90 at 10000 bytes; capacity 6000 drops it to 50 at step 20; capacity comes
+ * back in the observation of step `back`. G = 5, N = 10. Returns the step m
+ * grew back at (-1: never within 300 steps). */
+static int64_t drop_and_return(double (*c)(int), int64_t back, sim *s)
+{
+    int64_t grew = -1;
+
+    sim_config(s, 256, 10000);
+    s->cfg.grow_after = 5;
+    s->cfg.shrink_holdoff = 10;
+    sim_start(s);
+    cost = c;
+    sim_run(s, 19);
+    s->cap = 6000; /* observed after step 19 */
+    sim_run(s, 20);
+    {
+        bfit_batch_decision d = sim_step(s); /* step 20 */
+        assert_int_equal(d.m, 50);
+        assert_int_equal(d.reason, BFIT_REASON_MEM_SHRANK);
+        assert_int_equal(d.batch, 256);
+        assert_non_null(strstr(d.why, "memory shrank"));
+    }
+    sim_run(s, back);
+    s->cap = 10000;
+    while (s->step < 300) {
+        bfit_batch_decision d = sim_step(s);
+        if (d.m != 50 && grew < 0) {
+            assert_int_equal(d.m, 90);
+            assert_int_equal(d.reason, BFIT_REASON_MEM_FREED);
+            grew = s->step - 1;
+        }
+    }
+    return grew;
+}
+
+static void test_capacity_drop_shrinks_and_grows_back_when_faster(void **st)
+{
+    sim s;
+    double r50, r90;
+    (void)st;
+    /* back early: the holdoff (shrink at 20, N = 10) binds */
+    assert_int_equal(drop_and_return(cost_big_fast, 24, &s), 30);
+    assert_int_equal(bfit_controller_throughput(s.c, 50, &r50), BFIT_OK);
+    assert_int_equal(bfit_controller_throughput(s.c, 90, &r90), BFIT_OK);
+    assert_true(fabs(r90 - 1000) < 1e-6 && fabs(r50 - 1000 / 1.5) < 1e-6); /* data time excluded */
+    assert_int_equal(s.nchanges, 2);
+    bfit_controller_free(s.c);
+    /* back late: G = 5 observations with room (steps 40..44) */
+    assert_int_equal(drop_and_return(cost_big_fast, 40, &s), 45);
+    bfit_controller_free(s.c);
+}
+
+static void test_capacity_return_no_growth_when_slower(void **st)
+{
+    sim s;
+    (void)st;
+    assert_int_equal(drop_and_return(cost_big_slow, 24, &s), -1);
+    assert_int_equal(s.prev.m, 50);
+    assert_int_equal(s.nchanges, 1);
+    bfit_controller_free(s.c);
+}
+
+static void test_unmeasured_growth_then_fall_back(void **st)
+{
+    sim s;
+    bfit_batch_decision d;
+    (void)st;
+    /* start small: 90 was never measured, so growth tries it ... */
+    sim_config(&s, 256, 6000);
+    s.cfg.grow_after = 3;
+    sim_start(&s);
+    cost = cost_big_slow;
+    sim_run(&s, 10);
+    assert_int_equal(s.prev.m, 50);
+    s.cap = 10000; /* observed after step 10 */
+    sim_run(&s, 13);  /* observations 10, 11, 12: streak 3 */
+    d = sim_step(&s); /* step 13 */
+    assert_int_equal(d.m, 90);
+    assert_int_equal(d.reason, BFIT_REASON_MEM_FREED);
+    assert_non_null(strstr(d.why, "50 -> 90"));
+    /* ... finds it slower (step 13 not measured, 14 and 15 are), goes back
+     * to 50 for throughput, and stays there */
+    sim_run(&s, 16);
+    d = sim_step(&s);
+    assert_int_equal(d.m, 50);
+    assert_int_equal(d.reason, BFIT_REASON_THROUGHPUT);
+    sim_run(&s, 400);
+    assert_int_equal(s.prev.m, 50);
+    assert_int_equal(s.nchanges, 2);
+    bfit_controller_free(s.c);
+}
+
+static void test_no_flapping(void **st)
+{
+    sim s;
+    int64_t gap = 0;
+    (void)st;
+    /* capacity alternating every step: one shrink, never a growth */
+    sim_config(&s, 256, 10000);
+    s.cfg.grow_after = 5;
+    s.cfg.shrink_holdoff = 10;
+    sim_start(&s);
+    cost = cost_big_fast;
+    for (int i = 0; i < 500; i++) {
+        s.cap = i % 2 ? 6000 : 10000;
+        sim_step(&s);
+    }
+    assert_int_equal(s.nchanges, 1);
+    assert_int_equal(s.change_m[0], 50);
+    bfit_controller_free(s.c);
+
+    /* a slow oscillation, 20 steps each way: memory forces every shrink, but
+     * each growth that is undone soon doubles the wait before the next */
+    sim_config(&s, 256, 10000);
+    s.cfg.grow_after = 5;
+    s.cfg.shrink_holdoff = 10;
+    s.cfg.flap_window = 100;
+    sim_start(&s);
+    cost = cost_big_fast;
+    for (int i = 0; i < 1000; i++) {
+        s.cap = (i / 20) % 2 ? 6000 : 10000;
+        sim_step(&s);
+    }
+    print_message("%d micro-batch changes in 1000 steps\n", s.nchanges);
+    assert_true(s.nchanges >= 4 && s.nchanges <= 14);
+    /* the gaps between growths grow */
+    for (int i = 3; i < s.nchanges; i += 2) {
+        assert_int_equal(s.change_m[i], 90);
+        assert_true(s.change_step[i] - s.change_step[i - 2] >= gap);
+        gap = s.change_step[i] - s.change_step[i - 2];
+    }
+    assert_true(gap >= 160);
+    bfit_controller_free(s.c);
+}
+
+static void test_another_tenant_in_free_bytes(void **st)
+{
+    sim s;
+    bfit_batch_decision d;
+    (void)st;
+    /* capacity unchanged, but someone else holds 3000 bytes: the step
+     * blocks get what is free */
+    sim_config(&s, 256, 10000);
+    sim_start(&s);
+    sim_run(&s, 4);
+    s.other = 3000;
+    sim_run(&s, 5);
+    d = sim_step(&s);
+    assert_int_equal(d.m, 60);
+    assert_int_equal(d.reason, BFIT_REASON_MEM_SHRANK);
+    /* capacity below the fixed part: nothing fits, an error */
+    s.cap = 900;
+    s.other = 0;
+    sim_run(&s, 7);
+    assert_int_equal(bfit_controller_next(s.c, 7, 0, &d), BFIT_ENOMEM);
+    assert_int_equal(d.m, 0);
+    assert_non_null(strstr(bfit_errmsg(), "memory shrank"));
+    bfit_controller_free(s.c);
+}
+
+/* ---- schedules and learning-rate scaling ------------------------------------ */
+
+static void expect_scale(double got, double want)
+{
+    if (fabs(got - want) > 1e-12)
+        fail_msg("lr scale %.15g, expected %.15g", got, want);
+}
+
+static void test_schedule_and_lr_rules(void **st)
+{
+    const bfit_lr_rule rules[3] = { BFIT_LR_LINEAR, BFIT_LR_SQRT, BFIT_LR_NONE };
+    bfit_batch_point pts[BFIT_BATCH_SCHEDULE_MAX];
+    int n;
+    (void)st;
+    assert_int_equal(bfit_batch_schedule_parse("0:32,100:64,200:128,300:32", pts, BFIT_BATCH_SCHEDULE_MAX, &n),
+                     BFIT_OK);
+    assert_int_equal(n, 4);
+    for (int r = 0; r < 3; r++) {
+        sim s;
+        double s2, s4;
+        bfit_batch_decision d;
+        sim_config(&s, 0, 1000000);
+        s.cfg.schedule = pts;
+        s.cfg.nschedule = n;
+        s.cfg.micro_batch = 16;
+        s.cfg.rule = rules[r];
+        s.cfg.rewarmup_steps = 10;
+        sim_start(&s);
+        s2 = bfit_lr_rule_scale(rules[r], 2);
+        s4 = bfit_lr_rule_scale(rules[r], 4);
+        expect_scale(s2, r == 0 ? 2 : r == 1 ? sqrt(2) : 1);
+        for (int64_t t = 0; t < 400; t++) {
+            d = sim_step(&s);
+            assert_int_equal(d.m, 16);
+            if (t < 100) {
+                assert_int_equal(d.batch, 32);
+                expect_scale(d.lr_scale, 1);
+            } else if (t < 200) {
+                assert_int_equal(d.batch, 64);
+                assert_int_equal(d.k, 4);
+                /* the j-th step with the new E: old + (new - old) j / W */
+                expect_scale(d.lr_scale, t < 110 ? 1 + (s2 - 1) * (double)(t - 99) / 10 : s2);
+            } else if (t < 300) {
+                assert_int_equal(d.batch, 128);
+                expect_scale(d.lr_scale, t < 210 ? s2 + (s4 - s2) * (double)(t - 199) / 10 : s4);
+            } else {
+                /* down: at once */
+                assert_int_equal(d.batch, 32);
+                expect_scale(d.lr_scale, 1);
+            }
+            if (t == 100 || t == 200 || t == 300) {
+                assert_int_equal(d.reason, BFIT_REASON_SCHEDULE);
+                assert_non_null(strstr(d.why, "schedule"));
+            }
+        }
+        assert_int_equal(s.nchanges, 0);
+        bfit_controller_free(s.c);
+    }
+}
+
+static void test_schedule_by_epoch_and_micro_batch(void **st)
+{
+    bfit_batch_point pts[BFIT_BATCH_SCHEDULE_MAX];
+    bfit_batch_decision d;
+    sim s;
+    int n;
+    (void)st;
+    assert_int_equal(bfit_batch_schedule_parse(" e0:32 , e2:64 ", pts, BFIT_BATCH_SCHEDULE_MAX, &n), BFIT_OK);
+    assert_int_equal(n, 2);
+    assert_true(pts[1].by_epoch && pts[1].at == 2 && pts[1].batch == 64);
+    /* memory for 48: E 32 runs whole, E 64 as 48 + 16 */
+    sim_config(&s, 0, 1000 + 4800);
+    s.cfg.schedule = pts;
+    s.cfg.nschedule = n;
+    s.cfg.rule = BFIT_LR_SQRT;
+    s.cfg.rewarmup_steps = 0;
+    sim_start(&s);
+    for (int t = 0; t < 30; t++) {
+        s.epoch = t / 10;
+        d = sim_step(&s);
+        assert_int_equal(d.batch, t < 20 ? 32 : 64);
+        assert_int_equal(d.m, t < 20 ? 32 : 48);
+        assert_int_equal(d.split, t >= 20);
+        expect_scale(d.lr_scale, t < 20 ? 1 : sqrt(2));
+        if (t == 20) {
+            assert_int_equal(d.reason, BFIT_REASON_SCHEDULE);
+            assert_int_equal(d.last, 16);
+        }
+    }
+    bfit_controller_free(s.c);
+}
+
+/* ---- adaptive E from the noise scale ----------------------------------------- */
+
+static void test_adaptive_follows_noise_scale(void **st)
+{
+    sim s;
+    int E = 16, nchange = 0;
+    int64_t last_change = 0;
+    (void)st;
+    sim_config(&s, 0, 100000000);
+    s.cfg.adaptive = 1;
+    s.cfg.batch_min = 16;
+    s.cfg.batch_max = 256;
+    s.cfg.adapt_interval = 10;
+    s.cfg.noise_alpha = 1.0; /* the made-up norms are exact: no smoothing needed */
+    s.cfg.noise_min_updates = 3;
+    s.cfg.rule = BFIT_LR_SQRT;
+    s.cfg.rewarmup_steps = 4;
+    sim_start(&s);
+    s.noise_g2 = 1.0;
+    for (int t = 0; t < 400; t++) {
+        bfit_batch_decision d;
+        double bn;
+        s.noise_s = t < 100 ? 100 : t < 250 ? 1000 : 4; /* B_noise 100, then 1000, then 4 */
+        d = sim_step(&s);
+        assert_true(d.batch >= 16 && d.batch <= 256);
+        assert_true(d.k >= 2);                       /* two sizes for the estimator */
+        assert_true(d.m <= (d.batch + 1) / 2);
+        if (d.batch != E) {
+            assert_int_equal(d.reason, BFIT_REASON_NOISE);
+            assert_non_null(strstr(d.why, "noise scale"));
+            assert_true(d.batch <= 2 * E && 2 * d.batch >= E); /* at most 2x a change */
+            assert_true(t - last_change >= 10);
+            last_change = t;
+            E = d.batch;
+            nchange++;
+            assert_int_equal(bfit_controller_noise_scale(s.c, &bn), BFIT_OK);
+            assert_true(fabs(bn - s.noise_s) < 1e-6 * s.noise_s);
+        }
+        assert_true(isfinite(d.lr_scale) && d.lr_scale > 0);
+        if (t == 99)
+            assert_int_equal(E, 100);  /* 16 -> 32 -> 64 -> 100 */
+        if (t == 249)
+            assert_int_equal(E, 256);  /* 100 -> 200 -> 256 (the bound) */
+        if (t == 399) {
+            assert_int_equal(E, 16);   /* down by halves to the bound */
+            expect_scale(d.lr_scale, 1);
+        }
+        if (t == 120) /* sqrt rule, re-warmed, settled */
+            expect_scale(d.lr_scale, sqrt(E / 16.0));
+    }
+    assert_int_equal(nchange, 3 + 2 + 4);
+    bfit_controller_free(s.c);
+}
+
+/* ---- API state and errors ----------------------------------------------------- */
+
+static void test_state_errors(void **st)
+{
+    sim s;
+    bfit_batch_decision d, d2;
+    bfit_step_stats ss = {0};
+    (void)st;
+    sim_config(&s, 64, 10000);
+    sim_start(&s);
+    ss.capacity = 10000;
+    ss.free_bytes = 9000;
+    assert_int_equal(bfit_controller_observe(s.c, &ss), BFIT_ESTATE);
+    assert_int_equal(bfit_controller_on_oom(s.c, 8, 1, 1, &d), BFIT_ESTATE);
+    assert_int_equal(bfit_controller_next(s.c, 5, 0, &d), BFIT_OK);
+    assert_int_equal(bfit_controller_next(s.c, 5, 0, &d2), BFIT_OK);
+    assert_int_equal(d.m, d2.m);
+    assert_int_equal(d.k, d2.k);
+    assert_int_equal(d.reason, BFIT_REASON_START);
+    assert_int_equal(d2.reason, BFIT_REASON_START);
+    assert_string_equal(d.why, d2.why);
+    ss.step = 4;
+    assert_int_equal(bfit_controller_observe(s.c, &ss), BFIT_EINVAL);
+    ss.step = 5;
+    ss.seconds = -1;
+    assert_int_equal(bfit_controller_observe(s.c, &ss), BFIT_EINVAL);
+    ss.seconds = 1;
+    ss.nmicro = 1;
+    assert_int_equal(bfit_controller_observe(s.c, &ss), BFIT_EINVAL);
+    ss.nmicro = 0;
+    assert_int_equal(bfit_controller_observe(s.c, &ss), BFIT_OK);
+    assert_int_equal(bfit_controller_observe(s.c, &ss), BFIT_ESTATE);
+    assert_int_equal(bfit_controller_next(s.c, 4, 0, &d), BFIT_EINVAL);
+    assert_int_equal(bfit_controller_throughput(s.c, 64, &ss.seconds), BFIT_ESTATE);
+    assert_int_equal(bfit_controller_noise_scale(s.c, &ss.seconds), BFIT_ESTATE);
+    bfit_controller_free(s.c);
+    bfit_controller_free(NULL);
+}
+
+static void expect_bad(const bfit_controller_config *cfg, const char *words)
+{
+    bfit_controller *c = (bfit_controller *)1;
+    assert_int_equal(bfit_controller_new(cfg, &c), BFIT_EINVAL);
+    assert_null(c);
+    if (!strstr(bfit_errmsg(), words))
+        fail_msg("message '%s' lacks '%s'", bfit_errmsg(), words);
+}
+
+static void test_bad_config(void **st)
+{
+    sim s;
+    bfit_controller_config cfg;
+    bfit_batch_point pts[2] = { { 10, 0, 32 }, { 5, 0, 64 } };
+    bfit_controller *c;
+    (void)st;
+    sim_config(&s, 64, 10000);
+    cfg = s.cfg;
+    cfg.batch = 0;
+    expect_bad(&cfg, "effective batch 0");
+    cfg.batch = -3;
+    expect_bad(&cfg, "effective batch -3");
+    cfg = s.cfg;
+    cfg.margin = 1.0;
+    expect_bad(&cfg, "margin");
+    cfg.margin = -0.1;
+    expect_bad(&cfg, "margin");
+    cfg = s.cfg;
+    cfg.adaptive = 1;
+    cfg.batch = 0;
+    cfg.batch_min = 512;
+    cfg.batch_max = 64;
+    expect_bad(&cfg, "minimum <= maximum");
+    cfg.batch_min = 1;
+    expect_bad(&cfg, "2 <= minimum");
+    cfg = s.cfg;
+    cfg.rule = (bfit_lr_rule)7;
+    expect_bad(&cfg, "unknown lr scaling rule");
+    cfg = s.cfg;
+    cfg.micro_batch = -1;
+    expect_bad(&cfg, "micro-batch");
+    cfg = s.cfg;
+    cfg.plan_bytes = NULL;
+    expect_bad(&cfg, "plan");
+    cfg = s.cfg;
+    cfg.schedule = pts;
+    cfg.nschedule = 2;
+    expect_bad(&cfg, "schedule point 2");
+    cfg.nschedule = 1;
+    cfg.batch = 0; /* the schedule starts at 10: no E before it */
+    expect_bad(&cfg, "effective batch");
+    cfg = s.cfg;
+    cfg.tput_alpha = 0;
+    expect_bad(&cfg, "EMA");
+    cfg = s.cfg;
+    cfg.adapt_factor = 1.0;
+    expect_bad(&cfg, "factor");
+    cfg = s.cfg;
+    cfg.fixed_bytes = 5000;
+    expect_bad(&cfg, "fixed bytes");
+    /* not a config error but nothing fits: ENOMEM */
+    cfg = s.cfg;
+    cfg.capacity = 1050;
+    assert_int_equal(bfit_controller_new(&cfg, &c), BFIT_ENOMEM);
+    assert_non_null(strstr(bfit_errmsg(), "even micro-batch 1"));
+}
+
+static void test_parse_rules_and_reasons(void **st)
+{
+    bfit_lr_rule r;
+    (void)st;
+    assert_int_equal(bfit_lr_rule_parse("linear", &r), BFIT_OK);
+    assert_int_equal(r, BFIT_LR_LINEAR);
+    assert_int_equal(bfit_lr_rule_parse("SQRT", &r), BFIT_OK);
+    assert_int_equal(r, BFIT_LR_SQRT);
+    assert_int_equal(bfit_lr_rule_parse("none", &r), BFIT_OK);
+    assert_int_equal(r, BFIT_LR_NONE);
+    assert_int_equal(bfit_lr_rule_parse("cubic", &r), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "'cubic' (valid: linear, sqrt, none)"));
+    assert_int_equal(bfit_lr_rule_parse(NULL, &r), BFIT_EINVAL);
+    assert_string_equal(bfit_lr_rule_name(BFIT_LR_SQRT), "sqrt");
+    assert_true(fabs(bfit_lr_rule_scale(BFIT_LR_SQRT, 4) - 2) < 1e-15);
+    assert_true(bfit_lr_rule_scale(BFIT_LR_LINEAR, 0.25) == 0.25);
+    assert_true(bfit_lr_rule_scale(BFIT_LR_NONE, 8) == 1);
+    assert_string_equal(bfit_batch_reason_name(BFIT_REASON_OOM), "out of memory");
+    assert_string_equal(bfit_batch_reason_name(BFIT_REASON_NOISE), "noise scale");
+    assert_string_equal(bfit_batch_reason_name(BFIT_REASON_MEM_SHRANK), "memory shrank");
+    for (int i = 1; i < BFIT_REASON_COUNT; i++)
+        assert_true(strlen(bfit_batch_reason_name((bfit_batch_reason)i)) > 0);
+}
+
+static void test_parse_schedule(void **st)
+{
+    static const struct {
+        const char *text, *words;
+    } bad[] = {
+        { "", "at character 1" },
+        { "0:32,x:64", "at character 6" },
+        { "0:32,100", "at character 9: expected ':'" },
+        { "0:32;100:64", "at character 5: expected ','" },
+        { "0:0", "at character 3: expected a batch size" },
+        { "0:32,e1:64", "point 2 mixes epochs and steps" },
+        { "100:32,50:64", "point 2: step 50 does not come after 100" },
+        { "0:32,", "at character 6" },
+        { "0:99999999999", "at character 3" },
+        { "e:32", "at character 2" },
+    };
+    bfit_batch_point pts[3];
+    int n;
+    (void)st;
+    assert_int_equal(bfit_batch_schedule_parse("0:32,1000:64,2000:128", pts, 3, &n), BFIT_OK);
+    assert_int_equal(n, 3);
+    assert_true(pts[2].at == 2000 && pts[2].batch == 128 && !pts[2].by_epoch);
+    assert_int_equal(bfit_batch_schedule_parse("0:1,1:2,2:3,3:4", pts, 3, &n), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "more than 3 points"));
+    for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(bfit_batch_schedule_parse(bad[i].text, pts, 3, &n), BFIT_EINVAL);
+        if (!strstr(bfit_errmsg(), bad[i].words))
+            fail_msg("'%s': message '%s' lacks '%s'", bad[i].text, bfit_errmsg(), bad[i].words);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_auto_micro_batch),
+        cmocka_unit_test(test_accumulation_covers_E),
+        cmocka_unit_test(test_non_affine_plan_fits),
+        cmocka_unit_test(test_oom_shrinks_to_largest_fitting),
+        cmocka_unit_test(test_capacity_drop_shrinks_and_grows_back_when_faster),
+        cmocka_unit_test(test_capacity_return_no_growth_when_slower),
+        cmocka_unit_test(test_unmeasured_growth_then_fall_back),
+        cmocka_unit_test(test_no_flapping),
+        cmocka_unit_test(test_another_tenant_in_free_bytes),
+        cmocka_unit_test(test_schedule_and_lr_rules),
+        cmocka_unit_test(test_schedule_by_epoch_and_micro_batch),
+        cmocka_unit_test(test_adaptive_follows_noise_scale),
+        cmocka_unit_test(test_state_errors),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_parse_rules_and_reasons),
+        cmocka_unit_test(test_parse_schedule),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,510 @@
+/* test_probe.c - the finder: its largest batch runs and the next size up is
+ * refused at exactly the budget, with two step attempts against the many of
+ * a doubling-then-bisecting search (counted exactly); the model's weights,
+ * batch-norm statistics and gradients are as before; nothing fitting, a bad
+ * margin and a plan contradicted by the arena are each reported as such; and
+ * the throughput analysis picks the smallest size within the tolerance. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "batch/probe.h"
+#include "nn/spec.h"
+#include "nn/zoo.h"
+
+#define BIG ((uint64_t)16 << 30) /* accounting only: the arena allocates on demand */
+#define MiB ((uint64_t)1 << 20)
+
+/* A small image model with everything that keeps state or randomness:
+ * batch norm (running statistics), dropout, a residual add. */
+static const char bn_spec[] = "input 1x12x12\n"
+                              "conv 4 k=3 pad=1\n"
+                              "batchnorm\n"
+                              "relu\n"
+                              "residual {\n"
+                              "  conv 4 k=3 pad=1\n"
+                              "  batchnorm\n"
+                              "}\n"
+                              "maxpool 2\n"
+                              "flatten\n"
+                              "dropout 0.2\n"
+                              "linear 5\n";
+
+typedef struct rig {
+    bfit_arena *arena;
+    bfit_device *dev;
+    bfit_model *M;
+    bfit_dataset *d;
+    bfit_stream_cfg sc;
+} rig;
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* Random samples of the model's shape, labels below its class count. */
+static void make_data(rig *r, int count)
+{
+    int64_t numel = bfit_shape_numel(r->M->input);
+    float *x = malloc(sizeof *x * (size_t)(numel * count));
+    int32_t *y = malloc(sizeof *y * (size_t)count);
+    uint64_t s = 42;
+    assert_non_null(x);
+    assert_non_null(y);
+    for (int64_t i = 0; i < numel * count; i++)
+        x[i] = (float)((double)rnd(&s) / 2147483648.0 - 0.5);
+    for (int i = 0; i < count; i++)
+        y[i] = (int32_t)(rnd(&s) % (uint64_t)r->M->nclasses);
+    assert_int_equal(bfit_dataset_from_floats(r->M->input, count, r->M->nclasses, x, y, &r->d), BFIT_OK);
+    free(x);
+    free(y);
+    memset(&r->sc, 0, sizeof r->sc);
+    r->sc.seed = 3;
+    r->sc.shuffle = 1;
+    r->sc.max_take = 1;
+    r->sc.prefetch = 1;
+}
+
+/* A preset, or the spec text above when model is NULL; parameters and
+ * gradients allocated on an arena of capacity. */
+static void rig_new(rig *r, const char *model, uint64_t capacity)
+{
+    bfit_graph_desc g;
+    memset(r, 0, sizeof *r);
+    r->arena = bfit_arena_new(capacity, NULL);
+    assert_non_null(r->arena);
+    assert_int_equal(bfit_device_cpu_new(r->arena, 1, &r->dev), BFIT_OK);
+    if (model)
+        assert_int_equal(bfit_model_source_load(model, &g), BFIT_OK);
+    else if (bfit_spec_parse(bn_spec, sizeof bn_spec - 1, "bn.cfg", &g) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    assert_int_equal(bfit_model_new(&g, r->dev, &r->M), BFIT_OK);
+    bfit_graph_fini(&g);
+    assert_int_equal(bfit_model_alloc_params(r->M, 1), BFIT_OK);
+    bfit_model_init_params(r->M, 11);
+    make_data(r, 300);
+}
+
+static void rig_free(rig *r)
+{
+    bfit_model_free(r->M);
+    bfit_dataset_free(r->d);
+    bfit_device_free(r->dev);
+    bfit_arena_free(r->arena);
+}
+
+static bfit_probe_cfg quick_cfg(uint64_t capacity)
+{
+    bfit_probe_cfg c = bfit_probe_cfg_default();
+    c.capacity = capacity;
+    c.ladder = 0;
+    c.warmup = 1;
+    c.repeats = 1;
+    return c;
+}
+
+/* The doubling-then-bisecting search, written out on its own: trials to
+ * find the largest m whose plan fits budget. */
+static int search_trials(bfit_model *M, const bfit_optim_cfg *oc, uint64_t budget, int limit, int *answer)
+{
+    bfit_plan p;
+    int trials = 0, good = 0, bad = 0;
+    for (int64_t m = 1;; m *= 2) {
+        if (m > limit)
+            m = limit;
+        trials++;
+        assert_int_equal(bfit_plan_compute(M, oc, (int)m, 1, &p), BFIT_OK);
+        if (p.peak > budget) {
+            bad = (int)m;
+            break;
+        }
+        good = (int)m;
+        if (m == limit)
+            break;
+    }
+    while (bad && bad - good > 1) {
+        int mid = good + (bad - good) / 2;
+        trials++;
+        assert_int_equal(bfit_plan_compute(M, oc, mid, 1, &p), BFIT_OK);
+        if (p.peak > budget)
+            bad = mid;
+        else
+            good = mid;
+    }
+    *answer = good;
+    return trials;
+}
+
+/* The largest batch is the plan's, it ran, the next one up was refused, and
+ * find used at most a third of the search's steps (exactly counted). */
+static void check_largest(const char *model, uint64_t capacity)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(capacity);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_optim *o;
+    int plan_m, answer, trials;
+
+    assert_non_null(res);
+    rig_new(&r, model, BIG);
+    c.limit = 1 << 16;
+    if (bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res) != BFIT_OK)
+        fail_msg("%s: %s", model, bfit_errmsg());
+    assert_int_equal(res->budget, bfit_plan_budget(capacity, 0.1));
+    assert_int_equal(res->held_other, 0);
+    assert_true(res->plan_agrees);
+    assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, res->budget, c.limit, &plan_m, NULL), BFIT_OK);
+    assert_true(plan_m > 1);
+    assert_int_equal(res->plan_m, plan_m);
+    assert_int_equal(res->largest, plan_m);
+    assert_true(res->plan_largest.peak <= res->budget);
+    assert_true(res->plan_next.peak > res->budget);
+    assert_int_equal(res->measured_largest, res->plan_largest.peak);
+    assert_true(res->next_refused);
+    /* the search, counted independently */
+    trials = search_trials(r.M, &oc, res->budget, c.limit, &answer);
+    assert_int_equal(res->search_trials, trials);
+    assert_int_equal(res->search_steps, 3 * trials);
+    assert_int_equal(res->search_m, answer);
+    assert_int_equal(res->largest_steps, 2);
+    assert_true(3 * res->largest_steps <= res->search_steps);
+    print_message("%s at %llu MiB: largest %d, %d steps; a doubling search: %d trials, %d steps\n", model,
+                  (unsigned long long)(capacity / MiB), res->largest, res->largest_steps, trials,
+                  res->search_steps);
+    /* the arena is as before: its capacity, and nothing of the probe held */
+    assert_int_equal(bfit_arena_capacity(r.arena), BIG);
+    assert_int_equal(r.M->m, 0);
+    {
+        bfit_arena_stats st;
+        bfit_arena_stats_get(r.arena, &st);
+        assert_int_equal(st.current, r.M->param_bytes + r.M->grad_bytes);
+    }
+    /* and once more by hand, at exactly the budget */
+    bfit_arena_set_capacity(r.arena, res->budget);
+    assert_int_equal(bfit_optim_new(&oc, r.M->trainable, r.M->ntrainable, r.arena, &o), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(r.M, res->largest, 1), BFIT_OK);
+    bfit_model_unreserve(r.M);
+    assert_int_equal(bfit_model_reserve(r.M, res->largest + 1, 1), BFIT_ENOMEM);
+    bfit_optim_free(o);
+    rig_free(&r);
+    free(res);
+}
+
+static void test_largest_mlp(void **st)
+{
+    (void)st;
+    check_largest("mlp", 64 * MiB);
+}
+
+static void test_largest_cnn(void **st)
+{
+    (void)st;
+    check_largest("cnn", 64 * MiB);
+}
+
+/* Parameters (batch-norm running statistics included) and gradients are
+ * bit for bit as before a probe that ran many training steps. */
+static void test_model_untouched(void **st)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(0);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    void *params, *grads;
+    float *g;
+    int64_t ng;
+    double loss;
+    int changed = 0;
+    (void)st;
+
+    assert_non_null(res);
+    rig_new(&r, NULL, BIG);
+    /* gradients the caller had accumulated must survive too */
+    g = (float *)r.M->grad_block;
+    ng = (int64_t)(r.M->grad_bytes / sizeof(float));
+    for (int64_t i = 0; i < ng; i++)
+        g[i] = (float)(i % 7) * 0.25f;
+    params = malloc(r.M->param_bytes);
+    grads = malloc(r.M->grad_bytes);
+    assert_non_null(params);
+    assert_non_null(grads);
+    memcpy(params, r.M->param_block, r.M->param_bytes);
+    memcpy(grads, r.M->grad_block, r.M->grad_bytes);
+
+    c.capacity = 4 * MiB;
+    c.ladder = 1;
+    c.limit = 64;
+    if (bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    assert_true(res->largest >= 1);
+    assert_true(res->nrungs >= 2);
+    assert_true(res->ladder_steps >= 2 * res->nrungs);
+    assert_memory_equal(r.M->param_block, params, r.M->param_bytes);
+    assert_memory_equal(r.M->grad_block, grads, r.M->grad_bytes);
+
+    /* the check has teeth: a training forward does move the statistics */
+    assert_int_equal(bfit_model_reserve(r.M, 4, 1), BFIT_OK);
+    for (int i = 0; i < 4 * 144; i++)
+        bfit_model_input_x(r.M)[i] = (float)(i % 13) - 6.0f;
+    for (int i = 0; i < 4; i++)
+        bfit_model_input_labels(r.M)[i] = i;
+    assert_int_equal(bfit_model_forward(r.M, 1, &loss, NULL), BFIT_OK);
+    for (int i = 0; i < r.M->nparams; i++)
+        if (!r.M->params[i]->trainable) {
+            size_t off = (size_t)((char *)r.M->params[i]->data - (char *)r.M->param_block);
+            changed |= memcmp(r.M->params[i]->data, (char *)params + off,
+                              sizeof(float) * (size_t)bfit_param_numel(r.M->params[i])) != 0;
+        }
+    assert_true(changed);
+    free(params);
+    free(grads);
+    rig_free(&r);
+    free(res);
+}
+
+/* Batch 1 does not fit: an error that says how many bytes are missing. */
+static void test_batch1_too_big(void **st)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(0);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_plan p1;
+    char want[32];
+    (void)st;
+
+    assert_non_null(res);
+    rig_new(&r, "cnn", BIG);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 1, 1, &p1), BFIT_OK);
+    c.margin = 0;
+    c.capacity = p1.peak - 1000;
+    assert_int_equal(bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res), BFIT_ENOMEM);
+    assert_int_equal(res->no_fit, BFIT_PROBE_BATCH1_OVER_BUDGET);
+    assert_int_equal(res->missing, 1000);
+    assert_int_equal(res->largest, 0);
+    assert_non_null(strstr(bfit_errmsg(), "not even batch 1 fits"));
+    bfit_format_size(1000, want, sizeof want);
+    assert_non_null(strstr(bfit_errmsg(), want));
+    assert_non_null(strstr(bfit_errmsg(), "missing"));
+    assert_int_equal(bfit_arena_capacity(r.arena), BIG);
+    rig_free(&r);
+    free(res);
+}
+
+/* The fixed part alone exceeds the capacity (or, with the margin, the
+ * budget): by how much is said. */
+static void test_model_never_fits(void **st)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(0);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    bfit_plan p1;
+    char want[32];
+    (void)st;
+
+    assert_non_null(res);
+    rig_new(&r, "mlp", BIG);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 1, 1, &p1), BFIT_OK);
+    c.capacity = p1.fixed - 5 * MiB;
+    assert_int_equal(bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res), BFIT_ENOMEM);
+    assert_int_equal(res->no_fit, BFIT_PROBE_FIXED_OVER_CAPACITY);
+    assert_int_equal(res->missing, 5 * MiB);
+    assert_non_null(strstr(bfit_errmsg(), "at any batch size"));
+    assert_non_null(strstr(bfit_errmsg(), "exceeds the memory by 5.00 MiB"));
+
+    c.capacity = p1.fixed + MiB;
+    c.margin = 0.5;
+    assert_int_equal(bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res), BFIT_ENOMEM);
+    assert_int_equal(res->no_fit, BFIT_PROBE_FIXED_OVER_BUDGET);
+    assert_int_equal(res->missing, p1.fixed - bfit_plan_budget(p1.fixed + MiB, 0.5));
+    bfit_format_size(res->missing, want, sizeof want);
+    assert_non_null(strstr(bfit_errmsg(), want));
+    assert_non_null(strstr(bfit_errmsg(), "margin"));
+    rig_free(&r);
+    free(res);
+}
+
+static void test_bad_cfg(void **st)
+{
+    rig r;
+    bfit_probe_cfg c;
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    const double bad_margins[] = {1.0, 1.5, -0.1, NAN};
+    (void)st;
+
+    assert_non_null(res);
+    rig_new(&r, "mlp", BIG);
+    for (unsigned i = 0; i < sizeof bad_margins / sizeof bad_margins[0]; i++) {
+        c = quick_cfg(64 * MiB);
+        c.margin = bad_margins[i];
+        assert_int_equal(bfit_probe_run(r.M, r.d, &r.sc, NULL, &c, res), BFIT_EINVAL);
+        assert_non_null(strstr(bfit_errmsg(), "margin must be in [0, 1)"));
+    }
+    c = quick_cfg(64 * MiB);
+    c.tolerance = 1;
+    assert_int_equal(bfit_probe_run(r.M, r.d, &r.sc, NULL, &c, res), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "tolerance"));
+    c = quick_cfg(64 * MiB);
+    c.repeats = 0;
+    assert_int_equal(bfit_probe_run(r.M, r.d, &r.sc, NULL, &c, res), BFIT_EINVAL);
+    rig_free(&r);
+    free(res);
+}
+
+/* When the arena contradicts the plan (here: a fault injected into the
+ * confirming reserve), the result says so and the answer comes from a real
+ * search, which finds what the arena allows. */
+static void test_disagreement_falls_back(void **st)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(48 * MiB);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    void *params;
+    (void)st;
+
+    assert_non_null(res);
+    oc.momentum = 0; /* no optimizer state: the reserve is the first allocation */
+    rig_new(&r, "mlp", BIG);
+    params = malloc(r.M->param_bytes);
+    assert_non_null(params);
+    memcpy(params, r.M->param_block, r.M->param_bytes);
+    c.limit = 1 << 16;
+    bfit_arena_fail_nth(r.arena, 1);
+    if (bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    assert_false(res->plan_agrees);
+    assert_non_null(strstr(res->disagreement, "reserving it failed"));
+    assert_int_equal(res->largest, res->search_m);
+    assert_true(res->next_refused);
+    assert_true(res->largest_steps > 2);
+    assert_true(res->largest_steps <= 2 + 2 + res->search_trials);
+    assert_int_equal(res->measured_largest, res->plan_largest.peak);
+    assert_memory_equal(r.M->param_block, params, r.M->param_bytes);
+    free(params);
+    rig_free(&r);
+    free(res);
+}
+
+/* What others hold in the arena counts against the budget. */
+static void test_others_holdings(void **st)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(64 * MiB);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    void *other;
+    int m;
+    (void)st;
+
+    assert_non_null(res);
+    rig_new(&r, "mlp", BIG);
+    assert_int_equal(bfit_arena_alloc(r.arena, 10 * MiB, BFIT_MEM_OTHER, &other), BFIT_OK);
+    c.limit = 1 << 16;
+    if (bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    assert_int_equal(res->held_other, 10 * MiB);
+    assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, res->budget - 10 * MiB, c.limit, &m, NULL), BFIT_OK);
+    assert_int_equal(res->largest, m);
+    assert_true(res->plan_agrees);
+    assert_true(res->next_refused);
+    assert_int_equal(res->measured_largest, res->plan_largest.peak);
+    bfit_arena_release(r.arena, other);
+    rig_free(&r);
+    free(res);
+}
+
+/* The smallest size within the tolerance of the best; the data share is
+ * the recommended size's. */
+static void test_analyse(void **st)
+{
+    bfit_probe_result *r = calloc(1, sizeof *r);
+    const double sps[] = {100, 190, 350, 560, 700, 720, 690, 650};
+    (void)st;
+
+    assert_non_null(r);
+    r->nrungs = 8;
+    for (int i = 0; i < 8; i++) {
+        r->rungs[i].m = 1 << i;
+        r->rungs[i].samples_per_s = sps[i];
+        r->rungs[i].wait_share = 0.01 * i;
+    }
+    bfit_probe_analyse(r, 0.05, 0.2);
+    assert_int_equal(r->best, 5);
+    assert_int_equal(r->recommended, 4); /* 700 >= 0.95 * 720 */
+    assert_false(r->data_bound);
+    bfit_probe_analyse(r, 0.0, 0.2);
+    assert_int_equal(r->recommended, 5);
+    bfit_probe_analyse(r, 0.25, 0.02);
+    assert_int_equal(r->recommended, 3); /* 560 >= 540 */
+    assert_true(r->data_bound);          /* 0.03 > 0.02 */
+    free(r);
+}
+
+/* Samples made on the step's thread, with augmentation, for a model that
+ * computes almost nothing: the loader is the limit. */
+static void test_data_bound(void **st)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(16 * MiB);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_graph_desc g;
+    static const char tiny[] = "input 1x28x28\nflatten\nlinear 10\n";
+    (void)st;
+
+    assert_non_null(res);
+    memset(&r, 0, sizeof r);
+    r.arena = bfit_arena_new(BIG, NULL);
+    assert_int_equal(bfit_device_cpu_new(r.arena, 1, &r.dev), BFIT_OK);
+    assert_int_equal(bfit_spec_parse(tiny, sizeof tiny - 1, "tiny.cfg", &g), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, r.dev, &r.M), BFIT_OK);
+    bfit_graph_fini(&g);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    bfit_model_init_params(r.M, 1);
+    make_data(&r, 300);
+    r.sc.prefetch = 0;
+    r.sc.aug_crop_pad = 2;
+    r.sc.aug_hflip = 1;
+    c.ladder = 1;
+    c.limit = 256;
+    c.repeats = 3;
+    c.data_threshold = 0.01;
+    if (bfit_probe_run(r.M, r.d, &r.sc, NULL, &c, res) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    assert_int_equal(res->largest, 256);
+    assert_false(res->next_refused); /* the limit, not memory */
+    print_message("tiny model, no prefetch: %.0f%% of a step at %d waits for data\n", 100 * res->data_share,
+                  res->rungs[res->recommended].m);
+    assert_true(res->data_bound);
+    bfit_probe_analyse(res, c.tolerance, 1.0);
+    assert_false(res->data_bound);
+    rig_free(&r);
+    free(res);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_largest_mlp),
+        cmocka_unit_test(test_largest_cnn),
+        cmocka_unit_test(test_model_untouched),
+        cmocka_unit_test(test_batch1_too_big),
+        cmocka_unit_test(test_model_never_fits),
+        cmocka_unit_test(test_bad_cfg),
+        cmocka_unit_test(test_disagreement_falls_back),
+        cmocka_unit_test(test_others_holdings),
+        cmocka_unit_test(test_analyse),
+        cmocka_unit_test(test_data_bound),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
