@@ -264,7 +264,7 @@ static void print_table(const args *a, const bfit_probe_result *r)
                thousands(g->samples_per_s, b3, sizeof b3), fmt_secs(g->step_s, b4, sizeof b4), 100 * g->wait_share,
                mark);
     }
-    if (r->largest < r->limit)
+    if (r->next_refused)
         printf("%7d  %13s  %13s  %10s  %10s  %9s  refused\n", r->largest + 1, fmt(r->plan_next.peak, b1), "-", "-",
                "-", "-");
     (void)a;
@@ -274,7 +274,6 @@ static void print_human(const args *a, const bfit_probe_result *r)
 {
     char b1[32], b2[32], b3[32], b4[32], sh[32];
     int file = bfit_model_source_is_file(a->c.model);
-    int largest_budget = r->search_steps / 3;
 
     printf("batchfit find: %s (%s) on %s: %s parameters, input %s, %d thread%s\n", a->c.model,
            file ? "spec file" : "preset", a->c.data, thousands((double)r->params, b1, sizeof b1),
@@ -314,10 +313,12 @@ static void print_human(const args *a, const bfit_probe_result *r)
                    100 * r->data_share, rec->m, 100 * a->c.probe.data_threshold);
             if (!a->c.prefetch)
                 printf("Turn prefetching on (drop --no-prefetch) so samples are made while the step computes.\n");
-            else
+            else if (r->threads > 1)
                 printf("The stream prefetches one take ahead on one thread, which shares the CPU with %d compute "
                        "threads: leave it a core (--threads %d)%s.\n",
-                       r->threads, r->threads > 1 ? r->threads - 1 : 1,
+                       r->threads, r->threads - 1, a->c.augment ? " or make samples cheaper (drop --augment)" : "");
+            else
+                printf("The stream prefetches one take ahead on one thread: give the run more cores%s.\n",
                        a->c.augment ? " or make samples cheaper (drop --augment)" : "");
         } else {
             printf("data: %.0f%% of a step at %d waits for samples (threshold %.0f%%): the loader keeps up\n",
@@ -331,7 +332,7 @@ static void print_human(const args *a, const bfit_probe_result *r)
         printf("including a search with real steps)");
     printf("; a doubling-then-bisecting search with %d steps per trial needs %d (%d trials) to answer %d",
            BFIT_PROBE_SEARCH_STEPS, r->search_steps, r->search_trials, r->search_m);
-    if (r->largest_steps <= largest_budget)
+    if (3 * r->largest_steps <= r->search_steps)
         printf(": find used %s a third of that\n", r->largest_steps * 3 == r->search_steps ? "exactly" : "less than");
     else
         printf(": MORE than a third of that\n");

@@ -28,7 +28,16 @@ static void help(void)
          "  --no-normalize        do not standardise inputs by the training set's mean/std\n"
          "  --no-prefetch         load samples on the training thread\n"
          "Batch and memory:\n"
-         "  --batch N             effective batch E (default 128)\n"
+         "  --batch N|adaptive    effective batch E (default 128); adaptive: E follows the\n"
+         "                        measured gradient noise scale within --batch-min/--batch-max\n"
+         "  --batch-min N --batch-max N   bounds for --batch adaptive (default 16 and 4096)\n"
+         "  --batch-schedule S    E by step (\"0:32,500:128,1000:512\") or epoch (\"e0:32,e2:128\")\n"
+         "  --batch-instead-of-decay   with --schedule step: grow E by 1/gamma where the lr\n"
+         "                        would decay, keeping the lr (Smith et al. 2017)\n"
+         "  --lr-scaling linear|sqrt|none   lr rule when E changes (default linear for sgd,\n"
+         "                        sqrt for adamw); --rewarmup N steps of ramp (default 100)\n"
+         "  --memory-schedule S   change the device capacity at steps, to simulate another\n"
+         "                        process taking memory: \"200:150MiB,400:1GiB\"\n"
          "  --micro-batch auto|N  device micro-batch m (default auto: the largest that fits)\n"
          "  --eval-batch N        micro-batch for evaluation (default 1000, or what fits)\n"
          "  --memory SIZE         device memory capacity, e.g. 512MiB, 2GiB (default: available RAM)\n"
@@ -61,7 +70,8 @@ static void help(void)
 enum {
     O_MODEL = 256, O_DATA, O_EPOCHS, O_EPOCH_SAMPLES, O_EVAL_SAMPLES, O_MAX_STEPS, O_AUGMENT, O_NO_NORM,
     O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
-    O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP
+    O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
+    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED
 };
 
 static const struct option opts[] = {
@@ -79,6 +89,10 @@ static const struct option opts[] = {
     {"gamma", required_argument, 0, O_GAMMA}, {"clip", required_argument, 0, O_CLIP},
     {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
     {"save", required_argument, 0, O_SAVE}, {"log", required_argument, 0, O_LOG},
+    {"batch-min", required_argument, 0, O_BMIN}, {"batch-max", required_argument, 0, O_BMAX},
+    {"batch-schedule", required_argument, 0, O_BSCHED}, {"batch-instead-of-decay", no_argument, 0, O_BIOD},
+    {"lr-scaling", required_argument, 0, O_LRSCALE}, {"rewarmup", required_argument, 0, O_REWARM},
+    {"memory-schedule", required_argument, 0, O_MEMSCHED},
     {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
@@ -93,6 +107,8 @@ int cmd_train(int argc, char **argv)
     bfit_sched_kind sk = BFIT_SCHED_CONSTANT;
     long warmup = 0, step_size = 0;
     double gamma = 0.1;
+    static bfit_batch_point bpts[BFIT_BATCH_SCHEDULE_MAX];
+    static bfit_mem_point mpts[BFIT_MEM_SCHEDULE_MAX];
 
     c.data = "fashion-mnist";
     opterr = 0;
@@ -109,7 +125,35 @@ int cmd_train(int argc, char **argv)
         case O_AUGMENT: c.augment = 1; break;
         case O_NO_NORM: c.normalize = 0; break;
         case O_NO_PREFETCH: c.prefetch = 0; break;
-        case O_BATCH: if (cli_int("--batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train"); c.batch = (int)v; break;
+        case O_BATCH:
+            if (!strcmp(optarg, "adaptive")) { c.adaptive = 1; c.batch = 0; break; }
+            if (cli_int("--batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train");
+            c.batch = (int)v;
+            break;
+        case O_BMIN: if (cli_int("--batch-min", optarg, 2, 1 << 24, &v)) return cli_usage_hint("train"); c.batch_min = (int)v; break;
+        case O_BMAX: if (cli_int("--batch-max", optarg, 2, 1 << 24, &v)) return cli_usage_hint("train"); c.batch_max = (int)v; break;
+        case O_BSCHED:
+            if (bfit_batch_schedule_parse(optarg, bpts, BFIT_BATCH_SCHEDULE_MAX, &c.nbatch_schedule) != BFIT_OK) {
+                cli_error("--batch-schedule: %s", bfit_errmsg());
+                return cli_usage_hint("train");
+            }
+            c.batch_schedule = bpts;
+            break;
+        case O_BIOD: c.batch_instead_of_decay = 1; break;
+        case O_LRSCALE: {
+            bfit_lr_rule rule;
+            if (bfit_lr_rule_parse(optarg, &rule) != BFIT_OK) { cli_error("--lr-scaling: %s", bfit_errmsg()); return cli_usage_hint("train"); }
+            c.lr_rule = (int)rule;
+            break;
+        }
+        case O_REWARM: if (cli_int("--rewarmup", optarg, 0, 1 << 30, &v)) return cli_usage_hint("train"); c.rewarmup_steps = v; break;
+        case O_MEMSCHED:
+            if (bfit_mem_schedule_parse(optarg, mpts, BFIT_MEM_SCHEDULE_MAX, &c.nmemory_schedule) != BFIT_OK) {
+                cli_error("--memory-schedule: %s", bfit_errmsg());
+                return cli_usage_hint("train");
+            }
+            c.memory_schedule = mpts;
+            break;
         case O_MICRO:
             if (!strcmp(optarg, "auto")) c.micro_batch = 0;
             else if (cli_int("--micro-batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train");
@@ -156,6 +200,17 @@ int cmd_train(int argc, char **argv)
         return cli_usage_hint("train");
     }
     (void)d;
+    if (c.adaptive) {
+        if (!c.batch_min)
+            c.batch_min = 16;
+        if (!c.batch_max)
+            c.batch_max = 4096;
+        if (c.batch_min > c.batch_max) {
+            cli_error("--batch-min %d is above --batch-max %d", c.batch_min, c.batch_max);
+            return cli_usage_hint("train");
+        }
+        c.batch = c.batch_min;
+    }
     c.opt = bfit_optim_cfg_default(kind);
     if (mom_set)
         c.opt.momentum = mom;
@@ -174,9 +229,10 @@ int cmd_train(int argc, char **argv)
     }
     if (json)
         printf("{\"steps\":%lld,\"samples\":%lld,\"epochs\":%d,\"train_loss\":%.6f,\"test_loss\":%.6f,"
-               "\"test_accuracy\":%.6f,\"train_seconds\":%.3f,\"micro_batch\":%d,\"ooms\":%d,\"peak_bytes\":%llu}\n",
+               "\"test_accuracy\":%.6f,\"train_seconds\":%.3f,\"micro_batch\":%d,\"batch\":%d,\"ooms\":%d,"
+               "\"batch_changes\":%d,\"peak_bytes\":%llu}\n",
                (long long)r.steps, (long long)r.samples, r.epochs, r.train_loss, r.test_loss, r.test_acc, r.seconds,
-               r.micro_batch, r.ooms, (unsigned long long)r.peak_bytes);
+               r.micro_batch, r.last_batch, r.ooms, r.batch_changes, (unsigned long long)r.peak_bytes);
     else
         printf("test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s)\n",
                100 * r.test_acc, r.epochs, (long long)r.steps, r.seconds,

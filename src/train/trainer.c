@@ -29,6 +29,8 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.prefetch = 1;
     c.normalize = 1;
     c.progress_interval = 10;
+    c.lr_rule = -1;
+    c.rewarmup_steps = 100;
     return c;
 }
 
@@ -38,7 +40,8 @@ typedef struct run {
     bfit_device *dev;
     bfit_graph_desc g;
     bfit_model *M;
-    bfit_dataset *train, *test;
+    bfit_dataset *train, *test;          /* owned */
+    const bfit_dataset *trainp, *testp;  /* in use: owned or given */
     bfit_stream *tr, *te;
     bfit_optim *opt;
     float *mean, *std;
@@ -60,8 +63,8 @@ static void run_fini(run *r)
 }
 
 /* Arena, device, model (no memory yet) and the data sets. */
-static int run_setup(run *r, const char *model, const char *data, int need_train, uint64_t memory,
-                     int threads, int normalize)
+static int run_setup(run *r, const char *model, const char *data, const bfit_dataset *given_train,
+                     const bfit_dataset *given_test, int need_train, uint64_t memory, int threads, int normalize)
 {
     int rc;
     bfit_shape ds;
@@ -85,31 +88,36 @@ static int run_setup(run *r, const char *model, const char *data, int need_train
     if (rc != BFIT_OK)
         return rc;
     /* the training split is needed for normalisation statistics even to evaluate */
-    if (need_train || normalize) {
+    r->trainp = given_train;
+    r->testp = given_test;
+    if (!r->trainp && (need_train || normalize)) {
         rc = bfit_dataset_load(data, 1, NULL, &r->train);
         if (rc != BFIT_OK)
             return rc;
+        r->trainp = r->train;
     }
-    rc = bfit_dataset_load(data, 0, NULL, &r->test);
-    if (rc != BFIT_OK && rc == BFIT_EIO && r->train && !need_train)
-        return rc;
-    if (rc != BFIT_OK)
-        return rc;
-    ds = bfit_dataset_shape(r->test);
+    if (!r->testp) {
+        rc = bfit_dataset_load(data, 0, NULL, &r->test);
+        if (rc != BFIT_OK)
+            return rc;
+        r->testp = r->test;
+    }
+    ds = bfit_dataset_shape(r->testp);
     if (!bfit_shape_eq(ds, r->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", model,
-                         bfit_shape_str(r->M->input, a, sizeof a), data, bfit_shape_str(ds, b, sizeof b));
-    if (bfit_dataset_classes(r->test) > r->M->nclasses ||
-        (r->train && bfit_dataset_classes(r->train) > r->M->nclasses))
+                         bfit_shape_str(r->M->input, a, sizeof a), data ? data : bfit_dataset_source(r->testp),
+                         bfit_shape_str(ds, b, sizeof b));
+    if (bfit_dataset_classes(r->testp) > r->M->nclasses ||
+        (r->trainp && bfit_dataset_classes(r->trainp) > r->M->nclasses))
         return bfit_fail(BFIT_EINVAL, "%s: the model has %d class scores but the data set %s has %d classes", model,
-                         r->M->nclasses, data,
-                         r->train ? bfit_dataset_classes(r->train) : bfit_dataset_classes(r->test));
+                         r->M->nclasses, data ? data : bfit_dataset_source(r->testp),
+                         r->trainp ? bfit_dataset_classes(r->trainp) : bfit_dataset_classes(r->testp));
     if (normalize) {
         r->mean = calloc((size_t)ds.c, sizeof *r->mean);
         r->std = calloc((size_t)ds.c, sizeof *r->std);
         if (!r->mean || !r->std)
             return bfit_fail(BFIT_ENOMEM, "out of host memory");
-        rc = bfit_dataset_norm_stats(r->train, r->mean, r->std);
+        rc = bfit_dataset_norm_stats(r->trainp, r->mean, r->std);
         if (rc != BFIT_OK)
             return rc;
     }
@@ -144,8 +152,8 @@ static int evaluate(run *r, bfit_stream *s, int m, int64_t n, double *loss, doub
     rc = bfit_stream_seek(s, c0);
     if (rc != BFIT_OK)
         return rc;
-    if (!n || n > bfit_dataset_count(r->test))
-        n = bfit_dataset_count(r->test);
+    if (!n || n > bfit_dataset_count(r->testp))
+        n = bfit_dataset_count(r->testp);
     while (seen < n) {
         int want = (int)(n - seen < m ? n - seen : m), got, correct;
         double l;
@@ -178,20 +186,143 @@ static int choose_eval_batch(run *r, int want, uint64_t budget, int *m)
     return rc;
 }
 
+/* The plan as the controller sees it: bytes of a training step at m,
+ * memoised (layouts prepare oneDNN primitives; the controller asks often). */
+#define PLAN_MEMO 512
+typedef struct plan_ctx {
+    bfit_model *M;
+    const bfit_optim_cfg *opt;
+    uint64_t extra;            /* fixed bytes the trainer adds (noise-scale buffer) */
+    int memo_m[PLAN_MEMO];
+    uint64_t memo_b[PLAN_MEMO];
+} plan_ctx;
+
+static uint64_t plan_bytes(void *ud, int m)
+{
+    plan_ctx *pc = ud;
+    bfit_plan p;
+    unsigned h = (unsigned)m * 2654435761u % PLAN_MEMO;
+    if (pc->memo_m[h] == m)
+        return pc->memo_b[h];
+    if (bfit_plan_compute(pc->M, pc->opt, m, 1, &p) != BFIT_OK)
+        return UINT64_MAX;
+    pc->memo_m[h] = m;
+    pc->memo_b[h] = p.peak + pc->extra;
+    return pc->memo_b[h];
+}
+
+int bfit_mem_schedule_parse(const char *text, bfit_mem_point *out, int max, int *n)
+{
+    char buf[4096], *save = NULL, *item;
+    int k = 0;
+    if (strlen(text) >= sizeof buf)
+        return bfit_fail(BFIT_EINVAL, "memory schedule is too long");
+    snprintf(buf, sizeof buf, "%s", text);
+    for (item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(item, ':'), *end;
+        long long st;
+        if (!colon)
+            return bfit_fail(BFIT_EINVAL, "memory schedule item %d '%s': expected STEP:SIZE, e.g. 200:150MiB", k + 1, item);
+        *colon = '\0';
+        st = strtoll(item, &end, 10);
+        if (!*item || *end || st < 0)
+            return bfit_fail(BFIT_EINVAL, "memory schedule item %d: step '%s' is not a whole number >= 0", k + 1, item);
+        if (k >= max)
+            return bfit_fail(BFIT_EINVAL, "memory schedule has more than %d items", max);
+        if (k > 0 && st <= out[k - 1].step)
+            return bfit_fail(BFIT_EINVAL, "memory schedule item %d: step %lld is not after step %lld", k + 1, st,
+                             (long long)out[k - 1].step);
+        if (bfit_parse_size(colon + 1, &out[k].capacity) != BFIT_OK)
+            return bfit_fail_prefix(BFIT_EINVAL, "memory schedule item %d: ", k + 1);
+        out[k].step = st;
+        k++;
+    }
+    if (k == 0)
+        return bfit_fail(BFIT_EINVAL, "memory schedule is empty: expected STEP:SIZE,... e.g. 200:150MiB,400:1GiB");
+    *n = k;
+    return BFIT_OK;
+}
+
+/* Squared L2 norm of the accumulated gradients, and (if prev) of what was
+ * added since prev was taken, updating prev. Host loops: the CPU device's
+ * memory is host memory. */
+static void grad_norms(bfit_model *M, float *prev, double *acc_sq, double *delta_sq)
+{
+    double a = 0, d = 0;
+    int64_t off = 0;
+    for (int i = 0; i < M->ntrainable; i++) {
+        const float *g = M->trainable[i]->grad;
+        int64_t n = bfit_param_numel(M->trainable[i]);
+        #pragma omp parallel for reduction(+ : a, d) if (n > 65536)
+        for (int64_t j = 0; j < n; j++) {
+            double x = g[j];
+            a += x * x;
+            if (prev) {
+                double y = x - prev[off + j];
+                d += y * y;
+                prev[off + j] = g[j];
+            }
+        }
+        off += n;
+    }
+    *acc_sq = a;
+    *delta_sq = d;
+}
+
+static int model_has_batchnorm(const bfit_model *M)
+{
+    for (int i = 0; i < M->n; i++)
+        if (M->nodes[i].l->cfg.kind == BFIT_L_BATCHNORM)
+            return 1;
+    return 0;
+}
+
+#define MAX_MICRO 4096
+
+/* Apply the memory schedule's changes due by step `upto` (another tenant
+ * taking or returning memory, simulated). Returns whether capacity changed;
+ * the step's blocks are then handed back so the next reservation is made
+ * under the new capacity. */
+static int apply_memory_schedule(const bfit_train_cfg *cfg, run *r, bfit_log *lg, int *next, int64_t upto)
+{
+    int changed = 0;
+    char s1[32];
+    for (; *next < cfg->nmemory_schedule && cfg->memory_schedule[*next].step <= upto; (*next)++) {
+        uint64_t c = cfg->memory_schedule[*next].capacity;
+        bfit_arena_set_capacity(r->arena, c);
+        changed = 1;
+        bfit_log_event(lg, "memory", "\"step\":%lld,\"capacity\":%llu", (long long)upto, (unsigned long long)c);
+        bfit_log_say(lg, "batchfit: step %lld: device capacity is now %s", (long long)upto,
+                     bfit_format_size(c, s1, sizeof s1));
+    }
+    if (changed)
+        bfit_model_unreserve(r->M);
+    return changed;
+}
+
 int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
 {
     run r;
     bfit_log lg;
-    bfit_plan p1;
-    int rc, m, eval_m, log_open = 0;
-    int64_t step = 0, samples = 0;
-    uint64_t budget, micro = 0;
-    double t0, train_time = 0, ep_loss = 0;
+    bfit_controller *ctl = NULL;
+    bfit_controller_config cc;
+    bfit_batch_decision d;
+    bfit_batch_point sched_pts[BFIT_BATCH_SCHEDULE_MAX];
+    plan_ctx *pc = NULL;
+    float *prev = NULL;            /* noise scale: the gradients before this micro-batch */
+    double *micro_sq = NULL;
+    int *micro_n = NULL;
+    int rc, eval_m, log_open = 0, warned_bn = 0, nmem = 0, m = 0;
+    int64_t step = 0, samples = 0, ntrain, per_epoch, steps_per_epoch;
+    uint64_t budget, micro = 0, base_capacity;
+    double train_time = 0, ep_loss = 0;
     int64_t ep_count = 0;
+    bfit_lr_schedule sched;
     char s1[32], s2[32];
 
     memset(res, 0, sizeof *res);
-    if (cfg->batch < 1)
+    memset(&r, 0, sizeof r);
+    if (!cfg->adaptive && cfg->batch < 1)
         return bfit_fail(BFIT_EINVAL, "--batch must be at least 1, got %d", cfg->batch);
     if (cfg->epochs < 1)
         return bfit_fail(BFIT_EINVAL, "--epochs must be at least 1, got %d", cfg->epochs);
@@ -201,6 +332,10 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
         return bfit_fail(BFIT_EINVAL, "--lr must be a positive number, got %g", cfg->lr);
     if (!(cfg->margin >= 0 && cfg->margin < 1))
         return bfit_fail(BFIT_EINVAL, "--margin must be in [0, 1), got %g", cfg->margin);
+    if (cfg->batch_instead_of_decay && cfg->sched.kind != BFIT_SCHED_STEP)
+        return bfit_fail(BFIT_EINVAL, "--batch-instead-of-decay needs a step schedule (--schedule step --step-size N --gamma X)");
+    if (cfg->batch_instead_of_decay && (cfg->adaptive || cfg->batch_schedule))
+        return bfit_fail(BFIT_EINVAL, "--batch-instead-of-decay cannot be combined with --batch adaptive or --batch-schedule");
     rc = bfit_optim_cfg_check(&cfg->opt);
     if (rc != BFIT_OK)
         return rc;
@@ -215,27 +350,80 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
             return bfit_fail(BFIT_EIO, "--save %s: cannot write into directory '%s': %s", cfg->save, dir,
                              strerror(errno));
     }
-    rc = run_setup(&r, cfg->model, cfg->data, 1, cfg->memory, cfg->threads, cfg->normalize);
+    rc = run_setup(&r, cfg->model, cfg->data, cfg->train_set, cfg->test_set, 1, cfg->memory, cfg->threads,
+                   cfg->normalize);
     if (rc != BFIT_OK)
         goto out;
     rc = bfit_log_open(&lg, cfg->log, cfg->human, cfg->progress_interval);
     if (rc != BFIT_OK)
         goto out;
     log_open = 1;
+    apply_memory_schedule(cfg, &r, &lg, &nmem, 0);
+    base_capacity = bfit_arena_capacity(r.arena);
+    budget = (uint64_t)((double)base_capacity * (1.0 - cfg->margin));
 
-    budget = (uint64_t)((double)bfit_arena_capacity(r.arena) * (1.0 - cfg->margin));
-    /* the micro-batch: given, or the largest the plan fits (at most E) */
-    if (cfg->micro_batch) {
-        m = cfg->micro_batch < cfg->batch ? cfg->micro_batch : cfg->batch;
-    } else {
-        rc = bfit_plan_max_batch(r.M, &cfg->opt, 1, budget, cfg->batch, &m, &p1);
-        if (rc != BFIT_OK)
-            goto out;
-        if (m == 0) {
-            rc = bfit_fail(BFIT_ENOMEM, "training needs %s even at micro-batch 1, but %s is allowed (memory less the margin)",
-                           bfit_format_size(p1.peak, s1, sizeof s1), bfit_format_size(budget, s2, sizeof s2));
-            goto out;
+    ntrain = bfit_dataset_count(r.trainp);
+    per_epoch = cfg->epoch_samples && cfg->epoch_samples < ntrain ? cfg->epoch_samples : ntrain;
+
+    /* the controller: the plan as a function, the batch policy, the lr rule */
+    pc = calloc(1, sizeof *pc);
+    micro_sq = calloc(MAX_MICRO, sizeof *micro_sq);
+    micro_n = calloc(MAX_MICRO, sizeof *micro_n);
+    if (!pc || !micro_sq || !micro_n) {
+        rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
+        goto out;
+    }
+    pc->M = r.M;
+    pc->opt = &cfg->opt;
+    if (cfg->adaptive)
+        pc->extra = bfit_model_grad_bytes(r.M); /* the copy of the gradients noise needs */
+    bfit_controller_config_default(&cc);
+    cc.plan_bytes = plan_bytes;
+    cc.plan_ud = pc;
+    cc.fixed_bytes = bfit_model_param_bytes(r.M) + bfit_model_grad_bytes(r.M) +
+                     bfit_optim_state_bytes(&cfg->opt, r.M->trainable, r.M->ntrainable) + pc->extra;
+    cc.capacity = base_capacity;
+    cc.margin = cfg->margin;
+    cc.micro_batch = cfg->micro_batch;
+    cc.batch = cfg->batch;
+    cc.adaptive = cfg->adaptive;
+    cc.batch_min = cfg->batch_min;
+    cc.batch_max = cfg->batch_max;
+    cc.rule = cfg->lr_rule >= 0 ? (bfit_lr_rule)cfg->lr_rule
+                                : cfg->opt.kind == BFIT_OPT_ADAMW ? BFIT_LR_SQRT : BFIT_LR_LINEAR;
+    cc.rewarmup_steps = cfg->rewarmup_steps;
+    sched = cfg->sched;
+    if (cfg->batch_schedule) {
+        cc.schedule = cfg->batch_schedule;
+        cc.nschedule = cfg->nbatch_schedule;
+    } else if (cfg->batch_instead_of_decay) {
+        /* Smith et al. 2017: where the lr would fall by gamma, the batch grows
+         * by 1/gamma instead and the lr stays (rule none for these changes) */
+        int64_t at = 0;
+        double e = cfg->batch;
+        int n = 0, cap = cfg->batch_max > 0 ? cfg->batch_max : (int)(per_epoch < (1 << 20) ? per_epoch : 1 << 20);
+        while (n < BFIT_BATCH_SCHEDULE_MAX && e <= cap) {
+            sched_pts[n].at = at;
+            sched_pts[n].by_epoch = 0;
+            sched_pts[n].batch = (int)(e + 0.5);
+            n++;
+            at += sched.step_size;
+            e /= sched.gamma;
         }
+        cc.schedule = sched_pts;
+        cc.nschedule = n;
+        cc.rule = BFIT_LR_NONE;
+        sched.kind = BFIT_SCHED_CONSTANT;
+    }
+    rc = bfit_controller_new(&cc, &ctl);
+    if (rc != BFIT_OK) {
+        if (rc == BFIT_ENOMEM) {
+            bfit_plan p1;
+            if (bfit_plan_compute(r.M, &cfg->opt, 1, 1, &p1) == BFIT_OK)
+                rc = bfit_fail(BFIT_ENOMEM, "training needs %s even at micro-batch 1, but %s is allowed (memory less the margin)",
+                               bfit_format_size(p1.peak + pc->extra, s1, sizeof s1), bfit_format_size(budget, s2, sizeof s2));
+        }
+        goto out;
     }
     rc = bfit_model_alloc_params(r.M, 1);
     if (rc != BFIT_OK)
@@ -244,154 +432,230 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
     rc = bfit_optim_new(&cfg->opt, r.M->trainable, r.M->ntrainable, r.arena, &r.opt);
     if (rc != BFIT_OK)
         goto out;
-    rc = open_stream(&r, r.train, 1, cfg->batch, cfg->prefetch, cfg->augment, cfg->seed, &r.tr);
-    if (rc != BFIT_OK)
-        goto out;
-    eval_m = cfg->eval_batch ? cfg->eval_batch : 1000;
-    rc = open_stream(&r, r.test, 0, eval_m, cfg->prefetch, 0, cfg->seed, &r.te);
-    if (rc != BFIT_OK)
-        goto out;
-
-    {
-        int64_t ntrain = bfit_dataset_count(r.train);
-        int64_t per_epoch = cfg->epoch_samples && cfg->epoch_samples < ntrain ? cfg->epoch_samples : ntrain;
-        int64_t steps_per_epoch = (per_epoch + cfg->batch - 1) / cfg->batch;
-        bfit_lr_schedule sched = cfg->sched;
-        if (sched.kind == BFIT_SCHED_COSINE && sched.total_steps == 0) {
-            /* cosine over the whole run unless told otherwise */
-            sched.total_steps = steps_per_epoch * cfg->epochs;
-            if (cfg->max_steps && cfg->max_steps < sched.total_steps)
-                sched.total_steps = cfg->max_steps;
-            if (sched.total_steps <= sched.warmup_steps)
-                sched.total_steps = sched.warmup_steps + 1;
-        }
-        rc = bfit_lr_schedule_check(&sched);
+    if (pc->extra) {
+        rc = bfit_device_alloc(r.dev, pc->extra, BFIT_MEM_GRADS, (void **)&prev);
         if (rc != BFIT_OK)
             goto out;
-        bfit_log_event(&lg, "start",
-                       "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
-                       "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"seed\":%llu,"
-                       "\"capacity\":%llu,\"threads\":%d",
-                       cfg->model, cfg->data, (long long)bfit_model_param_count(r.M), cfg->batch, m, cfg->epochs,
-                       (long long)per_epoch, bfit_optim_kind_name(cfg->opt.kind), cfg->lr,
-                       (unsigned long long)cfg->seed, (unsigned long long)bfit_arena_capacity(r.arena),
-                       r.dev->nthreads);
-        bfit_log_say(&lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d), %d epoch(s) of %lld samples",
-                     cfg->model, cfg->data, (long long)bfit_model_param_count(r.M), cfg->batch, m, cfg->epochs,
-                     (long long)per_epoch);
+    }
+    {
+        /* the stream's staging must hold the largest micro-batch ever taken */
+        int max_take = cfg->adaptive ? (cfg->batch_max > 0 ? cfg->batch_max : 4096) : cfg->batch;
+        for (int i = 0; i < cc.nschedule; i++)
+            if (cc.schedule[i].batch > max_take)
+                max_take = cc.schedule[i].batch;
+        rc = open_stream(&r, r.trainp, 1, max_take, cfg->prefetch, cfg->augment, cfg->seed, &r.tr);
+        if (rc != BFIT_OK)
+            goto out;
+    }
+    eval_m = cfg->eval_batch ? cfg->eval_batch : 1000;
+    rc = open_stream(&r, r.testp, 0, eval_m, cfg->prefetch, 0, cfg->seed, &r.te);
+    if (rc != BFIT_OK)
+        goto out;
 
-        for (int ep = 0; ep < cfg->epochs && (!cfg->max_steps || step < cfg->max_steps); ep++) {
-            int64_t taken = 0;
-            double ep_t0 = bfit_now();
-            ep_loss = 0;
-            ep_count = 0;
-            if (ep > 0)
-                bfit_stream_next_epoch(r.tr);
-            while (taken < per_epoch && (!cfg->max_steps || step < cfg->max_steps)) {
-                int E = (int)(per_epoch - taken < cfg->batch ? per_epoch - taken : cfg->batch);
-                int done = 0, k = 0;
-                double lr, step_loss = 0;
-                t0 = bfit_now();
-                while (done < E) {
-                    int want = E - done < m ? E - done : m, got;
-                    double l;
-                    rc = bfit_model_reserve(r.M, want, 1);
-                    if (rc == BFIT_ENOMEM) {
-                        /* shrink to what the plan says fits in what is free now */
-                        uint64_t free_now = bfit_arena_available(r.arena);
-                        bfit_plan pf;
-                        int nm = 0;
-                        int rc2 = bfit_plan_compute(r.M, &cfg->opt, 1, 1, &pf);
-                        if (rc2 == BFIT_OK && want > 1)
-                            rc2 = bfit_plan_max_batch(r.M, &cfg->opt, 1, pf.fixed + free_now, want - 1, &nm, NULL);
-                        if (rc2 != BFIT_OK || nm == 0 || want == 1) {
-                            rc = bfit_fail(BFIT_ENOMEM, "out of memory even at micro-batch %d (%s free)", want,
-                                           bfit_format_size(free_now, s1, sizeof s1));
-                            goto out;
-                        }
-                        bfit_log_event(&lg, "batch_change",
-                                       "\"step\":%lld,\"from\":%d,\"to\":%d,\"reason\":\"out of memory\",\"free\":%llu",
-                                       (long long)step, m, nm, (unsigned long long)free_now);
-                        bfit_log_say(&lg, "batchfit: out of memory at micro-batch %d; continuing with %d", want, nm);
-                        m = nm;
-                        res->ooms++;
-                        continue;
+    rc = bfit_controller_next(ctl, 0, 0, &d);
+    if (rc != BFIT_OK)
+        goto out;
+    m = d.m;
+    steps_per_epoch = (per_epoch + d.batch - 1) / d.batch;
+    if (sched.kind == BFIT_SCHED_COSINE && sched.total_steps == 0) {
+        /* cosine over the whole run unless told otherwise */
+        sched.total_steps = steps_per_epoch * cfg->epochs;
+        if (cfg->max_steps && cfg->max_steps < sched.total_steps)
+            sched.total_steps = cfg->max_steps;
+        if (sched.total_steps <= sched.warmup_steps)
+            sched.total_steps = sched.warmup_steps + 1;
+    }
+    rc = bfit_lr_schedule_check(&sched);
+    if (rc != BFIT_OK)
+        goto out;
+
+    bfit_log_event(&lg, "start",
+                   "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
+                   "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
+                   "\"seed\":%llu,\"capacity\":%llu,\"threads\":%d,\"adaptive\":%d",
+                   cfg->model ? cfg->model : "(given)", cfg->data ? cfg->data : "(given)",
+                   (long long)bfit_model_param_count(r.M), d.batch, m, cfg->epochs, (long long)per_epoch,
+                   bfit_optim_kind_name(cfg->opt.kind), cfg->lr, bfit_lr_rule_name(cc.rule),
+                   (unsigned long long)cfg->seed, (unsigned long long)base_capacity, r.dev->nthreads, cfg->adaptive);
+    bfit_log_say(&lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) of %lld samples",
+                 cfg->model ? cfg->model : "model", cfg->data ? cfg->data : "data",
+                 (long long)bfit_model_param_count(r.M), d.batch, m, d.k, cfg->epochs, (long long)per_epoch);
+
+    for (int ep = 0; ep < cfg->epochs && (!cfg->max_steps || step < cfg->max_steps); ep++) {
+        int64_t taken = 0;
+        double ep_t0 = bfit_now();
+        ep_loss = 0;
+        ep_count = 0;
+        if (ep > 0)
+            bfit_stream_next_epoch(r.tr);
+        while (taken < per_epoch && (!cfg->max_steps || step < cfg->max_steps)) {
+            int E, done = 0, k = 0;
+            double lr, step_loss = 0, t0, wait0, full_sq = 0, dsq;
+
+            rc = bfit_controller_next(ctl, step, ep, &d);
+            if (rc != BFIT_OK)
+                goto out;
+            if (d.reason != BFIT_REASON_NONE && d.reason != BFIT_REASON_START) {
+                res->batch_changes++;
+                bfit_log_event(&lg, "batch_change",
+                               "\"step\":%lld,\"reason\":\"%s\",\"m\":%d,\"prev_m\":%d,\"E\":%d,\"prev_E\":%d,"
+                               "\"lr_scale\":%.6g,\"why\":\"%s\"",
+                               (long long)step, bfit_batch_reason_name(d.reason), d.m, d.prev_m, d.batch,
+                               d.prev_batch, d.lr_scale, d.why);
+                bfit_log_say(&lg, "batchfit: step %lld: %s", (long long)step, d.why);
+            }
+            if (d.m != m)
+                bfit_model_unreserve(r.M); /* blocks sized for the new m, not kept from the old */
+            m = d.m;
+            if (d.split && !warned_bn && model_has_batchnorm(r.M)) {
+                warned_bn = 1;
+                bfit_log_event(&lg, "warning", "\"step\":%lld,\"what\":\"batch norm sees micro-batches of %d, not the effective batch %d\"",
+                               (long long)step, m, d.batch);
+                bfit_log_say(&lg, "batchfit: warning: batch norm computes its statistics over micro-batches of %d, "
+                                  "not over the effective batch of %d (see docs/dynamic.md)", m, d.batch);
+            }
+            E = (int)(per_epoch - taken < d.batch ? per_epoch - taken : d.batch);
+            t0 = bfit_now();
+            wait0 = bfit_stream_wait_seconds(r.tr);
+            while (done < E) {
+                int want = E - done < m ? E - done : m, got;
+                double l;
+                rc = bfit_model_reserve(r.M, want, 1);
+                if (rc == BFIT_ENOMEM) {
+                    /* nothing of this micro-batch ran: shrink and take the same samples */
+                    uint64_t free_now = bfit_arena_available(r.arena);
+                    rc = bfit_controller_on_oom(ctl, want, free_now, bfit_arena_capacity(r.arena), &d);
+                    if (rc != BFIT_OK) {
+                        rc = bfit_fail(BFIT_ENOMEM, "out of memory: not even a micro-batch of 1 fits in the %s free",
+                                       bfit_format_size(free_now, s1, sizeof s1));
+                        goto out;
                     }
-                    if (rc != BFIT_OK)
-                        goto out;
-                    rc = bfit_stream_take(r.tr, want, bfit_model_input_x(r.M), bfit_model_input_labels(r.M), &got);
-                    if (rc != BFIT_OK)
-                        goto out;
-                    if (got != want) {
-                        rc = bfit_fail(BFIT_ESTATE, "training stream gave %d samples, expected %d", got, want);
-                        goto out;
-                    }
-                    rc = bfit_model_forward(r.M, cfg->seed * 1000003ull + micro++, &l, NULL);
-                    if (rc == BFIT_OK)
-                        rc = bfit_model_backward(r.M, 1.0f / (float)E);
-                    if (rc != BFIT_OK)
-                        goto out;
-                    step_loss += l;
-                    done += got;
-                    k++;
+                    res->ooms++;
+                    res->batch_changes++;
+                    bfit_log_event(&lg, "batch_change",
+                                   "\"step\":%lld,\"reason\":\"%s\",\"m\":%d,\"prev_m\":%d,\"E\":%d,\"prev_E\":%d,"
+                                   "\"lr_scale\":%.6g,\"free\":%llu,\"why\":\"%s\"",
+                                   (long long)step, bfit_batch_reason_name(d.reason), d.m, want, d.batch, d.batch,
+                                   d.lr_scale, (unsigned long long)free_now, d.why);
+                    bfit_log_say(&lg, "batchfit: step %lld: %s", (long long)step, d.why);
+                    m = d.m;
+                    continue;
                 }
-                if (cfg->clip > 0) {
-                    double norm;
-                    rc = bfit_clip_grad_norm(r.M->trainable, r.M->ntrainable, cfg->clip, &norm);
-                    if (rc != BFIT_OK)
-                        goto out;
-                }
-                lr = bfit_lr_at(&sched, cfg->lr, step);
-                rc = bfit_optim_step(r.opt, lr);
                 if (rc != BFIT_OK)
                     goto out;
-                bfit_model_zero_grads(r.M);
-                step++;
-                taken += E;
-                samples += E;
-                ep_loss += step_loss;
-                ep_count += E;
-                train_time += bfit_now() - t0;
-                if (!isfinite(step_loss)) {
-                    rc = bfit_fail(BFIT_EINVAL, "the loss became %g at step %lld: lower --lr", step_loss, (long long)step);
+                rc = bfit_stream_take(r.tr, want, bfit_model_input_x(r.M), bfit_model_input_labels(r.M), &got);
+                if (rc != BFIT_OK)
+                    goto out;
+                if (got != want) {
+                    rc = bfit_fail(BFIT_ESTATE, "training stream gave %d samples, expected %d", got, want);
                     goto out;
                 }
-                {
-                    bfit_arena_stats st;
-                    double el = bfit_now() - ep_t0;
-                    bfit_arena_stats_get(r.arena, &st);
-                    bfit_log_event(&lg, "step",
-                                   "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,"
-                                   "\"k\":%d,\"E\":%d,\"mem\":%llu",
-                                   (long long)step, ep + 1, step_loss / E, lr, (long long)samples, m, k, E,
-                                   (unsigned long long)st.current);
-                    bfit_log_progress(&lg, 0,
-                                      "epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  m %d x %d = %d  mem %s / %s",
-                                      ep + 1, cfg->epochs, (long long)(step - ep * steps_per_epoch),
-                                      (long long)steps_per_epoch, ep_loss / (double)ep_count,
-                                      (double)taken / (el > 0 ? el : 1e-9), m, k, E,
-                                      bfit_format_size(st.current, s1, sizeof s1),
-                                      bfit_format_size(bfit_arena_capacity(r.arena), s2, sizeof s2));
+                if (cfg->on_samples)
+                    cfg->on_samples(cfg->on_samples_ud, bfit_model_input_x(r.M), bfit_model_input_labels(r.M), got);
+                rc = bfit_model_forward(r.M, cfg->seed * 1000003ull + micro++, &l, NULL);
+                if (rc == BFIT_OK)
+                    rc = bfit_model_backward(r.M, 1.0f / (float)E);
+                if (rc != BFIT_OK)
+                    goto out;
+                if (prev && k < MAX_MICRO) {
+                    /* this micro-batch's mean gradient is its increment times E/got */
+                    grad_norms(r.M, prev, &full_sq, &dsq);
+                    micro_sq[k] = dsq * ((double)E / got) * ((double)E / got);
+                    micro_n[k] = got;
                 }
+                step_loss += l;
+                done += got;
+                k++;
+            }
+            if (cfg->clip > 0) {
+                double norm;
+                rc = bfit_clip_grad_norm(r.M->trainable, r.M->ntrainable, cfg->clip, &norm);
+                if (rc != BFIT_OK)
+                    goto out;
+            }
+            lr = bfit_lr_at(&sched, cfg->lr, step) * d.lr_scale;
+            rc = bfit_optim_step(r.opt, lr);
+            if (rc != BFIT_OK)
+                goto out;
+            bfit_model_zero_grads(r.M);
+            if (prev)
+                bfit_device_zero(r.dev, prev, pc->extra);
+            apply_memory_schedule(cfg, &r, &lg, &nmem, step + 1);
+            {
+                bfit_step_stats ss;
+                memset(&ss, 0, sizeof ss);
+                ss.step = step;
+                ss.epoch = ep;
+                ss.samples = E;
+                ss.seconds = bfit_now() - t0;
+                ss.data_seconds = bfit_stream_wait_seconds(r.tr) - wait0;
+                ss.free_bytes = bfit_arena_available(r.arena) + r.M->block_bytes[BFIT_MEM_ACTIVATIONS] +
+                                r.M->block_bytes[BFIT_MEM_ACT_GRADS] + r.M->block_bytes[BFIT_MEM_WORKSPACE] +
+                                r.M->block_bytes[BFIT_MEM_INPUT];
+                ss.capacity = bfit_arena_capacity(r.arena);
+                if (prev && k >= 2 && k <= MAX_MICRO) {
+                    ss.nmicro = k;
+                    ss.micro_sqnorm = micro_sq;
+                    ss.micro_size = micro_n;
+                    ss.full_sqnorm = full_sq;
+                }
+                rc = bfit_controller_observe(ctl, &ss);
+                if (rc != BFIT_OK)
+                    goto out;
+                train_time += ss.seconds;
+            }
+            step++;
+            taken += E;
+            samples += E;
+            ep_loss += step_loss;
+            ep_count += E;
+            if (!isfinite(step_loss)) {
+                rc = bfit_fail(BFIT_EINVAL, "the loss became %g at step %lld: lower --lr", step_loss, (long long)step);
+                goto out;
             }
             {
-                double tl, ta, el = bfit_now() - ep_t0;
-                int64_t n;
-                int em;
-                rc = choose_eval_batch(&r, eval_m, budget, &em);
-                if (rc == BFIT_OK)
-                    rc = evaluate(&r, r.te, em, cfg->eval_samples, &tl, &ta, &n);
-                if (rc != BFIT_OK)
-                    goto out;
-                res->test_loss = tl;
-                res->test_acc = ta;
-                res->epochs = ep + 1;
-                bfit_log_event(&lg, "eval", "\"epoch\":%d,\"step\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,"
-                                            "\"test_acc\":%.6f,\"test_samples\":%lld,\"epoch_seconds\":%.3f",
-                               ep + 1, (long long)step, ep_loss / (double)ep_count, tl, ta, (long long)n, el);
-                bfit_log_say(&lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples), %.1f s",
-                             ep + 1, cfg->epochs, ep_loss / (double)ep_count, tl, 100 * ta, (long long)n, el);
+                bfit_arena_stats st;
+                double el = bfit_now() - ep_t0, bn = 0;
+                int have_bn = bfit_controller_noise_scale(ctl, &bn) == BFIT_OK;
+                bfit_arena_stats_get(r.arena, &st);
+                bfit_log_event(&lg, "step",
+                               "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,"
+                               "\"k\":%d,\"E\":%d,\"mem\":%llu,\"capacity\":%llu%s%.4g",
+                               (long long)step, ep + 1, step_loss / E, lr, (long long)samples, m, k, E,
+                               (unsigned long long)st.current, (unsigned long long)st.capacity,
+                               have_bn ? ",\"noise_scale\":" : ",\"noise_scale\":", have_bn ? bn : 0.0);
+                bfit_log_progress(&lg, 0,
+                                  "epoch %d/%d  step %lld  loss %.4f  %.0f samples/s  m %d x %d = %d  mem %s / %s",
+                                  ep + 1, cfg->epochs, (long long)step, ep_loss / (double)ep_count,
+                                  (double)taken / (el > 0 ? el : 1e-9), m, k, E,
+                                  bfit_format_size(st.current, s1, sizeof s1),
+                                  bfit_format_size(st.capacity, s2, sizeof s2));
+                if (have_bn)
+                    res->noise_scale = bn;
             }
+            res->last_batch = d.batch;
+        }
+        {
+            double tl, ta, el = bfit_now() - ep_t0;
+            int64_t n;
+            int em;
+            uint64_t eb = (uint64_t)((double)bfit_arena_capacity(r.arena) * (1.0 - cfg->margin));
+            /* evaluation reuses the step's memory: release it first */
+            bfit_model_unreserve(r.M);
+            rc = choose_eval_batch(&r, eval_m, eb, &em);
+            if (rc == BFIT_OK)
+                rc = evaluate(&r, r.te, em, cfg->eval_samples, &tl, &ta, &n);
+            bfit_model_unreserve(r.M);
+            if (rc != BFIT_OK)
+                goto out;
+            res->test_loss = tl;
+            res->test_acc = ta;
+            res->epochs = ep + 1;
+            bfit_log_event(&lg, "eval", "\"epoch\":%d,\"step\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,"
+                                        "\"test_acc\":%.6f,\"test_samples\":%lld,\"epoch_seconds\":%.3f",
+                           ep + 1, (long long)step, ep_loss / (double)ep_count, tl, ta, (long long)n, el);
+            bfit_log_say(&lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples), %.1f s",
+                         ep + 1, cfg->epochs, ep_loss / (double)ep_count, tl, 100 * ta, (long long)n, el);
         }
     }
     res->steps = step;
@@ -407,19 +671,26 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
     if (cfg->save) {
         char steps_s[32], acc_s[32];
         const char *keys[] = {"format", "model", "data", "steps", "test_accuracy"};
-        const char *vals[] = {"batchfit", cfg->model, cfg->data, steps_s, acc_s};
+        const char *vals[] = {"batchfit", cfg->model ? cfg->model : "", cfg->data ? cfg->data : "", steps_s, acc_s};
         snprintf(steps_s, sizeof steps_s, "%lld", (long long)step);
         snprintf(acc_s, sizeof acc_s, "%.6f", res->test_acc);
         rc = bfit_weights_save(r.M, cfg->save, keys, vals, 5);
         if (rc != BFIT_OK)
             goto out;
     }
-    bfit_log_event(&lg, "end", "\"steps\":%lld,\"samples\":%lld,\"test_acc\":%.6f,\"train_seconds\":%.3f,\"peak\":%llu",
+    bfit_log_event(&lg, "end", "\"steps\":%lld,\"samples\":%lld,\"test_acc\":%.6f,\"train_seconds\":%.3f,\"peak\":%llu,"
+                               "\"ooms\":%d,\"batch_changes\":%d",
                    (long long)step, (long long)samples, res->test_acc, train_time,
-                   (unsigned long long)res->peak_bytes);
+                   (unsigned long long)res->peak_bytes, res->ooms, res->batch_changes);
 out:
     if (log_open)
         bfit_log_close(&lg);
+    if (prev && r.dev)
+        bfit_device_release(r.dev, prev);
+    bfit_controller_free(ctl);
+    free(pc);
+    free(micro_sq);
+    free(micro_n);
     run_fini(&r);
     return rc;
 }
@@ -430,7 +701,7 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     int rc, m;
     uint64_t budget;
 
-    rc = run_setup(&r, cfg->model, cfg->data, 0, cfg->memory, cfg->threads, cfg->normalize);
+    rc = run_setup(&r, cfg->model, cfg->data, NULL, NULL, 0, cfg->memory, cfg->threads, cfg->normalize);
     if (rc != BFIT_OK)
         goto out;
     rc = bfit_model_alloc_params(r.M, 0);
@@ -443,7 +714,7 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     rc = choose_eval_batch(&r, cfg->batch ? cfg->batch : 1000, budget, &m);
     if (rc != BFIT_OK)
         goto out;
-    rc = open_stream(&r, r.test, 0, m, 1, 0, 1, &r.te);
+    rc = open_stream(&r, r.testp, 0, m, 1, 0, 1, &r.te);
     if (rc != BFIT_OK)
         goto out;
     rc = evaluate(&r, r.te, m, cfg->samples, loss, acc, n);

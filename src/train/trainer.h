@@ -17,11 +17,36 @@
 #include "optim/optim.h"
 #include "optim/schedule.h"
 
+/* A capacity change at an optimizer step: simulates another process taking
+ * and giving back device memory. */
+typedef struct bfit_mem_point {
+    int64_t step;
+    uint64_t capacity;
+} bfit_mem_point;
+
+#define BFIT_MEM_SCHEDULE_MAX 64
+/* Parse "STEP:SIZE,..." ("200:150MiB,400:1GiB"), steps strictly increasing;
+ * BFIT_EINVAL naming the item otherwise. */
+int bfit_mem_schedule_parse(const char *text, bfit_mem_point *out, int max, int *n);
+
 typedef struct bfit_train_cfg {
     const char *model;         /* spec file */
     const char *data;          /* data set name or path */
-    int batch;                 /* effective batch E */
+    int batch;                 /* effective batch E (adaptive: the initial E, 0 = batch_min) */
     int micro_batch;           /* 0: the plan chooses (largest that fits, at most E) */
+    int adaptive;              /* --batch adaptive: E follows the gradient noise scale */
+    int batch_min, batch_max;  /* adaptive bounds */
+    const bfit_batch_point *batch_schedule; /* E by step or epoch; NULL: constant */
+    int nbatch_schedule;
+    int batch_instead_of_decay;/* a step lr schedule becomes batch increases by 1/gamma */
+    int lr_rule;               /* bfit_lr_rule; -1: linear for SGD, sqrt for AdamW */
+    int64_t rewarmup_steps;    /* lr re-warmup after E rises (default 100) */
+    const bfit_mem_point *memory_schedule; /* capacity changes at steps; NULL: none */
+    int nmemory_schedule;
+    const bfit_dataset *train_set, *test_set; /* given data sets instead of `data` (tests) */
+    /* called with the samples of every micro-batch that ran (tests count them) */
+    void (*on_samples)(void *ud, const float *x, const int32_t *y, int n);
+    void *on_samples_ud;
     int epochs;
     int64_t epoch_samples;     /* 0: the whole training set per epoch; else this many (shuffled) */
     int64_t eval_samples;      /* 0: the whole test set; else the first this many */
@@ -57,6 +82,9 @@ typedef struct bfit_train_result {
     double seconds;             /* training wall time, evaluation excluded */
     int micro_batch;            /* the last micro-batch used */
     int ooms;                   /* out-of-memory events recovered from */
+    int batch_changes;          /* decisions that changed m or E */
+    int last_batch;             /* the last effective batch */
+    double noise_scale;         /* the last gradient noise scale estimate (0: none) */
     uint64_t peak_bytes;        /* the arena's high-water mark */
 } bfit_train_result;
 
