@@ -345,11 +345,12 @@ static void test_solver_edges(void **st)
     rig_free(&r);
 }
 
-/* oneDNN's scratch can shrink as m grows: here a backward-weights
- * convolution on 2 threads takes about half as much at odd m as at even m,
- * so the peak goes down from m to m + 1. The solver's answer must still be
- * the largest m that fits, found by brute force, for budgets at every plan.
- * (Where the scratch happens not to oscillate, this checks the plain case.) */
+/* oneDNN's scratch can shrink as m grows (a plain-layout backward-weights
+ * convolution on 2 threads took half as much at odd m as at even m), and
+ * then the peak goes down from m to m + 1. On a model where the scratch is
+ * a large part of the step, the solver's answer must be the largest m that
+ * fits, found by brute force, for budgets at every plan; where the scratch
+ * does not oscillate (the message says), this checks the monotonic case. */
 static void test_solver_nonmonotonic_scratch(void **st)
 {
     const char *text = "input 64x112x112\nconv 64 k=3 pad=1\ngap\nlinear 10\n";

@@ -72,8 +72,8 @@ int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, 
             hi = mid - 1;
     }
     /* The peak is nondecreasing but for oneDNN's scratchpads, which can
-     * shrink at some m (VGG-16's backward-weights convolutions on 2 threads
-     * take half as much scratch at odd m as at even m): look a few sizes
+     * shrink at some m (a plain-layout backward-weights convolution on 2
+     * threads took half as much at odd m as at even m): look a few sizes
      * past the bisection for one that fits after all. */
     for (int k = lo + 1; k <= lo + BFIT_PLAN_PROBE && k <= limit; k++) {
         rc = bfit_plan_compute(M, opt, k, training, &p);

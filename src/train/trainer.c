@@ -358,6 +358,8 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
     if (rc != BFIT_OK)
         goto out;
     log_open = 1;
+    if (cfg->fail_nth_alloc)
+        bfit_arena_fail_nth(r.arena, cfg->fail_nth_alloc);
     apply_memory_schedule(cfg, &r, &lg, &nmem, 0);
     base_capacity = bfit_arena_capacity(r.arena);
     budget = (uint64_t)((double)base_capacity * (1.0 - cfg->margin));

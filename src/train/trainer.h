@@ -47,6 +47,7 @@ typedef struct bfit_train_cfg {
     /* called with the samples of every micro-batch that ran (tests count them) */
     void (*on_samples)(void *ud, const float *x, const int32_t *y, int n);
     void *on_samples_ud;
+    uint64_t fail_nth_alloc;   /* tests: the n-th device allocation of the run fails (0: off) */
     int epochs;
     int64_t epoch_samples;     /* 0: the whole training set per epoch; else this many (shuffled) */
     int64_t eval_samples;      /* 0: the whole test set; else the first this many */

@@ -1,0 +1,357 @@
+/* test_dynamic.c - the dynamic batch in the trainer: the effective batch is
+ * the mathematics (any micro-batch split gives the same weights), out of
+ * memory loses and repeats no sample, memory changes shrink and grow the
+ * micro-batch with the samples seen unchanged, batch schedules and the
+ * adaptive mode change E. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "batch/plan.h"
+#include "nn/spec.h"
+#include "tensor/safetensors.h"
+#include "train/trainer.h"
+
+static char tmpdir[256], small[300], tiny[300];
+
+static int setup(void **st)
+{
+    FILE *f;
+    (void)st;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_dyn_XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    /* no batch norm, no dropout: the gradient cannot depend on the split */
+    snprintf(small, sizeof small, "%s/small.cfg", tmpdir);
+    f = fopen(small, "w");
+    fputs("input 1x28x28\nflatten\nlinear 64\nrelu\nlinear 10\n", f);
+    fclose(f);
+    snprintf(tiny, sizeof tiny, "%s/tiny.cfg", tmpdir);
+    f = fopen(tiny, "w");
+    fputs("input 4\nlinear 8\nrelu\nlinear 3\n", f);
+    fclose(f);
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    char cmd[300];
+    (void)st;
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd);
+}
+
+static bfit_train_cfg base(const char *model, int E, int64_t samples)
+{
+    bfit_train_cfg c = bfit_train_cfg_default();
+    c.model = model;
+    c.batch = E;
+    c.epoch_samples = samples;
+    c.eval_samples = 500;
+    c.threads = 2;
+    c.lr = 0.05;
+    return c;
+}
+
+/* Max |a - b| over all tensors of two weight files, and max |a|. */
+static double weights_diff(const char *pa, const char *pb, double *amax)
+{
+    bfit_st_file *a, *b;
+    double d = 0;
+    assert_int_equal(bfit_st_read(pa, &a), BFIT_OK);
+    assert_int_equal(bfit_st_read(pb, &b), BFIT_OK);
+    assert_int_equal(bfit_st_count(a), bfit_st_count(b));
+    *amax = 0;
+    for (int i = 0; i < bfit_st_count(a); i++) {
+        const bfit_st_tensor *ta = bfit_st_get(a, i), *tb = bfit_st_find(b, ta->name);
+        const float *x = ta->data, *y;
+        assert_non_null(tb);
+        y = tb->data;
+        for (int64_t j = 0; j < bfit_st_numel(ta); j++) {
+            d = fmax(d, fabs((double)x[j] - y[j]));
+            *amax = fmax(*amax, fabs((double)x[j]));
+        }
+    }
+    bfit_st_free(a);
+    bfit_st_free(b);
+    return d;
+}
+
+/* 20 steps of E = 32 with m = 32, 8 and 7 (7 leaves a last micro-batch of 4).
+ * The loss is normalised by E, so the splits differ only in the order float
+ * sums are taken: each gradient element is a sum of ~32 products split into
+ * k partial sums, an error of a few ulps (~1e-7 relative) per step. Over 20
+ * steps of lr 0.05 with momentum 0.9 that moves weights of size ~0.1 by well
+ * under 1e-5; 1e-5 is the bound. A different seed moves them by ~1e-1, so
+ * the comparison can fail. */
+static void test_split_does_not_change_weights(void **st)
+{
+    const int ms[] = {32, 8, 7};
+    char path[3][300], other[300];
+    bfit_train_result r;
+    double amax, d;
+    (void)st;
+    for (int i = 0; i < 3; i++) {
+        bfit_train_cfg c = base(small, 32, 640);
+        c.micro_batch = ms[i];
+        snprintf(path[i], sizeof path[i], "%s/split%d.safetensors", tmpdir, ms[i]);
+        c.save = path[i];
+        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(r.steps, 20);
+        assert_int_equal(r.micro_batch, ms[i]);
+    }
+    for (int i = 1; i < 3; i++) {
+        d = weights_diff(path[0], path[i], &amax);
+        printf("  m=32 vs m=%d: max |dw| = %.3g (max |w| %.3g)\n", ms[i], d, amax);
+        assert_true(d <= 1e-5);
+    }
+    {
+        bfit_train_cfg c = base(small, 32, 640);
+        c.seed = 9;
+        snprintf(other, sizeof other, "%s/seed9.safetensors", tmpdir);
+        c.save = other;
+        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        d = weights_diff(path[0], other, &amax);
+        printf("  another seed: max |dw| = %.3g\n", d);
+        assert_true(d > 1e-3);
+    }
+}
+
+/* A data set whose first feature is the sample's index, so a callback can
+ * count every sample that ran. */
+#define NS 480
+typedef struct counts {
+    int seen[NS];
+    int64_t total;
+} counts;
+
+static void count_samples(void *ud, const float *x, const int32_t *y, int n)
+{
+    counts *c = ud;
+    (void)y;
+    for (int i = 0; i < n; i++) {
+        int idx = (int)x[i * 4];
+        assert_true(idx >= 0 && idx < NS);
+        c->seen[idx]++;
+        c->total++;
+    }
+}
+
+static void make_indexed(bfit_dataset **tr, bfit_dataset **te)
+{
+    float *x = malloc(NS * 4 * sizeof *x);
+    int32_t *y = malloc(NS * sizeof *y);
+    for (int i = 0; i < NS; i++) {
+        x[i * 4] = (float)i;
+        for (int k = 1; k < 4; k++)
+            x[i * 4 + k] = (float)((i * 7 + k * 13) % 11) / 11.0f;
+        y[i] = i % 3;
+    }
+    bfit_shape s = {4, 1, 1};
+    assert_int_equal(bfit_dataset_from_floats(s, NS, 3, x, y, tr), BFIT_OK);
+    assert_int_equal(bfit_dataset_from_floats(s, NS, 3, x, y, te), BFIT_OK);
+    free(x);
+    free(y);
+}
+
+/* Allocation failures injected at different points of the run (during the
+ * first reservation, and when the step re-reserves after a capacity change):
+ * each is recovered by a smaller micro-batch; every sample is seen exactly
+ * once per epoch. */
+static void test_oom_loses_no_sample(void **st)
+{
+    const uint64_t nth[] = {4, 6, 8, 9};
+    bfit_dataset *tr, *te;
+    bfit_mem_point mp[1];
+    (void)st;
+    make_indexed(&tr, &te);
+    for (unsigned t = 0; t < sizeof nth / sizeof nth[0]; t++) {
+        counts *cnt = calloc(1, sizeof *cnt);
+        bfit_train_result r;
+        bfit_train_cfg c = base(tiny, 32, 0);
+        c.train_set = tr;
+        c.test_set = te;
+        c.normalize = 0;
+        c.epochs = 2;
+        c.eval_samples = 0;
+        c.on_samples = count_samples;
+        c.on_samples_ud = cnt;
+        c.fail_nth_alloc = nth[t];
+        /* a capacity "change" to the same size at step 5 makes the trainer
+         * reserve again mid-epoch, where the later injections land */
+        mp[0].step = 5;
+        mp[0].capacity = 1ull << 30;
+        c.memory = 1ull << 30;
+        c.memory_schedule = mp;
+        c.nmemory_schedule = 1;
+        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        printf("  fail allocation #%llu: %d out-of-memory recovered, last micro-batch %d, %lld samples\n",
+               (unsigned long long)nth[t], r.ooms, r.micro_batch, (long long)cnt->total);
+        assert_true(r.ooms >= 1);
+        assert_true(r.micro_batch < 32);
+        assert_int_equal(cnt->total, 2 * NS);
+        assert_int_equal(r.samples, 2 * NS);
+        for (int i = 0; i < NS; i++)
+            if (cnt->seen[i] != 2)
+                fail_msg("sample %d seen %d times, expected 2", i, cnt->seen[i]);
+        free(cnt);
+    }
+    bfit_dataset_free(tr);
+    bfit_dataset_free(te);
+}
+
+/* The bytes a training step of `model` needs at m (SGD momentum). */
+static uint64_t plan_peak(const char *model, int m, uint64_t *fixed)
+{
+    bfit_arena *a = bfit_arena_new(1ull << 34, NULL);
+    bfit_device *dev;
+    bfit_graph_desc g;
+    bfit_model *M;
+    bfit_plan p;
+    bfit_optim_cfg o = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    assert_int_equal(bfit_device_cpu_new(a, 2, &dev), BFIT_OK);
+    assert_int_equal(bfit_spec_parse_file(model, &g), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, dev, &M), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(M, &o, m, 1, &p), BFIT_OK);
+    *fixed = p.fixed;
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    bfit_device_free(dev);
+    bfit_arena_free(a);
+    return p.peak;
+}
+
+static int log_count(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    int n = 0;
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Capacity falls to a third of what E = 64 needs (beyond the fixed part) at
+ * step 10 and comes back at step 20: the micro-batch shrinks, the run sees
+ * the same samples as an undisturbed run, and its weights are the same up to
+ * summation order (same bound as above). Every change is logged with a reason. */
+static void test_memory_schedule(void **st)
+{
+    uint64_t fixed, full = plan_peak(small, 64, &fixed);
+    uint64_t third = fixed + (full - fixed) / 3;
+    bfit_mem_point mp[2] = {{10, third}, {20, 1ull << 30}};
+    char a[300], b[300], lg[300];
+    bfit_train_result ra, rb;
+    double amax, d;
+    (void)st;
+    snprintf(a, sizeof a, "%s/undisturbed.safetensors", tmpdir);
+    snprintf(b, sizeof b, "%s/disturbed.safetensors", tmpdir);
+    snprintf(lg, sizeof lg, "%s/disturbed.jsonl", tmpdir);
+    {
+        bfit_train_cfg c = base(small, 64, 1920);
+        c.memory = 1ull << 30;
+        c.margin = 0;
+        c.save = a;
+        assert_int_equal(bfit_train(&c, &ra), BFIT_OK);
+    }
+    {
+        bfit_train_cfg c = base(small, 64, 1920);
+        c.memory = 1ull << 30;
+        c.margin = 0;
+        c.memory_schedule = mp;
+        c.nmemory_schedule = 2;
+        c.save = b;
+        c.log = lg;
+        assert_int_equal(bfit_train(&c, &rb), BFIT_OK);
+    }
+    assert_int_equal(ra.samples, rb.samples);
+    assert_int_equal(ra.steps, rb.steps);
+    assert_int_equal(rb.ooms, 0); /* the controller shrank before anything failed */
+    assert_true(rb.batch_changes >= 1);
+    assert_int_equal(log_count(lg, "\"event\":\"memory\""), 2);
+    assert_true(log_count(lg, "\"reason\":\"memory shrank\"") >= 1);
+    assert_int_equal(log_count(lg, "\"event\":\"batch_change\""), rb.batch_changes);
+    assert_int_equal(log_count(lg, "\"reason\":\"\""), 0);
+    d = weights_diff(a, b, &amax);
+    printf("  disturbed vs undisturbed: %d changes, max |dw| = %.3g, accuracy %.4f vs %.4f\n", rb.batch_changes, d,
+           rb.test_acc, ra.test_acc);
+    assert_true(d <= 1e-5);
+    assert_true(fabs(ra.test_acc - rb.test_acc) <= 0.01);
+}
+
+/* A batch schedule by step: 10 steps of 32, then 64 until the epoch's 960
+ * samples are used: 10 + 10 steps. */
+static void test_batch_schedule(void **st)
+{
+    bfit_batch_point pts[2];
+    int n;
+    bfit_train_result r;
+    bfit_train_cfg c = base(small, 32, 960);
+    char lg[300];
+    (void)st;
+    assert_int_equal(bfit_batch_schedule_parse("0:32,10:64", pts, 2, &n), BFIT_OK);
+    snprintf(lg, sizeof lg, "%s/sched.jsonl", tmpdir);
+    c.batch_schedule = pts;
+    c.nbatch_schedule = n;
+    c.log = lg;
+    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(r.steps, 20);
+    assert_int_equal(r.samples, 960);
+    assert_int_equal(r.last_batch, 64);
+    assert_int_equal(log_count(lg, "\"reason\":\"schedule\""), 1);
+}
+
+/* The batch instead of the decay: a step schedule (x0.5 every 5 steps) turns
+ * into E doubling every 5 steps with the lr held. */
+static void test_batch_instead_of_decay(void **st)
+{
+    bfit_train_result r;
+    bfit_train_cfg c = base(small, 16, 16 * 5 + 32 * 5 + 64 * 5);
+    (void)st;
+    c.sched = bfit_lr_schedule_default(BFIT_SCHED_STEP);
+    c.sched.step_size = 5;
+    c.sched.gamma = 0.5;
+    c.batch_instead_of_decay = 1;
+    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(r.steps, 15);
+    assert_int_equal(r.last_batch, 64);
+}
+
+/* Adaptive E: the noise scale is measured (every step has k >= 2
+ * micro-batches) and E stays within its bounds. */
+static void test_adaptive(void **st)
+{
+    bfit_train_result r;
+    bfit_train_cfg c = base(small, 0, 6400);
+    (void)st;
+    c.adaptive = 1;
+    c.batch_min = 16;
+    c.batch_max = 256;
+    c.batch = 16;
+    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    printf("  adaptive: %lld steps, noise scale %.1f, last E %d\n", (long long)r.steps, r.noise_scale, r.last_batch);
+    assert_true(r.noise_scale > 0);
+    assert_true(r.last_batch >= 16 && r.last_batch <= 256);
+    assert_int_equal(r.samples, 6400);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_does_not_change_weights),
+        cmocka_unit_test(test_oom_loses_no_sample),
+        cmocka_unit_test(test_memory_schedule),
+        cmocka_unit_test(test_batch_schedule),
+        cmocka_unit_test(test_batch_instead_of_decay),
+        cmocka_unit_test(test_adaptive),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
