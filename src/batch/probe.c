@@ -388,6 +388,7 @@ static int measure_rung(probe *p, bfit_probe_rung *g, double *t, double *w)
     for (int i = c->warmup; i < c->warmup + c->repeats; i++)
         w[i] = t[i] > 0 ? w[i] / t[i] : 0;
     g->step_s = median(t + c->warmup, c->repeats);
+    g->spread = g->step_s > 0 ? (t[c->warmup + c->repeats - 1] - t[c->warmup]) / g->step_s : 0;
     g->samples_per_s = g->step_s > 0 ? g->m / g->step_s : 0;
     g->wait_share = median(w + c->warmup, c->repeats);
     bfit_model_unreserve(p->M);

@@ -307,6 +307,16 @@ static void print_human(const args *a, const bfit_probe_result *r)
         if (top->samples_per_s < (1 - a->c.probe.tolerance) * best->samples_per_s)
             printf(", and at the largest batch it is %.0f%% lower than the best", 100 * (1 - top->samples_per_s / best->samples_per_s));
         printf("\n");
+        {
+            int noisy = -1;
+            for (int i = 0; i < r->nrungs; i++)
+                if (r->rungs[i].spread > 0.5 && (noisy < 0 || r->rungs[i].spread > r->rungs[noisy].spread))
+                    noisy = i;
+            if (noisy >= 0)
+                printf("note: the measured steps at %d differ by %.0f%% of their median: something else is using the "
+                       "CPU; the medians may mislead (rerun with more --repeats, or fewer --threads)\n",
+                       r->rungs[noisy].m, 100 * r->rungs[noisy].spread);
+        }
         if (r->data_bound) {
             printf("data: %.0f%% of a step at %d waits for samples, over the %.0f%% threshold: the loader, not the "
                    "batch size, is the limit. ",
@@ -397,6 +407,7 @@ static int print_json(const args *a, const bfit_probe_result *r)
             cJSON_AddNumberToObject(e, "measured_peak", (double)g->measured_peak);
             cJSON_AddNumberToObject(e, "samples_per_s", g->samples_per_s);
             cJSON_AddNumberToObject(e, "step_seconds", g->step_s);
+            cJSON_AddNumberToObject(e, "step_spread", g->spread);
             cJSON_AddNumberToObject(e, "data_wait_share", g->wait_share);
         }
     }
