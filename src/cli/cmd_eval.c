@@ -14,7 +14,7 @@ static void help(void)
          "Evaluate saved weights (from `batchfit train --save`) on the test split of a\n"
          "data set: mean loss and accuracy.\n"
          "\n"
-         "  --model FILE        the model spec the weights were trained with\n"
+         "  --model FILE|PRESET the model spec or preset the weights were trained with\n"
          "  --weights FILE      safetensors weights\n"
          "  --data NAME|PATH    fashion-mnist (default), an MNIST-format directory, ...\n"
          "  --batch N           evaluation micro-batch (default 1000, or what fits)\n"

@@ -9,7 +9,7 @@
 
 static void help(void)
 {
-    puts("Usage: batchfit train --model FILE [OPTIONS]\n"
+    puts("Usage: batchfit train --model FILE|PRESET [OPTIONS]\n"
          "\n"
          "Train a model on a data set, evaluating on its test split after each epoch.\n"
          "--batch is the effective batch (samples per optimizer step); the micro-batch\n"
@@ -17,7 +17,8 @@ static void help(void)
          "gradient accumulation covers the rest.\n"
          "\n"
          "Model and data:\n"
-         "  --model FILE          model spec (docs/model-spec.md), e.g. models/cnn.cfg\n"
+         "  --model FILE|PRESET   model spec (docs/model-spec.md), e.g. models/cnn.cfg, or a\n"
+         "                        preset: mlp, cnn, resnet18, resnet50, vgg16\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, or a CSV file\n"
          "  --epochs N            passes over the training data (default 1)\n"

@@ -2,6 +2,7 @@
 #include "base/err.h"
 #include "batch/plan.h"
 #include "nn/spec.h"
+#include "nn/zoo.h"
 #include "optim/clip.h"
 #include "train/log.h"
 #include "train/trainer.h"
@@ -81,7 +82,7 @@ static int run_setup(run *r, const char *model, const char *data, const bfit_dat
     rc = bfit_device_cpu_new(r->arena, threads, &r->dev);
     if (rc != BFIT_OK)
         return rc;
-    rc = bfit_spec_parse_file(model, &r->g);
+    rc = bfit_model_source_load(model, &r->g);
     if (rc != BFIT_OK)
         return rc;
     rc = bfit_model_new(&r->g, r->dev, &r->M);
