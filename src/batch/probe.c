@@ -5,7 +5,6 @@
 #include "batch/probe.h"
 #include "nn/zoo.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,7 +387,11 @@ static int measure_rung(probe *p, bfit_probe_rung *g, double *t, double *w)
     for (int i = c->warmup; i < c->warmup + c->repeats; i++)
         w[i] = t[i] > 0 ? w[i] / t[i] : 0;
     g->step_s = median(t + c->warmup, c->repeats);
-    g->spread = g->step_s > 0 ? (t[c->warmup + c->repeats - 1] - t[c->warmup]) / g->step_s : 0;
+    {
+        /* the middle half's width: one disturbed step moves neither it nor the median */
+        int k = c->repeats / 4;
+        g->spread = g->step_s > 0 ? (t[c->warmup + c->repeats - 1 - k] - t[c->warmup + k]) / g->step_s : 0;
+    }
     g->samples_per_s = g->step_s > 0 ? g->m / g->step_s : 0;
     g->wait_share = median(w + c->warmup, c->repeats);
     bfit_model_unreserve(p->M);
@@ -598,9 +601,9 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
     if (opt) {
         rc = bfit_optim_new(opt, M->trainable, M->ntrainable, p.arena, &o);
         if (rc == BFIT_ENOMEM)
-            rc = bfit_fail(BFIT_ENOMEM, "the plan says the optimizer state (%s) fits the budget %s, but allocating "
-                           "it failed: the plan disagrees with the arena, a bug (%s)",
-                           sz(res->p1.bytes[BFIT_MEM_OPTIMIZER], a), sz(res->budget, b), bfit_errmsg());
+            rc = bfit_fail_prefix(BFIT_ENOMEM, "the plan says the optimizer state (%s) fits the budget %s, but "
+                                  "allocating it failed, a bug in the plan: ",
+                                  sz(res->p1.bytes[BFIT_MEM_OPTIMIZER], a), sz(res->budget, b));
         if (rc != BFIT_OK)
             goto out;
     }

@@ -66,7 +66,8 @@ typedef struct bfit_probe_rung {
     uint64_t measured_peak;  /* the arena's high-water mark over the steps, less what others hold */
     double step_s;           /* median seconds of a measured step (take + forward + backward) */
     double samples_per_s;    /* m / step_s */
-    double spread;           /* (slowest - fastest measured step) / step_s: over 0.5 is noise */
+    double spread;           /* width of the middle half of the measured step times / step_s
+                                (all of them for fewer than 4): over 0.5, something else used the CPU */
     double wait_share;       /* median over the measured steps of the share spent waiting for samples */
 } bfit_probe_rung;
 

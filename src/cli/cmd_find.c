@@ -245,7 +245,7 @@ static const char *optim_desc(const bfit_optim_cfg *o, char *buf, size_t n)
 
 /* ---- human output -------------------------------------------------------- */
 
-static void print_table(const args *a, const bfit_probe_result *r)
+static void print_table(const bfit_probe_result *r)
 {
     char b1[32], b2[32], b3[32], b4[32];
 
@@ -267,7 +267,6 @@ static void print_table(const args *a, const bfit_probe_result *r)
     if (r->next_refused)
         printf("%7d  %13s  %13s  %10s  %10s  %9s  refused\n", r->largest + 1, fmt(r->plan_next.peak, b1), "-", "-",
                "-", "-");
-    (void)a;
 }
 
 static void print_human(const args *a, const bfit_probe_result *r)
@@ -282,14 +281,14 @@ static void print_human(const args *a, const bfit_probe_result *r)
            100 * a->c.probe.margin, fmt(r->budget, b2), optim_desc(&a->c.opt, b3, sizeof b3), fmt(r->p1.fixed, b4));
 
     if (r->nrungs) {
-        print_table(a, r);
+        print_table(r);
         putchar('\n');
     }
 
     printf("largest batch: %d", r->largest);
     if (r->plan_agrees) {
-        printf(" (planned %s within the budget %s); confirmed: a real step ran at %d, measured peak %s", fmt(r->plan_largest.peak, b1),
-               fmt(r->budget, b2), r->largest, fmt(r->measured_largest, b3));
+        printf(" (planned %s within the budget %s); confirmed: a real step ran at %d, measured peak %s",
+               fmt(r->plan_largest.peak, b1), fmt(r->budget, b2), r->largest, fmt(r->measured_largest, b3));
         if (r->next_refused)
             printf(", and reserving %d (%s) was refused\n", r->largest + 1, fmt(r->plan_next.peak, b4));
         else
@@ -305,7 +304,8 @@ static void print_human(const args *a, const bfit_probe_result *r)
                "throughput stops growing there",
                rec->m, 100 * a->c.probe.tolerance, thousands(best->samples_per_s, b1, sizeof b1), best->m);
         if (top->samples_per_s < (1 - a->c.probe.tolerance) * best->samples_per_s)
-            printf(", and at the largest batch it is %.0f%% lower than the best", 100 * (1 - top->samples_per_s / best->samples_per_s));
+            printf(", and at the largest batch it is %.0f%% lower than the best",
+                   100 * (1 - top->samples_per_s / best->samples_per_s));
         printf("\n");
         {
             int noisy = -1;
@@ -313,8 +313,8 @@ static void print_human(const args *a, const bfit_probe_result *r)
                 if (r->rungs[i].spread > 0.5 && (noisy < 0 || r->rungs[i].spread > r->rungs[noisy].spread))
                     noisy = i;
             if (noisy >= 0)
-                printf("note: the measured steps at %d differ by %.0f%% of their median: something else is using the "
-                       "CPU; the medians may mislead (rerun with more --repeats, or fewer --threads)\n",
+                printf("note: the measured steps at %d vary by %.0f%% of their median: something else is using the "
+                       "CPU, and the medians may mislead (rerun with more --repeats, or fewer --threads)\n",
                        r->rungs[noisy].m, 100 * r->rungs[noisy].spread);
         }
         if (r->data_bound) {
@@ -340,15 +340,17 @@ static void print_human(const args *a, const bfit_probe_result *r)
         printf("a step at %d%s)", r->largest, r->largest < r->limit ? ", a refusal one up" : "");
     else
         printf("including a search with real steps)");
-    printf("; a doubling-then-bisecting search with %d steps per trial needs %d (%d trials) to answer %d",
-           BFIT_PROBE_SEARCH_STEPS, r->search_steps, r->search_trials, r->search_m);
+    printf("; a doubling-then-bisecting search with %d steps per trial needs %d (%d trial%s) to answer %d",
+           BFIT_PROBE_SEARCH_STEPS, r->search_steps, r->search_trials, r->search_trials == 1 ? "" : "s",
+           r->search_m);
     if (3 * r->largest_steps <= r->search_steps)
         printf(": find used %s a third of that\n", r->largest_steps * 3 == r->search_steps ? "exactly" : "less than");
     else
         printf(": MORE than a third of that\n");
     if (r->nrungs) {
-        printf("real steps for the fastest batch: %d more (%d sizes x (%d warm-up + %d measured)); %d in all\n",
-               r->ladder_steps, r->nrungs, a->c.probe.warmup, a->c.probe.repeats, r->largest_steps + r->ladder_steps);
+        printf("real steps for the fastest batch: %d more (%d size%s x (%d warm-up + %d measured)); %d in all\n",
+               r->ladder_steps, r->nrungs, r->nrungs == 1 ? "" : "s", a->c.probe.warmup, a->c.probe.repeats,
+               r->largest_steps + r->ladder_steps);
     }
 }
 
@@ -675,6 +677,19 @@ static int save_svg(const char *path, const args *a, const bfit_probe_result *r)
         ok = 0;
     if (ok && rename(tmp, path) != 0)
         ok = 0;
+    if (ok) {
+        /* make the rename itself durable; some file systems cannot sync a directory */
+        char *dir = strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
+        int dfd;
+        if (dir && slash)
+            *(slash == dir ? slash + 1 : slash) = '\0';
+        dfd = dir ? open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
     if (!ok) {
         cli_error("--plot %s: writing failed: %s", path, strerror(errno));
         unlink(tmp);

@@ -158,19 +158,51 @@ static size_t cpu_op_workspace(const bfit_op *op) { return ((const cpu_op *)op)-
 static size_t cpu_op_saved(const bfit_op *op) { return ((const cpu_op *)op)->saved; }
 static int cpu_op_run(bfit_op *op, const bfit_op_args *a) { return ((cpu_op *)op)->run((cpu_op *)op, a); }
 
+/* Large fills and copies (zeroing the gradients every step, flatten) go
+ * faster on every core than on one; below this, waking the team costs more. */
+#define PAR_BYTES (1u << 20)
+
+/* [t*chunk, (t+1)*chunk) of n bytes for thread t, in whole cache lines */
+static size_t share(size_t n, size_t *len)
+{
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    size_t chunk = (n / (size_t)nt + 63) & ~(size_t)63, b = (size_t)t * chunk;
+    *len = b >= n ? 0 : (n - b < chunk ? n - b : chunk);
+    return b;
+}
+
 static int cpu_copy(bfit_device *d, void *dst, const void *src, size_t n)
 {
     (void)d;
-    if (n)
-        memmove(dst, src, n);
+    /* overlapping ranges keep memmove's one-pass semantics */
+    if (n < PAR_BYTES || ((char *)dst < (const char *)src + n && (const char *)src < (char *)dst + n)) {
+        if (n)
+            memmove(dst, src, n);
+        return BFIT_OK;
+    }
+#pragma omp parallel
+    {
+        size_t len, b = share(n, &len);
+        if (len)
+            memcpy((char *)dst + b, (const char *)src + b, len);
+    }
     return BFIT_OK;
 }
 
 static int cpu_zero(bfit_device *d, void *dst, size_t n)
 {
     (void)d;
-    if (n)
-        memset(dst, 0, n);
+    if (n < PAR_BYTES) {
+        if (n)
+            memset(dst, 0, n);
+        return BFIT_OK;
+    }
+#pragma omp parallel
+    {
+        size_t len, b = share(n, &len);
+        if (len)
+            memset((char *)dst + b, 0, len);
+    }
     return BFIT_OK;
 }
 
