@@ -4,6 +4,7 @@
  * (batch/probe.h); this file parses options and reports. */
 #include "base/err.h"
 #include "batch/probe.h"
+#include "base/atomic.h"
 #include "cli/cli.h"
 #include "nn/zoo.h"
 
@@ -633,10 +634,11 @@ static void write_svg(FILE *f, const args *a, const bfit_probe_result *r)
  * half a file. */
 static int save_svg(const char *path, const args *a, const bfit_probe_result *r)
 {
-    char *buf = NULL, tmp[4096];
+    char *buf = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&buf, &len);
-    int fd = -1, ok = 0;
+    bfit_atomic_file af;
+    int rc;
 
     if (!mem) {
         cli_error("--plot %s: out of host memory", path);
@@ -648,54 +650,15 @@ static int save_svg(const char *path, const args *a, const bfit_probe_result *r)
         free(buf);
         return -1;
     }
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%ld", path, (long)getpid(), (long)time(NULL)) >= sizeof tmp) {
-        cli_error("--plot: the file name is too long");
-        free(buf);
-        return -1;
-    }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        cli_error("--plot %s: cannot create a temporary file beside it: %s", path, strerror(errno));
-        free(buf);
-        return -1;
-    }
-    {
-        const char *p = buf;
-        size_t n = len;
-        while (n > 0) {
-            ssize_t w = write(fd, p, n);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                break;
-            p += w;
-            n -= (size_t)w;
-        }
-        ok = n == 0 && fsync(fd) == 0;
-    }
-    if (close(fd) != 0)
-        ok = 0;
-    if (ok && rename(tmp, path) != 0)
-        ok = 0;
-    if (ok) {
-        /* make the rename itself durable; some file systems cannot sync a directory */
-        char *dir = strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
-        int dfd;
-        if (dir && slash)
-            *(slash == dir ? slash + 1 : slash) = '\0';
-        dfd = dir ? open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
-    }
-    if (!ok) {
-        cli_error("--plot %s: writing failed: %s", path, strerror(errno));
-        unlink(tmp);
-    }
+    rc = bfit_atomic_open(&af, path);
+    if (rc == BFIT_OK)
+        rc = bfit_atomic_write(&af, buf, len);
+    if (rc == BFIT_OK)
+        rc = bfit_atomic_commit(&af);
+    if (rc != BFIT_OK)
+        cli_error("--plot: %s", bfit_errmsg());
     free(buf);
-    return ok ? 0 : -1;
+    return rc == BFIT_OK ? 0 : -1;
 }
 
 /* ---- the command --------------------------------------------------------- */

@@ -3,6 +3,7 @@
  * The reader trusts nothing in the file: every length, offset and shape is
  * checked against the others and against the file's size before a pointer
  * is formed, because checkpoints and weights may come from anywhere. */
+#include "base/atomic.h"
 #include "base/err.h"
 #include "tensor/safetensors.h"
 
@@ -638,95 +639,19 @@ static int build_header(sbuf *b, const bfit_st_tensor *t, const int *order, int 
     return b->oom ? bfit_fail(BFIT_ENOMEM, "safetensors write: out of host memory for the header") : BFIT_OK;
 }
 
-static int write_full(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            if (w == 0)
-                errno = EIO;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Create path.tmp.XXXXXX exclusively, with mode 0666 less the umask (as the
- * final file should have; mkstemp would give 0600). */
-static int open_temp(const char *path, char *tmp, size_t len)
-{
-    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    static _Thread_local uint64_t counter;
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    for (int attempt = 0; attempt < 100; attempt++) {
-        uint64_t r = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 32 ^
-                     ++counter * 0xBF58476D1CE4E5B9ull;
-        char suf[7];
-        int fd;
-        for (int i = 0; i < 6; i++, r /= 62)
-            suf[i] = abc[r % 62];
-        suf[6] = '\0';
-        if ((size_t)snprintf(tmp, len, "%s.tmp.%s", path, suf) >= len) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST)
-            return fd;
-    }
-    return -1;
-}
-
-/* fsync the directory holding path, so the rename itself is durable. */
-static int sync_dir(const char *path)
-{
-    char *dir = strdup(path), *slash;
-    int fd, rc = 0;
-    if (!dir)
-        return -1;
-    slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = -1;
-    } else {
-        /* some file systems cannot sync a directory: nothing more to do there */
-        if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
-            rc = -1;
-        close(fd);
-    }
-    free(dir);
-    return rc;
-}
-
 int bfit_st_write(const char *path, const bfit_st_tensor *tensors, int n, const char *const *meta_keys,
                   const char *const *meta_vals, int nmeta)
 {
     sbuf hdr = {0};
-    int *order = NULL, fd = -1, rc, k = 0;
-    char *tmp = NULL;
-    size_t tmplen;
+    int *order = NULL, rc, k = 0;
+    bfit_atomic_file af;
     uint8_t lb[8];
 
     rc = check_write_args(path, tensors, n, meta_keys, meta_vals, nmeta);
     if (rc != BFIT_OK)
         return rc;
     order = malloc(sizeof *order * ((size_t)n + 1));
-    tmplen = strlen(path) + 16;
-    tmp = malloc(tmplen);
-    if (!order || !tmp) {
+    if (!order) {
         rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory", path);
         goto free_mem;
     }
@@ -742,44 +667,20 @@ int bfit_st_write(const char *path, const bfit_st_tensor *tensors, int n, const 
     for (int i = 0; i < 8; i++)
         lb[i] = (uint8_t)((uint64_t)hdr.n >> (8 * i));
 
-    fd = open_temp(path, tmp, tmplen);
-    if (fd < 0) {
-        rc = bfit_fail(BFIT_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+    rc = bfit_atomic_open(&af, path);
+    if (rc != BFIT_OK)
         goto free_mem;
-    }
-    if (write_full(fd, lb, 8) || write_full(fd, hdr.p, hdr.n))
-        goto io_fail;
-    for (int i = 0; i < n; i++)
-        if (write_full(fd, tensors[order[i]].data, tensors[order[i]].nbytes))
-            goto io_fail;
-    if (fsync(fd) != 0)
-        goto io_fail;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto io_fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rc = bfit_fail(BFIT_EIO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-        goto remove_tmp;
-    }
-    if (sync_dir(path) != 0) {
-        /* the new file is in place; only its durability is in doubt */
-        rc = bfit_fail(BFIT_EIO, "%s: written, but its directory could not be synced: %s", path, strerror(errno));
-        goto free_mem;
-    }
-    rc = BFIT_OK;
-    goto free_mem;
-
-io_fail:
-    rc = bfit_fail(BFIT_EIO, "%s: writing %s failed: %s", path, tmp, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-remove_tmp:
-    unlink(tmp);
+    rc = bfit_atomic_write(&af, lb, 8);
+    if (rc == BFIT_OK)
+        rc = bfit_atomic_write(&af, hdr.p, hdr.n);
+    for (int i = 0; i < n && rc == BFIT_OK; i++)
+        rc = bfit_atomic_write(&af, tensors[order[i]].data, tensors[order[i]].nbytes);
+    if (rc == BFIT_OK)
+        rc = bfit_atomic_commit(&af);
+    else
+        bfit_atomic_abort(&af);
 free_mem:
     free(hdr.p);
     free(order);
-    free(tmp);
     return rc;
 }
