@@ -656,7 +656,7 @@ static int save_svg(const char *path, const args *a, const bfit_probe_result *r)
     if (rc == BFIT_OK)
         rc = bfit_atomic_commit(&af);
     if (rc != BFIT_OK)
-        cli_error("--plot: %s", bfit_errmsg());
+        cli_error("--plot %s", bfit_errmsg());
     free(buf);
     return rc == BFIT_OK ? 0 : -1;
 }
