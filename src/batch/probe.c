@@ -3,6 +3,7 @@
  * from throughput measured on a ladder of sizes; the model left as found. */
 #include "base/err.h"
 #include "batch/probe.h"
+#include "batch/session.h"
 #include "nn/zoo.h"
 
 #include <stdarg.h>
@@ -12,7 +13,6 @@
 #include <time.h>
 
 #define DEFAULT_LIMIT (1 << 20)
-#define SYNTHETIC_COUNT 512 /* samples of --data synthetic; the stream cycles through them */
 
 bfit_probe_cfg bfit_probe_cfg_default(void)
 {
@@ -627,96 +627,49 @@ out:
 
 /* ---- `find`'s setup ------------------------------------------------------ */
 
-/* Random samples of the model's shape with labels 0..nclasses-1. */
-static int synthetic_data(const bfit_model *M, uint64_t seed, bfit_dataset **out)
-{
-    int64_t numel = bfit_shape_numel(M->input), n = (int64_t)SYNTHETIC_COUNT * numel;
-    float *x = malloc(sizeof *x * (size_t)n);
-    int32_t *y = malloc(sizeof *y * SYNTHETIC_COUNT);
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    int rc;
-
-    if (!x || !y) {
-        free(x);
-        free(y);
-        return bfit_fail(BFIT_ENOMEM, "out of host memory for %d synthetic samples", SYNTHETIC_COUNT);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24)) - 0.5f;
-    }
-    for (int i = 0; i < SYNTHETIC_COUNT; i++)
-        y[i] = i % M->nclasses;
-    rc = bfit_dataset_from_floats(M->input, SYNTHETIC_COUNT, M->nclasses, x, y, out);
-    free(x);
-    free(y);
-    return rc;
-}
-
 int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
 {
-    bfit_arena *arena = NULL;
-    bfit_device *dev = NULL;
-    bfit_graph_desc g;
-    bfit_model *M = NULL;
-    bfit_dataset *d = NULL;
+    bfit_session ss;
+    bfit_session_cfg sc_;
     bfit_probe_cfg pc = cfg->probe;
     bfit_stream_cfg sc;
-    float *mean = NULL, *std = NULL;
-    uint64_t memory = cfg->memory;
-    int rc, synthetic;
+    int rc;
 
     memset(res, 0, sizeof *res);
-    memset(&g, 0, sizeof g);
+    memset(&ss, 0, sizeof ss);
     rc = check_cfg(&cfg->probe);
     if (rc == BFIT_OK)
         rc = bfit_optim_cfg_check(&cfg->opt);
     if (rc != BFIT_OK)
         return rc;
-    if (!memory)
-        memory = bfit_host_available_memory();
-    if (!memory)
-        return bfit_fail(BFIT_EINVAL, "cannot tell the available memory: give the capacity");
-    rc = bfit_model_source_load(cfg->model, &g);
-    if (rc != BFIT_OK)
-        return rc;
-    arena = bfit_arena_new(memory, NULL);
-    if (!arena) {
-        rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
-        goto out;
-    }
-    rc = bfit_device_cpu_new(arena, cfg->threads, &dev);
-    if (rc == BFIT_OK)
-        rc = bfit_model_new(&g, dev, &M);
+    memset(&sc_, 0, sizeof sc_);
+    sc_.model = cfg->model;
+    sc_.data = cfg->data;
+    sc_.want_train = 1;
+    sc_.memory = cfg->memory;
+    sc_.threads = cfg->threads;
+    sc_.normalize = cfg->normalize;
+    sc_.seed = cfg->seed;
+    rc = bfit_session_open_model(&ss, &sc_);
     if (rc != BFIT_OK)
         goto out;
-    res->threads = dev->nthreads;
-    res->params = bfit_model_param_count(M);
-    res->input = M->input;
-    res->capacity = memory;
-    res->budget = bfit_plan_budget(memory, pc.margin);
+    res->threads = ss.dev->nthreads;
+    res->params = bfit_model_param_count(ss.M);
+    res->input = ss.M->input;
+    res->capacity = bfit_arena_capacity(ss.arena);
+    res->budget = bfit_plan_budget(res->capacity, pc.margin);
 
     /* say why nothing fits before allocating parameters that may not fit */
-    rc = bfit_plan_compute(M, &cfg->opt, 1, 1, &res->p1);
+    rc = bfit_plan_compute(ss.M, &cfg->opt, 1, 1, &res->p1);
     if (rc != BFIT_OK)
         goto out;
     if (res->p1.peak > res->budget) {
         rc = explain_no_fit(res, pc.margin);
         goto out;
     }
-
-    synthetic = !strcmp(cfg->data, "synthetic");
-    rc = synthetic ? synthetic_data(M, cfg->seed, &d) : bfit_dataset_load(cfg->data, 1, NULL, &d);
+    rc = bfit_session_open_data(&ss, &sc_);
     if (rc != BFIT_OK)
         goto out;
-    if (!bfit_shape_eq(bfit_dataset_shape(d), M->input)) {
-        char a[32], b[32];
-        rc = bfit_fail(BFIT_EINVAL, "the model takes inputs of %s but the data set %s has samples of %s: give a "
-                       "data set of the model's shape, or synthetic data",
-                       bfit_shape_str(M->input, a, sizeof a), cfg->data,
-                       bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
-        goto out;
-    }
     memset(&sc, 0, sizeof sc);
     sc.seed = cfg->seed;
     sc.shuffle = 1;
@@ -724,41 +677,23 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     sc.prefetch = cfg->prefetch;
     sc.aug_crop_pad = cfg->augment ? 2 : 0;
     sc.aug_hflip = cfg->augment;
-    if (cfg->normalize) {
-        bfit_shape ds = bfit_dataset_shape(d);
-        mean = calloc((size_t)ds.c, sizeof *mean);
-        std = calloc((size_t)ds.c, sizeof *std);
-        if (!mean || !std) {
-            rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
-            goto out;
-        }
-        rc = bfit_dataset_norm_stats(d, mean, std);
-        if (rc != BFIT_OK)
-            goto out;
-        sc.norm_mean = mean;
-        sc.norm_std = std;
-    }
-    rc = bfit_model_alloc_params(M, 1);
+    sc.norm_mean = ss.mean;
+    sc.norm_std = ss.std;
+    rc = bfit_model_alloc_params(ss.M, 1);
     if (rc != BFIT_OK)
         goto out;
-    bfit_model_init_params(M, cfg->seed);
+    bfit_model_init_params(ss.M, cfg->seed);
 
-    pc.capacity = memory;
+    pc.capacity = res->capacity;
     pc.seed = cfg->seed;
     if (cfg->limit)
         pc.limit = cfg->limit;
-    else if (synthetic)
-        pc.limit = DEFAULT_LIMIT;
     else
-        pc.limit = bfit_dataset_count(d) < DEFAULT_LIMIT ? (int)bfit_dataset_count(d) : DEFAULT_LIMIT;
-    rc = bfit_probe_run(M, d, &sc, &cfg->opt, &pc, res);
+        pc.limit = bfit_dataset_count(ss.train) < DEFAULT_LIMIT && strcmp(cfg->data, "synthetic")
+                       ? (int)bfit_dataset_count(ss.train)
+                       : DEFAULT_LIMIT;
+    rc = bfit_probe_run(ss.M, ss.train, &sc, &cfg->opt, &pc, res);
 out:
-    free(mean);
-    free(std);
-    bfit_model_free(M);
-    bfit_dataset_free(d);
-    bfit_device_free(dev);
-    bfit_arena_free(arena);
-    bfit_graph_fini(&g);
+    bfit_session_close(&ss);
     return rc;
 }

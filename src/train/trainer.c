@@ -1,6 +1,7 @@
 /* trainer.c - the training loop and evaluation. */
 #include "base/err.h"
 #include "batch/plan.h"
+#include "batch/session.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
 #include "optim/clip.h"
@@ -37,15 +38,9 @@ bfit_train_cfg bfit_train_cfg_default(void)
 
 /* Everything a run holds, released in reverse by run_fini. */
 typedef struct run {
-    bfit_arena *arena;
-    bfit_device *dev;
-    bfit_graph_desc g;
-    bfit_model *M;
-    bfit_dataset *train, *test;          /* owned */
-    const bfit_dataset *trainp, *testp;  /* in use: owned or given */
+    bfit_session s;   /* arena, device, model, data, normalisation */
     bfit_stream *tr, *te;
     bfit_optim *opt;
-    float *mean, *std;
 } run;
 
 static void run_fini(run *r)
@@ -53,76 +48,31 @@ static void run_fini(run *r)
     bfit_stream_free(r->tr);
     bfit_stream_free(r->te);
     bfit_optim_free(r->opt);
-    bfit_model_free(r->M);
-    bfit_graph_fini(&r->g);
-    bfit_dataset_free(r->train);
-    bfit_dataset_free(r->test);
-    bfit_device_free(r->dev);
-    bfit_arena_free(r->arena);
-    free(r->mean);
-    free(r->std);
+    bfit_session_close(&r->s);
 }
 
 /* Arena, device, model (no memory yet) and the data sets. */
 static int run_setup(run *r, const char *model, const char *data, const bfit_dataset *given_train,
                      const bfit_dataset *given_test, int need_train, uint64_t memory, int threads, int normalize)
 {
+    bfit_session_cfg c;
     int rc;
-    bfit_shape ds;
-    char a[32], b[32];
 
     memset(r, 0, sizeof *r);
-    if (!memory)
-        memory = bfit_host_available_memory();
-    if (!memory)
-        return bfit_fail(BFIT_EINVAL, "cannot tell the available memory: give --memory");
-    r->arena = bfit_arena_new(memory, NULL);
-    if (!r->arena)
-        return BFIT_ENOMEM;
-    rc = bfit_device_cpu_new(r->arena, threads, &r->dev);
-    if (rc != BFIT_OK)
-        return rc;
-    rc = bfit_model_source_load(model, &r->g);
-    if (rc != BFIT_OK)
-        return rc;
-    rc = bfit_model_new(&r->g, r->dev, &r->M);
-    if (rc != BFIT_OK)
-        return rc;
-    /* the training split is needed for normalisation statistics even to evaluate */
-    r->trainp = given_train;
-    r->testp = given_test;
-    if (!r->trainp && (need_train || normalize)) {
-        rc = bfit_dataset_load(data, 1, NULL, &r->train);
-        if (rc != BFIT_OK)
-            return rc;
-        r->trainp = r->train;
-    }
-    if (!r->testp) {
-        rc = bfit_dataset_load(data, 0, NULL, &r->test);
-        if (rc != BFIT_OK)
-            return rc;
-        r->testp = r->test;
-    }
-    ds = bfit_dataset_shape(r->testp);
-    if (!bfit_shape_eq(ds, r->M->input))
-        return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", model,
-                         bfit_shape_str(r->M->input, a, sizeof a), data ? data : bfit_dataset_source(r->testp),
-                         bfit_shape_str(ds, b, sizeof b));
-    if (bfit_dataset_classes(r->testp) > r->M->nclasses ||
-        (r->trainp && bfit_dataset_classes(r->trainp) > r->M->nclasses))
-        return bfit_fail(BFIT_EINVAL, "%s: the model has %d class scores but the data set %s has %d classes", model,
-                         r->M->nclasses, data ? data : bfit_dataset_source(r->testp),
-                         r->trainp ? bfit_dataset_classes(r->trainp) : bfit_dataset_classes(r->testp));
-    if (normalize) {
-        r->mean = calloc((size_t)ds.c, sizeof *r->mean);
-        r->std = calloc((size_t)ds.c, sizeof *r->std);
-        if (!r->mean || !r->std)
-            return bfit_fail(BFIT_ENOMEM, "out of host memory");
-        rc = bfit_dataset_norm_stats(r->trainp, r->mean, r->std);
-        if (rc != BFIT_OK)
-            return rc;
-    }
-    return BFIT_OK;
+    memset(&c, 0, sizeof c);
+    c.model = model;
+    c.data = data;
+    c.given_train = given_train;
+    c.given_test = given_test;
+    c.want_train = need_train;
+    c.want_test = 1;
+    c.memory = memory;
+    c.threads = threads;
+    c.normalize = normalize;
+    rc = bfit_session_open_model(&r->s, &c);
+    if (rc == BFIT_OK)
+        rc = bfit_session_open_data(&r->s, &c);
+    return rc;
 }
 
 static int open_stream(run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
@@ -136,8 +86,8 @@ static int open_stream(run *r, const bfit_dataset *d, int shuffle, int max_take,
     sc.prefetch = prefetch;
     sc.aug_crop_pad = augment ? 2 : 0;
     sc.aug_hflip = augment;
-    sc.norm_mean = r->mean;
-    sc.norm_std = r->std;
+    sc.norm_mean = r->s.mean;
+    sc.norm_std = r->s.std;
     return bfit_stream_new(d, &sc, out);
 }
 
@@ -153,20 +103,20 @@ static int evaluate(run *r, bfit_stream *s, int m, int64_t n, double *loss, doub
     rc = bfit_stream_seek(s, c0);
     if (rc != BFIT_OK)
         return rc;
-    if (!n || n > bfit_dataset_count(r->testp))
-        n = bfit_dataset_count(r->testp);
+    if (!n || n > bfit_dataset_count(r->s.test))
+        n = bfit_dataset_count(r->s.test);
     while (seen < n) {
         int want = (int)(n - seen < m ? n - seen : m), got, correct;
         double l;
-        rc = bfit_model_reserve(r->M, want, 0);
+        rc = bfit_model_reserve(r->s.M, want, 0);
         if (rc != BFIT_OK)
             return bfit_fail_prefix(rc, "evaluation with micro-batch %d: ", want);
-        rc = bfit_stream_take(s, want, bfit_model_input_x(r->M), bfit_model_input_labels(r->M), &got);
+        rc = bfit_stream_take(s, want, bfit_model_input_x(r->s.M), bfit_model_input_labels(r->s.M), &got);
         if (rc != BFIT_OK)
             return rc;
         if (got != want)
             return bfit_fail(BFIT_ESTATE, "evaluation: the stream gave %d samples, expected %d", got, want);
-        rc = bfit_model_forward(r->M, 0, &l, &correct);
+        rc = bfit_model_forward(r->s.M, 0, &l, &correct);
         if (rc != BFIT_OK)
             return rc;
         lsum += l;
@@ -181,7 +131,7 @@ static int evaluate(run *r, bfit_stream *s, int m, int64_t n, double *loss, doub
 
 static int choose_eval_batch(run *r, int want, uint64_t budget, int *m)
 {
-    int rc = bfit_plan_max_batch(r->M, NULL, 0, budget, want, m, NULL);
+    int rc = bfit_plan_max_batch(r->s.M, NULL, 0, budget, want, m, NULL);
     if (rc == BFIT_OK && *m == 0)
         rc = bfit_fail(BFIT_ENOMEM, "evaluation does not fit in memory even with micro-batch 1");
     return rc;
@@ -290,14 +240,14 @@ static int apply_memory_schedule(const bfit_train_cfg *cfg, run *r, bfit_log *lg
     char s1[32];
     for (; *next < cfg->nmemory_schedule && cfg->memory_schedule[*next].step <= upto; (*next)++) {
         uint64_t c = cfg->memory_schedule[*next].capacity;
-        bfit_arena_set_capacity(r->arena, c);
+        bfit_arena_set_capacity(r->s.arena, c);
         changed = 1;
         bfit_log_event(lg, "memory", "\"step\":%lld,\"capacity\":%llu", (long long)upto, (unsigned long long)c);
         bfit_log_say(lg, "batchfit: step %lld: device capacity is now %s", (long long)upto,
                      bfit_format_size(c, s1, sizeof s1));
     }
     if (changed)
-        bfit_model_unreserve(r->M);
+        bfit_model_unreserve(r->s.M);
     return changed;
 }
 
@@ -360,12 +310,12 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
         goto out;
     log_open = 1;
     if (cfg->fail_nth_alloc)
-        bfit_arena_fail_nth(r.arena, cfg->fail_nth_alloc);
+        bfit_arena_fail_nth(r.s.arena, cfg->fail_nth_alloc);
     apply_memory_schedule(cfg, &r, &lg, &nmem, 0);
-    base_capacity = bfit_arena_capacity(r.arena);
+    base_capacity = bfit_arena_capacity(r.s.arena);
     budget = (uint64_t)((double)base_capacity * (1.0 - cfg->margin));
 
-    ntrain = bfit_dataset_count(r.trainp);
+    ntrain = bfit_dataset_count(r.s.train);
     per_epoch = cfg->epoch_samples && cfg->epoch_samples < ntrain ? cfg->epoch_samples : ntrain;
 
     /* the controller: the plan as a function, the batch policy, the lr rule */
@@ -376,15 +326,15 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
         rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
         goto out;
     }
-    pc->M = r.M;
+    pc->M = r.s.M;
     pc->opt = &cfg->opt;
     if (cfg->adaptive)
-        pc->extra = bfit_model_grad_bytes(r.M); /* the copy of the gradients noise needs */
+        pc->extra = bfit_model_grad_bytes(r.s.M); /* the copy of the gradients noise needs */
     bfit_controller_config_default(&cc);
     cc.plan_bytes = plan_bytes;
     cc.plan_ud = pc;
-    cc.fixed_bytes = bfit_model_param_bytes(r.M) + bfit_model_grad_bytes(r.M) +
-                     bfit_optim_state_bytes(&cfg->opt, r.M->trainable, r.M->ntrainable) + pc->extra;
+    cc.fixed_bytes = bfit_model_param_bytes(r.s.M) + bfit_model_grad_bytes(r.s.M) +
+                     bfit_optim_state_bytes(&cfg->opt, r.s.M->trainable, r.s.M->ntrainable) + pc->extra;
     cc.capacity = base_capacity;
     cc.margin = cfg->margin;
     cc.micro_batch = cfg->micro_batch;
@@ -422,21 +372,21 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
     if (rc != BFIT_OK) {
         if (rc == BFIT_ENOMEM) {
             bfit_plan p1;
-            if (bfit_plan_compute(r.M, &cfg->opt, 1, 1, &p1) == BFIT_OK)
+            if (bfit_plan_compute(r.s.M, &cfg->opt, 1, 1, &p1) == BFIT_OK)
                 rc = bfit_fail(BFIT_ENOMEM, "training needs %s even at micro-batch 1, but %s is allowed (memory less the margin)",
                                bfit_format_size(p1.peak + pc->extra, s1, sizeof s1), bfit_format_size(budget, s2, sizeof s2));
         }
         goto out;
     }
-    rc = bfit_model_alloc_params(r.M, 1);
+    rc = bfit_model_alloc_params(r.s.M, 1);
     if (rc != BFIT_OK)
         goto out;
-    bfit_model_init_params(r.M, cfg->seed);
-    rc = bfit_optim_new(&cfg->opt, r.M->trainable, r.M->ntrainable, r.arena, &r.opt);
+    bfit_model_init_params(r.s.M, cfg->seed);
+    rc = bfit_optim_new(&cfg->opt, r.s.M->trainable, r.s.M->ntrainable, r.s.arena, &r.opt);
     if (rc != BFIT_OK)
         goto out;
     if (pc->extra) {
-        rc = bfit_device_alloc(r.dev, pc->extra, BFIT_MEM_GRADS, (void **)&prev);
+        rc = bfit_device_alloc(r.s.dev, pc->extra, BFIT_MEM_GRADS, (void **)&prev);
         if (rc != BFIT_OK)
             goto out;
     }
@@ -446,12 +396,12 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
         for (int i = 0; i < cc.nschedule; i++)
             if (cc.schedule[i].batch > max_take)
                 max_take = cc.schedule[i].batch;
-        rc = open_stream(&r, r.trainp, 1, max_take, cfg->prefetch, cfg->augment, cfg->seed, &r.tr);
+        rc = open_stream(&r, r.s.train, 1, max_take, cfg->prefetch, cfg->augment, cfg->seed, &r.tr);
         if (rc != BFIT_OK)
             goto out;
     }
     eval_m = cfg->eval_batch ? cfg->eval_batch : 1000;
-    rc = open_stream(&r, r.testp, 0, eval_m, cfg->prefetch, 0, cfg->seed, &r.te);
+    rc = open_stream(&r, r.s.test, 0, eval_m, cfg->prefetch, 0, cfg->seed, &r.te);
     if (rc != BFIT_OK)
         goto out;
 
@@ -477,12 +427,12 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
                    "\"seed\":%llu,\"capacity\":%llu,\"threads\":%d,\"adaptive\":%d",
                    cfg->model ? cfg->model : "(given)", cfg->data ? cfg->data : "(given)",
-                   (long long)bfit_model_param_count(r.M), d.batch, m, cfg->epochs, (long long)per_epoch,
+                   (long long)bfit_model_param_count(r.s.M), d.batch, m, cfg->epochs, (long long)per_epoch,
                    bfit_optim_kind_name(cfg->opt.kind), cfg->lr, bfit_lr_rule_name(cc.rule),
-                   (unsigned long long)cfg->seed, (unsigned long long)base_capacity, r.dev->nthreads, cfg->adaptive);
+                   (unsigned long long)cfg->seed, (unsigned long long)base_capacity, r.s.dev->nthreads, cfg->adaptive);
     bfit_log_say(&lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) of %lld samples",
                  cfg->model ? cfg->model : "model", cfg->data ? cfg->data : "data",
-                 (long long)bfit_model_param_count(r.M), d.batch, m, d.k, cfg->epochs, (long long)per_epoch);
+                 (long long)bfit_model_param_count(r.s.M), d.batch, m, d.k, cfg->epochs, (long long)per_epoch);
 
     for (int ep = 0; ep < cfg->epochs && (!cfg->max_steps || step < cfg->max_steps); ep++) {
         int64_t taken = 0;
@@ -508,9 +458,9 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
                 bfit_log_say(&lg, "batchfit: step %lld: %s", (long long)step, d.why);
             }
             if (d.m != m)
-                bfit_model_unreserve(r.M); /* blocks sized for the new m, not kept from the old */
+                bfit_model_unreserve(r.s.M); /* blocks sized for the new m, not kept from the old */
             m = d.m;
-            if (d.split && !warned_bn && model_has_batchnorm(r.M)) {
+            if (d.split && !warned_bn && model_has_batchnorm(r.s.M)) {
                 warned_bn = 1;
                 bfit_log_event(&lg, "warning", "\"step\":%lld,\"what\":\"batch norm sees micro-batches of %d, not the effective batch %d\"",
                                (long long)step, m, d.batch);
@@ -523,11 +473,11 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
             while (done < E) {
                 int want = E - done < m ? E - done : m, got;
                 double l;
-                rc = bfit_model_reserve(r.M, want, 1);
+                rc = bfit_model_reserve(r.s.M, want, 1);
                 if (rc == BFIT_ENOMEM) {
                     /* nothing of this micro-batch ran: shrink and take the same samples */
-                    uint64_t free_now = bfit_arena_available(r.arena);
-                    rc = bfit_controller_on_oom(ctl, want, free_now, bfit_arena_capacity(r.arena), &d);
+                    uint64_t free_now = bfit_arena_available(r.s.arena);
+                    rc = bfit_controller_on_oom(ctl, want, free_now, bfit_arena_capacity(r.s.arena), &d);
                     if (rc != BFIT_OK) {
                         rc = bfit_fail(BFIT_ENOMEM, "out of memory: not even a micro-batch of 1 fits in the %s free",
                                        bfit_format_size(free_now, s1, sizeof s1));
@@ -546,7 +496,7 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
                 }
                 if (rc != BFIT_OK)
                     goto out;
-                rc = bfit_stream_take(r.tr, want, bfit_model_input_x(r.M), bfit_model_input_labels(r.M), &got);
+                rc = bfit_stream_take(r.tr, want, bfit_model_input_x(r.s.M), bfit_model_input_labels(r.s.M), &got);
                 if (rc != BFIT_OK)
                     goto out;
                 if (got != want) {
@@ -554,15 +504,15 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
                     goto out;
                 }
                 if (cfg->on_samples)
-                    cfg->on_samples(cfg->on_samples_ud, bfit_model_input_x(r.M), bfit_model_input_labels(r.M), got);
-                rc = bfit_model_forward(r.M, cfg->seed * 1000003ull + micro++, &l, NULL);
+                    cfg->on_samples(cfg->on_samples_ud, bfit_model_input_x(r.s.M), bfit_model_input_labels(r.s.M), got);
+                rc = bfit_model_forward(r.s.M, cfg->seed * 1000003ull + micro++, &l, NULL);
                 if (rc == BFIT_OK)
-                    rc = bfit_model_backward(r.M, 1.0f / (float)E);
+                    rc = bfit_model_backward(r.s.M, 1.0f / (float)E);
                 if (rc != BFIT_OK)
                     goto out;
                 if (prev && k < MAX_MICRO) {
                     /* this micro-batch's mean gradient is its increment times E/got */
-                    grad_norms(r.M, prev, &full_sq, &dsq);
+                    grad_norms(r.s.M, prev, &full_sq, &dsq);
                     micro_sq[k] = dsq * ((double)E / got) * ((double)E / got);
                     micro_n[k] = got;
                 }
@@ -572,7 +522,7 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
             }
             if (cfg->clip > 0) {
                 double norm;
-                rc = bfit_clip_grad_norm(r.M->trainable, r.M->ntrainable, cfg->clip, &norm);
+                rc = bfit_clip_grad_norm(r.s.M->trainable, r.s.M->ntrainable, cfg->clip, &norm);
                 if (rc != BFIT_OK)
                     goto out;
             }
@@ -580,9 +530,9 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
             rc = bfit_optim_step(r.opt, lr);
             if (rc != BFIT_OK)
                 goto out;
-            bfit_model_zero_grads(r.M);
+            bfit_model_zero_grads(r.s.M);
             if (prev)
-                bfit_device_zero(r.dev, prev, pc->extra);
+                bfit_device_zero(r.s.dev, prev, pc->extra);
             apply_memory_schedule(cfg, &r, &lg, &nmem, step + 1);
             {
                 bfit_step_stats ss;
@@ -592,10 +542,10 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
                 ss.samples = E;
                 ss.seconds = bfit_now() - t0;
                 ss.data_seconds = bfit_stream_wait_seconds(r.tr) - wait0;
-                ss.free_bytes = bfit_arena_available(r.arena) + r.M->block_bytes[BFIT_MEM_ACTIVATIONS] +
-                                r.M->block_bytes[BFIT_MEM_ACT_GRADS] + r.M->block_bytes[BFIT_MEM_WORKSPACE] +
-                                r.M->block_bytes[BFIT_MEM_INPUT];
-                ss.capacity = bfit_arena_capacity(r.arena);
+                ss.free_bytes = bfit_arena_available(r.s.arena) + r.s.M->block_bytes[BFIT_MEM_ACTIVATIONS] +
+                                r.s.M->block_bytes[BFIT_MEM_ACT_GRADS] + r.s.M->block_bytes[BFIT_MEM_WORKSPACE] +
+                                r.s.M->block_bytes[BFIT_MEM_INPUT];
+                ss.capacity = bfit_arena_capacity(r.s.arena);
                 if (prev && k >= 2 && k <= MAX_MICRO) {
                     ss.nmicro = k;
                     ss.micro_sqnorm = micro_sq;
@@ -620,7 +570,7 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
                 bfit_arena_stats st;
                 double el = bfit_now() - ep_t0, bn = 0;
                 int have_bn = bfit_controller_noise_scale(ctl, &bn) == BFIT_OK;
-                bfit_arena_stats_get(r.arena, &st);
+                bfit_arena_stats_get(r.s.arena, &st);
                 bfit_log_event(&lg, "step",
                                "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,"
                                "\"k\":%d,\"E\":%d,\"mem\":%llu,\"capacity\":%llu%s%.4g",
@@ -642,13 +592,13 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
             double tl, ta, el = bfit_now() - ep_t0;
             int64_t n;
             int em;
-            uint64_t eb = (uint64_t)((double)bfit_arena_capacity(r.arena) * (1.0 - cfg->margin));
+            uint64_t eb = (uint64_t)((double)bfit_arena_capacity(r.s.arena) * (1.0 - cfg->margin));
             /* evaluation reuses the step's memory: release it first */
-            bfit_model_unreserve(r.M);
+            bfit_model_unreserve(r.s.M);
             rc = choose_eval_batch(&r, eval_m, eb, &em);
             if (rc == BFIT_OK)
                 rc = evaluate(&r, r.te, em, cfg->eval_samples, &tl, &ta, &n);
-            bfit_model_unreserve(r.M);
+            bfit_model_unreserve(r.s.M);
             if (rc != BFIT_OK)
                 goto out;
             res->test_loss = tl;
@@ -668,7 +618,7 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
     res->micro_batch = m;
     {
         bfit_arena_stats st;
-        bfit_arena_stats_get(r.arena, &st);
+        bfit_arena_stats_get(r.s.arena, &st);
         res->peak_bytes = st.peak;
     }
     if (cfg->save) {
@@ -677,7 +627,7 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
         const char *vals[] = {"batchfit", cfg->model ? cfg->model : "", cfg->data ? cfg->data : "", steps_s, acc_s};
         snprintf(steps_s, sizeof steps_s, "%lld", (long long)step);
         snprintf(acc_s, sizeof acc_s, "%.6f", res->test_acc);
-        rc = bfit_weights_save(r.M, cfg->save, keys, vals, 5);
+        rc = bfit_weights_save(r.s.M, cfg->save, keys, vals, 5);
         if (rc != BFIT_OK)
             goto out;
     }
@@ -688,8 +638,8 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
 out:
     if (log_open)
         bfit_log_close(&lg);
-    if (prev && r.dev)
-        bfit_device_release(r.dev, prev);
+    if (prev && r.s.dev)
+        bfit_device_release(r.s.dev, prev);
     bfit_controller_free(ctl);
     free(pc);
     free(micro_sq);
@@ -707,17 +657,17 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     rc = run_setup(&r, cfg->model, cfg->data, NULL, NULL, 0, cfg->memory, cfg->threads, cfg->normalize);
     if (rc != BFIT_OK)
         goto out;
-    rc = bfit_model_alloc_params(r.M, 0);
+    rc = bfit_model_alloc_params(r.s.M, 0);
     if (rc != BFIT_OK)
         goto out;
-    rc = bfit_weights_load(r.M, cfg->weights);
+    rc = bfit_weights_load(r.s.M, cfg->weights);
     if (rc != BFIT_OK)
         goto out;
-    budget = bfit_arena_available(r.arena);
+    budget = bfit_arena_available(r.s.arena);
     rc = choose_eval_batch(&r, cfg->batch ? cfg->batch : 1000, budget, &m);
     if (rc != BFIT_OK)
         goto out;
-    rc = open_stream(&r, r.testp, 0, m, 1, 0, 1, &r.te);
+    rc = open_stream(&r, r.s.test, 0, m, 1, 0, 1, &r.te);
     if (rc != BFIT_OK)
         goto out;
     rc = evaluate(&r, r.te, m, cfg->samples, loss, acc, n);

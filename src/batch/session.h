@@ -1,0 +1,40 @@
+/* session.h - what a run on a model and a data set holds: the arena, the
+ * device, the model, the data sets and their normalisation. One set-up for
+ * training, evaluation and `find`, in two phases so a caller can check that
+ * the model fits before it loads data. */
+#ifndef BFIT_SESSION_H
+#define BFIT_SESSION_H
+
+#include "data/data.h"
+#include "nn/model.h"
+
+typedef struct bfit_session_cfg {
+    const char *model;                        /* a preset name or a spec file */
+    const char *data;                         /* a data set name or path, or "synthetic" */
+    const bfit_dataset *given_train, *given_test; /* use these instead of loading `data` */
+    int want_train, want_test;                /* splits to have (train is loaded anyway to normalise) */
+    uint64_t memory;                          /* arena capacity; 0: the machine's available RAM */
+    int threads;                              /* 0: all cores */
+    int normalize;                            /* per-channel mean/std of the training split */
+    uint64_t seed;                            /* synthetic data */
+} bfit_session_cfg;
+
+typedef struct bfit_session {
+    bfit_arena *arena;
+    bfit_device *dev;
+    bfit_graph_desc g;
+    bfit_model *M;
+    bfit_dataset *train_own, *test_own;
+    const bfit_dataset *train, *test;         /* in use: owned or given; NULL if not wanted */
+    float *mean, *std;                        /* NULL without normalisation */
+} bfit_session;
+
+/* Phase one: arena, device, and the model (no device memory yet). */
+int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c);
+/* Phase two: the data sets, checked against the model's input shape and
+ * classes, and the normalisation statistics of the training split. */
+int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c);
+/* Release everything (safe on a zeroed or half-opened session). */
+void bfit_session_close(bfit_session *s);
+
+#endif
