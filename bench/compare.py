@@ -141,7 +141,10 @@ def main():
                 loads.append(load())
                 order = sides if p % 2 == 0 else sides[::-1]
                 for side in order:
-                    res[side].append(run(progs[side], env, a.retries, a.max_foreign))
+                    r = run(progs[side], env, a.retries, a.max_foreign)
+                    res[side].append(r)
+                    print(f"    {model} {batch} {side}: {float(r['samples_per_s']):.0f}/s, "
+                          f"other processes {100 * r['foreign']:.0f}%", file=sys.stderr)
             bf = statistics.median(float(r["samples_per_s"]) for r in res["batchfit"])
             pt = statistics.median(float(r["samples_per_s"]) for r in res["torch"])
             flops = float(res["batchfit"][0]["flops_per_sample"])

@@ -71,8 +71,8 @@ static int bind(cpu_op *op, int p, int i, const_dnnl_memory_desc_t md, const voi
 
 int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what)
 {
-    /* Memory objects wrap caller buffers (DNNL_MEMORY_NONE would allocate):
-     * they are small host structs, kept in the op between calls. */
+    /* Memory objects wrap the caller's buffers (oneDNN allocates no data for
+     * them); they are small host structs, kept in the op between calls. */
     dnnl_exec_arg_t ex[CPU_OP_MAXARGS];
     int n = 0, rc;
     const_dnnl_primitive_desc_t pd;
