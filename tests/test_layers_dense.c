@@ -182,14 +182,14 @@ static int rig_forward(rig *r)
 {
     bfit_fwd_args a = {.m = r->m, .training = r->training, .x = {r->x[0], r->x[1]}, .y = r->y,
                        .saved = r->saved, .ws = r->ws_f, .seed = 9, .labels = r->labels, .loss = &r->loss};
-    return r->l->vt->forward(r->l, &a);
+    return bfit_layer_forward(r->l, &a);
 }
 
 static int rig_backward(rig *r, float loss_scale)
 {
     bfit_bwd_args b = {.m = r->m, .x = {r->x[0], r->x[1]}, .y = r->y, .dy = r->dy, .dx = {r->dx[0], r->dx[1]},
                        .saved = r->saved, .ws = r->ws_b, .labels = r->labels, .loss_scale = loss_scale};
-    return r->l->vt->backward(r->l, &b);
+    return bfit_layer_backward(r->l, &b);
 }
 
 static void rig_free(rig *r)
@@ -299,7 +299,7 @@ static void test_fwd_act_flatten_add(void **st)
     {
         bfit_bwd_args b = {.m = 7, .x = {r.x[0], r.x[1]}, .y = r.y, .dy = r.dy, .dx = {NULL, r.dx[1]}};
         memset(r.dx[1], 0, (size_t)n * sizeof(float));
-        assert_int_equal(r.l->vt->backward(r.l, &b), BFIT_OK);
+        assert_int_equal(bfit_layer_backward(r.l, &b), BFIT_OK);
         assert_memory_equal(r.dx[1], r.dy, (size_t)n * sizeof(float));
     }
     rig_free(&r);
@@ -482,7 +482,7 @@ static void test_layernorm_no_dx(void **st)
     {
         bfit_bwd_args b = {.m = 7, .x = {r.x[0]}, .y = r.y, .dy = r.dy, .dx = {NULL}, .saved = r.saved,
                            .ws = r.ws_b};
-        assert_int_equal(r.l->vt->backward(r.l, &b), BFIT_OK);
+        assert_int_equal(bfit_layer_backward(r.l, &b), BFIT_OK);
     }
     for (int i = 0; i < 2; i++) {
         assert_memory_equal(g[i], r.l->params[i].grad, (size_t)F * sizeof(float));

@@ -292,7 +292,7 @@ static void fwd(rig *r, int m, const float *x, float *y, void *saved, int traini
     void *ws = zbuf(r->l->need.ws_fwd);
     memset(&a, 0, sizeof a);
     a.m = m, a.training = training, a.x[0] = x, a.y = y, a.saved = saved, a.ws = ws;
-    if (r->l->vt->forward(r->l, &a) != BFIT_OK)
+    if (bfit_layer_forward(r->l, &a) != BFIT_OK)
         fail_msg("forward: %s", bfit_errmsg());
     free(ws);
 }
@@ -303,7 +303,7 @@ static void bwd(rig *r, int m, const float *x, const float *y, const float *dy, 
     void *ws = zbuf(r->l->need.ws_bwd);
     memset(&a, 0, sizeof a);
     a.m = m, a.x[0] = x, a.y = y, a.dy = dy, a.dx[0] = dx, a.saved = saved, a.ws = ws;
-    if (r->l->vt->backward(r->l, &a) != BFIT_OK)
+    if (bfit_layer_backward(r->l, &a) != BFIT_OK)
         fail_msg("backward: %s", bfit_errmsg());
     free(ws);
 }
@@ -388,7 +388,7 @@ static void test_batchnorm_running_stats(void **st)
         bfit_bwd_args a;
         memset(&a, 0, sizeof a);
         a.m = 3;
-        assert_int_equal(r.l->vt->backward(r.l, &a), BFIT_ESTATE);
+        assert_int_equal(bfit_layer_backward(r.l, &a), BFIT_ESTATE);
     }
     free(x), free(y);
     rig_free(&r);

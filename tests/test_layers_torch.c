@@ -288,7 +288,7 @@ static void run_forward_backward(casectx *c)
     a.seed = 12345;
     a.labels = c->labels;
     a.loss = &loss;
-    if (l->vt->forward(l, &a) != BFIT_OK) {
+    if (bfit_layer_forward(l, &a) != BFIT_OK) {
         note(c, "forward: %s", bfit_errmsg());
         return;
     }
@@ -327,7 +327,7 @@ static void run_forward_backward(casectx *c)
     b.ws = c->ws_b;
     b.labels = c->labels;
     b.loss_scale = meta_float(c->f, "loss_scale", 1.0f);
-    if (l->vt->backward(l, &b) != BFIT_OK) {
+    if (bfit_layer_backward(l, &b) != BFIT_OK) {
         note(c, "backward: %s", bfit_errmsg());
         return;
     }

@@ -119,6 +119,23 @@ int bfit_layer_prepare(bfit_layer *l, int m, int training)
     return BFIT_OK;
 }
 
+int bfit_layer_forward(bfit_layer *l, const bfit_fwd_args *a)
+{
+    if (!l->prep_m || a->m != l->prep_m || (a->training && !l->prep_training))
+        return bfit_fail(BFIT_ESTATE, "%s: forward of %d samples (%s) on a layer prepared for %d (%s)",
+                         bfit_layer_kind_name(l->cfg.kind), a->m, a->training ? "training" : "eval", l->prep_m,
+                         l->prep_training ? "training" : "eval");
+    return l->vt->forward(l, a);
+}
+
+int bfit_layer_backward(bfit_layer *l, const bfit_bwd_args *a)
+{
+    if (!l->prep_m || a->m != l->prep_m || !l->prep_training)
+        return bfit_fail(BFIT_ESTATE, "%s: backward of %d samples on a layer prepared for %d (%s)",
+                         bfit_layer_kind_name(l->cfg.kind), a->m, l->prep_m, l->prep_training ? "training" : "eval");
+    return l->vt->backward(l, a);
+}
+
 int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     int old_m = l->prep_m, old_t = l->prep_training, rc;

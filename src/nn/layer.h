@@ -122,6 +122,11 @@ int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape
 void bfit_layer_free(bfit_layer *l);
 /* Prepare for (m, training) unless already prepared so; need is filled. */
 int bfit_layer_prepare(bfit_layer *l, int m, int training);
+/* Forward / backward of the prepared micro-batch. BFIT_ESTATE if a->m (or,
+ * for forward, the training mode) is not what was prepared: the ops and the
+ * caller's buffers are sized for that. */
+int bfit_layer_forward(bfit_layer *l, const bfit_fwd_args *a);
+int bfit_layer_backward(bfit_layer *l, const bfit_bwd_args *a);
 /* The layer's needs for m without disturbing what is prepared (creates and
  * frees ops if m differs). */
 int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need);

@@ -28,22 +28,10 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     return bfit_op_new(l->dev, &d, &l->ops[0]);
 }
 
-/* ops are sized for the prepared micro-batch: running another would overrun */
-static int check_m(const bfit_layer *l, int m)
-{
-    if (m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
-                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
-    return BFIT_OK;
-}
-
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
-    int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     o.src = a->x[0];
     o.src2 = a->x[1];
     o.dst = a->y;
@@ -55,8 +43,6 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     size_t n = (size_t)a->m * (size_t)bfit_shape_numel(l->in[0]) * sizeof(float);
     int rc = BFIT_OK;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     for (int i = 0; i < 2 && rc == BFIT_OK; i++)
         if (a->dx[i])
             rc = bfit_device_copy(l->dev, a->dx[i], a->dy, n);

@@ -39,22 +39,10 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     return BFIT_OK;
 }
 
-/* ops are sized for the prepared micro-batch: running another would overrun */
-static int check_m(const bfit_layer *l, int m)
-{
-    if (m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
-                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
-    return BFIT_OK;
-}
-
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
-    int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     if (!a->training)
         return bfit_device_copy(l->dev, a->y, a->x[0],
                                 (size_t)a->m * (size_t)bfit_shape_numel(l->in[0]) * sizeof(float));
@@ -71,10 +59,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
-    int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     if (!l->ops[OP_BWD])
         return bfit_fail(BFIT_ESTATE, "dropout: backward on a layer prepared for evaluation");
     if (!a->dx[0])

@@ -73,23 +73,11 @@ static float *stats(const bfit_layer *l, void *saved, void *ws)
     return (float *)((char *)ws + BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[OP_FWD])));
 }
 
-/* ops are sized for the prepared micro-batch: running another would overrun */
-static int check_m(const bfit_layer *l, int m)
-{
-    if (m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
-                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
-    return BFIT_OK;
-}
-
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
     float *mean;
-    int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     if (a->training && !l->ops[OP_BWD])
         return bfit_fail(BFIT_ESTATE, "layernorm: training forward on a layer prepared for evaluation");
     mean = stats(l, a->saved, a->ws);
@@ -106,10 +94,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
-    int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     if (!l->ops[OP_BWD])
         return bfit_fail(BFIT_ESTATE, "layernorm: backward on a layer prepared for evaluation");
     o.src = a->x[0];

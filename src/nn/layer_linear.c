@@ -94,22 +94,10 @@ static void init_params(bfit_layer *l, uint64_t seed)
         bfit_fill_uniform(l->params[1].data, bfit_param_numel(&l->params[1]), bound, seed * 2 + 1);
 }
 
-/* ops are sized for the prepared micro-batch: running another would overrun */
-static int check_m(const bfit_layer *l, int m)
-{
-    if (m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
-                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
-    return BFIT_OK;
-}
-
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
-    int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     o.src = a->x[0];
     o.weights = l->params[0].data;
     o.bias = l->cfg.bias ? l->params[1].data : NULL;
@@ -123,8 +111,6 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     bfit_op_args o = {0};
     int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     if (!l->ops[OP_DW])
         return bfit_fail(BFIT_ESTATE, "linear: backward on a layer prepared for evaluation");
     o.src = a->dy;

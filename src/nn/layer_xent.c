@@ -48,22 +48,10 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 }
 
 /* labels and loss may both be NULL: probabilities only (prediction) */
-/* ops are sized for the prepared micro-batch: running another would overrun */
-static int check_m(const bfit_layer *l, int m)
-{
-    if (m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "%s: prepared for micro-batch %d, called with %d",
-                         bfit_layer_kind_name(l->cfg.kind), l->prep_m, m);
-    return BFIT_OK;
-}
-
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
-    int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     o.src = a->x[0];
     o.dst = a->y;
     o.labels = a->labels;
@@ -75,10 +63,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
-    int rc;
 
-    if ((rc = check_m(l, a->m)) != BFIT_OK)
-        return rc;
     if (!l->ops[OP_BWD])
         return bfit_fail(BFIT_ESTATE, "xent: backward on a layer prepared for evaluation");
     if (!a->dx[0])

@@ -1,6 +1,7 @@
 /* model.c - the graph executor: builds layers, lays out a step's buffers with
  * their lifetimes, reserves them all-or-nothing, runs forward and backward. */
 #include "base/err.h"
+#include "base/par.h"
 #include "nn/model.h"
 
 #include <stdio.h>
@@ -496,7 +497,7 @@ int bfit_model_forward(bfit_model *M, uint64_t seed, double *loss, int *correct)
         a.seed = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i;
         a.labels = bfit_model_input_labels(M);
         a.loss = &l;
-        rc = L->vt->forward(L, &a);
+        rc = bfit_layer_forward(L, &a);
         if (rc != BFIT_OK)
             return bfit_fail_prefix(rc, "forward of layer %d (%s): ", i + 1, bfit_layer_kind_name(L->cfg.kind));
     }
@@ -542,7 +543,7 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
         a.ws = M->block[BFIT_MEM_WORKSPACE];
         a.labels = bfit_model_input_labels(M);
         a.loss_scale = loss_scale;
-        rc = L->vt->backward(L, &a);
+        rc = bfit_layer_backward(L, &a);
         if (rc != BFIT_OK)
             return bfit_fail_prefix(rc, "backward of layer %d (%s): ", i + 1, bfit_layer_kind_name(L->cfg.kind));
         if (M->lay.tmp_input[i] >= 0 && M->needs_grad[M->nodes[i].in[M->lay.tmp_input[i]]]) {
@@ -551,9 +552,7 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
             float *dst = agrad(M, M->lay.dy_off[v]);
             const float *src = agrad(M, M->lay.tmp_off[i]);
             int64_t cnt = (int64_t)M->m * bfit_shape_numel(v == 0 ? M->input : M->nodes[v - 1].l->out);
-            #pragma omp parallel for simd if (cnt > 65536)
-            for (int64_t j = 0; j < cnt; j++)
-                dst[j] += src[j];
+            BFIT_PAR_FOR_IF(cnt >= BFIT_PAR_MIN, for (int64_t j = 0; j < cnt; j++) dst[j] += src[j];);
         }
     }
     return BFIT_OK;

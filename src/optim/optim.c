@@ -9,28 +9,13 @@
  */
 #include "optim/optim.h"
 #include "base/err.h"
+#include "base/par.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-/* Below this many elements a parallel region costs more than it saves. */
-#define PAR_MIN 32768
-
-/* The for statement given across the thread team when cond holds, else
- * serially. Not an if() clause: a region with a false if() still makes a
- * one-thread team, which libgomp allocates afresh whenever the last team had
- * another size - a heap call per small parameter in every step. */
-#define PAR_FOR_IF(cond, ...)                                                                      \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            _Pragma("omp parallel for simd schedule(static)") __VA_ARGS__                          \
-        } else {                                                                                   \
-            __VA_ARGS__                                                                            \
-        }                                                                                          \
-    } while (0)
 
 typedef struct slot {
     bfit_param *p;
@@ -274,13 +259,13 @@ static void sgd_update(const slot *s, const coef *c, int decay, int nesterov, in
     const float wd = decay ? c->wd : 0.0f;
 
     if (!buf) {
-        PAR_FOR_IF(n >= PAR_MIN, for (int64_t i = 0; i < n; i++) {
+        BFIT_PAR_FOR_IF(n >= BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) {
             float d = wd != 0.0f ? fmaf(p[i], wd, g[i]) : g[i];
             p[i] = fmaf(d, c->lr_neg, p[i]);
         });
         return;
     }
-    PAR_FOR_IF(n >= PAR_MIN, for (int64_t i = 0; i < n; i++) {
+    BFIT_PAR_FOR_IF(n >= BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) {
         float d = wd != 0.0f ? fmaf(p[i], wd, g[i]) : g[i];
         float b = first ? d : fmaf(d, c->damp1, buf[i] * c->mom);
         buf[i] = b;
@@ -301,7 +286,7 @@ static void adamw_update(const slot *s, const coef *c, int decay)
     const int64_t n = s->numel;
     const float dm = decay ? c->decay_mul : 1.0f;
 
-    PAR_FOR_IF(n >= PAR_MIN, for (int64_t i = 0; i < n; i++) {
+    BFIT_PAR_FOR_IF(n >= BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
         float pi = p[i] * dm;
         float mi = fmaf(gi, c->c1, m[i] * c->b1);

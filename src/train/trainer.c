@@ -1,5 +1,6 @@
 /* trainer.c - the training loop and evaluation. */
 #include "base/err.h"
+#include "base/par.h"
 #include "batch/plan.h"
 #include "batch/session.h"
 #include "nn/spec.h"
@@ -194,24 +195,32 @@ int bfit_mem_schedule_parse(const char *text, bfit_mem_point *out, int max, int 
     return BFIT_OK;
 }
 
-/* Squared L2 norm of the accumulated gradients, and (if prev) of what was
- * added since prev was taken, updating prev. Host loops: the CPU device's
- * memory is host memory. */
+/* Squared L2 norm of the accumulated gradients, and of what was added since
+ * prev was taken, updating prev. Host loops: the CPU device's memory is host
+ * memory. */
 static void grad_norms(bfit_model *M, float *prev, double *acc_sq, double *delta_sq)
 {
     double a = 0, d = 0;
     int64_t off = 0;
     for (int i = 0; i < M->ntrainable; i++) {
         const float *g = M->trainable[i]->grad;
+        float *q = prev + off;
         int64_t n = bfit_param_numel(M->trainable[i]);
-        #pragma omp parallel for reduction(+ : a, d) if (n > 65536)
-        for (int64_t j = 0; j < n; j++) {
-            double x = g[j];
-            a += x * x;
-            if (prev) {
-                double y = x - prev[off + j];
+        /* explicit branch, not if(): see base/par.h */
+        if (n >= BFIT_PAR_MIN) {
+            #pragma omp parallel for reduction(+ : a, d) schedule(static)
+            for (int64_t j = 0; j < n; j++) {
+                double x = g[j], y = x - q[j];
+                a += x * x;
                 d += y * y;
-                prev[off + j] = g[j];
+                q[j] = g[j];
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                double x = g[j], y = x - q[j];
+                a += x * x;
+                d += y * y;
+                q[j] = g[j];
             }
         }
         off += n;

@@ -38,7 +38,7 @@ static double forward_loss(gc_ctx *c, int *ok)
     a.seed = c->seed;
     a.labels = c->labels;
     a.loss = &loss;
-    *ok = c->l->vt->forward(c->l, &a) == BFIT_OK;
+    *ok = bfit_layer_forward(c->l, &a) == BFIT_OK;
     if (c->l->cfg.kind == BFIT_L_XENT)
         return loss;
     for (int64_t j = 0; j < c->ny; j++)
@@ -182,7 +182,7 @@ int gc_run(const gc_case *k, gc_result *res)
     b.ws = c.ws_b;
     b.labels = c.labels;
     b.loss_scale = 1.0f;
-    if (c.l->vt->backward(c.l, &b) != BFIT_OK) {
+    if (bfit_layer_backward(c.l, &b) != BFIT_OK) {
         printf("gradcheck %s: backward: %s\n", k->label, bfit_errmsg());
         goto out;
     }
