@@ -331,16 +331,55 @@ static void test_adaptive(void **st)
 {
     bfit_train_result r;
     bfit_train_cfg c = base(small, 0, 6400);
+    char lg[300];
     (void)st;
+    snprintf(lg, sizeof lg, "%s/adaptive.jsonl", tmpdir);
     c.adaptive = 1;
     c.batch_min = 16;
     c.batch_max = 256;
     c.batch = 16;
+    c.log = lg;
     assert_int_equal(bfit_train(&c, &r), BFIT_OK);
     printf("  adaptive: %lld steps, noise scale %.1f, last E %d\n", (long long)r.steps, r.noise_scale, r.last_batch);
+    if (!(r.noise_scale > 0)) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "grep -E 'batch_change|\"step\":(1|2|3|4|5|6|50|100|101),' %s | cut -c1-300", lg);
+        (void)!system(cmd);
+    }
     assert_true(r.noise_scale > 0);
     assert_true(r.last_batch >= 16 && r.last_batch <= 256);
     assert_int_equal(r.samples, 6400);
+}
+
+/* Batch norm with m < E sees micro-batches: one warning, in the log and
+ * counted once however many steps split; none when m = E. */
+static void test_batchnorm_warning(void **st)
+{
+    char spec[300], lg[300], lg2[300];
+    FILE *f;
+    bfit_train_result r;
+    (void)st;
+    snprintf(spec, sizeof spec, "%s/bn.cfg", tmpdir);
+    f = fopen(spec, "w");
+    fputs("input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n", f);
+    fclose(f);
+    snprintf(lg, sizeof lg, "%s/bn.jsonl", tmpdir);
+    snprintf(lg2, sizeof lg2, "%s/bn2.jsonl", tmpdir);
+    {
+        bfit_train_cfg c = base(spec, 32, 320);
+        c.micro_batch = 8;
+        c.log = lg;
+        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    }
+    assert_int_equal(log_count(lg, "\"event\":\"warning\""), 1);
+    assert_int_equal(log_count(lg, "batch norm sees micro-batches of 8, not the effective batch 32"), 1);
+    {
+        bfit_train_cfg c = base(spec, 32, 320);
+        c.micro_batch = 32;
+        c.log = lg2;
+        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    }
+    assert_int_equal(log_count(lg2, "\"event\":\"warning\""), 0);
 }
 
 int main(void)
@@ -352,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_batch_schedule),
         cmocka_unit_test(test_batch_instead_of_decay),
         cmocka_unit_test(test_adaptive),
+        cmocka_unit_test(test_batchnorm_warning),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

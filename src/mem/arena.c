@@ -106,6 +106,11 @@ int bfit_arena_alloc(bfit_arena *a, size_t n, bfit_mem_cat cat, void **out)
         a->st.peak_cat[cat] = a->st.cur[cat];
     a->st.nalloc++;
     *out = raw + HDR_SLOT;
+#ifdef BFIT_ARENA_POISON
+    /* test builds: every byte starts as a NaN pattern, so reading memory
+     * before writing it shows up as NaN instead of passing by luck */
+    memset(*out, 0xFF, (size_t)sz);
+#endif
     return BFIT_OK;
 }
 

@@ -398,6 +398,9 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
         rc = bfit_device_alloc(r.s.dev, pc->extra, BFIT_MEM_GRADS, (void **)&prev);
         if (rc != BFIT_OK)
             goto out;
+        /* the first micro-batch's increment is measured against this: the
+         * gradients start at zero, so must it */
+        bfit_device_zero(r.s.dev, prev, pc->extra);
     }
     {
         /* the stream's staging must hold the largest micro-batch ever taken */
