@@ -4,6 +4,7 @@
 #include "batchfit.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +24,23 @@ int cli_usage_hint(const char *cmd)
 {
     fprintf(stderr, "Try 'batchfit %s --help'.\n", cmd);
     return EXIT_USAGE;
+}
+
+void cli_bad_option(const char *name)
+{
+    if (optopt)
+        cli_error("option %s needs a value", name);
+    else
+        cli_error("unknown option '%s'", name);
+}
+
+int cli_no_extra(int argc, char **argv)
+{
+    if (optind < argc) {
+        cli_error("unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    return 0;
 }
 
 int cli_int(const char *opt, const char *v, long min, long max, long *out)

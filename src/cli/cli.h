@@ -14,6 +14,10 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_int(const char *opt, const char *v, long min, long max, long *out);
 int cli_double(const char *opt, const char *v, double min, double max, double *out);
 int cli_size(const char *opt, const char *v, uint64_t *out);
+/* getopt_long's '?': say which option was unknown or lacked its value. */
+void cli_bad_option(const char *name);
+/* Report the first argument getopt left over, if any; returns -1 then. */
+int cli_no_extra(int argc, char **argv);
 /* "Try 'batchfit CMD --help'." after a usage error. */
 int cli_usage_hint(const char *cmd);
 

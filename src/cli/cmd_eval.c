@@ -64,17 +64,12 @@ int cmd_eval(int argc, char **argv)
         case O_JSON: json = 1; break;
         case O_HELP: help(); return EXIT_OK;
         default:
-            if (optopt)
-                cli_error("option %s needs a value", name);
-            else
-                cli_error("unknown option '%s'", name);
+            cli_bad_option(name);
             return cli_usage_hint("eval");
         }
     }
-    if (optind < argc) {
-        cli_error("unexpected argument '%s'", argv[optind]);
+    if (cli_no_extra(argc, argv))
         return cli_usage_hint("eval");
-    }
     if (!c.model || !c.weights) {
         cli_error("--model and --weights are both required");
         return cli_usage_hint("eval");

@@ -153,17 +153,12 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         case O_JSON: a->json = 1; break;
         case O_HELP: help(); *done = 1; return EXIT_OK;
         default:
-            if (optopt)
-                cli_error("option %s needs a value", name);
-            else
-                cli_error("unknown option '%s'", name);
+            cli_bad_option(name);
             goto usage;
         }
     }
-    if (optind < argc) {
-        cli_error("unexpected argument '%s'", argv[optind]);
+    if (cli_no_extra(argc, argv))
         goto usage;
-    }
     if (!a->model) {
         cli_error("--model is required: a preset (mlp, cnn, resnet18, resnet50, vgg16) or a spec file, "
                   "e.g. --model resnet50");
