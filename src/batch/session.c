@@ -75,14 +75,18 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
 
     s->train = c->given_train;
     s->test = c->given_test;
-    if (!s->train && (c->want_train || c->normalize)) {
+    if (!s->train && (c->want_train || (c->normalize && !c->given_mean))) {
         rc = synthetic ? synthetic_data(s->M, c->seed, &s->train_own) : bfit_dataset_load(c->data, 1, NULL, &s->train_own);
         if (rc != BFIT_OK)
             return rc;
         s->train = s->train_own;
     }
     if (!s->test && c->want_test) {
-        rc = synthetic ? synthetic_data(s->M, c->seed + 1, &s->test_own) : bfit_dataset_load(c->data, 0, NULL, &s->test_own);
+        if (c->test_data)
+            rc = bfit_dataset_load(c->test_data, 0, NULL, &s->test_own);
+        else
+            rc = synthetic ? synthetic_data(s->M, c->seed + 1, &s->test_own)
+                           : bfit_dataset_load(c->data, 0, NULL, &s->test_own);
         if (rc != BFIT_OK)
             return rc;
         s->test = s->test_own;
@@ -92,11 +96,16 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
     if (s->test && (rc = check_data(s, c, s->test)) != BFIT_OK)
         return rc;
     if (c->normalize) {
-        int ch = bfit_dataset_shape(s->train).c;
+        int ch = s->M->input.c;
         s->mean = calloc((size_t)ch, sizeof *s->mean);
         s->std = calloc((size_t)ch, sizeof *s->std);
         if (!s->mean || !s->std)
             return bfit_fail(BFIT_ENOMEM, "out of host memory");
+        if (c->given_mean) {
+            memcpy(s->mean, c->given_mean, sizeof *s->mean * (size_t)ch);
+            memcpy(s->std, c->given_std, sizeof *s->std * (size_t)ch);
+            return BFIT_OK;
+        }
         return bfit_dataset_norm_stats(s->train, s->mean, s->std);
     }
     return BFIT_OK;

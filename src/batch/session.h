@@ -11,11 +11,13 @@
 typedef struct bfit_session_cfg {
     const char *model;                        /* a preset name or a spec file */
     const char *data;                         /* a data set name or path, or "synthetic" */
+    const char *test_data;                    /* the test split from here instead (NULL: data's) */
     const bfit_dataset *given_train, *given_test; /* use these instead of loading `data` */
     int want_train, want_test;                /* splits to have (train is loaded anyway to normalise) */
     uint64_t memory;                          /* arena capacity; 0: the machine's available RAM */
     int threads;                              /* 0: all cores */
     int normalize;                            /* per-channel mean/std of the training split */
+    const float *given_mean, *given_std;      /* normalise with these (C values each) instead */
     uint64_t seed;                            /* synthetic data */
 } bfit_session_cfg;
 

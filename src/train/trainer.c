@@ -53,8 +53,9 @@ static void run_fini(run *r)
 }
 
 /* Arena, device, model (no memory yet) and the data sets. */
-static int run_setup(run *r, const char *model, const char *data, const bfit_dataset *given_train,
-                     const bfit_dataset *given_test, int need_train, uint64_t memory, int threads, int normalize)
+static int run_setup(run *r, const char *model, const char *data, const char *test_data,
+                     const bfit_dataset *given_train, const bfit_dataset *given_test, int need_train, uint64_t memory,
+                     int threads, int normalize, const float *mean, const float *std)
 {
     bfit_session_cfg c;
     int rc;
@@ -63,6 +64,9 @@ static int run_setup(run *r, const char *model, const char *data, const bfit_dat
     memset(&c, 0, sizeof c);
     c.model = model;
     c.data = data;
+    c.test_data = test_data;
+    c.given_mean = mean;
+    c.given_std = std;
     c.given_train = given_train;
     c.given_test = given_test;
     c.want_train = need_train;
@@ -310,8 +314,8 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
             return bfit_fail(BFIT_EIO, "--save %s: cannot write into directory '%s': %s", cfg->save, dir,
                              strerror(errno));
     }
-    rc = run_setup(&r, cfg->model, cfg->data, cfg->train_set, cfg->test_set, 1, cfg->memory, cfg->threads,
-                   cfg->normalize);
+    rc = run_setup(&r, cfg->model, cfg->data, cfg->test_data, cfg->train_set, cfg->test_set, 1, cfg->memory,
+                   cfg->threads, cfg->normalize, NULL, NULL);
     if (rc != BFIT_OK)
         goto out;
     rc = bfit_log_open(&lg, cfg->log, cfg->human, cfg->progress_interval);
@@ -320,6 +324,13 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
     log_open = 1;
     if (cfg->fail_nth_alloc)
         bfit_arena_fail_nth(r.s.arena, cfg->fail_nth_alloc);
+    if (r.s.train_own && r.s.test_own &&
+        !strcmp(bfit_dataset_source(r.s.train_own), bfit_dataset_source(r.s.test_own))) {
+        /* a single file has no test split: say so rather than report training accuracy as a test */
+        bfit_log_event(&lg, "warning", "\"what\":\"no separate test split: evaluating on the training data\"");
+        bfit_log_say(&lg, "batchfit: warning: %s has no separate test split, so \"test\" figures are on the training "
+                          "data; give --test-data FILE", cfg->data);
+    }
     apply_memory_schedule(cfg, &r, &lg, &nmem, 0);
     base_capacity = bfit_arena_capacity(r.s.arena);
     budget = (uint64_t)((double)base_capacity * (1.0 - cfg->margin));
@@ -634,12 +645,23 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
         res->peak_bytes = st.peak;
     }
     if (cfg->save) {
+        static char nm[BFIT_NORM_TEXT_MAX], ns[BFIT_NORM_TEXT_MAX];
         char steps_s[32], acc_s[32];
-        const char *keys[] = {"format", "model", "data", "steps", "test_accuracy"};
-        const char *vals[] = {"batchfit", cfg->model ? cfg->model : "", cfg->data ? cfg->data : "", steps_s, acc_s};
+        const char *keys[] = {"format", "model", "data", "steps", "test_accuracy", "normalize_mean", "normalize_std"};
+        const char *vals[] = {"batchfit", cfg->model ? cfg->model : "", cfg->data ? cfg->data : "", steps_s, acc_s,
+                              nm, ns};
+        int nmeta = 5;
         snprintf(steps_s, sizeof steps_s, "%lld", (long long)step);
         snprintf(acc_s, sizeof acc_s, "%.6f", res->test_acc);
-        rc = bfit_weights_save(r.s.M, cfg->save, keys, vals, 5);
+        if (r.s.mean) {
+            rc = bfit_norm_to_text(r.s.mean, r.s.M->input.c, nm, sizeof nm);
+            if (rc == BFIT_OK)
+                rc = bfit_norm_to_text(r.s.std, r.s.M->input.c, ns, sizeof ns);
+            if (rc != BFIT_OK)
+                goto out;
+            nmeta = 7;
+        }
+        rc = bfit_weights_save(r.s.M, cfg->save, keys, vals, nmeta);
         if (rc != BFIT_OK)
             goto out;
     }
@@ -663,10 +685,32 @@ out:
 int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n)
 {
     run r;
-    int rc, m;
+    int rc, m, found = 0;
     uint64_t budget;
+    float *mean = NULL, *std = NULL;
+    bfit_graph_desc g;
+    bfit_model *shape_only = NULL;
 
-    rc = run_setup(&r, cfg->model, cfg->data, NULL, NULL, 0, cfg->memory, cfg->threads, cfg->normalize);
+    memset(&r, 0, sizeof r);
+    if (cfg->normalize) {
+        /* the statistics training used, saved with the weights */
+        rc = bfit_model_source_load(cfg->model, &g);
+        if (rc == BFIT_OK) {
+            rc = bfit_model_new(&g, NULL, &shape_only);
+            bfit_graph_fini(&g);
+        }
+        if (rc != BFIT_OK)
+            return rc;
+        mean = calloc((size_t)shape_only->input.c, sizeof *mean);
+        std = calloc((size_t)shape_only->input.c, sizeof *std);
+        rc = !mean || !std ? bfit_fail(BFIT_ENOMEM, "out of host memory")
+                           : bfit_weights_read_norm(cfg->weights, shape_only->input.c, mean, std, &found);
+        bfit_model_free(shape_only);
+        if (rc != BFIT_OK)
+            goto out;
+    }
+    rc = run_setup(&r, cfg->model, cfg->data, NULL, NULL, NULL, 0, cfg->memory, cfg->threads, cfg->normalize,
+                   found ? mean : NULL, found ? std : NULL);
     if (rc != BFIT_OK)
         goto out;
     rc = bfit_model_alloc_params(r.s.M, 0);
@@ -685,5 +729,7 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     rc = evaluate(&r, r.te, m, cfg->samples, loss, acc, n);
 out:
     run_fini(&r);
+    free(mean);
+    free(std);
     return rc;
 }

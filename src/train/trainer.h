@@ -32,6 +32,7 @@ int bfit_mem_schedule_parse(const char *text, bfit_mem_point *out, int max, int 
 typedef struct bfit_train_cfg {
     const char *model;         /* spec file */
     const char *data;          /* data set name or path */
+    const char *test_data;     /* evaluate on this instead of data's test split (NULL: that) */
     int batch;                 /* effective batch E (adaptive: the initial E, 0 = batch_min) */
     int micro_batch;           /* 0: the plan chooses (largest that fits, at most E) */
     int adaptive;              /* --batch adaptive: E follows the gradient noise scale */
@@ -98,7 +99,8 @@ typedef struct bfit_eval_cfg {
     int64_t samples;            /* 0: all */
     int threads;
     uint64_t memory;
-    int normalize;              /* must match training; stats come from the training split */
+    int normalize;              /* 0: none. 1: the statistics saved with the weights, or
+                                   for older files those of data's training split */
 } bfit_eval_cfg;
 
 int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n);

@@ -116,3 +116,55 @@ out:
     bfit_st_free(f);
     return rc;
 }
+
+int bfit_norm_to_text(const float *v, int n, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        int w = snprintf(buf + used, len - used, "%s%.9g", i ? "," : "", (double)v[i]);
+        if (w < 0 || (size_t)w >= len - used)
+            return bfit_fail(BFIT_EINVAL, "normalisation statistics of %d channels do not fit the metadata", n);
+        used += (size_t)w;
+    }
+    return BFIT_OK;
+}
+
+static int parse_floats(const char *path, const char *key, const char *text, int n, float *out)
+{
+    const char *p = text;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || (i < n - 1 && *end != ',') || (i == n - 1 && *end != '\0'))
+            return bfit_fail(BFIT_EFORMAT, "%s: metadata '%s' should hold %d comma-separated numbers: '%s'", path, key,
+                             n, text);
+        out[i] = (float)v;
+        p = end + 1;
+    }
+    return BFIT_OK;
+}
+
+int bfit_weights_read_norm(const char *path, int n, float *mean, float *std, int *found)
+{
+    bfit_st_file *f = NULL;
+    const char *m, *s;
+    int rc = bfit_st_read(path, &f);
+
+    *found = 0;
+    if (rc != BFIT_OK)
+        return rc;
+    m = bfit_st_meta(f, "normalize_mean");
+    s = bfit_st_meta(f, "normalize_std");
+    if (m && s) {
+        rc = parse_floats(path, "normalize_mean", m, n, mean);
+        if (rc == BFIT_OK)
+            rc = parse_floats(path, "normalize_std", s, n, std);
+        for (int i = 0; rc == BFIT_OK && i < n; i++)
+            if (!(std[i] > 0))
+                rc = bfit_fail(BFIT_EFORMAT, "%s: normalize_std[%d] is %g, not positive", path, i, (double)std[i]);
+        *found = rc == BFIT_OK;
+    }
+    bfit_st_free(f);
+    return rc;
+}

@@ -17,4 +17,13 @@ int bfit_weights_save(const bfit_model *M, const char *path, const char *const *
  * on failure. */
 int bfit_weights_load(bfit_model *M, const char *path);
 
+/* Normalisation statistics travel with the weights, so evaluation applies
+ * what training applied: metadata "normalize_mean" and "normalize_std", n
+ * comma-separated values each. */
+#define BFIT_NORM_TEXT_MAX 4096
+int bfit_norm_to_text(const float *v, int n, char *buf, size_t len);
+/* Read them from a weights file: *found 0 if the file has none (trained
+ * with --no-normalize); BFIT_EFORMAT if present but not n numbers. */
+int bfit_weights_read_norm(const char *path, int n, float *mean, float *std, int *found);
+
 #endif

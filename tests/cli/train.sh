@@ -70,5 +70,24 @@ if ls "$tmp"/nodir* "$tmp"/*.tmp.* >/dev/null 2>&1; then
   echo "FAIL: a temporary or partial file was left behind"; fails=$((fails + 1))
 fi
 
+# a CSV data set: one file has no test split (a warning says so); --test-data
+# gives one; eval applies the normalisation saved with the weights, so it
+# reproduces the training run's final test loss on the same file
+awk 'BEGIN { srand(3); print "a,b,c,d,label";
+  for (i = 0; i < 600; i++) { y = i % 3; printf "%.3f,%.3f,%.3f,%.3f,%d\n", y + rand(), 2 * y + rand(), rand(), y - rand(), y } }' >"$tmp/all.csv"
+head -n 481 "$tmp/all.csv" >"$tmp/tr.csv"
+{ head -n 1 "$tmp/all.csv"; tail -n 120 "$tmp/all.csv"; } >"$tmp/te.csv"
+printf 'input 4\nlinear 16\nrelu\nlinear 3\n' >"$tmp/tab.cfg"
+expect 0 "warning: .*all.csv has no separate test split" "$bf" train --model "$tmp/tab.cfg" --data "$tmp/all.csv" --batch 32 --lr 0.1
+out=$("$bf" train --model "$tmp/tab.cfg" --data "$tmp/tr.csv" --test-data "$tmp/te.csv" --batch 32 --epochs 2 --lr 0.1 \
+  --save "$tmp/tab.safetensors" 2>&1)
+if grep -q "warning" <<<"$out" || ! grep -q "(120 samples)" <<<"$out"; then
+  echo "FAIL: --test-data run:"; echo "$out" | tail -3; fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
+final=$(grep -oE "epoch 2/2: .*test loss [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
+expect 0 "test loss $final, .* on 120 samples" "$bf" eval --model "$tmp/tab.cfg" --weights "$tmp/tab.safetensors" --data "$tmp/te.csv"
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
