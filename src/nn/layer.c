@@ -119,6 +119,24 @@ int bfit_layer_prepare(bfit_layer *l, int m, int training)
     return BFIT_OK;
 }
 
+int bfit_layer_op_pair(bfit_layer *l, bfit_op_desc *d, bfit_op_kind bwd, int training, bfit_layer_need *need)
+{
+    int rc = bfit_op_new(l->dev, d, &l->ops[0]);
+    if (rc != BFIT_OK)
+        return rc;
+    need->saved = 0;
+    need->ws_fwd = bfit_op_workspace_bytes(l->ops[0]);
+    need->ws_bwd = 0;
+    if (training) {
+        d->kind = bwd;
+        rc = bfit_op_new(l->dev, d, &l->ops[1]);
+        if (rc != BFIT_OK)
+            return rc;
+        need->ws_bwd = bfit_op_workspace_bytes(l->ops[1]);
+    }
+    return BFIT_OK;
+}
+
 int bfit_layer_forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     if (!l->prep_m || a->m != l->prep_m || (a->training && !l->prep_training))

@@ -131,6 +131,10 @@ int bfit_layer_backward(bfit_layer *l, const bfit_bwd_args *a);
  * frees ops if m differs). */
 int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need);
 
+/* The usual pair of ops: ops[0] from d, and when training ops[1] from d
+ * with kind bwd; need's saved is set to 0 and its workspaces to the ops'. */
+int bfit_layer_op_pair(bfit_layer *l, bfit_op_desc *d, bfit_op_kind bwd, int training, bfit_layer_need *need);
+
 /* Layer bytes per category for micro-batch m, 64-byte aligned per buffer:
  * params/grads from params[], activations = output + saved, act_grads =
  * gradient of the output, workspace = max(ws_fwd, ws_bwd). */

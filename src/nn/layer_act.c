@@ -20,22 +20,10 @@ static bfit_eltwise_alg alg_of(const bfit_layer *l)
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
-    int rc;
 
     d.u.elt.n = (int64_t)m * bfit_shape_numel(l->in[0]);
     d.u.elt.alg = alg_of(l);
-    if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK)
-        return rc;
-    need->saved = 0;
-    need->ws_fwd = bfit_op_workspace_bytes(l->ops[OP_FWD]);
-    need->ws_bwd = 0;
-    if (training) {
-        d.kind = BFIT_OP_ELTWISE_BWD;
-        if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD])) != BFIT_OK)
-            return rc;
-        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
-    }
-    return BFIT_OK;
+    return bfit_layer_op_pair(l, &d, BFIT_OP_ELTWISE_BWD, training, need);
 }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)

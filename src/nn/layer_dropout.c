@@ -28,14 +28,9 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
         return BFIT_OK;
     d.u.drop.n = (int64_t)m * bfit_shape_numel(l->in[0]);
     d.u.drop.p = l->cfg.p;
-    if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK)
-        return rc;
-    d.kind = BFIT_OP_DROPOUT_BWD;
-    if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD])) != BFIT_OK)
+    if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_DROPOUT_BWD, 1, need)) != BFIT_OK)
         return rc;
     need->saved = bfit_op_saved_bytes(l->ops[OP_FWD]);
-    need->ws_fwd = bfit_op_workspace_bytes(l->ops[OP_FWD]);
-    need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
     return BFIT_OK;
 }
 

@@ -40,20 +40,13 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     d.u.lnorm.rows = m;
     d.u.lnorm.cols = bfit_shape_numel(l->in[0]);
     d.u.lnorm.eps = l->cfg.eps;
-    if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK)
+    if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_LNORM_BWD, training, need)) != BFIT_OK)
         return rc;
-    need->ws_bwd = 0;
-    if (training) {
-        d.kind = BFIT_OP_LNORM_BWD;
-        if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD])) != BFIT_OK)
-            return rc;
+    /* mean and variance per row: kept for backward, or scratch in eval */
+    if (training)
         need->saved = 2 * stat_bytes(m);
-        need->ws_fwd = bfit_op_workspace_bytes(l->ops[OP_FWD]);
-        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
-    } else {
-        need->saved = 0;
-        need->ws_fwd = BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[OP_FWD])) + 2 * stat_bytes(m);
-    }
+    else
+        need->ws_fwd = BFIT_ALIGN_UP(need->ws_fwd) + 2 * stat_bytes(m);
     return BFIT_OK;
 }
 

@@ -29,22 +29,10 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_XENT_FWD, .dtype = BFIT_F32};
-    int rc;
 
     d.u.xent.M = m;
     d.u.xent.N = l->in[0].c;
-    if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK)
-        return rc;
-    need->saved = 0;
-    need->ws_fwd = bfit_op_workspace_bytes(l->ops[OP_FWD]);
-    need->ws_bwd = 0;
-    if (training) {
-        d.kind = BFIT_OP_XENT_BWD;
-        if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD])) != BFIT_OK)
-            return rc;
-        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
-    }
-    return BFIT_OK;
+    return bfit_layer_op_pair(l, &d, BFIT_OP_XENT_BWD, training, need);
 }
 
 /* labels and loss may both be NULL: probabilities only (prediction) */
