@@ -91,6 +91,8 @@ typedef struct bfit_layer_vt {
     int (*prepare)(bfit_layer *l, int m, int training, bfit_layer_need *need);
     /* Fill params[i].data for a fresh model (PyTorch's default init, seeded). */
     void (*init_params)(bfit_layer *l, uint64_t seed);
+    /* forward/backward are called through bfit_layer_forward/_backward, which
+     * have checked that a->m and the mode match what was prepared */
     int (*forward)(bfit_layer *l, const bfit_fwd_args *a);
     /* Adds parameter gradients into params[i].grad (accumulation across
      * micro-batches); overwrites dx. */

@@ -40,9 +40,6 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
 
-    if (!l->ops[OP_BWD])
-        return bfit_fail(BFIT_ESTATE, "%s: backward on a layer prepared for evaluation",
-                         bfit_layer_kind_name(l->cfg.kind));
     if (!a->dx[0])
         return BFIT_OK;
     o.src = a->x[0];

@@ -128,8 +128,6 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
 
-    if (!l->ops[OP_BWD] || a->m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "batchnorm: backward needs the layer prepared for training %d samples", a->m);
     if (!a->saved)
         return bfit_fail(BFIT_EINVAL, "batchnorm: backward needs the statistics forward saved");
     o.src = a->x[0];

@@ -102,8 +102,6 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
 
-    if (!l->ops[OP_FWD] || a->m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "conv: forward of %d samples on a layer prepared for %d", a->m, l->prep_m);
     o.src = a->x[0];
     o.weights = l->params[0].data;
     o.bias = l->cfg.bias ? l->params[1].data : NULL;
@@ -117,8 +115,6 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     bfit_op_args o = {0};
     int rc;
 
-    if (!l->ops[OP_BWD_W] || a->m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "conv: backward needs the layer prepared for training %d samples", a->m);
     o.src = a->x[0];
     o.diff_dst = a->dy;
     o.diff_weights = l->params[0].grad;

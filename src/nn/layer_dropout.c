@@ -41,8 +41,6 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     if (!a->training)
         return bfit_device_copy(l->dev, a->y, a->x[0],
                                 (size_t)a->m * (size_t)bfit_shape_numel(l->in[0]) * sizeof(float));
-    if (!l->ops[OP_FWD])
-        return bfit_fail(BFIT_ESTATE, "dropout: training forward on a layer prepared for evaluation");
     o.src = a->x[0];
     o.dst = a->y;
     o.saved = a->saved;
@@ -55,8 +53,6 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
 
-    if (!l->ops[OP_BWD])
-        return bfit_fail(BFIT_ESTATE, "dropout: backward on a layer prepared for evaluation");
     if (!a->dx[0])
         return BFIT_OK;
     o.diff_dst = a->dy;

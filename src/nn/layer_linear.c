@@ -111,8 +111,6 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     bfit_op_args o = {0};
     int rc;
 
-    if (!l->ops[OP_DW])
-        return bfit_fail(BFIT_ESTATE, "linear: backward on a layer prepared for evaluation");
     o.src = a->dy;
     o.weights = a->x[0];
     o.dst = l->params[0].grad;

@@ -103,10 +103,6 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
 
-    if (!l->ops[OP_FWD] || a->m != l->prep_m || (a->training && !l->prep_training))
-        return bfit_fail(BFIT_ESTATE, "%s: forward of %d samples (%s) on a layer prepared for %d (%s)",
-                         bfit_layer_kind_name(l->vt->kind), a->m, a->training ? "training" : "eval", l->prep_m,
-                         l->prep_training ? "training" : "eval");
     o.src = a->x[0];
     o.dst = a->y;
     o.saved = a->saved;
@@ -118,9 +114,6 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
 
-    if (!l->ops[OP_BWD] || a->m != l->prep_m)
-        return bfit_fail(BFIT_ESTATE, "%s: backward needs the layer prepared for training %d samples",
-                         bfit_layer_kind_name(l->vt->kind), a->m);
     if (!a->dx[0])
         return BFIT_OK; /* no parameters: nothing else to compute */
     o.diff_dst = a->dy;
