@@ -92,6 +92,43 @@ static double step_flops_per_sample(const bfit_model *M)
     return f;
 }
 
+static int threads_of(const bfit_device *d)
+{
+    bfit_device_info i;
+    bfit_device_info_get(d, &i);
+    return i.threads;
+}
+
+static int open_device(int threads, bfit_device **dev, bfit_arena **arena)
+{
+    bfit_cpu_cfg c = bfit_cpu_cfg_default();
+    int rc;
+    c.threads = threads;
+    if ((rc = bfit_device_cpu_new(&c, dev)) != BFIT_OK)
+        return rc;
+    *arena = bfit_device_arena_new(*dev, bfit_host_available_memory());
+    return *arena ? BFIT_OK : BFIT_ENOMEM;
+}
+
+/* Random samples and labels, uploaded into the reserved input. */
+static int random_input(bfit_model *M, int batch, uint64_t *seed)
+{
+    int64_t n = (int64_t)batch * bfit_shape_numel(M->input);
+    float *x = malloc(sizeof *x * (size_t)n);
+    int32_t *y = malloc(sizeof *y * (size_t)batch);
+    int rc = BFIT_ENOMEM;
+    if (x && y) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = (float)rng(seed) / 4294967296.0f;
+        for (int i = 0; i < batch; i++)
+            y[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
+        rc = bfit_model_set_input(M, x, y, batch);
+    }
+    free(x);
+    free(y);
+    return rc;
+}
+
 static int bench_step(const char *spec, int batch, int reps, int warmup, int threads, double rep_s)
 {
     bfit_arena *arena = NULL;
@@ -107,29 +144,18 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
     int rc, steps = 2;
 
     memset(&g, 0, sizeof g);
-    arena = bfit_arena_new(bfit_host_available_memory(), NULL);
-    if (!arena || !rate || !cpu_rate) {
+    if (!rate || !cpu_rate) {
         rc = BFIT_ENOMEM;
         goto out;
     }
-    if ((rc = bfit_device_cpu_new(arena, threads, &dev)) != BFIT_OK ||
-        (rc = bfit_spec_parse_file(spec, &g)) != BFIT_OK || (rc = bfit_model_new(&g, dev, &M)) != BFIT_OK ||
-        (rc = bfit_model_alloc_params(M, 1)) != BFIT_OK)
+    if ((rc = open_device(threads, &dev, &arena)) != BFIT_OK || (rc = bfit_spec_parse_file(spec, &g)) != BFIT_OK ||
+        (rc = bfit_model_new(&g, dev, arena, &M)) != BFIT_OK || (rc = bfit_model_alloc_params(M, 1)) != BFIT_OK ||
+        (rc = bfit_model_init_params(M, 1)) != BFIT_OK)
         goto out;
-    bfit_model_init_params(M, 1);
     oc.momentum = 0.9;
-    if ((rc = bfit_optim_new(&oc, M->trainable, M->ntrainable, arena, &opt)) != BFIT_OK ||
-        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK)
+    if ((rc = bfit_optim_new(&oc, M->trainable, M->ntrainable, dev, arena, &opt)) != BFIT_OK ||
+        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = random_input(M, batch, &seed)) != BFIT_OK)
         goto out;
-    {
-        float *x = bfit_model_input_x(M);
-        int32_t *y = bfit_model_input_labels(M);
-        int64_t n = (int64_t)batch * bfit_shape_numel(M->input);
-        for (int64_t i = 0; i < n; i++)
-            x[i] = (float)rng(&seed) / 4294967296.0f;
-        for (int i = 0; i < batch; i++)
-            y[i] = (int32_t)(rng(&seed) % (uint32_t)M->nclasses);
-    }
     for (int r = -1; r < reps; r++) {
         int n = r < 0 ? warmup : steps;
         double t0 = now(), c0 = cpu_now();
@@ -138,11 +164,12 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
              * backward with the 1/E loss scale, optimizer, zero grads */
             t_step = now();
             if ((rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK ||
-                (rc = bfit_model_forward(M, (uint64_t)s, &loss, NULL)) != BFIT_OK ||
+                (rc = bfit_model_stats_reset(M)) != BFIT_OK ||
+                (rc = bfit_model_forward(M, (uint64_t)s)) != BFIT_OK ||
                 (rc = bfit_model_backward(M, 1.0f / (float)batch)) != BFIT_OK ||
-                (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK)
+                (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK || (rc = bfit_model_zero_grads(M)) != BFIT_OK ||
+                (rc = bfit_model_stats_read(M, &loss, NULL)) != BFIT_OK)
                 goto out;
-            bfit_model_zero_grads(M);
             t_step = now() - t_step;
         }
         if (r >= 0) {
@@ -154,15 +181,15 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
     printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
            "warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f\n",
            batch, median(rate, reps), step_flops_per_sample(M), maxrss_kib(), reps, steps, warmup,
-           dev->nthreads, loss / batch, median(cpu_rate, reps));
+           threads_of(dev), loss / batch, median(cpu_rate, reps));
 out:
     if (rc != BFIT_OK)
         fprintf(stderr, "bfit_bench: %s\n", bfit_errmsg());
     bfit_optim_free(opt);
     bfit_model_free(M);
     bfit_graph_fini(&g);
-    bfit_device_free(dev);
     bfit_arena_free(arena);
+    bfit_device_free(dev);
     free(rate);
     free(cpu_rate);
     return rc == BFIT_OK ? 0 : 1;
@@ -171,9 +198,10 @@ out:
 /* dst[M,N] = src[M,K] x weights[K,N], all row-major: oneDNN's best case */
 static int bench_matmul(int64_t m, int64_t n, int64_t k, int reps, int threads)
 {
-    bfit_arena *arena = bfit_arena_new(bfit_host_available_memory(), NULL);
+    bfit_arena *arena = NULL;
     bfit_device *dev = NULL;
     bfit_op *op = NULL;
+    float *host = NULL;
     bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32};
     bfit_op_args a = {0};
     void *buf[4] = {0};
@@ -183,20 +211,25 @@ static int bench_matmul(int64_t m, int64_t n, int64_t k, int reps, int threads)
     d.u.mm.M = m;
     d.u.mm.N = n;
     d.u.mm.K = k;
-    if (!arena || !gf) {
+    host = malloc(sizeof(float) * (size_t)(m * k > k * n ? m * k : k * n));
+    if (!gf || !host) {
         rc = BFIT_ENOMEM;
         goto out;
     }
-    if ((rc = bfit_device_cpu_new(arena, threads, &dev)) != BFIT_OK || (rc = bfit_op_new(dev, &d, &op)) != BFIT_OK ||
-        (rc = bfit_device_alloc(dev, (size_t)(m * k) * 4, BFIT_MEM_INPUT, &buf[0])) != BFIT_OK ||
-        (rc = bfit_device_alloc(dev, (size_t)(k * n) * 4, BFIT_MEM_PARAMS, &buf[1])) != BFIT_OK ||
-        (rc = bfit_device_alloc(dev, (size_t)(m * n) * 4, BFIT_MEM_ACTIVATIONS, &buf[2])) != BFIT_OK ||
-        (rc = bfit_device_alloc(dev, bfit_op_workspace_bytes(op) + 1, BFIT_MEM_WORKSPACE, &buf[3])) != BFIT_OK)
+    if ((rc = open_device(threads, &dev, &arena)) != BFIT_OK || (rc = bfit_op_new(dev, &d, &op)) != BFIT_OK ||
+        (rc = bfit_arena_alloc(arena, (size_t)(m * k) * 4, BFIT_MEM_INPUT, &buf[0])) != BFIT_OK ||
+        (rc = bfit_arena_alloc(arena, (size_t)(k * n) * 4, BFIT_MEM_PARAMS, &buf[1])) != BFIT_OK ||
+        (rc = bfit_arena_alloc(arena, (size_t)(m * n) * 4, BFIT_MEM_ACTIVATIONS, &buf[2])) != BFIT_OK ||
+        (rc = bfit_arena_alloc(arena, bfit_op_workspace_bytes(op) + 1, BFIT_MEM_WORKSPACE, &buf[3])) != BFIT_OK)
         goto out;
     for (int64_t i = 0; i < m * k; i++)
-        ((float *)buf[0])[i] = (float)(i % 7) * 0.1f;
+        host[i] = (float)(i % 7) * 0.1f;
+    if ((rc = bfit_device_upload(dev, buf[0], host, (size_t)(m * k) * 4)) != BFIT_OK)
+        goto out;
     for (int64_t i = 0; i < k * n; i++)
-        ((float *)buf[1])[i] = (float)(i % 5) * 0.1f;
+        host[i] = (float)(i % 5) * 0.1f;
+    if ((rc = bfit_device_upload(dev, buf[1], host, (size_t)(k * n) * 4)) != BFIT_OK)
+        goto out;
     a.src = buf[0];
     a.weights = buf[1];
     a.dst = buf[2];
@@ -210,17 +243,17 @@ static int bench_matmul(int64_t m, int64_t n, int64_t k, int reps, int threads)
             gf[r] = 2.0 * m * n * k * per / (now() - t0) / 1e9;
     }
     printf("side=onednn_matmul m=%lld n=%lld k=%lld gflops=%.1f reps=%d threads=%d\n", (long long)m, (long long)n,
-           (long long)k, median(gf, reps), reps, dev->nthreads);
+           (long long)k, median(gf, reps), reps, threads_of(dev));
 out:
     if (rc != BFIT_OK)
         fprintf(stderr, "bfit_bench: %s\n", bfit_errmsg());
     for (int i = 0; i < 4; i++)
-        if (buf[i])
-            bfit_device_release(dev, buf[i]);
+        bfit_arena_release(arena, buf[i]);
     bfit_op_free(op);
-    bfit_device_free(dev);
     bfit_arena_free(arena);
+    bfit_device_free(dev);
     free(gf);
+    free(host);
     return rc == BFIT_OK ? 0 : 1;
 }
 

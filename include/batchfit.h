@@ -27,6 +27,9 @@ enum {
 
 /* The message of the last failure on this thread ("" if none). */
 const char *bfit_errmsg(void);
+/* The configuration field the last failure is about ("" if none), e.g.
+ * "batch": the message then reads "batch: ...". */
+const char *bfit_errfield(void);
 /* A short name for a status code ("out of memory", ...). */
 const char *bfit_strerror(int code);
 
@@ -67,22 +70,42 @@ typedef struct bfit_arena_stats {
     uint64_t nalloc;                   /* allocations made (successful) */
     uint64_t nfree;
     uint64_t nfail;                    /* allocations refused */
+    uint64_t reserved;                 /* bytes of device blocks held (>= current: granularity) */
+    uint64_t reserved_peak;
 } bfit_arena_stats;
 
-/* The host allocator the arena draws from (Lua's lua_Alloc idea): NULL
- * means aligned_alloc/free. */
+/* Where the arena's memory comes from: blocks of device memory that the
+ * arena carves and never touches itself (it keeps its bookkeeping on the
+ * host). A device gives its own (bfit_device_blocks); NULL means host memory
+ * from aligned_alloc, for an arena that only accounts. */
+typedef struct bfit_block_source {
+    /* n bytes, 64-byte aligned at least; BFIT_ENOMEM (nothing held) when refused */
+    int (*alloc)(void *ud, size_t n, void **out);
+    void (*free)(void *ud, void *p, size_t n);
+    /* optional: set n bytes at p to byte (test builds poison new memory) */
+    int (*fill)(void *ud, void *p, int byte, size_t n);
+    void *ud;
+    size_t granularity;   /* blocks are asked for in multiples of this (0: BFIT_ALIGN) */
+} bfit_block_source;
+
+/* A host allocator (Lua's lua_Alloc idea), for the CPU device's blocks:
+ * NULL means aligned_alloc/free. */
 typedef struct bfit_host_alloc {
     void *(*alloc)(void *ud, size_t size, size_t align);
     void (*free)(void *ud, void *p);
     void *ud;
 } bfit_host_alloc;
 
-bfit_arena *bfit_arena_new(uint64_t capacity, const bfit_host_alloc *host);
+/* capacity: bytes the arena may hand out (accounted as BFIT_ALIGN_UP of each
+ * request). src: copied; NULL for host memory. */
+bfit_arena *bfit_arena_new(uint64_t capacity, const bfit_block_source *src);
 void bfit_arena_free(bfit_arena *a);
 /* Allocate n bytes (64-byte aligned, accounted as BFIT_ALIGN_UP(n)) to a
  * category. Fails with BFIT_ENOMEM, leaving the arena unchanged, when the
- * capacity would be exceeded or a fault is injected. */
+ * capacity would be exceeded, a fault is injected, or the block source
+ * refuses. The memory is the device's: the arena never reads or writes it. */
 int bfit_arena_alloc(bfit_arena *a, size_t n, bfit_mem_cat cat, void **out);
+/* Release p (NULL is fine; a pointer the arena did not give is ignored). */
 void bfit_arena_release(bfit_arena *a, void *p);
 /* Change capacity at run time. Lowering below what is held is allowed: the
  * holdings stay, new allocations fail until enough is released. */
@@ -97,6 +120,45 @@ void bfit_arena_fail_nth(bfit_arena *a, uint64_t n);
 const char *bfit_mem_cat_name(bfit_mem_cat c);
 /* Bytes of RAM the OS says are available (MemAvailable), 0 if unknown. */
 uint64_t bfit_host_available_memory(void);
+
+/* ---- devices --------------------------------------------------------------- */
+/* Element types of tensors. Sizes come from the type, never sizeof(float). */
+typedef enum { BFIT_F32 = 0, BFIT_BF16, BFIT_F16, BFIT_I32, BFIT_NDTYPES } bfit_dtype;
+/* "F32", "BF16", "F16", "I32" (the safetensors names). */
+const char *bfit_dtype_name(bfit_dtype t);
+
+/* A compute device: the CPU (oneDNN) or, where built, a CUDA GPU. Its
+ * memory is opaque to the host and reached only through the library. */
+typedef struct bfit_device bfit_device;
+
+typedef struct bfit_cpu_cfg {
+    int threads;                 /* > 0: ops run on this many threads (set around each device
+                                    call and restored); 0: OpenMP's own setting, untouched */
+    int check;                   /* 1: device memory is inaccessible (PROT_NONE) outside device
+                                    calls, and op arguments must be device memory; -1: from
+                                    the environment (BFIT_DEVICE_CHECK=1), 0: off */
+    const bfit_host_alloc *host; /* where device blocks come from; NULL: aligned_alloc
+                                    (the checking mode maps its own pages) */
+} bfit_cpu_cfg;
+
+/* Defaults: threads 0, check -1, host NULL. */
+bfit_cpu_cfg bfit_cpu_cfg_default(void);
+
+/* Open a device by name: "cpu", "cuda" or "cuda:N" (N-th GPU), or NULL /
+ * "auto" for a GPU when one is present, else the CPU. cpu may be NULL
+ * (defaults). BFIT_EINVAL for an unknown name, BFIT_EDEVICE when the device
+ * cannot be used (saying why: not built with CUDA, no GPU, driver error). */
+int bfit_device_open(const char *name, const bfit_cpu_cfg *cpu, bfit_device **out);
+void bfit_device_free(bfit_device *d);
+/* "cpu", "cuda:0". */
+const char *bfit_device_name(const bfit_device *d);
+/* Free and total bytes as the device sees them (a GPU: other processes
+ * included; the CPU: MemAvailable and MemTotal). */
+int bfit_device_memory(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
+/* The block source an arena over this device draws from. */
+const bfit_block_source *bfit_device_blocks(const bfit_device *d);
+/* An arena of capacity bytes over d's memory. */
+bfit_arena *bfit_device_arena_new(bfit_device *d, uint64_t capacity);
 
 /* ---- the batch controller: micro-batch, accumulation, effective batch ---- */
 /* Pure logic over observations (src/batch/control.c): it knows nothing of

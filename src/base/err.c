@@ -6,14 +6,21 @@
 #include <string.h>
 
 static _Thread_local char msg[1024];
+static _Thread_local char field[64]; /* the configuration field the message is about */
 
 const char *bfit_errmsg(void) { return msg; }
+const char *bfit_errfield(void) { return field; }
 
-void bfit_clear_error(void) { msg[0] = '\0'; }
+void bfit_clear_error(void)
+{
+    msg[0] = '\0';
+    field[0] = '\0';
+}
 
 int bfit_fail(int code, const char *fmt, ...)
 {
     va_list ap;
+    field[0] = '\0';
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
@@ -33,6 +40,19 @@ int bfit_fail_prefix(int code, const char *fmt, ...)
     n = strlen(msg);
     if (n < sizeof msg - 1)
         snprintf(msg + n, sizeof msg - n, "%s", old);
+    return code;
+}
+
+int bfit_fail_field(int code, const char *name, const char *fmt, ...)
+{
+    size_t n;
+    va_list ap;
+    snprintf(msg, sizeof msg, "%s: ", name);
+    n = strlen(msg);
+    va_start(ap, fmt);
+    vsnprintf(msg + n, sizeof msg - n, fmt, ap);
+    va_end(ap);
+    snprintf(field, sizeof field, "%s", name);
     return code;
 }
 

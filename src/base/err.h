@@ -7,6 +7,10 @@
 /* Set the message for code and return code, so callers can write
  * `return bfit_fail(BFIT_EINVAL, "bad %s", x);`. */
 int bfit_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A failure about a configuration field: the message is "name: ...", and
+ * bfit_errfield() gives name so a front end can say it its own way (the CLI
+ * names the option). */
+int bfit_fail_field(int code, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prefix the current message with context ("loading x: " + old message). */
 int bfit_fail_prefix(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void bfit_clear_error(void);

@@ -18,12 +18,14 @@ int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int train
     p->training = training;
     memcpy(p->bytes, lay.bytes, sizeof p->bytes);
     p->bytes[BFIT_MEM_PARAMS] = bfit_model_param_bytes(M);
+    p->bytes[BFIT_MEM_OTHER] = BFIT_MODEL_STATS_BYTES;
     if (training) {
         p->bytes[BFIT_MEM_GRADS] = bfit_model_grad_bytes(M);
         if (opt)
             p->bytes[BFIT_MEM_OPTIMIZER] = bfit_optim_state_bytes(opt, M->trainable, M->ntrainable);
     }
-    p->fixed = p->bytes[BFIT_MEM_PARAMS] + p->bytes[BFIT_MEM_GRADS] + p->bytes[BFIT_MEM_OPTIMIZER];
+    p->fixed = p->bytes[BFIT_MEM_PARAMS] + p->bytes[BFIT_MEM_GRADS] + p->bytes[BFIT_MEM_OPTIMIZER] +
+               p->bytes[BFIT_MEM_OTHER];
     p->step = p->bytes[BFIT_MEM_ACTIVATIONS] + p->bytes[BFIT_MEM_ACT_GRADS] + p->bytes[BFIT_MEM_WORKSPACE] +
               p->bytes[BFIT_MEM_INPUT];
     p->peak = p->fixed + p->step;

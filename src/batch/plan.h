@@ -15,7 +15,7 @@
 typedef struct bfit_plan {
     int m, training;
     uint64_t bytes[BFIT_MEM_NCAT];
-    uint64_t fixed;      /* params + grads + optimizer: independent of m */
+    uint64_t fixed;      /* params + grads + optimizer + other (the model's statistics): independent of m */
     uint64_t step;       /* activations + act_grads + workspace + input */
     uint64_t peak;       /* fixed + step */
     uint64_t no_reuse;   /* the peak if no buffer were shared */

@@ -65,12 +65,27 @@ typedef struct probe {
     uint64_t step_budget;   /* what the plan may take: the budget less what others hold */
     uint64_t micro;         /* steps run, for dropout seeds */
     int *steps;             /* the counter the current phase charges */
+    float *stage_x;         /* host staging of one micro-batch */
+    int32_t *stage_y;
+    int stage_m;
 } probe;
 
 /* A stream that can give m samples in one take (prefetching guesses the
  * next take is the size of the last, so one take per step keeps it useful). */
 static int ensure_stream(probe *p, int m)
 {
+    if (m > p->stage_m) {
+        size_t numel = (size_t)bfit_shape_numel(p->M->input);
+        float *x = realloc(p->stage_x, sizeof *x * numel * (size_t)m);
+        int32_t *y = x ? realloc(p->stage_y, sizeof *y * (size_t)m) : NULL;
+        if (x)
+            p->stage_x = x;
+        if (y)
+            p->stage_y = y;
+        if (!x || !y)
+            return bfit_fail(BFIT_ENOMEM, "probe: out of host memory staging %d samples", m);
+        p->stage_m = m;
+    }
     if (p->s && p->sc.max_take >= m)
         return BFIT_OK;
     bfit_stream_free(p->s);
@@ -83,8 +98,8 @@ static int ensure_stream(probe *p, int m)
  * one ends (the limit may exceed the data set). */
 static int take_samples(probe *p, int m)
 {
-    float *x = bfit_model_input_x(p->M);
-    int32_t *y = bfit_model_input_labels(p->M);
+    float *x = p->stage_x;
+    int32_t *y = p->stage_y;
     int64_t numel = bfit_shape_numel(p->M->input);
     int done = 0, empty = 0, rc;
 
@@ -102,20 +117,20 @@ static int take_samples(probe *p, int m)
         empty = 0;
         done += got;
     }
-    return BFIT_OK;
+    return bfit_model_set_input(p->M, x, y, m);
 }
 
 /* One micro-step at the reserved size: take, forward, backward. *secs and
  * *wait get its wall time and the part spent in the stream. */
 static int run_step(probe *p, double *secs, double *wait)
 {
-    double t0 = now(), w0 = bfit_stream_wait_seconds(p->s), loss;
+    double t0 = now(), w0 = bfit_stream_wait_seconds(p->s);
     int rc;
 
     (*p->steps)++;
     rc = take_samples(p, p->M->m);
     if (rc == BFIT_OK)
-        rc = bfit_model_forward(p->M, p->cfg->seed * 1000003ull + p->micro++, &loss, NULL);
+        rc = bfit_model_forward(p->M, p->cfg->seed * 1000003ull + p->micro++);
     if (rc == BFIT_OK)
         rc = bfit_model_backward(p->M, 1.0f / (float)p->M->m);
     if (secs)
@@ -495,20 +510,17 @@ static int snapshot_take(bfit_model *M, snapshot *s)
     s->grads = malloc(M->grad_bytes ? M->grad_bytes : 1);
     if (!s->params || !s->grads)
         return bfit_fail(BFIT_ENOMEM, "probe: out of host memory for a copy of the parameters");
-    if (M->param_bytes)
-        rc = bfit_device_copy(M->dev, s->params, M->param_block, M->param_bytes);
-    if (rc == BFIT_OK && M->grad_bytes)
-        rc = bfit_device_copy(M->dev, s->grads, M->grad_block, M->grad_bytes);
+    rc = bfit_device_download(M->dev, s->params, M->param_block, M->param_bytes);
+    if (rc == BFIT_OK && M->grad_block)
+        rc = bfit_device_download(M->dev, s->grads, M->grad_block, M->grad_bytes);
     return rc;
 }
 
 static int snapshot_restore(bfit_model *M, const snapshot *s)
 {
-    int rc = BFIT_OK;
-    if (M->param_bytes)
-        rc = bfit_device_copy(M->dev, M->param_block, s->params, M->param_bytes);
-    if (rc == BFIT_OK && M->grad_bytes)
-        rc = bfit_device_copy(M->dev, M->grad_block, s->grads, M->grad_bytes);
+    int rc = bfit_device_upload(M->dev, M->param_block, s->params, M->param_bytes);
+    if (rc == BFIT_OK && M->grad_block)
+        rc = bfit_device_upload(M->dev, M->grad_block, s->grads, M->grad_bytes);
     return rc;
 }
 
@@ -566,13 +578,17 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
 
     memset(&p, 0, sizeof p);
     p.M = M;
-    p.arena = M->dev->arena;
+    p.arena = M->arena;
     p.cfg = cfg;
     p.opt = opt;
     p.d = d;
     p.sc = *sc;
     p.res = res;
-    res->threads = M->dev->nthreads;
+    {
+        bfit_device_info di;
+        bfit_device_info_get(M->dev, &di);
+        res->threads = di.threads;
+    }
     res->params = bfit_model_param_count(M);
     res->input = M->input;
     res->data_count = bfit_dataset_count(d);
@@ -587,7 +603,7 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
         bfit_arena_stats_get(p.arena, &st);
         held = st.current;
     }
-    res->held_other = held - M->param_bytes - (M->grad_block ? M->grad_bytes : 0);
+    res->held_other = held - M->param_bytes - (M->grad_block ? M->grad_bytes : 0) - BFIT_MODEL_STATS_BYTES;
     p.step_budget = res->budget > res->held_other ? res->budget - res->held_other : 0;
 
     rc = plan_phase(&p);
@@ -599,7 +615,7 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
         goto out;
     bfit_arena_set_capacity(p.arena, res->budget);
     if (opt) {
-        rc = bfit_optim_new(opt, M->trainable, M->ntrainable, p.arena, &o);
+        rc = bfit_optim_new(opt, M->trainable, M->ntrainable, M->dev, p.arena, &o);
         if (rc == BFIT_ENOMEM)
             rc = bfit_fail_prefix(BFIT_ENOMEM, "the plan says the optimizer state (%s) fits the budget %s, but "
                                   "allocating it failed, a bug in the plan: ",
@@ -613,6 +629,8 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
 out:
     bfit_model_unreserve(M);
     bfit_stream_free(p.s);
+    free(p.stage_x);
+    free(p.stage_y);
     bfit_optim_free(o);
     bfit_arena_set_capacity(p.arena, old_capacity);
     if (snap.params && snap.grads) {
@@ -647,13 +665,18 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     sc_.data = cfg->data;
     sc_.want_train = 1;
     sc_.memory = cfg->memory;
+    sc_.device_name = cfg->device_name;
     sc_.threads = cfg->threads;
     sc_.normalize = cfg->normalize;
     sc_.seed = cfg->seed;
     rc = bfit_session_open_model(&ss, &sc_);
     if (rc != BFIT_OK)
         goto out;
-    res->threads = ss.dev->nthreads;
+    {
+        bfit_device_info di;
+        bfit_device_info_get(ss.dev, &di);
+        res->threads = di.threads;
+    }
     res->params = bfit_model_param_count(ss.M);
     res->input = ss.M->input;
     res->capacity = bfit_arena_capacity(ss.arena);
@@ -680,9 +703,10 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     sc.norm_mean = ss.mean;
     sc.norm_std = ss.std;
     rc = bfit_model_alloc_params(ss.M, 1);
+    if (rc == BFIT_OK)
+        rc = bfit_model_init_params(ss.M, cfg->seed);
     if (rc != BFIT_OK)
         goto out;
-    bfit_model_init_params(ss.M, cfg->seed);
 
     pc.capacity = res->capacity;
     pc.seed = cfg->seed;

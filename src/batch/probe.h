@@ -134,8 +134,9 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
 typedef struct bfit_find_cfg {
     const char *model;      /* a preset name or a spec file (bfit_model_source_load) */
     const char *data;       /* a data set (bfit_dataset_load), or "synthetic": random samples of the model's shape */
-    uint64_t memory;        /* device capacity; 0: the machine's available RAM */
-    int threads;            /* 0: all cores */
+    const char *device_name;/* bfit_device_open's name; NULL: cpu */
+    uint64_t memory;        /* device capacity; 0: what the device has free */
+    int threads;            /* CPU threads; 0: OpenMP's setting */
     int normalize, prefetch, augment;
     uint64_t seed;          /* init, shuffling, dropout */
     int limit;              /* 0: the training set's size (no micro-batch is larger) */

@@ -1,5 +1,6 @@
 /* session.c - the shared set-up of a run (see session.h). */
 #include "base/err.h"
+#include "base/rand.h"
 #include "batch/session.h"
 #include "nn/zoo.h"
 
@@ -8,26 +9,41 @@
 
 #define SYNTHETIC_COUNT 512 /* samples of "synthetic" data; streams cycle through them */
 
+static int open_device(bfit_session *s, const bfit_session_cfg *c)
+{
+    bfit_cpu_cfg cpu = bfit_cpu_cfg_default();
+    int rc;
+
+    if (c->device) {
+        s->dev = c->device;
+        return BFIT_OK;
+    }
+    cpu.threads = c->threads;
+    cpu.host = c->host;
+    rc = bfit_device_open(c->device_name ? c->device_name : "cpu", &cpu, &s->dev_own);
+    s->dev = s->dev_own;
+    return rc;
+}
+
 int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
 {
-    uint64_t memory = c->memory;
+    uint64_t memory = c->memory, total;
     int rc;
 
     memset(s, 0, sizeof *s);
+    if ((rc = open_device(s, c)) != BFIT_OK)
+        return rc;
+    if (!memory && bfit_device_memory(s->dev, &memory, &total) != BFIT_OK)
+        memory = 0;
     if (!memory)
-        memory = bfit_host_available_memory();
-    if (!memory)
-        return bfit_fail(BFIT_EINVAL, "cannot tell the available memory: give --memory");
-    s->arena = bfit_arena_new(memory, NULL);
+        return bfit_fail(BFIT_EINVAL, "cannot tell the device's free memory: set the memory capacity");
+    s->arena = bfit_device_arena_new(s->dev, memory);
     if (!s->arena)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
-    rc = bfit_device_cpu_new(s->arena, c->threads, &s->dev);
-    if (rc != BFIT_OK)
-        return rc;
     rc = bfit_model_source_load(c->model, &s->g);
     if (rc != BFIT_OK)
         return rc;
-    return bfit_model_new(&s->g, s->dev, &s->M);
+    return bfit_model_new(&s->g, s->dev, s->arena, &s->M);
 }
 
 /* Random samples of the model's input shape, labels 0..nclasses-1. */
@@ -36,7 +52,6 @@ static int synthetic_data(const bfit_model *M, uint64_t seed, bfit_dataset **out
     int64_t numel = bfit_shape_numel(M->input), n = (int64_t)SYNTHETIC_COUNT * numel;
     float *x = malloc(sizeof *x * (size_t)n);
     int32_t *y = malloc(sizeof *y * SYNTHETIC_COUNT);
-    uint64_t r = seed * 0x9E3779B97F4A7C15ull + 1;
     int rc;
 
     if (!x || !y) {
@@ -44,10 +59,8 @@ static int synthetic_data(const bfit_model *M, uint64_t seed, bfit_dataset **out
         free(y);
         return bfit_fail(BFIT_ENOMEM, "out of host memory for %d synthetic samples", SYNTHETIC_COUNT);
     }
-    for (int64_t i = 0; i < n; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(r >> 40) / (double)(1ull << 24)) - 0.5f;
-    }
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(bfit_rand_unit(seed, (uint64_t)i) - 0.5);
     for (int i = 0; i < SYNTHETIC_COUNT; i++)
         y[i] = i % M->nclasses;
     rc = bfit_dataset_from_floats(M->input, SYNTHETIC_COUNT, M->nclasses, x, y, out);
@@ -117,8 +130,8 @@ void bfit_session_close(bfit_session *s)
     bfit_graph_fini(&s->g);
     bfit_dataset_free(s->train_own);
     bfit_dataset_free(s->test_own);
-    bfit_device_free(s->dev);
-    bfit_arena_free(s->arena);
+    bfit_arena_free(s->arena); /* its blocks go back to the device, so before it */
+    bfit_device_free(s->dev_own);
     free(s->mean);
     free(s->std);
     memset(s, 0, sizeof *s);

@@ -14,8 +14,11 @@ typedef struct bfit_session_cfg {
     const char *test_data;                    /* the test split from here instead (NULL: data's) */
     const bfit_dataset *given_train, *given_test; /* use these instead of loading `data` */
     int want_train, want_test;                /* splits to have (train is loaded anyway to normalise) */
-    uint64_t memory;                          /* arena capacity; 0: the machine's available RAM */
-    int threads;                              /* 0: all cores */
+    bfit_device *device;                      /* use this device (not owned); NULL: open one */
+    const char *device_name;                  /* else open this (bfit_device_open; NULL: cpu) */
+    const bfit_host_alloc *host;              /* CPU device blocks from here (NULL: aligned_alloc) */
+    uint64_t memory;                          /* arena capacity; 0: what the device has free */
+    int threads;                              /* CPU threads; 0: OpenMP's setting */
     int normalize;                            /* per-channel mean/std of the training split */
     const float *given_mean, *given_std;      /* normalise with these (C values each) instead */
     uint64_t seed;                            /* synthetic data */
@@ -24,6 +27,7 @@ typedef struct bfit_session_cfg {
 typedef struct bfit_session {
     bfit_arena *arena;
     bfit_device *dev;
+    bfit_device *dev_own;                     /* dev, when the session opened it */
     bfit_graph_desc g;
     bfit_model *M;
     bfit_dataset *train_own, *test_own;
@@ -31,7 +35,7 @@ typedef struct bfit_session {
     float *mean, *std;                        /* NULL without normalisation */
 } bfit_session;
 
-/* Phase one: arena, device, and the model (no device memory yet). */
+/* Phase one: device, arena, and the model (no device memory yet). */
 int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c);
 /* Phase two: the data sets, checked against the model's input shape and
  * classes, and the normalisation statistics of the training split. */

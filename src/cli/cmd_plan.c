@@ -187,6 +187,13 @@ static int state_tensors(const bfit_optim_cfg *o)
 
 static const char *fmt(uint64_t b, char *buf, size_t n) { return bfit_format_size(b, buf, n); }
 
+static int threads_of(const bfit_device *d)
+{
+    bfit_device_info i;
+    bfit_device_info_get(d, &i);
+    return i.threads;
+}
+
 /* Sizes with a sign and fractions (slopes, deviations). */
 static const char *fmt_d(double b, char *buf, size_t n)
 {
@@ -358,7 +365,7 @@ static void print_human(const report *r)
     else
         printf("training step, optimizer sgd without momentum: no optimizer state\n");
     printf("memory %s, margin %g%%: budget %s; workspaces sized for %d threads\n\n", fmt(a->memory, b1, sizeof b1),
-           100 * a->margin, fmt(r->budget, b2, sizeof b2), r->M->dev->nthreads);
+           100 * a->margin, fmt(r->budget, b2, sizeof b2), threads_of(r->M->dev));
 
     printf("%-14s %11s %11s", "category", "fixed", "per sample");
     for (int i = 0; i < r->nshown; i++) {
@@ -446,7 +453,7 @@ static int print_json(const report *r)
         cJSON_AddNullToObject(root, "optimizer");
     }
     cJSON_AddNumberToObject(root, "state_tensors", state_tensors(r->opt));
-    cJSON_AddNumberToObject(root, "threads", r->M->dev->nthreads);
+    cJSON_AddNumberToObject(root, "threads", threads_of(r->M->dev));
     cJSON_AddNumberToObject(root, "memory", (double)a->memory);
     cJSON_AddNumberToObject(root, "margin", a->margin);
     cJSON_AddNumberToObject(root, "budget", (double)r->budget);
@@ -592,15 +599,16 @@ int cmd_plan(int argc, char **argv)
         return rc == BFIT_EINVAL ? cli_usage_hint("plan") : EXIT_FAIL;
     }
     ret = EXIT_FAIL;
-    /* the arena is only the device's accounting here: nothing is reserved */
-    arena = bfit_arena_new(a.memory, NULL);
-    if (!arena) {
-        cli_error("out of host memory");
-        goto out_graph;
+    {
+        /* the arena is only the device's accounting here: nothing is reserved */
+        bfit_cpu_cfg cc = bfit_cpu_cfg_default();
+        cc.threads = a.threads;
+        rc = bfit_device_cpu_new(&cc, &dev);
     }
-    rc = bfit_device_cpu_new(arena, a.threads, &dev);
+    if (rc == BFIT_OK && !(arena = bfit_device_arena_new(dev, a.memory)))
+        rc = BFIT_ENOMEM;
     if (rc == BFIT_OK)
-        rc = bfit_model_new(&g, dev, &M);
+        rc = bfit_model_new(&g, dev, arena, &M);
     if (rc != BFIT_OK) {
         cli_error("%s", bfit_errmsg());
         goto out_model;
@@ -628,9 +636,8 @@ int cmd_plan(int argc, char **argv)
     ret = check_fits(&r);
 out_model:
     bfit_model_free(M);
-    bfit_device_free(dev);
     bfit_arena_free(arena);
-out_graph:
+    bfit_device_free(dev);
     bfit_graph_fini(&g);
     return ret;
 }

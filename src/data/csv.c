@@ -238,7 +238,7 @@ int bfit_dataset_load_csv(const char *path, const bfit_data_opts *o, bfit_datase
     d->labels = p.y;
     p.x = NULL;
     p.y = NULL;
-    d->shape = (bfit_shape){p.ncols - 1, 1, 1};
+    d->shape = bfit_shape_vec(p.ncols - 1);
     d->count = p.n;
     d->nclasses = p.o.nclasses ? p.o.nclasses : p.maxl + 1;
     *out = d;

@@ -210,7 +210,7 @@ int bfit_dataset_load_idx(const char *images, const char *labels, int nclasses, 
         d->labels[i] = fl.data[i];
     d->u8 = fi.data;
     fi.data = NULL;
-    d->shape = (bfit_shape){1, (int)fi.dim[1], (int)fi.dim[2]};
+    d->shape = bfit_shape_chw(1, (int)fi.dim[1], (int)fi.dim[2]);
     d->count = n;
     d->nclasses = nclasses ? nclasses : maxl + 1;
     *out = d;

@@ -5,17 +5,38 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "base/par.h"
+
 #include "device/device.h"
+
+#define CPU_MAXOPEN 32 /* distinct blocks one device call may touch */
 
 /* oneDNN 3 names a pointer to a constant memory descriptor this way; 2.6
  * passes descriptors by pointer to a struct. The alias keeps our code in
  * the newer spelling. */
 typedef const dnnl_memory_desc_t *const_dnnl_memory_desc_t;
 
+/* A device block the checking mode knows: mapped pages, PROT_NONE outside
+ * device calls. */
+typedef struct cpu_block {
+    char *p;
+    size_t n;
+} cpu_block;
+
 typedef struct cpu_device {
     bfit_device base;
     dnnl_engine_t eng;
     dnnl_stream_t stream;
+    int threads;          /* > 0: set around each device call */
+    int saved_threads;    /* the caller's, restored on leaving */
+    int depth;            /* device calls in progress (a call may make another) */
+    int check;            /* opaque-memory checking mode */
+    bfit_host_alloc host; /* where blocks come from outside the checking mode */
+    cpu_block *blocks;    /* checking mode: sorted by address */
+    int nblocks, cap_blocks;
+    int open[CPU_MAXOPEN]; /* blocks opened by the call in progress */
+    int nopen;
+    char detail[64];
 } cpu_device;
 
 #define CPU_OP_MAXPRIM 5
@@ -66,18 +87,22 @@ int cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_pri
 typedef struct cpu_arg { int arg; const void *ptr; const_dnnl_memory_desc_t md; } cpu_arg;
 int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what);
 
-/* Run the for statement given across the thread team when cond holds,
- * else serially. Not an if() clause: a region with a false if() still
- * makes a one-thread team, which libgomp allocates afresh whenever the
- * last team had another size - a heap call per op in every step. */
-#define PAR_FOR_IF(cond, ...)                                                                      \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            _Pragma("omp parallel for") __VA_ARGS__                                                \
-        } else {                                                                                   \
-            __VA_ARGS__                                                                            \
-        }                                                                                          \
-    } while (0)
+/* Entering and leaving a device call: the thread count is set for the
+ * call, and in the checking mode the blocks the call touches (those holding
+ * ptrs[0..n)) are opened, each pointer having been checked to be device
+ * memory; what names it says which argument, for the message. */
+int cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, int n, const char *what);
+void cpu_leave(cpu_device *d);
+
+/* cpu_mem.c: the block source, transfers and memory query of the table */
+void cpu_blocks_init(cpu_device *d);
+void cpu_blocks_fini(cpu_device *d);
+int cpu_copy(bfit_device *d, void *dst, const void *src, size_t n);
+int cpu_upload(bfit_device *d, void *dst, const void *host, size_t n);
+int cpu_download(bfit_device *d, void *host, const void *src, size_t n);
+int cpu_fill(bfit_device *d, void *dst, int byte, size_t n);
+int cpu_sync(bfit_device *d);
+int cpu_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
 
 /* Family initialisers: each sets op->run, op->ws, op->saved (and pd/prim). */
 int cpu_matmul_init(cpu_op *op);   /* MATMUL */
@@ -86,6 +111,7 @@ int cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
 int cpu_bnorm_init(cpu_op *op);    /* BNORM_FWD, BNORM_BWD */
 int cpu_lnorm_init(cpu_op *op);    /* LNORM_FWD, LNORM_BWD */
 int cpu_eltwise_init(cpu_op *op);  /* ELTWISE_FWD, ELTWISE_BWD */
-int cpu_simple_init(cpu_op *op);   /* REDUCE_ROWS, ADD, DROPOUT_*, XENT_* (plain loops) */
+int cpu_simple_init(cpu_op *op);   /* REDUCE_ROWS, ADD, DROPOUT_*, XENT_*, SCALE, NORMS (plain loops) */
+int cpu_optim_init(cpu_op *op);    /* SGD, ADAMW */
 
 #endif

@@ -1,8 +1,10 @@
 /* cpu_bnorm.c - batch normalisation over the channels of nchw data on oneDNN.
  *
  * Forward training normalises with the batch statistics and writes them
- * (mean, biased variance) to args mean/var; forward eval uses the given
- * mean/var. Backward produces diff_src, diff_scale and diff_shift; oneDNN
+ * (mean, biased variance) to args mean/var, and moves the running
+ * statistics (args rmean/rvar, when given) PyTorch's way: running =
+ * (1 - momentum) * running + momentum * stat, with the unbiased variance for
+ * running_var. Forward eval uses the given mean/var. Backward produces diff_src, diff_scale and diff_shift; oneDNN
  * overwrites the latter two, so with desc.accumulate it writes temporaries
  * placed after its scratchpad in the workspace, which are then added. When
  * diff_src is not wanted (NULL), the two parameter gradients are computed
@@ -25,6 +27,20 @@ static size_t scratch_bytes(const_dnnl_primitive_desc_t pd)
     return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
+/* n values per channel went into var. */
+static void update_running(const bfit_op_desc *d, const bfit_op_args *a)
+{
+    float *rm = a->rmean, *rv = a->rvar;
+    const float *mean = a->mean, *var = a->var;
+    int64_t n = d->u.bnorm.n * d->u.bnorm.h * d->u.bnorm.w;
+    double mom = d->u.bnorm.momentum, unbias = (double)n / (double)(n - 1);
+
+    for (int64_t k = 0; k < d->u.bnorm.c; k++) {
+        rm[k] = (float)((1 - mom) * rm[k] + mom * mean[k]);
+        rv[k] = (float)((1 - mom) * rv[k] + mom * var[k] * unbias);
+    }
+}
+
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     dnnl_primitive_desc_t pd = op->pd[P_FWD];
@@ -38,9 +54,16 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
         {DNNL_ARG_MEAN, a->mean, cmd},
         {DNNL_ARG_VARIANCE, a->var, cmd},
     };
+    int rc;
+
     if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "batch norm forward: src, dst, scale, shift, mean, var are required");
-    return cpu_exec(op, P_FWD, args, 6, a->workspace, "batch normalization forward");
+    if (!a->rmean != !a->rvar)
+        return bfit_fail(BFIT_EINVAL, "batch norm forward: rmean and rvar go together");
+    rc = cpu_exec(op, P_FWD, args, 6, a->workspace, "batch normalization forward");
+    if (rc == BFIT_OK && a->rmean && op->base.desc.u.bnorm.training)
+        update_running(&op->base.desc, a);
+    return rc;
 }
 
 /* diff_scale/diff_shift without diff_src: per channel,
@@ -127,8 +150,6 @@ int cpu_bnorm_init(cpu_op *op)
     size_t hint_ws = 0, ws = 0;
     int rc;
 
-    if (d->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "cpu batch norm: only f32 for now");
     if (sd[0] < 1 || sd[1] < 1 || sd[2] < 1 || sd[3] < 1 || !(d->u.bnorm.eps >= 0))
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: bad sizes %lldx%lldx%lldx%lld or eps %g", (long long)sd[0],
                          (long long)sd[1], (long long)sd[2], (long long)sd[3], (double)d->u.bnorm.eps);

@@ -43,7 +43,7 @@ static const dnnl_memory_desc_t *qmd(const_dnnl_primitive_desc_t pd, dnnl_query_
 /* dst[i] += src[i]; parallel only where it pays. */
 static void add_into(float *dst, const float *src, int64_t n)
 {
-    PAR_FOR_IF(n > 65536, for (int64_t i = 0; i < n; i++) dst[i] += src[i];);
+    BFIT_PAR_FOR_IF(n > 65536, for (int64_t i = 0; i < n; i++) dst[i] += src[i];);
 }
 
 static int64_t wnumel(const bfit_op_desc *d)

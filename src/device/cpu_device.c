@@ -4,6 +4,7 @@
 #include "device/cpu.h"
 
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,32 +106,50 @@ int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, c
     return s == dnnl_success ? BFIT_OK : cpu_dnnl_check(s, what);
 }
 
+static int op_init(cpu_op *op)
+{
+    switch (op->base.desc.kind) {
+    case BFIT_OP_MATMUL: return cpu_matmul_init(op);
+    case BFIT_OP_CONV_FWD:
+    case BFIT_OP_CONV_BWD_DATA:
+    case BFIT_OP_CONV_BWD_WEIGHTS: return cpu_conv_init(op);
+    case BFIT_OP_POOL_FWD:
+    case BFIT_OP_POOL_BWD: return cpu_pool_init(op);
+    case BFIT_OP_BNORM_FWD:
+    case BFIT_OP_BNORM_BWD: return cpu_bnorm_init(op);
+    case BFIT_OP_LNORM_FWD:
+    case BFIT_OP_LNORM_BWD: return cpu_lnorm_init(op);
+    case BFIT_OP_ELTWISE_FWD:
+    case BFIT_OP_ELTWISE_BWD: return cpu_eltwise_init(op);
+    case BFIT_OP_SGD:
+    case BFIT_OP_ADAMW: return cpu_optim_init(op);
+    default: return cpu_simple_init(op);
+    }
+}
+
+static void cpu_op_free(bfit_op *base);
+
 static int cpu_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
 {
-    cpu_op *op = calloc(1, sizeof *op);
+    cpu_op *op;
     int rc;
 
+    if (desc->dtype != BFIT_F32)
+        return bfit_fail(BFIT_EINVAL, "cpu: data type %s is not supported yet (f32 only)",
+                         bfit_dtype_name(desc->dtype));
+    op = calloc(1, sizeof *op);
     if (!op)
         return bfit_fail(BFIT_ENOMEM, "cpu: cannot allocate an op record");
     op->base.dev = d;
     op->base.desc = *desc;
-    switch (desc->kind) {
-    case BFIT_OP_MATMUL: rc = cpu_matmul_init(op); break;
-    case BFIT_OP_CONV_FWD:
-    case BFIT_OP_CONV_BWD_DATA:
-    case BFIT_OP_CONV_BWD_WEIGHTS: rc = cpu_conv_init(op); break;
-    case BFIT_OP_POOL_FWD:
-    case BFIT_OP_POOL_BWD: rc = cpu_pool_init(op); break;
-    case BFIT_OP_BNORM_FWD:
-    case BFIT_OP_BNORM_BWD: rc = cpu_bnorm_init(op); break;
-    case BFIT_OP_LNORM_FWD:
-    case BFIT_OP_LNORM_BWD: rc = cpu_lnorm_init(op); break;
-    case BFIT_OP_ELTWISE_FWD:
-    case BFIT_OP_ELTWISE_BWD: rc = cpu_eltwise_init(op); break;
-    default: rc = cpu_simple_init(op); break;
+    /* primitives are made for the thread count they will run with */
+    rc = cpu_enter((cpu_device *)d, NULL, NULL, 0, "op creation");
+    if (rc == BFIT_OK) {
+        rc = op_init(op);
+        cpu_leave((cpu_device *)d);
     }
     if (rc != BFIT_OK) {
-        bfit_op_free(&op->base);
+        cpu_op_free(&op->base);
         return rc;
     }
     *out = &op->base;
@@ -156,54 +175,37 @@ static void cpu_op_free(bfit_op *base)
 
 static size_t cpu_op_workspace(const bfit_op *op) { return ((const cpu_op *)op)->ws; }
 static size_t cpu_op_saved(const bfit_op *op) { return ((const cpu_op *)op)->saved; }
-static int cpu_op_run(bfit_op *op, const bfit_op_args *a) { return ((cpu_op *)op)->run((cpu_op *)op, a); }
 
-/* Large fills and copies (zeroing the gradients every step, flatten) go
- * faster on every core than on one; below this, waking the team costs more. */
-#define PAR_BYTES (1u << 20)
-
-/* [t*chunk, (t+1)*chunk) of n bytes for thread t, in whole cache lines */
-static size_t share(size_t n, size_t *len)
+static int cpu_op_run(bfit_op *base, const bfit_op_args *a)
 {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    size_t chunk = (n / (size_t)nt + 63) & ~(size_t)63, b = (size_t)t * chunk;
-    *len = b >= n ? 0 : (n - b < chunk ? n - b : chunk);
-    return b;
+    cpu_op *op = (cpu_op *)base;
+    cpu_device *d = (cpu_device *)base->dev;
+    const void *p[] = {a->src,  a->src2,      a->weights,   a->bias,      a->diff_dst,   a->scale,
+                       a->shift, a->dst,       a->diff_src,  a->diff_weights, a->diff_bias, a->diff_scale,
+                       a->diff_shift, a->mean, a->var,       a->rmean,     a->rvar,       a->saved,
+                       a->workspace, a->labels, a->stats,    a->state0,    a->state1};
+    static const char *const nm[] = {"src", "src2", "weights", "bias", "diff_dst", "scale", "shift", "dst",
+                                     "diff_src", "diff_weights", "diff_bias", "diff_scale", "diff_shift", "mean",
+                                     "var", "rmean", "rvar", "saved", "workspace", "labels", "stats", "state0",
+                                     "state1"};
+    int rc = cpu_enter(d, p, nm, (int)(sizeof p / sizeof p[0]), "op");
+    if (rc != BFIT_OK)
+        return rc;
+    rc = op->run(op, a);
+    cpu_leave(d);
+    return rc;
 }
 
-static int cpu_copy(bfit_device *d, void *dst, const void *src, size_t n)
+static void cpu_info(const bfit_device *base, bfit_device_info *out)
 {
-    (void)d;
-    /* overlapping ranges keep memmove's one-pass semantics */
-    if (n < PAR_BYTES || ((char *)dst < (const char *)src + n && (const char *)src < (char *)dst + n)) {
-        if (n)
-            memmove(dst, src, n);
-        return BFIT_OK;
-    }
-#pragma omp parallel
-    {
-        size_t len, b = share(n, &len);
-        if (len)
-            memcpy((char *)dst + b, (const char *)src + b, len);
-    }
-    return BFIT_OK;
-}
-
-static int cpu_zero(bfit_device *d, void *dst, size_t n)
-{
-    (void)d;
-    if (n < PAR_BYTES) {
-        if (n)
-            memset(dst, 0, n);
-        return BFIT_OK;
-    }
-#pragma omp parallel
-    {
-        size_t len, b = share(n, &len);
-        if (len)
-            memset((char *)dst + b, 0, len);
-    }
-    return BFIT_OK;
+    cpu_device *d = (cpu_device *)base;
+    const dnnl_version_t *v = dnnl_version();
+    int t = d->threads > 0 ? d->threads : omp_get_max_threads();
+    snprintf(d->detail, sizeof d->detail, "oneDNN %d.%d, %d thread%s", v->major, v->minor, t, t == 1 ? "" : "s");
+    out->name = "cpu";
+    out->detail = d->detail;
+    out->threads = t;
+    out->check = d->check;
 }
 
 static void cpu_destroy(bfit_device *base)
@@ -213,33 +215,56 @@ static void cpu_destroy(bfit_device *base)
         dnnl_stream_destroy(d->stream);
     if (d->eng)
         dnnl_engine_destroy(d->eng);
+    cpu_blocks_fini(d);
     free(d);
 }
 
 static const bfit_device_vt cpu_vt = {
     .name = "cpu",
+    .mem_info = cpu_mem_info,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .sync = cpu_sync,
     .op_new = cpu_op_new,
     .op_workspace = cpu_op_workspace,
     .op_saved = cpu_op_saved,
     .op_run = cpu_op_run,
     .op_free = cpu_op_free,
-    .copy = cpu_copy,
-    .zero = cpu_zero,
+    .info = cpu_info,
     .destroy = cpu_destroy,
 };
 
-int bfit_device_cpu_new(bfit_arena *arena, int nthreads, bfit_device **out)
+bfit_cpu_cfg bfit_cpu_cfg_default(void)
 {
-    cpu_device *d = calloc(1, sizeof *d);
+    bfit_cpu_cfg c = {0, -1, NULL};
+    return c;
+}
+
+static int check_from_env(void)
+{
+    const char *e = getenv("BFIT_DEVICE_CHECK");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+int bfit_device_cpu_new(const bfit_cpu_cfg *cfg, bfit_device **out)
+{
+    bfit_cpu_cfg c = cfg ? *cfg : bfit_cpu_cfg_default();
+    cpu_device *d;
 
     *out = NULL;
+    if (c.threads < 0)
+        return bfit_fail(BFIT_EINVAL, "cpu: threads must be >= 0 (0: OpenMP's setting), got %d", c.threads);
+    d = calloc(1, sizeof *d);
     if (!d)
         return bfit_fail(BFIT_ENOMEM, "cpu: cannot allocate the device");
     d->base.vt = &cpu_vt;
-    d->base.arena = arena;
-    if (nthreads > 0)
-        omp_set_num_threads(nthreads);
-    d->base.nthreads = omp_get_max_threads();
+    d->threads = c.threads;
+    d->check = c.check < 0 ? check_from_env() : c.check != 0;
+    if (c.host)
+        d->host = *c.host;
+    cpu_blocks_init(d);
     if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags) != dnnl_success) {
         cpu_destroy(&d->base);

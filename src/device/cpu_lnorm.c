@@ -59,7 +59,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     rc = cpu_exec(op, 0, args, 9, a->workspace, "layer norm backward");
     if (rc != BFIT_OK || !acc)
         return rc;
-    PAR_FOR_IF(cols > 16384, for (int64_t j = 0; j < cols; j++) {
+    BFIT_PAR_FOR_IF(cols > 16384, for (int64_t j = 0; j < cols; j++) {
         gs[j] += ds[j];
         gh[j] += dh[j];
     });

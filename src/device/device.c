@@ -1,6 +1,51 @@
-/* device.c - backend-independent entry points: dispatch through the table. */
+/* device.c - backend-independent entry points: opening a device by name and
+ * dispatching through its table. */
 #include "base/err.h"
 #include "device/device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int bfit_device_cuda_new(int index, bfit_device **out); /* cuda_device.c, or the stub below */
+
+#ifndef BFIT_HAVE_CUDA
+int bfit_device_cuda_new(int index, bfit_device **out)
+{
+    (void)index;
+    *out = NULL;
+    return bfit_fail(BFIT_EDEVICE, "this batchfit was built without CUDA (configure with -DBFIT_CUDA=ON on a "
+                                   "machine with the CUDA toolkit): use the cpu device");
+}
+#endif
+
+int bfit_device_open(const char *name, const bfit_cpu_cfg *cpu, bfit_device **out)
+{
+    char *end;
+    long idx = 0;
+
+    *out = NULL;
+    if (!name || !strcmp(name, "auto")) {
+#ifdef BFIT_HAVE_CUDA
+        if (bfit_device_cuda_new(0, out) == BFIT_OK)
+            return BFIT_OK;
+        bfit_clear_error();
+#endif
+        return bfit_device_cpu_new(cpu, out);
+    }
+    if (!strcmp(name, "cpu"))
+        return bfit_device_cpu_new(cpu, out);
+    if (!strncmp(name, "cuda", 4)) {
+        if (name[4] == ':') {
+            idx = strtol(name + 5, &end, 10);
+            if (!name[5] || *end || idx < 0 || idx > 1024)
+                return bfit_fail(BFIT_EINVAL, "device '%s': expected cuda:N with N a GPU index, e.g. cuda:0", name);
+        } else if (name[4]) {
+            return bfit_fail(BFIT_EINVAL, "unknown device '%s' (valid: cpu, cuda, cuda:N, auto)", name);
+        }
+        return bfit_device_cuda_new((int)idx, out);
+    }
+    return bfit_fail(BFIT_EINVAL, "unknown device '%s' (valid: cpu, cuda, cuda:N, auto)", name);
+}
 
 void bfit_device_free(bfit_device *d)
 {
@@ -8,14 +53,31 @@ void bfit_device_free(bfit_device *d)
         d->vt->destroy(d);
 }
 
+const char *bfit_device_name(const bfit_device *d)
+{
+    bfit_device_info i;
+    d->vt->info(d, &i);
+    return i.name;
+}
+
+void bfit_device_info_get(const bfit_device *d, bfit_device_info *out) { d->vt->info(d, out); }
+
+int bfit_device_memory(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    return d->vt->mem_info(d, free_bytes, total_bytes);
+}
+
+const bfit_block_source *bfit_device_blocks(const bfit_device *d) { return &d->blocks; }
+
+bfit_arena *bfit_device_arena_new(bfit_device *d, uint64_t capacity) { return bfit_arena_new(capacity, &d->blocks); }
+
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
 {
     *out = NULL;
     if ((unsigned)desc->kind >= BFIT_OP_COUNT)
         return bfit_fail(BFIT_EINVAL, "device: unknown op kind %d", (int)desc->kind);
-    if (desc->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "device %s: data type %s is not supported yet", d->vt->name,
-                         bfit_dtype_name(desc->dtype));
+    if ((unsigned)desc->dtype >= BFIT_NDTYPES)
+        return bfit_fail(BFIT_EINVAL, "device: unknown data type %d", (int)desc->dtype);
     return d->vt->op_new(d, desc, out);
 }
 
@@ -29,5 +91,24 @@ void bfit_op_free(bfit_op *op)
         op->dev->vt->op_free(op);
 }
 
-int bfit_device_copy(bfit_device *d, void *dst, const void *src, size_t n) { return d->vt->copy(d, dst, src, n); }
-int bfit_device_zero(bfit_device *d, void *dst, size_t n) { return d->vt->zero(d, dst, n); }
+int bfit_device_upload(bfit_device *d, void *dst, const void *host_src, size_t n)
+{
+    return n ? d->vt->upload(d, dst, host_src, n) : BFIT_OK;
+}
+
+int bfit_device_download(bfit_device *d, void *host_dst, const void *src, size_t n)
+{
+    return n ? d->vt->download(d, host_dst, src, n) : BFIT_OK;
+}
+
+int bfit_device_copy(bfit_device *d, void *dst, const void *src, size_t n)
+{
+    return n ? d->vt->copy(d, dst, src, n) : BFIT_OK;
+}
+
+int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n)
+{
+    return n ? d->vt->fill(d, dst, byte, n) : BFIT_OK;
+}
+
+int bfit_device_sync(bfit_device *d) { return d->vt->sync(d); }

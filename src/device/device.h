@@ -1,10 +1,21 @@
-/* device.h - the backend interface: memory through the arena, and prepared
- * operations ("ops") that run on device buffers.
+/* device.h - the backend interface: device memory in blocks for the arena,
+ * explicit host<->device transfers, and prepared operations ("ops") that run
+ * on device buffers.
  *
- * An op is created once for fixed shapes (oneDNN primitive, later a cuDNN
- * plan), reports the scratch bytes it needs, and is run with buffers the
- * caller owns: the device never allocates behind the arena's back. All
- * tensors are dense row-major (NCHW, OIHW; matmul row-major [rows, cols]).
+ * Device memory is opaque to the host: nothing outside src/device/ reads or
+ * writes it. Data goes in by bfit_device_upload and comes back by
+ * bfit_device_download; everything else that touches it (init aside, which
+ * is computed on the host and uploaded) is an op: the layers' mathematics,
+ * the optimizer updates, gradient norms and clipping, the loss and the
+ * accuracy count. A checking mode of the CPU device (BFIT_DEVICE_CHECK=1)
+ * makes device blocks inaccessible outside device calls, so a host access
+ * crashes at once instead of working by accident on the CPU.
+ *
+ * An op is created once for fixed shapes (a oneDNN primitive, a cuDNN plan),
+ * reports the scratch bytes it needs, and is run with buffers the caller
+ * owns: the device never allocates behind the arena's back. Tensors are
+ * dense row-major (NCHW, OIHW; matmul [rows, cols]). Ops run in order on the
+ * device's stream; bfit_device_download waits for what came before it.
  */
 #ifndef BFIT_DEVICE_H
 #define BFIT_DEVICE_H
@@ -12,7 +23,6 @@
 #include "batchfit.h"
 #include "tensor/tensor.h"
 
-typedef struct bfit_device bfit_device;
 typedef struct bfit_op bfit_op;
 
 typedef enum {
@@ -22,7 +32,7 @@ typedef enum {
     BFIT_OP_CONV_BWD_WEIGHTS, /* diff_weights (+)=, diff_bias (+)= from src, diff_dst */
     BFIT_OP_POOL_FWD,         /* max or average; training max writes `saved` (indices) */
     BFIT_OP_POOL_BWD,         /* diff_src from diff_dst (and `saved` for max) */
-    BFIT_OP_BNORM_FWD,        /* training: batch stats into mean/var; eval: uses mean/var */
+    BFIT_OP_BNORM_FWD,        /* training: batch stats into mean/var, running stats moved; eval: uses mean/var */
     BFIT_OP_BNORM_BWD,        /* diff_src, diff_scale (+)=, diff_shift (+)= */
     BFIT_OP_LNORM_FWD,        /* over the last dim (cols) of [rows, cols]; mean/var per row */
     BFIT_OP_LNORM_BWD,
@@ -32,8 +42,14 @@ typedef enum {
     BFIT_OP_ADD,              /* dst[n] = src[n] + src2[n] (dst may alias either); accumulate: dst += src */
     BFIT_OP_DROPOUT_FWD,      /* dst = src * mask / (1-p); mask (uint8, n bytes) into `saved` */
     BFIT_OP_DROPOUT_BWD,      /* diff_src = diff_dst * mask / (1-p) */
-    BFIT_OP_XENT_FWD,         /* rows of logits src[M,N], labels: dst = softmax probs [M,N], *loss = sum of -log p[label] */
+    BFIT_OP_XENT_FWD,         /* rows of logits src[M,N], labels: dst = softmax probs [M,N];
+                                 stats[0] += sum of -log p[label], stats[1] += rows whose arg-max is the label */
     BFIT_OP_XENT_BWD,         /* diff_src = (probs - onehot(labels)) * scale */
+    BFIT_OP_SCALE,            /* dst[n] *= alpha */
+    BFIT_OP_NORMS,            /* stats[0] = sum src^2; with state0 (a copy of src from before):
+                                 stats[1] = sum (src - state0)^2, then state0 = src. f64, fixed order */
+    BFIT_OP_SGD,              /* dst (params) updated from src (grads), state0 the momentum buffer or NULL */
+    BFIT_OP_ADAMW,            /* dst (params) updated from src (grads), state0/state1 the moments */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -41,7 +57,7 @@ typedef enum { BFIT_ELT_RELU, BFIT_ELT_GELU_ERF, BFIT_ELT_GELU_TANH } bfit_eltwi
 
 typedef struct bfit_op_desc {
     bfit_op_kind kind;
-    bfit_dtype dtype;  /* BFIT_F32 now; the seam for BF16 */
+    bfit_dtype dtype;  /* of the data tensors (activations); parameters and statistics are f32 */
     int accumulate;    /* gradient outputs (diff_weights, diff_bias, diff_scale, diff_shift,
                           MATMUL dst, REDUCE_ROWS dst, ADD dst) are added to, not overwritten */
     union {
@@ -50,8 +66,9 @@ typedef struct bfit_op_desc {
         struct { int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw; int bias; } conv;
         /* avg pooling counts padding like PyTorch's default (count_include_pad) */
         struct { int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; int max; int training; } pool;
-        /* scale/shift [c]; mean/var [c]; training: batch statistics (biased var) */
-        struct { int64_t n, c, h, w; float eps; int training; } bnorm;
+        /* scale/shift [c]; mean/var [c]; training: batch statistics (biased var), and with
+           args.rmean/rvar the running statistics moved PyTorch's way by momentum */
+        struct { int64_t n, c, h, w; float eps, momentum; int training; } bnorm;
         /* src [rows, cols]; scale/shift [cols]; mean/var [rows] */
         struct { int64_t rows, cols; float eps; } lnorm;
         struct { int64_t n; bfit_eltwise_alg alg; } elt;
@@ -59,49 +76,74 @@ typedef struct bfit_op_desc {
         struct { int64_t n; } add;
         struct { int64_t n; float p; } drop;
         struct { int64_t M, N; } xent;
+        struct { int64_t n; } scale;
+        struct { int64_t n; } norms;
+        /* optimizer updates of n elements; the coefficients of a step come in args.hyper */
+        struct { int64_t n; int nesterov; } sgd;
+        struct { int64_t n; } adamw;
     } u;
 } bfit_op_desc;
 
+/* Coefficients of one optimizer update (args.hyper), computed on the host
+ * in double and rounded where PyTorch rounds them (src/optim/optim.c). */
+enum { BFIT_SGD_LR_NEG, BFIT_SGD_WD, BFIT_SGD_MOM, BFIT_SGD_DAMP1, BFIT_SGD_FIRST };
+enum { BFIT_ADAMW_DECAY_MUL, BFIT_ADAMW_B1, BFIT_ADAMW_C1, BFIT_ADAMW_B2, BFIT_ADAMW_C2, BFIT_ADAMW_STEP_NEG,
+       BFIT_ADAMW_BC2_SQRT, BFIT_ADAMW_EPS };
+#define BFIT_OP_NHYPER 8
+
+/* Every pointer is device memory, except none: host values come by value. */
 typedef struct bfit_op_args {
     const void *src, *src2, *weights, *bias, *diff_dst, *scale, *shift;
     void *dst, *diff_src, *diff_weights, *diff_bias, *diff_scale, *diff_shift;
     void *mean, *var;        /* norm statistics */
+    void *rmean, *rvar;      /* BNORM_FWD training: running statistics to move (NULL: leave them) */
     void *saved;             /* op state kept from forward to backward (bfit_op_saved_bytes) */
     void *workspace;         /* scratch, bfit_op_workspace_bytes, contents not kept */
-    const int32_t *labels;   /* XENT */
-    double *loss;            /* XENT_FWD: sum of per-row losses */
+    const int32_t *labels;   /* XENT: [M] class indices */
+    void *stats;             /* XENT_FWD, NORMS: f64 results (see the kinds) */
+    void *state0, *state1;   /* NORMS: the previous copy; SGD/ADAMW: optimizer state */
     float loss_scale;        /* XENT_BWD scale, e.g. 1/E */
+    float alpha;             /* SCALE */
+    float hyper[BFIT_OP_NHYPER]; /* SGD/ADAMW step coefficients */
     uint64_t seed;           /* DROPOUT_FWD: mask = f(seed, index) */
 } bfit_op_args;
 
-/* The table a backend implements. */
+/* What a device says of itself. */
+typedef struct bfit_device_info {
+    const char *name;        /* "cpu", "cuda:0" */
+    const char *detail;      /* "oneDNN 2.6, 2 threads", the GPU's name */
+    int threads;             /* CPU threads ops run on (0 for a GPU) */
+    int check;               /* opaque-memory checking mode is on */
+} bfit_device_info;
+
+/* The table a backend implements. Every entry that touches device memory
+ * is a device call: the CPU checking mode opens memory only inside them. */
 typedef struct bfit_device_vt {
     const char *name;
+    int (*mem_info)(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
+    /* transfers; copy is device to device, ranges may overlap */
+    int (*upload)(bfit_device *d, void *dst, const void *host_src, size_t n);
+    int (*download)(bfit_device *d, void *host_dst, const void *src, size_t n);
+    int (*copy)(bfit_device *d, void *dst, const void *src, size_t n);
+    int (*fill)(bfit_device *d, void *dst, int byte, size_t n);
+    int (*sync)(bfit_device *d);
+    /* ops */
     int (*op_new)(bfit_device *d, const bfit_op_desc *desc, bfit_op **out);
     size_t (*op_workspace)(const bfit_op *op);
     size_t (*op_saved)(const bfit_op *op);
     int (*op_run)(bfit_op *op, const bfit_op_args *args);
     void (*op_free)(bfit_op *op);
-    int (*copy)(bfit_device *d, void *dst, const void *src, size_t n); /* any direction */
-    int (*zero)(bfit_device *d, void *dst, size_t n);
+    void (*info)(const bfit_device *d, bfit_device_info *out);
     void (*destroy)(bfit_device *d);
 } bfit_device_vt;
 
 struct bfit_device {
     const bfit_device_vt *vt;
-    bfit_arena *arena;   /* not owned */
-    int nthreads;
+    bfit_block_source blocks; /* device memory in blocks, for an arena (bfit_device_arena_new) */
 };
 
-/* The CPU device on oneDNN. nthreads <= 0: all cores. */
-int bfit_device_cpu_new(bfit_arena *arena, int nthreads, bfit_device **out);
-void bfit_device_free(bfit_device *d);
-
-static inline int bfit_device_alloc(bfit_device *d, size_t n, bfit_mem_cat cat, void **out)
-{
-    return bfit_arena_alloc(d->arena, n, cat, out);
-}
-static inline void bfit_device_release(bfit_device *d, void *p) { bfit_arena_release(d->arena, p); }
+/* The CPU device on oneDNN (cfg NULL: defaults; see bfit_cpu_cfg). */
+int bfit_device_cpu_new(const bfit_cpu_cfg *cfg, bfit_device **out);
 
 /* Create an op for fixed shapes. Allocates no device memory. */
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out);
@@ -109,8 +151,14 @@ size_t bfit_op_workspace_bytes(const bfit_op *op);
 size_t bfit_op_saved_bytes(const bfit_op *op);
 int bfit_op_run(bfit_op *op, const bfit_op_args *args);
 void bfit_op_free(bfit_op *op);
+
+int bfit_device_upload(bfit_device *d, void *dst, const void *host_src, size_t n);
+int bfit_device_download(bfit_device *d, void *host_dst, const void *src, size_t n);
 int bfit_device_copy(bfit_device *d, void *dst, const void *src, size_t n);
-int bfit_device_zero(bfit_device *d, void *dst, size_t n);
+int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n);
+static inline int bfit_device_zero(bfit_device *d, void *dst, size_t n) { return bfit_device_fill(d, dst, 0, n); }
+int bfit_device_sync(bfit_device *d);
+void bfit_device_info_get(const bfit_device *d, bfit_device_info *out);
 
 /* Every op starts with this header so the generic functions can dispatch. */
 struct bfit_op {

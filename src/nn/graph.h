@@ -11,12 +11,14 @@
 
 typedef struct bfit_node_desc {
     bfit_layer_cfg cfg;
-    int in[2];       /* value ids; in[1] only for two-input layers (add) */
+    int in[BFIT_LAYER_MAXIN]; /* value ids; unused ones -1 */
+    int nin;
     int line, col;   /* where the spec defined it; 0 for graphs built in C */
 } bfit_node_desc;
 
 typedef struct bfit_graph_desc {
     bfit_shape input;
+    bfit_dtype input_dtype;  /* F32 samples, or I32 token ids */
     int input_line, input_col;
     int nnodes, cap;
     bfit_node_desc *nodes;
@@ -24,8 +26,11 @@ typedef struct bfit_graph_desc {
 } bfit_graph_desc;
 
 void bfit_graph_init(bfit_graph_desc *g, const char *source);
-/* Append a node; returns its value id (> 0) or BFIT_ENOMEM. */
+/* Append a node; returns its value id (> 0) or BFIT_ENOMEM. in1 -1 for a
+ * one-input layer. */
 int bfit_graph_add(bfit_graph_desc *g, const bfit_layer_cfg *cfg, int in0, int in1, int line, int col);
+/* The same with nin (<= BFIT_LAYER_MAXIN) inputs. */
+int bfit_graph_add_n(bfit_graph_desc *g, const bfit_layer_cfg *cfg, const int *in, int nin, int line, int col);
 void bfit_graph_fini(bfit_graph_desc *g);
 
 #endif

@@ -1,6 +1,7 @@
 /* layer.c - what every layer shares: construction, preparation for a
  * micro-batch, the per-category memory answer, seeded init helpers. */
 #include "base/err.h"
+#include "base/rand.h"
 #include "nn/layer.h"
 
 #include <math.h>
@@ -69,14 +70,22 @@ int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape
     l->cfg = *cfg;
     l->dev = dev;
     l->nin = nin;
+    if (nin > BFIT_LAYER_MAXIN) {
+        free(l);
+        snprintf(err, errlen, "%s takes at most %d inputs", kind_names[cfg->kind], BFIT_LAYER_MAXIN);
+        return bfit_fail(BFIT_EINVAL, "%s", err);
+    }
     for (int i = 0; i < nin; i++)
         l->in[i] = in[i];
+    l->dtype = BFIT_F32;
     err[0] = '\0';
     rc = l->vt->init(l, err, errlen);
     if (rc != BFIT_OK) {
         free(l);
         return bfit_fail(rc, "%s", err);
     }
+    for (int i = 0; i < l->nparams; i++)
+        l->params[i].dtype = BFIT_F32; /* parameters are the f32 master copy */
     *out = l;
     return BFIT_OK;
 }
@@ -178,14 +187,14 @@ int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
 int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_MEM_NCAT])
 {
     bfit_layer_need need = {0, 0, 0};
-    uint64_t out_bytes = BFIT_ALIGN_UP((uint64_t)m * bfit_shape_numel(l->out) * sizeof(float));
+    uint64_t out_bytes = BFIT_ALIGN_UP((uint64_t)m * bfit_shape_numel(l->out) * bfit_dtype_size(l->dtype));
     int rc = bfit_layer_query(l, m, training, &need);
 
     if (rc != BFIT_OK)
         return rc;
     memset(bytes, 0, sizeof(uint64_t) * BFIT_MEM_NCAT);
     for (int i = 0; i < l->nparams; i++) {
-        uint64_t b = BFIT_ALIGN_UP(bfit_param_numel(&l->params[i]) * sizeof(float));
+        uint64_t b = BFIT_ALIGN_UP(bfit_param_bytes(&l->params[i]));
         bytes[BFIT_MEM_PARAMS] += b;
         if (l->params[i].trainable && training)
             bytes[BFIT_MEM_GRADS] += b;
@@ -197,23 +206,10 @@ int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_ME
     return BFIT_OK;
 }
 
-/* splitmix64: a counter-based generator, so element i's value depends only on
- * (seed, i) and fills are reproducible whatever the threading. */
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 void bfit_fill_uniform(float *x, int64_t n, float bound, uint64_t seed)
 {
-    uint64_t s = mix(seed);
-    for (int64_t i = 0; i < n; i++) {
-        double u = (double)(mix(s + (uint64_t)i) >> 11) * (1.0 / 9007199254740992.0); /* [0,1) */
-        x[i] = (float)((2.0 * u - 1.0) * bound);
-    }
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)((2.0 * bfit_rand_unit(seed, (uint64_t)i) - 1.0) * bound);
 }
 
 void bfit_fill_const(float *x, int64_t n, float v)

@@ -53,24 +53,27 @@ typedef struct bfit_layer_need {
     size_t ws_bwd;      /* workspace during backward */
 } bfit_layer_need;
 
+#define BFIT_LAYER_MAXIN 4  /* inputs of one layer (add takes 2; attention more) */
+
+/* Buffers are device memory of the layer's dtype, [m, shape] each. */
 typedef struct bfit_fwd_args {
     int m;
     int training;
-    const float *x[2];         /* inputs, [m, in shape] */
-    float *y;                  /* output, [m, out shape] */
+    const void *x[BFIT_LAYER_MAXIN]; /* inputs, [m, in shape] */
+    void *y;                   /* output, [m, out shape] */
     void *saved;               /* need.saved bytes (training only) */
     void *ws;                  /* need.ws_fwd bytes */
     uint64_t seed;             /* dropout: fresh per micro-step */
-    const int32_t *labels;     /* XENT: [m] class indices */
-    double *loss;              /* XENT: sum over the m samples of -log p(label) */
+    const int32_t *labels;     /* XENT: [m] class indices (device) */
+    void *stats;               /* XENT: device f64[2], += the summed loss and the samples right */
 } bfit_fwd_args;
 
 typedef struct bfit_bwd_args {
     int m;
-    const float *x[2];         /* the forward's inputs */
-    const float *y;            /* the forward's output */
-    const float *dy;           /* gradient of the output (XENT: NULL) */
-    float *dx[2];              /* gradient of the inputs, overwritten; NULL: not wanted */
+    const void *x[BFIT_LAYER_MAXIN]; /* the forward's inputs */
+    const void *y;             /* the forward's output */
+    const void *dy;            /* gradient of the output (XENT: NULL) */
+    void *dx[BFIT_LAYER_MAXIN];/* gradient of the inputs, overwritten; NULL: not wanted */
     void *saved;
     void *ws;                  /* need.ws_bwd bytes */
     const int32_t *labels;     /* XENT */
@@ -89,8 +92,9 @@ typedef struct bfit_layer_vt {
     /* Create device ops for micro-batch m (training or eval) and report the
      * needs; replaces ops prepared for another m. */
     int (*prepare)(bfit_layer *l, int m, int training, bfit_layer_need *need);
-    /* Fill params[i].data for a fresh model (PyTorch's default init, seeded). */
-    void (*init_params)(bfit_layer *l, uint64_t seed);
+    /* Fill host[i] (numel floats) with params[i]'s initial values for a
+     * fresh model (PyTorch's default init, seeded); the model uploads them. */
+    void (*init_params)(bfit_layer *l, uint64_t seed, float *const *host);
     /* forward/backward are called through bfit_layer_forward/_backward, which
      * have checked that a->m and the mode match what was prepared */
     int (*forward)(bfit_layer *l, const bfit_fwd_args *a);
@@ -100,7 +104,7 @@ typedef struct bfit_layer_vt {
     void (*unprepare)(bfit_layer *l); /* free ops */
 } bfit_layer_vt;
 
-#define BFIT_LAYER_MAXP 4
+#define BFIT_LAYER_MAXP 16
 #define BFIT_LAYER_MAXOPS 8
 
 struct bfit_layer {
@@ -108,8 +112,9 @@ struct bfit_layer {
     bfit_layer_cfg cfg;
     bfit_device *dev;
     int nin;
-    bfit_shape in[2];
+    bfit_shape in[BFIT_LAYER_MAXIN];
     bfit_shape out;
+    bfit_dtype dtype;               /* of activations and their gradients (f32 now) */
     int nparams;
     bfit_param params[BFIT_LAYER_MAXP];
     /* prepared state */
@@ -147,8 +152,9 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_gap_vt, bfit_relu_vt, bfit_gelu_vt, bfit_flatten_vt, bfit_dropout_vt, bfit_batchnorm_vt,
     bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt;
 
-/* Deterministic init helpers shared by layers: uniform(-bound, bound) from a
- * counter-based generator so results do not depend on call order. */
+/* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
+ * bound) from a counter-based generator so results do not depend on call
+ * order. */
 void bfit_fill_uniform(float *x, int64_t n, float bound, uint64_t seed);
 void bfit_fill_const(float *x, int64_t n, float v);
 

@@ -40,7 +40,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
-    size_t n = (size_t)a->m * (size_t)bfit_shape_numel(l->in[0]) * sizeof(float);
+    size_t n = (size_t)a->m * (size_t)bfit_shape_numel(l->in[0]) * bfit_dtype_size(l->dtype);
     int rc = BFIT_OK;
 
     for (int i = 0; i < 2 && rc == BFIT_OK; i++)

@@ -5,7 +5,8 @@
  * Training normalises with the micro-batch's statistics, keeps them (mean,
  * biased variance) in `saved` for backward, and moves the running statistics
  * PyTorch's way: running = (1 - momentum) * running + momentum * stat, with
- * the unbiased variance for running_var. Eval uses the running statistics. */
+ * the unbiased variance for running_var (the forward op does it). Eval uses
+ * the running statistics. */
 #include "base/err.h"
 #include "nn/layer.h"
 
@@ -18,7 +19,13 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 {
     const bfit_layer_cfg *cfg = &l->cfg;
     int c = l->in[0].c;
+    char buf[48];
 
+    if (!bfit_shape_is_image(l->in[0])) {
+        snprintf(err, errlen, "batchnorm expects an image CxHxW or a vector, got the sequence %s (use layernorm)",
+                 bfit_shape_str(l->in[0], buf, sizeof buf));
+        return BFIT_EINVAL;
+    }
     if (!(cfg->eps > 0) || !(cfg->momentum >= 0 && cfg->momentum <= 1)) {
         snprintf(err, errlen, "batchnorm needs eps > 0 and momentum in [0, 1], got eps %g momentum %g",
                  (double)cfg->eps, (double)cfg->momentum);
@@ -44,6 +51,7 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int trainin
     d.u.bnorm.h = l->in[0].h;
     d.u.bnorm.w = l->in[0].w;
     d.u.bnorm.eps = l->cfg.eps;
+    d.u.bnorm.momentum = l->cfg.momentum;
     d.u.bnorm.training = training;
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
@@ -73,32 +81,19 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     return BFIT_OK;
 }
 
-static void init_params(bfit_layer *l, uint64_t seed)
+static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 {
     int64_t c = l->in[0].c;
     (void)seed;
-    bfit_fill_const(l->params[P_GAMMA].data, c, 1.0f);
-    bfit_fill_const(l->params[P_BETA].data, c, 0.0f);
-    bfit_fill_const(l->params[P_RMEAN].data, c, 0.0f);
-    bfit_fill_const(l->params[P_RVAR].data, c, 1.0f);
-}
-
-/* PyTorch's running-statistics update; n values per channel went into var. */
-static void update_running(bfit_layer *l, const float *mean, const float *var, int64_t n)
-{
-    float *rm = l->params[P_RMEAN].data, *rv = l->params[P_RVAR].data;
-    double mom = l->cfg.momentum, unbias = (double)n / (double)(n - 1);
-
-    for (int k = 0; k < l->in[0].c; k++) {
-        rm[k] = (float)((1 - mom) * rm[k] + mom * mean[k]);
-        rv[k] = (float)((1 - mom) * rv[k] + mom * var[k] * unbias);
-    }
+    bfit_fill_const(host[P_GAMMA], c, 1.0f);
+    bfit_fill_const(host[P_BETA], c, 0.0f);
+    bfit_fill_const(host[P_RMEAN], c, 0.0f);
+    bfit_fill_const(host[P_RVAR], c, 1.0f);
 }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
-    int rc;
 
     if (!l->ops[OP_FWD] || a->m != l->prep_m || a->training != l->prep_training)
         return bfit_fail(BFIT_ESTATE, "batchnorm: forward of %d samples (%s) on a layer prepared for %d (%s)", a->m,
@@ -118,10 +113,9 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
         return bfit_fail(BFIT_EINVAL, "batchnorm: training forward needs its saved buffer");
     o.mean = a->saved;
     o.var = (char *)a->saved + stat_bytes(l);
-    if ((rc = bfit_op_run(l->ops[OP_FWD], &o)) != BFIT_OK)
-        return rc;
-    update_running(l, o.mean, o.var, (int64_t)a->m * l->in[0].h * l->in[0].w);
-    return BFIT_OK;
+    o.rmean = l->params[P_RMEAN].data;
+    o.rvar = l->params[P_RVAR].data;
+    return bfit_op_run(l->ops[OP_FWD], &o);
 }
 
 static int backward(bfit_layer *l, const bfit_bwd_args *a)

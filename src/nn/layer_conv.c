@@ -19,6 +19,10 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     bfit_shape in = l->in[0];
     char buf[48];
 
+    if (!bfit_shape_is_image(in)) {
+        snprintf(err, errlen, "conv expects an image CxHxW, got the sequence %s", bfit_shape_str(in, buf, sizeof buf));
+        return BFIT_EINVAL;
+    }
     if (c->units < 1) {
         snprintf(err, errlen, "conv needs a positive number of output channels, got %d", c->units);
         return BFIT_EINVAL;
@@ -36,7 +40,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
                  in.w + 2 * c->pw, in.h + 2 * c->ph, in.w + 2 * c->pw);
         return BFIT_EINVAL;
     }
-    l->out = (bfit_shape){c->units, (in.h + 2 * c->ph - c->kh) / c->sh + 1, (in.w + 2 * c->pw - c->kw) / c->sw + 1};
+    l->out = bfit_shape_chw(c->units, (in.h + 2 * c->ph - c->kh) / c->sh + 1, (in.w + 2 * c->pw - c->kw) / c->sw + 1);
     l->nparams = c->bias ? 2 : 1;
     l->params[0] = (bfit_param){.name = "weight", .ndim = 4, .dim = {c->units, in.c, c->kh, c->kw},
                                 .trainable = 1, .decay = 1};
@@ -88,14 +92,14 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     return BFIT_OK;
 }
 
-static void init_params(bfit_layer *l, uint64_t seed)
+static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 {
     /* PyTorch: kaiming_uniform(a=sqrt 5) for the weight and U(+-1/sqrt(fan_in))
      * for the bias both come to U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
     float bound = 1.0f / sqrtf((float)l->in[0].c * l->cfg.kh * l->cfg.kw);
-    bfit_fill_uniform(l->params[0].data, bfit_param_numel(&l->params[0]), bound, seed * 2 + 0);
+    bfit_fill_uniform(host[0], bfit_param_numel(&l->params[0]), bound, seed * 2 + 0);
     if (l->cfg.bias)
-        bfit_fill_uniform(l->params[1].data, bfit_param_numel(&l->params[1]), bound, seed * 2 + 1);
+        bfit_fill_uniform(host[1], bfit_param_numel(&l->params[1]), bound, seed * 2 + 1);
 }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)

@@ -40,7 +40,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 
     if (!a->training)
         return bfit_device_copy(l->dev, a->y, a->x[0],
-                                (size_t)a->m * (size_t)bfit_shape_numel(l->in[0]) * sizeof(float));
+                                (size_t)a->m * (size_t)bfit_shape_numel(l->in[0]) * bfit_dtype_size(l->dtype));
     o.src = a->x[0];
     o.dst = a->y;
     o.saved = a->saved;

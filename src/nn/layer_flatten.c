@@ -1,4 +1,4 @@
-/* layer_flatten.c - CxHxW -> a vector of C*H*W features. NCHW is already
+/* layer_flatten.c - any sample shape -> a vector of its elements. NCHW is already
  * row-major per sample, so this is a copy (a view would save the output
  * buffer; that is a later optimisation the plan must then know about). */
 #include "base/err.h"
@@ -13,7 +13,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
         snprintf(err, errlen, "flatten: %lld features do not fit a vector", (long long)n);
         return BFIT_EINVAL;
     }
-    l->out = (bfit_shape){(int)n, 1, 1};
+    l->out = bfit_shape_vec((int)n);
     return BFIT_OK;
 }
 
@@ -25,7 +25,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 
 static size_t bytes(const bfit_layer *l, int m)
 {
-    return (size_t)m * (size_t)bfit_shape_numel(l->in[0]) * sizeof(float);
+    return (size_t)m * (size_t)bfit_shape_numel(l->in[0]) * bfit_dtype_size(l->dtype);
 }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)

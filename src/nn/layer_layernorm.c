@@ -1,6 +1,7 @@
-/* layer_layernorm.c - layer normalisation over the C*H*W features of each
- * sample with an elementwise affine of that size (PyTorch's
- * nn.LayerNorm([C,H,W]), or nn.LayerNorm(F) for a vector).
+/* layer_layernorm.c - layer normalisation with an elementwise affine:
+ * over the C*H*W features of an image sample (PyTorch's nn.LayerNorm([C,H,W])),
+ * of a vector (nn.LayerNorm(F)), and over the F features of each token of a
+ * sequence [T, F] (nn.LayerNorm(F) applied per token).
  *
  * The per-sample mean and variance the backward needs live in `saved`
  * (training); in evaluation they are scratch in the forward workspace,
@@ -12,6 +13,8 @@
 
 enum { OP_FWD, OP_BWD };
 
+static int64_t cols(const bfit_layer *l);
+
 static int init(bfit_layer *l, char *err, size_t errlen)
 {
     bfit_shape in = l->in[0];
@@ -22,54 +25,59 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     }
     l->out = in;
     l->nparams = 2;
-    /* PyTorch's shapes: [F] for a vector, [C,H,W] otherwise */
+    /* PyTorch's shapes: [F] for a vector or a token, [C,H,W] otherwise */
     l->params[0] = (bfit_param){.name = "weight", .ndim = 3, .dim = {in.c, in.h, in.w}, .trainable = 1};
     l->params[1] = (bfit_param){.name = "bias", .ndim = 3, .dim = {in.c, in.h, in.w}, .trainable = 1};
-    if (in.h == 1 && in.w == 1)
+    if (bfit_shape_is_vector(in) || in.nd == 2) {
         l->params[0].ndim = l->params[1].ndim = 1;
+        l->params[0].dim[0] = l->params[1].dim[0] = cols(l);
+    }
     return BFIT_OK;
 }
 
-static size_t stat_bytes(int m) { return BFIT_ALIGN_UP((size_t)m * sizeof(float)); }
+/* Normalised together: a token's features, or a whole image or vector. */
+static int64_t cols(const bfit_layer *l) { return l->in[0].nd == 2 ? l->in[0].d[1] : bfit_shape_numel(l->in[0]); }
+static int64_t nrows(const bfit_layer *l, int m) { return (int64_t)m * bfit_shape_numel(l->in[0]) / cols(l); }
+static size_t stat_bytes(const bfit_layer *l, int m) { return BFIT_ALIGN_UP((size_t)nrows(l, m) * sizeof(float)); }
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = 1};
     int rc;
 
-    d.u.lnorm.rows = m;
-    d.u.lnorm.cols = bfit_shape_numel(l->in[0]);
+    d.u.lnorm.rows = nrows(l, m);
+    d.u.lnorm.cols = cols(l);
     d.u.lnorm.eps = l->cfg.eps;
     if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_LNORM_BWD, training, need)) != BFIT_OK)
         return rc;
     /* mean and variance per row: kept for backward, or scratch in eval */
     if (training)
-        need->saved = 2 * stat_bytes(m);
+        need->saved = 2 * stat_bytes(l, m);
     else
-        need->ws_fwd = BFIT_ALIGN_UP(need->ws_fwd) + 2 * stat_bytes(m);
+        need->ws_fwd = BFIT_ALIGN_UP(need->ws_fwd) + 2 * stat_bytes(l, m);
     return BFIT_OK;
 }
 
-static void init_params(bfit_layer *l, uint64_t seed)
+static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 {
-    bfit_fill_const(l->params[0].data, bfit_param_numel(&l->params[0]), 1.0f);
-    bfit_fill_const(l->params[1].data, bfit_param_numel(&l->params[1]), 0.0f);
+    bfit_fill_const(host[0], bfit_param_numel(&l->params[0]), 1.0f);
+    bfit_fill_const(host[1], bfit_param_numel(&l->params[1]), 0.0f);
 }
 
 /* mean/var: in saved when prepared for training (whatever the forward's
  * mode, since the workspace then has no room for them), else after the
  * scratchpad in ws */
-static float *stats(const bfit_layer *l, void *saved, void *ws)
+static char *stats(const bfit_layer *l, void *saved, void *ws)
 {
     if (l->prep_training)
         return saved;
-    return (float *)((char *)ws + BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[OP_FWD])));
+    return (char *)ws + BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[OP_FWD]));
 }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
-    float *mean;
+    char *mean;
 
     mean = stats(l, a->saved, a->ws);
     o.src = a->x[0];
@@ -77,7 +85,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     o.scale = l->params[0].data;
     o.shift = l->params[1].data;
     o.mean = mean;
-    o.var = (char *)mean + stat_bytes(a->m);
+    o.var = mean + stat_bytes(l, a->m);
     o.workspace = a->ws;
     return bfit_op_run(l->ops[OP_FWD], &o);
 }
@@ -88,12 +96,12 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 
     o.src = a->x[0];
     o.mean = a->saved;
-    o.var = (char *)a->saved + stat_bytes(a->m);
+    o.var = (char *)a->saved + stat_bytes(l, a->m);
     o.diff_dst = a->dy;
     o.scale = l->params[0].data;
     /* dx not wanted (first layer): oneDNN computes it anyway, so it is
      * written in place over dy, which is dead after this call */
-    o.diff_src = a->dx[0] ? a->dx[0] : (float *)a->dy;
+    o.diff_src = a->dx[0] ? a->dx[0] : (void *)a->dy;
     o.diff_scale = l->params[0].grad;
     o.diff_shift = l->params[1].grad;
     o.workspace = a->ws;

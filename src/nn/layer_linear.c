@@ -1,5 +1,6 @@
 /* layer_linear.c - fully connected layer, PyTorch's nn.Linear:
- * y[m,out] = x[m,in] W[out,in]^T + b.
+ * y[rows,out] = x[rows,in] W[out,in]^T + b, over the last dimension: a
+ * vector sample is one row, a sequence of T tokens T rows.
  *
  * Three matmuls and a row reduction, all on oneDNN/OpenMP ops prepared for
  * the micro-batch. Weight and bias gradients are accumulated by the ops
@@ -12,13 +13,17 @@
 
 enum { OP_FWD, OP_DW, OP_DX, OP_DB };
 
+/* in features per row, and rows per sample */
+static int64_t features(const bfit_layer *l) { return l->in[0].nd == 2 ? l->in[0].d[1] : l->in[0].c; }
+static int64_t rows(const bfit_layer *l) { return l->in[0].nd == 2 ? l->in[0].d[0] : 1; }
+
 static int init(bfit_layer *l, char *err, size_t errlen)
 {
     bfit_shape in = l->in[0];
     char buf[48];
 
-    if (in.h != 1 || in.w != 1) {
-        snprintf(err, errlen, "linear expects a vector, got %s: add `flatten` before it",
+    if (in.nd != 2 && !bfit_shape_is_vector(in)) {
+        snprintf(err, errlen, "linear expects a vector or a sequence, got %s: add `flatten` before it",
                  bfit_shape_str(in, buf, sizeof buf));
         return BFIT_EINVAL;
     }
@@ -26,9 +31,10 @@ static int init(bfit_layer *l, char *err, size_t errlen)
         snprintf(err, errlen, "linear needs a positive number of output features, got %d", l->cfg.units);
         return BFIT_EINVAL;
     }
-    l->out = (bfit_shape){l->cfg.units, 1, 1};
+    l->out = in.nd == 2 ? bfit_shape_seq(in.d[0], l->cfg.units) : bfit_shape_vec(l->cfg.units);
     l->nparams = l->cfg.bias ? 2 : 1;
-    l->params[0] = (bfit_param){.name = "weight", .ndim = 2, .dim = {l->cfg.units, in.c}, .trainable = 1, .decay = 1};
+    l->params[0] = (bfit_param){.name = "weight", .ndim = 2, .dim = {l->cfg.units, features(l)}, .trainable = 1,
+                                .decay = 1};
     if (l->cfg.bias)
         l->params[1] = (bfit_param){.name = "bias", .ndim = 1, .dim = {l->cfg.units}, .trainable = 1};
     return BFIT_OK;
@@ -57,22 +63,22 @@ static size_t max_ws(const bfit_layer *l, int from, int to)
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
-    int64_t in = l->in[0].c, out = l->cfg.units;
+    int64_t in = features(l), out = l->cfg.units, M = m * rows(l);
     int rc;
 
     /* y = x W^T: W is stored [out,in] = [N,K], hence trans_weights */
-    if ((rc = new_mm(l, OP_FWD, m, out, in, 0, 1, l->cfg.bias, 0)) != BFIT_OK)
+    if ((rc = new_mm(l, OP_FWD, M, out, in, 0, 1, l->cfg.bias, 0)) != BFIT_OK)
         return rc;
     if (training) {
         /* dW[out,in] += dy^T x: dy is stored [m,out] = [K,M] */
-        if ((rc = new_mm(l, OP_DW, out, in, m, 1, 0, 0, 1)) != BFIT_OK)
+        if ((rc = new_mm(l, OP_DW, out, in, M, 1, 0, 0, 1)) != BFIT_OK)
             return rc;
         /* dx[m,in] = dy[m,out] W[out,in] */
-        if ((rc = new_mm(l, OP_DX, m, in, out, 0, 0, 0, 0)) != BFIT_OK)
+        if ((rc = new_mm(l, OP_DX, M, in, out, 0, 0, 0, 0)) != BFIT_OK)
             return rc;
         if (l->cfg.bias) {
             bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = BFIT_F32, .accumulate = 1};
-            d.u.reduce.M = m;
+            d.u.reduce.M = M;
             d.u.reduce.N = out;
             if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_DB])) != BFIT_OK)
                 return rc;
@@ -84,14 +90,14 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     return BFIT_OK;
 }
 
-static void init_params(bfit_layer *l, uint64_t seed)
+static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 {
     /* PyTorch: kaiming_uniform(a=sqrt 5) for W and U(+-1/sqrt(fan_in)) for b
      * both come to U(-1/sqrt(in), 1/sqrt(in)) */
-    float bound = 1.0f / sqrtf((float)l->in[0].c);
-    bfit_fill_uniform(l->params[0].data, bfit_param_numel(&l->params[0]), bound, seed * 2 + 0);
+    float bound = 1.0f / sqrtf((float)features(l));
+    bfit_fill_uniform(host[0], bfit_param_numel(&l->params[0]), bound, seed * 2 + 0);
     if (l->cfg.bias)
-        bfit_fill_uniform(l->params[1].data, bfit_param_numel(&l->params[1]), bound, seed * 2 + 1);
+        bfit_fill_uniform(host[1], bfit_param_numel(&l->params[1]), bound, seed * 2 + 1);
 }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)

@@ -31,9 +31,13 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     char buf[48];
     int g[6];
 
+    if (!bfit_shape_is_image(in)) {
+        snprintf(err, errlen, "%s expects an image CxHxW, got the sequence %s", name, bfit_shape_str(in, buf, sizeof buf));
+        return BFIT_EINVAL;
+    }
     geometry(l, g);
     if (l->vt->kind == BFIT_L_GAP) {
-        l->out = (bfit_shape){in.c, 1, 1};
+        l->out = bfit_shape_vec(in.c);
         return BFIT_OK;
     }
     if (g[0] < 1 || g[1] < 1 || g[2] < 1 || g[3] < 1 || g[4] < 0 || g[5] < 0) {
@@ -55,7 +59,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
                  in.w + 2 * g[5], in.h + 2 * g[4], in.w + 2 * g[5]);
         return BFIT_EINVAL;
     }
-    l->out = (bfit_shape){in.c, (in.h + 2 * g[4] - g[0]) / g[2] + 1, (in.w + 2 * g[5] - g[1]) / g[3] + 1};
+    l->out = bfit_shape_chw(in.c, (in.h + 2 * g[4] - g[0]) / g[2] + 1, (in.w + 2 * g[5] - g[1]) / g[3] + 1);
     return BFIT_OK;
 }
 

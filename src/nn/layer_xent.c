@@ -2,7 +2,8 @@
  *
  * The output y is the softmax probabilities (same shape as the input), which
  * is all the backward needs: dx = (p - onehot(label)) * loss_scale. The
- * forward writes *loss = the sum over the micro-batch of -log p[label]; the
+ * forward adds the sum over the micro-batch of -log p[label], and the
+ * samples whose arg-max is the label, into the device statistics; the
  * trainer divides by the effective batch through loss_scale. */
 #include "base/err.h"
 #include "nn/layer.h"
@@ -16,7 +17,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     bfit_shape in = l->in[0];
     char buf[48];
 
-    if (in.h != 1 || in.w != 1) {
+    if (!bfit_shape_is_vector(in)) {
         snprintf(err, errlen, "xent expects a vector of class scores, got %s: add `flatten` and a `linear` "
                               "with one output per class before it",
                  bfit_shape_str(in, buf, sizeof buf));
@@ -35,7 +36,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     return bfit_layer_op_pair(l, &d, BFIT_OP_XENT_BWD, training, need);
 }
 
-/* labels and loss may both be NULL: probabilities only (prediction) */
+/* labels and stats may both be NULL: probabilities only (prediction) */
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
@@ -43,7 +44,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     o.src = a->x[0];
     o.dst = a->y;
     o.labels = a->labels;
-    o.loss = a->loss;
+    o.stats = a->stats;
     o.workspace = a->ws;
     return bfit_op_run(l->ops[OP_FWD], &o);
 }

@@ -4,7 +4,9 @@
  * Plan, then allocate (llm.c): bfit_model_layout() is a pure function of the
  * model and (m, training) giving every byte of the step's activations,
  * activation gradients, workspace and input; bfit_model_reserve() allocates
- * exactly those blocks, and forward/backward touch nothing else.
+ * exactly those blocks, and forward/backward touch nothing else. All of it
+ * is device memory: samples go in by bfit_model_set_input, the loss, the
+ * accuracy count and the probabilities come back by download.
  */
 #ifndef BFIT_MODEL_H
 #define BFIT_MODEL_H
@@ -28,15 +30,22 @@ typedef struct bfit_layout {
     uint64_t labels_off;             /* input block: labels after the samples */
 } bfit_layout;
 
+/* The model's fixed statistics block (BFIT_MEM_OTHER): f64 loss sum and
+ * samples right, added to by every forward with labels. */
+#define BFIT_MODEL_STATS_BYTES BFIT_ALIGN_UP(2 * sizeof(double))
+
 typedef struct bfit_node {
     bfit_layer *l;
-    int in[2];
+    int in[BFIT_LAYER_MAXIN];        /* value ids, -1 past l->nin */
     int nconsumers;                  /* of this node's output value */
+    bfit_op *acc;                    /* adds a temp gradient into its value's (tmp_input >= 0) */
 } bfit_node;
 
 typedef struct bfit_model {
     bfit_device *dev;
+    bfit_arena *arena;
     bfit_shape input;
+    bfit_dtype input_dtype;
     int nclasses;
     int n;                 /* nodes, the loss last */
     bfit_node *nodes;
@@ -50,6 +59,7 @@ typedef struct bfit_model {
     bfit_param **trainable;
     void *param_block, *grad_block;
     uint64_t param_bytes, grad_bytes;
+    void *stats;           /* BFIT_MODEL_STATS_BYTES in BFIT_MEM_OTHER */
     /* the reserved step */
     int m, training;
     bfit_layout lay;
@@ -58,21 +68,24 @@ typedef struct bfit_model {
 } bfit_model;
 
 /* Build layers from a graph description (shape inference; no device memory).
- * Errors name file:line:col of the node at fault. dev may be NULL for a
- * shape-only model (no prepare/reserve then). */
-int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_model **out);
+ * Errors name file:line:col of the node at fault. dev and arena may be NULL
+ * for a shape-only model (no prepare/reserve then). */
+int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena, bfit_model **out);
 void bfit_model_free(bfit_model *M);
 
-/* Bytes of params (and grads if training) the model allocates. */
+/* Bytes of params (and grads if training) the model allocates, and of its
+ * fixed statistics block. */
 uint64_t bfit_model_param_bytes(const bfit_model *M);
 uint64_t bfit_model_grad_bytes(const bfit_model *M);
 int64_t bfit_model_param_count(const bfit_model *M); /* trainable scalars */
 
-/* Allocate the params block (and the grads block if with_grads); OOM leaves
- * nothing allocated. Then fill with PyTorch-style init from seed. */
+/* Allocate the params block, the statistics block (and the grads block if
+ * with_grads); OOM leaves nothing allocated. Then bfit_model_init_params
+ * fills the parameters with PyTorch-style init from seed (computed on the
+ * host, uploaded). */
 int bfit_model_alloc_params(bfit_model *M, int with_grads);
-void bfit_model_init_params(bfit_model *M, uint64_t seed);
-void bfit_model_zero_grads(bfit_model *M);
+int bfit_model_init_params(bfit_model *M, uint64_t seed);
+int bfit_model_zero_grads(bfit_model *M);
 
 /* The pure plan of a step's buffers for micro-batch m. Prepares nothing that
  * stays and allocates no device memory. Free with bfit_layout_fini. */
@@ -84,19 +97,28 @@ void bfit_layout_fini(bfit_layout *lay);
  * blocks already held are large enough they are reused without allocating. */
 int bfit_model_reserve(bfit_model *M, int m, int training);
 void bfit_model_unreserve(bfit_model *M);
+/* Bytes of the step blocks held now (activations, act_grads, workspace, input). */
+uint64_t bfit_model_step_bytes(const bfit_model *M);
 
-/* The reserved input buffers: x [m, C,H,W] floats and labels [m]. */
-float *bfit_model_input_x(bfit_model *M);
-int32_t *bfit_model_input_labels(bfit_model *M);
+/* Upload n = M->m samples (host, n x input shape of the input dtype) and
+ * their labels into the reserved input block. */
+int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n);
 
-/* Forward the reserved micro-batch. loss = sum of per-sample losses;
- * correct = samples whose arg-max class equals the label (either may be NULL). */
-int bfit_model_forward(bfit_model *M, uint64_t seed, double *loss, int *correct);
+/* Forward the reserved micro-batch; the loss summed over its samples and the
+ * samples whose arg-max class is the label are added to the model's
+ * statistics on the device. */
+int bfit_model_forward(bfit_model *M, uint64_t seed);
 /* Backward; parameter gradients are ADDED to (accumulation), scaled so that
  * the loss of the step is sum(losses) * loss_scale. */
 int bfit_model_backward(bfit_model *M, float loss_scale);
 
-/* Output (softmax probabilities) of the last forward, [m, nclasses]. */
-const float *bfit_model_probs(bfit_model *M);
+/* The statistics since the last reset: summed loss and samples right
+ * (downloaded; waits for the device). */
+int bfit_model_stats_reset(bfit_model *M);
+int bfit_model_stats_read(bfit_model *M, double *loss, double *correct);
+
+/* The output (softmax probabilities) of the last forward, [m, nclasses],
+ * downloaded into host. */
+int bfit_model_read_probs(bfit_model *M, float *host);
 
 #endif

@@ -570,7 +570,8 @@ static int input_line(parser *p, tok *t, int n)
                        (long long)d[0] * d[1] * d[2], INT_MAX);
     if (n > 2)
         return fail_at(p, t[2].s, "unexpected `%s` after the input shape", show(t[2], b, sizeof b));
-    p->g->input = nd == 1 ? (bfit_shape){d[0], 1, 1} : (bfit_shape){d[0], d[1], d[2]};
+    p->g->input = nd == 1 ? bfit_shape_vec(d[0]) : bfit_shape_chw(d[0], d[1], d[2]);
+    p->g->input_dtype = BFIT_F32;
     p->g->input_line = p->line;
     p->g->input_col = col_of(p, t[0].s);
     p->have_input = 1;
@@ -842,7 +843,7 @@ static int add_mismatch(const bfit_graph_desc *g, int i, const bfit_shape *in)
 
 int bfit_spec_check_shapes(const bfit_graph_desc *g)
 {
-    bfit_shape *v, in[2], last, out;
+    bfit_shape *v, in[BFIT_LAYER_MAXIN], last, out;
     bfit_layer *l;
     char err[512], w[320], d[128], s[48];
     int rc = BFIT_OK, i;
@@ -855,7 +856,7 @@ int bfit_spec_check_shapes(const bfit_graph_desc *g)
     v[0] = g->input;
     for (i = 0; i < g->nnodes; i++) {
         const bfit_node_desc *nd = &g->nodes[i];
-        int nin = nd->cfg.kind == BFIT_L_ADD ? 2 : 1;
+        int nin = nd->nin;
 
         for (int j = 0; j < nin; j++) {
             if (nd->in[j] < 0 || nd->in[j] > i) {
@@ -885,12 +886,12 @@ int bfit_spec_check_shapes(const bfit_graph_desc *g)
         }
         out = l->out;
         bfit_layer_free(l);
-        if (out.c < 1 || out.h < 1 || out.w < 1 || bfit_shape_numel(out) > INT_MAX) {
+        if (bfit_shape_numel(out) < 1 || bfit_shape_numel(out) > INT_MAX) {
             /* a guard behind the layers' own checks: nothing downstream
              * can work with an empty or absurd activation */
             rc = bfit_fail(BFIT_EFORMAT, "%s%s gets %s and would give %dx%dx%d: %s", where(g, i, w, sizeof w),
                            describe(&nd->cfg, d, sizeof d), bfit_shape_str(in[0], s, sizeof s), out.c, out.h, out.w,
-                           out.c < 1 || out.h < 1 || out.w < 1 ? "no values left (is the window larger than the "
+                           bfit_shape_numel(out) < 1 ? "no values left (is the window larger than the "
                                                                  "padded input?)"
                                                                : "too many values per sample");
             goto free_values;

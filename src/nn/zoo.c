@@ -77,7 +77,7 @@ static int residual_add(zb *b, int body, int shortcut)
 static int build_mlp(zb *b)
 {
     int x;
-    b->g->input = (bfit_shape){1, 28, 28};
+    b->g->input = bfit_shape_chw(1, 28, 28);
     x = simple(b, BFIT_L_FLATTEN, 0);
     x = simple(b, BFIT_L_RELU, linear(b, x, 1024));
     x = simple(b, BFIT_L_RELU, linear(b, x, 1024));
@@ -89,7 +89,7 @@ static int build_mlp(zb *b)
 static int build_cnn(zb *b)
 {
     int x;
-    b->g->input = (bfit_shape){1, 28, 28};
+    b->g->input = bfit_shape_chw(1, 28, 28);
     x = simple(b, BFIT_L_RELU, conv(b, 0, 32, 3, 1, 1, 1));
     x = maxpool(b, x, 2, 2, 0);
     x = simple(b, BFIT_L_RELU, conv(b, x, 64, 3, 1, 1, 1));
@@ -134,7 +134,7 @@ static int bottleneck(zb *b, int x, int inplanes, int planes, int stride)
 static int build_resnet(zb *b, const int blocks[4], int bottle)
 {
     int x, inplanes = 64, expansion = bottle ? 4 : 1;
-    b->g->input = (bfit_shape){3, 224, 224};
+    b->g->input = bfit_shape_chw(3, 224, 224);
     x = simple(b, BFIT_L_RELU, conv_bn(b, 0, 64, 7, 2, 3));
     x = maxpool(b, x, 3, 2, 1);
     for (int stage = 0; stage < 4; stage++) {
@@ -168,7 +168,7 @@ static int build_vgg16(zb *b)
 {
     static const int cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
     int x = 0;
-    b->g->input = (bfit_shape){3, 224, 224};
+    b->g->input = bfit_shape_chw(3, 224, 224);
     for (unsigned i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
         x = cfg[i] ? simple(b, BFIT_L_RELU, conv(b, x, cfg[i], 3, 1, 1, 1)) : maxpool(b, x, 2, 2, 0);
     x = simple(b, BFIT_L_FLATTEN, x);

@@ -1,15 +1,15 @@
 /* optim.c - SGD and AdamW over a parameter list, state carved from one arena
- * block (llm.c's plan-then-allocate).
+ * block (llm.c's plan-then-allocate), updates run as device ops.
  *
- * The element loops follow torch.optim's single-tensor code operation by
- * operation: coefficients are computed in double and rounded to float where
- * PyTorch passes a Python float to a float kernel, and fmaf() stands where
- * PyTorch's vectorised add-with-alpha uses a fused multiply-add. That keeps
- * our results within an ulp or two of PyTorch's, not merely close.
+ * The coefficients of a step are computed here in double and rounded to
+ * float where PyTorch passes a Python float to a float kernel; the element
+ * loops (src/device/cpu_optim.c) follow torch.optim's single-tensor code
+ * operation by operation. That keeps our results within an ulp or two of
+ * PyTorch's, not merely close.
  */
 #include "optim/optim.h"
 #include "base/err.h"
-#include "base/par.h"
+#include "device/device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -21,14 +21,17 @@ typedef struct slot {
     bfit_param *p;
     int param_index;
     int64_t numel;
-    float *s0;   /* momentum_buffer, or exp_avg */
-    float *s1;   /* exp_avg_sq (AdamW) */
+    char *s0;    /* momentum_buffer, or exp_avg (device) */
+    char *s1;    /* exp_avg_sq (AdamW) */
+    bfit_op *op; /* the update */
 } slot;
 
 struct bfit_optim {
     bfit_optim_cfg cfg;
+    bfit_device *dev;
     bfit_arena *arena;
     void *block;          /* all state; NULL when there is none */
+    uint64_t bytes;       /* of the block */
     int nslot;            /* trainable parameters */
     int nper;             /* state tensors per trainable parameter: 0, 1 or 2 */
     slot *slot;
@@ -163,18 +166,39 @@ static void carve(bfit_optim *o, bfit_param *const *params, int n)
         s->numel = bfit_param_numel(params[i]);
         b = slice_bytes(s->numel);
         if (o->nper >= 1) {
-            s->s0 = (float *)cur;
+            s->s0 = cur;
             cur += b;
         }
         if (o->nper >= 2) {
-            s->s1 = (float *)cur;
+            s->s1 = cur;
             cur += b;
         }
     }
 }
 
-int bfit_optim_new(const bfit_optim_cfg *cfg, bfit_param *const *params, int n, bfit_arena *arena,
-                   bfit_optim **out)
+/* One update op per slot, for its element count. */
+static int make_ops(bfit_optim *o)
+{
+    for (int k = 0; k < o->nslot; k++) {
+        bfit_op_desc d = {.kind = o->cfg.kind == BFIT_OPT_SGD ? BFIT_OP_SGD : BFIT_OP_ADAMW, .dtype = BFIT_F32};
+        int rc;
+        if (o->cfg.kind == BFIT_OPT_SGD) {
+            d.u.sgd.n = o->slot[k].numel;
+            d.u.sgd.nesterov = o->cfg.nesterov;
+        } else {
+            d.u.adamw.n = o->slot[k].numel;
+        }
+        if (o->slot[k].numel < 1)
+            continue; /* an empty tensor has nothing to update */
+        rc = bfit_op_new(o->dev, &d, &o->slot[k].op);
+        if (rc != BFIT_OK)
+            return rc;
+    }
+    return BFIT_OK;
+}
+
+int bfit_optim_new(const bfit_optim_cfg *cfg, bfit_param *const *params, int n, bfit_device *dev,
+                   bfit_arena *arena, bfit_optim **out)
 {
     bfit_optim *o;
     uint64_t bytes;
@@ -183,8 +207,8 @@ int bfit_optim_new(const bfit_optim_cfg *cfg, bfit_param *const *params, int n, 
     if (!out)
         return bfit_fail(BFIT_EINVAL, "optimizer: out is NULL");
     *out = NULL;
-    if (n < 0 || (n > 0 && !params) || !arena)
-        return bfit_fail(BFIT_EINVAL, "optimizer: bad parameter list or arena");
+    if (n < 0 || (n > 0 && !params) || !arena || !dev)
+        return bfit_fail(BFIT_EINVAL, "optimizer: bad parameter list, device or arena");
     rc = bfit_optim_cfg_check(cfg);
     if (rc)
         return rc;
@@ -205,18 +229,26 @@ int bfit_optim_new(const bfit_optim_cfg *cfg, bfit_param *const *params, int n, 
         goto free_struct;
     }
     o->cfg = *cfg;
+    o->dev = dev;
     o->arena = arena;
     o->nslot = ntrain;
     o->nper = states_per_param(cfg);
+    o->bytes = bytes;
     if (bytes) {
         rc = bfit_arena_alloc(arena, (size_t)bytes, BFIT_MEM_OPTIMIZER, &o->block);
         if (rc) {
             bfit_fail_prefix(rc, "%s optimizer state: ", kind_names[cfg->kind]);
             goto free_slots;
         }
-        memset(o->block, 0, (size_t)bytes);
     }
     carve(o, params, n);
+    rc = make_ops(o);
+    if (rc == BFIT_OK && bytes)
+        rc = bfit_device_zero(dev, o->block, (size_t)bytes);
+    if (rc != BFIT_OK) {
+        bfit_optim_free(o);
+        return rc;
+    }
     *out = o;
     return BFIT_OK;
 
@@ -231,104 +263,65 @@ void bfit_optim_free(bfit_optim *o)
 {
     if (!o)
         return;
+    for (int k = 0; k < o->nslot; k++)
+        bfit_op_free(o->slot[k].op);
     bfit_arena_release(o->arena, o->block);
     free(o->slot);
     free(o);
 }
 
-/* Float coefficients of one step, rounded where PyTorch rounds them. */
-typedef struct coef {
-    float lr_neg;      /* SGD: -lr */
-    float wd;          /* SGD: L2 factor */
-    float mom, damp1;  /* SGD: momentum, 1 - dampening */
-    float decay_mul;   /* AdamW: 1 - lr * wd */
-    float b1, c1, b2, c2;
-    float step_neg;    /* AdamW: -lr / (1 - beta1^t) */
-    float bc2_sqrt;    /* AdamW: sqrt(1 - beta2^t) */
-    float eps;
-} coef;
-
 /* PyTorch: d = g + wd*p; buf = first ? d : mom*buf + (1-damp)*d;
- * d = nesterov ? d + mom*buf : buf; p -= lr*d. */
-static void sgd_update(const slot *s, const coef *c, int decay, int nesterov, int first)
+ * d = nesterov ? d + mom*buf : buf; p -= lr*d. The coefficients as PyTorch
+ * rounds them; weight decay only where the parameter takes it. */
+static void sgd_hyper(const bfit_optim *o, double lr, int decay, bfit_op_args *a)
 {
-    float *restrict p = s->p->data;
-    const float *restrict g = s->p->grad;
-    float *restrict buf = s->s0;
-    const int64_t n = s->numel;
-    const float wd = decay ? c->wd : 0.0f;
-
-    if (!buf) {
-        BFIT_PAR_FOR_IF(n >= BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) {
-            float d = wd != 0.0f ? fmaf(p[i], wd, g[i]) : g[i];
-            p[i] = fmaf(d, c->lr_neg, p[i]);
-        });
-        return;
-    }
-    BFIT_PAR_FOR_IF(n >= BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) {
-        float d = wd != 0.0f ? fmaf(p[i], wd, g[i]) : g[i];
-        float b = first ? d : fmaf(d, c->damp1, buf[i] * c->mom);
-        buf[i] = b;
-        d = nesterov ? fmaf(b, c->mom, d) : b;
-        p[i] = fmaf(d, c->lr_neg, p[i]);
-    });
+    a->hyper[BFIT_SGD_LR_NEG] = (float)-lr;
+    a->hyper[BFIT_SGD_WD] = decay ? (float)o->cfg.weight_decay : 0.0f;
+    a->hyper[BFIT_SGD_MOM] = (float)o->cfg.momentum;
+    a->hyper[BFIT_SGD_DAMP1] = (float)(1.0 - o->cfg.dampening);
+    a->hyper[BFIT_SGD_FIRST] = o->steps == 0 ? 1.0f : 0.0f;
 }
 
-/* PyTorch AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g
- * (one fused multiply-add, as PyTorch's addcmul compiles);
+/* PyTorch AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
  * p += (-lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps). */
-static void adamw_update(const slot *s, const coef *c, int decay)
+static void adamw_hyper(const bfit_optim *o, double lr, int decay, bfit_op_args *a)
 {
-    float *restrict p = s->p->data;
-    const float *restrict g = s->p->grad;
-    float *restrict m = s->s0;
-    float *restrict v = s->s1;
-    const int64_t n = s->numel;
-    const float dm = decay ? c->decay_mul : 1.0f;
-
-    BFIT_PAR_FOR_IF(n >= BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        float pi = p[i] * dm;
-        float mi = fmaf(gi, c->c1, m[i] * c->b1);
-        float vi = fmaf(c->c2 * gi, gi, v[i] * c->b2);
-        float den = sqrtf(vi) / c->bc2_sqrt + c->eps;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi + c->step_neg * mi / den;
-    });
+    const bfit_optim_cfg *c = &o->cfg;
+    double t = (double)(o->steps + 1);
+    a->hyper[BFIT_ADAMW_DECAY_MUL] = decay ? (float)(1.0 - lr * c->weight_decay) : 1.0f;
+    a->hyper[BFIT_ADAMW_B1] = (float)c->beta1;
+    a->hyper[BFIT_ADAMW_C1] = (float)(1.0 - c->beta1);
+    a->hyper[BFIT_ADAMW_B2] = (float)c->beta2;
+    a->hyper[BFIT_ADAMW_C2] = (float)(1.0 - c->beta2);
+    a->hyper[BFIT_ADAMW_STEP_NEG] = (float)-(lr / (1.0 - pow(c->beta1, t)));
+    a->hyper[BFIT_ADAMW_BC2_SQRT] = (float)sqrt(1.0 - pow(c->beta2, t));
+    a->hyper[BFIT_ADAMW_EPS] = (float)c->eps;
 }
 
 int bfit_optim_step(bfit_optim *o, double lr)
 {
-    const bfit_optim_cfg *cfg;
-    coef c;
-
     if (!o)
         return bfit_fail(BFIT_EINVAL, "optimizer: NULL");
     if (!(lr >= 0 && isfinite(lr)))
         return bfit_fail(BFIT_EINVAL, "optimizer: learning rate %g must be finite and >= 0", lr);
-    cfg = &o->cfg;
-    memset(&c, 0, sizeof c);
-    if (cfg->kind == BFIT_OPT_SGD) {
-        int first = o->steps == 0;
-        c.lr_neg = (float)-lr;
-        c.wd = (float)cfg->weight_decay;
-        c.mom = (float)cfg->momentum;
-        c.damp1 = (float)(1.0 - cfg->dampening);
-        for (int k = 0; k < o->nslot; k++)
-            sgd_update(&o->slot[k], &c, o->slot[k].p->decay, cfg->nesterov, first);
-    } else {
-        double t = (double)(o->steps + 1);
-        c.decay_mul = (float)(1.0 - lr * cfg->weight_decay);
-        c.b1 = (float)cfg->beta1;
-        c.c1 = (float)(1.0 - cfg->beta1);
-        c.b2 = (float)cfg->beta2;
-        c.c2 = (float)(1.0 - cfg->beta2);
-        c.step_neg = (float)-(lr / (1.0 - pow(cfg->beta1, t)));
-        c.bc2_sqrt = (float)sqrt(1.0 - pow(cfg->beta2, t));
-        c.eps = (float)cfg->eps;
-        for (int k = 0; k < o->nslot; k++)
-            adamw_update(&o->slot[k], &c, o->slot[k].p->decay);
+    for (int k = 0; k < o->nslot; k++) {
+        const slot *s = &o->slot[k];
+        bfit_op_args a = {0};
+        int rc;
+        if (!s->op)
+            continue;
+        if (o->cfg.kind == BFIT_OPT_SGD)
+            sgd_hyper(o, lr, s->p->decay, &a);
+        else
+            adamw_hyper(o, lr, s->p->decay, &a);
+        a.dst = s->p->data;
+        a.src = s->p->grad;
+        a.state0 = s->s0;
+        a.state1 = s->s1;
+        rc = bfit_op_run(s->op, &a);
+        if (rc != BFIT_OK)
+            return bfit_fail_prefix(rc, "%s update of parameter %d (%s): ", kind_names[o->cfg.kind], s->param_index,
+                                    s->p->name ? s->p->name : "?");
     }
     o->steps++;
     return BFIT_OK;
@@ -344,16 +337,13 @@ int bfit_optim_set_steps(bfit_optim *o, int64_t steps)
     return BFIT_OK;
 }
 
-void bfit_optim_reset(bfit_optim *o)
+int bfit_optim_reset(bfit_optim *o)
 {
-    for (int k = 0; k < o->nslot; k++) {
-        size_t b = (size_t)o->slot[k].numel * sizeof(float);
-        if (o->slot[k].s0)
-            memset(o->slot[k].s0, 0, b);
-        if (o->slot[k].s1)
-            memset(o->slot[k].s1, 0, b);
-    }
+    int rc = BFIT_OK;
+    if (o->block)
+        rc = bfit_device_zero(o->dev, o->block, (size_t)o->bytes);
     o->steps = 0;
+    return rc;
 }
 
 int bfit_optim_state_count(const bfit_optim *o) { return o->nslot * o->nper; }

@@ -5,7 +5,8 @@
  * The state (momentum buffers, Adam moments) is planned, then allocated from
  * the arena in BFIT_MEM_OPTIMIZER as one block carved into per-parameter
  * slices, so bfit_optim_state_bytes() is exactly what bfit_optim_new() takes.
- * A step allocates nothing. Only trainable parameters are updated; weight
+ * The updates are device ops (one per parameter, made at creation), so a
+ * step allocates nothing and the host never touches a parameter. Only trainable parameters are updated; weight
  * decay applies only to parameters with decay=1 (weights, not biases or norm
  * parameters). Hyperparameters are doubles, like PyTorch's Python floats, so
  * the derived float coefficients round the same way.
@@ -36,7 +37,7 @@ typedef struct bfit_optim_state {
     char name[48];         /* "<param index>.momentum_buffer", ".exp_avg", ".exp_avg_sq" */
     const char *kind;      /* the part after the dot */
     int param_index;       /* index into the list given to bfit_optim_new */
-    float *data;
+    void *data;            /* device memory, f32 */
     int64_t numel;
 } bfit_optim_state;
 
@@ -57,10 +58,11 @@ const char *bfit_optim_kind_name(bfit_opt_kind kind);
 uint64_t bfit_optim_state_bytes(const bfit_optim_cfg *cfg, bfit_param *const *params, int n);
 
 /* Create an optimizer over params[0..n) (pointers kept: the params must
- * outlive it) with zeroed state from the arena. On any failure (BFIT_EINVAL,
- * BFIT_ENOMEM) nothing is held and the arena is as before. */
-int bfit_optim_new(const bfit_optim_cfg *cfg, bfit_param *const *params, int n, bfit_arena *arena,
-                   bfit_optim **out);
+ * outlive it) with zeroed state from the arena, updating on dev. On any
+ * failure (BFIT_EINVAL, BFIT_ENOMEM) nothing is held and the arena is as
+ * before. */
+int bfit_optim_new(const bfit_optim_cfg *cfg, bfit_param *const *params, int n, bfit_device *dev,
+                   bfit_arena *arena, bfit_optim **out);
 /* Release the state block and the optimizer. NULL is fine. */
 void bfit_optim_free(bfit_optim *o);
 
@@ -75,7 +77,7 @@ int64_t bfit_optim_steps(const bfit_optim *o);
  * BFIT_EINVAL if negative. With steps > 0 SGD uses the momentum buffer as is. */
 int bfit_optim_set_steps(bfit_optim *o, int64_t steps);
 /* Zero all state and the step count: a fresh start with the same memory. */
-void bfit_optim_reset(bfit_optim *o);
+int bfit_optim_reset(bfit_optim *o);
 /* The state tensors, in order: per trainable parameter (list order), its
  * momentum_buffer, or exp_avg then exp_avg_sq. */
 int bfit_optim_state_count(const bfit_optim *o);

@@ -3,6 +3,7 @@
 #include "tensor/safetensors.h"
 #include "train/weights.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,28 +36,64 @@ int bfit_weights_save(const bfit_model *M, const char *path, const char *const *
 {
     named *v;
     bfit_st_tensor *t;
+    char *host = NULL;
+    uint64_t off = 0;
     int n, rc;
 
     rc = list_params(M, &v, &n);
     if (rc != BFIT_OK)
         return rc;
     t = calloc((size_t)n + 1, sizeof *t);
-    if (!t) {
-        free(v);
-        return bfit_fail(BFIT_ENOMEM, "weights: out of host memory");
+    host = malloc(M->param_bytes ? (size_t)M->param_bytes : 1);
+    if (!t || !host) {
+        rc = bfit_fail(BFIT_ENOMEM, "weights: out of host memory");
+        goto out;
     }
-    for (int i = 0; i < n; i++) {
+    /* the device's parameters come to the host, then go to the file */
+    for (int i = 0; i < n && rc == BFIT_OK; i++) {
         t[i].name = v[i].name;
         t[i].dtype = "F32";
         t[i].ndim = v[i].p->ndim;
         for (int d = 0; d < v[i].p->ndim; d++)
             t[i].shape[d] = v[i].p->dim[d];
-        t[i].data = v[i].p->data;
-        t[i].nbytes = (size_t)bfit_param_numel(v[i].p) * sizeof(float);
+        t[i].data = host + off;
+        t[i].nbytes = bfit_param_bytes(v[i].p);
+        rc = bfit_device_download(M->dev, host + off, v[i].p->data, t[i].nbytes);
+        off += BFIT_ALIGN_UP(t[i].nbytes);
     }
-    rc = bfit_st_write(path, t, n, meta_keys, meta_vals, nmeta);
+    if (rc == BFIT_OK)
+        rc = bfit_st_write(path, t, n, meta_keys, meta_vals, nmeta);
+out:
+    free(host);
     free(t);
     free(v);
+    return rc;
+}
+
+/* Every tensor to f32 on the host, each value checked finite, then all
+ * uploaded: a bad file leaves the model as it was. */
+static int convert_and_upload(bfit_model *M, const bfit_st_file *f, const char *path, const named *v, int n)
+{
+    float *host = malloc(M->param_bytes ? (size_t)M->param_bytes : 1);
+    uint64_t off = 0;
+    int rc = host ? BFIT_OK : bfit_fail(BFIT_ENOMEM, "weights: out of host memory");
+
+    for (int i = 0; i < n && rc == BFIT_OK; i++) {
+        int64_t cnt = bfit_param_numel(v[i].p);
+        float *h = (float *)((char *)host + off);
+        rc = bfit_st_to_f32(bfit_st_find(f, v[i].name), h, cnt);
+        for (int64_t j = 0; rc == BFIT_OK && j < cnt; j++)
+            if (!isfinite(h[j]))
+                rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' holds %g at index %lld: the weights are not usable "
+                                             "(a run that diverged?)", path, v[i].name, (double)h[j], (long long)j);
+        off += BFIT_ALIGN_UP(bfit_param_bytes(v[i].p));
+    }
+    off = 0;
+    for (int i = 0; i < n && rc == BFIT_OK; i++) {
+        rc = bfit_device_upload(M->dev, v[i].p->data, (char *)host + off, bfit_param_bytes(v[i].p));
+        off += BFIT_ALIGN_UP(bfit_param_bytes(v[i].p));
+    }
+    free(host);
     return rc;
 }
 
@@ -105,12 +142,7 @@ int bfit_weights_load(bfit_model *M, const char *path)
             }
         }
     }
-    for (int i = 0; i < n; i++) {
-        const bfit_st_tensor *t = bfit_st_find(f, v[i].name);
-        rc = bfit_st_to_f32(t, v[i].p->data, bfit_param_numel(v[i].p));
-        if (rc != BFIT_OK)
-            goto out;
-    }
+    rc = convert_and_upload(M, f, path, v, n);
 out:
     free(v);
     bfit_st_free(f);
@@ -139,6 +171,9 @@ static int parse_floats(const char *path, const char *key, const char *text, int
         if (end == p || (i < n - 1 && *end != ',') || (i == n - 1 && *end != '\0'))
             return bfit_fail(BFIT_EFORMAT, "%s: metadata '%s' should hold %d comma-separated numbers: '%s'", path, key,
                              n, text);
+        if (!isfinite(v) || !isfinite((float)v))
+            return bfit_fail(BFIT_EFORMAT, "%s: metadata '%s' value %d is %.*s, not a finite float", path, key, i + 1,
+                             (int)(end - p), p);
         out[i] = (float)v;
         p = end + 1;
     }

@@ -1,0 +1,307 @@
+/* cpu_mem.c - the CPU device's memory: blocks for the arena, transfers, and
+ * the checking mode that keeps device memory opaque to the host.
+ *
+ * On the CPU, device memory is host RAM, so a host read of a device buffer
+ * works by accident and would only crash on a GPU. The checking mode makes
+ * that crash here: blocks are mapped pages kept PROT_NONE, and a device
+ * call opens just the blocks its arguments point into (checking that each
+ * pointer is device memory and each host pointer is not) and closes them
+ * when it returns. Entering a call also sets the thread count the caller
+ * asked for and restores the previous one on leaving, so the library
+ * changes no process-wide OpenMP setting.
+ */
+#include "base/err.h"
+#include "device/cpu.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- the checking mode's block table ------------------------------------- */
+
+/* Index of the block holding p, or -1. */
+static int block_of(const cpu_device *d, const void *p)
+{
+    int lo = 0, hi = d->nblocks - 1;
+    const char *c = p;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (c < d->blocks[mid].p)
+            hi = mid - 1;
+        else if (c >= d->blocks[mid].p + d->blocks[mid].n)
+            lo = mid + 1;
+        else
+            return mid;
+    }
+    return -1;
+}
+
+static int protect(const cpu_block *b, int prot)
+{
+    if (mprotect(b->p, b->n, prot) != 0)
+        return bfit_fail(BFIT_EDEVICE, "cpu (checking mode): mprotect failed");
+    return BFIT_OK;
+}
+
+int cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, int n, const char *what)
+{
+    if (d->depth++ == 0) {
+        if (d->threads > 0) {
+            d->saved_threads = omp_get_max_threads();
+            omp_set_num_threads(d->threads);
+        }
+        d->nopen = 0;
+    }
+    if (!d->check)
+        return BFIT_OK;
+    for (int i = 0; i < n; i++) {
+        int b, seen = 0;
+        if (!ptrs[i])
+            continue;
+        b = block_of(d, ptrs[i]);
+        if (b < 0) {
+            cpu_leave(d);
+            return bfit_fail(BFIT_EINVAL, "cpu (checking mode): %s: %s is not device memory (a host pointer "
+                                          "passed where the device's is needed)", what, names[i]);
+        }
+        for (int k = 0; k < d->nopen; k++)
+            seen |= d->open[k] == b;
+        if (seen)
+            continue;
+        if (d->nopen == CPU_MAXOPEN || protect(&d->blocks[b], PROT_READ | PROT_WRITE) != BFIT_OK) {
+            cpu_leave(d);
+            return bfit_fail(BFIT_EDEVICE, "cpu (checking mode): %s touches too many blocks", what);
+        }
+        d->open[d->nopen++] = b;
+    }
+    return BFIT_OK;
+}
+
+void cpu_leave(cpu_device *d)
+{
+    if (--d->depth > 0)
+        return;
+    for (int k = 0; k < d->nopen; k++)
+        protect(&d->blocks[d->open[k]], PROT_NONE);
+    d->nopen = 0;
+    if (d->threads > 0)
+        omp_set_num_threads(d->saved_threads);
+}
+
+/* A host pointer must not be device memory (an upload from a device buffer
+ * is a confusion of the two kinds the CPU would forgive). */
+static int host_side(cpu_device *d, const void *p, const char *what)
+{
+    if (d->check && block_of(d, p) >= 0)
+        return bfit_fail(BFIT_EINVAL, "cpu (checking mode): %s: the host buffer is device memory", what);
+    return BFIT_OK;
+}
+
+/* ---- blocks for the arena ----------------------------------------------- */
+
+static int check_block_alloc(cpu_device *d, size_t n, void **out)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (n + page - 1) / page * page;
+    void *p;
+    int at;
+
+    if (d->nblocks == d->cap_blocks) {
+        int cap = d->cap_blocks ? 2 * d->cap_blocks : 32;
+        cpu_block *b = realloc(d->blocks, (size_t)cap * sizeof *b);
+        if (!b)
+            return BFIT_ENOMEM;
+        d->blocks = b;
+        d->cap_blocks = cap;
+    }
+    p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return BFIT_ENOMEM;
+    for (at = 0; at < d->nblocks && d->blocks[at].p < (char *)p; at++)
+        ;
+    memmove(&d->blocks[at + 1], &d->blocks[at], (size_t)(d->nblocks - at) * sizeof *d->blocks);
+    d->blocks[at] = (cpu_block){p, len};
+    d->nblocks++;
+    *out = p;
+    return BFIT_OK;
+}
+
+static void check_block_free(cpu_device *d, void *p)
+{
+    int b = block_of(d, p);
+    if (b < 0)
+        return;
+    munmap(d->blocks[b].p, d->blocks[b].n);
+    memmove(&d->blocks[b], &d->blocks[b + 1], (size_t)(d->nblocks - b - 1) * sizeof *d->blocks);
+    d->nblocks--;
+}
+
+static int src_alloc(void *ud, size_t n, void **out)
+{
+    cpu_device *d = ud;
+    *out = NULL;
+    if (d->check)
+        return check_block_alloc(d, n, out);
+    *out = d->host.alloc ? d->host.alloc(d->host.ud, n, BFIT_ALIGN) : aligned_alloc(BFIT_ALIGN, n);
+    return *out ? BFIT_OK : BFIT_ENOMEM;
+}
+
+static void src_free(void *ud, void *p, size_t n)
+{
+    cpu_device *d = ud;
+    (void)n;
+    if (d->check)
+        check_block_free(d, p);
+    else if (d->host.free)
+        d->host.free(d->host.ud, p);
+    else
+        free(p);
+}
+
+static int src_fill(void *ud, void *p, int byte, size_t n) { return bfit_device_fill((bfit_device *)ud, p, byte, n); }
+
+void cpu_blocks_init(cpu_device *d)
+{
+    d->base.blocks.alloc = src_alloc;
+    d->base.blocks.free = src_free;
+    d->base.blocks.fill = src_fill;
+    d->base.blocks.ud = d;
+    d->base.blocks.granularity = BFIT_ALIGN;
+}
+
+void cpu_blocks_fini(cpu_device *d)
+{
+    while (d->nblocks > 0)
+        check_block_free(d, d->blocks[0].p);
+    free(d->blocks);
+    d->blocks = NULL;
+}
+
+/* ---- transfers ------------------------------------------------------------ */
+
+/* Large fills and copies (zeroing the gradients every step, flatten) go
+ * faster on every core than on one; below this, waking the team costs more. */
+#define PAR_BYTES (1u << 20)
+
+/* [t*chunk, (t+1)*chunk) of n bytes for thread t, in whole cache lines */
+static size_t share(size_t n, size_t *len)
+{
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    size_t chunk = (n / (size_t)nt + 63) & ~(size_t)63, b = (size_t)t * chunk;
+    *len = b >= n ? 0 : (n - b < chunk ? n - b : chunk);
+    return b;
+}
+
+static void move_bytes(void *dst, const void *src, size_t n)
+{
+    /* overlapping ranges keep memmove's one-pass semantics */
+    if (n < PAR_BYTES || ((char *)dst < (const char *)src + n && (const char *)src < (char *)dst + n)) {
+        memmove(dst, src, n);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t len, b = share(n, &len);
+        if (len)
+            memcpy((char *)dst + b, (const char *)src + b, len);
+    }
+}
+
+int cpu_copy(bfit_device *base, void *dst, const void *src, size_t n)
+{
+    cpu_device *d = (cpu_device *)base;
+    const void *p[] = {dst, src};
+    const char *nm[] = {"destination", "source"};
+    int rc = cpu_enter(d, p, nm, 2, "device copy");
+    if (rc != BFIT_OK)
+        return rc;
+    move_bytes(dst, src, n);
+    cpu_leave(d);
+    return BFIT_OK;
+}
+
+int cpu_upload(bfit_device *base, void *dst, const void *host, size_t n)
+{
+    cpu_device *d = (cpu_device *)base;
+    const void *p[] = {dst};
+    const char *nm[] = {"destination"};
+    int rc = host_side(d, host, "upload");
+    if (rc == BFIT_OK)
+        rc = cpu_enter(d, p, nm, 1, "upload");
+    if (rc != BFIT_OK)
+        return rc;
+    move_bytes(dst, host, n);
+    cpu_leave(d);
+    return BFIT_OK;
+}
+
+int cpu_download(bfit_device *base, void *host, const void *src, size_t n)
+{
+    cpu_device *d = (cpu_device *)base;
+    const void *p[] = {src};
+    const char *nm[] = {"source"};
+    int rc = host_side(d, host, "download");
+    if (rc == BFIT_OK)
+        rc = cpu_enter(d, p, nm, 1, "download");
+    if (rc != BFIT_OK)
+        return rc;
+    move_bytes(host, src, n);
+    cpu_leave(d);
+    return BFIT_OK;
+}
+
+int cpu_fill(bfit_device *base, void *dst, int byte, size_t n)
+{
+    cpu_device *d = (cpu_device *)base;
+    const void *p[] = {dst};
+    const char *nm[] = {"destination"};
+    int rc = cpu_enter(d, p, nm, 1, "fill");
+    if (rc != BFIT_OK)
+        return rc;
+    if (n < PAR_BYTES) {
+        memset(dst, byte, n);
+    } else {
+#pragma omp parallel
+        {
+            size_t len, b = share(n, &len);
+            if (len)
+                memset((char *)dst + b, byte, len);
+        }
+    }
+    cpu_leave(d);
+    return BFIT_OK;
+}
+
+int cpu_sync(bfit_device *base)
+{
+    (void)base; /* every CPU op has finished when it returns */
+    return BFIT_OK;
+}
+
+static uint64_t meminfo(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    size_t klen = strlen(key);
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%llu", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+int cpu_mem_info(bfit_device *base, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    (void)base;
+    *free_bytes = meminfo("MemAvailable");
+    *total_bytes = meminfo("MemTotal");
+    if (!*total_bytes)
+        return bfit_fail(BFIT_EDEVICE, "cpu: cannot read /proc/meminfo");
+    return BFIT_OK;
+}

@@ -1,0 +1,207 @@
+/* eval.c - evaluation on a test split: in a run after each epoch, and of
+ * saved weights (bfit_evaluate). The micro-batch comes from the plan and
+ * the memory free at that moment, never from a fixed guess: a run that
+ * trained in tight memory must not fail at its evaluation. */
+#include "base/err.h"
+#include "nn/zoo.h"
+#include "train/run_int.h"
+#include "train/weights.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
+                    bfit_stream **out)
+{
+    bfit_stream_cfg sc;
+    memset(&sc, 0, sizeof sc);
+    sc.seed = r->cfg.seed;
+    sc.shuffle = shuffle;
+    sc.max_take = max_take;
+    sc.prefetch = prefetch;
+    sc.aug_crop_pad = augment ? 2 : 0;
+    sc.aug_hflip = augment;
+    sc.norm_mean = r->s.mean;
+    sc.norm_std = r->s.std;
+    return bfit_stream_new(d, &sc, out);
+}
+
+/* The largest eval micro-batch up to want that fits what is free now. The
+ * eval plan counts the parameters and the model's statistics, which are
+ * held already: they come back into the budget. The margin is kept if it
+ * can be; if not even 1 fits within it, the bare capacity is used. */
+static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int want, int *m)
+{
+    uint64_t counted = bfit_model_param_bytes(M) + BFIT_MODEL_STATS_BYTES, cap = bfit_arena_capacity(a);
+    uint64_t held = cap - bfit_arena_available(a), other = held > counted ? held - counted : 0;
+    uint64_t with_margin = bfit_plan_budget(cap, margin), bare = bfit_arena_available(a) + counted;
+    char s1[32], s2[32];
+    bfit_plan p1;
+    int rc;
+
+    rc = bfit_plan_max_batch(M, NULL, 0, with_margin > other ? with_margin - other : 0, want, m, &p1);
+    if (rc == BFIT_OK && *m == 0)
+        rc = bfit_plan_max_batch(M, NULL, 0, bare, want, m, &p1);
+    if (rc == BFIT_OK && *m == 0)
+        rc = bfit_fail_field(BFIT_ENOMEM, "memory", "evaluation needs %s at micro-batch 1 but only %s is free",
+                             bfit_format_size(p1.peak, s1, sizeof s1), bfit_format_size(bare, s2, sizeof s2));
+    return rc;
+}
+
+/* The first n samples of the stream's epoch 0 (n 0: all) in micro-batches
+ * of m, through host staging of at least m samples. */
+static int evaluate(bfit_model *M, bfit_stream *s, const bfit_dataset *d, int m, int64_t n, float *sx, int32_t *sy,
+                    bfit_eval_info *ev)
+{
+    bfit_cursor c0 = {0, 0};
+    int64_t seen = 0;
+    double loss, right;
+    int rc;
+
+    if ((rc = bfit_stream_seek(s, c0)) != BFIT_OK || (rc = bfit_model_stats_reset(M)) != BFIT_OK)
+        return rc;
+    if (!n || n > bfit_dataset_count(d))
+        n = bfit_dataset_count(d);
+    while (seen < n) {
+        int want = (int)(n - seen < m ? n - seen : m), got;
+        if ((rc = bfit_model_reserve(M, want, 0)) != BFIT_OK)
+            return bfit_fail_prefix(rc, "evaluation with micro-batch %d: ", want);
+        if ((rc = bfit_stream_take(s, want, sx, sy, &got)) != BFIT_OK)
+            return rc;
+        if (got != want)
+            return bfit_fail(BFIT_ESTATE, "evaluation: the stream gave %d samples, expected %d", got, want);
+        if ((rc = bfit_model_set_input(M, sx, sy, got)) != BFIT_OK || (rc = bfit_model_forward(M, 0)) != BFIT_OK)
+            return rc;
+        seen += got;
+    }
+    if ((rc = bfit_model_stats_read(M, &loss, &right)) != BFIT_OK)
+        return rc;
+    ev->test_loss = loss / (double)seen;
+    ev->test_acc = right / (double)seen;
+    ev->samples = seen;
+    ev->m = m;
+    return BFIT_OK;
+}
+
+int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
+{
+    int m, rc;
+
+    memset(ev, 0, sizeof *ev);
+    /* evaluation reuses the step's memory: release it first */
+    bfit_model_unreserve(r->s.M);
+    rc = choose_eval_batch(r->s.M, r->s.arena, r->cfg.margin, r->eval_m, &m);
+    if (rc == BFIT_OK)
+        rc = evaluate(r->s.M, r->te, r->s.test, m, r->cfg.eval_samples, r->stage_x, r->stage_y, ev);
+    bfit_model_unreserve(r->s.M);
+    if (rc != BFIT_OK)
+        return rc;
+    ev->epoch = r->epoch + (r->taken > 0); /* max_steps may stop inside an epoch */
+    ev->step = r->step;
+    ev->train_loss = r->ep_count ? r->ep_loss / (double)r->ep_count : 0;
+    ev->epoch_seconds = bfit_now() - r->ep_t0;
+    r->res.test_loss = ev->test_loss;
+    r->res.test_acc = ev->test_acc;
+    r->res.epochs = ev->epoch;
+    bfit_log_event(&r->lg, "eval",
+                   "\"epoch\":%d,\"step\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,"
+                   "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d",
+                   ev->epoch, (long long)ev->step, ev->train_loss, ev->test_loss, ev->test_acc, (long long)ev->samples,
+                   ev->epoch_seconds, m);
+    bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples), %.1f s",
+                 ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, 100 * ev->test_acc, (long long)ev->samples,
+                 ev->epoch_seconds);
+    if (r->cfg.on_eval)
+        r->cfg.on_eval(r->cfg.cb_ud, ev);
+    return BFIT_OK;
+}
+
+/* The normalisation training used, saved with the weights: C values each
+ * into mean/std (*found 0 for a file without them). */
+static int saved_norm(const bfit_eval_cfg *cfg, float **mean, float **std, int *found)
+{
+    bfit_graph_desc g;
+    bfit_model *shape_only = NULL;
+    int rc = bfit_model_source_load(cfg->model, &g), c;
+
+    *found = 0;
+    if (rc == BFIT_OK) {
+        rc = bfit_model_new(&g, NULL, NULL, &shape_only);
+        bfit_graph_fini(&g);
+    }
+    if (rc != BFIT_OK)
+        return rc;
+    c = shape_only->input.c;
+    bfit_model_free(shape_only);
+    *mean = calloc((size_t)c, sizeof **mean);
+    *std = calloc((size_t)c, sizeof **std);
+    if (!*mean || !*std)
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    return bfit_weights_read_norm(cfg->weights, c, *mean, *std, found);
+}
+
+static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float *std, bfit_session *s)
+{
+    bfit_session_cfg c;
+    int rc;
+    memset(&c, 0, sizeof c);
+    c.model = cfg->model;
+    c.data = cfg->data;
+    c.want_test = 1;
+    c.device = cfg->device;
+    c.device_name = cfg->device_name;
+    c.memory = cfg->memory;
+    c.threads = cfg->threads;
+    c.normalize = cfg->normalize;
+    c.given_mean = mean;
+    c.given_std = std;
+    rc = bfit_session_open_model(s, &c);
+    if (rc == BFIT_OK)
+        rc = bfit_session_open_data(s, &c);
+    if (rc == BFIT_OK)
+        rc = bfit_model_alloc_params(s->M, 0);
+    if (rc == BFIT_OK)
+        rc = bfit_weights_load(s->M, cfg->weights);
+    return rc;
+}
+
+int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n)
+{
+    bfit_session s;
+    bfit_stream *st = NULL;
+    bfit_stream_cfg sc;
+    bfit_eval_info ev;
+    float *mean = NULL, *std = NULL, *sx = NULL;
+    int32_t *sy = NULL;
+    int rc, m, found = 0;
+
+    memset(&s, 0, sizeof s);
+    if (cfg->normalize && (rc = saved_norm(cfg, &mean, &std, &found)) != BFIT_OK)
+        goto out;
+    if ((rc = eval_session(cfg, found ? mean : NULL, found ? std : NULL, &s)) != BFIT_OK ||
+        (rc = choose_eval_batch(s.M, s.arena, 0, cfg->batch ? cfg->batch : 1000, &m)) != BFIT_OK)
+        goto out;
+    memset(&sc, 0, sizeof sc);
+    sc.max_take = m;
+    sc.prefetch = 1;
+    sc.norm_mean = s.mean;
+    sc.norm_std = s.std;
+    sx = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(s.M->input));
+    sy = malloc(sizeof(int32_t) * (size_t)m);
+    if (!sx || !sy)
+        rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
+    if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st)) == BFIT_OK &&
+        (rc = evaluate(s.M, st, s.test, m, cfg->samples, sx, sy, &ev)) == BFIT_OK) {
+        *loss = ev.test_loss;
+        *acc = ev.test_acc;
+        *n = ev.samples;
+    }
+out:
+    bfit_stream_free(st);
+    bfit_session_close(&s);
+    free(mean);
+    free(std);
+    free(sx);
+    free(sy);
+    return rc;
+}

@@ -1,0 +1,389 @@
+/* run.c - setting a training run up: checking the configuration, the
+ * session (device, arena, model, data), the controller with the plan as its
+ * memory model, parameters, optimizer, gradient norms and streams. */
+#include "base/err.h"
+#include "train/run_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+bfit_train_cfg bfit_train_cfg_default(void)
+{
+    bfit_train_cfg c;
+    memset(&c, 0, sizeof c);
+    c.data = "fashion-mnist";
+    c.batch = 128;
+    c.epochs = 1;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    c.lr = 0.05;
+    c.sched = bfit_lr_schedule_default(BFIT_SCHED_CONSTANT);
+    c.seed = 1;
+    c.margin = 0.1;
+    c.prefetch = 1;
+    c.normalize = 1;
+    c.progress_interval = 10;
+    c.lr_rule = -1;
+    c.rewarmup_steps = 100;
+    return c;
+}
+
+/* Find out now, not after hours of training, that the weights cannot be
+ * written. */
+static int check_save_dir(const char *save)
+{
+    char dir[4096];
+    const char *slash = strrchr(save, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - save) : 1, slash ? save : ".");
+    if (!dir[0])
+        snprintf(dir, sizeof dir, "/");
+    if (access(dir, W_OK) != 0)
+        return bfit_fail_field(BFIT_EIO, "save", "%s: cannot write into directory '%s': %s", save, dir,
+                               strerror(errno));
+    return BFIT_OK;
+}
+
+static int check_cfg(const bfit_train_cfg *c)
+{
+    if (!c->adaptive && c->batch < 1)
+        return bfit_fail_field(BFIT_EINVAL, "batch", "must be at least 1, got %d", c->batch);
+    if (c->epochs < 1)
+        return bfit_fail_field(BFIT_EINVAL, "epochs", "must be at least 1, got %d", c->epochs);
+    if (c->micro_batch < 0)
+        return bfit_fail_field(BFIT_EINVAL, "micro_batch", "must be 0 (auto) or at least 1, got %d", c->micro_batch);
+    if (!(c->lr > 0) || !isfinite(c->lr))
+        return bfit_fail_field(BFIT_EINVAL, "lr", "must be a positive number, got %g", c->lr);
+    if (!(c->margin >= 0 && c->margin < 1))
+        return bfit_fail_field(BFIT_EINVAL, "margin", "must be in [0, 1), got %g", c->margin);
+    if (c->batch_instead_of_decay && c->sched.kind != BFIT_SCHED_STEP)
+        return bfit_fail_field(BFIT_EINVAL, "batch_instead_of_decay",
+                               "needs a step schedule (schedule step with a step size and gamma)");
+    if (c->batch_instead_of_decay && (c->adaptive || c->batch_schedule))
+        return bfit_fail_field(BFIT_EINVAL, "batch_instead_of_decay",
+                               "cannot be combined with an adaptive batch or a batch schedule");
+    if (c->model == NULL)
+        return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
+    if (c->save)
+        return check_save_dir(c->save);
+    return bfit_optim_cfg_check(&c->opt);
+}
+
+static uint64_t plan_bytes(void *ud, int m)
+{
+    plan_ctx *pc = ud;
+    bfit_plan p;
+    unsigned h = (unsigned)m * 2654435761u % PLAN_MEMO;
+    if (pc->memo_m[h] == m)
+        return pc->memo_b[h];
+    if (bfit_plan_compute(pc->M, pc->opt, m, 1, &p) != BFIT_OK)
+        return UINT64_MAX;
+    pc->memo_m[h] = m;
+    pc->memo_b[h] = p.peak + pc->extra;
+    return pc->memo_b[h];
+}
+
+/* Smith et al. 2017: where the lr would fall by gamma, the batch grows by
+ * 1/gamma instead and the lr stays (rule none for these changes). */
+static int batch_instead_of_decay(bfit_run *r, bfit_controller_config *cc)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    int64_t at = 0;
+    double e = c->batch;
+    int n = 0, cap = c->batch_max > 0 ? c->batch_max : (int)(r->per_epoch < (1 << 20) ? r->per_epoch : 1 << 20);
+    while (n < BFIT_BATCH_SCHEDULE_MAX && e <= cap) {
+        r->sched_pts[n].at = at;
+        r->sched_pts[n].by_epoch = 0;
+        r->sched_pts[n].batch = (int)(e + 0.5);
+        n++;
+        at += r->sched.step_size;
+        e /= r->sched.gamma;
+    }
+    cc->schedule = r->sched_pts;
+    cc->nschedule = n;
+    cc->rule = BFIT_LR_NONE;
+    r->sched.kind = BFIT_SCHED_CONSTANT;
+    return n;
+}
+
+static void controller_config(bfit_run *r, bfit_controller_config *cc)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    bfit_model *M = r->s.M;
+
+    bfit_controller_config_default(cc);
+    cc->plan_bytes = plan_bytes;
+    cc->plan_ud = &r->pc;
+    cc->fixed_bytes = bfit_model_param_bytes(M) + bfit_model_grad_bytes(M) + BFIT_MODEL_STATS_BYTES +
+                      bfit_optim_state_bytes(&c->opt, M->trainable, M->ntrainable) + r->pc.extra;
+    cc->capacity = r->base_capacity;
+    cc->margin = c->margin;
+    cc->micro_batch = c->micro_batch;
+    cc->batch = c->batch;
+    cc->adaptive = c->adaptive;
+    cc->batch_min = c->batch_min;
+    cc->batch_max = c->batch_max;
+    cc->rule = c->lr_rule >= 0 ? (bfit_lr_rule)c->lr_rule
+                               : c->opt.kind == BFIT_OPT_ADAMW ? BFIT_LR_SQRT : BFIT_LR_LINEAR;
+    cc->rewarmup_steps = c->rewarmup_steps;
+    if (c->batch_schedule) {
+        cc->schedule = c->batch_schedule;
+        cc->nschedule = c->nbatch_schedule;
+    } else if (c->batch_instead_of_decay) {
+        batch_instead_of_decay(r, cc);
+    }
+}
+
+/* Say how far from fitting a model is that does not fit even m = 1. */
+int run_plan_fits_msg(bfit_run *r, uint64_t budget)
+{
+    bfit_plan p1;
+    char s1[32], s2[32];
+    if (bfit_plan_compute(r->s.M, &r->cfg.opt, 1, 1, &p1) != BFIT_OK)
+        return BFIT_ENOMEM;
+    return bfit_fail_field(BFIT_ENOMEM, "memory", "training needs %s even at micro-batch 1, but %s is allowed "
+                                                  "(memory less the margin)",
+                           bfit_format_size(p1.peak + r->pc.extra, s1, sizeof s1),
+                           bfit_format_size(budget, s2, sizeof s2));
+}
+
+static int open_session(bfit_run *r)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    bfit_session_cfg sc;
+    int rc;
+
+    memset(&sc, 0, sizeof sc);
+    sc.model = c->model;
+    sc.data = c->data;
+    sc.test_data = c->test_data;
+    sc.given_train = c->train_set;
+    sc.given_test = c->test_set;
+    sc.want_train = sc.want_test = 1;
+    sc.device = c->device;
+    sc.device_name = c->device_name;
+    sc.host = c->host;
+    sc.memory = c->memory;
+    sc.threads = c->threads;
+    sc.normalize = c->normalize;
+    sc.seed = c->seed;
+    rc = bfit_session_open_model(&r->s, &sc);
+    if (rc == BFIT_OK)
+        rc = bfit_session_open_data(&r->s, &sc);
+    return rc;
+}
+
+/* Parameters, optimizer, gradient norms: the fixed part, in the plan's
+ * order of categories. */
+static int take_fixed(bfit_run *r)
+{
+    bfit_model *M = r->s.M;
+    int rc = bfit_model_alloc_params(M, 1);
+    if (rc == BFIT_OK)
+        rc = bfit_model_init_params(M, r->cfg.seed);
+    if (rc == BFIT_OK)
+        rc = bfit_optim_new(&r->cfg.opt, M->trainable, M->ntrainable, r->s.dev, r->s.arena, &r->opt);
+    if (rc == BFIT_OK && r->pc.extra)
+        rc = bfit_gradnorm_new(M->trainable, M->ntrainable, r->cfg.adaptive, r->s.dev, r->s.arena, &r->gn);
+    return rc;
+}
+
+/* The staging on the host and the streams: both hold the largest
+ * micro-batch ever taken. */
+static int open_streams(bfit_run *r, const bfit_controller_config *cc)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    int64_t numel = bfit_shape_numel(r->s.M->input);
+    int rc;
+
+    r->max_take = c->adaptive ? (c->batch_max > 0 ? c->batch_max : 4096) : c->batch;
+    for (int i = 0; i < cc->nschedule; i++)
+        if (cc->schedule[i].batch > r->max_take)
+            r->max_take = cc->schedule[i].batch;
+    r->eval_m = c->eval_batch ? c->eval_batch : 1000;
+    {
+        int most = r->max_take > r->eval_m ? r->max_take : r->eval_m;
+        r->stage_x = malloc(sizeof(float) * (size_t)most * (size_t)numel);
+        r->stage_y = malloc(sizeof(int32_t) * (size_t)most);
+    }
+    r->micro_sq = calloc(MAX_MICRO, sizeof *r->micro_sq);
+    r->micro_n = calloc(MAX_MICRO, sizeof *r->micro_n);
+    if (!r->stage_x || !r->stage_y || !r->micro_sq || !r->micro_n)
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for the staging of %d samples", r->max_take);
+    rc = run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch, c->augment, &r->tr);
+    if (rc == BFIT_OK)
+        rc = run_open_stream(r, r->s.test, 0, r->eval_m, c->prefetch, 0, &r->te);
+    return rc;
+}
+
+/* Cosine over the whole run unless told otherwise. */
+static int finish_schedule(bfit_run *r)
+{
+    int64_t steps_per_epoch = (r->per_epoch + r->d.batch - 1) / r->d.batch;
+    bfit_lr_schedule *s = &r->sched;
+    if (s->kind == BFIT_SCHED_COSINE && s->total_steps == 0) {
+        s->total_steps = steps_per_epoch * r->cfg.epochs;
+        if (r->cfg.max_steps && r->cfg.max_steps < s->total_steps)
+            s->total_steps = r->cfg.max_steps;
+        if (s->total_steps <= s->warmup_steps)
+            s->total_steps = s->warmup_steps + 1;
+    }
+    return bfit_lr_schedule_check(s);
+}
+
+static void log_start(bfit_run *r, const bfit_controller_config *cc)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    bfit_device_info di;
+    bfit_device_info_get(r->s.dev, &di);
+    if (r->s.train_own && r->s.test_own &&
+        !strcmp(bfit_dataset_source(r->s.train_own), bfit_dataset_source(r->s.test_own))) {
+        /* a single file has no test split: say so rather than report training accuracy as a test */
+        bfit_log_event(&r->lg, "warning", "\"what\":\"no separate test split: evaluating on the training data\"");
+        bfit_log_say(&r->lg, "batchfit: warning: %s has no separate test split, so \"test\" figures are on the "
+                             "training data; give a test data set", c->data);
+    }
+    bfit_log_event(&r->lg, "start",
+                   "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
+                   "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
+                   "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"threads\":%d,\"adaptive\":%d",
+                   c->model, c->data ? c->data : "(given)", (long long)bfit_model_param_count(r->s.M), r->d.batch,
+                   r->d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
+                   bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
+                   di.name, di.threads, c->adaptive);
+    bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) of "
+                         "%lld samples",
+                 c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->d.batch, r->d.m,
+                 r->d.k, c->epochs, (long long)r->per_epoch);
+}
+
+static int setup(bfit_run *r)
+{
+    bfit_controller_config cc;
+    int64_t ntrain;
+    int rc;
+
+    if ((rc = open_session(r)) != BFIT_OK || (rc = bfit_log_open(&r->lg, r->cfg.log, r->cfg.human,
+                                                                 r->cfg.progress_interval)) != BFIT_OK)
+        return rc;
+    r->log_open = 1;
+    if (r->cfg.fail_nth_alloc)
+        bfit_arena_fail_nth(r->s.arena, r->cfg.fail_nth_alloc);
+    run_apply_memory_schedule(r, 0);
+    r->base_capacity = bfit_arena_capacity(r->s.arena);
+    ntrain = bfit_dataset_count(r->s.train);
+    r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
+    r->pc.M = r->s.M;
+    r->pc.opt = &r->cfg.opt;
+    if (r->cfg.adaptive || r->cfg.clip > 0)
+        r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->cfg.adaptive);
+    r->sched = r->cfg.sched;
+    controller_config(r, &cc);
+    rc = bfit_controller_new(&cc, &r->ctl);
+    if (rc == BFIT_ENOMEM)
+        return run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
+    if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
+        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK || (rc = finish_schedule(r)) != BFIT_OK)
+        return rc;
+    r->m = r->d.m;
+    log_start(r, &cc);
+    return BFIT_OK;
+}
+
+int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
+{
+    bfit_run *r;
+    int rc;
+
+    *out = NULL;
+    if ((rc = check_cfg(cfg)) != BFIT_OK)
+        return rc;
+    r = calloc(1, sizeof *r);
+    if (!r)
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    r->cfg = *cfg;
+    r->ep_t0 = bfit_now();
+    rc = setup(r);
+    if (rc != BFIT_OK) {
+        bfit_run_finish(r, rc);
+        bfit_run_free(r);
+        return rc;
+    }
+    *out = r;
+    return BFIT_OK;
+}
+
+void bfit_run_free(bfit_run *r)
+{
+    if (!r)
+        return;
+    if (r->log_open)
+        bfit_log_close(&r->lg);
+    bfit_stream_free(r->tr);
+    bfit_stream_free(r->te);
+    bfit_gradnorm_free(r->gn);
+    bfit_optim_free(r->opt);
+    bfit_controller_free(r->ctl);
+    bfit_session_close(&r->s);
+    free(r->stage_x);
+    free(r->stage_y);
+    free(r->micro_sq);
+    free(r->micro_n);
+    free(r);
+}
+
+int bfit_run_done(const bfit_run *r)
+{
+    if (r->cfg.max_steps && r->step >= r->cfg.max_steps)
+        return 1;
+    return r->epoch >= r->cfg.epochs;
+}
+
+void bfit_run_result(const bfit_run *r, bfit_train_result *res)
+{
+    bfit_arena_stats st;
+    *res = r->res;
+    res->steps = r->step;
+    res->samples = r->samples;
+    res->seconds = r->train_time;
+    res->micro_batch = r->m;
+    bfit_arena_stats_get(r->s.arena, &st);
+    res->peak_bytes = st.peak;
+}
+
+void bfit_run_finish(bfit_run *r, int rc)
+{
+    if (!r->log_open)
+        return;
+    if (rc == BFIT_OK) {
+        bfit_train_result res;
+        bfit_run_result(r, &res);
+        bfit_log_event(&r->lg, "end",
+                       "\"steps\":%lld,\"samples\":%lld,\"test_acc\":%.6f,\"train_seconds\":%.3f,\"peak\":%llu,"
+                       "\"ooms\":%d,\"batch_changes\":%d",
+                       (long long)res.steps, (long long)res.samples, res.test_acc, res.seconds,
+                       (unsigned long long)res.peak_bytes, res.ooms, res.batch_changes);
+        return;
+    }
+    {
+        /* the message, as a JSON string */
+        char esc[2048];
+        const char *m = bfit_errmsg();
+        size_t j = 0;
+        for (size_t i = 0; m[i] && j + 7 < sizeof esc; i++) {
+            unsigned char ch = (unsigned char)m[i];
+            if (ch == '"' || ch == '\\') {
+                esc[j++] = '\\';
+                esc[j++] = (char)ch;
+            } else if (ch < 0x20) {
+                j += (size_t)snprintf(esc + j, sizeof esc - j, "\\u%04x", ch);
+            } else {
+                esc[j++] = (char)ch;
+            }
+        }
+        esc[j] = '\0';
+        bfit_log_event(&r->lg, "error", "\"step\":%lld,\"epoch\":%d,\"code\":\"%s\",\"field\":\"%s\",\"message\":\"%s\"",
+                       (long long)r->step, r->epoch + 1, bfit_strerror(rc), bfit_errfield(), esc);
+    }
+}

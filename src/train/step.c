@@ -1,0 +1,279 @@
+/* step.c - one optimizer step of a run.
+ *
+ * An optimizer step consumes exactly E samples (the last of an epoch may
+ * have fewer) in micro-batches of m; the loss is normalised by the samples
+ * in the step, so the gradient does not depend on the split. Every
+ * micro-step reserves its memory before it computes (OOM-atomic); on an
+ * out-of-memory the micro-batch shrinks to what the plan says fits now and
+ * the same samples are taken again: they are still in the host staging, so
+ * the stream is not rewound. */
+#include "base/err.h"
+#include "train/run_int.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The step's blocks held now count as free: any m may take them. */
+static uint64_t free_for_step(const bfit_run *r)
+{
+    return bfit_arena_available(r->s.arena) + bfit_model_step_bytes(r->s.M);
+}
+
+void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now)
+{
+    r->res.batch_changes++;
+    bfit_log_event(&r->lg, "batch_change",
+                   "\"step\":%lld,\"reason\":\"%s\",\"m\":%d,\"prev_m\":%d,\"E\":%d,\"prev_E\":%d,"
+                   "\"lr_scale\":%.6g,\"free\":%llu,\"why\":\"%s\"",
+                   (long long)r->step, bfit_batch_reason_name(d->reason), d->m, prev_m, d->batch,
+                   d->reason == BFIT_REASON_OOM ? d->batch : d->prev_batch, d->lr_scale,
+                   (unsigned long long)free_now, d->why);
+    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->step, d->why);
+    if (r->cfg.on_batch_change)
+        r->cfg.on_batch_change(r->cfg.cb_ud, d, r->step);
+}
+
+/* Apply the memory schedule's changes due by step `upto` (another tenant
+ * taking or returning memory, simulated). The step's blocks are handed back
+ * on a change, so the next reservation is made under the new capacity. */
+int run_apply_memory_schedule(bfit_run *r, int64_t upto)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    int changed = 0;
+    char s1[32];
+    for (; r->nmem < c->nmemory_schedule && c->memory_schedule[r->nmem].step <= upto; r->nmem++) {
+        uint64_t cap = c->memory_schedule[r->nmem].capacity;
+        bfit_arena_set_capacity(r->s.arena, cap);
+        changed = 1;
+        bfit_log_event(&r->lg, "memory", "\"step\":%lld,\"capacity\":%llu", (long long)upto, (unsigned long long)cap);
+        bfit_log_say(&r->lg, "batchfit: step %lld: device capacity is now %s", (long long)upto,
+                     bfit_format_size(cap, s1, sizeof s1));
+    }
+    if (changed)
+        bfit_model_unreserve(r->s.M);
+    return changed;
+}
+
+static int model_has_batchnorm(const bfit_model *M)
+{
+    for (int i = 0; i < M->n; i++)
+        if (M->nodes[i].l->cfg.kind == BFIT_L_BATCHNORM)
+            return 1;
+    return 0;
+}
+
+/* The controller's decision for this step, logged when it changed. */
+static int decide(bfit_run *r)
+{
+    bfit_batch_decision *d = &r->d;
+    int rc = bfit_controller_next(r->ctl, r->step, r->epoch, d);
+    if (rc != BFIT_OK)
+        return rc;
+    if (d->reason != BFIT_REASON_NONE && d->reason != BFIT_REASON_START)
+        run_log_change(r, d, d->prev_m, free_for_step(r));
+    if (d->m != r->m)
+        bfit_model_unreserve(r->s.M); /* blocks sized for the new m, not kept from the old */
+    r->m = d->m;
+    if (d->split && !r->warned_bn && model_has_batchnorm(r->s.M)) {
+        r->warned_bn = 1;
+        bfit_log_event(&r->lg, "warning",
+                       "\"step\":%lld,\"what\":\"batch norm sees micro-batches of %d, not the effective batch %d\"",
+                       (long long)r->step, r->m, d->batch);
+        bfit_log_say(&r->lg, "batchfit: warning: batch norm computes its statistics over micro-batches of %d, "
+                             "not over the effective batch of %d (see docs/dynamic.md)", r->m, d->batch);
+    }
+    return BFIT_OK;
+}
+
+/* Reserve a micro-batch of want; on out-of-memory the controller shrinks m
+ * (nothing of this micro-batch ran) and *retry is set. */
+static int reserve(bfit_run *r, int want, int *retry)
+{
+    uint64_t free_now;
+    char s1[32];
+    int rc = bfit_model_reserve(r->s.M, want, 1);
+
+    *retry = 0;
+    if (rc != BFIT_ENOMEM)
+        return rc;
+    free_now = bfit_arena_available(r->s.arena);
+    rc = bfit_controller_on_oom(r->ctl, want, free_now, bfit_arena_capacity(r->s.arena), &r->d);
+    if (rc != BFIT_OK)
+        return bfit_fail_field(BFIT_ENOMEM, "memory", "out of memory: not even a micro-batch of 1 fits in the %s free",
+                               bfit_format_size(free_now, s1, sizeof s1));
+    r->res.ooms++;
+    run_log_change(r, &r->d, want, free_now);
+    r->m = r->d.m;
+    *retry = 1;
+    return BFIT_OK;
+}
+
+/* Samples [done, done + want) of the step, already staged at done. */
+static int micro_step(bfit_run *r, int E, int done, int want, int k)
+{
+    int64_t numel = bfit_shape_numel(r->s.M->input);
+    const float *x = r->stage_x + (size_t)done * (size_t)numel;
+    const int32_t *y = r->stage_y + done;
+    int rc;
+
+    if (r->cfg.on_samples)
+        r->cfg.on_samples(r->cfg.on_samples_ud, x, y, want);
+    rc = bfit_model_set_input(r->s.M, x, y, want);
+    if (rc == BFIT_OK)
+        rc = bfit_model_forward(r->s.M, r->cfg.seed * 1000003ull + r->micro++);
+    if (rc == BFIT_OK)
+        rc = bfit_model_backward(r->s.M, 1.0f / (float)E);
+    if (rc == BFIT_OK && r->cfg.adaptive && k < MAX_MICRO) {
+        /* this micro-batch's mean gradient is its increment times E/want */
+        double acc, dsq;
+        rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
+        r->full_sq = acc; /* after the last micro-batch: the step's mean gradient */
+        r->micro_sq[k] = dsq * ((double)E / want) * ((double)E / want);
+        r->micro_n[k] = want;
+    }
+    return rc;
+}
+
+/* The micro-steps of a step of E samples; *k gets their count. */
+static int micro_steps(bfit_run *r, int E, int *k)
+{
+    int done = 0, got, rc;
+
+    /* the step's samples, staged once: a retry after an out-of-memory
+     * takes the very same ones */
+    rc = bfit_stream_take(r->tr, E, r->stage_x, r->stage_y, &got);
+    if (rc != BFIT_OK)
+        return rc;
+    if (got != E)
+        return bfit_fail(BFIT_ESTATE, "the training stream gave %d samples, expected %d", got, E);
+    *k = 0;
+    while (done < E) {
+        int want = E - done < r->m ? E - done : r->m, retry;
+        if ((rc = reserve(r, want, &retry)) != BFIT_OK)
+            return rc;
+        if (retry)
+            continue;
+        if ((rc = micro_step(r, E, done, want, *k)) != BFIT_OK)
+            return rc;
+        done += want;
+        (*k)++;
+    }
+    return BFIT_OK;
+}
+
+/* Clip, update, zero the gradients. */
+static int update(bfit_run *r, double *lr)
+{
+    int rc = BFIT_OK;
+    if (r->cfg.clip > 0)
+        rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, NULL);
+    *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->step) * r->d.lr_scale;
+    if (rc == BFIT_OK)
+        rc = bfit_optim_step(r->opt, *lr);
+    if (rc == BFIT_OK)
+        rc = bfit_model_zero_grads(r->s.M);
+    if (rc == BFIT_OK && r->cfg.adaptive)
+        rc = bfit_gradnorm_track_reset(r->gn);
+    return rc;
+}
+
+static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *secs)
+{
+    bfit_step_stats ss;
+    memset(&ss, 0, sizeof ss);
+    ss.step = r->step;
+    ss.epoch = r->epoch;
+    ss.samples = E;
+    ss.seconds = *secs = bfit_now() - t0;
+    ss.data_seconds = bfit_stream_wait_seconds(r->tr) - wait0;
+    ss.free_bytes = free_for_step(r);
+    ss.capacity = bfit_arena_capacity(r->s.arena);
+    if (r->cfg.adaptive && k >= 2 && k <= MAX_MICRO) {
+        ss.nmicro = k;
+        ss.micro_sqnorm = r->micro_sq;
+        ss.micro_size = r->micro_n;
+        ss.full_sqnorm = r->full_sq;
+    }
+    return bfit_controller_observe(r->ctl, &ss);
+}
+
+static void report_step(bfit_run *r, bfit_step_info *in)
+{
+    bfit_arena_stats st;
+    double el = bfit_now() - r->ep_t0, bn = 0;
+    char s1[32], s2[32];
+    int have_bn = bfit_controller_noise_scale(r->ctl, &bn) == BFIT_OK;
+
+    bfit_arena_stats_get(r->s.arena, &st);
+    in->noise_scale = have_bn ? bn : 0;
+    in->mem = st.current;
+    in->capacity = st.capacity;
+    if (have_bn)
+        r->res.noise_scale = bn;
+    bfit_log_event(&r->lg, "step",
+                   "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,\"k\":%d,\"E\":%d,"
+                   "\"mem\":%llu,\"capacity\":%llu,\"seconds\":%.6f,\"noise_scale\":%.4g",
+                   (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->samples, in->m, in->k,
+                   in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
+                   in->noise_scale);
+    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f samples/s  m %d x %d = %d  mem %s / %s",
+                      in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->ep_loss / (double)r->ep_count,
+                      (double)r->taken / (el > 0 ? el : 1e-9), in->m, in->k, in->batch,
+                      bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
+}
+
+int bfit_run_step(bfit_run *r, bfit_step_info *info)
+{
+    bfit_step_info in;
+    double t0, wait0, loss;
+    int E, k = 0, rc;
+
+    if (bfit_run_done(r))
+        return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
+    if (r->taken == 0) {
+        r->ep_t0 = bfit_now();
+        r->ep_loss = 0;
+        r->ep_count = 0;
+    }
+    if ((rc = decide(r)) != BFIT_OK)
+        return rc;
+    E = (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
+    t0 = bfit_now();
+    wait0 = bfit_stream_wait_seconds(r->tr);
+    memset(&in, 0, sizeof in);
+    if ((rc = bfit_model_stats_reset(r->s.M)) != BFIT_OK || (rc = micro_steps(r, E, &k)) != BFIT_OK ||
+        (rc = update(r, &in.lr)) != BFIT_OK || (rc = bfit_model_stats_read(r->s.M, &loss, NULL)) != BFIT_OK)
+        return rc;
+    if (!isfinite(loss))
+        return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", loss,
+                               (long long)r->step + 1);
+    run_apply_memory_schedule(r, r->step + 1);
+    if ((rc = observe(r, E, k, t0, wait0, &in.seconds)) != BFIT_OK)
+        return rc;
+    r->train_time += in.seconds;
+    in.step = r->step++;
+    in.epoch = r->epoch;
+    in.batch = E;
+    in.m = r->m;
+    in.k = k;
+    in.loss = loss / E;
+    r->taken += E;
+    r->samples += E;
+    r->ep_loss += loss;
+    r->ep_count += E;
+    r->res.last_batch = r->d.batch;
+    in.epoch_end = r->taken >= r->per_epoch;
+    report_step(r, &in);
+    if (in.epoch_end) {
+        r->res.train_loss = r->ep_loss / (double)r->ep_count;
+        r->epoch++;
+        r->taken = 0;
+        if (!bfit_run_done(r))
+            bfit_stream_next_epoch(r->tr);
+    }
+    if (r->cfg.on_step)
+        r->cfg.on_step(r->cfg.cb_ud, &in);
+    if (info)
+        *info = in;
+    return BFIT_OK;
+}
