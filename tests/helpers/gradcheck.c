@@ -10,47 +10,53 @@
 #include <cmocka.h>
 
 #include "gradcheck.h"
+#include "tdev.h"
 
 typedef struct gc_ctx {
-    bfit_arena *arena;
-    bfit_device *dev;
+    tdev t;
     bfit_layer *l;
     int m, nin;
-    float *x[2], *dx[2], *y, *dy, *r;
+    tbuf x[BFIT_LAYER_MAXIN], dx[BFIT_LAYER_MAXIN], y, dy, labels, stats;
+    tbuf pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP];
+    float *r;                /* the random weights of the checked sum */
     void *saved, *ws_f, *ws_b;
-    int32_t *labels;
-    int64_t nx[2], ny;
+    int64_t nx[BFIT_LAYER_MAXIN], ny;
     uint64_t seed;
 } gc_ctx;
 
+/* Upload inputs and parameters as the host has them, forward, and return
+ * the checked scalar. */
 static double forward_loss(gc_ctx *c, int *ok)
 {
     bfit_fwd_args a;
-    double loss = 0, s = 0;
+    double s = 0;
+
+    for (int i = 0; i < c->nin; i++)
+        tbuf_up(&c->t, &c->x[i]);
+    for (int i = 0; i < c->l->nparams; i++)
+        tbuf_up(&c->t, &c->pdata[i]);
+    memset(TB_F(c->stats), 0, 16);
+    tbuf_up(&c->t, &c->stats);
     memset(&a, 0, sizeof a);
     a.m = c->m;
     a.training = 1;
-    a.x[0] = c->x[0];
-    a.x[1] = c->x[1];
-    a.y = c->y;
+    for (int i = 0; i < c->nin; i++)
+        a.x[i] = c->x[i].d;
+    a.y = c->y.d;
     a.saved = c->saved;
     a.ws = c->ws_f;
     a.seed = c->seed;
-    a.labels = c->labels;
-    a.loss = &loss;
+    a.labels = c->labels.d;
+    a.stats = c->stats.d;
     *ok = bfit_layer_forward(c->l, &a) == BFIT_OK;
-    if (c->l->cfg.kind == BFIT_L_XENT)
-        return loss;
+    if (c->l->cfg.kind == BFIT_L_XENT) {
+        tbuf_down(&c->t, &c->stats);
+        return ((double *)c->stats.h)[0];
+    }
+    tbuf_down(&c->t, &c->y);
     for (int64_t j = 0; j < c->ny; j++)
-        s += (double)c->y[j] * c->r[j];
+        s += (double)TB_F(c->y)[j] * c->r[j];
     return s;
-}
-
-static void *xalloc(size_t n)
-{
-    void *p = aligned_alloc(64, BFIT_ALIGN_UP(n ? n : 1));
-    memset(p, 0, BFIT_ALIGN_UP(n ? n : 1));
-    return p;
 }
 
 static double rel_err(double a, double f)
@@ -59,7 +65,7 @@ static double rel_err(double a, double f)
     return d / s;
 }
 
-/* Check one tensor: v (values perturbed), g (analytic gradient). */
+/* Check one tensor: v (host values, perturbed), g (analytic gradient). */
 static void check_tensor(gc_ctx *c, const gc_case *k, float *v, const float *g, int64_t n,
                          const char *what, gc_result *r)
 {
@@ -96,113 +102,142 @@ static void check_tensor(gc_ctx *c, const gc_case *k, float *v, const float *g, 
     }
 }
 
+/* Parameters: PyTorch-style init on the host, then moved off it (gamma=1,
+ * beta=0) so the check exercises them; gradients zeroed on the device. */
+static void setup_params(gc_ctx *c)
+{
+    float *host[BFIT_LAYER_MAXP];
+    for (int i = 0; i < c->l->nparams; i++) {
+        bfit_param *p = &c->l->params[i];
+        int64_t n = bfit_param_numel(p);
+        c->pdata[i] = tbuf_new(&c->t, (size_t)n * 4);
+        p->data = c->pdata[i].d;
+        host[i] = TB_F(c->pdata[i]);
+        if (p->trainable) {
+            c->pgrad[i] = tbuf_new(&c->t, (size_t)n * 4);
+            memset(c->pgrad[i].h, 0, (size_t)n * 4);
+            tbuf_up(&c->t, &c->pgrad[i]);
+            p->grad = c->pgrad[i].d;
+        }
+    }
+    if (c->l->vt->init_params)
+        c->l->vt->init_params(c->l, c->seed, host);
+    for (int i = 0; i < c->l->nparams; i++) {
+        bfit_param *p = &c->l->params[i];
+        int64_t n = bfit_param_numel(p);
+        float *tmp;
+        if (!p->trainable)
+            continue;
+        tmp = malloc((size_t)n * 4);
+        bfit_fill_uniform(tmp, n, 0.3f, c->seed + 100 + (uint64_t)i);
+        for (int64_t j = 0; j < n; j++)
+            host[i][j] += tmp[j];
+        free(tmp);
+    }
+}
+
+static void setup_buffers(gc_ctx *c, const gc_case *k)
+{
+    for (int i = 0; i < k->nin; i++) {
+        c->nx[i] = (int64_t)c->m * bfit_shape_numel(k->in[i]);
+        c->x[i] = tbuf_new(&c->t, (size_t)c->nx[i] * 4);
+        c->dx[i] = tbuf_new(&c->t, (size_t)c->nx[i] * 4);
+        bfit_fill_uniform(TB_F(c->x[i]), c->nx[i], 1.0f, c->seed + 10 + (uint64_t)i);
+    }
+    c->ny = (int64_t)c->m * bfit_shape_numel(c->l->out);
+    c->y = tbuf_new(&c->t, (size_t)c->ny * 4);
+    c->dy = tbuf_new(&c->t, (size_t)c->ny * 4);
+    c->r = malloc((size_t)c->ny * 4);
+    bfit_fill_uniform(c->r, c->ny, 1.0f, c->seed + 20);
+    memcpy(c->dy.h, c->r, (size_t)c->ny * 4);
+    tbuf_up(&c->t, &c->dy);
+    c->saved = tdev_alloc(&c->t, c->l->need.saved);
+    c->ws_f = tdev_alloc(&c->t, c->l->need.ws_fwd);
+    c->ws_b = tdev_alloc(&c->t, c->l->need.ws_bwd);
+    c->labels = tbuf_new(&c->t, (size_t)c->m * 4);
+    c->stats = tbuf_new(&c->t, 16);
+    for (int i = 0; i < c->m; i++)
+        TB_I(c->labels)[i] = k->cfg.kind == BFIT_L_XENT ? (int32_t)((c->seed + (uint64_t)i * 7) % (uint64_t)k->in[0].c) : 0;
+    tbuf_up(&c->t, &c->labels);
+}
+
+static int backward(gc_ctx *c, const gc_case *k)
+{
+    bfit_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.m = c->m;
+    for (int i = 0; i < k->nin; i++) {
+        b.x[i] = c->x[i].d;
+        b.dx[i] = c->dx[i].d;
+    }
+    b.y = c->y.d;
+    b.dy = k->cfg.kind == BFIT_L_XENT ? NULL : c->dy.d;
+    b.saved = c->saved;
+    b.ws = c->ws_b;
+    b.labels = c->labels.d;
+    b.loss_scale = 1.0f;
+    if (bfit_layer_backward(c->l, &b) != BFIT_OK)
+        return -1;
+    /* the analytic gradients come to the host once; the forwards below
+     * upload the host's values and leave these copies alone */
+    for (int i = 0; i < k->nin; i++)
+        tbuf_down(&c->t, &c->dx[i]);
+    for (int i = 0; i < c->l->nparams; i++)
+        if (c->l->params[i].trainable)
+            tbuf_down(&c->t, &c->pgrad[i]);
+    return 0;
+}
+
+static void cleanup(gc_ctx *c)
+{
+    for (int i = 0; i < BFIT_LAYER_MAXIN; i++) {
+        if (c->x[i].d)
+            tbuf_free(&c->t, &c->x[i]);
+        if (c->dx[i].d)
+            tbuf_free(&c->t, &c->dx[i]);
+    }
+    for (int i = 0; i < BFIT_LAYER_MAXP; i++) {
+        if (c->pdata[i].d)
+            tbuf_free(&c->t, &c->pdata[i]);
+        if (c->pgrad[i].d)
+            tbuf_free(&c->t, &c->pgrad[i]);
+    }
+    free(c->r);
+    bfit_layer_free(c->l);
+    tdev_close(&c->t); /* releases the rest */
+}
+
 int gc_run(const gc_case *k, gc_result *res)
 {
     gc_ctx c;
     char err[256];
     int rc = -1, ok;
-    bfit_bwd_args b;
-    float *pgrad_copy[BFIT_LAYER_MAXP] = {0};
-    float *dx_copy[2] = {0};
 
     memset(&c, 0, sizeof c);
     memset(res, 0, sizeof *res);
     c.m = k->m;
     c.nin = k->nin;
     c.seed = k->seed ? k->seed : 1234;
-    c.arena = bfit_arena_new(1ull << 32, NULL);
-    if (bfit_device_cpu_new(c.arena, 1, &c.dev) != BFIT_OK) {
-        printf("gradcheck %s: device: %s\n", k->label, bfit_errmsg());
-        goto out;
-    }
-    if (bfit_layer_new(&k->cfg, c.dev, k->in, k->nin, &c.l, err, sizeof err) != BFIT_OK) {
+    tdev_open(&c.t, 1);
+    if (bfit_layer_new(&k->cfg, c.t.dev, k->in, k->nin, &c.l, err, sizeof err) != BFIT_OK) {
         printf("gradcheck %s: layer: %s\n", k->label, err);
         goto out;
     }
-    for (int i = 0; i < c.l->nparams; i++) {
-        bfit_param *p = &c.l->params[i];
-        int64_t n = bfit_param_numel(p);
-        p->data = xalloc((size_t)n * 4);
-        if (p->trainable)
-            p->grad = xalloc((size_t)n * 4);
-    }
-    if (c.l->vt->init_params)
-        c.l->vt->init_params(c.l, c.seed);
-    /* move trainable params off their init (e.g. gamma=1, beta=0) so the
-     * check exercises them */
-    for (int i = 0; i < c.l->nparams; i++) {
-        bfit_param *p = &c.l->params[i];
-        int64_t n = bfit_param_numel(p);
-        if (!p->trainable)
-            continue;
-        float *tmp = xalloc((size_t)n * 4);
-        bfit_fill_uniform(tmp, n, 0.3f, c.seed + 100 + (uint64_t)i);
-        for (int64_t j = 0; j < n; j++)
-            p->data[j] += tmp[j];
-        free(tmp);
-    }
+    setup_params(&c);
     if (bfit_layer_prepare(c.l, c.m, 1) != BFIT_OK) {
         printf("gradcheck %s: prepare: %s\n", k->label, bfit_errmsg());
         goto out;
     }
-    for (int i = 0; i < k->nin; i++) {
-        c.nx[i] = (int64_t)c.m * bfit_shape_numel(k->in[i]);
-        c.x[i] = xalloc((size_t)c.nx[i] * 4);
-        c.dx[i] = xalloc((size_t)c.nx[i] * 4);
-        bfit_fill_uniform(c.x[i], c.nx[i], 1.0f, c.seed + 10 + (uint64_t)i);
-    }
-    c.ny = (int64_t)c.m * bfit_shape_numel(c.l->out);
-    c.y = xalloc((size_t)c.ny * 4);
-    c.dy = xalloc((size_t)c.ny * 4);
-    c.r = xalloc((size_t)c.ny * 4);
-    bfit_fill_uniform(c.r, c.ny, 1.0f, c.seed + 20);
-    memcpy(c.dy, c.r, (size_t)c.ny * 4);
-    c.saved = xalloc(c.l->need.saved);
-    c.ws_f = xalloc(c.l->need.ws_fwd);
-    c.ws_b = xalloc(c.l->need.ws_bwd);
-    c.labels = xalloc((size_t)c.m * 4);
-    if (k->cfg.kind == BFIT_L_XENT)
-        for (int i = 0; i < c.m; i++)
-            c.labels[i] = (int32_t)((c.seed + (uint64_t)i * 7) % (uint64_t)k->in[0].c);
-
+    setup_buffers(&c, k);
     forward_loss(&c, &ok);
-    if (!ok) {
-        printf("gradcheck %s: forward: %s\n", k->label, bfit_errmsg());
+    if (!ok || backward(&c, k) != 0) {
+        printf("gradcheck %s: %s: %s\n", k->label, ok ? "backward" : "forward", bfit_errmsg());
         goto out;
-    }
-    memset(&b, 0, sizeof b);
-    b.m = c.m;
-    b.x[0] = c.x[0];
-    b.x[1] = c.x[1];
-    b.y = c.y;
-    b.dy = k->cfg.kind == BFIT_L_XENT ? NULL : c.dy;
-    b.dx[0] = c.dx[0];
-    b.dx[1] = c.dx[1];
-    b.saved = c.saved;
-    b.ws = c.ws_b;
-    b.labels = c.labels;
-    b.loss_scale = 1.0f;
-    if (bfit_layer_backward(c.l, &b) != BFIT_OK) {
-        printf("gradcheck %s: backward: %s\n", k->label, bfit_errmsg());
-        goto out;
-    }
-    /* keep the analytic gradients: forward calls below may not touch them,
-     * but copying makes the comparison independent of that */
-    for (int i = 0; i < k->nin; i++) {
-        dx_copy[i] = xalloc((size_t)c.nx[i] * 4);
-        memcpy(dx_copy[i], c.dx[i], (size_t)c.nx[i] * 4);
-    }
-    for (int i = 0; i < c.l->nparams; i++) {
-        bfit_param *p = &c.l->params[i];
-        if (!p->trainable)
-            continue;
-        pgrad_copy[i] = xalloc((size_t)bfit_param_numel(p) * 4);
-        memcpy(pgrad_copy[i], p->grad, (size_t)bfit_param_numel(p) * 4);
     }
     for (int i = 0; i < k->nin; i++) {
         char what[32];
         snprintf(what, sizeof what, "d input%d", i);
-        check_tensor(&c, k, c.x[i], dx_copy[i], c.nx[i], what, res);
+        check_tensor(&c, k, TB_F(c.x[i]), TB_F(c.dx[i]), c.nx[i], what, res);
     }
     for (int i = 0; i < c.l->nparams; i++) {
         bfit_param *p = &c.l->params[i];
@@ -210,32 +245,11 @@ int gc_run(const gc_case *k, gc_result *res)
         if (!p->trainable)
             continue;
         snprintf(what, sizeof what, "d %s", p->name);
-        check_tensor(&c, k, p->data, pgrad_copy[i], bfit_param_numel(p), what, res);
+        check_tensor(&c, k, TB_F(c.pdata[i]), TB_F(c.pgrad[i]), bfit_param_numel(p), what, res);
     }
     rc = 0;
 out:
-    for (int i = 0; i < 2; i++) {
-        free(c.x[i]);
-        free(c.dx[i]);
-        free(dx_copy[i]);
-    }
-    if (c.l) {
-        for (int i = 0; i < c.l->nparams; i++) {
-            free(c.l->params[i].data);
-            free(c.l->params[i].grad);
-            free(pgrad_copy[i]);
-        }
-    }
-    free(c.y);
-    free(c.dy);
-    free(c.r);
-    free(c.saved);
-    free(c.ws_f);
-    free(c.ws_b);
-    free(c.labels);
-    bfit_layer_free(c.l);
-    bfit_device_free(c.dev);
-    bfit_arena_free(c.arena);
+    cleanup(&c);
     return rc;
 }
 

@@ -13,7 +13,7 @@ typedef struct gc_case {
     const char *label;
     bfit_layer_cfg cfg;
     int nin;
-    bfit_shape in[2];
+    bfit_shape in[BFIT_LAYER_MAXIN];
     int m;
     double h;          /* FD step; 0: 1e-2 */
     double tol;        /* max relative error; 0: 2e-2 */

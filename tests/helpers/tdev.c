@@ -1,0 +1,69 @@
+/* tdev.c - a device and paired host/device buffers for tests. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "tdev.h"
+
+void tdev_open(tdev *t, int threads)
+{
+    bfit_cpu_cfg c = bfit_cpu_cfg_default();
+    c.threads = threads;
+    memset(t, 0, sizeof *t);
+    if (bfit_device_cpu_new(&c, &t->dev) != BFIT_OK)
+        fail_msg("device: %s", bfit_errmsg());
+    t->arena = bfit_device_arena_new(t->dev, 4ull << 30);
+    assert_non_null(t->arena);
+}
+
+void tdev_close(tdev *t)
+{
+    bfit_arena_free(t->arena);
+    bfit_device_free(t->dev);
+    memset(t, 0, sizeof *t);
+}
+
+void *tdev_alloc(tdev *t, size_t n)
+{
+    void *p = NULL;
+    if (bfit_arena_alloc(t->arena, n ? n : 1, BFIT_MEM_OTHER, &p) != BFIT_OK)
+        fail_msg("device allocation of %zu bytes: %s", n, bfit_errmsg());
+    return p;
+}
+
+void tdev_release(tdev *t, void *p) { bfit_arena_release(t->arena, p); }
+
+tbuf tbuf_new(tdev *t, size_t bytes)
+{
+    tbuf b;
+    size_t sz = BFIT_ALIGN_UP(bytes ? bytes : 1);
+    b.bytes = bytes;
+    b.h = aligned_alloc(64, sz);
+    assert_non_null(b.h);
+    memset(b.h, 0xff, sz);
+    b.d = tdev_alloc(t, bytes);
+    return b;
+}
+
+void tbuf_free(tdev *t, tbuf *b)
+{
+    free(b->h);
+    tdev_release(t, b->d);
+    memset(b, 0, sizeof *b);
+}
+
+void tbuf_up(tdev *t, const tbuf *b)
+{
+    if (bfit_device_upload(t->dev, b->d, b->h, b->bytes) != BFIT_OK)
+        fail_msg("upload: %s", bfit_errmsg());
+}
+
+void tbuf_down(tdev *t, tbuf *b)
+{
+    if (bfit_device_download(t->dev, b->h, b->d, b->bytes) != BFIT_OK)
+        fail_msg("download: %s", bfit_errmsg());
+}
