@@ -5,6 +5,7 @@
  * states the rules; the comments here say why. */
 #include "batchfit.h"
 #include "base/err.h"
+#include "batch/solve.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -15,7 +16,6 @@
 
 /* Sizes past a bisection's answer that are also tried: a plan can be smaller
  * at some m than at m - 1 (oneDNN picks another algorithm). */
-#define PROBE 8
 /* Micro-batches whose throughput is remembered (least recently used go). */
 #define NTPUT 32
 /* Measurements before a micro-batch's throughput is trusted. */
@@ -248,10 +248,7 @@ static int check_config(const bfit_controller_config *cfg)
 
 /* ---- memory --------------------------------------------------------------- */
 
-static uint64_t budget(const bfit_controller *c)
-{
-    return (uint64_t)((double)c->capacity * (1.0 - c->cfg.margin));
-}
+static uint64_t budget(const bfit_controller *c) { return bfit_budget(c->capacity, c->cfg.margin); }
 
 /* The one predicate: the whole step within the budget, its blocks within
  * what is free. */
@@ -264,35 +261,10 @@ static int fits(const bfit_controller *c, int m)
     return need - (need < c->cfg.fixed_bytes ? need : c->cfg.fixed_bytes) <= c->free;
 }
 
-/* The largest m in [1, hi] that fits, 0 if none: bisection as if the plan
- * grew with m, then PROBE sizes above its answer for the exceptions; one
- * that fits restarts the bisection above it. Whatever it returns fits. */
-static int largest_fit(const bfit_controller *c, int hi)
-{
-    int lo = 0, again = 1;
+static int fits_cb(void *ud, int m) { return fits(ud, m); }
 
-    if (hi < 1)
-        return 0;
-    if (fits(c, hi))
-        return hi;
-    while (again) {
-        int top = hi; /* fits(lo) or lo == 0; !fits(top) */
-        while (top - lo > 1) {
-            int mid = lo + (top - lo) / 2;
-            if (fits(c, mid))
-                lo = mid;
-            else
-                top = mid;
-        }
-        again = 0;
-        for (int m = lo + 2; m <= lo + PROBE && m < hi; m++)
-            if (fits(c, m))
-                again = m;
-        if (again)
-            lo = again;
-    }
-    return lo;
-}
+/* The largest m in [1, hi] that fits, 0 if none. */
+static int largest_fit(const bfit_controller *c, int hi) { return bfit_largest_fit(fits_cb, (void *)c, hi); }
 
 /* The largest micro-batch E allows: at most E, the fixed one if set, and in
  * adaptive mode half of E (rounded up) so every step has two micro-batches

@@ -1,6 +1,7 @@
 /* plan.c - summing the categories of a step and solving for the largest m. */
 #include "base/err.h"
 #include "batch/plan.h"
+#include "batch/solve.h"
 
 #include <math.h>
 #include <string.h>
@@ -36,11 +37,36 @@ int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int train
     return BFIT_OK;
 }
 
+/* The predicate the solver asks: a plan at m within the budget. A plan that
+ * cannot be made (an error) does not fit; the error is kept for the caller. */
+typedef struct fit_ctx {
+    bfit_model *M;
+    const bfit_optim_cfg *opt;
+    int training, rc;
+    uint64_t budget;
+} fit_ctx;
+
+static int plan_fits(void *ud, int m)
+{
+    fit_ctx *f = ud;
+    bfit_plan p;
+    int rc;
+    if (f->rc != BFIT_OK)
+        return 0;
+    rc = bfit_plan_compute(f->M, f->opt, m, f->training, &p);
+    if (rc != BFIT_OK) {
+        f->rc = rc;
+        return 0;
+    }
+    return p.peak <= f->budget;
+}
+
 int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
                         int *m_out, bfit_plan *p1)
 {
+    fit_ctx f = {M, opt, training, BFIT_OK, budget};
     bfit_plan p;
-    int lo, hi, rc;
+    int rc, m;
 
     *m_out = 0;
     if (limit < 1)
@@ -52,50 +78,14 @@ int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, 
         *p1 = p;
     if (p.peak > budget)
         return BFIT_OK;
-    /* invariant: lo fits; hi+1 does not fit or is past the limit */
-    lo = 1;
-    hi = limit;
-    rc = bfit_plan_compute(M, opt, hi, training, &p);
-    if (rc != BFIT_OK)
-        return rc;
-    if (p.peak <= budget) {
-        *m_out = hi;
-        return BFIT_OK;
-    }
-    hi--;
-    while (lo < hi) {
-        int mid = lo + (hi - lo + 1) / 2;
-        rc = bfit_plan_compute(M, opt, mid, training, &p);
-        if (rc != BFIT_OK)
-            return rc;
-        if (p.peak <= budget)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    /* The peak is nondecreasing but for oneDNN's scratchpads, which can
-     * shrink at some m (a plain-layout backward-weights convolution on 2
-     * threads took half as much at odd m as at even m): look a few sizes
-     * past the bisection for one that fits after all. */
-    for (int k = lo + 1; k <= lo + BFIT_PLAN_PROBE && k <= limit; k++) {
-        rc = bfit_plan_compute(M, opt, k, training, &p);
-        if (rc != BFIT_OK)
-            return rc;
-        if (p.peak <= budget)
-            lo = k;
-    }
-    *m_out = lo;
+    m = bfit_largest_fit(plan_fits, &f, limit);
+    if (f.rc != BFIT_OK)
+        return f.rc;
+    *m_out = m;
     return BFIT_OK;
 }
 
-uint64_t bfit_plan_budget(uint64_t capacity, double margin)
-{
-    if (!(margin > 0))
-        return capacity;
-    if (margin >= 1)
-        return 0;
-    return (uint64_t)((double)capacity * (1.0 - margin));
-}
+uint64_t bfit_plan_budget(uint64_t capacity, double margin) { return bfit_budget(capacity, margin); }
 
 int bfit_plan_max_batch_fraction(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t capacity,
                                  double fraction, int limit, int *m_out, bfit_plan *p1)

@@ -24,21 +24,14 @@ typedef struct bfit_plan {
 /* Plan for micro-batch m. opt NULL: no optimizer state (eval, or find). */
 int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int training, bfit_plan *p);
 
-/* Sizes past the bisection the solver also tries (see below). */
-#define BFIT_PLAN_PROBE 8
-
 /* The largest m in [1, limit] whose planned peak fits in budget bytes
- * (peak <= budget). Returns BFIT_OK with *m_out = 0 when even m = 1 does not
- * fit (p1, if not NULL, gets the plan for m = 1 so callers can say by how
- * much). The peak is nondecreasing in m up to oneDNN's scratchpads, which
- * can be smaller at some m than at m - 1: this bisects, then tries the
- * BFIT_PLAN_PROBE sizes above the answer. Whatever it returns fits. */
+ * (peak <= budget), by bfit_largest_fit (batch/solve.h). Returns BFIT_OK
+ * with *m_out = 0 when even m = 1 does not fit (p1, if not NULL, gets the
+ * plan for m = 1 so callers can say by how much). Whatever it returns fits. */
 int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
                         int *m_out, bfit_plan *p1);
 
-/* What a capacity allows after a safety margin in [0, 1): capacity * (1 -
- * margin), rounded down. The margin leaves room for what the plan cannot see
- * (a co-tenant, allocator slack on other devices). */
+/* bfit_budget (batch/solve.h): capacity * (1 - margin), rounded down. */
 uint64_t bfit_plan_budget(uint64_t capacity, double margin);
 
 /* The largest m in [1, limit] whose whole step (fixed part included) takes
@@ -65,5 +58,29 @@ typedef struct bfit_plan_line {
 /* Fit the line through p[0..n); needs two plans with different m
  * (BFIT_EINVAL otherwise). Pure. */
 int bfit_plan_line_fit(const bfit_plan *p, int n, bfit_plan_line *out);
+
+/* What `batchfit plan` reports, computed (src/batch/plan_report.c). */
+#define BFIT_PLAN_LIMIT (1 << 20)   /* the largest batch the solver looks for */
+#define BFIT_PLAN_REPORT_MAX 16     /* sizes asked for */
+typedef struct bfit_plan_report {
+    uint64_t memory, budget;        /* budget: memory less the margin */
+    double margin;
+    int training;
+    int m_margin, m_full;           /* largest batch within the budget / the whole memory (0: none) */
+    bfit_plan p1;                   /* m = 1 */
+    bfit_plan shown[BFIT_PLAN_REPORT_MAX + 1];
+    int nshown;
+    bfit_plan_line line;            /* through the two largest shown (or the one and the next) */
+    int affine;                     /* every plan with m >= 2 lies on the line (up to padding) */
+    int affine1;                    /* and so does m = 1 */
+    double dev_signed, dev1;        /* plan - line at line.dev_m, and at m = 1 */
+    bfit_mem_cat dev_cat, dev1_cat; /* the categories that stray most there */
+} bfit_plan_report;
+
+/* Plan the sizes batches[0..nbatch) (sorted; nbatch 0: 1, 2 and the largest
+ * that fits the budget), find the largest batch with and without the margin,
+ * fit the per-sample line and check every plan made against it. */
+int bfit_plan_report_make(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t memory, double margin,
+                          const int *batches, int nbatch, bfit_plan_report *r);
 
 #endif

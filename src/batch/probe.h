@@ -157,4 +157,9 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res);
  * bound) for a tolerance and a threshold. Pure; bfit_probe_run calls it. */
 void bfit_probe_analyse(bfit_probe_result *res, double tolerance, double data_threshold);
 
+/* Write the find chart (throughput and memory against the micro-batch) as an
+ * SVG file, atomically (src/batch/find_chart.c). */
+int bfit_probe_chart_save(const char *path, const char *model, double tolerance, double margin,
+                          const bfit_probe_result *r);
+
 #endif

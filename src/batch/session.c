@@ -20,7 +20,7 @@ static int open_device(bfit_session *s, const bfit_session_cfg *c)
     }
     cpu.threads = c->threads;
     cpu.host = c->host;
-    rc = bfit_device_open(c->device_name ? c->device_name : "cpu", &cpu, &s->dev_own);
+    rc = bfit_device_open(c->device_name, &cpu, &s->dev_own);
     s->dev = s->dev_own;
     return rc;
 }

@@ -15,7 +15,7 @@ typedef struct bfit_session_cfg {
     const bfit_dataset *given_train, *given_test; /* use these instead of loading `data` */
     int want_train, want_test;                /* splits to have (train is loaded anyway to normalise) */
     bfit_device *device;                      /* use this device (not owned); NULL: open one */
-    const char *device_name;                  /* else open this (bfit_device_open; NULL: cpu) */
+    const char *device_name;                  /* else open this (bfit_device_open; NULL: auto) */
     const bfit_host_alloc *host;              /* CPU device blocks from here (NULL: aligned_alloc) */
     uint64_t memory;                          /* arena capacity; 0: what the device has free */
     int threads;                              /* CPU threads; 0: OpenMP's setting */

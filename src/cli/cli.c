@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void cli_error(const char *fmt, ...)
 {
@@ -90,4 +91,37 @@ int cli_size(const char *opt, const char *v, uint64_t *out)
         return -1;
     }
     return 0;
+}
+
+void cli_lib_error(void)
+{
+    const char *msg = bfit_errmsg(), *field = bfit_errfield();
+    size_t n = strlen(field);
+    char flag[80];
+
+    /* the library names a configuration field ("micro_batch: ..."); the
+     * command line calls it an option (--micro-batch) */
+    if (n && n + 3 < sizeof flag && !strncmp(msg, field, n) && msg[n] == ':') {
+        snprintf(flag, sizeof flag, "--%s", field);
+        for (char *c = flag; *c; c++)
+            if (*c == '_')
+                *c = '-';
+        cli_error("%s%s", flag, msg + n);
+        return;
+    }
+    cli_error("%s", msg);
+}
+
+int cli_device_check(const char *opt, const char *v)
+{
+    if (!strcmp(v, "cpu") || !strcmp(v, "auto") || !strcmp(v, "cuda"))
+        return 0;
+    if (!strncmp(v, "cuda:", 5) && v[5]) {
+        char *end;
+        long i = strtol(v + 5, &end, 10);
+        if (!*end && i >= 0 && i <= 1024)
+            return 0;
+    }
+    cli_error("%s: unknown device '%s': expected cpu, cuda, cuda:N (a GPU index) or auto", opt, v);
+    return -1;
 }

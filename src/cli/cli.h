@@ -18,6 +18,11 @@ int cli_size(const char *opt, const char *v, uint64_t *out);
 void cli_bad_option(const char *name);
 /* Report the first argument getopt left over, if any; returns -1 then. */
 int cli_no_extra(int argc, char **argv);
+/* Print the library's last error, naming the option where the library
+ * names a configuration field. */
+void cli_lib_error(void);
+/* Check a --device value (cpu, cuda, cuda:N, auto); -1 after a usage error. */
+int cli_device_check(const char *opt, const char *v);
 /* "Try 'batchfit CMD --help'." after a usage error. */
 int cli_usage_hint(const char *cmd);
 

@@ -22,6 +22,8 @@ static void help(void)
          "  --samples N         evaluate the first N test samples (default: all)\n"
          "  --memory SIZE       device memory capacity (default: available RAM)\n"
          "  --threads N         CPU threads (default: all cores)\n"
+         "  --device NAME       cpu, cuda, cuda:N or auto (default auto: a GPU when\n"
+         "                      present and built with CUDA, else cpu)\n"
          "  --no-normalize      do not normalise inputs (by default the mean/std saved with\n"
          "                      the weights at training are applied)\n"
          "  --json              print the result as JSON\n"
@@ -29,7 +31,7 @@ static void help(void)
          "Exit status: 0 evaluated, 1 failed, 2 usage error.");
 }
 
-enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_BATCH, O_SAMPLES, O_MEMORY, O_THREADS, O_NO_NORM, O_JSON, O_HELP };
+enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_BATCH, O_SAMPLES, O_MEMORY, O_THREADS, O_NO_NORM, O_JSON, O_HELP, O_DEVICE };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, O_MODEL},     {"weights", required_argument, 0, O_WEIGHTS},
@@ -37,6 +39,7 @@ static const struct option opts[] = {
     {"samples", required_argument, 0, O_SAMPLES}, {"memory", required_argument, 0, O_MEMORY},
     {"threads", required_argument, 0, O_THREADS}, {"no-normalize", no_argument, 0, O_NO_NORM},
     {"json", no_argument, 0, O_JSON},             {"help", no_argument, 0, O_HELP},
+    {"device", required_argument, 0, O_DEVICE},
     {0, 0, 0, 0}};
 
 int cmd_eval(int argc, char **argv)
@@ -63,6 +66,7 @@ int cmd_eval(int argc, char **argv)
         case O_MEMORY: if (cli_size("--memory", optarg, &c.memory)) return cli_usage_hint("eval"); break;
         case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return cli_usage_hint("eval"); c.threads = (int)v; break;
         case O_NO_NORM: c.normalize = 0; break;
+        case O_DEVICE: if (cli_device_check("--device", optarg)) return cli_usage_hint("eval"); c.device_name = optarg; break;
         case O_JSON: json = 1; break;
         case O_HELP: help(); return EXIT_OK;
         default:
@@ -77,7 +81,7 @@ int cmd_eval(int argc, char **argv)
         return cli_usage_hint("eval");
     }
     if (bfit_evaluate(&c, &loss, &acc, &n) != BFIT_OK) {
-        cli_error("%s", bfit_errmsg());
+        cli_lib_error();
         return EXIT_FAIL;
     }
     if (json)

@@ -5,6 +5,8 @@
 #include "base/err.h"
 #include "batch/probe.h"
 #include "base/atomic.h"
+#include "batch/solve.h"
+#include "base/text.h"
 #include "cli/cli.h"
 #include "nn/zoo.h"
 
@@ -62,6 +64,8 @@ static void help(void)
          "  --largest-only        skip the throughput measurement\n"
          "Run:\n"
          "  --threads N           CPU threads (default: all cores)\n"
+         "  --device NAME         cpu, cuda, cuda:N or auto (default auto: a GPU when one\n"
+         "                        is present and batchfit was built with CUDA, else cpu)\n"
          "  --seed N              init, shuffling and dropout seed (default 1)\n"
          "  --plot FILE           write an SVG chart of throughput and memory against\n"
          "                        batch size\n"
@@ -78,7 +82,7 @@ static void help(void)
 
 enum {
     O_MODEL = 256, O_DATA, O_AUGMENT, O_NO_NORM, O_NO_PREFETCH, O_MEMORY, O_MARGIN, O_OPT, O_MOM, O_LIMIT,
-    O_TOL, O_WARMUP, O_REPEATS, O_DATA_THR, O_LARGEST_ONLY, O_THREADS, O_SEED, O_PLOT, O_JSON, O_HELP
+    O_TOL, O_WARMUP, O_REPEATS, O_DATA_THR, O_LARGEST_ONLY, O_THREADS, O_SEED, O_PLOT, O_JSON, O_HELP, O_DEVICE
 };
 
 static const struct option opts[] = {
@@ -92,6 +96,7 @@ static const struct option opts[] = {
     {"largest-only", no_argument, 0, O_LARGEST_ONLY}, {"threads", required_argument, 0, O_THREADS},
     {"seed", required_argument, 0, O_SEED},          {"plot", required_argument, 0, O_PLOT},
     {"json", no_argument, 0, O_JSON},                {"help", no_argument, 0, O_HELP},
+    {"device", required_argument, 0, O_DEVICE},
     {0, 0, 0, 0}};
 
 typedef struct args {
@@ -142,6 +147,7 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) goto usage; a->c.threads = (int)v; break;
         case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) goto usage; a->c.seed = (uint64_t)v; break;
         case O_PLOT: a->plot = optarg; break;
+        case O_DEVICE: if (cli_device_check("--device", optarg)) goto usage; a->c.device_name = optarg; break;
         case O_JSON: a->json = 1; break;
         case O_HELP: help(); *done = 1; return EXIT_OK;
         default:
@@ -181,7 +187,7 @@ static int parse_args(int argc, char **argv, args *a, int *done)
     if (a->mom_set)
         a->c.opt.momentum = a->momentum;
     if (bfit_optim_cfg_check(&a->c.opt) != BFIT_OK) {
-        cli_error("%s", bfit_errmsg());
+        cli_lib_error();
         goto usage;
     }
     return 0;
@@ -192,41 +198,7 @@ usage:
 
 static const char *fmt(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
 
-/* 1863690 -> "1,863,690" */
-static const char *thousands(double x, char *buf, size_t n)
-{
-    char t[32];
-    int len = snprintf(t, sizeof t, "%.0f", x), j = 0;
-    for (int i = 0; i < len && (size_t)j + 2 < n; i++) {
-        if (i > 0 && t[i - 1] != '-' && (len - i) % 3 == 0)
-            buf[j++] = ',';
-        buf[j++] = t[i];
-    }
-    buf[j] = '\0';
-    return buf;
-}
 
-static const char *fmt_secs(double s, char *buf, size_t n)
-{
-    if (s < 1e-3)
-        snprintf(buf, n, "%.0f us", s * 1e6);
-    else if (s < 1)
-        snprintf(buf, n, "%.2f ms", s * 1e3);
-    else
-        snprintf(buf, n, "%.2f s", s);
-    return buf;
-}
-
-/* The smallest --memory whose budget under this margin holds need bytes. */
-static uint64_t memory_for(uint64_t need, double margin)
-{
-    uint64_t m = (uint64_t)((double)need / (1.0 - margin));
-    while (bfit_plan_budget(m, margin) < need)
-        m++;
-    while (m > need && bfit_plan_budget(m - 1, margin) >= need)
-        m--;
-    return m;
-}
 
 static const char *optim_desc(const bfit_optim_cfg *o, char *buf, size_t n)
 {
@@ -257,7 +229,7 @@ static void print_table(const bfit_probe_result *r)
         if (g->m == r->largest)
             strcat(mark, *mark ? ", largest" : "  largest");
         printf("%7d  %13s  %13s  %10s  %10s  %8.0f%%%s\n", g->m, fmt(g->planned_peak, b1), fmt(g->measured_peak, b2),
-               thousands(g->samples_per_s, b3, sizeof b3), fmt_secs(g->step_s, b4, sizeof b4), 100 * g->wait_share,
+               bfit_thousands(g->samples_per_s, b3, sizeof b3), bfit_format_secs(g->step_s, b4, sizeof b4), 100 * g->wait_share,
                mark);
     }
     if (r->next_refused)
@@ -271,7 +243,7 @@ static void print_human(const args *a, const bfit_probe_result *r)
     int file = bfit_model_source_is_file(a->c.model);
 
     printf("batchfit find: %s (%s) on %s: %s parameters, input %s, %d thread%s\n", a->c.model,
-           file ? "spec file" : "preset", a->c.data, thousands((double)r->params, b1, sizeof b1),
+           file ? "spec file" : "preset", a->c.data, bfit_thousands((double)r->params, b1, sizeof b1),
            bfit_shape_str(r->input, sh, sizeof sh), r->threads, r->threads == 1 ? "" : "s");
     printf("memory %s, margin %g%%: budget %s; optimizer %s; fixed part %s\n\n", fmt(r->capacity, b1),
            100 * a->c.probe.margin, fmt(r->budget, b2), optim_desc(&a->c.opt, b3, sizeof b3), fmt(r->p1.fixed, b4));
@@ -298,7 +270,7 @@ static void print_human(const args *a, const bfit_probe_result *r)
         const bfit_probe_rung *top = &r->rungs[r->nrungs - 1];
         printf("fastest batch: %d, the smallest within %g%% of the best measured throughput (%s samples/s at %d); "
                "throughput stops growing there",
-               rec->m, 100 * a->c.probe.tolerance, thousands(best->samples_per_s, b1, sizeof b1), best->m);
+               rec->m, 100 * a->c.probe.tolerance, bfit_thousands(best->samples_per_s, b1, sizeof b1), best->m);
         if (top->samples_per_s < (1 - a->c.probe.tolerance) * best->samples_per_s)
             printf(", and at the largest batch it is %.0f%% lower than the best",
                    100 * (1 - top->samples_per_s / best->samples_per_s));
@@ -426,234 +398,12 @@ static int print_json(const args *a, const bfit_probe_result *r)
     return 0;
 }
 
-/* ---- the chart ----------------------------------------------------------- */
-
-#define W 760
-#define PL 86   /* plot area left */
-#define PR 700  /* plot area right */
-#define T1 70   /* throughput panel top, bottom */
-#define B1 270
-#define T2 330  /* memory panel top, bottom */
-#define B2 530
-#define H 600
-
-typedef struct axis {
-    double lo, hi;   /* data range */
-    double px0, px1; /* pixels for lo, hi */
-} axis;
-
-static double ax(const axis *a, double v) { return a->px0 + (v - a->lo) / (a->hi - a->lo) * (a->px1 - a->px0); }
-
-/* A step of 1, 2 or 5 times a power of ten giving about n ticks to max. */
-static double nice_step(double max, int n)
+static int save_chart(const args *a, const bfit_probe_result *r)
 {
-    double raw = max / n, p = pow(10, floor(log10(raw))), f = raw / p;
-    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
-}
-
-static void xml_text(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '&')
-            fputs("&amp;", f);
-        else if (*s == '<')
-            fputs("&lt;", f);
-        else if (*s == '>')
-            fputs("&gt;", f);
-        else
-            fputc(*s, f);
-    }
-}
-
-/* Units that keep memory tick labels short. */
-static void mem_unit(uint64_t max, double *div, const char **name)
-{
-    if (max >= (3ull << 30)) {
-        *div = 1024.0 * 1024 * 1024;
-        *name = "GiB";
-    } else if (max >= (3ull << 20)) {
-        *div = 1024.0 * 1024;
-        *name = "MiB";
-    } else {
-        *div = 1024;
-        *name = "KiB";
-    }
-}
-
-static void y_ticks(FILE *f, const axis *y, double step, double div, int decimals)
-{
-    char b[32];
-    for (double v = 0; v <= y->hi * 1.0001; v += step) {
-        double py = ax(y, v);
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", PL, py, PR, py);
-        if (decimals)
-            snprintf(b, sizeof b, "%.*f", decimals, v / div);
-        else
-            thousands(v / div, b, sizeof b);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" class=\"tick\">%s</text>\n", PL - 6, py + 4, b);
-    }
-}
-
-static void x_ticks(FILE *f, const axis *x, int top, int bottom, int labels, int largest)
-{
-    double last_label = -1e9;
-    for (int64_t m = 1; m <= largest; m *= 2) {
-        double px = ax(x, log2((double)m));
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e4e4e4\"/>\n", px, top, px, bottom);
-        /* keep labels apart; the largest gets its own below */
-        if (labels && px - last_label >= 30 && ax(x, log2((double)largest)) - px >= 30) {
-            fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" class=\"tick\">%lld</text>\n", px, bottom + 16,
-                    (long long)m);
-            last_label = px;
-        }
-    }
-    if (labels)
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" class=\"tick\">%d</text>\n",
-                ax(x, log2((double)largest)), bottom + 16, largest);
-}
-
-static void write_svg(FILE *f, const args *a, const bfit_probe_result *r)
-{
-    axis x, y1, y2;
-    double best = r->rungs[r->best].samples_per_s, tol = a->c.probe.tolerance, div, step;
-    uint64_t mmax = r->capacity;
-    const char *unit;
-    char b1[32], b2[32];
-    int rec = r->rungs[r->recommended].m, dec;
-
-    x.lo = -0.4;
-    x.hi = log2((double)r->largest + 1) + 0.4;
-    x.px0 = PL;
-    x.px1 = PR;
-    y1.lo = 0;
-    step = nice_step(best * 1.1, 5);
-    y1.hi = ceil(best * 1.1 / step) * step;
-    y1.px0 = B1;
-    y1.px1 = T1;
-
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n", W, H, W, H);
-    fprintf(f, "<style>.tick{fill:#444;font-size:11px}.lab{fill:#222}.title{font-size:15px;font-weight:bold}"
-               ".note{font-size:11px}</style>\n");
-    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-    fprintf(f, "<text x=\"%d\" y=\"24\" class=\"title\">batchfit find: ", PL);
-    xml_text(f, a->c.model);
-    fprintf(f, ", memory %s, budget %s</text>\n", fmt(r->capacity, b1), fmt(r->budget, b2));
-    fprintf(f, "<text x=\"%d\" y=\"42\" class=\"note\">%d thread%s; largest batch %d, recommended %d (the "
-               "smallest within %g%% of the best throughput)</text>\n", PL, r->threads, r->threads == 1 ? "" : "s",
-            r->largest, rec, 100 * tol);
-
-    /* throughput panel */
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lab\" font-weight=\"bold\">training throughput (samples/s, "
-               "forward + backward, median)</text>\n", PL, T1 - 8);
-    y_ticks(f, &y1, step, 1, 0);
-    x_ticks(f, &x, T1, B1, 1, r->largest);
-    fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"#2ca02c\" fill-opacity=\"0.12\"/>\n", PL,
-            ax(&y1, best), PR - PL, ax(&y1, best * (1 - tol)) - ax(&y1, best));
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"note\" fill=\"#2a7a2a\">within %g%% of the best</text>\n",
-            PL + 6, ax(&y1, best) - 5, 100 * tol);
-    fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
-    for (int i = 0; i < r->nrungs; i++)
-        fprintf(f, "%.1f,%.1f ", ax(&x, log2(r->rungs[i].m)), ax(&y1, r->rungs[i].samples_per_s));
-    fprintf(f, "\"/>\n");
-    for (int i = 0; i < r->nrungs; i++)
-        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#1f77b4\"/>\n", ax(&x, log2(r->rungs[i].m)),
-                ax(&y1, r->rungs[i].samples_per_s));
-    {
-        double px = ax(&x, log2(rec)), py = ax(&y1, r->rungs[r->recommended].samples_per_s);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#2ca02c\" stroke-width=\"1.5\" "
-                   "stroke-dasharray=\"5,4\"/>\n", px, T1, px, B1);
-        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"none\" stroke=\"#2ca02c\" stroke-width=\"2\"/>\n",
-                px, py);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\" class=\"note\" fill=\"#2a7a2a\">recommended %d"
-                   "</text>\n", px + (px > (PL + PR) / 2 ? -5 : 5), B1 - 8, px > (PL + PR) / 2 ? "end" : "start", rec);
-    }
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, B1, PR, B1);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, T1, PL, B1);
-
-    /* memory panel */
-    mem_unit(mmax, &div, &unit);
-    y2.lo = 0;
-    step = nice_step((double)mmax * 1.05 / div, 5);
-    y2.hi = ceil((double)mmax * 1.05 / div / step) * step * div;
-    y2.px0 = B2;
-    y2.px1 = T2;
-    dec = step < 1 ? 1 : 0;
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lab\" font-weight=\"bold\">memory of a training step (%s)</text>\n",
-            PL, T2 - 8, unit);
-    y_ticks(f, &y2, step * div, div, dec);
-    x_ticks(f, &x, T2, B2, 1, r->largest);
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#888\" stroke-dasharray=\"2,3\"/>\n", PL,
-            ax(&y2, (double)r->capacity), PR, ax(&y2, (double)r->capacity));
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"note\" fill=\"#555\">memory %s</text>\n", PL + 6,
-            ax(&y2, (double)r->capacity) - 4, fmt(r->capacity, b1));
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#d62728\" stroke-dasharray=\"6,4\"/>\n", PL,
-            ax(&y2, (double)r->budget), PR, ax(&y2, (double)r->budget));
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"note\" fill=\"#b22222\">budget %s (memory less the %g%% "
-               "margin)</text>\n", PL + 6, ax(&y2, (double)r->budget) + 14, fmt(r->budget, b1),
-            100 * a->c.probe.margin);
-    fprintf(f, "<polyline fill=\"none\" stroke=\"#ff7f0e\" stroke-width=\"2\" points=\"");
-    for (int i = 0; i < r->nrungs; i++)
-        fprintf(f, "%.1f,%.1f ", ax(&x, log2(r->rungs[i].m)), ax(&y2, (double)r->rungs[i].planned_peak));
-    fprintf(f, "\"/>\n");
-    for (int i = 0; i < r->nrungs; i++) {
-        double px = ax(&x, log2(r->rungs[i].m)), py = ax(&y2, (double)r->rungs[i].measured_peak);
-        fprintf(f, "<path d=\"M%.1f,%.1f l8,8 m0,-8 l-8,8\" stroke=\"#222\" stroke-width=\"1.5\"/>\n", px - 4, py - 4);
-    }
-    {
-        double px = ax(&x, log2(r->largest));
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#d62728\" stroke-width=\"1.5\" "
-                   "stroke-dasharray=\"5,4\"/>\n", px, T2, px, B2);
-        if (r->largest < r->limit)
-            fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" class=\"note\" fill=\"#b22222\">largest %d "
-                       "(%d was refused)</text>\n", px - 5, B2 - 8, r->largest, r->largest + 1);
-        else
-            fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" class=\"note\" fill=\"#b22222\">largest %d "
-                       "(the limit)</text>\n", px - 5, B2 - 8, r->largest);
-    }
-    /* legend, in the lower left where the peaks are small */
-    fprintf(f, "<g class=\"note\" transform=\"translate(%d,%d)\">"
-               "<line x1=\"0\" y1=\"0\" x2=\"22\" y2=\"0\" stroke=\"#ff7f0e\" stroke-width=\"2\"/>"
-               "<text x=\"28\" y=\"4\">planned peak</text>"
-               "<path d=\"M7,14 l8,8 m0,-8 l-8,8\" stroke=\"#222\" stroke-width=\"1.5\"/>"
-               "<text x=\"28\" y=\"22\">measured peak of a real step</text></g>\n",
-            PL + 14, T2 + (B2 - T2) * 2 / 5);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, B2, PR, B2);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, T2, PL, B2);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"lab\">micro-batch size (log2 scale)</text>\n",
-            (PL + PR) / 2, B2 + 40);
-    fprintf(f, "</svg>\n");
-}
-
-/* Write the chart beside path under a temporary name, sync, rename: never
- * half a file. */
-static int save_svg(const char *path, const args *a, const bfit_probe_result *r)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    bfit_atomic_file af;
-    int rc;
-
-    if (!mem) {
-        cli_error("--plot %s: out of host memory", path);
-        return -1;
-    }
-    write_svg(mem, a, r);
-    if (fclose(mem) != 0 || !buf) {
-        cli_error("--plot %s: out of host memory", path);
-        free(buf);
-        return -1;
-    }
-    rc = bfit_atomic_open(&af, path);
-    if (rc == BFIT_OK)
-        rc = bfit_atomic_write(&af, buf, len);
-    if (rc == BFIT_OK)
-        rc = bfit_atomic_commit(&af);
-    if (rc != BFIT_OK)
-        cli_error("--plot %s", bfit_errmsg());
-    free(buf);
-    return rc == BFIT_OK ? 0 : -1;
+    if (bfit_probe_chart_save(a->plot, a->c.model, a->c.probe.tolerance, a->c.probe.margin, r) == BFIT_OK)
+        return 0;
+    cli_error("--plot %s: %s", a->plot, bfit_errmsg());
+    return -1;
 }
 
 /* ---- the command --------------------------------------------------------- */
@@ -664,7 +414,7 @@ static int explain_failure(const args *a, const bfit_probe_result *r, int rc)
     double margin = a->c.probe.margin;
 
     if (rc != BFIT_ENOMEM || r->no_fit == BFIT_PROBE_FITS) {
-        cli_error("%s", bfit_errmsg());
+        cli_lib_error();
         return EXIT_FAIL;
     }
     if (r->p1.bytes[BFIT_MEM_OPTIMIZER])
@@ -672,7 +422,7 @@ static int explain_failure(const args *a, const bfit_probe_result *r, int rc)
                  fmt(r->p1.bytes[BFIT_MEM_OPTIMIZER], b1));
     if (margin > 0)
         cli_error("%s: %s; give --memory of at least %s for batch 1 (%s with --margin 0)%s", a->c.model, bfit_errmsg(),
-                  fmt(memory_for(r->p1.peak + r->held_other, margin), b1), fmt(r->p1.peak + r->held_other, b2), hint);
+                  fmt(bfit_capacity_for(r->p1.peak + r->held_other, margin), b1), fmt(r->p1.peak + r->held_other, b2), hint);
     else
         cli_error("%s: %s; give --memory of at least %s for batch 1%s", a->c.model, bfit_errmsg(),
                   fmt(r->p1.peak + r->held_other, b1), hint);
@@ -710,7 +460,7 @@ int cmd_find(int argc, char **argv)
     fflush(stdout);
     ret = EXIT_OK;
     if (a.plot) {
-        if (save_svg(a.plot, &a, r))
+        if (save_chart(&a, r))
             ret = EXIT_FAIL;
         else if (!a.json)
             printf("chart: %s\n", a.plot);

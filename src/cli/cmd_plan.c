@@ -4,6 +4,8 @@
  * model is built on a device but nothing is ever reserved. */
 #include "base/err.h"
 #include "batch/plan.h"
+#include "batch/solve.h"
+#include "base/text.h"
 #include "cli/cli.h"
 #include "nn/zoo.h"
 
@@ -13,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_LIMIT (1 << 20) /* the largest batch the solver looks for */
-#define MAX_BATCHES 16       /* sizes in --batch */
+#define PLAN_LIMIT BFIT_PLAN_LIMIT
+#define MAX_BATCHES BFIT_PLAN_REPORT_MAX
 #define WS_WHY " (oneDNN picks its algorithms, and so their scratch, by batch size and thread count)"
 
 static void help(void)
@@ -29,14 +31,16 @@ static void help(void)
          "\n"
          "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16) or a\n"
          "                        model spec file (docs/model-spec.md)\n"
-         "  --memory SIZE         device memory, e.g. 11GiB, 512MiB, 8GB (default:\n"
-         "                        available RAM)\n"
+         "  --memory SIZE         device memory, e.g. 11GiB, 512MiB, 8GB (default: what\n"
+         "                        the device has free: available RAM on the cpu)\n"
          "  --margin F            fraction of memory kept free, 0 <= F < 1 (default 0.1)\n"
          "  --batch LIST          batch sizes to show, e.g. 1,32,64 (default: 1 and the\n"
          "                        largest that fits); each must fit\n"
          "  --optimizer sgd|adamw optimizer whose state is planned (default sgd)\n"
          "  --momentum X          SGD momentum (default 0.9); 0: plain SGD, no state\n"
          "  --eval                plan an inference step (no gradients, no optimizer)\n"
+         "  --device NAME         cpu, cuda, cuda:N or auto: whose ops (and their\n"
+         "                        workspaces) to plan (default auto)\n"
          "  --threads N           CPU threads the step will run with (default: all\n"
          "                        cores); oneDNN's workspaces depend on it\n"
          "  --json                print the plan as JSON\n"
@@ -48,7 +52,7 @@ static void help(void)
          "not fit or the model cannot be loaded, 2 usage error.");
 }
 
-enum { O_MODEL = 256, O_MEMORY, O_MARGIN, O_BATCH, O_OPT, O_MOM, O_EVAL, O_THREADS, O_JSON, O_HELP };
+enum { O_MODEL = 256, O_MEMORY, O_MARGIN, O_BATCH, O_OPT, O_MOM, O_EVAL, O_THREADS, O_JSON, O_HELP, O_DEVICE };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, O_MODEL},   {"memory", required_argument, 0, O_MEMORY},
@@ -56,10 +60,11 @@ static const struct option opts[] = {
     {"optimizer", required_argument, 0, O_OPT}, {"momentum", required_argument, 0, O_MOM},
     {"eval", no_argument, 0, O_EVAL},           {"threads", required_argument, 0, O_THREADS},
     {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, O_HELP},
+    {"device", required_argument, 0, O_DEVICE},
     {0, 0, 0, 0}};
 
 typedef struct args {
-    const char *model;
+    const char *model, *device;
     uint64_t memory;
     double margin, momentum;
     int mom_set, eval, threads, json;
@@ -67,21 +72,13 @@ typedef struct args {
     int batch[MAX_BATCHES], nbatch;
 } args;
 
-/* Everything computed, for either printer. */
+/* Everything computed, for either printer: the library's analysis, and
+ * what the command line asked. */
 typedef struct report {
     const args *a;
     bfit_model *M;
     const bfit_optim_cfg *opt;  /* NULL for eval */
-    uint64_t budget;
-    int m_margin, m_full;       /* largest batch within the budget / the whole memory */
-    bfit_plan p1;               /* m = 1 */
-    bfit_plan shown[MAX_BATCHES + 1];
-    int nshown;
-    bfit_plan_line line;
-    int affine;                 /* every plan with m >= 2 lies on the line (up to padding) */
-    int affine1;                /* and so does m = 1 */
-    double dev_signed, dev1;    /* plan - line at line.dev_m, and at m = 1 */
-    bfit_mem_cat dev_cat, dev1_cat; /* the categories that stray most there */
+    bfit_plan_report pr;
 } report;
 
 static int cmp_int(const void *x, const void *y) { return *(const int *)x - *(const int *)y; }
@@ -151,6 +148,7 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         case O_EVAL: a->eval = 1; break;
         case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) goto usage; a->threads = (int)v; break;
         case O_JSON: a->json = 1; break;
+        case O_DEVICE: if (cli_device_check("--device", optarg)) goto usage; a->device = optarg; break;
         case O_HELP: help(); *done = 1; return EXIT_OK;
         default:
             cli_bad_option(name);
@@ -205,157 +203,20 @@ static const char *fmt_d(double b, char *buf, size_t n)
     return bfit_format_size((uint64_t)(b + 0.5), buf, n);
 }
 
-/* The category of plan p farthest from its per-sample line. */
-static bfit_mem_cat worst_cat(const report *r, const bfit_plan *p)
-{
-    const bfit_plan *ref = &r->shown[r->nshown - 1];
-    bfit_mem_cat cat = BFIT_MEM_WORKSPACE;
-    double worst = -1;
-    for (int c = 0; c < BFIT_MEM_NCAT; c++) {
-        double e = (double)p->bytes[c] - ((double)ref->bytes[c] + r->line.cat_slope[c] * (p->m - ref->m));
-        if (e < 0)
-            e = -e;
-        if (e > worst) {
-            worst = e;
-            cat = (bfit_mem_cat)c;
-        }
-    }
-    return cat;
-}
-
-/* Plan every size that will be shown, fit the per-sample line and check it
- * against all plans made. */
-static int compute(report *r)
-{
-    const args *a = r->a;
-    int training = !a->eval, rc, extra[6], nextra = 0;
-    bfit_plan all[MAX_BATCHES + 8];
-    int nall = 0;
-    uint64_t tol;
-
-    rc = bfit_plan_max_batch(r->M, r->opt, training, r->budget, PLAN_LIMIT, &r->m_margin, &r->p1);
-    if (rc == BFIT_OK)
-        rc = bfit_plan_max_batch(r->M, r->opt, training, a->memory, PLAN_LIMIT, &r->m_full, NULL);
-    if (rc != BFIT_OK)
-        return rc;
-    r->nshown = 0;
-    if (a->nbatch) {
-        for (int i = 0; i < a->nbatch; i++)
-            r->shown[r->nshown++].m = a->batch[i];
-    } else {
-        /* 1 and 2 show the small-batch steps, the largest what fits */
-        r->shown[r->nshown++].m = 1;
-        r->shown[r->nshown++].m = 2;
-        if (r->m_margin > 2)
-            r->shown[r->nshown++].m = r->m_margin;
-    }
-    for (int i = 0; i < r->nshown; i++) {
-        rc = bfit_plan_compute(r->M, r->opt, r->shown[i].m, training, &r->shown[i]);
-        if (rc != BFIT_OK)
-            return rc;
-        all[nall++] = r->shown[i];
-    }
-    /* one size shown: the slope is taken to the next size up */
-    if (r->nshown == 1)
-        extra[nextra++] = r->shown[0].m < PLAN_LIMIT ? r->shown[0].m + 1 : r->shown[0].m - 1;
-    /* independent checks of the line: small sizes, a size between the
-     * slope's ends, and the largest that fits */
-    extra[nextra++] = 1;
-    extra[nextra++] = 2;
-    extra[nextra++] = (r->shown[0].m + r->shown[r->nshown - 1].m) / 2 + 1;
-    if (r->m_margin > 0)
-        extra[nextra++] = r->m_margin;
-    if (r->m_full > 0)
-        extra[nextra++] = r->m_full;
-    for (int i = 0; i < nextra; i++) {
-        int seen = 0;
-        for (int j = 0; j < nall; j++)
-            seen |= all[j].m == extra[i];
-        if (seen)
-            continue;
-        rc = bfit_plan_compute(r->M, r->opt, extra[i], training, &all[nall]);
-        if (rc != BFIT_OK)
-            return rc;
-        nall++;
-    }
-    /* the slope between the two largest sizes shown (or the shown size and
-     * the next): per-sample growth, clear of the small-m steps where oneDNN
-     * picks other algorithms */
-    {
-        bfit_plan ends[2];
-        if (r->nshown >= 2) {
-            ends[0] = r->shown[r->nshown - 2];
-            ends[1] = r->shown[r->nshown - 1];
-        } else {
-            ends[0] = r->shown[0];
-            for (int j = 0; j < nall; j++)
-                if (all[j].m == extra[0])
-                    ends[1] = all[j];
-        }
-        rc = bfit_plan_line_fit(ends, 2, &r->line);
-        if (rc != BFIT_OK)
-            return rc;
-    }
-    /* deviation against every plan made; m = 1 kept apart, since there
-     * oneDNN often runs single-threaded kernels with other scratch */
-    {
-        bfit_plan_line l = r->line;
-        l.max_dev = 0;
-        l.dev_m = 0;
-        for (int j = 0; j < nall; j++) {
-            double d = (double)all[j].peak - (l.intercept + l.slope * all[j].m);
-            uint64_t dev = (uint64_t)(d < 0 ? -d + 0.5 : d + 0.5);
-            if (all[j].m == 1) {
-                r->dev1 = d;
-                r->dev1_cat = worst_cat(r, &all[j]);
-                continue;
-            }
-            if (dev > l.max_dev) {
-                l.max_dev = dev;
-                l.dev_m = all[j].m;
-                r->dev_signed = d;
-                r->dev_cat = worst_cat(r, &all[j]);
-            }
-        }
-        r->line = l;
-    }
-    /* alignment padding (at most 64 bytes per buffer, a few buffers per
-     * layer) and a 0.1% wobble are not departures from affine, for a person
-     * reading the slope; anything larger is */
-    tol = (uint64_t)BFIT_ALIGN * 4 * (uint64_t)(r->M->n + 1);
-    r->affine = r->line.max_dev <= tol || r->line.max_dev <= r->line.slope * r->line.dev_m / 1000;
-    r->affine1 = (r->dev1 < 0 ? -r->dev1 : r->dev1) <= (double)tol ||
-                 (r->dev1 < 0 ? -r->dev1 : r->dev1) <= r->p1.peak / 1000.0;
-    return BFIT_OK;
-}
-
 static const char *row_names[BFIT_MEM_INPUT + 1] = {"params",      "grads",     "optimizer", "activations",
                                                     "act_grads",   "workspace", "input"};
 
-/* 25557032 -> "25,557,032": counts people compare with other tools' */
-static const char *thousands(int64_t v, char *buf, size_t n)
-{
-    char t[32];
-    int len = snprintf(t, sizeof t, "%lld", (long long)v), j = 0;
-    for (int i = 0; i < len && (size_t)j + 2 < n; i++) {
-        if (i > 0 && t[i - 1] != '-' && (len - i) % 3 == 0)
-            buf[j++] = ',';
-        buf[j++] = t[i];
-    }
-    buf[j] = '\0';
-    return buf;
-}
 
 static void print_human(const report *r)
 {
     const args *a = r->a;
     char b1[32], b2[32], b3[32], sh[32];
-    uint64_t fixed = r->p1.fixed;
+    uint64_t fixed = r->pr.p1.fixed;
     int file = bfit_model_source_is_file(a->model);
 
     printf("batchfit plan: %s (%s), input %s, %d classes, %s parameters\n", a->model,
            file ? "spec file" : "preset", bfit_shape_str(r->M->input, sh, sizeof sh), r->M->nclasses,
-           thousands(bfit_model_param_count(r->M), b1, sizeof b1));
+           bfit_thousands((double)bfit_model_param_count(r->M), b1, sizeof b1));
     if (a->eval)
         printf("inference step (--eval): parameters only, no gradients or optimizer state\n");
     else if (r->opt->kind == BFIT_OPT_ADAMW)
@@ -365,61 +226,61 @@ static void print_human(const report *r)
     else
         printf("training step, optimizer sgd without momentum: no optimizer state\n");
     printf("memory %s, margin %g%%: budget %s; workspaces sized for %d threads\n\n", fmt(a->memory, b1, sizeof b1),
-           100 * a->margin, fmt(r->budget, b2, sizeof b2), threads_of(r->M->dev));
+           100 * a->margin, fmt(r->pr.budget, b2, sizeof b2), threads_of(r->M->dev));
 
     printf("%-14s %11s %11s", "category", "fixed", "per sample");
-    for (int i = 0; i < r->nshown; i++) {
+    for (int i = 0; i < r->pr.nshown; i++) {
         char h[24];
-        snprintf(h, sizeof h, "m=%d", r->shown[i].m);
+        snprintf(h, sizeof h, "m=%d", r->pr.shown[i].m);
         printf(" %11s", h);
     }
     putchar('\n');
     for (int c = 0; c <= BFIT_MEM_INPUT; c++) {
         int is_fixed = c <= BFIT_MEM_OPTIMIZER;
-        printf("%-14s %11s %11s", row_names[c], is_fixed ? fmt(r->p1.bytes[c], b1, sizeof b1) : "-",
-               is_fixed ? "-" : fmt_d(r->line.cat_slope[c], b2, sizeof b2));
-        for (int i = 0; i < r->nshown; i++)
-            printf(" %11s", fmt(r->shown[i].bytes[c], b3, sizeof b3));
+        printf("%-14s %11s %11s", row_names[c], is_fixed ? fmt(r->pr.p1.bytes[c], b1, sizeof b1) : "-",
+               is_fixed ? "-" : fmt_d(r->pr.line.cat_slope[c], b2, sizeof b2));
+        for (int i = 0; i < r->pr.nshown; i++)
+            printf(" %11s", fmt(r->pr.shown[i].bytes[c], b3, sizeof b3));
         putchar('\n');
     }
-    printf("%-14s %11s %11s", "peak", fmt(fixed, b1, sizeof b1), fmt_d(r->line.slope, b2, sizeof b2));
-    for (int i = 0; i < r->nshown; i++)
-        printf(" %11s", fmt(r->shown[i].peak, b3, sizeof b3));
+    printf("%-14s %11s %11s", "peak", fmt(fixed, b1, sizeof b1), fmt_d(r->pr.line.slope, b2, sizeof b2));
+    for (int i = 0; i < r->pr.nshown; i++)
+        printf(" %11s", fmt(r->pr.shown[i].peak, b3, sizeof b3));
     printf("\n%-14s %11s %11s", "without reuse", "", "");
-    for (int i = 0; i < r->nshown; i++)
-        printf(" %11s", fmt(r->shown[i].no_reuse, b3, sizeof b3));
+    for (int i = 0; i < r->pr.nshown; i++)
+        printf(" %11s", fmt(r->pr.shown[i].no_reuse, b3, sizeof b3));
     printf("\n%-14s %11s %11s", "reuse saves", "", "");
-    for (int i = 0; i < r->nshown; i++)
-        printf(" %11s", fmt(r->shown[i].no_reuse - r->shown[i].peak, b3, sizeof b3));
+    for (int i = 0; i < r->pr.nshown; i++)
+        printf(" %11s", fmt(r->pr.shown[i].no_reuse - r->pr.shown[i].peak, b3, sizeof b3));
     printf("\n%-14s %11s %11s", "fits", "", "");
-    for (int i = 0; i < r->nshown; i++)
-        printf(" %11s", r->shown[i].peak <= r->budget ? "yes" : r->shown[i].peak <= a->memory ? "in margin" : "NO");
+    for (int i = 0; i < r->pr.nshown; i++)
+        printf(" %11s", r->pr.shown[i].peak <= r->pr.budget ? "yes" : r->pr.shown[i].peak <= a->memory ? "in margin" : "NO");
     printf("\n\n");
 
-    printf("per sample: measured between m=%d and m=%d; ", r->line.m1, r->line.m2);
-    if (!r->affine)
-        printf("the plan is not affine: at m=%d it is %s %s that line, mostly in %s%s\n", r->line.dev_m,
-               fmt(r->line.max_dev, b1, sizeof b1), r->dev_signed < 0 ? "below" : "above",
-               bfit_mem_cat_name(r->dev_cat), r->dev_cat == BFIT_MEM_WORKSPACE ? WS_WHY : "");
-    else if (r->affine1)
-        printf("the plan is affine: peak = %s + m x %s (within %s)\n", fmt_d(r->line.intercept, b1, sizeof b1),
-               fmt_d(r->line.slope, b2, sizeof b2), fmt(r->line.max_dev, b3, sizeof b3));
+    printf("per sample: measured between m=%d and m=%d; ", r->pr.line.m1, r->pr.line.m2);
+    if (!r->pr.affine)
+        printf("the plan is not affine: at m=%d it is %s %s that line, mostly in %s%s\n", r->pr.line.dev_m,
+               fmt(r->pr.line.max_dev, b1, sizeof b1), r->pr.dev_signed < 0 ? "below" : "above",
+               bfit_mem_cat_name(r->pr.dev_cat), r->pr.dev_cat == BFIT_MEM_WORKSPACE ? WS_WHY : "");
+    else if (r->pr.affine1)
+        printf("the plan is affine: peak = %s + m x %s (within %s)\n", fmt_d(r->pr.line.intercept, b1, sizeof b1),
+               fmt_d(r->pr.line.slope, b2, sizeof b2), fmt(r->pr.line.max_dev, b3, sizeof b3));
     else
         printf("the plan is affine from m=2: peak = %s + m x %s (within %s);\n  at m=1 it is %s %s that line, "
                "mostly in %s%s\n",
-               fmt_d(r->line.intercept, b1, sizeof b1), fmt_d(r->line.slope, b2, sizeof b2),
-               fmt(r->line.max_dev, b3, sizeof b3), fmt_d(r->dev1 < 0 ? -r->dev1 : r->dev1, sh, sizeof sh),
-               r->dev1 < 0 ? "below" : "above", bfit_mem_cat_name(r->dev1_cat),
-               r->dev1_cat == BFIT_MEM_WORKSPACE ? WS_WHY : "");
-    if (r->m_margin == 0)
-        printf("largest batch: none fits in the budget %s (batch 1 needs %s)", fmt(r->budget, b1, sizeof b1),
-               fmt(r->p1.peak, b2, sizeof b2));
+               fmt_d(r->pr.line.intercept, b1, sizeof b1), fmt_d(r->pr.line.slope, b2, sizeof b2),
+               fmt(r->pr.line.max_dev, b3, sizeof b3), fmt_d(r->pr.dev1 < 0 ? -r->pr.dev1 : r->pr.dev1, sh, sizeof sh),
+               r->pr.dev1 < 0 ? "below" : "above", bfit_mem_cat_name(r->pr.dev1_cat),
+               r->pr.dev1_cat == BFIT_MEM_WORKSPACE ? WS_WHY : "");
+    if (r->pr.m_margin == 0)
+        printf("largest batch: none fits in the budget %s (batch 1 needs %s)", fmt(r->pr.budget, b1, sizeof b1),
+               fmt(r->pr.p1.peak, b2, sizeof b2));
     else
-        printf("largest batch: %d%s within the budget %s (memory less the %g%% margin)", r->m_margin,
-               r->m_margin == PLAN_LIMIT ? " (the search limit)" : "", fmt(r->budget, b1, sizeof b1),
+        printf("largest batch: %d%s within the budget %s (memory less the %g%% margin)", r->pr.m_margin,
+               r->pr.m_margin == PLAN_LIMIT ? " (the search limit)" : "", fmt(r->pr.budget, b1, sizeof b1),
                100 * a->margin);
-    if (r->m_full)
-        printf(", %d%s in all %s\n", r->m_full, r->m_full == PLAN_LIMIT ? " (the search limit)" : "",
+    if (r->pr.m_full)
+        printf(", %d%s in all %s\n", r->pr.m_full, r->pr.m_full == PLAN_LIMIT ? " (the search limit)" : "",
                fmt(a->memory, b2, sizeof b2));
     else
         printf(", none in all %s\n", fmt(a->memory, b2, sizeof b2));
@@ -456,29 +317,29 @@ static int print_json(const report *r)
     cJSON_AddNumberToObject(root, "threads", threads_of(r->M->dev));
     cJSON_AddNumberToObject(root, "memory", (double)a->memory);
     cJSON_AddNumberToObject(root, "margin", a->margin);
-    cJSON_AddNumberToObject(root, "budget", (double)r->budget);
+    cJSON_AddNumberToObject(root, "budget", (double)r->pr.budget);
 
     o = cJSON_AddObjectToObject(root, "fixed");
     for (int c = 0; c <= BFIT_MEM_OPTIMIZER; c++)
-        cJSON_AddNumberToObject(o, row_names[c], (double)r->p1.bytes[c]);
-    cJSON_AddNumberToObject(o, "total", (double)r->p1.fixed);
+        cJSON_AddNumberToObject(o, row_names[c], (double)r->pr.p1.bytes[c]);
+    cJSON_AddNumberToObject(o, "total", (double)r->pr.p1.fixed);
     o = cJSON_AddObjectToObject(root, "per_sample");
     for (int c = BFIT_MEM_ACTIVATIONS; c <= BFIT_MEM_INPUT; c++)
-        cJSON_AddNumberToObject(o, row_names[c], r->line.cat_slope[c]);
-    cJSON_AddNumberToObject(o, "total", r->line.slope);
+        cJSON_AddNumberToObject(o, row_names[c], r->pr.line.cat_slope[c]);
+    cJSON_AddNumberToObject(o, "total", r->pr.line.slope);
     arr = cJSON_AddArrayToObject(o, "between");
-    cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->line.m1));
-    cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->line.m2));
-    cJSON_AddNumberToObject(o, "intercept", r->line.intercept);
-    cJSON_AddBoolToObject(o, "affine", r->affine && r->affine1);
-    cJSON_AddBoolToObject(o, "affine_from_2", r->affine);
-    cJSON_AddNumberToObject(o, "deviation_at_1", r->dev1);
-    cJSON_AddNumberToObject(o, "max_deviation", (double)r->line.max_dev);
-    cJSON_AddNumberToObject(o, "deviation_at", r->line.dev_m);
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->pr.line.m1));
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->pr.line.m2));
+    cJSON_AddNumberToObject(o, "intercept", r->pr.line.intercept);
+    cJSON_AddBoolToObject(o, "affine", r->pr.affine && r->pr.affine1);
+    cJSON_AddBoolToObject(o, "affine_from_2", r->pr.affine);
+    cJSON_AddNumberToObject(o, "deviation_at_1", r->pr.dev1);
+    cJSON_AddNumberToObject(o, "max_deviation", (double)r->pr.line.max_dev);
+    cJSON_AddNumberToObject(o, "deviation_at", r->pr.line.dev_m);
 
     arr = cJSON_AddArrayToObject(root, "plans");
-    for (int i = 0; i < r->nshown; i++) {
-        const bfit_plan *p = &r->shown[i];
+    for (int i = 0; i < r->pr.nshown; i++) {
+        const bfit_plan *p = &r->pr.shown[i];
         o = cJSON_CreateObject();
         cJSON_AddItemToArray(arr, o);
         cJSON_AddNumberToObject(o, "m", p->m);
@@ -489,13 +350,13 @@ static int print_json(const report *r)
         cJSON_AddNumberToObject(o, "no_reuse", (double)p->no_reuse);
         cJSON_AddNumberToObject(o, "reuse_saves", (double)(p->no_reuse - p->peak));
         cJSON_AddBoolToObject(o, "fits", p->peak <= a->memory);
-        cJSON_AddBoolToObject(o, "within_margin", p->peak <= r->budget);
+        cJSON_AddBoolToObject(o, "within_margin", p->peak <= r->pr.budget);
     }
     o = cJSON_AddObjectToObject(root, "max_batch");
-    cJSON_AddNumberToObject(o, "with_margin", r->m_margin);
-    cJSON_AddNumberToObject(o, "without_margin", r->m_full);
+    cJSON_AddNumberToObject(o, "with_margin", r->pr.m_margin);
+    cJSON_AddNumberToObject(o, "without_margin", r->pr.m_full);
     cJSON_AddNumberToObject(o, "limit", PLAN_LIMIT);
-    cJSON_AddNumberToObject(o, "batch1_peak", (double)r->p1.peak);
+    cJSON_AddNumberToObject(o, "batch1_peak", (double)r->pr.p1.peak);
 
     s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
@@ -506,16 +367,6 @@ static int print_json(const report *r)
     return 0;
 }
 
-/* The smallest --memory whose budget under this margin holds peak bytes. */
-static uint64_t memory_for(uint64_t peak, double margin)
-{
-    uint64_t need = (uint64_t)((double)peak / (1.0 - margin));
-    while (bfit_plan_budget(need, margin) < peak)
-        need++;
-    while (need > peak && bfit_plan_budget(need - 1, margin) >= peak)
-        need--;
-    return need;
-}
 
 /* Say why something does not fit; returns the exit code. A batch fits when
  * its step fits in the memory: the margin only keeps the automatic choice
@@ -524,7 +375,7 @@ static int check_fits(const report *r)
 {
     const args *a = r->a;
     char b[8][32];
-    const bfit_plan *p1 = &r->p1;
+    const bfit_plan *p1 = &r->pr.p1;
 
     if (p1->fixed > a->memory) {
         cli_error("%s does not fit in %s at any batch size: its fixed part alone (parameters %s + gradients %s + "
@@ -533,31 +384,31 @@ static int check_fits(const report *r)
                   a->model, fmt(a->memory, b[0], 32), fmt(p1->bytes[BFIT_MEM_PARAMS], b[1], 32),
                   fmt(p1->bytes[BFIT_MEM_GRADS], b[2], 32), fmt(p1->bytes[BFIT_MEM_OPTIMIZER], b[3], 32),
                   fmt(p1->fixed, b[4], 32), fmt(p1->fixed - a->memory, b[5], 32), fmt(p1->peak, b[6], 32),
-                  fmt(memory_for(p1->peak, a->margin), b[7], 32), 100 * a->margin,
+                  fmt(bfit_capacity_for(p1->peak, a->margin), b[7], 32), 100 * a->margin,
                   p1->bytes[BFIT_MEM_OPTIMIZER] ? "; or plan less optimizer state: --optimizer sgd --momentum 0" : "");
         return EXIT_FAIL;
     }
-    if (r->m_full == 0) {
+    if (r->pr.m_full == 0) {
         cli_error("%s does not fit in %s even at batch 1: batch 1 needs %s, %s more than the memory; give "
                   "--memory of at least %s (%s with the %g%% margin)",
                   a->model, fmt(a->memory, b[0], 32), fmt(p1->peak, b[1], 32), fmt(p1->peak - a->memory, b[2], 32),
-                  fmt(p1->peak, b[3], 32), fmt(memory_for(p1->peak, a->margin), b[4], 32), 100 * a->margin);
+                  fmt(p1->peak, b[3], 32), fmt(bfit_capacity_for(p1->peak, a->margin), b[4], 32), 100 * a->margin);
         return EXIT_FAIL;
     }
-    for (int i = r->nshown - 1; i >= 0; i--) {
-        const bfit_plan *p = &r->shown[i];
+    for (int i = r->pr.nshown - 1; i >= 0; i--) {
+        const bfit_plan *p = &r->pr.shown[i];
         bfit_plan best;
         if (p->peak <= a->memory)
             continue;
-        if (bfit_plan_compute(r->M, r->opt, r->m_full, !a->eval, &best) != BFIT_OK) {
-            cli_error("%s", bfit_errmsg());
+        if (bfit_plan_compute(r->M, r->opt, r->pr.m_full, !a->eval, &best) != BFIT_OK) {
+            cli_lib_error();
             return EXIT_FAIL;
         }
         cli_error("batch %d does not fit in %s: it needs %s, %s more (give --memory of at least %s, or %s to keep "
                   "the %g%% margin); the largest batch that fits is %d (%s), %d within the margin",
                   p->m, fmt(a->memory, b[0], 32), fmt(p->peak, b[1], 32), fmt(p->peak - a->memory, b[2], 32),
-                  fmt(p->peak, b[3], 32), fmt(memory_for(p->peak, a->margin), b[4], 32), 100 * a->margin, r->m_full,
-                  fmt(best.peak, b[5], 32), r->m_margin);
+                  fmt(p->peak, b[3], 32), fmt(bfit_capacity_for(p->peak, a->margin), b[4], 32), 100 * a->margin, r->pr.m_full,
+                  fmt(best.peak, b[5], 32), r->pr.m_margin);
         return EXIT_FAIL;
     }
     return EXIT_OK;
@@ -577,18 +428,11 @@ int cmd_plan(int argc, char **argv)
     ret = parse_args(argc, argv, &a, &done);
     if (done)
         return ret;
-    if (!a.memory) {
-        a.memory = bfit_host_available_memory();
-        if (!a.memory) {
-            cli_error("cannot tell the available memory: give --memory, e.g. --memory 16GiB");
-            return cli_usage_hint("plan");
-        }
-    }
     opt = bfit_optim_cfg_default(a.kind);
     if (a.mom_set)
         opt.momentum = a.momentum;
     if (bfit_optim_cfg_check(&opt) != BFIT_OK) {
-        cli_error("%s", bfit_errmsg());
+        cli_lib_error();
         return cli_usage_hint("plan");
     }
 
@@ -603,14 +447,22 @@ int cmd_plan(int argc, char **argv)
         /* the arena is only the device's accounting here: nothing is reserved */
         bfit_cpu_cfg cc = bfit_cpu_cfg_default();
         cc.threads = a.threads;
-        rc = bfit_device_cpu_new(&cc, &dev);
+        rc = bfit_device_open(a.device, &cc, &dev);
+    }
+    if (rc == BFIT_OK && !a.memory) {
+        uint64_t total;
+        if (bfit_device_memory(dev, &a.memory, &total) != BFIT_OK || !a.memory) {
+            cli_error("cannot tell the device's free memory: give --memory, e.g. --memory 16GiB");
+            ret = cli_usage_hint("plan");
+            goto out_model;
+        }
     }
     if (rc == BFIT_OK && !(arena = bfit_device_arena_new(dev, a.memory)))
         rc = BFIT_ENOMEM;
     if (rc == BFIT_OK)
         rc = bfit_model_new(&g, dev, arena, &M);
     if (rc != BFIT_OK) {
-        cli_error("%s", bfit_errmsg());
+        cli_lib_error();
         goto out_model;
     }
 
@@ -618,8 +470,7 @@ int cmd_plan(int argc, char **argv)
     r.a = &a;
     r.M = M;
     r.opt = a.eval ? NULL : &opt;
-    r.budget = bfit_plan_budget(a.memory, a.margin);
-    rc = compute(&r);
+    rc = bfit_plan_report_make(M, r.opt, !a.eval, a.memory, a.margin, a.batch, a.nbatch, &r.pr);
     if (rc != BFIT_OK) {
         cli_error("planning %s: %s", a.model, bfit_errmsg());
         goto out_model;

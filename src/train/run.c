@@ -2,6 +2,7 @@
  * session (device, arena, model, data), the controller with the plan as its
  * memory model, parameters, optimizer, gradient norms and streams. */
 #include "base/err.h"
+#include "base/text.h"
 #include "train/run_int.h"
 
 #include <errno.h>
@@ -367,22 +368,8 @@ void bfit_run_finish(bfit_run *r, int rc)
         return;
     }
     {
-        /* the message, as a JSON string */
         char esc[2048];
-        const char *m = bfit_errmsg();
-        size_t j = 0;
-        for (size_t i = 0; m[i] && j + 7 < sizeof esc; i++) {
-            unsigned char ch = (unsigned char)m[i];
-            if (ch == '"' || ch == '\\') {
-                esc[j++] = '\\';
-                esc[j++] = (char)ch;
-            } else if (ch < 0x20) {
-                j += (size_t)snprintf(esc + j, sizeof esc - j, "\\u%04x", ch);
-            } else {
-                esc[j++] = (char)ch;
-            }
-        }
-        esc[j] = '\0';
+        bfit_json_escape(bfit_errmsg(), esc, sizeof esc);
         bfit_log_event(&r->lg, "error", "\"step\":%lld,\"epoch\":%d,\"code\":\"%s\",\"field\":\"%s\",\"message\":\"%s\"",
                        (long long)r->step, r->epoch + 1, bfit_strerror(rc), bfit_errfield(), esc);
     }

@@ -1,0 +1,61 @@
+/* text.c - formatting helpers for reports. */
+#include "base/text.h"
+
+const char *bfit_thousands(double v, char *buf, size_t n)
+{
+    char t[48];
+    int len = snprintf(t, sizeof t, "%.0f", v), j = 0;
+    for (int i = 0; i < len && (size_t)j + 2 < n; i++) {
+        if (i > 0 && t[i - 1] != '-' && (len - i) % 3 == 0)
+            buf[j++] = ',';
+        buf[j++] = t[i];
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+const char *bfit_format_secs(double s, char *buf, size_t n)
+{
+    if (s < 1e-3)
+        snprintf(buf, n, "%.0f us", s * 1e6);
+    else if (s < 1)
+        snprintf(buf, n, "%.2f ms", s * 1e3);
+    else
+        snprintf(buf, n, "%.2f s", s);
+    return buf;
+}
+
+void bfit_xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+const char *bfit_json_escape(const char *s, char *buf, size_t n)
+{
+    size_t j = 0;
+    for (; *s && j + 7 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            buf[j++] = '\\';
+            buf[j++] = (char)c;
+        } else if (c < 0x20) {
+            j += (size_t)snprintf(buf + j, n - j, "\\u%04x", c);
+        } else {
+            buf[j++] = (char)c;
+        }
+    }
+    if (n)
+        buf[j < n ? j : n - 1] = '\0';
+    return buf;
+}

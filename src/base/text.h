@@ -1,0 +1,18 @@
+/* text.h - small formatting helpers shared by reports: numbers for people,
+ * and text made safe for XML/HTML and JSON. */
+#ifndef BFIT_TEXT_H
+#define BFIT_TEXT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* 1863690 -> "1,863,690" (rounded to a whole number). Returns buf. */
+const char *bfit_thousands(double v, char *buf, size_t n);
+/* "850 us", "12.34 ms", "1.50 s". Returns buf. */
+const char *bfit_format_secs(double s, char *buf, size_t n);
+/* Write s with &, <, >, " escaped. */
+void bfit_xml_text(FILE *f, const char *s);
+/* s as the inside of a JSON string into buf (truncated to fit). Returns buf. */
+const char *bfit_json_escape(const char *s, char *buf, size_t n);
+
+#endif

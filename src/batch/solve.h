@@ -1,0 +1,30 @@
+/* solve.h - the one solver for "the largest micro-batch that fits", and the
+ * budget a capacity leaves under a safety margin. The plan's solver and the
+ * controller both use it, each with its own predicate. */
+#ifndef BFIT_SOLVE_H
+#define BFIT_SOLVE_H
+
+#include <stdint.h>
+
+/* Sizes above the bisection's answer that are also tried. */
+#define BFIT_SOLVE_PROBE 8
+
+/* Does micro-batch m fit? (1: yes.) */
+typedef int (*bfit_fits_fn)(void *ud, int m);
+
+/* The largest m in [1, hi] with fits(m), 0 if none. The step's bytes grow
+ * with m but for oneDNN's scratchpads, which can be smaller at some m than
+ * at m - 1: this bisects as if they grew, then tries the BFIT_SOLVE_PROBE
+ * sizes above its answer, and one that fits restarts the bisection above
+ * it. Whatever it returns fits. */
+int bfit_largest_fit(bfit_fits_fn fits, void *ud, int hi);
+
+/* What a capacity allows after a safety margin in [0, 1): capacity * (1 -
+ * margin), rounded down. The margin leaves room for what the plan cannot see
+ * (a co-tenant, allocator slack on other devices). */
+uint64_t bfit_budget(uint64_t capacity, double margin);
+/* The smallest capacity whose budget under margin holds need bytes (what to
+ * tell a user to ask for). */
+uint64_t bfit_capacity_for(uint64_t need, double margin);
+
+#endif
