@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,6 +160,145 @@ int bfit_device_memory(bfit_device *d, uint64_t *free_bytes, uint64_t *total_byt
 const bfit_block_source *bfit_device_blocks(const bfit_device *d);
 /* An arena of capacity bytes over d's memory. */
 bfit_arena *bfit_device_arena_new(bfit_device *d, uint64_t capacity);
+
+/* ---- optimizers ------------------------------------------------------------ */
+typedef enum { BFIT_OPT_SGD = 0, BFIT_OPT_ADAMW, BFIT_OPT_COUNT } bfit_opt_kind;
+
+typedef struct bfit_optim_cfg {
+    bfit_opt_kind kind;
+    double weight_decay;   /* SGD: L2 term added to the gradient; AdamW: decoupled */
+    /* SGD */
+    double momentum;       /* 0: plain SGD, no state */
+    double dampening;      /* PyTorch's dampening (first step is undamped, as there) */
+    int nesterov;          /* needs momentum > 0 and dampening 0 */
+    /* AdamW */
+    double beta1, beta2, eps;
+} bfit_optim_cfg;
+
+/* Defaults: SGD momentum 0.9, dampening 0, no Nesterov, weight decay 0;
+ * AdamW PyTorch's betas (0.9, 0.999), eps 1e-8, weight decay 0.01. */
+bfit_optim_cfg bfit_optim_cfg_default(bfit_opt_kind kind);
+/* Check a configuration (ranges as PyTorch checks them); BFIT_EINVAL with a
+ * message naming the bad field and its valid range. */
+int bfit_optim_cfg_check(const bfit_optim_cfg *cfg);
+/* "sgd" / "adamw" (case-insensitive) -> kind; BFIT_EINVAL listing the valid
+ * names otherwise. */
+int bfit_optim_kind_parse(const char *name, bfit_opt_kind *out);
+const char *bfit_optim_kind_name(bfit_opt_kind kind);
+
+/* ---- learning-rate schedules (src/optim/schedule.h says the formulas) -------- */
+typedef enum { BFIT_SCHED_CONSTANT = 0, BFIT_SCHED_STEP, BFIT_SCHED_COSINE, BFIT_SCHED_COUNT } bfit_sched_kind;
+
+typedef struct bfit_lr_schedule {
+    bfit_sched_kind kind;
+    int64_t warmup_steps;  /* W; 0: no warmup */
+    double warmup_start;   /* factor at step 0, in [0, 1] (0: start from lr 0, as Hugging Face does) */
+    int64_t step_size;     /* step: decay every step_size steps (>= 1) */
+    double gamma;          /* step: the factor (> 0) */
+    int64_t total_steps;   /* cosine: steps in the whole run, warmup included (> W) */
+    double min_factor;     /* cosine: final lr as a fraction of base, in [0, 1] */
+} bfit_lr_schedule;
+
+/* No warmup (start factor 0 once W is set), gamma 0.1, min_factor 0; step_size
+ * and total_steps are 0 and must be set for step and cosine. */
+bfit_lr_schedule bfit_lr_schedule_default(bfit_sched_kind kind);
+/* BFIT_EINVAL with a message naming the field and its valid range. */
+int bfit_lr_schedule_check(const bfit_lr_schedule *s);
+/* The learning rate for optimizer step `step` (negative counts as 0). The
+ * schedule should have passed bfit_lr_schedule_check; a bad one gives base_lr
+ * after warmup rather than dividing by zero. */
+double bfit_lr_at(const bfit_lr_schedule *s, double base_lr, int64_t step);
+/* "constant", "step", "cosine" (case-insensitive) -> kind; BFIT_EINVAL
+ * listing the valid names otherwise. */
+int bfit_lr_sched_parse(const char *name, bfit_sched_kind *out);
+const char *bfit_lr_sched_name(bfit_sched_kind kind);
+
+/* ---- models and their memory plan ---------------------------------------- */
+/* A model built from a preset name (mlp, cnn, resnet18, resnet50, vgg16) or
+ * a spec file (docs/model-spec.md). */
+typedef struct bfit_model bfit_model;
+
+/* Load a model for planning on dev (its ops decide workspace sizes; NULL:
+ * shapes only, no planning). Errors name file:line:col for a spec. */
+int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **out);
+void bfit_model_free(bfit_model *M);
+/* Trainable scalars. */
+int64_t bfit_model_param_count(const bfit_model *M);
+/* Class scores the model outputs. */
+int bfit_model_classes(const bfit_model *M);
+
+typedef struct bfit_plan {
+    int m, training;
+    uint64_t bytes[BFIT_MEM_NCAT];
+    uint64_t fixed;      /* params + grads + optimizer + other (the model's statistics): independent of m */
+    uint64_t step;       /* activations + act_grads + workspace + input */
+    uint64_t peak;       /* fixed + step */
+    uint64_t no_reuse;   /* the peak if no buffer were shared */
+} bfit_plan;
+
+/* Plan for micro-batch m. opt NULL: no optimizer state (eval, or find). */
+int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int training, bfit_plan *p);
+
+/* The largest m in [1, limit] whose planned peak fits in budget bytes
+ * (peak <= budget), by bfit_largest_fit (batch/solve.h). Returns BFIT_OK
+ * with *m_out = 0 when even m = 1 does not fit (p1, if not NULL, gets the
+ * plan for m = 1 so callers can say by how much). Whatever it returns fits. */
+int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
+                        int *m_out, bfit_plan *p1);
+
+/* ---- data ------------------------------------------------------------------ */
+typedef struct bfit_dataset bfit_dataset;
+
+/* Options for loading; all fields apply to CSV, nclasses to IDX too. */
+typedef struct bfit_data_opts {
+    int nclasses;  /* 0: max label + 1 (fashion-mnist: 10); else labels must be < nclasses */
+    int label_col; /* CSV: label column, 0-based; negative counts from the end (-1: last) */
+    int header;    /* CSV: -1 auto-detect (first row not all numbers), 0 none, 1 present */
+    char delim;    /* CSV: field separator, 0 means ',' */
+} bfit_data_opts;
+
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ','}
+
+/* Load a data set by name or path; o may be NULL (BFIT_DATA_OPTS_INIT).
+ * spec is one of:
+ *   "fashion-mnist"          the installed set in /usr/share/datasets/fashion-mnist
+ *   a directory              MNIST layout: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
+ *   "IMAGES,LABELS"          an explicit pair of IDX files
+ *   a file (.csv or other)   CSV, see bfit_dataset_load_csv
+ * train picks the train or the t10k files of a named set or directory and is
+ * ignored for files. Fails with BFIT_EIO (missing file, saying which paths
+ * were tried), BFIT_EFORMAT (bad contents, saying file and position) or
+ * BFIT_EINVAL (bad options); *out is NULL on failure. */
+int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out);
+
+int64_t bfit_dataset_count(const bfit_dataset *d);
+int bfit_dataset_classes(const bfit_dataset *d);
+void bfit_dataset_free(bfit_dataset *d);
+
+/* Samples from the caller: a program feeds its own data to a run. Samples
+ * are the model's input shape of floats (NCHW), labels class indices. */
+typedef struct bfit_source {
+    /* The next n samples of the epoch into x and labels; *got may be less
+     * than n only at the epoch's end (0 when it has ended). */
+    int (*take)(void *ud, int n, float *x, int32_t *labels, int *got);
+    /* Start the next epoch (training), or the same one again from its first
+     * sample (evaluation). */
+    int (*next_epoch)(void *ud);
+    int (*rewind)(void *ud);
+    int64_t samples;     /* in an epoch */
+    void *ud;
+} bfit_source;
+
+/* ---- memory schedules (simulating a co-tenant) ------------------------------ */
+typedef struct bfit_mem_point {
+    int64_t step;
+    uint64_t capacity;
+} bfit_mem_point;
+
+#define BFIT_MEM_SCHEDULE_MAX 64
+/* Parse "STEP:SIZE,..." ("200:150MiB,400:1GiB"), steps strictly increasing;
+ * BFIT_EINVAL naming the item otherwise. */
+int bfit_mem_schedule_parse(const char *text, bfit_mem_point *out, int max, int *n);
 
 /* ---- the batch controller: micro-batch, accumulation, effective batch ---- */
 /* Pure logic over observations (src/batch/control.c): it knows nothing of
@@ -367,6 +507,261 @@ int bfit_noise_update_step(bfit_noise *nz, int k, const double *g2_micro, const 
 /* B_noise (>= 0; a negative tr(S) estimate reads 0); BFIT_ESTATE before any
  * estimate or while the smoothed |G|^2 is not positive. */
 int bfit_noise_scale(const bfit_noise *nz, double *b_noise);
+
+/* ---- training ---------------------------------------------------------------- */
+/* An optimizer step consumes exactly E samples (the last of an epoch may
+ * have fewer) in micro-batches of m; the loss is normalised by the samples
+ * in the optimizer step, so the gradient does not depend on the split.
+ * Every micro-step reserves its memory before it computes (OOM-atomic); on
+ * an out-of-memory the micro-batch shrinks to what the plan says fits now
+ * and the same samples are taken again. Messages name configuration fields
+ * (see bfit_errfield). */
+struct bfit_step_info;
+struct bfit_eval_info;
+
+typedef struct bfit_train_cfg {
+    const char *model;         /* spec file */
+    const char *data;          /* data set name or path */
+    const char *test_data;     /* evaluate on this instead of data's test split (NULL: that) */
+    int batch;                 /* effective batch E (adaptive: the initial E, 0 = batch_min) */
+    int micro_batch;           /* 0: the plan chooses (largest that fits, at most E) */
+    int adaptive;              /* --batch adaptive: E follows the gradient noise scale */
+    int batch_min, batch_max;  /* adaptive bounds */
+    const bfit_batch_point *batch_schedule; /* E by step or epoch; NULL: constant */
+    int nbatch_schedule;
+    int batch_instead_of_decay;/* a step lr schedule becomes batch increases by 1/gamma */
+    int lr_rule;               /* bfit_lr_rule; -1: linear for SGD, sqrt for AdamW */
+    int64_t rewarmup_steps;    /* lr re-warmup after E rises (default 100) */
+    const bfit_mem_point *memory_schedule; /* capacity changes at steps; NULL: none */
+    int nmemory_schedule;
+    const bfit_dataset *train_set, *test_set; /* given data sets instead of `data` */
+    const bfit_source *train_source, *test_source; /* samples from the caller instead (no normalisation) */
+    /* called with the samples of every micro-batch that ran (tests count them) */
+    void (*on_samples)(void *ud, const float *x, const int32_t *y, int n);
+    void *on_samples_ud;
+    /* called after every optimizer step, evaluation and batch change (ud: cb_ud) */
+    void (*on_step)(void *ud, const struct bfit_step_info *s);
+    void (*on_eval)(void *ud, const struct bfit_eval_info *e);
+    void (*on_batch_change)(void *ud, const bfit_batch_decision *d, int64_t step);
+    void *cb_ud;
+    uint64_t fail_nth_alloc;   /* tests: the n-th device allocation of the run fails (0: off) */
+    int epochs;
+    int64_t epoch_samples;     /* 0: the whole training set per epoch; else this many (shuffled) */
+    int64_t eval_samples;      /* 0: the whole test set; else the first this many */
+    int64_t max_steps;         /* 0: no limit */
+    int eval_batch;            /* micro-batch for evaluation (0: 1000, or what fits) */
+    bfit_optim_cfg opt;
+    double lr;
+    bfit_lr_schedule sched;
+    double clip;               /* max global gradient norm; 0: off */
+    uint64_t seed;
+    int threads;               /* CPU threads; 0: OpenMP's setting */
+    bfit_device *device;       /* train on this device (not owned); NULL: open device_name */
+    const char *device_name;   /* "cpu", "cuda:N", NULL: cpu */
+    const bfit_host_alloc *host; /* CPU device blocks from here; NULL: aligned_alloc */
+    uint64_t memory;           /* arena capacity; 0: what the device has free */
+    double margin;             /* fraction of memory kept free when choosing m (default 0.1) */
+    int augment;               /* images: random crop (pad 2) and horizontal flip */
+    int prefetch;              /* background loading */
+    int normalize;             /* per-channel mean/std from the training set */
+    const char *save;          /* weights file (safetensors) or NULL */
+    const char *log;           /* JSON-lines log or NULL */
+    FILE *human;               /* progress and summary lines; NULL: quiet */
+    double progress_interval;  /* seconds between plain progress lines when not a terminal */
+} bfit_train_cfg;
+
+/* Defaults: data fashion-mnist, E 128, auto micro-batch, 1 epoch, SGD momentum 0.9, lr 0.05,
+ * constant schedule, seed 1, margin 0.1, prefetch and normalisation on. */
+bfit_train_cfg bfit_train_cfg_default(void);
+
+typedef struct bfit_train_result {
+    int64_t steps;              /* optimizer steps */
+    int64_t samples;            /* training samples consumed */
+    int epochs;
+    double train_loss;          /* mean over the last epoch */
+    double test_loss, test_acc; /* after the last epoch */
+    double seconds;             /* training wall time, evaluation excluded */
+    int micro_batch;            /* the last micro-batch used */
+    int ooms;                   /* out-of-memory events recovered from */
+    int batch_changes;          /* decisions that changed m or E */
+    int last_batch;             /* the last effective batch */
+    double noise_scale;         /* the last gradient noise scale estimate (0: none) */
+    uint64_t peak_bytes;        /* the arena's high-water mark */
+} bfit_train_result;
+
+/* What one optimizer step did. */
+typedef struct bfit_step_info {
+    int64_t step;               /* 0-based, of the run */
+    int epoch;                  /* 0-based */
+    int batch;                  /* samples in the step (E, or what was left of the epoch) */
+    int m, k;                   /* micro-batch and micro-steps */
+    double loss;                /* mean over the step's samples */
+    double lr;                  /* the learning rate used */
+    double seconds;             /* wall time of the step */
+    double noise_scale;         /* the estimate after it (0: none yet) */
+    uint64_t mem, capacity;     /* arena bytes held and the capacity after it */
+    int epoch_end;              /* the step finished its epoch: evaluate now if wanted */
+} bfit_step_info;
+
+typedef struct bfit_eval_info {
+    int epoch;                  /* epochs finished */
+    int64_t step;
+    double train_loss;          /* mean over the epoch's samples */
+    double test_loss, test_acc;
+    int64_t samples;
+    double epoch_seconds;
+    int m;                      /* the evaluation micro-batch */
+} bfit_eval_info;
+
+/* A training run one optimizer step at a time; bfit_train is its loop. */
+typedef struct bfit_run bfit_run;
+
+/* Check cfg (BFIT_EINVAL naming the field), set up device, model, data,
+ * optimizer and controller, and write the log's start event. */
+int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out);
+/* Whether the run has taken every step it will (epochs, max_steps). */
+int bfit_run_done(const bfit_run *r);
+/* One optimizer step: its micro-steps (reserving memory before each, and
+ * on out-of-memory shrinking and retrying the same samples), accumulation,
+ * clipping, the optimizer and the controller's observation. */
+int bfit_run_step(bfit_run *r, bfit_step_info *info);
+/* Evaluate on the test split with the micro-batch that fits what is free
+ * now (the training step's blocks are released first). */
+int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev);
+/* Write the weights (with the normalisation statistics) to path. */
+int bfit_run_save(bfit_run *r, const char *path);
+/* The figures so far. */
+void bfit_run_result(const bfit_run *r, bfit_train_result *res);
+/* Write the log's end event (after a good run) or error event (rc the failure). */
+void bfit_run_finish(bfit_run *r, int rc);
+void bfit_run_free(bfit_run *r);
+
+/* The whole run: steps, an evaluation after each epoch, the weights saved. */
+int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res);
+
+/* Evaluate a model's saved weights on a data set's test split. */
+typedef struct bfit_eval_cfg {
+    const char *model, *weights, *data;
+    int batch;                  /* 0: 1000 */
+    int64_t samples;            /* 0: all */
+    int threads;
+    bfit_device *device;        /* NULL: open device_name (NULL: cpu) */
+    const char *device_name;
+    uint64_t memory;
+    int normalize;              /* 0: none. 1: the statistics saved with the weights, or
+                                   for older files those of data's training split */
+} bfit_eval_cfg;
+
+int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n);
+
+/* ---- find: the largest and the fastest batch --------------------------------- */
+#define BFIT_PROBE_MAX_RUNGS 40    /* ladder sizes: enough for limits up to 2^38 */
+#define BFIT_PROBE_SEARCH_STEPS 3  /* steps per trial of the search find is compared with */
+
+typedef struct bfit_probe_cfg {
+    uint64_t capacity;      /* device memory to plan for; 0: the arena's capacity */
+    double margin;          /* fraction of capacity kept free, 0 <= margin < 1 */
+    int limit;              /* largest micro-batch considered; 0: 1 << 20 */
+    int ladder;             /* 1: also measure throughput (the fastest batch) */
+    int warmup;             /* steps per ladder size before measuring, >= 0 */
+    int repeats;            /* measured steps per ladder size (median), >= 1 */
+    double tolerance;       /* recommend the smallest size within this fraction of the best, [0, 1) */
+    double data_threshold;  /* data-wait share of a step above which the loader is the limit, (0, 1] */
+    uint64_t seed;          /* dropout masks of the probe steps */
+} bfit_probe_cfg;
+
+/* Defaults: the arena's capacity, margin 0.1, limit 1 << 20, ladder on,
+ * warm-up 1, repeats 5, tolerance 0.05, data threshold 0.2, seed 1. */
+bfit_probe_cfg bfit_probe_cfg_default(void);
+
+/* Why nothing fits (res->no_fit). */
+typedef enum {
+    BFIT_PROBE_FITS = 0,
+    BFIT_PROBE_FIXED_OVER_CAPACITY, /* params + grads + optimizer state exceed the capacity */
+    BFIT_PROBE_FIXED_OVER_BUDGET,   /* ... fit the capacity but not the budget (the margin) */
+    BFIT_PROBE_BATCH1_OVER_BUDGET   /* the fixed part fits, batch 1's step does not */
+} bfit_probe_no_fit;
+
+/* One size of the ladder. */
+typedef struct bfit_probe_rung {
+    int m;
+    uint64_t planned_peak;   /* plan(m).peak */
+    uint64_t measured_peak;  /* the arena's high-water mark over the steps, less what others hold */
+    double step_s;           /* median seconds of a measured step (take + forward + backward) */
+    double samples_per_s;    /* m / step_s */
+    double spread;           /* width of the middle half of the measured step times / step_s
+                                (all of them for fewer than 4): over 0.5, something else used the CPU */
+    double wait_share;       /* median over the measured steps of the share spent waiting for samples */
+} bfit_probe_rung;
+
+typedef struct bfit_probe_result {
+    /* the budget */
+    uint64_t capacity;       /* device memory planned for */
+    uint64_t budget;         /* capacity * (1 - margin): the arena's capacity during the probe */
+    uint64_t held_other;     /* held in the arena besides the model's parameters and gradients */
+    bfit_plan p1;            /* the plan at m = 1: the fixed part per category */
+    bfit_probe_no_fit no_fit;
+    uint64_t missing;        /* no_fit: bytes over the capacity or budget */
+    int limit;               /* the limit searched up to */
+
+    /* the largest batch */
+    int plan_m;              /* the plan's answer */
+    int largest;             /* the answer: plan_m, or the real search's if they disagreed */
+    bfit_plan plan_largest;  /* plan(largest) */
+    bfit_plan plan_next;     /* plan(largest + 1), if largest < limit */
+    uint64_t measured_largest; /* measured peak of the confirming step */
+    int next_refused;        /* 1: reserving largest + 1 was refused; 0: largest is the limit */
+    int plan_agrees;         /* 0: a real step contradicted the plan (see disagreement) */
+    char disagreement[512];
+    int largest_steps;       /* real step attempts for the largest batch (refusals included) */
+    int search_trials;       /* a doubling-then-bisecting search against the same budget: trials */
+    int search_steps;        /*   ... times BFIT_PROBE_SEARCH_STEPS */
+    int search_m;            /*   ... and its answer */
+
+    /* the fastest batch (ladder on) */
+    int nrungs;
+    bfit_probe_rung rungs[BFIT_PROBE_MAX_RUNGS];
+    int ladder_steps;        /* real steps the ladder ran (warm-up included) */
+    int best;                /* index of the highest samples/s */
+    int recommended;         /* index of the smallest size within tolerance of the best */
+    double data_share;       /* wait share at the recommended size */
+    int data_bound;          /* data_share > data_threshold: the loader is the limit */
+
+    /* for reports */
+    int threads;
+    int64_t params;
+    int input_nd, input_dims[4]; /* the model's sample shape */
+    int64_t data_count;
+} bfit_probe_result;
+
+
+/* Everything `batchfit find` sets up. */
+typedef struct bfit_find_cfg {
+    const char *model;      /* a preset name or a spec file (bfit_model_source_load) */
+    const char *data;       /* a data set (bfit_dataset_load), or "synthetic": random samples of the model's shape */
+    const char *device_name;/* bfit_device_open's name; NULL: cpu */
+    uint64_t memory;        /* device capacity; 0: what the device has free */
+    int threads;            /* CPU threads; 0: OpenMP's setting */
+    int normalize, prefetch, augment;
+    uint64_t seed;          /* init, shuffling, dropout */
+    int limit;              /* 0: the training set's size (no micro-batch is larger) */
+    bfit_optim_cfg opt;     /* whose state is planned and held */
+    bfit_probe_cfg probe;   /* capacity and limit are set from the fields above */
+} bfit_find_cfg;
+
+/* Defaults: fashion-mnist, normalised, prefetching, no augmentation, seed 1,
+ * SGD with momentum 0.9, bfit_probe_cfg_default. */
+bfit_find_cfg bfit_find_cfg_default(void);
+
+/* Build the model, load the data and probe (bfit_probe_run) on a new arena
+ * of cfg->memory. The result is filled as far as it got, so that a model
+ * that does not fit can be explained. */
+int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res);
+
+/* Write the find chart (throughput and memory against the micro-batch) as an
+ * SVG file, atomically (src/batch/find_chart.c). */
+int bfit_probe_chart_save(const char *path, const char *model, double tolerance, double margin,
+                          const bfit_probe_result *r);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# test.sh - set up, build and run every test: once normally, once under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# test.sh - set up, build and run every test: once normally, once with the
+# CPU device's opaque-memory checking mode (device memory inaccessible to the
+# host outside device calls), once under AddressSanitizer +
+# UndefinedBehaviorSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh build
 (cd build && ctest --output-on-failure -j2)
+(cd build && BFIT_DEVICE_CHECK=1 ctest --output-on-failure -j2 -LE nocheck)
 scripts/build.sh build-asan -DBFIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j2 -LE nosan)

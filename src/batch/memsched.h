@@ -5,14 +5,5 @@
 
 #include <stdint.h>
 
-typedef struct bfit_mem_point {
-    int64_t step;
-    uint64_t capacity;
-} bfit_mem_point;
-
-#define BFIT_MEM_SCHEDULE_MAX 64
-/* Parse "STEP:SIZE,..." ("200:150MiB,400:1GiB"), steps strictly increasing;
- * BFIT_EINVAL naming the item otherwise. */
-int bfit_mem_schedule_parse(const char *text, bfit_mem_point *out, int max, int *n);
 
 #endif

@@ -12,24 +12,8 @@
 #include "nn/model.h"
 #include "optim/optim.h"
 
-typedef struct bfit_plan {
-    int m, training;
-    uint64_t bytes[BFIT_MEM_NCAT];
-    uint64_t fixed;      /* params + grads + optimizer + other (the model's statistics): independent of m */
-    uint64_t step;       /* activations + act_grads + workspace + input */
-    uint64_t peak;       /* fixed + step */
-    uint64_t no_reuse;   /* the peak if no buffer were shared */
-} bfit_plan;
 
-/* Plan for micro-batch m. opt NULL: no optimizer state (eval, or find). */
-int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int training, bfit_plan *p);
 
-/* The largest m in [1, limit] whose planned peak fits in budget bytes
- * (peak <= budget), by bfit_largest_fit (batch/solve.h). Returns BFIT_OK
- * with *m_out = 0 when even m = 1 does not fit (p1, if not NULL, gets the
- * plan for m = 1 so callers can say by how much). Whatever it returns fits. */
-int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
-                        int *m_out, bfit_plan *p1);
 
 /* bfit_budget (batch/solve.h): capacity * (1 - margin), rounded down. */
 uint64_t bfit_plan_budget(uint64_t capacity, double margin);

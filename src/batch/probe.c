@@ -51,6 +51,13 @@ static double now(void)
 
 static const char *sz(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
 
+static void set_input(bfit_probe_result *r, bfit_shape s)
+{
+    r->input_nd = s.nd;
+    for (int i = 0; i < 4; i++)
+        r->input_dims[i] = s.d[i];
+}
+
 /* ---- what a probe holds -------------------------------------------------- */
 
 typedef struct probe {
@@ -590,7 +597,7 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
         res->threads = di.threads;
     }
     res->params = bfit_model_param_count(M);
-    res->input = M->input;
+    set_input(res, M->input);
     res->data_count = bfit_dataset_count(d);
     res->limit = cfg->limit ? cfg->limit : DEFAULT_LIMIT;
 
@@ -678,7 +685,7 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
         res->threads = di.threads;
     }
     res->params = bfit_model_param_count(ss.M);
-    res->input = ss.M->input;
+    set_input(res, ss.M->input);
     res->capacity = bfit_arena_capacity(ss.arena);
     res->budget = bfit_plan_budget(res->capacity, pc.margin);
 

@@ -198,6 +198,12 @@ usage:
 
 static const char *fmt(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
 
+static bfit_shape input_shape(const bfit_probe_result *r)
+{
+    bfit_shape s = {.nd = r->input_nd, .d = {r->input_dims[0], r->input_dims[1], r->input_dims[2], r->input_dims[3]}};
+    return s;
+}
+
 
 
 static const char *optim_desc(const bfit_optim_cfg *o, char *buf, size_t n)
@@ -244,7 +250,7 @@ static void print_human(const args *a, const bfit_probe_result *r)
 
     printf("batchfit find: %s (%s) on %s: %s parameters, input %s, %d thread%s\n", a->c.model,
            file ? "spec file" : "preset", a->c.data, bfit_thousands((double)r->params, b1, sizeof b1),
-           bfit_shape_str(r->input, sh, sizeof sh), r->threads, r->threads == 1 ? "" : "s");
+           bfit_shape_str(input_shape(r), sh, sizeof sh), r->threads, r->threads == 1 ? "" : "s");
     printf("memory %s, margin %g%%: budget %s; optimizer %s; fixed part %s\n\n", fmt(r->capacity, b1),
            100 * a->c.probe.margin, fmt(r->budget, b2), optim_desc(&a->c.opt, b3, sizeof b3), fmt(r->p1.fixed, b4));
 
@@ -334,7 +340,7 @@ static int print_json(const args *a, const bfit_probe_result *r)
     cJSON_AddStringToObject(root, "model", a->c.model);
     cJSON_AddStringToObject(root, "source", bfit_model_source_is_file(a->c.model) ? "file" : "preset");
     cJSON_AddStringToObject(root, "data", a->c.data);
-    cJSON_AddStringToObject(root, "input", bfit_shape_str(r->input, sh, sizeof sh));
+    cJSON_AddStringToObject(root, "input", bfit_shape_str(input_shape(r), sh, sizeof sh));
     cJSON_AddNumberToObject(root, "parameters", (double)r->params);
     cJSON_AddNumberToObject(root, "threads", r->threads);
     cJSON_AddStringToObject(root, "optimizer", bfit_optim_kind_name(a->c.opt.kind));

@@ -17,29 +17,6 @@
 #include "tensor/tensor.h"
 
 /* ---- data sets ----------------------------------------------------------- */
-typedef struct bfit_dataset bfit_dataset;
-
-/* Options for loading; all fields apply to CSV, nclasses to IDX too. */
-typedef struct bfit_data_opts {
-    int nclasses;  /* 0: max label + 1 (fashion-mnist: 10); else labels must be < nclasses */
-    int label_col; /* CSV: label column, 0-based; negative counts from the end (-1: last) */
-    int header;    /* CSV: -1 auto-detect (first row not all numbers), 0 none, 1 present */
-    char delim;    /* CSV: field separator, 0 means ',' */
-} bfit_data_opts;
-
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ','}
-
-/* Load a data set by name or path; o may be NULL (BFIT_DATA_OPTS_INIT).
- * spec is one of:
- *   "fashion-mnist"          the installed set in /usr/share/datasets/fashion-mnist
- *   a directory              MNIST layout: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
- *   "IMAGES,LABELS"          an explicit pair of IDX files
- *   a file (.csv or other)   CSV, see bfit_dataset_load_csv
- * train picks the train or the t10k files of a named set or directory and is
- * ignored for files. Fails with BFIT_EIO (missing file, saying which paths
- * were tried), BFIT_EFORMAT (bad contents, saying file and position) or
- * BFIT_EINVAL (bad options); *out is NULL on failure. */
-int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out);
 
 /* Load an IDX image file (magic 0x00000803, N x H x W uint8) and an IDX label
  * file (0x00000801, N uint8), each gzip-compressed (by its 1f 8b magic) or

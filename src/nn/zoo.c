@@ -6,6 +6,7 @@
  * (and so memory) match what people know: ResNet-50 25,557,032, VGG-16
  * 138,357,544, ResNet-18 11,689,512 trainable scalars. */
 #include "base/err.h"
+#include "nn/model.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
 
@@ -227,3 +228,22 @@ int bfit_model_source_load(const char *name_or_path, bfit_graph_desc *g)
         return bfit_spec_parse_file(name_or_path, g);
     return bfit_zoo_build(name_or_path, g);
 }
+
+int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **out)
+{
+    bfit_graph_desc g;
+    int rc;
+
+    *out = NULL;
+    if (!preset_or_spec)
+        return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
+    rc = bfit_model_source_load(preset_or_spec, &g);
+    if (rc != BFIT_OK)
+        return rc;
+    /* planning needs ops but no memory: the model gets no arena */
+    rc = bfit_model_new(&g, dev, NULL, out);
+    bfit_graph_fini(&g);
+    return rc;
+}
+
+int bfit_model_classes(const bfit_model *M) { return M->nclasses; }

@@ -11,7 +11,7 @@
 #include <string.h>
 
 int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
-                    bfit_stream **out)
+                    bfit_feed *out)
 {
     bfit_stream_cfg sc;
     memset(&sc, 0, sizeof sc);
@@ -23,7 +23,7 @@ int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_tak
     sc.aug_hflip = augment;
     sc.norm_mean = r->s.mean;
     sc.norm_std = r->s.std;
-    return bfit_stream_new(d, &sc, out);
+    return bfit_stream_new(d, &sc, &out->s);
 }
 
 /* The largest eval micro-batch up to want that fits what is free now. The
@@ -50,23 +50,22 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
 
 /* The first n samples of the stream's epoch 0 (n 0: all) in micro-batches
  * of m, through host staging of at least m samples. */
-static int evaluate(bfit_model *M, bfit_stream *s, const bfit_dataset *d, int m, int64_t n, float *sx, int32_t *sy,
+static int evaluate(bfit_model *M, bfit_feed *s, int64_t count, int m, int64_t n, float *sx, int32_t *sy,
                     bfit_eval_info *ev)
 {
-    bfit_cursor c0 = {0, 0};
     int64_t seen = 0;
     double loss, right;
     int rc;
 
-    if ((rc = bfit_stream_seek(s, c0)) != BFIT_OK || (rc = bfit_model_stats_reset(M)) != BFIT_OK)
+    if ((rc = bfit_feed_rewind(s)) != BFIT_OK || (rc = bfit_model_stats_reset(M)) != BFIT_OK)
         return rc;
-    if (!n || n > bfit_dataset_count(d))
-        n = bfit_dataset_count(d);
+    if (!n || n > count)
+        n = count;
     while (seen < n) {
         int want = (int)(n - seen < m ? n - seen : m), got;
         if ((rc = bfit_model_reserve(M, want, 0)) != BFIT_OK)
             return bfit_fail_prefix(rc, "evaluation with micro-batch %d: ", want);
-        if ((rc = bfit_stream_take(s, want, sx, sy, &got)) != BFIT_OK)
+        if ((rc = bfit_feed_take(s, want, sx, sy, &got)) != BFIT_OK)
             return rc;
         if (got != want)
             return bfit_fail(BFIT_ESTATE, "evaluation: the stream gave %d samples, expected %d", got, want);
@@ -83,6 +82,11 @@ static int evaluate(bfit_model *M, bfit_stream *s, const bfit_dataset *d, int m,
     return BFIT_OK;
 }
 
+static int64_t test_count(const bfit_run *r)
+{
+    return r->te.src ? r->te.src->samples : bfit_dataset_count(r->s.test);
+}
+
 int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
 {
     int m, rc;
@@ -92,7 +96,7 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     bfit_model_unreserve(r->s.M);
     rc = choose_eval_batch(r->s.M, r->s.arena, r->cfg.margin, r->eval_m, &m);
     if (rc == BFIT_OK)
-        rc = evaluate(r->s.M, r->te, r->s.test, m, r->cfg.eval_samples, r->stage_x, r->stage_y, ev);
+        rc = evaluate(r->s.M, &r->te, test_count(r), m, r->cfg.eval_samples, r->stage_x, r->stage_y, ev);
     bfit_model_unreserve(r->s.M);
     if (rc != BFIT_OK)
         return rc;
@@ -168,7 +172,7 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
 int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n)
 {
     bfit_session s;
-    bfit_stream *st = NULL;
+    bfit_feed st = {0};
     bfit_stream_cfg sc;
     bfit_eval_info ev;
     float *mean = NULL, *std = NULL, *sx = NULL;
@@ -190,14 +194,14 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     sy = malloc(sizeof(int32_t) * (size_t)m);
     if (!sx || !sy)
         rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
-    if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st)) == BFIT_OK &&
-        (rc = evaluate(s.M, st, s.test, m, cfg->samples, sx, sy, &ev)) == BFIT_OK) {
+    if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st.s)) == BFIT_OK &&
+        (rc = evaluate(s.M, &st, bfit_dataset_count(s.test), m, cfg->samples, sx, sy, &ev)) == BFIT_OK) {
         *loss = ev.test_loss;
         *acc = ev.test_acc;
         *n = ev.samples;
     }
 out:
-    bfit_stream_free(st);
+    bfit_feed_close(&st);
     bfit_session_close(&s);
     free(mean);
     free(std);

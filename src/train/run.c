@@ -161,13 +161,14 @@ static int open_session(bfit_run *r)
     sc.test_data = c->test_data;
     sc.given_train = c->train_set;
     sc.given_test = c->test_set;
-    sc.want_train = sc.want_test = 1;
+    sc.want_train = !c->train_source;
+    sc.want_test = !c->test_source;
     sc.device = c->device;
     sc.device_name = c->device_name;
     sc.host = c->host;
     sc.memory = c->memory;
     sc.threads = c->threads;
-    sc.normalize = c->normalize;
+    sc.normalize = c->normalize && !c->train_source;
     sc.seed = c->seed;
     rc = bfit_session_open_model(&r->s, &sc);
     if (rc == BFIT_OK)
@@ -212,8 +213,11 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     r->micro_n = calloc(MAX_MICRO, sizeof *r->micro_n);
     if (!r->stage_x || !r->stage_y || !r->micro_sq || !r->micro_n)
         return bfit_fail(BFIT_ENOMEM, "out of host memory for the staging of %d samples", r->max_take);
-    rc = run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch, c->augment, &r->tr);
-    if (rc == BFIT_OK)
+    r->tr.src = c->train_source;
+    r->te.src = c->test_source;
+    r->tr.numel = r->te.numel = numel;
+    rc = c->train_source ? BFIT_OK : run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch, c->augment, &r->tr);
+    if (rc == BFIT_OK && !c->test_source)
         rc = run_open_stream(r, r->s.test, 0, r->eval_m, c->prefetch, 0, &r->te);
     return rc;
 }
@@ -273,7 +277,9 @@ static int setup(bfit_run *r)
         bfit_arena_fail_nth(r->s.arena, r->cfg.fail_nth_alloc);
     run_apply_memory_schedule(r, 0);
     r->base_capacity = bfit_arena_capacity(r->s.arena);
-    ntrain = bfit_dataset_count(r->s.train);
+    ntrain = r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
+    if (ntrain < 1)
+        return bfit_fail_field(BFIT_EINVAL, "train_source", "has no samples in an epoch");
     r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
     r->pc.M = r->s.M;
     r->pc.opt = &r->cfg.opt;
@@ -321,8 +327,8 @@ void bfit_run_free(bfit_run *r)
         return;
     if (r->log_open)
         bfit_log_close(&r->lg);
-    bfit_stream_free(r->tr);
-    bfit_stream_free(r->te);
+    bfit_feed_close(&r->tr);
+    bfit_feed_close(&r->te);
     bfit_gradnorm_free(r->gn);
     bfit_optim_free(r->opt);
     bfit_controller_free(r->ctl);

@@ -7,6 +7,7 @@
 #include "batch/plan.h"
 #include "batch/session.h"
 #include "optim/gradnorm.h"
+#include "train/feed.h"
 #include "train/log.h"
 #include "train/trainer.h"
 
@@ -26,7 +27,7 @@ typedef struct plan_ctx {
 struct bfit_run {
     bfit_train_cfg cfg;
     bfit_session s;            /* device, arena, model, data, normalisation */
-    bfit_stream *tr, *te;
+    bfit_feed tr, te;          /* training and test samples */
     bfit_optim *opt;
     bfit_gradnorm *gn;         /* clipping and the noise scale's norms; NULL: neither */
     bfit_controller *ctl;
@@ -62,6 +63,6 @@ void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint6
 int run_apply_memory_schedule(bfit_run *r, int64_t upto);
 /* eval.c */
 int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
-                    bfit_stream **out);
+                    bfit_feed *out);
 
 #endif

@@ -141,7 +141,7 @@ static int micro_steps(bfit_run *r, int E, int *k)
 
     /* the step's samples, staged once: a retry after an out-of-memory
      * takes the very same ones */
-    rc = bfit_stream_take(r->tr, E, r->stage_x, r->stage_y, &got);
+    rc = bfit_feed_take(&r->tr, E, r->stage_x, r->stage_y, &got);
     if (rc != BFIT_OK)
         return rc;
     if (got != E)
@@ -185,7 +185,7 @@ static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *s
     ss.epoch = r->epoch;
     ss.samples = E;
     ss.seconds = *secs = bfit_now() - t0;
-    ss.data_seconds = bfit_stream_wait_seconds(r->tr) - wait0;
+    ss.data_seconds = bfit_feed_wait(&r->tr) - wait0;
     ss.free_bytes = free_for_step(r);
     ss.capacity = bfit_arena_capacity(r->s.arena);
     if (r->cfg.adaptive && k >= 2 && k <= MAX_MICRO) {
@@ -239,7 +239,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         return rc;
     E = (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
     t0 = bfit_now();
-    wait0 = bfit_stream_wait_seconds(r->tr);
+    wait0 = bfit_feed_wait(&r->tr);
     memset(&in, 0, sizeof in);
     if ((rc = bfit_model_stats_reset(r->s.M)) != BFIT_OK || (rc = micro_steps(r, E, &k)) != BFIT_OK ||
         (rc = update(r, &in.lr)) != BFIT_OK || (rc = bfit_model_stats_read(r->s.M, &loss, NULL)) != BFIT_OK)
@@ -268,8 +268,8 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         r->res.train_loss = r->ep_loss / (double)r->ep_count;
         r->epoch++;
         r->taken = 0;
-        if (!bfit_run_done(r))
-            bfit_stream_next_epoch(r->tr);
+        if (!bfit_run_done(r) && (rc = bfit_feed_next_epoch(&r->tr)) != BFIT_OK)
+            return rc;
     }
     if (r->cfg.on_step)
         r->cfg.on_step(r->cfg.cb_ud, &in);

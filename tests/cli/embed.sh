@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# embed.sh BUILD_DIR SOURCE_DIR - the library as a user gets it: install
+# into a fresh prefix, build examples/embed.c against it with pkg-config
+# (only the public header), run it on a slice of Fashion-MNIST, and check
+# that the internal headers are not reachable.
+set -euo pipefail
+build=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
+cc -std=c11 -Wall -Wextra -Werror "$src/examples/embed.c" $(pkg-config --cflags --libs batchfit) -o "$tmp/embed"
+# the public header is the whole API: an internal one must not be found
+printf '#include "nn/model.h"\nint main(void) { return 0; }\n' >"$tmp/internal.c"
+if cc $(pkg-config --cflags batchfit) -c "$tmp/internal.c" -o "$tmp/internal.o" 2>/dev/null; then
+  echo "FAIL: an internal header is reachable through the installed flags" >&2
+  exit 1
+fi
+cd "$tmp"
+out=$("$tmp/embed" 2000)
+echo "$out"
+grep -q '^trained: 16 steps, test accuracy' <<<"$out" || { echo "FAIL: no training summary" >&2; exit 1; }
+acc=$(sed -n 's/^trained: .*test accuracy \([0-9.]*\)%.*/\1/p' <<<"$out")
+re=$(sed -n 's/^reloaded: test accuracy \([0-9.]*\)%.*/\1/p' <<<"$out")
+[ "$acc" = "$re" ] || { echo "FAIL: reloaded weights give $re%, training ended at $acc%" >&2; exit 1; }
+awk -v a="$acc" 'BEGIN { exit !(a > 50) }' || { echo "FAIL: accuracy $acc% after 16 steps" >&2; exit 1; }
+test -s embed.safetensors
+echo "embed: installed library, public header only, trained and reloaded ($acc%)"
