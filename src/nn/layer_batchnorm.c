@@ -40,7 +40,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     return BFIT_OK;
 }
 
-static size_t stat_bytes(const bfit_layer *l) { return BFIT_ALIGN_UP((size_t)l->in[0].c * sizeof(float)); }
+static size_t stat_bytes(const bfit_layer *l) { return BFIT_ALIGN_UP((size_t)l->in[0].c * bfit_dtype_size(BFIT_F32)); } /* statistics are f32 */
 
 static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int training)
 {

@@ -38,7 +38,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 /* Normalised together: a token's features, or a whole image or vector. */
 static int64_t cols(const bfit_layer *l) { return l->in[0].nd == 2 ? l->in[0].d[1] : bfit_shape_numel(l->in[0]); }
 static int64_t nrows(const bfit_layer *l, int m) { return (int64_t)m * bfit_shape_numel(l->in[0]) / cols(l); }
-static size_t stat_bytes(const bfit_layer *l, int m) { return BFIT_ALIGN_UP((size_t)nrows(l, m) * sizeof(float)); }
+static size_t stat_bytes(const bfit_layer *l, int m) { return BFIT_ALIGN_UP((size_t)nrows(l, m) * bfit_dtype_size(BFIT_F32)); } /* statistics are f32 */
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {

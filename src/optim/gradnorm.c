@@ -33,7 +33,7 @@ uint64_t bfit_gradnorm_bytes(bfit_param *const *params, int n, int track)
         if (counted(params[i])) {
             k++;
             if (track)
-                b += BFIT_ALIGN_UP((uint64_t)bfit_param_numel(params[i]) * sizeof(float));
+                b += BFIT_ALIGN_UP((uint64_t)bfit_param_numel(params[i]) * bfit_dtype_size(BFIT_F32));
         }
     return b + results_bytes(k);
 }
@@ -82,7 +82,7 @@ int bfit_gradnorm_new(bfit_param *const *params, int n, int track, bfit_device *
     cur = (char *)g->block + results_bytes(g->n);
     for (int i = 0; track && i < g->n; i++) {
         g->t[i].copy = cur;
-        cur += BFIT_ALIGN_UP((uint64_t)g->t[i].numel * sizeof(float));
+        cur += BFIT_ALIGN_UP((uint64_t)g->t[i].numel * bfit_dtype_size(BFIT_F32));
     }
     if ((rc = make_ops(g)) != BFIT_OK || (track && (rc = bfit_gradnorm_track_reset(g)) != BFIT_OK))
         goto fail;

@@ -108,7 +108,7 @@ static int states_per_param(const bfit_optim_cfg *c)
 
 static uint64_t slice_bytes(int64_t numel)
 {
-    uint64_t b = numel > 0 ? (uint64_t)numel * sizeof(float) : 0;
+    uint64_t b = numel > 0 ? (uint64_t)numel * bfit_dtype_size(BFIT_F32) : 0; /* state is f32 */
     return (b + (BFIT_ALIGN - 1)) & ~(uint64_t)(BFIT_ALIGN - 1);
 }
 
