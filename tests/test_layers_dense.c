@@ -1,9 +1,13 @@
 /* test_layers_dense.c - the dense layers (linear, relu, gelu, flatten,
  * dropout, layernorm, add, xent) through the layer API: finite-difference
- * gradient checks at several shapes (m = 1 and 7, odd feature counts),
- * forward values against naive double loops, accumulation of parameter
- * gradients over two backwards, eval mode, error messages, and the bytes
- * bfit_layer_memory reports per category. */
+ * gradient checks at several shapes (m = 1 and 7, odd feature counts, token
+ * sequences for linear and layernorm), forward values against naive double
+ * loops, accumulation of parameter gradients over two backwards, eval mode,
+ * error messages, and the bytes bfit_layer_memory reports per category.
+ *
+ * Layers get device buffers only (tdev.h): the host side of each tbuf is
+ * filled, uploaded, and the results downloaded before any check, so the
+ * file also passes with BFIT_DEVICE_CHECK=1. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,11 +19,13 @@
 #include <cmocka.h>
 
 #include "gradcheck.h"
+#include "tdev.h"
 
 #define FEPS 1.1920929e-7
 
-static bfit_shape V(int c) { return (bfit_shape){c, 1, 1}; }
-static bfit_shape S(int c, int h, int w) { return (bfit_shape){c, h, w}; }
+static bfit_shape V(int c) { return bfit_shape_vec(c); }
+static bfit_shape S(int c, int h, int w) { return bfit_shape_chw(c, h, w); }
+static bfit_shape Q(int t, int f) { return bfit_shape_seq(t, f); }
 
 static bfit_layer_cfg cfg_of(bfit_layer_kind k)
 {
@@ -54,6 +60,28 @@ static void test_gc_linear(void **st)
     c.units = 13;
     c.bias = 0;
     gc("linear 9->13 no bias m=7", c, V(9), 7);
+}
+
+/* Sequences [T, F]: linear and layernorm act on each token's F features.
+ * The same tolerance argument holds (a token is a row of the same ops). A
+ * layer that mixed tokens (weights over T*F, statistics over the sample)
+ * would be off by O(1), as would one that ignored tokens past the first. */
+static void test_gc_sequences(void **st)
+{
+    bfit_layer_cfg c = cfg_of(BFIT_L_LINEAR), n = cfg_of(BFIT_L_LAYERNORM);
+    (void)st;
+    c.units = 4;
+    gc("linear seq 1x7->4 m=1", c, Q(1, 7), 1);
+    gc("linear seq 5x7->4 m=3", c, Q(5, 7), 3);
+    gc("linear seq 5x3->6 m=1", c, Q(5, 3), 1);
+    c.units = 9;
+    c.bias = 0;
+    gc("linear seq 1x6->9 no bias m=3", c, Q(1, 6), 3);
+    gc("linear seq 5x7->9 no bias m=3", c, Q(5, 7), 3);
+    gc("layernorm seq 1x7 m=1", n, Q(1, 7), 1);
+    gc("layernorm seq 5x7 m=3", n, Q(5, 7), 3);
+    gc("layernorm seq 5x3 m=1", n, Q(5, 3), 1);
+    gc("layernorm seq 1x13 m=3", n, Q(1, 13), 3);
 }
 
 static void test_gc_act(void **st)
@@ -117,17 +145,17 @@ static void test_gc_xent(void **st)
     gc("xent 3 m=7", cfg_of(BFIT_L_XENT), V(3), 7);
 }
 
-/* ---- a rig: one layer with its buffers, like the model gives them ---- */
+/* ---- a rig: one layer with its buffers, like the model gives them ----
+ * Every buffer is a tbuf: the host side holds what was uploaded or, after
+ * rig_forward/rig_backward succeed, what the device computed. */
 
 typedef struct rig {
-    bfit_arena *arena;
-    bfit_device *dev;
+    tdev t;
     bfit_layer *l;
     int m, training;
-    float *x[2], *y, *dy, *dx[2];
+    tbuf x[2], dx[2], y, dy, labels, stats;
+    tbuf pd[BFIT_LAYER_MAXP], pg[BFIT_LAYER_MAXP];
     void *saved, *ws_f, *ws_b;
-    int32_t *labels;
-    double loss;
 } rig;
 
 static void *zalloc(size_t n)
@@ -137,75 +165,131 @@ static void *zalloc(size_t n)
     return p;
 }
 
-static float *frand(int64_t n, float a, uint64_t seed)
+/* a device buffer of n floats, uniform(-a, a) from seed, uploaded */
+static tbuf frand(tdev *t, int64_t n, float a, uint64_t seed)
 {
-    float *p = zalloc((size_t)n * sizeof(float));
-    bfit_fill_uniform(p, n, a, seed);
-    return p;
+    tbuf b = tbuf_new(t, (size_t)n * sizeof(float));
+    bfit_fill_uniform(TB_F(b), n, a, seed);
+    tbuf_up(t, &b);
+    return b;
+}
+
+static void zero_up(tdev *t, tbuf *b)
+{
+    memset(b->h, 0, b->bytes);
+    tbuf_up(t, b);
+}
+
+/* Parameters: init_params fills the host sides, which go up; gradients
+ * start at zero on the device. */
+static void rig_params(rig *r)
+{
+    float *host[BFIT_LAYER_MAXP];
+    for (int i = 0; i < r->l->nparams; i++) {
+        bfit_param *p = &r->l->params[i];
+        r->pd[i] = tbuf_new(&r->t, bfit_param_bytes(p));
+        p->data = r->pd[i].d;
+        host[i] = TB_F(r->pd[i]);
+        if (p->trainable) {
+            r->pg[i] = tbuf_new(&r->t, bfit_param_bytes(p));
+            zero_up(&r->t, &r->pg[i]);
+            p->grad = r->pg[i].d;
+        }
+    }
+    if (r->l->vt->init_params)
+        r->l->vt->init_params(r->l, 77, host);
+    for (int i = 0; i < r->l->nparams; i++)
+        tbuf_up(&r->t, &r->pd[i]);
 }
 
 static void rig_new(rig *r, bfit_layer_cfg cfg, const bfit_shape *in, int nin, int m, int training)
 {
     char err[256];
+    int64_t ny;
     memset(r, 0, sizeof *r);
     r->m = m;
     r->training = training;
-    r->arena = bfit_arena_new(1ull << 30, NULL);
-    assert_int_equal(bfit_device_cpu_new(r->arena, 0, &r->dev), BFIT_OK);
-    if (bfit_layer_new(&cfg, r->dev, in, nin, &r->l, err, sizeof err) != BFIT_OK)
+    tdev_open(&r->t, 0);
+    if (bfit_layer_new(&cfg, r->t.dev, in, nin, &r->l, err, sizeof err) != BFIT_OK)
         fail_msg("layer: %s", err);
-    for (int i = 0; i < r->l->nparams; i++) {
-        bfit_param *p = &r->l->params[i];
-        p->data = zalloc((size_t)bfit_param_numel(p) * sizeof(float));
-        if (p->trainable)
-            p->grad = zalloc((size_t)bfit_param_numel(p) * sizeof(float));
-    }
-    if (r->l->vt->init_params)
-        r->l->vt->init_params(r->l, 77);
+    rig_params(r);
     assert_int_equal(bfit_layer_prepare(r->l, m, training), BFIT_OK);
     for (int i = 0; i < nin; i++) {
         int64_t n = (int64_t)m * bfit_shape_numel(in[i]);
-        r->x[i] = frand(n, 2, 300 + (uint64_t)i);
-        r->dx[i] = frand(n, 1, 400 + (uint64_t)i); /* garbage: backward must overwrite */
+        r->x[i] = frand(&r->t, n, 2, 300 + (uint64_t)i);
+        r->dx[i] = frand(&r->t, n, 1, 400 + (uint64_t)i); /* garbage: backward must overwrite */
     }
-    r->y = zalloc((size_t)m * (size_t)bfit_shape_numel(r->l->out) * sizeof(float));
-    r->dy = frand((int64_t)m * bfit_shape_numel(r->l->out), 1, 500);
-    r->saved = zalloc(r->l->need.saved);
-    r->ws_f = zalloc(r->l->need.ws_fwd);
-    r->ws_b = zalloc(r->l->need.ws_bwd);
-    r->labels = zalloc((size_t)m * sizeof(int32_t));
+    ny = (int64_t)m * bfit_shape_numel(r->l->out);
+    r->y = tbuf_new(&r->t, (size_t)ny * sizeof(float));
+    zero_up(&r->t, &r->y);
+    r->dy = frand(&r->t, ny, 1, 500);
+    r->saved = tdev_alloc(&r->t, r->l->need.saved);
+    r->ws_f = tdev_alloc(&r->t, r->l->need.ws_fwd);
+    r->ws_b = tdev_alloc(&r->t, r->l->need.ws_bwd);
+    r->labels = tbuf_new(&r->t, (size_t)m * sizeof(int32_t));
     for (int i = 0; i < m; i++)
-        r->labels[i] = (int32_t)((i * 3 + 1) % r->l->out.c);
+        TB_I(r->labels)[i] = (int32_t)((i * 3 + 1) % bfit_shape_last(r->l->out));
+    tbuf_up(&r->t, &r->labels);
+    r->stats = tbuf_new(&r->t, 2 * sizeof(double));
+    zero_up(&r->t, &r->stats);
 }
 
+/* On success y and the statistics come back to the host. */
 static int rig_forward(rig *r)
 {
-    bfit_fwd_args a = {.m = r->m, .training = r->training, .x = {r->x[0], r->x[1]}, .y = r->y,
-                       .saved = r->saved, .ws = r->ws_f, .seed = 9, .labels = r->labels, .loss = &r->loss};
-    return bfit_layer_forward(r->l, &a);
+    bfit_fwd_args a = {.m = r->m, .training = r->training, .x = {r->x[0].d, r->x[1].d}, .y = r->y.d,
+                       .saved = r->saved, .ws = r->ws_f, .seed = 9};
+    int rc;
+    if (r->l->cfg.kind == BFIT_L_XENT) {
+        a.labels = r->labels.d;
+        a.stats = r->stats.d;
+    }
+    rc = bfit_layer_forward(r->l, &a);
+    if (rc == BFIT_OK) {
+        tbuf_down(&r->t, &r->y);
+        tbuf_down(&r->t, &r->stats);
+    }
+    return rc;
 }
 
+/* On success dx and the parameter gradients come back to the host. */
 static int rig_backward(rig *r, float loss_scale)
 {
-    bfit_bwd_args b = {.m = r->m, .x = {r->x[0], r->x[1]}, .y = r->y, .dy = r->dy, .dx = {r->dx[0], r->dx[1]},
-                       .saved = r->saved, .ws = r->ws_b, .labels = r->labels, .loss_scale = loss_scale};
-    return bfit_layer_backward(r->l, &b);
+    bfit_bwd_args b = {.m = r->m, .x = {r->x[0].d, r->x[1].d}, .y = r->y.d, .dy = r->dy.d,
+                       .dx = {r->dx[0].d, r->dx[1].d}, .saved = r->saved, .ws = r->ws_b, .labels = r->labels.d,
+                       .loss_scale = loss_scale};
+    int rc = bfit_layer_backward(r->l, &b);
+    if (rc != BFIT_OK)
+        return rc;
+    for (int i = 0; i < 2; i++)
+        if (r->dx[i].d)
+            tbuf_down(&r->t, &r->dx[i]);
+    for (int i = 0; i < r->l->nparams; i++)
+        if (r->pg[i].d)
+            tbuf_down(&r->t, &r->pg[i]);
+    return BFIT_OK;
 }
 
 static void rig_free(rig *r)
 {
     for (int i = 0; i < 2; i++) {
-        free(r->x[i]);
-        free(r->dx[i]);
+        if (r->x[i].d)
+            tbuf_free(&r->t, &r->x[i]);
+        if (r->dx[i].d)
+            tbuf_free(&r->t, &r->dx[i]);
     }
-    for (int i = 0; i < r->l->nparams; i++) {
-        free(r->l->params[i].data);
-        free(r->l->params[i].grad);
+    for (int i = 0; i < BFIT_LAYER_MAXP; i++) {
+        if (r->pd[i].d)
+            tbuf_free(&r->t, &r->pd[i]);
+        if (r->pg[i].d)
+            tbuf_free(&r->t, &r->pg[i]);
     }
-    free(r->y), free(r->dy), free(r->saved), free(r->ws_f), free(r->ws_b), free(r->labels);
+    tbuf_free(&r->t, &r->y);
+    tbuf_free(&r->t, &r->dy);
+    tbuf_free(&r->t, &r->labels);
+    tbuf_free(&r->t, &r->stats);
     bfit_layer_free(r->l);
-    bfit_device_free(r->dev);
-    bfit_arena_free(r->arena);
+    tdev_close(&r->t); /* releases saved and the workspaces */
 }
 
 static void close_to(double got, double ref, double tol, const char *what, int64_t i)
@@ -226,12 +310,12 @@ static void test_fwd_linear(void **st)
     rig_new(&r, c, &in, 1, 7, 0);
     /* PyTorch init: U(-1/sqrt(9), 1/sqrt(9)) = U(-1/3, 1/3), not all equal */
     for (int i = 0; i < 2; i++) {
-        const bfit_param *p = &r.l->params[i];
+        const float *v = TB_F(r.pd[i]); /* what init_params gave and the layer got */
         float lo = 1, hi = -1;
-        for (int64_t j = 0; j < bfit_param_numel(p); j++) {
-            assert_true(fabsf(p->data[j]) <= 1.0f / 3.0f);
-            lo = fminf(lo, p->data[j]);
-            hi = fmaxf(hi, p->data[j]);
+        for (int64_t j = 0; j < bfit_param_numel(&r.l->params[i]); j++) {
+            assert_true(fabsf(v[j]) <= 1.0f / 3.0f);
+            lo = fminf(lo, v[j]);
+            hi = fmaxf(hi, v[j]);
         }
         assert_true(hi - lo > 0.1f);
     }
@@ -243,13 +327,13 @@ static void test_fwd_linear(void **st)
     assert_int_equal(rig_forward(&r), BFIT_OK);
     for (int i = 0; i < 7; i++)
         for (int o = 0; o < 7; o++) {
-            double s = r.l->params[1].data[o], mag = fabs(s);
+            double s = TB_F(r.pd[1])[o], mag = fabs(s);
             for (int k = 0; k < 9; k++) {
-                s += (double)r.x[0][i * 9 + k] * r.l->params[0].data[o * 9 + k];
-                mag += fabs((double)r.x[0][i * 9 + k] * r.l->params[0].data[o * 9 + k]);
+                s += (double)TB_F(r.x[0])[i * 9 + k] * TB_F(r.pd[0])[o * 9 + k];
+                mag += fabs((double)TB_F(r.x[0])[i * 9 + k] * TB_F(r.pd[0])[o * 9 + k]);
             }
             /* float dot product of 10 terms: 4 eps per term on the magnitude */
-            close_to(r.y[i * 7 + o], s, 4 * FEPS * 10 * mag, "linear y", i * 7 + o);
+            close_to(TB_F(r.y)[i * 7 + o], s, 4 * FEPS * 10 * mag, "linear y", i * 7 + o);
         }
     /* ops are sized for m = 7: another m is refused, not overrun */
     r.m = 8;
@@ -269,39 +353,40 @@ static void test_fwd_act_flatten_add(void **st)
     rig_new(&r, cfg_of(BFIT_L_RELU), in, 1, 7, 1);
     assert_int_equal(rig_forward(&r), BFIT_OK);
     for (int64_t i = 0; i < n; i++) /* exact: relu is a selection */
-        assert_true(r.y[i] == (r.x[0][i] > 0 ? r.x[0][i] : 0.0f));
+        assert_true(TB_F(r.y)[i] == (TB_F(r.x[0])[i] > 0 ? TB_F(r.x[0])[i] : 0.0f));
     rig_free(&r);
 
     rig_new(&r, cfg_of(BFIT_L_GELU), in, 1, 7, 1);
     assert_int_equal(rig_forward(&r), BFIT_OK);
     for (int64_t i = 0; i < n; i++) {
-        double x = r.x[0][i], ref = 0.5 * x * (1 + erf(x / M_SQRT2)); /* PyTorch's default gelu */
+        double x = TB_F(r.x[0])[i], ref = 0.5 * x * (1 + erf(x / M_SQRT2)); /* PyTorch's default gelu */
         /* oneDNN's vectorised erf is accurate to a few ulp: 16 eps */
-        close_to(r.y[i], ref, 16 * FEPS * (1 + fabs(ref)), "gelu y", i);
+        close_to(TB_F(r.y)[i], ref, 16 * FEPS * (1 + fabs(ref)), "gelu y", i);
     }
     rig_free(&r);
 
     rig_new(&r, cfg_of(BFIT_L_FLATTEN), in, 1, 7, 1);
     assert_true(bfit_shape_eq(r.l->out, V(75)));
     assert_int_equal(rig_forward(&r), BFIT_OK);
-    assert_memory_equal(r.y, r.x[0], (size_t)n * sizeof(float));
+    assert_memory_equal(r.y.h, r.x[0].h, (size_t)n * sizeof(float));
     assert_int_equal(rig_backward(&r, 1), BFIT_OK);
-    assert_memory_equal(r.dx[0], r.dy, (size_t)n * sizeof(float));
+    assert_memory_equal(r.dx[0].h, r.dy.h, (size_t)n * sizeof(float));
     rig_free(&r);
 
     rig_new(&r, cfg_of(BFIT_L_ADD), in, 2, 7, 1);
     assert_int_equal(rig_forward(&r), BFIT_OK);
     for (int64_t i = 0; i < n; i++)
-        assert_true(r.y[i] == r.x[0][i] + r.x[1][i]);
+        assert_true(TB_F(r.y)[i] == TB_F(r.x[0])[i] + TB_F(r.x[1])[i]);
     assert_int_equal(rig_backward(&r, 1), BFIT_OK);
-    assert_memory_equal(r.dx[0], r.dy, (size_t)n * sizeof(float));
-    assert_memory_equal(r.dx[1], r.dy, (size_t)n * sizeof(float));
+    assert_memory_equal(r.dx[0].h, r.dy.h, (size_t)n * sizeof(float));
+    assert_memory_equal(r.dx[1].h, r.dy.h, (size_t)n * sizeof(float));
     /* either gradient may be unwanted */
     {
-        bfit_bwd_args b = {.m = 7, .x = {r.x[0], r.x[1]}, .y = r.y, .dy = r.dy, .dx = {NULL, r.dx[1]}};
-        memset(r.dx[1], 0, (size_t)n * sizeof(float));
+        bfit_bwd_args b = {.m = 7, .x = {r.x[0].d, r.x[1].d}, .y = r.y.d, .dy = r.dy.d, .dx = {NULL, r.dx[1].d}};
+        zero_up(&r.t, &r.dx[1]);
         assert_int_equal(bfit_layer_backward(r.l, &b), BFIT_OK);
-        assert_memory_equal(r.dx[1], r.dy, (size_t)n * sizeof(float));
+        tbuf_down(&r.t, &r.dx[1]);
+        assert_memory_equal(r.dx[1].h, r.dy.h, (size_t)n * sizeof(float));
     }
     rig_free(&r);
 }
@@ -320,7 +405,7 @@ static void test_fwd_dropout(void **st)
     assert_int_equal(r.l->need.saved, 0);
     assert_null(r.l->ops[0]);
     assert_int_equal(rig_forward(&r), BFIT_OK);
-    assert_memory_equal(r.y, r.x[0], (size_t)n * sizeof(float));
+    assert_memory_equal(r.y.h, r.x[0].h, (size_t)n * sizeof(float));
     assert_int_equal(rig_backward(&r, 1), BFIT_ESTATE);
     rig_free(&r);
     /* training: one mask byte per element, kept ones scaled by 1/(1-p) */
@@ -328,16 +413,16 @@ static void test_fwd_dropout(void **st)
     assert_int_equal(r.l->need.saved, (size_t)n);
     assert_int_equal(rig_forward(&r), BFIT_OK);
     for (int64_t i = 0; i < n; i++) {
-        if (r.y[i] != 0.0f) {
+        if (TB_F(r.y)[i] != 0.0f) {
             kept++;
-            assert_true(r.y[i] == r.x[0][i] * (1.0f / 0.75f));
+            assert_true(TB_F(r.y)[i] == TB_F(r.x[0])[i] * (1.0f / 0.75f));
         }
     }
     /* Binomial(50000, 0.75): sd 97; 5 sd = 485 */
     assert_true(llabs(kept - 37500) <= 485);
     assert_int_equal(rig_backward(&r, 1), BFIT_OK);
     for (int64_t i = 0; i < n; i++)
-        assert_true(r.dx[0][i] == (r.y[i] != 0.0f ? r.dy[i] * (1.0f / 0.75f) : 0.0f));
+        assert_true(TB_F(r.dx[0])[i] == (TB_F(r.y)[i] != 0.0f ? TB_F(r.dy)[i] * (1.0f / 0.75f) : 0.0f));
     rig_free(&r);
 }
 
@@ -356,6 +441,15 @@ static void ref_layernorm(const float *x, const float *g, const float *b, int m,
     }
 }
 
+/* gamma and beta moved off their init (so they count), uploaded */
+static void rig_set_params(rig *r, int64_t F)
+{
+    bfit_fill_uniform(TB_F(r->pd[0]), F, 1.0f, 5);
+    bfit_fill_uniform(TB_F(r->pd[1]), F, 1.0f, 6);
+    tbuf_up(&r->t, &r->pd[0]);
+    tbuf_up(&r->t, &r->pd[1]);
+}
+
 static void test_fwd_layernorm(void **st)
 {
     bfit_shape in = S(3, 4, 5);
@@ -368,30 +462,28 @@ static void test_fwd_layernorm(void **st)
     /* PyTorch's nn.LayerNorm([3,4,5]): weight/bias [3,4,5], gamma 1, beta 0 */
     assert_int_equal(r.l->params[0].ndim, 3);
     assert_int_equal(r.l->params[0].dim[2], 5);
-    assert_true(r.l->params[0].data[17] == 1.0f && r.l->params[1].data[17] == 0.0f);
+    assert_true(TB_F(r.pd[0])[17] == 1.0f && TB_F(r.pd[1])[17] == 0.0f);
     assert_int_equal(r.l->params[0].decay, 0);
-    bfit_fill_uniform(r.l->params[0].data, F, 1.0f, 5);
-    bfit_fill_uniform(r.l->params[1].data, F, 1.0f, 6);
+    rig_set_params(&r, F);
     assert_int_equal(rig_forward(&r), BFIT_OK);
-    ref_layernorm(r.x[0], r.l->params[0].data, r.l->params[1].data, m, F, ref);
+    ref_layernorm(TB_F(r.x[0]), TB_F(r.pd[0]), TB_F(r.pd[1]), m, F, ref);
     for (int i = 0; i < m * F; i++) /* see test_device_dense: statistics carry ~sqrt(F) eps */
-        close_to(r.y[i], ref[i], 4 * FEPS * (sqrt(F) + 2) * (1 + fabs(ref[i])), "layernorm y", i);
-    memcpy(y_train, r.y, (size_t)m * F * sizeof(float));
+        close_to(TB_F(r.y)[i], ref[i], 4 * FEPS * (sqrt(F) + 2) * (1 + fabs(ref[i])), "layernorm y", i);
+    memcpy(y_train, r.y.h, (size_t)m * F * sizeof(float));
     /* a training-prepared layer also evaluates (stats go to saved) */
     r.training = 0;
-    memset(r.y, 0, (size_t)m * F * sizeof(float));
+    zero_up(&r.t, &r.y);
     assert_int_equal(rig_forward(&r), BFIT_OK);
-    assert_memory_equal(r.y, y_train, (size_t)m * F * sizeof(float));
+    assert_memory_equal(r.y.h, y_train, (size_t)m * F * sizeof(float));
     rig_free(&r);
     /* eval-prepared: the same numbers, statistics in the workspace */
     rig_new(&r, cfg_of(BFIT_L_LAYERNORM), &in, 1, m, 0);
     assert_int_equal(r.l->need.saved, 0);
     assert_true(r.l->need.ws_fwd >= 2 * BFIT_ALIGN_UP(m * sizeof(float)));
     assert_null(r.l->ops[1]);
-    bfit_fill_uniform(r.l->params[0].data, F, 1.0f, 5);
-    bfit_fill_uniform(r.l->params[1].data, F, 1.0f, 6);
+    rig_set_params(&r, F);
     assert_int_equal(rig_forward(&r), BFIT_OK);
-    assert_memory_equal(r.y, y_train, (size_t)m * F * sizeof(float));
+    assert_memory_equal(r.y.h, y_train, (size_t)m * F * sizeof(float));
     assert_int_equal(rig_backward(&r, 1), BFIT_ESTATE);
     rig_free(&r);
     free(ref);
@@ -402,33 +494,95 @@ static void test_fwd_xent(void **st)
 {
     bfit_shape in = V(10);
     const int m = 7, N = 10;
-    double ref_loss = 0;
+    double ref_loss = 0, ref_right = 0, *stats;
     rig r;
     (void)st;
     rig_new(&r, cfg_of(BFIT_L_XENT), &in, 1, m, 1);
     assert_int_equal(rig_forward(&r), BFIT_OK);
+    stats = r.stats.h;
     for (int i = 0; i < m; i++) {
         double mx = -INFINITY, s = 0;
+        int best = 0;
+        for (int j = 0; j < N; j++) {
+            if (TB_F(r.x[0])[i * N + j] > mx)
+                best = j;
+            mx = fmax(mx, TB_F(r.x[0])[i * N + j]);
+        }
+        ref_right += best == TB_I(r.labels)[i];
         for (int j = 0; j < N; j++)
-            mx = fmax(mx, r.x[0][i * N + j]);
-        for (int j = 0; j < N; j++)
-            s += exp(r.x[0][i * N + j] - mx);
+            s += exp(TB_F(r.x[0])[i * N + j] - mx);
         for (int j = 0; j < N; j++) /* softmax in double, one rounding */
-            close_to(r.y[i * N + j], exp(r.x[0][i * N + j] - mx) / s, 2 * FEPS, "xent p", i * N + j);
-        ref_loss += log(s) + mx - r.x[0][i * N + r.labels[i]];
+            close_to(TB_F(r.y)[i * N + j], exp(TB_F(r.x[0])[i * N + j] - mx) / s, 2 * FEPS, "xent p", i * N + j);
+        ref_loss += log(s) + mx - TB_F(r.x[0])[i * N + TB_I(r.labels)[i]];
     }
-    close_to(r.loss, ref_loss, 1e-12 * ref_loss, "xent loss", 0); /* all in double */
+    close_to(stats[0], ref_loss, 1e-12 * ref_loss, "xent loss", 0); /* all in double */
+    assert_true(stats[1] == ref_right); /* samples whose arg-max is the label */
+    /* the statistics are added to: a second forward doubles them exactly
+     * (the same per-row values summed in the same order) */
+    {
+        double first[2] = {stats[0], stats[1]};
+        assert_int_equal(rig_forward(&r), BFIT_OK);
+        assert_true(stats[0] == 2 * first[0] && stats[1] == 2 * first[1]);
+    }
     /* backward: (p - onehot) * scale, overwriting dx */
     assert_int_equal(rig_backward(&r, 0.5f), BFIT_OK);
     for (int i = 0; i < m * N; i++) {
-        double e = ((double)r.y[i] - (i % N == r.labels[i / N])) * 0.5;
-        close_to(r.dx[0][i], e, 2 * FEPS, "xent dx", i); /* two float roundings of values <= 1 */
+        double e = ((double)TB_F(r.y)[i] - (i % N == TB_I(r.labels)[i / N])) * 0.5;
+        close_to(TB_F(r.dx[0])[i], e, 2 * FEPS, "xent dx", i); /* two float roundings of values <= 1 */
     }
     /* a label outside [0, N) names itself */
-    r.labels[3] = 10;
+    TB_I(r.labels)[3] = 10;
+    tbuf_up(&r.t, &r.labels);
     assert_int_equal(rig_forward(&r), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "label 10 of sample 3"));
+    {
+        /* and a refused forward adds nothing */
+        double before[2] = {stats[0], stats[1]};
+        tbuf_down(&r.t, &r.stats);
+        assert_true(stats[0] == before[0] && stats[1] == before[1]);
+    }
     rig_free(&r);
+}
+
+/* Sequences [T, F]: linear and layernorm per token, against the same naive
+ * loops with the m*T tokens as rows (tolerances as above). */
+static void test_fwd_sequences(void **st)
+{
+    bfit_layer_cfg c = cfg_of(BFIT_L_LINEAR);
+    const int m = 3, T = 5, F = 7, U = 4, R = m * T;
+    bfit_shape in = Q(T, F);
+    double *ref = calloc((size_t)R * F, sizeof(double));
+    rig r;
+    (void)st;
+    c.units = U;
+    rig_new(&r, c, &in, 1, m, 0);
+    assert_true(r.l->out.nd == 2 && bfit_shape_eq(r.l->out, Q(T, U)));
+    assert_int_equal(r.l->params[0].dim[0], U);
+    assert_int_equal(r.l->params[0].dim[1], F);
+    assert_int_equal(rig_forward(&r), BFIT_OK);
+    for (int i = 0; i < R; i++)
+        for (int o = 0; o < U; o++) {
+            double s = TB_F(r.pd[1])[o], mag = fabs(s);
+            for (int k = 0; k < F; k++) {
+                s += (double)TB_F(r.x[0])[i * F + k] * TB_F(r.pd[0])[o * F + k];
+                mag += fabs((double)TB_F(r.x[0])[i * F + k] * TB_F(r.pd[0])[o * F + k]);
+            }
+            close_to(TB_F(r.y)[i * U + o], s, 4 * FEPS * (F + 1) * mag, "linear seq y", i * U + o);
+        }
+    rig_free(&r);
+
+    rig_new(&r, cfg_of(BFIT_L_LAYERNORM), &in, 1, m, 1);
+    /* nn.LayerNorm(F): weight/bias [F], shared by every token */
+    assert_true(r.l->out.nd == 2 && bfit_shape_eq(r.l->out, in));
+    assert_int_equal(r.l->params[0].ndim, 1);
+    assert_int_equal(r.l->params[0].dim[0], F);
+    rig_set_params(&r, F);
+    assert_int_equal(rig_forward(&r), BFIT_OK);
+    ref_layernorm(TB_F(r.x[0]), TB_F(r.pd[0]), TB_F(r.pd[1]), R, F, ref);
+    for (int i = 0; i < R * F; i++)
+        close_to(TB_F(r.y)[i], ref[i], 4 * FEPS * (sqrt(F) + 2) * (1 + fabs(ref[i])), "layernorm seq y", i);
+    rig_free(&r);
+    free(ref);
 }
 
 /* ---- accumulation: two backwards add their parameter gradients ---- */
@@ -444,7 +598,7 @@ static void check_accumulates(bfit_layer_cfg cfg, bfit_shape in)
     for (int i = 0; i < r.l->nparams; i++) {
         int64_t n = bfit_param_numel(&r.l->params[i]);
         g1[i] = zalloc((size_t)n * sizeof(float));
-        memcpy(g1[i], r.l->params[i].grad, (size_t)n * sizeof(float));
+        memcpy(g1[i], r.pg[i].h, (size_t)n * sizeof(float));
     }
     assert_int_equal(rig_backward(&r, 1), BFIT_OK);
     for (int i = 0; i < r.l->nparams; i++) {
@@ -453,7 +607,7 @@ static void check_accumulates(bfit_layer_cfg cfg, bfit_shape in)
         for (int64_t j = 0; j < n; j++) {
             /* the second backward computes the same g bit for bit (same
              * inputs, same kernels), and g + g = 2g exactly in float */
-            assert_true(r.l->params[i].grad[j] == 2 * g1[i][j]);
+            assert_true(TB_F(r.pg[i])[j] == 2 * g1[i][j]);
             nz = fmaxf(nz, fabsf(g1[i][j]));
         }
         assert_true(nz > 0); /* a gradient that is all zeros would pass trivially */
@@ -472,21 +626,23 @@ static void test_layernorm_no_dx(void **st)
     rig r;
     (void)st;
     rig_new(&r, cfg_of(BFIT_L_LAYERNORM), &in, 1, 7, 1);
-    bfit_fill_uniform(r.l->params[0].data, F, 1.0f, 5);
+    bfit_fill_uniform(TB_F(r.pd[0]), F, 1.0f, 5);
+    tbuf_up(&r.t, &r.pd[0]);
     assert_int_equal(rig_forward(&r), BFIT_OK);
     assert_int_equal(rig_backward(&r, 1), BFIT_OK);
     for (int i = 0; i < 2; i++) {
         g[i] = zalloc((size_t)F * sizeof(float));
-        memcpy(g[i], r.l->params[i].grad, (size_t)F * sizeof(float));
-        memset(r.l->params[i].grad, 0, (size_t)F * sizeof(float));
+        memcpy(g[i], r.pg[i].h, (size_t)F * sizeof(float));
+        zero_up(&r.t, &r.pg[i]);
     }
     {
-        bfit_bwd_args b = {.m = 7, .x = {r.x[0]}, .y = r.y, .dy = r.dy, .dx = {NULL}, .saved = r.saved,
+        bfit_bwd_args b = {.m = 7, .x = {r.x[0].d}, .y = r.y.d, .dy = r.dy.d, .dx = {NULL}, .saved = r.saved,
                            .ws = r.ws_b};
         assert_int_equal(bfit_layer_backward(r.l, &b), BFIT_OK);
     }
     for (int i = 0; i < 2; i++) {
-        assert_memory_equal(g[i], r.l->params[i].grad, (size_t)F * sizeof(float));
+        tbuf_down(&r.t, &r.pg[i]);
+        assert_memory_equal(g[i], r.pg[i].h, (size_t)F * sizeof(float));
         free(g[i]);
     }
     rig_free(&r);
@@ -499,13 +655,42 @@ static void test_accumulation(void **st)
     c.units = 5;
     check_accumulates(c, V(9));
     check_accumulates(cfg_of(BFIT_L_LAYERNORM), S(3, 2, 3));
+    check_accumulates(c, Q(5, 9));
+    check_accumulates(cfg_of(BFIT_L_LAYERNORM), Q(5, 6));
 }
 
 /* ---- memory answers ---- */
 
+/* Sequences: activations are T tokens per sample; layernorm keeps a mean
+ * and a variance per token (m*T of each), not per sample. */
+static void test_memory_sequences(bfit_device *dev)
+{
+    bfit_layer *l;
+    bfit_layer_cfg c = cfg_of(BFIT_L_LINEAR);
+    bfit_shape in = Q(20, 7);
+    uint64_t b[BFIT_MEM_NCAT];
+    char err[256];
+
+    /* linear 7 -> 4 per token: weight 28 floats = 112 -> 128, bias 16 -> 64 */
+    c.units = 4;
+    assert_int_equal(bfit_layer_new(&c, dev, &in, 1, &l, err, sizeof err), BFIT_OK);
+    assert_int_equal(bfit_layer_memory(l, 3, 1, b), BFIT_OK);
+    assert_int_equal(b[BFIT_MEM_PARAMS], 128 + 64);
+    assert_int_equal(b[BFIT_MEM_ACTIVATIONS], BFIT_ALIGN_UP(3 * 20 * 4 * 4));
+    assert_int_equal(b[BFIT_MEM_ACT_GRADS], BFIT_ALIGN_UP(3 * 20 * 4 * 4));
+    bfit_layer_free(l);
+
+    /* layernorm over 7 features: params [7] each; 60 tokens' statistics */
+    c = cfg_of(BFIT_L_LAYERNORM);
+    assert_int_equal(bfit_layer_new(&c, dev, &in, 1, &l, err, sizeof err), BFIT_OK);
+    assert_int_equal(bfit_layer_memory(l, 3, 1, b), BFIT_OK);
+    assert_int_equal(b[BFIT_MEM_PARAMS], 2 * BFIT_ALIGN_UP(7 * 4));
+    assert_int_equal(b[BFIT_MEM_ACTIVATIONS], BFIT_ALIGN_UP(3 * 20 * 7 * 4) + 2 * BFIT_ALIGN_UP(60 * 4));
+    bfit_layer_free(l);
+}
+
 static void test_memory(void **st)
 {
-    bfit_arena *arena = bfit_arena_new(1ull << 30, NULL);
     bfit_device *dev;
     bfit_layer *l;
     bfit_layer_cfg c = cfg_of(BFIT_L_LINEAR);
@@ -513,7 +698,8 @@ static void test_memory(void **st)
     uint64_t b[BFIT_MEM_NCAT];
     char err[256];
     (void)st;
-    assert_int_equal(bfit_device_cpu_new(arena, 0, &dev), BFIT_OK);
+    /* layers only answer here: a device without an arena is enough */
+    assert_int_equal(bfit_device_cpu_new(NULL, &dev), BFIT_OK);
 
     /* linear 9 -> 5, m = 3: weight 45 floats = 180 -> 192, bias 20 -> 64 */
     c.units = 5;
@@ -555,35 +741,35 @@ static void test_memory(void **st)
     assert_int_equal(b[BFIT_MEM_ACTIVATIONS], BFIT_ALIGN_UP(7 * 75 * 4) + 2 * 64);
     bfit_layer_free(l);
 
-    /* xent: per-sample losses in the forward workspace */
+    /* xent: per-sample losses (f64) and right/wrong flags (a byte each) in
+     * the forward workspace, summed into the statistics in a fixed order */
     c = cfg_of(BFIT_L_XENT);
     in = V(10);
     assert_int_equal(bfit_layer_new(&c, dev, &in, 1, &l, err, sizeof err), BFIT_OK);
     assert_int_equal(bfit_layer_memory(l, 7, 1, b), BFIT_OK);
-    assert_int_equal(b[BFIT_MEM_WORKSPACE], BFIT_ALIGN_UP(7 * sizeof(double)));
+    assert_int_equal(b[BFIT_MEM_WORKSPACE], BFIT_ALIGN_UP(7 * sizeof(double)) + BFIT_ALIGN_UP(7));
     assert_int_equal(b[BFIT_MEM_ACTIVATIONS], BFIT_ALIGN_UP(7 * 10 * 4));
     bfit_layer_free(l);
 
+    test_memory_sequences(dev);
     bfit_device_free(dev);
-    bfit_arena_free(arena);
 }
 
 /* ---- shape errors say what would be right ---- */
 
 static void test_errors(void **st)
 {
-    bfit_arena *arena = bfit_arena_new(1ull << 30, NULL);
     bfit_device *dev;
     bfit_layer *l = (bfit_layer *)1;
     bfit_layer_cfg c = cfg_of(BFIT_L_LINEAR);
     bfit_shape in[2] = {S(32, 7, 7), S(32, 7, 5)};
     char err[256];
     (void)st;
-    assert_int_equal(bfit_device_cpu_new(arena, 0, &dev), BFIT_OK);
+    assert_int_equal(bfit_device_cpu_new(NULL, &dev), BFIT_OK);
     c.units = 10;
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_null(l);
-    assert_string_equal(err, "linear expects a vector, got 32x7x7: add `flatten` before it");
+    assert_string_equal(err, "linear expects a vector or a sequence, got 32x7x7: add `flatten` before it");
     c.units = 0;
     in[0] = V(4);
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
@@ -598,20 +784,25 @@ static void test_errors(void **st)
     c.p = 1.0f;
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_non_null(strstr(err, "[0, 1)"));
+    /* the loss takes one vector of class scores per sample, not a sequence */
+    c = cfg_of(BFIT_L_XENT);
+    in[0] = Q(5, 10);
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "expects a vector of class scores, got 5x10"));
     bfit_device_free(dev);
-    bfit_arena_free(arena);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gc_linear),     cmocka_unit_test(test_gc_act),
+        cmocka_unit_test(test_gc_linear),     cmocka_unit_test(test_gc_sequences),
+        cmocka_unit_test(test_gc_act),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),
         cmocka_unit_test(test_fwd_linear),    cmocka_unit_test(test_fwd_act_flatten_add),
         cmocka_unit_test(test_fwd_dropout),   cmocka_unit_test(test_fwd_layernorm),
         cmocka_unit_test(test_fwd_xent),      cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_layernorm_no_dx),
+        cmocka_unit_test(test_fwd_sequences), cmocka_unit_test(test_layernorm_no_dx),
         cmocka_unit_test(test_memory),        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

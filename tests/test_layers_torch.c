@@ -5,8 +5,11 @@
  * writes one safetensors file per case into $BFIT_BINARY_DIR/oracle/layers
  * (or $BFIT_ORACLE_DIR): inputs, PyTorch-named parameters, dy, and torch's
  * float64 results. Each case becomes one cmocka test: build the layer from
- * the metadata, copy the weights in, forward, compare y (and the loss and
- * running statistics), backward, compare dx and the parameter gradients.
+ * the metadata (in0 "TxF" is a token sequence, "F" or "CxHxW" a vector or
+ * an image), upload the weights, forward, compare y (and the loss, the
+ * samples right and the running statistics), backward, compare dx and the
+ * parameter gradients. Every buffer the layer sees is device memory
+ * (tdev.h); results are downloaded before they are compared.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +26,7 @@
 
 #include "batchfit.h"
 #include "nn/layer.h"
+#include "tdev.h"
 #include "tensor/safetensors.h"
 
 /* Tolerance. The expected values are torch's float64 results from the very
@@ -45,19 +49,24 @@ typedef struct buf {
     int64_t n;
 } buf;
 
+/* Host buffers (buf) hold what the file says; device buffers (tbuf) what
+ * the layer reads and writes, with host copies to fill and to check. */
 typedef struct casectx {
     const char *path;
     bfit_st_file *f;
-    bfit_arena *arena;
-    bfit_device *dev;
+    tdev t;
+    int dev_open;
     bfit_layer *l;
     int m, training, nin;
-    buf x[2], dx[2], y, dy, pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP], prefill[BFIT_LAYER_MAXP];
+    tbuf x[2], dx[2], y, dy, pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP], labels, stats;
+    buf prefill[BFIT_LAYER_MAXP];
     void *saved, *ws_f, *ws_b;
-    int32_t *labels;
     char fail[2048];     /* what went wrong, reported after cleanup */
     size_t nfail;
 } casectx;
+
+/* Prefilled statistics: the loss layer adds to them */
+static const double STATS0[2] = {0.5, 2.0};
 
 static void *xalloc(size_t n)
 {
@@ -94,15 +103,21 @@ static float meta_float(const bfit_st_file *f, const char *key, float dflt)
     return v ? strtof(v, NULL) : dflt;
 }
 
+/* "F" a vector, "TxF" a sequence of T tokens, "CxHxW" an image */
 static int parse_shape(const char *s, bfit_shape *out)
 {
     int c, h = 1, w = 1, k;
     if (!s)
         return 0;
     k = sscanf(s, "%dx%dx%d", &c, &h, &w);
-    if (k != 1 && k != 3)
+    if (k == 1)
+        *out = bfit_shape_vec(c);
+    else if (k == 2)
+        *out = bfit_shape_seq(c, h);
+    else if (k == 3)
+        *out = bfit_shape_chw(c, h, w);
+    else
         return 0;
-    *out = (bfit_shape){c, h, w};
     return 1;
 }
 
@@ -126,6 +141,29 @@ static int load(casectx *c, const char *name, int64_t n, buf *out)
         return 0;
     }
     return 1;
+}
+
+/* A float tensor of the case file into a device buffer (and its host side). */
+static int load_dev(casectx *c, const char *name, int64_t n, tbuf *out)
+{
+    buf b = {0};
+    if (!load(c, name, n, &b))
+        return 0;
+    *out = tbuf_new(&c->t, (size_t)n * sizeof(float));
+    memcpy(out->h, b.p, (size_t)n * sizeof(float));
+    free(b.p);
+    tbuf_up(&c->t, out);
+    return 1;
+}
+
+/* n floats of device output, NaN-filled on both sides (the host side by
+ * tbuf_new, the device side by an upload of it), so a value the layer did
+ * not write shows up */
+static tbuf nan_dev(casectx *c, int64_t n)
+{
+    tbuf b = tbuf_new(&c->t, (size_t)n * sizeof(float));
+    tbuf_up(&c->t, &b);
+    return b;
 }
 
 /* Compare got[0..n) with the file's tensor `name` (minus sub[] if given),
@@ -154,7 +192,7 @@ static void compare(casectx *c, const char *name, const float *got, const float 
             worst = i;
         }
     }
-    printf("    %-18s n=%-6lld max abs err %.2e  max rel err %.2e\n", name, (long long)n, max_abs, max_rel);
+    printf("    %-22s n=%-6lld max abs err %.2e  max rel err %.2e\n", name, (long long)n, max_abs, max_rel);
     if (!(max_rel <= TOL))
         note(c, "%s: max rel err %.3g > %.0e at [%lld]: got %.8g, torch %.8g", name, max_rel, TOL, (long long)worst,
              sub ? (double)got[worst] - sub[worst] : (double)got[worst], (double)e.p[worst]);
@@ -195,14 +233,14 @@ static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
     c->nin = bfit_st_meta(f, "in1") ? 2 : 1;
     if (!parse_shape(bfit_st_meta(f, "in0"), &in[0]) || (c->nin == 2 && !parse_shape(bfit_st_meta(f, "in1"), &in[1])) ||
         c->m < 1) {
-        note(c, "metadata needs in0 (CxHxW) and m >= 1");
+        note(c, "metadata needs in0 (F, TxF or CxHxW) and m >= 1");
         return 0;
     }
     return 1;
 }
 
 /* Parameters: the layer's names must be exactly the file's ("params"
- * metadata), with equal element counts; torch's values are copied in. */
+ * metadata), with equal element counts; torch's values are uploaded. */
 static int load_params(casectx *c)
 {
     bfit_layer *l = c->l;
@@ -224,14 +262,13 @@ static int load_params(casectx *c)
     for (int i = 0; i < l->nparams; i++) {
         bfit_param *p = &l->params[i];
         int64_t n = bfit_param_numel(p);
-        if (!load(c, p->name, n, &c->pdata[i]))
+        if (!load_dev(c, p->name, n, &c->pdata[i]))
             return 0;
-        p->data = c->pdata[i].p;
+        p->data = c->pdata[i].d;
         if (p->trainable) {
             char dn[64];
-            c->pgrad[i].p = xalloc((size_t)n * sizeof(float));
-            c->pgrad[i].n = n;
-            p->grad = c->pgrad[i].p;
+            c->pgrad[i] = nan_dev(c, n);
+            p->grad = c->pgrad[i].d;
             /* backward adds into grad: start from a known non-zero pattern
              * of the expected gradient's size and compare grad - pattern */
             snprintf(dn, sizeof dn, "d%s", p->name);
@@ -242,90 +279,102 @@ static int load_params(casectx *c)
                 for (int64_t j = 0; j < n; j++)
                     ss += (double)c->prefill[i].p[j] * c->prefill[i].p[j];
                 bfit_fill_uniform(c->prefill[i].p, n, (float)sqrt(ss / (double)(n ? n : 1)) + 1e-3f, 4242 + i);
-                memcpy(p->grad, c->prefill[i].p, (size_t)n * sizeof(float));
+                memcpy(c->pgrad[i].h, c->prefill[i].p, (size_t)n * sizeof(float));
+                tbuf_up(&c->t, &c->pgrad[i]);
             }
         }
     }
     return c->nfail == 0;
 }
 
-static void run_forward_backward(casectx *c)
+/* The loss layer's labels, and its statistics prefilled with STATS0. */
+static int load_labels(casectx *c)
+{
+    const bfit_st_tensor *t = bfit_st_find(c->f, "labels");
+    if (!t || strcmp(t->dtype, "I32") != 0 || bfit_st_numel(t) != c->m) {
+        note(c, "case file needs labels: I32 [%d]", c->m);
+        return 0;
+    }
+    c->labels = tbuf_new(&c->t, (size_t)c->m * sizeof(int32_t));
+    memcpy(c->labels.h, t->data, (size_t)c->m * sizeof(int32_t));
+    tbuf_up(&c->t, &c->labels);
+    c->stats = tbuf_new(&c->t, sizeof STATS0);
+    memcpy(c->stats.h, STATS0, sizeof STATS0);
+    tbuf_up(&c->t, &c->stats);
+    return 1;
+}
+
+/* Forward, then compare y, the loss statistics and any new_<param>
+ * (batch norm's running statistics, moved by the forward op). */
+static int run_forward(casectx *c)
 {
     bfit_layer *l = c->l;
     bfit_fwd_args a;
-    bfit_bwd_args b;
-    double loss = NAN;
     int is_xent = l->cfg.kind == BFIT_L_XENT;
-    int64_t ny = (int64_t)c->m * bfit_shape_numel(l->out);
-
-    if (bfit_layer_prepare(l, c->m, c->training) != BFIT_OK) {
-        note(c, "prepare(m=%d, training=%d): %s", c->m, c->training, bfit_errmsg());
-        return;
-    }
-    c->y.p = xalloc((size_t)ny * sizeof(float));
-    c->y.n = ny;
-    c->saved = xalloc(l->need.saved);
-    c->ws_f = xalloc(l->need.ws_fwd);
-    c->ws_b = xalloc(l->need.ws_bwd);
-    if (is_xent) {
-        const bfit_st_tensor *t = bfit_st_find(c->f, "labels");
-        if (!t || strcmp(t->dtype, "I32") != 0 || bfit_st_numel(t) != c->m) {
-            note(c, "case file needs labels: I32 [%d]", c->m);
-            return;
-        }
-        c->labels = xalloc((size_t)c->m * sizeof(int32_t));
-        memcpy(c->labels, t->data, (size_t)c->m * sizeof(int32_t));
-    }
 
     memset(&a, 0, sizeof a);
     a.m = c->m;
     a.training = c->training;
-    a.x[0] = c->x[0].p;
-    a.x[1] = c->x[1].p;
-    a.y = c->y.p;
+    a.x[0] = c->x[0].d;
+    a.x[1] = c->x[1].d;
+    a.y = c->y.d;
     a.saved = c->training ? c->saved : NULL;
     a.ws = c->ws_f;
     a.seed = 12345;
-    a.labels = c->labels;
-    a.loss = &loss;
+    a.labels = is_xent ? c->labels.d : NULL;
+    a.stats = is_xent ? c->stats.d : NULL;
     if (bfit_layer_forward(l, &a) != BFIT_OK) {
         note(c, "forward: %s", bfit_errmsg());
-        return;
+        return 0;
     }
+    tbuf_down(&c->t, &c->y);
     /* the loss layer's output is the softmax; compared when it is shaped so */
     if (!is_xent || bfit_shape_eq(l->out, l->in[0]))
-        compare(c, "y", c->y.p, NULL, ny);
+        compare(c, "y", TB_F(c->y), NULL, c->y.bytes / sizeof(float));
     if (is_xent) {
-        float got = (float)loss;
-        compare(c, "loss", &got, NULL, 1);
+        const double *st;
+        float got[2];
+        tbuf_down(&c->t, &c->stats);
+        st = c->stats.h;
+        got[0] = (float)(st[0] - STATS0[0]); /* added to what was there */
+        got[1] = (float)(st[1] - STATS0[1]);
+        compare(c, "loss", &got[0], NULL, 1);
+        compare(c, "correct", &got[1], NULL, 1);
     }
     for (int i = 0; i < l->nparams; i++) {
         char nn[64];
         snprintf(nn, sizeof nn, "new_%s", l->params[i].name);
-        if (bfit_st_find(c->f, nn))
-            compare(c, nn, l->params[i].data, NULL, bfit_param_numel(&l->params[i]));
+        if (bfit_st_find(c->f, nn)) {
+            tbuf_down(&c->t, &c->pdata[i]);
+            compare(c, nn, TB_F(c->pdata[i]), NULL, bfit_param_numel(&l->params[i]));
+        }
     }
-    if (!c->training)
-        return;
+    return 1;
+}
+
+static void run_backward(casectx *c)
+{
+    bfit_layer *l = c->l;
+    bfit_bwd_args b;
+    int is_xent = l->cfg.kind == BFIT_L_XENT;
 
     memset(&b, 0, sizeof b);
     b.m = c->m;
-    b.x[0] = c->x[0].p;
-    b.x[1] = c->x[1].p;
-    b.y = c->y.p;
+    b.x[0] = c->x[0].d;
+    b.x[1] = c->x[1].d;
+    b.y = c->y.d;
     if (!is_xent) {
-        if (!load(c, "grad_out", ny, &c->dy))
+        if (!load_dev(c, "grad_out", (int64_t)(c->y.bytes / sizeof(float)), &c->dy))
             return;
-        b.dy = c->dy.p;
+        b.dy = c->dy.d;
     }
     for (int i = 0; i < c->nin; i++) {
-        c->dx[i].p = xalloc((size_t)c->x[i].n * sizeof(float)); /* NaN: dx must be overwritten */
-        c->dx[i].n = c->x[i].n;
-        b.dx[i] = c->dx[i].p;
+        c->dx[i] = nan_dev(c, (int64_t)(c->x[i].bytes / sizeof(float))); /* dx must be overwritten */
+        b.dx[i] = c->dx[i].d;
     }
     b.saved = c->saved;
     b.ws = c->ws_b;
-    b.labels = c->labels;
+    b.labels = is_xent ? c->labels.d : NULL;
     b.loss_scale = meta_float(c->f, "loss_scale", 1.0f);
     if (bfit_layer_backward(l, &b) != BFIT_OK) {
         note(c, "backward: %s", bfit_errmsg());
@@ -334,37 +383,62 @@ static void run_forward_backward(casectx *c)
     for (int i = 0; i < c->nin; i++) {
         char nn[16];
         snprintf(nn, sizeof nn, "dx%d", i);
-        compare(c, nn, c->dx[i].p, NULL, c->dx[i].n);
+        tbuf_down(&c->t, &c->dx[i]);
+        compare(c, nn, TB_F(c->dx[i]), NULL, c->dx[i].bytes / sizeof(float));
     }
     for (int i = 0; i < l->nparams; i++) {
         char nn[64];
         if (!l->params[i].trainable)
             continue;
         snprintf(nn, sizeof nn, "d%s", l->params[i].name);
-        compare(c, nn, l->params[i].grad, c->prefill[i].p, c->pgrad[i].n);
+        tbuf_down(&c->t, &c->pgrad[i]);
+        compare(c, nn, TB_F(c->pgrad[i]), c->prefill[i].p, bfit_param_numel(&l->params[i]));
     }
+}
+
+static void run_forward_backward(casectx *c)
+{
+    bfit_layer *l = c->l;
+    int64_t ny = (int64_t)c->m * bfit_shape_numel(l->out);
+
+    if (bfit_layer_prepare(l, c->m, c->training) != BFIT_OK) {
+        note(c, "prepare(m=%d, training=%d): %s", c->m, c->training, bfit_errmsg());
+        return;
+    }
+    c->y = nan_dev(c, ny);
+    c->saved = tdev_alloc(&c->t, l->need.saved);
+    c->ws_f = tdev_alloc(&c->t, l->need.ws_fwd);
+    c->ws_b = tdev_alloc(&c->t, l->need.ws_bwd);
+    if (l->cfg.kind == BFIT_L_XENT && !load_labels(c))
+        return;
+    if (run_forward(c) && c->training)
+        run_backward(c);
+}
+
+static void drop(casectx *c, tbuf *b)
+{
+    if (b->h)
+        tbuf_free(&c->t, b);
 }
 
 static void cleanup(casectx *c)
 {
     for (int i = 0; i < 2; i++) {
-        free(c->x[i].p);
-        free(c->dx[i].p);
+        drop(c, &c->x[i]);
+        drop(c, &c->dx[i]);
     }
     for (int i = 0; i < BFIT_LAYER_MAXP; i++) {
-        free(c->pdata[i].p);
-        free(c->pgrad[i].p);
+        drop(c, &c->pdata[i]);
+        drop(c, &c->pgrad[i]);
         free(c->prefill[i].p);
     }
-    free(c->y.p);
-    free(c->dy.p);
-    free(c->saved);
-    free(c->ws_f);
-    free(c->ws_b);
-    free(c->labels);
+    drop(c, &c->y);
+    drop(c, &c->dy);
+    drop(c, &c->labels);
+    drop(c, &c->stats);
     bfit_layer_free(c->l);
-    bfit_device_free(c->dev);
-    bfit_arena_free(c->arena);
+    if (c->dev_open)
+        tdev_close(&c->t); /* releases saved and the workspaces */
     bfit_st_free(c->f);
 }
 
@@ -386,12 +460,9 @@ static void run_case(void **state)
         goto out;
     printf("  %s: %s m=%d %s\n", bfit_st_meta(c.f, "label"), bfit_st_meta(c.f, "kind"), c.m,
            c.training ? "training" : "eval");
-    c.arena = bfit_arena_new(1ull << 32, NULL);
-    if (!c.arena || bfit_device_cpu_new(c.arena, 0, &c.dev) != BFIT_OK) {
-        note(&c, "cpu device: %s", bfit_errmsg());
-        goto out;
-    }
-    if (bfit_layer_new(&cfg, c.dev, in, c.nin, &c.l, err, sizeof err) != BFIT_OK) {
+    tdev_open(&c.t, 0);
+    c.dev_open = 1;
+    if (bfit_layer_new(&cfg, c.t.dev, in, c.nin, &c.l, err, sizeof err) != BFIT_OK) {
         note(&c, "bfit_layer_new: %s", err);
         goto out;
     }
@@ -404,7 +475,7 @@ static void run_case(void **state)
     for (int i = 0; i < c.nin; i++) {
         char nn[16];
         snprintf(nn, sizeof nn, "x%d", i);
-        if (!load(&c, nn, (int64_t)c.m * bfit_shape_numel(in[i]), &c.x[i]))
+        if (!load_dev(&c, nn, (int64_t)c.m * bfit_shape_numel(in[i]), &c.x[i]))
             goto out;
     }
     if (!load_params(&c))

@@ -202,9 +202,18 @@ static void cleanup(gc_ctx *c)
         if (c->pgrad[i].d)
             tbuf_free(&c->t, &c->pgrad[i]);
     }
+    /* output, its gradient, labels and statistics have host sides too */
+    if (c->y.d)
+        tbuf_free(&c->t, &c->y);
+    if (c->dy.d)
+        tbuf_free(&c->t, &c->dy);
+    if (c->labels.d)
+        tbuf_free(&c->t, &c->labels);
+    if (c->stats.d)
+        tbuf_free(&c->t, &c->stats);
     free(c->r);
     bfit_layer_free(c->l);
-    tdev_close(&c->t); /* releases the rest */
+    tdev_close(&c->t); /* releases saved and the workspaces */
 }
 
 int gc_run(const gc_case *k, gc_result *res)

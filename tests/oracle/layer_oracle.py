@@ -4,17 +4,22 @@
 Usage: /usr/bin/python3 layer_oracle.py OUTDIR
 
 Writes OUTDIR/case_NNN_<label>.safetensors, one per case, holding
-  x0 (x1 for add)            the inputs, [m, C, H, W] float32
+  x0 (x1 for add)            the inputs, [m, C, H, W] float32 ([m, T, F] for
+                             a token sequence)
   weight, bias, running_*    the layer's parameters under PyTorch's names
   grad_out                   dy (not for the loss)
   labels                     I32 class indices (loss only)
   y, dx0 (dx1), d<param>     expected output and gradients
   new_running_mean/var       batch norm's running statistics after forward
-  loss                       expected loss (loss only)
+  loss, correct              expected loss, and the samples whose arg-max is
+                             the label (loss only)
 and the layer config as string metadata (kind, units, kh, kw, sh, sw, ph, pw,
 bias, eps, momentum, p, in0, in1, m, training, loss_scale, params), plus
 scale_<tensor> where a result is much smaller than the terms summed into it
 (cancellation), so the test judges its error against the terms' size.
+in0/in1 are "CxHxW" for images and vectors (F as Fx1x1), and "TxF" for a
+sequence of T tokens of F features (cases added with seq=1: linear and
+layernorm, which act on each token).
 
 Inputs and parameters are drawn as float32; torch then computes in float64
 from those exact values, so the expected results are the float32 problem's
@@ -61,9 +66,13 @@ def f32(x):
 
 
 class Case:
-    def __init__(self, idx, label, kind, shapes, m, training=1, **cfg):
-        self.idx, self.label, self.kind, self.m, self.training = idx, label, kind, m, training
-        self.shapes = [tuple(s) + (1,) * (3 - len(s)) for s in shapes]  # CxHxW
+    def __init__(self, idx, label, kind, shapes, m, training=1, seq=0, **cfg):
+        self.idx, self.label, self.kind, self.m, self.training, self.seq = idx, label, kind, m, training, seq
+        if seq:  # [T, F] as given
+            assert kind in ("linear", "layernorm") and all(len(s) == 2 for s in shapes)
+            self.shapes = [tuple(s) for s in shapes]
+        else:
+            self.shapes = [tuple(s) + (1,) * (3 - len(s)) for s in shapes]  # CxHxW
         self.cfg = dict(units=0, kh=1, kw=1, sh=1, sw=1, ph=0, pw=0, bias=1, eps=1e-5, momentum=0.1, p=0.5)
         self.cfg.update(cfg)
         self.g = torch.Generator().manual_seed(7919 * (idx + 1))
@@ -78,9 +87,28 @@ def leaf(t):
     return t.clone().requires_grad_(True)
 
 
+def run_seq(c, x, params):
+    """linear / layernorm on [m, T, F]: torch's modules, which act on the last
+    dimension, so on each token. Returns (y, the module's parameters)."""
+    k, cfg, Fdim = c.kind, c.cfg, c.shapes[0][1]
+    if k == "linear":
+        mod = torch.nn.Linear(Fdim, cfg["units"], bias=bool(cfg["bias"]), dtype=torch.float64)
+        params["weight"] = c.uniform((cfg["units"], Fdim), -0.5, 0.5)
+        if cfg["bias"]:
+            params["bias"] = c.uniform((cfg["units"],), -0.5, 0.5)
+    else:
+        mod = torch.nn.LayerNorm(Fdim, eps=cfg["eps"], dtype=torch.float64)
+        params["weight"] = c.uniform((Fdim,), 0.7, 1.3)
+        params["bias"] = c.uniform((Fdim,), -0.3, 0.3)
+    with torch.no_grad():
+        for n, t in mod.named_parameters():
+            t.copy_(params[n])
+    return mod(x[0]), dict(mod.named_parameters())
+
+
 def run_case(c, outdir):
     m, cfg, k = c.m, c.cfg, c.kind
-    C, H, W = c.shapes[0]
+    C, H, W = c.shapes[0] if not c.seq else (0, 0, 0)
     xs = [c.uniform((m,) + s) for s in c.shapes]
     params, state = {}, {}
     extra = {}
@@ -94,7 +122,10 @@ def run_case(c, outdir):
         xs[0] = xs[0].float().double()
     x = [leaf(t) for t in xs]
 
-    if k == "linear":
+    if c.seq:
+        y, p = run_seq(c, x, params)
+        st = {}
+    elif k == "linear":
         fan_in = C * H * W
         params["weight"] = c.uniform((cfg["units"], fan_in), -0.5, 0.5)
         if cfg["bias"]:
@@ -112,10 +143,13 @@ def run_case(c, outdir):
         pshape = (C,) if H == 1 and W == 1 else (C, H, W)
         params["weight"] = c.uniform(pshape, 0.7, 1.3)
         params["bias"] = c.uniform(pshape, -0.3, 0.3)
-    p = {n: leaf(t) for n, t in params.items()}
-    st = {n: t.clone() for n, t in state.items()}
+    if not c.seq:
+        p = {n: leaf(t) for n, t in params.items()}
+        st = {n: t.clone() for n, t in state.items()}
 
-    if k == "linear":
+    if c.seq:
+        pass  # y came from run_seq above
+    elif k == "linear":
         y = F.linear(x[0].flatten(1), p["weight"], p.get("bias"))
     elif k == "conv":
         y = F.conv2d(x[0], p["weight"], p.get("bias"), stride=(cfg["sh"], cfg["sw"]), padding=(cfg["ph"], cfg["pw"]))
@@ -153,6 +187,8 @@ def run_case(c, outdir):
         y = torch.softmax(x[0].flatten(1), dim=1)
         extra["labels"] = labels.to(torch.int32)
         extra["loss"] = loss.detach().reshape(1)
+        right = (x[0].detach().flatten(1).argmax(dim=1) == labels).sum()
+        extra["correct"] = right.double().reshape(1)
         meta["loss_scale"] = repr(loss_scale)
     else:
         raise ValueError("unknown kind " + k)
@@ -187,7 +223,7 @@ def run_case(c, outdir):
     meta.update(kind=k, label=c.label, m=str(m), training=str(c.training),
                 params=",".join(list(params) + list(state)))
     for i, s in enumerate(c.shapes):
-        meta["in%d" % i] = "%dx%dx%d" % s
+        meta["in%d" % i] = "x".join(str(d) for d in s)  # CxHxW, or TxF for a sequence
     path = os.path.join(outdir, "case_%03d_%s.safetensors" % (c.idx, c.label))
     write_safetensors(path, tensors, meta)
 
@@ -239,6 +275,17 @@ def cases():
     add("xent_m1_10_scale1", "xent", [(10,)], 1, loss_scale=1.0)
     add("xent_m7_10_scale1over7", "xent", [(10,)], 7, loss_scale=1.0 / 7)
     add("xent_m7_3_scale0.25_logits8", "xent", [(3,)], 7, loss_scale=0.25, logit_scale=8.0)
+    # token sequences [T, F]: nn.Linear and nn.LayerNorm(F) on [m, T, F]
+    add("linear_seq_m1_T1_7to5", "linear", [(1, 7)], 1, seq=1, units=5)
+    add("linear_seq_m3_T5_7to4", "linear", [(5, 7)], 3, seq=1, units=4)
+    add("linear_seq_m1_T5_3to6", "linear", [(5, 3)], 1, seq=1, units=6)
+    add("linear_seq_m3_T1_37to13_nobias", "linear", [(1, 37)], 3, seq=1, units=13, bias=0)
+    add("linear_seq_m3_T5_64to9", "linear", [(5, 64)], 3, seq=1, units=9)
+    add("layernorm_seq_m1_T1_7", "layernorm", [(1, 7)], 1, seq=1)
+    add("layernorm_seq_m3_T5_7", "layernorm", [(5, 7)], 3, seq=1)
+    add("layernorm_seq_m1_T5_3", "layernorm", [(5, 3)], 1, seq=1)
+    add("layernorm_seq_m3_T1_13", "layernorm", [(1, 13)], 3, seq=1)
+    add("layernorm_seq_m3_T5_64_eps1e-3", "layernorm", [(5, 64)], 3, seq=1, eps=1e-3)
     return L
 
 
