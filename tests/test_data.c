@@ -140,6 +140,7 @@ static void check_fmnist(int train, int64_t count)
     assert_int_equal(bfit_dataset_count(d), count);
     assert_int_equal(bfit_dataset_classes(d), 10);
     bfit_shape s = bfit_dataset_shape(d);
+    assert_int_equal(s.nd, 3); /* an image */
     assert_int_equal(s.c, 1);
     assert_int_equal(s.h, 28);
     assert_int_equal(s.w, 28);
@@ -409,6 +410,7 @@ static void test_csv_good(void **st)
     assert_int_equal(bfit_dataset_load(p, 1, NULL, &d), BFIT_OK);
     assert_int_equal(bfit_dataset_count(d), 3);
     assert_int_equal(bfit_dataset_classes(d), 3);
+    assert_int_equal(bfit_dataset_shape(d).nd, 1); /* a vector of 3 features */
     assert_int_equal(bfit_dataset_shape(d).c, 3);
     assert_int_equal(bfit_dataset_shape(d).h, 1);
     assert_int_equal(bfit_dataset_shape(d).w, 1);
@@ -509,9 +511,11 @@ static void test_from_floats(void **st)
     int32_t y[3] = {0, 1, 3};
     bfit_dataset *d;
     (void)st;
-    assert_int_equal(bfit_dataset_from_floats((bfit_shape){2, 1, 1}, 3, 3, x, y, &d), BFIT_EINVAL);
+    assert_int_equal(bfit_dataset_from_floats(bfit_shape_vec(2), 3, 3, x, y, &d), BFIT_EINVAL);
     assert_msg_has("sample 2 is 3");
-    assert_int_equal(bfit_dataset_from_floats((bfit_shape){2, 1, 1}, 3, 4, x, y, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_from_floats(bfit_shape_vec(2), 3, 4, x, y, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_shape(d).nd, 1);
+    assert_int_equal(bfit_dataset_shape(d).c, 2);
     x[0] = 100; /* copied, so not seen */
     float m[2], s[2];
     assert_int_equal(bfit_dataset_norm_stats(d, m, s), BFIT_OK);

@@ -22,7 +22,7 @@ static bfit_dataset *index_set(void)
     bfit_dataset *d = NULL;
     for (int i = 0; i < N; i++)
         x[2 * i] = (float)i, x[2 * i + 1] = (float)-i, y[i] = i % 7;
-    assert_int_equal(bfit_dataset_from_floats((bfit_shape){2, 1, 1}, N, 7, x, y, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_from_floats(bfit_shape_vec(2), N, 7, x, y, &d), BFIT_OK);
     return d;
 }
 
@@ -190,7 +190,7 @@ static void test_shuffle_uniform(void **st)
     int count[256] = {0}, got, distinct = 0;
     bfit_dataset *d;
     (void)st;
-    assert_int_equal(bfit_dataset_from_floats((bfit_shape){1, 1, 1}, 4, 1, x, y, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_from_floats(bfit_shape_vec(1), 4, 1, x, y, &d), BFIT_OK);
     for (uint64_t seed = 0; seed < 4800; seed++) {
         bfit_stream *s = stream(d, seed, 1, 0, 4);
         float o[4];
@@ -271,7 +271,7 @@ static bfit_dataset *grid_set(int count)
         for (int k = 0; k < 48; k++)
             x[i * 48 + k] = (float)(1000 * i + 1 + k);
     }
-    assert_int_equal(bfit_dataset_from_floats((bfit_shape){1, 8, 6}, count, 1, x, y, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_from_floats(bfit_shape_chw(1, 8, 6), count, 1, x, y, &d), BFIT_OK);
     free(x);
     free(y);
     return d;

@@ -1,6 +1,8 @@
 /* test_optim_torch.c - SGD, AdamW, learning-rate schedules and gradient
  * clipping compared with PyTorch (torch.optim, torch.optim.lr_scheduler,
- * clip_grad_norm_) on identical weights and gradients.
+ * clip_grad_norm_) on identical weights and gradients. Parameters,
+ * gradients and optimizer state live on the device: the oracle's values are
+ * uploaded, ours downloaded after every step and compared on the host.
  *
  * tests/oracle/optim_oracle.py writes the inputs and PyTorch's results; see
  * its docstring for the files. Without Python or torch every test FAILS with
@@ -21,15 +23,18 @@
 #include <sys/wait.h>
 
 #include "batchfit.h"
-#include "optim/clip.h"
+#include "optim/gradnorm.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "tdev.h"
 
 extern char **environ;
 
 /* Tolerances. Both sides compute in float32 with the same operation order
- * (optim.c mirrors torch.optim's kernels, fused multiply-adds included), and
- * with gcc on AVX-512 the results are bit-identical at -O0..-O3. Another
+ * (src/device/cpu_optim.c mirrors torch.optim's kernels, fused multiply-adds
+ * included). With gcc on AVX-512, SGD and the moments are bit-identical and
+ * so are AdamW's parameters without weight decay; with decoupled decay they
+ * drift by about an ulp a step (6 ulps after 8 steps, measured). Another
  * compiler or CPU may fuse or round one operation differently, an ulp per
  * operation and step (~1e-7 relative), compounded over 8 steps: 1e-6
  * relative allows ~8 ulps. The absolute floor covers values that pass near
@@ -274,88 +279,136 @@ static void compare(const char *what, int step, const float *got, const float *w
 
 /* ---- optimizers ---------------------------------------------------------- */
 
+/* Upload n floats to device memory at d. */
+static void up(tdev *t, void *d, const float *h, int64_t n)
+{
+    assert_int_equal(bfit_device_upload(t->dev, d, h, (size_t)n * sizeof *h), BFIT_OK);
+}
+
+/* Device parameters of the oracle's shapes (data at init, grads unset). */
+static void make_params(tdev *t, bfit_param *params, bfit_param **pp)
+{
+    memset(params, 0, MAXP * sizeof *params);
+    for (int i = 0; i < O.np; i++) {
+        bfit_param *p = &params[i];
+        p->name = O.name[i];
+        p->ndim = 1;
+        p->dim[0] = O.numel[i];
+        p->dtype = BFIT_F32;
+        p->trainable = O.trainable[i];
+        p->decay = O.decay[i];
+        p->data = tdev_alloc(t, bfit_param_bytes(p));
+        p->grad = tdev_alloc(t, bfit_param_bytes(p));
+        up(t, p->data, O.init + O.off[i], O.numel[i]);
+        pp[i] = p;
+    }
+}
+
+/* Every parameter (grad: its gradient) downloaded into host[O.total]. */
+static void download_all(tdev *t, const bfit_param *params, int grad, float *host)
+{
+    for (int i = 0; i < O.np; i++)
+        assert_int_equal(bfit_device_download(t->dev, host + O.off[i], grad ? params[i].grad : params[i].data,
+                                              bfit_param_bytes(&params[i])),
+                         BFIT_OK);
+}
+
+static void free_params(tdev *t, bfit_param *params)
+{
+    for (int i = 0; i < O.np; i++) {
+        tdev_release(t, params[i].data);
+        tdev_release(t, params[i].grad);
+    }
+}
+
+static void case_cfg(const rec *r, bfit_optim_cfg *cfg)
+{
+    assert_int_equal(bfit_optim_kind_parse(kv_need(r, "kind"), &cfg->kind), BFIT_OK);
+    *cfg = bfit_optim_cfg_default(cfg->kind);
+    cfg->momentum = kv_num(r, "momentum");
+    cfg->dampening = kv_num(r, "dampening");
+    cfg->nesterov = (int)kv_num(r, "nesterov");
+    cfg->weight_decay = kv_num(r, "weight_decay");
+    cfg->beta1 = kv_num(r, "beta1");
+    cfg->beta2 = kv_num(r, "beta2");
+    cfg->eps = kv_num(r, "eps");
+}
+
+/* The final state, downloaded tensor by tensor, against PyTorch's. */
+static void compare_state(tdev *t, const bfit_optim *o, const char *cname, const float *state, int64_t nstate,
+                          errs *es)
+{
+    char what[256];
+    int64_t off = 0;
+    for (int k = 0; k < bfit_optim_state_count(o); k++) {
+        bfit_optim_state sv;
+        float *got;
+        int sq;
+        assert_int_equal(bfit_optim_state_at(o, k, &sv), BFIT_OK);
+        assert_true(off + sv.numel <= nstate);
+        got = malloc((size_t)sv.numel * sizeof *got);
+        assert_non_null(got);
+        assert_int_equal(bfit_device_download(t->dev, got, sv.data, (size_t)sv.numel * sizeof *got), BFIT_OK);
+        sq = strcmp(sv.kind, "exp_avg_sq") == 0;
+        snprintf(what, sizeof what, "%s: state %s", cname, sv.name);
+        compare(what, O.steps, got, state + off, sv.numel, RTOL, sq ? ATOL_SQ : ATOL, es);
+        free(got);
+        off += sv.numel;
+    }
+    assert_int_equal(off, nstate);
+}
+
 static void run_case(const rec *r)
 {
     const char *cname = kv_need(r, "name");
     bfit_param params[MAXP], *pp[MAXP];
     bfit_optim_cfg cfg;
     bfit_optim *o;
-    bfit_arena *a;
+    tdev t;
     double lrs[64];
     char file[256], what[256];
-    float *hist, *state;
-    int64_t nstate = 0, off = 0;
+    float *hist, *state, *got;
+    int64_t nstate = 0;
     errs ep = { 0, 0 }, es = { 0, 0 };
 
-    assert_int_equal(bfit_optim_kind_parse(kv_need(r, "kind"), &cfg.kind), BFIT_OK);
-    cfg = bfit_optim_cfg_default(cfg.kind);
-    cfg.momentum = kv_num(r, "momentum");
-    cfg.dampening = kv_num(r, "dampening");
-    cfg.nesterov = (int)kv_num(r, "nesterov");
-    cfg.weight_decay = kv_num(r, "weight_decay");
-    cfg.beta1 = kv_num(r, "beta1");
-    cfg.beta2 = kv_num(r, "beta2");
-    cfg.eps = kv_num(r, "eps");
+    case_cfg(r, &cfg);
     assert_int_equal(kv_list(r, "lrs", lrs, 64), O.steps);
-
-    memset(params, 0, sizeof params);
-    for (int i = 0; i < O.np; i++) {
-        bfit_param *p = &params[i];
-        p->name = O.name[i];
-        p->ndim = 1;
-        p->dim[0] = O.numel[i];
-        p->trainable = O.trainable[i];
-        p->decay = O.decay[i];
-        p->data = malloc((size_t)O.numel[i] * 4);
-        memcpy(p->data, O.init + O.off[i], (size_t)O.numel[i] * 4);
-        p->grad = p->trainable ? malloc((size_t)O.numel[i] * 4) : NULL;
-        pp[i] = p;
-        if (p->trainable)
+    tdev_open(&t, 0);
+    make_params(&t, params, pp);
+    for (int i = 0; i < O.np; i++)
+        if (params[i].trainable)
             nstate += O.numel[i];
-    }
     nstate *= cfg.kind == BFIT_OPT_ADAMW ? 2 : cfg.momentum != 0 ? 1 : 0;
     snprintf(file, sizeof file, "case_%s.params.f32", cname);
     hist = read_f32(file, O.total * O.steps);
     snprintf(file, sizeof file, "case_%s.state.f32", cname);
     state = read_f32(file, nstate);
+    got = malloc((size_t)O.total * sizeof *got);
+    assert_non_null(got);
 
-    a = bfit_arena_new(64 << 20, NULL);
-    assert_int_equal(bfit_optim_new(&cfg, pp, O.np, a, &o), BFIT_OK);
+    assert_int_equal(bfit_optim_new(&cfg, pp, O.np, t.dev, t.arena, &o), BFIT_OK);
     for (int s = 0; s < O.steps; s++) {
         for (int i = 0; i < O.np; i++)
             if (params[i].trainable)
-                memcpy(params[i].grad, O.grads + (int64_t)s * O.total + O.off[i],
-                       (size_t)O.numel[i] * 4);
+                up(&t, params[i].grad, O.grads + (int64_t)s * O.total + O.off[i], O.numel[i]);
         assert_int_equal(bfit_optim_step(o, lrs[s]), BFIT_OK);
+        download_all(&t, params, 0, got);
         for (int i = 0; i < O.np; i++) {
             snprintf(what, sizeof what, "%s: %s", cname, O.name[i]);
-            compare(what, s, params[i].data, hist + (int64_t)s * O.total + O.off[i], O.numel[i],
-                    RTOL, ATOL, &ep);
+            compare(what, s, got + O.off[i], hist + (int64_t)s * O.total + O.off[i], O.numel[i], RTOL, ATOL, &ep);
         }
     }
     assert_int_equal(bfit_optim_steps(o), O.steps);
-    for (int k = 0; k < bfit_optim_state_count(o); k++) {
-        bfit_optim_state sv;
-        int sq;
-        assert_int_equal(bfit_optim_state_at(o, k, &sv), BFIT_OK);
-        assert_true(off + sv.numel <= nstate);
-        sq = strcmp(sv.kind, "exp_avg_sq") == 0;
-        snprintf(what, sizeof what, "%s: state %s", cname, sv.name);
-        compare(what, O.steps, sv.data, state + off, sv.numel, RTOL, sq ? ATOL_SQ : ATOL, &es);
-        off += sv.numel;
-    }
-    assert_int_equal(off, nstate);
+    compare_state(&t, o, cname, state, nstate, &es);
     print_message("%-18s params max abs %.2e rel %.2e | state max abs %.2e rel %.2e\n", cname,
                   ep.max_abs, ep.max_rel, es.max_abs, es.max_rel);
 
     bfit_optim_free(o);
-    bfit_arena_free(a);
+    free_params(&t, params);
+    tdev_close(&t);
     free(hist);
     free(state);
-    for (int i = 0; i < O.np; i++) {
-        free(params[i].data);
-        free(params[i].grad);
-    }
+    free(got);
 }
 
 static void run_cases(const char *kind, int want)
@@ -421,46 +474,59 @@ static void test_schedules_match_torch(void **st)
     assert_int_equal(n, 7);
 }
 
+/* One oracle clip case: the gradients (non-trainable ones too, which clipping
+ * must leave untouched) uploaded, clipped on the device, downloaded. */
+static void clip_case(const rec *r)
+{
+    bfit_param params[MAXP], *pp[MAXP];
+    bfit_gradnorm *g;
+    tdev t;
+    char file[256], what[256];
+    float *in, *want, *got;
+    double max_norm, norm, sq, total = -1;
+    errs e = { 0, 0 };
+
+    snprintf(file, sizeof file, "clip_%s.in.f32", kv_need(r, "name"));
+    in = read_f32(file, O.total);
+    snprintf(file, sizeof file, "clip_%s.out.f32", kv_need(r, "name"));
+    want = read_f32(file, O.total);
+    got = malloc((size_t)O.total * sizeof *got);
+    assert_non_null(got);
+    tdev_open(&t, 0);
+    make_params(&t, params, pp);
+    for (int k = 0; k < O.np; k++)
+        up(&t, params[k].grad, in + O.off[k], O.numel[k]);
+    assert_int_equal(bfit_gradnorm_new(pp, O.np, 0, t.dev, t.arena, &g), BFIT_OK);
+    max_norm = kv_num(r, "max_norm");
+    norm = kv_num(r, "norm");
+    assert_int_equal(bfit_gradnorm_sq(g, &sq), BFIT_OK);
+    assert_true(fabs(sqrt(sq) - norm) <= CLIP_RTOL * norm);
+    assert_int_equal(bfit_gradnorm_clip(g, max_norm, &total), BFIT_OK);
+    if (!(fabs(total - norm) <= CLIP_RTOL * norm))
+        fail_msg("clip %s: norm %.9g, PyTorch %.9g", kv(r, "name"), total, norm);
+    download_all(&t, params, 1, got);
+    snprintf(what, sizeof what, "clip %s", kv(r, "name"));
+    compare(what, 0, got, want, O.total, CLIP_RTOL, 1e-9, &e);
+    print_message("clip %-10s norm %.9g (torch %.9g), grads max rel %.2e\n", kv(r, "name"), total, norm,
+                  e.max_rel);
+    bfit_gradnorm_free(g);
+    free_params(&t, params);
+    tdev_close(&t);
+    free(in);
+    free(want);
+    free(got);
+}
+
 static void test_clip_matches_torch(void **st)
 {
     int n = 0;
     (void)st;
     need_oracle();
-    for (int i = 0; i < O.nrec; i++) {
-        const rec *r = &O.recs[i];
-        bfit_param params[MAXP], *pp[MAXP];
-        char file[256], what[256];
-        float *in, *want;
-        double max_norm, norm, total = -1;
-        errs e = { 0, 0 };
-        if (strcmp(r->tok[0], "clip") != 0)
-            continue;
-        snprintf(file, sizeof file, "clip_%s.in.f32", kv_need(r, "name"));
-        in = read_f32(file, O.total);
-        snprintf(file, sizeof file, "clip_%s.out.f32", kv_need(r, "name"));
-        want = read_f32(file, O.total);
-        memset(params, 0, sizeof params);
-        for (int k = 0; k < O.np; k++) {
-            params[k].ndim = 1;
-            params[k].dim[0] = O.numel[k];
-            params[k].trainable = O.trainable[k];
-            params[k].grad = in + O.off[k]; /* non-trainable grads are ignored, not touched */
-            pp[k] = &params[k];
+    for (int i = 0; i < O.nrec; i++)
+        if (strcmp(O.recs[i].tok[0], "clip") == 0) {
+            clip_case(&O.recs[i]);
+            n++;
         }
-        max_norm = kv_num(r, "max_norm");
-        norm = kv_num(r, "norm");
-        assert_true(fabs(bfit_grad_norm(pp, O.np) - norm) <= CLIP_RTOL * norm);
-        assert_int_equal(bfit_clip_grad_norm(pp, O.np, max_norm, &total), BFIT_OK);
-        if (!(fabs(total - norm) <= CLIP_RTOL * norm))
-            fail_msg("clip %s: norm %.9g, PyTorch %.9g", kv(r, "name"), total, norm);
-        snprintf(what, sizeof what, "clip %s", kv(r, "name"));
-        compare(what, 0, in, want, O.total, CLIP_RTOL, 1e-9, &e);
-        print_message("clip %-10s norm %.9g (torch %.9g), grads max rel %.2e\n", kv(r, "name"),
-                      total, norm, e.max_rel);
-        free(in);
-        free(want);
-        n++;
-    }
     assert_int_equal(n, 2);
 }
 

@@ -33,7 +33,7 @@ static bfit_model *build(const char *name)
     bfit_model *M = NULL;
     if (bfit_zoo_build(name, &g) != BFIT_OK)
         print_message("%s: %s\n", name, bfit_errmsg());
-    assert_int_equal(bfit_model_new(&g, NULL, &M), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, NULL, NULL, &M), BFIT_OK);
     bfit_graph_fini(&g);
     return M;
 }
@@ -137,7 +137,7 @@ static void test_presets_match_model_files(void **st)
 /* The output shape of the last node of a kind before node `before`. */
 static bfit_shape last_out(const bfit_model *M, bfit_layer_kind k, int before)
 {
-    bfit_shape s = {0, 0, 0};
+    bfit_shape s = {0};
     for (int i = 0; i < before && i < M->n; i++)
         if (M->nodes[i].l->cfg.kind == k)
             s = M->nodes[i].l->out;
