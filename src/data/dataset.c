@@ -61,10 +61,14 @@ int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, cons
     int rc;
 
     *out = NULL;
-    if (shape.c < 1 || shape.h < 1 || shape.w < 1 || count < 1 || count > INT32_MAX ||
-        nclasses < 1 || !x || !y)
-        return bfit_fail(BFIT_EINVAL, "bad in-memory data set: shape %dx%dx%d, %lld samples, %d classes",
-                         shape.c, shape.h, shape.w, (long long)count, nclasses);
+    int ok = shape.nd >= 1 && shape.nd <= BFIT_SHAPE_MAXD;
+    char sh[48];
+    for (int i = 0; ok && i < shape.nd; i++)
+        ok = shape.d[i] >= 1;
+    if (!ok || count < 1 || count > INT32_MAX || nclasses < 1 || !x || !y)
+        return bfit_fail(BFIT_EINVAL, "bad in-memory data set: shape %s (%d dims), %lld samples, %d classes",
+                         ok ? bfit_shape_str(shape, sh, sizeof sh) : "with a dimension < 1", shape.nd,
+                         (long long)count, nclasses);
     for (int64_t i = 0; i < count; i++)
         if (y[i] < 0 || y[i] >= nclasses)
             return bfit_fail(BFIT_EINVAL, "label of sample %lld is %d, out of range: allowed 0..%d",
