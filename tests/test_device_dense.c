@@ -1,7 +1,12 @@
 /* test_device_dense.c - the CPU device's dense op families (matmul, eltwise,
- * layer norm, and the plain loops: reduce rows, add, dropout, cross-entropy)
- * against naive double-precision loops on random data, at odd sizes
- * including 1 and 7, with transposes and accumulation.
+ * layer norm, and the plain loops: reduce rows, add, dropout, cross-entropy,
+ * scale, norms, and the SGD and AdamW updates) against naive
+ * double-precision loops on random data, at odd sizes including 1 and 7,
+ * with transposes and accumulation.
+ *
+ * Device memory is opaque: every buffer an op sees comes from the device's
+ * arena (tdev); the test fills a host copy, uploads, runs, downloads and
+ * checks the host copy.
  *
  * Tolerances are relative to the sum of the magnitudes of the terms that
  * make up each result (what float rounding actually scales with), with a
@@ -10,6 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -18,29 +24,23 @@
 #include <cmocka.h>
 
 #include "device/device.h"
+#include "tdev.h"
 
 #define FEPS 1.1920929e-7 /* float epsilon */
 
-typedef struct env {
-    bfit_arena *arena;
-    bfit_device *dev;
-} env;
-
 static int setup(void **st)
 {
-    env *e = calloc(1, sizeof *e);
-    e->arena = bfit_arena_new(1ull << 30, NULL);
-    assert_int_equal(bfit_device_cpu_new(e->arena, 0, &e->dev), BFIT_OK);
-    *st = e;
+    tdev *t = calloc(1, sizeof *t);
+    tdev_open(t, 0);
+    *st = t;
     return 0;
 }
 
 static int teardown(void **st)
 {
-    env *e = *st;
-    bfit_device_free(e->dev);
-    bfit_arena_free(e->arena);
-    free(e);
+    tdev *t = *st;
+    tdev_close(t);
+    free(t);
     return 0;
 }
 
@@ -55,41 +55,42 @@ static float urand(float a)
     return (float)(((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0) * a);
 }
 
-static float *frand(int64_t n, float a)
+/* n floats uniform in [-a, a) on the host, uploaded. */
+static tbuf frand(tdev *t, int64_t n, float a)
 {
-    float *p = aligned_alloc(64, BFIT_ALIGN_UP((size_t)(n > 0 ? n : 1) * sizeof(float)));
+    tbuf b = tbuf_new(t, (size_t)(n > 0 ? n : 1) * sizeof(float));
     for (int64_t i = 0; i < n; i++)
-        p[i] = urand(a);
-    return p;
+        TB_F(b)[i] = urand(a);
+    tbuf_up(t, &b);
+    return b;
 }
 
+/* A host copy of n floats (what an output held before the op ran). */
 static float *fcopy(const float *x, int64_t n)
 {
-    float *p = frand(n, 0);
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     memcpy(p, x, (size_t)n * sizeof(float));
     return p;
 }
 
 /* Create an op, give it a workspace from the arena (category workspace, as
  * the trainer will), run, release. */
-static int run_op(env *e, const bfit_op_desc *d, bfit_op_args *a)
+static int run_op(tdev *t, const bfit_op_desc *d, bfit_op_args *a)
 {
     bfit_op *op;
     void *ws = NULL;
-    int rc = bfit_op_new(e->dev, d, &op);
+    int rc = bfit_op_new(t->dev, d, &op);
     if (rc != BFIT_OK) {
         printf("  op_new: %s\n", bfit_errmsg());
         return rc;
     }
     if (bfit_op_workspace_bytes(op))
-        assert_int_equal(bfit_device_alloc(e->dev, bfit_op_workspace_bytes(op), BFIT_MEM_WORKSPACE, &ws),
-                         BFIT_OK);
+        assert_int_equal(bfit_arena_alloc(t->arena, bfit_op_workspace_bytes(op), BFIT_MEM_WORKSPACE, &ws), BFIT_OK);
     a->workspace = ws;
     rc = bfit_op_run(op, a);
     if (rc != BFIT_OK)
         printf("  op_run: %s\n", bfit_errmsg());
-    if (ws)
-        bfit_device_release(e->dev, ws);
+    bfit_arena_release(t->arena, ws);
     bfit_op_free(op);
     return rc;
 }
@@ -103,11 +104,12 @@ static void assert_close(double got, double ref, double tol, const char *what, i
 
 /* ---- MATMUL ---- */
 
-static void check_matmul(env *e, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int acc)
+static void check_matmul(tdev *t, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int acc)
 {
     bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32, .accumulate = acc};
     bfit_op_args a = {0};
-    float *A = frand(M * K, 1), *B = frand(K * N, 1), *b = frand(N, 1), *C = frand(M * N, 1);
+    tbuf tA = frand(t, M * K, 1), tB = frand(t, K * N, 1), tb = frand(t, N, 1), tC = frand(t, M * N, 1);
+    const float *A = TB_F(tA), *B = TB_F(tB), *b = TB_F(tb), *C = TB_F(tC);
     float *C0 = fcopy(C, M * N);
     char what[96];
 
@@ -117,11 +119,12 @@ static void check_matmul(env *e, int64_t M, int64_t N, int64_t K, int ts, int tw
     d.u.mm.trans_src = ts;
     d.u.mm.trans_weights = tw;
     d.u.mm.bias = bias;
-    a.src = A;
-    a.weights = B;
-    a.bias = bias ? b : NULL;
-    a.dst = C;
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+    a.src = tA.d;
+    a.weights = tB.d;
+    a.bias = bias ? tb.d : NULL;
+    a.dst = tC.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &tC);
     snprintf(what, sizeof what, "matmul M%lld N%lld K%lld ts%d tw%d bias%d acc%d", (long long)M, (long long)N,
              (long long)K, ts, tw, bias, acc);
     for (int64_t i = 0; i < M; i++)
@@ -147,10 +150,10 @@ static void check_matmul(env *e, int64_t M, int64_t N, int64_t K, int ts, int tw
              * orders and the fused sum post-op */
             assert_close(C[i * N + j], s, 4 * FEPS * (double)(K + 2) * (mag + 1e-30), what, i * N + j);
         }
-    free(A);
-    free(B);
-    free(b);
-    free(C);
+    tbuf_free(t, &tA);
+    tbuf_free(t, &tB);
+    tbuf_free(t, &tb);
+    tbuf_free(t, &tC);
     free(C0);
 }
 
@@ -167,22 +170,29 @@ static void test_matmul_accumulates_twice(void **st)
 {
     /* two accumulating runs from zero give exactly twice one run's sum in
      * exact arithmetic; with integer-valued data every step is exact */
-    env *e = *st;
+    tdev *t = *st;
     bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32, .accumulate = 1};
     bfit_op_args a = {0};
-    float A[3 * 7], B[7 * 5], C[3 * 5] = {0};
+    tbuf tA = tbuf_new(t, 3 * 7 * sizeof(float)), tB = tbuf_new(t, 7 * 5 * sizeof(float));
+    tbuf tC = tbuf_new(t, 3 * 5 * sizeof(float));
+    float *A = TB_F(tA), *B = TB_F(tB), *C = TB_F(tC);
     for (int i = 0; i < 21; i++)
         A[i] = (float)(i % 5 - 2);
     for (int i = 0; i < 35; i++)
         B[i] = (float)(i % 3 - 1);
+    memset(C, 0, 15 * sizeof(float));
+    tbuf_up(t, &tA);
+    tbuf_up(t, &tB);
+    tbuf_up(t, &tC);
     d.u.mm.M = 3;
     d.u.mm.N = 5;
     d.u.mm.K = 7;
-    a.src = A;
-    a.weights = B;
-    a.dst = C;
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+    a.src = tA.d;
+    a.weights = tB.d;
+    a.dst = tC.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &tC);
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 5; j++) {
             double s = 0;
@@ -190,17 +200,20 @@ static void test_matmul_accumulates_twice(void **st)
                 s += A[i * 7 + k] * B[k * 5 + j];
             assert_true(C[i * 5 + j] == (float)(2 * s));
         }
+    tbuf_free(t, &tA);
+    tbuf_free(t, &tB);
+    tbuf_free(t, &tC);
 }
 
 static void test_matmul_rejects(void **st)
 {
-    env *e = *st;
+    tdev *t = *st;
     bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32};
     bfit_op *op = (bfit_op *)1;
     d.u.mm.M = 0;
     d.u.mm.N = 3;
     d.u.mm.K = 3;
-    assert_int_equal(bfit_op_new(e->dev, &d, &op), BFIT_EINVAL);
+    assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_EINVAL);
     assert_null(op);
     assert_non_null(strstr(bfit_errmsg(), "M=0"));
 }
@@ -218,83 +231,109 @@ static double ref_elt(bfit_eltwise_alg alg, double x, double *deriv)
         *deriv = 0.5 * (1 + erf(x / M_SQRT2)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
         return 0.5 * x * (1 + erf(x / M_SQRT2));
     default: {
-        double u = c * (x + 0.044715 * x * x * x), t = tanh(u);
-        *deriv = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
-        return 0.5 * x * (1 + t);
+        double u = c * (x + 0.044715 * x * x * x), th = tanh(u);
+        *deriv = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 3 * 0.044715 * x * x);
+        return 0.5 * x * (1 + th);
     }
     }
+}
+
+static void check_eltwise(tdev *t, bfit_eltwise_alg alg, int64_t n)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
+    bfit_op_args a = {0};
+    tbuf tx = frand(t, n, 4), ty = frand(t, n, 1), tdy = frand(t, n, 1), tdx = frand(t, n, 1);
+    const float *x = TB_F(tx), *y = TB_F(ty), *dy = TB_F(tdy), *dx = TB_F(tdx);
+    d.u.elt.n = n;
+    d.u.elt.alg = alg;
+    a.src = tx.d;
+    a.dst = ty.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    d.kind = BFIT_OP_ELTWISE_BWD;
+    a = (bfit_op_args){0};
+    a.src = tx.d;
+    a.diff_dst = tdy.d;
+    a.diff_src = tdx.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &ty);
+    tbuf_down(t, &tdx);
+    for (int64_t i = 0; i < n; i++) {
+        double g, r = ref_elt(alg, x[i], &g);
+        /* oneDNN evaluates erf/tanh/exp with vectorised polynomial
+         * approximations accurate to a few ulp; 16 eps relative to
+         * the magnitude (at least 1) allows for that and the
+         * products around them */
+        assert_close(y[i], r, 16 * FEPS * (1 + fabs(r)), "eltwise fwd", i);
+        assert_close(dx[i], g * dy[i], 16 * FEPS * (1 + fabs(g)), "eltwise bwd", i);
+    }
+    tbuf_free(t, &tx);
+    tbuf_free(t, &ty);
+    tbuf_free(t, &tdy);
+    tbuf_free(t, &tdx);
 }
 
 static void test_eltwise(void **st)
 {
     static const int64_t ns[] = {1, 7, 1001};
-    env *e = *st;
     for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_GELU_TANH; alg++)
-        for (size_t s = 0; s < 3; s++) {
-            int64_t n = ns[s];
-            bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
-            bfit_op_args a = {0};
-            float *x = frand(n, 4), *y = frand(n, 1), *dy = frand(n, 1), *dx = frand(n, 1);
-            d.u.elt.n = n;
-            d.u.elt.alg = (bfit_eltwise_alg)alg;
-            a.src = x;
-            a.dst = y;
-            assert_int_equal(run_op(e, &d, &a), BFIT_OK);
-            d.kind = BFIT_OP_ELTWISE_BWD;
-            a = (bfit_op_args){0};
-            a.src = x;
-            a.diff_dst = dy;
-            a.diff_src = dx;
-            assert_int_equal(run_op(e, &d, &a), BFIT_OK);
-            for (int64_t i = 0; i < n; i++) {
-                double g, r = ref_elt((bfit_eltwise_alg)alg, x[i], &g);
-                /* oneDNN evaluates erf/tanh/exp with vectorised polynomial
-                 * approximations accurate to a few ulp; 16 eps relative to
-                 * the magnitude (at least 1) allows for that and the
-                 * products around them */
-                assert_close(y[i], r, 16 * FEPS * (1 + fabs(r)), "eltwise fwd", i);
-                assert_close(dx[i], g * dy[i], 16 * FEPS * (1 + fabs(g)), "eltwise bwd", i);
-            }
-            free(x);
-            free(y);
-            free(dy);
-            free(dx);
-        }
+        for (size_t s = 0; s < 3; s++)
+            check_eltwise(*st, (bfit_eltwise_alg)alg, ns[s]);
 }
 
 /* ---- LNORM ---- */
 
-static void check_lnorm(env *e, int64_t R, int64_t C, int acc)
+typedef struct ln_bufs {
+    tbuf x, g, b, y, mean, var, dy, dx, dg, db;
+} ln_bufs;
+
+/* Forward then backward on the device; the outputs come back to the host. */
+static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_bufs *k)
 {
-    const double eps = 1e-5;
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = acc};
     bfit_op_args a = {0};
-    float *x = frand(R * C, 2), *g = frand(C, 1), *b = frand(C, 1), *y = frand(R * C, 1);
-    float *mean = frand(R, 1), *var = frand(R, 1), *dy = frand(R * C, 1), *dx = frand(R * C, 1);
-    float *dg = frand(C, 1), *db = frand(C, 1), *dg0 = fcopy(dg, C), *db0 = fcopy(db, C);
-    double *rdg = calloc((size_t)C, sizeof(double)), *rdb = calloc((size_t)C, sizeof(double));
 
     d.u.lnorm.rows = R;
     d.u.lnorm.cols = C;
     d.u.lnorm.eps = (float)eps;
-    a.src = x;
-    a.dst = y;
-    a.scale = g;
-    a.shift = b;
-    a.mean = mean;
-    a.var = var;
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+    a.src = k->x.d;
+    a.dst = k->y.d;
+    a.scale = k->g.d;
+    a.shift = k->b.d;
+    a.mean = k->mean.d;
+    a.var = k->var.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     d.kind = BFIT_OP_LNORM_BWD;
     a = (bfit_op_args){0};
-    a.src = x;
-    a.mean = mean;
-    a.var = var;
-    a.diff_dst = dy;
-    a.scale = g;
-    a.diff_src = dx;
-    a.diff_scale = dg;
-    a.diff_shift = db;
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+    a.src = k->x.d;
+    a.mean = k->mean.d;
+    a.var = k->var.d;
+    a.diff_dst = k->dy.d;
+    a.scale = k->g.d;
+    a.diff_src = k->dx.d;
+    a.diff_scale = k->dg.d;
+    a.diff_shift = k->db.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &k->y);
+    tbuf_down(t, &k->mean);
+    tbuf_down(t, &k->var);
+    tbuf_down(t, &k->dx);
+    tbuf_down(t, &k->dg);
+    tbuf_down(t, &k->db);
+}
+
+static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc)
+{
+    const double eps = 1e-5;
+    ln_bufs k;
+    k.x = frand(t, R * C, 2), k.g = frand(t, C, 1), k.b = frand(t, C, 1), k.y = frand(t, R * C, 1);
+    k.mean = frand(t, R, 1), k.var = frand(t, R, 1), k.dy = frand(t, R * C, 1), k.dx = frand(t, R * C, 1);
+    k.dg = frand(t, C, 1), k.db = frand(t, C, 1);
+    const float *x = TB_F(k.x), *g = TB_F(k.g), *b = TB_F(k.b), *y = TB_F(k.y), *mean = TB_F(k.mean);
+    const float *var = TB_F(k.var), *dy = TB_F(k.dy), *dx = TB_F(k.dx), *dg = TB_F(k.dg), *db = TB_F(k.db);
+    float *dg0 = fcopy(dg, C), *db0 = fcopy(db, C);
+    double *rdg = calloc((size_t)C, sizeof(double)), *rdb = calloc((size_t)C, sizeof(double));
+
+    lnorm_run(t, R, C, acc, eps, &k);
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
         double mu = 0, v = 0, rs, m1 = 0, m2 = 0;
@@ -339,8 +378,12 @@ static void check_lnorm(env *e, int64_t R, int64_t C, int acc)
         assert_close(dg[j], eg, 4 * FEPS * (double)(R + sqrt((double)C) + 2) * (2 + fabs(eg)), "lnorm diff_scale", j);
         assert_close(db[j], eb, 4 * FEPS * (double)(R + 1) * (2 + fabs(eb)), "lnorm diff_shift", j);
     }
-    free(x), free(g), free(b), free(y), free(mean), free(var), free(dy), free(dx);
-    free(dg), free(db), free(dg0), free(db0), free(rdg), free(rdb);
+    {
+        tbuf *all[] = {&k.x, &k.g, &k.b, &k.y, &k.mean, &k.var, &k.dy, &k.dx, &k.dg, &k.db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            tbuf_free(t, all[i]);
+    }
+    free(dg0), free(db0), free(rdg), free(rdb);
 }
 
 static void test_lnorm(void **st)
@@ -356,18 +399,21 @@ static void test_lnorm(void **st)
 static void test_reduce_rows(void **st)
 {
     static const int64_t sizes[][2] = {{1, 1}, {7, 1}, {1, 7}, {7, 7}, {300, 600}, {3, 257}};
-    env *e = *st;
+    tdev *t = *st;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int acc = 0; acc < 2; acc++) {
             int64_t M = sizes[s][0], N = sizes[s][1];
             bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = BFIT_F32, .accumulate = acc};
             bfit_op_args a = {0};
-            float *x = frand(M * N, 1), *y = frand(N, 1), *y0 = fcopy(y, N);
+            tbuf tx = frand(t, M * N, 1), ty = frand(t, N, 1);
+            const float *x = TB_F(tx), *y = TB_F(ty);
+            float *y0 = fcopy(y, N);
             d.u.reduce.M = M;
             d.u.reduce.N = N;
-            a.src = x;
-            a.dst = y;
-            assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+            a.src = tx.d;
+            a.dst = ty.d;
+            assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+            tbuf_down(t, &ty);
             for (int64_t j = 0; j < N; j++) {
                 double s2 = acc ? y0[j] : 0;
                 for (int64_t i = 0; i < M; i++)
@@ -375,83 +421,96 @@ static void test_reduce_rows(void **st)
                 /* summed in double, rounded once to float: 1 ulp */
                 assert_close(y[j], s2, FEPS * (fabs(s2) + 1e-30), "reduce rows", j);
             }
-            free(x);
-            free(y);
+            tbuf_free(t, &tx);
+            tbuf_free(t, &ty);
             free(y0);
         }
+}
+
+static void check_add(tdev *t, int64_t n)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_ADD, .dtype = BFIT_F32};
+    bfit_op_args a = {0};
+    tbuf tx = frand(t, n, 1), tx2 = frand(t, n, 1), ty = frand(t, n, 1);
+    const float *x = TB_F(tx), *x2 = TB_F(tx2), *y = TB_F(ty);
+    float *y0;
+    d.u.add.n = n;
+    a.src = tx.d;
+    a.src2 = tx2.d;
+    a.dst = ty.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &ty);
+    for (int64_t i = 0; i < n; i++) /* one float addition: exact comparison with the same */
+        assert_true(y[i] == x[i] + x2[i]);
+    /* accumulate: dst += src */
+    y0 = fcopy(y, n);
+    d.accumulate = 1;
+    a = (bfit_op_args){0};
+    a.src = tx.d;
+    a.dst = ty.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &ty);
+    for (int64_t i = 0; i < n; i++)
+        assert_true(y[i] == y0[i] + x[i]);
+    /* dst aliasing src */
+    d.accumulate = 0;
+    a = (bfit_op_args){0};
+    a.src = tx.d;
+    a.src2 = tx2.d;
+    a.dst = tx.d;
+    memcpy(y0, x, (size_t)n * sizeof(float));
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &tx);
+    for (int64_t i = 0; i < n; i++)
+        assert_true(x[i] == y0[i] + x2[i]);
+    tbuf_free(t, &tx);
+    tbuf_free(t, &tx2);
+    tbuf_free(t, &ty);
+    free(y0);
 }
 
 static void test_add(void **st)
 {
     static const int64_t ns[] = {1, 7, 100003};
-    env *e = *st;
-    for (size_t s = 0; s < 3; s++) {
-        int64_t n = ns[s];
-        bfit_op_desc d = {.kind = BFIT_OP_ADD, .dtype = BFIT_F32};
-        bfit_op_args a = {0};
-        float *x = frand(n, 1), *x2 = frand(n, 1), *y = frand(n, 1), *y0;
-        d.u.add.n = n;
-        a.src = x;
-        a.src2 = x2;
-        a.dst = y;
-        assert_int_equal(run_op(e, &d, &a), BFIT_OK);
-        for (int64_t i = 0; i < n; i++) /* one float addition: exact comparison with the same */
-            assert_true(y[i] == x[i] + x2[i]);
-        /* accumulate: dst += src */
-        y0 = fcopy(y, n);
-        d.accumulate = 1;
-        a = (bfit_op_args){0};
-        a.src = x;
-        a.dst = y;
-        assert_int_equal(run_op(e, &d, &a), BFIT_OK);
-        for (int64_t i = 0; i < n; i++)
-            assert_true(y[i] == y0[i] + x[i]);
-        /* dst aliasing src */
-        d.accumulate = 0;
-        a = (bfit_op_args){0};
-        a.src = x;
-        a.src2 = x2;
-        a.dst = x;
-        memcpy(y0, x, (size_t)n * sizeof(float));
-        assert_int_equal(run_op(e, &d, &a), BFIT_OK);
-        for (int64_t i = 0; i < n; i++)
-            assert_true(x[i] == y0[i] + x2[i]);
-        free(x);
-        free(x2);
-        free(y);
-        free(y0);
-    }
+    for (size_t s = 0; s < 3; s++)
+        check_add(*st, ns[s]);
 }
 
 /* ---- DROPOUT ---- */
 
-static int64_t dropout_run(env *e, int64_t n, float p, uint64_t seed, const float *x, float *y, uint8_t *mask)
+/* Forward into y and mask (device), downloaded and checked; the kept count. */
+static int64_t dropout_run(tdev *t, int64_t n, float p, uint64_t seed, const tbuf *x, tbuf *y, tbuf *mask)
 {
     bfit_op_desc d = {.kind = BFIT_OP_DROPOUT_FWD, .dtype = BFIT_F32};
     bfit_op_args a = {0};
+    const float *xh = TB_F(*x), *yh = TB_F(*y);
+    const uint8_t *m = mask->h;
     int64_t kept = 0;
     d.u.drop.n = n;
     d.u.drop.p = p;
-    a.src = x;
-    a.dst = y;
-    a.saved = mask;
+    a.src = x->d;
+    a.dst = y->d;
+    a.saved = mask->d;
     a.seed = seed;
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, y);
+    tbuf_down(t, mask);
     for (int64_t i = 0; i < n; i++) {
-        assert_true(mask[i] == 0 || mask[i] == 1);
+        assert_true(m[i] == 0 || m[i] == 1);
         /* x * (1/(1-p)) computed in float both here and there */
-        assert_true(y[i] == (mask[i] ? x[i] * (1.0f / (1.0f - p)) : 0.0f));
-        kept += mask[i];
+        assert_true(yh[i] == (m[i] ? xh[i] * (1.0f / (1.0f - p)) : 0.0f));
+        kept += m[i];
     }
     return kept;
 }
 
 static void test_dropout(void **st)
 {
-    env *e = *st;
+    tdev *t = *st;
     const int64_t n = 100000;
-    float *x = frand(n, 1), *y = frand(n, 1), *dy = frand(n, 1), *dx = frand(n, 1);
-    uint8_t *m1 = malloc((size_t)n), *m2 = malloc((size_t)n);
+    tbuf x = frand(t, n, 1), y = frand(t, n, 1), dy = frand(t, n, 1), dx = frand(t, n, 1);
+    tbuf m1 = tbuf_new(t, (size_t)n), m2 = tbuf_new(t, (size_t)n);
+    const uint8_t *h1 = m1.h, *h2 = m2.h;
     bfit_op_desc d = {.kind = BFIT_OP_DROPOUT_BWD, .dtype = BFIT_F32};
     bfit_op_args a = {0};
     bfit_op *op;
@@ -459,65 +518,98 @@ static void test_dropout(void **st)
     int saved_threads = omp_get_max_threads();
 
     /* p = 0: everything kept, y == x */
-    assert_int_equal(dropout_run(e, n, 0.0f, 5, x, y, m1), n);
-    assert_int_equal(dropout_run(e, 1, 0.0f, 5, x, y, m1), 1);
+    assert_int_equal(dropout_run(t, n, 0.0f, 5, &x, &y, &m1), n);
+    assert_int_equal(dropout_run(t, 1, 0.0f, 5, &x, &y, &m1), 1);
     /* p = 0.3: kept count is Binomial(n, 0.7): sd = sqrt(n p (1-p)) = 145;
      * 5 sd = 725 makes a false failure about 1 in 3 million */
-    kept = dropout_run(e, n, 0.3f, 5, x, y, m1);
+    kept = dropout_run(t, n, 0.3f, 5, &x, &y, &m1);
     assert_true(llabs(kept - 70000) <= 725);
-    /* reproducible from the seed, whatever the number of threads */
+    /* reproducible from the seed, whatever the number of threads (the
+     * device runs on OpenMP's setting: threads 0) */
     omp_set_num_threads(1);
-    dropout_run(e, n, 0.3f, 5, x, y, m2);
+    dropout_run(t, n, 0.3f, 5, &x, &y, &m2);
     omp_set_num_threads(saved_threads);
-    assert_memory_equal(m1, m2, (size_t)n);
+    assert_memory_equal(h1, h2, (size_t)n);
     /* another seed: another mask (agreement of two independent masks is
      * 0.58 on average; identical masks would be a broken hash) */
-    dropout_run(e, n, 0.3f, 6, x, y, m2);
+    dropout_run(t, n, 0.3f, 6, &x, &y, &m2);
     for (int64_t i = 0; i < n; i++)
-        diff += m1[i] != m2[i];
+        diff += h1[i] != h2[i];
     assert_true(diff > n / 4);
-    /* backward with m1: dx = dy * mask / (1-p) */
+    /* backward with m1 (still on the device): dx = dy * mask / (1-p) */
     d.u.drop.n = n;
     d.u.drop.p = 0.3f;
-    a.diff_dst = dy;
-    a.diff_src = dx;
-    a.saved = m1;
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+    a.diff_dst = dy.d;
+    a.diff_src = dx.d;
+    a.saved = m1.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &dx);
     for (int64_t i = 0; i < n; i++)
-        assert_true(dx[i] == (m1[i] ? dy[i] * (1.0f / 0.7f) : 0.0f));
+        assert_true(TB_F(dx)[i] == (h1[i] ? TB_F(dy)[i] * (1.0f / 0.7f) : 0.0f));
     /* p = 1 would divide by zero */
     d.u.drop.p = 1.0f;
-    assert_int_equal(bfit_op_new(e->dev, &d, &op), BFIT_EINVAL);
-    free(x), free(y), free(dy), free(dx), free(m1), free(m2);
+    assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_EINVAL);
+    tbuf_free(t, &x), tbuf_free(t, &y), tbuf_free(t, &dy), tbuf_free(t, &dx), tbuf_free(t, &m1), tbuf_free(t, &m2);
 }
 
 /* ---- XENT ---- */
 
-static void check_xent(env *e, int64_t M, int64_t N, float range)
+/* The first largest of x[0..n): the arg-max the accuracy count uses. */
+static int64_t argmax_first(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t j = 1; j < n; j++)
+        if (x[j] > x[best])
+            best = j;
+    return best;
+}
+
+/* Forward with labels and stats, then backward; probabilities, gradient and
+ * stats come back to the host. The forward runs `twice` times: stats add. */
+static void xent_run(tdev *t, int64_t M, int64_t N, float scale, int twice, tbuf *x, tbuf *p, tbuf *dx,
+                     const tbuf *lab, tbuf *stats)
 {
     bfit_op_desc d = {.kind = BFIT_OP_XENT_FWD, .dtype = BFIT_F32};
     bfit_op_args a = {0};
-    float *x = frand(M * N, range), *p = frand(M * N, 1), *dx = frand(M * N, 1);
-    int32_t *lab = malloc((size_t)M * sizeof(int32_t));
-    double loss = -1, ref = 0;
-    const float scale = 0.25f;
-
-    for (int64_t i = 0; i < M; i++)
-        lab[i] = (int32_t)((i * 5 + 3) % N);
     d.u.xent.M = M;
     d.u.xent.N = N;
-    a.src = x;
-    a.dst = p;
-    a.labels = lab;
-    a.loss = &loss;
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+    a.src = x->d;
+    a.dst = p->d;
+    a.labels = lab->d;
+    a.stats = stats->d;
+    for (int r = 0; r < (twice ? 2 : 1); r++)
+        assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     d.kind = BFIT_OP_XENT_BWD;
     a = (bfit_op_args){0};
-    a.src = p;
-    a.labels = lab;
-    a.diff_src = dx;
+    a.src = p->d;
+    a.labels = lab->d;
+    a.diff_src = dx->d;
     a.loss_scale = scale;
-    assert_int_equal(run_op(e, &d, &a), BFIT_OK);
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, p);
+    tbuf_down(t, dx);
+    tbuf_down(t, stats);
+}
+
+static void check_xent(tdev *t, int64_t M, int64_t N, float range, int twice)
+{
+    tbuf tx = frand(t, M * N, range), tp = frand(t, M * N, 1), tdx = frand(t, M * N, 1);
+    tbuf tl = tbuf_new(t, (size_t)M * sizeof(int32_t)), ts = tbuf_new(t, 2 * sizeof(double));
+    const float *x = TB_F(tx), *p = TB_F(tp), *dx = TB_F(tdx);
+    int32_t *lab = TB_I(tl);
+    double *stats = ts.h, ref = 0, hits = 0;
+    const double s0 = 0.75, h0 = 3; /* what the stats held before: the op adds */
+    const float scale = 0.25f;
+
+    /* every third row labelled with its arg-max, so the accuracy count has
+     * hits to count as well as misses */
+    for (int64_t i = 0; i < M; i++)
+        lab[i] = i % 3 == 0 ? (int32_t)argmax_first(x + i * N, N) : (int32_t)((i * 5 + 3) % N);
+    stats[0] = s0;
+    stats[1] = h0;
+    tbuf_up(t, &tl);
+    tbuf_up(t, &ts);
+    xent_run(t, M, N, scale, twice, &tx, &tp, &tdx, &tl, &ts);
     for (int64_t i = 0; i < M; i++) {
         double mx = -INFINITY, s = 0;
         for (int64_t j = 0; j < N; j++)
@@ -525,6 +617,7 @@ static void check_xent(env *e, int64_t M, int64_t N, float range)
         for (int64_t j = 0; j < N; j++)
             s += exp(x[i * N + j] - mx);
         ref += log(s) + mx - x[i * N + lab[i]];
+        hits += argmax_first(x + i * N, N) == lab[i];
         for (int64_t j = 0; j < N; j++) {
             double pr = exp(x[i * N + j] - mx) / s;
             /* probabilities computed in double, rounded once: 1 ulp, plus
@@ -535,59 +628,428 @@ static void check_xent(env *e, int64_t M, int64_t N, float range)
                          i * N + j);
         }
     }
-    /* per-row losses in double, summed in double: far below float eps */
-    assert_close(loss, ref, 1e-12 * (fabs(ref) + 1), "xent loss", 0);
-    free(x), free(p), free(dx), free(lab);
+    /* per-row losses in double, summed in double, added to what was there:
+     * far below float eps */
+    ref = s0 + (twice ? 2 : 1) * ref;
+    assert_close(stats[0], ref, 1e-12 * (fabs(ref) + 1), "xent loss", 0);
+    /* a count: exact */
+    assert_true(stats[1] == h0 + (twice ? 2 : 1) * hits);
+    tbuf_free(t, &tx), tbuf_free(t, &tp), tbuf_free(t, &tdx), tbuf_free(t, &tl), tbuf_free(t, &ts);
 }
 
 static void test_xent(void **st)
 {
-    check_xent(*st, 1, 1, 1);
-    check_xent(*st, 1, 7, 3);
-    check_xent(*st, 7, 1, 3);
-    check_xent(*st, 7, 10, 3);
-    check_xent(*st, 64, 1000, 5);
+    check_xent(*st, 1, 1, 1, 0);
+    check_xent(*st, 1, 7, 3, 0);
+    check_xent(*st, 7, 1, 3, 1);
+    check_xent(*st, 7, 10, 3, 0);
+    check_xent(*st, 64, 1000, 5, 1);
     /* logits in the thousands: a naive exp would overflow to inf/NaN */
-    check_xent(*st, 7, 7, 3000);
+    check_xent(*st, 7, 7, 3000, 0);
+}
+
+/* The accuracy count takes the first of tied maxima as the prediction, as
+ * torch.argmax does. */
+static void test_xent_ties(void **st)
+{
+    static const float x[6][4] = {
+        {1, 3, 3, 0},     /* tie between 1 and 2: predicts 1 */
+        {1, 3, 3, 0},
+        {5, 5, 5, 5},     /* all equal: predicts 0 */
+        {5, 5, 5, 5},
+        {-1, -2, -0.5f, -3},
+        {0, 0, 1, 1},     /* tie at the end: predicts 2 */
+    };
+    static const int32_t lab[6] = {1, 2, 0, 3, 2, 3};
+    tdev *t = *st;
+    tbuf tx = tbuf_new(t, sizeof x), tp = tbuf_new(t, sizeof x), tdx = tbuf_new(t, sizeof x);
+    tbuf tl = tbuf_new(t, sizeof lab), ts = tbuf_new(t, 2 * sizeof(double));
+    double *stats = ts.h, ref = 0;
+
+    memcpy(tx.h, x, sizeof x);
+    memcpy(tl.h, lab, sizeof lab);
+    stats[0] = stats[1] = 0;
+    tbuf_up(t, &tx);
+    tbuf_up(t, &tl);
+    tbuf_up(t, &ts);
+    xent_run(t, 6, 4, 1.0f, 0, &tx, &tp, &tdx, &tl, &ts);
+    for (int i = 0; i < 6; i++) {
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < 4; j++)
+            mx = fmax(mx, x[i][j]);
+        for (int j = 0; j < 4; j++)
+            s += exp(x[i][j] - mx);
+        ref += log(s) + mx - x[i][lab[i]];
+    }
+    assert_true(stats[1] == 3); /* rows 0, 2 and 4 */
+    assert_close(stats[0], ref, 1e-12 * (fabs(ref) + 1), "xent loss with ties", 0);
+    tbuf_free(t, &tx), tbuf_free(t, &tp), tbuf_free(t, &tdx), tbuf_free(t, &tl), tbuf_free(t, &ts);
 }
 
 static void test_xent_bad_label(void **st)
 {
-    env *e = *st;
+    tdev *t = *st;
     bfit_op_desc d = {.kind = BFIT_OP_XENT_FWD, .dtype = BFIT_F32};
     bfit_op_args a = {0};
-    float x[3 * 4] = {0}, p[3 * 4];
-    int32_t lab[3] = {1, 4, 0};
-    double loss = 123;
+    tbuf x = tbuf_new(t, 3 * 4 * sizeof(float)), p = tbuf_new(t, 3 * 4 * sizeof(float));
+    tbuf lab = tbuf_new(t, 3 * sizeof(int32_t)), stats = tbuf_new(t, 2 * sizeof(double));
+    double *sh = stats.h;
 
+    memset(x.h, 0, x.bytes);
+    TB_I(lab)[0] = 1, TB_I(lab)[1] = 4, TB_I(lab)[2] = 0;
+    sh[0] = 123, sh[1] = 7;
+    tbuf_up(t, &x), tbuf_up(t, &lab), tbuf_up(t, &stats);
     d.u.xent.M = 3;
     d.u.xent.N = 4;
-    a.src = x;
-    a.dst = p;
-    a.labels = lab;
-    a.loss = &loss;
-    assert_int_equal(run_op(e, &d, &a), BFIT_EINVAL);
+    a.src = x.d;
+    a.dst = p.d;
+    a.labels = lab.d;
+    a.stats = stats.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "label 4 of sample 1"));
-    assert_true(loss == 123); /* nothing written on a refused call */
-    lab[1] = -1;
+    tbuf_down(t, &stats);
+    assert_true(sh[0] == 123 && sh[1] == 7); /* nothing written on a refused call */
+    /* labels without stats (or stats without labels) are refused */
+    a.stats = NULL;
+    assert_int_equal(run_op(t, &d, &a), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "labels and stats go together"));
+    TB_I(lab)[1] = -1;
+    tbuf_up(t, &lab);
     d.kind = BFIT_OP_XENT_BWD;
     a = (bfit_op_args){0};
-    a.src = p;
-    a.labels = lab;
-    a.diff_src = x;
+    a.src = p.d;
+    a.labels = lab.d;
+    a.diff_src = x.d;
     a.loss_scale = 1;
-    assert_int_equal(run_op(e, &d, &a), BFIT_EINVAL);
+    assert_int_equal(run_op(t, &d, &a), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "label -1 of sample 1"));
+    tbuf_free(t, &x), tbuf_free(t, &p), tbuf_free(t, &lab), tbuf_free(t, &stats);
+}
+
+/* ---- SCALE ---- */
+
+static void test_scale(void **st)
+{
+    static const int64_t ns[] = {1, 7, 100003};
+    static const float alphas[] = {0.37f, -2.0f, 0.0f};
+    tdev *t = *st;
+    for (size_t s = 0; s < 3; s++) {
+        int64_t n = ns[s];
+        bfit_op_desc d = {.kind = BFIT_OP_SCALE, .dtype = BFIT_F32};
+        bfit_op_args a = {0};
+        tbuf x = frand(t, n, 3);
+        float *x0 = fcopy(TB_F(x), n);
+        d.u.scale.n = n;
+        a.dst = x.d;
+        a.alpha = alphas[s];
+        assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+        tbuf_down(t, &x);
+        for (int64_t i = 0; i < n; i++) /* one float product: exact against the same */
+            assert_true(TB_F(x)[i] == x0[i] * alphas[s]);
+        a.dst = NULL; /* dst is the operand: required */
+        assert_int_equal(run_op(t, &d, &a), BFIT_EINVAL);
+        tbuf_free(t, &x);
+        free(x0);
+    }
+}
+
+/* ---- NORMS ---- */
+
+/* Run NORMS over src (with prev as state0, or none) into stats; downloads
+ * stats and prev. */
+static void norms_run(tdev *t, int64_t n, const tbuf *src, tbuf *prev, tbuf *stats)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_NORMS, .dtype = BFIT_F32};
+    bfit_op_args a = {0};
+    d.u.norms.n = n;
+    a.src = src->d;
+    a.state0 = prev ? prev->d : NULL;
+    a.stats = stats->d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, stats);
+    if (prev)
+        tbuf_down(t, prev);
+}
+
+static void check_norms(tdev *t, int64_t n)
+{
+    tbuf g = frand(t, n, 2), prev = frand(t, n, 2), stats = tbuf_new(t, 2 * sizeof(double));
+    double *sh = stats.h, sq = 0, dsq = 0, mag = 0;
+    const float *gh = TB_F(g);
+    float *p0 = fcopy(TB_F(prev), n);
+
+    for (int64_t i = 0; i < n; i++) {
+        double y = (double)gh[i] - p0[i];
+        sq += (double)gh[i] * gh[i];
+        dsq += y * y;
+        mag += fabs(y) * (fabs(gh[i]) + fabs(p0[i]));
+    }
+    /* stats are results, not sums onto what was there */
+    sh[0] = sh[1] = 1e30;
+    tbuf_up(t, &stats);
+    norms_run(t, n, &g, NULL, &stats);
+    /* squares of floats are exact in double; a double sum of n positive
+     * terms errs by at most n double epsilons of the total (Higham) */
+    assert_close(sh[0], sq, (double)(n + 2) * DBL_EPSILON * sq, "norms sum of squares", n);
+    norms_run(t, n, &g, &prev, &stats);
+    assert_close(sh[0], sq, (double)(n + 2) * DBL_EPSILON * sq, "norms sum of squares (with state0)", n);
+    /* the difference of two floats in double is exact up to one rounding of
+     * its magnitude, which mag bounds */
+    assert_close(sh[1], dsq, (double)(n + 4) * DBL_EPSILON * (dsq + mag), "norms sum of squared changes", n);
+    /* state0 became src */
+    assert_memory_equal(prev.h, gh, (size_t)n * sizeof(float));
+    /* the same src again: nothing changed */
+    norms_run(t, n, &g, &prev, &stats);
+    assert_true(sh[1] == 0);
+    tbuf_free(t, &g), tbuf_free(t, &prev), tbuf_free(t, &stats);
+    free(p0);
+}
+
+static void test_norms(void **st)
+{
+    /* 65536 and above are summed in chunks */
+    static const int64_t ns[] = {1, 7, 1001, 65535, 65536, 100003};
+    for (size_t s = 0; s < sizeof ns / sizeof ns[0]; s++)
+        check_norms(*st, ns[s]);
+}
+
+/* The sums do not depend on the thread count, bit for bit: a resumed run on
+ * another machine clips exactly as the original did. */
+static void test_norms_threads_bitwise(void **st)
+{
+    const int64_t n = 200003; /* chunked */
+    double res[2][4];
+    (void)st;
+    for (int k = 0; k < 2; k++) {
+        tdev t;
+        bfit_device_info info;
+        tbuf g, prev, stats;
+        rng_state = 4242; /* the same data on both devices */
+        tdev_open(&t, k + 1);
+        bfit_device_info_get(t.dev, &info);
+        assert_int_equal(info.threads, k + 1);
+        g = frand(&t, n, 2), prev = frand(&t, n, 2), stats = tbuf_new(&t, 2 * sizeof(double));
+        norms_run(&t, n, &g, NULL, &stats);
+        res[k][0] = ((double *)stats.h)[0];
+        norms_run(&t, n, &g, &prev, &stats);
+        res[k][1] = ((double *)stats.h)[0];
+        res[k][2] = ((double *)stats.h)[1];
+        res[k][3] = 0;
+        tbuf_free(&t, &g), tbuf_free(&t, &prev), tbuf_free(&t, &stats);
+        tdev_close(&t);
+    }
+    assert_memory_equal(res[0], res[1], sizeof res[0]);
+}
+
+/* ---- SGD ---- */
+
+typedef struct sgd_case {
+    double lr, momentum, dampening, wd;
+    int nesterov;
+} sgd_case;
+
+/* args.hyper as src/optim/optim.c lays it out for step `step` (0 = first). */
+static void sgd_hyper(const sgd_case *c, int step, float *h)
+{
+    h[BFIT_SGD_LR_NEG] = (float)-c->lr;
+    h[BFIT_SGD_WD] = (float)c->wd;
+    h[BFIT_SGD_MOM] = (float)c->momentum;
+    h[BFIT_SGD_DAMP1] = (float)(1.0 - c->dampening);
+    h[BFIT_SGD_FIRST] = step == 0 ? 1.0f : 0.0f;
+}
+
+/* One step of torch.optim.SGD's single-tensor code in double, from the
+ * float values before it (p, buf: updated in place), checked against what
+ * the device made of the same (pd, bd). The coefficients are the float ones
+ * PyTorch's kernels get. */
+static void sgd_check_step(const sgd_case *c, const float *h, int first, int64_t n, const float *g, double *p,
+                           double *buf, const float *pd, const float *bd)
+{
+    double lr = -(double)h[BFIT_SGD_LR_NEG], wd = h[BFIT_SGD_WD], mom = h[BFIT_SGD_MOM];
+    double damp1 = h[BFIT_SGD_DAMP1];
+    for (int64_t i = 0; i < n; i++) {
+        double d = g[i] + wd * p[i], md = fabs(g[i]) + fabs(wd * p[i]), mb = md;
+        if (c->momentum != 0) {
+            buf[i] = first ? d : mom * buf[i] + damp1 * d;
+            mb = first ? md : fabs(mom * buf[i]) + fabs(damp1) * md;
+            /* d (one rounding), mom * buf and the fused add: 3 roundings of
+             * the terms' magnitude */
+            assert_close(bd[i], buf[i], 4 * FEPS * mb, "sgd momentum buffer", i);
+            if (c->nesterov) {
+                d = d + mom * buf[i];
+                mb = md + mom * mb;
+            } else {
+                d = buf[i];
+            }
+        }
+        p[i] = p[i] - lr * d;
+        /* d's roundings scaled by lr, and the last fused add */
+        assert_close(pd[i], p[i], 4 * FEPS * (fabs(p[i]) + lr * (fabs(d) + mb)), "sgd parameters", i);
+    }
+}
+
+static void check_sgd(tdev *t, const sgd_case *c, int64_t n, int steps)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_SGD, .dtype = BFIT_F32};
+    tbuf p = frand(t, n, 1), g = tbuf_new(t, (size_t)n * sizeof(float));
+    tbuf buf = tbuf_new(t, (size_t)n * sizeof(float)); /* NaN: the first step must not read it */
+    double *rp = malloc((size_t)n * sizeof(double)), *rb = malloc((size_t)n * sizeof(double));
+    bfit_op *op;
+
+    d.u.sgd.n = n;
+    d.u.sgd.nesterov = c->nesterov;
+    assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_OK);
+    assert_int_equal(bfit_op_workspace_bytes(op), 0);
+    tbuf_up(t, &buf);
+    for (int s = 0; s < steps; s++) {
+        bfit_op_args a = {0};
+        for (int64_t i = 0; i < n; i++) {
+            TB_F(g)[i] = urand(1);
+            rp[i] = TB_F(p)[i];
+            rb[i] = TB_F(buf)[i];
+        }
+        tbuf_up(t, &g);
+        sgd_hyper(c, s, a.hyper);
+        a.dst = p.d;
+        a.src = g.d;
+        a.state0 = c->momentum != 0 ? buf.d : NULL;
+        assert_int_equal(bfit_op_run(op, &a), BFIT_OK);
+        tbuf_down(t, &p);
+        tbuf_down(t, &buf);
+        sgd_check_step(c, a.hyper, s == 0, n, TB_F(g), rp, rb, TB_F(p), TB_F(buf));
+        /* without momentum there is no buffer: it stays as it was (NaN) */
+        if (c->momentum == 0)
+            assert_true(isnan(TB_F(buf)[0]));
+    }
+    bfit_op_free(op);
+    tbuf_free(t, &p), tbuf_free(t, &g), tbuf_free(t, &buf);
+    free(rp), free(rb);
+}
+
+static void test_sgd(void **st)
+{
+    static const sgd_case cases[] = {
+        {0.1, 0, 0, 0, 0},        /* plain */
+        {0.05, 0, 0, 0.01, 0},    /* plain with L2 weight decay */
+        {0.1, 0.9, 0, 0, 0},      /* momentum */
+        {0.02, 0.9, 0.3, 0.05, 0}, /* dampening: the first step's buffer is d, not (1-damp) d */
+        {0.1, 0.9, 0, 0, 1},      /* Nesterov */
+        {0.03, 0.8, 0, 0.01, 1},  /* Nesterov with weight decay */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        check_sgd(*st, &cases[k], 7, 4);
+        check_sgd(*st, &cases[k], 100003, 3); /* the threaded loop */
+    }
+}
+
+/* ---- ADAMW ---- */
+
+typedef struct adamw_case {
+    double lr, beta1, beta2, eps, wd;
+} adamw_case;
+
+/* args.hyper as src/optim/optim.c lays it out for step t (1 = first). */
+static void adamw_hyper(const adamw_case *c, int step, float *h)
+{
+    h[BFIT_ADAMW_DECAY_MUL] = (float)(1.0 - c->lr * c->wd);
+    h[BFIT_ADAMW_B1] = (float)c->beta1;
+    h[BFIT_ADAMW_C1] = (float)(1.0 - c->beta1);
+    h[BFIT_ADAMW_B2] = (float)c->beta2;
+    h[BFIT_ADAMW_C2] = (float)(1.0 - c->beta2);
+    h[BFIT_ADAMW_STEP_NEG] = (float)-(c->lr / (1.0 - pow(c->beta1, step)));
+    h[BFIT_ADAMW_BC2_SQRT] = (float)sqrt(1.0 - pow(c->beta2, step));
+    h[BFIT_ADAMW_EPS] = (float)c->eps;
+}
+
+/* One step of torch.optim.AdamW's single-tensor code in double with the
+ * exact coefficients, from the float values before it (p, m, v: updated in
+ * place), checked against the device's (pd, md, vd). */
+static void adamw_check_step(const adamw_case *c, int step, int64_t n, const float *g, double *p, double *m,
+                             double *v, const float *pd, const float *md, const float *vd)
+{
+    double bc1 = 1 - pow(c->beta1, step), bc2 = 1 - pow(c->beta2, step), ss = c->lr / bc1;
+    for (int64_t i = 0; i < n; i++) {
+        double mm = fabs(c->beta1 * m[i]) + (1 - c->beta1) * fabs(g[i]), den, upd;
+        p[i] *= 1 - c->lr * c->wd;
+        m[i] = c->beta1 * m[i] + (1 - c->beta1) * g[i];
+        v[i] = c->beta2 * v[i] + (1 - c->beta2) * (double)g[i] * g[i];
+        den = sqrt(v[i]) / sqrt(bc2) + c->eps;
+        upd = ss * mm / den;
+        /* each moment: its float coefficients (1 rounding each), a product
+         * and a fused add, on the terms' magnitude (v has no cancellation) */
+        assert_close(md[i], m[i], 4 * FEPS * mm, "adamw exp_avg", i);
+        assert_close(vd[i], v[i], 4 * FEPS * v[i], "adamw exp_avg_sq", i);
+        p[i] -= ss * m[i] / den;
+        /* the update's bound: m's error (on mm), the rounded step size,
+         * sqrt, two divisions and an add through den, the product: about 8
+         * roundings, 16 eps; the decay product and the final add on |p| */
+        assert_close(pd[i], p[i], 4 * FEPS * fabs(p[i]) + 16 * FEPS * upd, "adamw parameters", i);
+    }
+}
+
+static void check_adamw(tdev *t, const adamw_case *c, int64_t n, int steps)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_ADAMW, .dtype = BFIT_F32};
+    tbuf p = frand(t, n, 1), g = tbuf_new(t, (size_t)n * sizeof(float));
+    tbuf m = tbuf_new(t, (size_t)n * sizeof(float)), v = tbuf_new(t, (size_t)n * sizeof(float));
+    double *rp = malloc((size_t)n * sizeof(double)), *rm = calloc((size_t)n, sizeof(double));
+    double *rv = calloc((size_t)n, sizeof(double));
+    bfit_op *op;
+
+    d.u.adamw.n = n;
+    assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_OK);
+    /* the moments start at zero, as the optimizer zeroes its state */
+    memset(m.h, 0, m.bytes), memset(v.h, 0, v.bytes);
+    tbuf_up(t, &m), tbuf_up(t, &v);
+    for (int s = 1; s <= steps; s++) {
+        bfit_op_args a = {0};
+        for (int64_t i = 0; i < n; i++) {
+            /* gradients of varied scale: the moments see large and small */
+            TB_F(g)[i] = urand(1) * (i % 3 == 0 ? 1e-3f : 1.0f);
+            rp[i] = TB_F(p)[i], rm[i] = TB_F(m)[i], rv[i] = TB_F(v)[i];
+        }
+        tbuf_up(t, &g);
+        adamw_hyper(c, s, a.hyper);
+        a.dst = p.d, a.src = g.d, a.state0 = m.d, a.state1 = v.d;
+        assert_int_equal(bfit_op_run(op, &a), BFIT_OK);
+        tbuf_down(t, &p), tbuf_down(t, &m), tbuf_down(t, &v);
+        adamw_check_step(c, s, n, TB_F(g), rp, rm, rv, TB_F(p), TB_F(m), TB_F(v));
+    }
+    /* the moments are required */
+    {
+        bfit_op_args a = {0};
+        a.dst = p.d, a.src = g.d, a.state0 = m.d;
+        assert_int_equal(bfit_op_run(op, &a), BFIT_EINVAL);
+    }
+    bfit_op_free(op);
+    tbuf_free(t, &p), tbuf_free(t, &g), tbuf_free(t, &m), tbuf_free(t, &v);
+    free(rp), free(rm), free(rv);
+}
+
+static void test_adamw(void **st)
+{
+    static const adamw_case cases[] = {
+        {1e-3, 0.9, 0.999, 1e-8, 0},    /* no weight decay */
+        {1e-3, 0.9, 0.999, 1e-8, 0.01}, /* PyTorch's defaults */
+        {0.05, 0.8, 0.99, 1e-6, 0.1},   /* large lr and decay, other betas */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        check_adamw(*st, &cases[k], 7, 5);
+        check_adamw(*st, &cases[k], 100003, 3); /* the threaded loop */
+    }
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),      cmocka_unit_test(test_matmul_accumulates_twice),
+        cmocka_unit_test(test_matmul),         cmocka_unit_test(test_matmul_accumulates_twice),
         cmocka_unit_test(test_matmul_rejects), cmocka_unit_test(test_eltwise),
-        cmocka_unit_test(test_lnorm),       cmocka_unit_test(test_reduce_rows),
-        cmocka_unit_test(test_add),         cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_xent),        cmocka_unit_test(test_xent_bad_label),
+        cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_reduce_rows),
+        cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_ties),
+        cmocka_unit_test(test_xent_bad_label), cmocka_unit_test(test_scale),
+        cmocka_unit_test(test_norms),          cmocka_unit_test(test_norms_threads_bitwise),
+        cmocka_unit_test(test_sgd),            cmocka_unit_test(test_adamw),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

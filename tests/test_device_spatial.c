@@ -1,7 +1,11 @@
 /* test_device_spatial.c - the CPU device's convolution, pooling and batch
  * norm ops against naive double-precision loops on random data: odd sizes
  * (1 and 7 among them), non-square inputs and kernels, stride 2, padding,
- * and the accumulate semantics of the gradient outputs.
+ * the accumulate semantics of the gradient outputs, and batch norm's
+ * running statistics.
+ *
+ * Every buffer an op sees is device memory from the device's arena (tdev):
+ * inputs are made on the host and uploaded, outputs downloaded and checked.
  *
  * Tolerances: every checked value is a sum of K products (or a few sums
  * combined); for f32 evaluation in any order the rounding error is bounded
@@ -10,8 +14,9 @@
  * of slack, measured against the sum of the terms' magnitudes. A wrong index,
  * a missing term or a lost accumulation errs by the size of a term, far above
  * this for K of a few hundred at most (K * eps < 1e-4). Max pooling is exact.
- * Buffers are prefilled with NaN so an op that leaves an output unwritten,
- * or reads uninitialised workspace, fails. */
+ * Device buffers are prefilled with NaN (outputs uploaded from NaN host
+ * copies, workspaces filled on the device) so an op that leaves an output
+ * unwritten, or reads uninitialised workspace, fails. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,45 +31,62 @@
 #include "batchfit.h"
 #include "device/device.h"
 #include "nn/layer.h"
-
-typedef struct env {
-    bfit_arena *arena;
-    bfit_device *dev;
-} env;
+#include "tdev.h"
 
 static int setup(void **st)
 {
-    env *e = calloc(1, sizeof *e);
-    e->arena = bfit_arena_new(1ull << 30, NULL);
-    if (bfit_device_cpu_new(e->arena, 0, &e->dev) != BFIT_OK)
-        return -1;
-    *st = e;
+    tdev *t = calloc(1, sizeof *t);
+    tdev_open(t, 0);
+    *st = t;
     return 0;
 }
 
 static int teardown(void **st)
 {
-    env *e = *st;
-    bfit_device_free(e->dev);
-    bfit_arena_free(e->arena);
-    free(e);
+    tdev *t = *st;
+    tdev_close(t);
+    free(t);
     return 0;
 }
 
-/* 64-byte aligned, filled with NaN (0xff bytes) so unwritten outputs show. */
-static void *nanbuf(size_t n)
+/* A device buffer of n bytes holding NaN (0xff bytes), so unwritten outputs
+ * show; its host copy is NaN too. */
+static tbuf nanbuf(tdev *t, size_t n)
 {
-    void *p = aligned_alloc(64, BFIT_ALIGN_UP(n ? n : 1));
-    memset(p, 0xff, BFIT_ALIGN_UP(n ? n : 1));
-    return p;
+    tbuf b = tbuf_new(t, n);
+    tbuf_up(t, &b);
+    return b;
 }
 
-static float *randbuf(int64_t n, uint64_t seed)
+/* n floats uniform in [-1, 1) from seed, on both sides. */
+static tbuf randbuf(tdev *t, int64_t n, uint64_t seed)
 {
-    float *p = nanbuf((size_t)n * sizeof(float));
-    bfit_fill_uniform(p, n, 1.0f, seed);
-    return p;
+    tbuf b = tbuf_new(t, (size_t)n * sizeof(float));
+    bfit_fill_uniform(TB_F(b), n, 1.0f, seed);
+    tbuf_up(t, &b);
+    return b;
 }
+
+/* Host values into the device side (after changing the host copy). */
+static void sethost(tdev *t, tbuf *b, const void *src)
+{
+    if (src)
+        memcpy(b->h, src, b->bytes);
+    else
+        memset(b->h, 0xff, b->bytes);
+    tbuf_up(t, b);
+}
+
+static void freebufs(tdev *t, tbuf *const *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        tbuf_free(t, b[i]);
+}
+#define FREEBUFS(t, ...)                                                                           \
+    do {                                                                                           \
+        tbuf *all_[] = {__VA_ARGS__};                                                              \
+        freebufs(t, all_, (int)(sizeof all_ / sizeof all_[0]));                                    \
+    } while (0)
 
 /* Error of got against ref relative to the allowed bound for K terms whose
  * magnitudes sum to mag; > 1 fails. */
@@ -76,22 +98,28 @@ static double ratio(double got, double ref, double mag, int64_t K)
     return fabs(got - ref) / bound;
 }
 
-static bfit_op *mkop(env *e, const bfit_op_desc *d)
+static bfit_op *mkop(tdev *t, const bfit_op_desc *d)
 {
     bfit_op *op = NULL;
-    int rc = bfit_op_new(e->dev, d, &op);
+    int rc = bfit_op_new(t->dev, d, &op);
     if (rc != BFIT_OK)
         fail_msg("op_new(kind %d): %s", (int)d->kind, bfit_errmsg());
     return op;
 }
 
-static void run(bfit_op *op, bfit_op_args *a)
+/* Run with a NaN-filled workspace from the arena (category workspace). */
+static void run(tdev *t, bfit_op *op, bfit_op_args *a)
 {
-    void *ws = nanbuf(bfit_op_workspace_bytes(op));
+    size_t n = bfit_op_workspace_bytes(op);
+    void *ws = NULL;
     int rc;
+    if (n) {
+        assert_int_equal(bfit_arena_alloc(t->arena, n, BFIT_MEM_WORKSPACE, &ws), BFIT_OK);
+        assert_int_equal(bfit_device_fill(t->dev, ws, 0xff, n), BFIT_OK);
+    }
     a->workspace = ws;
     rc = bfit_op_run(op, a);
-    free(ws);
+    bfit_arena_release(t->arena, ws);
     if (rc != BFIT_OK)
         fail_msg("op_run(kind %d): %s", (int)op->desc.kind, bfit_errmsg());
 }
@@ -178,95 +206,119 @@ static void conv_ref_free(conv_ref *r)
     free(r->y), free(r->ym), free(r->dx), free(r->dxm), free(r->dw), free(r->dwm), free(r->db), free(r->dbm);
 }
 
-static void test_conv(void **st)
-{
-    env *e = *st;
-    double worst[4] = {0};
+/* The buffers of one conv case (x..g0b inputs, y..db outputs). */
+typedef struct conv_bufs {
+    tbuf x, w, b, dy, g0w, g0b, y, dx, dw, db;
+    int64_t nx, nw, ny;
+} conv_bufs;
 
-    for (size_t t = 0; t < sizeof conv_cases / sizeof conv_cases[0]; t++) {
-        const conv_case *c = &conv_cases[t];
-        bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
-        int64_t ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow;
-        int64_t nx = (int64_t)c->n * c->ic * c->ih * c->iw, nw = (int64_t)c->oc * c->ic * c->kh * c->kw;
-        int64_t kfwd = (int64_t)c->ic * c->kh * c->kw + 1, kdx = (int64_t)c->oc * c->kh * c->kw;
-        int64_t kdw = (int64_t)c->n * fd.u.conv.oh * fd.u.conv.ow;
-        float *x = randbuf(nx, 10 + t), *w = randbuf(nw, 20 + t), *b = randbuf(c->oc, 30 + t);
-        float *dy = randbuf(ny, 40 + t), *g0w = randbuf(nw, 50 + t), *g0b = randbuf(c->oc, 60 + t);
-        float *y = nanbuf((size_t)ny * 4), *dx = nanbuf((size_t)nx * 4);
-        float *dw = nanbuf((size_t)nw * 4), *db = nanbuf((size_t)c->oc * 4);
-        conv_ref r;
+/* Forward and backward data against the reference. */
+static void conv_check_fwd_data(tdev *t, size_t tc, const conv_case *c, conv_bufs *k, const conv_ref *r,
+                                double *worst)
+{
+    bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
+    int64_t kfwd = (int64_t)c->ic * c->kh * c->kw + 1, kdx = (int64_t)c->oc * c->kh * c->kw;
+    const float *y = TB_F(k->y), *dx = TB_F(k->dx);
+    bfit_op *op = mkop(t, &fd);
+    bfit_op_args a;
+
+    assert_int_equal(bfit_op_saved_bytes(op), 0);
+    memset(&a, 0, sizeof a);
+    a.src = k->x.d, a.weights = k->w.d, a.bias = c->bias ? k->b.d : NULL, a.dst = k->y.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, &k->y);
+    for (int64_t i = 0; i < k->ny; i++) {
+        double q = ratio(y[i], r->y[i], r->ym[i], kfwd);
+        if (q > worst[0])
+            worst[0] = q;
+        if (q > 1)
+            fail_msg("conv case %zu forward y[%lld] = %.9g, reference %.9g", tc, (long long)i, y[i], r->y[i]);
+    }
+
+    fd = conv_desc(c, BFIT_OP_CONV_BWD_DATA, 0);
+    op = mkop(t, &fd);
+    memset(&a, 0, sizeof a);
+    a.diff_dst = k->dy.d, a.weights = k->w.d, a.diff_src = k->dx.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, &k->dx);
+    for (int64_t i = 0; i < k->nx; i++) {
+        double q = ratio(dx[i], r->dx[i], r->dxm[i], kdx);
+        if (q > worst[1])
+            worst[1] = q;
+        if (q > 1)
+            fail_msg("conv case %zu backward data dx[%lld] = %.9g, reference %.9g", tc, (long long)i, dx[i],
+                     r->dx[i]);
+    }
+}
+
+/* Backward weights, overwriting then accumulating onto g0. */
+static void conv_check_weights(tdev *t, size_t tc, const conv_case *c, conv_bufs *k, const conv_ref *r,
+                               double *worst)
+{
+    bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_BWD_WEIGHTS, 0);
+    int64_t kdw = (int64_t)c->n * fd.u.conv.oh * fd.u.conv.ow, nw = k->nw;
+    const float *dw = TB_F(k->dw), *db = TB_F(k->db), *g0w = TB_F(k->g0w), *g0b = TB_F(k->g0b);
+
+    for (int acc = 0; acc <= 1; acc++) {
         bfit_op *op;
         bfit_op_args a;
-
-        conv_reference(c, x, w, b, dy, &r);
-
-        op = mkop(e, &fd);
-        assert_int_equal(bfit_op_saved_bytes(op), 0);
+        fd = conv_desc(c, BFIT_OP_CONV_BWD_WEIGHTS, acc);
+        op = mkop(t, &fd);
+        sethost(t, &k->dw, acc ? g0w : NULL);
+        sethost(t, &k->db, acc ? g0b : NULL);
         memset(&a, 0, sizeof a);
-        a.src = x, a.weights = w, a.bias = c->bias ? b : NULL, a.dst = y;
-        run(op, &a);
+        a.src = k->x.d, a.diff_dst = k->dy.d, a.diff_weights = k->dw.d, a.diff_bias = c->bias ? k->db.d : NULL;
+        run(t, op, &a);
         bfit_op_free(op);
-        for (int64_t i = 0; i < ny; i++) {
-            double q = ratio(y[i], r.y[i], r.ym[i], kfwd);
-            if (q > worst[0])
-                worst[0] = q;
+        tbuf_down(t, &k->dw);
+        tbuf_down(t, &k->db);
+        for (int64_t i = 0; i < nw; i++) {
+            double base = acc ? g0w[i] : 0;
+            double q = ratio(dw[i], base + r->dw[i], fabs(base) + r->dwm[i], kdw + acc);
+            if (q > worst[2])
+                worst[2] = q;
             if (q > 1)
-                fail_msg("conv case %zu forward y[%lld] = %.9g, reference %.9g", t, (long long)i, y[i], r.y[i]);
+                fail_msg("conv case %zu backward weights (accumulate %d) dw[%lld] = %.9g, reference %.9g", tc,
+                         acc, (long long)i, dw[i], base + r->dw[i]);
         }
-
-        fd = conv_desc(c, BFIT_OP_CONV_BWD_DATA, 0);
-        op = mkop(e, &fd);
-        memset(&a, 0, sizeof a);
-        a.diff_dst = dy, a.weights = w, a.diff_src = dx;
-        run(op, &a);
-        bfit_op_free(op);
-        for (int64_t i = 0; i < nx; i++) {
-            double q = ratio(dx[i], r.dx[i], r.dxm[i], kdx);
-            if (q > worst[1])
-                worst[1] = q;
+        for (int o = 0; c->bias && o < c->oc; o++) {
+            double base = acc ? g0b[o] : 0;
+            double q = ratio(db[o], base + r->db[o], fabs(base) + r->dbm[o], kdw + acc);
+            if (q > worst[3])
+                worst[3] = q;
             if (q > 1)
-                fail_msg("conv case %zu backward data dx[%lld] = %.9g, reference %.9g", t, (long long)i, dx[i],
-                         r.dx[i]);
+                fail_msg("conv case %zu backward bias (accumulate %d) db[%d] = %.9g, reference %.9g", tc, acc, o,
+                         db[o], base + r->db[o]);
         }
+        if (!c->bias && !acc)
+            assert_true(isnan(db[0])); /* no bias: diff_bias untouched */
+    }
+}
 
-        /* weights, overwriting then accumulating onto g0 */
-        for (int acc = 0; acc <= 1; acc++) {
-            fd = conv_desc(c, BFIT_OP_CONV_BWD_WEIGHTS, acc);
-            op = mkop(e, &fd);
-            if (acc) {
-                memcpy(dw, g0w, (size_t)nw * 4);
-                memcpy(db, g0b, (size_t)c->oc * 4);
-            } else {
-                memset(dw, 0xff, (size_t)nw * 4);
-                memset(db, 0xff, (size_t)c->oc * 4);
-            }
-            memset(&a, 0, sizeof a);
-            a.src = x, a.diff_dst = dy, a.diff_weights = dw, a.diff_bias = c->bias ? db : NULL;
-            run(op, &a);
-            bfit_op_free(op);
-            for (int64_t i = 0; i < nw; i++) {
-                double base = acc ? g0w[i] : 0;
-                double q = ratio(dw[i], base + r.dw[i], fabs(base) + r.dwm[i], kdw + acc);
-                if (q > worst[2])
-                    worst[2] = q;
-                if (q > 1)
-                    fail_msg("conv case %zu backward weights (accumulate %d) dw[%lld] = %.9g, reference %.9g", t,
-                             acc, (long long)i, dw[i], base + r.dw[i]);
-            }
-            for (int o = 0; c->bias && o < c->oc; o++) {
-                double base = acc ? g0b[o] : 0;
-                double q = ratio(db[o], base + r.db[o], fabs(base) + r.dbm[o], kdw + acc);
-                if (q > worst[3])
-                    worst[3] = q;
-                if (q > 1)
-                    fail_msg("conv case %zu backward bias (accumulate %d) db[%d] = %.9g, reference %.9g", t, acc,
-                             o, db[o], base + r.db[o]);
-            }
-            if (!c->bias && !acc)
-                assert_true(isnan(db[0])); /* no bias: diff_bias untouched */
-        }
+static void test_conv(void **st)
+{
+    tdev *t = *st;
+    double worst[4] = {0};
+
+    for (size_t tc = 0; tc < sizeof conv_cases / sizeof conv_cases[0]; tc++) {
+        const conv_case *c = &conv_cases[tc];
+        bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
+        conv_bufs k;
+        conv_ref r;
+
+        k.ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow;
+        k.nx = (int64_t)c->n * c->ic * c->ih * c->iw, k.nw = (int64_t)c->oc * c->ic * c->kh * c->kw;
+        k.x = randbuf(t, k.nx, 10 + tc), k.w = randbuf(t, k.nw, 20 + tc), k.b = randbuf(t, c->oc, 30 + tc);
+        k.dy = randbuf(t, k.ny, 40 + tc), k.g0w = randbuf(t, k.nw, 50 + tc), k.g0b = randbuf(t, c->oc, 60 + tc);
+        k.y = nanbuf(t, (size_t)k.ny * 4), k.dx = nanbuf(t, (size_t)k.nx * 4);
+        k.dw = nanbuf(t, (size_t)k.nw * 4), k.db = nanbuf(t, (size_t)c->oc * 4);
+        conv_reference(c, TB_F(k.x), TB_F(k.w), TB_F(k.b), TB_F(k.dy), &r);
+        conv_check_fwd_data(t, tc, c, &k, &r, worst);
+        conv_check_weights(t, tc, c, &k, &r, worst);
         conv_ref_free(&r);
-        free(x), free(w), free(b), free(dy), free(g0w), free(g0b), free(y), free(dx), free(dw), free(db);
+        FREEBUFS(t, &k.x, &k.w, &k.b, &k.dy, &k.g0w, &k.g0b, &k.y, &k.dx, &k.dw, &k.db);
     }
     printf("  conv worst error / bound: fwd %.3f data %.3f weights %.3f bias %.3f\n", worst[0], worst[1],
            worst[2], worst[3]);
@@ -274,13 +326,13 @@ static void test_conv(void **st)
 
 static void test_conv_rejects_bad_geometry(void **st)
 {
-    env *e = *st;
+    tdev *t = *st;
     conv_case c = {2, 3, 7, 5, 4, 3, 2, 1, 1, 1, 0, 1};
     bfit_op_desc d = conv_desc(&c, BFIT_OP_CONV_FWD, 0);
     bfit_op *op = NULL;
 
     d.u.conv.oh += 1; /* not what the floor rule gives */
-    assert_int_equal(bfit_op_new(e->dev, &d, &op), BFIT_EINVAL);
+    assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_EINVAL);
     assert_null(op);
     assert_non_null(strstr(bfit_errmsg(), "does not match"));
 }
@@ -357,45 +409,57 @@ static void pool_reference(const pool_case *c, int max, const float *x, const fl
                 }
 }
 
+/* Training forward (saved indices for max) and eval forward; y and y2 come
+ * back to the host. */
+static void pool_forward(tdev *t, const pool_case *c, int max, const tbuf *x, tbuf *y, tbuf *y2, tbuf *saved)
+{
+    bfit_op_desc fd = pool_desc(c, BFIT_OP_POOL_FWD, max, 1);
+    bfit_op *op = mkop(t, &fd), *ev;
+    bfit_op_args a;
+
+    /* training max keeps indices; average needs nothing */
+    if (max)
+        assert_true(bfit_op_saved_bytes(op) > 0);
+    else
+        assert_int_equal(bfit_op_saved_bytes(op), 0);
+    *saved = nanbuf(t, bfit_op_saved_bytes(op));
+    memset(&a, 0, sizeof a);
+    a.src = x->d, a.dst = y->d, a.saved = saved->d;
+    run(t, op, &a);
+    bfit_op_free(op);
+
+    fd = pool_desc(c, BFIT_OP_POOL_FWD, max, 0);
+    ev = mkop(t, &fd);
+    assert_int_equal(bfit_op_saved_bytes(ev), 0); /* eval keeps nothing */
+    memset(&a, 0, sizeof a);
+    a.src = x->d, a.dst = y2->d;
+    run(t, ev, &a);
+    bfit_op_free(ev);
+    tbuf_down(t, y);
+    tbuf_down(t, y2);
+}
+
 static void test_pool(void **st)
 {
-    env *e = *st;
+    tdev *t = *st;
     double worst[4] = {0};
 
-    for (size_t t = 0; t < sizeof pool_cases / sizeof pool_cases[0]; t++) {
-        const pool_case *c = &pool_cases[t];
+    for (size_t tc = 0; tc < sizeof pool_cases / sizeof pool_cases[0]; tc++) {
+        const pool_case *c = &pool_cases[tc];
         for (int max = 0; max <= 1; max++) {
             bfit_op_desc fd = pool_desc(c, BFIT_OP_POOL_FWD, max, 1);
             int64_t ny = (int64_t)c->n * c->c * fd.u.pool.oh * fd.u.pool.ow;
             int64_t nx = (int64_t)c->n * c->c * c->ih * c->iw, K = (int64_t)c->kh * c->kw;
-            float *x = randbuf(nx, 70 + t), *dy = randbuf(ny, 80 + t);
-            float *y = nanbuf((size_t)ny * 4), *y2 = nanbuf((size_t)ny * 4), *dx = nanbuf((size_t)nx * 4);
+            tbuf tx = randbuf(t, nx, 70 + tc), tdy = randbuf(t, ny, 80 + tc);
+            tbuf ty = nanbuf(t, (size_t)ny * 4), ty2 = nanbuf(t, (size_t)ny * 4), tdx = nanbuf(t, (size_t)nx * 4);
+            const float *y = TB_F(ty), *y2 = TB_F(ty2), *dx = TB_F(tdx);
             double *ry = calloc((size_t)ny, 8), *rym = calloc((size_t)ny, 8), *rdx = calloc((size_t)nx, 8), *rdxm = calloc((size_t)nx, 8);
-            void *saved;
-            bfit_op *op, *ev;
+            tbuf saved;
+            bfit_op *op;
             bfit_op_args a;
 
-            pool_reference(c, max, x, dy, ry, rym, rdx, rdxm);
-            op = mkop(e, &fd);
-            /* training max keeps indices; average needs nothing */
-            if (max)
-                assert_true(bfit_op_saved_bytes(op) > 0);
-            else
-                assert_int_equal(bfit_op_saved_bytes(op), 0);
-            saved = nanbuf(bfit_op_saved_bytes(op));
-            memset(&a, 0, sizeof a);
-            a.src = x, a.dst = y, a.saved = saved;
-            run(op, &a);
-            bfit_op_free(op);
-
-            fd = pool_desc(c, BFIT_OP_POOL_FWD, max, 0);
-            ev = mkop(e, &fd);
-            assert_int_equal(bfit_op_saved_bytes(ev), 0); /* eval keeps nothing */
-            memset(&a, 0, sizeof a);
-            a.src = x, a.dst = y2;
-            run(ev, &a);
-            bfit_op_free(ev);
-
+            pool_reference(c, max, TB_F(tx), TB_F(tdy), ry, rym, rdx, rdxm);
+            pool_forward(t, c, max, &tx, &ty, &ty2, &saved);
             for (int64_t i = 0; i < ny; i++) {
                 /* max: exact; average: a sum of at most kh*kw terms and a division */
                 double q = max ? (y[i] == ry[i] ? 0 : INFINITY) : ratio(y[i], ry[i], rym[i], K + 1);
@@ -403,26 +467,28 @@ static void test_pool(void **st)
                 if (q > worst[max] || q2 > worst[max])
                     worst[max] = fmax(q, q2);
                 if (q > 1 || q2 > 1)
-                    fail_msg("pool case %zu %s forward y[%lld] = %.9g (eval %.9g), reference %.9g", t,
+                    fail_msg("pool case %zu %s forward y[%lld] = %.9g (eval %.9g), reference %.9g", tc,
                              max ? "max" : "avg", (long long)i, y[i], y2[i], ry[i]);
             }
 
             fd = pool_desc(c, BFIT_OP_POOL_BWD, max, 1);
-            op = mkop(e, &fd);
+            op = mkop(t, &fd);
             memset(&a, 0, sizeof a);
-            a.diff_dst = dy, a.diff_src = dx, a.saved = saved;
-            run(op, &a);
+            a.diff_dst = tdy.d, a.diff_src = tdx.d, a.saved = saved.d;
+            run(t, op, &a);
             bfit_op_free(op);
+            tbuf_down(t, &tdx);
             for (int64_t i = 0; i < nx; i++) {
                 /* each dx is a sum of at most kh*kw shares (overlapping windows) */
                 double q = ratio(dx[i], rdx[i], rdxm[i], K + 1);
                 if (q > worst[2 + max])
                     worst[2 + max] = q;
                 if (q > 1)
-                    fail_msg("pool case %zu %s backward dx[%lld] = %.9g, reference %.9g", t,
+                    fail_msg("pool case %zu %s backward dx[%lld] = %.9g, reference %.9g", tc,
                              max ? "max" : "avg", (long long)i, dx[i], rdx[i]);
             }
-            free(x), free(dy), free(y), free(y2), free(dx), free(ry), free(rym), free(rdx), free(rdxm), free(saved);
+            FREEBUFS(t, &tx, &tdy, &ty, &ty2, &tdx, &saved);
+            free(ry), free(rym), free(rdx), free(rdxm);
         }
     }
     printf("  pool worst error / bound: avg fwd %.3f max fwd %.3f avg bwd %.3f max bwd %.3f\n", worst[0],
@@ -431,13 +497,13 @@ static void test_pool(void **st)
 
 static void test_pool_rejects_bad_geometry(void **st)
 {
-    env *e = *st;
+    tdev *t = *st;
     pool_case c = {1, 1, 5, 5, 2, 2, 1, 1, 2, 0};
     bfit_op_desc d = pool_desc(&c, BFIT_OP_POOL_FWD, 1, 1);
     bfit_op *op = NULL;
 
     /* padding as large as the kernel: a window could hold only padding */
-    assert_int_equal(bfit_op_new(e->dev, &d, &op), BFIT_EINVAL);
+    assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_EINVAL);
     assert_null(op);
 }
 
@@ -484,161 +550,292 @@ static bfit_op_desc bn_desc(const bn_case *c, bfit_op_kind kind, int training, i
     return d;
 }
 
-static void test_bnorm_forward(void **st)
+/* Momenta of the running statistics, one per case: PyTorch's default, a
+ * larger one, 1 (running = the batch's), 0 (running never moves), ... */
+static const float bn_momentum[] = {0.1f, 0.3f, 1.0f, 0.0f, 0.1f, 0.01f};
+
+typedef struct bn_bufs {
+    tbuf x, g, b, y, mean, var, emean, evar, rmean, rvar;
+} bn_bufs;
+
+/* Training forward: batch statistics, y, and the running statistics moved
+ * from r0m/r0v, against the double reference (rm, rv: batch statistics). */
+static double bn_check_training(tdev *t, size_t tc, const bn_case *c, bn_bufs *k, const double *rm,
+                                const double *rv, const float *r0m, const float *r0v)
 {
-    env *e = *st;
-    const double eps = 1e-5;
+    const double eps = 1e-5, mom = bn_momentum[tc];
+    int64_t hw = (int64_t)c->h * c->w, N = (int64_t)c->n * hw;
+    const float *x = TB_F(k->x), *g = TB_F(k->g), *b = TB_F(k->b), *y = TB_F(k->y);
+    const float *mean = TB_F(k->mean), *var = TB_F(k->var), *rmean = TB_F(k->rmean), *rvar = TB_F(k->rvar);
+    bfit_op_desc d = bn_desc(c, BFIT_OP_BNORM_FWD, 1, 0);
+    bfit_op *op;
+    bfit_op_args a;
     double worst = 0;
 
-    for (size_t t = 0; t < sizeof bn_cases / sizeof bn_cases[0]; t++) {
-        const bn_case *c = &bn_cases[t];
-        int64_t hw = (int64_t)c->h * c->w, N = (int64_t)c->n * hw, nx = N * c->c;
-        float *x = randbuf(nx, 90 + t), *g = randbuf(c->c, 91 + t), *b = randbuf(c->c, 92 + t);
-        float *y = nanbuf((size_t)nx * 4), *mean = nanbuf((size_t)c->c * 4), *var = nanbuf((size_t)c->c * 4);
-        float *emean = randbuf(c->c, 93 + t), *evar = randbuf(c->c, 94 + t);
-        double *rm = calloc((size_t)c->c, 8), *rv = calloc((size_t)c->c, 8);
-        bfit_op_desc d = bn_desc(c, BFIT_OP_BNORM_FWD, 1, 0);
-        bfit_op *op = mkop(e, &d);
-        bfit_op_args a;
+    d.u.bnorm.momentum = bn_momentum[tc];
+    op = mkop(t, &d);
+    memset(&a, 0, sizeof a);
+    a.src = k->x.d, a.dst = k->y.d, a.scale = k->g.d, a.shift = k->b.d, a.mean = k->mean.d, a.var = k->var.d;
+    a.rmean = k->rmean.d, a.rvar = k->rvar.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, &k->y), tbuf_down(t, &k->mean), tbuf_down(t, &k->var);
+    tbuf_down(t, &k->rmean), tbuf_down(t, &k->rvar);
+    for (int ch = 0; ch < c->c; ch++) {
+        /* mean: N terms of magnitude |x|; variance: N squares of deviations */
+        double qm = ratio(mean[ch], rm[ch], 4.0, N);
+        double qv = ratio(var[ch], rv[ch], rv[ch], 2 * N);
+        /* running: PyTorch's (1 - m) running + m stat, the unbiased variance
+         * for running_var; they carry m times the statistics' error and one
+         * rounding */
+        double unbias = (double)N / (double)(N - 1);
+        double erm = (1 - mom) * r0m[ch] + mom * rm[ch], erv = (1 - mom) * r0v[ch] + mom * rv[ch] * unbias;
+        double qrm = ratio(rmean[ch], erm, (1 - mom) * fabs(r0m[ch]) + mom * 4.0, N + 1);
+        double qrv = ratio(rvar[ch], erv, (1 - mom) * r0v[ch] + mom * unbias * rv[ch], 2 * N + 1);
+        worst = fmax(worst, fmax(fmax(qm, qv), fmax(qrm, qrv)));
+        if (qm > 1 || qv > 1)
+            fail_msg("bnorm case %zu channel %d: mean %.9g var %.9g, reference %.9g %.9g", tc, ch, mean[ch],
+                     var[ch], rm[ch], rv[ch]);
+        if (qrm > 1 || qrv > 1)
+            fail_msg("bnorm case %zu channel %d (momentum %g): running mean %.9g var %.9g, reference %.9g %.9g",
+                     tc, ch, mom, rmean[ch], rvar[ch], erm, erv);
+    }
+    for (int i = 0; i < c->n; i++)
+        for (int ch = 0; ch < c->c; ch++)
+            for (int64_t j = 0; j < hw; j++) {
+                int64_t xi = ((int64_t)i * c->c + ch) * hw + j;
+                double rstd = 1 / sqrt(rv[ch] + eps), xh = (x[xi] - rm[ch]) * rstd;
+                double ref = g[ch] * xh + b[ch];
+                /* y inherits the statistics' error: relative N-term error on xhat */
+                double q = ratio(y[xi], ref, fabs(g[ch]) * (fabs(xh) + 4.0 * rstd) + fabs(b[ch]), 2 * N);
+                worst = fmax(worst, q);
+                if (q > 1)
+                    fail_msg("bnorm case %zu training y[%lld] = %.9g, reference %.9g", tc, (long long)xi, y[xi],
+                             ref);
+            }
+    return worst;
+}
 
+/* Eval forward: uses the given statistics (emean, evar) and writes none. */
+static double bn_check_eval(tdev *t, size_t tc, const bn_case *c, bn_bufs *k)
+{
+    const double eps = 1e-5;
+    int64_t hw = (int64_t)c->h * c->w, nx = (int64_t)c->n * hw * c->c;
+    const float *x = TB_F(k->x), *g = TB_F(k->g), *b = TB_F(k->b), *y = TB_F(k->y);
+    float *emean = TB_F(k->emean), *evar = TB_F(k->evar);
+    bfit_op_desc d = bn_desc(c, BFIT_OP_BNORM_FWD, 0, 0);
+    bfit_op *op;
+    bfit_op_args a;
+    double worst = 0;
+
+    /* variance made positive */
+    for (int ch = 0; ch < c->c; ch++)
+        evar[ch] = fabsf(evar[ch]) + 0.1f;
+    tbuf_up(t, &k->evar);
+    d.u.bnorm.momentum = bn_momentum[tc];
+    op = mkop(t, &d);
+    sethost(t, &k->y, NULL);
+    memset(&a, 0, sizeof a);
+    a.src = k->x.d, a.dst = k->y.d, a.scale = k->g.d, a.shift = k->b.d, a.mean = k->emean.d, a.var = k->evar.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, &k->y);
+    for (int64_t i = 0; i < nx; i++) {
+        int ch = (int)((i / hw) % c->c);
+        double rstd = 1 / sqrt((double)evar[ch] + eps), xh = (x[i] - emean[ch]) * rstd;
+        double ref = g[ch] * xh + b[ch];
+        double q = ratio(y[i], ref, fabs(g[ch]) * (fabs(x[i]) + fabs(emean[ch])) * rstd + fabs(b[ch]), 4);
+        worst = fmax(worst, q);
+        if (q > 1)
+            fail_msg("bnorm case %zu eval y[%lld] = %.9g, reference %.9g", tc, (long long)i, y[i], ref);
+    }
+    /* eval must not have written the statistics */
+    tbuf_down(t, &k->evar);
+    for (int ch = 0; ch < c->c; ch++)
+        assert_true(evar[ch] >= 0.1f);
+    return worst;
+}
+
+static void test_bnorm_forward(void **st)
+{
+    tdev *t = *st;
+    double worst = 0;
+
+    for (size_t tc = 0; tc < sizeof bn_cases / sizeof bn_cases[0]; tc++) {
+        const bn_case *c = &bn_cases[tc];
+        int64_t nx = (int64_t)c->n * c->h * c->w * c->c;
+        double *rm = calloc((size_t)c->c, 8), *rv = calloc((size_t)c->c, 8);
+        float *r0m = malloc((size_t)c->c * 4), *r0v = malloc((size_t)c->c * 4);
+        bn_bufs k;
+
+        k.x = randbuf(t, nx, 90 + tc), k.g = randbuf(t, c->c, 91 + tc), k.b = randbuf(t, c->c, 92 + tc);
+        k.y = nanbuf(t, (size_t)nx * 4), k.mean = nanbuf(t, (size_t)c->c * 4), k.var = nanbuf(t, (size_t)c->c * 4);
+        k.emean = randbuf(t, c->c, 93 + tc), k.evar = randbuf(t, c->c, 94 + tc);
+        k.rmean = randbuf(t, c->c, 95 + tc), k.rvar = randbuf(t, c->c, 96 + tc);
         /* shift the data off zero so a one-pass variance would lose digits */
         for (int64_t i = 0; i < nx; i++)
-            x[i] += 3.0f;
-        bn_stats(c, x, rm, rv);
-        memset(&a, 0, sizeof a);
-        a.src = x, a.dst = y, a.scale = g, a.shift = b, a.mean = mean, a.var = var;
-        run(op, &a);
-        bfit_op_free(op);
-        for (int k = 0; k < c->c; k++) {
-            /* mean: N terms of magnitude |x|; variance: N squares of deviations */
-            double qm = ratio(mean[k], rm[k], 4.0, N);
-            double qv = ratio(var[k], rv[k], rv[k], 2 * N);
-            worst = fmax(worst, fmax(qm, qv));
-            if (qm > 1 || qv > 1)
-                fail_msg("bnorm case %zu channel %d: mean %.9g var %.9g, reference %.9g %.9g", t, k, mean[k],
-                         var[k], rm[k], rv[k]);
-        }
-        for (int i = 0; i < c->n; i++)
-            for (int k = 0; k < c->c; k++)
-                for (int64_t j = 0; j < hw; j++) {
-                    int64_t xi = ((int64_t)i * c->c + k) * hw + j;
-                    double rstd = 1 / sqrt(rv[k] + eps), xh = (x[xi] - rm[k]) * rstd;
-                    double ref = g[k] * xh + b[k];
-                    /* y inherits the statistics' error: relative N-term error on xhat */
-                    double q = ratio(y[xi], ref, fabs(g[k]) * (fabs(xh) + 4.0 * rstd) + fabs(b[k]), 2 * N);
-                    worst = fmax(worst, q);
-                    if (q > 1)
-                        fail_msg("bnorm case %zu training y[%lld] = %.9g, reference %.9g", t, (long long)xi,
-                                 y[xi], ref);
-                }
-
-        /* eval: uses the given statistics (variance made positive) */
-        for (int k = 0; k < c->c; k++)
-            evar[k] = fabsf(evar[k]) + 0.1f;
-        d = bn_desc(c, BFIT_OP_BNORM_FWD, 0, 0);
-        op = mkop(e, &d);
-        memset(y, 0xff, (size_t)nx * 4);
-        memset(&a, 0, sizeof a);
-        a.src = x, a.dst = y, a.scale = g, a.shift = b, a.mean = emean, a.var = evar;
-        run(op, &a);
-        bfit_op_free(op);
-        for (int64_t i = 0; i < nx; i++) {
-            int k = (int)((i / hw) % c->c);
-            double rstd = 1 / sqrt((double)evar[k] + eps), xh = (x[i] - emean[k]) * rstd;
-            double ref = g[k] * xh + b[k];
-            double q = ratio(y[i], ref, fabs(g[k]) * (fabs(x[i]) + fabs(emean[k])) * rstd + fabs(b[k]), 4);
-            worst = fmax(worst, q);
-            if (q > 1)
-                fail_msg("bnorm case %zu eval y[%lld] = %.9g, reference %.9g", t, (long long)i, y[i], ref);
-        }
-        /* eval must not have written the statistics */
-        for (int k = 0; k < c->c; k++)
-            assert_true(evar[k] >= 0.1f);
-        free(x), free(g), free(b), free(y), free(mean), free(var), free(emean), free(evar), free(rm), free(rv);
+            TB_F(k.x)[i] += 3.0f;
+        tbuf_up(t, &k.x);
+        /* running statistics from an earlier step: a positive variance */
+        for (int ch = 0; ch < c->c; ch++)
+            TB_F(k.rvar)[ch] = fabsf(TB_F(k.rvar)[ch]) + 0.5f;
+        tbuf_up(t, &k.rvar);
+        memcpy(r0m, k.rmean.h, (size_t)c->c * 4), memcpy(r0v, k.rvar.h, (size_t)c->c * 4);
+        bn_stats(c, TB_F(k.x), rm, rv);
+        worst = fmax(worst, bn_check_training(t, tc, c, &k, rm, rv, r0m, r0v));
+        worst = fmax(worst, bn_check_eval(t, tc, c, &k));
+        FREEBUFS(t, &k.x, &k.g, &k.b, &k.y, &k.mean, &k.var, &k.emean, &k.evar, &k.rmean, &k.rvar);
+        free(rm), free(rv), free(r0m), free(r0v);
     }
     printf("  bnorm forward worst error / bound %.3f\n", worst);
 }
 
+/* The running statistics move only when training is given them: NULL
+ * rmean/rvar (a caller keeping none) and an eval forward leave them alone,
+ * and one without the other is refused. */
+static void test_bnorm_running_optional(void **st)
+{
+    tdev *t = *st;
+    const bn_case c = {4, 3, 2, 2};
+    bn_bufs k;
+    float r0m[3], r0v[3];
+    bfit_op_desc d = bn_desc(&c, BFIT_OP_BNORM_FWD, 1, 0);
+    bfit_op *op;
+    bfit_op_args a;
+
+    k.x = randbuf(t, 48, 200), k.g = randbuf(t, 3, 201), k.b = randbuf(t, 3, 202), k.y = nanbuf(t, 48 * 4);
+    k.mean = nanbuf(t, 3 * 4), k.var = nanbuf(t, 3 * 4), k.rmean = randbuf(t, 3, 203), k.rvar = randbuf(t, 3, 204);
+    memcpy(r0m, k.rmean.h, sizeof r0m), memcpy(r0v, k.rvar.h, sizeof r0v);
+    d.u.bnorm.momentum = 0.5f;
+    op = mkop(t, &d);
+    memset(&a, 0, sizeof a);
+    a.src = k.x.d, a.dst = k.y.d, a.scale = k.g.d, a.shift = k.b.d, a.mean = k.mean.d, a.var = k.var.d;
+    run(t, op, &a); /* training without running statistics */
+    tbuf_down(t, &k.mean);
+    assert_false(isnan(TB_F(k.mean)[0])); /* the batch statistics were made */
+    a.rmean = k.rmean.d; /* rmean without rvar */
+    a.workspace = NULL;  /* run's was released; the refusal comes first */
+    assert_int_equal(bfit_op_run(op, &a), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "rmean and rvar go together"));
+    bfit_op_free(op);
+    /* eval given them: reads mean/var, moves nothing */
+    d = bn_desc(&c, BFIT_OP_BNORM_FWD, 0, 0);
+    d.u.bnorm.momentum = 0.5f;
+    op = mkop(t, &d);
+    a.rvar = k.rvar.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, &k.rmean), tbuf_down(t, &k.rvar);
+    assert_memory_equal(k.rmean.h, r0m, sizeof r0m);
+    assert_memory_equal(k.rvar.h, r0v, sizeof r0v);
+    FREEBUFS(t, &k.x, &k.g, &k.b, &k.y, &k.mean, &k.var, &k.rmean, &k.rvar);
+}
+
+typedef struct bnb_bufs {
+    tbuf x, g, dy, g0s, g0h, mean, var, dx, ds, dh;
+} bnb_bufs;
+
+/* The per-channel reference of one case: statistics, dscale and dshift with
+ * their terms' magnitudes. */
+typedef struct bnb_ref {
+    double *rm, *rv, *rds, *rdh, *mag;
+} bnb_ref;
+
+/* One backward path (with or without diff_src, overwriting or accumulating)
+ * against the reference. */
+static double bnb_check_path(tdev *t, size_t tc, const bn_case *c, bnb_bufs *k, const bnb_ref *r, int path)
+{
+    const double eps = 1e-5;
+    int64_t hw = (int64_t)c->h * c->w, N = (int64_t)c->n * hw;
+    int with_dx = path < 2, acc = path & 1;
+    const float *x = TB_F(k->x), *g = TB_F(k->g), *dy = TB_F(k->dy), *g0s = TB_F(k->g0s), *g0h = TB_F(k->g0h);
+    const float *dx = TB_F(k->dx), *ds = TB_F(k->ds), *dh = TB_F(k->dh);
+    bfit_op_desc d = bn_desc(c, BFIT_OP_BNORM_BWD, 1, acc);
+    bfit_op *op = mkop(t, &d);
+    bfit_op_args a;
+    double worst = 0;
+
+    sethost(t, &k->ds, acc ? g0s : NULL);
+    sethost(t, &k->dh, acc ? g0h : NULL);
+    sethost(t, &k->dx, NULL);
+    memset(&a, 0, sizeof a);
+    a.src = k->x.d, a.diff_dst = k->dy.d, a.scale = k->g.d, a.mean = k->mean.d, a.var = k->var.d;
+    a.diff_src = with_dx ? k->dx.d : NULL, a.diff_scale = k->ds.d, a.diff_shift = k->dh.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, &k->dx), tbuf_down(t, &k->ds), tbuf_down(t, &k->dh);
+    for (int ch = 0; ch < c->c; ch++) {
+        double bs = acc ? g0s[ch] : 0, bh = acc ? g0h[ch] : 0;
+        double qs = ratio(ds[ch], bs + r->rds[ch], fabs(bs) + r->mag[ch], N + 4);
+        double qh = ratio(dh[ch], bh + r->rdh[ch], fabs(bh) + r->mag[ch], N + 4);
+        worst = fmax(worst, fmax(qs, qh));
+        if (qs > 1 || qh > 1)
+            fail_msg("bnorm case %zu path %d channel %d: dscale %.9g dshift %.9g, reference %.9g %.9g", tc, path,
+                     ch, ds[ch], dh[ch], bs + r->rds[ch], bh + r->rdh[ch]);
+    }
+    if (!with_dx) {
+        assert_true(isnan(dx[0])); /* not wanted, not written */
+        return worst;
+    }
+    for (int i = 0; i < c->n; i++)
+        for (int ch = 0; ch < c->c; ch++)
+            for (int64_t j = 0; j < hw; j++) {
+                int64_t xi = ((int64_t)i * c->c + ch) * hw + j;
+                double rstd = 1 / sqrt(r->rv[ch] + eps), xh = (x[xi] - r->rm[ch]) * rstd;
+                /* dx = gamma rstd (dy - (dshift + xhat dscale) / N) */
+                double ref = g[ch] * rstd * (dy[xi] - (r->rdh[ch] + xh * r->rds[ch]) / (double)N);
+                double m = fabs(g[ch]) * rstd * (fabs(dy[xi]) + (1 + fabs(xh)) * r->mag[ch] / (double)N);
+                double q = ratio(dx[xi], ref, m, N + 8);
+                worst = fmax(worst, q);
+                if (q > 1)
+                    fail_msg("bnorm case %zu backward dx[%lld] = %.9g, reference %.9g", tc, (long long)xi, dx[xi],
+                             ref);
+            }
+    return worst;
+}
+
 static void test_bnorm_backward(void **st)
 {
-    env *e = *st;
+    tdev *t = *st;
     const double eps = 1e-5;
     double worst = 0;
 
-    for (size_t t = 0; t < sizeof bn_cases / sizeof bn_cases[0]; t++) {
-        const bn_case *c = &bn_cases[t];
+    for (size_t tc = 0; tc < sizeof bn_cases / sizeof bn_cases[0]; tc++) {
+        const bn_case *c = &bn_cases[tc];
         int64_t hw = (int64_t)c->h * c->w, N = (int64_t)c->n * hw, nx = N * c->c;
-        float *x = randbuf(nx, 100 + t), *g = randbuf(c->c, 101 + t), *dy = randbuf(nx, 102 + t);
-        float *g0s = randbuf(c->c, 103 + t), *g0h = randbuf(c->c, 104 + t);
-        float *mean = nanbuf((size_t)c->c * 4), *var = nanbuf((size_t)c->c * 4);
-        float *dx = nanbuf((size_t)nx * 4), *ds = nanbuf((size_t)c->c * 4), *dh = nanbuf((size_t)c->c * 4);
-        double *rm = calloc((size_t)c->c, 8), *rv = calloc((size_t)c->c, 8);
-        double *rds = calloc((size_t)c->c, 8), *rdh = calloc((size_t)c->c, 8), *mag = calloc((size_t)c->c, 8);
-        bfit_op_args a;
+        bnb_bufs k;
+        bnb_ref r;
+        const float *x, *dy;
 
-        bn_stats(c, x, rm, rv);
-        for (int k = 0; k < c->c; k++) {
-            mean[k] = (float)rm[k];
-            var[k] = (float)rv[k];
+        k.x = randbuf(t, nx, 100 + tc), k.g = randbuf(t, c->c, 101 + tc), k.dy = randbuf(t, nx, 102 + tc);
+        k.g0s = randbuf(t, c->c, 103 + tc), k.g0h = randbuf(t, c->c, 104 + tc);
+        k.mean = nanbuf(t, (size_t)c->c * 4), k.var = nanbuf(t, (size_t)c->c * 4);
+        k.dx = nanbuf(t, (size_t)nx * 4), k.ds = nanbuf(t, (size_t)c->c * 4), k.dh = nanbuf(t, (size_t)c->c * 4);
+        r.rm = calloc((size_t)c->c, 8), r.rv = calloc((size_t)c->c, 8);
+        r.rds = calloc((size_t)c->c, 8), r.rdh = calloc((size_t)c->c, 8), r.mag = calloc((size_t)c->c, 8);
+        x = TB_F(k.x), dy = TB_F(k.dy);
+
+        bn_stats(c, x, r.rm, r.rv);
+        for (int ch = 0; ch < c->c; ch++) {
+            TB_F(k.mean)[ch] = (float)r.rm[ch];
+            TB_F(k.var)[ch] = (float)r.rv[ch];
         }
+        tbuf_up(t, &k.mean), tbuf_up(t, &k.var);
         /* dshift = sum dy, dscale = sum dy * xhat */
         for (int i = 0; i < c->n; i++)
-            for (int k = 0; k < c->c; k++)
+            for (int ch = 0; ch < c->c; ch++)
                 for (int64_t j = 0; j < hw; j++) {
-                    int64_t xi = ((int64_t)i * c->c + k) * hw + j;
-                    double xh = (x[xi] - rm[k]) / sqrt(rv[k] + eps);
-                    rdh[k] += dy[xi];
-                    rds[k] += dy[xi] * xh;
-                    mag[k] += fabs(dy[xi]) * (1 + fabs(xh));
+                    int64_t xi = ((int64_t)i * c->c + ch) * hw + j;
+                    double xh = (x[xi] - r.rm[ch]) / sqrt(r.rv[ch] + eps);
+                    r.rdh[ch] += dy[xi];
+                    r.rds[ch] += dy[xi] * xh;
+                    r.mag[ch] += fabs(dy[xi]) * (1 + fabs(xh));
                 }
         /* with diff_src (oneDNN) and without (plain loop), overwriting and accumulating */
-        for (int path = 0; path < 4; path++) {
-            int with_dx = path < 2, acc = path & 1;
-            bfit_op_desc d = bn_desc(c, BFIT_OP_BNORM_BWD, 1, acc);
-            bfit_op *op = mkop(e, &d);
-            if (acc) {
-                memcpy(ds, g0s, (size_t)c->c * 4);
-                memcpy(dh, g0h, (size_t)c->c * 4);
-            } else {
-                memset(ds, 0xff, (size_t)c->c * 4);
-                memset(dh, 0xff, (size_t)c->c * 4);
-            }
-            memset(dx, 0xff, (size_t)nx * 4);
-            memset(&a, 0, sizeof a);
-            a.src = x, a.diff_dst = dy, a.scale = g, a.mean = mean, a.var = var;
-            a.diff_src = with_dx ? dx : NULL, a.diff_scale = ds, a.diff_shift = dh;
-            run(op, &a);
-            bfit_op_free(op);
-            for (int k = 0; k < c->c; k++) {
-                double bs = acc ? g0s[k] : 0, bh = acc ? g0h[k] : 0;
-                double qs = ratio(ds[k], bs + rds[k], fabs(bs) + mag[k], N + 4);
-                double qh = ratio(dh[k], bh + rdh[k], fabs(bh) + mag[k], N + 4);
-                worst = fmax(worst, fmax(qs, qh));
-                if (qs > 1 || qh > 1)
-                    fail_msg("bnorm case %zu path %d channel %d: dscale %.9g dshift %.9g, reference %.9g %.9g", t,
-                             path, k, ds[k], dh[k], bs + rds[k], bh + rdh[k]);
-            }
-            if (!with_dx) {
-                assert_true(isnan(dx[0])); /* not wanted, not written */
-                continue;
-            }
-            for (int i = 0; i < c->n; i++)
-                for (int k = 0; k < c->c; k++)
-                    for (int64_t j = 0; j < hw; j++) {
-                        int64_t xi = ((int64_t)i * c->c + k) * hw + j;
-                        double rstd = 1 / sqrt(rv[k] + eps), xh = (x[xi] - rm[k]) * rstd;
-                        /* dx = gamma rstd (dy - (dshift + xhat dscale) / N) */
-                        double ref = g[k] * rstd * (dy[xi] - (rdh[k] + xh * rds[k]) / (double)N);
-                        double m = fabs(g[k]) * rstd * (fabs(dy[xi]) + (1 + fabs(xh)) * mag[k] / (double)N);
-                        double q = ratio(dx[xi], ref, m, N + 8);
-                        worst = fmax(worst, q);
-                        if (q > 1)
-                            fail_msg("bnorm case %zu backward dx[%lld] = %.9g, reference %.9g", t, (long long)xi,
-                                     dx[xi], ref);
-                    }
-        }
-        free(x), free(g), free(dy), free(g0s), free(g0h), free(mean), free(var), free(dx), free(ds), free(dh);
-        free(rm), free(rv), free(rds), free(rdh), free(mag);
+        for (int path = 0; path < 4; path++)
+            worst = fmax(worst, bnb_check_path(t, tc, c, &k, &r, path));
+        FREEBUFS(t, &k.x, &k.g, &k.dy, &k.g0s, &k.g0h, &k.mean, &k.var, &k.dx, &k.ds, &k.dh);
+        free(r.rm), free(r.rv), free(r.rds), free(r.rdh), free(r.mag);
     }
     printf("  bnorm backward worst error / bound %.3f\n", worst);
 }
@@ -651,6 +848,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_rejects_bad_geometry),
         cmocka_unit_test(test_bnorm_forward),
+        cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
