@@ -898,6 +898,7 @@ static void check_sgd(tdev *t, const sgd_case *c, int64_t n, int steps)
 
     d.u.sgd.n = n;
     d.u.sgd.nesterov = c->nesterov;
+    d.u.sgd.momentum = c->momentum != 0;
     assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_OK);
     assert_int_equal(bfit_op_workspace_bytes(op), 0);
     tbuf_up(t, &buf);
@@ -913,6 +914,13 @@ static void check_sgd(tdev *t, const sgd_case *c, int64_t n, int steps)
         a.dst = p.d;
         a.src = g.d;
         a.state0 = c->momentum != 0 ? buf.d : NULL;
+        if (s == 0) {
+            /* a buffer the op was not made for, or none when it was, is refused */
+            bfit_op_args wrong = a;
+            wrong.state0 = a.state0 ? NULL : buf.d;
+            assert_int_equal(bfit_op_run(op, &wrong), BFIT_EINVAL);
+            assert_non_null(strstr(bfit_errmsg(), "momentum buffer"));
+        }
         assert_int_equal(bfit_op_run(op, &a), BFIT_OK);
         tbuf_down(t, &p);
         tbuf_down(t, &buf);

@@ -794,6 +794,33 @@ static double bnb_check_path(tdev *t, size_t tc, const bn_case *c, bnb_bufs *k, 
     return worst;
 }
 
+/* One value per channel has no unbiased variance: training refuses it at
+ * creation (the running variance would divide by n - 1 = 0); eval allows it. */
+static void test_bnorm_one_value(void **st)
+{
+    tdev t;
+    bfit_op *op = NULL;
+    bfit_op_desc d = {.kind = BFIT_OP_BNORM_FWD, .dtype = BFIT_F32};
+    (void)st;
+    tdev_open(&t, 1);
+    d.u.bnorm.n = 1;
+    d.u.bnorm.c = 3;
+    d.u.bnorm.h = d.u.bnorm.w = 1;
+    d.u.bnorm.eps = 1e-5f;
+    d.u.bnorm.momentum = 0.1f;
+    d.u.bnorm.training = 1;
+    assert_int_equal(bfit_op_new(t.dev, &d, &op), BFIT_EINVAL);
+    assert_null(op);
+    assert_non_null(strstr(bfit_errmsg(), "more than one value per channel"));
+    d.kind = BFIT_OP_BNORM_BWD;
+    assert_int_equal(bfit_op_new(t.dev, &d, &op), BFIT_EINVAL);
+    d.kind = BFIT_OP_BNORM_FWD;
+    d.u.bnorm.training = 0;
+    assert_int_equal(bfit_op_new(t.dev, &d, &op), BFIT_OK);
+    bfit_op_free(op);
+    tdev_close(&t);
+}
+
 static void test_bnorm_backward(void **st)
 {
     tdev *t = *st;
@@ -850,6 +877,7 @@ int main(void)
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),
+        cmocka_unit_test(test_bnorm_one_value),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

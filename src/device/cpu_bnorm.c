@@ -153,6 +153,10 @@ int cpu_bnorm_init(cpu_op *op)
     if (sd[0] < 1 || sd[1] < 1 || sd[2] < 1 || sd[3] < 1 || !(d->u.bnorm.eps >= 0))
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: bad sizes %lldx%lldx%lldx%lld or eps %g", (long long)sd[0],
                          (long long)sd[1], (long long)sd[2], (long long)sd[3], (double)d->u.bnorm.eps);
+    if (train && sd[0] * sd[2] * sd[3] < 2)
+        /* the unbiased variance of one value is undefined (PyTorch refuses it too) */
+        return bfit_fail(BFIT_EINVAL, "cpu batch norm: training needs more than one value per channel, got %lld",
+                         (long long)(sd[0] * sd[2] * sd[3]));
     if (d->kind != BFIT_OP_BNORM_FWD && d->kind != BFIT_OP_BNORM_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: op kind %d is not a batch norm", (int)d->kind);
     rc = cpu_md(&src, 4, sd);

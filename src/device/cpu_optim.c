@@ -26,6 +26,9 @@ static int run_sgd(cpu_op *op, const bfit_op_args *a)
 
     if (!p || !g)
         return bfit_fail(BFIT_EINVAL, "sgd: dst (the parameters) and src (the gradients) are required");
+    if (!buf != !op->base.desc.u.sgd.momentum)
+        return bfit_fail(BFIT_EINVAL, "sgd: state0 (the momentum buffer) is %s but the op was made %s momentum",
+                         buf ? "given" : "missing", op->base.desc.u.sgd.momentum ? "with" : "without");
     if (!buf) {
         BFIT_PAR_FOR_IF(n >= BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) {
             float d = wd != 0.0f ? fmaf(p[i], wd, g[i]) : g[i];

@@ -79,7 +79,7 @@ typedef struct bfit_op_desc {
         struct { int64_t n; } scale;
         struct { int64_t n; } norms;
         /* optimizer updates of n elements; the coefficients of a step come in args.hyper */
-        struct { int64_t n; int nesterov; } sgd;
+        struct { int64_t n; int momentum, nesterov; } sgd; /* momentum: state0 is the buffer */
         struct { int64_t n; } adamw;
     } u;
 } bfit_op_desc;

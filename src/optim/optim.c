@@ -185,6 +185,7 @@ static int make_ops(bfit_optim *o)
         if (o->cfg.kind == BFIT_OPT_SGD) {
             d.u.sgd.n = o->slot[k].numel;
             d.u.sgd.nesterov = o->cfg.nesterov;
+            d.u.sgd.momentum = o->nper > 0;
         } else {
             d.u.adamw.n = o->slot[k].numel;
         }
