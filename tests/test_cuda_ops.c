@@ -883,6 +883,27 @@ static void test_plan_is_measured(void **st)
             }
 }
 
+/* A label outside the classes is refused before anything runs, on every
+ * device (a GPU's loss op could not refuse it: the labels are device
+ * memory by then). */
+static void test_bad_label_refused(void **st)
+{
+    (void)st;
+    for (int s = 0; s < NS; s++) {
+        bfit_arena *A = bfit_device_arena_new(dev[s], 1ull << 30);
+        bfit_model *M = model_on("mlp.cfg", s, A);
+        float x[4 * 784] = {0};
+        int32_t y[4] = {0, 1, 10, 2};
+        assert_int_equal(bfit_model_alloc_params(M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_reserve(M, 4, 1), BFIT_OK);
+        assert_int_equal(bfit_model_set_input(M, x, y, 4), BFIT_EINVAL);
+        if (!strstr(bfit_errmsg(), "label 10 of sample 2 is outside [0, 10)"))
+            fail_msg("%s: %s", side_name[s], bfit_errmsg());
+        bfit_model_free(M);
+        bfit_arena_free(A);
+    }
+}
+
 /* Synthetic samples for bfit_train: sample i is a function of i. */
 typedef struct synth {
     int64_t next, count;
@@ -1061,6 +1082,7 @@ int main(void)
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_plan_is_measured),
+        cmocka_unit_test(test_bad_label_refused),
         cmocka_unit_test(test_injected_failure_recovered),
         cmocka_unit_test(test_training_matches_cpu),
     };
