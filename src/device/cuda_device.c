@@ -183,11 +183,16 @@ static int find_gpu(int index, struct cudaDeviceProp *prop)
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return bfit_fail(BFIT_EDEVICE, "cuda: no usable GPU: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        return bfit_fail(BFIT_EDEVICE, "cuda: no usable GPU: %s (%s)%s", cudaGetErrorString(e), cudaGetErrorName(e),
+                         e == cudaErrorInsufficientDriver ? ": no NVIDIA driver is loaded, or one older than this "
+                                                            "build's CUDA runtime"
+                                                          : "");
     }
+    if (n == 0)
+        return bfit_fail(BFIT_EDEVICE, "cuda: no GPU found");
     if (index >= n)
-        return bfit_fail(BFIT_EDEVICE, "cuda:%d: there %s only %d GPU%s (cuda:0%s)", index, n == 1 ? "is" : "are", n,
-                         n == 1 ? "" : "s", n > 1 ? " to cuda:N-1" : "");
+        return bfit_fail(BFIT_EDEVICE, "cuda:%d: there %s only %d GPU%s (cuda:0 to cuda:%d)", index,
+                         n == 1 ? "is" : "are", n, n == 1 ? "" : "s", n - 1);
     CUDA_TRY(cudaSetDevice(index), "selecting the GPU");
     CUDA_TRY(cudaGetDeviceProperties(prop, index), "reading the GPU's properties");
     if ((e = bk_probe()) != cudaSuccess) {
