@@ -26,8 +26,9 @@ typedef struct cuda_device {
     char detail[384];
 } cuda_device;
 
-/* workspace alignment we give cuBLAS and cuDNN (cuBLAS refuses less than
- * 256 bytes; the arena aligns to 64): an op asks for this much more */
+/* workspace alignment we give cuBLAS and cuDNN (cuBLAS refuses a workspace
+ * aligned to less than 256 bytes; the arena aligns to 64): an op with a
+ * workspace asks for this much more and aligns the pointer (cuda_ws) */
 #define CUDA_WS_ALIGN 256
 
 /* One prepared op. A family's init fills what it needs and sets ws, saved
