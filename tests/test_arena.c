@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "batchfit.h"
+#include "base/err.h"
 
 static void test_alloc_accounts_aligned(void **st)
 {
@@ -81,6 +81,45 @@ static void test_fail_nth(void **st)
     bfit_arena_release(a, p[0]);
     bfit_arena_release(a, p[1]);
     bfit_arena_release(a, p[3]);
+    bfit_arena_free(a);
+}
+
+/* A block source that refuses: shortage (BFIT_ENOMEM, the trainer may
+ * retry smaller) or a device failure (its own code and message, which the
+ * arena passes on: no retry would help). */
+static int refusing_alloc(void *ud, size_t n, void **out)
+{
+    int code = *(int *)ud;
+    (void)n;
+    *out = NULL;
+    if (code == BFIT_EDEVICE)
+        return bfit_fail(BFIT_EDEVICE, "the GPU fell off the bus");
+    return code;
+}
+
+static void refusing_free(void *ud, void *p, size_t n)
+{
+    (void)ud, (void)p, (void)n;
+}
+
+static void test_block_source_failures(void **st)
+{
+    int code = BFIT_ENOMEM;
+    bfit_block_source src = {refusing_alloc, refusing_free, NULL, &code, 0};
+    bfit_arena *a = bfit_arena_new(1 << 20, &src);
+    bfit_arena_stats s;
+    void *p = (void *)1;
+    (void)st;
+    assert_int_equal(bfit_arena_alloc(a, 100, BFIT_MEM_PARAMS, &p), BFIT_ENOMEM);
+    assert_null(p);
+    assert_non_null(strstr(bfit_errmsg(), "refused a block"));
+    code = BFIT_EDEVICE;
+    assert_int_equal(bfit_arena_alloc(a, 100, BFIT_MEM_PARAMS, &p), BFIT_EDEVICE);
+    assert_non_null(strstr(bfit_errmsg(), "arena: getting a block for params: the GPU fell off the bus"));
+    bfit_arena_stats_get(a, &s);
+    assert_int_equal(s.nfail, 2);
+    assert_int_equal(s.current, 0);
+    assert_int_equal(s.reserved, 0);
     bfit_arena_free(a);
 }
 
@@ -295,6 +334,7 @@ int main(void)
         cmocka_unit_test(test_alloc_accounts_aligned),
         cmocka_unit_test(test_oom_leaves_arena_unchanged),
         cmocka_unit_test(test_fail_nth),
+        cmocka_unit_test(test_block_source_failures),
         cmocka_unit_test(test_capacity_changes),
         cmocka_unit_test(test_release_foreign_ignored),
         cmocka_unit_test(test_interleaved_alloc_release),

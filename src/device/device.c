@@ -6,12 +6,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-int bfit_device_cuda_new(int index, bfit_device **out); /* cuda_device.c, or the stub below */
+bfit_cuda_cfg bfit_cuda_cfg_default(void)
+{
+    const char *e = getenv("BFIT_CUDA_POLICY");
+    bfit_cuda_cfg c = {BFIT_CUDA_FASTEST, 1, -1};
+    if (e && !strcmp(e, "lean"))
+        c.policy = BFIT_CUDA_LEAN;
+    return c;
+}
+
+int bfit_device_cuda_new(int index, bfit_device **out) { return bfit_device_cuda_new_cfg(index, NULL, out); }
 
 #ifndef BFIT_HAVE_CUDA
-int bfit_device_cuda_new(int index, bfit_device **out)
+/* cuda_device.c when built with CUDA */
+int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out)
 {
     (void)index;
+    (void)cfg;
     *out = NULL;
     return bfit_fail(BFIT_EDEVICE, "this batchfit was built without CUDA (configure with -DBFIT_CUDA=ON on a "
                                    "machine with the CUDA toolkit): use the cpu device");

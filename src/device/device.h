@@ -145,6 +145,28 @@ struct bfit_device {
 /* The CPU device on oneDNN (cfg NULL: defaults; see bfit_cpu_cfg). */
 int bfit_device_cpu_new(const bfit_cpu_cfg *cfg, bfit_device **out);
 
+/* The CUDA device's settings. The policy decides the workspace ops ask for
+ * (and so what the plan counts): fastest takes the first convolution
+ * algorithm of cuDNN's heuristics and gives cuBLAS its recommended
+ * workspace; lean takes the algorithm with the smallest workspace and runs
+ * cuBLAS without one. */
+typedef enum { BFIT_CUDA_FASTEST = 0, BFIT_CUDA_LEAN } bfit_cuda_policy;
+typedef struct bfit_cuda_cfg {
+    bfit_cuda_policy policy;
+    int deterministic; /* 1: only cuDNN algorithms whose results repeat bit for bit */
+    int check;         /* 1: op arguments must be device memory (checked per call); -1: from
+                          the environment (BFIT_DEVICE_CHECK=1), 0: off */
+} bfit_cuda_cfg;
+
+/* fastest (lean when the environment has BFIT_CUDA_POLICY=lean),
+ * deterministic, check -1. */
+bfit_cuda_cfg bfit_cuda_cfg_default(void);
+/* GPU number index (cfg NULL: defaults). BFIT_EDEVICE saying why when the
+ * build has no CUDA, no GPU or driver is found, or the GPU is too old for
+ * this build's code. */
+int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out);
+int bfit_device_cuda_new(int index, bfit_device **out);
+
 /* Create an op for fixed shapes. Allocates no device memory. */
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out);
 size_t bfit_op_workspace_bytes(const bfit_op *op);

@@ -169,7 +169,8 @@ static int place(bfit_arena *a, uint64_t sz, char **out, int *blk)
     bsz = (sz + g - 1) / g * g;
     rc = a->src.alloc(a->src.ud, (size_t)bsz, &p);
     if (rc != BFIT_OK || !p)
-        return BFIT_ENOMEM;
+        /* a device failure that is no shortage (its message set) stays one */
+        return rc == BFIT_OK || rc == BFIT_ENOMEM ? BFIT_ENOMEM : rc;
     a->blocks[a->nblocks] = (block){p, bsz, 0};
     *out = p;
     *blk = a->nblocks++;
@@ -199,7 +200,7 @@ int bfit_arena_alloc(bfit_arena *a, size_t n, bfit_mem_cat cat, void **out)
 {
     uint64_t sz;
     char *p;
-    int blk;
+    int blk, rc;
 
     *out = NULL;
     if ((unsigned)cat >= BFIT_MEM_NCAT)
@@ -221,9 +222,11 @@ int bfit_arena_alloc(bfit_arena *a, size_t n, bfit_mem_cat cat, void **out)
     }
     if (grow_tables(a) != BFIT_OK)
         return bfit_fail(BFIT_ENOMEM, "arena: out of host memory for its bookkeeping");
-    if (place(a, sz, &p, &blk) != BFIT_OK) {
+    if ((rc = place(a, sz, &p, &blk)) != BFIT_OK) {
         char need[32];
         a->st.nfail++;
+        if (rc != BFIT_ENOMEM)
+            return bfit_fail_prefix(rc, "arena: getting a block for %s: ", bfit_mem_cat_name(cat));
         return bfit_fail(BFIT_ENOMEM, "arena: the device refused a block of %s for %s",
                          bfit_format_size((sz + a->src.granularity - 1) / a->src.granularity * a->src.granularity,
                                           need, sizeof need),

@@ -614,6 +614,11 @@ int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, in
     int rc;
     if (!M->m || n != M->m)
         return bfit_fail(BFIT_ESTATE, "model: %d samples given for a micro-batch of %d", n, M->m);
+    /* checked here, on the host: a GPU's loss op cannot refuse them */
+    for (int i = 0; labels && i < n; i++)
+        if (labels[i] < 0 || labels[i] >= M->nclasses)
+            return bfit_fail(BFIT_EINVAL, "cross-entropy: label %d of sample %d is outside [0, %d)", (int)labels[i],
+                             i, M->nclasses);
     rc = bfit_device_upload(M->dev, yptr(M, 0), x,
                             (size_t)n * (size_t)bfit_shape_numel(M->input) * bfit_dtype_size(M->input_dtype));
     if (rc == BFIT_OK && labels)

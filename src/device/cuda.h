@@ -1,0 +1,103 @@
+/* cuda.h - internals shared by the CUDA backend's C files (cuda_*.c): the
+ * device record (stream, cuBLAS and cuDNN handles, settings), the op
+ * record, and the error conversion. Kernels of our own are declared in
+ * cuda_kern.h. Every call that touches the GPU first makes the device
+ * current on the calling thread (cuda_enter). */
+#ifndef BFIT_CUDA_H
+#define BFIT_CUDA_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include "device/cuda_kern.h"
+#include "device/device.h"
+
+typedef struct cuda_device {
+    bfit_device base;
+    int index;
+    bfit_cuda_cfg cfg;
+    size_t blas_ws;        /* workspace bytes a MATMUL op asks for (cuBLAS's, from the arena) */
+    int check;             /* op arguments are checked to be device memory (BFIT_DEVICE_CHECK) */
+    cudaStream_t stream;   /* every transfer, kernel, cuBLAS and cuDNN call goes here, in order */
+    cublasHandle_t blas;
+    cudnnHandle_t dnn;
+    char name[24];
+    char detail[384];
+} cuda_device;
+
+/* workspace alignment we give cuBLAS and cuDNN (cuBLAS refuses a workspace
+ * aligned to less than 256 bytes; the arena aligns to 64): an op with a
+ * workspace asks for this much more and aligns the pointer (cuda_ws) */
+#define CUDA_WS_ALIGN 256
+
+/* One prepared op. A family's init fills what it needs and sets ws, saved
+ * and run. */
+typedef struct cuda_op {
+    bfit_op base;
+    size_t ws, saved;
+    int (*run)(struct cuda_op *op, const bfit_op_args *a);
+    void (*fini)(struct cuda_op *op);
+    /* cuDNN state (conv, batch norm) */
+    cudnnTensorDescriptor_t tx, ty, tb;   /* input, output, per-channel [1,c,1,1] */
+    cudnnFilterDescriptor_t tw;
+    cudnnConvolutionDescriptor_t conv;
+    int algo;                             /* the chosen convolution algorithm */
+    size_t algo_ws;                       /* its workspace (op->ws has the alignment slack) */
+} cuda_op;
+
+static inline cuda_device *cuda_dev(const cuda_op *op) { return (cuda_device *)op->base.dev; }
+
+/* Make d's GPU current on this thread (a process may use several). */
+int cuda_enter(cuda_device *d, const char *what);
+
+/* Our status for a CUDA, cuBLAS or cuDNN one, with what was being done.
+ * Out of memory is BFIT_ENOMEM, anything else BFIT_EDEVICE; the runtime's
+ * error state is cleared where it can be (a kernel fault is sticky and
+ * says so). */
+int cuda_fail(cudaError_t e, const char *what);
+int cuda_blas_fail(cublasStatus_t s, const char *what);
+int cuda_dnn_fail(cudnnStatus_t s, const char *what);
+#define CUDA_TRY(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_fail(e_, what);                                                            \
+    } while (0)
+#define CUBLAS_TRY(call, what)                                                                     \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return cuda_blas_fail(s_, what);                                                       \
+    } while (0)
+#define CUDNN_TRY(call, what)                                                                      \
+    do {                                                                                           \
+        cudnnStatus_t s_ = (call);                                                                 \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                            \
+            return cuda_dnn_fail(s_, what);                                                        \
+    } while (0)
+
+/* The op's workspace, aligned up to CUDA_WS_ALIGN (op->ws includes the
+ * slack); NULL when the op reports none or the caller gave none. */
+void *cuda_ws(const cuda_op *op, const bfit_op_args *a);
+
+/* cuda_mem.c: the block source, transfers and memory query of the table */
+void cuda_blocks_init(cuda_device *d);
+int cuda_upload(bfit_device *d, void *dst, const void *host, size_t n);
+int cuda_download(bfit_device *d, void *host, const void *src, size_t n);
+int cuda_copy(bfit_device *d, void *dst, const void *src, size_t n);
+int cuda_fill(bfit_device *d, void *dst, int byte, size_t n);
+int cuda_sync(bfit_device *d);
+int cuda_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
+/* Checking mode: every non-NULL pointer of an op's arguments is device
+ * memory of this GPU. */
+int cuda_check_args(cuda_device *d, const bfit_op_args *a, const char *what);
+
+/* Family initialisers: each sets op->run, op->ws, op->saved. */
+int cuda_matmul_init(cuda_op *op);  /* MATMUL (cuBLAS) */
+int cuda_conv_init(cuda_op *op);    /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS (cuDNN) */
+int cuda_bnorm_init(cuda_op *op);   /* BNORM_FWD, BNORM_BWD (cuDNN and statistics kernels) */
+int cuda_simple_init(cuda_op *op);  /* everything else: our own kernels */
+void cuda_dnn_fini(cuda_op *op);    /* destroys the cuDNN descriptors an op made */
+
+#endif

@@ -1,0 +1,57 @@
+/* cuda_blas.c - MATMUL on cuBLAS: dst[M,N] (+)= op(src)[M,K] op(weights)[K,N]
+ * (+ bias[N]).
+ *
+ * cuBLAS is column-major and our tensors row-major. A row-major [r, c]
+ * buffer is the column-major [c, r] matrix, its transpose, so dst^T =
+ * op(W)^T op(src)^T is one column-major SGEMM with weights as A and src as
+ * B and no copies: m = N, n = M, k = K. A transposed operand is the same
+ * buffer with the other leading dimension and op.
+ *
+ * Accumulation is beta = 1. The bias is broadcast into dst first (added to
+ * it when accumulating), then the product is added with beta = 1: dst + b +
+ * AB where the CPU has dst + (AB + b); the sums differ in rounding only.
+ *
+ * cuBLAS's workspace is the op's, from the arena: set before every call
+ * (cublasSetWorkspace) to the op's aligned workspace, or to none under the
+ * lean policy, so cuBLAS never draws on its own pool. The math mode is the
+ * default, which keeps f32 products IEEE (no TF32). */
+#include "base/err.h"
+#include "device/cuda.h"
+
+static int run(cuda_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    cuda_device *dev = cuda_dev(op);
+    int64_t M = d->u.mm.M, N = d->u.mm.N, K = d->u.mm.K;
+    int ts = d->u.mm.trans_src, tw = d->u.mm.trans_weights, bias = d->u.mm.bias;
+    const float one = 1.0f, zero = 0.0f;
+    const float *beta = d->accumulate || bias ? &one : &zero;
+    size_t blas_ws = dev->blas_ws;
+    cudaError_t e;
+
+    if (!a->src || !a->weights || !a->dst || (bias && !a->bias))
+        return bfit_fail(BFIT_EINVAL, "matmul: src, weights, dst%s are required", bias ? " and bias" : "");
+    if (op->ws && !a->workspace)
+        return bfit_fail(BFIT_EINVAL, "matmul: the workspace (%zu bytes, cuBLAS's) is required", op->ws);
+    if (bias && (e = bk_bias_rows(dev->stream, a->dst, a->bias, M, N, d->accumulate)) != cudaSuccess)
+        return cuda_fail(e, "matmul bias");
+    CUBLAS_TRY(cublasSetWorkspace(dev->blas, cuda_ws(op, a), blas_ws), "matmul: setting the cuBLAS workspace");
+    CUBLAS_TRY(cublasSgemm_64(dev->blas, tw ? CUBLAS_OP_T : CUBLAS_OP_N, ts ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                              &one, a->weights, tw ? K : N, a->src, ts ? M : K, beta, a->dst, N),
+               "matmul (cublasSgemm)");
+    return BFIT_OK;
+}
+
+int cuda_matmul_init(cuda_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    cuda_device *dev = cuda_dev(op);
+
+    if (d->u.mm.M < 1 || d->u.mm.N < 1 || d->u.mm.K < 1)
+        return bfit_fail(BFIT_EINVAL, "matmul: sizes must be positive, got M=%lld N=%lld K=%lld",
+                         (long long)d->u.mm.M, (long long)d->u.mm.N, (long long)d->u.mm.K);
+    op->ws = dev->blas_ws ? dev->blas_ws + CUDA_WS_ALIGN : 0;
+    op->saved = 0;
+    op->run = run;
+    return BFIT_OK;
+}

@@ -1,0 +1,278 @@
+/* cuda_device.c - the CUDA backend: opening a GPU (stream, cuBLAS and cuDNN
+ * handles), error conversion, the op life cycle and the device's table.
+ * Memory and transfers are in cuda_mem.c; the op families in cuda_blas.c
+ * (matmul), cuda_dnn.c (convolution, batch norm) and cuda_simple.c (our own
+ * kernels, cuda_*.cu).
+ *
+ * Nothing here allocates device memory: ops report the workspace they need
+ * and get it from the caller (the arena), cuBLAS included (its workspace is
+ * set to the op's before every call). The library's only GPU memory outside
+ * the arena is what the CUDA context and the two library handles keep for
+ * themselves. */
+#include "base/err.h"
+#include "device/cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- errors ------------------------------------------------------------------ */
+
+/* Errors after which the context is unusable: every later call fails too. */
+static int sticky(cudaError_t e)
+{
+    return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorHardwareStackError ||
+           e == cudaErrorIllegalInstruction || e == cudaErrorMisalignedAddress ||
+           e == cudaErrorInvalidAddressSpace || e == cudaErrorInvalidPc || e == cudaErrorAssert ||
+           e == cudaErrorLaunchTimeout;
+}
+
+int cuda_fail(cudaError_t e, const char *what)
+{
+    /* read (and so clear) the error state; a sticky error stays regardless */
+    (void)cudaGetLastError();
+    if (e == cudaErrorMemoryAllocation)
+        return bfit_fail(BFIT_ENOMEM, "cuda: out of device memory in %s", what);
+    return bfit_fail(BFIT_EDEVICE, "cuda: %s failed: %s (%s)%s", what, cudaGetErrorString(e), cudaGetErrorName(e),
+                     sticky(e) ? "; a kernel faulted, so this GPU context is unusable until the process restarts"
+                               : "");
+}
+
+int cuda_blas_fail(cublasStatus_t s, const char *what)
+{
+    (void)cudaGetLastError();
+    if (s == CUBLAS_STATUS_ALLOC_FAILED)
+        return bfit_fail(BFIT_ENOMEM, "cuBLAS: out of memory in %s", what);
+    return bfit_fail(BFIT_EDEVICE, "cuBLAS: %s failed: %s (%s)", what, cublasGetStatusString(s),
+                     cublasGetStatusName(s));
+}
+
+int cuda_dnn_fail(cudnnStatus_t s, const char *what)
+{
+    char detail[256] = "";
+    (void)cudaGetLastError();
+    cudnnGetLastErrorString(detail, sizeof detail);
+    if (s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
+        s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED)
+        return bfit_fail(BFIT_ENOMEM, "cuDNN: out of memory in %s", what);
+    return bfit_fail(BFIT_EDEVICE, "cuDNN: %s failed: %s%s%s", what, cudnnGetErrorString(s), detail[0] ? ": " : "",
+                     detail);
+}
+
+int cuda_enter(cuda_device *d, const char *what)
+{
+    CUDA_TRY(cudaSetDevice(d->index), what);
+    return BFIT_OK;
+}
+
+void *cuda_ws(const cuda_op *op, const bfit_op_args *a)
+{
+    uintptr_t p = (uintptr_t)a->workspace;
+    if (!op->ws || !p)
+        return NULL;
+    return (void *)((p + CUDA_WS_ALIGN - 1) & ~(uintptr_t)(CUDA_WS_ALIGN - 1));
+}
+
+/* ---- ops ------------------------------------------------------------------------ */
+
+static int op_init(cuda_op *op)
+{
+    switch (op->base.desc.kind) {
+    case BFIT_OP_MATMUL: return cuda_matmul_init(op);
+    case BFIT_OP_CONV_FWD:
+    case BFIT_OP_CONV_BWD_DATA:
+    case BFIT_OP_CONV_BWD_WEIGHTS: return cuda_conv_init(op);
+    case BFIT_OP_BNORM_FWD:
+    case BFIT_OP_BNORM_BWD: return cuda_bnorm_init(op);
+    default: return cuda_simple_init(op);
+    }
+}
+
+static void cuda_op_free(bfit_op *base)
+{
+    cuda_op *op = (cuda_op *)base;
+    if (op->fini)
+        op->fini(op);
+    free(op);
+}
+
+static int cuda_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
+{
+    cuda_op *op;
+    int rc;
+
+    if (desc->dtype != BFIT_F32)
+        return bfit_fail(BFIT_EINVAL, "cuda: data type %s is not supported yet (f32 only)",
+                         bfit_dtype_name(desc->dtype));
+    if ((rc = cuda_enter((cuda_device *)d, "op creation")) != BFIT_OK)
+        return rc;
+    op = calloc(1, sizeof *op);
+    if (!op)
+        return bfit_fail(BFIT_ENOMEM, "cuda: cannot allocate an op record");
+    op->base.dev = d;
+    op->base.desc = *desc;
+    if ((rc = op_init(op)) != BFIT_OK) {
+        cuda_op_free(&op->base);
+        return rc;
+    }
+    *out = &op->base;
+    return BFIT_OK;
+}
+
+static size_t cuda_op_workspace(const bfit_op *op) { return ((const cuda_op *)op)->ws; }
+static size_t cuda_op_saved(const bfit_op *op) { return ((const cuda_op *)op)->saved; }
+
+static int cuda_op_run(bfit_op *base, const bfit_op_args *a)
+{
+    cuda_op *op = (cuda_op *)base;
+    cuda_device *d = (cuda_device *)base->dev;
+    int rc = cuda_enter(d, "op");
+
+    if (rc == BFIT_OK && d->check)
+        rc = cuda_check_args(d, a, "op");
+    return rc == BFIT_OK ? op->run(op, a) : rc;
+}
+
+/* ---- the device ---------------------------------------------------------------- */
+
+static void cuda_info(const bfit_device *base, bfit_device_info *out)
+{
+    const cuda_device *d = (const cuda_device *)base;
+    out->name = d->name;
+    out->detail = d->detail;
+    out->threads = 0;
+    out->check = d->check;
+}
+
+static void cuda_destroy(bfit_device *base)
+{
+    cuda_device *d = (cuda_device *)base;
+    if (cudaSetDevice(d->index) == cudaSuccess && d->stream)
+        cudaStreamSynchronize(d->stream);
+    if (d->dnn)
+        cudnnDestroy(d->dnn);
+    if (d->blas)
+        cublasDestroy(d->blas);
+    if (d->stream)
+        cudaStreamDestroy(d->stream);
+    (void)cudaGetLastError();
+    free(d);
+}
+
+static const bfit_device_vt cuda_vt = {
+    .name = "cuda",
+    .mem_info = cuda_mem_info,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .copy = cuda_copy,
+    .fill = cuda_fill,
+    .sync = cuda_sync,
+    .op_new = cuda_op_new,
+    .op_workspace = cuda_op_workspace,
+    .op_saved = cuda_op_saved,
+    .op_run = cuda_op_run,
+    .op_free = cuda_op_free,
+    .info = cuda_info,
+    .destroy = cuda_destroy,
+};
+
+/* The GPU exists, and this build has code it can run. */
+static int find_gpu(int index, struct cudaDeviceProp *prop)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return bfit_fail(BFIT_EDEVICE, "cuda: no usable GPU: %s (%s)%s", cudaGetErrorString(e), cudaGetErrorName(e),
+                         e == cudaErrorInsufficientDriver ? ": no NVIDIA driver is loaded, or one older than this "
+                                                            "build's CUDA runtime"
+                                                          : "");
+    }
+    if (n == 0)
+        return bfit_fail(BFIT_EDEVICE, "cuda: no GPU found");
+    if (index >= n)
+        return bfit_fail(BFIT_EDEVICE, "cuda:%d: there %s only %d GPU%s (cuda:0 to cuda:%d)", index,
+                         n == 1 ? "is" : "are", n, n == 1 ? "" : "s", n - 1);
+    CUDA_TRY(cudaSetDevice(index), "selecting the GPU");
+    CUDA_TRY(cudaGetDeviceProperties(prop, index), "reading the GPU's properties");
+    if ((e = bk_probe()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return bfit_fail(BFIT_EDEVICE, "cuda:%d: %s (compute capability %d.%d) cannot run this build's kernels (%s): "
+                                       "rebuild with CMAKE_CUDA_ARCHITECTURES including %d%d",
+                         index, prop->name, prop->major, prop->minor, cudaGetErrorName(e), prop->major, prop->minor);
+    }
+    return BFIT_OK;
+}
+
+/* Stream and library handles; the math stays IEEE f32 (no TF32) so results
+ * match the CPU's: cuBLAS's default math mode does not use TF32 for f32
+ * GEMMs, and convolutions are set to CUDNN_FMA_MATH (cuda_dnn.c). */
+static int make_handles(cuda_device *d)
+{
+    size_t ver = cudnnGetVersion();
+    CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "creating a stream");
+    CUBLAS_TRY(cublasCreate(&d->blas), "creating the cuBLAS handle");
+    /* the stream first: setting it resets the workspace to cuBLAS's own */
+    CUBLAS_TRY(cublasSetStream(d->blas, d->stream), "setting the cuBLAS stream");
+    CUBLAS_TRY(cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH), "setting the cuBLAS math mode");
+    if (ver / 10000 != CUDNN_MAJOR)
+        return bfit_fail(BFIT_EDEVICE, "cuDNN: the library loaded is version %zu, this batchfit was built for %d.x",
+                         ver, CUDNN_MAJOR);
+    CUDNN_TRY(cudnnCreate(&d->dnn), "creating the cuDNN handle");
+    CUDNN_TRY(cudnnSetStream(d->dnn, d->stream), "setting the cuDNN stream");
+    return BFIT_OK;
+}
+
+static void describe(cuda_device *d, const struct cudaDeviceProp *p)
+{
+    int drv = 0, rt = 0;
+    size_t v = cudnnGetVersion();
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(d->name, sizeof d->name, "cuda:%d", d->index);
+    snprintf(d->detail, sizeof d->detail,
+             "%.120s, %.1f GiB, compute %d.%d, %d SMs; driver %d.%d, runtime %d.%d, cuDNN %zu.%zu.%zu; %s%s", p->name,
+             (double)p->totalGlobalMem / (1024.0 * 1024 * 1024), p->major, p->minor, p->multiProcessorCount,
+             drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10, v / 10000, v % 10000 / 100, v % 100,
+             d->cfg.policy == BFIT_CUDA_LEAN ? "lean" : "fastest",
+             d->cfg.deterministic ? ", deterministic" : "");
+}
+
+static int check_from_env(void)
+{
+    const char *e = getenv("BFIT_DEVICE_CHECK");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out)
+{
+    bfit_cuda_cfg c = cfg ? *cfg : bfit_cuda_cfg_default();
+    struct cudaDeviceProp prop;
+    cuda_device *d;
+    int rc;
+
+    *out = NULL;
+    if (index < 0)
+        return bfit_fail(BFIT_EINVAL, "cuda: GPU index must be >= 0, got %d", index);
+    if (c.policy != BFIT_CUDA_FASTEST && c.policy != BFIT_CUDA_LEAN)
+        return bfit_fail(BFIT_EINVAL, "cuda: unknown workspace policy %d (fastest or lean)", (int)c.policy);
+    if ((rc = find_gpu(index, &prop)) != BFIT_OK)
+        return rc;
+    d = calloc(1, sizeof *d);
+    if (!d)
+        return bfit_fail(BFIT_ENOMEM, "cuda: cannot allocate the device");
+    d->base.vt = &cuda_vt;
+    d->index = index;
+    d->cfg = c;
+    d->check = c.check < 0 ? check_from_env() : c.check != 0;
+    /* cuBLAS's recommended workspace: 32 MiB from Hopper on, 4 MiB before */
+    d->blas_ws = c.policy == BFIT_CUDA_LEAN ? 0 : (size_t)(prop.major >= 9 ? 32 : 4) << 20;
+    cuda_blocks_init(d);
+    if ((rc = make_handles(d)) != BFIT_OK) {
+        cuda_destroy(&d->base);
+        return bfit_fail_prefix(rc, "cuda:%d: ", index);
+    }
+    describe(d, &prop);
+    *out = &d->base;
+    return BFIT_OK;
+}

@@ -1,0 +1,365 @@
+/* cuda_dnn.c - convolution and batch normalisation on cuDNN 9's legacy
+ * (non-graph) API, nchw/oihw f32.
+ *
+ * Convolution: cudnnConvolutionForward (+ cudnnAddTensor for the bias),
+ * cudnnConvolutionBackwardData, cudnnConvolutionBackwardFilter (+
+ * cudnnConvolutionBackwardBias), accumulating into the gradients with
+ * beta = 1. The descriptor's math is CUDNN_FMA_MATH: no tensor cores, so
+ * no TF32, and f32 results agree with the CPU's to rounding. The algorithm
+ * is chosen once per op from cudnnGet*Algorithm_v7 (heuristics for the
+ * descriptor, FMA math included; nothing is run or allocated) by the
+ * device's policy:
+ *   fastest  the heuristics' first usable algorithm;
+ *   lean     the usable algorithm with the smallest workspace;
+ * usable meaning supported for these shapes, its workspace size known, and,
+ * with cfg.deterministic (the default), deterministic; when no
+ * deterministic one is usable, any is taken. The op's workspace
+ * is that algorithm's exact size (plus alignment slack), so the plan counts
+ * what the convolution will use and cuDNN allocates nothing itself.
+ *
+ * Batch norm: cudnnBatchNormalizationForwardTraining returns the inverse
+ * standard deviation where BNORM_FWD must give the variance, and its
+ * running-variance update cannot be checked here against the CPU's; so the
+ * batch statistics and running update are our kernel (bk_bn_stats, the CPU's
+ * formulas), the normalisation is cudnnBatchNormalizationForwardInference
+ * with those statistics (training and eval alike), and the backward is
+ * cudnnBatchNormalizationBackward from the saved mean and an inverse
+ * deviation computed from the saved variance into the workspace. Without
+ * diff_src, only the parameter gradients are computed (bk_bn_param_grads). */
+#include "base/err.h"
+#include "device/cuda.h"
+
+#include <limits.h>
+
+void cuda_dnn_fini(cuda_op *op)
+{
+    if (op->tx)
+        cudnnDestroyTensorDescriptor(op->tx);
+    if (op->ty)
+        cudnnDestroyTensorDescriptor(op->ty);
+    if (op->tb)
+        cudnnDestroyTensorDescriptor(op->tb);
+    if (op->tw)
+        cudnnDestroyFilterDescriptor(op->tw);
+    if (op->conv)
+        cudnnDestroyConvolutionDescriptor(op->conv);
+}
+
+static int fits_int(const int64_t *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] < 0 || v[i] > INT_MAX)
+            return 0;
+    return 1;
+}
+
+static int tensor4(cudnnTensorDescriptor_t *t, int64_t n, int64_t c, int64_t h, int64_t w, const char *what)
+{
+    CUDNN_TRY(cudnnCreateTensorDescriptor(t), what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(*t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c, (int)h, (int)w),
+              what);
+    return BFIT_OK;
+}
+
+/* ---- convolution ------------------------------------------------------------------ */
+
+static int check_conv(const bfit_op_desc *d)
+{
+    const int64_t v[] = {d->u.conv.n,  d->u.conv.ic, d->u.conv.ih, d->u.conv.iw, d->u.conv.oc, d->u.conv.oh,
+                         d->u.conv.ow, d->u.conv.kh, d->u.conv.kw, d->u.conv.sh, d->u.conv.sw, d->u.conv.ph,
+                         d->u.conv.pw};
+    if (d->u.conv.n < 1 || d->u.conv.ic < 1 || d->u.conv.ih < 1 || d->u.conv.iw < 1 || d->u.conv.oc < 1 ||
+        d->u.conv.kh < 1 || d->u.conv.kw < 1 || d->u.conv.sh < 1 || d->u.conv.sw < 1 || !fits_int(v, 13))
+        return bfit_fail(BFIT_EINVAL, "cuda conv: bad sizes (n %lld ic %lld %lldx%lld oc %lld k %lldx%lld s %lldx%lld "
+                         "p %lldx%lld)", (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+                         (long long)v[4], (long long)v[7], (long long)v[8], (long long)v[9], (long long)v[10],
+                         (long long)v[11], (long long)v[12]);
+    if (d->u.conv.ih + 2 * d->u.conv.ph < d->u.conv.kh || d->u.conv.iw + 2 * d->u.conv.pw < d->u.conv.kw ||
+        d->u.conv.oh != (d->u.conv.ih + 2 * d->u.conv.ph - d->u.conv.kh) / d->u.conv.sh + 1 ||
+        d->u.conv.ow != (d->u.conv.iw + 2 * d->u.conv.pw - d->u.conv.kw) / d->u.conv.sw + 1)
+        return bfit_fail(BFIT_EINVAL, "cuda conv: output %lldx%lld does not match input %lldx%lld, kernel %lldx%lld, "
+                         "stride %lldx%lld, padding %lldx%lld", (long long)d->u.conv.oh, (long long)d->u.conv.ow,
+                         (long long)v[2], (long long)v[3], (long long)v[7], (long long)v[8], (long long)v[9],
+                         (long long)v[10], (long long)v[11], (long long)v[12]);
+    return BFIT_OK;
+}
+
+static int conv_descs(cuda_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int rc;
+
+    if ((rc = tensor4(&op->tx, d->u.conv.n, d->u.conv.ic, d->u.conv.ih, d->u.conv.iw, "conv input descriptor")) ||
+        (rc = tensor4(&op->ty, d->u.conv.n, d->u.conv.oc, d->u.conv.oh, d->u.conv.ow, "conv output descriptor")) ||
+        (rc = tensor4(&op->tb, 1, d->u.conv.oc, 1, 1, "conv bias descriptor")))
+        return rc;
+    CUDNN_TRY(cudnnCreateFilterDescriptor(&op->tw), "conv filter descriptor");
+    CUDNN_TRY(cudnnSetFilter4dDescriptor(op->tw, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)d->u.conv.oc,
+                                         (int)d->u.conv.ic, (int)d->u.conv.kh, (int)d->u.conv.kw),
+              "conv filter descriptor");
+    CUDNN_TRY(cudnnCreateConvolutionDescriptor(&op->conv), "convolution descriptor");
+    /* PyTorch's conv is a cross-correlation; dilation 1; f32 accumulation */
+    CUDNN_TRY(cudnnSetConvolution2dDescriptor(op->conv, (int)d->u.conv.ph, (int)d->u.conv.pw, (int)d->u.conv.sh,
+                                              (int)d->u.conv.sw, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+              "convolution descriptor");
+    CUDNN_TRY(cudnnSetConvolutionMathType(op->conv, CUDNN_FMA_MATH), "convolution math type");
+    {
+        int n, c, h, w;
+        CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(op->conv, op->tx, op->tw, &n, &c, &h, &w),
+                  "convolution output size");
+        if (h != d->u.conv.oh || w != d->u.conv.ow)
+            return bfit_fail(BFIT_EDEVICE, "cuDNN: convolution output %dx%d where %lldx%lld was planned", h, w,
+                             (long long)d->u.conv.oh, (long long)d->u.conv.ow);
+    }
+    return BFIT_OK;
+}
+
+/* A candidate from the heuristics, in their order. */
+typedef struct conv_cand {
+    int algo;
+    cudnnStatus_t status;
+    cudnnDeterminism_t det;
+} conv_cand;
+
+#define MAX_CANDS 16
+
+/* The heuristics' candidates for the op's kind, best first. */
+static int candidates(cuda_op *op, conv_cand *c, int *n)
+{
+    cudnnHandle_t h = cuda_dev(op)->dnn;
+    int got = 0;
+
+    *n = 0;
+    switch (op->base.desc.kind) {
+    case BFIT_OP_CONV_FWD: {
+        cudnnConvolutionFwdAlgoPerf_t p[MAX_CANDS];
+        CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(h, op->tx, op->tw, op->conv, op->ty, MAX_CANDS, &got, p),
+                  "convolution forward heuristics");
+        for (int i = 0; i < got; i++)
+            c[i] = (conv_cand){(int)p[i].algo, p[i].status, p[i].determinism};
+        break;
+    }
+    case BFIT_OP_CONV_BWD_DATA: {
+        cudnnConvolutionBwdDataAlgoPerf_t p[MAX_CANDS];
+        CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, op->tw, op->ty, op->conv, op->tx, MAX_CANDS, &got,
+                                                              p),
+                  "convolution backward data heuristics");
+        for (int i = 0; i < got; i++)
+            c[i] = (conv_cand){(int)p[i].algo, p[i].status, p[i].determinism};
+        break;
+    }
+    default: {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[MAX_CANDS];
+        CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, op->tx, op->ty, op->conv, op->tw, MAX_CANDS,
+                                                                &got, p),
+                  "convolution backward filter heuristics");
+        for (int i = 0; i < got; i++)
+            c[i] = (conv_cand){(int)p[i].algo, p[i].status, p[i].determinism};
+        break;
+    }
+    }
+    *n = got < MAX_CANDS ? got : MAX_CANDS;
+    return BFIT_OK;
+}
+
+/* The exact workspace of algorithm algo for the op's kind (0 if cuDNN
+ * cannot say: the candidate is then skipped). */
+static cudnnStatus_t algo_ws(cuda_op *op, int algo, size_t *bytes)
+{
+    cudnnHandle_t h = cuda_dev(op)->dnn;
+    switch (op->base.desc.kind) {
+    case BFIT_OP_CONV_FWD:
+        return cudnnGetConvolutionForwardWorkspaceSize(h, op->tx, op->tw, op->conv, op->ty,
+                                                       (cudnnConvolutionFwdAlgo_t)algo, bytes);
+    case BFIT_OP_CONV_BWD_DATA:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, op->tw, op->ty, op->conv, op->tx,
+                                                            (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+    default:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, op->tx, op->ty, op->conv, op->tw,
+                                                              (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+    }
+}
+
+/* Choose by the policy among the usable candidates; deterministic ones
+ * only unless there is none (or the device allows any). */
+static int choose_algo(cuda_op *op)
+{
+    const cuda_device *dev = cuda_dev(op);
+    conv_cand c[MAX_CANDS];
+    int n, rc, best = -1;
+    size_t best_ws = 0;
+
+    if ((rc = candidates(op, c, &n)) != BFIT_OK)
+        return rc;
+    for (int pass = dev->cfg.deterministic ? 0 : 1; pass < 2 && best < 0; pass++)
+        for (int i = 0; i < n; i++) {
+            size_t ws = 0;
+            if (c[i].status != CUDNN_STATUS_SUCCESS || (pass == 0 && c[i].det != CUDNN_DETERMINISTIC) ||
+                algo_ws(op, c[i].algo, &ws) != CUDNN_STATUS_SUCCESS)
+                continue;
+            if (best < 0 || (dev->cfg.policy == BFIT_CUDA_LEAN && ws < best_ws)) {
+                best = i;
+                best_ws = ws;
+            }
+            if (dev->cfg.policy == BFIT_CUDA_FASTEST)
+                break;
+        }
+    (void)cudaGetLastError();
+    if (best < 0)
+        return bfit_fail(BFIT_EDEVICE, "cuDNN: no usable algorithm for convolution kind %d (n %lld, %lldx%lldx%lld -> "
+                         "%lld channels, kernel %lldx%lld)", (int)op->base.desc.kind, (long long)op->base.desc.u.conv.n,
+                         (long long)op->base.desc.u.conv.ic, (long long)op->base.desc.u.conv.ih,
+                         (long long)op->base.desc.u.conv.iw, (long long)op->base.desc.u.conv.oc,
+                         (long long)op->base.desc.u.conv.kh, (long long)op->base.desc.u.conv.kw);
+    op->algo = c[best].algo;
+    op->algo_ws = best_ws;
+    op->ws = best_ws ? best_ws + CUDA_WS_ALIGN : 0;
+    return BFIT_OK;
+}
+
+static int run_conv_fwd(cuda_op *op, const bfit_op_args *a)
+{
+    cudnnHandle_t h = cuda_dev(op)->dnn;
+    int bias = op->base.desc.u.conv.bias;
+    const float one = 1.0f, zero = 0.0f;
+
+    if (!a->src || !a->weights || !a->dst || (bias && !a->bias) || (op->ws && !a->workspace))
+        return bfit_fail(BFIT_EINVAL, "conv forward: src, weights, dst%s%s are required", bias ? ", bias" : "",
+                         op->ws ? ", workspace" : "");
+    CUDNN_TRY(cudnnConvolutionForward(h, &one, op->tx, a->src, op->tw, a->weights, op->conv,
+                                      (cudnnConvolutionFwdAlgo_t)op->algo, cuda_ws(op, a), op->algo_ws, &zero, op->ty,
+                                      a->dst),
+              "convolution forward");
+    if (bias)
+        CUDNN_TRY(cudnnAddTensor(h, &one, op->tb, a->bias, &one, op->ty, a->dst), "convolution bias");
+    return BFIT_OK;
+}
+
+static int run_conv_bwd_data(cuda_op *op, const bfit_op_args *a)
+{
+    const float one = 1.0f, zero = 0.0f;
+
+    if (!a->diff_dst || !a->weights || !a->diff_src || (op->ws && !a->workspace))
+        return bfit_fail(BFIT_EINVAL, "conv backward data: diff_dst, weights, diff_src%s are required",
+                         op->ws ? ", workspace" : "");
+    CUDNN_TRY(cudnnConvolutionBackwardData(cuda_dev(op)->dnn, &one, op->tw, a->weights, op->ty, a->diff_dst, op->conv,
+                                           (cudnnConvolutionBwdDataAlgo_t)op->algo, cuda_ws(op, a), op->algo_ws,
+                                           &zero, op->tx, a->diff_src),
+              "convolution backward data");
+    return BFIT_OK;
+}
+
+static int run_conv_bwd_weights(cuda_op *op, const bfit_op_args *a)
+{
+    cudnnHandle_t h = cuda_dev(op)->dnn;
+    int bias = op->base.desc.u.conv.bias;
+    const float one = 1.0f, zero = 0.0f, *beta = op->base.desc.accumulate ? &one : &zero;
+
+    if (!a->src || !a->diff_dst || !a->diff_weights || (bias && !a->diff_bias) || (op->ws && !a->workspace))
+        return bfit_fail(BFIT_EINVAL, "conv backward weights: src, diff_dst, diff_weights%s%s are required",
+                         bias ? ", diff_bias" : "", op->ws ? ", workspace" : "");
+    CUDNN_TRY(cudnnConvolutionBackwardFilter(h, &one, op->tx, a->src, op->ty, a->diff_dst, op->conv,
+                                             (cudnnConvolutionBwdFilterAlgo_t)op->algo, cuda_ws(op, a), op->algo_ws,
+                                             beta, op->tw, a->diff_weights),
+              "convolution backward weights");
+    if (bias)
+        CUDNN_TRY(cudnnConvolutionBackwardBias(h, &one, op->ty, a->diff_dst, beta, op->tb, a->diff_bias),
+                  "convolution backward bias");
+    return BFIT_OK;
+}
+
+int cuda_conv_init(cuda_op *op)
+{
+    int rc;
+
+    op->fini = cuda_dnn_fini;
+    if ((rc = check_conv(&op->base.desc)) != BFIT_OK || (rc = conv_descs(op)) != BFIT_OK ||
+        (rc = choose_algo(op)) != BFIT_OK)
+        return rc;
+    op->saved = 0;
+    op->run = op->base.desc.kind == BFIT_OP_CONV_FWD        ? run_conv_fwd
+              : op->base.desc.kind == BFIT_OP_CONV_BWD_DATA ? run_conv_bwd_data
+                                                            : run_conv_bwd_weights;
+    return BFIT_OK;
+}
+
+/* ---- batch normalisation ----------------------------------------------------------------- */
+
+static int run_bn_fwd(cuda_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    cuda_device *dev = cuda_dev(op);
+    const float one = 1.0f, zero = 0.0f;
+    cudaError_t e;
+
+    if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
+        return bfit_fail(BFIT_EINVAL, "batch norm forward: src, dst, scale, shift, mean, var are required");
+    if (!a->rmean != !a->rvar)
+        return bfit_fail(BFIT_EINVAL, "batch norm forward: rmean and rvar go together");
+    if (d->u.bnorm.training &&
+        (e = bk_bn_stats(dev->stream, a->src, a->mean, a->var, a->rmean, a->rvar, d->u.bnorm.n, d->u.bnorm.c,
+                         d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.momentum)) != cudaSuccess)
+        return cuda_fail(e, "batch norm statistics");
+    /* y = scale (x - mean) / sqrt(var + eps) + shift with the statistics given */
+    CUDNN_TRY(cudnnBatchNormalizationForwardInference(dev->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, op->tx, a->src,
+                                                      op->tx, a->dst, op->tb, a->scale, a->shift, a->mean, a->var,
+                                                      d->u.bnorm.eps),
+              "batch normalization forward");
+    return BFIT_OK;
+}
+
+static int run_bn_bwd(cuda_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    cuda_device *dev = cuda_dev(op);
+    const float one = 1.0f, zero = 0.0f;
+    float *inv = cuda_ws(op, a);
+    cudaError_t e;
+
+    if (!a->src || !a->diff_dst || !a->scale || !a->mean || !a->var || !a->diff_scale || !a->diff_shift)
+        return bfit_fail(BFIT_EINVAL, "batch norm backward: src, diff_dst, scale, mean, var, diff_scale, "
+                                      "diff_shift are required");
+    if (!a->diff_src) {
+        e = bk_bn_param_grads(dev->stream, a->src, a->diff_dst, a->mean, a->var, a->diff_scale, a->diff_shift,
+                              d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps,
+                              d->accumulate);
+        return e == cudaSuccess ? BFIT_OK : cuda_fail(e, "batch norm parameter gradients");
+    }
+    if (!inv)
+        return bfit_fail(BFIT_EINVAL, "batch norm backward: the workspace is required");
+    if ((e = bk_invstd(dev->stream, a->var, inv, d->u.bnorm.c, d->u.bnorm.eps)) != cudaSuccess)
+        return cuda_fail(e, "batch norm inverse deviation");
+    CUDNN_TRY(cudnnBatchNormalizationBackward(dev->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one,
+                                              d->accumulate ? &one : &zero, op->tx, a->src, op->tx, a->diff_dst,
+                                              op->tx, a->diff_src, op->tb, a->scale, a->diff_scale, a->diff_shift,
+                                              d->u.bnorm.eps, a->mean, inv),
+              "batch normalization backward");
+    return BFIT_OK;
+}
+
+int cuda_bnorm_init(cuda_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    const int64_t v[] = {d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h, d->u.bnorm.w};
+    int rc;
+
+    op->fini = cuda_dnn_fini;
+    if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || !fits_int(v, 4) || !(d->u.bnorm.eps >= CUDNN_BN_MIN_EPSILON))
+        return bfit_fail(BFIT_EINVAL, "cuda batch norm: bad sizes %lldx%lldx%lldx%lld or eps %g",
+                         (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3], (double)d->u.bnorm.eps);
+    if ((rc = tensor4(&op->tx, v[0], v[1], v[2], v[3], "batch norm data descriptor")) != BFIT_OK)
+        return rc;
+    CUDNN_TRY(cudnnCreateTensorDescriptor(&op->tb), "batch norm parameter descriptor");
+    CUDNN_TRY(cudnnDeriveBNTensorDescriptor(op->tb, op->tx, CUDNN_BATCHNORM_SPATIAL),
+              "batch norm parameter descriptor");
+    op->saved = 0;
+    if (d->kind == BFIT_OP_BNORM_FWD) {
+        op->ws = 0;
+        op->run = run_bn_fwd;
+    } else {
+        /* the inverse deviation per channel */
+        op->ws = (size_t)v[1] * sizeof(float) + CUDA_WS_ALIGN;
+        op->run = run_bn_bwd;
+    }
+    return BFIT_OK;
+}

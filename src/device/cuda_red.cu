@@ -1,0 +1,417 @@
+/* cuda_red.cu - the CUDA backend's reductions: REDUCE_ROWS, layer norm,
+ * softmax cross-entropy, gradient norms and batch-norm statistics.
+ *
+ * Every sum is in double and deterministic: a block reduces its part in a
+ * fixed tree (bk_block_sum), column sums go over fixed chunks of rows whose
+ * partial sums are added in chunk order, and nothing depends on the grid
+ * size or on atomics. */
+#include "device/cuda_common.cuh"
+
+#include <math.h>
+
+/* ---- column sums over fixed chunks of rows ---------------------------------- */
+
+#define COL_X 32       /* columns per block (one warp: coalesced rows) */
+#define COL_Y 8        /* row lanes per block */
+#define ROW_CHUNK 256  /* rows per partial sum */
+
+static inline __host__ __device__ int64_t nchunks(int64_t M) { return (M + ROW_CHUNK - 1) / ROW_CHUNK; }
+static inline unsigned cap_grid(int64_t b) { return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b); }
+
+/* part[(v * nchunk + chunk) * N + col] = sum over the chunk's rows of the
+ * functor's value v at (row, col); lanes are added in lane order. */
+template <int NV, class F> __global__ void k_colpart(F f, int64_t M, int64_t N, double *part)
+{
+    __shared__ double sh[NV][COL_Y][COL_X];
+    const int64_t col = (int64_t)blockIdx.x * COL_X + threadIdx.x, nch = nchunks(M);
+
+    for (int64_t ch = blockIdx.y; ch < nch; ch += gridDim.y) {
+        int64_t r1 = (ch + 1) * ROW_CHUNK < M ? (ch + 1) * ROW_CHUNK : M;
+        double acc[NV];
+        for (int v = 0; v < NV; v++)
+            acc[v] = 0;
+        if (col < N)
+            for (int64_t r = ch * ROW_CHUNK + threadIdx.y; r < r1; r += COL_Y) {
+                double val[NV];
+                f(r, col, val);
+                for (int v = 0; v < NV; v++)
+                    acc[v] += val[v];
+            }
+        for (int v = 0; v < NV; v++)
+            sh[v][threadIdx.y][threadIdx.x] = acc[v];
+        __syncthreads();
+        if (threadIdx.y == 0 && col < N)
+            for (int v = 0; v < NV; v++) {
+                double s = 0;
+                for (int y = 0; y < COL_Y; y++)
+                    s += sh[v][y][threadIdx.x];
+                part[((int64_t)v * nch + ch) * N + col] = s;
+            }
+        __syncthreads();
+    }
+}
+
+/* out_v[col] = (acc ? out_v[col] + S : S), S the chunks' sum in order,
+ * rounded once as the CPU's double sums are. */
+__global__ void k_colfin(const double *part, int64_t nch, int64_t N, float *out0, float *out1, int acc)
+{
+    BK_FOR(col, N)
+    {
+        float *out[2] = {out0, out1};
+        for (int v = 0; v < 2 && out[v]; v++) {
+            double s = 0;
+            for (int64_t ch = 0; ch < nch; ch++)
+                s += part[((int64_t)v * nch + ch) * N + col];
+            out[v][col] = (float)(acc ? (double)out[v][col] + s : s);
+        }
+    }
+}
+
+template <int NV, class F> static cudaError_t colsums(cudaStream_t s, F f, int64_t M, int64_t N, double *part)
+{
+    /* x may be up to 2^31 - 1 blocks, y at most 65535 (chunks loop beyond) */
+    dim3 block(COL_X, COL_Y), grid((unsigned)((N + COL_X - 1) / COL_X), cap_grid(nchunks(M)));
+    k_colpart<NV, F><<<grid, block, 0, s>>>(f, M, N, part);
+    return cudaGetLastError();
+}
+
+/* ---- REDUCE_ROWS ------------------------------------------------------------- */
+
+struct rows_val {
+    const float *src;
+    int64_t N;
+    __device__ void operator()(int64_t r, int64_t c, double *v) const { v[0] = src[r * N + c]; }
+};
+
+extern "C" size_t bk_reduce_rows_ws(int64_t M, int64_t N) { return (size_t)(nchunks(M) * N) * sizeof(double); }
+
+extern "C" cudaError_t bk_reduce_rows(cudaStream_t s, const float *src, float *dst, int64_t M, int64_t N, int acc,
+                                      void *ws)
+{
+    rows_val f = {src, N};
+    cudaError_t e = colsums<1>(s, f, M, N, (double *)ws);
+    if (e != cudaSuccess)
+        return e;
+    k_colfin<<<bk_grid(N, BK_THREADS), BK_THREADS, 0, s>>>((const double *)ws, nchunks(M), N, dst, NULL, acc);
+    return cudaGetLastError();
+}
+
+/* ---- layer norm ---------------------------------------------------------------- */
+
+#define ROW_THREADS 256
+
+__global__ void k_lnorm_fwd(const float *x, float *y, const float *scale, const float *shift, float *mean, float *var,
+                            int64_t rows, int64_t cols, float eps)
+{
+    __shared__ double sh[ROW_THREADS / 32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        double s = 0, q = 0, mu, v, rstd;
+        for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
+            s += xr[j];
+        mu = bk_block_sum<ROW_THREADS>(s, sh) / (double)cols;
+        for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
+            q += ((double)xr[j] - mu) * ((double)xr[j] - mu);
+        v = bk_block_sum<ROW_THREADS>(q, sh) / (double)cols;
+        rstd = 1.0 / sqrt(v + (double)eps);
+        if (threadIdx.x == 0) {
+            mean[r] = (float)mu;
+            var[r] = (float)v;
+        }
+        for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
+            yr[j] = scale[j] * (float)(((double)xr[j] - mu) * rstd) + shift[j];
+    }
+}
+
+extern "C" cudaError_t bk_lnorm_fwd(cudaStream_t s, const float *x, float *y, const float *scale, const float *shift,
+                                    float *mean, float *var, int64_t rows, int64_t cols, float eps)
+{
+    k_lnorm_fwd<<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>(x, y, scale, shift, mean, var, rows, cols, eps);
+    return cudaGetLastError();
+}
+
+/* the parameter gradients: dy (x - mean) rstd and dy, summed over rows */
+struct lnorm_val {
+    const float *x, *dy, *mean, *var;
+    int64_t N;
+    float eps;
+    __device__ void operator()(int64_t r, int64_t c, double *v) const
+    {
+        double rstd = 1.0 / sqrt((double)var[r] + (double)eps), g = dy[r * N + c];
+        v[0] = g * ((double)x[r * N + c] - mean[r]) * rstd;
+        v[1] = g;
+    }
+};
+
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy scale, per row. Each
+ * thread reads then writes its own elements only, so dx may be dy. */
+__global__ void k_lnorm_dx(const float *x, const float *mean, const float *var, const float *dy, const float *scale,
+                           float *dx, int64_t rows, int64_t cols, float eps)
+{
+    __shared__ double sh[ROW_THREADS / 32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * cols, *dyr = dy + r * cols;
+        double mu = mean[r], rstd = 1.0 / sqrt((double)var[r] + (double)eps), s1 = 0, s2 = 0, m1, m2;
+        for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS) {
+            double g = (double)dyr[j] * scale[j];
+            s1 += g;
+            s2 += g * ((double)xr[j] - mu) * rstd;
+        }
+        m1 = bk_block_sum<ROW_THREADS>(s1, sh) / (double)cols;
+        m2 = bk_block_sum<ROW_THREADS>(s2, sh) / (double)cols;
+        for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS) {
+            double g = (double)dyr[j] * scale[j], xh = ((double)xr[j] - mu) * rstd;
+            dx[r * cols + j] = (float)(rstd * (g - m1 - xh * m2));
+        }
+    }
+}
+
+extern "C" size_t bk_lnorm_bwd_ws(int64_t rows, int64_t cols)
+{
+    return 2 * (size_t)(nchunks(rows) * cols) * sizeof(double);
+}
+
+extern "C" cudaError_t bk_lnorm_bwd(cudaStream_t s, const float *x, const float *mean, const float *var,
+                                    const float *dy, const float *scale, float *dx, float *dscale, float *dshift,
+                                    int64_t rows, int64_t cols, float eps, int acc, void *ws)
+{
+    lnorm_val f = {x, dy, mean, var, cols, eps};
+    /* parameter gradients first: dx may overwrite dy */
+    cudaError_t e = colsums<2>(s, f, rows, cols, (double *)ws);
+    if (e != cudaSuccess)
+        return e;
+    k_colfin<<<bk_grid(cols, BK_THREADS), BK_THREADS, 0, s>>>((const double *)ws, nchunks(rows), cols, dscale,
+                                                              dshift, acc);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+    k_lnorm_dx<<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>(x, mean, var, dy, scale, dx, rows, cols, eps);
+    return cudaGetLastError();
+}
+
+/* ---- softmax cross-entropy --------------------------------------------------- */
+
+#define XENT_THREADS 128
+
+/* Per row: the first arg-max (a tree over (value, index), the smaller index
+ * on ties), the probabilities from exp in double, and with labels the row's
+ * loss log(sum) + max - x[label] and hit into ws. */
+__global__ void k_xent_rows(const float *x, float *p, const int32_t *labels, double *row_loss, uint8_t *row_hit,
+                            int64_t M, int64_t N)
+{
+    __shared__ float sv[XENT_THREADS];
+    __shared__ int64_t si[XENT_THREADS];
+    __shared__ double sh[XENT_THREADS / 32];
+    const int t = threadIdx.x;
+
+    for (int64_t r = blockIdx.x; r < M; r += gridDim.x) {
+        const float *xr = x + r * N;
+        float mx = 0.0f;
+        int64_t bi = -1;
+        double sum, part = 0;
+        for (int64_t j = t; j < N; j += XENT_THREADS)
+            if (bi < 0 || xr[j] > mx) {
+                mx = xr[j];
+                bi = j;
+            }
+        sv[t] = mx;
+        si[t] = bi;
+        __syncthreads();
+        for (int st = XENT_THREADS / 2; st > 0; st >>= 1) {
+            if (t < st && si[t + st] >= 0 &&
+                (si[t] < 0 || sv[t + st] > sv[t] || (sv[t + st] == sv[t] && si[t + st] < si[t]))) {
+                sv[t] = sv[t + st];
+                si[t] = si[t + st];
+            }
+            __syncthreads();
+        }
+        mx = sv[0];
+        bi = si[0];
+        for (int64_t j = t; j < N; j += XENT_THREADS)
+            part += exp((double)xr[j] - (double)mx);
+        sum = bk_block_sum<XENT_THREADS>(part, sh);
+        for (int64_t j = t; j < N; j += XENT_THREADS)
+            p[r * N + j] = (float)(exp((double)xr[j] - (double)mx) / sum);
+        if (labels && t == 0) {
+            int32_t lab = labels[r];
+            int ok = lab >= 0 && lab < N;
+            row_loss[r] = ok ? log(sum) + (double)mx - (double)xr[lab] : (double)NAN;
+            row_hit[r] = ok && bi == lab;
+        }
+        __syncthreads(); /* sv/si are rewritten for the next row */
+    }
+}
+
+#define TOTAL_THREADS 256
+
+__global__ void k_xent_total(const double *row_loss, const uint8_t *row_hit, int64_t M, double *stats)
+{
+    __shared__ double sh[TOTAL_THREADS / 32];
+    double l = 0, h = 0;
+    for (int64_t i = threadIdx.x; i < M; i += TOTAL_THREADS) {
+        l += row_loss[i];
+        h += row_hit[i];
+    }
+    l = bk_block_sum<TOTAL_THREADS>(l, sh);
+    h = bk_block_sum<TOTAL_THREADS>(h, sh);
+    if (threadIdx.x == 0) {
+        stats[0] += l;
+        stats[1] += h;
+    }
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+extern "C" size_t bk_xent_fwd_ws(int64_t M) { return align64((size_t)M * sizeof(double)) + align64((size_t)M); }
+
+extern "C" cudaError_t bk_xent_fwd(cudaStream_t s, const float *x, float *p, const int32_t *labels, double *stats,
+                                   int64_t M, int64_t N, void *ws)
+{
+    double *row_loss = (double *)ws;
+    uint8_t *row_hit = labels ? (uint8_t *)ws + align64((size_t)M * sizeof(double)) : NULL;
+    cudaError_t e;
+
+    k_xent_rows<<<bk_grid(M, 1), XENT_THREADS, 0, s>>>(x, p, labels, row_loss, row_hit, M, N);
+    if ((e = cudaGetLastError()) != cudaSuccess || !labels)
+        return e;
+    k_xent_total<<<1, TOTAL_THREADS, 0, s>>>(row_loss, row_hit, M, stats);
+    return cudaGetLastError();
+}
+
+/* ---- NORMS ---------------------------------------------------------------------- */
+
+/* One block: its threads stride over the tensor in a pattern fixed by n,
+ * UNROLL float4 loads in flight each so that a single SM still streams. The
+ * op has no workspace (the gradient-norm code gives none), hence one block. */
+#define NORM_THREADS 1024
+#define UNROLL 4
+
+__global__ void __launch_bounds__(NORM_THREADS) k_norms(const float *g, float *prev, double *stats, int64_t n)
+{
+    __shared__ double sh[NORM_THREADS / 32];
+    const int t = threadIdx.x;
+    const int vec = ((uintptr_t)g % 16 == 0) && (!prev || (uintptr_t)prev % 16 == 0);
+    const int64_t n4 = vec ? n / 4 : 0;
+    const float4 *g4 = (const float4 *)g;
+    float4 *p4 = (float4 *)prev;
+    double s = 0, d = 0;
+
+    for (int64_t base = 0; base < n4; base += (int64_t)NORM_THREADS * UNROLL) {
+        float4 a[UNROLL], b[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            int64_t i = base + (int64_t)u * NORM_THREADS + t;
+            a[u] = i < n4 ? g4[i] : make_float4(0, 0, 0, 0);
+            b[u] = prev && i < n4 ? p4[i] : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            const float ga[4] = {a[u].x, a[u].y, a[u].z, a[u].w}, pb[4] = {b[u].x, b[u].y, b[u].z, b[u].w};
+            for (int k = 0; k < 4; k++) {
+                double x = ga[k], y = x - pb[k];
+                s += x * x;
+                d += y * y;
+            }
+            if (prev && base + (int64_t)u * NORM_THREADS + t < n4)
+                p4[base + (int64_t)u * NORM_THREADS + t] = a[u];
+        }
+    }
+    for (int64_t i = n4 * 4 + t; i < n; i += NORM_THREADS) {
+        double x = g[i];
+        s += x * x;
+        if (prev) {
+            double y = x - prev[i];
+            d += y * y;
+            prev[i] = g[i];
+        }
+    }
+    s = bk_block_sum<NORM_THREADS>(s, sh);
+    d = bk_block_sum<NORM_THREADS>(d, sh);
+    if (t == 0) {
+        stats[0] = s;
+        if (prev)
+            stats[1] = d;
+    }
+}
+
+extern "C" cudaError_t bk_norms(cudaStream_t s, const float *g, float *prev, double *stats, int64_t n)
+{
+    k_norms<<<1, NORM_THREADS, 0, s>>>(g, prev, stats, n);
+    return cudaGetLastError();
+}
+
+/* ---- batch-norm statistics and parameter gradients ------------------------------- */
+
+#define CH_THREADS 256
+
+/* element t of channel k in [n, c, hw] */
+__device__ __forceinline__ int64_t ch_at(int64_t t, int64_t k, int64_t c, int64_t hw)
+{
+    int64_t i = t / hw;
+    return (i * c + k) * hw + (t - i * hw);
+}
+
+__global__ void k_bn_stats(const float *x, float *mean, float *var, float *rmean, float *rvar, int64_t n, int64_t c,
+                           int64_t hw, float momentum)
+{
+    __shared__ double sh[CH_THREADS / 32];
+    const int64_t cnt = n * hw;
+    for (int64_t k = blockIdx.x; k < c; k += gridDim.x) {
+        double s = 0, q = 0, mu, v;
+        for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS)
+            s += x[ch_at(t, k, c, hw)];
+        mu = bk_block_sum<CH_THREADS>(s, sh) / (double)cnt;
+        for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS) {
+            double e = (double)x[ch_at(t, k, c, hw)] - mu;
+            q += e * e;
+        }
+        v = bk_block_sum<CH_THREADS>(q, sh) / (double)cnt;
+        if (threadIdx.x == 0) {
+            float mf = (float)mu, vf = (float)v;
+            mean[k] = mf;
+            var[k] = vf;
+            if (rmean) {
+                /* cpu_bnorm.c's update_running, from the stored float statistics */
+                double mom = momentum, unbias = (double)cnt / (double)(cnt - 1);
+                rmean[k] = (float)((1 - mom) * rmean[k] + mom * mf);
+                rvar[k] = (float)((1 - mom) * rvar[k] + mom * vf * unbias);
+            }
+        }
+    }
+}
+
+extern "C" cudaError_t bk_bn_stats(cudaStream_t s, const float *x, float *mean, float *var, float *rmean, float *rvar,
+                                   int64_t n, int64_t c, int64_t hw, float momentum)
+{
+    k_bn_stats<<<bk_grid(c, 1), CH_THREADS, 0, s>>>(x, mean, var, rmean, rvar, n, c, hw, momentum);
+    return cudaGetLastError();
+}
+
+__global__ void k_bn_param_grads(const float *x, const float *dy, const float *mean, const float *var, float *dscale,
+                                 float *dshift, int64_t n, int64_t c, int64_t hw, float eps, int acc)
+{
+    __shared__ double sh[CH_THREADS / 32];
+    const int64_t cnt = n * hw;
+    for (int64_t k = blockIdx.x; k < c; k += gridDim.x) {
+        double ss = 0, sb = 0, mu = mean[k], rstd = 1.0 / sqrt((double)var[k] + (double)eps);
+        for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS) {
+            int64_t at = ch_at(t, k, c, hw);
+            ss += (double)dy[at] * ((double)x[at] - mu);
+            sb += dy[at];
+        }
+        ss = bk_block_sum<CH_THREADS>(ss, sh);
+        sb = bk_block_sum<CH_THREADS>(sb, sh);
+        if (threadIdx.x == 0) {
+            dscale[k] = (float)((acc ? (double)dscale[k] : 0.0) + ss * rstd);
+            dshift[k] = (float)((acc ? (double)dshift[k] : 0.0) + sb);
+        }
+    }
+}
+
+extern "C" cudaError_t bk_bn_param_grads(cudaStream_t s, const float *x, const float *dy, const float *mean,
+                                         const float *var, float *dscale, float *dshift, int64_t n, int64_t c,
+                                         int64_t hw, float eps, int acc)
+{
+    k_bn_param_grads<<<bk_grid(c, 1), CH_THREADS, 0, s>>>(x, dy, mean, var, dscale, dshift, n, c, hw, eps, acc);
+    return cudaGetLastError();
+}

@@ -1,0 +1,1100 @@
+/* test_cuda_ops.c - the CUDA device against the CPU device.
+ *
+ * Every op kind runs on three devices from the same host data: the CPU
+ * (the reference), a GPU with the "fastest" workspace policy and the same
+ * GPU with "lean"; outputs are downloaded and compared. Then whole models:
+ * the planned peak is the arena's measured peak on the GPU, an injected
+ * allocation failure is recovered in training, and a few training steps of
+ * models/mlp.cfg and models/cnn.cfg end with the CPU's weights.
+ *
+ * Tolerances, and why. Elementwise ops with the same float operations
+ * (add, scale, relu, dropout with the same mask function, the cross-entropy
+ * gradient, SGD and AdamW, which the GPU computes with the CPU's exact
+ * rounding) must be equal to the last bit (the sign of a zero aside). Sums
+ * in double (reduce rows, the loss, norms) agree to double rounding. Sums
+ * in float in another order (matmul, convolution, pooling gradients,
+ * normalisations) differ by rounding: the bounds below are a few times the
+ * f32 error of such sums at these sizes,
+ * and 10x below what TF32 (10-bit mantissa products, which cuBLAS/cuDNN
+ * must not use) would give, so a TF32 path fails.
+ *
+ * Without a GPU (no CUDA in the build, no driver, no device) the test says
+ * why and exits 77, which CTest reports as skipped. BFIT_TEST_CUDA_ON_CPU=1
+ * puts CPU devices in the GPU's places: a check of this test's own code
+ * (everything then agrees trivially), not of the GPU. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "base/rand.h"
+#include "batch/plan.h"
+#include "device/device.h"
+#include "nn/model.h"
+#include "nn/zoo.h"
+#include "optim/optim.h"
+
+#define SKIP 77
+enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
+static const char *const side_name[NS] = {"cpu", "cuda (fastest)", "cuda (lean)"};
+static bfit_device *dev[NS];
+static bfit_arena *ar[NS];
+static char models_dir[512];
+
+/* ---- devices -------------------------------------------------------------------- */
+
+static int setup(void **st)
+{
+    bfit_cpu_cfg c = bfit_cpu_cfg_default();
+    bfit_cuda_cfg g = bfit_cuda_cfg_default();
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    (void)st;
+    snprintf(models_dir, sizeof models_dir, "%s/models", src ? src : "..");
+    c.threads = 2;
+    g.policy = BFIT_CUDA_FASTEST;
+    if (bfit_device_cpu_new(&c, &dev[CPU]) != BFIT_OK)
+        return -1;
+    if (getenv("BFIT_TEST_CUDA_ON_CPU")) {
+        if (bfit_device_cpu_new(&c, &dev[GPU]) != BFIT_OK || bfit_device_cpu_new(&c, &dev[LEAN]) != BFIT_OK)
+            return -1;
+    } else if (bfit_device_cuda_new_cfg(0, &g, &dev[GPU]) != BFIT_OK ||
+               (g.policy = BFIT_CUDA_LEAN, bfit_device_cuda_new_cfg(0, &g, &dev[LEAN])) != BFIT_OK) {
+        print_error("cuda: %s\n", bfit_errmsg());
+        return -1;
+    }
+    for (int s = 0; s < NS; s++)
+        if (!(ar[s] = bfit_device_arena_new(dev[s], 4ull << 30)))
+            return -1;
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    for (int s = 0; s < NS; s++) {
+        bfit_arena_free(ar[s]);
+        bfit_device_free(dev[s]);
+    }
+    return 0;
+}
+
+/* ---- buffers on every device, from one host copy ---------------------------------- */
+
+typedef struct dbuf {
+    void *h;       /* host */
+    void *d[NS];   /* each device's */
+    size_t bytes;
+} dbuf;
+
+static dbuf db_new(size_t bytes)
+{
+    dbuf b = {calloc(1, bytes ? bytes : 1), {0}, bytes};
+    assert_non_null(b.h);
+    for (int s = 0; s < NS; s++)
+        if (bfit_arena_alloc(ar[s], bytes ? bytes : 1, BFIT_MEM_OTHER, &b.d[s]) != BFIT_OK)
+            fail_msg("%s: allocating %zu bytes: %s", side_name[s], bytes, bfit_errmsg());
+    return b;
+}
+
+static void db_free(dbuf *b)
+{
+    for (int s = 0; s < NS; s++)
+        bfit_arena_release(ar[s], b->d[s]);
+    free(b->h);
+    memset(b, 0, sizeof *b);
+}
+
+/* host -> every device */
+static void db_up(const dbuf *b)
+{
+    for (int s = 0; s < NS; s++)
+        if (bfit_device_upload(dev[s], b->d[s], b->h, b->bytes) != BFIT_OK)
+            fail_msg("%s: upload: %s", side_name[s], bfit_errmsg());
+}
+
+static void db_down(const dbuf *b, int s, void *host)
+{
+    if (bfit_device_download(dev[s], host, b->d[s], b->bytes) != BFIT_OK)
+        fail_msg("%s: download: %s", side_name[s], bfit_errmsg());
+}
+
+/* n floats uniform in [lo, hi) from seed, uploaded */
+static dbuf db_rand(int64_t n, float lo, float hi, uint64_t seed)
+{
+    dbuf b = db_new((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        ((float *)b.h)[i] = lo + (hi - lo) * (float)bfit_rand_unit(seed, (uint64_t)i);
+    db_up(&b);
+    return b;
+}
+
+/* n int32 labels in [0, classes), uploaded */
+static dbuf db_labels(int64_t n, int classes, uint64_t seed)
+{
+    dbuf b = db_new((size_t)n * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++)
+        ((int32_t *)b.h)[i] = (int32_t)(bfit_rand_unit(seed, (uint64_t)i) * classes);
+    db_up(&b);
+    return b;
+}
+
+/* args[s].field = buf's pointer on device s, for every device (every
+ * pointer field has the one representation) */
+static void set_arg(bfit_op_args *a, size_t off, const dbuf *b)
+{
+    for (int s = 0; s < NS; s++)
+        memcpy((char *)&a[s] + off, &b->d[s], sizeof(void *));
+}
+#define ARG(a, field, buf) set_arg((a), offsetof(bfit_op_args, field), &(buf))
+
+/* Each device's float results against the CPU's: |gpu - cpu| <= atol +
+ * rtol |cpu| everywhere (rtol = atol = 0: equal values; +0 and -0 count as
+ * equal, as oneDNN's relu may give either for a negative input). */
+static void cmp_f32(const dbuf *b, int64_t n, double rtol, double atol, const char *what)
+{
+    float *ref = malloc(b->bytes), *got = malloc(b->bytes);
+    assert_true(ref && got);
+    db_down(b, CPU, ref);
+    for (int s = GPU; s < NS; s++) {
+        double worst = 0;
+        int64_t at = -1;
+        db_down(b, s, got);
+        for (int64_t i = 0; i < n; i++) {
+            double d = fabs((double)got[i] - ref[i]), lim = atol + rtol * fabs(ref[i]);
+            int same = d <= lim; /* false for a NaN on either side */
+            if (!same && (at < 0 || d - lim > worst)) {
+                worst = d - lim;
+                at = i;
+            }
+        }
+        if (at >= 0)
+            fail_msg("%s on %s: element %lld is %.9g, the cpu's %.9g (|diff| %.3g, allowed %.3g + %.3g |cpu|)", what,
+                     side_name[s], (long long)at, got[at], ref[at], fabs((double)got[at] - ref[at]), atol, rtol);
+    }
+    free(ref);
+    free(got);
+}
+
+static void cmp_bytes(const dbuf *b, const char *what)
+{
+    unsigned char *ref = malloc(b->bytes), *got = malloc(b->bytes);
+    assert_true(ref && got);
+    db_down(b, CPU, ref);
+    for (int s = GPU; s < NS; s++) {
+        db_down(b, s, got);
+        for (size_t i = 0; i < b->bytes; i++)
+            if (got[i] != ref[i])
+                fail_msg("%s on %s: byte %zu is %u, the cpu's %u", what, side_name[s], i, got[i], ref[i]);
+    }
+    free(ref);
+    free(got);
+}
+
+/* f64 results: relative difference <= rel */
+static void cmp_f64(const dbuf *b, int n, double rel, const char *what)
+{
+    double ref[8], got[8];
+    assert_true(n <= 8 && b->bytes >= n * sizeof(double));
+    db_down(b, CPU, ref);
+    for (int s = GPU; s < NS; s++) {
+        db_down(b, s, got);
+        for (int i = 0; i < n; i++)
+            if (!(fabs(got[i] - ref[i]) <= rel * fabs(ref[i])))
+                fail_msg("%s on %s: value %d is %.17g, the cpu's %.17g", what, side_name[s], i, got[i], ref[i]);
+    }
+}
+
+/* ---- ops on every device ------------------------------------------------------------- */
+
+typedef struct pop {
+    bfit_op *op[NS];
+    void *ws[NS], *saved[NS];
+} pop;
+
+/* The op on every device, with its workspace (poisoned: an op may not
+ * expect zeros there) and saved buffer from that device's arena. */
+static void pop_new(pop *p, const bfit_op_desc *d)
+{
+    memset(p, 0, sizeof *p);
+    for (int s = 0; s < NS; s++) {
+        size_t ws, sv;
+        if (bfit_op_new(dev[s], d, &p->op[s]) != BFIT_OK)
+            fail_msg("%s: op kind %d: %s", side_name[s], (int)d->kind, bfit_errmsg());
+        ws = bfit_op_workspace_bytes(p->op[s]);
+        sv = bfit_op_saved_bytes(p->op[s]);
+        if (ws && (bfit_arena_alloc(ar[s], ws, BFIT_MEM_WORKSPACE, &p->ws[s]) != BFIT_OK ||
+                   bfit_device_fill(dev[s], p->ws[s], 0xFF, ws) != BFIT_OK))
+            fail_msg("%s: workspace of %zu bytes: %s", side_name[s], ws, bfit_errmsg());
+        if (sv && bfit_arena_alloc(ar[s], sv, BFIT_MEM_ACTIVATIONS, &p->saved[s]) != BFIT_OK)
+            fail_msg("%s: saved buffer of %zu bytes: %s", side_name[s], sv, bfit_errmsg());
+    }
+}
+
+/* Run with a[s] on device s: its workspace, and its own saved buffer unless
+ * a[s].saved is given (a backward using its forward's). */
+static void pop_run(pop *p, bfit_op_args *a)
+{
+    for (int s = 0; s < NS; s++) {
+        a[s].workspace = p->ws[s];
+        if (!a[s].saved)
+            a[s].saved = p->saved[s];
+        if (bfit_op_run(p->op[s], &a[s]) != BFIT_OK)
+            fail_msg("%s: op kind %d: %s", side_name[s], (int)p->op[s]->desc.kind, bfit_errmsg());
+        if (bfit_device_sync(dev[s]) != BFIT_OK)
+            fail_msg("%s: after op kind %d: %s", side_name[s], (int)p->op[s]->desc.kind, bfit_errmsg());
+    }
+}
+
+static void pop_free(pop *p)
+{
+    for (int s = 0; s < NS; s++) {
+        bfit_arena_release(ar[s], p->ws[s]);
+        bfit_arena_release(ar[s], p->saved[s]);
+        bfit_op_free(p->op[s]);
+    }
+}
+
+/* one op, run once with a, freed */
+static void run_op(const bfit_op_desc *d, bfit_op_args *a)
+{
+    pop p;
+    pop_new(&p, d);
+    pop_run(&p, a);
+    pop_free(&p);
+}
+
+/* ---- matmul ---------------------------------------------------------------------------- */
+
+/* Every transposition, bias and accumulation. Entries in [-1, 1), K = 53:
+ * f32 sums in another order differ by ~1e-6, TF32 by ~1e-3. */
+static void test_matmul(void **st)
+{
+    const int64_t M = 37, N = 29, K = 53;
+    (void)st;
+    for (int c = 0; c < 16; c++) {
+        bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32, .accumulate = c & 1};
+        bfit_op_args a[NS];
+        dbuf x = db_rand(M * K, -1, 1, 1 + c), w = db_rand(K * N, -1, 1, 2 + c), b = db_rand(N, -1, 1, 3 + c);
+        dbuf y = db_rand(M * N, -1, 1, 4 + c); /* the accumulated-into values */
+        char what[64];
+        d.u.mm = (typeof(d.u.mm)){M, N, K, (c >> 1) & 1, (c >> 2) & 1, (c >> 3) & 1};
+        memset(a, 0, sizeof a);
+        ARG(a, src, x);
+        ARG(a, weights, w);
+        ARG(a, bias, b);
+        ARG(a, dst, y);
+        run_op(&d, a);
+        snprintf(what, sizeof what, "matmul (acc %d, trans src %d weights %d, bias %d)", c & 1, (c >> 1) & 1,
+                 (c >> 2) & 1, (c >> 3) & 1);
+        cmp_f32(&y, M * N, 1e-4, 1e-4, what);
+        db_free(&x);
+        db_free(&w);
+        db_free(&b);
+        db_free(&y);
+    }
+}
+
+/* ---- convolution ----------------------------------------------------------------------- */
+
+typedef struct conv_shape {
+    int64_t n, ic, ih, iw, oc, kh, kw, sh, sw, ph, pw;
+} conv_shape;
+
+static bfit_op_desc conv_desc(bfit_op_kind kind, const conv_shape *c, int bias, int acc)
+{
+    bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32, .accumulate = acc};
+    d.u.conv = (typeof(d.u.conv)){c->n,  c->ic, c->ih, c->iw, c->oc, (c->ih + 2 * c->ph - c->kh) / c->sh + 1,
+                                  (c->iw + 2 * c->pw - c->kw) / c->sw + 1, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw,
+                                  bias};
+    return d;
+}
+
+/* Forward (with and without bias), backward data, backward weights
+ * accumulating with the bias gradient. The sums have up to a few hundred
+ * terms; cuDNN may pick FFT or Winograd algorithms, whose rounding differs
+ * more from a direct sum's (~1e-5 of the output's scale) than a reordering
+ * does, still far under TF32's ~1e-3. The lean policy's workspace is never
+ * larger than the fastest's. */
+static void conv_case(const conv_shape *c)
+{
+    bfit_op_desc f = conv_desc(BFIT_OP_CONV_FWD, c, 1, 0);
+    int64_t xs = c->n * c->ic * c->ih * c->iw, ws = c->oc * c->ic * c->kh * c->kw;
+    int64_t ys = c->n * c->oc * f.u.conv.oh * f.u.conv.ow;
+    dbuf x = db_rand(xs, -1, 1, 11), w = db_rand(ws, -0.5f, 0.5f, 12), b = db_rand(c->oc, -1, 1, 13);
+    dbuf y = db_new((size_t)ys * 4), dy = db_rand(ys, -1, 1, 14), dx = db_new((size_t)xs * 4);
+    dbuf dw = db_rand(ws, -1, 1, 15), db = db_rand(c->oc, -1, 1, 16);
+    const bfit_op_kind kinds[] = {BFIT_OP_CONV_FWD, BFIT_OP_CONV_BWD_DATA, BFIT_OP_CONV_BWD_WEIGHTS};
+    bfit_op_args a[NS];
+
+    for (int bias = 0; bias < 2; bias++) {
+        f = conv_desc(BFIT_OP_CONV_FWD, c, bias, 0);
+        memset(a, 0, sizeof a);
+        ARG(a, src, x);
+        ARG(a, weights, w);
+        ARG(a, bias, b);
+        ARG(a, dst, y);
+        run_op(&f, a);
+        cmp_f32(&y, ys, 2e-4, 2e-4, bias ? "conv forward with bias" : "conv forward");
+    }
+    f = conv_desc(BFIT_OP_CONV_BWD_DATA, c, 1, 0);
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy);
+    ARG(a, weights, w);
+    ARG(a, diff_src, dx);
+    run_op(&f, a);
+    cmp_f32(&dx, xs, 2e-4, 2e-4, "conv backward data");
+    f = conv_desc(BFIT_OP_CONV_BWD_WEIGHTS, c, 1, 1);
+    memset(a, 0, sizeof a);
+    ARG(a, src, x);
+    ARG(a, diff_dst, dy);
+    ARG(a, diff_weights, dw);
+    ARG(a, diff_bias, db);
+    run_op(&f, a);
+    cmp_f32(&dw, ws, 2e-4, 2e-4, "conv backward weights (accumulating)");
+    cmp_f32(&db, c->oc, 2e-4, 2e-4, "conv backward bias (accumulating)");
+    for (int k = 0; k < 3; k++) {
+        bfit_op *fast, *lean;
+        f = conv_desc(kinds[k], c, 1, k == 2);
+        assert_int_equal(bfit_op_new(dev[GPU], &f, &fast), BFIT_OK);
+        assert_int_equal(bfit_op_new(dev[LEAN], &f, &lean), BFIT_OK);
+        print_message("  conv kind %d n %lld %lldx%lldx%lld k %lldx%lld: workspace fastest %zu, lean %zu\n",
+                      (int)kinds[k], (long long)c->n, (long long)c->ic, (long long)c->ih, (long long)c->iw,
+                      (long long)c->kh, (long long)c->kw, bfit_op_workspace_bytes(fast),
+                      bfit_op_workspace_bytes(lean));
+        assert_true(bfit_op_workspace_bytes(lean) <= bfit_op_workspace_bytes(fast));
+        bfit_op_free(fast);
+        bfit_op_free(lean);
+    }
+    db_free(&x), db_free(&w), db_free(&b), db_free(&y), db_free(&dy), db_free(&dx), db_free(&dw), db_free(&db);
+}
+
+static void test_conv(void **st)
+{
+    const conv_shape shapes[] = {
+        {3, 5, 11, 9, 7, 3, 2, 2, 1, 1, 0},    /* odd sizes, strides and padding */
+        {2, 16, 12, 12, 24, 3, 3, 1, 1, 1, 1}, /* a usual 3x3 "same" layer */
+        {4, 8, 7, 7, 16, 1, 1, 1, 1, 0, 0},    /* 1x1 */
+        {2, 3, 32, 32, 8, 5, 5, 2, 2, 2, 2},   /* a stem */
+    };
+    (void)st;
+    for (unsigned i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        conv_case(&shapes[i]);
+}
+
+/* ---- pooling ------------------------------------------------------------------------------ */
+
+static bfit_op_desc pool_desc(bfit_op_kind kind, int64_t n, int64_t c, int64_t ih, int64_t iw, int64_t k, int64_t s,
+                              int64_t p, int max, int training)
+{
+    bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32};
+    d.u.pool = (typeof(d.u.pool)){n, c, ih, iw, (ih + 2 * p - k) / s + 1, (iw + 2 * p - k) / s + 1, k, k, s, s, p, p,
+                                  max, training};
+    return d;
+}
+
+/* Forward values are the window's maximum (the same element: inputs have no
+ * ties) or a mean of at most 9 terms; backward sums at most 4 overlapping
+ * windows' gradients, in another order than oneDNN. The saved indices are
+ * each device's own format and are not compared. */
+static void pool_case(int64_t ih, int64_t iw, int64_t k, int64_t s, int64_t p, int max)
+{
+    const int64_t n = 2, c = 3;
+    bfit_op_desc f = pool_desc(BFIT_OP_POOL_FWD, n, c, ih, iw, k, s, p, max, 1);
+    bfit_op_desc b = pool_desc(BFIT_OP_POOL_BWD, n, c, ih, iw, k, s, p, max, 1);
+    bfit_op_desc e = pool_desc(BFIT_OP_POOL_FWD, n, c, ih, iw, k, s, p, max, 0);
+    int64_t xs = n * c * ih * iw, ys = n * c * f.u.pool.oh * f.u.pool.ow;
+    dbuf x = db_rand(xs, -1, 1, 21), y = db_new((size_t)ys * 4), dy = db_rand(ys, -1, 1, 22);
+    dbuf dx = db_new((size_t)xs * 4);
+    bfit_op_args a[NS];
+    pop pf, pb;
+
+    pop_new(&pf, &f);
+    memset(a, 0, sizeof a);
+    ARG(a, src, x);
+    ARG(a, dst, y);
+    pop_run(&pf, a);
+    cmp_f32(&y, ys, max ? 0 : 1e-6, max ? 0 : 1e-6, max ? "max pool forward" : "avg pool forward");
+    pop_new(&pb, &b);
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy);
+    ARG(a, diff_src, dx);
+    for (int sd = 0; sd < NS; sd++)
+        a[sd].saved = pf.saved[sd]; /* the forward's indices */
+    pop_run(&pb, a);
+    cmp_f32(&dx, xs, 1e-6, 1e-6, max ? "max pool backward" : "avg pool backward");
+    pop_free(&pb);
+    pop_free(&pf);
+    /* eval forward: no indices kept */
+    memset(a, 0, sizeof a);
+    ARG(a, src, x);
+    ARG(a, dst, y);
+    run_op(&e, a);
+    cmp_f32(&y, ys, max ? 0 : 1e-6, max ? 0 : 1e-6, "pool forward (eval)");
+    db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
+}
+
+static void test_pool(void **st)
+{
+    (void)st;
+    for (int max = 0; max < 2; max++) {
+        pool_case(9, 8, 3, 2, 1, max); /* overlapping windows with padding */
+        pool_case(8, 8, 2, 2, 0, max); /* the usual 2x2 */
+        pool_case(7, 5, 5, 1, 0, max); /* stride 1, heavy overlap */
+    }
+    pool_case(7, 7, 7, 1, 0, 0); /* global average pooling */
+}
+
+/* ---- batch and layer normalisation ---------------------------------------------------------- */
+
+/* Inputs with a mean far from 0 (variance computed well); outputs of order
+ * 1. Statistics are double sums on the GPU, f32 in oneDNN: 1e-5. The
+ * backward's sums over 120 values per channel: 1e-4. */
+static void test_bnorm(void **st)
+{
+    const int64_t n = 4, c = 3, h = 5, w = 6, xs = n * c * h * w;
+    bfit_op_desc d = {.kind = BFIT_OP_BNORM_FWD, .dtype = BFIT_F32};
+    dbuf x = db_rand(xs, 1, 3, 31), y = db_new((size_t)xs * 4), g = db_rand(c, 0.5f, 1.5f, 32);
+    dbuf sh = db_rand(c, -1, 1, 33), mean = db_new((size_t)c * 4), var = db_new((size_t)c * 4);
+    dbuf rm = db_rand(c, -0.5f, 0.5f, 34), rv = db_rand(c, 0.5f, 2, 35), dy = db_rand(xs, -1, 1, 36);
+    dbuf dx = db_new((size_t)xs * 4), dg = db_rand(c, -1, 1, 37), dsh = db_rand(c, -1, 1, 38);
+    bfit_op_args a[NS];
+    (void)st;
+
+    d.u.bnorm = (typeof(d.u.bnorm)){n, c, h, w, 1e-5f, 0.1f, 1};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
+    ARG(a, rmean, rm), ARG(a, rvar, rv);
+    run_op(&d, a);
+    cmp_f32(&y, xs, 1e-5, 1e-5, "batch norm forward (training)");
+    cmp_f32(&mean, c, 1e-5, 1e-6, "batch norm mean");
+    cmp_f32(&var, c, 1e-5, 1e-6, "batch norm variance");
+    cmp_f32(&rm, c, 1e-5, 1e-6, "batch norm running mean");
+    cmp_f32(&rv, c, 1e-5, 1e-6, "batch norm running variance");
+
+    d.kind = BFIT_OP_BNORM_BWD;
+    d.accumulate = 1;
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, diff_dst, dy), ARG(a, scale, g), ARG(a, mean, mean), ARG(a, var, var);
+    ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
+    run_op(&d, a);
+    cmp_f32(&dx, xs, 1e-4, 1e-4, "batch norm backward data");
+    cmp_f32(&dg, c, 1e-4, 1e-4, "batch norm backward scale (accumulating)");
+    cmp_f32(&dsh, c, 1e-4, 1e-4, "batch norm backward shift (accumulating)");
+    /* no diff_src: the parameter gradients only */
+    for (int s = 0; s < NS; s++)
+        a[s].diff_src = NULL;
+    run_op(&d, a);
+    cmp_f32(&dg, c, 1e-4, 1e-4, "batch norm parameter gradients only");
+    cmp_f32(&dsh, c, 1e-4, 1e-4, "batch norm shift gradient only");
+
+    /* eval: the given statistics (the running ones) */
+    d = (bfit_op_desc){.kind = BFIT_OP_BNORM_FWD, .dtype = BFIT_F32};
+    d.u.bnorm = (typeof(d.u.bnorm)){n, c, h, w, 1e-5f, 0.1f, 0};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, rm), ARG(a, var, rv);
+    run_op(&d, a);
+    cmp_f32(&y, xs, 1e-5, 1e-5, "batch norm forward (eval)");
+    db_free(&x), db_free(&y), db_free(&g), db_free(&sh), db_free(&mean), db_free(&var), db_free(&rm);
+    db_free(&rv), db_free(&dy), db_free(&dx), db_free(&dg), db_free(&dsh);
+}
+
+/* rows x cols with cols past one block's threads and rows past one chunk
+ * of the parameter-gradient sums; backward also in place (dx over dy, as
+ * the layer does for a first layer). */
+static void lnorm_case(int64_t rows, int64_t cols)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = 1};
+    int64_t n = rows * cols;
+    dbuf x = db_rand(n, -2, 3, 41), y = db_new((size_t)n * 4), g = db_rand(cols, 0.5f, 1.5f, 42);
+    dbuf sh = db_rand(cols, -1, 1, 43), mean = db_new((size_t)rows * 4), var = db_new((size_t)rows * 4);
+    dbuf dy = db_rand(n, -1, 1, 44), dx = db_new((size_t)n * 4), dg = db_rand(cols, -1, 1, 45);
+    dbuf dsh = db_rand(cols, -1, 1, 46);
+    bfit_op_args a[NS];
+
+    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
+    run_op(&d, a);
+    cmp_f32(&y, n, 1e-5, 1e-5, "layer norm forward");
+    cmp_f32(&mean, rows, 1e-5, 1e-6, "layer norm mean");
+    cmp_f32(&var, rows, 1e-5, 1e-6, "layer norm variance");
+    d.kind = BFIT_OP_LNORM_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, mean, mean), ARG(a, var, var), ARG(a, diff_dst, dy), ARG(a, scale, g);
+    ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
+    run_op(&d, a);
+    cmp_f32(&dx, n, 1e-4, 1e-4, "layer norm backward data");
+    cmp_f32(&dg, cols, 1e-4, 1e-4, "layer norm backward scale (accumulating)");
+    cmp_f32(&dsh, cols, 1e-4, 1e-4, "layer norm backward shift (accumulating)");
+    ARG(a, diff_src, dy); /* in place */
+    run_op(&d, a);
+    cmp_f32(&dy, n, 1e-4, 1e-4, "layer norm backward in place");
+    db_free(&x), db_free(&y), db_free(&g), db_free(&sh), db_free(&mean), db_free(&var), db_free(&dy);
+    db_free(&dx), db_free(&dg), db_free(&dsh);
+}
+
+static void test_lnorm(void **st)
+{
+    (void)st;
+    lnorm_case(37, 300);
+    lnorm_case(600, 50);
+}
+
+/* ---- elementwise -------------------------------------------------------------------------------- */
+
+/* relu is exact; the gelus' erf/tanh/exp are different libm codes (CUDA's
+ * and oneDNN's approximations), a few ulp apart. */
+static void test_eltwise(void **st)
+{
+    const int64_t n = 10007;
+    (void)st;
+    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_GELU_TANH; alg++) {
+        bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
+        dbuf x = db_rand(n, -4, 4, 51 + alg), y = db_new(n * 4), dy = db_rand(n, -1, 1, 54), dx = db_new(n * 4);
+        double tol = alg == BFIT_ELT_RELU ? 0 : 1e-5;
+        bfit_op_args a[NS];
+        d.u.elt = (typeof(d.u.elt)){n, (bfit_eltwise_alg)alg};
+        memset(a, 0, sizeof a);
+        ARG(a, src, x), ARG(a, dst, y);
+        run_op(&d, a);
+        cmp_f32(&y, n, tol, tol, "eltwise forward");
+        d.kind = BFIT_OP_ELTWISE_BWD;
+        memset(a, 0, sizeof a);
+        ARG(a, src, x), ARG(a, diff_dst, dy), ARG(a, diff_src, dx);
+        run_op(&d, a);
+        cmp_f32(&dx, n, tol, tol, "eltwise backward");
+        db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
+    }
+}
+
+/* Double sums rounded once to float on both: equal but for a double
+ * rounding now and then. Three chunks of rows on the GPU. */
+static void test_reduce_rows(void **st)
+{
+    const int64_t M = 700, N = 45;
+    (void)st;
+    for (int acc = 0; acc < 2; acc++) {
+        bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = BFIT_F32, .accumulate = acc};
+        dbuf x = db_rand(M * N, -1, 1, 61), y = db_rand(N, -1, 1, 62);
+        bfit_op_args a[NS];
+        d.u.reduce = (typeof(d.u.reduce)){M, N};
+        memset(a, 0, sizeof a);
+        ARG(a, src, x), ARG(a, dst, y);
+        run_op(&d, a);
+        cmp_f32(&y, N, 1e-6, 1e-6, acc ? "reduce rows (accumulating)" : "reduce rows");
+        db_free(&x), db_free(&y);
+    }
+}
+
+static void test_add_scale(void **st)
+{
+    const int64_t n = 4099;
+    dbuf x = db_rand(n, -1, 1, 71), z = db_rand(n, -1, 1, 72), y = db_rand(n, -1, 1, 73);
+    bfit_op_desc d = {.kind = BFIT_OP_ADD, .dtype = BFIT_F32};
+    bfit_op_args a[NS];
+    (void)st;
+    d.u.add.n = n;
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, src2, z), ARG(a, dst, y);
+    run_op(&d, a);
+    cmp_f32(&y, n, 0, 0, "add");
+    d.accumulate = 1;
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y);
+    run_op(&d, a);
+    cmp_f32(&y, n, 0, 0, "add (accumulating)");
+    d = (bfit_op_desc){.kind = BFIT_OP_SCALE, .dtype = BFIT_F32};
+    d.u.scale.n = n;
+    memset(a, 0, sizeof a);
+    ARG(a, dst, y);
+    for (int s = 0; s < NS; s++)
+        a[s].alpha = 0.3f;
+    run_op(&d, a);
+    cmp_f32(&y, n, 0, 0, "scale");
+    db_free(&x), db_free(&z), db_free(&y);
+}
+
+/* The same mask function of (seed, index): the same elements dropped, the
+ * same bytes saved, the same products. */
+static void test_dropout(void **st)
+{
+    const int64_t n = 10001;
+    bfit_op_desc d = {.kind = BFIT_OP_DROPOUT_FWD, .dtype = BFIT_F32};
+    dbuf x = db_rand(n, -1, 1, 81), y = db_new(n * 4), dy = db_rand(n, -1, 1, 82), dx = db_new(n * 4);
+    bfit_op_args a[NS];
+    pop pf;
+    (void)st;
+    d.u.drop = (typeof(d.u.drop)){n, 0.3f};
+    pop_new(&pf, &d);
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y);
+    for (int s = 0; s < NS; s++)
+        a[s].seed = 12345;
+    pop_run(&pf, a);
+    cmp_f32(&y, n, 0, 0, "dropout forward");
+    {
+        /* the masks, as bytes (downloaded through a dbuf view of saved) */
+        dbuf m = {malloc((size_t)n), {pf.saved[0], pf.saved[1], pf.saved[2]}, (size_t)n};
+        cmp_bytes(&m, "dropout mask");
+        free(m.h);
+    }
+    d.kind = BFIT_OP_DROPOUT_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy), ARG(a, diff_src, dx);
+    for (int s = 0; s < NS; s++)
+        a[s].saved = pf.saved[s];
+    run_op(&d, a);
+    cmp_f32(&dx, n, 0, 0, "dropout backward");
+    pop_free(&pf);
+    db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
+}
+
+/* ---- cross-entropy ---------------------------------------------------------------------------- */
+
+/* Probabilities from exp in double on both (1e-6); the loss sums of double
+ * row losses in another order (1e-9 relative), the hits exactly. Row 0 has
+ * a tie for the maximum with the label on the second: no hit on either. */
+static void xent_case(int64_t M, int64_t N)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_XENT_FWD, .dtype = BFIT_F32};
+    dbuf x = db_rand(M * N, -3, 3, 91), p = db_new((size_t)(M * N) * 4), lab = db_labels(M, (int)N, 92);
+    dbuf st = db_new(2 * sizeof(double)), dx = db_new((size_t)(M * N) * 4), pr = db_rand(M * N, 0, 1, 93);
+    bfit_op_args a[NS];
+
+    ((float *)x.h)[0] = ((float *)x.h)[N - 1] = 5.0f;
+    ((int32_t *)lab.h)[0] = (int32_t)(N - 1);
+    ((double *)st.h)[0] = 1.5;
+    ((double *)st.h)[1] = 2;
+    db_up(&x), db_up(&lab), db_up(&st);
+    d.u.xent = (typeof(d.u.xent)){M, N};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, p), ARG(a, labels, lab), ARG(a, stats, st);
+    run_op(&d, a);
+    cmp_f32(&p, M * N, 1e-6, 1e-7, "cross-entropy probabilities");
+    cmp_f64(&st, 2, 1e-9, "cross-entropy loss and hits");
+    {
+        double v[2];
+        db_down(&st, GPU, v);
+        assert_true(v[1] == floor(v[1]) && v[1] >= 2 && v[1] <= 2 + M - 1); /* row 0 is no hit */
+    }
+    memset(a, 0, sizeof a); /* probabilities only */
+    ARG(a, src, x), ARG(a, dst, p);
+    run_op(&d, a);
+    cmp_f32(&p, M * N, 1e-6, 1e-7, "cross-entropy probabilities (no labels)");
+    d.kind = BFIT_OP_XENT_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, src, pr), ARG(a, labels, lab), ARG(a, diff_src, dx);
+    for (int s = 0; s < NS; s++)
+        a[s].loss_scale = 1.0f / (float)M;
+    run_op(&d, a);
+    cmp_f32(&dx, M * N, 0, 0, "cross-entropy backward");
+    db_free(&x), db_free(&p), db_free(&lab), db_free(&st), db_free(&dx), db_free(&pr);
+}
+
+static void test_xent(void **st)
+{
+    (void)st;
+    xent_case(33, 10);
+    xent_case(5, 300); /* rows wider than a block */
+}
+
+/* ---- norms and optimizer updates ------------------------------------------------------------- */
+
+/* Sums of squares in double (1e-12 relative: another order); the copy is
+ * exact. n past the GPU's vector loop with a tail, and a tiny n. */
+static void test_norms(void **st)
+{
+    const int64_t sizes[] = {1000003, 5};
+    (void)st;
+    for (int k = 0; k < 2; k++) {
+        int64_t n = sizes[k];
+        bfit_op_desc d = {.kind = BFIT_OP_NORMS, .dtype = BFIT_F32};
+        dbuf g = db_rand(n, -1, 1, 101 + k), prev = db_rand(n, -1, 1, 103 + k), out = db_new(2 * sizeof(double));
+        bfit_op_args a[NS];
+        d.u.norms.n = n;
+        memset(a, 0, sizeof a);
+        ARG(a, src, g), ARG(a, stats, out);
+        run_op(&d, a);
+        cmp_f64(&out, 1, 1e-12, "norms (sum of squares)");
+        ARG(a, state0, prev);
+        run_op(&d, a);
+        cmp_f64(&out, 2, 1e-12, "norms (with the change)");
+        cmp_f32(&prev, n, 0, 0, "norms copy");
+        db_free(&g), db_free(&prev), db_free(&out);
+    }
+}
+
+/* The GPU's updates round like the CPU's, operation for operation: equal
+ * bit for bit, over several steps. */
+static void test_sgd(void **st)
+{
+    const int64_t n = 1001;
+    (void)st;
+    for (int c = 0; c < 4; c++) {
+        int mom = c > 0, nesterov = c == 3;
+        bfit_op_desc d = {.kind = BFIT_OP_SGD, .dtype = BFIT_F32};
+        dbuf p = db_rand(n, -1, 1, 111), g = db_rand(n, -1, 1, 112), buf = db_rand(n, -1, 1, 113);
+        bfit_op_args a[NS];
+        d.u.sgd = (typeof(d.u.sgd)){n, nesterov};
+        memset(a, 0, sizeof a);
+        ARG(a, dst, p), ARG(a, src, g);
+        if (mom)
+            ARG(a, state0, buf);
+        for (int step = 0; step < 3; step++) {
+            for (int s = 0; s < NS; s++) {
+                float *h = a[s].hyper;
+                h[BFIT_SGD_LR_NEG] = -0.05f;
+                h[BFIT_SGD_WD] = c == 2 ? 0.0f : 1e-3f;
+                h[BFIT_SGD_MOM] = 0.9f;
+                h[BFIT_SGD_DAMP1] = c == 2 ? 0.7f : 1.0f;
+                h[BFIT_SGD_FIRST] = step == 0;
+            }
+            run_op(&d, a);
+        }
+        cmp_f32(&p, n, 0, 0, "sgd parameters");
+        if (mom)
+            cmp_f32(&buf, n, 0, 0, "sgd momentum");
+        db_free(&p), db_free(&g), db_free(&buf);
+    }
+}
+
+static void test_adamw(void **st)
+{
+    const int64_t n = 1001;
+    bfit_op_desc d = {.kind = BFIT_OP_ADAMW, .dtype = BFIT_F32};
+    dbuf p = db_rand(n, -1, 1, 121), g = db_rand(n, -1, 1, 122), m = db_rand(n, -0.1f, 0.1f, 123);
+    dbuf v = db_rand(n, 0, 0.01f, 124);
+    bfit_op_args a[NS];
+    (void)st;
+    d.u.adamw.n = n;
+    memset(a, 0, sizeof a);
+    ARG(a, dst, p), ARG(a, src, g), ARG(a, state0, m), ARG(a, state1, v);
+    for (int step = 1; step <= 3; step++) {
+        for (int s = 0; s < NS; s++) {
+            float *h = a[s].hyper;
+            double b1 = 0.9, b2 = 0.999, lr = 1e-3;
+            h[BFIT_ADAMW_DECAY_MUL] = (float)(1 - lr * 0.01);
+            h[BFIT_ADAMW_B1] = (float)b1;
+            h[BFIT_ADAMW_C1] = (float)(1 - b1);
+            h[BFIT_ADAMW_B2] = (float)b2;
+            h[BFIT_ADAMW_C2] = (float)(1 - b2);
+            h[BFIT_ADAMW_STEP_NEG] = (float)(-lr / (1 - pow(b1, step)));
+            h[BFIT_ADAMW_BC2_SQRT] = (float)sqrt(1 - pow(b2, step));
+            h[BFIT_ADAMW_EPS] = 1e-8f;
+        }
+        run_op(&d, a);
+    }
+    cmp_f32(&p, n, 0, 0, "adamw parameters");
+    cmp_f32(&m, n, 0, 0, "adamw first moment");
+    cmp_f32(&v, n, 0, 0, "adamw second moment");
+    db_free(&p), db_free(&g), db_free(&m), db_free(&v);
+}
+
+/* ---- whole models ---------------------------------------------------------------------------------- */
+
+/* The model in models/file on device s drawing on arena (NULL: shapes
+ * and parameter list only). */
+static bfit_model *model_on(const char *file, int s, bfit_arena *arena)
+{
+    char path[700];
+    bfit_graph_desc g;
+    bfit_model *M = NULL;
+    snprintf(path, sizeof path, "%s/%s", models_dir, file);
+    if (bfit_model_source_load(path, &g) != BFIT_OK)
+        fail_msg("%s: %s", path, bfit_errmsg());
+    if (bfit_model_new(&g, dev[s], arena, &M) != BFIT_OK)
+        fail_msg("%s on %s: %s", file, side_name[s], bfit_errmsg());
+    bfit_graph_fini(&g);
+    return M;
+}
+
+/* A batch of m synthetic samples (values in [0, 1)) and labels for step k. */
+static void batch(const bfit_model *M, int m, int k, float *x, int32_t *y)
+{
+    int64_t per = bfit_shape_numel(M->input);
+    for (int64_t i = 0; i < m * per; i++)
+        x[i] = (float)bfit_rand_unit(1000 + (uint64_t)k, (uint64_t)i);
+    for (int i = 0; i < m; i++)
+        y[i] = (int32_t)(bfit_rand_unit(2000 + (uint64_t)k, (uint64_t)i) * M->nclasses);
+}
+
+/* One training step on the GPU from an empty arena: the arena's measured
+ * peak, in total and per category, is the plan, and the step allocates
+ * nothing after the reserve (as tests/test_plan.c checks on the CPU). */
+static void measured_step(const char *file, int s, const bfit_optim_cfg *oc, int m)
+{
+    bfit_arena *A = bfit_device_arena_new(dev[s], 8ull << 30);
+    bfit_model *M = model_on(file, s, A);
+    bfit_optim *opt = NULL;
+    bfit_plan p;
+    bfit_arena_stats s0, s1;
+    float *x = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(M->input));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)m);
+    double loss, hits;
+
+    bfit_arena_stats_get(A, &s0);
+    assert_int_equal(s0.peak, 0);
+    assert_int_equal(bfit_plan_compute(M, oc, m, 1, &p), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(M, 7), BFIT_OK);
+    assert_int_equal(bfit_optim_new(oc, M->trainable, M->ntrainable, dev[s], A, &opt), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(M, m, 1), BFIT_OK);
+    bfit_arena_stats_get(A, &s0);
+    assert_int_equal(s0.current, p.peak);
+    batch(M, m, 0, x, y);
+    assert_int_equal(bfit_model_set_input(M, x, y, m), BFIT_OK);
+    assert_int_equal(bfit_model_forward(M, 5), BFIT_OK);
+    assert_int_equal(bfit_model_backward(M, 1.0f / (float)m), BFIT_OK);
+    assert_int_equal(bfit_optim_step(opt, 0.01), BFIT_OK);
+    assert_int_equal(bfit_model_stats_read(M, &loss, &hits), BFIT_OK);
+    assert_true(loss > 0 && loss < 1e9);
+    bfit_arena_stats_get(A, &s1);
+    assert_int_equal(s1.nalloc, s0.nalloc);
+    if (s1.peak != p.peak)
+        fail_msg("%s on %s, m %d: measured peak %llu, planned %llu", file, side_name[s], m,
+                 (unsigned long long)s1.peak, (unsigned long long)p.peak);
+    for (int c = 0; c < BFIT_MEM_NCAT; c++)
+        if (s1.peak_cat[c] != p.bytes[c])
+            fail_msg("%s on %s, m %d: %s measured %llu, planned %llu", file, side_name[s], m,
+                     bfit_mem_cat_name((bfit_mem_cat)c), (unsigned long long)s1.peak_cat[c],
+                     (unsigned long long)p.bytes[c]);
+    bfit_optim_free(opt);
+    bfit_model_free(M);
+    bfit_arena_free(A);
+    free(x);
+    free(y);
+}
+
+static void test_plan_is_measured(void **st)
+{
+    const char *files[] = {"mlp.cfg", "cnn.cfg"};
+    const int ms[] = {1, 8, 32};
+    (void)st;
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 3; k++)
+            for (int s = GPU; s < NS; s++) {
+                bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
+                bfit_optim_cfg adamw = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+                measured_step(files[f], s, &sgd, ms[k]);
+                measured_step(files[f], s, &adamw, ms[k]);
+            }
+}
+
+/* A label outside the classes is refused before anything runs, on every
+ * device (a GPU's loss op could not refuse it: the labels are device
+ * memory by then). */
+static void test_bad_label_refused(void **st)
+{
+    (void)st;
+    for (int s = 0; s < NS; s++) {
+        bfit_arena *A = bfit_device_arena_new(dev[s], 1ull << 30);
+        bfit_model *M = model_on("mlp.cfg", s, A);
+        float x[4 * 784] = {0};
+        int32_t y[4] = {0, 1, 10, 2};
+        assert_int_equal(bfit_model_alloc_params(M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_reserve(M, 4, 1), BFIT_OK);
+        assert_int_equal(bfit_model_set_input(M, x, y, 4), BFIT_EINVAL);
+        if (!strstr(bfit_errmsg(), "label 10 of sample 2 is outside [0, 10)"))
+            fail_msg("%s: %s", side_name[s], bfit_errmsg());
+        bfit_model_free(M);
+        bfit_arena_free(A);
+    }
+}
+
+/* Synthetic samples for bfit_train: sample i is a function of i. */
+typedef struct synth {
+    int64_t next, count;
+    int numel, classes;
+} synth;
+
+static int synth_take(void *ud, int n, float *x, int32_t *labels, int *got)
+{
+    synth *s = ud;
+    int k = 0;
+    for (; k < n && s->next < s->count; k++, s->next++) {
+        for (int j = 0; j < s->numel; j++)
+            x[(int64_t)k * s->numel + j] = (float)bfit_rand_unit(77, (uint64_t)(s->next * s->numel + j));
+        labels[k] = (int32_t)(s->next % s->classes);
+    }
+    *got = k;
+    return BFIT_OK;
+}
+
+static int synth_restart(void *ud)
+{
+    ((synth *)ud)->next = 0;
+    return BFIT_OK;
+}
+
+/* The 6th and 7th allocations of a run fall in the first micro-batch's
+ * reservation (after params, grads, statistics and optimizer state): each
+ * fails, the trainer shrinks the micro-batch and carries on; every sample
+ * is trained on. */
+static void test_injected_failure_recovered(void **st)
+{
+    const uint64_t nth[] = {6, 7};
+    char path[700];
+    (void)st;
+    snprintf(path, sizeof path, "%s/mlp.cfg", models_dir);
+    for (int t = 0; t < 2; t++) {
+        synth tr = {0, 512, 784, 10}, te = {0, 128, 784, 10};
+        bfit_source trs = {synth_take, synth_restart, synth_restart, 512, &tr};
+        bfit_source tes = {synth_take, synth_restart, synth_restart, 128, &te};
+        bfit_train_cfg c = bfit_train_cfg_default();
+        bfit_train_result r;
+        c.model = path;
+        c.device = dev[GPU];
+        c.train_source = &trs;
+        c.test_source = &tes;
+        c.normalize = 0;
+        c.prefetch = 0;
+        c.batch = 64;
+        c.epochs = 1;
+        c.memory = 1ull << 30;
+        c.fail_nth_alloc = nth[t];
+        if (bfit_train(&c, &r) != BFIT_OK)
+            fail_msg("training with allocation %llu failing: %s", (unsigned long long)nth[t], bfit_errmsg());
+        print_message("  allocation %llu failed: %d recovered, micro-batch %d, %lld samples, loss %.4f\n",
+                      (unsigned long long)nth[t], r.ooms, r.micro_batch, (long long)r.samples, r.train_loss);
+        assert_true(r.ooms >= 1);
+        assert_true(r.micro_batch < 64);
+        assert_int_equal(r.samples, 512);
+        assert_true(isfinite(r.train_loss));
+    }
+}
+
+/* Three SGD steps (momentum 0.9, lr 0.05) at micro-batch 16 from the same
+ * initial weights and samples. Per step the losses agree to 1e-5. Per
+ * parameter tensor, the change of the weights over the three steps agrees
+ * with the CPU's to 1e-3 of its norm: f32 rounding makes the gradients
+ * differ by ~1e-6, but in the cnn a max-pool window whose top two values
+ * are within rounding of each other may send its gradient to the other
+ * element on the other device, which moves a few weights by ~1e-5; a wrong
+ * gradient or update moves the result by its whole size. */
+static void train_steps(const char *file, int s, float ***weights, double *losses)
+{
+    const int m = 16;
+    bfit_arena *A = bfit_device_arena_new(dev[s], 8ull << 30);
+    bfit_model *M = model_on(file, s, A);
+    bfit_optim *opt = NULL;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    float *x = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(M->input));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)m);
+
+    assert_int_equal(bfit_model_alloc_params(M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(M, 7), BFIT_OK);
+    assert_int_equal(bfit_optim_new(&oc, M->trainable, M->ntrainable, dev[s], A, &opt), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(M, m, 1), BFIT_OK);
+    *weights = calloc((size_t)M->nparams * 2, sizeof **weights);
+    for (int i = 0; i < M->nparams; i++) { /* [2i] the initial values, [2i+1] the final */
+        (*weights)[2 * i] = malloc(bfit_param_bytes(M->params[i]));
+        (*weights)[2 * i + 1] = malloc(bfit_param_bytes(M->params[i]));
+        assert_int_equal(bfit_device_download(dev[s], (*weights)[2 * i], M->params[i]->data,
+                                              bfit_param_bytes(M->params[i])),
+                         BFIT_OK);
+    }
+    for (int k = 0; k < 3; k++) {
+        double hits;
+        batch(M, m, k, x, y);
+        assert_int_equal(bfit_model_zero_grads(M), BFIT_OK);
+        assert_int_equal(bfit_model_stats_reset(M), BFIT_OK);
+        assert_int_equal(bfit_model_set_input(M, x, y, m), BFIT_OK);
+        assert_int_equal(bfit_model_forward(M, 100 + (uint64_t)k), BFIT_OK);
+        assert_int_equal(bfit_model_backward(M, 1.0f / (float)m), BFIT_OK);
+        assert_int_equal(bfit_optim_step(opt, 0.05), BFIT_OK);
+        assert_int_equal(bfit_model_stats_read(M, &losses[k], &hits), BFIT_OK);
+    }
+    for (int i = 0; i < M->nparams; i++)
+        assert_int_equal(bfit_device_download(dev[s], (*weights)[2 * i + 1], M->params[i]->data,
+                                              bfit_param_bytes(M->params[i])),
+                         BFIT_OK);
+    bfit_optim_free(opt);
+    bfit_model_free(M);
+    bfit_arena_free(A);
+    free(x);
+    free(y);
+}
+
+static void compare_training(const char *file)
+{
+    float **w[NS];
+    double loss[NS][3];
+    bfit_model *shape = model_on(file, CPU, NULL); /* for the parameter list */
+    for (int s = 0; s < NS; s++)
+        train_steps(file, s, &w[s], loss[s]);
+    for (int s = GPU; s < NS; s++) {
+        for (int k = 0; k < 3; k++)
+            if (!(fabs(loss[s][k] - loss[CPU][k]) <= 1e-5 * fabs(loss[CPU][k])))
+                fail_msg("%s on %s: loss at step %d is %.9g, the cpu's %.9g", file, side_name[s], k, loss[s][k],
+                         loss[CPU][k]);
+        double worst = 0;
+        for (int i = 0; i < shape->nparams; i++) {
+            const bfit_param *p = shape->params[i];
+            double num = 0, den = 0;
+            for (int64_t j = 0; j < bfit_param_numel(p); j++) {
+                double dc = (double)w[CPU][2 * i + 1][j] - w[CPU][2 * i][j];
+                double dg = (double)w[s][2 * i + 1][j] - w[s][2 * i][j];
+                assert_true(w[s][2 * i][j] == w[CPU][2 * i][j]); /* the same initial weights */
+                num += (dg - dc) * (dg - dc);
+                den += dc * dc;
+            }
+            if (den > 0 && sqrt(num / den) > worst)
+                worst = sqrt(num / den);
+            if (den > 0 ? sqrt(num) > 1e-3 * sqrt(den) : num != 0)
+                fail_msg("%s on %s: parameter %d (%s) moved %.3g away from the cpu's change of norm %.3g", file,
+                         side_name[s], i, p->name, sqrt(num), sqrt(den));
+        }
+        print_message("  %s on %s: losses %.6f %.6f %.6f; weight changes within %.3g of the cpu's\n", file,
+                      side_name[s], loss[s][0], loss[s][1], loss[s][2], worst);
+    }
+    for (int s = 0; s < NS; s++) {
+        for (int i = 0; i < 2 * shape->nparams; i++)
+            free(w[s][i]);
+        free(w[s]);
+    }
+    bfit_model_free(shape);
+}
+
+static void test_training_matches_cpu(void **st)
+{
+    (void)st;
+    compare_training("mlp.cfg");
+    compare_training("cnn.cfg");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_conv),
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_bnorm),
+        cmocka_unit_test(test_lnorm),
+        cmocka_unit_test(test_eltwise),
+        cmocka_unit_test(test_reduce_rows),
+        cmocka_unit_test(test_add_scale),
+        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_plan_is_measured),
+        cmocka_unit_test(test_bad_label_refused),
+        cmocka_unit_test(test_injected_failure_recovered),
+        cmocka_unit_test(test_training_matches_cpu),
+    };
+    bfit_device *g = NULL;
+
+    /* no GPU, no test: skipped (77), never passed */
+    if (!getenv("BFIT_TEST_CUDA_ON_CPU") && bfit_device_open("cuda", NULL, &g) != BFIT_OK) {
+        printf("test_cuda_ops: skipped: %s\n", bfit_errmsg());
+        return SKIP;
+    }
+    bfit_device_free(g);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
