@@ -740,7 +740,7 @@ static void test_sgd(void **st)
         bfit_op_desc d = {.kind = BFIT_OP_SGD, .dtype = BFIT_F32};
         dbuf p = db_rand(n, -1, 1, 111), g = db_rand(n, -1, 1, 112), buf = db_rand(n, -1, 1, 113);
         bfit_op_args a[NS];
-        d.u.sgd = (typeof(d.u.sgd)){n, nesterov};
+        d.u.sgd = (typeof(d.u.sgd)){.n = n, .momentum = mom, .nesterov = nesterov};
         memset(a, 0, sizeof a);
         ARG(a, dst, p), ARG(a, src, g);
         if (mom)

@@ -408,7 +408,7 @@ static int save_chart(const args *a, const bfit_probe_result *r)
 {
     if (bfit_probe_chart_save(a->plot, a->c.model, a->c.probe.tolerance, a->c.probe.margin, r) == BFIT_OK)
         return 0;
-    cli_error("--plot %s: %s", a->plot, bfit_errmsg());
+    cli_error("--plot %s", bfit_errmsg()); /* the message starts with the path */
     return -1;
 }
 

@@ -203,8 +203,14 @@ static const char *fmt_d(double b, char *buf, size_t n)
     return bfit_format_size((uint64_t)(b + 0.5), buf, n);
 }
 
-static const char *row_names[BFIT_MEM_INPUT + 1] = {"params",      "grads",     "optimizer", "activations",
-                                                    "act_grads",   "workspace", "input"};
+/* Categories in the order shown: the fixed part, then what grows with m. */
+static const bfit_mem_cat rows[] = {BFIT_MEM_PARAMS,      BFIT_MEM_GRADS,     BFIT_MEM_OPTIMIZER,
+                                    BFIT_MEM_OTHER,       BFIT_MEM_ACTIVATIONS, BFIT_MEM_ACT_GRADS,
+                                    BFIT_MEM_WORKSPACE,   BFIT_MEM_INPUT};
+#define NROWS ((int)(sizeof rows / sizeof rows[0]))
+#define NFIXED 4
+
+static const char *row_name(bfit_mem_cat c) { return c == BFIT_MEM_OTHER ? "statistics" : bfit_mem_cat_name(c); }
 
 
 static void print_human(const report *r)
@@ -235,9 +241,10 @@ static void print_human(const report *r)
         printf(" %11s", h);
     }
     putchar('\n');
-    for (int c = 0; c <= BFIT_MEM_INPUT; c++) {
-        int is_fixed = c <= BFIT_MEM_OPTIMIZER;
-        printf("%-14s %11s %11s", row_names[c], is_fixed ? fmt(r->pr.p1.bytes[c], b1, sizeof b1) : "-",
+    for (int k = 0; k < NROWS; k++) {
+        bfit_mem_cat c = rows[k];
+        int is_fixed = k < NFIXED;
+        printf("%-14s %11s %11s", row_name(c), is_fixed ? fmt(r->pr.p1.bytes[c], b1, sizeof b1) : "-",
                is_fixed ? "-" : fmt_d(r->pr.line.cat_slope[c], b2, sizeof b2));
         for (int i = 0; i < r->pr.nshown; i++)
             printf(" %11s", fmt(r->pr.shown[i].bytes[c], b3, sizeof b3));
@@ -288,8 +295,8 @@ static void print_human(const report *r)
 
 static void add_cats(cJSON *o, const bfit_plan *p)
 {
-    for (int c = 0; c <= BFIT_MEM_INPUT; c++)
-        cJSON_AddNumberToObject(o, row_names[c], (double)p->bytes[c]);
+    for (int k = 0; k < NROWS; k++)
+        cJSON_AddNumberToObject(o, row_name(rows[k]), (double)p->bytes[rows[k]]);
 }
 
 static int print_json(const report *r)
@@ -320,12 +327,12 @@ static int print_json(const report *r)
     cJSON_AddNumberToObject(root, "budget", (double)r->pr.budget);
 
     o = cJSON_AddObjectToObject(root, "fixed");
-    for (int c = 0; c <= BFIT_MEM_OPTIMIZER; c++)
-        cJSON_AddNumberToObject(o, row_names[c], (double)r->pr.p1.bytes[c]);
+    for (int k = 0; k < NFIXED; k++)
+        cJSON_AddNumberToObject(o, row_name(rows[k]), (double)r->pr.p1.bytes[rows[k]]);
     cJSON_AddNumberToObject(o, "total", (double)r->pr.p1.fixed);
     o = cJSON_AddObjectToObject(root, "per_sample");
-    for (int c = BFIT_MEM_ACTIVATIONS; c <= BFIT_MEM_INPUT; c++)
-        cJSON_AddNumberToObject(o, row_names[c], r->pr.line.cat_slope[c]);
+    for (int k = NFIXED; k < NROWS; k++)
+        cJSON_AddNumberToObject(o, row_name(rows[k]), r->pr.line.cat_slope[rows[k]]);
     cJSON_AddNumberToObject(o, "total", r->pr.line.slope);
     arr = cJSON_AddArrayToObject(o, "between");
     cJSON_AddItemToArray(arr, cJSON_CreateNumber(r->pr.line.m1));
@@ -378,13 +385,14 @@ static int check_fits(const report *r)
     const bfit_plan *p1 = &r->pr.p1;
 
     if (p1->fixed > a->memory) {
+        char st[32];
         cli_error("%s does not fit in %s at any batch size: its fixed part alone (parameters %s + gradients %s + "
-                  "optimizer state %s = %s) exceeds the memory by %s; batch 1 needs --memory of at least %s (%s "
-                  "with the %g%% margin)%s",
+                  "optimizer state %s + statistics %s = %s) exceeds the memory by %s; batch 1 needs --memory of "
+                  "at least %s (%s with the %g%% margin)%s",
                   a->model, fmt(a->memory, b[0], 32), fmt(p1->bytes[BFIT_MEM_PARAMS], b[1], 32),
                   fmt(p1->bytes[BFIT_MEM_GRADS], b[2], 32), fmt(p1->bytes[BFIT_MEM_OPTIMIZER], b[3], 32),
-                  fmt(p1->fixed, b[4], 32), fmt(p1->fixed - a->memory, b[5], 32), fmt(p1->peak, b[6], 32),
-                  fmt(bfit_capacity_for(p1->peak, a->margin), b[7], 32), 100 * a->margin,
+                  fmt(p1->bytes[BFIT_MEM_OTHER], st, 32), fmt(p1->fixed, b[4], 32), fmt(p1->fixed - a->memory, b[5], 32),
+                  fmt(p1->peak, b[6], 32), fmt(bfit_capacity_for(p1->peak, a->margin), b[7], 32), 100 * a->margin,
                   p1->bytes[BFIT_MEM_OPTIMIZER] ? "; or plan less optimizer state: --optimizer sgd --momentum 0" : "");
         return EXIT_FAIL;
     }

@@ -211,6 +211,9 @@ static int run_sgd(cuda_op *op, const bfit_op_args *a)
                       a->hyper[BFIT_SGD_DAMP1], a->hyper[BFIT_SGD_FIRST] != 0.0f, op->base.desc.u.sgd.nesterov};
     if (!a->dst || !a->src)
         return bfit_fail(BFIT_EINVAL, "sgd: dst (the parameters) and src (the gradients) are required");
+    if (!a->state0 != !op->base.desc.u.sgd.momentum)
+        return bfit_fail(BFIT_EINVAL, "sgd: state0 (the momentum buffer) is %s but the op was made %s momentum",
+                         a->state0 ? "given" : "missing", op->base.desc.u.sgd.momentum ? "with" : "without");
     return launched(bk_sgd(stream(op), a->dst, a->src, a->state0, op->base.desc.u.sgd.n, h), "sgd update");
 }
 

@@ -67,7 +67,7 @@ if command -v python3 >/dev/null && [ -s "$out" ]; then
     python3 - "$out" <<'PY' || { echo "FAIL: JSON checks"; fails=$((fails + 1)); }
 import json, sys
 d = json.load(open(sys.argv[1]))
-cats = ["params", "grads", "optimizer", "activations", "act_grads", "workspace", "input"]
+cats = ["params", "grads", "optimizer", "statistics", "activations", "act_grads", "workspace", "input"]
 for p in d["plans"]:
     assert p["peak"] == sum(p[c] for c in cats), p
     assert p["peak"] == p["fixed"] + p["step"], p
@@ -95,7 +95,7 @@ fi
 
 # ---- does not fit: exit 1 ---------------------------------------------------
 run 1 --model vgg16 --memory 1GiB &&
-    has "$err" "^batchfit: error: vgg16 does not fit in 1\.00 GiB at any batch size: its fixed part alone \(parameters 527\.79 MiB \+ gradients 527\.79 MiB \+ optimizer state 527\.79 MiB = 1\.55 GiB\) exceeds the memory by 559\.38 MiB; batch 1 needs --memory of at least [0-9.]+ GiB \([0-9.]+ GiB with the 10% margin\); or plan less optimizer state: --optimizer sgd --momentum 0$"
+    has "$err" "^batchfit: error: vgg16 does not fit in 1\.00 GiB at any batch size: its fixed part alone \(parameters 527\.79 MiB \+ gradients 527\.79 MiB \+ optimizer state 527\.79 MiB \+ statistics 64 B = 1\.55 GiB\) exceeds the memory by 559\.38 MiB; batch 1 needs --memory of at least [0-9.]+ GiB \([0-9.]+ GiB with the 10% margin\); or plan less optimizer state: --optimizer sgd --momentum 0$"
 run 1 --model vgg16 --memory 1.6GiB &&
     has "$err" "^batchfit: error: vgg16 does not fit in 1\.60 GiB even at batch 1: batch 1 needs [0-9.]+ GiB, [0-9.]+ MiB more than the memory; give --memory of at least [0-9.]+ GiB \([0-9.]+ GiB with the 10% margin\)$"
 run 1 --model "$src/models/nope.cfg" && has "$err" "^batchfit: error: --model: .*/models/nope\.cfg: cannot open: No such file or directory$"
