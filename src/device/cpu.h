@@ -72,8 +72,11 @@ int cpu_dnnl_check(dnnl_status_t s, const char *what);
             return cpu_dnnl_check(s_, what);                                                       \
     } while (0)
 
-/* Plain row-major memory descriptor of up to 4 dims. */
+/* oneDNN's name for a dtype. */
+dnnl_data_type_t cpu_dt(bfit_dtype t);
+/* Plain row-major memory descriptor of up to 4 dims, f32 or of dtype t. */
 int cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+int cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t);
 /* Primitive attributes with a user-managed scratchpad (caller destroys). */
 int cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr);
 /* Create pd from an op descriptor and record its scratchpad size in *ws (max). */

@@ -11,6 +11,7 @@
  * by a plain loop instead, which needs no buffer for an unwanted diff_src. */
 #include "base/err.h"
 #include "device/cpu.h"
+#include "device/half.h"
 
 #include <math.h>
 
@@ -71,17 +72,20 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
 static void param_grads_only(const bfit_op_desc *d, const bfit_op_args *a)
 {
     int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
-    const float *x = a->src, *dy = a->diff_dst, *mean = a->mean, *var = a->var;
+    const void *x = a->src, *dy = a->diff_dst;
+    const float *mean = a->mean, *var = a->var;
+    bfit_dtype t = d->dtype;
     float *dscale = a->diff_scale, *dshift = a->diff_shift;
 
 #pragma omp parallel for
     for (int64_t k = 0; k < c; k++) {
         double ss = 0, sh = 0, rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
         for (int64_t i = 0; i < n; i++) {
-            const float *xp = x + (i * c + k) * hw, *gp = dy + (i * c + k) * hw;
+            int64_t at = (i * c + k) * hw;
             for (int64_t j = 0; j < hw; j++) {
-                ss += (double)gp[j] * ((double)xp[j] - mean[k]);
-                sh += gp[j];
+                double g = bfit_ld(dy, t, at + j);
+                ss += g * ((double)bfit_ld(x, t, at + j) - mean[k]);
+                sh += g;
             }
         }
         dscale[k] = (float)((d->accumulate ? dscale[k] : 0) + ss * rstd);
@@ -159,7 +163,7 @@ int cpu_bnorm_init(cpu_op *op)
                          (long long)(sd[0] * sd[2] * sd[3]));
     if (d->kind != BFIT_OP_BNORM_FWD && d->kind != BFIT_OP_BNORM_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: op kind %d is not a batch norm", (int)d->kind);
-    rc = cpu_md(&src, 4, sd);
+    rc = cpu_md_dt(&src, 4, sd, d->dtype);
     if (rc != BFIT_OK)
         return rc;
     /* the backward pd's hint must be the training forward */

@@ -192,8 +192,6 @@ static int check_desc(const bfit_op_desc *d)
     int64_t oc = d->u.conv.oc, kh = d->u.conv.kh, kw = d->u.conv.kw, sh = d->u.conv.sh, sw = d->u.conv.sw;
     int64_t ph = d->u.conv.ph, pw = d->u.conv.pw;
 
-    if (d->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "cpu conv: only f32 for now");
     if (n < 1 || ic < 1 || ih < 1 || iw < 1 || oc < 1 || kh < 1 || kw < 1 || sh < 1 || sw < 1 ||
         ph < 0 || pw < 0)
         return bfit_fail(BFIT_EINVAL, "cpu conv: bad sizes (n %lld ic %lld %lldx%lld oc %lld k %lldx%lld s %lldx%lld)",
@@ -260,8 +258,8 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
 /* Memory descriptors of the op: plain ones (the caller's) and "any" ones
  * for oneDNN to choose from. */
 typedef struct conv_mds {
-    dnnl_memory_desc_t src, w, b, dst;          /* plain */
-    dnnl_memory_desc_t src_any, w_any, dst_any;  /* format any, or plain where that is faster */
+    dnnl_memory_desc_t src, w, b, dst, dw;              /* plain; dw the weight gradient (f32) */
+    dnnl_memory_desc_t src_any, w_any, dst_any, dw_any; /* format any, or plain where that is faster */
 } conv_mds;
 
 static int make_mds(const bfit_op_desc *d, conv_mds *md)
@@ -273,12 +271,16 @@ static int make_mds(const bfit_op_desc *d, conv_mds *md)
     dnnl_dims_t s4, w4, d4;
     int rc;
 
-    if ((rc = cpu_md(&md->src, 4, sd)) != BFIT_OK || (rc = cpu_md(&md->w, 4, wd)) != BFIT_OK ||
-        (rc = cpu_md(&md->b, 1, bd)) != BFIT_OK || (rc = cpu_md(&md->dst, 4, dd)) != BFIT_OK)
+    /* data and weights in the op's dtype; bias and the gradients of the
+     * parameters in f32 */
+    if ((rc = cpu_md_dt(&md->src, 4, sd, d->dtype)) != BFIT_OK || (rc = cpu_md_dt(&md->w, 4, wd, d->dtype)) != BFIT_OK ||
+        (rc = cpu_md(&md->b, 1, bd)) != BFIT_OK || (rc = cpu_md_dt(&md->dst, 4, dd, d->dtype)) != BFIT_OK ||
+        (rc = cpu_md(&md->dw, 4, wd)) != BFIT_OK)
         return rc;
     md->src_any = md->src;
     md->w_any = md->w;
     md->dst_any = md->dst;
+    md->dw_any = md->dw;
     /* The gradient of a few-channel input in a 16-channel block is mostly
      * padding (6x slower than plain for one channel, measured): backward
      * data with ic < 16 stays plain. */
@@ -286,9 +288,10 @@ static int make_mds(const bfit_op_desc *d, conv_mds *md)
         return BFIT_OK;
     for (int i = 0; i < 4; i++)
         s4[i] = sd[i], w4[i] = wd[i], d4[i] = dd[i];
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->src_any, 4, s4, dnnl_f32, dnnl_format_tag_any), "conv src md");
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, 4, w4, dnnl_f32, dnnl_format_tag_any), "conv weights md");
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dst_any, 4, d4, dnnl_f32, dnnl_format_tag_any), "conv dst md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->src_any, 4, s4, cpu_dt(d->dtype), dnnl_format_tag_any), "conv src md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, 4, w4, cpu_dt(d->dtype), dnnl_format_tag_any), "conv weights md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dst_any, 4, d4, cpu_dt(d->dtype), dnnl_format_tag_any), "conv dst md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dw_any, 4, w4, dnnl_f32, dnnl_format_tag_any), "conv weight gradient md");
     return BFIT_OK;
 }
 
@@ -340,7 +343,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
         return BFIT_OK;
     case BFIT_OP_CONV_BWD_WEIGHTS:
         CPU_TRY(dnnl_convolution_backward_weights_desc_init(&bdesc, dnnl_convolution_direct, &md->src_any,
-                                                            &md->w_any, bias ? &md->b : NULL, &md->dst_any,
+                                                            &md->dw_any, bias ? &md->b : NULL, &md->dst_any,
                                                             strides, pad, pad),
                 "convolution backward weights descriptor");
         if ((rc = cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
@@ -349,7 +352,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
         CPU_TRY(dnnl_primitive_create(&op->prim[P_BWD], pd), "convolution primitive");
         if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
             (rc = plan_reorder(op, R_IN1, &md->dst, qmd(pd, dnnl_query_diff_dst_md, 0), 0, 0, cursor, scratch)) ||
-            (rc = plan_reorder(op, R_OUT, &md->w, qmd(pd, dnnl_query_diff_weights_md, 0), 1, acc, cursor,
+            (rc = plan_reorder(op, R_OUT, &md->dw, qmd(pd, dnnl_query_diff_weights_md, 0), 1, acc, cursor,
                                scratch)))
             return rc;
         /* without a reorder to accumulate through, temporaries are added */

@@ -17,7 +17,19 @@ int cpu_dnnl_check(dnnl_status_t s, const char *what)
     return bfit_fail(BFIT_EDEVICE, "oneDNN: %s failed (status %d)", what, (int)s);
 }
 
-int cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims)
+dnnl_data_type_t cpu_dt(bfit_dtype t)
+{
+    switch (t) {
+    case BFIT_BF16: return dnnl_bf16;
+    case BFIT_F16: return dnnl_f16;
+    case BFIT_I32: return dnnl_s32;
+    default: return dnnl_f32;
+    }
+}
+
+int cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) { return cpu_md_dt(md, ndims, dims, BFIT_F32); }
+
+int cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t)
 {
     static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd};
     dnnl_dims_t d;
@@ -25,7 +37,7 @@ int cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims)
         return bfit_fail(BFIT_EINVAL, "cpu: %d dims not supported", ndims);
     for (int i = 0; i < ndims; i++)
         d[i] = dims[i];
-    CPU_TRY(dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, tags[ndims]), "memory descriptor");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(md, ndims, d, cpu_dt(t), tags[ndims]), "memory descriptor");
     return BFIT_OK;
 }
 
@@ -134,9 +146,9 @@ static int cpu_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
     cpu_op *op;
     int rc;
 
-    if (desc->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "cpu: data type %s is not supported yet (f32 only)",
-                         bfit_dtype_name(desc->dtype));
+    if (desc->dtype == BFIT_F16)
+        return bfit_fail(BFIT_EINVAL, "cpu: f16 is not supported on this device (oneDNN has no f16 kernels for this "
+                                      "CPU): use bf16");
     op = calloc(1, sizeof *op);
     if (!op)
         return bfit_fail(BFIT_ENOMEM, "cpu: cannot allocate an op record");

@@ -43,8 +43,6 @@ int cpu_eltwise_init(cpu_op *op)
     dnnl_alg_kind_t alg;
     int rc;
 
-    if (d->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "eltwise: only f32 is supported so far");
     if (n < 1)
         return bfit_fail(BFIT_EINVAL, "eltwise: need at least one element, got %lld", (long long)n);
     switch (d->u.elt.alg) {
@@ -53,7 +51,7 @@ int cpu_eltwise_init(cpu_op *op)
     case BFIT_ELT_GELU_TANH: alg = dnnl_eltwise_gelu_tanh; break;
     default: return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     }
-    if ((rc = cpu_md(&md, 1, &n)) != BFIT_OK)
+    if ((rc = cpu_md_dt(&md, 1, &n, d->dtype)) != BFIT_OK)
         return rc;
     CPU_TRY(dnnl_eltwise_forward_desc_init(&fwd, dnnl_forward_training, alg, &md, 0.f, 0.f),
             "eltwise forward descriptor");

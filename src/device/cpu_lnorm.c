@@ -77,14 +77,12 @@ int cpu_lnorm_init(cpu_op *op)
     size_t ws_hint = 0;
     int rc;
 
-    if (d->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "layer norm: only f32 is supported so far");
     if (dims[0] < 1 || dims[1] < 1)
         return bfit_fail(BFIT_EINVAL, "layer norm: rows and cols must be positive, got %lldx%lld",
                          (long long)dims[0], (long long)dims[1]);
     if (!(d->u.lnorm.eps > 0))
         return bfit_fail(BFIT_EINVAL, "layer norm: eps must be positive, got %g", (double)d->u.lnorm.eps);
-    if ((rc = cpu_md(&data, 2, dims)) != BFIT_OK || (rc = cpu_md(&stat, 1, dims)) != BFIT_OK)
+    if ((rc = cpu_md_dt(&data, 2, dims, d->dtype)) != BFIT_OK || (rc = cpu_md(&stat, 1, dims)) != BFIT_OK)
         return rc;
     CPU_TRY(dnnl_layer_normalization_forward_desc_init(&fwd, dnnl_forward_training, &data, &stat,
                                                        d->u.lnorm.eps, flags),

@@ -7,7 +7,7 @@
 #include "device/cpu.h"
 
 /* [rows, cols] view of a row-major buffer; trans: the buffer is [cols, rows]. */
-static int md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans)
+static int md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, bfit_dtype t)
 {
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides = {cols, 1};
@@ -16,7 +16,7 @@ static int md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans)
         strides[0] = 1;
         strides[1] = rows;
     }
-    CPU_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides), "matmul memory descriptor");
+    CPU_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, cpu_dt(t), strides), "matmul memory descriptor");
     return BFIT_OK;
 }
 
@@ -72,13 +72,13 @@ int cpu_matmul_init(cpu_op *op)
     dnnl_dims_t bias_dims = {1, N};
     int rc;
 
-    if (d->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "matmul: only f32 is supported so far");
     if (M < 1 || N < 1 || K < 1)
         return bfit_fail(BFIT_EINVAL, "matmul: sizes must be positive, got M=%lld N=%lld K=%lld",
                          (long long)M, (long long)N, (long long)K);
-    if ((rc = md_2d(&src, M, K, d->u.mm.trans_src)) != BFIT_OK ||
-        (rc = md_2d(&wei, K, N, d->u.mm.trans_weights)) != BFIT_OK || (rc = md_2d(&dst, M, N, 0)) != BFIT_OK)
+    /* an accumulated dst is a parameter gradient: f32 whatever the inputs */
+    if ((rc = md_2d(&src, M, K, d->u.mm.trans_src, d->dtype)) != BFIT_OK ||
+        (rc = md_2d(&wei, K, N, d->u.mm.trans_weights, d->dtype)) != BFIT_OK ||
+        (rc = md_2d(&dst, M, N, 0, d->accumulate ? BFIT_F32 : d->dtype)) != BFIT_OK)
         return rc;
     CPU_TRY(dnnl_memory_desc_init_by_tag(&bias, 2, bias_dims, dnnl_f32, dnnl_ab), "matmul bias descriptor");
     CPU_TRY(dnnl_matmul_desc_init(&mm, &src, &wei, d->u.mm.bias ? &bias : NULL, &dst), "matmul descriptor");

@@ -48,8 +48,6 @@ static int check_desc(const bfit_op_desc *d)
     int64_t ih = d->u.pool.ih, iw = d->u.pool.iw, kh = d->u.pool.kh, kw = d->u.pool.kw;
     int64_t sh = d->u.pool.sh, sw = d->u.pool.sw, ph = d->u.pool.ph, pw = d->u.pool.pw;
 
-    if (d->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "cpu pool: only f32 for now");
     if (d->u.pool.n < 1 || d->u.pool.c < 1 || ih < 1 || iw < 1 || kh < 1 || kw < 1 || sh < 1 || sw < 1 ||
         ph < 0 || pw < 0 || ph >= kh || pw >= kw)
         return bfit_fail(BFIT_EINVAL, "cpu pool: bad sizes (input %lldx%lld kernel %lldx%lld stride %lldx%lld "
@@ -87,9 +85,9 @@ int cpu_pool_init(cpu_op *op)
 
     rc = check_desc(d);
     if (rc == BFIT_OK)
-        rc = cpu_md(&src, 4, sd);
+        rc = cpu_md_dt(&src, 4, sd, d->dtype);
     if (rc == BFIT_OK)
-        rc = cpu_md(&dst, 4, dd);
+        rc = cpu_md_dt(&dst, 4, dd, d->dtype);
     if (rc != BFIT_OK)
         return rc;
     if (d->kind != BFIT_OP_POOL_FWD && d->kind != BFIT_OP_POOL_BWD)

@@ -1,11 +1,13 @@
 /* cpu_simple.c - the ops that are plain loops: REDUCE_ROWS, ADD, dropout,
- * softmax cross-entropy with the loss and the accuracy count, SCALE and the
- * gradient norms. OpenMP over large arrays; results do not depend on
+ * softmax cross-entropy with the loss and the accuracy count, SCALE, the
+ * gradient norms and CAST. Data of 16-bit dtypes is loaded to f32 and
+ * stored back element by element (device/half.h); f32 keeps its own loops. OpenMP over large arrays; results do not depend on
  * the number of threads (each output element is computed by one thread in a
  * fixed order, and the loss is summed serially in double). */
 #include "base/err.h"
 #include "base/rand.h"
 #include "device/cpu.h"
+#include "device/half.h"
 
 #include <math.h>
 
@@ -15,16 +17,22 @@
 
 /* ---- REDUCE_ROWS: dst[N] (+)= sum over rows of src[M,N] ---- */
 
-static void reduce_block(const float *src, float *dst, int64_t M, int64_t N, int64_t b, int acc)
+/* src of dtype t; dst (a bias gradient) f32 */
+static void reduce_block(const void *src, bfit_dtype t, float *dst, int64_t M, int64_t N, int64_t b, int acc)
 {
     double s[RED_BLOCK];
     int64_t j0 = b * RED_BLOCK, nj = N - j0 < RED_BLOCK ? N - j0 : RED_BLOCK;
     for (int64_t j = 0; j < nj; j++)
         s[j] = 0;
     for (int64_t i = 0; i < M; i++) {
-        const float *row = src + i * N + j0;
-        for (int64_t j = 0; j < nj; j++)
-            s[j] += row[j];
+        if (t == BFIT_F32) {
+            const float *row = (const float *)src + i * N + j0;
+            for (int64_t j = 0; j < nj; j++)
+                s[j] += row[j];
+        } else {
+            for (int64_t j = 0; j < nj; j++)
+                s[j] += bfit_ld(src, t, i * N + j0 + j);
+        }
     }
     for (int64_t j = 0; j < nj; j++)
         dst[j0 + j] = (float)(acc ? dst[j0 + j] + s[j] : s[j]);
@@ -34,14 +42,15 @@ static int run_reduce(cpu_op *op, const bfit_op_args *a)
 {
     int64_t M = op->base.desc.u.reduce.M, N = op->base.desc.u.reduce.N;
     int acc = op->base.desc.accumulate;
-    const float *src = a->src;
+    const void *src = a->src;
     float *dst = a->dst;
     int64_t nblk = (N + RED_BLOCK - 1) / RED_BLOCK;
+    bfit_dtype t = op->base.desc.dtype;
 
     if (!src || !dst)
         return bfit_fail(BFIT_EINVAL, "reduce rows: src and dst are required");
     /* column blocks: rows are read contiguously, each block summed in double */
-    BFIT_PAR_FOR_IF(M * N > PAR_MIN, for (int64_t b = 0; b < nblk; b++) reduce_block(src, dst, M, N, b, acc););
+    BFIT_PAR_FOR_IF(M * N > PAR_MIN, for (int64_t b = 0; b < nblk; b++) reduce_block(src, t, dst, M, N, b, acc););
     return BFIT_OK;
 }
 
@@ -50,13 +59,21 @@ static int run_reduce(cpu_op *op, const bfit_op_args *a)
 static int run_add(cpu_op *op, const bfit_op_args *a)
 {
     int64_t n = op->base.desc.u.add.n;
-    const float *x = a->src, *y = op->base.desc.accumulate ? a->dst : a->src2;
-    float *dst = a->dst;
+    const void *x = a->src, *y = op->base.desc.accumulate ? a->dst : a->src2;
+    void *dst = a->dst;
+    bfit_dtype t = op->base.desc.dtype;
 
     if (!x || !y || !dst)
         return bfit_fail(BFIT_EINVAL, "add: src, %s and dst are required",
                          op->base.desc.accumulate ? "dst (accumulating)" : "src2");
-    BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) dst[i] = x[i] + y[i];);
+    if (t == BFIT_F32) {
+        const float *xf = x, *yf = y;
+        float *df = dst;
+        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) df[i] = xf[i] + yf[i];);
+    } else {
+        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++)
+                                         bfit_st(dst, t, i, bfit_ld(x, t, i) + bfit_ld(y, t, i)););
+    }
     return BFIT_OK;
 }
 
@@ -70,16 +87,20 @@ static int run_drop_fwd(cpu_op *op, const bfit_op_args *a)
     float p = op->base.desc.u.drop.p, scale = 1.0f / (1.0f - p);
     /* keep element i when its 32-bit hash is >= p * 2^32: P(keep) = 1 - p */
     uint64_t thresh = (uint64_t)((double)p * 4294967296.0), s = bfit_mix64(a->seed);
-    const float *x = a->src;
-    float *y = a->dst;
+    const void *x = a->src;
+    void *y = a->dst;
     uint8_t *mask = a->saved;
+    bfit_dtype t = op->base.desc.dtype;
 
     if (!x || !y || !mask)
         return bfit_fail(BFIT_EINVAL, "dropout forward: src, dst and saved (the mask) are required");
     BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) {
         uint8_t k = (bfit_mix64(s + (uint64_t)i) >> 32) >= thresh;
         mask[i] = k;
-        y[i] = k ? x[i] * scale : 0.0f;
+        if (t == BFIT_F32)
+            ((float *)y)[i] = k ? ((const float *)x)[i] * scale : 0.0f;
+        else
+            bfit_st(y, t, i, k ? bfit_ld(x, t, i) * scale : 0.0f);
     });
     return BFIT_OK;
 }
@@ -88,13 +109,21 @@ static int run_drop_bwd(cpu_op *op, const bfit_op_args *a)
 {
     int64_t n = op->base.desc.u.drop.n;
     float scale = 1.0f / (1.0f - op->base.desc.u.drop.p);
-    const float *dy = a->diff_dst;
+    const void *dy = a->diff_dst;
     const uint8_t *mask = a->saved;
-    float *dx = a->diff_src;
+    void *dx = a->diff_src;
+    bfit_dtype t = op->base.desc.dtype;
 
     if (!dy || !dx || !mask)
         return bfit_fail(BFIT_EINVAL, "dropout backward: diff_dst, diff_src and saved (the mask) are required");
-    BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) dx[i] = mask[i] ? dy[i] * scale : 0.0f;);
+    if (t == BFIT_F32) {
+        const float *g = dy;
+        float *o = dx;
+        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) o[i] = mask[i] ? g[i] * scale : 0.0f;);
+    } else {
+        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++)
+                                         bfit_st(dx, t, i, mask[i] ? bfit_ld(dy, t, i) * scale : 0.0f););
+    }
     return BFIT_OK;
 }
 
@@ -111,23 +140,23 @@ static int check_labels(const int32_t *labels, int64_t M, int64_t N)
 
 /* One row of XENT_FWD: probabilities, and with labels the row's loss and
  * whether its arg-max (the first, on ties) is the label. */
-static void xent_row(const float *xi, float *pi, int64_t N, const int32_t *labels, double *row_loss,
+static void xent_row(const void *x, bfit_dtype t, float *pi, int64_t N, const int32_t *labels, double *row_loss,
                      uint8_t *row_hit, int64_t i)
 {
-    float mx = xi[0];
-    int64_t best = 0;
+    int64_t r = i * N, best = 0;
+    float mx = bfit_ld(x, t, r);
     double sum = 0;
     for (int64_t j = 1; j < N; j++)
-        if (xi[j] > mx) {
-            mx = xi[j];
+        if (bfit_ld(x, t, r + j) > mx) {
+            mx = bfit_ld(x, t, r + j);
             best = j;
         }
     for (int64_t j = 0; j < N; j++)
-        sum += exp((double)xi[j] - mx);
+        sum += exp((double)bfit_ld(x, t, r + j) - mx);
     for (int64_t j = 0; j < N; j++)
-        pi[j] = (float)(exp((double)xi[j] - mx) / sum);
+        pi[j] = (float)(exp((double)bfit_ld(x, t, r + j) - mx) / sum);
     if (labels) {
-        row_loss[i] = log(sum) + mx - xi[labels[i]];
+        row_loss[i] = log(sum) + mx - bfit_ld(x, t, r + labels[i]);
         row_hit[i] = best == labels[i];
     }
 }
@@ -142,7 +171,7 @@ static size_t xent_ws(int64_t M) { return BFIT_ALIGN_UP((size_t)M * sizeof(doubl
 static int run_xent_fwd(cpu_op *op, const bfit_op_args *a)
 {
     int64_t M = op->base.desc.u.xent.M, N = op->base.desc.u.xent.N;
-    const float *x = a->src;
+    const void *x = a->src;   /* logits of the op's dtype; the probabilities are f32 */
     float *p = a->dst;
     double *row_loss = a->workspace, *stats = a->stats, total = 0, hits = 0;
     uint8_t *row_hit = a->workspace ? (uint8_t *)a->workspace + BFIT_ALIGN_UP((size_t)M * sizeof(double)) : NULL;
@@ -158,8 +187,8 @@ static int run_xent_fwd(cpu_op *op, const bfit_op_args *a)
         if ((rc = check_labels(a->labels, M, N)) != BFIT_OK)
             return rc;
     }
-    BFIT_PAR_FOR_IF(M * N > PAR_MIN, for (int64_t i = 0; i < M; i++) xent_row(x + i * N, p + i * N, N,
-                                                                     a->labels, row_loss, row_hit, i););
+    BFIT_PAR_FOR_IF(M * N > PAR_MIN, for (int64_t i = 0; i < M; i++) xent_row(x, op->base.desc.dtype, p + i * N,
+                                                                     N, a->labels, row_loss, row_hit, i););
     if (a->labels) {
         for (int64_t i = 0; i < M; i++) {
             total += row_loss[i];
@@ -176,8 +205,10 @@ static int run_xent_fwd(cpu_op *op, const bfit_op_args *a)
 static int run_xent_bwd(cpu_op *op, const bfit_op_args *a)
 {
     int64_t M = op->base.desc.u.xent.M, N = op->base.desc.u.xent.N;
-    const float *p = a->src;
-    float *dx = a->diff_src, s = a->loss_scale;
+    const float *p = a->src;   /* the f32 probabilities; diff_src of the op's dtype */
+    void *dx = a->diff_src;
+    float s = a->loss_scale;
+    bfit_dtype t = op->base.desc.dtype;
     int rc;
 
     if (!p || !dx || !a->labels)
@@ -187,8 +218,7 @@ static int run_xent_bwd(cpu_op *op, const bfit_op_args *a)
         return rc;
     BFIT_PAR_FOR_IF(M * N > PAR_MIN, for (int64_t i = 0; i < M; i++) {
         for (int64_t j = 0; j < N; j++)
-            dx[i * N + j] = p[i * N + j] * s;
-        dx[i * N + a->labels[i]] = (p[i * N + a->labels[i]] - 1.0f) * s;
+            bfit_st(dx, t, i * N + j, (p[i * N + j] - (j == a->labels[i] ? 1.0f : 0.0f)) * s);
     });
     return BFIT_OK;
 }
@@ -254,6 +284,18 @@ static int run_norms(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+/* ---- CAST: dst (to) = src (the op's dtype), rounding to nearest even ---- */
+
+static int run_cast(cpu_op *op, const bfit_op_args *a)
+{
+    int64_t n = op->base.desc.u.cast.n;
+    bfit_dtype from = op->base.desc.dtype, to = op->base.desc.u.cast.to;
+    if (!a->src || !a->dst)
+        return bfit_fail(BFIT_EINVAL, "cast: src and dst are required");
+    BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) bfit_st(a->dst, to, i, bfit_ld(a->src, from, i)););
+    return BFIT_OK;
+}
+
 static int positive(int64_t v, const char *what)
 {
     if (v < 1)
@@ -293,6 +335,13 @@ int cpu_simple_init(cpu_op *op)
         if (d->kind == BFIT_OP_XENT_FWD)
             op->ws = xent_ws(d->u.xent.M); /* per-row losses and hits */
         op->run = d->kind == BFIT_OP_XENT_FWD ? run_xent_fwd : run_xent_bwd;
+        break;
+    case BFIT_OP_CAST:
+        rc = positive(d->u.cast.n, "cast: n");
+        if (rc == BFIT_OK && (!bfit_dtype_is_float(d->dtype) || !bfit_dtype_is_float(d->u.cast.to)))
+            rc = bfit_fail(BFIT_EINVAL, "cast: between float dtypes only, got %s to %s", bfit_dtype_name(d->dtype),
+                           bfit_dtype_name(d->u.cast.to));
+        op->run = run_cast;
         break;
     case BFIT_OP_SCALE:
         rc = positive(d->u.scale.n, "scale: n");

@@ -87,8 +87,12 @@ int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
     *out = NULL;
     if ((unsigned)desc->kind >= BFIT_OP_COUNT)
         return bfit_fail(BFIT_EINVAL, "device: unknown op kind %d", (int)desc->kind);
-    if ((unsigned)desc->dtype >= BFIT_NDTYPES)
-        return bfit_fail(BFIT_EINVAL, "device: unknown data type %d", (int)desc->dtype);
+    if ((unsigned)desc->dtype >= BFIT_NDTYPES || !bfit_dtype_is_float(desc->dtype))
+        return bfit_fail(BFIT_EINVAL, "device: ops compute in f32, bf16 or f16, not %s", bfit_dtype_name(desc->dtype));
+    if ((desc->kind == BFIT_OP_SCALE || desc->kind == BFIT_OP_NORMS || desc->kind == BFIT_OP_SGD ||
+         desc->kind == BFIT_OP_ADAMW) && desc->dtype != BFIT_F32)
+        return bfit_fail(BFIT_EINVAL, "device: parameters and their gradients are f32: an op of kind %d must be f32",
+                         (int)desc->kind);
     return d->vt->op_new(d, desc, out);
 }
 

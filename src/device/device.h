@@ -50,14 +50,23 @@ typedef enum {
                                  stats[1] = sum (src - state0)^2, then state0 = src. f64, fixed order */
     BFIT_OP_SGD,              /* dst (params) updated from src (grads), state0 the momentum buffer or NULL */
     BFIT_OP_ADAMW,            /* dst (params) updated from src (grads), state0/state1 the moments */
+    BFIT_OP_CAST,             /* dst[n] (u.cast.to) = src[n] (dtype), rounded to nearest even */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
 typedef enum { BFIT_ELT_RELU, BFIT_ELT_GELU_ERF, BFIT_ELT_GELU_TANH } bfit_eltwise_alg;
 
+/* Data types. desc.dtype is that of the data: activations, their gradients,
+ * and the weights a MATMUL or convolution multiplies by (a compute copy of
+ * f32 master weights under mixed precision). f32 whatever desc.dtype:
+ * biases; parameter gradients (diff_weights, diff_bias, diff_scale,
+ * diff_shift, a MATMUL dst that accumulates, REDUCE_ROWS dst); norm scale,
+ * shift and statistics; XENT probabilities (FWD dst, BWD src) and stats;
+ * and everything SCALE, NORMS, SGD and ADAMW touch (desc.dtype must be f32
+ * for them). */
 typedef struct bfit_op_desc {
     bfit_op_kind kind;
-    bfit_dtype dtype;  /* of the data tensors (activations); parameters and statistics are f32 */
+    bfit_dtype dtype;  /* of the data tensors (see above) */
     int accumulate;    /* gradient outputs (diff_weights, diff_bias, diff_scale, diff_shift,
                           MATMUL dst, REDUCE_ROWS dst, ADD dst) are added to, not overwritten */
     union {
@@ -81,6 +90,7 @@ typedef struct bfit_op_desc {
         /* optimizer updates of n elements; the coefficients of a step come in args.hyper */
         struct { int64_t n; int momentum, nesterov; } sgd; /* momentum: state0 is the buffer */
         struct { int64_t n; } adamw;
+        struct { int64_t n; bfit_dtype to; } cast;
     } u;
 } bfit_op_desc;
 
