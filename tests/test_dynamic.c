@@ -15,6 +15,7 @@
 
 #include "batch/plan.h"
 #include "nn/spec.h"
+#include "tdev.h"
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
 
@@ -153,26 +154,38 @@ static void make_indexed(bfit_dataset **tr, bfit_dataset **te)
             x[i * 4 + k] = (float)((i * 7 + k * 13) % 11) / 11.0f;
         y[i] = i % 3;
     }
-    bfit_shape s = {4, 1, 1};
+    bfit_shape s = bfit_shape_vec(4);
     assert_int_equal(bfit_dataset_from_floats(s, NS, 3, x, y, tr), BFIT_OK);
     assert_int_equal(bfit_dataset_from_floats(s, NS, 3, x, y, te), BFIT_OK);
     free(x);
     free(y);
 }
 
+/* The step of the first out-of-memory recovery (-1: none). */
+static void first_oom(void *ud, const bfit_batch_decision *d, int64_t step)
+{
+    int64_t *at = ud;
+    if (d->reason == BFIT_REASON_OOM && *at < 0)
+        *at = step;
+}
+
 /* Allocation failures injected at different points of the run (during the
  * first reservation, and when the step re-reserves after a capacity change):
  * each is recovered by a smaller micro-batch; every sample is seen exactly
- * once per epoch. */
+ * once per epoch. The run allocates parameters, gradients, the model's
+ * statistics and the optimizer state (allocations 1-4), then the step's four
+ * blocks at step 0 (5-8) and again after the capacity change at step 5. */
 static void test_oom_loses_no_sample(void **st)
 {
-    const uint64_t nth[] = {4, 6, 8, 9};
+    const uint64_t nth[] = {5, 7, 9, 10};
+    const int64_t at_step[] = {0, 0, 5, 5};
     bfit_dataset *tr, *te;
     bfit_mem_point mp[1];
     (void)st;
     make_indexed(&tr, &te);
     for (unsigned t = 0; t < sizeof nth / sizeof nth[0]; t++) {
         counts *cnt = calloc(1, sizeof *cnt);
+        int64_t oom_at = -1;
         bfit_train_result r;
         bfit_train_cfg c = base(tiny, 32, 0);
         c.train_set = tr;
@@ -183,6 +196,8 @@ static void test_oom_loses_no_sample(void **st)
         c.on_samples = count_samples;
         c.on_samples_ud = cnt;
         c.fail_nth_alloc = nth[t];
+        c.on_batch_change = first_oom;
+        c.cb_ud = &oom_at;
         /* a capacity "change" to the same size at step 5 makes the trainer
          * reserve again mid-epoch, where the later injections land */
         mp[0].step = 5;
@@ -191,9 +206,11 @@ static void test_oom_loses_no_sample(void **st)
         c.memory_schedule = mp;
         c.nmemory_schedule = 1;
         assert_int_equal(bfit_train(&c, &r), BFIT_OK);
-        printf("  fail allocation #%llu: %d out-of-memory recovered, last micro-batch %d, %lld samples\n",
-               (unsigned long long)nth[t], r.ooms, r.micro_batch, (long long)cnt->total);
+        printf("  fail allocation #%llu: %d out-of-memory recovered (first at step %lld), last micro-batch %d, "
+               "%lld samples\n",
+               (unsigned long long)nth[t], r.ooms, (long long)oom_at, r.micro_batch, (long long)cnt->total);
         assert_true(r.ooms >= 1);
+        assert_int_equal(oom_at, at_step[t]);
         assert_true(r.micro_batch < 32);
         assert_int_equal(cnt->total, 2 * NS);
         assert_int_equal(r.samples, 2 * NS);
@@ -209,21 +226,19 @@ static void test_oom_loses_no_sample(void **st)
 /* The bytes a training step of `model` needs at m (SGD momentum). */
 static uint64_t plan_peak(const char *model, int m, uint64_t *fixed)
 {
-    bfit_arena *a = bfit_arena_new(1ull << 34, NULL);
-    bfit_device *dev;
+    tdev t;
     bfit_graph_desc g;
     bfit_model *M;
     bfit_plan p;
     bfit_optim_cfg o = bfit_optim_cfg_default(BFIT_OPT_SGD);
-    assert_int_equal(bfit_device_cpu_new(a, 2, &dev), BFIT_OK);
+    tdev_open(&t, 2);
     assert_int_equal(bfit_spec_parse_file(model, &g), BFIT_OK);
-    assert_int_equal(bfit_model_new(&g, dev, &M), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
     assert_int_equal(bfit_plan_compute(M, &o, m, 1, &p), BFIT_OK);
     *fixed = p.fixed;
     bfit_model_free(M);
     bfit_graph_fini(&g);
-    bfit_device_free(dev);
-    bfit_arena_free(a);
+    tdev_close(&t);
     return p.peak;
 }
 
@@ -325,30 +340,80 @@ static void test_batch_instead_of_decay(void **st)
     assert_int_equal(r.last_batch, 64);
 }
 
-/* Adaptive E: the noise scale is measured (every step has k >= 2
- * micro-batches) and E stays within its bounds. */
-static void test_adaptive(void **st)
+/* The whole contents of a file (malloc'd). */
+static char *file_bytes(const char *path, long *n)
 {
-    bfit_train_result r;
-    bfit_train_cfg c = base(small, 0, 6400);
-    char lg[300];
-    (void)st;
-    snprintf(lg, sizeof lg, "%s/adaptive.jsonl", tmpdir);
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)*n);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)*n, f), (size_t)*n);
+    fclose(f);
+    return buf;
+}
+
+/* One adaptive run (E from 16, at most 256); the noise scale must be
+ * estimated and E stay within its bounds. */
+static void adaptive_run(int64_t samples, int micro_batch, const char *save, const char *lg, bfit_train_result *r)
+{
+    bfit_train_cfg c = base(small, 0, samples);
     c.adaptive = 1;
     c.batch_min = 16;
     c.batch_max = 256;
     c.batch = 16;
+    c.micro_batch = micro_batch;
     c.log = lg;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
-    printf("  adaptive: %lld steps, noise scale %.1f, last E %d\n", (long long)r.steps, r.noise_scale, r.last_batch);
-    if (!(r.noise_scale > 0)) {
+    c.save = save;
+    assert_int_equal(bfit_train(&c, r), BFIT_OK);
+    printf("  adaptive, micro-batch %s: %lld steps, noise scale %.1f, last E %d, %d changes\n",
+           micro_batch ? "fixed" : "auto", (long long)r->steps, r->noise_scale, r->last_batch, r->batch_changes);
+    if (!(r->noise_scale > 0)) {
         char cmd[400];
         snprintf(cmd, sizeof cmd, "grep -E 'batch_change|\"step\":(1|2|3|4|5|6|50|100|101),' %s | cut -c1-300", lg);
         (void)!system(cmd);
     }
-    assert_true(r.noise_scale > 0);
-    assert_true(r.last_batch >= 16 && r.last_batch <= 256);
-    assert_int_equal(r.samples, 6400);
+    assert_true(r->noise_scale > 0);
+    assert_true(r->last_batch >= 16 && r->last_batch <= 256);
+    assert_int_equal(r->samples, samples);
+}
+
+/* Adaptive E: the noise scale is measured (every step has k >= 2
+ * micro-batches) and E stays within its bounds, with the micro-batch chosen
+ * by the controller. Then determinism: the same seed gives the same
+ * estimates, decisions and weights, bit for bit. That needs a micro-batch
+ * that does not follow wall-clock measurements: in auto mode the controller
+ * may switch to a micro-batch it measured faster (docs/dynamic.md,
+ * "Throughput"), which changes the noise estimates. A fixed micro-batch of
+ * batch_max never binds, so m is the adaptive cap ceil(E/2) throughout
+ * (3200 samples: 150 steps, E changes once at step 100). */
+static void test_adaptive(void **st)
+{
+    bfit_train_result r[3];
+    char lg[300], w[2][300], *b[2];
+    long n[2];
+    (void)st;
+    snprintf(lg, sizeof lg, "%s/adaptive.jsonl", tmpdir);
+    adaptive_run(6400, 0, NULL, lg, &r[2]);
+    for (int i = 0; i < 2; i++) {
+        snprintf(w[i], sizeof w[i], "%s/adaptive%d.safetensors", tmpdir, i);
+        adaptive_run(3200, 256, w[i], lg, &r[i]);
+        assert_int_equal(r[i].micro_batch, (r[i].last_batch + 1) / 2);
+    }
+    assert_true(r[0].noise_scale == r[1].noise_scale);
+    assert_int_equal(r[0].steps, r[1].steps);
+    assert_true(r[0].batch_changes >= 1); /* E moved at step 100 */
+    assert_int_equal(r[0].batch_changes, r[1].batch_changes);
+    assert_int_equal(r[0].last_batch, r[1].last_batch);
+    b[0] = file_bytes(w[0], &n[0]);
+    b[1] = file_bytes(w[1], &n[1]);
+    assert_int_equal(n[0], n[1]);
+    assert_memory_equal(b[0], b[1], (size_t)n[0]);
+    free(b[0]);
+    free(b[1]);
 }
 
 /* Batch norm with m < E sees micro-batches: one warning, in the log and

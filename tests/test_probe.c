@@ -73,32 +73,58 @@ static void make_data(rig *r, int count)
     r->sc.prefetch = 1;
 }
 
+/* The CPU device on one thread and an arena of capacity over it. */
+static void rig_device(rig *r, uint64_t capacity)
+{
+    bfit_cpu_cfg cc = bfit_cpu_cfg_default();
+    memset(r, 0, sizeof *r);
+    cc.threads = 1;
+    assert_int_equal(bfit_device_cpu_new(&cc, &r->dev), BFIT_OK);
+    r->arena = bfit_device_arena_new(r->dev, capacity);
+    assert_non_null(r->arena);
+}
+
 /* A preset, or the spec text above when model is NULL; parameters and
  * gradients allocated on an arena of capacity. */
 static void rig_new(rig *r, const char *model, uint64_t capacity)
 {
     bfit_graph_desc g;
-    memset(r, 0, sizeof *r);
-    r->arena = bfit_arena_new(capacity, NULL);
-    assert_non_null(r->arena);
-    assert_int_equal(bfit_device_cpu_new(r->arena, 1, &r->dev), BFIT_OK);
+    rig_device(r, capacity);
     if (model)
         assert_int_equal(bfit_model_source_load(model, &g), BFIT_OK);
     else if (bfit_spec_parse(bn_spec, sizeof bn_spec - 1, "bn.cfg", &g) != BFIT_OK)
         fail_msg("%s", bfit_errmsg());
-    assert_int_equal(bfit_model_new(&g, r->dev, &r->M), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, r->dev, r->arena, &r->M), BFIT_OK);
     bfit_graph_fini(&g);
     assert_int_equal(bfit_model_alloc_params(r->M, 1), BFIT_OK);
-    bfit_model_init_params(r->M, 11);
+    assert_int_equal(bfit_model_init_params(r->M, 11), BFIT_OK);
     make_data(r, 300);
 }
 
+/* The arena goes before its device. */
 static void rig_free(rig *r)
 {
     bfit_model_free(r->M);
     bfit_dataset_free(r->d);
-    bfit_device_free(r->dev);
     bfit_arena_free(r->arena);
+    bfit_device_free(r->dev);
+}
+
+/* A host copy of the model's parameter (or gradient) block. */
+static void *download_block(const rig *r, const void *block, uint64_t bytes)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    assert_non_null(h);
+    assert_int_equal(bfit_device_download(r->dev, h, block, bytes), BFIT_OK);
+    return h;
+}
+
+/* The model's parameters (or gradients) equal a host copy, bit for bit. */
+static void assert_block_equal(const rig *r, const void *block, const void *copy, uint64_t bytes)
+{
+    void *now = download_block(r, block, bytes);
+    assert_memory_equal(now, copy, bytes);
+    free(now);
 }
 
 static bfit_probe_cfg quick_cfg(uint64_t capacity)
@@ -180,17 +206,18 @@ static void check_largest(const char *model, uint64_t capacity)
     print_message("%s at %llu MiB: largest %d, %d steps; a doubling search: %d trials, %d steps\n", model,
                   (unsigned long long)(capacity / MiB), res->largest, res->largest_steps, trials,
                   res->search_steps);
-    /* the arena is as before: its capacity, and nothing of the probe held */
+    /* the arena is as before: its capacity, and nothing of the probe held
+     * (the model's parameters, gradients and statistics block only) */
     assert_int_equal(bfit_arena_capacity(r.arena), BIG);
     assert_int_equal(r.M->m, 0);
     {
         bfit_arena_stats st;
         bfit_arena_stats_get(r.arena, &st);
-        assert_int_equal(st.current, r.M->param_bytes + r.M->grad_bytes);
+        assert_int_equal(st.current, r.M->param_bytes + r.M->grad_bytes + BFIT_MODEL_STATS_BYTES);
     }
     /* and once more by hand, at exactly the budget */
     bfit_arena_set_capacity(r.arena, res->budget);
-    assert_int_equal(bfit_optim_new(&oc, r.M->trainable, r.M->ntrainable, r.arena, &o), BFIT_OK);
+    assert_int_equal(bfit_optim_new(&oc, r.M->trainable, r.M->ntrainable, r.dev, r.arena, &o), BFIT_OK);
     assert_int_equal(bfit_model_reserve(r.M, res->largest, 1), BFIT_OK);
     bfit_model_unreserve(r.M);
     assert_int_equal(bfit_model_reserve(r.M, res->largest + 1, 1), BFIT_ENOMEM);
@@ -219,26 +246,25 @@ static void test_model_untouched(void **st)
     bfit_probe_cfg c = quick_cfg(0);
     bfit_probe_result *res = calloc(1, sizeof *res);
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    float *g, x[4 * 144], *after;
+    int32_t labels[4];
     void *params, *grads;
-    float *g;
     int64_t ng;
-    double loss;
     int changed = 0;
     (void)st;
 
     assert_non_null(res);
     rig_new(&r, NULL, BIG);
     /* gradients the caller had accumulated must survive too */
-    g = (float *)r.M->grad_block;
-    ng = (int64_t)(r.M->grad_bytes / sizeof(float));
+    ng = (int64_t)(r.M->grad_bytes / bfit_dtype_size(BFIT_F32));
+    g = malloc(r.M->grad_bytes);
+    assert_non_null(g);
     for (int64_t i = 0; i < ng; i++)
         g[i] = (float)(i % 7) * 0.25f;
-    params = malloc(r.M->param_bytes);
-    grads = malloc(r.M->grad_bytes);
-    assert_non_null(params);
-    assert_non_null(grads);
-    memcpy(params, r.M->param_block, r.M->param_bytes);
-    memcpy(grads, r.M->grad_block, r.M->grad_bytes);
+    assert_int_equal(bfit_device_upload(r.dev, r.M->grad_block, g, r.M->grad_bytes), BFIT_OK);
+    free(g);
+    params = download_block(&r, r.M->param_block, r.M->param_bytes);
+    grads = download_block(&r, r.M->grad_block, r.M->grad_bytes);
 
     c.capacity = 4 * MiB;
     c.ladder = 1;
@@ -248,23 +274,25 @@ static void test_model_untouched(void **st)
     assert_true(res->largest >= 1);
     assert_true(res->nrungs >= 2);
     assert_true(res->ladder_steps >= 2 * res->nrungs);
-    assert_memory_equal(r.M->param_block, params, r.M->param_bytes);
-    assert_memory_equal(r.M->grad_block, grads, r.M->grad_bytes);
+    assert_block_equal(&r, r.M->param_block, params, r.M->param_bytes);
+    assert_block_equal(&r, r.M->grad_block, grads, r.M->grad_bytes);
 
     /* the check has teeth: a training forward does move the statistics */
     assert_int_equal(bfit_model_reserve(r.M, 4, 1), BFIT_OK);
     for (int i = 0; i < 4 * 144; i++)
-        bfit_model_input_x(r.M)[i] = (float)(i % 13) - 6.0f;
+        x[i] = (float)(i % 13) - 6.0f;
     for (int i = 0; i < 4; i++)
-        bfit_model_input_labels(r.M)[i] = i;
-    assert_int_equal(bfit_model_forward(r.M, 1, &loss, NULL), BFIT_OK);
+        labels[i] = i;
+    assert_int_equal(bfit_model_set_input(r.M, x, labels, 4), BFIT_OK);
+    assert_int_equal(bfit_model_forward(r.M, 1), BFIT_OK);
+    after = download_block(&r, r.M->param_block, r.M->param_bytes);
     for (int i = 0; i < r.M->nparams; i++)
         if (!r.M->params[i]->trainable) {
             size_t off = (size_t)((char *)r.M->params[i]->data - (char *)r.M->param_block);
-            changed |= memcmp(r.M->params[i]->data, (char *)params + off,
-                              sizeof(float) * (size_t)bfit_param_numel(r.M->params[i])) != 0;
+            changed |= memcmp((char *)after + off, (char *)params + off, bfit_param_bytes(r.M->params[i])) != 0;
         }
     assert_true(changed);
+    free(after);
     free(params);
     free(grads);
     rig_free(&r);
@@ -376,9 +404,7 @@ static void test_disagreement_falls_back(void **st)
     assert_non_null(res);
     oc.momentum = 0; /* no optimizer state: the reserve is the first allocation */
     rig_new(&r, "mlp", BIG);
-    params = malloc(r.M->param_bytes);
-    assert_non_null(params);
-    memcpy(params, r.M->param_block, r.M->param_bytes);
+    params = download_block(&r, r.M->param_block, r.M->param_bytes);
     c.limit = 1 << 16;
     bfit_arena_fail_nth(r.arena, 1);
     if (bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res) != BFIT_OK)
@@ -390,7 +416,7 @@ static void test_disagreement_falls_back(void **st)
     assert_true(res->largest_steps > 2);
     assert_true(res->largest_steps <= 2 + 2 + res->search_trials);
     assert_int_equal(res->measured_largest, res->plan_largest.peak);
-    assert_memory_equal(r.M->param_block, params, r.M->param_bytes);
+    assert_block_equal(&r, r.M->param_block, params, r.M->param_bytes);
     free(params);
     rig_free(&r);
     free(res);
@@ -463,14 +489,12 @@ static void test_data_bound(void **st)
     (void)st;
 
     assert_non_null(res);
-    memset(&r, 0, sizeof r);
-    r.arena = bfit_arena_new(BIG, NULL);
-    assert_int_equal(bfit_device_cpu_new(r.arena, 1, &r.dev), BFIT_OK);
+    rig_device(&r, BIG);
     assert_int_equal(bfit_spec_parse(tiny, sizeof tiny - 1, "tiny.cfg", &g), BFIT_OK);
-    assert_int_equal(bfit_model_new(&g, r.dev, &r.M), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, r.dev, r.arena, &r.M), BFIT_OK);
     bfit_graph_fini(&g);
     assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
-    bfit_model_init_params(r.M, 1);
+    assert_int_equal(bfit_model_init_params(r.M, 1), BFIT_OK);
     make_data(&r, 300);
     r.sc.prefetch = 0;
     r.sc.aug_crop_pad = 2;

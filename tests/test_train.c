@@ -156,6 +156,22 @@ static void test_saved_file(void **st)
     bfit_st_free(f);
 }
 
+/* The message of a configuration error starts with the field it is about,
+ * and bfit_errfield() names that field for front ends (the CLI maps it to
+ * its option). */
+static void expect_field(const char *field, const char *substance)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: ", field);
+    assert_string_equal(bfit_errfield(), field);
+    if (strncmp(bfit_errmsg(), prefix, strlen(prefix)) != 0)
+        fail_msg("message does not start with '%s': %s", prefix, bfit_errmsg());
+    if (!strstr(bfit_errmsg(), substance))
+        fail_msg("message lacks '%s': %s", substance, bfit_errmsg());
+    /* the library's messages no longer name CLI flags */
+    assert_null(strstr(bfit_errmsg(), "--"));
+}
+
 static void test_bad_config(void **st)
 {
     bfit_train_result r;
@@ -163,7 +179,41 @@ static void test_bad_config(void **st)
     (void)st;
     c.batch = 0;
     assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
-    assert_non_null(strstr(bfit_errmsg(), "--batch"));
+    expect_field("batch", "must be at least 1, got 0");
+    c = quick(mlp, 640);
+    c.lr = -1;
+    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    expect_field("lr", "must be a positive number, got -1");
+    c = quick(mlp, 640);
+    c.epochs = 0;
+    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    expect_field("epochs", "must be at least 1, got 0");
+    c = quick(mlp, 640);
+    c.margin = 1;
+    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    expect_field("margin", "must be in [0, 1), got 1");
+    c = quick(mlp, 640);
+    c.save = "/nonexistent-dir/w.safetensors";
+    assert_int_equal(bfit_train(&c, &r), BFIT_EIO);
+    expect_field("save", "cannot write into directory '/nonexistent-dir'");
+    /* the optimizer's settings are checked with the rest, before anything
+     * is set up (no log written), also when weights are to be saved */
+    {
+        char w[300], lg[300];
+        FILE *f;
+        snprintf(w, sizeof w, "%s/never.safetensors", tmpdir);
+        snprintf(lg, sizeof lg, "%s/never.jsonl", tmpdir);
+        c = quick(mlp, 640);
+        c.opt.momentum = -1;
+        c.save = w;
+        c.log = lg;
+        assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+        assert_non_null(strstr(bfit_errmsg(), "momentum -1 must be finite and >= 0"));
+        f = fopen(lg, "r");
+        assert_null(f);
+        f = fopen(w, "r");
+        assert_null(f);
+    }
     c = quick("/nonexistent/model.cfg", 640);
     assert_int_equal(bfit_train(&c, &r), BFIT_EIO);
     assert_non_null(strstr(bfit_errmsg(), "/nonexistent/model.cfg"));
@@ -171,11 +221,12 @@ static void test_bad_config(void **st)
     c.data = "/nonexistent-data-dir";
     assert_true(bfit_train(&c, &r) != BFIT_OK);
     assert_non_null(strstr(bfit_errmsg(), "/nonexistent-data-dir"));
-    /* a capacity below the parameters alone: a clear out-of-memory, no crash */
+    /* a capacity below the parameters alone: a clear out-of-memory about
+     * the memory setting, no crash */
     c = quick(mlp, 640);
     c.memory = 1 << 20;
     assert_int_equal(bfit_train(&c, &r), BFIT_ENOMEM);
-    assert_non_null(strstr(bfit_errmsg(), "micro-batch 1"));
+    expect_field("memory", "even at micro-batch 1");
 }
 
 int main(void)

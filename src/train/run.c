@@ -66,8 +66,8 @@ static int check_cfg(const bfit_train_cfg *c)
                                "cannot be combined with an adaptive batch or a batch schedule");
     if (c->model == NULL)
         return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
-    if (c->save)
-        return check_save_dir(c->save);
+    if (c->save && check_save_dir(c->save) != BFIT_OK)
+        return BFIT_EIO;
     return bfit_optim_cfg_check(&c->opt);
 }
 
