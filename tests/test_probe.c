@@ -376,7 +376,8 @@ static void test_bad_cfg(void **st)
         c = quick_cfg(64 * MiB);
         c.margin = bad_margins[i];
         assert_int_equal(bfit_probe_run(r.M, r.d, &r.sc, NULL, &c, res), BFIT_EINVAL);
-        assert_non_null(strstr(bfit_errmsg(), "margin must be in [0, 1)"));
+        assert_non_null(strstr(bfit_errmsg(), "margin: must be in [0, 1)"));
+        assert_string_equal(bfit_errfield(), "margin");
     }
     c = quick_cfg(64 * MiB);
     c.tolerance = 1;

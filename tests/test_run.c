@@ -556,7 +556,7 @@ static void test_final_eval_failure_saves(void **st)
     assert_string_equal(bfit_errfield(), "memory");
     assert_non_null(strstr(bfit_errmsg(), "the trained weights were saved to"));
     assert_non_null(strstr(bfit_errmsg(), w));
-    assert_non_null(strstr(bfit_errmsg(), "evaluation needs"));
+    assert_non_null(strstr(bfit_errmsg(), "evaluation at micro-batch 1 needs"));
     assert_int_equal(r.steps, 10);
     assert_int_equal(r.samples, 640);
     check_error_log(lg, rc, 10, "memory");
@@ -571,7 +571,7 @@ static void test_final_eval_failure_saves(void **st)
     rc = bfit_train(&c, &r);
     assert_int_equal(rc, BFIT_ENOMEM);
     assert_null(strstr(bfit_errmsg(), "saved"));
-    assert_non_null(strstr(bfit_errmsg(), "evaluation needs"));
+    assert_non_null(strstr(bfit_errmsg(), "evaluation at micro-batch 1 needs"));
     assert_int_equal(r.steps, 10);
     check_error_log(lg, rc, 10, "memory");
     assert_false(file_exists(mid));

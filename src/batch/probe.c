@@ -491,17 +491,17 @@ void bfit_probe_analyse(bfit_probe_result *r, double tolerance, double data_thre
 static int check_cfg(const bfit_probe_cfg *c)
 {
     if (!(c->margin >= 0 && c->margin < 1))
-        return bfit_fail(BFIT_EINVAL, "margin must be in [0, 1), got %g", c->margin);
+        return bfit_fail_field(BFIT_EINVAL, "margin", "must be in [0, 1), got %g", c->margin);
     if (!(c->tolerance >= 0 && c->tolerance < 1))
-        return bfit_fail(BFIT_EINVAL, "tolerance must be in [0, 1), got %g", c->tolerance);
+        return bfit_fail_field(BFIT_EINVAL, "tolerance", "must be in [0, 1), got %g", c->tolerance);
     if (!(c->data_threshold > 0 && c->data_threshold <= 1))
-        return bfit_fail(BFIT_EINVAL, "data threshold must be in (0, 1], got %g", c->data_threshold);
+        return bfit_fail_field(BFIT_EINVAL, "data_threshold", "must be in (0, 1], got %g", c->data_threshold);
     if (c->limit < 0)
-        return bfit_fail(BFIT_EINVAL, "batch limit must be at least 1, got %d", c->limit);
+        return bfit_fail_field(BFIT_EINVAL, "limit", "the batch limit must be at least 1, got %d", c->limit);
     if (c->warmup < 0 || c->warmup > 1000)
-        return bfit_fail(BFIT_EINVAL, "warm-up steps must be 0 to 1000, got %d", c->warmup);
+        return bfit_fail_field(BFIT_EINVAL, "warmup", "warm-up steps must be 0 to 1000, got %d", c->warmup);
     if (c->repeats < 1 || c->repeats > 1000)
-        return bfit_fail(BFIT_EINVAL, "measured steps must be 1 to 1000, got %d", c->repeats);
+        return bfit_fail_field(BFIT_EINVAL, "repeats", "measured steps must be 1 to 1000, got %d", c->repeats);
     return BFIT_OK;
 }
 

@@ -60,26 +60,26 @@ bfit_optim_cfg bfit_optim_cfg_default(bfit_opt_kind kind)
 int bfit_optim_cfg_check(const bfit_optim_cfg *c)
 {
     if (!c || (unsigned)c->kind >= BFIT_OPT_COUNT)
-        return bfit_fail(BFIT_EINVAL, "optimizer: unknown kind (valid: sgd, adamw)");
+        return bfit_fail_field(BFIT_EINVAL, "optimizer", "unknown kind (valid: sgd, adamw)");
     if (!(c->weight_decay >= 0 && isfinite(c->weight_decay)))
-        return bfit_fail(BFIT_EINVAL, "optimizer: weight decay %g must be finite and >= 0",
-                         c->weight_decay);
+        return bfit_fail_field(BFIT_EINVAL, "weight_decay", "optimizer weight decay %g must be finite and >= 0",
+                               c->weight_decay);
     if (c->kind == BFIT_OPT_SGD) {
         if (!(c->momentum >= 0 && isfinite(c->momentum)))
-            return bfit_fail(BFIT_EINVAL, "sgd: momentum %g must be finite and >= 0", c->momentum);
+            return bfit_fail_field(BFIT_EINVAL, "momentum", "sgd momentum %g must be finite and >= 0", c->momentum);
         if (!isfinite(c->dampening))
-            return bfit_fail(BFIT_EINVAL, "sgd: dampening %g must be finite", c->dampening);
+            return bfit_fail_field(BFIT_EINVAL, "dampening", "sgd dampening %g must be finite", c->dampening);
         if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
-            return bfit_fail(BFIT_EINVAL, "sgd: Nesterov needs momentum > 0 and dampening 0 "
-                             "(have momentum %g, dampening %g)", c->momentum, c->dampening);
+            return bfit_fail_field(BFIT_EINVAL, "nesterov", "sgd Nesterov needs momentum > 0 and dampening 0 "
+                                   "(have momentum %g, dampening %g)", c->momentum, c->dampening);
         return BFIT_OK;
     }
     if (!(c->beta1 >= 0 && c->beta1 < 1))
-        return bfit_fail(BFIT_EINVAL, "adamw: beta1 %g must be in [0, 1)", c->beta1);
+        return bfit_fail_field(BFIT_EINVAL, "beta1", "adamw beta1 %g must be in [0, 1)", c->beta1);
     if (!(c->beta2 >= 0 && c->beta2 < 1))
-        return bfit_fail(BFIT_EINVAL, "adamw: beta2 %g must be in [0, 1)", c->beta2);
+        return bfit_fail_field(BFIT_EINVAL, "beta2", "adamw beta2 %g must be in [0, 1)", c->beta2);
     if (!(c->eps >= 0 && isfinite(c->eps)))
-        return bfit_fail(BFIT_EINVAL, "adamw: eps %g must be finite and >= 0", c->eps);
+        return bfit_fail_field(BFIT_EINVAL, "eps", "adamw eps %g must be finite and >= 0", c->eps);
     return BFIT_OK;
 }
 

@@ -43,8 +43,10 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
     if (rc == BFIT_OK && *m == 0)
         rc = bfit_plan_max_batch(M, NULL, 0, bare, want, m, &p1);
     if (rc == BFIT_OK && *m == 0)
-        rc = bfit_fail_field(BFIT_ENOMEM, "memory", "evaluation needs %s at micro-batch 1 but only %s is free",
-                             bfit_format_size(p1.peak, s1, sizeof s1), bfit_format_size(bare, s2, sizeof s2));
+        rc = bfit_fail_field(BFIT_ENOMEM, "memory",
+                             "evaluation at micro-batch 1 needs %s besides the parameters, but only %s is free",
+                             bfit_format_size(p1.peak - counted, s1, sizeof s1),
+                             bfit_format_size(bfit_arena_available(a), s2, sizeof s2));
     return rc;
 }
 
@@ -63,7 +65,18 @@ static int evaluate(bfit_model *M, bfit_feed *s, int64_t count, int m, int64_t n
         n = count;
     while (seen < n) {
         int want = (int)(n - seen < m ? n - seen : m), got;
-        if ((rc = bfit_model_reserve(M, want, 0)) != BFIT_OK)
+        rc = bfit_model_reserve(M, want, 0);
+        if (rc == BFIT_ENOMEM && want > 1) {
+            /* memory went since the micro-batch was chosen: choose again in
+             * what is free now, as training does */
+            int m2 = 0;
+            bfit_model_unreserve(M);
+            if (choose_eval_batch(M, M->arena, 0, want - 1, &m2) == BFIT_OK) {
+                m = m2;
+                continue;
+            }
+        }
+        if (rc != BFIT_OK)
             return bfit_fail_prefix(rc, "evaluation with micro-batch %d: ", want);
         if ((rc = bfit_feed_take(s, want, sx, sy, &got)) != BFIT_OK)
             return rc;
@@ -94,7 +107,11 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     memset(ev, 0, sizeof *ev);
     /* evaluation reuses the step's memory: release it first */
     bfit_model_unreserve(r->s.M);
-    rc = choose_eval_batch(r->s.M, r->s.arena, r->cfg.margin, r->eval_m, &m);
+    {
+        /* no larger than the samples evaluated */
+        int64_t n = r->cfg.eval_samples && r->cfg.eval_samples < test_count(r) ? r->cfg.eval_samples : test_count(r);
+        rc = choose_eval_batch(r->s.M, r->s.arena, r->cfg.margin, n < r->eval_m ? (int)n : r->eval_m, &m);
+    }
     if (rc == BFIT_OK)
         rc = evaluate(r->s.M, &r->te, test_count(r), m, r->cfg.eval_samples, r->stage_x, r->stage_y, ev);
     bfit_model_unreserve(r->s.M);

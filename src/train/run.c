@@ -377,6 +377,7 @@ void bfit_run_finish(bfit_run *r, int rc)
         char esc[2048];
         bfit_json_escape(bfit_errmsg(), esc, sizeof esc);
         bfit_log_event(&r->lg, "error", "\"step\":%lld,\"epoch\":%d,\"code\":\"%s\",\"field\":\"%s\",\"message\":\"%s\"",
-                       (long long)r->step, r->epoch + 1, bfit_strerror(rc), bfit_errfield(), esc);
+                       (long long)r->step, r->taken > 0 || r->epoch == 0 ? r->epoch + 1 : r->epoch, bfit_strerror(rc),
+                       bfit_errfield(), esc);
     }
 }
