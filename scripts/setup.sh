@@ -2,7 +2,8 @@
 # setup.sh - install the Debian packages batchfit needs (as root), only if missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev zlib1g-dev libcjson-dev libcmocka-dev
-      python3 python3-torch dataset-fashion-mnist)
+      python3 python3-torch dataset-fashion-mnist
+      chromium) # chromium: tests/cli/report.sh renders the run report headless
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
