@@ -272,6 +272,28 @@ static void test_finished_and_cut_runs(void **st)
     free(h);
 }
 
+/* The capacity is a step line: in effect from the step after the one that
+ * reported it, with a corner where it changes. */
+static void test_capacity_steps(void **st)
+{
+    char *h;
+    (void)st;
+    write_text(log_path, START
+               "{\"event\":\"step\",\"step\":0,\"loss\":2,\"m\":32,\"k\":1,\"E\":32,\"mem\":3000000,"
+               "\"capacity\":1073741824,\"seconds\":0.01}\n"
+               "{\"event\":\"step\",\"step\":1,\"loss\":2,\"m\":32,\"k\":1,\"E\":32,\"mem\":3000000,"
+               "\"capacity\":33554432,\"seconds\":0.01}\n"
+               "{\"event\":\"memory\",\"time\":1,\"step\":2,\"capacity\":33554432}\n"
+               "{\"event\":\"step\",\"step\":2,\"loss\":2,\"m\":16,\"k\":2,\"E\":32,\"mem\":3000000,"
+               "\"capacity\":33554432,\"seconds\":0.01}\n");
+    assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
+    h = read_text(html_path);
+    /* (0, 1 GiB) (1, 1 GiB) (2, 1 GiB) (2, 32 MiB) (3, 32 MiB) */
+    assert_int_equal(points(h, "memory", "capacity", NULL), 5);
+    assert_int_equal(points(h, "memory", "mem", NULL), 3);
+    free(h);
+}
+
 /* A long run: at most 2400 points per line, the buckets' extremes kept. */
 static void test_long_run_bounded(void **st)
 {
@@ -364,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_points_and_markers),
         cmocka_unit_test(test_config_plan_status),
         cmocka_unit_test(test_finished_and_cut_runs),
+        cmocka_unit_test(test_capacity_steps),
         cmocka_unit_test(test_long_run_bounded),
         cmocka_unit_test(test_malformed_logs),
         cmocka_unit_test(test_unwritable_output),

@@ -114,8 +114,8 @@ static void y_linear(chart *c, const pt *p, size_t n, const pt *q, size_t nq, in
         lo = fmin(lo, p[i].y), hi = fmax(hi, p[i].y);
     for (size_t i = 0; i < nq; i++)
         lo = fmin(lo, q[i].y), hi = fmax(hi, q[i].y);
-    if (!(hi > -INFINITY))
-        lo = hi = 0;
+    if (!(hi > -INFINITY)) /* nothing to show: an axis from 0 to 1 */
+        lo = 0, hi = 1;
     if (from_zero && lo >= 0)
         lo = 0;
     if (hi - lo < 1e-12) { /* one value: a band around it */
@@ -275,8 +275,14 @@ static void chart_memory(chart *c)
     for (size_t i = 0; i < L->nst; i++) {
         if (L->st[i].mem > 0)
             c->a[na++] = (pt){L->st[i].step, log2(L->st[i].mem)};
-        if (L->st[i].capacity > 0) /* the capacity after a step is the next step's */
-            c->b[nb++] = (pt){L->st[i].step + 1, log2(L->st[i].capacity)};
+        if (L->st[i].capacity > 0) { /* the capacity after a step is the next step's */
+            pt p = {L->st[i].step + 1, log2(L->st[i].capacity)};
+            if (nb && p.y != c->b[nb - 1].y) { /* a step, not a slope */
+                double before = c->b[nb - 1].y;
+                c->b[nb++] = (pt){p.x, before};
+            }
+            c->b[nb++] = p;
+        }
     }
     chart_begin(c, "memory", "Device memory (log scale)", "memory in use and capacity per step");
     y_log2(c, c->a, na, c->b, nb);
@@ -332,7 +338,7 @@ static void chart_noise(chart *c)
 static int charts(FILE *f, const rp_log *L)
 {
     chart c;
-    size_t most = (L->nst > L->nev ? L->nst : L->nev) + 1;
+    size_t most = 2 * (L->nst > L->nev ? L->nst : L->nev) + 2; /* capacity: two points at a change */
     double xmax = 1;
 
     memset(&c, 0, sizeof c);
