@@ -10,6 +10,14 @@ median over the PAIRS processes. It also measures the f32 matmul GFLOP/s
 oneDNN reaches here (the practical limit) and the fraction of it each
 batchfit run achieves, and each side's peak resident memory (ru_maxrss of
 its process; the largest over the PAIRS runs).
+
+Debian's PyTorch does its dense products through whatever libblas.so.3 its
+process loads: the reference BLAS unless something else is selected. The
+PyTorch side therefore runs once per BLAS of --peer-blas (by default the
+reference BLAS and OpenBLAS, each selected for the peer's process only with
+LD_LIBRARY_PATH; OPENBLAS_NUM_THREADS is the threads per side), every peer
+process says which BLAS it actually loaded (from /proc/self/maps), and the
+ratios and targets are against the better peer of each cell.
 """
 import argparse
 import os
@@ -18,6 +26,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -83,6 +92,44 @@ def cpu_name():
     return platform.processor() or "?"
 
 
+def default_peer_blas():
+    lib = "/usr/lib/" + (sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu")
+    return f"refblas={lib}/blas:{lib}/lapack,openblas={lib}/openblas-pthread"
+
+
+def peer_blas(spec):
+    """[(name, LD_LIBRARY_PATH dirs)] of --peer-blas that are installed, and
+    a note for each that is not."""
+    peers, notes = [], []
+    for item in spec.split(","):
+        name, dirs = item.split("=", 1)
+        if os.path.exists(os.path.join(dirs.split(":")[0], "libblas.so.3")):
+            peers.append((name, dirs))
+        else:
+            notes.append(f"# peer BLAS {name}: no libblas.so.3 in {dirs.split(':')[0]}: not run "
+                         "(scripts/setup.sh --bench installs OpenBLAS)")
+    if not peers:
+        sys.exit(f"compare.py: none of the BLAS of --peer-blas {spec} is installed")
+    return peers, notes
+
+
+def peer_env(env, dirs, threads):
+    """The peer's environment: its BLAS first on the library path, and as
+    many BLAS threads as the side has (OpenBLAS would take every core)."""
+    ld = dirs + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    return dict(env, LD_LIBRARY_PATH=ld, OPENBLAS_NUM_THREADS=str(threads))
+
+
+def check_blas(r, name, dirs):
+    """The peer must have loaded the BLAS it was given, or its figures are
+    someone else's."""
+    loaded = r.get("blas", "none").split(",")
+    want = [os.path.realpath(d) for d in dirs.split(":")]
+    if not any(os.path.dirname(os.path.realpath(p)) in want for p in loaded):
+        sys.exit(f"compare.py: the peer for BLAS {name} loaded {','.join(loaded)}, not the one in {dirs}")
+    return loaded[0]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", required=True, help="the bfit_bench program")
@@ -96,9 +143,13 @@ def main():
     ap.add_argument("--max-foreign", type=float, default=0.10,
                     help="rerun a measurement when other processes used more than this share of the CPUs")
     ap.add_argument("--retries", type=int, default=3, help="reruns allowed per measurement")
-    ap.add_argument("--before", help="another bfit_bench (an older build) to run as a third side, "
+    ap.add_argument("--before", help="another bfit_bench (an older build) to run as a further side, "
                     "for before/after numbers taken under the same conditions")
+    ap.add_argument("--peer-blas", default=default_peer_blas(),
+                    help="NAME=DIR[:DIR],...: a PyTorch side per BLAS, with DIR first on its LD_LIBRARY_PATH "
+                    "(default: the reference BLAS and OpenBLAS)")
     a = ap.parse_args()
+    peers, notes = peer_blas(a.peer_blas)
 
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     torch_v = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
@@ -107,6 +158,10 @@ def main():
     print(f"# cpu: {cpu_name()}, {os.cpu_count()} cores; threads per side: {a.threads} "
           f"(OMP_NUM_THREADS={a.threads}, torch.set_num_threads({a.threads}))")
     print(f"# peer: PyTorch {torch_v} (/usr/bin/python3); f32; SGD momentum 0.9; synthetic data")
+    print(f"# peer BLAS: {', '.join(f'{n} (LD_LIBRARY_PATH={d})' for n, d in peers)}; "
+          f"OPENBLAS_NUM_THREADS={a.threads}")
+    for n in notes:
+        print(n)
     print(f"# per cell: {a.pairs} processes per side (alternating), each {a.warmup} warm-up steps then "
           f"the median of {a.reps} reps of ~{a.rep_seconds} s; the cell is the median of the {a.pairs}")
     print(f"# a measurement during which other processes used more than {100 * a.max_foreign:.0f}% of the CPUs "
@@ -126,50 +181,70 @@ def main():
     print(f"matmul limit (the larger): {limit:.1f} GFLOP/s")
     print()
 
-    rows = []
+    rows, blas_seen = [], {}
+    torch_sides = ["torch:" + n for n, _ in peers]
     for model in a.models.split(","):
         spec = os.path.join(ROOT, "models", model + ".cfg")
         for batch in map(int, a.batches.split(",")):
             common = [spec, str(batch), str(a.reps), str(a.warmup), str(a.threads), str(a.rep_seconds)]
-            res = {"batchfit": [], "torch": [], "before": []}
-            progs = {"batchfit": [a.bench, "step", *common],
-                     "torch": ["/usr/bin/python3", os.path.join(HERE, "torch_peer.py"), *common],
-                     "before": [a.before or "", "step", *common]}
-            sides = ["batchfit", "torch"] + (["before"] if a.before else [])
+            progs = {"batchfit": ([a.bench, "step", *common], env),
+                     "before": ([a.before or "", "step", *common], env)}
+            for (name, dirs), side in zip(peers, torch_sides):
+                progs[side] = (["/usr/bin/python3", os.path.join(HERE, "torch_peer.py"), *common],
+                               peer_env(env, dirs, a.threads))
+            sides = ["batchfit", *torch_sides] + (["before"] if a.before else [])
+            res = {k: [] for k in sides}
             loads = []
             for p in range(a.pairs):
                 loads.append(load())
                 order = sides if p % 2 == 0 else sides[::-1]
                 for side in order:
-                    r = run(progs[side], env, a.retries, a.max_foreign)
+                    r = run(*progs[side], a.retries, a.max_foreign)
+                    if side in torch_sides:
+                        name, dirs = peers[torch_sides.index(side)]
+                        blas_seen[name] = check_blas(r, name, dirs)
                     res[side].append(r)
                     print(f"    {model} {batch} {side}: {float(r['samples_per_s']):.0f}/s, "
                           f"other processes {100 * r['foreign']:.0f}%", file=sys.stderr)
             bf = statistics.median(float(r["samples_per_s"]) for r in res["batchfit"])
-            pt = statistics.median(float(r["samples_per_s"]) for r in res["torch"])
+            pts = {s: statistics.median(float(r["samples_per_s"]) for r in res[s]) for s in torch_sides}
+            best = max(torch_sides, key=lambda s: pts[s])
             flops = float(res["batchfit"][0]["flops_per_sample"])
-            rows.append(dict(model=model, batch=batch, bf=bf, pt=pt, ratio=bf / pt, gflops=bf * flops / 1e9,
-                             frac=bf * flops / 1e9 / limit, flops=flops,
-                             rss_bf=max(int(r["maxrss_kib"]) for r in res["batchfit"]) / 1024,
-                             rss_pt=max(int(r["maxrss_kib"]) for r in res["torch"]) / 1024,
+            rows.append(dict(model=model, batch=batch, bf=bf, pts=pts, best=best[6:], pt=pts[best],
+                             ratio=bf / pts[best], gflops=bf * flops / 1e9, frac=bf * flops / 1e9 / limit,
+                             flops=flops, rss_bf=max(int(r["maxrss_kib"]) for r in res["batchfit"]) / 1024,
+                             rss_pt=max(int(r["maxrss_kib"]) for r in res[best]) / 1024,
                              load=statistics.median(loads),
                              foreign=statistics.median(x["foreign"] for k in sides for x in res[k])))
             r = rows[-1]
             if a.before:
                 r["before"] = statistics.median(float(x["samples_per_s"]) for x in res["before"])
-            print(f"  {model} batch {batch}: batchfit {bf:.0f}/s, torch {pt:.0f}/s, ratio {r['ratio']:.2f}, "
-                  f"load {r['load']:.2f}", file=sys.stderr)
+            print(f"  {model} batch {batch}: batchfit {bf:.0f}/s, "
+                  + ", ".join(f"{s} {pts[s]:.0f}/s" for s in torch_sides)
+                  + f", ratio {r['ratio']:.2f} (vs {r['best']}), load {r['load']:.2f}", file=sys.stderr)
 
-    print("| model | batch | batchfit samples/s | PyTorch samples/s | ratio | batchfit GFLOP/s | "
-          "of matmul limit | batchfit peak RSS | PyTorch peak RSS | load | other CPU |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    names = [n for n, _ in peers]
+    print("| model | batch | batchfit samples/s | " + " | ".join(f"PyTorch+{n} samples/s" for n in names)
+          + " | ratio (vs the better peer) | batchfit GFLOP/s | of matmul limit | batchfit peak RSS | "
+          "better peer's peak RSS | load | other CPU |")
+    print("|---|---:|---:|" + "---:|" * len(names) + "---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['model']} | {r['batch']} | {r['bf']:.0f} | {r['pt']:.0f} | {r['ratio']:.2f}x | "
-              f"{r['gflops']:.1f} | {100 * r['frac']:.0f}% | {r['rss_bf']:.0f} MiB | {r['rss_pt']:.0f} MiB | "
-              f"{r['load']:.2f} | {100 * r['foreign']:.0f}% |")
+        print(f"| {r['model']} | {r['batch']} | {r['bf']:.0f} | "
+              + " | ".join(f"{r['pts'][s]:.0f}" for s in torch_sides)
+              + f" | {r['ratio']:.2f}x ({r['best']}) | {r['gflops']:.1f} | {100 * r['frac']:.0f}% | "
+              f"{r['rss_bf']:.0f} MiB | {r['rss_pt']:.0f} MiB | {r['load']:.2f} | {100 * r['foreign']:.0f}% |")
+    print()
+    print("the BLAS each peer loaded (its /proc/self/maps):")
+    for n, d in peers:
+        print(f"  {n}: {blas_seen.get(n, '?')}")
+    if len(names) > 1:
+        print("ratios against each peer:")
+        for r in rows:
+            print(f"  {r['model']} batch {r['batch']}: "
+                  + ", ".join(f"{r['bf'] / r['pts'][s]:.2f}x vs {s[6:]}" for s in torch_sides))
     print()
     if a.before:
-        print(f"before/after (before: {a.before}, run interleaved with the two sides above):")
+        print(f"before/after (before: {a.before}, run interleaved with the sides above):")
         print("| model | batch | before samples/s | after samples/s | speedup | before GFLOP/s | after GFLOP/s |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for r in rows:
@@ -187,7 +262,7 @@ def main():
     for r in rows:
         want = 1.0 if r["batch"] <= 32 else 1.5
         ok = r["ratio"] >= want
-        print(f"  {r['model']} batch {r['batch']}: ratio {r['ratio']:.2f}x vs >= {want:.1f}x: "
+        print(f"  {r['model']} batch {r['batch']}: ratio {r['ratio']:.2f}x (vs {r['best']}) vs >= {want:.1f}x: "
               + ("met" if ok else f"MISSED by {100 * (1 - r['ratio'] / want):.0f}%"))
         ok = r["rss_bf"] <= r["rss_pt"]
         print(f"  {r['model']} batch {r['batch']}: peak RSS {r['rss_bf']:.0f} vs {r['rss_pt']:.0f} MiB: "

@@ -12,7 +12,13 @@ A step is zero_grad, forward, loss, backward, optimizer step. WARMUP steps
 (default 3) are not timed; the last of them sets how many steps a timed rep
 runs (about REP_SECONDS, default 0.5, at least 2); samples/s is the median
 over REPS (default 5). Peak resident memory is ru_maxrss of this process.
+
+Debian's PyTorch does its dense products (linear layers; convolutions go
+through oneDNN) through whatever libblas.so.3 the process loads, so the line
+also says which BLAS that was (blas=, from /proc/self/maps): compare.py
+selects it per process with LD_LIBRARY_PATH.
 """
+import os
 import resource
 import statistics
 import sys
@@ -77,6 +83,19 @@ def build(path):
     return nn.Sequential(*layers), shape, c
 
 
+def loaded_blas():
+    """The BLAS (and LAPACK) library files mapped into this process."""
+    found = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            name = os.path.basename(path)
+            if ("blas" in name or "lapack" in name) and path not in found:
+                found.append(path)
+    blas = [p for p in found if "blas" in os.path.basename(p)]
+    return ",".join(blas) or "none", ",".join(p for p in found if p not in blas) or "none"
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit("usage: torch_peer.py MODEL.cfg BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]")
@@ -106,9 +125,11 @@ def main():
             rates.append(n * batch / (time.perf_counter() - t0))
         elif t_step > 0 and rep_s / t_step > steps:
             steps = int(rep_s / t_step + 0.5)
+    blas, lapack = loaded_blas()
     print(f"side=torch batch={batch} samples_per_s={statistics.median(rates):.1f} "
           f"maxrss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} reps={reps} steps={steps} "
-          f"warmup={warmup} threads={torch.get_num_threads()} loss={loss.item():.4f} torch={torch.__version__}")
+          f"warmup={warmup} threads={torch.get_num_threads()} loss={loss.item():.4f} torch={torch.__version__} "
+          f"blas={blas} lapack={lapack}")
 
 
 if __name__ == "__main__":

@@ -566,6 +566,9 @@ typedef struct bfit_train_cfg {
     int normalize;             /* per-channel mean/std from the training set */
     const char *save;          /* weights file (safetensors) or NULL */
     const char *log;           /* JSON-lines log or NULL */
+    const char *report;        /* HTML run report written at the end, also after a failure once the
+                                  log was open (bfit_report_write); NULL: none. Without a log, the
+                                  events go to a temporary file beside it. */
     FILE *human;               /* progress and summary lines; NULL: quiet */
     double progress_interval;  /* seconds between plain progress lines when not a terminal */
 } bfit_train_cfg;
@@ -587,6 +590,7 @@ typedef struct bfit_train_result {
     int last_batch;             /* the last effective batch */
     double noise_scale;         /* the last gradient noise scale estimate (0: none) */
     uint64_t peak_bytes;        /* the arena's high-water mark */
+    int report_written;         /* cfg.report was written (also when training failed) */
 } bfit_train_result;
 
 /* What one optimizer step did. */
@@ -638,6 +642,16 @@ void bfit_run_free(bfit_run *r);
 
 /* The whole run: steps, an evaluation after each epoch, the weights saved. */
 int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res);
+
+/* The run report: from a run's JSON-lines event log (bfit_train_cfg.log),
+ * one self-contained HTML file (inline SVG charts over the steps: loss and
+ * test accuracy, E and m, memory and capacity, throughput, noise scale, with
+ * every batch change, memory change, warning and error marked; the run's
+ * configuration and memory plan). Written atomically, and only once the
+ * whole log has been read: BFIT_EIO if the log cannot be read or the file
+ * not written, BFIT_EFORMAT naming LOG:LINE for a line that is not an event
+ * or lacks a field the report draws, and for a log without events. */
+int bfit_report_write(const char *log_path, const char *html_path);
 
 /* Evaluate a model's saved weights on a data set's test split. */
 typedef struct bfit_eval_cfg {

@@ -1,12 +1,44 @@
 #!/usr/bin/env bash
 # setup.sh - install the Debian packages batchfit needs (as root), only if missing.
+#   scripts/setup.sh           what building and testing need
+#   scripts/setup.sh --bench   also what bench/run.sh needs (OpenBLAS for the PyTorch peer)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev zlib1g-dev libcjson-dev libcmocka-dev
-      python3 python3-torch dataset-fashion-mnist)
+      python3 python3-torch dataset-fashion-mnist
+      chromium) # chromium: tests/cli/report.sh renders the run report headless
+# libopenblas0-pthread: bench/run.sh runs the PyTorch peer on OpenBLAS as well as
+# on the reference BLAS (bench/compare.py selects it for the peer's process only)
+bench=(libopenblas0-pthread)
+case "${1:-}" in
+  --bench) pkgs+=("${bench[@]}") ;;
+  "") ;;
+  *) echo "setup: error: unknown option '$1' (expected --bench or nothing)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# Installing a BLAS makes it the system's libblas.so.3 (a higher priority
+# alternative): keep what was selected, so that only the processes that ask
+# for OpenBLAS get it.
+alts=(libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu)
+declare -A was=()
+remember_blas() {
+  for a in "${alts[@]}"; do
+    was[$a]=$(update-alternatives --query "$a" 2>/dev/null | sed -n 's/^Value: //p')
+  done
+}
+restore_blas() {
+  for a in "${alts[@]}"; do
+    now=$(update-alternatives --query "$a" 2>/dev/null | sed -n 's/^Value: //p')
+    if [ -n "${was[$a]}" ] && [ "$now" != "${was[$a]}" ]; then
+      update-alternatives --quiet --set "$a" "${was[$a]}"
+      echo "setup: kept ${was[$a]} as the system's ${a%%-x86_64*}"
+    fi
+  done
+}
+
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then
@@ -14,7 +46,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  remember_blas
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  restore_blas
 fi
 echo "setup: all packages present"

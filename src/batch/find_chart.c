@@ -3,6 +3,7 @@
  * written atomically (temporary file, sync, rename). */
 #include "base/atomic.h"
 #include "base/err.h"
+#include "base/svg.h"
 #include "base/text.h"
 #include "batch/probe.h"
 
@@ -22,49 +23,9 @@ static const char *fmt(uint64_t b, char *buf) { return bfit_format_size(b, buf, 
 #define B2 530
 #define H 600
 
-typedef struct axis {
-    double lo, hi;   /* data range */
-    double px0, px1; /* pixels for lo, hi */
-} axis;
+typedef bfit_svg_axis axis;
 
-static double ax(const axis *a, double v) { return a->px0 + (v - a->lo) / (a->hi - a->lo) * (a->px1 - a->px0); }
-
-/* A step of 1, 2 or 5 times a power of ten giving about n ticks to max. */
-static double nice_step(double max, int n)
-{
-    double raw = max / n, p = pow(10, floor(log10(raw))), f = raw / p;
-    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
-}
-
-
-/* Units that keep memory tick labels short. */
-static void mem_unit(uint64_t max, double *div, const char **name)
-{
-    if (max >= (3ull << 30)) {
-        *div = 1024.0 * 1024 * 1024;
-        *name = "GiB";
-    } else if (max >= (3ull << 20)) {
-        *div = 1024.0 * 1024;
-        *name = "MiB";
-    } else {
-        *div = 1024;
-        *name = "KiB";
-    }
-}
-
-static void y_ticks(FILE *f, const axis *y, double step, double div, int decimals)
-{
-    char b[32];
-    for (double v = 0; v <= y->hi * 1.0001; v += step) {
-        double py = ax(y, v);
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", PL, py, PR, py);
-        if (decimals)
-            snprintf(b, sizeof b, "%.*f", decimals, v / div);
-        else
-            bfit_thousands(v / div, b, sizeof b);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" class=\"tick\">%s</text>\n", PL - 6, py + 4, b);
-    }
-}
+static double ax(const axis *a, double v) { return bfit_svg_at(a, v); }
 
 static void x_ticks(FILE *f, const axis *x, int top, int bottom, int labels, int largest)
 {
@@ -98,8 +59,7 @@ static void write_svg(FILE *f, const char *model, double tol, double margin, con
     x.px0 = PL;
     x.px1 = PR;
     y1.lo = 0;
-    step = nice_step(best * 1.1, 5);
-    y1.hi = ceil(best * 1.1 / step) * step;
+    y1.hi = bfit_svg_nice_top(best * 1.1, 5, &step);
     y1.px0 = B1;
     y1.px1 = T1;
 
@@ -118,7 +78,7 @@ static void write_svg(FILE *f, const char *model, double tol, double margin, con
     /* throughput panel */
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lab\" font-weight=\"bold\">training throughput (samples/s, "
                "forward + backward, median)</text>\n", PL, T1 - 8);
-    y_ticks(f, &y1, step, 1, 0);
+    bfit_svg_y_grid(f, &y1, PL, PR, step, 1, 0);
     x_ticks(f, &x, T1, B1, 1, r->largest);
     fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"#2ca02c\" fill-opacity=\"0.12\"/>\n", PL,
             ax(&y1, best), PR - PL, ax(&y1, best * (1 - tol)) - ax(&y1, best));
@@ -140,20 +100,18 @@ static void write_svg(FILE *f, const char *model, double tol, double margin, con
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\" class=\"note\" fill=\"#2a7a2a\">recommended %d"
                    "</text>\n", px + (px > (PL + PR) / 2 ? -5 : 5), B1 - 8, px > (PL + PR) / 2 ? "end" : "start", rec);
     }
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, B1, PR, B1);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, T1, PL, B1);
+    bfit_svg_axes(f, PL, T1, PR, B1);
 
     /* memory panel */
-    mem_unit(mmax, &div, &unit);
+    bfit_svg_mem_unit(mmax, &div, &unit);
     y2.lo = 0;
-    step = nice_step((double)mmax * 1.05 / div, 5);
-    y2.hi = ceil((double)mmax * 1.05 / div / step) * step * div;
+    y2.hi = bfit_svg_nice_top((double)mmax * 1.05 / div, 5, &step) * div;
     y2.px0 = B2;
     y2.px1 = T2;
     dec = step < 1 ? 1 : 0;
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lab\" font-weight=\"bold\">memory of a training step (%s)</text>\n",
             PL, T2 - 8, unit);
-    y_ticks(f, &y2, step * div, div, dec);
+    bfit_svg_y_grid(f, &y2, PL, PR, step * div, div, dec);
     x_ticks(f, &x, T2, B2, 1, r->largest);
     fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#888\" stroke-dasharray=\"2,3\"/>\n", PL,
             ax(&y2, (double)r->capacity), PR, ax(&y2, (double)r->capacity));
@@ -190,8 +148,7 @@ static void write_svg(FILE *f, const char *model, double tol, double margin, con
                "<path d=\"M7,14 l8,8 m0,-8 l-8,8\" stroke=\"#222\" stroke-width=\"1.5\"/>"
                "<text x=\"28\" y=\"22\">measured peak of a real step</text></g>\n",
             PL + 14, T2 + (B2 - T2) * 2 / 5);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, B2, PR, B2);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\"/>\n", PL, T2, PL, B2);
+    bfit_svg_axes(f, PL, T2, PR, B2);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"lab\">micro-batch size (log2 scale)</text>\n",
             (PL + PR) / 2, B2 + 40);
     fprintf(f, "</svg>\n");

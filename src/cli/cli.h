@@ -30,5 +30,6 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_find(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 #endif

@@ -62,12 +62,14 @@ static void help(void)
          "                        is present and batchfit was built with CUDA, else cpu)\n"
          "  --save FILE           write the final weights (safetensors)\n"
          "  --log FILE            write a JSON-lines event log\n"
+         "  --report FILE         write the run report (HTML, see `batchfit report --help`)\n"
+         "                        at the end, also after a failure\n"
          "  --quiet               no progress output\n"
          "  --json                print the result as JSON on stdout\n"
          "\n"
          "Example:\n"
          "  batchfit train --model models/cnn.cfg --data fashion-mnist --batch 128 --epochs 5 \\\n"
-         "      --optimizer sgd --lr 0.05 --save cnn.safetensors --log train.jsonl\n"
+         "      --optimizer sgd --lr 0.05 --save cnn.safetensors --log train.jsonl --report train.html\n"
          "\n"
          "Exit status: 0 trained, 1 failed, 2 usage error.");
 }
@@ -76,7 +78,7 @@ enum {
     O_MODEL = 256, O_DATA, O_EPOCHS, O_EPOCH_SAMPLES, O_EVAL_SAMPLES, O_MAX_STEPS, O_AUGMENT, O_NO_NORM,
     O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
-    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE
+    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT
 };
 
 static const struct option opts[] = {
@@ -94,6 +96,7 @@ static const struct option opts[] = {
     {"gamma", required_argument, 0, O_GAMMA}, {"clip", required_argument, 0, O_CLIP},
     {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
     {"save", required_argument, 0, O_SAVE}, {"log", required_argument, 0, O_LOG},
+    {"report", required_argument, 0, O_REPORT},
     {"batch-min", required_argument, 0, O_BMIN}, {"batch-max", required_argument, 0, O_BMAX},
     {"batch-schedule", required_argument, 0, O_BSCHED}, {"batch-instead-of-decay", no_argument, 0, O_BIOD},
     {"lr-scaling", required_argument, 0, O_LRSCALE}, {"rewarmup", required_argument, 0, O_REWARM},
@@ -187,6 +190,7 @@ int cmd_train(int argc, char **argv)
         case O_SAVE: c.save = optarg; break;
         case O_DEVICE: if (cli_device_check("--device", optarg)) return cli_usage_hint("train"); c.device_name = optarg; break;
         case O_LOG: c.log = optarg; break;
+        case O_REPORT: c.report = optarg; break;
         case O_QUIET: quiet = 1; break;
         case O_JSON: json = 1; break;
         case O_HELP: help(); return EXIT_OK;
@@ -227,8 +231,12 @@ int cmd_train(int argc, char **argv)
     c.human = quiet ? NULL : stderr;
     if (bfit_train(&c, &r) != BFIT_OK) {
         cli_lib_error();
+        if (r.report_written)
+            fprintf(stderr, "batchfit: the report of the failed run is in %s\n", c.report);
         return EXIT_FAIL;
     }
+    if (r.report_written && !quiet)
+        fprintf(stderr, "batchfit: report written to %s\n", c.report);
     if (json)
         printf("{\"steps\":%lld,\"samples\":%lld,\"epochs\":%d,\"train_loss\":%.6f,\"test_loss\":%.6f,"
                "\"test_accuracy\":%.6f,\"train_seconds\":%.3f,\"micro_batch\":%d,\"batch\":%d,\"ooms\":%d,"

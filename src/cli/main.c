@@ -13,6 +13,7 @@ static const struct {
     {"eval", cmd_eval, "evaluate saved weights on a data set's test split"},
     {"plan", cmd_plan, "print the memory a training step needs, per category, and the largest batch that fits"},
     {"find", cmd_find, "find the largest batch that fits (confirmed by real steps) and the fastest batch"},
+    {"report", cmd_report, "write the run report (one HTML file with charts) from a training event log"},
 };
 
 static void usage(FILE *f)

@@ -31,17 +31,17 @@ bfit_train_cfg bfit_train_cfg_default(void)
     return c;
 }
 
-/* Find out now, not after hours of training, that the weights cannot be
- * written. */
-static int check_save_dir(const char *save)
+/* Find out now, not after hours of training, that the weights (or the
+ * report) cannot be written. */
+static int check_out_dir(const char *field, const char *path)
 {
     char dir[4096];
-    const char *slash = strrchr(save, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - save) : 1, slash ? save : ".");
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
     if (!dir[0])
         snprintf(dir, sizeof dir, "/");
     if (access(dir, W_OK) != 0)
-        return bfit_fail_field(BFIT_EIO, "save", "%s: cannot write into directory '%s': %s", save, dir,
+        return bfit_fail_field(BFIT_EIO, field, "%s: cannot write into directory '%s': %s", path, dir,
                                strerror(errno));
     return BFIT_OK;
 }
@@ -66,7 +66,9 @@ static int check_cfg(const bfit_train_cfg *c)
                                "cannot be combined with an adaptive batch or a batch schedule");
     if (c->model == NULL)
         return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
-    if (c->save && check_save_dir(c->save) != BFIT_OK)
+    if (c->save && check_out_dir("save", c->save) != BFIT_OK)
+        return BFIT_EIO;
+    if (c->report && check_out_dir("report", c->report) != BFIT_OK)
         return BFIT_EIO;
     return bfit_optim_cfg_check(&c->opt);
 }
@@ -237,11 +239,37 @@ static int finish_schedule(bfit_run *r)
     return bfit_lr_schedule_check(s);
 }
 
+/* The plan at the starting micro-batch as the inside of a JSON object:
+ * "m", bytes per memory category, "peak" and the "budget" it must fit.
+ * The run's gradient norms are held in "other", as the arena counts them. */
+static void plan_json(bfit_run *r, char *buf, size_t n)
+{
+    bfit_plan p;
+    size_t len;
+    if (bfit_plan_compute(r->s.M, &r->cfg.opt, r->d.m, 1, &p) != BFIT_OK) {
+        snprintf(buf, n, "\"m\":%d", r->d.m); /* planned before, so not expected */
+        return;
+    }
+    p.bytes[BFIT_MEM_OTHER] += r->pc.extra;
+    len = (size_t)snprintf(buf, n, "\"m\":%d,\"bytes\":{", r->d.m);
+    for (int cat = 0; cat < BFIT_MEM_NCAT && len < n; cat++)
+        len += (size_t)snprintf(buf + len, n - len, "%s\"%s\":%llu", cat ? "," : "",
+                                bfit_mem_cat_name((bfit_mem_cat)cat), (unsigned long long)p.bytes[cat]);
+    if (len < n)
+        snprintf(buf + len, n - len, "},\"peak\":%llu,\"budget\":%llu", (unsigned long long)(p.peak + r->pc.extra),
+                 (unsigned long long)bfit_plan_budget(r->base_capacity, r->cfg.margin));
+}
+
 static void log_start(bfit_run *r, const bfit_controller_config *cc)
 {
     const bfit_train_cfg *c = &r->cfg;
     bfit_device_info di;
+    char plan[512], model[1024], data[1024];
     bfit_device_info_get(r->s.dev, &di);
+    plan_json(r, plan, sizeof plan);
+    /* paths may hold quotes or backslashes: the log must stay JSON */
+    bfit_json_escape(c->model, model, sizeof model);
+    bfit_json_escape(c->data ? c->data : "(given)", data, sizeof data);
     if (r->s.train_own && r->s.test_own &&
         !strcmp(bfit_dataset_source(r->s.train_own), bfit_dataset_source(r->s.test_own))) {
         /* a single file has no test split: say so rather than report training accuracy as a test */
@@ -252,11 +280,12 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
     bfit_log_event(&r->lg, "start",
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
-                   "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"threads\":%d,\"adaptive\":%d",
-                   c->model, c->data ? c->data : "(given)", (long long)bfit_model_param_count(r->s.M), r->d.batch,
+                   "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"threads\":%d,\"adaptive\":%d,"
+                   "\"plan\":{%s}",
+                   model, data, (long long)bfit_model_param_count(r->s.M), r->d.batch,
                    r->d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
-                   di.name, di.threads, c->adaptive);
+                   di.name, di.threads, c->adaptive, plan);
     bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) of "
                          "%lld samples",
                  c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->d.batch, r->d.m,
@@ -298,12 +327,13 @@ static int setup(bfit_run *r)
     return BFIT_OK;
 }
 
-int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
+int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged)
 {
     bfit_run *r;
     int rc;
 
     *out = NULL;
+    *logged = 0;
     if ((rc = check_cfg(cfg)) != BFIT_OK)
         return rc;
     r = calloc(1, sizeof *r);
@@ -312,6 +342,7 @@ int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
     r->cfg = *cfg;
     r->ep_t0 = bfit_now();
     rc = setup(r);
+    *logged = r->log_open;
     if (rc != BFIT_OK) {
         bfit_run_finish(r, rc);
         bfit_run_free(r);
@@ -319,6 +350,12 @@ int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
     }
     *out = r;
     return BFIT_OK;
+}
+
+int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
+{
+    int logged;
+    return run_new(cfg, out, &logged);
 }
 
 void bfit_run_free(bfit_run *r)

@@ -57,6 +57,9 @@ struct bfit_run {
 };
 
 /* run.c */
+/* bfit_run_new; *logged: the run opened its event log (also when it then
+ * failed: the log ends with the error). */
+int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged);
 int run_plan_fits_msg(bfit_run *r, uint64_t budget);
 /* step.c */
 void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);

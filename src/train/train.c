@@ -1,12 +1,15 @@
 /* train.c - the whole run as a short caller of the run object: steps, an
- * evaluation after each epoch, the weights saved at the end. */
+ * evaluation after each epoch, the weights saved and the report written at
+ * the end. */
 #include "base/err.h"
 #include "train/run_int.h"
 #include "train/weights.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int bfit_run_save(bfit_run *r, const char *path)
 {
@@ -61,13 +64,12 @@ static int run_all(bfit_run *r, int *trained)
     return BFIT_OK;
 }
 
-int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
+static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged)
 {
     bfit_run *r;
     int rc, trained;
 
-    memset(res, 0, sizeof *res);
-    if ((rc = bfit_run_new(cfg, &r)) != BFIT_OK)
+    if ((rc = run_new(cfg, &r, logged)) != BFIT_OK)
         return rc;
     rc = run_all(r, &trained);
     if (cfg->save && (rc == BFIT_OK || trained)) {
@@ -80,5 +82,49 @@ int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
     bfit_run_result(r, res);
     bfit_run_finish(r, rc);
     bfit_run_free(r);
+    return rc;
+}
+
+/* The report from the closed log. A failed run keeps its own error; the
+ * report's failure is added to it. */
+static int write_report(const bfit_train_cfg *cfg, const char *log, int rc, bfit_train_result *res)
+{
+    char run_msg[1024], field[64];
+    size_t skip;
+    int rc2;
+
+    snprintf(run_msg, sizeof run_msg, "%s", bfit_errmsg());
+    snprintf(field, sizeof field, "%s", bfit_errfield());
+    rc2 = bfit_report_write(log, cfg->report);
+    res->report_written = rc2 == BFIT_OK;
+    if (rc2 == BFIT_OK || rc == BFIT_OK)
+        return rc2 == BFIT_OK ? rc : bfit_fail_prefix(rc2, "report: ");
+    if (!field[0])
+        return bfit_fail(rc, "%s; the report was not written either: %s", run_msg, bfit_errmsg());
+    skip = strlen(field) + 2 <= strlen(run_msg) ? strlen(field) + 2 : 0; /* "field: " */
+    return bfit_fail_field(rc, field, "%s; the report was not written either: %s", run_msg + skip, bfit_errmsg());
+}
+
+int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
+{
+    bfit_train_cfg c = *cfg;
+    char tmp_log[4096];
+    int rc, logged = 0, tmp_fd = -1;
+
+    memset(res, 0, sizeof *res);
+    if (cfg->report && (!cfg->log || !strcmp(cfg->log, "-"))) {
+        /* the report is drawn from the events: keep them beside it meanwhile */
+        snprintf(tmp_log, sizeof tmp_log, "%s.log.XXXXXX", cfg->report);
+        if ((tmp_fd = mkstemp(tmp_log)) < 0)
+            return bfit_fail_field(BFIT_EIO, "report", "%s: cannot create a temporary event log '%s': %s",
+                                   cfg->report, tmp_log, strerror(errno));
+        close(tmp_fd);
+        c.log = tmp_log;
+    }
+    rc = train(&c, res, &logged);
+    if (cfg->report && logged)
+        rc = write_report(cfg, c.log, rc, res);
+    if (tmp_fd >= 0)
+        unlink(tmp_log);
     return rc;
 }

@@ -1,0 +1,46 @@
+/* report_int.h - a run's event log read into memory for the run report:
+ * report_log.c reads and checks the JSON lines, report.c draws the HTML. */
+#ifndef BFIT_REPORT_INT_H
+#define BFIT_REPORT_INT_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* One optimizer step ("step" event). */
+typedef struct rp_step {
+    double step, loss, lr, mem, capacity, seconds, noise;
+    double E, m, k; /* samples in the step, micro-batch, micro-steps */
+} rp_step;
+
+/* One evaluation ("eval" event). */
+typedef struct rp_eval {
+    double step, test_loss, test_acc;
+} rp_eval;
+
+/* Something that happened at a step and is marked on every chart:
+ * batch_change, memory, warning, error. */
+typedef struct rp_mark {
+    double step;
+    const char *kind; /* one of the four event names (static) */
+    char *text;       /* what happened, for people */
+} rp_mark;
+
+typedef struct rp_log {
+    const char *path;
+    cJSON *start, *end, *error; /* the events themselves; NULL: not in the log */
+    rp_step *st;
+    size_t nst, cst;
+    rp_eval *ev;
+    size_t nev, cev;
+    rp_mark *mk;
+    size_t nmk, cmk;
+    int nevents; /* lines that were events (known or not) */
+} rp_log;
+
+/* Read path: BFIT_EIO if it cannot be read, BFIT_EFORMAT naming path:line
+ * and what is wrong for a line that is not an event or an event that lacks
+ * a field, and for a log without events. On failure L is freed. */
+int rp_log_read(const char *path, rp_log *L);
+void rp_log_free(rp_log *L);
+
+#endif
