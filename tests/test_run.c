@@ -260,7 +260,7 @@ static void check_record(const rec *r)
         assert_int_equal(r->eval[i].epoch, i + 1);
         assert_int_equal(r->eval[i].step, i == 0 ? 10 : 15);
         assert_int_equal(r->eval[i].samples, 200);
-        assert_true(r->eval[i].m >= 1 && r->eval[i].m <= 1000); /* the default eval micro-batch at most */
+        assert_int_equal(r->eval[i].m, 200); /* all 200 at once: ample memory, and no larger than the samples */
         assert_true(r->eval[i].test_acc > 0 && r->eval[i].test_acc <= 1);
     }
     assert_int_equal(r->nchange, 2);
@@ -395,6 +395,8 @@ static void tight_run(bfit_train_cfg *c, const char *lg, bfit_train_result *res,
     assert_int_equal(r->neval, 1);
     assert_int_equal(r->eval[0].samples, c->eval_samples);
     *eval_m = r->eval[0].m;
+    /* never larger than the samples evaluated */
+    assert_true(*eval_m <= c->eval_samples);
     /* the log's eval event says the same */
     events_read(lg, &e);
     for (int i = 0; i < e.n; i++)
@@ -530,6 +532,32 @@ static void test_error_event(void **st)
  * as an undisturbed run's, and the error says where they are. The path has
  * a quote, which the log must escape. When an earlier evaluation fails, the
  * training did not finish: nothing is saved and nothing is claimed. */
+/* Memory that goes between choosing the eval micro-batch and reserving it
+ * (an injected failure of the reservation's first block) is recovered as in
+ * training: a smaller micro-batch is chosen in what is free, and every
+ * sample is evaluated. */
+static void test_eval_oom_recovered(void **st)
+{
+    bfit_train_cfg c = quick(mlp, 64, 640);
+    bfit_run *run = NULL;
+    bfit_eval_info ev;
+    bfit_arena_stats s0, s1;
+    (void)st;
+    assert_int_equal(bfit_run_new(&c, &run), BFIT_OK);
+    while (!bfit_run_done(run))
+        assert_int_equal(bfit_run_step(run, NULL), BFIT_OK);
+    bfit_arena_stats_get(bfit_run_arena(run), &s0);
+    bfit_arena_fail_nth(bfit_run_arena(run), 1);
+    assert_int_equal(bfit_run_evaluate(run, &ev), BFIT_OK);
+    bfit_arena_stats_get(bfit_run_arena(run), &s1);
+    assert_int_equal(s1.nfail, s0.nfail + 1);  /* the failure happened */
+    assert_int_equal(ev.samples, 200);
+    assert_true(ev.m >= 1 && ev.m < 200);      /* chosen again, smaller */
+    assert_true(ev.test_acc > 0.3);
+    bfit_run_finish(run, BFIT_OK);
+    bfit_run_free(run);
+}
+
 static void test_final_eval_failure_saves(void **st)
 {
     char ok[300], w[300], lg[300], mid[300];
@@ -585,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_eval_batch_cnn),
         cmocka_unit_test(test_error_event),
         cmocka_unit_test(test_final_eval_failure_saves),
+        cmocka_unit_test(test_eval_oom_recovered),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -377,6 +377,8 @@ void bfit_run_free(bfit_run *r)
     free(r);
 }
 
+bfit_arena *bfit_run_arena(bfit_run *r) { return r->s.arena; }
+
 int bfit_run_done(const bfit_run *r)
 {
     if (r->cfg.max_steps && r->step >= r->cfg.max_steps)

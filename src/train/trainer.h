@@ -1,13 +1,6 @@
-/* trainer.h - the step loop: samples from the stream, micro-batches on the
- * device, gradients summed over the effective batch, optimizer steps, an
- * evaluation after each epoch, weights saved at the end.
- *
- * An optimizer step consumes exactly E samples (the last of an epoch may
- * have fewer) in micro-batches of m; the loss is normalised by the samples in
- * the optimizer step, so the gradient does not depend on the split. Every
- * micro-step reserves its memory before it computes (OOM-atomic); on an
- * out-of-memory the micro-batch shrinks to what the plan says fits now and
- * the same samples are taken again. */
+/* trainer.h - the training run's internal face. Its public API (the
+ * configuration, bfit_run_*, bfit_train, bfit_evaluate) is in batchfit.h;
+ * what is here is for the library's own tests and tools. */
 #ifndef BFIT_TRAINER_H
 #define BFIT_TRAINER_H
 
@@ -18,5 +11,8 @@
 #include "optim/optim.h"
 #include "optim/schedule.h"
 
+/* The run's arena, so a test can inject a fault or change the capacity at a
+ * chosen moment. */
+bfit_arena *bfit_run_arena(bfit_run *r);
 
 #endif
