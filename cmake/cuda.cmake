@@ -3,7 +3,7 @@
 # BFIT_CUDA: AUTO (default) builds it when the CUDA toolkit, cuBLAS and
 # cuDNN 9 are found and nvcc works; ON requires them and stops with the
 # reason when one is missing; OFF never builds it. Sets BFIT_HAVE_CUDA and,
-# when on, BFIT_CUDA_LIBS (what the library links) for the pkg-config file.
+# when on, BFIT_CUDA_LIBS (what the CUDA module links).
 set(BFIT_CUDA AUTO CACHE STRING "CUDA backend: AUTO (when the toolkit, cuBLAS and cuDNN are found), ON, OFF")
 set_property(CACHE BFIT_CUDA PROPERTY STRINGS AUTO ON OFF)
 

@@ -17,29 +17,41 @@ void bfit_clear_error(void)
     field[0] = '\0';
 }
 
+int bfit_vfail(int code, const char *fmt, va_list ap)
+{
+    field[0] = '\0';
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return code;
+}
+
 int bfit_fail(int code, const char *fmt, ...)
 {
     va_list ap;
-    field[0] = '\0';
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    bfit_vfail(code, fmt, ap);
     va_end(ap);
+    return code;
+}
+
+int bfit_vfail_prefix(int code, const char *fmt, va_list ap)
+{
+    char old[sizeof msg];
+    size_t n;
+
+    memcpy(old, msg, sizeof old);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    n = strlen(msg);
+    if (n < sizeof msg - 1)
+        snprintf(msg + n, sizeof msg - n, "%s", old);
     return code;
 }
 
 int bfit_fail_prefix(int code, const char *fmt, ...)
 {
-    char old[sizeof msg];
-    size_t n;
     va_list ap;
-
-    memcpy(old, msg, sizeof old);
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    bfit_vfail_prefix(code, fmt, ap);
     va_end(ap);
-    n = strlen(msg);
-    if (n < sizeof msg - 1)
-        snprintf(msg + n, sizeof msg - n, "%s", old);
     return code;
 }
 

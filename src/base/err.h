@@ -2,6 +2,8 @@
 #ifndef BFIT_ERR_H
 #define BFIT_ERR_H
 
+#include <stdarg.h>
+
 #include "batchfit.h"
 
 /* Set the message for code and return code, so callers can write
@@ -14,5 +16,8 @@ int bfit_fail_field(int code, const char *name, const char *fmt, ...) __attribut
 /* Prefix the current message with context ("loading x: " + old message). */
 int bfit_fail_prefix(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void bfit_clear_error(void);
+/* The same with a va_list (the CUDA module reports through these). */
+int bfit_vfail(int code, const char *fmt, va_list ap);
+int bfit_vfail_prefix(int code, const char *fmt, va_list ap);
 
 #endif

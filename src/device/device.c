@@ -3,8 +3,17 @@
 #include "base/err.h"
 #include "device/device.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef BFIT_HAVE_CUDA
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "device/cuda_plugin.h"
+#endif
 
 bfit_cuda_cfg bfit_cuda_cfg_default(void)
 {
@@ -17,8 +26,72 @@ bfit_cuda_cfg bfit_cuda_cfg_default(void)
 
 int bfit_device_cuda_new(int index, bfit_device **out) { return bfit_device_cuda_new_cfg(index, NULL, out); }
 
-#ifndef BFIT_HAVE_CUDA
-/* cuda_device.c when built with CUDA */
+#ifdef BFIT_HAVE_CUDA
+/* The CUDA backend is a module loaded on first use (cuda_plugin.h says why),
+ * looked for in order: $BFIT_CUDA_PLUGIN, beside the program's
+ * ../lib/batchfit/ (an installed tree that moved), the install directory,
+ * the build directory. */
+static void *plugin;
+static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
+static char plugin_err[1024];
+
+static void *try_open(const char *path, char *why, size_t n)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && !why[0])
+        snprintf(why, n, "%s", dlerror());
+    return h;
+}
+
+static void load_plugin(void)
+{
+    const char *env = getenv("BFIT_CUDA_PLUGIN");
+    char exe[4096], path[4200], *slash;
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+
+    plugin_err[0] = '\0';
+    if (env && *env) {
+        plugin = try_open(env, plugin_err, sizeof plugin_err);
+        return;
+    }
+    if (k > 0) {
+        exe[k] = '\0';
+        if ((slash = strrchr(exe, '/'))) {
+            *slash = '\0';
+            snprintf(path, sizeof path, "%s/../lib/batchfit/libbatchfit_cuda.so", exe);
+            if ((plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
+                return;
+        }
+    }
+    if ((plugin = try_open(BFIT_CUDA_PLUGIN_INSTALL, plugin_err, sizeof plugin_err)))
+        return;
+    plugin = try_open(BFIT_CUDA_PLUGIN_BUILD, plugin_err, sizeof plugin_err);
+}
+
+int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out)
+{
+    static const bfit_cuda_host host = {BFIT_CUDA_PLUGIN_ABI, bfit_vfail, bfit_vfail_prefix, bfit_dtype_name};
+    bfit_cuda_cfg c = cfg ? *cfg : bfit_cuda_cfg_default();
+    bfit_cuda_plugin_open_fn open_fn;
+    int rc;
+
+    *out = NULL;
+    pthread_once(&plugin_once, load_plugin);
+    if (!plugin)
+        return bfit_fail(BFIT_EDEVICE, "the CUDA backend (libbatchfit_cuda.so) could not be loaded: %s; set "
+                                       "BFIT_CUDA_PLUGIN to its path, or use the cpu device", plugin_err);
+    open_fn = (bfit_cuda_plugin_open_fn)dlsym(plugin, BFIT_CUDA_PLUGIN_ENTRY);
+    if (!open_fn)
+        return bfit_fail(BFIT_EDEVICE, "libbatchfit_cuda.so has no entry point %s: it is not this batchfit's",
+                         BFIT_CUDA_PLUGIN_ENTRY);
+    bfit_clear_error();
+    rc = open_fn(&host, index, &c, out);
+    if (rc == BFIT_EDEVICE && !*out && !bfit_errmsg()[0])
+        return bfit_fail(BFIT_EDEVICE, "libbatchfit_cuda.so is from another build of batchfit (its device "
+                                       "interface differs): rebuild it with this library");
+    return rc;
+}
+#else
 int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out)
 {
     (void)index;
