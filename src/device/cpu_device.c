@@ -218,6 +218,8 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
     out->detail = d->detail;
     out->threads = t;
     out->check = d->check;
+    out->shared = 0;   /* host RAM: MemAvailable moves with the page cache; not followed */
+    out->overhead = 0;
 }
 
 static void cpu_destroy(bfit_device *base)

@@ -24,7 +24,12 @@ typedef struct cuda_device {
     cudnnHandle_t dnn;
     char name[24];
     char detail[384];
+    uint64_t overhead;     /* the process's GPU memory right after opening (context, handles), NVML */
 } cuda_device;
+
+/* Bytes the driver attributes to this process on GPU index (NVML);
+ * BFIT_EDEVICE when NVML cannot say (cuda_nvml.c). */
+int cuda_process_bytes(int index, uint64_t *bytes);
 
 /* workspace alignment we give cuBLAS and cuDNN (cuBLAS refuses a workspace
  * aligned to less than 256 bytes; the arena aligns to 64): an op with a

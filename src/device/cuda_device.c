@@ -142,6 +142,8 @@ static void cuda_info(const bfit_device *base, bfit_device_info *out)
     out->detail = d->detail;
     out->threads = 0;
     out->check = d->check;
+    out->shared = 1;
+    out->overhead = d->overhead;
 }
 
 static void cuda_destroy(bfit_device *base)
@@ -236,6 +238,11 @@ static void describe(cuda_device *d, const struct cudaDeviceProp *p)
              drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10, v / 10000, v % 10000 / 100, v % 100,
              d->cfg.policy == BFIT_CUDA_LEAN ? "lean" : "fastest",
              d->cfg.deterministic ? ", deterministic" : "");
+    if (d->overhead) {
+        size_t k = strlen(d->detail);
+        snprintf(d->detail + k, sizeof d->detail - k, "; context and handles %.1f MiB (NVML)",
+                 (double)d->overhead / (1024.0 * 1024));
+    }
 }
 
 static int check_from_env(void)
@@ -272,6 +279,10 @@ int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **
         cuda_destroy(&d->base);
         return bfit_fail_prefix(rc, "cuda:%d: ", index);
     }
+    /* nothing of the arena yet: all the process holds is the context and the
+     * handles (0 where NVML cannot say) */
+    if (cuda_process_bytes(index, &d->overhead) != BFIT_OK)
+        d->overhead = 0;
     describe(d, &prop);
     *out = &d->base;
     return BFIT_OK;

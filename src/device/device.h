@@ -124,6 +124,11 @@ typedef struct bfit_device_info {
     const char *detail;      /* "oneDNN 2.6, 2 threads", the GPU's name */
     int threads;             /* CPU threads ops run on (0 for a GPU) */
     int check;               /* opaque-memory checking mode is on */
+    int shared;              /* its memory is shared with other processes (a GPU): a run reads
+                                what is free every step */
+    uint64_t overhead;       /* device bytes held outside the arena (a GPU's context and library
+                                handles), as measured when the device was opened; 0 if none or
+                                unknown */
 } bfit_device_info;
 
 /* The table a backend implements. Every entry that touches device memory

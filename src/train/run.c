@@ -280,12 +280,12 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
     bfit_log_event(&r->lg, "start",
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
-                   "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"threads\":%d,\"adaptive\":%d,"
-                   "\"plan\":{%s}",
+                   "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_overhead\":%llu,\"threads\":%d,"
+                   "\"adaptive\":%d,\"plan\":{%s}",
                    model, data, (long long)bfit_model_param_count(r->s.M), r->d.batch,
                    r->d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
-                   di.name, di.threads, c->adaptive, plan);
+                   di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, plan);
     bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) of "
                          "%lld samples",
                  c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->d.batch, r->d.m,
@@ -304,7 +304,9 @@ static int setup(bfit_run *r)
     r->log_open = 1;
     if (r->cfg.fail_nth_alloc)
         bfit_arena_fail_nth(r->s.arena, r->cfg.fail_nth_alloc);
+    r->configured = bfit_arena_capacity(r->s.arena);
     run_apply_memory_schedule(r, 0);
+    run_watch_device(r);
     r->base_capacity = bfit_arena_capacity(r->s.arena);
     ntrain = r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
     if (ntrain < 1)

@@ -50,7 +50,8 @@ struct bfit_run {
     int epoch;                 /* the epoch in progress (0-based) */
     uint64_t micro;            /* micro-steps run (dropout seeds) */
     int m, warned_bn, nmem, eval_m;
-    uint64_t base_capacity;
+    uint64_t base_capacity;    /* at the start */
+    uint64_t configured;       /* what the configuration and its memory schedule allow now */
     double train_time, ep_loss, ep_t0;
     int64_t ep_count;
     bfit_train_result res;
@@ -64,6 +65,7 @@ int run_plan_fits_msg(bfit_run *r, uint64_t budget);
 /* step.c */
 void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);
 int run_apply_memory_schedule(bfit_run *r, int64_t upto);
+void run_watch_device(bfit_run *r);
 /* eval.c */
 int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);

@@ -49,9 +49,41 @@ int run_apply_memory_schedule(bfit_run *r, int64_t upto)
         bfit_log_say(&r->lg, "batchfit: step %lld: device capacity is now %s", (long long)upto,
                      bfit_format_size(cap, s1, sizeof s1));
     }
-    if (changed)
+    if (changed) {
+        r->configured = bfit_arena_capacity(r->s.arena);
         bfit_model_unreserve(r->s.M);
+    }
     return changed;
+}
+
+/* Changes of the device's free memory smaller than this are not followed:
+ * a GPU's free memory moves by a few MiB with its own bookkeeping. */
+#define WATCH_STEP (16ull << 20)
+
+/* On a device shared with other processes, the capacity in force is no more
+ * than this process holds plus what the device has free now, read every
+ * step: another process taking memory makes the controller shrink the
+ * micro-batch before an allocation fails, and giving it back lets it grow. */
+void run_watch_device(bfit_run *r)
+{
+    bfit_device_info di;
+    bfit_arena_stats st;
+    uint64_t free_b, total, cap, now;
+    char s1[32], s2[32];
+
+    bfit_device_info_get(r->s.dev, &di);
+    if (!di.shared || bfit_device_memory(r->s.dev, &free_b, &total) != BFIT_OK)
+        return;
+    bfit_arena_stats_get(r->s.arena, &st);
+    cap = st.reserved + free_b < r->configured ? st.reserved + free_b : r->configured;
+    now = bfit_arena_capacity(r->s.arena);
+    if (cap == now || (cap > now ? cap - now : now - cap) < WATCH_STEP)
+        return;
+    bfit_arena_set_capacity(r->s.arena, cap);
+    bfit_log_event(&r->lg, "memory", "\"step\":%lld,\"capacity\":%llu,\"device_free\":%llu,\"source\":\"device\"",
+                   (long long)r->step, (unsigned long long)cap, (unsigned long long)free_b);
+    bfit_log_say(&r->lg, "batchfit: step %lld: the device has %s free: capacity now %s", (long long)r->step,
+                 bfit_format_size(free_b, s1, sizeof s1), bfit_format_size(cap, s2, sizeof s2));
 }
 
 static int model_has_batchnorm(const bfit_model *M)
@@ -248,6 +280,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", loss,
                                (long long)r->step + 1);
     run_apply_memory_schedule(r, r->step + 1);
+    run_watch_device(r);
     if ((rc = observe(r, E, k, t0, wait0, &in.seconds)) != BFIT_OK)
         return rc;
     r->train_time += in.seconds;
