@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "batch/plan.h"
+#include "device/device.h"
 #include "nn/zoo.h"
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
@@ -62,7 +63,7 @@ static void tmp_path(char *buf, size_t n, const char *name)
 
 /* ---- what the callbacks saw ------------------------------------------------ */
 
-#define MAXREC 64
+#define MAXREC 128
 typedef struct rec {
     int nstep, neval, nchange;
     bfit_step_info step[MAXREC];
@@ -558,6 +559,90 @@ static void test_eval_oom_recovered(void **st)
     bfit_run_free(run);
 }
 
+/* ---- a device shared with another process, simulated on the CPU ------------ */
+
+/* The CPU device with its table's info and memory query replaced: it says it
+ * is shared, and reports as free what the test's co-tenant leaves. */
+static const bfit_device_vt *cpu_table;
+static bfit_device_vt shared_table;
+static uint64_t cotenant_free;
+
+static void shared_info(const bfit_device *d, bfit_device_info *out)
+{
+    cpu_table->info(d, out);
+    out->shared = 1;
+}
+
+static int shared_memory(bfit_device *d, uint64_t *free_b, uint64_t *total)
+{
+    (void)d;
+    *free_b = cotenant_free;
+    *total = 8ull << 30;
+    return BFIT_OK;
+}
+
+/* After step 10 the co-tenant takes all but 2 MiB; after step 30 it gives
+ * it back. */
+static void cotenant(void *ud, const bfit_step_info *s)
+{
+    rec_step(ud, s);
+    if (s->step == 10)
+        cotenant_free = 2ull << 20;
+    if (s->step == 30)
+        cotenant_free = 1ull << 30;
+}
+
+/* The run reads the device's free memory every step: the micro-batch shrinks
+ * when another process takes memory, before any allocation fails, and grows
+ * back when it is returned; every sample is still used once. */
+static void test_shared_device(void **st)
+{
+    bfit_train_cfg c = quick(mlp, 256, 256 * 96); /* growth waits 50 steps after a shrink */
+    bfit_cpu_cfg cc = bfit_cpu_cfg_default();
+    bfit_train_result res;
+    bfit_device *dev;
+    rec *r = calloc(1, sizeof *r);
+    char lg[300];
+    events e;
+    int shrank = -1, grew = -1, device_events = 0;
+    (void)st;
+    cc.threads = 2;
+    assert_int_equal(bfit_device_cpu_new(&cc, &dev), BFIT_OK);
+    cpu_table = dev->vt;
+    shared_table = *dev->vt;
+    shared_table.info = shared_info;
+    shared_table.mem_info = shared_memory;
+    dev->vt = &shared_table;
+    cotenant_free = 1ull << 30;
+    tmp_path(lg, sizeof lg, "shared.jsonl");
+    c.device = dev;
+    c.memory = 1ull << 30;
+    c.log = lg;
+    rec_attach(&c, r);
+    c.on_step = cotenant;
+    assert_int_equal(bfit_train(&c, &res), BFIT_OK);
+    assert_int_equal(res.ooms, 0);                 /* shrunk before failing */
+    assert_int_equal(res.samples, 256 * 96);
+    for (int i = 0; i < r->nchange; i++) {
+        printf("  step %lld: %s\n", (long long)r->change_step[i], r->change[i].why);
+        if (r->change[i].reason == BFIT_REASON_MEM_SHRANK && shrank < 0)
+            shrank = (int)r->change_step[i];
+        if (r->change[i].reason == BFIT_REASON_MEM_FREED && shrank >= 0)
+            grew = (int)r->change_step[i];
+    }
+    assert_true(shrank >= 11 && shrank <= 13);    /* the step after the next reading */
+    assert_true(grew > 30);
+    events_read(lg, &e);
+    for (int i = 0; i < e.n; i++)
+        if (!strcmp(ev_str(e.ev[i], "event"), "memory") && cJSON_GetObjectItem(e.ev[i], "source"))
+            device_events++;
+    assert_int_equal(device_events, 2);            /* taken, given back */
+    events_free(&e);
+    dev->vt = cpu_table;
+    bfit_device_free(dev);
+    free(r);
+}
+
 static void test_final_eval_failure_saves(void **st)
 {
     char ok[300], w[300], lg[300], mid[300];
@@ -614,6 +699,7 @@ int main(void)
         cmocka_unit_test(test_error_event),
         cmocka_unit_test(test_final_eval_failure_saves),
         cmocka_unit_test(test_eval_oom_recovered),
+        cmocka_unit_test(test_shared_device),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
