@@ -101,7 +101,7 @@ static int threads_of(const bfit_device *d)
 
 static int open_device(int threads, bfit_device **dev, bfit_arena **arena)
 {
-    bfit_cpu_cfg c = bfit_cpu_cfg_default();
+    bfit_device_cfg c = bfit_device_cfg_default();
     int rc;
     c.threads = threads;
     if ((rc = bfit_device_cpu_new(&c, dev)) != BFIT_OK)

@@ -132,24 +132,34 @@ const char *bfit_dtype_name(bfit_dtype t);
  * memory is opaque to the host and reached only through the library. */
 typedef struct bfit_device bfit_device;
 
-typedef struct bfit_cpu_cfg {
-    int threads;                 /* > 0: ops run on this many threads (set around each device
-                                    call and restored); 0: OpenMP's own setting, untouched */
-    int check;                   /* 1: device memory is inaccessible (PROT_NONE) outside device
-                                    calls, and op arguments must be device memory; -1: from
-                                    the environment (BFIT_DEVICE_CHECK=1), 0: off */
-    const bfit_host_alloc *host; /* where device blocks come from; NULL: aligned_alloc
-                                    (the checking mode maps its own pages) */
-} bfit_cpu_cfg;
+/* How the convolution algorithms are chosen on a GPU (cuDNN): the fastest,
+ * the ones with the smallest workspace, or auto: the fastest unless a
+ * leaner choice lets a larger micro-batch fit the effective batch. The CPU
+ * device (oneDNN) has one choice and ignores this. */
+typedef enum { BFIT_CONV_FASTEST = 0, BFIT_CONV_LEAN, BFIT_CONV_AUTO } bfit_conv_algo;
+/* "fastest", "lean", "auto"; BFIT_EINVAL naming the valid ones otherwise. */
+int bfit_conv_algo_parse(const char *name, bfit_conv_algo *out);
+const char *bfit_conv_algo_name(bfit_conv_algo a);
 
-/* Defaults: threads 0, check -1, host NULL. */
-bfit_cpu_cfg bfit_cpu_cfg_default(void);
+typedef struct bfit_device_cfg {
+    int threads;                 /* CPU: > 0: ops run on this many threads (set around each device
+                                    call and restored); 0: OpenMP's own setting, untouched */
+    int check;                   /* 1: op arguments must be device memory, and on the CPU device
+                                    memory is inaccessible (PROT_NONE) outside device calls; -1:
+                                    from the environment (BFIT_DEVICE_CHECK=1), 0: off */
+    const bfit_host_alloc *host; /* CPU: where device blocks come from; NULL: aligned_alloc
+                                    (the checking mode maps its own pages) */
+    bfit_conv_algo conv_algo;    /* GPU: fastest (default) or lean; auto is resolved by a run */
+} bfit_device_cfg;
+
+/* Defaults: threads 0, check -1, host NULL, fastest. */
+bfit_device_cfg bfit_device_cfg_default(void);
 
 /* Open a device by name: "cpu", "cuda" or "cuda:N" (N-th GPU), or NULL /
- * "auto" for a GPU when one is present, else the CPU. cpu may be NULL
+ * "auto" for a GPU when one is present, else the CPU. cfg may be NULL
  * (defaults). BFIT_EINVAL for an unknown name, BFIT_EDEVICE when the device
  * cannot be used (saying why: not built with CUDA, no GPU, driver error). */
-int bfit_device_open(const char *name, const bfit_cpu_cfg *cpu, bfit_device **out);
+int bfit_device_open(const char *name, const bfit_device_cfg *cfg, bfit_device **out);
 void bfit_device_free(bfit_device *d);
 /* "cpu", "cuda:0". */
 const char *bfit_device_name(const bfit_device *d);
@@ -557,7 +567,8 @@ typedef struct bfit_train_cfg {
     uint64_t seed;
     int threads;               /* CPU threads; 0: OpenMP's setting */
     bfit_device *device;       /* train on this device (not owned); NULL: open device_name */
-    const char *device_name;   /* "cpu", "cuda:N", NULL: cpu */
+    const char *device_name;   /* "cpu", "cuda", "cuda:N", "auto"; NULL: auto */
+    bfit_conv_algo conv_algo;  /* GPU convolution algorithms (fastest default) */
     const bfit_host_alloc *host; /* CPU device blocks from here; NULL: aligned_alloc */
     uint64_t memory;           /* arena capacity; 0: what the device has free */
     double margin;             /* fraction of memory kept free when choosing m (default 0.1) */
@@ -659,8 +670,9 @@ typedef struct bfit_eval_cfg {
     int batch;                  /* 0: 1000 */
     int64_t samples;            /* 0: all */
     int threads;
-    bfit_device *device;        /* NULL: open device_name (NULL: cpu) */
+    bfit_device *device;        /* NULL: open device_name (NULL: auto) */
     const char *device_name;
+    bfit_conv_algo conv_algo;
     uint64_t memory;
     int normalize;              /* 0: none. 1: the statistics saved with the weights, or
                                    for older files those of data's training split */
@@ -753,7 +765,8 @@ typedef struct bfit_probe_result {
 typedef struct bfit_find_cfg {
     const char *model;      /* a preset name or a spec file (bfit_model_source_load) */
     const char *data;       /* a data set (bfit_dataset_load), or "synthetic": random samples of the model's shape */
-    const char *device_name;/* bfit_device_open's name; NULL: cpu */
+    const char *device_name;/* bfit_device_open's name; NULL: auto */
+    bfit_conv_algo conv_algo;/* GPU convolution algorithms */
     uint64_t memory;        /* device capacity; 0: what the device has free */
     int threads;            /* CPU threads; 0: OpenMP's setting */
     int normalize, prefetch, augment;

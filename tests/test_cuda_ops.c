@@ -50,7 +50,7 @@ static char models_dir[512];
 
 static int setup(void **st)
 {
-    bfit_cpu_cfg c = bfit_cpu_cfg_default();
+    bfit_device_cfg c = bfit_device_cfg_default();
     bfit_cuda_cfg g = bfit_cuda_cfg_default();
     const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;

@@ -1,7 +1,7 @@
 /* test_device_check.c - the CPU device's checking mode and the arena over a
  * device's blocks.
  *
- * The checking mode (bfit_cpu_cfg.check = 1, or BFIT_DEVICE_CHECK=1) keeps
+ * The checking mode (bfit_device_cfg.check = 1, or BFIT_DEVICE_CHECK=1) keeps
  * device memory PROT_NONE outside device calls, so a host read of it crashes
  * here as it would on a GPU, and refuses host pointers where the device's
  * are needed. Around each device call the thread count the device was
@@ -29,7 +29,7 @@
 /* A CPU device with this checking mode and thread count, and an arena. */
 static bfit_device *open_dev(int check, int threads, bfit_arena **arena)
 {
-    bfit_cpu_cfg c = bfit_cpu_cfg_default();
+    bfit_device_cfg c = bfit_device_cfg_default();
     bfit_device *d = NULL;
     c.check = check;
     c.threads = threads;

@@ -223,7 +223,7 @@ static void rig_free(rig *r)
 /* Build a layer with cfg and expect init to refuse it, naming `want`. */
 static void expect_shape_error(bfit_layer_cfg cfg, bfit_shape in, const char *want)
 {
-    bfit_cpu_cfg cc = bfit_cpu_cfg_default();
+    bfit_device_cfg cc = bfit_device_cfg_default();
     bfit_device *d;
     bfit_layer *l = NULL;
     char err[256] = "";

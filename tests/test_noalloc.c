@@ -194,7 +194,7 @@ static void rig_new(rig *r, const char *file, int m)
 {
     const char *src = getenv("BFIT_SOURCE_DIR");
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
-    bfit_cpu_cfg cc = bfit_cpu_cfg_default();
+    bfit_device_cfg cc = bfit_device_cfg_default();
     char path[512];
     int64_t n;
 

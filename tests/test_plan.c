@@ -44,7 +44,7 @@ typedef struct rig {
 
 static void rig_open(rig *r, uint64_t capacity)
 {
-    bfit_cpu_cfg c = bfit_cpu_cfg_default();
+    bfit_device_cfg c = bfit_device_cfg_default();
     memset(r, 0, sizeof *r);
     c.threads = 2;
     assert_int_equal(bfit_device_cpu_new(&c, &r->dev), BFIT_OK);

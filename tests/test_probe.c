@@ -76,7 +76,7 @@ static void make_data(rig *r, int count)
 /* The CPU device on one thread and an arena of capacity over it. */
 static void rig_device(rig *r, uint64_t capacity)
 {
-    bfit_cpu_cfg cc = bfit_cpu_cfg_default();
+    bfit_device_cfg cc = bfit_device_cfg_default();
     memset(r, 0, sizeof *r);
     cc.threads = 1;
     assert_int_equal(bfit_device_cpu_new(&cc, &r->dev), BFIT_OK);

@@ -598,7 +598,7 @@ static void cotenant(void *ud, const bfit_step_info *s)
 static void test_shared_device(void **st)
 {
     bfit_train_cfg c = quick(mlp, 256, 256 * 96); /* growth waits 50 steps after a shrink */
-    bfit_cpu_cfg cc = bfit_cpu_cfg_default();
+    bfit_device_cfg cc = bfit_device_cfg_default();
     bfit_train_result res;
     bfit_device *dev;
     rec *r = calloc(1, sizeof *r);

@@ -11,7 +11,7 @@
 
 static int open_device(bfit_session *s, const bfit_session_cfg *c)
 {
-    bfit_cpu_cfg cpu = bfit_cpu_cfg_default();
+    bfit_device_cfg cpu = bfit_device_cfg_default();
     int rc;
 
     if (c->device) {
@@ -20,6 +20,7 @@ static int open_device(bfit_session *s, const bfit_session_cfg *c)
     }
     cpu.threads = c->threads;
     cpu.host = c->host;
+    cpu.conv_algo = c->conv_algo;
     rc = bfit_device_open(c->device_name, &cpu, &s->dev_own);
     s->dev = s->dev_own;
     return rc;
@@ -122,6 +123,28 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
         return bfit_dataset_norm_stats(s->train, s->mean, s->std);
     }
     return BFIT_OK;
+}
+
+int bfit_session_reopen(bfit_session *s, const bfit_session_cfg *c, bfit_conv_algo algo)
+{
+    bfit_session_cfg c2 = *c;
+    uint64_t cap = bfit_arena_capacity(s->arena);
+    int rc;
+
+    if (!s->dev_own)
+        return bfit_fail(BFIT_ESTATE, "session: the device is the caller's, it cannot be reopened");
+    bfit_model_free(s->M);
+    bfit_arena_free(s->arena);
+    bfit_device_free(s->dev_own);
+    s->M = NULL;
+    s->arena = NULL;
+    s->dev = s->dev_own = NULL;
+    c2.conv_algo = algo;
+    if ((rc = open_device(s, &c2)) != BFIT_OK)
+        return rc;
+    if (!(s->arena = bfit_device_arena_new(s->dev, cap)))
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    return bfit_model_new(&s->g, s->dev, s->arena, &s->M);
 }
 
 void bfit_session_close(bfit_session *s)

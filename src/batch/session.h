@@ -16,6 +16,7 @@ typedef struct bfit_session_cfg {
     int want_train, want_test;                /* splits to have (train is loaded anyway to normalise) */
     bfit_device *device;                      /* use this device (not owned); NULL: open one */
     const char *device_name;                  /* else open this (bfit_device_open; NULL: auto) */
+    bfit_conv_algo conv_algo;                 /* a GPU's convolution algorithms (auto opens fastest) */
     const bfit_host_alloc *host;              /* CPU device blocks from here (NULL: aligned_alloc) */
     uint64_t memory;                          /* arena capacity; 0: what the device has free */
     int threads;                              /* CPU threads; 0: OpenMP's setting */
@@ -40,6 +41,10 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c);
 /* Phase two: the data sets, checked against the model's input shape and
  * classes, and the normalisation statistics of the training split. */
 int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c);
+/* Open the session's device again with other convolution algorithms and
+ * build the model on it (nothing of it must be allocated yet): how a run
+ * resolves conv_algo auto. */
+int bfit_session_reopen(bfit_session *s, const bfit_session_cfg *c, bfit_conv_algo algo);
 /* Release everything (safe on a zeroed or half-opened session). */
 void bfit_session_close(bfit_session *s);
 

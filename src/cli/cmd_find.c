@@ -66,6 +66,7 @@ static void help(void)
          "  --threads N           CPU threads (default: all cores)\n"
          "  --device NAME         cpu, cuda, cuda:N or auto (default auto: a GPU when one\n"
          "                        is present and batchfit was built with CUDA, else cpu)\n"
+         "  --conv-algo fastest|lean  a GPU's convolution algorithms (default fastest)\n"
          "  --seed N              init, shuffling and dropout seed (default 1)\n"
          "  --plot FILE           write an SVG chart of throughput and memory against\n"
          "                        batch size\n"
@@ -82,7 +83,7 @@ static void help(void)
 
 enum {
     O_MODEL = 256, O_DATA, O_AUGMENT, O_NO_NORM, O_NO_PREFETCH, O_MEMORY, O_MARGIN, O_OPT, O_MOM, O_LIMIT,
-    O_TOL, O_WARMUP, O_REPEATS, O_DATA_THR, O_LARGEST_ONLY, O_THREADS, O_SEED, O_PLOT, O_JSON, O_HELP, O_DEVICE
+    O_TOL, O_WARMUP, O_REPEATS, O_DATA_THR, O_LARGEST_ONLY, O_THREADS, O_SEED, O_PLOT, O_JSON, O_HELP, O_DEVICE, O_CONV
 };
 
 static const struct option opts[] = {
@@ -96,7 +97,7 @@ static const struct option opts[] = {
     {"largest-only", no_argument, 0, O_LARGEST_ONLY}, {"threads", required_argument, 0, O_THREADS},
     {"seed", required_argument, 0, O_SEED},          {"plot", required_argument, 0, O_PLOT},
     {"json", no_argument, 0, O_JSON},                {"help", no_argument, 0, O_HELP},
-    {"device", required_argument, 0, O_DEVICE},
+    {"device", required_argument, 0, O_DEVICE},      {"conv-algo", required_argument, 0, O_CONV},
     {0, 0, 0, 0}};
 
 typedef struct args {
@@ -148,6 +149,12 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) goto usage; a->c.seed = (uint64_t)v; break;
         case O_PLOT: a->plot = optarg; break;
         case O_DEVICE: if (cli_device_check("--device", optarg)) goto usage; a->c.device_name = optarg; break;
+        case O_CONV:
+            if (bfit_conv_algo_parse(optarg, &a->c.conv_algo) != BFIT_OK || a->c.conv_algo == BFIT_CONV_AUTO) {
+                cli_error("--conv-algo: '%s': find takes fastest or lean (it reports the largest batch of one)", optarg);
+                goto usage;
+            }
+            break;
         case O_JSON: a->json = 1; break;
         case O_HELP: help(); *done = 1; return EXIT_OK;
         default:

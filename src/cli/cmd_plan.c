@@ -41,6 +41,8 @@ static void help(void)
          "  --eval                plan an inference step (no gradients, no optimizer)\n"
          "  --device NAME         cpu, cuda, cuda:N or auto: whose ops (and their\n"
          "                        workspaces) to plan (default auto)\n"
+         "  --conv-algo fastest|lean|auto  a GPU's convolution algorithms (default\n"
+         "                        fastest; auto plans the fastest)\n"
          "  --threads N           CPU threads the step will run with (default: all\n"
          "                        cores); oneDNN's workspaces depend on it\n"
          "  --json                print the plan as JSON\n"
@@ -52,7 +54,7 @@ static void help(void)
          "not fit or the model cannot be loaded, 2 usage error.");
 }
 
-enum { O_MODEL = 256, O_MEMORY, O_MARGIN, O_BATCH, O_OPT, O_MOM, O_EVAL, O_THREADS, O_JSON, O_HELP, O_DEVICE };
+enum { O_MODEL = 256, O_MEMORY, O_MARGIN, O_BATCH, O_OPT, O_MOM, O_EVAL, O_THREADS, O_JSON, O_HELP, O_DEVICE, O_CONV };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, O_MODEL},   {"memory", required_argument, 0, O_MEMORY},
@@ -60,11 +62,12 @@ static const struct option opts[] = {
     {"optimizer", required_argument, 0, O_OPT}, {"momentum", required_argument, 0, O_MOM},
     {"eval", no_argument, 0, O_EVAL},           {"threads", required_argument, 0, O_THREADS},
     {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, O_HELP},
-    {"device", required_argument, 0, O_DEVICE},
+    {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
     {0, 0, 0, 0}};
 
 typedef struct args {
     const char *model, *device;
+    bfit_conv_algo conv;
     uint64_t memory;
     double margin, momentum;
     int mom_set, eval, threads, json;
@@ -149,6 +152,7 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) goto usage; a->threads = (int)v; break;
         case O_JSON: a->json = 1; break;
         case O_DEVICE: if (cli_device_check("--device", optarg)) goto usage; a->device = optarg; break;
+        case O_CONV: if (bfit_conv_algo_parse(optarg, &a->conv) != BFIT_OK) { cli_lib_error(); goto usage; } break;
         case O_HELP: help(); *done = 1; return EXIT_OK;
         default:
             cli_bad_option(name);
@@ -453,8 +457,9 @@ int cmd_plan(int argc, char **argv)
     ret = EXIT_FAIL;
     {
         /* the arena is only the device's accounting here: nothing is reserved */
-        bfit_cpu_cfg cc = bfit_cpu_cfg_default();
+        bfit_device_cfg cc = bfit_device_cfg_default();
         cc.threads = a.threads;
+        cc.conv_algo = a.conv;
         rc = bfit_device_open(a.device, &cc, &dev);
     }
     if (rc == BFIT_OK && !a.memory) {

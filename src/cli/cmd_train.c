@@ -60,6 +60,10 @@ static void help(void)
          "  --threads N           CPU threads (default: all cores)\n"
          "  --device NAME         cpu, cuda, cuda:N or auto (default auto: a GPU when one\n"
          "                        is present and batchfit was built with CUDA, else cpu)\n"
+         "  --conv-algo fastest|lean|auto  a GPU's convolution algorithms: the fastest,\n"
+         "                        the smallest workspaces, or auto: the fastest unless\n"
+         "                        the leanest fit a larger micro-batch (default fastest;\n"
+         "                        the cpu has one choice)\n"
          "  --save FILE           write the final weights (safetensors)\n"
          "  --log FILE            write a JSON-lines event log\n"
          "  --report FILE         write the run report (HTML, see `batchfit report --help`)\n"
@@ -78,7 +82,7 @@ enum {
     O_MODEL = 256, O_DATA, O_EPOCHS, O_EPOCH_SAMPLES, O_EVAL_SAMPLES, O_MAX_STEPS, O_AUGMENT, O_NO_NORM,
     O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
-    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT
+    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV
 };
 
 static const struct option opts[] = {
@@ -101,7 +105,8 @@ static const struct option opts[] = {
     {"batch-schedule", required_argument, 0, O_BSCHED}, {"batch-instead-of-decay", no_argument, 0, O_BIOD},
     {"lr-scaling", required_argument, 0, O_LRSCALE}, {"rewarmup", required_argument, 0, O_REWARM},
     {"memory-schedule", required_argument, 0, O_MEMSCHED}, {"test-data", required_argument, 0, O_TEST_DATA},
-    {"device", required_argument, 0, O_DEVICE}, {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
+    {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
+    {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
 int cmd_train(int argc, char **argv)
@@ -189,6 +194,9 @@ int cmd_train(int argc, char **argv)
         case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return cli_usage_hint("train"); c.threads = (int)v; break;
         case O_SAVE: c.save = optarg; break;
         case O_DEVICE: if (cli_device_check("--device", optarg)) return cli_usage_hint("train"); c.device_name = optarg; break;
+        case O_CONV:
+            if (bfit_conv_algo_parse(optarg, &c.conv_algo) != BFIT_OK) { cli_lib_error(); return cli_usage_hint("train"); }
+            break;
         case O_LOG: c.log = optarg; break;
         case O_REPORT: c.report = optarg; break;
         case O_QUIET: quiet = 1; break;

@@ -250,11 +250,6 @@ static const bfit_device_vt cpu_vt = {
     .destroy = cpu_destroy,
 };
 
-bfit_cpu_cfg bfit_cpu_cfg_default(void)
-{
-    bfit_cpu_cfg c = {0, -1, NULL};
-    return c;
-}
 
 static int check_from_env(void)
 {
@@ -262,9 +257,9 @@ static int check_from_env(void)
     return e && *e && strcmp(e, "0") != 0;
 }
 
-int bfit_device_cpu_new(const bfit_cpu_cfg *cfg, bfit_device **out)
+int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
 {
-    bfit_cpu_cfg c = cfg ? *cfg : bfit_cpu_cfg_default();
+    bfit_device_cfg c = cfg ? *cfg : bfit_device_cfg_default();
     cpu_device *d;
 
     *out = NULL;

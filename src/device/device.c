@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef BFIT_HAVE_CUDA
 #include <dlfcn.h>
@@ -102,7 +103,43 @@ int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **
 }
 #endif
 
-int bfit_device_open(const char *name, const bfit_cpu_cfg *cpu, bfit_device **out)
+bfit_device_cfg bfit_device_cfg_default(void)
+{
+    bfit_device_cfg c = {0, -1, NULL, BFIT_CONV_FASTEST};
+    return c;
+}
+
+static const char *const conv_names[] = {"fastest", "lean", "auto"};
+
+int bfit_conv_algo_parse(const char *name, bfit_conv_algo *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (name && !strcasecmp(name, conv_names[i])) {
+            *out = (bfit_conv_algo)i;
+            return BFIT_OK;
+        }
+    return bfit_fail_field(BFIT_EINVAL, "conv_algo", "unknown choice '%s' (valid: fastest, lean, auto)",
+                           name ? name : "");
+}
+
+const char *bfit_conv_algo_name(bfit_conv_algo a) { return (unsigned)a < 3 ? conv_names[a] : "?"; }
+
+/* A GPU with the configuration's choices (auto opens as fastest: a run
+ * resolves it once it knows the effective batch). */
+static int open_cuda(int idx, const bfit_device_cfg *cfg, bfit_device **out)
+{
+    bfit_cuda_cfg c = bfit_cuda_cfg_default();
+    if (cfg) {
+        if (cfg->conv_algo == BFIT_CONV_LEAN)
+            c.policy = BFIT_CUDA_LEAN;
+        else
+            c.policy = BFIT_CUDA_FASTEST;
+        c.check = cfg->check;
+    }
+    return bfit_device_cuda_new_cfg(idx, &c, out);
+}
+
+int bfit_device_open(const char *name, const bfit_device_cfg *cpu, bfit_device **out)
 {
     char *end;
     long idx = 0;
@@ -110,7 +147,7 @@ int bfit_device_open(const char *name, const bfit_cpu_cfg *cpu, bfit_device **ou
     *out = NULL;
     if (!name || !strcmp(name, "auto")) {
 #ifdef BFIT_HAVE_CUDA
-        if (bfit_device_cuda_new(0, out) == BFIT_OK)
+        if (open_cuda(0, cpu, out) == BFIT_OK)
             return BFIT_OK;
         bfit_clear_error();
 #endif
@@ -126,7 +163,7 @@ int bfit_device_open(const char *name, const bfit_cpu_cfg *cpu, bfit_device **ou
         } else if (name[4]) {
             return bfit_fail(BFIT_EINVAL, "unknown device '%s' (valid: cpu, cuda, cuda:N, auto)", name);
         }
-        return bfit_device_cuda_new((int)idx, out);
+        return open_cuda((int)idx, cpu, out);
     }
     return bfit_fail(BFIT_EINVAL, "unknown device '%s' (valid: cpu, cuda, cuda:N, auto)", name);
 }

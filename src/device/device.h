@@ -157,8 +157,8 @@ struct bfit_device {
     bfit_block_source blocks; /* device memory in blocks, for an arena (bfit_device_arena_new) */
 };
 
-/* The CPU device on oneDNN (cfg NULL: defaults; see bfit_cpu_cfg). */
-int bfit_device_cpu_new(const bfit_cpu_cfg *cfg, bfit_device **out);
+/* The CPU device on oneDNN (cfg NULL: defaults; see bfit_device_cfg). */
+int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out);
 
 /* The CUDA device's settings. The policy decides the workspace ops ask for
  * (and so what the plan counts): fastest takes the first convolution

@@ -154,27 +154,28 @@ int run_plan_fits_msg(bfit_run *r, uint64_t budget)
 static int open_session(bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
-    bfit_session_cfg sc;
+    bfit_session_cfg *sc = &r->sc;
     int rc;
 
-    memset(&sc, 0, sizeof sc);
-    sc.model = c->model;
-    sc.data = c->data;
-    sc.test_data = c->test_data;
-    sc.given_train = c->train_set;
-    sc.given_test = c->test_set;
-    sc.want_train = !c->train_source;
-    sc.want_test = !c->test_source;
-    sc.device = c->device;
-    sc.device_name = c->device_name;
-    sc.host = c->host;
-    sc.memory = c->memory;
-    sc.threads = c->threads;
-    sc.normalize = c->normalize && !c->train_source;
-    sc.seed = c->seed;
-    rc = bfit_session_open_model(&r->s, &sc);
+    memset(sc, 0, sizeof *sc);
+    sc->model = c->model;
+    sc->data = c->data;
+    sc->test_data = c->test_data;
+    sc->given_train = c->train_set;
+    sc->given_test = c->test_set;
+    sc->want_train = !c->train_source;
+    sc->want_test = !c->test_source;
+    sc->device = c->device;
+    sc->device_name = c->device_name;
+    sc->conv_algo = c->conv_algo;
+    sc->host = c->host;
+    sc->memory = c->memory;
+    sc->threads = c->threads;
+    sc->normalize = c->normalize && !c->train_source;
+    sc->seed = c->seed;
+    rc = bfit_session_open_model(&r->s, sc);
     if (rc == BFIT_OK)
-        rc = bfit_session_open_data(&r->s, &sc);
+        rc = bfit_session_open_data(&r->s, sc);
     return rc;
 }
 
@@ -292,6 +293,47 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                  r->d.k, c->epochs, (long long)r->per_epoch);
 }
 
+/* The largest micro-batch up to target the plan fits now (0: none). */
+static int fits_now(bfit_run *r, int target)
+{
+    uint64_t budget = bfit_plan_budget(bfit_arena_capacity(r->s.arena), r->cfg.margin);
+    int m = 0;
+    if (budget <= r->pc.extra ||
+        bfit_plan_max_batch(r->s.M, &r->cfg.opt, 1, budget - r->pc.extra, target, &m, NULL) != BFIT_OK)
+        return 0;
+    return m;
+}
+
+/* conv_algo auto on a GPU: the fastest convolution algorithms, unless the
+ * leanest let a larger micro-batch of the effective batch fit (one choice
+ * for the whole model). */
+static int resolve_conv_algo(bfit_run *r)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    int target = c->micro_batch ? c->micro_batch : c->adaptive ? c->batch_max : c->batch, fast, lean, rc;
+    bfit_conv_algo pick = BFIT_CONV_FASTEST;
+
+    if (c->conv_algo != BFIT_CONV_AUTO || strncmp(bfit_device_name(r->s.dev), "cuda", 4) || !r->s.dev_own)
+        return BFIT_OK;
+    r->pc.M = r->s.M;
+    fast = fits_now(r, target);
+    lean = fast;
+    if (fast < target) {
+        if ((rc = bfit_session_reopen(&r->s, &r->sc, BFIT_CONV_LEAN)) != BFIT_OK)
+            return rc;
+        r->pc.M = r->s.M;
+        lean = fits_now(r, target);
+        pick = lean > fast ? BFIT_CONV_LEAN : BFIT_CONV_FASTEST;
+        if (pick == BFIT_CONV_FASTEST && (rc = bfit_session_reopen(&r->s, &r->sc, BFIT_CONV_FASTEST)) != BFIT_OK)
+            return rc;
+    }
+    bfit_log_event(&r->lg, "conv_algo", "\"chosen\":\"%s\",\"target\":%d,\"fastest_fits\":%d,\"lean_fits\":%d",
+                   bfit_conv_algo_name(pick), target, fast, lean);
+    bfit_log_say(&r->lg, "batchfit: convolution algorithms: %s (micro-batch %d of %d fits with the fastest, %d with "
+                         "the leanest)", bfit_conv_algo_name(pick), fast, target, lean);
+    return BFIT_OK;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
@@ -302,8 +344,6 @@ static int setup(bfit_run *r)
                                                                  r->cfg.progress_interval)) != BFIT_OK)
         return rc;
     r->log_open = 1;
-    if (r->cfg.fail_nth_alloc)
-        bfit_arena_fail_nth(r->s.arena, r->cfg.fail_nth_alloc);
     r->configured = bfit_arena_capacity(r->s.arena);
     run_apply_memory_schedule(r, 0);
     run_watch_device(r);
@@ -317,6 +357,11 @@ static int setup(bfit_run *r)
     if (r->cfg.adaptive || r->cfg.clip > 0)
         r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->cfg.adaptive);
     r->sched = r->cfg.sched;
+    if ((rc = resolve_conv_algo(r)) != BFIT_OK)
+        return rc;
+    r->pc.M = r->s.M;
+    if (r->cfg.fail_nth_alloc)
+        bfit_arena_fail_nth(r->s.arena, r->cfg.fail_nth_alloc);
     controller_config(r, &cc);
     rc = bfit_controller_new(&cc, &r->ctl);
     if (rc == BFIT_ENOMEM)

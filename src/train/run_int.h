@@ -27,6 +27,7 @@ typedef struct plan_ctx {
 struct bfit_run {
     bfit_train_cfg cfg;
     bfit_session s;            /* device, arena, model, data, normalisation */
+    bfit_session_cfg sc;       /* how it was opened */
     bfit_feed tr, te;          /* training and test samples */
     bfit_optim *opt;
     bfit_gradnorm *gn;         /* clipping and the noise scale's norms; NULL: neither */

@@ -11,7 +11,7 @@
 
 void tdev_open(tdev *t, int threads)
 {
-    bfit_cpu_cfg c = bfit_cpu_cfg_default();
+    bfit_device_cfg c = bfit_device_cfg_default();
     c.threads = threads;
     memset(t, 0, sizeof *t);
     if (bfit_device_cpu_new(&c, &t->dev) != BFIT_OK)
