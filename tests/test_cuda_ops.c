@@ -465,7 +465,7 @@ static void test_bnorm(void **st)
     bfit_op_args a[NS];
     (void)st;
 
-    d.u.bnorm = (typeof(d.u.bnorm)){n, c, h, w, 1e-5f, 0.1f, 1};
+    d.u.bnorm = (typeof(d.u.bnorm)){.n = n, .c = c, .h = h, .w = w, .eps = 1e-5f, .momentum = 0.1f, .training = 1};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
     ARG(a, rmean, rm), ARG(a, rvar, rv);
@@ -491,10 +491,21 @@ static void test_bnorm(void **st)
     run_op(&d, a);
     cmp_f32(&dg, c, 1e-4, 1e-4, "batch norm parameter gradients only");
     cmp_f32(&dsh, c, 1e-4, 1e-4, "batch norm shift gradient only");
+    /* from the forward's output (in-place activated batch norm): the GPU
+     * recovers the input and runs cuDNN, the CPU works from x^ directly */
+    d.u.bnorm.use_dst = 1;
+    memset(a, 0, sizeof a);
+    ARG(a, src, y), ARG(a, diff_dst, dy), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean);
+    ARG(a, var, var), ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
+    run_op(&d, a);
+    cmp_f32(&dx, xs, 1e-4, 1e-4, "batch norm backward data from the output");
+    cmp_f32(&dg, c, 1e-4, 1e-4, "batch norm backward scale from the output");
+    cmp_f32(&dsh, c, 1e-4, 1e-4, "batch norm backward shift from the output");
+    d.u.bnorm.use_dst = 0;
 
     /* eval: the given statistics (the running ones) */
     d = (bfit_op_desc){.kind = BFIT_OP_BNORM_FWD, .dtype = BFIT_F32};
-    d.u.bnorm = (typeof(d.u.bnorm)){n, c, h, w, 1e-5f, 0.1f, 0};
+    d.u.bnorm = (typeof(d.u.bnorm)){.n = n, .c = c, .h = h, .w = w, .eps = 1e-5f, .momentum = 0.1f, .training = 0};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, rm), ARG(a, var, rv);
     run_op(&d, a);
@@ -558,7 +569,7 @@ static void test_eltwise(void **st)
         dbuf x = db_rand(n, -4, 4, 51 + alg), y = db_new(n * 4), dy = db_rand(n, -1, 1, 54), dx = db_new(n * 4);
         double tol = alg == BFIT_ELT_RELU ? 0 : 1e-5;
         bfit_op_args a[NS];
-        d.u.elt = (typeof(d.u.elt)){n, (bfit_eltwise_alg)alg};
+        d.u.elt = (typeof(d.u.elt)){.n = n, .alg = (bfit_eltwise_alg)alg};
         memset(a, 0, sizeof a);
         ARG(a, src, x), ARG(a, dst, y);
         run_op(&d, a);
@@ -620,17 +631,17 @@ static void test_add_scale(void **st)
 }
 
 /* The same mask function of (seed, index): the same elements dropped, the
- * same bytes saved, the same products. */
-static void test_dropout(void **st)
+ * same bits saved (every byte of the words, the bits past n zero on both),
+ * the same products. n: a last 64-bit word half used, and more than half. */
+static void check_dropout(int64_t n)
 {
-    const int64_t n = 10001;
     bfit_op_desc d = {.kind = BFIT_OP_DROPOUT_FWD, .dtype = BFIT_F32};
     dbuf x = db_rand(n, -1, 1, 81), y = db_new(n * 4), dy = db_rand(n, -1, 1, 82), dx = db_new(n * 4);
     bfit_op_args a[NS];
     pop pf;
-    (void)st;
     d.u.drop = (typeof(d.u.drop)){n, 0.3f};
     pop_new(&pf, &d);
+    assert_int_equal(bfit_op_saved_bytes(pf.op[GPU]), (size_t)(n + 63) / 64 * 8);
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y);
     for (int s = 0; s < NS; s++)
@@ -639,7 +650,8 @@ static void test_dropout(void **st)
     cmp_f32(&y, n, 0, 0, "dropout forward");
     {
         /* the masks, as bytes (downloaded through a dbuf view of saved) */
-        dbuf m = {malloc((size_t)n), {pf.saved[0], pf.saved[1], pf.saved[2]}, (size_t)n};
+        size_t mb = (size_t)(n + 63) / 64 * 8;
+        dbuf m = {malloc(mb), {pf.saved[0], pf.saved[1], pf.saved[2]}, mb};
         cmp_bytes(&m, "dropout mask");
         free(m.h);
     }
@@ -650,6 +662,59 @@ static void test_dropout(void **st)
         a[s].saved = pf.saved[s];
     run_op(&d, a);
     cmp_f32(&dx, n, 0, 0, "dropout backward");
+    pop_free(&pf);
+    db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
+}
+
+static void test_dropout(void **st)
+{
+    (void)st;
+    check_dropout(10001); /* 10001 % 64 = 17 */
+    check_dropout(10033); /* 10033 % 64 = 49 */
+}
+
+/* relu's lean variants: backward from the output, and from sign bits only
+ * (the bits compared byte for byte, as dropout's mask). */
+static void test_relu_lean(void **st)
+{
+    const int64_t n = 10001;
+    dbuf x = db_rand(n, -4, 4, 91), y = db_new(n * 4), dy = db_rand(n, -1, 1, 92), dx = db_new(n * 4);
+    bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
+    bfit_op_args a[NS];
+    pop pf;
+    (void)st;
+    /* from the output */
+    d.u.elt = (typeof(d.u.elt)){.n = n, .alg = BFIT_ELT_RELU, .use_dst = 1};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y);
+    run_op(&d, a);
+    cmp_f32(&y, n, 0, 0, "relu forward (use dst)");
+    d.kind = BFIT_OP_ELTWISE_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, src, y), ARG(a, diff_dst, dy), ARG(a, diff_src, dx);
+    run_op(&d, a);
+    cmp_f32(&dx, n, 0, 0, "relu backward from the output");
+    /* from the bits */
+    d = (bfit_op_desc){.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
+    d.u.elt = (typeof(d.u.elt)){.n = n, .alg = BFIT_ELT_RELU, .bits = 1};
+    pop_new(&pf, &d);
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y);
+    pop_run(&pf, a);
+    cmp_f32(&y, n, 0, 0, "relu forward (bits)");
+    {
+        size_t mb = (size_t)(n + 63) / 64 * 8;
+        dbuf m = {malloc(mb), {pf.saved[0], pf.saved[1], pf.saved[2]}, mb};
+        cmp_bytes(&m, "relu sign bits");
+        free(m.h);
+    }
+    d.kind = BFIT_OP_ELTWISE_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy), ARG(a, diff_src, dx);
+    for (int s = 0; s < NS; s++)
+        a[s].saved = pf.saved[s];
+    run_op(&d, a);
+    cmp_f32(&dx, n, 0, 0, "relu backward from the bits");
     pop_free(&pf);
     db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
 }
@@ -1079,6 +1144,7 @@ int main(void)
         cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add_scale),
         cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_relu_lean),
         cmocka_unit_test(test_xent),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_sgd),

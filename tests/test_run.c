@@ -594,7 +594,9 @@ static void cotenant(void *ud, const bfit_step_info *s)
 
 /* The run reads the device's free memory every step: the micro-batch shrinks
  * when another process takes memory, before any allocation fails, and grows
- * back when it is returned; every sample is still used once. */
+ * back when it is returned; every sample is still used once. The micro-batch
+ * is fixed: an automatic one grows back only when measured faster, which a
+ * loaded machine may not show. */
 static void test_shared_device(void **st)
 {
     bfit_train_cfg c = quick(mlp, 256, 256 * 96); /* growth waits 50 steps after a shrink */
@@ -620,6 +622,7 @@ static void test_shared_device(void **st)
     c.log = lg;
     rec_attach(&c, r);
     c.on_step = cotenant;
+    c.micro_batch = 256;
     assert_int_equal(bfit_train(&c, &res), BFIT_OK);
     assert_int_equal(res.ooms, 0);                 /* shrunk before failing */
     assert_int_equal(res.samples, 256 * 96);

@@ -525,6 +525,7 @@ static int snapshot_take(bfit_model *M, snapshot *s)
 
 static int snapshot_restore(bfit_model *M, const snapshot *s)
 {
+    /* the masters and the compute copies alike: the whole params block */
     int rc = bfit_device_upload(M->dev, M->param_block, s->params, M->param_bytes);
     if (rc == BFIT_OK && M->grad_block)
         rc = bfit_device_upload(M->dev, M->grad_block, s->grads, M->grad_bytes);

@@ -93,6 +93,42 @@ static void param_grads_only(const bfit_op_desc *d, const bfit_op_args *a)
     }
 }
 
+/* Backward from the forward's output y (in-place activated batch norm, Rota
+ * Bulo et al. 2018): x^ = (y - shift) / scale recovers what the input gave,
+ * so the input need not be kept. Per channel, with N values:
+ *   dshift += sum dy, dscale += sum dy x^,
+ *   dx = scale / sqrt(var + eps) * (dy - sum dy / N - x^ sum(dy x^) / N).
+ * A channel whose scale is 0 gave y = shift everywhere: x^ cannot be
+ * recovered, and is taken as 0 (its dx is 0 then; its dscale is lost). */
+static void bwd_from_dst(const bfit_op_desc *d, const bfit_op_args *a)
+{
+    int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
+    double cnt = (double)(n * hw);
+    const float *g = a->scale, *b = a->shift, *var = a->var;
+    bfit_dtype t = d->dtype;
+
+#pragma omp parallel for
+    for (int64_t k = 0; k < c; k++) {
+        double sdy = 0, sdyx = 0, inv = g[k] != 0.0f ? 1.0 / g[k] : 0.0, rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
+        double coef = g[k] * rstd;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0, at = (i * c + k) * hw; j < hw; j++) {
+                double dy = bfit_ld(a->diff_dst, t, at + j), xh = ((double)bfit_ld(a->src, t, at + j) - b[k]) * inv;
+                sdy += dy;
+                sdyx += dy * xh;
+            }
+        ((float *)a->diff_shift)[k] = (float)((d->accumulate ? ((float *)a->diff_shift)[k] : 0) + sdy);
+        ((float *)a->diff_scale)[k] = (float)((d->accumulate ? ((float *)a->diff_scale)[k] : 0) + sdyx);
+        if (!a->diff_src)
+            continue;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0, at = (i * c + k) * hw; j < hw; j++) {
+                double dy = bfit_ld(a->diff_dst, t, at + j), xh = ((double)bfit_ld(a->src, t, at + j) - b[k]) * inv;
+                bfit_st(a->diff_src, t, at + j, (float)(coef * (dy - sdy / cnt - xh * sdyx / cnt)));
+            }
+    }
+}
+
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -105,6 +141,12 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_dst || !a->scale || !a->mean || !a->var || !ds || !dh)
         return bfit_fail(BFIT_EINVAL, "batch norm backward: src, diff_dst, scale, mean, var, diff_scale, "
                                       "diff_shift are required");
+    if (d->u.bnorm.use_dst) {
+        if (!a->shift)
+            return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift is required");
+        bwd_from_dst(d, a);
+        return BFIT_OK;
+    }
     if (!a->diff_src) {
         param_grads_only(d, a);
         return BFIT_OK;
@@ -163,6 +205,12 @@ int cpu_bnorm_init(cpu_op *op)
                          (long long)(sd[0] * sd[2] * sd[3]));
     if (d->kind != BFIT_OP_BNORM_FWD && d->kind != BFIT_OP_BNORM_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: op kind %d is not a batch norm", (int)d->kind);
+    if (d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) {
+        /* our own loops (bwd_from_dst): no primitive, no scratch */
+        op->run = run_bwd;
+        op->ws = op->saved = 0;
+        return BFIT_OK;
+    }
     rc = cpu_md_dt(&src, 4, sd, d->dtype);
     if (rc != BFIT_OK)
         return rc;

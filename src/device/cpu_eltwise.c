@@ -1,9 +1,52 @@
 /* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu and the two gelus over a
  * flat array of n elements (the shape does not matter elementwise). The
  * backward takes the forward's input (src), which every algorithm here
- * supports, so a layer need not keep anything else. */
+ * supports; relu may instead take the forward's output (use_dst), which
+ * oneDNN also supports, or keep only its sign bits (bits: our own loops), so
+ * that a model keeps whichever it keeps anyway, or 1 bit per element. */
 #include "base/err.h"
 #include "device/cpu.h"
+#include "device/half.h"
+
+/* ---- relu with a bit mask -------------------------------------------------- */
+
+/* 64 elements per word, one thread per word range: no two threads write a word */
+static int run_bits_fwd(cpu_op *op, const bfit_op_args *a)
+{
+    int64_t n = op->base.desc.u.elt.n, nw = (n + 63) / 64;
+    bfit_dtype t = op->base.desc.dtype;
+    uint64_t *bits = a->saved;
+
+    if (!a->src || !a->dst || !bits)
+        return bfit_fail(BFIT_EINVAL, "relu forward (bits): src, dst and saved (the bits) are required");
+    BFIT_PAR_FOR_IF(n > 65536, for (int64_t w = 0; w < nw; w++) {
+        uint64_t word = 0;
+        int64_t lo = w * 64, hi = lo + 64 < n ? lo + 64 : n;
+        for (int64_t i = lo; i < hi; i++) {
+            float x = bfit_ld(a->src, t, i);
+            int on = x > 0.0f;
+            word |= (uint64_t)on << (i - lo);
+            bfit_st(a->dst, t, i, on ? x : 0.0f);
+        }
+        bits[w] = word;
+    });
+    return BFIT_OK;
+}
+
+static int run_bits_bwd(cpu_op *op, const bfit_op_args *a)
+{
+    int64_t n = op->base.desc.u.elt.n;
+    bfit_dtype t = op->base.desc.dtype;
+    const uint64_t *bits = a->saved;
+
+    if (!a->diff_dst || !a->diff_src || !bits)
+        return bfit_fail(BFIT_EINVAL, "relu backward (bits): diff_dst, diff_src and saved (the bits) are required");
+    BFIT_PAR_FOR_IF(n > 65536, for (int64_t i = 0; i < n; i++) {
+        int on = (int)((bits[i >> 6] >> (i & 63)) & 1u);
+        bfit_st(a->diff_src, t, i, on ? bfit_ld(a->diff_dst, t, i) : 0.0f);
+    });
+    return BFIT_OK;
+}
 
 static const_dnnl_memory_desc_t arg_md(const cpu_op *op, int arg)
 {
@@ -23,8 +66,9 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
 {
+    int dst = op->base.desc.u.elt.use_dst;
     const cpu_arg args[] = {
-        {DNNL_ARG_SRC, a->src, arg_md(op, DNNL_ARG_SRC)},
+        {dst ? DNNL_ARG_DST : DNNL_ARG_SRC, a->src, arg_md(op, dst ? DNNL_ARG_DST : DNNL_ARG_SRC)},
         {DNNL_ARG_DIFF_DST, a->diff_dst, arg_md(op, DNNL_ARG_DIFF_DST)},
         {DNNL_ARG_DIFF_SRC, a->diff_src, arg_md(op, DNNL_ARG_DIFF_SRC)},
     };
@@ -45,8 +89,18 @@ int cpu_eltwise_init(cpu_op *op)
 
     if (n < 1)
         return bfit_fail(BFIT_EINVAL, "eltwise: need at least one element, got %lld", (long long)n);
+    if ((d->u.elt.use_dst || d->u.elt.bits) && d->u.elt.alg != BFIT_ELT_RELU)
+        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's backward can use the output or sign bits");
+    if (d->u.elt.bits) {
+        op->ws = 0;
+        op->saved = (size_t)(n + 63) / 64 * 8;
+        op->run = d->kind == BFIT_OP_ELTWISE_FWD ? run_bits_fwd : run_bits_bwd;
+        return BFIT_OK;
+    }
     switch (d->u.elt.alg) {
-    case BFIT_ELT_RELU: alg = dnnl_eltwise_relu; break; /* alpha 0: plain relu */
+    case BFIT_ELT_RELU: /* alpha 0: plain relu; the dst variant computes the same, backward from dst */
+        alg = d->u.elt.use_dst ? dnnl_eltwise_relu_use_dst_for_bwd : dnnl_eltwise_relu;
+        break;
     case BFIT_ELT_GELU_ERF: alg = dnnl_eltwise_gelu_erf; break;
     case BFIT_ELT_GELU_TANH: alg = dnnl_eltwise_gelu_tanh; break;
     default: return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);

@@ -89,18 +89,25 @@ static int run_drop_fwd(cpu_op *op, const bfit_op_args *a)
     uint64_t thresh = (uint64_t)((double)p * 4294967296.0), s = bfit_mix64(a->seed);
     const void *x = a->src;
     void *y = a->dst;
-    uint8_t *mask = a->saved;
+    uint64_t *mask = a->saved;
     bfit_dtype t = op->base.desc.dtype;
+    int64_t nw = (n + 63) / 64;
 
     if (!x || !y || !mask)
         return bfit_fail(BFIT_EINVAL, "dropout forward: src, dst and saved (the mask) are required");
-    BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) {
-        uint8_t k = (bfit_mix64(s + (uint64_t)i) >> 32) >= thresh;
-        mask[i] = k;
-        if (t == BFIT_F32)
-            ((float *)y)[i] = k ? ((const float *)x)[i] * scale : 0.0f;
-        else
-            bfit_st(y, t, i, k ? bfit_ld(x, t, i) * scale : 0.0f);
+    /* a word of 64 mask bits per iteration: no two threads write a word */
+    BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t w = 0; w < nw; w++) {
+        uint64_t word = 0;
+        int64_t lo = w * 64, hi = lo + 64 < n ? lo + 64 : n;
+        for (int64_t i = lo; i < hi; i++) {
+            uint64_t k = (bfit_mix64(s + (uint64_t)i) >> 32) >= thresh;
+            word |= k << (i - lo);
+            if (t == BFIT_F32)
+                ((float *)y)[i] = k ? ((const float *)x)[i] * scale : 0.0f;
+            else
+                bfit_st(y, t, i, k ? bfit_ld(x, t, i) * scale : 0.0f);
+        }
+        mask[w] = word;
     });
     return BFIT_OK;
 }
@@ -110,20 +117,22 @@ static int run_drop_bwd(cpu_op *op, const bfit_op_args *a)
     int64_t n = op->base.desc.u.drop.n;
     float scale = 1.0f / (1.0f - op->base.desc.u.drop.p);
     const void *dy = a->diff_dst;
-    const uint8_t *mask = a->saved;
+    const uint64_t *mask = a->saved;
     void *dx = a->diff_src;
     bfit_dtype t = op->base.desc.dtype;
 
     if (!dy || !dx || !mask)
         return bfit_fail(BFIT_EINVAL, "dropout backward: diff_dst, diff_src and saved (the mask) are required");
+#define KEEP(i) ((mask[(i) >> 6] >> ((i) & 63)) & 1u)
     if (t == BFIT_F32) {
         const float *g = dy;
         float *o = dx;
-        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) o[i] = mask[i] ? g[i] * scale : 0.0f;);
+        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) o[i] = KEEP(i) ? g[i] * scale : 0.0f;);
     } else {
         BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++)
-                                         bfit_st(dx, t, i, mask[i] ? bfit_ld(dy, t, i) * scale : 0.0f););
+                                         bfit_st(dx, t, i, KEEP(i) ? bfit_ld(dy, t, i) * scale : 0.0f););
     }
+#undef KEEP
     return BFIT_OK;
 }
 
@@ -325,7 +334,7 @@ int cpu_simple_init(cpu_op *op)
         rc = positive(d->u.drop.n, "dropout: n");
         if (rc == BFIT_OK && !(d->u.drop.p >= 0.0f && d->u.drop.p < 1.0f))
             rc = bfit_fail(BFIT_EINVAL, "dropout: p must be in [0, 1), got %g", (double)d->u.drop.p);
-        op->saved = (size_t)d->u.drop.n; /* one mask byte per element */
+        op->saved = (size_t)(d->u.drop.n + 63) / 64 * 8; /* one mask bit per element, in 64-bit words */
         op->run = d->kind == BFIT_OP_DROPOUT_FWD ? run_drop_fwd : run_drop_bwd;
         break;
     case BFIT_OP_XENT_FWD:

@@ -35,6 +35,8 @@ int cuda_process_bytes(int index, uint64_t *bytes);
  * aligned to less than 256 bytes; the arena aligns to 64): an op with a
  * workspace asks for this much more and aligns the pointer (cuda_ws) */
 #define CUDA_WS_ALIGN 256
+/* a part of a workspace, rounded up so that the next part stays aligned */
+#define CUDA_WS_PART(n) (((size_t)(n) + CUDA_WS_ALIGN - 1) / CUDA_WS_ALIGN * CUDA_WS_ALIGN)
 
 /* One prepared op. A family's init fills what it needs and sets ws, saved
  * and run. */

@@ -314,13 +314,24 @@ static int run_bn_bwd(cuda_op *op, const bfit_op_args *a)
     cuda_device *dev = cuda_dev(op);
     const float one = 1.0f, zero = 0.0f;
     float *inv = cuda_ws(op, a);
+    const float *x = a->src;
     cudaError_t e;
 
     if (!a->src || !a->diff_dst || !a->scale || !a->mean || !a->var || !a->diff_scale || !a->diff_shift)
         return bfit_fail(BFIT_EINVAL, "batch norm backward: src, diff_dst, scale, mean, var, diff_scale, "
                                       "diff_shift are required");
+    if (d->u.bnorm.use_dst) {
+        /* src is the forward's output: its input back into the workspace, after inv */
+        float *xr = (float *)((char *)inv + CUDA_WS_PART((size_t)d->u.bnorm.c * sizeof(float)));
+        if (!a->shift || !inv)
+            return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift and workspace are required");
+        if ((e = bk_bn_unnorm(dev->stream, a->src, a->scale, a->shift, a->mean, a->var, xr, d->u.bnorm.n,
+                              d->u.bnorm.c, d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps)) != cudaSuccess)
+            return cuda_fail(e, "batch norm input from its output");
+        x = xr;
+    }
     if (!a->diff_src) {
-        e = bk_bn_param_grads(dev->stream, a->src, a->diff_dst, a->mean, a->var, a->diff_scale, a->diff_shift,
+        e = bk_bn_param_grads(dev->stream, x, a->diff_dst, a->mean, a->var, a->diff_scale, a->diff_shift,
                               d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps,
                               d->accumulate);
         return e == cudaSuccess ? BFIT_OK : cuda_fail(e, "batch norm parameter gradients");
@@ -330,7 +341,7 @@ static int run_bn_bwd(cuda_op *op, const bfit_op_args *a)
     if ((e = bk_invstd(dev->stream, a->var, inv, d->u.bnorm.c, d->u.bnorm.eps)) != cudaSuccess)
         return cuda_fail(e, "batch norm inverse deviation");
     CUDNN_TRY(cudnnBatchNormalizationBackward(dev->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one,
-                                              d->accumulate ? &one : &zero, op->tx, a->src, op->tx, a->diff_dst,
+                                              d->accumulate ? &one : &zero, op->tx, x, op->tx, a->diff_dst,
                                               op->tx, a->diff_src, op->tb, a->scale, a->diff_scale, a->diff_shift,
                                               d->u.bnorm.eps, a->mean, inv),
               "batch normalization backward");
@@ -357,8 +368,10 @@ int cuda_bnorm_init(cuda_op *op)
         op->ws = 0;
         op->run = run_bn_fwd;
     } else {
-        /* the inverse deviation per channel */
-        op->ws = (size_t)v[1] * sizeof(float) + CUDA_WS_ALIGN;
+        /* the inverse deviation per channel; from the output, the input after it */
+        op->ws = CUDA_WS_PART((size_t)v[1] * sizeof(float)) + CUDA_WS_ALIGN;
+        if (d->u.bnorm.use_dst)
+            op->ws += CUDA_WS_PART((size_t)(v[0] * v[1] * v[2] * v[3]) * sizeof(float));
         op->run = run_bn_bwd;
     }
     return BFIT_OK;

@@ -88,33 +88,115 @@ extern "C" cudaError_t bk_scale(cudaStream_t s, float *x, float alpha, int64_t n
     return cudaGetLastError();
 }
 
-__global__ void k_dropout_fwd(const float *x, float *y, uint8_t *mask, int64_t n, uint64_t seed, uint64_t thresh,
-                              float scale)
+/* Bit masks: element i is bit (i & 31) of 32-bit word i >> 5, which on a
+ * little-endian machine is the CPU's bit (i & 63) of 64-bit word i >> 6.
+ * Each warp covers 32 consecutive elements and its first lane writes their
+ * word from a ballot; the loop's condition is the same across a warp (a
+ * block and the grid stride are multiples of 32), so every lane votes. The
+ * word after the last is zeroed when it is the upper half of the last
+ * 64-bit word, so no bit past n is garbage. */
+#define BK_WARP_FOR(i, n)                                                                          \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i - (threadIdx.x & 31) < (n); \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ void bk_put_bits(uint32_t *bits, int64_t i, int64_t n, bool on)
 {
-    BK_FOR(i, n)
-    {
-        uint8_t k = (bk_mix64(seed + (uint64_t)i) >> 32) >= thresh;
-        mask[i] = k;
-        y[i] = k ? __fmul_rn(x[i], scale) : 0.0f;
+    unsigned w = __ballot_sync(0xffffffffu, on);
+    if ((threadIdx.x & 31) == 0) {
+        int64_t word = i >> 5;
+        bits[word] = w;
+        if ((word & 1) == 0 && (word + 1) * 32 >= n)
+            bits[word + 1] = 0;
     }
 }
 
-__global__ void k_dropout_bwd(const float *dy, const uint8_t *mask, float *dx, int64_t n, float scale)
+__device__ __forceinline__ bool bk_get_bit(const uint32_t *bits, int64_t i)
 {
-    BK_FOR(i, n) dx[i] = mask[i] ? __fmul_rn(dy[i], scale) : 0.0f;
+    return (bits[i >> 5] >> (i & 31)) & 1u;
 }
 
-extern "C" cudaError_t bk_dropout_fwd(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n,
+__global__ void k_dropout_fwd(const float *x, float *y, uint32_t *mask, int64_t n, uint64_t seed, uint64_t thresh,
+                              float scale)
+{
+    BK_WARP_FOR(i, n)
+    {
+        bool k = i < n && (bk_mix64(seed + (uint64_t)i) >> 32) >= thresh;
+        if (i < n)
+            y[i] = k ? __fmul_rn(x[i], scale) : 0.0f;
+        bk_put_bits(mask, i, n, k);
+    }
+}
+
+__global__ void k_dropout_bwd(const float *dy, const uint32_t *mask, float *dx, int64_t n, float scale)
+{
+    BK_FOR(i, n) dx[i] = bk_get_bit(mask, i) ? __fmul_rn(dy[i], scale) : 0.0f;
+}
+
+extern "C" cudaError_t bk_dropout_fwd(cudaStream_t s, const float *x, float *y, void *mask, int64_t n,
                                       uint64_t seed_mixed, uint64_t thresh, float scale)
 {
-    k_dropout_fwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(x, y, mask, n, seed_mixed, thresh, scale);
+    k_dropout_fwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(x, y, (uint32_t *)mask, n, seed_mixed, thresh,
+                                                                 scale);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t bk_dropout_bwd(cudaStream_t s, const float *dy, const uint8_t *mask, float *dx, int64_t n,
+extern "C" cudaError_t bk_dropout_bwd(cudaStream_t s, const float *dy, const void *mask, float *dx, int64_t n,
                                       float scale)
 {
-    k_dropout_bwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(dy, mask, dx, n, scale);
+    k_dropout_bwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(dy, (const uint32_t *)mask, dx, n, scale);
+    return cudaGetLastError();
+}
+
+/* relu keeping only its sign bits for backward */
+__global__ void k_relu_bits_fwd(const float *x, float *y, uint32_t *bits, int64_t n)
+{
+    BK_WARP_FOR(i, n)
+    {
+        float v = i < n ? x[i] : 0.0f;
+        bool on = v > 0.0f;
+        if (i < n)
+            y[i] = on ? v : 0.0f;
+        bk_put_bits(bits, i, n, on);
+    }
+}
+
+__global__ void k_relu_bits_bwd(const uint32_t *bits, const float *dy, float *dx, int64_t n)
+{
+    BK_FOR(i, n) dx[i] = bk_get_bit(bits, i) ? dy[i] : 0.0f;
+}
+
+extern "C" cudaError_t bk_relu_bits_fwd(cudaStream_t s, const float *x, float *y, void *bits, int64_t n)
+{
+    k_relu_bits_fwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(x, y, (uint32_t *)bits, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bk_relu_bits_bwd(cudaStream_t s, const void *bits, const float *dy, float *dx, int64_t n)
+{
+    k_relu_bits_bwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const uint32_t *)bits, dy, dx, n);
+    return cudaGetLastError();
+}
+
+/* Batch norm's input recovered from its output (in-place activated batch
+ * norm): x = mean + (y - shift) / scale * sqrt(var + eps); a channel with
+ * scale 0 gives x = mean (x^ = 0, as cpu_bnorm.c takes it). */
+__global__ void k_bn_unnorm(const float *y, const float *scale, const float *shift, const float *mean,
+                            const float *var, float *x, int64_t c, int64_t hw, int64_t total, float eps)
+{
+    BK_FOR(i, total)
+    {
+        int64_t k = (i / hw) % c;
+        float g = scale[k];
+        x[i] = g != 0.0f ? mean[k] + (y[i] - shift[k]) / g * sqrtf(var[k] + eps) : mean[k];
+    }
+}
+
+extern "C" cudaError_t bk_bn_unnorm(cudaStream_t s, const float *y, const float *scale, const float *shift,
+                                    const float *mean, const float *var, float *x, int64_t n, int64_t c, int64_t hw,
+                                    float eps)
+{
+    k_bn_unnorm<<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>(y, scale, shift, mean, var, x, c, hw,
+                                                                       n * c * hw, eps);
     return cudaGetLastError();
 }
 

@@ -32,10 +32,14 @@ cudaError_t bk_eltwise_bwd(cudaStream_t s, int alg, const float *x, const float 
 /* y = a + b (y may alias either) */
 cudaError_t bk_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n);
 cudaError_t bk_scale(cudaStream_t s, float *x, float alpha, int64_t n);
-/* keep i when (mix64(seed_mixed + i) >> 32) >= thresh: the CPU's mask bit for bit */
-cudaError_t bk_dropout_fwd(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n, uint64_t seed_mixed,
+/* keep i when (mix64(seed_mixed + i) >> 32) >= thresh: the CPU's mask bit for
+ * bit, one bit per element in 64-bit words ((n + 63) / 64 * 8 bytes) */
+cudaError_t bk_dropout_fwd(cudaStream_t s, const float *x, float *y, void *mask, int64_t n, uint64_t seed_mixed,
                            uint64_t thresh, float scale);
-cudaError_t bk_dropout_bwd(cudaStream_t s, const float *dy, const uint8_t *mask, float *dx, int64_t n, float scale);
+cudaError_t bk_dropout_bwd(cudaStream_t s, const float *dy, const void *mask, float *dx, int64_t n, float scale);
+/* relu writing its sign bits (laid out as dropout's mask); backward from them */
+cudaError_t bk_relu_bits_fwd(cudaStream_t s, const float *x, float *y, void *bits, int64_t n);
+cudaError_t bk_relu_bits_bwd(cudaStream_t s, const void *bits, const float *dy, float *dx, int64_t n);
 /* dx = (p - onehot(label)) * scale; a label outside [0, N) subtracts nothing */
 cudaError_t bk_xent_bwd(cudaStream_t s, const float *p, const int32_t *labels, float *dx, int64_t M, int64_t N,
                         float scale);
@@ -89,6 +93,10 @@ cudaError_t bk_norms(cudaStream_t s, const float *g, float *prev, double *stats,
  * moved as cpu_bnorm.c moves them. */
 cudaError_t bk_bn_stats(cudaStream_t s, const float *x, float *mean, float *var, float *rmean, float *rvar,
                         int64_t n, int64_t c, int64_t hw, float momentum);
+/* x = mean + (y - shift) / scale * sqrt(var + eps) (x = mean where scale = 0):
+ * batch norm's input back from its output */
+cudaError_t bk_bn_unnorm(cudaStream_t s, const float *y, const float *scale, const float *shift, const float *mean,
+                         const float *var, float *x, int64_t n, int64_t c, int64_t hw, float eps);
 /* dscale (+)= sum dy (x - mean) / sqrt(var + eps), dshift (+)= sum dy */
 cudaError_t bk_bn_param_grads(cudaStream_t s, const float *x, const float *dy, const float *mean, const float *var,
                               float *dscale, float *dshift, int64_t n, int64_t c, int64_t hw, float eps, int acc);

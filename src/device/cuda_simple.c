@@ -104,12 +104,25 @@ static int run_elt_fwd(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "eltwise forward: src and dst are required");
+    if (op->base.desc.u.elt.bits) {
+        if (!a->saved)
+            return bfit_fail(BFIT_EINVAL, "relu forward (bits): saved (the bits) is required");
+        return launched(bk_relu_bits_fwd(stream(op), a->src, a->dst, a->saved, op->base.desc.u.elt.n),
+                        "relu forward (bits)");
+    }
     return launched(bk_eltwise_fwd(stream(op), (int)op->base.desc.u.elt.alg, a->src, a->dst, op->base.desc.u.elt.n),
                     "eltwise forward");
 }
 
+/* relu from its output: y > 0 exactly where x > 0, so the same kernel */
 static int run_elt_bwd(cuda_op *op, const bfit_op_args *a)
 {
+    if (op->base.desc.u.elt.bits) {
+        if (!a->saved || !a->diff_dst || !a->diff_src)
+            return bfit_fail(BFIT_EINVAL, "relu backward (bits): diff_dst, diff_src and saved are required");
+        return launched(bk_relu_bits_bwd(stream(op), a->saved, a->diff_dst, a->diff_src, op->base.desc.u.elt.n),
+                        "relu backward (bits)");
+    }
     if (!a->src || !a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
     return launched(bk_eltwise_bwd(stream(op), (int)op->base.desc.u.elt.alg, a->src, a->diff_dst, a->diff_src,
@@ -256,6 +269,9 @@ static int elt_init(cuda_op *op)
     const bfit_op_desc *d = &op->base.desc;
     if (d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_GELU_ERF && d->u.elt.alg != BFIT_ELT_GELU_TANH)
         return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
+    if ((d->u.elt.use_dst || d->u.elt.bits) && d->u.elt.alg != BFIT_ELT_RELU)
+        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's backward can use the output or sign bits");
+    op->saved = d->u.elt.bits ? (size_t)(d->u.elt.n + 63) / 64 * 8 : 0;
     op->run = d->kind == BFIT_OP_ELTWISE_FWD ? run_elt_fwd : run_elt_bwd;
     return positive(d->u.elt.n, "eltwise: n");
 }
@@ -266,7 +282,7 @@ static int drop_init(cuda_op *op)
     int rc = positive(d->u.drop.n, "dropout: n");
     if (rc == BFIT_OK && !(d->u.drop.p >= 0.0f && d->u.drop.p < 1.0f))
         rc = bfit_fail(BFIT_EINVAL, "dropout: p must be in [0, 1), got %g", (double)d->u.drop.p);
-    op->saved = (size_t)d->u.drop.n; /* one mask byte per element, as on the CPU */
+    op->saved = (size_t)(d->u.drop.n + 63) / 64 * 8; /* one mask bit per element, as on the CPU */
     op->run = d->kind == BFIT_OP_DROPOUT_FWD ? run_drop_fwd : run_drop_bwd;
     return rc;
 }

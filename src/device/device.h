@@ -33,14 +33,16 @@ typedef enum {
     BFIT_OP_POOL_FWD,         /* max or average; training max writes `saved` (indices) */
     BFIT_OP_POOL_BWD,         /* diff_src from diff_dst (and `saved` for max) */
     BFIT_OP_BNORM_FWD,        /* training: batch stats into mean/var, running stats moved; eval: uses mean/var */
-    BFIT_OP_BNORM_BWD,        /* diff_src, diff_scale (+)=, diff_shift (+)= */
+    BFIT_OP_BNORM_BWD,        /* diff_src, diff_scale (+)=, diff_shift (+)=; with u.bnorm.use_dst, src is
+                                 the forward's dst and x^ = (dst - shift) / scale (in-place ABN) */
     BFIT_OP_LNORM_FWD,        /* over the last dim (cols) of [rows, cols]; mean/var per row */
     BFIT_OP_LNORM_BWD,
-    BFIT_OP_ELTWISE_FWD,      /* dst = f(src) */
-    BFIT_OP_ELTWISE_BWD,      /* diff_src = f'(src) * diff_dst */
+    BFIT_OP_ELTWISE_FWD,      /* dst = f(src); relu with u.elt.bits also writes sign bits to `saved` */
+    BFIT_OP_ELTWISE_BWD,      /* diff_src = f'(src) * diff_dst; relu: src may be the forward's dst
+                                 (u.elt.use_dst), or only the bits in `saved` are read (u.elt.bits) */
     BFIT_OP_REDUCE_ROWS,      /* dst[N] (+)= sum over rows of src[M,N] */
     BFIT_OP_ADD,              /* dst[n] = src[n] + src2[n] (dst may alias either); accumulate: dst += src */
-    BFIT_OP_DROPOUT_FWD,      /* dst = src * mask / (1-p); mask (uint8, n bytes) into `saved` */
+    BFIT_OP_DROPOUT_FWD,      /* dst = src * mask / (1-p); mask into `saved`, one bit per element */
     BFIT_OP_DROPOUT_BWD,      /* diff_src = diff_dst * mask / (1-p) */
     BFIT_OP_XENT_FWD,         /* rows of logits src[M,N], labels: dst = softmax probs [M,N];
                                  stats[0] += sum of -log p[label], stats[1] += rows whose arg-max is the label */
@@ -77,10 +79,10 @@ typedef struct bfit_op_desc {
         struct { int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; int max; int training; } pool;
         /* scale/shift [c]; mean/var [c]; training: batch statistics (biased var), and with
            args.rmean/rvar the running statistics moved PyTorch's way by momentum */
-        struct { int64_t n, c, h, w; float eps, momentum; int training; } bnorm;
+        struct { int64_t n, c, h, w; float eps, momentum; int training, use_dst; } bnorm;
         /* src [rows, cols]; scale/shift [cols]; mean/var [rows] */
         struct { int64_t rows, cols; float eps; } lnorm;
-        struct { int64_t n; bfit_eltwise_alg alg; } elt;
+        struct { int64_t n; bfit_eltwise_alg alg; int use_dst, bits; } elt; /* use_dst, bits: relu only */
         struct { int64_t M, N; } reduce;
         struct { int64_t n; } add;
         struct { int64_t n; float p; } drop;

@@ -27,6 +27,56 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_XENT] = "xent",
 };
 
+static void unprepare(bfit_layer *l);
+
+void bfit_layer_set_dtype(bfit_layer *l, bfit_dtype t)
+{
+    if (l->dtype == t)
+        return;
+    unprepare(l);
+    l->dtype = t;
+    l->out_dtype = l->cfg.kind == BFIT_L_XENT ? BFIT_F32 : t;
+}
+
+void bfit_layer_flops(const bfit_layer *l, int m, double *fwd, double *bwd)
+{
+    double out = (double)m * (double)bfit_shape_numel(l->out), in = (double)m * (double)bfit_shape_numel(l->in[0]);
+    const bfit_layer_cfg *c = &l->cfg;
+    switch (c->kind) {
+    case BFIT_L_LINEAR:
+        /* per output element: a dot product over the input features */
+        *fwd = 2.0 * out * (double)l->params[0].dim[1];
+        *bwd = 2.0 * *fwd; /* weight gradient and input gradient */
+        return;
+    case BFIT_L_CONV:
+        *fwd = 2.0 * out * (double)l->in[0].c * c->kh * c->kw;
+        *bwd = 2.0 * *fwd;
+        return;
+    case BFIT_L_BATCHNORM:
+    case BFIT_L_LAYERNORM:
+        *fwd = 5.0 * in;
+        *bwd = 8.0 * in;
+        return;
+    case BFIT_L_MAXPOOL:
+    case BFIT_L_AVGPOOL:
+        *fwd = in > out * c->kh * c->kw ? in : out * c->kh * c->kw;
+        *bwd = *fwd;
+        return;
+    default:
+        *fwd = in > out ? in : out;
+        *bwd = *fwd;
+        return;
+    }
+}
+
+bfit_bwd_mode bfit_layer_default_mode(const bfit_layer_vt *vt)
+{
+    for (int m = 0; m < BFIT_NMODES; m++)
+        if (vt->modes & BFIT_MODE(m))
+            return (bfit_bwd_mode)m;
+    return BFIT_MODE_NONE;
+}
+
 const char *bfit_layer_kind_name(bfit_layer_kind kind)
 {
     return (unsigned)kind < BFIT_L_COUNT ? kind_names[kind] : "?";
@@ -77,7 +127,7 @@ int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape
     }
     for (int i = 0; i < nin; i++)
         l->in[i] = in[i];
-    l->dtype = BFIT_F32;
+    l->dtype = l->out_dtype = BFIT_F32;
     err[0] = '\0';
     rc = l->vt->init(l, err, errlen);
     if (rc != BFIT_OK) {
@@ -86,6 +136,7 @@ int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape
     }
     for (int i = 0; i < l->nparams; i++)
         l->params[i].dtype = BFIT_F32; /* parameters are the f32 master copy */
+    l->mode = bfit_layer_default_mode(l->vt);
     *out = l;
     return BFIT_OK;
 }
@@ -115,7 +166,7 @@ int bfit_layer_prepare(bfit_layer *l, int m, int training)
     int rc;
     if (m < 1)
         return bfit_fail(BFIT_EINVAL, "micro-batch must be at least 1, got %d", m);
-    if (l->prep_m == m && l->prep_training == training)
+    if (l->prep_m == m && l->prep_training == training && l->prep_mode == l->mode)
         return BFIT_OK;
     unprepare(l);
     rc = l->vt->prepare(l, m, training, &l->need);
@@ -125,6 +176,7 @@ int bfit_layer_prepare(bfit_layer *l, int m, int training)
     }
     l->prep_m = m;
     l->prep_training = training;
+    l->prep_mode = l->mode;
     return BFIT_OK;
 }
 
@@ -166,8 +218,9 @@ int bfit_layer_backward(bfit_layer *l, const bfit_bwd_args *a)
 int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     int old_m = l->prep_m, old_t = l->prep_training, rc;
+    bfit_bwd_mode old_mode = l->prep_mode, want = l->mode;
 
-    if (old_m == m && old_t == training) {
+    if (old_m == m && old_t == training && old_mode == want) {
         *need = l->need;
         return BFIT_OK;
     }
@@ -175,7 +228,10 @@ int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
     if (rc == BFIT_OK)
         *need = l->need;
     if (old_m) {
-        int rc2 = bfit_layer_prepare(l, old_m, old_t);
+        int rc2;
+        l->mode = old_mode;
+        rc2 = bfit_layer_prepare(l, old_m, old_t);
+        l->mode = want;
         if (rc == BFIT_OK)
             rc = rc2;
     } else {
@@ -187,7 +243,7 @@ int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
 int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_MEM_NCAT])
 {
     bfit_layer_need need = {0, 0, 0};
-    uint64_t out_bytes = BFIT_ALIGN_UP((uint64_t)m * bfit_shape_numel(l->out) * bfit_dtype_size(l->dtype));
+    uint64_t out_bytes = BFIT_ALIGN_UP((uint64_t)m * bfit_shape_numel(l->out) * bfit_dtype_size(l->out_dtype));
     int rc = bfit_layer_query(l, m, training, &need);
 
     if (rc != BFIT_OK)

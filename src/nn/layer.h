@@ -64,6 +64,8 @@ typedef struct bfit_fwd_args {
     void *saved;               /* need.saved bytes (training only) */
     void *ws;                  /* need.ws_fwd bytes */
     uint64_t seed;             /* dropout: fresh per micro-step */
+    int regen;                 /* a recomputation in backward: the same output, no side effects
+                                  (batch norm leaves its running statistics alone) */
     const int32_t *labels;     /* XENT: [m] class indices (device) */
     void *stats;               /* XENT: device f64[2], += the summed loss and the samples right */
 } bfit_fwd_args;
@@ -82,9 +84,24 @@ typedef struct bfit_bwd_args {
 
 typedef struct bfit_layer bfit_layer;
 
+/* What a layer's backward reads besides its saved bytes. A layer may offer
+ * alternatives: relu needs the sign of its input, which its input, its
+ * output or a bit mask each give; batch norm recovers its normalised input
+ * from its output. The model picks one per layer (l->mode) so that backward
+ * reads what is kept anyway (src/nn/layout.c). */
+typedef enum {
+    BFIT_MODE_X = 0,  /* its inputs (those it has) */
+    BFIT_MODE_Y,      /* its output */
+    BFIT_MODE_BITS,   /* neither: a sign bit per element in its saved bytes */
+    BFIT_MODE_NONE,   /* nothing but its saved bytes */
+    BFIT_NMODES
+} bfit_bwd_mode;
+#define BFIT_MODE(m) (1u << (m))
+
 typedef struct bfit_layer_vt {
     bfit_layer_kind kind;
     int nin;   /* inputs: 1, or 2 for add */
+    unsigned modes; /* the BFIT_MODE()s its backward offers; the lowest is the default */
     /* Check cfg and input shapes, set out shape and params[] (names, dims,
      * flags); on a bad combination write a message saying which shapes and
      * what would be right into err and return BFIT_EINVAL. */
@@ -114,14 +131,29 @@ struct bfit_layer {
     int nin;
     bfit_shape in[BFIT_LAYER_MAXIN];
     bfit_shape out;
-    bfit_dtype dtype;               /* of activations and their gradients (f32 now) */
+    bfit_dtype dtype;               /* compute dtype: of its inputs, their gradients, its ops */
+    bfit_dtype out_dtype;           /* of its output: dtype, but f32 for the loss's probabilities */
     int nparams;
     bfit_param params[BFIT_LAYER_MAXP];
     /* prepared state */
     int prep_m, prep_training;      /* 0: not prepared */
+    bfit_bwd_mode mode, prep_mode;  /* what backward reads: chosen by the model before preparing */
     bfit_layer_need need;
     bfit_op *ops[BFIT_LAYER_MAXOPS];
 };
+
+/* Compute in dtype t (mixed precision): the output follows, but the loss's
+ * probabilities stay f32. Unprepares the layer. */
+void bfit_layer_set_dtype(bfit_layer *l, bfit_dtype t);
+/* Floating-point operations of a forward (and of a backward) at micro-batch
+ * m, counting a multiply-add as 2: matmul and convolution exactly, others
+ * a few per element. For reports of recomputed work. */
+void bfit_layer_flops(const bfit_layer *l, int m, double *fwd, double *bwd);
+/* The mode a layer uses unless the model chooses another. */
+bfit_bwd_mode bfit_layer_default_mode(const bfit_layer_vt *vt);
+/* What backward reads in the layer's mode: its inputs, its output. */
+static inline int bfit_bwd_reads_input(const bfit_layer *l) { return l->mode == BFIT_MODE_X; }
+static inline int bfit_bwd_reads_output(const bfit_layer *l) { return l->mode == BFIT_MODE_Y; }
 
 /* Make a layer of cfg.kind for the given input shapes (init runs). */
 int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape *in, int nin,

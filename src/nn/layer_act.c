@@ -1,6 +1,8 @@
 /* layer_act.c - elementwise activations: relu and gelu (PyTorch's default
  * erf form). Any input shape; the output has the same shape. The backward
- * reads the forward's input, so nothing beyond the output is saved. */
+ * reads the forward's input; relu's may read its output instead, or only a
+ * sign bit per element kept in its saved bytes (l->mode), whichever the
+ * model keeps anyway. */
 #include "base/err.h"
 #include "nn/layer.h"
 
@@ -19,11 +21,17 @@ static bfit_eltwise_alg alg_of(const bfit_layer *l)
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
+    bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = l->dtype};
+    int rc;
 
     d.u.elt.n = (int64_t)m * bfit_shape_numel(l->in[0]);
     d.u.elt.alg = alg_of(l);
-    return bfit_layer_op_pair(l, &d, BFIT_OP_ELTWISE_BWD, training, need);
+    d.u.elt.bits = training && l->mode == BFIT_MODE_BITS;
+    d.u.elt.use_dst = training && l->mode == BFIT_MODE_Y;
+    if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_ELTWISE_BWD, training, need)) != BFIT_OK)
+        return rc;
+    need->saved = d.u.elt.bits ? bfit_op_saved_bytes(l->ops[OP_FWD]) : 0;
+    return BFIT_OK;
 }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
@@ -32,6 +40,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 
     o.src = a->x[0];
     o.dst = a->y;
+    o.saved = l->prep_training && l->mode == BFIT_MODE_BITS ? a->saved : NULL;
     o.workspace = a->ws;
     return bfit_op_run(l->ops[OP_FWD], &o);
 }
@@ -42,7 +51,8 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 
     if (!a->dx[0])
         return BFIT_OK;
-    o.src = a->x[0];
+    o.src = l->mode == BFIT_MODE_Y ? a->y : l->mode == BFIT_MODE_BITS ? NULL : a->x[0];
+    o.saved = l->mode == BFIT_MODE_BITS ? a->saved : NULL;
     o.diff_dst = a->dy;
     o.diff_src = a->dx[0];
     o.workspace = a->ws;
@@ -52,6 +62,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_relu_vt = {
     .kind = BFIT_L_RELU,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X) | BFIT_MODE(BFIT_MODE_Y) | BFIT_MODE(BFIT_MODE_BITS),
     .init = init,
     .prepare = prepare,
     .init_params = NULL, /* no parameters */
@@ -63,6 +74,7 @@ const bfit_layer_vt bfit_relu_vt = {
 const bfit_layer_vt bfit_gelu_vt = {
     .kind = BFIT_L_GELU,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
     .prepare = prepare,
     .init_params = NULL,

@@ -21,7 +21,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_ADD, .dtype = BFIT_F32};
+    bfit_op_desc d = {.kind = BFIT_OP_ADD, .dtype = l->dtype};
 
     d.u.add.n = (int64_t)m * bfit_shape_numel(l->in[0]);
     need->saved = need->ws_fwd = need->ws_bwd = 0;
@@ -52,6 +52,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_add_vt = {
     .kind = BFIT_L_ADD,
     .nin = 2,
+    .modes = BFIT_MODE(BFIT_MODE_NONE),
     .init = init,
     .prepare = prepare,
     .init_params = NULL,

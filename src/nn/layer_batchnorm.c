@@ -44,7 +44,7 @@ static size_t stat_bytes(const bfit_layer *l) { return BFIT_ALIGN_UP((size_t)l->
 
 static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int training)
 {
-    bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32, .accumulate = kind == BFIT_OP_BNORM_BWD};
+    bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = kind == BFIT_OP_BNORM_BWD};
 
     d.u.bnorm.n = m;
     d.u.bnorm.c = l->in[0].c;
@@ -53,6 +53,9 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int trainin
     d.u.bnorm.eps = l->cfg.eps;
     d.u.bnorm.momentum = l->cfg.momentum;
     d.u.bnorm.training = training;
+    /* backward from the output (in-place activated batch norm) where the
+     * model keeps the output rather than the input */
+    d.u.bnorm.use_dst = kind == BFIT_OP_BNORM_BWD && l->mode == BFIT_MODE_Y;
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 
@@ -113,8 +116,9 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
         return bfit_fail(BFIT_EINVAL, "batchnorm: training forward needs its saved buffer");
     o.mean = a->saved;
     o.var = (char *)a->saved + stat_bytes(l);
-    o.rmean = l->params[P_RMEAN].data;
-    o.rvar = l->params[P_RVAR].data;
+    /* a recomputation must not move the running statistics a second time */
+    o.rmean = a->regen ? NULL : l->params[P_RMEAN].data;
+    o.rvar = a->regen ? NULL : l->params[P_RVAR].data;
     return bfit_op_run(l->ops[OP_FWD], &o);
 }
 
@@ -124,7 +128,8 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 
     if (!a->saved)
         return bfit_fail(BFIT_EINVAL, "batchnorm: backward needs the statistics forward saved");
-    o.src = a->x[0];
+    o.src = l->mode == BFIT_MODE_Y ? a->y : a->x[0];
+    o.shift = l->mode == BFIT_MODE_Y ? l->params[P_BETA].data : NULL;
     o.diff_dst = a->dy;
     o.scale = l->params[P_GAMMA].data;
     o.mean = a->saved;
@@ -139,6 +144,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_batchnorm_vt = {
     .kind = BFIT_L_BATCHNORM,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X) | BFIT_MODE(BFIT_MODE_Y),
     .init = init,
     .prepare = prepare,
     .init_params = init_params,

@@ -43,7 +43,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     l->out = bfit_shape_chw(c->units, (in.h + 2 * c->ph - c->kh) / c->sh + 1, (in.w + 2 * c->pw - c->kw) / c->sw + 1);
     l->nparams = c->bias ? 2 : 1;
     l->params[0] = (bfit_param){.name = "weight", .ndim = 4, .dim = {c->units, in.c, c->kh, c->kw},
-                                .trainable = 1, .decay = 1};
+                                .trainable = 1, .decay = 1, .multiplies = 1};
     if (c->bias)
         l->params[1] = (bfit_param){.name = "bias", .ndim = 1, .dim = {c->units}, .trainable = 1};
     return BFIT_OK;
@@ -52,7 +52,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m)
 {
     const bfit_layer_cfg *c = &l->cfg;
-    bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32, .accumulate = kind == BFIT_OP_CONV_BWD_WEIGHTS};
+    bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = kind == BFIT_OP_CONV_BWD_WEIGHTS};
 
     d.u.conv.n = m;
     d.u.conv.ic = l->in[0].c;
@@ -107,7 +107,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     bfit_op_args o = {0};
 
     o.src = a->x[0];
-    o.weights = l->params[0].data;
+    o.weights = bfit_param_compute(&l->params[0]);
     o.bias = l->cfg.bias ? l->params[1].data : NULL;
     o.dst = a->y;
     o.workspace = a->ws;
@@ -128,7 +128,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
         return rc;
     o = (bfit_op_args){0};
     o.diff_dst = a->dy;
-    o.weights = l->params[0].data;
+    o.weights = bfit_param_compute(&l->params[0]);
     o.diff_src = a->dx[0];
     o.workspace = a->ws;
     return bfit_op_run(l->ops[OP_BWD_D], &o);
@@ -137,6 +137,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_conv_vt = {
     .kind = BFIT_L_CONV,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
     .prepare = prepare,
     .init_params = init_params,

@@ -20,7 +20,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_DROPOUT_FWD, .dtype = BFIT_F32};
+    bfit_op_desc d = {.kind = BFIT_OP_DROPOUT_FWD, .dtype = l->dtype};
     int rc;
 
     need->saved = need->ws_fwd = need->ws_bwd = 0;
@@ -65,6 +65,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_dropout_vt = {
     .kind = BFIT_L_DROPOUT,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_NONE),
     .init = init,
     .prepare = prepare,
     .init_params = NULL,

@@ -43,6 +43,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_flatten_vt = {
     .kind = BFIT_L_FLATTEN,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_NONE),
     .init = init,
     .prepare = prepare,
     .init_params = NULL,

@@ -42,7 +42,7 @@ static size_t stat_bytes(const bfit_layer *l, int m) { return BFIT_ALIGN_UP((siz
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = 1};
+    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = l->dtype, .accumulate = 1};
     int rc;
 
     d.u.lnorm.rows = nrows(l, m);
@@ -111,6 +111,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_layernorm_vt = {
     .kind = BFIT_L_LAYERNORM,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
     .prepare = prepare,
     .init_params = init_params,

@@ -34,7 +34,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     l->out = in.nd == 2 ? bfit_shape_seq(in.d[0], l->cfg.units) : bfit_shape_vec(l->cfg.units);
     l->nparams = l->cfg.bias ? 2 : 1;
     l->params[0] = (bfit_param){.name = "weight", .ndim = 2, .dim = {l->cfg.units, features(l)}, .trainable = 1,
-                                .decay = 1};
+                                .decay = 1, .multiplies = 1};
     if (l->cfg.bias)
         l->params[1] = (bfit_param){.name = "bias", .ndim = 1, .dim = {l->cfg.units}, .trainable = 1};
     return BFIT_OK;
@@ -42,7 +42,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
 static int new_mm(bfit_layer *l, int slot, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int acc)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32, .accumulate = acc};
+    bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = l->dtype, .accumulate = acc};
     d.u.mm.M = M;
     d.u.mm.N = N;
     d.u.mm.K = K;
@@ -77,7 +77,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
         if ((rc = new_mm(l, OP_DX, M, in, out, 0, 0, 0, 0)) != BFIT_OK)
             return rc;
         if (l->cfg.bias) {
-            bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = BFIT_F32, .accumulate = 1};
+            bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = l->dtype, .accumulate = 1};
             d.u.reduce.M = M;
             d.u.reduce.N = out;
             if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_DB])) != BFIT_OK)
@@ -105,7 +105,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     bfit_op_args o = {0};
 
     o.src = a->x[0];
-    o.weights = l->params[0].data;
+    o.weights = bfit_param_compute(&l->params[0]);
     o.bias = l->cfg.bias ? l->params[1].data : NULL;
     o.dst = a->y;
     o.workspace = a->ws;
@@ -134,7 +134,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
         return BFIT_OK;
     o = (bfit_op_args){0};
     o.src = a->dy;
-    o.weights = l->params[0].data;
+    o.weights = bfit_param_compute(&l->params[0]);
     o.dst = a->dx[0];
     o.workspace = a->ws;
     return bfit_op_run(l->ops[OP_DX], &o);
@@ -143,6 +143,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_linear_vt = {
     .kind = BFIT_L_LINEAR,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
     .prepare = prepare,
     .init_params = init_params,

@@ -65,7 +65,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
 static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int training)
 {
-    bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32};
+    bfit_op_desc d = {.kind = kind, .dtype = l->dtype};
     int g[6];
 
     geometry(l, g);
@@ -131,6 +131,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     const bfit_layer_vt var = {                                                                    \
         .kind = k,                                                                                 \
         .nin = 1,                                                                                  \
+        .modes = BFIT_MODE(BFIT_MODE_NONE),                                                        \
         .init = init,                                                                              \
         .prepare = prepare,                                                                        \
         .init_params = NULL,                                                                       \

@@ -29,7 +29,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_XENT_FWD, .dtype = BFIT_F32};
+    bfit_op_desc d = {.kind = BFIT_OP_XENT_FWD, .dtype = l->dtype};
 
     d.u.xent.M = m;
     d.u.xent.N = l->in[0].c;
@@ -66,6 +66,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_xent_vt = {
     .kind = BFIT_L_XENT,
     .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_Y),
     .init = init,
     .prepare = prepare,
     .init_params = NULL,

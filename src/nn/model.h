@@ -16,19 +16,51 @@
 
 #define BFIT_OFF_NONE UINT64_MAX
 
+/* A training step is a schedule of actions: every node's forward, then in
+ * backward order each node's backward, preceded where needed by the
+ * regeneration (a second forward) of outputs that were not kept. */
+typedef enum { BFIT_ACT_FWD, BFIT_ACT_REGEN, BFIT_ACT_BWD } bfit_act_kind;
+typedef struct bfit_act {
+    bfit_act_kind kind;
+    int node;
+} bfit_act;
+
 /* Where every buffer of a step lives. Offsets are into the category's block. */
 typedef struct bfit_layout {
     int m, training;
     uint64_t bytes[BFIT_MEM_NCAT];   /* activations, act_grads, workspace, input (params etc. 0) */
     uint64_t no_reuse[BFIT_MEM_NCAT];/* the same without any buffer sharing (for reports) */
     int nvalues;                     /* nodes + 1 */
-    uint64_t *y_off;                 /* per value: activations offset (value 0: input block) */
-    uint64_t *saved_off;             /* per node: activations offset of its saved bytes */
+    int nact;                        /* the schedule: FWD 0..n-1 first (eval: only those) */
+    bfit_act *act;
+    uint64_t *y_off;                 /* per value: activations offset in forward (value 0: input block) */
+    uint64_t *r_off;                 /* per value: offset of its regenerated copy, or NONE */
+    uint64_t *saved_off;             /* per node: activations offset of its forward's saved bytes */
+    uint64_t *rsaved_off;            /* per node: of its regeneration's saved bytes, or NONE */
     uint64_t *dy_off;                /* per value: act_grads offset of its gradient, or NONE */
     uint64_t *tmp_off;               /* per node: act_grads offset of a temp for a summed dx, or NONE */
-    int *tmp_input;                  /* per node: which input (0/1) uses tmp_off, -1 none */
+    int *tmp_input;                  /* per node: which input uses tmp_off, -1 none */
     uint64_t labels_off;             /* input block: labels after the samples */
+    double flops, regen_flops;       /* of the step, and of its regenerations (a part of it) */
 } bfit_layout;
+
+/* Recomputation (activation checkpointing): which values are regenerated in
+ * backward instead of kept. */
+typedef enum {
+    BFIT_RECOMPUTE_NONE = 0,  /* keep what backward reads (lean: as little as that) */
+    BFIT_RECOMPUTE_BLOCKS,    /* keep only the values between residual blocks (every cut of the graph) */
+    BFIT_RECOMPUTE_SQRT,      /* keep every ~sqrt(n)-th cut (Chen et al. 2016) */
+    BFIT_RECOMPUTE_CUTS       /* keep the cuts given (what `auto` chooses; batch/recompute.c) */
+} bfit_recompute_kind;
+
+/* How a model stores a training step. */
+typedef struct bfit_store_cfg {
+    bfit_dtype precision;            /* compute dtype of activations and their gradients */
+    int lean;                        /* choose what backward reads so that little is kept, and
+                                        regenerate relu outputs from kept inputs (docs/memory.md) */
+    bfit_recompute_kind recompute;
+    const unsigned char *keep;       /* CUTS: per value, 1 to keep a cut value (copied) */
+} bfit_store_cfg;
 
 /* The model's fixed statistics block (BFIT_MEM_OTHER): f64 loss sum and
  * samples right, added to by every forward with labels. */
@@ -50,6 +82,16 @@ typedef struct bfit_model {
     int n;                 /* nodes, the loss last */
     bfit_node *nodes;
     int in0_consumers;     /* consumers of the model input */
+    bfit_store_cfg store;  /* precision, lean, recompute */
+    unsigned char *regen;  /* per value: not kept, regenerated when backward needs it */
+    unsigned char *cut;    /* per value: every later node reads only it or later values */
+    unsigned char *keep;   /* per value: the CUTS configuration's */
+    int ncopies;           /* parameters with a compute copy (mixed precision) */
+    bfit_op **cast;        /* per parameter: the cast refreshing its compute copy, or NULL */
+    uint64_t copy_bytes;   /* of the compute copies, in the params block after the masters */
+    uint64_t seed;         /* of the last forward: regenerations redraw its dropout */
+    uint16_t *stage16;     /* host staging of 16-bit samples */
+    int64_t stage16_n;
     unsigned char *needs_grad; /* per value: a trainable parameter upstream, so backward computes its
                                   gradient (never the input's: PyTorch's requires_grad) */
     char source[256];
@@ -58,7 +100,8 @@ typedef struct bfit_model {
     bfit_param **params;   /* all (incl. running stats), in node order */
     bfit_param **trainable;
     void *param_block, *grad_block;
-    uint64_t param_bytes, grad_bytes;
+    uint64_t param_bytes, grad_bytes;  /* param: masters + compute copies */
+    uint64_t master_bytes;
     void *stats;           /* BFIT_MODEL_STATS_BYTES in BFIT_MEM_OTHER */
     /* the reserved step */
     int m, training;
@@ -72,6 +115,16 @@ typedef struct bfit_model {
  * for a shape-only model (no prepare/reserve then). */
 int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena, bfit_model **out);
 void bfit_model_free(bfit_model *M);
+
+/* How the model stores a step (defaults: f32, lean, no recomputation).
+ * Before parameters are allocated (compute copies are sized by it); sets the
+ * layers' dtypes and backward modes and the values to regenerate. */
+bfit_store_cfg bfit_store_cfg_default(void);
+int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c);
+/* Refresh the compute copies of the parameters (mixed precision) from the f32
+ * masters: after init, an optimizer step, a load. Nothing without copies. */
+int bfit_model_refresh_copies(bfit_model *M);
+uint64_t bfit_model_copy_bytes(const bfit_model *M);
 
 /* Bytes of params (and grads if training) the model allocates, and of its
  * fixed statistics block. */
@@ -100,9 +153,13 @@ void bfit_model_unreserve(bfit_model *M);
 /* Bytes of the step blocks held now (activations, act_grads, workspace, input). */
 uint64_t bfit_model_step_bytes(const bfit_model *M);
 
-/* Upload n = M->m samples (host, n x input shape of the input dtype) and
- * their labels into the reserved input block. */
+/* Upload n = M->m samples (host: f32, or int32 token ids) and their labels
+ * into the reserved input block; 16-bit inputs are converted on the host. */
 int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n);
+int bfit_model_upload_samples(bfit_model *M, const void *x, int n);
+int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n);
+/* The labels in the reserved input block (device). */
+const int32_t *bfit_model_labels(bfit_model *M);
 
 /* Forward the reserved micro-batch; the loss summed over its samples and the
  * samples whose arg-max class is the label are added to the model's

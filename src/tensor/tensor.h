@@ -83,9 +83,15 @@ typedef struct bfit_param {
     bfit_dtype dtype;   /* BFIT_F32 */
     int trainable;      /* has a gradient and is updated by the optimizer */
     int decay;          /* weight decay applies (weights, not biases or norms) */
+    int multiplies;     /* the weights a matmul or convolution multiplies by: under mixed
+                           precision they get a compute copy in the layer's dtype */
     void *data;
     void *grad;         /* NULL when not trainable */
+    void *cdata;        /* the compute copy (refreshed after each update), NULL: none */
 } bfit_param;
+
+/* What an op multiplies by: the compute copy if there is one. */
+static inline void *bfit_param_compute(const bfit_param *p) { return p->cdata ? p->cdata : p->data; }
 
 static inline int64_t bfit_param_numel(const bfit_param *p)
 {

@@ -203,6 +203,8 @@ static int update(bfit_run *r, double *lr)
     if (rc == BFIT_OK)
         rc = bfit_optim_step(r->opt, *lr);
     if (rc == BFIT_OK)
+        rc = bfit_model_refresh_copies(r->s.M); /* mixed precision: the compute copies follow the masters */
+    if (rc == BFIT_OK)
         rc = bfit_model_zero_grads(r->s.M);
     if (rc == BFIT_OK && r->cfg.adaptive)
         rc = bfit_gradnorm_track_reset(r->gn);

@@ -94,7 +94,7 @@ static int convert_and_upload(bfit_model *M, const bfit_st_file *f, const char *
         off += BFIT_ALIGN_UP(bfit_param_bytes(v[i].p));
     }
     free(host);
-    return rc;
+    return rc == BFIT_OK ? bfit_model_refresh_copies(M) : rc;
 }
 
 int bfit_weights_load(bfit_model *M, const char *path)

@@ -1,0 +1,140 @@
+/* exec.c - running a step's schedule on the reserved blocks: the forward
+ * actions, then the backward ones (regenerations and backwards), with
+ * every buffer where the layout placed it. */
+#include "base/err.h"
+#include "nn/model.h"
+
+#include <string.h>
+
+static void *at(bfit_model *M, bfit_mem_cat c, uint64_t off)
+{
+    return off == BFIT_OFF_NONE ? NULL : (char *)M->block[c] + off;
+}
+
+/* Value v as forward writes and reads it. */
+static void *fwd_loc(bfit_model *M, int v)
+{
+    return v == 0 ? M->block[BFIT_MEM_INPUT] : at(M, BFIT_MEM_ACTIVATIONS, M->lay.y_off[v]);
+}
+
+/* Value v as backward reads it: its regenerated copy if it has one. */
+static void *bwd_loc(bfit_model *M, int v)
+{
+    if (v > 0 && M->lay.r_off[v] != BFIT_OFF_NONE)
+        return at(M, BFIT_MEM_ACTIVATIONS, M->lay.r_off[v]);
+    return fwd_loc(M, v);
+}
+
+static void *grad_at(bfit_model *M, uint64_t off) { return at(M, BFIT_MEM_ACT_GRADS, off); }
+
+const int32_t *bfit_model_labels(bfit_model *M)
+{
+    return (const int32_t *)((char *)M->block[BFIT_MEM_INPUT] + M->lay.labels_off);
+}
+
+/* One forward of node i: the first (writing the forward buffers and moving
+ * running statistics) or a regeneration (the same output into its copy). */
+static int run_forward(bfit_model *M, int i, uint64_t seed, int regen)
+{
+    bfit_layer *L = M->nodes[i].l;
+    bfit_fwd_args a;
+    int rc;
+
+    memset(&a, 0, sizeof a);
+    a.m = M->m;
+    a.training = M->training;
+    a.regen = regen;
+    for (int k = 0; k < L->nin; k++)
+        a.x[k] = regen ? bwd_loc(M, M->nodes[i].in[k]) : fwd_loc(M, M->nodes[i].in[k]);
+    a.y = regen ? bwd_loc(M, i + 1) : fwd_loc(M, i + 1);
+    a.saved = at(M, BFIT_MEM_ACTIVATIONS, regen ? M->lay.rsaved_off[i] : M->lay.saved_off[i]);
+    a.ws = M->block[BFIT_MEM_WORKSPACE];
+    a.seed = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i; /* regenerations redraw the same dropout */
+    a.labels = bfit_model_labels(M);
+    a.stats = regen ? NULL : M->stats;
+    rc = bfit_layer_forward(L, &a);
+    if (rc != BFIT_OK)
+        return bfit_fail_prefix(rc, "%s of layer %d (%s): ", regen ? "recomputation" : "forward", i + 1,
+                                bfit_layer_kind_name(L->cfg.kind));
+    return BFIT_OK;
+}
+
+/* Node i's backward; a value with several consumers gets this one's share
+ * through a temp, added in at once. */
+static int run_backward(bfit_model *M, int i, float loss_scale)
+{
+    bfit_layer *L = M->nodes[i].l;
+    bfit_bwd_args a;
+    int rc, k = M->lay.tmp_input[i], regen = M->lay.r_off[i + 1] != BFIT_OFF_NONE;
+
+    memset(&a, 0, sizeof a);
+    a.m = M->m;
+    for (int j = 0; j < L->nin; j++) {
+        int v = M->nodes[i].in[j];
+        a.x[j] = bwd_loc(M, v);
+        if (v > 0 && M->needs_grad[v])
+            a.dx[j] = k == j ? grad_at(M, M->lay.tmp_off[i]) : grad_at(M, M->lay.dy_off[v]);
+    }
+    a.y = bwd_loc(M, i + 1);
+    a.dy = grad_at(M, M->lay.dy_off[i + 1]);
+    a.saved = at(M, BFIT_MEM_ACTIVATIONS, regen ? M->lay.rsaved_off[i] : M->lay.saved_off[i]);
+    a.ws = M->block[BFIT_MEM_WORKSPACE];
+    a.labels = bfit_model_labels(M);
+    a.loss_scale = loss_scale;
+    rc = bfit_layer_backward(L, &a);
+    if (rc == BFIT_OK && k >= 0 && a.dx[k]) {
+        bfit_op_args o = {0};
+        o.src = a.dx[k];
+        o.dst = grad_at(M, M->lay.dy_off[M->nodes[i].in[k]]);
+        rc = bfit_op_run(M->nodes[i].acc, &o);
+    }
+    if (rc != BFIT_OK)
+        return bfit_fail_prefix(rc, "backward of layer %d (%s): ", i + 1, bfit_layer_kind_name(L->cfg.kind));
+    return BFIT_OK;
+}
+
+int bfit_model_forward(bfit_model *M, uint64_t seed)
+{
+    if (!M->m)
+        return bfit_fail(BFIT_ESTATE, "model: forward without a reserved micro-batch");
+    M->seed = seed;
+    for (int t = 0; t < M->n; t++) {
+        int rc = run_forward(M, M->lay.act[t].node, seed, 0);
+        if (rc != BFIT_OK)
+            return rc;
+    }
+    return BFIT_OK;
+}
+
+int bfit_model_backward(bfit_model *M, float loss_scale)
+{
+    if (!M->m || !M->training)
+        return bfit_fail(BFIT_ESTATE, "model: backward needs a micro-batch reserved for training");
+    for (int t = M->n; t < M->lay.nact; t++) {
+        const bfit_act *a = &M->lay.act[t];
+        int rc = a->kind == BFIT_ACT_REGEN ? run_forward(M, a->node, M->seed, 1) : run_backward(M, a->node, loss_scale);
+        if (rc != BFIT_OK)
+            return rc;
+    }
+    return BFIT_OK;
+}
+
+int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n)
+{
+    int rc;
+    if (!M->m || n != M->m)
+        return bfit_fail(BFIT_ESTATE, "model: %d samples given for a micro-batch of %d", n, M->m);
+    if ((rc = bfit_model_check_labels(M, labels, n)) != BFIT_OK)
+        return rc;
+    rc = bfit_model_upload_samples(M, x, n);
+    if (rc == BFIT_OK && labels)
+        rc = bfit_device_upload(M->dev, (void *)bfit_model_labels(M), labels, (size_t)n * sizeof(int32_t));
+    return rc;
+}
+
+int bfit_model_read_probs(bfit_model *M, float *host)
+{
+    if (!M->m)
+        return bfit_fail(BFIT_ESTATE, "model: no micro-batch reserved");
+    return bfit_device_download(M->dev, host, fwd_loc(M, M->n), (size_t)M->m * (size_t)M->nclasses * sizeof(float));
+}

@@ -1,0 +1,383 @@
+/* layout.c - the plan of a step's buffers: what is kept for backward, what
+ * is regenerated, the schedule of actions, and where every buffer lives.
+ *
+ * Backward reads, for each layer, what its mode says: its inputs, its
+ * output, or only its saved bytes (masks, indices, statistics). A value
+ * that some backward reads is either kept from its forward until its last
+ * read, or regenerated: its producer runs forward again, just before the
+ * first backward that needs it, from inputs that are kept (or regenerated
+ * first, recursively). So recomputation of a whole segment and the lean
+ * regeneration of a relu's output from its kept input are the same thing.
+ *
+ * Every buffer has a lifetime on the schedule (action indices), and buffers
+ * whose lifetimes do not overlap share bytes: greedy placement, largest
+ * first, at the lowest offset clear of every overlapping buffer. */
+#include "base/err.h"
+#include "nn/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A buffer with a lifetime [t0, t1] (inclusive) to be placed in a block. */
+typedef struct lbuf {
+    uint64_t size, off;
+    int t0, t1;
+    uint64_t *dst; /* where to write the offset */
+} lbuf;
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const lbuf *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size < y->size ? 1 : -1;
+    return x->t0 - y->t0; /* deterministic */
+}
+
+static uint64_t place(lbuf *b, int n)
+{
+    uint64_t total = 0;
+    qsort(b, (size_t)n, sizeof *b, by_size_desc);
+    for (int i = 0; i < n; i++) {
+        uint64_t off = 0;
+        int moved = 1;
+        while (moved) {
+            moved = 0;
+            for (int j = 0; j < i; j++) {
+                if (b[j].t1 < b[i].t0 || b[i].t1 < b[j].t0)
+                    continue;
+                if (off < b[j].off + b[j].size && b[j].off < off + b[i].size) {
+                    off = b[j].off + b[j].size;
+                    moved = 1;
+                }
+            }
+        }
+        b[i].off = off;
+        *b[i].dst = off;
+        if (off + b[i].size > total)
+            total = off + b[i].size;
+    }
+    return total;
+}
+
+void bfit_layout_fini(bfit_layout *lay)
+{
+    free(lay->act);
+    free(lay->y_off);
+    free(lay->r_off);
+    free(lay->saved_off);
+    free(lay->rsaved_off);
+    free(lay->dy_off);
+    free(lay->tmp_off);
+    free(lay->tmp_input);
+    memset(lay, 0, sizeof *lay);
+}
+
+static uint64_t value_bytes(const bfit_model *M, int v, int m)
+{
+    bfit_shape s = v == 0 ? M->input : M->nodes[v - 1].l->out;
+    bfit_dtype t = v == 0 ? M->input_dtype : M->nodes[v - 1].l->out_dtype;
+    return BFIT_ALIGN_UP((uint64_t)m * bfit_shape_numel(s) * bfit_dtype_size(t));
+}
+
+/* ---- the schedule ---------------------------------------------------------- */
+
+typedef struct sched {
+    bfit_model *M;
+    bfit_layout *lay;
+    unsigned char *done;   /* per value: regenerated already */
+    int *bwd_at;           /* per node: the time of its backward, -1 none */
+    int *regen_at;         /* per node: the time of its regeneration, -1 none */
+    const bfit_layer_need *need;
+} sched;
+
+static void emit(sched *s, bfit_act_kind k, int node)
+{
+    bfit_layout *lay = s->lay;
+    if (k == BFIT_ACT_BWD)
+        s->bwd_at[node] = lay->nact;
+    if (k == BFIT_ACT_REGEN)
+        s->regen_at[node] = lay->nact;
+    lay->act[lay->nact].kind = k;
+    lay->act[lay->nact++].node = node;
+}
+
+/* Make value v readable in backward: regenerate it (and what it needs). */
+static void ensure(sched *s, int v)
+{
+    const bfit_node *p;
+    if (v <= 0 || !s->M->regen[v] || s->done[v])
+        return;
+    p = &s->M->nodes[v - 1];
+    for (int k = 0; k < p->l->nin; k++)
+        ensure(s, p->in[k]);
+    emit(s, BFIT_ACT_REGEN, v - 1);
+    s->done[v] = 1;
+}
+
+static void schedule(sched *s)
+{
+    bfit_model *M = s->M;
+    for (int i = 0; i < M->n; i++)
+        emit(s, BFIT_ACT_FWD, i);
+    if (!s->lay->training)
+        return;
+    for (int i = M->n - 1; i >= 0; i--) {
+        const bfit_layer *L = M->nodes[i].l;
+        if (!M->needs_grad[i + 1])
+            continue; /* no parameter here or upstream: nothing to compute */
+        if (bfit_bwd_reads_input(L))
+            for (int k = 0; k < L->nin; k++)
+                ensure(s, M->nodes[i].in[k]);
+        /* its own output, or its saved bytes from a regeneration rather than
+         * kept from the forward */
+        if (bfit_bwd_reads_output(L) || (M->regen[i + 1] && s->need[i].saved))
+            ensure(s, i + 1);
+        emit(s, BFIT_ACT_BWD, i);
+    }
+}
+
+/* ---- lifetimes ------------------------------------------------------------- */
+
+/* Activations-block buffers: A (forward output), B (regenerated output), S
+ * (forward's saved), R (regeneration's saved), indexed per value / node. */
+typedef struct life {
+    int *a0, *a1, *b0, *b1, *s0, *s1, *r0, *r1;
+} life;
+
+static void touch(int *t1, int t)
+{
+    if (t > *t1)
+        *t1 = t;
+}
+
+/* Where backward finds value v: its regenerated copy if it has one. */
+static int *bwd_end(const sched *s, life *L, int v)
+{
+    return s->done[v] ? &L->b1[v] : &L->a1[v];
+}
+
+/* Each action's reads extend the lifetimes of what it reads. */
+static void lifetimes(const sched *s, life *L)
+{
+    const bfit_model *M = s->M;
+    const bfit_layout *lay = s->lay;
+    for (int t = 0; t < lay->nact; t++) {
+        int i = lay->act[t].node;
+        const bfit_node *nd = &M->nodes[i];
+        switch (lay->act[t].kind) {
+        case BFIT_ACT_FWD:
+            L->a0[i + 1] = L->a1[i + 1] = L->s0[i] = L->s1[i] = t;
+            for (int k = 0; k < nd->l->nin; k++)
+                touch(&L->a1[nd->in[k]], t);
+            break;
+        case BFIT_ACT_REGEN:
+            L->b0[i + 1] = L->b1[i + 1] = L->r0[i] = L->r1[i] = t;
+            for (int k = 0; k < nd->l->nin; k++)
+                touch(bwd_end(s, L, nd->in[k]), t);
+            break;
+        case BFIT_ACT_BWD:
+            if (bfit_bwd_reads_input(nd->l))
+                for (int k = 0; k < nd->l->nin; k++)
+                    touch(bwd_end(s, L, nd->in[k]), t);
+            if (bfit_bwd_reads_output(nd->l))
+                touch(bwd_end(s, L, i + 1), t);
+            touch(s->done[i + 1] ? &L->r1[i] : &L->s1[i], t);
+            break;
+        }
+    }
+    /* the probabilities are read after the forward */
+    L->a1[M->n] = lay->nact;
+}
+
+/* ---- placement ------------------------------------------------------------- */
+
+static int lay_alloc(bfit_layout *lay, int n)
+{
+    lay->nvalues = n + 1;
+    lay->act = malloc(sizeof *lay->act * (size_t)(3 * n + 1));
+    lay->y_off = malloc(sizeof(uint64_t) * (size_t)(n + 1));
+    lay->r_off = malloc(sizeof(uint64_t) * (size_t)(n + 1));
+    lay->saved_off = malloc(sizeof(uint64_t) * (size_t)n);
+    lay->rsaved_off = malloc(sizeof(uint64_t) * (size_t)n);
+    lay->dy_off = malloc(sizeof(uint64_t) * (size_t)(n + 1));
+    lay->tmp_off = malloc(sizeof(uint64_t) * (size_t)n);
+    lay->tmp_input = malloc(sizeof(int) * (size_t)n);
+    if (!lay->act || !lay->y_off || !lay->r_off || !lay->saved_off || !lay->rsaved_off || !lay->dy_off ||
+        !lay->tmp_off || !lay->tmp_input)
+        return bfit_fail(BFIT_ENOMEM, "layout: out of host memory");
+    for (int i = 0; i <= n; i++)
+        lay->dy_off[i] = lay->y_off[i] = lay->r_off[i] = BFIT_OFF_NONE;
+    for (int i = 0; i < n; i++) {
+        lay->saved_off[i] = lay->rsaved_off[i] = lay->tmp_off[i] = BFIT_OFF_NONE;
+        lay->tmp_input[i] = -1;
+    }
+    return BFIT_OK;
+}
+
+/* Every layer's needs at m; the workspace is one region shared by all; the
+ * input block holds the samples (value 0) then the labels. */
+static int lay_needs(bfit_model *M, bfit_layout *lay, bfit_layer_need *need)
+{
+    uint64_t ws = 0, ws_sum = 0;
+    for (int i = 0; i < M->n; i++) {
+        uint64_t w;
+        int rc = bfit_layer_query(M->nodes[i].l, lay->m, lay->training, &need[i]);
+        if (rc != BFIT_OK)
+            return rc;
+        w = BFIT_ALIGN_UP(need[i].ws_fwd > need[i].ws_bwd || !lay->training ? need[i].ws_fwd : need[i].ws_bwd);
+        ws = w > ws ? w : ws;
+        ws_sum += w;
+    }
+    lay->bytes[BFIT_MEM_WORKSPACE] = ws;
+    lay->no_reuse[BFIT_MEM_WORKSPACE] = ws_sum;
+    lay->y_off[0] = 0;
+    lay->labels_off = value_bytes(M, 0, lay->m);
+    lay->bytes[BFIT_MEM_INPUT] = lay->labels_off + BFIT_ALIGN_UP((uint64_t)lay->m * sizeof(int32_t));
+    lay->no_reuse[BFIT_MEM_INPUT] = lay->bytes[BFIT_MEM_INPUT];
+    return BFIT_OK;
+}
+
+static void add_buf(lbuf *b, int *nb, uint64_t size, int t0, int t1, uint64_t *dst, uint64_t *no_reuse)
+{
+    if (!size)
+        return;
+    b[(*nb)++] = (lbuf){size, 0, t0, t1, dst};
+    *no_reuse += size;
+}
+
+/* The activations block: outputs, regenerated copies, saved bytes. */
+static void lay_activations(const sched *s, const life *L, lbuf *b)
+{
+    bfit_model *M = s->M;
+    bfit_layout *lay = s->lay;
+    uint64_t *nr = &lay->no_reuse[BFIT_MEM_ACTIVATIONS];
+    int nb = 0, m = lay->m;
+    for (int i = 0; i < M->n; i++) {
+        uint64_t vb = value_bytes(M, i + 1, m), sv = lay->training ? BFIT_ALIGN_UP(s->need[i].saved) : 0;
+        add_buf(b, &nb, vb, L->a0[i + 1], L->a1[i + 1], &lay->y_off[i + 1], nr);
+        add_buf(b, &nb, sv, L->s0[i], L->s1[i], &lay->saved_off[i], nr);
+        if (s->done[i + 1]) {
+            add_buf(b, &nb, vb, L->b0[i + 1], L->b1[i + 1], &lay->r_off[i + 1], nr);
+            add_buf(b, &nb, sv, L->r0[i], L->r1[i], &lay->rsaved_off[i], nr);
+        }
+    }
+    lay->bytes[BFIT_MEM_ACTIVATIONS] = place(b, nb);
+}
+
+/* Activation gradients. The gradient of value v is written first by its
+ * consumer whose backward comes first, and read last by its producer's
+ * backward. A further consumer writes into a temp that is added in at once.
+ * The model input needs no gradient. */
+static int lay_act_grads(const sched *s, lbuf *b)
+{
+    bfit_model *M = s->M;
+    bfit_layout *lay = s->lay;
+    int nb = 0;
+    unsigned char *written = calloc((size_t)M->n + 1, 1);
+
+    if (!written)
+        return bfit_fail(BFIT_ENOMEM, "layout: out of host memory");
+    for (int t = 0; t < lay->nact; t++) {
+        int i = lay->act[t].node;
+        if (lay->act[t].kind != BFIT_ACT_BWD)
+            continue;
+        for (int k = 0; k < M->nodes[i].l->nin; k++) {
+            int v = M->nodes[i].in[k];
+            uint64_t sz;
+            if (v <= 0 || !M->needs_grad[v])
+                continue;
+            sz = value_bytes(M, v, lay->m);
+            if (!written[v]) {
+                written[v] = 1;
+                add_buf(b, &nb, sz, t, s->bwd_at[v - 1], &lay->dy_off[v], &lay->no_reuse[BFIT_MEM_ACT_GRADS]);
+            } else if (lay->tmp_input[i] < 0) {
+                lay->tmp_input[i] = k;
+                add_buf(b, &nb, sz, t, t, &lay->tmp_off[i], &lay->no_reuse[BFIT_MEM_ACT_GRADS]);
+            } else {
+                free(written);
+                return bfit_fail(BFIT_EINVAL, "layout: layer %d (%s) takes two inputs whose values feed other layers "
+                                              "too; one temporary gradient per layer is supported",
+                                 i + 1, bfit_layer_kind_name(M->nodes[i].l->cfg.kind));
+            }
+        }
+    }
+    free(written);
+    lay->bytes[BFIT_MEM_ACT_GRADS] = place(b, nb);
+    return BFIT_OK;
+}
+
+static void lay_flops(const sched *s)
+{
+    bfit_layout *lay = s->lay;
+    for (int t = 0; t < lay->nact; t++) {
+        double f, b;
+        bfit_layer_flops(s->M->nodes[lay->act[t].node].l, lay->m, &f, &b);
+        lay->flops += lay->act[t].kind == BFIT_ACT_BWD ? b : f;
+        if (lay->act[t].kind == BFIT_ACT_REGEN)
+            lay->regen_flops += f;
+    }
+}
+
+static int life_alloc(life *L, int n)
+{
+    int **all[] = {&L->a0, &L->a1, &L->b0, &L->b1, &L->s0, &L->s1, &L->r0, &L->r1};
+    for (unsigned k = 0; k < sizeof all / sizeof all[0]; k++)
+        if (!(*all[k] = calloc((size_t)n + 1, sizeof(int))))
+            return bfit_fail(BFIT_ENOMEM, "layout: out of host memory");
+    return BFIT_OK;
+}
+
+static void life_free(life *L)
+{
+    int *all[] = {L->a0, L->a1, L->b0, L->b1, L->s0, L->s1, L->r0, L->r1};
+    for (unsigned k = 0; k < sizeof all / sizeof all[0]; k++)
+        free(all[k]);
+}
+
+int bfit_model_layout(bfit_model *M, int m, int training, bfit_layout *lay)
+{
+    int n = M->n, rc;
+    sched s = {M, lay, NULL, NULL, NULL, NULL};
+    life L = {0};
+    lbuf *b = NULL;
+    bfit_layer_need *need = calloc((size_t)n, sizeof *need);
+
+    memset(lay, 0, sizeof *lay);
+    if (m < 1) {
+        free(need);
+        return bfit_fail(BFIT_EINVAL, "micro-batch must be at least 1, got %d", m);
+    }
+    lay->m = m;
+    lay->training = training;
+    s.need = need;
+    s.done = calloc((size_t)n + 1, 1);
+    s.bwd_at = malloc(sizeof(int) * (size_t)n);
+    s.regen_at = malloc(sizeof(int) * (size_t)n);
+    b = calloc((size_t)(4 * n + BFIT_LAYER_MAXIN * n + 2), sizeof *b);
+    rc = lay_alloc(lay, n);
+    if (rc == BFIT_OK && (!need || !s.done || !s.bwd_at || !s.regen_at || !b))
+        rc = bfit_fail(BFIT_ENOMEM, "layout: out of host memory");
+    if (rc == BFIT_OK)
+        rc = life_alloc(&L, n);
+    if (rc == BFIT_OK)
+        rc = lay_needs(M, lay, need);
+    if (rc == BFIT_OK) {
+        for (int i = 0; i < n; i++)
+            s.bwd_at[i] = s.regen_at[i] = -1;
+        schedule(&s);
+        lifetimes(&s, &L);
+        lay_activations(&s, &L, b);
+        if (training)
+            rc = lay_act_grads(&s, b);
+        lay_flops(&s);
+    }
+    life_free(&L);
+    free(b);
+    free(need);
+    free(s.done);
+    free(s.bwd_at);
+    free(s.regen_at);
+    if (rc != BFIT_OK)
+        bfit_layout_fini(lay);
+    return rc;
+}

@@ -1,0 +1,162 @@
+/* store.c - what a training step stores for backward: the precision of the
+ * activations, each layer's backward mode (what it reads), and the values
+ * regenerated rather than kept (lean activations, recomputation).
+ *
+ * Lean choices (docs/memory.md says per layer what is stored):
+ * - a batch norm whose output feeds only a relu keeps its output z, and
+ *   its backward recovers its normalised input from z (in-place activated
+ *   batch norm, Rota Bulo et al. 2018); the relu reads z for its mask, and
+ *   the relu's output, which the next layer's backward reads, is
+ *   regenerated from z when needed: one tensor where there were two or
+ *   three;
+ * - another relu reads whichever of its input and output is kept anyway,
+ *   else keeps only a sign bit per element;
+ * - another batch norm reads its input (exact), or its output if that is
+ *   kept anyway.
+ * Recomputation: the values between cuts of the graph (a cut: every later
+ * node reads only it or later values, e.g. the output of a residual block)
+ * are regenerated; `blocks` keeps every cut, `sqrt` every ~sqrt(K)-th of K
+ * cuts, `cuts` the ones given. */
+#include "base/err.h"
+#include "nn/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+bfit_store_cfg bfit_store_cfg_default(void)
+{
+    bfit_store_cfg c = {BFIT_F32, 1, BFIT_RECOMPUTE_NONE, NULL};
+    return c;
+}
+
+/* Does any backward read value v, given the modes chosen so far? */
+static int read_in_bwd(const bfit_model *M, int v)
+{
+    if (v >= 1 && bfit_bwd_reads_output(M->nodes[v - 1].l) && M->needs_grad[v])
+        return 1;
+    for (int j = v; j < M->n; j++) {
+        const bfit_node *nd = &M->nodes[j];
+        if (!M->needs_grad[j + 1] || !bfit_bwd_reads_input(nd->l))
+            continue;
+        for (int k = 0; k < nd->l->nin; k++)
+            if (nd->in[k] == v)
+                return 1;
+    }
+    return 0;
+}
+
+static int is(const bfit_model *M, int i, bfit_layer_kind k) { return M->nodes[i].l->cfg.kind == k; }
+
+/* The relu reading node i's output, when it is the output's only reader. */
+static int relu_after(const bfit_model *M, int i)
+{
+    if (M->nodes[i].nconsumers != 1)
+        return -1;
+    for (int j = i + 1; j < M->n; j++)
+        if (M->nodes[j].in[0] == i + 1 && is(M, j, BFIT_L_RELU) && M->nodes[j].l->nin == 1)
+            return j;
+    return -1;
+}
+
+static void set_mode(bfit_model *M, int i, bfit_bwd_mode mode)
+{
+    if (M->nodes[i].l->vt->modes & BFIT_MODE(mode))
+        M->nodes[i].l->mode = mode;
+}
+
+/* The lean modes and the relu outputs to regenerate; defaults otherwise. */
+static void choose_modes(bfit_model *M, int lean)
+{
+    for (int i = 0; i < M->n; i++)
+        M->nodes[i].l->mode = bfit_layer_default_mode(M->nodes[i].l->vt);
+    if (!lean)
+        return;
+    /* batch norm then relu: keep z, read it on both sides, regenerate relu(z) */
+    for (int i = 0; i < M->n; i++) {
+        int r = is(M, i, BFIT_L_BATCHNORM) ? relu_after(M, i) : -1;
+        if (r < 0)
+            continue;
+        set_mode(M, i, BFIT_MODE_Y);
+        set_mode(M, r, BFIT_MODE_X);
+        M->regen[r + 1] = 1;
+    }
+    /* the others read what is read anyway; relu else keeps bits */
+    for (int i = 0; i < M->n; i++) {
+        int x = M->nodes[i].in[0], pair = i > 0 && is(M, i, BFIT_L_RELU) && M->regen[i + 1];
+        if (pair || (!is(M, i, BFIT_L_RELU) && !is(M, i, BFIT_L_BATCHNORM)))
+            continue;
+        if (is(M, i, BFIT_L_BATCHNORM) && M->nodes[i].l->mode == BFIT_MODE_Y)
+            continue;
+        M->nodes[i].l->mode = BFIT_MODE_NONE; /* out of the count while deciding */
+        if (x > 0 && read_in_bwd(M, x))
+            set_mode(M, i, BFIT_MODE_X);
+        else if (read_in_bwd(M, i + 1))
+            set_mode(M, i, BFIT_MODE_Y);
+        else
+            set_mode(M, i, is(M, i, BFIT_L_RELU) ? BFIT_MODE_BITS : BFIT_MODE_X);
+    }
+}
+
+/* cut[v]: every node after v's producer reads only values >= v. */
+static void find_cuts(bfit_model *M)
+{
+    int lo = M->n + 1;
+    memset(M->cut, 0, (size_t)M->n + 1);
+    for (int j = M->n - 1; j >= 1; j--) {
+        for (int k = 0; k < M->nodes[j].l->nin; k++)
+            if (M->nodes[j].in[k] < lo)
+                lo = M->nodes[j].in[k];
+        /* now lo = the smallest value read by nodes j..n-1 */
+        M->cut[j] = lo >= j;
+    }
+}
+
+/* Regenerate every value but the kept cuts (and the loss's output). */
+static void recompute(bfit_model *M, const bfit_store_cfg *c)
+{
+    int ncut = 0, every = 1, k = 0;
+    if (c->recompute == BFIT_RECOMPUTE_NONE)
+        return;
+    for (int v = 1; v < M->n; v++)
+        ncut += M->cut[v];
+    if (c->recompute == BFIT_RECOMPUTE_SQRT)
+        every = (int)lround(sqrt((double)ncut)) > 1 ? (int)lround(sqrt((double)ncut)) : 1;
+    for (int v = 1; v < M->n; v++) {
+        int keep = 0;
+        if (M->cut[v]) {
+            keep = c->recompute == BFIT_RECOMPUTE_BLOCKS || (c->recompute == BFIT_RECOMPUTE_SQRT && ++k % every == 0) ||
+                   (c->recompute == BFIT_RECOMPUTE_CUTS && M->keep[v]);
+        }
+        if (!keep)
+            M->regen[v] = 1;
+    }
+}
+
+int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
+{
+    if (!bfit_dtype_is_float(c->precision))
+        return bfit_fail_field(BFIT_EINVAL, "precision", "must be f32, bf16 or f16, not %s",
+                               bfit_dtype_name(c->precision));
+    if ((unsigned)c->recompute > BFIT_RECOMPUTE_CUTS || (c->recompute == BFIT_RECOMPUTE_CUTS && !c->keep))
+        return bfit_fail_field(BFIT_EINVAL, "recompute", "unknown policy %d (or cuts without the cuts to keep)",
+                               (int)c->recompute);
+    if (M->param_block && c->precision != M->store.precision)
+        return bfit_fail(BFIT_ESTATE, "model: the precision must be set before the parameters are allocated");
+    bfit_model_unreserve(M);
+    M->store = *c;
+    M->store.keep = NULL;
+    if (c->recompute == BFIT_RECOMPUTE_CUTS)
+        memcpy(M->keep, c->keep, (size_t)M->n + 1);
+    for (int i = 0; i < M->n; i++)
+        bfit_layer_set_dtype(M->nodes[i].l, c->precision);
+    if (bfit_dtype_is_float(M->input_dtype))
+        M->input_dtype = c->precision;
+    memset(M->regen, 0, (size_t)M->n + 1);
+    find_cuts(M);
+    choose_modes(M, c->lean);
+    recompute(M, c);
+    M->regen[M->n] = 0; /* the loss's probabilities are read after the forward */
+    M->param_bytes = M->master_bytes + bfit_model_copy_bytes(M);
+    return BFIT_OK;
+}
