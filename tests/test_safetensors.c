@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -504,6 +506,48 @@ static void test_failed_write_keeps_old(void **st)
     free(old);
 }
 
+/* A save killed half-way leaves path.tmp.XXXXXX behind (hundreds of MB for
+ * real weights): the next write to that path removes it. A temporary file
+ * still being written (its writer holds the lock) stays, and so does any
+ * other name. */
+static void test_stale_temp_swept(void **st)
+{
+    bfit_st_tensor t[6];
+    char p[PATH_MAX], stale[PATH_MAX], live[PATH_MAX], other[PATH_MAX], notours[PATH_MAX];
+    int n = sample_tensors(t), fd;
+    (void)st;
+
+    path_in(p, sizeof p, "swept.safetensors");
+    path_in(stale, sizeof stale, "swept.safetensors.tmp.Ab3xY9");
+    path_in(live, sizeof live, "swept.safetensors.tmp.LiVe01");
+    path_in(other, sizeof other, "other.safetensors.tmp.Ab3xY9");
+    path_in(notours, sizeof notours, "swept.safetensors.tmp.keep-me");
+    write_bytes(stale, "half a file", 11);
+    write_bytes(other, "x", 1);
+    write_bytes(notours, "x", 1);
+    /* a writer at work: the lock is held through another open file */
+    write_bytes(live, "being written", 13);
+    fd = open(live, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+
+    assert_int_equal(bfit_st_write(p, t, n, MK, MV, 2), BFIT_OK);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(access(live, F_OK), 0);
+    assert_int_equal(access(other, F_OK), 0);
+    assert_int_equal(access(notours, F_OK), 0);
+
+    /* once its writer is gone, it goes too */
+    close(fd);
+    assert_int_equal(bfit_st_write(p, t, n, MK, MV, 2), BFIT_OK);
+    assert_int_equal(access(live, F_OK), -1);
+    assert_int_equal(access(other, F_OK), 0);
+    unlink(other);
+    unlink(notours);
+    assert_int_equal(count_tmp(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -512,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_we_read_python),
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_failed_write_keeps_old),
+        cmocka_unit_test(test_stale_temp_swept),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
