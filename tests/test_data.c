@@ -317,6 +317,16 @@ static void test_idx_truncated(void **st)
     const char *pz = write_bytes("z-images", hdr, sizeof hdr, 0);
     assert_int_equal(bfit_dataset_load_idx(pz, pl, 0, &d), BFIT_EFORMAT);
     assert_msg_has("implausible size");
+    /* dimensions whose product passes 2^63: refused without the product
+     * ever being formed (UBSan reported the signed overflow) */
+    put32(hdr + 4, 1u << 20), put32(hdr + 8, 1u << 20), put32(hdr + 12, 0xffffffffu);
+    pz = write_bytes("z-images", hdr, sizeof hdr, 0);
+    assert_int_equal(bfit_dataset_load_idx(pz, pl, 0, &d), BFIT_EFORMAT);
+    assert_msg_has("implausible size");
+    put32(hdr + 4, 0xfffffffeu), put32(hdr + 8, 0xfffffffeu), put32(hdr + 12, 0xfffffffeu);
+    pz = write_bytes("z-images", hdr, sizeof hdr, 0);
+    assert_int_equal(bfit_dataset_load_idx(pz, pl, 0, &d), BFIT_EFORMAT);
+    assert_msg_has("implausible size");
     put32(hdr + 4, 1000000000), put32(hdr + 8, 1), put32(hdr + 12, 1);
     pz = write_bytes("z-images", hdr, sizeof hdr, 0);
     assert_int_equal(bfit_dataset_load_idx(pz, pl, 0, &d), BFIT_EFORMAT);
