@@ -493,6 +493,13 @@ static void test_csv_bad(void **st)
             NULL);
     csv_bad("1,2,0\n1,,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "is not a number", NULL);
     csv_bad("1,2,0\n1,nan,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "is not a number", NULL);
+    /* beyond a float's range: it would become inf (and a NaN loss or an
+     * "std must be > 0" far from here); the file, line, column and value */
+    csv_bad("1,2,0\n1,1e39,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "value '1e39' is beyond the range",
+            NULL);
+    csv_bad("1,2,0\n1,2,0\n-4e38,2,1\n", NULL, BFIT_EFORMAT, "bad.csv:3: column 1:", "'-4e38' is beyond", NULL);
+    csv_bad("1,2,0\n1,inf,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "'inf' is beyond", NULL);
+    csv_bad("1,2,0\n1,1e999,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "'1e999' is beyond", NULL);
     csv_bad("1,2,0\n1,2,1.5\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 3:", "'1.5' is not an integer", NULL);
     csv_bad("1,2,0\n1,2,-1\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 3:", "label -1 out of range", NULL);
     o.nclasses = 3;

@@ -5,6 +5,7 @@
 #include "base/err.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,26 @@ static int parse_num(const char *s, double *v)
     errno = 0;
     *v = strtod(s, &end);
     return *end == '\0' && errno != ERANGE && isfinite(*v);
+}
+
+/* A feature: a number that a float holds (stored as float, a larger one
+ * would become inf and surface far away as a NaN loss or a normalisation
+ * error). One too small for a float is 0 or a subnormal, harmless. */
+static int parse_feature(const csv_parse *p, int64_t line, int col, float *out)
+{
+    const char *s = p->field[col];
+    char *end;
+    double v;
+
+    v = *s ? strtod(s, &end) : NAN;
+    if (!*s || *end != '\0' || isnan(v))
+        return bfit_fail(BFIT_EFORMAT, "%s:%lld: column %d: '%.40s' is not a number", p->path, (long long)line,
+                         col + 1, s);
+    if (!(fabs(v) <= FLT_MAX))
+        return bfit_fail(BFIT_EFORMAT, "%s:%lld: column %d: value '%.40s' is beyond the range of a 32-bit float "
+                         "(about -3.4e38 to 3.4e38)", p->path, (long long)line, col + 1, s);
+    *out = (float)v;
+    return BFIT_OK;
 }
 
 static int all_numeric(const csv_parse *p)
@@ -148,7 +169,6 @@ static int data_row(csv_parse *p, int64_t line)
         return rc;
     x = p->x + p->n * (p->ncols - 1);
     for (int j = 0; j < p->ncols; j++) {
-        double v;
         if (j == p->lc) {
             rc = parse_label(p, line, j, &p->y[p->n]);
             if (rc)
@@ -157,10 +177,8 @@ static int data_row(csv_parse *p, int64_t line)
                 p->maxl = p->y[p->n];
             continue;
         }
-        if (!parse_num(p->field[j], &v))
-            return bfit_fail(BFIT_EFORMAT, "%s:%lld: column %d: '%.40s' is not a number", p->path,
-                             (long long)line, j + 1, p->field[j]);
-        *x++ = (float)v;
+        if ((rc = parse_feature(p, line, j, x++)) != BFIT_OK)
+            return rc;
     }
     p->n++;
     return BFIT_OK;
