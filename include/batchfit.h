@@ -263,11 +263,20 @@ typedef struct bfit_dataset bfit_dataset;
 typedef struct bfit_data_opts {
     int nclasses;  /* 0: max label + 1 (fashion-mnist: 10); else labels must be < nclasses */
     int label_col; /* CSV: label column, 0-based; negative counts from the end (-1: last) */
-    int header;    /* CSV: -1 auto-detect (first row not all numbers), 0 none, 1 present */
+    int header;    /* CSV: 1 the first row is a header, 0 it is data, -1 auto: a header when it
+                      holds only names, data when only numbers (a mix is an error) */
     char delim;    /* CSV: field separator, 0 means ',' */
 } bfit_data_opts;
 
 #define BFIT_DATA_OPTS_INIT {0, -1, -1, ','}
+
+/* How a run, an evaluation or find takes a CSV file's first row. Auto: a
+ * header when it holds only names, data when it holds only numbers, an
+ * error when it mixes them; what was decided is said (bfit_dataset_note). */
+typedef enum { BFIT_CSV_HEADER_AUTO = 0, BFIT_CSV_HEADER_YES, BFIT_CSV_HEADER_NO } bfit_csv_header;
+/* "auto", "yes", "no" (case-insensitive); BFIT_EINVAL naming the valid ones. */
+int bfit_csv_header_parse(const char *name, bfit_csv_header *out);
+const char *bfit_csv_header_name(bfit_csv_header h);
 
 /* Load a data set by name or path; o may be NULL (BFIT_DATA_OPTS_INIT).
  * spec is one of:
@@ -283,6 +292,11 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
 
 int64_t bfit_dataset_count(const bfit_dataset *d);
 int bfit_dataset_classes(const bfit_dataset *d);
+/* What the loader decided that a person should see, "" if nothing: for a
+ * CSV file whether and why its first row is a header ("line 1 is a header
+ * (auto: only names): a,b,label", "no header (auto: only numbers): line 1
+ * is data"). */
+const char *bfit_dataset_note(const bfit_dataset *d);
 void bfit_dataset_free(bfit_dataset *d);
 
 /* Samples from the caller: a program feeds its own data to a run. Samples
@@ -533,6 +547,7 @@ typedef struct bfit_train_cfg {
     const char *model;         /* spec file */
     const char *data;          /* data set name or path */
     const char *test_data;     /* evaluate on this instead of data's test split (NULL: that) */
+    bfit_csv_header csv_header;/* a CSV file's first row (auto) */
     int batch;                 /* effective batch E (adaptive: the initial E, 0 = batch_min) */
     int micro_batch;           /* 0: the plan chooses (largest that fits, at most E) */
     int adaptive;              /* --batch adaptive: E follows the gradient noise scale */
@@ -676,6 +691,8 @@ typedef struct bfit_eval_cfg {
     uint64_t memory;
     int normalize;              /* 0: none. 1: the statistics saved with the weights, or
                                    for older files those of data's training split */
+    bfit_csv_header csv_header; /* a CSV file's first row (auto) */
+    FILE *human;                /* notes for people (what a CSV's first row was taken as); NULL: none */
 } bfit_eval_cfg;
 
 int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n);
@@ -758,6 +775,7 @@ typedef struct bfit_probe_result {
     int64_t params;
     int input_nd, input_dims[4]; /* the model's sample shape */
     int64_t data_count;
+    char data_note[160];     /* bfit_dataset_note of the data ("" if nothing to say) */
 } bfit_probe_result;
 
 
@@ -765,6 +783,7 @@ typedef struct bfit_probe_result {
 typedef struct bfit_find_cfg {
     const char *model;      /* a preset name or a spec file (bfit_model_source_load) */
     const char *data;       /* a data set (bfit_dataset_load), or "synthetic": random samples of the model's shape */
+    bfit_csv_header csv_header; /* a CSV file's first row (auto) */
     const char *device_name;/* bfit_device_open's name; NULL: auto */
     bfit_conv_algo conv_algo;/* GPU convolution algorithms */
     uint64_t memory;        /* device capacity; 0: what the device has free */

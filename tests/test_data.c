@@ -462,6 +462,7 @@ static void test_csv_good(void **st)
     assert_int_equal(bfit_dataset_classes(d), 5);
     assert_int_equal(bfit_dataset_shape(d).c, 2);
     assert_int_equal(bfit_dataset_label(d, 1), 4);
+    assert_string_equal(bfit_dataset_note(d), "no header (header no): line 1 is data");
     bfit_dataset_free(d);
 }
 
@@ -522,6 +523,62 @@ static void test_csv_bad(void **st)
     assert_msg_has("No such file");
 }
 
+/* The header rule is explicit and its decision said: auto takes a first row
+ * of names only as a header and one of numbers only as data; a first row
+ * that mixes them (a typo in the first data row) is an error rather than a
+ * row dropped unannounced; yes and no force it. */
+static void test_csv_header(void **st)
+{
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    bfit_dataset *d;
+    const char *p;
+    (void)st;
+    p = write_text("h.csv", "a,b,label\n1,2,0\n3,4,1\n");
+    assert_int_equal(bfit_dataset_load_csv(p, NULL, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 2);
+    assert_string_equal(bfit_dataset_note(d), "line 1 is a header (auto: only names): a,b,label");
+    bfit_dataset_free(d);
+    p = write_text("n.csv", "\n# numbers from the start\n1,2,0\n3,4,1\n");
+    assert_int_equal(bfit_dataset_load_csv(p, NULL, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 2);
+    assert_string_equal(bfit_dataset_note(d), "no header (auto: only numbers): line 3 is data");
+    bfit_dataset_free(d);
+    /* a header of numbers (column numbers) is one only when told */
+    p = write_text("c.csv", "0,1,2\n1,2,0\n3,4,1\n");
+    o.header = 1;
+    assert_int_equal(bfit_dataset_load_csv(p, &o, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 2);
+    assert_string_equal(bfit_dataset_note(d), "line 1 is a header (header yes): 0,1,2");
+    bfit_dataset_free(d);
+    /* the first data row has a bad cell: said, not dropped */
+    csv_bad("1,abc,3,0\n1,2,3,0\n", NULL, BFIT_EFORMAT, "bad.csv:1: column 2: 'abc' is not a number",
+            "but 3 other cells of this first row are", "neither a header", "yes", NULL);
+    csv_bad("x,7\n1,0\n", NULL, BFIT_EFORMAT, "bad.csv:1: column 1: 'x' is not a number",
+            "but 1 other cell of this first row is", NULL);
+    /* told it is data, the same row is the usual bad cell */
+    o.header = 0;
+    csv_bad("1,abc,3,0\n1,2,3,0\n", &o, BFIT_EFORMAT, "bad.csv:1: column 2: 'abc' is not a number", NULL);
+    /* and a long header is cut in the note */
+    o.header = -1;
+    {
+        char text[2048];
+        size_t n = 0;
+        for (int j = 0; j < 100; j++)
+            n += (size_t)snprintf(text + n, sizeof text - n, "%sfeature_%d", j ? "," : "", j);
+        n += (size_t)snprintf(text + n, sizeof text - n, "\n");
+        for (int j = 0; j < 100; j++)
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s%d", j ? "," : "", j % 3);
+        snprintf(text + n, sizeof text - n, "\n");
+        p = write_text("long.csv", text);
+        assert_int_equal(bfit_dataset_load_csv(p, &o, &d), BFIT_OK);
+        assert_int_equal(bfit_dataset_count(d), 1);
+        assert_true(strlen(bfit_dataset_note(d)) < 160);
+        assert_non_null(strstr(bfit_dataset_note(d), "line 1 is a header (auto: only names): feature_0,feature_1,"));
+        assert_non_null(strstr(bfit_dataset_note(d), "..."));
+        bfit_dataset_free(d);
+    }
+}
+
 static void test_from_floats(void **st)
 {
     float x[6] = {1, 2, 3, 4, 5, 6};
@@ -555,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_idx_corrupt_gzip),
         cmocka_unit_test(test_csv_good),
         cmocka_unit_test(test_csv_bad),
+        cmocka_unit_test(test_csv_header),
         cmocka_unit_test(test_from_floats),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);

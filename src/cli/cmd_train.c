@@ -23,6 +23,9 @@ static void help(void)
          "                        IMAGES,LABELS IDX files, or a CSV file\n"
          "  --test-data PATH      evaluate on this instead of the data set's test split\n"
          "                        (a single CSV file has none)\n"
+         "  --csv-header yes|no|auto   whether a CSV file's first row is a header (default\n"
+         "                        auto: yes when it holds only names, no when only numbers;\n"
+         "                        the decision is printed)\n"
          "  --epochs N            passes over the training data (default 1)\n"
          "  --epoch-samples N     samples per epoch (default: the whole training set)\n"
          "  --eval-samples N      test samples to evaluate on (default: all)\n"
@@ -82,7 +85,8 @@ enum {
     O_MODEL = 256, O_DATA, O_EPOCHS, O_EPOCH_SAMPLES, O_EVAL_SAMPLES, O_MAX_STEPS, O_AUGMENT, O_NO_NORM,
     O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
-    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV
+    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
+    O_CSV_HEADER
 };
 
 static const struct option opts[] = {
@@ -106,6 +110,7 @@ static const struct option opts[] = {
     {"lr-scaling", required_argument, 0, O_LRSCALE}, {"rewarmup", required_argument, 0, O_REWARM},
     {"memory-schedule", required_argument, 0, O_MEMSCHED}, {"test-data", required_argument, 0, O_TEST_DATA},
     {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
+    {"csv-header", required_argument, 0, O_CSV_HEADER},
     {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
@@ -132,6 +137,9 @@ int cmd_train(int argc, char **argv)
         case O_MODEL: c.model = optarg; break;
         case O_DATA: c.data = optarg; break;
         case O_TEST_DATA: c.test_data = optarg; break;
+        case O_CSV_HEADER:
+            if (bfit_csv_header_parse(optarg, &c.csv_header) != BFIT_OK) { cli_error("--csv-header: %s", bfit_errmsg()); return cli_usage_hint("train"); }
+            break;
         case O_EPOCHS: if (cli_int("--epochs", optarg, 1, 1000000, &v)) return cli_usage_hint("train"); c.epochs = (int)v; break;
         case O_EPOCH_SAMPLES: if (cli_int("--epoch-samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.epoch_samples = v; break;
         case O_EVAL_SAMPLES: if (cli_int("--eval-samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.eval_samples = v; break;

@@ -161,6 +161,7 @@ static int open_session(bfit_run *r)
     sc->model = c->model;
     sc->data = c->data;
     sc->test_data = c->test_data;
+    sc->csv_header = c->csv_header;
     sc->given_train = c->train_set;
     sc->given_test = c->test_set;
     sc->want_train = !c->train_source;
@@ -261,6 +262,23 @@ static void plan_json(bfit_run *r, char *buf, size_t n)
                  (unsigned long long)bfit_plan_budget(r->base_capacity, r->cfg.margin));
 }
 
+/* What the loaders decided that a person should see (a CSV's header). */
+static void log_data_notes(bfit_run *r)
+{
+    const bfit_dataset *sets[2] = {r->s.train_own, r->s.test_own};
+    for (int i = 0; i < 2; i++) {
+        char src[1024], note[400];
+        if (!sets[i] || !bfit_dataset_note(sets[i])[0] ||
+            (i == 1 && sets[0] && !strcmp(bfit_dataset_source(sets[0]), bfit_dataset_source(sets[1]))))
+            continue;
+        bfit_json_escape(bfit_dataset_source(sets[i]), src, sizeof src);
+        bfit_json_escape(bfit_dataset_note(sets[i]), note, sizeof note);
+        bfit_log_event(&r->lg, "data", "\"split\":\"%s\",\"source\":\"%s\",\"samples\":%lld,\"note\":\"%s\"",
+                       i ? "test" : "train", src, (long long)bfit_dataset_count(sets[i]), note);
+        bfit_log_say(&r->lg, "batchfit: %s: %s", bfit_dataset_source(sets[i]), bfit_dataset_note(sets[i]));
+    }
+}
+
 static void log_start(bfit_run *r, const bfit_controller_config *cc)
 {
     const bfit_train_cfg *c = &r->cfg;
@@ -268,6 +286,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
     char plan[512], model[1024], data[1024];
     bfit_device_info_get(r->s.dev, &di);
     plan_json(r, plan, sizeof plan);
+    log_data_notes(r);
     /* paths may hold quotes or backslashes: the log must stay JSON */
     bfit_json_escape(c->model, model, sizeof model);
     bfit_json_escape(c->data ? c->data : "(given)", data, sizeof data);
