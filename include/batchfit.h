@@ -43,6 +43,19 @@ int bfit_parse_size(const char *text, uint64_t *out);
 /* Format bytes for people: "1.50 GiB", "512 B". Returns buf. */
 char *bfit_format_size(uint64_t bytes, char *buf, size_t len);
 
+/* ---- values: one parser and one set of limits for each kind --------------- */
+/* Limits every option, schedule and configuration field of that kind obeys
+ * (the command line, the schedule parsers and bfit_run_new alike). */
+#define BFIT_BATCH_MAX (1 << 24)                  /* samples in a batch or micro-batch */
+#define BFIT_COUNT_MAX ((int64_t)1000000000000000) /* optimizer steps, samples (10^15) */
+#define BFIT_EPOCHS_MAX 1000000
+/* A whole decimal number (optional sign, digits, nothing else) in
+ * [min, max]; BFIT_EINVAL: "'x' is not a whole number" or "N is out of
+ * range: expected MIN to MAX" (no overflow, however long). */
+int bfit_parse_int(const char *text, int64_t min, int64_t max, int64_t *out);
+/* A memory capacity: bfit_parse_size, and not 0. */
+int bfit_parse_capacity(const char *text, uint64_t *out);
+
 /* ---- the arena: the only way to device memory ---------------------------- */
 typedef enum {
     BFIT_MEM_PARAMS = 0,
@@ -320,8 +333,10 @@ typedef struct bfit_mem_point {
 } bfit_mem_point;
 
 #define BFIT_MEM_SCHEDULE_MAX 64
-/* Parse "STEP:SIZE,..." ("200:150MiB,400:1GiB"), steps strictly increasing;
- * BFIT_EINVAL naming the item otherwise. */
+/* Parse "STEP:SIZE,..." ("200:150MiB,400:1GiB"): steps 0..BFIT_COUNT_MAX,
+ * strictly increasing; sizes as bfit_parse_capacity (not 0); blanks around
+ * items allowed, empty items not. BFIT_EINVAL naming the 1-based character
+ * position otherwise (the batch schedule's rules). */
 int bfit_mem_schedule_parse(const char *text, bfit_mem_point *out, int max, int *n);
 
 /* ---- the batch controller: micro-batch, accumulation, effective batch ---- */
@@ -387,10 +402,11 @@ typedef struct bfit_batch_point {
 #define BFIT_BATCH_SCHEDULE_MAX 64
 
 /* Parse a batch schedule: comma-separated AT:E points, AT a step number
- * ("0:32,1000:64,2000:128") or 'e' and an epoch number ("e0:32,e2:64"); all
- * points in one unit, AT strictly increasing, E >= 1; blanks around items are
- * allowed. Fills out[0..*n), at most max points. BFIT_EINVAL with a message
- * naming the 1-based character position otherwise. */
+ * ("0:32,1000:64,2000:128", 0..BFIT_COUNT_MAX) or 'e' and an epoch number
+ * ("e0:32,e2:64", 0..BFIT_EPOCHS_MAX); all points in one unit, AT strictly
+ * increasing, E in 1..BFIT_BATCH_MAX; blanks around items are allowed, empty
+ * items not. Fills out[0..*n), at most max points. BFIT_EINVAL with a
+ * message naming the 1-based character position otherwise. */
 int bfit_batch_schedule_parse(const char *text, bfit_batch_point *out, int max, int *n);
 
 /* Device bytes a training step needs at micro-batch m >= 1, fixed part

@@ -67,8 +67,8 @@ int cmd_eval(int argc, char **argv)
         case O_CSV_HEADER:
             if (bfit_csv_header_parse(optarg, &c.csv_header) != BFIT_OK) { cli_error("--csv-header: %s", bfit_errmsg()); return cli_usage_hint("eval"); }
             break;
-        case O_BATCH: if (cli_int("--batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("eval"); c.batch = (int)v; break;
-        case O_SAMPLES: if (cli_int("--samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("eval"); c.samples = v; break;
+        case O_BATCH: if (cli_int("--batch", optarg, 1, BFIT_BATCH_MAX, &v)) return cli_usage_hint("eval"); c.batch = (int)v; break;
+        case O_SAMPLES: if (cli_int("--samples", optarg, 1, BFIT_COUNT_MAX, &v)) return cli_usage_hint("eval"); c.samples = v; break;
         case O_MEMORY: if (cli_size("--memory", optarg, &c.memory)) return cli_usage_hint("eval"); break;
         case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return cli_usage_hint("eval"); c.threads = (int)v; break;
         case O_NO_NORM: c.normalize = 0; break;

@@ -146,7 +146,7 @@ static int parse_args(int argc, char **argv, args *a, int *done)
             }
             break;
         case O_MOM: if (cli_double("--momentum", optarg, 0, 0.999999, &a->momentum)) goto usage; a->mom_set = 1; break;
-        case O_LIMIT: if (cli_int("--limit", optarg, 1, 1 << 24, &v)) goto usage; a->c.limit = (int)v; break;
+        case O_LIMIT: if (cli_int("--limit", optarg, 1, BFIT_BATCH_MAX, &v)) goto usage; a->c.limit = (int)v; break;
         case O_TOL: if (cli_double("--tolerance", optarg, 0, 0.99, &a->c.probe.tolerance)) goto usage; break;
         case O_WARMUP: if (cli_int("--warmup", optarg, 0, 1000, &v)) goto usage; a->c.probe.warmup = (int)v; break;
         case O_REPEATS: if (cli_int("--repeats", optarg, 1, 1000, &v)) goto usage; a->c.probe.repeats = (int)v; break;

@@ -140,20 +140,20 @@ int cmd_train(int argc, char **argv)
         case O_CSV_HEADER:
             if (bfit_csv_header_parse(optarg, &c.csv_header) != BFIT_OK) { cli_error("--csv-header: %s", bfit_errmsg()); return cli_usage_hint("train"); }
             break;
-        case O_EPOCHS: if (cli_int("--epochs", optarg, 1, 1000000, &v)) return cli_usage_hint("train"); c.epochs = (int)v; break;
-        case O_EPOCH_SAMPLES: if (cli_int("--epoch-samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.epoch_samples = v; break;
-        case O_EVAL_SAMPLES: if (cli_int("--eval-samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.eval_samples = v; break;
-        case O_MAX_STEPS: if (cli_int("--max-steps", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.max_steps = v; break;
+        case O_EPOCHS: if (cli_int("--epochs", optarg, 1, BFIT_EPOCHS_MAX, &v)) return cli_usage_hint("train"); c.epochs = (int)v; break;
+        case O_EPOCH_SAMPLES: if (cli_int("--epoch-samples", optarg, 1, BFIT_COUNT_MAX, &v)) return cli_usage_hint("train"); c.epoch_samples = v; break;
+        case O_EVAL_SAMPLES: if (cli_int("--eval-samples", optarg, 1, BFIT_COUNT_MAX, &v)) return cli_usage_hint("train"); c.eval_samples = v; break;
+        case O_MAX_STEPS: if (cli_int("--max-steps", optarg, 1, BFIT_COUNT_MAX, &v)) return cli_usage_hint("train"); c.max_steps = v; break;
         case O_AUGMENT: c.augment = 1; break;
         case O_NO_NORM: c.normalize = 0; break;
         case O_NO_PREFETCH: c.prefetch = 0; break;
         case O_BATCH:
             if (!strcmp(optarg, "adaptive")) { c.adaptive = 1; c.batch = 0; break; }
-            if (cli_int("--batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train");
+            if (cli_int("--batch", optarg, 1, BFIT_BATCH_MAX, &v)) return cli_usage_hint("train");
             c.batch = (int)v;
             break;
-        case O_BMIN: if (cli_int("--batch-min", optarg, 2, 1 << 24, &v)) return cli_usage_hint("train"); c.batch_min = (int)v; break;
-        case O_BMAX: if (cli_int("--batch-max", optarg, 2, 1 << 24, &v)) return cli_usage_hint("train"); c.batch_max = (int)v; break;
+        case O_BMIN: if (cli_int("--batch-min", optarg, 2, BFIT_BATCH_MAX, &v)) return cli_usage_hint("train"); c.batch_min = (int)v; break;
+        case O_BMAX: if (cli_int("--batch-max", optarg, 2, BFIT_BATCH_MAX, &v)) return cli_usage_hint("train"); c.batch_max = (int)v; break;
         case O_BSCHED:
             if (bfit_batch_schedule_parse(optarg, bpts, BFIT_BATCH_SCHEDULE_MAX, &c.nbatch_schedule) != BFIT_OK) {
                 cli_error("--batch-schedule: %s", bfit_errmsg());
@@ -168,7 +168,7 @@ int cmd_train(int argc, char **argv)
             c.lr_rule = (int)rule;
             break;
         }
-        case O_REWARM: if (cli_int("--rewarmup", optarg, 0, 1 << 30, &v)) return cli_usage_hint("train"); c.rewarmup_steps = v; break;
+        case O_REWARM: if (cli_int("--rewarmup", optarg, 0, BFIT_COUNT_MAX, &v)) return cli_usage_hint("train"); c.rewarmup_steps = v; break;
         case O_MEMSCHED:
             if (bfit_mem_schedule_parse(optarg, mpts, BFIT_MEM_SCHEDULE_MAX, &c.nmemory_schedule) != BFIT_OK) {
                 cli_error("--memory-schedule: %s", bfit_errmsg());
@@ -178,10 +178,10 @@ int cmd_train(int argc, char **argv)
             break;
         case O_MICRO:
             if (!strcmp(optarg, "auto")) c.micro_batch = 0;
-            else if (cli_int("--micro-batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train");
+            else if (cli_int("--micro-batch", optarg, 1, BFIT_BATCH_MAX, &v)) return cli_usage_hint("train");
             else c.micro_batch = (int)v;
             break;
-        case O_EVAL_BATCH: if (cli_int("--eval-batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train"); c.eval_batch = (int)v; break;
+        case O_EVAL_BATCH: if (cli_int("--eval-batch", optarg, 1, BFIT_BATCH_MAX, &v)) return cli_usage_hint("train"); c.eval_batch = (int)v; break;
         case O_MEMORY: if (cli_size("--memory", optarg, &c.memory)) return cli_usage_hint("train"); break;
         case O_MARGIN: if (cli_double("--margin", optarg, 0, 0.99, &c.margin)) return cli_usage_hint("train"); break;
         case O_OPT:
@@ -194,8 +194,8 @@ int cmd_train(int argc, char **argv)
         case O_SCHED:
             if (bfit_lr_sched_parse(optarg, &sk) != BFIT_OK) { cli_error("--schedule: %s", bfit_errmsg()); return cli_usage_hint("train"); }
             break;
-        case O_WARMUP: if (cli_int("--warmup", optarg, 0, INT64_MAX, &warmup)) return cli_usage_hint("train"); break;
-        case O_STEP_SIZE: if (cli_int("--step-size", optarg, 1, INT64_MAX, &step_size)) return cli_usage_hint("train"); break;
+        case O_WARMUP: if (cli_int("--warmup", optarg, 0, BFIT_COUNT_MAX, &warmup)) return cli_usage_hint("train"); break;
+        case O_STEP_SIZE: if (cli_int("--step-size", optarg, 1, BFIT_COUNT_MAX, &step_size)) return cli_usage_hint("train"); break;
         case O_GAMMA: if (cli_double("--gamma", optarg, 1e-9, 1, &gamma)) return cli_usage_hint("train"); break;
         case O_CLIP: if (cli_double("--clip", optarg, 1e-12, 1e12, &c.clip)) return cli_usage_hint("train"); break;
         case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) return cli_usage_hint("train"); c.seed = (uint64_t)v; break;

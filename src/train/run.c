@@ -46,6 +46,45 @@ static int check_out_dir(const char *field, const char *path)
     return BFIT_OK;
 }
 
+/* The limits of each kind of value (batchfit.h), as the command line and the
+ * schedule parsers apply them, for callers who fill the configuration. */
+static int check_limits(const bfit_train_cfg *c)
+{
+    const struct { const char *field; int64_t v, min, max; } f[] = {
+        {"batch", c->batch, c->adaptive ? 0 : 1, BFIT_BATCH_MAX},
+        {"micro_batch", c->micro_batch, 0, BFIT_BATCH_MAX},
+        {"eval_batch", c->eval_batch, 0, BFIT_BATCH_MAX},
+        {"batch_min", c->batch_min, 0, BFIT_BATCH_MAX},
+        {"batch_max", c->batch_max, 0, BFIT_BATCH_MAX},
+        {"epochs", c->epochs, 1, BFIT_EPOCHS_MAX},
+        {"epoch_samples", c->epoch_samples, 0, BFIT_COUNT_MAX},
+        {"eval_samples", c->eval_samples, 0, BFIT_COUNT_MAX},
+        {"max_steps", c->max_steps, 0, BFIT_COUNT_MAX},
+        {"rewarmup_steps", c->rewarmup_steps, 0, BFIT_COUNT_MAX},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < f[i].min || f[i].v > f[i].max)
+            return bfit_fail_field(BFIT_EINVAL, f[i].field, "%lld is out of range: expected %lld to %lld",
+                                   (long long)f[i].v, (long long)f[i].min, (long long)f[i].max);
+    for (int i = 0; c->batch_schedule && i < c->nbatch_schedule; i++)
+        if (c->batch_schedule[i].batch < 1 || c->batch_schedule[i].batch > BFIT_BATCH_MAX ||
+            c->batch_schedule[i].at < 0 ||
+            c->batch_schedule[i].at > (c->batch_schedule[i].by_epoch ? BFIT_EPOCHS_MAX : BFIT_COUNT_MAX))
+            return bfit_fail_field(BFIT_EINVAL, "batch_schedule", "point %d (%lld:%d) is out of range: batch 1 to %d, "
+                                   "step 0 to %lld or epoch 0 to %d", i + 1, (long long)c->batch_schedule[i].at,
+                                   c->batch_schedule[i].batch, BFIT_BATCH_MAX, (long long)BFIT_COUNT_MAX,
+                                   BFIT_EPOCHS_MAX);
+    for (int i = 0; c->memory_schedule && i < c->nmemory_schedule; i++)
+        if (c->memory_schedule[i].capacity == 0 || c->memory_schedule[i].step < 0 ||
+            c->memory_schedule[i].step > BFIT_COUNT_MAX ||
+            (i > 0 && c->memory_schedule[i].step <= c->memory_schedule[i - 1].step))
+            return bfit_fail_field(BFIT_EINVAL, "memory_schedule", "point %d (step %lld, %llu bytes): steps must rise "
+                                   "from 0 to at most %lld and capacities be above 0", i + 1,
+                                   (long long)c->memory_schedule[i].step,
+                                   (unsigned long long)c->memory_schedule[i].capacity, (long long)BFIT_COUNT_MAX);
+    return BFIT_OK;
+}
+
 static int check_cfg(const bfit_train_cfg *c)
 {
     if (!c->adaptive && c->batch < 1)
@@ -54,6 +93,8 @@ static int check_cfg(const bfit_train_cfg *c)
         return bfit_fail_field(BFIT_EINVAL, "epochs", "must be at least 1, got %d", c->epochs);
     if (c->micro_batch < 0)
         return bfit_fail_field(BFIT_EINVAL, "micro_batch", "must be 0 (auto) or at least 1, got %d", c->micro_batch);
+    if (check_limits(c) != BFIT_OK)
+        return BFIT_EINVAL;
     if (!(c->lr > 0) || !isfinite(c->lr))
         return bfit_fail_field(BFIT_EINVAL, "lr", "must be a positive number, got %g", c->lr);
     if (!(c->margin >= 0 && c->margin < 1))

@@ -42,6 +42,20 @@ expect 2 "--memory: size '-1' is negative" "$bf" train --model "$m" --memory -1
 expect 2 "--lr: 'fast' is not a number" "$bf" train --model "$m" --lr fast
 expect 2 "--optimizer: .*sgd.*adamw" "$bf" train --model "$m" --optimizer adam
 expect 2 "--schedule: .*constant.*cosine" "$bf" train --model "$m" --schedule linear
+# one parser and one set of limits for each kind of value: a schedule takes
+# what the plain option takes and refuses what it refuses
+expect 2 "--batch: 99999999 is out of range: expected 1 to 16777216" "$bf" train --model "$m" --batch 99999999
+expect 2 "--batch-schedule: .*at character 3: expected a batch size from 1 to 16777216" "$bf" train --model "$m" \
+  --batch-schedule 0:99999999
+expect 2 "--memory-schedule: .*step 99999999999999999999 is out of range: expected 0 to 1000000000000000" "$bf" \
+  train --model "$m" --memory-schedule 99999999999999999999:64MiB
+expect 2 "--max-steps: 99999999999999999999 is out of range" "$bf" train --model "$m" --max-steps 99999999999999999999
+expect 2 "--memory-schedule: .*at character 9: expected a step number" "$bf" train --model "$m" \
+  --memory-schedule 0:64MiB,,5:32MiB
+expect 2 "--batch-schedule: .*at character 6: expected a step number" "$bf" train --model "$m" --batch-schedule 0:32,,5:64
+expect 2 "--memory: a size of 0 bytes leaves no memory" "$bf" train --model "$m" --memory 0
+expect 2 "--memory-schedule: .*at character 3: a size of 0 bytes leaves no memory" "$bf" train --model "$m" \
+  --memory-schedule 2:0
 expect 2 "unknown option '--bogus'" "$bf" train --model "$m" --bogus
 expect 2 "option --epochs needs a value" "$bf" train --model "$m" --epochs
 expect 2 "unexpected argument 'extra'" "$bf" train --model "$m" extra
