@@ -115,6 +115,16 @@ static int sample_tensors(bfit_st_tensor *t)
     return 6;
 }
 
+/* The sample's tensors with checksums: all there, and the metadata too. */
+static void check_sample_meta_extra(const bfit_st_file *f)
+{
+    assert_int_equal(bfit_st_count(f), 6);
+    assert_string_equal(bfit_st_meta(f, "step"), "42");
+    assert_string_equal(bfit_st_meta(f, "note"), MV[1]);
+    assert_int_equal(bfit_st_meta_count(f), 2 + 6);
+    assert_memory_equal(bfit_st_find(f, "layer.0.weight")->data, W, sizeof W);
+}
+
 static void check_sample(const bfit_st_file *f)
 {
     const bfit_st_tensor *t;
@@ -548,6 +558,54 @@ static void test_stale_temp_swept(void **st)
     assert_int_equal(count_tmp(dir), 0);
 }
 
+/* Checksums: every tensor's CRC-32 in the metadata, verified on reading;
+ * a flipped byte anywhere in a tensor is an error naming it. The same bytes
+ * parsed from memory give the same file. */
+static void test_checksums(void **st)
+{
+    bfit_st_tensor t[6];
+    bfit_st_write_opts o = {1, NULL, NULL};
+    bfit_st_file *f;
+    char p[PATH_MAX], q[PATH_MAX], *raw;
+    size_t n;
+    int nt = sample_tensors(t);
+    (void)st;
+    path_in(p, sizeof p, "crc.safetensors");
+    path_in(q, sizeof q, "crc-bad.safetensors");
+    assert_int_equal(bfit_st_write_ex(p, t, nt, MK, MV, 2, &o), BFIT_OK);
+    assert_int_equal(bfit_st_read(p, &f), BFIT_OK);
+    check_sample_meta_extra(f);
+    assert_non_null(bfit_st_meta(f, "crc32.layer.0.weight"));
+    assert_int_equal(strlen(bfit_st_meta(f, "crc32.layer.0.weight")), 8);
+    bfit_st_free(f);
+    raw = slurp(p, &n);
+    assert_int_equal(bfit_st_parse(raw, n, "mem", &f), BFIT_OK);
+    check_sample_meta_extra(f);
+    bfit_st_free(f);
+    /* flip one bit of the last byte: the tensor stored last is named */
+    raw[n - 1] ^= 1;
+    write_bytes(q, raw, n);
+    assert_int_equal(bfit_st_read(q, &f), BFIT_EFORMAT);
+    printf("  %s\n", bfit_errmsg());
+    assert_non_null(strstr(bfit_errmsg(), q));
+    assert_non_null(strstr(bfit_errmsg(), "fails its checksum"));
+    assert_non_null(strstr(bfit_errmsg(), "\"mask\"")); /* U8, the smallest element size: stored last */
+    assert_int_equal(bfit_st_parse(raw, n, "mem", &f), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), "mem: tensor \"mask\" fails its checksum"));
+    /* truncated anywhere: an error, never a partial file */
+    for (size_t cut = 0; cut < n; cut += 7) {
+        assert_int_not_equal(bfit_st_parse(raw, cut, "cut", &f), BFIT_OK);
+        assert_non_null(strstr(bfit_errmsg(), "cut"));
+    }
+    free(raw);
+    /* the prefix is reserved for checksums */
+    {
+        const char *k[1] = {"crc32.x"}, *v[1] = {"00000000"};
+        assert_int_equal(bfit_st_write(q, t, nt, k, v, 1), BFIT_EINVAL);
+        assert_non_null(strstr(bfit_errmsg(), "for checksums"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -557,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_failed_write_keeps_old),
         cmocka_unit_test(test_stale_temp_swept),
+        cmocka_unit_test(test_checksums),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
