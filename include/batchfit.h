@@ -7,6 +7,7 @@
 #ifndef BATCHFIT_H
 #define BATCHFIT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +24,8 @@ enum {
     BFIT_EIO = -3,      /* file system */
     BFIT_EFORMAT = -4,  /* malformed file contents */
     BFIT_EDEVICE = -5,  /* backend failure (oneDNN, CUDA) */
-    BFIT_ESTATE = -6    /* call not valid in the object's current state */
+    BFIT_ESTATE = -6,   /* call not valid in the object's current state */
+    BFIT_ESTOPPED = -7  /* a run stopped on request (bfit_train_cfg.stop, bfit_run_request_stop) */
 };
 
 /* The message of the last failure on this thread ("" if none). */
@@ -55,6 +57,12 @@ char *bfit_format_size(uint64_t bytes, char *buf, size_t len);
 int bfit_parse_int(const char *text, int64_t min, int64_t max, int64_t *out);
 /* A memory capacity: bfit_parse_size, and not 0. */
 int bfit_parse_capacity(const char *text, uint64_t *out);
+/* How often: "N" optimizer steps (1..BFIT_COUNT_MAX), or a time: "Ns",
+ * "Nmin", "Nh" (N may have a fraction; more than 0). Sets one of *steps and
+ * *seconds, the other to 0. */
+int bfit_parse_every(const char *text, int64_t *steps, double *seconds);
+/* A duration: "N" or "Ns" seconds, "Nmin", "Nh"; 0 allowed. */
+int bfit_parse_duration(const char *text, double *seconds);
 
 /* ---- the arena: the only way to device memory ---------------------------- */
 typedef enum {
@@ -613,10 +621,26 @@ typedef struct bfit_train_cfg {
                                   events go to a temporary file beside it. */
     FILE *human;               /* progress and summary lines; NULL: quiet */
     double progress_interval;  /* seconds between plain progress lines when not a terminal */
+    /* checkpoints and resuming (docs/train.md) */
+    const char *checkpoint;    /* directory of checkpoints (NULL: none) */
+    int64_t checkpoint_steps;  /* one every this many optimizer steps (0: by time) */
+    double checkpoint_seconds; /* one every this many seconds (0: by steps; both 0: 600) */
+    int checkpoint_keep;       /* the newest this many are kept (default 3) */
+    const char *resume;        /* continue from this checkpoint, or the newest in this directory */
+    const char *const *resume_set; /* the configuration fields the caller set (the command line's options),
+                                  compared with the checkpoint's; the others are taken from it. NULL: the
+                                  fields that differ from bfit_train_cfg_default() count as set */
+    int nresume_set;
+    double wait_for_memory;    /* seconds to wait, polling, when not even micro-batch 1 fits (default 300;
+                                  0: fail at once) */
+    volatile sig_atomic_t *stop; /* non-zero: stop at the next micro-step boundary (a signal handler sets
+                                  it); the step is abandoned, the run stays at its last step boundary */
+    void (*on_checkpoint_write)(void *ud, const char *tmp_path); /* tests: a checkpoint is half written */
 } bfit_train_cfg;
 
 /* Defaults: data fashion-mnist, E 128, auto micro-batch, 1 epoch, SGD momentum 0.9, lr 0.05,
- * constant schedule, seed 1, margin 0.1, prefetch and normalisation on. */
+ * constant schedule, seed 1, margin 0.1, prefetch and normalisation on, 3 checkpoints kept,
+ * 300 s of waiting for memory. */
 bfit_train_cfg bfit_train_cfg_default(void);
 
 typedef struct bfit_train_result {
@@ -633,6 +657,11 @@ typedef struct bfit_train_result {
     double noise_scale;         /* the last gradient noise scale estimate (0: none) */
     uint64_t peak_bytes;        /* the arena's high-water mark */
     int report_written;         /* cfg.report was written (also when training failed) */
+    int stopped;                /* the run stopped early: BFIT_ESTOPPED (a request) or BFIT_ENOMEM (memory
+                                   did not come back in time); 0 otherwise */
+    uint64_t missing;           /* BFIT_ENOMEM stop: bytes micro-batch 1 lacked */
+    char checkpoint[4200];      /* the last checkpoint written ("" if none) */
+    char resumed_from[4200];    /* the checkpoint the run resumed from ("" if none) */
 } bfit_train_result;
 
 /* What one optimizer step did. */
@@ -676,14 +705,29 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info);
 int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev);
 /* Write the weights (with the normalisation statistics) to path. */
 int bfit_run_save(bfit_run *r, const char *path);
+/* Write a checkpoint of the run at its step boundary into cfg.checkpoint
+ * (atomically; the newest cfg.checkpoint_keep are kept); path (may be NULL)
+ * gets the file's name. */
+int bfit_run_checkpoint(bfit_run *r, char *path, size_t len);
+/* Ask the run to stop (another thread may call it): bfit_run_step returns
+ * BFIT_ESTOPPED at the next micro-step boundary, the step abandoned and the
+ * run left at its last step boundary, so a checkpoint can still be written. */
+void bfit_run_request_stop(bfit_run *r);
 /* The figures so far. */
 void bfit_run_result(const bfit_run *r, bfit_train_result *res);
 /* Write the log's end event (after a good run) or error event (rc the failure). */
 void bfit_run_finish(bfit_run *r, int rc);
 void bfit_run_free(bfit_run *r);
 
-/* The whole run: steps, an evaluation after each epoch, the weights saved. */
+/* The whole run: steps, an evaluation after each epoch, checkpoints, the
+ * weights saved. Stopped on request (BFIT_ESTOPPED) or by memory that did
+ * not come back (BFIT_ENOMEM, res->stopped set), it writes a checkpoint
+ * first when cfg.checkpoint is set (res->checkpoint). */
 int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res);
+
+/* Find the checkpoint a run would resume from: file_or_dir itself, or the
+ * newest checkpoint in the directory. BFIT_EIO if there is none. */
+int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len);
 
 /* The run report: from a run's JSON-lines event log (bfit_train_cfg.log),
  * one self-contained HTML file (inline SVG charts over the steps: loss and

@@ -81,43 +81,39 @@ static int open_temp(const char *path, char *tmp, size_t len)
     return -1;
 }
 
-/* name is "<base>.tmp.XXXXXX" with our alphabet: one of our temporary files. */
-static int is_our_temp(const char *name, const char *base)
+/* name is "<prefix>...<suffix>.tmp.XXXXXX" with our alphabet (exact: the
+ * name is prefix + suffix), one of our temporary files. */
+static int is_our_temp(const char *name, const char *prefix, const char *suffix, int exact)
 {
-    size_t bl = strlen(base);
-    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0)
+    size_t n = strlen(name), np = strlen(prefix), ns = strlen(suffix), tail = 5 + SUFFIX_LEN;
+    const char *t;
+    if (n < np + ns + tail || strncmp(name, prefix, np) != 0 || (exact && n != np + ns + tail))
         return 0;
-    name += bl + 5;
-    if (strlen(name) != SUFFIX_LEN)
+    t = name + n - tail;
+    if (strncmp(t - ns, suffix, ns) != 0 || strncmp(t, ".tmp.", 5) != 0)
         return 0;
     for (int i = 0; i < SUFFIX_LEN; i++)
-        if (!strchr(abc, name[i]) || !name[i])
+        if (!t[5 + i] || !strchr(abc, t[5 + i]))
             return 0;
     return 1;
 }
 
-/* Remove the temporary files of earlier writes to path whose writer is gone
- * (killed during a save: they can be hundreds of MB). One still being
- * written holds its lock and stays. Best effort: nothing here fails a write. */
-static void sweep_stale(const char *path, const char *mine)
+/* Remove the temporary files in dir whose writer is gone (killed during a
+ * save: they can be hundreds of MB). One still being written holds its lock
+ * and stays. Best effort: nothing here fails a write. */
+static void sweep(const char *dir, const char *prefix, const char *suffix, int exact, const char *mine)
 {
-    char dir[4096];
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     DIR *dp;
     struct dirent *e;
     int dfd;
 
-    if (slash)
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    else
-        snprintf(dir, sizeof dir, ".");
     if (!(dp = opendir(dir)))
         return;
     dfd = dirfd(dp);
     while ((e = readdir(dp))) {
         struct stat a, b;
         int fd;
-        if (!is_our_temp(e->d_name, base) || !strcmp(e->d_name, mine))
+        if (!is_our_temp(e->d_name, prefix, suffix, exact) || (mine && !strcmp(e->d_name, mine)))
             continue;
         fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0)
@@ -129,6 +125,24 @@ static void sweep_stale(const char *path, const char *mine)
         close(fd);
     }
     closedir(dp);
+}
+
+/* The temporary files of earlier writes to path. */
+static void sweep_stale(const char *path, const char *mine)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    else
+        snprintf(dir, sizeof dir, ".");
+    sweep(dir, base, "", 1, mine);
+}
+
+void bfit_atomic_sweep(const char *dir, const char *prefix, const char *suffix)
+{
+    sweep(dir, prefix, suffix, 0, NULL);
 }
 
 /* fsync the directory holding path, so the rename itself is durable. */

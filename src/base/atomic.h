@@ -18,6 +18,9 @@ typedef struct bfit_atomic_file {
  * save killed half-way leaves nothing behind for long. BFIT_EIO naming path
  * on failure. */
 int bfit_atomic_open(bfit_atomic_file *af, const char *path);
+/* Remove the stale temporary files (their writer died) of any file in dir
+ * named <prefix>...<suffix>: a directory of checkpoints, each a new name. */
+void bfit_atomic_sweep(const char *dir, const char *prefix, const char *suffix);
 /* Write all n bytes; on failure the temporary file is removed (no commit or
  * abort needed) and BFIT_EIO says why. */
 int bfit_atomic_write(bfit_atomic_file *af, const void *buf, size_t n);

@@ -5,10 +5,13 @@
 #include "base/text.h"
 #include "train/run_int.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 bfit_train_cfg bfit_train_cfg_default(void)
@@ -28,6 +31,8 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.progress_interval = 10;
     c.lr_rule = -1;
     c.rewarmup_steps = 100;
+    c.checkpoint_keep = 3;
+    c.wait_for_memory = 300;
     return c;
 }
 
@@ -85,8 +90,33 @@ static int check_limits(const bfit_train_cfg *c)
     return BFIT_OK;
 }
 
+/* Checkpoints: a directory that is or can be made, of a run whose samples
+ * can be found again (not a caller's source). */
+static int check_ckpt(const bfit_train_cfg *c)
+{
+    struct stat st;
+    if (c->train_source)
+        return bfit_fail_field(BFIT_EINVAL, "checkpoint", "needs the training samples from a data set: a caller's "
+                               "source (train_source) cannot be wound back to where a checkpoint was");
+    if (c->checkpoint_keep < 1 || c->checkpoint_steps < 0 || c->checkpoint_steps > BFIT_COUNT_MAX ||
+        !(c->checkpoint_seconds >= 0) || !(c->wait_for_memory >= 0))
+        return bfit_fail_field(BFIT_EINVAL, "checkpoint", "keep %d (at least 1), every %lld steps or %g s (not "
+                               "negative), wait for memory %g s (not negative)", c->checkpoint_keep,
+                               (long long)c->checkpoint_steps, c->checkpoint_seconds, c->wait_for_memory);
+    if (stat(c->checkpoint, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return bfit_fail_field(BFIT_EIO, "checkpoint", "%s is not a directory", c->checkpoint);
+        if (access(c->checkpoint, W_OK) != 0)
+            return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot write into it: %s", c->checkpoint,
+                                   strerror(errno));
+        return BFIT_OK;
+    }
+    return check_out_dir("checkpoint", c->checkpoint); /* made at the first checkpoint */
+}
+
 static int check_cfg(const bfit_train_cfg *c)
 {
+    int rc;
     if (!c->adaptive && c->batch < 1)
         return bfit_fail_field(BFIT_EINVAL, "batch", "must be at least 1, got %d", c->batch);
     if (c->epochs < 1)
@@ -109,6 +139,8 @@ static int check_cfg(const bfit_train_cfg *c)
         return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
     if (c->save && check_out_dir("save", c->save) != BFIT_OK)
         return BFIT_EIO;
+    if (c->checkpoint && (rc = check_ckpt(c)) != BFIT_OK)
+        return rc;
     if (c->report && check_out_dir("report", c->report) != BFIT_OK)
         return BFIT_EIO;
     return bfit_optim_cfg_check(&c->opt);
@@ -178,6 +210,8 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
         batch_instead_of_decay(r, cc);
     }
 }
+
+uint64_t run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 
 /* Say how far from fitting a model is that does not fit even m = 1. */
 int run_plan_fits_msg(bfit_run *r, uint64_t budget)
@@ -394,14 +428,25 @@ static int resolve_conv_algo(bfit_run *r)
     return BFIT_OK;
 }
 
+/* The host copy of the running statistics a step starts from. */
+static int alloc_stats_snap(bfit_run *r)
+{
+    for (int i = 0; i < r->s.M->nparams; i++)
+        if (!r->s.M->params[i]->trainable)
+            r->stats_bytes += bfit_param_bytes(r->s.M->params[i]);
+    if (r->stats_bytes && !(r->stats_snap = malloc(r->stats_bytes)))
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    return BFIT_OK;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
     int64_t ntrain;
     int rc;
 
-    if ((rc = open_session(r)) != BFIT_OK || (rc = bfit_log_open(&r->lg, r->cfg.log, r->cfg.human,
-                                                                 r->cfg.progress_interval)) != BFIT_OK)
+    if ((rc = open_session(r)) != BFIT_OK || (rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human,
+                                                                    r->cfg.progress_interval, r->log_offset)) != BFIT_OK)
         return rc;
     r->log_open = 1;
     r->configured = bfit_arena_capacity(r->s.arena);
@@ -423,14 +468,22 @@ static int setup(bfit_run *r)
     if (r->cfg.fail_nth_alloc)
         bfit_arena_fail_nth(r->s.arena, r->cfg.fail_nth_alloc);
     controller_config(r, &cc);
+    r->fixed_bytes = cc.fixed_bytes;
     rc = bfit_controller_new(&cc, &r->ctl);
     if (rc == BFIT_ENOMEM)
         return run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
-        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK || (rc = finish_schedule(r)) != BFIT_OK)
+        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK || (rc = finish_schedule(r)) != BFIT_OK ||
+        (rc = alloc_stats_snap(r)) != BFIT_OK)
         return rc;
     r->m = r->d.m;
-    log_start(r, &cc);
+    if (r->log_offset < 0) /* a log continued from a checkpoint has its start */
+        log_start(r, &cc);
+    if (r->ck && (rc = run_resume_state(r)) != BFIT_OK)
+        return rc;
+    run_resume_close(r);
+    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->cfg.checkpoint ? r->cfg.checkpoint : "");
+    r->ckpt_t = bfit_now();
     return BFIT_OK;
 }
 
@@ -441,12 +494,17 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged)
 
     *out = NULL;
     *logged = 0;
-    if ((rc = check_cfg(cfg)) != BFIT_OK)
-        return rc;
     r = calloc(1, sizeof *r);
     if (!r)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     r->cfg = *cfg;
+    r->log_offset = -1;
+    r->ckpt_step = -1;
+    /* resuming: the checkpoint's configuration fills what the caller left out */
+    if ((cfg->resume && (rc = run_resume_open(r)) != BFIT_OK) || (rc = check_cfg(&r->cfg)) != BFIT_OK) {
+        bfit_run_free(r);
+        return rc;
+    }
     r->ep_t0 = bfit_now();
     rc = setup(r);
     *logged = r->log_open;
@@ -481,6 +539,9 @@ void bfit_run_free(bfit_run *r)
     free(r->stage_y);
     free(r->micro_sq);
     free(r->micro_n);
+    free(r->stats_snap);
+    run_resume_close(r);
+    cJSON_Delete(r->ck_cfg);
     free(r);
 }
 
