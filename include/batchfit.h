@@ -7,6 +7,7 @@
 #ifndef BATCHFIT_H
 #define BATCHFIT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +24,8 @@ enum {
     BFIT_EIO = -3,      /* file system */
     BFIT_EFORMAT = -4,  /* malformed file contents */
     BFIT_EDEVICE = -5,  /* backend failure (oneDNN, CUDA) */
-    BFIT_ESTATE = -6    /* call not valid in the object's current state */
+    BFIT_ESTATE = -6,   /* call not valid in the object's current state */
+    BFIT_ESTOPPED = -7  /* a run stopped on request (bfit_train_cfg.stop, bfit_run_request_stop) */
 };
 
 /* The message of the last failure on this thread ("" if none). */
@@ -42,6 +44,25 @@ const char *bfit_strerror(int code);
 int bfit_parse_size(const char *text, uint64_t *out);
 /* Format bytes for people: "1.50 GiB", "512 B". Returns buf. */
 char *bfit_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* ---- values: one parser and one set of limits for each kind --------------- */
+/* Limits every option, schedule and configuration field of that kind obeys
+ * (the command line, the schedule parsers and bfit_run_new alike). */
+#define BFIT_BATCH_MAX (1 << 24)                  /* samples in a batch or micro-batch */
+#define BFIT_COUNT_MAX ((int64_t)1000000000000000) /* optimizer steps, samples (10^15) */
+#define BFIT_EPOCHS_MAX 1000000
+/* A whole decimal number (optional sign, digits, nothing else) in
+ * [min, max]; BFIT_EINVAL: "'x' is not a whole number" or "N is out of
+ * range: expected MIN to MAX" (no overflow, however long). */
+int bfit_parse_int(const char *text, int64_t min, int64_t max, int64_t *out);
+/* A memory capacity: bfit_parse_size, and not 0. */
+int bfit_parse_capacity(const char *text, uint64_t *out);
+/* How often: "N" optimizer steps (1..BFIT_COUNT_MAX), or a time: "Ns",
+ * "Nmin", "Nh" (N may have a fraction; more than 0). Sets one of *steps and
+ * *seconds, the other to 0. */
+int bfit_parse_every(const char *text, int64_t *steps, double *seconds);
+/* A duration: "N" or "Ns" seconds, "Nmin", "Nh"; 0 allowed. */
+int bfit_parse_duration(const char *text, double *seconds);
 
 /* ---- the arena: the only way to device memory ---------------------------- */
 typedef enum {
@@ -263,11 +284,20 @@ typedef struct bfit_dataset bfit_dataset;
 typedef struct bfit_data_opts {
     int nclasses;  /* 0: max label + 1 (fashion-mnist: 10); else labels must be < nclasses */
     int label_col; /* CSV: label column, 0-based; negative counts from the end (-1: last) */
-    int header;    /* CSV: -1 auto-detect (first row not all numbers), 0 none, 1 present */
+    int header;    /* CSV: 1 the first row is a header, 0 it is data, -1 auto: a header when it
+                      holds only names, data when only numbers (a mix is an error) */
     char delim;    /* CSV: field separator, 0 means ',' */
 } bfit_data_opts;
 
 #define BFIT_DATA_OPTS_INIT {0, -1, -1, ','}
+
+/* How a run, an evaluation or find takes a CSV file's first row. Auto: a
+ * header when it holds only names, data when it holds only numbers, an
+ * error when it mixes them; what was decided is said (bfit_dataset_note). */
+typedef enum { BFIT_CSV_HEADER_AUTO = 0, BFIT_CSV_HEADER_YES, BFIT_CSV_HEADER_NO } bfit_csv_header;
+/* "auto", "yes", "no" (case-insensitive); BFIT_EINVAL naming the valid ones. */
+int bfit_csv_header_parse(const char *name, bfit_csv_header *out);
+const char *bfit_csv_header_name(bfit_csv_header h);
 
 /* Load a data set by name or path; o may be NULL (BFIT_DATA_OPTS_INIT).
  * spec is one of:
@@ -283,6 +313,11 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
 
 int64_t bfit_dataset_count(const bfit_dataset *d);
 int bfit_dataset_classes(const bfit_dataset *d);
+/* What the loader decided that a person should see, "" if nothing: for a
+ * CSV file whether and why its first row is a header ("line 1 is a header
+ * (auto: only names): a,b,label", "no header (auto: only numbers): line 1
+ * is data"). */
+const char *bfit_dataset_note(const bfit_dataset *d);
 void bfit_dataset_free(bfit_dataset *d);
 
 /* Samples from the caller: a program feeds its own data to a run. Samples
@@ -306,8 +341,10 @@ typedef struct bfit_mem_point {
 } bfit_mem_point;
 
 #define BFIT_MEM_SCHEDULE_MAX 64
-/* Parse "STEP:SIZE,..." ("200:150MiB,400:1GiB"), steps strictly increasing;
- * BFIT_EINVAL naming the item otherwise. */
+/* Parse "STEP:SIZE,..." ("200:150MiB,400:1GiB"): steps 0..BFIT_COUNT_MAX,
+ * strictly increasing; sizes as bfit_parse_capacity (not 0); blanks around
+ * items allowed, empty items not. BFIT_EINVAL naming the 1-based character
+ * position otherwise (the batch schedule's rules). */
 int bfit_mem_schedule_parse(const char *text, bfit_mem_point *out, int max, int *n);
 
 /* ---- the batch controller: micro-batch, accumulation, effective batch ---- */
@@ -373,10 +410,11 @@ typedef struct bfit_batch_point {
 #define BFIT_BATCH_SCHEDULE_MAX 64
 
 /* Parse a batch schedule: comma-separated AT:E points, AT a step number
- * ("0:32,1000:64,2000:128") or 'e' and an epoch number ("e0:32,e2:64"); all
- * points in one unit, AT strictly increasing, E >= 1; blanks around items are
- * allowed. Fills out[0..*n), at most max points. BFIT_EINVAL with a message
- * naming the 1-based character position otherwise. */
+ * ("0:32,1000:64,2000:128", 0..BFIT_COUNT_MAX) or 'e' and an epoch number
+ * ("e0:32,e2:64", 0..BFIT_EPOCHS_MAX); all points in one unit, AT strictly
+ * increasing, E in 1..BFIT_BATCH_MAX; blanks around items are allowed, empty
+ * items not. Fills out[0..*n), at most max points. BFIT_EINVAL with a
+ * message naming the 1-based character position otherwise. */
 int bfit_batch_schedule_parse(const char *text, bfit_batch_point *out, int max, int *n);
 
 /* Device bytes a training step needs at micro-batch m >= 1, fixed part
@@ -533,6 +571,7 @@ typedef struct bfit_train_cfg {
     const char *model;         /* spec file */
     const char *data;          /* data set name or path */
     const char *test_data;     /* evaluate on this instead of data's test split (NULL: that) */
+    bfit_csv_header csv_header;/* a CSV file's first row (auto) */
     int batch;                 /* effective batch E (adaptive: the initial E, 0 = batch_min) */
     int micro_batch;           /* 0: the plan chooses (largest that fits, at most E) */
     int adaptive;              /* --batch adaptive: E follows the gradient noise scale */
@@ -582,10 +621,26 @@ typedef struct bfit_train_cfg {
                                   events go to a temporary file beside it. */
     FILE *human;               /* progress and summary lines; NULL: quiet */
     double progress_interval;  /* seconds between plain progress lines when not a terminal */
+    /* checkpoints and resuming (docs/train.md) */
+    const char *checkpoint;    /* directory of checkpoints (NULL: none) */
+    int64_t checkpoint_steps;  /* one every this many optimizer steps (0: by time) */
+    double checkpoint_seconds; /* one every this many seconds (0: by steps; both 0: 600) */
+    int checkpoint_keep;       /* the newest this many are kept (default 3) */
+    const char *resume;        /* continue from this checkpoint, or the newest in this directory */
+    const char *const *resume_set; /* the configuration fields the caller set (the command line's options),
+                                  compared with the checkpoint's; the others are taken from it. NULL: the
+                                  fields that differ from bfit_train_cfg_default() count as set */
+    int nresume_set;
+    double wait_for_memory;    /* seconds to wait, polling, when not even micro-batch 1 fits (default 300;
+                                  0: fail at once) */
+    volatile sig_atomic_t *stop; /* non-zero: stop at the next micro-step boundary (a signal handler sets
+                                  it); the step is abandoned, the run stays at its last step boundary */
+    void (*on_checkpoint_write)(void *ud, const char *tmp_path); /* tests: a checkpoint is half written */
 } bfit_train_cfg;
 
 /* Defaults: data fashion-mnist, E 128, auto micro-batch, 1 epoch, SGD momentum 0.9, lr 0.05,
- * constant schedule, seed 1, margin 0.1, prefetch and normalisation on. */
+ * constant schedule, seed 1, margin 0.1, prefetch and normalisation on, 3 checkpoints kept,
+ * 300 s of waiting for memory. */
 bfit_train_cfg bfit_train_cfg_default(void);
 
 typedef struct bfit_train_result {
@@ -602,6 +657,11 @@ typedef struct bfit_train_result {
     double noise_scale;         /* the last gradient noise scale estimate (0: none) */
     uint64_t peak_bytes;        /* the arena's high-water mark */
     int report_written;         /* cfg.report was written (also when training failed) */
+    int stopped;                /* the run stopped early: BFIT_ESTOPPED (a request) or BFIT_ENOMEM (memory
+                                   did not come back in time); 0 otherwise */
+    uint64_t missing;           /* BFIT_ENOMEM stop: bytes micro-batch 1 lacked */
+    char checkpoint[4200];      /* the last checkpoint written ("" if none) */
+    char resumed_from[4200];    /* the checkpoint the run resumed from ("" if none) */
 } bfit_train_result;
 
 /* What one optimizer step did. */
@@ -645,14 +705,29 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info);
 int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev);
 /* Write the weights (with the normalisation statistics) to path. */
 int bfit_run_save(bfit_run *r, const char *path);
+/* Write a checkpoint of the run at its step boundary into cfg.checkpoint
+ * (atomically; the newest cfg.checkpoint_keep are kept); path (may be NULL)
+ * gets the file's name. */
+int bfit_run_checkpoint(bfit_run *r, char *path, size_t len);
+/* Ask the run to stop (another thread may call it): bfit_run_step returns
+ * BFIT_ESTOPPED at the next micro-step boundary, the step abandoned and the
+ * run left at its last step boundary, so a checkpoint can still be written. */
+void bfit_run_request_stop(bfit_run *r);
 /* The figures so far. */
 void bfit_run_result(const bfit_run *r, bfit_train_result *res);
 /* Write the log's end event (after a good run) or error event (rc the failure). */
 void bfit_run_finish(bfit_run *r, int rc);
 void bfit_run_free(bfit_run *r);
 
-/* The whole run: steps, an evaluation after each epoch, the weights saved. */
+/* The whole run: steps, an evaluation after each epoch, checkpoints, the
+ * weights saved. Stopped on request (BFIT_ESTOPPED) or by memory that did
+ * not come back (BFIT_ENOMEM, res->stopped set), it writes a checkpoint
+ * first when cfg.checkpoint is set (res->checkpoint). */
 int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res);
+
+/* Find the checkpoint a run would resume from: file_or_dir itself, or the
+ * newest checkpoint in the directory. BFIT_EIO if there is none. */
+int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len);
 
 /* The run report: from a run's JSON-lines event log (bfit_train_cfg.log),
  * one self-contained HTML file (inline SVG charts over the steps: loss and
@@ -676,6 +751,8 @@ typedef struct bfit_eval_cfg {
     uint64_t memory;
     int normalize;              /* 0: none. 1: the statistics saved with the weights, or
                                    for older files those of data's training split */
+    bfit_csv_header csv_header; /* a CSV file's first row (auto) */
+    FILE *human;                /* notes for people (what a CSV's first row was taken as); NULL: none */
 } bfit_eval_cfg;
 
 int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n);
@@ -758,6 +835,7 @@ typedef struct bfit_probe_result {
     int64_t params;
     int input_nd, input_dims[4]; /* the model's sample shape */
     int64_t data_count;
+    char data_note[160];     /* bfit_dataset_note of the data ("" if nothing to say) */
 } bfit_probe_result;
 
 
@@ -765,6 +843,7 @@ typedef struct bfit_probe_result {
 typedef struct bfit_find_cfg {
     const char *model;      /* a preset name or a spec file (bfit_model_source_load) */
     const char *data;       /* a data set (bfit_dataset_load), or "synthetic": random samples of the model's shape */
+    bfit_csv_header csv_header; /* a CSV file's first row (auto) */
     const char *device_name;/* bfit_device_open's name; NULL: auto */
     bfit_conv_algo conv_algo;/* GPU convolution algorithms */
     uint64_t memory;        /* device capacity; 0: what the device has free */

@@ -317,6 +317,16 @@ static void test_idx_truncated(void **st)
     const char *pz = write_bytes("z-images", hdr, sizeof hdr, 0);
     assert_int_equal(bfit_dataset_load_idx(pz, pl, 0, &d), BFIT_EFORMAT);
     assert_msg_has("implausible size");
+    /* dimensions whose product passes 2^63: refused without the product
+     * ever being formed (UBSan reported the signed overflow) */
+    put32(hdr + 4, 1u << 20), put32(hdr + 8, 1u << 20), put32(hdr + 12, 0xffffffffu);
+    pz = write_bytes("z-images", hdr, sizeof hdr, 0);
+    assert_int_equal(bfit_dataset_load_idx(pz, pl, 0, &d), BFIT_EFORMAT);
+    assert_msg_has("implausible size");
+    put32(hdr + 4, 0xfffffffeu), put32(hdr + 8, 0xfffffffeu), put32(hdr + 12, 0xfffffffeu);
+    pz = write_bytes("z-images", hdr, sizeof hdr, 0);
+    assert_int_equal(bfit_dataset_load_idx(pz, pl, 0, &d), BFIT_EFORMAT);
+    assert_msg_has("implausible size");
     put32(hdr + 4, 1000000000), put32(hdr + 8, 1), put32(hdr + 12, 1);
     pz = write_bytes("z-images", hdr, sizeof hdr, 0);
     assert_int_equal(bfit_dataset_load_idx(pz, pl, 0, &d), BFIT_EFORMAT);
@@ -452,6 +462,7 @@ static void test_csv_good(void **st)
     assert_int_equal(bfit_dataset_classes(d), 5);
     assert_int_equal(bfit_dataset_shape(d).c, 2);
     assert_int_equal(bfit_dataset_label(d, 1), 4);
+    assert_string_equal(bfit_dataset_note(d), "no header (header no): line 1 is data");
     bfit_dataset_free(d);
 }
 
@@ -483,6 +494,13 @@ static void test_csv_bad(void **st)
             NULL);
     csv_bad("1,2,0\n1,,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "is not a number", NULL);
     csv_bad("1,2,0\n1,nan,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "is not a number", NULL);
+    /* beyond a float's range: it would become inf (and a NaN loss or an
+     * "std must be > 0" far from here); the file, line, column and value */
+    csv_bad("1,2,0\n1,1e39,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "value '1e39' is beyond the range",
+            NULL);
+    csv_bad("1,2,0\n1,2,0\n-4e38,2,1\n", NULL, BFIT_EFORMAT, "bad.csv:3: column 1:", "'-4e38' is beyond", NULL);
+    csv_bad("1,2,0\n1,inf,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "'inf' is beyond", NULL);
+    csv_bad("1,2,0\n1,1e999,0\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 2:", "'1e999' is beyond", NULL);
     csv_bad("1,2,0\n1,2,1.5\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 3:", "'1.5' is not an integer", NULL);
     csv_bad("1,2,0\n1,2,-1\n", NULL, BFIT_EFORMAT, "bad.csv:2: column 3:", "label -1 out of range", NULL);
     o.nclasses = 3;
@@ -503,6 +521,62 @@ static void test_csv_bad(void **st)
     assert_int_equal(bfit_dataset_load_csv(nope, NULL, &d), BFIT_EIO);
     assert_msg_has(nope);
     assert_msg_has("No such file");
+}
+
+/* The header rule is explicit and its decision said: auto takes a first row
+ * of names only as a header and one of numbers only as data; a first row
+ * that mixes them (a typo in the first data row) is an error rather than a
+ * row dropped unannounced; yes and no force it. */
+static void test_csv_header(void **st)
+{
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    bfit_dataset *d;
+    const char *p;
+    (void)st;
+    p = write_text("h.csv", "a,b,label\n1,2,0\n3,4,1\n");
+    assert_int_equal(bfit_dataset_load_csv(p, NULL, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 2);
+    assert_string_equal(bfit_dataset_note(d), "line 1 is a header (auto: only names): a,b,label");
+    bfit_dataset_free(d);
+    p = write_text("n.csv", "\n# numbers from the start\n1,2,0\n3,4,1\n");
+    assert_int_equal(bfit_dataset_load_csv(p, NULL, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 2);
+    assert_string_equal(bfit_dataset_note(d), "no header (auto: only numbers): line 3 is data");
+    bfit_dataset_free(d);
+    /* a header of numbers (column numbers) is one only when told */
+    p = write_text("c.csv", "0,1,2\n1,2,0\n3,4,1\n");
+    o.header = 1;
+    assert_int_equal(bfit_dataset_load_csv(p, &o, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 2);
+    assert_string_equal(bfit_dataset_note(d), "line 1 is a header (header yes): 0,1,2");
+    bfit_dataset_free(d);
+    /* the first data row has a bad cell: said, not dropped */
+    csv_bad("1,abc,3,0\n1,2,3,0\n", NULL, BFIT_EFORMAT, "bad.csv:1: column 2: 'abc' is not a number",
+            "but 3 other cells of this first row are", "neither a header", "yes", NULL);
+    csv_bad("x,7\n1,0\n", NULL, BFIT_EFORMAT, "bad.csv:1: column 1: 'x' is not a number",
+            "but 1 other cell of this first row is", NULL);
+    /* told it is data, the same row is the usual bad cell */
+    o.header = 0;
+    csv_bad("1,abc,3,0\n1,2,3,0\n", &o, BFIT_EFORMAT, "bad.csv:1: column 2: 'abc' is not a number", NULL);
+    /* and a long header is cut in the note */
+    o.header = -1;
+    {
+        char text[2048];
+        size_t n = 0;
+        for (int j = 0; j < 100; j++)
+            n += (size_t)snprintf(text + n, sizeof text - n, "%sfeature_%d", j ? "," : "", j);
+        n += (size_t)snprintf(text + n, sizeof text - n, "\n");
+        for (int j = 0; j < 100; j++)
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s%d", j ? "," : "", j % 3);
+        snprintf(text + n, sizeof text - n, "\n");
+        p = write_text("long.csv", text);
+        assert_int_equal(bfit_dataset_load_csv(p, &o, &d), BFIT_OK);
+        assert_int_equal(bfit_dataset_count(d), 1);
+        assert_true(strlen(bfit_dataset_note(d)) < 160);
+        assert_non_null(strstr(bfit_dataset_note(d), "line 1 is a header (auto: only names): feature_0,feature_1,"));
+        assert_non_null(strstr(bfit_dataset_note(d), "..."));
+        bfit_dataset_free(d);
+    }
 }
 
 static void test_from_floats(void **st)
@@ -538,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_idx_corrupt_gzip),
         cmocka_unit_test(test_csv_good),
         cmocka_unit_test(test_csv_bad),
+        cmocka_unit_test(test_csv_header),
         cmocka_unit_test(test_from_floats),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -111,6 +113,16 @@ static int sample_tensors(bfit_st_tensor *t)
     t[4] = (bfit_st_tensor){"e", "F64", 0, {0}, &E, sizeof E};
     t[5] = (bfit_st_tensor){"empty", "F32", 2, {0, 3}, NULL, 0};
     return 6;
+}
+
+/* The sample's tensors with checksums: all there, and the metadata too. */
+static void check_sample_meta_extra(const bfit_st_file *f)
+{
+    assert_int_equal(bfit_st_count(f), 6);
+    assert_string_equal(bfit_st_meta(f, "step"), "42");
+    assert_string_equal(bfit_st_meta(f, "note"), MV[1]);
+    assert_int_equal(bfit_st_meta_count(f), 2 + 6);
+    assert_memory_equal(bfit_st_find(f, "layer.0.weight")->data, W, sizeof W);
 }
 
 static void check_sample(const bfit_st_file *f)
@@ -504,6 +516,96 @@ static void test_failed_write_keeps_old(void **st)
     free(old);
 }
 
+/* A save killed half-way leaves path.tmp.XXXXXX behind (hundreds of MB for
+ * real weights): the next write to that path removes it. A temporary file
+ * still being written (its writer holds the lock) stays, and so does any
+ * other name. */
+static void test_stale_temp_swept(void **st)
+{
+    bfit_st_tensor t[6];
+    char p[PATH_MAX], stale[PATH_MAX], live[PATH_MAX], other[PATH_MAX], notours[PATH_MAX];
+    int n = sample_tensors(t), fd;
+    (void)st;
+
+    path_in(p, sizeof p, "swept.safetensors");
+    path_in(stale, sizeof stale, "swept.safetensors.tmp.Ab3xY9");
+    path_in(live, sizeof live, "swept.safetensors.tmp.LiVe01");
+    path_in(other, sizeof other, "other.safetensors.tmp.Ab3xY9");
+    path_in(notours, sizeof notours, "swept.safetensors.tmp.keep-me");
+    write_bytes(stale, "half a file", 11);
+    write_bytes(other, "x", 1);
+    write_bytes(notours, "x", 1);
+    /* a writer at work: the lock is held through another open file */
+    write_bytes(live, "being written", 13);
+    fd = open(live, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+
+    assert_int_equal(bfit_st_write(p, t, n, MK, MV, 2), BFIT_OK);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(access(live, F_OK), 0);
+    assert_int_equal(access(other, F_OK), 0);
+    assert_int_equal(access(notours, F_OK), 0);
+
+    /* once its writer is gone, it goes too */
+    close(fd);
+    assert_int_equal(bfit_st_write(p, t, n, MK, MV, 2), BFIT_OK);
+    assert_int_equal(access(live, F_OK), -1);
+    assert_int_equal(access(other, F_OK), 0);
+    unlink(other);
+    unlink(notours);
+    assert_int_equal(count_tmp(dir), 0);
+}
+
+/* Checksums: every tensor's CRC-32 in the metadata, verified on reading;
+ * a flipped byte anywhere in a tensor is an error naming it. The same bytes
+ * parsed from memory give the same file. */
+static void test_checksums(void **st)
+{
+    bfit_st_tensor t[6];
+    bfit_st_write_opts o = {1, NULL, NULL};
+    bfit_st_file *f;
+    char p[PATH_MAX], q[PATH_MAX], *raw;
+    size_t n;
+    int nt = sample_tensors(t);
+    (void)st;
+    path_in(p, sizeof p, "crc.safetensors");
+    path_in(q, sizeof q, "crc-bad.safetensors");
+    assert_int_equal(bfit_st_write_ex(p, t, nt, MK, MV, 2, &o), BFIT_OK);
+    assert_int_equal(bfit_st_read(p, &f), BFIT_OK);
+    check_sample_meta_extra(f);
+    assert_non_null(bfit_st_meta(f, "crc32.layer.0.weight"));
+    assert_int_equal(strlen(bfit_st_meta(f, "crc32.layer.0.weight")), 8);
+    bfit_st_free(f);
+    raw = slurp(p, &n);
+    assert_int_equal(bfit_st_parse(raw, n, "mem", &f), BFIT_OK);
+    check_sample_meta_extra(f);
+    bfit_st_free(f);
+    /* flip one bit of the last byte: the tensor stored last is named */
+    raw[n - 1] ^= 1;
+    write_bytes(q, raw, n);
+    assert_int_equal(bfit_st_read(q, &f), BFIT_EFORMAT);
+    printf("  %s\n", bfit_errmsg());
+    assert_non_null(strstr(bfit_errmsg(), q));
+    assert_non_null(strstr(bfit_errmsg(), "fails its checksum"));
+    assert_non_null(strstr(bfit_errmsg(), "\"mask\"")); /* U8, the smallest element size: stored last */
+    assert_int_equal(bfit_st_parse(raw, n, "mem", &f), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), "mem: tensor \"mask\" fails its checksum"));
+    /* truncated anywhere: an error, never a partial file */
+    for (size_t cut = 0; cut < n; cut += 7) {
+        assert_int_not_equal(bfit_st_parse(raw, cut, "cut", &f), BFIT_OK);
+        assert_non_null(strstr(bfit_errmsg(), "cut"));
+    }
+    free(raw);
+    /* the prefix is reserved for checksums */
+    {
+        const char *k[1] = {"crc32.x"}, *v[1] = {"00000000"};
+        assert_int_equal(bfit_st_write(q, t, nt, k, v, 1), BFIT_EINVAL);
+        assert_non_null(strstr(bfit_errmsg(), "for checksums"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -512,6 +614,8 @@ int main(void)
         cmocka_unit_test(test_we_read_python),
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_failed_write_keeps_old),
+        cmocka_unit_test(test_stale_temp_swept),
+        cmocka_unit_test(test_checksums),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

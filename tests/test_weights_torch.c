@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,12 +175,94 @@ static void test_wrong_model_refused(void **st)
     tdev_close(&t);
 }
 
+/* Write the tensors of file `from` to `to` with one F32 value replaced
+ * (tensor name, index; name NULL: none) and the given metadata. */
+static void rewrite(const char *from, const char *to, const char *name, int64_t idx, float v, const char *const *mk,
+                    const char *const *mv, int nmeta)
+{
+    bfit_st_file *f;
+    bfit_st_tensor t[64];
+    void *copy[64];
+    int n;
+    assert_int_equal(bfit_st_read(from, &f), BFIT_OK);
+    n = bfit_st_count(f);
+    assert_true(n <= 64);
+    for (int i = 0; i < n; i++) {
+        t[i] = *bfit_st_get(f, i);
+        copy[i] = malloc(t[i].nbytes + 1);
+        memcpy(copy[i], t[i].data, t[i].nbytes);
+        if (name && !strcmp(t[i].name, name))
+            ((float *)copy[i])[idx] = v;
+        t[i].data = copy[i];
+    }
+    assert_int_equal(bfit_st_write(to, t, n, mk, mv, nmeta), BFIT_OK);
+    for (int i = 0; i < n; i++)
+        free(copy[i]);
+    bfit_st_free(f);
+}
+
+/* A weights file with a NaN or inf in a tensor (a run that diverged), or
+ * non-finite normalisation metadata, is refused naming the file, the tensor
+ * or key and the value; the model is left as it was. */
+static void test_nonfinite_refused(void **st)
+{
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    const char *mk[2] = {"normalize_mean", "normalize_std"};
+    const char *bad[][2] = {{"inf", "0.3"}, {"0.5", "nan"}, {"1e39", "0.3"}, {"0.5", "0"}};
+    const char *want[][2] = {{"'normalize_mean'", "is inf"}, {"'normalize_std'", "is nan"},
+                             {"'normalize_mean'", "is 1e39"}, {"normalize_std[0]", "not positive"}};
+    char spec[512], good[512], badp[512];
+    float mean[1], sd[1], *before, *after;
+    tdev t;
+    bfit_graph_desc g;
+    bfit_model *M;
+    int found;
+    (void)st;
+    snprintf(spec, sizeof spec, "%s/models/mlp.cfg", src);
+    snprintf(good, sizeof good, "%s/good.safetensors", tmpdir);
+    snprintf(badp, sizeof badp, "%s/bad.safetensors", tmpdir);
+    tdev_open(&t, 2);
+    assert_int_equal(bfit_spec_parse_file(spec, &g), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(M, 0), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(M, 5), BFIT_OK);
+    assert_int_equal(bfit_weights_save(M, good, NULL, NULL, 0), BFIT_OK);
+    before = malloc(M->param_bytes);
+    after = malloc(M->param_bytes);
+    assert_int_equal(bfit_device_download(t.dev, before, M->param_block, M->param_bytes), BFIT_OK);
+    for (int k = 0; k < 2; k++) {
+        rewrite(good, badp, "1.weight", 7, k ? INFINITY : NAN, NULL, NULL, 0);
+        assert_int_equal(bfit_weights_load(M, badp), BFIT_EFORMAT);
+        printf("  %s\n", bfit_errmsg());
+        assert_non_null(strstr(bfit_errmsg(), badp));
+        assert_non_null(strstr(bfit_errmsg(), "tensor '1.weight'"));
+        assert_non_null(strstr(bfit_errmsg(), k ? "holds inf at index 7" : "holds nan at index 7"));
+        assert_int_equal(bfit_device_download(t.dev, after, M->param_block, M->param_bytes), BFIT_OK);
+        assert_memory_equal(after, before, M->param_bytes);
+    }
+    for (int k = 0; k < 4; k++) {
+        rewrite(good, badp, NULL, 0, 0, mk, bad[k], 2);
+        assert_int_equal(bfit_weights_read_norm(badp, 1, mean, sd, &found), BFIT_EFORMAT);
+        printf("  %s\n", bfit_errmsg());
+        assert_int_equal(found, 0);
+        assert_non_null(strstr(bfit_errmsg(), badp));
+        assert_non_null(strstr(bfit_errmsg(), want[k][0]));
+        assert_non_null(strstr(bfit_errmsg(), want[k][1]));
+    }
+    free(before);
+    free(after);
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    tdev_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_loads_in_torch),
         cmocka_unit_test(test_cnn_loads_in_torch),
         cmocka_unit_test(test_wrong_model_refused),
+        cmocka_unit_test(test_nonfinite_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,12 +2,15 @@
 #include "base/atomic.h"
 #include "base/err.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,9 +34,24 @@ static int write_full(int fd, const void *buf, size_t n)
 
 /* Create path.tmp.XXXXXX exclusively, with mode 0666 less the umask (as the
  * final file should have; mkstemp would give 0600). */
+static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+#define SUFFIX_LEN 6
+
+/* The temporary file is locked (flock) while it is written, so a writer
+ * that died (a kill during a save) is told from one still at work: the lock
+ * goes with the process. 0: ours and locked (or the file system has no
+ * locks: then no sweep removes anything either); -1: another process's
+ * stale-file sweep holds it or removed it between our create and our lock. */
+static int lock_new(int fd)
+{
+    struct stat st;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        return errno == EWOULDBLOCK ? -1 : 0;
+    return fstat(fd, &st) == 0 && st.st_nlink > 0 ? 0 : -1;
+}
+
 static int open_temp(const char *path, char *tmp, size_t len)
 {
-    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     static _Thread_local uint64_t counter;
     struct timespec ts;
 
@@ -43,18 +61,88 @@ static int open_temp(const char *path, char *tmp, size_t len)
                      ++counter * 0xBF58476D1CE4E5B9ull;
         char suf[7];
         int fd;
-        for (int i = 0; i < 6; i++, r /= 62)
+        for (int i = 0; i < SUFFIX_LEN; i++, r /= 62)
             suf[i] = abc[r % 62];
-        suf[6] = '\0';
+        suf[SUFFIX_LEN] = '\0';
         if ((size_t)snprintf(tmp, len, "%s.tmp.%s", path, suf) >= len) {
             errno = ENAMETOOLONG;
             return -1;
         }
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST)
+        if (fd >= 0 && lock_new(fd) == 0)
             return fd;
+        if (fd >= 0) {
+            close(fd); /* swept away under us: another name */
+            continue;
+        }
+        if (errno != EEXIST)
+            return -1;
     }
     return -1;
+}
+
+/* name is "<prefix>...<suffix>.tmp.XXXXXX" with our alphabet (exact: the
+ * name is prefix + suffix), one of our temporary files. */
+static int is_our_temp(const char *name, const char *prefix, const char *suffix, int exact)
+{
+    size_t n = strlen(name), np = strlen(prefix), ns = strlen(suffix), tail = 5 + SUFFIX_LEN;
+    const char *t;
+    if (n < np + ns + tail || strncmp(name, prefix, np) != 0 || (exact && n != np + ns + tail))
+        return 0;
+    t = name + n - tail;
+    if (strncmp(t - ns, suffix, ns) != 0 || strncmp(t, ".tmp.", 5) != 0)
+        return 0;
+    for (int i = 0; i < SUFFIX_LEN; i++)
+        if (!t[5 + i] || !strchr(abc, t[5 + i]))
+            return 0;
+    return 1;
+}
+
+/* Remove the temporary files in dir whose writer is gone (killed during a
+ * save: they can be hundreds of MB). One still being written holds its lock
+ * and stays. Best effort: nothing here fails a write. */
+static void sweep(const char *dir, const char *prefix, const char *suffix, int exact, const char *mine)
+{
+    DIR *dp;
+    struct dirent *e;
+    int dfd;
+
+    if (!(dp = opendir(dir)))
+        return;
+    dfd = dirfd(dp);
+    while ((e = readdir(dp))) {
+        struct stat a, b;
+        int fd;
+        if (!is_our_temp(e->d_name, prefix, suffix, exact) || (mine && !strcmp(e->d_name, mine)))
+            continue;
+        fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0)
+            continue;
+        /* unlocked: its writer is dead; and still the file of that name */
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 && S_ISREG(a.st_mode) &&
+            fstatat(dfd, e->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            unlinkat(dfd, e->d_name, 0);
+        close(fd);
+    }
+    closedir(dp);
+}
+
+/* The temporary files of earlier writes to path. */
+static void sweep_stale(const char *path, const char *mine)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    else
+        snprintf(dir, sizeof dir, ".");
+    sweep(dir, base, "", 1, mine);
+}
+
+void bfit_atomic_sweep(const char *dir, const char *prefix, const char *suffix)
+{
+    sweep(dir, prefix, suffix, 0, NULL);
 }
 
 /* fsync the directory holding path, so the rename itself is durable. */
@@ -90,6 +178,10 @@ int bfit_atomic_open(bfit_atomic_file *af, const char *path)
     af->fd = open_temp(path, af->tmp, sizeof af->tmp);
     if (af->fd < 0)
         return bfit_fail(BFIT_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+    {
+        const char *slash = strrchr(af->tmp, '/');
+        sweep_stale(path, slash ? slash + 1 : af->tmp);
+    }
     return BFIT_OK;
 }
 

@@ -78,6 +78,7 @@ const char *bfit_strerror(int code)
     case BFIT_EFORMAT: return "bad format";
     case BFIT_EDEVICE: return "device error";
     case BFIT_ESTATE: return "invalid state";
+    case BFIT_ESTOPPED: return "stopped";
     default: return "unknown error";
     }
 }

@@ -92,79 +92,6 @@ const char *bfit_batch_reason_name(bfit_batch_reason r)
     return (unsigned)r < BFIT_REASON_COUNT ? reason_names[r] : "?";
 }
 
-/* A decimal integer at *p into *v (at most `limit`); advances *p. */
-static int parse_int(const char **p, int64_t limit, int64_t *v)
-{
-    const char *s = *p;
-    int64_t x = 0;
-
-    if (*s < '0' || *s > '9')
-        return -1;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        x = x * 10 + (*s - '0');
-        if (x > limit)
-            return -1;
-    }
-    *v = x;
-    *p = s;
-    return 0;
-}
-
-#define POS(p) ((int)((p) - text) + 1)
-
-int bfit_batch_schedule_parse(const char *text, bfit_batch_point *out, int max, int *n)
-{
-    const char *p = text, *q;
-    int count = 0;
-
-    if (!text || !out || !n || max < 1)
-        return bfit_fail(BFIT_EINVAL, "batch schedule: no text or no room");
-    *n = 0;
-    for (;;) {
-        bfit_batch_point pt = {0};
-        int64_t v;
-
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == 'e' || *p == 'E') {
-            pt.by_epoch = 1;
-            p++;
-        }
-        if (parse_int(&p, INT64_MAX / 10, &v))
-            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected a step number or "
-                             "'e' and an epoch number (like 0:32,1000:64 or e0:32,e2:64)", text, POS(p));
-        pt.at = v;
-        if (*p != ':')
-            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected ':' after %s %lld",
-                             text, POS(p), pt.by_epoch ? "epoch" : "step", (long long)pt.at);
-        q = ++p;
-        if (parse_int(&p, 0x7fffffff, &v) || v < 1)
-            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected a batch size "
-                             "from 1 to 2147483647", text, POS(q));
-        pt.batch = (int)v;
-        if (count > 0 && pt.by_epoch != out[count - 1].by_epoch)
-            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': point %d mixes epochs and steps "
-                             "(use one unit throughout)", text, count + 1);
-        if (count > 0 && pt.at <= out[count - 1].at)
-            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': point %d: %s %lld does not come after %lld",
-                             text, count + 1, pt.by_epoch ? "epoch" : "step", (long long)pt.at,
-                             (long long)out[count - 1].at);
-        if (count == max)
-            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': more than %d points", text, max);
-        out[count++] = pt;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == '\0')
-            break;
-        if (*p != ',')
-            return bfit_fail(BFIT_EINVAL, "batch schedule '%s': at character %d: expected ',' or the end",
-                             text, POS(p));
-        p++;
-    }
-    *n = count;
-    return BFIT_OK;
-}
-
 /* ---- configuration -------------------------------------------------------- */
 
 void bfit_controller_config_default(bfit_controller_config *cfg)
@@ -749,4 +676,79 @@ void bfit_controller_free(bfit_controller *c)
         return;
     free(c->sched);
     free(c);
+}
+
+/* ---- the state, for checkpoints (control_state.h) ----------------------------
+ * Kept apart from the logic above: every field of struct bfit_controller but
+ * the configuration and the schedule's copy is state and is copied here. */
+#include "batch/control_state.h"
+
+_Static_assert(NTPUT == BFIT_CONTROLLER_NTPUT, "the state's throughput table has the controller's size");
+
+void bfit_controller_state_get(const bfit_controller *c, bfit_controller_state *s)
+{
+    memset(s, 0, sizeof *s);
+    s->capacity = c->capacity;
+    s->free = c->free;
+    s->m = c->m;
+    s->E = c->E;
+    s->E0 = c->E0;
+    s->noise = c->noise;
+    s->started = c->started;
+    s->decided = c->decided;
+    s->observed = c->observed;
+    s->oom_step = c->oom_step;
+    s->step = c->step;
+    s->d = c->d;
+    s->scale = c->scale;
+    s->ramp_from = c->ramp_from;
+    s->ramp_to = c->ramp_to;
+    s->ramp_start = c->ramp_start;
+    s->streak = c->streak;
+    s->at_m = c->at_m;
+    s->hold_until = c->hold_until;
+    s->holdoff = c->holdoff;
+    s->last_grow = c->last_grow;
+    s->last_E_change = c->last_E_change;
+    for (int i = 0; i < NTPUT; i++)
+        s->tp[i] = (bfit_controller_tput){c->tp[i].m, c->tp[i].n, c->tp[i].rate, c->tp[i].used};
+    s->tick = c->tick;
+}
+
+int bfit_controller_state_set(bfit_controller *c, const bfit_controller_state *s)
+{
+    int ok = s->m >= 1 && s->E >= 1 && s->E0 >= 1 && isfinite(s->scale) && isfinite(s->ramp_from) &&
+             isfinite(s->ramp_to) && s->noise.alpha > 0 && s->noise.alpha <= 1 && isfinite(s->noise.g2_ema) &&
+             isfinite(s->noise.s_ema) && s->noise.n >= 0 && s->holdoff >= 0 && s->step >= 0;
+    for (int i = 0; ok && i < NTPUT; i++)
+        ok = s->tp[i].n >= 0 && isfinite(s->tp[i].rate);
+    if (!ok)
+        return bfit_fail(BFIT_EINVAL, "controller: the state to restore is not one a controller can have "
+                         "(micro-batch %d, batch %d)", s->m, s->E);
+    c->capacity = s->capacity;
+    c->free = s->free;
+    c->m = s->m;
+    c->E = s->E;
+    c->E0 = s->E0;
+    c->noise = s->noise;
+    c->started = s->started;
+    c->decided = s->decided;
+    c->observed = s->observed;
+    c->oom_step = s->oom_step;
+    c->step = s->step;
+    c->d = s->d;
+    c->scale = s->scale;
+    c->ramp_from = s->ramp_from;
+    c->ramp_to = s->ramp_to;
+    c->ramp_start = s->ramp_start;
+    c->streak = s->streak;
+    c->at_m = s->at_m;
+    c->hold_until = s->hold_until;
+    c->holdoff = s->holdoff;
+    c->last_grow = s->last_grow;
+    c->last_E_change = s->last_E_change;
+    for (int i = 0; i < NTPUT; i++)
+        c->tp[i] = (tput){s->tp[i].m, s->tp[i].n, s->tp[i].rate, s->tp[i].used};
+    c->tick = s->tick;
+    return BFIT_OK;
 }

@@ -671,6 +671,7 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     memset(&sc_, 0, sizeof sc_);
     sc_.model = cfg->model;
     sc_.data = cfg->data;
+    sc_.csv_header = cfg->csv_header;
     sc_.want_train = 1;
     sc_.memory = cfg->memory;
     sc_.device_name = cfg->device_name;
@@ -702,6 +703,8 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     rc = bfit_session_open_data(&ss, &sc_);
     if (rc != BFIT_OK)
         goto out;
+    if (ss.train_own)
+        snprintf(res->data_note, sizeof res->data_note, "%s", bfit_dataset_note(ss.train_own));
     memset(&sc, 0, sizeof sc);
     sc.seed = cfg->seed;
     sc.shuffle = 1;

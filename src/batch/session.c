@@ -86,21 +86,24 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
 int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
 {
     int synthetic = c->data && !strcmp(c->data, "synthetic"), rc;
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT, *op = &o;
+
+    o.header = c->csv_header == BFIT_CSV_HEADER_YES ? 1 : c->csv_header == BFIT_CSV_HEADER_NO ? 0 : -1;
 
     s->train = c->given_train;
     s->test = c->given_test;
     if (!s->train && (c->want_train || (c->normalize && !c->given_mean))) {
-        rc = synthetic ? synthetic_data(s->M, c->seed, &s->train_own) : bfit_dataset_load(c->data, 1, NULL, &s->train_own);
+        rc = synthetic ? synthetic_data(s->M, c->seed, &s->train_own) : bfit_dataset_load(c->data, 1, op, &s->train_own);
         if (rc != BFIT_OK)
             return rc;
         s->train = s->train_own;
     }
     if (!s->test && c->want_test) {
         if (c->test_data)
-            rc = bfit_dataset_load(c->test_data, 0, NULL, &s->test_own);
+            rc = bfit_dataset_load(c->test_data, 0, op, &s->test_own);
         else
             rc = synthetic ? synthetic_data(s->M, c->seed + 1, &s->test_own)
-                           : bfit_dataset_load(c->data, 0, NULL, &s->test_own);
+                           : bfit_dataset_load(c->data, 0, op, &s->test_own);
         if (rc != BFIT_OK)
             return rc;
         s->test = s->test_own;

@@ -12,6 +12,7 @@ typedef struct bfit_session_cfg {
     const char *model;                        /* a preset name or a spec file */
     const char *data;                         /* a data set name or path, or "synthetic" */
     const char *test_data;                    /* the test split from here instead (NULL: data's) */
+    bfit_csv_header csv_header;               /* a CSV file's first row */
     const bfit_dataset *given_train, *given_test; /* use these instead of loading `data` */
     int want_train, want_test;                /* splits to have (train is loaded anyway to normalise) */
     bfit_device *device;                      /* use this device (not owned); NULL: open one */

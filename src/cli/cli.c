@@ -46,19 +46,12 @@ int cli_no_extra(int argc, char **argv)
 
 int cli_int(const char *opt, const char *v, long min, long max, long *out)
 {
-    char *end;
-    long x;
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (!*v || *end || errno) {
-        cli_error("%s: '%s' is not a whole number", opt, v);
+    int64_t x;
+    if (bfit_parse_int(v, min, max, &x) != BFIT_OK) {
+        cli_error("%s: %s", opt, bfit_errmsg());
         return -1;
     }
-    if (x < min || x > max) {
-        cli_error("%s: %ld is out of range: expected %ld to %ld", opt, x, min, max);
-        return -1;
-    }
-    *out = x;
+    *out = (long)x;
     return 0;
 }
 
@@ -82,12 +75,8 @@ int cli_double(const char *opt, const char *v, double min, double max, double *o
 
 int cli_size(const char *opt, const char *v, uint64_t *out)
 {
-    if (bfit_parse_size(v, out) != BFIT_OK) {
+    if (bfit_parse_capacity(v, out) != BFIT_OK) {
         cli_error("%s: %s", opt, bfit_errmsg());
-        return -1;
-    }
-    if (*out == 0) {
-        cli_error("%s: a size of 0 bytes leaves no memory: expected e.g. 512MiB", opt);
         return -1;
     }
     return 0;

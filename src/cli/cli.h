@@ -5,7 +5,12 @@
 
 #include <stdint.h>
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+enum {
+    EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2,
+    EXIT_MEMORY = 3,    /* train: not even micro-batch 1 fitted, and memory did not come back */
+    EXIT_SIGINT = 130,  /* train: stopped by SIGINT (128 + 2, as shells report it) */
+    EXIT_SIGTERM = 143  /* train: stopped by SIGTERM (128 + 15) */
+};
 
 /* Print "batchfit: error: ..." to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -18,6 +18,8 @@ static void help(void)
          "  --weights FILE      safetensors weights\n"
          "  --data NAME|PATH    fashion-mnist (default): its test split; an MNIST-format\n"
          "                      directory: its t10k files; a CSV file: the whole file\n"
+         "  --csv-header yes|no|auto   whether a CSV file's first row is a header (default\n"
+         "                      auto: yes when it holds only names, no when only numbers)\n"
          "  --batch N           evaluation micro-batch (default 1000, or what fits)\n"
          "  --samples N         evaluate the first N test samples (default: all)\n"
          "  --memory SIZE       device memory capacity (default: available RAM)\n"
@@ -31,7 +33,7 @@ static void help(void)
          "Exit status: 0 evaluated, 1 failed, 2 usage error.");
 }
 
-enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_BATCH, O_SAMPLES, O_MEMORY, O_THREADS, O_NO_NORM, O_JSON, O_HELP, O_DEVICE };
+enum { O_MODEL = 256, O_WEIGHTS, O_DATA, O_BATCH, O_SAMPLES, O_MEMORY, O_THREADS, O_NO_NORM, O_JSON, O_HELP, O_DEVICE, O_CSV_HEADER };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, O_MODEL},     {"weights", required_argument, 0, O_WEIGHTS},
@@ -39,7 +41,7 @@ static const struct option opts[] = {
     {"samples", required_argument, 0, O_SAMPLES}, {"memory", required_argument, 0, O_MEMORY},
     {"threads", required_argument, 0, O_THREADS}, {"no-normalize", no_argument, 0, O_NO_NORM},
     {"json", no_argument, 0, O_JSON},             {"help", no_argument, 0, O_HELP},
-    {"device", required_argument, 0, O_DEVICE},
+    {"device", required_argument, 0, O_DEVICE},  {"csv-header", required_argument, 0, O_CSV_HEADER},
     {0, 0, 0, 0}};
 
 int cmd_eval(int argc, char **argv)
@@ -53,6 +55,7 @@ int cmd_eval(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.data = "fashion-mnist";
     c.normalize = 1;
+    c.human = stderr;
     opterr = 0;
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -61,8 +64,11 @@ int cmd_eval(int argc, char **argv)
         case O_MODEL: c.model = optarg; break;
         case O_WEIGHTS: c.weights = optarg; break;
         case O_DATA: c.data = optarg; break;
-        case O_BATCH: if (cli_int("--batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("eval"); c.batch = (int)v; break;
-        case O_SAMPLES: if (cli_int("--samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("eval"); c.samples = v; break;
+        case O_CSV_HEADER:
+            if (bfit_csv_header_parse(optarg, &c.csv_header) != BFIT_OK) { cli_error("--csv-header: %s", bfit_errmsg()); return cli_usage_hint("eval"); }
+            break;
+        case O_BATCH: if (cli_int("--batch", optarg, 1, BFIT_BATCH_MAX, &v)) return cli_usage_hint("eval"); c.batch = (int)v; break;
+        case O_SAMPLES: if (cli_int("--samples", optarg, 1, BFIT_COUNT_MAX, &v)) return cli_usage_hint("eval"); c.samples = v; break;
         case O_MEMORY: if (cli_size("--memory", optarg, &c.memory)) return cli_usage_hint("eval"); break;
         case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return cli_usage_hint("eval"); c.threads = (int)v; break;
         case O_NO_NORM: c.normalize = 0; break;

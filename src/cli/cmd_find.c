@@ -43,6 +43,8 @@ static void help(void)
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, a CSV file, or synthetic\n"
          "                        (random samples of the model's input shape)\n"
+         "  --csv-header yes|no|auto   whether a CSV file's first row is a header\n"
+         "                        (default auto: yes when it holds only names)\n"
          "  --augment             random crop and flip of images, as in training\n"
          "  --no-normalize        do not standardise inputs\n"
          "  --no-prefetch         load samples on the training thread\n"
@@ -83,7 +85,7 @@ static void help(void)
 
 enum {
     O_MODEL = 256, O_DATA, O_AUGMENT, O_NO_NORM, O_NO_PREFETCH, O_MEMORY, O_MARGIN, O_OPT, O_MOM, O_LIMIT,
-    O_TOL, O_WARMUP, O_REPEATS, O_DATA_THR, O_LARGEST_ONLY, O_THREADS, O_SEED, O_PLOT, O_JSON, O_HELP, O_DEVICE, O_CONV
+    O_TOL, O_WARMUP, O_REPEATS, O_DATA_THR, O_LARGEST_ONLY, O_THREADS, O_SEED, O_PLOT, O_JSON, O_HELP, O_DEVICE, O_CONV, O_CSV_HEADER
 };
 
 static const struct option opts[] = {
@@ -98,6 +100,7 @@ static const struct option opts[] = {
     {"seed", required_argument, 0, O_SEED},          {"plot", required_argument, 0, O_PLOT},
     {"json", no_argument, 0, O_JSON},                {"help", no_argument, 0, O_HELP},
     {"device", required_argument, 0, O_DEVICE},      {"conv-algo", required_argument, 0, O_CONV},
+    {"csv-header", required_argument, 0, O_CSV_HEADER},
     {0, 0, 0, 0}};
 
 typedef struct args {
@@ -125,6 +128,12 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         switch (o) {
         case O_MODEL: a->c.model = optarg; break;
         case O_DATA: a->c.data = optarg; break;
+        case O_CSV_HEADER:
+            if (bfit_csv_header_parse(optarg, &a->c.csv_header) != BFIT_OK) {
+                cli_error("--csv-header: %s", bfit_errmsg());
+                goto usage;
+            }
+            break;
         case O_AUGMENT: a->c.augment = 1; break;
         case O_NO_NORM: a->c.normalize = 0; break;
         case O_NO_PREFETCH: a->c.prefetch = 0; break;
@@ -137,7 +146,7 @@ static int parse_args(int argc, char **argv, args *a, int *done)
             }
             break;
         case O_MOM: if (cli_double("--momentum", optarg, 0, 0.999999, &a->momentum)) goto usage; a->mom_set = 1; break;
-        case O_LIMIT: if (cli_int("--limit", optarg, 1, 1 << 24, &v)) goto usage; a->c.limit = (int)v; break;
+        case O_LIMIT: if (cli_int("--limit", optarg, 1, BFIT_BATCH_MAX, &v)) goto usage; a->c.limit = (int)v; break;
         case O_TOL: if (cli_double("--tolerance", optarg, 0, 0.99, &a->c.probe.tolerance)) goto usage; break;
         case O_WARMUP: if (cli_int("--warmup", optarg, 0, 1000, &v)) goto usage; a->c.probe.warmup = (int)v; break;
         case O_REPEATS: if (cli_int("--repeats", optarg, 1, 1000, &v)) goto usage; a->c.probe.repeats = (int)v; break;
@@ -258,6 +267,8 @@ static void print_human(const args *a, const bfit_probe_result *r)
     printf("batchfit find: %s (%s) on %s: %s parameters, input %s, %d thread%s\n", a->c.model,
            file ? "spec file" : "preset", a->c.data, bfit_thousands((double)r->params, b1, sizeof b1),
            bfit_shape_str(input_shape(r), sh, sizeof sh), r->threads, r->threads == 1 ? "" : "s");
+    if (r->data_note[0])
+        printf("data: %s\n", r->data_note);
     printf("memory %s, margin %g%%: budget %s; optimizer %s; fixed part %s\n\n", fmt(r->capacity, b1),
            100 * a->c.probe.margin, fmt(r->budget, b2), optim_desc(&a->c.opt, b3, sizeof b3), fmt(r->p1.fixed, b4));
 

@@ -4,8 +4,11 @@
 #include "train/trainer.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void help(void)
 {
@@ -23,6 +26,9 @@ static void help(void)
          "                        IMAGES,LABELS IDX files, or a CSV file\n"
          "  --test-data PATH      evaluate on this instead of the data set's test split\n"
          "                        (a single CSV file has none)\n"
+         "  --csv-header yes|no|auto   whether a CSV file's first row is a header (default\n"
+         "                        auto: yes when it holds only names, no when only numbers;\n"
+         "                        the decision is printed)\n"
          "  --epochs N            passes over the training data (default 1)\n"
          "  --epoch-samples N     samples per epoch (default: the whole training set)\n"
          "  --eval-samples N      test samples to evaluate on (default: all)\n"
@@ -65,6 +71,17 @@ static void help(void)
          "                        the leanest fit a larger micro-batch (default fastest;\n"
          "                        the cpu has one choice)\n"
          "  --save FILE           write the final weights (safetensors)\n"
+         "  --checkpoint DIR      write checkpoints (the whole run's state) into DIR\n"
+         "  --checkpoint-every N|Ns|Nmin|Nh   every N optimizer steps or after this\n"
+         "                        long (default 10min); also at the end and when stopped\n"
+         "  --keep K              keep the newest K checkpoints (default 3)\n"
+         "  --resume DIR|FILE     continue the run of a checkpoint (DIR: its newest); the\n"
+         "                        options it was started with apply, and giving one that\n"
+         "                        contradicts them is an error (memory, threads, device\n"
+         "                        and outputs may change)\n"
+         "  --wait-for-memory T   on a shared device (a GPU), when not even micro-batch 1\n"
+         "                        fits, wait up to T (90, 30s, 5min) for memory to come\n"
+         "                        back (default 5min), then checkpoint and exit 3\n"
          "  --log FILE            write a JSON-lines event log\n"
          "  --report FILE         write the run report (HTML, see `batchfit report --help`)\n"
          "                        at the end, also after a failure\n"
@@ -75,14 +92,20 @@ static void help(void)
          "  batchfit train --model models/cnn.cfg --data fashion-mnist --batch 128 --epochs 5 \\\n"
          "      --optimizer sgd --lr 0.05 --save cnn.safetensors --log train.jsonl --report train.html\n"
          "\n"
-         "Exit status: 0 trained, 1 failed, 2 usage error.");
+         "SIGINT or SIGTERM stops at the next micro-step boundary and writes a checkpoint\n"
+         "(with --checkpoint); a second one exits at once, the last checkpoint intact.\n"
+         "\n"
+         "Exit status: 0 trained, 1 failed, 2 usage error, 3 out of memory: not even\n"
+         "micro-batch 1 fitted and memory did not come back (a checkpoint was written),\n"
+         "130 stopped by SIGINT, 143 stopped by SIGTERM.");
 }
 
 enum {
     O_MODEL = 256, O_DATA, O_EPOCHS, O_EPOCH_SAMPLES, O_EVAL_SAMPLES, O_MAX_STEPS, O_AUGMENT, O_NO_NORM,
     O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
-    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV
+    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
+    O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM
 };
 
 static const struct option opts[] = {
@@ -106,154 +129,329 @@ static const struct option opts[] = {
     {"lr-scaling", required_argument, 0, O_LRSCALE}, {"rewarmup", required_argument, 0, O_REWARM},
     {"memory-schedule", required_argument, 0, O_MEMSCHED}, {"test-data", required_argument, 0, O_TEST_DATA},
     {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
+    {"csv-header", required_argument, 0, O_CSV_HEADER}, {"checkpoint", required_argument, 0, O_CKPT},
+    {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"keep", required_argument, 0, O_KEEP},
+    {"resume", required_argument, 0, O_RESUME}, {"wait-for-memory", required_argument, 0, O_WAIT_MEM},
     {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
-int cmd_train(int argc, char **argv)
-{
-    bfit_train_cfg c = bfit_train_cfg_default();
-    bfit_train_result r;
-    int o, json = 0, quiet = 0, wd_set = 0, mom_set = 0, nest = 0;
-    long v;
-    double d, mom = 0, wd = 0;
-    bfit_opt_kind kind = BFIT_OPT_SGD;
-    bfit_sched_kind sk = BFIT_SCHED_CONSTANT;
-    long warmup = 0, step_size = 0;
-    double gamma = 0.1;
-    static bfit_batch_point bpts[BFIT_BATCH_SCHEDULE_MAX];
-    static bfit_mem_point mpts[BFIT_MEM_SCHEDULE_MAX];
+/* What the options gave, before it becomes a configuration. */
+typedef struct args {
+    bfit_train_cfg c;
+    int json, quiet, wd_set, mom_set, nest;
+    double mom, wd, gamma;
+    bfit_opt_kind kind;
+    bfit_sched_kind sk;
+    long warmup, step_size;
+    bfit_batch_point bpts[BFIT_BATCH_SCHEDULE_MAX];
+    bfit_mem_point mpts[BFIT_MEM_SCHEDULE_MAX];
+    /* the configuration fields the options set: compared with a checkpoint's */
+    char set_names[64][32];
+    const char *set[64];
+    int nset;
+} args;
 
-    c.data = "fashion-mnist";
+/* Remember that option o set its field ("micro-batch" -> "micro_batch"). */
+static void mark_set(args *a, const char *opt)
+{
+    if (a->nset == 64)
+        return;
+    snprintf(a->set_names[a->nset], sizeof a->set_names[0], "%s", opt);
+    for (char *p = a->set_names[a->nset]; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    a->set[a->nset] = a->set_names[a->nset];
+    a->nset++;
+}
+
+static int run_option(args *a, int o);
+
+/* One option; returns 0, or -1 after a usage error. */
+static int one_option(args *a, int o)
+{
+    bfit_train_cfg *c = &a->c;
+    long v;
+    switch (o) {
+    case O_MODEL: c->model = optarg; break;
+    case O_DATA: c->data = optarg; break;
+    case O_TEST_DATA: c->test_data = optarg; break;
+    case O_CSV_HEADER:
+        if (bfit_csv_header_parse(optarg, &c->csv_header) != BFIT_OK) { cli_error("--csv-header: %s", bfit_errmsg()); return -1; }
+        break;
+    case O_EPOCHS: if (cli_int("--epochs", optarg, 1, BFIT_EPOCHS_MAX, &v)) return -1; c->epochs = (int)v; break;
+    case O_EPOCH_SAMPLES: if (cli_int("--epoch-samples", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->epoch_samples = v; break;
+    case O_EVAL_SAMPLES: if (cli_int("--eval-samples", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->eval_samples = v; break;
+    case O_MAX_STEPS: if (cli_int("--max-steps", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->max_steps = v; break;
+    case O_AUGMENT: c->augment = 1; break;
+    case O_NO_NORM: c->normalize = 0; break;
+    case O_NO_PREFETCH: c->prefetch = 0; break;
+    case O_BATCH:
+        if (!strcmp(optarg, "adaptive")) { c->adaptive = 1; c->batch = 0; break; }
+        if (cli_int("--batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1;
+        c->batch = (int)v;
+        break;
+    case O_BMIN: if (cli_int("--batch-min", optarg, 2, BFIT_BATCH_MAX, &v)) return -1; c->batch_min = (int)v; break;
+    case O_BMAX: if (cli_int("--batch-max", optarg, 2, BFIT_BATCH_MAX, &v)) return -1; c->batch_max = (int)v; break;
+    case O_BSCHED:
+        if (bfit_batch_schedule_parse(optarg, a->bpts, BFIT_BATCH_SCHEDULE_MAX, &c->nbatch_schedule) != BFIT_OK) {
+            cli_error("--batch-schedule: %s", bfit_errmsg());
+            return -1;
+        }
+        c->batch_schedule = a->bpts;
+        break;
+    case O_BIOD: c->batch_instead_of_decay = 1; break;
+    case O_LRSCALE: {
+        bfit_lr_rule rule;
+        if (bfit_lr_rule_parse(optarg, &rule) != BFIT_OK) { cli_error("--lr-scaling: %s", bfit_errmsg()); return -1; }
+        c->lr_rule = (int)rule;
+        break;
+    }
+    case O_REWARM: if (cli_int("--rewarmup", optarg, 0, BFIT_COUNT_MAX, &v)) return -1; c->rewarmup_steps = v; break;
+    case O_MEMSCHED:
+        if (bfit_mem_schedule_parse(optarg, a->mpts, BFIT_MEM_SCHEDULE_MAX, &c->nmemory_schedule) != BFIT_OK) {
+            cli_error("--memory-schedule: %s", bfit_errmsg());
+            return -1;
+        }
+        c->memory_schedule = a->mpts;
+        break;
+    case O_MICRO:
+        if (!strcmp(optarg, "auto")) c->micro_batch = 0;
+        else if (cli_int("--micro-batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1;
+        else c->micro_batch = (int)v;
+        break;
+    case O_EVAL_BATCH: if (cli_int("--eval-batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1; c->eval_batch = (int)v; break;
+    case O_MEMORY: if (cli_size("--memory", optarg, &c->memory)) return -1; break;
+    case O_MARGIN: if (cli_double("--margin", optarg, 0, 0.99, &c->margin)) return -1; break;
+    default: return run_option(a, o);
+    }
+    return 0;
+}
+
+/* The options of optimisation, the run and its outputs. */
+static int run_option(args *a, int o)
+{
+    bfit_train_cfg *c = &a->c;
+    long v;
+    switch (o) {
+    case O_OPT:
+        if (bfit_optim_kind_parse(optarg, &a->kind) != BFIT_OK) { cli_error("--optimizer: %s", bfit_errmsg()); return -1; }
+        break;
+    case O_LR: if (cli_double("--lr", optarg, 1e-12, 1e6, &c->lr)) return -1; break;
+    case O_MOM: if (cli_double("--momentum", optarg, 0, 0.999999, &a->mom)) return -1; a->mom_set = 1; break;
+    case O_NEST: a->nest = 1; break;
+    case O_WD: if (cli_double("--weight-decay", optarg, 0, 10, &a->wd)) return -1; a->wd_set = 1; break;
+    case O_SCHED:
+        if (bfit_lr_sched_parse(optarg, &a->sk) != BFIT_OK) { cli_error("--schedule: %s", bfit_errmsg()); return -1; }
+        break;
+    case O_WARMUP: if (cli_int("--warmup", optarg, 0, BFIT_COUNT_MAX, &a->warmup)) return -1; break;
+    case O_STEP_SIZE: if (cli_int("--step-size", optarg, 1, BFIT_COUNT_MAX, &a->step_size)) return -1; break;
+    case O_GAMMA: if (cli_double("--gamma", optarg, 1e-9, 1, &a->gamma)) return -1; break;
+    case O_CLIP: if (cli_double("--clip", optarg, 1e-12, 1e12, &c->clip)) return -1; break;
+    case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) return -1; c->seed = (uint64_t)v; break;
+    case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return -1; c->threads = (int)v; break;
+    case O_SAVE: c->save = optarg; break;
+    case O_DEVICE: if (cli_device_check("--device", optarg)) return -1; c->device_name = optarg; break;
+    case O_CONV:
+        if (bfit_conv_algo_parse(optarg, &c->conv_algo) != BFIT_OK) { cli_lib_error(); return -1; }
+        break;
+    case O_LOG: c->log = optarg; break;
+    case O_REPORT: c->report = optarg; break;
+    case O_CKPT: c->checkpoint = optarg; break;
+    case O_CKPT_EVERY:
+        if (bfit_parse_every(optarg, &c->checkpoint_steps, &c->checkpoint_seconds) != BFIT_OK) {
+            cli_error("--checkpoint-every: %s", bfit_errmsg());
+            return -1;
+        }
+        break;
+    case O_KEEP: if (cli_int("--keep", optarg, 1, 1000000, &v)) return -1; c->checkpoint_keep = (int)v; break;
+    case O_RESUME: c->resume = optarg; break;
+    case O_WAIT_MEM:
+        if (bfit_parse_duration(optarg, &c->wait_for_memory) != BFIT_OK) {
+            cli_error("--wait-for-memory: %s", bfit_errmsg());
+            return -1;
+        }
+        break;
+    case O_QUIET: a->quiet = 1; break;
+    case O_JSON: a->json = 1; break;
+    default: return -1;
+    }
+    return 0;
+}
+
+/* Returns -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, args *a)
+{
+    int o, idx;
+    a->c = bfit_train_cfg_default();
+    a->c.data = "fashion-mnist";
+    a->kind = BFIT_OPT_SGD;
+    a->sk = BFIT_SCHED_CONSTANT;
+    a->gamma = 0.1;
     opterr = 0;
     optind = 1;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
-        switch (o) {
-        case O_MODEL: c.model = optarg; break;
-        case O_DATA: c.data = optarg; break;
-        case O_TEST_DATA: c.test_data = optarg; break;
-        case O_EPOCHS: if (cli_int("--epochs", optarg, 1, 1000000, &v)) return cli_usage_hint("train"); c.epochs = (int)v; break;
-        case O_EPOCH_SAMPLES: if (cli_int("--epoch-samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.epoch_samples = v; break;
-        case O_EVAL_SAMPLES: if (cli_int("--eval-samples", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.eval_samples = v; break;
-        case O_MAX_STEPS: if (cli_int("--max-steps", optarg, 1, INT64_MAX, &v)) return cli_usage_hint("train"); c.max_steps = v; break;
-        case O_AUGMENT: c.augment = 1; break;
-        case O_NO_NORM: c.normalize = 0; break;
-        case O_NO_PREFETCH: c.prefetch = 0; break;
-        case O_BATCH:
-            if (!strcmp(optarg, "adaptive")) { c.adaptive = 1; c.batch = 0; break; }
-            if (cli_int("--batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train");
-            c.batch = (int)v;
-            break;
-        case O_BMIN: if (cli_int("--batch-min", optarg, 2, 1 << 24, &v)) return cli_usage_hint("train"); c.batch_min = (int)v; break;
-        case O_BMAX: if (cli_int("--batch-max", optarg, 2, 1 << 24, &v)) return cli_usage_hint("train"); c.batch_max = (int)v; break;
-        case O_BSCHED:
-            if (bfit_batch_schedule_parse(optarg, bpts, BFIT_BATCH_SCHEDULE_MAX, &c.nbatch_schedule) != BFIT_OK) {
-                cli_error("--batch-schedule: %s", bfit_errmsg());
-                return cli_usage_hint("train");
-            }
-            c.batch_schedule = bpts;
-            break;
-        case O_BIOD: c.batch_instead_of_decay = 1; break;
-        case O_LRSCALE: {
-            bfit_lr_rule rule;
-            if (bfit_lr_rule_parse(optarg, &rule) != BFIT_OK) { cli_error("--lr-scaling: %s", bfit_errmsg()); return cli_usage_hint("train"); }
-            c.lr_rule = (int)rule;
-            break;
+        if (o == O_HELP) {
+            help();
+            return EXIT_OK;
         }
-        case O_REWARM: if (cli_int("--rewarmup", optarg, 0, 1 << 30, &v)) return cli_usage_hint("train"); c.rewarmup_steps = v; break;
-        case O_MEMSCHED:
-            if (bfit_mem_schedule_parse(optarg, mpts, BFIT_MEM_SCHEDULE_MAX, &c.nmemory_schedule) != BFIT_OK) {
-                cli_error("--memory-schedule: %s", bfit_errmsg());
-                return cli_usage_hint("train");
-            }
-            c.memory_schedule = mpts;
-            break;
-        case O_MICRO:
-            if (!strcmp(optarg, "auto")) c.micro_batch = 0;
-            else if (cli_int("--micro-batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train");
-            else c.micro_batch = (int)v;
-            break;
-        case O_EVAL_BATCH: if (cli_int("--eval-batch", optarg, 1, 1 << 24, &v)) return cli_usage_hint("train"); c.eval_batch = (int)v; break;
-        case O_MEMORY: if (cli_size("--memory", optarg, &c.memory)) return cli_usage_hint("train"); break;
-        case O_MARGIN: if (cli_double("--margin", optarg, 0, 0.99, &c.margin)) return cli_usage_hint("train"); break;
-        case O_OPT:
-            if (bfit_optim_kind_parse(optarg, &kind) != BFIT_OK) { cli_error("--optimizer: %s", bfit_errmsg()); return cli_usage_hint("train"); }
-            break;
-        case O_LR: if (cli_double("--lr", optarg, 1e-12, 1e6, &c.lr)) return cli_usage_hint("train"); break;
-        case O_MOM: if (cli_double("--momentum", optarg, 0, 0.999999, &mom)) return cli_usage_hint("train"); mom_set = 1; break;
-        case O_NEST: nest = 1; break;
-        case O_WD: if (cli_double("--weight-decay", optarg, 0, 10, &wd)) return cli_usage_hint("train"); wd_set = 1; break;
-        case O_SCHED:
-            if (bfit_lr_sched_parse(optarg, &sk) != BFIT_OK) { cli_error("--schedule: %s", bfit_errmsg()); return cli_usage_hint("train"); }
-            break;
-        case O_WARMUP: if (cli_int("--warmup", optarg, 0, INT64_MAX, &warmup)) return cli_usage_hint("train"); break;
-        case O_STEP_SIZE: if (cli_int("--step-size", optarg, 1, INT64_MAX, &step_size)) return cli_usage_hint("train"); break;
-        case O_GAMMA: if (cli_double("--gamma", optarg, 1e-9, 1, &gamma)) return cli_usage_hint("train"); break;
-        case O_CLIP: if (cli_double("--clip", optarg, 1e-12, 1e12, &c.clip)) return cli_usage_hint("train"); break;
-        case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) return cli_usage_hint("train"); c.seed = (uint64_t)v; break;
-        case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return cli_usage_hint("train"); c.threads = (int)v; break;
-        case O_SAVE: c.save = optarg; break;
-        case O_DEVICE: if (cli_device_check("--device", optarg)) return cli_usage_hint("train"); c.device_name = optarg; break;
-        case O_CONV:
-            if (bfit_conv_algo_parse(optarg, &c.conv_algo) != BFIT_OK) { cli_lib_error(); return cli_usage_hint("train"); }
-            break;
-        case O_LOG: c.log = optarg; break;
-        case O_REPORT: c.report = optarg; break;
-        case O_QUIET: quiet = 1; break;
-        case O_JSON: json = 1; break;
-        case O_HELP: help(); return EXIT_OK;
-        default:
+        if (o == '?' || o == ':') {
             cli_bad_option(name);
             return cli_usage_hint("train");
         }
+        if (one_option(a, o))
+            return cli_usage_hint("train");
+        mark_set(a, opts[idx].name);
+        if (o == O_BATCH)
+            mark_set(a, "adaptive");
     }
     if (cli_no_extra(argc, argv))
         return cli_usage_hint("train");
-    if (!c.model) {
-        cli_error("--model is required, e.g. --model models/cnn.cfg");
+    if (!a->c.model && !a->c.resume) {
+        cli_error("--model is required, e.g. --model models/cnn.cfg (or --resume DIR to continue a run)");
         return cli_usage_hint("train");
     }
-    (void)d;
-    if (c.adaptive) {
-        if (!c.batch_min)
-            c.batch_min = 16;
-        if (!c.batch_max)
-            c.batch_max = 4096;
-        if (c.batch_min > c.batch_max) {
-            cli_error("--batch-min %d is above --batch-max %d", c.batch_min, c.batch_max);
+    return -1;
+}
+
+/* The configuration from the options: the optimizer's and the schedule's
+ * defaults under what was given. */
+static int finish_cfg(args *a)
+{
+    bfit_train_cfg *c = &a->c;
+    if (c->adaptive) {
+        if (!c->batch_min)
+            c->batch_min = 16;
+        if (!c->batch_max)
+            c->batch_max = 4096;
+        if (c->batch_min > c->batch_max) {
+            cli_error("--batch-min %d is above --batch-max %d", c->batch_min, c->batch_max);
             return cli_usage_hint("train");
         }
-        c.batch = c.batch_min;
+        c->batch = c->batch_min;
     }
-    c.opt = bfit_optim_cfg_default(kind);
-    if (mom_set)
-        c.opt.momentum = mom;
-    if (wd_set)
-        c.opt.weight_decay = wd;
-    c.opt.nesterov = nest;
-    c.sched = bfit_lr_schedule_default(sk);
-    c.sched.warmup_steps = warmup;
-    if (step_size)
-        c.sched.step_size = step_size;
-    c.sched.gamma = gamma;
-    c.human = quiet ? NULL : stderr;
-    if (bfit_train(&c, &r) != BFIT_OK) {
-        cli_lib_error();
-        if (r.report_written)
-            fprintf(stderr, "batchfit: the report of the failed run is in %s\n", c.report);
-        return EXIT_FAIL;
+    c->opt = bfit_optim_cfg_default(a->kind);
+    if (a->mom_set)
+        c->opt.momentum = a->mom;
+    if (a->wd_set)
+        c->opt.weight_decay = a->wd;
+    c->opt.nesterov = a->nest;
+    c->sched = bfit_lr_schedule_default(a->sk);
+    c->sched.warmup_steps = a->warmup;
+    if (a->step_size)
+        c->sched.step_size = a->step_size;
+    c->sched.gamma = a->gamma;
+    c->human = a->quiet ? NULL : stderr;
+    c->resume_set = a->set;
+    c->nresume_set = a->nset;
+    return -1;
+}
+
+/* ---- signals: a stop at the next micro-step boundary, then a checkpoint --- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    static const char first[] = "\nbatchfit: stopping at the next micro-step boundary and writing a checkpoint "
+                                "(again to exit at once)\n";
+    if (stop_signal)
+        _exit(128 + sig); /* the second: at once; the last checkpoint is whole (atomic) */
+    stop_signal = sig;
+    if (write(STDERR_FILENO, first, sizeof first - 1) < 0)
+        return;
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The directory of a checkpoint file. */
+static void dir_of(const char *path, char *dir, size_t n)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, n, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+}
+
+/* A run that stopped early: what happened and the command that resumes it. */
+static int stopped(const args *a, const bfit_train_result *r, int rc)
+{
+    char dir[4200];
+    if (rc == BFIT_ESTOPPED) {
+        const char *sig = stop_signal == SIGTERM ? "SIGTERM" : stop_signal == SIGINT ? "SIGINT" : "a request";
+        fprintf(stderr, "batchfit: stopped by %s at step %lld\n", sig, (long long)r->steps);
+        if (r->checkpoint[0]) {
+            dir_of(r->checkpoint, dir, sizeof dir);
+            fprintf(stderr, "batchfit: the run's state is in %s; resume with: batchfit train --resume %s\n",
+                    r->checkpoint, dir);
+        } else {
+            fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
+        }
+        return stop_signal == SIGTERM ? EXIT_SIGTERM : EXIT_SIGINT;
     }
-    if (r.report_written && !quiet)
-        fprintf(stderr, "batchfit: report written to %s\n", c.report);
-    if (json)
+    cli_lib_error();
+    if (r->checkpoint[0]) {
+        dir_of(r->checkpoint, dir, sizeof dir);
+        fprintf(stderr, "batchfit: when the memory is back, resume with: batchfit train --resume %s\n", dir);
+    } else {
+        fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
+    }
+    (void)a;
+    return EXIT_MEMORY;
+}
+
+static int report(const args *a, const bfit_train_result *r)
+{
+    if (r->report_written && !a->quiet && a->c.report)
+        fprintf(stderr, "batchfit: report written to %s\n", a->c.report);
+    if (a->json)
         printf("{\"steps\":%lld,\"samples\":%lld,\"epochs\":%d,\"train_loss\":%.6f,\"test_loss\":%.6f,"
                "\"test_accuracy\":%.6f,\"train_seconds\":%.3f,\"micro_batch\":%d,\"batch\":%d,\"ooms\":%d,"
                "\"batch_changes\":%d,\"peak_bytes\":%llu}\n",
-               (long long)r.steps, (long long)r.samples, r.epochs, r.train_loss, r.test_loss, r.test_acc, r.seconds,
-               r.micro_batch, r.last_batch, r.ooms, r.batch_changes, (unsigned long long)r.peak_bytes);
+               (long long)r->steps, (long long)r->samples, r->epochs, r->train_loss, r->test_loss, r->test_acc,
+               r->seconds, r->micro_batch, r->last_batch, r->ooms, r->batch_changes,
+               (unsigned long long)r->peak_bytes);
     else
         printf("test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s)\n",
-               100 * r.test_acc, r.epochs, (long long)r.steps, r.seconds,
-               r.seconds > 0 ? (double)r.samples / r.seconds : 0.0);
+               100 * r->test_acc, r->epochs, (long long)r->steps, r->seconds,
+               r->seconds > 0 ? (double)r->samples / r->seconds : 0.0);
     return EXIT_OK;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    args *a = calloc(1, sizeof *a);
+    bfit_train_result r;
+    int code, rc;
+
+    if (!a) {
+        cli_error("out of memory");
+        return EXIT_FAIL;
+    }
+    if ((code = parse_args(argc, argv, a)) >= 0 || (code = finish_cfg(a)) >= 0) {
+        free(a);
+        return code;
+    }
+    catch_signals();
+    a->c.stop = &stop_signal;
+    rc = bfit_train(&a->c, &r);
+    if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r.stopped == BFIT_ENOMEM)) {
+        code = stopped(a, &r, rc);
+    } else if (rc != BFIT_OK) {
+        cli_lib_error();
+        if (r.report_written)
+            fprintf(stderr, "batchfit: the report of the failed run is in %s\n", a->c.report);
+        code = EXIT_FAIL;
+    } else {
+        code = report(a, &r);
+    }
+    free(a);
+    return code;
 }

@@ -5,6 +5,7 @@
 #include "base/err.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ typedef struct csv_parse {
     int32_t *y;
     int64_t n, cap;   /* rows stored, rows allocated */
     int maxl;
+    char note[160];   /* the header decision, for people */
 } csv_parse;
 
 static int is_blank(char c, char delim) { return (c == ' ' || c == '\t') && c != delim; }
@@ -68,18 +70,65 @@ static int parse_num(const char *s, double *v)
     return *end == '\0' && errno != ERANGE && isfinite(*v);
 }
 
-static int all_numeric(const csv_parse *p)
+/* A feature: a number that a float holds (stored as float, a larger one
+ * would become inf and surface far away as a NaN loss or a normalisation
+ * error). One too small for a float is 0 or a subnormal, harmless. */
+static int parse_feature(const csv_parse *p, int64_t line, int col, float *out)
 {
+    const char *s = p->field[col];
+    char *end;
     double v;
-    for (int j = 0; j < p->nfield; j++)
-        if (!parse_num(p->field[j], &v))
-            return 0;
-    return 1;
+
+    v = *s ? strtod(s, &end) : NAN;
+    if (!*s || *end != '\0' || isnan(v))
+        return bfit_fail(BFIT_EFORMAT, "%s:%lld: column %d: '%.40s' is not a number", p->path, (long long)line,
+                         col + 1, s);
+    if (!(fabs(v) <= FLT_MAX))
+        return bfit_fail(BFIT_EFORMAT, "%s:%lld: column %d: value '%.40s' is beyond the range of a 32-bit float "
+                         "(about -3.4e38 to 3.4e38)", p->path, (long long)line, col + 1, s);
+    *out = (float)v;
+    return BFIT_OK;
 }
 
-/* The first row fixes the column count and says whether it is a header. */
+/* Cells of the current row that are numbers; *first_not: the first that
+ * is not (-1 if all are). */
+static int count_numeric(const csv_parse *p, int *first_not)
+{
+    double v;
+    int n = 0;
+    *first_not = -1;
+    for (int j = 0; j < p->nfield; j++) {
+        if (parse_num(p->field[j], &v))
+            n++;
+        else if (*first_not < 0)
+            *first_not = j;
+    }
+    return n;
+}
+
+/* What the loader decided about the header, for the data set's note. */
+static void note_header(csv_parse *p, int64_t line, int is_header, const char *how)
+{
+    size_t used;
+    if (!is_header) {
+        snprintf(p->note, sizeof p->note, "no header (%s): line %lld is data", how, (long long)line);
+        return;
+    }
+    used = (size_t)snprintf(p->note, sizeof p->note, "line %lld is a header (%s): ", (long long)line, how);
+    for (int j = 0; j < p->nfield && used + 4 < sizeof p->note; j++)
+        used += (size_t)snprintf(p->note + used, sizeof p->note - used, "%s%s", j ? "," : "", p->field[j]);
+    if (used >= sizeof p->note)
+        memcpy(p->note + sizeof p->note - 4, "...", 4);
+}
+
+/* The first row fixes the column count and, with header auto, says whether
+ * it is a header: one that holds only names is, one of only numbers is data,
+ * and one that mixes them is neither (a typo in the first data row, which a
+ * looser rule would drop unannounced). */
 static int first_row(csv_parse *p, int64_t line, int *is_header)
 {
+    int numeric, bad;
+
     p->ncols = p->nfield;
     p->first = line;
     if (p->ncols < 2)
@@ -90,7 +139,20 @@ static int first_row(csv_parse *p, int64_t line, int *is_header)
     if (p->lc < 0 || p->lc >= p->ncols)
         return bfit_fail(BFIT_EINVAL, "label column %d does not exist: %s has %d columns (0..%d, or -1 for the last)",
                          p->o.label_col, p->path, p->ncols, p->ncols - 1);
-    *is_header = p->o.header == 1 || (p->o.header < 0 && !all_numeric(p));
+    if (p->o.header >= 0) {
+        *is_header = p->o.header == 1;
+        note_header(p, line, *is_header, *is_header ? "header yes" : "header no");
+        return BFIT_OK;
+    }
+    numeric = count_numeric(p, &bad);
+    if (numeric > 0 && numeric < p->nfield)
+        return bfit_fail(BFIT_EFORMAT, "%s:%lld: column %d: '%.40s' is not a number, but %d other cell%s of this "
+                         "first row %s: it is neither a header (names only) nor a data row (numbers only); fix the "
+                         "row, or set the header to yes (line %lld is a header) or no", p->path, (long long)line,
+                         bad + 1, p->field[bad], numeric, numeric == 1 ? "" : "s", numeric == 1 ? "is" : "are",
+                         (long long)line);
+    *is_header = numeric == 0;
+    note_header(p, line, *is_header, *is_header ? "auto: only names" : "auto: only numbers");
     return BFIT_OK;
 }
 
@@ -148,7 +210,6 @@ static int data_row(csv_parse *p, int64_t line)
         return rc;
     x = p->x + p->n * (p->ncols - 1);
     for (int j = 0; j < p->ncols; j++) {
-        double v;
         if (j == p->lc) {
             rc = parse_label(p, line, j, &p->y[p->n]);
             if (rc)
@@ -157,10 +218,8 @@ static int data_row(csv_parse *p, int64_t line)
                 p->maxl = p->y[p->n];
             continue;
         }
-        if (!parse_num(p->field[j], &v))
-            return bfit_fail(BFIT_EFORMAT, "%s:%lld: column %d: '%.40s' is not a number", p->path,
-                             (long long)line, j + 1, p->field[j]);
-        *x++ = (float)v;
+        if ((rc = parse_feature(p, line, j, x++)) != BFIT_OK)
+            return rc;
     }
     p->n++;
     return BFIT_OK;
@@ -241,6 +300,7 @@ int bfit_dataset_load_csv(const char *path, const bfit_data_opts *o, bfit_datase
     d->shape = bfit_shape_vec(p.ncols - 1);
     d->count = p.n;
     d->nclasses = p.o.nclasses ? p.o.nclasses : p.maxl + 1;
+    snprintf(d->note, sizeof d->note, "%s", p.note);
     *out = d;
 out_free:
     free(p.x);

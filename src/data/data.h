@@ -26,8 +26,11 @@ int bfit_dataset_load_idx(const char *images, const char *labels, int nclasses, 
 
 /* Load a CSV file of numeric features and one integer label column per row
  * (o: label_col, header, delim, nclasses; NULL for defaults). Blank lines and
- * lines starting with '#' are skipped. Samples have shape F x 1 x 1 where F
- * is the number of columns less the label. Errors name file:line:column. */
+ * lines starting with '#' are skipped. Header (o->header): 1 the first row
+ * is one, 0 it is data, -1 (auto) it is one when it holds only names and
+ * data when only numbers; a first row that mixes them is an error. Samples
+ * have shape F x 1 x 1 where F is the number of columns less the
+ * label. Errors name file:line:column. */
 int bfit_dataset_load_csv(const char *path, const bfit_data_opts *o, bfit_dataset **out);
 
 /* Make a data set from float samples in memory (copied): count samples of

@@ -14,6 +14,7 @@ struct bfit_dataset {
     uint8_t *u8;      /* count * numel pixels (IDX), or NULL */
     float *f32;       /* count * numel values (CSV, memory), or NULL */
     int32_t *labels;  /* count */
+    char note[160];   /* what the loader decided (a CSV's header), "" if nothing */
 };
 
 /* A data set with everything but the sample and label arrays, which the

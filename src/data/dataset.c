@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 /* Data sets known by name: an MNIST-layout directory and its class count. */
@@ -48,6 +49,21 @@ void bfit_dataset_free(bfit_dataset *d)
 }
 
 int64_t bfit_dataset_count(const bfit_dataset *d) { return d->count; }
+const char *bfit_dataset_note(const bfit_dataset *d) { return d->note; }
+
+static const char *const header_names[] = {"auto", "yes", "no"};
+
+int bfit_csv_header_parse(const char *name, bfit_csv_header *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (name && !strcasecmp(name, header_names[i])) {
+            *out = (bfit_csv_header)i;
+            return BFIT_OK;
+        }
+    return bfit_fail(BFIT_EINVAL, "unknown CSV header rule '%s' (valid: yes, no, auto)", name ? name : "");
+}
+
+const char *bfit_csv_header_name(bfit_csv_header h) { return (unsigned)h < 3 ? header_names[h] : "?"; }
 bfit_shape bfit_dataset_shape(const bfit_dataset *d) { return d->shape; }
 int bfit_dataset_classes(const bfit_dataset *d) { return d->nclasses; }
 const char *bfit_dataset_source(const bfit_dataset *d) { return d->source; }

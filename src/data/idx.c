@@ -107,10 +107,11 @@ static int read_header(idx_file *f, uint32_t want_magic)
         if (f->dim[i] == 0)
             return bfit_fail(BFIT_EFORMAT, "%s: dimension %d in the header is 0: the file holds no samples",
                              f->path, i + 1);
-        f->items *= f->dim[i];
-        if (f->items > IDX_MAX_ITEMS || f->dim[i] > INT32_MAX)
+        /* checked before multiplying: a hostile header must not overflow */
+        if (f->dim[i] > INT32_MAX || f->items > IDX_MAX_ITEMS / (int64_t)f->dim[i])
             return bfit_fail(BFIT_EFORMAT, "%s: header claims an implausible size (dimension %d is %u)",
                              f->path, i + 1, f->dim[i]);
+        f->items *= f->dim[i];
     }
     return BFIT_OK;
 }

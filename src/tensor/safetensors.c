@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 struct bfit_st_file {
     int n;
@@ -351,11 +353,120 @@ free_root:
     return rc;
 }
 
+/* Checksums ("crc32.<tensor>": 8 hex digits of zlib's CRC-32 over the
+ * tensor's bytes) are verified for every tensor that has one: a damaged
+ * file is an error naming the tensor, never weights loaded half right. */
+static int verify_checksums(const bfit_st_file *f, const char *path)
+{
+    for (int i = 0; i < f->nmeta; i++) {
+        const char *name, *hex = f->vals[i];
+        const bfit_st_tensor *t;
+        unsigned long want, got;
+        char *end;
+        if (strncmp(f->keys[i], BFIT_ST_CRC_PREFIX, strlen(BFIT_ST_CRC_PREFIX)) != 0)
+            continue;
+        name = f->keys[i] + strlen(BFIT_ST_CRC_PREFIX);
+        if (!(t = bfit_st_find(f, name)))
+            return bfit_fail(BFIT_EFORMAT, "%s: metadata \"%s\" is the checksum of a tensor the file does not have",
+                             path, f->keys[i]);
+        want = strlen(hex) == 8 && strspn(hex, "0123456789abcdef") == 8 ? strtoul(hex, &end, 16) : ULONG_MAX;
+        if (want == ULONG_MAX)
+            return bfit_fail(BFIT_EFORMAT, "%s: metadata \"%s\" is '%.20s', not 8 lowercase hex digits", path,
+                             f->keys[i], hex);
+        got = bfit_st_crc32(t->data, t->nbytes);
+        if (got != want)
+            return bfit_fail(BFIT_EFORMAT, "%s: tensor \"%s\" fails its checksum (crc32 %08lx, recorded %08lx): the "
+                             "file is damaged", path, name, got, want);
+    }
+    return BFIT_OK;
+}
+
+unsigned long bfit_st_crc32(const void *p, size_t n)
+{
+    uLong c = crc32(0L, Z_NULL, 0);
+    const Bytef *b = p;
+    while (n > 0) { /* zlib takes an unsigned int at a time */
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, b, k);
+        b += k;
+        n -= k;
+    }
+    return (unsigned long)c;
+}
+
+/* hdr: hlen header bytes (NUL-terminated at hlen); the tensors' bytes are
+ * already in f->buf (f->bufsize of them). */
+static int parse_all(bfit_st_file *f, const char *path, char *hdr, uint64_t hlen)
+{
+    int rc = parse_header(f, path, hdr, hlen, (int64_t)f->bufsize);
+    if (rc == BFIT_OK)
+        rc = verify_checksums(f, path);
+    return rc;
+}
+
+/* The 8-byte length at p and its checks against the size; *hlen gets it. */
+static int header_length(const uint8_t *lb, uint64_t fsize, const char *path, uint64_t *hlen)
+{
+    *hlen = 0;
+    if (fsize < 8)
+        return bfit_fail(BFIT_EFORMAT, "%s: only %llu bytes; a safetensors file starts with an 8-byte header length",
+                         path, (unsigned long long)fsize);
+    for (int i = 7; i >= 0; i--)
+        *hlen = *hlen << 8 | lb[i];
+    if (*hlen > fsize - 8)
+        return bfit_fail(BFIT_EFORMAT, "%s: header length %llu runs past the end of the file (%llu bytes follow it)",
+                         path, (unsigned long long)*hlen, (unsigned long long)(fsize - 8));
+    if (*hlen < 2 || *hlen > BFIT_ST_MAX_HEADER)
+        return bfit_fail(BFIT_EFORMAT, "%s: header length %llu is outside 2..%llu", path, (unsigned long long)*hlen,
+                         BFIT_ST_MAX_HEADER);
+    return BFIT_OK;
+}
+
+/* A file with its header read into a new buffer and room for the tensors. */
+static int start_file(uint64_t fsize, uint64_t hlen, const char *path, bfit_st_file **f, char **hdr)
+{
+    *hdr = malloc(hlen + 1);
+    *f = calloc(1, sizeof **f);
+    if (!*hdr || !*f)
+        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for the header", path);
+    (*f)->bufsize = fsize - 8 - hlen;
+    (*f)->buf = aligned_alloc(64, BFIT_ALIGN_UP((*f)->bufsize ? (*f)->bufsize : 1));
+    if (!(*f)->buf)
+        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %zu bytes of tensors", path, (*f)->bufsize);
+    return BFIT_OK;
+}
+
+int bfit_st_parse(const void *data, size_t len, const char *name, bfit_st_file **out)
+{
+    const uint8_t *p = data;
+    uint64_t hlen;
+    char *hdr = NULL;
+    bfit_st_file *f = NULL;
+    int rc;
+
+    *out = NULL;
+    if ((rc = header_length(p, len, name, &hlen)) != BFIT_OK)
+        return rc;
+    if ((rc = start_file(len, hlen, name, &f, &hdr)) == BFIT_OK) {
+        memcpy(hdr, p + 8, hlen);
+        hdr[hlen] = '\0';
+        memcpy(f->buf, p + 8 + hlen, f->bufsize);
+        rc = parse_all(f, name, hdr, hlen);
+    }
+    if (rc == BFIT_OK) {
+        *out = f;
+        f = NULL;
+    }
+    bfit_st_free(f);
+    free(hdr);
+    return rc;
+}
+
 int bfit_st_read(const char *path, bfit_st_file **out)
 {
     int fd, rc;
     struct stat st;
-    uint8_t lb[8];
+    uint8_t lb[8] = {0};
     uint64_t hlen = 0, fsize;
     char *hdr = NULL;
     bfit_st_file *f = NULL;
@@ -373,46 +484,20 @@ int bfit_st_read(const char *path, bfit_st_file **out)
         goto close_fd;
     }
     fsize = (uint64_t)st.st_size;
-    if (fsize < 8) {
-        rc = bfit_fail(BFIT_EFORMAT, "%s: only %llu bytes; a safetensors file starts with an 8-byte header length",
-                       path, (unsigned long long)fsize);
+    if (fsize >= 8 && (rc = pread_full(fd, lb, 8, 0, path)) != BFIT_OK)
         goto close_fd;
-    }
-    rc = pread_full(fd, lb, 8, 0, path);
-    if (rc != BFIT_OK)
+    if ((rc = header_length(lb, fsize, path, &hlen)) != BFIT_OK)
         goto close_fd;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | lb[i];
-    if (hlen > fsize - 8) {
-        rc = bfit_fail(BFIT_EFORMAT, "%s: header length %llu runs past the end of the file (%llu bytes follow it)",
-                       path, (unsigned long long)hlen, (unsigned long long)(fsize - 8));
-        goto close_fd;
-    }
-    if (hlen < 2 || hlen > BFIT_ST_MAX_HEADER) {
-        rc = bfit_fail(BFIT_EFORMAT, "%s: header length %llu is outside 2..%llu", path, (unsigned long long)hlen,
-                       BFIT_ST_MAX_HEADER);
-        goto close_fd;
-    }
-    hdr = malloc(hlen + 1);
-    f = calloc(1, sizeof *f);
-    if (!hdr || !f) {
-        rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory for the header", path);
+    if ((rc = start_file(fsize, hlen, path, &f, &hdr)) != BFIT_OK)
         goto free_all;
-    }
     rc = pread_full(fd, hdr, hlen, 8, path);
     if (rc != BFIT_OK)
         goto free_all;
     hdr[hlen] = '\0';
-    f->bufsize = fsize - 8 - hlen;
-    f->buf = aligned_alloc(64, BFIT_ALIGN_UP(f->bufsize ? f->bufsize : 1));
-    if (!f->buf) {
-        rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %zu bytes of tensors", path, f->bufsize);
-        goto free_all;
-    }
     rc = pread_full(fd, f->buf, f->bufsize, (off_t)(8 + hlen), path);
     if (rc != BFIT_OK)
         goto free_all;
-    rc = parse_header(f, path, hdr, hlen, (int64_t)f->bufsize);
+    rc = parse_all(f, path, hdr, hlen);
     if (rc != BFIT_OK)
         goto free_all;
     *out = f;
@@ -596,6 +681,9 @@ static int check_write_args(const char *path, const bfit_st_tensor *t, int n, co
     for (int i = 0; i < nmeta; i++) {
         if (!mk[i] || !mv[i])
             return bfit_fail(BFIT_EINVAL, "%s: metadata %d has a null key or value", path, i);
+        if (!strncmp(mk[i], BFIT_ST_CRC_PREFIX, strlen(BFIT_ST_CRC_PREFIX)))
+            return bfit_fail(BFIT_EINVAL, "%s: metadata key \"%s\": the prefix %s is for checksums", path, mk[i],
+                             BFIT_ST_CRC_PREFIX);
         for (int j = 0; j < i; j++)
             if (strcmp(mk[j], mk[i]) == 0)
                 return bfit_fail(BFIT_EINVAL, "%s: metadata key \"%s\" given twice", path, mk[i]);
@@ -639,17 +727,67 @@ static int build_header(sbuf *b, const bfit_st_tensor *t, const int *order, int 
     return b->oom ? bfit_fail(BFIT_ENOMEM, "safetensors write: out of host memory for the header") : BFIT_OK;
 }
 
+/* The caller's metadata and, with checksums, "crc32.<name>" of each tensor. */
+static int all_meta(const bfit_st_tensor *t, int n, const char *const *mk, const char *const *mv, int nmeta,
+                    int checksums, char ***keys, char ***vals, int *total)
+{
+    int k = nmeta + (checksums ? n : 0);
+    *keys = calloc((size_t)k + 1, sizeof **keys);
+    *vals = calloc((size_t)k + 1, sizeof **vals);
+    *total = 0;
+    if (!*keys || !*vals)
+        return bfit_fail(BFIT_ENOMEM, "safetensors write: out of host memory");
+    for (int i = 0; i < nmeta; i++) {
+        (*keys)[i] = (char *)mk[i];
+        (*vals)[i] = (char *)mv[i];
+    }
+    *total = nmeta;
+    for (int i = 0; checksums && i < n; i++) {
+        size_t len = strlen(BFIT_ST_CRC_PREFIX) + strlen(t[i].name) + 1;
+        char *key = malloc(len), *val = malloc(9);
+        if (!key || !val) {
+            free(key);
+            free(val);
+            return bfit_fail(BFIT_ENOMEM, "safetensors write: out of host memory");
+        }
+        snprintf(key, len, "%s%s", BFIT_ST_CRC_PREFIX, t[i].name);
+        snprintf(val, 9, "%08lx", bfit_st_crc32(t[i].data, t[i].nbytes));
+        (*keys)[*total] = key;
+        (*vals)[(*total)++] = val;
+    }
+    return BFIT_OK;
+}
+
+static void free_meta(char **keys, char **vals, int nmeta, int total)
+{
+    for (int i = nmeta; keys && vals && i < total; i++) {
+        free(keys[i]);
+        free(vals[i]);
+    }
+    free(keys);
+    free(vals);
+}
+
 int bfit_st_write(const char *path, const bfit_st_tensor *tensors, int n, const char *const *meta_keys,
                   const char *const *meta_vals, int nmeta)
 {
+    return bfit_st_write_ex(path, tensors, n, meta_keys, meta_vals, nmeta, NULL);
+}
+
+int bfit_st_write_ex(const char *path, const bfit_st_tensor *tensors, int n, const char *const *meta_keys,
+                     const char *const *meta_vals, int nmeta, const bfit_st_write_opts *o)
+{
     sbuf hdr = {0};
-    int *order = NULL, rc, k = 0;
+    int *order = NULL, rc, k = 0, total = 0;
+    char **keys = NULL, **vals = NULL;
     bfit_atomic_file af;
     uint8_t lb[8];
 
     rc = check_write_args(path, tensors, n, meta_keys, meta_vals, nmeta);
     if (rc != BFIT_OK)
         return rc;
+    if ((rc = all_meta(tensors, n, meta_keys, meta_vals, nmeta, o && o->checksums, &keys, &vals, &total)) != BFIT_OK)
+        goto free_mem;
     order = malloc(sizeof *order * ((size_t)n + 1));
     if (!order) {
         rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory", path);
@@ -661,7 +799,7 @@ int bfit_st_write(const char *path, const bfit_st_tensor *tensors, int n, const 
         for (int i = 0; i < n; i++)
             if (bfit_st_dtype_size(tensors[i].dtype) == es)
                 order[k++] = i;
-    rc = build_header(&hdr, tensors, order, n, meta_keys, meta_vals, nmeta);
+    rc = build_header(&hdr, tensors, order, n, (const char *const *)keys, (const char *const *)vals, total);
     if (rc != BFIT_OK)
         goto free_mem;
     for (int i = 0; i < 8; i++)
@@ -673,13 +811,17 @@ int bfit_st_write(const char *path, const bfit_st_tensor *tensors, int n, const 
     rc = bfit_atomic_write(&af, lb, 8);
     if (rc == BFIT_OK)
         rc = bfit_atomic_write(&af, hdr.p, hdr.n);
-    for (int i = 0; i < n && rc == BFIT_OK; i++)
+    for (int i = 0; i < n && rc == BFIT_OK; i++) {
+        if (o && o->mid && i == n / 2)
+            o->mid(o->ud, af.tmp);
         rc = bfit_atomic_write(&af, tensors[order[i]].data, tensors[order[i]].nbytes);
+    }
     if (rc == BFIT_OK)
         rc = bfit_atomic_commit(&af);
-    else
+    else if (af.fd >= 0)
         bfit_atomic_abort(&af);
 free_mem:
+    free_meta(keys, vals, nmeta, total);
     free(hdr.p);
     free(order);
     return rc;

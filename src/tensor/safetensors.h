@@ -36,12 +36,20 @@ size_t bfit_st_dtype_size(const char *dtype);
 /* Elements of a tensor (product of its shape; 1 for a scalar). */
 int64_t bfit_st_numel(const bfit_st_tensor *t);
 
+/* Metadata "crc32.<tensor name>" holds the CRC-32 (zlib's) of the tensor's
+ * bytes as 8 lowercase hex digits; readers that do not know it ignore it. */
+#define BFIT_ST_CRC_PREFIX "crc32."
+unsigned long bfit_st_crc32(const void *p, size_t n);
+
 /* Read and validate a whole file. The byte buffer is held in one 64-byte
  * aligned block, so a tensor's data is aligned as its begin offset is (files
  * we write keep every tensor at a multiple of its element size). Errors:
  * BFIT_EIO (cannot open/read), BFIT_EFORMAT (contents; the message names the
- * file and the tensor or field), BFIT_ENOMEM (host memory). */
+ * file and the tensor or field), BFIT_ENOMEM (host memory). Every tensor
+ * with a checksum in the metadata is verified (BFIT_EFORMAT naming it). */
 int bfit_st_read(const char *path, bfit_st_file **out);
+/* The same over len bytes in memory (copied); name is what messages call it. */
+int bfit_st_parse(const void *data, size_t len, const char *name, bfit_st_file **out);
 void bfit_st_free(bfit_st_file *f);
 
 /* Tensors in the order the header lists them. */
@@ -68,5 +76,15 @@ int bfit_st_to_f32(const bfit_st_tensor *t, float *dst, int64_t n);
  * arguments, BFIT_EIO for the file system, BFIT_ENOMEM for host memory. */
 int bfit_st_write(const char *path, const bfit_st_tensor *tensors, int n, const char *const *meta_keys,
                   const char *const *meta_vals, int nmeta);
+
+typedef struct bfit_st_write_opts {
+    int checksums;                               /* add "crc32.<name>" for every tensor */
+    void (*mid)(void *ud, const char *tmp_path); /* tests: called with half the tensors in the temporary file */
+    void *ud;
+} bfit_st_write_opts;
+/* bfit_st_write with options (NULL: none). Caller metadata may not use the
+ * checksum prefix. */
+int bfit_st_write_ex(const char *path, const bfit_st_tensor *tensors, int n, const char *const *meta_keys,
+                     const char *const *meta_vals, int nmeta, const bfit_st_write_opts *o);
 
 #endif

@@ -168,6 +168,7 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     memset(&c, 0, sizeof c);
     c.model = cfg->model;
     c.data = cfg->data;
+    c.csv_header = cfg->csv_header;
     c.want_test = 1;
     c.device = cfg->device;
     c.device_name = cfg->device_name;
@@ -179,6 +180,8 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     rc = bfit_session_open_model(s, &c);
     if (rc == BFIT_OK)
         rc = bfit_session_open_data(s, &c);
+    if (rc == BFIT_OK && cfg->human && s->test_own && bfit_dataset_note(s->test_own)[0])
+        fprintf(cfg->human, "batchfit: %s: %s\n", bfit_dataset_source(s->test_own), bfit_dataset_note(s->test_own));
     if (rc == BFIT_OK)
         rc = bfit_model_alloc_params(s->M, 0);
     if (rc == BFIT_OK)

@@ -16,15 +16,27 @@ double bfit_now(void)
 
 int bfit_log_open(bfit_log *lg, const char *json_path, FILE *human, double interval)
 {
+    return bfit_log_open_at(lg, json_path, human, interval, -1);
+}
+
+int bfit_log_open_at(bfit_log *lg, const char *json_path, FILE *human, double interval, int64_t at)
+{
     memset(lg, 0, sizeof *lg);
     lg->human = human;
     lg->tty = human && isatty(fileno(human));
     lg->interval = interval;
     lg->last_plain = -1e9;
     if (json_path && strcmp(json_path, "-") != 0) {
-        lg->json = fopen(json_path, "w");
+        lg->json = fopen(json_path, at >= 0 ? "r+" : "w");
         if (!lg->json)
             return bfit_fail(BFIT_EIO, "%s: cannot open the log for writing: %s", json_path, strerror(errno));
+        if (at >= 0 && (ftruncate(fileno(lg->json), (off_t)at) != 0 || fseek(lg->json, (long)at, SEEK_SET) != 0)) {
+            int e = errno;
+            fclose(lg->json);
+            lg->json = NULL;
+            return bfit_fail(BFIT_EIO, "%s: cannot continue the log at byte %lld: %s", json_path, (long long)at,
+                             strerror(e));
+        }
     }
     return BFIT_OK;
 }

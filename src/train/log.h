@@ -4,6 +4,7 @@
 #define BFIT_LOG_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct bfit_log {
@@ -17,6 +18,9 @@ typedef struct bfit_log {
 
 /* Open path for the event log ("-": none). BFIT_EIO naming the path. */
 int bfit_log_open(bfit_log *lg, const char *json_path, FILE *human, double interval);
+/* The same, continuing an existing log cut to `at` bytes (a run resumed
+ * from a checkpoint taken when the log was that long); at < 0: a new log. */
+int bfit_log_open_at(bfit_log *lg, const char *json_path, FILE *human, double interval, int64_t at);
 void bfit_log_close(bfit_log *lg);
 /* One event: fields is the inside of a JSON object ("\"a\":1,\"b\":2"). */
 void bfit_log_event(bfit_log *lg, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -5,10 +5,13 @@
 #include "base/text.h"
 #include "train/run_int.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 bfit_train_cfg bfit_train_cfg_default(void)
@@ -28,6 +31,8 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.progress_interval = 10;
     c.lr_rule = -1;
     c.rewarmup_steps = 100;
+    c.checkpoint_keep = 3;
+    c.wait_for_memory = 300;
     return c;
 }
 
@@ -46,14 +51,80 @@ static int check_out_dir(const char *field, const char *path)
     return BFIT_OK;
 }
 
+/* The limits of each kind of value (batchfit.h), as the command line and the
+ * schedule parsers apply them, for callers who fill the configuration. */
+static int check_limits(const bfit_train_cfg *c)
+{
+    const struct { const char *field; int64_t v, min, max; } f[] = {
+        {"batch", c->batch, c->adaptive ? 0 : 1, BFIT_BATCH_MAX},
+        {"micro_batch", c->micro_batch, 0, BFIT_BATCH_MAX},
+        {"eval_batch", c->eval_batch, 0, BFIT_BATCH_MAX},
+        {"batch_min", c->batch_min, 0, BFIT_BATCH_MAX},
+        {"batch_max", c->batch_max, 0, BFIT_BATCH_MAX},
+        {"epochs", c->epochs, 1, BFIT_EPOCHS_MAX},
+        {"epoch_samples", c->epoch_samples, 0, BFIT_COUNT_MAX},
+        {"eval_samples", c->eval_samples, 0, BFIT_COUNT_MAX},
+        {"max_steps", c->max_steps, 0, BFIT_COUNT_MAX},
+        {"rewarmup_steps", c->rewarmup_steps, 0, BFIT_COUNT_MAX},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < f[i].min || f[i].v > f[i].max)
+            return bfit_fail_field(BFIT_EINVAL, f[i].field, "%lld is out of range: expected %lld to %lld",
+                                   (long long)f[i].v, (long long)f[i].min, (long long)f[i].max);
+    for (int i = 0; c->batch_schedule && i < c->nbatch_schedule; i++)
+        if (c->batch_schedule[i].batch < 1 || c->batch_schedule[i].batch > BFIT_BATCH_MAX ||
+            c->batch_schedule[i].at < 0 ||
+            c->batch_schedule[i].at > (c->batch_schedule[i].by_epoch ? BFIT_EPOCHS_MAX : BFIT_COUNT_MAX))
+            return bfit_fail_field(BFIT_EINVAL, "batch_schedule", "point %d (%lld:%d) is out of range: batch 1 to %d, "
+                                   "step 0 to %lld or epoch 0 to %d", i + 1, (long long)c->batch_schedule[i].at,
+                                   c->batch_schedule[i].batch, BFIT_BATCH_MAX, (long long)BFIT_COUNT_MAX,
+                                   BFIT_EPOCHS_MAX);
+    for (int i = 0; c->memory_schedule && i < c->nmemory_schedule; i++)
+        if (c->memory_schedule[i].capacity == 0 || c->memory_schedule[i].step < 0 ||
+            c->memory_schedule[i].step > BFIT_COUNT_MAX ||
+            (i > 0 && c->memory_schedule[i].step <= c->memory_schedule[i - 1].step))
+            return bfit_fail_field(BFIT_EINVAL, "memory_schedule", "point %d (step %lld, %llu bytes): steps must rise "
+                                   "from 0 to at most %lld and capacities be above 0", i + 1,
+                                   (long long)c->memory_schedule[i].step,
+                                   (unsigned long long)c->memory_schedule[i].capacity, (long long)BFIT_COUNT_MAX);
+    return BFIT_OK;
+}
+
+/* Checkpoints: a directory that is or can be made, of a run whose samples
+ * can be found again (not a caller's source). */
+static int check_ckpt(const bfit_train_cfg *c)
+{
+    struct stat st;
+    if (c->train_source)
+        return bfit_fail_field(BFIT_EINVAL, "checkpoint", "needs the training samples from a data set: a caller's "
+                               "source (train_source) cannot be wound back to where a checkpoint was");
+    if (c->checkpoint_keep < 1 || c->checkpoint_steps < 0 || c->checkpoint_steps > BFIT_COUNT_MAX ||
+        !(c->checkpoint_seconds >= 0) || !(c->wait_for_memory >= 0))
+        return bfit_fail_field(BFIT_EINVAL, "checkpoint", "keep %d (at least 1), every %lld steps or %g s (not "
+                               "negative), wait for memory %g s (not negative)", c->checkpoint_keep,
+                               (long long)c->checkpoint_steps, c->checkpoint_seconds, c->wait_for_memory);
+    if (stat(c->checkpoint, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return bfit_fail_field(BFIT_EIO, "checkpoint", "%s is not a directory", c->checkpoint);
+        if (access(c->checkpoint, W_OK) != 0)
+            return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot write into it: %s", c->checkpoint,
+                                   strerror(errno));
+        return BFIT_OK;
+    }
+    return check_out_dir("checkpoint", c->checkpoint); /* made at the first checkpoint */
+}
+
 static int check_cfg(const bfit_train_cfg *c)
 {
+    int rc;
     if (!c->adaptive && c->batch < 1)
         return bfit_fail_field(BFIT_EINVAL, "batch", "must be at least 1, got %d", c->batch);
     if (c->epochs < 1)
         return bfit_fail_field(BFIT_EINVAL, "epochs", "must be at least 1, got %d", c->epochs);
     if (c->micro_batch < 0)
         return bfit_fail_field(BFIT_EINVAL, "micro_batch", "must be 0 (auto) or at least 1, got %d", c->micro_batch);
+    if (check_limits(c) != BFIT_OK)
+        return BFIT_EINVAL;
     if (!(c->lr > 0) || !isfinite(c->lr))
         return bfit_fail_field(BFIT_EINVAL, "lr", "must be a positive number, got %g", c->lr);
     if (!(c->margin >= 0 && c->margin < 1))
@@ -68,6 +139,8 @@ static int check_cfg(const bfit_train_cfg *c)
         return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
     if (c->save && check_out_dir("save", c->save) != BFIT_OK)
         return BFIT_EIO;
+    if (c->checkpoint && (rc = check_ckpt(c)) != BFIT_OK)
+        return rc;
     if (c->report && check_out_dir("report", c->report) != BFIT_OK)
         return BFIT_EIO;
     return bfit_optim_cfg_check(&c->opt);
@@ -138,6 +211,8 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
     }
 }
 
+uint64_t run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
+
 /* Say how far from fitting a model is that does not fit even m = 1. */
 int run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
@@ -161,6 +236,7 @@ static int open_session(bfit_run *r)
     sc->model = c->model;
     sc->data = c->data;
     sc->test_data = c->test_data;
+    sc->csv_header = c->csv_header;
     sc->given_train = c->train_set;
     sc->given_test = c->test_set;
     sc->want_train = !c->train_source;
@@ -261,6 +337,23 @@ static void plan_json(bfit_run *r, char *buf, size_t n)
                  (unsigned long long)bfit_plan_budget(r->base_capacity, r->cfg.margin));
 }
 
+/* What the loaders decided that a person should see (a CSV's header). */
+static void log_data_notes(bfit_run *r)
+{
+    const bfit_dataset *sets[2] = {r->s.train_own, r->s.test_own};
+    for (int i = 0; i < 2; i++) {
+        char src[1024], note[400];
+        if (!sets[i] || !bfit_dataset_note(sets[i])[0] ||
+            (i == 1 && sets[0] && !strcmp(bfit_dataset_source(sets[0]), bfit_dataset_source(sets[1]))))
+            continue;
+        bfit_json_escape(bfit_dataset_source(sets[i]), src, sizeof src);
+        bfit_json_escape(bfit_dataset_note(sets[i]), note, sizeof note);
+        bfit_log_event(&r->lg, "data", "\"split\":\"%s\",\"source\":\"%s\",\"samples\":%lld,\"note\":\"%s\"",
+                       i ? "test" : "train", src, (long long)bfit_dataset_count(sets[i]), note);
+        bfit_log_say(&r->lg, "batchfit: %s: %s", bfit_dataset_source(sets[i]), bfit_dataset_note(sets[i]));
+    }
+}
+
 static void log_start(bfit_run *r, const bfit_controller_config *cc)
 {
     const bfit_train_cfg *c = &r->cfg;
@@ -268,6 +361,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
     char plan[512], model[1024], data[1024];
     bfit_device_info_get(r->s.dev, &di);
     plan_json(r, plan, sizeof plan);
+    log_data_notes(r);
     /* paths may hold quotes or backslashes: the log must stay JSON */
     bfit_json_escape(c->model, model, sizeof model);
     bfit_json_escape(c->data ? c->data : "(given)", data, sizeof data);
@@ -334,14 +428,25 @@ static int resolve_conv_algo(bfit_run *r)
     return BFIT_OK;
 }
 
+/* The host copy of the running statistics a step starts from. */
+static int alloc_stats_snap(bfit_run *r)
+{
+    for (int i = 0; i < r->s.M->nparams; i++)
+        if (!r->s.M->params[i]->trainable)
+            r->stats_bytes += bfit_param_bytes(r->s.M->params[i]);
+    if (r->stats_bytes && !(r->stats_snap = malloc(r->stats_bytes)))
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    return BFIT_OK;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
     int64_t ntrain;
     int rc;
 
-    if ((rc = open_session(r)) != BFIT_OK || (rc = bfit_log_open(&r->lg, r->cfg.log, r->cfg.human,
-                                                                 r->cfg.progress_interval)) != BFIT_OK)
+    if ((rc = open_session(r)) != BFIT_OK || (rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human,
+                                                                    r->cfg.progress_interval, r->log_offset)) != BFIT_OK)
         return rc;
     r->log_open = 1;
     r->configured = bfit_arena_capacity(r->s.arena);
@@ -363,14 +468,22 @@ static int setup(bfit_run *r)
     if (r->cfg.fail_nth_alloc)
         bfit_arena_fail_nth(r->s.arena, r->cfg.fail_nth_alloc);
     controller_config(r, &cc);
+    r->fixed_bytes = cc.fixed_bytes;
     rc = bfit_controller_new(&cc, &r->ctl);
     if (rc == BFIT_ENOMEM)
         return run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
-        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK || (rc = finish_schedule(r)) != BFIT_OK)
+        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK || (rc = finish_schedule(r)) != BFIT_OK ||
+        (rc = alloc_stats_snap(r)) != BFIT_OK)
         return rc;
     r->m = r->d.m;
-    log_start(r, &cc);
+    if (r->log_offset < 0) /* a log continued from a checkpoint has its start */
+        log_start(r, &cc);
+    if (r->ck && (rc = run_resume_state(r)) != BFIT_OK)
+        return rc;
+    run_resume_close(r);
+    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->cfg.checkpoint ? r->cfg.checkpoint : "");
+    r->ckpt_t = bfit_now();
     return BFIT_OK;
 }
 
@@ -381,12 +494,17 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged)
 
     *out = NULL;
     *logged = 0;
-    if ((rc = check_cfg(cfg)) != BFIT_OK)
-        return rc;
     r = calloc(1, sizeof *r);
     if (!r)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     r->cfg = *cfg;
+    r->log_offset = -1;
+    r->ckpt_step = -1;
+    /* resuming: the checkpoint's configuration fills what the caller left out */
+    if ((cfg->resume && (rc = run_resume_open(r)) != BFIT_OK) || (rc = check_cfg(&r->cfg)) != BFIT_OK) {
+        bfit_run_free(r);
+        return rc;
+    }
     r->ep_t0 = bfit_now();
     rc = setup(r);
     *logged = r->log_open;
@@ -421,6 +539,9 @@ void bfit_run_free(bfit_run *r)
     free(r->stage_y);
     free(r->micro_sq);
     free(r->micro_n);
+    free(r->stats_snap);
+    run_resume_close(r);
+    cJSON_Delete(r->ck_cfg);
     free(r);
 }
 

@@ -4,12 +4,15 @@
 #ifndef BFIT_RUN_INT_H
 #define BFIT_RUN_INT_H
 
+#include "batch/control_state.h"
 #include "batch/plan.h"
 #include "batch/session.h"
 #include "optim/gradnorm.h"
 #include "train/feed.h"
 #include "train/log.h"
 #include "train/trainer.h"
+
+#include <stdatomic.h>
 
 #define MAX_MICRO 4096 /* micro-batches of one step whose norms the noise scale sees */
 
@@ -23,6 +26,22 @@ typedef struct plan_ctx {
     int memo_m[PLAN_MEMO];
     uint64_t memo_b[PLAN_MEMO];
 } plan_ctx;
+
+/* Where a run is at an optimizer-step boundary, on the host: with the
+ * device's parameters and optimizer state, all a checkpoint holds (docs:
+ * ckpt.c). Taken at each step's start, so an abandoned step (a stop, memory
+ * that did not come back) puts the run back where it was. */
+typedef struct run_snap {
+    int64_t step, samples, taken, ep_count, per_epoch;
+    int epoch, m, warned_bn, nmem;
+    uint64_t micro;            /* dropout seeds */
+    double train_time, ep_loss;
+    bfit_train_result res;
+    bfit_batch_decision d;
+    bfit_controller_state ctl;
+    int64_t cursor_epoch, cursor_pos; /* the training stream's */
+    int64_t optim_steps;
+} run_snap;
 
 struct bfit_run {
     bfit_train_cfg cfg;
@@ -56,6 +75,27 @@ struct bfit_run {
     double train_time, ep_loss, ep_t0;
     int64_t ep_count;
     bfit_train_result res;
+    /* stopping, abandoning a step, waiting */
+    atomic_int stop_req;       /* bfit_run_request_stop */
+    run_snap snap;             /* the state at the step's start */
+    float *stats_snap;         /* and the running statistics (batch norm) then, on the host */
+    uint64_t stats_bytes;      /* their bytes (0: the model has none) */
+    double waited;             /* seconds spent waiting for memory */
+    double step_waited;        /*   in this step */
+    double wait_until;         /* this step waits for memory until then (0: has not waited) */
+    uint64_t fixed_bytes;      /* the controller's fixed part */
+    int broken;                /* a step failed past its update: no step or checkpoint follows */
+    /* checkpoints */
+    double ckpt_t;             /* when the last was written (or the run started) */
+    int64_t ckpt_step;         /* and at which step (-1: none yet) */
+    char ckpt_dir[4096];       /* where they go ("" none) */
+    struct cJSON *ck_cfg;      /* resuming: the checkpoint's configuration (cfg strings point into it) */
+    struct bfit_st_file *ck;   /*   and the file, until its state is put back */
+    char ck_path[4200];
+    int64_t log_offset;        /* resuming: where the log is cut to, -1: a new log */
+    bfit_batch_point ck_bpts[BFIT_BATCH_SCHEDULE_MAX]; /* the checkpoint's schedules, when taken from it */
+    bfit_mem_point ck_mpts[BFIT_MEM_SCHEDULE_MAX];
+    char meta_steps[32], meta_acc[32];
 };
 
 /* run.c */
@@ -63,10 +103,30 @@ struct bfit_run {
  * failed: the log ends with the error). */
 int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged);
 int run_plan_fits_msg(bfit_run *r, uint64_t budget);
+uint64_t run_plan_one(bfit_run *r); /* the plan's bytes at micro-batch 1, the run's extra included */
 /* step.c */
 void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);
 int run_apply_memory_schedule(bfit_run *r, int64_t upto);
 void run_watch_device(bfit_run *r);
+/* train.c: the metadata of a weights file (format first); bufs[0..1] are to be freed */
+#define RUN_META_MAX 7
+int run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs);
+/* step.c: the snapshot of a step boundary, and going back to it */
+void run_snap_take(bfit_run *r, run_snap *s);
+int run_rollback(bfit_run *r);
+int run_stop_requested(bfit_run *r);
+/* ckpt.c */
+int run_resume_open(bfit_run *r);   /* before setup: the file, its configuration merged into r->cfg */
+int run_resume_state(bfit_run *r);  /* after setup: the state put back */
+void run_resume_close(bfit_run *r);
+int run_checkpoint_due(const bfit_run *r);
+/* ckpt_cfg.c: the configuration a checkpoint keeps */
+struct cJSON *ckpt_cfg_to_json(const bfit_train_cfg *c);
+int ckpt_cfg_merge(bfit_train_cfg *c, const struct cJSON *saved, const char *path, bfit_batch_point *bpts,
+                   bfit_mem_point *mpts);
+/* ckpt_state.c: the state as JSON */
+struct cJSON *ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched);
+int ckpt_state_from_json(const struct cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched);
 /* eval.c */
 int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);

@@ -8,10 +8,13 @@
  * the same samples are taken again: they are still in the host staging, so
  * the stream is not rewound. */
 #include "base/err.h"
+#include "base/text.h"
 #include "train/run_int.h"
 
+#include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 /* The step's blocks held now count as free: any m may take them. */
 static uint64_t free_for_step(const bfit_run *r)
@@ -86,6 +89,187 @@ void run_watch_device(bfit_run *r)
                  bfit_format_size(free_b, s1, sizeof s1), bfit_format_size(cap, s2, sizeof s2));
 }
 
+/* ---- stopping, abandoning a step, waiting for memory ------------------------ */
+
+int run_stop_requested(bfit_run *r)
+{
+    return atomic_load_explicit(&r->stop_req, memory_order_relaxed) || (r->cfg.stop && *r->cfg.stop);
+}
+
+void bfit_run_request_stop(bfit_run *r) { atomic_store(&r->stop_req, 1); }
+
+void run_snap_take(bfit_run *r, run_snap *s)
+{
+    memset(s, 0, sizeof *s);
+    s->step = r->step;
+    s->samples = r->samples;
+    s->taken = r->taken;
+    s->ep_count = r->ep_count;
+    s->per_epoch = r->per_epoch;
+    s->epoch = r->epoch;
+    s->m = r->m;
+    s->warned_bn = r->warned_bn;
+    s->nmem = r->nmem;
+    s->micro = r->micro;
+    s->train_time = r->train_time;
+    s->ep_loss = r->ep_loss;
+    s->res = r->res;
+    s->d = r->d;
+    bfit_controller_state_get(r->ctl, &s->ctl);
+    if (r->tr.s) {
+        bfit_cursor c = bfit_stream_tell(r->tr.s);
+        s->cursor_epoch = c.epoch;
+        s->cursor_pos = c.pos;
+    }
+    s->optim_steps = bfit_optim_steps(r->opt);
+}
+
+/* The running statistics (parameters that are not trained: batch norm's)
+ * to (up 0) or from (up 1) the host snapshot: a forward in training mode
+ * moves them, so an abandoned step must put them back. */
+static int stats_io(bfit_run *r, int up)
+{
+    uint64_t off = 0;
+    int rc = BFIT_OK;
+    for (int i = 0; i < r->s.M->nparams && rc == BFIT_OK; i++) {
+        bfit_param *p = r->s.M->params[i];
+        size_t n = bfit_param_bytes(p);
+        if (p->trainable)
+            continue;
+        rc = up ? bfit_device_upload(r->s.dev, p->data, (char *)r->stats_snap + off, n)
+                : bfit_device_download(r->s.dev, (char *)r->stats_snap + off, p->data, n);
+        off += n;
+    }
+    return rc;
+}
+
+/* Back to the step's start: nothing of the abandoned step remains. */
+int run_rollback(bfit_run *r)
+{
+    const run_snap *s = &r->snap;
+    int rc = bfit_model_zero_grads(r->s.M);
+    if (rc == BFIT_OK && r->cfg.adaptive)
+        rc = bfit_gradnorm_track_reset(r->gn);
+    if (rc == BFIT_OK && r->stats_bytes)
+        rc = stats_io(r, 1);
+    if (rc == BFIT_OK)
+        rc = bfit_controller_state_set(r->ctl, &s->ctl);
+    if (rc == BFIT_OK && r->tr.s) {
+        bfit_cursor c = {s->cursor_epoch, s->cursor_pos};
+        rc = bfit_stream_seek(r->tr.s, c);
+    }
+    if (rc != BFIT_OK)
+        return rc;
+    r->step = s->step;
+    r->samples = s->samples;
+    r->taken = s->taken;
+    r->ep_count = s->ep_count;
+    r->epoch = s->epoch;
+    r->m = s->m;
+    r->warned_bn = s->warned_bn;
+    r->nmem = s->nmem;
+    r->micro = s->micro;
+    r->train_time = s->train_time;
+    r->ep_loss = s->ep_loss;
+    r->res = s->res;
+    r->d = s->d;
+    bfit_model_unreserve(r->s.M);
+    return BFIT_OK;
+}
+
+/* Bytes micro-batch 1 lacks now (0: it fits), by the controller's rule: the
+ * whole step within the budget, its blocks within what is free. */
+static uint64_t missing_for_one(bfit_run *r, uint64_t *need)
+{
+    uint64_t budget = bfit_plan_budget(bfit_arena_capacity(r->s.arena), r->cfg.margin), free_now = free_for_step(r);
+    uint64_t step_need, a, b;
+    *need = run_plan_one(r);
+    step_need = *need > r->fixed_bytes ? *need - r->fixed_bytes : 0;
+    a = *need > budget ? *need - budget : 0;
+    b = step_need > free_now ? step_need - free_now : 0;
+    return a > b ? a : b;
+}
+
+/* Tell the controller what memory there is now (it learns it otherwise
+ * only from a step it observed). */
+static void controller_memory_now(bfit_run *r)
+{
+    bfit_controller_state cs;
+    bfit_controller_state_get(r->ctl, &cs);
+    cs.capacity = bfit_arena_capacity(r->s.arena);
+    cs.free = free_for_step(r);
+    bfit_controller_state_set(r->ctl, &cs);
+}
+
+static void nap(bfit_run *r, double s)
+{
+    for (double slept = 0; slept < s && !run_stop_requested(r); slept += 0.1) {
+        double d = s - slept < 0.1 ? s - slept : 0.1;
+        struct timespec ts = {0, (long)(d * 1e9)};
+        nanosleep(&ts, NULL); /* a signal ends it early: the loop looks at the stop request */
+    }
+}
+
+static void say_waiting(bfit_run *r, uint64_t need, uint64_t miss, double limit)
+{
+    char s1[32], s2[32], s3[32];
+    bfit_log_event(&r->lg, "memory_wait", "\"step\":%lld,\"need\":%llu,\"missing\":%llu,\"limit\":%.1f",
+                   (long long)r->step, (unsigned long long)need, (unsigned long long)miss, limit);
+    bfit_log_say(&r->lg, "batchfit: step %lld: not even micro-batch 1 fits (it needs %s, %s missing): waiting up to "
+                 "%s for memory to come back", (long long)r->step + 1, bfit_format_size(need, s1, sizeof s1),
+                 bfit_format_size(miss, s2, sizeof s2), bfit_format_secs(limit, s3, sizeof s3));
+}
+
+/* Not even micro-batch 1 fits. On a device shared with other processes
+ * memory may come back: poll it with a growing interval (to 5 s) until
+ * cfg.wait_for_memory has passed since the step first waited. On others
+ * nothing can bring it back: fail at once. The failure says how much was
+ * missing; bfit_train then writes a checkpoint. */
+static int wait_for_memory(bfit_run *r)
+{
+    bfit_device_info di;
+    double t0 = bfit_now(), delay = 0.05, now = t0;
+    uint64_t need, miss = missing_for_one(r, &need);
+    char s1[32], s2[32], s3[32];
+
+    bfit_device_info_get(r->s.dev, &di);
+    if (miss == 0) {
+        controller_memory_now(r);
+        return BFIT_OK;
+    }
+    if (r->wait_until == 0)
+        r->wait_until = t0 + (di.shared ? r->cfg.wait_for_memory : 0);
+    if (now < r->wait_until)
+        say_waiting(r, need, miss, r->wait_until - now);
+    while (miss && now < r->wait_until && !run_stop_requested(r)) {
+        double left = r->wait_until - now;
+        nap(r, delay < left ? delay : left);
+        delay = delay * 2 < 5 ? delay * 2 : 5;
+        run_watch_device(r);
+        miss = missing_for_one(r, &need);
+        now = bfit_now();
+    }
+    r->waited += now - t0;
+    r->step_waited += now - t0;
+    if (run_stop_requested(r))
+        return bfit_fail(BFIT_ESTOPPED, "stopped on request while waiting for memory in step %lld: the run is at "
+                         "step %lld", (long long)r->step + 1, (long long)r->step);
+    if (miss == 0) {
+        bfit_log_event(&r->lg, "memory_back", "\"step\":%lld,\"waited\":%.3f", (long long)r->step, now - t0);
+        bfit_log_say(&r->lg, "batchfit: step %lld: memory came back after %s", (long long)r->step + 1,
+                     bfit_format_secs(now - t0, s3, sizeof s3));
+        controller_memory_now(r);
+        return BFIT_OK;
+    }
+    r->res.stopped = BFIT_ENOMEM;
+    r->res.missing = miss;
+    return bfit_fail_field(BFIT_ENOMEM, "memory", "not even micro-batch 1 fits at step %lld: it needs %s, %s is "
+                           "missing%s%s%s", (long long)r->step + 1, bfit_format_size(need, s1, sizeof s1),
+                           bfit_format_size(miss, s2, sizeof s2), di.shared ? "; waited " : "",
+                           di.shared ? bfit_format_secs(r->waited, s3, sizeof s3) : "",
+                           di.shared ? " for it to come back" : "");
+}
+
 static int model_has_batchnorm(const bfit_model *M)
 {
     for (int i = 0; i < M->n; i++)
@@ -94,11 +278,15 @@ static int model_has_batchnorm(const bfit_model *M)
     return 0;
 }
 
-/* The controller's decision for this step, logged when it changed. */
+/* The controller's decision for this step, logged when it changed. When
+ * not even micro-batch 1 fits, wait for memory (nothing has changed yet). */
 static int decide(bfit_run *r)
 {
     bfit_batch_decision *d = &r->d;
-    int rc = bfit_controller_next(r->ctl, r->step, r->epoch, d);
+    int rc;
+    while ((rc = bfit_controller_next(r->ctl, r->step, r->epoch, d)) == BFIT_ENOMEM)
+        if ((rc = wait_for_memory(r)) != BFIT_OK)
+            return rc;
     if (rc != BFIT_OK)
         return rc;
     if (d->reason != BFIT_REASON_NONE && d->reason != BFIT_REASON_START)
@@ -130,9 +318,14 @@ static int reserve(bfit_run *r, int want, int *retry)
         return rc;
     free_now = bfit_arena_available(r->s.arena);
     rc = bfit_controller_on_oom(r->ctl, want, free_now, bfit_arena_capacity(r->s.arena), &r->d);
-    if (rc != BFIT_OK)
-        return bfit_fail_field(BFIT_ENOMEM, "memory", "out of memory: not even a micro-batch of 1 fits in the %s free",
-                               bfit_format_size(free_now, s1, sizeof s1));
+    if (rc != BFIT_OK) {
+        /* not even 1 fits in the free: wait for memory, then try the same samples again */
+        (void)s1;
+        if ((rc = wait_for_memory(r)) != BFIT_OK)
+            return rc;
+        *retry = 1;
+        return BFIT_OK;
+    }
     r->res.ooms++;
     run_log_change(r, &r->d, want, free_now);
     r->m = r->d.m;
@@ -181,6 +374,10 @@ static int micro_steps(bfit_run *r, int E, int *k)
     *k = 0;
     while (done < E) {
         int want = E - done < r->m ? E - done : r->m, retry;
+        if (run_stop_requested(r)) /* the step is abandoned; the caller puts the run back */
+            return bfit_fail(BFIT_ESTOPPED, "stopped on request in step %lld after %d of its %d samples: the step "
+                             "was abandoned, the run is at step %lld", (long long)r->step + 1, done, E,
+                             (long long)r->step);
         if ((rc = reserve(r, want, &retry)) != BFIT_OK)
             return rc;
         if (retry)
@@ -218,7 +415,7 @@ static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *s
     ss.step = r->step;
     ss.epoch = r->epoch;
     ss.samples = E;
-    ss.seconds = *secs = bfit_now() - t0;
+    ss.seconds = *secs = bfit_now() - t0 - r->step_waited; /* waiting for memory is not computing */
     ss.data_seconds = bfit_feed_wait(&r->tr) - wait0;
     ss.free_bytes = free_for_step(r);
     ss.capacity = bfit_arena_capacity(r->s.arena);
@@ -256,35 +453,75 @@ static void report_step(bfit_run *r, bfit_step_info *in)
                       bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
 }
 
-int bfit_run_step(bfit_run *r, bfit_step_info *info)
+/* The step up to and including the optimizer's update; *updated says
+ * whether the update ran (after it there is no going back). */
+static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *k, double *loss, int *updated)
 {
-    bfit_step_info in;
-    double t0, wait0, loss;
-    int E, k = 0, rc;
+    int rc;
 
-    if (bfit_run_done(r))
-        return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
+    *updated = 0;
+    if ((rc = decide(r)) != BFIT_OK)
+        return rc;
+    *E = (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
+    if ((rc = bfit_model_stats_reset(r->s.M)) != BFIT_OK || (rc = micro_steps(r, *E, k)) != BFIT_OK)
+        return rc;
+    *updated = 1;
+    if ((rc = update(r, &in->lr)) != BFIT_OK || (rc = bfit_model_stats_read(r->s.M, loss, NULL)) != BFIT_OK)
+        return rc;
+    if (!isfinite(*loss))
+        return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", *loss,
+                               (long long)r->step + 1);
+    return BFIT_OK;
+}
+
+/* Where the step starts: its state, kept to go back to. */
+static int step_start(bfit_run *r)
+{
     if (r->taken == 0) {
         r->ep_t0 = bfit_now();
         r->ep_loss = 0;
         r->ep_count = 0;
     }
-    if ((rc = decide(r)) != BFIT_OK)
+    r->wait_until = 0;
+    r->step_waited = 0;
+    run_snap_take(r, &r->snap);
+    return r->stats_bytes ? stats_io(r, 0) : BFIT_OK;
+}
+
+int bfit_run_step(bfit_run *r, bfit_step_info *info)
+{
+    bfit_step_info in;
+    double t0, wait0, loss = 0;
+    int E = 0, k = 0, rc, updated;
+
+    if (bfit_run_done(r))
+        return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
+    if (r->broken)
+        return bfit_fail(BFIT_ESTATE, "the run failed in step %lld and cannot go on", (long long)r->step + 1);
+    if (run_stop_requested(r))
+        return bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->step);
+    if ((rc = step_start(r)) != BFIT_OK)
         return rc;
-    E = (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
     t0 = bfit_now();
     wait0 = bfit_feed_wait(&r->tr);
     memset(&in, 0, sizeof in);
-    if ((rc = bfit_model_stats_reset(r->s.M)) != BFIT_OK || (rc = micro_steps(r, E, &k)) != BFIT_OK ||
-        (rc = update(r, &in.lr)) != BFIT_OK || (rc = bfit_model_stats_read(r->s.M, &loss, NULL)) != BFIT_OK)
+    if ((rc = step_body(r, &in, &E, &k, &loss, &updated)) != BFIT_OK) {
+        /* an abandoned step leaves the run at its start (but for why it
+         * stopped); one that got past the update cannot be undone */
+        int stopped = r->res.stopped;
+        uint64_t missing = r->res.missing;
+        if (updated || run_rollback(r) != BFIT_OK)
+            r->broken = 1;
+        r->res.stopped = stopped;
+        r->res.missing = missing;
         return rc;
-    if (!isfinite(loss))
-        return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", loss,
-                               (long long)r->step + 1);
+    }
     run_apply_memory_schedule(r, r->step + 1);
     run_watch_device(r);
-    if ((rc = observe(r, E, k, t0, wait0, &in.seconds)) != BFIT_OK)
+    if ((rc = observe(r, E, k, t0, wait0, &in.seconds)) != BFIT_OK) {
+        r->broken = 1;
         return rc;
+    }
     r->train_time += in.seconds;
     in.step = r->step++;
     in.epoch = r->epoch;
@@ -303,8 +540,10 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         r->res.train_loss = r->ep_loss / (double)r->ep_count;
         r->epoch++;
         r->taken = 0;
-        if (!bfit_run_done(r) && (rc = bfit_feed_next_epoch(&r->tr)) != BFIT_OK)
+        if (!bfit_run_done(r) && (rc = bfit_feed_next_epoch(&r->tr)) != BFIT_OK) {
+            r->broken = 1;
             return rc;
+        }
     }
     if (r->cfg.on_step)
         r->cfg.on_step(r->cfg.cb_ud, &in);

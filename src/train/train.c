@@ -11,57 +11,96 @@
 #include <string.h>
 #include <unistd.h>
 
-int bfit_run_save(bfit_run *r, const char *path)
+int run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs)
 {
-    char *nm = NULL, *ns = NULL, steps_s[32], acc_s[32];
-    const char *keys[] = {"format", "model", "data", "steps", "test_accuracy", "normalize_mean", "normalize_std"};
-    const char *vals[7];
-    int nmeta = 5, rc = BFIT_OK;
+    static const char *const names[RUN_META_MAX] = {"format", "model", "data", "steps", "test_accuracy",
+                                                    "normalize_mean", "normalize_std"};
+    int rc = BFIT_OK;
 
-    snprintf(steps_s, sizeof steps_s, "%lld", (long long)r->step);
-    snprintf(acc_s, sizeof acc_s, "%.6f", r->res.test_acc);
+    for (int i = 0; i < RUN_META_MAX; i++)
+        keys[i] = names[i];
+    snprintf(r->meta_steps, sizeof r->meta_steps, "%lld", (long long)r->step);
+    snprintf(r->meta_acc, sizeof r->meta_acc, "%.6f", r->res.test_acc);
     vals[0] = "batchfit";
     vals[1] = r->cfg.model ? r->cfg.model : "";
     vals[2] = r->cfg.data ? r->cfg.data : "";
-    vals[3] = steps_s;
-    vals[4] = acc_s;
+    vals[3] = r->meta_steps;
+    vals[4] = r->meta_acc;
+    *n = 5;
+    bufs[0] = bufs[1] = NULL;
     if (r->s.mean) {
-        nm = malloc(BFIT_NORM_TEXT_MAX);
-        ns = malloc(BFIT_NORM_TEXT_MAX);
-        if (!nm || !ns)
+        bufs[0] = malloc(BFIT_NORM_TEXT_MAX);
+        bufs[1] = malloc(BFIT_NORM_TEXT_MAX);
+        if (!bufs[0] || !bufs[1])
             rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
         if (rc == BFIT_OK)
-            rc = bfit_norm_to_text(r->s.mean, r->s.M->input.c, nm, BFIT_NORM_TEXT_MAX);
+            rc = bfit_norm_to_text(r->s.mean, r->s.M->input.c, bufs[0], BFIT_NORM_TEXT_MAX);
         if (rc == BFIT_OK)
-            rc = bfit_norm_to_text(r->s.std, r->s.M->input.c, ns, BFIT_NORM_TEXT_MAX);
-        vals[5] = nm;
-        vals[6] = ns;
-        nmeta = 7;
+            rc = bfit_norm_to_text(r->s.std, r->s.M->input.c, bufs[1], BFIT_NORM_TEXT_MAX);
+        vals[5] = bufs[0];
+        vals[6] = bufs[1];
+        *n = 7;
     }
-    if (rc == BFIT_OK)
-        rc = bfit_weights_save(r->s.M, path, keys, vals, nmeta);
-    free(nm);
-    free(ns);
     return rc;
 }
 
-/* Steps to the end, evaluating after each epoch. A failure of the last
- * evaluation loses no training: *trained says the steps are all done. */
+int bfit_run_save(bfit_run *r, const char *path)
+{
+    const char *keys[RUN_META_MAX], *vals[RUN_META_MAX];
+    char *bufs[2];
+    int n, rc = run_weights_meta(r, keys, vals, &n, bufs);
+
+    if (rc == BFIT_OK)
+        rc = bfit_weights_save(r->s.M, path, keys, vals, n);
+    free(bufs[0]);
+    free(bufs[1]);
+    return rc;
+}
+
+/* Steps to the end, evaluating after each epoch, a checkpoint when one is
+ * due (after the epoch's evaluation, so a resumed run does not lose it) and
+ * at the end. A failure of the last evaluation loses no training: *trained
+ * says the steps are all done. */
 static int run_all(bfit_run *r, int *trained)
 {
     bfit_step_info si;
     bfit_eval_info ev;
     int rc;
 
-    *trained = 0;
+    *trained = bfit_run_done(r); /* a run resumed from its last checkpoint */
     while (!bfit_run_done(r)) {
         if ((rc = bfit_run_step(r, &si)) != BFIT_OK)
             return rc;
         *trained = bfit_run_done(r);
         if ((si.epoch_end || *trained) && (rc = bfit_run_evaluate(r, &ev)) != BFIT_OK)
             return rc;
+        if ((run_checkpoint_due(r) || (*trained && r->ckpt_dir[0])) &&
+            (rc = bfit_run_checkpoint(r, NULL, 0)) != BFIT_OK)
+            return rc;
     }
     return BFIT_OK;
+}
+
+/* The run stopped early (a request, or memory that did not come back) at a
+ * step boundary: its state goes into a checkpoint, and the error says so. */
+static int stop_checkpoint(bfit_run *r, int rc)
+{
+    char msg[2048], field[64], path[4200];
+    int rc2;
+
+    r->res.stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : r->res.stopped;
+    if (!r->res.stopped || !r->ckpt_dir[0] || r->broken)
+        return rc;
+    snprintf(msg, sizeof msg, "%s", bfit_errmsg());
+    snprintf(field, sizeof field, "%s", bfit_errfield());
+    if (r->ckpt_step == r->step && r->res.checkpoint[0]) /* one is there already */
+        snprintf(path, sizeof path, "%s", r->res.checkpoint);
+    else if ((rc2 = bfit_run_checkpoint(r, path, sizeof path)) != BFIT_OK)
+        return bfit_fail_prefix(rc, "%s; and the checkpoint failed: ", msg);
+    if (field[0] && !strncmp(msg, field, strlen(field)) && msg[strlen(field)] == ':')
+        return bfit_fail_field(rc, field, "%s; the run's state at step %lld is in %s", msg + strlen(field) + 2,
+                               (long long)r->step, path);
+    return bfit_fail(rc, "%s; the run's state at step %lld is in %s", msg, (long long)r->step, path);
 }
 
 static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged)
@@ -72,6 +111,8 @@ static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged)
     if ((rc = run_new(cfg, &r, logged)) != BFIT_OK)
         return rc;
     rc = run_all(r, &trained);
+    if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r->res.stopped))
+        rc = stop_checkpoint(r, rc);
     if (cfg->save && (rc == BFIT_OK || trained)) {
         int rc2 = bfit_run_save(r, cfg->save);
         if (rc != BFIT_OK && rc2 == BFIT_OK)

@@ -8,10 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct named {
-    char name[64];
-    bfit_param *p;
-} named;
+typedef bfit_wparam named;
 
 /* The parameters with their file names, in model order. */
 static int list_params(const bfit_model *M, named **out, int *n)
@@ -34,6 +31,14 @@ static int list_params(const bfit_model *M, named **out, int *n)
 int bfit_weights_save(const bfit_model *M, const char *path, const char *const *meta_keys,
                       const char *const *meta_vals, int nmeta)
 {
+    bfit_st_write_opts o = {1, NULL, NULL};
+    return bfit_weights_save_ex(M, path, NULL, 0, meta_keys, meta_vals, nmeta, &o);
+}
+
+int bfit_weights_save_ex(const bfit_model *M, const char *path, const bfit_st_tensor *extra, int nextra,
+                         const char *const *meta_keys, const char *const *meta_vals, int nmeta,
+                         const bfit_st_write_opts *o)
+{
     named *v;
     bfit_st_tensor *t;
     char *host = NULL;
@@ -43,7 +48,7 @@ int bfit_weights_save(const bfit_model *M, const char *path, const char *const *
     rc = list_params(M, &v, &n);
     if (rc != BFIT_OK)
         return rc;
-    t = calloc((size_t)n + 1, sizeof *t);
+    t = calloc((size_t)n + (size_t)nextra + 1, sizeof *t);
     host = malloc(M->param_bytes ? (size_t)M->param_bytes : 1);
     if (!t || !host) {
         rc = bfit_fail(BFIT_ENOMEM, "weights: out of host memory");
@@ -61,14 +66,18 @@ int bfit_weights_save(const bfit_model *M, const char *path, const char *const *
         rc = bfit_device_download(M->dev, host + off, v[i].p->data, t[i].nbytes);
         off += BFIT_ALIGN_UP(t[i].nbytes);
     }
+    for (int i = 0; i < nextra; i++)
+        t[n + i] = extra[i];
     if (rc == BFIT_OK)
-        rc = bfit_st_write(path, t, n, meta_keys, meta_vals, nmeta);
+        rc = bfit_st_write_ex(path, t, n + nextra, meta_keys, meta_vals, nmeta, o);
 out:
     free(host);
     free(t);
     free(v);
     return rc;
 }
+
+int bfit_weights_list(const bfit_model *M, bfit_wparam **out, int *n) { return list_params(M, out, n); }
 
 /* Every tensor to f32 on the host, each value checked finite, then all
  * uploaded: a bad file leaves the model as it was. */
@@ -100,12 +109,18 @@ static int convert_and_upload(bfit_model *M, const bfit_st_file *f, const char *
 int bfit_weights_load(bfit_model *M, const char *path)
 {
     bfit_st_file *f = NULL;
-    named *v = NULL;
-    int n, rc;
+    int rc = bfit_st_read(path, &f);
+    if (rc == BFIT_OK)
+        rc = bfit_weights_load_from(M, f, path);
+    bfit_st_free(f);
+    return rc;
+}
 
-    rc = bfit_st_read(path, &f);
-    if (rc != BFIT_OK)
-        return rc;
+int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *path)
+{
+    named *v = NULL;
+    int n, nfile = 0, rc;
+
     rc = list_params(M, &v, &n);
     if (rc != BFIT_OK)
         goto out;
@@ -130,10 +145,12 @@ int bfit_weights_load(bfit_model *M, const char *path)
                 goto out;
             }
     }
-    if (bfit_st_count(f) != n) {
+    for (int i = 0; i < bfit_st_count(f); i++)
+        nfile += strncmp(bfit_st_get(f, i)->name, BFIT_OPTIM_PREFIX, strlen(BFIT_OPTIM_PREFIX)) != 0;
+    if (nfile != n) {
         for (int i = 0; i < bfit_st_count(f); i++) {
             const char *name = bfit_st_get(f, i)->name;
-            int found = 0;
+            int found = !strncmp(name, BFIT_OPTIM_PREFIX, strlen(BFIT_OPTIM_PREFIX)); /* a checkpoint's */
             for (int j = 0; j < n && !found; j++)
                 found = strcmp(name, v[j].name) == 0;
             if (!found) {
@@ -145,7 +162,6 @@ int bfit_weights_load(bfit_model *M, const char *path)
     rc = convert_and_upload(M, f, path, v, n);
 out:
     free(v);
-    bfit_st_free(f);
     return rc;
 }
 

@@ -7,15 +7,35 @@
 #define BFIT_WEIGHTS_H
 
 #include "nn/model.h"
+#include "tensor/safetensors.h"
 
-/* Write all parameters (running statistics included) with metadata pairs;
- * atomic: a temp file, synced, renamed. */
+/* Tensors named so are a checkpoint's optimizer state, not parameters:
+ * loading weights from a checkpoint skips them. */
+#define BFIT_OPTIM_PREFIX "optimizer."
+
+/* A parameter with its name in files. */
+typedef struct bfit_wparam {
+    char name[64];
+    bfit_param *p;
+} bfit_wparam;
+/* The parameters in model order with their names (free *out). */
+int bfit_weights_list(const bfit_model *M, bfit_wparam **out, int *n);
+
+/* Write all parameters (running statistics included) with metadata pairs
+ * and a checksum per tensor; atomic: a temp file, synced, renamed. */
 int bfit_weights_save(const bfit_model *M, const char *path, const char *const *meta_keys,
                       const char *const *meta_vals, int nmeta);
+/* The same with more tensors (host memory) after the parameters, and the
+ * writer's options (checksums, a test's hook). */
+int bfit_weights_save_ex(const bfit_model *M, const char *path, const bfit_st_tensor *extra, int nextra,
+                         const char *const *meta_keys, const char *const *meta_vals, int nmeta,
+                         const bfit_st_write_opts *o);
 /* Load every parameter; a missing tensor, a shape that differs, or a tensor
  * the model does not have is BFIT_EFORMAT naming it. The model is unchanged
  * on failure. */
 int bfit_weights_load(bfit_model *M, const char *path);
+/* The same from a file already read (path names it in messages). */
+int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *path);
 
 /* Normalisation statistics travel with the weights, so evaluation applies
  * what training applied: metadata "normalize_mean" and "normalize_std", n

@@ -42,6 +42,20 @@ expect 2 "--memory: size '-1' is negative" "$bf" train --model "$m" --memory -1
 expect 2 "--lr: 'fast' is not a number" "$bf" train --model "$m" --lr fast
 expect 2 "--optimizer: .*sgd.*adamw" "$bf" train --model "$m" --optimizer adam
 expect 2 "--schedule: .*constant.*cosine" "$bf" train --model "$m" --schedule linear
+# one parser and one set of limits for each kind of value: a schedule takes
+# what the plain option takes and refuses what it refuses
+expect 2 "--batch: 99999999 is out of range: expected 1 to 16777216" "$bf" train --model "$m" --batch 99999999
+expect 2 "--batch-schedule: .*at character 3: expected a batch size from 1 to 16777216" "$bf" train --model "$m" \
+  --batch-schedule 0:99999999
+expect 2 "--memory-schedule: .*step 99999999999999999999 is out of range: expected 0 to 1000000000000000" "$bf" \
+  train --model "$m" --memory-schedule 99999999999999999999:64MiB
+expect 2 "--max-steps: 99999999999999999999 is out of range" "$bf" train --model "$m" --max-steps 99999999999999999999
+expect 2 "--memory-schedule: .*at character 9: expected a step number" "$bf" train --model "$m" \
+  --memory-schedule 0:64MiB,,5:32MiB
+expect 2 "--batch-schedule: .*at character 6: expected a step number" "$bf" train --model "$m" --batch-schedule 0:32,,5:64
+expect 2 "--memory: a size of 0 bytes leaves no memory" "$bf" train --model "$m" --memory 0
+expect 2 "--memory-schedule: .*at character 3: a size of 0 bytes leaves no memory" "$bf" train --model "$m" \
+  --memory-schedule 2:0
 expect 2 "unknown option '--bogus'" "$bf" train --model "$m" --bogus
 expect 2 "option --epochs needs a value" "$bf" train --model "$m" --epochs
 expect 2 "unexpected argument 'extra'" "$bf" train --model "$m" extra
@@ -88,6 +102,31 @@ else
 fi
 final=$(grep -oE "epoch 2/2: .*test loss [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
 expect 0 "test loss $final, .* on 120 samples" "$bf" eval --model "$tmp/tab.cfg" --weights "$tmp/tab.safetensors" --data "$tmp/te.csv"
+
+# the first row of a CSV file: the decision is said; a first data row with a
+# bad cell is an error, not a header dropped unannounced; yes|no force it
+expect 0 "tr.csv: line 1 is a header \(auto: only names\): a,b,c,d,label" "$bf" train --model "$tmp/tab.cfg" \
+  --data "$tmp/tr.csv" --test-data "$tmp/te.csv" --batch 32 --max-steps 2
+expect 0 "line 1 is a header \(auto: only names\)" "$bf" eval --model "$tmp/tab.cfg" --weights "$tmp/tab.safetensors" --data "$tmp/te.csv"
+tail -n +2 "$tmp/tr.csv" >"$tmp/nohead.csv"
+expect 0 "nohead.csv: no header \(auto: only numbers\): line 1 is data" "$bf" train --model "$tmp/tab.cfg" \
+  --data "$tmp/nohead.csv" --test-data "$tmp/te.csv" --batch 32 --max-steps 2
+{ echo "1.5,2.5,x3,0.5,1"; tail -n +2 "$tmp/tr.csv"; } >"$tmp/typo.csv"
+expect 1 "typo.csv:1: column 3: 'x3' is not a number, but 4 other cells of this first row are" "$bf" train \
+  --model "$tmp/tab.cfg" --data "$tmp/typo.csv" --test-data "$tmp/te.csv" --batch 32 --max-steps 2
+expect 1 "tr.csv:1: column 1: 'a' is not a number" "$bf" train --model "$tmp/tab.cfg" --data "$tmp/tr.csv" \
+  --test-data "$tmp/te.csv" --batch 32 --max-steps 2 --csv-header no
+expect 0 "nohead.csv: line 1 is a header \(header yes\)" "$bf" train --model "$tmp/tab.cfg" \
+  --data "$tmp/nohead.csv" --test-data "$tmp/te.csv" --batch 32 --max-steps 2 --csv-header yes
+expect 2 "--csv-header: unknown CSV header rule 'maybe' \(valid: yes, no, auto\)" "$bf" train --model "$tmp/tab.cfg" \
+  --data "$tmp/tr.csv" --csv-header maybe
+# a value beyond a float's range names its file, line and column (it became
+# inf and surfaced as a normalisation error or a NaN loss)
+{ head -n 3 "$tmp/tr.csv"; echo "1.5,2e39,0.3,0.5,1"; tail -n +4 "$tmp/tr.csv"; } >"$tmp/huge.csv"
+expect 1 "huge.csv:4: column 2: value '2e39' is beyond the range of a 32-bit float" "$bf" train \
+  --model "$tmp/tab.cfg" --data "$tmp/huge.csv" --test-data "$tmp/te.csv" --batch 32 --max-steps 2
+expect 1 "huge.csv:4: column 2: value '2e39'" "$bf" train --model "$tmp/tab.cfg" --data "$tmp/huge.csv" \
+  --test-data "$tmp/te.csv" --batch 32 --max-steps 2 --no-normalize
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,0 +1,508 @@
+/* ckpt.c - checkpoints: a run written at an optimizer-step boundary and put
+ * back exactly.
+ *
+ * A checkpoint is one safetensors file, DIR/ckpt-<step>.safetensors: the
+ * model's parameters under the weights file's names (running statistics
+ * included), so `batchfit eval` and PyTorch load it as weights; the
+ * optimizer's state as "optimizer.<parameter>.<kind>"; a CRC-32 of every
+ * tensor; and in the metadata the run's state (ckpt_state.c) and its
+ * configuration (ckpt_cfg.c) as JSON. It is written to a temporary file,
+ * synced, renamed and the directory synced (base/atomic.c); only then are
+ * checkpoints beyond the newest K removed, so a good one is always there.
+ *
+ * Why a resumed run is the same run: at a step boundary the gradients are
+ * zero and everything that decides what comes next is either on the device
+ * (parameters, running statistics, optimizer state) or in the state: the
+ * stream's cursor (its order and augmentation are functions of (seed,
+ * epoch, index)), the dropout counter, the schedule (a function of the step)
+ * and the controller's state. */
+#include "base/atomic.h"
+#include "base/err.h"
+#include "base/text.h"
+#include "tensor/safetensors.h"
+#include "train/run_int.h"
+#include "train/weights.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CKPT_FORMAT "batchfit-checkpoint"
+#define CKPT_VERSION 1
+#define CKPT_PREFIX "ckpt-"
+#define CKPT_SUFFIX ".safetensors"
+#define CKPT_DEFAULT_SECONDS 600.0
+
+/* ---- the directory ------------------------------------------------------------ */
+
+/* name is ckpt-<digits>.safetensors: *step gets the number. */
+static int ckpt_step_of(const char *name, int64_t *step)
+{
+    size_t np = strlen(CKPT_PREFIX), ns = strlen(CKPT_SUFFIX), n = strlen(name), digits;
+    if (n <= np + ns || strncmp(name, CKPT_PREFIX, np) || strcmp(name + n - ns, CKPT_SUFFIX))
+        return 0;
+    digits = n - np - ns;
+    if (digits > 16 || strspn(name + np, "0123456789") != digits)
+        return 0;
+    *step = strtoll(name + np, NULL, 10);
+    return 1;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The steps of the checkpoints in dir, oldest first (free *steps). */
+static int list_ckpts(const char *dir, int64_t **steps, int *n)
+{
+    DIR *dp = opendir(dir);
+    struct dirent *e;
+    int cap = 16;
+
+    *n = 0;
+    *steps = NULL;
+    if (!dp)
+        return bfit_fail(BFIT_EIO, "%s: cannot read the checkpoint directory: %s", dir, strerror(errno));
+    *steps = malloc(sizeof **steps * (size_t)cap);
+    while (*steps && (e = readdir(dp))) {
+        int64_t s;
+        if (!ckpt_step_of(e->d_name, &s))
+            continue;
+        if (*n == cap) {
+            int64_t *p = realloc(*steps, sizeof **steps * (size_t)(cap *= 2));
+            if (!p) {
+                free(*steps);
+                *steps = NULL;
+                break;
+            }
+            *steps = p;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(dp);
+    if (!*steps)
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    qsort(*steps, (size_t)*n, sizeof **steps, cmp_i64);
+    return BFIT_OK;
+}
+
+static void ckpt_name(char *buf, size_t len, const char *dir, int64_t step)
+{
+    snprintf(buf, len, "%s/" CKPT_PREFIX "%012lld" CKPT_SUFFIX, dir, (long long)step);
+}
+
+int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len)
+{
+    struct stat st;
+    int64_t *steps;
+    int n, rc;
+
+    if (!file_or_dir || !*file_or_dir)
+        return bfit_fail_field(BFIT_EINVAL, "resume", "needs a checkpoint file or directory");
+    if (stat(file_or_dir, &st) != 0)
+        return bfit_fail_field(BFIT_EIO, "resume", "%s: %s", file_or_dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(path, len, "%s", file_or_dir);
+        return BFIT_OK;
+    }
+    if ((rc = list_ckpts(file_or_dir, &steps, &n)) != BFIT_OK)
+        return rc;
+    if (n == 0) {
+        free(steps);
+        return bfit_fail_field(BFIT_EIO, "resume", "%s holds no checkpoint (" CKPT_PREFIX "<step>" CKPT_SUFFIX ")",
+                               file_or_dir);
+    }
+    ckpt_name(path, len, file_or_dir, steps[n - 1]);
+    free(steps);
+    return BFIT_OK;
+}
+
+/* The newest `keep` stay; older ones go, never the one just written. */
+static void prune(bfit_run *r, int64_t written)
+{
+    int64_t *steps;
+    int n, keep = r->cfg.checkpoint_keep > 0 ? r->cfg.checkpoint_keep : 3;
+    char p[4200];
+
+    if (list_ckpts(r->ckpt_dir, &steps, &n) != BFIT_OK)
+        return;
+    for (int i = 0; i < n - keep; i++)
+        if (steps[i] != written) {
+            ckpt_name(p, sizeof p, r->ckpt_dir, steps[i]);
+            unlink(p);
+        }
+    free(steps);
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+/* The optimizer's state on the host as tensors "optimizer.<param>.<kind>". */
+typedef struct opt_tensors {
+    int n;
+    bfit_st_tensor *t;
+    char (*names)[128];
+    float *host;
+} opt_tensors;
+
+static void opt_free(opt_tensors *o)
+{
+    free(o->t);
+    free(o->names);
+    free(o->host);
+    memset(o, 0, sizeof *o);
+}
+
+/* The file name of trainable parameter i. */
+static const char *param_name(const bfit_wparam *w, int nw, const bfit_param *p)
+{
+    for (int i = 0; i < nw; i++)
+        if (w[i].p == p)
+            return w[i].name;
+    return "?";
+}
+
+static int opt_download(bfit_run *r, opt_tensors *o)
+{
+    bfit_wparam *w = NULL;
+    int nw = 0, rc = bfit_weights_list(r->s.M, &w, &nw);
+    int64_t total = 0;
+    size_t off = 0;
+
+    memset(o, 0, sizeof *o);
+    o->n = bfit_optim_state_count(r->opt);
+    for (int i = 0; rc == BFIT_OK && i < o->n; i++) {
+        bfit_optim_state s;
+        if ((rc = bfit_optim_state_at(r->opt, i, &s)) == BFIT_OK)
+            total += s.numel;
+    }
+    o->t = calloc((size_t)o->n + 1, sizeof *o->t);
+    o->names = calloc((size_t)o->n + 1, sizeof *o->names);
+    o->host = malloc((size_t)(total + 1) * bfit_dtype_size(BFIT_F32));
+    if (rc == BFIT_OK && (!o->t || !o->names || !o->host))
+        rc = bfit_fail(BFIT_ENOMEM, "checkpoint: out of host memory for the optimizer's state");
+    for (int i = 0; rc == BFIT_OK && i < o->n; i++) {
+        bfit_optim_state s;
+        size_t bytes;
+        if ((rc = bfit_optim_state_at(r->opt, i, &s)) != BFIT_OK)
+            break;
+        bytes = (size_t)s.numel * bfit_dtype_size(BFIT_F32);
+        snprintf(o->names[i], sizeof o->names[i], BFIT_OPTIM_PREFIX "%s.%s",
+                 param_name(w, nw, r->s.M->trainable[s.param_index]), s.kind);
+        o->t[i] = (bfit_st_tensor){o->names[i], "F32", 1, {s.numel}, (char *)o->host + off, bytes};
+        rc = bfit_device_download(r->s.dev, (char *)o->host + off, s.data, bytes);
+        off += bytes;
+    }
+    free(w);
+    if (rc != BFIT_OK)
+        opt_free(o);
+    return rc;
+}
+
+/* The log's length now (everything written so far is in it), -1 without a log. */
+static int64_t log_bytes(bfit_run *r)
+{
+    if (!r->log_open || !r->lg.json)
+        return -1;
+    fflush(r->lg.json);
+    return (int64_t)ftell(r->lg.json);
+}
+
+/* The metadata: what a weights file has (eval normalises as training did),
+ * the format, the state and the configuration. */
+static int write_file(bfit_run *r, const char *path, const char *state, const char *config)
+{
+    const char *keys[RUN_META_MAX + 4], *vals[RUN_META_MAX + 4];
+    char version[16], *bufs[2] = {NULL, NULL};
+    opt_tensors ot;
+    bfit_st_write_opts wo = {1, r->cfg.on_checkpoint_write, r->cfg.cb_ud};
+    int nmeta, rc = run_weights_meta(r, keys, vals, &nmeta, bufs);
+
+    snprintf(version, sizeof version, "%d", CKPT_VERSION);
+    keys[0] = "format"; /* run_weights_meta's first key */
+    vals[0] = CKPT_FORMAT;
+    keys[nmeta] = "version";
+    vals[nmeta++] = version;
+    keys[nmeta] = "batchfit.state";
+    vals[nmeta++] = state;
+    keys[nmeta] = "batchfit.config";
+    vals[nmeta++] = config;
+    if (rc == BFIT_OK && (rc = opt_download(r, &ot)) == BFIT_OK) {
+        rc = bfit_weights_save_ex(r->s.M, path, ot.t, ot.n, keys, vals, nmeta, &wo);
+        opt_free(&ot);
+    }
+    free(bufs[0]);
+    free(bufs[1]);
+    return rc;
+}
+
+int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
+{
+    run_snap s;
+    cJSON *st, *cf;
+    char *state = NULL, *config = NULL, path[4096 + 64];
+    double t0 = bfit_now();
+    int64_t lb;
+    int rc;
+
+    if (!r->ckpt_dir[0])
+        return bfit_fail_field(BFIT_EINVAL, "checkpoint", "no checkpoint directory was given");
+    if (r->broken)
+        return bfit_fail(BFIT_ESTATE, "checkpoint: the run failed in step %lld, after its update: its state is not "
+                         "that of a step boundary", (long long)r->step + 1);
+    if (mkdir(r->ckpt_dir, 0777) != 0 && errno != EEXIST)
+        return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot create the directory: %s", r->ckpt_dir,
+                               strerror(errno));
+    ckpt_name(path, sizeof path, r->ckpt_dir, r->step);
+    bfit_atomic_sweep(r->ckpt_dir, CKPT_PREFIX, CKPT_SUFFIX); /* temporary files of a writer that was killed */
+    run_snap_take(r, &s);
+    lb = log_bytes(r);
+    st = ckpt_state_to_json(&s, &r->sched);
+    cf = ckpt_cfg_to_json(&r->cfg);
+    if (st && lb >= 0) {
+        char b[32];
+        snprintf(b, sizeof b, "%lld", (long long)lb);
+        cJSON_AddStringToObject(st, "log_bytes", b);
+    }
+    state = st ? cJSON_PrintUnformatted(st) : NULL;
+    config = cf ? cJSON_PrintUnformatted(cf) : NULL;
+    rc = state && config ? write_file(r, path, state, config) : bfit_fail(BFIT_ENOMEM, "out of host memory");
+    cJSON_Delete(st);
+    cJSON_Delete(cf);
+    free(state);
+    free(config);
+    if (rc != BFIT_OK)
+        return bfit_fail_prefix(rc, "checkpoint at step %lld: ", (long long)r->step);
+    prune(r, r->step);
+    r->ckpt_t = bfit_now();
+    r->ckpt_step = r->step;
+    snprintf(r->res.checkpoint, sizeof r->res.checkpoint, "%s", path);
+    {
+        char esc[8400];
+        bfit_json_escape(path, esc, sizeof esc);
+        bfit_log_event(&r->lg, "checkpoint", "\"step\":%lld,\"path\":\"%s\",\"seconds\":%.3f", (long long)r->step, esc,
+                       r->ckpt_t - t0);
+    }
+    if (out)
+        snprintf(out, len, "%s", path);
+    return BFIT_OK;
+}
+
+int run_checkpoint_due(const bfit_run *r)
+{
+    double every = r->cfg.checkpoint_seconds;
+    if (!r->ckpt_dir[0] || r->step == r->ckpt_step)
+        return 0;
+    if (r->cfg.checkpoint_steps > 0 && r->step - (r->ckpt_step < 0 ? 0 : r->ckpt_step) >= r->cfg.checkpoint_steps)
+        return 1;
+    if (every <= 0 && r->cfg.checkpoint_steps <= 0)
+        every = CKPT_DEFAULT_SECONDS;
+    return every > 0 && bfit_now() - r->ckpt_t >= every;
+}
+
+/* ---- reading and resuming -------------------------------------------------------- */
+
+/* Everything a checkpoint must be before anything of it is used: ours, a
+ * version we read, every tensor with its checksum (verified on reading). */
+static int check_file(const bfit_st_file *f, const char *path)
+{
+    const char *fmt = bfit_st_meta(f, "format"), *ver = bfit_st_meta(f, "version");
+    char key[256];
+
+    if (fmt && !strcmp(fmt, "batchfit"))
+        return bfit_fail(BFIT_EFORMAT, "%s is a weights file (from saving), not a checkpoint: a run resumes from a "
+                         "checkpoint directory or a " CKPT_PREFIX "<step>" CKPT_SUFFIX " file in it", path);
+    if (!fmt || strcmp(fmt, CKPT_FORMAT))
+        return bfit_fail(BFIT_EFORMAT, "%s is not a batchfit checkpoint (its metadata has no \"format\": \""
+                         CKPT_FORMAT "\")", path);
+    if (!ver || strcmp(ver, "1"))
+        return bfit_fail(BFIT_EFORMAT, "%s is a checkpoint of version %s; this batchfit reads version %d", path,
+                         ver ? ver : "(none)", CKPT_VERSION);
+    for (int i = 0; i < bfit_st_count(f); i++) {
+        snprintf(key, sizeof key, "%s%s", BFIT_ST_CRC_PREFIX, bfit_st_get(f, i)->name);
+        if (!bfit_st_meta(f, key))
+            return bfit_fail(BFIT_EFORMAT, "%s: tensor \"%s\" has no checksum: not a complete checkpoint", path,
+                             bfit_st_get(f, i)->name);
+    }
+    if (!bfit_st_meta(f, "batchfit.state") || !bfit_st_meta(f, "batchfit.config"))
+        return bfit_fail(BFIT_EFORMAT, "%s: the metadata lacks the run's %s", path,
+                         bfit_st_meta(f, "batchfit.state") ? "configuration" : "state");
+    return BFIT_OK;
+}
+
+static cJSON *parse_meta_json(const bfit_st_file *f, const char *key, const char *path, int *rc)
+{
+    cJSON *j = cJSON_Parse(bfit_st_meta(f, key));
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        *rc = bfit_fail(BFIT_EFORMAT, "%s: metadata \"%s\" is not a JSON object", path, key);
+        return NULL;
+    }
+    return j;
+}
+
+int run_resume_open(bfit_run *r)
+{
+    cJSON *st;
+    const cJSON *lb, *lp;
+    int rc;
+
+    r->log_offset = -1;
+    if ((rc = bfit_checkpoint_find(r->cfg.resume, r->ck_path, sizeof r->ck_path)) != BFIT_OK)
+        return rc;
+    if ((rc = bfit_st_read(r->ck_path, &r->ck)) != BFIT_OK || (rc = check_file(r->ck, r->ck_path)) != BFIT_OK)
+        return rc;
+    if (!(r->ck_cfg = parse_meta_json(r->ck, "batchfit.config", r->ck_path, &rc)))
+        return rc;
+    lp = cJSON_GetObjectItemCaseSensitive(r->ck_cfg, "log");
+    if ((rc = ckpt_cfg_merge(&r->cfg, r->ck_cfg, r->ck_path, r->ck_bpts, r->ck_mpts)) != BFIT_OK)
+        return rc;
+    if (!r->cfg.checkpoint)
+        r->cfg.checkpoint = r->cfg.resume; /* a run resumed from a directory keeps writing there */
+    /* the same log as before: cut back to where it was at the checkpoint and
+     * continued, so it reads as one run */
+    if (!(st = parse_meta_json(r->ck, "batchfit.state", r->ck_path, &rc)))
+        return rc;
+    lb = cJSON_GetObjectItemCaseSensitive(st, "log_bytes");
+    if (r->cfg.log && cJSON_IsString(lp) && !strcmp(lp->valuestring, r->cfg.log) && cJSON_IsString(lb)) {
+        struct stat ls;
+        int64_t at = strtoll(lb->valuestring, NULL, 10);
+        /* a log shorter than it was at the checkpoint is not that log: a new one */
+        if (at >= 0 && stat(r->cfg.log, &ls) == 0 && S_ISREG(ls.st_mode) && (int64_t)ls.st_size >= at)
+            r->log_offset = at;
+    }
+    cJSON_Delete(st);
+    return BFIT_OK;
+}
+
+/* The file name of optimizer state tensor i. */
+static int opt_name(bfit_run *r, const bfit_wparam *w, int nw, int i, char *name, size_t len, bfit_optim_state *s)
+{
+    int rc = bfit_optim_state_at(r->opt, i, s);
+    if (rc == BFIT_OK)
+        snprintf(name, len, BFIT_OPTIM_PREFIX "%s.%s", param_name(w, nw, r->s.M->trainable[s->param_index]), s->kind);
+    return rc;
+}
+
+/* The optimizer's state from the file, every tensor checked first. */
+static int opt_upload(bfit_run *r)
+{
+    bfit_wparam *w = NULL;
+    int nw = 0, n = bfit_optim_state_count(r->opt), rc = bfit_weights_list(r->s.M, &w, &nw);
+    char name[160];
+
+    for (int pass = 0; pass < 2 && rc == BFIT_OK; pass++)
+        for (int i = 0; i < n && rc == BFIT_OK; i++) {
+            bfit_optim_state s;
+            const bfit_st_tensor *t;
+            if ((rc = opt_name(r, w, nw, i, name, sizeof name, &s)) != BFIT_OK)
+                break;
+            t = bfit_st_find(r->ck, name);
+            if (!t || strcmp(t->dtype, "F32") || bfit_st_numel(t) != s.numel)
+                rc = bfit_fail(BFIT_EFORMAT, "%s: the optimizer's tensor \"%s\" is %s (wanted F32 of %lld values)",
+                               r->ck_path, name, t ? "of another type or size" : "missing", (long long)s.numel);
+            else if (pass == 1)
+                rc = bfit_device_upload(r->s.dev, s.data, t->data, t->nbytes);
+        }
+    for (int i = 0; rc == BFIT_OK && i < bfit_st_count(r->ck); i++) {
+        const char *tn = bfit_st_get(r->ck, i)->name;
+        int ours = strncmp(tn, BFIT_OPTIM_PREFIX, strlen(BFIT_OPTIM_PREFIX)) != 0;
+        for (int j = 0; !ours && j < n && rc == BFIT_OK; j++) {
+            bfit_optim_state s;
+            rc = opt_name(r, w, nw, j, name, sizeof name, &s);
+            ours = !strcmp(name, tn);
+        }
+        if (rc == BFIT_OK && !ours)
+            rc = bfit_fail(BFIT_EFORMAT, "%s: optimizer tensor \"%s\" belongs to no parameter of this run", r->ck_path,
+                           tn);
+    }
+    free(w);
+    return rc;
+}
+
+/* The run's counters, the controller and the stream from the state. */
+static int put_state(bfit_run *r, const run_snap *s)
+{
+    bfit_controller_state cs = s->ctl;
+    int rc;
+
+    if (s->per_epoch != r->per_epoch || s->taken > r->per_epoch)
+        return bfit_fail_field(BFIT_EINVAL, "data", "the checkpoint %s is of a run with %lld samples per epoch, this "
+                               "data gives %lld: not the data it trained on", r->ck_path, (long long)s->per_epoch,
+                               (long long)r->per_epoch);
+    /* the memory now, which may differ from the run's before (a resume elsewhere) */
+    cs.capacity = bfit_arena_capacity(r->s.arena);
+    cs.free = bfit_arena_available(r->s.arena) + bfit_model_step_bytes(r->s.M);
+    if ((rc = bfit_controller_state_set(r->ctl, &cs)) != BFIT_OK)
+        return bfit_fail_prefix(BFIT_EFORMAT, "%s: ", r->ck_path);
+    if (r->tr.s) {
+        bfit_cursor c = {s->cursor_epoch, s->cursor_pos};
+        if ((rc = bfit_stream_seek(r->tr.s, c)) != BFIT_OK)
+            return bfit_fail_prefix(BFIT_EFORMAT, "%s: ", r->ck_path);
+    }
+    r->step = s->step;
+    r->samples = s->samples;
+    r->taken = s->taken;
+    r->ep_count = s->ep_count;
+    r->epoch = s->epoch;
+    r->m = s->m;
+    r->warned_bn = s->warned_bn;
+    r->micro = s->micro;
+    r->train_time = s->train_time;
+    r->ep_loss = s->ep_loss;
+    r->res = s->res;
+    r->d = s->d;
+    bfit_model_unreserve(r->s.M);
+    r->nmem = 0;
+    run_apply_memory_schedule(r, r->step);
+    return bfit_optim_set_steps(r->opt, s->optim_steps);
+}
+
+int run_resume_state(bfit_run *r)
+{
+    cJSON *st;
+    run_snap s;
+    bfit_lr_schedule sched;
+    char s1[32];
+    int rc;
+
+    if (!(st = parse_meta_json(r->ck, "batchfit.state", r->ck_path, &rc)))
+        return rc;
+    rc = ckpt_state_from_json(st, r->ck_path, &s, &sched);
+    cJSON_Delete(st);
+    if (rc == BFIT_OK && s.epoch > r->cfg.epochs)
+        rc = bfit_fail(BFIT_EFORMAT, "%s: the run is at epoch %d of %d", r->ck_path, s.epoch, r->cfg.epochs);
+    if (rc == BFIT_OK)
+        rc = bfit_weights_load_from(r->s.M, r->ck, r->ck_path);
+    if (rc == BFIT_OK)
+        rc = opt_upload(r);
+    if (rc == BFIT_OK)
+        rc = put_state(r, &s);
+    if (rc != BFIT_OK)
+        return rc;
+    r->sched = sched;
+    snprintf(r->res.resumed_from, sizeof r->res.resumed_from, "%s", r->ck_path);
+    r->ckpt_step = r->step;
+    {
+        char esc[8400];
+        bfit_json_escape(r->ck_path, esc, sizeof esc);
+        bfit_log_event(&r->lg, "resume", "\"step\":%lld,\"epoch\":%d,\"from\":\"%s\",\"samples\":%lld,\"m\":%d,\"E\":%d",
+                       (long long)r->step, r->epoch + 1, esc, (long long)r->samples, r->m, r->d.batch);
+    }
+    bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld (epoch %d, sample %lld of %lld; batch %d, "
+                 "micro-batch %d; capacity %s)", r->ck_path, (long long)r->step, r->epoch + 1, (long long)r->taken,
+                 (long long)r->per_epoch, r->d.batch, r->m,
+                 bfit_format_size(bfit_arena_capacity(r->s.arena), s1, sizeof s1));
+    return BFIT_OK;
+}
+
+void run_resume_close(bfit_run *r)
+{
+    bfit_st_free(r->ck);
+    r->ck = NULL;
+}
