@@ -45,6 +45,10 @@ struct bfit_run {
     double *micro_sq;          /* noise scale: per micro-batch */
     double full_sq;            /*   and of the step's mean gradient */
     int *micro_n;
+    int track;                 /* norms for the noise scale (adaptive, auto) */
+    double diff_sq;            /*   |G_t - G_{t-1}|^2 of a one-micro-batch step (-1: none) */
+    double micro_secs;         /* the step's seconds in micro-steps */
+    int E0;                    /* auto: the lr schedule counts steps of E0 samples */
     /* where the run is */
     int64_t per_epoch;         /* samples per epoch */
     int64_t step, samples, taken; /* taken: samples of the current epoch */
@@ -67,6 +71,11 @@ int run_plan_fits_msg(bfit_run *r, uint64_t budget);
 void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);
 int run_apply_memory_schedule(bfit_run *r, int64_t upto);
 void run_watch_device(bfit_run *r);
+/* ladder.c */
+/* --batch auto: time the micro-batches the controller's ladder asks for,
+ * on the step's E staged samples; the model is left as found. */
+int run_ladder(bfit_run *r, int E);
+int run_has_batchnorm(const bfit_model *M);
 /* eval.c */
 int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);
