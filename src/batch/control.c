@@ -20,6 +20,11 @@
  * at some m than at m - 1 (oneDNN picks another algorithm). */
 /* Micro-batches whose throughput is remembered (least recently used go). */
 #define NTPUT 32
+/* Auto mode: steps trained before the ladder is measured (data loading and
+ * the first sizes' set-up have settled), and how far measured micro-steps
+ * may drift from the ladder's times before it is measured again. */
+#define LADDER_AFTER 50
+#define LADDER_DRIFT 1.5
 /* Measurements before a micro-batch's throughput is trusted. */
 #define TPUT_MIN 2
 /* The holdoff doubles on each flap up to this many times the configured one. */
@@ -73,6 +78,10 @@ struct bfit_controller {
     int64_t change_seen;       /* samples seen at the last E change */
     int64_t ramp_seen;         /* samples seen when the lr ramp started */
     int pending_E, pending_n;  /* the better E and the steps in a row it has won */
+    int64_t nobs;              /* steps observed */
+    int ladders;               /* ladders begun */
+    int64_t ladder_seen;       /* samples seen when the last ladder ended */
+    int ladder_ran;            /* the step being observed ran a ladder (its time is not the step's) */
 };
 
 /* ---- names and parsing --------------------------------------------------- */
@@ -553,8 +562,9 @@ static void try_faster(bfit_controller *c, bfit_batch_decision *d)
 
 /* The micro-batch for a step of E samples: the largest that fits (at most E
  * and the fixed one), unless the ladder says a smaller one that fits runs
- * the whole step grow_gain faster. The ladder is measured once, so this
- * choice does not move with the clock. 0 if nothing fits. */
+ * the whole step auto_gain faster. It follows the ladder, not each step's
+ * clock, so it moves only when the ladder is measured again. 0 if nothing
+ * fits. */
 static int plan_m(const bfit_controller *c, int E, double *secs)
 {
     int cap = E, top, best;
@@ -574,7 +584,7 @@ static int plan_m(const bfit_controller *c, int E, double *secs)
                 t_best = t;
             }
         }
-        if (t_best * (1.0 + c->cfg.grow_gain) > t_top) {
+        if (t_best * (1.0 + c->cfg.auto_gain) > t_top) {
             best = top;
             t_best = t_top;
         }
@@ -607,6 +617,9 @@ static void auto_replan(bfit_controller *c, int64_t step, bfit_batch_decision *d
         return;
     pm = plan_m(c, c->E, &secs);
     if (pm == 0 || pm == c->m)
+        return;
+    /* the current m stays unless the plan's is auto_gain faster than it */
+    if (pm < c->m && fits(c, c->m) && secs * (1.0 + c->cfg.auto_gain) > gp_step_seconds(&c->lad, c->E, c->m))
         return;
     if (pm > c->m) {
         if (step < c->hold_until || c->streak < c->cfg.grow_after)
@@ -736,15 +749,6 @@ static int start(bfit_controller *c, int64_t step, int epoch, bfit_batch_decisio
         return no_fit(c, d, "controller");
     set_m(c, m);
     c->E0 = c->cfg.lr_ref_batch ? c->cfg.lr_ref_batch : c->E;
-    if (c->cfg.auto_batch) {
-        /* from below batch_min (accumulating small micro-batches may be the
-         * fastest way to a step) up to the largest micro-batch that fits */
-        int first = 1, cap_all = c->cfg.micro_batch && c->cfg.micro_batch < c->cfg.batch_max ? c->cfg.micro_batch
-                                                                                            : c->cfg.batch_max;
-        while (first * 2 <= c->cfg.batch_min / 2)
-            first *= 2;
-        gp_ladder_start(&c->lad, first, largest_fit(c, cap_all));
-    }
     c->scale = c->ramp_from = c->ramp_to = target_scale(c);
     c->ramp_start = step;
     c->last_E_change = step;
@@ -848,6 +852,35 @@ static int observe_noise(bfit_controller *c, const bfit_step_stats *s)
     return rc;
 }
 
+/* Auto mode: measure the ladder (again): from below batch_min (small
+ * micro-batches accumulated may be the fastest way to a step) up to the
+ * largest micro-batch that fits within batch_max. */
+static void ladder_begin(bfit_controller *c)
+{
+    int first = 1, cap = c->cfg.micro_batch && c->cfg.micro_batch < c->cfg.batch_max ? c->cfg.micro_batch
+                                                                                   : c->cfg.batch_max;
+
+    while (first * 2 <= c->cfg.batch_min / 2)
+        first *= 2;
+    gp_ladder_start(&c->lad, first, largest_fit(c, cap));
+    c->ladders++;
+}
+
+/* Auto mode: the first ladder once training has settled; another when
+ * micro-steps have run LADDER_DRIFT faster or slower than it predicts for
+ * long (the machine's load changed, and with it perhaps which size is
+ * fastest), at most every 4 auto_interval samples. */
+static void ladder_when(bfit_controller *c)
+{
+    double d = c->speed > 1 ? c->speed : c->speed > 0 ? 1 / c->speed : 1;
+
+    if (!c->cfg.auto_batch || c->lad.next)
+        return;
+    if (c->ladders == 0 ? c->nobs >= LADDER_AFTER
+                        : d > LADDER_DRIFT && c->seen - c->ladder_seen >= 4 * c->cfg.auto_interval)
+        ladder_begin(c);
+}
+
 /* Auto mode: how fast micro-steps run now against the ladder (the load
  * changes), and the step's own work outside them. */
 static void observe_speed(bfit_controller *c, const bfit_step_stats *s, double compute)
@@ -893,10 +926,13 @@ int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s)
     /* throughput of compute, not of data loading; not over a step that
      * retried after an OOM (two sizes) or set up a new size */
     compute = s->seconds - s->data_seconds;
-    if (++c->at_m > c->cfg.tput_skip && !c->oom_step && s->samples > 0 && compute > 0) {
+    if (++c->at_m > c->cfg.tput_skip && !c->oom_step && !c->ladder_ran && s->samples > 0 && compute > 0) {
         tput_record(c, c->m, s->samples / compute);
         observe_speed(c, s, compute);
     }
+    c->nobs++;
+    c->ladder_ran = 0;
+    ladder_when(c);
     /* the streak of steps with room for a larger micro-batch */
     cap = m_cap(c);
     if (c->m < cap && largest_fit(c, cap) > c->m)
@@ -966,6 +1002,11 @@ int bfit_controller_ladder_record(bfit_controller *c, int m, double seconds)
         return bfit_fail(BFIT_EINVAL, "controller: the ladder asked for micro-batch %d, not %d",
                          c ? bfit_controller_ladder_next(c) : 0, m);
     gp_ladder_record(&c->lad, m, seconds, c->cfg.grow_gain);
+    if (c->lad.next == 0) {
+        c->speed = 0; /* measured against the new ladder from now on */
+        c->ladder_seen = c->seen;
+        c->ladder_ran = 1;
+    }
     return BFIT_OK;
 }
 

@@ -1,7 +1,9 @@
-/* ladder.c - `--batch auto`: the find ladder inside a run. At its first
- * step the controller asks for micro-batch sizes to be timed (doubling up
+/* ladder.c - `--batch auto`: the find ladder inside a run. After its first
+ * steps (and again when the load changed) the controller asks for
+ * micro-batch sizes to be timed (doubling up
  * to the largest that fits, stopping once the rate levels off); each is a
- * forward and backward of real samples with no optimizer step, and the run
+ * forward and backward of real samples with no optimizer step (the best of
+ * three, after one that sets the size up), and the run
  * goes on as if it had not happened: the parameters (batch-norm running
  * statistics included) are put back, the gradients zeroed, the step's
  * loss statistics reset. The time it takes counts as training time. */
@@ -11,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LADDER_RUNS 3 /* the first sets up the size's primitives; the best of the others counts */
+#define LADDER_RUNS 4 /* the first sets up the size's primitives; the best of the others counts */
 
 int run_has_batchnorm(const bfit_model *M)
 {
