@@ -226,6 +226,14 @@ int cmd_train(int argc, char **argv)
         return cli_usage_hint("train");
     }
     (void)d;
+    if ((c.adaptive || c.auto_batch) && c.batch_schedule) {
+        cli_error("--batch %s cannot be combined with --batch-schedule", c.auto_batch ? "auto" : "adaptive");
+        return cli_usage_hint("train");
+    }
+    if (c.lr_rule == BFIT_LR_ADASCALE && !c.auto_batch && !c.adaptive) {
+        cli_error("--lr-scaling adascale needs the noise scale: use it with --batch auto (or adaptive)");
+        return cli_usage_hint("train");
+    }
     if (c.adaptive || c.auto_batch) {
         if (!c.batch_min)
             c.batch_min = 16;

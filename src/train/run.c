@@ -67,6 +67,8 @@ static int check_cfg(const bfit_train_cfg *c)
     if (c->auto_batch && (c->adaptive || c->batch_schedule))
         return bfit_fail_field(BFIT_EINVAL, "auto_batch", "cannot be combined with an adaptive batch or a batch "
                                                           "schedule");
+    if (c->lr_rule == BFIT_LR_ADASCALE && !c->auto_batch && !c->adaptive)
+        return bfit_fail_field(BFIT_EINVAL, "lr_rule", "adascale needs the noise scale: an auto or adaptive batch");
     if (c->lr_ref_batch < 0)
         return bfit_fail_field(BFIT_EINVAL, "lr_ref_batch", "must be 0 (the first batch) or at least 1, got %d",
                                c->lr_ref_batch);
