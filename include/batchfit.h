@@ -373,14 +373,17 @@ typedef enum {
     BFIT_LR_LINEAR = 0,  /* E / E0 (Goyal et al.; usual for SGD) */
     BFIT_LR_SQRT,        /* sqrt(E / E0) (usual for Adam/AdamW) */
     BFIT_LR_NONE,        /* 1 */
+    BFIT_LR_ADASCALE,    /* AdaScale's gain (Johnson et al. 2020), from the noise scale B:
+                            S (B + E0) / (B + E) with S = E / E0; --batch auto only */
     BFIT_LR_NRULES
 } bfit_lr_rule;
 
-/* "linear", "sqrt", "none" (case-insensitive); BFIT_EINVAL naming the valid
- * ones otherwise. */
+/* "linear", "sqrt", "none", "adascale" (case-insensitive); BFIT_EINVAL
+ * naming the valid ones otherwise. */
 int bfit_lr_rule_parse(const char *name, bfit_lr_rule *out);
 const char *bfit_lr_rule_name(bfit_lr_rule rule);
-/* rule(ratio); ratio > 0. */
+/* rule(ratio); ratio > 0. adascale needs the noise scale: without it this
+ * gives min(ratio, 1), the lower of its bounds. */
 double bfit_lr_rule_scale(bfit_lr_rule rule, double ratio);
 
 /* Why a decision differs from the previous step's. */
@@ -393,11 +396,12 @@ typedef enum {
     BFIT_REASON_THROUGHPUT,  /* a smaller m that fits was measured faster */
     BFIT_REASON_SCHEDULE,    /* the batch schedule changed E */
     BFIT_REASON_NOISE,       /* adaptive mode moved E toward the gradient noise scale */
+    BFIT_REASON_GOODPUT,     /* auto mode: another E (and its m) is predicted to train faster */
     BFIT_REASON_COUNT
 } bfit_batch_reason;
 
 /* "start", "out of memory", "memory shrank", "memory freed", "throughput",
- * "schedule", "noise scale" ("" for none). */
+ * "schedule", "noise scale", "goodput" ("" for none). */
 const char *bfit_batch_reason_name(bfit_batch_reason r);
 
 /* One point of a batch schedule: from step (or epoch) `at` on, E = batch. */
@@ -435,7 +439,8 @@ typedef struct bfit_controller_config {
     const bfit_batch_point *schedule; /* copied; NULL: none */
     int nschedule;
     int adaptive;              /* follow the noise scale (no schedule then) */
-    int batch_min, batch_max;  /* adaptive: 2 <= batch_min <= batch_max */
+    int auto_batch;            /* auto: E and m maximise goodput (no schedule, not adaptive) */
+    int batch_min, batch_max;  /* adaptive: 2 <= batch_min <= batch_max; auto: 1 <= ... */
     /* learning rate */
     bfit_lr_rule rule;         /* linear default; the caller picks sqrt for AdamW */
     int lr_ref_batch;          /* E0, the E the lr was tuned for; 0: the E of the first step */
@@ -451,14 +456,19 @@ typedef struct bfit_controller_config {
     int64_t adapt_interval;    /* at least this many steps between E changes */
     double adapt_factor;       /* E changes by at most this factor at a time (> 1) */
     double adapt_min_change;   /* and only if it would change by at least this fraction */
-    double noise_alpha;        /* EMA weight of the noise estimator, (0, 1] */
+    double noise_alpha;        /* EMA weight of the noise estimator, (0, 1]; auto: per E0 samples */
     int noise_min_updates;     /* estimates needed before E follows them */
+    /* auto E (docs/dynamic.md, "Auto mode") */
+    double auto_gain;          /* a change needs this predicted goodput gain (0.1 = 10%) */
+    int64_t auto_interval;     /* at least this many samples between E changes (and before the first) */
+    int auto_confirm;          /* the same better E must win this many steps in a row */
+    int keep_whole;            /* never split E into micro-batches for speed alone (batch norm) */
 } bfit_controller_config;
 
 /* Defaults: auto micro-batch, margin 0, linear rule, W 100, G 5, X 0.05, N 50,
  * flap window 200, skip 1, tput alpha 0.3, adapt interval 100, factor 2,
- * min change 0.1, noise alpha 0.05, 20 updates. Memory, plan and E are the
- * caller's to set. */
+ * min change 0.1, noise alpha 0.05, 20 updates; auto: gain 0.1, interval
+ * 10000 samples, confirm 20. Memory, plan and E are the caller's to set. */
 void bfit_controller_config_default(bfit_controller_config *cfg);
 
 /* What one optimizer step should do. */
@@ -472,7 +482,11 @@ typedef struct bfit_batch_decision {
     int prev_m, prev_batch;  /* before this decision (0 at the start) */
     int split;               /* m < E: layers with batch statistics (batch norm) see
                                 micro-batches, not E; the trainer warns once */
-    char why[200];           /* for logs: "memory shrank: micro-batch 90 -> 50 (...)" */
+    char why[240];           /* for logs: "memory shrank: micro-batch 90 -> 50 (...)" */
+    /* goodput changes: the numbers behind them (0 otherwise) */
+    double noise_scale;      /* the smoothed noise scale the choice used */
+    double tput_old, tput_new;  /* predicted samples/s at the old and the new (E, m) */
+    double eff_old, eff_new;    /* statistical efficiency per sample, relative to E0 */
 } bfit_batch_decision;
 
 /* What the trainer saw in one optimizer step. */
@@ -482,6 +496,8 @@ typedef struct bfit_step_stats {
     int samples;             /* samples in the step */
     double seconds;          /* wall time of the step */
     double data_seconds;     /* of which waiting for data (not counted as compute) */
+    double micro_seconds;    /* of which in the micro-steps (forward, backward); 0: not measured.
+                                The rest is the step's own work (optimizer, norms). */
     uint64_t free_bytes;     /* now, as defined above */
     uint64_t capacity;       /* now */
     /* gradient noise (optional, nmicro = 0: none): the squared L2 norm of each
@@ -491,6 +507,12 @@ typedef struct bfit_step_stats {
     const double *micro_sqnorm;
     const int *micro_size;
     double full_sqnorm;
+    /* consecutive steps (optional): step_norms = 1 says full_sqnorm is set
+     * (also with nmicro = 0); diff_sqnorm >= 0 is |G_t - G_{t-1}|^2, this
+     * step's mean gradient minus the previous step's (negative: not known).
+     * Two steps make one noise estimate: b = each step, B = both. */
+    int step_norms;
+    double diff_sqnorm;
 } bfit_step_stats;
 
 typedef struct bfit_controller bfit_controller;
@@ -528,6 +550,19 @@ int bfit_controller_noise_scale(const bfit_controller *c, double *b_noise);
  * BFIT_ESTATE if m has not been measured. */
 int bfit_controller_throughput(const bfit_controller *c, int m, double *samples_per_s);
 
+/* Auto mode's ladder (the find ladder inside a run): the micro-batch whose
+ * forward and backward the trainer should time next, 0 when none (the
+ * ladder is done, or not auto). It doubles from about batch_min / 2 up to
+ * the largest that fits within batch_max, and stops early once two sizes in
+ * a row are not faster than the best so far. The trainer leaves the model
+ * as it found it (no optimizer step, gradients zeroed, statistics reset). */
+int bfit_controller_ladder_next(const bfit_controller *c);
+/* One forward and backward of m samples took `seconds` (the best of a few
+ * runs); seconds <= 0: m could not run (out of memory), which ends the
+ * ladder. BFIT_EINVAL unless m is what ladder_next asked for. */
+int bfit_controller_ladder_record(bfit_controller *c, int m, double seconds);
+
+
 /* ---- the gradient noise scale (McCandlish et al. 2018, appendix A.1) ----- */
 /* From squared norms of mean gradients at two batch sizes b < B:
  *   |G|^2 ~ (B |G_B|^2 - b |G_b|^2) / (B - b)
@@ -552,6 +587,12 @@ int bfit_noise_update(bfit_noise *nz, double b_small, double g2_small, double b_
  * expectation: b is their harmonic mean and |G_b|^2 the plain mean of the
  * g2_micro, since E|G_bj|^2 = |G|^2 + tr(S) / b_j. */
 int bfit_noise_update_step(bfit_noise *nz, int k, const double *g2_micro, const int *size, double g2_full);
+/* One estimate from two batches of b1 and b2 samples (two consecutive
+ * steps): their mean gradients' squared norms g2_1, g2_2 and the squared
+ * norm of their difference d2. b = the two, B = b1 + b2, whose mean gradient
+ * (b1 G1 + b2 G2) / B has the squared norm
+ * (b1^2 g2_1 + b2^2 g2_2 + b1 b2 (g2_1 + g2_2 - d2)) / B^2. */
+int bfit_noise_update_pair(bfit_noise *nz, double b1, double g2_1, double b2, double g2_2, double d2);
 /* B_noise (>= 0; a negative tr(S) estimate reads 0); BFIT_ESTATE before any
  * estimate or while the smoothed |G|^2 is not positive. */
 int bfit_noise_scale(const bfit_noise *nz, double *b_noise);
@@ -575,7 +616,10 @@ typedef struct bfit_train_cfg {
     int batch;                 /* effective batch E (adaptive: the initial E, 0 = batch_min) */
     int micro_batch;           /* 0: the plan chooses (largest that fits, at most E) */
     int adaptive;              /* --batch adaptive: E follows the gradient noise scale */
-    int batch_min, batch_max;  /* adaptive bounds */
+    int auto_batch;            /* --batch auto: E and m chosen for goodput (docs/dynamic.md) */
+    int batch_min, batch_max;  /* adaptive and auto bounds */
+    int lr_ref_batch;          /* the E that lr is given for (0: the first E); auto counts the lr
+                                  schedule (warm-up, decay) in steps of this many samples */
     const bfit_batch_point *batch_schedule; /* E by step or epoch; NULL: constant */
     int nbatch_schedule;
     int batch_instead_of_decay;/* a step lr schedule becomes batch increases by 1/gamma */

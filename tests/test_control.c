@@ -14,9 +14,11 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "batchfit.h"
+#include "batch/control_state.h"
 
 /* ---- a made-up plan and a simulated trainer -------------------------------- */
 
@@ -581,6 +583,301 @@ static void test_adaptive_follows_noise_scale(void **st)
     bfit_controller_free(s.c);
 }
 
+/* ---- auto E: goodput -------------------------------------------------------- */
+
+/* A device whose micro-step of m samples takes lat + m / peak seconds (a
+ * GPU-like curve: samples/s rising with m toward peak), and a step's own
+ * work of `over` seconds; noise: expected squared norms of a gradient with
+ * |G|^2 = 1 and tr(Sigma) = B, so the noise scale is B. `jitter` > 0 makes
+ * every timing and norm off by up to that fraction, at random. */
+typedef struct dev_model {
+    double lat, peak, over, B, jitter;
+    int fast_upto;   /* nonzero: micro-batches above this run at half the peak */
+    uint64_t rng;
+    int ladder_asked[32], nasked;
+} dev_model;
+
+static double jitter(dev_model *dm)
+{
+    dm->rng = dm->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return 1.0 + dm->jitter * (2.0 * (double)(dm->rng >> 11) / 9007199254740992.0 - 1.0);
+}
+
+static double micro_secs(const dev_model *dm, int m)
+{
+    return dm->lat + m / (dm->fast_upto && m > dm->fast_upto ? dm->peak / 2 : dm->peak);
+}
+
+static void auto_config(sim *s, int bmin, int bmax)
+{
+    sim_config(s, 0, 1000000000);
+    s->cfg.auto_batch = 1;
+    s->cfg.batch_min = bmin;
+    s->cfg.batch_max = bmax;
+    s->cfg.lr_ref_batch = 128;
+    s->cfg.auto_interval = 1000;
+    s->cfg.auto_confirm = 5;
+    s->cfg.noise_alpha = 1.0; /* the norms are exact expectations: no smoothing needed */
+    s->cfg.noise_min_updates = 3;
+    s->cfg.rewarmup_steps = 10;
+}
+
+/* One step of auto mode: decide, check, run the ladder if asked, observe
+ * the times and the consecutive-step norms (k = 1) or the micro-batches'. */
+static bfit_batch_decision auto_step(sim *s, dev_model *dm)
+{
+    bfit_batch_decision d;
+    bfit_step_stats st = {0};
+    double g2m[1024], g2 = 1.0, B = dm->B;
+    int size[1024], m;
+
+    assert_int_equal(bfit_controller_next(s->c, s->step, s->epoch, &d), BFIT_OK);
+    check_decision(s, &d, s->step == 0);
+    s->prev = d;
+    while ((m = bfit_controller_ladder_next(s->c)) > 0) {
+        /* the trainer times each size a few times and keeps the best */
+        double t = micro_secs(dm, m) * jitter(dm);
+        for (int i = 0; i < 2; i++)
+            t = fmin(t, micro_secs(dm, m) * jitter(dm));
+        if (dm->nasked < 32)
+            dm->ladder_asked[dm->nasked++] = m;
+        assert_int_equal(bfit_controller_ladder_record(s->c, m, t), BFIT_OK);
+    }
+    st.step = s->step;
+    st.samples = d.batch;
+    st.micro_seconds = ((d.k - 1) * micro_secs(dm, d.m) + micro_secs(dm, d.last)) * jitter(dm);
+    st.data_seconds = 0.01;
+    st.seconds = st.micro_seconds + dm->over * jitter(dm) + st.data_seconds;
+    st.capacity = s->cap;
+    st.free_bytes = sim_free(s);
+    st.step_norms = 1;
+    st.full_sqnorm = (g2 + B / d.batch) * jitter(dm);
+    st.diff_sqnorm = -1;
+    if (d.k >= 2) {
+        assert_true(d.k <= 1024);
+        for (int j = 0; j < d.k; j++) {
+            size[j] = j == d.k - 1 ? d.last : d.m;
+            g2m[j] = (g2 + B / size[j]) * jitter(dm);
+        }
+        st.nmicro = d.k;
+        st.micro_sqnorm = g2m;
+        st.micro_size = size;
+    } else {
+        /* two independent batches of the same gradient: E|G1 - G2|^2 = B/b1 + B/b2 */
+        st.diff_sqnorm = (B / s->prev.batch + B / d.batch) * jitter(dm);
+    }
+    assert_int_equal(bfit_controller_observe(s->c, &st), BFIT_OK);
+    s->step++;
+    return d;
+}
+
+/* The goodput the controller should predict, up to a constant: samples/s
+ * of whole-E steps times the efficiency (B + E0) / (B + E). */
+static double model_goodput(const dev_model *dm, int E)
+{
+    return E / (micro_secs(dm, E) + dm->over) * (dm->B + 128) / (dm->B + E);
+}
+
+/* E goes where goodput is highest, by moves of at most 2x, each worth at
+ * least 10%, each logged with its numbers; the lr follows the linear rule;
+ * the ladder doubles until the rate levels off; the noise scale comes from
+ * consecutive steps (every step has one micro-batch). */
+static void test_auto_follows_goodput(void **st)
+{
+    static const int ladder[] = { 8, 16, 32, 64, 128, 256, 512 };
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200 };
+    int E = 16, nchange = 0;
+    int64_t last_seen = 0, seen = 0;
+    double bn;
+    sim s;
+    (void)st;
+    auto_config(&s, 16, 1024);
+    sim_start(&s);
+    for (int t = 0; t < 1200; t++) {
+        bfit_batch_decision d;
+        if (t == 600)
+            dm.B = 2000; /* the noise scale grows as the loss falls */
+        d = auto_step(&s, &dm);
+        assert_int_equal(d.k, 1); /* everything fits: never accumulates */
+        assert_int_equal(d.m, d.batch);
+        if (d.batch != E) {
+            assert_int_equal(d.reason, BFIT_REASON_GOODPUT);
+            assert_non_null(strstr(d.why, "goodput: batch"));
+            assert_true(d.batch <= 2 * E && 2 * d.batch >= E);
+            assert_true(seen - last_seen >= 1000);
+            assert_true(d.noise_scale == dm.B || fabs(d.noise_scale - dm.B) < 1e-9 * dm.B);
+            assert_true(d.eff_old > 0 && d.eff_new > 0 && d.tput_old > 0 && d.tput_new > 0);
+            assert_true(d.tput_new * d.eff_new >= 1.1 * d.tput_old * d.eff_old);
+            /* the controller's prediction is the model's, the overhead and
+             * the ladder being exact here */
+            assert_true(fabs(d.tput_new * d.eff_new / (d.tput_old * d.eff_old) -
+                             model_goodput(&dm, d.batch) / model_goodput(&dm, E)) < 1e-6);
+            E = d.batch;
+            last_seen = seen;
+            nchange++;
+        }
+        seen += d.batch;
+        if (t == 599) {
+            /* B = 200: goodput/10^3 at 16, 32, 48, 64, 96, 128: 9.0, 12.1, 13.3, 13.6, 13.4, 12.8:
+             * 16 -> 32 (+34%) -> 64 (+12%), then nothing within 2x is 10% better */
+            assert_int_equal(E, 64);
+            assert_int_equal(nchange, 2);
+        }
+        if (t == 1199) {
+            /* B = 2000: 64 -> 128 (+13%); 192 and 256 would add 3% */
+            assert_int_equal(E, 128);
+            assert_int_equal(nchange, 3);
+            expect_scale(d.lr_scale, 1.0); /* linear, E0 = 128, re-warmed */
+        }
+    }
+    assert_int_equal(dm.nasked, 7);
+    assert_memory_equal(dm.ladder_asked, ladder, sizeof ladder);
+    assert_int_equal(bfit_controller_noise_scale(s.c, &bn), BFIT_OK);
+    assert_true(fabs(bn - 2000) < 1e-6);
+    bfit_controller_free(s.c);
+}
+
+/* Hysteresis: with noisy timings and norms (every figure off by up to 25%)
+ * and a noise scale at which 48, 64 and 96 are within 3% of each other, E
+ * settles and stays: few changes, never back to a size it left. The ladder
+ * is noisy too; the micro-batch changes only with E, or once when the
+ * ladder is first measured. */
+static void test_auto_does_not_flip(void **st)
+{
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200, .jitter = 0.25, .rng = seed };
+        int left[64], nleft = 0, E = 16, nchange = 0, m = 16, mchange = 0;
+        sim s;
+        auto_config(&s, 16, 1024);
+        s.cfg.noise_alpha = 0.05; /* noisy norms want smoothing */
+        s.cfg.noise_min_updates = 20;
+        sim_start(&s);
+        for (int t = 0; t < 4000; t++) {
+            bfit_batch_decision d = auto_step(&s, &dm);
+            if (d.m != m && d.batch == E)
+                mchange++;
+            m = d.m;
+            if (d.batch != E) {
+                for (int i = 0; i < nleft; i++)
+                    if (left[i] == d.batch)
+                        fail_msg("seed %llu: step %d: back to batch %d (%s)", (unsigned long long)seed, t, d.batch,
+                                 d.why);
+                left[nleft++] = E;
+                E = d.batch;
+                nchange++;
+            }
+        }
+        printf("  seed %llu: %d changes of E, %d of m alone, E %d, m %d\n", (unsigned long long)seed, nchange,
+               mchange, E, m);
+        assert_true(nchange >= 1 && nchange <= 4);
+        assert_true(mchange <= 1);
+        assert_true(E >= 32 && E <= 128);
+        bfit_controller_free(s.c);
+    }
+}
+
+/* A device where small micro-batches are much faster per sample (a CPU
+ * whose caches hold them): the plan accumulates them, and the noise scale
+ * then comes from the micro-batches. */
+static void test_auto_accumulates_when_faster(void **st)
+{
+    (void)st;
+    for (int whole = 0; whole < 2; whole++) {
+        dev_model dm = { .lat = 0.0, .peak = 5000, .over = 0.001, .B = 300, .fast_upto = 32 };
+        double bn;
+        sim s;
+        auto_config(&s, 64, 64); /* E is 64: the micro-batch is the only choice */
+        s.cfg.keep_whole = whole; /* batch norm: split only for memory */
+        sim_start(&s);
+        for (int t = 0; t < 200; t++) {
+            bfit_batch_decision d = auto_step(&s, &dm);
+            assert_int_equal(d.batch, 64);
+            /* the ladder (32 and 64) is measured after 50 steps, used at 51 */
+            assert_int_equal(d.m, t <= 50 || whole ? 64 : 32);
+            if (t == 51 && !whole) {
+                assert_int_equal(d.reason, BFIT_REASON_THROUGHPUT);
+                assert_non_null(strstr(d.why, "throughput: micro-batch 64 -> 32 (ladder: 5000 vs 2500"));
+            }
+        }
+        assert_int_equal(dm.nasked, 2);
+        assert_int_equal(bfit_controller_noise_scale(s.c, &bn), BFIT_OK);
+        assert_true(fabs(bn - 300) < 1e-6);
+        bfit_controller_free(s.c);
+    }
+}
+
+/* The ladder is measured again when micro-steps run much slower than it
+ * predicts (another process took the cores), not more often than every 4
+ * auto_interval samples. */
+static void test_auto_ladder_again_when_load_changes(void **st)
+{
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200 };
+    sim s;
+    (void)st;
+    auto_config(&s, 16, 1024);
+    sim_start(&s);
+    for (int t = 0; t < 300; t++)
+        auto_step(&s, &dm);
+    assert_int_equal(dm.nasked, 7);
+    dm.lat *= 3;
+    dm.peak /= 3;
+    for (int t = 0; t < 300; t++)
+        auto_step(&s, &dm);
+    assert_int_equal(dm.nasked, 14); /* once more, then it agrees again */
+    bfit_controller_free(s.c);
+}
+
+/* AdaScale's gain: S (B + E0) / (B + E) with S = E / E0, between 1 and S. */
+static void test_auto_adascale(void **st)
+{
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200 };
+    sim s;
+    bfit_batch_decision d = {0};
+    (void)st;
+    auto_config(&s, 16, 1024);
+    s.cfg.rule = BFIT_LR_ADASCALE;
+    sim_start(&s);
+    for (int t = 0; t < 600; t++)
+        d = auto_step(&s, &dm);
+    assert_int_equal(d.batch, 64);
+    expect_scale(d.lr_scale, 64.0 / 128 * (200 + 128) / (200 + 64));
+    bfit_controller_free(s.c);
+}
+
+/* Checkpoints: the state of one controller, put into another made with the
+ * same configuration, gives the same decisions from there on. */
+static void test_auto_state_roundtrip(void **st)
+{
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200, .jitter = 0.1, .rng = 3 };
+    dev_model dm2;
+    bfit_controller_state cs, bad;
+    sim a, b;
+    (void)st;
+    auto_config(&a, 16, 1024);
+    sim_start(&a);
+    for (int t = 0; t < 150; t++)
+        auto_step(&a, &dm);
+    bfit_controller_state_get(a.c, &cs);
+    assert_true(cs.au.lad.n > 0); /* the ladder ran and is part of the state */
+    b = a;
+    assert_int_equal(bfit_controller_new(&a.cfg, &b.c), BFIT_OK);
+    bad = cs;
+    bad.m = 0; /* a state no controller can have */
+    assert_int_equal(bfit_controller_state_set(b.c, &bad), BFIT_EINVAL);
+    assert_int_equal(bfit_controller_state_set(b.c, &cs), BFIT_OK);
+    dm2 = dm;
+    for (int t = 0; t < 600; t++) {
+        bfit_batch_decision da = auto_step(&a, &dm), db = auto_step(&b, &dm2);
+        assert_int_equal(da.batch, db.batch);
+        assert_int_equal(da.m, db.m);
+        assert_true(da.lr_scale == db.lr_scale);
+        assert_string_equal(da.why, db.why);
+    }
+    assert_true(a.prev.batch > 16); /* it moved after the restore */
+    bfit_controller_free(a.c);
+    bfit_controller_free(b.c);
+}
+
 /* ---- API state and errors ----------------------------------------------------- */
 
 static void test_state_errors(void **st)
@@ -698,7 +995,11 @@ static void test_parse_rules_and_reasons(void **st)
     assert_int_equal(bfit_lr_rule_parse("none", &r), BFIT_OK);
     assert_int_equal(r, BFIT_LR_NONE);
     assert_int_equal(bfit_lr_rule_parse("cubic", &r), BFIT_EINVAL);
-    assert_non_null(strstr(bfit_errmsg(), "'cubic' (valid: linear, sqrt, none)"));
+    assert_non_null(strstr(bfit_errmsg(), "'cubic' (valid: linear, sqrt, none, adascale)"));
+    assert_int_equal(bfit_lr_rule_parse("AdaScale", &r), BFIT_OK);
+    assert_int_equal(r, BFIT_LR_ADASCALE);
+    /* without a noise scale, the gain's lower bound */
+    assert_true(bfit_lr_rule_scale(BFIT_LR_ADASCALE, 4) == 1 && bfit_lr_rule_scale(BFIT_LR_ADASCALE, 0.25) == 0.25);
     assert_int_equal(bfit_lr_rule_parse(NULL, &r), BFIT_EINVAL);
     assert_string_equal(bfit_lr_rule_name(BFIT_LR_SQRT), "sqrt");
     assert_true(fabs(bfit_lr_rule_scale(BFIT_LR_SQRT, 4) - 2) < 1e-15);
@@ -706,6 +1007,7 @@ static void test_parse_rules_and_reasons(void **st)
     assert_true(bfit_lr_rule_scale(BFIT_LR_NONE, 8) == 1);
     assert_string_equal(bfit_batch_reason_name(BFIT_REASON_OOM), "out of memory");
     assert_string_equal(bfit_batch_reason_name(BFIT_REASON_NOISE), "noise scale");
+    assert_string_equal(bfit_batch_reason_name(BFIT_REASON_GOODPUT), "goodput");
     assert_string_equal(bfit_batch_reason_name(BFIT_REASON_MEM_SHRANK), "memory shrank");
     for (int i = 1; i < BFIT_REASON_COUNT; i++)
         assert_true(strlen(bfit_batch_reason_name((bfit_batch_reason)i)) > 0);
@@ -757,6 +1059,12 @@ int main(void)
         cmocka_unit_test(test_schedule_and_lr_rules),
         cmocka_unit_test(test_schedule_by_epoch_and_micro_batch),
         cmocka_unit_test(test_adaptive_follows_noise_scale),
+        cmocka_unit_test(test_auto_follows_goodput),
+        cmocka_unit_test(test_auto_does_not_flip),
+        cmocka_unit_test(test_auto_accumulates_when_faster),
+        cmocka_unit_test(test_auto_ladder_again_when_load_changes),
+        cmocka_unit_test(test_auto_adascale),
+        cmocka_unit_test(test_auto_state_roundtrip),
         cmocka_unit_test(test_state_errors),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_parse_rules_and_reasons),

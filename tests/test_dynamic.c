@@ -415,6 +415,102 @@ static void test_adaptive(void **st)
     free(b[1]);
 }
 
+/* What an auto run's steps did. */
+typedef struct auto_seen {
+    int steps, k_gt_1, min_E, max_E;
+} auto_seen;
+
+static void auto_on_step(void *ud, const bfit_step_info *si)
+{
+    auto_seen *a = ud;
+    a->steps++;
+    a->k_gt_1 += si->k > 1;
+    if (!a->min_E || si->batch < a->min_E)
+        a->min_E = si->batch;
+    if (si->batch > a->max_E)
+        a->max_E = si->batch;
+}
+
+/* --batch auto in a real run. First, the ladder leaves the model as found:
+ * with E held at 32 (batch_min = batch_max) and the micro-batch fixed, an
+ * auto run (whose ladder runs forward and backward at 8, 16 and 32 after 50
+ * steps) ends with exactly the weights of a fixed run, batch-norm running
+ * statistics included. Then a free auto run: the noise scale is estimated
+ * without accumulating (every step one micro-batch), the ladder is in the
+ * log, E stays in its bounds, every change says why, and E does not flip
+ * back and forth (it never returns to a size it left). */
+static void test_auto(void **st)
+{
+    char spec[300], w[2][300], lg[300];
+    bfit_train_result r;
+    auto_seen seen = {0};
+    double amax, d;
+    FILE *f;
+    (void)st;
+    snprintf(spec, sizeof spec, "%s/bn_auto.cfg", tmpdir);
+    f = fopen(spec, "w");
+    fputs("input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n", f);
+    fclose(f);
+    for (int i = 0; i < 2; i++) {
+        bfit_train_cfg c = base(spec, 32, 3200);
+        c.micro_batch = 32;
+        if (i == 1) {
+            c.auto_batch = 1;
+            c.batch = 0;
+            c.batch_min = c.batch_max = 32;
+            c.lr_ref_batch = 32;
+        }
+        snprintf(w[i], sizeof w[i], "%s/auto%d.safetensors", tmpdir, i);
+        c.save = w[i];
+        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(r.steps, 100);
+    }
+    d = weights_diff(w[0], w[1], &amax);
+    printf("  fixed vs auto with one choice: max |dw| = %.3g\n", d);
+    assert_true(d == 0);
+
+    snprintf(lg, sizeof lg, "%s/auto.jsonl", tmpdir);
+    {
+        bfit_train_cfg c = base(small, 0, 32000);
+        c.auto_batch = 1;
+        c.batch_min = 16;
+        c.batch_max = 256;
+        c.lr_ref_batch = 128;
+        c.log = lg;
+        c.on_step = auto_on_step;
+        c.cb_ud = &seen;
+        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    }
+    printf("  auto: %lld steps, E %d..%d, %d changes, noise scale %.1f\n", (long long)r.steps, seen.min_E,
+           seen.max_E, r.batch_changes, r.noise_scale);
+    assert_int_equal(r.samples, 32000);
+    assert_int_equal(seen.k_gt_1, 0);
+    assert_true(r.noise_scale > 0);
+    assert_true(seen.min_E >= 16 && seen.max_E <= 256);
+    assert_true(log_count(lg, "\"event\":\"ladder\"") >= 2);
+    assert_int_equal(log_count(lg, "\"event\":\"batch_change\""), r.batch_changes);
+    assert_int_equal(log_count(lg, "\"reason\":\"goodput\"") + log_count(lg, "\"reason\":\"throughput\""),
+                     r.batch_changes);
+    {
+        /* never back to an E it left */
+        char cmd[600], line[64];
+        int left[64], nleft = 0, prevE = 16;
+        FILE *p;
+        snprintf(cmd, sizeof cmd, "grep '\"reason\":\"goodput\"' %s | sed 's/.*\"E\":\\([0-9]*\\).*/\\1/'", lg);
+        p = popen(cmd, "r");
+        assert_non_null(p);
+        while (fgets(line, sizeof line, p)) {
+            int E = atoi(line);
+            for (int i = 0; i < nleft; i++)
+                assert_int_not_equal(left[i], E);
+            if (nleft < 64)
+                left[nleft++] = prevE;
+            prevE = E;
+        }
+        pclose(p);
+    }
+}
+
 /* Batch norm with m < E sees micro-batches: one warning, in the log and
  * counted once however many steps split; none when m = E. */
 static void test_batchnorm_warning(void **st)
@@ -455,6 +551,7 @@ int main(void)
         cmocka_unit_test(test_batch_schedule),
         cmocka_unit_test(test_batch_instead_of_decay),
         cmocka_unit_test(test_adaptive),
+        cmocka_unit_test(test_auto),
         cmocka_unit_test(test_batchnorm_warning),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -83,6 +83,25 @@ static void test_step_with_unequal_sizes_exact(void **st)
     assert_true(fabs(bn - 25.0) < 1e-9);
 }
 
+/* Two consecutive steps of b1 and b2 samples: exact on expected norms,
+ * E|G_i|^2 = |G|^2 + S / b_i and E|G1 - G2|^2 = S / b1 + S / b2. */
+static void test_pair_exact(void **st)
+{
+    const double G2 = 0.5, S = 40.0;
+    const int b[][2] = { { 16, 16 }, { 32, 8 }, { 1, 1000 } };
+    (void)st;
+    for (int i = 0; i < 3; i++) {
+        bfit_noise nz;
+        double bn, b1 = b[i][0], b2 = b[i][1];
+        assert_int_equal(bfit_noise_init(&nz, 1.0), BFIT_OK);
+        assert_int_equal(bfit_noise_update_pair(&nz, b1, G2 + S / b1, b2, G2 + S / b2, S / b1 + S / b2), BFIT_OK);
+        assert_true(fabs(nz.g2_last - G2) < 1e-9);
+        assert_true(fabs(nz.s_last - S) < 1e-9 * S);
+        assert_int_equal(bfit_noise_scale(&nz, &bn), BFIT_OK);
+        assert_true(fabs(bn - S / G2) < 1e-6 * S / G2);
+    }
+}
+
 static void test_ema_smooths_each_separately(void **st)
 {
     bfit_noise nz;
@@ -117,6 +136,9 @@ static void test_bad_input(void **st)
     assert_int_equal(bfit_noise_update_step(&nz, 1, g2, size, 1), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "at least 2"));
     assert_int_equal(bfit_noise_update_step(&nz, 2, g2, size, 1), BFIT_EINVAL);
+    assert_int_equal(bfit_noise_update_pair(&nz, 0, 1, 8, 1, 0.5), BFIT_EINVAL);
+    assert_int_equal(bfit_noise_update_pair(&nz, 8, 1, 8, 1, -0.5), BFIT_EINVAL);
+    assert_int_equal(bfit_noise_update_pair(&nz, 8, 1, 8, INFINITY, 0.5), BFIT_EINVAL);
     assert_int_equal(nz.n, 0);
     /* a first estimate with |G|^2 <= 0 gives no scale yet */
     assert_int_equal(bfit_noise_update(&nz, 4, 1.0, 8, 0.4), BFIT_OK);
@@ -236,6 +258,63 @@ static void check_converges(const truth *t, int k, const int *size, uint64_t see
     assert_true(fabs(r.g2.mean - t->g2) < 4 * wf_sd(&r.g2) / sqrt(r.g2.n));
 }
 
+/* Steps of one batch each (size[s % nsize] samples), every step paired with
+ * the one before, as the trainer does when a step has one micro-batch. */
+static void run_pairs(const truth *t, int nsize, const int *size, int steps, double alpha, uint64_t seed,
+                      run_result *r)
+{
+    bfit_noise nz;
+    double prev[D], cur[D], prev_g2 = 0;
+
+    rng_state = seed;
+    memset(r, 0, sizeof *r);
+    assert_int_equal(bfit_noise_init(&nz, alpha), BFIT_OK);
+    for (int s = 0; s < steps; s++) {
+        int b = size[s % nsize];
+        double g2 = 0, d2 = 0;
+        memset(cur, 0, sizeof cur);
+        for (int i = 0; i < b; i++)
+            for (int d = 0; d < D; d++)
+                cur[d] += (t->G[d] + t->sd[d] * normal()) / b;
+        for (int d = 0; d < D; d++) {
+            g2 += cur[d] * cur[d];
+            d2 += (cur[d] - prev[d]) * (cur[d] - prev[d]);
+        }
+        if (s > 0) {
+            assert_int_equal(bfit_noise_update_pair(&nz, size[(s - 1) % nsize], prev_g2, b, g2, d2), BFIT_OK);
+            wf_add(&r->g2, nz.g2_last);
+            wf_add(&r->s, nz.s_last);
+        }
+        memcpy(prev, cur, sizeof cur);
+        prev_g2 = g2;
+    }
+    assert_int_equal(bfit_noise_scale(&nz, &r->bn), BFIT_OK);
+}
+
+/* Consecutive pairs converge too. Each batch is in two pairs, so adjacent
+ * estimates are correlated (and no others): the variance of their mean is
+ * at most 3 times that of independent ones, hence sqrt(3) in the tolerance. */
+static void test_converges_consecutive_pairs(void **st)
+{
+    const int size[2] = { 16, 24 };
+    const double alpha = 0.001, n_eff = (2 - alpha) / alpha;
+    truth t;
+    run_result r;
+    double want, rel, tol;
+    (void)st;
+    make_truth(&t, 1.0, 32.0); /* B_noise 32 */
+    want = t.tr / t.g2;
+    run_pairs(&t, 2, size, 40000, alpha, 4, &r);
+    rel = sqrt(3) * (wf_sd(&r.s) / t.tr + wf_sd(&r.g2) / t.g2) / sqrt(n_eff);
+    tol = 4 * rel;
+    print_message("pairs: B_noise true %.3f, estimated %.3f (%.2f%%, tolerance %.2f%%)\n", want, r.bn,
+                  100 * (r.bn / want - 1), 100 * tol);
+    assert_true(tol < 0.15);
+    assert_true(fabs(r.bn / want - 1) < tol);
+    assert_true(fabs(r.s.mean - t.tr) < 4 * sqrt(3) * wf_sd(&r.s) / sqrt(r.s.n));
+    assert_true(fabs(r.g2.mean - t.g2) < 4 * sqrt(3) * wf_sd(&r.g2) / sqrt(r.g2.n));
+}
+
 static void test_converges_small_noise_scale(void **st)
 {
     const int size[4] = { 8, 8, 8, 8 };
@@ -277,11 +356,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_on_expected_norms),
         cmocka_unit_test(test_step_with_unequal_sizes_exact),
+        cmocka_unit_test(test_pair_exact),
         cmocka_unit_test(test_ema_smooths_each_separately),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_converges_small_noise_scale),
         cmocka_unit_test(test_converges_large_noise_scale),
         cmocka_unit_test(test_converges_unequal_sizes),
+        cmocka_unit_test(test_converges_consecutive_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

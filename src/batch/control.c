@@ -5,10 +5,13 @@
  * states the rules; the comments here say why. */
 #include "batchfit.h"
 #include "base/err.h"
+#include "batch/control_state.h"
+#include "batch/goodput.h"
 #include "batch/solve.h"
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,11 @@
  * at some m than at m - 1 (oneDNN picks another algorithm). */
 /* Micro-batches whose throughput is remembered (least recently used go). */
 #define NTPUT 32
+/* Auto mode: steps trained before the ladder is measured (data loading and
+ * the first sizes' set-up have settled), and how far measured micro-steps
+ * may drift from the ladder's times before it is measured again. */
+#define LADDER_AFTER 50
+#define LADDER_DRIFT 1.5
 /* Measurements before a micro-batch's throughput is trusted. */
 #define TPUT_MIN 2
 /* The holdoff doubles on each flap up to this many times the configured one. */
@@ -32,6 +40,7 @@ typedef struct tput {
 struct bfit_controller {
     bfit_controller_config cfg;
     bfit_batch_point *sched;   /* our copy of cfg.schedule */
+    /* ---- the state (control_state.h) ---- */
     uint64_t capacity, free;   /* the last observed memory */
     int m, E, E0;
     bfit_noise noise;
@@ -53,13 +62,16 @@ struct bfit_controller {
 
     tput tp[NTPUT];
     uint64_t tick;
+
+    bfit_controller_auto au;   /* consecutive steps' norms and auto mode (control_state.h) */
 };
 
 /* ---- names and parsing --------------------------------------------------- */
 
-static const char *const rule_names[BFIT_LR_NRULES] = { "linear", "sqrt", "none" };
+static const char *const rule_names[BFIT_LR_NRULES] = { "linear", "sqrt", "none", "adascale" };
 static const char *const reason_names[BFIT_REASON_COUNT] = {
-    "", "start", "out of memory", "memory shrank", "memory freed", "throughput", "schedule", "noise scale"
+    "", "start", "out of memory", "memory shrank", "memory freed", "throughput", "schedule", "noise scale",
+    "goodput"
 };
 
 int bfit_lr_rule_parse(const char *name, bfit_lr_rule *out)
@@ -70,7 +82,8 @@ int bfit_lr_rule_parse(const char *name, bfit_lr_rule *out)
             return BFIT_OK;
         }
     }
-    return bfit_fail(BFIT_EINVAL, "unknown lr scaling rule '%s' (valid: linear, sqrt, none)", name ? name : "");
+    return bfit_fail(BFIT_EINVAL, "unknown lr scaling rule '%s' (valid: linear, sqrt, none, adascale)",
+                     name ? name : "");
 }
 
 const char *bfit_lr_rule_name(bfit_lr_rule rule)
@@ -83,6 +96,7 @@ double bfit_lr_rule_scale(bfit_lr_rule rule, double ratio)
     switch (rule) {
     case BFIT_LR_LINEAR: return ratio;
     case BFIT_LR_SQRT: return sqrt(ratio);
+    case BFIT_LR_ADASCALE: return ratio < 1 ? ratio : 1.0; /* the gain's bound without a noise scale */
     default: return 1.0;
     }
 }
@@ -110,6 +124,9 @@ void bfit_controller_config_default(bfit_controller_config *cfg)
     cfg->adapt_min_change = 0.1;
     cfg->noise_alpha = 0.05;
     cfg->noise_min_updates = 20;
+    cfg->auto_gain = 0.1;
+    cfg->auto_interval = 10000;
+    cfg->auto_confirm = 20;
 }
 
 static int check_schedule(const bfit_controller_config *cfg)
@@ -141,9 +158,25 @@ static int check_config(const bfit_controller_config *cfg)
     if (cfg->micro_batch < 0)
         return bfit_fail(BFIT_EINVAL, "controller: micro-batch %d must be 0 (auto) or >= 1", cfg->micro_batch);
     if ((unsigned)cfg->rule >= BFIT_LR_NRULES)
-        return bfit_fail(BFIT_EINVAL, "controller: unknown lr scaling rule %d (valid: linear, sqrt, none)",
-                         (int)cfg->rule);
-    if (cfg->adaptive) {
+        return bfit_fail(BFIT_EINVAL, "controller: unknown lr scaling rule %d (valid: linear, sqrt, none, "
+                         "adascale)", (int)cfg->rule);
+    if (cfg->rule == BFIT_LR_ADASCALE && !cfg->auto_batch && !cfg->adaptive)
+        return bfit_fail(BFIT_EINVAL, "controller: the adascale rule needs the noise scale: an auto or adaptive "
+                         "batch");
+    if (cfg->auto_batch) {
+        if (cfg->adaptive || cfg->nschedule)
+            return bfit_fail(BFIT_EINVAL, "controller: an auto batch excludes an adaptive batch and a batch "
+                             "schedule");
+        if (cfg->batch_min < 1 || cfg->batch_min > cfg->batch_max)
+            return bfit_fail(BFIT_EINVAL, "controller: auto batch needs 1 <= minimum <= maximum, got %d and %d",
+                             cfg->batch_min, cfg->batch_max);
+        if (cfg->batch && (cfg->batch < cfg->batch_min || cfg->batch > cfg->batch_max))
+            return bfit_fail(BFIT_EINVAL, "controller: initial batch %d is outside [%d, %d]", cfg->batch,
+                             cfg->batch_min, cfg->batch_max);
+        if (!(cfg->auto_gain >= 0 && isfinite(cfg->auto_gain)) || cfg->auto_interval < 0 || cfg->auto_confirm < 1)
+            return bfit_fail(BFIT_EINVAL, "controller: auto needs gain >= 0 (got %g), interval >= 0 (%lld), "
+                             "confirm >= 1 (%d)", cfg->auto_gain, (long long)cfg->auto_interval, cfg->auto_confirm);
+    } else if (cfg->adaptive) {
         if (cfg->nschedule)
             return bfit_fail(BFIT_EINVAL, "controller: adaptive batch and a batch schedule exclude each other");
         if (cfg->batch_min < 2 || cfg->batch_min > cfg->batch_max)
@@ -294,24 +327,48 @@ static void after_shrink(bfit_controller *c, int64_t step)
     c->streak = 0;
 }
 
+/* The ramp's progress at `step`: the j-th step of W, or in auto mode (where
+ * E varies) the samples since the change over W steps of E0 samples. */
+static double ramp_frac(const bfit_controller *c, int64_t step)
+{
+    double W = (double)c->cfg.rewarmup_steps;
+
+    if (c->cfg.auto_batch)
+        return W <= 0 ? 1.0 : (double)(c->au.seen - c->au.ramp_seen + c->E) / (W * c->E0);
+    return W <= 0 ? 1.0 : (double)(step - c->ramp_start + 1) / W;
+}
+
 static double scale_at(const bfit_controller *c, int64_t step)
 {
-    int64_t j = step - c->ramp_start + 1, W = c->cfg.rewarmup_steps;
+    double f = ramp_frac(c, step);
 
-    if (j >= W)
+    if (f >= 1)
         return c->ramp_to;
-    return c->ramp_from + (c->ramp_to - c->ramp_from) * (double)j / (double)W;
+    return c->ramp_from + (c->ramp_to - c->ramp_from) * f;
+}
+
+/* rule(E / E0); AdaScale's gain S (B + E0) / (B + E) from the smoothed
+ * noise scale B, or its lower bound min(S, 1) while there is none. */
+static double target_scale(const bfit_controller *c)
+{
+    double S = (double)c->E / (double)c->E0, B;
+
+    if (c->cfg.rule == BFIT_LR_ADASCALE && c->noise.n >= c->cfg.noise_min_updates &&
+        bfit_noise_scale(&c->noise, &B) == BFIT_OK)
+        return S * gp_efficiency(B, c->E, c->E0);
+    return bfit_lr_rule_scale(c->cfg.rule, S);
 }
 
 /* E changed at `step`: a higher scale ramps up from the one in use, a lower
  * one applies at once. */
 static void rescale(bfit_controller *c, int64_t step)
 {
-    double to = bfit_lr_rule_scale(c->cfg.rule, (double)c->E / (double)c->E0);
+    double to = target_scale(c);
 
     c->ramp_from = to > c->scale ? c->scale : to;
     c->ramp_to = to;
     c->ramp_start = step;
+    c->au.ramp_seen = c->au.seen;
 }
 
 static int schedule_E(const bfit_controller *c, int64_t step, int epoch)
@@ -410,6 +467,153 @@ static void try_faster(bfit_controller *c, bfit_batch_decision *d)
     say(d, "throughput: micro-batch %d -> %d (measured %.4g vs %.4g samples/s)", from, best, best_r, cur);
 }
 
+/* ---- auto mode: goodput ------------------------------------------------------ */
+
+/* The micro-batch for a step of E samples: the largest that fits (at most E
+ * and the fixed one), unless the ladder says a smaller one that fits runs
+ * the whole step auto_gain faster. It follows the ladder, not each step's
+ * clock, so it moves only when the ladder is measured again. 0 if nothing
+ * fits. */
+static int plan_m(const bfit_controller *c, int E, double *secs)
+{
+    int cap = E, top, best;
+    double t_top, t_best;
+
+    if (c->cfg.micro_batch && c->cfg.micro_batch < cap)
+        cap = c->cfg.micro_batch;
+    top = fits(c, cap) ? cap : largest_fit(c, cap);
+    best = top;
+    t_top = t_best = top ? gp_step_seconds(&c->au.lad, E, top) : -1;
+    if (top && t_top > 0 && !c->cfg.keep_whole && !c->cfg.micro_batch) {
+        for (int i = 0; i < c->au.lad.n; i++) {
+            int m = c->au.lad.m[i];
+            double t = gp_step_seconds(&c->au.lad, E, m);
+            if (m < top && t > 0 && t < t_best && fits(c, m)) {
+                best = m;
+                t_best = t;
+            }
+        }
+        if (t_best * (1.0 + c->cfg.auto_gain) > t_top) {
+            best = top;
+            t_best = t_top;
+        }
+    }
+    if (secs)
+        *secs = t_best;
+    return best;
+}
+
+/* Predicted samples/s of steps of E in micro-batches of m: the ladder's
+ * time scaled by how fast micro-steps have run in training lately, plus
+ * the step's own work (optimizer, norms) as measured. */
+static double predict_rate(const bfit_controller *c, int E, double fb_secs)
+{
+    double speed = c->au.speed > 0 ? c->au.speed : 1.0;
+    double t = fb_secs / speed + c->au.overhead;
+
+    return t > 0 ? E / t : 0;
+}
+
+/* After the ladder, or when memory came back: the plan's micro-batch for
+ * the current E. Growth waits for the holdoff and the streak as in the
+ * other modes; a smaller m is a measured choice (reason throughput). */
+static void auto_replan(bfit_controller *c, int64_t step, bfit_batch_decision *d)
+{
+    double secs;
+    int from = c->m, pm;
+
+    if (c->au.lad.next || c->au.lad.n == 0)
+        return;
+    pm = plan_m(c, c->E, &secs);
+    if (pm == 0 || pm == c->m)
+        return;
+    /* the current m stays unless the plan's is auto_gain faster than it */
+    if (pm < c->m && fits(c, c->m) && secs * (1.0 + c->cfg.auto_gain) > gp_step_seconds(&c->au.lad, c->E, c->m))
+        return;
+    if (pm > c->m) {
+        if (step < c->hold_until || c->streak < c->cfg.grow_after)
+            return;
+        c->last_grow = step;
+        because(d, BFIT_REASON_MEM_FREED);
+        say(d, "memory freed: micro-batch %d -> %d", from, pm);
+    } else {
+        because(d, BFIT_REASON_THROUGHPUT);
+        say(d, "throughput: micro-batch %d -> %d (ladder: %.4g vs %.4g samples/s for a step of %d)", from, pm,
+            c->E / secs, c->E / gp_step_seconds(&c->au.lad, c->E, from), c->E);
+    }
+    set_m(c, pm);
+}
+
+/* The best E of the grid within a factor adapt_factor of the current one:
+ * goodput = predicted samples/s x efficiency. *gp_cur gets the current E's
+ * goodput (at its plan's m). */
+static int best_goodput(const bfit_controller *c, double B, double *gp_cur, double *gp_best, int *m_best)
+{
+    int grid[GP_GRID], n, bestE = c->E;
+    double lo = c->E / c->cfg.adapt_factor, hi = c->E * c->cfg.adapt_factor, secs;
+    int m = plan_m(c, c->E, &secs);
+
+    *gp_cur = *gp_best = m ? predict_rate(c, c->E, secs) * gp_efficiency(B, c->E, c->E0) : 0;
+    *m_best = m;
+    n = gp_grid(c->cfg.batch_min, c->cfg.batch_max, grid, GP_GRID);
+    for (int i = 0; i < n; i++) {
+        double g;
+        if (grid[i] < lo || grid[i] > hi || grid[i] == c->E || !(m = plan_m(c, grid[i], &secs)) || secs <= 0)
+            continue;
+        g = predict_rate(c, grid[i], secs) * gp_efficiency(B, grid[i], c->E0);
+        if (g > *gp_best) {
+            *gp_best = g;
+            bestE = grid[i];
+            *m_best = m;
+        }
+    }
+    return bestE;
+}
+
+/* Auto mode's E: once the ladder is measured, the noise scale estimated
+ * and auto_interval samples trained since the last change, an E whose
+ * predicted goodput beats the current one by auto_gain, and has done so
+ * for auto_confirm steps in a row, replaces it. */
+static void try_goodput(bfit_controller *c, int64_t step, bfit_batch_decision *d)
+{
+    double B, gp_cur, gp_best, s_old, s_new;
+    int E, m, fromE = c->E, fromM = c->m;
+
+    if (c->au.lad.next || c->au.lad.n == 0 || c->noise.n < c->cfg.noise_min_updates ||
+        c->au.seen - c->au.change_seen < c->cfg.auto_interval || bfit_noise_scale(&c->noise, &B) != BFIT_OK) {
+        c->au.pending_n = 0;
+        return;
+    }
+    E = best_goodput(c, B, &gp_cur, &gp_best, &m);
+    if (E == c->E || !(gp_best >= gp_cur * (1.0 + c->cfg.auto_gain))) {
+        c->au.pending_n = 0;
+        return;
+    }
+    if (E != c->au.pending_E) {
+        c->au.pending_E = E;
+        c->au.pending_n = 0;
+    }
+    if (++c->au.pending_n < c->cfg.auto_confirm)
+        return;
+    plan_m(c, fromE, &s_old);
+    plan_m(c, E, &s_new);
+    d->noise_scale = B;
+    d->tput_old = predict_rate(c, fromE, s_old);
+    d->tput_new = predict_rate(c, E, s_new);
+    d->eff_old = gp_efficiency(B, fromE, c->E0);
+    d->eff_new = gp_efficiency(B, E, c->E0);
+    c->E = E;
+    set_m(c, m);
+    c->last_E_change = step;
+    c->au.change_seen = c->au.seen;
+    c->au.pending_n = 0;
+    rescale(c, step);
+    because(d, BFIT_REASON_GOODPUT);
+    say(d, "goodput: batch %d -> %d, micro-batch %d -> %d (noise scale %.4g; %.4g -> %.4g samples/s x efficiency "
+        "%.3g -> %.3g: %+.1f%%)", fromE, E, fromM, m, B, d->tput_old, d->tput_new, d->eff_old, d->eff_new,
+        100.0 * (gp_best / gp_cur - 1.0));
+}
+
 static void finish(bfit_controller *c, int64_t step, bfit_batch_decision *d)
 {
     int64_t k = ((int64_t)c->E + c->m - 1) / c->m;
@@ -446,14 +650,15 @@ static int start(bfit_controller *c, int64_t step, int epoch, bfit_batch_decisio
 {
     int cap, m;
 
-    c->E = c->cfg.adaptive ? (c->cfg.batch ? c->cfg.batch : c->cfg.batch_min) : schedule_E(c, step, epoch);
+    c->E = c->cfg.adaptive || c->cfg.auto_batch ? (c->cfg.batch ? c->cfg.batch : c->cfg.batch_min)
+                                                : schedule_E(c, step, epoch);
     cap = m_cap(c);
     m = largest_fit(c, cap);
     if (!m)
         return no_fit(c, d, "controller");
     set_m(c, m);
     c->E0 = c->cfg.lr_ref_batch ? c->cfg.lr_ref_batch : c->E;
-    c->scale = c->ramp_from = c->ramp_to = bfit_lr_rule_scale(c->cfg.rule, (double)c->E / (double)c->E0);
+    c->scale = c->ramp_from = c->ramp_to = target_scale(c);
     c->ramp_start = step;
     c->last_E_change = step;
     d->reason = BFIT_REASON_START;
@@ -493,8 +698,8 @@ int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch
             *d = nd;
             return no_fit(c, d, "memory shrank");
         }
-        /* 1. the effective batch */
-        E = c->cfg.adaptive ? adaptive_E(c, step, &bn) : schedule_E(c, step, epoch);
+        /* 1. the effective batch (auto mode decides it last, below) */
+        E = c->cfg.adaptive ? adaptive_E(c, step, &bn) : c->cfg.auto_batch ? c->E : schedule_E(c, step, epoch);
         if (E != c->E) {
             because(&nd, c->cfg.adaptive ? BFIT_REASON_NOISE : BFIT_REASON_SCHEDULE);
             if (c->cfg.adaptive)
@@ -519,16 +724,85 @@ int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch
             int m = fits(c, m_cap(c)) ? m_cap(c) : largest_fit(c, m_cap(c));
             say(&nd, "micro-batch %d -> %d", c->m, m);
             set_m(c, m);
+        } else if (c->cfg.auto_batch) {
+            auto_replan(c, step, &nd);
         } else {
             try_grow(c, step, !E_changed, &nd);
         }
-        if (nd.reason == BFIT_REASON_NONE)
+        if (nd.reason == BFIT_REASON_NONE && c->cfg.auto_batch)
+            try_goodput(c, step, &nd);
+        else if (nd.reason == BFIT_REASON_NONE)
             try_faster(c, &nd);
+        if (c->cfg.rule == BFIT_LR_ADASCALE)
+            c->ramp_to = target_scale(c); /* the gain follows the noise scale */
         c->scale = scale_at(c, step);
     }
     finish(c, step, &nd);
     *d = nd;
     return BFIT_OK;
+}
+
+/* The noise scale: from the step's micro-batches when it had two or more,
+ * else from this step and the previous one (docs/dynamic.md). In auto mode
+ * an estimate weighs by its samples: noise_alpha per E0 of them. */
+static int observe_noise(bfit_controller *c, const bfit_step_stats *s)
+{
+    int rc = BFIT_OK;
+
+    if (c->cfg.auto_batch && c->noise.n > 0)
+        c->noise.alpha = 1.0 - pow(1.0 - c->cfg.noise_alpha, (double)s->samples / c->E0);
+    if (s->nmicro)
+        rc = bfit_noise_update_step(&c->noise, s->nmicro, s->micro_sqnorm, s->micro_size, s->full_sqnorm);
+    else if (s->step_norms && s->diff_sqnorm >= 0 && c->au.prev_norms && s->samples > 0)
+        rc = bfit_noise_update_pair(&c->noise, c->au.prev_b, c->au.prev_g2, s->samples, s->full_sqnorm, s->diff_sqnorm);
+    c->au.prev_norms = s->step_norms && s->samples > 0;
+    c->au.prev_g2 = s->full_sqnorm;
+    c->au.prev_b = s->samples;
+    return rc;
+}
+
+/* Auto mode: measure the ladder (again): from below batch_min (small
+ * micro-batches accumulated may be the fastest way to a step) up to the
+ * largest micro-batch that fits within batch_max. */
+static void ladder_begin(bfit_controller *c)
+{
+    int first = 1, cap = c->cfg.micro_batch && c->cfg.micro_batch < c->cfg.batch_max ? c->cfg.micro_batch
+                                                                                   : c->cfg.batch_max;
+
+    while (first * 2 <= c->cfg.batch_min / 2)
+        first *= 2;
+    gp_ladder_start(&c->au.lad, first, largest_fit(c, cap));
+    c->au.ladders++;
+}
+
+/* Auto mode: the first ladder once training has settled; another when
+ * micro-steps have run LADDER_DRIFT faster or slower than it predicts for
+ * long (the machine's load changed, and with it perhaps which size is
+ * fastest), at most every 4 auto_interval samples. */
+static void ladder_when(bfit_controller *c)
+{
+    double d = c->au.speed > 1 ? c->au.speed : c->au.speed > 0 ? 1 / c->au.speed : 1;
+
+    if (!c->cfg.auto_batch || c->au.lad.next)
+        return;
+    if (c->au.ladders == 0 ? c->au.nobs >= LADDER_AFTER
+                        : d > LADDER_DRIFT && c->au.seen - c->au.ladder_seen >= 4 * c->cfg.auto_interval)
+        ladder_begin(c);
+}
+
+/* Auto mode: how fast micro-steps run now against the ladder (the load
+ * changes), and the step's own work outside them. */
+static void observe_speed(bfit_controller *c, const bfit_step_stats *s, double compute)
+{
+    double pred = gp_step_seconds(&c->au.lad, s->samples, c->m), a = c->cfg.tput_alpha;
+
+    if (!c->cfg.auto_batch || c->au.lad.n == 0 || !(s->micro_seconds > 0) || pred <= 0)
+        return;
+    c->au.speed = c->au.speed > 0 ? c->au.speed + a * (pred / s->micro_seconds - c->au.speed) : pred / s->micro_seconds;
+    c->au.overhead = c->au.overhead > 0 ? c->au.overhead + a * (compute - s->micro_seconds - c->au.overhead)
+                                  : compute - s->micro_seconds;
+    if (c->au.overhead < 0)
+        c->au.overhead = 0;
 }
 
 int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s)
@@ -549,19 +823,25 @@ int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s)
     if (s->nmicro < 0 || s->nmicro == 1 || (s->nmicro && (!s->micro_sqnorm || !s->micro_size)))
         return bfit_fail(BFIT_EINVAL, "controller: %d micro-batch norms (0, or 2 and more with sizes)",
                          s->nmicro);
-    if (s->nmicro) {
-        rc = bfit_noise_update_step(&c->noise, s->nmicro, s->micro_sqnorm, s->micro_size, s->full_sqnorm);
-        if (rc != BFIT_OK)
-            return rc;
-    }
+    if (!(s->micro_seconds >= 0 && s->micro_seconds <= s->seconds * (1 + 1e-9) + 1e-9) || (s->step_norms && !isfinite(s->diff_sqnorm)))
+        return bfit_fail(BFIT_EINVAL, "controller: step %lld: micro-step seconds %g (of %g) or norms not valid",
+                         (long long)s->step, s->micro_seconds, s->seconds);
+    if ((rc = observe_noise(c, s)) != BFIT_OK)
+        return rc;
     c->observed = 1;
     c->capacity = s->capacity;
     c->free = s->free_bytes;
+    c->au.seen += s->samples;
     /* throughput of compute, not of data loading; not over a step that
      * retried after an OOM (two sizes) or set up a new size */
     compute = s->seconds - s->data_seconds;
-    if (++c->at_m > c->cfg.tput_skip && !c->oom_step && s->samples > 0 && compute > 0)
+    if (++c->at_m > c->cfg.tput_skip && !c->oom_step && !c->au.ladder_ran && s->samples > 0 && compute > 0) {
         tput_record(c, c->m, s->samples / compute);
+        observe_speed(c, s, compute);
+    }
+    c->au.nobs++;
+    c->au.ladder_ran = 0;
+    ladder_when(c);
     /* the streak of steps with room for a larger micro-batch */
     cap = m_cap(c);
     if (c->m < cap && largest_fit(c, cap) > c->m)
@@ -617,6 +897,25 @@ int bfit_controller_throughput(const bfit_controller *c, int m, double *samples_
         return bfit_fail(BFIT_EINVAL, "controller: no controller or output");
     if (!measured(c, m, samples_per_s))
         return bfit_fail(BFIT_ESTATE, "controller: micro-batch %d not measured yet", m);
+    return BFIT_OK;
+}
+
+int bfit_controller_ladder_next(const bfit_controller *c)
+{
+    return c && c->cfg.auto_batch && c->started ? c->au.lad.next : 0;
+}
+
+int bfit_controller_ladder_record(bfit_controller *c, int m, double seconds)
+{
+    if (!c || m < 1 || m != bfit_controller_ladder_next(c) || isnan(seconds))
+        return bfit_fail(BFIT_EINVAL, "controller: the ladder asked for micro-batch %d, not %d",
+                         c ? bfit_controller_ladder_next(c) : 0, m);
+    gp_ladder_record(&c->au.lad, m, seconds, c->cfg.grow_gain);
+    if (c->au.lad.next == 0) {
+        c->au.speed = 0; /* measured against the new ladder from now on */
+        c->au.ladder_seen = c->au.seen;
+        c->au.ladder_ran = 1;
+    }
     return BFIT_OK;
 }
 
@@ -681,8 +980,6 @@ void bfit_controller_free(bfit_controller *c)
 /* ---- the state, for checkpoints (control_state.h) ----------------------------
  * Kept apart from the logic above: every field of struct bfit_controller but
  * the configuration and the schedule's copy is state and is copied here. */
-#include "batch/control_state.h"
-
 _Static_assert(NTPUT == BFIT_CONTROLLER_NTPUT, "the state's throughput table has the controller's size");
 
 void bfit_controller_state_get(const bfit_controller *c, bfit_controller_state *s)
@@ -713,6 +1010,7 @@ void bfit_controller_state_get(const bfit_controller *c, bfit_controller_state *
     for (int i = 0; i < NTPUT; i++)
         s->tp[i] = (bfit_controller_tput){c->tp[i].m, c->tp[i].n, c->tp[i].rate, c->tp[i].used};
     s->tick = c->tick;
+    s->au = c->au;
 }
 
 int bfit_controller_state_set(bfit_controller *c, const bfit_controller_state *s)
@@ -750,5 +1048,6 @@ int bfit_controller_state_set(bfit_controller *c, const bfit_controller_state *s
     for (int i = 0; i < NTPUT; i++)
         c->tp[i] = (tput){s->tp[i].m, s->tp[i].n, s->tp[i].rate, s->tp[i].used};
     c->tick = s->tick;
+    c->au = s->au;
     return BFIT_OK;
 }

@@ -7,6 +7,7 @@
 #define BFIT_CONTROL_STATE_H
 
 #include "batchfit.h"
+#include "batch/goodput.h"
 
 #define BFIT_CONTROLLER_NTPUT 32 /* micro-batches whose throughput is remembered */
 
@@ -15,6 +16,24 @@ typedef struct bfit_controller_tput {
     double rate;     /* EMA of samples per second of compute */
     uint64_t used;   /* for replacement */
 } bfit_controller_tput;
+
+/* Consecutive steps' norms (the noise scale without accumulation) and
+ * --batch auto's ladder and goodput bookkeeping. */
+typedef struct bfit_controller_auto {
+    int prev_norms, prev_b;    /* the previous step's norms are held; its samples */
+    double prev_g2;            /*   and its mean gradient's squared norm */
+    gp_ladder lad;
+    double speed;              /* EMA of ladder-predicted / measured micro-step seconds (0: none) */
+    double overhead;           /* EMA of a step's seconds outside its micro-steps and data */
+    int64_t seen;              /* samples observed */
+    int64_t change_seen;       /* samples seen at the last E change */
+    int64_t ramp_seen;         /* samples seen when the lr ramp started */
+    int pending_E, pending_n;  /* the better E and the steps in a row it has won */
+    int64_t nobs;              /* steps observed */
+    int ladders;               /* ladders begun */
+    int64_t ladder_seen;       /* samples seen when the last ladder ended */
+    int ladder_ran;            /* the step being observed ran a ladder (its time is not the step's) */
+} bfit_controller_auto;
 
 typedef struct bfit_controller_state {
     uint64_t capacity, free;   /* the last observed memory */
@@ -29,6 +48,7 @@ typedef struct bfit_controller_state {
     int64_t hold_until, holdoff, last_grow, last_E_change;
     bfit_controller_tput tp[BFIT_CONTROLLER_NTPUT];
     uint64_t tick;
+    bfit_controller_auto au;
 } bfit_controller_state;
 
 /* Copy the state out. */

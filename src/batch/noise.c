@@ -70,3 +70,23 @@ int bfit_noise_scale(const bfit_noise *nz, double *b_noise)
     *b_noise = nz->s_ema > 0 ? nz->s_ema / nz->g2_ema : 0.0;
     return BFIT_OK;
 }
+
+int bfit_noise_update_pair(bfit_noise *nz, double b1, double g2_1, double b2, double g2_2, double d2)
+{
+    double B = b1 + b2, g2_big;
+    double g2[2] = { g2_1, g2_2 };
+    int size[2];
+
+    if (!(b1 >= 1 && b2 >= 1 && b1 <= 2147483647.0 && b2 <= 2147483647.0))
+        return bfit_fail(BFIT_EINVAL, "noise scale: batch sizes %g and %g must be from 1 to 2^31-1", b1, b2);
+    if (!(d2 >= 0 && isfinite(d2) && g2_1 >= 0 && isfinite(g2_1) && g2_2 >= 0 && isfinite(g2_2)))
+        return bfit_fail(BFIT_EINVAL, "noise scale: squared norms must be finite and >= 0, got %g, %g and %g",
+                         g2_1, g2_2, d2);
+    /* |b1 G1 + b2 G2|^2 with 2 G1.G2 = |G1|^2 + |G2|^2 - |G1 - G2|^2 */
+    g2_big = (b1 * b1 * g2_1 + b2 * b2 * g2_2 + b1 * b2 * (g2_1 + g2_2 - d2)) / (B * B);
+    if (g2_big < 0)
+        g2_big = 0; /* rounding: a norm is never negative */
+    size[0] = (int)b1;
+    size[1] = (int)b2;
+    return bfit_noise_update_step(nz, 2, g2, size, g2_big);
+}

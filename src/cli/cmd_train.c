@@ -37,14 +37,21 @@ static void help(void)
          "  --no-normalize        do not standardise inputs by the training set's mean/std\n"
          "  --no-prefetch         load samples on the training thread\n"
          "Batch and memory:\n"
-         "  --batch N|adaptive    effective batch E (default 128); adaptive: E follows the\n"
-         "                        measured gradient noise scale within --batch-min/--batch-max\n"
-         "  --batch-min N --batch-max N   bounds for --batch adaptive (default 16 and 4096)\n"
+         "  --batch N|auto|adaptive  effective batch E (default 128); auto: E and the micro-\n"
+         "                        batch chosen, and re-chosen as training goes, for goodput\n"
+         "                        (measured throughput x the statistical efficiency the\n"
+         "                        gradient noise scale implies) within --batch-min/--batch-max;\n"
+         "                        adaptive: E follows the measured noise scale\n"
+         "  --batch-min N --batch-max N   bounds for auto and adaptive (default 16 and 4096)\n"
+         "  --lr-ref-batch N      the effective batch --lr is given for (default: 128 with\n"
+         "                        --batch auto, else the first E)\n"
          "  --batch-schedule S    E by step (\"0:32,500:128,1000:512\") or epoch (\"e0:32,e2:128\")\n"
          "  --batch-instead-of-decay   with --schedule step: grow E by 1/gamma where the lr\n"
          "                        would decay, keeping the lr (Smith et al. 2017)\n"
-         "  --lr-scaling linear|sqrt|none   lr rule when E changes (default linear for sgd,\n"
-         "                        sqrt for adamw); --rewarmup N steps of ramp (default 100)\n"
+         "  --lr-scaling linear|sqrt|none|adascale   lr rule when E changes (default linear\n"
+         "                        for sgd, sqrt for adamw; adascale: AdaScale's gain from the\n"
+         "                        noise scale, auto only); --rewarmup N steps of ramp (default\n"
+         "                        100; with auto, steps of --lr-ref-batch samples)\n"
          "  --memory-schedule S   change the device capacity at steps, to simulate another\n"
          "                        process taking memory: \"200:150MiB,400:1GiB\"\n"
          "  --micro-batch auto|N  device micro-batch m (default auto: the largest that fits)\n"
@@ -105,7 +112,7 @@ enum {
     O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
-    O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM
+    O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF
 };
 
 static const struct option opts[] = {
@@ -127,6 +134,7 @@ static const struct option opts[] = {
     {"batch-min", required_argument, 0, O_BMIN}, {"batch-max", required_argument, 0, O_BMAX},
     {"batch-schedule", required_argument, 0, O_BSCHED}, {"batch-instead-of-decay", no_argument, 0, O_BIOD},
     {"lr-scaling", required_argument, 0, O_LRSCALE}, {"rewarmup", required_argument, 0, O_REWARM},
+    {"lr-ref-batch", required_argument, 0, O_LRREF},
     {"memory-schedule", required_argument, 0, O_MEMSCHED}, {"test-data", required_argument, 0, O_TEST_DATA},
     {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
     {"csv-header", required_argument, 0, O_CSV_HEADER}, {"checkpoint", required_argument, 0, O_CKPT},
@@ -186,7 +194,9 @@ static int one_option(args *a, int o)
     case O_NO_NORM: c->normalize = 0; break;
     case O_NO_PREFETCH: c->prefetch = 0; break;
     case O_BATCH:
-        if (!strcmp(optarg, "adaptive")) { c->adaptive = 1; c->batch = 0; break; }
+        if (!strcmp(optarg, "adaptive")) { c->adaptive = 1; c->auto_batch = 0; c->batch = 0; break; }
+        if (!strcmp(optarg, "auto")) { c->auto_batch = 1; c->adaptive = 0; c->batch = 0; break; }
+        c->adaptive = c->auto_batch = 0;
         if (cli_int("--batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1;
         c->batch = (int)v;
         break;
@@ -206,6 +216,7 @@ static int one_option(args *a, int o)
         c->lr_rule = (int)rule;
         break;
     }
+    case O_LRREF: if (cli_int("--lr-ref-batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1; c->lr_ref_batch = (int)v; break;
     case O_REWARM: if (cli_int("--rewarmup", optarg, 0, BFIT_COUNT_MAX, &v)) return -1; c->rewarmup_steps = v; break;
     case O_MEMSCHED:
         if (bfit_mem_schedule_parse(optarg, a->mpts, BFIT_MEM_SCHEDULE_MAX, &c->nmemory_schedule) != BFIT_OK) {
@@ -319,7 +330,15 @@ static int parse_args(int argc, char **argv, args *a)
 static int finish_cfg(args *a)
 {
     bfit_train_cfg *c = &a->c;
-    if (c->adaptive) {
+    if ((c->adaptive || c->auto_batch) && c->batch_schedule) {
+        cli_error("--batch %s cannot be combined with --batch-schedule", c->auto_batch ? "auto" : "adaptive");
+        return cli_usage_hint("train");
+    }
+    if (c->lr_rule == BFIT_LR_ADASCALE && !c->auto_batch && !c->adaptive) {
+        cli_error("--lr-scaling adascale needs the noise scale: use it with --batch auto (or adaptive)");
+        return cli_usage_hint("train");
+    }
+    if (c->adaptive || c->auto_batch) {
         if (!c->batch_min)
             c->batch_min = 16;
         if (!c->batch_max)
@@ -329,6 +348,8 @@ static int finish_cfg(args *a)
             return cli_usage_hint("train");
         }
         c->batch = c->batch_min;
+        if (c->auto_batch && !c->lr_ref_batch)
+            c->lr_ref_batch = 128; /* --lr is for the default --batch */
     }
     c->opt = bfit_optim_cfg_default(a->kind);
     if (a->mom_set)

@@ -55,6 +55,42 @@ static cJSON *decision_json(const bfit_batch_decision *d)
     put_int(o, "prev_batch", d->prev_batch);
     put_int(o, "split", d->split);
     cJSON_AddStringToObject(o, "why", d->why);
+    put_dbl(o, "noise_scale", d->noise_scale);
+    put_dbl(o, "tput_old", d->tput_old);
+    put_dbl(o, "tput_new", d->tput_new);
+    put_dbl(o, "eff_old", d->eff_old);
+    put_dbl(o, "eff_new", d->eff_new);
+    return o;
+}
+
+/* --batch auto's ladder and bookkeeping, and the consecutive-step norms. */
+static cJSON *auto_json(const bfit_controller_auto *a)
+{
+    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateArray(), *t = cJSON_CreateArray();
+    put_int(o, "prev_norms", a->prev_norms);
+    put_int(o, "prev_b", a->prev_b);
+    put_dbl(o, "prev_g2", a->prev_g2);
+    for (int i = 0; i < a->lad.n && i < GP_RUNGS; i++) {
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(a->lad.m[i]));
+        cJSON_AddItemToArray(t, cJSON_CreateNumber(a->lad.secs[i]));
+    }
+    cJSON_AddItemToObject(o, "ladder_m", m);
+    cJSON_AddItemToObject(o, "ladder_secs", t);
+    put_int(o, "ladder_next", a->lad.next);
+    put_int(o, "ladder_limit", a->lad.limit);
+    put_int(o, "ladder_stalls", a->lad.stalls);
+    put_dbl(o, "ladder_best_rate", a->lad.best_rate);
+    put_dbl(o, "speed", a->speed);
+    put_dbl(o, "overhead", a->overhead);
+    put_i64(o, "seen", a->seen);
+    put_i64(o, "change_seen", a->change_seen);
+    put_i64(o, "ramp_seen", a->ramp_seen);
+    put_int(o, "pending_E", a->pending_E);
+    put_int(o, "pending_n", a->pending_n);
+    put_i64(o, "nobs", a->nobs);
+    put_int(o, "ladders", a->ladders);
+    put_i64(o, "ladder_seen", a->ladder_seen);
+    put_int(o, "ladder_ran", a->ladder_ran);
     return o;
 }
 
@@ -99,6 +135,7 @@ static cJSON *controller_json(const bfit_controller_state *c)
     }
     cJSON_AddItemToObject(o, "throughput", tp);
     put_u64(o, "tick", c->tick);
+    cJSON_AddItemToObject(o, "auto", auto_json(&c->au));
     return o;
 }
 
@@ -268,6 +305,49 @@ static void read_decision(rd *r, const cJSON *o, bfit_batch_decision *d)
         bad(r, "why", "text");
     else if (why)
         snprintf(d->why, sizeof d->why, "%s", why->valuestring);
+    d->noise_scale = get_dbl(r, o, "noise_scale");
+    d->tput_old = get_dbl(r, o, "tput_old");
+    d->tput_new = get_dbl(r, o, "tput_new");
+    d->eff_old = get_dbl(r, o, "eff_old");
+    d->eff_new = get_dbl(r, o, "eff_new");
+}
+
+static void read_auto(rd *r, const cJSON *o, bfit_controller_auto *a)
+{
+    const cJSON *m = get(r, o, "ladder_m"), *t = get(r, o, "ladder_secs");
+    a->prev_norms = get_int(r, o, "prev_norms");
+    a->prev_b = get_int(r, o, "prev_b");
+    a->prev_g2 = get_dbl(r, o, "prev_g2");
+    if (m && t && cJSON_IsArray(m) && cJSON_IsArray(t) && cJSON_GetArraySize(m) == cJSON_GetArraySize(t) &&
+        cJSON_GetArraySize(m) <= GP_RUNGS) {
+        a->lad.n = cJSON_GetArraySize(m);
+        for (int i = 0; i < a->lad.n; i++) {
+            const cJSON *mi = cJSON_GetArrayItem(m, i), *ti = cJSON_GetArrayItem(t, i);
+            if (!cJSON_IsNumber(mi) || !cJSON_IsNumber(ti) || mi->valuedouble < 1 || mi->valuedouble > BFIT_BATCH_MAX) {
+                bad(r, "ladder_m", "micro-batches and their seconds");
+                break;
+            }
+            a->lad.m[i] = (int)mi->valuedouble;
+            a->lad.secs[i] = ti->valuedouble;
+        }
+    } else if (m || t) {
+        bad(r, "ladder_m", "two lists of equal length (at most 24) of micro-batches and seconds");
+    }
+    a->lad.next = get_int(r, o, "ladder_next");
+    a->lad.limit = get_int(r, o, "ladder_limit");
+    a->lad.stalls = get_int(r, o, "ladder_stalls");
+    a->lad.best_rate = get_dbl(r, o, "ladder_best_rate");
+    a->speed = get_dbl(r, o, "speed");
+    a->overhead = get_dbl(r, o, "overhead");
+    a->seen = get_i64(r, o, "seen");
+    a->change_seen = get_i64(r, o, "change_seen");
+    a->ramp_seen = get_i64(r, o, "ramp_seen");
+    a->pending_E = get_int(r, o, "pending_E");
+    a->pending_n = get_int(r, o, "pending_n");
+    a->nobs = get_i64(r, o, "nobs");
+    a->ladders = get_int(r, o, "ladders");
+    a->ladder_seen = get_i64(r, o, "ladder_seen");
+    a->ladder_ran = get_int(r, o, "ladder_ran");
 }
 
 static void read_controller(rd *r, const cJSON *o, bfit_controller_state *c)
@@ -320,6 +400,9 @@ static void read_controller(rd *r, const cJSON *o, bfit_controller_state *c)
         leave(r, s2);
     }
     c->tick = get_u64(r, o, "tick");
+    if ((d = enter(r, o, "auto", s1)))
+        read_auto(r, d, &c->au);
+    leave(r, s1);
 }
 
 static void read_result(rd *r, const cJSON *o, bfit_train_result *res)

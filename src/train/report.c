@@ -332,7 +332,7 @@ static void chart_noise(chart *c)
     chart_begin(c, "noise", "Gradient noise scale", "the gradient noise scale estimate per step");
     y_linear(c, c->a, n, NULL, 0, 1, 1);
     series(c, "noise", "#8c564b", NULL, c->a, n);
-    chart_end(c, n ? NULL : "no estimate: it is measured with --batch adaptive", lg, 1);
+    chart_end(c, n ? NULL : "no estimate: it is measured with --batch auto or adaptive", lg, 1);
 }
 
 static int charts(FILE *f, const rp_log *L)

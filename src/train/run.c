@@ -56,7 +56,7 @@ static int check_out_dir(const char *field, const char *path)
 static int check_limits(const bfit_train_cfg *c)
 {
     const struct { const char *field; int64_t v, min, max; } f[] = {
-        {"batch", c->batch, c->adaptive ? 0 : 1, BFIT_BATCH_MAX},
+        {"batch", c->batch, c->adaptive || c->auto_batch ? 0 : 1, BFIT_BATCH_MAX},
         {"micro_batch", c->micro_batch, 0, BFIT_BATCH_MAX},
         {"eval_batch", c->eval_batch, 0, BFIT_BATCH_MAX},
         {"batch_min", c->batch_min, 0, BFIT_BATCH_MAX},
@@ -117,7 +117,7 @@ static int check_ckpt(const bfit_train_cfg *c)
 static int check_cfg(const bfit_train_cfg *c)
 {
     int rc;
-    if (!c->adaptive && c->batch < 1)
+    if (!c->adaptive && !c->auto_batch && c->batch < 1)
         return bfit_fail_field(BFIT_EINVAL, "batch", "must be at least 1, got %d", c->batch);
     if (c->epochs < 1)
         return bfit_fail_field(BFIT_EINVAL, "epochs", "must be at least 1, got %d", c->epochs);
@@ -132,9 +132,17 @@ static int check_cfg(const bfit_train_cfg *c)
     if (c->batch_instead_of_decay && c->sched.kind != BFIT_SCHED_STEP)
         return bfit_fail_field(BFIT_EINVAL, "batch_instead_of_decay",
                                "needs a step schedule (schedule step with a step size and gamma)");
-    if (c->batch_instead_of_decay && (c->adaptive || c->batch_schedule))
+    if (c->batch_instead_of_decay && (c->adaptive || c->auto_batch || c->batch_schedule))
         return bfit_fail_field(BFIT_EINVAL, "batch_instead_of_decay",
-                               "cannot be combined with an adaptive batch or a batch schedule");
+                               "cannot be combined with an adaptive or auto batch or a batch schedule");
+    if (c->auto_batch && (c->adaptive || c->batch_schedule))
+        return bfit_fail_field(BFIT_EINVAL, "auto_batch", "cannot be combined with an adaptive batch or a batch "
+                                                          "schedule");
+    if (c->lr_rule == BFIT_LR_ADASCALE && !c->auto_batch && !c->adaptive)
+        return bfit_fail_field(BFIT_EINVAL, "lr_rule", "adascale needs the noise scale: an auto or adaptive batch");
+    if (c->lr_ref_batch < 0)
+        return bfit_fail_field(BFIT_EINVAL, "lr_ref_batch", "must be 0 (the first batch) or at least 1, got %d",
+                               c->lr_ref_batch);
     if (c->model == NULL)
         return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
     if (c->save && check_out_dir("save", c->save) != BFIT_OK)
@@ -198,6 +206,9 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
     cc->micro_batch = c->micro_batch;
     cc->batch = c->batch;
     cc->adaptive = c->adaptive;
+    cc->auto_batch = c->auto_batch;
+    cc->keep_whole = run_has_batchnorm(M); /* split only for memory: batch norm would see micro-batches */
+    cc->lr_ref_batch = c->lr_ref_batch;
     cc->batch_min = c->batch_min;
     cc->batch_max = c->batch_max;
     cc->rule = c->lr_rule >= 0 ? (bfit_lr_rule)c->lr_rule
@@ -266,7 +277,7 @@ static int take_fixed(bfit_run *r)
     if (rc == BFIT_OK)
         rc = bfit_optim_new(&r->cfg.opt, M->trainable, M->ntrainable, r->s.dev, r->s.arena, &r->opt);
     if (rc == BFIT_OK && r->pc.extra)
-        rc = bfit_gradnorm_new(M->trainable, M->ntrainable, r->cfg.adaptive, r->s.dev, r->s.arena, &r->gn);
+        rc = bfit_gradnorm_new(M->trainable, M->ntrainable, r->track, r->s.dev, r->s.arena, &r->gn);
     return rc;
 }
 
@@ -278,7 +289,7 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     int64_t numel = bfit_shape_numel(r->s.M->input);
     int rc;
 
-    r->max_take = c->adaptive ? (c->batch_max > 0 ? c->batch_max : 4096) : c->batch;
+    r->max_take = c->adaptive || c->auto_batch ? (c->batch_max > 0 ? c->batch_max : 4096) : c->batch;
     for (int i = 0; i < cc->nschedule; i++)
         if (cc->schedule[i].batch > r->max_take)
             r->max_take = cc->schedule[i].batch;
@@ -301,10 +312,12 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     return rc;
 }
 
-/* Cosine over the whole run unless told otherwise. */
+/* Cosine over the whole run unless told otherwise. An auto batch counts
+ * the schedule in steps of E0 samples, since its E changes. */
 static int finish_schedule(bfit_run *r)
 {
-    int64_t steps_per_epoch = (r->per_epoch + r->d.batch - 1) / r->d.batch;
+    int per_step = r->cfg.auto_batch ? r->E0 : r->d.batch;
+    int64_t steps_per_epoch = (r->per_epoch + per_step - 1) / per_step;
     bfit_lr_schedule *s = &r->sched;
     if (s->kind == BFIT_SCHED_COSINE && s->total_steps == 0) {
         s->total_steps = steps_per_epoch * r->cfg.epochs;
@@ -376,11 +389,11 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
                    "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_overhead\":%llu,\"threads\":%d,"
-                   "\"adaptive\":%d,\"plan\":{%s}",
+                   "\"adaptive\":%d,\"auto\":%d,\"plan\":{%s}",
                    model, data, (long long)bfit_model_param_count(r->s.M), r->d.batch,
                    r->d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
-                   di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, plan);
+                   di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, plan);
     bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) of "
                          "%lld samples",
                  c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->d.batch, r->d.m,
@@ -404,7 +417,8 @@ static int fits_now(bfit_run *r, int target)
 static int resolve_conv_algo(bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
-    int target = c->micro_batch ? c->micro_batch : c->adaptive ? c->batch_max : c->batch, fast, lean, rc;
+    int target = c->micro_batch ? c->micro_batch : c->adaptive || c->auto_batch ? c->batch_max : c->batch, fast,
+        lean, rc;
     bfit_conv_algo pick = BFIT_CONV_FASTEST;
 
     if (c->conv_algo != BFIT_CONV_AUTO || strncmp(bfit_device_name(r->s.dev), "cuda", 4) || !r->s.dev_own)
@@ -459,8 +473,11 @@ static int setup(bfit_run *r)
     r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
     r->pc.M = r->s.M;
     r->pc.opt = &r->cfg.opt;
-    if (r->cfg.adaptive || r->cfg.clip > 0)
-        r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->cfg.adaptive);
+    r->track = r->cfg.adaptive || r->cfg.auto_batch;
+    r->diff_sq = -1;
+    r->track_stale = 1; /* the copy starts at zero, not at a step's gradient */
+    if (r->track || r->cfg.clip > 0)
+        r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->track);
     r->sched = r->cfg.sched;
     if ((rc = resolve_conv_algo(r)) != BFIT_OK)
         return rc;
@@ -473,8 +490,10 @@ static int setup(bfit_run *r)
     if (rc == BFIT_ENOMEM)
         return run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
-        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK || (rc = finish_schedule(r)) != BFIT_OK ||
-        (rc = alloc_stats_snap(r)) != BFIT_OK)
+        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK)
+        return rc;
+    r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->d.batch;
+    if ((rc = finish_schedule(r)) != BFIT_OK || (rc = alloc_stats_snap(r)) != BFIT_OK)
         return rc;
     r->m = r->d.m;
     if (r->log_offset < 0) /* a log continued from a checkpoint has its start */

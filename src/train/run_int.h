@@ -64,6 +64,11 @@ struct bfit_run {
     double *micro_sq;          /* noise scale: per micro-batch */
     double full_sq;            /*   and of the step's mean gradient */
     int *micro_n;
+    int track;                 /* norms for the noise scale (adaptive, auto) */
+    double diff_sq;            /*   |G_t - G_{t-1}|^2 of a one-micro-batch step (-1: none) */
+    int track_stale;           /*   the tracked copy is not the last step's gradient (start, rollback) */
+    double micro_secs;         /* the step's seconds in micro-steps */
+    int E0;                    /* auto: the lr schedule counts steps of E0 samples */
     /* where the run is */
     int64_t per_epoch;         /* samples per epoch */
     int64_t step, samples, taken; /* taken: samples of the current epoch */
@@ -127,6 +132,11 @@ int ckpt_cfg_merge(bfit_train_cfg *c, const struct cJSON *saved, const char *pat
 /* ckpt_state.c: the state as JSON */
 struct cJSON *ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched);
 int ckpt_state_from_json(const struct cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched);
+/* ladder.c */
+/* --batch auto: time the micro-batches the controller's ladder asks for,
+ * on the step's E staged samples; the model is left as found. */
+int run_ladder(bfit_run *r, int E);
+int run_has_batchnorm(const bfit_model *M);
 /* eval.c */
 int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);

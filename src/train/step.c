@@ -25,12 +25,16 @@ static uint64_t free_for_step(const bfit_run *r)
 void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now)
 {
     r->res.batch_changes++;
+    char gp[160] = "";
+    if (d->reason == BFIT_REASON_GOODPUT) /* the numbers behind the choice */
+        snprintf(gp, sizeof gp, ",\"noise_scale\":%.6g,\"tput\":[%.6g,%.6g],\"efficiency\":[%.6g,%.6g]",
+                 d->noise_scale, d->tput_old, d->tput_new, d->eff_old, d->eff_new);
     bfit_log_event(&r->lg, "batch_change",
                    "\"step\":%lld,\"reason\":\"%s\",\"m\":%d,\"prev_m\":%d,\"E\":%d,\"prev_E\":%d,"
-                   "\"lr_scale\":%.6g,\"free\":%llu,\"why\":\"%s\"",
+                   "\"lr_scale\":%.6g,\"free\":%llu%s,\"why\":\"%s\"",
                    (long long)r->step, bfit_batch_reason_name(d->reason), d->m, prev_m, d->batch,
                    d->reason == BFIT_REASON_OOM ? d->batch : d->prev_batch, d->lr_scale,
-                   (unsigned long long)free_now, d->why);
+                   (unsigned long long)free_now, gp, d->why);
     bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->step, d->why);
     if (r->cfg.on_batch_change)
         r->cfg.on_batch_change(r->cfg.cb_ud, d, r->step);
@@ -148,8 +152,10 @@ int run_rollback(bfit_run *r)
 {
     const run_snap *s = &r->snap;
     int rc = bfit_model_zero_grads(r->s.M);
-    if (rc == BFIT_OK && r->cfg.adaptive)
+    if (rc == BFIT_OK && r->track) {
         rc = bfit_gradnorm_track_reset(r->gn);
+        r->track_stale = 1; /* the copy no longer holds the last step's gradient */
+    }
     if (rc == BFIT_OK && r->stats_bytes)
         rc = stats_io(r, 1);
     if (rc == BFIT_OK)
@@ -270,14 +276,6 @@ static int wait_for_memory(bfit_run *r)
                            di.shared ? " for it to come back" : "");
 }
 
-static int model_has_batchnorm(const bfit_model *M)
-{
-    for (int i = 0; i < M->n; i++)
-        if (M->nodes[i].l->cfg.kind == BFIT_L_BATCHNORM)
-            return 1;
-    return 0;
-}
-
 /* The controller's decision for this step, logged when it changed. When
  * not even micro-batch 1 fits, wait for memory (nothing has changed yet). */
 static int decide(bfit_run *r)
@@ -294,7 +292,7 @@ static int decide(bfit_run *r)
     if (d->m != r->m)
         bfit_model_unreserve(r->s.M); /* blocks sized for the new m, not kept from the old */
     r->m = d->m;
-    if (d->split && !r->warned_bn && model_has_batchnorm(r->s.M)) {
+    if (d->split && !r->warned_bn && run_has_batchnorm(r->s.M)) {
         r->warned_bn = 1;
         bfit_log_event(&r->lg, "warning",
                        "\"step\":%lld,\"what\":\"batch norm sees micro-batches of %d, not the effective batch %d\"",
@@ -348,12 +346,16 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
         rc = bfit_model_forward(r->s.M, r->cfg.seed * 1000003ull + r->micro++);
     if (rc == BFIT_OK)
         rc = bfit_model_backward(r->s.M, 1.0f / (float)E);
-    if (rc == BFIT_OK && r->cfg.adaptive && k < MAX_MICRO) {
-        /* this micro-batch's mean gradient is its increment times E/want */
+    if (rc == BFIT_OK && r->track && k < MAX_MICRO) {
+        /* this micro-batch's mean gradient is its increment times E/want.
+         * The copy still holds the previous step's gradient, so the first
+         * increment is the sum itself, and in a step of one micro-batch the
+         * difference is that of consecutive steps. */
         double acc, dsq;
         rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
         r->full_sq = acc; /* after the last micro-batch: the step's mean gradient */
-        r->micro_sq[k] = dsq * ((double)E / want) * ((double)E / want);
+        r->diff_sq = k == 0 && !r->track_stale ? dsq : -1;
+        r->micro_sq[k] = (k == 0 ? acc : dsq) * ((double)E / want) * ((double)E / want);
         r->micro_n[k] = want;
     }
     return rc;
@@ -371,18 +373,25 @@ static int micro_steps(bfit_run *r, int E, int *k)
         return rc;
     if (got != E)
         return bfit_fail(BFIT_ESTATE, "the training stream gave %d samples, expected %d", got, E);
+    if (r->cfg.auto_batch && (rc = run_ladder(r, E)) != BFIT_OK)
+        return rc;
     *k = 0;
+    r->micro_secs = 0;
     while (done < E) {
         int want = E - done < r->m ? E - done : r->m, retry;
         if (run_stop_requested(r)) /* the step is abandoned; the caller puts the run back */
             return bfit_fail(BFIT_ESTOPPED, "stopped on request in step %lld after %d of its %d samples: the step "
                              "was abandoned, the run is at step %lld", (long long)r->step + 1, done, E,
                              (long long)r->step);
+        double t0;
         if ((rc = reserve(r, want, &retry)) != BFIT_OK)
             return rc;
         if (retry)
             continue;
-        if ((rc = micro_step(r, E, done, want, *k)) != BFIT_OK)
+        t0 = bfit_now();
+        rc = micro_step(r, E, done, want, *k);
+        r->micro_secs += bfit_now() - t0;
+        if (rc != BFIT_OK)
             return rc;
         done += want;
         (*k)++;
@@ -396,15 +405,14 @@ static int update(bfit_run *r, double *lr)
     int rc = BFIT_OK;
     if (r->cfg.clip > 0)
         rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, NULL);
-    *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->step) * r->d.lr_scale;
+    /* auto: the schedule counts steps of E0 samples (E changes) */
+    *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->cfg.auto_batch ? r->samples / r->E0 : r->step) * r->d.lr_scale;
     if (rc == BFIT_OK)
         rc = bfit_optim_step(r->opt, *lr);
     if (rc == BFIT_OK)
         rc = bfit_model_refresh_copies(r->s.M); /* mixed precision: the compute copies follow the masters */
     if (rc == BFIT_OK)
         rc = bfit_model_zero_grads(r->s.M);
-    if (rc == BFIT_OK && r->cfg.adaptive)
-        rc = bfit_gradnorm_track_reset(r->gn);
     return rc;
 }
 
@@ -419,12 +427,18 @@ static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *s
     ss.data_seconds = bfit_feed_wait(&r->tr) - wait0;
     ss.free_bytes = free_for_step(r);
     ss.capacity = bfit_arena_capacity(r->s.arena);
-    if (r->cfg.adaptive && k >= 2 && k <= MAX_MICRO) {
+    ss.micro_seconds = r->micro_secs < ss.seconds ? r->micro_secs : ss.seconds;
+    if (r->track && k >= 2 && k <= MAX_MICRO) {
         ss.nmicro = k;
         ss.micro_sqnorm = r->micro_sq;
         ss.micro_size = r->micro_n;
-        ss.full_sqnorm = r->full_sq;
     }
+    if (r->track && k <= MAX_MICRO) {
+        ss.full_sqnorm = r->full_sq;
+        ss.step_norms = 1;
+        ss.diff_sqnorm = k == 1 ? r->diff_sq : -1;
+    }
+    r->track_stale = 0;
     return bfit_controller_observe(r->ctl, &ss);
 }
 

@@ -62,10 +62,18 @@ expect 2 "unexpected argument 'extra'" "$bf" train --model "$m" extra
 expect 1 "nope.cfg: cannot open" "$bf" train --model "$tmp/nope.cfg"
 expect 1 "data set '$tmp/nodata' not found" "$bf" train --model "$m" --data "$tmp/nodata"
 expect 1 "needs .* even at micro-batch 1, but .* is allowed" "$bf" train --model "$m" --memory 1MiB
+expect 2 "--lr-scaling adascale needs the noise scale" "$bf" train --model "$m" --lr-scaling adascale
+expect 2 "--batch auto cannot be combined with --batch-schedule" "$bf" train --model "$m" --batch auto --batch-schedule 0:32
+expect 2 "--lr-scaling: unknown lr scaling rule 'cubic' .*adascale" "$bf" train --model "$m" --lr-scaling cubic
 printf 'input 1x28x28\nflatten\nlinear 10 bais=1\n' >"$tmp/bad.cfg"
 expect 1 "bad.cfg:3:11: " "$bf" train --model "$tmp/bad.cfg"
 printf 'input 3x32x32\nflatten\nlinear 10\n' >"$tmp/rgb.cfg"
 expect 1 "takes inputs of 3x32x32 but the data set fashion-mnist has samples of 1x28x28" "$bf" train --model "$tmp/rgb.cfg"
+
+# --batch auto: the ladder and the start E (from --batch-min) are said
+expect 0 "ladder \(samples/s .*micro-batch m\): 16: " "$bf" train --model "$m" --batch auto --batch-min 32 --batch-max 64 \
+  --epoch-samples 3200 --eval-samples 200
+expect 0 "batch 32 \(micro-batch 32 x 1\)" "$bf" train --model "$m" --batch auto --batch-min 32 --epoch-samples 320 --eval-samples 200
 
 # a tiny real run, then eval reads the weights back and agrees
 expect 0 "test accuracy" "$bf" train --model "$m" --epoch-samples 640 --eval-samples 500 --batch 64 \

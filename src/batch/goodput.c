@@ -1,0 +1,107 @@
+/* goodput.c - the arithmetic of `--batch auto`: the ladder, step times,
+ * the grid of effective batches, statistical efficiency. goodput.h says
+ * what each function does; the comments here say why. */
+#include "batch/goodput.h"
+
+void gp_ladder_start(gp_ladder *l, int first, int limit)
+{
+    *l = (gp_ladder){ .limit = limit };
+    l->next = first < 1 ? 1 : first > limit ? limit : first;
+    if (limit < 1)
+        l->next = 0;
+}
+
+void gp_ladder_record(gp_ladder *l, int m, double secs, double gain)
+{
+    double rate;
+
+    if (secs <= 0 || l->n == GP_RUNGS) {
+        l->next = 0;
+        return;
+    }
+    l->m[l->n] = m;
+    l->secs[l->n++] = secs;
+    rate = m / secs;
+    /* A rate that stops rising has found the device's saturation: larger
+     * sizes cost samples and memory to measure and would only confirm it. */
+    if (rate > l->best_rate * (1.0 + gain)) {
+        l->stalls = 0;
+    } else if (++l->stalls >= 2) {
+        l->next = 0;
+    }
+    if (rate > l->best_rate)
+        l->best_rate = rate;
+    if (l->next == 0)
+        return;
+    if (m >= l->limit)
+        l->next = 0;
+    else
+        l->next = (int64_t)m * 2 <= l->limit ? m * 2 : l->limit;
+}
+
+double gp_micro_seconds(const gp_ladder *l, int m)
+{
+    int i;
+
+    if (l->n == 0 || m < 1)
+        return -1;
+    if (m <= l->m[0])
+        return l->secs[0] * m / l->m[0];
+    for (i = 1; i < l->n; i++)
+        if (m <= l->m[i]) {
+            double f = (double)(m - l->m[i - 1]) / (double)(l->m[i] - l->m[i - 1]);
+            return l->secs[i - 1] + f * (l->secs[i] - l->secs[i - 1]);
+        }
+    /* past the last rung: its rate, which the ladder found levelled off */
+    return l->secs[l->n - 1] * m / l->m[l->n - 1];
+}
+
+double gp_step_seconds(const gp_ladder *l, int E, int m)
+{
+    int k = (E + m - 1) / m, last = E - (k - 1) * m;
+    double tm = gp_micro_seconds(l, m), tl = gp_micro_seconds(l, last);
+
+    if (tm < 0 || tl < 0)
+        return -1;
+    return (k - 1) * tm + tl;
+}
+
+static int add(int *out, int n, int max, int v)
+{
+    int i = n;
+
+    for (int j = 0; j < n; j++)
+        if (out[j] == v)
+            return n;
+    if (n == max)
+        return n;
+    while (i > 0 && out[i - 1] > v) {
+        out[i] = out[i - 1];
+        i--;
+    }
+    out[i] = v;
+    return n + 1;
+}
+
+int gp_grid(int lo, int hi, int *out, int max)
+{
+    int n = 0;
+
+    if (lo < 1 || hi < lo || max < 1)
+        return 0;
+    n = add(out, n, max, lo);
+    /* round numbers a factor of about 1.4 apart: no change is smaller than
+     * a third, so a re-warmup always buys a real difference */
+    for (int64_t p = 1; p <= hi; p *= 2) {
+        if (p >= lo)
+            n = add(out, n, max, (int)p);
+        if (p >= 2 && p / 2 * 3 >= lo && p / 2 * 3 <= hi)
+            n = add(out, n, max, (int)(p / 2 * 3));
+    }
+    return add(out, n, max, hi);
+}
+
+double gp_efficiency(double B, double E, double E0)
+{
+    return (B + E0) / (B + E);
+}
