@@ -249,6 +249,33 @@ const char *bfit_lr_sched_name(bfit_sched_kind kind);
  * a spec file (docs/model-spec.md). */
 typedef struct bfit_model bfit_model;
 
+/* How a training step stores what backward needs (docs/memory.md). */
+typedef enum {
+    BFIT_RECOMPUTE_NONE = 0,  /* keep what backward reads (lean: as little as that) */
+    BFIT_RECOMPUTE_BLOCKS,    /* keep only the values between residual blocks (every cut of the graph) */
+    BFIT_RECOMPUTE_SQRT,      /* keep every ~sqrt(n)-th cut (Chen et al. 2016) */
+    BFIT_RECOMPUTE_CUTS,      /* keep the values given (what auto resolves to) */
+    BFIT_RECOMPUTE_AUTO,      /* the values to keep that make the target batch fit with the least
+                                 recomputed work (src/batch/recompute.c) */
+    BFIT_RECOMPUTE_COUNT
+} bfit_recompute_kind;
+
+typedef struct bfit_storage {
+    bfit_dtype precision;           /* f32; bf16 or f16: 16-bit activations, gradients and compute,
+                                       f32 master weights and optimizer state */
+    int lean;                       /* 1: store as little as backward reads (relu bits, batch norm
+                                       from its output); 0: inputs and outputs as they are */
+    bfit_recompute_kind recompute;
+} bfit_storage;
+
+/* f32, lean, no recomputation. */
+bfit_storage bfit_storage_default(void);
+/* "f32", "bf16", "f16" (case-insensitive); BFIT_EINVAL naming the valid ones. */
+int bfit_precision_parse(const char *name, bfit_dtype *out);
+/* "none", "blocks", "sqrt", "auto"; BFIT_EINVAL naming the valid ones. */
+int bfit_recompute_parse(const char *name, bfit_recompute_kind *out);
+const char *bfit_recompute_name(bfit_recompute_kind k);
+
 /* Load a model for planning on dev (its ops decide workspace sizes; NULL:
  * shapes only, no planning). Errors name file:line:col for a spec. */
 int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **out);
@@ -265,6 +292,8 @@ typedef struct bfit_plan {
     uint64_t step;       /* activations + act_grads + workspace + input */
     uint64_t peak;       /* fixed + step */
     uint64_t no_reuse;   /* the peak if no buffer were shared */
+    double flops;        /* modelled work of the step (forward, regenerations, backward) */
+    double regen_flops;  /* of which regenerations (recomputation, lean relu outputs) */
 } bfit_plan;
 
 /* Plan for micro-batch m. opt NULL: no optimizer state (eval, or find). */
@@ -276,6 +305,19 @@ int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int train
  * plan for m = 1 so callers can say by how much). Whatever it returns fits. */
 int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
                         int *m_out, bfit_plan *p1);
+
+/* How M stores a training step: precision, lean, recomputation. Before its
+ * parameters are allocated (their 16-bit compute copies are sized by the
+ * precision). Auto chooses the values to keep: with target > 0, the least
+ * recomputed work with which micro-batch `target` fits in budget bytes
+ * (the whole step's peak), or, if it cannot fit, the largest micro-batch;
+ * with target 0, the largest micro-batch. opt: the optimizer whose state
+ * the plans count (NULL: none). */
+int bfit_model_set_storage(bfit_model *M, const bfit_storage *s, const bfit_optim_cfg *opt, uint64_t budget,
+                           int target);
+/* The storage a model has now, auto resolved: its recomputation reads
+ * cuts then, with the number of values it keeps. */
+bfit_storage bfit_model_storage(const bfit_model *M);
 
 /* ---- data ------------------------------------------------------------------ */
 typedef struct bfit_dataset bfit_dataset;
@@ -652,6 +694,8 @@ typedef struct bfit_train_cfg {
     bfit_device *device;       /* train on this device (not owned); NULL: open device_name */
     const char *device_name;   /* "cpu", "cuda", "cuda:N", "auto"; NULL: auto */
     bfit_conv_algo conv_algo;  /* GPU convolution algorithms (fastest default) */
+    bfit_storage storage;      /* precision, lean, recomputation (auto: for the target micro-batch:
+                                  micro_batch, else batch, else batch_max) */
     const bfit_host_alloc *host; /* CPU device blocks from here; NULL: aligned_alloc */
     uint64_t memory;           /* arena capacity; 0: what the device has free */
     double margin;             /* fraction of memory kept free when choosing m (default 0.1) */
@@ -890,6 +934,7 @@ typedef struct bfit_find_cfg {
     bfit_csv_header csv_header; /* a CSV file's first row (auto) */
     const char *device_name;/* bfit_device_open's name; NULL: auto */
     bfit_conv_algo conv_algo;/* GPU convolution algorithms */
+    bfit_storage storage;   /* precision, lean, recomputation (auto: the largest micro-batch) */
     uint64_t memory;        /* device capacity; 0: what the device has free */
     int threads;            /* CPU threads; 0: OpenMP's setting */
     int normalize, prefetch, augment;

@@ -91,7 +91,7 @@ static void fill_input(bfit_model *M, int m, uint64_t seed)
     float *x = malloc((size_t)n * sizeof *x);
     int32_t *lab = malloc((size_t)m * sizeof *lab);
     assert_true(x && lab);
-    assert_int_equal(M->input_dtype, BFIT_F32);
+    assert_true(bfit_dtype_is_float(M->input_dtype)); /* 16-bit inputs are converted from f32 */
     for (int64_t i = 0; i < n; i++)
         x[i] = (float)((double)rnd(&seed) / 2147483648.0 - 0.5);
     for (int i = 0; i < m; i++)
@@ -126,8 +126,10 @@ static void assert_measured_is_planned(const char *what, const bfit_arena_stats 
 }
 
 /* One training step (forward, backward, optimizer) at micro-batch m, from
- * an empty arena; returns after checking measured against planned. */
-static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
+ * an empty arena, stored as st says (NULL: the default; auto for m within
+ * budget); returns after checking measured against planned. */
+static void measured_step_st(const char *model, const bfit_optim_cfg *oc, int m, const bfit_storage *st,
+                             uint64_t budget)
 {
     rig r;
     bfit_plan p;
@@ -138,6 +140,14 @@ static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
     snprintf(what, sizeof what, "%s %s(momentum %g) m=%d", model, bfit_optim_kind_name(oc->kind), oc->momentum,
              m);
     rig_new(&r, model, BIG);
+    if (st) {
+        bfit_storage got;
+        assert_int_equal(bfit_model_set_storage(r.M, st, oc, budget, m), BFIT_OK);
+        got = bfit_model_storage(r.M);
+        snprintf(what + strlen(what), sizeof what - strlen(what), " %s%s recompute %s->%s",
+                 bfit_dtype_name(got.precision), got.lean ? " lean" : "", bfit_recompute_name(st->recompute),
+                 bfit_recompute_name(got.recompute));
+    }
     bfit_arena_reset_peak(r.arena);
     bfit_arena_stats_get(r.arena, &s0);
     assert_int_equal(s0.current, 0);
@@ -168,6 +178,47 @@ static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
     assert_int_equal(s1.nfree, s0.nfree);
     assert_measured_is_planned(what, &s1, &p);
     rig_free(&r);
+}
+
+static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
+{
+    measured_step_st(model, oc, m, NULL, 0);
+}
+
+/* The planned peak of model at m stored as st (auto: at its largest). */
+static uint64_t planned_peak(const char *model, const bfit_optim_cfg *oc, int m, bfit_storage st)
+{
+    rig r;
+    bfit_plan p;
+    rig_new(&r, model, BIG);
+    assert_int_equal(bfit_model_set_storage(r.M, &st, oc, BIG, 0), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r.M, oc, m, 1, &p), BFIT_OK);
+    rig_free(&r);
+    return p.peak;
+}
+
+/* Every way of storing a step (precision, lean or not, each recomputation,
+ * auto between keeping all and keeping least) is planned to the byte. */
+static void test_measured_equals_planned_storage(void **st)
+{
+    static const char *models[] = {"cnn.cfg", "resnet-mini.cfg"};
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const bfit_recompute_kind rk[] = {BFIT_RECOMPUTE_NONE, BFIT_RECOMPUTE_BLOCKS, BFIT_RECOMPUTE_SQRT,
+                                             BFIT_RECOMPUTE_AUTO};
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    for (unsigned i = 0; i < 2; i++)
+        for (unsigned p = 0; p < 2; p++)
+            for (int lean = 0; lean <= 1; lean++)
+                for (unsigned k = 0; k < sizeof rk / sizeof rk[0]; k++) {
+                    bfit_storage s = {prec[p], lean, rk[k]}, none = s, least = s;
+                    uint64_t budget = 0;
+                    none.recompute = BFIT_RECOMPUTE_NONE;
+                    least.recompute = BFIT_RECOMPUTE_AUTO;
+                    if (rk[k] == BFIT_RECOMPUTE_AUTO) /* halfway: some recomputation, not all */
+                        budget = (planned_peak(models[i], &oc, 24, none) + planned_peak(models[i], &oc, 24, least)) / 2;
+                    measured_step_st(models[i], &oc, 24, &s, budget);
+                }
 }
 
 static const char *small_models[] = {"mlp.cfg", "cnn.cfg", "mlp", "cnn"};
@@ -475,6 +526,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_measured_equals_planned_sgd),
+        cmocka_unit_test(test_measured_equals_planned_storage),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),
         cmocka_unit_test(test_measured_equals_planned_resnet18),

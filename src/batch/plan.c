@@ -33,6 +33,8 @@ int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int train
     p->no_reuse = p->fixed;
     for (int c = BFIT_MEM_ACTIVATIONS; c <= BFIT_MEM_INPUT; c++)
         p->no_reuse += lay.no_reuse[c];
+    p->flops = lay.flops;
+    p->regen_flops = lay.regen_flops;
     bfit_layout_fini(&lay);
     return BFIT_OK;
 }

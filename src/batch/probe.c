@@ -39,6 +39,7 @@ bfit_find_cfg bfit_find_cfg_default(void)
     c.seed = 1;
     c.opt = bfit_optim_cfg_default(BFIT_OPT_SGD);
     c.probe = bfit_probe_cfg_default();
+    c.storage = bfit_storage_default();
     return c;
 }
 
@@ -692,6 +693,9 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     res->capacity = bfit_arena_capacity(ss.arena);
     res->budget = bfit_plan_budget(res->capacity, pc.margin);
 
+    rc = bfit_model_set_storage(ss.M, &cfg->storage, &cfg->opt, res->budget, 0);
+    if (rc != BFIT_OK)
+        goto out;
     /* say why nothing fits before allocating parameters that may not fit */
     rc = bfit_plan_compute(ss.M, &cfg->opt, 1, 1, &res->p1);
     if (rc != BFIT_OK)

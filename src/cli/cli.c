@@ -114,3 +114,14 @@ int cli_device_check(const char *opt, const char *v)
     cli_error("%s: unknown device '%s': expected cpu, cuda, cuda:N (a GPU index) or auto", opt, v);
     return -1;
 }
+
+int cli_storage_opt(const char *opt, const char *v, bfit_storage *st)
+{
+    int rc = !strcmp(opt, "--precision") ? bfit_precision_parse(v, &st->precision)
+                                         : bfit_recompute_parse(v, &st->recompute);
+    if (rc != BFIT_OK) {
+        cli_error("%s: %s", opt, bfit_errmsg());
+        return -1;
+    }
+    return 0;
+}

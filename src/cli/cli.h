@@ -28,6 +28,20 @@ int cli_no_extra(int argc, char **argv);
 void cli_lib_error(void);
 /* Check a --device value (cpu, cuda, cuda:N, auto); -1 after a usage error. */
 int cli_device_check(const char *opt, const char *v);
+/* --precision and --recompute into st; -1 after a usage error. */
+struct bfit_storage;
+int cli_storage_opt(const char *opt, const char *v, struct bfit_storage *st);
+/* The help lines of --precision, --recompute and --no-lean. */
+#define CLI_STORAGE_HELP \
+    "  --precision f32|bf16|f16  activations, their gradients and compute in this\n" \
+    "                        precision; master weights and optimizer state f32\n" \
+    "                        (default f32)\n" \
+    "  --recompute none|blocks|sqrt|auto  regenerate activations in backward instead\n" \
+    "                        of keeping them: at residual-block boundaries, every\n" \
+    "                        ~sqrt(n) blocks, or auto: the least recomputed work that\n" \
+    "                        fits the target batch (default none; docs/memory.md)\n" \
+    "  --no-lean             keep layers' inputs and outputs as they are (no relu\n" \
+    "                        bits, no batch norm from its output)\n"
 /* "Try 'batchfit CMD --help'." after a usage error. */
 int cli_usage_hint(const char *cmd);
 

@@ -69,6 +69,7 @@ static void help(void)
          "  --device NAME         cpu, cuda, cuda:N or auto (default auto: a GPU when one\n"
          "                        is present and batchfit was built with CUDA, else cpu)\n"
          "  --conv-algo fastest|lean  a GPU's convolution algorithms (default fastest)\n"
+         CLI_STORAGE_HELP
          "  --seed N              init, shuffling and dropout seed (default 1)\n"
          "  --plot FILE           write an SVG chart of throughput and memory against\n"
          "                        batch size\n"
@@ -85,7 +86,8 @@ static void help(void)
 
 enum {
     O_MODEL = 256, O_DATA, O_AUGMENT, O_NO_NORM, O_NO_PREFETCH, O_MEMORY, O_MARGIN, O_OPT, O_MOM, O_LIMIT,
-    O_TOL, O_WARMUP, O_REPEATS, O_DATA_THR, O_LARGEST_ONLY, O_THREADS, O_SEED, O_PLOT, O_JSON, O_HELP, O_DEVICE, O_CONV, O_CSV_HEADER
+    O_TOL, O_WARMUP, O_REPEATS, O_DATA_THR, O_LARGEST_ONLY, O_THREADS, O_SEED, O_PLOT, O_JSON, O_HELP, O_DEVICE, O_CONV, O_CSV_HEADER,
+    O_PRECISION, O_RECOMPUTE, O_NO_LEAN
 };
 
 static const struct option opts[] = {
@@ -100,6 +102,8 @@ static const struct option opts[] = {
     {"seed", required_argument, 0, O_SEED},          {"plot", required_argument, 0, O_PLOT},
     {"json", no_argument, 0, O_JSON},                {"help", no_argument, 0, O_HELP},
     {"device", required_argument, 0, O_DEVICE},      {"conv-algo", required_argument, 0, O_CONV},
+    {"precision", required_argument, 0, O_PRECISION}, {"recompute", required_argument, 0, O_RECOMPUTE},
+    {"no-lean", no_argument, 0, O_NO_LEAN},
     {"csv-header", required_argument, 0, O_CSV_HEADER},
     {0, 0, 0, 0}};
 
@@ -158,6 +162,9 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) goto usage; a->c.seed = (uint64_t)v; break;
         case O_PLOT: a->plot = optarg; break;
         case O_DEVICE: if (cli_device_check("--device", optarg)) goto usage; a->c.device_name = optarg; break;
+        case O_PRECISION: if (cli_storage_opt("--precision", optarg, &a->c.storage)) goto usage; break;
+        case O_RECOMPUTE: if (cli_storage_opt("--recompute", optarg, &a->c.storage)) goto usage; break;
+        case O_NO_LEAN: a->c.storage.lean = 0; break;
         case O_CONV:
             if (bfit_conv_algo_parse(optarg, &a->c.conv_algo) != BFIT_OK || a->c.conv_algo == BFIT_CONV_AUTO) {
                 cli_error("--conv-algo: '%s': find takes fastest or lean (it reports the largest batch of one)", optarg);

@@ -5,6 +5,7 @@
 #include "base/err.h"
 #include "batch/plan.h"
 #include "batch/solve.h"
+#include "batch/ways.h"
 #include "base/text.h"
 #include "cli/cli.h"
 #include "nn/zoo.h"
@@ -39,12 +40,18 @@ static void help(void)
          "  --optimizer sgd|adamw optimizer whose state is planned (default sgd)\n"
          "  --momentum X          SGD momentum (default 0.9); 0: plain SGD, no state\n"
          "  --eval                plan an inference step (no gradients, no optimizer)\n"
+         CLI_STORAGE_HELP
          "  --device NAME         cpu, cuda, cuda:N or auto: whose ops (and their\n"
          "                        workspaces) to plan (default auto)\n"
          "  --conv-algo fastest|lean|auto  a GPU's convolution algorithms (default\n"
          "                        fastest; auto plans the fastest)\n"
          "  --threads N           CPU threads the step will run with (default: all\n"
          "                        cores); oneDNN's workspaces depend on it\n"
+         "  --ways                the ways to a larger batch in this memory, side by side:\n"
+         "                        f32, lean f32, bf16, bf16 + recompute blocks, bf16 +\n"
+         "                        recompute auto, and x2 accumulation (docs/memory.md)\n"
+         "  --measure             with --ways: time a few real steps of each (random\n"
+         "                        samples; this allocates and runs every row)\n"
          "  --json                print the plan as JSON\n"
          "\n"
          "Example:\n"
@@ -54,7 +61,10 @@ static void help(void)
          "not fit or the model cannot be loaded, 2 usage error.");
 }
 
-enum { O_MODEL = 256, O_MEMORY, O_MARGIN, O_BATCH, O_OPT, O_MOM, O_EVAL, O_THREADS, O_JSON, O_HELP, O_DEVICE, O_CONV };
+enum {
+    O_MODEL = 256, O_MEMORY, O_MARGIN, O_BATCH, O_OPT, O_MOM, O_EVAL, O_THREADS, O_JSON, O_HELP, O_DEVICE, O_CONV,
+    O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_WAYS, O_MEASURE
+};
 
 static const struct option opts[] = {
     {"model", required_argument, 0, O_MODEL},   {"memory", required_argument, 0, O_MEMORY},
@@ -63,6 +73,9 @@ static const struct option opts[] = {
     {"eval", no_argument, 0, O_EVAL},           {"threads", required_argument, 0, O_THREADS},
     {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, O_HELP},
     {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
+    {"precision", required_argument, 0, O_PRECISION}, {"recompute", required_argument, 0, O_RECOMPUTE},
+    {"no-lean", no_argument, 0, O_NO_LEAN},     {"ways", no_argument, 0, O_WAYS},
+    {"measure", no_argument, 0, O_MEASURE},
     {0, 0, 0, 0}};
 
 typedef struct args {
@@ -70,8 +83,9 @@ typedef struct args {
     bfit_conv_algo conv;
     uint64_t memory;
     double margin, momentum;
-    int mom_set, eval, threads, json;
+    int mom_set, eval, threads, json, ways, measure;
     bfit_opt_kind kind;
+    bfit_storage st;
     int batch[MAX_BATCHES], nbatch;
 } args;
 
@@ -131,6 +145,7 @@ static int parse_args(int argc, char **argv, args *a, int *done)
     memset(a, 0, sizeof *a);
     a->margin = 0.1;
     a->kind = BFIT_OPT_SGD;
+    a->st = bfit_storage_default();
     *done = 0;
     opterr = 0;
     optind = 1;
@@ -153,6 +168,11 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         case O_JSON: a->json = 1; break;
         case O_DEVICE: if (cli_device_check("--device", optarg)) goto usage; a->device = optarg; break;
         case O_CONV: if (bfit_conv_algo_parse(optarg, &a->conv) != BFIT_OK) { cli_lib_error(); goto usage; } break;
+        case O_PRECISION: if (cli_storage_opt("--precision", optarg, &a->st)) goto usage; break;
+        case O_RECOMPUTE: if (cli_storage_opt("--recompute", optarg, &a->st)) goto usage; break;
+        case O_NO_LEAN: a->st.lean = 0; break;
+        case O_WAYS: a->ways = 1; break;
+        case O_MEASURE: a->measure = 1; break;
         case O_HELP: help(); *done = 1; return EXIT_OK;
         default:
             cli_bad_option(name);
@@ -168,6 +188,15 @@ static int parse_args(int argc, char **argv, args *a, int *done)
     }
     if (a->mom_set && a->kind != BFIT_OPT_SGD) {
         cli_error("--momentum applies to --optimizer sgd (AdamW's state is always two tensors per parameter)");
+        goto usage;
+    }
+    if (a->measure && !a->ways) {
+        cli_error("--measure times the rows of --ways: give --ways too");
+        goto usage;
+    }
+    if (a->ways && (a->eval || a->nbatch || a->st.recompute || a->st.precision || !a->st.lean)) {
+        cli_error("--ways plans its own rows of training steps: drop --eval, --batch, --precision, --recompute "
+                  "and --no-lean");
         goto usage;
     }
     if (a->eval && a->mom_set) {
@@ -217,6 +246,21 @@ static const bfit_mem_cat rows[] = {BFIT_MEM_PARAMS,      BFIT_MEM_GRADS,     BF
 static const char *row_name(bfit_mem_cat c) { return c == BFIT_MEM_OTHER ? "statistics" : bfit_mem_cat_name(c); }
 
 
+/* Precision, lean, recomputation (auto: what it chose) and the share of
+ * the step's work recomputed at the largest batch shown. */
+static void print_storage(const report *r)
+{
+    bfit_storage st = bfit_model_storage(r->M);
+    const bfit_plan *p = &r->pr.shown[r->pr.nshown - 1];
+    printf("storage: %s%s, recompute %s", bfit_dtype_name(st.precision), st.lean ? " lean" : "",
+           bfit_recompute_name(r->a->st.recompute));
+    if (r->a->st.recompute == BFIT_RECOMPUTE_AUTO)
+        printf(" (chose the values to keep: %s)", bfit_recompute_name(st.recompute));
+    if (!r->a->eval)
+        printf("; recomputed work at m=%d: %.1f%% of the step", p->m, p->flops > 0 ? 100 * p->regen_flops / p->flops : 0.0);
+    printf("\n\n");
+}
+
 static void print_human(const report *r)
 {
     const args *a = r->a;
@@ -235,8 +279,9 @@ static void print_human(const report *r)
         printf("training step, optimizer sgd with momentum %g: 1 state tensor per parameter\n", r->opt->momentum);
     else
         printf("training step, optimizer sgd without momentum: no optimizer state\n");
-    printf("memory %s, margin %g%%: budget %s; workspaces sized for %d threads\n\n", fmt(a->memory, b1, sizeof b1),
+    printf("memory %s, margin %g%%: budget %s; workspaces sized for %d threads\n", fmt(a->memory, b1, sizeof b1),
            100 * a->margin, fmt(r->pr.budget, b2, sizeof b2), threads_of(r->M->dev));
+    print_storage(r);
 
     printf("%-14s %11s %11s", "category", "fixed", "per sample");
     for (int i = 0; i < r->pr.nshown; i++) {
@@ -329,6 +374,13 @@ static int print_json(const report *r)
     cJSON_AddNumberToObject(root, "memory", (double)a->memory);
     cJSON_AddNumberToObject(root, "margin", a->margin);
     cJSON_AddNumberToObject(root, "budget", (double)r->pr.budget);
+    {
+        bfit_storage st = bfit_model_storage(r->M);
+        cJSON_AddStringToObject(root, "precision", bfit_dtype_name(st.precision));
+        cJSON_AddBoolToObject(root, "lean", st.lean);
+        cJSON_AddStringToObject(root, "recompute", bfit_recompute_name(a->st.recompute));
+        cJSON_AddStringToObject(root, "recompute_chosen", bfit_recompute_name(st.recompute));
+    }
 
     o = cJSON_AddObjectToObject(root, "fixed");
     for (int k = 0; k < NFIXED; k++)
@@ -360,6 +412,8 @@ static int print_json(const report *r)
         cJSON_AddNumberToObject(o, "peak", (double)p->peak);
         cJSON_AddNumberToObject(o, "no_reuse", (double)p->no_reuse);
         cJSON_AddNumberToObject(o, "reuse_saves", (double)(p->no_reuse - p->peak));
+        cJSON_AddNumberToObject(o, "flops", p->flops);
+        cJSON_AddNumberToObject(o, "recomputed_flops", p->regen_flops);
         cJSON_AddBoolToObject(o, "fits", p->peak <= a->memory);
         cJSON_AddBoolToObject(o, "within_margin", p->peak <= r->pr.budget);
     }
@@ -426,6 +480,83 @@ static int check_fits(const report *r)
     return EXIT_OK;
 }
 
+static void print_ways(const args *a, const bfit_way *w, uint64_t budget)
+{
+    char b1[32], b2[32];
+    printf("batchfit plan --ways: %s in %s (budget %s), optimizer %s\n\n", a->model, fmt(a->memory, b1, sizeof b1),
+           fmt(budget, b2, sizeof b2), bfit_optim_kind_name(a->kind));
+    printf("%-40s %9s %9s %11s %8s%s\n", "way", "micro", "batch", "peak", "extra", a->measure ? "     step  samples/s" : "");
+    for (int i = 0; i < BFIT_WAYS; i++) {
+        printf("%-40s %9d %9d %11s %7.1f%%", w[i].name, w[i].m, w[i].batch, w[i].m ? fmt(w[i].peak, b1, sizeof b1) : "-",
+               100 * w[i].extra);
+        if (a->measure && w[i].measure_failed)
+            printf("  out of memory while measuring");
+        else if (a->measure && w[i].step_secs > 0)
+            printf(" %7.3fs %10.1f%s", w[i].step_secs, w[i].samples_per_sec, w[i].accum > 1 ? " (2 micro-steps)" : "");
+        putchar('\n');
+    }
+    printf("\nmicro: the largest micro-batch that fits; batch: the effective batch (micro x accumulation);\n"
+           "extra: recomputed FLOPs over the step's own (modelled)%s\n",
+           a->measure ? "; step: median of 3 measured steps on random samples" : "");
+}
+
+static int ways_json(const args *a, const bfit_way *w, uint64_t budget)
+{
+    cJSON *root = cJSON_CreateObject(), *arr;
+    char *s;
+    if (!root)
+        return -1;
+    cJSON_AddStringToObject(root, "model", a->model);
+    cJSON_AddNumberToObject(root, "memory", (double)a->memory);
+    cJSON_AddNumberToObject(root, "budget", (double)budget);
+    arr = cJSON_AddArrayToObject(root, "ways");
+    for (int i = 0; i < BFIT_WAYS; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, o);
+        cJSON_AddStringToObject(o, "way", w[i].name);
+        cJSON_AddStringToObject(o, "precision", bfit_dtype_name(w[i].storage.precision));
+        cJSON_AddBoolToObject(o, "lean", w[i].storage.lean);
+        cJSON_AddStringToObject(o, "recompute", bfit_recompute_name(w[i].storage.recompute));
+        cJSON_AddNumberToObject(o, "accumulation", w[i].accum);
+        cJSON_AddNumberToObject(o, "micro_batch", w[i].m);
+        cJSON_AddNumberToObject(o, "batch", w[i].batch);
+        cJSON_AddNumberToObject(o, "peak", (double)w[i].peak);
+        cJSON_AddNumberToObject(o, "extra_compute", w[i].extra);
+        if (a->measure) {
+            cJSON_AddNumberToObject(o, "step_seconds", w[i].step_secs);
+            cJSON_AddNumberToObject(o, "samples_per_second", w[i].samples_per_sec);
+            cJSON_AddBoolToObject(o, "measure_out_of_memory", w[i].measure_failed);
+        }
+    }
+    s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s)
+        return -1;
+    puts(s);
+    cJSON_free(s);
+    return 0;
+}
+
+static int run_ways(const args *a, const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena,
+                    const bfit_optim_cfg *opt)
+{
+    bfit_way w[BFIT_WAYS];
+    uint64_t budget = bfit_plan_budget(a->memory, a->margin);
+    if (bfit_plan_ways(g, dev, arena, opt, budget, a->measure ? 3 : 0, w) != BFIT_OK) {
+        cli_error("planning %s: %s", a->model, bfit_errmsg());
+        return EXIT_FAIL;
+    }
+    if (a->json) {
+        if (ways_json(a, w, budget)) {
+            cli_error("out of host memory");
+            return EXIT_FAIL;
+        }
+    } else {
+        print_ways(a, w, budget);
+    }
+    return EXIT_OK;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     args a;
@@ -472,8 +603,15 @@ int cmd_plan(int argc, char **argv)
     }
     if (rc == BFIT_OK && !(arena = bfit_device_arena_new(dev, a.memory)))
         rc = BFIT_ENOMEM;
+    if (rc == BFIT_OK && a.ways) {
+        ret = run_ways(&a, &g, dev, arena, &opt);
+        goto out_model;
+    }
     if (rc == BFIT_OK)
         rc = bfit_model_new(&g, dev, arena, &M);
+    if (rc == BFIT_OK)
+        rc = bfit_model_set_storage(M, &a.st, a.eval ? NULL : &opt, bfit_plan_budget(a.memory, a.margin),
+                                    a.nbatch ? a.batch[a.nbatch - 1] : 0);
     if (rc != BFIT_OK) {
         cli_lib_error();
         goto out_model;

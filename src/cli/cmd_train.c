@@ -77,6 +77,7 @@ static void help(void)
          "                        the smallest workspaces, or auto: the fastest unless\n"
          "                        the leanest fit a larger micro-batch (default fastest;\n"
          "                        the cpu has one choice)\n"
+         CLI_STORAGE_HELP
          "  --save FILE           write the final weights (safetensors)\n"
          "  --checkpoint DIR      write checkpoints (the whole run's state) into DIR\n"
          "  --checkpoint-every N|Ns|Nmin|Nh   every N optimizer steps or after this\n"
@@ -112,7 +113,8 @@ enum {
     O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
-    O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF
+    O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF,
+    O_PRECISION, O_RECOMPUTE, O_NO_LEAN
 };
 
 static const struct option opts[] = {
@@ -137,6 +139,8 @@ static const struct option opts[] = {
     {"lr-ref-batch", required_argument, 0, O_LRREF},
     {"memory-schedule", required_argument, 0, O_MEMSCHED}, {"test-data", required_argument, 0, O_TEST_DATA},
     {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
+    {"precision", required_argument, 0, O_PRECISION}, {"recompute", required_argument, 0, O_RECOMPUTE},
+    {"no-lean", no_argument, 0, O_NO_LEAN},
     {"csv-header", required_argument, 0, O_CSV_HEADER}, {"checkpoint", required_argument, 0, O_CKPT},
     {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"keep", required_argument, 0, O_KEEP},
     {"resume", required_argument, 0, O_RESUME}, {"wait-for-memory", required_argument, 0, O_WAIT_MEM},
@@ -262,6 +266,9 @@ static int run_option(args *a, int o)
     case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return -1; c->threads = (int)v; break;
     case O_SAVE: c->save = optarg; break;
     case O_DEVICE: if (cli_device_check("--device", optarg)) return -1; c->device_name = optarg; break;
+    case O_PRECISION: if (cli_storage_opt("--precision", optarg, &c->storage)) return -1; break;
+    case O_RECOMPUTE: if (cli_storage_opt("--recompute", optarg, &c->storage)) return -1; break;
+    case O_NO_LEAN: c->storage.lean = 0; break;
     case O_CONV:
         if (bfit_conv_algo_parse(optarg, &c->conv_algo) != BFIT_OK) { cli_lib_error(); return -1; }
         break;

@@ -44,15 +44,6 @@ typedef struct bfit_layout {
     double flops, regen_flops;       /* of the step, and of its regenerations (a part of it) */
 } bfit_layout;
 
-/* Recomputation (activation checkpointing): which values are regenerated in
- * backward instead of kept. */
-typedef enum {
-    BFIT_RECOMPUTE_NONE = 0,  /* keep what backward reads (lean: as little as that) */
-    BFIT_RECOMPUTE_BLOCKS,    /* keep only the values between residual blocks (every cut of the graph) */
-    BFIT_RECOMPUTE_SQRT,      /* keep every ~sqrt(n)-th cut (Chen et al. 2016) */
-    BFIT_RECOMPUTE_CUTS       /* keep the cuts given (what `auto` chooses; batch/recompute.c) */
-} bfit_recompute_kind;
-
 /* How a model stores a training step. */
 typedef struct bfit_store_cfg {
     bfit_dtype precision;            /* compute dtype of activations and their gradients */

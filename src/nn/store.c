@@ -23,11 +23,46 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 bfit_store_cfg bfit_store_cfg_default(void)
 {
     bfit_store_cfg c = {BFIT_F32, 1, BFIT_RECOMPUTE_NONE, NULL};
     return c;
+}
+
+bfit_storage bfit_storage_default(void)
+{
+    bfit_storage s = {BFIT_F32, 1, BFIT_RECOMPUTE_NONE};
+    return s;
+}
+
+int bfit_precision_parse(const char *name, bfit_dtype *out)
+{
+    static const bfit_dtype t[] = {BFIT_F32, BFIT_BF16, BFIT_F16};
+    for (unsigned i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (name && !strcasecmp(name, bfit_dtype_name(t[i]))) {
+            *out = t[i];
+            return BFIT_OK;
+        }
+    return bfit_fail(BFIT_EINVAL, "unknown precision '%s' (valid: f32, bf16, f16)", name ? name : "");
+}
+
+static const char *const recompute_names[BFIT_RECOMPUTE_COUNT] = {"none", "blocks", "sqrt", "cuts", "auto"};
+
+const char *bfit_recompute_name(bfit_recompute_kind k)
+{
+    return (unsigned)k < BFIT_RECOMPUTE_COUNT ? recompute_names[k] : "?";
+}
+
+int bfit_recompute_parse(const char *name, bfit_recompute_kind *out)
+{
+    for (int k = 0; k < BFIT_RECOMPUTE_COUNT; k++)
+        if (k != BFIT_RECOMPUTE_CUTS && name && !strcasecmp(name, recompute_names[k])) {
+            *out = (bfit_recompute_kind)k;
+            return BFIT_OK;
+        }
+    return bfit_fail(BFIT_EINVAL, "unknown recomputation '%s' (valid: none, blocks, sqrt, auto)", name ? name : "");
 }
 
 /* Does any backward read value v, given the modes chosen so far? */
@@ -112,7 +147,9 @@ static void find_cuts(bfit_model *M)
     }
 }
 
-/* Regenerate every value but the kept cuts (and the loss's output). */
+/* Regenerate every value but the kept cuts (blocks, sqrt) or the values
+ * given (cuts: any value, so a segment may be kept whole; the loss's output
+ * is never regenerated). */
 static void recompute(bfit_model *M, const bfit_store_cfg *c)
 {
     int ncut = 0, every = 1, k = 0;
@@ -123,11 +160,11 @@ static void recompute(bfit_model *M, const bfit_store_cfg *c)
     if (c->recompute == BFIT_RECOMPUTE_SQRT)
         every = (int)lround(sqrt((double)ncut)) > 1 ? (int)lround(sqrt((double)ncut)) : 1;
     for (int v = 1; v < M->n; v++) {
-        int keep = 0;
-        if (M->cut[v]) {
-            keep = c->recompute == BFIT_RECOMPUTE_BLOCKS || (c->recompute == BFIT_RECOMPUTE_SQRT && ++k % every == 0) ||
-                   (c->recompute == BFIT_RECOMPUTE_CUTS && M->keep[v]);
-        }
+        int keep;
+        if (c->recompute == BFIT_RECOMPUTE_CUTS)
+            keep = M->keep[v];
+        else
+            keep = M->cut[v] && (c->recompute == BFIT_RECOMPUTE_BLOCKS || ++k % every == 0);
         if (!keep)
             M->regen[v] = 1;
     }
@@ -139,8 +176,8 @@ int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
         return bfit_fail_field(BFIT_EINVAL, "precision", "must be f32, bf16 or f16, not %s",
                                bfit_dtype_name(c->precision));
     if ((unsigned)c->recompute > BFIT_RECOMPUTE_CUTS || (c->recompute == BFIT_RECOMPUTE_CUTS && !c->keep))
-        return bfit_fail_field(BFIT_EINVAL, "recompute", "unknown policy %d (or cuts without the cuts to keep)",
-                               (int)c->recompute);
+        return bfit_fail_field(BFIT_EINVAL, "recompute", "%s (auto is resolved by bfit_model_set_storage; cuts "
+                               "needs the values to keep)", bfit_recompute_name(c->recompute));
     if (M->param_block && c->precision != M->store.precision)
         return bfit_fail(BFIT_ESTATE, "model: the precision must be set before the parameters are allocated");
     bfit_model_unreserve(M);
@@ -159,4 +196,10 @@ int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
     M->regen[M->n] = 0; /* the loss's probabilities are read after the forward */
     M->param_bytes = M->master_bytes + bfit_model_copy_bytes(M);
     return BFIT_OK;
+}
+
+bfit_storage bfit_model_storage(const bfit_model *M)
+{
+    bfit_storage s = {M->store.precision, M->store.lean, M->store.recompute};
+    return s;
 }

@@ -33,6 +33,7 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.rewarmup_steps = 100;
     c.checkpoint_keep = 3;
     c.wait_for_memory = 300;
+    c.storage = bfit_storage_default();
     return c;
 }
 
@@ -442,6 +443,35 @@ static int resolve_conv_algo(bfit_run *r)
     return BFIT_OK;
 }
 
+/* Precision, lean storage and recomputation; auto for the target micro-batch
+ * (the whole E in one micro-step unless told otherwise). */
+static int resolve_storage(bfit_run *r)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    int target = c->micro_batch ? c->micro_batch : c->adaptive || c->auto_batch ? c->batch_max : c->batch, rc;
+    uint64_t budget = bfit_plan_budget(r->base_capacity, c->margin);
+    bfit_storage st;
+    bfit_plan p;
+
+    budget = budget > r->pc.extra ? budget - r->pc.extra : 0;
+    if ((rc = bfit_model_set_storage(r->s.M, &c->storage, &c->opt, budget, target)) != BFIT_OK)
+        return rc;
+    st = bfit_model_storage(r->s.M);
+    if (bfit_plan_compute(r->s.M, &c->opt, target, 1, &p) != BFIT_OK)
+        p.flops = p.regen_flops = 0;
+    bfit_log_event(&r->lg, "storage", "\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\",\"asked\":\"%s\","
+                   "\"target\":%d,\"recomputed_share\":%.4f", bfit_dtype_name(st.precision), st.lean,
+                   bfit_recompute_name(st.recompute), bfit_recompute_name(c->storage.recompute), target,
+                   p.flops > 0 ? p.regen_flops / p.flops : 0.0);
+    if (c->storage.recompute != BFIT_RECOMPUTE_NONE || c->storage.precision != BFIT_F32)
+        bfit_log_say(&r->lg, "batchfit: storage: %s%s, recompute %s%s%s: %.1f%% of a step's work is recomputed at "
+                     "micro-batch %d", bfit_dtype_name(st.precision), st.lean ? " lean" : "",
+                     bfit_recompute_name(c->storage.recompute), c->storage.recompute == BFIT_RECOMPUTE_AUTO ? " -> " : "",
+                     c->storage.recompute == BFIT_RECOMPUTE_AUTO ? bfit_recompute_name(st.recompute) : "",
+                     p.flops > 0 ? 100 * p.regen_flops / p.flops : 0.0, target);
+    return BFIT_OK;
+}
+
 /* The host copy of the running statistics a step starts from. */
 static int alloc_stats_snap(bfit_run *r)
 {
@@ -479,7 +509,7 @@ static int setup(bfit_run *r)
     if (r->track || r->cfg.clip > 0)
         r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->track);
     r->sched = r->cfg.sched;
-    if ((rc = resolve_conv_algo(r)) != BFIT_OK)
+    if ((rc = resolve_conv_algo(r)) != BFIT_OK || (rc = resolve_storage(r)) != BFIT_OK)
         return rc;
     r->pc.M = r->s.M;
     if (r->cfg.fail_nth_alloc)

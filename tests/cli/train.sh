@@ -136,5 +136,26 @@ expect 1 "huge.csv:4: column 2: value '2e39' is beyond the range of a 32-bit flo
 expect 1 "huge.csv:4: column 2: value '2e39'" "$bf" train --model "$tmp/tab.cfg" --data "$tmp/huge.csv" \
   --test-data "$tmp/te.csv" --batch 32 --max-steps 2 --no-normalize
 
+# storage: recomputation regenerates exactly what the forward computed (batch
+# norm's running statistics moved once, dropout's mask redrawn the same), so
+# the weights are bit-identical to keeping everything; bad values are usage
+# errors
+rm_=$src/models/resnet-mini.cfg
+for r in none blocks sqrt auto; do
+  expect 0 "test accuracy" "$bf" train --model "$rm_" --recompute $r --memory 200MiB --epoch-samples 512 \
+    --eval-samples 100 --batch 64 --micro-batch 32 --max-steps 4 --seed 3 --threads 2 --save "$tmp/rc-$r.st"
+done
+for r in blocks sqrt auto; do
+  if cmp -s "$tmp/rc-none.st" "$tmp/rc-$r.st"; then passes=$((passes + 1)); else
+    echo "FAIL: --recompute $r gave other weights than none"; fails=$((fails + 1)); fi
+done
+expect 0 "storage: BF16 lean, recompute auto -> cuts: [0-9.]+% of a step's work is recomputed at micro-batch 32" \
+  "$bf" train --model "$rm_" --precision bf16 --recompute auto --memory 12MiB --epoch-samples 256 --eval-samples 100 \
+  --batch 32 --max-steps 2 --threads 2
+expect 2 "--precision: unknown precision 'f64' \(valid: f32, bf16, f16\)" "$bf" train --model "$m" --precision f64
+expect 2 "--recompute: unknown recomputation 'all' \(valid: none, blocks, sqrt, auto\)" "$bf" train --model "$m" \
+  --recompute all
+expect 1 "f16" "$bf" train --model "$m" --precision f16 --max-steps 1
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

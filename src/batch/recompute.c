@@ -1,0 +1,246 @@
+/* recompute.c - how a model stores a training step (bfit_model_set_storage),
+ * and `--recompute auto`: which values to keep so that the target batch
+ * fits with the least recomputed work.
+ *
+ * The graph's cuts (values every later node reads only at or after: block
+ * outputs of a residual net, every value of a chain) split it into
+ * elementary segments. A choice keeps or drops each cut and keeps each
+ * segment's interior whole or regenerates it in backward. For a chain a
+ * dynamic programme over cut positions is exact only under an additive
+ * memory model, and a residual graph's peak is not additive (lifetimes
+ * overlap across the backward), so the search here is greedy on the exact
+ * plan instead: from keeping everything, take each time the move that frees
+ * the most peak bytes per recomputed FLOP (regenerate a segment's interior,
+ * or drop a cut between two regenerated segments), every candidate costed
+ * by the real layout. The path runs from no recomputation to the least
+ * memory; auto takes its first point at which the target fits, or, with no
+ * target, the point (or blocks, or sqrt) with the largest batch. */
+#include "base/err.h"
+#include "batch/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct search {
+    bfit_model *M;
+    const bfit_optim_cfg *opt;
+    bfit_store_cfg sc;
+    int K;               /* cuts */
+    int *pos;            /* K + 2 positions: 0, the cuts, n */
+    unsigned char *cutkeep, *segR, *keep, *best, *win;
+    int m;               /* the micro-batch plans are made at */
+} search;
+
+/* The values to keep for the state (cutkeep, segR). */
+static void state_keep(search *s)
+{
+    memset(s->keep, 0, (size_t)s->M->n + 1);
+    for (int i = 0; i <= s->K; i++) {
+        for (int v = s->pos[i] + 1; v < s->pos[i + 1]; v++)
+            s->keep[v] = !s->segR[i];
+        if (i >= 1)
+            s->keep[s->pos[i]] = s->cutkeep[i];
+    }
+}
+
+static int eval_state(search *s, bfit_plan *p)
+{
+    int rc;
+    state_keep(s);
+    s->sc.recompute = BFIT_RECOMPUTE_CUTS;
+    s->sc.keep = s->keep;
+    if ((rc = bfit_model_configure(s->M, &s->sc)) != BFIT_OK)
+        return rc;
+    return bfit_plan_compute(s->M, s->opt, s->m, 1, p);
+}
+
+/* Try move j (j <= K: regenerate segment j's interior; j > K: drop cut
+ * j - K); returns 0 when it is not a legal move now. */
+static int apply_move(search *s, int j, int undo)
+{
+    if (j <= s->K) {
+        if (!undo && (s->segR[j] || s->pos[j + 1] - s->pos[j] < 2))
+            return 0;
+        s->segR[j] = !undo;
+        return 1;
+    }
+    j -= s->K;
+    if (!undo && (!s->cutkeep[j] || !s->segR[j - 1] || !s->segR[j]))
+        return 0;
+    s->cutkeep[j] = (unsigned char)undo;
+    return 1;
+}
+
+/* One greedy step: the best move by freed bytes per recomputed FLOP.
+ * Returns 1 if one was taken (*cur updated), 0 when none frees memory. */
+static int greedy_step(search *s, bfit_plan *cur, int *rc)
+{
+    int best = -1;
+    double best_ratio = 0;
+    bfit_plan p, bestp;
+    for (int j = 0; j <= 2 * s->K; j++) {
+        if (!apply_move(s, j, 0))
+            continue;
+        *rc = eval_state(s, &p);
+        apply_move(s, j, 1);
+        if (*rc != BFIT_OK)
+            return 0;
+        if (p.peak < cur->peak) {
+            double ratio = (double)(cur->peak - p.peak) / (p.regen_flops - cur->regen_flops + 1.0);
+            if (best < 0 || ratio > best_ratio) {
+                best = j;
+                best_ratio = ratio;
+                bestp = p;
+            }
+        }
+    }
+    if (best < 0)
+        return 0;
+    apply_move(s, best, 0);
+    *cur = bestp;
+    return 1;
+}
+
+static int search_init(search *s, bfit_model *M, const bfit_optim_cfg *opt, const bfit_storage *st)
+{
+    int n = M->n, k = 0, rc;
+    memset(s, 0, sizeof *s);
+    s->M = M;
+    s->opt = opt;
+    s->sc = (bfit_store_cfg){st->precision, st->lean, BFIT_RECOMPUTE_NONE, NULL};
+    if ((rc = bfit_model_configure(M, &s->sc)) != BFIT_OK) /* finds the cuts */
+        return rc;
+    for (int v = 1; v < n; v++)
+        s->K += M->cut[v];
+    s->pos = malloc(sizeof(int) * (size_t)(s->K + 2));
+    s->cutkeep = calloc((size_t)s->K + 1, 1);
+    s->segR = calloc((size_t)s->K + 1, 1);
+    s->keep = calloc((size_t)n + 1, 1);
+    s->best = calloc((size_t)n + 1, 1);
+    s->win = calloc((size_t)n + 1, 1);
+    if (!s->pos || !s->cutkeep || !s->segR || !s->keep || !s->best || !s->win)
+        return bfit_fail(BFIT_ENOMEM, "recompute: out of host memory");
+    s->pos[0] = 0;
+    for (int v = 1; v < n; v++)
+        if (M->cut[v])
+            s->pos[++k] = v;
+    s->pos[s->K + 1] = n;
+    return BFIT_OK;
+}
+
+static void search_fini(search *s)
+{
+    free(s->pos);
+    free(s->cutkeep);
+    free(s->segR);
+    free(s->keep);
+    free(s->best);
+    free(s->win);
+}
+
+/* From keeping everything, walk the greedy path at micro-batch s->m. With
+ * budget: stop at the first point that fits (*fits = 1). Else (or if none
+ * fits) end at the least peak. s->best holds the chosen point's values. */
+static int walk(search *s, uint64_t budget, int *fits, bfit_plan *out)
+{
+    bfit_plan cur;
+    int rc = BFIT_OK;
+    for (int i = 1; i <= s->K; i++)
+        s->cutkeep[i] = 1;
+    for (int i = 0; i <= s->K; i++)
+        s->segR[i] = s->pos[i + 1] - s->pos[i] < 2; /* nothing inside: nothing to keep */
+    if ((rc = eval_state(s, &cur)) != BFIT_OK)
+        return rc;
+    *fits = budget && cur.peak <= budget;
+    while (!*fits && greedy_step(s, &cur, &rc))
+        *fits = budget && cur.peak <= budget;
+    if (rc != BFIT_OK)
+        return rc;
+    state_keep(s);
+    memcpy(s->best, s->keep, (size_t)s->M->n + 1);
+    *out = cur;
+    return BFIT_OK;
+}
+
+static int largest(search *s, const bfit_store_cfg *sc, uint64_t budget, int *m)
+{
+    int rc = bfit_model_configure(s->M, sc);
+    if (rc == BFIT_OK)
+        rc = bfit_plan_max_batch(s->M, s->opt, 1, budget, BFIT_PLAN_LIMIT, m, NULL);
+    return rc;
+}
+
+/* No target: the largest batch among the greedy path's end (walked at the
+ * largest batch it allows, twice, since the best choice depends on m),
+ * blocks and sqrt. Leaves the model configured with the winner. */
+static int auto_largest(search *s, uint64_t budget)
+{
+    static const bfit_recompute_kind fixed[] = {BFIT_RECOMPUTE_BLOCKS, BFIT_RECOMPUTE_SQRT};
+    bfit_store_cfg best = s->sc, sc = s->sc;
+    int bm = 0, m, fits, rc;
+    bfit_plan p;
+    sc.recompute = BFIT_RECOMPUTE_NONE;
+    if ((rc = largest(s, &sc, budget, &s->m)) != BFIT_OK)
+        return rc;
+    for (int round = 0; round < 2; round++) {
+        s->m = s->m > 0 ? s->m : 1;
+        if ((rc = walk(s, 0, &fits, &p)) != BFIT_OK)
+            return rc;
+        sc.recompute = BFIT_RECOMPUTE_CUTS;
+        sc.keep = s->best;
+        if ((rc = largest(s, &sc, budget, &m)) != BFIT_OK)
+            return rc;
+        if (m > bm) {
+            bm = m;
+            memcpy(s->win, s->best, (size_t)s->M->n + 1);
+            best = sc;
+            best.keep = s->win;
+        }
+        s->m = m;
+    }
+    for (unsigned i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        sc = s->sc;
+        sc.recompute = fixed[i];
+        if ((rc = largest(s, &sc, budget, &m)) != BFIT_OK)
+            return rc;
+        if (m > bm) {
+            bm = m;
+            best = sc;
+        }
+    }
+    return bfit_model_configure(s->M, &best);
+}
+
+int bfit_model_set_storage(bfit_model *M, const bfit_storage *st, const bfit_optim_cfg *opt, uint64_t budget,
+                           int target)
+{
+    bfit_store_cfg sc;
+    search s;
+    bfit_plan p;
+    int rc, fits = 0;
+
+    if (!M || !st)
+        return bfit_fail(BFIT_EINVAL, "storage: no model or storage");
+    if ((unsigned)st->recompute >= BFIT_RECOMPUTE_COUNT || st->recompute == BFIT_RECOMPUTE_CUTS)
+        return bfit_fail_field(BFIT_EINVAL, "recompute", "expected none, blocks, sqrt or auto");
+    sc = (bfit_store_cfg){st->precision, st->lean, st->recompute, NULL};
+    if (st->recompute != BFIT_RECOMPUTE_AUTO)
+        return bfit_model_configure(M, &sc);
+    if (target < 0 || (target > 0 && !budget))
+        return bfit_fail(BFIT_EINVAL, "storage: auto needs a budget for its target micro-batch %d", target);
+    rc = search_init(&s, M, opt, st);
+    if (rc == BFIT_OK && target > 0) {
+        s.m = target;
+        rc = walk(&s, budget, &fits, &p);
+        sc.recompute = BFIT_RECOMPUTE_CUTS;
+        sc.keep = s.best;
+        if (rc == BFIT_OK && fits)
+            rc = bfit_model_configure(M, &sc);
+        else if (rc == BFIT_OK)
+            rc = auto_largest(&s, budget); /* the target cannot fit: as large a micro-batch as can */
+    } else if (rc == BFIT_OK) {
+        rc = budget ? auto_largest(&s, budget) : bfit_fail(BFIT_EINVAL, "storage: auto needs a budget");
+    }
+    search_fini(&s);
+    return rc;
+}
