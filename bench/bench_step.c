@@ -41,6 +41,17 @@ static double cpu_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* BFIT_BENCH_PRECISION=bf16 (or f16): the step in that precision, with f32
+ * masters refreshed after each update as the trainer does. */
+static int set_precision(bfit_model *M)
+{
+    const char *p = getenv("BFIT_BENCH_PRECISION");
+    bfit_storage st = bfit_storage_default();
+    if (p && *p && bfit_precision_parse(p, &st.precision) != BFIT_OK)
+        return BFIT_EINVAL;
+    return bfit_model_set_storage(M, &st, NULL, 0, 0);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -149,7 +160,8 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
         goto out;
     }
     if ((rc = open_device(threads, &dev, &arena)) != BFIT_OK || (rc = bfit_spec_parse_file(spec, &g)) != BFIT_OK ||
-        (rc = bfit_model_new(&g, dev, arena, &M)) != BFIT_OK || (rc = bfit_model_alloc_params(M, 1)) != BFIT_OK ||
+        (rc = bfit_model_new(&g, dev, arena, &M)) != BFIT_OK || (rc = set_precision(M)) != BFIT_OK ||
+        (rc = bfit_model_alloc_params(M, 1)) != BFIT_OK ||
         (rc = bfit_model_init_params(M, 1)) != BFIT_OK)
         goto out;
     oc.momentum = 0.9;
@@ -167,7 +179,8 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
                 (rc = bfit_model_stats_reset(M)) != BFIT_OK ||
                 (rc = bfit_model_forward(M, (uint64_t)s)) != BFIT_OK ||
                 (rc = bfit_model_backward(M, 1.0f / (float)batch)) != BFIT_OK ||
-                (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK || (rc = bfit_model_zero_grads(M)) != BFIT_OK ||
+                (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK || (rc = bfit_model_refresh_copies(M)) != BFIT_OK ||
+                (rc = bfit_model_zero_grads(M)) != BFIT_OK ||
                 (rc = bfit_model_stats_read(M, &loss, NULL)) != BFIT_OK)
                 goto out;
             t_step = now() - t_step;
@@ -179,9 +192,9 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
             steps = (int)(rep_s / t_step + 0.5);
     }
     printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
-           "warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f\n",
+           "warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f precision=%s\n",
            batch, median(rate, reps), step_flops_per_sample(M), maxrss_kib(), reps, steps, warmup,
-           threads_of(dev), loss / batch, median(cpu_rate, reps));
+           threads_of(dev), loss / batch, median(cpu_rate, reps), bfit_dtype_name(bfit_model_storage(M).precision));
 out:
     if (rc != BFIT_OK)
         fprintf(stderr, "bfit_bench: %s\n", bfit_errmsg());
