@@ -260,6 +260,11 @@ typedef enum {
     BFIT_RECOMPUTE_COUNT
 } bfit_recompute_kind;
 
+/* Dynamic loss scaling (GradScaler's): the loss times S before backward;
+ * a step with inf/NaN gradients is skipped (its samples still count) and S
+ * halved; S doubles after an interval of clean steps. */
+enum { BFIT_LOSS_SCALE_AUTO = 0, BFIT_LOSS_SCALE_NONE, BFIT_LOSS_SCALE_DYNAMIC };
+
 typedef struct bfit_storage {
     bfit_dtype precision;           /* f32; bf16 or f16: 16-bit activations, gradients and compute,
                                        f32 master weights and optimizer state */
@@ -696,6 +701,11 @@ typedef struct bfit_train_cfg {
     bfit_conv_algo conv_algo;  /* GPU convolution algorithms (fastest default) */
     bfit_storage storage;      /* precision, lean, recomputation (auto: for the target micro-batch:
                                   micro_batch, else batch, else batch_max) */
+    int loss_scale;            /* BFIT_LOSS_SCALE_*: dynamic loss scaling (default: for f16 only) */
+    double loss_scale_init;    /* the first scale (0: 65536) */
+    int64_t loss_scale_interval; /* clean steps before the scale doubles (0: 2000) */
+    int64_t poison_step;       /* tests: the gradients of this step (1-based) are made NaN, as an
+                                  overflow would make them (0: off) */
     const bfit_host_alloc *host; /* CPU device blocks from here; NULL: aligned_alloc */
     uint64_t memory;           /* arena capacity; 0: what the device has free */
     double margin;             /* fraction of memory kept free when choosing m (default 0.1) */
@@ -743,6 +753,8 @@ typedef struct bfit_train_result {
     int batch_changes;          /* decisions that changed m or E */
     int last_batch;             /* the last effective batch */
     double noise_scale;         /* the last gradient noise scale estimate (0: none) */
+    int64_t skipped_steps;      /* loss scaling: steps skipped for inf/NaN gradients */
+    double loss_scale;          /* loss scaling: the scale at the end (0: none) */
     uint64_t peak_bytes;        /* the arena's high-water mark */
     int report_written;         /* cfg.report was written (also when training failed) */
     int stopped;                /* the run stopped early: BFIT_ESTOPPED (a request) or BFIT_ENOMEM (memory
@@ -762,6 +774,8 @@ typedef struct bfit_step_info {
     double lr;                  /* the learning rate used */
     double seconds;             /* wall time of the step */
     double noise_scale;         /* the estimate after it (0: none yet) */
+    int skipped;                /* loss scaling: the gradients overflowed, no update was made */
+    double loss_scale;          /* the scale the step's backward used (0: no scaling) */
     uint64_t mem, capacity;     /* arena bytes held and the capacity after it */
     int epoch_end;              /* the step finished its epoch: evaluate now if wanted */
 } bfit_step_info;

@@ -19,6 +19,7 @@
 
 #include "batchfit.h"
 #include "optim/gradnorm.h"
+#include "optim/lossscale.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "tdev.h"
@@ -737,6 +738,39 @@ static void test_norm_independent_of_threads(void **st)
     free(g);
 }
 
+/* Dynamic loss scaling: an overflow skips the step and halves S; S doubles
+ * after `interval` clean steps in a row (an overflow restarts the count);
+ * S stays within [2^-24, 2^72]; defaults are GradScaler's. */
+static void test_loss_scaler(void **st)
+{
+    bfit_loss_scaler s;
+    (void)st;
+    bfit_loss_scaler_init(&s, 0, 0);
+    assert_true(s.scale == 65536.0);
+    assert_int_equal(s.interval, 2000);
+    bfit_loss_scaler_init(&s, 1024, 3);
+    assert_int_equal(bfit_loss_scaler_update(&s, 0), 0);
+    assert_true(s.scale == 512.0);
+    assert_int_equal(s.skipped, 1);
+    assert_int_equal(bfit_loss_scaler_update(&s, 1), 1);
+    assert_int_equal(bfit_loss_scaler_update(&s, 1), 1);
+    assert_true(s.scale == 512.0); /* two clean steps: not yet */
+    assert_int_equal(bfit_loss_scaler_update(&s, 0), 0); /* the count restarts */
+    assert_true(s.scale == 256.0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(bfit_loss_scaler_update(&s, 1), 1);
+    assert_true(s.scale == 256.0);
+    assert_int_equal(bfit_loss_scaler_update(&s, 1), 1);
+    assert_true(s.scale == 512.0);
+    assert_int_equal(s.skipped, 2);
+    for (int i = 0; i < 200; i++)
+        bfit_loss_scaler_update(&s, 0);
+    assert_true(s.scale == BFIT_LOSS_SCALE_MIN);
+    for (int i = 0; i < 3 * 200; i++)
+        bfit_loss_scaler_update(&s, 1);
+    assert_true(s.scale == BFIT_LOSS_SCALE_MAX);
+}
+
 int main(void)
 
 {
@@ -753,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_schedule_shapes),
         cmocka_unit_test(test_clip_by_hand),
         cmocka_unit_test(test_norm_independent_of_threads),
+        cmocka_unit_test(test_loss_scaler),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

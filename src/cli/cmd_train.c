@@ -78,6 +78,12 @@ static void help(void)
          "                        the leanest fit a larger micro-batch (default fastest;\n"
          "                        the cpu has one choice)\n"
          CLI_STORAGE_HELP
+         "  --loss-scale none|dynamic|S  dynamic loss scaling (default: dynamic for f16,\n"
+         "                        none otherwise): the loss times S (default 65536)\n"
+         "                        before backward; a step with inf/NaN gradients is\n"
+         "                        skipped, logged and counted (its samples count) and S\n"
+         "                        halved; S doubles after --loss-scale-interval N clean\n"
+         "                        steps (default 2000)\n"
          "  --save FILE           write the final weights (safetensors)\n"
          "  --checkpoint DIR      write checkpoints (the whole run's state) into DIR\n"
          "  --checkpoint-every N|Ns|Nmin|Nh   every N optimizer steps or after this\n"
@@ -114,7 +120,7 @@ enum {
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
     O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF,
-    O_PRECISION, O_RECOMPUTE, O_NO_LEAN
+    O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON
 };
 
 static const struct option opts[] = {
@@ -140,7 +146,9 @@ static const struct option opts[] = {
     {"memory-schedule", required_argument, 0, O_MEMSCHED}, {"test-data", required_argument, 0, O_TEST_DATA},
     {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
     {"precision", required_argument, 0, O_PRECISION}, {"recompute", required_argument, 0, O_RECOMPUTE},
-    {"no-lean", no_argument, 0, O_NO_LEAN},
+    {"no-lean", no_argument, 0, O_NO_LEAN}, {"loss-scale", required_argument, 0, O_LOSS_SCALE},
+    {"loss-scale-interval", required_argument, 0, O_LS_INTERVAL},
+    {"test-poison-step", required_argument, 0, O_POISON},
     {"csv-header", required_argument, 0, O_CSV_HEADER}, {"checkpoint", required_argument, 0, O_CKPT},
     {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"keep", required_argument, 0, O_KEEP},
     {"resume", required_argument, 0, O_RESUME}, {"wait-for-memory", required_argument, 0, O_WAIT_MEM},
@@ -269,6 +277,14 @@ static int run_option(args *a, int o)
     case O_PRECISION: if (cli_storage_opt("--precision", optarg, &c->storage)) return -1; break;
     case O_RECOMPUTE: if (cli_storage_opt("--recompute", optarg, &c->storage)) return -1; break;
     case O_NO_LEAN: c->storage.lean = 0; break;
+    case O_LOSS_SCALE:
+        if (!strcmp(optarg, "none")) c->loss_scale = BFIT_LOSS_SCALE_NONE;
+        else if (!strcmp(optarg, "dynamic")) c->loss_scale = BFIT_LOSS_SCALE_DYNAMIC;
+        else if (cli_double("--loss-scale", optarg, 1e-7, 1e30, &c->loss_scale_init)) return -1;
+        else c->loss_scale = BFIT_LOSS_SCALE_DYNAMIC;
+        break;
+    case O_LS_INTERVAL: if (cli_int("--loss-scale-interval", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->loss_scale_interval = v; break;
+    case O_POISON: if (cli_int("--test-poison-step", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->poison_step = v; break;
     case O_CONV:
         if (bfit_conv_algo_parse(optarg, &c->conv_algo) != BFIT_OK) { cli_lib_error(); return -1; }
         break;
@@ -442,14 +458,17 @@ static int report(const args *a, const bfit_train_result *r)
     if (a->json)
         printf("{\"steps\":%lld,\"samples\":%lld,\"epochs\":%d,\"train_loss\":%.6f,\"test_loss\":%.6f,"
                "\"test_accuracy\":%.6f,\"train_seconds\":%.3f,\"micro_batch\":%d,\"batch\":%d,\"ooms\":%d,"
-               "\"batch_changes\":%d,\"peak_bytes\":%llu}\n",
+               "\"batch_changes\":%d,\"peak_bytes\":%llu,\"skipped_steps\":%lld,\"loss_scale\":%.9g}\n",
                (long long)r->steps, (long long)r->samples, r->epochs, r->train_loss, r->test_loss, r->test_acc,
                r->seconds, r->micro_batch, r->last_batch, r->ooms, r->batch_changes,
-               (unsigned long long)r->peak_bytes);
+               (unsigned long long)r->peak_bytes, (long long)r->skipped_steps, r->loss_scale);
     else
         printf("test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s)\n",
                100 * r->test_acc, r->epochs, (long long)r->steps, r->seconds,
                r->seconds > 0 ? (double)r->samples / r->seconds : 0.0);
+    if (!a->json && r->loss_scale > 0)
+        printf("loss scaling: %lld step(s) skipped for inf/NaN gradients (their samples counted), final scale %g\n",
+               (long long)r->skipped_steps, r->loss_scale);
     return EXIT_OK;
 }
 

@@ -161,6 +161,19 @@ int bfit_gradnorm_clip(bfit_gradnorm *g, double max_norm, double *total_norm)
     return BFIT_OK;
 }
 
+int bfit_gradnorm_scale(bfit_gradnorm *g, double factor)
+{
+    for (int i = 0; i < g->n; i++) {
+        bfit_op_args a = {0};
+        int rc;
+        a.dst = g->t[i].p->grad;
+        a.alpha = (float)factor;
+        if ((rc = bfit_op_run(g->t[i].scale, &a)) != BFIT_OK)
+            return rc;
+    }
+    return BFIT_OK;
+}
+
 int bfit_gradnorm_track(bfit_gradnorm *g, double *acc_sq, double *delta_sq)
 {
     double a = 0, d = 0;

@@ -35,6 +35,9 @@ int bfit_gradnorm_sq(bfit_gradnorm *g, double *sq);
  * and can skip the step. BFIT_EINVAL for max_norm <= 0 or non-finite. */
 int bfit_gradnorm_clip(bfit_gradnorm *g, double max_norm, double *total_norm);
 
+/* Multiply every gradient by factor (unscaling a scaled loss's). */
+int bfit_gradnorm_scale(bfit_gradnorm *g, double factor);
+
 /* (track only) The squared norm of the gradients, and of what was added to
  * them since the last call or reset; the copy then holds the gradients. */
 int bfit_gradnorm_track(bfit_gradnorm *g, double *acc_sq, double *delta_sq);

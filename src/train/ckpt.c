@@ -457,6 +457,7 @@ static int put_state(bfit_run *r, const run_snap *s)
     r->ep_loss = s->ep_loss;
     r->res = s->res;
     r->d = s->d;
+    r->ls = s->ls;
     bfit_model_unreserve(r->s.M);
     r->nmem = 0;
     run_apply_memory_schedule(r, r->step);

@@ -122,6 +122,11 @@ static int check_cfg(const bfit_train_cfg *c)
         return bfit_fail_field(BFIT_EINVAL, "batch", "must be at least 1, got %d", c->batch);
     if (c->epochs < 1)
         return bfit_fail_field(BFIT_EINVAL, "epochs", "must be at least 1, got %d", c->epochs);
+    if (c->loss_scale < BFIT_LOSS_SCALE_AUTO || c->loss_scale > BFIT_LOSS_SCALE_DYNAMIC ||
+        !(c->loss_scale_init >= 0 && c->loss_scale_init <= 1e30) || c->loss_scale_interval < 0)
+        return bfit_fail_field(BFIT_EINVAL, "loss_scale", "mode %d (auto, none or dynamic), first scale %g (0 or a "
+                               "positive number up to 1e30) and interval %lld (0 or more) are not a loss scaling",
+                               c->loss_scale, c->loss_scale_init, (long long)c->loss_scale_interval);
     if (c->micro_batch < 0)
         return bfit_fail_field(BFIT_EINVAL, "micro_batch", "must be 0 (auto) or at least 1, got %d", c->micro_batch);
     if (check_limits(c) != BFIT_OK)
@@ -506,7 +511,10 @@ static int setup(bfit_run *r)
     r->track = r->cfg.adaptive || r->cfg.auto_batch;
     r->diff_sq = -1;
     r->track_stale = 1; /* the copy starts at zero, not at a step's gradient */
-    if (r->track || r->cfg.clip > 0)
+    r->scaling = r->cfg.loss_scale == BFIT_LOSS_SCALE_DYNAMIC ||
+                 (r->cfg.loss_scale == BFIT_LOSS_SCALE_AUTO && r->cfg.storage.precision == BFIT_F16);
+    bfit_loss_scaler_init(&r->ls, r->cfg.loss_scale_init, r->cfg.loss_scale_interval);
+    if (r->track || r->cfg.clip > 0 || r->scaling)
         r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->track);
     r->sched = r->cfg.sched;
     if ((rc = resolve_conv_algo(r)) != BFIT_OK || (rc = resolve_storage(r)) != BFIT_OK)

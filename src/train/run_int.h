@@ -7,6 +7,7 @@
 #include "batch/control_state.h"
 #include "batch/plan.h"
 #include "batch/session.h"
+#include "optim/lossscale.h"
 #include "optim/gradnorm.h"
 #include "train/feed.h"
 #include "train/log.h"
@@ -41,6 +42,7 @@ typedef struct run_snap {
     bfit_controller_state ctl;
     int64_t cursor_epoch, cursor_pos; /* the training stream's */
     int64_t optim_steps;
+    bfit_loss_scaler ls;
 } run_snap;
 
 struct bfit_run {
@@ -49,7 +51,11 @@ struct bfit_run {
     bfit_session_cfg sc;       /* how it was opened */
     bfit_feed tr, te;          /* training and test samples */
     bfit_optim *opt;
-    bfit_gradnorm *gn;         /* clipping and the noise scale's norms; NULL: neither */
+    bfit_gradnorm *gn;         /* clipping, loss scaling and the noise scale's norms; NULL: none */
+    int scaling;               /* dynamic loss scaling */
+    bfit_loss_scaler ls;
+    double step_scale;         /* the scale this step's backward uses */
+    int skipped_now;           /* this step's update was skipped (overflow) */
     bfit_controller *ctl;
     plan_ctx pc;
     bfit_log lg;

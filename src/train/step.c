@@ -126,6 +126,7 @@ void run_snap_take(bfit_run *r, run_snap *s)
         s->cursor_pos = c.pos;
     }
     s->optim_steps = bfit_optim_steps(r->opt);
+    s->ls = r->ls;
 }
 
 /* The running statistics (parameters that are not trained: batch norm's)
@@ -179,6 +180,7 @@ int run_rollback(bfit_run *r)
     r->ep_loss = s->ep_loss;
     r->res = s->res;
     r->d = s->d;
+    r->ls = s->ls;
     bfit_model_unreserve(r->s.M);
     return BFIT_OK;
 }
@@ -345,7 +347,7 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
     if (rc == BFIT_OK)
         rc = bfit_model_forward(r->s.M, r->cfg.seed * 1000003ull + r->micro++);
     if (rc == BFIT_OK)
-        rc = bfit_model_backward(r->s.M, 1.0f / (float)E);
+        rc = bfit_model_backward(r->s.M, (float)(r->step_scale / E));
     if (rc == BFIT_OK && r->track && k < MAX_MICRO) {
         /* this micro-batch's mean gradient is its increment times E/want.
          * The copy still holds the previous step's gradient, so the first
@@ -400,9 +402,42 @@ static int micro_steps(bfit_run *r, int E, int *k)
 }
 
 /* Clip, update, zero the gradients. */
+/* Loss scaling: are the gradients finite? If not, the step is skipped
+ * (gradients zeroed, the scale halved, said); else they are unscaled. */
+static int unscale(bfit_run *r, int *apply)
+{
+    double sq, used = r->step_scale;
+    int rc;
+    *apply = 1;
+    r->skipped_now = 0;
+    if (!r->scaling)
+        return BFIT_OK;
+    if (r->cfg.poison_step && r->step + 1 == r->cfg.poison_step)
+        sq = NAN; /* fault injection: the overflow a test cannot otherwise make on f32-range hardware */
+    else if ((rc = bfit_gradnorm_sq(r->gn, &sq)) != BFIT_OK)
+        return rc;
+    *apply = bfit_loss_scaler_update(&r->ls, isfinite(sq));
+    r->skipped_now = !*apply;
+    if (!*apply) {
+        bfit_log_event(&r->lg, "loss_scale", "\"step\":%lld,\"skipped\":1,\"scale\":%.9g,\"prev_scale\":%.9g,"
+                       "\"skips\":%lld", (long long)r->step, r->ls.scale, used, (long long)r->ls.skipped);
+        bfit_log_say(&r->lg, "batchfit: step %lld: the gradients overflowed at loss scale %g: step skipped (its "
+                     "samples count), scale now %g (%lld skipped so far)", (long long)r->step + 1, used, r->ls.scale,
+                     (long long)r->ls.skipped);
+        return bfit_model_zero_grads(r->s.M);
+    }
+    if (r->ls.scale != used)
+        bfit_log_event(&r->lg, "loss_scale", "\"step\":%lld,\"skipped\":0,\"scale\":%.9g,\"prev_scale\":%.9g",
+                       (long long)r->step, r->ls.scale, used);
+    return used == 1.0 ? BFIT_OK : bfit_gradnorm_scale(r->gn, 1.0 / used);
+}
+
 static int update(bfit_run *r, double *lr)
 {
-    int rc = BFIT_OK;
+    int rc = BFIT_OK, apply;
+    *lr = 0;
+    if ((rc = unscale(r, &apply)) != BFIT_OK || !apply)
+        return rc;
     if (r->cfg.clip > 0)
         rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, NULL);
     /* auto: the schedule counts steps of E0 samples (E changes) */
@@ -457,10 +492,11 @@ static void report_step(bfit_run *r, bfit_step_info *in)
         r->res.noise_scale = bn;
     bfit_log_event(&r->lg, "step",
                    "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,\"k\":%d,\"E\":%d,"
-                   "\"mem\":%llu,\"capacity\":%llu,\"seconds\":%.6f,\"noise_scale\":%.4g",
+                   "\"mem\":%llu,\"capacity\":%llu,\"seconds\":%.6f,\"noise_scale\":%.4g,\"loss_scale\":%.9g,"
+                   "\"skipped\":%d",
                    (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->samples, in->m, in->k,
                    in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
-                   in->noise_scale);
+                   in->noise_scale, in->loss_scale, in->skipped);
     bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f samples/s  m %d x %d = %d  mem %s / %s",
                       in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->ep_loss / (double)r->ep_count,
                       (double)r->taken / (el > 0 ? el : 1e-9), in->m, in->k, in->batch,
@@ -477,11 +513,16 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *k, double *lo
     if ((rc = decide(r)) != BFIT_OK)
         return rc;
     *E = (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
+    r->step_scale = r->scaling ? r->ls.scale : 1.0;
+    in->loss_scale = r->scaling ? r->step_scale : 0;
     if ((rc = bfit_model_stats_reset(r->s.M)) != BFIT_OK || (rc = micro_steps(r, *E, k)) != BFIT_OK)
         return rc;
     *updated = 1;
     if ((rc = update(r, &in->lr)) != BFIT_OK || (rc = bfit_model_stats_read(r->s.M, loss, NULL)) != BFIT_OK)
         return rc;
+    in->skipped = r->skipped_now;
+    r->res.skipped_steps = r->ls.skipped;
+    r->res.loss_scale = r->scaling ? r->ls.scale : 0;
     if (!isfinite(*loss))
         return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", *loss,
                                (long long)r->step + 1);

@@ -157,5 +157,21 @@ expect 2 "--recompute: unknown recomputation 'all' \(valid: none, blocks, sqrt, 
   --recompute all
 expect 1 "f16" "$bf" train --model "$m" --precision f16 --max-steps 1
 
+# loss scaling: a power-of-two scale is exact, so the weights equal those of
+# no scaling; an overflowed step (injected: f32 and bf16 have the range that
+# f16 lacks) is skipped, said, counted and its samples still count
+for s in none 1024; do
+  expect 0 "test accuracy" "$bf" train --model "$src/models/cnn.cfg" --loss-scale $s --epoch-samples 384 \
+    --eval-samples 100 --batch 64 --threads 2 --save "$tmp/ls-$s.st"
+done
+if cmp -s "$tmp/ls-none.st" "$tmp/ls-1024.st"; then passes=$((passes + 1)); else
+  echo "FAIL: --loss-scale 1024 changed the weights"; fails=$((fails + 1)); fi
+expect 0 "step 2: the gradients overflowed at loss scale 1024: step skipped \(its samples count\), scale now 512" \
+  "$bf" train --model "$m" --loss-scale 1024 --test-poison-step 2 --epoch-samples 384 --eval-samples 100 --batch 64 \
+  --threads 2
+expect 0 "after 1 epoch\(s\), 6 steps.*loss scaling: 1 step\(s\) skipped" "$bf" train --model "$m" --loss-scale 1024 \
+  --test-poison-step 2 --epoch-samples 384 --eval-samples 100 --batch 64 --threads 2
+expect 2 "--loss-scale: 'huge' is not a number" "$bf" train --model "$m" --loss-scale huge
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
