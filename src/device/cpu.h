@@ -63,6 +63,11 @@ typedef struct cpu_op {
 
 static inline cpu_device *cpu_dev(const cpu_op *op) { return (cpu_device *)op->base.dev; }
 
+/* An op of the device's own, made from inside a device call (an op that
+ * runs others: chunked convolutions); run it by its run function. */
+int cpu_op_make(bfit_device *d, const bfit_op_desc *desc, cpu_op **out);
+void cpu_op_destroy(cpu_op *op);
+
 /* Turn a oneDNN status into ours, with what was being done. */
 int cpu_dnnl_check(dnnl_status_t s, const char *what);
 #define CPU_TRY(call, what)                                                                        \

@@ -141,6 +141,29 @@ static int op_init(cpu_op *op)
 
 static void cpu_op_free(bfit_op *base);
 
+int cpu_op_make(bfit_device *d, const bfit_op_desc *desc, cpu_op **out)
+{
+    cpu_op *op = calloc(1, sizeof *op);
+    int rc;
+    *out = NULL;
+    if (!op)
+        return bfit_fail(BFIT_ENOMEM, "cpu: cannot allocate an op record");
+    op->base.dev = d;
+    op->base.desc = *desc;
+    if ((rc = op_init(op)) != BFIT_OK) {
+        cpu_op_free(&op->base);
+        return rc;
+    }
+    *out = op;
+    return BFIT_OK;
+}
+
+void cpu_op_destroy(cpu_op *op)
+{
+    if (op)
+        cpu_op_free(&op->base);
+}
+
 static int cpu_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
 {
     cpu_op *op;
