@@ -138,6 +138,11 @@ static const conv_case conv_cases[] = {
     {1, 4, 8, 8, 3, 3, 3, 2, 2, 0, 0, 1},  /* (8-3)/2 rounds down: floor rule */
     {2, 5, 6, 9, 7, 1, 4, 1, 2, 0, 2, 1},  /* wide kernel, padding in w */
     {4, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1}, /* a real layer's size: threaded, blocked paths */
+    /* 8 MiB of image per sample: past the 32 MiB of blocked copies, so it runs
+     * in chunks of 8 samples and a remainder of 3, the weight gradient summed
+     * over the chunks (and from zero without accumulate) */
+    {11, 16, 181, 181, 16, 1, 1, 1, 1, 0, 0, 1},
+    {11, 16, 181, 181, 16, 1, 1, 1, 1, 0, 0, 0},
 };
 
 static bfit_op_desc conv_desc(const conv_case *c, bfit_op_kind kind, int acc)
