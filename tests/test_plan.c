@@ -522,11 +522,63 @@ static void test_plan_big_presets_allocates_nothing(void **st)
     }
 }
 
+/* The gradients of one step of resnet-mini (relu, batch norm, dropout,
+ * residual adds: every in-place backward) at m, downloaded. */
+static float *step_grads(rig *r, int m, int64_t *n)
+{
+    int64_t total = 0, at = 0;
+    float *g;
+    assert_int_equal(bfit_model_reserve(r->M, m, 1), BFIT_OK);
+    assert_int_equal(bfit_model_zero_grads(r->M), BFIT_OK);
+    fill_input(r->M, m, 5);
+    assert_int_equal(bfit_model_forward(r->M, 9), BFIT_OK);
+    assert_int_equal(bfit_model_backward(r->M, 1.0f / (float)m), BFIT_OK);
+    for (int i = 0; i < r->M->ntrainable; i++)
+        total += (int64_t)(bfit_param_bytes(r->M->trainable[i]) / sizeof(float));
+    g = malloc((size_t)total * sizeof *g);
+    assert_non_null(g);
+    for (int i = 0; i < r->M->ntrainable; i++) {
+        size_t b = bfit_param_bytes(r->M->trainable[i]);
+        assert_int_equal(bfit_device_download(r->dev, g + at, r->M->trainable[i]->grad, b), BFIT_OK);
+        at += (int64_t)(b / sizeof(float));
+    }
+    *n = total;
+    return g;
+}
+
+/* Activation gradients written in place (relu, dropout, batch norm, add's
+ * first input take their output gradient's bytes) give the same gradients,
+ * bit for bit, as every gradient in bytes of its own, in less memory. */
+static void test_inplace_gradients(void **st)
+{
+    rig r;
+    bfit_plan pin, pout;
+    int64_t n1, n2;
+    float *a, *b;
+    (void)st;
+    rig_new(&r, "resnet-mini.cfg", BIG);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &pin), BFIT_OK);
+    a = step_grads(&r, 16, &n1);
+    bfit_model_unreserve(r.M);
+    r.M->no_inplace = 1;
+    assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &pout), BFIT_OK);
+    assert_true(pin.no_reuse < pout.no_reuse); /* fewer gradient buffers: some were shared in place */
+    b = step_grads(&r, 16, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+    free(a);
+    free(b);
+    rig_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_measured_equals_planned_sgd),
         cmocka_unit_test(test_measured_equals_planned_storage),
+        cmocka_unit_test(test_inplace_gradients),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),
         cmocka_unit_test(test_measured_equals_planned_resnet18),

@@ -491,6 +491,8 @@ int cmd_train(int argc, char **argv)
     rc = bfit_train(&a->c, &r);
     if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r.stopped == BFIT_ENOMEM)) {
         code = stopped(a, &r, rc);
+        if (r.report_written)
+            fprintf(stderr, "batchfit: the report of the run is in %s\n", a->c.report);
     } else if (rc != BFIT_OK) {
         cli_lib_error();
         if (r.report_written)

@@ -44,7 +44,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     int rc = BFIT_OK;
 
     for (int i = 0; i < 2 && rc == BFIT_OK; i++)
-        if (a->dx[i])
+        if (a->dx[i] && a->dx[i] != a->dy) /* the same bytes: the layout handed dy on in place */
             rc = bfit_device_copy(l->dev, a->dx[i], a->dy, n);
     return rc;
 }

@@ -264,45 +264,83 @@ static void lay_activations(const sched *s, const life *L, lbuf *b)
     lay->bytes[BFIT_MEM_ACTIVATIONS] = place(b, nb);
 }
 
+/* Backward that may write its input's gradient over its output's: relu in
+ * every mode and dropout (elementwise, read before written), and batch norm
+ * on the CPU (oneDNN documents in-place backward; our loops from the output
+ * read each element before writing it; cuDNN documents no such guarantee).
+ * Their input gradient then takes no bytes of its own; add's first input
+ * gradient to be written is its dy itself. */
+static int bwd_in_place(const bfit_model *M, const bfit_layer *l)
+{
+    if (l->cfg.kind == BFIT_L_ADD) /* dy handed on: one input may take it as it is */
+        return 1;
+    if (l->nin != 1)
+        return 0;
+    if (l->cfg.kind == BFIT_L_BATCHNORM)
+        return M->dev && !strcmp(bfit_device_name(M->dev), "cpu");
+    return l->cfg.kind == BFIT_L_RELU || l->cfg.kind == BFIT_L_DROPOUT;
+}
+
 /* Activation gradients. The gradient of value v is written first by its
  * consumer whose backward comes first, and read last by its producer's
  * backward. A further consumer writes into a temp that is added in at once.
- * The model input needs no gradient. */
+ * An in-place backward's input gradient shares its output gradient's
+ * buffer, whose lifetime then runs on (alias[v]: that value). The model
+ * input needs no gradient. */
 static int lay_act_grads(const sched *s, lbuf *b)
 {
     bfit_model *M = s->M;
     bfit_layout *lay = s->lay;
-    int nb = 0;
+    int nb = 0, *buf = malloc(sizeof(int) * ((size_t)M->n + 1)), *alias = malloc(sizeof(int) * ((size_t)M->n + 1));
     unsigned char *written = calloc((size_t)M->n + 1, 1);
 
-    if (!written)
+    if (!written || !buf || !alias) {
+        free(written), free(buf), free(alias);
         return bfit_fail(BFIT_ENOMEM, "layout: out of host memory");
+    }
+    for (int v = 0; v <= M->n; v++)
+        buf[v] = alias[v] = -1;
     for (int t = 0; t < lay->nact; t++) {
-        int i = lay->act[t].node;
+        int i = lay->act[t].node, aliased = 0;
         if (lay->act[t].kind != BFIT_ACT_BWD)
             continue;
         for (int k = 0; k < M->nodes[i].l->nin; k++) {
-            int v = M->nodes[i].in[k];
+            int v = M->nodes[i].in[k], y = i + 1;
             uint64_t sz;
             if (v <= 0 || !M->needs_grad[v])
                 continue;
             sz = value_bytes(M, v, lay->m);
-            if (!written[v]) {
+            if (!written[v] && !aliased && !M->no_inplace && bwd_in_place(M, M->nodes[i].l) && buf[y] >= 0 && b[buf[y]].size == sz) {
+                written[v] = aliased = 1;
+                alias[v] = y;
+                buf[v] = buf[y];
+                if (s->bwd_at[v - 1] > b[buf[v]].t1)
+                    b[buf[v]].t1 = s->bwd_at[v - 1];
+            } else if (!written[v]) {
                 written[v] = 1;
+                buf[v] = nb;
                 add_buf(b, &nb, sz, t, s->bwd_at[v - 1], &lay->dy_off[v], &lay->no_reuse[BFIT_MEM_ACT_GRADS]);
             } else if (lay->tmp_input[i] < 0) {
                 lay->tmp_input[i] = k;
                 add_buf(b, &nb, sz, t, t, &lay->tmp_off[i], &lay->no_reuse[BFIT_MEM_ACT_GRADS]);
             } else {
-                free(written);
+                free(written), free(buf), free(alias);
                 return bfit_fail(BFIT_EINVAL, "layout: layer %d (%s) takes two inputs whose values feed other layers "
                                               "too; one temporary gradient per layer is supported",
                                  i + 1, bfit_layer_kind_name(M->nodes[i].l->cfg.kind));
             }
         }
     }
-    free(written);
     lay->bytes[BFIT_MEM_ACT_GRADS] = place(b, nb);
+    /* an alias takes its root's offset (the root was placed above) */
+    for (int v = 1; v <= M->n; v++) {
+        int r = v;
+        while (alias[r] >= 0)
+            r = alias[r];
+        if (r != v)
+            lay->dy_off[v] = lay->dy_off[r];
+    }
+    free(written), free(buf), free(alias);
     return BFIT_OK;
 }
 

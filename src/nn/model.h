@@ -77,6 +77,7 @@ typedef struct bfit_model {
     unsigned char *regen;  /* per value: not kept, regenerated when backward needs it */
     unsigned char *cut;    /* per value: every later node reads only it or later values */
     unsigned char *keep;   /* per value: the CUTS configuration's */
+    int no_inplace;        /* tests: every activation gradient its own bytes (layout.c) */
     int ncopies;           /* parameters with a compute copy (mixed precision) */
     bfit_op **cast;        /* per parameter: the cast refreshing its compute copy, or NULL */
     uint64_t copy_bytes;   /* of the compute copies, in the params block after the masters */
