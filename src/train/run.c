@@ -395,11 +395,14 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
                    "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_overhead\":%llu,\"threads\":%d,"
-                   "\"adaptive\":%d,\"auto\":%d,\"plan\":{%s}",
+                   "\"adaptive\":%d,\"auto\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
+                   "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s}",
                    model, data, (long long)bfit_model_param_count(r->s.M), r->d.batch,
                    r->d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
-                   di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, plan);
+                   di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch,
+                   bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
+                   bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan);
     bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) of "
                          "%lld samples",
                  c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->d.batch, r->d.m,
@@ -464,10 +467,7 @@ static int resolve_storage(bfit_run *r)
     st = bfit_model_storage(r->s.M);
     if (bfit_plan_compute(r->s.M, &c->opt, target, 1, &p) != BFIT_OK)
         p.flops = p.regen_flops = 0;
-    bfit_log_event(&r->lg, "storage", "\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\",\"asked\":\"%s\","
-                   "\"target\":%d,\"recomputed_share\":%.4f", bfit_dtype_name(st.precision), st.lean,
-                   bfit_recompute_name(st.recompute), bfit_recompute_name(c->storage.recompute), target,
-                   p.flops > 0 ? p.regen_flops / p.flops : 0.0);
+    r->regen_share = p.flops > 0 ? p.regen_flops / p.flops : 0.0; /* for the start event */
     if (c->storage.recompute != BFIT_RECOMPUTE_NONE || c->storage.precision != BFIT_F32)
         bfit_log_say(&r->lg, "batchfit: storage: %s%s, recompute %s%s%s: %.1f%% of a step's work is recomputed at "
                      "micro-batch %d", bfit_dtype_name(st.precision), st.lean ? " lean" : "",

@@ -56,6 +56,7 @@ struct bfit_run {
     bfit_loss_scaler ls;
     double step_scale;         /* the scale this step's backward uses */
     int skipped_now;           /* this step's update was skipped (overflow) */
+    double regen_share;        /* recomputed share of a step's work at the target micro-batch */
     bfit_controller *ctl;
     plan_ctx pc;
     bfit_log lg;
