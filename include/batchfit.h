@@ -709,7 +709,8 @@ typedef struct bfit_train_cfg {
        own device on its share of each step's E samples; rank 0 writes the log, report, weights and
        checkpoints, the others are quiet */
     bfit_dist_mode dist;       /* off (default), on, or auto: on when a launcher started several */
-    int memory_schedule_rank;  /* memory_schedule applies on this rank only (-1 default: on every rank) */
+    int memory_schedule_rank;  /* the simulated memory events (memory_schedule, fail_nth_alloc) happen on
+                                  this rank only (-1 default: on every rank) */
     int sample_check;          /* tests: log each epoch's count and checksum of the samples trained on
                                   (every rank's): the sum mod 2^64 of each sample's FNV-1a 64 hash of
                                   its floats' bytes, then its label's (int32, little-endian) */

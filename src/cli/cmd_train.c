@@ -93,7 +93,10 @@ static void help(void)
          "processes, each with its own device and memory, one global effective batch:\n"
          "  --dist auto|on|off    train with every process the launcher started (auto:\n"
          "                        when it started several; on: also alone; default auto)\n"
-         "  --memory-schedule-rank R   apply --memory-schedule on rank R only\n"
+         "  --memory-schedule-rank R   the simulated memory events (--memory-schedule,\n"
+         "                        --fail-alloc) happen on rank R only\n"
+         "  --fail-alloc N        tests: the N-th device allocation fails (an out-of-memory\n"
+         "                        the run recovers from by a smaller micro-batch)\n"
          "  --sample-check        log each epoch's count and checksum of the samples\n"
          "                        trained on, all ranks' (for tests)\n"
          "  --log FILE            write a JSON-lines event log\n"
@@ -120,7 +123,7 @@ enum {
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
     O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF, O_DIST, O_MEMSCHED_RANK,
-    O_SAMPLE_CHECK
+    O_SAMPLE_CHECK, O_FAIL_ALLOC
 };
 
 static const struct option opts[] = {
@@ -149,7 +152,7 @@ static const struct option opts[] = {
     {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"keep", required_argument, 0, O_KEEP},
     {"resume", required_argument, 0, O_RESUME}, {"wait-for-memory", required_argument, 0, O_WAIT_MEM},
     {"dist", required_argument, 0, O_DIST}, {"memory-schedule-rank", required_argument, 0, O_MEMSCHED_RANK},
-    {"sample-check", no_argument, 0, O_SAMPLE_CHECK},
+    {"sample-check", no_argument, 0, O_SAMPLE_CHECK}, {"fail-alloc", required_argument, 0, O_FAIL_ALLOC},
     {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
@@ -300,6 +303,10 @@ static int run_option(args *a, int o)
         c->memory_schedule_rank = (int)v;
         break;
     case O_SAMPLE_CHECK: c->sample_check = 1; break;
+    case O_FAIL_ALLOC:
+        if (cli_int("--fail-alloc", optarg, 1, INT64_MAX, &v)) return -1;
+        c->fail_nth_alloc = (uint64_t)v;
+        break;
     case O_QUIET: a->quiet = 1; break;
     case O_JSON: a->json = 1; break;
     default: return -1;
@@ -391,20 +398,30 @@ static int finish_cfg(args *a)
 
 static volatile sig_atomic_t stop_signal;
 
+static int job_size = 1, job_rank; /* one of several processes (mpirun): the ranks stop together */
+
 static void on_signal(int sig)
 {
     static const char first[] = "\nbatchfit: stopping at the next micro-step boundary and writing a checkpoint "
                                 "(again to exit at once)\n";
+    /* a launcher passes a signal on to every process, and ends the job with
+     * one when a process died: the ranks stop together at a boundary unless
+     * one is gone, and then the last checkpoint is the one to resume */
+    static const char many[] = "\nbatchfit: stopping every process at the next step boundary, rank 0 writing a "
+                               "checkpoint (if a process died, the launcher ends the job instead: resume from the "
+                               "last checkpoint, which is whole)\n";
     if (stop_signal)
         _exit(128 + sig); /* the second: at once; the last checkpoint is whole (atomic) */
     stop_signal = sig;
-    if (write(STDERR_FILENO, first, sizeof first - 1) < 0)
+    if (job_rank == 0 && write(STDERR_FILENO, job_size > 1 ? many : first, job_size > 1 ? sizeof many - 1
+                                                                                          : sizeof first - 1) < 0)
         return;
 }
 
 static void catch_signals(void)
 {
     struct sigaction sa;
+    bfit_dist_info(&job_size, &job_rank);
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART;

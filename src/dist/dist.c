@@ -162,6 +162,7 @@ int bfit_dist_plan(bfit_dist *d, int E, int step_E, const bfit_dist_word *all, d
 }
 
 const int *bfit_dist_shares(const bfit_dist *d) { return d->step_share; }
+const int *bfit_dist_shares_of_E(const bfit_dist *d) { return d->share; }
 int bfit_dist_offset(const bfit_dist *d) { return d->offset; }
 
 uint64_t bfit_dist_crc(uint64_t crc, const void *p, size_t n)

@@ -81,8 +81,10 @@ void bfit_dist_weights(int n, const int64_t *rate, int64_t *w);
  * changed, why saying so for the log. */
 int bfit_dist_plan(bfit_dist *d, int E, int step_E, const bfit_dist_word *all, double gain, int confirm, char *why,
                    size_t n);
-/* The current shares (size of them) and this rank's first sample in the step. */
+/* This step's shares (size of them), E's shares (the same but in an
+ * epoch's last step) and this rank's first sample in the step. */
 const int *bfit_dist_shares(const bfit_dist *d);
+const int *bfit_dist_shares_of_E(const bfit_dist *d);
 int bfit_dist_offset(const bfit_dist *d);
 
 /* CRC-32 (zlib's) of n bytes continuing crc (start with 0). */

@@ -87,8 +87,9 @@ int run_dist_prepare(bfit_train_cfg *c, int *on, int *rank)
         return bfit_fail_field(BFIT_EINVAL, "memory_schedule_rank", "rank %d does not exist: there %s %d",
                                c->memory_schedule_rank, size == 1 ? "is" : "are", size);
     if (c->memory_schedule_rank >= 0 && c->memory_schedule_rank != *rank) {
-        c->memory_schedule = NULL;
+        c->memory_schedule = NULL; /* the simulated memory events are the one rank's */
         c->nmemory_schedule = 0;
+        c->fail_nth_alloc = 0;
     }
     if (*on && size > 1 && c->auto_batch)
         return bfit_fail_field(BFIT_EINVAL, "auto_batch", "--batch auto is not supported with several processes "
@@ -332,7 +333,7 @@ static int same_decision(bfit_run *r, const bfit_dist_word *all)
 
 static void log_shares(bfit_run *r, const char *why)
 {
-    const int *sh = bfit_dist_shares(r->dp->d);
+    const int *sh = bfit_dist_shares_of_E(r->dp->d);
     char list[512];
     size_t len = 0;
     for (int q = 0; q < r->dp->size && len < sizeof list; q++)
