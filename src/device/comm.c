@@ -101,6 +101,23 @@ int bfit_comm_world(int *size, int *rank)
     return BFIT_OK;
 }
 
+int bfit_comm_local(int *rank, int *size)
+{
+    MPI_Comm node;
+    int rc = init_mpi(), err;
+    *rank = 0;
+    *size = 1;
+    if (rc != BFIT_OK)
+        return rc;
+    /* the processes that share this machine (MPI-3) */
+    if ((err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node)) != MPI_SUCCESS)
+        return mpi_fail(err, "MPI_Comm_split_type");
+    MPI_Comm_rank(node, rank);
+    MPI_Comm_size(node, size);
+    MPI_Comm_free(&node);
+    return BFIT_OK;
+}
+
 int bfit_comm_new(bfit_comm **out)
 {
     bfit_comm *c;
@@ -200,6 +217,13 @@ int bfit_comm_world(int *size, int *rank)
 {
     *size = 1;
     *rank = 0;
+    return bfit_fail(BFIT_EDEVICE, "%s", no_mpi);
+}
+
+int bfit_comm_local(int *rank, int *size)
+{
+    *rank = 0;
+    *size = 1;
     return bfit_fail(BFIT_EDEVICE, "%s", no_mpi);
 }
 

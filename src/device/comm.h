@@ -26,6 +26,11 @@ void bfit_comm_launched(int *size, int *rank);
  * the program did (BFIT_EDEVICE without MPI). */
 int bfit_comm_world(int *size, int *rank);
 
+/* This process's rank among the job's processes on its machine, and how
+ * many they are (each takes the GPU of its number, and its part of the
+ * cores). Every process calls it. */
+int bfit_comm_local(int *rank, int *size);
+
 /* Join the group of all the job's processes (every process calls it),
  * initialising MPI unless the program did. BFIT_EDEVICE saying why when
  * the build has no MPI. */

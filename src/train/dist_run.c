@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SHARE_GAIN 0.1  /* new shares must end the step this much sooner, */
 #define SHARE_CONFIRM 5 /* at this many step boundaries in a row */
@@ -70,6 +71,25 @@ static int wanted(const bfit_train_cfg *c, int *on)
     return BFIT_OK;
 }
 
+/* The processes on one machine share it: with --device cuda each takes
+ * the GPU numbered as its rank there (cuda:N names one for all, as asked),
+ * and without --threads each its part of the cores. */
+static int resources_of_rank(bfit_train_cfg *c)
+{
+    static char name[32];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local, nlocal, rc;
+    if ((rc = bfit_comm_local(&local, &nlocal)) != BFIT_OK)
+        return rc;
+    if (!c->device && c->device_name && !strcmp(c->device_name, "cuda")) {
+        snprintf(name, sizeof name, "cuda:%d", local);
+        c->device_name = name;
+    }
+    if (c->threads == 0 && nlocal > 1)
+        c->threads = cores / nlocal > 1 ? (int)(cores / nlocal) : 1;
+    return BFIT_OK;
+}
+
 int run_dist_prepare(bfit_train_cfg *c, int *on, int *rank)
 {
     int rc = wanted(c, on), size = 1;
@@ -82,6 +102,8 @@ int run_dist_prepare(bfit_train_cfg *c, int *on, int *rank)
     if (*on) {
         world_size = size;
         world_rank = *rank;
+        if ((rc = resources_of_rank(c)) != BFIT_OK)
+            return rc;
     }
     if (c->memory_schedule_rank >= size && (*on || c->memory_schedule_rank > 0))
         return bfit_fail_field(BFIT_EINVAL, "memory_schedule_rank", "rank %d does not exist: there %s %d",

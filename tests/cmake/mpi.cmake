@@ -2,7 +2,7 @@
 # (tests/mpi/dist_test.py, one test per case, label mpi). They exit 77
 # (skipped, never passed) when the build has no MPI or mpirun is missing;
 # built without MPI, mpi_absent checks that a run under a launcher says so.
-set(BFIT_MPI_CASES weights2 weights3 rank_memory rank_oom rank_nomem kill mismatch alone_on adaptive)
+set(BFIT_MPI_CASES weights2 weights3 rank_memory rank_oom rank_nomem kill mismatch alone_on adaptive auto_refused)
 foreach(case ${BFIT_MPI_CASES})
   if(BFIT_HAVE_MPI AND BFIT_PYTHON)
     add_test(NAME mpi_${case} COMMAND ${BFIT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/dist_test.py

@@ -15,7 +15,8 @@ rank 1 only changes rank 1's micro-batch and share, nothing else), rank_oom
 that does not come back on rank 1 stops every rank at a step boundary and
 rank 0 checkpoints it), kill (a rank killed mid-run ends the others within
 seconds with an error, and the last checkpoint resumes), mismatch (ranks
-started with different options fail together, none hangs), alone_on (--dist
+started with different options fail together, none hangs), auto_refused
+(--batch auto, not supported on several ranks yet, is refused by all), alone_on (--dist
 on in a group of one gives bit for bit the weights of a run alone),
 adaptive (--batch adaptive: the noise scale from the ranks' gradient norms,
 every rank deciding the same E).
@@ -355,6 +356,15 @@ def case_mismatch():
     print("mismatch: exit %d" % p.returncode)
 
 
+def case_auto_refused():
+    """--batch auto times one device's ladder: refused on several ranks, by
+    every rank at once, rather than letting the ranks decide E apart."""
+    make_data()
+    p = run(mpirun(2) + train_args(batch="auto"), timeout=60, expect=None)
+    if p.returncode == 0 or "--batch auto is not supported with several processes" not in p.stdout:
+        fail("expected --batch auto to be refused on 2 ranks:\n%s" % p.stdout[-2000:])
+
+
 def case_alone_on():
     """A group of one (MPI without mpirun): the same steps as a run alone,
     with the exchanges and the (one-rank) sum in between: bit for bit."""
@@ -392,7 +402,8 @@ def main():
         return 77
     cases = {"weights2": lambda: case_weights(2), "weights3": lambda: case_weights(3),
              "rank_memory": case_rank_memory, "rank_oom": case_rank_oom, "rank_nomem": case_rank_nomem,
-             "kill": case_kill, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive}
+             "kill": case_kill, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
+             "auto_refused": case_auto_refused}
     try:
         cases[CASE]()
     finally:
