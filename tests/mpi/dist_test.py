@@ -48,15 +48,21 @@ def fail(msg):
     sys.exit(1)
 
 
+PRELOAD = os.environ.get("BFIT_RANK_PRELOAD", "")
+ASAN = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
+
+
 def mpirun(n):
     cmd = [MPIRUN, "--oversubscribe", "-np", str(n)]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
+    if PRELOAD:  # the sanitizer run (tests/cmake/mpi.cmake): into the ranks only
+        cmd[1:1] = ["-x", "LD_PRELOAD=" + PRELOAD, "-x", "ASAN_OPTIONS=" + ASAN]
     return cmd
 
 
-def run(cmd, timeout=300, expect=0):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+def run(cmd, timeout=300, expect=0, env=None):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env)
     if expect is not None and p.returncode != expect:
         fail("%s\nexited %d (expected %d):\n%s" % (" ".join(cmd), p.returncode, expect, p.stdout[-3000:]))
     return p
@@ -370,7 +376,8 @@ def case_alone_on():
     with the exchanges and the (one-rank) sum in between: bit for bit."""
     rows = make_data()
     single(rows)
-    run(train_args(["--dist", "on", "--save", path("on.st"), "--log", path("on.jsonl")]))
+    env = dict(os.environ, LD_PRELOAD=PRELOAD, ASAN_OPTIONS=ASAN) if PRELOAD else None  # MPI without mpirun
+    run(train_args(["--dist", "on", "--save", path("on.st"), "--log", path("on.jsonl")]), env=env)
     if not events(path("on.jsonl"), "dist"):
         fail("--dist on did not train as a group")
     with open(path("single.st"), "rb") as a, open(path("on.st"), "rb") as b:
