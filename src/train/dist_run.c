@@ -113,9 +113,9 @@ int run_dist_prepare(bfit_train_cfg *c, int *on, int *rank)
         c->nmemory_schedule = 0;
         c->fail_nth_alloc = 0;
     }
-    if (*on && size > 1 && c->auto_batch)
-        return bfit_fail_field(BFIT_EINVAL, "auto_batch", "--batch auto is not supported with several processes "
-                               "yet (its ladder times one device): give E, a batch schedule or --batch adaptive");
+    if (*on && c->auto_batch)
+        return bfit_fail_field(BFIT_EINVAL, "batch", "auto is not supported data-parallel yet (its ladder times "
+                               "one device): give E, a batch schedule or adaptive");
     if (*rank != 0) { /* rank 0 writes for everyone; the others are quiet */
         c->log = c->report = c->save = NULL;
         c->human = NULL;

@@ -307,7 +307,10 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     r->tr.src = c->train_source;
     r->te.src = c->test_source;
     r->tr.numel = r->te.numel = numel;
-    rc = c->train_source ? BFIT_OK : run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch, c->augment, &r->tr);
+    /* data-parallel: each step seeks to the rank's slice and past the step,
+     * which throws any prefetched samples away: made on the spot instead */
+    rc = c->train_source ? BFIT_OK
+                         : run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch && !r->dp, c->augment, &r->tr);
     if (rc == BFIT_OK && !c->test_source)
         rc = run_open_stream(r, r->s.test, 0, r->eval_m, c->prefetch, 0, &r->te);
     return rc;

@@ -16,7 +16,7 @@ that does not come back on rank 1 stops every rank at a step boundary and
 rank 0 checkpoints it), kill (a rank killed mid-run ends the others within
 seconds with an error, and the last checkpoint resumes), mismatch (ranks
 started with different options fail together, none hangs), auto_refused
-(--batch auto, not supported on several ranks yet, is refused by all), alone_on (--dist
+(--batch auto, not supported data-parallel yet, is refused by all), alone_on (--dist
 on in a group of one gives bit for bit the weights of a run alone),
 adaptive (--batch adaptive: the noise scale from the ranks' gradient norms,
 every rank deciding the same E).
@@ -363,11 +363,11 @@ def case_mismatch():
 
 
 def case_auto_refused():
-    """--batch auto times one device's ladder: refused on several ranks, by
+    """--batch auto times one device's ladder: refused data-parallel, by
     every rank at once, rather than letting the ranks decide E apart."""
     make_data()
     p = run(mpirun(2) + train_args(batch="auto"), timeout=60, expect=None)
-    if p.returncode == 0 or "--batch auto is not supported with several processes" not in p.stdout:
+    if p.returncode == 0 or "--batch: auto is not supported data-parallel" not in p.stdout:
         fail("expected --batch auto to be refused on 2 ranks:\n%s" % p.stdout[-2000:])
 
 
