@@ -563,3 +563,34 @@ void run_dist_step_json(const bfit_run *r, char *buf, size_t n)
     if (len + 2 <= n)
         memcpy(buf + len, "]", 2);
 }
+
+/* ---- evaluation -------------------------------------------------------------- */
+
+void run_dist_eval_slice(const bfit_run *r, int64_t n, int64_t *from, int64_t *to)
+{
+    *from = n * r->dp->rank / r->dp->size;
+    *to = n * (r->dp->rank + 1) / r->dp->size;
+}
+
+int run_dist_eval_sums(bfit_run *r, int rc, bfit_eval_info *ev)
+{
+    run_dist *dp = r->dp;
+    const bfit_dist_word *all;
+    int m = ev->m;
+
+    put_status(r, &dp->mine, rc);
+    dp->mine.loss = ev->test_loss;
+    dp->mine.sq = ev->test_acc;
+    dp->mine.hn = ev->samples;
+    if ((rc = bfit_dist_exchange(dp->d, &dp->mine, &all)) != BFIT_OK ||
+        (rc = peer_failure(r, all, "in the evaluation")) != BFIT_OK)
+        return rc;
+    memset(ev, 0, sizeof *ev);
+    for (int q = 0; q < dp->size; q++) { /* in rank order: every rank adds alike */
+        ev->test_loss += all[q].loss;
+        ev->test_acc += all[q].sq;
+        ev->samples += all[q].hn;
+    }
+    ev->m = m;
+    return BFIT_OK;
+}

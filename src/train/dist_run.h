@@ -64,6 +64,11 @@ int run_dist_sync(struct bfit_run *r);
 /* cfg.sample_check: every rank's sums of the epoch's sample hashes, as the
  * last exchange (run_dist_sync's) brought them. */
 void run_dist_sample_sums(const struct bfit_run *r, uint64_t *sum, int64_t *n);
+/* Evaluation: this rank's slice [*from, *to) of the n samples, and the
+ * ranks' sums of loss, right and samples (ev holds this rank's; rc its
+ * outcome: every rank calls it) into ev. */
+void run_dist_eval_slice(const struct bfit_run *r, int64_t n, int64_t *from, int64_t *to);
+int run_dist_eval_sums(struct bfit_run *r, int rc, bfit_eval_info *ev);
 /* Rank 0 (or a run alone): it writes the outputs. */
 int run_dist_writer(const struct bfit_run *r);
 

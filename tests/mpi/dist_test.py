@@ -221,6 +221,13 @@ def case_weights(n):
     if check_steps(path("dist.jsonl"), n, "%d ranks" % n) != T:
         fail("%d ranks took another number of steps than one process (%d)" % (n, T))
     compare_weights(path("single.st"), path("dist.st"), T, "%d ranks" % n)
+    # the evaluation is sharded too: the ranks' slices add up to the test set,
+    # and give one process's figures (the weights differ by rounding only)
+    es, ed = events(path("single.jsonl"), "eval"), events(path("dist.jsonl"), "eval")
+    for a, b in zip(es, ed):
+        if b["test_samples"] != len(rows) or abs(a["test_loss"] - b["test_loss"]) > 1e-5 * a["test_loss"] or \
+                abs(a["test_acc"] - b["test_acc"]) > 1.5 / len(rows):
+            fail("%d ranks evaluated %s, one process %s" % (n, b, a))
 
 
 def plan_peaks():
