@@ -439,6 +439,14 @@ static void dir_of(const char *path, char *dir, size_t n)
 
 static int stop_code(void) { return stop_signal == SIGTERM ? EXIT_SIGTERM : EXIT_SIGINT; }
 
+/* How the run was started, for the command that resumes it. */
+static const char *launcher(void)
+{
+    static char b[48];
+    snprintf(b, sizeof b, job_size > 1 ? "mpirun -np %d " : "", job_size);
+    return b;
+}
+
 /* A run that stopped early: what happened and the command that resumes it. */
 static int stopped(const args *a, const bfit_train_result *r, int rc)
 {
@@ -448,8 +456,8 @@ static int stopped(const args *a, const bfit_train_result *r, int rc)
         fprintf(stderr, "batchfit: stopped by %s at step %lld\n", sig, (long long)r->steps);
         if (r->checkpoint[0]) {
             dir_of(r->checkpoint, dir, sizeof dir);
-            fprintf(stderr, "batchfit: the run's state is in %s; resume with: batchfit train --resume %s\n",
-                    r->checkpoint, dir);
+            fprintf(stderr, "batchfit: the run's state is in %s; resume with: %sbatchfit train --resume %s\n",
+                    r->checkpoint, launcher(), dir);
         } else {
             fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
         }
@@ -458,7 +466,8 @@ static int stopped(const args *a, const bfit_train_result *r, int rc)
     cli_lib_error();
     if (r->checkpoint[0]) {
         dir_of(r->checkpoint, dir, sizeof dir);
-        fprintf(stderr, "batchfit: when the memory is back, resume with: batchfit train --resume %s\n", dir);
+        fprintf(stderr, "batchfit: when the memory is back, resume with: %sbatchfit train --resume %s\n", launcher(),
+                dir);
     } else {
         fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
     }

@@ -362,7 +362,7 @@ static void log_shares(bfit_run *r, const char *why)
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", q ? "," : "", sh[q]);
     bfit_log_event(&r->lg, "shares", "\"step\":%lld,\"E\":%d,\"shares\":[%s],\"why\":\"%s\"", (long long)r->step,
                    r->d.batch, list, why);
-    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->step + 1, why);
+    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->step, why); /* as run_log_change counts */
 }
 
 int run_dist_begin(bfit_run *r, int rc, int E)
