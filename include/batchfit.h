@@ -25,7 +25,9 @@ enum {
     BFIT_EFORMAT = -4,  /* malformed file contents */
     BFIT_EDEVICE = -5,  /* backend failure (oneDNN, CUDA) */
     BFIT_ESTATE = -6,   /* call not valid in the object's current state */
-    BFIT_ESTOPPED = -7  /* a run stopped on request (bfit_train_cfg.stop, bfit_run_request_stop) */
+    BFIT_ESTOPPED = -7, /* a run stopped on request (bfit_train_cfg.stop, bfit_run_request_stop) */
+    BFIT_EPEER = -8     /* data-parallel: another process of the group failed, or the group's
+                           communication did (docs/distributed.md) */
 };
 
 /* The message of the last failure on this thread ("" if none). */
@@ -644,6 +646,29 @@ int bfit_noise_update_pair(bfit_noise *nz, double b1, double g2_1, double b2, do
  * estimate or while the smoothed |G|^2 is not positive. */
 int bfit_noise_scale(const bfit_noise *nz, double *b_noise);
 
+/* ---- data-parallel training (docs/distributed.md) ------------------------ */
+typedef enum {
+    BFIT_DIST_OFF = 0,  /* this process trains alone */
+    BFIT_DIST_ON,       /* with every process of the MPI job (alone in a job of one) */
+    BFIT_DIST_AUTO      /* on when a launcher (mpirun, srun) started several processes */
+} bfit_dist_mode;
+
+/* "off", "on", "auto". */
+int bfit_dist_mode_parse(const char *name, bfit_dist_mode *out);
+/* 1 when this build has MPI (without it, a run asked to train data-parallel
+ * fails saying so, also in auto mode under a launcher of several). */
+int bfit_dist_available(void);
+/* This process's group size and rank: MPI's once a data-parallel run set it
+ * up, before that the launcher's environment (1 and 0 without one). */
+void bfit_dist_info(int *size, int *rank);
+/* Finalise MPI if the library initialised it: a program's last call after
+ * data-parallel training (a launcher counts a process that exits without it
+ * as failed). */
+void bfit_dist_finalize(void);
+/* End every process of the job with code: for a program after a failure
+ * its other processes cannot learn of (the library never calls it). */
+void bfit_dist_abort(int code);
+
 /* ---- training ---------------------------------------------------------------- */
 /* An optimizer step consumes exactly E samples (the last of an epoch may
  * have fewer) in micro-batches of m; the loss is normalised by the samples
@@ -734,6 +759,15 @@ typedef struct bfit_train_cfg {
     volatile sig_atomic_t *stop; /* non-zero: stop at the next micro-step boundary (a signal handler sets
                                   it); the step is abandoned, the run stays at its last step boundary */
     void (*on_checkpoint_write)(void *ud, const char *tmp_path); /* tests: a checkpoint is half written */
+    /* data-parallel training over MPI (docs/distributed.md): every process of the job trains with its
+       own device on its share of each step's E samples; rank 0 writes the log, report, weights and
+       checkpoints, the others are quiet */
+    bfit_dist_mode dist;       /* off (default), on, or auto: on when a launcher started several */
+    int memory_schedule_rank;  /* the simulated memory events (memory_schedule, fail_nth_alloc) happen on
+                                  this rank only (-1 default: on every rank) */
+    int sample_check;          /* tests: log each epoch's count and checksum of the samples trained on
+                                  (every rank's): the sum mod 2^64 of each sample's FNV-1a 64 hash of
+                                  its floats' bytes, then its label's (int32, little-endian) */
 } bfit_train_cfg;
 
 /* Defaults: data fashion-mnist, E 128, auto micro-batch, 1 epoch, SGD momentum 0.9, lr 0.05,
@@ -762,6 +796,8 @@ typedef struct bfit_train_result {
     uint64_t missing;           /* BFIT_ENOMEM stop: bytes micro-batch 1 lacked */
     char checkpoint[4200];      /* the last checkpoint written ("" if none) */
     char resumed_from[4200];    /* the checkpoint the run resumed from ("" if none) */
+    int dist_alone;             /* data-parallel: a failure of this process that the others have not
+                                   learnt of (they would wait for it): end the job (bfit_dist_abort) */
 } bfit_train_result;
 
 /* What one optimizer step did. */

@@ -79,6 +79,7 @@ const char *bfit_strerror(int code)
     case BFIT_EDEVICE: return "device error";
     case BFIT_ESTATE: return "invalid state";
     case BFIT_ESTOPPED: return "stopped";
+    case BFIT_EPEER: return "another process failed";
     default: return "unknown error";
     }
 }

@@ -14,7 +14,12 @@
 void cli_error(const char *fmt, ...)
 {
     va_list ap;
-    fputs("batchfit: error: ", stderr);
+    int size, rank;
+    bfit_dist_info(&size, &rank); /* one of several processes: say which */
+    if (size > 1)
+        fprintf(stderr, "batchfit: rank %d: error: ", rank);
+    else
+        fputs("batchfit: error: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

@@ -96,6 +96,16 @@ static void help(void)
          "  --wait-for-memory T   on a shared device (a GPU), when not even micro-batch 1\n"
          "                        fits, wait up to T (90, 30s, 5min) for memory to come\n"
          "                        back (default 5min), then checkpoint and exit 3\n"
+         "Data-parallel (docs/distributed.md): mpirun -np N batchfit train ... trains on N\n"
+         "processes, each with its own device and memory, one global effective batch:\n"
+         "  --dist auto|on|off    train with every process the launcher started (auto:\n"
+         "                        when it started several; on: also alone; default auto)\n"
+         "  --memory-schedule-rank R   the simulated memory events (--memory-schedule,\n"
+         "                        --fail-alloc) happen on rank R only\n"
+         "  --fail-alloc N        tests: the N-th device allocation fails (an out-of-memory\n"
+         "                        the run recovers from by a smaller micro-batch)\n"
+         "  --sample-check        log each epoch's count and checksum of the samples\n"
+         "                        trained on, all ranks' (for tests)\n"
          "  --log FILE            write a JSON-lines event log\n"
          "  --report FILE         write the run report (HTML, see `batchfit report --help`)\n"
          "                        at the end, also after a failure\n"
@@ -119,8 +129,8 @@ enum {
     O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
-    O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF,
-    O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON
+    O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF, O_DIST, O_MEMSCHED_RANK,
+    O_SAMPLE_CHECK, O_FAIL_ALLOC, O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON
 };
 
 static const struct option opts[] = {
@@ -152,6 +162,8 @@ static const struct option opts[] = {
     {"csv-header", required_argument, 0, O_CSV_HEADER}, {"checkpoint", required_argument, 0, O_CKPT},
     {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"keep", required_argument, 0, O_KEEP},
     {"resume", required_argument, 0, O_RESUME}, {"wait-for-memory", required_argument, 0, O_WAIT_MEM},
+    {"dist", required_argument, 0, O_DIST}, {"memory-schedule-rank", required_argument, 0, O_MEMSCHED_RANK},
+    {"sample-check", no_argument, 0, O_SAMPLE_CHECK}, {"fail-alloc", required_argument, 0, O_FAIL_ALLOC},
     {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
@@ -305,6 +317,18 @@ static int run_option(args *a, int o)
             return -1;
         }
         break;
+    case O_DIST:
+        if (bfit_dist_mode_parse(optarg, &c->dist) != BFIT_OK) { cli_lib_error(); return -1; }
+        break;
+    case O_MEMSCHED_RANK:
+        if (cli_int("--memory-schedule-rank", optarg, 0, 1 << 20, &v)) return -1;
+        c->memory_schedule_rank = (int)v;
+        break;
+    case O_SAMPLE_CHECK: c->sample_check = 1; break;
+    case O_FAIL_ALLOC:
+        if (cli_int("--fail-alloc", optarg, 1, INT64_MAX, &v)) return -1;
+        c->fail_nth_alloc = (uint64_t)v;
+        break;
     case O_QUIET: a->quiet = 1; break;
     case O_JSON: a->json = 1; break;
     default: return -1;
@@ -318,6 +342,7 @@ static int parse_args(int argc, char **argv, args *a)
     int o, idx;
     a->c = bfit_train_cfg_default();
     a->c.data = "fashion-mnist";
+    a->c.dist = BFIT_DIST_AUTO; /* under mpirun: the processes train together */
     a->kind = BFIT_OPT_SGD;
     a->sk = BFIT_SCHED_CONSTANT;
     a->gamma = 0.1;
@@ -395,20 +420,30 @@ static int finish_cfg(args *a)
 
 static volatile sig_atomic_t stop_signal;
 
+static int job_size = 1, job_rank; /* one of several processes (mpirun): the ranks stop together */
+
 static void on_signal(int sig)
 {
     static const char first[] = "\nbatchfit: stopping at the next micro-step boundary and writing a checkpoint "
                                 "(again to exit at once)\n";
+    /* a launcher passes a signal on to every process, and ends the job with
+     * one when a process died: the ranks stop together at a boundary unless
+     * one is gone, and then the last checkpoint is the one to resume */
+    static const char many[] = "\nbatchfit: stopping every process at the next step boundary, rank 0 writing a "
+                               "checkpoint (if a process died, the launcher ends the job instead: resume from the "
+                               "last checkpoint, which is whole)\n";
     if (stop_signal)
         _exit(128 + sig); /* the second: at once; the last checkpoint is whole (atomic) */
     stop_signal = sig;
-    if (write(STDERR_FILENO, first, sizeof first - 1) < 0)
+    if (job_rank == 0 && write(STDERR_FILENO, job_size > 1 ? many : first, job_size > 1 ? sizeof many - 1
+                                                                                          : sizeof first - 1) < 0)
         return;
 }
 
 static void catch_signals(void)
 {
     struct sigaction sa;
+    bfit_dist_info(&job_size, &job_rank);
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART;
@@ -424,6 +459,16 @@ static void dir_of(const char *path, char *dir, size_t n)
     snprintf(dir, n, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
 }
 
+static int stop_code(void) { return stop_signal == SIGTERM ? EXIT_SIGTERM : EXIT_SIGINT; }
+
+/* How the run was started, for the command that resumes it. */
+static const char *launcher(void)
+{
+    static char b[48];
+    snprintf(b, sizeof b, job_size > 1 ? "mpirun -np %d " : "", job_size);
+    return b;
+}
+
 /* A run that stopped early: what happened and the command that resumes it. */
 static int stopped(const args *a, const bfit_train_result *r, int rc)
 {
@@ -433,8 +478,8 @@ static int stopped(const args *a, const bfit_train_result *r, int rc)
         fprintf(stderr, "batchfit: stopped by %s at step %lld\n", sig, (long long)r->steps);
         if (r->checkpoint[0]) {
             dir_of(r->checkpoint, dir, sizeof dir);
-            fprintf(stderr, "batchfit: the run's state is in %s; resume with: batchfit train --resume %s\n",
-                    r->checkpoint, dir);
+            fprintf(stderr, "batchfit: the run's state is in %s; resume with: %sbatchfit train --resume %s\n",
+                    r->checkpoint, launcher(), dir);
         } else {
             fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
         }
@@ -443,7 +488,8 @@ static int stopped(const args *a, const bfit_train_result *r, int rc)
     cli_lib_error();
     if (r->checkpoint[0]) {
         dir_of(r->checkpoint, dir, sizeof dir);
-        fprintf(stderr, "batchfit: when the memory is back, resume with: batchfit train --resume %s\n", dir);
+        fprintf(stderr, "batchfit: when the memory is back, resume with: %sbatchfit train --resume %s\n", launcher(),
+                dir);
     } else {
         fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
     }
@@ -472,11 +518,25 @@ static int report(const args *a, const bfit_train_result *r)
     return EXIT_OK;
 }
 
+/* Data-parallel: a failure the other processes have not learnt of would
+ * leave them waiting for this one: end the job. Otherwise MPI ends
+ * cleanly (a launcher counts a process that exits without it as failed). */
+static int finish_dist(int rc, const bfit_train_result *r, int code)
+{
+    if (rc != BFIT_OK && r->dist_alone) {
+        fprintf(stderr, "batchfit: ending every process of the job (the others cannot learn of this failure)\n");
+        fflush(NULL);
+        bfit_dist_abort(code);
+    }
+    bfit_dist_finalize();
+    return code;
+}
+
 int cmd_train(int argc, char **argv)
 {
     args *a = calloc(1, sizeof *a);
     bfit_train_result r;
-    int code, rc;
+    int code, rc, size, rank;
 
     if (!a) {
         cli_error("out of memory");
@@ -489,9 +549,12 @@ int cmd_train(int argc, char **argv)
     catch_signals();
     a->c.stop = &stop_signal;
     rc = bfit_train(&a->c, &r);
-    if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r.stopped == BFIT_ENOMEM)) {
-        code = stopped(a, &r, rc);
-        if (r.report_written)
+    bfit_dist_info(&size, &rank);
+    if (rc != BFIT_OK && rank != 0 && rc == BFIT_EPEER) {
+        code = EXIT_FAIL; /* rank 0 says which rank failed and why */
+    } else if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r.stopped == BFIT_ENOMEM)) {
+        code = rank == 0 ? stopped(a, &r, rc) : rc == BFIT_ESTOPPED ? stop_code() : EXIT_MEMORY;
+        if (r.report_written && rank == 0)
             fprintf(stderr, "batchfit: the report of the run is in %s\n", a->c.report);
     } else if (rc != BFIT_OK) {
         cli_lib_error();
@@ -499,8 +562,8 @@ int cmd_train(int argc, char **argv)
             fprintf(stderr, "batchfit: the report of the failed run is in %s\n", a->c.report);
         code = EXIT_FAIL;
     } else {
-        code = report(a, &r);
+        code = rank == 0 ? report(a, &r) : EXIT_OK;
     }
     free(a);
-    return code;
+    return finish_dist(rc, &r, code);
 }

@@ -112,6 +112,12 @@ int cpu_fill(bfit_device *d, void *dst, int byte, size_t n);
 int cpu_sync(bfit_device *d);
 int cpu_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
 
+/* cpu_coll.c: collectives over a group of processes, through its host side */
+int cpu_coll_open(bfit_device *d, const bfit_coll_host *h, void **state);
+int cpu_coll_sum(bfit_device *d, void *state, void *buf, size_t count);
+int cpu_coll_bcast(bfit_device *d, void *state, void *buf, size_t n, int root);
+void cpu_coll_close(bfit_device *d, void *state);
+
 /* Family initialisers: each sets op->run, op->ws, op->saved (and pd/prim). */
 int cpu_matmul_init(cpu_op *op);   /* MATMUL */
 int cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */

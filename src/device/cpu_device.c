@@ -271,6 +271,10 @@ static const bfit_device_vt cpu_vt = {
     .op_free = cpu_op_free,
     .info = cpu_info,
     .destroy = cpu_destroy,
+    .coll_open = cpu_coll_open,
+    .coll_sum = cpu_coll_sum,
+    .coll_bcast = cpu_coll_bcast,
+    .coll_close = cpu_coll_close,
 };
 
 

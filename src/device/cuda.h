@@ -100,6 +100,12 @@ int cuda_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
  * memory of this GPU. */
 int cuda_check_args(cuda_device *d, const bfit_op_args *a, const char *what);
 
+/* cuda_coll.c: collectives over a group of processes (NCCL; untested) */
+int cuda_coll_open(bfit_device *d, const bfit_coll_host *h, void **state);
+int cuda_coll_sum(bfit_device *d, void *state, void *buf, size_t count);
+int cuda_coll_bcast(bfit_device *d, void *state, void *buf, size_t n, int root);
+void cuda_coll_close(bfit_device *d, void *state);
+
 /* Family initialisers: each sets op->run, op->ws, op->saved. */
 int cuda_matmul_init(cuda_op *op);  /* MATMUL (cuBLAS) */
 int cuda_conv_init(cuda_op *op);    /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS (cuDNN) */

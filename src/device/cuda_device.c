@@ -176,6 +176,10 @@ static const bfit_device_vt cuda_vt = {
     .op_free = cuda_op_free,
     .info = cuda_info,
     .destroy = cuda_destroy,
+    .coll_open = cuda_coll_open,
+    .coll_sum = cuda_coll_sum,
+    .coll_bcast = cuda_coll_bcast,
+    .coll_close = cuda_coll_close,
 };
 
 /* The GPU exists, and this build has code it can run. */

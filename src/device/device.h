@@ -133,6 +133,17 @@ typedef struct bfit_device_info {
                                 unknown */
 } bfit_device_info;
 
+/* The host side of a group of processes (src/device/comm.c fills it from
+ * MPI), as a device's collectives use it: this process's rank of size,
+ * an in-place sum of host floats over the group, and a broadcast of host
+ * bytes from root. */
+typedef struct bfit_coll_host {
+    int rank, size;
+    int (*sum_f32)(void *ud, float *buf, size_t count);
+    int (*bcast)(void *ud, void *buf, size_t n, int root);
+    void *ud;
+} bfit_coll_host;
+
 /* The table a backend implements. Every entry that touches device memory
  * is a device call: the CPU checking mode opens memory only inside them. */
 typedef struct bfit_device_vt {
@@ -152,6 +163,14 @@ typedef struct bfit_device_vt {
     void (*op_free)(bfit_op *op);
     void (*info)(const bfit_device *d, bfit_device_info *out);
     void (*destroy)(bfit_device *d);
+    /* collectives over a group of processes (comm.h), each process with its
+     * own device: open (the group's host side h must outlive the state), an
+     * in-place sum of count f32 of device memory, a broadcast of device
+     * bytes from root, close. NULL coll_open: the backend has none. */
+    int (*coll_open)(bfit_device *d, const bfit_coll_host *h, void **state);
+    int (*coll_sum)(bfit_device *d, void *state, void *buf, size_t count);
+    int (*coll_bcast)(bfit_device *d, void *state, void *buf, size_t n, int root);
+    void (*coll_close)(bfit_device *d, void *state);
 } bfit_device_vt;
 
 struct bfit_device {

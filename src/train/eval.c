@@ -50,9 +50,10 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
     return rc;
 }
 
-/* The first n samples of the stream's epoch 0 (n 0: all) in micro-batches
- * of m, through host staging of at least m samples. */
-static int evaluate(bfit_model *M, bfit_feed *s, int64_t count, int m, int64_t n, float *sx, int32_t *sy,
+/* Samples [from, n) of the stream's epoch 0 in micro-batches of m,
+ * through host staging of at least m samples (from > 0: a stream). ev gets
+ * sums: test_loss the summed loss, test_acc the samples right. */
+static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n, float *sx, int32_t *sy,
                     bfit_eval_info *ev)
 {
     int64_t seen = 0;
@@ -61,8 +62,13 @@ static int evaluate(bfit_model *M, bfit_feed *s, int64_t count, int m, int64_t n
 
     if ((rc = bfit_feed_rewind(s)) != BFIT_OK || (rc = bfit_model_stats_reset(M)) != BFIT_OK)
         return rc;
-    if (!n || n > count)
-        n = count;
+    if (from > 0) {
+        bfit_cursor c = bfit_stream_tell(s->s);
+        c.pos = from;
+        if ((rc = bfit_stream_seek(s->s, c)) != BFIT_OK)
+            return rc;
+    }
+    n -= from;
     while (seen < n) {
         int want = (int)(n - seen < m ? n - seen : m), got;
         rc = bfit_model_reserve(M, want, 0);
@@ -88,11 +94,18 @@ static int evaluate(bfit_model *M, bfit_feed *s, int64_t count, int m, int64_t n
     }
     if ((rc = bfit_model_stats_read(M, &loss, &right)) != BFIT_OK)
         return rc;
-    ev->test_loss = loss / (double)seen;
-    ev->test_acc = right / (double)seen;
+    ev->test_loss = loss;
+    ev->test_acc = right;
     ev->samples = seen;
     ev->m = m;
     return BFIT_OK;
+}
+
+/* The sums evaluate() gave as means. */
+static void eval_means(bfit_eval_info *ev)
+{
+    ev->test_loss /= (double)(ev->samples > 0 ? ev->samples : 1);
+    ev->test_acc /= (double)(ev->samples > 0 ? ev->samples : 1);
 }
 
 static int64_t test_count(const bfit_run *r)
@@ -104,19 +117,27 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
 {
     int m, rc;
 
+    int64_t n = r->cfg.eval_samples && r->cfg.eval_samples < test_count(r) ? r->cfg.eval_samples : test_count(r);
+    int64_t from = 0, to = n;
+
     memset(ev, 0, sizeof *ev);
+    /* data-parallel: each rank evaluates its slice of a stream's samples */
+    if (r->dp && r->te.s)
+        run_dist_eval_slice(r, n, &from, &to);
     /* evaluation reuses the step's memory: release it first */
     bfit_model_unreserve(r->s.M);
-    {
-        /* no larger than the samples evaluated */
-        int64_t n = r->cfg.eval_samples && r->cfg.eval_samples < test_count(r) ? r->cfg.eval_samples : test_count(r);
-        rc = choose_eval_batch(r->s.M, r->s.arena, r->cfg.margin, n < r->eval_m ? (int)n : r->eval_m, &m);
-    }
+    /* no larger than the samples evaluated */
+    rc = choose_eval_batch(r->s.M, r->s.arena, r->cfg.margin, to - from < r->eval_m ? (int)(to - from > 0 ? to - from
+                                                                                                       : 1) : r->eval_m,
+                           &m);
     if (rc == BFIT_OK)
-        rc = evaluate(r->s.M, &r->te, test_count(r), m, r->cfg.eval_samples, r->stage_x, r->stage_y, ev);
+        rc = evaluate(r->s.M, &r->te, m, from, to, r->stage_x, r->stage_y, ev);
     bfit_model_unreserve(r->s.M);
+    if (r->dp && r->te.s)
+        rc = run_dist_eval_sums(r, rc, ev); /* every rank gets here, also after a failure */
     if (rc != BFIT_OK)
         return rc;
+    eval_means(ev);
     ev->epoch = r->epoch + (r->taken > 0); /* max_steps may stop inside an epoch */
     ev->step = r->step;
     ev->train_loss = r->ep_count ? r->ep_loss / (double)r->ep_count : 0;
@@ -215,7 +236,10 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     if (!sx || !sy)
         rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
     if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st.s)) == BFIT_OK &&
-        (rc = evaluate(s.M, &st, bfit_dataset_count(s.test), m, cfg->samples, sx, sy, &ev)) == BFIT_OK) {
+        (rc = evaluate(s.M, &st, m, 0, cfg->samples && cfg->samples < bfit_dataset_count(s.test) ? cfg->samples
+                                                                                              : bfit_dataset_count(s.test),
+                       sx, sy, &ev)) == BFIT_OK) {
+        eval_means(&ev);
         *loss = ev.test_loss;
         *acc = ev.test_acc;
         *n = ev.samples;

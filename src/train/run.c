@@ -34,6 +34,7 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.checkpoint_keep = 3;
     c.wait_for_memory = 300;
     c.storage = bfit_storage_default();
+    c.memory_schedule_rank = -1;
     return c;
 }
 
@@ -312,7 +313,10 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     r->tr.src = c->train_source;
     r->te.src = c->test_source;
     r->tr.numel = r->te.numel = numel;
-    rc = c->train_source ? BFIT_OK : run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch, c->augment, &r->tr);
+    /* data-parallel: each step seeks to the rank's slice and past the step,
+     * which throws any prefetched samples away: made on the spot instead */
+    rc = c->train_source ? BFIT_OK
+                         : run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch && !r->dp, c->augment, &r->tr);
     if (rc == BFIT_OK && !c->test_source)
         rc = run_open_stream(r, r->s.test, 0, r->eval_m, c->prefetch, 0, &r->te);
     return rc;
@@ -494,10 +498,14 @@ static int setup(bfit_run *r)
     int64_t ntrain;
     int rc;
 
-    if ((rc = open_session(r)) != BFIT_OK || (rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human,
-                                                                    r->cfg.progress_interval, r->log_offset)) != BFIT_OK)
+    if ((rc = open_session(r)) != BFIT_OK)
         return rc;
-    r->log_open = 1;
+    if (run_dist_writer(r)) { /* the other ranks of a group are quiet */
+        rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human, r->cfg.progress_interval, r->log_offset);
+        if (rc != BFIT_OK)
+            return rc;
+        r->log_open = 1;
+    }
     r->configured = bfit_arena_capacity(r->s.arena);
     run_apply_memory_schedule(r, 0);
     run_watch_device(r);
@@ -508,13 +516,14 @@ static int setup(bfit_run *r)
     r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
     r->pc.M = r->s.M;
     r->pc.opt = &r->cfg.opt;
-    r->track = r->cfg.adaptive || r->cfg.auto_batch;
+    /* data-parallel: the noise scale takes the ranks' norms, not the micro-batches' */
+    r->track = (r->cfg.adaptive || r->cfg.auto_batch) && !r->dp;
     r->diff_sq = -1;
     r->track_stale = 1; /* the copy starts at zero, not at a step's gradient */
     r->scaling = r->cfg.loss_scale == BFIT_LOSS_SCALE_DYNAMIC ||
                  (r->cfg.loss_scale == BFIT_LOSS_SCALE_AUTO && r->cfg.storage.precision == BFIT_F16);
     bfit_loss_scaler_init(&r->ls, r->cfg.loss_scale_init, r->cfg.loss_scale_interval);
-    if (r->track || r->cfg.clip > 0 || r->scaling)
+    if (r->track || r->cfg.clip > 0 || r->scaling || (r->dp && r->cfg.adaptive))
         r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->track);
     r->sched = r->cfg.sched;
     if ((rc = resolve_conv_algo(r)) != BFIT_OK || (rc = resolve_storage(r)) != BFIT_OK)
@@ -539,7 +548,8 @@ static int setup(bfit_run *r)
     if (r->ck && (rc = run_resume_state(r)) != BFIT_OK)
         return rc;
     run_resume_close(r);
-    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->cfg.checkpoint ? r->cfg.checkpoint : "");
+    /* rank 0 writes the checkpoints of a group */
+    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->cfg.checkpoint && run_dist_writer(r) ? r->cfg.checkpoint : "");
     r->ckpt_t = bfit_now();
     return BFIT_OK;
 }
@@ -547,7 +557,7 @@ static int setup(bfit_run *r)
 int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged)
 {
     bfit_run *r;
-    int rc;
+    int rc, on, rank;
 
     *out = NULL;
     *logged = 0;
@@ -557,13 +567,23 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged)
     r->cfg = *cfg;
     r->log_offset = -1;
     r->ckpt_step = -1;
-    /* resuming: the checkpoint's configuration fills what the caller left out */
-    if ((cfg->resume && (rc = run_resume_open(r)) != BFIT_OK) || (rc = check_cfg(&r->cfg)) != BFIT_OK) {
+    /* data-parallel: the group first, so that every later failure of one
+     * rank reaches the others (run_dist_setup) */
+    if ((rc = run_dist_prepare(&r->cfg, &on, &rank)) != BFIT_OK || (on && (rc = run_dist_new(r)) != BFIT_OK)) {
         bfit_run_free(r);
         return rc;
     }
+    /* resuming: the checkpoint's configuration fills what the caller left
+     * out (its outputs are rank 0's again) */
+    if (cfg->resume && (rc = run_resume_open(r)) == BFIT_OK)
+        rc = run_dist_prepare(&r->cfg, &on, &rank);
+    if (rc == BFIT_OK)
+        rc = check_cfg(&r->cfg);
     r->ep_t0 = bfit_now();
-    rc = setup(r);
+    if (rc == BFIT_OK)
+        rc = setup(r);
+    if (r->dp)
+        rc = run_dist_setup(r, rc);
     *logged = r->log_open;
     if (rc != BFIT_OK) {
         bfit_run_finish(r, rc);
@@ -591,6 +611,7 @@ void bfit_run_free(bfit_run *r)
     bfit_gradnorm_free(r->gn);
     bfit_optim_free(r->opt);
     bfit_controller_free(r->ctl);
+    run_dist_free(r); /* the device's collectives go before the device */
     bfit_session_close(&r->s);
     free(r->stage_x);
     free(r->stage_y);
@@ -621,6 +642,7 @@ void bfit_run_result(const bfit_run *r, bfit_train_result *res)
     res->micro_batch = r->m;
     bfit_arena_stats_get(r->s.arena, &st);
     res->peak_bytes = st.peak;
+    res->dist_alone = r->dp && r->dp->size > 1 && !r->dp->together;
 }
 
 void bfit_run_finish(bfit_run *r, int rc)

@@ -9,6 +9,7 @@
 #include "batch/session.h"
 #include "optim/lossscale.h"
 #include "optim/gradnorm.h"
+#include "train/dist_run.h"
 #include "train/feed.h"
 #include "train/log.h"
 #include "train/trainer.h"
@@ -108,6 +109,9 @@ struct bfit_run {
     bfit_batch_point ck_bpts[BFIT_BATCH_SCHEDULE_MAX]; /* the checkpoint's schedules, when taken from it */
     bfit_mem_point ck_mpts[BFIT_MEM_SCHEDULE_MAX];
     char meta_steps[32], meta_acc[32];
+    run_dist *dp;              /* data-parallel (dist_run.c); NULL: this process trains alone */
+    uint64_t step_hsum, ep_hsum; /* cfg.sample_check: the samples' hashes summed, in the step and epoch */
+    int64_t step_hn, ep_hn;    /*   and how many */
 };
 
 /* run.c */

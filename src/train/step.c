@@ -333,6 +333,18 @@ static int reserve(bfit_run *r, int want, int *retry)
     return BFIT_OK;
 }
 
+/* cfg.sample_check: FNV-1a 64 of a sample's floats, then of its label. */
+static uint64_t sample_hash(const float *x, int64_t numel, int32_t y)
+{
+    const unsigned char *b = (const unsigned char *)x;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < (size_t)numel * sizeof *x; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    for (int i = 0; i < 4; i++)
+        h = (h ^ (((uint32_t)y >> (8 * i)) & 0xff)) * 1099511628211ull;
+    return h;
+}
+
 /* Samples [done, done + want) of the step, already staged at done. */
 static int micro_step(bfit_run *r, int E, int done, int want, int k)
 {
@@ -343,6 +355,9 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
 
     if (r->cfg.on_samples)
         r->cfg.on_samples(r->cfg.on_samples_ud, x, y, want);
+    for (int i = 0; r->cfg.sample_check && i < want; i++)
+        r->step_hsum += sample_hash(x + (size_t)i * (size_t)numel, numel, y[i]);
+    r->step_hn += r->cfg.sample_check ? want : 0;
     rc = bfit_model_set_input(r->s.M, x, y, want);
     if (rc == BFIT_OK)
         rc = bfit_model_forward(r->s.M, r->cfg.seed * 1000003ull + r->micro++);
@@ -366,24 +381,30 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
 /* The micro-steps of a step of E samples; *k gets their count. */
 static int micro_steps(bfit_run *r, int E, int *k)
 {
-    int done = 0, got, rc;
+    int done = 0, got, rc, n = E;
 
-    /* the step's samples, staged once: a retry after an out-of-memory
-     * takes the very same ones */
-    rc = bfit_feed_take(&r->tr, E, r->stage_x, r->stage_y, &got);
-    if (rc != BFIT_OK)
-        return rc;
-    if (got != E)
-        return bfit_fail(BFIT_ESTATE, "the training stream gave %d samples, expected %d", got, E);
-    if (r->cfg.auto_batch && (rc = run_ladder(r, E)) != BFIT_OK)
-        return rc;
     *k = 0;
     r->micro_secs = 0;
-    while (done < E) {
-        int want = E - done < r->m ? E - done : r->m, retry;
+    r->step_hsum = 0;
+    r->step_hn = 0;
+    /* the step's samples, staged once: a retry after an out-of-memory
+     * takes the very same ones. Data-parallel: this rank's n of them. */
+    if (r->dp) {
+        if ((rc = run_dist_take(r, E, &n)) != BFIT_OK)
+            return rc;
+    } else {
+        if ((rc = bfit_feed_take(&r->tr, E, r->stage_x, r->stage_y, &got)) != BFIT_OK)
+            return rc;
+        if (got != E)
+            return bfit_fail(BFIT_ESTATE, "the training stream gave %d samples, expected %d", got, E);
+    }
+    if (r->cfg.auto_batch && (rc = run_ladder(r, E)) != BFIT_OK)
+        return rc;
+    while (done < n) {
+        int want = n - done < r->m ? n - done : r->m, retry;
         if (run_stop_requested(r)) /* the step is abandoned; the caller puts the run back */
             return bfit_fail(BFIT_ESTOPPED, "stopped on request in step %lld after %d of its %d samples: the step "
-                             "was abandoned, the run is at step %lld", (long long)r->step + 1, done, E,
+                             "was abandoned, the run is at step %lld", (long long)r->step + 1, done, n,
                              (long long)r->step);
         double t0;
         if ((rc = reserve(r, want, &retry)) != BFIT_OK)
@@ -474,6 +495,8 @@ static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *s
         ss.diff_sqnorm = k == 1 ? r->diff_sq : -1;
     }
     r->track_stale = 0;
+    if (r->dp)
+        run_dist_observe(r, &ss);
     return bfit_controller_observe(r->ctl, &ss);
 }
 
@@ -481,8 +504,16 @@ static void report_step(bfit_run *r, bfit_step_info *in)
 {
     bfit_arena_stats st;
     double el = bfit_now() - r->ep_t0, bn = 0;
-    char s1[32], s2[32];
+    char s1[32], s2[32], split[512], ranks[4096] = "";
     int have_bn = bfit_controller_noise_scale(r->ctl, &bn) == BFIT_OK;
+
+    /* how the step was split: micro-batches, and with several ranks theirs */
+    if (r->dp) {
+        run_dist_progress(r, split, sizeof split);
+        run_dist_step_json(r, ranks, sizeof ranks);
+    } else {
+        snprintf(split, sizeof split, "m %d x %d = %d", in->m, in->k, in->batch);
+    }
 
     bfit_arena_stats_get(r->s.arena, &st);
     in->noise_scale = have_bn ? bn : 0;
@@ -493,14 +524,26 @@ static void report_step(bfit_run *r, bfit_step_info *in)
     bfit_log_event(&r->lg, "step",
                    "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,\"k\":%d,\"E\":%d,"
                    "\"mem\":%llu,\"capacity\":%llu,\"seconds\":%.6f,\"noise_scale\":%.4g,\"loss_scale\":%.9g,"
-                   "\"skipped\":%d",
+                   "\"skipped\":%d%s",
                    (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->samples, in->m, in->k,
                    in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
-                   in->noise_scale, in->loss_scale, in->skipped);
-    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f samples/s  m %d x %d = %d  mem %s / %s",
+                   in->noise_scale, in->loss_scale, in->skipped, ranks);
+    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f samples/s  %s  mem %s / %s",
                       in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->ep_loss / (double)r->ep_count,
-                      (double)r->taken / (el > 0 ? el : 1e-9), in->m, in->k, in->batch,
+                      (double)r->taken / (el > 0 ? el : 1e-9), split,
                       bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
+}
+
+/* cfg.sample_check: the epoch's samples (every rank's, from the weights'
+ * check just exchanged) for a test to compare with the data set's. */
+static void log_sample_check(bfit_run *r, int epoch)
+{
+    uint64_t sum = r->ep_hsum;
+    int64_t n = r->ep_hn;
+    if (r->dp)
+        run_dist_sample_sums(r, &sum, &n);
+    bfit_log_event(&r->lg, "sample_check", "\"epoch\":%d,\"samples\":%lld,\"hash_sum\":\"%016llx\"", epoch + 1,
+                   (long long)n, (unsigned long long)sum);
 }
 
 /* The step up to and including the optimizer's update; *updated says
@@ -510,15 +553,27 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *k, double *lo
     int rc;
 
     *updated = 0;
-    if ((rc = decide(r)) != BFIT_OK)
+    /* data-parallel: a failure goes through the ranks' exchanges, so that
+     * every rank abandons the step (dist_run.c) */
+    if ((rc = decide(r)) != BFIT_OK && !r->dp)
         return rc;
     *E = (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
     r->step_scale = r->scaling ? r->ls.scale : 1.0;
     in->loss_scale = r->scaling ? r->step_scale : 0;
-    if ((rc = bfit_model_stats_reset(r->s.M)) != BFIT_OK || (rc = micro_steps(r, *E, k)) != BFIT_OK)
+    if (r->dp && (rc = run_dist_begin(r, rc, *E)) != BFIT_OK)
+        return rc;
+    if ((rc = bfit_model_stats_reset(r->s.M)) == BFIT_OK)
+        rc = micro_steps(r, *E, k);
+    if (r->dp)
+        rc = run_dist_end(r, rc, *E); /* and the gradients summed */
+    if (rc != BFIT_OK)
         return rc;
     *updated = 1;
-    if ((rc = update(r, &in->lr)) != BFIT_OK || (rc = bfit_model_stats_read(r->s.M, loss, NULL)) != BFIT_OK)
+    if ((rc = update(r, &in->lr)) != BFIT_OK)
+        return rc;
+    if (r->dp)
+        *loss = r->dp->loss;
+    else if ((rc = bfit_model_stats_read(r->s.M, loss, NULL)) != BFIT_OK)
         return rc;
     in->skipped = r->skipped_now;
     r->res.skipped_steps = r->ls.skipped;
@@ -536,6 +591,8 @@ static int step_start(bfit_run *r)
         r->ep_t0 = bfit_now();
         r->ep_loss = 0;
         r->ep_count = 0;
+        r->ep_hsum = 0;
+        r->ep_hn = 0;
     }
     r->wait_until = 0;
     r->step_waited = 0;
@@ -588,6 +645,8 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     r->samples += E;
     r->ep_loss += loss;
     r->ep_count += E;
+    r->ep_hsum += r->step_hsum;
+    r->ep_hn += r->step_hn;
     r->res.last_batch = r->d.batch;
     in.epoch_end = r->taken >= r->per_epoch;
     report_step(r, &in);
@@ -600,6 +659,14 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
             return rc;
         }
     }
+    /* data-parallel: the ranks hold the same weights (checked) before an
+     * evaluation or the end */
+    if (r->dp && (in.epoch_end || bfit_run_done(r)) && (rc = run_dist_sync(r)) != BFIT_OK) {
+        r->broken = 1;
+        return rc;
+    }
+    if (r->cfg.sample_check && (in.epoch_end || bfit_run_done(r)))
+        log_sample_check(r, in.epoch);
     if (r->cfg.on_step)
         r->cfg.on_step(r->cfg.cb_ud, &in);
     if (info)

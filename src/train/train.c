@@ -113,7 +113,7 @@ static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged)
     rc = run_all(r, &trained);
     if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r->res.stopped))
         rc = stop_checkpoint(r, rc);
-    if (cfg->save && (rc == BFIT_OK || trained)) {
+    if (cfg->save && run_dist_writer(r) && (rc == BFIT_OK || trained)) {
         int rc2 = bfit_run_save(r, cfg->save);
         if (rc != BFIT_OK && rc2 == BFIT_OK)
             bfit_fail_prefix(rc, "(the trained weights were saved to %s) ", cfg->save);
