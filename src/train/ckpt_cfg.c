@@ -41,6 +41,8 @@ static const field fields[] = {
     {"max_steps", "max_steps", F_I64, C(max_steps), 1},
     {"batch", "batch", F_INT, C(batch), 1},
     {"adaptive", "batch", F_BOOL, C(adaptive), 1},
+    {"auto_batch", "batch", F_BOOL, C(auto_batch), 1},
+    {"lr_ref_batch", "lr_ref_batch", F_INT, C(lr_ref_batch), 1},
     {"batch_min", "batch_min", F_INT, C(batch_min), 1},
     {"batch_max", "batch_max", F_INT, C(batch_max), 1},
     {"batch_schedule", "batch_schedule", F_BSCHED, C(batch_schedule), 1},

@@ -41,6 +41,7 @@ typedef struct run_snap {
     bfit_controller_state ctl;
     int64_t cursor_epoch, cursor_pos; /* the training stream's */
     int64_t optim_steps;
+    int track_stale;           /* the noise scale's copy of the last gradient is not valid */
 } run_snap;
 
 struct bfit_run {
@@ -67,6 +68,7 @@ struct bfit_run {
     int track;                 /* norms for the noise scale (adaptive, auto) */
     double diff_sq;            /*   |G_t - G_{t-1}|^2 of a one-micro-batch step (-1: none) */
     int track_stale;           /*   the tracked copy is not the last step's gradient (start, rollback) */
+    int track_dirty;           /*   this step changed the copy (an abandoned step leaves it stale) */
     double micro_secs;         /* the step's seconds in micro-steps */
     int E0;                    /* auto: the lr schedule counts steps of E0 samples */
     /* where the run is */

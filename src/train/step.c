@@ -126,6 +126,7 @@ void run_snap_take(bfit_run *r, run_snap *s)
         s->cursor_pos = c.pos;
     }
     s->optim_steps = bfit_optim_steps(r->opt);
+    s->track_stale = r->track_stale;
 }
 
 /* The running statistics (parameters that are not trained: batch norm's)
@@ -152,7 +153,7 @@ int run_rollback(bfit_run *r)
 {
     const run_snap *s = &r->snap;
     int rc = bfit_model_zero_grads(r->s.M);
-    if (rc == BFIT_OK && r->track) {
+    if (rc == BFIT_OK && r->track && r->track_dirty) {
         rc = bfit_gradnorm_track_reset(r->gn);
         r->track_stale = 1; /* the copy no longer holds the last step's gradient */
     }
@@ -352,6 +353,7 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
          * increment is the sum itself, and in a step of one micro-batch the
          * difference is that of consecutive steps. */
         double acc, dsq;
+        r->track_dirty = 1;
         rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
         r->full_sq = acc; /* after the last micro-batch: the step's mean gradient */
         r->diff_sq = k == 0 && !r->track_stale ? dsq : -1;
@@ -498,6 +500,7 @@ static int step_start(bfit_run *r)
     }
     r->wait_until = 0;
     r->step_waited = 0;
+    r->track_dirty = 0;
     run_snap_take(r, &r->snap);
     return r->stats_bytes ? stats_io(r, 0) : BFIT_OK;
 }
