@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #define CKPT_FORMAT "batchfit-checkpoint"
 #define CKPT_VERSION 2 /* 2: auto_batch, lr_ref_batch, the tracked gradient */
@@ -242,12 +243,52 @@ static int64_t log_bytes(bfit_run *r)
     return (int64_t)ftell(r->lg.json);
 }
 
+/* The metadata's own checksum: the tensors have theirs, and a damaged state
+ * or configuration must not resume as another run. Over these keys and
+ * their values, in this order; a key that is absent is skipped, when
+ * writing and when reading alike. */
+#define META_CRC_KEY "batchfit.crc32"
+static const char *const meta_crc_keys[] = {"format", "version", "model", "data", "steps", "test_accuracy",
+                                            "normalize_mean", "normalize_std", "batchfit.state", "batchfit.config"};
+
+typedef const char *(*meta_get)(const void *ud, const char *key);
+
+static unsigned long meta_crc(meta_get get, const void *ud)
+{
+    unsigned long crc = crc32(0L, Z_NULL, 0);
+    for (size_t i = 0; i < sizeof meta_crc_keys / sizeof meta_crc_keys[0]; i++) {
+        const char *v = get(ud, meta_crc_keys[i]);
+        if (!v)
+            continue;
+        crc = crc32(crc, (const Bytef *)meta_crc_keys[i], (uInt)strlen(meta_crc_keys[i]) + 1);
+        for (size_t off = 0, n = strlen(v) + 1; off < n; off += 1u << 30) /* zlib takes uInt lengths */
+            crc = crc32(crc, (const Bytef *)v + off, (uInt)(n - off < (1u << 30) ? n - off : 1u << 30));
+    }
+    return crc;
+}
+
+typedef struct meta_arrays {
+    const char *const *keys, *const *vals;
+    int n;
+} meta_arrays;
+
+static const char *from_arrays(const void *ud, const char *key)
+{
+    const meta_arrays *a = ud;
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->keys[i], key))
+            return a->vals[i];
+    return NULL;
+}
+
+static const char *from_file(const void *ud, const char *key) { return bfit_st_meta(ud, key); }
+
 /* The metadata: what a weights file has (eval normalises as training did),
  * the format, the state and the configuration. */
 static int write_file(bfit_run *r, const char *path, const char *state, const char *config)
 {
-    const char *keys[RUN_META_MAX + 4], *vals[RUN_META_MAX + 4];
-    char version[16], *bufs[2] = {NULL, NULL};
+    const char *keys[RUN_META_MAX + 5], *vals[RUN_META_MAX + 5];
+    char version[16], crc[16], *bufs[2] = {NULL, NULL};
     opt_tensors ot;
     bfit_st_write_opts wo = {1, r->cfg.on_checkpoint_write, r->cfg.cb_ud};
     int nmeta, rc = run_weights_meta(r, keys, vals, &nmeta, bufs);
@@ -261,6 +302,12 @@ static int write_file(bfit_run *r, const char *path, const char *state, const ch
     vals[nmeta++] = state;
     keys[nmeta] = "batchfit.config";
     vals[nmeta++] = config;
+    {
+        meta_arrays a = {keys, vals, nmeta};
+        snprintf(crc, sizeof crc, "%08lx", meta_crc(from_arrays, &a));
+    }
+    keys[nmeta] = META_CRC_KEY;
+    vals[nmeta++] = crc;
     if (rc == BFIT_OK && (rc = opt_download(r, &ot)) == BFIT_OK) {
         rc = bfit_weights_save_ex(r->s.M, path, ot.t, ot.n, keys, vals, nmeta, &wo);
         opt_free(&ot);
@@ -292,7 +339,12 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
     run_snap_take(r, &s);
     lb = log_bytes(r);
     st = ckpt_state_to_json(&s, &r->sched);
-    cf = ckpt_cfg_to_json(&r->cfg);
+    {
+        bfit_train_cfg c = r->cfg;
+        if (r->tmp_log)
+            c.log = NULL; /* the report's temporary log goes with this process */
+        cf = ckpt_cfg_to_json(&c);
+    }
     if (st && lb >= 0) {
         char b[32];
         snprintf(b, sizeof b, "%lld", (long long)lb);
@@ -361,6 +413,18 @@ static int check_file(const bfit_st_file *f, const char *path)
     if (!bfit_st_meta(f, "batchfit.state") || !bfit_st_meta(f, "batchfit.config"))
         return bfit_fail(BFIT_EFORMAT, "%s: the metadata lacks the run's %s", path,
                          bfit_st_meta(f, "batchfit.state") ? "configuration" : "state");
+    {
+        const char *rec = bfit_st_meta(f, META_CRC_KEY);
+        unsigned long got = meta_crc(from_file, f);
+        char want[16];
+        snprintf(want, sizeof want, "%08lx", got);
+        if (!rec)
+            return bfit_fail(BFIT_EFORMAT, "%s: the metadata has no checksum (\"" META_CRC_KEY "\"): not a complete "
+                             "checkpoint", path);
+        if (strcmp(rec, want))
+            return bfit_fail(BFIT_EFORMAT, "%s: the metadata fails its checksum (crc32 %s, recorded %.16s): the file "
+                             "is damaged", path, want, rec);
+    }
     return BFIT_OK;
 }
 

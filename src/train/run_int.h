@@ -103,12 +103,21 @@ struct bfit_run {
     bfit_batch_point ck_bpts[BFIT_BATCH_SCHEDULE_MAX]; /* the checkpoint's schedules, when taken from it */
     bfit_mem_point ck_mpts[BFIT_MEM_SCHEDULE_MAX];
     char meta_steps[32], meta_acc[32];
+    int tmp_log;               /* the log is the report's temporary file: not the run's to resume */
 };
+
+/* What bfit_train writes after the run, as the configuration gives them
+ * once merged with a resumed checkpoint's. */
+typedef struct run_outputs {
+    char save[4096], report[4096], log[4096]; /* "" when none */
+    int tmp_log;               /* log is a temporary file of the report's, removed at the end */
+} run_outputs;
 
 /* run.c */
 /* bfit_run_new; *logged: the run opened its event log (also when it then
- * failed: the log ends with the error). */
-int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged);
+ * failed: the log ends with the error). o (may be NULL: no report) gets the
+ * outputs; with a report and no log, the log is a temporary file. */
+int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o);
 int run_plan_fits_msg(bfit_run *r, uint64_t budget);
 uint64_t run_plan_one(bfit_run *r); /* the plan's bytes at micro-batch 1, the run's extra included */
 /* step.c */
