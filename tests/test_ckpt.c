@@ -6,6 +6,7 @@
  * naming the file, and a resume from it never starts. The command line's
  * side (real processes killed and resumed) is tests/cli/ckpt_*.sh. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -141,6 +142,8 @@ static const bfit_device_vt *cpu_table;
 static bfit_device_vt shared_table;
 static uint64_t cotenant_free;     /* what the co-tenant leaves free */
 static int polls, back_after;      /* memory comes back after this many readings (0: never) */
+static int stop_after;             /* a stop is requested after this many readings while it is gone */
+static volatile sig_atomic_t stop_flag;
 
 static void shared_info(const bfit_device *d, bfit_device_info *out)
 {
@@ -153,6 +156,8 @@ static int shared_memory(bfit_device *d, uint64_t *free_b, uint64_t *total)
     (void)d;
     if (cotenant_free < MiB && back_after && ++polls >= back_after)
         cotenant_free = 1ull << 30;
+    if (cotenant_free < MiB && stop_after && ++polls >= stop_after)
+        stop_flag = 1; /* as the command line's signal handler does */
     *free_b = cotenant_free;
     *total = 8ull << 30;
     return BFIT_OK;
@@ -312,6 +317,53 @@ static void test_memory_comes_back(void **st)
     close_shared(dev);
 }
 
+/* A stop requested while the run waits for memory: the wait ends at once,
+ * the step is abandoned, a checkpoint of its start is written and the run
+ * returns BFIT_ESTOPPED; resumed, it ends as the undisturbed run does. */
+static void test_stop_while_waiting(void **st)
+{
+    char ref[300], w[300], dir[300];
+    bfit_device *dev = shared_device();
+    bfit_train_cfg c = small_run();
+    bfit_train_result r;
+    double t0;
+    int rc;
+    (void)st;
+    tmp_path(ref, sizeof ref, "ref3.st");
+    tmp_path(w, sizeof w, "stopped.st");
+    tmp_path(dir, sizeof dir, "stopped");
+    reference(ref);
+    stop_after = 3;
+    stop_flag = 0;
+    c.device = dev;
+    c.memory = 1ull << 30;
+    c.on_step = cotenant;
+    c.memory_schedule = release;
+    c.nmemory_schedule = 1;
+    c.wait_for_memory = 600;
+    c.stop = &stop_flag;
+    c.checkpoint = dir;
+    c.save = w;
+    t0 = bfit_now();
+    rc = bfit_train(&c, &r);
+    stop_after = 0;
+    printf("  %s (%.2f s)\n", bfit_errmsg(), bfit_now() - t0);
+    assert_int_equal(rc, BFIT_ESTOPPED);
+    assert_true(bfit_now() - t0 < 60);      /* not the 600 s of waiting */
+    assert_int_equal(r.stopped, BFIT_ESTOPPED);
+    assert_int_equal(r.steps, 20);
+    assert_non_null(strstr(bfit_errmsg(), "stopped on request while waiting for memory in step 21"));
+    assert_non_null(strstr(r.checkpoint, "ckpt-000000000020.safetensors"));
+
+    cotenant_free = 1ull << 30;
+    stop_flag = 0;
+    c.on_step = NULL;
+    c.resume = dir;
+    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_same_tensors(ref, w);
+    close_shared(dev);
+}
+
 /* ---- damaged checkpoints ------------------------------------------------------- */
 
 /* A resume from path must fail before the run starts, naming the file. */
@@ -403,6 +455,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wait_then_checkpoint),
         cmocka_unit_test(test_memory_comes_back),
+        cmocka_unit_test(test_stop_while_waiting),
         cmocka_unit_test(test_every_byte_flip_refused),
         cmocka_unit_test(test_every_truncation_refused),
     };

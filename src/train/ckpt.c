@@ -554,6 +554,8 @@ static int put_state(bfit_run *r, const run_snap *s)
     r->res = s->res;
     r->d = s->d;
     r->track_stale = s->track_stale;
+    r->ep_t0 = bfit_now(); /* the progress line's rate: from here, over the samples from here */
+    r->ep_taken0 = s->taken;
     bfit_model_unreserve(r->s.M);
     r->nmem = 0;
     run_apply_memory_schedule(r, r->step);

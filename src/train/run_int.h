@@ -80,6 +80,7 @@ struct bfit_run {
     uint64_t base_capacity;    /* at the start */
     uint64_t configured;       /* what the configuration and its memory schedule allow now */
     double train_time, ep_loss, ep_t0;
+    int64_t ep_taken0;         /* samples of the epoch taken before ep_t0 (a resumed run's) */
     int64_t ep_count;
     bfit_train_result res;
     /* stopping, abandoning a step, waiting */

@@ -465,7 +465,7 @@ static void report_step(bfit_run *r, bfit_step_info *in)
                    in->noise_scale);
     bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f samples/s  m %d x %d = %d  mem %s / %s",
                       in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->ep_loss / (double)r->ep_count,
-                      (double)r->taken / (el > 0 ? el : 1e-9), in->m, in->k, in->batch,
+                      (double)(r->taken - r->ep_taken0) / (el > 0 ? el : 1e-9), in->m, in->k, in->batch,
                       bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
 }
 
@@ -495,6 +495,7 @@ static int step_start(bfit_run *r)
 {
     if (r->taken == 0) {
         r->ep_t0 = bfit_now();
+        r->ep_taken0 = 0;
         r->ep_loss = 0;
         r->ep_count = 0;
     }
