@@ -6,7 +6,10 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev zlib1g-dev libcjson-dev libcmocka-dev
       python3 python3-torch dataset-fashion-mnist
       chromium # chromium: tests/cli/report.sh renders the run report headless
-      libopenmpi-dev openmpi-bin) # data-parallel training (mpirun) and its tests (label mpi)
+      libopenmpi-dev openmpi-bin # data-parallel training (mpirun) and its tests (label mpi)
+      # scripts/fuzz.sh: clang with libFuzzer's runtime (libclang_rt.fuzzer is in
+      # libclang-rt-14-dev) and OpenMP for clang
+      clang-14 libclang-rt-14-dev libomp-14-dev)
 # libopenblas0-pthread: bench/run.sh runs the PyTorch peer on OpenBLAS as well as
 # on the reference BLAS (bench/compare.py selects it for the peer's process only)
 bench=(libopenblas0-pthread)

@@ -2,7 +2,9 @@
 # test.sh - set up, build and run every test: once normally, once with the
 # CPU device's opaque-memory checking mode (device memory inaccessible to the
 # host outside device calls), once under AddressSanitizer +
-# UndefinedBehaviorSanitizer.
+# UndefinedBehaviorSanitizer; then every fuzz harness for a short fixed
+# budget on its committed seeds (scripts/fuzz.sh --ci: 15 s each, skipped
+# with a line saying so where clang's libFuzzer is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -16,3 +18,4 @@ scripts/build.sh build-asan -DBFIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 supp="$PWD/tests/lsan-cuda.supp"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:protect_shadow_gap=0 LSAN_OPTIONS="suppressions=$supp" \
   UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j2 -LE nosan)
+scripts/fuzz.sh --ci

@@ -382,7 +382,9 @@ static void test_corrupt_files(void **st)
     assert_int_equal(bfit_st_read(p, &f), BFIT_EFORMAT);
     assert_non_null(strstr(bfit_errmsg(), "8-byte header length"));
 
-    expect_bad("truncated", "{" T24 "}", -1, 20, "\"t\": data_offsets [0, 24] run past the 20-byte buffer");
+    expect_bad("truncated", "{" T24 "}", -1, 20,
+               "\"t\": data_offsets [0, 24] run past the 20 bytes of data after the header: the file is shorter than "
+               "its header says (truncated)");
     expect_bad("hlen_past_end", "{" T24 "}", 1000, 24, "header length 1000 runs past the end");
     expect_bad("hlen_huge", "{" T24 "}", (long long)1 << 62, 24, "runs past the end");
     expect_bad("hlen_tiny", "{" T24 "}", 1, 24, "outside 2..");

@@ -452,6 +452,28 @@ static void catch_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* Tests of a kill inside the checkpoint write itself:
+ * BFIT_TEST_KILL_IN_CHECKPOINT=N kills the process (SIGKILL) in the write of
+ * its N-th checkpoint, with half the tensors in the temporary file. */
+static long kill_in_checkpoint;
+
+static void checkpoint_written_half(void *ud, const char *tmp_path)
+{
+    static long writes;
+    (void)ud;
+    (void)tmp_path;
+    if (++writes == kill_in_checkpoint)
+        raise(SIGKILL);
+}
+
+static void test_hooks(bfit_train_cfg *c)
+{
+    const char *e = getenv("BFIT_TEST_KILL_IN_CHECKPOINT");
+    kill_in_checkpoint = e ? strtol(e, NULL, 10) : 0;
+    if (kill_in_checkpoint > 0)
+        c->on_checkpoint_write = checkpoint_written_half;
+}
+
 /* The directory of a checkpoint file. */
 static void dir_of(const char *path, char *dir, size_t n)
 {
@@ -547,6 +569,7 @@ int cmd_train(int argc, char **argv)
         return code;
     }
     catch_signals();
+    test_hooks(&a->c);
     a->c.stop = &stop_signal;
     rc = bfit_train(&a->c, &r);
     bfit_dist_info(&size, &rank);

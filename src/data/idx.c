@@ -17,7 +17,7 @@
 #define IDX_LABELS 0x00000801u
 #define IDX_IMAGES 0x00000803u
 #define IDX_MAX_ITEMS ((int64_t)1 << 40) /* a header claiming more is not a data set */
-#define IDX_FIRST_READ ((int64_t)64 << 20)
+#define IDX_FIRST_READ ((int64_t)64 << 10) /* then doubled as data arrives */
 
 typedef struct idx_file {
     const char *path;

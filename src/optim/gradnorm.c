@@ -198,3 +198,15 @@ int bfit_gradnorm_track_reset(bfit_gradnorm *g)
         return bfit_fail(BFIT_ESTATE, "gradient norms: made without tracking");
     return bfit_device_zero(g->dev, (char *)g->block + off, (size_t)(g->bytes - off));
 }
+
+int bfit_gradnorm_track_count(const bfit_gradnorm *g) { return g && g->track ? g->n : 0; }
+
+int bfit_gradnorm_track_at(const bfit_gradnorm *g, int i, const bfit_param **p, void **copy, int64_t *numel)
+{
+    if (i < 0 || i >= bfit_gradnorm_track_count(g))
+        return bfit_fail(BFIT_EINVAL, "gradient norms: no tracked copy %d", i);
+    *p = g->t[i].p;
+    *copy = g->t[i].copy;
+    *numel = g->t[i].numel;
+    return BFIT_OK;
+}

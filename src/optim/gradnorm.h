@@ -43,5 +43,10 @@ int bfit_gradnorm_scale(bfit_gradnorm *g, double factor);
 int bfit_gradnorm_track(bfit_gradnorm *g, double *acc_sq, double *delta_sq);
 /* (track only) The copy back to zero, as the gradients are after a step. */
 int bfit_gradnorm_track_reset(bfit_gradnorm *g);
+/* (track only) The copies, one per counted parameter, for a checkpoint:
+ * how many (0 without tracking), and copy i: its parameter and its device
+ * memory (numel f32 values). */
+int bfit_gradnorm_track_count(const bfit_gradnorm *g);
+int bfit_gradnorm_track_at(const bfit_gradnorm *g, int i, const bfit_param **p, void **copy, int64_t *numel);
 
 #endif

@@ -241,8 +241,9 @@ static int parse_tensor(bfit_st_file *f, const char *path, const cJSON *e, int64
         return bfit_fail(BFIT_EFORMAT, "%s: tensor \"%s\": data_offsets [%lld, %lld] end before they begin", path, name,
                          (long long)begin, (long long)end);
     if (end > bsize)
-        return bfit_fail(BFIT_EFORMAT, "%s: tensor \"%s\": data_offsets [%lld, %lld] run past the %lld-byte buffer",
-                         path, name, (long long)begin, (long long)end, (long long)bsize);
+        return bfit_fail(BFIT_EFORMAT, "%s: tensor \"%s\": data_offsets [%lld, %lld] run past the %lld bytes of data "
+                         "after the header: the file is shorter than its header says (truncated)", path, name,
+                         (long long)begin, (long long)end, (long long)bsize);
     bytes = shape_bytes(t->shape, nd, esize);
     if (bytes < 0)
         return bfit_fail(BFIT_EFORMAT, "%s: tensor \"%s\": shape is impossibly large", path, name);

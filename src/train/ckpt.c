@@ -30,9 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #define CKPT_FORMAT "batchfit-checkpoint"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2 /* 2: auto_batch, lr_ref_batch, the tracked gradient */
+#define CKPT_VERSION_TEXT "2"
 #define CKPT_PREFIX "ckpt-"
 #define CKPT_SUFFIX ".safetensors"
 #define CKPT_DEFAULT_SECONDS 600.0
@@ -167,35 +169,63 @@ static const char *param_name(const bfit_wparam *w, int nw, const bfit_param *p)
     return "?";
 }
 
+/* With the noise scale's tracking: the copy of the last step's gradient,
+ * which the first micro-step of the next step is measured against (none
+ * when it is stale: at the start, after a rollback). */
+static int gradprev_count(const bfit_run *r)
+{
+    return r->track && !r->track_stale ? bfit_gradnorm_track_count(r->gn) : 0;
+}
+
+/* Tensor i of the checkpoint's extra ones: the optimizer's states first,
+ * then the tracked copies. */
+static int extra_at(bfit_run *r, const bfit_wparam *w, int nw, int i, char *name, size_t len, void **data,
+                    int64_t *numel)
+{
+    int nopt = bfit_optim_state_count(r->opt), rc;
+    if (i < nopt) {
+        bfit_optim_state s;
+        if ((rc = bfit_optim_state_at(r->opt, i, &s)) != BFIT_OK)
+            return rc;
+        snprintf(name, len, BFIT_OPTIM_PREFIX "%s.%s", param_name(w, nw, r->s.M->trainable[s.param_index]), s.kind);
+        *data = s.data;
+        *numel = s.numel;
+        return BFIT_OK;
+    }
+    {
+        const bfit_param *p;
+        if ((rc = bfit_gradnorm_track_at(r->gn, i - nopt, &p, data, numel)) != BFIT_OK)
+            return rc;
+        snprintf(name, len, BFIT_GRADPREV_PREFIX "%s", param_name(w, nw, p));
+    }
+    return BFIT_OK;
+}
+
 static int opt_download(bfit_run *r, opt_tensors *o)
 {
     bfit_wparam *w = NULL;
     int nw = 0, rc = bfit_weights_list(r->s.M, &w, &nw);
-    int64_t total = 0;
+    int64_t total = 0, numel;
     size_t off = 0;
+    void *data;
 
     memset(o, 0, sizeof *o);
-    o->n = bfit_optim_state_count(r->opt);
-    for (int i = 0; rc == BFIT_OK && i < o->n; i++) {
-        bfit_optim_state s;
-        if ((rc = bfit_optim_state_at(r->opt, i, &s)) == BFIT_OK)
-            total += s.numel;
-    }
-    o->t = calloc((size_t)o->n + 1, sizeof *o->t);
+    o->n = bfit_optim_state_count(r->opt) + gradprev_count(r);
     o->names = calloc((size_t)o->n + 1, sizeof *o->names);
+    for (int i = 0; rc == BFIT_OK && o->names && i < o->n; i++)
+        if ((rc = extra_at(r, w, nw, i, o->names[i], sizeof o->names[i], &data, &numel)) == BFIT_OK)
+            total += numel;
+    o->t = calloc((size_t)o->n + 1, sizeof *o->t);
     o->host = malloc((size_t)(total + 1) * bfit_dtype_size(BFIT_F32));
     if (rc == BFIT_OK && (!o->t || !o->names || !o->host))
         rc = bfit_fail(BFIT_ENOMEM, "checkpoint: out of host memory for the optimizer's state");
     for (int i = 0; rc == BFIT_OK && i < o->n; i++) {
-        bfit_optim_state s;
         size_t bytes;
-        if ((rc = bfit_optim_state_at(r->opt, i, &s)) != BFIT_OK)
+        if ((rc = extra_at(r, w, nw, i, o->names[i], sizeof o->names[i], &data, &numel)) != BFIT_OK)
             break;
-        bytes = (size_t)s.numel * bfit_dtype_size(BFIT_F32);
-        snprintf(o->names[i], sizeof o->names[i], BFIT_OPTIM_PREFIX "%s.%s",
-                 param_name(w, nw, r->s.M->trainable[s.param_index]), s.kind);
-        o->t[i] = (bfit_st_tensor){o->names[i], "F32", 1, {s.numel}, (char *)o->host + off, bytes};
-        rc = bfit_device_download(r->s.dev, (char *)o->host + off, s.data, bytes);
+        bytes = (size_t)numel * bfit_dtype_size(BFIT_F32);
+        o->t[i] = (bfit_st_tensor){o->names[i], "F32", 1, {numel}, (char *)o->host + off, bytes};
+        rc = bfit_device_download(r->s.dev, (char *)o->host + off, data, bytes);
         off += bytes;
     }
     free(w);
@@ -213,12 +243,52 @@ static int64_t log_bytes(bfit_run *r)
     return (int64_t)ftell(r->lg.json);
 }
 
+/* The metadata's own checksum: the tensors have theirs, and a damaged state
+ * or configuration must not resume as another run. Over these keys and
+ * their values, in this order; a key that is absent is skipped, when
+ * writing and when reading alike. */
+#define META_CRC_KEY "batchfit.crc32"
+static const char *const meta_crc_keys[] = {"format", "version", "model", "data", "steps", "test_accuracy",
+                                            "normalize_mean", "normalize_std", "batchfit.state", "batchfit.config"};
+
+typedef const char *(*meta_get)(const void *ud, const char *key);
+
+static unsigned long meta_crc(meta_get get, const void *ud)
+{
+    unsigned long crc = crc32(0L, Z_NULL, 0);
+    for (size_t i = 0; i < sizeof meta_crc_keys / sizeof meta_crc_keys[0]; i++) {
+        const char *v = get(ud, meta_crc_keys[i]);
+        if (!v)
+            continue;
+        crc = crc32(crc, (const Bytef *)meta_crc_keys[i], (uInt)strlen(meta_crc_keys[i]) + 1);
+        for (size_t off = 0, n = strlen(v) + 1; off < n; off += 1u << 30) /* zlib takes uInt lengths */
+            crc = crc32(crc, (const Bytef *)v + off, (uInt)(n - off < (1u << 30) ? n - off : 1u << 30));
+    }
+    return crc;
+}
+
+typedef struct meta_arrays {
+    const char *const *keys, *const *vals;
+    int n;
+} meta_arrays;
+
+static const char *from_arrays(const void *ud, const char *key)
+{
+    const meta_arrays *a = ud;
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->keys[i], key))
+            return a->vals[i];
+    return NULL;
+}
+
+static const char *from_file(const void *ud, const char *key) { return bfit_st_meta(ud, key); }
+
 /* The metadata: what a weights file has (eval normalises as training did),
  * the format, the state and the configuration. */
 static int write_file(bfit_run *r, const char *path, const char *state, const char *config)
 {
-    const char *keys[RUN_META_MAX + 4], *vals[RUN_META_MAX + 4];
-    char version[16], *bufs[2] = {NULL, NULL};
+    const char *keys[RUN_META_MAX + 5], *vals[RUN_META_MAX + 5];
+    char version[16], crc[16], *bufs[2] = {NULL, NULL};
     opt_tensors ot;
     bfit_st_write_opts wo = {1, r->cfg.on_checkpoint_write, r->cfg.cb_ud};
     int nmeta, rc = run_weights_meta(r, keys, vals, &nmeta, bufs);
@@ -232,6 +302,12 @@ static int write_file(bfit_run *r, const char *path, const char *state, const ch
     vals[nmeta++] = state;
     keys[nmeta] = "batchfit.config";
     vals[nmeta++] = config;
+    {
+        meta_arrays a = {keys, vals, nmeta};
+        snprintf(crc, sizeof crc, "%08lx", meta_crc(from_arrays, &a));
+    }
+    keys[nmeta] = META_CRC_KEY;
+    vals[nmeta++] = crc;
     if (rc == BFIT_OK && (rc = opt_download(r, &ot)) == BFIT_OK) {
         rc = bfit_weights_save_ex(r->s.M, path, ot.t, ot.n, keys, vals, nmeta, &wo);
         opt_free(&ot);
@@ -263,7 +339,12 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
     run_snap_take(r, &s);
     lb = log_bytes(r);
     st = ckpt_state_to_json(&s, &r->sched);
-    cf = ckpt_cfg_to_json(&r->cfg);
+    {
+        bfit_train_cfg c = r->cfg;
+        if (r->tmp_log)
+            c.log = NULL; /* the report's temporary log goes with this process */
+        cf = ckpt_cfg_to_json(&c);
+    }
     if (st && lb >= 0) {
         char b[32];
         snprintf(b, sizeof b, "%lld", (long long)lb);
@@ -320,7 +401,7 @@ static int check_file(const bfit_st_file *f, const char *path)
     if (!fmt || strcmp(fmt, CKPT_FORMAT))
         return bfit_fail(BFIT_EFORMAT, "%s is not a batchfit checkpoint (its metadata has no \"format\": \""
                          CKPT_FORMAT "\")", path);
-    if (!ver || strcmp(ver, "1"))
+    if (!ver || strcmp(ver, CKPT_VERSION_TEXT))
         return bfit_fail(BFIT_EFORMAT, "%s is a checkpoint of version %s; this batchfit reads version %d", path,
                          ver ? ver : "(none)", CKPT_VERSION);
     for (int i = 0; i < bfit_st_count(f); i++) {
@@ -332,6 +413,18 @@ static int check_file(const bfit_st_file *f, const char *path)
     if (!bfit_st_meta(f, "batchfit.state") || !bfit_st_meta(f, "batchfit.config"))
         return bfit_fail(BFIT_EFORMAT, "%s: the metadata lacks the run's %s", path,
                          bfit_st_meta(f, "batchfit.state") ? "configuration" : "state");
+    {
+        const char *rec = bfit_st_meta(f, META_CRC_KEY);
+        unsigned long got = meta_crc(from_file, f);
+        char want[16];
+        snprintf(want, sizeof want, "%08lx", got);
+        if (!rec)
+            return bfit_fail(BFIT_EFORMAT, "%s: the metadata has no checksum (\"" META_CRC_KEY "\"): not a complete "
+                             "checkpoint", path);
+        if (strcmp(rec, want))
+            return bfit_fail(BFIT_EFORMAT, "%s: the metadata fails its checksum (crc32 %s, recorded %.16s): the file "
+                             "is damaged", path, want, rec);
+    }
     return BFIT_OK;
 }
 
@@ -380,46 +473,49 @@ int run_resume_open(bfit_run *r)
     return BFIT_OK;
 }
 
-/* The file name of optimizer state tensor i. */
-static int opt_name(bfit_run *r, const bfit_wparam *w, int nw, int i, char *name, size_t len, bfit_optim_state *s)
+/* Whether name is one of the n extra tensors this run expects. */
+static int expected(bfit_run *r, const bfit_wparam *w, int nw, int n, const char *name, int *rc)
 {
-    int rc = bfit_optim_state_at(r->opt, i, s);
-    if (rc == BFIT_OK)
-        snprintf(name, len, BFIT_OPTIM_PREFIX "%s.%s", param_name(w, nw, r->s.M->trainable[s->param_index]), s->kind);
-    return rc;
+    char want[160];
+    void *data;
+    int64_t numel;
+    for (int j = 0; j < n && *rc == BFIT_OK; j++)
+        if ((*rc = extra_at(r, w, nw, j, want, sizeof want, &data, &numel)) == BFIT_OK && !strcmp(want, name))
+            return 1;
+    return 0;
 }
 
-/* The optimizer's state from the file, every tensor checked first. */
-static int opt_upload(bfit_run *r)
+/* The optimizer's state and (gradprev: the state says it is valid) the
+ * tracked gradient from the file, every tensor checked before any is
+ * uploaded; a checkpoint tensor this run has no place for is an error. */
+static int extras_upload(bfit_run *r, int gradprev)
 {
     bfit_wparam *w = NULL;
-    int nw = 0, n = bfit_optim_state_count(r->opt), rc = bfit_weights_list(r->s.M, &w, &nw);
+    int nw = 0, n = bfit_optim_state_count(r->opt) + (gradprev ? bfit_gradnorm_track_count(r->gn) : 0);
+    int rc = bfit_weights_list(r->s.M, &w, &nw);
     char name[160];
 
     for (int pass = 0; pass < 2 && rc == BFIT_OK; pass++)
         for (int i = 0; i < n && rc == BFIT_OK; i++) {
-            bfit_optim_state s;
             const bfit_st_tensor *t;
-            if ((rc = opt_name(r, w, nw, i, name, sizeof name, &s)) != BFIT_OK)
+            void *data;
+            int64_t numel;
+            if ((rc = extra_at(r, w, nw, i, name, sizeof name, &data, &numel)) != BFIT_OK)
                 break;
             t = bfit_st_find(r->ck, name);
-            if (!t || strcmp(t->dtype, "F32") || bfit_st_numel(t) != s.numel)
-                rc = bfit_fail(BFIT_EFORMAT, "%s: the optimizer's tensor \"%s\" is %s (wanted F32 of %lld values)",
-                               r->ck_path, name, t ? "of another type or size" : "missing", (long long)s.numel);
+            if (!t || strcmp(t->dtype, "F32") || bfit_st_numel(t) != numel)
+                rc = bfit_fail(BFIT_EFORMAT, "%s: the %s tensor \"%s\" is %s (wanted F32 of %lld values)", r->ck_path,
+                               i < bfit_optim_state_count(r->opt) ? "optimizer's" : "tracked gradient's", name,
+                               t ? "of another type or size" : "missing", (long long)numel);
             else if (pass == 1)
-                rc = bfit_device_upload(r->s.dev, s.data, t->data, t->nbytes);
+                rc = bfit_device_upload(r->s.dev, data, t->data, t->nbytes);
         }
     for (int i = 0; rc == BFIT_OK && i < bfit_st_count(r->ck); i++) {
         const char *tn = bfit_st_get(r->ck, i)->name;
-        int ours = strncmp(tn, BFIT_OPTIM_PREFIX, strlen(BFIT_OPTIM_PREFIX)) != 0;
-        for (int j = 0; !ours && j < n && rc == BFIT_OK; j++) {
-            bfit_optim_state s;
-            rc = opt_name(r, w, nw, j, name, sizeof name, &s);
-            ours = !strcmp(name, tn);
-        }
-        if (rc == BFIT_OK && !ours)
-            rc = bfit_fail(BFIT_EFORMAT, "%s: optimizer tensor \"%s\" belongs to no parameter of this run", r->ck_path,
-                           tn);
+        if (bfit_weights_ckpt_tensor(tn) && !expected(r, w, nw, n, tn, &rc) && rc == BFIT_OK)
+            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor \"%s\" belongs to no %s of this run", r->ck_path, tn,
+                           strncmp(tn, BFIT_OPTIM_PREFIX, strlen(BFIT_OPTIM_PREFIX)) ? "tracked gradient"
+                                                                                    : "optimizer state");
     }
     free(w);
     return rc;
@@ -458,6 +554,9 @@ static int put_state(bfit_run *r, const run_snap *s)
     r->res = s->res;
     r->d = s->d;
     r->ls = s->ls;
+    r->track_stale = s->track_stale;
+    r->ep_t0 = bfit_now(); /* the progress line's rate: from here, over the samples from here */
+    r->ep_taken0 = s->taken;
     bfit_model_unreserve(r->s.M);
     r->nmem = 0;
     run_apply_memory_schedule(r, r->step);
@@ -481,7 +580,7 @@ int run_resume_state(bfit_run *r)
     if (rc == BFIT_OK)
         rc = bfit_weights_load_from(r->s.M, r->ck, r->ck_path);
     if (rc == BFIT_OK)
-        rc = opt_upload(r);
+        rc = extras_upload(r, r->track && !s.track_stale);
     if (rc == BFIT_OK)
         rc = put_state(r, &s);
     if (rc != BFIT_OK)

@@ -254,6 +254,24 @@ static int apply(bfit_train_cfg *c, const field *f, const cJSON *v, const char *
     return BFIT_OK;
 }
 
+/* --batch as people give it: a number, auto or adaptive (three fields). */
+static const char *batch_mode(int batch, int adaptive, int auto_batch, char *buf)
+{
+    if (auto_batch || adaptive)
+        return auto_batch ? "auto" : "adaptive";
+    snprintf(buf, 64, "%d", batch);
+    return buf;
+}
+
+static const char *saved_batch_mode(const cJSON *saved, char *buf)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(saved, "batch"),
+                *ad = cJSON_GetObjectItemCaseSensitive(saved, "adaptive"),
+                *au = cJSON_GetObjectItemCaseSensitive(saved, "auto_batch");
+    return batch_mode(cJSON_IsString(b) ? atoi(b->valuestring) : 0, cJSON_IsString(ad) && !strcmp(ad->valuestring, "yes"),
+                      cJSON_IsString(au) && !strcmp(au->valuestring, "yes"), buf);
+}
+
 int ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path, bfit_batch_point *bpts,
                    bfit_mem_point *mpts)
 {
@@ -270,12 +288,21 @@ int ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path, bfit
             rc = bfit_fail(BFIT_EFORMAT, "%s: the run's configuration lacks \"%s\"", path, f->key);
             break;
         }
-        if (!is_set(c, f, b1, b2)) {
+        /* --batch auto|adaptive sets the start E from --batch-min, compared on its own */
+        if (!is_set(c, f, b1, b2) || (!strcmp(f->key, "batch") && (c->auto_batch || c->adaptive) &&
+                                       !strcmp(saved_batch_mode(saved, s1), batch_mode(0, c->adaptive, c->auto_batch, s2)))) {
             rc = apply(c, f, v, path, bpts, mpts);
             continue;
         }
         mine = text(c, f, b1, TEXT_MAX);
-        if (f->fixed && ((!mine != !theirs) || (mine && strcmp(mine, theirs))))
+        if (!f->fixed || (!mine == !theirs && (!mine || !strcmp(mine, theirs))))
+            continue;
+        if (!strcmp(f->opt, "batch")) /* one option, three fields: say it as it was given */
+            rc = bfit_fail_field(BFIT_EINVAL, f->opt, "the checkpoint %s holds %s, not %s: a resumed run keeps the "
+                                 "configuration it started with (leave it out to continue the run, or start a new "
+                                 "one)", path, saved_batch_mode(saved, s1),
+                                 batch_mode(c->batch, c->adaptive, c->auto_batch, s2));
+        else
             rc = bfit_fail_field(BFIT_EINVAL, f->opt, "the checkpoint %s holds %s, not %s: a resumed run keeps the "
                                  "configuration it started with (leave it out to continue the run, or start a new "
                                  "one)", path, shown(f, theirs, s1), shown(f, mine, s2));

@@ -188,6 +188,7 @@ cJSON *ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched)
     put_i64(o, "loss_scale_interval", s->ls.interval);
     put_i64(o, "loss_scale_good", s->ls.good);
     put_i64(o, "loss_scale_skipped", s->ls.skipped);
+    put_int(o, "track_stale", s->track_stale);
     cJSON_AddItemToObject(o, "result", result_json(&s->res));
     cJSON_AddItemToObject(o, "decision", decision_json(&s->d));
     cJSON_AddItemToObject(o, "controller", controller_json(&s->ctl));
@@ -442,7 +443,8 @@ static void check_ranges(rd *r, const run_snap *s)
     if (s->step < 0 || s->step > BFIT_COUNT_MAX || s->epoch < 0 || s->epoch > BFIT_EPOCHS_MAX || s->taken < 0 ||
         s->samples < 0 || s->ep_count < 0 || s->cursor_epoch < 0 || s->cursor_pos < 0 || s->optim_steps < 0 ||
         s->m < 1 || s->m > BFIT_BATCH_MAX || s->nmem < 0 || s->nmem > BFIT_MEM_SCHEDULE_MAX ||
-        !(s->ls.scale > 0) || s->ls.scale > 1e300 || s->ls.interval < 1 || s->ls.good < 0 || s->ls.skipped < 0)
+        !(s->ls.scale > 0) || s->ls.scale > 1e300 || s->ls.interval < 1 || s->ls.good < 0 || s->ls.skipped < 0 ||
+        (s->track_stale != 0 && s->track_stale != 1))
         r->rc = bfit_fail(BFIT_EFORMAT, "%s: the run's state is out of range (step %lld, epoch %d, micro-batch %d, "
                           "cursor %lld:%lld): the file is not from a run", r->path, (long long)s->step, s->epoch, s->m,
                           (long long)s->cursor_epoch, (long long)s->cursor_pos);
@@ -476,6 +478,7 @@ int ckpt_state_from_json(const cJSON *j, const char *path, run_snap *s, bfit_lr_
     s->ls.interval = get_i64(&r, j, "loss_scale_interval");
     s->ls.good = get_i64(&r, j, "loss_scale_good");
     s->ls.skipped = get_i64(&r, j, "loss_scale_skipped");
+    s->track_stale = get_int(&r, j, "track_stale");
     if ((o = enter(&r, j, "result", s1)))
         read_result(&r, o, &s->res);
     leave(&r, s1);

@@ -554,7 +554,30 @@ static int setup(bfit_run *r)
     return BFIT_OK;
 }
 
-int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged)
+/* The outputs once the configuration is complete; the report's events go
+ * to a temporary file beside it when there is no log. */
+static int outputs(bfit_run *r, run_outputs *o)
+{
+    bfit_train_cfg *c = &r->cfg;
+    int fd;
+
+    memset(o, 0, sizeof *o);
+    snprintf(o->save, sizeof o->save, "%s", c->save ? c->save : "");
+    snprintf(o->report, sizeof o->report, "%s", c->report ? c->report : "");
+    snprintf(o->log, sizeof o->log, "%s", c->log && strcmp(c->log, "-") ? c->log : "");
+    if (!c->report || o->log[0])
+        return BFIT_OK;
+    snprintf(o->log, sizeof o->log, "%s.log.XXXXXX", c->report);
+    if ((fd = mkstemp(o->log)) < 0)
+        return bfit_fail_field(BFIT_EIO, "report", "%s: cannot create a temporary event log '%s': %s", c->report,
+                               o->log, strerror(errno));
+    close(fd);
+    o->tmp_log = r->tmp_log = 1;
+    c->log = o->log;
+    return BFIT_OK;
+}
+
+int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o)
 {
     bfit_run *r;
     int rc, on, rank;
@@ -579,6 +602,8 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged)
         rc = run_dist_prepare(&r->cfg, &on, &rank);
     if (rc == BFIT_OK)
         rc = check_cfg(&r->cfg);
+    if (rc == BFIT_OK && o)
+        rc = outputs(r, o);
     r->ep_t0 = bfit_now();
     if (rc == BFIT_OK)
         rc = setup(r);
@@ -597,7 +622,7 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged)
 int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
 {
     int logged;
-    return run_new(cfg, out, &logged);
+    return run_new(cfg, out, &logged, NULL);
 }
 
 void bfit_run_free(bfit_run *r)

@@ -44,6 +44,7 @@ typedef struct run_snap {
     int64_t cursor_epoch, cursor_pos; /* the training stream's */
     int64_t optim_steps;
     bfit_loss_scaler ls;
+    int track_stale;           /* the noise scale's copy of the last gradient is not valid */
 } run_snap;
 
 struct bfit_run {
@@ -75,6 +76,7 @@ struct bfit_run {
     int track;                 /* norms for the noise scale (adaptive, auto) */
     double diff_sq;            /*   |G_t - G_{t-1}|^2 of a one-micro-batch step (-1: none) */
     int track_stale;           /*   the tracked copy is not the last step's gradient (start, rollback) */
+    int track_dirty;           /*   this step changed the copy (an abandoned step leaves it stale) */
     double micro_secs;         /* the step's seconds in micro-steps */
     int E0;                    /* auto: the lr schedule counts steps of E0 samples */
     /* where the run is */
@@ -86,6 +88,7 @@ struct bfit_run {
     uint64_t base_capacity;    /* at the start */
     uint64_t configured;       /* what the configuration and its memory schedule allow now */
     double train_time, ep_loss, ep_t0;
+    int64_t ep_taken0;         /* samples of the epoch taken before ep_t0 (a resumed run's) */
     int64_t ep_count;
     bfit_train_result res;
     /* stopping, abandoning a step, waiting */
@@ -112,12 +115,21 @@ struct bfit_run {
     run_dist *dp;              /* data-parallel (dist_run.c); NULL: this process trains alone */
     uint64_t step_hsum, ep_hsum; /* cfg.sample_check: the samples' hashes summed, in the step and epoch */
     int64_t step_hn, ep_hn;    /*   and how many */
+    int tmp_log;               /* the log is the report's temporary file: not the run's to resume */
 };
+
+/* What bfit_train writes after the run, as the configuration gives them
+ * once merged with a resumed checkpoint's. */
+typedef struct run_outputs {
+    char save[4096], report[4096], log[4096]; /* "" when none */
+    int tmp_log;               /* log is a temporary file of the report's, removed at the end */
+} run_outputs;
 
 /* run.c */
 /* bfit_run_new; *logged: the run opened its event log (also when it then
- * failed: the log ends with the error). */
-int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged);
+ * failed: the log ends with the error). o (may be NULL: no report) gets the
+ * outputs; with a report and no log, the log is a temporary file. */
+int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o);
 int run_plan_fits_msg(bfit_run *r, uint64_t budget);
 uint64_t run_plan_one(bfit_run *r); /* the plan's bytes at micro-batch 1, the run's extra included */
 /* step.c */

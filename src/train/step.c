@@ -127,6 +127,7 @@ void run_snap_take(bfit_run *r, run_snap *s)
     }
     s->optim_steps = bfit_optim_steps(r->opt);
     s->ls = r->ls;
+    s->track_stale = r->track_stale;
 }
 
 /* The running statistics (parameters that are not trained: batch norm's)
@@ -153,7 +154,7 @@ int run_rollback(bfit_run *r)
 {
     const run_snap *s = &r->snap;
     int rc = bfit_model_zero_grads(r->s.M);
-    if (rc == BFIT_OK && r->track) {
+    if (rc == BFIT_OK && r->track && r->track_dirty) {
         rc = bfit_gradnorm_track_reset(r->gn);
         r->track_stale = 1; /* the copy no longer holds the last step's gradient */
     }
@@ -369,6 +370,7 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
          * increment is the sum itself, and in a step of one micro-batch the
          * difference is that of consecutive steps. */
         double acc, dsq;
+        r->track_dirty = 1;
         rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
         r->full_sq = acc; /* after the last micro-batch: the step's mean gradient */
         r->diff_sq = k == 0 && !r->track_stale ? dsq : -1;
@@ -530,7 +532,7 @@ static void report_step(bfit_run *r, bfit_step_info *in)
                    in->noise_scale, in->loss_scale, in->skipped, ranks);
     bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f samples/s  %s  mem %s / %s",
                       in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->ep_loss / (double)r->ep_count,
-                      (double)r->taken / (el > 0 ? el : 1e-9), split,
+                      (double)(r->taken - r->ep_taken0) / (el > 0 ? el : 1e-9), split,
                       bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
 }
 
@@ -589,6 +591,7 @@ static int step_start(bfit_run *r)
 {
     if (r->taken == 0) {
         r->ep_t0 = bfit_now();
+        r->ep_taken0 = 0;
         r->ep_loss = 0;
         r->ep_count = 0;
         r->ep_hsum = 0;
@@ -596,6 +599,7 @@ static int step_start(bfit_run *r)
     }
     r->wait_until = 0;
     r->step_waited = 0;
+    r->track_dirty = 0;
     run_snap_take(r, &r->snap);
     return r->stats_bytes ? stats_io(r, 0) : BFIT_OK;
 }

@@ -103,20 +103,21 @@ static int stop_checkpoint(bfit_run *r, int rc)
     return bfit_fail(rc, "%s; the run's state at step %lld is in %s", msg, (long long)r->step, path);
 }
 
-static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged)
+/* The run; o gets its outputs (a resumed run's from its checkpoint). */
+static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged, run_outputs *o)
 {
     bfit_run *r;
     int rc, trained;
 
-    if ((rc = run_new(cfg, &r, logged)) != BFIT_OK)
+    if ((rc = run_new(cfg, &r, logged, o)) != BFIT_OK)
         return rc;
     rc = run_all(r, &trained);
     if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r->res.stopped))
         rc = stop_checkpoint(r, rc);
-    if (cfg->save && run_dist_writer(r) && (rc == BFIT_OK || trained)) {
-        int rc2 = bfit_run_save(r, cfg->save);
+    if (o->save[0] && run_dist_writer(r) && (rc == BFIT_OK || trained)) {
+        int rc2 = bfit_run_save(r, o->save);
         if (rc != BFIT_OK && rc2 == BFIT_OK)
-            bfit_fail_prefix(rc, "(the trained weights were saved to %s) ", cfg->save);
+            bfit_fail_prefix(rc, "(the trained weights were saved to %s) ", o->save);
         if (rc == BFIT_OK)
             rc = rc2;
     }
@@ -128,7 +129,7 @@ static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged)
 
 /* The report from the closed log. A failed run keeps its own error; the
  * report's failure is added to it. */
-static int write_report(const bfit_train_cfg *cfg, const char *log, int rc, bfit_train_result *res)
+static int write_report(const char *report, const char *log, int rc, bfit_train_result *res)
 {
     char run_msg[1024], field[64];
     size_t skip;
@@ -136,7 +137,7 @@ static int write_report(const bfit_train_cfg *cfg, const char *log, int rc, bfit
 
     snprintf(run_msg, sizeof run_msg, "%s", bfit_errmsg());
     snprintf(field, sizeof field, "%s", bfit_errfield());
-    rc2 = bfit_report_write(log, cfg->report);
+    rc2 = bfit_report_write(log, report);
     res->report_written = rc2 == BFIT_OK;
     if (rc2 == BFIT_OK || rc == BFIT_OK)
         return rc2 == BFIT_OK ? rc : bfit_fail_prefix(rc2, "report: ");
@@ -148,24 +149,17 @@ static int write_report(const bfit_train_cfg *cfg, const char *log, int rc, bfit
 
 int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
 {
-    bfit_train_cfg c = *cfg;
-    char tmp_log[4096];
-    int rc, logged = 0, tmp_fd = -1;
+    run_outputs *o = calloc(1, sizeof *o);
+    int rc, logged = 0;
 
     memset(res, 0, sizeof *res);
-    if (cfg->report && (!cfg->log || !strcmp(cfg->log, "-"))) {
-        /* the report is drawn from the events: keep them beside it meanwhile */
-        snprintf(tmp_log, sizeof tmp_log, "%s.log.XXXXXX", cfg->report);
-        if ((tmp_fd = mkstemp(tmp_log)) < 0)
-            return bfit_fail_field(BFIT_EIO, "report", "%s: cannot create a temporary event log '%s': %s",
-                                   cfg->report, tmp_log, strerror(errno));
-        close(tmp_fd);
-        c.log = tmp_log;
-    }
-    rc = train(&c, res, &logged);
-    if (cfg->report && logged)
-        rc = write_report(cfg, c.log, rc, res);
-    if (tmp_fd >= 0)
-        unlink(tmp_log);
+    if (!o)
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    rc = train(cfg, res, &logged, o);
+    if (o->report[0] && logged)
+        rc = write_report(o->report, o->log, rc, res);
+    if (o->tmp_log)
+        unlink(o->log);
+    free(o);
     return rc;
 }

@@ -79,6 +79,12 @@ out:
 
 int bfit_weights_list(const bfit_model *M, bfit_wparam **out, int *n) { return list_params(M, out, n); }
 
+int bfit_weights_ckpt_tensor(const char *name)
+{
+    return !strncmp(name, BFIT_OPTIM_PREFIX, strlen(BFIT_OPTIM_PREFIX)) ||
+           !strncmp(name, BFIT_GRADPREV_PREFIX, strlen(BFIT_GRADPREV_PREFIX));
+}
+
 /* Every tensor to f32 on the host, each value checked finite, then all
  * uploaded: a bad file leaves the model as it was. */
 static int convert_and_upload(bfit_model *M, const bfit_st_file *f, const char *path, const named *v, int n)
@@ -146,11 +152,11 @@ int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *pat
             }
     }
     for (int i = 0; i < bfit_st_count(f); i++)
-        nfile += strncmp(bfit_st_get(f, i)->name, BFIT_OPTIM_PREFIX, strlen(BFIT_OPTIM_PREFIX)) != 0;
+        nfile += !bfit_weights_ckpt_tensor(bfit_st_get(f, i)->name);
     if (nfile != n) {
         for (int i = 0; i < bfit_st_count(f); i++) {
             const char *name = bfit_st_get(f, i)->name;
-            int found = !strncmp(name, BFIT_OPTIM_PREFIX, strlen(BFIT_OPTIM_PREFIX)); /* a checkpoint's */
+            int found = bfit_weights_ckpt_tensor(name);
             for (int j = 0; j < n && !found; j++)
                 found = strcmp(name, v[j].name) == 0;
             if (!found) {

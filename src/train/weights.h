@@ -9,9 +9,13 @@
 #include "nn/model.h"
 #include "tensor/safetensors.h"
 
-/* Tensors named so are a checkpoint's optimizer state, not parameters:
- * loading weights from a checkpoint skips them. */
+/* Tensors named so are a checkpoint's optimizer state and the noise
+ * scale's copy of the last step's gradient, not parameters: loading
+ * weights from a checkpoint skips them. */
 #define BFIT_OPTIM_PREFIX "optimizer."
+#define BFIT_GRADPREV_PREFIX "gradnorm.prev."
+/* Whether a tensor of that name is a checkpoint's own (one of the above). */
+int bfit_weights_ckpt_tensor(const char *name);
 
 /* A parameter with its name in files. */
 typedef struct bfit_wparam {
