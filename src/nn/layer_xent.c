@@ -36,7 +36,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 
     /* a sequence: one row (and one label) per token; padding tokens have label -1 */
     d.u.xent.M = (int64_t)m * (l->in[0].nd == 2 ? l->in[0].d[0] : 1);
-    d.u.xent.N = bfit_shape_last(l->in[0]);
+    d.u.xent.N = l->in[0].nd == 2 ? l->in[0].d[1] : l->in[0].c;
     d.u.xent.ignore = l->in[0].nd == 2;
     return bfit_layer_op_pair(l, &d, BFIT_OP_XENT_BWD, training, need);
 }

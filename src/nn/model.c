@@ -66,7 +66,7 @@ static int add_loss(bfit_model *M, const bfit_graph_desc *g, bfit_shape last)
     char err[512], sh[32];
     int rc;
 
-    if ((!bfit_shape_is_vector(last) && last.nd != 2) || bfit_shape_last(last) < 2) {
+    if ((!bfit_shape_is_vector(last) && last.nd != 2) || (last.nd == 2 ? last.d[1] : last.c) < 2) {
         snprintf(err, sizeof err,
                  "the last layer must output a vector of at least 2 class scores (or a sequence of them), got %s: "
                  "end the model with `flatten` and `linear N`",
@@ -80,7 +80,7 @@ static int add_loss(bfit_model *M, const bfit_graph_desc *g, bfit_shape last)
     for (int k = 1; k < BFIT_LAYER_MAXIN; k++)
         M->nodes[g->nnodes].in[k] = -1;
     M->n = g->nnodes + 1;
-    M->nclasses = bfit_shape_last(last);
+    M->nclasses = last.nd == 2 ? last.d[1] : last.c; /* a vector may be Cx1x1 */
     M->labels_per_sample = last.nd == 2 ? last.d[0] : 1;
     return BFIT_OK;
 }

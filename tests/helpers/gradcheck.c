@@ -165,7 +165,7 @@ static void setup_buffers(gc_ctx *c, const gc_case *k)
         TB_I(c->labels)[i] = k->cfg.kind != BFIT_L_XENT                  ? 0
                              : k->in[0].nd == 2 && i % 5 == 3            ? -1
                                                                         : (int32_t)((c->seed + (uint64_t)i * 7) %
-                                                                                    (uint64_t)bfit_shape_last(k->in[0]));
+                                                                                    (uint64_t)(k->in[0].nd == 2 ? k->in[0].d[1] : k->in[0].c));
     tbuf_up(&c->t, &c->labels);
 }
 
