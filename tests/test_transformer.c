@@ -374,7 +374,7 @@ static void expect_refusal(const bfit_layer_cfg *c, bfit_shape in, const char *n
 
 static void test_refusals(void **st)
 {
-    bfit_layer_cfg a = attn_cfg(5, 1, 0), e = bfit_layer_cfg_default(BFIT_L_EMBED), t;
+    bfit_layer_cfg a = attn_cfg(5, 1, 0), e = bfit_layer_cfg_default(BFIT_L_EMBED);
     (void)st;
     expect_refusal(&a, Q(8, 48), "divides the width 16");
     expect_refusal(&a, Q(8, 16), "[T, 3C]");
@@ -383,10 +383,6 @@ static void test_refusals(void **st)
     e.positions = 4;
     expect_refusal(&e, Q(5, 1), "positions=5");
     expect_refusal(&e, Q(5, 3), "token ids");
-    t = bfit_layer_cfg_default(BFIT_L_LINEAR);
-    t.units = 10;
-    t.tie = 1;
-    expect_refusal(&t, Q(5, 8), "bias=0");
 }
 
 int main(void)

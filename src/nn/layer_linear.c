@@ -32,10 +32,6 @@ static int init(bfit_layer *l, char *err, size_t errlen)
         return BFIT_EINVAL;
     }
     l->out = in.nd == 2 ? bfit_shape_seq(in.d[0], l->cfg.units) : bfit_shape_vec(l->cfg.units);
-    if (l->cfg.tie && l->cfg.bias) {
-        snprintf(err, errlen, "a tied linear layer (tie=1) shares the embedding's table and has no bias: add bias=0");
-        return BFIT_EINVAL;
-    }
     l->nparams = l->cfg.bias ? 2 : 1;
     /* tie: the model points the weight at the embedding's [vocab, C] table */
     l->params[0] = (bfit_param){.name = "weight", .ndim = 2, .dim = {l->cfg.units, features(l)}, .trainable = 1,
