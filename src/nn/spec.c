@@ -543,7 +543,12 @@ static int layer_line(parser *p, tok *t, int n)
             return rc;
     }
     if (kw->pos == P_UNITS && !have)
-        return fail_at(p, t[0].s, "%s needs %s: `%s`", kw->name, units_name(kw->kind), kw->usage);
+        return fail_at(p, t[0].s, "%s needs %s: `%s`", kw->name,
+                       kw->kind == BFIT_L_LINEAR      ? "its number of output features"
+                       : kw->kind == BFIT_L_EMBED     ? "its width"
+                       : kw->kind == BFIT_L_ATTENTION ? "its number of heads"
+                                                      : "its number of output channels",
+                       kw->usage);
     if (kw->kind == BFIT_L_EMBED && !fs.by[F_VOCAB].s)
         return fail_at(p, t[0].s, "embed needs its vocabulary: `%s`", kw->usage);
     if (kw->opts & OB(O_K)) {

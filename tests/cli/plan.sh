@@ -102,7 +102,7 @@ run 1 --model "$src/models/nope.cfg" && has "$err" "^batchfit: error: --model: .
 
 # ---- usage: exit 2 ------------------------------------------------------------
 run 2 --model resnet5 &&
-    has "$err" "^batchfit: error: --model: unknown model preset 'resnet5': expected one of mlp, cnn, resnet18, resnet50, vgg16, or a spec file path$" &&
+    has "$err" "^batchfit: error: --model: unknown model preset 'resnet5': expected one of mlp, cnn, resnet18, resnet50, vgg16, gpt-nano, gpt2, bert-base, or a spec file path$" &&
     has "$err" "^Try 'batchfit plan --help'\.$"
 run 2 --model resnet50 --memory 11Gx && has "$err" "^batchfit: error: --memory: size '11Gx' has unknown unit 'Gx'"
 run 2 --model resnet50 --memory 0 && has "$err" "^batchfit: error: --memory: a size of 0 bytes"
