@@ -110,17 +110,22 @@ static int open_device(int threads, bfit_device **dev, bfit_arena **arena)
     return *arena ? BFIT_OK : BFIT_ENOMEM;
 }
 
-/* Random samples and labels, uploaded into the reserved input. */
+/* Random samples and labels (token ids and a label per token for a token
+ * model), uploaded into the reserved input. */
 static int random_input(bfit_model *M, int batch, uint64_t *seed)
 {
-    int64_t n = (int64_t)batch * bfit_shape_numel(M->input);
-    float *x = malloc(sizeof *x * (size_t)n);
-    int32_t *y = malloc(sizeof *y * (size_t)batch);
+    int64_t n = (int64_t)batch * bfit_shape_numel(M->input), nl = (int64_t)batch * M->labels_per_sample;
+    float *x = malloc(sizeof *x * (size_t)n); /* f32 or int32: 4 bytes either way */
+    int32_t *y = malloc(sizeof *y * (size_t)nl);
     int rc = BFIT_ENOMEM;
     if (x && y) {
-        for (int64_t i = 0; i < n; i++)
-            x[i] = (float)rng(seed) / 4294967296.0f;
-        for (int i = 0; i < batch; i++)
+        for (int64_t i = 0; i < n; i++) {
+            if (M->input_dtype == BFIT_I32)
+                ((int32_t *)x)[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
+            else
+                x[i] = (float)rng(seed) / 4294967296.0f;
+        }
+        for (int64_t i = 0; i < nl; i++)
             y[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
         rc = bfit_model_set_input(M, x, y, batch);
     }
