@@ -287,9 +287,11 @@ typedef struct bfit_data_opts {
     int header;    /* CSV: 1 the first row is a header, 0 it is data, -1 auto: a header when it
                       holds only names, data when only numbers (a mix is an error) */
     char delim;    /* CSV: field separator, 0 means ',' */
+    int seq;       /* token data (a token file, or a .txt file as bytes): tokens per sample, the
+                      model's T; 0 for other data */
 } bfit_data_opts;
 
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ','}
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0}
 
 /* How a run, an evaluation or find takes a CSV file's first row. Auto: a
  * header when it holds only names, data when it holds only numbers, an
@@ -304,6 +306,8 @@ const char *bfit_csv_header_name(bfit_csv_header h);
  *   "fashion-mnist"          the installed set in /usr/share/datasets/fashion-mnist
  *   a directory              MNIST layout: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
  *   "IMAGES,LABELS"          an explicit pair of IDX files
+ *   a token file             ids in llm.c's format (docs/data.md), samples of opts->seq tokens
+ *   a .txt file              its bytes as tokens (256 ids); train: 95% of its lines, else the rest
  *   a file (.csv or other)   CSV, see bfit_dataset_load_csv
  * train picks the train or the t10k files of a named set or directory and is
  * ignored for files. Fails with BFIT_EIO (missing file, saying which paths

@@ -89,6 +89,7 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
     bfit_data_opts o = BFIT_DATA_OPTS_INIT, *op = &o;
 
     o.header = c->csv_header == BFIT_CSV_HEADER_YES ? 1 : c->csv_header == BFIT_CSV_HEADER_NO ? 0 : -1;
+    o.seq = s->M->input_dtype == BFIT_I32 ? s->M->input.d[0] : 0; /* token data: the model's T */
 
     s->train = c->given_train;
     s->test = c->given_test;
@@ -112,7 +113,7 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
         return rc;
     if (s->test && (rc = check_data(s, c, s->test)) != BFIT_OK)
         return rc;
-    if (c->normalize) {
+    if (c->normalize && s->M->input_dtype != BFIT_I32) { /* token ids are not normalised */
         int ch = s->M->input.c;
         s->mean = calloc((size_t)ch, sizeof *s->mean);
         s->std = calloc((size_t)ch, sizeof *s->std);

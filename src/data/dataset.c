@@ -44,6 +44,7 @@ void bfit_dataset_free(bfit_dataset *d)
     free(d->u8);
     free(d->f32);
     free(d->labels);
+    free(d->ids);
     free(d->source);
     free(d);
 }
@@ -67,7 +68,8 @@ const char *bfit_csv_header_name(bfit_csv_header h) { return (unsigned)h < 3 ? h
 bfit_shape bfit_dataset_shape(const bfit_dataset *d) { return d->shape; }
 int bfit_dataset_classes(const bfit_dataset *d) { return d->nclasses; }
 const char *bfit_dataset_source(const bfit_dataset *d) { return d->source; }
-int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i) { return d->labels[i]; }
+int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i) { return d->ids ? d->ids[i * d->seq + 1] : d->labels[i]; }
+int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids ? d->seq : 1; }
 
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
                              const int32_t *y, bfit_dataset **out)
@@ -259,6 +261,10 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
                          "directory, IMAGES,LABELS IDX files, or a CSV file", spec, strerror(errno));
     if (S_ISDIR(st.st_mode))
         return load_dir(spec, train, o->nclasses, out);
+    if (bfit_tokens_is_file(spec))
+        return bfit_dataset_load_tokens(spec, o->seq, out);
+    if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)
+        return bfit_dataset_load_text(spec, train, o->seq, out);
     if (looks_binary(spec))
         return bfit_fail(BFIT_EINVAL, "%s is an IDX or gzip file, not CSV: give its directory, "
                          "or IMAGES,LABELS for a pair of IDX files", spec);

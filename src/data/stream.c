@@ -24,6 +24,7 @@ struct bfit_stream {
     bfit_stream_cfg cfg;
     bfit_sample_fn fn;
     int64_t numel;
+    int nlab;           /* labels per sample */
     float *lut, *mean, *std; /* owned copies behind fn */
     int32_t *perm;           /* order of perm_epoch; NULL when not shuffling */
     int64_t perm_epoch;
@@ -58,7 +59,10 @@ static int produce(const bfit_stream *s, bfit_cursor at, int n, float *x, int32_
         if (cancel && atomic_load_explicit(cancel, memory_order_relaxed))
             return k;
         int64_t idx = s->perm ? s->perm[at.pos + k] : at.pos + k;
-        y[k] = s->d->labels[idx];
+        if (s->d->ids) /* the next seq ids */
+            memcpy(y + (size_t)k * (size_t)s->nlab, s->d->ids + idx * s->d->seq + 1, sizeof *y * (size_t)s->nlab);
+        else
+            y[k] = s->d->labels[idx];
         bfit_data_sample(&s->fn, at.epoch, idx, x + k * s->numel);
     }
     return n;
@@ -129,7 +133,7 @@ static int collect(bfit_stream *s, int m, float *x, int32_t *y)
     s->job = JOB_NONE;
     pthread_mutex_unlock(&s->mu);
     memcpy(x, s->px, (size_t)use * (size_t)s->numel * sizeof *x);
-    memcpy(y, s->py, (size_t)use * sizeof *y);
+    memcpy(y, s->py, (size_t)use * (size_t)s->nlab * sizeof *y);
     return use;
 }
 
@@ -149,6 +153,8 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
     if ((double)cfg->max_take * (double)bfit_shape_numel(sh) > (double)INT32_MAX * 4)
         return bfit_fail(BFIT_EINVAL, "stream: max_take %d samples of %lld values is too large",
                          cfg->max_take, (long long)bfit_shape_numel(sh));
+    if ((cfg->aug_crop_pad || cfg->aug_hflip || cfg->norm_mean) && d->ids)
+        return bfit_fail(BFIT_EINVAL, "%s is token data: no augmentation or normalisation", d->source);
     if ((cfg->aug_crop_pad || cfg->aug_hflip) && sh.h == 1 && sh.w == 1)
         return bfit_fail(BFIT_EINVAL, "augmentation (crop, flip) needs images; %s has vectors of %d features",
                          d->source, sh.c);
@@ -200,7 +206,7 @@ static int make_tables(bfit_stream *s)
 static int start_prefetch(bfit_stream *s)
 {
     s->px = malloc((size_t)s->cfg.max_take * (size_t)s->numel * sizeof *s->px);
-    s->py = malloc((size_t)s->cfg.max_take * sizeof *s->py);
+    s->py = malloc((size_t)s->cfg.max_take * (size_t)s->nlab * sizeof *s->py);
     if (!s->px || !s->py)
         return BFIT_ENOMEM;
     if (pthread_mutex_init(&s->mu, NULL))
@@ -235,6 +241,7 @@ int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stre
     s->d = d;
     s->cfg = *cfg;
     s->numel = bfit_shape_numel(d->shape);
+    s->nlab = bfit_dataset_label_len(d);
     s->perm_epoch = -1;
     atomic_init(&s->cancel, 0);
     rc = make_tables(s);
@@ -278,7 +285,7 @@ int bfit_stream_take(bfit_stream *s, int n, float *x, int32_t *y, int *got)
         done = collect(s, m, x, y);
     if (done < m) {
         bfit_cursor at = {s->cur.epoch, s->cur.pos + done};
-        produce(s, at, m - done, x + done * s->numel, y + done, NULL);
+        produce(s, at, m - done, x + done * s->numel, y + (size_t)done * (size_t)s->nlab, NULL);
     }
     s->cur.pos += m;
     s->last_n = n;

@@ -55,7 +55,7 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
 static int evaluate(bfit_model *M, bfit_feed *s, int64_t count, int m, int64_t n, float *sx, int32_t *sy,
                     bfit_eval_info *ev)
 {
-    int64_t seen = 0;
+    int64_t seen = 0, counted = 0;
     double loss, right;
     int rc;
 
@@ -85,11 +85,13 @@ static int evaluate(bfit_model *M, bfit_feed *s, int64_t count, int m, int64_t n
         if ((rc = bfit_model_set_input(M, sx, sy, got)) != BFIT_OK || (rc = bfit_model_forward(M, 0)) != BFIT_OK)
             return rc;
         seen += got;
+        counted += run_counted(M, sy, got);
     }
     if ((rc = bfit_model_stats_read(M, &loss, &right)) != BFIT_OK)
         return rc;
-    ev->test_loss = loss / (double)seen;
-    ev->test_acc = right / (double)seen;
+    /* per sample, or per token of a token model */
+    ev->test_loss = counted ? loss / (double)counted : 0;
+    ev->test_acc = counted ? right / (double)counted : 0;
     ev->samples = seen;
     ev->m = m;
     return BFIT_OK;

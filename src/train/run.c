@@ -297,7 +297,7 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     {
         int most = r->max_take > r->eval_m ? r->max_take : r->eval_m;
         r->stage_x = malloc(sizeof(float) * (size_t)most * (size_t)numel);
-        r->stage_y = malloc(sizeof(int32_t) * (size_t)most);
+        r->stage_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)r->s.M->labels_per_sample);
     }
     r->micro_sq = calloc(MAX_MICRO, sizeof *r->micro_sq);
     r->micro_n = calloc(MAX_MICRO, sizeof *r->micro_n);

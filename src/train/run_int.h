@@ -68,6 +68,8 @@ struct bfit_run {
     double diff_sq;            /*   |G_t - G_{t-1}|^2 of a one-micro-batch step (-1: none) */
     int track_stale;           /*   the tracked copy is not the last step's gradient (start, rollback) */
     double micro_secs;         /* the step's seconds in micro-steps */
+    int64_t step_count;        /* what the step's loss is normalised by: its samples, or for a token
+                                  model its tokens that count (labels >= 0) */
     int E0;                    /* auto: the lr schedule counts steps of E0 samples */
     /* where the run is */
     int64_t per_epoch;         /* samples per epoch */
@@ -140,5 +142,9 @@ int run_has_batchnorm(const bfit_model *M);
 /* eval.c */
 int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);
+
+/* What a loss over n staged samples is a sum of: n, or for a token model the
+ * labels that count (padding, -1, does not). */
+int64_t run_counted(const bfit_model *M, const int32_t *y, int n);
 
 #endif

@@ -331,12 +331,22 @@ static int reserve(bfit_run *r, int want, int *retry)
     return BFIT_OK;
 }
 
+int64_t run_counted(const bfit_model *M, const int32_t *y, int n)
+{
+    int64_t c = 0;
+    if (M->labels_per_sample == 1)
+        return n;
+    for (int64_t i = 0; i < (int64_t)n * M->labels_per_sample; i++)
+        c += y[i] >= 0;
+    return c;
+}
+
 /* Samples [done, done + want) of the step, already staged at done. */
 static int micro_step(bfit_run *r, int E, int done, int want, int k)
 {
     int64_t numel = bfit_shape_numel(r->s.M->input);
     const float *x = r->stage_x + (size_t)done * (size_t)numel;
-    const int32_t *y = r->stage_y + done;
+    const int32_t *y = r->stage_y + (size_t)done * (size_t)r->s.M->labels_per_sample;
     int rc;
 
     if (r->cfg.on_samples)
@@ -345,7 +355,7 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
     if (rc == BFIT_OK)
         rc = bfit_model_forward(r->s.M, r->cfg.seed * 1000003ull + r->micro++);
     if (rc == BFIT_OK)
-        rc = bfit_model_backward(r->s.M, 1.0f / (float)E);
+        rc = bfit_model_backward(r->s.M, 1.0f / (float)r->step_count); /* E, or the step's tokens */
     if (rc == BFIT_OK && r->track && k < MAX_MICRO) {
         /* this micro-batch's mean gradient is its increment times E/want.
          * The copy still holds the previous step's gradient, so the first
@@ -373,6 +383,10 @@ static int micro_steps(bfit_run *r, int E, int *k)
         return rc;
     if (got != E)
         return bfit_fail(BFIT_ESTATE, "the training stream gave %d samples, expected %d", got, E);
+    r->step_count = run_counted(r->s.M, r->stage_y, E);
+    if (r->step_count < 1)
+        return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
+                         (long long)r->step + 1, E);
     if (r->cfg.auto_batch && (rc = run_ladder(r, E)) != BFIT_OK)
         return rc;
     *k = 0;
@@ -542,11 +556,11 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     in.batch = E;
     in.m = r->m;
     in.k = k;
-    in.loss = loss / E;
+    in.loss = loss / (double)r->step_count; /* per sample, or per token */
     r->taken += E;
     r->samples += E;
     r->ep_loss += loss;
-    r->ep_count += E;
+    r->ep_count += r->step_count;
     r->res.last_batch = r->d.batch;
     in.epoch_end = r->taken >= r->per_epoch;
     report_step(r, &in);
