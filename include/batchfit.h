@@ -325,7 +325,9 @@ const char *bfit_dataset_note(const bfit_dataset *d);
 void bfit_dataset_free(bfit_dataset *d);
 
 /* Samples from the caller: a program feeds its own data to a run. Samples
- * are the model's input shape of floats (NCHW), labels class indices. */
+ * are the model's input shape of floats (NCHW), labels class indices. For a
+ * token model (`input tokens=T`) a sample is T int32 token ids (in the x
+ * buffer, 4 bytes each) and has T labels, -1 for a padding token. */
 typedef struct bfit_source {
     /* The next n samples of the epoch into x and labels; *got may be less
      * than n only at the epoch's end (0 when it has ended). */

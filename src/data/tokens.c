@@ -199,7 +199,7 @@ int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids,
         return bfit_fail(BFIT_ENOMEM, "out of host memory for %zu tokens", n);
     for (size_t i = 0; i < n; i++) {
         int test = (line / TEXT_BLOCK) % TEXT_EVERY == TEXT_EVERY - 1;
-        if (test != !train)
+        if (test == !train)
             (*ids)[k++] = b[i];
         line += b[i] == '\n';
     }

@@ -1,0 +1,366 @@
+/* test_tokens.c - token data and training a token model: token files
+ * written and read back (uint16 and uint32 ids, the header byte for byte,
+ * llm.c's files without a vocabulary), refused when broken (magic, version,
+ * size, an id outside the vocabulary), text as bytes split into train and
+ * test by blocks of lines, samples labelled with the next tokens through the
+ * shuffling stream, and runs of a small GPT: the loss is normalised by the
+ * tokens of the optimizer step, so how the step is split into micro-batches
+ * does not change the training, padding included; the loss falls on
+ * repetitive text; evaluation reports a per-token loss. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "batchfit.h"
+#include "data/data.h"
+
+static char tmpdir[256];
+
+static int setup(void **st)
+{
+    (void)st;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_tokens_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **st)
+{
+    char cmd[300];
+    (void)st;
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd);
+}
+
+static void path_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tmpdir, name); }
+
+static void write_bytes(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+static unsigned char *read_all(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long len;
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b = malloc((size_t)len);
+    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+static uint32_t le32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void roundtrip(int vocab, int width)
+{
+    char p[300];
+    int32_t ids[1000], *back;
+    int64_t n;
+    int v;
+    size_t len;
+    unsigned char *raw;
+    path_of(p, sizeof p, "rt.bin");
+    for (int i = 0; i < 1000; i++)
+        ids[i] = (int32_t)(((uint64_t)i * 2654435761u) % (uint64_t)vocab);
+    ids[7] = vocab - 1;
+    assert_int_equal(bfit_tokens_write(p, ids, 1000, vocab), BFIT_OK);
+    raw = read_all(p, &len);
+    /* the header: magic, version (1: uint16, 2: uint32), count, vocab, zeros */
+    assert_int_equal(len, 1024 + 1000 * (size_t)width);
+    assert_int_equal(le32(raw), 20240520);
+    assert_int_equal(le32(raw + 4), width == 2 ? 1 : 2);
+    assert_int_equal(le32(raw + 8), 1000);
+    assert_int_equal(le32(raw + 12), (uint32_t)vocab);
+    for (int i = 16; i < 1024; i++)
+        assert_int_equal(raw[i], 0);
+    /* little-endian ids */
+    assert_int_equal(raw[1024 + 7 * width], (vocab - 1) & 0xff);
+    free(raw);
+    assert_true(bfit_tokens_is_file(p));
+    assert_int_equal(bfit_tokens_read(p, &back, &n, &v), BFIT_OK);
+    assert_int_equal(n, 1000);
+    assert_int_equal(v, vocab);
+    assert_memory_equal(back, ids, sizeof ids);
+    free(back);
+}
+
+static void test_roundtrip(void **st)
+{
+    (void)st;
+    roundtrip(300, 2);
+    roundtrip(65536, 2);
+    roundtrip(70000, 4);
+}
+
+/* llm.c writes vocabulary 0 (its header has no such field): the ids say it. */
+static void test_llmc_file(void **st)
+{
+    unsigned char b[1024 + 6] = {0};
+    char p[300];
+    int32_t *ids;
+    int64_t n;
+    int v;
+    (void)st;
+    b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
+    b[4] = 1;
+    b[8] = 3;
+    b[1024] = 0x50, b[1025] = 0xc4; /* 50256 = 0xc450, GPT-2's <|endoftext|> */
+    b[1026] = 7;
+    b[1028] = 0x10, b[1029] = 0x27; /* 10000 */
+    path_of(p, sizeof p, "llmc.bin");
+    write_bytes(p, b, sizeof b);
+    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 50256);
+    assert_int_equal(ids[1], 7);
+    assert_int_equal(ids[2], 10000);
+    assert_int_equal(v, 50257);
+    free(ids);
+}
+
+static void expect_bad(const unsigned char *b, size_t n, int code, const char *needle)
+{
+    char p[300];
+    int32_t *ids = (int32_t *)1;
+    int64_t cnt;
+    int v;
+    path_of(p, sizeof p, "bad.bin");
+    write_bytes(p, b, n);
+    assert_int_equal(bfit_tokens_read(p, &ids, &cnt, &v), code);
+    assert_null(ids);
+    print_message("  %s\n", bfit_errmsg());
+    if (!strstr(bfit_errmsg(), needle))
+        fail_msg("expected \"%s\" in %s", needle, bfit_errmsg());
+}
+
+static void test_refusals(void **st)
+{
+    unsigned char b[1024 + 8] = {0};
+    char p[300];
+    int32_t *ids;
+    int64_t n;
+    int v;
+    (void)st;
+    b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
+    b[4] = 1, b[8] = 4, b[12] = 5; /* 4 uint16 ids of a vocabulary of 5 */
+    b[1024] = 1, b[1026] = 4, b[1028] = 2, b[1030] = 3;
+    path_of(p, sizeof p, "good.bin");
+    write_bytes(p, b, sizeof b);
+    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
+    free(ids);
+    expect_bad(b, sizeof b - 2, BFIT_EFORMAT, "the header says 4 ids of 2 bytes, the file holds 6 bytes");
+    expect_bad(b, 100, BFIT_EFORMAT, "not a token file");
+    b[1026] = 5;
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "id 5 at position 1 is outside the vocabulary of 5");
+    b[1026] = 4;
+    b[4] = 3;
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "version 3");
+    b[4] = 1;
+    b[0] ^= 1;
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "not a token file");
+    path_of(p, sizeof p, "missing.bin");
+    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_EIO);
+}
+
+/* Lines go to test in blocks of 100, every 20th block: 5% of the lines,
+ * and train and test together are the whole text, each byte once. */
+static void test_text_split(void **st)
+{
+    size_t cap = 4000 * 16, n = 0;
+    char *text = malloc(cap);
+    int32_t *tr, *te;
+    int64_t ntr, nte;
+    (void)st;
+    for (int i = 0; i < 4000; i++)
+        n += (size_t)snprintf(text + n, cap - n, "line %d\n", i);
+    assert_int_equal(bfit_text_tokens((unsigned char *)text, n, 1, &tr, &ntr), BFIT_OK);
+    assert_int_equal(bfit_text_tokens((unsigned char *)text, n, 0, &te, &nte), BFIT_OK);
+    assert_int_equal(ntr + nte, (int64_t)n);
+    {
+        /* the test part is lines 1900-1999 and 3900-3999 */
+        char want[64];
+        int len = snprintf(want, sizeof want, "line 1900\n");
+        for (int i = 0; i < len; i++)
+            assert_int_equal(te[i], (unsigned char)want[i]);
+        int lines = 0;
+        for (int64_t i = 0; i < nte; i++)
+            lines += te[i] == '\n';
+        assert_int_equal(lines, 200);
+        for (int i = 0; i < 7; i++)
+            assert_int_equal(tr[i], (unsigned char)"line 0\n"[i]);
+    }
+    free(tr);
+    free(te);
+    free(text);
+}
+
+/* Samples of T ids, labelled with the next T, through a shuffling stream. */
+static void test_stream_labels(void **st)
+{
+    int32_t ids[1001];
+    bfit_dataset *d;
+    bfit_stream *s;
+    bfit_stream_cfg sc = {0};
+    float x[6 * 10];
+    int32_t y[6 * 10];
+    int got, seen[100] = {0};
+    (void)st;
+    for (int i = 0; i < 1001; i++)
+        ids[i] = i % 97;
+    assert_int_equal(bfit_dataset_from_tokens("mem", ids, 1001, 97, 10, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 100);
+    assert_int_equal(bfit_dataset_label_len(d), 10);
+    assert_true(bfit_shape_eq(bfit_dataset_shape(d), bfit_shape_seq(10, 1)));
+    sc.seed = 3;
+    sc.shuffle = 1;
+    sc.max_take = 6;
+    sc.prefetch = 1;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    for (int t = 0; t < 17; t++) {
+        assert_int_equal(bfit_stream_take(s, 6, x, y, &got), BFIT_OK);
+        for (int k = 0; k < got; k++) {
+            const int32_t *xi = (const int32_t *)x + k * 10;
+            int start = -1;
+            for (int i = 0; i < 100 && start < 0; i++) /* which window: ids are i % 97 from i*10 */
+                if (xi[0] == (i * 10) % 97 && xi[1] == (i * 10 + 1) % 97 && xi[9] == (i * 10 + 9) % 97 &&
+                    !seen[i] && y[k * 10 + 9] == (i * 10 + 10) % 97)
+                    start = i;
+            assert_true(start >= 0);
+            seen[start] = 1;
+            for (int j = 0; j < 9; j++)
+                assert_int_equal(y[k * 10 + j], xi[j + 1]);
+        }
+    }
+    for (int i = 0; i < 100; i++)
+        assert_true(seen[i]); /* one epoch: every window once */
+    bfit_stream_free(s);
+    bfit_dataset_free(d);
+}
+
+/* ---- training ---- */
+
+static const char *spec =
+    "input tokens=12\n"
+    "embed 16 vocab=13 positions=12\n"
+    "residual {\n layernorm\n linear 48\n attention 2\n linear 16\n}\n"
+    "residual {\n layernorm\n linear 32\n gelu\n linear 16\n}\n"
+    "layernorm\n"
+    "linear 13 tie=1 bias=0\n";
+
+/* Sequences of the pattern "0 1 2 ... 11 12 0 1 ...", each padded after a
+ * length that varies with the sample: the padding's labels are -1. */
+typedef struct src {
+    int64_t next, n;
+} src;
+
+static int take(void *ud, int n, float *x, int32_t *labels, int *got)
+{
+    src *s = ud;
+    int k = 0;
+    for (; k < n && s->next < s->n; k++, s->next++) {
+        int len = 4 + (int)(s->next * 5 % 9); /* 4..12 real tokens */
+        int32_t *xi = (int32_t *)x + k * 12, *yi = labels + k * 12;
+        for (int j = 0; j < 12; j++) {
+            xi[j] = j < len ? (int32_t)((s->next + j) % 13) : 0;
+            yi[j] = j < len ? (int32_t)((s->next + j + 1) % 13) : -1;
+        }
+    }
+    *got = k;
+    return BFIT_OK;
+}
+static int next_epoch(void *ud) { ((src *)ud)->next = 0; return BFIT_OK; }
+
+typedef struct losses {
+    int n;
+    double loss[64];
+} losses;
+
+static void on_step(void *ud, const struct bfit_step_info *s)
+{
+    losses *l = ud;
+    assert_true(l->n < 64);
+    l->loss[l->n++] = s->loss;
+}
+
+static void run(int micro, losses *out, double *test_loss)
+{
+    char p[300];
+    src train = {0, 96}, test = {0, 32};
+    bfit_source ts = {take, next_epoch, next_epoch, 96, &train}, vs = {take, next_epoch, next_epoch, 32, &test};
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_train_result res;
+    path_of(p, sizeof p, "tiny.cfg");
+    write_bytes(p, spec, strlen(spec));
+    c.model = p;
+    c.train_source = &ts;
+    c.test_source = &vs;
+    c.batch = 8;
+    c.micro_batch = micro;
+    c.epochs = 2;
+    c.threads = 2;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    c.lr = 1e-2;
+    c.prefetch = 0;
+    c.on_step = on_step;
+    c.cb_ud = out;
+    memset(out, 0, sizeof *out);
+    if (bfit_train(&c, &res) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    *test_loss = res.test_loss;
+}
+
+/* A step's loss is the mean over its tokens that count, whatever its split:
+ * micro-batches of 8, 2 and 1 give the same training to float rounding
+ * (each sequence has a different count of real tokens, so normalising each
+ * micro-batch by its own tokens, or by samples, would not). The loss falls
+ * on the pattern, and the test loss is per token. */
+static void test_training_split_invariant(void **st)
+{
+    losses a, b, c;
+    double ta, tb, tc;
+    (void)st;
+    run(8, &a, &ta);
+    run(2, &b, &tb);
+    run(1, &c, &tc);
+    assert_int_equal(a.n, 24);
+    assert_int_equal(b.n, 24);
+    assert_int_equal(c.n, 24);
+    for (int i = 0; i < a.n; i++) {
+        assert_true(fabs(a.loss[i] - b.loss[i]) < 1e-4 * a.loss[i]);
+        assert_true(fabs(a.loss[i] - c.loss[i]) < 1e-4 * a.loss[i]);
+    }
+    print_message("  per-token loss: step 1 %.4f, step 24 %.4f; test %.4f (ln 13 = %.4f)\n", a.loss[0],
+                  a.loss[a.n - 1], ta, log(13.0));
+    assert_true(a.loss[0] > 2.0 && a.loss[0] < 3.5); /* a fresh model: about ln 13 per token */
+    assert_true(a.loss[a.n - 1] < 0.7 * a.loss[0]);
+    assert_true(ta > 0 && ta < a.loss[0]);
+    assert_true(fabs(ta - tb) < 1e-4 * ta && fabs(ta - tc) < 1e-4 * ta);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_llmc_file),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_text_split),
+        cmocka_unit_test(test_stream_labels),
+        cmocka_unit_test(test_training_split_invariant),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
