@@ -77,6 +77,14 @@ static double step_flops_per_sample(const bfit_model *M)
 {
     double f = 0;
     int first = 1;
+    if (M->input_dtype == BFIT_I32) { /* a token model: every layer's count, attention included */
+        for (int i = 0; i < M->n; i++) {
+            double fw, bw;
+            bfit_layer_flops(M->nodes[i].l, 1, &fw, &bw);
+            f += fw + bw;
+        }
+        return f;
+    }
     for (int i = 0; i < M->n; i++) {
         const bfit_layer *l = M->nodes[i].l;
         double macs;
@@ -183,10 +191,16 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
         } else if (t_step > 0 && rep_s / t_step > steps)
             steps = (int)(rep_s / t_step + 0.5);
     }
-    printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
-           "warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f\n",
-           batch, median(rate, reps), step_flops_per_sample(M), maxrss_kib(), reps, steps, warmup,
-           threads_of(dev), loss / batch, median(cpu_rate, reps));
+    if (M->input_dtype == BFIT_I32)
+        printf("side=batchfit batch=%d samples_per_s=%.1f tokens_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld "
+               "reps=%d steps=%d warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f\n",
+               batch, median(rate, reps), median(rate, reps) * M->input.d[0], step_flops_per_sample(M), maxrss_kib(),
+               reps, steps, warmup, threads_of(dev), loss / ((double)batch * M->input.d[0]), median(cpu_rate, reps));
+    else
+        printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
+               "warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f\n",
+               batch, median(rate, reps), step_flops_per_sample(M), maxrss_kib(), reps, steps, warmup,
+               threads_of(dev), loss / batch, median(cpu_rate, reps));
 out:
     if (rc != BFIT_OK)
         fprintf(stderr, "bfit_bench: %s\n", bfit_errmsg());

@@ -41,6 +41,9 @@ int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, cons
 
 /* ---- token data (src/data/tokens.c; docs/data.md) ------------------------- */
 #define BFIT_TOKENS_MAGIC 20240520 /* llm.c's: header[0] of a token file */
+/* The `kjv` data set's text (scripts/kjv.sh); the environment's BFIT_KJV
+ * overrides it. */
+#define BFIT_KJV_TEXT "/usr/local/share/batchfit/kjv.txt"
 /* 1 if path is a token file (its first 8 bytes say so). */
 int bfit_tokens_is_file(const char *path);
 /* Read a token file: *ids (malloc'd, *count of them), *vocab (the header's,

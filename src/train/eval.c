@@ -131,9 +131,15 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
                    "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d",
                    ev->epoch, (long long)ev->step, ev->train_loss, ev->test_loss, ev->test_acc, (long long)ev->samples,
                    ev->epoch_seconds, m);
-    bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples), %.1f s",
-                 ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, 100 * ev->test_acc, (long long)ev->samples,
-                 ev->epoch_seconds);
+    if (r->s.M->labels_per_sample > 1) /* a token model: per token, and in bits (per byte for byte tokens) */
+        bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), next-token accuracy "
+                             "%.2f%% (%lld sequences), %.1f s",
+                     ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, ev->test_loss / 0.69314718055994531,
+                     100 * ev->test_acc, (long long)ev->samples, ev->epoch_seconds);
+    else
+        bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples), %.1f s",
+                     ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, 100 * ev->test_acc,
+                     (long long)ev->samples, ev->epoch_seconds);
     if (r->cfg.on_eval)
         r->cfg.on_eval(r->cfg.cb_ud, ev);
     return BFIT_OK;
