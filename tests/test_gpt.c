@@ -329,6 +329,54 @@ static void test_plan_grows_with_seq(void **st)
     assert_true(fabs((s1 - l1) - 12.0 * 12.0 * 4.0 * T * (T - 1)) < 64.0 * 200);
 }
 
+/* ---- the sequence length at run time ---- */
+
+/* A model set to T plans, and computes, as one built at T: the same plan to
+ * the byte, the same loss on the same tokens (the parameters do not depend
+ * on T); going back to a longer T reuses the blocks held; a length past the
+ * positions is refused and leaves the model working at its length. */
+static void test_set_seq(void **st)
+{
+    rig a, b;
+    bfit_plan pa, pb;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    bfit_arena_stats s0, s1;
+    double la, lb;
+    (void)st;
+    rig_new(&a, "gpt-nano", 0, 0);
+    rig_new(&b, "gpt-nano", 77, 0);
+    assert_int_equal(bfit_model_alloc_params(a.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(b.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(a.M, 9), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(b.M, 9), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(a.M, 3, 1), BFIT_OK); /* at 128 */
+    bfit_arena_stats_get(a.arena, &s0);
+    assert_int_equal(bfit_model_set_seq(a.M, 77), BFIT_OK);
+    assert_int_equal(a.M->labels_per_sample, 77);
+    assert_int_equal(bfit_plan_compute(a.M, &oc, 3, 1, &pa), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(b.M, &oc, 3, 1, &pb), BFIT_OK);
+    assert_memory_equal(pa.bytes, pb.bytes, sizeof pa.bytes);
+    assert_int_equal(bfit_model_reserve(a.M, 3, 1), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(b.M, 3, 1), BFIT_OK);
+    bfit_arena_stats_get(a.arena, &s1);
+    assert_int_equal(s1.nalloc, s0.nalloc); /* 128's blocks hold 77's step */
+    fill_tokens(a.M, 3, 21);
+    fill_tokens(b.M, 3, 21);
+    la = model_loss(&a);
+    lb = model_loss(&b);
+    print_message("  gpt-nano set to 77 tokens: loss %.6f, built at 77: %.6f\n", la, lb);
+    assert_true(la == lb);
+    assert_int_equal(bfit_model_set_seq(a.M, 129), BFIT_EINVAL);
+    assert_string_equal(bfit_errfield(), "seq");
+    print_message("  %s\n", bfit_errmsg());
+    assert_int_equal(a.M->input.d[0], 77);
+    assert_int_equal(bfit_model_reserve(a.M, 3, 1), BFIT_OK);
+    fill_tokens(a.M, 3, 21);
+    assert_true(model_loss(&a) == lb);
+    rig_free(&a);
+    rig_free(&b);
+}
+
 /* ---- spec errors of token models ---- */
 
 static void expect_error(const char *spec, const char *needle)
@@ -369,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_model_gradient),
         cmocka_unit_test(test_measured_equals_planned),
         cmocka_unit_test(test_plan_grows_with_seq),
+        cmocka_unit_test(test_set_seq),
         cmocka_unit_test(test_spec_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -163,6 +163,37 @@ static void unprepare(bfit_layer *l)
     memset(&l->need, 0, sizeof l->need);
 }
 
+int bfit_layer_reshape(bfit_layer *l, const bfit_shape *in, char *err, size_t errlen)
+{
+    bfit_param keep[BFIT_LAYER_MAXP];
+    bfit_shape old[BFIT_LAYER_MAXIN];
+    int n = l->nparams, rc;
+
+    memcpy(keep, l->params, sizeof keep);
+    memcpy(old, l->in, sizeof old);
+    unprepare(l);
+    for (int k = 0; k < l->nin; k++)
+        l->in[k] = in[k];
+    err[0] = '\0';
+    rc = l->vt->init(l, err, errlen);
+    for (int i = 0; rc == BFIT_OK && i < n; i++)
+        if (l->nparams != n || memcmp(l->params[i].dim, keep[i].dim, sizeof keep[i].dim) != 0) {
+            snprintf(err, errlen, "%s: its parameters would change shape", kind_names[l->cfg.kind]);
+            rc = BFIT_EINVAL;
+        }
+    /* the parameters are the same tensors (their memory, flags, sharing) */
+    memcpy(l->params, keep, sizeof keep);
+    l->nparams = n;
+    if (rc != BFIT_OK) {
+        char ignore[8];
+        memcpy(l->in, old, sizeof old);
+        l->vt->init(l, ignore, sizeof ignore);
+        memcpy(l->params, keep, sizeof keep);
+        return bfit_fail(rc, "%s", err);
+    }
+    return BFIT_OK;
+}
+
 void bfit_layer_free(bfit_layer *l)
 {
     if (!l)

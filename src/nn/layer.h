@@ -168,6 +168,10 @@ static inline int bfit_bwd_reads_output(const bfit_layer *l) { return l->mode ==
 int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape *in, int nin,
                    bfit_layer **out, char *err, size_t errlen);
 void bfit_layer_free(bfit_layer *l);
+/* New input shapes for a built layer (a token model's sequence length):
+ * shape inference again, the parameters (same shapes) kept, ops dropped.
+ * On a refusal the layer is as it was. */
+int bfit_layer_reshape(bfit_layer *l, const bfit_shape *in, char *err, size_t errlen);
 /* Prepare for (m, training) unless already prepared so; need is filled. */
 int bfit_layer_prepare(bfit_layer *l, int m, int training);
 /* Forward / backward of the prepared micro-batch. BFIT_ESTATE if a->m (or,

@@ -240,6 +240,54 @@ void bfit_model_free(bfit_model *M)
     free(M);
 }
 
+/* Every layer's input shapes again from a token input of T. */
+static int reshape_all(bfit_model *M, int T, bfit_shape *val)
+{
+    char err[512];
+    val[0] = bfit_shape_seq(T, 1);
+    for (int i = 0; i < M->n; i++) {
+        bfit_layer *L = M->nodes[i].l;
+        bfit_shape in[BFIT_LAYER_MAXIN];
+        int rc;
+        for (int k = 0; k < L->nin; k++)
+            in[k] = val[M->nodes[i].in[k]];
+        if ((rc = bfit_layer_reshape(L, in, err, sizeof err)) != BFIT_OK)
+            return bfit_fail(rc, "%d tokens: layer %d (%s): %s", T, i + 1, bfit_layer_kind_name(L->cfg.kind), err);
+        val[i + 1] = L->out;
+    }
+    return BFIT_OK;
+}
+
+int bfit_model_set_seq(bfit_model *M, int T)
+{
+    int old, rc;
+    bfit_shape *val;
+
+    if (M->input_dtype != BFIT_I32)
+        return bfit_fail_field(BFIT_EINVAL, "seq", "applies to token models; this model's input is not token ids");
+    old = M->input.d[0];
+    if (T == old)
+        return BFIT_OK;
+    if (T < 1)
+        return bfit_fail_field(BFIT_EINVAL, "seq", "must be at least 1, got %d", T);
+    if (!(val = malloc(sizeof *val * ((size_t)M->n + 1))))
+        return bfit_fail(BFIT_ENOMEM, "model: out of host memory");
+    rc = reshape_all(M, T, val);
+    if (rc != BFIT_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", bfit_errmsg());
+        reshape_all(M, old, val); /* as it was: every layer accepted old before */
+        rc = bfit_fail_field(rc, "seq", "%s", msg);
+    } else {
+        M->input = val[0];
+        M->labels_per_sample = T;
+    }
+    free(val);
+    /* the step's layout is for the old length; its blocks stay for reuse */
+    M->m = 0;
+    return rc;
+}
+
 uint64_t bfit_model_param_bytes(const bfit_model *M) { return M->param_bytes; }
 uint64_t bfit_model_grad_bytes(const bfit_model *M) { return M->grad_bytes; }
 

@@ -129,6 +129,13 @@ int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c);
 int bfit_model_refresh_copies(bfit_model *M);
 uint64_t bfit_model_copy_bytes(const bfit_model *M);
 
+/* A token model's sequence length T (at most its positions): every layer
+ * reshaped, the parameters unchanged; the plan (bfit_model_layout) is then
+ * at T, and the next reserve lays the step out again, reusing the blocks
+ * held when they are large enough. BFIT_EINVAL (field "seq") leaves the
+ * model at its length. */
+int bfit_model_set_seq(bfit_model *M, int T);
+
 /* Bytes of params (and grads if training) the model allocates, and of its
  * fixed statistics block. */
 uint64_t bfit_model_param_bytes(const bfit_model *M);
