@@ -289,9 +289,10 @@ typedef struct bfit_data_opts {
     char delim;    /* CSV: field separator, 0 means ',' */
     int seq;       /* token data (a token file, or a .txt file as bytes): tokens per sample, the
                       model's T; 0 for other data */
+    int lines;     /* text: samples are its lines, of at most seq tokens, padded (variable length) */
 } bfit_data_opts;
 
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0}
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0}
 
 /* How a run, an evaluation or find takes a CSV file's first row. Auto: a
  * header when it holds only names, data when it holds only numbers, an
@@ -663,6 +664,11 @@ typedef struct bfit_train_cfg {
     double margin;             /* fraction of memory kept free when choosing m (default 0.1) */
     int augment;               /* images: random crop (pad 2) and horizontal flip */
     int prefetch;              /* background loading */
+    int seq_max;               /* token models: samples are the data's lines (documents), cut into pieces of at
+                                  most seq_max tokens (the model's length becomes seq_max), of varying length;
+                                  each micro-batch runs at the length of its longest sequence (the step's
+                                  sequences sorted by length, so padding stays small); 0: windows of the
+                                  model's length */
     int normalize;             /* per-channel mean/std from the training set */
     const char *save;          /* weights file (safetensors) or NULL */
     const char *log;           /* JSON-lines log or NULL */
@@ -710,6 +716,8 @@ typedef struct bfit_train_result {
     int stopped;                /* the run stopped early: BFIT_ESTOPPED (a request) or BFIT_ENOMEM (memory
                                    did not come back in time); 0 otherwise */
     uint64_t missing;           /* BFIT_ENOMEM stop: bytes micro-batch 1 lacked */
+    int64_t tokens, tokens_computed; /* token models: label tokens trained on, and token positions the
+                                  micro-batches computed (the rest, padding) */
     char checkpoint[4200];      /* the last checkpoint written ("" if none) */
     char resumed_from[4200];    /* the checkpoint the run resumed from ("" if none) */
 } bfit_train_result;

@@ -252,18 +252,51 @@ static void test_stream_labels(void **st)
     bfit_dataset_free(d);
 }
 
+/* Lines as variable-length samples: each document (ending in its
+ * separator) cut into pieces of at most seq, labels the next ids, padding
+ * id 0 and label -1; a one-token document has nothing to predict. */
+static void test_lines(void **st)
+{
+    /* documents: "1 2 3 4 5 6 7 /", "9 /", "/", "4 4 /" with / = 10, seq 3 */
+    int32_t ids[] = {1, 2, 3, 4, 5, 6, 7, 10, 9, 10, 10, 4, 4, 10};
+    static const int want_len[] = {3, 3, 1, 1, 2};
+    static const int32_t want_x0[] = {1, 2, 3}, want_y2[] = {10, -1, -1}, want_x4[] = {4, 4, 0}, want_y4[] = {4, 10, -1};
+    bfit_dataset *d;
+    bfit_stream *s;
+    bfit_stream_cfg sc = {0};
+    int32_t x[5 * 3], y[5 * 3];
+    int got;
+    (void)st;
+    assert_int_equal(bfit_dataset_token_lines("mem", ids, 14, 11, 3, 10, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(bfit_dataset_sample_len(d, i), want_len[i]);
+    sc.max_take = 5;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    assert_int_equal(bfit_stream_take(s, 5, (float *)x, y, &got), BFIT_OK);
+    assert_int_equal(got, 5);
+    assert_memory_equal(x, want_x0, sizeof want_x0);
+    assert_memory_equal(y + 6, want_y2, sizeof want_y2); /* "7 /": 7 predicts the separator */
+    assert_memory_equal(x + 12, want_x4, sizeof want_x4);
+    assert_memory_equal(y + 12, want_y4, sizeof want_y4);
+    bfit_stream_free(s);
+    bfit_dataset_free(d);
+}
+
 /* ---- training ---- */
 
+#define T 40
 static const char *spec =
-    "input tokens=12\n"
-    "embed 16 vocab=13 positions=12\n"
+    "input tokens=40\n"
+    "embed 16 vocab=13 positions=40\n"
     "residual {\n layernorm\n linear 48\n attention 2\n linear 16\n}\n"
     "residual {\n layernorm\n linear 32\n gelu\n linear 16\n}\n"
     "layernorm\n"
     "linear 13 tie=1 bias=0\n";
 
 /* Sequences of the pattern "0 1 2 ... 11 12 0 1 ...", each padded after a
- * length that varies with the sample: the padding's labels are -1. */
+ * length that varies with the sample (4 to 40 tokens): the padding's ids
+ * are 0 and its labels -1. */
 typedef struct src {
     int64_t next, n;
 } src;
@@ -273,9 +306,9 @@ static int take(void *ud, int n, float *x, int32_t *labels, int *got)
     src *s = ud;
     int k = 0;
     for (; k < n && s->next < s->n; k++, s->next++) {
-        int len = 4 + (int)(s->next * 5 % 9); /* 4..12 real tokens */
-        int32_t *xi = (int32_t *)x + k * 12, *yi = labels + k * 12;
-        for (int j = 0; j < 12; j++) {
+        int len = 4 + (int)(s->next * 7 % 37);
+        int32_t *xi = (int32_t *)x + k * T, *yi = labels + k * T;
+        for (int j = 0; j < T; j++) {
             xi[j] = j < len ? (int32_t)((s->next + j) % 13) : 0;
             yi[j] = j < len ? (int32_t)((s->next + j + 1) % 13) : -1;
         }
@@ -297,7 +330,7 @@ static void on_step(void *ud, const struct bfit_step_info *s)
     l->loss[l->n++] = s->loss;
 }
 
-static void run(int micro, losses *out, double *test_loss)
+static void run(int micro, int seq_max, losses *out, double *test_loss, bfit_train_result *rr)
 {
     char p[300];
     src train = {0, 96}, test = {0, 32};
@@ -318,10 +351,13 @@ static void run(int micro, losses *out, double *test_loss)
     c.prefetch = 0;
     c.on_step = on_step;
     c.cb_ud = out;
+    c.seq_max = seq_max;
     memset(out, 0, sizeof *out);
     if (bfit_train(&c, &res) != BFIT_OK)
         fail_msg("train: %s", bfit_errmsg());
     *test_loss = res.test_loss;
+    if (rr)
+        *rr = res;
 }
 
 /* A step's loss is the mean over its tokens that count, whatever its split:
@@ -334,9 +370,9 @@ static void test_training_split_invariant(void **st)
     losses a, b, c;
     double ta, tb, tc;
     (void)st;
-    run(8, &a, &ta);
-    run(2, &b, &tb);
-    run(1, &c, &tc);
+    run(8, 0, &a, &ta, NULL);
+    run(2, 0, &b, &tb, NULL);
+    run(1, 0, &c, &tc, NULL);
     assert_int_equal(a.n, 24);
     assert_int_equal(b.n, 24);
     assert_int_equal(c.n, 24);
@@ -352,6 +388,33 @@ static void test_training_split_invariant(void **st)
     assert_true(fabs(ta - tb) < 1e-4 * ta && fabs(ta - tc) < 1e-4 * ta);
 }
 
+/* Variable length (seq_max): each micro-batch runs at its longest sequence
+ * (rounded up to 16), the step's sequences sorted by length. With causal
+ * attention the padding after a sequence never reaches its tokens, so the
+ * training is that of the padded run, to float rounding, while fewer
+ * positions are computed: the same tokens, less padding. */
+static void test_variable_length(void **st)
+{
+    losses a, b;
+    double ta, tb;
+    bfit_train_result ra, rb;
+    (void)st;
+    run(2, 0, &a, &ta, &ra);
+    run(2, T, &b, &tb, &rb);
+    assert_int_equal(a.n, b.n);
+    for (int i = 0; i < a.n; i++)
+        if (!(fabs(a.loss[i] - b.loss[i]) < 1e-4 * a.loss[i]))
+            fail_msg("step %d: padded %.6f, trimmed %.6f", i + 1, a.loss[i], b.loss[i]);
+    assert_true(fabs(ta - tb) < 1e-4 * ta);
+    assert_int_equal(ra.tokens, rb.tokens);
+    assert_int_equal(ra.tokens_computed, 2 * 96 * T); /* every position of every sequence, both epochs */
+    print_message("  %lld tokens; positions computed: padded %lld (%.1f%% padding), trimmed %lld (%.1f%%)\n",
+                  (long long)ra.tokens, (long long)ra.tokens_computed,
+                  100.0 * (1 - (double)ra.tokens / (double)ra.tokens_computed), (long long)rb.tokens_computed,
+                  100.0 * (1 - (double)rb.tokens / (double)rb.tokens_computed));
+    assert_true(rb.tokens_computed < 0.8 * ra.tokens_computed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,7 +423,9 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_text_split),
         cmocka_unit_test(test_stream_labels),
+        cmocka_unit_test(test_lines),
         cmocka_unit_test(test_training_split_invariant),
+        cmocka_unit_test(test_variable_length),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

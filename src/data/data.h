@@ -62,6 +62,16 @@ int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, 
 int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out);
 /* A text file as bytes (256 ids), its train or test part. */
 int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **out);
+/* Variable-length samples: documents ending with id sep (a line and its
+ * newline), each cut into pieces of at most seq tokens (a piece's labels
+ * are the ids after it, so no token is lost), padded to seq with id 0 and
+ * label -1. A document of one token has nothing to predict: none. */
+int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, int vocab, int seq, int32_t sep,
+                             bfit_dataset **out);
+/* A text file's lines as variable-length byte samples (its train or test part). */
+int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_dataset **out);
+/* Real tokens of sample i (seq for fixed windows). */
+int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i);
 /* Labels per sample: 1, or seq for token data. */
 int bfit_dataset_label_len(const bfit_dataset *d);
 

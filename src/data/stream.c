@@ -59,7 +59,12 @@ static int produce(const bfit_stream *s, bfit_cursor at, int n, float *x, int32_
         if (cancel && atomic_load_explicit(cancel, memory_order_relaxed))
             return k;
         int64_t idx = s->perm ? s->perm[at.pos + k] : at.pos + k;
-        if (s->d->ids) /* the next seq ids */
+        if (s->d->starts) { /* a line's next ids, then -1 (padding) */
+            int32_t *yk = y + (size_t)k * (size_t)s->nlab;
+            memcpy(yk, s->d->ids + s->d->starts[idx] + 1, sizeof *y * (size_t)s->d->lens[idx]);
+            for (int j = s->d->lens[idx]; j < s->nlab; j++)
+                yk[j] = -1;
+        } else if (s->d->ids) /* the next seq ids */
             memcpy(y + (size_t)k * (size_t)s->nlab, s->d->ids + idx * s->d->seq + 1, sizeof *y * (size_t)s->nlab);
         else
             y[k] = s->d->labels[idx];

@@ -237,3 +237,70 @@ int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **
     free(ids);
     return rc;
 }
+
+/* Pieces of at most seq tokens of each document [a, b) (sep-terminated),
+ * into starts/lens (NULL: only count them). */
+static int64_t cut_lines(const int32_t *ids, int64_t n, int seq, int32_t sep, int64_t *starts, int32_t *lens)
+{
+    int64_t k = 0, a = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] != sep && i != n - 1)
+            continue;
+        /* document [a, i]: positions a .. i-1 have a next token */
+        for (int64_t s = a; s < i; s += seq) {
+            if (starts) {
+                starts[k] = s;
+                lens[k] = (int32_t)(i - s < seq ? i - s : seq);
+            }
+            k++;
+        }
+        a = i + 1;
+    }
+    return k;
+}
+
+int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, int vocab, int seq, int32_t sep,
+                             bfit_dataset **out)
+{
+    bfit_dataset *d;
+    int64_t k;
+    int rc;
+
+    if ((rc = bfit_dataset_from_tokens(source, ids, n, vocab, seq, &d)) != BFIT_OK)
+        return rc;
+    k = cut_lines(ids, n, seq, sep, NULL, NULL);
+    d->starts = malloc(sizeof *d->starts * (size_t)(k ? k : 1));
+    d->lens = malloc(sizeof *d->lens * (size_t)(k ? k : 1));
+    if (!d->starts || !d->lens) {
+        bfit_dataset_free(d);
+        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld lines", source, (long long)k);
+    }
+    cut_lines(ids, n, seq, sep, d->starts, d->lens);
+    d->count = k;
+    *out = d;
+    return BFIT_OK;
+}
+
+int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i) { return d->lens ? d->lens[i] : d->seq; }
+
+int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_dataset **out)
+{
+    unsigned char *b;
+    size_t n;
+    int32_t *ids;
+    int64_t count = 0;
+    char name[4096];
+    int rc;
+
+    *out = NULL;
+    if ((rc = slurp(path, &b, &n)) != BFIT_OK)
+        return rc;
+    rc = bfit_text_tokens(b, n, train, &ids, &count);
+    free(b);
+    if (rc != BFIT_OK)
+        return rc;
+    snprintf(name, sizeof name, "%s (%s part, lines)", path, train ? "train" : "test");
+    rc = bfit_dataset_token_lines(name, ids, count, 256, seq, '\n', out);
+    free(ids);
+    return rc;
+}

@@ -109,6 +109,9 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     memset(ev, 0, sizeof *ev);
     /* evaluation reuses the step's memory: release it first */
     bfit_model_unreserve(r->s.M);
+    /* variable-length runs evaluate whole rows, at the longest length */
+    if (r->cfg.seq_max && (rc = bfit_model_set_seq(r->s.M, r->cfg.seq_max)) != BFIT_OK)
+        return rc;
     {
         /* no larger than the samples evaluated */
         int64_t n = r->cfg.eval_samples && r->cfg.eval_samples < test_count(r) ? r->cfg.eval_samples : test_count(r);

@@ -70,6 +70,8 @@ struct bfit_run {
     double micro_secs;         /* the step's seconds in micro-steps */
     int64_t step_count;        /* what the step's loss is normalised by: its samples, or for a token
                                   model its tokens that count (labels >= 0) */
+    int32_t *pack_x, *pack_y;  /* seq_max: a micro-batch packed at its length; the step sorted */
+    int64_t *order;            /* seq_max: (length, index) of the step's sequences, to sort */
     int E0;                    /* auto: the lr schedule counts steps of E0 samples */
     /* where the run is */
     int64_t per_epoch;         /* samples per epoch */
