@@ -222,7 +222,7 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     sc.norm_mean = s.mean;
     sc.norm_std = s.std;
     sx = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(s.M->input));
-    sy = malloc(sizeof(int32_t) * (size_t)m);
+    sy = malloc(sizeof(int32_t) * (size_t)m * (size_t)s.M->labels_per_sample);
     if (!sx || !sy)
         rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
     if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st.s)) == BFIT_OK &&
