@@ -384,9 +384,10 @@ static void expect_error(const char *spec, const char *needle)
     bfit_graph_desc g;
     bfit_model *M = NULL;
     int rc = bfit_spec_parse(spec, strlen(spec), "m.cfg", &g);
-    if (rc == BFIT_OK && (rc = bfit_spec_check_shapes(&g)) == BFIT_OK) {
-        rc = bfit_model_new(&g, NULL, NULL, &M);
-        bfit_graph_fini(&g);
+    if (rc == BFIT_OK) {
+        if ((rc = bfit_spec_check_shapes(&g)) == BFIT_OK)
+            rc = bfit_model_new(&g, NULL, NULL, &M);
+        bfit_graph_fini(&g); /* parsed: ours to free, whatever came next */
     }
     assert_int_not_equal(rc, BFIT_OK);
     assert_null(M);
