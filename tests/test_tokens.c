@@ -415,6 +415,55 @@ static void test_variable_length(void **st)
     assert_true(rb.tokens_computed < 0.8 * ra.tokens_computed);
 }
 
+/* A token model trained on a text file as bytes: the weights it saves (the
+ * tied head's table once) load for bfit_evaluate, which gives the run's test
+ * loss per token on the file's test part. */
+static void test_save_and_evaluate(void **st)
+{
+    static const char *byte_spec = "input tokens=16\nembed 16 vocab=256 positions=16\n"
+                                   "residual {\n layernorm\n linear 48\n attention 2\n linear 16\n}\n"
+                                   "layernorm\nlinear 256 tie=1 bias=0\n";
+    char spec_path[300], text_path[300], w[300];
+    size_t cap = 128 << 10, n = 0; /* 2,900 lines: the test part is lines 1900-1999 */
+    char *text = malloc(cap);
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_eval_cfg e;
+    bfit_train_result res;
+    double loss, acc;
+    int64_t cnt;
+    (void)st;
+    for (int i = 0; n + 64 < cap; i++)
+        n += (size_t)snprintf(text + n, cap - n, "verse %d: and it was so, and it was good.\n", i % 97);
+    path_of(spec_path, sizeof spec_path, "bytes.cfg");
+    path_of(text_path, sizeof text_path, "text.txt");
+    path_of(w, sizeof w, "bytes.safetensors");
+    write_bytes(spec_path, byte_spec, strlen(byte_spec));
+    write_bytes(text_path, text, n);
+    c.model = spec_path;
+    c.data = text_path;
+    c.batch = 16;
+    c.epochs = 1;
+    c.threads = 2;
+    c.max_steps = 20;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    c.lr = 1e-2;
+    c.save = w;
+    if (bfit_train(&c, &res) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    memset(&e, 0, sizeof e);
+    e.model = spec_path;
+    e.weights = w;
+    e.data = text_path;
+    e.threads = 2;
+    if (bfit_evaluate(&e, &loss, &acc, &cnt) != BFIT_OK)
+        fail_msg("evaluate: %s", bfit_errmsg());
+    print_message("  trained 20 steps: test loss %.4f per token (run), %.4f (evaluate, %lld sequences)\n",
+                  res.test_loss, loss, (long long)cnt);
+    assert_true(res.test_loss < log(256.0) - 1.0); /* it learnt something */
+    assert_true(fabs(loss - res.test_loss) < 1e-5 * res.test_loss);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -426,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_training_split_invariant),
         cmocka_unit_test(test_variable_length),
+        cmocka_unit_test(test_save_and_evaluate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
