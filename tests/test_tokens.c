@@ -283,6 +283,65 @@ static void test_lines(void **st)
     bfit_dataset_free(d);
 }
 
+/* A shuffling stream over variable-length samples: within each bucket of
+ * BFIT_LEN_BUCKET samples of the epoch's order, lengths never grow; every
+ * sample comes once (the lengths taken are the data set's); two streams of
+ * the same seed give the same order. */
+static int take_lengths(const bfit_dataset *d, int *lens)
+{
+    enum { SEQ = 64 };
+    static int32_t x[SEQ * 100], y[SEQ * 100];
+    bfit_stream *s;
+    bfit_stream_cfg sc = {0};
+    int got, pos = 0;
+    sc.seed = 5;
+    sc.shuffle = 1;
+    sc.max_take = 100;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    do {
+        assert_int_equal(bfit_stream_take(s, 100, (float *)x, y, &got), BFIT_OK);
+        for (int k = 0; k < got; k++, pos++) {
+            int len = 0;
+            while (len < SEQ && y[k * SEQ + len] >= 0)
+                len++;
+            lens[pos] = len;
+        }
+    } while (got > 0);
+    bfit_stream_free(s);
+    return pos;
+}
+
+static void test_length_buckets(void **st)
+{
+    enum { NDOC = 2500 };
+    int32_t *ids = malloc(sizeof *ids * NDOC * 60);
+    int64_t n = 0;
+    int a[NDOC], b[NDOC], hist_taken[65] = {0}, hist_data[65] = {0};
+    bfit_dataset *d;
+    (void)st;
+    for (int k = 0; k < NDOC; k++) { /* document k: 2 + k*37 % 50 tokens, then the separator */
+        int len = 2 + k * 37 % 50;
+        for (int j = 0; j < len; j++)
+            ids[n++] = (k + j) % 9;
+        ids[n++] = 10;
+    }
+    assert_int_equal(bfit_dataset_token_lines("mem", ids, n, 11, 64, 10, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), NDOC);
+    assert_int_equal(take_lengths(d, a), NDOC);
+    assert_int_equal(take_lengths(d, b), NDOC);
+    assert_memory_equal(a, b, sizeof a);
+    for (int i = 0; i < NDOC; i++) {
+        if (i % BFIT_LEN_BUCKET)
+            assert_true(a[i] <= a[i - 1]);
+        hist_taken[a[i]]++;
+        hist_data[bfit_dataset_sample_len(d, i)]++;
+    }
+    assert_memory_equal(hist_taken, hist_data, sizeof hist_data);
+    assert_true(a[BFIT_LEN_BUCKET] > a[BFIT_LEN_BUCKET - 1]); /* a new bucket starts long again */
+    bfit_dataset_free(d);
+    free(ids);
+}
+
 /* ---- training ---- */
 
 #define T 40
@@ -473,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_text_split),
         cmocka_unit_test(test_stream_labels),
         cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_length_buckets),
         cmocka_unit_test(test_training_split_invariant),
         cmocka_unit_test(test_variable_length),
         cmocka_unit_test(test_save_and_evaluate),

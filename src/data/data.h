@@ -70,6 +70,9 @@ int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, 
                              bfit_dataset **out);
 /* A text file's lines as variable-length byte samples (its train or test part). */
 int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_dataset **out);
+/* A shuffling stream over variable-length samples sorts each run of this
+ * many samples of its order by length, longest first (docs/data.md). */
+#define BFIT_LEN_BUCKET 1024
 /* Real tokens of sample i (seq for fixed windows). */
 int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i);
 /* Labels per sample: 1, or seq for token data. */

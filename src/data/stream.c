@@ -25,6 +25,7 @@ struct bfit_stream {
     bfit_sample_fn fn;
     int64_t numel;
     int nlab;           /* labels per sample */
+    int64_t *keys;      /* variable-length samples, shuffled: (length, index) to sort buckets by */
     float *lut, *mean, *std; /* owned copies behind fn */
     int32_t *perm;           /* order of perm_epoch; NULL when not shuffling */
     int64_t perm_epoch;
@@ -142,10 +143,36 @@ static int collect(bfit_stream *s, int m, float *x, int32_t *y)
     return use;
 }
 
+static int by_key_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Variable-length samples: the shuffled order sorted by length, longest
+ * first, within buckets of BFIT_LEN_BUCKET, so that consecutive samples (a
+ * step, a micro-batch) have similar lengths and little padding; ties by
+ * index. Still a function of (seed, epoch) only, each sample once. */
+static void bucket(bfit_stream *s)
+{
+    int64_t n = s->d->count;
+    for (int64_t c0 = 0; c0 < n; c0 += BFIT_LEN_BUCKET) {
+        int64_t c1 = c0 + BFIT_LEN_BUCKET < n ? c0 + BFIT_LEN_BUCKET : n;
+        for (int64_t i = c0; i < c1; i++)
+            s->keys[i] = (int64_t)s->d->lens[s->perm[i]] << 32 | (uint32_t)~(uint32_t)s->perm[i];
+        qsort(s->keys + c0, (size_t)(c1 - c0), sizeof *s->keys, by_key_desc);
+        for (int64_t i = c0; i < c1; i++)
+            s->perm[i] = (int32_t)~(uint32_t)(s->keys[i] & 0xffffffffu);
+    }
+}
+
 static void set_epoch(bfit_stream *s, int64_t epoch)
 {
-    if (s->perm && s->perm_epoch != epoch)
+    if (s->perm && s->perm_epoch != epoch) {
         bfit_data_permute(s->cfg.seed, epoch, s->d->count, s->perm);
+        if (s->keys)
+            bucket(s);
+    }
     s->perm_epoch = epoch;
 }
 
@@ -254,6 +281,10 @@ int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stre
         goto out_fail;
     if (cfg->shuffle) {
         s->perm = malloc((size_t)d->count * sizeof *s->perm);
+        if (d->lens && s->perm && !(s->keys = malloc((size_t)d->count * sizeof *s->keys))) {
+            free(s->perm);
+            s->perm = NULL;
+        }
         if (!s->perm) {
             rc = BFIT_ENOMEM;
             goto out_fail;
@@ -346,6 +377,7 @@ void bfit_stream_free(bfit_stream *s)
     free(s->px);
     free(s->py);
     free(s->perm);
+    free(s->keys);
     free(s->lut);
     free(s->mean);
     free(s->std);
