@@ -88,6 +88,14 @@ static double step_flops_per_sample(const bfit_model *M)
 {
     double f = 0;
     int first = 1;
+    if (M->input_dtype == BFIT_I32) { /* a token model: every layer's count, attention included */
+        for (int i = 0; i < M->n; i++) {
+            double fw, bw;
+            bfit_layer_flops(M->nodes[i].l, 1, &fw, &bw);
+            f += fw + bw;
+        }
+        return f;
+    }
     for (int i = 0; i < M->n; i++) {
         const bfit_layer *l = M->nodes[i].l;
         double macs;
@@ -121,17 +129,22 @@ static int open_device(int threads, bfit_device **dev, bfit_arena **arena)
     return *arena ? BFIT_OK : BFIT_ENOMEM;
 }
 
-/* Random samples and labels, uploaded into the reserved input. */
+/* Random samples and labels (token ids and a label per token for a token
+ * model), uploaded into the reserved input. */
 static int random_input(bfit_model *M, int batch, uint64_t *seed)
 {
-    int64_t n = (int64_t)batch * bfit_shape_numel(M->input);
-    float *x = malloc(sizeof *x * (size_t)n);
-    int32_t *y = malloc(sizeof *y * (size_t)batch);
+    int64_t n = (int64_t)batch * bfit_shape_numel(M->input), nl = (int64_t)batch * M->labels_per_sample;
+    float *x = malloc(sizeof *x * (size_t)n); /* f32 or int32: 4 bytes either way */
+    int32_t *y = malloc(sizeof *y * (size_t)nl);
     int rc = BFIT_ENOMEM;
     if (x && y) {
-        for (int64_t i = 0; i < n; i++)
-            x[i] = (float)rng(seed) / 4294967296.0f;
-        for (int i = 0; i < batch; i++)
+        for (int64_t i = 0; i < n; i++) {
+            if (M->input_dtype == BFIT_I32)
+                ((int32_t *)x)[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
+            else
+                x[i] = (float)rng(seed) / 4294967296.0f;
+        }
+        for (int64_t i = 0; i < nl; i++)
             y[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
         rc = bfit_model_set_input(M, x, y, batch);
     }
@@ -191,10 +204,17 @@ static int bench_step(const char *spec, int batch, int reps, int warmup, int thr
         } else if (t_step > 0 && rep_s / t_step > steps)
             steps = (int)(rep_s / t_step + 0.5);
     }
-    printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
-           "warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f precision=%s\n",
-           batch, median(rate, reps), step_flops_per_sample(M), maxrss_kib(), reps, steps, warmup,
-           threads_of(dev), loss / batch, median(cpu_rate, reps), bfit_dtype_name(bfit_model_storage(M).precision));
+    if (M->input_dtype == BFIT_I32)
+        printf("side=batchfit batch=%d samples_per_s=%.1f tokens_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld "
+               "reps=%d steps=%d warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f precision=%s\n",
+               batch, median(rate, reps), median(rate, reps) * M->input.d[0], step_flops_per_sample(M), maxrss_kib(),
+               reps, steps, warmup, threads_of(dev), loss / ((double)batch * M->input.d[0]), median(cpu_rate, reps),
+               bfit_dtype_name(bfit_model_storage(M).precision));
+    else
+        printf("side=batchfit batch=%d samples_per_s=%.1f flops_per_sample=%.0f maxrss_kib=%ld reps=%d steps=%d "
+               "warmup=%d threads=%d loss=%.4f samples_per_cpu_s=%.1f precision=%s\n",
+               batch, median(rate, reps), step_flops_per_sample(M), maxrss_kib(), reps, steps, warmup,
+               threads_of(dev), loss / batch, median(cpu_rate, reps), bfit_dtype_name(bfit_model_storage(M).precision));
 out:
     if (rc != BFIT_OK)
         fprintf(stderr, "bfit_bench: %s\n", bfit_errmsg());

@@ -3,8 +3,11 @@
 
 Builds the nn.Sequential equivalent of a batchfit model spec (the subset the
 shipped models use: input, conv, relu, maxpool, avgpool, flatten, linear,
-dropout), trains it on synthetic data with SGD momentum 0.9 and
-cross-entropy, and prints one key=value line like bench_step.c:
+dropout; and for token models such as models/gpt-nano.cfg: input tokens=T,
+embed, residual blocks, layernorm, attention, gelu, a tied linear head),
+trains it on synthetic data (random ids for a token model, the loss per
+token) with SGD momentum 0.9 and cross-entropy, and prints one key=value
+line like bench_step.c:
 
     torch_peer.py MODEL.cfg BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]
 
@@ -40,8 +43,105 @@ def opts(words):
     return pos, kv
 
 
+class Residual(nn.Module):
+    """y = x + body(x): a spec's `residual { ... }` without a shortcut."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.body = nn.Sequential(*body)
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention on [B, T, 3C] (q | k | v) -> [B, T, C], the
+    attention matrix materialised as batchfit's stored variant does (torch
+    1.13 has no fused attention)."""
+
+    def __init__(self, heads, causal):
+        super().__init__()
+        self.h, self.causal = heads, causal
+
+    def forward(self, x):
+        B, T, C3 = x.shape
+        C = C3 // 3
+        hs = C // self.h
+        q, k, v = (t.reshape(B, T, self.h, hs).transpose(1, 2) for t in x.split(C, dim=2))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / hs ** 0.5)
+        if self.causal:
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = att.masked_fill(~mask, float("-inf"))
+        y = torch.softmax(att, dim=-1) @ v
+        return y.transpose(1, 2).reshape(B, T, C)
+
+
+class Embed(nn.Module):
+    def __init__(self, vocab, width, positions):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(positions, width) if positions else None
+        for t in (self.wte, self.wpe):  # GPT-2's init, as batchfit's embed (N(0,1) would blow up the tied logits)
+            if t is not None:
+                nn.init.normal_(t.weight, std=0.02)
+
+    def forward(self, ids):
+        y = self.wte(ids)
+        if self.wpe is not None:
+            y = y + self.wpe(torch.arange(ids.shape[1]))
+        return y
+
+
+def build_tokens(lines, T):
+    """A token model (input tokens=T): embed, residual blocks of layernorm,
+    linear, attention, gelu; a head tied to the embedding. Returns the model,
+    the input (T,) and the vocabulary."""
+    stack, cur, width, embed, vocab = [], [], 0, None, 0
+    for name, pos, kv in lines:
+        if name == "residual":
+            stack.append(cur)
+            cur = []
+        elif name == "}":
+            body, cur = cur, stack.pop()
+            cur.append(Residual(body))
+        elif name == "embed":
+            width, vocab = int(pos[0]), int(kv["vocab"])
+            embed = Embed(vocab, width, int(kv.get("positions", 0)))
+            cur.append(embed)
+        elif name == "layernorm":
+            cur.append(nn.LayerNorm(width, eps=float(kv.get("eps", 1e-5))))
+        elif name == "linear":
+            n = int(pos[0])
+            lin = nn.Linear(width, n, bias=kv.get("bias", "1") == "1")
+            if kv.get("tie") == "1":
+                lin.weight = embed.wte.weight
+            cur.append(lin)
+            width = n
+        elif name == "attention":
+            cur.append(Attention(int(pos[0]), kv.get("causal", "1") == "1"))
+            width //= 3
+        elif name == "gelu":
+            cur.append(nn.GELU())
+        else:
+            sys.exit(f"torch_peer.py: layer '{name}' is not supported in a token model here")
+    return nn.Sequential(*cur), (T,), vocab
+
+
+def spec_lines(path):
+    out = []
+    for raw in open(path):
+        line = raw.split("#", 1)[0].replace("{", " { ").replace("}", " } ").split()
+        if line:
+            out.append((line[0], *opts([w for w in line[1:] if w != "{"])))
+    return out
+
+
 def build(path):
-    """The spec's layers as nn.Sequential, and the input shape (C, H, W)."""
+    """The spec's layers as nn.Sequential, and the input shape (C, H, W)
+    (or (T,) for a token model, whose classes are its vocabulary)."""
+    lines = spec_lines(path)
+    if lines and lines[0][0] == "input" and "tokens" in lines[0][2]:
+        return build_tokens(lines[1:], int(lines[0][2]["tokens"]))
     layers, shape = [], None
     for raw in open(path):
         line = raw.split("#", 1)[0].split()
@@ -106,8 +206,13 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model, shape, classes = build(path)
-    x = torch.rand(batch, *shape)
-    y = torch.randint(0, classes, (batch,))
+    tokens = len(shape) == 1
+    if tokens:  # ids in, a label per token
+        x = torch.randint(0, classes, (batch, *shape))
+        y = torch.randint(0, classes, (batch * shape[0],))
+    else:
+        x = torch.rand(batch, *shape)
+        y = torch.randint(0, classes, (batch,))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     lossf = nn.CrossEntropyLoss()
     rates, loss, steps, t_step = [], None, 2, 0.0
@@ -117,7 +222,8 @@ def main():
         for _ in range(n):
             t_step = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = lossf(model(x), y)
+            out = model(x)
+            loss = lossf(out.reshape(-1, classes) if tokens else out, y)
             loss.backward()
             opt.step()
             t_step = time.perf_counter() - t_step
@@ -126,7 +232,8 @@ def main():
         elif t_step > 0 and rep_s / t_step > steps:
             steps = int(rep_s / t_step + 0.5)
     blas, lapack = loaded_blas()
-    print(f"side=torch batch={batch} samples_per_s={statistics.median(rates):.1f} "
+    extra = f"tokens_per_s={statistics.median(rates) * shape[0]:.1f} " if tokens else ""
+    print(f"side=torch batch={batch} samples_per_s={statistics.median(rates):.1f} {extra}"
           f"maxrss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} reps={reps} steps={steps} "
           f"warmup={warmup} threads={torch.get_num_threads()} loss={loss.item():.4f} torch={torch.__version__} "
           f"blas={blas} lapack={lapack}")

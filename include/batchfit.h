@@ -336,9 +336,12 @@ typedef struct bfit_data_opts {
     int header;    /* CSV: 1 the first row is a header, 0 it is data, -1 auto: a header when it
                       holds only names, data when only numbers (a mix is an error) */
     char delim;    /* CSV: field separator, 0 means ',' */
+    int seq;       /* token data (a token file, or a .txt file as bytes): tokens per sample, the
+                      model's T; 0 for other data */
+    int lines;     /* text: samples are its lines, of at most seq tokens, padded (variable length) */
 } bfit_data_opts;
 
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ','}
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0}
 
 /* How a run, an evaluation or find takes a CSV file's first row. Auto: a
  * header when it holds only names, data when it holds only numbers, an
@@ -353,6 +356,8 @@ const char *bfit_csv_header_name(bfit_csv_header h);
  *   "fashion-mnist"          the installed set in /usr/share/datasets/fashion-mnist
  *   a directory              MNIST layout: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
  *   "IMAGES,LABELS"          an explicit pair of IDX files
+ *   a token file             ids in llm.c's format (docs/data.md), samples of opts->seq tokens
+ *   a .txt file              its bytes as tokens (256 ids); train: 95% of its lines, else the rest
  *   a file (.csv or other)   CSV, see bfit_dataset_load_csv
  * train picks the train or the t10k files of a named set or directory and is
  * ignored for files. Fails with BFIT_EIO (missing file, saying which paths
@@ -370,7 +375,9 @@ const char *bfit_dataset_note(const bfit_dataset *d);
 void bfit_dataset_free(bfit_dataset *d);
 
 /* Samples from the caller: a program feeds its own data to a run. Samples
- * are the model's input shape of floats (NCHW), labels class indices. */
+ * are the model's input shape of floats (NCHW), labels class indices. For a
+ * token model (`input tokens=T`) a sample is T int32 token ids (in the x
+ * buffer, 4 bytes each) and has T labels, -1 for a padding token. */
 typedef struct bfit_source {
     /* The next n samples of the epoch into x and labels; *got may be less
      * than n only at the epoch's end (0 when it has ended). */
@@ -736,6 +743,11 @@ typedef struct bfit_train_cfg {
     double margin;             /* fraction of memory kept free when choosing m (default 0.1) */
     int augment;               /* images: random crop (pad 2) and horizontal flip */
     int prefetch;              /* background loading */
+    int seq_max;               /* token models: samples are the data's lines (documents), cut into pieces of at
+                                  most seq_max tokens (the model's length becomes seq_max), of varying length;
+                                  each micro-batch runs at the length of its longest sequence (the step's
+                                  sequences sorted by length, so padding stays small); 0: windows of the
+                                  model's length */
     int normalize;             /* per-channel mean/std from the training set */
     const char *save;          /* weights file (safetensors) or NULL */
     const char *log;           /* JSON-lines log or NULL */
@@ -794,6 +806,8 @@ typedef struct bfit_train_result {
     int stopped;                /* the run stopped early: BFIT_ESTOPPED (a request) or BFIT_ENOMEM (memory
                                    did not come back in time); 0 otherwise */
     uint64_t missing;           /* BFIT_ENOMEM stop: bytes micro-batch 1 lacked */
+    int64_t tokens, tokens_computed; /* token models: label tokens trained on, and token positions the
+                                  micro-batches computed (the rest, padding) */
     char checkpoint[4200];      /* the last checkpoint written ("" if none) */
     char resumed_from[4200];    /* the checkpoint the run resumed from ("" if none) */
     int dist_alone;             /* data-parallel: a failure of this process that the others have not
@@ -822,6 +836,7 @@ typedef struct bfit_eval_info {
     double train_loss;          /* mean over the epoch's samples */
     double test_loss, test_acc;
     int64_t samples;
+    int64_t counted;            /* what the means are over: samples, or a token model's tokens that count */
     double epoch_seconds;
     int m;                      /* the evaluation micro-batch */
 } bfit_eval_info;

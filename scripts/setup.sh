@@ -5,6 +5,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev zlib1g-dev libcjson-dev libcmocka-dev
       python3 python3-torch dataset-fashion-mnist
+      bible-kjv # the King James Bible: the `kjv` token data set (scripts/kjv.sh)
       chromium # chromium: tests/cli/report.sh renders the run report headless
       libopenmpi-dev openmpi-bin # data-parallel training (mpirun) and its tests (label mpi)
       # scripts/fuzz.sh: clang with libFuzzer's runtime (libclang_rt.fuzzer is in
@@ -56,3 +57,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   restore_blas
 fi
 echo "setup: all packages present"
+# the `kjv` token data set's text, made once from bible-kjv
+kjv=/usr/local/share/batchfit/kjv.txt
+if [ ! -s "$kjv" ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    bash "$(dirname "$0")/kjv.sh" "$kjv"
+  else
+    echo "setup: note: $kjv is missing; scripts/kjv.sh makes it (as root, or give another path and BFIT_KJV)"
+  fi
+fi

@@ -736,7 +736,7 @@ static void xent_case(int64_t M, int64_t N)
     ((double *)st.h)[0] = 1.5;
     ((double *)st.h)[1] = 2;
     db_up(&x), db_up(&lab), db_up(&st);
-    d.u.xent = (typeof(d.u.xent)){M, N};
+    d.u.xent = (typeof(d.u.xent)){M, N, 0};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, p), ARG(a, labels, lab), ARG(a, stats, st);
     run_op(&d, a);

@@ -228,6 +228,11 @@ static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
     cfg->eps = meta_float(f, "eps", cfg->eps);
     cfg->momentum = meta_float(f, "momentum", cfg->momentum);
     cfg->p = meta_float(f, "p", cfg->p);
+    cfg->vocab = meta_int(f, "vocab", cfg->vocab);
+    cfg->positions = meta_int(f, "positions", cfg->positions);
+    cfg->types = meta_int(f, "types", cfg->types);
+    cfg->causal = meta_int(f, "causal", cfg->causal);
+    cfg->lean = meta_int(f, "lean", cfg->lean);
     c->m = meta_int(f, "m", 0);
     c->training = meta_int(f, "training", 1);
     c->nin = bfit_st_meta(f, "in1") ? 2 : 1;
@@ -287,17 +292,28 @@ static int load_params(casectx *c)
     return c->nfail == 0;
 }
 
-/* The loss layer's labels, and its statistics prefilled with STATS0. */
-static int load_labels(casectx *c)
+/* An I32 tensor of the case file (labels, token ids) of n elements into a
+ * device buffer. */
+static int load_ints(casectx *c, const char *name, int64_t n, tbuf *out)
 {
-    const bfit_st_tensor *t = bfit_st_find(c->f, "labels");
-    if (!t || strcmp(t->dtype, "I32") != 0 || bfit_st_numel(t) != c->m) {
-        note(c, "case file needs labels: I32 [%d]", c->m);
+    const bfit_st_tensor *t = bfit_st_find(c->f, name);
+    if (!t || strcmp(t->dtype, "I32") != 0 || bfit_st_numel(t) != n) {
+        note(c, "case file needs %s: I32 [%lld]", name, (long long)n);
         return 0;
     }
-    c->labels = tbuf_new(&c->t, (size_t)c->m * sizeof(int32_t));
-    memcpy(c->labels.h, t->data, (size_t)c->m * sizeof(int32_t));
-    tbuf_up(&c->t, &c->labels);
+    *out = tbuf_new(&c->t, (size_t)n * sizeof(int32_t));
+    memcpy(out->h, t->data, (size_t)n * sizeof(int32_t));
+    tbuf_up(&c->t, out);
+    return 1;
+}
+
+/* The loss layer's labels (one per token of a sequence), and its statistics
+ * prefilled with STATS0. */
+static int load_labels(casectx *c)
+{
+    int64_t n = (int64_t)c->m * (c->l->in[0].nd == 2 ? c->l->in[0].d[0] : 1);
+    if (!load_ints(c, "labels", n, &c->labels))
+        return 0;
     c->stats = tbuf_new(&c->t, sizeof STATS0);
     memcpy(c->stats.h, STATS0, sizeof STATS0);
     tbuf_up(&c->t, &c->stats);
@@ -368,7 +384,7 @@ static void run_backward(casectx *c)
             return;
         b.dy = c->dy.d;
     }
-    for (int i = 0; i < c->nin; i++) {
+    for (int i = 0; i < c->nin && l->cfg.kind != BFIT_L_EMBED; i++) { /* token ids have no gradient */
         c->dx[i] = nan_dev(c, (int64_t)(c->x[i].bytes / sizeof(float))); /* dx must be overwritten */
         b.dx[i] = c->dx[i].d;
     }
@@ -380,7 +396,7 @@ static void run_backward(casectx *c)
         note(c, "backward: %s", bfit_errmsg());
         return;
     }
-    for (int i = 0; i < c->nin; i++) {
+    for (int i = 0; i < c->nin && l->cfg.kind != BFIT_L_EMBED; i++) {
         char nn[16];
         snprintf(nn, sizeof nn, "dx%d", i);
         tbuf_down(&c->t, &c->dx[i]);
@@ -474,8 +490,9 @@ static void run_case(void **state)
     }
     for (int i = 0; i < c.nin; i++) {
         char nn[16];
+        int64_t n = (int64_t)c.m * bfit_shape_numel(in[i]);
         snprintf(nn, sizeof nn, "x%d", i);
-        if (!load_dev(&c, nn, (int64_t)c.m * bfit_shape_numel(in[i]), &c.x[i]))
+        if (!(cfg.kind == BFIT_L_EMBED ? load_ints(&c, nn, n, &c.x[i]) : load_dev(&c, nn, n, &c.x[i])))
             goto out;
     }
     if (!load_params(&c))

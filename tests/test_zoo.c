@@ -70,14 +70,14 @@ static void test_param_counts(void **st)
 static void test_names(void **st)
 {
     const char *const *n = bfit_zoo_names();
-    const char *want[] = {"mlp", "cnn", "resnet18", "resnet50", "vgg16"};
+    const char *want[] = {"mlp", "cnn", "resnet18", "resnet50", "vgg16", "gpt-nano", "gpt2", "bert-base"};
     int i = 0;
     (void)st;
     for (; n[i]; i++) {
-        assert_true(i < 5);
+        assert_true(i < 8);
         assert_string_equal(n[i], want[i]);
     }
-    assert_int_equal(i, 5);
+    assert_int_equal(i, 8);
 }
 
 static void test_unknown_preset(void **st)
@@ -95,6 +95,7 @@ static void test_unknown_preset(void **st)
 static void assert_same_graph(const bfit_graph_desc *a, const bfit_graph_desc *b)
 {
     assert_true(bfit_shape_eq(a->input, b->input));
+    assert_int_equal(a->input_dtype, b->input_dtype);
     assert_int_equal(a->nnodes, b->nnodes);
     for (int i = 0; i < a->nnodes; i++) {
         const bfit_layer_cfg *x = &a->nodes[i].cfg, *y = &b->nodes[i].cfg;
@@ -108,17 +109,20 @@ static void assert_same_graph(const bfit_graph_desc *a, const bfit_graph_desc *b
         assert_int_equal(x->pw, y->pw);
         assert_int_equal(x->bias, y->bias);
         assert_true(x->p == y->p && x->eps == y->eps && x->momentum == y->momentum);
+        assert_true(x->vocab == y->vocab && x->positions == y->positions && x->types == y->types);
+        assert_true(x->causal == y->causal && x->lean == y->lean && x->tie == y->tie);
         assert_int_equal(a->nodes[i].in[0], b->nodes[i].in[0]);
         assert_int_equal(a->nodes[i].in[1], b->nodes[i].in[1]);
     }
 }
 
-/* The presets mlp and cnn are the shipped spec files, node for node. */
+/* The presets mlp, cnn and gpt-nano are the shipped spec files, node for
+ * node. */
 static void test_presets_match_model_files(void **st)
 {
-    const char *names[] = {"mlp", "cnn"};
+    const char *names[] = {"mlp", "cnn", "gpt-nano"};
     (void)st;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         bfit_graph_desc a, b;
         char path[600];
         snprintf(path, sizeof path, "%s/%s.cfg", models_dir, names[i]);

@@ -42,6 +42,8 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     if (!s->arena)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     rc = bfit_model_source_load(c->model, &s->g);
+    if (rc == BFIT_OK && c->seq_max)
+        rc = bfit_graph_set_seq(&s->g, c->seq_max);
     if (rc != BFIT_OK)
         return rc;
     return bfit_model_new(&s->g, s->dev, s->arena, &s->M);
@@ -89,6 +91,8 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
     bfit_data_opts o = BFIT_DATA_OPTS_INIT, *op = &o;
 
     o.header = c->csv_header == BFIT_CSV_HEADER_YES ? 1 : c->csv_header == BFIT_CSV_HEADER_NO ? 0 : -1;
+    o.seq = s->M->input_dtype == BFIT_I32 ? s->M->input.d[0] : 0; /* token data: the model's T */
+    o.lines = c->seq_max > 0;
 
     s->train = c->given_train;
     s->test = c->given_test;
@@ -112,7 +116,7 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
         return rc;
     if (s->test && (rc = check_data(s, c, s->test)) != BFIT_OK)
         return rc;
-    if (c->normalize) {
+    if (c->normalize && s->M->input_dtype != BFIT_I32) { /* token ids are not normalised */
         int ch = s->M->input.c;
         s->mean = calloc((size_t)ch, sizeof *s->mean);
         s->std = calloc((size_t)ch, sizeof *s->std);

@@ -30,8 +30,13 @@ static void help(void)
          "buffer reuse saves, and the largest batch that fits. The trainer reserves\n"
          "exactly this plan (docs/memory.md).\n"
          "\n"
-         "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16) or a\n"
-         "                        model spec file (docs/model-spec.md)\n"
+         "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16, gpt-nano,\n"
+         "                        gpt2, bert-base) or a model spec file (docs/model-spec.md)\n"
+         "  --seq N               token models: sequences of N tokens (default: the\n"
+         "                        model's input; at most its positions)\n"
+         "  --attention stored|lean  token models: keep each attention matrix for\n"
+         "                        backward (stored, default) or only a log-sum-exp per\n"
+         "                        row, recomputing the matrix in backward (lean)\n"
          "  --memory SIZE         device memory, e.g. 11GiB, 512MiB, 8GB (default: what\n"
          "                        the device has free: available RAM on the cpu)\n"
          "  --margin F            fraction of memory kept free, 0 <= F < 1 (default 0.1)\n"
@@ -56,6 +61,7 @@ static void help(void)
          "\n"
          "Example:\n"
          "  batchfit plan --model resnet50 --memory 11GiB --optimizer sgd --batch 1,32,64\n"
+         "  batchfit plan --model bert-base --seq 128 --memory 12GB --optimizer adamw\n"
          "\n"
          "Exit status: 0 planned and everything fits, 1 a batch (or the model) does\n"
          "not fit or the model cannot be loaded, 2 usage error.");
@@ -63,7 +69,7 @@ static void help(void)
 
 enum {
     O_MODEL = 256, O_MEMORY, O_MARGIN, O_BATCH, O_OPT, O_MOM, O_EVAL, O_THREADS, O_JSON, O_HELP, O_DEVICE, O_CONV,
-    O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_WAYS, O_MEASURE
+    O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_WAYS, O_MEASURE, O_SEQ, O_ATTN
 };
 
 static const struct option opts[] = {
@@ -76,6 +82,7 @@ static const struct option opts[] = {
     {"precision", required_argument, 0, O_PRECISION}, {"recompute", required_argument, 0, O_RECOMPUTE},
     {"no-lean", no_argument, 0, O_NO_LEAN},     {"ways", no_argument, 0, O_WAYS},
     {"measure", no_argument, 0, O_MEASURE},
+    {"seq", required_argument, 0, O_SEQ},       {"attention", required_argument, 0, O_ATTN},
     {0, 0, 0, 0}};
 
 typedef struct args {
@@ -84,6 +91,7 @@ typedef struct args {
     uint64_t memory;
     double margin, momentum;
     int mom_set, eval, threads, json, ways, measure;
+    int seq, lean, attn_set;
     bfit_opt_kind kind;
     bfit_storage st;
     int batch[MAX_BATCHES], nbatch;
@@ -173,6 +181,15 @@ static int parse_args(int argc, char **argv, args *a, int *done)
         case O_NO_LEAN: a->st.lean = 0; break;
         case O_WAYS: a->ways = 1; break;
         case O_MEASURE: a->measure = 1; break;
+        case O_SEQ: if (cli_int("--seq", optarg, 1, 1 << 24, &v)) goto usage; a->seq = (int)v; break;
+        case O_ATTN:
+            if (strcmp(optarg, "stored") && strcmp(optarg, "lean")) {
+                cli_error("--attention: expected stored or lean, got '%s'", optarg);
+                goto usage;
+            }
+            a->lean = strcmp(optarg, "lean") == 0;
+            a->attn_set = 1;
+            break;
         case O_HELP: help(); *done = 1; return EXIT_OK;
         default:
             cli_bad_option(name);
@@ -182,8 +199,8 @@ static int parse_args(int argc, char **argv, args *a, int *done)
     if (cli_no_extra(argc, argv))
         goto usage;
     if (!a->model) {
-        cli_error("--model is required: a preset (mlp, cnn, resnet18, resnet50, vgg16) or a spec file, "
-                  "e.g. --model resnet50");
+        cli_error("--model is required: a preset (mlp, cnn, resnet18, resnet50, vgg16, gpt-nano, gpt2, bert-base) "
+                  "or a spec file, e.g. --model resnet50");
         goto usage;
     }
     if (a->mom_set && a->kind != BFIT_OPT_SGD) {
@@ -268,9 +285,17 @@ static void print_human(const report *r)
     uint64_t fixed = r->pr.p1.fixed;
     int file = bfit_model_source_is_file(a->model);
 
-    printf("batchfit plan: %s (%s), input %s, %d classes, %s parameters\n", a->model,
-           file ? "spec file" : "preset", bfit_shape_str(r->M->input, sh, sizeof sh), r->M->nclasses,
+    if (r->M->input_dtype == BFIT_I32)
+        snprintf(sh, sizeof sh, "%d tokens", r->M->input.d[0]);
+    else
+        bfit_shape_str(r->M->input, sh, sizeof sh);
+    printf("batchfit plan: %s (%s), input %s, %d classes%s, %s parameters\n", a->model, file ? "spec file" : "preset",
+           sh, r->M->nclasses, r->M->labels_per_sample > 1 ? " per token" : "",
            bfit_thousands((double)bfit_model_param_count(r->M), b1, sizeof b1));
+    if (r->M->input_dtype == BFIT_I32)
+        printf("a sample is a sequence of %d tokens; attention %s\n", r->M->input.d[0],
+               a->lean ? "lean (a log-sum-exp per row kept, the matrix recomputed in backward)"
+                       : "stored (each head's T x T probabilities kept for backward)");
     if (a->eval)
         printf("inference step (--eval): parameters only, no gradients or optimizer state\n");
     else if (r->opt->kind == BFIT_OPT_ADAMW)
@@ -359,6 +384,10 @@ static int print_json(const report *r)
     cJSON_AddStringToObject(root, "model", a->model);
     cJSON_AddStringToObject(root, "source", bfit_model_source_is_file(a->model) ? "file" : "preset");
     cJSON_AddStringToObject(root, "input", bfit_shape_str(r->M->input, sh, sizeof sh));
+    if (r->M->input_dtype == BFIT_I32) {
+        cJSON_AddNumberToObject(root, "seq", r->M->input.d[0]);
+        cJSON_AddStringToObject(root, "attention", a->lean ? "lean" : "stored");
+    }
     cJSON_AddNumberToObject(root, "classes", r->M->nclasses);
     cJSON_AddNumberToObject(root, "parameters", (double)bfit_model_param_count(r->M));
     cJSON_AddStringToObject(root, "mode", a->eval ? "eval" : "training");
@@ -584,6 +613,12 @@ int cmd_plan(int argc, char **argv)
         cli_error("--model: %s", bfit_errmsg());
         /* an unknown preset is a usage error; a spec that fails to load is not */
         return rc == BFIT_EINVAL ? cli_usage_hint("plan") : EXIT_FAIL;
+    }
+    if ((a.seq && bfit_graph_set_seq(&g, a.seq) != BFIT_OK) ||
+        (a.attn_set && bfit_graph_set_attention(&g, a.lean) != BFIT_OK)) {
+        cli_lib_error();
+        bfit_graph_fini(&g);
+        return cli_usage_hint("plan");
     }
     ret = EXIT_FAIL;
     {

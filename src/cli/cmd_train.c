@@ -36,6 +36,10 @@ static void help(void)
          "  --augment             random crop (pad 2) and horizontal flip of images\n"
          "  --no-normalize        do not standardise inputs by the training set's mean/std\n"
          "  --no-prefetch         load samples on the training thread\n"
+         "  --seq-max N           token models: train on the data's lines (documents) as\n"
+         "                        sequences of varying length, cut at N tokens; each\n"
+         "                        micro-batch runs at its longest (default: windows of\n"
+         "                        the model's length)\n"
          "Batch and memory:\n"
          "  --batch N|auto|adaptive  effective batch E (default 128); auto: E and the micro-\n"
          "                        batch chosen, and re-chosen as training goes, for goodput\n"
@@ -130,13 +134,15 @@ enum {
     O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
     O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF, O_DIST, O_MEMSCHED_RANK,
-    O_SAMPLE_CHECK, O_FAIL_ALLOC, O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON
+    O_SAMPLE_CHECK, O_FAIL_ALLOC, O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON,
+    O_SEQ_MAX
 };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, O_MODEL}, {"data", required_argument, 0, O_DATA},
     {"epochs", required_argument, 0, O_EPOCHS}, {"epoch-samples", required_argument, 0, O_EPOCH_SAMPLES},
     {"eval-samples", required_argument, 0, O_EVAL_SAMPLES}, {"max-steps", required_argument, 0, O_MAX_STEPS},
+    {"seq-max", required_argument, 0, O_SEQ_MAX},
     {"augment", no_argument, 0, O_AUGMENT}, {"no-normalize", no_argument, 0, O_NO_NORM},
     {"no-prefetch", no_argument, 0, O_NO_PREFETCH}, {"batch", required_argument, 0, O_BATCH},
     {"micro-batch", required_argument, 0, O_MICRO}, {"eval-batch", required_argument, 0, O_EVAL_BATCH},
@@ -217,6 +223,7 @@ static int one_option(args *a, int o)
     case O_AUGMENT: c->augment = 1; break;
     case O_NO_NORM: c->normalize = 0; break;
     case O_NO_PREFETCH: c->prefetch = 0; break;
+    case O_SEQ_MAX: if (cli_int("--seq-max", optarg, 1, 1 << 24, &v)) return -1; c->seq_max = (int)v; break;
     case O_BATCH:
         if (!strcmp(optarg, "adaptive")) { c->adaptive = 1; c->auto_batch = 0; c->batch = 0; break; }
         if (!strcmp(optarg, "auto")) { c->auto_batch = 1; c->adaptive = 0; c->batch = 0; break; }
@@ -530,6 +537,12 @@ static int report(const args *a, const bfit_train_result *r)
                (long long)r->steps, (long long)r->samples, r->epochs, r->train_loss, r->test_loss, r->test_acc,
                r->seconds, r->micro_batch, r->last_batch, r->ooms, r->batch_changes,
                (unsigned long long)r->peak_bytes, (long long)r->skipped_steps, r->loss_scale);
+    else if (r->tokens)
+        printf("test loss %.4f per token (%.4f bits) after %d epoch(s), %lld steps, %.1f s training (%.0f tokens/s; "
+               "padding %.1f%% of the positions computed)\n",
+               r->test_loss, r->test_loss / 0.69314718055994531, r->epochs, (long long)r->steps, r->seconds,
+               r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0,
+               r->tokens_computed ? 100.0 * (1.0 - (double)r->tokens / (double)r->tokens_computed) : 0.0);
     else
         printf("test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s)\n",
                100 * r->test_acc, r->epochs, (long long)r->steps, r->seconds,

@@ -39,6 +39,45 @@ int bfit_dataset_load_csv(const char *path, const bfit_data_opts *o, bfit_datase
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
                              const int32_t *y, bfit_dataset **out);
 
+/* ---- token data (src/data/tokens.c; docs/data.md) ------------------------- */
+#define BFIT_TOKENS_MAGIC 20240520 /* llm.c's: header[0] of a token file */
+/* The `kjv` data set's text (scripts/kjv.sh); the environment's BFIT_KJV
+ * overrides it. */
+#define BFIT_KJV_TEXT "/usr/local/share/batchfit/kjv.txt"
+/* 1 if path is a token file (its first 8 bytes say so). */
+int bfit_tokens_is_file(const char *path);
+/* Read a token file: *ids (malloc'd, *count of them), *vocab (the header's,
+ * or the largest id + 1 when it says 0). BFIT_EIO / BFIT_EFORMAT naming the
+ * file and what is wrong (header, size, an id outside the vocabulary). */
+int bfit_tokens_read(const char *path, int32_t **ids, int64_t *count, int *vocab);
+/* Write one (atomically): uint16 ids when vocab <= 65536, else uint32. */
+int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int vocab);
+/* Byte-level tokens of n bytes of text: the train part (train 1) or the
+ * test part (0): lines in blocks of 100, every 20th block to test (5%). */
+int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids, int64_t *count);
+/* Token data sets: samples of seq ids (shape seq x 1, int32 in the sample
+ * buffer) with the seq ids that follow as their labels; vocab classes. */
+int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, int vocab, int seq,
+                             bfit_dataset **out);
+int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out);
+/* A text file as bytes (256 ids), its train or test part. */
+int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **out);
+/* Variable-length samples: documents ending with id sep (a line and its
+ * newline), each cut into pieces of at most seq tokens (a piece's labels
+ * are the ids after it, so no token is lost), padded to seq with id 0 and
+ * label -1. A document of one token has nothing to predict: none. */
+int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, int vocab, int seq, int32_t sep,
+                             bfit_dataset **out);
+/* A text file's lines as variable-length byte samples (its train or test part). */
+int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_dataset **out);
+/* A shuffling stream over variable-length samples sorts each run of this
+ * many samples of its order by length, longest first (docs/data.md). */
+#define BFIT_LEN_BUCKET 1024
+/* Real tokens of sample i (seq for fixed windows). */
+int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i);
+/* Labels per sample: 1, or seq for token data. */
+int bfit_dataset_label_len(const bfit_dataset *d);
+
 int64_t bfit_dataset_count(const bfit_dataset *d);
 bfit_shape bfit_dataset_shape(const bfit_dataset *d);
 int bfit_dataset_classes(const bfit_dataset *d);
@@ -84,7 +123,8 @@ typedef struct bfit_stream_cfg {
 int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stream **out);
 
 /* Copy the next min(n, remaining in epoch) samples into x (n * numel floats,
- * NCHW) and their labels into y (n values), set *got, and advance. At the end
+ * NCHW; int32 ids for token data) and their labels into y (n values; n * seq
+ * for token data), set *got, and advance. At the end
  * of an epoch *got is 0; call bfit_stream_next_epoch to go on. 1 <= n <=
  * max_take, else BFIT_EINVAL. */
 int bfit_stream_take(bfit_stream *s, int n, float *x, int32_t *y, int *got);

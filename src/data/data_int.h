@@ -13,7 +13,12 @@ struct bfit_dataset {
     int nclasses;
     uint8_t *u8;      /* count * numel pixels (IDX), or NULL */
     float *f32;       /* count * numel values (CSV, memory), or NULL */
-    int32_t *labels;  /* count */
+    int32_t *labels;  /* count (not for token data) */
+    int32_t *ids;     /* token data: nids ids; sample i is ids[i seq, (i+1) seq), its labels the next */
+    int64_t nids;
+    int seq;          /* token data: tokens (and labels) per sample; 0 otherwise */
+    int64_t *starts;  /* token lines: sample i is ids[starts[i], +lens[i]), labels one further, padded */
+    int32_t *lens;    /*   to seq with id 0 and label -1; NULL: fixed windows */
     char note[160];   /* what the loader decided (a CSV's header), "" if nothing */
 };
 

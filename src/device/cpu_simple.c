@@ -138,10 +138,11 @@ static int run_drop_bwd(cpu_op *op, const bfit_op_args *a)
 
 /* ---- softmax cross-entropy over rows of [M, N] ---- */
 
-static int check_labels(const int32_t *labels, int64_t M, int64_t N)
+/* ignore: negative labels mark rows that count for nothing (padding) */
+static int check_labels(const int32_t *labels, int64_t M, int64_t N, int ignore)
 {
     for (int64_t i = 0; i < M; i++)
-        if (labels[i] < 0 || labels[i] >= N)
+        if ((labels[i] < 0 && !ignore) || labels[i] >= N)
             return bfit_fail(BFIT_EINVAL, "cross-entropy: label %d of sample %lld is outside [0, %lld)",
                              (int)labels[i], (long long)i, (long long)N);
     return BFIT_OK;
@@ -164,7 +165,10 @@ static void xent_row(const void *x, bfit_dtype t, float *pi, int64_t N, const in
         sum += exp((double)bfit_ld(x, t, r + j) - mx);
     for (int64_t j = 0; j < N; j++)
         pi[j] = (float)(exp((double)bfit_ld(x, t, r + j) - mx) / sum);
-    if (labels) {
+    if (labels && labels[i] < 0) {
+        row_loss[i] = 0;
+        row_hit[i] = 0;
+    } else if (labels) {
         row_loss[i] = log(sum) + mx - bfit_ld(x, t, r + labels[i]);
         row_hit[i] = best == labels[i];
     }
@@ -193,7 +197,7 @@ static int run_xent_fwd(cpu_op *op, const bfit_op_args *a)
     if (a->labels) {
         if (!row_loss)
             return bfit_fail(BFIT_EINVAL, "cross-entropy forward: a workspace is required with labels");
-        if ((rc = check_labels(a->labels, M, N)) != BFIT_OK)
+        if ((rc = check_labels(a->labels, M, N, op->base.desc.u.xent.ignore)) != BFIT_OK)
             return rc;
     }
     BFIT_PAR_FOR_IF(M * N > PAR_MIN, for (int64_t i = 0; i < M; i++) xent_row(x, op->base.desc.dtype, p + i * N,
@@ -223,11 +227,12 @@ static int run_xent_bwd(cpu_op *op, const bfit_op_args *a)
     if (!p || !dx || !a->labels)
         return bfit_fail(BFIT_EINVAL, "cross-entropy backward: src (the probabilities), labels and diff_src "
                                       "are required");
-    if ((rc = check_labels(a->labels, M, N)) != BFIT_OK)
+    if ((rc = check_labels(a->labels, M, N, op->base.desc.u.xent.ignore)) != BFIT_OK)
         return rc;
     BFIT_PAR_FOR_IF(M * N > PAR_MIN, for (int64_t i = 0; i < M; i++) {
+        float keep = a->labels[i] < 0 ? 0.0f : s; /* an ignored row gets no gradient */
         for (int64_t j = 0; j < N; j++)
-            bfit_st(dx, t, i * N + j, (p[i * N + j] - (j == a->labels[i] ? 1.0f : 0.0f)) * s);
+            bfit_st(dx, t, i * N + j, (p[i * N + j] - (j == a->labels[i] ? 1.0f : 0.0f)) * keep);
     });
     return BFIT_OK;
 }

@@ -293,6 +293,10 @@ static int xent_init(cuda_op *op)
     int rc;
     if ((rc = positive(d->u.xent.M, "cross-entropy: M")) || (rc = positive(d->u.xent.N, "cross-entropy: N")))
         return rc;
+    /* the kernels know no ignored rows: refused rather than mis-run */
+    if (d->u.xent.ignore)
+        return bfit_fail(BFIT_EINVAL, "cuda: cross-entropy with ignored (padding) labels, as token models use, is "
+                                      "not implemented on the GPU yet: use --device cpu");
     /* per-row losses and hits */
     op->ws = d->kind == BFIT_OP_XENT_FWD ? WS_PAD(bk_xent_fwd_ws(d->u.xent.M)) : 0;
     op->run = d->kind == BFIT_OP_XENT_FWD ? run_xent_fwd : run_xent_bwd;
@@ -327,6 +331,13 @@ int cuda_simple_init(cuda_op *op)
     case BFIT_OP_NORMS: op->run = run_norms; return positive(d->u.norms.n, "norms: n");
     case BFIT_OP_SGD: op->run = run_sgd; return positive(d->u.sgd.n, "optimizer update: n");
     case BFIT_OP_ADAMW: op->run = run_adamw; return positive(d->u.adamw.n, "optimizer update: n");
+    case BFIT_OP_EMBED_FWD:
+    case BFIT_OP_EMBED_BWD:
+    case BFIT_OP_ATTN_FWD:
+    case BFIT_OP_ATTN_BWD:
+        return bfit_fail(BFIT_EINVAL, "cuda: the %s op of transformer layers (embed, attention) is not implemented on "
+                                      "the GPU yet: use --device cpu",
+                         d->kind == BFIT_OP_EMBED_FWD || d->kind == BFIT_OP_EMBED_BWD ? "embedding" : "attention");
     default: return bfit_fail(BFIT_EINVAL, "cuda: op kind %d is not implemented", (int)d->kind);
     }
 }

@@ -192,6 +192,25 @@ const bfit_block_source *bfit_device_blocks(const bfit_device *d) { return &d->b
 
 bfit_arena *bfit_device_arena_new(bfit_device *d, uint64_t capacity) { return bfit_arena_new(capacity, &d->blocks); }
 
+const char *bfit_op_kind_name(bfit_op_kind k)
+{
+    static const char *const names[BFIT_OP_COUNT] = {
+        [BFIT_OP_MATMUL] = "matmul", [BFIT_OP_CONV_FWD] = "convolution forward",
+        [BFIT_OP_CONV_BWD_DATA] = "convolution backward (data)",
+        [BFIT_OP_CONV_BWD_WEIGHTS] = "convolution backward (weights)", [BFIT_OP_POOL_FWD] = "pooling forward",
+        [BFIT_OP_POOL_BWD] = "pooling backward", [BFIT_OP_BNORM_FWD] = "batch norm forward",
+        [BFIT_OP_BNORM_BWD] = "batch norm backward", [BFIT_OP_LNORM_FWD] = "layer norm forward",
+        [BFIT_OP_LNORM_BWD] = "layer norm backward", [BFIT_OP_ELTWISE_FWD] = "activation forward",
+        [BFIT_OP_ELTWISE_BWD] = "activation backward", [BFIT_OP_REDUCE_ROWS] = "row sum", [BFIT_OP_ADD] = "add",
+        [BFIT_OP_DROPOUT_FWD] = "dropout forward", [BFIT_OP_DROPOUT_BWD] = "dropout backward",
+        [BFIT_OP_XENT_FWD] = "cross-entropy forward", [BFIT_OP_XENT_BWD] = "cross-entropy backward",
+        [BFIT_OP_SCALE] = "scale", [BFIT_OP_NORMS] = "norms", [BFIT_OP_SGD] = "sgd", [BFIT_OP_ADAMW] = "adamw",
+        [BFIT_OP_CAST] = "cast", [BFIT_OP_EMBED_FWD] = "embedding forward", [BFIT_OP_EMBED_BWD] = "embedding backward",
+        [BFIT_OP_ATTN_FWD] = "attention forward", [BFIT_OP_ATTN_BWD] = "attention backward",
+    };
+    return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
+}
+
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
 {
     *out = NULL;

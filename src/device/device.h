@@ -53,6 +53,15 @@ typedef enum {
     BFIT_OP_SGD,              /* dst (params) updated from src (grads), state0 the momentum buffer or NULL */
     BFIT_OP_ADAMW,            /* dst (params) updated from src (grads), state0/state1 the moments */
     BFIT_OP_CAST,             /* dst[n] (u.cast.to) = src[n] (dtype), rounded to nearest even */
+    BFIT_OP_EMBED_FWD,        /* dst[n,T,C] = weights[id] + bias[t] (positions, or none) + shift[0] (token
+                                 type 0, or none); src: the ids, device int32 [n,T], each in [0, V) */
+    BFIT_OP_EMBED_BWD,        /* diff_weights[id] += diff_dst rows, diff_bias[t] +=, diff_shift[0] +=
+                                 (always accumulated: parameter gradients); src: the ids */
+    BFIT_OP_ATTN_FWD,         /* multi-head self-attention: src [n,T,3C] (q | k | v, head h in columns
+                                 h*hs of each), dst [n,T,C]; training stores the probabilities
+                                 [n,H,T,T] in `saved`, or (lean) the log-sum-exp of each row [n,H,T] */
+    BFIT_OP_ATTN_BWD,         /* diff_src [n,T,3C] (overwritten) from src, diff_dst and `saved`; lean
+                                 recomputes the probabilities in the workspace */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -86,13 +95,21 @@ typedef struct bfit_op_desc {
         struct { int64_t M, N; } reduce;
         struct { int64_t n; } add;
         struct { int64_t n; float p; } drop;
-        struct { int64_t M, N; } xent;
+        /* ignore: a negative label marks a row (a padding token) that adds nothing: no loss, no
+           gradient, not counted right */
+        struct { int64_t M, N; int ignore; } xent;
         struct { int64_t n; } scale;
         struct { int64_t n; } norms;
         /* optimizer updates of n elements; the coefficients of a step come in args.hyper */
         struct { int64_t n; int momentum, nesterov; } sgd; /* momentum: state0 is the buffer */
         struct { int64_t n; } adamw;
         struct { int64_t n; bfit_dtype to; } cast;
+        /* n sequences of T tokens, C features; V ids; P positions (0: none, else T <= P);
+           types: a token-type table (BERT's segments) of which row 0 is added */
+        struct { int64_t n, T, C, V, P; int types; } embed;
+        /* n sequences of T tokens, H heads of hs features (C = H hs); scores scaled by
+           1/sqrt(hs); causal: token i attends to j <= i; lean: keep no probabilities */
+        struct { int64_t n, T, H, hs; int causal, lean, training; } attn;
     } u;
 } bfit_op_desc;
 
@@ -205,6 +222,8 @@ int bfit_device_cuda_new(int index, bfit_device **out);
 
 /* Create an op for fixed shapes. Allocates no device memory. */
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out);
+/* "matmul", "attention forward", ... for messages. */
+const char *bfit_op_kind_name(bfit_op_kind k);
 size_t bfit_op_workspace_bytes(const bfit_op *op);
 size_t bfit_op_saved_bytes(const bfit_op *op);
 int bfit_op_run(bfit_op *op, const bfit_op_args *args);

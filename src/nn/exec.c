@@ -124,11 +124,13 @@ int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, in
     int rc;
     if (!M->m || n != M->m)
         return bfit_fail(BFIT_ESTATE, "model: %d samples given for a micro-batch of %d", n, M->m);
-    if ((rc = bfit_model_check_labels(M, labels, n)) != BFIT_OK)
+    if ((rc = bfit_model_check_labels(M, labels, n)) != BFIT_OK ||
+        (M->input_dtype == BFIT_I32 && (rc = bfit_model_check_tokens(M, x, n)) != BFIT_OK))
         return rc;
     rc = bfit_model_upload_samples(M, x, n);
     if (rc == BFIT_OK && labels)
-        rc = bfit_device_upload(M->dev, (void *)bfit_model_labels(M), labels, (size_t)n * sizeof(int32_t));
+        rc = bfit_device_upload(M->dev, (void *)bfit_model_labels(M), labels,
+                                (size_t)n * (size_t)M->labels_per_sample * sizeof(int32_t));
     return rc;
 }
 
@@ -136,5 +138,6 @@ int bfit_model_read_probs(bfit_model *M, float *host)
 {
     if (!M->m)
         return bfit_fail(BFIT_ESTATE, "model: no micro-batch reserved");
-    return bfit_device_download(M->dev, host, fwd_loc(M, M->n), (size_t)M->m * (size_t)M->nclasses * sizeof(float));
+    return bfit_device_download(M->dev, host, fwd_loc(M, M->n),
+                                (size_t)M->m * (size_t)M->labels_per_sample * (size_t)M->nclasses * sizeof(float));
 }

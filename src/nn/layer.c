@@ -16,7 +16,8 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_GELU] = &bfit_gelu_vt,           [BFIT_L_FLATTEN] = &bfit_flatten_vt,
     [BFIT_L_DROPOUT] = &bfit_dropout_vt,     [BFIT_L_BATCHNORM] = &bfit_batchnorm_vt,
     [BFIT_L_LAYERNORM] = &bfit_layernorm_vt, [BFIT_L_ADD] = &bfit_add_vt,
-    [BFIT_L_XENT] = &bfit_xent_vt,
+    [BFIT_L_XENT] = &bfit_xent_vt,           [BFIT_L_EMBED] = &bfit_embed_vt,
+    [BFIT_L_ATTENTION] = &bfit_attention_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -24,7 +25,7 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_AVGPOOL] = "avgpool", [BFIT_L_GAP] = "gap",          [BFIT_L_RELU] = "relu",
     [BFIT_L_GELU] = "gelu",       [BFIT_L_FLATTEN] = "flatten",  [BFIT_L_DROPOUT] = "dropout",
     [BFIT_L_BATCHNORM] = "batchnorm", [BFIT_L_LAYERNORM] = "layernorm", [BFIT_L_ADD] = "add",
-    [BFIT_L_XENT] = "xent",
+    [BFIT_L_XENT] = "xent",       [BFIT_L_EMBED] = "embed",      [BFIT_L_ATTENTION] = "attention",
 };
 
 static void unprepare(bfit_layer *l);
@@ -52,6 +53,14 @@ void bfit_layer_flops(const bfit_layer *l, int m, double *fwd, double *bwd)
         *fwd = 2.0 * out * (double)l->in[0].c * c->kh * c->kw;
         *bwd = 2.0 * *fwd;
         return;
+    case BFIT_L_ATTENTION: {
+        /* Q K^T and P V: 2 T^2 C multiply-adds a sample (about half when causal);
+         * backward four such products, with the scores again when lean */
+        double T = l->in[0].d[0], C = l->out.d[1], f = 4.0 * m * T * T * C * (c->causal ? 0.5 : 1.0);
+        *fwd = f;
+        *bwd = (c->lean ? 3.0 : 2.0) * f;
+        return;
+    }
     case BFIT_L_BATCHNORM:
     case BFIT_L_LAYERNORM:
         *fwd = 5.0 * in;
@@ -93,6 +102,7 @@ bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind)
     c.eps = 1e-5f;
     c.momentum = 0.1f;
     c.p = 0.5f;
+    c.causal = 1;
     return c;
 }
 
@@ -151,6 +161,37 @@ static void unprepare(bfit_layer *l)
     }
     l->prep_m = 0;
     memset(&l->need, 0, sizeof l->need);
+}
+
+int bfit_layer_reshape(bfit_layer *l, const bfit_shape *in, char *err, size_t errlen)
+{
+    bfit_param keep[BFIT_LAYER_MAXP];
+    bfit_shape old[BFIT_LAYER_MAXIN];
+    int n = l->nparams, rc;
+
+    memcpy(keep, l->params, sizeof keep);
+    memcpy(old, l->in, sizeof old);
+    unprepare(l);
+    for (int k = 0; k < l->nin; k++)
+        l->in[k] = in[k];
+    err[0] = '\0';
+    rc = l->vt->init(l, err, errlen);
+    for (int i = 0; rc == BFIT_OK && i < n; i++)
+        if (l->nparams != n || memcmp(l->params[i].dim, keep[i].dim, sizeof keep[i].dim) != 0) {
+            snprintf(err, errlen, "%s: its parameters would change shape", kind_names[l->cfg.kind]);
+            rc = BFIT_EINVAL;
+        }
+    /* the parameters are the same tensors (their memory, flags, sharing) */
+    memcpy(l->params, keep, sizeof keep);
+    l->nparams = n;
+    if (rc != BFIT_OK) {
+        char ignore[8];
+        memcpy(l->in, old, sizeof old);
+        l->vt->init(l, ignore, sizeof ignore);
+        memcpy(l->params, keep, sizeof keep);
+        return bfit_fail(rc, "%s", err);
+    }
+    return BFIT_OK;
 }
 
 void bfit_layer_free(bfit_layer *l)

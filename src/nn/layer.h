@@ -24,7 +24,10 @@ typedef enum {
     BFIT_L_BATCHNORM,  /* over channels of CxHxW (BatchNorm2d), or features of a vector (BatchNorm1d) */
     BFIT_L_LAYERNORM,  /* over the C*H*W features of each sample */
     BFIT_L_ADD,        /* residual add of two inputs of equal shape */
-    BFIT_L_XENT,       /* softmax cross-entropy loss over a vector of class scores */
+    BFIT_L_XENT,       /* softmax cross-entropy loss over a vector of class scores, or per token of a
+                          sequence [T, V] (negative labels, padding, ignored) */
+    BFIT_L_EMBED,      /* token ids [T] -> [T, C]: token, position (and token-type 0) embeddings */
+    BFIT_L_ATTENTION,  /* multi-head self-attention: [T, 3C] (q | k | v) -> [T, C] */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -38,9 +41,15 @@ typedef struct bfit_layer_cfg {
     float p;            /* dropout probability */
     float eps;          /* norms (default 1e-5) */
     float momentum;     /* batch norm running-stat momentum (default 0.1, PyTorch's meaning) */
+    int vocab;          /* embed: token ids in [0, vocab) */
+    int positions;      /* embed: learned positions (0: none; else T <= positions) */
+    int types;          /* embed: token types (BERT's segments; row 0 is added); 0: none */
+    int causal;         /* attention: token i attends to tokens j <= i (default 1) */
+    int lean;           /* attention: keep no attention matrix, recompute it in backward */
+    int tie;            /* linear: the weight is the embedding's token table (a tied head) */
 } bfit_layer_cfg;
 
-/* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1). */
+/* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1, causal 1). */
 bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind);
 /* (pools treat a stride <= 0 as "the kernel"; the spec sets it explicitly) */
 const char *bfit_layer_kind_name(bfit_layer_kind kind); /* spec keyword: "linear", "conv", ... */
@@ -159,6 +168,10 @@ static inline int bfit_bwd_reads_output(const bfit_layer *l) { return l->mode ==
 int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape *in, int nin,
                    bfit_layer **out, char *err, size_t errlen);
 void bfit_layer_free(bfit_layer *l);
+/* New input shapes for a built layer (a token model's sequence length):
+ * shape inference again, the parameters (same shapes) kept, ops dropped.
+ * On a refusal the layer is as it was. */
+int bfit_layer_reshape(bfit_layer *l, const bfit_shape *in, char *err, size_t errlen);
 /* Prepare for (m, training) unless already prepared so; need is filled. */
 int bfit_layer_prepare(bfit_layer *l, int m, int training);
 /* Forward / backward of the prepared micro-batch. BFIT_ESTATE if a->m (or,
@@ -182,7 +195,7 @@ int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_ME
 /* The vtables, one per file in src/nn/. */
 extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_avgpool_vt,
     bfit_gap_vt, bfit_relu_vt, bfit_gelu_vt, bfit_flatten_vt, bfit_dropout_vt, bfit_batchnorm_vt,
-    bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt;
+    bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

@@ -33,8 +33,9 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     }
     l->out = in.nd == 2 ? bfit_shape_seq(in.d[0], l->cfg.units) : bfit_shape_vec(l->cfg.units);
     l->nparams = l->cfg.bias ? 2 : 1;
+    /* tie: the model points the weight at the embedding's [vocab, C] table */
     l->params[0] = (bfit_param){.name = "weight", .ndim = 2, .dim = {l->cfg.units, features(l)}, .trainable = 1,
-                                .decay = 1, .multiplies = 1};
+                                .decay = 1, .multiplies = 1, .shared = l->cfg.tie};
     if (l->cfg.bias)
         l->params[1] = (bfit_param){.name = "bias", .ndim = 1, .dim = {l->cfg.units}, .trainable = 1};
     return BFIT_OK;

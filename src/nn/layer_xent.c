@@ -1,4 +1,7 @@
-/* layer_xent.c - softmax cross-entropy loss over a vector of N class scores.
+/* layer_xent.c - softmax cross-entropy loss over a vector of N class scores,
+ * or over each token of a sequence [T, N] (a language model's next-token
+ * loss: one label per token, a negative label for a padding token, which
+ * adds no loss, no gradient and no count).
  *
  * The output y is the softmax probabilities (same shape as the input), which
  * is all the backward needs: dx = (p - onehot(label)) * loss_scale. The
@@ -17,9 +20,9 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     bfit_shape in = l->in[0];
     char buf[48];
 
-    if (!bfit_shape_is_vector(in)) {
-        snprintf(err, errlen, "xent expects a vector of class scores, got %s: add `flatten` and a `linear` "
-                              "with one output per class before it",
+    if (!bfit_shape_is_vector(in) && in.nd != 2) {
+        snprintf(err, errlen, "xent expects a vector of class scores (or a sequence of them, one per token), got "
+                              "%s: add `flatten` and a `linear` with one output per class before it",
                  bfit_shape_str(in, buf, sizeof buf));
         return BFIT_EINVAL;
     }
@@ -31,8 +34,10 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_XENT_FWD, .dtype = l->dtype};
 
-    d.u.xent.M = m;
-    d.u.xent.N = l->in[0].c;
+    /* a sequence: one row (and one label) per token; padding tokens have label -1 */
+    d.u.xent.M = (int64_t)m * (l->in[0].nd == 2 ? l->in[0].d[0] : 1);
+    d.u.xent.N = l->in[0].nd == 2 ? l->in[0].d[1] : l->in[0].c;
+    d.u.xent.ignore = l->in[0].nd == 2;
     return bfit_layer_op_pair(l, &d, BFIT_OP_XENT_BWD, training, need);
 }
 

@@ -17,6 +17,20 @@ static int node_error(const bfit_graph_desc *g, const bfit_node_desc *d, const c
     return bfit_fail(BFIT_EFORMAT, "%s%s%s", g->source, g->source[0] ? ": " : "", msg);
 }
 
+/* Token ids (an int32 input) go to embedding layers and nowhere else; an
+ * embedding reads token ids. */
+static int check_tokens_wiring(const bfit_graph_desc *g, const bfit_node_desc *d)
+{
+    int tokens = g->input_dtype == BFIT_I32, embed = d->cfg.kind == BFIT_L_EMBED;
+    for (int k = 0; k < d->nin; k++) {
+        if (embed && (d->in[k] != 0 || !tokens))
+            return node_error(g, d, "embed reads the model's token ids: it must come right after `input tokens=T`");
+        if (!embed && d->in[k] == 0 && tokens)
+            return node_error(g, d, "the model input is token ids: the first layer must be `embed`");
+    }
+    return BFIT_OK;
+}
+
 /* Layers for the graph's nodes, in order; val[v] gets value v's shape. */
 static int build_nodes(bfit_model *M, const bfit_graph_desc *g, bfit_shape *val)
 {
@@ -32,6 +46,8 @@ static int build_nodes(bfit_model *M, const bfit_graph_desc *g, bfit_shape *val)
                 return node_error(g, d, "layer input refers to a later or missing value");
             in[k] = val[d->in[k]];
         }
+        if ((rc = check_tokens_wiring(g, d)) != BFIT_OK)
+            return rc;
         rc = bfit_layer_new(&d->cfg, M->dev, in, d->nin, &M->nodes[i].l, err, sizeof err);
         if (rc != BFIT_OK)
             return node_error(g, d, err);
@@ -50,10 +66,10 @@ static int add_loss(bfit_model *M, const bfit_graph_desc *g, bfit_shape last)
     char err[512], sh[32];
     int rc;
 
-    if (!bfit_shape_is_vector(last) || last.c < 2) {
+    if ((!bfit_shape_is_vector(last) && last.nd != 2) || (last.nd == 2 ? last.d[1] : last.c) < 2) {
         snprintf(err, sizeof err,
-                 "the last layer must output a vector of at least 2 class scores, got %s: end the model with "
-                 "`flatten` and `linear N`",
+                 "the last layer must output a vector of at least 2 class scores (or a sequence of them), got %s: "
+                 "end the model with `flatten` and `linear N`",
                  bfit_shape_str(last, sh, sizeof sh));
         return node_error(g, &g->nodes[g->nnodes - 1], err);
     }
@@ -64,7 +80,8 @@ static int add_loss(bfit_model *M, const bfit_graph_desc *g, bfit_shape last)
     for (int k = 1; k < BFIT_LAYER_MAXIN; k++)
         M->nodes[g->nnodes].in[k] = -1;
     M->n = g->nnodes + 1;
-    M->nclasses = last.c;
+    M->nclasses = last.nd == 2 ? last.d[1] : last.c; /* a vector may be Cx1x1 */
+    M->labels_per_sample = last.nd == 2 ? last.d[0] : 1;
     return BFIT_OK;
 }
 
@@ -105,6 +122,8 @@ static int wire(bfit_model *M)
     for (int i = 0; i < M->n; i++)
         for (int k = 0; k < M->nodes[i].l->nparams; k++) {
             bfit_param *p = &M->nodes[i].l->params[k];
+            if (p->shared)
+                continue; /* counted, stored and updated as its owner (tie_params) */
             M->params[M->nparams++] = p;
             M->master_bytes += BFIT_ALIGN_UP(bfit_param_bytes(p));
             if (p->trainable) {
@@ -113,6 +132,49 @@ static int wire(bfit_model *M)
             }
         }
     return BFIT_OK;
+}
+
+/* A tied head's weight is the table of the nearest embedding before it,
+ * which must have its shape; the table then multiplies (a compute copy
+ * under mixed precision). */
+static int tie_params(bfit_model *M, const bfit_graph_desc *g)
+{
+    for (int i = 0; i < M->n; i++) {
+        bfit_layer *L = M->nodes[i].l;
+        for (int k = 0; k < L->nparams; k++) {
+            bfit_param *p = &L->params[k], *o = NULL;
+            char msg[256];
+            if (!p->shared)
+                continue;
+            for (int j = i - 1; j >= 0 && !o; j--)
+                if (M->nodes[j].l->cfg.kind == BFIT_L_EMBED)
+                    o = &M->nodes[j].l->params[0];
+            if (!o || o->dim[0] != p->dim[0] || o->dim[1] != p->dim[1]) {
+                snprintf(msg, sizeof msg, "tie=1: the weight [%lld, %lld] must be the token table of an `embed` "
+                                          "before it (%s)",
+                         (long long)p->dim[0], (long long)p->dim[1],
+                         o ? "the nearest one has another shape: vocab and width must match" : "there is none");
+                return node_error(g, &g->nodes[i], msg);
+            }
+            o->multiplies = 1;
+            M->nodes[i].tied = o;
+        }
+    }
+    return BFIT_OK;
+}
+
+/* Point shared parameters at their owners' memory. */
+static void point_tied(bfit_model *M)
+{
+    for (int i = 0; i < M->n; i++)
+        for (int k = 0; k < M->nodes[i].l->nparams && M->nodes[i].tied; k++) {
+            bfit_param *p = &M->nodes[i].l->params[k];
+            if (!p->shared)
+                continue;
+            p->data = M->nodes[i].tied->data;
+            p->grad = M->nodes[i].tied->grad;
+            p->cdata = M->nodes[i].tied->cdata;
+        }
 }
 
 int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena, bfit_model **out)
@@ -136,7 +198,7 @@ int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
     M->input_dtype = g->input_dtype;
     snprintf(M->source, sizeof M->source, "%s", g->source);
     if ((rc = build_nodes(M, g, val)) != BFIT_OK || (rc = add_loss(M, g, val[g->nnodes])) != BFIT_OK ||
-        (rc = wire(M)) != BFIT_OK)
+        (rc = tie_params(M, g)) != BFIT_OK || (rc = wire(M)) != BFIT_OK)
         goto fail;
     {
         bfit_store_cfg sc = bfit_store_cfg_default();
@@ -176,6 +238,54 @@ void bfit_model_free(bfit_model *M)
     free(M->keep);
     free(M->stage16);
     free(M);
+}
+
+/* Every layer's input shapes again from a token input of T. */
+static int reshape_all(bfit_model *M, int T, bfit_shape *val)
+{
+    char err[512];
+    val[0] = bfit_shape_seq(T, 1);
+    for (int i = 0; i < M->n; i++) {
+        bfit_layer *L = M->nodes[i].l;
+        bfit_shape in[BFIT_LAYER_MAXIN];
+        int rc;
+        for (int k = 0; k < L->nin; k++)
+            in[k] = val[M->nodes[i].in[k]];
+        if ((rc = bfit_layer_reshape(L, in, err, sizeof err)) != BFIT_OK)
+            return bfit_fail(rc, "%d tokens: layer %d (%s): %s", T, i + 1, bfit_layer_kind_name(L->cfg.kind), err);
+        val[i + 1] = L->out;
+    }
+    return BFIT_OK;
+}
+
+int bfit_model_set_seq(bfit_model *M, int T)
+{
+    int old, rc;
+    bfit_shape *val;
+
+    if (M->input_dtype != BFIT_I32)
+        return bfit_fail_field(BFIT_EINVAL, "seq", "applies to token models; this model's input is not token ids");
+    old = M->input.d[0];
+    if (T == old)
+        return BFIT_OK;
+    if (T < 1)
+        return bfit_fail_field(BFIT_EINVAL, "seq", "must be at least 1, got %d", T);
+    if (!(val = malloc(sizeof *val * ((size_t)M->n + 1))))
+        return bfit_fail(BFIT_ENOMEM, "model: out of host memory");
+    rc = reshape_all(M, T, val);
+    if (rc != BFIT_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", bfit_errmsg());
+        reshape_all(M, old, val); /* as it was: every layer accepted old before */
+        rc = bfit_fail_field(rc, "seq", "%s", msg);
+    } else {
+        M->input = val[0];
+        M->labels_per_sample = T;
+    }
+    free(val);
+    /* the step's layout is for the old length; its blocks stay for reuse */
+    M->m = 0;
+    return rc;
 }
 
 uint64_t bfit_model_param_bytes(const bfit_model *M) { return M->param_bytes; }
@@ -274,6 +384,7 @@ int bfit_model_alloc_params(bfit_model *M, int with_grads)
     }
     if ((rc = make_copies(M, p)) == BFIT_OK && (rc = bfit_model_zero_grads(M)) == BFIT_OK)
         rc = bfit_model_stats_reset(M);
+    point_tied(M);
     return rc;
 fail:
     bfit_arena_release(M->arena, g);
@@ -302,7 +413,8 @@ int bfit_model_init_params(bfit_model *M, uint64_t seed)
             host[k] = buf + (size_t)most * (size_t)k;
         L->vt->init_params(L, seed * 1000003ull + (uint64_t)i * 7919ull, host);
         for (int k = 0; k < L->nparams && rc == BFIT_OK; k++)
-            rc = bfit_device_upload(M->dev, L->params[k].data, host[k], bfit_param_bytes(&L->params[k]));
+            if (!L->params[k].shared) /* its owner's values stand */
+                rc = bfit_device_upload(M->dev, L->params[k].data, host[k], bfit_param_bytes(&L->params[k]));
         free(buf);
     }
     return rc == BFIT_OK ? bfit_model_refresh_copies(M) : rc;
@@ -483,9 +595,30 @@ int bfit_model_upload_samples(bfit_model *M, const void *x, int n)
 /* Labels are checked here, on the host: a GPU's loss op cannot refuse them. */
 int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n)
 {
-    for (int i = 0; labels && i < n; i++)
-        if (labels[i] < 0 || labels[i] >= M->nclasses)
-            return bfit_fail(BFIT_EINVAL, "cross-entropy: label %d of sample %d is outside [0, %d)", (int)labels[i],
-                             i, M->nclasses);
+    int per = M->labels_per_sample, lo = per > 1 ? -1 : 0; /* a token's -1: padding */
+    for (int64_t i = 0; labels && i < (int64_t)n * per; i++)
+        if (labels[i] < lo || labels[i] >= M->nclasses) {
+            if (per > 1)
+                return bfit_fail(BFIT_EINVAL, "cross-entropy: label %d of token %lld of sample %lld is outside "
+                                              "[0, %d) (and not -1, padding)",
+                                 (int)labels[i], (long long)(i % per), (long long)(i / per), M->nclasses);
+            return bfit_fail(BFIT_EINVAL, "cross-entropy: label %d of sample %lld is outside [0, %d)", (int)labels[i],
+                             (long long)i, M->nclasses);
+        }
+    return BFIT_OK;
+}
+
+/* Token ids of n samples, checked on the host (a GPU's lookup cannot refuse). */
+int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n)
+{
+    const bfit_layer *E = M->nodes[0].l;
+    int64_t cnt = (int64_t)n * bfit_shape_numel(M->input);
+    if (M->input_dtype != BFIT_I32 || E->cfg.kind != BFIT_L_EMBED)
+        return BFIT_OK;
+    for (int64_t i = 0; i < cnt; i++)
+        if (ids[i] < 0 || ids[i] >= E->cfg.vocab)
+            return bfit_fail(BFIT_EINVAL, "token id %d at position %lld of sample %lld is outside the vocabulary [0, %d)",
+                             (int)ids[i], (long long)(i % bfit_shape_numel(M->input)),
+                             (long long)(i / bfit_shape_numel(M->input)), E->cfg.vocab);
     return BFIT_OK;
 }

@@ -62,6 +62,8 @@ typedef struct bfit_node {
     int in[BFIT_LAYER_MAXIN];        /* value ids, -1 past l->nin */
     int nconsumers;                  /* of this node's output value */
     bfit_op *acc;                    /* adds a temp gradient into its value's (tmp_input >= 0) */
+    bfit_param *tied;                /* the parameter its shared one is (a tied head: the embedding's
+                                        table), NULL: none */
 } bfit_node;
 
 typedef struct bfit_model {
@@ -70,6 +72,7 @@ typedef struct bfit_model {
     bfit_shape input;
     bfit_dtype input_dtype;
     int nclasses;
+    int labels_per_sample; /* 1, or T for a sequence model: one label per token (-1: padding) */
     int n;                 /* nodes, the loss last */
     bfit_node *nodes;
     int in0_consumers;     /* consumers of the model input */
@@ -118,6 +121,13 @@ int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c);
 int bfit_model_refresh_copies(bfit_model *M);
 uint64_t bfit_model_copy_bytes(const bfit_model *M);
 
+/* A token model's sequence length T (at most its positions): every layer
+ * reshaped, the parameters unchanged; the plan (bfit_model_layout) is then
+ * at T, and the next reserve lays the step out again, reusing the blocks
+ * held when they are large enough. BFIT_EINVAL (field "seq") leaves the
+ * model at its length. */
+int bfit_model_set_seq(bfit_model *M, int T);
+
 /* Bytes of params (and grads if training) the model allocates, and of its
  * fixed statistics block. */
 uint64_t bfit_model_param_bytes(const bfit_model *M);
@@ -146,10 +156,12 @@ void bfit_model_unreserve(bfit_model *M);
 uint64_t bfit_model_step_bytes(const bfit_model *M);
 
 /* Upload n = M->m samples (host: f32, or int32 token ids) and their labels
- * into the reserved input block; 16-bit inputs are converted on the host. */
+ * (labels_per_sample each) into the reserved input block; 16-bit inputs are
+ * converted on the host. Token ids and labels are checked here, on the host. */
 int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n);
 int bfit_model_upload_samples(bfit_model *M, const void *x, int n);
 int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n);
+int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n);
 /* The labels in the reserved input block (device). */
 const int32_t *bfit_model_labels(bfit_model *M);
 
@@ -166,8 +178,8 @@ int bfit_model_backward(bfit_model *M, float loss_scale);
 int bfit_model_stats_reset(bfit_model *M);
 int bfit_model_stats_read(bfit_model *M, double *loss, double *correct);
 
-/* The output (softmax probabilities) of the last forward, [m, nclasses],
- * downloaded into host. */
+/* The output (softmax probabilities) of the last forward, [m, nclasses]
+ * ([m, T, nclasses] for a sequence model), downloaded into host. */
 int bfit_model_read_probs(bfit_model *M, float *host);
 
 #endif

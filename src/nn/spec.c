@@ -265,9 +265,11 @@ bad:
 
 /* ---- layers and their options -------------------------------------------- */
 
-enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_COUNT };
+enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_VOCAB, O_POS,
+       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_COUNT };
 /* The cfg fields an option sets: giving one field twice is an error. */
-enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_COUNT };
+enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_VOCAB, F_POS, F_TYPES, F_CAUSAL, F_LEAN,
+       F_TIE, F_COUNT };
 #define FB(f) (1u << (f))
 #define OB(o) (1u << (o))
 
@@ -288,11 +290,18 @@ static const struct {
     [O_P] = {"p", FB(F_P)},
     [O_EPS] = {"eps", FB(F_EPS)},
     [O_MOM] = {"momentum", FB(F_MOM)},
+    [O_VOCAB] = {"vocab", FB(F_VOCAB)},
+    [O_POS] = {"positions", FB(F_POS)},
+    [O_TYPES] = {"types", FB(F_TYPES)},
+    [O_CAUSAL] = {"causal", FB(F_CAUSAL)},
+    [O_LEAN] = {"lean", FB(F_LEAN)},
+    [O_TIE] = {"tie", FB(F_TIE)},
 };
 
 static const char *const field_names[F_COUNT] = {
     "the kernel height", "the kernel width", "the vertical stride", "the horizontal stride",
     "the vertical padding", "the horizontal padding", "bias", "the dropout probability", "eps", "momentum",
+    "the vocabulary", "the positions", "the token types", "causal", "lean", "tie",
 };
 
 enum { P_NONE, P_UNITS, P_KERNEL, P_PROB }; /* what a layer's one positional number is */
@@ -308,7 +317,7 @@ typedef struct layer_kw {
 } layer_kw;
 
 static const layer_kw layer_kws[] = {
-    {"linear", BFIT_L_LINEAR, P_UNITS, OB(O_BIAS), "linear N [bias=0|1]"},
+    {"linear", BFIT_L_LINEAR, P_UNITS, OB(O_BIAS) | OB(O_TIE), "linear N [bias=0|1] [tie=0|1]"},
     {"conv", BFIT_L_CONV, P_UNITS, O_WINDOW | OB(O_BIAS), "conv N k=K [stride=S] [pad=P] [bias=0|1]"},
     {"maxpool", BFIT_L_MAXPOOL, P_KERNEL, O_WINDOW, "maxpool K [stride=S] [pad=P]"},
     {"avgpool", BFIT_L_AVGPOOL, P_KERNEL, O_WINDOW, "avgpool K [stride=S] [pad=P]"},
@@ -319,12 +328,14 @@ static const layer_kw layer_kws[] = {
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
     {"layernorm", BFIT_L_LAYERNORM, P_NONE, OB(O_EPS), "layernorm [eps=E]"},
+    {"embed", BFIT_L_EMBED, P_UNITS, OB(O_VOCAB) | OB(O_POS) | OB(O_TYPES), "embed C vocab=V [positions=P] [types=K]"},
+    {"attention", BFIT_L_ATTENTION, P_UNITS, OB(O_CAUSAL) | OB(O_LEAN), "attention H [causal=0|1] [lean=0|1]"},
 };
 #define NLAYER_KWS ((int)(sizeof layer_kws / sizeof layer_kws[0]))
 
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
-    "relu", "gelu", "flatten", "dropout", "batchnorm", "layernorm",
+    "relu", "gelu", "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -362,13 +373,13 @@ static int unknown_layer(const parser *p, tok t)
         return fail_at(p, t.s, "unknown layer `%s`; did you mean `%s`?", show(t, b, sizeof b), guess);
     return fail_at(p, t.s,
                    "unknown layer `%s` (known: linear, conv, maxpool, avgpool, gap, relu, gelu, flatten, "
-                   "dropout, batchnorm, layernorm, residual)",
+                   "dropout, batchnorm, layernorm, embed, attention, residual)",
                    show(t, b, sizeof b));
 }
 
 static int unknown_option(const parser *p, const layer_kw *kw, tok t, tok key)
 {
-    char b[64], list[128] = "";
+    char b[64], list[192] = "";
     const char *words[O_COUNT], *guess;
     int n = 0;
 
@@ -388,6 +399,17 @@ static int unknown_option(const parser *p, const layer_kw *kw, tok t, tok key)
     return fail_at(p, t.s, "%s has no option `%s` (options: %s)", kw->name, show(key, b, sizeof b), list);
 }
 
+/* What a layer's positional number is, in messages. */
+static const char *units_name(bfit_layer_kind k)
+{
+    switch (k) {
+    case BFIT_L_LINEAR: return "linear's output features";
+    case BFIT_L_EMBED: return "embed's width";
+    case BFIT_L_ATTENTION: return "attention's heads";
+    default: return "conv's output channels";
+    }
+}
+
 static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *fs, tok t, int *have)
 {
     char b[64];
@@ -401,8 +423,7 @@ static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fs
     *have = 1;
     switch (kw->pos) {
     case P_UNITS:
-        return parse_int(p, t, 1, kw->kind == BFIT_L_LINEAR ? "linear's output features" : "conv's output channels",
-                         &c->units);
+        return parse_int(p, t, 1, units_name(kw->kind), &c->units);
     case P_KERNEL:
         if ((rc = mark(p, fs, FB(F_KH) | FB(F_KW), t)) != BFIT_OK)
             return rc;
@@ -455,11 +476,17 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
         if (o != O_PH)
             c->pw = v;
         return rc;
-    case O_BIAS:
+    case O_BIAS: case O_CAUSAL: case O_LEAN: case O_TIE:
         if (!is(val, "0") && !is(val, "1"))
-            return fail_at(p, val.s, "bias must be 0 or 1, got `%s`", show(val, b, sizeof b));
-        c->bias = val.s[0] == '1';
+            return fail_at(p, val.s, "%s must be 0 or 1, got `%s`", opts[o].key, show(val, b, sizeof b));
+        *(o == O_BIAS ? &c->bias : o == O_CAUSAL ? &c->causal : o == O_LEAN ? &c->lean : &c->tie) = val.s[0] == '1';
         return BFIT_OK;
+    case O_VOCAB:
+        return parse_int(p, val, 1, "vocab", &c->vocab);
+    case O_POS:
+        return parse_int(p, val, 0, "positions", &c->positions);
+    case O_TYPES:
+        return parse_int(p, val, 0, "types", &c->types);
     case O_P:
         return parse_float(p, val, "dropout's p", 0, 0, 1, 1, &c->p);
     case O_EPS:
@@ -516,8 +543,14 @@ static int layer_line(parser *p, tok *t, int n)
             return rc;
     }
     if (kw->pos == P_UNITS && !have)
-        return fail_at(p, t[0].s, "%s needs its number of %s: `%s`", kw->name,
-                       kw->kind == BFIT_L_LINEAR ? "output features" : "output channels", kw->usage);
+        return fail_at(p, t[0].s, "%s needs %s: `%s`", kw->name,
+                       kw->kind == BFIT_L_LINEAR      ? "its number of output features"
+                       : kw->kind == BFIT_L_EMBED     ? "its width"
+                       : kw->kind == BFIT_L_ATTENTION ? "its number of heads"
+                                                      : "its number of output channels",
+                       kw->usage);
+    if (kw->kind == BFIT_L_EMBED && !fs.by[F_VOCAB].s)
+        return fail_at(p, t[0].s, "embed needs its vocabulary: `%s`", kw->usage);
     if (kw->opts & OB(O_K)) {
         if (!fs.by[F_KH].s && !fs.by[F_KW].s)
             return fail_at(p, t[0].s, "%s needs a kernel size: `%s`%s", kw->name, kw->usage,
@@ -538,6 +571,26 @@ static int layer_line(parser *p, tok *t, int n)
     return add_node(p, &c, p->cur, -1, p->line, col_of(p, t[0].s));
 }
 
+/* `input tokens=T`: a sequence of T int32 token ids (an `embed` comes next). */
+static int tokens_input(parser *p, tok *t, int n)
+{
+    char b[64];
+    tok v = {t[1].s + 7, t[1].n - 7};
+    int T, rc;
+
+    if ((rc = parse_int(p, v, 1, "the tokens of the input", &T)) != BFIT_OK)
+        return rc;
+    if (n > 2)
+        return fail_at(p, t[2].s, "unexpected `%s` after the input shape", show(t[2], b, sizeof b));
+    p->g->input = bfit_shape_seq(T, 1);
+    p->g->input_dtype = BFIT_I32;
+    p->g->input_line = p->line;
+    p->g->input_col = col_of(p, t[0].s);
+    p->have_input = 1;
+    p->cur = 0;
+    return BFIT_OK;
+}
+
 static int input_line(parser *p, tok *t, int n)
 {
     char b[64];
@@ -548,8 +601,10 @@ static int input_line(parser *p, tok *t, int n)
         return fail_at(p, t[0].s, "`input` given again (first at line %d): a model has one input",
                        p->g->input_line);
     if (n < 2)
-        return fail_at(p, t[0].s, "`input` needs a shape: CxHxW for images (e.g. `input 1x28x28`) or F for "
-                                  "vectors (e.g. `input 784`)");
+        return fail_at(p, t[0].s, "`input` needs a shape: CxHxW for images (e.g. `input 1x28x28`), F for "
+                                  "vectors (e.g. `input 784`) or tokens=T for token ids (e.g. `input tokens=256`)");
+    if (t[1].n > 7 && memcmp(t[1].s, "tokens=", 7) == 0)
+        return tokens_input(p, t, n);
     for (q = t[1].s, e = t[1].s + t[1].n;;) {
         const char *x = memchr(q, 'x', (size_t)(e - q));
         tok part = {q, (int)((x ? x : e) - q)};
@@ -783,7 +838,7 @@ static char *describe(const bfit_layer_cfg *c, char *buf, size_t len)
         return buf;
     }
     cat(buf, len, "%s", bfit_layer_kind_name(c->kind));
-    if (c->kind == BFIT_L_LINEAR)
+    if (c->kind == BFIT_L_LINEAR || c->kind == BFIT_L_EMBED || c->kind == BFIT_L_ATTENTION)
         cat(buf, len, " %d", c->units);
     if (c->kind != BFIT_L_CONV && !pool)
         return buf;
@@ -899,7 +954,7 @@ int bfit_spec_check_shapes(const bfit_graph_desc *g)
         v[i + 1] = out;
     }
     last = v[g->nnodes];
-    if (last.h != 1 || last.w != 1)
+    if (last.nd != 2 && (last.h != 1 || last.w != 1)) /* a sequence: scores per token */
         rc = bfit_fail(BFIT_EFORMAT,
                        "%sthe last layer gives %s, but the loss needs a vector of class scores: end with `flatten` "
                        "(or `gap`) and `linear N`",

@@ -179,22 +179,132 @@ static int build_vgg16(zb *b)
     return b->rc;
 }
 
+/* ---- transformers ---------------------------------------------------------- */
+
+typedef struct tf_cfg {
+    int layers, heads, width, context, vocab;
+    int types;     /* BERT's token types (0: none) */
+    int causal;    /* GPT: causal attention, pre-norm blocks; BERT: bidirectional, post-norm */
+    float eps;     /* layer norm */
+    float dropout; /* after the embeddings and each block's body (0: none) */
+} tf_cfg;
+
+static int layer_norm(zb *b, int x, float eps)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_LAYERNORM);
+    c.eps = eps;
+    return add_node(b, &c, x, -1);
+}
+
+static int drop(zb *b, int x, float p)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_DROPOUT);
+    if (p <= 0)
+        return x;
+    c.p = p;
+    return add_node(b, &c, x, -1);
+}
+
+/* The two bodies of a block: attention (q|k|v projection, attention, output
+ * projection) and the MLP (4x wide, GELU). */
+static int attn_body(zb *b, const tf_cfg *t, int x)
+{
+    bfit_layer_cfg a = bfit_layer_cfg_default(BFIT_L_ATTENTION);
+    a.units = t->heads;
+    a.causal = t->causal;
+    x = add_node(b, &a, linear(b, x, 3 * t->width), -1);
+    return drop(b, linear(b, x, t->width), t->dropout);
+}
+
+static int mlp_body(zb *b, const tf_cfg *t, int x)
+{
+    x = simple(b, BFIT_L_GELU, linear(b, x, 4 * t->width));
+    return drop(b, linear(b, x, t->width), t->dropout);
+}
+
+/* GPT-2: x + attn(ln(x)), then x + mlp(ln(x)) (pre-norm). BERT: ln(x +
+ * attn(x)), then ln(x + mlp(x)) (post-norm). */
+static int block(zb *b, const tf_cfg *t, int x)
+{
+    if (t->causal) {
+        x = residual_add(b, attn_body(b, t, layer_norm(b, x, t->eps)), x);
+        return residual_add(b, mlp_body(b, t, layer_norm(b, x, t->eps)), x);
+    }
+    x = layer_norm(b, residual_add(b, attn_body(b, t, x), x), t->eps);
+    return layer_norm(b, residual_add(b, mlp_body(b, t, x), x), t->eps);
+}
+
+/* Embeddings, the blocks, and a head tied to the token table: GPT-2's
+ * ln_f and lm_head; BERT's masked-LM head (dense, GELU, norm, decoder with
+ * its own bias). The loss is per token. */
+static int build_transformer(zb *b, const tf_cfg *t)
+{
+    bfit_layer_cfg e = bfit_layer_cfg_default(BFIT_L_EMBED), h = bfit_layer_cfg_default(BFIT_L_LINEAR);
+    int x;
+    b->g->input = bfit_shape_seq(t->context, 1);
+    b->g->input_dtype = BFIT_I32;
+    e.units = t->width;
+    e.vocab = t->vocab;
+    e.positions = t->context;
+    e.types = t->types;
+    x = add_node(b, &e, 0, -1);
+    if (!t->causal)
+        x = layer_norm(b, x, t->eps);
+    x = drop(b, x, t->dropout);
+    for (int i = 0; i < t->layers; i++)
+        x = block(b, t, x);
+    if (t->causal)
+        x = layer_norm(b, x, t->eps);
+    else
+        x = layer_norm(b, simple(b, BFIT_L_GELU, linear(b, x, t->width)), t->eps);
+    h.units = t->vocab;
+    h.tie = 1;
+    h.bias = !t->causal;
+    add_node(b, &h, x, -1);
+    return b->rc;
+}
+
+/* For tests and the demo: byte-level tokens, 4 layers of 128, 128 tokens. */
+static int build_gpt_nano(zb *b)
+{
+    static const tf_cfg t = {4, 4, 128, 128, 256, 0, 1, 1e-5f, 0};
+    return build_transformer(b, &t);
+}
+
+/* GPT-2 small as llm.c trains it: 124,439,808 parameters. */
+static int build_gpt2(zb *b)
+{
+    static const tf_cfg t = {12, 12, 768, 1024, 50257, 0, 1, 1e-5f, 0};
+    return build_transformer(b, &t);
+}
+
+/* BERT-Base (uncased) with its masked-LM head, hidden dropout 0.1:
+ * 109,514,298 parameters (BertForMaskedLM). Attention-probability dropout
+ * is not modelled. */
+static int build_bert_base(zb *b)
+{
+    static const tf_cfg t = {12, 12, 768, 512, 30522, 2, 0, 1e-12f, 0.1f};
+    return build_transformer(b, &t);
+}
+
 static const struct {
     const char *name;
     int (*build)(zb *b);
 } presets[] = {
     {"mlp", build_mlp},           {"cnn", build_cnn},     {"resnet18", build_resnet18},
-    {"resnet50", build_resnet50}, {"vgg16", build_vgg16},
+    {"resnet50", build_resnet50}, {"vgg16", build_vgg16}, {"gpt-nano", build_gpt_nano},
+    {"gpt2", build_gpt2},         {"bert-base", build_bert_base},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 
-static const char *const names[NPRESETS + 1] = {"mlp", "cnn", "resnet18", "resnet50", "vgg16", NULL};
+static const char *const names[NPRESETS + 1] = {"mlp", "cnn", "resnet18", "resnet50", "vgg16",
+                                                "gpt-nano", "gpt2", "bert-base", NULL};
 
 const char *const *bfit_zoo_names(void) { return names; }
 
 int bfit_zoo_build(const char *name, bfit_graph_desc *g)
 {
-    char list[128] = "";
+    char list[192] = "";
 
     bfit_graph_init(g, name);
     for (unsigned i = 0; i < NPRESETS; i++) {
@@ -227,6 +337,35 @@ int bfit_model_source_load(const char *name_or_path, bfit_graph_desc *g)
     if (bfit_model_source_is_file(name_or_path))
         return bfit_spec_parse_file(name_or_path, g);
     return bfit_zoo_build(name_or_path, g);
+}
+
+int bfit_graph_set_attention(bfit_graph_desc *g, int lean)
+{
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].cfg.kind == BFIT_L_ATTENTION) {
+            g->nodes[i].cfg.lean = lean != 0;
+            n++;
+        }
+    if (!n)
+        return bfit_fail_field(BFIT_EINVAL, "attention", "the model has no attention layer");
+    return BFIT_OK;
+}
+
+int bfit_graph_set_seq(bfit_graph_desc *g, int seq)
+{
+    int most = 0;
+    if (g->input_dtype != BFIT_I32)
+        return bfit_fail_field(BFIT_EINVAL, "seq", "applies to token models (`input tokens=T`); this model's "
+                                                   "input is not token ids");
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].cfg.kind == BFIT_L_EMBED)
+            most = g->nodes[i].cfg.positions;
+    if (seq < 1 || (most && seq > most))
+        return bfit_fail_field(BFIT_EINVAL, "seq", "must be 1 to %d (the model's positions), got %d", most ? most : 1 << 24,
+                               seq);
+    g->input = bfit_shape_seq(seq, 1);
+    return BFIT_OK;
 }
 
 int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **out)

@@ -4,7 +4,10 @@
  *
  * Presets: mlp (784-1024-1024-10), cnn (models/cnn.cfg), resnet18 and
  * resnet50 (torchvision's, 3x224x224, 1000 classes), vgg16 (torchvision's,
- * without batch norm). */
+ * without batch norm); transformers over token ids: gpt-nano (4 layers of
+ * 128, 4 heads, 128 tokens of 256 byte ids), gpt2 (124M, llm.c's: 12 layers,
+ * 12 heads, 768 wide, 1024 tokens, 50257 ids), bert-base (encoder: 12
+ * layers, 768, 512 positions, 30522 ids, masked-LM head). */
 #ifndef BFIT_ZOO_H
 #define BFIT_ZOO_H
 
@@ -27,5 +30,14 @@ int bfit_model_source_is_file(const char *name_or_path);
  * bfit_zoo_build (BFIT_EINVAL for an unknown name, whose message also says
  * how to give a file). On failure g is left empty. */
 int bfit_model_source_load(const char *name_or_path, bfit_graph_desc *g);
+
+/* A token model's sequence length: the input becomes seq tokens (at most
+ * the model's positions). BFIT_EINVAL (field "seq") for a model whose input
+ * is not token ids, or a length out of range. */
+int bfit_graph_set_seq(bfit_graph_desc *g, int seq);
+/* Every attention layer lean (1: keep a log-sum-exp per row, recompute the
+ * matrix in backward) or stored (0). BFIT_EINVAL (field "attention") when
+ * the model has none. */
+int bfit_graph_set_attention(bfit_graph_desc *g, int lean);
 
 #endif

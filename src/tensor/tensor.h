@@ -85,6 +85,8 @@ typedef struct bfit_param {
     int decay;          /* weight decay applies (weights, not biases or norms) */
     int multiplies;     /* the weights a matmul or convolution multiplies by: under mixed
                            precision they get a compute copy in the layer's dtype */
+    int shared;         /* another layer's parameter (a tied head's weight is the embedding's
+                           table): the model points data, grad and cdata at it and counts it once */
     void *data;
     void *grad;         /* NULL when not trainable */
     void *cdata;        /* the compute copy (refreshed after each update), NULL: none */

@@ -56,7 +56,7 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
 static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n, float *sx, int32_t *sy,
                     bfit_eval_info *ev)
 {
-    int64_t seen = 0;
+    int64_t seen = 0, counted = 0;
     double loss, right;
     int rc;
 
@@ -91,21 +91,27 @@ static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n,
         if ((rc = bfit_model_set_input(M, sx, sy, got)) != BFIT_OK || (rc = bfit_model_forward(M, 0)) != BFIT_OK)
             return rc;
         seen += got;
+        counted += run_counted(M, sy, got);
     }
     if ((rc = bfit_model_stats_read(M, &loss, &right)) != BFIT_OK)
         return rc;
-    ev->test_loss = loss;
+    ev->test_loss = loss; /* sums: eval_means makes them means */
     ev->test_acc = right;
+    ev->counted = counted;
     ev->samples = seen;
     ev->m = m;
     return BFIT_OK;
 }
 
 /* The sums evaluate() gave as means. */
+/* Per sample, or per token of a token model (counted: the tokens whose
+ * labels count; data-parallel runs train only sample models, whose counted
+ * is their samples). */
 static void eval_means(bfit_eval_info *ev)
 {
-    ev->test_loss /= (double)(ev->samples > 0 ? ev->samples : 1);
-    ev->test_acc /= (double)(ev->samples > 0 ? ev->samples : 1);
+    int64_t n = ev->counted > 0 ? ev->counted : ev->samples;
+    ev->test_loss /= (double)(n > 0 ? n : 1);
+    ev->test_acc /= (double)(n > 0 ? n : 1);
 }
 
 static int64_t test_count(const bfit_run *r)
@@ -126,6 +132,9 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
         run_dist_eval_slice(r, n, &from, &to);
     /* evaluation reuses the step's memory: release it first */
     bfit_model_unreserve(r->s.M);
+    /* variable-length runs evaluate whole rows, at the longest length */
+    if (r->cfg.seq_max && (rc = bfit_model_set_seq(r->s.M, r->cfg.seq_max)) != BFIT_OK)
+        return rc;
     /* no larger than the samples evaluated */
     rc = choose_eval_batch(r->s.M, r->s.arena, r->cfg.margin, to - from < r->eval_m ? (int)(to - from > 0 ? to - from
                                                                                                        : 1) : r->eval_m,
@@ -135,6 +144,8 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     bfit_model_unreserve(r->s.M);
     if (r->dp && r->te.s)
         rc = run_dist_eval_sums(r, rc, ev); /* every rank gets here, also after a failure */
+    if (r->dp)
+        ev->counted = ev->samples; /* data-parallel runs train sample models: summed samples */
     if (rc != BFIT_OK)
         return rc;
     eval_means(ev);
@@ -150,9 +161,15 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
                    "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d",
                    ev->epoch, (long long)ev->step, ev->train_loss, ev->test_loss, ev->test_acc, (long long)ev->samples,
                    ev->epoch_seconds, m);
-    bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples), %.1f s",
-                 ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, 100 * ev->test_acc, (long long)ev->samples,
-                 ev->epoch_seconds);
+    if (r->s.M->labels_per_sample > 1) /* a token model: per token, and in bits (per byte for byte tokens) */
+        bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), next-token accuracy "
+                             "%.2f%% (%lld sequences), %.1f s",
+                     ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, ev->test_loss / 0.69314718055994531,
+                     100 * ev->test_acc, (long long)ev->samples, ev->epoch_seconds);
+    else
+        bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples), %.1f s",
+                     ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, 100 * ev->test_acc,
+                     (long long)ev->samples, ev->epoch_seconds);
     if (r->cfg.on_eval)
         r->cfg.on_eval(r->cfg.cb_ud, ev);
     return BFIT_OK;
@@ -232,7 +249,7 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     sc.norm_mean = s.mean;
     sc.norm_std = s.std;
     sx = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(s.M->input));
-    sy = malloc(sizeof(int32_t) * (size_t)m);
+    sy = malloc(sizeof(int32_t) * (size_t)m * (size_t)s.M->labels_per_sample);
     if (!sx || !sy)
         rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
     if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st.s)) == BFIT_OK &&

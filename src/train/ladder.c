@@ -30,7 +30,9 @@ static void stage_repeat(bfit_run *r, int E, int m)
 
     for (int i = E; i < m; i++) {
         memcpy(r->stage_x + (size_t)i * numel, r->stage_x + (size_t)(i % E) * numel, numel * sizeof(float));
-        r->stage_y[i] = r->stage_y[i % E];
+        memcpy(r->stage_y + (size_t)i * (size_t)r->s.M->labels_per_sample,
+               r->stage_y + (size_t)(i % E) * (size_t)r->s.M->labels_per_sample,
+               sizeof *r->stage_y * (size_t)r->s.M->labels_per_sample);
     }
 }
 

@@ -267,6 +267,7 @@ static int open_session(bfit_run *r)
     sc->threads = c->threads;
     sc->normalize = c->normalize && !c->train_source;
     sc->seed = c->seed;
+    sc->seq_max = c->seq_max;
     rc = bfit_session_open_model(&r->s, sc);
     if (rc == BFIT_OK)
         rc = bfit_session_open_data(&r->s, sc);
@@ -304,7 +305,14 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     {
         int most = r->max_take > r->eval_m ? r->max_take : r->eval_m;
         r->stage_x = malloc(sizeof(float) * (size_t)most * (size_t)numel);
-        r->stage_y = malloc(sizeof(int32_t) * (size_t)most);
+        r->stage_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)r->s.M->labels_per_sample);
+        if (c->seq_max) { /* sorting a step's sequences and packing a micro-batch at its length */
+            r->pack_x = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
+            r->pack_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
+            r->order = malloc(sizeof *r->order * (size_t)most);
+            if (!r->pack_x || !r->pack_y || !r->order)
+                return bfit_fail(BFIT_ENOMEM, "out of host memory for the staging of %d samples", r->max_take);
+        }
     }
     r->micro_sq = calloc(MAX_MICRO, sizeof *r->micro_sq);
     r->micro_n = calloc(MAX_MICRO, sizeof *r->micro_n);
@@ -640,6 +648,9 @@ void bfit_run_free(bfit_run *r)
     bfit_session_close(&r->s);
     free(r->stage_x);
     free(r->stage_y);
+    free(r->pack_x);
+    free(r->pack_y);
+    free(r->order);
     free(r->micro_sq);
     free(r->micro_n);
     free(r->stats_snap);

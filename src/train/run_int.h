@@ -78,6 +78,10 @@ struct bfit_run {
     int track_stale;           /*   the tracked copy is not the last step's gradient (start, rollback) */
     int track_dirty;           /*   this step changed the copy (an abandoned step leaves it stale) */
     double micro_secs;         /* the step's seconds in micro-steps */
+    int64_t step_count;        /* what the step's loss is normalised by: its samples, or for a token
+                                  model its tokens that count (labels >= 0) */
+    int32_t *pack_x, *pack_y;  /* seq_max: a micro-batch packed at its length; the step sorted */
+    int64_t *order;            /* seq_max: (length, index) of the step's sequences, to sort */
     int E0;                    /* auto: the lr schedule counts steps of E0 samples */
     /* where the run is */
     int64_t per_epoch;         /* samples per epoch */
@@ -163,5 +167,9 @@ int run_has_batchnorm(const bfit_model *M);
 /* eval.c */
 int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);
+
+/* What a loss over n staged samples is a sum of: n, or for a token model the
+ * labels that count (padding, -1, does not). */
+int64_t run_counted(const bfit_model *M, const int32_t *y, int n);
 
 #endif

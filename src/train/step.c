@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -346,13 +347,88 @@ static uint64_t sample_hash(const float *x, int64_t numel, int32_t y)
     return h;
 }
 
+int64_t run_counted(const bfit_model *M, const int32_t *y, int n)
+{
+    int64_t c = 0;
+    if (M->labels_per_sample == 1)
+        return n;
+    for (int64_t i = 0; i < (int64_t)n * M->labels_per_sample; i++)
+        c += y[i] >= 0;
+    return c;
+}
+
+/* ---- variable-length sequences (seq_max) ----
+ * The step's sequences are sorted by length, longest first, and each
+ * micro-batch runs at the length of its longest (rounded up to LEN_ROUND, so
+ * few lengths occur): the padding of short sequences is not computed. The
+ * lengths fall within a step, so a micro-batch that fits fits the next. */
+#define LEN_ROUND 16
+
+/* Real tokens of staged sample i: up to its last label that counts. */
+static int seq_len(const bfit_run *r, int i)
+{
+    const int32_t *y = r->stage_y + (size_t)i * (size_t)r->cfg.seq_max;
+    int n = r->cfg.seq_max;
+    while (n > 0 && y[n - 1] < 0)
+        n--;
+    return n;
+}
+
+static int by_len_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0; /* (length << 32 | ~index): longest first, then by index */
+}
+
+static void sort_by_length(bfit_run *r, int E)
+{
+    size_t T = (size_t)r->cfg.seq_max;
+    for (int i = 0; i < E; i++)
+        r->order[i] = (int64_t)seq_len(r, i) << 32 | (uint32_t)~(uint32_t)i;
+    qsort(r->order, (size_t)E, sizeof *r->order, by_len_desc);
+    for (int i = 0; i < E; i++) {
+        int j = (int)~(uint32_t)(r->order[i] & 0xffffffffu);
+        memcpy(r->pack_x + (size_t)i * T, (const int32_t *)r->stage_x + (size_t)j * T, T * sizeof(int32_t));
+        memcpy(r->pack_y + (size_t)i * T, r->stage_y + (size_t)j * T, T * sizeof(int32_t));
+    }
+    memcpy(r->stage_x, r->pack_x, (size_t)E * T * sizeof(int32_t));
+    memcpy(r->stage_y, r->pack_y, (size_t)E * T * sizeof(int32_t));
+}
+
+/* The model at the length of micro-batch [done, done + want). */
+static int trim(bfit_run *r, int done)
+{
+    int L = (seq_len(r, done) + LEN_ROUND - 1) / LEN_ROUND * LEN_ROUND; /* sorted: the first is the longest */
+    if (L > r->cfg.seq_max)
+        L = r->cfg.seq_max;
+    return bfit_model_set_seq(r->s.M, L > 0 ? L : 1);
+}
+
+/* Samples [done, done + want) at the model's length L into the pack buffers. */
+static void pack(bfit_run *r, int done, int want, const float **x, const int32_t **y)
+{
+    size_t T = (size_t)r->cfg.seq_max, L = (size_t)r->s.M->input.d[0];
+    for (int i = 0; i < want; i++) {
+        memcpy(r->pack_x + (size_t)i * L, (const int32_t *)r->stage_x + (size_t)(done + i) * T, L * sizeof(int32_t));
+        memcpy(r->pack_y + (size_t)i * L, r->stage_y + (size_t)(done + i) * T, L * sizeof(int32_t));
+    }
+    *x = (const float *)r->pack_x;
+    *y = r->pack_y;
+    r->res.tokens_computed += (int64_t)want * (int64_t)L;
+}
+
 /* Samples [done, done + want) of the step, already staged at done. */
 static int micro_step(bfit_run *r, int E, int done, int want, int k)
 {
     int64_t numel = bfit_shape_numel(r->s.M->input);
     const float *x = r->stage_x + (size_t)done * (size_t)numel;
-    const int32_t *y = r->stage_y + done;
+    const int32_t *y = r->stage_y + (size_t)done * (size_t)r->s.M->labels_per_sample;
     int rc;
+
+    if (r->cfg.seq_max)
+        pack(r, done, want, &x, &y);
+    else if (r->s.M->labels_per_sample > 1)
+        r->res.tokens_computed += (int64_t)want * r->s.M->labels_per_sample;
 
     if (r->cfg.on_samples)
         r->cfg.on_samples(r->cfg.on_samples_ud, x, y, want);
@@ -363,7 +439,7 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
     if (rc == BFIT_OK)
         rc = bfit_model_forward(r->s.M, r->cfg.seed * 1000003ull + r->micro++);
     if (rc == BFIT_OK)
-        rc = bfit_model_backward(r->s.M, (float)(r->step_scale / E));
+        rc = bfit_model_backward(r->s.M, (float)(r->step_scale / r->step_count)); /* E, or the step's tokens */
     if (rc == BFIT_OK && r->track && k < MAX_MICRO) {
         /* this micro-batch's mean gradient is its increment times E/want.
          * The copy still holds the previous step's gradient, so the first
@@ -392,6 +468,9 @@ static int micro_steps(bfit_run *r, int E, int *k)
     /* the step's samples, staged once: a retry after an out-of-memory
      * takes the very same ones. Data-parallel: this rank's n of them. */
     if (r->dp) {
+        if (r->s.M->labels_per_sample > 1)
+            return bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them "
+                             "in one process");
         if ((rc = run_dist_take(r, E, &n)) != BFIT_OK)
             return rc;
     } else {
@@ -399,7 +478,17 @@ static int micro_steps(bfit_run *r, int E, int *k)
             return rc;
         if (got != E)
             return bfit_fail(BFIT_ESTATE, "the training stream gave %d samples, expected %d", got, E);
+        if (r->cfg.seq_max)
+            sort_by_length(r, E);
     }
+    /* the loss is normalised by the step's samples, or its tokens that count
+     * (the model is at its longest here: whole rows) */
+    r->step_count = r->dp ? E : run_counted(r->s.M, r->stage_y, E);
+    if (r->s.M->labels_per_sample > 1)
+        r->res.tokens += r->step_count;
+    if (r->step_count < 1)
+        return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
+                         (long long)r->step + 1, E);
     if (r->cfg.auto_batch && (rc = run_ladder(r, E)) != BFIT_OK)
         return rc;
     while (done < n) {
@@ -409,6 +498,8 @@ static int micro_steps(bfit_run *r, int E, int *k)
                              "was abandoned, the run is at step %lld", (long long)r->step + 1, done, n,
                              (long long)r->step);
         double t0;
+        if (r->cfg.seq_max && (rc = trim(r, done)) != BFIT_OK)
+            return rc;
         if ((rc = reserve(r, want, &retry)) != BFIT_OK)
             return rc;
         if (retry)
@@ -555,6 +646,9 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *k, double *lo
     int rc;
 
     *updated = 0;
+    /* decisions and the staging are at the longest length */
+    if (r->cfg.seq_max && (rc = bfit_model_set_seq(r->s.M, r->cfg.seq_max)) != BFIT_OK)
+        return rc;
     /* data-parallel: a failure goes through the ranks' exchanges, so that
      * every rank abandons the step (dist_run.c) */
     if ((rc = decide(r)) != BFIT_OK && !r->dp)
@@ -644,11 +738,11 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     in.batch = E;
     in.m = r->m;
     in.k = k;
-    in.loss = loss / E;
+    in.loss = loss / (double)r->step_count; /* per sample, or per token */
     r->taken += E;
     r->samples += E;
     r->ep_loss += loss;
-    r->ep_count += E;
+    r->ep_count += r->step_count;
     r->ep_hsum += r->step_hsum;
     r->ep_hn += r->step_hn;
     r->res.last_batch = r->d.batch;

@@ -10,7 +10,8 @@
 
 typedef bfit_wparam named;
 
-/* The parameters with their file names, in model order. */
+/* The parameters with their file names, in model order; a tied head's
+ * weight is its embedding's table, in the file once under the table's name. */
 static int list_params(const bfit_model *M, named **out, int *n)
 {
     named *v = calloc((size_t)M->nparams + 1, sizeof *v);
@@ -19,6 +20,8 @@ static int list_params(const bfit_model *M, named **out, int *n)
         return bfit_fail(BFIT_ENOMEM, "weights: out of host memory");
     for (int i = 0; i < M->n; i++)
         for (int j = 0; j < M->nodes[i].l->nparams; j++) {
+            if (M->nodes[i].l->params[j].shared)
+                continue;
             snprintf(v[k].name, sizeof v[k].name, "%d.%s", i, M->nodes[i].l->params[j].name);
             v[k].p = &M->nodes[i].l->params[j];
             k++;

@@ -93,6 +93,27 @@ else
     fails=$((fails + 1))
 fi
 
+# token models: the sequence length and the attention kind (parameter bytes are exact)
+run 0 --model bert-base --seq 128 --memory 12GB --optimizer adamw &&
+    has "$out" "^batchfit plan: bert-base \(preset\), input 128 tokens, 30522 classes per token, 109,514,298 parameters$" &&
+    has "$out" "^a sample is a sequence of 128 tokens; attention stored" &&
+    has "$out" "^params +417\.76 MiB " && has "$out" "^optimizer +835\.53 MiB " &&
+    has "$out" "^largest batch: [0-9]+ within the budget 10\.06 GiB \(memory less the 10% margin\), [0-9]+ in all 11\.18 GiB$"
+stored=$(sed -n 's/^largest batch: .*, \([0-9]*\) in all.*/\1/p' "$out")
+run 0 --model bert-base --seq 512 --memory 12GB --optimizer adamw --attention lean --json &&
+    has "$out" '"seq":512,"attention":"lean"'
+run 0 --model bert-base --seq 128 --memory 12GB --optimizer adamw --attention lean &&
+    has "$out" "attention lean \(a log-sum-exp per row kept"
+lean=$(sed -n 's/^largest batch: .*, \([0-9]*\) in all.*/\1/p' "$out")
+[ -n "$stored" ] && [ -n "$lean" ] && [ "$lean" -gt "$stored" ] ||
+    { echo "FAIL: lean attention fits $lean sequences of 128, stored $stored: lean must fit more"; fails=$((fails + 1)); }
+run 0 --model gpt2 --memory 12GB --optimizer adamw && has "$out" "124,439,808 parameters" &&
+    has "$out" "input 1024 tokens, 50257 classes per token"
+run 2 --model bert-base --seq 600 && has "$err" "^batchfit: error: --seq: must be 1 to 512 \(the model's positions\), got 600$"
+run 2 --model resnet50 --seq 60 && has "$err" "^batchfit: error: --seq: applies to token models"
+run 2 --model mlp --attention lean && has "$err" "^batchfit: error: --attention: the model has no attention layer$"
+run 2 --model gpt2 --attention fast && has "$err" "^batchfit: error: --attention: expected stored or lean, got 'fast'$"
+
 # ---- does not fit: exit 1 ---------------------------------------------------
 run 1 --model vgg16 --memory 1GiB &&
     has "$err" "^batchfit: error: vgg16 does not fit in 1\.00 GiB at any batch size: its fixed part alone \(parameters 527\.79 MiB \+ gradients 527\.79 MiB \+ optimizer state 527\.79 MiB \+ statistics 64 B = 1\.55 GiB\) exceeds the memory by 559\.38 MiB; batch 1 needs --memory of at least [0-9.]+ GiB \([0-9.]+ GiB with the 10% margin\); or plan less optimizer state: --optimizer sgd --momentum 0$"
@@ -102,7 +123,7 @@ run 1 --model "$src/models/nope.cfg" && has "$err" "^batchfit: error: --model: .
 
 # ---- usage: exit 2 ------------------------------------------------------------
 run 2 --model resnet5 &&
-    has "$err" "^batchfit: error: --model: unknown model preset 'resnet5': expected one of mlp, cnn, resnet18, resnet50, vgg16, or a spec file path$" &&
+    has "$err" "^batchfit: error: --model: unknown model preset 'resnet5': expected one of mlp, cnn, resnet18, resnet50, vgg16, gpt-nano, gpt2, bert-base, or a spec file path$" &&
     has "$err" "^Try 'batchfit plan --help'\.$"
 run 2 --model resnet50 --memory 11Gx && has "$err" "^batchfit: error: --memory: size '11Gx' has unknown unit 'Gx'"
 run 2 --model resnet50 --memory 0 && has "$err" "^batchfit: error: --memory: a size of 0 bytes"

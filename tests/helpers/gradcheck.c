@@ -138,11 +138,14 @@ static void setup_params(gc_ctx *c)
 
 static void setup_buffers(gc_ctx *c, const gc_case *k)
 {
+    int64_t nl;
     for (int i = 0; i < k->nin; i++) {
         c->nx[i] = (int64_t)c->m * bfit_shape_numel(k->in[i]);
         c->x[i] = tbuf_new(&c->t, (size_t)c->nx[i] * 4);
         c->dx[i] = tbuf_new(&c->t, (size_t)c->nx[i] * 4);
         bfit_fill_uniform(TB_F(c->x[i]), c->nx[i], 1.0f, c->seed + 10 + (uint64_t)i);
+        for (int64_t j = 0; i == 0 && k->token_vocab > 0 && j < c->nx[i]; j++) /* ids, repeats included */
+            TB_I(c->x[i])[j] = (int32_t)((c->seed * 31 + (uint64_t)j * 7) % (uint64_t)k->token_vocab);
     }
     c->ny = (int64_t)c->m * bfit_shape_numel(c->l->out);
     c->y = tbuf_new(&c->t, (size_t)c->ny * 4);
@@ -154,10 +157,15 @@ static void setup_buffers(gc_ctx *c, const gc_case *k)
     c->saved = tdev_alloc(&c->t, c->l->need.saved);
     c->ws_f = tdev_alloc(&c->t, c->l->need.ws_fwd);
     c->ws_b = tdev_alloc(&c->t, c->l->need.ws_bwd);
-    c->labels = tbuf_new(&c->t, (size_t)c->m * 4);
+    /* a sequence's loss has a label per token, every fifth -1 (padding, ignored) */
+    nl = (int64_t)c->m * (k->in[0].nd == 2 ? k->in[0].d[0] : 1);
+    c->labels = tbuf_new(&c->t, (size_t)nl * 4);
     c->stats = tbuf_new(&c->t, 16);
-    for (int i = 0; i < c->m; i++)
-        TB_I(c->labels)[i] = k->cfg.kind == BFIT_L_XENT ? (int32_t)((c->seed + (uint64_t)i * 7) % (uint64_t)k->in[0].c) : 0;
+    for (int64_t i = 0; i < nl; i++)
+        TB_I(c->labels)[i] = k->cfg.kind != BFIT_L_XENT                  ? 0
+                             : k->in[0].nd == 2 && i % 5 == 3            ? -1
+                                                                        : (int32_t)((c->seed + (uint64_t)i * 7) %
+                                                                                    (uint64_t)(k->in[0].nd == 2 ? k->in[0].d[1] : k->in[0].c));
     tbuf_up(&c->t, &c->labels);
 }
 
@@ -243,7 +251,7 @@ int gc_run(const gc_case *k, gc_result *res)
         printf("gradcheck %s: %s: %s\n", k->label, ok ? "backward" : "forward", bfit_errmsg());
         goto out;
     }
-    for (int i = 0; i < k->nin; i++) {
+    for (int i = k->token_vocab > 0; i < k->nin; i++) {
         char what[32];
         snprintf(what, sizeof what, "d input%d", i);
         check_tensor(&c, k, TB_F(c.x[i]), TB_F(c.dx[i]), c.nx[i], what, res);

@@ -20,6 +20,7 @@ typedef struct gc_case {
     double kink_gap;   /* skip input elements with |x| < kink_gap (relu); 0: none */
     int samples;       /* elements checked per tensor; 0: 40 */
     uint64_t seed;
+    int token_vocab;   /* > 0: input 0 holds int32 token ids in [0, token_vocab) (embed), not checked */
 } gc_case;
 
 typedef struct gc_result {

@@ -69,11 +69,13 @@ class Case:
     def __init__(self, idx, label, kind, shapes, m, training=1, seq=0, **cfg):
         self.idx, self.label, self.kind, self.m, self.training, self.seq = idx, label, kind, m, training, seq
         if seq:  # [T, F] as given
-            assert kind in ("linear", "layernorm") and all(len(s) == 2 for s in shapes)
+            assert kind in ("linear", "layernorm", "embed", "attention", "xent") and all(len(s) == 2 for s in shapes)
             self.shapes = [tuple(s) for s in shapes]
         else:
             self.shapes = [tuple(s) + (1,) * (3 - len(s)) for s in shapes]  # CxHxW
         self.cfg = dict(units=0, kh=1, kw=1, sh=1, sw=1, ph=0, pw=0, bias=1, eps=1e-5, momentum=0.1, p=0.5)
+        if kind in ("embed", "attention"):
+            self.cfg.update(vocab=0, positions=0, types=0, causal=1, lean=0)
         self.cfg.update(cfg)
         self.g = torch.Generator().manual_seed(7919 * (idx + 1))
 
@@ -87,10 +89,46 @@ def leaf(t):
     return t.clone().requires_grad_(True)
 
 
+def run_attention(c, x):
+    """Multi-head self-attention on x [m, T, 3C] (q | k | v), GPT-2's way:
+    scores q k^T / sqrt(hs), masked above the diagonal when causal, softmax,
+    times v; heads side by side in the output [m, T, C]."""
+    m, T, C3 = x.shape
+    H = c.cfg["units"]
+    C = C3 // 3
+    hs = C // H
+    q, k, v = (t.reshape(m, T, H, hs).transpose(1, 2) for t in x.split(C, dim=2))
+    att = q @ k.transpose(-2, -1) / (hs ** 0.5)
+    if c.cfg["causal"]:
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf"))
+    att = torch.softmax(att, dim=-1)
+    return (att @ v).transpose(1, 2).reshape(m, T, C)
+
+
+def run_embed(c, ids, params):
+    """Token + position (+ token type 0) embeddings of ids [m, T]."""
+    cfg, (T, _) = c.cfg, c.shapes[0]
+    params["weight"] = c.uniform((cfg["vocab"], cfg["units"]))
+    if cfg["positions"]:
+        params["pos_weight"] = c.uniform((cfg["positions"], cfg["units"]))
+    if cfg["types"]:
+        params["type_weight"] = c.uniform((cfg["types"], cfg["units"]))
+    p = {n: leaf(t) for n, t in params.items()}
+    y = F.embedding(ids, p["weight"])
+    if cfg["positions"]:
+        y = y + F.embedding(torch.arange(T), p["pos_weight"])
+    if cfg["types"]:
+        y = y + F.embedding(torch.zeros(T, dtype=torch.int64), p["type_weight"])
+    return y, p
+
+
 def run_seq(c, x, params):
     """linear / layernorm on [m, T, F]: torch's modules, which act on the last
     dimension, so on each token. Returns (y, the module's parameters)."""
     k, cfg, Fdim = c.kind, c.cfg, c.shapes[0][1]
+    if k == "attention":
+        return run_attention(c, x[0]), {}
     if k == "linear":
         mod = torch.nn.Linear(Fdim, cfg["units"], bias=bool(cfg["bias"]), dtype=torch.float64)
         params["weight"] = c.uniform((cfg["units"], Fdim), -0.5, 0.5)
@@ -120,9 +158,27 @@ def run_case(c, outdir):
     if k == "xent":
         xs[0] = xs[0] * cfg.pop("logit_scale", 1.0)
         xs[0] = xs[0].float().double()
-    x = [leaf(t) for t in xs]
+    if k == "embed":  # token ids, repeats included
+        xs[0] = torch.randint(0, cfg["vocab"], (m, c.shapes[0][0]), generator=c.g, dtype=torch.int64)
+    x = [leaf(t) for t in xs] if k != "embed" else [xs[0]]
 
-    if c.seq:
+    if k == "embed":
+        y, p = run_embed(c, x[0], params)
+        st = {}
+    elif c.seq and k == "xent":
+        p, st = {}, {}
+        V = c.shapes[0][1]
+        labels = torch.randint(0, V, (m, c.shapes[0][0]), generator=c.g, dtype=torch.int64)
+        labels[:, 1::3] = -1  # padding tokens
+        loss_scale = f32(cfg.pop("loss_scale"))
+        loss = F.cross_entropy(x[0].reshape(-1, V), labels.reshape(-1), ignore_index=-1, reduction="sum")
+        y = torch.softmax(x[0], dim=-1)
+        extra["labels"] = labels.to(torch.int32).reshape(-1)
+        extra["loss"] = loss.detach().reshape(1)
+        right = ((x[0].detach().argmax(dim=-1) == labels) & (labels >= 0)).sum()
+        extra["correct"] = right.double().reshape(1)
+        meta["loss_scale"] = repr(loss_scale)
+    elif c.seq:
         y, p = run_seq(c, x, params)
         st = {}
     elif k == "linear":
@@ -180,7 +236,7 @@ def run_case(c, outdir):
         y = F.layer_norm(x[0], shp, p["weight"].reshape(shp), p["bias"].reshape(shp), cfg["eps"])
     elif k == "add":
         y = x[0] + x[1]
-    elif k == "xent":
+    elif k == "xent" and not c.seq:
         labels = torch.randint(0, C, (m,), generator=c.g, dtype=torch.int64)
         loss_scale = f32(cfg.pop("loss_scale"))
         loss = F.cross_entropy(x[0].flatten(1), labels, reduction="sum")
@@ -195,7 +251,7 @@ def run_case(c, outdir):
 
     out = {}
     for i, t in enumerate(xs):
-        out["x%d" % i] = t
+        out["x%d" % i] = t.to(torch.int32) if k == "embed" else t
     out.update(params)
     out.update(state)
     if c.training:
@@ -212,7 +268,8 @@ def run_case(c, outdir):
                 sigma = (xin.detach().var(dim=dims, unbiased=False) + cfg["eps"]).sqrt()
                 meta["scale_dx0"] = repr(float((params["weight"].abs() / sigma).max() * dy.pow(2).mean().sqrt()))
         for i, t in enumerate(x):
-            out["dx%d" % i] = t.grad
+            if k != "embed":  # ids have no gradient
+                out["dx%d" % i] = t.grad
         for n, t in p.items():
             out["d" + n] = t.grad
     out["y"] = y
@@ -286,6 +343,20 @@ def cases():
     add("layernorm_seq_m1_T5_3", "layernorm", [(5, 3)], 1, seq=1)
     add("layernorm_seq_m3_T1_13", "layernorm", [(1, 13)], 3, seq=1)
     add("layernorm_seq_m3_T5_64_eps1e-3", "layernorm", [(5, 64)], 3, seq=1, eps=1e-3)
+    # transformers: embeddings of token ids [T] (in0 "Tx1"), attention on [T, 3C], the per-token loss
+    add("embed_m1_T5_C6_V11_P8", "embed", [(5, 1)], 1, seq=1, units=6, vocab=11, positions=8)
+    add("embed_m3_T7_C5_V4_nopos", "embed", [(7, 1)], 3, seq=1, units=5, vocab=4)
+    add("embed_m2_T5_C8_V9_P5_types2", "embed", [(5, 1)], 2, seq=1, units=8, vocab=9, positions=5, types=2)
+    for lean in (0, 1):
+        tag = "_lean" if lean else ""
+        add("attention_m1_T1_H1_hs4_causal" + tag, "attention", [(1, 12)], 1, seq=1, units=1, lean=lean)
+        add("attention_m3_T5_H2_hs3_causal" + tag, "attention", [(5, 18)], 3, seq=1, units=2, lean=lean)
+        add("attention_m2_T6_H3_hs4_bidir" + tag, "attention", [(6, 36)], 2, seq=1, units=3, causal=0, lean=lean)
+        add("attention_m2_T70_H2_hs8_causal" + tag, "attention", [(70, 48)], 2, seq=1, units=2, lean=lean)
+        add("attention_m1_T67_H4_hs16_bidir" + tag, "attention", [(67, 192)], 1, seq=1, units=4, causal=0,
+            lean=lean)
+    add("xent_seq_m3_T5_V7_padding_scale0.1", "xent", [(5, 7)], 3, seq=1, loss_scale=0.1)
+    add("xent_seq_m1_T4_V300_padding_scale1", "xent", [(4, 300)], 1, seq=1, loss_scale=1.0)
     return L
 
 

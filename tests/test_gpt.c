@@ -1,0 +1,425 @@
+/* test_gpt.c - transformer models end to end: the presets' sizes (GPT-2's
+ * 124M, BERT-Base's 110M), models/gpt-nano.cfg and the preset being the same
+ * model, a whole model's gradient (tied head and embedding, attention,
+ * residuals, the per-token loss with padding) against finite differences,
+ * the plan equal to the measured arena peak to the byte (stored and lean
+ * attention, recomputation, both optimizers), how the plan grows with the
+ * sequence (quadratic in stored attention, linear when lean), and spec
+ * errors for token models.
+ *
+ * Device memory is only reached by upload and download (BFIT_DEVICE_CHECK). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "batch/plan.h"
+#include "nn/spec.h"
+#include "nn/zoo.h"
+
+#define BIG ((uint64_t)16 << 30) /* accounting only: blocks are taken on demand */
+
+typedef struct rig {
+    bfit_device *dev;
+    bfit_arena *arena;
+    bfit_model *M;
+    bfit_optim *opt;
+} rig;
+
+/* A model from a preset or file (seq > 0: that many tokens; lean attention). */
+static void rig_graph(rig *r, bfit_graph_desc *g)
+{
+    bfit_device_cfg c = bfit_device_cfg_default();
+    memset(r, 0, sizeof *r);
+    c.threads = 2;
+    assert_int_equal(bfit_device_cpu_new(&c, &r->dev), BFIT_OK);
+    r->arena = bfit_device_arena_new(r->dev, BIG);
+    assert_non_null(r->arena);
+    if (bfit_model_new(g, r->dev, r->arena, &r->M) != BFIT_OK)
+        fail_msg("model: %s", bfit_errmsg());
+    bfit_graph_fini(g);
+}
+
+static void rig_new(rig *r, const char *src, int seq, int lean)
+{
+    bfit_graph_desc g;
+    if (bfit_model_source_load(src, &g) != BFIT_OK)
+        fail_msg("%s: %s", src, bfit_errmsg());
+    if (seq)
+        assert_int_equal(bfit_graph_set_seq(&g, seq), BFIT_OK);
+    if (lean)
+        assert_int_equal(bfit_graph_set_attention(&g, 1), BFIT_OK);
+    rig_graph(r, &g);
+}
+
+static void rig_text(rig *r, const char *spec)
+{
+    bfit_graph_desc g;
+    if (bfit_spec_parse(spec, strlen(spec), "test.cfg", &g) != BFIT_OK || bfit_spec_check_shapes(&g) != BFIT_OK)
+        fail_msg("spec: %s", bfit_errmsg());
+    rig_graph(r, &g);
+}
+
+static void rig_free(rig *r)
+{
+    bfit_optim_free(r->opt);
+    bfit_model_free(r->M);
+    bfit_arena_free(r->arena);
+    bfit_device_free(r->dev);
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* Token ids and next-token labels for m sequences, every seventh label -1
+ * (padding), uploaded into the reserved input. */
+static void fill_tokens(bfit_model *M, int m, uint64_t seed)
+{
+    int T = M->input.d[0], V = M->nodes[0].l->cfg.vocab;
+    int32_t *x = malloc(sizeof *x * (size_t)m * (size_t)T), *y = malloc(sizeof *y * (size_t)m * (size_t)T);
+    assert_true(x && y && M->labels_per_sample == T);
+    for (int i = 0; i < m * T; i++)
+        x[i] = (int32_t)(rnd(&seed) % (uint64_t)V);
+    for (int i = 0; i < m * T; i++)
+        y[i] = i % 7 == 6 ? -1 : (i + 1) % T ? x[i + 1] : (int32_t)(rnd(&seed) % (uint64_t)V);
+    assert_int_equal(bfit_model_set_input(M, x, y, m), BFIT_OK);
+    free(x);
+    free(y);
+}
+
+/* ---- sizes ---- */
+
+static void test_preset_sizes(void **st)
+{
+    static const struct { const char *name; int64_t params; int T, V; } want[] = {
+        {"gpt2", 124439808, 1024, 50257},     /* llm.c's GPT-2 124M */
+        {"bert-base", 109514298, 512, 30522}, /* BertForMaskedLM, bert-base-uncased */
+        {"gpt-nano", 842496, 128, 256},
+    };
+    (void)st;
+    for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) {
+        bfit_graph_desc g;
+        bfit_model *M;
+        assert_int_equal(bfit_model_source_load(want[i].name, &g), BFIT_OK);
+        assert_int_equal(bfit_model_new(&g, NULL, NULL, &M), BFIT_OK);
+        print_message("  %s: %lld parameters\n", want[i].name, (long long)bfit_model_param_count(M));
+        assert_int_equal(bfit_model_param_count(M), want[i].params);
+        assert_int_equal(M->input_dtype, BFIT_I32);
+        assert_int_equal(M->input.d[0], want[i].T);
+        assert_int_equal(M->labels_per_sample, want[i].T);
+        assert_int_equal(M->nclasses, want[i].V);
+        bfit_model_free(M);
+        bfit_graph_fini(&g);
+    }
+}
+
+/* models/gpt-nano.cfg is the preset, node for node: the same parameters and
+ * the same plan to the byte. */
+static void test_spec_file_is_preset(void **st)
+{
+    char path[600];
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    rig a, b;
+    bfit_plan pa, pb;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    (void)st;
+    snprintf(path, sizeof path, "%s/models/gpt-nano.cfg", src ? src : "..");
+    rig_new(&a, path, 0, 0);
+    rig_new(&b, "gpt-nano", 0, 0);
+    assert_int_equal(a.M->n, b.M->n);
+    assert_int_equal(bfit_model_param_count(a.M), bfit_model_param_count(b.M));
+    assert_int_equal(bfit_plan_compute(a.M, &oc, 3, 1, &pa), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(b.M, &oc, 3, 1, &pb), BFIT_OK);
+    assert_memory_equal(pa.bytes, pb.bytes, sizeof pa.bytes);
+    rig_free(&a);
+    rig_free(&b);
+}
+
+/* ---- the whole model's gradient ---- */
+
+/* Two pre-norm blocks, a tied head: every kind of the presets. */
+static const char *tiny =
+    "input tokens=6\n"
+    "embed 8 vocab=11 positions=7\n"
+    "residual {\n layernorm\n linear 24\n attention 2\n linear 8\n}\n"
+    "residual {\n layernorm\n linear 16\n gelu\n linear 8\n}\n"
+    "layernorm\n"
+    "linear 11 tie=1 bias=0\n";
+
+static double model_loss(rig *r)
+{
+    double loss;
+    assert_int_equal(bfit_model_stats_reset(r->M), BFIT_OK);
+    assert_int_equal(bfit_model_forward(r->M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_stats_read(r->M, &loss, NULL), BFIT_OK);
+    return loss;
+}
+
+/* Central differences (h = 1e-2) on sampled elements of every trainable
+ * tensor against backward's gradient of the summed loss: relative error
+ * within 2e-2 (floor 1e-2), gradcheck's bound for smooth layers. The tied
+ * table's gradient is the sum of the embedding's and the head's parts: a
+ * missing one is off by O(1). */
+static void check_model_grad(int lean)
+{
+    rig r;
+    double worst = 0;
+    int checked = 0;
+    rig_text(&r, tiny);
+    if (lean)
+        for (int i = 0; i < r.M->n; i++)
+            if (r.M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION)
+                r.M->nodes[i].l->cfg.lean = 1;
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
+    assert_int_equal(r.M->ntrainable, 2 + 6 + 6 + 2); /* the head's weight is the table */
+    /* values of O(0.3) (not the init's std 0.02 tables, which a step of
+     * 1e-2 would change by half), as gradcheck moves parameters */
+    for (int p = 0; p < r.M->ntrainable; p++) {
+        bfit_param *q = r.M->trainable[p];
+        float *v = malloc(bfit_param_bytes(q)), *u = malloc(bfit_param_bytes(q));
+        assert_int_equal(bfit_device_download(r.dev, v, q->data, bfit_param_bytes(q)), BFIT_OK);
+        bfit_fill_uniform(u, bfit_param_numel(q), 0.3f, 100 + (uint64_t)p);
+        for (int64_t i = 0; i < bfit_param_numel(q); i++)
+            v[i] += u[i];
+        assert_int_equal(bfit_device_upload(r.dev, q->data, v, bfit_param_bytes(q)), BFIT_OK);
+        free(v);
+        free(u);
+    }
+    assert_int_equal(bfit_model_reserve(r.M, 2, 1), BFIT_OK);
+    fill_tokens(r.M, 2, 11);
+    model_loss(&r);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f), BFIT_OK);
+    for (int p = 0; p < r.M->ntrainable; p++) {
+        bfit_param *q = r.M->trainable[p];
+        int64_t n = bfit_param_numel(q);
+        float *v = malloc(bfit_param_bytes(q)), *g = malloc(bfit_param_bytes(q));
+        assert_int_equal(bfit_device_download(r.dev, v, q->data, bfit_param_bytes(q)), BFIT_OK);
+        assert_int_equal(bfit_device_download(r.dev, g, q->grad, bfit_param_bytes(q)), BFIT_OK);
+        for (int k = 0; k < 12; k++) {
+            int64_t i = (int64_t)((uint64_t)(k * 7919 + p * 31) % (uint64_t)n);
+            float old = v[i];
+            double lp, lm, fd, e;
+            v[i] = old + 1e-2f;
+            bfit_device_upload(r.dev, q->data, v, bfit_param_bytes(q));
+            lp = model_loss(&r);
+            v[i] = old - 1e-2f;
+            bfit_device_upload(r.dev, q->data, v, bfit_param_bytes(q));
+            lm = model_loss(&r);
+            v[i] = old;
+            bfit_device_upload(r.dev, q->data, v, bfit_param_bytes(q));
+            fd = (lp - lm) / ((double)(old + 1e-2f) - (double)(old - 1e-2f));
+            e = fabs(fd - g[i]) / fmax(fmax(fabs(fd), fabs(g[i])), 1e-2);
+            worst = fmax(worst, e);
+            checked++;
+            if (e > 2e-2)
+                fail_msg("%s[%lld]: backward %.6g, finite difference %.6g", q->name, (long long)i, (double)g[i], fd);
+        }
+        free(v);
+        free(g);
+    }
+    print_message("  whole model (%s attention): %d elements, max rel err %.2e\n", lean ? "lean" : "stored",
+                  checked, worst);
+    rig_free(&r);
+}
+
+static void test_model_gradient(void **st)
+{
+    (void)st;
+    check_model_grad(0);
+    check_model_grad(1);
+}
+
+/* ---- the plan is the allocation ---- */
+
+static void measured_step(const char *model, int seq, int lean, bfit_recompute_kind rec, bfit_opt_kind ok, int m)
+{
+    rig r;
+    bfit_plan p;
+    bfit_arena_stats s0, s1;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(ok);
+    bfit_store_cfg sc = bfit_store_cfg_default();
+    double loss;
+
+    rig_new(&r, model, seq, lean);
+    sc.recompute = rec;
+    assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &p), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 7), BFIT_OK);
+    assert_int_equal(bfit_optim_new(&oc, r.M->trainable, r.M->ntrainable, r.dev, r.arena, &r.opt), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(r.M, m, 1), BFIT_OK);
+    bfit_arena_stats_get(r.arena, &s0);
+    assert_int_equal(s0.current, p.peak);
+    fill_tokens(r.M, m, 5 + (uint64_t)m);
+    assert_int_equal(bfit_model_forward(r.M, 5), BFIT_OK);
+    assert_int_equal(bfit_model_stats_read(r.M, &loss, NULL), BFIT_OK);
+    /* a fresh model guesses: about log 256 = 5.5 nats per real token */
+    assert_true(loss > 4.0 * m * seq * 6 / 7 && loss < 7.0 * m * seq);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f / (float)(m * seq)), BFIT_OK);
+    assert_int_equal(bfit_optim_step(r.opt, 1e-3), BFIT_OK);
+    bfit_arena_stats_get(r.arena, &s1);
+    assert_int_equal(s1.nalloc, s0.nalloc);
+    print_message("  %s seq %d %s %s %s m=%d: planned %llu, measured %llu\n", model, seq, lean ? "lean" : "stored",
+                  rec == BFIT_RECOMPUTE_NONE ? "keep" : "blocks", bfit_optim_kind_name(ok), m,
+                  (unsigned long long)p.peak, (unsigned long long)s1.peak);
+    assert_int_equal(s1.peak, p.peak);
+    for (int c = 0; c < BFIT_MEM_NCAT; c++)
+        assert_int_equal(s1.peak_cat[c], p.bytes[c]);
+    rig_free(&r);
+}
+
+static void test_measured_equals_planned(void **st)
+{
+    (void)st;
+    measured_step("gpt-nano", 32, 0, BFIT_RECOMPUTE_NONE, BFIT_OPT_ADAMW, 1);
+    measured_step("gpt-nano", 32, 0, BFIT_RECOMPUTE_NONE, BFIT_OPT_SGD, 3);
+    measured_step("gpt-nano", 32, 1, BFIT_RECOMPUTE_NONE, BFIT_OPT_ADAMW, 3);
+    measured_step("gpt-nano", 32, 0, BFIT_RECOMPUTE_BLOCKS, BFIT_OPT_ADAMW, 2);
+    measured_step("gpt-nano", 128, 0, BFIT_RECOMPUTE_NONE, BFIT_OPT_ADAMW, 2);
+    measured_step("gpt-nano", 77, 1, BFIT_RECOMPUTE_NONE, BFIT_OPT_SGD, 2);
+}
+
+/* ---- the plan against the sequence length ---- */
+
+static uint64_t per_seq(const char *model, int seq, int lean, bfit_plan *p)
+{
+    rig r;
+    bfit_plan a, b;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    rig_new(&r, model, seq, lean);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 2, 1, &a), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, 4, 1, &b), BFIT_OK);
+    if (p)
+        *p = b;
+    rig_free(&r);
+    return (b.bytes[BFIT_MEM_ACTIVATIONS] - a.bytes[BFIT_MEM_ACTIVATIONS]) / 2;
+}
+
+/* Per sequence, the activations kept at the turn from forward to backward
+ * grow as a T + b T^2 with stored attention: the second difference over
+ * T, 2T, 3T is 2 b T^2, b the attention matrices (layers x heads x 4 bytes).
+ * Lean keeps no T^2 term beyond the workspace, so its per-sequence bytes
+ * are linear in T. Checked on bert-base (12 layers, 12 heads), where the
+ * kept activations are the peak. */
+static void test_plan_grows_with_seq(void **st)
+{
+    const int T = 128;
+    double s1, s2, s3, l1, l2, l3, b = 12.0 * 12.0 * 4.0;
+    (void)st;
+    s1 = (double)per_seq("bert-base", T, 0, NULL);
+    s2 = (double)per_seq("bert-base", 2 * T, 0, NULL);
+    s3 = (double)per_seq("bert-base", 3 * T, 0, NULL);
+    l1 = (double)per_seq("bert-base", T, 1, NULL);
+    l2 = (double)per_seq("bert-base", 2 * T, 1, NULL);
+    l3 = (double)per_seq("bert-base", 3 * T, 1, NULL);
+    print_message("  bert-base activations per sequence: stored %.0f %.0f %.0f, lean %.0f %.0f %.0f bytes\n", s1,
+                  s2, s3, l1, l2, l3);
+    assert_true(fabs((s3 - 2 * s2 + s1) - 2 * b * T * T) < 64.0 * 200);
+    assert_true(fabs(l3 - 2 * l2 + l1) < 64.0 * 200);
+    /* at T the difference is the matrices less the log-sum-exps */
+    assert_true(fabs((s1 - l1) - 12.0 * 12.0 * 4.0 * T * (T - 1)) < 64.0 * 200);
+}
+
+/* ---- the sequence length at run time ---- */
+
+/* A model set to T plans, and computes, as one built at T: the same plan to
+ * the byte, the same loss on the same tokens (the parameters do not depend
+ * on T); going back to a longer T reuses the blocks held; a length past the
+ * positions is refused and leaves the model working at its length. */
+static void test_set_seq(void **st)
+{
+    rig a, b;
+    bfit_plan pa, pb;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    bfit_arena_stats s0, s1;
+    double la, lb;
+    (void)st;
+    rig_new(&a, "gpt-nano", 0, 0);
+    rig_new(&b, "gpt-nano", 77, 0);
+    assert_int_equal(bfit_model_alloc_params(a.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(b.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(a.M, 9), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(b.M, 9), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(a.M, 3, 1), BFIT_OK); /* at 128 */
+    bfit_arena_stats_get(a.arena, &s0);
+    assert_int_equal(bfit_model_set_seq(a.M, 77), BFIT_OK);
+    assert_int_equal(a.M->labels_per_sample, 77);
+    assert_int_equal(bfit_plan_compute(a.M, &oc, 3, 1, &pa), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(b.M, &oc, 3, 1, &pb), BFIT_OK);
+    assert_memory_equal(pa.bytes, pb.bytes, sizeof pa.bytes);
+    assert_int_equal(bfit_model_reserve(a.M, 3, 1), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(b.M, 3, 1), BFIT_OK);
+    bfit_arena_stats_get(a.arena, &s1);
+    assert_int_equal(s1.nalloc, s0.nalloc); /* 128's blocks hold 77's step */
+    fill_tokens(a.M, 3, 21);
+    fill_tokens(b.M, 3, 21);
+    la = model_loss(&a);
+    lb = model_loss(&b);
+    print_message("  gpt-nano set to 77 tokens: loss %.6f, built at 77: %.6f\n", la, lb);
+    assert_true(la == lb);
+    assert_int_equal(bfit_model_set_seq(a.M, 129), BFIT_EINVAL);
+    assert_string_equal(bfit_errfield(), "seq");
+    print_message("  %s\n", bfit_errmsg());
+    assert_int_equal(a.M->input.d[0], 77);
+    assert_int_equal(bfit_model_reserve(a.M, 3, 1), BFIT_OK);
+    fill_tokens(a.M, 3, 21);
+    assert_true(model_loss(&a) == lb);
+    rig_free(&a);
+    rig_free(&b);
+}
+
+/* ---- spec errors of token models ---- */
+
+static void expect_error(const char *spec, const char *needle)
+{
+    bfit_graph_desc g;
+    bfit_model *M = NULL;
+    int rc = bfit_spec_parse(spec, strlen(spec), "m.cfg", &g);
+    if (rc == BFIT_OK) {
+        if ((rc = bfit_spec_check_shapes(&g)) == BFIT_OK)
+            rc = bfit_model_new(&g, NULL, NULL, &M);
+        bfit_graph_fini(&g); /* parsed: ours to free, whatever came next */
+    }
+    assert_int_not_equal(rc, BFIT_OK);
+    assert_null(M);
+    print_message("  %s\n", bfit_errmsg());
+    if (!strstr(bfit_errmsg(), needle))
+        fail_msg("expected \"%s\" in: %s", needle, bfit_errmsg());
+}
+
+static void test_spec_errors(void **st)
+{
+    (void)st;
+    expect_error("input tokens=8\nlinear 4\n", "m.cfg:2:1: the model input is token ids: the first layer must be `embed`");
+    expect_error("input 8\nembed 4 vocab=3\n", "m.cfg:2:1: embed 4: embed expects the token ids");
+    expect_error("input tokens=8\nembed 4\n", "m.cfg:2:1: embed needs its vocabulary");
+    expect_error("input tokens=8\nembed 4 vocab=3 positions=4\nlinear 3\n", "give positions=8 or more");
+    expect_error("input tokens=8\nembed 4 vocab=3\nlinear 5 tie=1 bias=0\n", "m.cfg:3:1: tie=1");
+    expect_error("input tokens=8\nembed 5 vocab=3\nattention 1\nlinear 3\n", "[T, 3C]");
+    expect_error("input tokens=8\nembed 6 vocab=3\nattention 4\nlinear 3\n", "divides the width 2, got 4");
+    expect_error("input tokens=x\n", "bad number `x`");
+    expect_error("input tokens=8\nembed 6 vocab=3\nattention 2 causal=2\n", "causal must be 0 or 1");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_preset_sizes),
+        cmocka_unit_test(test_spec_file_is_preset),
+        cmocka_unit_test(test_model_gradient),
+        cmocka_unit_test(test_measured_equals_planned),
+        cmocka_unit_test(test_plan_grows_with_seq),
+        cmocka_unit_test(test_set_seq),
+        cmocka_unit_test(test_spec_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

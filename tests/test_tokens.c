@@ -1,0 +1,541 @@
+/* test_tokens.c - token data and training a token model: token files
+ * written and read back (uint16 and uint32 ids, the header byte for byte,
+ * llm.c's files without a vocabulary), refused when broken (magic, version,
+ * size, an id outside the vocabulary), text as bytes split into train and
+ * test by blocks of lines, samples labelled with the next tokens through the
+ * shuffling stream, and runs of a small GPT: the loss is normalised by the
+ * tokens of the optimizer step, so how the step is split into micro-batches
+ * does not change the training, padding included; the loss falls on
+ * repetitive text; evaluation reports a per-token loss. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "batchfit.h"
+#include "data/data.h"
+
+static char tmpdir[256];
+
+static int setup(void **st)
+{
+    (void)st;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_tokens_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **st)
+{
+    char cmd[300];
+    (void)st;
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd);
+}
+
+static void path_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tmpdir, name); }
+
+static void write_bytes(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+static unsigned char *read_all(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long len;
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b = malloc((size_t)len);
+    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+static uint32_t le32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void roundtrip(int vocab, int width)
+{
+    char p[300];
+    int32_t ids[1000], *back;
+    int64_t n;
+    int v;
+    size_t len;
+    unsigned char *raw;
+    path_of(p, sizeof p, "rt.bin");
+    for (int i = 0; i < 1000; i++)
+        ids[i] = (int32_t)(((uint64_t)i * 2654435761u) % (uint64_t)vocab);
+    ids[7] = vocab - 1;
+    assert_int_equal(bfit_tokens_write(p, ids, 1000, vocab), BFIT_OK);
+    raw = read_all(p, &len);
+    /* the header: magic, version (1: uint16, 2: uint32), count, vocab, zeros */
+    assert_int_equal(len, 1024 + 1000 * (size_t)width);
+    assert_int_equal(le32(raw), 20240520);
+    assert_int_equal(le32(raw + 4), width == 2 ? 1 : 2);
+    assert_int_equal(le32(raw + 8), 1000);
+    assert_int_equal(le32(raw + 12), (uint32_t)vocab);
+    for (int i = 16; i < 1024; i++)
+        assert_int_equal(raw[i], 0);
+    /* little-endian ids */
+    assert_int_equal(raw[1024 + 7 * width], (vocab - 1) & 0xff);
+    free(raw);
+    assert_true(bfit_tokens_is_file(p));
+    assert_int_equal(bfit_tokens_read(p, &back, &n, &v), BFIT_OK);
+    assert_int_equal(n, 1000);
+    assert_int_equal(v, vocab);
+    assert_memory_equal(back, ids, sizeof ids);
+    free(back);
+}
+
+static void test_roundtrip(void **st)
+{
+    (void)st;
+    roundtrip(300, 2);
+    roundtrip(65536, 2);
+    roundtrip(70000, 4);
+}
+
+/* llm.c writes vocabulary 0 (its header has no such field): the ids say it. */
+static void test_llmc_file(void **st)
+{
+    unsigned char b[1024 + 6] = {0};
+    char p[300];
+    int32_t *ids;
+    int64_t n;
+    int v;
+    (void)st;
+    b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
+    b[4] = 1;
+    b[8] = 3;
+    b[1024] = 0x50, b[1025] = 0xc4; /* 50256 = 0xc450, GPT-2's <|endoftext|> */
+    b[1026] = 7;
+    b[1028] = 0x10, b[1029] = 0x27; /* 10000 */
+    path_of(p, sizeof p, "llmc.bin");
+    write_bytes(p, b, sizeof b);
+    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 50256);
+    assert_int_equal(ids[1], 7);
+    assert_int_equal(ids[2], 10000);
+    assert_int_equal(v, 50257);
+    free(ids);
+}
+
+static void expect_bad(const unsigned char *b, size_t n, int code, const char *needle)
+{
+    char p[300];
+    int32_t *ids = (int32_t *)1;
+    int64_t cnt;
+    int v;
+    path_of(p, sizeof p, "bad.bin");
+    write_bytes(p, b, n);
+    assert_int_equal(bfit_tokens_read(p, &ids, &cnt, &v), code);
+    assert_null(ids);
+    print_message("  %s\n", bfit_errmsg());
+    if (!strstr(bfit_errmsg(), needle))
+        fail_msg("expected \"%s\" in %s", needle, bfit_errmsg());
+}
+
+static void test_refusals(void **st)
+{
+    unsigned char b[1024 + 8] = {0};
+    char p[300];
+    int32_t *ids;
+    int64_t n;
+    int v;
+    (void)st;
+    b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
+    b[4] = 1, b[8] = 4, b[12] = 5; /* 4 uint16 ids of a vocabulary of 5 */
+    b[1024] = 1, b[1026] = 4, b[1028] = 2, b[1030] = 3;
+    path_of(p, sizeof p, "good.bin");
+    write_bytes(p, b, sizeof b);
+    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
+    free(ids);
+    expect_bad(b, sizeof b - 2, BFIT_EFORMAT, "the header says 4 ids of 2 bytes, the file holds 6 bytes");
+    expect_bad(b, 100, BFIT_EFORMAT, "not a token file");
+    b[1026] = 5;
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "id 5 at position 1 is outside the vocabulary of 5");
+    b[1026] = 4;
+    b[4] = 3;
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "version 3");
+    b[4] = 1;
+    b[0] ^= 1;
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "not a token file");
+    path_of(p, sizeof p, "missing.bin");
+    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_EIO);
+}
+
+/* Lines go to test in blocks of 100, every 20th block: 5% of the lines,
+ * and train and test together are the whole text, each byte once. */
+static void test_text_split(void **st)
+{
+    size_t cap = 4000 * 16, n = 0;
+    char *text = malloc(cap);
+    int32_t *tr, *te;
+    int64_t ntr, nte;
+    (void)st;
+    for (int i = 0; i < 4000; i++)
+        n += (size_t)snprintf(text + n, cap - n, "line %d\n", i);
+    assert_int_equal(bfit_text_tokens((unsigned char *)text, n, 1, &tr, &ntr), BFIT_OK);
+    assert_int_equal(bfit_text_tokens((unsigned char *)text, n, 0, &te, &nte), BFIT_OK);
+    assert_int_equal(ntr + nte, (int64_t)n);
+    {
+        /* the test part is lines 1900-1999 and 3900-3999 */
+        char want[64];
+        int len = snprintf(want, sizeof want, "line 1900\n");
+        for (int i = 0; i < len; i++)
+            assert_int_equal(te[i], (unsigned char)want[i]);
+        int lines = 0;
+        for (int64_t i = 0; i < nte; i++)
+            lines += te[i] == '\n';
+        assert_int_equal(lines, 200);
+        for (int i = 0; i < 7; i++)
+            assert_int_equal(tr[i], (unsigned char)"line 0\n"[i]);
+    }
+    free(tr);
+    free(te);
+    free(text);
+}
+
+/* Samples of T ids, labelled with the next T, through a shuffling stream. */
+static void test_stream_labels(void **st)
+{
+    int32_t ids[1001];
+    bfit_dataset *d;
+    bfit_stream *s;
+    bfit_stream_cfg sc = {0};
+    float x[6 * 10];
+    int32_t y[6 * 10];
+    int got, seen[100] = {0};
+    (void)st;
+    for (int i = 0; i < 1001; i++)
+        ids[i] = i % 97;
+    assert_int_equal(bfit_dataset_from_tokens("mem", ids, 1001, 97, 10, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 100);
+    assert_int_equal(bfit_dataset_label_len(d), 10);
+    assert_true(bfit_shape_eq(bfit_dataset_shape(d), bfit_shape_seq(10, 1)));
+    sc.seed = 3;
+    sc.shuffle = 1;
+    sc.max_take = 6;
+    sc.prefetch = 1;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    for (int t = 0; t < 17; t++) {
+        assert_int_equal(bfit_stream_take(s, 6, x, y, &got), BFIT_OK);
+        for (int k = 0; k < got; k++) {
+            const int32_t *xi = (const int32_t *)x + k * 10;
+            int start = -1;
+            for (int i = 0; i < 100 && start < 0; i++) /* which window: ids are i % 97 from i*10 */
+                if (xi[0] == (i * 10) % 97 && xi[1] == (i * 10 + 1) % 97 && xi[9] == (i * 10 + 9) % 97 &&
+                    !seen[i] && y[k * 10 + 9] == (i * 10 + 10) % 97)
+                    start = i;
+            assert_true(start >= 0);
+            seen[start] = 1;
+            for (int j = 0; j < 9; j++)
+                assert_int_equal(y[k * 10 + j], xi[j + 1]);
+        }
+    }
+    for (int i = 0; i < 100; i++)
+        assert_true(seen[i]); /* one epoch: every window once */
+    bfit_stream_free(s);
+    bfit_dataset_free(d);
+}
+
+/* Lines as variable-length samples: each document (ending in its
+ * separator) cut into pieces of at most seq, labels the next ids, padding
+ * id 0 and label -1; a one-token document has nothing to predict. */
+static void test_lines(void **st)
+{
+    /* documents: "1 2 3 4 5 6 7 /", "9 /", "/", "4 4 /" with / = 10, seq 3 */
+    int32_t ids[] = {1, 2, 3, 4, 5, 6, 7, 10, 9, 10, 10, 4, 4, 10};
+    static const int want_len[] = {3, 3, 1, 1, 2};
+    static const int32_t want_x0[] = {1, 2, 3}, want_y2[] = {10, -1, -1}, want_x4[] = {4, 4, 0}, want_y4[] = {4, 10, -1};
+    bfit_dataset *d;
+    bfit_stream *s;
+    bfit_stream_cfg sc = {0};
+    int32_t x[5 * 3], y[5 * 3];
+    int got;
+    (void)st;
+    assert_int_equal(bfit_dataset_token_lines("mem", ids, 14, 11, 3, 10, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(bfit_dataset_sample_len(d, i), want_len[i]);
+    sc.max_take = 5;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    assert_int_equal(bfit_stream_take(s, 5, (float *)x, y, &got), BFIT_OK);
+    assert_int_equal(got, 5);
+    assert_memory_equal(x, want_x0, sizeof want_x0);
+    assert_memory_equal(y + 6, want_y2, sizeof want_y2); /* "7 /": 7 predicts the separator */
+    assert_memory_equal(x + 12, want_x4, sizeof want_x4);
+    assert_memory_equal(y + 12, want_y4, sizeof want_y4);
+    bfit_stream_free(s);
+    bfit_dataset_free(d);
+}
+
+/* A shuffling stream over variable-length samples: within each bucket of
+ * BFIT_LEN_BUCKET samples of the epoch's order, lengths never grow; every
+ * sample comes once (the lengths taken are the data set's); two streams of
+ * the same seed give the same order. */
+static int take_lengths(const bfit_dataset *d, int *lens)
+{
+    enum { SEQ = 64 };
+    static int32_t x[SEQ * 100], y[SEQ * 100];
+    bfit_stream *s;
+    bfit_stream_cfg sc = {0};
+    int got, pos = 0;
+    sc.seed = 5;
+    sc.shuffle = 1;
+    sc.max_take = 100;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    do {
+        assert_int_equal(bfit_stream_take(s, 100, (float *)x, y, &got), BFIT_OK);
+        for (int k = 0; k < got; k++, pos++) {
+            int len = 0;
+            while (len < SEQ && y[k * SEQ + len] >= 0)
+                len++;
+            lens[pos] = len;
+        }
+    } while (got > 0);
+    bfit_stream_free(s);
+    return pos;
+}
+
+static void test_length_buckets(void **st)
+{
+    enum { NDOC = 2500 };
+    int32_t *ids = malloc(sizeof *ids * NDOC * 60);
+    int64_t n = 0;
+    int a[NDOC], b[NDOC], hist_taken[65] = {0}, hist_data[65] = {0};
+    bfit_dataset *d;
+    (void)st;
+    for (int k = 0; k < NDOC; k++) { /* document k: 2 + k*37 % 50 tokens, then the separator */
+        int len = 2 + k * 37 % 50;
+        for (int j = 0; j < len; j++)
+            ids[n++] = (k + j) % 9;
+        ids[n++] = 10;
+    }
+    assert_int_equal(bfit_dataset_token_lines("mem", ids, n, 11, 64, 10, &d), BFIT_OK);
+    assert_int_equal(bfit_dataset_count(d), NDOC);
+    assert_int_equal(take_lengths(d, a), NDOC);
+    assert_int_equal(take_lengths(d, b), NDOC);
+    assert_memory_equal(a, b, sizeof a);
+    for (int i = 0; i < NDOC; i++) {
+        if (i % BFIT_LEN_BUCKET)
+            assert_true(a[i] <= a[i - 1]);
+        hist_taken[a[i]]++;
+        hist_data[bfit_dataset_sample_len(d, i)]++;
+    }
+    assert_memory_equal(hist_taken, hist_data, sizeof hist_data);
+    assert_true(a[BFIT_LEN_BUCKET] > a[BFIT_LEN_BUCKET - 1]); /* a new bucket starts long again */
+    bfit_dataset_free(d);
+    free(ids);
+}
+
+/* ---- training ---- */
+
+#define T 40
+static const char *spec =
+    "input tokens=40\n"
+    "embed 16 vocab=13 positions=40\n"
+    "residual {\n layernorm\n linear 48\n attention 2\n linear 16\n}\n"
+    "residual {\n layernorm\n linear 32\n gelu\n linear 16\n}\n"
+    "layernorm\n"
+    "linear 13 tie=1 bias=0\n";
+
+/* Sequences of the pattern "0 1 2 ... 11 12 0 1 ...", each padded after a
+ * length that varies with the sample (4 to 40 tokens): the padding's ids
+ * are 0 and its labels -1. */
+typedef struct src {
+    int64_t next, n;
+} src;
+
+static int take(void *ud, int n, float *x, int32_t *labels, int *got)
+{
+    src *s = ud;
+    int k = 0;
+    for (; k < n && s->next < s->n; k++, s->next++) {
+        int len = 4 + (int)(s->next * 7 % 37);
+        int32_t *xi = (int32_t *)x + k * T, *yi = labels + k * T;
+        for (int j = 0; j < T; j++) {
+            xi[j] = j < len ? (int32_t)((s->next + j) % 13) : 0;
+            yi[j] = j < len ? (int32_t)((s->next + j + 1) % 13) : -1;
+        }
+    }
+    *got = k;
+    return BFIT_OK;
+}
+static int next_epoch(void *ud) { ((src *)ud)->next = 0; return BFIT_OK; }
+
+typedef struct losses {
+    int n;
+    double loss[64];
+} losses;
+
+static void on_step(void *ud, const struct bfit_step_info *s)
+{
+    losses *l = ud;
+    assert_true(l->n < 64);
+    l->loss[l->n++] = s->loss;
+}
+
+static void run(int micro, int seq_max, losses *out, double *test_loss, bfit_train_result *rr)
+{
+    char p[300];
+    src train = {0, 96}, test = {0, 32};
+    bfit_source ts = {take, next_epoch, next_epoch, 96, &train}, vs = {take, next_epoch, next_epoch, 32, &test};
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_train_result res;
+    path_of(p, sizeof p, "tiny.cfg");
+    write_bytes(p, spec, strlen(spec));
+    c.model = p;
+    c.train_source = &ts;
+    c.test_source = &vs;
+    c.batch = 8;
+    c.micro_batch = micro;
+    c.epochs = 2;
+    c.threads = 2;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    c.lr = 1e-2;
+    c.prefetch = 0;
+    c.on_step = on_step;
+    c.cb_ud = out;
+    c.seq_max = seq_max;
+    memset(out, 0, sizeof *out);
+    if (bfit_train(&c, &res) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    *test_loss = res.test_loss;
+    if (rr)
+        *rr = res;
+}
+
+/* A step's loss is the mean over its tokens that count, whatever its split:
+ * micro-batches of 8, 2 and 1 give the same training to float rounding
+ * (each sequence has a different count of real tokens, so normalising each
+ * micro-batch by its own tokens, or by samples, would not). The loss falls
+ * on the pattern, and the test loss is per token. */
+static void test_training_split_invariant(void **st)
+{
+    losses a, b, c;
+    double ta, tb, tc;
+    (void)st;
+    run(8, 0, &a, &ta, NULL);
+    run(2, 0, &b, &tb, NULL);
+    run(1, 0, &c, &tc, NULL);
+    assert_int_equal(a.n, 24);
+    assert_int_equal(b.n, 24);
+    assert_int_equal(c.n, 24);
+    for (int i = 0; i < a.n; i++) {
+        assert_true(fabs(a.loss[i] - b.loss[i]) < 1e-4 * a.loss[i]);
+        assert_true(fabs(a.loss[i] - c.loss[i]) < 1e-4 * a.loss[i]);
+    }
+    print_message("  per-token loss: step 1 %.4f, step 24 %.4f; test %.4f (ln 13 = %.4f)\n", a.loss[0],
+                  a.loss[a.n - 1], ta, log(13.0));
+    assert_true(a.loss[0] > 2.0 && a.loss[0] < 3.5); /* a fresh model: about ln 13 per token */
+    assert_true(a.loss[a.n - 1] < 0.7 * a.loss[0]);
+    assert_true(ta > 0 && ta < a.loss[0]);
+    assert_true(fabs(ta - tb) < 1e-4 * ta && fabs(ta - tc) < 1e-4 * ta);
+}
+
+/* Variable length (seq_max): each micro-batch runs at its longest sequence
+ * (rounded up to 16), the step's sequences sorted by length. With causal
+ * attention the padding after a sequence never reaches its tokens, so the
+ * training is that of the padded run, to float rounding, while fewer
+ * positions are computed: the same tokens, less padding. */
+static void test_variable_length(void **st)
+{
+    losses a, b;
+    double ta, tb;
+    bfit_train_result ra, rb;
+    (void)st;
+    run(2, 0, &a, &ta, &ra);
+    run(2, T, &b, &tb, &rb);
+    assert_int_equal(a.n, b.n);
+    for (int i = 0; i < a.n; i++)
+        if (!(fabs(a.loss[i] - b.loss[i]) < 1e-4 * a.loss[i]))
+            fail_msg("step %d: padded %.6f, trimmed %.6f", i + 1, a.loss[i], b.loss[i]);
+    assert_true(fabs(ta - tb) < 1e-4 * ta);
+    assert_int_equal(ra.tokens, rb.tokens);
+    assert_int_equal(ra.tokens_computed, 2 * 96 * T); /* every position of every sequence, both epochs */
+    print_message("  %lld tokens; positions computed: padded %lld (%.1f%% padding), trimmed %lld (%.1f%%)\n",
+                  (long long)ra.tokens, (long long)ra.tokens_computed,
+                  100.0 * (1 - (double)ra.tokens / (double)ra.tokens_computed), (long long)rb.tokens_computed,
+                  100.0 * (1 - (double)rb.tokens / (double)rb.tokens_computed));
+    assert_true(rb.tokens_computed < 0.8 * ra.tokens_computed);
+}
+
+/* A token model trained on a text file as bytes: the weights it saves (the
+ * tied head's table once) load for bfit_evaluate, which gives the run's test
+ * loss per token on the file's test part. */
+static void test_save_and_evaluate(void **st)
+{
+    static const char *byte_spec = "input tokens=16\nembed 16 vocab=256 positions=16\n"
+                                   "residual {\n layernorm\n linear 48\n attention 2\n linear 16\n}\n"
+                                   "layernorm\nlinear 256 tie=1 bias=0\n";
+    char spec_path[300], text_path[300], w[300];
+    size_t cap = 128 << 10, n = 0; /* 2,900 lines: the test part is lines 1900-1999 */
+    char *text = malloc(cap);
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_eval_cfg e;
+    bfit_train_result res;
+    double loss, acc;
+    int64_t cnt;
+    (void)st;
+    for (int i = 0; n + 64 < cap; i++)
+        n += (size_t)snprintf(text + n, cap - n, "verse %d: and it was so, and it was good.\n", i % 97);
+    path_of(spec_path, sizeof spec_path, "bytes.cfg");
+    path_of(text_path, sizeof text_path, "text.txt");
+    path_of(w, sizeof w, "bytes.safetensors");
+    write_bytes(spec_path, byte_spec, strlen(byte_spec));
+    write_bytes(text_path, text, n);
+    c.model = spec_path;
+    c.data = text_path;
+    c.batch = 16;
+    c.epochs = 1;
+    c.threads = 2;
+    c.max_steps = 20;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    c.lr = 1e-2;
+    c.save = w;
+    if (bfit_train(&c, &res) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    memset(&e, 0, sizeof e);
+    e.model = spec_path;
+    e.weights = w;
+    e.data = text_path;
+    e.threads = 2;
+    if (bfit_evaluate(&e, &loss, &acc, &cnt) != BFIT_OK)
+        fail_msg("evaluate: %s", bfit_errmsg());
+    print_message("  trained 20 steps: test loss %.4f per token (run), %.4f (evaluate, %lld sequences)\n",
+                  res.test_loss, loss, (long long)cnt);
+    assert_true(res.test_loss < log(256.0) - 1.0); /* it learnt something */
+    assert_true(fabs(loss - res.test_loss) < 1e-5 * res.test_loss);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_llmc_file),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_text_split),
+        cmocka_unit_test(test_stream_labels),
+        cmocka_unit_test(test_lines),
+        cmocka_unit_test(test_length_buckets),
+        cmocka_unit_test(test_training_split_invariant),
+        cmocka_unit_test(test_variable_length),
+        cmocka_unit_test(test_save_and_evaluate),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
