@@ -215,10 +215,10 @@ def main():
         y = torch.randint(0, classes, (batch,))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     lossf = nn.CrossEntropyLoss()
-    rates, loss, steps, t_step = [], None, 2, 0.0
+    rates, cpu_rates, loss, steps, t_step = [], [], None, 2, 0.0
     for r in range(-1, reps):
         n = warmup if r < 0 else steps
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n):
             t_step = time.perf_counter()
             opt.zero_grad(set_to_none=True)
@@ -229,6 +229,7 @@ def main():
             t_step = time.perf_counter() - t_step
         if r >= 0:
             rates.append(n * batch / (time.perf_counter() - t0))
+            cpu_rates.append(n * batch / (time.process_time() - c0))
         elif t_step > 0 and rep_s / t_step > steps:
             steps = int(rep_s / t_step + 0.5)
     blas, lapack = loaded_blas()
@@ -236,7 +237,7 @@ def main():
     print(f"side=torch batch={batch} samples_per_s={statistics.median(rates):.1f} {extra}"
           f"maxrss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} reps={reps} steps={steps} "
           f"warmup={warmup} threads={torch.get_num_threads()} loss={loss.item():.4f} torch={torch.__version__} "
-          f"blas={blas} lapack={lapack}")
+          f"blas={blas} lapack={lapack} samples_per_cpu_s={statistics.median(cpu_rates):.1f}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 #include "cli/cli.h"
 #include "train/trainer.h"
 
+#include "nn/zoo.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +45,18 @@ static const struct option opts[] = {
     {"json", no_argument, 0, O_JSON},             {"help", no_argument, 0, O_HELP},
     {"device", required_argument, 0, O_DEVICE},  {"csv-header", required_argument, 0, O_CSV_HEADER},
     {0, 0, 0, 0}};
+
+/* A model reading token ids (its loss is per token). */
+static int is_token_model(const char *model)
+{
+    bfit_graph_desc g;
+    int yes = 0;
+    if (bfit_model_source_load(model, &g) == BFIT_OK) {
+        yes = g.input_dtype == BFIT_I32;
+        bfit_graph_fini(&g);
+    }
+    return yes;
+}
 
 int cmd_eval(int argc, char **argv)
 {
@@ -92,6 +106,9 @@ int cmd_eval(int argc, char **argv)
     }
     if (json)
         printf("{\"samples\":%lld,\"loss\":%.6f,\"accuracy\":%.6f}\n", (long long)n, loss, acc);
+    else if (is_token_model(c.model)) /* the figures are per token */
+        printf("test loss %.4f per token (%.4f bits), next-token accuracy %.2f%% on %lld sequences\n", loss,
+               loss / 0.69314718055994531, 100 * acc, (long long)n);
     else
         printf("test loss %.4f, test accuracy %.2f%% on %lld samples\n", loss, 100 * acc, (long long)n);
     return EXIT_OK;
