@@ -15,10 +15,9 @@
  * Why a resumed run is the same run: at a step boundary the gradients are
  * zero and everything that decides what comes next is either on the device
  * (parameters, running statistics, optimizer state, the tracked gradient)
- * or in the state: the
- * stream's cursor (its order and augmentation are functions of (seed,
- * epoch, index)), the dropout counter, the schedule (a function of the step)
- * and the controller's state. */
+ * or in the state: the stream's cursor (its order and augmentation are
+ * functions of (seed, epoch, index)), the dropout counter, the schedule (a
+ * function of the step) and the controller's state. */
 #include "base/atomic.h"
 #include "base/err.h"
 #include "base/text.h"
