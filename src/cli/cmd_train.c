@@ -488,9 +488,11 @@ int cmd_train(int argc, char **argv)
     rc = bfit_train(&a->c, &r);
     if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r.stopped == BFIT_ENOMEM)) {
         code = stopped(a, &r, rc);
+        if (r.report_written && a->c.report)
+            fprintf(stderr, "batchfit: the report of the stopped run is in %s\n", a->c.report);
     } else if (rc != BFIT_OK) {
         cli_lib_error();
-        if (r.report_written)
+        if (r.report_written && a->c.report)
             fprintf(stderr, "batchfit: the report of the failed run is in %s\n", a->c.report);
         code = EXIT_FAIL;
     } else {

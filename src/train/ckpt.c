@@ -595,10 +595,14 @@ int run_resume_state(bfit_run *r)
         bfit_log_event(&r->lg, "resume", "\"step\":%lld,\"epoch\":%d,\"from\":\"%s\",\"samples\":%lld,\"m\":%d,\"E\":%d",
                        (long long)r->step, r->epoch + 1, esc, (long long)r->samples, r->m, r->d.batch);
     }
-    bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld (epoch %d, sample %lld of %lld; batch %d, "
-                 "micro-batch %d; capacity %s)", r->ck_path, (long long)r->step, r->epoch + 1, (long long)r->taken,
-                 (long long)r->per_epoch, r->d.batch, r->m,
-                 bfit_format_size(bfit_arena_capacity(r->s.arena), s1, sizeof s1));
+    if (bfit_run_done(r)) /* the checkpoint at the end: nothing left to train */
+        bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld: the run had finished its training", r->ck_path,
+                     (long long)r->step);
+    else
+        bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld (epoch %d, sample %lld of %lld; batch %d, "
+                     "micro-batch %d; capacity %s)", r->ck_path, (long long)r->step, r->epoch + 1, (long long)r->taken,
+                     (long long)r->per_epoch, r->d.batch, r->m,
+                     bfit_format_size(bfit_arena_capacity(r->s.arena), s1, sizeof s1));
     return BFIT_OK;
 }
 
