@@ -74,7 +74,7 @@ resume_from() {
 
 printf 'input 1x28x28\nflatten\nlinear 64\nrelu\nlinear 10\n' >"$tmp/tiny.cfg"
 
-# ---- --batch auto: E changes at step 644 (goodput) --------------------------------
+# ---- --batch auto: E changes at step 644 (goodput, today) --------------------------------
 export BFIT_TEST_CLOCK=0.001
 auto=(--model "$tmp/tiny.cfg" --epoch-samples 6000 --eval-samples 500 --batch auto --batch-min 16 --batch-max 256
   --threads 1 --epochs 3 --no-prefetch --quiet)
@@ -82,7 +82,7 @@ auto=(--model "$tmp/tiny.cfg" --epoch-samples 6000 --eval-samples 500 --batch au
   --keep 100 >/dev/null || fail "the auto run failed"
 "$bf" train "${auto[@]}" --save "$tmp/auto_nock.st" >/dev/null
 cmp -s "$tmp/auto.st" "$tmp/auto_nock.st" || fail "auto: writing checkpoints changed the run"
-grep -q '"event":"batch_change".*"reason":"goodput".*"E":32,"prev_E":16' "$tmp/auto.jsonl" ||
+grep -q '"event":"batch_change".*"reason":"goodput"' "$tmp/auto.jsonl" ||
   fail "auto: the run did not change E (the test needs it to)"
 for s in 100 600 650; do
   resume_from "$tmp/a" "$s" "auto$s"
