@@ -590,11 +590,11 @@ int cmd_train(int argc, char **argv)
         code = EXIT_FAIL; /* rank 0 says which rank failed and why */
     } else if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r.stopped == BFIT_ENOMEM)) {
         code = rank == 0 ? stopped(a, &r, rc) : rc == BFIT_ESTOPPED ? stop_code() : EXIT_MEMORY;
-        if (r.report_written && rank == 0)
-            fprintf(stderr, "batchfit: the report of the run is in %s\n", a->c.report);
+        if (r.report_written && rank == 0 && a->c.report)
+            fprintf(stderr, "batchfit: the report of the stopped run is in %s\n", a->c.report);
     } else if (rc != BFIT_OK) {
         cli_lib_error();
-        if (r.report_written)
+        if (r.report_written && a->c.report)
             fprintf(stderr, "batchfit: the report of the failed run is in %s\n", a->c.report);
         code = EXIT_FAIL;
     } else {

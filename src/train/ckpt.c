@@ -4,18 +4,20 @@
  * A checkpoint is one safetensors file, DIR/ckpt-<step>.safetensors: the
  * model's parameters under the weights file's names (running statistics
  * included), so `batchfit eval` and PyTorch load it as weights; the
- * optimizer's state as "optimizer.<parameter>.<kind>"; a CRC-32 of every
- * tensor; and in the metadata the run's state (ckpt_state.c) and its
- * configuration (ckpt_cfg.c) as JSON. It is written to a temporary file,
+ * optimizer's state as "optimizer.<parameter>.<kind>"; with the noise
+ * scale's tracking, the last step's gradient as "gradnorm.prev.<parameter>";
+ * a CRC-32 of every tensor; and in the metadata the run's state
+ * (ckpt_state.c) and its configuration (ckpt_cfg.c) as JSON, with a CRC-32
+ * of the metadata itself. It is written to a temporary file,
  * synced, renamed and the directory synced (base/atomic.c); only then are
  * checkpoints beyond the newest K removed, so a good one is always there.
  *
  * Why a resumed run is the same run: at a step boundary the gradients are
  * zero and everything that decides what comes next is either on the device
- * (parameters, running statistics, optimizer state) or in the state: the
- * stream's cursor (its order and augmentation are functions of (seed,
- * epoch, index)), the dropout counter, the schedule (a function of the step)
- * and the controller's state. */
+ * (parameters, running statistics, optimizer state, the tracked gradient)
+ * or in the state: the stream's cursor (its order and augmentation are
+ * functions of (seed, epoch, index)), the dropout counter, the schedule (a
+ * function of the step) and the controller's state. */
 #include "base/atomic.h"
 #include "base/err.h"
 #include "base/text.h"
@@ -594,10 +596,14 @@ int run_resume_state(bfit_run *r)
         bfit_log_event(&r->lg, "resume", "\"step\":%lld,\"epoch\":%d,\"from\":\"%s\",\"samples\":%lld,\"m\":%d,\"E\":%d",
                        (long long)r->step, r->epoch + 1, esc, (long long)r->samples, r->m, r->d.batch);
     }
-    bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld (epoch %d, sample %lld of %lld; batch %d, "
-                 "micro-batch %d; capacity %s)", r->ck_path, (long long)r->step, r->epoch + 1, (long long)r->taken,
-                 (long long)r->per_epoch, r->d.batch, r->m,
-                 bfit_format_size(bfit_arena_capacity(r->s.arena), s1, sizeof s1));
+    if (bfit_run_done(r)) /* the checkpoint at the end: nothing left to train */
+        bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld: the run had finished its training", r->ck_path,
+                     (long long)r->step);
+    else
+        bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld (epoch %d, sample %lld of %lld; batch %d, "
+                     "micro-batch %d; capacity %s)", r->ck_path, (long long)r->step, r->epoch + 1, (long long)r->taken,
+                     (long long)r->per_epoch, r->d.batch, r->m,
+                     bfit_format_size(bfit_arena_capacity(r->s.arena), s1, sizeof s1));
     return BFIT_OK;
 }
 

@@ -64,9 +64,9 @@ expect 0 'test accuracy' "${RUN[@]}" --memory-schedule "10:28MiB,30:1GiB" --log 
     --report "$TMP/fixed.html"
 expect 0 'test accuracy' "${RUN[@]}" --batch adaptive --batch-min 32 --batch-max 1024 --log "$TMP/adaptive.jsonl"
 expect 0 "report written to $TMP/adaptive.html" report "$TMP/adaptive.jsonl"
-# a failure (memory that does not come back: exit 3): the report still
-# comes, from a temporary log that is then removed
-expect 3 "the report of the run is in $TMP/failed.html" "${RUN[@]}" --memory-schedule "10:1MiB" \
+# a failure: the report still comes, from a temporary log that is then removed
+# (memory that does not come back stops the run with exit 3)
+expect 3 "the report of the stopped run is in $TMP/failed.html" "${RUN[@]}" --memory-schedule "10:1MiB" \
     --report "$TMP/failed.html"
 ls "$TMP" | grep -q 'failed.html.log' && fail "the temporary event log was left behind"
 grep -q '<strong>Failed</strong> at step 10' "$TMP/failed.html" || fail "failed.html does not say the run failed"
