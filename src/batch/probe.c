@@ -1,6 +1,7 @@
 /* probe.c - the finder: the largest batch from the plan, confirmed by real
  * steps against an arena whose capacity is the budget; the fastest batch
  * from throughput measured on a ladder of sizes; the model left as found. */
+#include "base/median.h"
 #include "base/err.h"
 #include "batch/probe.h"
 #include "batch/session.h"
@@ -377,18 +378,6 @@ static int confirm_largest(probe *p)
     return rc;
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Throughput at one size: warm-up steps, then the medians of the measured
  * step times and data-wait shares (a step disturbed by another process
  * moves neither). */
@@ -409,14 +398,14 @@ static int measure_rung(probe *p, bfit_probe_rung *g, double *t, double *w)
     g->measured_peak = measured_peak(p);
     for (int i = c->warmup; i < c->warmup + c->repeats; i++)
         w[i] = t[i] > 0 ? w[i] / t[i] : 0;
-    g->step_s = median(t + c->warmup, c->repeats);
+    g->step_s = bfit_median(t + c->warmup, c->repeats);
     {
         /* the middle half's width: one disturbed step moves neither it nor the median */
         int k = c->repeats / 4;
         g->spread = g->step_s > 0 ? (t[c->warmup + c->repeats - 1 - k] - t[c->warmup + k]) / g->step_s : 0;
     }
     g->samples_per_s = g->step_s > 0 ? g->m / g->step_s : 0;
-    g->wait_share = median(w + c->warmup, c->repeats);
+    g->wait_share = bfit_median(w + c->warmup, c->repeats);
     bfit_model_unreserve(p->M);
     return BFIT_OK;
 }

@@ -5,6 +5,7 @@
  * batch doubles, the micro-batch does not); the modelled extra work of each
  * (recomputed FLOPs over the step's own), and on request the measured step
  * time of a few real steps on random samples. */
+#include "base/median.h"
 #include "base/err.h"
 #include "batch/plan.h"
 #include "batch/ways.h"
@@ -31,12 +32,6 @@ static double now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
 }
 
 /* The median seconds of `steps` training steps (forward, backward, update)
@@ -91,10 +86,8 @@ static int measure(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
         if (s >= 0)
             t[s] = now() - t0;
     }
-    if (rc == BFIT_OK) {
-        qsort(t, (size_t)steps, sizeof t[0], cmp_double);
-        *secs = t[steps / 2];
-    }
+    if (rc == BFIT_OK)
+        *secs = bfit_median(t, steps);
     bfit_optim_free(o);
     bfit_model_free(M);
     free(x);

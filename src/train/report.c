@@ -5,6 +5,7 @@
  * hover); then the run's configuration and its memory plan. No script and
  * nothing fetched: it reads the same from a file, on a phone and on paper.
  * Written atomically, and only after the whole log has been read. */
+#include "base/median.h"
 #include "base/atomic.h"
 #include "base/err.h"
 #include "base/svg.h"
@@ -291,12 +292,6 @@ static void chart_memory(chart *c)
     chart_end(c, na || nb ? NULL : "no steps in this log", lg, 2);
 }
 
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
 static void chart_throughput(chart *c)
 {
     const rp_log *L = c->L;
@@ -311,8 +306,7 @@ static void chart_throughput(chart *c)
         size_t lo = i >= 4 ? i - 4 : 0, hi = i + 5 < n ? i + 5 : n, k = 0;
         for (size_t j = lo; j < hi; j++)
             w[k++] = c->a[j].y;
-        qsort(w, k, sizeof w[0], cmp_double);
-        c->b[i] = (pt){c->a[i].x, k % 2 ? w[k / 2] : (w[k / 2 - 1] + w[k / 2]) / 2};
+        c->b[i] = (pt){c->a[i].x, bfit_median(w, (int)k)};
     }
     chart_begin(c, "throughput", "Throughput (samples/s)", "training samples per second per step");
     y_linear(c, c->a, n, NULL, 0, 1, 1);
