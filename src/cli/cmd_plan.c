@@ -586,10 +586,33 @@ static int run_ways(const args *a, const bfit_graph_desc *g, bfit_device *dev, b
     return EXIT_OK;
 }
 
+/* The plan of a built model, printed; returns the exit code. */
+static int report_plan(const args *a, bfit_model *M, const bfit_optim_cfg *opt)
+{
+    report r;
+    memset(&r, 0, sizeof r);
+    r.a = a;
+    r.M = M;
+    r.opt = a->eval ? NULL : opt;
+    if (bfit_plan_report_make(M, r.opt, !a->eval, a->memory, a->margin, a->batch, a->nbatch, &r.pr) != BFIT_OK) {
+        cli_error("planning %s: %s", a->model, bfit_errmsg());
+        return EXIT_FAIL;
+    }
+    if (a->json) {
+        if (print_json(&r)) {
+            cli_error("out of host memory");
+            return EXIT_FAIL;
+        }
+    } else {
+        print_human(&r);
+    }
+    fflush(stdout);
+    return check_fits(&r);
+}
+
 int cmd_plan(int argc, char **argv)
 {
     args a;
-    report r;
     bfit_graph_desc g;
     bfit_arena *arena = NULL;
     bfit_device *dev = NULL;
@@ -652,25 +675,7 @@ int cmd_plan(int argc, char **argv)
         goto out_model;
     }
 
-    memset(&r, 0, sizeof r);
-    r.a = &a;
-    r.M = M;
-    r.opt = a.eval ? NULL : &opt;
-    rc = bfit_plan_report_make(M, r.opt, !a.eval, a.memory, a.margin, a.batch, a.nbatch, &r.pr);
-    if (rc != BFIT_OK) {
-        cli_error("planning %s: %s", a.model, bfit_errmsg());
-        goto out_model;
-    }
-    if (a.json) {
-        if (print_json(&r)) {
-            cli_error("out of host memory");
-            goto out_model;
-        }
-    } else {
-        print_human(&r);
-    }
-    fflush(stdout);
-    ret = check_fits(&r);
+    ret = report_plan(&a, M, &opt);
 out_model:
     bfit_model_free(M);
     bfit_arena_free(arena);
