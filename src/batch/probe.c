@@ -1,6 +1,7 @@
 /* probe.c - the finder: the largest batch from the plan, confirmed by real
  * steps against an arena whose capacity is the budget; the fastest batch
  * from throughput measured on a ladder of sizes; the model left as found. */
+#include "base/clock.h"
 #include "base/median.h"
 #include "base/err.h"
 #include "batch/probe.h"
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define DEFAULT_LIMIT (1 << 20)
 
@@ -42,13 +42,6 @@ bfit_find_cfg bfit_find_cfg_default(void)
     c.probe = bfit_probe_cfg_default();
     c.storage = bfit_storage_default();
     return c;
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static const char *sz(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
@@ -133,7 +126,7 @@ static int take_samples(probe *p, int m)
  * *wait get its wall time and the part spent in the stream. */
 static int run_step(probe *p, double *secs, double *wait)
 {
-    double t0 = now(), w0 = bfit_stream_wait_seconds(p->s);
+    double t0 = bfit_clock_mono(), w0 = bfit_stream_wait_seconds(p->s);
     int rc;
 
     (*p->steps)++;
@@ -143,7 +136,7 @@ static int run_step(probe *p, double *secs, double *wait)
     if (rc == BFIT_OK)
         rc = bfit_model_backward(p->M, 1.0f / (float)p->M->m);
     if (secs)
-        *secs = now() - t0;
+        *secs = bfit_clock_mono() - t0;
     if (wait)
         *wait = bfit_stream_wait_seconds(p->s) - w0;
     return rc;
@@ -547,18 +540,13 @@ static int plan_phase(probe *p)
     return rc;
 }
 
-int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *sc, const bfit_optim_cfg *opt,
-                   const bfit_probe_cfg *cfg, bfit_probe_result *res)
+/* The probe's arguments against the model and the data set. */
+static int check_args(const bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *sc,
+                      const bfit_probe_cfg *cfg)
 {
-    probe p;
-    snapshot snap = {0};
-    bfit_optim *o = NULL;
-    uint64_t old_capacity, held;
-    int rc, restore_rc;
     char a[32], b[32];
+    int rc;
 
-    memset(res, 0, sizeof *res);
-    res->plan_agrees = 1;
     if (!M || !d || !sc || !cfg)
         return bfit_fail(BFIT_EINVAL, "probe: NULL argument");
     rc = check_cfg(cfg);
@@ -573,36 +561,60 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
     if (bfit_dataset_classes(d) > M->nclasses)
         return bfit_fail(BFIT_EINVAL, "the model has %d class scores but the data set %s has %d classes",
                          M->nclasses, bfit_dataset_source(d), bfit_dataset_classes(d));
+    return BFIT_OK;
+}
 
-    memset(&p, 0, sizeof p);
-    p.M = M;
-    p.arena = M->arena;
-    p.cfg = cfg;
-    p.opt = opt;
-    p.d = d;
-    p.sc = *sc;
-    p.res = res;
-    {
-        bfit_device_info di;
-        bfit_device_info_get(M->dev, &di);
-        res->threads = di.threads;
-    }
+/* Fill p and the result's header; the budget is what the step may use after
+ * everything else the arena holds (parameters, gradients and statistics are
+ * planned with the step). Returns the arena's capacity to restore. */
+static uint64_t probe_init(probe *p, bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *sc,
+                           const bfit_optim_cfg *opt, const bfit_probe_cfg *cfg, bfit_probe_result *res)
+{
+    bfit_device_info di;
+    bfit_arena_stats st;
+    uint64_t old_capacity;
+
+    memset(p, 0, sizeof *p);
+    p->M = M;
+    p->arena = M->arena;
+    p->cfg = cfg;
+    p->opt = opt;
+    p->d = d;
+    p->sc = *sc;
+    p->res = res;
+    bfit_device_info_get(M->dev, &di);
+    res->threads = di.threads;
     res->params = bfit_model_param_count(M);
     set_input(res, M->input);
     res->data_count = bfit_dataset_count(d);
     res->limit = cfg->limit ? cfg->limit : DEFAULT_LIMIT;
 
     bfit_model_unreserve(M);
-    old_capacity = bfit_arena_capacity(p.arena);
+    old_capacity = bfit_arena_capacity(p->arena);
     res->capacity = cfg->capacity ? cfg->capacity : old_capacity;
     res->budget = bfit_plan_budget(res->capacity, cfg->margin);
-    {
-        bfit_arena_stats st;
-        bfit_arena_stats_get(p.arena, &st);
-        held = st.current;
-    }
-    res->held_other = held - M->param_bytes - (M->grad_block ? M->grad_bytes : 0) - BFIT_MODEL_STATS_BYTES;
-    p.step_budget = res->budget > res->held_other ? res->budget - res->held_other : 0;
+    bfit_arena_stats_get(p->arena, &st);
+    res->held_other = st.current - M->param_bytes - (M->grad_block ? M->grad_bytes : 0) - BFIT_MODEL_STATS_BYTES;
+    p->step_budget = res->budget > res->held_other ? res->budget - res->held_other : 0;
+    return old_capacity;
+}
+
+int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *sc, const bfit_optim_cfg *opt,
+                   const bfit_probe_cfg *cfg, bfit_probe_result *res)
+{
+    probe p;
+    snapshot snap = {0};
+    bfit_optim *o = NULL;
+    uint64_t old_capacity;
+    int rc, restore_rc;
+    char a[32], b[32];
+
+    memset(res, 0, sizeof *res);
+    res->plan_agrees = 1;
+    rc = check_args(M, d, sc, cfg);
+    if (rc != BFIT_OK)
+        return rc;
+    old_capacity = probe_init(&p, M, d, sc, opt, cfg, res);
 
     rc = plan_phase(&p);
     if (rc != BFIT_OK)

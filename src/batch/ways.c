@@ -5,6 +5,7 @@
  * batch doubles, the micro-batch does not); the modelled extra work of each
  * (recomputed FLOPs over the step's own), and on request the measured step
  * time of a few real steps on random samples. */
+#include "base/clock.h"
 #include "base/median.h"
 #include "base/err.h"
 #include "batch/plan.h"
@@ -12,7 +13,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const struct {
     const char *name;
@@ -26,13 +26,6 @@ static const struct {
     {"bf16 + recompute auto", {BFIT_BF16, 1, BFIT_RECOMPUTE_AUTO}, 1},
     {"bf16 + recompute auto + accumulation x2", {BFIT_BF16, 1, BFIT_RECOMPUTE_AUTO}, 2},
 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* The median seconds of `steps` training steps (forward, backward, update)
  * of m random samples, after one unmeasured; on a model of its own. */
@@ -69,7 +62,7 @@ static int measure(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
     if (rc == BFIT_OK)
         rc = bfit_model_reserve(M, m, 1);
     for (int s = -1; rc == BFIT_OK && s < steps; s++) {
-        double t0 = now();
+        double t0 = bfit_clock_mono();
         rc = bfit_model_set_input(M, x, lab, m);
         if (rc == BFIT_OK)
             rc = bfit_model_forward(M, (uint64_t)s + 2);
@@ -84,7 +77,7 @@ static int measure(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
         if (rc == BFIT_OK)
             rc = bfit_device_sync(dev);
         if (s >= 0)
-            t[s] = now() - t0;
+            t[s] = bfit_clock_mono() - t0;
     }
     if (rc == BFIT_OK)
         *secs = bfit_median(t, steps);

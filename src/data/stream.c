@@ -8,6 +8,7 @@
  * and without prefetching, and a wrong guess costs only time.
  */
 #include "data/data_int.h"
+#include "base/clock.h"
 #include "base/err.h"
 
 #include <math.h>
@@ -15,7 +16,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { JOB_NONE, JOB_PENDING, JOB_RUNNING, JOB_DONE };
 
@@ -44,13 +44,6 @@ struct bfit_stream {
     float *px;
     int32_t *py;
 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Make n samples from cursor at into x, y; stop early (returning how many
  * were made) if *cancel is raised. Assumes perm is the order of at.epoch. */
@@ -305,7 +298,7 @@ out_fail:
 
 int bfit_stream_take(bfit_stream *s, int n, float *x, int32_t *y, int *got)
 {
-    double t0 = now();
+    double t0 = bfit_clock_mono();
     int64_t rem;
     int m, done = 0;
 
@@ -328,7 +321,7 @@ int bfit_stream_take(bfit_stream *s, int n, float *x, int32_t *y, int *got)
     if (s->threaded && s->cur.pos < s->d->count)
         post(s, rem - m < n ? (int)(rem - m) : n);
     *got = m;
-    s->wait_s += now() - t0;
+    s->wait_s += bfit_clock_mono() - t0;
     return BFIT_OK;
 }
 

@@ -1,4 +1,5 @@
 /* log.c - JSON-lines events and human progress. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "train/log.h"
 
@@ -27,12 +28,10 @@ static void test_clock_init(void)
 
 double bfit_now(void)
 {
-    struct timespec ts;
     pthread_once(&test_once, test_clock_init);
     if (test_tick > 0)
         return (double)atomic_fetch_add(&test_reads, 1) * test_tick;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return bfit_clock_mono();
 }
 
 int bfit_log_open(bfit_log *lg, const char *json_path, FILE *human, double interval)
