@@ -45,23 +45,11 @@ static void x_ticks(FILE *f, const axis *x, int top, int bottom, int labels, int
                 ax(x, log2((double)largest)), bottom + 16, largest);
 }
 
-static void write_svg(FILE *f, const char *model, double tol, double margin, const bfit_probe_result *r)
+/* The header: size, styles, title and the subtitle with the recommendation. */
+static void svg_head(FILE *f, const char *model, double tol, const bfit_probe_result *r)
 {
-    axis x, y1, y2;
-    double best = r->rungs[r->best].samples_per_s, div, step;
-    uint64_t mmax = r->capacity;
-    const char *unit;
     char b1[32], b2[32];
-    int rec = r->rungs[r->recommended].m, dec;
-
-    x.lo = -0.4;
-    x.hi = log2((double)r->largest + 1) + 0.4;
-    x.px0 = PL;
-    x.px1 = PR;
-    y1.lo = 0;
-    y1.hi = bfit_svg_nice_top(best * 1.1, 5, &step);
-    y1.px0 = B1;
-    y1.px1 = T1;
+    int rec = r->rungs[r->recommended].m;
 
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n", W, H, W, H);
@@ -74,8 +62,20 @@ static void write_svg(FILE *f, const char *model, double tol, double margin, con
     fprintf(f, "<text x=\"%d\" y=\"42\" class=\"note\">%d thread%s; largest batch %d, recommended %d (the "
                "smallest within %g%% of the best throughput)</text>\n", PL, r->threads, r->threads == 1 ? "" : "s",
             r->largest, rec, 100 * tol);
+}
 
-    /* throughput panel */
+/* The upper panel: samples/s per rung, the band within tol of the best and
+ * the recommended micro-batch. */
+static void throughput_panel(FILE *f, const axis *xp, double tol, const bfit_probe_result *r)
+{
+    axis x = *xp, y1;
+    double best = r->rungs[r->best].samples_per_s, step;
+    int rec = r->rungs[r->recommended].m;
+
+    y1.lo = 0;
+    y1.hi = bfit_svg_nice_top(best * 1.1, 5, &step);
+    y1.px0 = B1;
+    y1.px1 = T1;
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lab\" font-weight=\"bold\">training throughput (samples/s, "
                "forward + backward, median)</text>\n", PL, T1 - 8);
     bfit_svg_y_grid(f, &y1, PL, PR, step, 1, 0);
@@ -101,8 +101,19 @@ static void write_svg(FILE *f, const char *model, double tol, double margin, con
                    "</text>\n", px + (px > (PL + PR) / 2 ? -5 : 5), B1 - 8, px > (PL + PR) / 2 ? "end" : "start", rec);
     }
     bfit_svg_axes(f, PL, T1, PR, B1);
+}
 
-    /* memory panel */
+/* The lower panel: planned and measured peaks per rung against the memory
+ * and the budget, and the largest micro-batch. */
+static void memory_panel(FILE *f, const axis *xp, double margin, const bfit_probe_result *r)
+{
+    axis x = *xp, y2;
+    double div, step;
+    uint64_t mmax = r->capacity;
+    const char *unit;
+    char b1[32];
+    int dec;
+
     bfit_svg_mem_unit(mmax, &div, &unit);
     y2.lo = 0;
     y2.hi = bfit_svg_nice_top((double)mmax * 1.05 / div, 5, &step) * div;
@@ -152,6 +163,19 @@ static void write_svg(FILE *f, const char *model, double tol, double margin, con
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"lab\">micro-batch size (log2 scale)</text>\n",
             (PL + PR) / 2, B2 + 40);
     fprintf(f, "</svg>\n");
+}
+
+static void write_svg(FILE *f, const char *model, double tol, double margin, const bfit_probe_result *r)
+{
+    axis x;
+
+    x.lo = -0.4;
+    x.hi = log2((double)r->largest + 1) + 0.4;
+    x.px0 = PL;
+    x.px1 = PR;
+    svg_head(f, model, tol, r);
+    throughput_panel(f, &x, tol, r);
+    memory_panel(f, &x, margin, r);
 }
 
 int bfit_probe_chart_save(const char *path, const char *model, double tolerance, double margin,

@@ -116,6 +116,48 @@ typedef struct args {
 } args;
 
 /* Returns 0 to go on, or sets *done and returns the exit code. */
+/* What getopt cannot check: required and contradicting options, the preset's
+ * name and the optimizer's settings. 0, or -1 after saying what was wrong. */
+static int check_args(int argc, char **argv, args *a)
+{
+    if (cli_no_extra(argc, argv))
+        return -1;
+    if (!a->c.model) {
+        cli_error("--model is required: a preset (mlp, cnn, resnet18, resnet50, vgg16) or a spec file, "
+                  "e.g. --model cnn");
+        return -1;
+    }
+    if (a->mom_set && a->kind != BFIT_OPT_SGD) {
+        cli_error("--momentum applies to --optimizer sgd (AdamW's state is always two tensors per parameter)");
+        return -1;
+    }
+    if (a->plot && !*a->plot) {
+        cli_error("--plot needs a file name, e.g. --plot find.svg");
+        return -1;
+    }
+    if (a->plot && !a->c.probe.ladder) {
+        cli_error("--plot draws the throughput measurement, which --largest-only skips: drop one of them");
+        return -1;
+    }
+    if (!bfit_model_source_is_file(a->c.model)) {
+        /* an unknown preset is a usage error; a spec that fails to load is not */
+        bfit_graph_desc g;
+        if (bfit_model_source_load(a->c.model, &g) != BFIT_OK) {
+            cli_error("--model: %s", bfit_errmsg());
+            return -1;
+        }
+        bfit_graph_fini(&g);
+    }
+    a->c.opt = bfit_optim_cfg_default(a->kind);
+    if (a->mom_set)
+        a->c.opt.momentum = a->momentum;
+    if (bfit_optim_cfg_check(&a->c.opt) != BFIT_OK) {
+        cli_lib_error();
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, args *a, int *done)
 {
     int o;
@@ -178,41 +220,8 @@ static int parse_args(int argc, char **argv, args *a, int *done)
             goto usage;
         }
     }
-    if (cli_no_extra(argc, argv))
+    if (check_args(argc, argv, a))
         goto usage;
-    if (!a->c.model) {
-        cli_error("--model is required: a preset (mlp, cnn, resnet18, resnet50, vgg16) or a spec file, "
-                  "e.g. --model cnn");
-        goto usage;
-    }
-    if (a->mom_set && a->kind != BFIT_OPT_SGD) {
-        cli_error("--momentum applies to --optimizer sgd (AdamW's state is always two tensors per parameter)");
-        goto usage;
-    }
-    if (a->plot && !*a->plot) {
-        cli_error("--plot needs a file name, e.g. --plot find.svg");
-        goto usage;
-    }
-    if (a->plot && !a->c.probe.ladder) {
-        cli_error("--plot draws the throughput measurement, which --largest-only skips: drop one of them");
-        goto usage;
-    }
-    if (!bfit_model_source_is_file(a->c.model)) {
-        /* an unknown preset is a usage error; a spec that fails to load is not */
-        bfit_graph_desc g;
-        if (bfit_model_source_load(a->c.model, &g) != BFIT_OK) {
-            cli_error("--model: %s", bfit_errmsg());
-            goto usage;
-        }
-        bfit_graph_fini(&g);
-    }
-    a->c.opt = bfit_optim_cfg_default(a->kind);
-    if (a->mom_set)
-        a->c.opt.momentum = a->momentum;
-    if (bfit_optim_cfg_check(&a->c.opt) != BFIT_OK) {
-        cli_lib_error();
-        goto usage;
-    }
     return 0;
 usage:
     *done = 1;
