@@ -3,6 +3,8 @@
 
 #include "batchfit.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -128,5 +130,17 @@ int cli_storage_opt(const char *opt, const char *v, bfit_storage *st)
         cli_error("%s: %s", opt, bfit_errmsg());
         return -1;
     }
+    return 0;
+}
+
+int cli_json_print(cJSON *root)
+{
+    char *s = cJSON_PrintUnformatted(root);
+
+    cJSON_Delete(root);
+    if (!s)
+        return -1;
+    puts(s);
+    cJSON_free(s);
     return 0;
 }

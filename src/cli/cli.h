@@ -42,6 +42,9 @@ int cli_storage_opt(const char *opt, const char *v, struct bfit_storage *st);
     "                        fits the target batch (default none; docs/memory.md)\n" \
     "  --no-lean             keep layers' inputs and outputs as they are (no relu\n" \
     "                        bits, no batch norm from its output)\n"
+/* Print root as one line on stdout and delete it: 0, or -1 out of memory. */
+struct cJSON;
+int cli_json_print(struct cJSON *root);
 /* "Try 'batchfit CMD --help'." after a usage error. */
 int cli_usage_hint(const char *cmd);
 

@@ -367,7 +367,7 @@ static void print_human(const args *a, const bfit_probe_result *r)
 static int print_json(const args *a, const bfit_probe_result *r)
 {
     cJSON *root = cJSON_CreateObject(), *o, *arr;
-    char sh[32], *s;
+    char sh[32];
 
     if (!root)
         return -1;
@@ -429,13 +429,7 @@ static int print_json(const args *a, const bfit_probe_result *r)
     cJSON_AddNumberToObject(o, "search_steps", r->search_steps);
     cJSON_AddNumberToObject(o, "search_answer", r->search_m);
 
-    s = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!s)
-        return -1;
-    puts(s);
-    cJSON_free(s);
-    return 0;
+    return cli_json_print(root);
 }
 
 static int save_chart(const args *a, const bfit_probe_result *r)

@@ -377,7 +377,7 @@ static int print_json(const report *r)
 {
     const args *a = r->a;
     cJSON *root = cJSON_CreateObject(), *o, *arr;
-    char sh[32], *s;
+    char sh[32];
 
     if (!root)
         return -1;
@@ -452,13 +452,7 @@ static int print_json(const report *r)
     cJSON_AddNumberToObject(o, "limit", PLAN_LIMIT);
     cJSON_AddNumberToObject(o, "batch1_peak", (double)r->pr.p1.peak);
 
-    s = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!s)
-        return -1;
-    puts(s);
-    cJSON_free(s);
-    return 0;
+    return cli_json_print(root);
 }
 
 
@@ -532,7 +526,6 @@ static void print_ways(const args *a, const bfit_way *w, uint64_t budget)
 static int ways_json(const args *a, const bfit_way *w, uint64_t budget)
 {
     cJSON *root = cJSON_CreateObject(), *arr;
-    char *s;
     if (!root)
         return -1;
     cJSON_AddStringToObject(root, "model", a->model);
@@ -557,13 +550,7 @@ static int ways_json(const args *a, const bfit_way *w, uint64_t budget)
             cJSON_AddBoolToObject(o, "measure_out_of_memory", w[i].measure_failed);
         }
     }
-    s = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!s)
-        return -1;
-    puts(s);
-    cJSON_free(s);
-    return 0;
+    return cli_json_print(root);
 }
 
 static int run_ways(const args *a, const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena,
