@@ -115,6 +115,10 @@ def build_tokens(lines, T):
             lin = nn.Linear(width, n, bias=kv.get("bias", "1") == "1")
             if kv.get("tie") == "1":
                 lin.weight = embed.wte.weight
+            elif "std" in kv:  # GPT-2's init, as batchfit's std=
+                nn.init.normal_(lin.weight, std=float(kv["std"]))
+                if lin.bias is not None:
+                    nn.init.zeros_(lin.bias)
             cur.append(lin)
             width = n
         elif name == "attention":

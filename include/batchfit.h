@@ -129,6 +129,11 @@ void bfit_arena_free(bfit_arena *a);
  * capacity would be exceeded, a fault is injected, or the block source
  * refuses. The memory is the device's: the arena never reads or writes it. */
 int bfit_arena_alloc(bfit_arena *a, size_t n, bfit_mem_cat cat, void **out);
+/* One allocation of BFIT_ALIGN_UP(n) + BFIT_ALIGN_UP(n2) bytes, the first
+ * part counted to cat and the second to cat2: for buffers of two categories
+ * whose lifetimes let them share bytes (a step's activations and their
+ * gradients), so each category still says what it adds. */
+int bfit_arena_alloc_shared(bfit_arena *a, size_t n, bfit_mem_cat cat, size_t n2, bfit_mem_cat cat2, void **out);
 /* Release p (NULL is fine; a pointer the arena did not give is ignored). */
 void bfit_arena_release(bfit_arena *a, void *p);
 /* Change capacity at run time. Lowering below what is held is allowed: the

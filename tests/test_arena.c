@@ -42,6 +42,44 @@ static void test_alloc_accounts_aligned(void **st)
     bfit_arena_free(a);
 }
 
+/* A shared allocation: one block, each part counted to its category and
+ * given back from both; refused whole at the capacity; a bad category. */
+static void test_alloc_shared_counts_parts(void **st)
+{
+    bfit_arena *a = bfit_arena_new(1000, NULL);
+    bfit_arena_stats s;
+    void *p, *q;
+    (void)st;
+    assert_non_null(a);
+    assert_int_equal(bfit_arena_alloc_shared(a, 300, BFIT_MEM_ACTIVATIONS, 100, BFIT_MEM_ACT_GRADS, &p), BFIT_OK);
+    assert_int_equal((uintptr_t)p % 64, 0);
+    memset(p, 3, 320 + 128); /* all of it is ours */
+    bfit_arena_stats_get(a, &s);
+    assert_int_equal(s.current, 320 + 128);
+    assert_int_equal(s.cur[BFIT_MEM_ACTIVATIONS], 320);
+    assert_int_equal(s.cur[BFIT_MEM_ACT_GRADS], 128);
+    assert_int_equal(s.peak_cat[BFIT_MEM_ACT_GRADS], 128);
+    /* 448 + 576 > 1000: refused, nothing changed */
+    assert_int_equal(bfit_arena_alloc_shared(a, 500, BFIT_MEM_ACTIVATIONS, 1, BFIT_MEM_ACT_GRADS, &q), BFIT_ENOMEM);
+    assert_null(q);
+    assert_int_equal(bfit_arena_alloc_shared(a, 8, BFIT_MEM_NCAT, 8, BFIT_MEM_ACT_GRADS, &q), BFIT_EINVAL);
+    bfit_arena_stats_get(a, &s);
+    assert_int_equal(s.current, 448);
+    bfit_arena_release(a, p);
+    bfit_arena_stats_get(a, &s);
+    assert_int_equal(s.current, 0);
+    assert_int_equal(s.cur[BFIT_MEM_ACTIVATIONS], 0);
+    assert_int_equal(s.cur[BFIT_MEM_ACT_GRADS], 0);
+    assert_int_equal(s.peak, 448);
+    /* no second part: the same as bfit_arena_alloc */
+    assert_int_equal(bfit_arena_alloc_shared(a, 0, BFIT_MEM_INPUT, 0, BFIT_MEM_ACT_GRADS, &p), BFIT_OK);
+    bfit_arena_stats_get(a, &s);
+    assert_int_equal(s.cur[BFIT_MEM_INPUT], 64);
+    assert_int_equal(s.cur[BFIT_MEM_ACT_GRADS], 0);
+    bfit_arena_release(a, p);
+    bfit_arena_free(a);
+}
+
 static void test_oom_leaves_arena_unchanged(void **st)
 {
     bfit_arena *a = bfit_arena_new(1000, NULL);
@@ -332,6 +370,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alloc_accounts_aligned),
+        cmocka_unit_test(test_alloc_shared_counts_parts),
         cmocka_unit_test(test_oom_leaves_arena_unchanged),
         cmocka_unit_test(test_fail_nth),
         cmocka_unit_test(test_block_source_failures),

@@ -436,7 +436,7 @@ static void auto_on_step(void *ud, const bfit_step_info *si)
  * auto run (whose ladder runs forward and backward at 8, 16 and 32 after 50
  * steps) ends with exactly the weights of a fixed run, batch-norm running
  * statistics included. Then a free auto run: the noise scale is estimated
- * without accumulating (every step one micro-batch), the ladder is in the
+ * without accumulating (a step splits only for a measured throughput gain), the ladder is in the
  * log, E stays in its bounds, every change says why, and E does not flip
  * back and forth (it never returns to a size it left). */
 static void test_auto(void **st)
@@ -484,7 +484,10 @@ static void test_auto(void **st)
     printf("  auto: %lld steps, E %d..%d, %d changes, noise scale %.1f\n", (long long)r.steps, seen.min_E,
            seen.max_E, r.batch_changes, r.noise_scale);
     assert_int_equal(r.samples, 32000);
-    assert_int_equal(seen.k_gt_1, 0);
+    /* the noise scale never makes it split a step; only a smaller micro-batch
+     * that the ladder measured faster does (a logged throughput change;
+     * timing-dependent: at E 256 it happened under the device-checking mode) */
+    assert_true(seen.k_gt_1 == 0 || log_count(lg, "\"reason\":\"throughput\"") > 0);
     assert_true(r.noise_scale > 0);
     assert_true(seen.min_E >= 16 && seen.max_E <= 256);
     assert_true(log_count(lg, "\"event\":\"ladder\"") >= 2);
@@ -494,7 +497,7 @@ static void test_auto(void **st)
     {
         /* never back to an E it left */
         char cmd[600], line[64];
-        int left[64], nleft = 0, prevE = 16;
+        int left[64], nleft = 0, prevE = 128; /* it starts at lr_ref_batch */
         FILE *p;
         snprintf(cmd, sizeof cmd, "grep '\"reason\":\"goodput\"' %s | sed 's/.*\"E\":\\([0-9]*\\).*/\\1/'", lg);
         p = popen(cmd, "r");

@@ -300,6 +300,49 @@ static void close_to(double got, double ref, double tol, const char *what, int64
 
 /* ---- forward values against naive loops ---- */
 
+/* A linear layer's initial weights: PyTorch's U(+-1/sqrt(in)) by default;
+ * with std (GPT-2, BERT) a spread of std and zero biases. */
+static void test_linear_init(void **st)
+{
+    static const float stds[] = {0, 0.02f, 0.0070710678f};
+    bfit_shape in = bfit_shape_seq(4, 96);
+    (void)st;
+    for (int k = 0; k < 3; k++) {
+        bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_LINEAR);
+        rig r;
+        const float *w, *b;
+        double bound, sum = 0, sq = 0, want;
+        int64_t n;
+        c.units = 384;
+        c.std = stds[k];
+        rig_new(&r, c, &in, 1, 1, 1);
+        w = TB_F(r.pd[0]);
+        b = TB_F(r.pd[1]);
+        n = bfit_param_numel(&r.l->params[0]);
+        bound = stds[k] > 0 ? stds[k] * sqrt(3.0) : 1.0 / sqrt(96.0);
+        for (int64_t i = 0; i < n; i++) {
+            assert_true(fabs(w[i]) <= bound * (1 + 1e-6));
+            sum += w[i];
+            sq += (double)w[i] * w[i];
+        }
+        /* 36,864 uniform draws: the spread within 2% (its own error is 0.4%) */
+        want = stds[k] > 0 ? stds[k] : bound / sqrt(3.0);
+        assert_true(fabs(sqrt(sq / (double)n - (sum / (double)n) * (sum / (double)n)) / want - 1) < 0.02);
+        for (int i = 0; i < 384; i++)
+            if (stds[k] > 0)
+                assert_true(b[i] == 0.0f);
+            else
+                assert_true(fabs(b[i]) <= bound * (1 + 1e-6));
+        if (stds[k] == 0) { /* PyTorch's biases are not zero */
+            int nonzero = 0;
+            for (int i = 0; i < 384; i++)
+                nonzero += b[i] != 0.0f;
+            assert_true(nonzero > 300);
+        }
+        rig_free(&r);
+    }
+}
+
 static void test_fwd_linear(void **st)
 {
     bfit_layer_cfg c = cfg_of(BFIT_L_LINEAR);
@@ -803,6 +846,7 @@ int main(void)
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),
         cmocka_unit_test(test_fwd_linear),    cmocka_unit_test(test_fwd_act_flatten_add),
+        cmocka_unit_test(test_linear_init),
         cmocka_unit_test(test_fwd_dropout),   cmocka_unit_test(test_fwd_layernorm),
         cmocka_unit_test(test_fwd_xent),      cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_fwd_sequences), cmocka_unit_test(test_layernorm_no_dx),

@@ -58,7 +58,7 @@ typedef struct casectx {
     int dev_open;
     bfit_layer *l;
     int m, training, nin;
-    tbuf x[2], dx[2], y, dy, pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP], labels, stats;
+    tbuf x[2], dx[2], y, dy, pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP], labels, stats, lens;
     buf prefill[BFIT_LAYER_MAXP];
     void *saved, *ws_f, *ws_b;
     char fail[2048];     /* what went wrong, reported after cleanup */
@@ -338,6 +338,7 @@ static int run_forward(casectx *c)
     a.ws = c->ws_f;
     a.seed = 12345;
     a.labels = is_xent ? c->labels.d : NULL;
+    a.lens = c->lens.d;
     a.stats = is_xent ? c->stats.d : NULL;
     if (bfit_layer_forward(l, &a) != BFIT_OK) {
         note(c, "forward: %s", bfit_errmsg());
@@ -391,6 +392,7 @@ static void run_backward(casectx *c)
     b.saved = c->saved;
     b.ws = c->ws_b;
     b.labels = is_xent ? c->labels.d : NULL;
+    b.lens = c->lens.d;
     b.loss_scale = meta_float(c->f, "loss_scale", 1.0f);
     if (bfit_layer_backward(l, &b) != BFIT_OK) {
         note(c, "backward: %s", bfit_errmsg());
@@ -427,6 +429,9 @@ static void run_forward_backward(casectx *c)
     c->ws_b = tdev_alloc(&c->t, l->need.ws_bwd);
     if (l->cfg.kind == BFIT_L_XENT && !load_labels(c))
         return;
+    /* attention with a key-padding mask: the sequences' real lengths */
+    if (bfit_st_find(c->f, "lens") && !load_ints(c, "lens", c->m, &c->lens))
+        return;
     if (run_forward(c) && c->training)
         run_backward(c);
 }
@@ -452,6 +457,7 @@ static void cleanup(casectx *c)
     drop(c, &c->dy);
     drop(c, &c->labels);
     drop(c, &c->stats);
+    drop(c, &c->lens);
     bfit_layer_free(c->l);
     if (c->dev_open)
         tdev_close(&c->t); /* releases saved and the workspaces */

@@ -345,13 +345,15 @@ static void test_length_buckets(void **st)
 /* ---- training ---- */
 
 #define T 40
-static const char *spec =
-    "input tokens=40\n"
-    "embed 16 vocab=13 positions=40\n"
-    "residual {\n layernorm\n linear 48\n attention 2\n linear 16\n}\n"
-    "residual {\n layernorm\n linear 32\n gelu\n linear 16\n}\n"
-    "layernorm\n"
-    "linear 13 tie=1 bias=0\n";
+/* %s: the attention's options (causal by default; bidirectional with " causal=0") */
+#define SPEC_FMT \
+    "input tokens=40\n"                                                                      \
+    "embed 16 vocab=13 positions=40\n"                                                       \
+    "residual {\n layernorm\n linear 48\n attention 2%s\n linear 16\n}\n"                     \
+    "residual {\n layernorm\n linear 32\n gelu\n linear 16\n}\n"                             \
+    "layernorm\n"                                                                            \
+    "linear 13 tie=1 bias=0\n"
+static const char *attn_opts = "";
 
 /* Sequences of the pattern "0 1 2 ... 11 12 0 1 ...", each padded after a
  * length that varies with the sample (4 to 40 tokens): the padding's ids
@@ -391,12 +393,13 @@ static void on_step(void *ud, const struct bfit_step_info *s)
 
 static void run(int micro, int seq_max, losses *out, double *test_loss, bfit_train_result *rr)
 {
-    char p[300];
+    char p[300], spec[600];
     src train = {0, 96}, test = {0, 32};
     bfit_source ts = {take, next_epoch, next_epoch, 96, &train}, vs = {take, next_epoch, next_epoch, 32, &test};
     bfit_train_cfg c = bfit_train_cfg_default();
     bfit_train_result res;
     path_of(p, sizeof p, "tiny.cfg");
+    snprintf(spec, sizeof spec, SPEC_FMT, attn_opts);
     write_bytes(p, spec, strlen(spec));
     c.model = p;
     c.train_source = &ts;
@@ -474,6 +477,36 @@ static void test_variable_length(void **st)
     assert_true(rb.tokens_computed < 0.8 * ra.tokens_computed);
 }
 
+/* The same with bidirectional attention, whose key-padding mask (each
+ * sequence's real length, from its labels) keeps the padding from every
+ * token: trained padded to 40 in micro-batches of 2, or one sequence a
+ * micro-batch at its length rounded up to 16, the losses are the same to
+ * float rounding. Without the mask each token would attend to the padding,
+ * whose amount differs between the two, and the losses would part. */
+static void test_variable_length_bidirectional(void **st)
+{
+    losses a, b;
+    double ta, tb, worst = 0;
+    bfit_train_result ra, rb;
+    (void)st;
+    attn_opts = " causal=0";
+    run(2, 0, &a, &ta, &ra);
+    run(1, T, &b, &tb, &rb);
+    attn_opts = "";
+    assert_int_equal(a.n, b.n);
+    for (int i = 0; i < a.n; i++) {
+        worst = fmax(worst, fabs(a.loss[i] - b.loss[i]) / a.loss[i]);
+        if (!(fabs(a.loss[i] - b.loss[i]) < 1e-4 * a.loss[i]))
+            fail_msg("step %d: padded %.6f, trimmed %.6f", i + 1, a.loss[i], b.loss[i]);
+    }
+    assert_true(fabs(ta - tb) < 1e-4 * ta);
+    assert_int_equal(ra.tokens, rb.tokens);
+    print_message("  bidirectional: step 1 %.5f, step %d %.5f (padded) / %.5f (trimmed), max rel diff %.1e; "
+                  "positions computed %lld / %lld\n", a.loss[0], a.n, a.loss[a.n - 1], b.loss[b.n - 1], worst,
+                  (long long)ra.tokens_computed, (long long)rb.tokens_computed);
+    assert_true(a.loss[a.n - 1] < 0.7 * a.loss[0]);
+}
+
 /* A token model trained on a text file as bytes: the weights it saves (the
  * tied head's table once) load for bfit_evaluate, which gives the run's test
  * loss per token on the file's test part. */
@@ -535,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_length_buckets),
         cmocka_unit_test(test_training_split_invariant),
         cmocka_unit_test(test_variable_length),
+        cmocka_unit_test(test_variable_length_bidirectional),
         cmocka_unit_test(test_save_and_evaluate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -4,7 +4,9 @@
  * several heads, sequences longer than a row block) and the per-token loss
  * with padding; the forward of attention against naive double loops; the
  * lean variant against the stored one; what each keeps for backward (the
- * attention matrix, exactly); padding labels adding nothing; refusals.
+ * attention matrix, exactly); padding labels adding nothing; the key-padding
+ * mask (a padded sequence, masked, is the unpadded one); bf16 attention and
+ * embedding against f32; refusals.
  * PyTorch's answers for the same layers are in test_layers_torch.
  *
  * Every buffer is device memory (tdev.h), so the file passes with
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "device/half.h"
 #include "gradcheck.h"
 #include "tdev.h"
 
@@ -81,6 +84,39 @@ static void test_gc_attention(void **st)
     }
 }
 
+/* With a key-padding mask (the sequences' real lengths): every element is
+ * checked, so the padded keys' zero gradients and the padded rows' are too;
+ * a length of 0 (a sequence of padding alone) keeps one key. */
+static void test_gc_attention_masked(void **st)
+{
+    static const int32_t l3[] = {6, 3, 1}, l2[] = {70, 45}, l0[] = {0, 4};
+    (void)st;
+    for (int lean = 0; lean <= 1; lean++)
+        for (int causal = 0; causal <= 1; causal++) {
+            char b[96];
+            gc_case c = {.label = b, .nin = 1, .in = {Q(6, 18)}, .m = 3, .lens = l3, .samples = 400};
+            c.cfg = bfit_layer_cfg_default(BFIT_L_ATTENTION);
+            c.cfg.units = 2;
+            c.cfg.causal = causal;
+            c.cfg.lean = lean;
+            snprintf(b, sizeof b, "attention H2 hs3 T6 lens 6,3,1 %s %s", causal ? "causal" : "bidir",
+                     lean ? "lean" : "stored");
+            gc_assert(&c);
+            c.in[0] = Q(5, 12);
+            c.m = 2;
+            c.lens = l0;
+            snprintf(b, sizeof b, "attention H2 hs2 T5 lens 0,4 %s %s", causal ? "causal" : "bidir",
+                     lean ? "lean" : "stored");
+            gc_assert(&c);
+            c.in[0] = Q(70, 24);
+            c.lens = l2;
+            c.samples = 120;
+            snprintf(b, sizeof b, "attention H2 hs4 T70 lens 70,45 %s %s", causal ? "causal" : "bidir",
+                     lean ? "lean" : "stored");
+            gc_assert(&c);
+        }
+}
+
 static void test_gc_token_loss(void **st)
 {
     /* gradcheck gives every fifth token label -1 (padding) */
@@ -100,9 +136,17 @@ typedef struct rig {
     tdev t;
     bfit_layer *l;
     int m;
-    tbuf x, dx, y, dy;
+    tbuf x, dx, y, dy, lens;
     void *saved, *ws_f, *ws_b;
 } rig;
+
+/* The sequences' real lengths for the attention's key-padding mask. */
+static void rig_lens(rig *r, const int32_t *lens)
+{
+    r->lens = tbuf_new(&r->t, (size_t)r->m * 4);
+    memcpy(r->lens.h, lens, (size_t)r->m * 4);
+    tbuf_up(&r->t, &r->lens);
+}
 
 static void rig_open(rig *r, const bfit_layer_cfg *cfg, bfit_shape in, int m, uint64_t seed)
 {
@@ -142,6 +186,7 @@ static void rig_run(rig *r)
     b.y = r->y.d;
     b.dy = r->dy.d;
     b.dx[0] = r->dx.d;
+    a.lens = b.lens = r->lens.d;
     assert_int_equal(bfit_layer_forward(r->l, &a), BFIT_OK);
     assert_int_equal(bfit_layer_backward(r->l, &b), BFIT_OK);
     tbuf_down(&r->t, &r->y);
@@ -154,6 +199,8 @@ static void rig_close(rig *r)
     tbuf_free(&r->t, &r->dx);
     tbuf_free(&r->t, &r->y);
     tbuf_free(&r->t, &r->dy);
+    if (r->lens.d)
+        tbuf_free(&r->t, &r->lens);
     bfit_layer_free(r->l);
     tdev_close(&r->t);
 }
@@ -167,8 +214,9 @@ static bfit_layer_cfg attn_cfg(int H, int causal, int lean)
     return c;
 }
 
-/* Naive attention in double: y[b, i, h*hs + c] for the input x [m, T, 3C]. */
-static void naive_attention(const float *x, double *y, int m, int T, int H, int hs, int causal)
+/* Naive attention in double: y[b, i, h*hs + c] for the input x [m, T, 3C];
+ * with lens, keys j >= lens[b] are masked (PyTorch's key_padding_mask). */
+static void naive_attention(const float *x, double *y, int m, int T, int H, int hs, int causal, const int32_t *lens)
 {
     int C = H * hs;
     double *s = malloc(sizeof(double) * (size_t)T);
@@ -178,6 +226,8 @@ static void naive_attention(const float *x, double *y, int m, int T, int H, int 
                 const float *q = x + ((size_t)b * T + i) * 3 * C + h * hs;
                 double mx = -INFINITY, sum = 0;
                 int nj = causal ? i + 1 : T;
+                if (lens && nj > (lens[b] > 0 ? lens[b] : 1))
+                    nj = lens[b] > 0 ? lens[b] : 1;
                 for (int j = 0; j < nj; j++) {
                     const float *k = x + ((size_t)b * T + j) * 3 * C + C + h * hs;
                     s[j] = 0;
@@ -217,7 +267,7 @@ static void test_attention_forward_values(void **st)
             rig_run(&r);
             n = cases[k].m * cases[k].T * C;
             want = malloc(sizeof(double) * (size_t)n);
-            naive_attention(TB_F(r.x), want, cases[k].m, cases[k].T, cases[k].H, cases[k].hs, cases[k].causal);
+            naive_attention(TB_F(r.x), want, cases[k].m, cases[k].T, cases[k].H, cases[k].hs, cases[k].causal, NULL);
             for (int i = 0; i < n; i++)
                 worst = fmax(worst, fabs(TB_F(r.y)[i] - want[i]));
             printf("  attention H%d hs%d T%d m%d %s %s: max abs err %.2e\n", cases[k].H, cases[k].hs, cases[k].T,
@@ -226,6 +276,58 @@ static void test_attention_forward_values(void **st)
             free(want);
             rig_close(&r);
         }
+}
+
+/* A padded sequence, masked, is the unpadded one: its real rows' outputs and
+ * every input gradient (the padded rows' output gradients zero, as the loss
+ * makes them) match a run at the real length alone; the padded keys get no
+ * gradient, and the padded rows' outputs are those of the naive masked
+ * attention (finite). Without the mask the real rows would differ by O(1). */
+static void masked_vs_trimmed(int causal, int lean)
+{
+    enum { H = 2, hs = 4, C = H * hs, T = 70, L = 45 };
+    static const int32_t lens[1] = {L};
+    bfit_layer_cfg c = attn_cfg(H, causal, lean);
+    rig p, t;
+    double *want = malloc(sizeof(double) * T * C), worst = 0, gworst = 0;
+    rig_open(&p, &c, Q(T, 3 * C), 1, 31);
+    rig_open(&t, &c, Q(L, 3 * C), 1, 32);
+    rig_lens(&p, lens);
+    for (int i = L * C; i < T * C; i++)
+        TB_F(p.dy)[i] = 0;
+    tbuf_up(&p.t, &p.dy);
+    memcpy(t.x.h, p.x.h, (size_t)L * 3 * C * 4); /* the same real tokens */
+    memcpy(t.dy.h, p.dy.h, (size_t)L * C * 4);
+    tbuf_up(&t.t, &t.x);
+    tbuf_up(&t.t, &t.dy);
+    rig_run(&p);
+    rig_run(&t);
+    naive_attention(TB_F(p.x), want, 1, T, H, hs, causal, lens);
+    for (int i = 0; i < T * C; i++) {
+        assert_true(isfinite(TB_F(p.y)[i]));
+        worst = fmax(worst, fabs(TB_F(p.y)[i] - want[i]));
+        if (i < L * C)
+            worst = fmax(worst, fabs(TB_F(p.y)[i] - TB_F(t.y)[i]));
+    }
+    for (int i = 0; i < T * 3 * C; i++)
+        if (i < L * 3 * C)
+            gworst = fmax(gworst, fabs(TB_F(p.dx)[i] - TB_F(t.dx)[i]));
+        else
+            assert_true(TB_F(p.dx)[i] == 0.0f); /* padding: no gradient */
+    printf("  masked T%d len %d %s %s vs trimmed: y max abs diff %.2e, dx %.2e\n", T, L,
+           causal ? "causal" : "bidir", lean ? "lean" : "stored", worst, gworst);
+    assert_true(worst < 1e-5 && gworst < 1e-5);
+    free(want);
+    rig_close(&p);
+    rig_close(&t);
+}
+
+static void test_masked_is_trimmed(void **st)
+{
+    (void)st;
+    for (int lean = 0; lean <= 1; lean++)
+        for (int causal = 0; causal <= 1; causal++)
+            masked_vs_trimmed(causal, lean);
 }
 
 /* Lean recomputes exp(S - L) where stored kept exp(S - max) / sum: the same
@@ -254,6 +356,213 @@ static void test_lean_matches_stored(void **st)
     assert_true(worst <= 1e-5 * scale);
     rig_close(&a);
     rig_close(&b);
+}
+
+/* ---- 16-bit data ---- */
+
+/* One attention layer's y and dx at dtype dt (f32 or 16-bit) for inputs x
+ * and dy given as f32 (exactly representable in dt), results widened to f32;
+ * *saved gets the bytes it kept. */
+static void attn_at(bfit_dtype dt, const bfit_layer_cfg *c, bfit_shape in, int m, const float *x, const float *dy,
+                    float *y, float *dx, size_t *saved)
+{
+    tdev t;
+    bfit_layer *l;
+    char err[256];
+    size_t es = dt == BFIT_F32 ? 4 : 2;
+    int64_t nx = (int64_t)m * bfit_shape_numel(in), ny = nx / 3;
+    tbuf bx, bdx, by, bdy;
+    bfit_fwd_args a = {0};
+    bfit_bwd_args b = {0};
+    tdev_open(&t, 0);
+    assert_int_equal(bfit_layer_new(c, t.dev, &in, 1, &l, err, sizeof err), BFIT_OK);
+    bfit_layer_set_dtype(l, dt);
+    assert_int_equal(bfit_layer_prepare(l, m, 1), BFIT_OK);
+    bx = tbuf_new(&t, (size_t)nx * es);
+    bdx = tbuf_new(&t, (size_t)nx * es);
+    by = tbuf_new(&t, (size_t)ny * es);
+    bdy = tbuf_new(&t, (size_t)ny * es);
+    for (int64_t i = 0; i < nx; i++)
+        bfit_st(bx.h, dt, i, x[i]);
+    for (int64_t i = 0; i < ny; i++)
+        bfit_st(bdy.h, dt, i, dy[i]);
+    tbuf_up(&t, &bx);
+    tbuf_up(&t, &bdy);
+    a.m = b.m = m;
+    a.training = 1;
+    a.x[0] = b.x[0] = bx.d;
+    a.y = by.d;
+    b.y = by.d;
+    a.saved = b.saved = tdev_alloc(&t, l->need.saved);
+    a.ws = tdev_alloc(&t, l->need.ws_fwd);
+    b.ws = tdev_alloc(&t, l->need.ws_bwd);
+    b.dy = bdy.d;
+    b.dx[0] = bdx.d;
+    assert_int_equal(bfit_layer_forward(l, &a), BFIT_OK);
+    assert_int_equal(bfit_layer_backward(l, &b), BFIT_OK);
+    tbuf_down(&t, &by);
+    tbuf_down(&t, &bdx);
+    for (int64_t i = 0; i < ny; i++)
+        y[i] = bfit_ld(by.h, dt, i);
+    for (int64_t i = 0; i < nx; i++)
+        dx[i] = bfit_ld(bdx.h, dt, i);
+    *saved = l->need.saved;
+    tbuf_free(&t, &bx);
+    tbuf_free(&t, &bdx);
+    tbuf_free(&t, &by);
+    tbuf_free(&t, &bdy);
+    bfit_layer_free(l);
+    tdev_close(&t);
+}
+
+/* bf16 attention against f32 on the same (bf16-representable) inputs. The
+ * bf16 op computes in f32 and rounds once, so each output is the f32 one
+ * rounded to 8 significant bits: within half a bf16 ulp, 2^-8 relative (the
+ * unit roundoff), plus 1e-6 for f32 sums taken in another order. Its
+ * backward also starts from the stored P rounded to bf16 (2^-8 relative per
+ * entry) and rounds dx once, so dx is held to 2^-6 (four unit roundoffs) of
+ * the largest dx;
+ * lean recomputes P in f32 and only rounds dx, so it is held to half an ulp
+ * of each element as y is. The stored bf16 P is half the f32 matrix. */
+static void bf16_vs_f32(int causal, int lean)
+{
+    enum { H = 2, hs = 8, C = H * hs, T = 70, m = 2 };
+    bfit_layer_cfg c = attn_cfg(H, causal, lean);
+    int64_t nx = (int64_t)m * T * 3 * C, ny = (int64_t)m * T * C;
+    float *x = malloc(sizeof *x * (size_t)nx), *dy = malloc(sizeof *dy * (size_t)ny);
+    float *y32 = malloc(sizeof(float) * (size_t)ny), *y16 = malloc(sizeof(float) * (size_t)ny);
+    float *d32 = malloc(sizeof(float) * (size_t)nx), *d16 = malloc(sizeof(float) * (size_t)nx);
+    size_t s32, s16;
+    double wy = 0, wd = 0, scale = 0, ulp = ldexp(1.0, -8); /* bf16's unit roundoff */
+    bfit_fill_uniform(x, nx, 1.5f, 3);
+    bfit_fill_uniform(dy, ny, 1.0f, 4);
+    for (int64_t i = 0; i < nx; i++)
+        x[i] = bfit_bf16_to_f32(bfit_f32_to_bf16(x[i]));
+    for (int64_t i = 0; i < ny; i++)
+        dy[i] = bfit_bf16_to_f32(bfit_f32_to_bf16(dy[i]));
+    attn_at(BFIT_F32, &c, Q(T, 3 * C), m, x, dy, y32, d32, &s32);
+    attn_at(BFIT_BF16, &c, Q(T, 3 * C), m, x, dy, y16, d16, &s16);
+    for (int64_t i = 0; i < ny; i++) {
+        double e = fabs((double)y16[i] - y32[i]);
+        wy = fmax(wy, e / (fabs(y32[i]) + 1e-30));
+        if (!(e <= ulp * fabs(y32[i]) + 1e-6))
+            fail_msg("y[%lld]: bf16 %.9g, f32 %.9g", (long long)i, (double)y16[i], (double)y32[i]);
+    }
+    for (int64_t i = 0; i < nx; i++) {
+        double e = fabs((double)d16[i] - d32[i]);
+        wd = fmax(wd, e);
+        scale = fmax(scale, fabs(d32[i]));
+        if (lean)
+            assert_true(e <= ulp * fabs(d32[i]) + 1e-6);
+    }
+    printf("  bf16 vs f32 attention %s %s: y max rel diff %.2e (unit roundoff %.2e), dx max abs diff %.2e of max "
+           "%.2e; saved %zu / %zu bytes\n", causal ? "causal" : "bidir", lean ? "lean" : "stored", wy, ulp, wd,
+           scale, s16, s32);
+    assert_true(wd <= 4 * ulp * scale);
+    assert_int_equal(s16, lean ? s32 : BFIT_ALIGN_UP((size_t)m * H * T * T * 2));
+    free(x);
+    free(dy);
+    free(y32);
+    free(y16);
+    free(d32);
+    free(d16);
+}
+
+static void test_bf16_attention(void **st)
+{
+    (void)st;
+    for (int lean = 0; lean <= 1; lean++)
+        for (int causal = 0; causal <= 1; causal++)
+            bf16_vs_f32(causal, lean);
+}
+
+/* An embedding (tokens, positions, type 0) at dtype dt: output and table
+ * gradients (f32), from the same ids, tables and dy (dy exact in dt). */
+static void embed_at(bfit_dtype dt, const float *dy, float *y, float *grads, int64_t *ngrad)
+{
+    enum { T = 9, C = 20, V = 7, m = 3 };
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_EMBED);
+    bfit_shape in = Q(T, 1);
+    tdev t;
+    bfit_layer *l;
+    char err[256];
+    size_t es = dt == BFIT_F32 ? 4 : 2;
+    tbuf ids, by, bdy, pd[3], pg[3];
+    bfit_fwd_args a = {0};
+    bfit_bwd_args b = {0};
+    c.units = C;
+    c.vocab = V;
+    c.positions = T;
+    c.types = 2;
+    tdev_open(&t, 0);
+    assert_int_equal(bfit_layer_new(&c, t.dev, &in, 1, &l, err, sizeof err), BFIT_OK);
+    bfit_layer_set_dtype(l, dt);
+    assert_int_equal(bfit_layer_prepare(l, m, 1), BFIT_OK);
+    assert_int_equal(l->nparams, 3);
+    for (int i = 0; i < 3; i++) {
+        int64_t n = bfit_param_numel(&l->params[i]);
+        pd[i] = tbuf_new(&t, (size_t)n * 4);
+        pg[i] = tbuf_new(&t, (size_t)n * 4);
+        bfit_fill_uniform(TB_F(pd[i]), n, 1.0f, 40 + (uint64_t)i);
+        memset(pg[i].h, 0, (size_t)n * 4);
+        tbuf_up(&t, &pd[i]);
+        tbuf_up(&t, &pg[i]);
+        l->params[i].data = pd[i].d;
+        l->params[i].grad = pg[i].d;
+    }
+    ids = tbuf_new(&t, m * T * 4);
+    by = tbuf_new(&t, m * T * C * es);
+    bdy = tbuf_new(&t, m * T * C * es);
+    for (int i = 0; i < m * T; i++)
+        TB_I(ids)[i] = (i * 5 + 3) % V; /* repeats: rows add up */
+    for (int i = 0; i < m * T * C; i++)
+        bfit_st(bdy.h, dt, i, dy[i]);
+    tbuf_up(&t, &ids);
+    tbuf_up(&t, &bdy);
+    a.m = b.m = m;
+    a.training = 1;
+    a.x[0] = b.x[0] = ids.d;
+    a.y = by.d;
+    b.dy = bdy.d;
+    assert_int_equal(bfit_layer_forward(l, &a), BFIT_OK);
+    assert_int_equal(bfit_layer_backward(l, &b), BFIT_OK);
+    tbuf_down(&t, &by);
+    for (int i = 0; i < m * T * C; i++)
+        y[i] = bfit_ld(by.h, dt, i);
+    *ngrad = 0;
+    for (int i = 0; i < 3; i++) {
+        tbuf_down(&t, &pg[i]);
+        memcpy(grads + *ngrad, pg[i].h, pg[i].bytes);
+        *ngrad += (int64_t)(pg[i].bytes / 4);
+        tbuf_free(&t, &pd[i]);
+        tbuf_free(&t, &pg[i]);
+    }
+    tbuf_free(&t, &ids);
+    tbuf_free(&t, &by);
+    tbuf_free(&t, &bdy);
+    bfit_layer_free(l);
+    tdev_close(&t);
+}
+
+/* The bf16 embedding sums its f32 tables in f32 and rounds once: its rows
+ * are the f32 rows rounded to bf16, exactly; its table gradients, from the
+ * same dy, are the f32 ones exactly (the same f32 sums in the same order). */
+static void test_bf16_embed(void **st)
+{
+    enum { n = 3 * 9 * 20 };
+    float dy[n], y32[n], y16[n], g32[(7 + 9 + 2) * 20], g16[(7 + 9 + 2) * 20];
+    int64_t n32, n16;
+    (void)st;
+    bfit_fill_uniform(dy, n, 1.0f, 9);
+    for (int i = 0; i < n; i++)
+        dy[i] = bfit_bf16_to_f32(bfit_f32_to_bf16(dy[i]));
+    embed_at(BFIT_F32, dy, y32, g32, &n32);
+    embed_at(BFIT_BF16, dy, y16, g16, &n16);
+    assert_int_equal(n32, n16);
+    for (int i = 0; i < n; i++)
+        assert_true(y16[i] == bfit_bf16_to_f32(bfit_f32_to_bf16(y32[i])));
+    assert_memory_equal(g32, g16, sizeof(float) * (size_t)n32);
+    printf("  bf16 embedding: %d outputs the f32 ones rounded, %lld table gradients equal\n", n, (long long)n32);
 }
 
 /* What the plan counts for an attention layer: the probabilities
@@ -390,10 +699,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gc_embed),
         cmocka_unit_test(test_gc_attention),
+        cmocka_unit_test(test_gc_attention_masked),
         cmocka_unit_test(test_gc_token_loss),
         cmocka_unit_test(test_attention_forward_values),
+        cmocka_unit_test(test_masked_is_trimmed),
         cmocka_unit_test(test_lean_matches_stored),
         cmocka_unit_test(test_attention_memory),
+        cmocka_unit_test(test_bf16_attention),
+        cmocka_unit_test(test_bf16_embed),
         cmocka_unit_test(test_padding_ignored),
         cmocka_unit_test(test_refusals),
     };

@@ -110,7 +110,7 @@ static void assert_same_graph(const bfit_graph_desc *a, const bfit_graph_desc *b
         assert_int_equal(x->bias, y->bias);
         assert_true(x->p == y->p && x->eps == y->eps && x->momentum == y->momentum);
         assert_true(x->vocab == y->vocab && x->positions == y->positions && x->types == y->types);
-        assert_true(x->causal == y->causal && x->lean == y->lean && x->tie == y->tie);
+        assert_true(x->causal == y->causal && x->lean == y->lean && x->tie == y->tie && x->std == y->std);
         assert_int_equal(a->nodes[i].in[0], b->nodes[i].in[0]);
         assert_int_equal(a->nodes[i].in[1], b->nodes[i].in[1]);
     }

@@ -355,7 +355,7 @@ static double target_scale(const bfit_controller *c)
 
     if (c->cfg.rule == BFIT_LR_ADASCALE && c->noise.n >= c->cfg.noise_min_updates &&
         bfit_noise_scale(&c->noise, &B) == BFIT_OK)
-        return S * gp_efficiency(B, c->E, c->E0);
+        return S * (B + c->E0) / (B + c->E); /* also below E0, where gp_efficiency stops at 1 */
     return bfit_lr_rule_scale(c->cfg.rule, S);
 }
 
@@ -652,6 +652,10 @@ static int start(bfit_controller *c, int64_t step, int epoch, bfit_batch_decisio
 
     c->E = c->cfg.adaptive || c->cfg.auto_batch ? (c->cfg.batch ? c->cfg.batch : c->cfg.batch_min)
                                                 : schedule_E(c, step, epoch);
+    if (c->cfg.auto_batch && c->cfg.lr_ref_batch) /* the batch the lr is for: auto's reference (goodput.c) */
+        c->E = c->cfg.lr_ref_batch < c->cfg.batch_min   ? c->cfg.batch_min
+               : c->cfg.lr_ref_batch > c->cfg.batch_max ? c->cfg.batch_max
+                                                        : c->cfg.lr_ref_batch;
     cap = m_cap(c);
     m = largest_fit(c, cap);
     if (!m)

@@ -103,5 +103,12 @@ int gp_grid(int lo, int hi, int *out, int max)
 
 double gp_efficiency(double B, double E, double E0)
 {
+    /* Below E0 the formula promises more progress per sample than the
+     * reference batch makes, which the lr rule, scaling the lr down, does
+     * not deliver (measured: docs/performance.md); Pollux (AdaptDL) never
+     * goes below its initial batch. So no credit: a smaller batch must win
+     * on throughput alone. */
+    if (E <= E0)
+        return 1.0;
     return (B + E0) / (B + E);
 }

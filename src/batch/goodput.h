@@ -45,7 +45,7 @@ int gp_grid(int lo, int hi, int *out, int max);
 /* The statistical efficiency of E relative to E0 at noise scale B
  * (McCandlish et al. 2018: steps to a target S(E) = S_min (1 + B / E), so
  * samples E S(E) = E_min (1 + E / B)): the samples E0 needs over those E
- * needs, (B + E0) / (B + E). */
+ * needs, (B + E0) / (B + E), for E above E0; 1 at E0 and below. */
 double gp_efficiency(double B, double E, double E0);
 
 #endif

@@ -48,7 +48,7 @@ static void help(void)
          "                        adaptive: E follows the measured noise scale\n"
          "  --batch-min N --batch-max N   bounds for auto and adaptive (default 16 and 4096)\n"
          "  --lr-ref-batch N      the effective batch --lr is given for (default: 128 with\n"
-         "                        --batch auto, else the first E)\n"
+         "                        --batch auto, where E starts there, else the first E)\n"
          "  --batch-schedule S    E by step (\"0:32,500:128,1000:512\") or epoch (\"e0:32,e2:128\")\n"
          "  --batch-instead-of-decay   with --schedule step: grow E by 1/gamma where the lr\n"
          "                        would decay, keeping the lr (Smith et al. 2017)\n"

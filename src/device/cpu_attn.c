@@ -5,16 +5,29 @@
  * columns of the [n, T, 3C] input (no copies). Backward:
  *   dV = P^T dY,  dP = dY V^T,  dS = P * (dP - rowsum(P * dP)),
  *   dQ = dS K / sqrt(hs),  dK = dS^T Q / sqrt(hs).
- * The stored variant keeps P for backward ([n, H, T, T] f32: the attention
+ * The stored variant keeps P for backward ([n, H, T, T], the attention
  * matrix the plan counts); the lean one keeps only each row's log-sum-exp L
- * ([n, H, T]) and recomputes P = exp(S - L) in backward.
+ * ([n, H, T] f32) and recomputes P = exp(S - L) in backward.
  *
- * Lanes run in parallel, one per thread, each with its own T x T scratch
- * (two in a lean backward) in the workspace; a lane's results never depend
- * on which thread ran it. A causal lane works in row blocks so that the
- * scores above the diagonal are mostly never computed. */
+ * With args.lens a lane's keys stop at its sequence's real length: the
+ * padding after it is never attended to (bidirectional attention would
+ * otherwise mix it into every token); padded rows still attend to the real
+ * keys, so their outputs stay finite, and their gradients, zero downstream,
+ * reach nothing.
+ *
+ * 16-bit data (bf16, f16): a lane's q, k, v columns (and dY) are converted
+ * to f32 in its scratch, computed on as f32, and its results rounded back
+ * once; the stored P is kept in the data's dtype (half the f32 matrix: the
+ * point of 16-bit storage), L in f32 (it is small, and exp(S - L) would
+ * amplify its rounding).
+ *
+ * Lanes run in parallel, one per thread, each with its own scratch in the
+ * workspace; a lane's results never depend on which thread ran it. A causal
+ * lane works in row blocks so that the scores above the diagonal are mostly
+ * never computed. */
 #include "base/err.h"
 #include "device/cpu.h"
+#include "device/half.h"
 
 #include <math.h>
 #include <omp.h>
@@ -23,21 +36,78 @@
 #define ROW_BLOCK 64
 
 typedef struct attn {
-    int64_t n, T, H, hs, C, ld; /* ld: row stride of the input (3C) */
+    int64_t n, T, H, hs, C;
+    int64_t len; /* keys a lane attends to: T, or its sequence's real tokens */
     float scale;
-    int causal, lean;
+    int causal, lean, training;
+    bfit_dtype dt; /* of src, dst, diff_dst, diff_src (and a stored P) */
 } attn;
+
+/* A lane's operands as f32 rows: in the op's buffers (f32) or converted
+ * into its scratch (16-bit). ld: row stride of q, k, v and of dq, dk, dv;
+ * ldy: of y and dy. */
+typedef struct view {
+    const float *q, *k, *v, *dy;
+    float *y, *dq, *dk, *dv;
+    int64_t ld, ldy;
+} view;
+
+/* A scratch slot's parts (NULL: not needed): P, dP (T x T), the lane's
+ * q | k | v, its y (forward) or dy (backward), its dq | dk | dv. */
+typedef struct slot {
+    float *p, *dp, *qkv, *y, *dqkv;
+} slot;
 
 static attn dims(const bfit_op_desc *d)
 {
-    attn a = {d->u.attn.n, d->u.attn.T, d->u.attn.H, d->u.attn.hs, 0, 0, 0, d->u.attn.causal, d->u.attn.lean};
+    attn a = {d->u.attn.n, d->u.attn.T, d->u.attn.H, d->u.attn.hs, 0, d->u.attn.T, 0, d->u.attn.causal,
+              d->u.attn.lean, d->u.attn.training, d->dtype};
     a.C = a.H * a.hs;
-    a.ld = 3 * a.C;
     a.scale = (float)(1.0 / sqrt((double)a.hs));
     return a;
 }
 
+/* The lane's dimensions with its sequence's length; a sequence of padding
+ * alone keeps its first key, so its rows stay finite. */
+static attn lane_dims(const attn *a, const bfit_op_args *o, int64_t lane)
+{
+    attn l = *a;
+    if (o->lens) {
+        int64_t n = o->lens[lane / a->H];
+        l.len = n < 1 ? 1 : n > a->T ? a->T : n;
+    }
+    return l;
+}
+
+/* Keys that row i (end = i + 1), or a row block ending before end, reads:
+ * those of the real tokens, and when causal none after the row. */
+static int64_t keys_to(const attn *a, int64_t end) { return a->causal && end < a->len ? end : a->len; }
+
 static size_t tt_bytes(const attn *a) { return BFIT_ALIGN_UP((size_t)(a->T * a->T) * sizeof(float)); }
+static size_t vec_bytes(const attn *a, int k) { return BFIT_ALIGN_UP((size_t)(k * a->T * a->hs) * sizeof(float)); }
+
+/* Lays slot parts out from base (NULL: sizes only); returns the slot's bytes.
+ * f32 stored training keeps P in `saved` itself, so its forward needs none. */
+static size_t slot_parts(const attn *a, int bwd, char *base, slot *s)
+{
+    int half = a->dt != BFIT_F32;
+    size_t sz[5] = {
+        bwd ? (a->lean || half ? tt_bytes(a) : 0) : (a->training && !a->lean && !half ? 0 : tt_bytes(a)),
+        bwd ? tt_bytes(a) : 0,
+        half ? vec_bytes(a, 3) : 0,
+        half ? vec_bytes(a, 1) : 0,
+        half && bwd ? vec_bytes(a, 3) : 0,
+    };
+    float *at[5];
+    size_t off = 0;
+    for (int i = 0; i < 5; i++) {
+        at[i] = base && sz[i] ? (float *)(base + off) : NULL;
+        off += sz[i];
+    }
+    if (s)
+        *s = (slot){at[0], at[1], at[2], at[3], at[4]};
+    return off;
+}
 
 /* How many lanes run at once: one scratch each. */
 static int64_t slots_of(const attn *a)
@@ -52,13 +122,12 @@ static int sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
     return dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, Cm, ldc) == dnnl_success ? 0 : -1;
 }
 
-/* Scores S = scale Q K^T into P (rows i, columns j < cols(i) where a causal
- * row block stops at its last row). */
-static int scores(const attn *a, const float *Q, const float *K, float *P)
+/* Scores S = scale Q K^T into P (rows i, columns j < keys_to(block end)). */
+static int scores(const attn *a, const view *w, float *P)
 {
     for (int64_t r0 = 0; r0 < a->T; r0 += ROW_BLOCK) {
-        int64_t r1 = r0 + ROW_BLOCK < a->T ? r0 + ROW_BLOCK : a->T, nc = a->causal ? r1 : a->T;
-        if (sgemm('N', 'T', r1 - r0, nc, a->hs, a->scale, Q + r0 * a->ld, a->ld, K, a->ld, P + r0 * a->T, a->T))
+        int64_t r1 = r0 + ROW_BLOCK < a->T ? r0 + ROW_BLOCK : a->T, nc = keys_to(a, r1);
+        if (sgemm('N', 'T', r1 - r0, nc, a->hs, a->scale, w->q + r0 * w->ld, w->ld, w->k, w->ld, P + r0 * a->T, a->T))
             return -1;
     }
     return 0;
@@ -67,7 +136,7 @@ static int scores(const attn *a, const float *Q, const float *K, float *P)
 /* Row i of the scores into probabilities; masked columns become 0. */
 static float softmax_row(const attn *a, float *p, int64_t i)
 {
-    int64_t nj = a->causal ? i + 1 : a->T;
+    int64_t nj = keys_to(a, i + 1);
     float mx = p[0];
     double sum = 0;
     for (int64_t j = 1; j < nj; j++)
@@ -83,90 +152,152 @@ static float softmax_row(const attn *a, float *p, int64_t i)
     return mx + (float)log(sum);
 }
 
-/* dst (rows of ld_dst) = alpha P V, a causal row block reading only its columns. */
-static int times_v(const attn *a, float alpha, const float *P, const float *V, float *dst, int64_t ld_dst)
+/* dst (rows of ldd) = alpha P B (rows of ldb), a row block reading only its columns. */
+static int times_p(const attn *a, float alpha, const float *P, const float *B, int64_t ldb, float *dst, int64_t ldd)
 {
     for (int64_t r0 = 0; r0 < a->T; r0 += ROW_BLOCK) {
-        int64_t r1 = r0 + ROW_BLOCK < a->T ? r0 + ROW_BLOCK : a->T, nk = a->causal ? r1 : a->T;
-        if (sgemm('N', 'N', r1 - r0, a->hs, nk, alpha, P + r0 * a->T, a->T, V, a->ld, dst + r0 * ld_dst, ld_dst))
+        int64_t r1 = r0 + ROW_BLOCK < a->T ? r0 + ROW_BLOCK : a->T, nk = keys_to(a, r1);
+        if (sgemm('N', 'N', r1 - r0, a->hs, nk, alpha, P + r0 * a->T, a->T, B, ldb, dst + r0 * ldd, ldd))
             return -1;
     }
     return 0;
 }
 
-/* Forward of lane (b, h): P in p (saved or scratch), L into lse if given. */
-static int fwd_lane(const attn *a, const float *x, float *y, float *p, float *lse, int64_t lane)
+/* Forward of one lane: P into p, each row's L into lse if given, Y. */
+static int fwd_lane(const attn *a, const view *w, float *p, float *lse)
 {
-    int64_t b = lane / a->H, h = lane % a->H;
-    const float *Q = x + b * a->T * a->ld + h * a->hs;
-    if (scores(a, Q, Q + a->C, p))
+    if (scores(a, w, p))
         return -1;
     for (int64_t i = 0; i < a->T; i++) {
         float l = softmax_row(a, p + i * a->T, i);
         if (lse)
-            lse[lane * a->T + i] = l;
+            lse[i] = l;
     }
-    return times_v(a, 1.0f, p, Q + 2 * a->C, y + b * a->T * a->C + h * a->hs, a->C);
+    return times_p(a, 1.0f, p, w->v, w->ld, w->y, w->ldy);
 }
 
-/* Where lane `lane` (run in slot s) keeps P, and L. */
-static float *lane_p(const attn *a, const bfit_op_args *o, int training, int64_t lane, int64_t s)
+/* T rows of hs columns between a 16-bit buffer (element off, rows of ld)
+ * and f32 rows of ldf. */
+static void cols_in(const attn *a, const void *src, int64_t off, int64_t ld, float *dst, int64_t ldf)
 {
-    if (training && !a->lean)
-        return (float *)o->saved + lane * a->T * a->T;
-    return (float *)((char *)o->workspace + (size_t)s * tt_bytes(a));
+    for (int64_t t = 0; t < a->T; t++)
+        for (int64_t c = 0; c < a->hs; c++)
+            dst[t * ldf + c] = bfit_ld(src, a->dt, off + t * ld + c);
+}
+
+static void cols_out(const attn *a, const float *src, int64_t ldf, void *dst, int64_t off, int64_t ld)
+{
+    for (int64_t t = 0; t < a->T; t++)
+        for (int64_t c = 0; c < a->hs; c++)
+            bfit_st(dst, a->dt, off + t * ld + c, src[t * ldf + c]);
+}
+
+/* Lane (b, h)'s operands: in place (f32), or its q, k, v (and in backward
+ * dy) converted into the slot (16-bit), results left in the slot. */
+static view lane_view(const attn *a, const bfit_op_args *o, int64_t lane, const slot *s, int bwd)
+{
+    int64_t b = lane / a->H, h = lane % a->H, off = b * a->T * 3 * a->C + h * a->hs;
+    int64_t yoff = b * a->T * a->C + h * a->hs;
+    view w = {0};
+    if (a->dt == BFIT_F32) {
+        w.q = (const float *)o->src + off;
+        w.ld = 3 * a->C;
+        w.ldy = a->C;
+        w.y = bwd ? NULL : (float *)o->dst + yoff;
+        w.dy = bwd ? (const float *)o->diff_dst + yoff : NULL;
+        w.dq = bwd ? (float *)o->diff_src + off : NULL;
+    } else {
+        w.q = s->qkv;
+        w.ld = 3 * a->hs;
+        w.ldy = a->hs;
+        for (int k = 0; k < 3; k++)
+            cols_in(a, o->src, off + k * a->C, 3 * a->C, s->qkv + k * a->hs, w.ld);
+        if (bwd)
+            cols_in(a, o->diff_dst, yoff, a->C, s->y, w.ldy);
+        w.y = bwd ? NULL : s->y;
+        w.dy = bwd ? s->y : NULL;
+        w.dq = bwd ? s->dqkv : NULL;
+    }
+    w.k = w.q + w.ld / 3;
+    w.v = w.q + 2 * (w.ld / 3);
+    w.dk = w.dq ? w.dq + w.ld / 3 : NULL;
+    w.dv = w.dq ? w.dq + 2 * (w.ld / 3) : NULL;
+    return w;
+}
+
+/* Where the slot of thread s begins, laid out. */
+static slot slot_of(const attn *a, const bfit_op_args *o, int bwd, int64_t s)
+{
+    slot sl;
+    size_t sb = slot_parts(a, bwd, NULL, NULL);
+    slot_parts(a, bwd, o->workspace && sb ? (char *)o->workspace + (size_t)s * sb : NULL, &sl);
+    return sl;
 }
 
 /* One lane's work, run in scratch slot s. */
-typedef int (*lane_fn)(const attn *a, const bfit_op_args *o, int training, int64_t lane, int64_t s);
+typedef int (*lane_fn)(const attn *a, const bfit_op_args *o, int64_t lane, int64_t s);
 
 /* Every lane, spread over the threads: thread s < nslots runs lanes s,
  * s + nslots, ... in slot s. One slot: serially, sgemm using the threads. */
-static int for_lanes(const attn *a, const bfit_op_args *o, int training, int64_t nslots, lane_fn fn)
+static int for_lanes(const attn *a, const bfit_op_args *o, int64_t nslots, lane_fn fn)
 {
     int64_t nl = a->n * a->H;
     int bad = 0;
     if (nslots <= 1) {
         for (int64_t lane = 0; lane < nl && !bad; lane++)
-            bad = fn(a, o, training, lane, 0);
+            bad = fn(a, o, lane, 0);
         return bad;
     }
 #pragma omp parallel
     {
         int64_t nt = omp_get_num_threads() < nslots ? omp_get_num_threads() : nslots, s = omp_get_thread_num();
         for (int64_t lane = s; s < nt && lane < nl; lane += nt)
-            if (fn(a, o, training, lane, s))
+            if (fn(a, o, lane, s))
                 __atomic_store_n(&bad, 1, __ATOMIC_RELAXED);
     }
     return bad;
 }
 
-static int fwd_one(const attn *a, const bfit_op_args *o, int training, int64_t lane, int64_t s)
+static int fwd_one(const attn *a0, const bfit_op_args *o, int64_t lane, int64_t s)
 {
-    float *lse = training && a->lean ? (float *)o->saved : NULL;
-    return fwd_lane(a, o->src, o->dst, lane_p(a, o, training, lane, s), lse, lane);
+    attn l = lane_dims(a0, o, lane);
+    const attn *a = &l;
+    slot sl = slot_of(a, o, 0, s);
+    view w = lane_view(a, o, lane, &sl, 0);
+    float *p = sl.p ? sl.p : (float *)o->saved + lane * a->T * a->T; /* f32 stored: P where it is kept */
+    float *lse = a->training && a->lean ? (float *)o->saved + lane * a->T : NULL;
+    int64_t yoff = lane / a->H * a->T * a->C + lane % a->H * a->hs, tt = a->T * a->T;
+
+    if (fwd_lane(a, &w, p, lse))
+        return -1;
+    if (a->dt == BFIT_F32)
+        return 0;
+    cols_out(a, w.y, w.ldy, o->dst, yoff, a->C);
+    for (int64_t i = 0; a->training && !a->lean && i < tt; i++) /* the stored P, in the data's dtype */
+        bfit_st(o->saved, a->dt, lane * tt + i, p[i]);
+    return 0;
 }
 
 static int run_fwd(cpu_op *op, const bfit_op_args *o)
 {
     attn a = dims(&op->base.desc);
-    int training = op->base.desc.u.attn.training, bad = 0;
     int64_t nslots = (int64_t)(intptr_t)op->extra;
 
-    if (!o->src || !o->dst || (training && !o->saved) || (op->ws && !o->workspace))
-        return bfit_fail(BFIT_EINVAL, "attention forward: src, dst%s%s are required", training ? ", saved" : "",
+    if (!o->src || !o->dst || (a.training && !o->saved) || (op->ws && !o->workspace))
+        return bfit_fail(BFIT_EINVAL, "attention forward: src, dst%s%s are required", a.training ? ", saved" : "",
                          op->ws ? ", workspace" : "");
-    bad = for_lanes(&a, o, training, nslots, fwd_one);
-    return bad ? bfit_fail(BFIT_EDEVICE, "oneDNN: sgemm failed in attention forward") : BFIT_OK;
+    if (for_lanes(&a, o, nslots, fwd_one))
+        return bfit_fail(BFIT_EDEVICE, "oneDNN: sgemm failed in attention forward");
+    return BFIT_OK;
 }
 
 /* The lean backward's P: the scores again, exponentiated against L. */
-static int recompute_p(const attn *a, const float *Q, const float *lse, float *p)
+static int recompute_p(const attn *a, const view *w, const float *lse, float *p)
 {
-    if (scores(a, Q, Q + a->C, p))
+    if (scores(a, w, p))
         return -1;
     for (int64_t i = 0; i < a->T; i++) {
-        int64_t nj = a->causal ? i + 1 : a->T;
+        int64_t nj = keys_to(a, i + 1);
         float *r = p + i * a->T;
         for (int64_t j = 0; j < nj; j++)
             r[j] = expf(r[j] - lse[i]);
@@ -177,11 +308,11 @@ static int recompute_p(const attn *a, const float *Q, const float *lse, float *p
 }
 
 /* dP (in place) becomes dS = P * (dP - rowsum(P * dP)); masked entries,
- * which the causal dP never computed, become 0. */
+ * which dP never computed, become 0. */
 static void softmax_bwd(const attn *a, const float *p, float *dp)
 {
     for (int64_t i = 0; i < a->T; i++) {
-        int64_t nj = a->causal ? i + 1 : a->T;
+        int64_t nj = keys_to(a, i + 1);
         const float *pr = p + i * a->T;
         float *g = dp + i * a->T;
         double dot = 0;
@@ -194,50 +325,62 @@ static void softmax_bwd(const attn *a, const float *p, float *dp)
     }
 }
 
-static int bwd_lane(const attn *a, const bfit_op_args *o, const float *p, float *dp, int64_t lane)
+static int bwd_lane(const attn *a, const view *w, const float *p, float *dp)
 {
-    int64_t b = lane / a->H, h = lane % a->H, off = b * a->T * a->ld + h * a->hs;
-    const float *Q = (const float *)o->src + off, *K = Q + a->C, *V = Q + 2 * a->C;
-    const float *dY = (const float *)o->diff_dst + b * a->T * a->C + h * a->hs;
-    float *dQ = (float *)o->diff_src + off, *dK = dQ + a->C, *dV = dQ + 2 * a->C;
-
-    /* dP = dY V^T: a causal row block needs only its columns */
+    /* dP = dY V^T: a row block needs only its columns */
     for (int64_t r0 = 0; r0 < a->T; r0 += ROW_BLOCK) {
-        int64_t r1 = r0 + ROW_BLOCK < a->T ? r0 + ROW_BLOCK : a->T, nc = a->causal ? r1 : a->T;
-        if (sgemm('N', 'T', r1 - r0, nc, a->hs, 1.0f, dY + r0 * a->C, a->C, V, a->ld, dp + r0 * a->T, a->T))
+        int64_t r1 = r0 + ROW_BLOCK < a->T ? r0 + ROW_BLOCK : a->T, nc = keys_to(a, r1);
+        if (sgemm('N', 'T', r1 - r0, nc, a->hs, 1.0f, w->dy + r0 * w->ldy, w->ldy, w->v, w->ld, dp + r0 * a->T, a->T))
             return -1;
     }
-    if (sgemm('T', 'N', a->T, a->hs, a->T, 1.0f, p, a->T, dY, a->C, dV, a->ld))
+    if (sgemm('T', 'N', a->T, a->hs, a->T, 1.0f, p, a->T, w->dy, w->ldy, w->dv, w->ld))
         return -1;
     softmax_bwd(a, p, dp);
-    if (times_v(a, a->scale, dp, K, dQ, a->ld))
+    if (times_p(a, a->scale, dp, w->k, w->ld, w->dq, w->ld))
         return -1;
-    return sgemm('T', 'N', a->T, a->hs, a->T, a->scale, dp, a->T, Q, a->ld, dK, a->ld);
+    return sgemm('T', 'N', a->T, a->hs, a->T, a->scale, dp, a->T, w->q, w->ld, w->dk, w->ld);
 }
 
-static int bwd_one(const attn *a, const bfit_op_args *o, int training, int64_t lane, int64_t s)
+/* The lane's P for backward: kept (f32 in place, 16-bit widened into the
+ * slot), or recomputed (lean). */
+static const float *bwd_p(const attn *a, const bfit_op_args *o, const view *w, const slot *sl, int64_t lane)
 {
-    char *w = (char *)o->workspace + (size_t)s * (a->lean ? 2 : 1) * tt_bytes(a);
-    const float *p = a->lean ? (const float *)w : (const float *)o->saved + lane * a->T * a->T;
-    float *dp = (float *)(w + (a->lean ? tt_bytes(a) : 0));
-    int64_t b = lane / a->H, h = lane % a->H;
+    int64_t tt = a->T * a->T;
+    if (a->lean)
+        return recompute_p(a, w, (const float *)o->saved + lane * a->T, sl->p) ? NULL : sl->p;
+    if (a->dt == BFIT_F32)
+        return (const float *)o->saved + lane * tt;
+    for (int64_t i = 0; i < tt; i++)
+        sl->p[i] = bfit_ld(o->saved, a->dt, lane * tt + i);
+    return sl->p;
+}
 
-    if (a->lean && recompute_p(a, (const float *)o->src + b * a->T * a->ld + h * a->hs,
-                               (const float *)o->saved + lane * a->T, (float *)w))
+static int bwd_one(const attn *a0, const bfit_op_args *o, int64_t lane, int64_t s)
+{
+    attn l = lane_dims(a0, o, lane);
+    const attn *a = &l;
+    slot sl = slot_of(a, o, 1, s);
+    view w = lane_view(a, o, lane, &sl, 1);
+    const float *p = bwd_p(a, o, &w, &sl, lane);
+    int64_t off = lane / a->H * a->T * 3 * a->C + lane % a->H * a->hs;
+
+    if (!p || bwd_lane(a, &w, p, sl.dp))
         return -1;
-    return bwd_lane(a, o, p, dp, lane);
+    for (int k = 0; a->dt != BFIT_F32 && k < 3; k++)
+        cols_out(a, sl.dqkv + k * a->hs, w.ld, o->diff_src, off + k * a->C, 3 * a->C);
+    return 0;
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *o)
 {
     attn a = dims(&op->base.desc);
-    int bad = 0;
     int64_t nslots = (int64_t)(intptr_t)op->extra;
 
     if (!o->src || !o->diff_dst || !o->diff_src || !o->saved || !o->workspace)
         return bfit_fail(BFIT_EINVAL, "attention backward: src, diff_dst, diff_src, saved and workspace are required");
-    bad = for_lanes(&a, o, 1, nslots, bwd_one);
-    return bad ? bfit_fail(BFIT_EDEVICE, "oneDNN: sgemm failed in attention backward") : BFIT_OK;
+    if (for_lanes(&a, o, nslots, bwd_one))
+        return bfit_fail(BFIT_EDEVICE, "oneDNN: sgemm failed in attention backward");
+    return BFIT_OK;
 }
 
 int cpu_attn_init(cpu_op *op)
@@ -245,24 +388,19 @@ int cpu_attn_init(cpu_op *op)
     const bfit_op_desc *d = &op->base.desc;
     attn a = dims(d);
     int64_t slots = slots_of(&a);
-    int training = d->u.attn.training;
+    size_t kept = a.lean ? sizeof(float) : (size_t)a.T * bfit_dtype_size(a.dt); /* per row: L, or P's row */
 
     if (a.n < 1 || a.T < 1 || a.H < 1 || a.hs < 1)
         return bfit_fail(BFIT_EINVAL, "attention: sizes must be positive, got n=%lld T=%lld H=%lld hs=%lld",
                          (long long)a.n, (long long)a.T, (long long)a.H, (long long)a.hs);
-    if (d->dtype != BFIT_F32)
-        return bfit_fail(BFIT_EINVAL, "attention: %s is not supported on the cpu yet (f32 only)",
-                         bfit_dtype_name(d->dtype));
-    if (d->kind == BFIT_OP_ATTN_BWD && !training)
+    if (a.dt != BFIT_F32 && a.dt != BFIT_BF16 && a.dt != BFIT_F16)
+        return bfit_fail(BFIT_EINVAL, "attention: %s is not supported on the cpu (f32, bf16, f16)",
+                         bfit_dtype_name(a.dt));
+    if (d->kind == BFIT_OP_ATTN_BWD && !a.training)
         return bfit_fail(BFIT_EINVAL, "attention backward: the op must be made for training");
     op->extra = (void *)(intptr_t)slots;
-    op->saved = !training ? 0 : BFIT_ALIGN_UP((size_t)(a.n * a.H * a.T * (a.lean ? 1 : a.T)) * sizeof(float));
-    if (d->kind == BFIT_OP_ATTN_FWD) {
-        op->ws = training && !a.lean ? 0 : (size_t)slots * tt_bytes(&a);
-        op->run = run_fwd;
-    } else {
-        op->ws = (size_t)slots * (a.lean ? 2 : 1) * tt_bytes(&a);
-        op->run = run_bwd;
-    }
+    op->saved = !a.training ? 0 : BFIT_ALIGN_UP((size_t)(a.n * a.H * a.T) * kept);
+    op->ws = (size_t)slots * slot_parts(&a, d->kind == BFIT_OP_ATTN_BWD, NULL, NULL);
+    op->run = d->kind == BFIT_OP_ATTN_FWD ? run_fwd : run_bwd;
     return BFIT_OK;
 }

@@ -222,11 +222,11 @@ static int cpu_op_run(bfit_op *base, const bfit_op_args *a)
     const void *p[] = {a->src,  a->src2,      a->weights,   a->bias,      a->diff_dst,   a->scale,
                        a->shift, a->dst,       a->diff_src,  a->diff_weights, a->diff_bias, a->diff_scale,
                        a->diff_shift, a->mean, a->var,       a->rmean,     a->rvar,       a->saved,
-                       a->workspace, a->labels, a->stats,    a->state0,    a->state1};
+                       a->workspace, a->labels, a->lens,     a->stats,     a->state0,    a->state1};
     static const char *const nm[] = {"src", "src2", "weights", "bias", "diff_dst", "scale", "shift", "dst",
                                      "diff_src", "diff_weights", "diff_bias", "diff_scale", "diff_shift", "mean",
-                                     "var", "rmean", "rvar", "saved", "workspace", "labels", "stats", "state0",
-                                     "state1"};
+                                     "var", "rmean", "rvar", "saved", "workspace", "labels", "lens", "stats",
+                                     "state0", "state1"};
     int rc = cpu_enter(d, p, nm, (int)(sizeof p / sizeof p[0]), "op");
     if (rc != BFIT_OK)
         return rc;

@@ -54,12 +54,14 @@ typedef enum {
     BFIT_OP_ADAMW,            /* dst (params) updated from src (grads), state0/state1 the moments */
     BFIT_OP_CAST,             /* dst[n] (u.cast.to) = src[n] (dtype), rounded to nearest even */
     BFIT_OP_EMBED_FWD,        /* dst[n,T,C] = weights[id] + bias[t] (positions, or none) + shift[0] (token
-                                 type 0, or none); src: the ids, device int32 [n,T], each in [0, V) */
+                                 type 0, or none); src: the ids, device int32 [n,T], each in [0, V);
+                                 the tables f32 whatever desc.dtype */
     BFIT_OP_EMBED_BWD,        /* diff_weights[id] += diff_dst rows, diff_bias[t] +=, diff_shift[0] +=
                                  (always accumulated: parameter gradients); src: the ids */
     BFIT_OP_ATTN_FWD,         /* multi-head self-attention: src [n,T,3C] (q | k | v, head h in columns
                                  h*hs of each), dst [n,T,C]; training stores the probabilities
-                                 [n,H,T,T] in `saved`, or (lean) the log-sum-exp of each row [n,H,T] */
+                                 [n,H,T,T] (desc.dtype) in `saved`, or (lean) the log-sum-exp of each
+                                 row [n,H,T] (f32) */
     BFIT_OP_ATTN_BWD,         /* diff_src [n,T,3C] (overwritten) from src, diff_dst and `saved`; lean
                                  recomputes the probabilities in the workspace */
     BFIT_OP_COUNT
@@ -108,7 +110,8 @@ typedef struct bfit_op_desc {
            types: a token-type table (BERT's segments) of which row 0 is added */
         struct { int64_t n, T, C, V, P; int types; } embed;
         /* n sequences of T tokens, H heads of hs features (C = H hs); scores scaled by
-           1/sqrt(hs); causal: token i attends to j <= i; lean: keep no probabilities */
+           1/sqrt(hs); causal: token i attends to j <= i; with args.lens, only to j < lens[b]
+           (a key-padding mask); lean: keep no probabilities */
         struct { int64_t n, T, H, hs; int causal, lean, training; } attn;
     } u;
 } bfit_op_desc;
@@ -129,6 +132,8 @@ typedef struct bfit_op_args {
     void *saved;             /* op state kept from forward to backward (bfit_op_saved_bytes) */
     void *workspace;         /* scratch, bfit_op_workspace_bytes, contents not kept */
     const int32_t *labels;   /* XENT: [M] class indices */
+    const int32_t *lens;     /* ATTN: [n] real tokens of each sequence, the rest padding whose keys
+                                are ignored; NULL: all T real */
     void *stats;             /* XENT_FWD, NORMS: f64 results (see the kinds) */
     void *state0, *state1;   /* NORMS: the previous copy; SGD/ADAMW: optimizer state */
     float loss_scale;        /* XENT_BWD scale, e.g. 1/E */

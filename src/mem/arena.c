@@ -28,7 +28,8 @@ typedef struct block {
 typedef struct live {
     char *p;
     uint64_t size;   /* accounted (aligned) */
-    uint32_t cat;
+    uint64_t size2;  /* of it, the bytes counted to cat2 (a shared allocation), else 0 */
+    uint32_t cat, cat2;
     uint32_t blk;    /* index into blocks, kept up to date when blocks move */
 } live;
 
@@ -180,34 +181,46 @@ static int place(bfit_arena *a, uint64_t sz, char **out, int *blk)
     return BFIT_OK;
 }
 
-static void record(bfit_arena *a, char *p, uint64_t sz, bfit_mem_cat cat, int blk)
+static void count(bfit_arena *a, uint32_t cat, uint64_t sz)
 {
-    int at = live_lower(a, p);
-    memmove(&a->lv[at + 1], &a->lv[at], (size_t)(a->nlive - at) * sizeof *a->lv);
-    a->lv[at] = (live){p, sz, (uint32_t)cat, (uint32_t)blk};
-    a->nlive++;
-    a->blocks[blk].used += sz;
-    a->st.current += sz;
     a->st.cur[cat] += sz;
-    if (a->st.current > a->st.peak)
-        a->st.peak = a->st.current;
     if (a->st.cur[cat] > a->st.peak_cat[cat])
         a->st.peak_cat[cat] = a->st.cur[cat];
+}
+
+static void record(bfit_arena *a, const live *r)
+{
+    int at = live_lower(a, r->p);
+    memmove(&a->lv[at + 1], &a->lv[at], (size_t)(a->nlive - at) * sizeof *a->lv);
+    a->lv[at] = *r;
+    a->nlive++;
+    a->blocks[r->blk].used += r->size;
+    a->st.current += r->size;
+    if (a->st.current > a->st.peak)
+        a->st.peak = a->st.current;
+    count(a, r->cat, r->size - r->size2);
+    count(a, r->cat2, r->size2);
     a->st.nalloc++;
 }
 
 int bfit_arena_alloc(bfit_arena *a, size_t n, bfit_mem_cat cat, void **out)
 {
-    uint64_t sz;
+    return bfit_arena_alloc_shared(a, n, cat, 0, cat, out);
+}
+
+int bfit_arena_alloc_shared(bfit_arena *a, size_t n, bfit_mem_cat cat, size_t n2, bfit_mem_cat cat2, void **out)
+{
+    uint64_t sz, sz2;
     char *p;
     int blk, rc;
 
     *out = NULL;
-    if ((unsigned)cat >= BFIT_MEM_NCAT)
-        return bfit_fail(BFIT_EINVAL, "arena: bad category %d", (int)cat);
-    if (n > SIZE_MAX / 2)
-        return bfit_fail(BFIT_ENOMEM, "arena: request of %zu bytes is too large", n);
-    sz = BFIT_ALIGN_UP(n ? n : 1);
+    if ((unsigned)cat >= BFIT_MEM_NCAT || (unsigned)cat2 >= BFIT_MEM_NCAT)
+        return bfit_fail(BFIT_EINVAL, "arena: bad category %d", (unsigned)cat >= BFIT_MEM_NCAT ? (int)cat : (int)cat2);
+    if (n > SIZE_MAX / 4 || n2 > SIZE_MAX / 4)
+        return bfit_fail(BFIT_ENOMEM, "arena: request of %zu bytes is too large", n > n2 ? n : n2);
+    sz2 = BFIT_ALIGN_UP(n2);
+    sz = BFIT_ALIGN_UP(n || n2 ? n : 1) + sz2;
     if (a->fail_countdown && --a->fail_countdown == 0) {
         a->st.nfail++;
         return bfit_fail(BFIT_ENOMEM, "arena: injected failure allocating %llu bytes for %s",
@@ -232,7 +245,7 @@ int bfit_arena_alloc(bfit_arena *a, size_t n, bfit_mem_cat cat, void **out)
                                           need, sizeof need),
                          bfit_mem_cat_name(cat));
     }
-    record(a, p, sz, cat, blk);
+    record(a, &(live){p, sz, sz2, (uint32_t)cat, (uint32_t)cat2, (uint32_t)blk});
 #ifdef BFIT_ARENA_POISON
     /* test builds: every byte starts as a NaN pattern, so reading memory
      * before writing it shows up as NaN instead of passing by luck */
@@ -272,7 +285,8 @@ void bfit_arena_release(bfit_arena *a, void *ptr)
     memmove(&a->lv[i], &a->lv[i + 1], (size_t)(a->nlive - i - 1) * sizeof *a->lv);
     a->nlive--;
     a->st.current -= r.size;
-    a->st.cur[r.cat] -= r.size;
+    a->st.cur[r.cat] -= r.size - r.size2;
+    a->st.cur[r.cat2] -= r.size2;
     a->st.nfree++;
     a->blocks[r.blk].used -= r.size;
     if (a->blocks[r.blk].used == 0)

@@ -4,6 +4,7 @@
 #include "base/err.h"
 #include "nn/model.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void *at(bfit_model *M, bfit_mem_cat c, uint64_t off)
@@ -25,11 +26,17 @@ static void *bwd_loc(bfit_model *M, int v)
     return fwd_loc(M, v);
 }
 
-static void *grad_at(bfit_model *M, uint64_t off) { return at(M, BFIT_MEM_ACT_GRADS, off); }
+/* Activation gradients share the activations' block (layout.c). */
+static void *grad_at(bfit_model *M, uint64_t off) { return at(M, BFIT_MEM_ACTIVATIONS, off); }
 
 const int32_t *bfit_model_labels(bfit_model *M)
 {
     return (const int32_t *)((char *)M->block[BFIT_MEM_INPUT] + M->lay.labels_off);
+}
+
+const int32_t *bfit_model_lens(bfit_model *M)
+{
+    return M->lay.lens_off == BFIT_OFF_NONE ? NULL : (const int32_t *)at(M, BFIT_MEM_INPUT, M->lay.lens_off);
 }
 
 /* One forward of node i: the first (writing the forward buffers and moving
@@ -51,6 +58,7 @@ static int run_forward(bfit_model *M, int i, uint64_t seed, int regen)
     a.ws = M->block[BFIT_MEM_WORKSPACE];
     a.seed = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i; /* regenerations redraw the same dropout */
     a.labels = bfit_model_labels(M);
+    a.lens = bfit_model_lens(M);
     a.stats = regen ? NULL : M->stats;
     rc = bfit_layer_forward(L, &a);
     if (rc != BFIT_OK)
@@ -80,6 +88,7 @@ static int run_backward(bfit_model *M, int i, float loss_scale)
     a.saved = at(M, BFIT_MEM_ACTIVATIONS, regen ? M->lay.rsaved_off[i] : M->lay.saved_off[i]);
     a.ws = M->block[BFIT_MEM_WORKSPACE];
     a.labels = bfit_model_labels(M);
+    a.lens = bfit_model_lens(M);
     a.loss_scale = loss_scale;
     rc = bfit_layer_backward(L, &a);
     if (rc == BFIT_OK && k >= 0 && a.dx[k]) {
@@ -119,6 +128,28 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
     return BFIT_OK;
 }
 
+/* Each sequence's real length, from its labels as the trainer trims
+ * (step.c): up to its last label that counts; without labels, all of it. */
+static int upload_lens(bfit_model *M, const int32_t *labels, int n)
+{
+    int T = M->labels_per_sample;
+    if (n > M->stage_lens_n) { /* grows with the largest micro-batch, then stays */
+        int32_t *p = realloc(M->stage_lens, sizeof *p * (size_t)n);
+        if (!p)
+            return bfit_fail(BFIT_ENOMEM, "model: out of host memory for %d sequence lengths", n);
+        M->stage_lens = p;
+        M->stage_lens_n = n;
+    }
+    for (int i = 0; i < n; i++) {
+        const int32_t *y = labels ? labels + (size_t)i * (size_t)T : NULL;
+        int len = T;
+        while (y && len > 0 && y[len - 1] < 0)
+            len--;
+        M->stage_lens[i] = len;
+    }
+    return bfit_device_upload(M->dev, (void *)bfit_model_lens(M), M->stage_lens, (size_t)n * sizeof(int32_t));
+}
+
 int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n)
 {
     int rc;
@@ -131,6 +162,8 @@ int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, in
     if (rc == BFIT_OK && labels)
         rc = bfit_device_upload(M->dev, (void *)bfit_model_labels(M), labels,
                                 (size_t)n * (size_t)M->labels_per_sample * sizeof(int32_t));
+    if (rc == BFIT_OK && M->seq_lens)
+        rc = upload_lens(M, labels, n);
     return rc;
 }
 

@@ -47,6 +47,8 @@ typedef struct bfit_layer_cfg {
     int causal;         /* attention: token i attends to tokens j <= i (default 1) */
     int lean;           /* attention: keep no attention matrix, recompute it in backward */
     int tie;            /* linear: the weight is the embedding's token table (a tied head) */
+    float std;          /* linear: weights drawn with this spread and biases 0 (GPT-2 and BERT: 0.02,
+                           GPT-2's residual projections 0.02 / sqrt(2 layers)); 0: PyTorch's default */
 } bfit_layer_cfg;
 
 /* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1, causal 1). */
@@ -76,6 +78,7 @@ typedef struct bfit_fwd_args {
     int regen;                 /* a recomputation in backward: the same output, no side effects
                                   (batch norm leaves its running statistics alone) */
     const int32_t *labels;     /* XENT: [m] class indices (device) */
+    const int32_t *lens;       /* ATTENTION: [m] real tokens of each sequence (device), NULL: all */
     void *stats;               /* XENT: device f64[2], += the summed loss and the samples right */
 } bfit_fwd_args;
 
@@ -88,6 +91,7 @@ typedef struct bfit_bwd_args {
     void *saved;
     void *ws;                  /* need.ws_bwd bytes */
     const int32_t *labels;     /* XENT */
+    const int32_t *lens;       /* ATTENTION, as in forward */
     float loss_scale;          /* XENT: dL/dloss_i, e.g. 1/E for a mean over the optimizer step */
 } bfit_bwd_args;
 

@@ -11,7 +11,11 @@
  * What backward keeps (the plan counts it): the attention probabilities,
  * [H, T, T] f32 a sample, or, lean, only each row's log-sum-exp [H, T] f32,
  * the probabilities being recomputed from the kept input in backward (more
- * work, T times less memory). The backward reads the input either way. */
+ * work, T times less memory). The backward reads the input either way.
+ *
+ * With the sequences' real lengths (a->lens, which the model stages when it
+ * has bidirectional attention) the keys of padding are masked, as PyTorch's
+ * key_padding_mask does: a padded sequence trains as the unpadded one. */
 #include "base/err.h"
 #include "nn/layer.h"
 
@@ -65,6 +69,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     o.dst = a->y;
     o.saved = l->prep_training ? a->saved : NULL;
     o.workspace = a->ws;
+    o.lens = a->lens;
     return bfit_op_run(l->ops[OP_FWD], &o);
 }
 
@@ -79,6 +84,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.saved = a->saved;
     o.diff_src = a->dx[0];
     o.workspace = a->ws;
+    o.lens = a->lens;
     return bfit_op_run(l->ops[OP_BWD], &o);
 }
 

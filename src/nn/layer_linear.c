@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 enum { OP_FWD, OP_DW, OP_DX, OP_DB };
 
@@ -94,10 +95,13 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 {
     /* PyTorch: kaiming_uniform(a=sqrt 5) for W and U(+-1/sqrt(fan_in)) for b
-     * both come to U(-1/sqrt(in), 1/sqrt(in)) */
-    float bound = 1.0f / sqrtf((float)features(l));
+     * both come to U(-1/sqrt(in), 1/sqrt(in)). With std (GPT-2, BERT): W
+     * with that spread (uniform, as the embedding's tables), b zero. */
+    float bound = l->cfg.std > 0 ? l->cfg.std * sqrtf(3.0f) : 1.0f / sqrtf((float)features(l));
     bfit_fill_uniform(host[0], bfit_param_numel(&l->params[0]), bound, seed * 2 + 0);
-    if (l->cfg.bias)
+    if (l->cfg.bias && l->cfg.std > 0)
+        memset(host[1], 0, sizeof(float) * (size_t)bfit_param_numel(&l->params[1]));
+    else if (l->cfg.bias)
         bfit_fill_uniform(host[1], bfit_param_numel(&l->params[1]), bound, seed * 2 + 1);
 }
 

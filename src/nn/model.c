@@ -99,8 +99,10 @@ static int wire(bfit_model *M)
             else if (v > 0)
                 M->nodes[v - 1].nconsumers++;
         }
-    for (int i = 0; i < M->n; i++)
+    for (int i = 0; i < M->n; i++) {
         np += M->nodes[i].l->nparams;
+        M->seq_lens |= M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION && !M->nodes[i].l->cfg.causal;
+    }
     M->params = calloc((size_t)np + 1, sizeof *M->params);
     M->trainable = calloc((size_t)np + 1, sizeof *M->trainable);
     M->cast = calloc((size_t)np + 1, sizeof *M->cast);
@@ -237,6 +239,7 @@ void bfit_model_free(bfit_model *M)
     free(M->cut);
     free(M->keep);
     free(M->stage16);
+    free(M->stage_lens);
     free(M);
 }
 
@@ -452,9 +455,16 @@ int bfit_model_stats_read(bfit_model *M, double *loss, double *correct)
 
 /* ---- reserving ----------------------------------------------------------- */
 
-static const bfit_mem_cat step_cats[] = {BFIT_MEM_ACTIVATIONS, BFIT_MEM_ACT_GRADS, BFIT_MEM_WORKSPACE,
-                                         BFIT_MEM_INPUT};
+/* The step's blocks; activation gradients live in the activations' block
+ * (layout.c), which the arena counts to both categories. */
+static const bfit_mem_cat step_cats[] = {BFIT_MEM_ACTIVATIONS, BFIT_MEM_WORKSPACE, BFIT_MEM_INPUT};
 #define NSTEP_CATS ((int)(sizeof step_cats / sizeof step_cats[0]))
+
+/* Bytes of category c's block in lay: the activations' holds the gradients too. */
+static uint64_t block_need(const bfit_layout *lay, bfit_mem_cat c)
+{
+    return c == BFIT_MEM_ACTIVATIONS ? lay->bytes[c] + lay->bytes[BFIT_MEM_ACT_GRADS] : lay->bytes[c];
+}
 
 void bfit_model_unreserve(bfit_model *M)
 {
@@ -490,9 +500,13 @@ static int take_blocks(bfit_model *M, const bfit_layout *lay)
     for (int i = 0; i < NSTEP_CATS; i++) {
         bfit_mem_cat c = step_cats[i];
         int rc;
-        if (!lay->bytes[c])
+        if (!block_need(lay, c))
             continue;
-        rc = bfit_arena_alloc(M->arena, lay->bytes[c], c, &nb[c]);
+        if (c == BFIT_MEM_ACTIVATIONS)
+            rc = bfit_arena_alloc_shared(M->arena, lay->bytes[c], c, lay->bytes[BFIT_MEM_ACT_GRADS],
+                                         BFIT_MEM_ACT_GRADS, &nb[c]);
+        else
+            rc = bfit_arena_alloc(M->arena, lay->bytes[c], c, &nb[c]);
         if (rc != BFIT_OK) {
             for (int j = 0; j < i; j++)
                 bfit_arena_release(M->arena, nb[step_cats[j]]);
@@ -501,7 +515,7 @@ static int take_blocks(bfit_model *M, const bfit_layout *lay)
     }
     for (int i = 0; i < NSTEP_CATS; i++) {
         M->block[step_cats[i]] = nb[step_cats[i]];
-        M->block_bytes[step_cats[i]] = lay->bytes[step_cats[i]];
+        M->block_bytes[step_cats[i]] = block_need(lay, step_cats[i]);
     }
     return BFIT_OK;
 }
@@ -537,8 +551,8 @@ int bfit_model_reserve(bfit_model *M, int m, int training)
     if (rc != BFIT_OK)
         return rc;
     for (int i = 0; i < NSTEP_CATS; i++)
-        if (lay.bytes[step_cats[i]] > M->block_bytes[step_cats[i]] ||
-            (lay.bytes[step_cats[i]] && !M->block[step_cats[i]]))
+        if (block_need(&lay, step_cats[i]) > M->block_bytes[step_cats[i]] ||
+            (block_need(&lay, step_cats[i]) && !M->block[step_cats[i]]))
             fits = 0;
     if (!fits) {
         rc = take_blocks(M, &lay);

@@ -41,6 +41,8 @@ typedef struct bfit_layout {
     uint64_t *tmp_off;               /* per node: act_grads offset of a temp for a summed dx, or NONE */
     int *tmp_input;                  /* per node: which input uses tmp_off, -1 none */
     uint64_t labels_off;             /* input block: labels after the samples */
+    uint64_t lens_off;               /* input block: the sequences' real lengths after the labels
+                                        (int32 [m]; a model with bidirectional attention), or NONE */
     double flops, regen_flops;       /* of the step, and of its regenerations (a part of it) */
 } bfit_layout;
 
@@ -73,6 +75,10 @@ typedef struct bfit_model {
     bfit_dtype input_dtype;
     int nclasses;
     int labels_per_sample; /* 1, or T for a sequence model: one label per token (-1: padding) */
+    int seq_lens;          /* has bidirectional attention: stages each sequence's real length (up to
+                              its last label that counts) for its key-padding mask */
+    int32_t *stage_lens;   /* host staging of those lengths */
+    int stage_lens_n;
     int n;                 /* nodes, the loss last */
     bfit_node *nodes;
     int in0_consumers;     /* consumers of the model input */
@@ -81,6 +87,7 @@ typedef struct bfit_model {
     unsigned char *cut;    /* per value: every later node reads only it or later values */
     unsigned char *keep;   /* per value: the CUTS configuration's */
     int no_inplace;        /* tests: every activation gradient its own bytes (layout.c) */
+    int grads_apart;       /* tests: activation gradients placed apart from the activations (layout.c) */
     int ncopies;           /* parameters with a compute copy (mixed precision) */
     bfit_op **cast;        /* per parameter: the cast refreshing its compute copy, or NULL */
     uint64_t copy_bytes;   /* of the compute copies, in the params block after the masters */
@@ -157,13 +164,17 @@ uint64_t bfit_model_step_bytes(const bfit_model *M);
 
 /* Upload n = M->m samples (host: f32, or int32 token ids) and their labels
  * (labels_per_sample each) into the reserved input block; 16-bit inputs are
- * converted on the host. Token ids and labels are checked here, on the host. */
+ * converted on the host. Token ids and labels are checked here, on the host.
+ * A model with bidirectional attention also gets each sequence's real
+ * length: up to its last label that counts (all T without labels). */
 int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n);
 int bfit_model_upload_samples(bfit_model *M, const void *x, int n);
 int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n);
 int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n);
 /* The labels in the reserved input block (device). */
 const int32_t *bfit_model_labels(bfit_model *M);
+/* The sequences' real lengths in it (device), or NULL (no bidirectional attention). */
+const int32_t *bfit_model_lens(bfit_model *M);
 
 /* Forward the reserved micro-batch; the loss summed over its samples and the
  * samples whose arg-max class is the label are added to the model's

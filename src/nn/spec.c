@@ -266,10 +266,10 @@ bad:
 /* ---- layers and their options -------------------------------------------- */
 
 enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_VOCAB, O_POS,
-       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_COUNT };
+       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_COUNT };
 /* The cfg fields an option sets: giving one field twice is an error. */
 enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_VOCAB, F_POS, F_TYPES, F_CAUSAL, F_LEAN,
-       F_TIE, F_COUNT };
+       F_TIE, F_STD, F_COUNT };
 #define FB(f) (1u << (f))
 #define OB(o) (1u << (o))
 
@@ -296,12 +296,13 @@ static const struct {
     [O_CAUSAL] = {"causal", FB(F_CAUSAL)},
     [O_LEAN] = {"lean", FB(F_LEAN)},
     [O_TIE] = {"tie", FB(F_TIE)},
+    [O_STD] = {"std", FB(F_STD)},
 };
 
 static const char *const field_names[F_COUNT] = {
     "the kernel height", "the kernel width", "the vertical stride", "the horizontal stride",
     "the vertical padding", "the horizontal padding", "bias", "the dropout probability", "eps", "momentum",
-    "the vocabulary", "the positions", "the token types", "causal", "lean", "tie",
+    "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std",
 };
 
 enum { P_NONE, P_UNITS, P_KERNEL, P_PROB }; /* what a layer's one positional number is */
@@ -317,7 +318,7 @@ typedef struct layer_kw {
 } layer_kw;
 
 static const layer_kw layer_kws[] = {
-    {"linear", BFIT_L_LINEAR, P_UNITS, OB(O_BIAS) | OB(O_TIE), "linear N [bias=0|1] [tie=0|1]"},
+    {"linear", BFIT_L_LINEAR, P_UNITS, OB(O_BIAS) | OB(O_TIE) | OB(O_STD), "linear N [bias=0|1] [tie=0|1] [std=S]"},
     {"conv", BFIT_L_CONV, P_UNITS, O_WINDOW | OB(O_BIAS), "conv N k=K [stride=S] [pad=P] [bias=0|1]"},
     {"maxpool", BFIT_L_MAXPOOL, P_KERNEL, O_WINDOW, "maxpool K [stride=S] [pad=P]"},
     {"avgpool", BFIT_L_AVGPOOL, P_KERNEL, O_WINDOW, "avgpool K [stride=S] [pad=P]"},
@@ -491,6 +492,8 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
         return parse_float(p, val, "dropout's p", 0, 0, 1, 1, &c->p);
     case O_EPS:
         return parse_float(p, val, "eps", 0, 1, 1, 0, &c->eps);
+    case O_STD:
+        return parse_float(p, val, "std (the weights' initial spread)", 0, 1, 1, 0, &c->std);
     default: /* O_MOM */
         return parse_float(p, val, "momentum", 0, 0, 1, 0, &c->momentum);
     }

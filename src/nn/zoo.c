@@ -60,12 +60,15 @@ static int maxpool(zb *b, int x, int k, int stride, int pad)
     return add_node(b, &c, x, -1);
 }
 
-static int linear(zb *b, int x, int out)
+static int linear_std(zb *b, int x, int out, float std)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_LINEAR);
     c.units = out;
+    c.std = std;
     return add_node(b, &c, x, -1);
 }
+
+static int linear(zb *b, int x, int out) { return linear_std(b, x, out, 0); }
 
 static int residual_add(zb *b, int body, int shortcut)
 {
@@ -181,12 +184,16 @@ static int build_vgg16(zb *b)
 
 /* ---- transformers ---------------------------------------------------------- */
 
+#define TF_STD 0.02f /* GPT-2's and BERT's initial spread of weights */
+
 typedef struct tf_cfg {
     int layers, heads, width, context, vocab;
     int types;     /* BERT's token types (0: none) */
     int causal;    /* GPT: causal attention, pre-norm blocks; BERT: bidirectional, post-norm */
     float eps;     /* layer norm */
     float dropout; /* after the embeddings and each block's body (0: none) */
+    float proj_std; /* initial spread of the residual projections: GPT-2's 0.02 / sqrt(2 layers) (the
+                       literal, so a spec file's `std=` gives the same float); the other linears 0.02 */
 } tf_cfg;
 
 static int layer_norm(zb *b, int x, float eps)
@@ -212,14 +219,14 @@ static int attn_body(zb *b, const tf_cfg *t, int x)
     bfit_layer_cfg a = bfit_layer_cfg_default(BFIT_L_ATTENTION);
     a.units = t->heads;
     a.causal = t->causal;
-    x = add_node(b, &a, linear(b, x, 3 * t->width), -1);
-    return drop(b, linear(b, x, t->width), t->dropout);
+    x = add_node(b, &a, linear_std(b, x, 3 * t->width, TF_STD), -1);
+    return drop(b, linear_std(b, x, t->width, t->proj_std), t->dropout);
 }
 
 static int mlp_body(zb *b, const tf_cfg *t, int x)
 {
-    x = simple(b, BFIT_L_GELU, linear(b, x, 4 * t->width));
-    return drop(b, linear(b, x, t->width), t->dropout);
+    x = simple(b, BFIT_L_GELU, linear_std(b, x, 4 * t->width, TF_STD));
+    return drop(b, linear_std(b, x, t->width, t->proj_std), t->dropout);
 }
 
 /* GPT-2: x + attn(ln(x)), then x + mlp(ln(x)) (pre-norm). BERT: ln(x +
@@ -256,7 +263,7 @@ static int build_transformer(zb *b, const tf_cfg *t)
     if (t->causal)
         x = layer_norm(b, x, t->eps);
     else
-        x = layer_norm(b, simple(b, BFIT_L_GELU, linear(b, x, t->width)), t->eps);
+        x = layer_norm(b, simple(b, BFIT_L_GELU, linear_std(b, x, t->width, TF_STD)), t->eps);
     h.units = t->vocab;
     h.tie = 1;
     h.bias = !t->causal;
@@ -267,14 +274,14 @@ static int build_transformer(zb *b, const tf_cfg *t)
 /* For tests and the demo: byte-level tokens, 4 layers of 128, 128 tokens. */
 static int build_gpt_nano(zb *b)
 {
-    static const tf_cfg t = {4, 4, 128, 128, 256, 0, 1, 1e-5f, 0};
+    static const tf_cfg t = {4, 4, 128, 128, 256, 0, 1, 1e-5f, 0, 0.0070710678f};
     return build_transformer(b, &t);
 }
 
 /* GPT-2 small as llm.c trains it: 124,439,808 parameters. */
 static int build_gpt2(zb *b)
 {
-    static const tf_cfg t = {12, 12, 768, 1024, 50257, 0, 1, 1e-5f, 0};
+    static const tf_cfg t = {12, 12, 768, 1024, 50257, 0, 1, 1e-5f, 0, 0.0040824829f};
     return build_transformer(b, &t);
 }
 
@@ -283,7 +290,7 @@ static int build_gpt2(zb *b)
  * is not modelled. */
 static int build_bert_base(zb *b)
 {
-    static const tf_cfg t = {12, 12, 768, 512, 30522, 2, 0, 1e-12f, 0.1f};
+    static const tf_cfg t = {12, 12, 768, 512, 30522, 2, 0, 1e-12f, 0.1f, TF_STD}; /* no residual scaling */
     return build_transformer(b, &t);
 }
 

@@ -77,7 +77,7 @@ printf 'input 1x28x28\nflatten\nlinear 64\nrelu\nlinear 10\n' >"$tmp/tiny.cfg"
 # ---- --batch auto: E changes at step 644 (goodput, today) --------------------------------
 export BFIT_TEST_CLOCK=0.001
 auto=(--model "$tmp/tiny.cfg" --epoch-samples 6000 --eval-samples 500 --batch auto --batch-min 16 --batch-max 256
-  --threads 1 --epochs 3 --no-prefetch --quiet)
+  --lr-ref-batch 16 --threads 1 --epochs 3 --no-prefetch --quiet)
 "$bf" train "${auto[@]}" --save "$tmp/auto.st" --log "$tmp/auto.jsonl" --checkpoint "$tmp/a" --checkpoint-every 50 \
   --keep 100 >/dev/null || fail "the auto run failed"
 "$bf" train "${auto[@]}" --save "$tmp/auto_nock.st" >/dev/null
@@ -98,7 +98,10 @@ for try in 1 2 3; do
     --checkpoint-every 100 >/dev/null 2>&1 &
   pid=$!
   at=$(( try == 1 ? 300 + RANDOM % 300 : 100 ))
-  while n=$(grep -c '"event":"step"' "$tmp/autot.jsonl" 2>/dev/null); [ "${n:-0}" -lt "$at" ]; do sleep 0.01; done
+  while n=$(grep -c '"event":"step"' "$tmp/autot.jsonl" 2>/dev/null); [ "${n:-0}" -lt "$at" ]; do
+    kill -0 "$pid" 2>/dev/null || break # ended before that step: not a hang
+    sleep 0.01
+  done
   kill -TERM "$pid"
   wait "$pid"
   rc=$?

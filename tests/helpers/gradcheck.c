@@ -16,7 +16,7 @@ typedef struct gc_ctx {
     tdev t;
     bfit_layer *l;
     int m, nin;
-    tbuf x[BFIT_LAYER_MAXIN], dx[BFIT_LAYER_MAXIN], y, dy, labels, stats;
+    tbuf x[BFIT_LAYER_MAXIN], dx[BFIT_LAYER_MAXIN], y, dy, labels, stats, lens;
     tbuf pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP];
     float *r;                /* the random weights of the checked sum */
     void *saved, *ws_f, *ws_b;
@@ -47,6 +47,7 @@ static double forward_loss(gc_ctx *c, int *ok)
     a.ws = c->ws_f;
     a.seed = c->seed;
     a.labels = c->labels.d;
+    a.lens = c->lens.d;
     a.stats = c->stats.d;
     *ok = bfit_layer_forward(c->l, &a) == BFIT_OK;
     if (c->l->cfg.kind == BFIT_L_XENT) {
@@ -167,6 +168,11 @@ static void setup_buffers(gc_ctx *c, const gc_case *k)
                                                                         : (int32_t)((c->seed + (uint64_t)i * 7) %
                                                                                     (uint64_t)(k->in[0].nd == 2 ? k->in[0].d[1] : k->in[0].c));
     tbuf_up(&c->t, &c->labels);
+    if (k->lens) {
+        c->lens = tbuf_new(&c->t, (size_t)c->m * 4);
+        memcpy(c->lens.h, k->lens, (size_t)c->m * 4);
+        tbuf_up(&c->t, &c->lens);
+    }
 }
 
 static int backward(gc_ctx *c, const gc_case *k)
@@ -183,6 +189,7 @@ static int backward(gc_ctx *c, const gc_case *k)
     b.saved = c->saved;
     b.ws = c->ws_b;
     b.labels = c->labels.d;
+    b.lens = c->lens.d;
     b.loss_scale = 1.0f;
     if (bfit_layer_backward(c->l, &b) != BFIT_OK)
         return -1;
@@ -219,6 +226,8 @@ static void cleanup(gc_ctx *c)
         tbuf_free(&c->t, &c->labels);
     if (c->stats.d)
         tbuf_free(&c->t, &c->stats);
+    if (c->lens.d)
+        tbuf_free(&c->t, &c->lens);
     free(c->r);
     bfit_layer_free(c->l);
     tdev_close(&c->t); /* releases saved and the workspaces */

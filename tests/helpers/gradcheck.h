@@ -21,6 +21,7 @@ typedef struct gc_case {
     int samples;       /* elements checked per tensor; 0: 40 */
     uint64_t seed;
     int token_vocab;   /* > 0: input 0 holds int32 token ids in [0, token_vocab) (embed), not checked */
+    const int32_t *lens; /* attention: [m] real tokens of each sequence (a key-padding mask), NULL: none */
 } gc_case;
 
 typedef struct gc_result {

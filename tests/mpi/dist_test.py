@@ -276,12 +276,13 @@ def case_rank_memory():
 
 
 def case_rank_oom():
-    """The 7th device allocation of rank 1 fails: the first step's
-    reservation (parameters, gradients, statistics and the model's blocks
-    come before it). Rank 1 shrinks and retries its own micro-steps."""
+    """The 6th device allocation of rank 1 fails: the first step's input
+    block (parameters, gradients, statistics, the activations' block and
+    the workspace come before it; no optimizer state with momentum 0).
+    Rank 1 shrinks and retries its own micro-steps."""
     rows = make_data()
     T = single(rows)
-    run(mpirun(2) + train_args(["--fail-alloc", "7", "--memory-schedule-rank", "1", "--save", path("dist.st"),
+    run(mpirun(2) + train_args(["--fail-alloc", "6", "--memory-schedule-rank", "1", "--save", path("dist.st"),
                                 "--log", path("dist.jsonl")]))
     log = path("dist.jsonl")
     ch = events(log, "rank_batch_change")

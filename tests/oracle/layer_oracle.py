@@ -77,6 +77,7 @@ class Case:
         if kind in ("embed", "attention"):
             self.cfg.update(vocab=0, positions=0, types=0, causal=1, lean=0)
         self.cfg.update(cfg)
+        self.lens = self.cfg.pop("lens", None)  # attention's key-padding mask, carried as tensor "lens"
         self.g = torch.Generator().manual_seed(7919 * (idx + 1))
 
     def uniform(self, shape, lo=-1.0, hi=1.0):
@@ -89,10 +90,12 @@ def leaf(t):
     return t.clone().requires_grad_(True)
 
 
-def run_attention(c, x):
+def run_attention(c, x, lens=None):
     """Multi-head self-attention on x [m, T, 3C] (q | k | v), GPT-2's way:
     scores q k^T / sqrt(hs), masked above the diagonal when causal, softmax,
-    times v; heads side by side in the output [m, T, C]."""
+    times v; heads side by side in the output [m, T, C]. lens: each
+    sequence's real length, the keys after it masked (key_padding_mask;
+    a length of 0 keeps one key, as batchfit does, so no row is empty)."""
     m, T, C3 = x.shape
     H = c.cfg["units"]
     C = C3 // 3
@@ -102,6 +105,9 @@ def run_attention(c, x):
     if c.cfg["causal"]:
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         att = att.masked_fill(~mask, float("-inf"))
+    if lens is not None:
+        keep = torch.arange(T)[None, :] < torch.tensor([max(n, 1) for n in lens])[:, None]  # [m, T]
+        att = att.masked_fill(~keep[:, None, None, :], float("-inf"))
     att = torch.softmax(att, dim=-1)
     return (att @ v).transpose(1, 2).reshape(m, T, C)
 
@@ -128,7 +134,7 @@ def run_seq(c, x, params):
     dimension, so on each token. Returns (y, the module's parameters)."""
     k, cfg, Fdim = c.kind, c.cfg, c.shapes[0][1]
     if k == "attention":
-        return run_attention(c, x[0]), {}
+        return run_attention(c, x[0], c.lens), {}
     if k == "linear":
         mod = torch.nn.Linear(Fdim, cfg["units"], bias=bool(cfg["bias"]), dtype=torch.float64)
         params["weight"] = c.uniform((cfg["units"], Fdim), -0.5, 0.5)
@@ -273,6 +279,8 @@ def run_case(c, outdir):
         for n, t in p.items():
             out["d" + n] = t.grad
     out["y"] = y
+    if c.lens is not None:
+        extra["lens"] = torch.tensor(c.lens, dtype=torch.int32)
     out.update(extra)
     tensors = {n: (t.detach().float() if t.dtype == torch.float64 else t) for n, t in out.items()}
 
@@ -355,6 +363,13 @@ def cases():
         add("attention_m2_T70_H2_hs8_causal" + tag, "attention", [(70, 48)], 2, seq=1, units=2, lean=lean)
         add("attention_m1_T67_H4_hs16_bidir" + tag, "attention", [(67, 192)], 1, seq=1, units=4, causal=0,
             lean=lean)
+        # a key-padding mask: each sequence's real length, the padding's keys ignored
+        add("attention_m3_T6_H2_hs3_bidir_pad_6_3_1" + tag, "attention", [(6, 18)], 3, seq=1, units=2, causal=0,
+            lean=lean, lens=[6, 3, 1])
+        add("attention_m2_T70_H2_hs8_bidir_pad_70_37" + tag, "attention", [(70, 48)], 2, seq=1, units=2,
+            causal=0, lean=lean, lens=[70, 37])
+        add("attention_m2_T5_H1_hs4_causal_pad_0_3" + tag, "attention", [(5, 12)], 2, seq=1, units=1, lean=lean,
+            lens=[0, 3])
     add("xent_seq_m3_T5_V7_padding_scale0.1", "xent", [(5, 7)], 3, seq=1, loss_scale=0.1)
     add("xent_seq_m1_T4_V300_padding_scale1", "xent", [(4, 300)], 1, seq=1, loss_scale=1.0)
     return L
