@@ -1,7 +1,8 @@
 /* test_data_stream.c - the sample stream: every sample exactly once per
  * epoch whatever the take sizes, retry by seeking back, seeded order, the
- * same bytes with and without prefetch, reproducible augmentation. Samples
- * carry their own index as a feature so the test can count them. */
+ * same bytes with and without prefetch, reproducible augmentation, the wait
+ * on the test clock. Samples carry their own index as a feature so the test
+ * can count them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -398,9 +399,32 @@ static void test_prefetch_identical_fmnist(void **st)
     bfit_dataset_free(d);
 }
 
+/* The stream's wait is read from the library's one clock, so under the test
+ * clock (BFIT_TEST_CLOCK, set by main) a take waits exactly one tick,
+ * whatever the load: the wait is subtracted from a step's time, and a real
+ * clock here once made --batch adaptive's throughput decisions depend on
+ * the machine's load (a resumed run then parted from the original). */
+static void test_wait_on_test_clock(void **st)
+{
+    bfit_dataset *d = index_set();
+    float x[2 * 64];
+    int32_t y[64];
+    int got;
+    (void)st;
+    for (int prefetch = 0; prefetch <= 1; prefetch++) {
+        bfit_stream *s = stream(d, 3, 1, prefetch, 64);
+        for (int i = 0; i < 10; i++)
+            assert_int_equal(bfit_stream_take(s, 64, x, y, &got), BFIT_OK);
+        assert_true(bfit_stream_wait_seconds(s) == 10 * 0.25);
+        bfit_stream_free(s);
+    }
+    bfit_dataset_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wait_on_test_clock),
         cmocka_unit_test(test_each_sample_once_any_split),
         cmocka_unit_test(test_seek_back_retry),
         cmocka_unit_test(test_seeded_order),
@@ -410,5 +434,6 @@ int main(void)
         cmocka_unit_test(test_augmentation),
         cmocka_unit_test(test_prefetch_identical_fmnist),
     };
+    setenv("BFIT_TEST_CLOCK", "0.25", 1); /* before the clock's first reading */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

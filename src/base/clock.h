@@ -1,5 +1,10 @@
-/* clock.h - monotonic seconds, for timing steps, probes and data waits
- * (train/log.c's bfit_now adds a test clock on top of it). */
+/* clock.h - monotonic seconds, for timing steps, probes and data waits.
+ * Tests of exact resumption set BFIT_TEST_CLOCK=TICK: the clock is then a
+ * counter that advances TICK seconds at each reading, so what is decided on
+ * measured time (--batch auto's ladder and goodput, a faster micro-batch)
+ * is the same in every run that does the same work. Every reading of time
+ * that a decision can see goes through here: one real clock leaking in (the
+ * data stream's wait once did) makes those decisions depend on the load. */
 #ifndef BFIT_CLOCK_H
 #define BFIT_CLOCK_H
 

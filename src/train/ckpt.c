@@ -19,6 +19,7 @@
  * functions of (seed, epoch, index)), the dropout counter, the schedule (a
  * function of the step) and the controller's state. */
 #include "base/atomic.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/text.h"
 #include "tensor/safetensors.h"
@@ -324,7 +325,7 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
     run_snap s;
     cJSON *st, *cf;
     char *state = NULL, *config = NULL, path[4096 + 64];
-    double t0 = bfit_now();
+    double t0 = bfit_clock_mono();
     int64_t lb;
     int rc;
 
@@ -362,7 +363,7 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
     if (rc != BFIT_OK)
         return bfit_fail_prefix(rc, "checkpoint at step %lld: ", (long long)r->step);
     prune(r, r->step);
-    r->ckpt_t = bfit_now();
+    r->ckpt_t = bfit_clock_mono();
     r->ckpt_step = r->step;
     snprintf(r->res.checkpoint, sizeof r->res.checkpoint, "%s", path);
     {
@@ -385,7 +386,7 @@ int run_checkpoint_due(const bfit_run *r)
         return 1;
     if (every <= 0 && r->cfg.checkpoint_steps <= 0)
         every = CKPT_DEFAULT_SECONDS;
-    return every > 0 && bfit_now() - r->ckpt_t >= every;
+    return every > 0 && bfit_clock_mono() - r->ckpt_t >= every;
 }
 
 /* ---- reading and resuming -------------------------------------------------------- */
@@ -557,7 +558,7 @@ static int put_state(bfit_run *r, const run_snap *s)
     r->d = s->d;
     r->ls = s->ls;
     r->track_stale = s->track_stale;
-    r->ep_t0 = bfit_now(); /* the progress line's rate: from here, over the samples from here */
+    r->ep_t0 = bfit_clock_mono(); /* the progress line's rate: from here, over the samples from here */
     r->ep_taken0 = s->taken;
     bfit_model_unreserve(r->s.M);
     r->nmem = 0;

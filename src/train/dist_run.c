@@ -16,6 +16,7 @@
  *      optimizer takes the same step.
  * Rank 0 writes the log, the report, the weights and the checkpoints, and
  * logs every rank's micro-batch changes and the shares with their reasons. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "train/run_int.h"
 
@@ -370,7 +371,7 @@ int run_dist_begin(bfit_run *r, int rc, int E)
     run_dist *dp = r->dp;
     bfit_dist_word *w = &dp->mine;
     const bfit_dist_word *all;
-    double t0 = bfit_now();
+    double t0 = bfit_clock_mono();
     char why[BFIT_DIST_MSG + 200];
 
     dp->comm = dp->sum_secs = 0;
@@ -388,7 +389,7 @@ int run_dist_begin(bfit_run *r, int rc, int E)
             snprintf(w->msg, sizeof w->msg, "%.*s", (int)sizeof w->msg - 1, r->d.why);
     }
     rc = bfit_dist_exchange(dp->d, w, &all);
-    dp->comm += bfit_now() - t0;
+    dp->comm += bfit_clock_mono() - t0;
     if (rc != BFIT_OK || (rc = peer_failure(r, all, "at the start of the step")) != BFIT_OK ||
         (rc = same_decision(r, all)) != BFIT_OK)
         return rc;
@@ -481,9 +482,9 @@ int run_dist_end(bfit_run *r, int rc, int E)
     double t0;
 
     rc = local_status(r, rc, E);
-    t0 = bfit_now();
+    t0 = bfit_clock_mono();
     rc = bfit_dist_exchange(dp->d, &dp->mine, &all);
-    dp->comm += bfit_now() - t0;
+    dp->comm += bfit_clock_mono() - t0;
     if (rc != BFIT_OK || (rc = peer_failure(r, all, "in the step")) != BFIT_OK)
         return rc;
     dp->words = all;
@@ -492,11 +493,11 @@ int run_dist_end(bfit_run *r, int rc, int E)
     dp->loss = 0;
     for (int q = 0; q < dp->size; q++)
         dp->loss += all[q].loss;
-    t0 = bfit_now();
+    t0 = bfit_clock_mono();
     rc = bfit_dist_sum(dp->d, M->grad_block, M->grad_bytes / bfit_dtype_size(BFIT_F32));
     if (rc == BFIT_OK)
         rc = bfit_device_sync(r->s.dev); /* the sum's time is the sum's, not the update's */
-    dp->sum_secs = bfit_now() - t0;
+    dp->sum_secs = bfit_clock_mono() - t0;
     dp->comm += dp->sum_secs;
     dp->comm_total += dp->comm;
     dp->sum_total += dp->sum_secs;

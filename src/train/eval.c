@@ -2,6 +2,7 @@
  * saved weights (bfit_evaluate). The micro-batch comes from the plan and
  * the memory free at that moment, never from a fixed guess: a run that
  * trained in tight memory must not fail at its evaluation. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "nn/zoo.h"
 #include "train/run_int.h"
@@ -152,7 +153,7 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     ev->epoch = r->epoch + (r->taken > 0); /* max_steps may stop inside an epoch */
     ev->step = r->step;
     ev->train_loss = r->ep_count ? r->ep_loss / (double)r->ep_count : 0;
-    ev->epoch_seconds = bfit_now() - r->ep_t0;
+    ev->epoch_seconds = bfit_clock_mono() - r->ep_t0;
     r->res.test_loss = ev->test_loss;
     r->res.test_acc = ev->test_acc;
     r->res.epochs = ev->epoch;

@@ -1,4 +1,5 @@
 /* feed.c - a stream or the caller's source behind one interface. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "train/feed.h"
 #include "train/log.h"
@@ -27,9 +28,9 @@ int bfit_feed_take(bfit_feed *f, int n, float *x, int32_t *y, int *got)
     int rc;
     if (f->s)
         return bfit_stream_take(f->s, n, x, y, got);
-    t0 = bfit_now();
+    t0 = bfit_clock_mono();
     rc = source_take(f, n, x, y, got);
-    f->wait += bfit_now() - t0;
+    f->wait += bfit_clock_mono() - t0;
     return rc;
 }
 

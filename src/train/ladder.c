@@ -7,6 +7,7 @@
  * goes on as if it had not happened: the parameters (batch-norm running
  * statistics included) are put back, the gradients zeroed, the step's
  * loss statistics reset. The time it takes counts as training time. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "train/run_int.h"
 
@@ -46,7 +47,7 @@ static int time_rung(bfit_run *r, int m, double *secs)
     if (rc == BFIT_ENOMEM)
         return BFIT_OK;
     for (int i = 0; rc == BFIT_OK && i < LADDER_RUNS; i++) {
-        double t0 = bfit_now(), t;
+        double t0 = bfit_clock_mono(), t;
         rc = bfit_model_set_input(M, r->stage_x, r->stage_y, m);
         if (rc == BFIT_OK)
             rc = bfit_model_forward(M, r->cfg.seed * 7919ull + (uint64_t)m * 31u + (uint64_t)i);
@@ -54,7 +55,7 @@ static int time_rung(bfit_run *r, int m, double *secs)
             rc = bfit_model_backward(M, 1.0f / (float)m);
         if (rc == BFIT_OK)
             rc = bfit_device_sync(r->s.dev);
-        t = bfit_now() - t0;
+        t = bfit_clock_mono() - t0;
         if (rc == BFIT_OK && i > 0 && (*secs == 0 || t < *secs))
             *secs = t;
     }
@@ -67,7 +68,7 @@ int run_ladder(bfit_run *r, int E)
     void *params;
     char line[512] = "";
     size_t len = 0;
-    double t0 = bfit_now();
+    double t0 = bfit_clock_mono();
     int m, rc = BFIT_OK;
 
     if (bfit_controller_ladder_next(r->ctl) == 0)
@@ -93,7 +94,7 @@ int run_ladder(bfit_run *r, int E)
                                     secs > 0 ? m / secs : 0.0);
     }
     bfit_log_say(&r->lg, "batchfit: ladder (samples/s of forward and backward at micro-batch m): %s; %.2f s", line,
-                 bfit_now() - t0);
+                 bfit_clock_mono() - t0);
     bfit_model_unreserve(M);
     if (rc == BFIT_OK)
         rc = bfit_device_upload(r->s.dev, M->param_block, params, M->param_bytes);

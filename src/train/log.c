@@ -4,35 +4,10 @@
 #include "train/log.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Tests of exact resumption set BFIT_TEST_CLOCK=TICK: the clock is then a
- * counter that advances TICK seconds at each reading, so what is decided
- * on measured time (--batch auto's ladder and goodput, a faster
- * micro-batch) is the same in every run that does the same work. */
-static double test_tick;
-static atomic_llong test_reads;
-static pthread_once_t test_once = PTHREAD_ONCE_INIT;
-
-static void test_clock_init(void)
-{
-    const char *e = getenv("BFIT_TEST_CLOCK");
-    double t = e ? strtod(e, NULL) : 0;
-    test_tick = t > 0 && t < 1e6 ? t : 0;
-}
-
-double bfit_now(void)
-{
-    pthread_once(&test_once, test_clock_init);
-    if (test_tick > 0)
-        return (double)atomic_fetch_add(&test_reads, 1) * test_tick;
-    return bfit_clock_mono();
-}
 
 int bfit_log_open(bfit_log *lg, const char *json_path, FILE *human, double interval)
 {
@@ -93,7 +68,7 @@ void bfit_log_event(bfit_log *lg, const char *event, const char *fmt, ...)
 void bfit_log_progress(bfit_log *lg, int force, const char *fmt, ...)
 {
     va_list ap;
-    double t = bfit_now();
+    double t = bfit_clock_mono();
     if (!lg->human)
         return;
     if (!lg->tty && !force && t - lg->last_plain < lg->interval)

@@ -29,6 +29,5 @@ void bfit_log_event(bfit_log *lg, const char *event, const char *fmt, ...) __att
 void bfit_log_progress(bfit_log *lg, int force, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A line for people that stays (ends any progress line first). */
 void bfit_log_say(bfit_log *lg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-double bfit_now(void); /* monotonic seconds */
 
 #endif

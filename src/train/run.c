@@ -1,6 +1,7 @@
 /* run.c - setting a training run up: checking the configuration, the
  * session (device, arena, model, data), the controller with the plan as its
  * memory model, parameters, optimizer, gradient norms and streams. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/text.h"
 #include "train/run_int.h"
@@ -558,7 +559,7 @@ static int setup(bfit_run *r)
     run_resume_close(r);
     /* rank 0 writes the checkpoints of a group */
     snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->cfg.checkpoint && run_dist_writer(r) ? r->cfg.checkpoint : "");
-    r->ckpt_t = bfit_now();
+    r->ckpt_t = bfit_clock_mono();
     return BFIT_OK;
 }
 
@@ -612,7 +613,7 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs 
         rc = check_cfg(&r->cfg);
     if (rc == BFIT_OK && o)
         rc = outputs(r, o);
-    r->ep_t0 = bfit_now();
+    r->ep_t0 = bfit_clock_mono();
     if (rc == BFIT_OK)
         rc = setup(r);
     if (r->dp)

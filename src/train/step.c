@@ -7,6 +7,7 @@
  * out-of-memory the micro-batch shrinks to what the plan says fits now and
  * the same samples are taken again: they are still in the host staging, so
  * the stream is not rewound. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/text.h"
 #include "train/run_int.h"
@@ -238,7 +239,7 @@ static void say_waiting(bfit_run *r, uint64_t need, uint64_t miss, double limit)
 static int wait_for_memory(bfit_run *r)
 {
     bfit_device_info di;
-    double t0 = bfit_now(), delay = 0.05, now = t0;
+    double t0 = bfit_clock_mono(), delay = 0.05, now = t0;
     uint64_t need, miss = missing_for_one(r, &need);
     char s1[32], s2[32], s3[32];
 
@@ -257,7 +258,7 @@ static int wait_for_memory(bfit_run *r)
         delay = delay * 2 < 5 ? delay * 2 : 5;
         run_watch_device(r);
         miss = missing_for_one(r, &need);
-        now = bfit_now();
+        now = bfit_clock_mono();
     }
     r->waited += now - t0;
     r->step_waited += now - t0;
@@ -504,9 +505,9 @@ static int micro_steps(bfit_run *r, int E, int *k)
             return rc;
         if (retry)
             continue;
-        t0 = bfit_now();
+        t0 = bfit_clock_mono();
         rc = micro_step(r, E, done, want, *k);
-        r->micro_secs += bfit_now() - t0;
+        r->micro_secs += bfit_clock_mono() - t0;
         if (rc != BFIT_OK)
             return rc;
         done += want;
@@ -572,7 +573,7 @@ static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *s
     ss.step = r->step;
     ss.epoch = r->epoch;
     ss.samples = E;
-    ss.seconds = *secs = bfit_now() - t0 - r->step_waited; /* waiting for memory is not computing */
+    ss.seconds = *secs = bfit_clock_mono() - t0 - r->step_waited; /* waiting for memory is not computing */
     ss.data_seconds = bfit_feed_wait(&r->tr) - wait0;
     ss.free_bytes = free_for_step(r);
     ss.capacity = bfit_arena_capacity(r->s.arena);
@@ -596,7 +597,7 @@ static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *s
 static void report_step(bfit_run *r, bfit_step_info *in)
 {
     bfit_arena_stats st;
-    double el = bfit_now() - r->ep_t0, bn = 0;
+    double el = bfit_clock_mono() - r->ep_t0, bn = 0;
     char s1[32], s2[32], split[512], ranks[4096] = "";
     int have_bn = bfit_controller_noise_scale(r->ctl, &bn) == BFIT_OK;
 
@@ -684,7 +685,7 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *k, double *lo
 static int step_start(bfit_run *r)
 {
     if (r->taken == 0) {
-        r->ep_t0 = bfit_now();
+        r->ep_t0 = bfit_clock_mono();
         r->ep_taken0 = 0;
         r->ep_loss = 0;
         r->ep_count = 0;
@@ -712,7 +713,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         return bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->step);
     if ((rc = step_start(r)) != BFIT_OK)
         return rc;
-    t0 = bfit_now();
+    t0 = bfit_clock_mono();
     wait0 = bfit_feed_wait(&r->tr);
     memset(&in, 0, sizeof in);
     if ((rc = step_body(r, &in, &E, &k, &loss, &updated)) != BFIT_OK) {

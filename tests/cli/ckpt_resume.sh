@@ -47,11 +47,18 @@ records() {
 # same_tail REF_ST OUT_ST REF_LOG LOG WHAT: the same weights, and the
 # resumed log's step records are the last ones of the reference's
 same_tail() {
-  local n
+  local n same_rec=1
   n=$(records "$4" | wc -l)
+  [ "$n" -gt 0 ] && diff <(records "$3" | tail -n "$n") <(records "$4") >"$tmp/diff" || same_rec=0
   if ! cmp -s "$1" "$2"; then
-    fail "$5: the weights differ from the uninterrupted run's"
-  elif [ "$n" -eq 0 ] || ! diff <(records "$3" | tail -n "$n") <(records "$4") >"$tmp/diff"; then
+    # say where the runs parted, so a failure that does not repeat can be read
+    fail "$5: the weights differ from the uninterrupted run's (step records $([ $same_rec = 1 ] && echo the same || echo differ))"
+    [ $same_rec = 1 ] || head -4 "$tmp/diff"
+    for f in "$3" "$4"; do
+      echo "  last events of $(basename "$f"):"
+      grep -E '"event":"(batch_change|eval|end|ladder|oom)"' "$f" | sed -E 's/"time":[0-9.]+,//' | tail -n 4 | cut -c1-240
+    done
+  elif [ $same_rec = 0 ]; then
     fail "$5: the step records differ from the uninterrupted run's:"
     head -4 "$tmp/diff"
   else
