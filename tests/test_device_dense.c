@@ -1,5 +1,5 @@
 /* test_device_dense.c - the CPU device's dense op families (matmul, eltwise,
- * layer norm, and the plain loops: reduce rows, add, dropout, cross-entropy,
+ * relu with a bit mask, layer norm, and the plain loops: reduce rows, add, dropout, cross-entropy,
  * scale, norms, and the SGD and AdamW updates) against naive
  * double-precision loops on random data, at odd sizes including 1 and 7,
  * with transposes and accumulation.
@@ -27,6 +27,9 @@
 #include "tdev.h"
 
 #define FEPS 1.1920929e-7 /* float epsilon */
+/* Masks (relu's bits, dropout's) hold one bit per element, in 64-bit words. */
+#define MASK_BIT(m, i) ((int)(((m)[(i) >> 6] >> ((i) & 63)) & 1u))
+#define MASK_BYTES(n) ((size_t)((n) + 63) / 64 * 8)
 
 static int setup(void **st)
 {
@@ -280,6 +283,70 @@ static void test_eltwise(void **st)
             check_eltwise(*st, (bfit_eltwise_alg)alg, ns[s]);
 }
 
+/* ---- RELU WITH A BIT MASK ---- */
+
+/* Forward and backward of relu keeping 1 bit per element, f32 and bf16,
+ * against the definition element by element: bits[i] = x > 0 (for 16-bit
+ * floats, the bits read as a signed integer > 0: a NaN of clear sign
+ * passes), y = bit ? x : +0, dx = bit ? dy : +0, the bits past n zero.
+ * Sizes around the 64-element word and one large enough for the threads;
+ * inputs with zeros of both signs and NaNs of both signs. */
+static void check_relu_bits(tdev *t, bfit_dtype dt, int64_t n)
+{
+    size_t es = dt == BFIT_F32 ? 4 : 2, nb = (size_t)(n + 63) / 64 * 8;
+    bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = dt};
+    bfit_op_args a = {0};
+    tbuf x = tbuf_new(t, (size_t)n * es), y = tbuf_new(t, (size_t)n * es), dy = tbuf_new(t, (size_t)n * es),
+         dx = tbuf_new(t, (size_t)n * es), m = tbuf_new(t, nb);
+    const uint64_t *bits = m.h;
+
+    for (int64_t i = 0; i < n; i++) {
+        float v = i % 11 == 3 ? 0.0f : i % 11 == 4 ? -0.0f : i % 13 == 5 ? NAN : i % 13 == 6 ? -NAN : urand(2);
+        float g = urand(1);
+        uint32_t vb, gb;
+        memcpy(&vb, &v, 4), memcpy(&gb, &g, 4);
+        if (dt == BFIT_F32) {
+            TB_F(x)[i] = v, TB_F(dy)[i] = g;
+        } else { /* bf16: the top half (truncation: any bf16 will do) */
+            ((uint16_t *)x.h)[i] = (uint16_t)(vb >> 16), ((uint16_t *)dy.h)[i] = (uint16_t)(gb >> 16);
+        }
+    }
+    memset(m.h, 0xa5, nb); /* garbage the op must overwrite */
+    tbuf_up(t, &x), tbuf_up(t, &dy), tbuf_up(t, &m);
+    d.u.elt = (typeof(d.u.elt)){.n = n, .alg = BFIT_ELT_RELU, .bits = 1};
+    a.src = x.d, a.dst = y.d, a.saved = m.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    d.kind = BFIT_OP_ELTWISE_BWD;
+    a = (bfit_op_args){0};
+    a.diff_dst = dy.d, a.diff_src = dx.d, a.saved = m.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &y), tbuf_down(t, &dx), tbuf_down(t, &m);
+    for (int64_t i = 0; i < n; i++) {
+        int on = dt == BFIT_F32 ? TB_F(x)[i] > 0.0f : ((int16_t *)x.h)[i] > 0;
+        assert_int_equal(MASK_BIT(bits, i), on);
+        if (dt == BFIT_F32) {
+            float ry = on ? TB_F(x)[i] : 0.0f, rdx = on ? TB_F(dy)[i] : 0.0f;
+            assert_memory_equal(&TB_F(y)[i], &ry, 4);
+            assert_memory_equal(&TB_F(dx)[i], &rdx, 4);
+        } else {
+            assert_int_equal(((uint16_t *)y.h)[i], on ? ((uint16_t *)x.h)[i] : 0);
+            assert_int_equal(((uint16_t *)dx.h)[i], on ? ((uint16_t *)dy.h)[i] : 0);
+        }
+    }
+    if (n % 64)
+        assert_int_equal(bits[n / 64] >> (n % 64), 0);
+    tbuf_free(t, &x), tbuf_free(t, &y), tbuf_free(t, &dy), tbuf_free(t, &dx), tbuf_free(t, &m);
+}
+
+static void test_relu_bits(void **st)
+{
+    static const int64_t ns[] = {1, 63, 64, 65, 1000, 200003};
+    for (size_t s = 0; s < sizeof ns / sizeof *ns; s++) {
+        check_relu_bits(*st, BFIT_F32, ns[s]);
+        check_relu_bits(*st, BFIT_BF16, ns[s]);
+    }
+}
+
 /* ---- LNORM ---- */
 
 typedef struct ln_bufs {
@@ -478,9 +545,6 @@ static void test_add(void **st)
 
 /* ---- DROPOUT ---- */
 
-/* The mask holds one bit per element, in 64-bit words. */
-#define MASK_BIT(m, i) ((int)(((m)[(i) >> 6] >> ((i) & 63)) & 1u))
-#define MASK_BYTES(n) ((size_t)((n) + 63) / 64 * 8)
 
 /* Forward into y and mask (device), downloaded and checked; the kept count. */
 static int64_t dropout_run(tdev *t, int64_t n, float p, uint64_t seed, const tbuf *x, tbuf *y, tbuf *mask)
@@ -1059,6 +1123,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_matmul_accumulates_twice),
         cmocka_unit_test(test_matmul_rejects), cmocka_unit_test(test_eltwise),
+        cmocka_unit_test(test_relu_bits),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_ties),
