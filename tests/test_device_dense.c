@@ -1,8 +1,8 @@
 /* test_device_dense.c - the CPU device's dense op families (matmul, eltwise,
- * relu with a bit mask, layer norm, and the plain loops: reduce rows, add, dropout, cross-entropy,
- * scale, norms, and the SGD and AdamW updates) against naive
- * double-precision loops on random data, at odd sizes including 1 and 7,
- * with transposes and accumulation.
+ * relu with a bit mask, layer norm, and the plain loops: cast, reduce rows,
+ * add, dropout, cross-entropy, scale, norms, and the SGD and AdamW updates)
+ * against naive double-precision loops on random data, at odd sizes
+ * including 1 and 7, with transposes and accumulation.
  *
  * Device memory is opaque: every buffer an op sees comes from the device's
  * arena (tdev); the test fills a host copy, uploads, runs, downloads and
@@ -345,6 +345,82 @@ static void test_relu_bits(void **st)
         check_relu_bits(*st, BFIT_F32, ns[s]);
         check_relu_bits(*st, BFIT_BF16, ns[s]);
     }
+}
+
+/* ---- CAST ---- */
+
+/* bf16 by definition: the nearer of the two bf16 values around x (the
+ * truncation and the next one up in magnitude), a tie to the even one;
+ * worked in double, independent of device/half.h's bit tricks. */
+static uint16_t ref_bf16(float x)
+{
+    uint32_t u, lo, hi;
+    float fl, fh;
+    double dl, dh;
+    memcpy(&u, &x, 4);
+    if (isnan(x))
+        return 0x7fc0; /* any NaN: compared as NaN below */
+    lo = u & 0xffff0000u;
+    hi = lo + 0x10000u; /* from the largest finite bf16 this is inf, which is right: it rounds to inf */
+    memcpy(&fl, &lo, 4), memcpy(&fh, &hi, 4);
+    if (isinf(x))
+        return (uint16_t)(u >> 16);
+    dl = fabs((double)x - (double)fl);
+    dh = isinf(fh) ? fabs((double)x - ldexp(1.0, 128) * (x < 0 ? -1 : 1)) : fabs((double)x - (double)fh);
+    if (dl < dh || (dl == dh && ((lo >> 16) & 1u) == 0))
+        return (uint16_t)(lo >> 16);
+    return (uint16_t)(hi >> 16);
+}
+
+/* f32 -> bf16 and back against the definition, at sizes on both sides of
+ * the threads' threshold, with ties, NaNs, infinities, the largest floats
+ * and subnormals among the values. */
+static void check_cast(tdev *t, int64_t n)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_CAST, .dtype = BFIT_F32};
+    bfit_op_args a = {0};
+    tbuf x = tbuf_new(t, (size_t)n * 4), h = tbuf_new(t, (size_t)n * 2), back = tbuf_new(t, (size_t)n * 4);
+    static const float special[] = {0.0f, -0.0f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, NAN, -NAN, INFINITY,
+                                    -INFINITY, FLT_MAX, -FLT_MAX, 1e-40f, -3e-39f};
+    const int ns = (int)(sizeof special / sizeof *special);
+
+    for (int64_t i = 0; i < n; i++) { /* ties: a value halfway between two bf16s */
+        uint32_t u;
+        float v = i % 5 == 0 ? special[(i / 5) % ns] : urand(100);
+        memcpy(&u, &v, 4);
+        if (i % 5 == 1)
+            u = (u & 0xffff0000u) | 0x8000u, memcpy(&v, &u, 4);
+        TB_F(x)[i] = v;
+    }
+    tbuf_up(t, &x);
+    d.u.cast.n = n, d.u.cast.to = BFIT_BF16;
+    a.src = x.d, a.dst = h.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    d.dtype = BFIT_BF16, d.u.cast.to = BFIT_F32;
+    a.src = h.d, a.dst = back.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &h), tbuf_down(t, &back);
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t got = ((uint16_t *)h.h)[i], ref = ref_bf16(TB_F(x)[i]);
+        uint32_t u = (uint32_t)got << 16;
+        float widened;
+        memcpy(&widened, &u, 4);
+        if (isnan(TB_F(x)[i])) {
+            assert_true(isnan(widened));
+        } else if (got != ref) {
+            printf("  cast of %a: got 0x%04x, want 0x%04x (element %lld)\n", (double)TB_F(x)[i], got, ref, (long long)i);
+            fail();
+        }
+        assert_memory_equal(&TB_F(back)[i], &widened, 4); /* bf16 -> f32 is exact */
+    }
+    tbuf_free(t, &x), tbuf_free(t, &h), tbuf_free(t, &back);
+}
+
+static void test_cast(void **st)
+{
+    static const int64_t ns[] = {1, 7, 1001, 300007};
+    for (size_t s = 0; s < sizeof ns / sizeof *ns; s++)
+        check_cast(*st, ns[s]);
 }
 
 /* ---- LNORM ---- */
@@ -1123,7 +1199,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_matmul_accumulates_twice),
         cmocka_unit_test(test_matmul_rejects), cmocka_unit_test(test_eltwise),
-        cmocka_unit_test(test_relu_bits),
+        cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_ties),
