@@ -220,6 +220,9 @@ void bfit_model_free(bfit_model *M)
 {
     if (!M)
         return;
+    bfit_model_seq_forget(M);
+    free(M->seq);
+    free(M->seq_val);
     bfit_model_unreserve(M);
     if (M->arena) {
         bfit_arena_release(M->arena, M->param_block);
@@ -241,54 +244,6 @@ void bfit_model_free(bfit_model *M)
     free(M->stage16);
     free(M->stage_lens);
     free(M);
-}
-
-/* Every layer's input shapes again from a token input of T. */
-static int reshape_all(bfit_model *M, int T, bfit_shape *val)
-{
-    char err[512];
-    val[0] = bfit_shape_seq(T, 1);
-    for (int i = 0; i < M->n; i++) {
-        bfit_layer *L = M->nodes[i].l;
-        bfit_shape in[BFIT_LAYER_MAXIN];
-        int rc;
-        for (int k = 0; k < L->nin; k++)
-            in[k] = val[M->nodes[i].in[k]];
-        if ((rc = bfit_layer_reshape(L, in, err, sizeof err)) != BFIT_OK)
-            return bfit_fail(rc, "%d tokens: layer %d (%s): %s", T, i + 1, bfit_layer_kind_name(L->cfg.kind), err);
-        val[i + 1] = L->out;
-    }
-    return BFIT_OK;
-}
-
-int bfit_model_set_seq(bfit_model *M, int T)
-{
-    int old, rc;
-    bfit_shape *val;
-
-    if (M->input_dtype != BFIT_I32)
-        return bfit_fail_field(BFIT_EINVAL, "seq", "applies to token models; this model's input is not token ids");
-    old = M->input.d[0];
-    if (T == old)
-        return BFIT_OK;
-    if (T < 1)
-        return bfit_fail_field(BFIT_EINVAL, "seq", "must be at least 1, got %d", T);
-    if (!(val = malloc(sizeof *val * ((size_t)M->n + 1))))
-        return bfit_fail(BFIT_ENOMEM, "model: out of host memory");
-    rc = reshape_all(M, T, val);
-    if (rc != BFIT_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", bfit_errmsg());
-        reshape_all(M, old, val); /* as it was: every layer accepted old before */
-        rc = bfit_fail_field(rc, "seq", "%s", msg);
-    } else {
-        M->input = val[0];
-        M->labels_per_sample = T;
-    }
-    free(val);
-    /* the step's layout is for the old length; its blocks stay for reuse */
-    M->m = 0;
-    return rc;
 }
 
 uint64_t bfit_model_param_bytes(const bfit_model *M) { return M->param_bytes; }
@@ -466,6 +421,15 @@ static uint64_t block_need(const bfit_layout *lay, bfit_mem_cat c)
     return c == BFIT_MEM_ACTIVATIONS ? lay->bytes[c] + lay->bytes[BFIT_MEM_ACT_GRADS] : lay->bytes[c];
 }
 
+int bfit_model_blocks_fit(const bfit_model *M, const bfit_layout *lay)
+{
+    for (int i = 0; i < NSTEP_CATS; i++)
+        if (block_need(lay, step_cats[i]) > M->block_bytes[step_cats[i]] ||
+            (block_need(lay, step_cats[i]) && !M->block[step_cats[i]]))
+            return 0;
+    return 1;
+}
+
 void bfit_model_unreserve(bfit_model *M)
 {
     for (int i = 0; i < NSTEP_CATS; i++) {
@@ -541,7 +505,7 @@ static int prepare_ops(bfit_model *M, const bfit_layout *lay)
 int bfit_model_reserve(bfit_model *M, int m, int training)
 {
     bfit_layout lay;
-    int rc, fits = 1;
+    int rc;
 
     if (!M->dev || !M->arena)
         return bfit_fail(BFIT_ESTATE, "model: no device");
@@ -550,11 +514,7 @@ int bfit_model_reserve(bfit_model *M, int m, int training)
     rc = bfit_model_layout(M, m, training, &lay);
     if (rc != BFIT_OK)
         return rc;
-    for (int i = 0; i < NSTEP_CATS; i++)
-        if (block_need(&lay, step_cats[i]) > M->block_bytes[step_cats[i]] ||
-            (block_need(&lay, step_cats[i]) && !M->block[step_cats[i]]))
-            fits = 0;
-    if (!fits) {
+    if (!bfit_model_blocks_fit(M, &lay)) {
         rc = take_blocks(M, &lay);
         if (rc != BFIT_OK) {
             bfit_layout_fini(&lay);

@@ -68,6 +68,26 @@ typedef struct bfit_node {
                                         table), NULL: none */
 } bfit_node;
 
+/* A token model's prepared state at one sequence length (seq.c): each
+ * layer's shapes and ops, the nodes' accumulation ops, and the step laid out
+ * at that length, kept while the model runs at another. */
+typedef struct bfit_seq_node {
+    bfit_shape in[BFIT_LAYER_MAXIN], out;
+    int prep_m, prep_training;
+    bfit_bwd_mode prep_mode;
+    bfit_layer_need need;
+    bfit_op *ops[BFIT_LAYER_MAXOPS];
+    bfit_op *acc;
+} bfit_seq_node;
+
+typedef struct bfit_seq_slot {
+    int T;                 /* 0: empty */
+    uint64_t used;         /* for replacement: the least recently used goes */
+    int m, training;       /* the step laid out at T (lay), m 0: none */
+    bfit_layout lay;
+    bfit_seq_node *nodes;  /* [M->n] */
+} bfit_seq_slot;
+
 typedef struct bfit_model {
     bfit_device *dev;
     bfit_arena *arena;
@@ -110,6 +130,11 @@ typedef struct bfit_model {
     bfit_layout lay;
     void *block[BFIT_MEM_NCAT];      /* activations, act_grads, workspace, input */
     uint64_t block_bytes[BFIT_MEM_NCAT];
+    /* token models: the state prepared at other lengths (seq.c) */
+    bfit_seq_slot *seq;
+    int nseq;
+    uint64_t seq_tick;
+    bfit_shape *seq_val;   /* [n + 1]: the values' shapes while reshaping */
 } bfit_model;
 
 /* Build layers from a graph description (shape inference; no device memory).
@@ -131,9 +156,16 @@ uint64_t bfit_model_copy_bytes(const bfit_model *M);
 /* A token model's sequence length T (at most its positions): every layer
  * reshaped, the parameters unchanged; the plan (bfit_model_layout) is then
  * at T, and the next reserve lays the step out again, reusing the blocks
- * held when they are large enough. BFIT_EINVAL (field "seq") leaves the
- * model at its length. */
+ * held when they are large enough. The state prepared at a length (shapes,
+ * ops, the step's layout) is kept when the model moves to another, so that
+ * going back is a lookup that allocates nothing (seq.c). BFIT_EINVAL (field
+ * "seq") leaves the model at its length. */
 int bfit_model_set_seq(bfit_model *M, int T);
+/* Drop the state kept per length (a configuration change makes it stale). */
+void bfit_model_seq_forget(bfit_model *M);
+/* Whether the step blocks held are large enough for lay (seq.c's check
+ * before it takes back a step laid out earlier). */
+int bfit_model_blocks_fit(const bfit_model *M, const bfit_layout *lay);
 
 /* Bytes of params (and grads if training) the model allocates, and of its
  * fixed statistics block. */

@@ -181,6 +181,7 @@ int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
     if (M->param_block && c->precision != M->store.precision)
         return bfit_fail(BFIT_ESTATE, "model: the precision must be set before the parameters are allocated");
     bfit_model_unreserve(M);
+    bfit_model_seq_forget(M); /* prepared for the old dtypes and modes */
     M->store = *c;
     M->store.keep = NULL;
     if (c->recompute == BFIT_RECOMPUTE_CUTS)
