@@ -524,6 +524,7 @@ typedef struct bfit_controller_config {
     int64_t auto_interval;     /* at least this many samples between E changes (and before the first) */
     int auto_confirm;          /* the same better E must win this many steps in a row */
     int keep_whole;            /* never split E into micro-batches for speed alone (batch norm) */
+    int tokens;                /* E, m and the bounds count tokens: messages say so */
 } bfit_controller_config;
 
 /* Defaults: auto micro-batch, margin 0, linear rule, W 100, G 5, X 0.05, N 50,
@@ -698,6 +699,12 @@ typedef struct bfit_train_cfg {
     const char *test_data;     /* evaluate on this instead of data's test split (NULL: that) */
     bfit_csv_header csv_header;/* a CSV file's first row (auto) */
     int batch;                 /* effective batch E (adaptive: the initial E, 0 = batch_min) */
+    int batch_tokens;          /* token models: batch, micro_batch, batch_min, batch_max, lr_ref_batch and
+                                  the batch schedule count tokens that have a label, not sequences. A step
+                                  takes whole sequences until their tokens reach E; a micro-batch of m
+                                  tokens is planned as ceil(m / T) sequences of the longest length T, and
+                                  one of shorter sequences takes as many as fit in the same bytes at their
+                                  length (docs/train.md, "Token budgets"). Not with auto. */
     int micro_batch;           /* 0: the plan chooses (largest that fits, at most E) */
     int adaptive;              /* --batch adaptive: E follows the gradient noise scale */
     int auto_batch;            /* --batch auto: E and m chosen for goodput (docs/dynamic.md) */
@@ -823,7 +830,9 @@ typedef struct bfit_train_result {
 typedef struct bfit_step_info {
     int64_t step;               /* 0-based, of the run */
     int epoch;                  /* 0-based */
-    int batch;                  /* samples in the step (E, or what was left of the epoch) */
+    int batch;                  /* samples in the step (E, or what was left of the epoch); with
+                                   batch_tokens its tokens that count */
+    int sequences;              /* batch_tokens: the sequences those tokens came in (0 otherwise) */
     int m, k;                   /* micro-batch and micro-steps */
     double loss;                /* mean over the step's samples */
     double lr;                  /* the learning rate used */

@@ -301,6 +301,9 @@ static void because(bfit_batch_decision *d, bfit_batch_reason r)
         d->reason = r;
 }
 
+/* What E and m count, for messages. */
+static const char *unit(const bfit_controller *c) { return c->cfg.tokens ? "tokens" : "samples"; }
+
 static void set_m(bfit_controller *c, int m)
 {
     if (m != c->m) {
@@ -440,7 +443,7 @@ static void try_grow(bfit_controller *c, int64_t step, int need_streak, bfit_bat
     if (c->cfg.micro_batch || !measured(c, best, NULL))
         say(d, "memory freed: micro-batch %d -> %d", from, best);
     else
-        say(d, "memory freed: micro-batch %d -> %d (measured %.4g vs %.4g samples/s)", from, best, best_r, cur);
+        say(d, "memory freed: micro-batch %d -> %d (measured %.4g vs %.4g %s/s)", from, best, best_r, cur, unit(c));
 }
 
 /* Auto mode: a smaller m that fits and was measured faster by grow_gain
@@ -464,7 +467,7 @@ static void try_faster(bfit_controller *c, bfit_batch_decision *d)
         return;
     set_m(c, best);
     because(d, BFIT_REASON_THROUGHPUT);
-    say(d, "throughput: micro-batch %d -> %d (measured %.4g vs %.4g samples/s)", from, best, best_r, cur);
+    say(d, "throughput: micro-batch %d -> %d (measured %.4g vs %.4g %s/s)", from, best, best_r, cur, unit(c));
 }
 
 /* ---- auto mode: goodput ------------------------------------------------------ */
@@ -666,7 +669,7 @@ static int start(bfit_controller *c, int64_t step, int epoch, bfit_batch_decisio
     c->ramp_start = step;
     c->last_E_change = step;
     d->reason = BFIT_REASON_START;
-    say(d, "start: batch %d, micro-batch %d", c->E, m);
+    say(d, "start: batch %d, micro-batch %d%s", c->E, m, c->cfg.tokens ? " (tokens)" : "");
     if (c->cfg.micro_batch && m < cap)
         say(d, "micro-batch %d does not fit", cap);
     return BFIT_OK;
@@ -707,7 +710,7 @@ int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch
         if (E != c->E) {
             because(&nd, c->cfg.adaptive ? BFIT_REASON_NOISE : BFIT_REASON_SCHEDULE);
             if (c->cfg.adaptive)
-                say(&nd, "noise scale %.4g: batch %d -> %d", bn, c->E, E);
+                say(&nd, "noise scale %.4g: batch %d -> %d%s", bn, c->E, E, c->cfg.tokens ? " tokens" : "");
             else
                 say(&nd, "schedule: batch %d -> %d", c->E, E);
             c->E = E;

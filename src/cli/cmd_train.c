@@ -46,7 +46,12 @@ static void help(void)
          "                        (measured throughput x the statistical efficiency the\n"
          "                        gradient noise scale implies) within --batch-min/--batch-max;\n"
          "                        adaptive: E follows the measured noise scale\n"
-         "  --batch-min N --batch-max N   bounds for auto and adaptive (default 16 and 4096)\n"
+         "  --batch-tokens N|adaptive   token models: the effective batch in tokens that\n"
+         "                        have a label; a step takes whole sequences until they\n"
+         "                        reach N; --micro-batch, --batch-min/--batch-max,\n"
+         "                        --lr-ref-batch and --batch-schedule then count tokens too\n"
+         "  --batch-min N --batch-max N   bounds for auto and adaptive (default 16 and 4096;\n"
+         "                        with --batch-tokens 1024 and 65536 tokens)\n"
          "  --lr-ref-batch N      the effective batch --lr is given for (default: 128 with\n"
          "                        --batch auto, where E starts there, else the first E)\n"
          "  --batch-schedule S    E by step (\"0:32,500:128,1000:512\") or epoch (\"e0:32,e2:128\")\n"
@@ -135,7 +140,7 @@ enum {
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
     O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF, O_DIST, O_MEMSCHED_RANK,
     O_SAMPLE_CHECK, O_FAIL_ALLOC, O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON,
-    O_SEQ_MAX
+    O_SEQ_MAX, O_BATCH_TOKENS
 };
 
 static const struct option opts[] = {
@@ -145,6 +150,7 @@ static const struct option opts[] = {
     {"seq-max", required_argument, 0, O_SEQ_MAX},
     {"augment", no_argument, 0, O_AUGMENT}, {"no-normalize", no_argument, 0, O_NO_NORM},
     {"no-prefetch", no_argument, 0, O_NO_PREFETCH}, {"batch", required_argument, 0, O_BATCH},
+    {"batch-tokens", required_argument, 0, O_BATCH_TOKENS},
     {"micro-batch", required_argument, 0, O_MICRO}, {"eval-batch", required_argument, 0, O_EVAL_BATCH},
     {"memory", required_argument, 0, O_MEMORY}, {"margin", required_argument, 0, O_MARGIN},
     {"optimizer", required_argument, 0, O_OPT}, {"lr", required_argument, 0, O_LR},
@@ -177,6 +183,7 @@ static const struct option opts[] = {
 typedef struct args {
     bfit_train_cfg c;
     int json, quiet, wd_set, mom_set, nest;
+    int batch_given, tokens_given; /* --batch, --batch-tokens: one or the other */
     double mom, wd, gamma;
     bfit_opt_kind kind;
     bfit_sched_kind sk;
@@ -224,11 +231,19 @@ static int one_option(args *a, int o)
     case O_NO_NORM: c->normalize = 0; break;
     case O_NO_PREFETCH: c->prefetch = 0; break;
     case O_SEQ_MAX: if (cli_int("--seq-max", optarg, 1, 1 << 24, &v)) return -1; c->seq_max = (int)v; break;
+    case O_BATCH_TOKENS:
+        c->batch_tokens = 1;
+        if (!strcmp(optarg, "auto")) {
+            cli_error("--batch-tokens auto is not supported yet: give a number of tokens or adaptive (or --batch "
+                      "auto, in sequences)");
+            return -1;
+        }
+        __attribute__((fallthrough)); /* the same values as --batch */
     case O_BATCH:
         if (!strcmp(optarg, "adaptive")) { c->adaptive = 1; c->auto_batch = 0; c->batch = 0; break; }
         if (!strcmp(optarg, "auto")) { c->auto_batch = 1; c->adaptive = 0; c->batch = 0; break; }
         c->adaptive = c->auto_batch = 0;
-        if (cli_int("--batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1;
+        if (cli_int(o == O_BATCH ? "--batch" : "--batch-tokens", optarg, 1, BFIT_BATCH_MAX, &v)) return -1;
         c->batch = (int)v;
         break;
     case O_BMIN: if (cli_int("--batch-min", optarg, 2, BFIT_BATCH_MAX, &v)) return -1; c->batch_min = (int)v; break;
@@ -367,9 +382,12 @@ static int parse_args(int argc, char **argv, args *a)
         }
         if (one_option(a, o))
             return cli_usage_hint("train");
-        mark_set(a, opts[idx].name);
-        if (o == O_BATCH)
+        /* --batch and --batch-tokens set one field group, "batch" */
+        mark_set(a, o == O_BATCH_TOKENS ? "batch" : opts[idx].name);
+        if (o == O_BATCH || o == O_BATCH_TOKENS)
             mark_set(a, "adaptive");
+        a->batch_given |= o == O_BATCH;
+        a->tokens_given |= o == O_BATCH_TOKENS;
     }
     if (cli_no_extra(argc, argv))
         return cli_usage_hint("train");
@@ -385,6 +403,10 @@ static int parse_args(int argc, char **argv, args *a)
 static int finish_cfg(args *a)
 {
     bfit_train_cfg *c = &a->c;
+    if (a->batch_given && a->tokens_given) {
+        cli_error("--batch and --batch-tokens both give the effective batch: give one (samples or tokens)");
+        return cli_usage_hint("train");
+    }
     if ((c->adaptive || c->auto_batch) && c->batch_schedule) {
         cli_error("--batch %s cannot be combined with --batch-schedule", c->auto_batch ? "auto" : "adaptive");
         return cli_usage_hint("train");
@@ -395,9 +417,9 @@ static int finish_cfg(args *a)
     }
     if (c->adaptive || c->auto_batch) {
         if (!c->batch_min)
-            c->batch_min = 16;
+            c->batch_min = c->batch_tokens ? 1024 : 16;
         if (!c->batch_max)
-            c->batch_max = 4096;
+            c->batch_max = c->batch_tokens ? 65536 : 4096;
         if (c->batch_min > c->batch_max) {
             cli_error("--batch-min %d is above --batch-max %d", c->batch_min, c->batch_max);
             return cli_usage_hint("train");

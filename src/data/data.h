@@ -75,6 +75,11 @@ int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_data
 #define BFIT_LEN_BUCKET 1024
 /* Real tokens of sample i (seq for fixed windows). */
 int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i);
+/* The most consecutive samples, in any order, that it can take for their
+ * real tokens to reach `tokens` (>= 1): as many of the shortest as reach
+ * it, at most all of them; *most gets it. What a step of a token budget
+ * may need to stage (docs/train.md). BFIT_EINVAL for data without tokens. */
+int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t *most);
 /* Labels per sample: 1, or seq for token data. */
 int bfit_dataset_label_len(const bfit_dataset *d);
 
@@ -141,6 +146,11 @@ bfit_cursor bfit_stream_tell(const bfit_stream *s);
  * stream unchanged. Samples taken after a seek are the same as those first
  * taken from that cursor. */
 int bfit_stream_seek(bfit_stream *s, bfit_cursor c);
+
+/* How many of the next samples of this epoch, at most limit, it takes for
+ * their real tokens to reach `tokens`: the fewest that do, or all there
+ * are (up to limit) if they do not. Takes nothing. */
+int bfit_stream_count_tokens(const bfit_stream *s, int64_t tokens, int limit);
 
 /* Samples left in the current epoch. */
 int64_t bfit_stream_remaining(const bfit_stream *s);

@@ -349,6 +349,15 @@ int bfit_stream_seek(bfit_stream *s, bfit_cursor c)
     return BFIT_OK;
 }
 
+int bfit_stream_count_tokens(const bfit_stream *s, int64_t tokens, int limit)
+{
+    int64_t rem = s->d->count - s->cur.pos, sum = 0;
+    int n = 0;
+    for (; n < limit && n < rem && sum < tokens; n++)
+        sum += bfit_dataset_sample_len(s->d, s->perm ? s->perm[s->cur.pos + n] : s->cur.pos + n);
+    return n;
+}
+
 int64_t bfit_stream_remaining(const bfit_stream *s) { return s->d->count - s->cur.pos; }
 
 double bfit_stream_wait_seconds(const bfit_stream *s) { return s->wait_s; }

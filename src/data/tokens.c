@@ -283,6 +283,32 @@ int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, 
 
 int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i) { return d->lens ? d->lens[i] : d->seq; }
 
+int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t *most)
+{
+    int64_t *hist, sum = 0, n = 0;
+    *most = 0;
+    if (!d->seq || tokens < 1)
+        return bfit_fail(BFIT_EINVAL, "%s: a token budget (%lld) needs token data and at least 1 token", d->source,
+                         (long long)tokens);
+    if (!d->lens) { /* fixed windows: seq real tokens each */
+        *most = (tokens + d->seq - 1) / d->seq < d->count ? (tokens + d->seq - 1) / d->seq : d->count;
+        return BFIT_OK;
+    }
+    if (!(hist = calloc((size_t)d->seq + 1, sizeof *hist))) /* lengths are 1..seq: counted, not sorted */
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    for (int64_t i = 0; i < d->count; i++)
+        hist[d->lens[i]]++;
+    for (int len = 0; len <= d->seq && sum < tokens; len++) {
+        int64_t k = len ? (tokens - sum + len - 1) / len : hist[0];
+        k = k < hist[len] ? k : hist[len];
+        n += k;
+        sum += k * len;
+    }
+    free(hist);
+    *most = n;
+    return BFIT_OK;
+}
+
 int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_dataset **out)
 {
     unsigned char *b;

@@ -560,6 +560,7 @@ static int put_state(bfit_run *r, const run_snap *s)
     r->track_stale = s->track_stale;
     r->ep_t0 = bfit_clock_mono(); /* the progress line's rate: from here, over the samples from here */
     r->ep_taken0 = s->taken;
+    r->ep_count0 = s->ep_count;
     bfit_model_unreserve(r->s.M);
     r->nmem = 0;
     run_apply_memory_schedule(r, r->step);

@@ -40,6 +40,8 @@ static const field fields[] = {
     {"epoch_samples", "epoch_samples", F_I64, C(epoch_samples), 1},
     {"max_steps", "max_steps", F_I64, C(max_steps), 1},
     {"batch", "batch", F_INT, C(batch), 1},
+    {"batch_tokens", "batch", F_BOOL, C(batch_tokens), 1},
+    {"seq_max", "seq_max", F_INT, C(seq_max), 1},
     {"adaptive", "batch", F_BOOL, C(adaptive), 1},
     {"auto_batch", "batch", F_BOOL, C(auto_batch), 1},
     {"lr_ref_batch", "lr_ref_batch", F_INT, C(lr_ref_batch), 1},
@@ -98,6 +100,10 @@ static const field fields[] = {
 #undef C
 
 #define AT(c, f, T) ((T *)((char *)(c) + (f)->off))
+
+/* Fields added after checkpoint version 2 came out: a checkpoint without
+ * one is from a run that had it 0 (ints only). */
+static int added_later(const field *f) { return !strcmp(f->key, "batch_tokens") || !strcmp(f->key, "seq_max"); }
 
 static void sched_text(const bfit_batch_point *p, int n, char *buf, size_t len)
 {
@@ -254,12 +260,14 @@ static int apply(bfit_train_cfg *c, const field *f, const cJSON *v, const char *
     return BFIT_OK;
 }
 
-/* --batch as people give it: a number, auto or adaptive (three fields). */
-static const char *batch_mode(int batch, int adaptive, int auto_batch, char *buf)
+/* --batch (or --batch-tokens) as people give it: a number, auto or
+ * adaptive, of samples or tokens (four fields). */
+static const char *batch_mode(int batch, int adaptive, int auto_batch, int tokens, char *buf)
 {
     if (auto_batch || adaptive)
-        return auto_batch ? "auto" : "adaptive";
-    snprintf(buf, 64, "%d", batch);
+        snprintf(buf, 64, "%s%s", auto_batch ? "auto" : "adaptive", tokens ? " (tokens)" : "");
+    else
+        snprintf(buf, 64, "%d%s", batch, tokens ? " tokens" : "");
     return buf;
 }
 
@@ -267,9 +275,11 @@ static const char *saved_batch_mode(const cJSON *saved, char *buf)
 {
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(saved, "batch"),
                 *ad = cJSON_GetObjectItemCaseSensitive(saved, "adaptive"),
-                *au = cJSON_GetObjectItemCaseSensitive(saved, "auto_batch");
+                *au = cJSON_GetObjectItemCaseSensitive(saved, "auto_batch"),
+                *tk = cJSON_GetObjectItemCaseSensitive(saved, "batch_tokens");
     return batch_mode(cJSON_IsString(b) ? atoi(b->valuestring) : 0, cJSON_IsString(ad) && !strcmp(ad->valuestring, "yes"),
-                      cJSON_IsString(au) && !strcmp(au->valuestring, "yes"), buf);
+                      cJSON_IsString(au) && !strcmp(au->valuestring, "yes"),
+                      cJSON_IsString(tk) && !strcmp(tk->valuestring, "yes"), buf);
 }
 
 int ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path, bfit_batch_point *bpts,
@@ -284,13 +294,19 @@ int ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path, bfit
         const field *f = &fields[i];
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, f->key);
         const char *mine, *theirs = cJSON_IsString(v) ? v->valuestring : NULL;
+        if (!v && added_later(f)) { /* a checkpoint from before the field: 0 then, unless the caller says */
+            if (!is_set(c, f, b1, b2))
+                *AT(c, f, int) = 0;
+            continue;
+        }
         if (!v) {
             rc = bfit_fail(BFIT_EFORMAT, "%s: the run's configuration lacks \"%s\"", path, f->key);
             break;
         }
         /* --batch auto|adaptive sets the start E from --batch-min, compared on its own */
         if (!is_set(c, f, b1, b2) || (!strcmp(f->key, "batch") && (c->auto_batch || c->adaptive) &&
-                                       !strcmp(saved_batch_mode(saved, s1), batch_mode(0, c->adaptive, c->auto_batch, s2)))) {
+                                       !strcmp(saved_batch_mode(saved, s1),
+                                               batch_mode(0, c->adaptive, c->auto_batch, c->batch_tokens, s2)))) {
             rc = apply(c, f, v, path, bpts, mpts);
             continue;
         }
@@ -301,7 +317,7 @@ int ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path, bfit
             rc = bfit_fail_field(BFIT_EINVAL, f->opt, "the checkpoint %s holds %s, not %s: a resumed run keeps the "
                                  "configuration it started with (leave it out to continue the run, or start a new "
                                  "one)", path, saved_batch_mode(saved, s1),
-                                 batch_mode(c->batch, c->adaptive, c->auto_batch, s2));
+                                 batch_mode(c->batch, c->adaptive, c->auto_batch, c->batch_tokens, s2));
         else
             rc = bfit_fail_field(BFIT_EINVAL, f->opt, "the checkpoint %s holds %s, not %s: a resumed run keeps the "
                                  "configuration it started with (leave it out to continue the run, or start a new "

@@ -9,7 +9,8 @@ static int source_take(bfit_feed *f, int n, float *x, int32_t *y, int *got)
 {
     int done = 0;
     while (done < n) {
-        int k = 0, rc = f->src->take(f->src->ud, n - done, x + (size_t)done * (size_t)f->numel, y + done, &k);
+        int k = 0, rc = f->src->take(f->src->ud, n - done, x + (size_t)done * (size_t)f->numel,
+                                     y + (size_t)done * (size_t)(f->nlab > 1 ? f->nlab : 1), &k);
         if (rc != BFIT_OK)
             return bfit_fail(rc < 0 ? rc : BFIT_EINVAL, "data source: take failed (status %d)", rc);
         if (k < 0 || k > n - done)
@@ -32,6 +33,28 @@ int bfit_feed_take(bfit_feed *f, int n, float *x, int32_t *y, int *got)
     rc = source_take(f, n, x, y, got);
     f->wait += bfit_clock_mono() - t0;
     return rc;
+}
+
+int bfit_feed_take_tokens(bfit_feed *f, int64_t tokens, int limit, float *x, int32_t *y, int *got)
+{
+    int64_t sum = 0;
+    int n = 0, k, rc;
+    *got = 0;
+    if (f->s) {
+        n = bfit_stream_count_tokens(f->s, tokens, limit);
+        return n ? bfit_stream_take(f->s, n, x, y, got) : BFIT_OK;
+    }
+    for (; n < limit && sum < tokens; n++) {
+        const int32_t *yn = y + (size_t)n * (size_t)f->nlab;
+        if ((rc = bfit_feed_take(f, 1, x + (size_t)n * (size_t)f->numel, (int32_t *)yn, &k)) != BFIT_OK)
+            return rc;
+        if (k == 0)
+            break;
+        for (int j = 0; j < f->nlab; j++)
+            sum += yn[j] >= 0;
+    }
+    *got = n;
+    return BFIT_OK;
 }
 
 int bfit_feed_next_epoch(bfit_feed *f)

@@ -148,6 +148,9 @@ static int check_cfg(const bfit_train_cfg *c)
                                                           "schedule");
     if (c->lr_rule == BFIT_LR_ADASCALE && !c->auto_batch && !c->adaptive)
         return bfit_fail_field(BFIT_EINVAL, "lr_rule", "adascale needs the noise scale: an auto or adaptive batch");
+    if (c->batch_tokens && c->auto_batch)
+        return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "cannot be combined with an auto batch yet: give a "
+                               "number of tokens, a schedule or adaptive");
     if (c->lr_ref_batch < 0)
         return bfit_fail_field(BFIT_EINVAL, "lr_ref_batch", "must be 0 (the first batch) or at least 1, got %d",
                                c->lr_ref_batch);
@@ -162,19 +165,32 @@ static int check_cfg(const bfit_train_cfg *c)
     return bfit_optim_cfg_check(&c->opt);
 }
 
+static int seqs_of(const plan_ctx *pc, int m) { return pc->tokens ? (int)(((int64_t)m + pc->T - 1) / pc->T) : m; }
+
+/* The controller's plan: the step at micro-batch m, made at the longest
+ * length (an OOM retry asks while the model is at a micro-batch's length). */
 static uint64_t plan_bytes(void *ud, int m)
 {
     plan_ctx *pc = ud;
     bfit_plan p;
-    unsigned h = (unsigned)m * 2654435761u % PLAN_MEMO;
-    if (pc->memo_m[h] == m)
+    int b = seqs_of(pc, m), L = pc->vary ? pc->M->input.d[0] : 0, rc;
+    unsigned h = (unsigned)b * 2654435761u % PLAN_MEMO;
+    if (pc->memo_m[h] == b)
         return pc->memo_b[h];
-    if (bfit_plan_compute(pc->M, pc->opt, m, 1, &p) != BFIT_OK)
+    if (L && L != pc->T && bfit_model_set_seq(pc->M, pc->T) != BFIT_OK)
         return UINT64_MAX;
-    pc->memo_m[h] = m;
+    rc = bfit_plan_compute(pc->M, pc->opt, b, 1, &p);
+    if (L && L != pc->T && bfit_model_set_seq(pc->M, L) != BFIT_OK)
+        return UINT64_MAX;
+    if (rc != BFIT_OK)
+        return UINT64_MAX;
+    pc->memo_m[h] = b;
     pc->memo_b[h] = p.peak + pc->extra;
     return pc->memo_b[h];
 }
+
+uint64_t run_plan_bytes(bfit_run *r, int m) { return plan_bytes(&r->pc, m); }
+int run_plan_seqs(const bfit_run *r, int m) { return seqs_of(&r->pc, m); }
 
 /* Smith et al. 2017: where the lr would fall by gamma, the batch grows by
  * 1/gamma instead and the lr stays (rule none for these changes). */
@@ -183,7 +199,7 @@ static int batch_instead_of_decay(bfit_run *r, bfit_controller_config *cc)
     const bfit_train_cfg *c = &r->cfg;
     int64_t at = 0;
     double e = c->batch;
-    int n = 0, cap = c->batch_max > 0 ? c->batch_max : (int)(r->per_epoch < (1 << 20) ? r->per_epoch : 1 << 20);
+    int n = 0, cap = c->batch_max > 0 ? c->batch_max : (int)(r->epoch_units < (1 << 20) ? r->epoch_units : 1 << 20);
     while (n < BFIT_BATCH_SCHEDULE_MAX && e <= cap) {
         r->sched_pts[n].at = at;
         r->sched_pts[n].by_epoch = 0;
@@ -216,6 +232,7 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
     cc->adaptive = c->adaptive;
     cc->auto_batch = c->auto_batch;
     cc->keep_whole = run_has_batchnorm(M); /* split only for memory: batch norm would see micro-batches */
+    cc->tokens = c->batch_tokens;
     cc->lr_ref_batch = c->lr_ref_batch;
     cc->batch_min = c->batch_min;
     cc->batch_max = c->batch_max;
@@ -290,6 +307,24 @@ static int take_fixed(bfit_run *r)
     return rc;
 }
 
+/* The most samples a step takes: E, or for a token budget the most
+ * sequences that can reach E tokens (the shortest of the data's). */
+static int max_take(bfit_run *r, const bfit_controller_config *cc, int *out)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    int64_t E = c->adaptive || c->auto_batch ? (c->batch_max > 0 ? c->batch_max : 4096) : c->batch, most;
+    int rc;
+    for (int i = 0; i < cc->nschedule; i++)
+        if (cc->schedule[i].batch > E)
+            E = cc->schedule[i].batch;
+    most = E;
+    if (c->batch_tokens && !c->train_source &&
+        (rc = bfit_dataset_most_for_tokens(r->s.train, E, &most)) != BFIT_OK)
+        return rc;
+    *out = (int)(most < r->per_epoch ? most : r->per_epoch);
+    return BFIT_OK;
+}
+
 /* The staging on the host and the streams: both hold the largest
  * micro-batch ever taken. */
 static int open_streams(bfit_run *r, const bfit_controller_config *cc)
@@ -298,10 +333,8 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     int64_t numel = bfit_shape_numel(r->s.M->input);
     int rc;
 
-    r->max_take = c->adaptive || c->auto_batch ? (c->batch_max > 0 ? c->batch_max : 4096) : c->batch;
-    for (int i = 0; i < cc->nschedule; i++)
-        if (cc->schedule[i].batch > r->max_take)
-            r->max_take = cc->schedule[i].batch;
+    if ((rc = max_take(r, cc, &r->max_take)) != BFIT_OK)
+        return rc;
     r->eval_m = c->eval_batch ? c->eval_batch : 1000;
     {
         int most = r->max_take > r->eval_m ? r->max_take : r->eval_m;
@@ -322,6 +355,7 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     r->tr.src = c->train_source;
     r->te.src = c->test_source;
     r->tr.numel = r->te.numel = numel;
+    r->tr.nlab = r->te.nlab = r->s.M->labels_per_sample;
     /* data-parallel: each step seeks to the rank's slice and past the step,
      * which throws any prefetched samples away: made on the spot instead */
     rc = c->train_source ? BFIT_OK
@@ -336,7 +370,7 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
 static int finish_schedule(bfit_run *r)
 {
     int per_step = r->cfg.auto_batch ? r->E0 : r->d.batch;
-    int64_t steps_per_epoch = (r->per_epoch + per_step - 1) / per_step;
+    int64_t steps_per_epoch = (r->epoch_units + per_step - 1) / per_step;
     bfit_lr_schedule *s = &r->sched;
     if (s->kind == BFIT_SCHED_COSINE && s->total_steps == 0) {
         s->total_steps = steps_per_epoch * r->cfg.epochs;
@@ -355,12 +389,16 @@ static void plan_json(bfit_run *r, char *buf, size_t n)
 {
     bfit_plan p;
     size_t len;
-    if (bfit_plan_compute(r->s.M, &r->cfg.opt, r->d.m, 1, &p) != BFIT_OK) {
+    if (bfit_plan_compute(r->s.M, &r->cfg.opt, run_plan_seqs(r, r->d.m), 1, &p) != BFIT_OK) {
         snprintf(buf, n, "\"m\":%d", r->d.m); /* planned before, so not expected */
         return;
     }
     p.bytes[BFIT_MEM_OTHER] += r->pc.extra;
-    len = (size_t)snprintf(buf, n, "\"m\":%d,\"bytes\":{", r->d.m);
+    len = (size_t)snprintf(buf, n, "\"m\":%d,", r->d.m);
+    if (r->cfg.batch_tokens) /* m counts tokens: the sequences of the longest length it is planned as */
+        len += (size_t)snprintf(buf + len, n - len, "\"sequences\":%d,\"length\":%d,", run_plan_seqs(r, r->d.m),
+                                r->pc.T);
+    len += (size_t)snprintf(buf + len, n - len, "\"bytes\":{");
     for (int cat = 0; cat < BFIT_MEM_NCAT && len < n; cat++)
         len += (size_t)snprintf(buf + len, n - len, "%s\"%s\":%llu", cat ? "," : "",
                                 bfit_mem_cat_name((bfit_mem_cat)cat), (unsigned long long)p.bytes[cat]);
@@ -408,18 +446,24 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
                    "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_overhead\":%llu,\"threads\":%d,"
-                   "\"adaptive\":%d,\"auto\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
+                   "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
                    "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s}",
                    model, data, (long long)bfit_model_param_count(r->s.M), r->d.batch,
                    r->d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
-                   di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch,
+                   di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, c->batch_tokens,
                    bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
                    bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan);
-    bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) of "
-                         "%lld samples",
-                 c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->d.batch, r->d.m,
-                 r->d.k, c->epochs, (long long)r->per_epoch);
+    if (c->batch_tokens)
+        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
+                     "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "
+                     "tokens)", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
+                     r->d.batch, r->d.m, run_plan_seqs(r, r->d.m), r->pc.T, c->epochs, (long long)r->per_epoch,
+                     (long long)r->epoch_units);
+    else
+        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) "
+                     "of %lld samples", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
+                     r->d.batch, r->d.m, r->d.k, c->epochs, (long long)r->per_epoch);
 }
 
 /* The largest micro-batch up to target the plan fits now (0: none). */
@@ -439,8 +483,10 @@ static int fits_now(bfit_run *r, int target)
 static int resolve_conv_algo(bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
-    int target = c->micro_batch ? c->micro_batch : c->adaptive || c->auto_batch ? c->batch_max : c->batch, fast,
-        lean, rc;
+    int target = seqs_of(&r->pc, c->micro_batch                      ? c->micro_batch
+                                 : c->adaptive || c->auto_batch ? c->batch_max
+                                                                : c->batch),
+        fast, lean, rc;
     bfit_conv_algo pick = BFIT_CONV_FASTEST;
 
     if (c->conv_algo != BFIT_CONV_AUTO || strncmp(bfit_device_name(r->s.dev), "cuda", 4) || !r->s.dev_own)
@@ -469,7 +515,10 @@ static int resolve_conv_algo(bfit_run *r)
 static int resolve_storage(bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
-    int target = c->micro_batch ? c->micro_batch : c->adaptive || c->auto_batch ? c->batch_max : c->batch, rc;
+    int target = seqs_of(&r->pc, c->micro_batch                      ? c->micro_batch
+                                 : c->adaptive || c->auto_batch ? c->batch_max
+                                                                : c->batch),
+        rc;
     uint64_t budget = bfit_plan_budget(r->base_capacity, c->margin);
     bfit_storage st;
     bfit_plan p;
@@ -488,6 +537,46 @@ static int resolve_storage(bfit_run *r)
                      c->storage.recompute == BFIT_RECOMPUTE_AUTO ? bfit_recompute_name(st.recompute) : "",
                      p.flops > 0 ? 100 * p.regen_flops / p.flops : 0.0, target);
     return BFIT_OK;
+}
+
+/* A token budget: what it needs of the model and the run (the units of the
+ * plan are set, and the micro-batch's sequences per length have room). */
+static int token_setup(bfit_run *r)
+{
+    bfit_model *M = r->s.M;
+    r->pc.T = M->labels_per_sample > 1 ? M->input.d[0] : 0;
+    r->pc.vary = r->cfg.seq_max > 0;
+    r->pc.tokens = r->cfg.batch_tokens;
+    if (r->cfg.batch_tokens && !r->pc.T)
+        return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "counts tokens, and %s is not a token model (its input "
+                               "is not 'input tokens=T'): give the batch in samples", r->cfg.model);
+    if (r->cfg.batch_tokens && r->dp)
+        return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "data-parallel training of token models is not "
+                               "supported yet: train them in one process");
+    if (!r->cfg.seq_max && !r->cfg.batch_tokens)
+        return BFIT_OK;
+    r->nfit = r->pc.T / 16 + 2;
+    if (!(r->fit_seqs = calloc((size_t)r->nfit, sizeof *r->fit_seqs)))
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    return BFIT_OK;
+}
+
+/* An epoch in E's units: its samples, or with a token budget its tokens,
+ * the samples times the data's mean length (a caller's source: T each, the
+ * most it can be). */
+static int64_t epoch_units(const bfit_run *r)
+{
+    const bfit_dataset *d = r->s.train;
+    double sum = 0;
+    int64_t n;
+    if (!r->cfg.batch_tokens)
+        return r->per_epoch;
+    if (r->cfg.train_source)
+        return r->per_epoch * r->pc.T;
+    n = bfit_dataset_count(d);
+    for (int64_t i = 0; i < n; i++)
+        sum += bfit_dataset_sample_len(d, i);
+    return (int64_t)llround(sum / (double)n * (double)r->per_epoch);
 }
 
 /* The host copy of the running statistics a step starts from. */
@@ -525,6 +614,9 @@ static int setup(bfit_run *r)
     r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
     r->pc.M = r->s.M;
     r->pc.opt = &r->cfg.opt;
+    if ((rc = token_setup(r)) != BFIT_OK)
+        return rc;
+    r->epoch_units = epoch_units(r);
     /* data-parallel: the noise scale takes the ranks' norms, not the micro-batches' */
     r->track = (r->cfg.adaptive || r->cfg.auto_batch) && !r->dp;
     r->diff_sq = -1;
@@ -652,6 +744,7 @@ void bfit_run_free(bfit_run *r)
     free(r->pack_x);
     free(r->pack_y);
     free(r->order);
+    free(r->fit_seqs);
     free(r->micro_sq);
     free(r->micro_n);
     free(r->stats_snap);

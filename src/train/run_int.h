@@ -25,7 +25,10 @@ typedef struct plan_ctx {
     bfit_model *M;
     const bfit_optim_cfg *opt;
     uint64_t extra;            /* fixed bytes the run adds (gradient norms) */
-    int memo_m[PLAN_MEMO];
+    int T;                     /* a token model's longest length: the plan is made there (0: not one) */
+    int vary;                  /*   its length varies (seq_max): the model is put at T to plan */
+    int tokens;                /* batch_tokens: m counts tokens, ceil(m / T) sequences */
+    int memo_m[PLAN_MEMO];     /* by sequences (samples) */
     uint64_t memo_b[PLAN_MEMO];
 } plan_ctx;
 
@@ -83,6 +86,12 @@ struct bfit_run {
     int32_t *pack_x, *pack_y;  /* seq_max: a micro-batch packed at its length; the step sorted */
     int64_t *order;            /* seq_max: (length, index) of the step's sequences, to sort */
     int E0;                    /* auto: the lr schedule counts steps of E0 samples */
+    int64_t epoch_units;       /* an epoch in the units of E: samples, or (batch_tokens) its tokens,
+                                  expected from the data's lengths */
+    int *fit_seqs;             /* seq_max or batch_tokens: sequences of a micro-batch at length L
+                                  (index (L + 15) / 16) in fit_bytes (0: not yet) */
+    int nfit;
+    uint64_t fit_bytes;
     /* where the run is */
     int64_t per_epoch;         /* samples per epoch */
     int64_t step, samples, taken; /* taken: samples of the current epoch */
@@ -93,6 +102,7 @@ struct bfit_run {
     uint64_t configured;       /* what the configuration and its memory schedule allow now */
     double train_time, ep_loss, ep_t0;
     int64_t ep_taken0;         /* samples of the epoch taken before ep_t0 (a resumed run's) */
+    int64_t ep_count0;         /*   and their tokens that count */
     int64_t ep_count;
     bfit_train_result res;
     /* stopping, abandoning a step, waiting */
@@ -136,6 +146,8 @@ typedef struct run_outputs {
 int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o);
 int run_plan_fits_msg(bfit_run *r, uint64_t budget);
 uint64_t run_plan_one(bfit_run *r); /* the plan's bytes at micro-batch 1, the run's extra included */
+uint64_t run_plan_bytes(bfit_run *r, int m); /* at micro-batch m (in E's units), the extra included */
+int run_plan_seqs(const bfit_run *r, int m); /* the sequences (samples) micro-batch m is planned as */
 /* step.c */
 void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);
 int run_apply_memory_schedule(bfit_run *r, int64_t upto);

@@ -313,24 +313,25 @@ static int decide(bfit_run *r)
 static int reserve(bfit_run *r, int want, int *retry)
 {
     uint64_t free_now;
-    char s1[32];
     int rc = bfit_model_reserve(r->s.M, want, 1);
+    /* what failed, in E's units: the micro-batch m whose bytes a length's
+     * sequences were sized by (seq_max, tokens), else the samples */
+    int failed = r->fit_seqs ? r->m : want;
 
     *retry = 0;
     if (rc != BFIT_ENOMEM)
         return rc;
     free_now = bfit_arena_available(r->s.arena);
-    rc = bfit_controller_on_oom(r->ctl, want, free_now, bfit_arena_capacity(r->s.arena), &r->d);
+    rc = bfit_controller_on_oom(r->ctl, failed, free_now, bfit_arena_capacity(r->s.arena), &r->d);
     if (rc != BFIT_OK) {
         /* not even 1 fits in the free: wait for memory, then try the same samples again */
-        (void)s1;
         if ((rc = wait_for_memory(r)) != BFIT_OK)
             return rc;
         *retry = 1;
         return BFIT_OK;
     }
     r->res.ooms++;
-    run_log_change(r, &r->d, want, free_now);
+    run_log_change(r, &r->d, failed, free_now);
     r->m = r->d.m;
     *retry = 1;
     return BFIT_OK;
@@ -405,6 +406,65 @@ static int trim(bfit_run *r, int done)
     return bfit_model_set_seq(r->s.M, L > 0 ? L : 1);
 }
 
+/* The bytes a micro-batch is sized by: micro-batch m's (planned at the
+ * longest length). With a token budget and m = E (memory does not bound m
+ * and nothing caps it) all the step may take now, within the margin: a
+ * step of E tokens holds more than E / T sequences when they are shorter
+ * than T or the last one goes past E, and it should still run whole. */
+static uint64_t sizing_bytes(bfit_run *r)
+{
+    uint64_t bytes = run_plan_bytes(r, r->m), room;
+    if (!r->cfg.batch_tokens || r->cfg.micro_batch || r->cfg.adaptive || r->m < r->d.batch)
+        return bytes;
+    room = bfit_plan_budget(bfit_arena_capacity(r->s.arena), r->cfg.margin);
+    if (r->fixed_bytes + free_for_step(r) < room)
+        room = r->fixed_bytes + free_for_step(r);
+    return room > bytes ? room : bytes;
+}
+
+/* The sequences of the micro-batch that starts at staged sequence done
+ * (left of them) at the model's length L: as many as fit in the sizing
+ * bytes at L (the plan at L: at a shorter length more fit than at the
+ * longest), at least 1. A micro-batch the user fixed, or adaptive mode's
+ * (two per step for the noise scale), is also a cap: m samples, or m
+ * tokens. And it ends before a sequence of half its length or less (where
+ * a step spans two length buckets), so padding stays under half of it. */
+static int micro_size(bfit_run *r, int done, int left, int *want)
+{
+    int L = r->s.M->input.d[0], i = (L + 15) / 16, b, cap;
+    uint64_t bytes;
+    if (!r->fit_seqs) {
+        *want = left < r->m ? left : r->m;
+        return BFIT_OK;
+    }
+    if ((bytes = sizing_bytes(r)) != r->fit_bytes) { /* sized for other bytes: forget */
+        memset(r->fit_seqs, 0, sizeof *r->fit_seqs * (size_t)r->nfit);
+        r->fit_bytes = bytes;
+    }
+    if (i >= r->nfit)
+        return bfit_fail(BFIT_ESTATE, "length %d is past the longest planned (%d)", L, r->pc.T);
+    if (!r->fit_seqs[i]) {
+        int rc = bfit_plan_max_batch(r->s.M, &r->cfg.opt, 1, bytes > r->pc.extra ? bytes - r->pc.extra : 0,
+                                     r->max_take, &b, NULL);
+        if (rc != BFIT_OK)
+            return rc;
+        r->fit_seqs[i] = b > 0 ? b : 1; /* 0: not even 1 (the reserve says so, and the controller shrinks m) */
+    }
+    b = r->fit_seqs[i];
+    if (r->cfg.micro_batch || r->cfg.adaptive) {
+        cap = r->cfg.batch_tokens ? r->m / L : r->m;
+        b = cap < 1 ? 1 : cap < b ? cap : b;
+    }
+    b = left < b ? left : b;
+    for (int j = 1; r->cfg.seq_max && j < b; j++)
+        if (2 * ((seq_len(r, done + j) + LEN_ROUND - 1) / LEN_ROUND * LEN_ROUND) <= L) {
+            b = j;
+            break;
+        }
+    *want = b;
+    return BFIT_OK;
+}
+
 /* Samples [done, done + want) at the model's length L into the pack buffers. */
 static void pack(bfit_run *r, int done, int want, const float **x, const int32_t **y)
 {
@@ -418,8 +478,9 @@ static void pack(bfit_run *r, int done, int want, const float **x, const int32_t
     r->res.tokens_computed += (int64_t)want * (int64_t)L;
 }
 
-/* Samples [done, done + want) of the step, already staged at done. */
-static int micro_step(bfit_run *r, int E, int done, int want, int k)
+/* Samples [done, done + want) of the step, already staged at done; the
+ * step has U units of E (samples, or with a token budget tokens). */
+static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
 {
     int64_t numel = bfit_shape_numel(r->s.M->input);
     const float *x = r->stage_x + (size_t)done * (size_t)numel;
@@ -442,71 +503,93 @@ static int micro_step(bfit_run *r, int E, int done, int want, int k)
     if (rc == BFIT_OK)
         rc = bfit_model_backward(r->s.M, (float)(r->step_scale / r->step_count)); /* E, or the step's tokens */
     if (rc == BFIT_OK && r->track && k < MAX_MICRO) {
-        /* this micro-batch's mean gradient is its increment times E/want.
-         * The copy still holds the previous step's gradient, so the first
-         * increment is the sum itself, and in a step of one micro-batch the
-         * difference is that of consecutive steps. */
-        double acc, dsq;
+        /* this micro-batch's mean gradient is its increment times U/u (its
+         * units: samples, or its tokens). The copy still holds the previous
+         * step's gradient, so the first increment is the sum itself, and in
+         * a step of one micro-batch the difference is that of consecutive
+         * steps. */
+        double acc, dsq, u = r->cfg.batch_tokens ? (double)run_counted(r->s.M, y, want) : want;
+        u = u < 1 ? 1 : u; /* a micro-batch of padding only: no tokens */
         r->track_dirty = 1;
         rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
         r->full_sq = acc; /* after the last micro-batch: the step's mean gradient */
         r->diff_sq = k == 0 && !r->track_stale ? dsq : -1;
-        r->micro_sq[k] = (k == 0 ? acc : dsq) * ((double)E / want) * ((double)E / want);
-        r->micro_n[k] = want;
+        r->micro_sq[k] = (k == 0 ? acc : dsq) * ((double)U / u) * ((double)U / u);
+        r->micro_n[k] = (int)u;
     }
     return rc;
 }
 
-/* The micro-steps of a step of E samples; *k gets their count. */
-static int micro_steps(bfit_run *r, int E, int *k)
+/* The step's samples, staged once: a retry after an out-of-memory takes
+ * the very same ones (they stay in the staging, so the stream is not
+ * rewound). E samples; with a token budget whole sequences until their
+ * tokens reach E, at most what is left of the epoch; data-parallel, this
+ * rank's share of E. *n gets how many this process stages. */
+static int stage(bfit_run *r, int E, int *n)
 {
-    int done = 0, got, rc, n = E;
+    int64_t left = r->per_epoch - r->taken;
+    int got, rc;
+    if (r->dp) {
+        if (r->s.M->labels_per_sample > 1)
+            return bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them "
+                             "in one process");
+        return run_dist_take(r, E, n);
+    }
+    if (r->cfg.batch_tokens)
+        rc = bfit_feed_take_tokens(&r->tr, E, (int)(left < r->max_take ? left : r->max_take), r->stage_x,
+                                   r->stage_y, &got);
+    else
+        rc = bfit_feed_take(&r->tr, E, r->stage_x, r->stage_y, &got);
+    if (rc != BFIT_OK)
+        return rc;
+    if (r->cfg.batch_tokens ? got < 1 : got != E)
+        return bfit_fail(BFIT_ESTATE, "the training stream gave %d samples, expected %d%s", got, E,
+                         r->cfg.batch_tokens ? " tokens' worth" : "");
+    *n = got;
+    if (r->cfg.seq_max)
+        sort_by_length(r, got);
+    return BFIT_OK;
+}
+
+/* The micro-steps of a step of E (samples, or a token budget's tokens);
+ * *n gets the samples this process took, *k the micro-steps. */
+static int micro_steps(bfit_run *r, int E, int *n, int *k)
+{
+    int done = 0, rc;
+    int64_t U;
 
     *k = 0;
     r->micro_secs = 0;
     r->step_hsum = 0;
     r->step_hn = 0;
-    /* the step's samples, staged once: a retry after an out-of-memory
-     * takes the very same ones. Data-parallel: this rank's n of them. */
-    if (r->dp) {
-        if (r->s.M->labels_per_sample > 1)
-            return bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them "
-                             "in one process");
-        if ((rc = run_dist_take(r, E, &n)) != BFIT_OK)
-            return rc;
-    } else {
-        if ((rc = bfit_feed_take(&r->tr, E, r->stage_x, r->stage_y, &got)) != BFIT_OK)
-            return rc;
-        if (got != E)
-            return bfit_fail(BFIT_ESTATE, "the training stream gave %d samples, expected %d", got, E);
-        if (r->cfg.seq_max)
-            sort_by_length(r, E);
-    }
+    if ((rc = stage(r, E, n)) != BFIT_OK)
+        return rc;
     /* the loss is normalised by the step's samples, or its tokens that count
      * (the model is at its longest here: whole rows) */
-    r->step_count = r->dp ? E : run_counted(r->s.M, r->stage_y, E);
+    r->step_count = r->dp ? E : run_counted(r->s.M, r->stage_y, *n);
+    U = r->cfg.batch_tokens ? r->step_count : *n;
     if (r->s.M->labels_per_sample > 1)
         r->res.tokens += r->step_count;
     if (r->step_count < 1)
         return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
-                         (long long)r->step + 1, E);
+                         (long long)r->step + 1, *n);
     if (r->cfg.auto_batch && (rc = run_ladder(r, E)) != BFIT_OK)
         return rc;
-    while (done < n) {
-        int want = n - done < r->m ? n - done : r->m, retry;
+    while (done < *n) {
+        int want = 0, retry;
+        double t0;
         if (run_stop_requested(r)) /* the step is abandoned; the caller puts the run back */
             return bfit_fail(BFIT_ESTOPPED, "stopped on request in step %lld after %d of its %d samples: the step "
-                             "was abandoned, the run is at step %lld", (long long)r->step + 1, done, n,
+                             "was abandoned, the run is at step %lld", (long long)r->step + 1, done, *n,
                              (long long)r->step);
-        double t0;
         if (r->cfg.seq_max && (rc = trim(r, done)) != BFIT_OK)
             return rc;
-        if ((rc = reserve(r, want, &retry)) != BFIT_OK)
+        if ((rc = micro_size(r, done, *n - done, &want)) != BFIT_OK || (rc = reserve(r, want, &retry)) != BFIT_OK)
             return rc;
         if (retry)
             continue;
         t0 = bfit_clock_mono();
-        rc = micro_step(r, E, done, want, *k);
+        rc = micro_step(r, U, done, want, *k);
         r->micro_secs += bfit_clock_mono() - t0;
         if (rc != BFIT_OK)
             return rc;
@@ -605,6 +688,10 @@ static void report_step(bfit_run *r, bfit_step_info *in)
     if (r->dp) {
         run_dist_progress(r, split, sizeof split);
         run_dist_step_json(r, ranks, sizeof ranks);
+    } else if (r->cfg.batch_tokens) { /* the ranks' part is empty: reuse it for the sequences */
+        snprintf(split, sizeof split, "m %d x %d = %d tokens in %d sequences", in->m, in->k, in->batch,
+                 in->sequences);
+        snprintf(ranks, sizeof ranks, ",\"sequences\":%d", in->sequences);
     } else {
         snprintf(split, sizeof split, "m %d x %d = %d", in->m, in->k, in->batch);
     }
@@ -622,9 +709,11 @@ static void report_step(bfit_run *r, bfit_step_info *in)
                    (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->samples, in->m, in->k,
                    in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
                    in->noise_scale, in->loss_scale, in->skipped, ranks);
-    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f samples/s  %s  mem %s / %s",
+    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f %s/s  %s  mem %s / %s",
                       in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->ep_loss / (double)r->ep_count,
-                      (double)(r->taken - r->ep_taken0) / (el > 0 ? el : 1e-9), split,
+                      (double)(r->cfg.batch_tokens ? r->ep_count - r->ep_count0 : r->taken - r->ep_taken0) /
+                          (el > 0 ? el : 1e-9),
+                      r->cfg.batch_tokens ? "tokens" : "samples", split,
                       bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
 }
 
@@ -641,10 +730,12 @@ static void log_sample_check(bfit_run *r, int epoch)
 }
 
 /* The step up to and including the optimizer's update; *updated says
- * whether the update ran (after it there is no going back). */
-static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *k, double *loss, int *updated)
+ * whether the update ran (after it there is no going back). *E gets the
+ * step's size in E's units (samples, or a token budget's tokens), *taken
+ * the samples it took of the epoch (every rank's). */
+static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *taken, int *k, double *loss, int *updated)
 {
-    int rc;
+    int rc, n = 0;
 
     *updated = 0;
     /* decisions and the staging are at the longest length */
@@ -654,13 +745,17 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *k, double *lo
      * every rank abandons the step (dist_run.c) */
     if ((rc = decide(r)) != BFIT_OK && !r->dp)
         return rc;
-    *E = (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
+    *E = r->cfg.batch_tokens ? r->d.batch
+                             : (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
     r->step_scale = r->scaling ? r->ls.scale : 1.0;
     in->loss_scale = r->scaling ? r->step_scale : 0;
     if (r->dp && (rc = run_dist_begin(r, rc, *E)) != BFIT_OK)
         return rc;
     if ((rc = bfit_model_stats_reset(r->s.M)) == BFIT_OK)
-        rc = micro_steps(r, *E, k);
+        rc = micro_steps(r, *E, &n, k);
+    *taken = r->dp ? *E : n;
+    if (r->cfg.batch_tokens)
+        *E = (int)r->step_count;
     if (r->dp)
         rc = run_dist_end(r, rc, *E); /* and the gradients summed */
     if (rc != BFIT_OK)
@@ -687,6 +782,7 @@ static int step_start(bfit_run *r)
     if (r->taken == 0) {
         r->ep_t0 = bfit_clock_mono();
         r->ep_taken0 = 0;
+        r->ep_count0 = 0;
         r->ep_loss = 0;
         r->ep_count = 0;
         r->ep_hsum = 0;
@@ -703,7 +799,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
 {
     bfit_step_info in;
     double t0, wait0, loss = 0;
-    int E = 0, k = 0, rc, updated;
+    int E = 0, taken = 0, k = 0, rc, updated;
 
     if (bfit_run_done(r))
         return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
@@ -716,7 +812,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     t0 = bfit_clock_mono();
     wait0 = bfit_feed_wait(&r->tr);
     memset(&in, 0, sizeof in);
-    if ((rc = step_body(r, &in, &E, &k, &loss, &updated)) != BFIT_OK) {
+    if ((rc = step_body(r, &in, &E, &taken, &k, &loss, &updated)) != BFIT_OK) {
         /* an abandoned step leaves the run at its start (but for why it
          * stopped); one that got past the update cannot be undone */
         int stopped = r->res.stopped;
@@ -737,11 +833,12 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     in.step = r->step++;
     in.epoch = r->epoch;
     in.batch = E;
+    in.sequences = r->cfg.batch_tokens ? taken : 0;
     in.m = r->m;
     in.k = k;
     in.loss = loss / (double)r->step_count; /* per sample, or per token */
-    r->taken += E;
-    r->samples += E;
+    r->taken += taken;
+    r->samples += taken;
     r->ep_loss += loss;
     r->ep_count += r->step_count;
     r->ep_hsum += r->step_hsum;
