@@ -23,6 +23,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "batchfit.h"
 #include "device/device.h"
 #include "nn/model.h"
 #include "nn/spec.h"
@@ -379,6 +380,92 @@ static void test_gpt_nano_lengths(void **st)
     lens = NULL;
 }
 
+/* ---- a whole run's step: --batch-tokens with --seq-max ----------------------- */
+
+/* 40 sequences an epoch, 8 to 128 tokens long, the same every epoch. */
+typedef struct tsrc {
+    int64_t next;
+} tsrc;
+
+static int tsrc_take(void *ud, int n, float *x, int32_t *y, int *got)
+{
+    tsrc *s = ud;
+    int k = 0;
+    for (; k < n && s->next < 40; k++, s->next++) {
+        int len = 8 + (int)(s->next * 37 % 121);
+        for (int j = 0; j < 128; j++) {
+            ((int32_t *)x)[k * 128 + j] = j < len ? (int32_t)((s->next + j) % 251) : 0;
+            y[k * 128 + j] = j < len ? (int32_t)((s->next + j + 1) % 251) : -1;
+        }
+    }
+    *got = k;
+    return BFIT_OK;
+}
+static int tsrc_next(void *ud) { ((tsrc *)ud)->next = 0; return BFIT_OK; }
+
+/* bfit_run_step as bfit_train calls it, with a token budget over sequences
+ * of varying length: taking the sequences, sorting them, each micro-batch
+ * sized at its length, the update and the controller. The first epoch warms
+ * up (every length and micro-batch size seen once); the next two, which see
+ * the same sequences, allocate nothing of ours, and oneDNN's calls in each
+ * step equal those of the same step an epoch before. */
+static void test_run_token_budget(void **st)
+{
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    char path[512];
+    tsrc ts = {0};
+    bfit_source s = {tsrc_take, tsrc_next, tsrc_next, 40, &ts};
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_run *run;
+    bfit_step_info in;
+    uint64_t heap = 0, dnnl[3][16] = {{0}};
+    int steps[3] = {0}, epoch = 0, rc = BFIT_OK;
+    (void)st;
+    snprintf(path, sizeof path, "%s/models/gpt-nano.cfg", src ? src : "..");
+    c.model = path;
+    c.train_source = c.test_source = &s;
+    c.batch_tokens = 1;
+    c.batch = 1024;
+    c.seq_max = 128;
+    c.epochs = 3;
+    c.threads = 2;
+    c.prefetch = 0;
+    c.memory = 1ull << 30;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    c.lr = 1e-3;
+    if (bfit_run_new(&c, &run) != BFIT_OK)
+        fail_msg("run: %s", bfit_errmsg());
+    while (!bfit_run_done(run) && rc == BFIT_OK) {
+        int counted = epoch > 0;
+        assert_true(steps[epoch] < 16);
+        if (counted)
+            counter_start();
+        rc = bfit_run_step(run, &in);
+        if (counted) {
+            uint64_t h = counter_stop(&dnnl[epoch][steps[epoch]]);
+            if (h && !heap)
+                print_callers(h);
+            heap += h;
+        }
+        steps[epoch]++;
+        epoch += in.epoch_end;
+    }
+    if (rc != BFIT_OK)
+        fail_msg("step: %s", bfit_errmsg());
+    printf("  gpt-nano, 1024-token steps over lengths 8..128: %d steps an epoch (last: %d micro-batches); "
+           "heap calls of ours in epochs 2-3: %llu; oneDNN's per step:", steps[0], in.k, (unsigned long long)heap);
+    for (int e = 1; e < 3; e++)
+        for (int i = 0; i < steps[e]; i++)
+            printf(" %llu", (unsigned long long)dnnl[e][i]);
+    printf("\n");
+    assert_int_equal(steps[1], steps[0]);
+    assert_int_equal(steps[2], steps[0]);
+    assert_int_equal(heap, 0);
+    for (int i = 0; i < steps[2]; i++)
+        assert_int_equal(dnnl[2][i], dnnl[1][i]);
+    bfit_run_free(run);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -388,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_gpt_nano_steady_state),
         cmocka_unit_test(test_encoder_steady_state),
         cmocka_unit_test(test_gpt_nano_lengths),
+        cmocka_unit_test(test_run_token_budget),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -511,6 +511,8 @@ int bfit_model_reserve(bfit_model *M, int m, int training)
         return bfit_fail(BFIT_ESTATE, "model: no device");
     if (M->m == m && M->training == training)
         return BFIT_OK;
+    if (bfit_model_seq_reserve(M, m, training))
+        return BFIT_OK;
     rc = bfit_model_layout(M, m, training, &lay);
     if (rc != BFIT_OK)
         return rc;

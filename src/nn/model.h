@@ -161,6 +161,10 @@ uint64_t bfit_model_copy_bytes(const bfit_model *M);
  * going back is a lookup that allocates nothing (seq.c). BFIT_EINVAL (field
  * "seq") leaves the model at its length. */
 int bfit_model_set_seq(bfit_model *M, int T);
+/* bfit_model_reserve's first look: the state kept for the model's length
+ * and (m, training), taken back if the blocks held fit its step (1), so a
+ * micro-batch size met before at this length allocates nothing; 0: lay out. */
+int bfit_model_seq_reserve(bfit_model *M, int m, int training);
 /* Drop the state kept per length (a configuration change makes it stale). */
 void bfit_model_seq_forget(bfit_model *M);
 /* Whether the step blocks held are large enough for lay (seq.c's check

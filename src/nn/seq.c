@@ -16,9 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The trainer's lengths are multiples of 16 up to --seq-max, and --seq-max;
- * 72 covers 1024 positions. Past that the least recently used goes. */
-#define SEQ_SLOTS 72
+/* The trainer's lengths are multiples of 16 up to --seq-max, and --seq-max,
+ * each with a few micro-batch sizes (a token budget's steps take varying
+ * counts of sequences, rounded to size classes): 128 slots. Past that the
+ * least recently used goes. */
+#define SEQ_SLOTS 128
 
 static void slot_drop(bfit_model *M, bfit_seq_slot *s)
 {
@@ -42,12 +44,17 @@ void bfit_model_seq_forget(bfit_model *M)
     }
 }
 
-static bfit_seq_slot *find(bfit_model *M, int T)
+/* The state kept at length T, the most recently used if several (one per
+ * micro-batch size); with m > 0 only the one laid out for (m, training). */
+static bfit_seq_slot *find(bfit_model *M, int T, int m, int training)
 {
-    for (int i = 0; i < M->nseq; i++)
-        if (M->seq[i].T == T)
-            return &M->seq[i];
-    return NULL;
+    bfit_seq_slot *s = NULL;
+    for (int i = 0; i < M->nseq; i++) {
+        bfit_seq_slot *q = &M->seq[i];
+        if (q->T == T && (!m || (q->m == m && q->training == training)) && (!s || q->used > s->used))
+            s = q;
+    }
+    return s;
 }
 
 /* An empty slot (one whose node array is made, if any), else the least
@@ -182,7 +189,7 @@ int bfit_model_set_seq(bfit_model *M, int T)
     }
     if ((rc = stash(M)) != BFIT_OK)
         return rc;
-    if ((s = find(M, T))) {
+    if ((s = find(M, T, 0, 0))) {
         restore(M, s);
         return BFIT_OK;
     }
@@ -190,11 +197,29 @@ int bfit_model_set_seq(bfit_model *M, int T)
     if (rc != BFIT_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", bfit_errmsg());
-        restore(M, find(M, old)); /* as it was, ops and step included */
+        restore(M, find(M, old, 0, 0)); /* as it was, ops and step included */
         return bfit_fail_field(rc, "seq", "%s", msg);
     }
     M->input = M->seq_val[0];
     M->labels_per_sample = T;
     M->m = 0; /* the next reserve lays the step out at T, in the blocks held if they fit */
     return BFIT_OK;
+}
+
+int bfit_model_seq_reserve(bfit_model *M, int m, int training)
+{
+    bfit_seq_slot *s;
+    if (!M->seq)
+        return 0;
+    if (!(s = find(M, M->input.d[0], m, training)) || !bfit_model_blocks_fit(M, &s->lay)) {
+        /* the step laid out now is kept for when this size comes back */
+        if (M->m)
+            stash(M);
+        return 0;
+    }
+    s->used = ++M->seq_tick; /* not the one stash makes room in */
+    if (stash(M) != BFIT_OK) /* nothing moved: lay out anew */
+        return 0;
+    restore(M, s);
+    return M->m == m && M->training == training;
 }
