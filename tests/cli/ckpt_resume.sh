@@ -130,6 +130,22 @@ for s in 50 150 250; do
   resume_from "$tmp/ad" "$s" "adap$s"
   same_tail "$tmp/adap.st" "$tmp/adap$s.st" "$tmp/adap.jsonl" "$tmp/adap$s.jsonl" "adaptive resumed at step $s"
 done
+# ---- --batch-tokens over lines of varying length --------------------------------
+# a step's sequences are found again from the cursor, and the checkpoint keeps
+# the token budget and --seq-max (a resume that gives the batch in samples,
+# or another --seq-max, is refused)
+printf 'input tokens=32\nembed 16 vocab=256 positions=32\nresidual {\n layernorm\n linear 48\n attention 2\n linear 16\n}\nlayernorm\nlinear 256 tie=1 bias=0\n' >"$tmp/tok.cfg"
+for i in $(seq 1 2100); do printf 'line %d %.*s\n' "$i" $((i * 7 % 41)) "and it was so and it was good"; done >"$tmp/lines.txt"
+tok=(--model "$tmp/tok.cfg" --data "$tmp/lines.txt" --seq-max 32 --batch-tokens 300 --optimizer adamw --lr 3e-3
+  --epochs 2 --epoch-samples 400 --eval-samples 50 --threads 1 --no-prefetch --quiet)
+"$bf" train "${tok[@]}" --save "$tmp/tok.st" --log "$tmp/tok.jsonl" --checkpoint "$tmp/tk" --checkpoint-every 5 \
+  --keep 100 >/dev/null || fail "the token-budget run failed"
+for s in 5 40; do
+  resume_from "$tmp/tk" "$s" "tok$s"
+  same_tail "$tmp/tok.st" "$tmp/tok$s.st" "$tmp/tok.jsonl" "$tmp/tok$s.jsonl" "--batch-tokens resumed at step $s"
+done
+expect 1 "--batch: the checkpoint .* holds 300 tokens, not 300:" "$bf" train --resume "$(ck "$tmp/tk" 5)" --batch 300
+expect 1 "--seq-max: the checkpoint .* holds 32, not 24" "$bf" train --resume "$(ck "$tmp/tk" 5)" --seq-max 24
 unset BFIT_TEST_CLOCK
 
 # ---- another memory capacity ---------------------------------------------------

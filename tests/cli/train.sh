@@ -167,9 +167,24 @@ kjv=${BFIT_KJV:-/usr/local/share/batchfit/kjv.txt}
 if [ -s "$kjv" ]; then
   expect 0 "test loss [0-3]\.[0-9]+ per token .* after 1 epoch\(s\), 20 steps" "$bf" train --model gpt-nano \
     --data kjv --precision bf16 --batch 8 --max-steps 20 --eval-samples 200 --threads 2
+  # a budget of 2048 tokens: whole verses until they reach it, the micro-batch
+  # in tokens, the result per token and the padding share
+  expect 0 "training gpt-nano on kjv: .* batch 2048 tokens \(micro-batch 2048 tokens: up to 16 sequences of 128" \
+    "$bf" train --model gpt-nano --data kjv --seq-max 128 --batch-tokens 2048 --max-steps 3 --eval-samples 50 \
+    --threads 2 --optimizer adamw --lr 2e-3
+  expect 0 "m 2048 x 1 = 2[0-9]{3} tokens in [0-9]+ sequences" "$bf" train --model gpt-nano --data kjv --seq-max 128 \
+    --batch-tokens 2048 --max-steps 3 --eval-samples 50 --threads 2 --optimizer adamw --lr 2e-3 --log "$tmp/tok.jsonl"
+  if grep -q '"sequences":' "$tmp/tok.jsonl" && grep -q '"batch_tokens":1' "$tmp/tok.jsonl"; then
+    passes=$((passes + 1)); else echo "FAIL: the log of a token budget lacks its sequences"; fails=$((fails + 1)); fi
 else
   echo "skip: gpt-nano on kjv at bf16 ($kjv missing: scripts/kjv.sh, or BFIT_KJV)"
 fi
+expect 2 "--batch and --batch-tokens both give the effective batch" "$bf" train --model gpt-nano --batch 8 \
+  --batch-tokens 1024
+expect 2 "--batch-tokens auto is not supported yet" "$bf" train --model gpt-nano --batch-tokens auto
+expect 2 "--batch-tokens: 0 is out of range" "$bf" train --model gpt-nano --batch-tokens 0
+expect 1 "batchfit: error: --batch-tokens: counts tokens, and .*mlp.cfg is not a token model" "$bf" train --model "$m" \
+  --batch-tokens 1024 --max-steps 1
 
 # loss scaling: a power-of-two scale is exact, so the weights equal those of
 # no scaling; an overflowed step (injected: f32 and bf16 have the range that
