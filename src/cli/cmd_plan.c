@@ -365,6 +365,9 @@ static void print_human(const report *r)
                fmt(a->memory, b2, sizeof b2));
     else
         printf(", none in all %s\n", fmt(a->memory, b2, sizeof b2));
+    if (r->M->labels_per_sample > 1 && r->pr.m_margin) /* what --batch-tokens plans a micro-batch as */
+        printf("in tokens: a micro-batch of %lld (%d sequences of %d) within the budget\n",
+               (long long)r->pr.m_margin * r->M->input.d[0], r->pr.m_margin, r->M->input.d[0]);
 }
 
 static void add_cats(cJSON *o, const bfit_plan *p)
