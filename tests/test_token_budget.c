@@ -349,12 +349,12 @@ static void test_oom_in_tokens(void **st)
 }
 
 /* Memory falls at step 3 to what 2 sequences of 40 need and comes back at
- * step 6: the micro-batch (tokens) shrinks before anything fails and grows
- * back (after the controller's hold-off of 50 steps); the steps keep their
- * tokens; the training is the same. */
+ * step 6: the micro-batch (tokens) shrinks before anything fails; the steps
+ * keep their tokens; the training is the same. (Whether m grows back
+ * depends on measured speed: test_control holds those rules.) */
 static void test_memory_schedule(void **st)
 {
-    opts a = {.tokens = 1, .batch = 300, .seq_max = T, .memory = 1ull << 30, .epochs = 10}, b = a;
+    opts a = {.tokens = 1, .batch = 300, .seq_max = T, .memory = 1ull << 30}, b = a;
     bfit_mem_point mp[2] = {{3, 0}, {6, 1ull << 30}};
     seen va = {0}, vb = {0};
     bfit_train_result ra, rb;
@@ -365,13 +365,11 @@ static void test_memory_schedule(void **st)
     b.nsched = 2;
     run_ok(&b, &vb, &rb);
     same_training(&va, &vb, "memory schedule");
-    print_message("  micro-batch %d -> %d -> %d tokens (k %d -> %d)\n", vb.m[2], vb.m[3], vb.m[vb.n - 1], vb.k[2],
-                  vb.k[3]);
+    print_message("  micro-batch %d -> %d tokens (k %d -> %d)\n", vb.m[2], vb.m[3], vb.k[2], vb.k[3]);
     assert_int_equal(rb.ooms, 0);
     assert_true(vb.shrinks >= 1);
     assert_true(vb.m[3] <= 2 * T && vb.m[3] < vb.m[2]);
     assert_true(vb.k[3] > 1);
-    assert_true(vb.m[vb.n - 1] > vb.m[3]); /* grown back */
     for (int i = 0; i < vb.n; i++)
         assert_int_equal(vb.tokens[i], va.tokens[i]);
 }
