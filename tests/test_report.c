@@ -272,6 +272,32 @@ static void test_finished_and_cut_runs(void **st)
     free(h);
 }
 
+/* A run whose batch counts tokens says so on the charts of E, throughput
+ * and the noise scale; one in samples says samples. */
+static void test_token_units(void **st)
+{
+    static const char *start_tok =
+        "{\"event\":\"start\",\"time\":1,\"model\":\"gpt-nano\",\"data\":\"kjv\",\"batch\":4096,\"batch_tokens\":1,"
+        "\"capacity\":1073741824}\n";
+    char log[600], *h;
+    (void)st;
+    snprintf(log, sizeof log, "%s%s", start_tok, STEP(0, 5.5, 4096, 1, 4131, 12.5));
+    write_text(log_path, log);
+    assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
+    h = read_text(html_path);
+    assert_int_equal(in_chart(h, "batch", "E: tokens per optimizer step"), 1);
+    assert_int_equal(in_chart(h, "throughput", "tokens/s of each step"), 1);
+    assert_int_equal(in_chart(h, "noise", "B_noise (tokens)"), 1);
+    assert_int_equal(count_in(h, h + strlen(h), "samples per optimizer step"), 0);
+    free(h);
+    write_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0));
+    assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
+    h = read_text(html_path);
+    assert_int_equal(in_chart(h, "batch", "E: samples per optimizer step"), 1);
+    assert_int_equal(in_chart(h, "throughput", "samples/s of each step"), 1);
+    free(h);
+}
+
 /* The capacity is a step line: in effect from the step after the one that
  * reported it, with a corner where it changes. */
 static void test_capacity_steps(void **st)
@@ -387,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_config_plan_status),
         cmocka_unit_test(test_finished_and_cut_runs),
         cmocka_unit_test(test_capacity_steps),
+        cmocka_unit_test(test_token_units),
         cmocka_unit_test(test_long_run_bounded),
         cmocka_unit_test(test_malformed_logs),
         cmocka_unit_test(test_unwritable_output),

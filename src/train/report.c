@@ -249,11 +249,20 @@ static void chart_accuracy(chart *c)
     chart_end(c, L->nev ? NULL : "no evaluation in this log", lg, 1);
 }
 
+/* What E, m and the rates count: a token budget's log says so in its start. */
+static const char *unit(const rp_log *L)
+{
+    const cJSON *t = L->start ? cJSON_GetObjectItemCaseSensitive(L->start, "batch_tokens") : NULL;
+    return cJSON_IsNumber(t) && t->valuedouble > 0 ? "tokens" : "samples";
+}
+
 static void chart_batch(chart *c)
 {
     const rp_log *L = c->L;
-    legend lg[] = {{"#1f77b4", NULL, "E: samples per optimizer step"},
+    char e[64];
+    legend lg[] = {{"#1f77b4", NULL, e},
                    {"#ff7f0e", "5,3", "m: micro-batch on the device (E = m &#215; k, k micro-steps)"}};
+    snprintf(e, sizeof e, "E: %s per optimizer step", unit(L));
     for (size_t i = 0; i < L->nst; i++) {
         c->a[i] = (pt){L->st[i].step, L->st[i].E};
         c->b[i] = (pt){L->st[i].step, L->st[i].m};
@@ -295,8 +304,11 @@ static void chart_memory(chart *c)
 static void chart_throughput(chart *c)
 {
     const rp_log *L = c->L;
-    legend lg[] = {{"#9ecae1", NULL, "samples/s of each step"}, {"#08519c", NULL, "median of 9 steps"}};
+    char each[64], title[64];
+    legend lg[] = {{"#9ecae1", NULL, each}, {"#08519c", NULL, "median of 9 steps"}};
     size_t n = 0;
+    snprintf(each, sizeof each, "%s/s of each step", unit(L));
+    snprintf(title, sizeof title, "Throughput (%s/s)", unit(L));
     for (size_t i = 0; i < L->nst; i++)
         if (L->st[i].seconds > 0)
             c->a[n++] = (pt){L->st[i].step, L->st[i].E / L->st[i].seconds};
@@ -308,7 +320,7 @@ static void chart_throughput(chart *c)
             w[k++] = c->a[j].y;
         c->b[i] = (pt){c->a[i].x, bfit_median(w, (int)k)};
     }
-    chart_begin(c, "throughput", "Throughput (samples/s)", "training samples per second per step");
+    chart_begin(c, "throughput", title, "training samples (or tokens) per second per step");
     y_linear(c, c->a, n, NULL, 0, 1, 1);
     series(c, "thru", "#9ecae1", NULL, c->a, n);
     series(c, "thru-median", "#08519c", NULL, c->b, n);
@@ -318,11 +330,13 @@ static void chart_throughput(chart *c)
 static void chart_noise(chart *c)
 {
     const rp_log *L = c->L;
-    legend lg[] = {{"#8c564b", NULL, "gradient noise scale B_noise (samples)"}};
+    char what[64];
+    legend lg[] = {{"#8c564b", NULL, what}};
     size_t n = 0;
     for (size_t i = 0; i < L->nst; i++)
         if (L->st[i].noise > 0)
             c->a[n++] = (pt){L->st[i].step, L->st[i].noise};
+    snprintf(what, sizeof what, "gradient noise scale B_noise (%s)", unit(L));
     chart_begin(c, "noise", "Gradient noise scale", "the gradient noise scale estimate per step");
     y_linear(c, c->a, n, NULL, 0, 1, 1);
     series(c, "noise", "#8c564b", NULL, c->a, n);
