@@ -30,6 +30,7 @@
 
 #include "batchfit.h"
 #include "device/device.h"
+#include "device/half.h"
 #include "nn/layer.h"
 #include "tdev.h"
 
@@ -512,6 +513,113 @@ static void test_pool_rejects_bad_geometry(void **st)
     assert_null(op);
 }
 
+/* 2x2 max pools of stride 2 (the device's own loops), f32 and bf16, bit
+ * for bit against the rule they follow: the window in row-major order, the
+ * first maximum wins, a NaN wins (PyTorch's). x comes from a small set of
+ * values, so windows hold ties, and a few are NaN; dy is never zero, so a
+ * gradient sent to the wrong place shows. Rows of 1, 3, 14 (one partial
+ * vector), 35 (two and a tail) outputs; odd heights and widths leave a row
+ * or a column no window covers, whose dx must be zero. */
+static const pool_case mp2_cases[] = {
+    {1, 1, 2, 2, 2, 2, 2, 2, 0, 0},    {3, 5, 9, 7, 2, 2, 2, 2, 0, 0}, {2, 3, 6, 70, 2, 2, 2, 2, 0, 0},
+    {5, 32, 28, 28, 2, 2, 2, 2, 0, 0}, {2, 4, 7, 71, 2, 2, 2, 2, 0, 0},
+};
+
+static float mp2_get(const void *p, bfit_dtype dt, int64_t i)
+{
+    return dt == BFIT_F32 ? ((const float *)p)[i] : bfit_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static void mp2_put(void *p, bfit_dtype dt, int64_t i, float v)
+{
+    if (dt == BFIT_F32)
+        ((float *)p)[i] = v;
+    else
+        ((uint16_t *)p)[i] = bfit_f32_to_bf16(v);
+}
+
+/* The reference: the index into x of output o's winner. */
+static int64_t mp2_winner(const pool_case *c, bfit_dtype dt, const void *x, int64_t o)
+{
+    int64_t oh = c->ih / 2, ow = c->iw / 2, plane = o / (oh * ow), oy = o / ow % oh, ox = o % ow, best = -1;
+    for (int k = 0; k < 4; k++) {
+        int64_t xi = (plane * c->ih + 2 * oy + k / 2) * c->iw + 2 * ox + k % 2;
+        float v = mp2_get(x, dt, xi);
+        if (best < 0 || v > mp2_get(x, dt, best) || isnan(v))
+            best = xi;
+    }
+    return best;
+}
+
+/* Training forward, eval forward, backward; y, y2 (eval), dx come back. */
+static void mp2_run(tdev *t, const pool_case *c, bfit_dtype dt, tbuf *x, tbuf *dy, tbuf *y, tbuf *y2, tbuf *dx)
+{
+    bfit_op_desc fd = pool_desc(c, BFIT_OP_POOL_FWD, 1, 1), bd = pool_desc(c, BFIT_OP_POOL_BWD, 1, 1);
+    bfit_op_args a = {0};
+    bfit_op *op;
+    tbuf saved;
+
+    fd.dtype = bd.dtype = dt;
+    op = mkop(t, &fd);
+    assert_int_equal(bfit_op_saved_bytes(op), y->bytes / bfit_dtype_size(dt)); /* a byte per output, as oneDNN's */
+    saved = nanbuf(t, bfit_op_saved_bytes(op));
+    a.src = x->d, a.dst = y->d, a.saved = saved.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    fd.u.pool.training = 0;
+    op = mkop(t, &fd);
+    memset(&a, 0, sizeof a);
+    a.src = x->d, a.dst = y2->d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    op = mkop(t, &bd);
+    memset(&a, 0, sizeof a);
+    a.diff_dst = dy->d, a.diff_src = dx->d, a.saved = saved.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, y), tbuf_down(t, y2), tbuf_down(t, dx);
+    FREEBUFS(t, &saved);
+}
+
+static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt)
+{
+    size_t es = bfit_dtype_size(dt);
+    int64_t ny = (int64_t)c->n * c->c * (c->ih / 2) * (c->iw / 2), nx = (int64_t)c->n * c->c * c->ih * c->iw;
+    tbuf x = tbuf_new(t, (size_t)nx * es), dy = tbuf_new(t, (size_t)ny * es);
+    tbuf y = nanbuf(t, (size_t)ny * es), y2 = nanbuf(t, (size_t)ny * es), dx = nanbuf(t, (size_t)nx * es);
+    char *want = calloc((size_t)nx, es); /* dx: zero but at the winners */
+
+    for (int64_t i = 0; i < nx; i++)
+        mp2_put(x.h, dt, i, i % 97 == 5 ? NAN : (float)((int)((uint32_t)(i * 2654435761u) >> 7) % 7 - 3) * 0.5f);
+    for (int64_t i = 0; i < ny; i++)
+        mp2_put(dy.h, dt, i, (0.25f + (float)(i % 13)) * (i % 2 ? -1.0f : 1.0f));
+    tbuf_up(t, &x), tbuf_up(t, &dy);
+    mp2_run(t, c, dt, &x, &dy, &y, &y2, &dx);
+    for (int64_t o = 0; o < ny; o++) {
+        int64_t w = mp2_winner(c, dt, x.h, o);
+        const char *r = (const char *)x.h + w * (int64_t)es;
+        if (memcmp((const char *)y.h + o * (int64_t)es, r, es) || memcmp((const char *)y2.h + o * (int64_t)es, r, es))
+            fail_msg("maxpool2 %s %dx%dx%dx%d: y[%lld] = %g (eval %g), want x[%lld] = %g", bfit_dtype_name(dt), c->n,
+                     c->c, c->ih, c->iw, (long long)o, mp2_get(y.h, dt, o), mp2_get(y2.h, dt, o), (long long)w,
+                     mp2_get(x.h, dt, w));
+        memcpy(want + w * (int64_t)es, (const char *)dy.h + o * (int64_t)es, es);
+    }
+    for (int64_t i = 0; i < nx; i++)
+        if (memcmp((const char *)dx.h + i * (int64_t)es, want + i * (int64_t)es, es))
+            fail_msg("maxpool2 %s %dx%dx%dx%d: dx[%lld] = %g, want %g", bfit_dtype_name(dt), c->n, c->c, c->ih, c->iw,
+                     (long long)i, mp2_get(dx.h, dt, i), mp2_get(want, dt, i));
+    FREEBUFS(t, &x, &dy, &y, &y2, &dx);
+    free(want);
+}
+
+static void test_maxpool2(void **st)
+{
+    for (size_t tc = 0; tc < sizeof mp2_cases / sizeof mp2_cases[0]; tc++) {
+        mp2_check(*st, &mp2_cases[tc], BFIT_F32);
+        mp2_check(*st, &mp2_cases[tc], BFIT_BF16);
+    }
+}
+
 /* ---------------------------------------------------------------- batch norm */
 
 typedef struct bn_case {
@@ -879,6 +987,7 @@ int main(void)
         cmocka_unit_test(test_conv_rejects_bad_geometry),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_rejects_bad_geometry),
+        cmocka_unit_test(test_maxpool2),
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),

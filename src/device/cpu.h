@@ -122,6 +122,7 @@ void cpu_coll_close(bfit_device *d, void *state);
 int cpu_matmul_init(cpu_op *op);   /* MATMUL */
 int cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */
 int cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
+int cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (cpu_pool_init asks) */
 int cpu_bnorm_init(cpu_op *op);    /* BNORM_FWD, BNORM_BWD */
 int cpu_lnorm_init(cpu_op *op);    /* LNORM_FWD, LNORM_BWD */
 int cpu_eltwise_init(cpu_op *op);  /* ELTWISE_FWD, ELTWISE_BWD */
