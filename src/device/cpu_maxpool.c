@@ -27,7 +27,7 @@
 #endif
 
 typedef struct mp_geom {
-    int64_t rows, oh, ow, ih, iw; /* rows: n * c * oh output rows */
+    int64_t planes, oh, ow, ih, iw; /* planes: n * c */
 } mp_geom;
 
 #if POOL_SIMD
@@ -169,7 +169,7 @@ static void mp_bwd_row(int bf16, const void *dy, const uint8_t *ix, void *d0, vo
 
 static mp_geom geom(const bfit_op_desc *d)
 {
-    mp_geom g = {d->u.pool.n * d->u.pool.c * d->u.pool.oh, d->u.pool.oh, d->u.pool.ow, d->u.pool.ih, d->u.pool.iw};
+    mp_geom g = {d->u.pool.n * d->u.pool.c, d->u.pool.oh, d->u.pool.ow, d->u.pool.ih, d->u.pool.iw};
     return g;
 }
 
@@ -184,10 +184,11 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
 
     if (!x || !y || (op->saved && !ix))
         return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
-    BFIT_PAR_FOR_IF(g.rows * g.ow > BFIT_PAR_MIN / 4, for (int64_t r = 0; r < g.rows; r++) {
-        const char *r0 = x + (size_t)((r / g.oh * g.ih + r % g.oh * 2) * g.iw) * es;
-        mp_fwd_row(bf16, r0, r0 + (size_t)g.iw * es, y + (size_t)(r * g.ow) * es, ix ? ix + r * g.ow : NULL,
-                   g.ow);
+    /* by planes: no division per row (a row is 7 or 14 outputs in the cnn) */
+    BFIT_PAR_FOR_IF(g.planes * g.oh * g.ow > BFIT_PAR_MIN / 4, for (int64_t p = 0; p < g.planes; p++) {
+        const char *r0 = x + (size_t)(p * g.ih * g.iw) * es;
+        for (int64_t oy = 0, o = p * g.oh * g.ow; oy < g.oh; oy++, o += g.ow, r0 += (size_t)(2 * g.iw) * es)
+            mp_fwd_row(bf16, r0, r0 + (size_t)g.iw * es, y + (size_t)o * es, ix ? ix + o : NULL, g.ow);
     });
     return BFIT_OK;
 }
@@ -215,10 +216,12 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
 
     if (!dy || !dx || !ix)
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
-    BFIT_PAR_FOR_IF(g.rows * g.ow > BFIT_PAR_MIN / 4, for (int64_t r = 0; r < g.rows; r++) {
-        char *r0 = dx + (size_t)((r / g.oh * g.ih + r % g.oh * 2) * g.iw) * es;
-        mp_bwd_row(bf16, dy + (size_t)(r * g.ow) * es, ix + r * g.ow, r0, r0 + (size_t)g.iw * es, g.ow);
-        bwd_uncovered(&g, r0, es, r % g.oh);
+    BFIT_PAR_FOR_IF(g.planes * g.oh * g.ow > BFIT_PAR_MIN / 4, for (int64_t p = 0; p < g.planes; p++) {
+        char *r0 = dx + (size_t)(p * g.ih * g.iw) * es;
+        for (int64_t oy = 0, o = p * g.oh * g.ow; oy < g.oh; oy++, o += g.ow, r0 += (size_t)(2 * g.iw) * es) {
+            mp_bwd_row(bf16, dy + (size_t)o * es, ix + o, r0, r0 + (size_t)g.iw * es, g.ow);
+            bwd_uncovered(&g, r0, es, oy);
+        }
     });
     return BFIT_OK;
 }
