@@ -330,6 +330,99 @@ static void test_conv(void **st)
            worst[2], worst[3]);
 }
 
+/* bf16 convolutions, whose activations reach oneDNN's nChw16c through our
+ * own transposes (cpu_blk16.c) where the channels fill blocks of 16: data
+ * rounded to bf16 on the host, the reference in double on the rounded
+ * values. The products are exact in f32 and summed there, so the bound is
+ * the f32 one plus the final rounding of a bf16 output (2^-8 of it). A
+ * transposed element in the wrong place errs by a whole term. Spatial sizes
+ * of 196 (a 16-column tail of 4), 35 and 12 (tails only), 64 (no tail);
+ * channels of 16, 32, 48, and 3 (no own transpose on that side). */
+static const conv_case conv16_cases[] = {
+    {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1},
+    {2, 32, 5, 7, 16, 3, 3, 2, 2, 1, 1, 0},
+    {2, 3, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1},
+    {4, 48, 6, 6, 16, 1, 1, 1, 1, 0, 0, 1},
+};
+
+/* n values uniform in [-1, 1) rounded to bf16: f (float, for the reference)
+ * and the device buffer of bf16. */
+static tbuf bf16buf(tdev *t, float *f, int64_t n, uint64_t seed)
+{
+    tbuf b = tbuf_new(t, (size_t)n * 2);
+    bfit_fill_uniform(f, n, 1.0f, seed);
+    for (int64_t i = 0; i < n; i++) {
+        ((uint16_t *)b.h)[i] = bfit_f32_to_bf16(f[i]);
+        f[i] = bfit_bf16_to_f32(((uint16_t *)b.h)[i]);
+    }
+    tbuf_up(t, &b);
+    return b;
+}
+
+/* |got - ref| against the f32 bound plus, for a bf16 output, its rounding */
+static double ratio16(double got, double ref, double mag, int64_t K, int rounded)
+{
+    double bound = (double)(K + 8) * FLT_EPSILON * mag + (rounded ? fabs(ref) / 256 : 0) + 1e-30;
+    return isnan(got) ? INFINITY : fabs(got - ref) / bound;
+}
+
+static void conv16_expect(size_t tc, const char *what, const void *got, int bf16, const double *ref, const double *mag,
+                          int64_t n, int64_t K)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double g = bf16 ? bfit_bf16_to_f32(((const uint16_t *)got)[i]) : ((const float *)got)[i];
+        if (ratio16(g, ref[i], mag[i], K, bf16) > 1)
+            fail_msg("bf16 conv case %zu %s[%lld] = %.9g, reference %.9g", tc, what, (long long)i, g, ref[i]);
+    }
+}
+
+/* Run one op of case c (bf16) on the given arguments. */
+static void conv16_run(tdev *t, const conv_case *c, bfit_op_kind kind, bfit_op_args *a)
+{
+    bfit_op_desc d = conv_desc(c, kind, 0);
+    bfit_op *op;
+    d.dtype = BFIT_BF16;
+    op = mkop(t, &d);
+    run(t, op, a);
+    bfit_op_free(op);
+}
+
+static void test_conv_bf16(void **st)
+{
+    tdev *t = *st;
+    for (size_t tc = 0; tc < sizeof conv16_cases / sizeof conv16_cases[0]; tc++) {
+        const conv_case *c = &conv16_cases[tc];
+        bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
+        int64_t ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow, nx = (int64_t)c->n * c->ic * c->ih * c->iw;
+        int64_t nw = (int64_t)c->oc * c->ic * c->kh * c->kw;
+        float *fx = malloc((size_t)nx * 4), *fw = malloc((size_t)nw * 4), *fdy = malloc((size_t)ny * 4);
+        tbuf x = bf16buf(t, fx, nx, 110 + tc), w = bf16buf(t, fw, nw, 120 + tc), dy = bf16buf(t, fdy, ny, 130 + tc);
+        tbuf b = randbuf(t, c->oc, 140 + tc), y = nanbuf(t, (size_t)ny * 2), dx = nanbuf(t, (size_t)nx * 2);
+        tbuf dw = nanbuf(t, (size_t)nw * 4), db = nanbuf(t, (size_t)c->oc * 4);
+        bfit_op_args a = {0};
+        conv_ref r;
+
+        conv_reference(c, fx, fw, TB_F(b), fdy, &r);
+        a.src = x.d, a.weights = w.d, a.bias = c->bias ? b.d : NULL, a.dst = y.d;
+        conv16_run(t, c, BFIT_OP_CONV_FWD, &a);
+        memset(&a, 0, sizeof a);
+        a.diff_dst = dy.d, a.weights = w.d, a.diff_src = dx.d;
+        conv16_run(t, c, BFIT_OP_CONV_BWD_DATA, &a);
+        memset(&a, 0, sizeof a);
+        a.src = x.d, a.diff_dst = dy.d, a.diff_weights = dw.d, a.diff_bias = c->bias ? db.d : NULL;
+        conv16_run(t, c, BFIT_OP_CONV_BWD_WEIGHTS, &a);
+        tbuf_down(t, &y), tbuf_down(t, &dx), tbuf_down(t, &dw), tbuf_down(t, &db);
+        conv16_expect(tc, "forward y", y.h, 1, r.y, r.ym, ny, (int64_t)c->ic * c->kh * c->kw + 1);
+        conv16_expect(tc, "backward data dx", dx.h, 1, r.dx, r.dxm, nx, (int64_t)c->oc * c->kh * c->kw);
+        conv16_expect(tc, "backward weights dw", dw.h, 0, r.dw, r.dwm, nw, ny / c->oc);
+        if (c->bias)
+            conv16_expect(tc, "backward bias db", db.h, 0, r.db, r.dbm, c->oc, ny / c->oc);
+        conv_ref_free(&r);
+        FREEBUFS(t, &x, &w, &dy, &b, &y, &dx, &dw, &db);
+        free(fx), free(fw), free(fdy);
+    }
+}
+
 static void test_conv_rejects_bad_geometry(void **st)
 {
     tdev *t = *st;
@@ -985,6 +1078,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv),
         cmocka_unit_test(test_conv_rejects_bad_geometry),
+        cmocka_unit_test(test_conv_bf16),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_rejects_bad_geometry),
         cmocka_unit_test(test_maxpool2),
