@@ -30,6 +30,7 @@
 
 #include "batchfit.h"
 #include "device/device.h"
+#include "device/half.h"
 #include "nn/layer.h"
 #include "tdev.h"
 
@@ -329,6 +330,99 @@ static void test_conv(void **st)
            worst[2], worst[3]);
 }
 
+/* bf16 convolutions, whose activations reach oneDNN's nChw16c through our
+ * own transposes (cpu_blk16.c) where the channels fill blocks of 16: data
+ * rounded to bf16 on the host, the reference in double on the rounded
+ * values. The products are exact in f32 and summed there, so the bound is
+ * the f32 one plus the final rounding of a bf16 output (2^-8 of it). A
+ * transposed element in the wrong place errs by a whole term. Spatial sizes
+ * of 196 (a 16-column tail of 4), 35 and 12 (tails only), 64 (no tail);
+ * channels of 16, 32, 48, and 3 (no own transpose on that side). */
+static const conv_case conv16_cases[] = {
+    {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1},
+    {2, 32, 5, 7, 16, 3, 3, 2, 2, 1, 1, 0},
+    {2, 3, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1},
+    {4, 48, 6, 6, 16, 1, 1, 1, 1, 0, 0, 1},
+};
+
+/* n values uniform in [-1, 1) rounded to bf16: f (float, for the reference)
+ * and the device buffer of bf16. */
+static tbuf bf16buf(tdev *t, float *f, int64_t n, uint64_t seed)
+{
+    tbuf b = tbuf_new(t, (size_t)n * 2);
+    bfit_fill_uniform(f, n, 1.0f, seed);
+    for (int64_t i = 0; i < n; i++) {
+        ((uint16_t *)b.h)[i] = bfit_f32_to_bf16(f[i]);
+        f[i] = bfit_bf16_to_f32(((uint16_t *)b.h)[i]);
+    }
+    tbuf_up(t, &b);
+    return b;
+}
+
+/* |got - ref| against the f32 bound plus, for a bf16 output, its rounding */
+static double ratio16(double got, double ref, double mag, int64_t K, int rounded)
+{
+    double bound = (double)(K + 8) * FLT_EPSILON * mag + (rounded ? fabs(ref) / 256 : 0) + 1e-30;
+    return isnan(got) ? INFINITY : fabs(got - ref) / bound;
+}
+
+static void conv16_expect(size_t tc, const char *what, const void *got, int bf16, const double *ref, const double *mag,
+                          int64_t n, int64_t K)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double g = bf16 ? bfit_bf16_to_f32(((const uint16_t *)got)[i]) : ((const float *)got)[i];
+        if (ratio16(g, ref[i], mag[i], K, bf16) > 1)
+            fail_msg("bf16 conv case %zu %s[%lld] = %.9g, reference %.9g", tc, what, (long long)i, g, ref[i]);
+    }
+}
+
+/* Run one op of case c (bf16) on the given arguments. */
+static void conv16_run(tdev *t, const conv_case *c, bfit_op_kind kind, bfit_op_args *a)
+{
+    bfit_op_desc d = conv_desc(c, kind, 0);
+    bfit_op *op;
+    d.dtype = BFIT_BF16;
+    op = mkop(t, &d);
+    run(t, op, a);
+    bfit_op_free(op);
+}
+
+static void test_conv_bf16(void **st)
+{
+    tdev *t = *st;
+    for (size_t tc = 0; tc < sizeof conv16_cases / sizeof conv16_cases[0]; tc++) {
+        const conv_case *c = &conv16_cases[tc];
+        bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
+        int64_t ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow, nx = (int64_t)c->n * c->ic * c->ih * c->iw;
+        int64_t nw = (int64_t)c->oc * c->ic * c->kh * c->kw;
+        float *fx = malloc((size_t)nx * 4), *fw = malloc((size_t)nw * 4), *fdy = malloc((size_t)ny * 4);
+        tbuf x = bf16buf(t, fx, nx, 110 + tc), w = bf16buf(t, fw, nw, 120 + tc), dy = bf16buf(t, fdy, ny, 130 + tc);
+        tbuf b = randbuf(t, c->oc, 140 + tc), y = nanbuf(t, (size_t)ny * 2), dx = nanbuf(t, (size_t)nx * 2);
+        tbuf dw = nanbuf(t, (size_t)nw * 4), db = nanbuf(t, (size_t)c->oc * 4);
+        bfit_op_args a = {0};
+        conv_ref r;
+
+        conv_reference(c, fx, fw, TB_F(b), fdy, &r);
+        a.src = x.d, a.weights = w.d, a.bias = c->bias ? b.d : NULL, a.dst = y.d;
+        conv16_run(t, c, BFIT_OP_CONV_FWD, &a);
+        memset(&a, 0, sizeof a);
+        a.diff_dst = dy.d, a.weights = w.d, a.diff_src = dx.d;
+        conv16_run(t, c, BFIT_OP_CONV_BWD_DATA, &a);
+        memset(&a, 0, sizeof a);
+        a.src = x.d, a.diff_dst = dy.d, a.diff_weights = dw.d, a.diff_bias = c->bias ? db.d : NULL;
+        conv16_run(t, c, BFIT_OP_CONV_BWD_WEIGHTS, &a);
+        tbuf_down(t, &y), tbuf_down(t, &dx), tbuf_down(t, &dw), tbuf_down(t, &db);
+        conv16_expect(tc, "forward y", y.h, 1, r.y, r.ym, ny, (int64_t)c->ic * c->kh * c->kw + 1);
+        conv16_expect(tc, "backward data dx", dx.h, 1, r.dx, r.dxm, nx, (int64_t)c->oc * c->kh * c->kw);
+        conv16_expect(tc, "backward weights dw", dw.h, 0, r.dw, r.dwm, nw, ny / c->oc);
+        if (c->bias)
+            conv16_expect(tc, "backward bias db", db.h, 0, r.db, r.dbm, c->oc, ny / c->oc);
+        conv_ref_free(&r);
+        FREEBUFS(t, &x, &w, &dy, &b, &y, &dx, &dw, &db);
+        free(fx), free(fw), free(fdy);
+    }
+}
+
 static void test_conv_rejects_bad_geometry(void **st)
 {
     tdev *t = *st;
@@ -510,6 +604,113 @@ static void test_pool_rejects_bad_geometry(void **st)
     /* padding as large as the kernel: a window could hold only padding */
     assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_EINVAL);
     assert_null(op);
+}
+
+/* 2x2 max pools of stride 2 (the device's own loops), f32 and bf16, bit
+ * for bit against the rule they follow: the window in row-major order, the
+ * first maximum wins, a NaN wins (PyTorch's). x comes from a small set of
+ * values, so windows hold ties, and a few are NaN; dy is never zero, so a
+ * gradient sent to the wrong place shows. Rows of 1, 3, 14 (one partial
+ * vector), 35 (two and a tail) outputs; odd heights and widths leave a row
+ * or a column no window covers, whose dx must be zero. */
+static const pool_case mp2_cases[] = {
+    {1, 1, 2, 2, 2, 2, 2, 2, 0, 0},    {3, 5, 9, 7, 2, 2, 2, 2, 0, 0}, {2, 3, 6, 70, 2, 2, 2, 2, 0, 0},
+    {5, 32, 28, 28, 2, 2, 2, 2, 0, 0}, {2, 4, 7, 71, 2, 2, 2, 2, 0, 0},
+};
+
+static float mp2_get(const void *p, bfit_dtype dt, int64_t i)
+{
+    return dt == BFIT_F32 ? ((const float *)p)[i] : bfit_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static void mp2_put(void *p, bfit_dtype dt, int64_t i, float v)
+{
+    if (dt == BFIT_F32)
+        ((float *)p)[i] = v;
+    else
+        ((uint16_t *)p)[i] = bfit_f32_to_bf16(v);
+}
+
+/* The reference: the index into x of output o's winner. */
+static int64_t mp2_winner(const pool_case *c, bfit_dtype dt, const void *x, int64_t o)
+{
+    int64_t oh = c->ih / 2, ow = c->iw / 2, plane = o / (oh * ow), oy = o / ow % oh, ox = o % ow, best = -1;
+    for (int k = 0; k < 4; k++) {
+        int64_t xi = (plane * c->ih + 2 * oy + k / 2) * c->iw + 2 * ox + k % 2;
+        float v = mp2_get(x, dt, xi);
+        if (best < 0 || v > mp2_get(x, dt, best) || isnan(v))
+            best = xi;
+    }
+    return best;
+}
+
+/* Training forward, eval forward, backward; y, y2 (eval), dx come back. */
+static void mp2_run(tdev *t, const pool_case *c, bfit_dtype dt, tbuf *x, tbuf *dy, tbuf *y, tbuf *y2, tbuf *dx)
+{
+    bfit_op_desc fd = pool_desc(c, BFIT_OP_POOL_FWD, 1, 1), bd = pool_desc(c, BFIT_OP_POOL_BWD, 1, 1);
+    bfit_op_args a = {0};
+    bfit_op *op;
+    tbuf saved;
+
+    fd.dtype = bd.dtype = dt;
+    op = mkop(t, &fd);
+    assert_int_equal(bfit_op_saved_bytes(op), y->bytes / bfit_dtype_size(dt)); /* a byte per output, as oneDNN's */
+    saved = nanbuf(t, bfit_op_saved_bytes(op));
+    a.src = x->d, a.dst = y->d, a.saved = saved.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    fd.u.pool.training = 0;
+    op = mkop(t, &fd);
+    memset(&a, 0, sizeof a);
+    a.src = x->d, a.dst = y2->d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    op = mkop(t, &bd);
+    memset(&a, 0, sizeof a);
+    a.diff_dst = dy->d, a.diff_src = dx->d, a.saved = saved.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, y), tbuf_down(t, y2), tbuf_down(t, dx);
+    FREEBUFS(t, &saved);
+}
+
+static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt)
+{
+    size_t es = bfit_dtype_size(dt);
+    int64_t ny = (int64_t)c->n * c->c * (c->ih / 2) * (c->iw / 2), nx = (int64_t)c->n * c->c * c->ih * c->iw;
+    tbuf x = tbuf_new(t, (size_t)nx * es), dy = tbuf_new(t, (size_t)ny * es);
+    tbuf y = nanbuf(t, (size_t)ny * es), y2 = nanbuf(t, (size_t)ny * es), dx = nanbuf(t, (size_t)nx * es);
+    char *want = calloc((size_t)nx, es); /* dx: zero but at the winners */
+
+    for (int64_t i = 0; i < nx; i++)
+        mp2_put(x.h, dt, i, i % 97 == 5 ? NAN : (float)((int)((uint32_t)(i * 2654435761u) >> 7) % 7 - 3) * 0.5f);
+    for (int64_t i = 0; i < ny; i++)
+        mp2_put(dy.h, dt, i, (0.25f + (float)(i % 13)) * (i % 2 ? -1.0f : 1.0f));
+    tbuf_up(t, &x), tbuf_up(t, &dy);
+    mp2_run(t, c, dt, &x, &dy, &y, &y2, &dx);
+    for (int64_t o = 0; o < ny; o++) {
+        int64_t w = mp2_winner(c, dt, x.h, o);
+        const char *r = (const char *)x.h + w * (int64_t)es;
+        if (memcmp((const char *)y.h + o * (int64_t)es, r, es) || memcmp((const char *)y2.h + o * (int64_t)es, r, es))
+            fail_msg("maxpool2 %s %dx%dx%dx%d: y[%lld] = %g (eval %g), want x[%lld] = %g", bfit_dtype_name(dt), c->n,
+                     c->c, c->ih, c->iw, (long long)o, mp2_get(y.h, dt, o), mp2_get(y2.h, dt, o), (long long)w,
+                     mp2_get(x.h, dt, w));
+        memcpy(want + w * (int64_t)es, (const char *)dy.h + o * (int64_t)es, es);
+    }
+    for (int64_t i = 0; i < nx; i++)
+        if (memcmp((const char *)dx.h + i * (int64_t)es, want + i * (int64_t)es, es))
+            fail_msg("maxpool2 %s %dx%dx%dx%d: dx[%lld] = %g, want %g", bfit_dtype_name(dt), c->n, c->c, c->ih, c->iw,
+                     (long long)i, mp2_get(dx.h, dt, i), mp2_get(want, dt, i));
+    FREEBUFS(t, &x, &dy, &y, &y2, &dx);
+    free(want);
+}
+
+static void test_maxpool2(void **st)
+{
+    for (size_t tc = 0; tc < sizeof mp2_cases / sizeof mp2_cases[0]; tc++) {
+        mp2_check(*st, &mp2_cases[tc], BFIT_F32);
+        mp2_check(*st, &mp2_cases[tc], BFIT_BF16);
+    }
 }
 
 /* ---------------------------------------------------------------- batch norm */
@@ -877,8 +1078,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv),
         cmocka_unit_test(test_conv_rejects_bad_geometry),
+        cmocka_unit_test(test_conv_bf16),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_rejects_bad_geometry),
+        cmocka_unit_test(test_maxpool2),
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),

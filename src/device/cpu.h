@@ -122,6 +122,14 @@ void cpu_coll_close(bfit_device *d, void *state);
 int cpu_matmul_init(cpu_op *op);   /* MATMUL */
 int cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */
 int cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
+int cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (cpu_pool_init asks) */
+
+/* cpu_blk16.c: bf16 nchw <-> nChw16c of our own (oneDNN 2.6's is its slow
+ * generic reorder for bf16). match: 1, with the sizes, when `plain` is
+ * bf16 nchw with c % 16 == 0 and `chosen` its nChw16c. */
+int cpu_blk16_match(const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *chosen, int64_t *n, int64_t *c,
+                    int64_t *hw);
+void cpu_blk16_run(const void *src, void *dst, int64_t n, int64_t c, int64_t hw, int to_plain);
 int cpu_bnorm_init(cpu_op *op);    /* BNORM_FWD, BNORM_BWD */
 int cpu_lnorm_init(cpu_op *op);    /* LNORM_FWD, LNORM_BWD */
 int cpu_eltwise_init(cpu_op *op);  /* ELTWISE_FWD, ELTWISE_BWD */

@@ -7,7 +7,9 @@
  * So each op lets oneDNN choose its layouts ("any") and reorders the
  * arguments that differ: inputs from plain into blocked buffers in the op's
  * workspace before, the output back to plain after. The buffers are part of
- * the workspace the op reports, so the plan counts them.
+ * the workspace the op reports, so the plan counts them. bf16 activations
+ * in whole blocks of 16 channels are transposed by our own loops
+ * (cpu_blk16.c: oneDNN's bf16 reorder here is slower than its f32 one).
  *
  * oneDNN overwrites diff_weights/diff_bias; with desc.accumulate the weight
  * gradient's reorder back to oihw adds into the caller's buffer (a sum
@@ -34,6 +36,9 @@ typedef struct conv_ws {
     size_t base;
     size_t off[3];   /* R_IN0, R_IN1, R_OUT buffers, relative to base; NONE: no reorder */
     size_t dw, db;   /* accumulation temporaries (backward weights), relative to base; NONE: unused */
+    /* a bf16 nchw <-> nChw16c reorder of our own (cpu_blk16.c) instead of
+     * oneDNN's: its sizes and direction, per slot */
+    struct { int on, to_plain; int64_t n, c, hw; } own[3];
 } conv_ws;
 
 static const dnnl_memory_desc_t *qmd(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int i)
@@ -52,9 +57,22 @@ static int64_t wnumel(const bfit_op_desc *d)
     return d->u.conv.oc * d->u.conv.ic * d->u.conv.kh * d->u.conv.kw;
 }
 
+/* Whether slot r reorders (oneDNN's or our own). */
+static int has_reorder(const cpu_op *op, int r)
+{
+    const conv_ws *m = op->extra;
+    return op->prim[r] || m->own[r - R_IN0].on;
+}
+
 /* Reorder slot r from `from` to `to` (mds from the reorder's pd). */
 static int reorder(cpu_op *op, int r, const void *from, void *to, void *ws)
 {
+    const conv_ws *m = op->extra;
+    if (m->own[r - R_IN0].on) {
+        cpu_blk16_run(from, to, m->own[r - R_IN0].n, m->own[r - R_IN0].c, m->own[r - R_IN0].hw,
+                      m->own[r - R_IN0].to_plain);
+        return BFIT_OK;
+    }
     const cpu_arg args[] = {
         {DNNL_ARG_FROM, from, qmd(op->pd[r], dnnl_query_src_md, 0)},
         {DNNL_ARG_TO, to, qmd(op->pd[r], dnnl_query_dst_md, 0)},
@@ -69,7 +87,7 @@ static int input(cpu_op *op, int r, const void *plain, void *ws, const void **ou
     const conv_ws *m = op->extra;
     int rc;
     *out = plain;
-    if (!op->prim[r])
+    if (!has_reorder(op, r))
         return BFIT_OK;
     *out = (char *)ws + m->base + m->off[r - R_IN0];
     rc = reorder(op, r, plain, (void *)*out, ws);
@@ -81,7 +99,7 @@ static int input(cpu_op *op, int r, const void *plain, void *ws, const void **ou
 static void *output(cpu_op *op, void *plain, void *ws)
 {
     const conv_ws *m = op->extra;
-    return op->prim[R_OUT] ? (char *)ws + m->base + m->off[2] : plain;
+    return has_reorder(op, R_OUT) ? (char *)ws + m->base + m->off[2] : plain;
 }
 
 static int need_ws(const cpu_op *op, const bfit_op_args *a, const char *what)
@@ -113,7 +131,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
         };
         rc = cpu_exec(op, P_FWD, args, 4, a->workspace, "convolution forward");
     }
-    if (rc == BFIT_OK && op->prim[R_OUT])
+    if (rc == BFIT_OK && has_reorder(op, R_OUT))
         rc = reorder(op, R_OUT, dst, a->dst, a->workspace);
     return rc;
 }
@@ -140,7 +158,7 @@ static int run_bwd_data(cpu_op *op, const bfit_op_args *a)
         };
         rc = cpu_exec(op, P_BWD, args, 3, a->workspace, "convolution backward data");
     }
-    if (rc == BFIT_OK && op->prim[R_OUT])
+    if (rc == BFIT_OK && has_reorder(op, R_OUT))
         rc = reorder(op, R_OUT, ds, a->diff_src, a->workspace);
     return rc;
 }
@@ -177,7 +195,7 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
     }
     if (rc != BFIT_OK)
         return rc;
-    if (op->prim[R_OUT] && (rc = reorder(op, R_OUT, dw, a->diff_weights, a->workspace)) != BFIT_OK)
+    if (has_reorder(op, R_OUT) && (rc = reorder(op, R_OUT, dw, a->diff_weights, a->workspace)) != BFIT_OK)
         return rc;
     if (m->dw != NONE)
         add_into(a->diff_weights, (const float *)(tmp + m->dw), wnumel(d));
@@ -224,6 +242,13 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
     m->off[r - R_IN0] = NONE;
     if (dnnl_memory_desc_equal(plain, chosen))
         return BFIT_OK;
+    if (!sum && cpu_blk16_match(plain, chosen, &m->own[r - R_IN0].n, &m->own[r - R_IN0].c, &m->own[r - R_IN0].hw)) {
+        m->own[r - R_IN0].on = 1;
+        m->own[r - R_IN0].to_plain = to_plain;
+        m->off[r - R_IN0] = *cursor;
+        *cursor += BFIT_ALIGN_UP(dnnl_memory_desc_get_size(chosen));
+        return BFIT_OK;
+    }
     if ((rc = cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
         return rc;
     if (sum) {
@@ -358,7 +383,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
             return rc;
         /* without a reorder to accumulate through, temporaries are added */
         m->dw = m->db = NONE;
-        if (acc && !op->prim[R_OUT]) {
+        if (acc && !has_reorder(op, R_OUT)) {
             m->dw = *cursor;
             *cursor += BFIT_ALIGN_UP((size_t)wnumel(d) * sizeof(float));
         }

@@ -1,5 +1,5 @@
 /* cpu_pool.c - 2-d max and average pooling on oneDNN, forward and backward,
- * plain nchw layout.
+ * plain nchw layout; 2x2 max pools of stride 2 are our own (cpu_maxpool.c).
  *
  * Training max pooling keeps oneDNN's workspace (argmax indices) from forward
  * to backward: that is the op's `saved` buffer. Average pooling counts the
@@ -81,7 +81,7 @@ int cpu_pool_init(cpu_op *op)
     const dnnl_memory_desc_t *wsmd;
     dnnl_status_t s;
     size_t hint_ws = 0, ws = 0;
-    int rc;
+    int rc, own;
 
     rc = check_desc(d);
     if (rc == BFIT_OK)
@@ -92,6 +92,8 @@ int cpu_pool_init(cpu_op *op)
         return rc;
     if (d->kind != BFIT_OP_POOL_FWD && d->kind != BFIT_OP_POOL_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu pool: op kind %d is not a pooling", (int)d->kind);
+    if ((rc = cpu_maxpool2_init(op, &own)) != BFIT_OK || own)
+        return rc;
     /* padding_r = padding_l: oneDNN checks the output size with the same
      * floor division as PyTorch */
     CPU_TRY(dnnl_pooling_forward_desc_init(&fd, train ? dnnl_forward_training : dnnl_forward_inference, alg, &src,
