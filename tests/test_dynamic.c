@@ -223,24 +223,6 @@ static void test_oom_loses_no_sample(void **st)
     bfit_dataset_free(te);
 }
 
-/* The bytes a training step of `model` needs at m (SGD momentum). */
-static uint64_t plan_peak(const char *model, int m)
-{
-    tdev t;
-    bfit_graph_desc g;
-    bfit_model *M;
-    bfit_plan p;
-    bfit_optim_cfg o = bfit_optim_cfg_default(BFIT_OPT_SGD);
-    tdev_open(&t, 2);
-    assert_int_equal(bfit_spec_parse_file(model, &g), BFIT_OK);
-    assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
-    assert_int_equal(bfit_plan_compute(M, &o, m, 1, &p), BFIT_OK);
-    bfit_model_free(M);
-    bfit_graph_fini(&g);
-    tdev_close(&t);
-    return p.peak;
-}
-
 static int log_count(const char *path, const char *needle)
 {
     FILE *f = fopen(path, "r");
@@ -259,7 +241,7 @@ static int log_count(const char *path, const char *needle)
  * summation order (same bound as above). Every change is logged with a reason. */
 static void test_memory_schedule(void **st)
 {
-    uint64_t one = plan_peak(small, 1), full = plan_peak(small, 64);
+    uint64_t one = tdev_plan_peak(small, BFIT_OPT_SGD, 1), full = tdev_plan_peak(small, BFIT_OPT_SGD, 64);
     uint64_t third = one + (full - one) / 3;
     bfit_mem_point mp[2] = {{10, third}, {20, 1ull << 30}};
     char a[300], b[300], lg[300];

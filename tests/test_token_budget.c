@@ -18,8 +18,6 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
-#include "batch/plan.h"
-#include "nn/spec.h"
 #include "tdev.h"
 
 static char tmpdir[256];
@@ -275,25 +273,6 @@ static void test_split_invariant(void **st)
     assert_true(vb.most_in_micro > 1); /* 40 tokens: one of 40, two of 16 or fewer */
 }
 
-/* The bytes of a step of m sequences at the longest length (AdamW, the
- * run's settings). */
-static uint64_t plan_at(int m)
-{
-    tdev t;
-    bfit_graph_desc g;
-    bfit_model *M;
-    bfit_plan p;
-    bfit_optim_cfg o = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
-    tdev_open(&t, 2);
-    assert_int_equal(bfit_spec_parse_file(spec_path, &g), BFIT_OK);
-    assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
-    assert_int_equal(bfit_plan_compute(M, &o, m, 1, &p), BFIT_OK);
-    bfit_model_free(M);
-    bfit_graph_fini(&g);
-    tdev_close(&t);
-    return p.peak;
-}
-
 /* Memory for 4 sequences of 40: the micro-batch is 160 tokens, and where
  * the sequences are shorter it runs more of them in the same bytes (the
  * plan at their length); the arena never holds more than the memory. The
@@ -305,7 +284,7 @@ static void test_more_of_shorter(void **st)
     bfit_train_result ra, rb;
     (void)st;
     run_ok(&a, &va, &ra);
-    b.memory = plan_at(4);
+    b.memory = tdev_plan_peak(spec_path, BFIT_OPT_ADAMW, 4);
     run_ok(&b, &vb, &rb);
     same_training(&va, &vb, "memory for 4 sequences");
     print_message("  memory %llu bytes: micro-batch %d tokens, up to %d sequences in one, peak %llu\n",
@@ -359,7 +338,7 @@ static void test_memory_schedule(void **st)
     seen va = {0}, vb = {0};
     bfit_train_result ra, rb;
     (void)st;
-    mp[0].capacity = plan_at(2);
+    mp[0].capacity = tdev_plan_peak(spec_path, BFIT_OPT_ADAMW, 2);
     run_ok(&a, &va, &ra);
     b.sched = mp;
     b.nsched = 2;

@@ -8,6 +8,8 @@
 #include <cmocka.h>
 
 #include "tdev.h"
+#include "batch/plan.h"
+#include "nn/spec.h"
 
 void tdev_open(tdev *t, int threads)
 {
@@ -66,4 +68,22 @@ void tbuf_down(tdev *t, tbuf *b)
 {
     if (bfit_device_download(t->dev, b->h, b->d, b->bytes) != BFIT_OK)
         fail_msg("download: %s", bfit_errmsg());
+}
+
+uint64_t tdev_plan_peak(const char *spec, bfit_opt_kind opt, int m)
+{
+    tdev t;
+    bfit_graph_desc g;
+    bfit_model *M;
+    bfit_plan p;
+    bfit_optim_cfg o = bfit_optim_cfg_default(opt);
+    tdev_open(&t, 2);
+    if (bfit_spec_parse_file(spec, &g) != BFIT_OK || bfit_model_new(&g, t.dev, t.arena, &M) != BFIT_OK)
+        fail_msg("%s: %s", spec, bfit_errmsg());
+    if (bfit_plan_compute(M, &o, m, 1, &p) != BFIT_OK)
+        fail_msg("plan of %s at %d: %s", spec, m, bfit_errmsg());
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    tdev_close(&t);
+    return p.peak;
 }

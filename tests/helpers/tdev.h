@@ -23,6 +23,10 @@ void tdev_close(tdev *t);
 void *tdev_alloc(tdev *t, size_t n);
 void tdev_release(tdev *t, void *p);
 
+/* The planned peak of a training step of the spec file's model at
+ * micro-batch m with optimizer opt's defaults; fails the test on error. */
+uint64_t tdev_plan_peak(const char *spec, bfit_opt_kind opt, int m);
+
 /* A buffer on both sides; f is h as floats. */
 typedef struct tbuf {
     void *h;        /* host */
