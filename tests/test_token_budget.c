@@ -129,6 +129,7 @@ typedef struct opts {
     const bfit_mem_point *sched;
     int nsched;
     int adaptive, bmin, bmax;
+    int64_t max_steps;
 } opts;
 
 static char spec_path[300];
@@ -166,6 +167,7 @@ static int run(const opts *o, seen *v, bfit_train_result *res)
     c.memory_schedule = o->sched;
     c.nmemory_schedule = o->nsched;
     c.adaptive = o->adaptive;
+    c.max_steps = o->max_steps;
     c.batch_min = o->bmin;
     c.batch_max = o->bmax;
     c.on_step = on_step;
@@ -360,7 +362,8 @@ static void test_memory_schedule(void **st)
  * lower lr scale is sqrt(E / E0) for AdamW at once. */
 static void test_adaptive_in_tokens(void **st)
 {
-    opts o = {.tokens = 1, .adaptive = 1, .batch = 1024, .bmin = 128, .bmax = 1024, .seq_max = T, .epochs = 150};
+    opts o = {.tokens = 1, .adaptive = 1, .batch = 1024, .bmin = 128, .bmax = 1024, .seq_max = T, .epochs = 1000,
+              .max_steps = 310};
     seen v = {0};
     bfit_train_result r;
     (void)st;
