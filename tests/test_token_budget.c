@@ -130,6 +130,8 @@ typedef struct opts {
     int nsched;
     int adaptive, bmin, bmax;
     int64_t max_steps;
+    const bfit_batch_point *bsched;
+    int nbsched;
 } opts;
 
 static char spec_path[300];
@@ -168,6 +170,8 @@ static int run(const opts *o, seen *v, bfit_train_result *res)
     c.nmemory_schedule = o->nsched;
     c.adaptive = o->adaptive;
     c.max_steps = o->max_steps;
+    c.batch_schedule = o->bsched;
+    c.nbatch_schedule = o->nbsched;
     c.batch_min = o->bmin;
     c.batch_max = o->bmax;
     c.on_step = on_step;
@@ -380,6 +384,29 @@ static void test_adaptive_in_tokens(void **st)
             fail_msg("step %d: %d sequences in one micro-batch", i + 1, v.seqs[i]);
 }
 
+/* A batch schedule counts tokens too: 100 tokens a step, then 300 from
+ * step 5; the steps reach them (the epoch's last takes what is left). */
+static void test_schedule_in_tokens(void **st)
+{
+    bfit_batch_point pts[2];
+    int n;
+    opts o = {.tokens = 1, .batch = 100, .seq_max = T, .epochs = 1};
+    seen v = {0};
+    bfit_train_result r;
+    (void)st;
+    assert_int_equal(bfit_batch_schedule_parse("0:100,5:300", pts, 2, &n), BFIT_OK);
+    o.bsched = pts;
+    o.nbsched = n;
+    run_ok(&o, &v, &r);
+    assert_true(v.n > 6);
+    for (int i = 0; i < v.n - 1; i++) {
+        int E = i < 5 ? 100 : 300;
+        if (v.tokens[i] < E || v.tokens[i] >= E + T)
+            fail_msg("step %d: %d tokens for a budget of %d", i + 1, v.tokens[i], E);
+    }
+    assert_int_equal(r.samples, NSEQ);
+}
+
 /* A budget in tokens needs a token model, and auto is not one yet. */
 static void test_refusals(void **st)
 {
@@ -413,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_oom_in_tokens),
         cmocka_unit_test(test_memory_schedule),
         cmocka_unit_test(test_adaptive_in_tokens),
+        cmocka_unit_test(test_schedule_in_tokens),
         cmocka_unit_test(test_refusals),
     };
     snprintf(spec_path, sizeof spec_path, "/tmp/bfit_tokbudget_spec_%d.cfg", (int)getpid());
