@@ -10,7 +10,8 @@
  * target (0.91), max_epochs (10), eval_every (samples, 6000), threads (2),
  * seed (1), wd (5e-4), momentum (0.9), warmup (samples of linear lr warm-up,
  * 0), batch_min (16), batch_max (4096), data (fashion-mnist), log (a JSON-lines
- * event log). A fixed batch E trains at lr * E / lr_ref (the linear rule);
+ * event log), sched (a batch schedule, AT:E,... as --batch takes; BATCH is
+ * then its first E), rule (the lr rule as --lr-scaling takes; linear). A fixed batch E trains at lr * E / lr_ref (the linear rule);
  * auto rescales it by the same rule as E changes.
  *
  * Prints an `eval` line per evaluation and one `side=batchfit` result line
@@ -22,7 +23,7 @@
 #include "batchfit.h"
 
 typedef struct opts {
-    const char *model, *data, *log;
+    const char *model, *data, *log, *sched, *rule;
     int auto_batch, batch, lr_ref, max_epochs, threads, batch_min, batch_max;
     double lr, target, wd, momentum;
     long long eval_every, warmup, seed;
@@ -54,11 +55,15 @@ static int parse(int argc, char **argv, opts *o)
         KEY("warmup", warmup, atoll); KEY("batch_min", batch_min, atoi); KEY("batch_max", batch_max, atoi);
         else if (!strcmp(argv[i], "data")) o->data = v;
         else if (!strcmp(argv[i], "log")) o->log = v;
+        else if (!strcmp(argv[i], "sched")) o->sched = v;
+        else if (!strcmp(argv[i], "rule")) o->rule = v;
         else return -1;
 #undef KEY
     }
     return 0;
 }
+
+static bfit_batch_point sched_pts[64];
 
 static bfit_train_cfg config(const opts *o)
 {
@@ -106,6 +111,21 @@ int main(int argc, char **argv)
         return 2;
     }
     c = config(&o);
+    if (o.sched) {
+        if (bfit_batch_schedule_parse(o.sched, sched_pts, 64, &c.nbatch_schedule) != BFIT_OK) {
+            fprintf(stderr, "bfit_tta: sched=%s: %s\n", o.sched, bfit_errmsg());
+            return 2;
+        }
+        c.batch_schedule = sched_pts;
+    }
+    if (o.rule) {
+        bfit_lr_rule rule;
+        if (bfit_lr_rule_parse(o.rule, &rule) != BFIT_OK) {
+            fprintf(stderr, "bfit_tta: rule=%s: %s\n", o.rule, bfit_errmsg());
+            return 2;
+        }
+        c.lr_rule = (int)rule;
+    }
     next_eval = o.eval_every;
     if (bfit_run_new(&c, &r) != BFIT_OK) {
         fprintf(stderr, "bfit_tta: %s\n", bfit_errmsg());

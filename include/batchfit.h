@@ -458,11 +458,12 @@ typedef enum {
     BFIT_REASON_SCHEDULE,    /* the batch schedule changed E */
     BFIT_REASON_NOISE,       /* adaptive mode moved E toward the gradient noise scale */
     BFIT_REASON_GOODPUT,     /* auto mode: another E (and its m) is predicted to train faster */
+    BFIT_REASON_PLATEAU,     /* auto mode: the training loss stopped falling: E doubled at the same lr */
     BFIT_REASON_COUNT
 } bfit_batch_reason;
 
 /* "start", "out of memory", "memory shrank", "memory freed", "throughput",
- * "schedule", "noise scale", "goodput" ("" for none). */
+ * "schedule", "noise scale", "goodput", "plateau" ("" for none). */
 const char *bfit_batch_reason_name(bfit_batch_reason r);
 
 /* One point of a batch schedule: from step (or epoch) `at` on, E = batch. */
@@ -523,6 +524,10 @@ typedef struct bfit_controller_config {
     double auto_gain;          /* a change needs this predicted goodput gain (0.1 = 10%) */
     int64_t auto_interval;     /* at least this many samples between E changes (and before the first) */
     int auto_confirm;          /* the same better E must win this many steps in a row */
+    int auto_plateau_windows;  /* E doubles at the same lr when the mean training loss of this many
+                                  windows of auto_interval samples in a row is not auto_plateau
+                                  below the best window's since the last change; 0: never */
+    double auto_plateau;       /* the relative fall that counts as progress (0.02 = 2%) */
     int keep_whole;            /* never split E into micro-batches for speed alone (batch norm) */
     int tokens;                /* E, m and the bounds count tokens: messages say so */
 } bfit_controller_config;
@@ -575,6 +580,9 @@ typedef struct bfit_step_stats {
      * Two steps make one noise estimate: b = each step, B = both. */
     int step_norms;
     double diff_sqnorm;
+    /* the step's mean training loss (optional; auto mode's plateau check) */
+    int loss_known;
+    double loss;
 } bfit_step_stats;
 
 typedef struct bfit_controller bfit_controller;

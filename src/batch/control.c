@@ -71,7 +71,7 @@ struct bfit_controller {
 static const char *const rule_names[BFIT_LR_NRULES] = { "linear", "sqrt", "none", "adascale" };
 static const char *const reason_names[BFIT_REASON_COUNT] = {
     "", "start", "out of memory", "memory shrank", "memory freed", "throughput", "schedule", "noise scale",
-    "goodput"
+    "goodput", "plateau"
 };
 
 int bfit_lr_rule_parse(const char *name, bfit_lr_rule *out)
@@ -127,6 +127,8 @@ void bfit_controller_config_default(bfit_controller_config *cfg)
     cfg->auto_gain = 0.1;
     cfg->auto_interval = 10000;
     cfg->auto_confirm = 20;
+    cfg->auto_plateau_windows = 2;
+    cfg->auto_plateau = 0.02;
 }
 
 static int check_schedule(const bfit_controller_config *cfg)
@@ -176,6 +178,9 @@ static int check_config(const bfit_controller_config *cfg)
         if (!(cfg->auto_gain >= 0 && isfinite(cfg->auto_gain)) || cfg->auto_interval < 0 || cfg->auto_confirm < 1)
             return bfit_fail(BFIT_EINVAL, "controller: auto needs gain >= 0 (got %g), interval >= 0 (%lld), "
                              "confirm >= 1 (%d)", cfg->auto_gain, (long long)cfg->auto_interval, cfg->auto_confirm);
+        if (cfg->auto_plateau_windows < 0 || !(cfg->auto_plateau >= 0 && cfg->auto_plateau < 1))
+            return bfit_fail(BFIT_EINVAL, "controller: auto's plateau check needs windows >= 0 (got %d) and a "
+                             "relative fall in [0, 1) (got %g)", cfg->auto_plateau_windows, cfg->auto_plateau);
     } else if (cfg->adaptive) {
         if (cfg->nschedule)
             return bfit_fail(BFIT_EINVAL, "controller: adaptive batch and a batch schedule exclude each other");
@@ -350,15 +355,23 @@ static double scale_at(const bfit_controller *c, int64_t step)
     return c->ramp_from + (c->ramp_to - c->ramp_from) * f;
 }
 
+/* The E the lr is for: E0, doubled by each of auto mode's plateau moves
+ * (which keep the lr while E doubles). */
+static int lr_ref(const bfit_controller *c)
+{
+    return c->au.lr_ref ? c->au.lr_ref : c->E0;
+}
+
 /* rule(E / E0); AdaScale's gain S (B + E0) / (B + E) from the smoothed
- * noise scale B, or its lower bound min(S, 1) while there is none. */
+ * noise scale B, or its lower bound min(S, 1) while there is none. E0 here
+ * is lr_ref(). */
 static double target_scale(const bfit_controller *c)
 {
-    double S = (double)c->E / (double)c->E0, B;
+    double E0 = lr_ref(c), S = (double)c->E / E0, B;
 
     if (c->cfg.rule == BFIT_LR_ADASCALE && c->noise.n >= c->cfg.noise_min_updates &&
         bfit_noise_scale(&c->noise, &B) == BFIT_OK)
-        return S * (B + c->E0) / (B + c->E); /* also below E0, where gp_efficiency stops at 1 */
+        return S * (B + E0) / (B + c->E); /* also below E0, where gp_efficiency stops at 1 */
     return bfit_lr_rule_scale(c->cfg.rule, S);
 }
 
@@ -556,14 +569,14 @@ static int best_goodput(const bfit_controller *c, double B, double *gp_cur, doub
     double lo = c->E / c->cfg.adapt_factor, hi = c->E * c->cfg.adapt_factor, secs;
     int m = plan_m(c, c->E, &secs);
 
-    *gp_cur = *gp_best = m ? predict_rate(c, c->E, secs) * gp_efficiency(B, c->E, c->E0) : 0;
+    *gp_cur = *gp_best = m ? predict_rate(c, c->E, secs) * gp_efficiency(B, c->E, lr_ref(c)) : 0;
     *m_best = m;
     n = gp_grid(c->cfg.batch_min, c->cfg.batch_max, grid, GP_GRID);
     for (int i = 0; i < n; i++) {
         double g;
         if (grid[i] < lo || grid[i] > hi || grid[i] == c->E || !(m = plan_m(c, grid[i], &secs)) || secs <= 0)
             continue;
-        g = predict_rate(c, grid[i], secs) * gp_efficiency(B, grid[i], c->E0);
+        g = predict_rate(c, grid[i], secs) * gp_efficiency(B, grid[i], lr_ref(c));
         if (g > *gp_best) {
             *gp_best = g;
             bestE = grid[i];
@@ -571,6 +584,78 @@ static int best_goodput(const bfit_controller *c, double B, double *gp_cur, doub
         }
     }
     return bestE;
+}
+
+/* ---- auto mode: plateaus ----------------------------------------------------- */
+
+/* After an E change the windows start again: the loss of another E (and,
+ * after a plateau move, of less gradient noise) is compared with its own. */
+static void plateau_reset(bfit_controller *c)
+{
+    c->au.plat_sum = 0;
+    c->au.plat_n = 0;
+    c->au.plat_best = 0;
+    c->au.plat_windows = 0;
+    c->au.plat_stalls = 0;
+}
+
+/* Close a window of auto_interval samples of training loss: progress is a
+ * mean auto_plateau below the best window's since the last change. */
+static void plateau_observe(bfit_controller *c, const bfit_step_stats *s)
+{
+    int64_t W = c->cfg.auto_interval > 0 ? c->cfg.auto_interval : 1;
+    double mean;
+
+    if (!c->cfg.auto_batch || !c->cfg.auto_plateau_windows || !s->loss_known || !isfinite(s->loss) ||
+        s->samples <= 0)
+        return;
+    c->au.plat_sum += s->loss * s->samples;
+    c->au.plat_n += s->samples;
+    if (c->au.plat_n < W)
+        return;
+    mean = c->au.plat_sum / (double)c->au.plat_n;
+    c->au.plat_sum = 0;
+    c->au.plat_n = 0;
+    if (c->au.plat_windows++ == 0 || mean < c->au.plat_best - c->cfg.auto_plateau * fabs(c->au.plat_best))
+        c->au.plat_stalls = 0;
+    else
+        c->au.plat_stalls++;
+    if (c->au.plat_windows == 1 || mean < c->au.plat_best)
+        c->au.plat_best = mean;
+}
+
+/* Auto mode on a plateau: with a constant lr the loss stops falling where
+ * the gradient noise holds it (the lr's "temperature", lr / E); doubling E
+ * at the same lr halves that noise, which is what an lr decay would do
+ * (Smith et al. 2018, "Don't decay the learning rate, increase the batch
+ * size"). Only while the noise scale B is at least the new E: beyond it the
+ * step's gradient is mostly signal and more samples buy little. The lr is
+ * then for the new E (lr_ref), so later goodput moves scale from there. */
+static void try_plateau(bfit_controller *c, int64_t step, bfit_batch_decision *d)
+{
+    double B;
+    int from = c->E, fromM = c->m, E = c->E * 2, m;
+
+    if (!c->cfg.auto_plateau_windows || c->au.plat_stalls < c->cfg.auto_plateau_windows)
+        return;
+    if (E > c->cfg.batch_max || c->noise.n < c->cfg.noise_min_updates ||
+        bfit_noise_scale(&c->noise, &B) != BFIT_OK || B < E || !(m = plan_m(c, E, NULL))) {
+        c->au.plat_stalls = 0; /* look again after as many windows */
+        return;
+    }
+    c->E = E;
+    c->au.lr_ref = lr_ref(c) * 2;
+    set_m(c, m);
+    c->last_E_change = step;
+    c->au.change_seen = c->au.seen;
+    c->au.pending_n = 0;
+    because(d, BFIT_REASON_PLATEAU);
+    say(d, "plateau: batch %d -> %d, micro-batch %d -> %d, at the same lr (the training loss fell less than %.0f%% "
+        "in %d windows of %lld samples, best mean %.4g; noise scale %.4g)", from, E, fromM, m,
+        100.0 * c->cfg.auto_plateau, c->cfg.auto_plateau_windows, (long long)c->cfg.auto_interval,
+        c->au.plat_best, B);
+    plateau_reset(c);
+    rescale(c, step);
 }
 
 /* Auto mode's E: once the ladder is measured, the noise scale estimated
@@ -603,13 +688,14 @@ static void try_goodput(bfit_controller *c, int64_t step, bfit_batch_decision *d
     d->noise_scale = B;
     d->tput_old = predict_rate(c, fromE, s_old);
     d->tput_new = predict_rate(c, E, s_new);
-    d->eff_old = gp_efficiency(B, fromE, c->E0);
-    d->eff_new = gp_efficiency(B, E, c->E0);
+    d->eff_old = gp_efficiency(B, fromE, lr_ref(c));
+    d->eff_new = gp_efficiency(B, E, lr_ref(c));
     c->E = E;
     set_m(c, m);
     c->last_E_change = step;
     c->au.change_seen = c->au.seen;
     c->au.pending_n = 0;
+    plateau_reset(c);
     rescale(c, step);
     because(d, BFIT_REASON_GOODPUT);
     say(d, "goodput: batch %d -> %d, micro-batch %d -> %d (noise scale %.4g; %.4g -> %.4g samples/s x efficiency "
@@ -737,6 +823,8 @@ int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch
             try_grow(c, step, !E_changed, &nd);
         }
         if (nd.reason == BFIT_REASON_NONE && c->cfg.auto_batch)
+            try_plateau(c, step, &nd);
+        if (nd.reason == BFIT_REASON_NONE && c->cfg.auto_batch)
             try_goodput(c, step, &nd);
         else if (nd.reason == BFIT_REASON_NONE)
             try_faster(c, &nd);
@@ -839,6 +927,7 @@ int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s)
     c->capacity = s->capacity;
     c->free = s->free_bytes;
     c->au.seen += s->samples;
+    plateau_observe(c, s);
     /* throughput of compute, not of data loading; not over a step that
      * retried after an OOM (two sizes) or set up a new size */
     compute = s->seconds - s->data_seconds;
@@ -1024,7 +1113,8 @@ int bfit_controller_state_set(bfit_controller *c, const bfit_controller_state *s
 {
     int ok = s->m >= 1 && s->E >= 1 && s->E0 >= 1 && isfinite(s->scale) && isfinite(s->ramp_from) &&
              isfinite(s->ramp_to) && s->noise.alpha > 0 && s->noise.alpha <= 1 && isfinite(s->noise.g2_ema) &&
-             isfinite(s->noise.s_ema) && s->noise.n >= 0 && s->holdoff >= 0 && s->step >= 0;
+             isfinite(s->noise.s_ema) && s->noise.n >= 0 && s->holdoff >= 0 && s->step >= 0 &&
+             isfinite(s->au.plat_sum) && isfinite(s->au.plat_best) && s->au.plat_n >= 0 && s->au.lr_ref >= 0;
     for (int i = 0; ok && i < NTPUT; i++)
         ok = s->tp[i].n >= 0 && isfinite(s->tp[i].rate);
     if (!ok)

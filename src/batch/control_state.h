@@ -33,6 +33,13 @@ typedef struct bfit_controller_auto {
     int ladders;               /* ladders begun */
     int64_t ladder_seen;       /* samples seen when the last ladder ended */
     int ladder_ran;            /* the step being observed ran a ladder (its time is not the step's) */
+    /* the plateau check: the training loss in windows of auto_interval samples */
+    double plat_sum;           /* loss x samples in the open window */
+    int64_t plat_n;            /*   and its samples */
+    double plat_best;          /* the lowest window mean since the last E change */
+    int plat_windows;          /* windows closed since the last E change */
+    int plat_stalls;           /* windows in a row without auto_plateau of progress */
+    int lr_ref;                /* the E the lr is for now: E0 doubled by each plateau move (0: E0) */
 } bfit_controller_auto;
 
 typedef struct bfit_controller_state {

@@ -91,6 +91,12 @@ static cJSON *auto_json(const bfit_controller_auto *a)
     put_int(o, "ladders", a->ladders);
     put_i64(o, "ladder_seen", a->ladder_seen);
     put_int(o, "ladder_ran", a->ladder_ran);
+    put_dbl(o, "plat_sum", a->plat_sum);
+    put_i64(o, "plat_n", a->plat_n);
+    put_dbl(o, "plat_best", a->plat_best);
+    put_int(o, "plat_windows", a->plat_windows);
+    put_int(o, "plat_stalls", a->plat_stalls);
+    put_int(o, "lr_ref", a->lr_ref);
     return o;
 }
 
@@ -353,6 +359,15 @@ static void read_auto(rd *r, const cJSON *o, bfit_controller_auto *a)
     a->ladders = get_int(r, o, "ladders");
     a->ladder_seen = get_i64(r, o, "ladder_seen");
     a->ladder_ran = get_int(r, o, "ladder_ran");
+    /* the plateau check came later: a checkpoint without it starts its windows afresh */
+    if (cJSON_GetObjectItemCaseSensitive(o, "lr_ref")) {
+        a->plat_sum = get_dbl(r, o, "plat_sum");
+        a->plat_n = get_i64(r, o, "plat_n");
+        a->plat_best = get_dbl(r, o, "plat_best");
+        a->plat_windows = get_int(r, o, "plat_windows");
+        a->plat_stalls = get_int(r, o, "plat_stalls");
+        a->lr_ref = get_int(r, o, "lr_ref");
+    }
 }
 
 static void read_controller(rd *r, const cJSON *o, bfit_controller_state *c)

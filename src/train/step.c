@@ -649,7 +649,7 @@ static int update(bfit_run *r, double *lr)
     return rc;
 }
 
-static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *secs)
+static int observe(bfit_run *r, int E, int k, double loss, double t0, double wait0, double *secs)
 {
     bfit_step_stats ss;
     memset(&ss, 0, sizeof ss);
@@ -661,6 +661,8 @@ static int observe(bfit_run *r, int E, int k, double t0, double wait0, double *s
     ss.free_bytes = free_for_step(r);
     ss.capacity = bfit_arena_capacity(r->s.arena);
     ss.micro_seconds = r->micro_secs < ss.seconds ? r->micro_secs : ss.seconds;
+    ss.loss_known = r->step_count > 0;
+    ss.loss = ss.loss_known ? loss / (double)r->step_count : 0; /* per sample, or per token */
     if (r->track && k >= 2 && k <= MAX_MICRO) {
         ss.nmicro = k;
         ss.micro_sqnorm = r->micro_sq;
@@ -825,7 +827,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     }
     run_apply_memory_schedule(r, r->step + 1);
     run_watch_device(r);
-    if ((rc = observe(r, E, k, t0, wait0, &in.seconds)) != BFIT_OK) {
+    if ((rc = observe(r, E, k, loss, t0, wait0, &in.seconds)) != BFIT_OK) {
         r->broken = 1;
         return rc;
     }
