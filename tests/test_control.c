@@ -595,6 +595,8 @@ typedef struct dev_model {
     int fast_upto;   /* nonzero: micro-batches above this run at half the peak */
     uint64_t rng;
     int ladder_asked[32], nasked;
+    int loss_known;  /* the steps report `loss` as their mean training loss */
+    double loss;
 } dev_model;
 
 static double jitter(dev_model *dm)
@@ -653,6 +655,8 @@ static bfit_batch_decision auto_step(sim *s, dev_model *dm)
     st.capacity = s->cap;
     st.free_bytes = sim_free(s);
     st.step_norms = 1;
+    st.loss_known = dm->loss_known;
+    st.loss = dm->loss;
     st.full_sqnorm = (g2 + B / d.batch) * jitter(dm);
     st.diff_sqnorm = -1;
     if (d.k >= 2) {
@@ -855,6 +859,51 @@ static void test_auto_ladder_again_when_load_changes(void **st)
     for (int t = 0; t < 300; t++)
         auto_step(&s, &dm);
     assert_int_equal(dm.nasked, 14); /* once more, then it agrees again */
+    bfit_controller_free(s.c);
+}
+
+/* Plateaus: while the training loss falls 5% a window E stays; once it is
+ * flat, E doubles at the same lr after two windows (1,000 samples each)
+ * without 2% of progress, again two windows later, and stops where the
+ * new E would pass the noise scale (200: 32 -> 64 -> 128, not 256).
+ * Goodput is kept out of it (its gain is out of reach). */
+static void test_auto_plateau(void **st)
+{
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200, .loss_known = 1, .loss = 2.0 };
+    int E = 32, nchange = 0;
+    int64_t seen = 0, last_seen = 0, flat_from = -1;
+    sim s;
+    (void)st;
+    auto_config(&s, 16, 1024, 32);
+    s.cfg.auto_gain = 100;
+    sim_start(&s);
+    for (int t = 0; t < 1500; t++) {
+        bfit_batch_decision d;
+        /* falling by 5% per 1,000 samples for 10,000 samples, then flat
+         * (+-1%, alternating) */
+        if (seen < 10000)
+            dm.loss = 2.0 * exp(-0.05 * (double)seen / 1000.0);
+        else
+            dm.loss = t % 2 ? 1.01 * 1.3 : 0.99 * 1.3;
+        if (seen >= 10000 && flat_from < 0)
+            flat_from = seen;
+        d = auto_step(&s, &dm);
+        expect_scale(d.lr_scale, 1.0); /* the lr never moves: linear rule, E0 doubled with E */
+        if (d.batch != E) {
+            assert_int_equal(d.reason, BFIT_REASON_PLATEAU);
+            assert_int_equal(d.batch, 2 * E);
+            assert_non_null(strstr(d.why, "plateau: batch"));
+            assert_true(seen >= 10000);                           /* never while the loss falls */
+            assert_true(seen - (nchange ? last_seen : flat_from) >= 2000); /* two whole flat windows */
+            assert_true(seen - (nchange ? last_seen : flat_from) <= 2000 + 1000 + 2 * E);
+            E = d.batch;
+            last_seen = seen;
+            nchange++;
+        }
+        seen += d.batch;
+    }
+    assert_int_equal(E, 128); /* 256 > the noise scale */
+    assert_int_equal(nchange, 2);
     bfit_controller_free(s.c);
 }
 
@@ -1096,6 +1145,7 @@ int main(void)
         cmocka_unit_test(test_auto_accumulates_when_faster),
         cmocka_unit_test(test_auto_ladder_again_when_load_changes),
         cmocka_unit_test(test_auto_adascale),
+        cmocka_unit_test(test_auto_plateau),
         cmocka_unit_test(test_auto_state_roundtrip),
         cmocka_unit_test(test_state_errors),
         cmocka_unit_test(test_bad_config),
