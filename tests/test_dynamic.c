@@ -496,6 +496,58 @@ static void test_auto(void **st)
     }
 }
 
+/* Auto's plateau move in a real run: with a constant lr too small to move
+ * the loss, the loss is flat, so E doubles, 16 -> 32 (logged with reason
+ * plateau), and the lr scale stays what it was; under a cosine schedule,
+ * which anneals already, no plateau move. */
+static void test_auto_plateau_run(void **st)
+{
+    char lg[2][300], cmd[400], line[600];
+    bfit_train_result r[2];
+    double prev = 1;
+    int nplateau = 0;
+    FILE *p;
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_train_cfg c = base(small, 0, 64000);
+        c.auto_batch = 1;
+        c.batch_min = 16;
+        c.batch_max = 32;
+        c.micro_batch = 16; /* a step of 32 runs no faster per sample: goodput keeps 16 */
+        c.lr_ref_batch = 16;
+        c.lr = 1e-7;
+        if (i == 1) {
+            c.sched = bfit_lr_schedule_default(BFIT_SCHED_COSINE);
+            c.sched.total_steps = 4000;
+            c.sched.min_factor = 1; /* the same lr as the constant run, but a cosine schedule */
+        }
+        snprintf(lg[i], sizeof lg[i], "%s/plateau%d.jsonl", tmpdir, i);
+        c.log = lg[i];
+        assert_int_equal(bfit_train(&c, &r[i]), BFIT_OK);
+    }
+    snprintf(cmd, sizeof cmd, "grep '\"event\":\"batch_change\"' %s", lg[0]);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    while (fgets(line, sizeof line, p)) {
+        const char *ls = strstr(line, "\"lr_scale\":");
+        double scale;
+        assert_non_null(ls);
+        scale = atof(ls + 11);
+        if (strstr(line, "\"reason\":\"plateau\"")) {
+            assert_true(fabs(scale - prev) <= 1e-9 * prev);
+            assert_non_null(strstr(line, "at the same lr"));
+            nplateau++;
+        }
+        prev = scale;
+    }
+    pclose(p);
+    printf("  plateau moves: %d of %d changes, last E %d\n", nplateau, r[0].batch_changes, r[0].last_batch);
+    assert_int_equal(nplateau, 1);
+    assert_int_equal(r[0].batch_changes, 1);
+    assert_int_equal(r[0].last_batch, 32);
+    assert_int_equal(log_count(lg[1], "\"reason\":\"plateau\""), 0);
+}
+
 /* Batch norm with m < E sees micro-batches: one warning, in the log and
  * counted once however many steps split; none when m = E. */
 static void test_batchnorm_warning(void **st)
@@ -537,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_batch_instead_of_decay),
         cmocka_unit_test(test_adaptive),
         cmocka_unit_test(test_auto),
+        cmocka_unit_test(test_auto_plateau_run),
         cmocka_unit_test(test_batchnorm_warning),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -239,6 +239,11 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
     cc->rule = c->lr_rule >= 0 ? (bfit_lr_rule)c->lr_rule
                                : c->opt.kind == BFIT_OPT_ADAMW ? BFIT_LR_SQRT : BFIT_LR_LINEAR;
     cc->rewarmup_steps = c->rewarmup_steps;
+    /* auto's plateau move stands in for the lr decay a constant schedule
+     * lacks; a decaying schedule anneals already, and the two together
+     * over-anneal (cosine, 5 epochs of cnn: 91.47% against 91.97%) */
+    if (c->sched.kind != BFIT_SCHED_CONSTANT)
+        cc->auto_plateau_windows = 0;
     if (c->batch_schedule) {
         cc->schedule = c->batch_schedule;
         cc->nschedule = c->nbatch_schedule;
