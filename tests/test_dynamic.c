@@ -499,16 +499,19 @@ static void test_auto(void **st)
 /* Auto's plateau move in a real run: with a constant lr too small to move
  * the loss, the loss is flat, so E doubles, 16 -> 32 (logged with reason
  * plateau), and the lr scale stays what it was; under a cosine schedule,
- * which anneals already, no plateau move. */
+ * which anneals already, no plateau move. Resumed from step 1500, inside
+ * the windows (one stalled window counted), the run moves at the same step
+ * and ends with the same weights. */
 static void test_auto_plateau_run(void **st)
 {
-    char lg[2][300], cmd[400], line[600];
-    bfit_train_result r[2];
-    double prev = 1;
+    char lg[3][300], w[3][300], dir[300], ck[400], cmd[400], line[600], *at[2];
+    bfit_train_result r[3];
+    double prev = 1, amax;
     int nplateau = 0;
     FILE *p;
     (void)st;
-    for (int i = 0; i < 2; i++) {
+    snprintf(dir, sizeof dir, "%s/plateau_ck", tmpdir);
+    for (int i = 0; i < 3; i++) {
         bfit_train_cfg c = base(small, 0, 64000);
         c.auto_batch = 1;
         c.batch_min = 16;
@@ -521,8 +524,19 @@ static void test_auto_plateau_run(void **st)
             c.sched.total_steps = 4000;
             c.sched.min_factor = 1; /* the same lr as the constant run, but a cosine schedule */
         }
+        if (i == 0) {
+            c.checkpoint = dir;
+            c.checkpoint_steps = 500;
+            c.checkpoint_keep = 100;
+        }
+        if (i == 2) {
+            snprintf(ck, sizeof ck, "%s/ckpt-%012d.safetensors", dir, 1500);
+            c.resume = ck;
+        }
         snprintf(lg[i], sizeof lg[i], "%s/plateau%d.jsonl", tmpdir, i);
+        snprintf(w[i], sizeof w[i], "%s/plateau%d.safetensors", tmpdir, i);
         c.log = lg[i];
+        c.save = w[i];
         assert_int_equal(bfit_train(&c, &r[i]), BFIT_OK);
     }
     snprintf(cmd, sizeof cmd, "grep '\"event\":\"batch_change\"' %s", lg[0]);
@@ -546,6 +560,18 @@ static void test_auto_plateau_run(void **st)
     assert_int_equal(r[0].batch_changes, 1);
     assert_int_equal(r[0].last_batch, 32);
     assert_int_equal(log_count(lg[1], "\"reason\":\"plateau\""), 0);
+    /* the resumed run: the move at the same step, the same weights */
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "grep -o '\"step\":[0-9]*,\"reason\":\"plateau\"' %s", lg[i ? 2 : 0]);
+        p = popen(cmd, "r");
+        assert_non_null(p);
+        at[i] = fgets(line + i * 300, 300, p);
+        pclose(p);
+        assert_non_null(at[i]);
+    }
+    printf("  resumed at 1500: %s", at[1]);
+    assert_string_equal(at[0], at[1]);
+    assert_true(weights_diff(w[0], w[2], &amax) == 0);
 }
 
 /* Batch norm with m < E sees micro-batches: one warning, in the log and

@@ -120,19 +120,6 @@ done
 cmp -s "$tmp/auto.st" "$tmp/autot.st" || fail "auto: SIGTERM and resume: the weights differ"
 diff <(records "$tmp/auto.jsonl") <(records "$tmp/autot.jsonl") >/dev/null || fail "auto: SIGTERM and resume: the records differ"
 
-# ---- --batch auto on a plateau: the loss windows are kept ----------------------------
-# an lr too small to move the loss: after 30,000 samples E doubles, 16 -> 32
-# (step 1875); resumes from inside the windows and after the move
-plat=(--model "$tmp/tiny.cfg" --epoch-samples 20000 --eval-samples 500 --batch auto --batch-min 16 --batch-max 32
-  --micro-batch 16 --lr-ref-batch 16 --lr 1e-7 --threads 1 --epochs 3 --no-prefetch --quiet)
-"$bf" train "${plat[@]}" --save "$tmp/plat.st" --log "$tmp/plat.jsonl" --checkpoint "$tmp/pl" \
-  --checkpoint-every 500 --keep 100 >/dev/null || fail "the plateau run failed"
-[ "$(grep -c '"reason":"plateau"' "$tmp/plat.jsonl")" -eq 1 ] || fail "plateau: E did not double once"
-for s in 1500 2000; do
-  resume_from "$tmp/pl" "$s" "plat$s"
-  same_tail "$tmp/plat.st" "$tmp/plat$s.st" "$tmp/plat.jsonl" "$tmp/plat$s.jsonl" "plateau run resumed at step $s"
-done
-
 # ---- --batch adaptive: E changes at steps 100 and 200 (noise scale) ----------------
 adaptive=(--model "$tmp/tiny.cfg" --epoch-samples 4096 --eval-samples 500 --batch adaptive --batch-min 16
   --batch-max 256 --threads 1 --epochs 2 --no-prefetch --quiet)
