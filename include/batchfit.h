@@ -719,6 +719,8 @@ typedef struct bfit_train_cfg {
     int batch_min, batch_max;  /* adaptive and auto bounds */
     int lr_ref_batch;          /* the E that lr is given for (0: the first E); auto counts the lr
                                   schedule (warm-up, decay) in steps of this many samples */
+    double auto_gain;          /* auto: the predicted goodput gain a change of E needs (0: 10%); library
+                                  only, not kept in checkpoints (give it again on resuming) */
     const bfit_batch_point *batch_schedule; /* E by step or epoch; NULL: constant */
     int nbatch_schedule;
     int batch_instead_of_decay;/* a step lr schedule becomes batch increases by 1/gamma */

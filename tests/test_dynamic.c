@@ -516,7 +516,8 @@ static void test_auto_plateau_run(void **st)
         c.auto_batch = 1;
         c.batch_min = 16;
         c.batch_max = 32;
-        c.micro_batch = 16; /* a step of 32 runs no faster per sample: goodput keeps 16 */
+        c.micro_batch = 16;
+        c.auto_gain = 1e6; /* no goodput moves: they follow timings, which a loaded machine moves */
         c.lr_ref_batch = 16;
         c.lr = 1e-7;
         if (i == 1) {
@@ -572,6 +573,13 @@ static void test_auto_plateau_run(void **st)
     printf("  resumed at 1500: %s", at[1]);
     assert_string_equal(at[0], at[1]);
     assert_true(weights_diff(w[0], w[2], &amax) == 0);
+    {
+        bfit_train_cfg c = base(small, 0, 64000);
+        c.auto_batch = 1;
+        c.auto_gain = -0.1;
+        assert_int_equal(bfit_train(&c, &r[0]), BFIT_EINVAL);
+        assert_string_equal(bfit_errfield(), "auto_gain");
+    }
 }
 
 /* Batch norm with m < E sees micro-batches: one warning, in the log and

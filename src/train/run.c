@@ -151,6 +151,9 @@ static int check_cfg(const bfit_train_cfg *c)
     if (c->batch_tokens && c->auto_batch)
         return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "cannot be combined with an auto batch yet: give a "
                                "number of tokens, a schedule or adaptive");
+    if (!(c->auto_gain >= 0 && c->auto_gain <= 1e6))
+        return bfit_fail_field(BFIT_EINVAL, "auto_gain", "must be 0 (10%%) or a fraction above 0 up to 1e6, got %g",
+                               c->auto_gain);
     if (c->lr_ref_batch < 0)
         return bfit_fail_field(BFIT_EINVAL, "lr_ref_batch", "must be 0 (the first batch) or at least 1, got %d",
                                c->lr_ref_batch);
@@ -234,6 +237,8 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
     cc->keep_whole = run_has_batchnorm(M); /* split only for memory: batch norm would see micro-batches */
     cc->tokens = c->batch_tokens;
     cc->lr_ref_batch = c->lr_ref_batch;
+    if (c->auto_gain > 0)
+        cc->auto_gain = c->auto_gain;
     cc->batch_min = c->batch_min;
     cc->batch_max = c->batch_max;
     cc->rule = c->lr_rule >= 0 ? (bfit_lr_rule)c->lr_rule
