@@ -11,8 +11,9 @@
  * seed (1), wd (5e-4), momentum (0.9), warmup (samples of linear lr warm-up,
  * 0), batch_min (16), batch_max (4096), data (fashion-mnist), log (a JSON-lines
  * event log), sched (a batch schedule, AT:E,... as --batch takes; BATCH is
- * then its first E), rule (the lr rule as --lr-scaling takes; linear). A fixed batch E trains at lr * E / lr_ref (the linear rule);
- * auto rescales it by the same rule as E changes.
+ * then its first E), rule (the lr rule as --lr-scaling takes; linear). A
+ * fixed batch E trains at lr * E / lr_ref (the linear rule); auto rescales it
+ * by the same rule as E changes.
  *
  * Prints an `eval` line per evaluation and one `side=batchfit` result line
  * of key=value pairs. */
@@ -63,7 +64,7 @@ static int parse(int argc, char **argv, opts *o)
     return 0;
 }
 
-static bfit_batch_point sched_pts[64];
+static bfit_batch_point sched_pts[BFIT_BATCH_SCHEDULE_MAX];
 
 static bfit_train_cfg config(const opts *o)
 {
@@ -112,7 +113,7 @@ int main(int argc, char **argv)
     }
     c = config(&o);
     if (o.sched) {
-        if (bfit_batch_schedule_parse(o.sched, sched_pts, 64, &c.nbatch_schedule) != BFIT_OK) {
+        if (bfit_batch_schedule_parse(o.sched, sched_pts, BFIT_BATCH_SCHEDULE_MAX, &c.nbatch_schedule) != BFIT_OK) {
             fprintf(stderr, "bfit_tta: sched=%s: %s\n", o.sched, bfit_errmsg());
             return 2;
         }

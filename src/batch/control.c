@@ -599,12 +599,26 @@ static void plateau_reset(bfit_controller *c)
     c->au.plat_stalls = 0;
 }
 
+/* Auto mode moves to E in micro-batches of m: the bookkeeping of a change,
+ * the windows started again, the lr toward its new scale. */
+static void auto_move(bfit_controller *c, int64_t step, int E, int m)
+{
+    c->E = E;
+    set_m(c, m);
+    c->last_E_change = step;
+    c->au.change_seen = c->au.seen;
+    c->au.pending_n = 0;
+    plateau_reset(c);
+    rescale(c, step);
+}
+
 /* Close a window of auto_interval samples of training loss: progress is a
  * mean auto_plateau below the best window's since the last change. */
 static void plateau_observe(bfit_controller *c, const bfit_step_stats *s)
 {
     int64_t W = c->cfg.auto_interval > 0 ? c->cfg.auto_interval : 1;
     double mean;
+    int first;
 
     if (!c->cfg.auto_batch || !c->cfg.auto_plateau_windows || !s->loss_known || !isfinite(s->loss) ||
         s->samples <= 0)
@@ -614,13 +628,14 @@ static void plateau_observe(bfit_controller *c, const bfit_step_stats *s)
     if (c->au.plat_n < W)
         return;
     mean = c->au.plat_sum / (double)c->au.plat_n;
+    first = c->au.plat_windows++ == 0;
     c->au.plat_sum = 0;
     c->au.plat_n = 0;
-    if (c->au.plat_windows++ == 0 || mean < c->au.plat_best - c->cfg.auto_plateau * fabs(c->au.plat_best))
+    if (first || mean < c->au.plat_best - c->cfg.auto_plateau * fabs(c->au.plat_best))
         c->au.plat_stalls = 0;
     else
         c->au.plat_stalls++;
-    if (c->au.plat_windows == 1 || mean < c->au.plat_best)
+    if (first || mean < c->au.plat_best)
         c->au.plat_best = mean;
 }
 
@@ -643,19 +658,13 @@ static void try_plateau(bfit_controller *c, int64_t step, bfit_batch_decision *d
         c->au.plat_stalls = 0; /* look again after as many windows */
         return;
     }
-    c->E = E;
-    c->au.lr_ref = lr_ref(c) * 2;
-    set_m(c, m);
-    c->last_E_change = step;
-    c->au.change_seen = c->au.seen;
-    c->au.pending_n = 0;
     because(d, BFIT_REASON_PLATEAU);
     say(d, "plateau: batch %d -> %d, micro-batch %d -> %d, at the same lr (the training loss fell less than %.0f%% "
         "in %d windows of %lld samples, best mean %.4g; noise scale %.4g)", from, E, fromM, m,
         100.0 * c->cfg.auto_plateau, c->cfg.auto_plateau_windows, (long long)c->cfg.auto_interval,
         c->au.plat_best, B);
-    plateau_reset(c);
-    rescale(c, step);
+    c->au.lr_ref = lr_ref(c) * 2;
+    auto_move(c, step, E, m);
 }
 
 /* Auto mode's E: once the ladder is measured, the noise scale estimated
@@ -690,13 +699,7 @@ static void try_goodput(bfit_controller *c, int64_t step, bfit_batch_decision *d
     d->tput_new = predict_rate(c, E, s_new);
     d->eff_old = gp_efficiency(B, fromE, lr_ref(c));
     d->eff_new = gp_efficiency(B, E, lr_ref(c));
-    c->E = E;
-    set_m(c, m);
-    c->last_E_change = step;
-    c->au.change_seen = c->au.seen;
-    c->au.pending_n = 0;
-    plateau_reset(c);
-    rescale(c, step);
+    auto_move(c, step, E, m);
     because(d, BFIT_REASON_GOODPUT);
     say(d, "goodput: batch %d -> %d, micro-batch %d -> %d (noise scale %.4g; %.4g -> %.4g samples/s x efficiency "
         "%.3g -> %.3g: %+.1f%%)", fromE, E, fromM, m, B, d->tput_old, d->tput_new, d->eff_old, d->eff_new,
