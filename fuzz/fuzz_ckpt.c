@@ -17,7 +17,7 @@ static void merge(const cJSON *j)
     bfit_batch_point bpts[BFIT_BATCH_SCHEDULE_MAX];
     bfit_mem_point mpts[BFIT_MEM_SCHEDULE_MAX];
     bfit_train_cfg c = bfit_train_cfg_default();
-    (void)ckpt_cfg_merge(&c, j, "fuzz", bpts, mpts);
+    (void)bfit_ckpt_cfg_merge(&c, j, "fuzz", bpts, mpts);
     c = bfit_train_cfg_default();
     c.lr = 0.1;
     c.auto_batch = 1;
@@ -26,7 +26,7 @@ static void merge(const cJSON *j)
     c.memory = 1 << 30;
     c.resume_set = set;
     c.nresume_set = (int)(sizeof set / sizeof set[0]);
-    (void)ckpt_cfg_merge(&c, j, "fuzz", bpts, mpts);
+    (void)bfit_ckpt_cfg_merge(&c, j, "fuzz", bpts, mpts);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     bfit_lr_schedule sched;
 
     if (st) {
-        (void)ckpt_state_from_json(st, "fuzz", &s, &sched);
+        (void)bfit_ckpt_state_from_json(st, "fuzz", &s, &sched);
         cJSON_Delete(st);
     }
     if (z && (cf = cJSON_ParseWithLength((const char *)z + 1, n - ns - 1))) {

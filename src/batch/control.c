@@ -371,7 +371,7 @@ static double target_scale(const bfit_controller *c)
 
     if (c->cfg.rule == BFIT_LR_ADASCALE && c->noise.n >= c->cfg.noise_min_updates &&
         bfit_noise_scale(&c->noise, &B) == BFIT_OK)
-        return S * (B + E0) / (B + c->E); /* also below E0, where gp_efficiency stops at 1 */
+        return S * (B + E0) / (B + c->E); /* also below E0, where bfit_gp_efficiency stops at 1 */
     return bfit_lr_rule_scale(c->cfg.rule, S);
 }
 
@@ -499,11 +499,11 @@ static int plan_m(const bfit_controller *c, int E, double *secs)
         cap = c->cfg.micro_batch;
     top = fits(c, cap) ? cap : largest_fit(c, cap);
     best = top;
-    t_top = t_best = top ? gp_step_seconds(&c->au.lad, E, top) : -1;
+    t_top = t_best = top ? bfit_gp_step_seconds(&c->au.lad, E, top) : -1;
     if (top && t_top > 0 && !c->cfg.keep_whole && !c->cfg.micro_batch) {
         for (int i = 0; i < c->au.lad.n; i++) {
             int m = c->au.lad.m[i];
-            double t = gp_step_seconds(&c->au.lad, E, m);
+            double t = bfit_gp_step_seconds(&c->au.lad, E, m);
             if (m < top && t > 0 && t < t_best && fits(c, m)) {
                 best = m;
                 t_best = t;
@@ -544,7 +544,7 @@ static void auto_replan(bfit_controller *c, int64_t step, bfit_batch_decision *d
     if (pm == 0 || pm == c->m)
         return;
     /* the current m stays unless the plan's is auto_gain faster than it */
-    if (pm < c->m && fits(c, c->m) && secs * (1.0 + c->cfg.auto_gain) > gp_step_seconds(&c->au.lad, c->E, c->m))
+    if (pm < c->m && fits(c, c->m) && secs * (1.0 + c->cfg.auto_gain) > bfit_gp_step_seconds(&c->au.lad, c->E, c->m))
         return;
     if (pm > c->m) {
         if (step < c->hold_until || c->streak < c->cfg.grow_after)
@@ -555,7 +555,7 @@ static void auto_replan(bfit_controller *c, int64_t step, bfit_batch_decision *d
     } else {
         because(d, BFIT_REASON_THROUGHPUT);
         say(d, "throughput: micro-batch %d -> %d (ladder: %.4g vs %.4g samples/s for a step of %d)", from, pm,
-            c->E / secs, c->E / gp_step_seconds(&c->au.lad, c->E, from), c->E);
+            c->E / secs, c->E / bfit_gp_step_seconds(&c->au.lad, c->E, from), c->E);
     }
     set_m(c, pm);
 }
@@ -569,14 +569,14 @@ static int best_goodput(const bfit_controller *c, double B, double *gp_cur, doub
     double lo = c->E / c->cfg.adapt_factor, hi = c->E * c->cfg.adapt_factor, secs;
     int m = plan_m(c, c->E, &secs);
 
-    *gp_cur = *gp_best = m ? predict_rate(c, c->E, secs) * gp_efficiency(B, c->E, lr_ref(c)) : 0;
+    *gp_cur = *gp_best = m ? predict_rate(c, c->E, secs) * bfit_gp_efficiency(B, c->E, lr_ref(c)) : 0;
     *m_best = m;
-    n = gp_grid(c->cfg.batch_min, c->cfg.batch_max, grid, GP_GRID);
+    n = bfit_gp_grid(c->cfg.batch_min, c->cfg.batch_max, grid, GP_GRID);
     for (int i = 0; i < n; i++) {
         double g;
         if (grid[i] < lo || grid[i] > hi || grid[i] == c->E || !(m = plan_m(c, grid[i], &secs)) || secs <= 0)
             continue;
-        g = predict_rate(c, grid[i], secs) * gp_efficiency(B, grid[i], lr_ref(c));
+        g = predict_rate(c, grid[i], secs) * bfit_gp_efficiency(B, grid[i], lr_ref(c));
         if (g > *gp_best) {
             *gp_best = g;
             bestE = grid[i];
@@ -697,8 +697,8 @@ static void try_goodput(bfit_controller *c, int64_t step, bfit_batch_decision *d
     d->noise_scale = B;
     d->tput_old = predict_rate(c, fromE, s_old);
     d->tput_new = predict_rate(c, E, s_new);
-    d->eff_old = gp_efficiency(B, fromE, lr_ref(c));
-    d->eff_new = gp_efficiency(B, E, lr_ref(c));
+    d->eff_old = bfit_gp_efficiency(B, fromE, lr_ref(c));
+    d->eff_new = bfit_gp_efficiency(B, E, lr_ref(c));
     auto_move(c, step, E, m);
     because(d, BFIT_REASON_GOODPUT);
     say(d, "goodput: batch %d -> %d, micro-batch %d -> %d (noise scale %.4g; %.4g -> %.4g samples/s x efficiency "
@@ -869,7 +869,7 @@ static void ladder_begin(bfit_controller *c)
 
     while (first * 2 <= c->cfg.batch_min / 2)
         first *= 2;
-    gp_ladder_start(&c->au.lad, first, largest_fit(c, cap));
+    bfit_gp_ladder_start(&c->au.lad, first, largest_fit(c, cap));
     c->au.ladders++;
 }
 
@@ -892,7 +892,7 @@ static void ladder_when(bfit_controller *c)
  * changes), and the step's own work outside them. */
 static void observe_speed(bfit_controller *c, const bfit_step_stats *s, double compute)
 {
-    double pred = gp_step_seconds(&c->au.lad, s->samples, c->m), a = c->cfg.tput_alpha;
+    double pred = bfit_gp_step_seconds(&c->au.lad, s->samples, c->m), a = c->cfg.tput_alpha;
 
     if (!c->cfg.auto_batch || c->au.lad.n == 0 || !(s->micro_seconds > 0) || pred <= 0)
         return;
@@ -1009,7 +1009,7 @@ int bfit_controller_ladder_record(bfit_controller *c, int m, double seconds)
     if (!c || m < 1 || m != bfit_controller_ladder_next(c) || isnan(seconds))
         return bfit_fail(BFIT_EINVAL, "controller: the ladder asked for micro-batch %d, not %d",
                          c ? bfit_controller_ladder_next(c) : 0, m);
-    gp_ladder_record(&c->au.lad, m, seconds, c->cfg.grow_gain);
+    bfit_gp_ladder_record(&c->au.lad, m, seconds, c->cfg.grow_gain);
     if (c->au.lad.next == 0) {
         c->au.speed = 0; /* measured against the new ladder from now on */
         c->au.ladder_seen = c->au.seen;

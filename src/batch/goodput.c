@@ -3,7 +3,7 @@
  * what each function does; the comments here say why. */
 #include "batch/goodput.h"
 
-void gp_ladder_start(gp_ladder *l, int first, int limit)
+void bfit_gp_ladder_start(gp_ladder *l, int first, int limit)
 {
     *l = (gp_ladder){ .limit = limit };
     l->next = first < 1 ? 1 : first > limit ? limit : first;
@@ -11,7 +11,7 @@ void gp_ladder_start(gp_ladder *l, int first, int limit)
         l->next = 0;
 }
 
-void gp_ladder_record(gp_ladder *l, int m, double secs, double gain)
+void bfit_gp_ladder_record(gp_ladder *l, int m, double secs, double gain)
 {
     double rate;
 
@@ -39,7 +39,7 @@ void gp_ladder_record(gp_ladder *l, int m, double secs, double gain)
         l->next = (int64_t)m * 2 <= l->limit ? m * 2 : l->limit;
 }
 
-double gp_micro_seconds(const gp_ladder *l, int m)
+double bfit_gp_micro_seconds(const gp_ladder *l, int m)
 {
     int i;
 
@@ -56,10 +56,10 @@ double gp_micro_seconds(const gp_ladder *l, int m)
     return l->secs[l->n - 1] * m / l->m[l->n - 1];
 }
 
-double gp_step_seconds(const gp_ladder *l, int E, int m)
+double bfit_gp_step_seconds(const gp_ladder *l, int E, int m)
 {
     int k = (E + m - 1) / m, last = E - (k - 1) * m;
-    double tm = gp_micro_seconds(l, m), tl = gp_micro_seconds(l, last);
+    double tm = bfit_gp_micro_seconds(l, m), tl = bfit_gp_micro_seconds(l, last);
 
     if (tm < 0 || tl < 0)
         return -1;
@@ -83,7 +83,7 @@ static int add(int *out, int n, int max, int v)
     return n + 1;
 }
 
-int gp_grid(int lo, int hi, int *out, int max)
+int bfit_gp_grid(int lo, int hi, int *out, int max)
 {
     int n = 0;
 
@@ -101,7 +101,7 @@ int gp_grid(int lo, int hi, int *out, int max)
     return add(out, n, max, hi);
 }
 
-double gp_efficiency(double B, double E, double E0)
+double bfit_gp_efficiency(double B, double E, double E0)
 {
     /* Below E0 the formula promises more progress per sample than the
      * reference batch makes, which the lr rule, scaling the lr down, does

@@ -24,28 +24,28 @@ typedef struct gp_ladder {
 } gp_ladder;
 
 /* Start at `first` (a power of two), going up to limit. */
-void gp_ladder_start(gp_ladder *l, int first, int limit);
+void bfit_gp_ladder_start(gp_ladder *l, int first, int limit);
 /* Add the rung m (secs <= 0: it could not run, which ends the ladder) and
  * choose the next: twice m, then limit itself; done once two rungs in a row
  * are not `gain` faster than the best so far (the rate has levelled off). */
-void gp_ladder_record(gp_ladder *l, int m, double secs, double gain);
+void bfit_gp_ladder_record(gp_ladder *l, int m, double secs, double gain);
 /* Seconds of one forward and backward of m samples: interpolated linearly
  * in m between rungs; below the first and above the last rung at their
  * samples/s. < 0 when the ladder is empty. */
-double gp_micro_seconds(const gp_ladder *l, int m);
+double bfit_gp_micro_seconds(const gp_ladder *l, int m);
 /* Forward and backward seconds of a step of E samples in micro-batches of
  * m: (k - 1) of m and the last of E - (k - 1) m. */
-double gp_step_seconds(const gp_ladder *l, int E, int m);
+double bfit_gp_step_seconds(const gp_ladder *l, int E, int m);
 
 /* The effective batches auto mode chooses among: powers of two and 1.5
  * times them (16, 24, 32, 48, ...) within [lo, hi], with lo and hi. Sorted;
  * returns the count. */
-int gp_grid(int lo, int hi, int *out, int max);
+int bfit_gp_grid(int lo, int hi, int *out, int max);
 
 /* The statistical efficiency of E relative to E0 at noise scale B
  * (McCandlish et al. 2018: steps to a target S(E) = S_min (1 + B / E), so
  * samples E S(E) = E_min (1 + E / B)): the samples E0 needs over those E
  * needs, (B + E0) / (B + E), for E above E0; 1 at E0 and below. */
-double gp_efficiency(double B, double E, double E0);
+double bfit_gp_efficiency(double B, double E, double E0);
 
 #endif

@@ -56,7 +56,7 @@ typedef struct cpu_op {
     void *extra;
     /* Memory objects for prim[p]'s arguments, made at its first execution
      * and re-pointed at the caller's buffers on every later one, so a step
-     * allocates nothing (cpu_exec). Slot i is args[i]; the last, the
+     * allocates nothing (bfit_cpu_exec). Slot i is args[i]; the last, the
      * scratchpad. */
     dnnl_memory_t mem[CPU_OP_MAXPRIM][CPU_OP_MAXARGS];
 } cpu_op;
@@ -65,27 +65,27 @@ static inline cpu_device *cpu_dev(const cpu_op *op) { return (cpu_device *)op->b
 
 /* An op of the device's own, made from inside a device call (an op that
  * runs others: chunked convolutions); run it by its run function. */
-int cpu_op_make(bfit_device *d, const bfit_op_desc *desc, cpu_op **out);
-void cpu_op_destroy(cpu_op *op);
+int bfit_cpu_op_make(bfit_device *d, const bfit_op_desc *desc, cpu_op **out);
+void bfit_cpu_op_destroy(cpu_op *op);
 
 /* Turn a oneDNN status into ours, with what was being done. */
-int cpu_dnnl_check(dnnl_status_t s, const char *what);
+int bfit_cpu_dnnl_check(dnnl_status_t s, const char *what);
 #define CPU_TRY(call, what)                                                                        \
     do {                                                                                           \
         dnnl_status_t s_ = (call);                                                                 \
         if (s_ != dnnl_success)                                                                    \
-            return cpu_dnnl_check(s_, what);                                                       \
+            return bfit_cpu_dnnl_check(s_, what);                                                       \
     } while (0)
 
 /* oneDNN's name for a dtype. */
-dnnl_data_type_t cpu_dt(bfit_dtype t);
+dnnl_data_type_t bfit_cpu_dt(bfit_dtype t);
 /* Plain row-major memory descriptor of up to 4 dims, f32 or of dtype t. */
-int cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
-int cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t);
+int bfit_cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t);
 /* Primitive attributes with a user-managed scratchpad (caller destroys). */
-int cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr);
+int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr);
 /* Create pd from an op descriptor and record its scratchpad size in *ws (max). */
-int cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_primitive_attr_t attr,
+int bfit_cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_primitive_attr_t attr,
                   dnnl_engine_t eng, const_dnnl_primitive_desc_t hint, size_t *ws);
 /* Execute prim[p] with (arg, pointer, md) triples; NULL pointers are
  * skipped. The primitive's scratchpad, if any, is placed at `scratch` (the
@@ -93,49 +93,49 @@ int cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_pri
  * same list (args[i] the same argument and md each time; only pointers,
  * or their being NULL, change): slot i's memory object is reused. */
 typedef struct cpu_arg { int arg; const void *ptr; const_dnnl_memory_desc_t md; } cpu_arg;
-int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what);
+int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what);
 
 /* Entering and leaving a device call: the thread count is set for the
  * call, and in the checking mode the blocks the call touches (those holding
  * ptrs[0..n)) are opened, each pointer having been checked to be device
  * memory; what names it says which argument, for the message. */
-int cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, int n, const char *what);
-void cpu_leave(cpu_device *d);
+int bfit_cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, int n, const char *what);
+void bfit_cpu_leave(cpu_device *d);
 
 /* cpu_mem.c: the block source, transfers and memory query of the table */
-void cpu_blocks_init(cpu_device *d);
-void cpu_blocks_fini(cpu_device *d);
-int cpu_copy(bfit_device *d, void *dst, const void *src, size_t n);
-int cpu_upload(bfit_device *d, void *dst, const void *host, size_t n);
-int cpu_download(bfit_device *d, void *host, const void *src, size_t n);
-int cpu_fill(bfit_device *d, void *dst, int byte, size_t n);
-int cpu_sync(bfit_device *d);
-int cpu_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
+void bfit_cpu_blocks_init(cpu_device *d);
+void bfit_cpu_blocks_fini(cpu_device *d);
+int bfit_cpu_copy(bfit_device *d, void *dst, const void *src, size_t n);
+int bfit_cpu_upload(bfit_device *d, void *dst, const void *host, size_t n);
+int bfit_cpu_download(bfit_device *d, void *host, const void *src, size_t n);
+int bfit_cpu_fill(bfit_device *d, void *dst, int byte, size_t n);
+int bfit_cpu_sync(bfit_device *d);
+int bfit_cpu_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
 
 /* cpu_coll.c: collectives over a group of processes, through its host side */
-int cpu_coll_open(bfit_device *d, const bfit_coll_host *h, void **state);
-int cpu_coll_sum(bfit_device *d, void *state, void *buf, size_t count);
-int cpu_coll_bcast(bfit_device *d, void *state, void *buf, size_t n, int root);
-void cpu_coll_close(bfit_device *d, void *state);
+int bfit_cpu_coll_open(bfit_device *d, const bfit_coll_host *h, void **state);
+int bfit_cpu_coll_sum(bfit_device *d, void *state, void *buf, size_t count);
+int bfit_cpu_coll_bcast(bfit_device *d, void *state, void *buf, size_t n, int root);
+void bfit_cpu_coll_close(bfit_device *d, void *state);
 
 /* Family initialisers: each sets op->run, op->ws, op->saved (and pd/prim). */
-int cpu_matmul_init(cpu_op *op);   /* MATMUL */
-int cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */
-int cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
-int cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (cpu_pool_init asks) */
+int bfit_cpu_matmul_init(cpu_op *op);   /* MATMUL */
+int bfit_cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */
+int bfit_cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
+int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (bfit_cpu_pool_init asks) */
 
 /* cpu_blk16.c: bf16 nchw <-> nChw16c of our own (oneDNN 2.6's is its slow
  * generic reorder for bf16). match: 1, with the sizes, when `plain` is
  * bf16 nchw with c % 16 == 0 and `chosen` its nChw16c. */
-int cpu_blk16_match(const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *chosen, int64_t *n, int64_t *c,
+int bfit_cpu_blk16_match(const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *chosen, int64_t *n, int64_t *c,
                     int64_t *hw);
-void cpu_blk16_run(const void *src, void *dst, int64_t n, int64_t c, int64_t hw, int to_plain);
-int cpu_bnorm_init(cpu_op *op);    /* BNORM_FWD, BNORM_BWD */
-int cpu_lnorm_init(cpu_op *op);    /* LNORM_FWD, LNORM_BWD */
-int cpu_eltwise_init(cpu_op *op);  /* ELTWISE_FWD, ELTWISE_BWD */
-int cpu_simple_init(cpu_op *op);   /* REDUCE_ROWS, ADD, DROPOUT_*, XENT_*, SCALE, NORMS (plain loops) */
-int cpu_optim_init(cpu_op *op);    /* SGD, ADAMW */
-int cpu_embed_init(cpu_op *op);    /* EMBED_FWD, EMBED_BWD */
-int cpu_attn_init(cpu_op *op);     /* ATTN_FWD, ATTN_BWD */
+void bfit_cpu_blk16_run(const void *src, void *dst, int64_t n, int64_t c, int64_t hw, int to_plain);
+int bfit_cpu_bnorm_init(cpu_op *op);    /* BNORM_FWD, BNORM_BWD */
+int bfit_cpu_lnorm_init(cpu_op *op);    /* LNORM_FWD, LNORM_BWD */
+int bfit_cpu_eltwise_init(cpu_op *op);  /* ELTWISE_FWD, ELTWISE_BWD */
+int bfit_cpu_simple_init(cpu_op *op);   /* REDUCE_ROWS, ADD, DROPOUT_*, XENT_*, SCALE, NORMS (plain loops) */
+int bfit_cpu_optim_init(cpu_op *op);    /* SGD, ADAMW */
+int bfit_cpu_embed_init(cpu_op *op);    /* EMBED_FWD, EMBED_BWD */
+int bfit_cpu_attn_init(cpu_op *op);     /* ATTN_FWD, ATTN_BWD */
 
 #endif

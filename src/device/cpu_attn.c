@@ -383,7 +383,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *o)
     return BFIT_OK;
 }
 
-int cpu_attn_init(cpu_op *op)
+int bfit_cpu_attn_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     attn a = dims(d);

@@ -20,7 +20,7 @@
 #define BLK_SIMD 0
 #endif
 
-int cpu_blk16_match(const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *chosen, int64_t *n, int64_t *c,
+int bfit_cpu_blk16_match(const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *chosen, int64_t *n, int64_t *c,
                     int64_t *hw)
 {
     dnnl_memory_desc_t want, nchw;
@@ -90,7 +90,7 @@ static void tile(const uint16_t *src, uint16_t *dst, int64_t hw, int to_plain)
                 dst[s * 16 + c] = src[c * hw + s];
 }
 
-void cpu_blk16_run(const void *src, void *dst, int64_t n, int64_t c, int64_t hw, int to_plain)
+void bfit_cpu_blk16_run(const void *src, void *dst, int64_t n, int64_t c, int64_t hw, int to_plain)
 {
     int64_t tiles = n * (c / 16);
     BFIT_PAR_FOR_IF(tiles * hw * 16 > BFIT_PAR_MIN, for (int64_t t = 0; t < tiles; t++) {

@@ -61,7 +61,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "batch norm forward: src, dst, scale, shift, mean, var are required");
     if (!a->rmean != !a->rvar)
         return bfit_fail(BFIT_EINVAL, "batch norm forward: rmean and rvar go together");
-    rc = cpu_exec(op, P_FWD, args, 6, a->workspace, "batch normalization forward");
+    rc = bfit_cpu_exec(op, P_FWD, args, 6, a->workspace, "batch normalization forward");
     if (rc == BFIT_OK && a->rmean && op->base.desc.u.bnorm.training)
         update_running(&op->base.desc, a);
     return rc;
@@ -172,7 +172,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
             {DNNL_ARG_DIFF_SCALE, ds, qmd(pd, dnnl_query_diff_weights_md)},
             {DNNL_ARG_DIFF_SHIFT, dh, qmd(pd, dnnl_query_diff_weights_md)},
         };
-        rc = cpu_exec(op, P_BWD, args, 9, a->workspace, "batch normalization backward");
+        rc = bfit_cpu_exec(op, P_BWD, args, 9, a->workspace, "batch normalization backward");
     }
     if (rc != BFIT_OK || !d->accumulate)
         return rc;
@@ -183,7 +183,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-int cpu_bnorm_init(cpu_op *op)
+int bfit_cpu_bnorm_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t sd[4] = {d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h, d->u.bnorm.w};
@@ -211,17 +211,17 @@ int cpu_bnorm_init(cpu_op *op)
         op->ws = op->saved = 0;
         return BFIT_OK;
     }
-    rc = cpu_md_dt(&src, 4, sd, d->dtype);
+    rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype);
     if (rc != BFIT_OK)
         return rc;
     /* the backward pd's hint must be the training forward */
     CPU_TRY(dnnl_batch_normalization_forward_desc_init(&fd, train ? dnnl_forward_training : dnnl_forward_inference,
                                                        &src, d->u.bnorm.eps, flags),
             "batch normalization forward descriptor");
-    rc = cpu_attr_user_scratchpad(&attr);
+    rc = bfit_cpu_attr_user_scratchpad(&attr);
     if (rc != BFIT_OK)
         return rc;
-    rc = cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
+    rc = bfit_cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
                        d->kind == BFIT_OP_BNORM_FWD ? &ws : &hint_ws);
     if (rc != BFIT_OK)
         goto free_attr;
@@ -231,10 +231,10 @@ int cpu_bnorm_init(cpu_op *op)
     } else {
         s = dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &src, &src, d->u.bnorm.eps, flags);
         if (s != dnnl_success) {
-            rc = cpu_dnnl_check(s, "batch normalization backward descriptor");
+            rc = bfit_cpu_dnnl_check(s, "batch normalization backward descriptor");
             goto free_attr;
         }
-        rc = cpu_pd_create(&op->pd[P_BWD], &bd, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
+        rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bd, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
         if (rc != BFIT_OK)
             goto free_attr;
         if (d->accumulate)
@@ -243,7 +243,7 @@ int cpu_bnorm_init(cpu_op *op)
         s = dnnl_primitive_create(&op->prim[P_BWD], op->pd[P_BWD]);
     }
     if (s != dnnl_success) {
-        rc = cpu_dnnl_check(s, "batch normalization primitive");
+        rc = bfit_cpu_dnnl_check(s, "batch normalization primitive");
         goto free_attr;
     }
     op->ws = ws;

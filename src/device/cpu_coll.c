@@ -5,44 +5,44 @@
 #include "base/err.h"
 #include "device/cpu.h"
 
-int cpu_coll_open(bfit_device *d, const bfit_coll_host *h, void **state)
+int bfit_cpu_coll_open(bfit_device *d, const bfit_coll_host *h, void **state)
 {
     (void)d;
     *state = (void *)h;
     return BFIT_OK;
 }
 
-int cpu_coll_sum(bfit_device *dev, void *state, void *buf, size_t count)
+int bfit_cpu_coll_sum(bfit_device *dev, void *state, void *buf, size_t count)
 {
     const bfit_coll_host *h = state;
     cpu_device *d = (cpu_device *)dev;
     const void *ptrs[1] = {buf};
     const char *names[1] = {"buffer"};
-    int rc = cpu_enter(d, ptrs, names, 1, "collective sum");
+    int rc = bfit_cpu_enter(d, ptrs, names, 1, "collective sum");
 
     if (rc != BFIT_OK)
         return rc;
     rc = h->sum_f32(h->ud, buf, count);
-    cpu_leave(d);
+    bfit_cpu_leave(d);
     return rc;
 }
 
-int cpu_coll_bcast(bfit_device *dev, void *state, void *buf, size_t n, int root)
+int bfit_cpu_coll_bcast(bfit_device *dev, void *state, void *buf, size_t n, int root)
 {
     const bfit_coll_host *h = state;
     cpu_device *d = (cpu_device *)dev;
     const void *ptrs[1] = {buf};
     const char *names[1] = {"buffer"};
-    int rc = cpu_enter(d, ptrs, names, 1, "collective broadcast");
+    int rc = bfit_cpu_enter(d, ptrs, names, 1, "collective broadcast");
 
     if (rc != BFIT_OK)
         return rc;
     rc = h->bcast(h->ud, buf, n, root);
-    cpu_leave(d);
+    bfit_cpu_leave(d);
     return rc;
 }
 
-void cpu_coll_close(bfit_device *d, void *state)
+void bfit_cpu_coll_close(bfit_device *d, void *state)
 {
     (void)d;
     (void)state;

@@ -69,7 +69,7 @@ static int reorder(cpu_op *op, int r, const void *from, void *to, void *ws)
 {
     const conv_ws *m = op->extra;
     if (m->own[r - R_IN0].on) {
-        cpu_blk16_run(from, to, m->own[r - R_IN0].n, m->own[r - R_IN0].c, m->own[r - R_IN0].hw,
+        bfit_cpu_blk16_run(from, to, m->own[r - R_IN0].n, m->own[r - R_IN0].c, m->own[r - R_IN0].hw,
                       m->own[r - R_IN0].to_plain);
         return BFIT_OK;
     }
@@ -77,7 +77,7 @@ static int reorder(cpu_op *op, int r, const void *from, void *to, void *ws)
         {DNNL_ARG_FROM, from, qmd(op->pd[r], dnnl_query_src_md, 0)},
         {DNNL_ARG_TO, to, qmd(op->pd[r], dnnl_query_dst_md, 0)},
     };
-    return cpu_exec(op, r, args, 2, ws, "convolution layout reorder");
+    return bfit_cpu_exec(op, r, args, 2, ws, "convolution layout reorder");
 }
 
 /* An input of the convolution: the caller's plain buffer, or its blocked
@@ -129,7 +129,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
             {DNNL_ARG_BIAS, op->base.desc.u.conv.bias ? a->bias : NULL, qmd(pd, dnnl_query_weights_md, 1)},
             {DNNL_ARG_DST, dst, qmd(pd, dnnl_query_dst_md, 0)},
         };
-        rc = cpu_exec(op, P_FWD, args, 4, a->workspace, "convolution forward");
+        rc = bfit_cpu_exec(op, P_FWD, args, 4, a->workspace, "convolution forward");
     }
     if (rc == BFIT_OK && has_reorder(op, R_OUT))
         rc = reorder(op, R_OUT, dst, a->dst, a->workspace);
@@ -156,7 +156,7 @@ static int run_bwd_data(cpu_op *op, const bfit_op_args *a)
             {DNNL_ARG_WEIGHTS, w, qmd(pd, dnnl_query_weights_md, 0)},
             {DNNL_ARG_DIFF_SRC, ds, qmd(pd, dnnl_query_diff_src_md, 0)},
         };
-        rc = cpu_exec(op, P_BWD, args, 3, a->workspace, "convolution backward data");
+        rc = bfit_cpu_exec(op, P_BWD, args, 3, a->workspace, "convolution backward data");
     }
     if (rc == BFIT_OK && has_reorder(op, R_OUT))
         rc = reorder(op, R_OUT, ds, a->diff_src, a->workspace);
@@ -191,7 +191,7 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
             {DNNL_ARG_DIFF_WEIGHTS, dw, qmd(pd, dnnl_query_diff_weights_md, 0)},
             {DNNL_ARG_DIFF_BIAS, db, qmd(pd, dnnl_query_diff_weights_md, 1)},
         };
-        rc = cpu_exec(op, P_BWD, args, 4, a->workspace, "convolution backward weights");
+        rc = bfit_cpu_exec(op, P_BWD, args, 4, a->workspace, "convolution backward weights");
     }
     if (rc != BFIT_OK)
         return rc;
@@ -242,14 +242,14 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
     m->off[r - R_IN0] = NONE;
     if (dnnl_memory_desc_equal(plain, chosen))
         return BFIT_OK;
-    if (!sum && cpu_blk16_match(plain, chosen, &m->own[r - R_IN0].n, &m->own[r - R_IN0].c, &m->own[r - R_IN0].hw)) {
+    if (!sum && bfit_cpu_blk16_match(plain, chosen, &m->own[r - R_IN0].n, &m->own[r - R_IN0].c, &m->own[r - R_IN0].hw)) {
         m->own[r - R_IN0].on = 1;
         m->own[r - R_IN0].to_plain = to_plain;
         m->off[r - R_IN0] = *cursor;
         *cursor += BFIT_ALIGN_UP(dnnl_memory_desc_get_size(chosen));
         return BFIT_OK;
     }
-    if ((rc = cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
+    if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
         return rc;
     if (sum) {
         s = dnnl_post_ops_create(&po);
@@ -261,14 +261,14 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
             dnnl_post_ops_destroy(po);
         if (s != dnnl_success) {
             dnnl_primitive_attr_destroy(attr);
-            return cpu_dnnl_check(s, "reorder sum post-op");
+            return bfit_cpu_dnnl_check(s, "reorder sum post-op");
         }
     }
     s = dnnl_reorder_primitive_desc_create(&op->pd[r], to_plain ? chosen : plain, cpu_dev(op)->eng,
                                            to_plain ? plain : chosen, cpu_dev(op)->eng, attr);
     dnnl_primitive_attr_destroy(attr);
     if (s != dnnl_success)
-        return cpu_dnnl_check(s, "convolution layout reorder");
+        return bfit_cpu_dnnl_check(s, "convolution layout reorder");
     {
         const dnnl_memory_desc_t *smd = qmd(op->pd[r], dnnl_query_scratchpad_md, 0);
         size_t sz = smd ? dnnl_memory_desc_get_size(smd) : 0;
@@ -299,9 +299,9 @@ static int make_mds(const bfit_op_desc *d, conv_mds *md)
 
     /* data and weights in the op's dtype; bias and the gradients of the
      * parameters in f32 */
-    if ((rc = cpu_md_dt(&md->src, 4, sd, d->dtype)) != BFIT_OK || (rc = cpu_md_dt(&md->w, 4, wd, d->dtype)) != BFIT_OK ||
-        (rc = cpu_md(&md->b, 1, bd)) != BFIT_OK || (rc = cpu_md_dt(&md->dst, 4, dd, d->dtype)) != BFIT_OK ||
-        (rc = cpu_md(&md->dw, 4, wd)) != BFIT_OK)
+    if ((rc = bfit_cpu_md_dt(&md->src, 4, sd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md_dt(&md->w, 4, wd, d->dtype)) != BFIT_OK ||
+        (rc = bfit_cpu_md(&md->b, 1, bd)) != BFIT_OK || (rc = bfit_cpu_md_dt(&md->dst, 4, dd, d->dtype)) != BFIT_OK ||
+        (rc = bfit_cpu_md(&md->dw, 4, wd)) != BFIT_OK)
         return rc;
     md->src_any = md->src;
     md->w_any = md->w;
@@ -314,9 +314,9 @@ static int make_mds(const bfit_op_desc *d, conv_mds *md)
         return BFIT_OK;
     for (int i = 0; i < 4; i++)
         s4[i] = sd[i], w4[i] = wd[i], d4[i] = dd[i];
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->src_any, 4, s4, cpu_dt(d->dtype), dnnl_format_tag_any), "conv src md");
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, 4, w4, cpu_dt(d->dtype), dnnl_format_tag_any), "conv weights md");
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dst_any, 4, d4, cpu_dt(d->dtype), dnnl_format_tag_any), "conv dst md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->src_any, 4, s4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any), "conv src md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, 4, w4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any), "conv weights md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dst_any, 4, d4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any), "conv dst md");
     CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dw_any, 4, w4, dnnl_f32, dnnl_format_tag_any), "conv weight gradient md");
     return BFIT_OK;
 }
@@ -339,7 +339,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
     CPU_TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &md->src_any,
                                                &md->w_any, bias ? &md->b : NULL, &md->dst_any, strides, pad, pad),
             "convolution forward descriptor");
-    rc = cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
+    rc = bfit_cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
                        d->kind == BFIT_OP_CONV_FWD ? scratch : &hint_ws);
     if (rc != BFIT_OK)
         return rc;
@@ -357,7 +357,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
         CPU_TRY(dnnl_convolution_backward_data_desc_init(&bdesc, dnnl_convolution_direct, &md->src_any, &md->w_any,
                                                          &md->dst_any, strides, pad, pad),
                 "convolution backward data descriptor");
-        if ((rc = cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
+        if ((rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
             return rc;
         pd = op->pd[P_BWD];
         CPU_TRY(dnnl_primitive_create(&op->prim[P_BWD], pd), "convolution primitive");
@@ -372,7 +372,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
                                                             &md->dw_any, bias ? &md->b : NULL, &md->dst_any,
                                                             strides, pad, pad),
                 "convolution backward weights descriptor");
-        if ((rc = cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
+        if ((rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
             return rc;
         pd = op->pd[P_BWD];
         CPU_TRY(dnnl_primitive_create(&op->prim[P_BWD], pd), "convolution primitive");
@@ -422,8 +422,8 @@ static void chunk_fini(cpu_op *op)
 {
     conv_chunk *k = op->extra;
     if (k) {
-        cpu_op_destroy(k->sub[0]);
-        cpu_op_destroy(k->sub[1]);
+        bfit_cpu_op_destroy(k->sub[0]);
+        bfit_cpu_op_destroy(k->sub[1]);
     }
     free(k);
     op->extra = NULL;
@@ -484,12 +484,12 @@ static int chunk_init(cpu_op *op, int *done)
     k->out_bytes = out;
     sd.accumulate = d->kind == BFIT_OP_CONV_BWD_WEIGHTS ? 1 : d->accumulate;
     sd.u.conv.n = c;
-    if ((rc = cpu_op_make(op->base.dev, &sd, &k->sub[0])) != BFIT_OK)
+    if ((rc = bfit_cpu_op_make(op->base.dev, &sd, &k->sub[0])) != BFIT_OK)
         return rc;
     op->ws = k->sub[0]->ws;
     if (n % c) {
         sd.u.conv.n = n % c;
-        if ((rc = cpu_op_make(op->base.dev, &sd, &k->sub[1])) != BFIT_OK)
+        if ((rc = bfit_cpu_op_make(op->base.dev, &sd, &k->sub[1])) != BFIT_OK)
             return rc;
         op->ws = k->sub[1]->ws > op->ws ? k->sub[1]->ws : op->ws;
     }
@@ -498,7 +498,7 @@ static int chunk_init(cpu_op *op, int *done)
     return BFIT_OK;
 }
 
-int cpu_conv_init(cpu_op *op)
+int bfit_cpu_conv_init(cpu_op *op)
 {
     conv_mds md;
     conv_ws *m;
@@ -518,7 +518,7 @@ int cpu_conv_init(cpu_op *op)
     m->dw = m->db = NONE;
     op->extra = m;
     op->fini = fini;
-    if ((rc = cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
+    if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
         return rc;
     rc = make_prims(op, &md, attr, &scratch, &cursor);
     dnnl_primitive_attr_destroy(attr);

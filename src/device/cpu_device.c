@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cpu_dnnl_check(dnnl_status_t s, const char *what)
+int bfit_cpu_dnnl_check(dnnl_status_t s, const char *what)
 {
     if (s == dnnl_out_of_memory)
         return bfit_fail(BFIT_ENOMEM, "oneDNN: out of memory in %s", what);
@@ -17,7 +17,7 @@ int cpu_dnnl_check(dnnl_status_t s, const char *what)
     return bfit_fail(BFIT_EDEVICE, "oneDNN: %s failed (status %d)", what, (int)s);
 }
 
-dnnl_data_type_t cpu_dt(bfit_dtype t)
+dnnl_data_type_t bfit_cpu_dt(bfit_dtype t)
 {
     switch (t) {
     case BFIT_BF16: return dnnl_bf16;
@@ -27,9 +27,9 @@ dnnl_data_type_t cpu_dt(bfit_dtype t)
     }
 }
 
-int cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) { return cpu_md_dt(md, ndims, dims, BFIT_F32); }
+int bfit_cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) { return bfit_cpu_md_dt(md, ndims, dims, BFIT_F32); }
 
-int cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t)
+int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t)
 {
     static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd};
     dnnl_dims_t d;
@@ -37,11 +37,11 @@ int cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype
         return bfit_fail(BFIT_EINVAL, "cpu: %d dims not supported", ndims);
     for (int i = 0; i < ndims; i++)
         d[i] = dims[i];
-    CPU_TRY(dnnl_memory_desc_init_by_tag(md, ndims, d, cpu_dt(t), tags[ndims]), "memory descriptor");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(md, ndims, d, bfit_cpu_dt(t), tags[ndims]), "memory descriptor");
     return BFIT_OK;
 }
 
-int cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr)
+int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr)
 {
     CPU_TRY(dnnl_primitive_attr_create(attr), "attribute");
     if (dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user) != dnnl_success) {
@@ -51,7 +51,7 @@ int cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr)
     return BFIT_OK;
 }
 
-int cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_primitive_attr_t attr,
+int bfit_cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_primitive_attr_t attr,
                   dnnl_engine_t eng, const_dnnl_primitive_desc_t hint, size_t *ws)
 {
     const dnnl_memory_desc_t *smd;
@@ -82,7 +82,7 @@ static int bind(cpu_op *op, int p, int i, const_dnnl_memory_desc_t md, const voi
     return BFIT_OK;
 }
 
-int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what)
+int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what)
 {
     /* Memory objects wrap the caller's buffers (oneDNN allocates no data for
      * them); they are small host structs, kept in the op between calls. */
@@ -115,37 +115,37 @@ int cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, c
     s = dnnl_primitive_execute(op->prim[p], cpu_dev(op)->stream, n, ex);
     if (s == dnnl_success)
         s = dnnl_stream_wait(cpu_dev(op)->stream);
-    return s == dnnl_success ? BFIT_OK : cpu_dnnl_check(s, what);
+    return s == dnnl_success ? BFIT_OK : bfit_cpu_dnnl_check(s, what);
 }
 
 static int op_init(cpu_op *op)
 {
     switch (op->base.desc.kind) {
-    case BFIT_OP_MATMUL: return cpu_matmul_init(op);
+    case BFIT_OP_MATMUL: return bfit_cpu_matmul_init(op);
     case BFIT_OP_CONV_FWD:
     case BFIT_OP_CONV_BWD_DATA:
-    case BFIT_OP_CONV_BWD_WEIGHTS: return cpu_conv_init(op);
+    case BFIT_OP_CONV_BWD_WEIGHTS: return bfit_cpu_conv_init(op);
     case BFIT_OP_POOL_FWD:
-    case BFIT_OP_POOL_BWD: return cpu_pool_init(op);
+    case BFIT_OP_POOL_BWD: return bfit_cpu_pool_init(op);
     case BFIT_OP_BNORM_FWD:
-    case BFIT_OP_BNORM_BWD: return cpu_bnorm_init(op);
+    case BFIT_OP_BNORM_BWD: return bfit_cpu_bnorm_init(op);
     case BFIT_OP_LNORM_FWD:
-    case BFIT_OP_LNORM_BWD: return cpu_lnorm_init(op);
+    case BFIT_OP_LNORM_BWD: return bfit_cpu_lnorm_init(op);
     case BFIT_OP_ELTWISE_FWD:
-    case BFIT_OP_ELTWISE_BWD: return cpu_eltwise_init(op);
+    case BFIT_OP_ELTWISE_BWD: return bfit_cpu_eltwise_init(op);
     case BFIT_OP_SGD:
-    case BFIT_OP_ADAMW: return cpu_optim_init(op);
+    case BFIT_OP_ADAMW: return bfit_cpu_optim_init(op);
     case BFIT_OP_EMBED_FWD:
-    case BFIT_OP_EMBED_BWD: return cpu_embed_init(op);
+    case BFIT_OP_EMBED_BWD: return bfit_cpu_embed_init(op);
     case BFIT_OP_ATTN_FWD:
-    case BFIT_OP_ATTN_BWD: return cpu_attn_init(op);
-    default: return cpu_simple_init(op);
+    case BFIT_OP_ATTN_BWD: return bfit_cpu_attn_init(op);
+    default: return bfit_cpu_simple_init(op);
     }
 }
 
 static void cpu_op_free(bfit_op *base);
 
-int cpu_op_make(bfit_device *d, const bfit_op_desc *desc, cpu_op **out)
+int bfit_cpu_op_make(bfit_device *d, const bfit_op_desc *desc, cpu_op **out)
 {
     cpu_op *op = calloc(1, sizeof *op);
     int rc;
@@ -162,7 +162,7 @@ int cpu_op_make(bfit_device *d, const bfit_op_desc *desc, cpu_op **out)
     return BFIT_OK;
 }
 
-void cpu_op_destroy(cpu_op *op)
+void bfit_cpu_op_destroy(cpu_op *op)
 {
     if (op)
         cpu_op_free(&op->base);
@@ -182,10 +182,10 @@ static int cpu_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
     op->base.dev = d;
     op->base.desc = *desc;
     /* primitives are made for the thread count they will run with */
-    rc = cpu_enter((cpu_device *)d, NULL, NULL, 0, "op creation");
+    rc = bfit_cpu_enter((cpu_device *)d, NULL, NULL, 0, "op creation");
     if (rc == BFIT_OK) {
         rc = op_init(op);
-        cpu_leave((cpu_device *)d);
+        bfit_cpu_leave((cpu_device *)d);
     }
     if (rc != BFIT_OK) {
         cpu_op_free(&op->base);
@@ -227,11 +227,11 @@ static int cpu_op_run(bfit_op *base, const bfit_op_args *a)
                                      "diff_src", "diff_weights", "diff_bias", "diff_scale", "diff_shift", "mean",
                                      "var", "rmean", "rvar", "saved", "workspace", "labels", "lens", "stats",
                                      "state0", "state1"};
-    int rc = cpu_enter(d, p, nm, (int)(sizeof p / sizeof p[0]), "op");
+    int rc = bfit_cpu_enter(d, p, nm, (int)(sizeof p / sizeof p[0]), "op");
     if (rc != BFIT_OK)
         return rc;
     rc = op->run(op, a);
-    cpu_leave(d);
+    bfit_cpu_leave(d);
     return rc;
 }
 
@@ -256,18 +256,18 @@ static void cpu_destroy(bfit_device *base)
         dnnl_stream_destroy(d->stream);
     if (d->eng)
         dnnl_engine_destroy(d->eng);
-    cpu_blocks_fini(d);
+    bfit_cpu_blocks_fini(d);
     free(d);
 }
 
 static const bfit_device_vt cpu_vt = {
     .name = "cpu",
-    .mem_info = cpu_mem_info,
-    .upload = cpu_upload,
-    .download = cpu_download,
-    .copy = cpu_copy,
-    .fill = cpu_fill,
-    .sync = cpu_sync,
+    .mem_info = bfit_cpu_mem_info,
+    .upload = bfit_cpu_upload,
+    .download = bfit_cpu_download,
+    .copy = bfit_cpu_copy,
+    .fill = bfit_cpu_fill,
+    .sync = bfit_cpu_sync,
     .op_new = cpu_op_new,
     .op_workspace = cpu_op_workspace,
     .op_saved = cpu_op_saved,
@@ -275,10 +275,10 @@ static const bfit_device_vt cpu_vt = {
     .op_free = cpu_op_free,
     .info = cpu_info,
     .destroy = cpu_destroy,
-    .coll_open = cpu_coll_open,
-    .coll_sum = cpu_coll_sum,
-    .coll_bcast = cpu_coll_bcast,
-    .coll_close = cpu_coll_close,
+    .coll_open = bfit_cpu_coll_open,
+    .coll_sum = bfit_cpu_coll_sum,
+    .coll_bcast = bfit_cpu_coll_bcast,
+    .coll_close = bfit_cpu_coll_close,
 };
 
 
@@ -304,7 +304,7 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
     d->check = c.check < 0 ? check_from_env() : c.check != 0;
     if (c.host)
         d->host = *c.host;
-    cpu_blocks_init(d);
+    bfit_cpu_blocks_init(d);
     if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags) != dnnl_success) {
         cpu_destroy(&d->base);

@@ -145,7 +145,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "eltwise forward: src and dst are required");
-    return cpu_exec(op, 0, args, 2, a->workspace, "eltwise forward");
+    return bfit_cpu_exec(op, 0, args, 2, a->workspace, "eltwise forward");
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
@@ -158,10 +158,10 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
-    return cpu_exec(op, 0, args, 3, a->workspace, "eltwise backward");
+    return bfit_cpu_exec(op, 0, args, 3, a->workspace, "eltwise backward");
 }
 
-int cpu_eltwise_init(cpu_op *op)
+int bfit_cpu_eltwise_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t n = d->u.elt.n;
@@ -189,25 +189,25 @@ int cpu_eltwise_init(cpu_op *op)
     case BFIT_ELT_GELU_TANH: alg = dnnl_eltwise_gelu_tanh; break;
     default: return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     }
-    if ((rc = cpu_md_dt(&md, 1, &n, d->dtype)) != BFIT_OK)
+    if ((rc = bfit_cpu_md_dt(&md, 1, &n, d->dtype)) != BFIT_OK)
         return rc;
     CPU_TRY(dnnl_eltwise_forward_desc_init(&fwd, dnnl_forward_training, alg, &md, 0.f, 0.f),
             "eltwise forward descriptor");
-    if ((rc = cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
+    if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
         return rc;
     op->ws = 0;
     op->saved = 0;
     if (d->kind == BFIT_OP_ELTWISE_FWD) {
-        rc = cpu_pd_create(&op->pd[0], &fwd, attr, cpu_dev(op)->eng, NULL, &op->ws);
+        rc = bfit_cpu_pd_create(&op->pd[0], &fwd, attr, cpu_dev(op)->eng, NULL, &op->ws);
         op->run = run_fwd;
     } else {
         /* the backward needs the forward's pd as a hint; it is kept in pd[1] */
         size_t ws_hint = 0;
-        rc = cpu_pd_create(&op->pd[1], &fwd, attr, cpu_dev(op)->eng, NULL, &ws_hint);
+        rc = bfit_cpu_pd_create(&op->pd[1], &fwd, attr, cpu_dev(op)->eng, NULL, &ws_hint);
         if (rc == BFIT_OK && dnnl_eltwise_backward_desc_init(&bwd, alg, &md, &md, 0.f, 0.f) != dnnl_success)
             rc = bfit_fail(BFIT_EDEVICE, "oneDNN: eltwise backward descriptor failed");
         if (rc == BFIT_OK)
-            rc = cpu_pd_create(&op->pd[0], &bwd, attr, cpu_dev(op)->eng, op->pd[1], &op->ws);
+            rc = bfit_cpu_pd_create(&op->pd[0], &bwd, attr, cpu_dev(op)->eng, op->pd[1], &op->ws);
         op->run = run_bwd;
     }
     dnnl_primitive_attr_destroy(attr);

@@ -90,7 +90,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-int cpu_embed_init(cpu_op *op)
+int bfit_cpu_embed_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
 

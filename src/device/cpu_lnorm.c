@@ -25,7 +25,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
-    return cpu_exec(op, 0, args, 6, a->workspace, "layer norm forward");
+    return bfit_cpu_exec(op, 0, args, 6, a->workspace, "layer norm forward");
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
@@ -56,7 +56,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
         (acc && !a->workspace))
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
-    rc = cpu_exec(op, 0, args, 9, a->workspace, "layer norm backward");
+    rc = bfit_cpu_exec(op, 0, args, 9, a->workspace, "layer norm backward");
     if (rc != BFIT_OK || !acc)
         return rc;
     BFIT_PAR_FOR_IF(cols > 16384, for (int64_t j = 0; j < cols; j++) {
@@ -66,7 +66,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-int cpu_lnorm_init(cpu_op *op)
+int bfit_cpu_lnorm_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t dims[2] = {d->u.lnorm.rows, d->u.lnorm.cols};
@@ -82,25 +82,25 @@ int cpu_lnorm_init(cpu_op *op)
                          (long long)dims[0], (long long)dims[1]);
     if (!(d->u.lnorm.eps > 0))
         return bfit_fail(BFIT_EINVAL, "layer norm: eps must be positive, got %g", (double)d->u.lnorm.eps);
-    if ((rc = cpu_md_dt(&data, 2, dims, d->dtype)) != BFIT_OK || (rc = cpu_md(&stat, 1, dims)) != BFIT_OK)
+    if ((rc = bfit_cpu_md_dt(&data, 2, dims, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&stat, 1, dims)) != BFIT_OK)
         return rc;
     CPU_TRY(dnnl_layer_normalization_forward_desc_init(&fwd, dnnl_forward_training, &data, &stat,
                                                        d->u.lnorm.eps, flags),
             "layer norm forward descriptor");
-    if ((rc = cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
+    if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
         return rc;
     op->ws = 0;
     op->saved = 0;
     if (d->kind == BFIT_OP_LNORM_FWD) {
-        rc = cpu_pd_create(&op->pd[0], &fwd, attr, cpu_dev(op)->eng, NULL, &op->ws);
+        rc = bfit_cpu_pd_create(&op->pd[0], &fwd, attr, cpu_dev(op)->eng, NULL, &op->ws);
         op->run = run_fwd;
     } else {
-        rc = cpu_pd_create(&op->pd[1], &fwd, attr, cpu_dev(op)->eng, NULL, &ws_hint);
+        rc = bfit_cpu_pd_create(&op->pd[1], &fwd, attr, cpu_dev(op)->eng, NULL, &ws_hint);
         if (rc == BFIT_OK && dnnl_layer_normalization_backward_desc_init(&bwd, dnnl_backward, &data, &data, &stat,
                                                                          d->u.lnorm.eps, flags) != dnnl_success)
             rc = bfit_fail(BFIT_EDEVICE, "oneDNN: layer norm backward descriptor failed");
         if (rc == BFIT_OK)
-            rc = cpu_pd_create(&op->pd[0], &bwd, attr, cpu_dev(op)->eng, op->pd[1], &op->ws);
+            rc = bfit_cpu_pd_create(&op->pd[0], &bwd, attr, cpu_dev(op)->eng, op->pd[1], &op->ws);
         /* workspace: [scratchpad][diff_scale temp][diff_shift temp], 64-aligned */
         if (rc == BFIT_OK && d->accumulate)
             op->ws = BFIT_ALIGN_UP(op->ws) + 2 * BFIT_ALIGN_UP((size_t)dims[1] * sizeof(float));

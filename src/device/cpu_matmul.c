@@ -16,14 +16,14 @@ static int md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, 
         strides[0] = 1;
         strides[1] = rows;
     }
-    CPU_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, cpu_dt(t), strides), "matmul memory descriptor");
+    CPU_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, bfit_cpu_dt(t), strides), "matmul memory descriptor");
     return BFIT_OK;
 }
 
 static int make_attr(dnnl_primitive_attr_t *attr, int accumulate)
 {
     dnnl_post_ops_t po;
-    int rc = cpu_attr_user_scratchpad(attr);
+    int rc = bfit_cpu_attr_user_scratchpad(attr);
 
     if (rc != BFIT_OK || !accumulate)
         return rc;
@@ -59,10 +59,10 @@ static int run(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->weights || !a->dst || (op->base.desc.u.mm.bias && !a->bias))
         return bfit_fail(BFIT_EINVAL, "matmul: src, weights, dst%s are required",
                          op->base.desc.u.mm.bias ? " and bias" : "");
-    return cpu_exec(op, 0, args, 4, a->workspace, "matmul");
+    return bfit_cpu_exec(op, 0, args, 4, a->workspace, "matmul");
 }
 
-int cpu_matmul_init(cpu_op *op)
+int bfit_cpu_matmul_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t M = d->u.mm.M, N = d->u.mm.N, K = d->u.mm.K;
@@ -85,7 +85,7 @@ int cpu_matmul_init(cpu_op *op)
     if ((rc = make_attr(&attr, d->accumulate)) != BFIT_OK)
         return rc;
     op->ws = 0;
-    rc = cpu_pd_create(&op->pd[0], &mm, attr, cpu_dev(op)->eng, NULL, &op->ws);
+    rc = bfit_cpu_pd_create(&op->pd[0], &mm, attr, cpu_dev(op)->eng, NULL, &op->ws);
     dnnl_primitive_attr_destroy(attr);
     if (rc != BFIT_OK)
         return rc;

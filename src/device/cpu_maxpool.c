@@ -230,7 +230,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
 }
 
 /* Take the op if it is a 2x2/2 unpadded max pool of f32 or bf16 (*done = 1). */
-int cpu_maxpool2_init(cpu_op *op, int *done)
+int bfit_cpu_maxpool2_init(cpu_op *op, int *done)
 {
     const bfit_op_desc *d = &op->base.desc;
 

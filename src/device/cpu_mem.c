@@ -46,7 +46,7 @@ static int protect(const cpu_block *b, int prot)
     return BFIT_OK;
 }
 
-int cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, int n, const char *what)
+int bfit_cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, int n, const char *what)
 {
     if (d->depth++ == 0) {
         if (d->threads > 0) {
@@ -63,7 +63,7 @@ int cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, 
             continue;
         b = block_of(d, ptrs[i]);
         if (b < 0) {
-            cpu_leave(d);
+            bfit_cpu_leave(d);
             return bfit_fail(BFIT_EINVAL, "cpu (checking mode): %s: %s is not device memory (a host pointer "
                                           "passed where the device's is needed)", what, names[i]);
         }
@@ -72,7 +72,7 @@ int cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, 
         if (seen)
             continue;
         if (d->nopen == CPU_MAXOPEN || protect(&d->blocks[b], PROT_READ | PROT_WRITE) != BFIT_OK) {
-            cpu_leave(d);
+            bfit_cpu_leave(d);
             return bfit_fail(BFIT_EDEVICE, "cpu (checking mode): %s touches too many blocks", what);
         }
         d->open[d->nopen++] = b;
@@ -80,7 +80,7 @@ int cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, 
     return BFIT_OK;
 }
 
-void cpu_leave(cpu_device *d)
+void bfit_cpu_leave(cpu_device *d)
 {
     if (--d->depth > 0)
         return;
@@ -162,7 +162,7 @@ static void src_free(void *ud, void *p, size_t n)
 
 static int src_fill(void *ud, void *p, int byte, size_t n) { return bfit_device_fill((bfit_device *)ud, p, byte, n); }
 
-void cpu_blocks_init(cpu_device *d)
+void bfit_cpu_blocks_init(cpu_device *d)
 {
     d->base.blocks.alloc = src_alloc;
     d->base.blocks.free = src_free;
@@ -171,7 +171,7 @@ void cpu_blocks_init(cpu_device *d)
     d->base.blocks.granularity = BFIT_ALIGN;
 }
 
-void cpu_blocks_fini(cpu_device *d)
+void bfit_cpu_blocks_fini(cpu_device *d)
 {
     while (d->nblocks > 0)
         check_block_free(d, d->blocks[0].p);
@@ -209,55 +209,55 @@ static void move_bytes(void *dst, const void *src, size_t n)
     }
 }
 
-int cpu_copy(bfit_device *base, void *dst, const void *src, size_t n)
+int bfit_cpu_copy(bfit_device *base, void *dst, const void *src, size_t n)
 {
     cpu_device *d = (cpu_device *)base;
     const void *p[] = {dst, src};
     const char *nm[] = {"destination", "source"};
-    int rc = cpu_enter(d, p, nm, 2, "device copy");
+    int rc = bfit_cpu_enter(d, p, nm, 2, "device copy");
     if (rc != BFIT_OK)
         return rc;
     move_bytes(dst, src, n);
-    cpu_leave(d);
+    bfit_cpu_leave(d);
     return BFIT_OK;
 }
 
-int cpu_upload(bfit_device *base, void *dst, const void *host, size_t n)
+int bfit_cpu_upload(bfit_device *base, void *dst, const void *host, size_t n)
 {
     cpu_device *d = (cpu_device *)base;
     const void *p[] = {dst};
     const char *nm[] = {"destination"};
     int rc = host_side(d, host, "upload");
     if (rc == BFIT_OK)
-        rc = cpu_enter(d, p, nm, 1, "upload");
+        rc = bfit_cpu_enter(d, p, nm, 1, "upload");
     if (rc != BFIT_OK)
         return rc;
     move_bytes(dst, host, n);
-    cpu_leave(d);
+    bfit_cpu_leave(d);
     return BFIT_OK;
 }
 
-int cpu_download(bfit_device *base, void *host, const void *src, size_t n)
+int bfit_cpu_download(bfit_device *base, void *host, const void *src, size_t n)
 {
     cpu_device *d = (cpu_device *)base;
     const void *p[] = {src};
     const char *nm[] = {"source"};
     int rc = host_side(d, host, "download");
     if (rc == BFIT_OK)
-        rc = cpu_enter(d, p, nm, 1, "download");
+        rc = bfit_cpu_enter(d, p, nm, 1, "download");
     if (rc != BFIT_OK)
         return rc;
     move_bytes(host, src, n);
-    cpu_leave(d);
+    bfit_cpu_leave(d);
     return BFIT_OK;
 }
 
-int cpu_fill(bfit_device *base, void *dst, int byte, size_t n)
+int bfit_cpu_fill(bfit_device *base, void *dst, int byte, size_t n)
 {
     cpu_device *d = (cpu_device *)base;
     const void *p[] = {dst};
     const char *nm[] = {"destination"};
-    int rc = cpu_enter(d, p, nm, 1, "fill");
+    int rc = bfit_cpu_enter(d, p, nm, 1, "fill");
     if (rc != BFIT_OK)
         return rc;
     if (n < PAR_BYTES) {
@@ -270,11 +270,11 @@ int cpu_fill(bfit_device *base, void *dst, int byte, size_t n)
                 memset((char *)dst + b, byte, len);
         }
     }
-    cpu_leave(d);
+    bfit_cpu_leave(d);
     return BFIT_OK;
 }
 
-int cpu_sync(bfit_device *base)
+int bfit_cpu_sync(bfit_device *base)
 {
     (void)base; /* every CPU op has finished when it returns */
     return BFIT_OK;
@@ -296,7 +296,7 @@ static uint64_t meminfo(const char *key)
     return (uint64_t)kb * 1024;
 }
 
-int cpu_mem_info(bfit_device *base, uint64_t *free_bytes, uint64_t *total_bytes)
+int bfit_cpu_mem_info(bfit_device *base, uint64_t *free_bytes, uint64_t *total_bytes)
 {
     (void)base;
     *free_bytes = meminfo("MemAvailable");

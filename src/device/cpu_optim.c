@@ -76,7 +76,7 @@ static int run_adamw(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-int cpu_optim_init(cpu_op *op)
+int bfit_cpu_optim_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t n = d->kind == BFIT_OP_SGD ? d->u.sgd.n : d->u.adamw.n;

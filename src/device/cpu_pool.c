@@ -26,7 +26,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->src || !a->dst || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
-    return cpu_exec(op, P_FWD, args, 3, a->workspace, "pooling forward");
+    return bfit_cpu_exec(op, P_FWD, args, 3, a->workspace, "pooling forward");
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
@@ -40,7 +40,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     };
     if (!a->diff_dst || !a->diff_src || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
-    return cpu_exec(op, P_BWD, args, 3, a->workspace, "pooling backward");
+    return bfit_cpu_exec(op, P_BWD, args, 3, a->workspace, "pooling backward");
 }
 
 static int check_desc(const bfit_op_desc *d)
@@ -64,7 +64,7 @@ static int check_desc(const bfit_op_desc *d)
     return BFIT_OK;
 }
 
-int cpu_pool_init(cpu_op *op)
+int bfit_cpu_pool_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t sd[4] = {d->u.pool.n, d->u.pool.c, d->u.pool.ih, d->u.pool.iw};
@@ -85,24 +85,24 @@ int cpu_pool_init(cpu_op *op)
 
     rc = check_desc(d);
     if (rc == BFIT_OK)
-        rc = cpu_md_dt(&src, 4, sd, d->dtype);
+        rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype);
     if (rc == BFIT_OK)
-        rc = cpu_md_dt(&dst, 4, dd, d->dtype);
+        rc = bfit_cpu_md_dt(&dst, 4, dd, d->dtype);
     if (rc != BFIT_OK)
         return rc;
     if (d->kind != BFIT_OP_POOL_FWD && d->kind != BFIT_OP_POOL_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu pool: op kind %d is not a pooling", (int)d->kind);
-    if ((rc = cpu_maxpool2_init(op, &own)) != BFIT_OK || own)
+    if ((rc = bfit_cpu_maxpool2_init(op, &own)) != BFIT_OK || own)
         return rc;
     /* padding_r = padding_l: oneDNN checks the output size with the same
      * floor division as PyTorch */
     CPU_TRY(dnnl_pooling_forward_desc_init(&fd, train ? dnnl_forward_training : dnnl_forward_inference, alg, &src,
                                            &dst, strides, kernel, pad, pad),
             "pooling forward descriptor");
-    rc = cpu_attr_user_scratchpad(&attr);
+    rc = bfit_cpu_attr_user_scratchpad(&attr);
     if (rc != BFIT_OK)
         return rc;
-    rc = cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
+    rc = bfit_cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
                        d->kind == BFIT_OP_POOL_FWD ? &ws : &hint_ws);
     if (rc != BFIT_OK)
         goto free_attr;
@@ -114,17 +114,17 @@ int cpu_pool_init(cpu_op *op)
     } else {
         s = dnnl_pooling_backward_desc_init(&bd, alg, &src, &dst, strides, kernel, pad, pad);
         if (s != dnnl_success) {
-            rc = cpu_dnnl_check(s, "pooling backward descriptor");
+            rc = bfit_cpu_dnnl_check(s, "pooling backward descriptor");
             goto free_attr;
         }
-        rc = cpu_pd_create(&op->pd[P_BWD], &bd, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
+        rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bd, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
         if (rc != BFIT_OK)
             goto free_attr;
         op->run = run_bwd;
         s = dnnl_primitive_create(&op->prim[P_BWD], op->pd[P_BWD]);
     }
     if (s != dnnl_success) {
-        rc = cpu_dnnl_check(s, "pooling primitive");
+        rc = bfit_cpu_dnnl_check(s, "pooling primitive");
         goto free_attr;
     }
     op->ws = ws;

@@ -332,7 +332,7 @@ static int positive(int64_t v, const char *what)
     return BFIT_OK;
 }
 
-int cpu_simple_init(cpu_op *op)
+int bfit_cpu_simple_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     int rc = BFIT_OK;

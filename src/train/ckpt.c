@@ -294,10 +294,10 @@ static int write_file(bfit_run *r, const char *path, const char *state, const ch
     char version[16], crc[16], *bufs[2] = {NULL, NULL};
     opt_tensors ot;
     bfit_st_write_opts wo = {1, r->cfg.on_checkpoint_write, r->cfg.cb_ud};
-    int nmeta, rc = run_weights_meta(r, keys, vals, &nmeta, bufs);
+    int nmeta, rc = bfit_run_weights_meta(r, keys, vals, &nmeta, bufs);
 
     snprintf(version, sizeof version, "%d", CKPT_VERSION);
-    keys[0] = "format"; /* run_weights_meta's first key */
+    keys[0] = "format"; /* bfit_run_weights_meta's first key */
     vals[0] = CKPT_FORMAT;
     keys[nmeta] = "version";
     vals[nmeta++] = version;
@@ -339,14 +339,14 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
                                strerror(errno));
     ckpt_name(path, sizeof path, r->ckpt_dir, r->step);
     bfit_atomic_sweep(r->ckpt_dir, CKPT_PREFIX, CKPT_SUFFIX); /* temporary files of a writer that was killed */
-    run_snap_take(r, &s);
+    bfit_run_snap_take(r, &s);
     lb = log_bytes(r);
-    st = ckpt_state_to_json(&s, &r->sched);
+    st = bfit_ckpt_state_to_json(&s, &r->sched);
     {
         bfit_train_cfg c = r->cfg;
         if (r->tmp_log)
             c.log = NULL; /* the report's temporary log goes with this process */
-        cf = ckpt_cfg_to_json(&c);
+        cf = bfit_ckpt_cfg_to_json(&c);
     }
     if (st && lb >= 0) {
         char b[32];
@@ -377,7 +377,7 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
     return BFIT_OK;
 }
 
-int run_checkpoint_due(const bfit_run *r)
+int bfit_run_checkpoint_due(const bfit_run *r)
 {
     double every = r->cfg.checkpoint_seconds;
     if (!r->ckpt_dir[0] || r->step == r->ckpt_step)
@@ -442,7 +442,7 @@ static cJSON *parse_meta_json(const bfit_st_file *f, const char *key, const char
     return j;
 }
 
-int run_resume_open(bfit_run *r)
+int bfit_run_resume_open(bfit_run *r)
 {
     cJSON *st;
     const cJSON *lb, *lp;
@@ -456,7 +456,7 @@ int run_resume_open(bfit_run *r)
     if (!(r->ck_cfg = parse_meta_json(r->ck, "batchfit.config", r->ck_path, &rc)))
         return rc;
     lp = cJSON_GetObjectItemCaseSensitive(r->ck_cfg, "log");
-    if ((rc = ckpt_cfg_merge(&r->cfg, r->ck_cfg, r->ck_path, r->ck_bpts, r->ck_mpts)) != BFIT_OK)
+    if ((rc = bfit_ckpt_cfg_merge(&r->cfg, r->ck_cfg, r->ck_path, r->ck_bpts, r->ck_mpts)) != BFIT_OK)
         return rc;
     if (!r->cfg.checkpoint)
         r->cfg.checkpoint = r->cfg.resume; /* a run resumed from a directory keeps writing there */
@@ -563,11 +563,11 @@ static int put_state(bfit_run *r, const run_snap *s)
     r->ep_count0 = s->ep_count;
     bfit_model_unreserve(r->s.M);
     r->nmem = 0;
-    run_apply_memory_schedule(r, r->step);
+    bfit_run_apply_memory_schedule(r, r->step);
     return bfit_optim_set_steps(r->opt, s->optim_steps);
 }
 
-int run_resume_state(bfit_run *r)
+int bfit_run_resume_state(bfit_run *r)
 {
     cJSON *st;
     run_snap s;
@@ -577,7 +577,7 @@ int run_resume_state(bfit_run *r)
 
     if (!(st = parse_meta_json(r->ck, "batchfit.state", r->ck_path, &rc)))
         return rc;
-    rc = ckpt_state_from_json(st, r->ck_path, &s, &sched);
+    rc = bfit_ckpt_state_from_json(st, r->ck_path, &s, &sched);
     cJSON_Delete(st);
     if (rc == BFIT_OK && s.epoch > r->cfg.epochs)
         rc = bfit_fail(BFIT_EFORMAT, "%s: the run is at epoch %d of %d", r->ck_path, s.epoch, r->cfg.epochs);
@@ -609,7 +609,7 @@ int run_resume_state(bfit_run *r)
     return BFIT_OK;
 }
 
-void run_resume_close(bfit_run *r)
+void bfit_run_resume_close(bfit_run *r)
 {
     bfit_st_free(r->ck);
     r->ck = NULL;

@@ -151,7 +151,7 @@ static const char *text(const bfit_train_cfg *c, const field *f, char *buf, size
 
 #define TEXT_MAX 4096
 
-cJSON *ckpt_cfg_to_json(const bfit_train_cfg *c)
+cJSON *bfit_ckpt_cfg_to_json(const bfit_train_cfg *c)
 {
     cJSON *o = cJSON_CreateObject();
     char *buf = malloc(TEXT_MAX);
@@ -282,7 +282,7 @@ static const char *saved_batch_mode(const cJSON *saved, char *buf)
                       cJSON_IsString(tk) && !strcmp(tk->valuestring, "yes"), buf);
 }
 
-int ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path, bfit_batch_point *bpts,
+int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path, bfit_batch_point *bpts,
                    bfit_mem_point *mpts)
 {
     char *b1 = malloc(TEXT_MAX), *b2 = malloc(TEXT_MAX), s1[64], s2[64];

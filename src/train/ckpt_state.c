@@ -172,7 +172,7 @@ static cJSON *sched_json(const bfit_lr_schedule *s)
     return o;
 }
 
-cJSON *ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched)
+cJSON *bfit_ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched)
 {
     cJSON *o = cJSON_CreateObject();
     put_i64(o, "step", s->step);
@@ -465,7 +465,7 @@ static void check_ranges(rd *r, const run_snap *s)
                           (long long)s->cursor_epoch, (long long)s->cursor_pos);
 }
 
-int ckpt_state_from_json(const cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched)
+int bfit_ckpt_state_from_json(const cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched)
 {
     rd r = {path, BFIT_OK, ""};
     char s1[128];

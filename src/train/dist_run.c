@@ -91,7 +91,7 @@ static int resources_of_rank(bfit_train_cfg *c)
     return BFIT_OK;
 }
 
-int run_dist_prepare(bfit_train_cfg *c, int *on, int *rank)
+int bfit_run_dist_prepare(bfit_train_cfg *c, int *on, int *rank)
 {
     int rc = wanted(c, on), size = 1;
 
@@ -124,9 +124,9 @@ int run_dist_prepare(bfit_train_cfg *c, int *on, int *rank)
     return BFIT_OK;
 }
 
-int run_dist_writer(const bfit_run *r) { return !r->dp || r->dp->rank == 0; }
+int bfit_run_dist_writer(const bfit_run *r) { return !r->dp || r->dp->rank == 0; }
 
-void run_dist_sample_sums(const bfit_run *r, uint64_t *sum, int64_t *n)
+void bfit_run_dist_sample_sums(const bfit_run *r, uint64_t *sum, int64_t *n)
 {
     *sum = 0;
     *n = 0;
@@ -138,7 +138,7 @@ void run_dist_sample_sums(const bfit_run *r, uint64_t *sum, int64_t *n)
 
 /* ---- set-up ------------------------------------------------------------------ */
 
-int run_dist_new(bfit_run *r)
+int bfit_run_dist_new(bfit_run *r)
 {
     run_dist *dp = calloc(1, sizeof *dp);
     int rc;
@@ -157,7 +157,7 @@ int run_dist_new(bfit_run *r)
     return BFIT_OK;
 }
 
-void run_dist_free(bfit_run *r)
+void bfit_run_dist_free(bfit_run *r)
 {
     run_dist *dp = r->dp;
     if (!dp)
@@ -191,7 +191,7 @@ static void put_status(bfit_run *r, bfit_dist_word *w, int rc)
     memset(w, 0, sizeof *w);
     w->code = rc;
     w->stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : rc == BFIT_ENOMEM ? r->res.stopped : 0;
-    w->hsum = r->ep_hsum; /* run_dist_sync's exchange brings them to rank 0 */
+    w->hsum = r->ep_hsum; /* bfit_run_dist_sync's exchange brings them to rank 0 */
     w->hn = r->ep_hn;
     if (rc != BFIT_OK)
         snprintf(w->msg, sizeof w->msg, "%s", bfit_errmsg());
@@ -239,7 +239,7 @@ static int agree(bfit_run *r, int rc, uint64_t check, const char *where, const c
 
 /* Every rank gets here, also after a failure of its own set-up (rc), so
  * that no rank waits for one that has given up. */
-int run_dist_setup(bfit_run *r, int rc)
+int bfit_run_dist_setup(bfit_run *r, int rc)
 {
     run_dist *dp = r->dp;
     bfit_model *M = r->s.M;
@@ -260,7 +260,7 @@ int run_dist_setup(bfit_run *r, int rc)
         rc = bfit_dist_attach(dp->d, r->s.dev);
     if (rc == BFIT_OK)
         rc = bfit_model_zero_grads(M);
-    if ((rc = agree(r, rc, 0, "opening the collectives", "nothing")) != BFIT_OK || (rc = run_dist_sync(r)) != BFIT_OK)
+    if ((rc = agree(r, rc, 0, "opening the collectives", "nothing")) != BFIT_OK || (rc = bfit_run_dist_sync(r)) != BFIT_OK)
         return rc;
     bfit_log_event(&r->lg, "dist", "\"ranks\":%d,\"transport\":\"MPI\",\"collective\":\"%s\"", dp->size,
                    strncmp(bfit_device_name(r->s.dev), "cuda", 4) ? "MPI_Allreduce" : "NCCL");
@@ -296,7 +296,7 @@ static int average_stats(bfit_run *r)
     return rc;
 }
 
-int run_dist_sync(bfit_run *r)
+int bfit_run_dist_sync(bfit_run *r)
 {
     run_dist *dp = r->dp;
     bfit_model *M = r->s.M;
@@ -363,10 +363,10 @@ static void log_shares(bfit_run *r, const char *why)
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", q ? "," : "", sh[q]);
     bfit_log_event(&r->lg, "shares", "\"step\":%lld,\"E\":%d,\"shares\":[%s],\"why\":\"%s\"", (long long)r->step,
                    r->d.batch, list, why);
-    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->step, why); /* as run_log_change counts */
+    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->step, why); /* as bfit_run_log_change counts */
 }
 
-int run_dist_begin(bfit_run *r, int rc, int E)
+int bfit_run_dist_begin(bfit_run *r, int rc, int E)
 {
     run_dist *dp = r->dp;
     bfit_dist_word *w = &dp->mine;
@@ -375,7 +375,7 @@ int run_dist_begin(bfit_run *r, int rc, int E)
     char why[BFIT_DIST_MSG + 200];
 
     dp->comm = dp->sum_secs = 0;
-    if (rc == BFIT_OK && run_stop_requested(r))
+    if (rc == BFIT_OK && bfit_run_stop_requested(r))
         rc = bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->step);
     put_status(r, w, rc);
     if (rc == BFIT_OK) {
@@ -404,7 +404,7 @@ int run_dist_begin(bfit_run *r, int rc, int E)
     return BFIT_OK;
 }
 
-int run_dist_take(bfit_run *r, int E, int *n)
+int bfit_run_dist_take(bfit_run *r, int E, int *n)
 {
     run_dist *dp = r->dp;
     int64_t numel = bfit_shape_numel(r->s.M->input);
@@ -474,7 +474,7 @@ static void gather_norms(run_dist *dp, const bfit_dist_word *all)
         }
 }
 
-int run_dist_end(bfit_run *r, int rc, int E)
+int bfit_run_dist_end(bfit_run *r, int rc, int E)
 {
     run_dist *dp = r->dp;
     bfit_model *M = r->s.M;
@@ -509,7 +509,7 @@ int run_dist_end(bfit_run *r, int rc, int E)
     return rc;
 }
 
-void run_dist_observe(bfit_run *r, bfit_step_stats *ss)
+void bfit_run_dist_observe(bfit_run *r, bfit_step_stats *ss)
 {
     run_dist *dp = r->dp;
 
@@ -535,7 +535,7 @@ void run_dist_observe(bfit_run *r, bfit_step_stats *ss)
 static int steps_of(const bfit_dist_word *w) { return w->m > 0 ? (w->samples + w->m - 1) / w->m : 0; }
 static int micro_of(const bfit_dist_word *w) { return w->samples < w->m ? w->samples : w->m; }
 
-void run_dist_progress(const bfit_run *r, char *buf, size_t n)
+void bfit_run_dist_progress(const bfit_run *r, char *buf, size_t n)
 {
     const run_dist *dp = r->dp;
     size_t len = (size_t)snprintf(buf, n, "E %d =", r->d.batch);
@@ -546,7 +546,7 @@ void run_dist_progress(const bfit_run *r, char *buf, size_t n)
         snprintf(buf + len, n - len, " + %d more ranks", dp->size - 8);
 }
 
-void run_dist_step_json(const bfit_run *r, char *buf, size_t n)
+void bfit_run_dist_step_json(const bfit_run *r, char *buf, size_t n)
 {
     const run_dist *dp = r->dp;
     size_t len = (size_t)snprintf(buf, n, ",\"comm_seconds\":%.6f,\"allreduce_seconds\":%.6f,\"ranks\":[", dp->comm,
@@ -567,13 +567,13 @@ void run_dist_step_json(const bfit_run *r, char *buf, size_t n)
 
 /* ---- evaluation -------------------------------------------------------------- */
 
-void run_dist_eval_slice(const bfit_run *r, int64_t n, int64_t *from, int64_t *to)
+void bfit_run_dist_eval_slice(const bfit_run *r, int64_t n, int64_t *from, int64_t *to)
 {
     *from = n * r->dp->rank / r->dp->size;
     *to = n * (r->dp->rank + 1) / r->dp->size;
 }
 
-int run_dist_eval_sums(bfit_run *r, int rc, bfit_eval_info *ev)
+int bfit_run_dist_eval_sums(bfit_run *r, int rc, bfit_eval_info *ev)
 {
     run_dist *dp = r->dp;
     const bfit_dist_word *all;

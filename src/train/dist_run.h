@@ -35,41 +35,41 @@ struct bfit_run;
  * launcher), MPI set up if so, and the outputs only rank 0 writes (log,
  * report, weights, progress) taken from the other ranks' configuration, a
  * memory schedule for one rank from the others'. *size 1: alone. */
-int run_dist_prepare(bfit_train_cfg *c, int *size, int *rank);
+int bfit_run_dist_prepare(bfit_train_cfg *c, int *size, int *rank);
 /* The group (MPI) for a run that trains data-parallel: r->dp. */
-int run_dist_new(struct bfit_run *r);
+int bfit_run_dist_new(struct bfit_run *r);
 /* After the set-up (rc its outcome here; every rank calls it, also after a
  * failure, so none waits for one that gave up): the group's collectives on
  * the run's device, the ranks shown to agree on the configuration and the
  * weights. */
-int run_dist_setup(struct bfit_run *r, int rc);
-void run_dist_free(struct bfit_run *r);
+int bfit_run_dist_setup(struct bfit_run *r, int rc);
+void bfit_run_dist_free(struct bfit_run *r);
 /* The step boundary: every rank's decision (rc its own outcome) exchanged;
  * a failure anywhere fails the step everywhere; the shares of E planned. */
-int run_dist_begin(struct bfit_run *r, int rc, int E);
+int bfit_run_dist_begin(struct bfit_run *r, int rc, int E);
 /* This rank's slice of the step's E samples into the staging; *n its size. */
-int run_dist_take(struct bfit_run *r, int E, int *n);
+int bfit_run_dist_take(struct bfit_run *r, int E, int *n);
 /* After the micro-steps (rc their outcome): the status exchanged, then the
  * gradients summed over the group. */
-int run_dist_end(struct bfit_run *r, int rc, int E);
+int bfit_run_dist_end(struct bfit_run *r, int rc, int E);
 /* The controller's view of the step: this rank's samples and compute
  * seconds, the ranks' gradient norms for the noise scale. */
-void run_dist_observe(struct bfit_run *r, bfit_step_stats *ss);
+void bfit_run_dist_observe(struct bfit_run *r, bfit_step_stats *ss);
 /* The progress line's and the step event's account of the ranks. */
-void run_dist_progress(const struct bfit_run *r, char *buf, size_t n);
-void run_dist_step_json(const struct bfit_run *r, char *buf, size_t n);
+void bfit_run_dist_progress(const struct bfit_run *r, char *buf, size_t n);
+void bfit_run_dist_step_json(const struct bfit_run *r, char *buf, size_t n);
 /* After an epoch and at the end: batch-norm running statistics averaged
  * over the ranks, then every rank shown to hold the same parameters. */
-int run_dist_sync(struct bfit_run *r);
+int bfit_run_dist_sync(struct bfit_run *r);
 /* cfg.sample_check: every rank's sums of the epoch's sample hashes, as the
- * last exchange (run_dist_sync's) brought them. */
-void run_dist_sample_sums(const struct bfit_run *r, uint64_t *sum, int64_t *n);
+ * last exchange (bfit_run_dist_sync's) brought them. */
+void bfit_run_dist_sample_sums(const struct bfit_run *r, uint64_t *sum, int64_t *n);
 /* Evaluation: this rank's slice [*from, *to) of the n samples, and the
  * ranks' sums of loss, right and samples (ev holds this rank's; rc its
  * outcome: every rank calls it) into ev. */
-void run_dist_eval_slice(const struct bfit_run *r, int64_t n, int64_t *from, int64_t *to);
-int run_dist_eval_sums(struct bfit_run *r, int rc, bfit_eval_info *ev);
+void bfit_run_dist_eval_slice(const struct bfit_run *r, int64_t n, int64_t *from, int64_t *to);
+int bfit_run_dist_eval_sums(struct bfit_run *r, int rc, bfit_eval_info *ev);
 /* Rank 0 (or a run alone): it writes the outputs. */
-int run_dist_writer(const struct bfit_run *r);
+int bfit_run_dist_writer(const struct bfit_run *r);
 
 #endif

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
+int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out)
 {
     bfit_stream_cfg sc;
@@ -92,7 +92,7 @@ static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n,
         if ((rc = bfit_model_set_input(M, sx, sy, got)) != BFIT_OK || (rc = bfit_model_forward(M, 0)) != BFIT_OK)
             return rc;
         seen += got;
-        counted += run_counted(M, sy, got);
+        counted += bfit_run_counted(M, sy, got);
     }
     if ((rc = bfit_model_stats_read(M, &loss, &right)) != BFIT_OK)
         return rc;
@@ -130,7 +130,7 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     memset(ev, 0, sizeof *ev);
     /* data-parallel: each rank evaluates its slice of a stream's samples */
     if (r->dp && r->te.s)
-        run_dist_eval_slice(r, n, &from, &to);
+        bfit_run_dist_eval_slice(r, n, &from, &to);
     /* evaluation reuses the step's memory: release it first */
     bfit_model_unreserve(r->s.M);
     /* variable-length runs evaluate whole rows, at the longest length */
@@ -144,7 +144,7 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
         rc = evaluate(r->s.M, &r->te, m, from, to, r->stage_x, r->stage_y, ev);
     bfit_model_unreserve(r->s.M);
     if (r->dp && r->te.s)
-        rc = run_dist_eval_sums(r, rc, ev); /* every rank gets here, also after a failure */
+        rc = bfit_run_dist_eval_sums(r, rc, ev); /* every rank gets here, also after a failure */
     if (r->dp)
         ev->counted = ev->samples; /* data-parallel runs train sample models: summed samples */
     if (rc != BFIT_OK)

@@ -16,7 +16,7 @@
 
 #define LADDER_RUNS 4 /* the first sets up the size's primitives; the best of the others counts */
 
-int run_has_batchnorm(const bfit_model *M)
+int bfit_run_has_batchnorm(const bfit_model *M)
 {
     for (int i = 0; i < M->n; i++)
         if (M->nodes[i].l->cfg.kind == BFIT_L_BATCHNORM)
@@ -62,7 +62,7 @@ static int time_rung(bfit_run *r, int m, double *secs)
     return rc;
 }
 
-int run_ladder(bfit_run *r, int E)
+int bfit_run_ladder(bfit_run *r, int E)
 {
     bfit_model *M = r->s.M;
     void *params;

@@ -607,14 +607,14 @@ int bfit_report_write(const char *log_path, const char *html_path)
 
     if (!log_path || !html_path)
         return bfit_fail(BFIT_EINVAL, "report: a log and an output path are needed");
-    if ((rc = rp_log_read(log_path, &L)) != BFIT_OK)
+    if ((rc = bfit_rp_log_read(log_path, &L)) != BFIT_OK)
         return rc;
     if (!(mem = open_memstream(&buf, &len))) {
-        rp_log_free(&L);
+        bfit_rp_log_free(&L);
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     }
     rc = write_html(mem, &L);
-    rp_log_free(&L);
+    bfit_rp_log_free(&L);
     if (fclose(mem) != 0 || !buf)
         rc = rc != BFIT_OK ? rc : bfit_fail(BFIT_ENOMEM, "out of host memory");
     if (rc == BFIT_OK)

@@ -40,7 +40,7 @@ typedef struct rp_log {
 /* Read path: BFIT_EIO if it cannot be read, BFIT_EFORMAT naming path:line
  * and what is wrong for a line that is not an event or an event that lacks
  * a field, and for a log without events. On failure L is freed. */
-int rp_log_read(const char *path, rp_log *L);
-void rp_log_free(rp_log *L);
+int bfit_rp_log_read(const char *path, rp_log *L);
+void bfit_rp_log_free(rp_log *L);
 
 #endif

@@ -195,7 +195,7 @@ static int read_line(rd *r, char *line)
     return rc;
 }
 
-int rp_log_read(const char *path, rp_log *L)
+int bfit_rp_log_read(const char *path, rp_log *L)
 {
     FILE *f;
     char *line = NULL;
@@ -221,11 +221,11 @@ int rp_log_read(const char *path, rp_log *L)
     if (rc == BFIT_OK && L->nevents == 0)
         rc = bfit_fail(BFIT_EFORMAT, "%s: the log is empty: it holds no events", path);
     if (rc != BFIT_OK)
-        rp_log_free(L);
+        bfit_rp_log_free(L);
     return rc;
 }
 
-void rp_log_free(rp_log *L)
+void bfit_rp_log_free(rp_log *L)
 {
     cJSON_Delete(L->start);
     cJSON_Delete(L->end);

@@ -192,8 +192,8 @@ static uint64_t plan_bytes(void *ud, int m)
     return pc->memo_b[h];
 }
 
-uint64_t run_plan_bytes(bfit_run *r, int m) { return plan_bytes(&r->pc, m); }
-int run_plan_seqs(const bfit_run *r, int m) { return seqs_of(&r->pc, m); }
+uint64_t bfit_run_plan_bytes(bfit_run *r, int m) { return plan_bytes(&r->pc, m); }
+int bfit_run_plan_seqs(const bfit_run *r, int m) { return seqs_of(&r->pc, m); }
 
 /* Smith et al. 2017: where the lr would fall by gamma, the batch grows by
  * 1/gamma instead and the lr stays (rule none for these changes). */
@@ -234,7 +234,7 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
     cc->batch = c->batch;
     cc->adaptive = c->adaptive;
     cc->auto_batch = c->auto_batch;
-    cc->keep_whole = run_has_batchnorm(M); /* split only for memory: batch norm would see micro-batches */
+    cc->keep_whole = bfit_run_has_batchnorm(M); /* split only for memory: batch norm would see micro-batches */
     cc->tokens = c->batch_tokens;
     cc->lr_ref_batch = c->lr_ref_batch;
     if (c->auto_gain > 0)
@@ -257,10 +257,10 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
     }
 }
 
-uint64_t run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
+uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 
 /* Say how far from fitting a model is that does not fit even m = 1. */
-int run_plan_fits_msg(bfit_run *r, uint64_t budget)
+int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
     bfit_plan p1;
     char s1[32], s2[32];
@@ -369,9 +369,9 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     /* data-parallel: each step seeks to the rank's slice and past the step,
      * which throws any prefetched samples away: made on the spot instead */
     rc = c->train_source ? BFIT_OK
-                         : run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch && !r->dp, c->augment, &r->tr);
+                         : bfit_run_open_stream(r, r->s.train, 1, r->max_take, c->prefetch && !r->dp, c->augment, &r->tr);
     if (rc == BFIT_OK && !c->test_source)
-        rc = run_open_stream(r, r->s.test, 0, r->eval_m, c->prefetch, 0, &r->te);
+        rc = bfit_run_open_stream(r, r->s.test, 0, r->eval_m, c->prefetch, 0, &r->te);
     return rc;
 }
 
@@ -399,14 +399,14 @@ static void plan_json(bfit_run *r, char *buf, size_t n)
 {
     bfit_plan p;
     size_t len;
-    if (bfit_plan_compute(r->s.M, &r->cfg.opt, run_plan_seqs(r, r->d.m), 1, &p) != BFIT_OK) {
+    if (bfit_plan_compute(r->s.M, &r->cfg.opt, bfit_run_plan_seqs(r, r->d.m), 1, &p) != BFIT_OK) {
         snprintf(buf, n, "\"m\":%d", r->d.m); /* planned before, so not expected */
         return;
     }
     p.bytes[BFIT_MEM_OTHER] += r->pc.extra;
     len = (size_t)snprintf(buf, n, "\"m\":%d,", r->d.m);
     if (r->cfg.batch_tokens) /* m counts tokens: the sequences of the longest length it is planned as */
-        len += (size_t)snprintf(buf + len, n - len, "\"sequences\":%d,\"length\":%d,", run_plan_seqs(r, r->d.m),
+        len += (size_t)snprintf(buf + len, n - len, "\"sequences\":%d,\"length\":%d,", bfit_run_plan_seqs(r, r->d.m),
                                 r->pc.T);
     len += (size_t)snprintf(buf + len, n - len, "\"bytes\":{");
     for (int cat = 0; cat < BFIT_MEM_NCAT && len < n; cat++)
@@ -468,7 +468,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
                      "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "
                      "tokens)", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
-                     r->d.batch, r->d.m, run_plan_seqs(r, r->d.m), r->pc.T, c->epochs, (long long)r->per_epoch,
+                     r->d.batch, r->d.m, bfit_run_plan_seqs(r, r->d.m), r->pc.T, c->epochs, (long long)r->per_epoch,
                      (long long)r->epoch_units);
     else
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) "
@@ -608,15 +608,15 @@ static int setup(bfit_run *r)
 
     if ((rc = open_session(r)) != BFIT_OK)
         return rc;
-    if (run_dist_writer(r)) { /* the other ranks of a group are quiet */
+    if (bfit_run_dist_writer(r)) { /* the other ranks of a group are quiet */
         rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human, r->cfg.progress_interval, r->log_offset);
         if (rc != BFIT_OK)
             return rc;
         r->log_open = 1;
     }
     r->configured = bfit_arena_capacity(r->s.arena);
-    run_apply_memory_schedule(r, 0);
-    run_watch_device(r);
+    bfit_run_apply_memory_schedule(r, 0);
+    bfit_run_watch_device(r);
     r->base_capacity = bfit_arena_capacity(r->s.arena);
     ntrain = r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
     if (ntrain < 1)
@@ -646,7 +646,7 @@ static int setup(bfit_run *r)
     r->fixed_bytes = cc.fixed_bytes;
     rc = bfit_controller_new(&cc, &r->ctl);
     if (rc == BFIT_ENOMEM)
-        return run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
+        return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
         (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK)
         return rc;
@@ -656,11 +656,11 @@ static int setup(bfit_run *r)
     r->m = r->d.m;
     if (r->log_offset < 0) /* a log continued from a checkpoint has its start */
         log_start(r, &cc);
-    if (r->ck && (rc = run_resume_state(r)) != BFIT_OK)
+    if (r->ck && (rc = bfit_run_resume_state(r)) != BFIT_OK)
         return rc;
-    run_resume_close(r);
+    bfit_run_resume_close(r);
     /* rank 0 writes the checkpoints of a group */
-    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->cfg.checkpoint && run_dist_writer(r) ? r->cfg.checkpoint : "");
+    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->cfg.checkpoint && bfit_run_dist_writer(r) ? r->cfg.checkpoint : "");
     r->ckpt_t = bfit_clock_mono();
     return BFIT_OK;
 }
@@ -688,7 +688,7 @@ static int outputs(bfit_run *r, run_outputs *o)
     return BFIT_OK;
 }
 
-int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o)
+int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o)
 {
     bfit_run *r;
     int rc, on, rank;
@@ -702,15 +702,15 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs 
     r->log_offset = -1;
     r->ckpt_step = -1;
     /* data-parallel: the group first, so that every later failure of one
-     * rank reaches the others (run_dist_setup) */
-    if ((rc = run_dist_prepare(&r->cfg, &on, &rank)) != BFIT_OK || (on && (rc = run_dist_new(r)) != BFIT_OK)) {
+     * rank reaches the others (bfit_run_dist_setup) */
+    if ((rc = bfit_run_dist_prepare(&r->cfg, &on, &rank)) != BFIT_OK || (on && (rc = bfit_run_dist_new(r)) != BFIT_OK)) {
         bfit_run_free(r);
         return rc;
     }
     /* resuming: the checkpoint's configuration fills what the caller left
      * out (its outputs are rank 0's again) */
-    if (cfg->resume && (rc = run_resume_open(r)) == BFIT_OK)
-        rc = run_dist_prepare(&r->cfg, &on, &rank);
+    if (cfg->resume && (rc = bfit_run_resume_open(r)) == BFIT_OK)
+        rc = bfit_run_dist_prepare(&r->cfg, &on, &rank);
     if (rc == BFIT_OK)
         rc = check_cfg(&r->cfg);
     if (rc == BFIT_OK && o)
@@ -719,7 +719,7 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs 
     if (rc == BFIT_OK)
         rc = setup(r);
     if (r->dp)
-        rc = run_dist_setup(r, rc);
+        rc = bfit_run_dist_setup(r, rc);
     *logged = r->log_open;
     if (rc != BFIT_OK) {
         bfit_run_finish(r, rc);
@@ -733,7 +733,7 @@ int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs 
 int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
 {
     int logged;
-    return run_new(cfg, out, &logged, NULL);
+    return bfit_run_create(cfg, out, &logged, NULL);
 }
 
 void bfit_run_free(bfit_run *r)
@@ -747,7 +747,7 @@ void bfit_run_free(bfit_run *r)
     bfit_gradnorm_free(r->gn);
     bfit_optim_free(r->opt);
     bfit_controller_free(r->ctl);
-    run_dist_free(r); /* the device's collectives go before the device */
+    bfit_run_dist_free(r); /* the device's collectives go before the device */
     bfit_session_close(&r->s);
     free(r->stage_x);
     free(r->stage_y);
@@ -758,7 +758,7 @@ void bfit_run_free(bfit_run *r)
     free(r->micro_sq);
     free(r->micro_n);
     free(r->stats_snap);
-    run_resume_close(r);
+    bfit_run_resume_close(r);
     cJSON_Delete(r->ck_cfg);
     free(r);
 }

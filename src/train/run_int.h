@@ -143,45 +143,45 @@ typedef struct run_outputs {
 /* bfit_run_new; *logged: the run opened its event log (also when it then
  * failed: the log ends with the error). o (may be NULL: no report) gets the
  * outputs; with a report and no log, the log is a temporary file. */
-int run_new(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o);
-int run_plan_fits_msg(bfit_run *r, uint64_t budget);
-uint64_t run_plan_one(bfit_run *r); /* the plan's bytes at micro-batch 1, the run's extra included */
-uint64_t run_plan_bytes(bfit_run *r, int m); /* at micro-batch m (in E's units), the extra included */
-int run_plan_seqs(const bfit_run *r, int m); /* the sequences (samples) micro-batch m is planned as */
+int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o);
+int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget);
+uint64_t bfit_run_plan_one(bfit_run *r); /* the plan's bytes at micro-batch 1, the run's extra included */
+uint64_t bfit_run_plan_bytes(bfit_run *r, int m); /* at micro-batch m (in E's units), the extra included */
+int bfit_run_plan_seqs(const bfit_run *r, int m); /* the sequences (samples) micro-batch m is planned as */
 /* step.c */
-void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);
-int run_apply_memory_schedule(bfit_run *r, int64_t upto);
-void run_watch_device(bfit_run *r);
+void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);
+int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto);
+void bfit_run_watch_device(bfit_run *r);
 /* train.c: the metadata of a weights file (format first); bufs[0..1] are to be freed */
 #define RUN_META_MAX 7
-int run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs);
+int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs);
 /* step.c: the snapshot of a step boundary, and going back to it */
-void run_snap_take(bfit_run *r, run_snap *s);
-int run_rollback(bfit_run *r);
-int run_stop_requested(bfit_run *r);
+void bfit_run_snap_take(bfit_run *r, run_snap *s);
+int bfit_run_rollback(bfit_run *r);
+int bfit_run_stop_requested(bfit_run *r);
 /* ckpt.c */
-int run_resume_open(bfit_run *r);   /* before setup: the file, its configuration merged into r->cfg */
-int run_resume_state(bfit_run *r);  /* after setup: the state put back */
-void run_resume_close(bfit_run *r);
-int run_checkpoint_due(const bfit_run *r);
+int bfit_run_resume_open(bfit_run *r);   /* before setup: the file, its configuration merged into r->cfg */
+int bfit_run_resume_state(bfit_run *r);  /* after setup: the state put back */
+void bfit_run_resume_close(bfit_run *r);
+int bfit_run_checkpoint_due(const bfit_run *r);
 /* ckpt_cfg.c: the configuration a checkpoint keeps */
-struct cJSON *ckpt_cfg_to_json(const bfit_train_cfg *c);
-int ckpt_cfg_merge(bfit_train_cfg *c, const struct cJSON *saved, const char *path, bfit_batch_point *bpts,
+struct cJSON *bfit_ckpt_cfg_to_json(const bfit_train_cfg *c);
+int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const struct cJSON *saved, const char *path, bfit_batch_point *bpts,
                    bfit_mem_point *mpts);
 /* ckpt_state.c: the state as JSON */
-struct cJSON *ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched);
-int ckpt_state_from_json(const struct cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched);
+struct cJSON *bfit_ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched);
+int bfit_ckpt_state_from_json(const struct cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched);
 /* ladder.c */
 /* --batch auto: time the micro-batches the controller's ladder asks for,
  * on the step's E staged samples; the model is left as found. */
-int run_ladder(bfit_run *r, int E);
-int run_has_batchnorm(const bfit_model *M);
+int bfit_run_ladder(bfit_run *r, int E);
+int bfit_run_has_batchnorm(const bfit_model *M);
 /* eval.c */
-int run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
+int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);
 
 /* What a loss over n staged samples is a sum of: n, or for a token model the
  * labels that count (padding, -1, does not). */
-int64_t run_counted(const bfit_model *M, const int32_t *y, int n);
+int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n);
 
 #endif

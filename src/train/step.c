@@ -24,7 +24,7 @@ static uint64_t free_for_step(const bfit_run *r)
     return bfit_arena_available(r->s.arena) + bfit_model_step_bytes(r->s.M);
 }
 
-void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now)
+void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now)
 {
     r->res.batch_changes++;
     char gp[160] = "";
@@ -45,7 +45,7 @@ void run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint6
 /* Apply the memory schedule's changes due by step `upto` (another tenant
  * taking or returning memory, simulated). The step's blocks are handed back
  * on a change, so the next reservation is made under the new capacity. */
-int run_apply_memory_schedule(bfit_run *r, int64_t upto)
+int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto)
 {
     const bfit_train_cfg *c = &r->cfg;
     int changed = 0;
@@ -73,7 +73,7 @@ int run_apply_memory_schedule(bfit_run *r, int64_t upto)
  * than this process holds plus what the device has free now, read every
  * step: another process taking memory makes the controller shrink the
  * micro-batch before an allocation fails, and giving it back lets it grow. */
-void run_watch_device(bfit_run *r)
+void bfit_run_watch_device(bfit_run *r)
 {
     bfit_device_info di;
     bfit_arena_stats st;
@@ -97,14 +97,14 @@ void run_watch_device(bfit_run *r)
 
 /* ---- stopping, abandoning a step, waiting for memory ------------------------ */
 
-int run_stop_requested(bfit_run *r)
+int bfit_run_stop_requested(bfit_run *r)
 {
     return atomic_load_explicit(&r->stop_req, memory_order_relaxed) || (r->cfg.stop && *r->cfg.stop);
 }
 
 void bfit_run_request_stop(bfit_run *r) { atomic_store(&r->stop_req, 1); }
 
-void run_snap_take(bfit_run *r, run_snap *s)
+void bfit_run_snap_take(bfit_run *r, run_snap *s)
 {
     memset(s, 0, sizeof *s);
     s->step = r->step;
@@ -152,7 +152,7 @@ static int stats_io(bfit_run *r, int up)
 }
 
 /* Back to the step's start: nothing of the abandoned step remains. */
-int run_rollback(bfit_run *r)
+int bfit_run_rollback(bfit_run *r)
 {
     const run_snap *s = &r->snap;
     int rc = bfit_model_zero_grads(r->s.M);
@@ -194,7 +194,7 @@ static uint64_t missing_for_one(bfit_run *r, uint64_t *need)
 {
     uint64_t budget = bfit_plan_budget(bfit_arena_capacity(r->s.arena), r->cfg.margin), free_now = free_for_step(r);
     uint64_t step_need, a, b;
-    *need = run_plan_one(r);
+    *need = bfit_run_plan_one(r);
     step_need = *need > r->fixed_bytes ? *need - r->fixed_bytes : 0;
     a = *need > budget ? *need - budget : 0;
     b = step_need > free_now ? step_need - free_now : 0;
@@ -214,7 +214,7 @@ static void controller_memory_now(bfit_run *r)
 
 static void nap(bfit_run *r, double s)
 {
-    for (double slept = 0; slept < s && !run_stop_requested(r); slept += 0.1) {
+    for (double slept = 0; slept < s && !bfit_run_stop_requested(r); slept += 0.1) {
         double d = s - slept < 0.1 ? s - slept : 0.1;
         struct timespec ts = {0, (long)(d * 1e9)};
         nanosleep(&ts, NULL); /* a signal ends it early: the loop looks at the stop request */
@@ -252,17 +252,17 @@ static int wait_for_memory(bfit_run *r)
         r->wait_until = t0 + (di.shared ? r->cfg.wait_for_memory : 0);
     if (now < r->wait_until)
         say_waiting(r, need, miss, r->wait_until - now);
-    while (miss && now < r->wait_until && !run_stop_requested(r)) {
+    while (miss && now < r->wait_until && !bfit_run_stop_requested(r)) {
         double left = r->wait_until - now;
         nap(r, delay < left ? delay : left);
         delay = delay * 2 < 5 ? delay * 2 : 5;
-        run_watch_device(r);
+        bfit_run_watch_device(r);
         miss = missing_for_one(r, &need);
         now = bfit_clock_mono();
     }
     r->waited += now - t0;
     r->step_waited += now - t0;
-    if (run_stop_requested(r))
+    if (bfit_run_stop_requested(r))
         return bfit_fail(BFIT_ESTOPPED, "stopped on request while waiting for memory in step %lld: the run is at "
                          "step %lld", (long long)r->step + 1, (long long)r->step);
     if (miss == 0) {
@@ -293,11 +293,11 @@ static int decide(bfit_run *r)
     if (rc != BFIT_OK)
         return rc;
     if (d->reason != BFIT_REASON_NONE && d->reason != BFIT_REASON_START)
-        run_log_change(r, d, d->prev_m, free_for_step(r));
+        bfit_run_log_change(r, d, d->prev_m, free_for_step(r));
     if (d->m != r->m)
         bfit_model_unreserve(r->s.M); /* blocks sized for the new m, not kept from the old */
     r->m = d->m;
-    if (d->split && !r->warned_bn && run_has_batchnorm(r->s.M)) {
+    if (d->split && !r->warned_bn && bfit_run_has_batchnorm(r->s.M)) {
         r->warned_bn = 1;
         bfit_log_event(&r->lg, "warning",
                        "\"step\":%lld,\"what\":\"batch norm sees micro-batches of %d, not the effective batch %d\"",
@@ -331,7 +331,7 @@ static int reserve(bfit_run *r, int want, int *retry)
         return BFIT_OK;
     }
     r->res.ooms++;
-    run_log_change(r, &r->d, failed, free_now);
+    bfit_run_log_change(r, &r->d, failed, free_now);
     r->m = r->d.m;
     *retry = 1;
     return BFIT_OK;
@@ -349,7 +349,7 @@ static uint64_t sample_hash(const float *x, int64_t numel, int32_t y)
     return h;
 }
 
-int64_t run_counted(const bfit_model *M, const int32_t *y, int n)
+int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n)
 {
     int64_t c = 0;
     if (M->labels_per_sample == 1)
@@ -413,7 +413,7 @@ static int trim(bfit_run *r, int done)
  * than T or the last one goes past E, and it should still run whole. */
 static uint64_t sizing_bytes(bfit_run *r)
 {
-    uint64_t bytes = run_plan_bytes(r, r->m), room;
+    uint64_t bytes = bfit_run_plan_bytes(r, r->m), room;
     if (!r->cfg.batch_tokens || r->cfg.micro_batch || r->cfg.adaptive || r->m < r->d.batch)
         return bytes;
     room = bfit_plan_budget(bfit_arena_capacity(r->s.arena), r->cfg.margin);
@@ -508,7 +508,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
          * step's gradient, so the first increment is the sum itself, and in
          * a step of one micro-batch the difference is that of consecutive
          * steps. */
-        double acc, dsq, u = r->cfg.batch_tokens ? (double)run_counted(r->s.M, y, want) : want;
+        double acc, dsq, u = r->cfg.batch_tokens ? (double)bfit_run_counted(r->s.M, y, want) : want;
         u = u < 1 ? 1 : u; /* a micro-batch of padding only: no tokens */
         r->track_dirty = 1;
         rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
@@ -533,7 +533,7 @@ static int stage(bfit_run *r, int E, int *n)
         if (r->s.M->labels_per_sample > 1)
             return bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them "
                              "in one process");
-        return run_dist_take(r, E, n);
+        return bfit_run_dist_take(r, E, n);
     }
     if (r->cfg.batch_tokens)
         rc = bfit_feed_take_tokens(&r->tr, E, (int)(left < r->max_take ? left : r->max_take), r->stage_x,
@@ -566,19 +566,19 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
         return rc;
     /* the loss is normalised by the step's samples, or its tokens that count
      * (the model is at its longest here: whole rows) */
-    r->step_count = r->dp ? E : run_counted(r->s.M, r->stage_y, *n);
+    r->step_count = r->dp ? E : bfit_run_counted(r->s.M, r->stage_y, *n);
     U = r->cfg.batch_tokens ? r->step_count : *n;
     if (r->s.M->labels_per_sample > 1)
         r->res.tokens += r->step_count;
     if (r->step_count < 1)
         return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
                          (long long)r->step + 1, *n);
-    if (r->cfg.auto_batch && (rc = run_ladder(r, E)) != BFIT_OK)
+    if (r->cfg.auto_batch && (rc = bfit_run_ladder(r, E)) != BFIT_OK)
         return rc;
     while (done < *n) {
         int want = 0, retry;
         double t0;
-        if (run_stop_requested(r)) /* the step is abandoned; the caller puts the run back */
+        if (bfit_run_stop_requested(r)) /* the step is abandoned; the caller puts the run back */
             return bfit_fail(BFIT_ESTOPPED, "stopped on request in step %lld after %d of its %d samples: the step "
                              "was abandoned, the run is at step %lld", (long long)r->step + 1, done, *n,
                              (long long)r->step);
@@ -675,7 +675,7 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
     }
     r->track_stale = 0;
     if (r->dp)
-        run_dist_observe(r, &ss);
+        bfit_run_dist_observe(r, &ss);
     return bfit_controller_observe(r->ctl, &ss);
 }
 
@@ -688,8 +688,8 @@ static void report_step(bfit_run *r, bfit_step_info *in)
 
     /* how the step was split: micro-batches, and with several ranks theirs */
     if (r->dp) {
-        run_dist_progress(r, split, sizeof split);
-        run_dist_step_json(r, ranks, sizeof ranks);
+        bfit_run_dist_progress(r, split, sizeof split);
+        bfit_run_dist_step_json(r, ranks, sizeof ranks);
     } else if (r->cfg.batch_tokens) { /* the ranks' part is empty: reuse it for the sequences */
         snprintf(split, sizeof split, "m %d x %d = %d tokens in %d sequences", in->m, in->k, in->batch,
                  in->sequences);
@@ -726,7 +726,7 @@ static void log_sample_check(bfit_run *r, int epoch)
     uint64_t sum = r->ep_hsum;
     int64_t n = r->ep_hn;
     if (r->dp)
-        run_dist_sample_sums(r, &sum, &n);
+        bfit_run_dist_sample_sums(r, &sum, &n);
     bfit_log_event(&r->lg, "sample_check", "\"epoch\":%d,\"samples\":%lld,\"hash_sum\":\"%016llx\"", epoch + 1,
                    (long long)n, (unsigned long long)sum);
 }
@@ -751,7 +751,7 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *taken, int *k
                              : (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
     r->step_scale = r->scaling ? r->ls.scale : 1.0;
     in->loss_scale = r->scaling ? r->step_scale : 0;
-    if (r->dp && (rc = run_dist_begin(r, rc, *E)) != BFIT_OK)
+    if (r->dp && (rc = bfit_run_dist_begin(r, rc, *E)) != BFIT_OK)
         return rc;
     if ((rc = bfit_model_stats_reset(r->s.M)) == BFIT_OK)
         rc = micro_steps(r, *E, &n, k);
@@ -759,7 +759,7 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *taken, int *k
     if (r->cfg.batch_tokens)
         *E = (int)r->step_count;
     if (r->dp)
-        rc = run_dist_end(r, rc, *E); /* and the gradients summed */
+        rc = bfit_run_dist_end(r, rc, *E); /* and the gradients summed */
     if (rc != BFIT_OK)
         return rc;
     *updated = 1;
@@ -793,7 +793,7 @@ static int step_start(bfit_run *r)
     r->wait_until = 0;
     r->step_waited = 0;
     r->track_dirty = 0;
-    run_snap_take(r, &r->snap);
+    bfit_run_snap_take(r, &r->snap);
     return r->stats_bytes ? stats_io(r, 0) : BFIT_OK;
 }
 
@@ -807,7 +807,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
     if (r->broken)
         return bfit_fail(BFIT_ESTATE, "the run failed in step %lld and cannot go on", (long long)r->step + 1);
-    if (run_stop_requested(r))
+    if (bfit_run_stop_requested(r))
         return bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->step);
     if ((rc = step_start(r)) != BFIT_OK)
         return rc;
@@ -819,14 +819,14 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
          * stopped); one that got past the update cannot be undone */
         int stopped = r->res.stopped;
         uint64_t missing = r->res.missing;
-        if (updated || run_rollback(r) != BFIT_OK)
+        if (updated || bfit_run_rollback(r) != BFIT_OK)
             r->broken = 1;
         r->res.stopped = stopped;
         r->res.missing = missing;
         return rc;
     }
-    run_apply_memory_schedule(r, r->step + 1);
-    run_watch_device(r);
+    bfit_run_apply_memory_schedule(r, r->step + 1);
+    bfit_run_watch_device(r);
     if ((rc = observe(r, E, k, loss, t0, wait0, &in.seconds)) != BFIT_OK) {
         r->broken = 1;
         return rc;
@@ -859,7 +859,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     }
     /* data-parallel: the ranks hold the same weights (checked) before an
      * evaluation or the end */
-    if (r->dp && (in.epoch_end || bfit_run_done(r)) && (rc = run_dist_sync(r)) != BFIT_OK) {
+    if (r->dp && (in.epoch_end || bfit_run_done(r)) && (rc = bfit_run_dist_sync(r)) != BFIT_OK) {
         r->broken = 1;
         return rc;
     }

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs)
+int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs)
 {
     static const char *const names[RUN_META_MAX] = {"format", "model", "data", "steps", "test_accuracy",
                                                     "normalize_mean", "normalize_std"};
@@ -48,7 +48,7 @@ int bfit_run_save(bfit_run *r, const char *path)
 {
     const char *keys[RUN_META_MAX], *vals[RUN_META_MAX];
     char *bufs[2];
-    int n, rc = run_weights_meta(r, keys, vals, &n, bufs);
+    int n, rc = bfit_run_weights_meta(r, keys, vals, &n, bufs);
 
     if (rc == BFIT_OK)
         rc = bfit_weights_save(r->s.M, path, keys, vals, n);
@@ -74,7 +74,7 @@ static int run_all(bfit_run *r, int *trained)
         *trained = bfit_run_done(r);
         if ((si.epoch_end || *trained) && (rc = bfit_run_evaluate(r, &ev)) != BFIT_OK)
             return rc;
-        if ((run_checkpoint_due(r) || (*trained && r->ckpt_dir[0])) &&
+        if ((bfit_run_checkpoint_due(r) || (*trained && r->ckpt_dir[0])) &&
             (rc = bfit_run_checkpoint(r, NULL, 0)) != BFIT_OK)
             return rc;
     }
@@ -109,12 +109,12 @@ static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged,
     bfit_run *r;
     int rc, trained;
 
-    if ((rc = run_new(cfg, &r, logged, o)) != BFIT_OK)
+    if ((rc = bfit_run_create(cfg, &r, logged, o)) != BFIT_OK)
         return rc;
     rc = run_all(r, &trained);
     if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r->res.stopped))
         rc = stop_checkpoint(r, rc);
-    if (o->save[0] && run_dist_writer(r) && (rc == BFIT_OK || trained)) {
+    if (o->save[0] && bfit_run_dist_writer(r) && (rc == BFIT_OK || trained)) {
         int rc2 = bfit_run_save(r, o->save);
         if (rc != BFIT_OK && rc2 == BFIT_OK)
             bfit_fail_prefix(rc, "(the trained weights were saved to %s) ", o->save);
