@@ -1,8 +1,8 @@
 /* control_state.h - the batch controller's state, taken out and put back:
  * what a checkpoint keeps so a resumed run decides exactly as the
  * uninterrupted one would (the configuration is the caller's to give again).
- * Every field of the controller that changes after bfit_controller_new is
- * here; a field added to the controller must be added here too. */
+ * It is the controller's whole state: struct bfit_controller holds one
+ * (control_int.h), so nothing can be left out of a copy. */
 #ifndef BFIT_CONTROL_STATE_H
 #define BFIT_CONTROL_STATE_H
 
