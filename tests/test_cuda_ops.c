@@ -896,7 +896,7 @@ static void measured_step(const char *file, int s, const bfit_optim_cfg *oc, int
     bfit_arena *A = bfit_device_arena_new(dev[s], 8ull << 30);
     bfit_model *M = model_on(file, s, A);
     bfit_optim *opt = NULL;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_arena_stats s0, s1;
     float *x = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(M->input));
     int32_t *y = malloc(sizeof(int32_t) * (size_t)m);

@@ -129,7 +129,7 @@ static void test_spec_file_is_preset(void **st)
     char path[600];
     const char *src = getenv("BFIT_SOURCE_DIR");
     rig a, b;
-    bfit_plan pa, pb;
+    bfit_step_plan pa, pb;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     (void)st;
     snprintf(path, sizeof path, "%s/models/gpt-nano.cfg", src ? src : "..");
@@ -344,7 +344,7 @@ static void measured_step(const char *model, int seq, int lean, bfit_recompute_k
                           bfit_dtype prec)
 {
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_arena_stats s0, s1;
     bfit_optim_cfg oc = bfit_optim_cfg_default(ok);
     bfit_store_cfg sc = bfit_store_cfg_default();
@@ -410,10 +410,10 @@ static void test_measured_equals_planned(void **st)
 
 /* ---- the plan against the sequence length ---- */
 
-static uint64_t per_seq(const char *model, int seq, int lean, bfit_plan *p)
+static uint64_t per_seq(const char *model, int seq, int lean, bfit_step_plan *p)
 {
     rig r;
-    bfit_plan a, b;
+    bfit_step_plan a, b;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     rig_new(&r, model, seq, lean);
     assert_int_equal(bfit_plan_compute(r.M, &oc, 2, 1, &a), BFIT_OK);
@@ -458,7 +458,7 @@ static void test_plan_grows_with_seq(void **st)
 static void test_set_seq(void **st)
 {
     rig a, b;
-    bfit_plan pa, pb;
+    bfit_step_plan pa, pb;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     bfit_arena_stats s0, s1;
     double la, lb;

@@ -109,7 +109,7 @@ static double loss_sum(bfit_model *M)
     return loss;
 }
 
-static void assert_measured_is_planned(const char *what, const bfit_arena_stats *s, const bfit_plan *p)
+static void assert_measured_is_planned(const char *what, const bfit_arena_stats *s, const bfit_step_plan *p)
 {
     if (s->peak != p->peak)
         print_message("%s: measured peak %llu, planned %llu\n", what, (unsigned long long)s->peak,
@@ -132,7 +132,7 @@ static void measured_step_st(const char *model, const bfit_optim_cfg *oc, int m,
                              uint64_t budget)
 {
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_arena_stats s0, s1;
     double loss;
     char what[160];
@@ -189,7 +189,7 @@ static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
 static uint64_t planned_peak(const char *model, const bfit_optim_cfg *oc, int m, bfit_storage st)
 {
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     rig_new(&r, model, BIG);
     assert_int_equal(bfit_model_set_storage(r.M, &st, oc, BIG, 0), BFIT_OK);
     assert_int_equal(bfit_plan_compute(r.M, oc, m, 1, &p), BFIT_OK);
@@ -249,7 +249,7 @@ static void test_measured_equals_planned_plain_sgd(void **st)
 {
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     (void)st;
     oc.momentum = 0;
     measured_step("cnn", &oc, 7);
@@ -276,7 +276,7 @@ static void test_eval_measured_and_smaller(void **st)
     for (unsigned i = 0; i < 4; i++)
         for (unsigned j = 0; j < sizeof sizes / sizeof sizes[0]; j++) {
             rig r;
-            bfit_plan pe, pt;
+            bfit_step_plan pe, pt;
             bfit_arena_stats s0, s1;
             bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
             int m = sizes[j];
@@ -310,7 +310,7 @@ static void test_eval_measured_and_smaller(void **st)
 static void test_reuse_saves(void **st)
 {
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
     rig_new(&r, "mlp", BIG);
@@ -333,7 +333,7 @@ static void test_reuse_saves(void **st)
 static void solver_tight(const char *model, const bfit_optim_cfg *oc)
 {
     rig r;
-    bfit_plan p37, p38, p1;
+    bfit_step_plan p37, p38, p1;
     bfit_arena_stats before, after;
     uint64_t cap;
     int m = 0;
@@ -397,7 +397,7 @@ static void test_solver_tight(void **st)
 static void test_solver_edges(void **st)
 {
     rig r;
-    bfit_plan p1, p;
+    bfit_step_plan p1, p;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     int m;
     (void)st;
@@ -412,7 +412,7 @@ static void test_solver_edges(void **st)
     assert_int_equal(bfit_plan_max_batch_fraction(r.M, &oc, 1, BIG, 0, 10, &m, NULL), BFIT_EINVAL);
     assert_int_equal(bfit_plan_max_batch_fraction(r.M, &oc, 1, BIG, 1.5, 10, &m, NULL), BFIT_EINVAL);
     for (uint64_t budget = 8 << 20; budget < (64 << 20); budget += 5 << 20) {
-        bfit_plan pm, pn;
+        bfit_step_plan pm, pn;
         assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, budget, 1 << 20, &m, NULL), BFIT_OK);
         assert_true(m >= 1);
         assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &pm), BFIT_OK);
@@ -443,7 +443,7 @@ static void test_solver_nonmonotonic_scratch(void **st)
     assert_int_equal(bfit_model_new(&g, r.dev, r.arena, &r.M), BFIT_OK);
     bfit_graph_fini(&g);
     for (int m = 1; m <= 40; m++) {
-        bfit_plan p;
+        bfit_step_plan p;
         assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &p), BFIT_OK);
         peak[m] = p.peak;
         downs += m > 1 && peak[m] < peak[m - 1];
@@ -465,7 +465,7 @@ static void test_solver_nonmonotonic_scratch(void **st)
 static void test_budget_and_line(void **st)
 {
     rig r;
-    bfit_plan p[3];
+    bfit_step_plan p[3];
     bfit_plan_line l;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
@@ -497,7 +497,7 @@ static void test_plan_big_presets_allocates_nothing(void **st)
     (void)st;
     for (int i = 0; i < 2; i++) {
         rig r;
-        bfit_plan p;
+        bfit_step_plan p;
         bfit_arena_stats s;
         bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
         struct timespec t0, t1;
@@ -549,7 +549,7 @@ static float *step_grads(rig *r, int m, int64_t *n)
  * layout), and the parameter gradients of a step under each, which must be
  * the same bit for bit (test builds poison new arena memory, so a buffer
  * written while another still needed its bytes would show). */
-static void same_grads_when(rig *r, int *flag, bfit_plan *before, bfit_plan *after)
+static void same_grads_when(rig *r, int *flag, bfit_step_plan *before, bfit_step_plan *after)
 {
     int64_t n1, n2;
     float *a, *b;
@@ -573,7 +573,7 @@ static void same_grads_when(rig *r, int *flag, bfit_plan *before, bfit_plan *aft
 static void test_inplace_gradients(void **st)
 {
     rig r;
-    bfit_plan pin, pout;
+    bfit_step_plan pin, pout;
     (void)st;
     rig_new(&r, "resnet-mini.cfg", BIG);
     same_grads_when(&r, &r.M->no_inplace, &pin, &pout);
@@ -591,7 +591,7 @@ static void test_grads_share_activations(void **st)
     (void)st;
     for (int i = 0; i < 2; i++) {
         rig r;
-        bfit_plan joint, apart;
+        bfit_step_plan joint, apart;
         bfit_storage sto = bfit_storage_default();
         rig_new(&r, "resnet-mini.cfg", BIG);
         sto.recompute = rk[i];

@@ -141,7 +141,7 @@ static bfit_probe_cfg quick_cfg(uint64_t capacity)
  * find the largest m whose plan fits budget. */
 static int search_trials(bfit_model *M, const bfit_optim_cfg *oc, uint64_t budget, int limit, int *answer)
 {
-    bfit_plan p;
+    bfit_step_plan p;
     int trials = 0, good = 0, bad = 0;
     for (int64_t m = 1;; m *= 2) {
         if (m > limit)
@@ -306,7 +306,7 @@ static void test_batch1_too_big(void **st)
     bfit_probe_cfg c = quick_cfg(0);
     bfit_probe_result *res = calloc(1, sizeof *res);
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
-    bfit_plan p1;
+    bfit_step_plan p1;
     char want[32];
     (void)st;
 
@@ -336,7 +336,7 @@ static void test_model_never_fits(void **st)
     bfit_probe_cfg c = quick_cfg(0);
     bfit_probe_result *res = calloc(1, sizeof *res);
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
-    bfit_plan p1;
+    bfit_step_plan p1;
     char want[32];
     (void)st;
 

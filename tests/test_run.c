@@ -370,7 +370,7 @@ static uint64_t eval_1000_need(const char *model)
     tdev t;
     bfit_graph_desc g;
     bfit_model *M;
-    bfit_plan pe, pt;
+    bfit_step_plan pe, pt;
     bfit_optim_cfg o = bfit_optim_cfg_default(BFIT_OPT_SGD);
     tdev_open(&t, 2);
     assert_int_equal(bfit_model_source_load(model, &g), BFIT_OK);

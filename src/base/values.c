@@ -2,6 +2,7 @@
  * configuration holds (whole numbers, capacities), shared by the command
  * line and the schedule parsers, so no option accepts what another refuses. */
 #include "base/err.h"
+#include "base/values.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -9,6 +9,7 @@
 #include "base/err.h"
 #include "batch/control_int.h"
 #include "batch/solve.h"
+#include "base/sized.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -366,9 +367,9 @@ static int start(bfit_controller *c, int64_t step, int epoch, bfit_batch_decisio
     return BFIT_OK;
 }
 
-int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch_decision *d)
+static int next_full(bfit_controller *c, int64_t step, int epoch, bfit_batch_decision *d)
 {
-    bfit_batch_decision nd = {0};
+    bfit_batch_decision nd = {.size = sizeof nd};
     int E, E_changed = 0, rc;
     double bn = 0;
 
@@ -464,7 +465,7 @@ static int observe_noise(bfit_controller *c, const bfit_step_stats *s)
 
 
 
-int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s)
+static int observe_full(bfit_controller *c, const bfit_step_stats *s)
 {
     double compute;
     int cap, rc;
@@ -511,8 +512,7 @@ int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s)
     return BFIT_OK;
 }
 
-int bfit_controller_on_oom(bfit_controller *c, int failed_m, uint64_t free_bytes, uint64_t capacity,
-                           bfit_batch_decision *d)
+static int on_oom_full(bfit_controller *c, int failed_m, uint64_t free_bytes, uint64_t capacity, bfit_batch_decision *d)
 {
     bfit_batch_decision nd;
     int m, from;
@@ -562,7 +562,7 @@ int bfit_controller_throughput(const bfit_controller *c, int m, double *samples_
 
 
 
-int bfit_controller_new(const bfit_controller_config *cfg, bfit_controller **out)
+static int new_full(const bfit_controller_config *cfg, bfit_controller **out)
 {
     bfit_controller *c;
     uint64_t p1;
@@ -598,7 +598,7 @@ int bfit_controller_new(const bfit_controller_config *cfg, bfit_controller **out
     bfit_noise_init(&c->st.noise, cfg->noise_alpha);
     /* fail now, not at the first step, if nothing fits at all */
     if (!bfit_ctl_fits(c, 1)) {
-        bfit_batch_decision d = {0};
+        bfit_batch_decision d = {.size = sizeof d};
         rc = no_fit(c, &d, "controller");
         goto fail_sched;
     }
@@ -620,3 +620,57 @@ void bfit_controller_free(bfit_controller *c)
     free(c);
 }
 
+
+/* ---- the public face: structs that carry their size (base/sized.h) ---------- */
+
+int bfit_controller_new(const bfit_controller_config *cfg, bfit_controller **out)
+{
+    bfit_controller_config full;
+
+    if (out)
+        *out = NULL;
+    if (!cfg)
+        return bfit_fail(BFIT_EINVAL, "controller: no configuration");
+    bfit_controller_config_default(&full);
+    if (bfit_sized_in(&full, sizeof full, cfg, "bfit_controller_config") != BFIT_OK)
+        return BFIT_EINVAL;
+    return new_full(&full, out);
+}
+
+int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch_decision *d)
+{
+    bfit_batch_decision full = {.size = sizeof full};
+    int rc;
+
+    if (!d || d->size < BFIT_SIZED_MIN)
+        return d ? bfit_sized_out(d, &full, sizeof full, "bfit_batch_decision")
+                 : bfit_fail(BFIT_EINVAL, "controller: next needs a decision to fill");
+    rc = next_full(c, step, epoch, &full);
+    bfit_sized_out(d, &full, sizeof full, "bfit_batch_decision");
+    return rc;
+}
+
+int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s)
+{
+    bfit_step_stats full = {.size = sizeof full};
+
+    if (!s)
+        return bfit_fail(BFIT_EINVAL, "controller: observe needs a controller and stats");
+    if (bfit_sized_in(&full, sizeof full, s, "bfit_step_stats") != BFIT_OK)
+        return BFIT_EINVAL;
+    return observe_full(c, &full);
+}
+
+int bfit_controller_on_oom(bfit_controller *c, int failed_m, uint64_t free_bytes, uint64_t capacity,
+                           bfit_batch_decision *d)
+{
+    bfit_batch_decision full = {.size = sizeof full};
+    int rc;
+
+    if (!d || d->size < BFIT_SIZED_MIN)
+        return d ? bfit_sized_out(d, &full, sizeof full, "bfit_batch_decision")
+                 : bfit_fail(BFIT_EINVAL, "controller: on_oom needs a decision to fill");
+    rc = on_oom_full(c, failed_m, free_bytes, capacity, &full);
+    bfit_sized_out(d, &full, sizeof full, "bfit_batch_decision");
+    return rc;
+}

@@ -4,6 +4,7 @@
 #include "batchfit.h"
 #include "base/err.h"
 #include "batch/control_int.h"
+#include "base/sized.h"
 
 #include <math.h>
 #include <string.h>
@@ -51,9 +52,12 @@ const char *bfit_batch_reason_name(bfit_batch_reason r)
 
 /* ---- configuration -------------------------------------------------------- */
 
-void bfit_controller_config_default(bfit_controller_config *cfg)
+void bfit_controller_config_init(bfit_controller_config *out, size_t size)
 {
+    bfit_controller_config full, *cfg = &full;
+
     memset(cfg, 0, sizeof *cfg);
+    cfg->size = sizeof *cfg;
     cfg->rule = BFIT_LR_LINEAR;
     cfg->rewarmup_steps = 100;
     cfg->grow_after = 5;
@@ -72,6 +76,12 @@ void bfit_controller_config_default(bfit_controller_config *cfg)
     cfg->auto_confirm = 20;
     cfg->auto_plateau_windows = 2;
     cfg->auto_plateau = 0.02;
+    /* the caller's struct may be smaller (an older header) or larger (a newer one) */
+    if (!out || size < BFIT_SIZED_MIN)
+        return;
+    memset(out, 0, size);
+    memcpy(out, &full, size < sizeof full ? size : sizeof full);
+    out->size = size;
 }
 
 static int check_schedule(const bfit_controller_config *cfg)

@@ -8,6 +8,7 @@
 
 #include "batchfit.h"
 #include "batch/goodput.h"
+#include "batch/noise.h"
 
 #define BFIT_CONTROLLER_NTPUT 32 /* micro-batches whose throughput is remembered */
 

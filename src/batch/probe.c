@@ -210,7 +210,7 @@ static int doubling_search(probe *p, fits_fn f, int limit, int *answer, int *tri
 /* The search simulated: the arena refuses exactly what the plan exceeds. */
 static int fits_by_plan(probe *p, int m, int *fits)
 {
-    bfit_plan pl;
+    bfit_step_plan pl;
     int rc = bfit_plan_compute(p->M, p->opt, m, 1, &pl);
     *fits = rc == BFIT_OK && pl.peak <= p->step_budget;
     return rc;
@@ -242,7 +242,7 @@ static int fits_by_step(probe *p, int m, int *fits)
 
 static int explain_no_fit(bfit_probe_result *r, double margin)
 {
-    const bfit_plan *p1 = &r->p1;
+    const bfit_step_plan *p1 = &r->p1;
     char a[32], b[32], c[32], d[32], e[32], f[32];
     char other[96] = "", budget[160], is_budget[170];
 
@@ -420,7 +420,7 @@ static int ladder(probe *p)
     r->nrungs = 0;
     for (int64_t m = 1; r->nrungs < BFIT_PROBE_MAX_RUNGS; m *= 2) {
         bfit_probe_rung *g = &r->rungs[r->nrungs];
-        bfit_plan pl;
+        bfit_step_plan pl;
         if (m >= r->largest)
             m = r->largest;
         memset(g, 0, sizeof *g);

@@ -268,7 +268,7 @@ static const char *row_name(bfit_mem_cat c) { return c == BFIT_MEM_OTHER ? "stat
 static void print_storage(const report *r)
 {
     bfit_storage st = bfit_model_storage(r->M);
-    const bfit_plan *p = &r->pr.shown[r->pr.nshown - 1];
+    const bfit_step_plan *p = &r->pr.shown[r->pr.nshown - 1];
     printf("storage: %s%s, recompute %s", bfit_dtype_name(st.precision), st.lean ? " lean" : "",
            bfit_recompute_name(r->a->st.recompute));
     if (r->a->st.recompute == BFIT_RECOMPUTE_AUTO)
@@ -370,7 +370,7 @@ static void print_human(const report *r)
                (long long)r->pr.m_margin * r->M->input.d[0], r->pr.m_margin, r->M->input.d[0]);
 }
 
-static void add_cats(cJSON *o, const bfit_plan *p)
+static void add_cats(cJSON *o, const bfit_step_plan *p)
 {
     for (int k = 0; k < NROWS; k++)
         cJSON_AddNumberToObject(o, row_name(rows[k]), (double)p->bytes[rows[k]]);
@@ -434,7 +434,7 @@ static int print_json(const report *r)
 
     arr = cJSON_AddArrayToObject(root, "plans");
     for (int i = 0; i < r->pr.nshown; i++) {
-        const bfit_plan *p = &r->pr.shown[i];
+        const bfit_step_plan *p = &r->pr.shown[i];
         o = cJSON_CreateObject();
         cJSON_AddItemToArray(arr, o);
         cJSON_AddNumberToObject(o, "m", p->m);
@@ -466,7 +466,7 @@ static int check_fits(const report *r)
 {
     const args *a = r->a;
     char b[8][32];
-    const bfit_plan *p1 = &r->pr.p1;
+    const bfit_step_plan *p1 = &r->pr.p1;
 
     if (p1->fixed > a->memory) {
         char st[32];
@@ -488,8 +488,8 @@ static int check_fits(const report *r)
         return EXIT_FAIL;
     }
     for (int i = r->pr.nshown - 1; i >= 0; i--) {
-        const bfit_plan *p = &r->pr.shown[i];
-        bfit_plan best;
+        const bfit_step_plan *p = &r->pr.shown[i];
+        bfit_step_plan best;
         if (p->peak <= a->memory)
             continue;
         if (bfit_plan_compute(r->M, r->opt, r->pr.m_full, !a->eval, &best) != BFIT_OK) {

@@ -1,5 +1,7 @@
 /* size.c - sizes with units, parsed and printed in one place. */
 #include "base/err.h"
+#include "base/values.h"
+#include "mem/arena.h"
 
 #include <ctype.h>
 #include <math.h>

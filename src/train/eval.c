@@ -37,7 +37,7 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
     uint64_t held = cap - bfit_arena_available(a), other = held > counted ? held - counted : 0;
     uint64_t with_margin = bfit_plan_budget(cap, margin), bare = bfit_arena_available(a) + counted;
     char s1[32], s2[32];
-    bfit_plan p1;
+    bfit_step_plan p1;
     int rc;
 
     rc = bfit_plan_max_batch(M, NULL, 0, with_margin > other ? with_margin - other : 0, want, m, &p1);
@@ -228,7 +228,7 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     return rc;
 }
 
-int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n)
+int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n)
 {
     bfit_session s;
     bfit_feed st = {0};

@@ -175,7 +175,7 @@ static int seqs_of(const plan_ctx *pc, int m) { return pc->tokens ? (int)(((int6
 static uint64_t plan_bytes(void *ud, int m)
 {
     plan_ctx *pc = ud;
-    bfit_plan p;
+    bfit_step_plan p;
     int b = seqs_of(pc, m), L = pc->vary ? pc->M->input.d[0] : 0, rc;
     unsigned h = (unsigned)b * 2654435761u % PLAN_MEMO;
     if (pc->memo_m[h] == b)
@@ -262,7 +262,7 @@ uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 /* Say how far from fitting a model is that does not fit even m = 1. */
 int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
-    bfit_plan p1;
+    bfit_step_plan p1;
     char s1[32], s2[32];
     if (bfit_plan_compute(r->s.M, &r->cfg.opt, 1, 1, &p1) != BFIT_OK)
         return BFIT_ENOMEM;
@@ -397,7 +397,7 @@ static int finish_schedule(bfit_run *r)
  * The run's gradient norms are held in "other", as the arena counts them. */
 static void plan_json(bfit_run *r, char *buf, size_t n)
 {
-    bfit_plan p;
+    bfit_step_plan p;
     size_t len;
     if (bfit_plan_compute(r->s.M, &r->cfg.opt, bfit_run_plan_seqs(r, r->d.m), 1, &p) != BFIT_OK) {
         snprintf(buf, n, "\"m\":%d", r->d.m); /* planned before, so not expected */
@@ -531,7 +531,7 @@ static int resolve_storage(bfit_run *r)
         rc;
     uint64_t budget = bfit_plan_budget(r->base_capacity, c->margin);
     bfit_storage st;
-    bfit_plan p;
+    bfit_step_plan p;
 
     budget = budget > r->pc.extra ? budget - r->pc.extra : 0;
     if ((rc = bfit_model_set_storage(r->s.M, &c->storage, &c->opt, budget, target)) != BFIT_OK)
@@ -730,7 +730,7 @@ int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_
     return BFIT_OK;
 }
 
-int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
+int bfit_run_new_from(const bfit_train_cfg *cfg, bfit_run **out)
 {
     int logged;
     return bfit_run_create(cfg, out, &logged, NULL);
@@ -772,7 +772,7 @@ int bfit_run_done(const bfit_run *r)
     return r->epoch >= r->cfg.epochs;
 }
 
-void bfit_run_result(const bfit_run *r, bfit_train_result *res)
+void bfit_run_result_get(const bfit_run *r, bfit_train_result *res)
 {
     bfit_arena_stats st;
     *res = r->res;
@@ -791,7 +791,7 @@ void bfit_run_finish(bfit_run *r, int rc)
         return;
     if (rc == BFIT_OK) {
         bfit_train_result res;
-        bfit_run_result(r, &res);
+        bfit_run_result_get(r, &res);
         bfit_log_event(&r->lg, "end",
                        "\"steps\":%lld,\"samples\":%lld,\"test_acc\":%.6f,\"train_seconds\":%.3f,\"peak\":%llu,"
                        "\"ooms\":%d,\"batch_changes\":%d",

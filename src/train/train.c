@@ -121,7 +121,7 @@ static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged,
         if (rc == BFIT_OK)
             rc = rc2;
     }
-    bfit_run_result(r, res);
+    bfit_run_result_get(r, res);
     bfit_run_finish(r, rc);
     bfit_run_free(r);
     return rc;
@@ -147,7 +147,7 @@ static int write_report(const char *report, const char *log, int rc, bfit_train_
     return bfit_fail_field(rc, field, "%s; the report was not written either: %s", run_msg + skip, bfit_errmsg());
 }
 
-int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
+int bfit_train_from(const bfit_train_cfg *cfg, bfit_train_result *res)
 {
     run_outputs *o = calloc(1, sizeof *o);
     int rc, logged = 0;

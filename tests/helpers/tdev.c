@@ -75,7 +75,7 @@ uint64_t tdev_plan_peak(const char *spec, bfit_opt_kind opt, int m)
     tdev t;
     bfit_graph_desc g;
     bfit_model *M;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_optim_cfg o = bfit_optim_cfg_default(opt);
     tdev_open(&t, 2);
     if (bfit_spec_parse_file(spec, &g) != BFIT_OK || bfit_model_new(&g, t.dev, t.arena, &M) != BFIT_OK)
