@@ -125,6 +125,13 @@ BFIT_API int bfit_config_get(const bfit_config *c, const char *name, char *buf, 
  * read them ("plan find train eval"). */
 BFIT_API const char *bfit_config_option(int i, const char **takes, const char **commands);
 
+/* Check the options a command reads ("plan", "find", "train", "eval") as
+ * the command would before doing anything, without doing it: BFIT_EINVAL
+ * naming the option for an option the command does not read, options
+ * that contradict each other, a required one missing, or a model that
+ * names nothing (an unknown preset, a file that does not exist). */
+BFIT_API int bfit_config_check(const bfit_config *c, const char *command);
+
 /* Progress and notes for people: a progress line on a terminal, plain lines
  * otherwise. NULL (the default): quiet. */
 BFIT_API int bfit_config_set_progress(bfit_config *c, FILE *human);

@@ -16,6 +16,12 @@
  * [min, max]; BFIT_EINVAL: "'x' is not a whole number" or "N is out of
  * range: expected MIN to MAX" (no overflow, however long). */
 int bfit_parse_int(const char *text, int64_t min, int64_t max, int64_t *out);
+/* A finite decimal number in [min, max] (strtod's syntax): BFIT_EINVAL
+ * saying what is wrong: not a number, not finite (inf, nan), too large or
+ * too small to represent (1e309, 1e-400), out of range. */
+int bfit_parse_double(const char *text, double min, double max, double *out);
+/* A flag's value: NULL, "", 1, true, yes, on; or 0, false, no, off. */
+int bfit_parse_flag(const char *text, int *on);
 /* A memory capacity: bfit_parse_size, and not 0. */
 int bfit_parse_capacity(const char *text, uint64_t *out);
 /* How often: "N" optimizer steps (1..BFIT_COUNT_MAX), or a time: "Ns",

@@ -1,5 +1,5 @@
 /* main.c - `batchfit COMMAND ...`: dispatch to the subcommands. */
-#include "cli/cli.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -4,6 +4,7 @@
  * trained in tight memory must not fail at its evaluation. */
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/sized.h"
 #include "nn/zoo.h"
 #include "train/run_int.h"
 #include "train/weights.h"
@@ -120,7 +121,7 @@ static int64_t test_count(const bfit_run *r)
     return r->te.src ? r->te.src->samples : bfit_dataset_count(r->s.test);
 }
 
-int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
+static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
 {
     int m, rc;
 
@@ -128,6 +129,7 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     int64_t from = 0, to = n;
 
     memset(ev, 0, sizeof *ev);
+    ev->size = sizeof *ev;
     /* data-parallel: each rank evaluates its slice of a stream's samples */
     if (r->dp && r->te.s)
         bfit_run_dist_eval_slice(r, n, &from, &to);
@@ -174,6 +176,19 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     if (r->cfg.on_eval)
         r->cfg.on_eval(r->cfg.cb_ud, ev);
     return BFIT_OK;
+}
+
+int bfit_run_evaluate(bfit_run *r, bfit_eval_info *info)
+{
+    bfit_eval_info ev = {.size = sizeof ev};
+    int rc;
+
+    if (info && info->size < BFIT_SIZED_MIN) /* the caller's struct carries its size (batchfit.h) */
+        return bfit_sized_out(info, &ev, sizeof ev, "bfit_eval_info");
+    rc = evaluate_run(r, &ev);
+    if (info)
+        bfit_sized_out(info, &ev, sizeof ev, "bfit_eval_info");
+    return rc;
 }
 
 /* The normalisation training used, saved with the weights: C values each

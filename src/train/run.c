@@ -117,9 +117,29 @@ static int check_ckpt(const bfit_train_cfg *c)
     return check_out_dir("checkpoint", c->checkpoint); /* made at the first checkpoint */
 }
 
+/* The defaults that depend on other fields, owned here so every caller
+ * (the public configuration, a test's struct) gets them: the bounds of an
+ * adaptive or auto batch (in tokens with a token budget), the first E,
+ * and auto's reference batch (the lr is given for the default batch). */
+static void fill_defaults(bfit_train_cfg *c)
+{
+    if (!c->adaptive && !c->auto_batch)
+        return;
+    if (!c->batch_min)
+        c->batch_min = c->batch_tokens ? 1024 : 16;
+    if (!c->batch_max)
+        c->batch_max = c->batch_tokens ? 65536 : 4096;
+    if (!c->batch)
+        c->batch = c->batch_min;
+    if (c->auto_batch && !c->lr_ref_batch)
+        c->lr_ref_batch = 128;
+}
+
 static int check_cfg(const bfit_train_cfg *c)
 {
     int rc;
+    if ((c->adaptive || c->auto_batch) && c->batch_min > c->batch_max)
+        return bfit_fail_field(BFIT_EINVAL, "batch_min", "%d is above batch_max %d", c->batch_min, c->batch_max);
     if (!c->adaptive && !c->auto_batch && c->batch < 1)
         return bfit_fail_field(BFIT_EINVAL, "batch", "must be at least 1, got %d", c->batch);
     if (c->epochs < 1)
@@ -612,6 +632,8 @@ static int setup(bfit_run *r)
         rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human, r->cfg.progress_interval, r->log_offset);
         if (rc != BFIT_OK)
             return rc;
+        r->lg.on_event = r->cfg.on_event;
+        r->lg.ud = r->cfg.cb_ud;
         r->log_open = 1;
     }
     r->configured = bfit_arena_capacity(r->s.arena);
@@ -648,7 +670,7 @@ static int setup(bfit_run *r)
     if (rc == BFIT_ENOMEM)
         return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
-        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK)
+        (r->d.size = sizeof r->d, rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK)
         return rc;
     r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->d.batch;
     if ((rc = finish_schedule(r)) != BFIT_OK || (rc = alloc_stats_snap(r)) != BFIT_OK)
@@ -711,8 +733,10 @@ int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_
      * out (its outputs are rank 0's again) */
     if (cfg->resume && (rc = bfit_run_resume_open(r)) == BFIT_OK)
         rc = bfit_run_dist_prepare(&r->cfg, &on, &rank);
-    if (rc == BFIT_OK)
+    if (rc == BFIT_OK) {
+        fill_defaults(&r->cfg);
         rc = check_cfg(&r->cfg);
+    }
     if (rc == BFIT_OK && o)
         rc = outputs(r, o);
     r->ep_t0 = bfit_clock_mono();
@@ -760,6 +784,8 @@ void bfit_run_free(bfit_run *r)
     free(r->stats_snap);
     bfit_run_resume_close(r);
     cJSON_Delete(r->ck_cfg);
+    if (r->keep_free)
+        r->keep_free(r->keep);
     free(r);
 }
 

@@ -130,6 +130,9 @@ struct bfit_run {
     uint64_t step_hsum, ep_hsum; /* cfg.sample_check: the samples' hashes summed, in the step and epoch */
     int64_t step_hn, ep_hn;    /*   and how many */
     int tmp_log;               /* the log is the report's temporary file: not the run's to resume */
+    void *keep;                /* what the run's configuration points into (the public configuration's
+                                  copy, src/api/train.c), freed with the run by keep_free */
+    void (*keep_free)(void *keep);
 };
 
 /* What bfit_train writes after the run, as the configuration gives them

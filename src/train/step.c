@@ -9,6 +9,7 @@
  * the stream is not rewound. */
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/sized.h"
 #include "base/text.h"
 #include "train/run_int.h"
 
@@ -287,6 +288,7 @@ static int decide(bfit_run *r)
 {
     bfit_batch_decision *d = &r->d;
     int rc;
+    d->size = sizeof *d;
     while ((rc = bfit_controller_next(r->ctl, r->step, r->epoch, d)) == BFIT_ENOMEM)
         if ((rc = wait_for_memory(r)) != BFIT_OK)
             return rc;
@@ -322,6 +324,7 @@ static int reserve(bfit_run *r, int want, int *retry)
     if (rc != BFIT_ENOMEM)
         return rc;
     free_now = bfit_arena_available(r->s.arena);
+    r->d.size = sizeof r->d;
     rc = bfit_controller_on_oom(r->ctl, failed, free_now, bfit_arena_capacity(r->s.arena), &r->d);
     if (rc != BFIT_OK) {
         /* not even 1 fits in the free: wait for memory, then try the same samples again */
@@ -653,6 +656,7 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
 {
     bfit_step_stats ss;
     memset(&ss, 0, sizeof ss);
+    ss.size = sizeof ss;
     ss.step = r->step;
     ss.epoch = r->epoch;
     ss.samples = E;
@@ -803,6 +807,10 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     double t0, wait0, loss = 0;
     int E = 0, taken = 0, k = 0, rc, updated;
 
+    memset(&in, 0, sizeof in);
+    in.size = sizeof in;
+    if (info && info->size < BFIT_SIZED_MIN) /* the caller's struct carries its size (batchfit.h) */
+        return bfit_sized_out(info, &in, sizeof in, "bfit_step_info");
     if (bfit_run_done(r))
         return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
     if (r->broken)
@@ -814,6 +822,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     t0 = bfit_clock_mono();
     wait0 = bfit_feed_wait(&r->tr);
     memset(&in, 0, sizeof in);
+    in.size = sizeof in;
     if ((rc = step_body(r, &in, &E, &taken, &k, &loss, &updated)) != BFIT_OK) {
         /* an abandoned step leaves the run at its start (but for why it
          * stopped); one that got past the update cannot be undone */
@@ -868,6 +877,6 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     if (r->cfg.on_step)
         r->cfg.on_step(r->cfg.cb_ud, &in);
     if (info)
-        *info = in;
+        bfit_sized_out(info, &in, sizeof in, "bfit_step_info");
     return BFIT_OK;
 }

@@ -63,8 +63,8 @@ int bfit_run_save(bfit_run *r, const char *path)
  * says the steps are all done. */
 static int run_all(bfit_run *r, int *trained)
 {
-    bfit_step_info si;
-    bfit_eval_info ev;
+    bfit_step_info si = {.size = sizeof si};
+    bfit_eval_info ev = {.size = sizeof ev};
     int rc;
 
     *trained = bfit_run_done(r); /* a run resumed from its last checkpoint */
