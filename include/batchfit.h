@@ -307,6 +307,14 @@ BFIT_API int bfit_find(const bfit_config *c, bfit_result **out);
 BFIT_API int bfit_train(const bfit_config *c, bfit_result **out);
 /* Evaluate saved "weights" of "model" on the test data. */
 BFIT_API int bfit_evaluate(const bfit_config *c, bfit_result **out);
+/* A training step timed alone: "model" at micro-batch "batch" (the whole
+ * step) on random samples already on the device, the trainer's reserve,
+ * forward, backward, optimizer and zeroing, "warmup" steps untimed, then
+ * "repeats" timed repetitions of about "rep-seconds" each; samples/s (their
+ * median), FLOPs per sample, threads. With "matmul" MxNxK instead: the
+ * device's f32 matmul rate on its best case, the practical limit a step is
+ * compared with (bench/). */
+BFIT_API int bfit_profile(const bfit_config *c, bfit_result **out);
 /* The run report: from a run's JSON-lines event log, one self-contained
  * HTML file (charts over the steps, every batch change and warning marked,
  * the configuration and the memory plan), written atomically. BFIT_EIO if

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 #include <cjson/cJSON.h>
 
 #include "base/clock.h"
@@ -134,7 +135,7 @@ static void reference(const char *path)
     bfit_train_cfg c = small_run();
     bfit_train_result r;
     c.save = path;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
 }
 
 /* ---- a device shared with another process, simulated on the CPU ------------ */
@@ -252,7 +253,7 @@ static void test_wait_then_checkpoint(void **st)
     c.save = w;
     c.log = lg;
     t0 = bfit_clock_mono();
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     printf("  %s (%.2f s)\n", bfit_errmsg(), bfit_clock_mono() - t0);
     assert_int_equal(rc, BFIT_ENOMEM);
     assert_true(bfit_clock_mono() - t0 >= 0.6);
@@ -274,7 +275,7 @@ static void test_wait_then_checkpoint(void **st)
     cotenant_free = 1ull << 30;
     c.on_step = NULL;
     c.resume = dir;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_non_null(strstr(r.resumed_from, "ckpt-000000000020.safetensors"));
     assert_same_tensors(ref, w);
     event_letters(lg, ev, sizeof ev);
@@ -306,7 +307,7 @@ static void test_memory_comes_back(void **st)
     c.wait_for_memory = 60;
     c.save = w;
     c.log = lg;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     back_after = 0;
     event_letters(lg, ev, sizeof ev);
     printf("  events: %s\n", ev);
@@ -346,7 +347,7 @@ static void test_stop_while_waiting(void **st)
     c.checkpoint = dir;
     c.save = w;
     t0 = bfit_clock_mono();
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     stop_after = 0;
     printf("  %s (%.2f s)\n", bfit_errmsg(), bfit_clock_mono() - t0);
     assert_int_equal(rc, BFIT_ESTOPPED);
@@ -360,7 +361,7 @@ static void test_stop_while_waiting(void **st)
     stop_flag = 0;
     c.on_step = NULL;
     c.resume = dir;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_same_tensors(ref, w);
     close_shared(dev);
 }
@@ -377,7 +378,7 @@ static int refused(const char *path, const char *what, long at)
     tmp_path(save, sizeof save, "never.st");
     c.resume = path;
     c.save = save;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     if (rc == BFIT_OK)
         fail_msg("%s at byte %ld: the damaged checkpoint was resumed from", what, at);
     if (!strstr(bfit_errmsg(), path))
@@ -397,7 +398,7 @@ static char *a_checkpoint(char *path, size_t n, long *len, long *header)
     tmp_path(dir, sizeof dir, "damaged");
     c.checkpoint = dir;
     c.max_steps = 5;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     snprintf(path, n, "%s", r.checkpoint);
     b = file_bytes(path, len);
     memcpy(header, b, sizeof *header); /* little-endian u64, small */

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "base/rand.h"
 #include "batch/plan.h"
@@ -1022,7 +1023,7 @@ static void test_injected_failure_recovered(void **st)
         c.epochs = 1;
         c.memory = 1ull << 30;
         c.fail_nth_alloc = nth[t];
-        if (bfit_train(&c, &r) != BFIT_OK)
+        if (bfit_train_from(&c, &r) != BFIT_OK)
             fail_msg("training with allocation %llu failing: %s", (unsigned long long)nth[t], bfit_errmsg());
         print_message("  allocation %llu failed: %d recovered, micro-batch %d, %lld samples, loss %.4f\n",
                       (unsigned long long)nth[t], r.ooms, r.micro_batch, (long long)r.samples, r.train_loss);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "data/data.h"
 

@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "device/device.h"
 #include "device/half.h"
 #include "nn/layer.h"

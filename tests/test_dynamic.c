@@ -103,7 +103,7 @@ static void test_split_does_not_change_weights(void **st)
         c.micro_batch = ms[i];
         snprintf(path[i], sizeof path[i], "%s/split%d.safetensors", tmpdir, ms[i]);
         c.save = path[i];
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
         assert_int_equal(r.steps, 20);
         assert_int_equal(r.micro_batch, ms[i]);
     }
@@ -117,7 +117,7 @@ static void test_split_does_not_change_weights(void **st)
         c.seed = 9;
         snprintf(other, sizeof other, "%s/seed9.safetensors", tmpdir);
         c.save = other;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
         d = weights_diff(path[0], other, &amax);
         printf("  another seed: max |dw| = %.3g\n", d);
         assert_true(d > 1e-3);
@@ -205,7 +205,7 @@ static void test_oom_loses_no_sample(void **st)
         c.memory = 1ull << 30;
         c.memory_schedule = mp;
         c.nmemory_schedule = 1;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
         printf("  fail allocation #%llu: %d out-of-memory recovered (first at step %lld), last micro-batch %d, "
                "%lld samples\n",
                (unsigned long long)nth[t], r.ooms, (long long)oom_at, r.micro_batch, (long long)cnt->total);
@@ -256,7 +256,7 @@ static void test_memory_schedule(void **st)
         c.memory = 1ull << 30;
         c.margin = 0;
         c.save = a;
-        assert_int_equal(bfit_train(&c, &ra), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &ra), BFIT_OK);
     }
     {
         bfit_train_cfg c = base(small, 64, 1920);
@@ -266,7 +266,7 @@ static void test_memory_schedule(void **st)
         c.nmemory_schedule = 2;
         c.save = b;
         c.log = lg;
-        assert_int_equal(bfit_train(&c, &rb), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &rb), BFIT_OK);
     }
     assert_int_equal(ra.samples, rb.samples);
     assert_int_equal(ra.steps, rb.steps);
@@ -298,7 +298,7 @@ static void test_batch_schedule(void **st)
     c.batch_schedule = pts;
     c.nbatch_schedule = n;
     c.log = lg;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_int_equal(r.steps, 20);
     assert_int_equal(r.samples, 960);
     assert_int_equal(r.last_batch, 64);
@@ -316,7 +316,7 @@ static void test_batch_instead_of_decay(void **st)
     c.sched.step_size = 5;
     c.sched.gamma = 0.5;
     c.batch_instead_of_decay = 1;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_int_equal(r.steps, 15);
     assert_int_equal(r.last_batch, 64);
 }
@@ -349,7 +349,7 @@ static void adaptive_run(int64_t samples, int micro_batch, const char *save, con
     c.micro_batch = micro_batch;
     c.log = lg;
     c.save = save;
-    assert_int_equal(bfit_train(&c, r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, r), BFIT_OK);
     printf("  adaptive, micro-batch %s: %lld steps, noise scale %.1f, last E %d, %d changes\n",
            micro_batch ? "fixed" : "auto", (long long)r->steps, r->noise_scale, r->last_batch, r->batch_changes);
     if (!(r->noise_scale > 0)) {
@@ -444,7 +444,7 @@ static void test_auto(void **st)
         }
         snprintf(w[i], sizeof w[i], "%s/auto%d.safetensors", tmpdir, i);
         c.save = w[i];
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
         assert_int_equal(r.steps, 100);
     }
     d = weights_diff(w[0], w[1], &amax);
@@ -461,7 +461,7 @@ static void test_auto(void **st)
         c.log = lg;
         c.on_step = auto_on_step;
         c.cb_ud = &seen;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     }
     printf("  auto: %lld steps, E %d..%d, %d changes, noise scale %.1f\n", (long long)r.steps, seen.min_E,
            seen.max_E, r.batch_changes, r.noise_scale);
@@ -538,7 +538,7 @@ static void test_auto_plateau_run(void **st)
         snprintf(w[i], sizeof w[i], "%s/plateau%d.safetensors", tmpdir, i);
         c.log = lg[i];
         c.save = w[i];
-        assert_int_equal(bfit_train(&c, &r[i]), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r[i]), BFIT_OK);
     }
     snprintf(cmd, sizeof cmd, "grep '\"event\":\"batch_change\"' %s", lg[0]);
     p = popen(cmd, "r");
@@ -577,7 +577,7 @@ static void test_auto_plateau_run(void **st)
         bfit_train_cfg c = base(small, 0, 64000);
         c.auto_batch = 1;
         c.auto_gain = -0.1;
-        assert_int_equal(bfit_train(&c, &r[0]), BFIT_EINVAL);
+        assert_int_equal(bfit_train_from(&c, &r[0]), BFIT_EINVAL);
         assert_string_equal(bfit_errfield(), "auto_gain");
     }
 }
@@ -600,7 +600,7 @@ static void test_batchnorm_warning(void **st)
         bfit_train_cfg c = base(spec, 32, 320);
         c.micro_batch = 8;
         c.log = lg;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     }
     assert_int_equal(log_count(lg, "\"event\":\"warning\""), 1);
     assert_int_equal(log_count(lg, "batch norm sees micro-batches of 8, not the effective batch 32"), 1);
@@ -608,7 +608,7 @@ static void test_batchnorm_warning(void **st)
         bfit_train_cfg c = base(spec, 32, 320);
         c.micro_batch = 32;
         c.log = lg2;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     }
     assert_int_equal(log_count(lg2, "\"event\":\"warning\""), 0);
 }

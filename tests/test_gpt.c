@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "batch/plan.h"
 #include "nn/spec.h"

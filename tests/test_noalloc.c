@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "device/device.h"
 #include "nn/model.h"
 #include "nn/spec.h"
@@ -417,7 +418,7 @@ static void test_run_token_budget(void **st)
     bfit_source s = {tsrc_take, tsrc_next, tsrc_next, 40, &ts};
     bfit_train_cfg c = bfit_train_cfg_default();
     bfit_run *run;
-    bfit_step_info in;
+    bfit_step_info in = BFIT_SIZED(bfit_step_info);
     uint64_t heap = 0, dnnl[3][16] = {{0}};
     int steps[3] = {0}, epoch = 0, rc = BFIT_OK;
     (void)st;
@@ -433,7 +434,7 @@ static void test_run_token_budget(void **st)
     c.memory = 1ull << 30;
     c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     c.lr = 1e-3;
-    if (bfit_run_new(&c, &run) != BFIT_OK)
+    if (bfit_run_new_from(&c, &run) != BFIT_OK)
         fail_msg("run: %s", bfit_errmsg());
     while (!bfit_run_done(run) && rc == BFIT_OK) {
         int counted = epoch > 0;

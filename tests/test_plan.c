@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "batch/plan.h"
 #include "nn/spec.h"

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "batch/probe.h"
 #include "nn/spec.h"

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "batchfit.h"
+#include "internal.h"
 
 static char dir[256], log_path[300], html_path[300];
 

@@ -210,11 +210,11 @@ static void assert_same_tensors(const char *pa, const char *pb)
 static void drive(const bfit_train_cfg *c, const char *save, bfit_train_result *res)
 {
     bfit_run *r;
-    bfit_step_info si;
-    bfit_eval_info ev;
+    bfit_step_info si = BFIT_SIZED(bfit_step_info);
+    bfit_eval_info ev = BFIT_SIZED(bfit_eval_info);
     int64_t n = 0;
 
-    if (bfit_run_new(c, &r) != BFIT_OK)
+    if (bfit_run_new_from(c, &r) != BFIT_OK)
         fail_msg("bfit_run_new: %s", bfit_errmsg());
     while (!bfit_run_done(r)) {
         assert_int_equal(bfit_run_step(r, &si), BFIT_OK);
@@ -225,7 +225,7 @@ static void drive(const bfit_train_cfg *c, const char *save, bfit_train_result *
     /* a step past the end is refused, and changes nothing */
     assert_int_equal(bfit_run_step(r, &si), BFIT_ESTATE);
     assert_int_equal(bfit_run_save(r, save), BFIT_OK);
-    bfit_run_result(r, res);
+    bfit_run_result_get(r, res);
     bfit_run_finish(r, BFIT_OK);
     bfit_run_free(r);
 }
@@ -338,7 +338,7 @@ static void test_run_object(void **st)
     c.log = lb;
     c.save = wb;
     rec_attach(&c, b);
-    assert_int_equal(bfit_train(&c, &rb), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &rb), BFIT_OK);
     check_record(b);
     check_good_log(lb, 15, 2, 2);
     assert_same_record(a, b);
@@ -391,7 +391,7 @@ static void tight_run(bfit_train_cfg *c, const char *lg, bfit_train_result *res,
     assert_non_null(r);
     c->log = lg;
     rec_attach(c, r);
-    if (bfit_train(c, res) != BFIT_OK)
+    if (bfit_train_from(c, res) != BFIT_OK)
         fail_msg("%s with %llu MiB: %s", c->model, (unsigned long long)(c->memory / MiB), bfit_errmsg());
     assert_int_equal(r->neval, 1);
     assert_int_equal(r->eval[0].samples, c->eval_samples);
@@ -449,7 +449,7 @@ static void check_eval_fits(const char *model, int E, uint64_t memory, int64_t s
     ec.threads = 2;
     ec.memory = 1ull << 30;
     ec.normalize = 1;
-    if (bfit_evaluate(&ec, &loss, &acc, &n) != BFIT_OK)
+    if (bfit_evaluate_from(&ec, &loss, &acc, &n) != BFIT_OK)
         fail_msg("%s", bfit_errmsg());
     printf("  again at micro-batch 1000: accuracy %.4f, loss %.4f\n", acc, loss);
     assert_int_equal(n, eval_samples);
@@ -507,7 +507,7 @@ static void test_error_event(void **st)
     c.lr = 1e4;
     c.log = lg;
     c.save = w;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     assert_int_equal(rc, BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "lr");
     assert_non_null(strstr(bfit_errmsg(), "lr: the loss became"));
@@ -523,7 +523,7 @@ static void test_error_event(void **st)
     c = quick(mlp, 64, 640);
     c.memory = MiB;
     c.log = lg;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     assert_int_equal(rc, BFIT_ENOMEM);
     check_error_log(lg, rc, 0, "memory");
 }
@@ -541,10 +541,10 @@ static void test_eval_oom_recovered(void **st)
 {
     bfit_train_cfg c = quick(mlp, 64, 640);
     bfit_run *run = NULL;
-    bfit_eval_info ev;
+    bfit_eval_info ev = BFIT_SIZED(bfit_eval_info);
     bfit_arena_stats s0, s1;
     (void)st;
-    assert_int_equal(bfit_run_new(&c, &run), BFIT_OK);
+    assert_int_equal(bfit_run_new_from(&c, &run), BFIT_OK);
     while (!bfit_run_done(run))
         assert_int_equal(bfit_run_step(run, NULL), BFIT_OK);
     bfit_arena_stats_get(bfit_run_arena(run), &s0);
@@ -623,7 +623,7 @@ static void test_shared_device(void **st)
     rec_attach(&c, r);
     c.on_step = cotenant;
     c.micro_batch = 256;
-    assert_int_equal(bfit_train(&c, &res), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_OK);
     assert_int_equal(res.ooms, 0);                 /* shrunk before failing */
     assert_int_equal(res.samples, 256 * 96);
     for (int i = 0; i < r->nchange; i++) {
@@ -660,13 +660,13 @@ static void test_final_eval_failure_saves(void **st)
     tmp_path(lg, sizeof lg, "last_eval.jsonl");
     tmp_path(mid, sizeof mid, "mid.safetensors");
     c.save = ok;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
 
     c.save = w;
     c.log = lg;
     c.memory_schedule = drop;
     c.nmemory_schedule = 1;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     assert_int_equal(rc, BFIT_ENOMEM);
     printf("  %s\n", bfit_errmsg());
     assert_string_equal(bfit_errfield(), "memory");
@@ -684,7 +684,7 @@ static void test_final_eval_failure_saves(void **st)
     /* the same drop after epoch 1 of 2 */
     c.save = mid;
     c.epochs = 2;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     assert_int_equal(rc, BFIT_ENOMEM);
     assert_null(strstr(bfit_errmsg(), "saved"));
     assert_non_null(strstr(bfit_errmsg(), "evaluation at micro-batch 1 needs"));

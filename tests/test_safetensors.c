@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "tensor/safetensors.h"
 
 static char dir[PATH_MAX];

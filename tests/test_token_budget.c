@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "tdev.h"
 
 static char tmpdir[256];
@@ -179,7 +180,7 @@ static int run(const opts *o, seen *v, bfit_train_result *res)
     c.cb_ud = v;
     c.on_samples = on_samples;
     c.on_samples_ud = v;
-    return bfit_train(&c, res);
+    return bfit_train_from(&c, res);
 }
 
 static void run_ok(const opts *o, seen *v, bfit_train_result *res)
@@ -418,13 +419,13 @@ static void test_refusals(void **st)
     c.model = "mlp";
     c.batch_tokens = 1;
     c.max_steps = 1;
-    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "batch_tokens");
     assert_non_null(strstr(bfit_errmsg(), "not a token model"));
     c.model = spec_path;
     c.auto_batch = 1;
     c.batch = 0;
-    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "batch_tokens");
     o.tokens = 1;
     assert_int_equal(run(&o, &v, &r), BFIT_OK); /* the same model with a budget trains */

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "data/data.h"
 
 static char tmpdir[256];
@@ -415,7 +416,7 @@ static void run(int micro, int seq_max, losses *out, double *test_loss, bfit_tra
     c.cb_ud = out;
     c.seq_max = seq_max;
     memset(out, 0, sizeof *out);
-    if (bfit_train(&c, &res) != BFIT_OK)
+    if (bfit_train_from(&c, &res) != BFIT_OK)
         fail_msg("train: %s", bfit_errmsg());
     *test_loss = res.test_loss;
     if (rr)
@@ -540,14 +541,14 @@ static void test_save_and_evaluate(void **st)
     c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     c.lr = 1e-2;
     c.save = w;
-    if (bfit_train(&c, &res) != BFIT_OK)
+    if (bfit_train_from(&c, &res) != BFIT_OK)
         fail_msg("train: %s", bfit_errmsg());
     memset(&e, 0, sizeof e);
     e.model = spec_path;
     e.weights = w;
     e.data = text_path;
     e.threads = 2;
-    if (bfit_evaluate(&e, &loss, &acc, &cnt) != BFIT_OK)
+    if (bfit_evaluate_from(&e, &loss, &acc, &cnt) != BFIT_OK)
         fail_msg("evaluate: %s", bfit_errmsg());
     print_message("  trained 20 steps: test loss %.4f per token (run), %.4f (evaluate, %lld sequences)\n",
                   res.test_loss, loss, (long long)cnt);

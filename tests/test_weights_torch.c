@@ -68,7 +68,7 @@ static void check_model(const char *name)
     c.eval_samples = 100;
     c.threads = 2;
     c.save = wpath;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
 
     tdev_open(&td, 2);
     assert_int_equal(bfit_spec_parse_file(spec, &g), BFIT_OK);

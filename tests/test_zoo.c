@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "nn/model.h"
 #include "nn/spec.h"

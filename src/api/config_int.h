@@ -16,7 +16,7 @@
 #include "train/trainer.h"
 
 /* The commands an option belongs to. */
-enum { CMD_PLAN = 1, CMD_FIND = 2, CMD_TRAIN = 4, CMD_EVAL = 8, CMD_DEVICE = 16 };
+enum { CMD_PLAN = 1, CMD_FIND = 2, CMD_TRAIN = 4, CMD_EVAL = 8, CMD_DEVICE = 16, CMD_PROFILE = 32 };
 
 #define BFIT_CFG_NOPT 128  /* room for the table's options (config.c checks it) */
 
@@ -43,6 +43,9 @@ struct bfit_config {
     const char *plot;
     /* eval */
     const char *weights;
+    /* profile */
+    double rep_seconds;
+    const char *matmul;
     /* owned copies of what the run's struct points to */
     bfit_batch_point bpts[BFIT_BATCH_SCHEDULE_MAX];
     bfit_mem_point mpts[BFIT_MEM_SCHEDULE_MAX];

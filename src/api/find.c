@@ -20,15 +20,15 @@ static int explain_no_fit(const bfit_find_cfg *fc, const bfit_probe_result *r, i
     if (rc != BFIT_ENOMEM || r->no_fit == BFIT_PROBE_FITS)
         return rc;
     if (r->p1.bytes[BFIT_MEM_OPTIMIZER])
-        snprintf(hint, sizeof hint, ", or hold no optimizer state (%s of it): optimizer sgd, momentum 0",
+        snprintf(hint, sizeof hint, ", or hold no optimizer state (%s of it): --optimizer sgd --momentum 0",
                  fmt(r->p1.bytes[BFIT_MEM_OPTIMIZER], b1));
     if (margin > 0)
-        return bfit_fail_field(BFIT_ENOMEM, "memory", "%s: %s; batch 1 needs a memory of at least %s (%s with margin "
-                               "0)%s", fc->model, bfit_errmsg(),
+        return bfit_fail(BFIT_ENOMEM, "%s: %s; give --memory of at least %s for batch 1 (%s with --margin 0)%s",
+                         fc->model, bfit_errmsg(),
                                fmt(bfit_capacity_for(r->p1.peak + r->held_other, margin), b1),
                                fmt(r->p1.peak + r->held_other, b2), hint);
-    return bfit_fail_field(BFIT_ENOMEM, "memory", "%s: %s; batch 1 needs a memory of at least %s%s", fc->model,
-                           bfit_errmsg(), fmt(r->p1.peak + r->held_other, b1), hint);
+    return bfit_fail(BFIT_ENOMEM, "%s: %s; give --memory of at least %s for batch 1%s", fc->model, bfit_errmsg(),
+                     fmt(r->p1.peak + r->held_other, b1), hint);
 }
 
 /* The probe's answers into the result; the chart when asked. */

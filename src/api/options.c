@@ -74,7 +74,8 @@ static int set_dbl(bfit_config *c, const bfit_opt *o, const char *v)
 static int set_size(bfit_config *c, const bfit_opt *o, const char *v)
 {
     size_t n = v ? strlen(v) : 0;
-    if (n && v[n - 1] >= '0' && v[n - 1] <= '9')
+    uint64_t b;
+    if (n && v[n - 1] >= '0' && v[n - 1] <= '9' && bfit_parse_size(v, &b) == BFIT_OK && b > 0)
         return bfit_fail_field(BFIT_EINVAL, field(o), "'%s' has no unit: give one, e.g. %sGiB or %sMiB (B for bytes)",
                                v, v, v);
     return bfit_parse_capacity(v, AT(c, o, uint64_t)) == BFIT_OK ? BFIT_OK : bad(o);
@@ -287,12 +288,13 @@ static int set_largest_only(bfit_config *c, const bfit_opt *o, const char *v)
 #define T CMD_TRAIN
 #define E CMD_EVAL
 #define D CMD_DEVICE
+#define X CMD_PROFILE
 #define BMAX BFIT_BATCH_MAX
 #define CMAX ((double)BFIT_COUNT_MAX)
 
 static const bfit_opt table[] = {
     /* model and data */
-    {"model", "PRESET|FILE", P | F | T | E, set_str, OFF(t.model), 0, 0, NULL},
+    {"model", "PRESET|FILE", P | F | T | E | X, set_str, OFF(t.model), 0, 0, NULL},
     {"data", "NAME|PATH", F | T | E, set_str, OFF(t.data), 0, 0, NULL},
     {"test-data", "PATH", T, set_str, OFF(t.test_data), 0, 0, NULL},
     {"csv-header", "yes|no|auto", F | T | E, set_named, 0, 0, 0, NULL},
@@ -308,7 +310,7 @@ static const bfit_opt table[] = {
     {"seq", "N", P, set_int, OFF(seq), 1, 1 << 24, NULL},
     {"attention", "stored|lean", P, set_attention, 0, 0, 0, NULL},
     /* batch and memory */
-    {"batch", "N|auto|adaptive", P | T, set_batch, 0, 1, BMAX, "batch adaptive"},
+    {"batch", "N|auto|adaptive", P | T | X, set_batch, 0, 1, BMAX, "batch adaptive"},
     {"batch-tokens", "N|adaptive", T, set_batch_tokens, 0, 1, BMAX, "batch adaptive"},
     {"batch-min", "N", T, set_int, OFF(t.batch_min), 2, BMAX, NULL},
     {"batch-max", "N", T, set_int, OFF(t.batch_max), 2, BMAX, NULL},
@@ -329,20 +331,20 @@ static const bfit_opt table[] = {
     {"nesterov", "", T, set_flag, OFF(nesterov), 0, 0, NULL},
     {"weight-decay", "X", T, set_given_dbl, OFF(weight_decay), 0, 10, NULL},
     {"schedule", "constant|step|cosine", T, set_named, 0, 0, 0, NULL},
-    {"warmup", "N", F | T, set_warmup, OFF(warmup), 0, CMAX, NULL},
+    {"warmup", "N", F | T | X, set_warmup, OFF(warmup), 0, CMAX, NULL},
     {"step-size", "N", T, set_i64, OFF(step_size), 1, CMAX, NULL},
     {"gamma", "X", T, set_dbl, OFF(gamma), 1e-9, 1, NULL},
     {"clip", "X", T, set_dbl, OFF(t.clip), 1e-12, 1e12, NULL},
     /* precision and storage */
-    {"precision", "f32|bf16|f16", P | F | T, set_named, 0, 0, 0, NULL},
+    {"precision", "f32|bf16|f16", P | F | T | X, set_named, 0, 0, 0, NULL},
     {"recompute", "none|blocks|sqrt|auto", P | F | T, set_named, 0, 0, 0, NULL},
     {"no-lean", "", P | F | T, set_flag, OFF(t.storage.lean), 0, 0, NULL},
     {"loss-scale", "none|dynamic|S", T, set_loss_scale, 0, 1e-7, 1e30, NULL},
     {"loss-scale-interval", "N", T, set_i64, OFF(t.loss_scale_interval), 1, CMAX, NULL},
     /* the run */
     {"seed", "N", F | T, set_u64, OFF(t.seed), 0, (double)INT64_MAX, NULL},
-    {"threads", "N", P | F | T | E | D, set_int, OFF(t.threads), 1, 1024, NULL},
-    {"device", "cpu|cuda|cuda:N|auto", P | F | T | E | D, set_device, OFF(t.device_name), 0, 0, NULL},
+    {"threads", "N", P | F | T | E | D | X, set_int, OFF(t.threads), 1, 1024, NULL},
+    {"device", "cpu|cuda|cuda:N|auto", P | F | T | E | D | X, set_device, OFF(t.device_name), 0, 0, NULL},
     {"conv-algo", "fastest|lean|auto", P | F | T | E | D, set_named, 0, 0, 0, NULL},
     {"save", "FILE", T, set_str, OFF(t.save), 0, 0, NULL},
     {"log", "FILE", T, set_str, OFF(t.log), 0, 0, NULL},
@@ -362,10 +364,13 @@ static const bfit_opt table[] = {
     /* find */
     {"limit", "N", F, set_int, OFF(limit), 1, BMAX, NULL},
     {"tolerance", "F", F, set_dbl, OFF(probe.tolerance), 0, 0.99, NULL},
-    {"repeats", "N", F, set_int, OFF(probe.repeats), 1, 1000, NULL},
+    {"repeats", "N", F | X, set_int, OFF(probe.repeats), 1, 1000, NULL},
     {"data-threshold", "F", F, set_dbl, OFF(probe.data_threshold), 0.001, 1, NULL},
     {"largest-only", "", F, set_largest_only, 0, 0, 0, NULL},
     {"plot", "FILE", F, set_str, OFF(plot), 0, 0, NULL},
+    /* profile */
+    {"rep-seconds", "SECONDS", X, set_dbl, OFF(rep_seconds), 0.001, 3600, NULL},
+    {"matmul", "MxNxK", X, set_str, OFF(matmul), 0, 0, NULL},
 };
 
 #undef P
@@ -373,6 +378,7 @@ static const bfit_opt table[] = {
 #undef T
 #undef E
 #undef D
+#undef X
 
 _Static_assert(sizeof table / sizeof table[0] <= BFIT_CFG_NOPT, "BFIT_CFG_NOPT holds every option");
 
@@ -406,6 +412,7 @@ void bfit_config_defaults(bfit_config *c)
     c->sched_kind = BFIT_SCHED_CONSTANT;
     c->gamma = 0.1;
     c->probe = bfit_probe_cfg_default();
+    c->rep_seconds = 0.5;
 }
 
 /* ---- reading back ------------------------------------------------------------ */

@@ -14,6 +14,18 @@
 
 static const char *fmt(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
 
+/* The model's graph from its source, at the asked sequence length. */
+static int load_graph(const bfit_config *c, bfit_graph_desc *g)
+{
+    int rc = bfit_model_source_load(c->t.model, g);
+    if (rc != BFIT_OK)
+        return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
+    if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq)) != BFIT_OK) ||
+        (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK))
+        bfit_graph_fini(g);
+    return rc;
+}
+
 /* The options plan reads, checked against each other. */
 static int plan_args_of(const bfit_config *c, plan_args *a, bfit_optim_cfg *opt)
 {
@@ -43,19 +55,17 @@ static int plan_args_of(const bfit_config *c, plan_args *a, bfit_optim_cfg *opt)
     if (a->eval && c->mom_set)
         return bfit_fail_field(BFIT_EINVAL, "momentum", "has no effect with eval, which plans no optimizer: leave "
                                "one of them out");
+    for (int i = 0; i < a->nbatch; i++)
+        if (a->batch[i] > BFIT_PLAN_LIMIT)
+            return bfit_fail_field(BFIT_EINVAL, "batch", "%d is out of range: expected 1 to %d", a->batch[i],
+                                   BFIT_PLAN_LIMIT);
+    if (c->seq || c->attn_set) { /* a length or attention the model cannot take is a bad option */
+        bfit_graph_desc g;
+        if ((rc = load_graph(c, &g)) != BFIT_OK)
+            return rc;
+        bfit_graph_fini(&g);
+    }
     return bfit_config_optim(c, opt);
-}
-
-/* The model's graph from its source, at the asked sequence length. */
-static int load_graph(const bfit_config *c, bfit_graph_desc *g)
-{
-    int rc = bfit_model_source_load(c->t.model, g);
-    if (rc != BFIT_OK)
-        return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
-    if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq)) != BFIT_OK) ||
-        (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK))
-        bfit_graph_fini(g);
-    return rc;
 }
 
 /* Say why something does not fit: BFIT_ENOMEM with the message, or BFIT_OK.
@@ -67,18 +77,20 @@ static int check_fits(const plan_report *r)
     char b[8][32];
     const bfit_step_plan *p1 = &r->pr.p1;
 
+    char b8[32];
+
     if (p1->fixed > a->memory)
-        return bfit_fail_field(BFIT_ENOMEM, "memory", "%s does not fit in %s at any batch size: its fixed part alone "
+        return bfit_fail(BFIT_ENOMEM, "%s does not fit in %s at any batch size: its fixed part alone "
                   "(parameters %s + gradients %s + optimizer state %s + statistics %s = %s) exceeds the memory by %s; "
-                  "batch 1 needs a memory of at least %s (%s with the %g%% margin)%s",
+                  "batch 1 needs --memory of at least %s (%s with the %g%% margin)%s",
                   a->model, fmt(a->memory, b[0]), fmt(p1->bytes[BFIT_MEM_PARAMS], b[1]),
                   fmt(p1->bytes[BFIT_MEM_GRADS], b[2]), fmt(p1->bytes[BFIT_MEM_OPTIMIZER], b[3]),
                   fmt(p1->bytes[BFIT_MEM_OTHER], b[7]), fmt(p1->fixed, b[4]), fmt(p1->fixed - a->memory, b[5]),
-                  fmt(p1->peak, b[6]), fmt(bfit_capacity_for(p1->peak, a->margin), b[0]), 100 * a->margin,
-                  p1->bytes[BFIT_MEM_OPTIMIZER] ? "; or plan less optimizer state (optimizer sgd, momentum 0)" : "");
+                  fmt(p1->peak, b[6]), fmt(bfit_capacity_for(p1->peak, a->margin), b8), 100 * a->margin,
+                  p1->bytes[BFIT_MEM_OPTIMIZER] ? "; or plan less optimizer state: --optimizer sgd --momentum 0" : "");
     if (r->pr.m_full == 0)
-        return bfit_fail_field(BFIT_ENOMEM, "memory", "%s does not fit in %s even at batch 1: batch 1 needs %s, %s "
-                  "more than the memory; it needs a memory of at least %s (%s with the %g%% margin)",
+        return bfit_fail(BFIT_ENOMEM, "%s does not fit in %s even at batch 1: batch 1 needs %s, %s "
+                  "more than the memory; give --memory of at least %s (%s with the %g%% margin)",
                   a->model, fmt(a->memory, b[0]), fmt(p1->peak, b[1]), fmt(p1->peak - a->memory, b[2]),
                   fmt(p1->peak, b[3]), fmt(bfit_capacity_for(p1->peak, a->margin), b[4]), 100 * a->margin);
     for (int i = r->pr.nshown - 1; i >= 0; i--) {
@@ -89,7 +101,7 @@ static int check_fits(const plan_report *r)
             continue;
         if ((rc = bfit_plan_compute(r->M, r->opt, r->pr.m_full, !a->eval, &best)) != BFIT_OK)
             return rc;
-        return bfit_fail_field(BFIT_ENOMEM, "batch", "batch %d does not fit in %s: it needs %s, %s more (a memory "
+        return bfit_fail(BFIT_ENOMEM, "batch %d does not fit in %s: it needs %s, %s more (give --memory "
                   "of at least %s, or %s to keep the %g%% margin); the largest batch that fits is %d (%s), %d within "
                   "the margin", p->m, fmt(a->memory, b[0]), fmt(p->peak, b[1]), fmt(p->peak - a->memory, b[2]),
                   fmt(p->peak, b[3]), fmt(bfit_capacity_for(p->peak, a->margin), b[4]), 100 * a->margin,

@@ -42,9 +42,6 @@ int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, 
  * the plans count (NULL: none). */
 int bfit_model_set_storage(bfit_model *M, const bfit_storage *s, const bfit_optim_cfg *opt, uint64_t budget,
                            int target);
-/* The storage a model has now, auto resolved: its recomputation reads
- * cuts then, with the number of values it keeps. */
-bfit_storage bfit_model_storage(const bfit_model *M);
 
 
 

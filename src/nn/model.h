@@ -59,6 +59,10 @@ void bfit_model_free(bfit_model *M);
 int64_t bfit_model_param_count(const bfit_model *M);
 /* Class scores the model outputs. */
 int bfit_model_classes(const bfit_model *M);
+/* The storage a model has now, auto resolved: its recomputation reads
+ * cuts then, with the number of values it keeps. */
+bfit_storage bfit_model_storage(const bfit_model *M);
+
 
 
 #define BFIT_OFF_NONE UINT64_MAX

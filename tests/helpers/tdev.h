@@ -7,7 +7,7 @@
 #ifndef BFIT_TDEV_H
 #define BFIT_TDEV_H
 
-#include "device/device.h"
+#include "internal.h"
 
 typedef struct tdev {
     bfit_device *dev;
