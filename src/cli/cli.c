@@ -66,6 +66,34 @@ static const char *alias_of(const cli_cmd *cmd, const char *name)
     return name;
 }
 
+/* The argument spells the option whole ("--epochs", "--epochs=3"), not
+ * an abbreviation of it. */
+static int exact(const char *arg, const char *opt)
+{
+    size_t n = strlen(opt);
+    return !strncmp(arg, "--", 2) && !strncmp(arg + 2, opt, n) && (arg[2 + n] == '\0' || arg[2 + n] == '=');
+}
+
+/* An option getopt does not know: the library's "did you mean", or that
+ * the option is another command's. */
+static void unknown_option(const cli_cmd *cmd, const char *arg)
+{
+    char name[64];
+    bfit_config *scratch = bfit_config_new();
+    size_t n = strcspn(arg + (strncmp(arg, "--", 2) ? 0 : 2), "=");
+    snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), arg + (strncmp(arg, "--", 2) ? 0 : 2));
+    if (scratch && strncmp(arg, "--", 2) == 0 && bfit_config_set(scratch, name, NULL) != BFIT_OK &&
+        strstr(bfit_errmsg(), "did you mean '")) {
+        const char *m = strstr(bfit_errmsg(), "did you mean '") + 14;
+        cli_error("unknown option '%s': did you mean '--%.*s'?", arg, (int)strcspn(m, "'"), m);
+    } else if (scratch && strncmp(arg, "--", 2) == 0 && strstr(bfit_errmsg(), "unknown option") == NULL) {
+        cli_error("unknown option '%s' for %s (another command's option)", arg, cmd->name);
+    } else {
+        cli_error("unknown option '%s'", arg);
+    }
+    bfit_config_free(scratch);
+}
+
 int cli_parse(const cli_cmd *cmd, int argc, char **argv, bfit_config *c, unsigned *local)
 {
     int o, idx;
@@ -80,10 +108,16 @@ int cli_parse(const cli_cmd *cmd, int argc, char **argv, bfit_config *c, unsigne
             if (optopt)
                 cli_error("option %s needs a value", name);
             else
-                cli_error("unknown option '%s'", name);
+                unknown_option(cmd, name);
             return cli_usage_hint(cmd->name);
         }
         opt = cmd->opts[idx].name;
+        if (optarg && optind >= 2 && optarg == argv[optind - 1]) /* "--opt VALUE": the option is before it */
+            name = argv[optind - 2];
+        if (!exact(name, opt)) { /* getopt takes abbreviations; a typo must not pick an option */
+            unknown_option(cmd, name);
+            return cli_usage_hint(cmd->name);
+        }
         if (!strcmp(opt, "help")) {
             cmd->help();
             return EXIT_OK;

@@ -196,9 +196,9 @@ done
 if cmp -s "$tmp/ls-none.st" "$tmp/ls-1024.st"; then passes=$((passes + 1)); else
   echo "FAIL: --loss-scale 1024 changed the weights"; fails=$((fails + 1)); fi
 expect 0 "step 2: the gradients overflowed at loss scale 1024: step skipped \(its samples count\), scale now 512" \
-  "$bf" train --model "$m" --loss-scale 1024 --test-poison-step 2 --epoch-samples 384 --eval-samples 100 --batch 64 \
-  --threads 2
-out=$("$bf" train --model "$m" --loss-scale 1024 --test-poison-step 2 --epoch-samples 384 --eval-samples 100 \
+  env BFIT_TEST_POISON_STEP=2 "$bf" train --model "$m" --loss-scale 1024 --epoch-samples 384 --eval-samples 100 \
+  --batch 64 --threads 2
+out=$(BFIT_TEST_POISON_STEP=2 "$bf" train --model "$m" --loss-scale 1024 --epoch-samples 384 --eval-samples 100 \
   --batch 64 --threads 2 2>&1)
 if grep -q "after 1 epoch(s), 6 steps" <<<"$out" && grep -q "loss scaling: 1 step(s) skipped" <<<"$out"; then
   passes=$((passes + 1)); else echo "FAIL: the skipped step is not counted once among 6: $out" | head -5; fails=$((fails + 1)); fi
