@@ -14,6 +14,7 @@ libdir=${libdir%/pkgconfig}
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cc -std=c11 -Wall -Wextra -Werror "$src/examples/embed.c" $(pkg-config --cflags --libs batchfit) -o "$tmp/embed"
+cc -std=c11 -Wall -Wextra -Werror "$src/examples/auto.c" $(pkg-config --cflags --libs batchfit) -o "$tmp/auto"
 # the command line is a user of the library like any other: its sources and
 # the installed header and library are all it needs
 cc -std=gnu11 -Wall -Wextra -Werror "$src"/src/cli/*.c $(pkg-config --cflags --libs batchfit) -o "$tmp/batchfit"
@@ -35,4 +36,11 @@ re=$(sed -n 's/^reloaded: test accuracy \([0-9.]*\)%.*/\1/p' <<<"$out")
 [ "$acc" = "$re" ] || { echo "FAIL: reloaded weights give $re%, training ended at $acc%" >&2; exit 1; }
 awk -v a="$acc" 'BEGIN { exit !(a > 50) }' || { echo "FAIL: accuracy $acc% after 16 steps" >&2; exit 1; }
 test -s embed.safetensors
+# auto mode with every other default the library's: it starts at the
+# batch the lr is for and trains
+out=$("$tmp/auto" 3000)
+echo "$out"
+grep -q '"event":"start"' <<<"$out" || { echo "FAIL: auto: no start event" >&2; exit 1; }
+grep -q '^test accuracy [0-9.]*% after 1 epoch' <<<"$out" || { echo "FAIL: auto: no summary" >&2; exit 1; }
+grep -q '^last batch [0-9]*, micro-batch [0-9]*' <<<"$out" || { echo "FAIL: auto: no last batch" >&2; exit 1; }
 echo "embed: installed library, public header only, trained and reloaded ($acc%)"
