@@ -1,6 +1,7 @@
 /* run_int.h - what a run holds, shared by the files of train/: setup
- * (run.c), one optimizer step (step.c), evaluation (eval.c) and the loop
- * with saving (train.c). */
+ * (run.c), one optimizer step (step.c, with memsched.c, memwait.c, snap.c
+ * and pack.c), evaluation (eval.c), checkpoints (ckpt*.c) and the loop with
+ * saving (train.c). */
 #ifndef BFIT_RUN_INT_H
 #define BFIT_RUN_INT_H
 
@@ -150,13 +151,20 @@ uint64_t bfit_run_plan_bytes(bfit_run *r, int m); /* at micro-batch m (in E's un
 int bfit_run_plan_seqs(const bfit_run *r, int m); /* the sequences (samples) micro-batch m is planned as */
 /* step.c */
 void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);
+/* memsched.c: the capacity as the memory schedule and the device's free
+ * memory have it; what is free for a step (its own blocks count as free) */
 int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto);
 void bfit_run_watch_device(bfit_run *r);
+uint64_t bfit_run_free_for_step(const bfit_run *r);
+/* memwait.c: not even micro-batch 1 fits: wait for memory to come back
+ * (a shared device) or fail with BFIT_ENOMEM saying what is missing */
+int bfit_run_wait_for_memory(bfit_run *r);
 /* train.c: the metadata of a weights file (format first); bufs[0..1] are to be freed */
 #define RUN_META_MAX 7
 int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs);
-/* step.c: the snapshot of a step boundary, and going back to it */
+/* snap.c: the snapshot of a step boundary, and going back to it */
 void bfit_run_snap_take(bfit_run *r, run_snap *s);
+int bfit_run_snap_step(bfit_run *r); /* r->snap and the running statistics, at a step's start */
 int bfit_run_rollback(bfit_run *r);
 int bfit_run_stop_requested(bfit_run *r);
 /* ckpt.c */
@@ -180,8 +188,18 @@ int bfit_run_has_batchnorm(const bfit_model *M);
 int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);
 
+/* pack.c */
 /* What a loss over n staged samples is a sum of: n, or for a token model the
  * labels that count (padding, -1, does not). */
 int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n);
+/* The size of the micro-batch that starts at staged sample done (*want, at
+ * most left): m, or for variable lengths what fits at its length. seq_max:
+ * the step's E staged sequences sorted longest first; the model put at the
+ * length of the micro-batch starting at done; that micro-batch packed at
+ * its length (*x, *y point into the pack buffers). */
+int bfit_run_micro_size(bfit_run *r, int done, int left, int *want);
+void bfit_run_sort_by_length(bfit_run *r, int E);
+int bfit_run_trim(bfit_run *r, int done);
+void bfit_run_pack(bfit_run *r, int done, int want, const float **x, const int32_t **y);
 
 #endif
