@@ -20,8 +20,8 @@ int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto)
     const bfit_train_cfg *c = &r->cfg;
     int changed = 0;
     char s1[32];
-    for (; r->nmem < c->nmemory_schedule && c->memory_schedule[r->nmem].step <= upto; r->nmem++) {
-        uint64_t cap = c->memory_schedule[r->nmem].capacity;
+    for (; r->pos.nmem < c->nmemory_schedule && c->memory_schedule[r->pos.nmem].step <= upto; r->pos.nmem++) {
+        uint64_t cap = c->memory_schedule[r->pos.nmem].capacity;
         bfit_arena_set_capacity(r->s.arena, cap);
         changed = 1;
         bfit_log_event(&r->lg, "memory", "\"step\":%lld,\"capacity\":%llu", (long long)upto, (unsigned long long)cap);
@@ -60,7 +60,7 @@ void bfit_run_watch_device(bfit_run *r)
         return;
     bfit_arena_set_capacity(r->s.arena, cap);
     bfit_log_event(&r->lg, "memory", "\"step\":%lld,\"capacity\":%llu,\"device_free\":%llu,\"source\":\"device\"",
-                   (long long)r->step, (unsigned long long)cap, (unsigned long long)free_b);
-    bfit_log_say(&r->lg, "batchfit: step %lld: the device has %s free: capacity now %s", (long long)r->step,
+                   (long long)r->pos.step, (unsigned long long)cap, (unsigned long long)free_b);
+    bfit_log_say(&r->lg, "batchfit: step %lld: the device has %s free: capacity now %s", (long long)r->pos.step,
                  bfit_format_size(free_b, s1, sizeof s1), bfit_format_size(cap, s2, sizeof s2));
 }

@@ -46,9 +46,9 @@ static void say_waiting(bfit_run *r, uint64_t need, uint64_t miss, double limit)
 {
     char s1[32], s2[32], s3[32];
     bfit_log_event(&r->lg, "memory_wait", "\"step\":%lld,\"need\":%llu,\"missing\":%llu,\"limit\":%.1f",
-                   (long long)r->step, (unsigned long long)need, (unsigned long long)miss, limit);
+                   (long long)r->pos.step, (unsigned long long)need, (unsigned long long)miss, limit);
     bfit_log_say(&r->lg, "batchfit: step %lld: not even micro-batch 1 fits (it needs %s, %s missing): waiting up to "
-                 "%s for memory to come back", (long long)r->step + 1, bfit_format_size(need, s1, sizeof s1),
+                 "%s for memory to come back", (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                  bfit_format_size(miss, s2, sizeof s2), bfit_format_secs(limit, s3, sizeof s3));
 }
 
@@ -85,18 +85,18 @@ int bfit_run_wait_for_memory(bfit_run *r)
     r->step_waited += now - t0;
     if (bfit_run_stop_requested(r))
         return bfit_fail(BFIT_ESTOPPED, "stopped on request while waiting for memory in step %lld: the run is at "
-                         "step %lld", (long long)r->step + 1, (long long)r->step);
+                         "step %lld", (long long)r->pos.step + 1, (long long)r->pos.step);
     if (miss == 0) {
-        bfit_log_event(&r->lg, "memory_back", "\"step\":%lld,\"waited\":%.3f", (long long)r->step, now - t0);
-        bfit_log_say(&r->lg, "batchfit: step %lld: memory came back after %s", (long long)r->step + 1,
+        bfit_log_event(&r->lg, "memory_back", "\"step\":%lld,\"waited\":%.3f", (long long)r->pos.step, now - t0);
+        bfit_log_say(&r->lg, "batchfit: step %lld: memory came back after %s", (long long)r->pos.step + 1,
                      bfit_format_secs(now - t0, s3, sizeof s3));
         controller_memory_now(r);
         return BFIT_OK;
     }
-    r->res.stopped = BFIT_ENOMEM;
-    r->res.missing = miss;
+    r->pos.res.stopped = BFIT_ENOMEM;
+    r->pos.res.missing = miss;
     return bfit_fail_field(BFIT_ENOMEM, "memory", "not even micro-batch 1 fits at step %lld: it needs %s, %s is "
-                           "missing%s%s%s", (long long)r->step + 1, bfit_format_size(need, s1, sizeof s1),
+                           "missing%s%s%s", (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                            bfit_format_size(miss, s2, sizeof s2), di.shared ? "; waited " : "",
                            di.shared ? bfit_format_secs(r->waited, s3, sizeof s3) : "",
                            di.shared ? " for it to come back" : "");

@@ -72,8 +72,8 @@ int bfit_run_trim(bfit_run *r, int done)
  * than T or the last one goes past E, and it should still run whole. */
 static uint64_t sizing_bytes(bfit_run *r)
 {
-    uint64_t bytes = bfit_run_plan_bytes(r, r->m), room;
-    if (!r->cfg.batch_tokens || r->cfg.micro_batch || r->cfg.adaptive || r->m < r->d.batch)
+    uint64_t bytes = bfit_run_plan_bytes(r, r->pos.m), room;
+    if (!r->cfg.batch_tokens || r->cfg.micro_batch || r->cfg.adaptive || r->pos.m < r->pos.d.batch)
         return bytes;
     room = bfit_plan_budget(bfit_arena_capacity(r->s.arena), r->cfg.margin);
     if (r->fixed_bytes + bfit_run_free_for_step(r) < room)
@@ -93,7 +93,7 @@ int bfit_run_micro_size(bfit_run *r, int done, int left, int *want)
     int L = r->s.M->input.d[0], i = (L + 15) / 16, b, cap;
     uint64_t bytes;
     if (!r->fit_seqs) {
-        *want = left < r->m ? left : r->m;
+        *want = left < r->pos.m ? left : r->pos.m;
         return BFIT_OK;
     }
     if ((bytes = sizing_bytes(r)) != r->fit_bytes) { /* sized for other bytes: forget */
@@ -111,7 +111,7 @@ int bfit_run_micro_size(bfit_run *r, int done, int left, int *want)
     }
     b = r->fit_seqs[i];
     if (r->cfg.micro_batch || r->cfg.adaptive) {
-        cap = r->cfg.batch_tokens ? r->m / L : r->m;
+        cap = r->cfg.batch_tokens ? r->pos.m / L : r->pos.m;
         b = cap < 1 ? 1 : cap < b ? cap : b;
     }
     b = left < b ? left : b;
@@ -134,5 +134,5 @@ void bfit_run_pack(bfit_run *r, int done, int want, const float **x, const int32
     }
     *x = (const float *)r->pack_x;
     *y = r->pack_y;
-    r->res.tokens_computed += (int64_t)want * (int64_t)L;
+    r->pos.res.tokens_computed += (int64_t)want * (int64_t)L;
 }

@@ -40,20 +40,8 @@ static int stats_io(bfit_run *r, int up)
 void bfit_run_snap_take(bfit_run *r, run_snap *s)
 {
     memset(s, 0, sizeof *s);
-    s->step = r->step;
-    s->samples = r->samples;
-    s->taken = r->taken;
-    s->ep_count = r->ep_count;
+    s->pos = r->pos;
     s->per_epoch = r->per_epoch;
-    s->epoch = r->epoch;
-    s->m = r->m;
-    s->warned_bn = r->warned_bn;
-    s->nmem = r->nmem;
-    s->micro = r->micro;
-    s->train_time = r->train_time;
-    s->ep_loss = r->ep_loss;
-    s->res = r->res;
-    s->d = r->d;
     bfit_controller_state_get(r->ctl, &s->ctl);
     if (r->tr.s) {
         bfit_cursor c = bfit_stream_tell(r->tr.s);
@@ -61,8 +49,6 @@ void bfit_run_snap_take(bfit_run *r, run_snap *s)
         s->cursor_pos = c.pos;
     }
     s->optim_steps = bfit_optim_steps(r->opt);
-    s->ls = r->ls;
-    s->track_stale = r->track_stale;
 }
 
 /* The snapshot at a step's start: the state and the running statistics. */
@@ -72,15 +58,16 @@ int bfit_run_snap_step(bfit_run *r)
     return r->stats_bytes ? stats_io(r, 0) : BFIT_OK;
 }
 
-/* Back to the step's start: nothing of the abandoned step remains. */
+/* Back to the step's start: nothing of the abandoned step remains. The
+ * memory schedule is applied between steps only, so the snapshot's nmem is
+ * the run's still. */
 int bfit_run_rollback(bfit_run *r)
 {
     const run_snap *s = &r->snap;
+    int dirty = r->track && r->track_dirty;
     int rc = bfit_model_zero_grads(r->s.M);
-    if (rc == BFIT_OK && r->track && r->track_dirty) {
+    if (rc == BFIT_OK && dirty)
         rc = bfit_gradnorm_track_reset(r->gn);
-        r->track_stale = 1; /* the copy no longer holds the last step's gradient */
-    }
     if (rc == BFIT_OK && r->stats_bytes)
         rc = stats_io(r, 1);
     if (rc == BFIT_OK)
@@ -91,20 +78,12 @@ int bfit_run_rollback(bfit_run *r)
     }
     if (rc != BFIT_OK)
         return rc;
-    r->step = s->step;
-    r->samples = s->samples;
-    r->taken = s->taken;
-    r->ep_count = s->ep_count;
-    r->epoch = s->epoch;
-    r->m = s->m;
-    r->warned_bn = s->warned_bn;
-    r->nmem = s->nmem;
-    r->micro = s->micro;
-    r->train_time = s->train_time;
-    r->ep_loss = s->ep_loss;
-    r->res = s->res;
-    r->d = s->d;
-    r->ls = s->ls;
+    r->pos = s->pos;
+    /* the step's micro-steps changed the noise scale's copy of the last
+     * gradient (now reset): it no longer holds the last step's gradient,
+     * whatever it did at the snapshot */
+    if (dirty)
+        r->pos.track_stale = 1;
     bfit_model_unreserve(r->s.M);
     return BFIT_OK;
 }

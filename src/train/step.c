@@ -20,7 +20,7 @@
 /* A decision that changed m or E: counted, logged, told to the caller. */
 void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now)
 {
-    r->res.batch_changes++;
+    r->pos.res.batch_changes++;
     char gp[160] = "";
     if (d->reason == BFIT_REASON_GOODPUT) /* the numbers behind the choice */
         snprintf(gp, sizeof gp, ",\"noise_scale\":%.6g,\"tput\":[%.6g,%.6g],\"efficiency\":[%.6g,%.6g]",
@@ -28,37 +28,37 @@ void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, 
     bfit_log_event(&r->lg, "batch_change",
                    "\"step\":%lld,\"reason\":\"%s\",\"m\":%d,\"prev_m\":%d,\"E\":%d,\"prev_E\":%d,"
                    "\"lr_scale\":%.6g,\"free\":%llu%s,\"why\":\"%s\"",
-                   (long long)r->step, bfit_batch_reason_name(d->reason), d->m, prev_m, d->batch,
+                   (long long)r->pos.step, bfit_batch_reason_name(d->reason), d->m, prev_m, d->batch,
                    d->reason == BFIT_REASON_OOM ? d->batch : d->prev_batch, d->lr_scale,
                    (unsigned long long)free_now, gp, d->why);
-    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->step, d->why);
+    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->pos.step, d->why);
     if (r->cfg.on_batch_change)
-        r->cfg.on_batch_change(r->cfg.cb_ud, d, r->step);
+        r->cfg.on_batch_change(r->cfg.cb_ud, d, r->pos.step);
 }
 
 /* The controller's decision for this step, logged when it changed. When
  * not even micro-batch 1 fits, wait for memory (nothing has changed yet). */
 static int decide(bfit_run *r)
 {
-    bfit_batch_decision *d = &r->d;
+    bfit_batch_decision *d = &r->pos.d;
     int rc;
-    while ((rc = bfit_controller_next(r->ctl, r->step, r->epoch, d)) == BFIT_ENOMEM)
+    while ((rc = bfit_controller_next(r->ctl, r->pos.step, r->pos.epoch, d)) == BFIT_ENOMEM)
         if ((rc = bfit_run_wait_for_memory(r)) != BFIT_OK)
             return rc;
     if (rc != BFIT_OK)
         return rc;
     if (d->reason != BFIT_REASON_NONE && d->reason != BFIT_REASON_START)
         bfit_run_log_change(r, d, d->prev_m, bfit_run_free_for_step(r));
-    if (d->m != r->m)
+    if (d->m != r->pos.m)
         bfit_model_unreserve(r->s.M); /* blocks sized for the new m, not kept from the old */
-    r->m = d->m;
-    if (d->split && !r->warned_bn && bfit_run_has_batchnorm(r->s.M)) {
-        r->warned_bn = 1;
+    r->pos.m = d->m;
+    if (d->split && !r->pos.warned_bn && bfit_run_has_batchnorm(r->s.M)) {
+        r->pos.warned_bn = 1;
         bfit_log_event(&r->lg, "warning",
                        "\"step\":%lld,\"what\":\"batch norm sees micro-batches of %d, not the effective batch %d\"",
-                       (long long)r->step, r->m, d->batch);
+                       (long long)r->pos.step, r->pos.m, d->batch);
         bfit_log_say(&r->lg, "batchfit: warning: batch norm computes its statistics over micro-batches of %d, "
-                             "not over the effective batch of %d (see docs/dynamic.md)", r->m, d->batch);
+                             "not over the effective batch of %d (see docs/dynamic.md)", r->pos.m, d->batch);
     }
     return BFIT_OK;
 }
@@ -71,13 +71,13 @@ static int reserve(bfit_run *r, int want, int *retry)
     int rc = bfit_model_reserve(r->s.M, want, 1);
     /* what failed, in E's units: the micro-batch m whose bytes a length's
      * sequences were sized by (seq_max, tokens), else the samples */
-    int failed = r->fit_seqs ? r->m : want;
+    int failed = r->fit_seqs ? r->pos.m : want;
 
     *retry = 0;
     if (rc != BFIT_ENOMEM)
         return rc;
     free_now = bfit_arena_available(r->s.arena);
-    rc = bfit_controller_on_oom(r->ctl, failed, free_now, bfit_arena_capacity(r->s.arena), &r->d);
+    rc = bfit_controller_on_oom(r->ctl, failed, free_now, bfit_arena_capacity(r->s.arena), &r->pos.d);
     if (rc != BFIT_OK) {
         /* not even 1 fits in the free: wait for memory, then try the same samples again */
         if ((rc = bfit_run_wait_for_memory(r)) != BFIT_OK)
@@ -85,9 +85,9 @@ static int reserve(bfit_run *r, int want, int *retry)
         *retry = 1;
         return BFIT_OK;
     }
-    r->res.ooms++;
-    bfit_run_log_change(r, &r->d, failed, free_now);
-    r->m = r->d.m;
+    r->pos.res.ooms++;
+    bfit_run_log_change(r, &r->pos.d, failed, free_now);
+    r->pos.m = r->pos.d.m;
     *retry = 1;
     return BFIT_OK;
 }
@@ -116,7 +116,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
     if (r->cfg.seq_max)
         bfit_run_pack(r, done, want, &x, &y);
     else if (r->s.M->labels_per_sample > 1)
-        r->res.tokens_computed += (int64_t)want * r->s.M->labels_per_sample;
+        r->pos.res.tokens_computed += (int64_t)want * r->s.M->labels_per_sample;
 
     if (r->cfg.on_samples)
         r->cfg.on_samples(r->cfg.on_samples_ud, x, y, want);
@@ -125,7 +125,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
     r->step_hn += r->cfg.sample_check ? want : 0;
     rc = bfit_model_set_input(r->s.M, x, y, want);
     if (rc == BFIT_OK)
-        rc = bfit_model_forward(r->s.M, r->cfg.seed * 1000003ull + r->micro++);
+        rc = bfit_model_forward(r->s.M, r->cfg.seed * 1000003ull + r->pos.micro++);
     if (rc == BFIT_OK)
         rc = bfit_model_backward(r->s.M, (float)(r->step_scale / r->step_count)); /* E, or the step's tokens */
     if (rc == BFIT_OK && r->track && k < MAX_MICRO) {
@@ -139,7 +139,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
         r->track_dirty = 1;
         rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
         r->full_sq = acc; /* after the last micro-batch: the step's mean gradient */
-        r->diff_sq = k == 0 && !r->track_stale ? dsq : -1;
+        r->diff_sq = k == 0 && !r->pos.track_stale ? dsq : -1;
         r->micro_sq[k] = (k == 0 ? acc : dsq) * ((double)U / u) * ((double)U / u);
         r->micro_n[k] = (int)u;
     }
@@ -153,7 +153,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
  * rank's share of E. *n gets how many this process stages. */
 static int stage(bfit_run *r, int E, int *n)
 {
-    int64_t left = r->per_epoch - r->taken;
+    int64_t left = r->per_epoch - r->pos.taken;
     int got, rc;
     if (r->dp) {
         if (r->s.M->labels_per_sample > 1)
@@ -195,10 +195,10 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
     r->step_count = r->dp ? E : bfit_run_counted(r->s.M, r->stage_y, *n);
     U = r->cfg.batch_tokens ? r->step_count : *n;
     if (r->s.M->labels_per_sample > 1)
-        r->res.tokens += r->step_count;
+        r->pos.res.tokens += r->step_count;
     if (r->step_count < 1)
         return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
-                         (long long)r->step + 1, *n);
+                         (long long)r->pos.step + 1, *n);
     if (r->cfg.auto_batch && (rc = bfit_run_ladder(r, E)) != BFIT_OK)
         return rc;
     while (done < *n) {
@@ -206,8 +206,8 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
         double t0;
         if (bfit_run_stop_requested(r)) /* the step is abandoned; the caller puts the run back */
             return bfit_fail(BFIT_ESTOPPED, "stopped on request in step %lld after %d of its %d samples: the step "
-                             "was abandoned, the run is at step %lld", (long long)r->step + 1, done, *n,
-                             (long long)r->step);
+                             "was abandoned, the run is at step %lld", (long long)r->pos.step + 1, done, *n,
+                             (long long)r->pos.step);
         if (r->cfg.seq_max && (rc = bfit_run_trim(r, done)) != BFIT_OK)
             return rc;
         if ((rc = bfit_run_micro_size(r, done, *n - done, &want)) != BFIT_OK ||
@@ -236,23 +236,23 @@ static int unscale(bfit_run *r, int *apply)
     r->skipped_now = 0;
     if (!r->scaling)
         return BFIT_OK;
-    if (r->cfg.poison_step && r->step + 1 == r->cfg.poison_step)
+    if (r->cfg.poison_step && r->pos.step + 1 == r->cfg.poison_step)
         sq = NAN; /* fault injection: the overflow a test cannot otherwise make on f32-range hardware */
     else if ((rc = bfit_gradnorm_sq(r->gn, &sq)) != BFIT_OK)
         return rc;
-    *apply = bfit_loss_scaler_update(&r->ls, isfinite(sq));
+    *apply = bfit_loss_scaler_update(&r->pos.ls, isfinite(sq));
     r->skipped_now = !*apply;
     if (!*apply) {
         bfit_log_event(&r->lg, "loss_scale", "\"step\":%lld,\"skipped\":1,\"scale\":%.9g,\"prev_scale\":%.9g,"
-                       "\"skips\":%lld", (long long)r->step, r->ls.scale, used, (long long)r->ls.skipped);
+                       "\"skips\":%lld", (long long)r->pos.step, r->pos.ls.scale, used, (long long)r->pos.ls.skipped);
         bfit_log_say(&r->lg, "batchfit: step %lld: the gradients overflowed at loss scale %g: step skipped (its "
-                     "samples count), scale now %g (%lld skipped so far)", (long long)r->step + 1, used, r->ls.scale,
-                     (long long)r->ls.skipped);
+                     "samples count), scale now %g (%lld skipped so far)", (long long)r->pos.step + 1, used,
+                     r->pos.ls.scale, (long long)r->pos.ls.skipped);
         return bfit_model_zero_grads(r->s.M);
     }
-    if (r->ls.scale != used)
+    if (r->pos.ls.scale != used)
         bfit_log_event(&r->lg, "loss_scale", "\"step\":%lld,\"skipped\":0,\"scale\":%.9g,\"prev_scale\":%.9g",
-                       (long long)r->step, r->ls.scale, used);
+                       (long long)r->pos.step, r->pos.ls.scale, used);
     return used == 1.0 ? BFIT_OK : bfit_gradnorm_scale(r->gn, 1.0 / used);
 }
 
@@ -266,7 +266,8 @@ static int update(bfit_run *r, double *lr)
     if (r->cfg.clip > 0)
         rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, NULL);
     /* auto: the schedule counts steps of E0 samples (E changes) */
-    *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->cfg.auto_batch ? r->samples / r->E0 : r->step) * r->d.lr_scale;
+    *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->cfg.auto_batch ? r->pos.samples / r->E0 : r->pos.step) *
+          r->pos.d.lr_scale;
     if (rc == BFIT_OK)
         rc = bfit_optim_step(r->opt, *lr);
     if (rc == BFIT_OK)
@@ -280,8 +281,8 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
 {
     bfit_step_stats ss;
     memset(&ss, 0, sizeof ss);
-    ss.step = r->step;
-    ss.epoch = r->epoch;
+    ss.step = r->pos.step;
+    ss.epoch = r->pos.epoch;
     ss.samples = E;
     ss.seconds = *secs = bfit_clock_mono() - t0 - r->step_waited; /* waiting for memory is not computing */
     ss.data_seconds = bfit_feed_wait(&r->tr) - wait0;
@@ -300,7 +301,7 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
         ss.step_norms = 1;
         ss.diff_sqnorm = k == 1 ? r->diff_sq : -1;
     }
-    r->track_stale = 0;
+    r->pos.track_stale = 0;
     if (r->dp)
         bfit_run_dist_observe(r, &ss);
     return bfit_controller_observe(r->ctl, &ss);
@@ -330,17 +331,17 @@ static void report_step(bfit_run *r, bfit_step_info *in)
     in->mem = st.current;
     in->capacity = st.capacity;
     if (have_bn)
-        r->res.noise_scale = bn;
+        r->pos.res.noise_scale = bn;
     bfit_log_event(&r->lg, "step",
                    "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,\"k\":%d,\"E\":%d,"
                    "\"mem\":%llu,\"capacity\":%llu,\"seconds\":%.6f,\"noise_scale\":%.4g,\"loss_scale\":%.9g,"
                    "\"skipped\":%d%s",
-                   (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->samples, in->m, in->k,
+                   (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->pos.samples, in->m, in->k,
                    in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
                    in->noise_scale, in->loss_scale, in->skipped, ranks);
     bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f %s/s  %s  mem %s / %s",
-                      in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->ep_loss / (double)r->ep_count,
-                      (double)(r->cfg.batch_tokens ? r->ep_count - r->ep_count0 : r->taken - r->ep_taken0) /
+                      in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->pos.ep_loss / (double)r->pos.ep_count,
+                      (double)(r->cfg.batch_tokens ? r->pos.ep_count - r->ep_count0 : r->pos.taken - r->ep_taken0) /
                           (el > 0 ? el : 1e-9),
                       r->cfg.batch_tokens ? "tokens" : "samples", split,
                       bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
@@ -374,9 +375,10 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *taken, int *k
      * every rank abandons the step (dist_run.c) */
     if ((rc = decide(r)) != BFIT_OK && !r->dp)
         return rc;
-    *E = r->cfg.batch_tokens ? r->d.batch
-                             : (int)(r->per_epoch - r->taken < r->d.batch ? r->per_epoch - r->taken : r->d.batch);
-    r->step_scale = r->scaling ? r->ls.scale : 1.0;
+    *E = r->cfg.batch_tokens ? r->pos.d.batch
+                             : (int)(r->per_epoch - r->pos.taken < r->pos.d.batch ? r->per_epoch - r->pos.taken
+                                                                                  : r->pos.d.batch);
+    r->step_scale = r->scaling ? r->pos.ls.scale : 1.0;
     in->loss_scale = r->scaling ? r->step_scale : 0;
     if (r->dp && (rc = bfit_run_dist_begin(r, rc, *E)) != BFIT_OK)
         return rc;
@@ -397,23 +399,23 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *taken, int *k
     else if ((rc = bfit_model_stats_read(r->s.M, loss, NULL)) != BFIT_OK)
         return rc;
     in->skipped = r->skipped_now;
-    r->res.skipped_steps = r->ls.skipped;
-    r->res.loss_scale = r->scaling ? r->ls.scale : 0;
+    r->pos.res.skipped_steps = r->pos.ls.skipped;
+    r->pos.res.loss_scale = r->scaling ? r->pos.ls.scale : 0;
     if (!isfinite(*loss))
         return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", *loss,
-                               (long long)r->step + 1);
+                               (long long)r->pos.step + 1);
     return BFIT_OK;
 }
 
 /* Where the step starts: its state, kept to go back to. */
 static int step_start(bfit_run *r)
 {
-    if (r->taken == 0) {
+    if (r->pos.taken == 0) {
         r->ep_t0 = bfit_clock_mono();
         r->ep_taken0 = 0;
         r->ep_count0 = 0;
-        r->ep_loss = 0;
-        r->ep_count = 0;
+        r->pos.ep_loss = 0;
+        r->pos.ep_count = 0;
         r->ep_hsum = 0;
         r->ep_hn = 0;
     }
@@ -432,9 +434,9 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     if (bfit_run_done(r))
         return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
     if (r->broken)
-        return bfit_fail(BFIT_ESTATE, "the run failed in step %lld and cannot go on", (long long)r->step + 1);
+        return bfit_fail(BFIT_ESTATE, "the run failed in step %lld and cannot go on", (long long)r->pos.step + 1);
     if (bfit_run_stop_requested(r))
-        return bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->step);
+        return bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->pos.step);
     if ((rc = step_start(r)) != BFIT_OK)
         return rc;
     t0 = bfit_clock_mono();
@@ -443,41 +445,41 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     if ((rc = step_body(r, &in, &E, &taken, &k, &loss, &updated)) != BFIT_OK) {
         /* an abandoned step leaves the run at its start (but for why it
          * stopped); one that got past the update cannot be undone */
-        int stopped = r->res.stopped;
-        uint64_t missing = r->res.missing;
+        int stopped = r->pos.res.stopped;
+        uint64_t missing = r->pos.res.missing;
         if (updated || bfit_run_rollback(r) != BFIT_OK)
             r->broken = 1;
-        r->res.stopped = stopped;
-        r->res.missing = missing;
+        r->pos.res.stopped = stopped;
+        r->pos.res.missing = missing;
         return rc;
     }
-    bfit_run_apply_memory_schedule(r, r->step + 1);
+    bfit_run_apply_memory_schedule(r, r->pos.step + 1);
     bfit_run_watch_device(r);
     if ((rc = observe(r, E, k, loss, t0, wait0, &in.seconds)) != BFIT_OK) {
         r->broken = 1;
         return rc;
     }
-    r->train_time += in.seconds;
-    in.step = r->step++;
-    in.epoch = r->epoch;
+    r->pos.train_time += in.seconds;
+    in.step = r->pos.step++;
+    in.epoch = r->pos.epoch;
     in.batch = E;
     in.sequences = r->cfg.batch_tokens ? taken : 0;
-    in.m = r->m;
+    in.m = r->pos.m;
     in.k = k;
     in.loss = loss / (double)r->step_count; /* per sample, or per token */
-    r->taken += taken;
-    r->samples += taken;
-    r->ep_loss += loss;
-    r->ep_count += r->step_count;
+    r->pos.taken += taken;
+    r->pos.samples += taken;
+    r->pos.ep_loss += loss;
+    r->pos.ep_count += r->step_count;
     r->ep_hsum += r->step_hsum;
     r->ep_hn += r->step_hn;
-    r->res.last_batch = r->d.batch;
-    in.epoch_end = r->taken >= r->per_epoch;
+    r->pos.res.last_batch = r->pos.d.batch;
+    in.epoch_end = r->pos.taken >= r->per_epoch;
     report_step(r, &in);
     if (in.epoch_end) {
-        r->res.train_loss = r->ep_loss / (double)r->ep_count;
-        r->epoch++;
-        r->taken = 0;
+        r->pos.res.train_loss = r->pos.ep_loss / (double)r->pos.ep_count;
+        r->pos.epoch++;
+        r->pos.taken = 0;
         if (!bfit_run_done(r) && (rc = bfit_feed_next_epoch(&r->tr)) != BFIT_OK) {
             r->broken = 1;
             return rc;
