@@ -175,28 +175,28 @@ static cJSON *sched_json(const bfit_lr_schedule *s)
 cJSON *bfit_ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched)
 {
     cJSON *o = cJSON_CreateObject();
-    put_i64(o, "step", s->step);
-    put_int(o, "epoch", s->epoch);
-    put_i64(o, "taken", s->taken);
+    put_i64(o, "step", s->pos.step);
+    put_int(o, "epoch", s->pos.epoch);
+    put_i64(o, "taken", s->pos.taken);
     put_i64(o, "per_epoch", s->per_epoch);
-    put_i64(o, "samples", s->samples);
-    put_u64(o, "micro", s->micro);
-    put_int(o, "m", s->m);
-    put_int(o, "warned_bn", s->warned_bn);
-    put_int(o, "nmem", s->nmem);
-    put_dbl(o, "train_time", s->train_time);
-    put_dbl(o, "ep_loss", s->ep_loss);
-    put_i64(o, "ep_count", s->ep_count);
+    put_i64(o, "samples", s->pos.samples);
+    put_u64(o, "micro", s->pos.micro);
+    put_int(o, "m", s->pos.m);
+    put_int(o, "warned_bn", s->pos.warned_bn);
+    put_int(o, "nmem", s->pos.nmem);
+    put_dbl(o, "train_time", s->pos.train_time);
+    put_dbl(o, "ep_loss", s->pos.ep_loss);
+    put_i64(o, "ep_count", s->pos.ep_count);
     put_i64(o, "cursor_epoch", s->cursor_epoch);
     put_i64(o, "cursor_pos", s->cursor_pos);
     put_i64(o, "optim_steps", s->optim_steps);
-    put_dbl(o, "loss_scale", s->ls.scale);
-    put_i64(o, "loss_scale_interval", s->ls.interval);
-    put_i64(o, "loss_scale_good", s->ls.good);
-    put_i64(o, "loss_scale_skipped", s->ls.skipped);
-    put_int(o, "track_stale", s->track_stale);
-    cJSON_AddItemToObject(o, "result", result_json(&s->res));
-    cJSON_AddItemToObject(o, "decision", decision_json(&s->d));
+    put_dbl(o, "loss_scale", s->pos.ls.scale);
+    put_i64(o, "loss_scale_interval", s->pos.ls.interval);
+    put_i64(o, "loss_scale_good", s->pos.ls.good);
+    put_i64(o, "loss_scale_skipped", s->pos.ls.skipped);
+    put_int(o, "track_stale", s->pos.track_stale);
+    cJSON_AddItemToObject(o, "result", result_json(&s->pos.res));
+    cJSON_AddItemToObject(o, "decision", decision_json(&s->pos.d));
     cJSON_AddItemToObject(o, "controller", controller_json(&s->ctl));
     cJSON_AddItemToObject(o, "lr_schedule", sched_json(sched));
     return o;
@@ -455,14 +455,15 @@ static void check_ranges(rd *r, const run_snap *s)
 {
     if (r->rc != BFIT_OK)
         return;
-    if (s->step < 0 || s->step > BFIT_COUNT_MAX || s->epoch < 0 || s->epoch > BFIT_EPOCHS_MAX || s->taken < 0 ||
-        s->samples < 0 || s->ep_count < 0 || s->cursor_epoch < 0 || s->cursor_pos < 0 || s->optim_steps < 0 ||
-        s->m < 1 || s->m > BFIT_BATCH_MAX || s->nmem < 0 || s->nmem > BFIT_MEM_SCHEDULE_MAX ||
-        !(s->ls.scale > 0) || s->ls.scale > 1e300 || s->ls.interval < 1 || s->ls.good < 0 || s->ls.skipped < 0 ||
-        (s->track_stale != 0 && s->track_stale != 1))
+    if (s->pos.step < 0 || s->pos.step > BFIT_COUNT_MAX || s->pos.epoch < 0 || s->pos.epoch > BFIT_EPOCHS_MAX ||
+        s->pos.taken < 0 || s->pos.samples < 0 || s->pos.ep_count < 0 || s->cursor_epoch < 0 || s->cursor_pos < 0 ||
+        s->optim_steps < 0 || s->pos.m < 1 || s->pos.m > BFIT_BATCH_MAX || s->pos.nmem < 0 ||
+        s->pos.nmem > BFIT_MEM_SCHEDULE_MAX || !(s->pos.ls.scale > 0) || s->pos.ls.scale > 1e300 ||
+        s->pos.ls.interval < 1 || s->pos.ls.good < 0 || s->pos.ls.skipped < 0 ||
+        (s->pos.track_stale != 0 && s->pos.track_stale != 1))
         r->rc = bfit_fail(BFIT_EFORMAT, "%s: the run's state is out of range (step %lld, epoch %d, micro-batch %d, "
-                          "cursor %lld:%lld): the file is not from a run", r->path, (long long)s->step, s->epoch, s->m,
-                          (long long)s->cursor_epoch, (long long)s->cursor_pos);
+                          "cursor %lld:%lld): the file is not from a run", r->path, (long long)s->pos.step,
+                          s->pos.epoch, s->pos.m, (long long)s->cursor_epoch, (long long)s->cursor_pos);
 }
 
 int bfit_ckpt_state_from_json(const cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched)
@@ -474,31 +475,31 @@ int bfit_ckpt_state_from_json(const cJSON *j, const char *path, run_snap *s, bfi
     memset(s, 0, sizeof *s);
     if (!cJSON_IsObject(j))
         return bfit_fail(BFIT_EFORMAT, "%s: the run's state is not a JSON object", path);
-    s->step = get_i64(&r, j, "step");
-    s->epoch = get_int(&r, j, "epoch");
-    s->taken = get_i64(&r, j, "taken");
+    s->pos.step = get_i64(&r, j, "step");
+    s->pos.epoch = get_int(&r, j, "epoch");
+    s->pos.taken = get_i64(&r, j, "taken");
     s->per_epoch = get_i64(&r, j, "per_epoch");
-    s->samples = get_i64(&r, j, "samples");
-    s->micro = get_u64(&r, j, "micro");
-    s->m = get_int(&r, j, "m");
-    s->warned_bn = get_int(&r, j, "warned_bn");
-    s->nmem = get_int(&r, j, "nmem");
-    s->train_time = get_dbl(&r, j, "train_time");
-    s->ep_loss = get_dbl(&r, j, "ep_loss");
-    s->ep_count = get_i64(&r, j, "ep_count");
+    s->pos.samples = get_i64(&r, j, "samples");
+    s->pos.micro = get_u64(&r, j, "micro");
+    s->pos.m = get_int(&r, j, "m");
+    s->pos.warned_bn = get_int(&r, j, "warned_bn");
+    s->pos.nmem = get_int(&r, j, "nmem");
+    s->pos.train_time = get_dbl(&r, j, "train_time");
+    s->pos.ep_loss = get_dbl(&r, j, "ep_loss");
+    s->pos.ep_count = get_i64(&r, j, "ep_count");
     s->cursor_epoch = get_i64(&r, j, "cursor_epoch");
     s->cursor_pos = get_i64(&r, j, "cursor_pos");
     s->optim_steps = get_i64(&r, j, "optim_steps");
-    s->ls.scale = get_dbl(&r, j, "loss_scale");
-    s->ls.interval = get_i64(&r, j, "loss_scale_interval");
-    s->ls.good = get_i64(&r, j, "loss_scale_good");
-    s->ls.skipped = get_i64(&r, j, "loss_scale_skipped");
-    s->track_stale = get_int(&r, j, "track_stale");
+    s->pos.ls.scale = get_dbl(&r, j, "loss_scale");
+    s->pos.ls.interval = get_i64(&r, j, "loss_scale_interval");
+    s->pos.ls.good = get_i64(&r, j, "loss_scale_good");
+    s->pos.ls.skipped = get_i64(&r, j, "loss_scale_skipped");
+    s->pos.track_stale = get_int(&r, j, "track_stale");
     if ((o = enter(&r, j, "result", s1)))
-        read_result(&r, o, &s->res);
+        read_result(&r, o, &s->pos.res);
     leave(&r, s1);
     if ((o = enter(&r, j, "decision", s1)))
-        read_decision(&r, o, &s->d);
+        read_decision(&r, o, &s->pos.d);
     leave(&r, s1);
     if ((o = enter(&r, j, "controller", s1)))
         read_controller(&r, o, &s->ctl);

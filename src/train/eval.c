@@ -152,13 +152,13 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
     if (rc != BFIT_OK)
         return rc;
     eval_means(ev);
-    ev->epoch = r->epoch + (r->taken > 0); /* max_steps may stop inside an epoch */
-    ev->step = r->step;
-    ev->train_loss = r->ep_count ? r->ep_loss / (double)r->ep_count : 0;
+    ev->epoch = r->pos.epoch + (r->pos.taken > 0); /* max_steps may stop inside an epoch */
+    ev->step = r->pos.step;
+    ev->train_loss = r->pos.ep_count ? r->pos.ep_loss / (double)r->pos.ep_count : 0;
     ev->epoch_seconds = bfit_clock_mono() - r->ep_t0;
-    r->res.test_loss = ev->test_loss;
-    r->res.test_acc = ev->test_acc;
-    r->res.epochs = ev->epoch;
+    r->pos.res.test_loss = ev->test_loss;
+    r->pos.res.test_acc = ev->test_acc;
+    r->pos.res.epochs = ev->epoch;
     bfit_log_event(&r->lg, "eval",
                    "\"epoch\":%d,\"step\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,"
                    "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d",

@@ -88,7 +88,7 @@ int bfit_run_ladder(bfit_run *r, int E)
         if (rc != BFIT_OK)
             break;
         bfit_log_event(&r->lg, "ladder", "\"step\":%lld,\"m\":%d,\"seconds\":%.6f,\"samples_per_s\":%.6g",
-                       (long long)r->step, m, secs, secs > 0 ? m / secs : 0.0);
+                       (long long)r->pos.step, m, secs, secs > 0 ? m / secs : 0.0);
         if (len < sizeof line)
             len += (size_t)snprintf(line + len, sizeof line - len, "%s%d: %.0f", len ? ", " : "", m,
                                     secs > 0 ? m / secs : 0.0);

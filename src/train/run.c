@@ -399,7 +399,7 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
  * the schedule in steps of E0 samples, since its E changes. */
 static int finish_schedule(bfit_run *r)
 {
-    int per_step = r->cfg.auto_batch ? r->E0 : r->d.batch;
+    int per_step = r->cfg.auto_batch ? r->E0 : r->pos.d.batch;
     int64_t steps_per_epoch = (r->epoch_units + per_step - 1) / per_step;
     bfit_lr_schedule *s = &r->sched;
     if (s->kind == BFIT_SCHED_COSINE && s->total_steps == 0) {
@@ -419,15 +419,15 @@ static void plan_json(bfit_run *r, char *buf, size_t n)
 {
     bfit_step_plan p;
     size_t len;
-    if (bfit_plan_compute(r->s.M, &r->cfg.opt, bfit_run_plan_seqs(r, r->d.m), 1, &p) != BFIT_OK) {
-        snprintf(buf, n, "\"m\":%d", r->d.m); /* planned before, so not expected */
+    if (bfit_plan_compute(r->s.M, &r->cfg.opt, bfit_run_plan_seqs(r, r->pos.d.m), 1, &p) != BFIT_OK) {
+        snprintf(buf, n, "\"m\":%d", r->pos.d.m); /* planned before, so not expected */
         return;
     }
     p.bytes[BFIT_MEM_OTHER] += r->pc.extra;
-    len = (size_t)snprintf(buf, n, "\"m\":%d,", r->d.m);
+    len = (size_t)snprintf(buf, n, "\"m\":%d,", r->pos.d.m);
     if (r->cfg.batch_tokens) /* m counts tokens: the sequences of the longest length it is planned as */
-        len += (size_t)snprintf(buf + len, n - len, "\"sequences\":%d,\"length\":%d,", bfit_run_plan_seqs(r, r->d.m),
-                                r->pc.T);
+        len += (size_t)snprintf(buf + len, n - len, "\"sequences\":%d,\"length\":%d,",
+                                bfit_run_plan_seqs(r, r->pos.d.m), r->pc.T);
     len += (size_t)snprintf(buf + len, n - len, "\"bytes\":{");
     for (int cat = 0; cat < BFIT_MEM_NCAT && len < n; cat++)
         len += (size_t)snprintf(buf + len, n - len, "%s\"%s\":%llu", cat ? "," : "",
@@ -478,8 +478,8 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_overhead\":%llu,\"threads\":%d,"
                    "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
                    "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s}",
-                   model, data, (long long)bfit_model_param_count(r->s.M), r->d.batch,
-                   r->d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
+                   model, data, (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
+                   r->pos.d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
                    di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, c->batch_tokens,
                    bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
@@ -488,12 +488,12 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
                      "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "
                      "tokens)", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
-                     r->d.batch, r->d.m, bfit_run_plan_seqs(r, r->d.m), r->pc.T, c->epochs, (long long)r->per_epoch,
-                     (long long)r->epoch_units);
+                     r->pos.d.batch, r->pos.d.m, bfit_run_plan_seqs(r, r->pos.d.m), r->pc.T, c->epochs,
+                     (long long)r->per_epoch, (long long)r->epoch_units);
     else
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) "
                      "of %lld samples", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
-                     r->d.batch, r->d.m, r->d.k, c->epochs, (long long)r->per_epoch);
+                     r->pos.d.batch, r->pos.d.m, r->pos.d.k, c->epochs, (long long)r->per_epoch);
 }
 
 /* The largest micro-batch up to target the plan fits now (0: none). */
@@ -652,10 +652,10 @@ static int setup(bfit_run *r)
     /* data-parallel: the noise scale takes the ranks' norms, not the micro-batches' */
     r->track = (r->cfg.adaptive || r->cfg.auto_batch) && !r->dp;
     r->diff_sq = -1;
-    r->track_stale = 1; /* the copy starts at zero, not at a step's gradient */
+    r->pos.track_stale = 1; /* the copy starts at zero, not at a step's gradient */
     r->scaling = r->cfg.loss_scale == BFIT_LOSS_SCALE_DYNAMIC ||
                  (r->cfg.loss_scale == BFIT_LOSS_SCALE_AUTO && r->cfg.storage.precision == BFIT_F16);
-    bfit_loss_scaler_init(&r->ls, r->cfg.loss_scale_init, r->cfg.loss_scale_interval);
+    bfit_loss_scaler_init(&r->pos.ls, r->cfg.loss_scale_init, r->cfg.loss_scale_interval);
     if (r->track || r->cfg.clip > 0 || r->scaling || (r->dp && r->cfg.adaptive))
         r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->track);
     r->sched = r->cfg.sched;
@@ -670,12 +670,12 @@ static int setup(bfit_run *r)
     if (rc == BFIT_ENOMEM)
         return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
-        (r->d.size = sizeof r->d, rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK)
+        (r->pos.d.size = sizeof r->pos.d, rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) != BFIT_OK)
         return rc;
-    r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->d.batch;
+    r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->pos.d.batch;
     if ((rc = finish_schedule(r)) != BFIT_OK || (rc = alloc_stats_snap(r)) != BFIT_OK)
         return rc;
-    r->m = r->d.m;
+    r->pos.m = r->pos.d.m;
     if (r->log_offset < 0) /* a log continued from a checkpoint has its start */
         log_start(r, &cc);
     if (r->ck && (rc = bfit_run_resume_state(r)) != BFIT_OK)
@@ -793,19 +793,19 @@ bfit_arena *bfit_run_arena(bfit_run *r) { return r->s.arena; }
 
 int bfit_run_done(const bfit_run *r)
 {
-    if (r->cfg.max_steps && r->step >= r->cfg.max_steps)
+    if (r->cfg.max_steps && r->pos.step >= r->cfg.max_steps)
         return 1;
-    return r->epoch >= r->cfg.epochs;
+    return r->pos.epoch >= r->cfg.epochs;
 }
 
 void bfit_run_result_get(const bfit_run *r, bfit_train_result *res)
 {
     bfit_arena_stats st;
-    *res = r->res;
-    res->steps = r->step;
-    res->samples = r->samples;
-    res->seconds = r->train_time;
-    res->micro_batch = r->m;
+    *res = r->pos.res;
+    res->steps = r->pos.step;
+    res->samples = r->pos.samples;
+    res->seconds = r->pos.train_time;
+    res->micro_batch = r->pos.m;
     bfit_arena_stats_get(r->s.arena, &st);
     res->peak_bytes = st.peak;
     res->dist_alone = r->dp && r->dp->size > 1 && !r->dp->together;
@@ -829,7 +829,7 @@ void bfit_run_finish(bfit_run *r, int rc)
         char esc[2048];
         bfit_json_escape(bfit_errmsg(), esc, sizeof esc);
         bfit_log_event(&r->lg, "error", "\"step\":%lld,\"epoch\":%d,\"code\":\"%s\",\"field\":\"%s\",\"message\":\"%s\"",
-                       (long long)r->step, r->taken > 0 || r->epoch == 0 ? r->epoch + 1 : r->epoch, bfit_strerror(rc),
-                       bfit_errfield(), esc);
+                       (long long)r->pos.step, r->pos.taken > 0 || r->pos.epoch == 0 ? r->pos.epoch + 1 : r->pos.epoch,
+                       bfit_strerror(rc), bfit_errfield(), esc);
     }
 }

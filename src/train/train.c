@@ -19,8 +19,8 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
 
     for (int i = 0; i < RUN_META_MAX; i++)
         keys[i] = names[i];
-    snprintf(r->meta_steps, sizeof r->meta_steps, "%lld", (long long)r->step);
-    snprintf(r->meta_acc, sizeof r->meta_acc, "%.6f", r->res.test_acc);
+    snprintf(r->meta_steps, sizeof r->meta_steps, "%lld", (long long)r->pos.step);
+    snprintf(r->meta_acc, sizeof r->meta_acc, "%.6f", r->pos.res.test_acc);
     vals[0] = "batchfit";
     vals[1] = r->cfg.model ? r->cfg.model : "";
     vals[2] = r->cfg.data ? r->cfg.data : "";
@@ -88,19 +88,19 @@ static int stop_checkpoint(bfit_run *r, int rc)
     char msg[2048], field[64], path[4200];
     int rc2;
 
-    r->res.stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : r->res.stopped;
-    if (!r->res.stopped || !r->ckpt_dir[0] || r->broken)
+    r->pos.res.stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : r->pos.res.stopped;
+    if (!r->pos.res.stopped || !r->ckpt_dir[0] || r->broken)
         return rc;
     snprintf(msg, sizeof msg, "%s", bfit_errmsg());
     snprintf(field, sizeof field, "%s", bfit_errfield());
-    if (r->ckpt_step == r->step && r->res.checkpoint[0]) /* one is there already */
-        snprintf(path, sizeof path, "%s", r->res.checkpoint);
+    if (r->ckpt_step == r->pos.step && r->pos.res.checkpoint[0]) /* one is there already */
+        snprintf(path, sizeof path, "%s", r->pos.res.checkpoint);
     else if ((rc2 = bfit_run_checkpoint(r, path, sizeof path)) != BFIT_OK)
         return bfit_fail_prefix(rc, "%s; and the checkpoint failed: ", msg);
     if (field[0] && !strncmp(msg, field, strlen(field)) && msg[strlen(field)] == ':')
         return bfit_fail_field(rc, field, "%s; the run's state at step %lld is in %s", msg + strlen(field) + 2,
-                               (long long)r->step, path);
-    return bfit_fail(rc, "%s; the run's state at step %lld is in %s", msg, (long long)r->step, path);
+                               (long long)r->pos.step, path);
+    return bfit_fail(rc, "%s; the run's state at step %lld is in %s", msg, (long long)r->pos.step, path);
 }
 
 /* The run; o gets its outputs (a resumed run's from its checkpoint). */
@@ -112,7 +112,7 @@ static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged,
     if ((rc = bfit_run_create(cfg, &r, logged, o)) != BFIT_OK)
         return rc;
     rc = run_all(r, &trained);
-    if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r->res.stopped))
+    if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r->pos.res.stopped))
         rc = stop_checkpoint(r, rc);
     if (o->save[0] && bfit_run_dist_writer(r) && (rc == BFIT_OK || trained)) {
         int rc2 = bfit_run_save(r, o->save);
