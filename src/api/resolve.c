@@ -179,6 +179,7 @@ int bfit_config_find_cfg(const bfit_config *c, bfit_find_cfg *f)
     f->limit = c->limit;
     f->probe = c->probe;
     f->probe.margin = c->t.margin;
+    f->probe.human = c->t.human;
     if (c->warmup_set)
         f->probe.warmup = (int)c->warmup;
     return bfit_config_optim(c, &f->opt);

@@ -311,11 +311,40 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
     return bfit_controller_observe(r->ctl, &ss);
 }
 
+/* The progress line: how far (steps, the share of the run's samples or
+ * of max-steps, the training time and what is left at this pace), the
+ * loss, the rate, the split and the memory. */
+static void report_progress(bfit_run *r, const bfit_step_info *in, const char *split, const bfit_arena_stats *st,
+                            double el)
+{
+    double total = (double)r->cfg.epochs * (double)r->per_epoch, done, p, left;
+    char s1[32], s2[32], t1[32], t2[32], of[48] = "";
+
+    done = (double)in->epoch * (double)r->per_epoch + (double)r->pos.taken;
+    if (in->epoch_end)
+        done = (double)(in->epoch + 1) * (double)r->per_epoch;
+    p = total > 0 ? done / total : 0;
+    if (r->cfg.max_steps && (double)(in->step + 1) / (double)r->cfg.max_steps > p)
+        p = (double)(in->step + 1) / (double)r->cfg.max_steps;
+    p = p > 1 ? 1 : p;
+    left = p > 0 ? r->pos.train_time * (1 - p) / p : 0;
+    if (p > 0)
+        snprintf(of, sizeof of, " of ~%lld", (long long)((double)(in->step + 1) / p + 0.5));
+    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld%s  %.0f%% (%s, %s left)  loss %.4f  %.0f %s/s  %s  mem %s / %s",
+                      in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, of, 100 * p,
+                      bfit_format_duration(r->pos.train_time, t1, sizeof t1), bfit_format_duration(left, t2, sizeof t2),
+                      r->pos.ep_loss / (double)r->pos.ep_count,
+                      (double)(r->cfg.batch_tokens ? r->pos.ep_count - r->ep_count0 : r->pos.taken - r->ep_taken0) /
+                          (el > 0 ? el : 1e-9),
+                      r->cfg.batch_tokens ? "tokens" : "samples", split,
+                      bfit_format_size(st->current, s1, sizeof s1), bfit_format_size(st->capacity, s2, sizeof s2));
+}
+
 static void report_step(bfit_run *r, bfit_step_info *in)
 {
     bfit_arena_stats st;
     double el = bfit_clock_mono() - r->ep_t0, bn = 0;
-    char s1[32], s2[32], split[512], ranks[4096] = "";
+    char split[512], ranks[4096] = "";
     int have_bn = bfit_controller_noise_scale(r->ctl, &bn) == BFIT_OK;
 
     /* how the step was split: micro-batches, and with several ranks theirs */
@@ -343,12 +372,7 @@ static void report_step(bfit_run *r, bfit_step_info *in)
                    (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->pos.samples, in->m, in->k,
                    in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
                    in->noise_scale, in->loss_scale, in->skipped, ranks);
-    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f %s/s  %s  mem %s / %s",
-                      in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->pos.ep_loss / (double)r->pos.ep_count,
-                      (double)(r->cfg.batch_tokens ? r->pos.ep_count - r->ep_count0 : r->pos.taken - r->ep_taken0) /
-                          (el > 0 ? el : 1e-9),
-                      r->cfg.batch_tokens ? "tokens" : "samples", split,
-                      bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
+    report_progress(r, in, split, &st, el);
 }
 
 /* cfg.sample_check: the epoch's samples (every rank's, from the weights'
