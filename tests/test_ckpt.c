@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
@@ -365,6 +366,175 @@ static void test_stop_while_waiting(void **st)
     close_shared(dev);
 }
 
+/* ---- what a resumed run reports, and checkpoints of older versions ------------ */
+
+#define FIXTURES "tests/fixtures/old_ckpt" /* under BFIT_SOURCE_DIR; written by an older batchfit */
+
+static void fixture_path(char *buf, size_t n, const char *name)
+{
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    snprintf(buf, n, "%s/" FIXTURES "/%s", src ? src : "..", name);
+}
+
+/* The token-budget run of the fixtures (tok.cfg over lines.txt, variable
+ * lengths, dynamic loss scaling), to the end, a checkpoint every 5 steps. */
+static bfit_train_cfg token_run(char *model, char *data, size_t n)
+{
+    bfit_train_cfg c = bfit_train_cfg_default();
+    fixture_path(model, n, "tok.cfg");
+    fixture_path(data, n, "lines.txt");
+    c.model = model;
+    c.data = data;
+    c.seq_max = 16;
+    c.batch_tokens = 1;
+    c.batch = 100;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    c.lr = 3e-3;
+    c.loss_scale = BFIT_LOSS_SCALE_DYNAMIC;
+    c.epochs = 2;
+    c.epoch_samples = 200;
+    c.eval_samples = 40;
+    c.threads = 1;
+    c.prefetch = 0;
+    c.device_name = "cpu";
+    c.checkpoint_steps = 5;
+    c.checkpoint_keep = 100;
+    return c;
+}
+
+/* A resumed run's result counts the whole run, as the uninterrupted one's
+ * does: the tokens trained on and computed (a checkpoint keeps them), the
+ * loss scale and the steps it skipped (its loss scaler's); resumed from
+ * the middle or from the end, where nothing is left to train. */
+static void test_resume_keeps_totals(void **st)
+{
+    char model[4096], data[4096], dir[300], dir2[300], from[4200], save[300];
+    bfit_train_cfg c = token_run(model, data, sizeof model);
+    bfit_train_result a, b;
+    (void)st;
+    tmp_path(dir, sizeof dir, "totals");
+    tmp_path(dir2, sizeof dir2, "totals_resumed");
+    c.checkpoint = dir;
+    assert_int_equal(bfit_train(&c, &a), BFIT_OK);
+    printf("  %lld steps, %lld tokens of %lld computed, loss scale %g\n", (long long)a.steps, (long long)a.tokens,
+           (long long)a.tokens_computed, a.loss_scale);
+    assert_true(a.steps > 20 && a.tokens > 0 && a.tokens_computed > a.tokens && a.loss_scale > 0);
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s/ckpt-%012lld.safetensors", dir, i ? (long long)a.steps : 20LL);
+        tmp_path(save, sizeof save, "totals.st");
+        c = token_run(model, data, sizeof model);
+        c.resume = from;
+        c.checkpoint = dir2;
+        c.save = save;
+        assert_int_equal(bfit_train(&c, &b), BFIT_OK);
+        assert_int_equal(b.steps, a.steps);
+        assert_int_equal(b.samples, a.samples);
+        assert_int_equal(b.tokens, a.tokens);
+        assert_int_equal(b.tokens_computed, a.tokens_computed);
+        assert_true(b.loss_scale == a.loss_scale);
+        assert_int_equal(b.skipped_steps, a.skipped_steps);
+        if (b.test_loss != a.test_loss)
+            fail_msg("resumed at step %s: test loss %.17g, not %.17g", i ? "end" : "20", b.test_loss, a.test_loss);
+    }
+}
+
+/* Every key of checkpoint state (or configuration) `old` is in `new` with
+ * the same value, but those in skip (dotted paths). */
+static void assert_json_kept(const cJSON *old, const cJSON *new, const char *at, const char *const *skip)
+{
+    char path[256];
+    const cJSON *o;
+    cJSON_ArrayForEach(o, old) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(new, o->string);
+        int skipped = 0;
+        snprintf(path, sizeof path, "%s%s", at, o->string);
+        for (int i = 0; skip[i]; i++)
+            skipped |= !strcmp(skip[i], path);
+        if (skipped)
+            continue;
+        if (!n)
+            fail_msg("\"%s\" is not written back", path);
+        if (cJSON_IsObject(o)) {
+            strcat(path, ".");
+            assert_json_kept(o, n, path, skip);
+        } else if (!cJSON_Compare(o, n, 1)) {
+            char *x = cJSON_PrintUnformatted(o), *y = cJSON_PrintUnformatted(n);
+            fail_msg("\"%s\" was %s, is written back as %s", path, x, y);
+        }
+    }
+}
+
+static cJSON *meta_json(const bfit_st_file *f, const char *key)
+{
+    cJSON *j = cJSON_Parse(bfit_st_meta(f, key));
+    assert_non_null(j);
+    return j;
+}
+
+/* A checkpoint an older batchfit wrote (tests/fixtures/old_ckpt, from its
+ * directory: the paths in it are relative) resumes: its state and
+ * configuration read back and, written at once as a checkpoint again, are
+ * the same (but for the outputs this test gives and the result's later
+ * fields); its tensors come back bit for bit; the run then trains to its
+ * end. */
+static void old_checkpoint(const char *name, int64_t samples)
+{
+    static const char *const skip_state[] = {"log_bytes", NULL};
+    static const char *const skip_cfg[] = {"save", "log", "checkpoint", "device", NULL};
+    char dir[300], save[300], lg[300], from[4200], to[4200], cwd[4096];
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_train_result res;
+    bfit_st_file *fa, *fb;
+    bfit_run *r;
+    cJSON *ja, *jb;
+
+    fixture_path(from, sizeof from, "");
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(from), 0);
+    snprintf(from, sizeof from, "%s", name);
+    tmp_path(dir, sizeof dir, "old_ckpt");
+    tmp_path(save, sizeof save, "old_ckpt.st");
+    tmp_path(lg, sizeof lg, "old_ckpt.jsonl");
+    c.resume = from;
+    c.checkpoint = dir; /* the outputs are this test's, not the fixture's */
+    c.save = save;
+    c.log = lg;
+    c.device_name = "cpu";
+    if (bfit_run_new(&c, &r) != BFIT_OK)
+        fail_msg("%s: %s", name, bfit_errmsg());
+    assert_int_equal(bfit_run_checkpoint(r, to, sizeof to), BFIT_OK);
+    assert_int_equal(bfit_st_read(from, &fa), BFIT_OK);
+    assert_int_equal(bfit_st_read(to, &fb), BFIT_OK);
+    ja = meta_json(fa, "batchfit.state");
+    jb = meta_json(fb, "batchfit.state");
+    assert_json_kept(ja, jb, "", skip_state);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    ja = meta_json(fa, "batchfit.config");
+    jb = meta_json(fb, "batchfit.config");
+    assert_json_kept(ja, jb, "", skip_cfg);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    bfit_st_free(fa);
+    bfit_st_free(fb);
+    assert_same_tensors(from, to);
+    while (!bfit_run_done(r))
+        if (bfit_run_step(r, NULL) != BFIT_OK)
+            fail_msg("%s: %s", name, bfit_errmsg());
+    bfit_run_result(r, &res);
+    bfit_run_free(r);
+    assert_int_equal(chdir(cwd), 0);
+    printf("  %s: resumed, trained to step %lld, %lld samples\n", name, (long long)res.steps, (long long)res.samples);
+    assert_int_equal(res.samples, samples);
+}
+
+static void test_old_checkpoints_resume(void **st)
+{
+    (void)st;
+    old_checkpoint("auto/ckpt-000000000060.safetensors", 8 * 256);
+    old_checkpoint("tok/ckpt-000000000040.safetensors", 2 * 200);
+}
+
 /* ---- damaged checkpoints ------------------------------------------------------- */
 
 /* A resume from path must fail before the run starts, naming the file. */
@@ -457,6 +627,8 @@ int main(void)
         cmocka_unit_test(test_wait_then_checkpoint),
         cmocka_unit_test(test_memory_comes_back),
         cmocka_unit_test(test_stop_while_waiting),
+        cmocka_unit_test(test_resume_keeps_totals),
+        cmocka_unit_test(test_old_checkpoints_resume),
         cmocka_unit_test(test_every_byte_flip_refused),
         cmocka_unit_test(test_every_truncation_refused),
     };
