@@ -23,12 +23,13 @@
 #include "tensor/safetensors.h"
 #include "train/log.h"
 #include "train/trainer.h"
+#include "tfiles.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define NS 512 /* samples of the synthetic data set */
 #define NF 16  /* features */
 
-static char tmpdir[256], spec[300];
+static char spec[300];
 static bfit_dataset *train_set;
 
 /* Four classes, each a noisy direction in 16 features. */
@@ -37,11 +38,9 @@ static int setup(void **st)
     float *x = malloc(sizeof *x * NS * NF);
     int32_t y[NS];
     uint64_t s = 12345;
-    FILE *f;
     int rc;
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_ckpt_XXXXXX");
-    if (!x || !mkdtemp(tmpdir))
+    if (!x || tmp_setup("ckpt") != 0)
         return -1;
     for (int i = 0; i < NS; i++) {
         y[i] = i % 4;
@@ -52,24 +51,19 @@ static int setup(void **st)
     }
     rc = bfit_dataset_from_floats(bfit_shape_vec(NF), NS, 4, x, y, &train_set);
     free(x);
-    snprintf(spec, sizeof spec, "%s/small.cfg", tmpdir);
-    if (rc != BFIT_OK || !(f = fopen(spec, "w")))
+    if (rc != BFIT_OK)
         return -1;
-    fputs("input 16\nlinear 32\nrelu\nlinear 4\n", f);
-    fclose(f);
+    tmp_path(spec, sizeof spec, "small.cfg");
+    put_text(spec, "input 16\nlinear 32\nrelu\nlinear 4\n");
     return 0;
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
     bfit_dataset_free(train_set);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
-
-static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tmpdir, name); }
 
 /* 4 epochs of 512 samples in steps of 32, at a fixed micro-batch (no
  * decision on measured time), one thread. */
@@ -86,47 +80,6 @@ static bfit_train_cfg small_run(void)
     c.prefetch = 0;
     c.lr = 0.1;
     return c;
-}
-
-static char *file_bytes(const char *path, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)*n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)*n, f), (size_t)*n);
-    fclose(f);
-    return buf;
-}
-
-static void put_bytes(const char *path, const char *b, long n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-}
-
-/* Every tensor of two weight files the same, bit for bit (their metadata,
- * the steps and accuracy, may differ in how they were reached). */
-static void assert_same_tensors(const char *pa, const char *pb)
-{
-    bfit_st_file *a, *b;
-    assert_int_equal(bfit_st_read(pa, &a), BFIT_OK);
-    assert_int_equal(bfit_st_read(pb, &b), BFIT_OK);
-    assert_int_equal(bfit_st_count(a), bfit_st_count(b));
-    for (int i = 0; i < bfit_st_count(a); i++) {
-        const bfit_st_tensor *ta = bfit_st_get(a, i), *tb = bfit_st_find(b, ta->name);
-        assert_non_null(tb);
-        assert_int_equal(ta->nbytes, tb->nbytes);
-        assert_memory_equal(ta->data, tb->data, ta->nbytes);
-    }
-    bfit_st_free(a);
-    bfit_st_free(b);
 }
 
 /* The weights of the undisturbed run. */
@@ -372,8 +325,9 @@ static void test_stop_while_waiting(void **st)
 
 static void fixture_path(char *buf, size_t n, const char *name)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
-    snprintf(buf, n, "%s/" FIXTURES "/%s", src ? src : "..", name);
+    char rel[256];
+    snprintf(rel, sizeof rel, FIXTURES "/%s", name);
+    src_path(buf, n, rel);
 }
 
 /* The token-budget run of the fixtures (tok.cfg over lines.txt, variable

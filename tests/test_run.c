@@ -20,29 +20,24 @@
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
 #include "tdev.h"
+#include "tfiles.h"
 
 #define MiB ((uint64_t)1 << 20)
 
-static char tmpdir[256], mlp[512], cnn[512];
+static char mlp[512], cnn[512];
 
 static int setup(void **st)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_run_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(mlp, sizeof mlp, "%s/models/mlp.cfg", src ? src : "..");
-    snprintf(cnn, sizeof cnn, "%s/models/cnn.cfg", src ? src : "..");
-    return 0;
+    src_path(mlp, sizeof mlp, "models/mlp.cfg");
+    src_path(cnn, sizeof cnn, "models/cnn.cfg");
+    return tmp_setup("run");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
 static bfit_train_cfg quick(const char *model, int E, int64_t samples)
@@ -54,11 +49,6 @@ static bfit_train_cfg quick(const char *model, int E, int64_t samples)
     c.eval_samples = 200;
     c.threads = 2;
     return c;
-}
-
-static void tmp_path(char *buf, size_t n, const char *name)
-{
-    snprintf(buf, n, "%s/%s", tmpdir, name);
 }
 
 /* ---- what the callbacks saw ------------------------------------------------ */
@@ -163,44 +153,12 @@ static const cJSON *events_last(const events *e) { return e->ev[e->n - 1]; }
 
 /* ---- files ------------------------------------------------------------------- */
 
-static char *file_bytes(const char *path, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)*n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)*n, f), (size_t)*n);
-    fclose(f);
-    return buf;
-}
-
 static int file_exists(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (f)
         fclose(f);
     return f != NULL;
-}
-
-/* Every tensor of two weight files is the same, bit for bit. */
-static void assert_same_tensors(const char *pa, const char *pb)
-{
-    bfit_st_file *a, *b;
-    assert_int_equal(bfit_st_read(pa, &a), BFIT_OK);
-    assert_int_equal(bfit_st_read(pb, &b), BFIT_OK);
-    assert_int_equal(bfit_st_count(a), bfit_st_count(b));
-    for (int i = 0; i < bfit_st_count(a); i++) {
-        const bfit_st_tensor *ta = bfit_st_get(a, i), *tb = bfit_st_find(b, ta->name);
-        assert_non_null(tb);
-        assert_int_equal(ta->nbytes, tb->nbytes);
-        assert_memory_equal(ta->data, tb->data, ta->nbytes);
-    }
-    bfit_st_free(a);
-    bfit_st_free(b);
 }
 
 /* ---- the run object ---------------------------------------------------------- */

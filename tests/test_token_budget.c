@@ -19,22 +19,18 @@
 
 #include "batchfit.h"
 #include "tdev.h"
-
-static char tmpdir[256];
+#include "tfiles.h"
 
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_tokbudget_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return tmp_setup("tokbudget");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
 #define T 40
