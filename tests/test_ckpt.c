@@ -24,6 +24,7 @@
 #include "train/log.h"
 #include "train/trainer.h"
 #include "tfiles.h"
+#include "tshared.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define NS 512 /* samples of the synthetic data set */
@@ -93,29 +94,16 @@ static void reference(const char *path)
 
 /* ---- a device shared with another process, simulated on the CPU ------------ */
 
-static const bfit_device_vt *cpu_table;
-static bfit_device_vt shared_table;
-static uint64_t cotenant_free;     /* what the co-tenant leaves free */
 static int polls, back_after;      /* memory comes back after this many readings (0: never) */
 static int stop_after;             /* a stop is requested after this many readings while it is gone */
 static volatile sig_atomic_t stop_flag;
 
-static void shared_info(const bfit_device *d, bfit_device_info *out)
+static void cotenant_polled(void)
 {
-    cpu_table->info(d, out);
-    out->shared = 1;
-}
-
-static int shared_memory(bfit_device *d, uint64_t *free_b, uint64_t *total)
-{
-    (void)d;
-    if (cotenant_free < MiB && back_after && ++polls >= back_after)
-        cotenant_free = 1ull << 30;
-    if (cotenant_free < MiB && stop_after && ++polls >= stop_after)
+    if (tshared_free < MiB && back_after && ++polls >= back_after)
+        tshared_free = 1ull << 30;
+    if (tshared_free < MiB && stop_after && ++polls >= stop_after)
         stop_flag = 1; /* as the command line's signal handler does */
-    *free_b = cotenant_free;
-    *total = 8ull << 30;
-    return BFIT_OK;
 }
 
 /* After step 18 the co-tenant takes all the free memory. The run holds its
@@ -126,31 +114,17 @@ static void cotenant(void *ud, const bfit_step_info *s)
 {
     (void)ud;
     if (s->step == 18)
-        cotenant_free = 0;
+        tshared_free = 0;
 }
 
 static const bfit_mem_point release[1] = {{20, 1ull << 30}};
 
 static bfit_device *shared_device(void)
 {
-    bfit_device_cfg cc = bfit_device_cfg_default();
-    bfit_device *dev;
-    cc.threads = 1;
-    assert_int_equal(bfit_device_cpu_new(&cc, &dev), BFIT_OK);
-    cpu_table = dev->vt;
-    shared_table = *dev->vt;
-    shared_table.info = shared_info;
-    shared_table.mem_info = shared_memory;
-    dev->vt = &shared_table;
-    cotenant_free = 1ull << 30;
+    bfit_device *dev = tshared_new(1);
+    tshared_on_read = cotenant_polled;
     polls = 0;
     return dev;
-}
-
-static void close_shared(bfit_device *dev)
-{
-    dev->vt = cpu_table;
-    bfit_device_free(dev);
 }
 
 /* The names of the events of a log, in order, one letter each. */
@@ -225,7 +199,7 @@ static void test_wait_then_checkpoint(void **st)
     assert_int_equal(ev[strlen(ev) - 1], 'X');
 
     /* the co-tenant has gone: the same run, from the checkpoint */
-    cotenant_free = 1ull << 30;
+    tshared_free = 1ull << 30;
     c.on_step = NULL;
     c.resume = dir;
     assert_int_equal(bfit_train(&c, &r), BFIT_OK);
@@ -235,7 +209,7 @@ static void test_wait_then_checkpoint(void **st)
     printf("  events after the resume: %s\n", ev);
     assert_null(strchr(ev, 'X'));  /* the log was cut back to the checkpoint: one run */
     assert_int_equal(ev[strlen(ev) - 1], 'E');
-    close_shared(dev);
+    tshared_close(dev);
 }
 
 /* Memory that comes back while the run waits: it goes on, logs how long it
@@ -269,7 +243,7 @@ static void test_memory_comes_back(void **st)
     assert_null(strchr(ev, 'X'));
     assert_int_equal(r.steps, 4 * NS / 32);
     assert_same_tensors(ref, w);
-    close_shared(dev);
+    tshared_close(dev);
 }
 
 /* A stop requested while the run waits for memory: the wait ends at once,
@@ -310,13 +284,13 @@ static void test_stop_while_waiting(void **st)
     assert_non_null(strstr(bfit_errmsg(), "stopped on request while waiting for memory in step 21"));
     assert_non_null(strstr(r.checkpoint, "ckpt-000000000020.safetensors"));
 
-    cotenant_free = 1ull << 30;
+    tshared_free = 1ull << 30;
     stop_flag = 0;
     c.on_step = NULL;
     c.resume = dir;
     assert_int_equal(bfit_train(&c, &r), BFIT_OK);
     assert_same_tensors(ref, w);
-    close_shared(dev);
+    tshared_close(dev);
 }
 
 /* ---- what a resumed run reports, and checkpoints of older versions ------------ */

@@ -19,6 +19,7 @@
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
 #include "tfiles.h"
+#include "trun.h"
 
 static char small[300], tiny[300];
 
@@ -43,12 +44,7 @@ static int teardown(void **st)
 
 static bfit_train_cfg base(const char *model, int E, int64_t samples)
 {
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = model;
-    c.batch = E;
-    c.epoch_samples = samples;
-    c.eval_samples = 500;
-    c.threads = 2;
+    bfit_train_cfg c = trun_cfg(model, E, samples, 500);
     c.lr = 0.05;
     return c;
 }

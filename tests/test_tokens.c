@@ -21,6 +21,7 @@
 #include "batchfit.h"
 #include "data/data.h"
 #include "tfiles.h"
+#include "ttok.h"
 
 static int setup(void **st)
 {
@@ -328,26 +329,7 @@ static const char *attn_opts = "";
 /* Sequences of the pattern "0 1 2 ... 11 12 0 1 ...", each padded after a
  * length that varies with the sample (4 to 40 tokens): the padding's ids
  * are 0 and its labels -1. */
-typedef struct src {
-    int64_t next, n;
-} src;
-
-static int take(void *ud, int n, float *x, int32_t *labels, int *got)
-{
-    src *s = ud;
-    int k = 0;
-    for (; k < n && s->next < s->n; k++, s->next++) {
-        int len = 4 + (int)(s->next * 7 % 37);
-        int32_t *xi = (int32_t *)x + k * T, *yi = labels + k * T;
-        for (int j = 0; j < T; j++) {
-            xi[j] = j < len ? (int32_t)((s->next + j) % 13) : 0;
-            yi[j] = j < len ? (int32_t)((s->next + j + 1) % 13) : -1;
-        }
-    }
-    *got = k;
-    return BFIT_OK;
-}
-static int next_epoch(void *ud) { ((src *)ud)->next = 0; return BFIT_OK; }
+static ttok tokens(int64_t n) { return (ttok){.n = n, .seq = T, .vocab = 13, .lo = 4, .mul = 7, .mod = 37}; }
 
 typedef struct losses {
     int n;
@@ -364,8 +346,8 @@ static void on_step(void *ud, const struct bfit_step_info *s)
 static void run(int micro, int seq_max, losses *out, double *test_loss, bfit_train_result *rr)
 {
     char p[300], spec[600];
-    src train = {0, 96}, test = {0, 32};
-    bfit_source ts = {take, next_epoch, next_epoch, 96, &train}, vs = {take, next_epoch, next_epoch, 32, &test};
+    ttok train = tokens(96), test = tokens(32);
+    bfit_source ts = ttok_source(&train), vs = ttok_source(&test);
     bfit_train_cfg c = bfit_train_cfg_default();
     bfit_train_result res;
     tmp_path(p, sizeof p, "tiny.cfg");

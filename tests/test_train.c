@@ -13,6 +13,7 @@
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
 #include "tfiles.h"
+#include "trun.h"
 
 static char mlp[512], cnn[512];
 
@@ -32,15 +33,10 @@ static int teardown(void **st)
 
 static bfit_train_cfg quick(const char *model, int64_t samples)
 {
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = model;
+    bfit_train_cfg c = trun_cfg(model, 64, samples, 2000);
     c.data = "fashion-mnist";
-    c.batch = 64;
     c.epochs = 1;
-    c.epoch_samples = samples;
-    c.eval_samples = 2000;
     c.lr = 0.05;
-    c.threads = 2;
     return c;
 }
 
