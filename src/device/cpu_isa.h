@@ -22,6 +22,16 @@ typedef enum bfit_cpu_isa {
  * inlined, and keep the baseline). */
 #define BFIT_CPU_AVX512 __attribute__((target("avx512f,avx512bw,avx512cd,avx512dq,avx512vl")))
 
+/* Two variants of one static function from one body: name_avx512, compiled
+ * for AVX-512, and name_avx2, the baseline. For loops the compiler
+ * vectorises (the optimizer updates, casts, reductions): the body's OpenMP
+ * regions and the always_inline helpers it calls are compiled for each.
+ * BFIT_CPU_PICK(name) is the variant to call. */
+#define BFIT_CPU_VARIANTS(ret, name, params, ...)                                                  \
+    BFIT_CPU_AVX512 static ret name##_avx512 params __VA_ARGS__                                    \
+    static ret name##_avx2 params __VA_ARGS__
+#define BFIT_CPU_PICK(name) (bfit_cpu_isa_get() == BFIT_CPU_ISA_AVX512 ? name##_avx512 : name##_avx2)
+
 /* Check $BFIT_CPU_ISA (auto, avx2 or avx512; unset is auto) and that this
  * CPU can run what the library was compiled for; BFIT_OK, or BFIT_EINVAL
  * for a bad value or avx512 on a CPU without it, BFIT_EDEVICE for a CPU
