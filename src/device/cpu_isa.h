@@ -46,8 +46,8 @@ bfit_cpu_isa bfit_cpu_isa_get(void);
 const char *bfit_cpu_isa_name(bfit_cpu_isa isa);
 const char *bfit_cpu_isa_why(void);
 
-/* Tests: use isa from now on, for ops made after the call (an op picks its
- * variant when it is made). BFIT_EINVAL if this CPU cannot run it. */
+/* Tests: use isa from now on (a dispatched loop asks at each call; not
+ * while another thread runs ops). BFIT_EINVAL if this CPU cannot run it. */
 int bfit_cpu_isa_force(bfit_cpu_isa isa);
 
 #endif
