@@ -141,7 +141,8 @@ TABLE(tput_t, P,
       INT(P, "m", m),
       INT(P, "n", n),
       DBL(P, "rate", rate),
-      U64(P, "used", used));
+      U64(P, "used", used),
+      DBL(P, "var", var, .since = "var"));
 #undef P
 
 #define C bfit_controller_state
@@ -168,6 +169,9 @@ TABLE(controller_t, C,
       I64(C, "holdoff", holdoff),
       I64(C, "last_grow", last_grow),
       I64(C, "last_E_change", last_E_change),
+      INT(C, "prev_m", prev_m, .since = "prev_m"),
+      I64(C, "m_changed", m_changed, .since = "prev_m"),
+      U64(C, "free_at_shrink", free_at_shrink, .since = "prev_m"),
       LIST(C, "throughput", tp, bfit_controller_tput, tput_t, BFIT_CONTROLLER_NTPUT,
            "a list of the throughput records"),
       U64(C, "tick", tick),
