@@ -188,6 +188,12 @@ bfit_device_cfg bfit_device_cfg_default(void);
  * (defaults). BFIT_EINVAL for an unknown name, BFIT_EDEVICE when the device
  * cannot be used (saying why: not built with CUDA, no GPU, driver error). */
 int bfit_device_open(const char *name, const bfit_device_cfg *cfg, bfit_device **out);
+/* The same for a model (a preset or spec) trained in precision: NULL or
+ * "auto" opens the first GPU only when it runs every op and precision the
+ * model needs, else the CPU (BFIT_EINVAL when neither does). why (n bytes,
+ * may be NULL) gets a sentence saying which device and why. */
+int bfit_device_open_for_model(const char *name, const bfit_device_cfg *cfg, const char *model, bfit_dtype precision,
+                               bfit_device **out, char *why, size_t n);
 void bfit_device_free(bfit_device *d);
 /* "cpu", "cuda:0". */
 const char *bfit_device_name(const bfit_device *d);

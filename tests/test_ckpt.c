@@ -75,6 +75,7 @@ static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "
 static bfit_train_cfg small_run(void)
 {
     bfit_train_cfg c = bfit_train_cfg_default();
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     c.model = spec;
     c.train_set = train_set;
     c.test_set = train_set;

@@ -51,6 +51,7 @@ static int teardown(void **st)
 static bfit_train_cfg base(const char *model, int E, int64_t samples)
 {
     bfit_train_cfg c = bfit_train_cfg_default();
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     c.model = model;
     c.batch = E;
     c.epoch_samples = samples;

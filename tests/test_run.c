@@ -48,6 +48,7 @@ static int teardown(void **st)
 static bfit_train_cfg quick(const char *model, int E, int64_t samples)
 {
     bfit_train_cfg c = bfit_train_cfg_default();
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     c.model = model;
     c.batch = E;
     c.epoch_samples = samples;
@@ -447,6 +448,7 @@ static void check_eval_fits(const char *model, int E, uint64_t memory, int64_t s
     ec.data = "fashion-mnist";
     ec.samples = eval_samples;
     ec.threads = 2;
+    ec.device_name = "cpu";
     ec.memory = 1ull << 30;
     ec.normalize = 1;
     if (bfit_evaluate(&ec, &loss, &acc, &n) != BFIT_OK)

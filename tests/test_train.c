@@ -39,6 +39,7 @@ static int teardown(void **st)
 static bfit_train_cfg quick(const char *model, int64_t samples)
 {
     bfit_train_cfg c = bfit_train_cfg_default();
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     c.model = model;
     c.data = "fashion-mnist";
     c.batch = 64;

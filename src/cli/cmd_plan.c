@@ -95,6 +95,7 @@ typedef struct args {
     bfit_opt_kind kind;
     bfit_storage st;
     int batch[MAX_BATCHES], nbatch;
+    char device_why[512]; /* which device, and why (--device auto) */
 } args;
 
 /* Everything computed, for either printer: the library's analysis, and
@@ -304,6 +305,7 @@ static void print_human(const report *r)
         printf("training step, optimizer sgd with momentum %g: 1 state tensor per parameter\n", r->opt->momentum);
     else
         printf("training step, optimizer sgd without momentum: no optimizer state\n");
+    printf("device %s\n", a->device_why);
     printf("memory %s, margin %g%%: budget %s; workspaces sized for %d threads\n", fmt(a->memory, b1, sizeof b1),
            100 * a->margin, fmt(r->pr.budget, b2, sizeof b2), threads_of(r->M->dev));
     print_storage(r);
@@ -455,6 +457,7 @@ static int print_json(const report *r)
     cJSON_AddNumberToObject(o, "limit", PLAN_LIMIT);
     cJSON_AddNumberToObject(o, "batch1_peak", (double)r->pr.p1.peak);
 
+    cJSON_AddStringToObject(root, "device_choice", a->device_why);
     return cli_json_print(root);
 }
 
@@ -509,13 +512,16 @@ static int check_fits(const report *r)
 static void print_ways(const args *a, const bfit_way *w, uint64_t budget)
 {
     char b1[32], b2[32];
-    printf("batchfit plan --ways: %s in %s (budget %s), optimizer %s\n\n", a->model, fmt(a->memory, b1, sizeof b1),
+    printf("batchfit plan --ways: %s in %s (budget %s), optimizer %s\n", a->model, fmt(a->memory, b1, sizeof b1),
            fmt(budget, b2, sizeof b2), bfit_optim_kind_name(a->kind));
+    printf("device %s\n\n", a->device_why);
     printf("%-40s %9s %9s %11s %8s%s\n", "way", "micro", "batch", "peak", "extra", a->measure ? "     step  samples/s" : "");
     for (int i = 0; i < BFIT_WAYS; i++) {
         printf("%-40s %9d %9d %11s %7.1f%%", w[i].name, w[i].m, w[i].batch, w[i].m ? fmt(w[i].peak, b1, sizeof b1) : "-",
                100 * w[i].extra);
-        if (a->measure && w[i].measure_failed)
+        if (w[i].error[0])
+            printf("  %s", w[i].error);
+        else if (a->measure && w[i].measure_failed)
             printf("  out of memory while measuring");
         else if (a->measure && w[i].step_secs > 0)
             printf(" %7.3fs %10.1f%s", w[i].step_secs, w[i].samples_per_sec, w[i].accum > 1 ? " (2 micro-steps)" : "");
@@ -534,6 +540,7 @@ static int ways_json(const args *a, const bfit_way *w, uint64_t budget)
     cJSON_AddStringToObject(root, "model", a->model);
     cJSON_AddNumberToObject(root, "memory", (double)a->memory);
     cJSON_AddNumberToObject(root, "budget", (double)budget);
+    cJSON_AddStringToObject(root, "device_choice", a->device_why);
     arr = cJSON_AddArrayToObject(root, "ways");
     for (int i = 0; i < BFIT_WAYS; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -547,6 +554,8 @@ static int ways_json(const args *a, const bfit_way *w, uint64_t budget)
         cJSON_AddNumberToObject(o, "batch", w[i].batch);
         cJSON_AddNumberToObject(o, "peak", (double)w[i].peak);
         cJSON_AddNumberToObject(o, "extra_compute", w[i].extra);
+        if (w[i].error[0])
+            cJSON_AddStringToObject(o, "error", w[i].error);
         if (a->measure) {
             cJSON_AddNumberToObject(o, "step_seconds", w[i].step_secs);
             cJSON_AddNumberToObject(o, "samples_per_second", w[i].samples_per_sec);
@@ -639,7 +648,8 @@ int cmd_plan(int argc, char **argv)
         bfit_device_cfg cc = bfit_device_cfg_default();
         cc.threads = a.threads;
         cc.conv_algo = a.conv;
-        rc = bfit_device_open(a.device, &cc, &dev);
+        rc = bfit_device_open_for_model(a.device, &cc, a.model, a.st.precision, &dev, a.device_why,
+                                        sizeof a.device_why);
     }
     if (rc == BFIT_OK && !a.memory) {
         uint64_t total;

@@ -260,6 +260,18 @@ static void cpu_destroy(bfit_device *base)
     free(d);
 }
 
+/* Every kind, in f32 and bf16: oneDNN has no f16 kernels for this CPU. */
+static int cpu_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n)
+{
+    (void)d;
+    (void)k;
+    if (t == BFIT_F32 || t == BFIT_BF16)
+        return 1;
+    snprintf(why, n, "the cpu computes in f32 and bf16 only (oneDNN has no %s kernels for this CPU)",
+             bfit_dtype_name(t));
+    return 0;
+}
+
 static const bfit_device_vt cpu_vt = {
     .name = "cpu",
     .mem_info = bfit_cpu_mem_info,
@@ -279,6 +291,7 @@ static const bfit_device_vt cpu_vt = {
     .coll_sum = bfit_cpu_coll_sum,
     .coll_bcast = bfit_cpu_coll_bcast,
     .coll_close = bfit_cpu_coll_close,
+    .supports = cpu_supports,
 };
 
 

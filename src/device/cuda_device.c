@@ -161,6 +161,51 @@ static void cuda_destroy(bfit_device *base)
     free(d);
 }
 
+/* The kinds op_init makes: listed, so that a kind added to the device
+ * interface later is refused until the GPU has it. */
+static int kind_made(bfit_op_kind k)
+{
+    switch (k) {
+    case BFIT_OP_MATMUL:
+    case BFIT_OP_CONV_FWD:
+    case BFIT_OP_CONV_BWD_DATA:
+    case BFIT_OP_CONV_BWD_WEIGHTS:
+    case BFIT_OP_POOL_FWD:
+    case BFIT_OP_POOL_BWD:
+    case BFIT_OP_BNORM_FWD:
+    case BFIT_OP_BNORM_BWD:
+    case BFIT_OP_LNORM_FWD:
+    case BFIT_OP_LNORM_BWD:
+    case BFIT_OP_ELTWISE_FWD:
+    case BFIT_OP_ELTWISE_BWD:
+    case BFIT_OP_REDUCE_ROWS:
+    case BFIT_OP_ADD:
+    case BFIT_OP_DROPOUT_FWD:
+    case BFIT_OP_DROPOUT_BWD:
+    case BFIT_OP_XENT_FWD:
+    case BFIT_OP_XENT_BWD:
+    case BFIT_OP_SCALE:
+    case BFIT_OP_NORMS:
+    case BFIT_OP_SGD:
+    case BFIT_OP_ADAMW: return 1;
+    default: return 0;
+    }
+}
+
+static int cuda_supports(const bfit_device *base, bfit_op_kind k, bfit_dtype t, char *why, size_t n)
+{
+    (void)base;
+    if (!kind_made(k)) {
+        snprintf(why, n, "not implemented on the GPU");
+        return 0;
+    }
+    if (t != BFIT_F32) {
+        snprintf(why, n, "the GPU computes in f32 only yet");
+        return 0;
+    }
+    return 1;
+}
+
 static const bfit_device_vt cuda_vt = {
     .name = "cuda",
     .mem_info = cuda_mem_info,
@@ -180,6 +225,7 @@ static const bfit_device_vt cuda_vt = {
     .coll_sum = cuda_coll_sum,
     .coll_bcast = cuda_coll_bcast,
     .coll_close = cuda_coll_close,
+    .supports = cuda_supports,
 };
 
 /* The GPU exists, and this build has code it can run. */

@@ -193,6 +193,12 @@ typedef struct bfit_device_vt {
     int (*coll_sum)(bfit_device *d, void *state, void *buf, size_t count);
     int (*coll_bcast)(bfit_device *d, void *state, void *buf, size_t n, int root);
     void (*coll_close)(bfit_device *d, void *state);
+    /* 1 when ops of kind k on data of dtype t can be made here, else 0 with
+     * a reason in why (n bytes); asked before a model is built (--device
+     * auto). NULL: every kind in every float dtype. A backend says 0 for a
+     * kind it does not know, so op kinds added later are refused, not
+     * mis-run. */
+    int (*supports)(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n);
 } bfit_device_vt;
 
 struct bfit_device {
@@ -224,6 +230,36 @@ bfit_cuda_cfg bfit_cuda_cfg_default(void);
  * this build's code. */
 int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out);
 int bfit_device_cuda_new(int index, bfit_device **out);
+
+/* The (kind, dtype) pairs a model's ops take: bit t of dtypes[k] is set
+ * when an op of kind k on dtype t is made (src/nn/needs.c fills it). */
+typedef struct bfit_op_needs {
+    unsigned dtypes[BFIT_OP_COUNT];
+} bfit_op_needs;
+
+static inline void bfit_op_needs_add(bfit_op_needs *nd, bfit_op_kind k, bfit_dtype t)
+{
+    if ((unsigned)k < BFIT_OP_COUNT && (unsigned)t < BFIT_NDTYPES)
+        nd->dtypes[k] |= 1u << t;
+}
+
+/* Whether d makes ops of kind k on dtype t (1), or not (0, why filled when
+ * not NULL). */
+int bfit_device_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n);
+/* Whether d makes every op in nd (1); 0 with why naming the first it does
+ * not ("attention forward in bf16: ..."). */
+int bfit_device_supports_needs(const bfit_device *d, const bfit_op_needs *nd, char *why, size_t n);
+/* A device that runs nothing and records in *into every op made on it
+ * (which it makes as an empty op of no workspace and nothing saved): how a
+ * model's needs are found without a real device. Its memory query says
+ * nothing is free; transfers and runs fail. */
+int bfit_device_recorder_new(bfit_op_needs *into, bfit_device **out);
+/* --device auto for a model needing nd: the first GPU when one opens and
+ * makes every op in nd, else the CPU when it does; why (n bytes) says which
+ * and why, in a sentence. BFIT_EINVAL (naming what each refused) when
+ * neither does. */
+int bfit_device_open_auto(const bfit_device_cfg *cfg, const bfit_op_needs *nd, bfit_device **out, char *why,
+                          size_t n);
 
 /* Create an op for fixed shapes. Allocates no device memory. */
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out);
