@@ -71,7 +71,8 @@ static void load_plugin(void)
 
 int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out)
 {
-    static const bfit_cuda_host host = {BFIT_CUDA_PLUGIN_ABI, bfit_vfail, bfit_vfail_prefix, bfit_dtype_name};
+    static const bfit_cuda_host host = {BFIT_CUDA_PLUGIN_ABI ^ (unsigned)sizeof(bfit_cuda_host), bfit_vfail,
+                                        bfit_vfail_prefix, bfit_dtype_name, bfit_op_kind_name};
     bfit_cuda_cfg c = cfg ? *cfg : bfit_cuda_cfg_default();
     bfit_cuda_plugin_open_fn open_fn;
     int rc;
@@ -334,3 +335,9 @@ int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n)
 }
 
 int bfit_device_sync(bfit_device *d) { return d->vt->sync(d); }
+
+int bfit_device_sample_get(bfit_device *d, bfit_device_sample *out)
+{
+    memset(out, 0, sizeof *out);
+    return d->vt->sample ? d->vt->sample(d, out) : BFIT_OK;
+}

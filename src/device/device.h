@@ -155,6 +155,35 @@ typedef struct bfit_device_info {
                                 unknown */
 } bfit_device_info;
 
+/* What a device says of its state now, for the run's monitor events: as
+ * a person watching `nvidia-smi dmon` or `top` would see it. Each field is
+ * set only when its BFIT_SAMPLE_ bit is in `have`. Taking one never waits
+ * for the device's queued work. */
+enum {
+    BFIT_SAMPLE_BUSY = 1,     /* busy */
+    BFIT_SAMPLE_MEM_BUSY = 2, /* mem_busy */
+    BFIT_SAMPLE_SELF = 4,     /* self_bytes */
+    BFIT_SAMPLE_OTHERS = 8,   /* others_bytes, others */
+    BFIT_SAMPLE_FREE = 16,    /* free_bytes, total_bytes */
+    BFIT_SAMPLE_THROTTLE = 32,/* throttle, throttle_text */
+    BFIT_SAMPLE_CLOCK = 64,   /* sm_mhz */
+    BFIT_SAMPLE_POWER = 128,  /* power_w, power_limit_w */
+    BFIT_SAMPLE_TEMP = 256,   /* temp_c */
+};
+typedef struct bfit_device_sample {
+    unsigned have;
+    double busy;              /* GPU: % of the last sample period a kernel ran (NVML); CPU: this process's
+                                 CPU time over wall time since the last sample, in % of all its threads */
+    double mem_busy;          /* GPU: % of the period device memory was read or written */
+    uint64_t self_bytes;      /* GPU: device memory the driver puts to this process; CPU: resident memory */
+    uint64_t others_bytes;    /* GPU: device memory of the other processes on it */
+    int others;               /* how many other processes */
+    uint64_t free_bytes, total_bytes;
+    unsigned long long throttle; /* NVML's clock-event (throttle) reasons, bits; 0: running free */
+    char throttle_text[96];   /* the reasons that slow it, in words ("power cap, thermal"); "" if none */
+    double sm_mhz, power_w, power_limit_w, temp_c;
+} bfit_device_sample;
+
 /* The host side of a group of processes (src/device/comm.c fills it from
  * MPI), as a device's collectives use it: this process's rank of size,
  * an in-place sum of host floats over the group, and a broadcast of host
@@ -199,6 +228,9 @@ typedef struct bfit_device_vt {
      * kind it does not know, so op kinds added later are refused, not
      * mis-run. */
     int (*supports)(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n);
+    /* the device's state now, without waiting for its work (NULL: nothing
+     * to say) */
+    int (*sample)(bfit_device *d, bfit_device_sample *out);
 } bfit_device_vt;
 
 struct bfit_device {
@@ -276,6 +308,8 @@ int bfit_device_copy(bfit_device *d, void *dst, const void *src, size_t n);
 int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n);
 static inline int bfit_device_zero(bfit_device *d, void *dst, size_t n) { return bfit_device_fill(d, dst, 0, n); }
 int bfit_device_sync(bfit_device *d);
+/* The device's state for the monitor (out->have 0: nothing known). */
+int bfit_device_sample_get(bfit_device *d, bfit_device_sample *out);
 void bfit_device_info_get(const bfit_device *d, bfit_device_info *out);
 
 /* Every op starts with this header so the generic functions can dispatch. */
