@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "base/err.h"
+#include "batch/plan.h"
 #include "batch/ways.h"
 #include "nn/model.h"
 #include "nn/needs.h"
@@ -196,12 +197,49 @@ static void test_ways_marks_rows(void **st)
     ways_with(0, "no f32 convolution here");
 }
 
+/* A device that cannot make a convolution of more than 100 samples (as
+ * cuDNN cannot past 2^31 elements a tensor) says so as out of memory, and
+ * the plan's largest batch stops there instead of failing. */
+static int small_convs(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
+{
+    if (desc->kind >= BFIT_OP_CONV_FWD && desc->kind <= BFIT_OP_CONV_BWD_WEIGHTS && desc->u.conv.n > 100) {
+        *out = NULL;
+        return bfit_fail(BFIT_ENOMEM, "test: a convolution of %lld samples is over the limit",
+                         (long long)desc->u.conv.n);
+    }
+    return cpu_vt->op_new(d, desc, out);
+}
+
+static void test_plan_op_limit(void **st)
+{
+    bfit_device *d;
+    bfit_model *M;
+    bfit_graph_desc g;
+    bfit_optim_cfg opt = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    int m = 0;
+    (void)st;
+    assert_int_equal(bfit_device_cpu_new(NULL, &d), BFIT_OK);
+    cpu_vt = d->vt;
+    patched = *cpu_vt;
+    patched.op_new = small_convs;
+    d->vt = &patched;
+    assert_int_equal(bfit_model_source_load("cnn", &g), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, d, NULL, &M), BFIT_OK);
+    assert_int_equal(bfit_plan_max_batch(M, &opt, 1, 64ull << 30, 100000, &m, NULL), BFIT_OK);
+    assert_int_equal(m, 100);
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    d->vt = cpu_vt;
+    bfit_device_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_needs_cnn),       cmocka_unit_test(test_needs_gpt_bf16),
         cmocka_unit_test(test_cpu_supports),    cmocka_unit_test(test_auto_choice),
         cmocka_unit_test(test_auto_refuses),    cmocka_unit_test(test_ways_marks_rows),
+        cmocka_unit_test(test_plan_op_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
