@@ -81,7 +81,11 @@ static void help(void)
          "  --seed N              seed for init, shuffling, dropout, augmentation (default 1)\n"
          "  --threads N           CPU threads (default: all cores)\n"
          "  --device NAME         cpu, cuda, cuda:N or auto (default auto: a GPU when one\n"
-         "                        is present and batchfit was built with CUDA, else cpu)\n"
+         "                        is present and runs every op and the precision of the\n"
+         "                        model, else cpu; the log's start event says why)\n"
+         "  --monitor SECONDS     a monitor event in the log (the device's use, memory of\n"
+         "                        this and other processes, throttling) every SECONDS\n"
+         "                        at a step boundary (default 10; 0 for none)\n"
          "  --conv-algo fastest|lean|auto  a GPU's convolution algorithms: the fastest,\n"
          "                        the smallest workspaces, or auto: the fastest unless\n"
          "                        the leanest fit a larger micro-batch (default fastest;\n"
@@ -140,7 +144,7 @@ enum {
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
     O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF, O_DIST, O_MEMSCHED_RANK,
     O_SAMPLE_CHECK, O_FAIL_ALLOC, O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON,
-    O_SEQ_MAX, O_BATCH_TOKENS
+    O_SEQ_MAX, O_BATCH_TOKENS, O_MONITOR
 };
 
 static const struct option opts[] = {
@@ -167,6 +171,7 @@ static const struct option opts[] = {
     {"lr-ref-batch", required_argument, 0, O_LRREF},
     {"memory-schedule", required_argument, 0, O_MEMSCHED}, {"test-data", required_argument, 0, O_TEST_DATA},
     {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
+    {"monitor", required_argument, 0, O_MONITOR},
     {"precision", required_argument, 0, O_PRECISION}, {"recompute", required_argument, 0, O_RECOMPUTE},
     {"no-lean", no_argument, 0, O_NO_LEAN}, {"loss-scale", required_argument, 0, O_LOSS_SCALE},
     {"loss-scale-interval", required_argument, 0, O_LS_INTERVAL},
@@ -304,6 +309,10 @@ static int run_option(args *a, int o)
     case O_STEP_SIZE: if (cli_int("--step-size", optarg, 1, BFIT_COUNT_MAX, &a->step_size)) return -1; break;
     case O_GAMMA: if (cli_double("--gamma", optarg, 1e-9, 1, &a->gamma)) return -1; break;
     case O_CLIP: if (cli_double("--clip", optarg, 1e-12, 1e12, &c->clip)) return -1; break;
+    case O_MONITOR:
+        if (cli_double("--monitor", optarg, 0, 1e9, &c->monitor_seconds)) return -1;
+        if (c->monitor_seconds == 0) c->monitor_seconds = -1;
+        break;
     case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) return -1; c->seed = (uint64_t)v; break;
     case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return -1; c->threads = (int)v; break;
     case O_SAVE: c->save = optarg; break;

@@ -468,6 +468,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
                    bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan);
     bfit_log_say(&r->lg, "batchfit: device %s", r->s.device_why);
+    bfit_run_monitor(r, 1);
     if (c->batch_tokens)
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
                      "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "
@@ -796,6 +797,7 @@ void bfit_run_finish(bfit_run *r, int rc)
     if (rc == BFIT_OK) {
         bfit_train_result res;
         bfit_run_result(r, &res);
+        bfit_run_monitor(r, 1);
         bfit_log_event(&r->lg, "end",
                        "\"steps\":%lld,\"samples\":%lld,\"test_acc\":%.6f,\"train_seconds\":%.3f,\"peak\":%llu,"
                        "\"ooms\":%d,\"batch_changes\":%d",

@@ -130,7 +130,12 @@ struct bfit_run {
     uint64_t step_hsum, ep_hsum; /* cfg.sample_check: the samples' hashes summed, in the step and epoch */
     int64_t step_hn, ep_hn;    /*   and how many */
     int tmp_log;               /* the log is the report's temporary file: not the run's to resume */
+    double mon_t;              /* the monitor's last sample (real clock; 0: none yet) */
+    char mon_throttle[96];     /*   and the throttling it saw, to say when that changes */
 };
+
+/* A "monitor" event now if force or its interval has passed (monitor.c). */
+void bfit_run_monitor(bfit_run *r, int force);
 
 /* What bfit_train writes after the run, as the configuration gives them
  * once merged with a resumed checkpoint's. */
