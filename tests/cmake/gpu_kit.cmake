@@ -1,0 +1,7 @@
+# gpu_kit.cmake - the GPU proof kit's dry run on the CPU device
+# (tests/cli/gpu_kit.sh), so the kit is tested before it ever meets a GPU.
+add_test(NAME gpu_kit_dry_run COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/gpu_kit.sh ${PROJECT_BINARY_DIR}
+                                      ${PROJECT_SOURCE_DIR})
+set_tests_properties(gpu_kit_dry_run PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS nosan
+  ENVIRONMENT "OMP_NUM_THREADS=2;BFIT_PYTHON=${BFIT_PYTHON}"
+  PASS_REGULAR_EXPRESSION "gpu kit dry run: all checks passed")
