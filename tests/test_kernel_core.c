@@ -84,9 +84,9 @@ typedef struct acase {
     int causal, lean, padded;
 } acase;
 
-static void attn_case(const acase *c)
+static void attn_case(const acase *c, int64_t hs)
 {
-    const int64_t n = 2, T = 9, H = 2, hs = 5, C = H * hs;
+    const int64_t n = 2, T = 9, H = 2, C = H * hs;
     bfit_op_desc d = {.kind = BFIT_OP_ATTN_FWD, .dtype = c->t};
     bk_attn a = {n, T, H, hs, c->causal, c->lean, 1, (int)c->t, (float)(1.0 / sqrt((double)hs))};
     double rel = c->t == BFIT_F32 ? 1e-5 : 1.0 / 128, fl = c->t == BFIT_F32 ? 1e-6 : 1e-3;
@@ -153,7 +153,8 @@ static void test_attention(void **st)
     for (int t = 0; t < 2; t++)
         for (int k = 0; k < 8; k++) {
             acase c = {t ? BFIT_BF16 : BFIT_F32, k & 1, (k >> 1) & 1, (k >> 2) & 1};
-            attn_case(&c);
+            attn_case(&c, 5);
+            attn_case(&c, 80); /* a head of two chunks of features (BK_HS_CHUNK 64) */
         }
 }
 

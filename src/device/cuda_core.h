@@ -12,8 +12,9 @@
  * softmax P = exp(s - max) / sum (sum in double), y = P V; backward dP =
  * dy.v, D = sum P dP (double), dS = P (dP - D), dq = dS k / sqrt(hs),
  * dk = dS^T q / sqrt(hs), dv = P^T dy. A thread keeps no row of scores: it
- * computes them again in each pass over the keys (two or three passes), so
- * nothing of T x T is needed besides the stored P itself. Its sums are in
+ * computes them again in each pass over the keys (two or three passes, one
+ * more per 64 features of a head past the first 64), so nothing of T x T is
+ * needed besides the stored P itself. Its sums are in
  * another order than oneDNN's sgemm: results agree to f32 rounding. */
 #ifndef BFIT_CUDA_CORE_H
 #define BFIT_CUDA_CORE_H
@@ -30,8 +31,13 @@
 #define BK_HD static inline
 #endif
 
-/* the most features a head may have (a thread's accumulators) */
+/* the most features a head may have */
 #define BK_HS_MAX 256
+/* features a thread accumulates at once: a head's are done in chunks of
+ * this many (the scores computed again for each), which keeps a thread's
+ * local arrays, and so the local memory the driver reserves for every
+ * resident thread of the GPU, small (512 bytes a thread at most) */
+#define BK_HS_CHUNK 64
 
 /* ATTN: n sequences of T tokens, H heads of hs features; dt the data's */
 typedef struct bk_attn {
@@ -155,24 +161,28 @@ BK_HD void bk_attn_fwd_row(const bk_attn *a, const void *qkv, const int32_t *len
 {
     const int64_t C = a->H * a->hs, qo = bk_attn_qoff(a, lane, i);
     const int64_t nk = bk_attn_keys(a, bk_attn_len(a, lens, lane / a->H), i);
-    float acc[BK_HS_MAX], mx = 0.0f;
+    float acc[BK_HS_CHUNK], mx = 0.0f;
     double sum = 0;
 
     for (int64_t j = 0; j < nk; j++) {
         float s = bk_attn_score(a, qkv, qo, bk_attn_qoff(a, lane, j) + C);
         mx = j == 0 || s > mx ? s : mx;
     }
-    for (int64_t c = 0; c < a->hs; c++)
-        acc[c] = 0.0f;
-    for (int64_t j = 0; j < nk; j++) {
-        int64_t ko = bk_attn_qoff(a, lane, j) + C;
-        float e = expf(bk_attn_score(a, qkv, qo, ko) - mx);
-        sum += e;
-        for (int64_t c = 0; c < a->hs; c++)
-            acc[c] += e * bk_ldx(qkv, a->dt, ko + C + c);
+    for (int64_t c0 = 0; c0 < a->hs; c0 += BK_HS_CHUNK) {
+        int64_t nc = a->hs - c0 < BK_HS_CHUNK ? a->hs - c0 : BK_HS_CHUNK;
+        for (int64_t c = 0; c < nc; c++)
+            acc[c] = 0.0f;
+        for (int64_t j = 0; j < nk; j++) {
+            int64_t ko = bk_attn_qoff(a, lane, j) + C;
+            float e = expf(bk_attn_score(a, qkv, qo, ko) - mx);
+            if (c0 == 0)
+                sum += e;
+            for (int64_t c = 0; c < nc; c++)
+                acc[c] += e * bk_ldx(qkv, a->dt, ko + C + c0 + c);
+        }
+        for (int64_t c = 0; c < nc; c++)
+            bk_stx(y, a->dt, bk_attn_yoff(a, lane, i) + c0 + c, (float)(acc[c] / sum));
     }
-    for (int64_t c = 0; c < a->hs; c++)
-        bk_stx(y, a->dt, bk_attn_yoff(a, lane, i) + c, (float)(acc[c] / sum));
     if (!a->training)
         return;
     if (a->lean) {
@@ -212,23 +222,26 @@ BK_HD void bk_attn_bwd_row(const bk_attn *a, const void *qkv, const int32_t *len
 {
     const int64_t C = a->H * a->hs, qo = bk_attn_qoff(a, lane, i);
     const int64_t nk = bk_attn_keys(a, bk_attn_len(a, lens, lane / a->H), i);
-    float acc[BK_HS_MAX], d;
+    float acc[BK_HS_CHUNK], d;
     double D = 0;
 
     for (int64_t j = 0; j < nk; j++)
         D += (double)bk_attn_p(a, qkv, saved, lane, i, j) * bk_attn_dp(a, qkv, dy, lane, i, j);
     d = (float)D;
     dot[lane * a->T + i] = d;
-    for (int64_t c = 0; c < a->hs; c++)
-        acc[c] = 0.0f;
-    for (int64_t j = 0; j < nk; j++) {
-        float p = bk_attn_p(a, qkv, saved, lane, i, j), ds = p * (bk_attn_dp(a, qkv, dy, lane, i, j) - d);
-        int64_t ko = bk_attn_qoff(a, lane, j) + C;
-        for (int64_t c = 0; c < a->hs; c++)
-            acc[c] += ds * bk_ldx(qkv, a->dt, ko + c);
+    for (int64_t c0 = 0; c0 < a->hs; c0 += BK_HS_CHUNK) {
+        int64_t nc = a->hs - c0 < BK_HS_CHUNK ? a->hs - c0 : BK_HS_CHUNK;
+        for (int64_t c = 0; c < nc; c++)
+            acc[c] = 0.0f;
+        for (int64_t j = 0; j < nk; j++) {
+            float p = bk_attn_p(a, qkv, saved, lane, i, j), ds = p * (bk_attn_dp(a, qkv, dy, lane, i, j) - d);
+            int64_t ko = bk_attn_qoff(a, lane, j) + C;
+            for (int64_t c = 0; c < nc; c++)
+                acc[c] += ds * bk_ldx(qkv, a->dt, ko + c0 + c);
+        }
+        for (int64_t c = 0; c < nc; c++)
+            bk_stx(dqkv, a->dt, qo + c0 + c, a->scale * acc[c]);
     }
-    for (int64_t c = 0; c < a->hs; c++)
-        bk_stx(dqkv, a->dt, qo + c, a->scale * acc[c]);
 }
 
 /* Backward of key row j (after every row's dot): dk_j and dv_j into dqkv,
@@ -237,25 +250,28 @@ BK_HD void bk_attn_bwd_key(const bk_attn *a, const void *qkv, const int32_t *len
                            void *dqkv, const float *dot, int64_t lane, int64_t j)
 {
     const int64_t C = a->H * a->hs, len = bk_attn_len(a, lens, lane / a->H), ko = bk_attn_qoff(a, lane, j) + C;
-    float dk[BK_HS_MAX], dv[BK_HS_MAX];
+    float dk[BK_HS_CHUNK], dv[BK_HS_CHUNK];
 
-    for (int64_t c = 0; c < a->hs; c++)
-        dk[c] = dv[c] = 0.0f;
-    for (int64_t i = a->causal ? j : 0; j < len && i < a->T; i++) {
-        float p, ds;
-        int64_t qo = bk_attn_qoff(a, lane, i), yo = bk_attn_yoff(a, lane, i);
-        if (j >= bk_attn_keys(a, len, i))
-            continue;
-        p = bk_attn_p(a, qkv, saved, lane, i, j);
-        ds = p * (bk_attn_dp(a, qkv, dy, lane, i, j) - dot[lane * a->T + i]);
-        for (int64_t c = 0; c < a->hs; c++) {
-            dv[c] += p * bk_ldx(dy, a->dt, yo + c);
-            dk[c] += ds * bk_ldx(qkv, a->dt, qo + c);
+    for (int64_t c0 = 0; c0 < a->hs; c0 += BK_HS_CHUNK) {
+        int64_t nc = a->hs - c0 < BK_HS_CHUNK ? a->hs - c0 : BK_HS_CHUNK;
+        for (int64_t c = 0; c < nc; c++)
+            dk[c] = dv[c] = 0.0f;
+        for (int64_t i = a->causal ? j : 0; j < len && i < a->T; i++) {
+            float p, ds;
+            int64_t qo = bk_attn_qoff(a, lane, i), yo = bk_attn_yoff(a, lane, i);
+            if (j >= bk_attn_keys(a, len, i))
+                continue;
+            p = bk_attn_p(a, qkv, saved, lane, i, j);
+            ds = p * (bk_attn_dp(a, qkv, dy, lane, i, j) - dot[lane * a->T + i]);
+            for (int64_t c = 0; c < nc; c++) {
+                dv[c] += p * bk_ldx(dy, a->dt, yo + c0 + c);
+                dk[c] += ds * bk_ldx(qkv, a->dt, qo + c0 + c);
+            }
         }
-    }
-    for (int64_t c = 0; c < a->hs; c++) {
-        bk_stx(dqkv, a->dt, ko + c, a->scale * dk[c]);
-        bk_stx(dqkv, a->dt, ko + C + c, dv[c]);
+        for (int64_t c = 0; c < nc; c++) {
+            bk_stx(dqkv, a->dt, ko + c0 + c, a->scale * dk[c]);
+            bk_stx(dqkv, a->dt, ko + C + c0 + c, dv[c]);
+        }
     }
 }
 
