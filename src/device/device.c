@@ -170,6 +170,7 @@ int bfit_device_supports_needs(const bfit_device *d, const bfit_op_needs *nd, ch
     return 1;
 }
 
+#ifdef BFIT_HAVE_CUDA
 /* The most precise dtype of the needs (what a reason names). */
 static const char *needs_dtype(const bfit_op_needs *nd)
 {
@@ -178,6 +179,7 @@ static const char *needs_dtype(const bfit_op_needs *nd)
         all |= nd->dtypes[k];
     return all & (1u << BFIT_F16) ? "f16" : all & (1u << BFIT_BF16) ? "bf16" : "f32";
 }
+#endif
 
 int bfit_device_open_auto(const bfit_device_cfg *cfg, const bfit_op_needs *nd, bfit_device **out, char *why,
                           size_t n)
