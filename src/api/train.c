@@ -5,6 +5,7 @@
 #include "api/config_int.h"
 #include "api/result.h"
 #include "base/err.h"
+#include "data/data.h"
 #include "train/run_int.h"
 
 #include <stdlib.h>
@@ -23,7 +24,9 @@ int bfit_run_new(const bfit_config *c, bfit_run **out)
     /* the run points into its configuration: it keeps a copy of its own */
     if (!c || !(own = bfit_config_copy(c)))
         return c ? BFIT_ENOMEM : bfit_fail(BFIT_EINVAL, "bfit_run_new needs a configuration");
-    if ((rc = bfit_config_train_cfg(own, &t)) != BFIT_OK || (rc = bfit_run_new_from(&t, out)) != BFIT_OK) {
+    /* the data sets of the caller's arrays live as long as the run: its configuration holds them */
+    if ((rc = bfit_config_train_cfg(own, &t)) != BFIT_OK ||
+        (rc = bfit_config_arrays_sets(own, &t, own->arr_sets)) != BFIT_OK || (rc = bfit_run_new_from(&t, out)) != BFIT_OK) {
         bfit_config_free(own);
         return rc;
     }
@@ -109,14 +112,17 @@ int bfit_train(const bfit_config *c, bfit_result **out)
     bfit_train_cfg t;
     bfit_train_result tr;
     bfit_err_state e;
+    bfit_dataset *sets[2];
     int rc;
 
     if (!out)
         return bfit_fail(BFIT_EINVAL, "bfit_train needs somewhere to put the result");
     *out = NULL;
-    if ((rc = bfit_config_train_cfg(c, &t)) != BFIT_OK)
+    if ((rc = bfit_config_train_cfg(c, &t)) != BFIT_OK || (rc = bfit_config_arrays_sets(c, &t, sets)) != BFIT_OK)
         return rc;
     rc = bfit_train_from(&t, &tr);
+    bfit_dataset_free(sets[0]);
+    bfit_dataset_free(sets[1]);
     bfit_err_save(&e); /* making the result must not lose the run's message */
     *out = make_result(&tr, rc == BFIT_OK);
     bfit_err_restore(&e);
