@@ -199,6 +199,45 @@ static void test_run_outlives_config(void **state)
     bfit_run_free(run);
 }
 
+/* Many features are many channels of normalisation statistics: the weights
+ * file's metadata holds them all (it once held 4096 characters: ~300). */
+static void test_many_features_saved(void **state)
+{
+    enum { NF = 800, NS = 64 };
+    char sp[128], w[128];
+    float *big = malloc(sizeof *big * NF * NS);
+    bfit_tensors *t = NULL;
+    bfit_config *c = bfit_config_new();
+    bfit_result *r = NULL;
+    const char *mean;
+    int commas = 0;
+    FILE *f;
+    (void)state;
+    snprintf(sp, sizeof sp, "%s/wide.cfg", dir);
+    snprintf(w, sizeof w, "%s/wide.safetensors", dir);
+    assert_non_null(f = fopen(sp, "w"));
+    fprintf(f, "input %d\nlinear %d\n", NF, NCLS);
+    fclose(f);
+    for (int i = 0; i < NF * NS; i++)
+        big[i] = (float)(i % 97) / 7.0f;
+    assert_int_equal(bfit_config_set(c, "model", sp), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "save", w), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "memory", "256MiB"), BFIT_OK);
+    assert_int_equal(bfit_config_set_int(c, "batch", 32), BFIT_OK);
+    assert_int_equal(bfit_config_set_arrays(c, 0, big, y, NS, NF), BFIT_OK);
+    if (bfit_train(c, &r) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    assert_int_equal(bfit_tensors_open(w, &t), BFIT_OK);
+    assert_non_null(mean = bfit_tensors_meta(t, "normalize_mean"));
+    for (const char *p = mean; *p; p++)
+        commas += *p == ',';
+    assert_int_equal(commas, NF - 1);
+    bfit_tensors_free(t);
+    bfit_result_free(r);
+    bfit_config_free(c);
+    free(big);
+}
+
 static void fails(int rc, int want, const char *field, const char *msg)
 {
     assert_int_equal(rc, want);
@@ -258,6 +297,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_file), cmocka_unit_test(test_test_arrays),
         cmocka_unit_test(test_run_outlives_config), cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_many_features_saved),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
