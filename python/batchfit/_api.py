@@ -1,0 +1,220 @@
+"""The calls: each a thin wrapper of one library call, its keyword arguments
+the command line's options (docs/python.md)."""
+import os
+import shutil
+import tempfile
+
+from . import _errors, _run
+from ._config import Config, OPTIONS
+from ._lib import ffi, lib, text
+from ._results import Find, Plan, Result, Training, take
+
+
+def version():
+    """The library's version ("0.3.0")."""
+    return text(lib.bfit_version())
+
+
+def options():
+    """Every option: {name: (what it takes, the commands that read it)};
+    '' takes nothing (a flag: give True)."""
+    return dict(OPTIONS)
+
+
+def parse_size(s):
+    """"512MiB", "1.5GiB", "8GB" in bytes."""
+    if not isinstance(s, str):
+        raise _errors.ArgumentTypeError(f"parse_size: give text such as '8GiB', not {type(s).__name__}")
+    out = ffi.new("uint64_t *")
+    _errors.check(lib.bfit_parse_size(s.encode(), out))
+    return int(out[0])
+
+
+def format_size(n):
+    """Bytes for people: "1.50 GiB"."""
+    buf = ffi.new("char[]", 32)
+    return text(lib.bfit_format_size(int(n), buf, len(buf)))
+
+
+def _model(model):
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if not isinstance(model, str):
+        hint = " (an nn.Module goes through batchfit.torch)" if hasattr(model, "state_dict") else ""
+        raise _errors.ArgumentTypeError(f"model: give a preset name, a spec file or an ONNX file, not "
+                                        f"{type(model).__name__}{hint}", "model", _errors.EINVAL)
+    return model
+
+
+def _finish(rc, r, state, result_cls, **extra):
+    """The result of a command, or its exception (with the result, where
+    the command got far enough to make one)."""
+    res = result_cls(*take(r), **extra) if r != ffi.NULL else None
+    if rc != _errors.OK:
+        raise _errors.make(rc, state.get("msg", ""), state.get("field", ""), res)
+    return res
+
+
+def _direct(command, cfg, result_cls):
+    """A call that runs to its end in this thread (the GIL released meanwhile)."""
+    out = ffi.new("bfit_result **")
+    rc = getattr(lib, "bfit_" + command)(cfg.c, out)
+    state = {}
+    if rc != _errors.OK:
+        state = {"msg": text(lib.bfit_errmsg()) or text(lib.bfit_strerror(rc)), "field": text(lib.bfit_errfield())}
+    return _finish(rc, out[0], state, result_cls)
+
+
+def plan(model, **options):
+    """The memory of a training step of `model` (a preset, a spec file or an
+    ONNX file) per category, the peak at the `batch` sizes asked for
+    (batch=[1, 32, 64]), and the largest batch that fits `memory`
+    ("11GiB"); with ways=True the ways to a larger batch. Options are
+    `batchfit plan`'s. Raises OutOfMemoryError (with .result, the Plan)
+    when a batch asked for, or the model, does not fit."""
+    cfg = Config(model=_model(model), **options)
+    return _direct("plan", cfg, Plan)
+
+
+def find(model, progress=False, **options):
+    """The largest batch that fits (planned, confirmed by real steps) and the
+    fastest (measured), with the ladder of sizes measured. Options are
+    `batchfit find`'s (memory, data, limit, ...)."""
+    cfg = Config(model=_model(model), **options)
+    p = _run.progress_stream(cfg, progress)
+    try:
+        return _direct("find", cfg, Find)
+    finally:
+        if p:
+            p.close()
+
+
+def evaluate(model, weights, progress=False, **options):
+    """Test accuracy and loss of saved `weights` (a safetensors file) of
+    `model` on the test data (data, eval_samples, ...)."""
+    cfg = Config(model=_model(model), weights=weights, **options)
+    p = _run.progress_stream(cfg, progress)
+    try:
+        return _direct("evaluate", cfg, Result)
+    finally:
+        if p:
+            p.close()
+
+
+def report(log, html):
+    """The run report: one self-contained HTML file from a run's JSON-lines
+    event log (train's `log` option). Returns the path written."""
+    log, html = os.fspath(log), os.fspath(html)
+    _errors.check(lib.bfit_report_write(log.encode(), html.encode()))
+    return html
+
+
+def read_weights(path):
+    """A safetensors file's tensors (weights from `save`, a checkpoint) as
+    {name: numpy float32 array}."""
+    import numpy as np
+
+    tp = ffi.new("bfit_tensors **")
+    _errors.check(lib.bfit_tensors_open(os.fspath(path).encode(), tp))
+    t = ffi.gc(tp[0], lib.bfit_tensors_free)
+    out = {}
+    dims = ffi.new("int64_t[8]")
+    for i in range(lib.bfit_tensors_count(t)):
+        name = text(lib.bfit_tensors_name(t, i))
+        dtype = text(lib.bfit_tensors_dtype(t, i))
+        if dtype not in ("F32", "F64", "BF16", "F16"):
+            continue  # counters and the like: not weights
+        nd = lib.bfit_tensors_shape(t, i, dims, 8)
+        if nd < 0 or nd > 8:
+            raise _errors.FormatError(f"{path}: tensor {name} has {nd} dimensions")
+        a = np.empty([dims[k] for k in range(nd)], dtype=np.float32)
+        _errors.check(lib.bfit_tensors_read(t, i, ffi.cast("float *", a.ctypes.data), a.size))
+        out[name] = a
+    return out
+
+
+def _set_data(cfg, which, data):
+    """data (which 0) or test_data (1): a name or path, or arrays (x, y)."""
+    field = "test_data" if which else "data"
+    if data is None:
+        return
+    if isinstance(data, (str, os.PathLike)):
+        cfg.set(field, data)
+        return
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise _errors.ArgumentTypeError(f"{field}: give a data set name, a path, or arrays (x, y), not "
+                                        f"{type(data).__name__}", field, _errors.EINVAL)
+    import numpy as np
+
+    try:
+        x = np.ascontiguousarray(data[0], dtype=np.float32)  # no copy when it is float32 already
+        y = np.asarray(data[1])
+    except (TypeError, ValueError) as e:
+        raise _errors.ArgumentTypeError(f"{field}: the arrays (x, y) must be numeric: {e}", field,
+                                        _errors.EINVAL) from None
+    if y.dtype.kind not in "iu":
+        raise _errors.InvalidArgumentError(f"{field}: labels y must be integers (class indices), not {y.dtype}",
+                                           field, _errors.EINVAL)
+    if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
+        raise _errors.InvalidArgumentError(f"{field}: x must hold n samples (shape (n, ...)) and y their n labels "
+                                           f"(shape (n,)); got x {x.shape}, y {y.shape}", field, _errors.EINVAL)
+    if y.size and (y.min() < 0 or y.max() > 2**31 - 1):
+        raise _errors.InvalidArgumentError(f"{field}: labels are class indices from 0; got {y.min()} to "
+                                           f"{y.max()}", field, _errors.EINVAL)
+    y = np.ascontiguousarray(y, dtype=np.int32)
+    n = x.shape[0]
+    xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", y)
+    cfg.keep += [x, y, xp, yp]  # the library reads them in place until the run ends
+    _errors.check(lib.bfit_config_set_arrays(cfg.c, which, xp, yp, n, x.size // n))
+
+
+def train(model, data=None, *, test_data=None, on_event=None, progress=False, weights=True, **options):
+    """Train `model` (a preset, a spec file or an ONNX file) on `data`: a data
+    set name ("fashion-mnist", the default), a path, or NumPy arrays (x, y)
+    read in place (x float32 samples in the model's input layout, y integer
+    labels), shuffled and normalised exactly as a file of them would be.
+    Options are `batchfit train`'s (batch="auto", epochs, lr, seed,
+    checkpoint, log, save, ...). on_event gets each event of the run's log
+    as a dict (start, step, batch_change with its reason, eval, memory,
+    end, ...), in order. progress=True prints the library's progress lines.
+    Returns a Training result with the weights as {name: numpy array}
+    (weights=False: not read). Ctrl-C stops the run at the next step
+    boundary, writes the checkpoint asked for, and raises
+    batchfit.Interrupted (a KeyboardInterrupt)."""
+    cfg = Config(model=_model(model), **options)
+    _set_data(cfg, 0, data)
+    _set_data(cfg, 1, test_data)
+    tmp = None
+    if weights and options.get("save") is None:  # the weights come back through a file of our own
+        tmp = tempfile.mkdtemp(prefix="batchfit-")
+        cfg.set("save", os.path.join(tmp, "weights.safetensors"))
+    p = _run.progress_stream(cfg, progress)
+    try:
+        rc, r, state, ev, interrupted = _run.call(cfg, "train", on_event, stoppable=True)
+        if p:
+            p.close()
+            p = None
+        res = Training(*take(r), events=ev.events) if r != ffi.NULL else None
+        if ev.error is not None:
+            raise ev.error
+        if rc == _errors.ESTOPPED and interrupted:
+            raise _errors.Interrupted(_stopped_message(res), res)
+        if rc != _errors.OK:
+            raise _errors.make(rc, state.get("msg", ""), state.get("field", ""), res)
+        if weights:
+            res.weights = read_weights(cfg.get("save"))
+        return res
+    finally:
+        if p:
+            p.close()
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stopped_message(res):
+    steps = res.steps if res else "?"
+    ck = res.checkpoint if res else None
+    if ck:
+        return (f"batchfit: stopped by Ctrl-C at step {steps}; the run's state is in {ck}: resume with "
+                f"train(..., resume={os.path.dirname(ck)!r})")
+    return f"batchfit: stopped by Ctrl-C at step {steps}; no checkpoint was written (give checkpoint=DIR to resume)"
