@@ -17,7 +17,7 @@ FileNotFoundError, MemoryError... where those fit). batchfit.torch takes
 a PyTorch nn.Module in and out. docs/python.md is the guide.
 """
 from ._errors import (ArgumentTypeError, DeviceError, Error, FileError, FileNotFound, FormatError,
-                      Interrupted, InvalidArgumentError, OutOfMemoryError, PeerError, StateError, StoppedError)
+                      Interrupted, InvalidArgumentError, MissingFileArgument, OutOfMemoryError, PeerError, StateError, StoppedError)
 from ._lib import LIBRARY_PATH
 from ._api import evaluate, find, format_size, options, parse_size, plan, read_weights, report, train, version
 from ._results import Find, Plan, Result, Training
@@ -27,4 +27,4 @@ __version__ = version()
 __all__ = ["plan", "find", "train", "evaluate", "report", "version", "options", "parse_size", "format_size",
            "read_weights", "Plan", "Find", "Training", "Result", "Error", "InvalidArgumentError",
            "ArgumentTypeError", "FileError", "FileNotFound", "FormatError", "OutOfMemoryError", "DeviceError",
-           "StateError", "StoppedError", "PeerError", "Interrupted", "LIBRARY_PATH"]
+           "MissingFileArgument", "StateError", "StoppedError", "PeerError", "Interrupted", "LIBRARY_PATH"]

@@ -101,12 +101,21 @@ def evaluate(model, weights, progress=False, **options):
             p.close()
 
 
+def _path(name, p):
+    """A path argument as bytes for the library."""
+    if isinstance(p, (str, bytes, os.PathLike)):
+        p = os.fsencode(p)
+        if b"\0" not in p:
+            return p
+        raise _errors.InvalidArgumentError(f"{name}: the path holds a NUL character", name, _errors.EINVAL)
+    raise _errors.ArgumentTypeError(f"{name}: give a path, not {type(p).__name__}", name, _errors.EINVAL)
+
+
 def report(log, html):
     """The run report: one self-contained HTML file from a run's JSON-lines
     event log (train's `log` option). Returns the path written."""
-    log, html = os.fspath(log), os.fspath(html)
-    _errors.check(lib.bfit_report_write(log.encode(), html.encode()))
-    return html
+    _errors.check(lib.bfit_report_write(_path("log", log), _path("html", html)))
+    return os.fsdecode(html)
 
 
 def read_weights(path):
@@ -115,7 +124,7 @@ def read_weights(path):
     import numpy as np
 
     tp = ffi.new("bfit_tensors **")
-    _errors.check(lib.bfit_tensors_open(os.fspath(path).encode(), tp))
+    _errors.check(lib.bfit_tensors_open(_path("path", path), tp))
     t = ffi.gc(tp[0], lib.bfit_tensors_free)
     out = {}
     dims = ffi.new("int64_t[8]")
@@ -152,7 +161,10 @@ def _set_data(cfg, which, data):
     except (TypeError, ValueError) as e:
         raise _errors.ArgumentTypeError(f"{field}: the arrays (x, y) must be numeric: {e}", field,
                                         _errors.EINVAL) from None
-    if y.dtype.kind not in "iu":
+    if y.dtype.kind not in "iufcb":
+        raise _errors.ArgumentTypeError(f"{field}: labels y must be integers (class indices), not {y.dtype}", field,
+                                        _errors.EINVAL)
+    if y.dtype.kind not in "iub":
         raise _errors.InvalidArgumentError(f"{field}: labels y must be integers (class indices), not {y.dtype}",
                                            field, _errors.EINVAL)
     if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
@@ -184,10 +196,7 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     cfg = Config(model=_model(model), **options)
     _set_data(cfg, 0, data)
     _set_data(cfg, 1, test_data)
-    tmp = None
-    if weights and options.get("save") is None:  # the weights come back through a file of our own
-        tmp = tempfile.mkdtemp(prefix="batchfit-")
-        cfg.set("save", os.path.join(tmp, "weights.safetensors"))
+    tmp = _weights_path(cfg, options, weights)
     p = _run.progress_stream(cfg, progress)
     try:
         rc, r, state, ev, interrupted = _run.call(cfg, "train", on_event, stoppable=True)
@@ -209,6 +218,33 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
             p.close()
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _weights_path(cfg, options, weights):
+    """Where the weights come back through when `save` is not given: a run
+    with checkpoints keeps them beside its checkpoints (DIR/weights.safetensors),
+    since a checkpoint records the path and its run, resumed later, writes
+    there; other runs use a temporary directory, returned to be removed."""
+    if options.get("save") is not None:
+        return None
+    if options.get("checkpoint") is not None:
+        ck = os.fspath(options["checkpoint"])
+        try:
+            os.makedirs(ck, exist_ok=True)  # the library checks the save path's directory before it makes DIR
+        except (OSError, ValueError):
+            pass  # the library says what is wrong with the path
+        cfg.set("save", os.path.join(ck, "weights.safetensors"))
+        return None
+    if options.get("resume") is not None:  # the checkpoint's run may have recorded a path: say where, afresh
+        found = ffi.new("char[]", 4096)
+        _errors.check(lib.bfit_checkpoint_find(_path("resume", options["resume"]), found, len(found)))
+        cfg.set("save", os.path.join(os.path.dirname(text(found)), "weights.safetensors"))
+        return None
+    if not weights:
+        return None
+    tmp = tempfile.mkdtemp(prefix="batchfit-")
+    cfg.set("save", os.path.join(tmp, "weights.safetensors"))
+    return tmp
 
 
 def _stopped_message(res):

@@ -55,6 +55,14 @@ class FileNotFound(FileError, FileNotFoundError):
     """A file or data set that is not there (BFIT_EIO)."""
 
 
+class MissingFileArgument(InvalidArgumentError, FileNotFound):
+    """An option naming a file that is not there (the model): a bad argument
+    (BFIT_EINVAL) and a missing file both."""
+
+    def __init__(self, message, field="", code=EINVAL, result=None, errno=_errno.ENOENT):
+        FileNotFound.__init__(self, message, field, code, result, errno)
+
+
 class FormatError(Error, ValueError):
     """Malformed file contents (BFIT_EFORMAT): the message names the file and where."""
 
@@ -98,6 +106,8 @@ def make(code, message, field="", result=None):
         missing = "No such file or directory" in message or " not found" in message or "no such file" in message
         cls = FileNotFound if missing else FileError
         return cls(message, field, code, result, errno=_errno.ENOENT if missing else _errno.EIO)
+    if code == EINVAL and ": no such file" in message:
+        return MissingFileArgument(message, field, code, result)
     return _KINDS.get(code, Error)(message, field, code, result)
 
 
