@@ -121,6 +121,12 @@ def report(log, html):
 def read_weights(path):
     """A safetensors file's tensors (weights from `save`, a checkpoint) as
     {name: numpy float32 array}."""
+    return _read_tensors(path)[0]
+
+
+def _read_tensors(path):
+    """The floating tensors of a safetensors file, and its normalisation
+    statistics ({"mean": [...], "std": [...]}, or None)."""
     import numpy as np
 
     tp = ffi.new("bfit_tensors **")
@@ -139,7 +145,10 @@ def read_weights(path):
         a = np.empty([dims[k] for k in range(nd)], dtype=np.float32)
         _errors.check(lib.bfit_tensors_read(t, i, ffi.cast("float *", a.ctypes.data), a.size))
         out[name] = a
-    return out
+    mean, std = (text(lib.bfit_tensors_meta(t, k)) for k in (b"normalize_mean", b"normalize_std"))
+    norm = {"mean": [float(v) for v in mean.split(",")], "std": [float(v) for v in std.split(",")]} \
+        if mean and std else None
+    return out, norm
 
 
 def _set_data(cfg, which, data):
@@ -211,7 +220,7 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
         if rc != _errors.OK:
             raise _errors.make(rc, state.get("msg", ""), state.get("field", ""), res)
         if weights:
-            res.weights = read_weights(cfg.get("save"))
+            res.weights, res.normalization = _read_tensors(cfg.get("save"))
         return res
     finally:
         if p:

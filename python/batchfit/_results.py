@@ -134,6 +134,8 @@ class Training(Result):
     """batchfit.train's result.
 
     weights        {name: numpy.ndarray} the trained weights (float32)
+    normalization  {"mean": [...], "std": [...]} per input channel: what the
+                   samples were standardised by (None with no_normalize)
     events         every event of the run's log, as dicts, in order
     test_accuracy, steps, checkpoint  and every other field as a mapping
     """
@@ -142,6 +144,7 @@ class Training(Result):
         super().__init__(data, text_)
         self.weights = weights if weights is not None else {}
         self.events = events if events is not None else []
+        self.normalization = None
 
     @property
     def test_accuracy(self):

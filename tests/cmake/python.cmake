@@ -18,3 +18,11 @@ foreach(t ${BFIT_PY_TESTS})
   set_tests_properties(${name} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "python;nosan"
     ENVIRONMENT "BATCHFIT_LIB=$<TARGET_FILE:batchfit_shared>;BATCHFIT_CLI=$<TARGET_FILE:batchfit_cli>;PYTHONPATH=${PROJECT_SOURCE_DIR}/python;OMP_NUM_THREADS=2;PYTHONDONTWRITEBYTECODE=1")
 endforeach()
+# python_install.sh: cmake --install puts the package where /usr/bin/python3
+# finds it under the prefix, and it loads the installed library
+if(BFIT_PYTHON)
+  add_test(NAME python_install COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli/python_install.sh ${PROJECT_BINARY_DIR}
+           ${BFIT_PYTHON})
+  set_tests_properties(python_install PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "python;nosan"
+                       ENVIRONMENT "OMP_NUM_THREADS=2")
+endif()
