@@ -121,3 +121,8 @@ def check(code):
     """Raise for a failed library call made on this thread."""
     if code != OK:
         raise last(code)
+
+
+for _c in (Error, InvalidArgumentError, ArgumentTypeError, FileError, FileNotFound, MissingFileArgument, FormatError,
+           OutOfMemoryError, DeviceError, StateError, StoppedError, PeerError, Interrupted):
+    _c.__module__ = "batchfit"  # tracebacks say batchfit.InvalidArgumentError, as users spell it

@@ -53,11 +53,17 @@ def export(module, example_input, path, training=True):
               dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
     modes = [_torch.onnx.TrainingMode.TRAINING, _torch.onnx.TrainingMode.PRESERVE] if training else \
         [_torch.onnx.TrainingMode.PRESERVE]
+    if example_input.dim() >= 1 and example_input.shape[0] == 1:
+        # two samples: batch norm in training mode wants more than one value per channel
+        example_input = _torch.cat([example_input, example_input])
     was = module.training
     try:
         for i, mode in enumerate(modes):
             try:
-                _torch.onnx.export(module, (example_input,), os.fspath(path), training=mode, **kw)
+                with warnings.catch_warnings():  # the tracer's notes on the module's Python, not the user's concern
+                    warnings.simplefilter("ignore", _torch.jit.TracerWarning)
+                    warnings.filterwarnings("ignore", message="ONNX Preprocess - Removing mutation")
+                    _torch.onnx.export(module, (example_input,), os.fspath(path), training=mode, **kw)
                 break
             except Exception as e:  # torch's exporter raises many kinds
                 if i + 1 == len(modes):
