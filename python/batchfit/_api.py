@@ -32,6 +32,11 @@ def parse_size(s):
 
 def format_size(n):
     """Bytes for people: "1.50 GiB"."""
+    import numbers
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise _errors.ArgumentTypeError(f"format_size: give a whole number of bytes, not {type(n).__name__}")
+    if not 0 <= n < 2**64:
+        raise _errors.InvalidArgumentError(f"format_size: {n} bytes is out of range: expected 0 to 2^64-1")
     buf = ffi.new("char[]", 32)
     return text(lib.bfit_format_size(int(n), buf, len(buf)))
 

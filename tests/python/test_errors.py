@@ -84,7 +84,7 @@ def values(rng):
 
 
 def hostile_call(rng, spec, x, y, tmp):
-    fn = rng.choice(["plan", "plan", "train", "train", "find", "evaluate", "report", "read_weights", "options"])
+    fn = rng.choice(["plan", "plan", "train", "train", "find", "evaluate", "report", "read_weights", "sizes"])
     kw = {}
     for _ in range(rng.randint(0, 3)):
         name = rng.choice(NAMES)
@@ -104,7 +104,7 @@ def hostile_call(rng, spec, x, y, tmp):
         return batchfit.report(rng.choice([values(rng), os.path.join(tmp, "none.jsonl")]), os.path.join(tmp, "r.html"))
     if fn == "read_weights":
         return batchfit.read_weights(rng.choice([values(rng), os.path.join(tmp, "none.st"), spec]))
-    return batchfit.options()
+    return batchfit.parse_size(values(rng)), batchfit.format_size(values(rng))
 
 
 def test_hostile_arguments(small_spec, tmp_path, monkeypatch):
