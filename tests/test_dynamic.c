@@ -18,44 +18,33 @@
 #include "tdev.h"
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
+#include "tfiles.h"
+#include "trun.h"
 
-static char tmpdir[256], small[300], tiny[300];
+static char small[300], tiny[300];
 
 static int setup(void **st)
 {
-    FILE *f;
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_dyn_XXXXXX");
-    if (!mkdtemp(tmpdir))
+    if (tmp_setup("dyn") != 0)
         return -1;
     /* no batch norm, no dropout: the gradient cannot depend on the split */
-    snprintf(small, sizeof small, "%s/small.cfg", tmpdir);
-    f = fopen(small, "w");
-    fputs("input 1x28x28\nflatten\nlinear 64\nrelu\nlinear 10\n", f);
-    fclose(f);
-    snprintf(tiny, sizeof tiny, "%s/tiny.cfg", tmpdir);
-    f = fopen(tiny, "w");
-    fputs("input 4\nlinear 8\nrelu\nlinear 3\n", f);
-    fclose(f);
+    tmp_path(small, sizeof small, "small.cfg");
+    put_text(small, "input 1x28x28\nflatten\nlinear 64\nrelu\nlinear 10\n");
+    tmp_path(tiny, sizeof tiny, "tiny.cfg");
+    put_text(tiny, "input 4\nlinear 8\nrelu\nlinear 3\n");
     return 0;
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
 static bfit_train_cfg base(const char *model, int E, int64_t samples)
 {
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = model;
-    c.batch = E;
-    c.epoch_samples = samples;
-    c.eval_samples = 500;
-    c.threads = 2;
+    bfit_train_cfg c = trun_cfg(model, E, samples, 500);
     c.lr = 0.05;
     return c;
 }
@@ -321,22 +310,6 @@ static void test_batch_instead_of_decay(void **st)
     assert_int_equal(r.last_batch, 64);
 }
 
-/* The whole contents of a file (malloc'd). */
-static char *file_bytes(const char *path, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)*n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)*n, f), (size_t)*n);
-    fclose(f);
-    return buf;
-}
-
 /* One adaptive run (E from 16, at most 256); the noise scale must be
  * estimated and E stay within its bounds. */
 static void adaptive_run(int64_t samples, int micro_batch, const char *save, const char *lg, bfit_train_result *r)
@@ -427,12 +400,9 @@ static void test_auto(void **st)
     bfit_train_result r;
     auto_seen seen = {0};
     double amax, d;
-    FILE *f;
     (void)st;
-    snprintf(spec, sizeof spec, "%s/bn_auto.cfg", tmpdir);
-    f = fopen(spec, "w");
-    fputs("input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n", f);
-    fclose(f);
+    tmp_path(spec, sizeof spec, "bn_auto.cfg");
+    put_text(spec, "input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n");
     for (int i = 0; i < 2; i++) {
         bfit_train_cfg c = base(spec, 32, 3200);
         c.micro_batch = 32;
@@ -587,13 +557,10 @@ static void test_auto_plateau_run(void **st)
 static void test_batchnorm_warning(void **st)
 {
     char spec[300], lg[300], lg2[300];
-    FILE *f;
     bfit_train_result r;
     (void)st;
-    snprintf(spec, sizeof spec, "%s/bn.cfg", tmpdir);
-    f = fopen(spec, "w");
-    fputs("input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n", f);
-    fclose(f);
+    tmp_path(spec, sizeof spec, "bn.cfg");
+    put_text(spec, "input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n");
     snprintf(lg, sizeof lg, "%s/bn.jsonl", tmpdir);
     snprintf(lg2, sizeof lg2, "%s/bn2.jsonl", tmpdir);
     {

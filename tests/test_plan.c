@@ -22,6 +22,8 @@
 #include "batch/plan.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
+#include "tfiles.h"
+#include "trig.h"
 
 #define BIG ((uint64_t)16 << 30) /* accounting only: the arena allocates on demand */
 
@@ -29,54 +31,25 @@ static char models_dir[512];
 
 static int setup(void **st)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
-    snprintf(models_dir, sizeof models_dir, "%s/models", src ? src : "..");
+    src_path(models_dir, sizeof models_dir, "models");
     return 0;
 }
 
 /* Device (2 threads), an arena over its memory and a model. */
-typedef struct rig {
-    bfit_arena *arena;
-    bfit_device *dev;
-    bfit_model *M;
-    bfit_optim *opt;
-} rig;
-
-static void rig_open(rig *r, uint64_t capacity)
-{
-    bfit_device_cfg c = bfit_device_cfg_default();
-    memset(r, 0, sizeof *r);
-    c.threads = 2;
-    assert_int_equal(bfit_device_cpu_new(&c, &r->dev), BFIT_OK);
-    r->arena = bfit_device_arena_new(r->dev, capacity);
-    assert_non_null(r->arena);
-}
+typedef trig rig;
 
 /* A rig for a preset name or a file under models/. */
 static void rig_new(rig *r, const char *model, uint64_t capacity)
 {
-    bfit_graph_desc g;
     char path[600];
     const char *src = model;
     if (strstr(model, ".cfg")) {
         snprintf(path, sizeof path, "%s/%s", models_dir, model);
         src = path;
     }
-    rig_open(r, capacity);
-    if (bfit_model_source_load(src, &g) != BFIT_OK)
-        fail_msg("%s: %s", src, bfit_errmsg());
-    assert_int_equal(bfit_model_new(&g, r->dev, r->arena, &r->M), BFIT_OK);
-    bfit_graph_fini(&g);
-}
-
-/* The arena goes before its device. */
-static void rig_free(rig *r)
-{
-    bfit_optim_free(r->opt);
-    bfit_model_free(r->M);
-    bfit_arena_free(r->arena);
-    bfit_device_free(r->dev);
+    trig_open(r, 2, capacity);
+    trig_load(r, src);
 }
 
 static uint64_t rnd(uint64_t *s)
@@ -178,7 +151,7 @@ static void measured_step_st(const char *model, const bfit_optim_cfg *oc, int m,
     assert_int_equal(s1.nalloc, s0.nalloc);
     assert_int_equal(s1.nfree, s0.nfree);
     assert_measured_is_planned(what, &s1, &p);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
@@ -194,7 +167,7 @@ static uint64_t planned_peak(const char *model, const bfit_optim_cfg *oc, int m,
     rig_new(&r, model, BIG);
     assert_int_equal(bfit_model_set_storage(r.M, &st, oc, BIG, 0), BFIT_OK);
     assert_int_equal(bfit_plan_compute(r.M, oc, m, 1, &p), BFIT_OK);
-    rig_free(&r);
+    trig_free(&r);
     return p.peak;
 }
 
@@ -257,7 +230,7 @@ static void test_measured_equals_planned_plain_sgd(void **st)
     rig_new(&r, "mlp", BIG);
     assert_int_equal(bfit_plan_compute(r.M, &oc, 3, 1, &p), BFIT_OK);
     assert_int_equal(p.bytes[BFIT_MEM_OPTIMIZER], 0);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* ResNet-18 at 3x224x224 (batch norm, residual adds with and without a
@@ -303,7 +276,7 @@ static void test_eval_measured_and_smaller(void **st)
             bfit_arena_stats_get(r.arena, &s1);
             assert_int_equal(s1.nalloc, s0.nalloc);
             assert_measured_is_planned(what, &s1, &pe);
-            rig_free(&r);
+            trig_free(&r);
         }
 }
 
@@ -324,7 +297,7 @@ static void test_reuse_saves(void **st)
     /* eval reuses activations down the network */
     assert_int_equal(bfit_plan_compute(r.M, NULL, 64, 0, &p), BFIT_OK);
     assert_true(p.no_reuse > p.peak);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* The solver at a capacity that binds: the plan at m = 37 plus a few bytes.
@@ -382,7 +355,7 @@ static void solver_tight(const char *model, const bfit_optim_cfg *oc)
     bfit_arena_stats_get(r.arena, &after);
     assert_int_equal(after.peak, p37.peak);
     assert_true(after.peak <= cap);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void test_solver_tight(void **st)
@@ -421,7 +394,7 @@ static void test_solver_edges(void **st)
         assert_true(pm.peak <= budget);
         assert_true(pn.peak > budget);
     }
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* oneDNN's scratch can shrink as m grows (a plain-layout backward-weights
@@ -439,7 +412,7 @@ static void test_solver_nonmonotonic_scratch(void **st)
     uint64_t peak[41];
     int downs = 0;
     (void)st;
-    rig_open(&r, BIG);
+    trig_open(&r, 2, BIG);
     assert_int_equal(bfit_spec_parse(text, strlen(text), "t.cfg", &g), BFIT_OK);
     assert_int_equal(bfit_model_new(&g, r.dev, r.arena, &r.M), BFIT_OK);
     bfit_graph_fini(&g);
@@ -460,7 +433,7 @@ static void test_solver_nonmonotonic_scratch(void **st)
             print_message("budget = peak(%d): solver %d, largest that fits %d\n", k, m, best);
         assert_int_equal(m, best);
     }
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void test_budget_and_line(void **st)
@@ -488,7 +461,7 @@ static void test_budget_and_line(void **st)
     assert_true(l.cat_slope[BFIT_MEM_ACTIVATIONS] > 0 && l.cat_slope[BFIT_MEM_INPUT] >= 784 * 4);
     /* 16, 32, 64 are multiples of 16 floats' alignment: exactly on the line */
     assert_int_equal(l.max_dev, 0);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* Planning the big presets allocates nothing and is quick. */
@@ -518,7 +491,7 @@ static void test_plan_big_presets_allocates_nothing(void **st)
         assert_int_equal(s.nalloc, 0);
         assert_int_equal(s.peak, 0);
         assert_int_equal(r.M->m, 0);
-        rig_free(&r);
+        trig_free(&r);
     }
 }
 
@@ -579,7 +552,7 @@ static void test_inplace_gradients(void **st)
     rig_new(&r, "resnet-mini.cfg", BIG);
     same_grads_when(&r, &r.M->no_inplace, &pin, &pout);
     assert_true(pin.no_reuse < pout.no_reuse); /* fewer gradient buffers: some were shared in place */
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* Activation gradients take bytes that activations no longer need: the step
@@ -601,7 +574,7 @@ static void test_grads_share_activations(void **st)
         assert_int_equal(joint.bytes[BFIT_MEM_ACTIVATIONS], apart.bytes[BFIT_MEM_ACTIVATIONS]);
         assert_true(joint.bytes[BFIT_MEM_ACT_GRADS] < apart.bytes[BFIT_MEM_ACT_GRADS]);
         assert_int_equal(joint.no_reuse, apart.no_reuse);
-        rig_free(&r);
+        trig_free(&r);
     }
 }
 

@@ -20,46 +20,29 @@
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
 #include "tdev.h"
+#include "tfiles.h"
+#include "trun.h"
+#include "tshared.h"
 
 #define MiB ((uint64_t)1 << 20)
 
-static char tmpdir[256], mlp[512], cnn[512];
+static char mlp[512], cnn[512];
 
 static int setup(void **st)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_run_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(mlp, sizeof mlp, "%s/models/mlp.cfg", src ? src : "..");
-    snprintf(cnn, sizeof cnn, "%s/models/cnn.cfg", src ? src : "..");
-    return 0;
+    src_path(mlp, sizeof mlp, "models/mlp.cfg");
+    src_path(cnn, sizeof cnn, "models/cnn.cfg");
+    return tmp_setup("run");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
-static bfit_train_cfg quick(const char *model, int E, int64_t samples)
-{
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = model;
-    c.batch = E;
-    c.epoch_samples = samples;
-    c.eval_samples = 200;
-    c.threads = 2;
-    return c;
-}
-
-static void tmp_path(char *buf, size_t n, const char *name)
-{
-    snprintf(buf, n, "%s/%s", tmpdir, name);
-}
+static bfit_train_cfg quick(const char *model, int E, int64_t samples) { return trun_cfg(model, E, samples, 200); }
 
 /* ---- what the callbacks saw ------------------------------------------------ */
 
@@ -163,44 +146,12 @@ static const cJSON *events_last(const events *e) { return e->ev[e->n - 1]; }
 
 /* ---- files ------------------------------------------------------------------- */
 
-static char *file_bytes(const char *path, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)*n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)*n, f), (size_t)*n);
-    fclose(f);
-    return buf;
-}
-
 static int file_exists(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (f)
         fclose(f);
     return f != NULL;
-}
-
-/* Every tensor of two weight files is the same, bit for bit. */
-static void assert_same_tensors(const char *pa, const char *pb)
-{
-    bfit_st_file *a, *b;
-    assert_int_equal(bfit_st_read(pa, &a), BFIT_OK);
-    assert_int_equal(bfit_st_read(pb, &b), BFIT_OK);
-    assert_int_equal(bfit_st_count(a), bfit_st_count(b));
-    for (int i = 0; i < bfit_st_count(a); i++) {
-        const bfit_st_tensor *ta = bfit_st_get(a, i), *tb = bfit_st_find(b, ta->name);
-        assert_non_null(tb);
-        assert_int_equal(ta->nbytes, tb->nbytes);
-        assert_memory_equal(ta->data, tb->data, ta->nbytes);
-    }
-    bfit_st_free(a);
-    bfit_st_free(b);
 }
 
 /* ---- the run object ---------------------------------------------------------- */
@@ -563,33 +514,15 @@ static void test_eval_oom_recovered(void **st)
 
 /* The CPU device with its table's info and memory query replaced: it says it
  * is shared, and reports as free what the test's co-tenant leaves. */
-static const bfit_device_vt *cpu_table;
-static bfit_device_vt shared_table;
-static uint64_t cotenant_free;
-
-static void shared_info(const bfit_device *d, bfit_device_info *out)
-{
-    cpu_table->info(d, out);
-    out->shared = 1;
-}
-
-static int shared_memory(bfit_device *d, uint64_t *free_b, uint64_t *total)
-{
-    (void)d;
-    *free_b = cotenant_free;
-    *total = 8ull << 30;
-    return BFIT_OK;
-}
-
 /* After step 10 the co-tenant takes all but 2 MiB; after step 30 it gives
  * it back. */
 static void cotenant(void *ud, const bfit_step_info *s)
 {
     rec_step(ud, s);
     if (s->step == 10)
-        cotenant_free = 2ull << 20;
+        tshared_free = 2ull << 20;
     if (s->step == 30)
-        cotenant_free = 1ull << 30;
+        tshared_free = 1ull << 30;
 }
 
 /* The run reads the device's free memory every step: the micro-batch shrinks
@@ -600,22 +533,13 @@ static void cotenant(void *ud, const bfit_step_info *s)
 static void test_shared_device(void **st)
 {
     bfit_train_cfg c = quick(mlp, 256, 256 * 96); /* growth waits 50 steps after a shrink */
-    bfit_device_cfg cc = bfit_device_cfg_default();
     bfit_train_result res;
-    bfit_device *dev;
+    bfit_device *dev = tshared_new(2);
     rec *r = calloc(1, sizeof *r);
     char lg[300];
     events e;
     int shrank = -1, grew = -1, device_events = 0;
     (void)st;
-    cc.threads = 2;
-    assert_int_equal(bfit_device_cpu_new(&cc, &dev), BFIT_OK);
-    cpu_table = dev->vt;
-    shared_table = *dev->vt;
-    shared_table.info = shared_info;
-    shared_table.mem_info = shared_memory;
-    dev->vt = &shared_table;
-    cotenant_free = 1ull << 30;
     tmp_path(lg, sizeof lg, "shared.jsonl");
     c.device = dev;
     c.memory = 1ull << 30;
@@ -641,8 +565,7 @@ static void test_shared_device(void **st)
             device_events++;
     assert_int_equal(device_events, 2);            /* taken, given back */
     events_free(&e);
-    dev->vt = cpu_table;
-    bfit_device_free(dev);
+    tshared_close(dev);
     free(r);
 }
 

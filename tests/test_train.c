@@ -13,41 +13,31 @@
 
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
+#include "tfiles.h"
+#include "trun.h"
 
-static char tmpdir[256];
 static char mlp[512], cnn[512];
 
 static int setup(void **st)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_train_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(mlp, sizeof mlp, "%s/models/mlp.cfg", src ? src : "..");
-    snprintf(cnn, sizeof cnn, "%s/models/cnn.cfg", src ? src : "..");
-    return 0;
+    src_path(mlp, sizeof mlp, "models/mlp.cfg");
+    src_path(cnn, sizeof cnn, "models/cnn.cfg");
+    return tmp_setup("train");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
 static bfit_train_cfg quick(const char *model, int64_t samples)
 {
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = model;
+    bfit_train_cfg c = trun_cfg(model, 64, samples, 2000);
     c.data = "fashion-mnist";
-    c.batch = 64;
     c.epochs = 1;
-    c.epoch_samples = samples;
-    c.eval_samples = 2000;
     c.lr = 0.05;
-    c.threads = 2;
     return c;
 }
 
@@ -77,23 +67,6 @@ static void test_cnn_short_training_learns(void **st)
     assert_true(r.test_acc > 0.65);
 }
 
-static int file_bytes(const char *path, char **buf, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *buf = malloc((size_t)*n);
-    if (fread(*buf, 1, (size_t)*n, f) != (size_t)*n) {
-        fclose(f);
-        return -1;
-    }
-    fclose(f);
-    return 0;
-}
-
 /* Same seed, same machine: the same bits. A different seed: different
  * weights (so the comparison can fail). Augmentation and prefetch on, so
  * their determinism is covered too. */
@@ -116,9 +89,9 @@ static void test_reproducible(void **st)
     c.save = c3;
     c.seed = 2;
     assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
-    assert_int_equal(file_bytes(a, &ba, &na), 0);
-    assert_int_equal(file_bytes(b, &bb, &nb), 0);
-    assert_int_equal(file_bytes(c3, &bc, &nc), 0);
+    ba = file_bytes(a, &na);
+    bb = file_bytes(b, &nb);
+    bc = file_bytes(c3, &nc);
     assert_int_equal(na, nb);
     assert_memory_equal(ba, bb, (size_t)na);
     assert_int_equal(na, nc);

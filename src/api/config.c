@@ -131,7 +131,7 @@ static const char *closest(const char *name)
         }
     }
     /* up to a third of the name's letters wrong ("lr-schedule" for "schedule") */
-    return best <= 3 || best * 3 <= (int)strlen(name) ? who : NULL;
+    return best <= 1 || best * 3 <= (int)strlen(name) ? who : NULL;
 }
 
 int bfit_config_set(bfit_config *c, const char *name, const char *value)

@@ -101,6 +101,10 @@ int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t);
 int bfit_config_optim(const bfit_config *c, bfit_optim_cfg *o);
 int bfit_config_eval_cfg(const bfit_config *c, bfit_eval_cfg *e);
 int bfit_config_find_cfg(const bfit_config *c, bfit_find_cfg *f);
+/* The options given, as a JSON object of their texts ({"model":"mlp",
+ * "batch":"auto"}), for the run's start event: its report then says how it
+ * was run. *out is malloc'd. */
+int bfit_config_given_json(const bfit_config *c, char **out);
 /* plan's options, checked (plan.c). */
 int bfit_config_plan_check(const bfit_config *c, bfit_optim_cfg *o);
 /* arrays.c: the data sets of the caller's arrays for a run (own[w] the

@@ -88,11 +88,15 @@ void bfit_find_text(const bfit_find_cfg *fc, const bfit_probe_result *r, FILE *f
     if (r->nrungs) {
         const bfit_probe_rung *best = &r->rungs[r->best], *rec = &r->rungs[r->recommended];
         const bfit_probe_rung *top = &r->rungs[r->nrungs - 1];
-        fprintf(f, "fastest batch: %d, the smallest within %g%% of the best measured throughput (%s samples/s at %d); "
-               "throughput stops growing there",
-               rec->m, 100 * fc->probe.tolerance, bfit_thousands(best->samples_per_s, b1, sizeof b1), best->m);
+        if (r->clear_best)
+            fprintf(f, "fastest batch: %d, the best measured throughput (%s samples/s), ahead of every other size by "
+                    "more than their measured spread", rec->m, bfit_thousands(best->samples_per_s, b1, sizeof b1));
+        else
+            fprintf(f, "fastest batch: %d, the largest within %g%% of the best measured throughput (%s samples/s at "
+                    "%d), which leads by less than the measured spread", rec->m, 100 * fc->probe.tolerance,
+                    bfit_thousands(best->samples_per_s, b1, sizeof b1), best->m);
         if (top->samples_per_s < (1 - fc->probe.tolerance) * best->samples_per_s)
-            fprintf(f, ", and at the largest batch it is %.0f%% lower than the best",
+            fprintf(f, "; at the largest batch it is %.0f%% lower than the best",
                    100 * (1 - top->samples_per_s / best->samples_per_s));
         fprintf(f, "\n");
         {
@@ -181,6 +185,7 @@ int bfit_find_json(const bfit_find_cfg *fc, const bfit_probe_result *r, cJSON *r
         cJSON_AddNumberToObject(o, "recommended", r->rungs[r->recommended].m);
         cJSON_AddNumberToObject(o, "best", r->rungs[r->best].m);
         cJSON_AddNumberToObject(o, "best_samples_per_s", r->rungs[r->best].samples_per_s);
+        cJSON_AddBoolToObject(o, "clear_lead", r->clear_best);
         cJSON_AddNumberToObject(o, "tolerance", fc->probe.tolerance);
         cJSON_AddNumberToObject(o, "data_wait_share", r->data_share);
         cJSON_AddNumberToObject(o, "data_threshold", fc->probe.data_threshold);

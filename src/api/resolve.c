@@ -6,6 +6,7 @@
 #include "base/testctl.h"
 #include "nn/zoo.h"
 
+#include <cjson/cJSON.h>
 #include <unistd.h>
 
 #include <string.h>
@@ -98,6 +99,19 @@ static int train_agrees(const bfit_config *c)
     return BFIT_OK;
 }
 
+int bfit_config_given_json(const bfit_config *c, char **out)
+{
+    int n;
+    const bfit_opt *t = bfit_opt_table(&n);
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; o && i < n; i++)
+        if (c->given[i] && c->text[i])
+            cJSON_AddStringToObject(o, t[i].name, c->text[i]);
+    *out = o ? cJSON_PrintUnformatted(o) : NULL; /* cJSON's allocator is malloc: free() it */
+    cJSON_Delete(o);
+    return *out ? BFIT_OK : bfit_fail(BFIT_ENOMEM, "out of host memory");
+}
+
 int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t)
 {
     int rc, i;
@@ -118,6 +132,7 @@ int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t)
     t->sched.gamma = c->gamma;
     t->resume_set = c->given_names;
     t->nresume_set = c->ngiven;
+
     /* test controls (base/testctl.h), never in the public configuration */
     t->fail_nth_alloc = (uint64_t)bfit_test_value(BFIT_TC_FAIL_ALLOC);
     t->poison_step = bfit_test_value(BFIT_TC_POISON_STEP);
@@ -181,6 +196,7 @@ int bfit_config_find_cfg(const bfit_config *c, bfit_find_cfg *f)
     f->limit = c->limit;
     f->probe = c->probe;
     f->probe.margin = c->t.margin;
+    f->probe.human = c->t.human;
     if (c->warmup_set)
         f->probe.warmup = (int)c->warmup;
     return bfit_config_optim(c, &f->opt);

@@ -10,27 +10,49 @@
 
 #include <stdlib.h>
 
-static void keep_free(void *p) { bfit_config_free(p); }
+/* What a run keeps: its copy of the configuration and the given options'
+ * JSON its start event logs. */
+typedef struct kept {
+    bfit_config *c;
+    char *given;
+} kept;
+
+static void keep_free(void *p)
+{
+    kept *k = p;
+    bfit_config_free(k->c);
+    free(k->given);
+    free(k);
+}
 
 int bfit_run_new(const bfit_config *c, bfit_run **out)
 {
-    bfit_config *own;
+    kept *k;
     bfit_train_cfg t;
     int rc;
 
     if (!out)
         return bfit_fail(BFIT_EINVAL, "bfit_run_new needs somewhere to put the run");
     *out = NULL;
+    if (!c)
+        return bfit_fail(BFIT_EINVAL, "bfit_run_new needs a configuration");
     /* the run points into its configuration: it keeps a copy of its own */
-    if (!c || !(own = bfit_config_copy(c)))
-        return c ? BFIT_ENOMEM : bfit_fail(BFIT_EINVAL, "bfit_run_new needs a configuration");
+    if (!(k = calloc(1, sizeof *k)) || !(k->c = bfit_config_copy(c))) {
+        free(k);
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    }
     /* the data sets of the caller's arrays live as long as the run: its configuration holds them */
-    if ((rc = bfit_config_train_cfg(own, &t)) != BFIT_OK ||
-        (rc = bfit_config_arrays_sets(own, &t, own->arr_sets)) != BFIT_OK || (rc = bfit_run_new_from(&t, out)) != BFIT_OK) {
-        bfit_config_free(own);
+    if ((rc = bfit_config_train_cfg(k->c, &t)) != BFIT_OK || (rc = bfit_config_given_json(k->c, &k->given)) != BFIT_OK ||
+        (rc = bfit_config_arrays_sets(k->c, &t, k->c->arr_sets)) != BFIT_OK) {
+        keep_free(k);
         return rc;
     }
-    (*out)->keep = own;
+    t.options_json = k->given;
+    if ((rc = bfit_run_new_from(&t, out)) != BFIT_OK) {
+        keep_free(k);
+        return rc;
+    }
+    (*out)->keep = k;
     (*out)->keep_free = keep_free;
     return BFIT_OK;
 }
@@ -112,15 +134,22 @@ int bfit_train(const bfit_config *c, bfit_result **out)
     bfit_train_cfg t;
     bfit_train_result tr;
     bfit_err_state e;
-    bfit_dataset *sets[2];
+    bfit_dataset *sets[2] = {NULL, NULL};
+    char *given = NULL;
     int rc;
 
     if (!out)
         return bfit_fail(BFIT_EINVAL, "bfit_train needs somewhere to put the result");
     *out = NULL;
-    if ((rc = bfit_config_train_cfg(c, &t)) != BFIT_OK || (rc = bfit_config_arrays_sets(c, &t, sets)) != BFIT_OK)
+
+    if ((rc = bfit_config_train_cfg(c, &t)) != BFIT_OK || (rc = bfit_config_given_json(c, &given)) != BFIT_OK ||
+        (rc = bfit_config_arrays_sets(c, &t, sets)) != BFIT_OK) {
+        free(given);
         return rc;
+    }
+    t.options_json = given;
     rc = bfit_train_from(&t, &tr);
+    free(given);
     bfit_dataset_free(sets[0]);
     bfit_dataset_free(sets[1]);
     bfit_err_save(&e); /* making the result must not lose the run's message */

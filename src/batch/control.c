@@ -91,9 +91,39 @@ static void tput_record(bfit_controller *c, int m, double rate)
                 t = &c->st.tp[i];
         *t = (tput){ .m = m };
     }
-    t->rate = t->n ? t->rate + c->cfg.tput_alpha * (rate - t->rate) : rate;
+    if (t->n) { /* the EMA and its exponentially weighted variance */
+        double a = c->cfg.tput_alpha, diff = rate - t->rate;
+        t->rate += a * diff;
+        t->var = (1 - a) * (t->var + a * diff * diff);
+    } else {
+        t->rate = rate;
+    }
     t->n++;
     t->used = ++c->st.tick;
+}
+
+/* Whether m_a runs measurably faster than m_b: by grow_gain, and by more
+ * than the measurements' spread (twice the standard error of the two
+ * averages' difference; three times, and from more measurements, for a
+ * change that would undo one made within flap_window steps: timing noise
+ * must not make the micro-batch flap). */
+static int clearly_faster(const bfit_controller *c, int m_a, int m_b, double *ra, double *rb)
+{
+    const tput *a = tput_find(c, m_a), *b = tput_find(c, m_b);
+    double alpha = c->cfg.tput_alpha, cap = (2 - alpha) / alpha, na, nb, se;
+    int reversal = c->st.prev_m == m_a && c->st.step - c->st.m_changed <= c->cfg.flap_window;
+    int need = reversal ? 2 * TPUT_MIN + 1 : TPUT_MIN;
+
+    if (!a || !b || a->n < need || b->n < need)
+        return 0;
+    na = a->n < cap ? a->n : cap; /* the EMA's effective number of measurements */
+    nb = b->n < cap ? b->n : cap;
+    se = sqrt(a->var / na + b->var / nb);
+    if (ra)
+        *ra = a->rate;
+    if (rb)
+        *rb = b->rate;
+    return a->rate > b->rate * (1.0 + c->cfg.grow_gain) && a->rate - b->rate > (reversal ? 3 : 2) * se;
 }
 
 /* ---- decisions ------------------------------------------------------------- */
@@ -125,6 +155,8 @@ static const char *unit(const bfit_controller *c) { return c->cfg.tokens ? "toke
 void bfit_ctl_set_m(bfit_controller *c, int m)
 {
     if (m != c->st.m) {
+        c->st.prev_m = c->st.m;
+        c->st.m_changed = c->st.step;
         c->st.m = m;
         c->st.at_m = 0;
         c->st.streak = 0;
@@ -146,6 +178,7 @@ static void after_shrink(bfit_controller *c, int64_t step)
     c->st.last_grow = -1;
     c->st.hold_until = step + c->st.holdoff;
     c->st.streak = 0;
+    c->st.free_at_shrink = c->st.free;
 }
 
 /* The ramp's progress at `step`: the j-th step of W, or in auto mode (where
@@ -240,7 +273,7 @@ static int adaptive_E(bfit_controller *c, int64_t step, double *bn)
  * was just observed). */
 static void try_grow(bfit_controller *c, int64_t step, int need_streak, bfit_batch_decision *d)
 {
-    int cap = m_cap(c), mc, best = 0, from = c->st.m;
+    int cap = m_cap(c), mc, best = 0, from = c->st.m, freed;
     double cur = 0, best_r = 0;
 
     if (step < c->st.hold_until || c->st.m >= cap || (need_streak && c->st.streak < c->cfg.grow_after))
@@ -250,26 +283,31 @@ static void try_grow(bfit_controller *c, int64_t step, int need_streak, bfit_bat
         return;
     if (c->cfg.micro_batch || !measured(c, mc, NULL)) {
         best = mc;
-    } else if (measured(c, c->st.m, &cur)) {
+    } else {
         for (int i = 0; i < BFIT_CONTROLLER_NTPUT; i++) {
             int m = c->st.tp[i].m;
-            if (c->st.tp[i].n >= TPUT_MIN && m > c->st.m && m <= mc && c->st.tp[i].rate > best_r && bfit_ctl_fits(c, m)) {
+            double r;
+            if (c->st.tp[i].n && m > c->st.m && m <= mc && bfit_ctl_fits(c, m) &&
+                clearly_faster(c, m, c->st.m, &r, &cur) && r > best_r) {
                 best = m;
-                best_r = c->st.tp[i].rate;
+                best_r = r;
             }
         }
-        if (best && best_r < cur * (1.0 + c->cfg.grow_gain))
-            best = 0;
     }
     if (!best)
         return;
     bfit_ctl_set_m(c, best);
     c->st.last_grow = step;
-    bfit_ctl_because(d, BFIT_REASON_MEM_FREED);
+    /* memory freed: more is free than when m last shrank; otherwise the room
+     * was there, and the reason is what was measured (or not yet) */
+    freed = c->cfg.micro_batch || c->st.free > c->st.free_at_shrink;
+    bfit_ctl_because(d, freed ? BFIT_REASON_MEM_FREED : BFIT_REASON_THROUGHPUT);
     if (c->cfg.micro_batch || !measured(c, best, NULL))
-        bfit_ctl_say(d, "memory freed: micro-batch %d -> %d", from, best);
+        bfit_ctl_say(d, freed ? "memory freed: micro-batch %d -> %d" : "throughput: micro-batch %d -> %d (a size that "
+                     "fits and is not measured yet)", from, best);
     else
-        bfit_ctl_say(d, "memory freed: micro-batch %d -> %d (measured %.4g vs %.4g %s/s)", from, best, best_r, cur, unit(c));
+        bfit_ctl_say(d, "%s: micro-batch %d -> %d (measured %.4g vs %.4g %s/s, beyond their spread)",
+                     freed ? "memory freed" : "throughput", from, best, best_r, cur, unit(c));
 }
 
 /* Auto mode: a smaller m that fits and was measured faster by grow_gain
@@ -284,16 +322,19 @@ static void try_faster(bfit_controller *c, bfit_batch_decision *d)
         return;
     for (int i = 0; i < BFIT_CONTROLLER_NTPUT; i++) {
         int m = c->st.tp[i].m;
-        if (c->st.tp[i].n >= TPUT_MIN && m < c->st.m && c->st.tp[i].rate > best_r && bfit_ctl_fits(c, m)) {
+        double r;
+        if (c->st.tp[i].n && m < c->st.m && bfit_ctl_fits(c, m) && clearly_faster(c, m, c->st.m, &r, &cur) &&
+            r > best_r) {
             best = m;
-            best_r = c->st.tp[i].rate;
+            best_r = r;
         }
     }
-    if (!best || best_r < cur * (1.0 + c->cfg.grow_gain))
+    if (!best)
         return;
     bfit_ctl_set_m(c, best);
     bfit_ctl_because(d, BFIT_REASON_THROUGHPUT);
-    bfit_ctl_say(d, "throughput: micro-batch %d -> %d (measured %.4g vs %.4g %s/s)", from, best, best_r, cur, unit(c));
+    bfit_ctl_say(d, "throughput: micro-batch %d -> %d (measured %.4g vs %.4g %s/s, beyond their spread)", from, best,
+                 best_r, cur, unit(c));
 }
 
 /* ---- auto mode: goodput ------------------------------------------------------ */

@@ -29,6 +29,8 @@
 #ifndef BFIT_PROBE_H
 #define BFIT_PROBE_H
 
+#include <stdio.h>
+
 #include "batch/plan.h"
 #include "data/data.h"
 
@@ -43,9 +45,11 @@ typedef struct bfit_probe_cfg {
     int ladder;             /* 1: also measure throughput (the fastest batch) */
     int warmup;             /* steps per ladder size before measuring, >= 0 */
     int repeats;            /* measured steps per ladder size (median), >= 1 */
-    double tolerance;       /* recommend the smallest size within this fraction of the best, [0, 1) */
+    double tolerance;       /* when the best's lead is within the measured spread: the largest size within
+                               this fraction of the best is the fastest batch, [0, 1) */
     double data_threshold;  /* data-wait share of a step above which the loader is the limit, (0, 1] */
     uint64_t seed;          /* dropout masks of the probe steps */
+    FILE *human;            /* progress for people (which size is being confirmed, measured); NULL: quiet */
 } bfit_probe_cfg;
 
 /* Defaults: the arena's capacity, margin 0.1, limit 1 << 20, ladder on,
@@ -101,7 +105,9 @@ typedef struct bfit_probe_result {
     bfit_probe_rung rungs[BFIT_PROBE_MAX_RUNGS];
     int ladder_steps;        /* real steps the ladder ran (warm-up included) */
     int best;                /* index of the highest samples/s */
-    int recommended;         /* index of the smallest size within tolerance of the best */
+    int clear_best;          /* its lead over every other size is larger than their measured spreads */
+    int recommended;         /* the fastest batch: best when its lead is clear, else the largest size
+                                within tolerance of the best (bfit_probe_analyse) */
     double data_share;       /* wait share at the recommended size */
     int data_bound;          /* data_share > data_threshold: the loader is the limit */
 

@@ -18,13 +18,15 @@ static void help(void)
          "budget, a real step (forward and backward on real samples) runs at that size\n"
          "and the next size up is refused. The fastest is measured: samples/s at\n"
          "1, 2, 4, ... and the largest (warm-up steps excluded, median of the\n"
-         "measured), and the smallest size within --tolerance of the best is\n"
+         "measured): the best size, when it leads every other by more than their\n"
+         "measured spread, else the largest within --tolerance of the best, is\n"
          "recommended. The model's weights are left as they were: no optimizer step\n"
          "is taken and parameters (batch-norm statistics included) are restored.\n"
          "\n"
          "Model and data:\n"
-         "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16) or a\n"
-         "                        model spec file (docs/model-spec.md)\n"
+         "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16, gpt-nano,\n"
+         "                        gpt2, bert-base), a model spec file (docs/model-spec.md,\n"
+         "                        e.g. models/cnn.cfg, models/resnet-mini.cfg) or an ONNX file\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, a CSV file, or synthetic\n"
          "                        (random samples of the model's input shape)\n"
@@ -42,8 +44,9 @@ static void help(void)
          "  --limit N             largest batch considered (default: the training\n"
          "                        set's size; no micro-batch is larger)\n"
          "Throughput:\n"
-         "  --tolerance F         recommend the smallest batch within F of the best\n"
-         "                        samples/s, 0 <= F < 1 (default 0.05)\n"
+         "  --tolerance F         when the rates tie within their spread: the largest batch\n"
+         "                        within F of the best samples/s is the fastest, 0 <= F < 1\n"
+         "                        (default 0.05)\n"
          "  --warmup N            unmeasured steps per size (default 1)\n"
          "  --repeats N           measured steps per size, the median is used (default 5)\n"
          "  --data-threshold F    data-wait share of a step above which the loader is\n"
@@ -102,6 +105,7 @@ int cmd_find(int argc, char **argv)
     }
     if ((code = cli_parse(&cmd, argc, argv, c, &flags)) >= 0)
         goto out;
+    bfit_config_set_progress(c, stderr); /* which size is being confirmed, measured */
     rc = bfit_find(c, &res);
     if (rc == BFIT_OK || rc == BFIT_EDEVICE) /* a plan contradicted by a real step: the answers, then the error */
         cli_print(res, flags & 1);

@@ -181,7 +181,7 @@ typedef struct bfit_op_args {
 /* What a device says of itself. */
 typedef struct bfit_device_info {
     const char *name;        /* "cpu", "cuda:0" */
-    const char *detail;      /* "oneDNN 2.6, 2 threads", the GPU's name */
+    const char *detail;      /* "oneDNN 2.6, 2 threads, avx512", the GPU's name */
     int threads;             /* CPU threads ops run on (0 for a GPU) */
     int check;               /* opaque-memory checking mode is on */
     int shared;              /* its memory is shared with other processes (a GPU): a run reads

@@ -551,6 +551,10 @@ static int put_state(bfit_run *r, const run_snap *s)
     r->pos.nmem = 0;
     bfit_model_unreserve(r->s.M);
     bfit_run_apply_memory_schedule(r, r->pos.step);
+    /* the result's loss-scaling figures are the loss scaler's, which the
+     * checkpoint keeps (a step sets them; a run resumed at its end takes none) */
+    r->pos.res.skipped_steps = r->pos.ls.skipped;
+    r->pos.res.loss_scale = r->scaling ? r->pos.ls.scale : 0;
     r->ep_t0 = bfit_clock_mono(); /* the progress line's rate: from here, over the samples from here */
     r->ep_taken0 = s->pos.taken;
     r->ep_count0 = s->pos.ep_count;

@@ -56,7 +56,7 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
  * through host staging of at least m samples (from > 0: a stream). ev gets
  * sums: test_loss the summed loss, test_acc the samples right. */
 static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n, float *sx, int32_t *sy,
-                    bfit_eval_info *ev)
+                    bfit_eval_info *ev, bfit_log *lg)
 {
     int64_t seen = 0, counted = 0;
     double loss, right;
@@ -94,6 +94,9 @@ static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n,
             return rc;
         seen += got;
         counted += bfit_run_counted(M, sy, got);
+        if (lg) /* on a terminal; plain lines at the log's interval */
+            bfit_log_progress(lg, 0, "evaluating: %lld of %lld samples (%.0f%%)", (long long)seen, (long long)n,
+                              100.0 * (double)seen / (double)n);
     }
     if ((rc = bfit_model_stats_read(M, &loss, &right)) != BFIT_OK)
         return rc;
@@ -143,7 +146,7 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
                                                                                                        : 1) : r->eval_m,
                            &m);
     if (rc == BFIT_OK)
-        rc = evaluate(r->s.M, &r->te, m, from, to, r->stage_x, r->stage_y, ev);
+        rc = evaluate(r->s.M, &r->te, m, from, to, r->stage_x, r->stage_y, ev, r->log_open ? &r->lg : NULL);
     bfit_model_unreserve(r->s.M);
     if (r->dp && r->te.s)
         rc = bfit_run_dist_eval_sums(r, rc, ev); /* every rank gets here, also after a failure */
@@ -271,7 +274,7 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
     if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st.s)) == BFIT_OK &&
         (rc = evaluate(s.M, &st, m, 0, cfg->samples && cfg->samples < bfit_dataset_count(s.test) ? cfg->samples
                                                                                               : bfit_dataset_count(s.test),
-                       sx, sy, &ev)) == BFIT_OK) {
+                       sx, sy, &ev, NULL)) == BFIT_OK) {
         eval_means(&ev);
         *loss = ev.test_loss;
         *acc = ev.test_acc;

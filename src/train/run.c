@@ -478,13 +478,18 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
                    "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_overhead\":%llu,\"threads\":%d,"
                    "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
-                   "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s}",
+                   "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s},\"version\":\"%s\","
+                   "\"schedule\":\"%s\",\"warmup\":%lld,\"momentum\":%g,\"nesterov\":%d,\"weight_decay\":%g,"
+                   "\"clip\":%g,\"augment\":%d,\"normalize\":%d,\"options\":%s",
                    model, data, (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
                    r->pos.d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
                    di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, c->batch_tokens,
                    bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
-                   bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan);
+                   bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan,
+                   BFIT_VERSION_STRING, bfit_lr_sched_name(c->sched.kind), (long long)c->sched.warmup_steps,
+                   c->opt.kind == BFIT_OPT_SGD ? c->opt.momentum : c->opt.beta1, c->opt.nesterov, c->opt.weight_decay,
+                   c->clip, c->augment, c->normalize, c->options_json ? c->options_json : "{}");
     if (c->batch_tokens)
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
                      "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "

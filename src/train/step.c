@@ -142,6 +142,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
         r->track_dirty = 1;
         rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
         r->full_sq = acc; /* after the last micro-batch: the step's mean gradient */
+        r->step_gnorm = sqrt(acc);
         r->diff_sq = k == 0 && !r->pos.track_stale ? dsq : -1;
         r->micro_sq[k] = (k == 0 ? acc : dsq) * ((double)U / u) * ((double)U / u);
         r->micro_n[k] = (int)u;
@@ -244,6 +245,8 @@ static int unscale(bfit_run *r, int *apply)
     else if ((rc = bfit_gradnorm_sq(r->gn, &sq)) != BFIT_OK)
         return rc;
     *apply = bfit_loss_scaler_update(&r->pos.ls, isfinite(sq));
+    if (isfinite(sq) && used > 0)
+        r->step_gnorm = sqrt(sq) / used;
     r->skipped_now = !*apply;
     if (!*apply) {
         bfit_log_event(&r->lg, "loss_scale", "\"step\":%lld,\"skipped\":1,\"scale\":%.9g,\"prev_scale\":%.9g,"
@@ -267,7 +270,7 @@ static int update(bfit_run *r, double *lr)
     if ((rc = unscale(r, &apply)) != BFIT_OK || !apply)
         return rc;
     if (r->cfg.clip > 0)
-        rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, NULL);
+        rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, &r->step_gnorm);
     /* auto: the schedule counts steps of E0 samples (E changes) */
     *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->cfg.auto_batch ? r->pos.samples / r->E0 : r->pos.step) *
           r->pos.d.lr_scale;
@@ -311,11 +314,40 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
     return bfit_controller_observe(r->ctl, &ss);
 }
 
+/* The progress line: how far (steps, the share of the run's samples or
+ * of max-steps, the training time and what is left at this pace), the
+ * loss, the rate, the split and the memory. */
+static void report_progress(bfit_run *r, const bfit_step_info *in, const char *split, const bfit_arena_stats *st,
+                            double el)
+{
+    double total = (double)r->cfg.epochs * (double)r->per_epoch, done, p, left;
+    char s1[32], s2[32], t1[32], t2[32], of[48] = "";
+
+    done = (double)in->epoch * (double)r->per_epoch + (double)r->pos.taken;
+    if (in->epoch_end)
+        done = (double)(in->epoch + 1) * (double)r->per_epoch;
+    p = total > 0 ? done / total : 0;
+    if (r->cfg.max_steps && (double)(in->step + 1) / (double)r->cfg.max_steps > p)
+        p = (double)(in->step + 1) / (double)r->cfg.max_steps;
+    p = p > 1 ? 1 : p;
+    left = p > 0 ? r->pos.train_time * (1 - p) / p : 0;
+    if (p > 0)
+        snprintf(of, sizeof of, " of ~%lld", (long long)((double)(in->step + 1) / p + 0.5));
+    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld%s  %.0f%% (%s, %s left)  loss %.4f  %.0f %s/s  %s  mem %s / %s",
+                      in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, of, 100 * p,
+                      bfit_format_duration(r->pos.train_time, t1, sizeof t1), bfit_format_duration(left, t2, sizeof t2),
+                      r->pos.ep_loss / (double)r->pos.ep_count,
+                      (double)(r->cfg.batch_tokens ? r->pos.ep_count - r->ep_count0 : r->pos.taken - r->ep_taken0) /
+                          (el > 0 ? el : 1e-9),
+                      r->cfg.batch_tokens ? "tokens" : "samples", split,
+                      bfit_format_size(st->current, s1, sizeof s1), bfit_format_size(st->capacity, s2, sizeof s2));
+}
+
 static void report_step(bfit_run *r, bfit_step_info *in)
 {
     bfit_arena_stats st;
     double el = bfit_clock_mono() - r->ep_t0, bn = 0;
-    char s1[32], s2[32], split[512], ranks[4096] = "";
+    char split[512], ranks[4096] = "", gnorm[48] = "";
     int have_bn = bfit_controller_noise_scale(r->ctl, &bn) == BFIT_OK;
 
     /* how the step was split: micro-batches, and with several ranks theirs */
@@ -330,6 +362,8 @@ static void report_step(bfit_run *r, bfit_step_info *in)
         snprintf(split, sizeof split, "m %d x %d = %d", in->m, in->k, in->batch);
     }
 
+    if (r->step_gnorm >= 0 && isfinite(r->step_gnorm))
+        snprintf(gnorm, sizeof gnorm, ",\"grad_norm\":%.6g", r->step_gnorm);
     bfit_arena_stats_get(r->s.arena, &st);
     in->noise_scale = have_bn ? bn : 0;
     in->mem = st.current;
@@ -339,16 +373,11 @@ static void report_step(bfit_run *r, bfit_step_info *in)
     bfit_log_event(&r->lg, "step",
                    "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,\"k\":%d,\"E\":%d,"
                    "\"mem\":%llu,\"capacity\":%llu,\"seconds\":%.6f,\"noise_scale\":%.4g,\"loss_scale\":%.9g,"
-                   "\"skipped\":%d%s",
+                   "\"skipped\":%d%s%s",
                    (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->pos.samples, in->m, in->k,
                    in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
-                   in->noise_scale, in->loss_scale, in->skipped, ranks);
-    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld  loss %.4f  %.0f %s/s  %s  mem %s / %s",
-                      in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, r->pos.ep_loss / (double)r->pos.ep_count,
-                      (double)(r->cfg.batch_tokens ? r->pos.ep_count - r->ep_count0 : r->pos.taken - r->ep_taken0) /
-                          (el > 0 ? el : 1e-9),
-                      r->cfg.batch_tokens ? "tokens" : "samples", split,
-                      bfit_format_size(st.current, s1, sizeof s1), bfit_format_size(st.capacity, s2, sizeof s2));
+                   in->noise_scale, in->loss_scale, in->skipped, gnorm, ranks);
+    report_progress(r, in, split, &st, el);
 }
 
 /* cfg.sample_check: the epoch's samples (every rank's, from the weights'
@@ -451,6 +480,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     wait0 = bfit_feed_wait(&r->tr);
     memset(&in, 0, sizeof in);
     in.size = sizeof in;
+    r->step_gnorm = -1;
     if ((rc = step_body(r, &in, &E, &taken, &k, &loss, &updated)) != BFIT_OK) {
         /* an abandoned step leaves the run at its start (but for why it
          * stopped); one that got past the update cannot be undone */

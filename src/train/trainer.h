@@ -72,6 +72,7 @@ typedef struct bfit_train_cfg {
     void (*on_eval)(void *ud, const struct bfit_eval_info *e);
     void (*on_batch_change)(void *ud, const bfit_batch_decision *d, int64_t step);
     void (*on_event)(void *ud, const char *json); /* each event of the log as one JSON line (ud: cb_ud) */
+    const char *options_json;  /* the options the caller gave, a JSON object: logged at the start (NULL: none) */
     void *cb_ud;
     uint64_t fail_nth_alloc;   /* tests: the n-th device allocation of the run fails (0: off) */
     int epochs;
