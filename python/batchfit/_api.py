@@ -194,7 +194,8 @@ def _set_data(cfg, which, data):
     _errors.check(lib.bfit_config_set_arrays(cfg.c, which, xp, yp, n, x.size // n))
 
 
-def train(model, data=None, *, test_data=None, on_event=None, progress=False, weights=True, **options):
+def train(model, data=None, *, test_data=None, on_event=None, progress=False, weights=True, keep_events=True,
+          **options):
     """Train `model` (a preset, a spec file or an ONNX file) on `data`: a data
     set name ("fashion-mnist", the default), a path, or NumPy arrays (x, y)
     read in place (x float32 samples in the model's input layout, y integer
@@ -204,7 +205,8 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     as a dict (start, step, batch_change with its reason, eval, memory,
     end, ...), in order. progress=True prints the library's progress lines.
     Returns a Training result with the weights as {name: numpy array}
-    (weights=False: not read). Ctrl-C stops the run at the next step
+    (weights=False: not read) and every event (keep_events=False: none
+    kept, for very long runs). Ctrl-C stops the run at the next step
     boundary, writes the checkpoint asked for, and raises
     batchfit.Interrupted (a KeyboardInterrupt)."""
     cfg = Config(model=_model(model), **options)
@@ -213,7 +215,7 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     tmp = _weights_path(cfg, options, weights)
     p = _run.progress_stream(cfg, progress)
     try:
-        rc, r, state, ev, interrupted = _run.call(cfg, "train", on_event, stoppable=True)
+        rc, r, state, ev, interrupted = _run.call(cfg, "train", on_event, stoppable=True, keep_events=keep_events)
         if p:
             p.close()
             p = None

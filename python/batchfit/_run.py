@@ -69,18 +69,19 @@ def progress_stream(cfg, progress):
 class _Events:
     """The on_event callback: each log line as a dict, kept and handed on."""
 
-    def __init__(self, user, flag):
+    def __init__(self, user, flag, keep=True):
         if user is not None and not callable(user):
             raise _errors.ArgumentTypeError(f"on_event: give a function of one dict, not {type(user).__name__}",
                                             "on_event", _errors.EINVAL)
-        self.user, self.flag = user, flag
+        self.user, self.flag, self.keep = user, flag, keep
         self.events, self.error = [], None
         self.cb = ffi.callback("bfit_event_fn", self._on_event)
 
     def _on_event(self, ud, line):
         try:
             ev = json.loads(ffi.string(line).decode("utf-8", "replace"))
-            self.events.append(ev)
+            if self.keep:
+                self.events.append(ev)
             if self.user is not None and self.error is None:
                 self.user(ev)
         except BaseException as e:  # stop the run and raise it from the call
@@ -114,11 +115,11 @@ def _wait(worker, flag):
     return bool(asked)
 
 
-def call(cfg, command, on_event=None, stoppable=False):
+def call(cfg, command, on_event=None, stoppable=False, keep_events=True):
     """lib.bfit_<command>(cfg) on a worker thread: returns (rc, result or
-    NULL, the exception for a failure or None, the events)."""
+    NULL, its message and field, the events, whether Ctrl-C stopped it)."""
     flag = ffi.new("sig_atomic_t *")
-    ev = _Events(on_event, flag)
+    ev = _Events(on_event, flag, keep_events)
     cfg.keep += [flag, ev]
     _errors.check(lib.bfit_config_set_callbacks(cfg.c, ffi.NULL, ffi.NULL, ffi.NULL, ev.cb, ffi.NULL))
     if stoppable:

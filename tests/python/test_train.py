@@ -100,8 +100,9 @@ def test_weights_and_result(small_spec, tmp_path):
     assert set(r.weights) == set(batchfit.read_weights(save))
     assert r.weights["0.weight"].shape == (128, 64) and r.weights["0.weight"].dtype == np.float32
     assert str(r).startswith("test accuracy ")
-    r2 = batchfit.train(small_spec, data=(x, y), epochs=1, batch=64, memory="64MiB", weights=False)
-    assert r2.weights == {} and r2.test_accuracy == r.test_accuracy
+    r2 = batchfit.train(small_spec, data=(x, y), epochs=1, batch=64, memory="64MiB", weights=False, keep_events=False)
+    assert r2.weights == {} and r2.events == [] and r2.test_accuracy == r.test_accuracy
+    assert len(r.events) == 10 + 4  # start, the steps, the no-test-split warning, eval, end
 
 
 def test_on_event_exception_stops_the_run(small_spec):
