@@ -36,8 +36,9 @@ static int teardown(void **st)
 }
 
 /* Train briefly, then compute probabilities for the first N test samples
- * with the saved weights and write them with the inputs for Python. */
-static void check_model(const char *name)
+ * with the saved weights and write them with the inputs for Python. The
+ * model is models/NAME.cfg, or the spec text when one is given. */
+static void check_spec(const char *name, const char *text)
 {
     const char *src = getenv("BFIT_SOURCE_DIR"), *py = getenv("BFIT_PYTHON");
     char spec[512], wpath[512], io[512], cmd[2048];
@@ -56,7 +57,15 @@ static void check_model(const char *name)
     assert_non_null(src);
     if (!py || !*py)
         fail_msg("BFIT_PYTHON is not set: install python3-torch (scripts/setup.sh)");
-    snprintf(spec, sizeof spec, "%s/models/%s.cfg", src, name);
+    if (text) {
+        FILE *f;
+        snprintf(spec, sizeof spec, "%s/%s.cfg", tmpdir, name);
+        assert_non_null(f = fopen(spec, "w"));
+        fputs(text, f);
+        fclose(f);
+    } else {
+        snprintf(spec, sizeof spec, "%s/models/%s.cfg", src, name);
+    }
     snprintf(wpath, sizeof wpath, "%s/%s.safetensors", tmpdir, name);
     snprintf(io, sizeof io, "%s/%s_io.safetensors", tmpdir, name);
     c.model = spec;
@@ -124,6 +133,8 @@ static void check_model(const char *name)
     tdev_close(&td);
 }
 
+static void check_model(const char *name) { check_spec(name, NULL); }
+
 static void test_mlp_loads_in_torch(void **st)
 {
     (void)st;
@@ -134,6 +145,14 @@ static void test_cnn_loads_in_torch(void **st)
 {
     (void)st;
     check_model("cnn");
+}
+
+/* Batch norm over the features of a vector after a linear layer: trained
+ * (micro-batches of at least 2), its running statistics are BatchNorm1d's. */
+static void test_batchnorm1d_loads_in_torch(void **st)
+{
+    (void)st;
+    check_spec("bn1d", "input 1x28x28\nflatten\nlinear 33\nbatchnorm\nrelu\nlinear 10\n");
 }
 
 /* mlp weights into the cnn: refused by name, and the cnn's own parameters
@@ -257,6 +276,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_loads_in_torch),
         cmocka_unit_test(test_cnn_loads_in_torch),
+        cmocka_unit_test(test_batchnorm1d_loads_in_torch),
         cmocka_unit_test(test_wrong_model_refused),
         cmocka_unit_test(test_nonfinite_refused),
     };

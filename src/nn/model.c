@@ -257,6 +257,16 @@ int64_t bfit_model_param_count(const bfit_model *M)
     return n;
 }
 
+int bfit_model_min_batch(const bfit_model *M)
+{
+    int m = 1;
+    for (int i = 0; i < M->n; i++) {
+        int k = bfit_layer_min_batch(M->nodes[i].l);
+        m = k > m ? k : m;
+    }
+    return m;
+}
+
 static int wants_copy(const bfit_model *M, const bfit_param *q)
 {
     return q->multiplies && M->store.precision != BFIT_F32;

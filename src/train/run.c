@@ -649,6 +649,10 @@ static int setup(bfit_run *r)
     if (ntrain < 1)
         return bfit_fail_field(BFIT_EINVAL, "train_source", "has no samples in an epoch");
     r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
+    if (r->cfg.micro_batch && r->cfg.micro_batch < bfit_model_min_batch(r->s.M))
+        return bfit_fail_field(BFIT_EINVAL, "micro_batch", "%d is too small: the model trains on micro-batches of at "
+                               "least %d (batch norm over vectors needs two values per channel)",
+                               r->cfg.micro_batch, bfit_model_min_batch(r->s.M));
     r->pc.M = r->s.M;
     r->pc.opt = &r->cfg.opt;
     if ((rc = token_setup(r)) != BFIT_OK)

@@ -139,6 +139,20 @@ expect 1 "huge.csv:4: column 2: value '2e39' is beyond the range of a 32-bit flo
 expect 1 "huge.csv:4: column 2: value '2e39'" "$bf" train --model "$tmp/tab.cfg" --data "$tmp/huge.csv" \
   --test-data "$tmp/te.csv" --batch 32 --max-steps 2 --no-normalize
 
+# batch norm over vectors (BatchNorm1d after a linear layer) plans, finds and
+# trains; a step of 65 in micro-batches of 32 leaves no micro-batch of one
+# (one value per channel cannot be normalised), and --micro-batch 1 is refused
+awk 'BEGIN { srand(5); for (i = 0; i < 300; i++) { y = i % 5; s = "";
+  for (j = 0; j < 33; j++) s = s sprintf("%.3f,", (j == y) + rand()); print s y } }' >"$tmp/bn1d.csv"
+printf 'input 33\nlinear 33\nbatchnorm\nrelu\nlinear 5\n' >"$tmp/bn1d.cfg"
+expect 0 "fits +yes" "$bf" plan --model "$tmp/bn1d.cfg" --memory 1GiB --batch 8
+expect 0 "largest batch: 64 .*confirmed: a real step ran at 64" "$bf" find --model "$tmp/bn1d.cfg" --data "$tmp/bn1d.csv" \
+  --memory 64MiB --limit 64 --threads 2
+expect 0 "m 32 x 3 = 65" "$bf" train --model "$tmp/bn1d.cfg" --data "$tmp/bn1d.csv" --batch 65 --micro-batch 32 \
+  --max-steps 2 --threads 2
+expect 1 "--micro-batch: 1 is too small: the model trains on micro-batches of at least 2" "$bf" train \
+  --model "$tmp/bn1d.cfg" --data "$tmp/bn1d.csv" --batch 64 --micro-batch 1 --max-steps 2
+
 # storage: recomputation regenerates exactly what the forward computed (batch
 # norm's running statistics moved once, dropout's mask redrawn the same), so
 # the weights are bit-identical to keeping everything; bad values are usage
