@@ -82,6 +82,7 @@ static int add_loss(bfit_model *M, const bfit_graph_desc *g, bfit_shape last)
     M->n = g->nnodes + 1;
     M->nclasses = last.nd == 2 ? last.d[1] : last.c; /* a vector may be Cx1x1 */
     M->labels_per_sample = last.nd == 2 ? last.d[0] : 1;
+    M->per_token = last.nd == 2;
     return BFIT_OK;
 }
 

@@ -146,6 +146,7 @@ typedef struct bfit_model {
     bfit_dtype input_dtype;
     int nclasses;
     int labels_per_sample; /* 1, or T for a sequence model: one label per token (-1: padding) */
+    int per_token;         /* a sequence model: its loss is per token, whatever T (1 too) */
     int seq_lens;          /* has bidirectional attention: stages each sequence's real length (up to
                               its last label that counts) for its key-padding mask */
     int32_t *stage_lens;   /* host staging of those lengths */

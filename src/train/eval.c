@@ -167,7 +167,7 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
                    "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d",
                    ev->epoch, (long long)ev->step, ev->train_loss, ev->test_loss, ev->test_acc, (long long)ev->samples,
                    ev->epoch_seconds, m);
-    if (r->s.M->labels_per_sample > 1) /* a token model: per token, and in bits (per byte for byte tokens) */
+    if (r->s.M->per_token) /* a token model: per token, and in bits (per byte for byte tokens) */
         bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), next-token accuracy "
                              "%.2f%% (%lld sequences), %.1f s",
                      ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, ev->test_loss / 0.69314718055994531,

@@ -31,6 +31,8 @@ typedef struct plan_ctx {
     int tokens;                /* batch_tokens: m counts tokens, ceil(m / T) sequences */
     int memo_m[PLAN_MEMO];     /* by sequences (samples) */
     uint64_t memo_b[PLAN_MEMO];
+    int rc;                    /* the first plan that could not be made (not one too big): why */
+    char why[512];
 } plan_ctx;
 
 /* Where a run is at an optimizer-step boundary: its counters and what it

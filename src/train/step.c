@@ -118,7 +118,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
 
     if (r->cfg.seq_max)
         bfit_run_pack(r, done, want, &x, &y);
-    else if (r->s.M->labels_per_sample > 1)
+    else if (r->s.M->per_token)
         r->pos.res.tokens_computed += (int64_t)want * r->s.M->labels_per_sample;
 
     if (r->cfg.on_samples)
@@ -159,7 +159,7 @@ static int stage(bfit_run *r, int E, int *n)
     int64_t left = r->per_epoch - r->pos.taken;
     int got, rc;
     if (r->dp) {
-        if (r->s.M->labels_per_sample > 1)
+        if (r->s.M->per_token)
             return bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them "
                              "in one process");
         return bfit_run_dist_take(r, E, n);
@@ -197,7 +197,7 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
      * (the model is at its longest here: whole rows) */
     r->step_count = r->dp ? E : bfit_run_counted(r->s.M, r->stage_y, *n);
     U = r->cfg.batch_tokens ? r->step_count : *n;
-    if (r->s.M->labels_per_sample > 1)
+    if (r->s.M->per_token)
         r->pos.res.tokens += r->step_count;
     if (r->step_count < 1)
         return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
