@@ -219,12 +219,40 @@ static void test_auto_with_defaults(void **state)
     bfit_config_free(c);
 }
 
+/* A run whose last evaluation cannot run (the memory falls to 1 MiB after
+ * its last step): the result says the test figures were not measured (JSON
+ * null, NaN by path), not 0; the run's own weights file claims no accuracy
+ * either (test_run). */
+static void test_train_result_unmeasured(void **state)
+{
+    bfit_config *c = cfg();
+    bfit_result *res = NULL;
+    (void)state;
+    assert_int_equal(bfit_config_set(c, "model", "mlp"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "batch", "64"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "epoch-samples", "320"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "eval-samples", "100"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "memory-schedule", "5:1MiB"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "device", "cpu"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "dist", "off"), BFIT_OK);
+    assert_int_equal(bfit_train(c, &res), BFIT_ENOMEM);
+    assert_non_null(strstr(bfit_errmsg(), "evaluation at micro-batch 1 needs"));
+    assert_non_null(res);
+    assert_true(bfit_result_number(res, "steps") == 5);
+    assert_true(isnan(bfit_result_number(res, "test_accuracy")));
+    assert_true(isnan(bfit_result_number(res, "test_loss")));
+    assert_non_null(strstr(bfit_result_json(res), "\"test_loss\":null,\"test_accuracy\":null"));
+    bfit_result_free(res);
+    bfit_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_and_get), cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_check_per_command), cmocka_unit_test(test_copy),
         cmocka_unit_test(test_option_list), cmocka_unit_test(test_auto_with_defaults),
+        cmocka_unit_test(test_train_result_unmeasured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

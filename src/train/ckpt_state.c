@@ -179,7 +179,8 @@ TABLE(controller_t, C,
 #undef C
 
 /* The figures so far; the token counts came later (a run resumed from a
- * checkpoint without them counts from the resume) */
+ * checkpoint without them counts from the resume), and whether the test
+ * figures are of the checkpoint's weights later still (without it: not) */
 #define R bfit_train_result
 TABLE(result_t, R,
       INT(R, "epochs", epochs),
@@ -191,7 +192,8 @@ TABLE(result_t, R,
       INT(R, "last_batch", last_batch),
       DBL(R, "noise_scale", noise_scale),
       I64(R, "tokens", tokens, .since = "tokens"),
-      I64(R, "tokens_computed", tokens_computed, .since = "tokens"));
+      I64(R, "tokens_computed", tokens_computed, .since = "tokens"),
+      INT(R, "evaluated", evaluated, .since = "evaluated"));
 #undef R
 
 #define L bfit_lr_schedule

@@ -161,6 +161,7 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
     ev->epoch_seconds = bfit_clock_mono() - r->ep_t0;
     r->pos.res.test_loss = ev->test_loss;
     r->pos.res.test_acc = ev->test_acc;
+    r->pos.res.evaluated = 1;
     r->pos.res.epochs = ev->epoch;
     bfit_log_event(&r->lg, "eval",
                    "\"epoch\":%d,\"step\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,"

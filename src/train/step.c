@@ -494,6 +494,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     }
     r->pos.train_time += in.seconds;
     in.step = r->pos.step++;
+    r->pos.res.evaluated = 0; /* the test figures were of the weights before this step */
     in.epoch = r->pos.epoch;
     in.batch = E;
     in.sequences = r->cfg.batch_tokens ? taken : 0;

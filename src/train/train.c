@@ -11,22 +11,21 @@
 #include <string.h>
 #include <unistd.h>
 
+/* What a weights file says of itself; test_accuracy only where an
+ * evaluation of these very weights finished (a failed last evaluation, or
+ * a run stopped between, measured nothing). */
 int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs)
 {
-    static const char *const names[RUN_META_MAX] = {"format", "model", "data", "steps", "test_accuracy",
-                                                    "normalize_mean", "normalize_std"};
-    int rc = BFIT_OK;
+    int rc = BFIT_OK, k = 0;
 
-    for (int i = 0; i < RUN_META_MAX; i++)
-        keys[i] = names[i];
     snprintf(r->meta_steps, sizeof r->meta_steps, "%lld", (long long)r->pos.step);
     snprintf(r->meta_acc, sizeof r->meta_acc, "%.6f", r->pos.res.test_acc);
-    vals[0] = "batchfit";
-    vals[1] = r->cfg.model ? r->cfg.model : "";
-    vals[2] = r->cfg.data ? r->cfg.data : "";
-    vals[3] = r->meta_steps;
-    vals[4] = r->meta_acc;
-    *n = 5;
+    keys[k] = "format", vals[k++] = "batchfit";
+    keys[k] = "model", vals[k++] = r->cfg.model ? r->cfg.model : "";
+    keys[k] = "data", vals[k++] = r->cfg.data ? r->cfg.data : "";
+    keys[k] = "steps", vals[k++] = r->meta_steps;
+    if (r->pos.res.evaluated)
+        keys[k] = "test_accuracy", vals[k++] = r->meta_acc;
     bufs[0] = bufs[1] = NULL;
     if (r->s.mean) {
         bufs[0] = malloc(BFIT_NORM_TEXT_MAX);
@@ -37,10 +36,10 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
             rc = bfit_norm_to_text(r->s.mean, r->s.M->input.c, bufs[0], BFIT_NORM_TEXT_MAX);
         if (rc == BFIT_OK)
             rc = bfit_norm_to_text(r->s.std, r->s.M->input.c, bufs[1], BFIT_NORM_TEXT_MAX);
-        vals[5] = bufs[0];
-        vals[6] = bufs[1];
-        *n = 7;
+        keys[k] = "normalize_mean", vals[k++] = bufs[0];
+        keys[k] = "normalize_std", vals[k++] = bufs[1];
     }
+    *n = k;
     return rc;
 }
 

@@ -151,6 +151,8 @@ typedef struct bfit_train_result {
     int epochs;
     double train_loss;          /* mean over the last epoch */
     double test_loss, test_acc; /* after the last epoch */
+    int evaluated;              /* test_loss and test_acc are of the weights as they are now: an evaluation
+                                   finished after the last step (0: none did, and they mean nothing) */
     double seconds;             /* training wall time, evaluation excluded */
     int micro_batch;            /* the last micro-batch used */
     int ooms;                   /* out-of-memory events recovered from */
