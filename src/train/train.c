@@ -64,7 +64,7 @@ static int run_all(bfit_run *r, int *trained)
 {
     bfit_step_info si = {.size = sizeof si};
     bfit_eval_info ev = {.size = sizeof ev};
-    int rc;
+    int rc, due;
 
     *trained = bfit_run_done(r); /* a run resumed from its last checkpoint */
     while (!bfit_run_done(r)) {
@@ -73,8 +73,10 @@ static int run_all(bfit_run *r, int *trained)
         *trained = bfit_run_done(r);
         if ((si.epoch_end || *trained) && (rc = bfit_run_evaluate(r, &ev)) != BFIT_OK)
             return rc;
-        if ((bfit_run_checkpoint_due(r) || (*trained && r->ckpt_dir[0])) &&
-            (rc = bfit_run_checkpoint(r, NULL, 0)) != BFIT_OK)
+        due = bfit_run_checkpoint_due(r) || (*trained && r->ckpt_dir[0]);
+        if (r->dp && r->cfg.checkpoint && (rc = bfit_run_dist_ckpt_sync(r, &due)) != BFIT_OK)
+            return rc;
+        if (due && r->ckpt_dir[0] && (rc = bfit_run_checkpoint(r, NULL, 0)) != BFIT_OK)
             return rc;
     }
     return BFIT_OK;
@@ -88,7 +90,18 @@ static int stop_checkpoint(bfit_run *r, int rc)
     int rc2;
 
     r->pos.res.stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : r->pos.res.stopped;
-    if (!r->pos.res.stopped || !r->ckpt_dir[0] || r->broken)
+    if (!r->pos.res.stopped || r->broken)
+        return rc;
+    if (r->dp && r->cfg.checkpoint) { /* a group stops together: every rank's state to rank 0 */
+        bfit_err_state e;
+        int due = 1;
+        bfit_err_save(&e);
+        rc2 = bfit_run_dist_ckpt_sync(r, &due);
+        bfit_err_restore(&e); /* the stop's message, whatever the sync did */
+        if (rc2 != BFIT_OK)
+            return rc;
+    }
+    if (!r->ckpt_dir[0])
         return rc;
     snprintf(msg, sizeof msg, "%s", bfit_errmsg());
     snprintf(field, sizeof field, "%s", bfit_errfield());
