@@ -255,6 +255,27 @@ static void test_nonfinite_refused(void **st)
         assert_int_equal(bfit_device_download(t.dev, after, M->param_block, M->param_bytes), BFIT_OK);
         assert_memory_equal(after, before, M->param_bytes);
     }
+    {
+        /* an integer tensor where a parameter is: refused naming the file */
+        bfit_st_file *f;
+        bfit_st_tensor tt[64];
+        int n;
+        assert_int_equal(bfit_st_read(good, &f), BFIT_OK);
+        n = bfit_st_count(f);
+        for (int i = 0; i < n; i++) {
+            tt[i] = *bfit_st_get(f, i);
+            if (!strcmp(tt[i].name, "1.weight"))
+                tt[i].dtype = "I32";
+        }
+        assert_int_equal(bfit_st_write(badp, tt, n, NULL, NULL, 0), BFIT_OK);
+        bfit_st_free(f);
+        assert_int_equal(bfit_weights_load(M, badp), BFIT_EFORMAT);
+        printf("  %s\n", bfit_errmsg());
+        assert_non_null(strstr(bfit_errmsg(), badp));
+        assert_non_null(strstr(bfit_errmsg(), "tensor '1.weight' is I32, an integer type"));
+        assert_int_equal(bfit_device_download(t.dev, after, M->param_block, M->param_bytes), BFIT_OK);
+        assert_memory_equal(after, before, M->param_bytes);
+    }
     for (int k = 0; k < 4; k++) {
         rewrite(good, badp, NULL, 0, 0, mk, bad[k], 2);
         assert_int_equal(bfit_weights_read_norm(badp, 1, mean, sd, &found), BFIT_EFORMAT);

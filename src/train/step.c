@@ -15,6 +15,11 @@
 #include "base/text.h"
 #include "train/run_int.h"
 
+/* Inputs beyond this (as the model sees them): a product of two such
+ * values, an input by a weight an update of them made, is past 1e30, a
+ * step away from a float's 3.4e38. */
+#define HUGE_INPUT 1e15
+
 #include <math.h>
 #include <string.h>
 
@@ -229,6 +234,32 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
     return BFIT_OK;
 }
 
+/* A step's loss that is not finite, blamed on what caused it: the data
+ * first (values so large that sums of their products overflow a float,
+ * whatever the learning rate), then the first step (its loss is the
+ * initial weights', before any update), and only then the learning rate. */
+static int loss_not_finite(bfit_run *r, double loss)
+{
+    long long step = (long long)r->pos.step + 1; /* the step just taken */
+    double v = 0;
+    int64_t i = 0, e = 0;
+
+    if (r->s.train)
+        bfit_dataset_largest(r->s.train, r->s.mean, r->s.std, &v, &i, &e);
+    if (!(fabs(v) < HUGE_INPUT))
+        return bfit_fail_field(BFIT_EINVAL, "data", "the loss became %g at step %lld: the training data %s holds %g "
+                               "(value %lld of sample %lld%s), too large for a float model's sums (inputs beyond "
+                               "%.0e overflow), whatever the learning rate: check the data%s", loss, step,
+                               bfit_dataset_source(r->s.train), v, (long long)e + 1, (long long)i + 1,
+                               r->s.mean ? ", after normalisation" : "", HUGE_INPUT,
+                               r->s.mean ? "" : ", or normalise it (leave out --no-normalize)");
+    if (step == 1)
+        return bfit_fail(BFIT_EINVAL, "the loss is %g at step 1, before any update, so not because of the learning "
+                         "rate: the initial weights on the first samples give it (the largest input is %g); check "
+                         "the data and the model", loss, v);
+    return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", loss, step);
+}
+
 /* Loss scaling: are the gradients finite? If not, the step is skipped
  * (gradients zeroed, the scale halved, said); else they are unscaled. */
 static int unscale(bfit_run *r, int *apply)
@@ -430,8 +461,7 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *taken, int *k
     r->pos.res.skipped_steps = r->pos.ls.skipped;
     r->pos.res.loss_scale = r->scaling ? r->pos.ls.scale : 0;
     if (!isfinite(*loss))
-        return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", *loss,
-                               (long long)r->pos.step + 1);
+        return loss_not_finite(r, *loss);
     return BFIT_OK;
 }
 

@@ -153,6 +153,13 @@ expect 0 "m 32 x 3 = 65" "$bf" train --model "$tmp/bn1d.cfg" --data "$tmp/bn1d.c
 expect 1 "--micro-batch: 1 is too small: the model trains on micro-batches of at least 2" "$bf" train \
   --model "$tmp/bn1d.cfg" --data "$tmp/bn1d.csv" --batch 64 --micro-batch 1 --max-steps 2
 
+# a loss that overflows because the data holds huge values (3e38 fits a
+# float) blames the data, not --lr
+awk 'BEGIN { for (i = 0; i < 40; i++) printf "3e38,-3e38,%d\n", i % 2 }' >"$tmp/big.csv"
+printf 'input 2\nlinear 8\nrelu\nlinear 2\n' >"$tmp/big.cfg"
+expect 1 "--data: the loss became .* at step [0-9]+: the training data .*big.csv holds 3e\+38 .*whatever the learning rate: check the data, or normalise it" \
+  "$bf" train --model "$tmp/big.cfg" --data "$tmp/big.csv" --no-normalize --batch 8 --max-steps 4
+
 # storage: recomputation regenerates exactly what the forward computed (batch
 # norm's running statistics moved once, dropout's mask redrawn the same), so
 # the weights are bit-identical to keeping everything; bad values are usage
@@ -193,6 +200,10 @@ if [ -s "$kjv" ]; then
 else
   echo "skip: gpt-nano on kjv at bf16 ($kjv missing: scripts/kjv.sh, or BFIT_KJV)"
 fi
+expect 1 "--data: gpt-nano is a token model \(its input is 128 token ids\) but the data set fashion-mnist holds samples of 1x28x28: give it token data, e.g. --data kjv" \
+  "$bf" train --model gpt-nano --max-steps 1
+expect 1 "--seq-max: must be 1 to 128 \(the model's positions\), got 129" "$bf" train --model gpt-nano --seq-max 129 \
+  --max-steps 1
 expect 2 "--batch-tokens: batch and batch-tokens both give the effective batch" "$bf" train --model gpt-nano --batch 8 \
   --batch-tokens 1024
 expect 2 "--batch-tokens: auto is not supported yet" "$bf" train --model gpt-nano --batch-tokens auto
