@@ -539,9 +539,12 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     r->ep_hn += r->step_hn;
     r->pos.res.last_batch = r->pos.d.batch;
     in.epoch_end = r->pos.taken >= r->per_epoch;
+    /* the epoch's mean so far: a run that stops inside an epoch (max steps,
+     * a time limit) reports the loss of the steps it took, not 0 */
+    if (r->pos.ep_count > 0)
+        r->pos.res.train_loss = r->pos.ep_loss / (double)r->pos.ep_count;
     report_step(r, &in);
     if (in.epoch_end) {
-        r->pos.res.train_loss = r->pos.ep_loss / (double)r->pos.ep_count;
         r->pos.epoch++;
         r->pos.taken = 0;
         if (!bfit_run_done(r) && (rc = bfit_feed_next_epoch(&r->tr)) != BFIT_OK) {
