@@ -1,7 +1,8 @@
 /* test_weights_torch.c - a weights file batchfit saves loads in PyTorch: the
  * equivalent torch.nn.Sequential gives the same probabilities on the same
  * (normalised) test images. Also: loading refuses weights of another model,
- * and leaves the model as it was. */
+ * and leaves the model as it was; evaluating weights too large to compute
+ * with is an error, not a loss of NaN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -292,6 +293,72 @@ static void test_nonfinite_refused(void **st)
     tdev_close(&t);
 }
 
+/* Weights that are finite but huge (every value +-3e38) make the loss NaN:
+ * an evaluation says so and fails, with no result (it printed loss -nan and
+ * exited 0, and its JSON held "loss":-nan). */
+static void test_huge_weights_eval(void **st)
+{
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    char spec[512], good[512], huge[512];
+    bfit_st_file *f;
+    bfit_st_tensor t[64];
+    void *copy[64];
+    bfit_config *c;
+    bfit_result *res = NULL;
+    tdev d;
+    bfit_graph_desc g;
+    bfit_model *M;
+    int n;
+    (void)st;
+    snprintf(spec, sizeof spec, "%s/models/mlp.cfg", src);
+    snprintf(good, sizeof good, "%s/h-good.safetensors", tmpdir);
+    snprintf(huge, sizeof huge, "%s/h-huge.safetensors", tmpdir);
+    tdev_open(&d, 2);
+    assert_int_equal(bfit_spec_parse_file(spec, &g), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, d.dev, d.arena, &M), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(M, 0), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(M, 5), BFIT_OK);
+    assert_int_equal(bfit_weights_save(M, good, NULL, NULL, 0), BFIT_OK);
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    tdev_close(&d);
+    assert_int_equal(bfit_st_read(good, &f), BFIT_OK);
+    n = bfit_st_count(f);
+    assert_true(n <= 64);
+    for (int i = 0; i < n; i++) {
+        t[i] = *bfit_st_get(f, i);
+        assert_string_equal(t[i].dtype, "F32");
+        copy[i] = malloc(t[i].nbytes + 1);
+        for (size_t j = 0; j < t[i].nbytes / 4; j++)
+            ((float *)copy[i])[j] = j % 2 ? -3e38f : 3e38f;
+        t[i].data = copy[i];
+    }
+    assert_int_equal(bfit_st_write(huge, t, n, NULL, NULL, 0), BFIT_OK);
+    for (int i = 0; i < n; i++)
+        free(copy[i]);
+    bfit_st_free(f);
+
+    c = bfit_config_new();
+    assert_non_null(c);
+    assert_int_equal(bfit_config_set(c, "model", spec), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "weights", huge), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "eval-samples", "100"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "device", "cpu"), BFIT_OK);
+    assert_int_equal(bfit_evaluate(c, &res), BFIT_EFORMAT);
+    printf("  %s\n", bfit_errmsg());
+    assert_null(res);
+    assert_non_null(strstr(bfit_errmsg(), huge));
+    assert_non_null(strstr(bfit_errmsg(), "the evaluation's loss is"));
+    assert_non_null(strstr(bfit_errmsg(), "too large to compute with"));
+    /* the weights it was made from evaluate */
+    assert_int_equal(bfit_config_set(c, "weights", good), BFIT_OK);
+    if (bfit_evaluate(c, &res) != BFIT_OK)
+        fail_msg("the good weights: %s", bfit_errmsg());
+    assert_true(isfinite(bfit_result_number(res, "loss")));
+    bfit_result_free(res);
+    bfit_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm1d_loads_in_torch),
         cmocka_unit_test(test_wrong_model_refused),
         cmocka_unit_test(test_nonfinite_refused),
+        cmocka_unit_test(test_huge_weights_eval),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
