@@ -42,14 +42,14 @@ static double cost_big_fast(int m) { return m >= 90 ? 1e-3 : 1.5e-3; }
 static double cost_big_slow(int m) { return m >= 90 ? 2e-3 : 1.5e-3; }
 static double cost_flat(int m) { return 1e-3; }
 /* timing noise: each step's time off by up to +-jitter, from a fixed sequence */
-static double jitter;
+static double step_jitter;
 static uint64_t jitter_state = 88172645463325252ull;
 static double noisy(void)
 {
     jitter_state ^= jitter_state << 13;
     jitter_state ^= jitter_state >> 7;
     jitter_state ^= jitter_state << 17;
-    return 1.0 + jitter * (2.0 * (double)(jitter_state >> 11) / 9007199254740992.0 - 1.0);
+    return 1.0 + step_jitter * (2.0 * (double)(jitter_state >> 11) / 9007199254740992.0 - 1.0);
 }
 
 typedef struct sim {
@@ -83,7 +83,7 @@ static void sim_config(sim *s, int E, uint64_t cap)
     s->cfg.batch = E;
     s->cap = cap;
     cost = cost_flat;
-    jitter = 0;
+    step_jitter = 0;
 }
 
 static void sim_start(sim *s)
@@ -395,7 +395,7 @@ static void test_noise_does_not_flap(void **st)
     s.cfg.grow_after = 3;
     s.cfg.shrink_holdoff = 10;
     sim_start(&s);
-    jitter = 0.25;
+    step_jitter = 0.25;
     sim_run(&s, 40);
     assert_int_equal(s.prev.m, 90);
     s.cap = 6000;

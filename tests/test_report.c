@@ -114,7 +114,7 @@ static int in_chart(const char *html, const char *id, const char *needle)
     return count_in(from, to, needle);
 }
 
-static const char *charts[] = {"loss", "accuracy", "batch", "memory", "throughput", "noise"};
+static const char *charts[] = {"loss", "accuracy", "lr", "gnorm", "batch", "memory", "throughput", "noise"};
 
 #define START "{\"event\":\"start\",\"time\":1700000000.5,\"model\":\"models/<tiny>.cfg\",\"data\":\"fashion-mnist\"," \
               "\"params\":1863690,\"batch\":64,\"micro_batch\":32,\"epochs\":1,\"capacity\":1073741824,"         \
@@ -129,14 +129,18 @@ static const char *charts[] = {"loss", "accuracy", "batch", "memory", "throughpu
 static const char *small_log =
     START
     "{\"event\":\"warning\",\"time\":1,\"step\":0,\"what\":\"batch norm sees <micro-batches> & more\"}\n"
-    STEP(0, 2.3, 32, 2, 64, 0) STEP(1, 2.1, 32, 2, 64, 0) STEP(2, 1.9, 32, 2, 64, 40.5)
+    STEP(0, 2.3, 32, 2, 64, 0) STEP(1, 2.1, 32, 2, 64, 0)
+    "{\"event\":\"step\",\"time\":1,\"step\":2,\"epoch\":1,\"loss\":1.9,\"lr\":0.05,\"m\":32,\"k\":2,\"E\":64,"
+    "\"mem\":3000000,\"capacity\":1073741824,\"seconds\":0.01,\"noise_scale\":40.5,\"grad_norm\":1.25}\n"
     "{\"event\":\"eval\",\"time\":1,\"epoch\":1,\"step\":3,\"train_loss\":2,\"test_loss\":1.8,\"test_acc\":0.61}\n"
     "{\"event\":\"memory\",\"time\":1,\"step\":3,\"capacity\":33554432}\n"
     "{\"event\":\"batch_change\",\"time\":1,\"step\":3,\"reason\":\"memory shrank\",\"m\":16,\"prev_m\":32,\"E\":64,"
     "\"prev_E\":64,\"why\":\"memory shrank: micro-batch 32 -> 16\"}\n"
     "\n"
     "{\"event\":\"something_new\",\"time\":1,\"x\":[1,2]}\n"
-    STEP(3, 1.7, 16, 4, 64, 50) STEP(4, 1.6, 16, 4, 64, 0) STEP(5, 1.5, 16, 4, 64, 60)
+    STEP(3, 1.7, 16, 4, 64, 50) STEP(4, 1.6, 16, 4, 64, 0)
+    "{\"event\":\"step\",\"time\":1,\"step\":5,\"epoch\":1,\"loss\":1.5,\"lr\":0.05,\"m\":16,\"k\":4,\"E\":64,"
+    "\"mem\":3000000,\"capacity\":1073741824,\"seconds\":0.01,\"noise_scale\":60,\"grad_norm\":0.5}\n"
     "{\"event\":\"error\",\"time\":1,\"step\":6,\"epoch\":1,\"code\":\"out of memory\",\"field\":\"memory\","
     "\"message\":\"memory: not even a micro-batch of 1 fits\"}\n"
     "{\"event\":\"eval\",\"time\":1,\"epoch\":1,\"step\":6,\"train_loss\":1.6,\"test_loss\":1.5,\"test_acc\":0.7}\n";
@@ -150,7 +154,7 @@ static void test_points_and_markers(void **st)
         fail_msg("%s", bfit_errmsg());
     h = read_text(html_path);
     assert_non_null(h);
-    assert_int_equal(count_in(h, h + strlen(h), "<svg "), 6);
+    assert_int_equal(count_in(h, h + strlen(h), "<svg "), 8);
     for (size_t i = 0; i < sizeof charts / sizeof charts[0]; i++) {
         /* every event on every chart, in the log's order */
         assert_int_equal(in_chart(h, charts[i], "<g class=\"ev "), 4);
@@ -171,10 +175,12 @@ static void test_points_and_markers(void **st)
     assert_int_equal(points(h, "throughput", "thru", NULL), 6);
     assert_int_equal(points(h, "throughput", "thru-median", NULL), 6);
     assert_int_equal(points(h, "noise", "noise", NULL), 3); /* only the steps with an estimate */
+    assert_int_equal(points(h, "lr", "lr", NULL), 6);
+    assert_int_equal(points(h, "gnorm", "gnorm", NULL), 2); /* only the steps that logged one */
     /* the text of events, escaped, in the titles and the list */
-    assert_int_equal(count_in(h, h + strlen(h), "batch norm sees &lt;micro-batches&gt; &amp; more"), 7);
-    assert_int_equal(count_in(h, h + strlen(h), "memory shrank: micro-batch 32 -&gt; 16"), 7);
-    assert_int_equal(count_in(h, h + strlen(h), "device capacity is now 32.00 MiB"), 7);
+    assert_int_equal(count_in(h, h + strlen(h), "batch norm sees &lt;micro-batches&gt; &amp; more"), 9);
+    assert_int_equal(count_in(h, h + strlen(h), "memory shrank: micro-batch 32 -&gt; 16"), 9);
+    assert_int_equal(count_in(h, h + strlen(h), "device capacity is now 32.00 MiB"), 9);
     assert_null(strstr(h, "<tiny>"));
     assert_non_null(strstr(h, "models/&lt;tiny&gt;.cfg"));
     assert_non_null(strstr(h, "<ol class=\"events\">"));

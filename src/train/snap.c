@@ -37,6 +37,8 @@ static int stats_io(bfit_run *r, int up)
     return rc;
 }
 
+/* The run's state at a step boundary: its position whole, the controller's
+ * state, the stream's cursor, the optimizer's step count. */
 void bfit_run_snap_take(bfit_run *r, run_snap *s)
 {
     memset(s, 0, sizeof *s);

@@ -147,6 +147,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
         r->track_dirty = 1;
         rc = bfit_gradnorm_track(r->gn, &acc, &dsq);
         r->full_sq = acc; /* after the last micro-batch: the step's mean gradient */
+        r->step_gnorm = sqrt(acc);
         r->diff_sq = k == 0 && !r->pos.track_stale ? dsq : -1;
         r->micro_sq[k] = (k == 0 ? acc : dsq) * ((double)U / u) * ((double)U / u);
         r->micro_n[k] = (int)u;
@@ -275,6 +276,8 @@ static int unscale(bfit_run *r, int *apply)
     else if ((rc = bfit_gradnorm_sq(r->gn, &sq)) != BFIT_OK)
         return rc;
     *apply = bfit_loss_scaler_update(&r->pos.ls, isfinite(sq));
+    if (isfinite(sq) && used > 0)
+        r->step_gnorm = sqrt(sq) / used;
     r->skipped_now = !*apply;
     if (!*apply) {
         bfit_log_event(&r->lg, "loss_scale", "\"step\":%lld,\"skipped\":1,\"scale\":%.9g,\"prev_scale\":%.9g,"
@@ -298,7 +301,7 @@ static int update(bfit_run *r, double *lr)
     if ((rc = unscale(r, &apply)) != BFIT_OK || !apply)
         return rc;
     if (r->cfg.clip > 0)
-        rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, NULL);
+        rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, &r->step_gnorm);
     /* auto: the schedule counts steps of E0 samples (E changes) */
     *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->cfg.auto_batch ? r->pos.samples / r->E0 : r->pos.step) *
           r->pos.d.lr_scale;
@@ -375,7 +378,7 @@ static void report_step(bfit_run *r, bfit_step_info *in)
 {
     bfit_arena_stats st;
     double el = bfit_clock_mono() - r->ep_t0, bn = 0;
-    char split[512], ranks[4096] = "";
+    char split[512], ranks[4096] = "", gnorm[48] = "";
     int have_bn = bfit_controller_noise_scale(r->ctl, &bn) == BFIT_OK;
 
     /* how the step was split: micro-batches, and with several ranks theirs */
@@ -390,6 +393,8 @@ static void report_step(bfit_run *r, bfit_step_info *in)
         snprintf(split, sizeof split, "m %d x %d = %d", in->m, in->k, in->batch);
     }
 
+    if (r->step_gnorm >= 0 && isfinite(r->step_gnorm))
+        snprintf(gnorm, sizeof gnorm, ",\"grad_norm\":%.6g", r->step_gnorm);
     bfit_arena_stats_get(r->s.arena, &st);
     in->noise_scale = have_bn ? bn : 0;
     in->mem = st.current;
@@ -399,10 +404,10 @@ static void report_step(bfit_run *r, bfit_step_info *in)
     bfit_log_event(&r->lg, "step",
                    "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,\"k\":%d,\"E\":%d,"
                    "\"mem\":%llu,\"capacity\":%llu,\"seconds\":%.6f,\"noise_scale\":%.4g,\"loss_scale\":%.9g,"
-                   "\"skipped\":%d%s",
+                   "\"skipped\":%d%s%s",
                    (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->pos.samples, in->m, in->k,
                    in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
-                   in->noise_scale, in->loss_scale, in->skipped, ranks);
+                   in->noise_scale, in->loss_scale, in->skipped, gnorm, ranks);
     report_progress(r, in, split, &st, el);
 }
 
@@ -505,6 +510,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     wait0 = bfit_feed_wait(&r->tr);
     memset(&in, 0, sizeof in);
     in.size = sizeof in;
+    r->step_gnorm = -1;
     if ((rc = step_body(r, &in, &E, &taken, &k, &loss, &updated)) != BFIT_OK) {
         /* an abandoned step leaves the run at its start (but for why it
          * stopped); one that got past the update cannot be undone */
