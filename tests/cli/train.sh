@@ -32,6 +32,8 @@ expect 0 "Commands:" "$bf" --help
 expect 2 "unknown command 'frobnicate'" "$bf" frobnicate
 expect 2 "Usage: batchfit COMMAND" "$bf"
 expect 0 "effective batch" "$bf" train --help
+expect 0 "models: gpt-nano, gpt2, bert-base\), a model spec file" "$bf" train --help
+expect 0 "resnet-mini.cfg, models/gpt-nano.cfg\) or an ONNX file" "$bf" train --help
 expect 0 "Usage: batchfit eval" "$bf" eval --help
 expect 0 "Usage: batchfit plan" "$bf" plan --help
 expect 2 "--model: is required" "$bf" train
