@@ -15,13 +15,13 @@
 #include "base/text.h"
 #include "train/run_int.h"
 
+#include <math.h>
+#include <string.h>
+
 /* Inputs beyond this (as the model sees them): a product of two such
  * values, an input by a weight an update of them made, is past 1e30, a
  * step away from a float's 3.4e38. */
 #define HUGE_INPUT 1e15
-
-#include <math.h>
-#include <string.h>
 
 /* A decision that changed m or E: counted, logged, told to the caller. */
 void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now)
