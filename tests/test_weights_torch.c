@@ -52,6 +52,7 @@ static void check_spec(const char *name, const char *text)
     bfit_stream *s;
     bfit_stream_cfg sc;
     float mean[1], std[1], *x, *probs;
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     int32_t y[N];
     int got;
 
