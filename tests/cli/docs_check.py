@@ -2,7 +2,7 @@
 """docs_check.py BATCHFIT SRC - the commands whose output README.md and
 docs/*.md show and that print no measurement are run, and their output must
 be the lines the doc shows under them, exactly ("..." in the doc stands for
-any lines), with the exit status a following `$ echo $?` or an
+any lines, "[...]" in a line for any text), with the exit status a following `$ echo $?` or an
 "(exit status N)" line shows (else 0 for a plan, non-zero for an error):
 every `$ batchfit plan ...` (a plan is computed, not measured) and every
 command whose output is an error (`batchfit: error: ...` first), where the
@@ -62,9 +62,17 @@ def status_ok(rc, status, shown):
     return (rc != 0) == bool(shown and shown[0].startswith("batchfit: error:"))
 
 
+def line_pattern(s):
+    """One shown line: "..." alone stands for any lines, "[...]" in a line for
+    any text (what depends on the build or the machine: the device's why)."""
+    if s == "...":
+        return r"(?:.*\n)*?"
+    return ".*".join(re.escape(part) for part in s.split("[...]")) + r"\n"
+
+
 def matches(shown, got):
-    """shown (with "..." for any run of lines) against got, line by line."""
-    pat = "".join(r"(?:.*\n)*?" if s == "..." else re.escape(s) + r"\n" for s in shown)
+    """shown against got, line by line."""
+    pat = "".join(line_pattern(s) for s in shown)
     return re.fullmatch(pat, "".join(g + "\n" for g in got)) is not None
 
 
