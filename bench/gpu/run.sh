@@ -160,8 +160,8 @@ phase_cotenant() {
       echo '{"t":0,"action":"no bfit_cotenant: built without CUDA"}' >"$d/cotenant.jsonl" &
     fi
     pid=$!
-    args=(--model mlp --memory 40MiB --memory-schedule "3:25MiB,6:40MiB" --fail-alloc 12 --batch 256
-          --epochs 5 --monitor 0.2)
+    args=(--model mlp --memory 40MiB --memory-schedule "3:25MiB,6:40MiB" --batch 256 --epochs 5 --monitor 0.2)
+    export BFIT_TEST_FAIL_ALLOC=12 # the 12th device allocation refused, as the tests do
   else
     expected=$((200 * 512))
     "$b/bench/bfit_cotenant" 0 "take=0.5,wait=30,free,wait=30,take=-1536,wait=40,free" >"$d/cotenant.jsonl" 2>&1 &
@@ -171,6 +171,7 @@ phase_cotenant() {
   fi
   timeout $limit "$bf" train "${args[@]}" --data synthetic --device "$dev" --log "$d/train.jsonl" \
     --report "$d/report.html" >"$d/train.out" 2>&1
+  unset BFIT_TEST_FAIL_ALLOC
   wait $pid
   $kit cotenant "$out" $expected
 }
