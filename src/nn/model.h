@@ -40,6 +40,8 @@ typedef struct bfit_layout {
     uint64_t *dy_off;                /* per value: act_grads offset of its gradient, or NONE */
     uint64_t *tmp_off;               /* per node: act_grads offset of a temp for a summed dx, or NONE */
     int *tmp_input;                  /* per node: which input uses tmp_off, -1 none */
+    uint32_t *dx_add;                /* per node: bit k, its backward adds into input k's gradient (a
+                                        concatenation: another consumer wrote it first), or NULL */
     uint64_t labels_off;             /* input block: labels after the samples */
     uint64_t lens_off;               /* input block: the sequences' real lengths after the labels
                                         (int32 [m]; a model with bidirectional attention), or NONE */
@@ -117,6 +119,8 @@ typedef struct bfit_model {
     unsigned char *needs_grad; /* per value: a trainable parameter upstream, so backward computes its
                                   gradient (never the input's: PyTorch's requires_grad) */
     char source[256];
+    struct bfit_wsrc *wsrc; /* starting weights from the model file (a reference), or NULL */
+    int init_random;       /* 1: bfit_model_init_params draws every parameter, ignoring wsrc */
     /* parameters: one block each for values and gradients */
     int nparams, ntrainable;
     bfit_param **params;   /* all (incl. running stats), in node order */
@@ -183,6 +187,14 @@ int64_t bfit_model_param_count(const bfit_model *M); /* trainable scalars */
  * host, uploaded). */
 int bfit_model_alloc_params(bfit_model *M, int with_grads);
 int bfit_model_init_params(bfit_model *M, uint64_t seed);
+/* Parameters the model file gives (an ONNX model's initializers) start from
+ * the file's values in bfit_model_init_params unless random is set; the
+ * others are drawn. Whether the model file has any. */
+void bfit_model_set_init_random(bfit_model *M, int random);
+int bfit_model_has_file_weights(const bfit_model *M);
+/* The name node's parameter k has in the model file (PyTorch's state_dict
+ * name, for weights files), or NULL: none (then "<node>.<param>"). */
+const char *bfit_model_param_name(const bfit_model *M, int node, int k);
 int bfit_model_zero_grads(bfit_model *M);
 
 /* The pure plan of a step's buffers for micro-batch m. Prepares nothing that
