@@ -1,0 +1,24 @@
+# onnx.cmake - ONNX import checked against PyTorch on torchvision's models.
+# The fixture tests onnx_export_NAME run tests/onnx/export.py, which exports
+# NAME and writes PyTorch's answers into ${PROJECT_BINARY_DIR}/onnx (cached:
+# nothing is redone while the script and torch stay the same); onnx_torch_NAME
+# (tests/onnx/onnx_torch.c) requires it. Without torchvision both skip (77).
+set(BFIT_ONNX_DIR ${PROJECT_BINARY_DIR}/onnx)
+add_executable(onnx_torch ${CMAKE_CURRENT_SOURCE_DIR}/onnx/onnx_torch.c)
+target_compile_options(onnx_torch PRIVATE ${BFIT_WARN})
+target_link_libraries(onnx_torch PRIVATE bfit_testhelp)
+
+foreach(name resnet18 mobilenet_v2 densenet121 resnet50_224)
+  if(BFIT_PYTHON)
+    add_test(NAME onnx_export_${name}
+             COMMAND ${BFIT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/onnx/export.py ${BFIT_ONNX_DIR} ${name})
+  else()
+    add_test(NAME onnx_export_${name}
+             COMMAND sh -c "echo 'onnx_export: skipped: /usr/bin/python3 not found (scripts/setup.sh)'; exit 77")
+  endif()
+  set_tests_properties(onnx_export_${name} PROPERTIES FIXTURES_SETUP onnx_${name} TIMEOUT 120 SKIP_RETURN_CODE 77)
+  add_test(NAME onnx_torch_${name} COMMAND onnx_torch ${name})
+  set_tests_properties(onnx_torch_${name} PROPERTIES FIXTURES_REQUIRED onnx_${name} TIMEOUT 60 SKIP_RETURN_CODE 77
+    ENVIRONMENT "BFIT_ONNX_DIR=${BFIT_ONNX_DIR};BFIT_SOURCE_DIR=${PROJECT_SOURCE_DIR};BFIT_PYTHON=${BFIT_PYTHON};OMP_NUM_THREADS=2"
+    WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+endforeach()
