@@ -159,14 +159,36 @@ static void ancestors(const onnx_lower *L, int out, const int *pin, const int *o
     (void)L;
 }
 
-/* The wanted nodes in an order where each comes after its inputs' producers
- * (Kahn's, in file order among the ready ones); what cannot be ordered lies
- * on a cycle. cons/coff: each node's consumers (by input), built here. */
+/* The wanted nodes in file order if that puts every node after its inputs'
+ * producers (ONNX asks for it; the layers then come in the order the
+ * module's forward ran them): 1, else 0. */
+static int file_order(const onnx_lower *L, const unsigned char *want, const int *pin, const int *off, int *order,
+                      int *n)
+{
+    int nn = L->om->nnodes;
+    *n = 0;
+    for (int i = 0; i < nn; i++)
+        for (int k = off[i]; want[i] && k < off[i + 1]; k++)
+            if (pin[k] >= i)
+                return 0;
+    for (int i = 0; i < nn; i++)
+        if (want[i])
+            order[(*n)++] = i;
+    return 1;
+}
+
+/* The wanted nodes in an order where each comes after its inputs' producers:
+ * the file's if it is one, else Kahn's; what cannot be ordered lies on a
+ * cycle. cons/coff: each node's consumers (by input), built here. */
 static int topo(const onnx_lower *L, const unsigned char *want, const int *pin, const int *off, int *order, int *n)
 {
-    int nn = L->om->nnodes, head = 0, tail = 0, rc = BFIT_OK;
-    int *deg = calloc((size_t)nn + 1, sizeof *deg), *coff = calloc((size_t)nn + 2, sizeof *coff);
-    int *cons = malloc(sizeof *cons * (size_t)(off[nn] + 1));
+    int nn = L->om->nnodes, head = 0, tail = 0, rc = BFIT_OK, *deg, *coff, *cons;
+
+    if (file_order(L, want, pin, off, order, n))
+        return BFIT_OK;
+    deg = calloc((size_t)nn + 1, sizeof *deg);
+    coff = calloc((size_t)nn + 2, sizeof *coff);
+    cons = malloc(sizeof *cons * (size_t)(off[nn] + 1));
 
     if (!deg || !coff || !cons) {
         rc = bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");

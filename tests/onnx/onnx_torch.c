@@ -122,11 +122,12 @@ static void dropout_off(bfit_model *M)
         }
 }
 
+/* The oracle's first m samples into the reserved micro-batch. */
 static void upload_batch(bfit_model *M, int m)
 {
-    float *x = malloc(sizeof *x * (size_t)m * (size_t)bfit_shape_numel(M->input));
-    int32_t y[16];
     const bfit_st_tensor *tx = need("x"), *ty = need("y");
+    float *x = malloc(sizeof *x * (size_t)bfit_st_numel(tx));
+    int32_t y[16];
     assert_non_null(x);
     assert_true(m <= 16 && bfit_st_numel(ty) >= m);
     assert_int_equal(bfit_st_numel(tx), (int64_t)bfit_st_numel(ty) * bfit_shape_numel(M->input));
@@ -286,6 +287,180 @@ static void test_step(void **st)
     rig_close(&r);
 }
 
+/* ---- the plan is the allocation -------------------------------------------------- */
+
+/* One training step at m from an empty arena: the measured peak, in total
+ * and per category, is the plan's to the byte (as tests/test_plan.c checks
+ * for the presets), and the step allocates nothing after the reserve. */
+static void measured_step(int m)
+{
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_optim *opt = NULL;
+    bfit_arena_stats s0, s1;
+    bfit_plan p;
+    rig r;
+
+    rig_open(&r, onnx);
+    bfit_arena_reset_peak(r.t.arena);
+    assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &p), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_optim_new(&oc, r.M->trainable, r.M->ntrainable, r.t.dev, r.t.arena, &opt), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(r.M, m, 1), BFIT_OK);
+    bfit_arena_stats_get(r.t.arena, &s0);
+    assert_int_equal(s0.current, p.peak);
+    upload_batch(r.M, m);
+    assert_int_equal(bfit_model_forward(r.M, 3), BFIT_OK);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f / (float)m), BFIT_OK);
+    assert_int_equal(bfit_optim_step(opt, 0.01), BFIT_OK);
+    bfit_arena_stats_get(r.t.arena, &s1);
+    print_message("%s m=%d: planned peak %llu bytes, measured %llu\n", name, m, (unsigned long long)p.peak,
+                  (unsigned long long)s1.peak);
+    assert_int_equal(s1.nalloc, s0.nalloc);
+    assert_int_equal(s1.peak, p.peak);
+    for (int c = 0; c < BFIT_MEM_NCAT; c++) {
+        if (s1.peak_cat[c] != p.bytes[c])
+            print_message("%s m=%d: %s measured %llu, planned %llu\n", name, m, bfit_mem_cat_name((bfit_mem_cat)c),
+                          (unsigned long long)s1.peak_cat[c], (unsigned long long)p.bytes[c]);
+        assert_int_equal(s1.peak_cat[c], p.bytes[c]);
+    }
+    bfit_optim_free(opt);
+    rig_close(&r);
+}
+
+static void test_plan_peak(void **st)
+{
+    (void)st;
+    measured_step(1);
+    measured_step(4);
+}
+
+/* The batch is free: the export's own batch (2, fixed in resnet18_fixed.onnx)
+ * does not bind, and the loss at 4 samples is the dynamic export's. */
+static void test_fixed_batch(void **st)
+{
+    char path[700];
+    double l[2];
+    (void)st;
+    snprintf(path, sizeof path, "%s/%s_fixed.onnx", dir, name);
+    for (int k = 0; k < 2; k++) {
+        rig r;
+        rig_open(&r, k ? path : onnx);
+        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_init_params(r.M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_reserve(r.M, M_ORACLE, 1), BFIT_OK);
+        upload_batch(r.M, M_ORACLE);
+        assert_int_equal(bfit_model_forward(r.M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_stats_read(r.M, &l[k], NULL), BFIT_OK);
+        rig_close(&r);
+    }
+    print_message("%s: loss of 4 samples: dynamic batch %.9g, batch fixed at 2 in the export %.9g\n", name, l[0] / 4,
+                  l[1] / 4);
+    assert_true(l[0] == l[1]);
+}
+
+/* ---- weights back into PyTorch ----------------------------------------------------- */
+
+/* After a training step the weights differ from the file's; saved, they load
+ * into the torchvision module by load_state_dict, which then gives the
+ * probabilities batchfit gives in evaluation (tests/onnx/state_dict_check.py). */
+static void test_state_dict(void **st)
+{
+    const char *src = getenv("BFIT_SOURCE_DIR"), *py = getenv("BFIT_PYTHON");
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_optim *opt = NULL;
+    char wpath[700], io[700], cmd[3000];
+    float *probs;
+    rig r;
+
+    (void)st;
+    assert_non_null(src);
+    if (!py || !*py)
+        fail_msg("BFIT_PYTHON is not set");
+    snprintf(wpath, sizeof wpath, "%s/%s_trained.safetensors", dir, name);
+    snprintf(io, sizeof io, "%s/%s_probs.safetensors", dir, name);
+    rig_open(&r, onnx);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_optim_new(&oc, r.M->trainable, r.M->ntrainable, r.t.dev, r.t.arena, &opt), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(r.M, M_ORACLE, 1), BFIT_OK);
+    upload_batch(r.M, M_ORACLE);
+    assert_int_equal(bfit_model_forward(r.M, 9), BFIT_OK);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f / M_ORACLE), BFIT_OK);
+    assert_int_equal(bfit_optim_step(opt, 0.1), BFIT_OK);
+    assert_int_equal(bfit_weights_save(r.M, wpath, NULL, NULL, 0), BFIT_OK);
+    /* evaluation: running statistics, no dropout */
+    assert_int_equal(bfit_model_reserve(r.M, M_ORACLE, 0), BFIT_OK);
+    upload_batch(r.M, M_ORACLE);
+    assert_int_equal(bfit_model_forward(r.M, 1), BFIT_OK);
+    probs = malloc(sizeof *probs * M_ORACLE * (size_t)r.M->nclasses);
+    assert_non_null(probs);
+    assert_int_equal(bfit_model_read_probs(r.M, probs), BFIT_OK);
+    {
+        const bfit_st_tensor *tx = need("x");
+        bfit_st_tensor t[2] = {
+            {"x", "F32", tx->ndim, {0}, tx->data, tx->nbytes},
+            {"probs", "F32", 2, {M_ORACLE, r.M->nclasses}, probs, sizeof *probs * M_ORACLE * (size_t)r.M->nclasses},
+        };
+        memcpy(t[0].shape, tx->shape, sizeof t[0].shape);
+        assert_int_equal(bfit_st_write(io, t, 2, NULL, NULL, 0), BFIT_OK);
+    }
+    snprintf(cmd, sizeof cmd, "%s %s/tests/onnx/state_dict_check.py %s %s %s", py, src, name, wpath, io);
+    assert_int_equal(system(cmd), 0);
+    free(probs);
+    bfit_optim_free(opt);
+    rig_close(&r);
+}
+
+/* ---- resnet50 at 224x224: the preset's twin ------------------------------------------ */
+
+/* The import is the preset node for node (same layers, same wiring), and
+ * `batchfit plan --memory 9.21GiB --margin 0` answers the same for both:
+ * the largest micro-batch and every byte of its plan. */
+static void test_preset_plan(void **st)
+{
+    bfit_graph_desc a, b;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_model *M[2];
+    bfit_plan p[2], p1;
+    uint64_t budget;
+    int m[2];
+    tdev t;
+
+    (void)st;
+    assert_int_equal(bfit_parse_size("9.21GiB", &budget), BFIT_OK);
+    if (bfit_model_source_load(onnx, &a) != BFIT_OK)
+        fail_msg("%s: %s", onnx, bfit_errmsg());
+    assert_int_equal(bfit_model_source_load("resnet50", &b), BFIT_OK);
+    assert_int_equal(a.nnodes, b.nnodes);
+    for (int i = 0; i < a.nnodes; i++) {
+        const bfit_layer_cfg *x = &a.nodes[i].cfg, *y = &b.nodes[i].cfg;
+        if (x->kind != y->kind || x->units != y->units || x->kh != y->kh || x->sh != y->sh || x->ph != y->ph ||
+            x->bias != y->bias || a.nodes[i].nin != b.nodes[i].nin || a.nodes[i].in[0] != b.nodes[i].in[0] ||
+            a.nodes[i].in[1] != b.nodes[i].in[1] || x->eps != y->eps || fabsf(x->momentum - y->momentum) > 1e-6f)
+            fail_msg("node %d: the import has %s, the preset %s (or other settings or inputs)", i + 1,
+                     bfit_layer_kind_name(x->kind), bfit_layer_kind_name(y->kind));
+    }
+    tdev_open(&t, 2);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(bfit_model_new(k ? &b : &a, t.dev, NULL, &M[k]), BFIT_OK);
+        assert_int_equal(bfit_plan_max_batch(M[k], &oc, 1, budget, 1 << 20, &m[k], &p1), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(M[k], &oc, m[k], 1, &p[k]), BFIT_OK);
+    }
+    print_message("resnet50 at 224x224, 9.21GiB, margin 0: the import's largest batch %d (peak %llu bytes), the "
+                  "preset's %d (peak %llu bytes)\n", m[0], (unsigned long long)p[0].peak, m[1],
+                  (unsigned long long)p[1].peak);
+    assert_int_equal(m[0], m[1]);
+    for (int c = 0; c < BFIT_MEM_NCAT; c++)
+        assert_int_equal(p[0].bytes[c], p[1].bytes[c]);
+    assert_int_equal(p[0].peak, p[1].peak);
+    for (int k = 0; k < 2; k++)
+        bfit_model_free(M[k]);
+    tdev_close(&t);
+    bfit_graph_fini(&a);
+    bfit_graph_fini(&b);
+}
+
 static int setup(void **st)
 {
     const char *d = getenv("BFIT_ONNX_DIR");
@@ -313,6 +488,17 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest cnn[] = {
         cmocka_unit_test(test_step),
+        cmocka_unit_test(test_plan_peak),
+        cmocka_unit_test(test_state_dict),
+    };
+    const struct CMUnitTest resnet50[] = {
+        cmocka_unit_test(test_preset_plan),
+    };
+    const struct CMUnitTest resnet18[] = {
+        cmocka_unit_test(test_step),
+        cmocka_unit_test(test_plan_peak),
+        cmocka_unit_test(test_fixed_batch),
+        cmocka_unit_test(test_state_dict),
     };
     char stamp[700];
     FILE *f;
@@ -329,5 +515,9 @@ int main(int argc, char **argv)
         return 77;
     }
     fclose(f);
+    if (!strcmp(name, "resnet18"))
+        return cmocka_run_group_tests_name(name, resnet18, setup, teardown);
+    if (!strcmp(name, "resnet50_224"))
+        return cmocka_run_group_tests_name(name, resnet50, setup, teardown);
     return cmocka_run_group_tests_name(name, cnn, setup, teardown);
 }

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""state_dict_check.py NAME WEIGHTS IO: the weights batchfit saved after
+training an imported torchvision model load into that model with
+load_state_dict (strict: every state_dict entry but the batch norms'
+num_batches_tracked, which ONNX files do not carry, and nothing else), and
+the module in eval mode gives batchfit's softmax probabilities on IO's "x"
+(IO's "probs"). Exit 0 if the largest difference is at most 1e-4 (both are
+float32 evaluations of probabilities in [0, 1]), 1 otherwise."""
+import json, struct, sys
+
+import torch
+import torchvision
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    codes = {"F32": torch.float32, "I32": torch.int32, "F64": torch.float64}
+    out = {}
+    for name, t in header.items():
+        b, e = t["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(raw[8 + n + b:8 + n + e]), dtype=codes[t["dtype"]]).reshape(t["shape"])
+    return out, meta
+
+
+def main():
+    name, weights, io = sys.argv[1:4]
+    model = getattr(torchvision.models, name)(num_classes=10)
+    w, _ = read_safetensors(weights)
+    missing, unexpected = model.load_state_dict(w, strict=False)
+    missing = [m for m in missing if not m.endswith("num_batches_tracked")]
+    if missing or unexpected:
+        print(f"state_dict_check: {name}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        return 1
+    state = model.state_dict()
+    same = all(torch.equal(state[k], v) for k, v in w.items())
+    model.eval()
+    data, _ = read_safetensors(io)
+    with torch.no_grad():
+        probs = torch.softmax(model(data["x"]), dim=1)
+    diff = (probs - data["probs"]).abs().max().item()
+    print(f"state_dict_check: {name}: load_state_dict took all {len(w)} tensors (bit-exact: {same}); "
+          f"max |p_torch - p_batchfit| = {diff:.3g} over {probs.numel()} probabilities")
+    return 0 if same and diff <= 1e-4 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
