@@ -521,6 +521,18 @@ static int check_output(onnx_lower *L, const oval *o)
     return BFIT_OK;
 }
 
+/* batchfit adds the softmax itself: a model that ends in one would apply it twice. */
+static int not_softmax(onnx_lower *L, const oval *o)
+{
+    const bfit_onnx_node *nd = o->producer >= 0 ? &L->om->nodes[o->producer] : NULL;
+    char op[32];
+    if (nd && (bfit_onnx_streq(nd->op, "Softmax") || bfit_onnx_streq(nd->op, "LogSoftmax")))
+        return bfit_fail(BFIT_EINVAL, "%s: the model ends in %s: batchfit adds softmax cross-entropy itself, so "
+                                      "export the class scores before it (the logits; nn.CrossEntropyLoss's input)",
+                         L->om->source, bfit_onnx_cstr(nd->op, op, sizeof op));
+    return BFIT_OK;
+}
+
 /* ---- lowering ------------------------------------------------------------------ */
 
 static int lower_node(onnx_lower *L, const bfit_onnx_node *nd)
@@ -554,7 +566,8 @@ static int lower(onnx_lower *L)
     if (!want || !order)
         rc = bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
     else if ((rc = collect(L)) == BFIT_OK && (rc = producers(L, &pin, &off)) == BFIT_OK &&
-             (rc = take_input(L)) == BFIT_OK && (rc = find_output(L, &out)) == BFIT_OK) {
+             (rc = take_input(L)) == BFIT_OK && (rc = find_output(L, &out)) == BFIT_OK &&
+             (rc = not_softmax(L, out)) == BFIT_OK) {
         /* only what the output depends on: a BatchNormalization's unused statistics outputs, say, are not read */
         ancestors(L, out->producer, pin, off, want, order);
         rc = topo(L, want, pin, off, order, &n);

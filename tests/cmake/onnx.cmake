@@ -22,3 +22,8 @@ foreach(name resnet18 mobilenet_v2 densenet121 resnet50_224)
     ENVIRONMENT "BFIT_ONNX_DIR=${BFIT_ONNX_DIR};BFIT_SOURCE_DIR=${PROJECT_SOURCE_DIR};BFIT_PYTHON=${BFIT_PYTHON};OMP_NUM_THREADS=2"
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 endforeach()
+
+# the reader and importer on damaged files, and the new layers (tests/test_onnx.c)
+if(TEST test_onnx)
+  set_tests_properties(test_onnx PROPERTIES TIMEOUT 60)
+endif()
