@@ -289,8 +289,12 @@ int bfit_recompute_parse(const char *name, bfit_recompute_kind *out);
 const char *bfit_recompute_name(bfit_recompute_kind k);
 
 /* Load a model for planning on dev (its ops decide workspace sizes; NULL:
- * shapes only, no planning). Errors name file:line:col for a spec. */
+ * shapes only, no planning): a preset, a spec file or an ONNX file
+ * (docs/onnx.md). Errors name file:line:col for a spec, the node for ONNX. */
 int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **out);
+/* The same from an ONNX model of len bytes in memory (copied; source names it
+ * in messages). Its initializers are the parameters' starting values. */
+int bfit_model_load_onnx(const void *buf, size_t len, const char *source, bfit_device *dev, bfit_model **out);
 void bfit_model_free(bfit_model *M);
 /* Trainable scalars. */
 int64_t bfit_model_param_count(const bfit_model *M);
@@ -702,7 +706,9 @@ struct bfit_step_info;
 struct bfit_eval_info;
 
 typedef struct bfit_train_cfg {
-    const char *model;         /* spec file */
+    const char *model;         /* spec file, preset, or ONNX file */
+    int init_random;           /* 1: draw every parameter, ignoring the starting weights a model file gives
+                                  (an ONNX model's initializers); 0: the file's, where it has them */
     const char *data;          /* data set name or path */
     const char *test_data;     /* evaluate on this instead of data's test split (NULL: that) */
     bfit_csv_header csv_header;/* a CSV file's first row (auto) */

@@ -235,6 +235,17 @@ static void test_good_model(void **st)
     assert_int_equal(bfit_device_download(t.dev, w, M->nodes[0].l->params[0].data, sizeof w), BFIT_OK);
     assert_true(w[0] != -0.8f || w[1] != 0.1f - 0.8f);
     bfit_model_free(M);
+    /* the public call, from a buffer */
+    m = model(gemm_graph(NULL));
+    assert_int_equal(bfit_model_load_onnx(m->b, m->n, "buffer.onnx", t.dev, &M), BFIT_OK);
+    assert_int_equal(bfit_model_classes(M), 3);
+    assert_int_equal(bfit_model_param_count(M), 15);
+    bfit_model_free(M);
+    m->n = 10;
+    assert_int_equal(bfit_model_load_onnx(m->b, m->n, "buffer.onnx", t.dev, &M), BFIT_EFORMAT);
+    assert_null(M);
+    assert_non_null(strstr(bfit_errmsg(), "buffer.onnx: byte"));
+    pb_free(m);
     tdev_close(&t);
 }
 

@@ -38,8 +38,9 @@ static void help(void)
          "is taken and parameters (batch-norm statistics included) are restored.\n"
          "\n"
          "Model and data:\n"
-         "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16) or a\n"
-         "                        model spec file (docs/model-spec.md)\n"
+         "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16), a\n"
+         "                        model spec file (docs/model-spec.md) or an ONNX file\n"
+         "                        exported from PyTorch (docs/onnx.md)\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, a CSV file, or synthetic\n"
          "                        (random samples of the model's input shape)\n"
@@ -281,7 +282,7 @@ static void print_human(const args *a, const bfit_probe_result *r)
     int file = bfit_model_source_is_file(a->c.model);
 
     printf("batchfit find: %s (%s) on %s: %s parameters, input %s, %d thread%s\n", a->c.model,
-           file ? "spec file" : "preset", a->c.data, bfit_thousands((double)r->params, b1, sizeof b1),
+           file ? (bfit_model_source_is_onnx(a->c.model) ? "ONNX file" : "spec file") : "preset", a->c.data, bfit_thousands((double)r->params, b1, sizeof b1),
            bfit_shape_str(input_shape(r), sh, sizeof sh), r->threads, r->threads == 1 ? "" : "s");
     if (r->data_note[0])
         printf("data: %s\n", r->data_note);

@@ -31,7 +31,8 @@ static void help(void)
          "exactly this plan (docs/memory.md).\n"
          "\n"
          "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16, gpt-nano,\n"
-         "                        gpt2, bert-base) or a model spec file (docs/model-spec.md)\n"
+         "                        gpt2, bert-base), a model spec file (docs/model-spec.md)\n"
+         "                        or an ONNX file exported from PyTorch (docs/onnx.md)\n"
          "  --seq N               token models: sequences of N tokens (default: the\n"
          "                        model's input; at most its positions)\n"
          "  --attention stored|lean  token models: keep each attention matrix for\n"
@@ -289,7 +290,8 @@ static void print_human(const report *r)
         snprintf(sh, sizeof sh, "%d tokens", r->M->input.d[0]);
     else
         bfit_shape_str(r->M->input, sh, sizeof sh);
-    printf("batchfit plan: %s (%s), input %s, %d classes%s, %s parameters\n", a->model, file ? "spec file" : "preset",
+    printf("batchfit plan: %s (%s), input %s, %d classes%s, %s parameters\n", a->model,
+           file ? (bfit_model_source_is_onnx(a->model) ? "ONNX file" : "spec file") : "preset",
            sh, r->M->nclasses, r->M->labels_per_sample > 1 ? " per token" : "",
            bfit_thousands((double)bfit_model_param_count(r->M), b1, sizeof b1));
     if (r->M->input_dtype == BFIT_I32)

@@ -20,8 +20,11 @@ static void help(void)
          "gradient accumulation covers the rest.\n"
          "\n"
          "Model and data:\n"
-         "  --model FILE|PRESET   model spec (docs/model-spec.md), e.g. models/cnn.cfg, or a\n"
+         "  --model FILE|PRESET   model spec (docs/model-spec.md), e.g. models/cnn.cfg, an\n"
+         "                        ONNX file exported from PyTorch (docs/onnx.md), or a\n"
          "                        preset: mlp, cnn, resnet18, resnet50, vgg16\n"
+         "  --init file|random    an ONNX model's starting weights: the file's (default)\n"
+         "                        or drawn as PyTorch's default init\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, or a CSV file\n"
          "  --test-data PATH      evaluate on this instead of the data set's test split\n"
@@ -140,11 +143,12 @@ enum {
     O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
     O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF, O_DIST, O_MEMSCHED_RANK,
     O_SAMPLE_CHECK, O_FAIL_ALLOC, O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON,
-    O_SEQ_MAX, O_BATCH_TOKENS
+    O_SEQ_MAX, O_BATCH_TOKENS, O_INIT
 };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, O_MODEL}, {"data", required_argument, 0, O_DATA},
+    {"init", required_argument, 0, O_INIT},
     {"epochs", required_argument, 0, O_EPOCHS}, {"epoch-samples", required_argument, 0, O_EPOCH_SAMPLES},
     {"eval-samples", required_argument, 0, O_EVAL_SAMPLES}, {"max-steps", required_argument, 0, O_MAX_STEPS},
     {"seq-max", required_argument, 0, O_SEQ_MAX},
@@ -218,6 +222,13 @@ static int one_option(args *a, int o)
     long v;
     switch (o) {
     case O_MODEL: c->model = optarg; break;
+    case O_INIT:
+        if (strcmp(optarg, "file") && strcmp(optarg, "random")) {
+            cli_error("--init: expected file or random, got '%s'", optarg);
+            return -1;
+        }
+        c->init_random = !strcmp(optarg, "random");
+        break;
     case O_DATA: c->data = optarg; break;
     case O_TEST_DATA: c->test_data = optarg; break;
     case O_CSV_HEADER:
