@@ -27,3 +27,10 @@ endforeach()
 if(TEST test_onnx)
   set_tests_properties(test_onnx PROPERTIES TIMEOUT 60)
 endif()
+
+# the command line on committed ONNX files (no torch needed): tests/cli/onnx.sh
+find_program(BFIT_BASH bash REQUIRED)
+add_test(NAME cli_onnx
+         COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/onnx.sh $<TARGET_FILE:batchfit_cli> ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_onnx PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "all ONNX CLI checks passed")
