@@ -18,10 +18,14 @@ foreach(name resnet18 mobilenet_v2 densenet121 resnet50_224)
   endif()
   set_tests_properties(onnx_export_${name} PROPERTIES FIXTURES_SETUP onnx_${name} TIMEOUT 120 SKIP_RETURN_CODE 77)
   add_test(NAME onnx_torch_${name} COMMAND onnx_torch ${name})
-  set_tests_properties(onnx_torch_${name} PROPERTIES FIXTURES_REQUIRED onnx_${name} TIMEOUT 60 SKIP_RETURN_CODE 77
+  # 5 to 30 s in a release build; more under the sanitizers and the device checking mode
+  set_tests_properties(onnx_torch_${name} PROPERTIES FIXTURES_REQUIRED onnx_${name} TIMEOUT 240 SKIP_RETURN_CODE 77
     ENVIRONMENT "BFIT_ONNX_DIR=${BFIT_ONNX_DIR};BFIT_SOURCE_DIR=${PROJECT_SOURCE_DIR};BFIT_PYTHON=${BFIT_PYTHON};OMP_NUM_THREADS=2"
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 endforeach()
+# DenseNet's 430 layers under the checking mode (every op opens its blocks) took 8 minutes on a loaded
+# machine; it passed there, and the other three models keep the mode's coverage of the ONNX layers
+set_tests_properties(onnx_torch_densenet121 PROPERTIES LABELS nocheck)
 
 # the reader and importer on damaged files, and the new layers (tests/test_onnx.c)
 if(TEST test_onnx)
