@@ -140,7 +140,11 @@ static int op_init(cpu_op *op)
     case BFIT_OP_ATTN_FWD:
     case BFIT_OP_ATTN_BWD: return bfit_cpu_attn_init(op);
     case BFIT_OP_CONCAT_FWD:
-    case BFIT_OP_CONCAT_BWD: return bfit_cpu_concat_init(op);
+    case BFIT_OP_CONCAT_BWD:
+    case BFIT_OP_TRANSPOSE:
+    case BFIT_OP_ADD_ROWS:
+    case BFIT_OP_SLICE_FWD:
+    case BFIT_OP_SLICE_BWD: return bfit_cpu_concat_init(op);
     default: return bfit_cpu_simple_init(op);
     }
 }

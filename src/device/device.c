@@ -208,6 +208,8 @@ const char *bfit_op_kind_name(bfit_op_kind k)
         [BFIT_OP_CAST] = "cast", [BFIT_OP_EMBED_FWD] = "embedding forward", [BFIT_OP_EMBED_BWD] = "embedding backward",
         [BFIT_OP_ATTN_FWD] = "attention forward", [BFIT_OP_ATTN_BWD] = "attention backward",
         [BFIT_OP_CONCAT_FWD] = "concatenation forward", [BFIT_OP_CONCAT_BWD] = "concatenation backward",
+        [BFIT_OP_TRANSPOSE] = "transpose", [BFIT_OP_ADD_ROWS] = "broadcast add", [BFIT_OP_SLICE_FWD] = "slice",
+        [BFIT_OP_SLICE_BWD] = "slice backward",
     };
     return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
 }
@@ -224,6 +226,10 @@ static const char *cpu_only(const bfit_op_desc *d)
     case BFIT_OP_ELTWISE_BWD: return d->u.elt.alg == BFIT_ELT_CLIP ? "clip (ReLU6)" : NULL;
     case BFIT_OP_CONCAT_FWD:
     case BFIT_OP_CONCAT_BWD: return "concatenation";
+    case BFIT_OP_TRANSPOSE: return "transposition";
+    case BFIT_OP_ADD_ROWS: return "broadcast add";
+    case BFIT_OP_SLICE_FWD:
+    case BFIT_OP_SLICE_BWD: return "slicing";
     default: return NULL;
     }
 }

@@ -18,7 +18,9 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_LAYERNORM] = &bfit_layernorm_vt, [BFIT_L_ADD] = &bfit_add_vt,
     [BFIT_L_XENT] = &bfit_xent_vt,           [BFIT_L_EMBED] = &bfit_embed_vt,
     [BFIT_L_ATTENTION] = &bfit_attention_vt, [BFIT_L_CLIP] = &bfit_clip_vt,
-    [BFIT_L_CONCAT] = &bfit_concat_vt,
+    [BFIT_L_CONCAT] = &bfit_concat_vt,       [BFIT_L_RESHAPE] = &bfit_reshape_vt,
+    [BFIT_L_TRANSPOSE] = &bfit_transpose_vt, [BFIT_L_CLS] = &bfit_cls_vt,
+    [BFIT_L_ADDP] = &bfit_addp_vt,           [BFIT_L_SELECT] = &bfit_select_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -27,7 +29,9 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_GELU] = "gelu",       [BFIT_L_FLATTEN] = "flatten",  [BFIT_L_DROPOUT] = "dropout",
     [BFIT_L_BATCHNORM] = "batchnorm", [BFIT_L_LAYERNORM] = "layernorm", [BFIT_L_ADD] = "add",
     [BFIT_L_XENT] = "xent",       [BFIT_L_EMBED] = "embed",      [BFIT_L_ATTENTION] = "attention",
-    [BFIT_L_CLIP] = "clip",       [BFIT_L_CONCAT] = "concat",
+    [BFIT_L_CLIP] = "clip",       [BFIT_L_CONCAT] = "concat",    [BFIT_L_RESHAPE] = "reshape",
+    [BFIT_L_TRANSPOSE] = "transpose", [BFIT_L_CLS] = "cls",      [BFIT_L_ADDP] = "addp",
+    [BFIT_L_SELECT] = "select",
 };
 
 static void unprepare(bfit_layer *l);

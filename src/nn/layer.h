@@ -30,6 +30,11 @@ typedef enum {
     BFIT_L_ATTENTION,  /* multi-head self-attention: [T, 3C] (q | k | v) -> [T, C] */
     BFIT_L_CLIP,       /* min(max(x, lo), hi): ReLU6 (an ONNX Clip) */
     BFIT_L_CONCAT,     /* 1 to BFIT_LAYER_MAXIN inputs side by side along dimension `axis` of a sample */
+    BFIT_L_RESHAPE,    /* the sample's elements in the shape `to` (a copy) */
+    BFIT_L_TRANSPOSE,  /* a sample [a, b] -> [b, a] (a ViT's image channels to tokens) */
+    BFIT_L_CLS,        /* a learned token before a sample's tokens: [T, C] -> [T+1, C] (ViT's class token) */
+    BFIT_L_ADDP,       /* a learned tensor of the sample's shape added (ViT's position embedding) */
+    BFIT_L_SELECT,     /* token `units` of [T, C] -> [C] (ViT's head reads the class token) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -54,6 +59,7 @@ typedef struct bfit_layer_cfg {
     int groups;         /* conv: channel groups (PyTorch's groups; 0 or 1: dense) */
     float lo, hi;       /* clip bounds */
     int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
+    bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]) */
 } bfit_layer_cfg;
 
 /* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1, causal 1). */
@@ -207,7 +213,8 @@ int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_ME
 /* The vtables, one per file in src/nn/. */
 extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_avgpool_vt,
     bfit_gap_vt, bfit_relu_vt, bfit_gelu_vt, bfit_flatten_vt, bfit_dropout_vt, bfit_batchnorm_vt,
-    bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt, bfit_clip_vt, bfit_concat_vt;
+    bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt, bfit_clip_vt, bfit_concat_vt,
+    bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

@@ -102,7 +102,9 @@ static int wire(bfit_model *M)
         }
     for (int i = 0; i < M->n; i++) {
         np += M->nodes[i].l->nparams;
-        M->seq_lens |= M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION && !M->nodes[i].l->cfg.causal;
+        /* a token model's padding (an image's tokens are all real: a ViT from ONNX) */
+        M->seq_lens |= M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION && !M->nodes[i].l->cfg.causal &&
+                       M->input_dtype == BFIT_I32;
     }
     M->params = calloc((size_t)np + 1, sizeof *M->params);
     M->trainable = calloc((size_t)np + 1, sizeof *M->trainable);

@@ -177,52 +177,75 @@ static int file_order(const onnx_lower *L, const unsigned char *want, const int 
     return 1;
 }
 
+/* Each node's consumers (a node reading two of its outputs counts twice):
+ * L->cons[L->coff[i] .. L->coff[i + 1]). */
+static int consumers(onnx_lower *L, const int *pin, const int *off)
+{
+    int nn = L->om->nnodes;
+    L->coff = calloc((size_t)nn + 2, sizeof *L->coff);
+    L->cons = malloc(sizeof *L->cons * (size_t)(off[nn] + 1));
+    if (!L->coff || !L->cons)
+        return bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
+    for (int k = 0; k < off[nn]; k++)
+        if (pin[k] >= 0)
+            L->coff[pin[k] + 2]++;
+    for (int i = 0; i < nn; i++)
+        L->coff[i + 2] += L->coff[i + 1];
+    for (int i = 0; i < nn; i++)
+        for (int k = off[i]; k < off[i + 1]; k++)
+            if (pin[k] >= 0)
+                L->cons[L->coff[pin[k] + 1]++] = i;
+    return BFIT_OK;
+}
+
+int bfit_onnx_consumers(onnx_lower *L, int node, int k, int *out, int max)
+{
+    int n = 0;
+    bfit_onnx_str name = L->om->nodes[node].out[k];
+    for (int c = L->coff[node]; c < L->coff[node + 1]; c++) {
+        const bfit_onnx_node *nd = &L->om->nodes[L->cons[c]];
+        int reads = 0;
+        if (bfit_onnx_streq(nd->op, "Shape") || (c > L->coff[node] && L->cons[c] == L->cons[c - 1]))
+            continue;
+        for (int j = 0; j < nd->nin; j++)
+            reads |= nd->in[j].n == name.n && name.n && !memcmp(nd->in[j].p, name.p, name.n);
+        if (!reads)
+            continue;
+        if (n == max)
+            return -1;
+        out[n++] = L->cons[c];
+    }
+    return n;
+}
+
 /* The wanted nodes in an order where each comes after its inputs' producers:
  * the file's if it is one, else Kahn's; what cannot be ordered lies on a
- * cycle. cons/coff: each node's consumers (by input), built here. */
-static int topo(const onnx_lower *L, const unsigned char *want, const int *pin, const int *off, int *order, int *n)
+ * cycle. */
+static int topo(onnx_lower *L, const unsigned char *want, const int *pin, const int *off, int *order, int *n)
 {
-    int nn = L->om->nnodes, head = 0, tail = 0, rc = BFIT_OK, *deg, *coff, *cons;
+    int nn = L->om->nnodes, head = 0, tail = 0, rc = BFIT_OK, *deg;
 
     if (file_order(L, want, pin, off, order, n))
         return BFIT_OK;
-    deg = calloc((size_t)nn + 1, sizeof *deg);
-    coff = calloc((size_t)nn + 2, sizeof *coff);
-    cons = malloc(sizeof *cons * (size_t)(off[nn] + 1));
-
-    if (!deg || !coff || !cons) {
-        rc = bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
-        goto out;
-    }
+    if (!(deg = calloc((size_t)nn + 1, sizeof *deg)))
+        return bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
     for (int i = 0; i < nn; i++)
         for (int k = off[i]; want[i] && k < off[i + 1]; k++)
-            if (pin[k] >= 0) {
-                deg[i]++;
-                coff[pin[k] + 2]++;
-            }
-    for (int i = 0; i < nn; i++)
-        coff[i + 2] += coff[i + 1];
-    for (int i = 0; i < nn; i++)
-        for (int k = off[i]; want[i] && k < off[i + 1]; k++)
-            if (pin[k] >= 0)
-                cons[coff[pin[k] + 1]++] = i;
+            deg[i] += pin[k] >= 0;
     for (int i = 0; i < nn; i++)
         if (want[i] && !deg[i])
             order[tail++] = i;
     while (head < tail) {
         int i = order[head++];
-        for (int c = coff[i]; c < coff[i + 1]; c++)
-            if (--deg[cons[c]] == 0)
-                order[tail++] = cons[c];
+        for (int c = L->coff[i]; c < L->coff[i + 1]; c++)
+            if (want[L->cons[c]] && --deg[L->cons[c]] == 0)
+                order[tail++] = L->cons[c];
     }
     for (int i = 0; i < nn && rc == BFIT_OK; i++)
         if (want[i] && deg[i])
             rc = node_fail(L, i, "the graph has a cycle through this node: it depends on its own output");
     *n = tail;
-out:
     free(deg);
-    free(coff);
-    free(cons);
     return rc;
 }
 
@@ -260,7 +283,11 @@ static void describe(const oval *v, char *buf, size_t len)
         if (u < len)
             snprintf(buf + u, len - u, "] %s", bfit_onnx_dtype_name(v->t->dtype));
     } else {
-        snprintf(buf + u, len - u, "(%s)", v->kind == OV_HOST ? "computed on the host" : "not computed");
+        snprintf(buf + u, len - u, "(%s)", v->kind == OV_HOST    ? "computed on the host"
+                                           : v->kind == OV_VIEW  ? "inside an attention block"
+                                           : v->kind == OV_WT    ? "a transposed initializer"
+                                           : v->kind == OV_BCAST ? "an initializer broadcast over the batch"
+                                                                 : "not computed");
     }
 }
 
@@ -332,17 +359,24 @@ int bfit_onnx_attr_ints(onnx_lower *L, const char *name, int64_t *out, int n, in
     return BFIT_OK;
 }
 
-/* A host tensor's numbers into a buffer of max, converted by conv. */
+/* A host value's numbers (constants) into a buffer of max. */
 static int host_read(onnx_lower *L, int k, void *out, int max, int *n, int f32)
 {
-    oval *v = bfit_onnx_in(L, k);
-    if (!v || v->kind != OV_HOST || !v->t)
-        return bfit_onnx_refuse(L, "input %d must be a constant (an initializer or a Constant node)", k + 1);
-    if (v->t->numel > max)
-        return bfit_onnx_refuse(L, "input %d has %lld values, at most %d are expected", k + 1,
-                                (long long)v->t->numel, max);
-    *n = (int)v->t->numel;
-    return f32 ? bfit_onnx_tensor_f32(v->t, out) : bfit_onnx_tensor_i64(v->t, out);
+    hval *h = bfit_onnx_host(L, bfit_onnx_in(L, k), k);
+    if (!h)
+        return BFIT_EINVAL;
+    if (h->n > max)
+        return bfit_onnx_refuse(L, "input %d has %lld values, at most %d are expected", k + 1, (long long)h->n, max);
+    for (int64_t i = 0; i < h->n; i++) {
+        if (!h->isf && h->a[i])
+            return bfit_onnx_refuse(L, "input %d depends on the batch size; a constant is expected", k + 1);
+        if (f32)
+            ((float *)out)[i] = h->isf ? (float)h->f[i] : (float)h->b[i];
+        else
+            ((int64_t *)out)[i] = h->isf ? (int64_t)h->f[i] : h->b[i];
+    }
+    *n = (int)h->n;
+    return BFIT_OK;
 }
 
 int bfit_onnx_host_i64(onnx_lower *L, int k, int64_t *out, int max, int *n) { return host_read(L, k, out, max, n, 0); }
@@ -442,6 +476,7 @@ int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, in
         o->id = id;
         o->shape = l->out;
         o->pad[0] = o->pad[1] = 0;
+        bfit_onnx_set_rank(o, &l->out);
     }
     bfit_layer_free(l);
     return rc;
@@ -486,6 +521,10 @@ static int take_input(onnx_lower *L)
         v->shape = bfit_shape_seq((int)in->dim[1], (int)in->dim[2]);
     else
         v->shape = bfit_shape_vec((int)in->dim[1]);
+    v->rank = in->ndim;
+    v->ra[0] = 1, v->rb[0] = 0;
+    for (int d = 1; d < in->ndim; d++)
+        v->ra[d] = 0, v->rb[d] = in->dim[d];
     L->g->input = v->shape;
     L->g->input_dtype = BFIT_F32;
     return BFIT_OK;
@@ -535,12 +574,18 @@ static int not_softmax(onnx_lower *L, const oval *o)
 
 /* ---- lowering ------------------------------------------------------------------ */
 
-static int lower_node(onnx_lower *L, const bfit_onnx_node *nd)
+static int lower_node(onnx_lower *L, int i)
 {
+    const bfit_onnx_node *nd = &L->om->nodes[i];
     char op[64];
     int rc;
 
     L->nd = nd;
+    L->ndi = i;
+    if (bfit_onnx_lower_attention(L, &rc))
+        return rc;
+    if (L->done[i])
+        return BFIT_OK;
     if (nd->domain.n && !bfit_onnx_streq(nd->domain, "ai.onnx"))
         return bfit_onnx_refuse(L, "the operator is from the domain '%.*s', batchfit reads the standard ONNX "
                                    "operators", (int)nd->domain.n, nd->domain.p);
@@ -549,7 +594,7 @@ static int lower_node(onnx_lower *L, const bfit_onnx_node *nd)
         if (v && v->kind == OV_UNAVAIL)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
     }
-    if (bfit_onnx_lower_cnn(L, &rc))
+    if (bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_vit(L, &rc) || bfit_onnx_lower_cnn(L, &rc))
         return rc;
     return bfit_onnx_refuse(L, "batchfit does not support the operator %s: docs/onnx.md lists what it does and "
                                "what to do about the rest", bfit_onnx_cstr(nd->op, op, sizeof op));
@@ -563,17 +608,19 @@ static int lower(onnx_lower *L)
     oval *out = NULL;
 
     order = malloc(sizeof *order * ((size_t)om->nnodes + 1));
-    if (!want || !order)
+    L->done = calloc((size_t)om->nnodes + 1, 1);
+    if (!want || !order || !L->done)
         rc = bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
     else if ((rc = collect(L)) == BFIT_OK && (rc = producers(L, &pin, &off)) == BFIT_OK &&
              (rc = take_input(L)) == BFIT_OK && (rc = find_output(L, &out)) == BFIT_OK &&
              (rc = not_softmax(L, out)) == BFIT_OK) {
         /* only what the output depends on: a BatchNormalization's unused statistics outputs, say, are not read */
         ancestors(L, out->producer, pin, off, want, order);
-        rc = topo(L, want, pin, off, order, &n);
+        if ((rc = consumers(L, pin, off)) == BFIT_OK && (rc = topo(L, want, pin, off, order, &n)) == BFIT_OK)
+            rc = bfit_onnx_find_attention(L);
     }
     for (int i = 0; rc == BFIT_OK && i < n; i++)
-        rc = lower_node(L, &om->nodes[order[i]]);
+        rc = lower_node(L, order[i]);
     if (rc == BFIT_OK)
         rc = check_output(L, out);
     free(want);
@@ -614,6 +661,15 @@ static int load(void *buf, size_t len, int mapped, const char *source, bfit_grap
     free(L.v);
     free(L.slot);
     free(L.param_used);
+    free(L.done);
+    free(L.cons);
+    free(L.coff);
+    bfit_onnx_attention_free(&L);
+    for (int i = 0; i < L.nhv; i++) {
+        free(L.hv[i]->a), free(L.hv[i]->b), free(L.hv[i]->f);
+        free(L.hv[i]);
+    }
+    free(L.hv);
     if (rc != BFIT_OK)
         bfit_graph_fini(g); /* nothing half-built */
     return rc;

@@ -13,7 +13,28 @@
 #include "nn/onnx.h"
 #include "nn/wsrc.h"
 
-enum { OV_NONE = 0, OV_DEVICE, OV_HOST, OV_UNAVAIL };
+enum {
+    OV_NONE = 0,
+    OV_DEVICE,   /* a tensor on the device, batch first */
+    OV_HOST,     /* numbers on the host: an initializer, a Constant, or shape arithmetic (h) */
+    OV_UNAVAIL,  /* an output batchfit does not compute (why) */
+    OV_VIEW,     /* a tensor inside a block mapped whole onto layers (an attention): only its shape */
+    OV_WT,       /* the transpose of initializer t (nn.Linear's weight before a MatMul) */
+    OV_BCAST     /* initializer t broadcast over the batch (an Expand of a class token) */
+};
+
+/* Numbers computed on the host. Integers are affine in the micro-batch m,
+ * a * m + b, so that shape arithmetic holds for every m at once (the batch
+ * is free); floats are plain. */
+typedef struct hval {
+    int isf;
+    int nd;
+    int64_t dim[BFIT_ONNX_MAXD];
+    int64_t n;
+    int64_t *a, *b;               /* integers (and booleans) */
+    double *f;                    /* floats */
+} hval;
+#define BFIT_ONNX_MAXHOST (1 << 16) /* elements of a host value */
 
 typedef struct oval {
     bfit_onnx_str name;
@@ -27,6 +48,10 @@ typedef struct oval {
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
     int init;                     /* initializer index, -1: none */
     const char *why;              /* OV_UNAVAIL: what the value is (an output batchfit does not compute) */
+    hval *h;                      /* OV_HOST: its numbers, once read or computed */
+    /* device and OV_VIEW: the ONNX shape, the batch's dimension included, each a * m + b */
+    int rank;
+    int64_t ra[BFIT_ONNX_MAXD], rb[BFIT_ONNX_MAXD];
 } oval;
 
 typedef struct onnx_lower {
@@ -39,6 +64,13 @@ typedef struct onnx_lower {
     int nslot;                    /* a power of two */
     int *param_used;              /* per initializer: the layers that took it as a parameter so far */
     const bfit_onnx_node *nd;     /* the node being lowered */
+    int ndi;                      /* its index */
+    unsigned char *done;          /* per node: lowered already, as part of a block (attention, GELU) */
+    int *cons, *coff;             /* each node's consumers (node indices, by input): cons[coff[i]..coff[i+1]) */
+    hval **hv;                    /* host values made, freed at the end */
+    int nhv, caphv;
+    struct attn_match *attn;      /* attention blocks found before lowering (onnx_attn.c) */
+    int nattn;
 } onnx_lower;
 
 /* Value by name, or NULL. */
@@ -81,5 +113,33 @@ void bfit_onnx_unavail(onnx_lower *L, int from, const char *why);
 /* The op handlers of the CNN operators (onnx_ops.c): 1 and the handler's
  * result if op is one of them, 0 if not. */
 int bfit_onnx_lower_cnn(onnx_lower *L, int *rc);
+
+/* ---- the host (onnx_host.c) ---- */
+hval *bfit_onnx_hval_new(onnx_lower *L, int isf, int nd, const int64_t *dim);
+/* The numbers of a host value (read from its tensor on first use), or NULL
+ * with the node refused. */
+hval *bfit_onnx_host(onnx_lower *L, oval *v, int k);
+/* Shape arithmetic: 1 and the result if the node is one the host evaluates
+ * (every input on the host, or Shape), 0 if not. */
+int bfit_onnx_lower_host(onnx_lower *L, int *rc);
+/* The ONNX shape of a device value: [m, its sample's dimensions]. */
+void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
+
+/* ---- the transformer's operators (onnx_vit.c, onnx_attn.c) ---- */
+int bfit_onnx_lower_vit(onnx_lower *L, int *rc);
+/* Find the attention blocks (nn.MultiheadAttention's export) before lowering. */
+int bfit_onnx_find_attention(onnx_lower *L);
+/* Node L->ndi belongs to an attention block: lower the block at its first
+ * node, check the others against it. 1 if it does (rc set), 0 if not. */
+int bfit_onnx_lower_attention(onnx_lower *L, int *rc);
+void bfit_onnx_attention_free(onnx_lower *L);
+/* The value of name as one float, if it is a constant (an initializer, a
+ * Constant node's value, or host arithmetic done), read from the file when
+ * its node was not lowered yet: 1, else 0. */
+int bfit_onnx_scalar(onnx_lower *L, bfit_onnx_str name, double *out);
+/* The one consumer (Shape nodes aside) of node i's output 0 if it is op, else -1. */
+int bfit_onnx_next(onnx_lower *L, int i, const char *op);
+/* The consumers of node i's output k other than Shape nodes (-1: more than max). */
+int bfit_onnx_consumers(onnx_lower *L, int node, int k, int *out, int max);
 
 #endif

@@ -209,8 +209,10 @@ static int flatten(onnx_lower *L)
         return bfit_onnx_refuse(L, "axis %lld is not supported: only Flatten(axis=1), which keeps the batch",
                                 (long long)axis);
     if (bfit_shape_is_vector(x->shape)) {
+        oval *o = bfit_onnx_out(L, 0);
         bfit_onnx_alias(L, x);
-        bfit_onnx_out(L, 0)->shape = bfit_shape_vec((int)bfit_shape_numel(x->shape));
+        o->shape = bfit_shape_vec((int)bfit_shape_numel(x->shape));
+        bfit_onnx_set_rank(o, &o->shape);
         return BFIT_OK;
     }
     return simple(L, BFIT_L_FLATTEN);
@@ -375,10 +377,13 @@ int bfit_onnx_lower_cnn(onnx_lower *L, int *rc)
             *rc = ops[i].fn(L);
             return 1;
         }
-    if (bfit_onnx_streq(L->nd->op, "Relu"))
+    if (bfit_onnx_streq(L->nd->op, "Relu")) {
         *rc = simple(L, BFIT_L_RELU);
-    else if (bfit_onnx_streq(L->nd->op, "GlobalAveragePool"))
-        *rc = simple(L, BFIT_L_GAP);
+    } else if (bfit_onnx_streq(L->nd->op, "GlobalAveragePool")) {
+        oval *o = bfit_onnx_out(L, 0);
+        if ((*rc = simple(L, BFIT_L_GAP)) == BFIT_OK) /* ONNX keeps [N, C, 1, 1] */
+            o->rank = 4, o->ra[2] = o->ra[3] = 0, o->rb[2] = o->rb[3] = 1;
+    }
     else if (bfit_onnx_streq(L->nd->op, "MaxPool") || bfit_onnx_streq(L->nd->op, "AveragePool"))
         *rc = pool(L, bfit_onnx_streq(L->nd->op, "MaxPool"));
     else

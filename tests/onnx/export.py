@@ -3,7 +3,8 @@
 Debian's PyTorch (opset 17, training mode, a dynamic batch) and, for each,
 what PyTorch computes on them: the oracle of tests/test_onnx_torch.c.
 
-For each CNN NAME (resnet18, mobilenet_v2, densenet121; 64x64 images, 10
+For each NAME (the CNNs resnet18, mobilenet_v2, densenet121 at 64x64; the
+transformers vit_b_16 and vit_small at 32x32, build() says which; 10
 classes) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels
   loss64, loss32                    the mean cross-entropy (F64 scalars)
@@ -20,15 +21,18 @@ then shifted so that no activation sits on a kink of ReLU or ReLU6
 (away_from_kinks says why). resnet18 also
 writes resnet18_fixed.onnx (exported without dynamic_axes, batch 2). NAME
 resnet50_224 is resnet50.onnx at 224x224 with 1000 classes (the preset's
-twin, for the plan), without an oracle.
+twin, for the plan), without an oracle. vit_b_16 (86M parameters) writes
+x, y, loss64 and loss32 only: the gradients of its structure are checked on
+vit_small.
 
 The exports are cached: OUTDIR/NAME.stamp holds a hash of this script and
 the torch version, and a second run with the same stamp does nothing. Exit
 77 (skipped) without torch or torchvision."""
 import hashlib, json, os, struct, sys
 
-OUT = sys.argv[1]
+OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
+LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
     import torch
@@ -58,7 +62,22 @@ def write_safetensors(path, tensors):
 
 
 def perturb_bn(model, g):
+    """Batch and layer norms' affine parameters (and running statistics) away from 1/0 (and 0/1) so that they
+    matter; a ViT's head, which torchvision starts at zero (every gradient below it would be zero), and its class
+    token (zero too) drawn at random."""
+    from torchvision.models.vision_transformer import VisionTransformer
     for mod in model.modules():
+        if isinstance(mod, torch.nn.LayerNorm):
+            c = mod.normalized_shape[0]
+            with torch.no_grad():
+                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
+                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
+        if isinstance(mod, VisionTransformer):
+            head = mod.heads.head
+            with torch.no_grad():
+                head.weight.copy_(torch.randn(head.weight.shape, generator=g) / head.in_features ** 0.5)
+                head.bias.copy_(0.1 * torch.randn(head.bias.shape, generator=g))
+                mod.class_token.copy_(0.5 * torch.randn(mod.class_token.shape, generator=g))
         if isinstance(mod, torch.nn.BatchNorm2d):
             c = mod.num_features
             with torch.no_grad():
@@ -164,18 +183,40 @@ def step(model, x, y, dtype):
     return loss.detach(), grads, m.state_dict()
 
 
+def build(name):
+    """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
+    class token: 5 tokens; the position embedding is made for that size), and vit_small, a VisionTransformer of
+    the same structure, 2 blocks of width 64 with 4 heads."""
+    from torchvision.models.vision_transformer import VisionTransformer
+    if name == "vit_b_16":
+        return torchvision.models.vit_b_16(image_size=32, num_classes=CLASSES), 32
+    if name == "vit_small":
+        return VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128,
+                                 num_classes=CLASSES), 32
+    return getattr(torchvision.models, name)(num_classes=CLASSES), SIZE
+
+
 def oracle(name):
+    import copy
     g = torch.Generator().manual_seed(26)
     torch.manual_seed(26)
-    model = getattr(torchvision.models, name)(num_classes=CLASSES)
+    model, size = build(name)
     perturb_bn(model, g)
-    x = torch.randn(M, 3, SIZE, SIZE, generator=g)
+    x = torch.randn(M, 3, size, size, generator=g)
     y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
     away_from_kinks(model, name, x)
     export(model, os.path.join(OUT, name + ".onnx"), x[:2], True)
     if name == "resnet18":
         export(model, os.path.join(OUT, name + "_fixed.onnx"), x[:2], False)
     from_file(model, os.path.join(OUT, name + ".onnx"))
+    if name in LOSS_ONLY:
+        t = {"x": x, "y": y}
+        for dtype, key in ((torch.float64, "loss64"), (torch.float32, "loss32")):
+            with torch.no_grad():
+                m = copy.deepcopy(model).to(dtype).train()
+                t[key] = torch.nn.functional.cross_entropy(m(x.to(dtype)), y.long()).double().reshape(())
+        write_safetensors(os.path.join(OUT, name + "_ref.safetensors"), t)
+        return
     l64, g64, s64 = step(model, x, y, torch.float64)
     l32, g32, s32 = step(model, x, y, torch.float32)
     t = {"x": x, "y": y, "loss64": l64.reshape(()), "loss32": l32.double().reshape(())}
