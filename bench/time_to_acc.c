@@ -17,11 +17,12 @@
  *
  * Prints an `eval` line per evaluation and one `side=batchfit` result line
  * of key=value pairs. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "batchfit.h"
+#include <batchfit.h>
 
 typedef struct opts {
     const char *model, *data, *log, *sched, *rule;
@@ -64,45 +65,51 @@ static int parse(int argc, char **argv, opts *o)
     return 0;
 }
 
-static bfit_batch_point sched_pts[BFIT_BATCH_SCHEDULE_MAX];
-
-static bfit_train_cfg config(const opts *o)
+/* One option, formatted; 0, or -1 after saying what was wrong. */
+static int set(bfit_config *c, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set(bfit_config *c, const char *name, const char *fmt, ...)
 {
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = o->model;
-    c.data = o->data;
-    c.epochs = o->max_epochs;
-    c.threads = o->threads;
-    c.seed = (uint64_t)o->seed;
-    c.lr = o->lr;
-    c.lr_ref_batch = o->lr_ref;
-    c.lr_rule = BFIT_LR_LINEAR;
-    c.opt = bfit_optim_cfg_default(BFIT_OPT_SGD);
-    c.opt.momentum = o->momentum;
-    c.opt.weight_decay = o->wd;
-    c.sched = bfit_lr_schedule_default(BFIT_SCHED_CONSTANT);
-    /* warm-up in samples: steps of E, or of lr_ref samples with auto */
-    c.sched.warmup_steps = o->warmup / (o->auto_batch ? o->lr_ref : o->batch);
-    c.log = o->log;
-    if (o->auto_batch) {
-        c.auto_batch = 1;
-        c.batch_min = o->batch_min;
-        c.batch_max = o->batch_max;
-        c.batch = 0;
-    } else {
-        c.batch = o->batch;
-    }
-    return c;
+    char v[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v, sizeof v, fmt, ap);
+    va_end(ap);
+    if (bfit_config_set(c, name, v) == BFIT_OK)
+        return 0;
+    fprintf(stderr, "bfit_tta: %s\n", bfit_errmsg());
+    return -1;
+}
+
+/* The run's options from ours. */
+static int config(const opts *o, bfit_config *c)
+{
+    int bad = set(c, "model", "%s", o->model) | set(c, "data", "%s", o->data) |
+              set(c, "epochs", "%d", o->max_epochs) | set(c, "threads", "%d", o->threads) |
+              set(c, "seed", "%lld", o->seed) | set(c, "lr", "%.17g", o->lr) | set(c, "lr-ref-batch", "%d", o->lr_ref) |
+              set(c, "lr-scaling", "%s", o->rule ? o->rule : "linear") | set(c, "optimizer", "sgd") |
+              set(c, "momentum", "%.17g", o->momentum) | set(c, "weight-decay", "%.17g", o->wd) |
+              set(c, "schedule", "constant") | set(c, "dist", "off") |
+              /* warm-up in samples: steps of E, or of lr_ref samples with auto */
+              set(c, "warmup", "%lld", o->warmup / (o->auto_batch ? o->lr_ref : o->batch));
+    if (o->log)
+        bad |= set(c, "log", "%s", o->log);
+    if (o->sched)
+        bad |= set(c, "batch-schedule", "%s", o->sched) | set(c, "batch", "%d", o->batch);
+    else if (o->auto_batch)
+        bad |= set(c, "batch", "auto") | set(c, "batch-min", "%d", o->batch_min) | set(c, "batch-max", "%d", o->batch_max);
+    else
+        bad |= set(c, "batch", "%d", o->batch);
+    return bad;
 }
 
 int main(int argc, char **argv)
 {
     opts o;
-    bfit_train_cfg c;
+    bfit_config *c;
     bfit_run *r;
-    bfit_train_result res;
-    bfit_step_info si;
-    bfit_eval_info ev;
+    bfit_result *res = NULL;
+    bfit_step_info si = BFIT_SIZED(bfit_step_info);
+    bfit_eval_info ev = BFIT_SIZED(bfit_eval_info);
     long long samples = 0, next_eval, at_samples = 0, at_steps = 0;
     double at_time = -1, acc = 0;
     int rc = BFIT_OK;
@@ -111,24 +118,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bfit_tta MODEL.cfg BATCH|auto [key=value ...] (see the source's header)\n");
         return 2;
     }
-    c = config(&o);
-    if (o.sched) {
-        if (bfit_batch_schedule_parse(o.sched, sched_pts, BFIT_BATCH_SCHEDULE_MAX, &c.nbatch_schedule) != BFIT_OK) {
-            fprintf(stderr, "bfit_tta: sched=%s: %s\n", o.sched, bfit_errmsg());
-            return 2;
-        }
-        c.batch_schedule = sched_pts;
-    }
-    if (o.rule) {
-        bfit_lr_rule rule;
-        if (bfit_lr_rule_parse(o.rule, &rule) != BFIT_OK) {
-            fprintf(stderr, "bfit_tta: rule=%s: %s\n", o.rule, bfit_errmsg());
-            return 2;
-        }
-        c.lr_rule = (int)rule;
+    if (!(c = bfit_config_new()) || config(&o, c)) {
+        bfit_config_free(c);
+        return 2;
     }
     next_eval = o.eval_every;
-    if (bfit_run_new(&c, &r) != BFIT_OK) {
+    rc = bfit_run_new(c, &r);
+    bfit_config_free(c);
+    if (rc != BFIT_OK) {
         fprintf(stderr, "bfit_tta: %s\n", bfit_errmsg());
         return 1;
     }
@@ -140,30 +137,36 @@ int main(int argc, char **argv)
             continue;
         if (samples >= next_eval)
             next_eval += o.eval_every;
-        if ((rc = bfit_run_evaluate(r, &ev)) != BFIT_OK)
+        if ((rc = bfit_run_evaluate(r, &ev)) != BFIT_OK || (rc = bfit_run_result(r, &res)) != BFIT_OK)
             break;
-        bfit_run_result(r, &res);
         acc = ev.test_acc;
-        printf("eval samples=%lld steps=%lld train_s=%.3f acc=%.4f E=%d m=%d\n", samples, (long long)res.steps,
-               res.seconds, acc, res.last_batch, res.micro_batch);
+        printf("eval samples=%lld steps=%.0f train_s=%.3f acc=%.4f E=%.0f m=%.0f\n", samples,
+               bfit_result_number(res, "steps"), bfit_result_number(res, "train_seconds"), acc,
+               bfit_result_number(res, "batch"), bfit_result_number(res, "micro_batch"));
         fflush(stdout);
         if (acc >= o.target) {
-            at_time = res.seconds;
+            at_time = bfit_result_number(res, "train_seconds");
             at_samples = samples;
-            at_steps = res.steps;
+            at_steps = (long long)bfit_result_number(res, "steps");
         }
+        bfit_result_free(res);
+        res = NULL;
     }
-    bfit_run_result(r, &res);
+    if (rc == BFIT_OK)
+        rc = bfit_run_result(r, &res);
     bfit_run_finish(r, rc);
     bfit_run_free(r);
     if (rc != BFIT_OK) {
         fprintf(stderr, "bfit_tta: %s\n", bfit_errmsg());
+        bfit_result_free(res);
         return 1;
     }
     printf("side=batchfit batch=%s reached=%d time_s=%.3f samples=%lld steps=%lld acc=%.4f train_s=%.3f "
-           "changes=%d last_E=%d noise_scale=%.4g\n",
-           o.auto_batch ? "auto" : argv[2], at_time >= 0, at_time >= 0 ? at_time : res.seconds,
-           at_time >= 0 ? at_samples : samples, at_time >= 0 ? at_steps : (long long)res.steps, acc, res.seconds,
-           res.batch_changes, res.last_batch, res.noise_scale);
+           "changes=%.0f last_E=%.0f noise_scale=%.4g\n",
+           o.auto_batch ? "auto" : argv[2], at_time >= 0, at_time >= 0 ? at_time : bfit_result_number(res, "train_seconds"),
+           at_time >= 0 ? at_samples : samples, at_time >= 0 ? at_steps : (long long)bfit_result_number(res, "steps"), acc,
+           bfit_result_number(res, "train_seconds"), bfit_result_number(res, "batch_changes"),
+           bfit_result_number(res, "batch"), bfit_result_number(res, "noise_scale"));
+    bfit_result_free(res);
     return 0;
 }

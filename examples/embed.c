@@ -35,48 +35,48 @@ static int fail(const char *what)
 
 int main(int argc, char **argv)
 {
-    bfit_train_cfg cfg = bfit_train_cfg_default();
-    bfit_eval_cfg ev = {0};
+    bfit_config *cfg = bfit_config_new(), *ev = bfit_config_new();
     bfit_run *run = NULL;
-    bfit_eval_info info;
-    bfit_train_result res;
-    double loss, acc;
-    int64_t n;
+    bfit_eval_info info = BFIT_SIZED(bfit_eval_info);
+    bfit_result *res = NULL;
     int every = 50, rc;
 
-    cfg.model = "mlp";                  /* a preset, or a spec file such as models/mlp.cfg */
-    cfg.data = "fashion-mnist";
-    cfg.batch = 128;                    /* the effective batch; the micro-batch is planned */
-    cfg.epochs = 1;
-    cfg.epoch_samples = argc > 1 ? atoll(argv[1]) : 0;
-    if (argc > 2 && bfit_parse_size(argv[2], &cfg.memory) != BFIT_OK)
-        return fail("memory");
-    cfg.lr = 0.05;
-    cfg.on_step = on_step;
-    cfg.on_batch_change = on_batch_change;
-    cfg.cb_ud = &every;
+    if (!cfg || !ev)
+        return fail("configuring");
+    /* options by the names the command line uses; everything else keeps
+     * the library's defaults */
+    if (bfit_config_set(cfg, "model", "mlp") != BFIT_OK ||   /* a preset, a spec file or an ONNX file */
+        bfit_config_set(cfg, "data", "fashion-mnist") != BFIT_OK ||
+        bfit_config_set_int(cfg, "batch", 128) != BFIT_OK || /* the effective batch; the micro-batch is planned */
+        bfit_config_set_double(cfg, "lr", 0.05) != BFIT_OK ||
+        (argc > 1 && bfit_config_set(cfg, "epoch-samples", argv[1]) != BFIT_OK) ||
+        (argc > 2 && bfit_config_set(cfg, "memory", argv[2]) != BFIT_OK))
+        return fail("configuring");
+    bfit_config_set_callbacks(cfg, on_step, NULL, on_batch_change, NULL, &every);
 
-    if (bfit_run_new(&cfg, &run) != BFIT_OK)
+    if (bfit_run_new(cfg, &run) != BFIT_OK)
         return fail("setting up");
     while (!bfit_run_done(run))
         if ((rc = bfit_run_step(run, NULL)) != BFIT_OK)
             goto failed;
-    if ((rc = bfit_run_evaluate(run, &info)) != BFIT_OK || (rc = bfit_run_save(run, "embed.safetensors")) != BFIT_OK)
+    if ((rc = bfit_run_evaluate(run, &info)) != BFIT_OK || (rc = bfit_run_save(run, "embed.safetensors")) != BFIT_OK ||
+        (rc = bfit_run_result(run, &res)) != BFIT_OK)
         goto failed;
-    bfit_run_result(run, &res);
     bfit_run_finish(run, BFIT_OK);
     bfit_run_free(run);
-    printf("trained: %lld steps, test accuracy %.2f%%, peak device memory %.1f MiB\n", (long long)res.steps,
-           100 * info.test_acc, res.peak_bytes / 1048576.0);
+    printf("trained: %.0f steps, test accuracy %.2f%%, peak device memory %.1f MiB\n",
+           bfit_result_number(res, "steps"), 100 * info.test_acc, bfit_result_number(res, "peak_bytes") / 1048576.0);
+    bfit_result_free(res);
 
     /* the saved weights, evaluated afresh */
-    ev.model = "mlp";
-    ev.weights = "embed.safetensors";
-    ev.data = "fashion-mnist";
-    ev.normalize = 1;
-    if (bfit_evaluate(&ev, &loss, &acc, &n) != BFIT_OK)
+    if (bfit_config_set(ev, "model", "mlp") != BFIT_OK || bfit_config_set(ev, "weights", "embed.safetensors") != BFIT_OK ||
+        bfit_evaluate(ev, &res) != BFIT_OK)
         return fail("evaluating the saved weights");
-    printf("reloaded: test accuracy %.2f%% on %lld samples\n", 100 * acc, (long long)n);
+    printf("reloaded: test accuracy %.2f%% on %.0f samples\n", 100 * bfit_result_number(res, "accuracy"),
+           bfit_result_number(res, "samples"));
+    bfit_result_free(res);
+    bfit_config_free(cfg);
+    bfit_config_free(ev);
     return 0;
 failed:
     fail("training");

@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
+#include "internal.h"
 #include <cjson/cJSON.h>
 
 #include "base/clock.h"
@@ -22,12 +24,14 @@
 #include "tensor/safetensors.h"
 #include "train/log.h"
 #include "train/trainer.h"
+#include "tfiles.h"
+#include "tshared.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define NS 512 /* samples of the synthetic data set */
 #define NF 16  /* features */
 
-static char tmpdir[256], spec[300];
+static char spec[300];
 static bfit_dataset *train_set;
 
 /* Four classes, each a noisy direction in 16 features. */
@@ -36,11 +40,9 @@ static int setup(void **st)
     float *x = malloc(sizeof *x * NS * NF);
     int32_t y[NS];
     uint64_t s = 12345;
-    FILE *f;
     int rc;
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_ckpt_XXXXXX");
-    if (!x || !mkdtemp(tmpdir))
+    if (!x || tmp_setup("ckpt") != 0)
         return -1;
     for (int i = 0; i < NS; i++) {
         y[i] = i % 4;
@@ -51,24 +53,19 @@ static int setup(void **st)
     }
     rc = bfit_dataset_from_floats(bfit_shape_vec(NF), NS, 4, x, y, &train_set);
     free(x);
-    snprintf(spec, sizeof spec, "%s/small.cfg", tmpdir);
-    if (rc != BFIT_OK || !(f = fopen(spec, "w")))
+    if (rc != BFIT_OK)
         return -1;
-    fputs("input 16\nlinear 32\nrelu\nlinear 4\n", f);
-    fclose(f);
+    tmp_path(spec, sizeof spec, "small.cfg");
+    put_text(spec, "input 16\nlinear 32\nrelu\nlinear 4\n");
     return 0;
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
     bfit_dataset_free(train_set);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
-
-static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tmpdir, name); }
 
 /* 4 epochs of 512 samples in steps of 32, at a fixed micro-batch (no
  * decision on measured time), one thread. */
@@ -87,81 +84,27 @@ static bfit_train_cfg small_run(void)
     return c;
 }
 
-static char *file_bytes(const char *path, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)*n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)*n, f), (size_t)*n);
-    fclose(f);
-    return buf;
-}
-
-static void put_bytes(const char *path, const char *b, long n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-}
-
-/* Every tensor of two weight files the same, bit for bit (their metadata,
- * the steps and accuracy, may differ in how they were reached). */
-static void assert_same_tensors(const char *pa, const char *pb)
-{
-    bfit_st_file *a, *b;
-    assert_int_equal(bfit_st_read(pa, &a), BFIT_OK);
-    assert_int_equal(bfit_st_read(pb, &b), BFIT_OK);
-    assert_int_equal(bfit_st_count(a), bfit_st_count(b));
-    for (int i = 0; i < bfit_st_count(a); i++) {
-        const bfit_st_tensor *ta = bfit_st_get(a, i), *tb = bfit_st_find(b, ta->name);
-        assert_non_null(tb);
-        assert_int_equal(ta->nbytes, tb->nbytes);
-        assert_memory_equal(ta->data, tb->data, ta->nbytes);
-    }
-    bfit_st_free(a);
-    bfit_st_free(b);
-}
-
 /* The weights of the undisturbed run. */
 static void reference(const char *path)
 {
     bfit_train_cfg c = small_run();
     bfit_train_result r;
     c.save = path;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
 }
 
 /* ---- a device shared with another process, simulated on the CPU ------------ */
 
-static const bfit_device_vt *cpu_table;
-static bfit_device_vt shared_table;
-static uint64_t cotenant_free;     /* what the co-tenant leaves free */
 static int polls, back_after;      /* memory comes back after this many readings (0: never) */
 static int stop_after;             /* a stop is requested after this many readings while it is gone */
 static volatile sig_atomic_t stop_flag;
 
-static void shared_info(const bfit_device *d, bfit_device_info *out)
+static void cotenant_polled(void)
 {
-    cpu_table->info(d, out);
-    out->shared = 1;
-}
-
-static int shared_memory(bfit_device *d, uint64_t *free_b, uint64_t *total)
-{
-    (void)d;
-    if (cotenant_free < MiB && back_after && ++polls >= back_after)
-        cotenant_free = 1ull << 30;
-    if (cotenant_free < MiB && stop_after && ++polls >= stop_after)
+    if (tshared_free < MiB && back_after && ++polls >= back_after)
+        tshared_free = 1ull << 30;
+    if (tshared_free < MiB && stop_after && ++polls >= stop_after)
         stop_flag = 1; /* as the command line's signal handler does */
-    *free_b = cotenant_free;
-    *total = 8ull << 30;
-    return BFIT_OK;
 }
 
 /* After step 18 the co-tenant takes all the free memory. The run holds its
@@ -172,31 +115,17 @@ static void cotenant(void *ud, const bfit_step_info *s)
 {
     (void)ud;
     if (s->step == 18)
-        cotenant_free = 0;
+        tshared_free = 0;
 }
 
 static const bfit_mem_point release[1] = {{20, 1ull << 30}};
 
 static bfit_device *shared_device(void)
 {
-    bfit_device_cfg cc = bfit_device_cfg_default();
-    bfit_device *dev;
-    cc.threads = 1;
-    assert_int_equal(bfit_device_cpu_new(&cc, &dev), BFIT_OK);
-    cpu_table = dev->vt;
-    shared_table = *dev->vt;
-    shared_table.info = shared_info;
-    shared_table.mem_info = shared_memory;
-    dev->vt = &shared_table;
-    cotenant_free = 1ull << 30;
+    bfit_device *dev = tshared_new(1);
+    tshared_on_read = cotenant_polled;
     polls = 0;
     return dev;
-}
-
-static void close_shared(bfit_device *dev)
-{
-    dev->vt = cpu_table;
-    bfit_device_free(dev);
 }
 
 /* The names of the events of a log, in order, one letter each. */
@@ -252,7 +181,7 @@ static void test_wait_then_checkpoint(void **st)
     c.save = w;
     c.log = lg;
     t0 = bfit_clock_mono();
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     printf("  %s (%.2f s)\n", bfit_errmsg(), bfit_clock_mono() - t0);
     assert_int_equal(rc, BFIT_ENOMEM);
     assert_true(bfit_clock_mono() - t0 >= 0.6);
@@ -271,17 +200,17 @@ static void test_wait_then_checkpoint(void **st)
     assert_int_equal(ev[strlen(ev) - 1], 'X');
 
     /* the co-tenant has gone: the same run, from the checkpoint */
-    cotenant_free = 1ull << 30;
+    tshared_free = 1ull << 30;
     c.on_step = NULL;
     c.resume = dir;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_non_null(strstr(r.resumed_from, "ckpt-000000000020.safetensors"));
     assert_same_tensors(ref, w);
     event_letters(lg, ev, sizeof ev);
     printf("  events after the resume: %s\n", ev);
     assert_null(strchr(ev, 'X'));  /* the log was cut back to the checkpoint: one run */
     assert_int_equal(ev[strlen(ev) - 1], 'E');
-    close_shared(dev);
+    tshared_close(dev);
 }
 
 /* Memory that comes back while the run waits: it goes on, logs how long it
@@ -306,7 +235,7 @@ static void test_memory_comes_back(void **st)
     c.wait_for_memory = 60;
     c.save = w;
     c.log = lg;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     back_after = 0;
     event_letters(lg, ev, sizeof ev);
     printf("  events: %s\n", ev);
@@ -315,7 +244,7 @@ static void test_memory_comes_back(void **st)
     assert_null(strchr(ev, 'X'));
     assert_int_equal(r.steps, 4 * NS / 32);
     assert_same_tensors(ref, w);
-    close_shared(dev);
+    tshared_close(dev);
 }
 
 /* A stop requested while the run waits for memory: the wait ends at once,
@@ -346,7 +275,7 @@ static void test_stop_while_waiting(void **st)
     c.checkpoint = dir;
     c.save = w;
     t0 = bfit_clock_mono();
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     stop_after = 0;
     printf("  %s (%.2f s)\n", bfit_errmsg(), bfit_clock_mono() - t0);
     assert_int_equal(rc, BFIT_ESTOPPED);
@@ -356,13 +285,191 @@ static void test_stop_while_waiting(void **st)
     assert_non_null(strstr(bfit_errmsg(), "stopped on request while waiting for memory in step 21"));
     assert_non_null(strstr(r.checkpoint, "ckpt-000000000020.safetensors"));
 
-    cotenant_free = 1ull << 30;
+    tshared_free = 1ull << 30;
     stop_flag = 0;
     c.on_step = NULL;
     c.resume = dir;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_same_tensors(ref, w);
-    close_shared(dev);
+    tshared_close(dev);
+}
+
+/* ---- what a resumed run reports, and checkpoints of older versions ------------ */
+
+#define FIXTURES "tests/fixtures/old_ckpt" /* under BFIT_SOURCE_DIR; written by an older batchfit */
+
+static void fixture_path(char *buf, size_t n, const char *name)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, FIXTURES "/%s", name);
+    src_path(buf, n, rel);
+}
+
+/* The token-budget run of the fixtures (tok.cfg over lines.txt, variable
+ * lengths, dynamic loss scaling), to the end, a checkpoint every 5 steps. */
+static bfit_train_cfg token_run(char *model, char *data, size_t n)
+{
+    bfit_train_cfg c = bfit_train_cfg_default();
+    fixture_path(model, n, "tok.cfg");
+    fixture_path(data, n, "lines.txt");
+    c.model = model;
+    c.data = data;
+    c.seq_max = 16;
+    c.batch_tokens = 1;
+    c.batch = 100;
+    c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    c.lr = 3e-3;
+    c.loss_scale = BFIT_LOSS_SCALE_DYNAMIC;
+    c.epochs = 2;
+    c.epoch_samples = 200;
+    c.eval_samples = 40;
+    c.threads = 1;
+    c.prefetch = 0;
+    c.device_name = "cpu";
+    c.checkpoint_steps = 5;
+    c.checkpoint_keep = 100;
+    return c;
+}
+
+/* A resumed run's result counts the whole run, as the uninterrupted one's
+ * does: the tokens trained on and computed (a checkpoint keeps them), the
+ * loss scale and the steps it skipped (its loss scaler's); resumed from
+ * the middle or from the end, where nothing is left to train. */
+static void test_resume_keeps_totals(void **st)
+{
+    char model[4096], data[4096], dir[300], dir2[300], from[4200], save[300];
+    bfit_train_cfg c = token_run(model, data, sizeof model);
+    bfit_train_result a, b;
+    (void)st;
+    tmp_path(dir, sizeof dir, "totals");
+    tmp_path(dir2, sizeof dir2, "totals_resumed");
+    c.checkpoint = dir;
+    assert_int_equal(bfit_train_from(&c, &a), BFIT_OK);
+    printf("  %lld steps, %lld tokens of %lld computed, loss scale %g\n", (long long)a.steps, (long long)a.tokens,
+           (long long)a.tokens_computed, a.loss_scale);
+    assert_true(a.steps > 20 && a.tokens > 0 && a.tokens_computed > a.tokens && a.loss_scale > 0);
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s/ckpt-%012lld.safetensors", dir, i ? (long long)a.steps : 20LL);
+        tmp_path(save, sizeof save, "totals.st");
+        c = token_run(model, data, sizeof model);
+        c.resume = from;
+        c.checkpoint = dir2;
+        c.save = save;
+        assert_int_equal(bfit_train_from(&c, &b), BFIT_OK);
+        assert_int_equal(b.steps, a.steps);
+        assert_int_equal(b.samples, a.samples);
+        assert_int_equal(b.tokens, a.tokens);
+        assert_int_equal(b.tokens_computed, a.tokens_computed);
+        assert_true(b.loss_scale == a.loss_scale);
+        assert_int_equal(b.skipped_steps, a.skipped_steps);
+        if (b.test_loss != a.test_loss)
+            fail_msg("resumed at step %s: test loss %.17g, not %.17g", i ? "end" : "20", b.test_loss, a.test_loss);
+    }
+}
+
+/* Every key of checkpoint state (or configuration) `old` is in `new` with
+ * the same value, but those in skip (dotted paths). */
+static void assert_json_kept(const cJSON *old, const cJSON *new, const char *at, const char *const *skip)
+{
+    char path[256];
+    const cJSON *o;
+    cJSON_ArrayForEach(o, old) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(new, o->string);
+        int skipped = 0;
+        snprintf(path, sizeof path, "%s%s", at, o->string);
+        for (int i = 0; skip[i]; i++)
+            skipped |= !strcmp(skip[i], path);
+        if (skipped)
+            continue;
+        if (!n)
+            fail_msg("\"%s\" is not written back", path);
+        if (cJSON_IsObject(o)) {
+            strcat(path, ".");
+            assert_json_kept(o, n, path, skip);
+        } else if (cJSON_IsArray(o) && cJSON_IsArray(n) && cJSON_GetArraySize(o) == cJSON_GetArraySize(n) &&
+                   cJSON_IsObject(cJSON_GetArrayItem(o, 0))) {
+            /* records may gain fields (a newer batchfit keeps more): each old one keeps its own */
+            for (int i = 0; i < cJSON_GetArraySize(o); i++) {
+                char at_i[300];
+                snprintf(at_i, sizeof at_i, "%s[%d].", path, i);
+                assert_json_kept(cJSON_GetArrayItem(o, i), cJSON_GetArrayItem(n, i), at_i, skip);
+            }
+        } else if (!cJSON_Compare(o, n, 1)) {
+            char *x = cJSON_PrintUnformatted(o), *y = cJSON_PrintUnformatted(n);
+            fail_msg("\"%s\" was %s, is written back as %s", path, x, y);
+        }
+    }
+}
+
+static cJSON *meta_json(const bfit_st_file *f, const char *key)
+{
+    cJSON *j = cJSON_Parse(bfit_st_meta(f, key));
+    assert_non_null(j);
+    return j;
+}
+
+/* A checkpoint an older batchfit wrote (tests/fixtures/old_ckpt, from its
+ * directory: the paths in it are relative) resumes: its state and
+ * configuration read back and, written at once as a checkpoint again, are
+ * the same (but for the outputs this test gives and the result's later
+ * fields); its tensors come back bit for bit; the run then trains to its
+ * end. */
+static void old_checkpoint(const char *name, int64_t samples)
+{
+    static const char *const skip_state[] = {"log_bytes", NULL};
+    static const char *const skip_cfg[] = {"save", "log", "checkpoint", "device", NULL};
+    char dir[300], save[300], lg[300], from[4200], to[4200], cwd[4096];
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_train_result res;
+    bfit_st_file *fa, *fb;
+    bfit_run *r;
+    cJSON *ja, *jb;
+
+    fixture_path(from, sizeof from, "");
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(from), 0);
+    snprintf(from, sizeof from, "%s", name);
+    tmp_path(dir, sizeof dir, "old_ckpt");
+    tmp_path(save, sizeof save, "old_ckpt.st");
+    tmp_path(lg, sizeof lg, "old_ckpt.jsonl");
+    c.resume = from;
+    c.checkpoint = dir; /* the outputs are this test's, not the fixture's */
+    c.save = save;
+    c.log = lg;
+    c.device_name = "cpu";
+    if (bfit_run_new_from(&c, &r) != BFIT_OK)
+        fail_msg("%s: %s", name, bfit_errmsg());
+    assert_int_equal(bfit_run_checkpoint(r, to, sizeof to), BFIT_OK);
+    assert_int_equal(bfit_st_read(from, &fa), BFIT_OK);
+    assert_int_equal(bfit_st_read(to, &fb), BFIT_OK);
+    ja = meta_json(fa, "batchfit.state");
+    jb = meta_json(fb, "batchfit.state");
+    assert_json_kept(ja, jb, "", skip_state);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    ja = meta_json(fa, "batchfit.config");
+    jb = meta_json(fb, "batchfit.config");
+    assert_json_kept(ja, jb, "", skip_cfg);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    bfit_st_free(fa);
+    bfit_st_free(fb);
+    assert_same_tensors(from, to);
+    while (!bfit_run_done(r))
+        if (bfit_run_step(r, NULL) != BFIT_OK)
+            fail_msg("%s: %s", name, bfit_errmsg());
+    bfit_run_result_get(r, &res);
+    bfit_run_free(r);
+    assert_int_equal(chdir(cwd), 0);
+    printf("  %s: resumed, trained to step %lld, %lld samples\n", name, (long long)res.steps, (long long)res.samples);
+    assert_int_equal(res.samples, samples);
+}
+
+static void test_old_checkpoints_resume(void **st)
+{
+    (void)st;
+    old_checkpoint("auto/ckpt-000000000060.safetensors", 8 * 256);
+    old_checkpoint("tok/ckpt-000000000040.safetensors", 2 * 200);
 }
 
 /* ---- damaged checkpoints ------------------------------------------------------- */
@@ -377,7 +484,7 @@ static int refused(const char *path, const char *what, long at)
     tmp_path(save, sizeof save, "never.st");
     c.resume = path;
     c.save = save;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     if (rc == BFIT_OK)
         fail_msg("%s at byte %ld: the damaged checkpoint was resumed from", what, at);
     if (!strstr(bfit_errmsg(), path))
@@ -397,7 +504,7 @@ static char *a_checkpoint(char *path, size_t n, long *len, long *header)
     tmp_path(dir, sizeof dir, "damaged");
     c.checkpoint = dir;
     c.max_steps = 5;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     snprintf(path, n, "%s", r.checkpoint);
     b = file_bytes(path, len);
     memcpy(header, b, sizeof *header); /* little-endian u64, small */
@@ -457,6 +564,8 @@ int main(void)
         cmocka_unit_test(test_wait_then_checkpoint),
         cmocka_unit_test(test_memory_comes_back),
         cmocka_unit_test(test_stop_while_waiting),
+        cmocka_unit_test(test_resume_keeps_totals),
+        cmocka_unit_test(test_old_checkpoints_resume),
         cmocka_unit_test(test_every_byte_flip_refused),
         cmocka_unit_test(test_every_truncation_refused),
     };

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "base/rand.h"
 #include "batch/plan.h"
@@ -896,7 +897,7 @@ static void measured_step(const char *file, int s, const bfit_optim_cfg *oc, int
     bfit_arena *A = bfit_device_arena_new(dev[s], 8ull << 30);
     bfit_model *M = model_on(file, s, A);
     bfit_optim *opt = NULL;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_arena_stats s0, s1;
     float *x = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(M->input));
     int32_t *y = malloc(sizeof(int32_t) * (size_t)m);
@@ -1022,7 +1023,7 @@ static void test_injected_failure_recovered(void **st)
         c.epochs = 1;
         c.memory = 1ull << 30;
         c.fail_nth_alloc = nth[t];
-        if (bfit_train(&c, &r) != BFIT_OK)
+        if (bfit_train_from(&c, &r) != BFIT_OK)
             fail_msg("training with allocation %llu failing: %s", (unsigned long long)nth[t], bfit_errmsg());
         print_message("  allocation %llu failed: %d recovered, micro-batch %d, %lld samples, loss %.4f\n",
                       (unsigned long long)nth[t], r.ooms, r.micro_batch, (long long)r.samples, r.train_loss);

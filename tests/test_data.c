@@ -13,33 +13,27 @@
 #include <unistd.h>
 #include <zlib.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "data/data.h"
+#include "tfiles.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
 /* ---- helpers ------------------------------------------------------------- */
-static char tmpdir[256];
 static char pathbuf[8][512];
 static int pathnext;
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
 
 static int setup_tmp(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_data_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return tmp_setup("data");
 }
 
 static int teardown_tmp(void **st)
 {
     (void)st;
-    return nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    return tmp_teardown();
 }
 
 /* A path in the temp dir (a few live at once). */

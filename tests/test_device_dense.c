@@ -31,22 +31,6 @@
 #define MASK_BIT(m, i) ((int)(((m)[(i) >> 6] >> ((i) & 63)) & 1u))
 #define MASK_BYTES(n) ((size_t)((n) + 63) / 64 * 8)
 
-static int setup(void **st)
-{
-    tdev *t = calloc(1, sizeof *t);
-    tdev_open(t, 0);
-    *st = t;
-    return 0;
-}
-
-static int teardown(void **st)
-{
-    tdev *t = *st;
-    tdev_close(t);
-    free(t);
-    return 0;
-}
-
 /* splitmix64 -> uniform [-a, a) */
 static uint64_t rng_state = 42;
 static float urand(float a)
@@ -1207,5 +1191,5 @@ int main(void)
         cmocka_unit_test(test_norms),          cmocka_unit_test(test_norms_threads_bitwise),
         cmocka_unit_test(test_sgd),            cmocka_unit_test(test_adamw),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tdev_setup, tdev_teardown);
 }

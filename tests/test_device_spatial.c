@@ -29,26 +29,11 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "device/device.h"
 #include "device/half.h"
 #include "nn/layer.h"
 #include "tdev.h"
-
-static int setup(void **st)
-{
-    tdev *t = calloc(1, sizeof *t);
-    tdev_open(t, 0);
-    *st = t;
-    return 0;
-}
-
-static int teardown(void **st)
-{
-    tdev *t = *st;
-    tdev_close(t);
-    free(t);
-    return 0;
-}
 
 /* A device buffer of n bytes holding NaN (0xff bytes), so unwritten outputs
  * show; its host copy is NaN too. */
@@ -1087,5 +1072,5 @@ int main(void)
         cmocka_unit_test(test_bnorm_backward),
         cmocka_unit_test(test_bnorm_one_value),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tdev_setup, tdev_teardown);
 }

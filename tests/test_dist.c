@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,44 +18,33 @@
 #include "tdev.h"
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
+#include "tfiles.h"
+#include "trun.h"
 
-static char tmpdir[256], small[300], tiny[300];
+static char small[300], tiny[300];
 
 static int setup(void **st)
 {
-    FILE *f;
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_dyn_XXXXXX");
-    if (!mkdtemp(tmpdir))
+    if (tmp_setup("dyn") != 0)
         return -1;
     /* no batch norm, no dropout: the gradient cannot depend on the split */
-    snprintf(small, sizeof small, "%s/small.cfg", tmpdir);
-    f = fopen(small, "w");
-    fputs("input 1x28x28\nflatten\nlinear 64\nrelu\nlinear 10\n", f);
-    fclose(f);
-    snprintf(tiny, sizeof tiny, "%s/tiny.cfg", tmpdir);
-    f = fopen(tiny, "w");
-    fputs("input 4\nlinear 8\nrelu\nlinear 3\n", f);
-    fclose(f);
+    tmp_path(small, sizeof small, "small.cfg");
+    put_text(small, "input 1x28x28\nflatten\nlinear 64\nrelu\nlinear 10\n");
+    tmp_path(tiny, sizeof tiny, "tiny.cfg");
+    put_text(tiny, "input 4\nlinear 8\nrelu\nlinear 3\n");
     return 0;
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
 static bfit_train_cfg base(const char *model, int E, int64_t samples)
 {
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = model;
-    c.batch = E;
-    c.epoch_samples = samples;
-    c.eval_samples = 500;
-    c.threads = 2;
+    bfit_train_cfg c = trun_cfg(model, E, samples, 500);
     c.lr = 0.05;
     return c;
 }
@@ -103,7 +92,7 @@ static void test_split_does_not_change_weights(void **st)
         c.micro_batch = ms[i];
         snprintf(path[i], sizeof path[i], "%s/split%d.safetensors", tmpdir, ms[i]);
         c.save = path[i];
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
         assert_int_equal(r.steps, 20);
         assert_int_equal(r.micro_batch, ms[i]);
     }
@@ -117,7 +106,7 @@ static void test_split_does_not_change_weights(void **st)
         c.seed = 9;
         snprintf(other, sizeof other, "%s/seed9.safetensors", tmpdir);
         c.save = other;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
         d = weights_diff(path[0], other, &amax);
         printf("  another seed: max |dw| = %.3g\n", d);
         assert_true(d > 1e-3);
@@ -205,7 +194,7 @@ static void test_oom_loses_no_sample(void **st)
         c.memory = 1ull << 30;
         c.memory_schedule = mp;
         c.nmemory_schedule = 1;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
         printf("  fail allocation #%llu: %d out-of-memory recovered (first at step %lld), last micro-batch %d, "
                "%lld samples\n",
                (unsigned long long)nth[t], r.ooms, (long long)oom_at, r.micro_batch, (long long)cnt->total);
@@ -256,7 +245,7 @@ static void test_memory_schedule(void **st)
         c.memory = 1ull << 30;
         c.margin = 0;
         c.save = a;
-        assert_int_equal(bfit_train(&c, &ra), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &ra), BFIT_OK);
     }
     {
         bfit_train_cfg c = base(small, 64, 1920);
@@ -266,7 +255,7 @@ static void test_memory_schedule(void **st)
         c.nmemory_schedule = 2;
         c.save = b;
         c.log = lg;
-        assert_int_equal(bfit_train(&c, &rb), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &rb), BFIT_OK);
     }
     assert_int_equal(ra.samples, rb.samples);
     assert_int_equal(ra.steps, rb.steps);
@@ -298,7 +287,7 @@ static void test_batch_schedule(void **st)
     c.batch_schedule = pts;
     c.nbatch_schedule = n;
     c.log = lg;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_int_equal(r.steps, 20);
     assert_int_equal(r.samples, 960);
     assert_int_equal(r.last_batch, 64);
@@ -316,25 +305,9 @@ static void test_batch_instead_of_decay(void **st)
     c.sched.step_size = 5;
     c.sched.gamma = 0.5;
     c.batch_instead_of_decay = 1;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_int_equal(r.steps, 15);
     assert_int_equal(r.last_batch, 64);
-}
-
-/* The whole contents of a file (malloc'd). */
-static char *file_bytes(const char *path, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)*n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)*n, f), (size_t)*n);
-    fclose(f);
-    return buf;
 }
 
 /* One adaptive run (E from 16, at most 256); the noise scale must be
@@ -349,7 +322,7 @@ static void adaptive_run(int64_t samples, int micro_batch, const char *save, con
     c.micro_batch = micro_batch;
     c.log = lg;
     c.save = save;
-    assert_int_equal(bfit_train(&c, r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, r), BFIT_OK);
     printf("  adaptive, micro-batch %s: %lld steps, noise scale %.1f, last E %d, %d changes\n",
            micro_batch ? "fixed" : "auto", (long long)r->steps, r->noise_scale, r->last_batch, r->batch_changes);
     if (!(r->noise_scale > 0)) {
@@ -427,12 +400,9 @@ static void test_auto(void **st)
     bfit_train_result r;
     auto_seen seen = {0};
     double amax, d;
-    FILE *f;
     (void)st;
-    snprintf(spec, sizeof spec, "%s/bn_auto.cfg", tmpdir);
-    f = fopen(spec, "w");
-    fputs("input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n", f);
-    fclose(f);
+    tmp_path(spec, sizeof spec, "bn_auto.cfg");
+    put_text(spec, "input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n");
     for (int i = 0; i < 2; i++) {
         bfit_train_cfg c = base(spec, 32, 3200);
         c.micro_batch = 32;
@@ -444,7 +414,7 @@ static void test_auto(void **st)
         }
         snprintf(w[i], sizeof w[i], "%s/auto%d.safetensors", tmpdir, i);
         c.save = w[i];
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
         assert_int_equal(r.steps, 100);
     }
     d = weights_diff(w[0], w[1], &amax);
@@ -461,7 +431,7 @@ static void test_auto(void **st)
         c.log = lg;
         c.on_step = auto_on_step;
         c.cb_ud = &seen;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     }
     printf("  auto: %lld steps, E %d..%d, %d changes, noise scale %.1f\n", (long long)r.steps, seen.min_E,
            seen.max_E, r.batch_changes, r.noise_scale);
@@ -538,7 +508,7 @@ static void test_auto_plateau_run(void **st)
         snprintf(w[i], sizeof w[i], "%s/plateau%d.safetensors", tmpdir, i);
         c.log = lg[i];
         c.save = w[i];
-        assert_int_equal(bfit_train(&c, &r[i]), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r[i]), BFIT_OK);
     }
     snprintf(cmd, sizeof cmd, "grep '\"event\":\"batch_change\"' %s", lg[0]);
     p = popen(cmd, "r");
@@ -577,7 +547,7 @@ static void test_auto_plateau_run(void **st)
         bfit_train_cfg c = base(small, 0, 64000);
         c.auto_batch = 1;
         c.auto_gain = -0.1;
-        assert_int_equal(bfit_train(&c, &r[0]), BFIT_EINVAL);
+        assert_int_equal(bfit_train_from(&c, &r[0]), BFIT_EINVAL);
         assert_string_equal(bfit_errfield(), "auto_gain");
     }
 }
@@ -587,20 +557,17 @@ static void test_auto_plateau_run(void **st)
 static void test_batchnorm_warning(void **st)
 {
     char spec[300], lg[300], lg2[300];
-    FILE *f;
     bfit_train_result r;
     (void)st;
-    snprintf(spec, sizeof spec, "%s/bn.cfg", tmpdir);
-    f = fopen(spec, "w");
-    fputs("input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n", f);
-    fclose(f);
+    tmp_path(spec, sizeof spec, "bn.cfg");
+    put_text(spec, "input 1x28x28\nconv 4 k=3\nbatchnorm\nrelu\nflatten\nlinear 10\n");
     snprintf(lg, sizeof lg, "%s/bn.jsonl", tmpdir);
     snprintf(lg2, sizeof lg2, "%s/bn2.jsonl", tmpdir);
     {
         bfit_train_cfg c = base(spec, 32, 320);
         c.micro_batch = 8;
         c.log = lg;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     }
     assert_int_equal(log_count(lg, "\"event\":\"warning\""), 1);
     assert_int_equal(log_count(lg, "batch norm sees micro-batches of 8, not the effective batch 32"), 1);
@@ -608,7 +575,7 @@ static void test_batchnorm_warning(void **st)
         bfit_train_cfg c = base(spec, 32, 320);
         c.micro_batch = 32;
         c.log = lg2;
-        assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     }
     assert_int_equal(log_count(lg2, "\"event\":\"warning\""), 0);
 }

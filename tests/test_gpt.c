@@ -18,34 +18,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "batch/plan.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
+#include "trig.h"
 
 #define BIG ((uint64_t)16 << 30) /* accounting only: blocks are taken on demand */
 
-typedef struct rig {
-    bfit_device *dev;
-    bfit_arena *arena;
-    bfit_model *M;
-    bfit_optim *opt;
-} rig;
+typedef trig rig;
 
-/* A model from a preset or file (seq > 0: that many tokens; lean attention). */
+/* The device (2 threads), an arena and the model of g. */
 static void rig_graph(rig *r, bfit_graph_desc *g)
 {
-    bfit_device_cfg c = bfit_device_cfg_default();
-    memset(r, 0, sizeof *r);
-    c.threads = 2;
-    assert_int_equal(bfit_device_cpu_new(&c, &r->dev), BFIT_OK);
-    r->arena = bfit_device_arena_new(r->dev, BIG);
-    assert_non_null(r->arena);
-    if (bfit_model_new(g, r->dev, r->arena, &r->M) != BFIT_OK)
-        fail_msg("model: %s", bfit_errmsg());
-    bfit_graph_fini(g);
+    trig_open(r, 2, BIG);
+    trig_model(r, g);
 }
 
+/* A model from a preset or file (seq > 0: that many tokens; lean attention). */
 static void rig_new(rig *r, const char *src, int seq, int lean)
 {
     bfit_graph_desc g;
@@ -64,14 +55,6 @@ static void rig_text(rig *r, const char *spec)
     if (bfit_spec_parse(spec, strlen(spec), "test.cfg", &g) != BFIT_OK || bfit_spec_check_shapes(&g) != BFIT_OK)
         fail_msg("spec: %s", bfit_errmsg());
     rig_graph(r, &g);
-}
-
-static void rig_free(rig *r)
-{
-    bfit_optim_free(r->opt);
-    bfit_model_free(r->M);
-    bfit_arena_free(r->arena);
-    bfit_device_free(r->dev);
 }
 
 static uint64_t rnd(uint64_t *s)
@@ -129,7 +112,7 @@ static void test_spec_file_is_preset(void **st)
     char path[600];
     const char *src = getenv("BFIT_SOURCE_DIR");
     rig a, b;
-    bfit_plan pa, pb;
+    bfit_step_plan pa, pb;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     (void)st;
     snprintf(path, sizeof path, "%s/models/gpt-nano.cfg", src ? src : "..");
@@ -140,8 +123,8 @@ static void test_spec_file_is_preset(void **st)
     assert_int_equal(bfit_plan_compute(a.M, &oc, 3, 1, &pa), BFIT_OK);
     assert_int_equal(bfit_plan_compute(b.M, &oc, 3, 1, &pb), BFIT_OK);
     assert_memory_equal(pa.bytes, pb.bytes, sizeof pa.bytes);
-    rig_free(&a);
-    rig_free(&b);
+    trig_free(&a);
+    trig_free(&b);
 }
 
 /* ---- the whole model's gradient ---- */
@@ -229,7 +212,7 @@ static void check_model_grad(int lean)
     }
     print_message("  whole model (%s attention): %d elements, max rel err %.2e\n", lean ? "lean" : "stored",
                   checked, worst);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void test_model_gradient(void **st)
@@ -323,7 +306,7 @@ static void padded_vs_alone(int lean, int masked, double *dloss, double *dgrad)
     free(ga);
     free(gb);
     free(g1);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void test_padded_is_unpadded(void **st)
@@ -344,7 +327,7 @@ static void measured_step(const char *model, int seq, int lean, bfit_recompute_k
                           bfit_dtype prec)
 {
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_arena_stats s0, s1;
     bfit_optim_cfg oc = bfit_optim_cfg_default(ok);
     bfit_store_cfg sc = bfit_store_cfg_default();
@@ -386,7 +369,7 @@ static void measured_step(const char *model, int seq, int lean, bfit_recompute_k
     assert_int_equal(s1.peak, p.peak);
     for (int c = 0; c < BFIT_MEM_NCAT; c++)
         assert_int_equal(s1.peak_cat[c], p.bytes[c]);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void test_measured_equals_planned(void **st)
@@ -410,17 +393,17 @@ static void test_measured_equals_planned(void **st)
 
 /* ---- the plan against the sequence length ---- */
 
-static uint64_t per_seq(const char *model, int seq, int lean, bfit_plan *p)
+static uint64_t per_seq(const char *model, int seq, int lean, bfit_step_plan *p)
 {
     rig r;
-    bfit_plan a, b;
+    bfit_step_plan a, b;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     rig_new(&r, model, seq, lean);
     assert_int_equal(bfit_plan_compute(r.M, &oc, 2, 1, &a), BFIT_OK);
     assert_int_equal(bfit_plan_compute(r.M, &oc, 4, 1, &b), BFIT_OK);
     if (p)
         *p = b;
-    rig_free(&r);
+    trig_free(&r);
     return (b.bytes[BFIT_MEM_ACTIVATIONS] - a.bytes[BFIT_MEM_ACTIVATIONS]) / 2;
 }
 
@@ -458,7 +441,7 @@ static void test_plan_grows_with_seq(void **st)
 static void test_set_seq(void **st)
 {
     rig a, b;
-    bfit_plan pa, pb;
+    bfit_step_plan pa, pb;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     bfit_arena_stats s0, s1;
     double la, lb;
@@ -493,8 +476,8 @@ static void test_set_seq(void **st)
     assert_int_equal(bfit_model_reserve(a.M, 3, 1), BFIT_OK);
     fill_tokens(a.M, 3, 21);
     assert_true(model_loss(&a) == lb);
-    rig_free(&a);
-    rig_free(&b);
+    trig_free(&a);
+    trig_free(&b);
 }
 
 /* ---- spec errors of token models ---- */

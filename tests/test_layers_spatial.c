@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "gradcheck.h"
 #include "tdev.h"
 #include "nn/layer.h"

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "nn/layer.h"
 #include "tdev.h"
 #include "tensor/safetensors.h"

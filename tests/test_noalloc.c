@@ -24,11 +24,13 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "device/device.h"
 #include "nn/model.h"
 #include "nn/spec.h"
 #include "optim/gradnorm.h"
 #include "optim/optim.h"
+#include "ttok.h"
 
 /* ---- the heap counter ---------------------------------------------------- */
 
@@ -382,27 +384,6 @@ static void test_gpt_nano_lengths(void **st)
 
 /* ---- a whole run's step: --batch-tokens with --seq-max ----------------------- */
 
-/* 40 sequences an epoch, 8 to 128 tokens long, the same every epoch. */
-typedef struct tsrc {
-    int64_t next;
-} tsrc;
-
-static int tsrc_take(void *ud, int n, float *x, int32_t *y, int *got)
-{
-    tsrc *s = ud;
-    int k = 0;
-    for (; k < n && s->next < 40; k++, s->next++) {
-        int len = 8 + (int)(s->next * 37 % 121);
-        for (int j = 0; j < 128; j++) {
-            ((int32_t *)x)[k * 128 + j] = j < len ? (int32_t)((s->next + j) % 251) : 0;
-            y[k * 128 + j] = j < len ? (int32_t)((s->next + j + 1) % 251) : -1;
-        }
-    }
-    *got = k;
-    return BFIT_OK;
-}
-static int tsrc_next(void *ud) { ((tsrc *)ud)->next = 0; return BFIT_OK; }
-
 /* bfit_run_step as bfit_train calls it, with a token budget over sequences
  * of varying length: taking the sequences, sorting them, each micro-batch
  * sized at its length, the update and the controller. The first epoch warms
@@ -413,11 +394,11 @@ static void test_run_token_budget(void **st)
 {
     const char *src = getenv("BFIT_SOURCE_DIR");
     char path[512];
-    tsrc ts = {0};
-    bfit_source s = {tsrc_take, tsrc_next, tsrc_next, 40, &ts};
+    ttok ts = {.n = 40, .seq = 128, .vocab = 251, .lo = 8, .mul = 37, .mod = 121}; /* 8 to 128 tokens long */
+    bfit_source s = ttok_source(&ts);
     bfit_train_cfg c = bfit_train_cfg_default();
     bfit_run *run;
-    bfit_step_info in;
+    bfit_step_info in = BFIT_SIZED(bfit_step_info);
     uint64_t heap = 0, dnnl[3][16] = {{0}};
     int steps[3] = {0}, epoch = 0, rc = BFIT_OK;
     (void)st;
@@ -433,7 +414,7 @@ static void test_run_token_budget(void **st)
     c.memory = 1ull << 30;
     c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     c.lr = 1e-3;
-    if (bfit_run_new(&c, &run) != BFIT_OK)
+    if (bfit_run_new_from(&c, &run) != BFIT_OK)
         fail_msg("run: %s", bfit_errmsg());
     while (!bfit_run_done(run) && rc == BFIT_OK) {
         int counted = epoch > 0;

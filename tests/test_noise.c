@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "batchfit.h"
+#include "internal.h"
 
 /* ---- a small deterministic normal generator ----------------------------- */
 

@@ -591,7 +591,7 @@ static void test_dense_graph(void **st)
     bfit_graph_desc g;
     bfit_model *M;
     bfit_optim *opt;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_arena_stats s;
     float x[4 * 3 * 6 * 6];
     int32_t y[4] = {0, 1, 2, 3};

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "optim/gradnorm.h"
 #include "optim/lossscale.h"
 #include "optim/optim.h"

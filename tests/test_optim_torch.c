@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "optim/gradnorm.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"

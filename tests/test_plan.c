@@ -17,10 +17,13 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "batch/plan.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
+#include "tfiles.h"
+#include "trig.h"
 
 #define BIG ((uint64_t)16 << 30) /* accounting only: the arena allocates on demand */
 
@@ -28,54 +31,25 @@ static char models_dir[512];
 
 static int setup(void **st)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
-    snprintf(models_dir, sizeof models_dir, "%s/models", src ? src : "..");
+    src_path(models_dir, sizeof models_dir, "models");
     return 0;
 }
 
 /* Device (2 threads), an arena over its memory and a model. */
-typedef struct rig {
-    bfit_arena *arena;
-    bfit_device *dev;
-    bfit_model *M;
-    bfit_optim *opt;
-} rig;
-
-static void rig_open(rig *r, uint64_t capacity)
-{
-    bfit_device_cfg c = bfit_device_cfg_default();
-    memset(r, 0, sizeof *r);
-    c.threads = 2;
-    assert_int_equal(bfit_device_cpu_new(&c, &r->dev), BFIT_OK);
-    r->arena = bfit_device_arena_new(r->dev, capacity);
-    assert_non_null(r->arena);
-}
+typedef trig rig;
 
 /* A rig for a preset name or a file under models/. */
 static void rig_new(rig *r, const char *model, uint64_t capacity)
 {
-    bfit_graph_desc g;
     char path[600];
     const char *src = model;
     if (strstr(model, ".cfg")) {
         snprintf(path, sizeof path, "%s/%s", models_dir, model);
         src = path;
     }
-    rig_open(r, capacity);
-    if (bfit_model_source_load(src, &g) != BFIT_OK)
-        fail_msg("%s: %s", src, bfit_errmsg());
-    assert_int_equal(bfit_model_new(&g, r->dev, r->arena, &r->M), BFIT_OK);
-    bfit_graph_fini(&g);
-}
-
-/* The arena goes before its device. */
-static void rig_free(rig *r)
-{
-    bfit_optim_free(r->opt);
-    bfit_model_free(r->M);
-    bfit_arena_free(r->arena);
-    bfit_device_free(r->dev);
+    trig_open(r, 2, capacity);
+    trig_load(r, src);
 }
 
 static uint64_t rnd(uint64_t *s)
@@ -109,7 +83,7 @@ static double loss_sum(bfit_model *M)
     return loss;
 }
 
-static void assert_measured_is_planned(const char *what, const bfit_arena_stats *s, const bfit_plan *p)
+static void assert_measured_is_planned(const char *what, const bfit_arena_stats *s, const bfit_step_plan *p)
 {
     if (s->peak != p->peak)
         print_message("%s: measured peak %llu, planned %llu\n", what, (unsigned long long)s->peak,
@@ -132,7 +106,7 @@ static void measured_step_st(const char *model, const bfit_optim_cfg *oc, int m,
                              uint64_t budget)
 {
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_arena_stats s0, s1;
     double loss;
     char what[160];
@@ -177,7 +151,7 @@ static void measured_step_st(const char *model, const bfit_optim_cfg *oc, int m,
     assert_int_equal(s1.nalloc, s0.nalloc);
     assert_int_equal(s1.nfree, s0.nfree);
     assert_measured_is_planned(what, &s1, &p);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
@@ -189,11 +163,11 @@ static void measured_step(const char *model, const bfit_optim_cfg *oc, int m)
 static uint64_t planned_peak(const char *model, const bfit_optim_cfg *oc, int m, bfit_storage st)
 {
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     rig_new(&r, model, BIG);
     assert_int_equal(bfit_model_set_storage(r.M, &st, oc, BIG, 0), BFIT_OK);
     assert_int_equal(bfit_plan_compute(r.M, oc, m, 1, &p), BFIT_OK);
-    rig_free(&r);
+    trig_free(&r);
     return p.peak;
 }
 
@@ -249,14 +223,14 @@ static void test_measured_equals_planned_plain_sgd(void **st)
 {
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     (void)st;
     oc.momentum = 0;
     measured_step("cnn", &oc, 7);
     rig_new(&r, "mlp", BIG);
     assert_int_equal(bfit_plan_compute(r.M, &oc, 3, 1, &p), BFIT_OK);
     assert_int_equal(p.bytes[BFIT_MEM_OPTIMIZER], 0);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* ResNet-18 at 3x224x224 (batch norm, residual adds with and without a
@@ -276,7 +250,7 @@ static void test_eval_measured_and_smaller(void **st)
     for (unsigned i = 0; i < 4; i++)
         for (unsigned j = 0; j < sizeof sizes / sizeof sizes[0]; j++) {
             rig r;
-            bfit_plan pe, pt;
+            bfit_step_plan pe, pt;
             bfit_arena_stats s0, s1;
             bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
             int m = sizes[j];
@@ -302,7 +276,7 @@ static void test_eval_measured_and_smaller(void **st)
             bfit_arena_stats_get(r.arena, &s1);
             assert_int_equal(s1.nalloc, s0.nalloc);
             assert_measured_is_planned(what, &s1, &pe);
-            rig_free(&r);
+            trig_free(&r);
         }
 }
 
@@ -310,7 +284,7 @@ static void test_eval_measured_and_smaller(void **st)
 static void test_reuse_saves(void **st)
 {
     rig r;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
     rig_new(&r, "mlp", BIG);
@@ -323,7 +297,7 @@ static void test_reuse_saves(void **st)
     /* eval reuses activations down the network */
     assert_int_equal(bfit_plan_compute(r.M, NULL, 64, 0, &p), BFIT_OK);
     assert_true(p.no_reuse > p.peak);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* The solver at a capacity that binds: the plan at m = 37 plus a few bytes.
@@ -333,7 +307,7 @@ static void test_reuse_saves(void **st)
 static void solver_tight(const char *model, const bfit_optim_cfg *oc)
 {
     rig r;
-    bfit_plan p37, p38, p1;
+    bfit_step_plan p37, p38, p1;
     bfit_arena_stats before, after;
     uint64_t cap;
     int m = 0;
@@ -381,7 +355,7 @@ static void solver_tight(const char *model, const bfit_optim_cfg *oc)
     bfit_arena_stats_get(r.arena, &after);
     assert_int_equal(after.peak, p37.peak);
     assert_true(after.peak <= cap);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void test_solver_tight(void **st)
@@ -397,7 +371,7 @@ static void test_solver_tight(void **st)
 static void test_solver_edges(void **st)
 {
     rig r;
-    bfit_plan p1, p;
+    bfit_step_plan p1, p;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     int m;
     (void)st;
@@ -412,7 +386,7 @@ static void test_solver_edges(void **st)
     assert_int_equal(bfit_plan_max_batch_fraction(r.M, &oc, 1, BIG, 0, 10, &m, NULL), BFIT_EINVAL);
     assert_int_equal(bfit_plan_max_batch_fraction(r.M, &oc, 1, BIG, 1.5, 10, &m, NULL), BFIT_EINVAL);
     for (uint64_t budget = 8 << 20; budget < (64 << 20); budget += 5 << 20) {
-        bfit_plan pm, pn;
+        bfit_step_plan pm, pn;
         assert_int_equal(bfit_plan_max_batch(r.M, &oc, 1, budget, 1 << 20, &m, NULL), BFIT_OK);
         assert_true(m >= 1);
         assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &pm), BFIT_OK);
@@ -420,7 +394,7 @@ static void test_solver_edges(void **st)
         assert_true(pm.peak <= budget);
         assert_true(pn.peak > budget);
     }
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* oneDNN's scratch can shrink as m grows (a plain-layout backward-weights
@@ -438,12 +412,12 @@ static void test_solver_nonmonotonic_scratch(void **st)
     uint64_t peak[41];
     int downs = 0;
     (void)st;
-    rig_open(&r, BIG);
+    trig_open(&r, 2, BIG);
     assert_int_equal(bfit_spec_parse(text, strlen(text), "t.cfg", &g), BFIT_OK);
     assert_int_equal(bfit_model_new(&g, r.dev, r.arena, &r.M), BFIT_OK);
     bfit_graph_fini(&g);
     for (int m = 1; m <= 40; m++) {
-        bfit_plan p;
+        bfit_step_plan p;
         assert_int_equal(bfit_plan_compute(r.M, &oc, m, 1, &p), BFIT_OK);
         peak[m] = p.peak;
         downs += m > 1 && peak[m] < peak[m - 1];
@@ -459,13 +433,13 @@ static void test_solver_nonmonotonic_scratch(void **st)
             print_message("budget = peak(%d): solver %d, largest that fits %d\n", k, m, best);
         assert_int_equal(m, best);
     }
-    rig_free(&r);
+    trig_free(&r);
 }
 
 static void test_budget_and_line(void **st)
 {
     rig r;
-    bfit_plan p[3];
+    bfit_step_plan p[3];
     bfit_plan_line l;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
@@ -487,7 +461,7 @@ static void test_budget_and_line(void **st)
     assert_true(l.cat_slope[BFIT_MEM_ACTIVATIONS] > 0 && l.cat_slope[BFIT_MEM_INPUT] >= 784 * 4);
     /* 16, 32, 64 are multiples of 16 floats' alignment: exactly on the line */
     assert_int_equal(l.max_dev, 0);
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* Planning the big presets allocates nothing and is quick. */
@@ -497,7 +471,7 @@ static void test_plan_big_presets_allocates_nothing(void **st)
     (void)st;
     for (int i = 0; i < 2; i++) {
         rig r;
-        bfit_plan p;
+        bfit_step_plan p;
         bfit_arena_stats s;
         bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
         struct timespec t0, t1;
@@ -517,7 +491,7 @@ static void test_plan_big_presets_allocates_nothing(void **st)
         assert_int_equal(s.nalloc, 0);
         assert_int_equal(s.peak, 0);
         assert_int_equal(r.M->m, 0);
-        rig_free(&r);
+        trig_free(&r);
     }
 }
 
@@ -549,7 +523,7 @@ static float *step_grads(rig *r, int m, int64_t *n)
  * layout), and the parameter gradients of a step under each, which must be
  * the same bit for bit (test builds poison new arena memory, so a buffer
  * written while another still needed its bytes would show). */
-static void same_grads_when(rig *r, int *flag, bfit_plan *before, bfit_plan *after)
+static void same_grads_when(rig *r, int *flag, bfit_step_plan *before, bfit_step_plan *after)
 {
     int64_t n1, n2;
     float *a, *b;
@@ -573,12 +547,12 @@ static void same_grads_when(rig *r, int *flag, bfit_plan *before, bfit_plan *aft
 static void test_inplace_gradients(void **st)
 {
     rig r;
-    bfit_plan pin, pout;
+    bfit_step_plan pin, pout;
     (void)st;
     rig_new(&r, "resnet-mini.cfg", BIG);
     same_grads_when(&r, &r.M->no_inplace, &pin, &pout);
     assert_true(pin.no_reuse < pout.no_reuse); /* fewer gradient buffers: some were shared in place */
-    rig_free(&r);
+    trig_free(&r);
 }
 
 /* Activation gradients take bytes that activations no longer need: the step
@@ -591,7 +565,7 @@ static void test_grads_share_activations(void **st)
     (void)st;
     for (int i = 0; i < 2; i++) {
         rig r;
-        bfit_plan joint, apart;
+        bfit_step_plan joint, apart;
         bfit_storage sto = bfit_storage_default();
         rig_new(&r, "resnet-mini.cfg", BIG);
         sto.recompute = rk[i];
@@ -600,7 +574,7 @@ static void test_grads_share_activations(void **st)
         assert_int_equal(joint.bytes[BFIT_MEM_ACTIVATIONS], apart.bytes[BFIT_MEM_ACTIVATIONS]);
         assert_true(joint.bytes[BFIT_MEM_ACT_GRADS] < apart.bytes[BFIT_MEM_ACT_GRADS]);
         assert_int_equal(joint.no_reuse, apart.no_reuse);
-        rig_free(&r);
+        trig_free(&r);
     }
 }
 

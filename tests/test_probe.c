@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "batch/probe.h"
 #include "nn/spec.h"
@@ -141,7 +142,7 @@ static bfit_probe_cfg quick_cfg(uint64_t capacity)
  * find the largest m whose plan fits budget. */
 static int search_trials(bfit_model *M, const bfit_optim_cfg *oc, uint64_t budget, int limit, int *answer)
 {
-    bfit_plan p;
+    bfit_step_plan p;
     int trials = 0, good = 0, bad = 0;
     for (int64_t m = 1;; m *= 2) {
         if (m > limit)
@@ -306,7 +307,7 @@ static void test_batch1_too_big(void **st)
     bfit_probe_cfg c = quick_cfg(0);
     bfit_probe_result *res = calloc(1, sizeof *res);
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
-    bfit_plan p1;
+    bfit_step_plan p1;
     char want[32];
     (void)st;
 
@@ -336,7 +337,7 @@ static void test_model_never_fits(void **st)
     bfit_probe_cfg c = quick_cfg(0);
     bfit_probe_result *res = calloc(1, sizeof *res);
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
-    bfit_plan p1;
+    bfit_step_plan p1;
     char want[32];
     (void)st;
 
@@ -451,8 +452,10 @@ static void test_others_holdings(void **st)
     free(res);
 }
 
-/* The smallest size within the tolerance of the best; the data share is
- * the recommended size's. */
+/* The fastest batch: the best when its lead over every other size is
+ * larger than their spreads; a tie within the spread goes to the largest
+ * size within the tolerance of the best. The data share is the chosen
+ * size's. */
 static void test_analyse(void **st)
 {
     bfit_probe_result *r = calloc(1, sizeof *r);
@@ -465,16 +468,33 @@ static void test_analyse(void **st)
         r->rungs[i].m = 1 << i;
         r->rungs[i].samples_per_s = sps[i];
         r->rungs[i].wait_share = 0.01 * i;
+        r->rungs[i].spread = 0.01; /* +-0.5%: 720 leads 700 by 20, more than 3.6 + 3.5 */
     }
     bfit_probe_analyse(r, 0.05, 0.2);
     assert_int_equal(r->best, 5);
-    assert_int_equal(r->recommended, 4); /* 700 >= 0.95 * 720 */
-    assert_false(r->data_bound);
-    bfit_probe_analyse(r, 0.0, 0.2);
+    assert_true(r->clear_best);
     assert_int_equal(r->recommended, 5);
-    bfit_probe_analyse(r, 0.25, 0.02);
-    assert_int_equal(r->recommended, 3); /* 560 >= 540 */
-    assert_true(r->data_bound);          /* 0.03 > 0.02 */
+    assert_false(r->data_bound);
+    /* 64 ran noisily: its 690 may be 720, a tie */
+    r->rungs[6].spread = 0.2; /* +-69 */
+    bfit_probe_analyse(r, 0.05, 0.2);
+    assert_false(r->clear_best);
+    assert_int_equal(r->recommended, 6); /* the largest within 5%: 690 >= 684, 650 is not */
+    bfit_probe_analyse(r, 0.0, 0.2);
+    assert_int_equal(r->recommended, 5); /* no tolerance: the best itself */
+    bfit_probe_analyse(r, 0.25, 0.06);
+    assert_int_equal(r->recommended, 7); /* 650 >= 540 */
+    assert_true(r->data_bound);          /* 0.07 > 0.06 */
+    /* the noise that misled find before: a tiny size measured fastest by a
+     * hair, inside everyone's spread, is not "the fastest" */
+    for (int i = 0; i < 8; i++) {
+        r->rungs[i].samples_per_s = i == 2 ? 1010 : 1000 - i;
+        r->rungs[i].spread = 0.3;
+    }
+    bfit_probe_analyse(r, 0.05, 1);
+    assert_int_equal(r->best, 2);
+    assert_false(r->clear_best);
+    assert_int_equal(r->recommended, 7);
     free(r);
 }
 

@@ -19,43 +19,25 @@
 #include <unistd.h>
 
 #include "batchfit.h"
+#include "internal.h"
+#include "tfiles.h"
 
-static char dir[256], log_path[300], html_path[300];
+static char log_path[300], html_path[300];
 
 static int setup(void **st)
 {
     (void)st;
-    snprintf(dir, sizeof dir, "/tmp/bfit_test_report.XXXXXX");
-    if (!mkdtemp(dir))
+    if (tmp_setup("report") != 0)
         return -1;
-    snprintf(log_path, sizeof log_path, "%s/run.jsonl", dir);
-    snprintf(html_path, sizeof html_path, "%s/run.html", dir);
+    tmp_path(log_path, sizeof log_path, "run.jsonl");
+    tmp_path(html_path, sizeof html_path, "run.html");
     return 0;
 }
 
 static int teardown(void **st)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[600];
     (void)st;
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-    return 0;
-}
-
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    return tmp_teardown();
 }
 
 /* The whole file, or NULL if there is none. */
@@ -132,7 +114,7 @@ static int in_chart(const char *html, const char *id, const char *needle)
     return count_in(from, to, needle);
 }
 
-static const char *charts[] = {"loss", "accuracy", "batch", "memory", "throughput", "noise"};
+static const char *charts[] = {"loss", "accuracy", "lr", "gnorm", "batch", "memory", "throughput", "noise"};
 
 #define START "{\"event\":\"start\",\"time\":1700000000.5,\"model\":\"models/<tiny>.cfg\",\"data\":\"fashion-mnist\"," \
               "\"params\":1863690,\"batch\":64,\"micro_batch\":32,\"epochs\":1,\"capacity\":1073741824,"         \
@@ -147,14 +129,18 @@ static const char *charts[] = {"loss", "accuracy", "batch", "memory", "throughpu
 static const char *small_log =
     START
     "{\"event\":\"warning\",\"time\":1,\"step\":0,\"what\":\"batch norm sees <micro-batches> & more\"}\n"
-    STEP(0, 2.3, 32, 2, 64, 0) STEP(1, 2.1, 32, 2, 64, 0) STEP(2, 1.9, 32, 2, 64, 40.5)
+    STEP(0, 2.3, 32, 2, 64, 0) STEP(1, 2.1, 32, 2, 64, 0)
+    "{\"event\":\"step\",\"time\":1,\"step\":2,\"epoch\":1,\"loss\":1.9,\"lr\":0.05,\"m\":32,\"k\":2,\"E\":64,"
+    "\"mem\":3000000,\"capacity\":1073741824,\"seconds\":0.01,\"noise_scale\":40.5,\"grad_norm\":1.25}\n"
     "{\"event\":\"eval\",\"time\":1,\"epoch\":1,\"step\":3,\"train_loss\":2,\"test_loss\":1.8,\"test_acc\":0.61}\n"
     "{\"event\":\"memory\",\"time\":1,\"step\":3,\"capacity\":33554432}\n"
     "{\"event\":\"batch_change\",\"time\":1,\"step\":3,\"reason\":\"memory shrank\",\"m\":16,\"prev_m\":32,\"E\":64,"
     "\"prev_E\":64,\"why\":\"memory shrank: micro-batch 32 -> 16\"}\n"
     "\n"
     "{\"event\":\"something_new\",\"time\":1,\"x\":[1,2]}\n"
-    STEP(3, 1.7, 16, 4, 64, 50) STEP(4, 1.6, 16, 4, 64, 0) STEP(5, 1.5, 16, 4, 64, 60)
+    STEP(3, 1.7, 16, 4, 64, 50) STEP(4, 1.6, 16, 4, 64, 0)
+    "{\"event\":\"step\",\"time\":1,\"step\":5,\"epoch\":1,\"loss\":1.5,\"lr\":0.05,\"m\":16,\"k\":4,\"E\":64,"
+    "\"mem\":3000000,\"capacity\":1073741824,\"seconds\":0.01,\"noise_scale\":60,\"grad_norm\":0.5}\n"
     "{\"event\":\"error\",\"time\":1,\"step\":6,\"epoch\":1,\"code\":\"out of memory\",\"field\":\"memory\","
     "\"message\":\"memory: not even a micro-batch of 1 fits\"}\n"
     "{\"event\":\"eval\",\"time\":1,\"epoch\":1,\"step\":6,\"train_loss\":1.6,\"test_loss\":1.5,\"test_acc\":0.7}\n";
@@ -163,12 +149,12 @@ static void test_points_and_markers(void **st)
 {
     char *h;
     (void)st;
-    write_text(log_path, small_log);
+    put_text(log_path, small_log);
     if (bfit_report_write(log_path, html_path) != BFIT_OK)
         fail_msg("%s", bfit_errmsg());
     h = read_text(html_path);
     assert_non_null(h);
-    assert_int_equal(count_in(h, h + strlen(h), "<svg "), 6);
+    assert_int_equal(count_in(h, h + strlen(h), "<svg "), 8);
     for (size_t i = 0; i < sizeof charts / sizeof charts[0]; i++) {
         /* every event on every chart, in the log's order */
         assert_int_equal(in_chart(h, charts[i], "<g class=\"ev "), 4);
@@ -189,10 +175,12 @@ static void test_points_and_markers(void **st)
     assert_int_equal(points(h, "throughput", "thru", NULL), 6);
     assert_int_equal(points(h, "throughput", "thru-median", NULL), 6);
     assert_int_equal(points(h, "noise", "noise", NULL), 3); /* only the steps with an estimate */
+    assert_int_equal(points(h, "lr", "lr", NULL), 6);
+    assert_int_equal(points(h, "gnorm", "gnorm", NULL), 2); /* only the steps that logged one */
     /* the text of events, escaped, in the titles and the list */
-    assert_int_equal(count_in(h, h + strlen(h), "batch norm sees &lt;micro-batches&gt; &amp; more"), 7);
-    assert_int_equal(count_in(h, h + strlen(h), "memory shrank: micro-batch 32 -&gt; 16"), 7);
-    assert_int_equal(count_in(h, h + strlen(h), "device capacity is now 32.00 MiB"), 7);
+    assert_int_equal(count_in(h, h + strlen(h), "batch norm sees &lt;micro-batches&gt; &amp; more"), 9);
+    assert_int_equal(count_in(h, h + strlen(h), "memory shrank: micro-batch 32 -&gt; 16"), 9);
+    assert_int_equal(count_in(h, h + strlen(h), "device capacity is now 32.00 MiB"), 9);
     assert_null(strstr(h, "<tiny>"));
     assert_non_null(strstr(h, "models/&lt;tiny&gt;.cfg"));
     assert_non_null(strstr(h, "<ol class=\"events\">"));
@@ -203,7 +191,7 @@ static void test_config_plan_status(void **st)
 {
     char *h;
     (void)st;
-    write_text(log_path, small_log);
+    put_text(log_path, small_log);
     assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
     h = read_text(html_path);
     assert_non_null(h);
@@ -237,7 +225,7 @@ static void test_finished_and_cut_runs(void **st)
 {
     char *h;
     (void)st;
-    write_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0) STEP(1, 2.1, 32, 2, 64, 0)
+    put_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0) STEP(1, 2.1, 32, 2, 64, 0)
                "{\"event\":\"end\",\"time\":2,\"steps\":2,\"samples\":128,\"test_acc\":0.5,\"train_seconds\":2.0,"
                "\"peak\":3145728,\"ooms\":0,\"batch_changes\":1}\n");
     assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
@@ -254,14 +242,14 @@ static void test_finished_and_cut_runs(void **st)
     free(h);
 
     /* the process was stopped: neither end nor error */
-    write_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0));
+    put_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0));
     assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
     h = read_text(html_path);
     assert_non_null(strstr(h, "<strong>Incomplete</strong>"));
     free(h);
 
     /* failed before the run started: only the error */
-    write_text(log_path, "{\"event\":\"error\",\"time\":1,\"step\":0,\"epoch\":1,\"code\":\"out of memory\","
+    put_text(log_path, "{\"event\":\"error\",\"time\":1,\"step\":0,\"epoch\":1,\"code\":\"out of memory\","
                          "\"field\":\"memory\",\"message\":\"memory: training needs 21.61 MiB\"}\n");
     assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
     h = read_text(html_path);
@@ -282,7 +270,7 @@ static void test_token_units(void **st)
     char log[600], *h;
     (void)st;
     snprintf(log, sizeof log, "%s%s", start_tok, STEP(0, 5.5, 4096, 1, 4131, 12.5));
-    write_text(log_path, log);
+    put_text(log_path, log);
     assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
     h = read_text(html_path);
     assert_int_equal(in_chart(h, "batch", "E: tokens per optimizer step"), 1);
@@ -290,7 +278,7 @@ static void test_token_units(void **st)
     assert_int_equal(in_chart(h, "noise", "B_noise (tokens)"), 1);
     assert_int_equal(count_in(h, h + strlen(h), "samples per optimizer step"), 0);
     free(h);
-    write_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0));
+    put_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0));
     assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
     h = read_text(html_path);
     assert_int_equal(in_chart(h, "batch", "E: samples per optimizer step"), 1);
@@ -304,7 +292,7 @@ static void test_capacity_steps(void **st)
 {
     char *h;
     (void)st;
-    write_text(log_path, START
+    put_text(log_path, START
                "{\"event\":\"step\",\"step\":0,\"loss\":2,\"m\":32,\"k\":1,\"E\":32,\"mem\":3000000,"
                "\"capacity\":1073741824,\"seconds\":0.01}\n"
                "{\"event\":\"step\",\"step\":1,\"loss\":2,\"m\":32,\"k\":1,\"E\":32,\"mem\":3000000,"
@@ -351,8 +339,8 @@ static void refused(const char *log_text, int code, const char *msg)
     DIR *d;
     struct dirent *de;
     if (log_text)
-        write_text(log_path, log_text);
-    write_text(html_path, "old report");
+        put_text(log_path, log_text);
+    put_text(html_path, "old report");
     assert_int_equal(bfit_report_write(log_path, html_path), code);
     e = strstr(bfit_errmsg(), msg);
     if (!e)
@@ -360,7 +348,7 @@ static void refused(const char *log_text, int code, const char *msg)
     h = read_text(html_path);
     assert_string_equal(h, "old report");
     free(h);
-    d = opendir(dir);
+    d = opendir(tmpdir);
     while ((de = readdir(d)))
         assert_null(strstr(de->d_name, ".tmp"));
     closedir(d);
@@ -400,8 +388,8 @@ static void test_unwritable_output(void **st)
 {
     char bad[400];
     (void)st;
-    write_text(log_path, small_log);
-    snprintf(bad, sizeof bad, "%s/no/such/dir/run.html", dir);
+    put_text(log_path, small_log);
+    snprintf(bad, sizeof bad, "%s/no/such/dir/run.html", tmpdir);
     assert_int_equal(bfit_report_write(log_path, bad), BFIT_EIO);
     assert_non_null(strstr(bfit_errmsg(), bad));
 }

@@ -20,46 +20,29 @@
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
 #include "tdev.h"
+#include "tfiles.h"
+#include "trun.h"
+#include "tshared.h"
 
 #define MiB ((uint64_t)1 << 20)
 
-static char tmpdir[256], mlp[512], cnn[512];
+static char mlp[512], cnn[512];
 
 static int setup(void **st)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_run_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(mlp, sizeof mlp, "%s/models/mlp.cfg", src ? src : "..");
-    snprintf(cnn, sizeof cnn, "%s/models/cnn.cfg", src ? src : "..");
-    return 0;
+    src_path(mlp, sizeof mlp, "models/mlp.cfg");
+    src_path(cnn, sizeof cnn, "models/cnn.cfg");
+    return tmp_setup("run");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
-static bfit_train_cfg quick(const char *model, int E, int64_t samples)
-{
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = model;
-    c.batch = E;
-    c.epoch_samples = samples;
-    c.eval_samples = 200;
-    c.threads = 2;
-    return c;
-}
-
-static void tmp_path(char *buf, size_t n, const char *name)
-{
-    snprintf(buf, n, "%s/%s", tmpdir, name);
-}
+static bfit_train_cfg quick(const char *model, int E, int64_t samples) { return trun_cfg(model, E, samples, 200); }
 
 /* ---- what the callbacks saw ------------------------------------------------ */
 
@@ -163,44 +146,12 @@ static const cJSON *events_last(const events *e) { return e->ev[e->n - 1]; }
 
 /* ---- files ------------------------------------------------------------------- */
 
-static char *file_bytes(const char *path, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)*n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)*n, f), (size_t)*n);
-    fclose(f);
-    return buf;
-}
-
 static int file_exists(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (f)
         fclose(f);
     return f != NULL;
-}
-
-/* Every tensor of two weight files is the same, bit for bit. */
-static void assert_same_tensors(const char *pa, const char *pb)
-{
-    bfit_st_file *a, *b;
-    assert_int_equal(bfit_st_read(pa, &a), BFIT_OK);
-    assert_int_equal(bfit_st_read(pb, &b), BFIT_OK);
-    assert_int_equal(bfit_st_count(a), bfit_st_count(b));
-    for (int i = 0; i < bfit_st_count(a); i++) {
-        const bfit_st_tensor *ta = bfit_st_get(a, i), *tb = bfit_st_find(b, ta->name);
-        assert_non_null(tb);
-        assert_int_equal(ta->nbytes, tb->nbytes);
-        assert_memory_equal(ta->data, tb->data, ta->nbytes);
-    }
-    bfit_st_free(a);
-    bfit_st_free(b);
 }
 
 /* ---- the run object ---------------------------------------------------------- */
@@ -210,11 +161,11 @@ static void assert_same_tensors(const char *pa, const char *pb)
 static void drive(const bfit_train_cfg *c, const char *save, bfit_train_result *res)
 {
     bfit_run *r;
-    bfit_step_info si;
-    bfit_eval_info ev;
+    bfit_step_info si = BFIT_SIZED(bfit_step_info);
+    bfit_eval_info ev = BFIT_SIZED(bfit_eval_info);
     int64_t n = 0;
 
-    if (bfit_run_new(c, &r) != BFIT_OK)
+    if (bfit_run_new_from(c, &r) != BFIT_OK)
         fail_msg("bfit_run_new: %s", bfit_errmsg());
     while (!bfit_run_done(r)) {
         assert_int_equal(bfit_run_step(r, &si), BFIT_OK);
@@ -225,7 +176,7 @@ static void drive(const bfit_train_cfg *c, const char *save, bfit_train_result *
     /* a step past the end is refused, and changes nothing */
     assert_int_equal(bfit_run_step(r, &si), BFIT_ESTATE);
     assert_int_equal(bfit_run_save(r, save), BFIT_OK);
-    bfit_run_result(r, res);
+    bfit_run_result_get(r, res);
     bfit_run_finish(r, BFIT_OK);
     bfit_run_free(r);
 }
@@ -338,7 +289,7 @@ static void test_run_object(void **st)
     c.log = lb;
     c.save = wb;
     rec_attach(&c, b);
-    assert_int_equal(bfit_train(&c, &rb), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &rb), BFIT_OK);
     check_record(b);
     check_good_log(lb, 15, 2, 2);
     assert_same_record(a, b);
@@ -370,7 +321,7 @@ static uint64_t eval_1000_need(const char *model)
     tdev t;
     bfit_graph_desc g;
     bfit_model *M;
-    bfit_plan pe, pt;
+    bfit_step_plan pe, pt;
     bfit_optim_cfg o = bfit_optim_cfg_default(BFIT_OPT_SGD);
     tdev_open(&t, 2);
     assert_int_equal(bfit_model_source_load(model, &g), BFIT_OK);
@@ -391,7 +342,7 @@ static void tight_run(bfit_train_cfg *c, const char *lg, bfit_train_result *res,
     assert_non_null(r);
     c->log = lg;
     rec_attach(c, r);
-    if (bfit_train(c, res) != BFIT_OK)
+    if (bfit_train_from(c, res) != BFIT_OK)
         fail_msg("%s with %llu MiB: %s", c->model, (unsigned long long)(c->memory / MiB), bfit_errmsg());
     assert_int_equal(r->neval, 1);
     assert_int_equal(r->eval[0].samples, c->eval_samples);
@@ -449,7 +400,7 @@ static void check_eval_fits(const char *model, int E, uint64_t memory, int64_t s
     ec.threads = 2;
     ec.memory = 1ull << 30;
     ec.normalize = 1;
-    if (bfit_evaluate(&ec, &loss, &acc, &n) != BFIT_OK)
+    if (bfit_evaluate_from(&ec, &loss, &acc, &n) != BFIT_OK)
         fail_msg("%s", bfit_errmsg());
     printf("  again at micro-batch 1000: accuracy %.4f, loss %.4f\n", acc, loss);
     assert_int_equal(n, eval_samples);
@@ -507,7 +458,7 @@ static void test_error_event(void **st)
     c.lr = 1e4;
     c.log = lg;
     c.save = w;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     assert_int_equal(rc, BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "lr");
     assert_non_null(strstr(bfit_errmsg(), "lr: the loss became"));
@@ -523,7 +474,7 @@ static void test_error_event(void **st)
     c = quick(mlp, 64, 640);
     c.memory = MiB;
     c.log = lg;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     assert_int_equal(rc, BFIT_ENOMEM);
     check_error_log(lg, rc, 0, "memory");
 }
@@ -541,10 +492,10 @@ static void test_eval_oom_recovered(void **st)
 {
     bfit_train_cfg c = quick(mlp, 64, 640);
     bfit_run *run = NULL;
-    bfit_eval_info ev;
+    bfit_eval_info ev = BFIT_SIZED(bfit_eval_info);
     bfit_arena_stats s0, s1;
     (void)st;
-    assert_int_equal(bfit_run_new(&c, &run), BFIT_OK);
+    assert_int_equal(bfit_run_new_from(&c, &run), BFIT_OK);
     while (!bfit_run_done(run))
         assert_int_equal(bfit_run_step(run, NULL), BFIT_OK);
     bfit_arena_stats_get(bfit_run_arena(run), &s0);
@@ -563,33 +514,15 @@ static void test_eval_oom_recovered(void **st)
 
 /* The CPU device with its table's info and memory query replaced: it says it
  * is shared, and reports as free what the test's co-tenant leaves. */
-static const bfit_device_vt *cpu_table;
-static bfit_device_vt shared_table;
-static uint64_t cotenant_free;
-
-static void shared_info(const bfit_device *d, bfit_device_info *out)
-{
-    cpu_table->info(d, out);
-    out->shared = 1;
-}
-
-static int shared_memory(bfit_device *d, uint64_t *free_b, uint64_t *total)
-{
-    (void)d;
-    *free_b = cotenant_free;
-    *total = 8ull << 30;
-    return BFIT_OK;
-}
-
 /* After step 10 the co-tenant takes all but 2 MiB; after step 30 it gives
  * it back. */
 static void cotenant(void *ud, const bfit_step_info *s)
 {
     rec_step(ud, s);
     if (s->step == 10)
-        cotenant_free = 2ull << 20;
+        tshared_free = 2ull << 20;
     if (s->step == 30)
-        cotenant_free = 1ull << 30;
+        tshared_free = 1ull << 30;
 }
 
 /* The run reads the device's free memory every step: the micro-batch shrinks
@@ -600,22 +533,13 @@ static void cotenant(void *ud, const bfit_step_info *s)
 static void test_shared_device(void **st)
 {
     bfit_train_cfg c = quick(mlp, 256, 256 * 96); /* growth waits 50 steps after a shrink */
-    bfit_device_cfg cc = bfit_device_cfg_default();
     bfit_train_result res;
-    bfit_device *dev;
+    bfit_device *dev = tshared_new(2);
     rec *r = calloc(1, sizeof *r);
     char lg[300];
     events e;
     int shrank = -1, grew = -1, device_events = 0;
     (void)st;
-    cc.threads = 2;
-    assert_int_equal(bfit_device_cpu_new(&cc, &dev), BFIT_OK);
-    cpu_table = dev->vt;
-    shared_table = *dev->vt;
-    shared_table.info = shared_info;
-    shared_table.mem_info = shared_memory;
-    dev->vt = &shared_table;
-    cotenant_free = 1ull << 30;
     tmp_path(lg, sizeof lg, "shared.jsonl");
     c.device = dev;
     c.memory = 1ull << 30;
@@ -623,7 +547,7 @@ static void test_shared_device(void **st)
     rec_attach(&c, r);
     c.on_step = cotenant;
     c.micro_batch = 256;
-    assert_int_equal(bfit_train(&c, &res), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_OK);
     assert_int_equal(res.ooms, 0);                 /* shrunk before failing */
     assert_int_equal(res.samples, 256 * 96);
     for (int i = 0; i < r->nchange; i++) {
@@ -641,8 +565,7 @@ static void test_shared_device(void **st)
             device_events++;
     assert_int_equal(device_events, 2);            /* taken, given back */
     events_free(&e);
-    dev->vt = cpu_table;
-    bfit_device_free(dev);
+    tshared_close(dev);
     free(r);
 }
 
@@ -660,13 +583,13 @@ static void test_final_eval_failure_saves(void **st)
     tmp_path(lg, sizeof lg, "last_eval.jsonl");
     tmp_path(mid, sizeof mid, "mid.safetensors");
     c.save = ok;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
 
     c.save = w;
     c.log = lg;
     c.memory_schedule = drop;
     c.nmemory_schedule = 1;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     assert_int_equal(rc, BFIT_ENOMEM);
     printf("  %s\n", bfit_errmsg());
     assert_string_equal(bfit_errfield(), "memory");
@@ -684,7 +607,7 @@ static void test_final_eval_failure_saves(void **st)
     /* the same drop after epoch 1 of 2 */
     c.save = mid;
     c.epochs = 2;
-    rc = bfit_train(&c, &r);
+    rc = bfit_train_from(&c, &r);
     assert_int_equal(rc, BFIT_ENOMEM);
     assert_null(strstr(bfit_errmsg(), "saved"));
     assert_non_null(strstr(bfit_errmsg(), "evaluation at micro-batch 1 needs"));

@@ -23,36 +23,25 @@
 #include <unistd.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "tensor/safetensors.h"
-
-static char dir[PATH_MAX];
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
+#include "tfiles.h"
 
 static int setup_dir(void **st)
 {
-    const char *base = getenv("BFIT_BINARY_DIR");
     (void)st;
-    snprintf(dir, sizeof dir, "%s/st_test_XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(dir) ? 0 : -1;
+    return tmp_setup("st");
 }
 
 static int teardown_dir(void **st)
 {
     (void)st;
-    return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return tmp_teardown();
 }
-
 static void path_in(char *buf, size_t len, const char *name)
 {
-    if ((size_t)snprintf(buf, len, "%s/%s", dir, name) >= len)
-        fail_msg("path too long: %s/%s", dir, name);
+    if ((size_t)snprintf(buf, len, "%s/%s", tmpdir, name) >= len)
+        fail_msg("path too long: %s/%s", tmpdir, name);
 }
 
 /* Entries of d whose names contain ".tmp." (leftover temporary files). */
@@ -67,30 +56,6 @@ static int count_tmp(const char *d)
             n++;
     closedir(dp);
     return n;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *p;
-    long len;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    p = malloc((size_t)len + 1);
-    assert_int_equal(fread(p, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return p;
 }
 
 /* The sample set: every size of dtype, odd byte counts, a scalar, an empty
@@ -193,7 +158,7 @@ static void test_round_trip(void **st)
     assert_int_equal(bfit_st_count(f), 0);
     assert_int_equal(bfit_st_meta_count(f), 0);
     bfit_st_free(f);
-    assert_int_equal(count_tmp(dir), 0);
+    assert_int_equal(count_tmp(tmpdir), 0);
 }
 
 /* A Python program (json + struct + torch.frombuffer, and the safetensors
@@ -343,7 +308,7 @@ static void make_raw(const char *path, const char *json, long long hlen, size_t 
     for (int i = 0; i < 8; i++)
         b[i] = (unsigned char)(h >> (8 * i));
     memcpy(b + 8, json, jn);
-    write_bytes(path, b, n);
+    put_bytes(path, b, n);
     free(b);
 }
 
@@ -378,7 +343,7 @@ static void test_corrupt_files(void **st)
     bfit_st_free(f);
 
     path_in(p, sizeof p, "short.safetensors");
-    write_bytes(p, "\x10\0\0", 3);
+    put_bytes(p, "\x10\0\0", 3);
     assert_int_equal(bfit_st_read(p, &f), BFIT_EFORMAT);
     assert_non_null(strstr(bfit_errmsg(), "8-byte header length"));
 
@@ -424,14 +389,14 @@ static void test_corrupt_files(void **st)
     path_in(p, sizeof p, "does_not_exist.safetensors");
     assert_int_equal(bfit_st_read(p, &f), BFIT_EIO);
     assert_non_null(strstr(bfit_errmsg(), "does_not_exist"));
-    assert_int_equal(bfit_st_read(dir, &f), BFIT_EIO); /* a directory */
+    assert_int_equal(bfit_st_read(tmpdir, &f), BFIT_EIO); /* a directory */
 }
 
 /* The old file at p must still hold exactly old[0..n). */
-static void assert_same(const char *p, const char *old, size_t n)
+static void assert_same(const char *p, const char *old, long n)
 {
-    size_t m;
-    char *now = slurp(p, &m);
+    long m;
+    char *now = file_bytes(p, &m);
     assert_int_equal(m, n);
     assert_memory_equal(now, old, n);
     free(now);
@@ -441,7 +406,7 @@ static void test_failed_write_keeps_old(void **st)
 {
     bfit_st_tensor t[6], bad;
     char p[PATH_MAX], sub[PATH_MAX], q[PATH_MAX], *old;
-    size_t nold;
+    long nold;
     struct rlimit rl, small;
     float *big;
     int n = sample_tensors(t);
@@ -449,7 +414,7 @@ static void test_failed_write_keeps_old(void **st)
 
     path_in(p, sizeof p, "keep.safetensors");
     assert_int_equal(bfit_st_write(p, t, n, MK, MV, 2), BFIT_OK);
-    old = slurp(p, &nold);
+    old = file_bytes(p, &nold);
 
     /* bad arguments: nothing is created */
     bad = (bfit_st_tensor){"x", "F32", 1, {3}, W, 8};
@@ -472,10 +437,10 @@ static void test_failed_write_keeps_old(void **st)
     path_in(sub, sizeof sub, "is_a_dir");
     assert_int_equal(mkdir(sub, 0755), 0);
     path_in(q, sizeof q, "is_a_dir/inside");
-    write_bytes(q, "x", 1);
+    put_bytes(q, "x", 1);
     assert_int_equal(bfit_st_write(sub, t, n, MK, MV, 2), BFIT_EIO);
     printf("  rename over a directory -> %s\n", bfit_errmsg());
-    assert_int_equal(count_tmp(dir), 0);
+    assert_int_equal(count_tmp(tmpdir), 0);
     assert_int_equal(access(q, F_OK), 0);
 
     /* the disk "fills" part way through the tensors (RLIMIT_FSIZE: write
@@ -492,7 +457,7 @@ static void test_failed_write_keeps_old(void **st)
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
     signal(SIGXFSZ, SIG_DFL);
     printf("  disk full -> %s\n", bfit_errmsg());
-    assert_int_equal(count_tmp(dir), 0);
+    assert_int_equal(count_tmp(tmpdir), 0);
     assert_same(p, old, nold);
     free(big);
 
@@ -534,11 +499,11 @@ static void test_stale_temp_swept(void **st)
     path_in(live, sizeof live, "swept.safetensors.tmp.LiVe01");
     path_in(other, sizeof other, "other.safetensors.tmp.Ab3xY9");
     path_in(notours, sizeof notours, "swept.safetensors.tmp.keep-me");
-    write_bytes(stale, "half a file", 11);
-    write_bytes(other, "x", 1);
-    write_bytes(notours, "x", 1);
+    put_bytes(stale, "half a file", 11);
+    put_bytes(other, "x", 1);
+    put_bytes(notours, "x", 1);
     /* a writer at work: the lock is held through another open file */
-    write_bytes(live, "being written", 13);
+    put_bytes(live, "being written", 13);
     fd = open(live, O_RDWR);
     assert_true(fd >= 0);
     assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
@@ -557,7 +522,7 @@ static void test_stale_temp_swept(void **st)
     assert_int_equal(access(other, F_OK), 0);
     unlink(other);
     unlink(notours);
-    assert_int_equal(count_tmp(dir), 0);
+    assert_int_equal(count_tmp(tmpdir), 0);
 }
 
 /* Checksums: every tensor's CRC-32 in the metadata, verified on reading;
@@ -569,7 +534,7 @@ static void test_checksums(void **st)
     bfit_st_write_opts o = {1, NULL, NULL};
     bfit_st_file *f;
     char p[PATH_MAX], q[PATH_MAX], *raw;
-    size_t n;
+    long n;
     int nt = sample_tensors(t);
     (void)st;
     path_in(p, sizeof p, "crc.safetensors");
@@ -580,22 +545,22 @@ static void test_checksums(void **st)
     assert_non_null(bfit_st_meta(f, "crc32.layer.0.weight"));
     assert_int_equal(strlen(bfit_st_meta(f, "crc32.layer.0.weight")), 8);
     bfit_st_free(f);
-    raw = slurp(p, &n);
-    assert_int_equal(bfit_st_parse(raw, n, "mem", &f), BFIT_OK);
+    raw = file_bytes(p, &n);
+    assert_int_equal(bfit_st_parse(raw, (size_t)n, "mem", &f), BFIT_OK);
     check_sample_meta_extra(f);
     bfit_st_free(f);
     /* flip one bit of the last byte: the tensor stored last is named */
     raw[n - 1] ^= 1;
-    write_bytes(q, raw, n);
+    put_bytes(q, raw, n);
     assert_int_equal(bfit_st_read(q, &f), BFIT_EFORMAT);
     printf("  %s\n", bfit_errmsg());
     assert_non_null(strstr(bfit_errmsg(), q));
     assert_non_null(strstr(bfit_errmsg(), "fails its checksum"));
     assert_non_null(strstr(bfit_errmsg(), "\"mask\"")); /* U8, the smallest element size: stored last */
-    assert_int_equal(bfit_st_parse(raw, n, "mem", &f), BFIT_EFORMAT);
+    assert_int_equal(bfit_st_parse(raw, (size_t)n, "mem", &f), BFIT_EFORMAT);
     assert_non_null(strstr(bfit_errmsg(), "mem: tensor \"mask\" fails its checksum"));
     /* truncated anywhere: an error, never a partial file */
-    for (size_t cut = 0; cut < n; cut += 7) {
+    for (size_t cut = 0; cut < (size_t)n; cut += 7) {
         assert_int_not_equal(bfit_st_parse(raw, cut, "cut", &f), BFIT_OK);
         assert_non_null(strstr(bfit_errmsg(), "cut"));
     }

@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "nn/spec.h"
+#include "tfiles.h"
 
 static int parse(const char *text, bfit_graph_desc *g)
 {
@@ -425,8 +427,9 @@ static void test_shape_check(void **st)
 
 static void model_path(char *buf, size_t len, const char *name)
 {
-    const char *dir = getenv("BFIT_SOURCE_DIR");
-    snprintf(buf, len, "%s/models/%s", dir ? dir : "..", name);
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/%s", name);
+    src_path(buf, len, rel);
 }
 
 static void test_model_files(void **st)

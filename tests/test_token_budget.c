@@ -18,23 +18,21 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "tdev.h"
-
-static char tmpdir[256];
+#include "tfiles.h"
+#include "ttok.h"
 
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_tokbudget_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return tmp_setup("tokbudget");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
 #define T 40
@@ -46,31 +44,12 @@ static const char *spec = "input tokens=40\n"
                           "layernorm\n"
                           "linear 13 tie=1 bias=0\n";
 
-/* Sequence i has len(i) real tokens (4 to 40) of the pattern 0 1 .. 12 0 ..,
- * then padding (id 0, label -1); `full`: all 40 real. */
-typedef struct src {
-    int64_t next, n;
-    int full;
-} src;
-
-static int len_of(const src *s, int64_t i) { return s->full ? T : 4 + (int)(i * 7 % 37); }
-
-static int take(void *ud, int n, float *x, int32_t *labels, int *got)
+/* Sequence i has 4 to 40 real tokens of the pattern 0 1 .. 12 0 .., then
+ * padding (id 0, label -1); `full`: all 40 real. */
+static ttok tokens(int64_t n, int full)
 {
-    src *s = ud;
-    int k = 0;
-    for (; k < n && s->next < s->n; k++, s->next++) {
-        int len = len_of(s, s->next);
-        int32_t *xi = (int32_t *)x + k * T, *yi = labels + k * T;
-        for (int j = 0; j < T; j++) {
-            xi[j] = j < len ? (int32_t)((s->next + j) % 13) : 0;
-            yi[j] = j < len ? (int32_t)((s->next + j + 1) % 13) : -1;
-        }
-    }
-    *got = k;
-    return BFIT_OK;
+    return (ttok){.n = n, .seq = T, .vocab = 13, .lo = 4, .mul = 7, .mod = 37, .full = full};
 }
-static int next_epoch(void *ud) { ((src *)ud)->next = 0; return BFIT_OK; }
 
 /* What the run did, step by step and micro-batch by micro-batch. */
 typedef struct seen {
@@ -139,9 +118,9 @@ static char spec_path[300];
 /* One run of the tiny model on the source; rc its return. */
 static int run(const opts *o, seen *v, bfit_train_result *res)
 {
-    src train = {0, NSEQ, o->full}, test = {0, 32, o->full};
+    ttok train = tokens(NSEQ, o->full), test = tokens(32, o->full);
     int E0 = v->E0; /* the caller's */
-    bfit_source ts = {take, next_epoch, next_epoch, NSEQ, &train}, vs = {take, next_epoch, next_epoch, 32, &test};
+    bfit_source ts = ttok_source(&train), vs = ttok_source(&test);
     bfit_train_cfg c = bfit_train_cfg_default();
     FILE *f = fopen(spec_path, "w");
     assert_non_null(f);
@@ -179,7 +158,7 @@ static int run(const opts *o, seen *v, bfit_train_result *res)
     c.cb_ud = v;
     c.on_samples = on_samples;
     c.on_samples_ud = v;
-    return bfit_train(&c, res);
+    return bfit_train_from(&c, res);
 }
 
 static void run_ok(const opts *o, seen *v, bfit_train_result *res)
@@ -203,7 +182,7 @@ static void same_training(const seen *a, const seen *b, const char *what)
 static void test_steps_reach_budget(void **st)
 {
     opts o = {.tokens = 1, .batch = 150, .seq_max = T};
-    src s = {0, NSEQ, 0};
+    ttok s = tokens(NSEQ, 0);
     seen v = {0};
     bfit_train_result res;
     int step = 0;
@@ -214,7 +193,7 @@ static void test_steps_reach_budget(void **st)
         while (i < NSEQ) {
             int tok = 0, n = 0;
             while (i < NSEQ && tok < 150)
-                tok += len_of(&s, i++), n++;
+                tok += ttok_len(&s, i++), n++;
             assert_true(step < v.n);
             if (v.tokens[step] != tok || v.seqs[step] != n)
                 fail_msg("epoch %d step %d: %d tokens in %d sequences, expected %d in %d", epoch + 1, step + 1,
@@ -418,13 +397,13 @@ static void test_refusals(void **st)
     c.model = "mlp";
     c.batch_tokens = 1;
     c.max_steps = 1;
-    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "batch_tokens");
     assert_non_null(strstr(bfit_errmsg(), "not a token model"));
     c.model = spec_path;
     c.auto_batch = 1;
     c.batch = 0;
-    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "batch_tokens");
     o.tokens = 1;
     assert_int_equal(run(&o, &v, &r), BFIT_OK); /* the same model with a budget trains */

@@ -19,49 +19,21 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 #include "data/data.h"
-
-static char tmpdir[256];
+#include "tfiles.h"
+#include "ttok.h"
 
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_tokens_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return tmp_setup("tokens");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
-}
-
-static void path_of(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tmpdir, name); }
-
-static void write_bytes(const char *path, const void *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-
-static unsigned char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *b;
-    long len;
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = malloc((size_t)len);
-    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
+    return tmp_teardown();
 }
 
 static uint32_t le32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
@@ -72,16 +44,16 @@ static void roundtrip(int vocab, int width)
     int32_t ids[1000], *back;
     int64_t n;
     int v;
-    size_t len;
+    long len;
     unsigned char *raw;
-    path_of(p, sizeof p, "rt.bin");
+    tmp_path(p, sizeof p, "rt.bin");
     for (int i = 0; i < 1000; i++)
         ids[i] = (int32_t)(((uint64_t)i * 2654435761u) % (uint64_t)vocab);
     ids[7] = vocab - 1;
     assert_int_equal(bfit_tokens_write(p, ids, 1000, vocab), BFIT_OK);
-    raw = read_all(p, &len);
+    raw = (unsigned char *)file_bytes(p, &len);
     /* the header: magic, version (1: uint16, 2: uint32), count, vocab, zeros */
-    assert_int_equal(len, 1024 + 1000 * (size_t)width);
+    assert_int_equal(len, 1024 + 1000 * width);
     assert_int_equal(le32(raw), 20240520);
     assert_int_equal(le32(raw + 4), width == 2 ? 1 : 2);
     assert_int_equal(le32(raw + 8), 1000);
@@ -122,8 +94,8 @@ static void test_llmc_file(void **st)
     b[1024] = 0x50, b[1025] = 0xc4; /* 50256 = 0xc450, GPT-2's <|endoftext|> */
     b[1026] = 7;
     b[1028] = 0x10, b[1029] = 0x27; /* 10000 */
-    path_of(p, sizeof p, "llmc.bin");
-    write_bytes(p, b, sizeof b);
+    tmp_path(p, sizeof p, "llmc.bin");
+    put_bytes(p, b, (long)(sizeof b));
     assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
     assert_int_equal(n, 3);
     assert_int_equal(ids[0], 50256);
@@ -139,8 +111,8 @@ static void expect_bad(const unsigned char *b, size_t n, int code, const char *n
     int32_t *ids = (int32_t *)1;
     int64_t cnt;
     int v;
-    path_of(p, sizeof p, "bad.bin");
-    write_bytes(p, b, n);
+    tmp_path(p, sizeof p, "bad.bin");
+    put_bytes(p, b, (long)(n));
     assert_int_equal(bfit_tokens_read(p, &ids, &cnt, &v), code);
     assert_null(ids);
     print_message("  %s\n", bfit_errmsg());
@@ -159,8 +131,8 @@ static void test_refusals(void **st)
     b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
     b[4] = 1, b[8] = 4, b[12] = 5; /* 4 uint16 ids of a vocabulary of 5 */
     b[1024] = 1, b[1026] = 4, b[1028] = 2, b[1030] = 3;
-    path_of(p, sizeof p, "good.bin");
-    write_bytes(p, b, sizeof b);
+    tmp_path(p, sizeof p, "good.bin");
+    put_bytes(p, b, (long)(sizeof b));
     assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
     free(ids);
     expect_bad(b, sizeof b - 2, BFIT_EFORMAT, "the header says 4 ids of 2 bytes, the file holds 6 bytes");
@@ -173,7 +145,7 @@ static void test_refusals(void **st)
     b[4] = 1;
     b[0] ^= 1;
     expect_bad(b, sizeof b, BFIT_EFORMAT, "not a token file");
-    path_of(p, sizeof p, "missing.bin");
+    tmp_path(p, sizeof p, "missing.bin");
     assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_EIO);
 }
 
@@ -358,26 +330,7 @@ static const char *attn_opts = "";
 /* Sequences of the pattern "0 1 2 ... 11 12 0 1 ...", each padded after a
  * length that varies with the sample (4 to 40 tokens): the padding's ids
  * are 0 and its labels -1. */
-typedef struct src {
-    int64_t next, n;
-} src;
-
-static int take(void *ud, int n, float *x, int32_t *labels, int *got)
-{
-    src *s = ud;
-    int k = 0;
-    for (; k < n && s->next < s->n; k++, s->next++) {
-        int len = 4 + (int)(s->next * 7 % 37);
-        int32_t *xi = (int32_t *)x + k * T, *yi = labels + k * T;
-        for (int j = 0; j < T; j++) {
-            xi[j] = j < len ? (int32_t)((s->next + j) % 13) : 0;
-            yi[j] = j < len ? (int32_t)((s->next + j + 1) % 13) : -1;
-        }
-    }
-    *got = k;
-    return BFIT_OK;
-}
-static int next_epoch(void *ud) { ((src *)ud)->next = 0; return BFIT_OK; }
+static ttok tokens(int64_t n) { return (ttok){.n = n, .seq = T, .vocab = 13, .lo = 4, .mul = 7, .mod = 37}; }
 
 typedef struct losses {
     int n;
@@ -394,13 +347,13 @@ static void on_step(void *ud, const struct bfit_step_info *s)
 static void run(int micro, int seq_max, losses *out, double *test_loss, bfit_train_result *rr)
 {
     char p[300], spec[600];
-    src train = {0, 96}, test = {0, 32};
-    bfit_source ts = {take, next_epoch, next_epoch, 96, &train}, vs = {take, next_epoch, next_epoch, 32, &test};
+    ttok train = tokens(96), test = tokens(32);
+    bfit_source ts = ttok_source(&train), vs = ttok_source(&test);
     bfit_train_cfg c = bfit_train_cfg_default();
     bfit_train_result res;
-    path_of(p, sizeof p, "tiny.cfg");
+    tmp_path(p, sizeof p, "tiny.cfg");
     snprintf(spec, sizeof spec, SPEC_FMT, attn_opts);
-    write_bytes(p, spec, strlen(spec));
+    put_text(p, spec);
     c.model = p;
     c.train_source = &ts;
     c.test_source = &vs;
@@ -415,7 +368,7 @@ static void run(int micro, int seq_max, losses *out, double *test_loss, bfit_tra
     c.cb_ud = out;
     c.seq_max = seq_max;
     memset(out, 0, sizeof *out);
-    if (bfit_train(&c, &res) != BFIT_OK)
+    if (bfit_train_from(&c, &res) != BFIT_OK)
         fail_msg("train: %s", bfit_errmsg());
     *test_loss = res.test_loss;
     if (rr)
@@ -526,11 +479,11 @@ static void test_save_and_evaluate(void **st)
     (void)st;
     for (int i = 0; n + 64 < cap; i++)
         n += (size_t)snprintf(text + n, cap - n, "verse %d: and it was so, and it was good.\n", i % 97);
-    path_of(spec_path, sizeof spec_path, "bytes.cfg");
-    path_of(text_path, sizeof text_path, "text.txt");
-    path_of(w, sizeof w, "bytes.safetensors");
-    write_bytes(spec_path, byte_spec, strlen(byte_spec));
-    write_bytes(text_path, text, n);
+    tmp_path(spec_path, sizeof spec_path, "bytes.cfg");
+    tmp_path(text_path, sizeof text_path, "text.txt");
+    tmp_path(w, sizeof w, "bytes.safetensors");
+    put_text(spec_path, byte_spec);
+    put_bytes(text_path, text, (long)n);
     c.model = spec_path;
     c.data = text_path;
     c.batch = 16;
@@ -540,14 +493,14 @@ static void test_save_and_evaluate(void **st)
     c.opt = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
     c.lr = 1e-2;
     c.save = w;
-    if (bfit_train(&c, &res) != BFIT_OK)
+    if (bfit_train_from(&c, &res) != BFIT_OK)
         fail_msg("train: %s", bfit_errmsg());
     memset(&e, 0, sizeof e);
     e.model = spec_path;
     e.weights = w;
     e.data = text_path;
     e.threads = 2;
-    if (bfit_evaluate(&e, &loss, &acc, &cnt) != BFIT_OK)
+    if (bfit_evaluate_from(&e, &loss, &acc, &cnt) != BFIT_OK)
         fail_msg("evaluate: %s", bfit_errmsg());
     print_message("  trained 20 steps: test loss %.4f per token (run), %.4f (evaluate, %lld sequences)\n",
                   res.test_loss, loss, (long long)cnt);

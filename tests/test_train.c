@@ -9,44 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "tensor/safetensors.h"
 #include "train/trainer.h"
+#include "tfiles.h"
+#include "trun.h"
 
-static char tmpdir[256];
 static char mlp[512], cnn[512];
 
 static int setup(void **st)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_train_XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    snprintf(mlp, sizeof mlp, "%s/models/mlp.cfg", src ? src : "..");
-    snprintf(cnn, sizeof cnn, "%s/models/cnn.cfg", src ? src : "..");
-    return 0;
+    src_path(mlp, sizeof mlp, "models/mlp.cfg");
+    src_path(cnn, sizeof cnn, "models/cnn.cfg");
+    return tmp_setup("train");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
 static bfit_train_cfg quick(const char *model, int64_t samples)
 {
-    bfit_train_cfg c = bfit_train_cfg_default();
-    c.model = model;
+    bfit_train_cfg c = trun_cfg(model, 64, samples, 2000);
     c.data = "fashion-mnist";
-    c.batch = 64;
     c.epochs = 1;
-    c.epoch_samples = samples;
-    c.eval_samples = 2000;
     c.lr = 0.05;
-    c.threads = 2;
     return c;
 }
 
@@ -58,7 +49,7 @@ static void test_short_training_learns(void **st)
     bfit_train_cfg c = quick(mlp, 6000);
     bfit_train_result r;
     (void)st;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     printf("  mlp, 6000 samples: test accuracy %.4f, loss %.4f\n", r.test_acc, r.test_loss);
     assert_int_equal(r.samples, 6000);
     assert_int_equal(r.steps, (6000 + 63) / 64);
@@ -71,26 +62,9 @@ static void test_cnn_short_training_learns(void **st)
     bfit_train_cfg c = quick(cnn, 4000);
     bfit_train_result r;
     (void)st;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     printf("  cnn, 4000 samples: test accuracy %.4f, loss %.4f\n", r.test_acc, r.test_loss);
     assert_true(r.test_acc > 0.65);
-}
-
-static int file_bytes(const char *path, char **buf, long *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    *n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *buf = malloc((size_t)*n);
-    if (fread(*buf, 1, (size_t)*n, f) != (size_t)*n) {
-        fclose(f);
-        return -1;
-    }
-    fclose(f);
-    return 0;
 }
 
 /* Same seed, same machine: the same bits. A different seed: different
@@ -109,15 +83,15 @@ static void test_reproducible(void **st)
     snprintf(b, sizeof b, "%s/b.safetensors", tmpdir);
     snprintf(c3, sizeof c3, "%s/c.safetensors", tmpdir);
     c.save = a;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     c.save = b;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     c.save = c3;
     c.seed = 2;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
-    assert_int_equal(file_bytes(a, &ba, &na), 0);
-    assert_int_equal(file_bytes(b, &bb, &nb), 0);
-    assert_int_equal(file_bytes(c3, &bc, &nc), 0);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
+    ba = file_bytes(a, &na);
+    bb = file_bytes(b, &nb);
+    bc = file_bytes(c3, &nc);
     assert_int_equal(na, nb);
     assert_memory_equal(ba, bb, (size_t)na);
     assert_int_equal(na, nc);
@@ -140,7 +114,7 @@ static void test_saved_file(void **st)
     c.eval_samples = 100;
     snprintf(path, sizeof path, "%s/w.safetensors", tmpdir);
     c.save = path;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
     assert_int_equal(bfit_st_read(path, &f), BFIT_OK);
     assert_int_equal(bfit_st_count(f), 6);
     t = bfit_st_find(f, "1.weight");
@@ -178,23 +152,23 @@ static void test_bad_config(void **st)
     bfit_train_cfg c = quick(mlp, 640);
     (void)st;
     c.batch = 0;
-    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
     expect_field("batch", "must be at least 1, got 0");
     c = quick(mlp, 640);
     c.lr = -1;
-    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
     expect_field("lr", "must be a positive number, got -1");
     c = quick(mlp, 640);
     c.epochs = 0;
-    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
     expect_field("epochs", "must be at least 1, got 0");
     c = quick(mlp, 640);
     c.margin = 1;
-    assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
     expect_field("margin", "must be in [0, 1), got 1");
     c = quick(mlp, 640);
     c.save = "/nonexistent-dir/w.safetensors";
-    assert_int_equal(bfit_train(&c, &r), BFIT_EIO);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EIO);
     expect_field("save", "cannot write into directory '/nonexistent-dir'");
     /* the optimizer's settings are checked with the rest, before anything
      * is set up (no log written), also when weights are to be saved */
@@ -207,7 +181,7 @@ static void test_bad_config(void **st)
         c.opt.momentum = -1;
         c.save = w;
         c.log = lg;
-        assert_int_equal(bfit_train(&c, &r), BFIT_EINVAL);
+        assert_int_equal(bfit_train_from(&c, &r), BFIT_EINVAL);
         assert_non_null(strstr(bfit_errmsg(), "momentum -1 must be finite and >= 0"));
         f = fopen(lg, "r");
         assert_null(f);
@@ -215,17 +189,17 @@ static void test_bad_config(void **st)
         assert_null(f);
     }
     c = quick("/nonexistent/model.cfg", 640);
-    assert_int_equal(bfit_train(&c, &r), BFIT_EIO);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_EIO);
     assert_non_null(strstr(bfit_errmsg(), "/nonexistent/model.cfg"));
     c = quick(mlp, 640);
     c.data = "/nonexistent-data-dir";
-    assert_true(bfit_train(&c, &r) != BFIT_OK);
+    assert_true(bfit_train_from(&c, &r) != BFIT_OK);
     assert_non_null(strstr(bfit_errmsg(), "/nonexistent-data-dir"));
     /* a capacity below the parameters alone: a clear out-of-memory about
      * the memory setting, no crash */
     c = quick(mlp, 640);
     c.memory = 1 << 20;
-    assert_int_equal(bfit_train(&c, &r), BFIT_ENOMEM);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_ENOMEM);
     expect_field("memory", "even at micro-batch 1");
 }
 

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "batchfit.h"
+#include "internal.h"
 
 static void has(const char *what, const char *words)
 {
@@ -131,23 +132,23 @@ static void test_config_limits(void **st)
     (void)st;
     c.model = "mlp";
     c.batch = 99999999;
-    assert_int_equal(bfit_run_new(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_run_new_from(&c, &r), BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "batch");
     has("batch", "99999999 is out of range: expected 1 to 16777216");
     c.batch = 32;
     c.max_steps = BFIT_COUNT_MAX + 1;
-    assert_int_equal(bfit_run_new(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_run_new_from(&c, &r), BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "max_steps");
     c.max_steps = 0;
     c.batch_schedule = bp;
     c.nbatch_schedule = 1;
-    assert_int_equal(bfit_run_new(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_run_new_from(&c, &r), BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "batch_schedule");
     c.batch_schedule = NULL;
     c.nbatch_schedule = 0;
     c.memory_schedule = mp;
     c.nmemory_schedule = 2;
-    assert_int_equal(bfit_run_new(&c, &r), BFIT_EINVAL);
+    assert_int_equal(bfit_run_new_from(&c, &r), BFIT_EINVAL);
     assert_string_equal(bfit_errfield(), "memory_schedule");
     has("memory_schedule", "point 2");
 }

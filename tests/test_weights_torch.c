@@ -19,24 +19,20 @@
 #include "train/trainer.h"
 #include "train/weights.h"
 #include "tdev.h"
+#include "tfiles.h"
 
 #define N 64
-
-static char tmpdir[256];
 
 static int setup(void **st)
 {
     (void)st;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bfit_wt_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return tmp_setup("wt");
 }
 
 static int teardown(void **st)
 {
-    char cmd[300];
     (void)st;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tmp_teardown();
 }
 
 /* Train briefly, then compute probabilities for the first N test samples
@@ -68,7 +64,7 @@ static void check_model(const char *name)
     c.eval_samples = 100;
     c.threads = 2;
     c.save = wpath;
-    assert_int_equal(bfit_train(&c, &r), BFIT_OK);
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
 
     tdev_open(&td, 2);
     assert_int_equal(bfit_spec_parse_file(spec, &g), BFIT_OK);

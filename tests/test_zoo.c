@@ -11,18 +11,19 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "internal.h"
 
 #include "nn/model.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
+#include "tfiles.h"
 
 static char models_dir[512];
 
 static int setup(void **st)
 {
-    const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
-    snprintf(models_dir, sizeof models_dir, "%s/models", src ? src : "..");
+    src_path(models_dir, sizeof models_dir, "models");
     return 0;
 }
 

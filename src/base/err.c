@@ -19,8 +19,10 @@ void bfit_clear_error(void)
 
 int bfit_vfail(int code, const char *fmt, va_list ap)
 {
+    char b[sizeof msg]; /* the arguments may be the message itself */
+    vsnprintf(b, sizeof b, fmt, ap);
+    memcpy(msg, b, sizeof msg);
     field[0] = '\0';
-    vsnprintf(msg, sizeof msg, fmt, ap);
     return code;
 }
 
@@ -57,15 +59,30 @@ int bfit_fail_prefix(int code, const char *fmt, ...)
 
 int bfit_fail_field(int code, const char *name, const char *fmt, ...)
 {
+    char b[sizeof msg], f[sizeof field]; /* the arguments may be the message itself */
     size_t n;
     va_list ap;
-    snprintf(msg, sizeof msg, "%s: ", name);
-    n = strlen(msg);
+    snprintf(f, sizeof f, "%s", name);
+    snprintf(b, sizeof b, "%s: ", name);
+    n = strlen(b);
     va_start(ap, fmt);
-    vsnprintf(msg + n, sizeof msg - n, fmt, ap);
+    vsnprintf(b + n, sizeof b - n, fmt, ap);
     va_end(ap);
-    snprintf(field, sizeof field, "%s", name);
+    memcpy(msg, b, sizeof msg);
+    memcpy(field, f, sizeof field);
     return code;
+}
+
+void bfit_err_save(bfit_err_state *s)
+{
+    memcpy(s->msg, msg, sizeof s->msg);
+    memcpy(s->field, field, sizeof s->field);
+}
+
+void bfit_err_restore(const bfit_err_state *s)
+{
+    memcpy(msg, s->msg, sizeof msg);
+    memcpy(field, s->field, sizeof field);
 }
 
 const char *bfit_strerror(int code)

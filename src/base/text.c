@@ -25,6 +25,18 @@ const char *bfit_format_secs(double s, char *buf, size_t n)
     return buf;
 }
 
+const char *bfit_format_duration(double s, char *buf, size_t n)
+{
+    long t = s > 0 ? (long)(s + 0.5) : 0;
+    if (t < 60)
+        snprintf(buf, n, "%ld s", t);
+    else if (t < 3600)
+        snprintf(buf, n, "%ld min %02ld s", t / 60, t % 60);
+    else
+        snprintf(buf, n, "%ld h %02ld min", t / 3600, t % 3600 / 60);
+    return buf;
+}
+
 void bfit_xml_text(FILE *f, const char *s)
 {
     for (; *s; s++) {

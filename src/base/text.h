@@ -10,6 +10,8 @@
 const char *bfit_thousands(double v, char *buf, size_t n);
 /* "850 us", "12.34 ms", "1.50 s". Returns buf. */
 const char *bfit_format_secs(double s, char *buf, size_t n);
+/* A duration for people: "45 s", "3 min 05 s", "1 h 02 min". */
+const char *bfit_format_duration(double s, char *buf, size_t n);
 /* Write s with &, <, >, " escaped. */
 void bfit_xml_text(FILE *f, const char *s);
 /* s as the inside of a JSON string into buf (truncated to fit). Returns buf. */

@@ -2,10 +2,14 @@
  * configuration holds (whole numbers, capacities), shared by the command
  * line and the schedule parsers, so no option accepts what another refuses. */
 #include "base/err.h"
+#include "base/values.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int bfit_parse_int(const char *text, int64_t min, int64_t max, int64_t *out)
 {
@@ -38,6 +42,48 @@ int bfit_parse_int(const char *text, int64_t min, int64_t max, int64_t *out)
                          (long long)max);
     *out = neg ? (int64_t)(0 - v) : (int64_t)v;
     return BFIT_OK;
+}
+
+int bfit_parse_double(const char *text, double min, double max, double *out)
+{
+    char *end;
+    double x;
+
+    if (!text || !*text)
+        return bfit_fail(BFIT_EINVAL, "'' is not a number: expected %g to %g", min, max);
+    errno = 0;
+    x = strtod(text, &end);
+    if (*end || end == text)
+        return bfit_fail(BFIT_EINVAL, "'%s' is not a number: expected %g to %g", text, min, max);
+    if (isnan(x) || isinf(x)) {
+        if (errno == ERANGE)
+            return bfit_fail(BFIT_EINVAL, "%s is too large for a number: expected %g to %g", text, min, max);
+        return bfit_fail(BFIT_EINVAL, "'%s' is not a finite number: expected %g to %g", text, min, max);
+    }
+    if (errno == ERANGE) /* underflow: the value is 0 or a denormal, not what was written */
+        return bfit_fail(BFIT_EINVAL, "%s is too small to represent (it would round to %g): expected %g to %g",
+                         text, x, min, max);
+    if (x < min || x > max)
+        return bfit_fail(BFIT_EINVAL, "%s is out of range: expected %g to %g", text, min, max);
+    *out = x;
+    return BFIT_OK;
+}
+
+int bfit_parse_flag(const char *text, int *on)
+{
+    static const char *const yes[] = {"", "1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+
+    for (size_t i = 0; !text || i < sizeof yes / sizeof yes[0]; i++)
+        if (!text || !strcasecmp(text, yes[i])) {
+            *on = 1;
+            return BFIT_OK;
+        }
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        if (!strcasecmp(text, no[i])) {
+            *on = 0;
+            return BFIT_OK;
+        }
+    return bfit_fail(BFIT_EINVAL, "'%s' is not yes or no: a flag takes nothing, 1/0, true/false, yes/no", text);
 }
 
 int bfit_parse_capacity(const char *text, uint64_t *out)

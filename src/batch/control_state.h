@@ -1,13 +1,14 @@
 /* control_state.h - the batch controller's state, taken out and put back:
  * what a checkpoint keeps so a resumed run decides exactly as the
  * uninterrupted one would (the configuration is the caller's to give again).
- * Every field of the controller that changes after bfit_controller_new is
- * here; a field added to the controller must be added here too. */
+ * It is the controller's whole state: struct bfit_controller holds one
+ * (control_int.h), so nothing can be left out of a copy. */
 #ifndef BFIT_CONTROL_STATE_H
 #define BFIT_CONTROL_STATE_H
 
 #include "batchfit.h"
 #include "batch/goodput.h"
+#include "batch/noise.h"
 
 #define BFIT_CONTROLLER_NTPUT 32 /* micro-batches whose throughput is remembered */
 
@@ -15,6 +16,7 @@ typedef struct bfit_controller_tput {
     int m, n;        /* micro-batch, measurements (0: slot free) */
     double rate;     /* EMA of samples per second of compute */
     uint64_t used;   /* for replacement */
+    double var;      /* exponentially weighted variance of the measurements (their spread) */
 } bfit_controller_tput;
 
 /* Consecutive steps' norms (the noise scale without accumulation) and
@@ -53,6 +55,9 @@ typedef struct bfit_controller_state {
     int64_t ramp_start;
     int streak, at_m;          /* hysteresis */
     int64_t hold_until, holdoff, last_grow, last_E_change;
+    int prev_m;                /* the micro-batch before the last change of m (0: none) */
+    int64_t m_changed;         /* the step of that change */
+    uint64_t free_at_shrink;   /* free memory when m last shrank: growth is "memory freed" only above it */
     bfit_controller_tput tp[BFIT_CONTROLLER_NTPUT];
     uint64_t tick;
     bfit_controller_auto au;

@@ -59,9 +59,14 @@ static void svg_head(FILE *f, const char *model, double tol, const bfit_probe_re
     fprintf(f, "<text x=\"%d\" y=\"24\" class=\"title\">batchfit find: ", PL);
     bfit_xml_text(f, model);
     fprintf(f, ", memory %s, budget %s</text>\n", fmt(r->capacity, b1), fmt(r->budget, b2));
-    fprintf(f, "<text x=\"%d\" y=\"42\" class=\"note\">%d thread%s; largest batch %d, recommended %d (the "
-               "smallest within %g%% of the best throughput)</text>\n", PL, r->threads, r->threads == 1 ? "" : "s",
-            r->largest, rec, 100 * tol);
+    if (r->clear_best)
+        fprintf(f, "<text x=\"%d\" y=\"42\" class=\"note\">%d thread%s; largest batch %d, fastest %d (the best "
+                   "throughput, ahead of every other size by more than the spread)</text>\n", PL, r->threads,
+                r->threads == 1 ? "" : "s", r->largest, rec);
+    else
+        fprintf(f, "<text x=\"%d\" y=\"42\" class=\"note\">%d thread%s; largest batch %d, fastest %d (the largest "
+                   "within %g%% of the best: the rates tie within their spread)</text>\n", PL, r->threads,
+                r->threads == 1 ? "" : "s", r->largest, rec, 100 * tol);
 }
 
 /* The upper panel: samples/s per rung, the band within tol of the best and
@@ -88,16 +93,19 @@ static void throughput_panel(FILE *f, const axis *xp, double tol, const bfit_pro
     for (int i = 0; i < r->nrungs; i++)
         fprintf(f, "%.1f,%.1f ", ax(&x, log2(r->rungs[i].m)), ax(&y1, r->rungs[i].samples_per_s));
     fprintf(f, "\"/>\n");
-    for (int i = 0; i < r->nrungs; i++)
-        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#1f77b4\"/>\n", ax(&x, log2(r->rungs[i].m)),
-                ax(&y1, r->rungs[i].samples_per_s));
+    for (int i = 0; i < r->nrungs; i++) { /* the rate and its spread: the middle half of the measured steps */
+        double px = ax(&x, log2(r->rungs[i].m)), v = r->rungs[i].samples_per_s, u = v * r->rungs[i].spread / 2;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#1f77b4\" stroke-width=\"1\"/>\n",
+                px, ax(&y1, v - u > 0 ? v - u : 0), px, ax(&y1, v + u < y1.hi ? v + u : y1.hi));
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#1f77b4\"/>\n", px, ax(&y1, v));
+    }
     {
         double px = ax(&x, log2(rec)), py = ax(&y1, r->rungs[r->recommended].samples_per_s);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#2ca02c\" stroke-width=\"1.5\" "
                    "stroke-dasharray=\"5,4\"/>\n", px, T1, px, B1);
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"none\" stroke=\"#2ca02c\" stroke-width=\"2\"/>\n",
                 px, py);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\" class=\"note\" fill=\"#2a7a2a\">recommended %d"
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\" class=\"note\" fill=\"#2a7a2a\">fastest %d"
                    "</text>\n", px + (px > (PL + PR) / 2 ? -5 : 5), B1 - 8, px > (PL + PR) / 2 ? "end" : "start", rec);
     }
     bfit_svg_axes(f, PL, T1, PR, B1);

@@ -4,6 +4,7 @@
  * measures the norms. */
 #include "batchfit.h"
 #include "base/err.h"
+#include "batch/noise.h"
 
 #include <math.h>
 

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int training, bfit_plan *p)
+int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int training, bfit_step_plan *p)
 {
     bfit_layout lay;
     int rc;
@@ -51,7 +51,7 @@ typedef struct fit_ctx {
 static int plan_fits(void *ud, int m)
 {
     fit_ctx *f = ud;
-    bfit_plan p;
+    bfit_step_plan p;
     int rc;
     if (f->rc != BFIT_OK)
         return 0;
@@ -64,10 +64,10 @@ static int plan_fits(void *ud, int m)
 }
 
 int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
-                        int *m_out, bfit_plan *p1)
+                        int *m_out, bfit_step_plan *p1)
 {
     fit_ctx f = {M, opt, training, BFIT_OK, budget};
-    bfit_plan p;
+    bfit_step_plan p;
     int rc, m;
 
     *m_out = 0;
@@ -90,7 +90,7 @@ int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, 
 uint64_t bfit_plan_budget(uint64_t capacity, double margin) { return bfit_budget(capacity, margin); }
 
 int bfit_plan_max_batch_fraction(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t capacity,
-                                 double fraction, int limit, int *m_out, bfit_plan *p1)
+                                 double fraction, int limit, int *m_out, bfit_step_plan *p1)
 {
     *m_out = 0;
     if (!(fraction > 0 && fraction <= 1))
@@ -99,9 +99,9 @@ int bfit_plan_max_batch_fraction(bfit_model *M, const bfit_optim_cfg *opt, int t
                                limit, m_out, p1);
 }
 
-int bfit_plan_line_fit(const bfit_plan *p, int n, bfit_plan_line *out)
+int bfit_plan_line_fit(const bfit_step_plan *p, int n, bfit_plan_line *out)
 {
-    const bfit_plan *a = NULL, *b = NULL;
+    const bfit_step_plan *a = NULL, *b = NULL;
     double dm;
 
     memset(out, 0, sizeof *out);

@@ -8,9 +8,9 @@
 #include <string.h>
 
 /* The category of plan p farthest from its per-sample line. */
-static bfit_mem_cat worst_cat(const bfit_plan_report *r, const bfit_plan *p)
+static bfit_mem_cat worst_cat(const bfit_plan_report *r, const bfit_step_plan *p)
 {
-    const bfit_plan *ref = &r->shown[r->nshown - 1];
+    const bfit_step_plan *ref = &r->shown[r->nshown - 1];
     bfit_mem_cat cat = BFIT_MEM_WORKSPACE;
     double worst = -1;
     for (int c = 0; c < BFIT_MEM_NCAT; c++) {
@@ -28,7 +28,7 @@ static bfit_mem_cat worst_cat(const bfit_plan_report *r, const bfit_plan *p)
 /* The sizes shown, planned; then further sizes that check the line (small
  * ones, one between the slope's ends, the largest that fit) into all[]. */
 static int plan_sizes(bfit_model *M, const bfit_optim_cfg *opt, int training, const int *batches, int nbatch,
-                      bfit_plan_report *r, bfit_plan *all, int *nall, int *first_extra)
+                      bfit_plan_report *r, bfit_step_plan *all, int *nall, int *first_extra)
 {
     int extra[6], nextra = 0, rc;
 
@@ -74,7 +74,7 @@ static int plan_sizes(bfit_model *M, const bfit_optim_cfg *opt, int training, co
 
 /* The deviation of every plan from the line; m = 1 kept apart, since there
  * oneDNN often runs single-threaded kernels with other scratch. */
-static void deviations(bfit_plan_report *r, const bfit_plan *all, int nall)
+static void deviations(bfit_plan_report *r, const bfit_step_plan *all, int nall)
 {
     bfit_plan_line l = r->line;
     l.max_dev = 0;
@@ -100,7 +100,7 @@ static void deviations(bfit_plan_report *r, const bfit_plan *all, int nall)
 int bfit_plan_report_make(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t memory, double margin,
                           const int *batches, int nbatch, bfit_plan_report *r)
 {
-    bfit_plan all[BFIT_PLAN_REPORT_MAX + 8], ends[2];
+    bfit_step_plan all[BFIT_PLAN_REPORT_MAX + 8], ends[2];
     int nall, first_extra, rc;
     uint64_t tol;
 

@@ -4,6 +4,7 @@
 #include "base/clock.h"
 #include "base/median.h"
 #include "base/err.h"
+#include "base/progress.h"
 #include "batch/probe.h"
 #include "batch/session.h"
 #include "nn/zoo.h"
@@ -70,6 +71,7 @@ typedef struct probe {
     float *stage_x;         /* host staging of one micro-batch */
     int32_t *stage_y;
     int stage_m;
+    bfit_progress prog;     /* the cfg's human */
 } probe;
 
 /* A stream that can give m samples in one take (prefetching guesses the
@@ -210,7 +212,7 @@ static int doubling_search(probe *p, fits_fn f, int limit, int *answer, int *tri
 /* The search simulated: the arena refuses exactly what the plan exceeds. */
 static int fits_by_plan(probe *p, int m, int *fits)
 {
-    bfit_plan pl;
+    bfit_step_plan pl;
     int rc = bfit_plan_compute(p->M, p->opt, m, 1, &pl);
     *fits = rc == BFIT_OK && pl.peak <= p->step_budget;
     return rc;
@@ -242,7 +244,7 @@ static int fits_by_step(probe *p, int m, int *fits)
 
 static int explain_no_fit(bfit_probe_result *r, double margin)
 {
-    const bfit_plan *p1 = &r->p1;
+    const bfit_step_plan *p1 = &r->p1;
     char a[32], b[32], c[32], d[32], e[32], f[32];
     char other[96] = "", budget[160], is_budget[170];
 
@@ -308,6 +310,7 @@ static int confirm_largest(probe *p)
     char a[32], b[32];
 
     p->steps = &r->largest_steps;
+    bfit_progress_say(&p->prog, 1, "find: confirming the largest batch, %d, with a real step", m);
     rc = ensure_stream(p, m);
     if (rc != BFIT_OK)
         return rc;
@@ -403,6 +406,15 @@ static int measure_rung(probe *p, bfit_probe_rung *g, double *t, double *w)
     return BFIT_OK;
 }
 
+/* The ladder's sizes for a largest batch: 1, 2, 4, ... below it, and it. */
+static int rungs_for(int largest)
+{
+    int n = 1;
+    for (int64_t m = 1; m < largest; m *= 2)
+        n++;
+    return n;
+}
+
 /* Sizes 1, 2, 4, ... below the largest, then the largest. */
 static int ladder(probe *p)
 {
@@ -420,7 +432,7 @@ static int ladder(probe *p)
     r->nrungs = 0;
     for (int64_t m = 1; r->nrungs < BFIT_PROBE_MAX_RUNGS; m *= 2) {
         bfit_probe_rung *g = &r->rungs[r->nrungs];
-        bfit_plan pl;
+        bfit_step_plan pl;
         if (m >= r->largest)
             m = r->largest;
         memset(g, 0, sizeof *g);
@@ -432,6 +444,8 @@ static int ladder(probe *p)
         /* oneDNN's scratch can make a smaller size plan more than the
          * largest (plan.h); such a size cannot be the answer anyway */
         if (pl.peak <= p->step_budget) {
+            bfit_progress_say(&p->prog, 0, "find: measuring batch %d (size %d of about %d)", g->m, r->nrungs + 1,
+                              rungs_for(r->largest));
             rc = measure_rung(p, g, t, w);
             if (rc != BFIT_OK)
                 goto out;
@@ -450,8 +464,16 @@ out:
     return rc;
 }
 
+/* The fastest batch: the best measured one when its lead over every other
+ * is larger than their measured spreads (half the width of the middle half
+ * of each one's step times, as a rate); otherwise the rates tie within the
+ * noise, and it is the largest within the tolerance of the best (a larger
+ * micro-batch runs fewer steps for the same samples, so a tie goes to it). */
 void bfit_probe_analyse(bfit_probe_result *r, double tolerance, double data_threshold)
 {
+    int clear = 1;
+    double u_best;
+
     r->best = r->recommended = 0;
     r->data_share = 0;
     r->data_bound = 0;
@@ -460,7 +482,15 @@ void bfit_probe_analyse(bfit_probe_result *r, double tolerance, double data_thre
     for (int i = 1; i < r->nrungs; i++)
         if (r->rungs[i].samples_per_s > r->rungs[r->best].samples_per_s)
             r->best = i;
-    for (int i = 0; i < r->nrungs; i++)
+    u_best = r->rungs[r->best].samples_per_s * r->rungs[r->best].spread / 2;
+    for (int i = 0; i < r->nrungs; i++) {
+        double u = r->rungs[i].samples_per_s * r->rungs[i].spread / 2;
+        if (i != r->best && r->rungs[r->best].samples_per_s - r->rungs[i].samples_per_s <= u_best + u)
+            clear = 0;
+    }
+    r->recommended = r->best;
+    r->clear_best = clear;
+    for (int i = r->nrungs - 1; !clear && i > r->best; i--)
         if (r->rungs[i].samples_per_s >= (1.0 - tolerance) * r->rungs[r->best].samples_per_s) {
             r->recommended = i;
             break;
@@ -582,6 +612,7 @@ static uint64_t probe_init(probe *p, bfit_model *M, const bfit_dataset *d, const
     p->d = d;
     p->sc = *sc;
     p->res = res;
+    bfit_progress_init(&p->prog, cfg->human);
     bfit_device_info_get(M->dev, &di);
     res->threads = di.threads;
     res->params = bfit_model_param_count(M);
@@ -637,6 +668,7 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
     if (rc == BFIT_OK && cfg->ladder)
         rc = ladder(&p);
 out:
+    bfit_progress_end(&p.prog);
     bfit_model_unreserve(M);
     bfit_stream_free(p.s);
     free(p.stage_x);

@@ -43,7 +43,7 @@ static void state_keep(search *s)
     }
 }
 
-static int eval_state(search *s, bfit_plan *p)
+static int eval_state(search *s, bfit_step_plan *p)
 {
     int rc;
     state_keep(s);
@@ -73,11 +73,11 @@ static int apply_move(search *s, int j, int undo)
 
 /* One greedy step: the best move by freed bytes per recomputed FLOP.
  * Returns 1 if one was taken (*cur updated), 0 when none frees memory. */
-static int greedy_step(search *s, bfit_plan *cur, int *rc)
+static int greedy_step(search *s, bfit_step_plan *cur, int *rc)
 {
     int best = -1;
     double best_ratio = 0;
-    bfit_plan p, bestp;
+    bfit_step_plan p, bestp;
     for (int j = 0; j <= 2 * s->K; j++) {
         if (!apply_move(s, j, 0))
             continue;
@@ -141,9 +141,9 @@ static void search_fini(search *s)
 /* From keeping everything, walk the greedy path at micro-batch s->m. With
  * budget: stop at the first point that fits (*fits = 1). Else (or if none
  * fits) end at the least peak. s->best holds the chosen point's values. */
-static int walk(search *s, uint64_t budget, int *fits, bfit_plan *out)
+static int walk(search *s, uint64_t budget, int *fits, bfit_step_plan *out)
 {
-    bfit_plan cur;
+    bfit_step_plan cur;
     int rc = BFIT_OK;
     for (int i = 1; i <= s->K; i++)
         s->cutkeep[i] = 1;
@@ -178,7 +178,7 @@ static int auto_largest(search *s, uint64_t budget)
     static const bfit_recompute_kind fixed[] = {BFIT_RECOMPUTE_BLOCKS, BFIT_RECOMPUTE_SQRT};
     bfit_store_cfg best = s->sc, sc = s->sc;
     int bm = 0, m, fits, rc;
-    bfit_plan p;
+    bfit_step_plan p;
     sc.recompute = BFIT_RECOMPUTE_NONE;
     if ((rc = largest(s, &sc, budget, &s->m)) != BFIT_OK)
         return rc;
@@ -216,7 +216,7 @@ int bfit_model_set_storage(bfit_model *M, const bfit_storage *st, const bfit_opt
 {
     bfit_store_cfg sc;
     search s;
-    bfit_plan p;
+    bfit_step_plan p;
     int rc, fits = 0;
 
     if (!M || !st)

@@ -3,6 +3,7 @@
  * bfit_parse_capacity, so the two options accept and refuse alike (and like
  * --batch, --max-steps and --memory). Messages name the character. */
 #include "base/err.h"
+#include "base/values.h"
 #include "batch/memsched.h"
 
 #include <stdio.h>

@@ -96,7 +96,7 @@ int bfit_plan_ways(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
 
     for (int i = 0; rc == BFIT_OK && i < BFIT_WAYS; i++) {
         bfit_way *w = &out[i];
-        bfit_plan p;
+        bfit_step_plan p;
         memset(w, 0, sizeof *w);
         w->name = rows[i].name;
         w->storage = rows[i].st;

@@ -1,13 +1,9 @@
-/* cli.c - shared option parsing and error printing for the subcommands. */
-#include "cli/cli.h"
+/* cli.c - what the subcommands share: the option loop that hands every
+ * option to the library's configuration by its name, errors printed the
+ * same way, and the result printed as text or JSON. */
+#include "cli.h"
 
-#include "batchfit.h"
-
-#include <cjson/cJSON.h>
-
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,69 +30,14 @@ int cli_usage_hint(const char *cmd)
     return EXIT_USAGE;
 }
 
-void cli_bad_option(const char *name)
-{
-    if (optopt)
-        cli_error("option %s needs a value", name);
-    else
-        cli_error("unknown option '%s'", name);
-}
-
-int cli_no_extra(int argc, char **argv)
-{
-    if (optind < argc) {
-        cli_error("unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
-    return 0;
-}
-
-int cli_int(const char *opt, const char *v, long min, long max, long *out)
-{
-    int64_t x;
-    if (bfit_parse_int(v, min, max, &x) != BFIT_OK) {
-        cli_error("%s: %s", opt, bfit_errmsg());
-        return -1;
-    }
-    *out = (long)x;
-    return 0;
-}
-
-int cli_double(const char *opt, const char *v, double min, double max, double *out)
-{
-    char *end;
-    double x;
-    errno = 0;
-    x = strtod(v, &end);
-    if (!*v || *end || errno || !isfinite(x)) {
-        cli_error("%s: '%s' is not a number", opt, v);
-        return -1;
-    }
-    if (x < min || x > max) {
-        cli_error("%s: %g is out of range: expected %g to %g", opt, x, min, max);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-int cli_size(const char *opt, const char *v, uint64_t *out)
-{
-    if (bfit_parse_capacity(v, out) != BFIT_OK) {
-        cli_error("%s: %s", opt, bfit_errmsg());
-        return -1;
-    }
-    return 0;
-}
-
 void cli_lib_error(void)
 {
     const char *msg = bfit_errmsg(), *field = bfit_errfield();
     size_t n = strlen(field);
     char flag[80];
 
-    /* the library names a configuration field ("micro_batch: ..."); the
-     * command line calls it an option (--micro-batch) */
+    /* the library names an option ("micro_batch: ..."); the command line
+     * spells it --micro-batch */
     if (n && n + 3 < sizeof flag && !strncmp(msg, field, n) && msg[n] == ':') {
         snprintf(flag, sizeof flag, "--%s", field);
         for (char *c = flag; *c; c++)
@@ -108,39 +49,106 @@ void cli_lib_error(void)
     cli_error("%s", msg);
 }
 
-int cli_device_check(const char *opt, const char *v)
+/* A name the command handles itself, or an alias's option. */
+static int local_index(const cli_cmd *cmd, const char *name)
 {
-    if (!strcmp(v, "cpu") || !strcmp(v, "auto") || !strcmp(v, "cuda"))
-        return 0;
-    if (!strncmp(v, "cuda:", 5) && v[5]) {
-        char *end;
-        long i = strtol(v + 5, &end, 10);
-        if (!*end && i >= 0 && i <= 1024)
-            return 0;
-    }
-    cli_error("%s: unknown device '%s': expected cpu, cuda, cuda:N (a GPU index) or auto", opt, v);
+    for (int i = 0; cmd->local && cmd->local[i]; i++)
+        if (!strcmp(cmd->local[i], name))
+            return i;
     return -1;
 }
 
-int cli_storage_opt(const char *opt, const char *v, bfit_storage *st)
+static const char *alias_of(const cli_cmd *cmd, const char *name)
 {
-    int rc = !strcmp(opt, "--precision") ? bfit_precision_parse(v, &st->precision)
-                                         : bfit_recompute_parse(v, &st->recompute);
-    if (rc != BFIT_OK) {
-        cli_error("%s: %s", opt, bfit_errmsg());
-        return -1;
-    }
-    return 0;
+    for (int i = 0; cmd->alias && cmd->alias[i]; i += 2)
+        if (!strcmp(cmd->alias[i], name))
+            return cmd->alias[i + 1];
+    return name;
 }
 
-int cli_json_print(cJSON *root)
+/* The argument spells the option whole ("--epochs", "--epochs=3"), not
+ * an abbreviation of it. */
+static int exact(const char *arg, const char *opt)
 {
-    char *s = cJSON_PrintUnformatted(root);
+    size_t n = strlen(opt);
+    return !strncmp(arg, "--", 2) && !strncmp(arg + 2, opt, n) && (arg[2 + n] == '\0' || arg[2 + n] == '=');
+}
 
-    cJSON_Delete(root);
-    if (!s)
-        return -1;
-    puts(s);
-    cJSON_free(s);
-    return 0;
+/* An option getopt does not know: the library's "did you mean", or that
+ * the option is another command's. */
+static void unknown_option(const cli_cmd *cmd, const char *arg)
+{
+    char name[64];
+    bfit_config *scratch = bfit_config_new();
+    size_t n = strcspn(arg + (strncmp(arg, "--", 2) ? 0 : 2), "=");
+    snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), arg + (strncmp(arg, "--", 2) ? 0 : 2));
+    if (scratch && strncmp(arg, "--", 2) == 0 && bfit_config_set(scratch, name, NULL) != BFIT_OK &&
+        strstr(bfit_errmsg(), "did you mean '")) {
+        const char *m = strstr(bfit_errmsg(), "did you mean '") + 14;
+        cli_error("unknown option '%s': did you mean '--%.*s'?", arg, (int)strcspn(m, "'"), m);
+    } else if (scratch && strncmp(arg, "--", 2) == 0 && strstr(bfit_errmsg(), "unknown option") == NULL) {
+        cli_error("unknown option '%s' for %s (another command's option)", arg, cmd->name);
+    } else {
+        cli_error("unknown option '%s'", arg);
+    }
+    bfit_config_free(scratch);
+}
+
+int cli_parse(const cli_cmd *cmd, int argc, char **argv, bfit_config *c, unsigned *local)
+{
+    int o, idx;
+
+    *local = 0;
+    opterr = 0;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", cmd->opts, &idx)) != -1) {
+        const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?", *opt;
+        int li;
+        if (o == '?' || o == ':') {
+            if (optopt)
+                cli_error("option %s needs a value", name);
+            else
+                unknown_option(cmd, name);
+            return cli_usage_hint(cmd->name);
+        }
+        opt = cmd->opts[idx].name;
+        if (optarg && optind >= 2 && optarg == argv[optind - 1]) /* "--opt VALUE": the option is before it */
+            name = argv[optind - 2];
+        if (!exact(name, opt)) { /* getopt takes abbreviations; a typo must not pick an option */
+            unknown_option(cmd, name);
+            return cli_usage_hint(cmd->name);
+        }
+        if (!strcmp(opt, "help")) {
+            cmd->help();
+            return EXIT_OK;
+        }
+        if ((li = local_index(cmd, opt)) >= 0) {
+            *local |= 1u << li;
+            continue;
+        }
+        if (bfit_config_set(c, alias_of(cmd, opt), cmd->opts[idx].has_arg ? optarg : NULL) != BFIT_OK) {
+            cli_lib_error();
+            return cli_usage_hint(cmd->name);
+        }
+    }
+    if (optind < argc) {
+        cli_error("unexpected argument '%s'", argv[optind]);
+        return cli_usage_hint(cmd->name);
+    }
+    if (bfit_config_check(c, cmd->name) != BFIT_OK) {
+        cli_lib_error();
+        return cli_usage_hint(cmd->name);
+    }
+    return -1;
+}
+
+void cli_print(const bfit_result *res, int json)
+{
+    if (!res)
+        return;
+    if (json)
+        puts(bfit_result_json(res));
+    else
+        bfit_result_print(res, stdout);
+    fflush(stdout);
 }

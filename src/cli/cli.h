@@ -1,9 +1,13 @@
-/* cli.h - what the subcommands share: option value parsing that reports
- * usage errors the same way, and the exit codes. Only cli/ exits. */
+/* cli.h - what the subcommands share. The command line parses, calls the
+ * library through its public header and prints; every option but a few of
+ * its own (--help, --json, --quiet) is the library's, set by name. Only
+ * cli/ exits. */
 #ifndef BFIT_CLI_H
 #define BFIT_CLI_H
 
-#include <stdint.h>
+#include <batchfit.h>
+
+#include <getopt.h>
 
 enum {
     EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2,
@@ -12,25 +16,30 @@ enum {
     EXIT_SIGTERM = 143  /* train: stopped by SIGTERM (128 + 15) */
 };
 
+/* A subcommand's options: getopt's table, the names it handles itself (bit
+ * i of cli_parse's *local is set for local[i]), and aliases (pairs: the
+ * command line's name, the library's option). */
+typedef struct cli_cmd {
+    const char *name;
+    const struct option *opts;
+    void (*help)(void);
+    const char *const *local;
+    const char *const *alias;
+} cli_cmd;
+
 /* Print "batchfit: error: ..." to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Parse an option value or print a usage error naming the option and return
- * -1 (caller exits 2). */
-int cli_int(const char *opt, const char *v, long min, long max, long *out);
-int cli_double(const char *opt, const char *v, double min, double max, double *out);
-int cli_size(const char *opt, const char *v, uint64_t *out);
-/* getopt_long's '?': say which option was unknown or lacked its value. */
-void cli_bad_option(const char *name);
-/* Report the first argument getopt left over, if any; returns -1 then. */
-int cli_no_extra(int argc, char **argv);
-/* Print the library's last error, naming the option where the library
- * names a configuration field. */
+/* Print the library's last error, naming the option where it names one. */
 void cli_lib_error(void);
-/* Check a --device value (cpu, cuda, cuda:N, auto); -1 after a usage error. */
-int cli_device_check(const char *opt, const char *v);
-/* --precision and --recompute into st; -1 after a usage error. */
-struct bfit_storage;
-int cli_storage_opt(const char *opt, const char *v, struct bfit_storage *st);
+/* "Try 'batchfit CMD --help'." after a usage error; returns EXIT_USAGE. */
+int cli_usage_hint(const char *cmd);
+/* Every option into c (by name), then the library's check of them for the
+ * command. Returns -1 to go on, else the exit code (0 after --help, 2
+ * after a usage error, said). */
+int cli_parse(const cli_cmd *cmd, int argc, char **argv, bfit_config *c, unsigned *local);
+/* The result on stdout: its text, or its JSON on one line. */
+void cli_print(const bfit_result *res, int json);
+
 /* The help lines of --precision, --recompute and --no-lean. */
 #define CLI_STORAGE_HELP \
     "  --precision f32|bf16|f16  activations, their gradients and compute in this\n" \
@@ -42,11 +51,6 @@ int cli_storage_opt(const char *opt, const char *v, struct bfit_storage *st);
     "                        fits the target batch (default none; docs/memory.md)\n" \
     "  --no-lean             keep layers' inputs and outputs as they are (no relu\n" \
     "                        bits, no batch norm from its output)\n"
-/* Print root as one line on stdout and delete it: 0, or -1 out of memory. */
-struct cJSON;
-int cli_json_print(struct cJSON *root);
-/* "Try 'batchfit CMD --help'." after a usage error. */
-int cli_usage_hint(const char *cmd);
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -1,9 +1,7 @@
 /* cmd_report.c - `batchfit report LOG -o FILE`: the run report (one HTML
  * file) from a training run's event log; the library draws it. */
-#include "batchfit.h"
-#include "cli/cli.h"
+#include "cli.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,7 +66,10 @@ int cmd_report(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'h': help(); return EXIT_OK;
         default:
-            cli_bad_option(name);
+            if (optopt)
+                cli_error("option %s needs a value", name);
+            else
+                cli_error("unknown option '%s'", name);
             return cli_usage_hint("report");
         }
     }
@@ -77,8 +78,10 @@ int cmd_report(int argc, char **argv)
         return cli_usage_hint("report");
     }
     log = argv[optind++];
-    if (cli_no_extra(argc, argv))
+    if (optind < argc) {
+        cli_error("unexpected argument '%s'", argv[optind]);
         return cli_usage_hint("report");
+    }
     if (!out) {
         if (default_output(log, dflt, sizeof dflt)) {
             cli_error("cannot name the report after '%s': give -o FILE", log);

@@ -1,9 +1,8 @@
-/* cmd_train.c - `batchfit train`: options to a bfit_train_cfg, run, report. */
-#include "base/err.h"
-#include "cli/cli.h"
-#include "train/trainer.h"
+/* cmd_train.c - `batchfit train`: options to the library's configuration,
+ * the run (bfit_train), its result; signals stop it at a step boundary.
+ * Parses, calls and prints. */
+#include "cli.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,12 +111,9 @@ static void help(void)
          "processes, each with its own device and memory, one global effective batch:\n"
          "  --dist auto|on|off    train with every process the launcher started (auto:\n"
          "                        when it started several; on: also alone; default auto)\n"
-         "  --memory-schedule-rank R   the simulated memory events (--memory-schedule,\n"
-         "                        --fail-alloc) happen on rank R only\n"
-         "  --fail-alloc N        tests: the N-th device allocation fails (an out-of-memory\n"
-         "                        the run recovers from by a smaller micro-batch)\n"
-         "  --sample-check        log each epoch's count and checksum of the samples\n"
-         "                        trained on, all ranks' (for tests)\n"
+         "  --memory-schedule-rank R   the simulated memory events (--memory-schedule)\n"
+         "                        happen on rank R only\n"
+
          "  --log FILE            write a JSON-lines event log\n"
          "  --report FILE         write the run report (HTML, see `batchfit report --help`)\n"
          "                        at the end, also after a failure\n"
@@ -136,325 +132,40 @@ static void help(void)
          "130 stopped by SIGINT, 143 stopped by SIGTERM.");
 }
 
-enum {
-    O_MODEL = 256, O_DATA, O_EPOCHS, O_EPOCH_SAMPLES, O_EVAL_SAMPLES, O_MAX_STEPS, O_AUGMENT, O_NO_NORM,
-    O_NO_PREFETCH, O_BATCH, O_MICRO, O_EVAL_BATCH, O_MEMORY, O_MARGIN, O_OPT, O_LR, O_MOM, O_NEST, O_WD,
-    O_SCHED, O_WARMUP, O_STEP_SIZE, O_GAMMA, O_CLIP, O_SEED, O_THREADS, O_SAVE, O_LOG, O_QUIET, O_JSON, O_HELP,
-    O_BMIN, O_BMAX, O_BSCHED, O_BIOD, O_LRSCALE, O_REWARM, O_MEMSCHED, O_TEST_DATA, O_DEVICE, O_REPORT, O_CONV,
-    O_CSV_HEADER, O_CKPT, O_CKPT_EVERY, O_KEEP, O_RESUME, O_WAIT_MEM, O_LRREF, O_DIST, O_MEMSCHED_RANK,
-    O_SAMPLE_CHECK, O_FAIL_ALLOC, O_PRECISION, O_RECOMPUTE, O_NO_LEAN, O_LOSS_SCALE, O_LS_INTERVAL, O_POISON,
-    O_SEQ_MAX, O_BATCH_TOKENS, O_INIT
-};
-
 static const struct option opts[] = {
-    {"model", required_argument, 0, O_MODEL}, {"data", required_argument, 0, O_DATA},
-    {"init", required_argument, 0, O_INIT},
-    {"epochs", required_argument, 0, O_EPOCHS}, {"epoch-samples", required_argument, 0, O_EPOCH_SAMPLES},
-    {"eval-samples", required_argument, 0, O_EVAL_SAMPLES}, {"max-steps", required_argument, 0, O_MAX_STEPS},
-    {"seq-max", required_argument, 0, O_SEQ_MAX},
-    {"augment", no_argument, 0, O_AUGMENT}, {"no-normalize", no_argument, 0, O_NO_NORM},
-    {"no-prefetch", no_argument, 0, O_NO_PREFETCH}, {"batch", required_argument, 0, O_BATCH},
-    {"batch-tokens", required_argument, 0, O_BATCH_TOKENS},
-    {"micro-batch", required_argument, 0, O_MICRO}, {"eval-batch", required_argument, 0, O_EVAL_BATCH},
-    {"memory", required_argument, 0, O_MEMORY}, {"margin", required_argument, 0, O_MARGIN},
-    {"optimizer", required_argument, 0, O_OPT}, {"lr", required_argument, 0, O_LR},
-    {"momentum", required_argument, 0, O_MOM}, {"nesterov", no_argument, 0, O_NEST},
-    {"weight-decay", required_argument, 0, O_WD}, {"schedule", required_argument, 0, O_SCHED},
-    {"warmup", required_argument, 0, O_WARMUP}, {"step-size", required_argument, 0, O_STEP_SIZE},
-    {"gamma", required_argument, 0, O_GAMMA}, {"clip", required_argument, 0, O_CLIP},
-    {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
-    {"save", required_argument, 0, O_SAVE}, {"log", required_argument, 0, O_LOG},
-    {"report", required_argument, 0, O_REPORT},
-    {"batch-min", required_argument, 0, O_BMIN}, {"batch-max", required_argument, 0, O_BMAX},
-    {"batch-schedule", required_argument, 0, O_BSCHED}, {"batch-instead-of-decay", no_argument, 0, O_BIOD},
-    {"lr-scaling", required_argument, 0, O_LRSCALE}, {"rewarmup", required_argument, 0, O_REWARM},
-    {"lr-ref-batch", required_argument, 0, O_LRREF},
-    {"memory-schedule", required_argument, 0, O_MEMSCHED}, {"test-data", required_argument, 0, O_TEST_DATA},
-    {"device", required_argument, 0, O_DEVICE}, {"conv-algo", required_argument, 0, O_CONV},
-    {"precision", required_argument, 0, O_PRECISION}, {"recompute", required_argument, 0, O_RECOMPUTE},
-    {"no-lean", no_argument, 0, O_NO_LEAN}, {"loss-scale", required_argument, 0, O_LOSS_SCALE},
-    {"loss-scale-interval", required_argument, 0, O_LS_INTERVAL},
-    {"test-poison-step", required_argument, 0, O_POISON},
-    {"csv-header", required_argument, 0, O_CSV_HEADER}, {"checkpoint", required_argument, 0, O_CKPT},
-    {"checkpoint-every", required_argument, 0, O_CKPT_EVERY}, {"keep", required_argument, 0, O_KEEP},
-    {"resume", required_argument, 0, O_RESUME}, {"wait-for-memory", required_argument, 0, O_WAIT_MEM},
-    {"dist", required_argument, 0, O_DIST}, {"memory-schedule-rank", required_argument, 0, O_MEMSCHED_RANK},
-    {"sample-check", no_argument, 0, O_SAMPLE_CHECK}, {"fail-alloc", required_argument, 0, O_FAIL_ALLOC},
-    {"quiet", no_argument, 0, O_QUIET}, {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, O_HELP},
+    {"model", required_argument, 0, 1}, {"data", required_argument, 0, 1},
+    {"init", required_argument, 0, 1},
+    {"epochs", required_argument, 0, 1}, {"epoch-samples", required_argument, 0, 1},
+    {"eval-samples", required_argument, 0, 1}, {"max-steps", required_argument, 0, 1},
+    {"seq-max", required_argument, 0, 1},
+    {"augment", no_argument, 0, 1}, {"no-normalize", no_argument, 0, 1},
+    {"no-prefetch", no_argument, 0, 1}, {"batch", required_argument, 0, 1},
+    {"batch-tokens", required_argument, 0, 1},
+    {"micro-batch", required_argument, 0, 1}, {"eval-batch", required_argument, 0, 1},
+    {"memory", required_argument, 0, 1}, {"margin", required_argument, 0, 1},
+    {"optimizer", required_argument, 0, 1}, {"lr", required_argument, 0, 1},
+    {"momentum", required_argument, 0, 1}, {"nesterov", no_argument, 0, 1},
+    {"weight-decay", required_argument, 0, 1}, {"schedule", required_argument, 0, 1},
+    {"warmup", required_argument, 0, 1}, {"step-size", required_argument, 0, 1},
+    {"gamma", required_argument, 0, 1}, {"clip", required_argument, 0, 1},
+    {"seed", required_argument, 0, 1}, {"threads", required_argument, 0, 1},
+    {"save", required_argument, 0, 1}, {"log", required_argument, 0, 1},
+    {"report", required_argument, 0, 1},
+    {"batch-min", required_argument, 0, 1}, {"batch-max", required_argument, 0, 1},
+    {"batch-schedule", required_argument, 0, 1}, {"batch-instead-of-decay", no_argument, 0, 1},
+    {"lr-scaling", required_argument, 0, 1}, {"rewarmup", required_argument, 0, 1},
+    {"lr-ref-batch", required_argument, 0, 1},
+    {"memory-schedule", required_argument, 0, 1}, {"test-data", required_argument, 0, 1},
+    {"device", required_argument, 0, 1}, {"conv-algo", required_argument, 0, 1},
+    {"precision", required_argument, 0, 1}, {"recompute", required_argument, 0, 1},
+    {"no-lean", no_argument, 0, 1}, {"loss-scale", required_argument, 0, 1},
+    {"loss-scale-interval", required_argument, 0, 1},
+    {"csv-header", required_argument, 0, 1}, {"checkpoint", required_argument, 0, 1},
+    {"checkpoint-every", required_argument, 0, 1}, {"keep", required_argument, 0, 1},
+    {"resume", required_argument, 0, 1}, {"wait-for-memory", required_argument, 0, 1},
+    {"dist", required_argument, 0, 1}, {"memory-schedule-rank", required_argument, 0, 1},
+    {"quiet", no_argument, 0, 1}, {"json", no_argument, 0, 1}, {"help", no_argument, 0, 1},
     {0, 0, 0, 0}};
-
-/* What the options gave, before it becomes a configuration. */
-typedef struct args {
-    bfit_train_cfg c;
-    int json, quiet, wd_set, mom_set, nest;
-    int batch_given, tokens_given; /* --batch, --batch-tokens: one or the other */
-    double mom, wd, gamma;
-    bfit_opt_kind kind;
-    bfit_sched_kind sk;
-    long warmup, step_size;
-    bfit_batch_point bpts[BFIT_BATCH_SCHEDULE_MAX];
-    bfit_mem_point mpts[BFIT_MEM_SCHEDULE_MAX];
-    /* the configuration fields the options set: compared with a checkpoint's */
-    char set_names[64][32];
-    const char *set[64];
-    int nset;
-} args;
-
-/* Remember that option o set its field ("micro-batch" -> "micro_batch"). */
-static void mark_set(args *a, const char *opt)
-{
-    if (a->nset == 64)
-        return;
-    snprintf(a->set_names[a->nset], sizeof a->set_names[0], "%s", opt);
-    for (char *p = a->set_names[a->nset]; *p; p++)
-        if (*p == '-')
-            *p = '_';
-    a->set[a->nset] = a->set_names[a->nset];
-    a->nset++;
-}
-
-static int run_option(args *a, int o);
-
-/* One option; returns 0, or -1 after a usage error. */
-static int one_option(args *a, int o)
-{
-    bfit_train_cfg *c = &a->c;
-    long v;
-    switch (o) {
-    case O_MODEL: c->model = optarg; break;
-    case O_INIT:
-        if (strcmp(optarg, "file") && strcmp(optarg, "random")) {
-            cli_error("--init: expected file or random, got '%s'", optarg);
-            return -1;
-        }
-        c->init_random = !strcmp(optarg, "random");
-        break;
-    case O_DATA: c->data = optarg; break;
-    case O_TEST_DATA: c->test_data = optarg; break;
-    case O_CSV_HEADER:
-        if (bfit_csv_header_parse(optarg, &c->csv_header) != BFIT_OK) { cli_error("--csv-header: %s", bfit_errmsg()); return -1; }
-        break;
-    case O_EPOCHS: if (cli_int("--epochs", optarg, 1, BFIT_EPOCHS_MAX, &v)) return -1; c->epochs = (int)v; break;
-    case O_EPOCH_SAMPLES: if (cli_int("--epoch-samples", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->epoch_samples = v; break;
-    case O_EVAL_SAMPLES: if (cli_int("--eval-samples", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->eval_samples = v; break;
-    case O_MAX_STEPS: if (cli_int("--max-steps", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->max_steps = v; break;
-    case O_AUGMENT: c->augment = 1; break;
-    case O_NO_NORM: c->normalize = 0; break;
-    case O_NO_PREFETCH: c->prefetch = 0; break;
-    case O_SEQ_MAX: if (cli_int("--seq-max", optarg, 1, 1 << 24, &v)) return -1; c->seq_max = (int)v; break;
-    case O_BATCH_TOKENS:
-        c->batch_tokens = 1;
-        if (!strcmp(optarg, "auto")) {
-            cli_error("--batch-tokens auto is not supported yet: give a number of tokens or adaptive (or --batch "
-                      "auto, in sequences)");
-            return -1;
-        }
-        __attribute__((fallthrough)); /* the same values as --batch */
-    case O_BATCH:
-        if (!strcmp(optarg, "adaptive")) { c->adaptive = 1; c->auto_batch = 0; c->batch = 0; break; }
-        if (!strcmp(optarg, "auto")) { c->auto_batch = 1; c->adaptive = 0; c->batch = 0; break; }
-        c->adaptive = c->auto_batch = 0;
-        if (cli_int(o == O_BATCH ? "--batch" : "--batch-tokens", optarg, 1, BFIT_BATCH_MAX, &v)) return -1;
-        c->batch = (int)v;
-        break;
-    case O_BMIN: if (cli_int("--batch-min", optarg, 2, BFIT_BATCH_MAX, &v)) return -1; c->batch_min = (int)v; break;
-    case O_BMAX: if (cli_int("--batch-max", optarg, 2, BFIT_BATCH_MAX, &v)) return -1; c->batch_max = (int)v; break;
-    case O_BSCHED:
-        if (bfit_batch_schedule_parse(optarg, a->bpts, BFIT_BATCH_SCHEDULE_MAX, &c->nbatch_schedule) != BFIT_OK) {
-            cli_error("--batch-schedule: %s", bfit_errmsg());
-            return -1;
-        }
-        c->batch_schedule = a->bpts;
-        break;
-    case O_BIOD: c->batch_instead_of_decay = 1; break;
-    case O_LRSCALE: {
-        bfit_lr_rule rule;
-        if (bfit_lr_rule_parse(optarg, &rule) != BFIT_OK) { cli_error("--lr-scaling: %s", bfit_errmsg()); return -1; }
-        c->lr_rule = (int)rule;
-        break;
-    }
-    case O_LRREF: if (cli_int("--lr-ref-batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1; c->lr_ref_batch = (int)v; break;
-    case O_REWARM: if (cli_int("--rewarmup", optarg, 0, BFIT_COUNT_MAX, &v)) return -1; c->rewarmup_steps = v; break;
-    case O_MEMSCHED:
-        if (bfit_mem_schedule_parse(optarg, a->mpts, BFIT_MEM_SCHEDULE_MAX, &c->nmemory_schedule) != BFIT_OK) {
-            cli_error("--memory-schedule: %s", bfit_errmsg());
-            return -1;
-        }
-        c->memory_schedule = a->mpts;
-        break;
-    case O_MICRO:
-        if (!strcmp(optarg, "auto")) c->micro_batch = 0;
-        else if (cli_int("--micro-batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1;
-        else c->micro_batch = (int)v;
-        break;
-    case O_EVAL_BATCH: if (cli_int("--eval-batch", optarg, 1, BFIT_BATCH_MAX, &v)) return -1; c->eval_batch = (int)v; break;
-    case O_MEMORY: if (cli_size("--memory", optarg, &c->memory)) return -1; break;
-    case O_MARGIN: if (cli_double("--margin", optarg, 0, 0.99, &c->margin)) return -1; break;
-    default: return run_option(a, o);
-    }
-    return 0;
-}
-
-/* The options of optimisation, the run and its outputs. */
-static int run_option(args *a, int o)
-{
-    bfit_train_cfg *c = &a->c;
-    long v;
-    switch (o) {
-    case O_OPT:
-        if (bfit_optim_kind_parse(optarg, &a->kind) != BFIT_OK) { cli_error("--optimizer: %s", bfit_errmsg()); return -1; }
-        break;
-    case O_LR: if (cli_double("--lr", optarg, 1e-12, 1e6, &c->lr)) return -1; break;
-    case O_MOM: if (cli_double("--momentum", optarg, 0, 0.999999, &a->mom)) return -1; a->mom_set = 1; break;
-    case O_NEST: a->nest = 1; break;
-    case O_WD: if (cli_double("--weight-decay", optarg, 0, 10, &a->wd)) return -1; a->wd_set = 1; break;
-    case O_SCHED:
-        if (bfit_lr_sched_parse(optarg, &a->sk) != BFIT_OK) { cli_error("--schedule: %s", bfit_errmsg()); return -1; }
-        break;
-    case O_WARMUP: if (cli_int("--warmup", optarg, 0, BFIT_COUNT_MAX, &a->warmup)) return -1; break;
-    case O_STEP_SIZE: if (cli_int("--step-size", optarg, 1, BFIT_COUNT_MAX, &a->step_size)) return -1; break;
-    case O_GAMMA: if (cli_double("--gamma", optarg, 1e-9, 1, &a->gamma)) return -1; break;
-    case O_CLIP: if (cli_double("--clip", optarg, 1e-12, 1e12, &c->clip)) return -1; break;
-    case O_SEED: if (cli_int("--seed", optarg, 0, INT64_MAX, &v)) return -1; c->seed = (uint64_t)v; break;
-    case O_THREADS: if (cli_int("--threads", optarg, 1, 1024, &v)) return -1; c->threads = (int)v; break;
-    case O_SAVE: c->save = optarg; break;
-    case O_DEVICE: if (cli_device_check("--device", optarg)) return -1; c->device_name = optarg; break;
-    case O_PRECISION: if (cli_storage_opt("--precision", optarg, &c->storage)) return -1; break;
-    case O_RECOMPUTE: if (cli_storage_opt("--recompute", optarg, &c->storage)) return -1; break;
-    case O_NO_LEAN: c->storage.lean = 0; break;
-    case O_LOSS_SCALE:
-        if (!strcmp(optarg, "none")) c->loss_scale = BFIT_LOSS_SCALE_NONE;
-        else if (!strcmp(optarg, "dynamic")) c->loss_scale = BFIT_LOSS_SCALE_DYNAMIC;
-        else if (cli_double("--loss-scale", optarg, 1e-7, 1e30, &c->loss_scale_init)) return -1;
-        else c->loss_scale = BFIT_LOSS_SCALE_DYNAMIC;
-        break;
-    case O_LS_INTERVAL: if (cli_int("--loss-scale-interval", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->loss_scale_interval = v; break;
-    case O_POISON: if (cli_int("--test-poison-step", optarg, 1, BFIT_COUNT_MAX, &v)) return -1; c->poison_step = v; break;
-    case O_CONV:
-        if (bfit_conv_algo_parse(optarg, &c->conv_algo) != BFIT_OK) { cli_lib_error(); return -1; }
-        break;
-    case O_LOG: c->log = optarg; break;
-    case O_REPORT: c->report = optarg; break;
-    case O_CKPT: c->checkpoint = optarg; break;
-    case O_CKPT_EVERY:
-        if (bfit_parse_every(optarg, &c->checkpoint_steps, &c->checkpoint_seconds) != BFIT_OK) {
-            cli_error("--checkpoint-every: %s", bfit_errmsg());
-            return -1;
-        }
-        break;
-    case O_KEEP: if (cli_int("--keep", optarg, 1, 1000000, &v)) return -1; c->checkpoint_keep = (int)v; break;
-    case O_RESUME: c->resume = optarg; break;
-    case O_WAIT_MEM:
-        if (bfit_parse_duration(optarg, &c->wait_for_memory) != BFIT_OK) {
-            cli_error("--wait-for-memory: %s", bfit_errmsg());
-            return -1;
-        }
-        break;
-    case O_DIST:
-        if (bfit_dist_mode_parse(optarg, &c->dist) != BFIT_OK) { cli_lib_error(); return -1; }
-        break;
-    case O_MEMSCHED_RANK:
-        if (cli_int("--memory-schedule-rank", optarg, 0, 1 << 20, &v)) return -1;
-        c->memory_schedule_rank = (int)v;
-        break;
-    case O_SAMPLE_CHECK: c->sample_check = 1; break;
-    case O_FAIL_ALLOC:
-        if (cli_int("--fail-alloc", optarg, 1, INT64_MAX, &v)) return -1;
-        c->fail_nth_alloc = (uint64_t)v;
-        break;
-    case O_QUIET: a->quiet = 1; break;
-    case O_JSON: a->json = 1; break;
-    default: return -1;
-    }
-    return 0;
-}
-
-/* Returns -1 to go on, else the exit code. */
-static int parse_args(int argc, char **argv, args *a)
-{
-    int o, idx;
-    a->c = bfit_train_cfg_default();
-    a->c.data = "fashion-mnist";
-    a->c.dist = BFIT_DIST_AUTO; /* under mpirun: the processes train together */
-    a->kind = BFIT_OPT_SGD;
-    a->sk = BFIT_SCHED_CONSTANT;
-    a->gamma = 0.1;
-    opterr = 0;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, "", opts, &idx)) != -1) {
-        const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
-        if (o == O_HELP) {
-            help();
-            return EXIT_OK;
-        }
-        if (o == '?' || o == ':') {
-            cli_bad_option(name);
-            return cli_usage_hint("train");
-        }
-        if (one_option(a, o))
-            return cli_usage_hint("train");
-        /* --batch and --batch-tokens set one field group, "batch" */
-        mark_set(a, o == O_BATCH_TOKENS ? "batch" : opts[idx].name);
-        if (o == O_BATCH || o == O_BATCH_TOKENS)
-            mark_set(a, "adaptive");
-        a->batch_given |= o == O_BATCH;
-        a->tokens_given |= o == O_BATCH_TOKENS;
-    }
-    if (cli_no_extra(argc, argv))
-        return cli_usage_hint("train");
-    if (!a->c.model && !a->c.resume) {
-        cli_error("--model is required, e.g. --model models/cnn.cfg (or --resume DIR to continue a run)");
-        return cli_usage_hint("train");
-    }
-    return -1;
-}
-
-/* The configuration from the options: the optimizer's and the schedule's
- * defaults under what was given. */
-static int finish_cfg(args *a)
-{
-    bfit_train_cfg *c = &a->c;
-    if (a->batch_given && a->tokens_given) {
-        cli_error("--batch and --batch-tokens both give the effective batch: give one (samples or tokens)");
-        return cli_usage_hint("train");
-    }
-    if ((c->adaptive || c->auto_batch) && c->batch_schedule) {
-        cli_error("--batch %s cannot be combined with --batch-schedule", c->auto_batch ? "auto" : "adaptive");
-        return cli_usage_hint("train");
-    }
-    if (c->lr_rule == BFIT_LR_ADASCALE && !c->auto_batch && !c->adaptive) {
-        cli_error("--lr-scaling adascale needs the noise scale: use it with --batch auto (or adaptive)");
-        return cli_usage_hint("train");
-    }
-    if (c->adaptive || c->auto_batch) {
-        if (!c->batch_min)
-            c->batch_min = c->batch_tokens ? 1024 : 16;
-        if (!c->batch_max)
-            c->batch_max = c->batch_tokens ? 65536 : 4096;
-        if (c->batch_min > c->batch_max) {
-            cli_error("--batch-min %d is above --batch-max %d", c->batch_min, c->batch_max);
-            return cli_usage_hint("train");
-        }
-        c->batch = c->batch_min;
-        if (c->auto_batch && !c->lr_ref_batch)
-            c->lr_ref_batch = 128; /* --lr is for the default --batch */
-    }
-    c->opt = bfit_optim_cfg_default(a->kind);
-    if (a->mom_set)
-        c->opt.momentum = a->mom;
-    if (a->wd_set)
-        c->opt.weight_decay = a->wd;
-    c->opt.nesterov = a->nest;
-    c->sched = bfit_lr_schedule_default(a->sk);
-    c->sched.warmup_steps = a->warmup;
-    if (a->step_size)
-        c->sched.step_size = a->step_size;
-    c->sched.gamma = a->gamma;
-    c->human = a->quiet ? NULL : stderr;
-    c->resume_set = a->set;
-    c->nresume_set = a->nset;
-    return -1;
-}
 
 /* ---- signals: a stop at the next micro-step boundary, then a checkpoint --- */
 
@@ -492,28 +203,6 @@ static void catch_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
-/* Tests of a kill inside the checkpoint write itself:
- * BFIT_TEST_KILL_IN_CHECKPOINT=N kills the process (SIGKILL) in the write of
- * its N-th checkpoint, with half the tensors in the temporary file. */
-static long kill_in_checkpoint;
-
-static void checkpoint_written_half(void *ud, const char *tmp_path)
-{
-    static long writes;
-    (void)ud;
-    (void)tmp_path;
-    if (++writes == kill_in_checkpoint)
-        raise(SIGKILL);
-}
-
-static void test_hooks(bfit_train_cfg *c)
-{
-    const char *e = getenv("BFIT_TEST_KILL_IN_CHECKPOINT");
-    kill_in_checkpoint = e ? strtol(e, NULL, 10) : 0;
-    if (kill_in_checkpoint > 0)
-        c->on_checkpoint_write = checkpoint_written_half;
-}
-
 /* The directory of a checkpoint file. */
 static void dir_of(const char *path, char *dir, size_t n)
 {
@@ -532,66 +221,39 @@ static const char *launcher(void)
 }
 
 /* A run that stopped early: what happened and the command that resumes it. */
-static int stopped(const args *a, const bfit_train_result *r, int rc)
+static int stopped(const bfit_result *res, int rc)
 {
     char dir[4200];
+    const char *ck = res ? bfit_result_string(res, "checkpoint") : NULL;
     if (rc == BFIT_ESTOPPED) {
         const char *sig = stop_signal == SIGTERM ? "SIGTERM" : stop_signal == SIGINT ? "SIGINT" : "a request";
-        fprintf(stderr, "batchfit: stopped by %s at step %lld\n", sig, (long long)r->steps);
-        if (r->checkpoint[0]) {
-            dir_of(r->checkpoint, dir, sizeof dir);
-            fprintf(stderr, "batchfit: the run's state is in %s; resume with: %sbatchfit train --resume %s\n",
-                    r->checkpoint, launcher(), dir);
+        fprintf(stderr, "batchfit: stopped by %s at step %.0f\n", sig, res ? bfit_result_number(res, "steps") : 0.0);
+        if (ck && ck[0]) {
+            dir_of(ck, dir, sizeof dir);
+            fprintf(stderr, "batchfit: the run's state is in %s; resume with: %sbatchfit train --resume %s\n", ck,
+                    launcher(), dir);
         } else {
             fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
         }
-        return stop_signal == SIGTERM ? EXIT_SIGTERM : EXIT_SIGINT;
+        return stop_code();
     }
     cli_lib_error();
-    if (r->checkpoint[0]) {
-        dir_of(r->checkpoint, dir, sizeof dir);
+    if (ck && ck[0]) {
+        dir_of(ck, dir, sizeof dir);
         fprintf(stderr, "batchfit: when the memory is back, resume with: %sbatchfit train --resume %s\n", launcher(),
                 dir);
     } else {
         fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
     }
-    (void)a;
     return EXIT_MEMORY;
-}
-
-static int report(const args *a, const bfit_train_result *r)
-{
-    if (r->report_written && !a->quiet && a->c.report)
-        fprintf(stderr, "batchfit: report written to %s\n", a->c.report);
-    if (a->json)
-        printf("{\"steps\":%lld,\"samples\":%lld,\"epochs\":%d,\"train_loss\":%.6f,\"test_loss\":%.6f,"
-               "\"test_accuracy\":%.6f,\"train_seconds\":%.3f,\"micro_batch\":%d,\"batch\":%d,\"ooms\":%d,"
-               "\"batch_changes\":%d,\"peak_bytes\":%llu,\"skipped_steps\":%lld,\"loss_scale\":%.9g}\n",
-               (long long)r->steps, (long long)r->samples, r->epochs, r->train_loss, r->test_loss, r->test_acc,
-               r->seconds, r->micro_batch, r->last_batch, r->ooms, r->batch_changes,
-               (unsigned long long)r->peak_bytes, (long long)r->skipped_steps, r->loss_scale);
-    else if (r->tokens)
-        printf("test loss %.4f per token (%.4f bits) after %d epoch(s), %lld steps, %.1f s training (%.0f tokens/s; "
-               "padding %.1f%% of the positions computed)\n",
-               r->test_loss, r->test_loss / 0.69314718055994531, r->epochs, (long long)r->steps, r->seconds,
-               r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0,
-               r->tokens_computed ? 100.0 * (1.0 - (double)r->tokens / (double)r->tokens_computed) : 0.0);
-    else
-        printf("test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s)\n",
-               100 * r->test_acc, r->epochs, (long long)r->steps, r->seconds,
-               r->seconds > 0 ? (double)r->samples / r->seconds : 0.0);
-    if (!a->json && r->loss_scale > 0)
-        printf("loss scaling: %lld step(s) skipped for inf/NaN gradients (their samples counted), final scale %g\n",
-               (long long)r->skipped_steps, r->loss_scale);
-    return EXIT_OK;
 }
 
 /* Data-parallel: a failure the other processes have not learnt of would
  * leave them waiting for this one: end the job. Otherwise MPI ends
  * cleanly (a launcher counts a process that exits without it as failed). */
-static int finish_dist(int rc, const bfit_train_result *r, int code)
+static int finish_dist(int rc, const bfit_result *res, int code)
 {
-    if (rc != BFIT_OK && r->dist_alone) {
+    if (rc != BFIT_OK && res && bfit_result_number(res, "dist_alone") == 1) {
         fprintf(stderr, "batchfit: ending every process of the job (the others cannot learn of this failure)\n");
         fflush(NULL);
         bfit_dist_abort(code);
@@ -600,39 +262,61 @@ static int finish_dist(int rc, const bfit_train_result *r, int code)
     return code;
 }
 
-int cmd_train(int argc, char **argv)
+/* What the run's end means for the exit code, said on stderr. */
+static int outcome(const bfit_config *c, const bfit_result *res, int rc, unsigned flags)
 {
-    args *a = calloc(1, sizeof *a);
-    bfit_train_result r;
-    int code, rc, size, rank;
+    int size, rank, report = res && bfit_result_number(res, "report_written") == 1;
+    char path[4096] = "";
 
-    if (!a) {
-        cli_error("out of memory");
-        return EXIT_FAIL;
-    }
-    if ((code = parse_args(argc, argv, a)) >= 0 || (code = finish_cfg(a)) >= 0) {
-        free(a);
+    bfit_config_get(c, "report", path, sizeof path);
+    bfit_dist_info(&size, &rank);
+    if (rc != BFIT_OK && rank != 0 && rc == BFIT_EPEER)
+        return EXIT_FAIL; /* rank 0 says which rank failed and why */
+    if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && res && !strcmp(bfit_result_string(res, "stopped"), "memory"))) {
+        int code = rank == 0 ? stopped(res, rc) : rc == BFIT_ESTOPPED ? stop_code() : EXIT_MEMORY;
+        if (report && rank == 0)
+            fprintf(stderr, "batchfit: the report of the stopped run is in %s\n", path);
         return code;
     }
-    catch_signals();
-    test_hooks(&a->c);
-    a->c.stop = &stop_signal;
-    rc = bfit_train(&a->c, &r);
-    bfit_dist_info(&size, &rank);
-    if (rc != BFIT_OK && rank != 0 && rc == BFIT_EPEER) {
-        code = EXIT_FAIL; /* rank 0 says which rank failed and why */
-    } else if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r.stopped == BFIT_ENOMEM)) {
-        code = rank == 0 ? stopped(a, &r, rc) : rc == BFIT_ESTOPPED ? stop_code() : EXIT_MEMORY;
-        if (r.report_written && rank == 0 && a->c.report)
-            fprintf(stderr, "batchfit: the report of the stopped run is in %s\n", a->c.report);
-    } else if (rc != BFIT_OK) {
+    if (rc != BFIT_OK) {
         cli_lib_error();
-        if (r.report_written && a->c.report)
-            fprintf(stderr, "batchfit: the report of the failed run is in %s\n", a->c.report);
-        code = EXIT_FAIL;
-    } else {
-        code = rank == 0 ? report(a, &r) : EXIT_OK;
+        if (report)
+            fprintf(stderr, "batchfit: the report of the failed run is in %s\n", path);
+        return EXIT_FAIL;
     }
-    free(a);
-    return finish_dist(rc, &r, code);
+    if (rank != 0)
+        return EXIT_OK;
+    if (report && !(flags & 2))
+        fprintf(stderr, "batchfit: report written to %s\n", path);
+    cli_print(res, flags & 1);
+    return EXIT_OK;
+}
+
+static const char *const local[] = {"json", "quiet", NULL};
+
+int cmd_train(int argc, char **argv)
+{
+    static const cli_cmd cmd = {"train", opts, help, local, NULL};
+    bfit_config *c = bfit_config_new();
+    bfit_result *res = NULL;
+    unsigned flags;
+    int code, rc;
+
+    if (!c) {
+        cli_lib_error();
+        return EXIT_FAIL;
+    }
+    if ((code = cli_parse(&cmd, argc, argv, c, &flags)) >= 0) {
+        bfit_config_free(c);
+        return code;
+    }
+    bfit_config_set_progress(c, flags & 2 ? NULL : stderr);
+    catch_signals();
+    bfit_config_set_stop_flag(c, &stop_signal);
+    rc = bfit_train(c, &res);
+    code = outcome(c, res, rc, flags);
+    code = finish_dist(rc, res, code);
+    bfit_result_free(res);
+    bfit_config_free(c);
+    return code;
 }

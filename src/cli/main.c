@@ -1,5 +1,5 @@
 /* main.c - `batchfit COMMAND ...`: dispatch to the subcommands. */
-#include "cli/cli.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -23,7 +23,7 @@ static void usage(FILE *f)
                "the largest batch that fits, and training that keeps fitting.\n\nCommands:\n");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].what);
-    fprintf(f, "\nRun 'batchfit COMMAND --help' for a command's options.\n");
+    fprintf(f, "\nRun 'batchfit COMMAND --help' for a command's options; 'batchfit --version' for the version.\n");
 }
 
 int main(int argc, char **argv)
@@ -31,6 +31,11 @@ int main(int argc, char **argv)
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        /* the program's header and the library it runs with */
+        printf("batchfit %s (library %s)\n", BFIT_VERSION_STRING, bfit_version());
+        return EXIT_OK;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -16,6 +16,71 @@
 #include "batchfit.h"
 #include "tensor/tensor.h"
 
+/* ---- data ------------------------------------------------------------------ */
+typedef struct bfit_dataset bfit_dataset;
+
+/* Options for loading; all fields apply to CSV, nclasses to IDX too. */
+typedef struct bfit_data_opts {
+    int nclasses;  /* 0: max label + 1 (fashion-mnist: 10); else labels must be < nclasses */
+    int label_col; /* CSV: label column, 0-based; negative counts from the end (-1: last) */
+    int header;    /* CSV: 1 the first row is a header, 0 it is data, -1 auto: a header when it
+                      holds only names, data when only numbers (a mix is an error) */
+    char delim;    /* CSV: field separator, 0 means ',' */
+    int seq;       /* token data (a token file, or a .txt file as bytes): tokens per sample, the
+                      model's T; 0 for other data */
+    int lines;     /* text: samples are its lines, of at most seq tokens, padded (variable length) */
+} bfit_data_opts;
+
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0}
+
+/* How a run, an evaluation or find takes a CSV file's first row. Auto: a
+ * header when it holds only names, data when it holds only numbers, an
+ * error when it mixes them; what was decided is said (bfit_dataset_note). */
+typedef enum { BFIT_CSV_HEADER_AUTO = 0, BFIT_CSV_HEADER_YES, BFIT_CSV_HEADER_NO } bfit_csv_header;
+/* "auto", "yes", "no" (case-insensitive); BFIT_EINVAL naming the valid ones. */
+int bfit_csv_header_parse(const char *name, bfit_csv_header *out);
+const char *bfit_csv_header_name(bfit_csv_header h);
+
+/* Load a data set by name or path; o may be NULL (BFIT_DATA_OPTS_INIT).
+ * spec is one of:
+ *   "fashion-mnist"          the installed set in /usr/share/datasets/fashion-mnist
+ *   a directory              MNIST layout: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
+ *   "IMAGES,LABELS"          an explicit pair of IDX files
+ *   a token file             ids in llm.c's format (docs/data.md), samples of opts->seq tokens
+ *   a .txt file              its bytes as tokens (256 ids); train: 95% of its lines, else the rest
+ *   a file (.csv or other)   CSV, see bfit_dataset_load_csv
+ * train picks the train or the t10k files of a named set or directory and is
+ * ignored for files. Fails with BFIT_EIO (missing file, saying which paths
+ * were tried), BFIT_EFORMAT (bad contents, saying file and position) or
+ * BFIT_EINVAL (bad options); *out is NULL on failure. */
+int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out);
+
+int64_t bfit_dataset_count(const bfit_dataset *d);
+int bfit_dataset_classes(const bfit_dataset *d);
+/* What the loader decided that a person should see, "" if nothing: for a
+ * CSV file whether and why its first row is a header ("line 1 is a header
+ * (auto: only names): a,b,label", "no header (auto: only numbers): line 1
+ * is data"). */
+const char *bfit_dataset_note(const bfit_dataset *d);
+void bfit_dataset_free(bfit_dataset *d);
+
+/* Samples from the caller: a program feeds its own data to a run. Samples
+ * are the model's input shape of floats (NCHW), labels class indices. For a
+ * token model (`input tokens=T`) a sample is T int32 token ids (in the x
+ * buffer, 4 bytes each) and has T labels, -1 for a padding token. */
+typedef struct bfit_source {
+    /* The next n samples of the epoch into x and labels; *got may be less
+     * than n only at the epoch's end (0 when it has ended). */
+    int (*take)(void *ud, int n, float *x, int32_t *labels, int *got);
+    /* Start the next epoch (training), or the same one again from its first
+     * sample (evaluation). */
+    int (*next_epoch)(void *ud);
+    int (*rewind)(void *ud);
+    int64_t samples;     /* in an epoch */
+    void *ud;
+} bfit_source;
+
+
 /* ---- data sets ----------------------------------------------------------- */
 
 /* Load an IDX image file (magic 0x00000803, N x H x W uint8) and an IDX label

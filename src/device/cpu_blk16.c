@@ -6,15 +6,19 @@
  * 40 GB/s): a bf16 reorder took as long as the f32 one of twice the bytes,
  * 128x64x14x14 0.16 ms against 0.11 ms (2 threads). Both layouts are
  * 16 x hw tiles per (sample, block of 16 channels); a tile is transposed
- * 16 x 16 at a time with AVX-512BW/VL 256-bit unpacks, its last hw % 16
- * columns element by element. Only whole blocks: c % 16 == 0 (oneDNN pads
- * a partial block with zeros, which its own reorder writes). */
+ * 16 x 16 at a time with AVX2 256-bit unpacks, its last hw % 16 columns
+ * element by element. The same code is compiled twice: for AVX-512 (VL
+ * gives it 32 vector registers, so the 16 rows stay in registers) and for
+ * the baseline (cpu_isa.h chooses); the bits are the same. Only whole
+ * blocks: c % 16 == 0 (oneDNN pads a partial block with zeros, which its
+ * own reorder writes). */
 #include "device/cpu.h"
+#include "device/cpu_isa.h"
 
+#include <immintrin.h>
 #include <stdint.h>
 
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-#include <immintrin.h>
+#ifdef __AVX2__ /* the library's baseline (x86-64-v3) */
 #define BLK_SIMD 1
 #else
 #define BLK_SIMD 0
@@ -41,7 +45,7 @@ int bfit_cpu_blk16_match(const dnnl_memory_desc_t *plain, const dnnl_memory_desc
 /* 16 rows of 16 16-bit elements (row i at s + i * ss) to 16 rows (row j at
  * d + j * ds, its element i from source row i column j): unpacks of 16-,
  * 32-, 64-bit pairs within 128-bit lanes, then across them. */
-static void tr16x16(const uint16_t *s, int64_t ss, uint16_t *d, int64_t ds)
+static inline __attribute__((always_inline)) void tr16x16(const uint16_t *s, int64_t ss, uint16_t *d, int64_t ds)
 {
     /* b[g + 8h] ends holding rows 8h..8h+7 of columns col[g] (low lane) and
      * col[g] + 8 (high lane); the last step joins the row halves */
@@ -71,8 +75,10 @@ static void tr16x16(const uint16_t *s, int64_t ss, uint16_t *d, int64_t ds)
 }
 #endif
 
-/* One tile: 16 channels x hw, plain rows (stride hw) <-> blocked (stride 16). */
-static void tile(const uint16_t *src, uint16_t *dst, int64_t hw, int to_plain)
+/* One tile: 16 channels x hw, plain rows (stride hw) <-> blocked (stride 16);
+ * inlined into each variant below. */
+static inline __attribute__((always_inline)) void tile(const uint16_t *src, uint16_t *dst, int64_t hw,
+                                                        int to_plain)
 {
     int64_t s = 0;
 #if BLK_SIMD
@@ -90,10 +96,19 @@ static void tile(const uint16_t *src, uint16_t *dst, int64_t hw, int to_plain)
                 dst[s * 16 + c] = src[c * hw + s];
 }
 
+BFIT_CPU_AVX512 static void tile_avx512(const uint16_t *src, uint16_t *dst, int64_t hw, int to_plain)
+{
+    tile(src, dst, hw, to_plain);
+}
+
+static void tile_base(const uint16_t *src, uint16_t *dst, int64_t hw, int to_plain) { tile(src, dst, hw, to_plain); }
+
 void bfit_cpu_blk16_run(const void *src, void *dst, int64_t n, int64_t c, int64_t hw, int to_plain)
 {
     int64_t tiles = n * (c / 16);
+    void (*fn)(const uint16_t *, uint16_t *, int64_t, int) =
+        bfit_cpu_isa_get() == BFIT_CPU_ISA_AVX512 ? tile_avx512 : tile_base;
     BFIT_PAR_FOR_IF(tiles * hw * 16 > BFIT_PAR_MIN, for (int64_t t = 0; t < tiles; t++) {
-        tile((const uint16_t *)src + t * 16 * hw, (uint16_t *)dst + t * 16 * hw, hw, to_plain);
+        fn((const uint16_t *)src + t * 16 * hw, (uint16_t *)dst + t * 16 * hw, hw, to_plain);
     });
 }

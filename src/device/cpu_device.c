@@ -2,6 +2,7 @@
  * shared helpers. The families of ops live in cpu_*.c beside it. */
 #include "base/err.h"
 #include "device/cpu.h"
+#include "device/cpu_isa.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -258,7 +259,8 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
     cpu_device *d = (cpu_device *)base;
     const dnnl_version_t *v = dnnl_version();
     int t = d->threads > 0 ? d->threads : omp_get_max_threads();
-    snprintf(d->detail, sizeof d->detail, "oneDNN %d.%d, %d thread%s", v->major, v->minor, t, t == 1 ? "" : "s");
+    snprintf(d->detail, sizeof d->detail, "oneDNN %d.%d, %d thread%s, %s", v->major, v->minor, t, t == 1 ? "" : "s",
+             bfit_cpu_isa_name(bfit_cpu_isa_get()));
     out->name = "cpu";
     out->detail = d->detail;
     out->threads = t;
@@ -310,10 +312,13 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
 {
     bfit_device_cfg c = cfg ? *cfg : bfit_device_cfg_default();
     cpu_device *d;
+    int rc;
 
     *out = NULL;
     if (c.threads < 0)
         return bfit_fail(BFIT_EINVAL, "cpu: threads must be >= 0 (0: OpenMP's setting), got %d", c.threads);
+    if ((rc = bfit_cpu_isa_init()) != BFIT_OK) /* a bad $BFIT_CPU_ISA, or a CPU the build cannot run on */
+        return rc;
     d = calloc(1, sizeof *d);
     if (!d)
         return bfit_fail(BFIT_ENOMEM, "cpu: cannot allocate the device");

@@ -6,37 +6,23 @@
  * that a model keeps whichever it keeps anyway, or 1 bit per element. */
 #include "base/err.h"
 #include "device/cpu.h"
+#include "device/cpu_isa.h"
 #include "device/half.h"
+
+#include <immintrin.h>
 
 /* ---- relu with a bit mask -------------------------------------------------- */
 
 /* 64 elements per word, one thread per range of words: no two threads write
  * a word. Each dtype has its own word function (a per-element dtype switch
  * and rounding made bf16 three times slower than f32), and a whole word is
- * four (f32) or two (16-bit) AVX-512 compares and masked moves where the
- * compiler targets AVX-512: the scalar loops took a tenth of a bf16 cnn
- * step. Both give the same bits and values; a last partial word is scalar. */
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-#include <immintrin.h>
-#define BITS_SIMD 1
-#else
-#define BITS_SIMD 0
-#endif
+ * a few vector compares and masked moves, with AVX-512 where cpu_isa.h
+ * chooses it, else AVX2: the scalar loops took a tenth of a bf16 cnn step.
+ * All give the same bits and values; a last partial word is scalar. */
 
 static uint64_t relu_word_f32(const float *x, float *y, int len)
 {
     uint64_t word = 0;
-#if BITS_SIMD
-    if (len == 64) {
-        for (int j = 0; j < 4; j++) {
-            __m512 v = _mm512_loadu_ps(x + 16 * j);
-            __mmask16 k = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ); /* NaN: off, as x > 0 */
-            _mm512_storeu_ps(y + 16 * j, _mm512_maskz_mov_ps(k, v));
-            word |= (uint64_t)k << (16 * j);
-        }
-        return word;
-    }
-#endif
     for (int i = 0; i < len; i++) {
         int on = x[i] > 0.0f;
         word |= (uint64_t)on << i;
@@ -50,17 +36,6 @@ static uint64_t relu_word_f32(const float *x, float *y, int len)
 static uint64_t relu_word_16(const int16_t *x, int16_t *y, int len)
 {
     uint64_t word = 0;
-#if BITS_SIMD
-    if (len == 64) {
-        for (int j = 0; j < 2; j++) {
-            __m512i v = _mm512_loadu_si512(x + 32 * j);
-            __mmask32 k = _mm512_cmpgt_epi16_mask(v, _mm512_setzero_si512());
-            _mm512_storeu_si512(y + 32 * j, _mm512_maskz_mov_epi16(k, v));
-            word |= (uint64_t)k << (32 * j);
-        }
-        return word;
-    }
-#endif
     for (int i = 0; i < len; i++) {
         int on = x[i] > 0;
         word |= (uint64_t)on << i;
@@ -71,64 +46,195 @@ static uint64_t relu_word_16(const int16_t *x, int16_t *y, int len)
 
 static void relu_mask_f32(uint64_t word, const float *dy, float *dx, int len)
 {
-#if BITS_SIMD
-    if (len == 64) {
-        for (int j = 0; j < 4; j++)
-            _mm512_storeu_ps(dx + 16 * j, _mm512_maskz_loadu_ps((__mmask16)(word >> (16 * j)), dy + 16 * j));
-        return;
-    }
-#endif
     for (int i = 0; i < len; i++)
         dx[i] = (word >> i) & 1u ? dy[i] : 0.0f;
 }
 
 static void relu_mask_16(uint64_t word, const uint16_t *dy, uint16_t *dx, int len)
 {
-#if BITS_SIMD
-    if (len == 64) {
-        for (int j = 0; j < 2; j++)
-            _mm512_storeu_si512(dx + 32 * j, _mm512_maskz_loadu_epi16((__mmask32)(word >> (32 * j)), dy + 32 * j));
-        return;
-    }
-#endif
     for (int i = 0; i < len; i++)
         dx[i] = (word >> i) & 1u ? dy[i] : 0;
 }
 
-/* The loops below are over words: parallel above 65536 elements. */
+/* A whole word of 64 with AVX2: a compare's lanes to bits by movemask (the
+ * 16-bit lanes packed to bytes first), bits to lanes by a test of each
+ * lane's own bit. */
+static inline uint64_t relu_word64_f32_avx2(const float *x, float *y)
+{
+    uint64_t word = 0;
+    for (int j = 0; j < 8; j++) {
+        __m256 v = _mm256_loadu_ps(x + 8 * j);
+        __m256 k = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ); /* NaN: off, as x > 0 */
+        _mm256_storeu_ps(y + 8 * j, _mm256_and_ps(k, v));
+        word |= (uint64_t)(uint32_t)_mm256_movemask_ps(k) << (8 * j);
+    }
+    return word;
+}
+
+static inline uint64_t relu_word64_16_avx2(const int16_t *x, int16_t *y)
+{
+    uint64_t word = 0;
+    for (int j = 0; j < 2; j++) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(x + 32 * j));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(x + 32 * j + 16));
+        __m256i k0 = _mm256_cmpgt_epi16(v0, _mm256_setzero_si256()), k1 = _mm256_cmpgt_epi16(v1, _mm256_setzero_si256());
+        /* bytes of k0, k1 come out by 128-bit lanes as quarters 0, 2, 1, 3 */
+        __m256i k = _mm256_permute4x64_epi64(_mm256_packs_epi16(k0, k1), 0xd8);
+        _mm256_storeu_si256((__m256i *)(y + 32 * j), _mm256_and_si256(k0, v0));
+        _mm256_storeu_si256((__m256i *)(y + 32 * j + 16), _mm256_and_si256(k1, v1));
+        word |= (uint64_t)(uint32_t)_mm256_movemask_epi8(k) << (32 * j);
+    }
+    return word;
+}
+
+static inline void relu_mask64_f32_avx2(uint64_t word, const float *dy, float *dx)
+{
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    for (int j = 0; j < 8; j++) {
+        __m256i b = _mm256_and_si256(_mm256_set1_epi32((int)((word >> (8 * j)) & 0xffu)), bit);
+        __m256 k = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, bit));
+        _mm256_storeu_ps(dx + 8 * j, _mm256_and_ps(k, _mm256_loadu_ps(dy + 8 * j)));
+    }
+}
+
+static inline void relu_mask64_16_avx2(uint64_t word, const uint16_t *dy, uint16_t *dx)
+{
+    const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+                                          (short)0x8000);
+    for (int j = 0; j < 4; j++) {
+        __m256i b = _mm256_and_si256(_mm256_set1_epi16((short)(word >> (16 * j))), bit);
+        __m256i k = _mm256_cmpeq_epi16(b, bit);
+        __m256i g = _mm256_loadu_si256((const __m256i *)(dy + 16 * j));
+        _mm256_storeu_si256((__m256i *)(dx + 16 * j), _mm256_and_si256(k, g));
+    }
+}
+
+/* The same for a whole word of 64, with AVX-512. */
+BFIT_CPU_AVX512 static inline uint64_t relu_word64_f32(const float *x, float *y)
+{
+    uint64_t word = 0;
+    for (int j = 0; j < 4; j++) {
+        __m512 v = _mm512_loadu_ps(x + 16 * j);
+        __mmask16 k = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ); /* NaN: off, as x > 0 */
+        _mm512_storeu_ps(y + 16 * j, _mm512_maskz_mov_ps(k, v));
+        word |= (uint64_t)k << (16 * j);
+    }
+    return word;
+}
+
+BFIT_CPU_AVX512 static inline uint64_t relu_word64_16(const int16_t *x, int16_t *y)
+{
+    uint64_t word = 0;
+    for (int j = 0; j < 2; j++) {
+        __m512i v = _mm512_loadu_si512(x + 32 * j);
+        __mmask32 k = _mm512_cmpgt_epi16_mask(v, _mm512_setzero_si512());
+        _mm512_storeu_si512(y + 32 * j, _mm512_maskz_mov_epi16(k, v));
+        word |= (uint64_t)k << (32 * j);
+    }
+    return word;
+}
+
+BFIT_CPU_AVX512 static inline void relu_mask64_f32(uint64_t word, const float *dy, float *dx)
+{
+    for (int j = 0; j < 4; j++)
+        _mm512_storeu_ps(dx + 16 * j, _mm512_maskz_loadu_ps((__mmask16)(word >> (16 * j)), dy + 16 * j));
+}
+
+BFIT_CPU_AVX512 static inline void relu_mask64_16(uint64_t word, const uint16_t *dy, uint16_t *dx)
+{
+    for (int j = 0; j < 2; j++)
+        _mm512_storeu_si512(dx + 32 * j, _mm512_maskz_loadu_epi16((__mmask32)(word >> (32 * j)), dy + 32 * j));
+}
+
+/* The loops over words, parallel above 65536 elements: a variant per
+ * instruction set, each holding its loop so the word functions inline. */
 #define WORDS_PAR (65536 / 64)
+#define WORD_LEN(w) (n - (w) * 64 < 64 ? (int)(n - (w) * 64) : 64)
+
+BFIT_CPU_AVX512 static void bits_fwd_avx512(const void *x, void *y, uint64_t *bits, int64_t n, int f32)
+{
+    BFIT_PAR_FOR_IF((n + 63) / 64 > WORDS_PAR, for (int64_t w = 0; w < (n + 63) / 64; w++) {
+        const float *xf = (const float *)x + w * 64;
+        const int16_t *xh = (const int16_t *)x + w * 64;
+        float *yf = (float *)y + w * 64;
+        int16_t *yh = (int16_t *)y + w * 64;
+        if (WORD_LEN(w) == 64)
+            bits[w] = f32 ? relu_word64_f32(xf, yf) : relu_word64_16(xh, yh);
+        else
+            bits[w] = f32 ? relu_word_f32(xf, yf, WORD_LEN(w)) : relu_word_16(xh, yh, WORD_LEN(w));
+    });
+}
+
+static void bits_fwd_avx2(const void *x, void *y, uint64_t *bits, int64_t n, int f32)
+{
+    BFIT_PAR_FOR_IF((n + 63) / 64 > WORDS_PAR, for (int64_t w = 0; w < (n + 63) / 64; w++) {
+        const float *xf = (const float *)x + w * 64;
+        const int16_t *xh = (const int16_t *)x + w * 64;
+        float *yf = (float *)y + w * 64;
+        int16_t *yh = (int16_t *)y + w * 64;
+        if (WORD_LEN(w) == 64)
+            bits[w] = f32 ? relu_word64_f32_avx2(xf, yf) : relu_word64_16_avx2(xh, yh);
+        else
+            bits[w] = f32 ? relu_word_f32(xf, yf, WORD_LEN(w)) : relu_word_16(xh, yh, WORD_LEN(w));
+    });
+}
+
+BFIT_CPU_AVX512 static void bits_bwd_avx512(const uint64_t *bits, const void *dy, void *dx, int64_t n, int f32)
+{
+    BFIT_PAR_FOR_IF((n + 63) / 64 > WORDS_PAR, for (int64_t w = 0; w < (n + 63) / 64; w++) {
+        const float *gf = (const float *)dy + w * 64;
+        const uint16_t *gh = (const uint16_t *)dy + w * 64;
+        float *of = (float *)dx + w * 64;
+        uint16_t *oh = (uint16_t *)dx + w * 64;
+        if (WORD_LEN(w) == 64 && f32)
+            relu_mask64_f32(bits[w], gf, of);
+        else if (WORD_LEN(w) == 64)
+            relu_mask64_16(bits[w], gh, oh);
+        else if (f32)
+            relu_mask_f32(bits[w], gf, of, WORD_LEN(w));
+        else
+            relu_mask_16(bits[w], gh, oh, WORD_LEN(w));
+    });
+}
+
+static void bits_bwd_avx2(const uint64_t *bits, const void *dy, void *dx, int64_t n, int f32)
+{
+    BFIT_PAR_FOR_IF((n + 63) / 64 > WORDS_PAR, for (int64_t w = 0; w < (n + 63) / 64; w++) {
+        const float *gf = (const float *)dy + w * 64;
+        const uint16_t *gh = (const uint16_t *)dy + w * 64;
+        float *of = (float *)dx + w * 64;
+        uint16_t *oh = (uint16_t *)dx + w * 64;
+        if (WORD_LEN(w) == 64 && f32)
+            relu_mask64_f32_avx2(bits[w], gf, of);
+        else if (WORD_LEN(w) == 64)
+            relu_mask64_16_avx2(bits[w], gh, oh);
+        else if (f32)
+            relu_mask_f32(bits[w], gf, of, WORD_LEN(w));
+        else
+            relu_mask_16(bits[w], gh, oh, WORD_LEN(w));
+    });
+}
 
 static int run_bits_fwd(cpu_op *op, const bfit_op_args *a)
 {
-    int64_t n = op->base.desc.u.elt.n, nw = (n + 63) / 64;
+    int64_t n = op->base.desc.u.elt.n;
     int f32 = op->base.desc.dtype == BFIT_F32;
-    uint64_t *bits = a->saved;
 
-    if (!a->src || !a->dst || !bits)
+    if (!a->src || !a->dst || !a->saved)
         return bfit_fail(BFIT_EINVAL, "relu forward (bits): src, dst and saved (the bits) are required");
-    BFIT_PAR_FOR_IF(nw > WORDS_PAR, for (int64_t w = 0; w < nw; w++) {
-        int len = n - w * 64 < 64 ? (int)(n - w * 64) : 64;
-        bits[w] = f32 ? relu_word_f32((const float *)a->src + w * 64, (float *)a->dst + w * 64, len)
-                      : relu_word_16((const int16_t *)a->src + w * 64, (int16_t *)a->dst + w * 64, len);
-    });
+    (bfit_cpu_isa_get() == BFIT_CPU_ISA_AVX512 ? bits_fwd_avx512 : bits_fwd_avx2)(a->src, a->dst, a->saved, n, f32);
     return BFIT_OK;
 }
 
 static int run_bits_bwd(cpu_op *op, const bfit_op_args *a)
 {
-    int64_t n = op->base.desc.u.elt.n, nw = (n + 63) / 64;
+    int64_t n = op->base.desc.u.elt.n;
     int f32 = op->base.desc.dtype == BFIT_F32;
-    const uint64_t *bits = a->saved;
 
-    if (!a->diff_dst || !a->diff_src || !bits)
+    if (!a->diff_dst || !a->diff_src || !a->saved)
         return bfit_fail(BFIT_EINVAL, "relu backward (bits): diff_dst, diff_src and saved (the bits) are required");
-    BFIT_PAR_FOR_IF(nw > WORDS_PAR, for (int64_t w = 0; w < nw; w++) {
-        int len = n - w * 64 < 64 ? (int)(n - w * 64) : 64;
-        if (f32)
-            relu_mask_f32(bits[w], (const float *)a->diff_dst + w * 64, (float *)a->diff_src + w * 64, len);
-        else
-            relu_mask_16(bits[w], (const uint16_t *)a->diff_dst + w * 64, (uint16_t *)a->diff_src + w * 64, len);
-    });
+    (bfit_cpu_isa_get() == BFIT_CPU_ISA_AVX512 ? bits_bwd_avx512 : bits_bwd_avx2)(a->saved, a->diff_dst, a->diff_src,
+                                                                             n, f32);
     return BFIT_OK;
 }
 

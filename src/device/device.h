@@ -21,7 +21,43 @@
 #define BFIT_DEVICE_H
 
 #include "batchfit.h"
+#include "mem/arena.h"
 #include "tensor/tensor.h"
+
+/* ---- opening a device ------------------------------------------------------ */
+/* How the convolution algorithms are chosen on a GPU (cuDNN): the fastest,
+ * the ones with the smallest workspace, or auto: the fastest unless a
+ * leaner choice lets a larger micro-batch fit the effective batch. The CPU
+ * device (oneDNN) has one choice and ignores this. */
+typedef enum { BFIT_CONV_FASTEST = 0, BFIT_CONV_LEAN, BFIT_CONV_AUTO } bfit_conv_algo;
+/* "fastest", "lean", "auto"; BFIT_EINVAL naming the valid ones otherwise. */
+int bfit_conv_algo_parse(const char *name, bfit_conv_algo *out);
+const char *bfit_conv_algo_name(bfit_conv_algo a);
+
+typedef struct bfit_device_cfg {
+    int threads;                 /* CPU: > 0: ops run on this many threads (set around each device
+                                    call and restored); 0: OpenMP's own setting, untouched */
+    int check;                   /* 1: op arguments must be device memory, and on the CPU device
+                                    memory is inaccessible (PROT_NONE) outside device calls; -1:
+                                    from the environment (BFIT_DEVICE_CHECK=1), 0: off */
+    const bfit_host_alloc *host; /* CPU: where device blocks come from; NULL: aligned_alloc
+                                    (the checking mode maps its own pages) */
+    bfit_conv_algo conv_algo;    /* GPU: fastest (default) or lean; auto is resolved by a run */
+} bfit_device_cfg;
+
+/* Defaults: threads 0, check -1, host NULL, fastest. */
+bfit_device_cfg bfit_device_cfg_default(void);
+
+/* Open a device by name: "cpu", "cuda" or "cuda:N" (N-th GPU), or NULL /
+ * "auto" for a GPU when one is present, else the CPU. cfg may be NULL
+ * (defaults). BFIT_EINVAL for an unknown name, BFIT_EDEVICE when the device
+ * cannot be used (saying why: not built with CUDA, no GPU, driver error). */
+int bfit_device_open(const char *name, const bfit_device_cfg *cfg, bfit_device **out);
+/* The block source an arena over this device draws from. */
+const bfit_block_source *bfit_device_blocks(const bfit_device *d);
+/* An arena of capacity bytes over d's memory. */
+bfit_arena *bfit_device_arena_new(bfit_device *d, uint64_t capacity);
+
 
 typedef struct bfit_op bfit_op;
 
@@ -166,7 +202,7 @@ typedef struct bfit_op_args {
 /* What a device says of itself. */
 typedef struct bfit_device_info {
     const char *name;        /* "cpu", "cuda:0" */
-    const char *detail;      /* "oneDNN 2.6, 2 threads", the GPU's name */
+    const char *detail;      /* "oneDNN 2.6, 2 threads, avx512", the GPU's name */
     int threads;             /* CPU threads ops run on (0 for a GPU) */
     int check;               /* opaque-memory checking mode is on */
     int shared;              /* its memory is shared with other processes (a GPU): a run reads

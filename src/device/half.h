@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "batchfit.h"
+#include "tensor/tensor.h"
 
 static inline float bfit_bf16_to_f32(uint16_t h)
 {

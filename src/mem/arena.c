@@ -14,6 +14,7 @@
  * device holds little more than the arena has handed out.
  */
 #include "base/err.h"
+#include "mem/arena.h"
 
 #include <stdio.h>
 #include <stdlib.h>

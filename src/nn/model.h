@@ -14,6 +14,61 @@
 #include "nn/graph.h"
 #include "nn/layer.h"
 
+/* ---- models and their memory plan ---------------------------------------- */
+/* A model built from a preset name (mlp, cnn, resnet18, resnet50, vgg16) or
+ * a spec file (docs/model-spec.md). */
+typedef struct bfit_model bfit_model;
+
+/* How a training step stores what backward needs (docs/memory.md). */
+typedef enum {
+    BFIT_RECOMPUTE_NONE = 0,  /* keep what backward reads (lean: as little as that) */
+    BFIT_RECOMPUTE_BLOCKS,    /* keep only the values between residual blocks (every cut of the graph) */
+    BFIT_RECOMPUTE_SQRT,      /* keep every ~sqrt(n)-th cut (Chen et al. 2016) */
+    BFIT_RECOMPUTE_CUTS,      /* keep the values given (what auto resolves to) */
+    BFIT_RECOMPUTE_AUTO,      /* the values to keep that make the target batch fit with the least
+                                 recomputed work (src/batch/recompute.c) */
+    BFIT_RECOMPUTE_COUNT
+} bfit_recompute_kind;
+
+/* Dynamic loss scaling (GradScaler's): the loss times S before backward;
+ * a step with inf/NaN gradients is skipped (its samples still count) and S
+ * halved; S doubles after an interval of clean steps. */
+enum { BFIT_LOSS_SCALE_AUTO = 0, BFIT_LOSS_SCALE_NONE, BFIT_LOSS_SCALE_DYNAMIC };
+
+typedef struct bfit_storage {
+    bfit_dtype precision;           /* f32; bf16 or f16: 16-bit activations, gradients and compute,
+                                       f32 master weights and optimizer state */
+    int lean;                       /* 1: store as little as backward reads (relu bits, batch norm
+                                       from its output); 0: inputs and outputs as they are */
+    bfit_recompute_kind recompute;
+} bfit_storage;
+
+/* f32, lean, no recomputation. */
+bfit_storage bfit_storage_default(void);
+/* "f32", "bf16", "f16" (case-insensitive); BFIT_EINVAL naming the valid ones. */
+int bfit_precision_parse(const char *name, bfit_dtype *out);
+/* "none", "blocks", "sqrt", "auto"; BFIT_EINVAL naming the valid ones. */
+int bfit_recompute_parse(const char *name, bfit_recompute_kind *out);
+const char *bfit_recompute_name(bfit_recompute_kind k);
+
+/* Load a model for planning on dev (its ops decide workspace sizes; NULL:
+ * shapes only, no planning): a preset, a spec file or an ONNX file
+ * (docs/onnx.md). Errors name file:line:col for a spec, the node for ONNX. */
+int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **out);
+/* The same from an ONNX model of len bytes in memory (copied; source names it
+ * in messages). Its initializers are the parameters' starting values. */
+int bfit_model_load_onnx(const void *buf, size_t len, const char *source, bfit_device *dev, bfit_model **out);
+void bfit_model_free(bfit_model *M);
+/* Trainable scalars. */
+int64_t bfit_model_param_count(const bfit_model *M);
+/* Class scores the model outputs. */
+int bfit_model_classes(const bfit_model *M);
+/* The storage a model has now, auto resolved: its recomputation reads
+ * cuts then, with the number of values it keeps. */
+bfit_storage bfit_model_storage(const bfit_model *M);
+
+
+
 #define BFIT_OFF_NONE UINT64_MAX
 
 /* A training step is a schedule of actions: every node's forward, then in

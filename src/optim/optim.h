@@ -15,7 +15,34 @@
 #define BFIT_OPTIM_H
 
 #include "batchfit.h"
+#include "mem/arena.h"
 #include "tensor/tensor.h"
+
+/* ---- optimizers ------------------------------------------------------------ */
+typedef enum { BFIT_OPT_SGD = 0, BFIT_OPT_ADAMW, BFIT_OPT_COUNT } bfit_opt_kind;
+
+typedef struct bfit_optim_cfg {
+    bfit_opt_kind kind;
+    double weight_decay;   /* SGD: L2 term added to the gradient; AdamW: decoupled */
+    /* SGD */
+    double momentum;       /* 0: plain SGD, no state */
+    double dampening;      /* PyTorch's dampening (first step is undamped, as there) */
+    int nesterov;          /* needs momentum > 0 and dampening 0 */
+    /* AdamW */
+    double beta1, beta2, eps;
+} bfit_optim_cfg;
+
+/* Defaults: SGD momentum 0.9, dampening 0, no Nesterov, weight decay 0;
+ * AdamW PyTorch's betas (0.9, 0.999), eps 1e-8, weight decay 0.01. */
+bfit_optim_cfg bfit_optim_cfg_default(bfit_opt_kind kind);
+/* Check a configuration (ranges as PyTorch checks them); BFIT_EINVAL with a
+ * message naming the bad field and its valid range. */
+int bfit_optim_cfg_check(const bfit_optim_cfg *cfg);
+/* "sgd" / "adamw" (case-insensitive) -> kind; BFIT_EINVAL listing the valid
+ * names otherwise. */
+int bfit_optim_kind_parse(const char *name, bfit_opt_kind *out);
+const char *bfit_optim_kind_name(bfit_opt_kind kind);
+
 
 
 typedef struct bfit_optim bfit_optim;

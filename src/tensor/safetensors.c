@@ -5,6 +5,7 @@
  * is formed, because checkpoints and weights may come from anywhere. */
 #include "base/atomic.h"
 #include "base/err.h"
+#include "mem/arena.h"
 #include "tensor/safetensors.h"
 
 #include <cjson/cJSON.h>

@@ -13,7 +13,10 @@
 
 #include "batchfit.h"
 
-/* bfit_dtype is public (batchfit.h): F32, BF16, F16, I32. */
+/* Element types of tensors. Sizes come from the type, never sizeof(float). */
+typedef enum { BFIT_F32 = 0, BFIT_BF16, BFIT_F16, BFIT_I32, BFIT_NDTYPES } bfit_dtype;
+/* "F32", "BF16", "F16", "I32" (the safetensors names). */
+const char *bfit_dtype_name(bfit_dtype t);
 size_t bfit_dtype_size(bfit_dtype t);
 int bfit_dtype_is_float(bfit_dtype t);
 

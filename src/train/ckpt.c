@@ -177,7 +177,7 @@ static const char *param_name(const bfit_wparam *w, int nw, const bfit_param *p)
  * when it is stale: at the start, after a rollback). */
 static int gradprev_count(const bfit_run *r)
 {
-    return r->track && !r->track_stale ? bfit_gradnorm_track_count(r->gn) : 0;
+    return r->track && !r->pos.track_stale ? bfit_gradnorm_track_count(r->gn) : 0;
 }
 
 /* Tensor i of the checkpoint's extra ones: the optimizer's states first,
@@ -333,11 +333,11 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
         return bfit_fail_field(BFIT_EINVAL, "checkpoint", "no checkpoint directory was given");
     if (r->broken)
         return bfit_fail(BFIT_ESTATE, "checkpoint: the run failed in step %lld, after its update: its state is not "
-                         "that of a step boundary", (long long)r->step + 1);
+                         "that of a step boundary", (long long)r->pos.step + 1);
     if (mkdir(r->ckpt_dir, 0777) != 0 && errno != EEXIST)
         return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot create the directory: %s", r->ckpt_dir,
                                strerror(errno));
-    ckpt_name(path, sizeof path, r->ckpt_dir, r->step);
+    ckpt_name(path, sizeof path, r->ckpt_dir, r->pos.step);
     bfit_atomic_sweep(r->ckpt_dir, CKPT_PREFIX, CKPT_SUFFIX); /* temporary files of a writer that was killed */
     bfit_run_snap_take(r, &s);
     lb = log_bytes(r);
@@ -361,16 +361,16 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
     free(state);
     free(config);
     if (rc != BFIT_OK)
-        return bfit_fail_prefix(rc, "checkpoint at step %lld: ", (long long)r->step);
-    prune(r, r->step);
+        return bfit_fail_prefix(rc, "checkpoint at step %lld: ", (long long)r->pos.step);
+    prune(r, r->pos.step);
     r->ckpt_t = bfit_clock_mono();
-    r->ckpt_step = r->step;
-    snprintf(r->res.checkpoint, sizeof r->res.checkpoint, "%s", path);
+    r->ckpt_step = r->pos.step;
+    snprintf(r->pos.res.checkpoint, sizeof r->pos.res.checkpoint, "%s", path);
     {
         char esc[8400];
         bfit_json_escape(path, esc, sizeof esc);
-        bfit_log_event(&r->lg, "checkpoint", "\"step\":%lld,\"path\":\"%s\",\"seconds\":%.3f", (long long)r->step, esc,
-                       r->ckpt_t - t0);
+        bfit_log_event(&r->lg, "checkpoint", "\"step\":%lld,\"path\":\"%s\",\"seconds\":%.3f", (long long)r->pos.step,
+                       esc, r->ckpt_t - t0);
     }
     if (out)
         snprintf(out, len, "%s", path);
@@ -380,9 +380,9 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
 int bfit_run_checkpoint_due(const bfit_run *r)
 {
     double every = r->cfg.checkpoint_seconds;
-    if (!r->ckpt_dir[0] || r->step == r->ckpt_step)
+    if (!r->ckpt_dir[0] || r->pos.step == r->ckpt_step)
         return 0;
-    if (r->cfg.checkpoint_steps > 0 && r->step - (r->ckpt_step < 0 ? 0 : r->ckpt_step) >= r->cfg.checkpoint_steps)
+    if (r->cfg.checkpoint_steps > 0 && r->pos.step - (r->ckpt_step < 0 ? 0 : r->ckpt_step) >= r->cfg.checkpoint_steps)
         return 1;
     if (every <= 0 && r->cfg.checkpoint_steps <= 0)
         every = CKPT_DEFAULT_SECONDS;
@@ -530,7 +530,7 @@ static int put_state(bfit_run *r, const run_snap *s)
     bfit_controller_state cs = s->ctl;
     int rc;
 
-    if (s->per_epoch != r->per_epoch || s->taken > r->per_epoch)
+    if (s->per_epoch != r->per_epoch || s->pos.taken > r->per_epoch)
         return bfit_fail_field(BFIT_EINVAL, "data", "the checkpoint %s is of a run with %lld samples per epoch, this "
                                "data gives %lld: not the data it trained on", r->ck_path, (long long)s->per_epoch,
                                (long long)r->per_epoch);
@@ -544,26 +544,20 @@ static int put_state(bfit_run *r, const run_snap *s)
         if ((rc = bfit_stream_seek(r->tr.s, c)) != BFIT_OK)
             return bfit_fail_prefix(BFIT_EFORMAT, "%s: ", r->ck_path);
     }
-    r->step = s->step;
-    r->samples = s->samples;
-    r->taken = s->taken;
-    r->ep_count = s->ep_count;
-    r->epoch = s->epoch;
-    r->m = s->m;
-    r->warned_bn = s->warned_bn;
-    r->micro = s->micro;
-    r->train_time = s->train_time;
-    r->ep_loss = s->ep_loss;
-    r->res = s->res;
-    r->d = s->d;
-    r->ls = s->ls;
-    r->track_stale = s->track_stale;
-    r->ep_t0 = bfit_clock_mono(); /* the progress line's rate: from here, over the samples from here */
-    r->ep_taken0 = s->taken;
-    r->ep_count0 = s->ep_count;
+    r->pos = s->pos;
+    /* the memory schedule is this process's (a resumed run may give
+     * another, as it may give other memory): its entries up to the step are
+     * applied afresh, whatever the checkpoint's run had applied */
+    r->pos.nmem = 0;
     bfit_model_unreserve(r->s.M);
-    r->nmem = 0;
-    bfit_run_apply_memory_schedule(r, r->step);
+    bfit_run_apply_memory_schedule(r, r->pos.step);
+    /* the result's loss-scaling figures are the loss scaler's, which the
+     * checkpoint keeps (a step sets them; a run resumed at its end takes none) */
+    r->pos.res.skipped_steps = r->pos.ls.skipped;
+    r->pos.res.loss_scale = r->scaling ? r->pos.ls.scale : 0;
+    r->ep_t0 = bfit_clock_mono(); /* the progress line's rate: from here, over the samples from here */
+    r->ep_taken0 = s->pos.taken;
+    r->ep_count0 = s->pos.ep_count;
     return bfit_optim_set_steps(r->opt, s->optim_steps);
 }
 
@@ -579,32 +573,33 @@ int bfit_run_resume_state(bfit_run *r)
         return rc;
     rc = bfit_ckpt_state_from_json(st, r->ck_path, &s, &sched);
     cJSON_Delete(st);
-    if (rc == BFIT_OK && s.epoch > r->cfg.epochs)
-        rc = bfit_fail(BFIT_EFORMAT, "%s: the run is at epoch %d of %d", r->ck_path, s.epoch, r->cfg.epochs);
+    if (rc == BFIT_OK && s.pos.epoch > r->cfg.epochs)
+        rc = bfit_fail(BFIT_EFORMAT, "%s: the run is at epoch %d of %d", r->ck_path, s.pos.epoch, r->cfg.epochs);
     if (rc == BFIT_OK)
         rc = bfit_weights_load_from(r->s.M, r->ck, r->ck_path);
     if (rc == BFIT_OK)
-        rc = extras_upload(r, r->track && !s.track_stale);
+        rc = extras_upload(r, r->track && !s.pos.track_stale);
     if (rc == BFIT_OK)
         rc = put_state(r, &s);
     if (rc != BFIT_OK)
         return rc;
     r->sched = sched;
-    snprintf(r->res.resumed_from, sizeof r->res.resumed_from, "%s", r->ck_path);
-    r->ckpt_step = r->step;
+    snprintf(r->pos.res.resumed_from, sizeof r->pos.res.resumed_from, "%s", r->ck_path);
+    r->ckpt_step = r->pos.step;
     {
         char esc[8400];
         bfit_json_escape(r->ck_path, esc, sizeof esc);
         bfit_log_event(&r->lg, "resume", "\"step\":%lld,\"epoch\":%d,\"from\":\"%s\",\"samples\":%lld,\"m\":%d,\"E\":%d",
-                       (long long)r->step, r->epoch + 1, esc, (long long)r->samples, r->m, r->d.batch);
+                       (long long)r->pos.step, r->pos.epoch + 1, esc, (long long)r->pos.samples, r->pos.m,
+                       r->pos.d.batch);
     }
     if (bfit_run_done(r)) /* the checkpoint at the end: nothing left to train */
         bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld: the run had finished its training", r->ck_path,
-                     (long long)r->step);
+                     (long long)r->pos.step);
     else
         bfit_log_say(&r->lg, "batchfit: resuming from %s at step %lld (epoch %d, sample %lld of %lld; batch %d, "
-                     "micro-batch %d; capacity %s)", r->ck_path, (long long)r->step, r->epoch + 1, (long long)r->taken,
-                     (long long)r->per_epoch, r->d.batch, r->m,
+                     "micro-batch %d; capacity %s)", r->ck_path, (long long)r->pos.step, r->pos.epoch + 1,
+                     (long long)r->pos.taken, (long long)r->per_epoch, r->pos.d.batch, r->pos.m,
                      bfit_format_size(bfit_arena_capacity(r->s.arena), s1, sizeof s1));
     return BFIT_OK;
 }

@@ -3,8 +3,14 @@
  * dropout counter, the learning-rate schedule, the controller (E, m,
  * accumulation, noise-scale averages, hysteresis, throughput records) and
  * the figures so far. 64-bit integers are decimal strings (JSON numbers hold
- * 53 bits); doubles are numbers printed to round-trip exactly, or "nan",
- * "inf", "-inf". Reading checks every field's presence and type. */
+ * 53 bits); doubles are numbers printed to read back exactly, or "nan",
+ * "inf", "-inf". Reading checks every field's presence and type.
+ *
+ * Every field is one line of a table (its key, kind and place) that writing
+ * and reading both walk, as ckpt_cfg.c's does for the configuration: a
+ * field is added in one place. A field added after checkpoints were out
+ * names the key that says a checkpoint has it (`since`); an older one
+ * without it leaves it 0. */
 #include "base/err.h"
 #include "train/run_int.h"
 
@@ -12,193 +18,301 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+typedef enum {
+    K_INT,    /* int: a JSON number */
+    K_I64,    /* int64_t: a decimal string */
+    K_U64,    /* uint64_t: a decimal string */
+    K_DBL,    /* double: a number, or "nan", "inf", "-inf" */
+    K_ENUM,   /* an enum: a number below n */
+    K_TEXT,   /* char[n]: a string */
+    K_OBJ,    /* a struct: an object of the fields in sub */
+    K_LIST,   /* n structs: a list of n objects of the fields in sub */
+    K_LADDER, /* --batch auto's ladder: "ladder_m" and "ladder_secs", two lists */
+} kind;
+
+typedef struct table table;
+
+typedef struct field {
+    const char *key;
+    kind kind;
+    size_t off;        /* in the struct the table describes */
+    const table *sub;  /* K_OBJ, K_LIST */
+    size_t n;          /* K_ENUM: the values (0 .. n-1); K_TEXT: the buffer's bytes; K_LIST: the structs */
+    const char *what;  /* K_ENUM, K_LIST: what a value must be, for the message */
+    const char *since; /* added later: a checkpoint has it when it has this key (NULL: always) */
+} field;
+
+struct table {
+    const field *f;
+    size_t n;
+    size_t size;       /* the struct's bytes (a K_LIST's stride) */
+};
+
+/* The offset of member m of T, which must be of type `type` (a kind that
+ * does not match its field does not compile). */
+#define OFF(T, m, type) (offsetof(T, m) + 0 * sizeof(char[_Generic(((T *)0)->m, type: 1, default: -1)]))
+#define INT(T, k, m, ...) {.key = k, .kind = K_INT, .off = OFF(T, m, int), __VA_ARGS__}
+#define I64(T, k, m, ...) {.key = k, .kind = K_I64, .off = OFF(T, m, int64_t), __VA_ARGS__}
+#define U64(T, k, m, ...) {.key = k, .kind = K_U64, .off = OFF(T, m, uint64_t), __VA_ARGS__}
+#define DBL(T, k, m, ...) {.key = k, .kind = K_DBL, .off = OFF(T, m, double), __VA_ARGS__}
+#define ENUM(T, k, m, type, count, w) {.key = k, .kind = K_ENUM, .off = OFF(T, m, type), .n = count, .what = w}
+#define TEXT(T, k, m) {.key = k, .kind = K_TEXT, .off = OFF(T, m, char *), .n = sizeof(((T *)0)->m)}
+#define OBJ(T, k, m, type, tab) {.key = k, .kind = K_OBJ, .off = OFF(T, m, type), .sub = &tab}
+#define LIST(T, k, m, type, tab, count, w)                                                                           \
+    {.key = k, .kind = K_LIST, .off = OFF(T, m, type *), .sub = &tab, .n = count, .what = w}
+#define TABLE(name, T, ...)                                                                                          \
+    static const field name##_f[] = {__VA_ARGS__};                                                                   \
+    static const table name = {name##_f, sizeof name##_f / sizeof name##_f[0], sizeof(T)}
+
+/* An enum is read and written as an int. */
+_Static_assert(sizeof(bfit_batch_reason) == sizeof(int) && sizeof(bfit_sched_kind) == sizeof(int),
+               "enums are ints");
+
+#define D bfit_batch_decision
+TABLE(decision_t, D,
+      INT(D, "m", m),
+      INT(D, "k", k),
+      INT(D, "last", last),
+      INT(D, "batch", batch),
+      DBL(D, "lr_scale", lr_scale),
+      ENUM(D, "reason", reason, bfit_batch_reason, BFIT_REASON_COUNT, "a known reason"),
+      INT(D, "prev_m", prev_m),
+      INT(D, "prev_batch", prev_batch),
+      INT(D, "split", split),
+      TEXT(D, "why", why),
+      DBL(D, "noise_scale", noise_scale),
+      DBL(D, "tput_old", tput_old),
+      DBL(D, "tput_new", tput_new),
+      DBL(D, "eff_old", eff_old),
+      DBL(D, "eff_new", eff_new));
+#undef D
+
+/* --batch auto's ladder and bookkeeping, and the consecutive-step norms;
+ * the plateau check came later: a checkpoint without it starts its windows
+ * afresh */
+#define A bfit_controller_auto
+#define PLAT .since = "lr_ref"
+TABLE(auto_t, A,
+      INT(A, "prev_norms", prev_norms),
+      INT(A, "prev_b", prev_b),
+      DBL(A, "prev_g2", prev_g2),
+      {.key = "ladder", .kind = K_LADDER, .off = OFF(A, lad, gp_ladder)},
+      INT(A, "ladder_next", lad.next),
+      INT(A, "ladder_limit", lad.limit),
+      INT(A, "ladder_stalls", lad.stalls),
+      DBL(A, "ladder_best_rate", lad.best_rate),
+      DBL(A, "speed", speed),
+      DBL(A, "overhead", overhead),
+      I64(A, "seen", seen),
+      I64(A, "change_seen", change_seen),
+      I64(A, "ramp_seen", ramp_seen),
+      INT(A, "pending_E", pending_E),
+      INT(A, "pending_n", pending_n),
+      I64(A, "nobs", nobs),
+      INT(A, "ladders", ladders),
+      I64(A, "ladder_seen", ladder_seen),
+      INT(A, "ladder_ran", ladder_ran),
+      DBL(A, "plat_sum", plat_sum, PLAT),
+      I64(A, "plat_n", plat_n, PLAT),
+      DBL(A, "plat_best", plat_best, PLAT),
+      INT(A, "plat_windows", plat_windows, PLAT),
+      INT(A, "plat_stalls", plat_stalls, PLAT),
+      INT(A, "lr_ref", lr_ref, PLAT));
+#undef PLAT
+#undef A
+
+#define N bfit_noise
+TABLE(noise_t, N,
+      DBL(N, "alpha", alpha),
+      DBL(N, "g2_ema", g2_ema),
+      DBL(N, "s_ema", s_ema),
+      DBL(N, "g2_last", g2_last),
+      DBL(N, "s_last", s_last),
+      I64(N, "n", n));
+#undef N
+
+#define P bfit_controller_tput
+TABLE(tput_t, P,
+      INT(P, "m", m),
+      INT(P, "n", n),
+      DBL(P, "rate", rate),
+      U64(P, "used", used),
+      DBL(P, "var", var, .since = "var"));
+#undef P
+
+#define C bfit_controller_state
+TABLE(controller_t, C,
+      U64(C, "capacity", capacity),
+      U64(C, "free", free),
+      INT(C, "m", m),
+      INT(C, "E", E),
+      INT(C, "E0", E0),
+      OBJ(C, "noise", noise, bfit_noise, noise_t),
+      INT(C, "started", started),
+      INT(C, "decided", decided),
+      INT(C, "observed", observed),
+      INT(C, "oom_step", oom_step),
+      I64(C, "step", step),
+      OBJ(C, "decision", d, bfit_batch_decision, decision_t),
+      DBL(C, "scale", scale),
+      DBL(C, "ramp_from", ramp_from),
+      DBL(C, "ramp_to", ramp_to),
+      I64(C, "ramp_start", ramp_start),
+      INT(C, "streak", streak),
+      INT(C, "at_m", at_m),
+      I64(C, "hold_until", hold_until),
+      I64(C, "holdoff", holdoff),
+      I64(C, "last_grow", last_grow),
+      I64(C, "last_E_change", last_E_change),
+      INT(C, "prev_m", prev_m, .since = "prev_m"),
+      I64(C, "m_changed", m_changed, .since = "prev_m"),
+      U64(C, "free_at_shrink", free_at_shrink, .since = "prev_m"),
+      LIST(C, "throughput", tp, bfit_controller_tput, tput_t, BFIT_CONTROLLER_NTPUT,
+           "a list of the throughput records"),
+      U64(C, "tick", tick),
+      OBJ(C, "auto", au, bfit_controller_auto, auto_t));
+#undef C
+
+/* The figures so far; the token counts came later (a run resumed from a
+ * checkpoint without them counts from the resume) */
+#define R bfit_train_result
+TABLE(result_t, R,
+      INT(R, "epochs", epochs),
+      DBL(R, "train_loss", train_loss),
+      DBL(R, "test_loss", test_loss),
+      DBL(R, "test_acc", test_acc),
+      INT(R, "ooms", ooms),
+      INT(R, "batch_changes", batch_changes),
+      INT(R, "last_batch", last_batch),
+      DBL(R, "noise_scale", noise_scale),
+      I64(R, "tokens", tokens, .since = "tokens"),
+      I64(R, "tokens_computed", tokens_computed, .since = "tokens"));
+#undef R
+
+#define L bfit_lr_schedule
+TABLE(sched_t, L,
+      ENUM(L, "kind", kind, bfit_sched_kind, BFIT_SCHED_COUNT, "a known schedule"),
+      I64(L, "warmup_steps", warmup_steps),
+      DBL(L, "warmup_start", warmup_start),
+      I64(L, "step_size", step_size),
+      DBL(L, "gamma", gamma),
+      I64(L, "total_steps", total_steps),
+      DBL(L, "min_factor", min_factor));
+#undef L
+
+#define S run_snap
+TABLE(state_t, S,
+      I64(S, "step", pos.step),
+      INT(S, "epoch", pos.epoch),
+      I64(S, "taken", pos.taken),
+      I64(S, "per_epoch", per_epoch),
+      I64(S, "samples", pos.samples),
+      U64(S, "micro", pos.micro),
+      INT(S, "m", pos.m),
+      INT(S, "warned_bn", pos.warned_bn),
+      INT(S, "nmem", pos.nmem),
+      DBL(S, "train_time", pos.train_time),
+      DBL(S, "ep_loss", pos.ep_loss),
+      I64(S, "ep_count", pos.ep_count),
+      I64(S, "cursor_epoch", cursor_epoch),
+      I64(S, "cursor_pos", cursor_pos),
+      I64(S, "optim_steps", optim_steps),
+      DBL(S, "loss_scale", pos.ls.scale),
+      I64(S, "loss_scale_interval", pos.ls.interval),
+      I64(S, "loss_scale_good", pos.ls.good),
+      I64(S, "loss_scale_skipped", pos.ls.skipped),
+      INT(S, "track_stale", pos.track_stale),
+      OBJ(S, "result", pos.res, bfit_train_result, result_t),
+      OBJ(S, "decision", pos.d, bfit_batch_decision, decision_t),
+      OBJ(S, "controller", ctl, bfit_controller_state, controller_t));
+#undef S
+
+#define AT(p, f, T) ((T *)((char *)(p) + (f)->off))
+#define CAT(p, f, T) ((const T *)((const char *)(p) + (f)->off))
+
 /* ---- writing ----------------------------------------------------------------- */
 
-static void put_i64(cJSON *o, const char *k, int64_t v)
+/* A finite double as a JSON number that reads back exactly: 15 digits, or
+ * 17 when those do not give v back. (cJSON's own printing makes the same
+ * choice, but its test lets a value an ulp off pass, so it comes back an
+ * ulp off.) Not finite: cJSON's null. */
+static cJSON *number(double v)
 {
     char b[32];
-    snprintf(b, sizeof b, "%" PRId64, v);
-    cJSON_AddStringToObject(o, k, b);
-}
-
-static void put_u64(cJSON *o, const char *k, uint64_t v)
-{
-    char b[32];
-    snprintf(b, sizeof b, "%" PRIu64, v);
-    cJSON_AddStringToObject(o, k, b);
+    if (!isfinite(v))
+        return cJSON_CreateNumber(v);
+    snprintf(b, sizeof b, "%1.15g", v);
+    if (strtod(b, NULL) != v)
+        snprintf(b, sizeof b, "%1.17g", v);
+    return cJSON_CreateRaw(b);
 }
 
 static void put_dbl(cJSON *o, const char *k, double v)
 {
     if (isfinite(v))
-        cJSON_AddNumberToObject(o, k, v); /* cJSON prints 17 digits when 15 do not round-trip */
+        cJSON_AddItemToObject(o, k, number(v));
     else
         cJSON_AddStringToObject(o, k, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 }
 
-static void put_int(cJSON *o, const char *k, int v) { cJSON_AddNumberToObject(o, k, v); }
+static cJSON *obj_json(const table *t, const void *p);
 
-static cJSON *decision_json(const bfit_batch_decision *d)
+static void ladder_json(cJSON *o, const gp_ladder *l)
 {
-    cJSON *o = cJSON_CreateObject();
-    put_int(o, "m", d->m);
-    put_int(o, "k", d->k);
-    put_int(o, "last", d->last);
-    put_int(o, "batch", d->batch);
-    put_dbl(o, "lr_scale", d->lr_scale);
-    put_int(o, "reason", (int)d->reason);
-    put_int(o, "prev_m", d->prev_m);
-    put_int(o, "prev_batch", d->prev_batch);
-    put_int(o, "split", d->split);
-    cJSON_AddStringToObject(o, "why", d->why);
-    put_dbl(o, "noise_scale", d->noise_scale);
-    put_dbl(o, "tput_old", d->tput_old);
-    put_dbl(o, "tput_new", d->tput_new);
-    put_dbl(o, "eff_old", d->eff_old);
-    put_dbl(o, "eff_new", d->eff_new);
-    return o;
-}
-
-/* --batch auto's ladder and bookkeeping, and the consecutive-step norms. */
-static cJSON *auto_json(const bfit_controller_auto *a)
-{
-    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateArray(), *t = cJSON_CreateArray();
-    put_int(o, "prev_norms", a->prev_norms);
-    put_int(o, "prev_b", a->prev_b);
-    put_dbl(o, "prev_g2", a->prev_g2);
-    for (int i = 0; i < a->lad.n && i < GP_RUNGS; i++) {
-        cJSON_AddItemToArray(m, cJSON_CreateNumber(a->lad.m[i]));
-        cJSON_AddItemToArray(t, cJSON_CreateNumber(a->lad.secs[i]));
+    cJSON *m = cJSON_CreateArray(), *t = cJSON_CreateArray();
+    for (int i = 0; i < l->n && i < GP_RUNGS; i++) {
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(l->m[i]));
+        cJSON_AddItemToArray(t, number(l->secs[i]));
     }
     cJSON_AddItemToObject(o, "ladder_m", m);
     cJSON_AddItemToObject(o, "ladder_secs", t);
-    put_int(o, "ladder_next", a->lad.next);
-    put_int(o, "ladder_limit", a->lad.limit);
-    put_int(o, "ladder_stalls", a->lad.stalls);
-    put_dbl(o, "ladder_best_rate", a->lad.best_rate);
-    put_dbl(o, "speed", a->speed);
-    put_dbl(o, "overhead", a->overhead);
-    put_i64(o, "seen", a->seen);
-    put_i64(o, "change_seen", a->change_seen);
-    put_i64(o, "ramp_seen", a->ramp_seen);
-    put_int(o, "pending_E", a->pending_E);
-    put_int(o, "pending_n", a->pending_n);
-    put_i64(o, "nobs", a->nobs);
-    put_int(o, "ladders", a->ladders);
-    put_i64(o, "ladder_seen", a->ladder_seen);
-    put_int(o, "ladder_ran", a->ladder_ran);
-    put_dbl(o, "plat_sum", a->plat_sum);
-    put_i64(o, "plat_n", a->plat_n);
-    put_dbl(o, "plat_best", a->plat_best);
-    put_int(o, "plat_windows", a->plat_windows);
-    put_int(o, "plat_stalls", a->plat_stalls);
-    put_int(o, "lr_ref", a->lr_ref);
-    return o;
 }
 
-static cJSON *controller_json(const bfit_controller_state *c)
+static void put(cJSON *o, const field *f, const void *p)
 {
-    cJSON *o = cJSON_CreateObject(), *nz = cJSON_CreateObject(), *tp = cJSON_CreateArray();
-    put_u64(o, "capacity", c->capacity);
-    put_u64(o, "free", c->free);
-    put_int(o, "m", c->m);
-    put_int(o, "E", c->E);
-    put_int(o, "E0", c->E0);
-    put_dbl(nz, "alpha", c->noise.alpha);
-    put_dbl(nz, "g2_ema", c->noise.g2_ema);
-    put_dbl(nz, "s_ema", c->noise.s_ema);
-    put_dbl(nz, "g2_last", c->noise.g2_last);
-    put_dbl(nz, "s_last", c->noise.s_last);
-    put_i64(nz, "n", c->noise.n);
-    cJSON_AddItemToObject(o, "noise", nz);
-    put_int(o, "started", c->started);
-    put_int(o, "decided", c->decided);
-    put_int(o, "observed", c->observed);
-    put_int(o, "oom_step", c->oom_step);
-    put_i64(o, "step", c->step);
-    cJSON_AddItemToObject(o, "decision", decision_json(&c->d));
-    put_dbl(o, "scale", c->scale);
-    put_dbl(o, "ramp_from", c->ramp_from);
-    put_dbl(o, "ramp_to", c->ramp_to);
-    put_i64(o, "ramp_start", c->ramp_start);
-    put_int(o, "streak", c->streak);
-    put_int(o, "at_m", c->at_m);
-    put_i64(o, "hold_until", c->hold_until);
-    put_i64(o, "holdoff", c->holdoff);
-    put_i64(o, "last_grow", c->last_grow);
-    put_i64(o, "last_E_change", c->last_E_change);
-    for (int i = 0; i < BFIT_CONTROLLER_NTPUT; i++) {
-        cJSON *t = cJSON_CreateObject();
-        put_int(t, "m", c->tp[i].m);
-        put_int(t, "n", c->tp[i].n);
-        put_dbl(t, "rate", c->tp[i].rate);
-        put_u64(t, "used", c->tp[i].used);
-        cJSON_AddItemToArray(tp, t);
+    char b[32];
+    switch (f->kind) {
+    case K_INT: cJSON_AddNumberToObject(o, f->key, *CAT(p, f, int)); break;
+    case K_ENUM: cJSON_AddNumberToObject(o, f->key, *CAT(p, f, int)); break;
+    case K_I64:
+        snprintf(b, sizeof b, "%" PRId64, *CAT(p, f, int64_t));
+        cJSON_AddStringToObject(o, f->key, b);
+        break;
+    case K_U64:
+        snprintf(b, sizeof b, "%" PRIu64, *CAT(p, f, uint64_t));
+        cJSON_AddStringToObject(o, f->key, b);
+        break;
+    case K_DBL: put_dbl(o, f->key, *CAT(p, f, double)); break;
+    case K_TEXT: cJSON_AddStringToObject(o, f->key, CAT(p, f, char)); break;
+    case K_OBJ: cJSON_AddItemToObject(o, f->key, obj_json(f->sub, CAT(p, f, char))); break;
+    case K_LIST: {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; i < f->n; i++)
+            cJSON_AddItemToArray(a, obj_json(f->sub, CAT(p, f, char) + i * f->sub->size));
+        cJSON_AddItemToObject(o, f->key, a);
+        break;
     }
-    cJSON_AddItemToObject(o, "throughput", tp);
-    put_u64(o, "tick", c->tick);
-    cJSON_AddItemToObject(o, "auto", auto_json(&c->au));
-    return o;
+    case K_LADDER: ladder_json(o, CAT(p, f, gp_ladder)); break;
+    }
 }
 
-static cJSON *result_json(const bfit_train_result *r)
+static cJSON *obj_json(const table *t, const void *p)
 {
     cJSON *o = cJSON_CreateObject();
-    put_int(o, "epochs", r->epochs);
-    put_dbl(o, "train_loss", r->train_loss);
-    put_dbl(o, "test_loss", r->test_loss);
-    put_dbl(o, "test_acc", r->test_acc);
-    put_int(o, "ooms", r->ooms);
-    put_int(o, "batch_changes", r->batch_changes);
-    put_int(o, "last_batch", r->last_batch);
-    put_dbl(o, "noise_scale", r->noise_scale);
-    return o;
-}
-
-static cJSON *sched_json(const bfit_lr_schedule *s)
-{
-    cJSON *o = cJSON_CreateObject();
-    put_int(o, "kind", (int)s->kind);
-    put_i64(o, "warmup_steps", s->warmup_steps);
-    put_dbl(o, "warmup_start", s->warmup_start);
-    put_i64(o, "step_size", s->step_size);
-    put_dbl(o, "gamma", s->gamma);
-    put_i64(o, "total_steps", s->total_steps);
-    put_dbl(o, "min_factor", s->min_factor);
+    for (size_t i = 0; i < t->n; i++)
+        put(o, &t->f[i], p);
     return o;
 }
 
 cJSON *bfit_ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched)
 {
-    cJSON *o = cJSON_CreateObject();
-    put_i64(o, "step", s->step);
-    put_int(o, "epoch", s->epoch);
-    put_i64(o, "taken", s->taken);
-    put_i64(o, "per_epoch", s->per_epoch);
-    put_i64(o, "samples", s->samples);
-    put_u64(o, "micro", s->micro);
-    put_int(o, "m", s->m);
-    put_int(o, "warned_bn", s->warned_bn);
-    put_int(o, "nmem", s->nmem);
-    put_dbl(o, "train_time", s->train_time);
-    put_dbl(o, "ep_loss", s->ep_loss);
-    put_i64(o, "ep_count", s->ep_count);
-    put_i64(o, "cursor_epoch", s->cursor_epoch);
-    put_i64(o, "cursor_pos", s->cursor_pos);
-    put_i64(o, "optim_steps", s->optim_steps);
-    put_dbl(o, "loss_scale", s->ls.scale);
-    put_i64(o, "loss_scale_interval", s->ls.interval);
-    put_i64(o, "loss_scale_good", s->ls.good);
-    put_i64(o, "loss_scale_skipped", s->ls.skipped);
-    put_int(o, "track_stale", s->track_stale);
-    cJSON_AddItemToObject(o, "result", result_json(&s->res));
-    cJSON_AddItemToObject(o, "decision", decision_json(&s->d));
-    cJSON_AddItemToObject(o, "controller", controller_json(&s->ctl));
-    cJSON_AddItemToObject(o, "lr_schedule", sched_json(sched));
+    cJSON *o = obj_json(&state_t, s);
+    cJSON_AddItemToObject(o, "lr_schedule", obj_json(&sched_t, sched));
     return o;
 }
 
@@ -225,13 +339,10 @@ static void bad(rd *r, const char *k, const char *what)
         r->rc = bfit_fail(BFIT_EFORMAT, "%s: the run's state field \"%s%s\" is not %s", r->path, r->at, k, what);
 }
 
-static int64_t get_i64(rd *r, const cJSON *o, const char *k)
+static int64_t get_i64(rd *r, const cJSON *v, const char *k)
 {
-    const cJSON *v = get(r, o, k);
     char *end;
     long long x;
-    if (!v)
-        return 0;
     errno = 0;
     x = cJSON_IsString(v) && v->valuestring[0] ? strtoll(v->valuestring, &end, 10) : 0;
     if (!cJSON_IsString(v) || !v->valuestring[0] || *end || errno) {
@@ -241,28 +352,22 @@ static int64_t get_i64(rd *r, const cJSON *o, const char *k)
     return x;
 }
 
-static uint64_t get_u64(rd *r, const cJSON *o, const char *k)
+static uint64_t get_u64(rd *r, const cJSON *v, const char *k)
 {
-    const cJSON *v = get(r, o, k);
     char *end;
     unsigned long long x;
-    if (!v)
-        return 0;
+    int digit = cJSON_IsString(v) && v->valuestring[0] >= '0' && v->valuestring[0] <= '9';
     errno = 0;
-    x = cJSON_IsString(v) && v->valuestring[0] >= '0' && v->valuestring[0] <= '9' ? strtoull(v->valuestring, &end, 10)
-                                                                                  : 0;
-    if (!cJSON_IsString(v) || !(v->valuestring[0] >= '0' && v->valuestring[0] <= '9') || *end || errno) {
+    x = digit ? strtoull(v->valuestring, &end, 10) : 0;
+    if (!digit || *end || errno) {
         bad(r, k, "a whole number");
         return 0;
     }
     return x;
 }
 
-static double get_dbl(rd *r, const cJSON *o, const char *k)
+static double get_dbl(rd *r, const cJSON *v, const char *k)
 {
-    const cJSON *v = get(r, o, k);
-    if (!v)
-        return 0;
     if (cJSON_IsNumber(v))
         return v->valuedouble;
     if (cJSON_IsString(v) && !strcmp(v->valuestring, "nan"))
@@ -273,11 +378,8 @@ static double get_dbl(rd *r, const cJSON *o, const char *k)
     return 0;
 }
 
-static int get_int(rd *r, const cJSON *o, const char *k)
+static int get_int(rd *r, const cJSON *v, const char *k)
 {
-    const cJSON *v = get(r, o, k);
-    if (!v)
-        return 0;
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 2147483647.0) {
         bad(r, k, "an integer");
         return 0;
@@ -285,169 +387,86 @@ static int get_int(rd *r, const cJSON *o, const char *k)
     return (int)v->valuedouble;
 }
 
-static const cJSON *enter(rd *r, const cJSON *o, const char *k, char *saved)
+static void read_obj(rd *r, const cJSON *o, const table *t, void *p);
+
+/* Object v (at key k) into p, its fields' paths under "k." (or, in a list,
+ * "k[i].") for messages. */
+static void read_sub(rd *r, const cJSON *v, const char *k, int i, const table *t, void *p)
 {
-    const cJSON *v = get(r, o, k);
-    snprintf(saved, 128, "%s", r->at);
-    if (v && !cJSON_IsObject(v))
+    char saved[128];
+    snprintf(saved, sizeof saved, "%s", r->at);
+    if (!cJSON_IsObject(v) && i < 0)
         bad(r, k, "an object");
-    snprintf(r->at + strlen(r->at), sizeof r->at - strlen(r->at), "%s.", k);
-    return v && cJSON_IsObject(v) ? v : NULL;
+    if (i < 0)
+        snprintf(r->at + strlen(r->at), sizeof r->at - strlen(r->at), "%s.", k);
+    else
+        snprintf(r->at + strlen(r->at), sizeof r->at - strlen(r->at), "%s[%d].", k, i);
+    if (cJSON_IsObject(v) || i >= 0)
+        read_obj(r, v, t, p);
+    snprintf(r->at, sizeof r->at, "%s", saved);
 }
 
-static void leave(rd *r, const char *saved) { snprintf(r->at, sizeof r->at, "%s", saved); }
-
-static void read_decision(rd *r, const cJSON *o, bfit_batch_decision *d)
-{
-    const cJSON *why;
-    d->m = get_int(r, o, "m");
-    d->k = get_int(r, o, "k");
-    d->last = get_int(r, o, "last");
-    d->batch = get_int(r, o, "batch");
-    d->lr_scale = get_dbl(r, o, "lr_scale");
-    d->reason = (bfit_batch_reason)get_int(r, o, "reason");
-    if ((unsigned)d->reason >= BFIT_REASON_COUNT)
-        bad(r, "reason", "a known reason");
-    d->prev_m = get_int(r, o, "prev_m");
-    d->prev_batch = get_int(r, o, "prev_batch");
-    d->split = get_int(r, o, "split");
-    why = get(r, o, "why");
-    if (why && !cJSON_IsString(why))
-        bad(r, "why", "text");
-    else if (why)
-        snprintf(d->why, sizeof d->why, "%s", why->valuestring);
-    d->noise_scale = get_dbl(r, o, "noise_scale");
-    d->tput_old = get_dbl(r, o, "tput_old");
-    d->tput_new = get_dbl(r, o, "tput_new");
-    d->eff_old = get_dbl(r, o, "eff_old");
-    d->eff_new = get_dbl(r, o, "eff_new");
-}
-
-static void read_auto(rd *r, const cJSON *o, bfit_controller_auto *a)
+static void read_ladder(rd *r, const cJSON *o, gp_ladder *l)
 {
     const cJSON *m = get(r, o, "ladder_m"), *t = get(r, o, "ladder_secs");
-    a->prev_norms = get_int(r, o, "prev_norms");
-    a->prev_b = get_int(r, o, "prev_b");
-    a->prev_g2 = get_dbl(r, o, "prev_g2");
     if (m && t && cJSON_IsArray(m) && cJSON_IsArray(t) && cJSON_GetArraySize(m) == cJSON_GetArraySize(t) &&
         cJSON_GetArraySize(m) <= GP_RUNGS) {
-        a->lad.n = cJSON_GetArraySize(m);
-        for (int i = 0; i < a->lad.n; i++) {
+        l->n = cJSON_GetArraySize(m);
+        for (int i = 0; i < l->n; i++) {
             const cJSON *mi = cJSON_GetArrayItem(m, i), *ti = cJSON_GetArrayItem(t, i);
             if (!cJSON_IsNumber(mi) || !cJSON_IsNumber(ti) || mi->valuedouble < 1 || mi->valuedouble > BFIT_BATCH_MAX) {
                 bad(r, "ladder_m", "micro-batches and their seconds");
                 break;
             }
-            a->lad.m[i] = (int)mi->valuedouble;
-            a->lad.secs[i] = ti->valuedouble;
+            l->m[i] = (int)mi->valuedouble;
+            l->secs[i] = ti->valuedouble;
         }
     } else if (m || t) {
         bad(r, "ladder_m", "two lists of equal length (at most 24) of micro-batches and seconds");
     }
-    a->lad.next = get_int(r, o, "ladder_next");
-    a->lad.limit = get_int(r, o, "ladder_limit");
-    a->lad.stalls = get_int(r, o, "ladder_stalls");
-    a->lad.best_rate = get_dbl(r, o, "ladder_best_rate");
-    a->speed = get_dbl(r, o, "speed");
-    a->overhead = get_dbl(r, o, "overhead");
-    a->seen = get_i64(r, o, "seen");
-    a->change_seen = get_i64(r, o, "change_seen");
-    a->ramp_seen = get_i64(r, o, "ramp_seen");
-    a->pending_E = get_int(r, o, "pending_E");
-    a->pending_n = get_int(r, o, "pending_n");
-    a->nobs = get_i64(r, o, "nobs");
-    a->ladders = get_int(r, o, "ladders");
-    a->ladder_seen = get_i64(r, o, "ladder_seen");
-    a->ladder_ran = get_int(r, o, "ladder_ran");
-    /* the plateau check came later: a checkpoint without it starts its windows afresh */
-    if (cJSON_GetObjectItemCaseSensitive(o, "lr_ref")) {
-        a->plat_sum = get_dbl(r, o, "plat_sum");
-        a->plat_n = get_i64(r, o, "plat_n");
-        a->plat_best = get_dbl(r, o, "plat_best");
-        a->plat_windows = get_int(r, o, "plat_windows");
-        a->plat_stalls = get_int(r, o, "plat_stalls");
-        a->lr_ref = get_int(r, o, "lr_ref");
+}
+
+static void read_field(rd *r, const cJSON *o, const field *f, void *p)
+{
+    const cJSON *v;
+    if (f->kind == K_LADDER) {
+        read_ladder(r, o, AT(p, f, gp_ladder));
+        return;
+    }
+    if (!(v = get(r, o, f->key)))
+        return;
+    switch (f->kind) {
+    case K_INT: *AT(p, f, int) = get_int(r, v, f->key); break;
+    case K_ENUM:
+        *AT(p, f, int) = get_int(r, v, f->key);
+        if ((unsigned)*AT(p, f, int) >= f->n)
+            bad(r, f->key, f->what);
+        break;
+    case K_I64: *AT(p, f, int64_t) = get_i64(r, v, f->key); break;
+    case K_U64: *AT(p, f, uint64_t) = get_u64(r, v, f->key); break;
+    case K_DBL: *AT(p, f, double) = get_dbl(r, v, f->key); break;
+    case K_TEXT:
+        if (!cJSON_IsString(v))
+            bad(r, f->key, "text");
+        else
+            snprintf(AT(p, f, char), f->n, "%s", v->valuestring);
+        break;
+    case K_OBJ: read_sub(r, v, f->key, -1, f->sub, AT(p, f, char)); break;
+    case K_LIST:
+        if (!cJSON_IsArray(v) || (size_t)cJSON_GetArraySize(v) != f->n)
+            bad(r, f->key, f->what);
+        for (int i = 0; cJSON_IsArray(v) && i < cJSON_GetArraySize(v) && (size_t)i < f->n; i++)
+            read_sub(r, cJSON_GetArrayItem(v, i), f->key, i, f->sub, AT(p, f, char) + (size_t)i * f->sub->size);
+        break;
+    case K_LADDER: break;
     }
 }
 
-static void read_controller(rd *r, const cJSON *o, bfit_controller_state *c)
+static void read_obj(rd *r, const cJSON *o, const table *t, void *p)
 {
-    char s1[128], s2[128];
-    const cJSON *nz, *tp, *d;
-    c->capacity = get_u64(r, o, "capacity");
-    c->free = get_u64(r, o, "free");
-    c->m = get_int(r, o, "m");
-    c->E = get_int(r, o, "E");
-    c->E0 = get_int(r, o, "E0");
-    if ((nz = enter(r, o, "noise", s1))) {
-        c->noise.alpha = get_dbl(r, nz, "alpha");
-        c->noise.g2_ema = get_dbl(r, nz, "g2_ema");
-        c->noise.s_ema = get_dbl(r, nz, "s_ema");
-        c->noise.g2_last = get_dbl(r, nz, "g2_last");
-        c->noise.s_last = get_dbl(r, nz, "s_last");
-        c->noise.n = get_i64(r, nz, "n");
-    }
-    leave(r, s1);
-    c->started = get_int(r, o, "started");
-    c->decided = get_int(r, o, "decided");
-    c->observed = get_int(r, o, "observed");
-    c->oom_step = get_int(r, o, "oom_step");
-    c->step = get_i64(r, o, "step");
-    if ((d = enter(r, o, "decision", s1)))
-        read_decision(r, d, &c->d);
-    leave(r, s1);
-    c->scale = get_dbl(r, o, "scale");
-    c->ramp_from = get_dbl(r, o, "ramp_from");
-    c->ramp_to = get_dbl(r, o, "ramp_to");
-    c->ramp_start = get_i64(r, o, "ramp_start");
-    c->streak = get_int(r, o, "streak");
-    c->at_m = get_int(r, o, "at_m");
-    c->hold_until = get_i64(r, o, "hold_until");
-    c->holdoff = get_i64(r, o, "holdoff");
-    c->last_grow = get_i64(r, o, "last_grow");
-    c->last_E_change = get_i64(r, o, "last_E_change");
-    tp = get(r, o, "throughput");
-    if (tp && (!cJSON_IsArray(tp) || cJSON_GetArraySize(tp) != BFIT_CONTROLLER_NTPUT))
-        bad(r, "throughput", "a list of the throughput records");
-    for (int i = 0; tp && cJSON_IsArray(tp) && i < cJSON_GetArraySize(tp) && i < BFIT_CONTROLLER_NTPUT; i++) {
-        const cJSON *t = cJSON_GetArrayItem(tp, i);
-        snprintf(s2, sizeof s2, "%s", r->at);
-        snprintf(r->at + strlen(r->at), sizeof r->at - strlen(r->at), "throughput[%d].", i);
-        c->tp[i].m = get_int(r, t, "m");
-        c->tp[i].n = get_int(r, t, "n");
-        c->tp[i].rate = get_dbl(r, t, "rate");
-        c->tp[i].used = get_u64(r, t, "used");
-        leave(r, s2);
-    }
-    c->tick = get_u64(r, o, "tick");
-    if ((d = enter(r, o, "auto", s1)))
-        read_auto(r, d, &c->au);
-    leave(r, s1);
-}
-
-static void read_result(rd *r, const cJSON *o, bfit_train_result *res)
-{
-    res->epochs = get_int(r, o, "epochs");
-    res->train_loss = get_dbl(r, o, "train_loss");
-    res->test_loss = get_dbl(r, o, "test_loss");
-    res->test_acc = get_dbl(r, o, "test_acc");
-    res->ooms = get_int(r, o, "ooms");
-    res->batch_changes = get_int(r, o, "batch_changes");
-    res->last_batch = get_int(r, o, "last_batch");
-    res->noise_scale = get_dbl(r, o, "noise_scale");
-}
-
-static void read_sched(rd *r, const cJSON *o, bfit_lr_schedule *s)
-{
-    s->kind = (bfit_sched_kind)get_int(r, o, "kind");
-    if ((unsigned)s->kind >= BFIT_SCHED_COUNT)
-        bad(r, "kind", "a known schedule");
-    s->warmup_steps = get_i64(r, o, "warmup_steps");
-    s->warmup_start = get_dbl(r, o, "warmup_start");
-    s->step_size = get_i64(r, o, "step_size");
-    s->gamma = get_dbl(r, o, "gamma");
-    s->total_steps = get_i64(r, o, "total_steps");
-    s->min_factor = get_dbl(r, o, "min_factor");
+    for (size_t i = 0; i < t->n; i++)
+        if (!t->f[i].since || cJSON_GetObjectItemCaseSensitive(o, t->f[i].since))
+            read_field(r, o, &t->f[i], p);
 }
 
 /* Values no run can have: a bad file must not become a strange run. */
@@ -455,57 +474,29 @@ static void check_ranges(rd *r, const run_snap *s)
 {
     if (r->rc != BFIT_OK)
         return;
-    if (s->step < 0 || s->step > BFIT_COUNT_MAX || s->epoch < 0 || s->epoch > BFIT_EPOCHS_MAX || s->taken < 0 ||
-        s->samples < 0 || s->ep_count < 0 || s->cursor_epoch < 0 || s->cursor_pos < 0 || s->optim_steps < 0 ||
-        s->m < 1 || s->m > BFIT_BATCH_MAX || s->nmem < 0 || s->nmem > BFIT_MEM_SCHEDULE_MAX ||
-        !(s->ls.scale > 0) || s->ls.scale > 1e300 || s->ls.interval < 1 || s->ls.good < 0 || s->ls.skipped < 0 ||
-        (s->track_stale != 0 && s->track_stale != 1))
+    if (s->pos.step < 0 || s->pos.step > BFIT_COUNT_MAX || s->pos.epoch < 0 || s->pos.epoch > BFIT_EPOCHS_MAX ||
+        s->pos.taken < 0 || s->pos.samples < 0 || s->pos.ep_count < 0 || s->cursor_epoch < 0 || s->cursor_pos < 0 ||
+        s->optim_steps < 0 || s->pos.m < 1 || s->pos.m > BFIT_BATCH_MAX || s->pos.nmem < 0 ||
+        s->pos.nmem > BFIT_MEM_SCHEDULE_MAX || !(s->pos.ls.scale > 0) || s->pos.ls.scale > 1e300 ||
+        s->pos.ls.interval < 1 || s->pos.ls.good < 0 || s->pos.ls.skipped < 0 ||
+        (s->pos.track_stale != 0 && s->pos.track_stale != 1) || s->pos.res.tokens < 0 ||
+        s->pos.res.tokens_computed < 0)
         r->rc = bfit_fail(BFIT_EFORMAT, "%s: the run's state is out of range (step %lld, epoch %d, micro-batch %d, "
-                          "cursor %lld:%lld): the file is not from a run", r->path, (long long)s->step, s->epoch, s->m,
-                          (long long)s->cursor_epoch, (long long)s->cursor_pos);
+                          "cursor %lld:%lld): the file is not from a run", r->path, (long long)s->pos.step,
+                          s->pos.epoch, s->pos.m, (long long)s->cursor_epoch, (long long)s->cursor_pos);
 }
 
 int bfit_ckpt_state_from_json(const cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched)
 {
     rd r = {path, BFIT_OK, ""};
-    char s1[128];
     const cJSON *o;
 
     memset(s, 0, sizeof *s);
     if (!cJSON_IsObject(j))
         return bfit_fail(BFIT_EFORMAT, "%s: the run's state is not a JSON object", path);
-    s->step = get_i64(&r, j, "step");
-    s->epoch = get_int(&r, j, "epoch");
-    s->taken = get_i64(&r, j, "taken");
-    s->per_epoch = get_i64(&r, j, "per_epoch");
-    s->samples = get_i64(&r, j, "samples");
-    s->micro = get_u64(&r, j, "micro");
-    s->m = get_int(&r, j, "m");
-    s->warned_bn = get_int(&r, j, "warned_bn");
-    s->nmem = get_int(&r, j, "nmem");
-    s->train_time = get_dbl(&r, j, "train_time");
-    s->ep_loss = get_dbl(&r, j, "ep_loss");
-    s->ep_count = get_i64(&r, j, "ep_count");
-    s->cursor_epoch = get_i64(&r, j, "cursor_epoch");
-    s->cursor_pos = get_i64(&r, j, "cursor_pos");
-    s->optim_steps = get_i64(&r, j, "optim_steps");
-    s->ls.scale = get_dbl(&r, j, "loss_scale");
-    s->ls.interval = get_i64(&r, j, "loss_scale_interval");
-    s->ls.good = get_i64(&r, j, "loss_scale_good");
-    s->ls.skipped = get_i64(&r, j, "loss_scale_skipped");
-    s->track_stale = get_int(&r, j, "track_stale");
-    if ((o = enter(&r, j, "result", s1)))
-        read_result(&r, o, &s->res);
-    leave(&r, s1);
-    if ((o = enter(&r, j, "decision", s1)))
-        read_decision(&r, o, &s->d);
-    leave(&r, s1);
-    if ((o = enter(&r, j, "controller", s1)))
-        read_controller(&r, o, &s->ctl);
-    leave(&r, s1);
-    if ((o = enter(&r, j, "lr_schedule", s1)))
-        read_sched(&r, o, sched);
-    leave(&r, s1);
+    read_obj(&r, j, &state_t, s);
+    if ((o = get(&r, j, "lr_schedule")))
+        read_sub(&r, o, "lr_schedule", -1, &sched_t, sched);
     check_ranges(&r, s);
     return r.rc;
 }

@@ -190,7 +190,7 @@ static void put_status(bfit_run *r, bfit_dist_word *w, int rc)
 {
     memset(w, 0, sizeof *w);
     w->code = rc;
-    w->stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : rc == BFIT_ENOMEM ? r->res.stopped : 0;
+    w->stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : rc == BFIT_ENOMEM ? r->pos.res.stopped : 0;
     w->hsum = r->ep_hsum; /* bfit_run_dist_sync's exchange brings them to rank 0 */
     w->hn = r->ep_hn;
     if (rc != BFIT_OK)
@@ -209,7 +209,7 @@ static int peer_failure(bfit_run *r, const bfit_dist_word *all, const char *wher
     if (r->dp->mine.code != BFIT_OK)
         return r->dp->mine.code;
     if (all[f].code == BFIT_ESTOPPED || (all[f].code == BFIT_ENOMEM && all[f].stopped)) {
-        r->res.stopped = all[f].stopped;
+        r->pos.res.stopped = all[f].stopped;
         return bfit_fail(all[f].code, "rank %d %s: %s", f, where, all[f].msg);
     }
     return bfit_fail(BFIT_EPEER, "rank %d failed %s: %s", f, where, all[f].msg);
@@ -255,7 +255,7 @@ int bfit_run_dist_setup(bfit_run *r, int rc)
     if (!(dp->host = malloc(dp->host_bytes ? dp->host_bytes : 1)))
         rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
     dp->norms = r->cfg.adaptive;
-    dp->prev_m = r->m;
+    dp->prev_m = r->pos.m;
     if (rc == BFIT_OK)
         rc = bfit_dist_attach(dp->d, r->s.dev);
     if (rc == BFIT_OK)
@@ -309,10 +309,10 @@ int bfit_run_dist_sync(bfit_run *r)
         crc = bfit_dist_crc(crc, dp->host, n);
     }
     if ((rc = agree(r, rc, crc, "checking the weights", "their parameters")) != BFIT_OK)
-        return bfit_fail_prefix(rc, "after step %lld: ", (long long)r->step);
+        return bfit_fail_prefix(rc, "after step %lld: ", (long long)r->pos.step);
     if (rc == BFIT_OK)
         bfit_log_event(&r->lg, "weights_check", "\"step\":%lld,\"ranks\":%d,\"crc32\":\"%08llx\"",
-                       (long long)r->step, dp->size, (unsigned long long)crc);
+                       (long long)r->pos.step, dp->size, (unsigned long long)crc);
     return rc;
 }
 
@@ -323,7 +323,7 @@ int bfit_run_dist_sync(bfit_run *r)
 static int64_t rate_now(bfit_run *r)
 {
     double v = 0;
-    if (bfit_controller_throughput(r->ctl, r->m, &v) != BFIT_OK || !(v > 0))
+    if (bfit_controller_throughput(r->ctl, r->pos.m, &v) != BFIT_OK || !(v > 0))
         return 0;
     return v * 1024 < 1e15 ? (int64_t)(v * 1024) : (int64_t)1e15;
 }
@@ -336,10 +336,10 @@ static void log_rank_changes(bfit_run *r, const bfit_dist_word *all)
         if (all[q].m == all[q].prev_m)
             continue;
         bfit_log_event(&r->lg, "rank_batch_change", "\"step\":%lld,\"rank\":%d,\"reason\":\"%s\",\"m\":%d,"
-                       "\"prev_m\":%d,\"ooms\":%d,\"why\":\"%s\"", (long long)r->step, q,
+                       "\"prev_m\":%d,\"ooms\":%d,\"why\":\"%s\"", (long long)r->pos.step, q,
                        bfit_batch_reason_name((bfit_batch_reason)all[q].reason), all[q].m, all[q].prev_m,
                        all[q].ooms, all[q].msg);
-        bfit_log_say(&r->lg, "batchfit: step %lld: rank %d: %s", (long long)r->step, q, all[q].msg);
+        bfit_log_say(&r->lg, "batchfit: step %lld: rank %d: %s", (long long)r->pos.step, q, all[q].msg);
     }
 }
 
@@ -349,7 +349,7 @@ static int same_decision(bfit_run *r, const bfit_dist_word *all)
     for (int q = 1; q < r->dp->size; q++)
         if (all[q].E != all[0].E || all[q].lr_scale != all[0].lr_scale)
             return bfit_fail(BFIT_ESTATE, "step %lld: rank %d decided E %d and lr scale %.17g, rank 0 E %d and "
-                             "%.17g: their controllers saw different things", (long long)r->step + 1, q, all[q].E,
+                             "%.17g: their controllers saw different things", (long long)r->pos.step + 1, q, all[q].E,
                              all[q].lr_scale, all[0].E, all[0].lr_scale);
     return BFIT_OK;
 }
@@ -361,9 +361,9 @@ static void log_shares(bfit_run *r, const char *why)
     size_t len = 0;
     for (int q = 0; q < r->dp->size && len < sizeof list; q++)
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", q ? "," : "", sh[q]);
-    bfit_log_event(&r->lg, "shares", "\"step\":%lld,\"E\":%d,\"shares\":[%s],\"why\":\"%s\"", (long long)r->step,
-                   r->d.batch, list, why);
-    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->step, why); /* as bfit_run_log_change counts */
+    bfit_log_event(&r->lg, "shares", "\"step\":%lld,\"E\":%d,\"shares\":[%s],\"why\":\"%s\"", (long long)r->pos.step,
+                   r->pos.d.batch, list, why);
+    bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->pos.step, why); /* as bfit_run_log_change counts */
 }
 
 int bfit_run_dist_begin(bfit_run *r, int rc, int E)
@@ -376,17 +376,17 @@ int bfit_run_dist_begin(bfit_run *r, int rc, int E)
 
     dp->comm = dp->sum_secs = 0;
     if (rc == BFIT_OK && bfit_run_stop_requested(r))
-        rc = bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->step);
+        rc = bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->pos.step);
     put_status(r, w, rc);
     if (rc == BFIT_OK) {
-        w->m = r->m;
+        w->m = r->pos.m;
         w->prev_m = dp->prev_m;
-        w->E = r->d.batch;
-        w->lr_scale = r->d.lr_scale;
+        w->E = r->pos.d.batch;
+        w->lr_scale = r->pos.d.lr_scale;
         w->rate = rate_now(r);
-        w->reason = r->m != dp->prev_m ? (int32_t)r->d.reason : 0;
+        w->reason = r->pos.m != dp->prev_m ? (int32_t)r->pos.d.reason : 0;
         if (w->reason)
-            snprintf(w->msg, sizeof w->msg, "%.*s", (int)sizeof w->msg - 1, r->d.why);
+            snprintf(w->msg, sizeof w->msg, "%.*s", (int)sizeof w->msg - 1, r->pos.d.why);
     }
     rc = bfit_dist_exchange(dp->d, w, &all);
     dp->comm += bfit_clock_mono() - t0;
@@ -399,8 +399,8 @@ int bfit_run_dist_begin(bfit_run *r, int rc, int E)
         log_shares(r, why);
     dp->share = bfit_dist_shares(dp->d)[dp->rank];
     dp->off = bfit_dist_offset(dp->d);
-    dp->prev_m = r->m;
-    dp->ooms = r->res.ooms;
+    dp->prev_m = r->pos.m;
+    dp->ooms = r->pos.res.ooms;
     return BFIT_OK;
 }
 
@@ -447,18 +447,18 @@ static int local_status(bfit_run *r, int rc, int E)
         sq *= ((double)E / dp->share) * ((double)E / dp->share);
     }
     put_status(r, w, rc);
-    w->m = r->m;
+    w->m = r->pos.m;
     w->prev_m = dp->prev_m;
-    w->E = r->d.batch;
-    w->lr_scale = r->d.lr_scale;
+    w->E = r->pos.d.batch;
+    w->lr_scale = r->pos.d.lr_scale;
     w->samples = dp->share;
-    w->ooms = r->res.ooms - dp->ooms;
+    w->ooms = r->pos.res.ooms - dp->ooms;
     w->loss = loss;
     w->sq = sq;
     w->secs = r->micro_secs;
-    w->reason = r->m != dp->prev_m ? BFIT_REASON_OOM : 0;
+    w->reason = r->pos.m != dp->prev_m ? BFIT_REASON_OOM : 0;
     if (rc == BFIT_OK && w->reason)
-        snprintf(w->msg, sizeof w->msg, "%.*s", (int)sizeof w->msg - 1, r->d.why);
+        snprintf(w->msg, sizeof w->msg, "%.*s", (int)sizeof w->msg - 1, r->pos.d.why);
     return rc;
 }
 
@@ -489,7 +489,7 @@ int bfit_run_dist_end(bfit_run *r, int rc, int E)
         return rc;
     dp->words = all;
     log_rank_changes(r, all);
-    dp->prev_m = r->m;
+    dp->prev_m = r->pos.m;
     dp->loss = 0;
     for (int q = 0; q < dp->size; q++)
         dp->loss += all[q].loss;
@@ -538,7 +538,7 @@ static int micro_of(const bfit_dist_word *w) { return w->samples < w->m ? w->sam
 void bfit_run_dist_progress(const bfit_run *r, char *buf, size_t n)
 {
     const run_dist *dp = r->dp;
-    size_t len = (size_t)snprintf(buf, n, "E %d =", r->d.batch);
+    size_t len = (size_t)snprintf(buf, n, "E %d =", r->pos.d.batch);
     for (int q = 0; q < dp->size && q < 8 && len < n; q++)
         len += (size_t)snprintf(buf + len, n - len, "%s r%d %d (m %d x %d)", q ? " +" : "", q,
                                 dp->words[q].samples, micro_of(&dp->words[q]), steps_of(&dp->words[q]));

@@ -5,6 +5,7 @@
 #define BFIT_DIST_RUN_H
 
 #include "dist/dist.h"
+#include "train/trainer.h"
 
 typedef struct run_dist {
     bfit_dist *d;

@@ -4,6 +4,7 @@
  * trained in tight memory must not fail at its evaluation. */
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/sized.h"
 #include "nn/zoo.h"
 #include "train/run_int.h"
 #include "train/weights.h"
@@ -37,7 +38,7 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
     uint64_t held = cap - bfit_arena_available(a), other = held > counted ? held - counted : 0;
     uint64_t with_margin = bfit_plan_budget(cap, margin), bare = bfit_arena_available(a) + counted;
     char s1[32], s2[32];
-    bfit_plan p1;
+    bfit_step_plan p1;
     int rc;
 
     rc = bfit_plan_max_batch(M, NULL, 0, with_margin > other ? with_margin - other : 0, want, m, &p1);
@@ -55,7 +56,7 @@ static int choose_eval_batch(bfit_model *M, bfit_arena *a, double margin, int wa
  * through host staging of at least m samples (from > 0: a stream). ev gets
  * sums: test_loss the summed loss, test_acc the samples right. */
 static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n, float *sx, int32_t *sy,
-                    bfit_eval_info *ev)
+                    bfit_eval_info *ev, bfit_log *lg)
 {
     int64_t seen = 0, counted = 0;
     double loss, right;
@@ -93,6 +94,9 @@ static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n,
             return rc;
         seen += got;
         counted += bfit_run_counted(M, sy, got);
+        if (lg) /* on a terminal; plain lines at the log's interval */
+            bfit_log_progress(lg, 0, "evaluating: %lld of %lld samples (%.0f%%)", (long long)seen, (long long)n,
+                              100.0 * (double)seen / (double)n);
     }
     if ((rc = bfit_model_stats_read(M, &loss, &right)) != BFIT_OK)
         return rc;
@@ -120,7 +124,7 @@ static int64_t test_count(const bfit_run *r)
     return r->te.src ? r->te.src->samples : bfit_dataset_count(r->s.test);
 }
 
-int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
+static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
 {
     int m, rc;
 
@@ -128,6 +132,7 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     int64_t from = 0, to = n;
 
     memset(ev, 0, sizeof *ev);
+    ev->size = sizeof *ev;
     /* data-parallel: each rank evaluates its slice of a stream's samples */
     if (r->dp && r->te.s)
         bfit_run_dist_eval_slice(r, n, &from, &to);
@@ -141,7 +146,7 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
                                                                                                        : 1) : r->eval_m,
                            &m);
     if (rc == BFIT_OK)
-        rc = evaluate(r->s.M, &r->te, m, from, to, r->stage_x, r->stage_y, ev);
+        rc = evaluate(r->s.M, &r->te, m, from, to, r->stage_x, r->stage_y, ev, r->log_open ? &r->lg : NULL);
     bfit_model_unreserve(r->s.M);
     if (r->dp && r->te.s)
         rc = bfit_run_dist_eval_sums(r, rc, ev); /* every rank gets here, also after a failure */
@@ -150,13 +155,13 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     if (rc != BFIT_OK)
         return rc;
     eval_means(ev);
-    ev->epoch = r->epoch + (r->taken > 0); /* max_steps may stop inside an epoch */
-    ev->step = r->step;
-    ev->train_loss = r->ep_count ? r->ep_loss / (double)r->ep_count : 0;
+    ev->epoch = r->pos.epoch + (r->pos.taken > 0); /* max_steps may stop inside an epoch */
+    ev->step = r->pos.step;
+    ev->train_loss = r->pos.ep_count ? r->pos.ep_loss / (double)r->pos.ep_count : 0;
     ev->epoch_seconds = bfit_clock_mono() - r->ep_t0;
-    r->res.test_loss = ev->test_loss;
-    r->res.test_acc = ev->test_acc;
-    r->res.epochs = ev->epoch;
+    r->pos.res.test_loss = ev->test_loss;
+    r->pos.res.test_acc = ev->test_acc;
+    r->pos.res.epochs = ev->epoch;
     bfit_log_event(&r->lg, "eval",
                    "\"epoch\":%d,\"step\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,"
                    "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d",
@@ -174,6 +179,19 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *ev)
     if (r->cfg.on_eval)
         r->cfg.on_eval(r->cfg.cb_ud, ev);
     return BFIT_OK;
+}
+
+int bfit_run_evaluate(bfit_run *r, bfit_eval_info *info)
+{
+    bfit_eval_info ev = {.size = sizeof ev};
+    int rc;
+
+    if (info && info->size < BFIT_SIZED_MIN) /* the caller's struct carries its size (batchfit.h) */
+        return bfit_sized_out(info, &ev, sizeof ev, "bfit_eval_info");
+    rc = evaluate_run(r, &ev);
+    if (info)
+        bfit_sized_out(info, &ev, sizeof ev, "bfit_eval_info");
+    return rc;
 }
 
 /* The normalisation training used, saved with the weights: C values each
@@ -228,7 +246,7 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     return rc;
 }
 
-int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n)
+int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n)
 {
     bfit_session s;
     bfit_feed st = {0};
@@ -256,7 +274,7 @@ int bfit_evaluate(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *
     if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st.s)) == BFIT_OK &&
         (rc = evaluate(s.M, &st, m, 0, cfg->samples && cfg->samples < bfit_dataset_count(s.test) ? cfg->samples
                                                                                               : bfit_dataset_count(s.test),
-                       sx, sy, &ev)) == BFIT_OK) {
+                       sx, sy, &ev, NULL)) == BFIT_OK) {
         eval_means(&ev);
         *loss = ev.test_loss;
         *acc = ev.test_acc;

@@ -51,18 +51,30 @@ void bfit_log_event(bfit_log *lg, const char *event, const char *fmt, ...)
 {
     va_list ap;
     struct timespec ts;
-    if (!lg->json)
+    char head[96], *body = NULL, *line = NULL;
+    if (!lg->json && !lg->on_event)
         return;
     clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(lg->json, "{\"event\":\"%s\",\"time\":%.3f", event, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    snprintf(head, sizeof head, "{\"event\":\"%s\",\"time\":%.3f", event, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
     if (fmt && *fmt) {
-        fputc(',', lg->json);
         va_start(ap, fmt);
-        vfprintf(lg->json, fmt, ap);
+        if (vasprintf(&body, fmt, ap) < 0)
+            body = NULL;
         va_end(ap);
     }
-    fputs("}\n", lg->json);
-    fflush(lg->json);
+    if (asprintf(&line, "%s%s%s}", head, body ? "," : "", body ? body : "") < 0)
+        line = NULL;
+    free(body);
+    if (!line)
+        return; /* out of host memory: the event is lost, the run goes on */
+    if (lg->json) {
+        fputs(line, lg->json);
+        fputc('\n', lg->json);
+        fflush(lg->json);
+    }
+    if (lg->on_event)
+        lg->on_event(lg->ud, line);
+    free(line);
 }
 
 void bfit_log_progress(bfit_log *lg, int force, const char *fmt, ...)

@@ -14,6 +14,8 @@ typedef struct bfit_log {
     int line_open;     /* a progress line is on screen without its newline */
     double last_plain; /* time of the last plain progress line */
     double interval;   /* seconds between plain progress lines */
+    void (*on_event)(void *ud, const char *json); /* each event's line too (NULL: none) */
+    void *ud;
 } bfit_log;
 
 /* Open path for the event log ("-": none). BFIT_EIO naming the path. */

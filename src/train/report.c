@@ -343,6 +343,39 @@ static void chart_noise(chart *c)
     chart_end(c, n ? NULL : "no estimate: it is measured with --batch auto or adaptive", lg, 1);
 }
 
+/* The learning rate each step used (schedule, warm-up, rescaling as E
+ * changed). */
+static void chart_lr(chart *c)
+{
+    const rp_log *L = c->L;
+    legend lg[] = {{"#d62728", NULL, "learning rate"}};
+    size_t n = 0;
+    for (size_t i = 0; i < L->nst; i++)
+        if (L->st[i].lr > 0)
+            c->a[n++] = (pt){L->st[i].step, L->st[i].lr};
+    chart_begin(c, "lr", "Learning rate", "the learning rate each step used: schedule, warm-up and the rescaling "
+                "that follows the effective batch");
+    y_linear(c, c->a, n, NULL, 0, 1, 1);
+    series(c, "lr", "#d62728", NULL, c->a, n);
+    chart_end(c, n ? NULL : "no step logged its learning rate", lg, 1);
+}
+
+/* The global gradient norm, where the run computed it. */
+static void chart_gnorm(chart *c)
+{
+    const rp_log *L = c->L;
+    legend lg[] = {{"#7f7f7f", NULL, "gradient norm"}};
+    size_t n = 0;
+    for (size_t i = 0; i < L->nst; i++)
+        if (L->st[i].gnorm >= 0)
+            c->a[n++] = (pt){L->st[i].step, L->st[i].gnorm};
+    chart_begin(c, "gnorm", "Gradient norm", "the L2 norm of each step's mean gradient (before clipping)");
+    y_linear(c, c->a, n, NULL, 0, 1, 1);
+    series(c, "gnorm", "#7f7f7f", NULL, c->a, n);
+    chart_end(c, n ? NULL : "not computed in this run: it is when clipping (--clip), loss scaling, or an adaptive or "
+              "auto batch needs it", lg, 1);
+}
+
 static int charts(FILE *f, const rp_log *L)
 {
     chart c;
@@ -370,6 +403,8 @@ static int charts(FILE *f, const rp_log *L)
     fprintf(f, "<section class=\"charts\">\n");
     chart_loss(&c);
     chart_accuracy(&c);
+    chart_lr(&c);
+    chart_gnorm(&c);
     chart_batch(&c);
     chart_memory(&c);
     chart_throughput(&c);
@@ -457,6 +492,18 @@ static void config_value(FILE *f, const cJSON *v)
         fputs(bfit_thousands(v->valuedouble, b, sizeof b), f);
     } else if (cJSON_IsNumber(v)) {
         fprintf(f, "%g", v->valuedouble);
+    } else if (cJSON_IsObject(v) && !strcmp(v->string, "options")) {
+        const cJSON *o; /* the options given, as the command line spells them */
+        fputs("<code>", f);
+        cJSON_ArrayForEach(o, v) {
+            fprintf(f, "%s--", o == v->child ? "" : " ");
+            bfit_xml_text(f, o->string);
+            if (cJSON_IsString(o) && o->valuestring[0]) {
+                fputc(' ', f);
+                bfit_xml_text(f, o->valuestring);
+            }
+        }
+        fputs("</code>", f);
     } else {
         char *j = cJSON_PrintUnformatted(v);
         bfit_xml_text(f, j ? j : "?");

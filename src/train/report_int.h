@@ -9,6 +9,7 @@
 /* One optimizer step ("step" event). */
 typedef struct rp_step {
     double step, loss, lr, mem, capacity, seconds, noise;
+    double gnorm; /* the global gradient norm, -1 where the step did not compute it */
     double E, m, k; /* samples in the step, micro-batch, micro-steps */
 } rp_step;
 

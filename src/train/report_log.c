@@ -69,6 +69,7 @@ static int add_step(rd *r, const cJSON *o)
         return rc;
     s.lr = opt_num(o, "lr", 0);
     s.noise = opt_num(o, "noise_scale", 0);
+    s.gnorm = opt_num(o, "grad_norm", -1);
     if ((rc = grow((void **)&L->st, &L->cst, L->nst, sizeof s)) != BFIT_OK)
         return rc;
     L->st[L->nst++] = s;

@@ -117,9 +117,29 @@ static int check_ckpt(const bfit_train_cfg *c)
     return check_out_dir("checkpoint", c->checkpoint); /* made at the first checkpoint */
 }
 
+/* The defaults that depend on other fields, owned here so every caller
+ * (the public configuration, a test's struct) gets them: the bounds of an
+ * adaptive or auto batch (in tokens with a token budget), the first E,
+ * and auto's reference batch (the lr is given for the default batch). */
+static void fill_defaults(bfit_train_cfg *c)
+{
+    if (!c->adaptive && !c->auto_batch)
+        return;
+    if (!c->batch_min)
+        c->batch_min = c->batch_tokens ? 1024 : 16;
+    if (!c->batch_max)
+        c->batch_max = c->batch_tokens ? 65536 : 4096;
+    if (!c->batch)
+        c->batch = c->batch_min;
+    if (c->auto_batch && !c->lr_ref_batch)
+        c->lr_ref_batch = 128;
+}
+
 static int check_cfg(const bfit_train_cfg *c)
 {
     int rc;
+    if ((c->adaptive || c->auto_batch) && c->batch_min > c->batch_max)
+        return bfit_fail_field(BFIT_EINVAL, "batch_min", "%d is above batch_max %d", c->batch_min, c->batch_max);
     if (!c->adaptive && !c->auto_batch && c->batch < 1)
         return bfit_fail_field(BFIT_EINVAL, "batch", "must be at least 1, got %d", c->batch);
     if (c->epochs < 1)
@@ -175,7 +195,7 @@ static int seqs_of(const plan_ctx *pc, int m) { return pc->tokens ? (int)(((int6
 static uint64_t plan_bytes(void *ud, int m)
 {
     plan_ctx *pc = ud;
-    bfit_plan p;
+    bfit_step_plan p;
     int b = seqs_of(pc, m), L = pc->vary ? pc->M->input.d[0] : 0, rc;
     unsigned h = (unsigned)b * 2654435761u % PLAN_MEMO;
     if (pc->memo_m[h] == b)
@@ -262,7 +282,7 @@ uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 /* Say how far from fitting a model is that does not fit even m = 1. */
 int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
-    bfit_plan p1;
+    bfit_step_plan p1;
     char s1[32], s2[32];
     if (bfit_plan_compute(r->s.M, &r->cfg.opt, 1, 1, &p1) != BFIT_OK)
         return BFIT_ENOMEM;
@@ -380,7 +400,7 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
  * the schedule in steps of E0 samples, since its E changes. */
 static int finish_schedule(bfit_run *r)
 {
-    int per_step = r->cfg.auto_batch ? r->E0 : r->d.batch;
+    int per_step = r->cfg.auto_batch ? r->E0 : r->pos.d.batch;
     int64_t steps_per_epoch = (r->epoch_units + per_step - 1) / per_step;
     bfit_lr_schedule *s = &r->sched;
     if (s->kind == BFIT_SCHED_COSINE && s->total_steps == 0) {
@@ -398,17 +418,17 @@ static int finish_schedule(bfit_run *r)
  * The run's gradient norms are held in "other", as the arena counts them. */
 static void plan_json(bfit_run *r, char *buf, size_t n)
 {
-    bfit_plan p;
+    bfit_step_plan p;
     size_t len;
-    if (bfit_plan_compute(r->s.M, &r->cfg.opt, bfit_run_plan_seqs(r, r->d.m), 1, &p) != BFIT_OK) {
-        snprintf(buf, n, "\"m\":%d", r->d.m); /* planned before, so not expected */
+    if (bfit_plan_compute(r->s.M, &r->cfg.opt, bfit_run_plan_seqs(r, r->pos.d.m), 1, &p) != BFIT_OK) {
+        snprintf(buf, n, "\"m\":%d", r->pos.d.m); /* planned before, so not expected */
         return;
     }
     p.bytes[BFIT_MEM_OTHER] += r->pc.extra;
-    len = (size_t)snprintf(buf, n, "\"m\":%d,", r->d.m);
+    len = (size_t)snprintf(buf, n, "\"m\":%d,", r->pos.d.m);
     if (r->cfg.batch_tokens) /* m counts tokens: the sequences of the longest length it is planned as */
-        len += (size_t)snprintf(buf + len, n - len, "\"sequences\":%d,\"length\":%d,", bfit_run_plan_seqs(r, r->d.m),
-                                r->pc.T);
+        len += (size_t)snprintf(buf + len, n - len, "\"sequences\":%d,\"length\":%d,",
+                                bfit_run_plan_seqs(r, r->pos.d.m), r->pc.T);
     len += (size_t)snprintf(buf + len, n - len, "\"bytes\":{");
     for (int cat = 0; cat < BFIT_MEM_NCAT && len < n; cat++)
         len += (size_t)snprintf(buf + len, n - len, "%s\"%s\":%llu", cat ? "," : "",
@@ -458,23 +478,28 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
                    "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_overhead\":%llu,\"threads\":%d,"
                    "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
-                   "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s}",
-                   model, data, (long long)bfit_model_param_count(r->s.M), r->d.batch,
-                   r->d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
+                   "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s},\"version\":\"%s\","
+                   "\"schedule\":\"%s\",\"warmup\":%lld,\"momentum\":%g,\"nesterov\":%d,\"weight_decay\":%g,"
+                   "\"clip\":%g,\"augment\":%d,\"normalize\":%d,\"options\":%s",
+                   model, data, (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
+                   r->pos.d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
                    di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, c->batch_tokens,
                    bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
-                   bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan);
+                   bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan,
+                   BFIT_VERSION_STRING, bfit_lr_sched_name(c->sched.kind), (long long)c->sched.warmup_steps,
+                   c->opt.kind == BFIT_OPT_SGD ? c->opt.momentum : c->opt.beta1, c->opt.nesterov, c->opt.weight_decay,
+                   c->clip, c->augment, c->normalize, c->options_json ? c->options_json : "{}");
     if (c->batch_tokens)
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
                      "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "
                      "tokens)", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
-                     r->d.batch, r->d.m, bfit_run_plan_seqs(r, r->d.m), r->pc.T, c->epochs, (long long)r->per_epoch,
-                     (long long)r->epoch_units);
+                     r->pos.d.batch, r->pos.d.m, bfit_run_plan_seqs(r, r->pos.d.m), r->pc.T, c->epochs,
+                     (long long)r->per_epoch, (long long)r->epoch_units);
     else
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) "
                      "of %lld samples", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
-                     r->d.batch, r->d.m, r->d.k, c->epochs, (long long)r->per_epoch);
+                     r->pos.d.batch, r->pos.d.m, r->pos.d.k, c->epochs, (long long)r->per_epoch);
 }
 
 /* The largest micro-batch up to target the plan fits now (0: none). */
@@ -532,7 +557,7 @@ static int resolve_storage(bfit_run *r)
         rc;
     uint64_t budget = bfit_plan_budget(r->base_capacity, c->margin);
     bfit_storage st;
-    bfit_plan p;
+    bfit_step_plan p;
 
     budget = budget > r->pc.extra ? budget - r->pc.extra : 0;
     if ((rc = bfit_model_set_storage(r->s.M, &c->storage, &c->opt, budget, target)) != BFIT_OK)
@@ -613,6 +638,8 @@ static int setup(bfit_run *r)
         rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human, r->cfg.progress_interval, r->log_offset);
         if (rc != BFIT_OK)
             return rc;
+        r->lg.on_event = r->cfg.on_event;
+        r->lg.ud = r->cfg.cb_ud;
         r->log_open = 1;
     }
     r->configured = bfit_arena_capacity(r->s.arena);
@@ -631,10 +658,10 @@ static int setup(bfit_run *r)
     /* data-parallel: the noise scale takes the ranks' norms, not the micro-batches' */
     r->track = (r->cfg.adaptive || r->cfg.auto_batch) && !r->dp;
     r->diff_sq = -1;
-    r->track_stale = 1; /* the copy starts at zero, not at a step's gradient */
+    r->pos.track_stale = 1; /* the copy starts at zero, not at a step's gradient */
     r->scaling = r->cfg.loss_scale == BFIT_LOSS_SCALE_DYNAMIC ||
                  (r->cfg.loss_scale == BFIT_LOSS_SCALE_AUTO && r->cfg.storage.precision == BFIT_F16);
-    bfit_loss_scaler_init(&r->ls, r->cfg.loss_scale_init, r->cfg.loss_scale_interval);
+    bfit_loss_scaler_init(&r->pos.ls, r->cfg.loss_scale_init, r->cfg.loss_scale_interval);
     if (r->track || r->cfg.clip > 0 || r->scaling || (r->dp && r->cfg.adaptive))
         r->pc.extra = bfit_gradnorm_bytes(r->s.M->trainable, r->s.M->ntrainable, r->track);
     r->sched = r->cfg.sched;
@@ -649,12 +676,12 @@ static int setup(bfit_run *r)
     if (rc == BFIT_ENOMEM)
         return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
-        (rc = bfit_controller_next(r->ctl, 0, 0, &r->d)) != BFIT_OK)
+        (r->pos.d.size = sizeof r->pos.d, rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) != BFIT_OK)
         return rc;
-    r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->d.batch;
+    r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->pos.d.batch;
     if ((rc = finish_schedule(r)) != BFIT_OK || (rc = alloc_stats_snap(r)) != BFIT_OK)
         return rc;
-    r->m = r->d.m;
+    r->pos.m = r->pos.d.m;
     if (r->log_offset < 0) /* a log continued from a checkpoint has its start */
         log_start(r, &cc);
     if (r->ck && (rc = bfit_run_resume_state(r)) != BFIT_OK)
@@ -712,8 +739,10 @@ int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_
      * out (its outputs are rank 0's again) */
     if (cfg->resume && (rc = bfit_run_resume_open(r)) == BFIT_OK)
         rc = bfit_run_dist_prepare(&r->cfg, &on, &rank);
-    if (rc == BFIT_OK)
+    if (rc == BFIT_OK) {
+        fill_defaults(&r->cfg);
         rc = check_cfg(&r->cfg);
+    }
     if (rc == BFIT_OK && o)
         rc = outputs(r, o);
     r->ep_t0 = bfit_clock_mono();
@@ -731,7 +760,7 @@ int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_
     return BFIT_OK;
 }
 
-int bfit_run_new(const bfit_train_cfg *cfg, bfit_run **out)
+int bfit_run_new_from(const bfit_train_cfg *cfg, bfit_run **out)
 {
     int logged;
     return bfit_run_create(cfg, out, &logged, NULL);
@@ -761,6 +790,8 @@ void bfit_run_free(bfit_run *r)
     free(r->stats_snap);
     bfit_run_resume_close(r);
     cJSON_Delete(r->ck_cfg);
+    if (r->keep_free)
+        r->keep_free(r->keep);
     free(r);
 }
 
@@ -768,19 +799,19 @@ bfit_arena *bfit_run_arena(bfit_run *r) { return r->s.arena; }
 
 int bfit_run_done(const bfit_run *r)
 {
-    if (r->cfg.max_steps && r->step >= r->cfg.max_steps)
+    if (r->cfg.max_steps && r->pos.step >= r->cfg.max_steps)
         return 1;
-    return r->epoch >= r->cfg.epochs;
+    return r->pos.epoch >= r->cfg.epochs;
 }
 
-void bfit_run_result(const bfit_run *r, bfit_train_result *res)
+void bfit_run_result_get(const bfit_run *r, bfit_train_result *res)
 {
     bfit_arena_stats st;
-    *res = r->res;
-    res->steps = r->step;
-    res->samples = r->samples;
-    res->seconds = r->train_time;
-    res->micro_batch = r->m;
+    *res = r->pos.res;
+    res->steps = r->pos.step;
+    res->samples = r->pos.samples;
+    res->seconds = r->pos.train_time;
+    res->micro_batch = r->pos.m;
     bfit_arena_stats_get(r->s.arena, &st);
     res->peak_bytes = st.peak;
     res->dist_alone = r->dp && r->dp->size > 1 && !r->dp->together;
@@ -792,7 +823,7 @@ void bfit_run_finish(bfit_run *r, int rc)
         return;
     if (rc == BFIT_OK) {
         bfit_train_result res;
-        bfit_run_result(r, &res);
+        bfit_run_result_get(r, &res);
         bfit_log_event(&r->lg, "end",
                        "\"steps\":%lld,\"samples\":%lld,\"test_acc\":%.6f,\"train_seconds\":%.3f,\"peak\":%llu,"
                        "\"ooms\":%d,\"batch_changes\":%d",
@@ -804,7 +835,7 @@ void bfit_run_finish(bfit_run *r, int rc)
         char esc[2048];
         bfit_json_escape(bfit_errmsg(), esc, sizeof esc);
         bfit_log_event(&r->lg, "error", "\"step\":%lld,\"epoch\":%d,\"code\":\"%s\",\"field\":\"%s\",\"message\":\"%s\"",
-                       (long long)r->step, r->taken > 0 || r->epoch == 0 ? r->epoch + 1 : r->epoch, bfit_strerror(rc),
-                       bfit_errfield(), esc);
+                       (long long)r->pos.step, r->pos.taken > 0 || r->pos.epoch == 0 ? r->pos.epoch + 1 : r->pos.epoch,
+                       bfit_strerror(rc), bfit_errfield(), esc);
     }
 }

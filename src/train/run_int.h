@@ -1,6 +1,7 @@
 /* run_int.h - what a run holds, shared by the files of train/: setup
- * (run.c), one optimizer step (step.c), evaluation (eval.c) and the loop
- * with saving (train.c). */
+ * (run.c), one optimizer step (step.c, with memsched.c, memwait.c, snap.c
+ * and pack.c), evaluation (eval.c), checkpoints (ckpt*.c) and the loop with
+ * saving (train.c). */
 #ifndef BFIT_RUN_INT_H
 #define BFIT_RUN_INT_H
 
@@ -32,22 +33,37 @@ typedef struct plan_ctx {
     uint64_t memo_b[PLAN_MEMO];
 } plan_ctx;
 
-/* Where a run is at an optimizer-step boundary, on the host: with the
- * device's parameters and optimizer state, all a checkpoint holds (docs:
- * ckpt.c). Taken at each step's start, so an abandoned step (a stop, memory
- * that did not come back) puts the run back where it was. */
-typedef struct run_snap {
-    int64_t step, samples, taken, ep_count, per_epoch;
-    int epoch, m, warned_bn, nmem;
-    uint64_t micro;            /* dropout seeds */
+/* Where a run is at an optimizer-step boundary: its counters and what it
+ * decided with. One struct, held once in the run (r->pos), so the snapshot
+ * at a step's start, going back to it and resuming from a checkpoint each
+ * copy it whole (snap.c, ckpt.c); a field added here is in all three (and
+ * in a checkpoint once ckpt_state.c's table has it). */
+typedef struct run_pos {
+    int64_t step, samples;     /* optimizer steps and samples of the run */
+    int64_t taken;             /* samples of the current epoch */
+    int64_t ep_count;          /* what the epoch's loss is over: samples, or tokens that count */
+    int epoch;                 /* the epoch in progress (0-based) */
+    int m;                     /* the micro-batch */
+    int warned_bn;             /* said once: batch norm sees micro-batches, not E */
+    int nmem;                  /* entries of the memory schedule applied */
+    uint64_t micro;            /* micro-steps run (dropout seeds) */
     double train_time, ep_loss;
     bfit_train_result res;
-    bfit_batch_decision d;
+    bfit_batch_decision d;     /* the current decision */
+    bfit_loss_scaler ls;
+    int track_stale;           /* the noise scale's copy of the last gradient is not valid (start, rollback) */
+} run_pos;
+
+/* Where a run is at a step boundary, on the host: with the device's
+ * parameters and optimizer state, all a checkpoint holds (docs: ckpt.c).
+ * Taken at each step's start, so an abandoned step (a stop, memory that did
+ * not come back) puts the run back where it was. */
+typedef struct run_snap {
+    run_pos pos;
+    int64_t per_epoch;         /* checked on resuming: the same data */
     bfit_controller_state ctl;
     int64_t cursor_epoch, cursor_pos; /* the training stream's */
     int64_t optim_steps;
-    bfit_loss_scaler ls;
-    int track_stale;           /* the noise scale's copy of the last gradient is not valid */
 } run_snap;
 
 struct bfit_run {
@@ -58,7 +74,6 @@ struct bfit_run {
     bfit_optim *opt;
     bfit_gradnorm *gn;         /* clipping, loss scaling and the noise scale's norms; NULL: none */
     int scaling;               /* dynamic loss scaling */
-    bfit_loss_scaler ls;
     double step_scale;         /* the scale this step's backward uses */
     int skipped_now;           /* this step's update was skipped (overflow) */
     double regen_share;        /* recomputed share of a step's work at the target micro-batch */
@@ -68,7 +83,6 @@ struct bfit_run {
     int log_open;
     bfit_lr_schedule sched;
     bfit_batch_point sched_pts[BFIT_BATCH_SCHEDULE_MAX];
-    bfit_batch_decision d;     /* the current decision */
     /* host staging of one micro-batch, uploaded to the device */
     float *stage_x;
     int32_t *stage_y;
@@ -78,9 +92,10 @@ struct bfit_run {
     int *micro_n;
     int track;                 /* norms for the noise scale (adaptive, auto) */
     double diff_sq;            /*   |G_t - G_{t-1}|^2 of a one-micro-batch step (-1: none) */
-    int track_stale;           /*   the tracked copy is not the last step's gradient (start, rollback) */
-    int track_dirty;           /*   this step changed the copy (an abandoned step leaves it stale) */
+    int track_dirty;           /*   this step changed the tracked copy of the last step's gradient (an
+                                  abandoned step leaves it stale: pos.track_stale) */
     double micro_secs;         /* the step's seconds in micro-steps */
+    double step_gnorm;         /* this step's global gradient norm where it was computed, else -1 */
     int64_t step_count;        /* what the step's loss is normalised by: its samples, or for a token
                                   model its tokens that count (labels >= 0) */
     int32_t *pack_x, *pack_y;  /* seq_max: a micro-batch packed at its length; the step sorted */
@@ -93,18 +108,14 @@ struct bfit_run {
     int nfit;
     uint64_t fit_bytes;
     /* where the run is */
+    run_pos pos;               /* at the last step boundary (during a step: moving from it) */
     int64_t per_epoch;         /* samples per epoch */
-    int64_t step, samples, taken; /* taken: samples of the current epoch */
-    int epoch;                 /* the epoch in progress (0-based) */
-    uint64_t micro;            /* micro-steps run (dropout seeds) */
-    int m, warned_bn, nmem, eval_m;
+    int eval_m;                /* the evaluation's micro-batch */
     uint64_t base_capacity;    /* at the start */
     uint64_t configured;       /* what the configuration and its memory schedule allow now */
-    double train_time, ep_loss, ep_t0;
+    double ep_t0;              /* when the epoch (a resumed run: its part of it) began: rate, seconds */
     int64_t ep_taken0;         /* samples of the epoch taken before ep_t0 (a resumed run's) */
     int64_t ep_count0;         /*   and their tokens that count */
-    int64_t ep_count;
-    bfit_train_result res;
     /* stopping, abandoning a step, waiting */
     atomic_int stop_req;       /* bfit_run_request_stop */
     run_snap snap;             /* the state at the step's start */
@@ -130,6 +141,9 @@ struct bfit_run {
     uint64_t step_hsum, ep_hsum; /* cfg.sample_check: the samples' hashes summed, in the step and epoch */
     int64_t step_hn, ep_hn;    /*   and how many */
     int tmp_log;               /* the log is the report's temporary file: not the run's to resume */
+    void *keep;                /* what the run's configuration points into (the public configuration's
+                                  copy, src/api/train.c), freed with the run by keep_free */
+    void (*keep_free)(void *keep);
 };
 
 /* What bfit_train writes after the run, as the configuration gives them
@@ -150,13 +164,20 @@ uint64_t bfit_run_plan_bytes(bfit_run *r, int m); /* at micro-batch m (in E's un
 int bfit_run_plan_seqs(const bfit_run *r, int m); /* the sequences (samples) micro-batch m is planned as */
 /* step.c */
 void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now);
+/* memsched.c: the capacity as the memory schedule and the device's free
+ * memory have it; what is free for a step (its own blocks count as free) */
 int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto);
 void bfit_run_watch_device(bfit_run *r);
+uint64_t bfit_run_free_for_step(const bfit_run *r);
+/* memwait.c: not even micro-batch 1 fits: wait for memory to come back
+ * (a shared device) or fail with BFIT_ENOMEM saying what is missing */
+int bfit_run_wait_for_memory(bfit_run *r);
 /* train.c: the metadata of a weights file (format first); bufs[0..1] are to be freed */
 #define RUN_META_MAX 7
 int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs);
-/* step.c: the snapshot of a step boundary, and going back to it */
+/* snap.c: the snapshot of a step boundary, and going back to it */
 void bfit_run_snap_take(bfit_run *r, run_snap *s);
+int bfit_run_snap_step(bfit_run *r); /* r->snap and the running statistics, at a step's start */
 int bfit_run_rollback(bfit_run *r);
 int bfit_run_stop_requested(bfit_run *r);
 /* ckpt.c */
@@ -180,8 +201,18 @@ int bfit_run_has_batchnorm(const bfit_model *M);
 int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);
 
+/* pack.c */
 /* What a loss over n staged samples is a sum of: n, or for a token model the
  * labels that count (padding, -1, does not). */
 int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n);
+/* The size of the micro-batch that starts at staged sample done (*want, at
+ * most left): m, or for variable lengths what fits at its length. seq_max:
+ * the step's E staged sequences sorted longest first; the model put at the
+ * length of the micro-batch starting at done; that micro-batch packed at
+ * its length (*x, *y point into the pack buffers). */
+int bfit_run_micro_size(bfit_run *r, int done, int left, int *want);
+void bfit_run_sort_by_length(bfit_run *r, int E);
+int bfit_run_trim(bfit_run *r, int done);
+void bfit_run_pack(bfit_run *r, int done, int want, const float **x, const int32_t **y);
 
 #endif

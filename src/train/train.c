@@ -19,8 +19,8 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
 
     for (int i = 0; i < RUN_META_MAX; i++)
         keys[i] = names[i];
-    snprintf(r->meta_steps, sizeof r->meta_steps, "%lld", (long long)r->step);
-    snprintf(r->meta_acc, sizeof r->meta_acc, "%.6f", r->res.test_acc);
+    snprintf(r->meta_steps, sizeof r->meta_steps, "%lld", (long long)r->pos.step);
+    snprintf(r->meta_acc, sizeof r->meta_acc, "%.6f", r->pos.res.test_acc);
     vals[0] = "batchfit";
     vals[1] = r->cfg.model ? r->cfg.model : "";
     vals[2] = r->cfg.data ? r->cfg.data : "";
@@ -63,8 +63,8 @@ int bfit_run_save(bfit_run *r, const char *path)
  * says the steps are all done. */
 static int run_all(bfit_run *r, int *trained)
 {
-    bfit_step_info si;
-    bfit_eval_info ev;
+    bfit_step_info si = {.size = sizeof si};
+    bfit_eval_info ev = {.size = sizeof ev};
     int rc;
 
     *trained = bfit_run_done(r); /* a run resumed from its last checkpoint */
@@ -88,19 +88,19 @@ static int stop_checkpoint(bfit_run *r, int rc)
     char msg[2048], field[64], path[4200];
     int rc2;
 
-    r->res.stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : r->res.stopped;
-    if (!r->res.stopped || !r->ckpt_dir[0] || r->broken)
+    r->pos.res.stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : r->pos.res.stopped;
+    if (!r->pos.res.stopped || !r->ckpt_dir[0] || r->broken)
         return rc;
     snprintf(msg, sizeof msg, "%s", bfit_errmsg());
     snprintf(field, sizeof field, "%s", bfit_errfield());
-    if (r->ckpt_step == r->step && r->res.checkpoint[0]) /* one is there already */
-        snprintf(path, sizeof path, "%s", r->res.checkpoint);
+    if (r->ckpt_step == r->pos.step && r->pos.res.checkpoint[0]) /* one is there already */
+        snprintf(path, sizeof path, "%s", r->pos.res.checkpoint);
     else if ((rc2 = bfit_run_checkpoint(r, path, sizeof path)) != BFIT_OK)
         return bfit_fail_prefix(rc, "%s; and the checkpoint failed: ", msg);
     if (field[0] && !strncmp(msg, field, strlen(field)) && msg[strlen(field)] == ':')
         return bfit_fail_field(rc, field, "%s; the run's state at step %lld is in %s", msg + strlen(field) + 2,
-                               (long long)r->step, path);
-    return bfit_fail(rc, "%s; the run's state at step %lld is in %s", msg, (long long)r->step, path);
+                               (long long)r->pos.step, path);
+    return bfit_fail(rc, "%s; the run's state at step %lld is in %s", msg, (long long)r->pos.step, path);
 }
 
 /* The run; o gets its outputs (a resumed run's from its checkpoint). */
@@ -112,7 +112,7 @@ static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged,
     if ((rc = bfit_run_create(cfg, &r, logged, o)) != BFIT_OK)
         return rc;
     rc = run_all(r, &trained);
-    if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r->res.stopped))
+    if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && r->pos.res.stopped))
         rc = stop_checkpoint(r, rc);
     if (o->save[0] && bfit_run_dist_writer(r) && (rc == BFIT_OK || trained)) {
         int rc2 = bfit_run_save(r, o->save);
@@ -121,7 +121,7 @@ static int train(const bfit_train_cfg *cfg, bfit_train_result *res, int *logged,
         if (rc == BFIT_OK)
             rc = rc2;
     }
-    bfit_run_result(r, res);
+    bfit_run_result_get(r, res);
     bfit_run_finish(r, rc);
     bfit_run_free(r);
     return rc;
@@ -147,7 +147,7 @@ static int write_report(const char *report, const char *log, int rc, bfit_train_
     return bfit_fail_field(rc, field, "%s; the report was not written either: %s", run_msg + skip, bfit_errmsg());
 }
 
-int bfit_train(const bfit_train_cfg *cfg, bfit_train_result *res)
+int bfit_train_from(const bfit_train_cfg *cfg, bfit_train_result *res)
 {
     run_outputs *o = calloc(1, sizeof *o);
     int rc, logged = 0;

@@ -228,7 +228,14 @@ expect 1 "tensor '0.weight' is missing: the weights are for another model" "$bf"
 last=$(ck "$tmp/mc" 20)
 w=$("$bf" eval --model "$m" --weights "$tmp/big.st" --samples 1000 --json 2>/dev/null)
 c=$("$bf" eval --model "$m" --weights "$last" --samples 1000 --json 2>/dev/null)
-[ -n "$w" ] && [ "$w" = "$c" ] && pass || fail "eval of the last checkpoint ($c) is not eval of the saved weights ($w)"
+# (the last checkpoint in mc is the one the smaller-memory resume above wrote:
+# its micro-batch split rounds differently, so the loss agrees to float
+# rounding, not bit for bit; the JSON carries every digit)
+[ -n "$w" ] && [ -n "$c" ] && /usr/bin/python3 -c '
+import json, sys
+w, c = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+ok = w["samples"] == c["samples"] and abs(w["accuracy"] - c["accuracy"]) <= 1e-3 and abs(w["loss"] - c["loss"]) <= 1e-6 * abs(w["loss"])
+sys.exit(0 if ok else 1)' "$w" "$c" && pass || fail "eval of the last checkpoint ($c) is not eval of the saved weights ($w)"
 if [ -x "$py" ] && "$py" -c "import torch" 2>/dev/null; then
   loss=$(grep -oE '"loss":[0-9.]+' <<<"$c" | cut -d: -f2)
   acc=$(grep -oE '"accuracy":[0-9.]+' <<<"$c" | cut -d: -f2)

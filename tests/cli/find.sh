@@ -29,7 +29,7 @@ expect() {
 
 # usage errors: 2
 expect 0 'Usage: batchfit find' --help
-expect 2 '--model is required' --memory 64MiB
+expect 2 '--model: is required' --memory 64MiB
 expect 2 "--margin: 1.5 is out of range: expected 0 to 0.99" --model mlp --margin 1.5
 expect 2 "--margin: -0.1 is out of range" --model mlp --margin -0.1
 expect 2 "--margin: 'x' is not a number" --model mlp --margin x
@@ -48,7 +48,7 @@ expect 1 "not even batch 1 fits: it needs 21\.[0-9]+ MiB .* but the memory is 21
     --model mlp --memory 21.4MiB --margin 0 --threads 1
 expect 1 "but the budget is 21.42 MiB \(memory 23.80 MiB less the 10% margin\): [0-9.]+ KiB missing; give --memory of at least 23\.[0-9]+ MiB for batch 1 \(21\.[0-9]+ MiB with --margin 0\)" \
     --model mlp --memory 23.8MiB --threads 1
-expect 1 "cannot|No such" --model "$TMP/missing.cfg"
+expect 2 "no such file" --model "$TMP/missing.cfg"
 printf 'input 3x8x8\nflatten\nlinear 10\n' >"$TMP/rgb.cfg"
 expect 1 "inputs of 3x8x8 but the data set fashion-mnist has samples of 1x28x28" --model "$TMP/rgb.cfg" --memory 64MiB
 
@@ -78,7 +78,7 @@ expect 0 'largest batch: [0-9]+ .*confirmed.*refused' --model "$SRC/models/mlp.c
     --largest-only
 expect 0 'a doubling-then-bisecting search with 3 steps per trial needs [0-9]+' --model mlp --memory 32MiB \
     --threads 1 --largest-only
-expect 1 "--plot $TMP/no/such/dir/x.svg: cannot create" --model cnn --memory 16MiB --threads 1 --repeats 1 \
+expect 1 "--plot: $TMP/no/such/dir/x.svg: cannot create" --model cnn --memory 16MiB --threads 1 --repeats 1 \
     --plot "$TMP/no/such/dir/x.svg"
 
 if [ "$fails" -ne 0 ]; then

@@ -119,7 +119,8 @@ run 1 --model vgg16 --memory 1GiB &&
     has "$err" "^batchfit: error: vgg16 does not fit in 1\.00 GiB at any batch size: its fixed part alone \(parameters 527\.79 MiB \+ gradients 527\.79 MiB \+ optimizer state 527\.79 MiB \+ statistics 64 B = 1\.55 GiB\) exceeds the memory by 559\.38 MiB; batch 1 needs --memory of at least [0-9.]+ GiB \([0-9.]+ GiB with the 10% margin\); or plan less optimizer state: --optimizer sgd --momentum 0$"
 run 1 --model vgg16 --memory 1.6GiB &&
     has "$err" "^batchfit: error: vgg16 does not fit in 1\.60 GiB even at batch 1: batch 1 needs [0-9.]+ GiB, [0-9.]+ MiB more than the memory; give --memory of at least [0-9.]+ GiB \([0-9.]+ GiB with the 10% margin\)$"
-run 1 --model "$src/models/nope.cfg" && has "$err" "^batchfit: error: --model: .*/models/nope\.cfg: cannot open: No such file or directory$"
+# a model that names nothing is a bad option (exit 2), as an unknown preset is
+run 2 --model "$src/models/nope.cfg" && has "$err" "^batchfit: error: --model: .*/models/nope\.cfg: no such file \(give a preset name, a spec file or an ONNX file\)$"
 
 # ---- usage: exit 2 ------------------------------------------------------------
 run 2 --model resnet5 &&
@@ -127,17 +128,18 @@ run 2 --model resnet5 &&
     has "$err" "^Try 'batchfit plan --help'\.$"
 run 2 --model resnet50 --memory 11Gx && has "$err" "^batchfit: error: --memory: size '11Gx' has unknown unit 'Gx'"
 run 2 --model resnet50 --memory 0 && has "$err" "^batchfit: error: --memory: a size of 0 bytes"
-run 2 --model mlp --batch 1,,2 && has "$err" "^batchfit: error: --batch: expected a list of batch sizes like 1,32,64, got '1,,2'$"
+run 2 --model mlp --batch 1,,2 && has "$err" "^batchfit: error: --batch: expected a batch size \(128\), auto, adaptive, or for plan a list like 1,32,64; got '1,,2'$"
 run 2 --model mlp --batch 1,x && has "$err" "^batchfit: error: --batch: 'x' is not a whole number$"
-run 2 --model mlp --batch 0 && has "$err" "^batchfit: error: --batch: 0 is out of range: expected 1 to 1048576$"
+run 2 --model mlp --batch 0 && has "$err" "^batchfit: error: --batch: 0 is out of range: expected 1 to 16777216$"
+run 2 --model mlp --batch 2000000 && has "$err" "^batchfit: error: --batch: 2000000 is out of range: expected 1 to 1048576$"
 run 2 --model mlp --margin 1 && has "$err" "^batchfit: error: --margin: 1 is out of range"
 run 2 --model mlp --optimizer adam && has "$err" "^batchfit: error: --optimizer: unknown optimizer 'adam'"
-run 2 --model mlp --optimizer adamw --momentum 0.5 && has "$err" "^batchfit: error: --momentum applies to --optimizer sgd"
-run 2 --model mlp --eval --momentum 0.5 && has "$err" "^batchfit: error: --momentum has no effect with --eval"
+run 2 --model mlp --optimizer adamw --momentum 0.5 && has "$err" "^batchfit: error: --momentum: applies to the sgd optimizer"
+run 2 --model mlp --eval --momentum 0.5 && has "$err" "^batchfit: error: --momentum: has no effect with eval"
 run 2 --model mlp --frob && has "$err" "^batchfit: error: unknown option '--frob'$"
 run 2 --model mlp --memory && has "$err" "^batchfit: error: option --memory needs a value$"
 run 2 --model mlp extra && has "$err" "^batchfit: error: unexpected argument 'extra'$"
-run 2 && has "$err" "^batchfit: error: --model is required"
+run 2 && has "$err" "^batchfit: error: --model: is required"
 
 if [ "$fails" -ne 0 ]; then
     echo "$fails check(s) failed"

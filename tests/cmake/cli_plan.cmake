@@ -4,5 +4,5 @@
 find_program(BFIT_BASH bash REQUIRED)
 add_test(NAME cli_plan
          COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/plan.sh $<TARGET_FILE:batchfit_cli> ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_plan PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120
+set_tests_properties(cli_plan PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 600
                      PASS_REGULAR_EXPRESSION "all plan CLI checks passed")

@@ -38,6 +38,6 @@ if(NOT BFIT_HAVE_MPI)
   # without MPI (instead of two runs each training alone)
   add_test(NAME mpi_absent COMMAND sh -c "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 \
 $<TARGET_FILE:batchfit_cli> train --model ${PROJECT_SOURCE_DIR}/models/mlp.cfg --max-steps 1 --quiet")
-  set_tests_properties(mpi_absent PROPERTIES LABELS mpi
+  set_tests_properties(mpi_absent PROPERTIES LABELS mpi TIMEOUT 60
                        PASS_REGULAR_EXPRESSION "built without MPI, but the launcher started 2 processes")
 endif()

@@ -11,22 +11,43 @@
 #include "batch/plan.h"
 #include "nn/spec.h"
 
-void tdev_open(tdev *t, int threads)
+void tdev_open_at(tdev *t, int threads, uint64_t capacity)
 {
     bfit_device_cfg c = bfit_device_cfg_default();
     c.threads = threads;
     memset(t, 0, sizeof *t);
     if (bfit_device_cpu_new(&c, &t->dev) != BFIT_OK)
         fail_msg("device: %s", bfit_errmsg());
-    t->arena = bfit_device_arena_new(t->dev, 4ull << 30);
+    t->arena = bfit_device_arena_new(t->dev, capacity);
     assert_non_null(t->arena);
 }
 
+void tdev_open(tdev *t, int threads) { tdev_open_at(t, threads, 4ull << 30); }
+
+/* The arena goes before its device. */
 void tdev_close(tdev *t)
 {
     bfit_arena_free(t->arena);
     bfit_device_free(t->dev);
     memset(t, 0, sizeof *t);
+}
+
+int tdev_setup(void **state)
+{
+    tdev *t = calloc(1, sizeof *t);
+    if (!t)
+        return -1;
+    tdev_open(t, 0);
+    *state = t;
+    return 0;
+}
+
+int tdev_teardown(void **state)
+{
+    tdev *t = *state;
+    tdev_close(t);
+    free(t);
+    return 0;
 }
 
 void *tdev_alloc(tdev *t, size_t n)
@@ -75,7 +96,7 @@ uint64_t tdev_plan_peak(const char *spec, bfit_opt_kind opt, int m)
     tdev t;
     bfit_graph_desc g;
     bfit_model *M;
-    bfit_plan p;
+    bfit_step_plan p;
     bfit_optim_cfg o = bfit_optim_cfg_default(opt);
     tdev_open(&t, 2);
     if (bfit_spec_parse_file(spec, &g) != BFIT_OK || bfit_model_new(&g, t.dev, t.arena, &M) != BFIT_OK)

@@ -7,17 +7,21 @@
 #ifndef BFIT_TDEV_H
 #define BFIT_TDEV_H
 
-#include "device/device.h"
+#include "internal.h"
 
 typedef struct tdev {
     bfit_device *dev;
     bfit_arena *arena;
 } tdev;
 
-/* The CPU device (threads, 0: OpenMP's) with a 4 GiB arena; fails the test
- * on error. */
+/* The CPU device (threads, 0: OpenMP's) with a 4 GiB arena, or an arena of
+ * capacity bytes; fails the test on error. */
 void tdev_open(tdev *t, int threads);
+void tdev_open_at(tdev *t, int threads, uint64_t capacity);
 void tdev_close(tdev *t);
+/* cmocka group set-up and tear-down: the state is a tdev_open(t, 0). */
+int tdev_setup(void **state);
+int tdev_teardown(void **state);
 /* Device memory of n bytes (at least 1), category other; fails the test on
  * error. */
 void *tdev_alloc(tdev *t, size_t n);

@@ -52,8 +52,15 @@ PRELOAD = os.environ.get("BFIT_RANK_PRELOAD", "")
 ASAN = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
 
 
-def mpirun(n):
+# the library's test controls (src/base/testctl.h) come from the environment:
+# each epoch's sample checksum is logged in every run here
+os.environ["BFIT_TEST_SAMPLE_CHECK"] = "1"
+
+
+def mpirun(n, test_env=("BFIT_TEST_SAMPLE_CHECK",)):
     cmd = [MPIRUN, "--oversubscribe", "-np", str(n)]
+    for name in test_env:  # into the ranks
+        cmd[1:1] = ["-x", name]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
     if PRELOAD:  # the sanitizer run (tests/cmake/mpi.cmake): into the ranks only
@@ -106,8 +113,7 @@ def sample_hash_sum(rows):
 def train_args(extra=(), batch=None, epochs=None):
     return [BF, "train", "--model", path("m.cfg"), "--data", path("train.csv"), "--test-data", path("train.csv"),
             "--no-normalize", "--optimizer", "sgd", "--momentum", "0", "--lr", str(LR), "--batch",
-            str(batch or E), "--epochs", str(epochs or EPOCHS), "--threads", "1", "--quiet",
-            "--sample-check"] + list(extra)
+            str(batch or E), "--epochs", str(epochs or EPOCHS), "--threads", "1", "--quiet"] + list(extra)
 
 
 def events(log, kind=None):
@@ -282,8 +288,9 @@ def case_rank_oom():
     Rank 1 shrinks and retries its own micro-steps."""
     rows = make_data()
     T = single(rows)
-    run(mpirun(2) + train_args(["--fail-alloc", "6", "--memory-schedule-rank", "1", "--save", path("dist.st"),
-                                "--log", path("dist.jsonl")]))
+    run(mpirun(2, ("BFIT_TEST_SAMPLE_CHECK", "BFIT_TEST_FAIL_ALLOC")) +
+        train_args(["--memory-schedule-rank", "1", "--save", path("dist.st"), "--log", path("dist.jsonl")]),
+        env=dict(os.environ, BFIT_TEST_FAIL_ALLOC="6"))  # the 6th device allocation fails, on rank 1
     log = path("dist.jsonl")
     ch = events(log, "rank_batch_change")
     if not ch or ch[0]["rank"] != 1 or ch[0]["reason"] != "out of memory" or ch[0]["ooms"] < 1:

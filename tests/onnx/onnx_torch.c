@@ -335,7 +335,7 @@ static void measured_step(int m)
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     bfit_optim *opt = NULL;
     bfit_arena_stats s0, s1;
-    bfit_plan p;
+    bfit_step_plan p;
     rig r;
 
     rig_open(&r, onnx);
@@ -460,7 +460,7 @@ static void test_preset_plan(void **st)
     bfit_graph_desc a, b;
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     bfit_model *M[2];
-    bfit_plan p[2], p1;
+    bfit_step_plan p[2], p1;
     uint64_t budget;
     int m[2];
     tdev t;

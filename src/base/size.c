@@ -1,5 +1,7 @@
 /* size.c - sizes with units, parsed and printed in one place. */
 #include "base/err.h"
+#include "base/values.h"
+#include "mem/arena.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -44,6 +46,9 @@ int bfit_parse_size(const char *text, uint64_t *out)
     }
     if (!digits)
         return bfit_fail(BFIT_EINVAL, "size '%s' does not start with a number: expected e.g. 512MiB, 1.5GiB, 8GB", text);
+    if ((*p == 'e' || *p == 'E') && (isdigit((unsigned char)p[1]) || ((p[1] == '+' || p[1] == '-') && isdigit((unsigned char)p[2]))))
+        return bfit_fail(BFIT_EINVAL, "size '%s' has an exponent, which sizes do not take: write the number out "
+                         "(1e3MiB is 1000MiB)", text);
     while (isspace((unsigned char)*p))
         p++;
     for (i = 0; i < sizeof units / sizeof units[0]; i++) {

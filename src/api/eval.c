@@ -1,0 +1,54 @@
+/* eval.c - evaluation through the public API (bfit_evaluate): saved
+ * weights of a model on a data set's test split, as a result. */
+#include "api/config_int.h"
+#include "api/result.h"
+#include "base/err.h"
+#include "nn/zoo.h"
+
+#include <math.h>
+
+/* A token model's figures are per token: its input is token ids. */
+static int is_token_model(const char *model)
+{
+    bfit_graph_desc g;
+    int tokens;
+    if (bfit_model_source_load(model, &g) != BFIT_OK)
+        return 0;
+    tokens = g.input_dtype == BFIT_I32;
+    bfit_graph_fini(&g);
+    return tokens;
+}
+
+int bfit_evaluate(const bfit_config *c, bfit_result **out)
+{
+    bfit_eval_cfg e;
+    bfit_result *res;
+    double loss = 0, acc = 0;
+    int64_t n = 0;
+    int rc;
+    FILE *f;
+
+    if (!out)
+        return bfit_fail(BFIT_EINVAL, "bfit_evaluate needs somewhere to put the result");
+    *out = NULL;
+    if ((rc = bfit_config_eval_cfg(c, &e)) != BFIT_OK)
+        return rc;
+    if ((rc = bfit_evaluate_from(&e, &loss, &acc, &n)) != BFIT_OK)
+        return rc;
+    if (!isfinite(loss) || !isfinite(acc))
+        return bfit_fail(BFIT_EFORMAT, "%s: the evaluation's loss is %g: the weights (or the data) hold values too "
+                         "large to compute with (check them, e.g. for inf or 1e38)", e.weights, loss);
+    if (!(res = bfit_result_make()))
+        return BFIT_ENOMEM;
+    cJSON_AddNumberToObject(res->root, "samples", (double)n);
+    cJSON_AddNumberToObject(res->root, "loss", loss);
+    cJSON_AddNumberToObject(res->root, "accuracy", acc);
+    if ((f = bfit_result_out(res)) && is_token_model(e.model))
+        fprintf(f, "test loss %.4f per token (%.4f bits), next-token accuracy %.2f%% on %lld sequences\n", loss,
+                loss / 0.69314718055994531, 100 * acc, (long long)n);
+    else if (f)
+        fprintf(f, "test loss %.4f, test accuracy %.2f%% on %lld samples\n", loss, 100 * acc, (long long)n);
+    bfit_result_close(res);
+    *out = res;
+    return BFIT_OK;
+}

@@ -1,0 +1,226 @@
+/* plan.c - `plan` in the library (bfit_plan): the memory of a training (or
+ * inference) step per category for a model from any source, the largest
+ * batch that fits, the ways to a larger one, and when something does not
+ * fit, by how much and what memory would. Plans only: the model is built
+ * on a device, but nothing is reserved. */
+#include "api/config_int.h"
+#include "api/plan_int.h"
+#include "api/result.h"
+#include "base/err.h"
+#include "batch/solve.h"
+#include "nn/zoo.h"
+
+#include <string.h>
+
+static const char *fmt(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
+
+/* The model's graph from its source, at the asked sequence length. */
+static int load_graph(const bfit_config *c, bfit_graph_desc *g)
+{
+    int rc = bfit_model_source_load(c->t.model, g);
+    if (rc != BFIT_OK)
+        return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
+    if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq)) != BFIT_OK) ||
+        (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK))
+        bfit_graph_fini(g);
+    return rc;
+}
+
+/* The options plan reads, checked against each other. */
+static int plan_args_of(const bfit_config *c, plan_args *a, bfit_optim_cfg *opt)
+{
+    int rc;
+    if ((rc = bfit_config_check_cmd(c, CMD_PLAN, "plan")) != BFIT_OK || (rc = bfit_config_need_model(c, CMD_PLAN)) != BFIT_OK)
+        return rc;
+    memset(a, 0, sizeof *a);
+    a->model = c->t.model;
+    a->memory = c->t.memory;
+    a->margin = c->t.margin;
+    a->eval = c->plan_eval;
+    a->ways = c->ways;
+    a->measure = c->measure;
+    a->lean = c->attn_lean;
+    a->kind = c->opt_kind;
+    a->st = c->t.storage;
+    a->batch = c->batches;
+    a->nbatch = c->nbatches;
+    if (c->t.adaptive || c->t.auto_batch)
+        return bfit_fail_field(BFIT_EINVAL, "batch", "plan takes batch sizes (a list like 1,32,64), not %s",
+                               c->t.auto_batch ? "auto" : "adaptive");
+    if (a->measure && !a->ways)
+        return bfit_fail_field(BFIT_EINVAL, "measure", "times the rows of ways: set ways too");
+    if (a->ways && (a->eval || a->nbatch || a->st.recompute || a->st.precision || !a->st.lean))
+        return bfit_fail_field(BFIT_EINVAL, "ways", "plans its own rows of training steps: leave out eval, batch, "
+                               "precision, recompute and no-lean");
+    if (a->eval && c->mom_set)
+        return bfit_fail_field(BFIT_EINVAL, "momentum", "has no effect with eval, which plans no optimizer: leave "
+                               "one of them out");
+    for (int i = 0; i < a->nbatch; i++)
+        if (a->batch[i] > BFIT_PLAN_LIMIT)
+            return bfit_fail_field(BFIT_EINVAL, "batch", "%d is out of range: expected 1 to %d", a->batch[i],
+                                   BFIT_PLAN_LIMIT);
+    if (c->seq || c->attn_set) { /* a length or attention the model cannot take is a bad option */
+        bfit_graph_desc g;
+        if ((rc = load_graph(c, &g)) != BFIT_OK)
+            return rc;
+        bfit_graph_fini(&g);
+    }
+    return bfit_config_optim(c, opt);
+}
+
+/* Say why something does not fit: BFIT_ENOMEM with the message, or BFIT_OK.
+ * A batch fits when its step fits in the memory: the margin only keeps the
+ * automatic choice (the solver, the trainer's micro-batch) from the edge. */
+static int check_fits(const plan_report *r)
+{
+    const plan_args *a = r->a;
+    char b[8][32];
+    const bfit_step_plan *p1 = &r->pr.p1;
+
+    char b8[32];
+
+    if (p1->fixed > a->memory)
+        return bfit_fail(BFIT_ENOMEM, "%s does not fit in %s at any batch size: its fixed part alone "
+                  "(parameters %s + gradients %s + optimizer state %s + statistics %s = %s) exceeds the memory by %s; "
+                  "batch 1 needs --memory of at least %s (%s with the %g%% margin)%s",
+                  a->model, fmt(a->memory, b[0]), fmt(p1->bytes[BFIT_MEM_PARAMS], b[1]),
+                  fmt(p1->bytes[BFIT_MEM_GRADS], b[2]), fmt(p1->bytes[BFIT_MEM_OPTIMIZER], b[3]),
+                  fmt(p1->bytes[BFIT_MEM_OTHER], b[7]), fmt(p1->fixed, b[4]), fmt(p1->fixed - a->memory, b[5]),
+                  fmt(p1->peak, b[6]), fmt(bfit_capacity_for(p1->peak, a->margin), b8), 100 * a->margin,
+                  p1->bytes[BFIT_MEM_OPTIMIZER] ? "; or plan less optimizer state: --optimizer sgd --momentum 0" : "");
+    if (r->pr.m_full == 0)
+        return bfit_fail(BFIT_ENOMEM, "%s does not fit in %s even at batch 1: batch 1 needs %s, %s "
+                  "more than the memory; give --memory of at least %s (%s with the %g%% margin)",
+                  a->model, fmt(a->memory, b[0]), fmt(p1->peak, b[1]), fmt(p1->peak - a->memory, b[2]),
+                  fmt(p1->peak, b[3]), fmt(bfit_capacity_for(p1->peak, a->margin), b[4]), 100 * a->margin);
+    for (int i = r->pr.nshown - 1; i >= 0; i--) {
+        const bfit_step_plan *p = &r->pr.shown[i];
+        bfit_step_plan best;
+        int rc;
+        if (p->peak <= a->memory)
+            continue;
+        if ((rc = bfit_plan_compute(r->M, r->opt, r->pr.m_full, !a->eval, &best)) != BFIT_OK)
+            return rc;
+        return bfit_fail(BFIT_ENOMEM, "batch %d does not fit in %s: it needs %s, %s more (give --memory "
+                  "of at least %s, or %s to keep the %g%% margin); the largest batch that fits is %d (%s), %d within "
+                  "the margin", p->m, fmt(a->memory, b[0]), fmt(p->peak, b[1]), fmt(p->peak - a->memory, b[2]),
+                  fmt(p->peak, b[3]), fmt(bfit_capacity_for(p->peak, a->margin), b[4]), 100 * a->margin,
+                  r->pr.m_full, fmt(best.peak, b[5]), r->pr.m_margin);
+    }
+    return BFIT_OK;
+}
+
+/* The ways table (plan's "ways") into the result. */
+static int run_ways(const plan_args *a, const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena,
+                    const bfit_optim_cfg *opt, bfit_result *res)
+{
+    bfit_way w[BFIT_WAYS];
+    uint64_t budget = bfit_plan_budget(a->memory, a->margin);
+    int rc = bfit_plan_ways(g, dev, arena, opt, budget, a->measure ? 3 : 0, w);
+    if (rc != BFIT_OK)
+        return bfit_fail_prefix(rc, "planning %s: ", a->model);
+    if (bfit_result_out(res))
+        bfit_ways_text(a, w, budget, bfit_result_out(res));
+    return bfit_ways_json(a, w, budget, res->root);
+}
+
+/* The plan of the built model into the result, then whether it fits. */
+static int report_plan(const plan_args *a, bfit_model *M, const bfit_optim_cfg *opt, bfit_result *res)
+{
+    plan_report r;
+    int rc;
+
+    memset(&r, 0, sizeof r);
+    r.a = a;
+    r.M = M;
+    r.opt = a->eval ? NULL : opt;
+    r.f = bfit_result_out(res);
+    rc = bfit_plan_report_make(M, r.opt, !a->eval, a->memory, a->margin, a->batch, a->nbatch, &r.pr);
+    if (rc != BFIT_OK)
+        return bfit_fail_prefix(rc, "planning %s: ", a->model);
+    if (r.f)
+        bfit_plan_text(&r);
+    if ((rc = bfit_plan_json(&r, res->root)) != BFIT_OK)
+        return rc;
+    rc = check_fits(&r);
+    cJSON_AddBoolToObject(res->root, "fits", rc == BFIT_OK);
+    if (rc == BFIT_ENOMEM)
+        cJSON_AddStringToObject(res->root, "why", bfit_errmsg());
+    return rc;
+}
+
+/* The device and its arena: the caller's device, or the configured one;
+ * the memory the device has free when none is given. */
+static int open_device(const bfit_config *c, plan_args *a, bfit_device **own, bfit_device **dev, bfit_arena **arena)
+{
+    int rc = BFIT_OK;
+    *dev = c->device;
+    if (!*dev) {
+        bfit_device_cfg cc = bfit_device_cfg_default();
+        cc.threads = c->t.threads;
+        cc.conv_algo = c->t.conv_algo;
+        if ((rc = bfit_device_open(c->t.device_name, &cc, own)) != BFIT_OK)
+            return bfit_fail_field(rc, "device", "%s", bfit_errmsg());
+        *dev = *own;
+    }
+    if (!a->memory) {
+        uint64_t total;
+        if (bfit_device_memory(*dev, &a->memory, &total) != BFIT_OK || !a->memory)
+            return bfit_fail_field(BFIT_EINVAL, "memory", "cannot tell the device's free memory: give one, e.g. 16GiB");
+    }
+    if (!(*arena = bfit_device_arena_new(*dev, a->memory)))
+        return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    return BFIT_OK;
+}
+
+int bfit_plan(const bfit_config *c, bfit_result **out)
+{
+    plan_args a;
+    bfit_optim_cfg opt;
+    bfit_graph_desc g;
+    bfit_device *own = NULL, *dev = NULL;
+    bfit_arena *arena = NULL;
+    bfit_model *M = NULL;
+    bfit_result *res;
+    int rc;
+
+    if (!out)
+        return bfit_fail(BFIT_EINVAL, "bfit_plan needs somewhere to put the result");
+    *out = NULL;
+    if ((rc = plan_args_of(c, &a, &opt)) != BFIT_OK || (rc = load_graph(c, &g)) != BFIT_OK)
+        return rc;
+    if (!(res = bfit_result_make())) {
+        bfit_graph_fini(&g);
+        return BFIT_ENOMEM;
+    }
+    rc = open_device(c, &a, &own, &dev, &arena);
+    if (rc == BFIT_OK && a.ways) {
+        rc = run_ways(&a, &g, dev, arena, &opt, res);
+        goto out;
+    }
+    if (rc == BFIT_OK)
+        rc = bfit_model_new(&g, dev, arena, &M);
+    if (rc == BFIT_OK)
+        rc = bfit_model_set_storage(M, &a.st, a.eval ? NULL : &opt, bfit_plan_budget(a.memory, a.margin),
+                                    a.nbatch ? a.batch[a.nbatch - 1] : 0);
+    if (rc == BFIT_OK)
+        rc = report_plan(&a, M, &opt, res);
+out:
+    bfit_result_close(res);
+    bfit_model_free(M);
+    bfit_arena_free(arena);
+    bfit_device_free(own);
+    bfit_graph_fini(&g);
+    if (rc != BFIT_OK && rc != BFIT_ENOMEM) {
+        bfit_result_free(res); /* nothing planned to say */
+        return rc;
+    }
+    *out = res;
+    return rc;
+}
+
+int bfit_config_plan_check(const bfit_config *c, bfit_optim_cfg *o)
+{
+    plan_args a;
+    return plan_args_of(c, &a, o);
+}

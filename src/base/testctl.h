@@ -1,0 +1,27 @@
+/* testctl.h - test controls (SQLite's sqlite3_test_control): hooks that
+ * only tests use, kept out of the public configuration. A test program
+ * sets them with bfit_test_control; a test of the command line sets them
+ * in the environment (BFIT_TEST_FAIL_ALLOC=N, BFIT_TEST_POISON_STEP=N,
+ * BFIT_TEST_SAMPLE_CHECK=1, BFIT_TEST_KILL_IN_CHECKPOINT=N). They apply to
+ * runs the public API starts afterwards (src/api/resolve.c). */
+#ifndef BFIT_TESTCTL_H
+#define BFIT_TESTCTL_H
+
+#include <stdint.h>
+
+typedef enum {
+    BFIT_TC_FAIL_ALLOC = 0,     /* the N-th device allocation of a run fails (an out-of-memory) */
+    BFIT_TC_POISON_STEP,        /* step N's gradients are made NaN, as an overflow would */
+    BFIT_TC_SAMPLE_CHECK,       /* log each epoch's count and checksum of the samples trained on */
+    BFIT_TC_KILL_IN_CHECKPOINT, /* SIGKILL in the write of the N-th checkpoint, half written */
+    BFIT_TC_COUNT
+} bfit_test_op;
+
+/* Set op's value for this process (0: off), over the environment's. */
+void bfit_test_control(bfit_test_op op, int64_t value);
+/* op's value: set by bfit_test_control, else the environment's, else 0. */
+int64_t bfit_test_value(bfit_test_op op);
+/* The checkpoint writer's hook under BFIT_TC_KILL_IN_CHECKPOINT. */
+void bfit_test_checkpoint_half_written(void *ud, const char *tmp_path);
+
+#endif

@@ -1,0 +1,103 @@
+/* memwait.c - waiting for memory: when not even micro-batch 1 fits, a run
+ * on a device shared with other processes polls the device until memory
+ * comes back or cfg.wait_for_memory has passed; elsewhere nothing can bring
+ * it back, and it fails at once, saying how much was missing. */
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/text.h"
+#include "train/run_int.h"
+
+#include <time.h>
+
+/* Bytes micro-batch 1 lacks now (0: it fits), by the controller's rule: the
+ * whole step within the budget, its blocks within what is free. */
+static uint64_t missing_for_one(bfit_run *r, uint64_t *need)
+{
+    uint64_t budget = bfit_plan_budget(bfit_arena_capacity(r->s.arena), r->cfg.margin);
+    uint64_t free_now = bfit_run_free_for_step(r), step_need, a, b;
+    *need = bfit_run_plan_one(r);
+    step_need = *need > r->fixed_bytes ? *need - r->fixed_bytes : 0;
+    a = *need > budget ? *need - budget : 0;
+    b = step_need > free_now ? step_need - free_now : 0;
+    return a > b ? a : b;
+}
+
+/* Tell the controller what memory there is now (it learns it otherwise
+ * only from a step it observed). */
+static void controller_memory_now(bfit_run *r)
+{
+    bfit_controller_state cs;
+    bfit_controller_state_get(r->ctl, &cs);
+    cs.capacity = bfit_arena_capacity(r->s.arena);
+    cs.free = bfit_run_free_for_step(r);
+    bfit_controller_state_set(r->ctl, &cs);
+}
+
+static void nap(bfit_run *r, double s)
+{
+    for (double slept = 0; slept < s && !bfit_run_stop_requested(r); slept += 0.1) {
+        double d = s - slept < 0.1 ? s - slept : 0.1;
+        struct timespec ts = {0, (long)(d * 1e9)};
+        nanosleep(&ts, NULL); /* a signal ends it early: the loop looks at the stop request */
+    }
+}
+
+static void say_waiting(bfit_run *r, uint64_t need, uint64_t miss, double limit)
+{
+    char s1[32], s2[32], s3[32];
+    bfit_log_event(&r->lg, "memory_wait", "\"step\":%lld,\"need\":%llu,\"missing\":%llu,\"limit\":%.1f",
+                   (long long)r->pos.step, (unsigned long long)need, (unsigned long long)miss, limit);
+    bfit_log_say(&r->lg, "batchfit: step %lld: not even micro-batch 1 fits (it needs %s, %s missing): waiting up to "
+                 "%s for memory to come back", (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
+                 bfit_format_size(miss, s2, sizeof s2), bfit_format_secs(limit, s3, sizeof s3));
+}
+
+/* Not even micro-batch 1 fits. On a device shared with other processes
+ * memory may come back: poll it with a growing interval (to 5 s) until
+ * cfg.wait_for_memory has passed since the step first waited. On others
+ * nothing can bring it back: fail at once. The failure says how much was
+ * missing; bfit_train then writes a checkpoint. */
+int bfit_run_wait_for_memory(bfit_run *r)
+{
+    bfit_device_info di;
+    double t0 = bfit_clock_mono(), delay = 0.05, now = t0;
+    uint64_t need, miss = missing_for_one(r, &need);
+    char s1[32], s2[32], s3[32];
+
+    bfit_device_info_get(r->s.dev, &di);
+    if (miss == 0) {
+        controller_memory_now(r);
+        return BFIT_OK;
+    }
+    if (r->wait_until == 0)
+        r->wait_until = t0 + (di.shared ? r->cfg.wait_for_memory : 0);
+    if (now < r->wait_until)
+        say_waiting(r, need, miss, r->wait_until - now);
+    while (miss && now < r->wait_until && !bfit_run_stop_requested(r)) {
+        double left = r->wait_until - now;
+        nap(r, delay < left ? delay : left);
+        delay = delay * 2 < 5 ? delay * 2 : 5;
+        bfit_run_watch_device(r);
+        miss = missing_for_one(r, &need);
+        now = bfit_clock_mono();
+    }
+    r->waited += now - t0;
+    r->step_waited += now - t0;
+    if (bfit_run_stop_requested(r))
+        return bfit_fail(BFIT_ESTOPPED, "stopped on request while waiting for memory in step %lld: the run is at "
+                         "step %lld", (long long)r->pos.step + 1, (long long)r->pos.step);
+    if (miss == 0) {
+        bfit_log_event(&r->lg, "memory_back", "\"step\":%lld,\"waited\":%.3f", (long long)r->pos.step, now - t0);
+        bfit_log_say(&r->lg, "batchfit: step %lld: memory came back after %s", (long long)r->pos.step + 1,
+                     bfit_format_secs(now - t0, s3, sizeof s3));
+        controller_memory_now(r);
+        return BFIT_OK;
+    }
+    r->pos.res.stopped = BFIT_ENOMEM;
+    r->pos.res.missing = miss;
+    return bfit_fail_field(BFIT_ENOMEM, "memory", "not even micro-batch 1 fits at step %lld: it needs %s, %s is "
+                           "missing%s%s%s", (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
+                           bfit_format_size(miss, s2, sizeof s2), di.shared ? "; waited " : "",
+                           di.shared ? bfit_format_secs(r->waited, s3, sizeof s3) : "",
+                           di.shared ? " for it to come back" : "");
+}

@@ -1,0 +1,276 @@
+/* profile.c - a training step timed alone (bfit_profile): the trainer's
+ * micro-step (reserve, forward, backward with the 1/E loss scale, the
+ * optimizer, zeroing the gradients) on random samples already on the
+ * device, repeated for a median samples/s; and the device's matmul on its
+ * best case, the practical limit a step is compared with. The benchmarks
+ * against PyTorch (bench/) read these. */
+#include "train/profile.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "batch/plan.h"
+#include "device/device.h"
+#include "nn/model.h"
+#include "nn/zoo.h"
+#include "optim/optim.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of the whole process: with one thread, a rate that the load
+ * of other processes hardly disturbs (for comparing changes on a busy box) */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The step in the asked precision, with f32 masters refreshed after each
+ * update as the trainer does. */
+static int set_precision(bfit_model *M, bfit_dtype precision)
+{
+    bfit_storage st = bfit_storage_default();
+    st.precision = precision;
+    return bfit_model_set_storage(M, &st, NULL, 0, 0);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+
+/* xorshift: synthetic inputs need only be reproducible, not good */
+static uint32_t rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 32);
+}
+
+/* FLOPs of a training step per sample that the linear and conv layers do:
+ * 2 MACs each for forward, weight gradient, and input gradient, the last
+ * only where the layer's input needs a gradient (not for the first such
+ * layer: neither batchfit nor PyTorch computes a gradient of the data). */
+static double step_flops_per_sample(const bfit_model *M)
+{
+    double f = 0;
+    int first = 1;
+    if (M->input_dtype == BFIT_I32) { /* a token model: every layer's count, attention included */
+        for (int i = 0; i < M->n; i++) {
+            double fw, bw;
+            bfit_layer_flops(M->nodes[i].l, 1, &fw, &bw);
+            f += fw + bw;
+        }
+        return f;
+    }
+    for (int i = 0; i < M->n; i++) {
+        const bfit_layer *l = M->nodes[i].l;
+        double macs;
+        if (l->cfg.kind == BFIT_L_LINEAR)
+            macs = (double)l->in[0].c * l->cfg.units;
+        else if (l->cfg.kind == BFIT_L_CONV)
+            macs = (double)l->cfg.units * l->in[0].c * l->cfg.kh * l->cfg.kw * l->out.h * l->out.w;
+        else
+            continue;
+        f += (first ? 4.0 : 6.0) * macs;
+        first = 0;
+    }
+    return f;
+}
+
+static int threads_of(const bfit_device *d)
+{
+    bfit_device_info i;
+    bfit_device_info_get(d, &i);
+    return i.threads;
+}
+
+static int open_device(const char *name, int threads, bfit_device **dev, bfit_arena **arena)
+{
+    bfit_device_cfg c = bfit_device_cfg_default();
+    int rc;
+    c.threads = threads;
+    if ((rc = bfit_device_open(name ? name : "cpu", &c, dev)) != BFIT_OK)
+        return rc;
+    *arena = bfit_device_arena_new(*dev, bfit_host_available_memory());
+    return *arena ? BFIT_OK : BFIT_ENOMEM;
+}
+
+/* Random samples and labels (token ids and a label per token for a token
+ * model), uploaded into the reserved input. */
+static int random_input(bfit_model *M, int batch, uint64_t *seed)
+{
+    int64_t n = (int64_t)batch * bfit_shape_numel(M->input), nl = (int64_t)batch * M->labels_per_sample;
+    float *x = malloc(sizeof *x * (size_t)n); /* f32 or int32: 4 bytes either way */
+    int32_t *y = malloc(sizeof *y * (size_t)nl);
+    int rc = BFIT_ENOMEM;
+    if (x && y) {
+        for (int64_t i = 0; i < n; i++) {
+            if (M->input_dtype == BFIT_I32)
+                ((int32_t *)x)[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
+            else
+                x[i] = (float)rng(seed) / 4294967296.0f;
+        }
+        for (int64_t i = 0; i < nl; i++)
+            y[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
+        rc = bfit_model_set_input(M, x, y, batch);
+    }
+    free(x);
+    free(y);
+    return rc;
+}
+
+int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
+{
+    int batch = pc->batch, reps = pc->reps, warmup = pc->warmup;
+    double rep_s = pc->rep_seconds;
+    bfit_arena *arena = NULL;
+    bfit_device *dev = NULL;
+    bfit_graph_desc g;
+    bfit_model *M = NULL;
+    bfit_optim *opt = NULL;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    double *rate = calloc((size_t)reps, sizeof *rate), loss = 0;
+    double *cpu_rate = calloc((size_t)reps, sizeof *cpu_rate);
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    double t_step = 0;
+    int rc, steps = 2;
+
+    memset(&g, 0, sizeof g);
+    if (!rate || !cpu_rate) {
+        rc = BFIT_ENOMEM;
+        goto out;
+    }
+    if ((rc = open_device(pc->device_name, pc->threads, &dev, &arena)) != BFIT_OK ||
+        (rc = bfit_model_source_load(pc->model, &g)) != BFIT_OK ||
+        (rc = bfit_model_new(&g, dev, arena, &M)) != BFIT_OK || (rc = set_precision(M, pc->precision)) != BFIT_OK ||
+        (rc = bfit_model_alloc_params(M, 1)) != BFIT_OK ||
+        (rc = bfit_model_init_params(M, 1)) != BFIT_OK)
+        goto out;
+    oc.momentum = 0.9;
+    if ((rc = bfit_optim_new(&oc, M->trainable, M->ntrainable, dev, arena, &opt)) != BFIT_OK ||
+        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = random_input(M, batch, &seed)) != BFIT_OK)
+        goto out;
+    for (int r = -1; r < reps; r++) {
+        int n = r < 0 ? warmup : steps;
+        double t0 = now(), c0 = cpu_now();
+        for (int s = 0; s < n; s++) {
+            /* the trainer's step: reserve (a no-op at the same m), forward,
+             * backward with the 1/E loss scale, optimizer, zero grads */
+            t_step = now();
+            if ((rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK ||
+                (rc = bfit_model_stats_reset(M)) != BFIT_OK ||
+                (rc = bfit_model_forward(M, (uint64_t)s)) != BFIT_OK ||
+                (rc = bfit_model_backward(M, 1.0f / (float)batch)) != BFIT_OK ||
+                (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK || (rc = bfit_model_refresh_copies(M)) != BFIT_OK ||
+                (rc = bfit_model_zero_grads(M)) != BFIT_OK ||
+                (rc = bfit_model_stats_read(M, &loss, NULL)) != BFIT_OK)
+                goto out;
+            t_step = now() - t_step;
+        }
+        if (r >= 0) {
+            rate[r] = (double)n * batch / (now() - t0);
+            cpu_rate[r] = (double)n * batch / (cpu_now() - c0);
+        } else if (t_step > 0 && rep_s / t_step > steps)
+            steps = (int)(rep_s / t_step + 0.5);
+    }
+    memset(res, 0, sizeof *res);
+    res->samples_per_s = median(rate, reps);
+    res->samples_per_cpu_s = median(cpu_rate, reps);
+    res->tokens_per_sample = M->input_dtype == BFIT_I32 ? M->input.d[0] : 0;
+    res->flops_per_sample = step_flops_per_sample(M);
+    res->loss = loss / ((double)batch * (res->tokens_per_sample ? res->tokens_per_sample : 1));
+    res->reps = reps;
+    res->steps = steps;
+    res->warmup = warmup;
+    res->threads = threads_of(dev);
+    res->precision = bfit_model_storage(M).precision;
+out:
+    bfit_optim_free(opt);
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    bfit_arena_free(arena);
+    bfit_device_free(dev);
+    free(rate);
+    free(cpu_rate);
+    return rc;
+}
+
+/* dst[M,N] = src[M,K] x weights[K,N], all row-major: oneDNN's best case */
+int bfit_profile_matmul(const char *device, int64_t m, int64_t n, int64_t k, int reps, int threads, double *gflops,
+                        int *threads_used)
+{
+    bfit_arena *arena = NULL;
+    bfit_device *dev = NULL;
+    bfit_op *op = NULL;
+    float *host = NULL;
+    bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32};
+    bfit_op_args a = {0};
+    void *buf[4] = {0};
+    double *gf = calloc((size_t)reps, sizeof *gf);
+    int rc, per = 10;
+
+    d.u.mm.M = m;
+    d.u.mm.N = n;
+    d.u.mm.K = k;
+    host = malloc(sizeof(float) * (size_t)(m * k > k * n ? m * k : k * n));
+    if (!gf || !host) {
+        rc = BFIT_ENOMEM;
+        goto out;
+    }
+    if ((rc = open_device(device, threads, &dev, &arena)) != BFIT_OK || (rc = bfit_op_new(dev, &d, &op)) != BFIT_OK ||
+        (rc = bfit_arena_alloc(arena, (size_t)(m * k) * 4, BFIT_MEM_INPUT, &buf[0])) != BFIT_OK ||
+        (rc = bfit_arena_alloc(arena, (size_t)(k * n) * 4, BFIT_MEM_PARAMS, &buf[1])) != BFIT_OK ||
+        (rc = bfit_arena_alloc(arena, (size_t)(m * n) * 4, BFIT_MEM_ACTIVATIONS, &buf[2])) != BFIT_OK ||
+        (rc = bfit_arena_alloc(arena, bfit_op_workspace_bytes(op) + 1, BFIT_MEM_WORKSPACE, &buf[3])) != BFIT_OK)
+        goto out;
+    for (int64_t i = 0; i < m * k; i++)
+        host[i] = (float)(i % 7) * 0.1f;
+    if ((rc = bfit_device_upload(dev, buf[0], host, (size_t)(m * k) * 4)) != BFIT_OK)
+        goto out;
+    for (int64_t i = 0; i < k * n; i++)
+        host[i] = (float)(i % 5) * 0.1f;
+    if ((rc = bfit_device_upload(dev, buf[1], host, (size_t)(k * n) * 4)) != BFIT_OK)
+        goto out;
+    a.src = buf[0];
+    a.weights = buf[1];
+    a.dst = buf[2];
+    a.workspace = buf[3];
+    for (int r = -1; r < reps; r++) {
+        double t0 = now();
+        for (int i = 0; i < per; i++)
+            if ((rc = bfit_op_run(op, &a)) != BFIT_OK)
+                goto out;
+        if (r >= 0)
+            gf[r] = 2.0 * m * n * k * per / (now() - t0) / 1e9;
+    }
+    *gflops = median(gf, reps);
+    *threads_used = threads_of(dev);
+out:
+    for (int i = 0; i < 4; i++)
+        bfit_arena_release(arena, buf[i]);
+    bfit_op_free(op);
+    bfit_arena_free(arena);
+    bfit_device_free(dev);
+    free(gf);
+    free(host);
+    return rc;
+}
+
