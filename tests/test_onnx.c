@@ -9,11 +9,16 @@
  *   a graph with a cycle, an initializer whose data disagrees with its
  *   shape, an undefined input, an operator batchfit lacks (named with its
  *   node, its inputs' shapes and the opset), a model that ends in Softmax;
+ * - a dynamic batch's shape arithmetic evaluated on the host: what holds for
+ *   every batch loads, batch times batch, an uneven division and a reshape
+ *   that moves the batch are refused at their nodes;
  * - grouped convolution, clip and concatenation against finite differences
  *   (PyTorch checks them too: tests/oracle/layer_oracle.py), a
  *   concatenation's backward adding into a gradient another consumer wrote,
  *   and a DenseNet-like graph whose features feed several concatenations
- *   training without temporaries and planned to the byte. */
+ *   training without temporaries and planned to the byte;
+ * - a vision transformer's token layers (reshape, transpose, class token,
+ *   position embedding, select) against finite differences. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -177,6 +182,44 @@ static pbw *gemm_graph(const char *op2)
     pstr(g, 2, "g");
     pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
     pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
+    pmsg(g, 11, value_info("x", in, 2));
+    pmsg(g, 12, value_info("logits", out, 2));
+    return g;
+}
+
+/* TensorProto of int64 values (raw_data). */
+static pbw *tensor_i64(const char *name, const int64_t *dims, int nd, const int64_t *vals, int64_t n)
+{
+    pbw *t = pb_new();
+    for (int d = 0; d < nd; d++)
+        pint(t, 1, dims[d]);
+    pint(t, 2, 7);
+    pstr(t, 8, name);
+    pbytes(t, 9, vals, sizeof *vals * (size_t)n);
+    return t;
+}
+
+/* A dynamic batch's shape arithmetic: x [N,4]; s = Shape(x); t = op(s, b)
+ * where b is "s" or the initializer k (int64 [2]); Reshape(x, t) -> Gemm ->
+ * logits. op NULL: t = s. */
+static pbw *shape_graph(const char *op, const char *b, const int64_t k[2])
+{
+    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3}, kd[1] = {2};
+    const char *si[1] = {"x"}, *so[1] = {"s"}, *oi[2] = {"s", b}, *oo[1] = {"t"};
+    const char *ri[2] = {"x", op ? "t" : "s"}, *ro[1] = {"r"};
+    const char *gi[3] = {"r", "fc.weight", "fc.bias"}, *go[1] = {"logits"};
+    pbw *g = pb_new(), *n;
+    pmsg(g, 1, node("Shape", "shape", si, 1, so, 1));
+    if (op)
+        pmsg(g, 1, node(op, "arith", oi, 2, oo, 1));
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    n = node("Gemm", "fc", gi, 3, go, 1);
+    attr_int(n, "transB", 1);
+    pmsg(g, 1, n);
+    pstr(g, 2, "g");
+    pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
+    pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
+    pmsg(g, 5, tensor_i64("k", kd, 1, k, 2));
     pmsg(g, 11, value_info("x", in, 2));
     pmsg(g, 12, value_info("logits", out, 2));
     return g;
@@ -436,6 +479,42 @@ static void test_unsupported_op(void **st)
     pb_free(m);
 }
 
+/* Integer shape arithmetic runs on the host, as a * batch + b: what holds
+ * for every batch size loads (the Reshape then keeps the sample as it is
+ * and computes nothing), what does not is refused at its node. */
+static void test_shape_arithmetic(void **st)
+{
+    static const int64_t one[2] = {1, 1}, three[2] = {3, 1}, lead[2] = {2, 2};
+    bfit_graph_desc g, ref;
+    pbw *m;
+    (void)st;
+    m = model(gemm_graph(NULL));
+    assert_int_equal(load(m, &ref, NULL), BFIT_OK);
+    pb_free(m);
+    for (int k = 0; k < 2; k++) {
+        m = model(k ? shape_graph("Div", "k", one) : shape_graph(NULL, "k", one));
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nnodes, ref.nnodes); /* the Gemm's linear layer alone */
+        assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_LINEAR);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    bfit_graph_fini(&ref);
+    m = model(shape_graph("Mul", "s", one));
+    assert_int_equal(load(m, &g, "node 'arith' (Mul, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "the batch size times itself"));
+    pb_free(m);
+    m = model(shape_graph("Div", "k", three));
+    assert_int_equal(load(m, &g, "node 'arith' (Div, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "is divided by 3"));
+    pb_free(m);
+    /* [2, 2] for every batch: the batch is not first any more */
+    m = model(shape_graph("Mul", "k", lead));
+    assert_int_equal(load(m, &g, "node 'reshape' (Reshape, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "the target shape must keep the batch first"));
+    pb_free(m);
+}
+
 /* Not a model at all, and models batchfit cannot train. */
 static void test_not_a_model(void **st)
 {
@@ -528,6 +607,40 @@ static void test_concat_gradcheck(void **st)
     b.in[1] = bfit_shape_chw(2, 4, 3);
     gc_assert(&a);
     gc_assert(&b);
+}
+
+/* A vision transformer's layers around its blocks: the patch embedding's
+ * channels to tokens (reshape, transpose), the class token and the position
+ * embedding (learned: their gradients sum over the batch), and the head's
+ * token (select: the other tokens get a zero gradient). */
+static void test_token_layers_gradcheck(void **st)
+{
+    bfit_layer_cfg rs = bfit_layer_cfg_default(BFIT_L_RESHAPE), tr = bfit_layer_cfg_default(BFIT_L_TRANSPOSE);
+    bfit_layer_cfg cls = bfit_layer_cfg_default(BFIT_L_CLS), addp = bfit_layer_cfg_default(BFIT_L_ADDP);
+    bfit_layer_cfg sel = bfit_layer_cfg_default(BFIT_L_SELECT);
+    gc_case k[6];
+    bfit_layer *l;
+    bfit_shape in = bfit_shape_seq(5, 4);
+    char err[256];
+    (void)st;
+    rs.to = bfit_shape_seq(4, 6);
+    addp.to = (bfit_shape){.nd = 3, .d = {1, 5, 4, 1}}; /* PyTorch's [1, T, C] */
+    k[0] = one("reshape 4x2x3 -> 4x6 m=2", rs, bfit_shape_chw(4, 2, 3), 2);
+    k[1] = one("transpose 4x6 -> 6x4 m=3", tr, bfit_shape_seq(4, 6), 3);
+    k[2] = one("class token before 4x3 m=3", cls, bfit_shape_seq(4, 3), 3);
+    k[3] = one("position embedding 5x4 m=3", addp, in, 3);
+    sel.units = 0;
+    k[4] = one("select token 0 of 5x4 m=2", sel, in, 2);
+    sel.units = 3;
+    k[5] = one("select token 3 of 5x4 m=3", sel, in, 3);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        gc_assert(&k[i]);
+    sel.units = 5; /* one past the last token */
+    assert_int_equal(bfit_layer_new(&sel, NULL, &in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "select takes token 5 of tokens [T, C]"));
+    rs.to = bfit_shape_seq(4, 4);
+    assert_int_equal(bfit_layer_new(&rs, NULL, &in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "the element counts differ"));
 }
 
 /* A concatenation's backward adds into an input's gradient when dx_add says
@@ -649,10 +762,12 @@ int main(void)
         cmocka_unit_test(test_undefined_input),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_not_a_model),
+        cmocka_unit_test(test_shape_arithmetic),
         cmocka_unit_test(test_grouped_conv_gradcheck),
         cmocka_unit_test(test_clip_gradcheck),
         cmocka_unit_test(test_concat_gradcheck),
         cmocka_unit_test(test_concat_adds),
+        cmocka_unit_test(test_token_layers_gradcheck),
         cmocka_unit_test(test_dense_graph),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
