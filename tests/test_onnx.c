@@ -485,6 +485,7 @@ static void test_unsupported_op(void **st)
 static void test_shape_arithmetic(void **st)
 {
     static const int64_t one[2] = {1, 1}, three[2] = {3, 1}, lead[2] = {2, 2};
+    static const int64_t huge[2] = {1, INT64_MAX / 2}, big[2] = {1, (int64_t)1 << 60};
     bfit_graph_desc g, ref;
     pbw *m;
     (void)st;
@@ -512,6 +513,15 @@ static void test_shape_arithmetic(void **st)
     m = model(shape_graph("Mul", "k", lead));
     assert_int_equal(load(m, &g, "node 'reshape' (Reshape, opset 17)"), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "the target shape must keep the batch first"));
+    pb_free(m);
+    /* 4 * 2^62 overflows; 4 * 2^60 does not, but is more than a sample's 4 elements (fuzz_onnx found both) */
+    m = model(shape_graph("Mul", "k", huge));
+    assert_int_equal(load(m, &g, "node 'arith' (Mul, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "shape arithmetic beyond 64-bit integers"));
+    pb_free(m);
+    m = model(shape_graph("Mul", "k", big));
+    assert_int_equal(load(m, &g, "node 'reshape' (Reshape, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "the target has the dimension 4611686018427387904, a sample has 4 elements"));
     pb_free(m);
 }
 

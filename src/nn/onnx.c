@@ -300,6 +300,12 @@ int bfit_onnx_refuse(onnx_lower *L, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (L->attn_miss) { /* the likely cause: an attention the matcher did not take whole */
+        size_t n = strlen(msg);
+        snprintf(msg + n, sizeof msg - n, " (the graph's Softmax '%s' is not an attention block batchfit knows: "
+                 "nn.MultiheadAttention batch first, without a mask or dropout on the attention weights)",
+                 bfit_onnx_cstr(L->om->nodes[L->attn_miss - 1].name, nm, sizeof nm));
+    }
     for (int k = 0; k < L->nd->nin && u < sizeof ins; k++) {
         describe(bfit_onnx_in(L, k), one, sizeof one);
         u += (size_t)snprintf(ins + u, sizeof ins - u, "%s%s", k ? ", " : "", one);

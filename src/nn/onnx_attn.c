@@ -165,8 +165,11 @@ int bfit_onnx_find_attention(onnx_lower *L)
         if (!bfit_onnx_streq(L->om->nodes[i].op, "Softmax"))
             continue;
         memset(&a, 0, sizeof a);
-        if (!match_back(L, i, a.node) || !match_forward(L, a.node) || !closed(L, a.node) || !weights(L, &a))
+        if (!match_back(L, i, a.node) || !match_forward(L, a.node) || !closed(L, a.node) || !weights(L, &a)) {
+            if (!L->attn_miss)
+                L->attn_miss = i + 1;
             continue; /* not this block: the Softmax is refused where it stands */
+        }
         if (!(p = realloc(L->attn, sizeof *p * (size_t)(L->nattn + 1))))
             return bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
         L->attn = p;

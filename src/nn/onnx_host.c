@@ -19,10 +19,20 @@ hval *bfit_onnx_hval_new(onnx_lower *L, int isf, int nd, const int64_t *dim)
 {
     hval *h;
     int64_t n = 1;
-    for (int d = 0; d < nd; d++)
-        n *= dim[d] > 0 ? dim[d] : 1;
-    for (int d = 0; d < nd; d++)
-        if (dim[d] <= 0)
+    /* the product of the non-zero dimensions is bounded, so that every
+     * product of some of them (strides, outer and inner counts) is too */
+    for (int d = 0; d < nd && n <= BFIT_ONNX_MAXHOST; d++) {
+        if (dim[d] < 0) {
+            bfit_onnx_refuse(L, "a host value with the dimension %lld", (long long)dim[d]);
+            return NULL;
+        }
+        if (dim[d] > BFIT_ONNX_MAXHOST)
+            n = BFIT_ONNX_MAXHOST + 1;
+        else if (dim[d] > 0)
+            n *= dim[d];
+    }
+    for (int d = 0; d < nd && n <= BFIT_ONNX_MAXHOST; d++)
+        if (dim[d] == 0)
             n = 0;
     if (n > BFIT_ONNX_MAXHOST || nd > BFIT_ONNX_MAXD) {
         bfit_onnx_refuse(L, "a host value of %lld elements in %d dimensions is more than batchfit computes "
@@ -146,20 +156,29 @@ static int64_t norm_axis(int64_t a, int nd) { return a < 0 ? a + nd : a; }
 
 enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ };
 
+static int overflow(onnx_lower *L) { return bfit_onnx_refuse(L, "shape arithmetic beyond 64-bit integers"); }
+
 /* out = x op y for one element (integers affine in m). */
 static int affine(onnx_lower *L, int op, int64_t xa, int64_t xb, int64_t ya, int64_t yb, int64_t *oa, int64_t *ob)
 {
+    int64_t p, q;
     switch (op) {
-    case E_ADD: *oa = xa + ya, *ob = xb + yb; return BFIT_OK;
-    case E_SUB: *oa = xa - ya, *ob = xb - yb; return BFIT_OK;
+    case E_ADD:
+        return __builtin_add_overflow(xa, ya, oa) || __builtin_add_overflow(xb, yb, ob) ? overflow(L) : BFIT_OK;
+    case E_SUB:
+        return __builtin_sub_overflow(xa, ya, oa) || __builtin_sub_overflow(xb, yb, ob) ? overflow(L) : BFIT_OK;
     case E_MUL:
         if (xa && ya)
             return bfit_onnx_refuse(L, "the batch size times itself is not shape arithmetic batchfit follows");
-        *oa = xa * yb + ya * xb, *ob = xb * yb;
+        if (__builtin_mul_overflow(xa, yb, &p) || __builtin_mul_overflow(ya, xb, &q) ||
+            __builtin_add_overflow(p, q, oa) || __builtin_mul_overflow(xb, yb, ob))
+            return overflow(L);
         return BFIT_OK;
     case E_DIV:
         if (ya || !yb)
             return bfit_onnx_refuse(L, "a division by the batch size (or by 0)");
+        if (yb == -1 && (xa == INT64_MIN || xb == INT64_MIN))
+            return overflow(L);
         if (xa % yb)
             return bfit_onnx_refuse(L, "the batch size times %lld is divided by %lld, which it does not divide for "
                                        "every batch size", (long long)xa, (long long)yb);
@@ -173,7 +192,9 @@ static int affine(onnx_lower *L, int op, int64_t xa, int64_t xb, int64_t ya, int
             *ob = xb == yb;
             return BFIT_OK;
         }
-        if ((yb - xb) % (xa - ya) == 0 && (yb - xb) / (xa - ya) >= 1)
+        if (__builtin_sub_overflow(yb, xb, &p) || __builtin_sub_overflow(xa, ya, &q) || (p == INT64_MIN && q == -1))
+            return overflow(L);
+        if (p % q == 0 && p / q >= 1)
             return bfit_onnx_refuse(L, "a comparison whose answer depends on the batch size");
         *ob = 0;
         return BFIT_OK;
@@ -273,7 +294,8 @@ static int shape(onnx_lower *L)
             x->ra[d] = 0, x->rb[d] = v->dim[d];
     }
     start = norm_axis(start, x->rank), end = end > x->rank ? x->rank : norm_axis(end, x->rank);
-    start = start < 0 ? 0 : start, n = end - start > 0 ? end - start : 0;
+    start = start < 0 ? 0 : start > x->rank ? x->rank : start, end = end < 0 ? 0 : end;
+    n = end - start > 0 ? end - start : 0;
     if (!(h = bfit_onnx_hval_new(L, 0, 1, &n)))
         return BFIT_EINVAL;
     for (int64_t d = 0; d < n; d++)
@@ -418,8 +440,8 @@ static int target(onnx_lower *L, const int64_t *from, int nfrom, int64_t *dim, i
             infer = d;
         else if (dim[d] < 0)
             return bfit_onnx_refuse(L, "the target has the dimension %lld", (long long)dim[d]);
-        else
-            known *= dim[d];
+        else if (__builtin_mul_overflow(known, dim[d], &known))
+            return overflow(L);
     }
     if (infer >= 0)
         dim[infer] = known ? total / known : 0;
@@ -488,7 +510,7 @@ static int slice_host(onnx_lower *L)
         n = x->dim[a];
         s = st[i] < 0 ? st[i] + n : st[i], e = en[i] < 0 ? en[i] + n : en[i];
         s = s < 0 ? 0 : s > n ? n : s, e = e < 0 ? 0 : e > n ? n : e;
-        lo[a] = s, step[a] = sp[i], dim[a] = e > s ? (e - s + sp[i] - 1) / sp[i] : 0;
+        lo[a] = s, step[a] = sp[i], dim[a] = e > s ? (e - s - 1) / sp[i] + 1 : 0;
     }
     if (!(o = bfit_onnx_hval_new(L, x->isf, x->nd, dim)))
         return BFIT_EINVAL;

@@ -71,6 +71,8 @@ typedef struct onnx_lower {
     int nhv, caphv;
     struct attn_match *attn;      /* attention blocks found before lowering (onnx_attn.c) */
     int nattn;
+    int attn_miss;                /* 1 + the first Softmax that is no attention block batchfit knows, 0: none
+                                     (a refusal inside such a block says so) */
 } onnx_lower;
 
 /* Value by name, or NULL. */

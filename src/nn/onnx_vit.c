@@ -95,8 +95,9 @@ static int reshape(onnx_lower *L, oval *x)
             v = d < x->rank ? x->rb[d] : 0;
         if (v == -1 && infer < 0)
             infer = n;
-        else if (v < 1)
-            return bfit_onnx_refuse(L, "the target has the dimension %lld", (long long)v);
+        else if (v < 1 || v > total || known > total / v) /* more than the sample has: and no overflow */
+            return bfit_onnx_refuse(L, "the target has the dimension %lld, a sample has %lld elements", (long long)v,
+                                    (long long)total);
         else
             known *= v;
         pd[n++] = v;

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # onnx.sh BATCHFIT SOURCE_DIR - ONNX models through the command line, on the
-# small files committed for it (fuzz/corpus/onnx, tests/onnx): refusals exit
+# small files committed for it (fuzz/corpus/onnx, tests/onnx; vit_tiny.onnx and
+# vit_attn_dropout.onnx are torchvision's VisionTransformer(image_size=8,
+# patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=8,
+# num_classes=3), the second with attention_dropout=0.1, exported as
+# tests/onnx/export.py does): refusals exit
 # non-zero saying what and where (an operator batchfit lacks, a truncated
 # file, classes the data does not have), and a model plans, trains from its
 # file's weights (or drawn ones) and saves them under their PyTorch names.
@@ -46,11 +50,19 @@ run 1 plan --model "$dir/cut.onnx" --memory 1GiB && has "$err" "cut.onnx: byte [
 # a model of 5 classes on 10-class data
 run 1 train --model "$src/tests/onnx/five_classes.onnx" --max-steps 1 --threads 2 &&
   has "$err" "five_classes.onnx: the model has 5 class scores but the data set fashion-mnist has 10 classes"
+# an attention that is not nn.MultiheadAttention's plain export (dropout on its weights): the refusal says so
+run 1 plan --model "$src/tests/onnx/vit_attn_dropout.onnx" --memory 1GiB &&
+  has "$err" "the graph's Softmax '/encoder/layers/encoder_layer_0/self_attention/Softmax' is not an attention block batchfit knows"
 run 2 train --model "$seeds/resnet_block.onnx" --init files && has "$err" "--init: expected file or random, got 'files'"
 
 # plans, trains from the file's weights, saves them under the module's names
 run 0 plan --model "$seeds/dense_block.onnx" --memory 1GiB --threads 2 &&
   has "$out" "dense_block.onnx \(ONNX file\), input 3x8x8, 3 classes, 323 parameters"
+# a vision transformer (torchvision's VisionTransformer: 8x8 images, 4x4 patches, one block of width 8, 2 heads)
+run 0 plan --model "$seeds/vit_tiny.onnx" --memory 1GiB --threads 2 &&
+  has "$out" "vit_tiny.onnx \(ONNX file\), input 3x8x8, 3 classes, 947 parameters"
+run 0 train --model "$seeds/vit_tiny.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 &&
+  has "$out" "test accuracy"
 for init in file random; do
   run 0 train --model "$seeds/resnet_block.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 --init $init \
     --save "$dir/$init.safetensors" && has "$out" "test accuracy"
