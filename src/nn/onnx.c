@@ -529,6 +529,7 @@ static int take_input(onnx_lower *L)
         v->shape = bfit_shape_vec((int)in->dim[1]);
     v->rank = in->ndim;
     v->ra[0] = 1, v->rb[0] = 0;
+    L->fixed_batch = in->dim[0] > 0 ? in->dim[0] : 0;
     for (int d = 1; d < in->ndim; d++)
         v->ra[d] = 0, v->rb[d] = in->dim[d];
     L->g->input = v->shape;

@@ -293,7 +293,7 @@ static int check_reshape(onnx_lower *L, int n, const int64_t (*want)[2], const c
         int64_t a = t->a[d], b = t->b[d];
         if (!a && !b && x && d < x->rank) /* 0: the input's dimension */
             a = x->ra[d], b = x->rb[d];
-        ok = a == want[d][0] && b == want[d][1];
+        ok = bfit_onnx_affine_is(L, a, b, want[d][0], want[d][1]);
     }
     return ok ? BFIT_OK : bfit_onnx_refuse(L, "this Reshape in the attention does not give %s", what);
 }

@@ -96,6 +96,15 @@ hval *bfit_onnx_host(onnx_lower *L, oval *v, int k)
     return h;
 }
 
+int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb)
+{
+    int64_t c;
+    if (a == wa && b == wb)
+        return 1;
+    return L->fixed_batch > 0 && a == 0 && wa != 0 && !__builtin_mul_overflow(wa, L->fixed_batch, &c) &&
+           !__builtin_add_overflow(c, wb, &c) && b == c;
+}
+
 void bfit_onnx_set_rank(oval *v, const bfit_shape *s)
 {
     v->rank = 1 + s->nd;
@@ -631,9 +640,14 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
         return 0;
     if (bfit_onnx_streq(L->nd->op, "Expand")) { /* over the batch: a device tensor (onnx_vit.c) */
         hval *s = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
+        oval *x = bfit_onnx_in(L, 0);
         for (int64_t i = 0; s && !s->isf && i < s->n; i++)
             if (s->a[i])
                 return 0;
+        /* a fixed batch's export expands a learned [1, ...] tensor to the constant [B, ...] */
+        if (s && !s->isf && s->n >= 2 && L->fixed_batch > 0 && s->b[0] == L->fixed_batch && x && x->t &&
+            x->init >= 0 && x->t->dtype == BFIT_ONNX_FLOAT && x->t->ndim == s->n && x->t->dim[0] == 1)
+            return 0;
     }
     for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (bfit_onnx_streq(L->nd->op, ops[i].op)) {

@@ -71,6 +71,7 @@ typedef struct onnx_lower {
     int nhv, caphv;
     struct attn_match *attn;      /* attention blocks found before lowering (onnx_attn.c) */
     int nattn;
+    int64_t fixed_batch;          /* the input's batch in an export without a dynamic batch, 0: dynamic */
     int attn_miss;                /* 1 + the first Softmax that is no attention block batchfit knows, 0: none
                                      (a refusal inside such a block says so) */
 } onnx_lower;
@@ -124,6 +125,10 @@ hval *bfit_onnx_host(onnx_lower *L, oval *v, int k);
 /* Shape arithmetic: 1 and the result if the node is one the host evaluates
  * (every input on the host, or Shape), 0 if not. */
 int bfit_onnx_lower_host(onnx_lower *L, int *rc);
+/* Whether a * m + b is wa * m + wb: exactly, or, in an export with a fixed
+ * batch B (where tracing baked B into the constants), as the constant
+ * wa * B + wb. */
+int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb);
 /* The ONNX shape of a device value: [m, its sample's dimensions]. */
 void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
 

@@ -84,7 +84,7 @@ static int reshape(onnx_lower *L, oval *x)
     if (!t)
         return BFIT_EINVAL;
     if (t->isf || t->nd != 1 || t->n < 2 || t->n > 4 ||
-        !((t->a[0] == 1 && t->b[0] == 0) || (t->a[0] == 0 && (t->b[0] == 0 || t->b[0] == -1))))
+        !(bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0) || (t->a[0] == 0 && (t->b[0] == 0 || t->b[0] == -1))))
         return bfit_onnx_refuse(L, "the target shape must keep the batch first and give the sample 1 to 3 "
                                    "dimensions");
     for (int64_t d = 1; d < t->n; d++) {
@@ -236,7 +236,8 @@ static int expand(onnx_lower *L, oval *tok)
 
     if (!s)
         return BFIT_EINVAL;
-    if (tok->t->ndim < 2 || tok->t->dim[0] != 1 || s->isf || s->n != tok->t->ndim || s->a[0] != 1 || s->b[0] != 0)
+    if (tok->t->ndim < 2 || tok->t->dim[0] != 1 || s->isf || s->n != tok->t->ndim ||
+        !bfit_onnx_affine_is(L, s->a[0], s->b[0], 1, 0))
         return bfit_onnx_refuse(L, "batchfit expands an initializer [1, ...] over the batch only");
     for (int d = 1; d < s->n; d++)
         if (s->a[d] || (s->b[d] != 1 && s->b[d] != tok->t->dim[d]))

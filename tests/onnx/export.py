@@ -18,8 +18,8 @@ with BatchNorm in training mode and dropout off (p = 0; the file keeps the
 model's ratio). Batch-norm weights, biases and running statistics are
 drawn away from torchvision's 1/0/0/1 so that they matter, and the biases
 then shifted so that no activation sits on a kink of ReLU or ReLU6
-(away_from_kinks says why). resnet18 also
-writes resnet18_fixed.onnx (exported without dynamic_axes, batch 2). NAME
+(away_from_kinks says why). resnet18 and vit_small also
+write NAME_fixed.onnx (exported without dynamic_axes, batch 2). NAME
 resnet50_224 is resnet50.onnx at 224x224 with 1000 classes (the preset's
 twin, for the plan), without an oracle. vit_b_16 (86M parameters) writes
 x, y, loss64 and loss32 only: the gradients of its structure are checked on
@@ -206,7 +206,7 @@ def oracle(name):
     y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
     away_from_kinks(model, name, x)
     export(model, os.path.join(OUT, name + ".onnx"), x[:2], True)
-    if name == "resnet18":
+    if name in ("resnet18", "vit_small"):
         export(model, os.path.join(OUT, name + "_fixed.onnx"), x[:2], False)
     from_file(model, os.path.join(OUT, name + ".onnx"))
     if name in LOSS_ONLY:
