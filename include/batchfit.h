@@ -251,9 +251,10 @@ BFIT_API int bfit_config_set_allocator(bfit_config *c, bfit_alloc_fn alloc, bfit
 typedef struct bfit_device bfit_device;
 
 /* Open the device the configuration names (option "device": cpu, cuda,
- * cuda:N, or auto: the device that supports the model's ops and
- * precision), with its "threads" and "conv-algo"; c may be NULL
- * (defaults). BFIT_EDEVICE saying why a device cannot be used. */
+ * cuda:N, or auto: with "model" given, the first GPU when it runs every op
+ * of the model in its "precision", else the CPU; without, the first GPU),
+ * with its "threads" and "conv-algo"; c may be NULL (defaults).
+ * BFIT_EDEVICE saying why a device cannot be used. */
 BFIT_API int bfit_device_new(const bfit_config *c, bfit_device **out);
 BFIT_API void bfit_device_free(bfit_device *d);
 /* "cpu", "cuda:0". */

@@ -72,6 +72,7 @@ static int teardown(void **st)
 static bfit_train_cfg small_run(void)
 {
     bfit_train_cfg c = bfit_train_cfg_default();
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     c.model = spec;
     c.train_set = train_set;
     c.test_set = train_set;

@@ -402,6 +402,7 @@ static void test_run_token_budget(void **st)
     uint64_t heap = 0, dnnl[3][16] = {{0}};
     int steps[3] = {0}, epoch = 0, rc = BFIT_OK;
     (void)st;
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     snprintf(path, sizeof path, "%s/models/gpt-nano.cfg", src ? src : "..");
     c.model = path;
     c.train_source = c.test_source = &s;

@@ -114,7 +114,9 @@ static int in_chart(const char *html, const char *id, const char *needle)
     return count_in(from, to, needle);
 }
 
-static const char *charts[] = {"loss", "accuracy", "lr", "gnorm", "batch", "memory", "throughput", "noise"};
+static const char *charts[] = {"loss",       "accuracy", "lr",    "gnorm", "batch",
+                               "memory",     "throughput", "noise", "busy",  "shared"};
+#define NCHARTS ((int)(sizeof charts / sizeof charts[0])) /* and an event is in the list once more */
 
 #define START "{\"event\":\"start\",\"time\":1700000000.5,\"model\":\"models/<tiny>.cfg\",\"data\":\"fashion-mnist\"," \
               "\"params\":1863690,\"batch\":64,\"micro_batch\":32,\"epochs\":1,\"capacity\":1073741824,"         \
@@ -154,7 +156,7 @@ static void test_points_and_markers(void **st)
         fail_msg("%s", bfit_errmsg());
     h = read_text(html_path);
     assert_non_null(h);
-    assert_int_equal(count_in(h, h + strlen(h), "<svg "), 8);
+    assert_int_equal(count_in(h, h + strlen(h), "<svg "), NCHARTS);
     for (size_t i = 0; i < sizeof charts / sizeof charts[0]; i++) {
         /* every event on every chart, in the log's order */
         assert_int_equal(in_chart(h, charts[i], "<g class=\"ev "), 4);
@@ -178,9 +180,9 @@ static void test_points_and_markers(void **st)
     assert_int_equal(points(h, "lr", "lr", NULL), 6);
     assert_int_equal(points(h, "gnorm", "gnorm", NULL), 2); /* only the steps that logged one */
     /* the text of events, escaped, in the titles and the list */
-    assert_int_equal(count_in(h, h + strlen(h), "batch norm sees &lt;micro-batches&gt; &amp; more"), 9);
-    assert_int_equal(count_in(h, h + strlen(h), "memory shrank: micro-batch 32 -&gt; 16"), 9);
-    assert_int_equal(count_in(h, h + strlen(h), "device capacity is now 32.00 MiB"), 9);
+    assert_int_equal(count_in(h, h + strlen(h), "batch norm sees &lt;micro-batches&gt; &amp; more"), NCHARTS + 1);
+    assert_int_equal(count_in(h, h + strlen(h), "memory shrank: micro-batch 32 -&gt; 16"), NCHARTS + 1);
+    assert_int_equal(count_in(h, h + strlen(h), "device capacity is now 32.00 MiB"), NCHARTS + 1);
     assert_null(strstr(h, "<tiny>"));
     assert_non_null(strstr(h, "models/&lt;tiny&gt;.cfg"));
     assert_non_null(strstr(h, "<ol class=\"events\">"));
@@ -394,6 +396,46 @@ static void test_unwritable_output(void **st)
     assert_non_null(strstr(bfit_errmsg(), bad));
 }
 
+/* Monitor events: a point per sample on the busy and shared-memory charts
+ * (fields a device did not give are left out), and a change of the clock
+ * throttling marked on every chart, its end too. */
+static void test_monitor(void **st)
+{
+    static const char log[] =
+        "{\"event\":\"start\",\"time\":1,\"model\":\"m\",\"capacity\":1073741824}\n"
+        "{\"event\":\"monitor\",\"time\":1,\"step\":0,\"device\":\"cuda:0\",\"busy\":5,"
+        "\"self_bytes\":1073741824,\"others_bytes\":0,\"others\":0,\"throttled\":\"\"}\n"
+        "{\"event\":\"step\",\"time\":1,\"step\":0,\"loss\":2,\"E\":8,\"m\":8,\"k\":1,\"mem\":1000,"
+        "\"capacity\":1073741824,\"seconds\":0.1}\n"
+        "{\"event\":\"monitor\",\"time\":1,\"step\":1,\"device\":\"cuda:0\",\"busy\":97,"
+        "\"self_bytes\":2147483648,\"others_bytes\":3221225472,\"others\":1,\"throttled\":\"power cap\"}\n"
+        "{\"event\":\"monitor\",\"time\":1,\"step\":2,\"device\":\"cuda:0\",\"busy\":99,"
+        "\"self_bytes\":2147483648,\"others_bytes\":0,\"others\":0,\"throttled\":\"power cap\"}\n"
+        "{\"event\":\"monitor\",\"time\":1,\"step\":3,\"device\":\"cpu\",\"busy\":40,\"self_bytes\":1073741824,"
+        "\"throttled\":\"\"}\n";
+    char *h;
+    (void)st;
+    put_text(log_path, log);
+    if (bfit_report_write(log_path, html_path) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    h = read_text(html_path);
+    assert_non_null(h);
+    assert_int_equal(points(h, "busy", "busy", NULL), 4);
+    assert_int_equal(in_chart(h, "busy", "<title>step 1: busy 97%</title>"), 1);
+    assert_int_equal(points(h, "shared", "self", NULL), 4);
+    assert_int_equal(points(h, "shared", "others", NULL), 3); /* the cpu's sample has none */
+    for (size_t i = 0; i < sizeof charts / sizeof charts[0]; i++) {
+        assert_int_equal(in_chart(h, charts[i], "<g class=\"ev "), 2);
+        assert_int_equal(in_chart(h, charts[i], "<g class=\"ev ev-throttle\"><title>1. step 1"), 1);
+        assert_int_equal(in_chart(h, charts[i], "<g class=\"ev ev-throttle\"><title>2. step 3"), 1);
+    }
+    assert_int_equal(count_in(h, h + strlen(h), "the device is slowed down: power cap"), /* each chart, and the list */
+                     NCHARTS + 1);
+    assert_int_equal(count_in(h, h + strlen(h), "the device is no longer slowed down"), /* each chart, and the list */
+                     NCHARTS + 1);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_long_run_bounded),
         cmocka_unit_test(test_malformed_logs),
         cmocka_unit_test(test_unwritable_output),
+        cmocka_unit_test(test_monitor),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -398,6 +398,7 @@ static void check_eval_fits(const char *model, int E, uint64_t memory, int64_t s
     ec.data = "fashion-mnist";
     ec.samples = eval_samples;
     ec.threads = 2;
+    ec.device_name = "cpu";
     ec.memory = 1ull << 30;
     ec.normalize = 1;
     if (bfit_evaluate_from(&ec, &loss, &acc, &n) != BFIT_OK)

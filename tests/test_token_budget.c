@@ -123,6 +123,7 @@ static int run(const opts *o, seen *v, bfit_train_result *res)
     bfit_source ts = ttok_source(&train), vs = ttok_source(&test);
     bfit_train_cfg c = bfit_train_cfg_default();
     FILE *f = fopen(spec_path, "w");
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     assert_non_null(f);
     fputs(spec, f);
     fclose(f);
@@ -394,6 +395,7 @@ static void test_refusals(void **st)
     bfit_train_result r;
     seen v = {0};
     (void)st;
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     c.model = "mlp";
     c.batch_tokens = 1;
     c.max_steps = 1;

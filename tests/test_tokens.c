@@ -351,6 +351,7 @@ static void run(int micro, int seq_max, losses *out, double *test_loss, bfit_tra
     bfit_source ts = ttok_source(&train), vs = ttok_source(&test);
     bfit_train_cfg c = bfit_train_cfg_default();
     bfit_train_result res;
+    c.device_name = "cpu"; /* the CPU is meant: device auto could take a GPU */
     tmp_path(p, sizeof p, "tiny.cfg");
     snprintf(spec, sizeof spec, SPEC_FMT, attn_opts);
     put_text(p, spec);
@@ -475,6 +476,7 @@ static void test_save_and_evaluate(void **st)
     bfit_eval_cfg e;
     bfit_train_result res;
     double loss, acc;
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     int64_t cnt;
     (void)st;
     for (int i = 0; n + 64 < cap; i++)
@@ -500,6 +502,7 @@ static void test_save_and_evaluate(void **st)
     e.weights = w;
     e.data = text_path;
     e.threads = 2;
+    e.device_name = "cpu";
     if (bfit_evaluate_from(&e, &loss, &acc, &cnt) != BFIT_OK)
         fail_msg("evaluate: %s", bfit_errmsg());
     print_message("  trained 20 steps: test loss %.4f per token (run), %.4f (evaluate, %lld sequences)\n",

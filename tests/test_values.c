@@ -130,6 +130,7 @@ static void test_config_limits(void **st)
     bfit_mem_point mp[2] = {{0, 64u << 20}, {2, 0}};
     bfit_run *r;
     (void)st;
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     c.model = "mlp";
     c.batch = 99999999;
     assert_int_equal(bfit_run_new_from(&c, &r), BFIT_EINVAL);

@@ -50,6 +50,7 @@ static void check_model(const char *name)
     bfit_stream *s;
     bfit_stream_cfg sc;
     float mean[1], std[1], *x, *probs;
+    c.device_name = "cpu"; /* the CPU is meant: --device auto could take a GPU */
     int32_t y[N];
     int got;
 

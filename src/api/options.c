@@ -304,7 +304,7 @@ static int set_largest_only(bfit_config *c, const bfit_opt *o, const char *v)
 
 static const bfit_opt table[] = {
     /* model and data */
-    {"model", "PRESET|FILE", P | F | T | E | X, set_str, OFF(t.model), 0, 0, NULL},
+    {"model", "PRESET|FILE", P | F | T | E | D | X, set_str, OFF(t.model), 0, 0, NULL},
     {"data", "NAME|PATH", F | T | E, set_str, OFF(t.data), 0, 0, NULL},
     {"init", "file|random", T, set_init, OFF(t.init_random), 0, 0, NULL},
     {"test-data", "PATH", T, set_str, OFF(t.test_data), 0, 0, NULL},
@@ -347,7 +347,7 @@ static const bfit_opt table[] = {
     {"gamma", "X", T, set_dbl, OFF(gamma), 1e-9, 1, NULL},
     {"clip", "X", T, set_dbl, OFF(t.clip), 1e-12, 1e12, NULL},
     /* precision and storage */
-    {"precision", "f32|bf16|f16", P | F | T | X, set_named, 0, 0, 0, NULL},
+    {"precision", "f32|bf16|f16", P | F | T | D | X, set_named, 0, 0, 0, NULL},
     {"recompute", "none|blocks|sqrt|auto", P | F | T, set_named, 0, 0, 0, NULL},
     {"no-lean", "", P | F | T, set_flag, OFF(t.storage.lean), 0, 0, NULL},
     {"loss-scale", "none|dynamic|S", T, set_loss_scale, 0, 1e-7, 1e30, NULL},
@@ -366,6 +366,7 @@ static const bfit_opt table[] = {
     {"resume", "DIR|FILE", T, set_str, OFF(t.resume), 0, 0, NULL},
     {"wait-for-memory", "T", T, set_duration, OFF(t.wait_for_memory), 0, 0, NULL},
     {"progress-interval", "SECONDS", T, set_dbl, OFF(t.progress_interval), 0.01, 86400, NULL},
+    {"monitor", "SECONDS", T, set_dbl, OFF(t.monitor_seconds), 0, 1e9, NULL},
     {"dist", "auto|on|off", T, set_named, 0, 0, 0, NULL},
     {"memory-schedule-rank", "R", T, set_int, OFF(t.memory_schedule_rank), 0, 1 << 20, NULL},
     /* plan */

@@ -8,7 +8,10 @@
 #include "api/result.h"
 #include "base/err.h"
 #include "batch/solve.h"
+#include "nn/needs.h"
 #include "nn/zoo.h"
+
+#include <stdio.h>
 
 #include <string.h>
 
@@ -151,15 +154,20 @@ static int report_plan(const plan_args *a, bfit_model *M, const bfit_optim_cfg *
 
 /* The device and its arena: the caller's device, or the configured one;
  * the memory the device has free when none is given. */
-static int open_device(const bfit_config *c, plan_args *a, bfit_device **own, bfit_device **dev, bfit_arena **arena)
+static int open_device(const bfit_config *c, const bfit_graph_desc *g, plan_args *a, bfit_device **own,
+                       bfit_device **dev, bfit_arena **arena)
 {
     int rc = BFIT_OK;
     *dev = c->device;
-    if (!*dev) {
+    if (*dev) {
+        snprintf(a->device_why, sizeof a->device_why, "%s, as given", bfit_device_name(*dev));
+    } else {
         bfit_device_cfg cc = bfit_device_cfg_default();
         cc.threads = c->t.threads;
         cc.conv_algo = c->t.conv_algo;
-        if ((rc = bfit_device_open(c->t.device_name, &cc, own)) != BFIT_OK)
+        rc = bfit_model_device_open(c->t.device_name, &cc, g, a->st.precision, own, a->device_why,
+                                    sizeof a->device_why);
+        if (rc != BFIT_OK)
             return bfit_fail_field(rc, "device", "%s", bfit_errmsg());
         *dev = *own;
     }
@@ -193,7 +201,7 @@ int bfit_plan(const bfit_config *c, bfit_result **out)
         bfit_graph_fini(&g);
         return BFIT_ENOMEM;
     }
-    rc = open_device(c, &a, &own, &dev, &arena);
+    rc = open_device(c, &g, &a, &own, &dev, &arena);
     if (rc == BFIT_OK && a.ways) {
         rc = run_ways(&a, &g, dev, arena, &opt, res);
         goto out;

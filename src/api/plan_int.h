@@ -19,6 +19,7 @@ typedef struct plan_args {
     bfit_storage st;          /* as asked (auto not resolved) */
     const int *batch;         /* sizes asked for, sorted */
     int nbatch;
+    char device_why[512];     /* which device, and why (device auto) */
 } plan_args;
 
 typedef struct plan_report {

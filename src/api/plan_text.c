@@ -91,6 +91,7 @@ void bfit_plan_text(const plan_report *r)
         fprintf(f, "training step, optimizer sgd with momentum %g: 1 state tensor per parameter\n", r->opt->momentum);
     else
         fprintf(f, "training step, optimizer sgd without momentum: no optimizer state\n");
+    fprintf(f, "device %s\n", a->device_why);
     fprintf(f, "memory %s, margin %g%%: budget %s; workspaces sized for %d threads\n", fmt(a->memory, b1, sizeof b1),
            100 * a->margin, fmt(r->pr.budget, b2, sizeof b2), threads_of(r->M->dev));
     print_storage(r);
@@ -239,6 +240,7 @@ int bfit_plan_json(const plan_report *r, cJSON *root)
     cJSON_AddNumberToObject(o, "without_margin", r->pr.m_full);
     cJSON_AddNumberToObject(o, "limit", BFIT_PLAN_LIMIT);
     cJSON_AddNumberToObject(o, "batch1_peak", (double)r->pr.p1.peak);
+    cJSON_AddStringToObject(root, "device_choice", r->a->device_why);
 
     return BFIT_OK;
 }
@@ -246,13 +248,16 @@ int bfit_plan_json(const plan_report *r, cJSON *root)
 void bfit_ways_text(const plan_args *a, const bfit_way *w, uint64_t budget, FILE *f)
 {
     char b1[32], b2[32];
-    fprintf(f, "batchfit plan --ways: %s in %s (budget %s), optimizer %s\n\n", a->model, fmt(a->memory, b1, sizeof b1),
+    fprintf(f, "batchfit plan --ways: %s in %s (budget %s), optimizer %s\n", a->model, fmt(a->memory, b1, sizeof b1),
            fmt(budget, b2, sizeof b2), bfit_optim_kind_name(a->kind));
+    fprintf(f, "device %s\n\n", a->device_why);
     fprintf(f, "%-40s %9s %9s %11s %8s%s\n", "way", "micro", "batch", "peak", "extra", a->measure ? "     step  samples/s" : "");
     for (int i = 0; i < BFIT_WAYS; i++) {
         fprintf(f, "%-40s %9d %9d %11s %7.1f%%", w[i].name, w[i].m, w[i].batch, w[i].m ? fmt(w[i].peak, b1, sizeof b1) : "-",
                100 * w[i].extra);
-        if (a->measure && w[i].measure_failed)
+        if (w[i].error[0])
+            fprintf(f, "  %s", w[i].error);
+        else if (a->measure && w[i].measure_failed)
             fprintf(f, "  out of memory while measuring");
         else if (a->measure && w[i].step_secs > 0)
             fprintf(f, " %7.3fs %10.1f%s", w[i].step_secs, w[i].samples_per_sec, w[i].accum > 1 ? " (2 micro-steps)" : "");
@@ -269,6 +274,7 @@ int bfit_ways_json(const plan_args *a, const bfit_way *w, uint64_t budget, cJSON
     cJSON_AddStringToObject(root, "model", a->model);
     cJSON_AddNumberToObject(root, "memory", (double)a->memory);
     cJSON_AddNumberToObject(root, "budget", (double)budget);
+    cJSON_AddStringToObject(root, "device_choice", a->device_why);
     arr = cJSON_AddArrayToObject(root, "ways");
     for (int i = 0; i < BFIT_WAYS; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -282,6 +288,8 @@ int bfit_ways_json(const plan_args *a, const bfit_way *w, uint64_t budget, cJSON
         cJSON_AddNumberToObject(o, "batch", w[i].batch);
         cJSON_AddNumberToObject(o, "peak", (double)w[i].peak);
         cJSON_AddNumberToObject(o, "extra_compute", w[i].extra);
+        if (w[i].error[0])
+            cJSON_AddStringToObject(o, "error", w[i].error);
         if (a->measure) {
             cJSON_AddNumberToObject(o, "step_seconds", w[i].step_secs);
             cJSON_AddNumberToObject(o, "samples_per_second", w[i].samples_per_sec);

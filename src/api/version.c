@@ -3,6 +3,7 @@
 #include "api/config_int.h"
 #include "base/err.h"
 #include "device/device.h"
+#include "nn/needs.h"
 
 const char *bfit_version(void) { return BFIT_VERSION_STRING; }
 
@@ -23,5 +24,7 @@ int bfit_device_new(const bfit_config *c, bfit_device **out)
         cc.conv_algo = c->t.conv_algo;
         cc.host = c->t.host;
     }
+    if (c && c->t.model) /* auto chooses for the model it will run */
+        return bfit_device_open_for_model(c->t.device_name, &cc, c->t.model, c->t.storage.precision, out, NULL, 0);
     return bfit_device_open(c ? c->t.device_name : NULL, &cc, out);
 }

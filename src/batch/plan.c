@@ -40,7 +40,9 @@ int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int train
 }
 
 /* The predicate the solver asks: a plan at m within the budget. A plan that
- * cannot be made (an error) does not fit; the error is kept for the caller. */
+ * cannot be made (an error) does not fit; the error is kept for the caller,
+ * unless it is out of memory: a device that cannot make an op that large
+ * (cuDNN's 2^31 elements per tensor) says so, and m simply does not fit. */
 typedef struct fit_ctx {
     bfit_model *M;
     const bfit_optim_cfg *opt;
@@ -56,6 +58,10 @@ static int plan_fits(void *ud, int m)
     if (f->rc != BFIT_OK)
         return 0;
     rc = bfit_plan_compute(f->M, f->opt, m, f->training, &p);
+    if (rc == BFIT_ENOMEM) {
+        bfit_clear_error();
+        return 0;
+    }
     if (rc != BFIT_OK) {
         f->rc = rc;
         return 0;

@@ -710,6 +710,7 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     sc_.memory = cfg->memory;
     sc_.device_name = cfg->device_name;
     sc_.conv_algo = cfg->conv_algo;
+    sc_.precision = cfg->storage.precision;
     sc_.threads = cfg->threads;
     sc_.normalize = cfg->normalize;
     sc_.seed = cfg->seed;

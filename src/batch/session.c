@@ -2,26 +2,31 @@
 #include "base/err.h"
 #include "base/rand.h"
 #include "batch/session.h"
+#include "nn/needs.h"
 #include "nn/zoo.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SYNTHETIC_COUNT 512 /* samples of "synthetic" data; streams cycle through them */
 
-static int open_device(bfit_session *s, const bfit_session_cfg *c)
+/* The device asked for, or the one --device auto chooses for the model in
+ * the run's precision; the choice and its reason are kept for the log. */
+static int open_device(bfit_session *s, const bfit_session_cfg *c, const char *name)
 {
     bfit_device_cfg cpu = bfit_device_cfg_default();
     int rc;
 
     if (c->device) {
         s->dev = c->device;
+        snprintf(s->device_why, sizeof s->device_why, "%s, as given", bfit_device_name(s->dev));
         return BFIT_OK;
     }
     cpu.threads = c->threads;
     cpu.host = c->host;
     cpu.conv_algo = c->conv_algo;
-    rc = bfit_device_open(c->device_name, &cpu, &s->dev_own);
+    rc = bfit_model_device_open(name, &cpu, &s->g, c->precision, &s->dev_own, s->device_why, sizeof s->device_why);
     s->dev = s->dev_own;
     return rc;
 }
@@ -32,7 +37,10 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     int rc;
 
     memset(s, 0, sizeof *s);
-    if ((rc = open_device(s, c)) != BFIT_OK)
+    rc = bfit_model_source_load(c->model, &s->g);
+    if (rc == BFIT_OK && c->seq_max)
+        rc = bfit_graph_set_seq(&s->g, c->seq_max);
+    if (rc != BFIT_OK || (rc = open_device(s, c, c->device_name)) != BFIT_OK)
         return rc;
     if (!memory && bfit_device_memory(s->dev, &memory, &total) != BFIT_OK)
         memory = 0;
@@ -41,11 +49,6 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     s->arena = bfit_device_arena_new(s->dev, memory);
     if (!s->arena)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
-    rc = bfit_model_source_load(c->model, &s->g);
-    if (rc == BFIT_OK && c->seq_max)
-        rc = bfit_graph_set_seq(&s->g, c->seq_max);
-    if (rc != BFIT_OK)
-        return rc;
     return bfit_model_new(&s->g, s->dev, s->arena, &s->M);
 }
 
@@ -136,10 +139,14 @@ int bfit_session_reopen(bfit_session *s, const bfit_session_cfg *c, bfit_conv_al
 {
     bfit_session_cfg c2 = *c;
     uint64_t cap = bfit_arena_capacity(s->arena);
+    char name[32], why[sizeof s->device_why];
     int rc;
 
     if (!s->dev_own)
         return bfit_fail(BFIT_ESTATE, "session: the device is the caller's, it cannot be reopened");
+    /* the same device again (auto chose it already), with the other algorithms */
+    snprintf(name, sizeof name, "%s", bfit_device_name(s->dev_own));
+    memcpy(why, s->device_why, sizeof why);
     bfit_model_free(s->M);
     bfit_arena_free(s->arena);
     bfit_device_free(s->dev_own);
@@ -147,8 +154,9 @@ int bfit_session_reopen(bfit_session *s, const bfit_session_cfg *c, bfit_conv_al
     s->arena = NULL;
     s->dev = s->dev_own = NULL;
     c2.conv_algo = algo;
-    if ((rc = open_device(s, &c2)) != BFIT_OK)
+    if ((rc = open_device(s, &c2, name)) != BFIT_OK)
         return rc;
+    memcpy(s->device_why, why, sizeof why);
     if (!(s->arena = bfit_device_arena_new(s->dev, cap)))
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     return bfit_model_new(&s->g, s->dev, s->arena, &s->M);

@@ -18,6 +18,8 @@ typedef struct bfit_session_cfg {
     bfit_device *device;                      /* use this device (not owned); NULL: open one */
     const char *device_name;                  /* else open this (bfit_device_open; NULL: auto) */
     bfit_conv_algo conv_algo;                 /* a GPU's convolution algorithms (auto opens fastest) */
+    bfit_dtype precision;                     /* the run's: --device auto chooses a device that runs the
+                                                 model in it */
     const bfit_host_alloc *host;              /* CPU device blocks from here (NULL: aligned_alloc) */
     uint64_t memory;                          /* arena capacity; 0: what the device has free */
     int threads;                              /* CPU threads; 0: OpenMP's setting */
@@ -37,6 +39,7 @@ typedef struct bfit_session {
     bfit_dataset *train_own, *test_own;
     const bfit_dataset *train, *test;         /* in use: owned or given; NULL if not wanted */
     float *mean, *std;                        /* NULL without normalisation */
+    char device_why[512];                     /* which device, and why (--device auto's reason) */
 } bfit_session;
 
 /* Phase one: device, arena, and the model (no device memory yet). */

@@ -10,7 +10,9 @@
 #include "base/err.h"
 #include "batch/plan.h"
 #include "batch/ways.h"
+#include "nn/needs.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,27 +90,30 @@ static int measure(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
     return rc;
 }
 
-int bfit_plan_ways(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena, const bfit_optim_cfg *opt,
-                   uint64_t budget, int measure_steps, bfit_way out[BFIT_WAYS])
+/* Row i, or its error in w->error (the row left without figures). */
+static void way_row(const bfit_graph_desc *g, bfit_model *M, bfit_device *dev, bfit_arena *arena,
+                    const bfit_optim_cfg *opt, uint64_t budget, int measure_steps, bfit_way *out, int i)
 {
-    bfit_model *M = NULL;
-    int rc = bfit_model_new(g, dev, arena, &M);
+    bfit_way *w = &out[i];
+    bfit_op_needs nd;
+    bfit_step_plan p;
+    char why[256];
+    int rc;
 
-    for (int i = 0; rc == BFIT_OK && i < BFIT_WAYS; i++) {
-        bfit_way *w = &out[i];
-        bfit_step_plan p;
-        memset(w, 0, sizeof *w);
-        w->name = rows[i].name;
-        w->storage = rows[i].st;
-        w->accum = rows[i].accum;
+    rc = bfit_graph_op_needs(g, rows[i].st.precision, &nd);
+    if (rc == BFIT_OK && !bfit_device_supports_needs(dev, &nd, why, sizeof why)) {
+        snprintf(w->error, sizeof w->error, "unsupported on %s: %s", bfit_device_name(dev), why);
+        return;
+    }
+    if (rc == BFIT_OK)
         rc = bfit_model_set_storage(M, &rows[i].st, opt, budget, 0);
-        if (rc == BFIT_OK)
-            rc = bfit_plan_max_batch(M, opt, 1, budget, BFIT_PLAN_LIMIT, &w->m, NULL);
-        if (rc != BFIT_OK || w->m == 0)
-            continue;
+    if (rc == BFIT_OK)
+        rc = bfit_plan_max_batch(M, opt, 1, budget, BFIT_PLAN_LIMIT, &w->m, NULL);
+    if (rc == BFIT_OK && w->m > 0) {
         w->batch = w->m * w->accum;
-        if ((rc = bfit_plan_compute(M, opt, w->m, 1, &p)) != BFIT_OK)
-            break;
+        rc = bfit_plan_compute(M, opt, w->m, 1, &p);
+    }
+    if (rc == BFIT_OK && w->m > 0) {
         w->peak = p.peak;
         w->extra = p.flops > p.regen_flops ? p.regen_flops / (p.flops - p.regen_flops) : 0;
         if (measure_steps > 0 && w->accum == 1) {
@@ -122,6 +127,27 @@ int bfit_plan_ways(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
         }
         if (w->step_secs > 0)
             w->samples_per_sec = w->batch / w->step_secs;
+    }
+    if (rc != BFIT_OK) {
+        snprintf(w->error, sizeof w->error, "failed: %s", bfit_errmsg());
+        w->m = w->batch = 0;
+        w->step_secs = w->samples_per_sec = 0;
+        bfit_clear_error();
+    }
+}
+
+int bfit_plan_ways(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena, const bfit_optim_cfg *opt,
+                   uint64_t budget, int measure_steps, bfit_way out[BFIT_WAYS])
+{
+    bfit_model *M = NULL;
+    int rc = bfit_model_new(g, dev, arena, &M);
+
+    for (int i = 0; rc == BFIT_OK && i < BFIT_WAYS; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].name = rows[i].name;
+        out[i].storage = rows[i].st;
+        out[i].accum = rows[i].accum;
+        way_row(g, M, dev, arena, opt, budget, measure_steps, out, i);
     }
     bfit_model_free(M);
     return rc;

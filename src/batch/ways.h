@@ -19,12 +19,15 @@ typedef struct bfit_way {
                                  accumulation rows: the micro-step's row times accum) */
     double samples_per_sec;
     int measure_failed;       /* out of memory while measuring */
+    char error[320];          /* why the row has no figures ("unsupported on cuda:0: ..."), or "" */
 } bfit_way;
 
 /* The table's rows for the model of g on dev, planned within budget bytes
  * (arena: the device's accounting; measuring allocates in it). With
  * measure_steps > 0 each row's micro-batch is also run that many steps on
- * random samples and timed. */
+ * random samples and timed. A row the device cannot run (a precision or op
+ * it lacks), or whose planning fails, is marked with its error and the
+ * others are still filled; only a failure to build the model is returned. */
 int bfit_plan_ways(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena, const bfit_optim_cfg *opt,
                    uint64_t budget, int measure_steps, bfit_way out[BFIT_WAYS]);
 

@@ -83,7 +83,11 @@ static void help(void)
          "  --seed N              seed for init, shuffling, dropout, augmentation (default 1)\n"
          "  --threads N           CPU threads (default: all cores)\n"
          "  --device NAME         cpu, cuda, cuda:N or auto (default auto: a GPU when one\n"
-         "                        is present and batchfit was built with CUDA, else cpu)\n"
+         "                        is present and runs every op and the precision of the\n"
+         "                        model, else cpu; the log's start event says why)\n"
+         "  --monitor SECONDS     a monitor event in the log (the device's use, memory of\n"
+         "                        this and other processes, throttling) every SECONDS\n"
+         "                        at a step boundary (default 10; 0 for none)\n"
          "  --conv-algo fastest|lean|auto  a GPU's convolution algorithms: the fastest,\n"
          "                        the smallest workspaces, or auto: the fastest unless\n"
          "                        the leanest fit a larger micro-batch (default fastest;\n"
@@ -157,6 +161,7 @@ static const struct option opts[] = {
     {"lr-ref-batch", required_argument, 0, 1},
     {"memory-schedule", required_argument, 0, 1}, {"test-data", required_argument, 0, 1},
     {"device", required_argument, 0, 1}, {"conv-algo", required_argument, 0, 1},
+    {"monitor", required_argument, 0, 1},
     {"precision", required_argument, 0, 1}, {"recompute", required_argument, 0, 1},
     {"no-lean", no_argument, 0, 1}, {"loss-scale", required_argument, 0, 1},
     {"loss-scale-interval", required_argument, 0, 1},

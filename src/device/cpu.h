@@ -37,6 +37,7 @@ typedef struct cpu_device {
     int open[CPU_MAXOPEN]; /* blocks opened by the call in progress */
     int nopen;
     char detail[64];
+    double mon_cpu, mon_wall; /* process CPU seconds and the clock at the last sample (cpu_sample) */
 } cpu_device;
 
 #define CPU_OP_MAXPRIM 5

@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 int bfit_cpu_dnnl_check(dnnl_status_t s, const char *what)
 {
@@ -280,6 +284,81 @@ static void cpu_destroy(bfit_device *base)
     free(d);
 }
 
+/* The real monotonic clock: the monitor only reports, so it does not read
+ * base/clock.h's (whose test clock advances at every reading). */
+static double wall_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* This process's CPU time (every thread's, user and system), seconds. */
+static double process_cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Resident memory of this process (/proc/self/statm), 0 if unknown. Read
+ * with open/read into the stack: the monitor samples between training steps,
+ * which allocate nothing on the heap (stdio's fopen would). */
+static uint64_t resident_bytes(void)
+{
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    unsigned long long size = 0, res = 0;
+    long page = sysconf(_SC_PAGESIZE);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return sscanf(buf, "%llu %llu", &size, &res) == 2 && page > 0 ? (uint64_t)res * (uint64_t)page : 0;
+}
+
+/* The monitor's view of the CPU: this process's CPU use since the last
+ * sample (or the device's opening) as a share of the threads ops run on
+ * (past 100% when the data loader's threads are busy too), its resident
+ * memory, and the machine's available memory. */
+static int cpu_sample(bfit_device *base, bfit_device_sample *out)
+{
+    cpu_device *d = (cpu_device *)base;
+    double cpu = process_cpu_seconds(), wall = wall_seconds();
+    int t = d->threads > 0 ? d->threads : omp_get_max_threads();
+    uint64_t rss = resident_bytes();
+
+    if (wall > d->mon_wall && d->mon_wall > 0) {
+        out->busy = 100.0 * (cpu - d->mon_cpu) / ((wall - d->mon_wall) * (t > 0 ? t : 1));
+        out->have |= BFIT_SAMPLE_BUSY;
+    }
+    d->mon_cpu = cpu;
+    d->mon_wall = wall;
+    if (rss) {
+        out->self_bytes = rss;
+        out->have |= BFIT_SAMPLE_SELF;
+    }
+    if (bfit_cpu_mem_info(base, &out->free_bytes, &out->total_bytes) == BFIT_OK)
+        out->have |= BFIT_SAMPLE_FREE;
+    return BFIT_OK;
+}
+
+/* Every kind, in f32 and bf16: oneDNN has no f16 kernels for this CPU. */
+static int cpu_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n)
+{
+    (void)d;
+    (void)k;
+    if (t == BFIT_F32 || t == BFIT_BF16)
+        return 1;
+    snprintf(why, n, "the cpu computes in f32 and bf16 only (oneDNN has no %s kernels for this CPU)",
+             bfit_dtype_name(t));
+    return 0;
+}
+
 static const bfit_device_vt cpu_vt = {
     .name = "cpu",
     .mem_info = bfit_cpu_mem_info,
@@ -299,6 +378,8 @@ static const bfit_device_vt cpu_vt = {
     .coll_sum = bfit_cpu_coll_sum,
     .coll_bcast = bfit_cpu_coll_bcast,
     .coll_close = bfit_cpu_coll_close,
+    .supports = cpu_supports,
+    .sample = cpu_sample,
 };
 
 
@@ -328,6 +409,8 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
     if (c.host)
         d->host = *c.host;
     bfit_cpu_blocks_init(d);
+    d->mon_cpu = process_cpu_seconds();
+    d->mon_wall = wall_seconds();
     if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags) != dnnl_success) {
         cpu_destroy(&d->base);

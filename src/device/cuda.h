@@ -24,12 +24,31 @@ typedef struct cuda_device {
     cudnnHandle_t dnn;
     char name[24];
     char detail[384];
-    uint64_t overhead;     /* the process's GPU memory right after opening (context, handles), NVML */
+    uint64_t overhead;     /* the process's GPU memory outside the arena after warm-up (context, handles,
+                              lazily loaded modules), NVML; 0 if NVML cannot say */
+    int cc_major, cc_minor;
+    double *norm_part;     /* NORMS' partial sums (BK_NORM_PART_BYTES, cudaMalloc'd at opening) */
+    /* pinned host staging of transfers (cuda_mem.c): two buffers, each with
+     * the event of the last copy that used it; NULL: pageable transfers */
+    void *stage[2];
+    size_t stage_bytes;
+    cudaEvent_t stage_ev[2];
+    int stage_next;
+    /* the ops queued since the stream was last waited for, so that a fault
+     * found at a sync can be put to them (cuda_fail_async) */
+    const char *queued[4];
+    unsigned long nqueued;
 } cuda_device;
+
+/* An error found when waiting for the stream (what: the wait): a kernel
+ * fault is put to the ops queued since the last wait, by name. */
+int cuda_fail_async(cuda_device *d, cudaError_t e, const char *what);
 
 /* Bytes the driver attributes to this process on GPU index (NVML);
  * BFIT_EDEVICE when NVML cannot say (cuda_nvml.c). */
 int cuda_process_bytes(int index, uint64_t *bytes);
+/* A sample of the GPU for the monitor (cuda_nvml.c; NVML, no stream wait). */
+int cuda_nvml_sample(int index, bfit_device_sample *out);
 
 /* workspace alignment we give cuBLAS and cuDNN (cuBLAS refuses a workspace
  * aligned to less than 256 bytes; the arena aligns to 64): an op with a
@@ -54,6 +73,10 @@ typedef struct cuda_op {
 } cuda_op;
 
 static inline cuda_device *cuda_dev(const cuda_op *op) { return (cuda_device *)op->base.dev; }
+
+/* "matmul", "attention forward", ... (the library's names, through the
+ * plugin's host table) */
+const char *cuda_kind_name(bfit_op_kind k);
 
 /* Make d's GPU current on this thread (a process may use several). */
 int cuda_enter(cuda_device *d, const char *what);
@@ -95,6 +118,9 @@ int cuda_download(bfit_device *d, void *host, const void *src, size_t n);
 int cuda_copy(bfit_device *d, void *dst, const void *src, size_t n);
 int cuda_fill(bfit_device *d, void *dst, int byte, size_t n);
 int cuda_sync(bfit_device *d);
+/* pinned staging for transfers, made at opening (none: pageable copies) */
+void cuda_stage_init(cuda_device *d);
+void cuda_stage_fini(cuda_device *d);
 int cuda_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
 /* Checking mode: every non-NULL pointer of an op's arguments is device
  * memory of this GPU. */

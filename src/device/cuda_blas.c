@@ -14,7 +14,14 @@
  * cuBLAS's workspace is the op's, from the arena: set before every call
  * (cublasSetWorkspace) to the op's aligned workspace, or to none under the
  * lean policy, so cuBLAS never draws on its own pool. The math mode is the
- * default, which keeps f32 products IEEE (no TF32). */
+ * default, which keeps f32 products IEEE (no TF32).
+ *
+ * bf16 and f16 (mixed precision, as on the CPU): cublasGemmEx with 16-bit
+ * operands, f32 accumulation (CUBLAS_COMPUTE_32F, tensor cores) and a dst in
+ * the data's dtype, or in f32 when it accumulates (a parameter gradient,
+ * device.h). A 16-bit dst with a bias gets the bias rounded to 16 bits
+ * first, then the product added and rounded once more: the CPU (oneDNN)
+ * rounds once, so the two may differ in the last bit of a 16-bit value. */
 #include "base/err.h"
 #include "device/cuda.h"
 
@@ -27,18 +34,28 @@ static int run(cuda_op *op, const bfit_op_args *a)
     const float one = 1.0f, zero = 0.0f;
     const float *beta = d->accumulate || bias ? &one : &zero;
     size_t blas_ws = dev->blas_ws;
+    cudaDataType_t in = d->dtype == BFIT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cudaDataType_t out = d->accumulate ? CUDA_R_32F : in;
     cudaError_t e;
 
     if (!a->src || !a->weights || !a->dst || (bias && !a->bias))
         return bfit_fail(BFIT_EINVAL, "matmul: src, weights, dst%s are required", bias ? " and bias" : "");
     if (op->ws && !a->workspace)
         return bfit_fail(BFIT_EINVAL, "matmul: the workspace (%zu bytes, cuBLAS's) is required", op->ws);
-    if (bias && (e = bk_bias_rows(dev->stream, a->dst, a->bias, M, N, d->accumulate)) != cudaSuccess)
+    if (bias && (e = bk_bias_rows(dev->stream, d->accumulate ? BK_F32 : (int)d->dtype, a->dst, a->bias, M, N,
+                                  d->accumulate)) != cudaSuccess)
         return cuda_fail(e, "matmul bias");
     CUBLAS_TRY(cublasSetWorkspace(dev->blas, cuda_ws(op, a), blas_ws), "matmul: setting the cuBLAS workspace");
-    CUBLAS_TRY(cublasSgemm_64(dev->blas, tw ? CUBLAS_OP_T : CUBLAS_OP_N, ts ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                              &one, a->weights, tw ? K : N, a->src, ts ? M : K, beta, a->dst, N),
-               "matmul (cublasSgemm)");
+    if (d->dtype == BFIT_F32) {
+        CUBLAS_TRY(cublasSgemm_64(dev->blas, tw ? CUBLAS_OP_T : CUBLAS_OP_N, ts ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                                  &one, a->weights, tw ? K : N, a->src, ts ? M : K, beta, a->dst, N),
+                   "matmul (cublasSgemm)");
+        return BFIT_OK;
+    }
+    CUBLAS_TRY(cublasGemmEx_64(dev->blas, tw ? CUBLAS_OP_T : CUBLAS_OP_N, ts ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                               &one, a->weights, in, tw ? K : N, a->src, in, ts ? M : K, beta, a->dst, out, N,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "matmul (cublasGemmEx, 16-bit operands, f32 accumulation)");
     return BFIT_OK;
 }
 

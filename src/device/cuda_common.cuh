@@ -1,9 +1,46 @@
 /* cuda_common.cuh - helpers the backend's .cu files share: launch sizes,
- * grid-stride loops, the dropout hash and deterministic block sums. */
+ * grid-stride loops, the data types, the dropout hash and deterministic
+ * block sums. */
 #ifndef BFIT_CUDA_COMMON_CUH
 #define BFIT_CUDA_COMMON_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "device/cuda_kern.h"
+
+/* Data of 16-bit dtypes is loaded as f32, computed on in f32 and stored
+ * rounded to nearest even once, as the CPU device does (device/half.h). */
+__device__ __forceinline__ float bk_f(float x) { return x; }
+__device__ __forceinline__ float bk_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float bk_f(__half x) { return __half2float(x); }
+template <class T> __device__ __forceinline__ T bk_to(float v);
+template <> __device__ __forceinline__ float bk_to<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 bk_to<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half bk_to<__half>(float v) { return __float2half_rn(v); }
+
+/* Run the statement(s) with T the element type of dtype dt (cuda_kern.h's
+ * BK_F32, BK_BF16, BK_F16). */
+#define BK_DTYPE(dt, T, ...)                                                                       \
+    do {                                                                                           \
+        switch (dt) {                                                                              \
+        case BK_BF16: {                                                                            \
+            typedef __nv_bfloat16 T;                                                               \
+            __VA_ARGS__;                                                                           \
+            break;                                                                                 \
+        }                                                                                          \
+        case BK_F16: {                                                                             \
+            typedef __half T;                                                                      \
+            __VA_ARGS__;                                                                           \
+            break;                                                                                 \
+        }                                                                                          \
+        default: {                                                                                 \
+            typedef float T;                                                                       \
+            __VA_ARGS__;                                                                           \
+            break;                                                                                 \
+        }                                                                                          \
+        }                                                                                          \
+    } while (0)
 
 #define BK_THREADS 256
 

@@ -53,18 +53,36 @@ static int fits_int(const int64_t *v, int n)
     return 1;
 }
 
-static int tensor4(cudnnTensorDescriptor_t *t, int64_t n, int64_t c, int64_t h, int64_t w, const char *what)
+static cudnnDataType_t dnn_type(bfit_dtype t)
+{
+    return t == BFIT_BF16 ? CUDNN_DATA_BFLOAT16 : t == BFIT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+static int tensor4(cudnnTensorDescriptor_t *t, bfit_dtype dt, int64_t n, int64_t c, int64_t h, int64_t w,
+                   const char *what)
 {
     CUDNN_TRY(cudnnCreateTensorDescriptor(t), what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(*t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)n, (int)c, (int)h, (int)w),
-              what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(*t, CUDNN_TENSOR_NCHW, dnn_type(dt), (int)n, (int)c, (int)h, (int)w), what);
     return BFIT_OK;
+}
+
+/* cuDNN's legacy API indexes a tensor with 32-bit ints: one of more than
+ * 2^31 - 1 elements is refused here, before cuDNN would fail on it, as out
+ * of memory (BFIT_ENOMEM): the plan's solver and the trainer then take a
+ * smaller micro-batch, as for any micro-batch too large for the device. */
+static int within_limit(const char *what, const char *tensor, int64_t elems)
+{
+    if (elems <= INT_MAX)
+        return BFIT_OK;
+    return bfit_fail(BFIT_ENOMEM, "cuda %s: its %s tensor would have %lld elements, over cuDNN's limit of 2^31 - 1 "
+                                  "per tensor: use a smaller micro-batch", what, tensor, (long long)elems);
 }
 
 /* ---- convolution ------------------------------------------------------------------ */
 
 static int check_conv(const bfit_op_desc *d)
 {
+    int rc;
     const int64_t v[] = {d->u.conv.n,  d->u.conv.ic, d->u.conv.ih, d->u.conv.iw, d->u.conv.oc, d->u.conv.oh,
                          d->u.conv.ow, d->u.conv.kh, d->u.conv.kw, d->u.conv.sh, d->u.conv.sw, d->u.conv.ph,
                          d->u.conv.pw};
@@ -74,6 +92,10 @@ static int check_conv(const bfit_op_desc *d)
                          "p %lldx%lld)", (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
                          (long long)v[4], (long long)v[7], (long long)v[8], (long long)v[9], (long long)v[10],
                          (long long)v[11], (long long)v[12]);
+    if ((rc = within_limit("conv", "input", v[0] * v[1] * v[2] * v[3])) != BFIT_OK ||
+        (rc = within_limit("conv", "output", v[0] * v[4] * v[5] * v[6])) != BFIT_OK ||
+        (rc = within_limit("conv", "weight", v[4] * v[1] * v[7] * v[8])) != BFIT_OK)
+        return rc;
     if (d->u.conv.ih + 2 * d->u.conv.ph < d->u.conv.kh || d->u.conv.iw + 2 * d->u.conv.pw < d->u.conv.kw ||
         d->u.conv.oh != (d->u.conv.ih + 2 * d->u.conv.ph - d->u.conv.kh) / d->u.conv.sh + 1 ||
         d->u.conv.ow != (d->u.conv.iw + 2 * d->u.conv.pw - d->u.conv.kw) / d->u.conv.sw + 1)
@@ -89,12 +111,14 @@ static int conv_descs(cuda_op *op)
     const bfit_op_desc *d = &op->base.desc;
     int rc;
 
-    if ((rc = tensor4(&op->tx, d->u.conv.n, d->u.conv.ic, d->u.conv.ih, d->u.conv.iw, "conv input descriptor")) ||
-        (rc = tensor4(&op->ty, d->u.conv.n, d->u.conv.oc, d->u.conv.oh, d->u.conv.ow, "conv output descriptor")) ||
-        (rc = tensor4(&op->tb, 1, d->u.conv.oc, 1, 1, "conv bias descriptor")))
+    if ((rc = tensor4(&op->tx, d->dtype, d->u.conv.n, d->u.conv.ic, d->u.conv.ih, d->u.conv.iw,
+                      "conv input descriptor")) ||
+        (rc = tensor4(&op->ty, d->dtype, d->u.conv.n, d->u.conv.oc, d->u.conv.oh, d->u.conv.ow,
+                      "conv output descriptor")) ||
+        (rc = tensor4(&op->tb, BFIT_F32, 1, d->u.conv.oc, 1, 1, "conv bias descriptor")))
         return rc;
     CUDNN_TRY(cudnnCreateFilterDescriptor(&op->tw), "conv filter descriptor");
-    CUDNN_TRY(cudnnSetFilter4dDescriptor(op->tw, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)d->u.conv.oc,
+    CUDNN_TRY(cudnnSetFilter4dDescriptor(op->tw, dnn_type(d->dtype), CUDNN_TENSOR_NCHW, (int)d->u.conv.oc,
                                          (int)d->u.conv.ic, (int)d->u.conv.kh, (int)d->u.conv.kw),
               "conv filter descriptor");
     CUDNN_TRY(cudnnCreateConvolutionDescriptor(&op->conv), "convolution descriptor");
@@ -102,7 +126,9 @@ static int conv_descs(cuda_op *op)
     CUDNN_TRY(cudnnSetConvolution2dDescriptor(op->conv, (int)d->u.conv.ph, (int)d->u.conv.pw, (int)d->u.conv.sh,
                                               (int)d->u.conv.sw, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
               "convolution descriptor");
-    CUDNN_TRY(cudnnSetConvolutionMathType(op->conv, CUDNN_FMA_MATH), "convolution math type");
+    /* f32: no tensor cores (no TF32); 16-bit: tensor cores, f32 accumulation */
+    CUDNN_TRY(cudnnSetConvolutionMathType(op->conv, d->dtype == BFIT_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
+              "convolution math type");
     {
         int n, c, h, w;
         CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(op->conv, op->tx, op->tw, &n, &c, &h, &w),
@@ -180,6 +206,11 @@ static cudnnStatus_t algo_ws(cuda_op *op, int algo, size_t *bytes)
     }
 }
 
+static size_t wgrad_bytes(const bfit_op_desc *d)
+{
+    return (size_t)(d->u.conv.oc * d->u.conv.ic * d->u.conv.kh * d->u.conv.kw) * 2;
+}
+
 /* Choose by the policy among the usable candidates; deterministic ones
  * only unless there is none (or the device allows any). */
 static int choose_algo(cuda_op *op)
@@ -214,6 +245,11 @@ static int choose_algo(cuda_op *op)
     op->algo = c[best].algo;
     op->algo_ws = best_ws;
     op->ws = best_ws ? best_ws + CUDA_WS_ALIGN : 0;
+    /* 16-bit weight gradient: cuDNN writes it in the data's dtype to the
+     * workspace, after the algorithm's part, and it is added to the f32
+     * gradient from there (PyTorch's autocast rounds it the same way) */
+    if (op->base.desc.kind == BFIT_OP_CONV_BWD_WEIGHTS && op->base.desc.dtype != BFIT_F32)
+        op->ws = CUDA_WS_PART(best_ws) + CUDA_WS_PART(wgrad_bytes(&op->base.desc)) + CUDA_WS_ALIGN;
     return BFIT_OK;
 }
 
@@ -230,8 +266,15 @@ static int run_conv_fwd(cuda_op *op, const bfit_op_args *a)
                                       (cudnnConvolutionFwdAlgo_t)op->algo, cuda_ws(op, a), op->algo_ws, &zero, op->ty,
                                       a->dst),
               "convolution forward");
-    if (bias)
+    if (bias && op->base.desc.dtype == BFIT_F32)
         CUDNN_TRY(cudnnAddTensor(h, &one, op->tb, a->bias, &one, op->ty, a->dst), "convolution bias");
+    else if (bias) {
+        const bfit_op_desc *d = &op->base.desc;
+        cudaError_t e = bk_bias_chan(cuda_dev(op)->stream, (int)d->dtype, a->dst, a->bias, d->u.conv.n, d->u.conv.oc,
+                                     d->u.conv.oh * d->u.conv.ow);
+        if (e != cudaSuccess)
+            return cuda_fail(e, "convolution bias");
+    }
     return BFIT_OK;
 }
 
@@ -249,8 +292,32 @@ static int run_conv_bwd_data(cuda_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+/* 16-bit: the weight gradient into the workspace, then added (or copied)
+ * to the f32 one; the bias gradient by our channel sums */
+static int run_conv_bwd_weights16(cuda_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    cuda_device *dev = cuda_dev(op);
+    char *ws = cuda_ws(op, a), *tmp = ws + CUDA_WS_PART(op->algo_ws);
+    const float one = 1.0f, zero = 0.0f;
+    cudaError_t e;
+
+    CUDNN_TRY(cudnnConvolutionBackwardFilter(dev->dnn, &one, op->tx, a->src, op->ty, a->diff_dst, op->conv,
+                                             (cudnnConvolutionBwdFilterAlgo_t)op->algo, op->algo_ws ? ws : NULL,
+                                             op->algo_ws, &zero, op->tw, tmp),
+              "convolution backward weights");
+    if ((e = bk_to_f32(dev->stream, (int)d->dtype, tmp, a->diff_weights, (int64_t)(wgrad_bytes(d) / 2),
+                       d->accumulate)) != cudaSuccess)
+        return cuda_fail(e, "convolution backward weights (into the f32 gradient)");
+    if (d->u.conv.bias && (e = bk_chan_sum(dev->stream, (int)d->dtype, a->diff_dst, a->diff_bias, d->u.conv.n,
+                                           d->u.conv.oc, d->u.conv.oh * d->u.conv.ow, d->accumulate)) != cudaSuccess)
+        return cuda_fail(e, "convolution backward bias");
+    return BFIT_OK;
+}
+
 static int run_conv_bwd_weights(cuda_op *op, const bfit_op_args *a)
 {
+    const bfit_op_desc *d = &op->base.desc;
     cudnnHandle_t h = cuda_dev(op)->dnn;
     int bias = op->base.desc.u.conv.bias;
     const float one = 1.0f, zero = 0.0f, *beta = op->base.desc.accumulate ? &one : &zero;
@@ -258,6 +325,8 @@ static int run_conv_bwd_weights(cuda_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_dst || !a->diff_weights || (bias && !a->diff_bias) || (op->ws && !a->workspace))
         return bfit_fail(BFIT_EINVAL, "conv backward weights: src, diff_dst, diff_weights%s%s are required",
                          bias ? ", diff_bias" : "", op->ws ? ", workspace" : "");
+    if (d->dtype != BFIT_F32)
+        return run_conv_bwd_weights16(op, a);
     CUDNN_TRY(cudnnConvolutionBackwardFilter(h, &one, op->tx, a->src, op->ty, a->diff_dst, op->conv,
                                              (cudnnConvolutionBwdFilterAlgo_t)op->algo, cuda_ws(op, a), op->algo_ws,
                                              beta, op->tw, a->diff_weights),
@@ -290,6 +359,7 @@ static int run_bn_fwd(cuda_op *op, const bfit_op_args *a)
     const bfit_op_desc *d = &op->base.desc;
     cuda_device *dev = cuda_dev(op);
     const float one = 1.0f, zero = 0.0f;
+    int dt = (int)d->dtype;
     cudaError_t e;
 
     if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
@@ -297,9 +367,14 @@ static int run_bn_fwd(cuda_op *op, const bfit_op_args *a)
     if (!a->rmean != !a->rvar)
         return bfit_fail(BFIT_EINVAL, "batch norm forward: rmean and rvar go together");
     if (d->u.bnorm.training &&
-        (e = bk_bn_stats(dev->stream, a->src, a->mean, a->var, a->rmean, a->rvar, d->u.bnorm.n, d->u.bnorm.c,
+        (e = bk_bn_stats(dev->stream, dt, a->src, a->mean, a->var, a->rmean, a->rvar, d->u.bnorm.n, d->u.bnorm.c,
                          d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.momentum)) != cudaSuccess)
         return cuda_fail(e, "batch norm statistics");
+    if (d->dtype != BFIT_F32) {
+        e = bk_bn_fwd(dev->stream, dt, a->src, a->dst, a->scale, a->shift, a->mean, a->var, d->u.bnorm.n,
+                      d->u.bnorm.c, d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps);
+        return e == cudaSuccess ? BFIT_OK : cuda_fail(e, "batch norm forward");
+    }
     /* y = scale (x - mean) / sqrt(var + eps) + shift with the statistics given */
     CUDNN_TRY(cudnnBatchNormalizationForwardInference(dev->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, op->tx, a->src,
                                                       op->tx, a->dst, op->tb, a->scale, a->shift, a->mean, a->var,
@@ -308,36 +383,60 @@ static int run_bn_fwd(cuda_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+/* 16-bit: our kernels (x is the input, recovered from the output when
+ * use_dst): the channel sums of this micro-batch into the workspace, the
+ * parameter gradients from them, then the input gradient. */
+static int bn_bwd16(cuda_op *op, const bfit_op_args *a, const void *x, double *sums)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    cudaStream_t s = cuda_dev(op)->stream;
+    int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
+    cudaError_t e;
+
+    if ((e = bk_bn_param_grads(s, (int)d->dtype, x, a->diff_dst, a->mean, a->var, a->diff_scale, a->diff_shift,
+                               a->diff_src ? sums : NULL, n, c, hw, d->u.bnorm.eps, d->accumulate)) != cudaSuccess)
+        return cuda_fail(e, "batch norm parameter gradients");
+    if (a->diff_src && (e = bk_bn_dx(s, (int)d->dtype, x, a->diff_dst, a->scale, a->mean, a->var, sums, a->diff_src,
+                                     n, c, hw, d->u.bnorm.eps)) != cudaSuccess)
+        return cuda_fail(e, "batch norm backward data");
+    return BFIT_OK;
+}
+
 static int run_bn_bwd(cuda_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
     cuda_device *dev = cuda_dev(op);
     const float one = 1.0f, zero = 0.0f;
-    float *inv = cuda_ws(op, a);
-    const float *x = a->src;
+    char *ws = cuda_ws(op, a);
+    float *inv = (float *)ws;
+    const void *x = a->src;
+    int dt = (int)d->dtype;
+    size_t first = d->dtype == BFIT_F32 ? (size_t)d->u.bnorm.c * sizeof(float) : 2 * (size_t)d->u.bnorm.c * 8;
     cudaError_t e;
 
     if (!a->src || !a->diff_dst || !a->scale || !a->mean || !a->var || !a->diff_scale || !a->diff_shift)
         return bfit_fail(BFIT_EINVAL, "batch norm backward: src, diff_dst, scale, mean, var, diff_scale, "
                                       "diff_shift are required");
+    if ((d->u.bnorm.use_dst || d->dtype != BFIT_F32 || a->diff_src) && !ws)
+        return bfit_fail(BFIT_EINVAL, "batch norm backward: the workspace is required");
     if (d->u.bnorm.use_dst) {
-        /* src is the forward's output: its input back into the workspace, after inv */
-        float *xr = (float *)((char *)inv + CUDA_WS_PART((size_t)d->u.bnorm.c * sizeof(float)));
-        if (!a->shift || !inv)
-            return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift and workspace are required");
-        if ((e = bk_bn_unnorm(dev->stream, a->src, a->scale, a->shift, a->mean, a->var, xr, d->u.bnorm.n,
+        /* src is the forward's output: its input back into the workspace, after inv (or the sums) */
+        void *xr = ws + CUDA_WS_PART(first);
+        if (!a->shift)
+            return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift is required");
+        if ((e = bk_bn_unnorm(dev->stream, dt, a->src, a->scale, a->shift, a->mean, a->var, xr, d->u.bnorm.n,
                               d->u.bnorm.c, d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps)) != cudaSuccess)
             return cuda_fail(e, "batch norm input from its output");
         x = xr;
     }
+    if (d->dtype != BFIT_F32)
+        return bn_bwd16(op, a, x, (double *)ws);
     if (!a->diff_src) {
-        e = bk_bn_param_grads(dev->stream, x, a->diff_dst, a->mean, a->var, a->diff_scale, a->diff_shift,
+        e = bk_bn_param_grads(dev->stream, dt, x, a->diff_dst, a->mean, a->var, a->diff_scale, a->diff_shift, NULL,
                               d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps,
                               d->accumulate);
         return e == cudaSuccess ? BFIT_OK : cuda_fail(e, "batch norm parameter gradients");
     }
-    if (!inv)
-        return bfit_fail(BFIT_EINVAL, "batch norm backward: the workspace is required");
     if ((e = bk_invstd(dev->stream, a->var, inv, d->u.bnorm.c, d->u.bnorm.eps)) != cudaSuccess)
         return cuda_fail(e, "batch norm inverse deviation");
     CUDNN_TRY(cudnnBatchNormalizationBackward(dev->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one,
@@ -348,30 +447,37 @@ static int run_bn_bwd(cuda_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+/* f32 on cuDNN (its descriptors); 16-bit on our kernels, which take any
+ * size. Workspace of backward: the inverse deviation (f32) or the channel
+ * sums (16-bit), then from the output the input recovered. */
 int cuda_bnorm_init(cuda_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     const int64_t v[] = {d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h, d->u.bnorm.w};
-    int rc;
+    int f32 = d->dtype == BFIT_F32, rc;
+    size_t el = f32 ? 4 : 2;
 
     op->fini = cuda_dnn_fini;
     if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || !fits_int(v, 4) || !(d->u.bnorm.eps >= CUDNN_BN_MIN_EPSILON))
         return bfit_fail(BFIT_EINVAL, "cuda batch norm: bad sizes %lldx%lldx%lldx%lld or eps %g",
                          (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3], (double)d->u.bnorm.eps);
-    if ((rc = tensor4(&op->tx, v[0], v[1], v[2], v[3], "batch norm data descriptor")) != BFIT_OK)
+    if (f32 && (rc = within_limit("batch norm", "data", v[0] * v[1] * v[2] * v[3])) != BFIT_OK)
         return rc;
-    CUDNN_TRY(cudnnCreateTensorDescriptor(&op->tb), "batch norm parameter descriptor");
-    CUDNN_TRY(cudnnDeriveBNTensorDescriptor(op->tb, op->tx, CUDNN_BATCHNORM_SPATIAL),
-              "batch norm parameter descriptor");
+    if (f32 && (rc = tensor4(&op->tx, d->dtype, v[0], v[1], v[2], v[3], "batch norm data descriptor")) != BFIT_OK)
+        return rc;
+    if (f32) {
+        CUDNN_TRY(cudnnCreateTensorDescriptor(&op->tb), "batch norm parameter descriptor");
+        CUDNN_TRY(cudnnDeriveBNTensorDescriptor(op->tb, op->tx, CUDNN_BATCHNORM_SPATIAL),
+                  "batch norm parameter descriptor");
+    }
     op->saved = 0;
     if (d->kind == BFIT_OP_BNORM_FWD) {
         op->ws = 0;
         op->run = run_bn_fwd;
     } else {
-        /* the inverse deviation per channel; from the output, the input after it */
-        op->ws = CUDA_WS_PART((size_t)v[1] * sizeof(float)) + CUDA_WS_ALIGN;
+        op->ws = CUDA_WS_PART(f32 ? (size_t)v[1] * sizeof(float) : 2 * (size_t)v[1] * 8) + CUDA_WS_ALIGN;
         if (d->u.bnorm.use_dst)
-            op->ws += CUDA_WS_PART((size_t)(v[0] * v[1] * v[2] * v[3]) * sizeof(float));
+            op->ws += CUDA_WS_PART((size_t)(v[0] * v[1] * v[2] * v[3]) * el);
         op->run = run_bn_bwd;
     }
     return BFIT_OK;

@@ -44,36 +44,40 @@ __device__ __forceinline__ float act_grad(int alg, float x, float dy)
     }
 }
 
-__global__ void k_eltwise_fwd(int alg, const float *x, float *y, int64_t n)
+template <class T> __global__ void k_eltwise_fwd(int alg, const T *x, T *y, int64_t n)
 {
-    BK_FOR(i, n) y[i] = act(alg, x[i]);
+    BK_FOR(i, n) y[i] = bk_to<T>(act(alg, bk_f(x[i])));
 }
 
-__global__ void k_eltwise_bwd(int alg, const float *x, const float *dy, float *dx, int64_t n)
+template <class T> __global__ void k_eltwise_bwd(int alg, const T *x, const T *dy, T *dx, int64_t n)
 {
-    BK_FOR(i, n) dx[i] = act_grad(alg, x[i], dy[i]);
+    BK_FOR(i, n) dx[i] = bk_to<T>(act_grad(alg, bk_f(x[i]), bk_f(dy[i])));
 }
 
-extern "C" cudaError_t bk_eltwise_fwd(cudaStream_t s, int alg, const float *x, float *y, int64_t n)
+extern "C" cudaError_t bk_eltwise_fwd(cudaStream_t s, int dt, int alg, const void *x, void *y, int64_t n)
 {
-    k_eltwise_fwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(alg, x, y, n);
+    BK_DTYPE(dt, T, k_eltwise_fwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(alg, (const T *)x, (T *)y, n));
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t bk_eltwise_bwd(cudaStream_t s, int alg, const float *x, const float *dy, float *dx, int64_t n)
+extern "C" cudaError_t bk_eltwise_bwd(cudaStream_t s, int dt, int alg, const void *x, const void *dy, void *dx,
+                                      int64_t n)
 {
-    k_eltwise_bwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(alg, x, dy, dx, n);
+    BK_DTYPE(dt, T,
+             k_eltwise_bwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(alg, (const T *)x, (const T *)dy,
+                                                                             (T *)dx, n));
     return cudaGetLastError();
 }
 
-__global__ void k_add(const float *a, const float *b, float *y, int64_t n)
+template <class T> __global__ void k_add(const T *a, const T *b, T *y, int64_t n)
 {
-    BK_FOR(i, n) y[i] = a[i] + b[i];
+    BK_FOR(i, n) y[i] = bk_to<T>(bk_f(a[i]) + bk_f(b[i]));
 }
 
-extern "C" cudaError_t bk_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n)
+extern "C" cudaError_t bk_add(cudaStream_t s, int dt, const void *a, const void *b, void *y, int64_t n)
 {
-    k_add<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(a, b, y, n);
+    BK_DTYPE(dt, T,
+             k_add<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const T *)a, (const T *)b, (T *)y, n));
     return cudaGetLastError();
 }
 
@@ -115,120 +119,215 @@ __device__ __forceinline__ bool bk_get_bit(const uint32_t *bits, int64_t i)
     return (bits[i >> 5] >> (i & 31)) & 1u;
 }
 
-__global__ void k_dropout_fwd(const float *x, float *y, uint32_t *mask, int64_t n, uint64_t seed, uint64_t thresh,
-                              float scale)
+template <class T>
+__global__ void k_dropout_fwd(const T *x, T *y, uint32_t *mask, int64_t n, uint64_t seed, uint64_t thresh, float scale)
 {
     BK_WARP_FOR(i, n)
     {
         bool k = i < n && (bk_mix64(seed + (uint64_t)i) >> 32) >= thresh;
         if (i < n)
-            y[i] = k ? __fmul_rn(x[i], scale) : 0.0f;
+            y[i] = bk_to<T>(k ? __fmul_rn(bk_f(x[i]), scale) : 0.0f);
         bk_put_bits(mask, i, n, k);
     }
 }
 
-__global__ void k_dropout_bwd(const float *dy, const uint32_t *mask, float *dx, int64_t n, float scale)
+template <class T> __global__ void k_dropout_bwd(const T *dy, const uint32_t *mask, T *dx, int64_t n, float scale)
 {
-    BK_FOR(i, n) dx[i] = bk_get_bit(mask, i) ? __fmul_rn(dy[i], scale) : 0.0f;
+    BK_FOR(i, n) dx[i] = bk_to<T>(bk_get_bit(mask, i) ? __fmul_rn(bk_f(dy[i]), scale) : 0.0f);
 }
 
-extern "C" cudaError_t bk_dropout_fwd(cudaStream_t s, const float *x, float *y, void *mask, int64_t n,
+extern "C" cudaError_t bk_dropout_fwd(cudaStream_t s, int dt, const void *x, void *y, void *mask, int64_t n,
                                       uint64_t seed_mixed, uint64_t thresh, float scale)
 {
-    k_dropout_fwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(x, y, (uint32_t *)mask, n, seed_mixed, thresh,
-                                                                 scale);
+    BK_DTYPE(dt, T,
+             k_dropout_fwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const T *)x, (T *)y, (uint32_t *)mask,
+                                                                             n, seed_mixed, thresh, scale));
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t bk_dropout_bwd(cudaStream_t s, const float *dy, const void *mask, float *dx, int64_t n,
+extern "C" cudaError_t bk_dropout_bwd(cudaStream_t s, int dt, const void *dy, const void *mask, void *dx, int64_t n,
                                       float scale)
 {
-    k_dropout_bwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(dy, (const uint32_t *)mask, dx, n, scale);
+    BK_DTYPE(dt, T,
+             k_dropout_bwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const T *)dy, (const uint32_t *)mask,
+                                                                             (T *)dx, n, scale));
     return cudaGetLastError();
 }
 
 /* relu keeping only its sign bits for backward */
-__global__ void k_relu_bits_fwd(const float *x, float *y, uint32_t *bits, int64_t n)
+template <class T> __global__ void k_relu_bits_fwd(const T *x, T *y, uint32_t *bits, int64_t n)
 {
     BK_WARP_FOR(i, n)
     {
-        float v = i < n ? x[i] : 0.0f;
+        float v = i < n ? bk_f(x[i]) : 0.0f;
         bool on = v > 0.0f;
         if (i < n)
-            y[i] = on ? v : 0.0f;
+            y[i] = bk_to<T>(on ? v : 0.0f);
         bk_put_bits(bits, i, n, on);
     }
 }
 
-__global__ void k_relu_bits_bwd(const uint32_t *bits, const float *dy, float *dx, int64_t n)
+template <class T> __global__ void k_relu_bits_bwd(const uint32_t *bits, const T *dy, T *dx, int64_t n)
 {
-    BK_FOR(i, n) dx[i] = bk_get_bit(bits, i) ? dy[i] : 0.0f;
+    BK_FOR(i, n) dx[i] = bk_get_bit(bits, i) ? dy[i] : bk_to<T>(0.0f);
 }
 
-extern "C" cudaError_t bk_relu_bits_fwd(cudaStream_t s, const float *x, float *y, void *bits, int64_t n)
+extern "C" cudaError_t bk_relu_bits_fwd(cudaStream_t s, int dt, const void *x, void *y, void *bits, int64_t n)
 {
-    k_relu_bits_fwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(x, y, (uint32_t *)bits, n);
+    BK_DTYPE(dt, T,
+             k_relu_bits_fwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const T *)x, (T *)y,
+                                                                               (uint32_t *)bits, n));
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t bk_relu_bits_bwd(cudaStream_t s, const void *bits, const float *dy, float *dx, int64_t n)
+extern "C" cudaError_t bk_relu_bits_bwd(cudaStream_t s, int dt, const void *bits, const void *dy, void *dx, int64_t n)
 {
-    k_relu_bits_bwd<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const uint32_t *)bits, dy, dx, n);
+    BK_DTYPE(dt, T,
+             k_relu_bits_bwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const uint32_t *)bits, (const T *)dy,
+                                                                               (T *)dx, n));
     return cudaGetLastError();
 }
 
 /* Batch norm's input recovered from its output (in-place activated batch
  * norm): x = mean + (y - shift) / scale * sqrt(var + eps); a channel with
  * scale 0 gives x = mean (x^ = 0, as cpu_bnorm.c takes it). */
-__global__ void k_bn_unnorm(const float *y, const float *scale, const float *shift, const float *mean,
-                            const float *var, float *x, int64_t c, int64_t hw, int64_t total, float eps)
+template <class T>
+__global__ void k_bn_unnorm(const T *y, const float *scale, const float *shift, const float *mean, const float *var,
+                            T *x, int64_t c, int64_t hw, int64_t total, float eps)
 {
     BK_FOR(i, total)
     {
         int64_t k = (i / hw) % c;
         float g = scale[k];
-        x[i] = g != 0.0f ? mean[k] + (y[i] - shift[k]) / g * sqrtf(var[k] + eps) : mean[k];
+        x[i] = bk_to<T>(g != 0.0f ? mean[k] + (bk_f(y[i]) - shift[k]) / g * sqrtf(var[k] + eps) : mean[k]);
     }
 }
 
-extern "C" cudaError_t bk_bn_unnorm(cudaStream_t s, const float *y, const float *scale, const float *shift,
-                                    const float *mean, const float *var, float *x, int64_t n, int64_t c, int64_t hw,
+extern "C" cudaError_t bk_bn_unnorm(cudaStream_t s, int dt, const void *y, const float *scale, const float *shift,
+                                    const float *mean, const float *var, void *x, int64_t n, int64_t c, int64_t hw,
                                     float eps)
 {
-    k_bn_unnorm<<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>(y, scale, shift, mean, var, x, c, hw,
-                                                                       n * c * hw, eps);
+    BK_DTYPE(dt, T,
+             k_bn_unnorm<T><<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>(
+                 (const T *)y, scale, shift, mean, var, (T *)x, c, hw, n * c * hw, eps));
     return cudaGetLastError();
 }
 
-__global__ void k_xent_bwd(const float *p, const int32_t *labels, float *dx, int64_t M, int64_t N, float scale)
+/* y = scale (x - mean) rstd + shift, as cpu_bnorm.c's 16-bit loops */
+template <class T>
+__global__ void k_bn_fwd(const T *x, T *y, const float *scale, const float *shift, const float *mean, const float *var,
+                         int64_t c, int64_t hw, int64_t total, float eps)
+{
+    BK_FOR(i, total)
+    {
+        int64_t k = (i / hw) % c;
+        float rstd = (float)(1.0 / sqrt((double)var[k] + (double)eps));
+        y[i] = bk_to<T>(scale[k] * ((bk_f(x[i]) - mean[k]) * rstd) + shift[k]);
+    }
+}
+
+extern "C" cudaError_t bk_bn_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale,
+                                 const float *shift, const float *mean, const float *var, int64_t n, int64_t c,
+                                 int64_t hw, float eps)
+{
+    BK_DTYPE(dt, T,
+             k_bn_fwd<T><<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>((const T *)x, (T *)y, scale, shift,
+                                                                                 mean, var, c, hw, n * c * hw, eps));
+    return cudaGetLastError();
+}
+
+template <class T>
+__global__ void k_bn_dx(const T *x, const T *dy, const float *scale, const float *mean, const float *var,
+                        const double *sums, T *dx, int64_t c, int64_t hw, int64_t total, double cnt, float eps)
+{
+    BK_FOR(i, total)
+    {
+        int64_t k = (i / hw) % c;
+        double rstd = 1.0 / sqrt((double)var[k] + (double)eps), xh = ((double)bk_f(x[i]) - mean[k]) * rstd;
+        double g = (double)bk_f(dy[i]) - sums[k] / cnt - xh * sums[c + k] / cnt;
+        dx[i] = bk_to<T>((float)((double)scale[k] * rstd * g));
+    }
+}
+
+extern "C" cudaError_t bk_bn_dx(cudaStream_t s, int dt, const void *x, const void *dy, const float *scale,
+                                const float *mean, const float *var, const double *sums, void *dx, int64_t n,
+                                int64_t c, int64_t hw, float eps)
+{
+    BK_DTYPE(dt, T,
+             k_bn_dx<T><<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>(
+                 (const T *)x, (const T *)dy, scale, mean, var, sums, (T *)dx, c, hw, n * c * hw, (double)(n * hw),
+                 eps));
+    return cudaGetLastError();
+}
+
+/* a negative label (padding) gives its row no gradient, as cpu_simple.c's */
+template <class T>
+__global__ void k_xent_bwd(const float *p, const int32_t *labels, T *dx, int64_t M, int64_t N, float scale)
 {
     BK_FOR(i, M * N)
     {
         int64_t row = i / N, col = i - row * N;
+        int32_t lab = labels[row];
         float v = p[i];
-        dx[i] = __fmul_rn(col == (int64_t)labels[row] ? __fsub_rn(v, 1.0f) : v, scale);
+        dx[i] = bk_to<T>(__fmul_rn(col == (int64_t)lab ? __fsub_rn(v, 1.0f) : v, lab < 0 ? 0.0f : scale));
     }
 }
 
-extern "C" cudaError_t bk_xent_bwd(cudaStream_t s, const float *p, const int32_t *labels, float *dx, int64_t M,
+extern "C" cudaError_t bk_xent_bwd(cudaStream_t s, int dt, const float *p, const int32_t *labels, void *dx, int64_t M,
                                    int64_t N, float scale)
 {
-    k_xent_bwd<<<bk_grid(M * N, BK_THREADS), BK_THREADS, 0, s>>>(p, labels, dx, M, N, scale);
+    BK_DTYPE(dt, T,
+             k_xent_bwd<T><<<bk_grid(M * N, BK_THREADS), BK_THREADS, 0, s>>>(p, labels, (T *)dx, M, N, scale));
     return cudaGetLastError();
 }
 
-__global__ void k_bias_rows(float *dst, const float *bias, int64_t M, int64_t N, int acc)
+template <class T> __global__ void k_bias_rows(T *dst, const float *bias, int64_t M, int64_t N, int acc)
 {
     BK_FOR(i, M * N)
     {
         float b = bias[i % N];
-        dst[i] = acc ? dst[i] + b : b;
+        dst[i] = bk_to<T>(acc ? bk_f(dst[i]) + b : b);
     }
 }
 
-extern "C" cudaError_t bk_bias_rows(cudaStream_t s, float *dst, const float *bias, int64_t M, int64_t N, int acc)
+extern "C" cudaError_t bk_bias_rows(cudaStream_t s, int dt, void *dst, const float *bias, int64_t M, int64_t N,
+                                    int acc)
 {
-    k_bias_rows<<<bk_grid(M * N, BK_THREADS), BK_THREADS, 0, s>>>(dst, bias, M, N, acc);
+    BK_DTYPE(dt, T, k_bias_rows<T><<<bk_grid(M * N, BK_THREADS), BK_THREADS, 0, s>>>((T *)dst, bias, M, N, acc));
+    return cudaGetLastError();
+}
+
+template <class T> __global__ void k_bias_chan(T *y, const float *bias, int64_t c, int64_t hw, int64_t total)
+{
+    BK_FOR(i, total) y[i] = bk_to<T>(bk_f(y[i]) + bias[(i / hw) % c]);
+}
+
+extern "C" cudaError_t bk_bias_chan(cudaStream_t s, int dt, void *y, const float *bias, int64_t n, int64_t c,
+                                    int64_t hw)
+{
+    BK_DTYPE(dt, T, k_bias_chan<T><<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>((T *)y, bias, c, hw, n * c * hw));
+    return cudaGetLastError();
+}
+
+template <class T> __global__ void k_to_f32(const T *x, float *y, int64_t n, int acc)
+{
+    BK_FOR(i, n) y[i] = acc ? y[i] + bk_f(x[i]) : bk_f(x[i]);
+}
+
+extern "C" cudaError_t bk_to_f32(cudaStream_t s, int dt, const void *x, float *y, int64_t n, int acc)
+{
+    BK_DTYPE(dt, T, k_to_f32<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const T *)x, y, n, acc));
+    return cudaGetLastError();
+}
+
+template <class F, class T> __global__ void k_cast(const F *x, T *y, int64_t n)
+{
+    BK_FOR(i, n) y[i] = bk_to<T>(bk_f(x[i]));
+}
+
+extern "C" cudaError_t bk_cast(cudaStream_t s, int from, int to, const void *x, void *y, int64_t n)
+{
+    BK_DTYPE(from, F, BK_DTYPE(to, T, k_cast<F, T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>((const F *)x, (T *)y, n)));
     return cudaGetLastError();
 }
 

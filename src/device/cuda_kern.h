@@ -4,10 +4,15 @@
  * into ours) and the .cu files that implement them, so it uses only C types
  * and the runtime API. Every launcher queues work on stream s and returns
  * the launch status (cudaGetLastError); results are ready when the stream
- * is. Sizes are element counts. The formulas are the CPU device's (cpu_*.c):
- * each launcher says where its rounding or order differs. Reductions are
- * deterministic: partial sums over fixed chunks in a fixed tree order,
- * whatever the GPU, so a run repeats bit for bit.
+ * is. Sizes are element counts, indices 64-bit. The formulas are the CPU
+ * device's (cpu_*.c): each launcher says where its rounding or order
+ * differs. Reductions are deterministic: partial sums over fixed chunks in a
+ * fixed tree order, whatever the GPU, so a run repeats bit for bit.
+ *
+ * dt is the dtype of the data (BK_F32, BK_BF16, BK_F16: bfit_dtype's
+ * values); pointers typed float are f32 whatever dt (biases, statistics,
+ * parameter gradients, probabilities), as device.h lays the op arguments
+ * out. 16-bit data is computed on in f32 and rounded once when stored.
  */
 #ifndef BFIT_CUDA_KERN_H
 #define BFIT_CUDA_KERN_H
@@ -20,6 +25,8 @@
 extern "C" {
 #endif
 
+enum { BK_F32 = 0, BK_BF16 = 1, BK_F16 = 2 }; /* bfit_dtype's values (checked in cuda_device.c) */
+
 /* ---- cuda_elt.cu: one thread per element ---------------------------------- */
 
 /* A kernel of this build can run on the current GPU (an architecture the
@@ -27,26 +34,46 @@ extern "C" {
 cudaError_t bk_probe(void);
 
 /* alg: bfit_eltwise_alg (relu, gelu erf, gelu tanh). bwd: dx = f'(x) dy. */
-cudaError_t bk_eltwise_fwd(cudaStream_t s, int alg, const float *x, float *y, int64_t n);
-cudaError_t bk_eltwise_bwd(cudaStream_t s, int alg, const float *x, const float *dy, float *dx, int64_t n);
+cudaError_t bk_eltwise_fwd(cudaStream_t s, int dt, int alg, const void *x, void *y, int64_t n);
+cudaError_t bk_eltwise_bwd(cudaStream_t s, int dt, int alg, const void *x, const void *dy, void *dx, int64_t n);
 /* y = a + b (y may alias either) */
-cudaError_t bk_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n);
+cudaError_t bk_add(cudaStream_t s, int dt, const void *a, const void *b, void *y, int64_t n);
 cudaError_t bk_scale(cudaStream_t s, float *x, float alpha, int64_t n);
 /* keep i when (mix64(seed_mixed + i) >> 32) >= thresh: the CPU's mask bit for
  * bit, one bit per element in 64-bit words ((n + 63) / 64 * 8 bytes) */
-cudaError_t bk_dropout_fwd(cudaStream_t s, const float *x, float *y, void *mask, int64_t n, uint64_t seed_mixed,
-                           uint64_t thresh, float scale);
-cudaError_t bk_dropout_bwd(cudaStream_t s, const float *dy, const void *mask, float *dx, int64_t n, float scale);
+cudaError_t bk_dropout_fwd(cudaStream_t s, int dt, const void *x, void *y, void *mask, int64_t n,
+                           uint64_t seed_mixed, uint64_t thresh, float scale);
+cudaError_t bk_dropout_bwd(cudaStream_t s, int dt, const void *dy, const void *mask, void *dx, int64_t n,
+                           float scale);
 /* relu writing its sign bits (laid out as dropout's mask); backward from them */
-cudaError_t bk_relu_bits_fwd(cudaStream_t s, const float *x, float *y, void *bits, int64_t n);
-cudaError_t bk_relu_bits_bwd(cudaStream_t s, const void *bits, const float *dy, float *dx, int64_t n);
-/* dx = (p - onehot(label)) * scale; a label outside [0, N) subtracts nothing */
-cudaError_t bk_xent_bwd(cudaStream_t s, const float *p, const int32_t *labels, float *dx, int64_t M, int64_t N,
-                        float scale);
-/* dst[i, j] = (acc ? dst[i, j] : 0) + bias[j] over [M, N] */
-cudaError_t bk_bias_rows(cudaStream_t s, float *dst, const float *bias, int64_t M, int64_t N, int acc);
+cudaError_t bk_relu_bits_fwd(cudaStream_t s, int dt, const void *x, void *y, void *bits, int64_t n);
+cudaError_t bk_relu_bits_bwd(cudaStream_t s, int dt, const void *bits, const void *dy, void *dx, int64_t n);
+/* dx = (p - onehot(label)) * scale; a negative label (padding) gives the
+ * row no gradient, one at N or above subtracts nothing */
+cudaError_t bk_xent_bwd(cudaStream_t s, int dt, const float *p, const int32_t *labels, void *dx, int64_t M,
+                        int64_t N, float scale);
+/* dst[i, j] = (acc ? dst[i, j] : 0) + bias[j] over [M, N], dst of dtype dt */
+cudaError_t bk_bias_rows(cudaStream_t s, int dt, void *dst, const float *bias, int64_t M, int64_t N, int acc);
+/* y[b, k, p] += bias[k] over [n, c, hw] (a 16-bit convolution's bias) */
+cudaError_t bk_bias_chan(cudaStream_t s, int dt, void *y, const float *bias, int64_t n, int64_t c, int64_t hw);
+/* y (+)= x, x of dtype dt, y f32: a 16-bit gradient into its f32 one */
+cudaError_t bk_to_f32(cudaStream_t s, int dt, const void *x, float *y, int64_t n, int acc);
+/* y (dtype to) = x (dtype from), rounded to nearest even */
+cudaError_t bk_cast(cudaStream_t s, int from, int to, const void *x, void *y, int64_t n);
 /* batch norm: inv[k] = 1 / sqrt(var[k] + eps) */
 cudaError_t bk_invstd(cudaStream_t s, const float *var, float *inv, int64_t c, float eps);
+/* batch norm with given statistics: y = scale (x - mean) / sqrt(var + eps) + shift */
+cudaError_t bk_bn_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale, const float *shift,
+                      const float *mean, const float *var, int64_t n, int64_t c, int64_t hw, float eps);
+/* x = mean + (y - shift) / scale * sqrt(var + eps) (x = mean where scale = 0):
+ * batch norm's input back from its output */
+cudaError_t bk_bn_unnorm(cudaStream_t s, int dt, const void *y, const float *scale, const float *shift,
+                         const float *mean, const float *var, void *x, int64_t n, int64_t c, int64_t hw, float eps);
+/* batch norm's input gradient in training, from sums[2c] (bk_bn_param_grads:
+ * per channel sum dy, then sum dy x^): dx = scale rstd (dy - sum dy / cnt -
+ * x^ sum dy x^ / cnt); dx may be dy */
+cudaError_t bk_bn_dx(cudaStream_t s, int dt, const void *x, const void *dy, const float *scale, const float *mean,
+                     const float *var, const double *sums, void *dx, int64_t n, int64_t c, int64_t hw, float eps);
 
 /* Optimizer updates: the same float operations as cpu_optim.c, with
  * explicit rounding intrinsics so nvcc fuses nothing the CPU does not. */
@@ -65,41 +92,49 @@ cudaError_t bk_adamw(cudaStream_t s, float *p, const float *g, float *m, float *
 /* REDUCE_ROWS: dst[N] (+)= sum over rows of src[M, N], in double over fixed
  * chunks of rows; ws holds the chunks' partial sums. */
 size_t bk_reduce_rows_ws(int64_t M, int64_t N);
-cudaError_t bk_reduce_rows(cudaStream_t s, const float *src, float *dst, int64_t M, int64_t N, int acc, void *ws);
+cudaError_t bk_reduce_rows(cudaStream_t s, int dt, const void *src, float *dst, int64_t M, int64_t N, int acc,
+                           void *ws);
 
 /* Layer norm over the cols of [rows, cols]; statistics in double. */
-cudaError_t bk_lnorm_fwd(cudaStream_t s, const float *x, float *y, const float *scale, const float *shift,
+cudaError_t bk_lnorm_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale, const float *shift,
                          float *mean, float *var, int64_t rows, int64_t cols, float eps);
 /* dx may alias dy (the parameter gradients are taken first). */
 size_t bk_lnorm_bwd_ws(int64_t rows, int64_t cols);
-cudaError_t bk_lnorm_bwd(cudaStream_t s, const float *x, const float *mean, const float *var, const float *dy,
-                         const float *scale, float *dx, float *dscale, float *dshift, int64_t rows, int64_t cols,
+cudaError_t bk_lnorm_bwd(cudaStream_t s, int dt, const void *x, const float *mean, const float *var, const void *dy,
+                         const float *scale, void *dx, float *dscale, float *dshift, int64_t rows, int64_t cols,
                          float eps, int acc, void *ws);
 
-/* Softmax rows of x[M, N] into p; with labels, stats[0] += sum of
+/* Softmax rows of x[M, N] into p (f32); with labels, stats[0] += sum of
  * -log p[label] and stats[1] += rows whose first arg-max is the label, via
- * per-row results in ws summed by one block (a label outside [0, N) makes
- * the loss NaN). */
+ * per-row results in ws summed by one block. A negative label (padding)
+ * adds nothing; one at N or above makes the loss NaN. */
 size_t bk_xent_fwd_ws(int64_t M);
-cudaError_t bk_xent_fwd(cudaStream_t s, const float *x, float *p, const int32_t *labels, double *stats, int64_t M,
-                        int64_t N, void *ws);
+cudaError_t bk_xent_fwd(cudaStream_t s, int dt, const void *x, float *p, const int32_t *labels, double *stats,
+                        int64_t M, int64_t N, void *ws);
 
 /* NORMS: stats[0] = sum g^2; with prev: stats[1] = sum (g - prev)^2 and
- * prev = g. One block of fixed size: no workspace, a fixed order. */
-cudaError_t bk_norms(cudaStream_t s, const float *g, float *prev, double *stats, int64_t n);
+ * prev = g. Blocks over fixed chunks (their number set by n alone), their
+ * partial sums added in block order by a second kernel: deterministic. The
+ * partial sums go to part (BK_NORM_PART_BYTES of the device's own: the op
+ * has no workspace), which the device's one stream keeps from being shared. */
+#define BK_NORM_BLOCKS 256
+#define BK_NORM_PART_BYTES (2 * BK_NORM_BLOCKS * sizeof(double))
+cudaError_t bk_norms(cudaStream_t s, const float *g, float *prev, double *stats, int64_t n, double *part);
 
 /* Batch norm over the channels of [n, c, hw]: the batch mean and biased
  * variance (two passes, double), and with rmean/rvar the running statistics
- * moved as cpu_bnorm.c moves them. */
-cudaError_t bk_bn_stats(cudaStream_t s, const float *x, float *mean, float *var, float *rmean, float *rvar,
+ * moved as cpu_bnorm.c moves them (PyTorch's: the unbiased variance,
+ * var n/(n-1), into running_var). */
+cudaError_t bk_bn_stats(cudaStream_t s, int dt, const void *x, float *mean, float *var, float *rmean, float *rvar,
                         int64_t n, int64_t c, int64_t hw, float momentum);
-/* x = mean + (y - shift) / scale * sqrt(var + eps) (x = mean where scale = 0):
- * batch norm's input back from its output */
-cudaError_t bk_bn_unnorm(cudaStream_t s, const float *y, const float *scale, const float *shift, const float *mean,
-                         const float *var, float *x, int64_t n, int64_t c, int64_t hw, float eps);
-/* dscale (+)= sum dy (x - mean) / sqrt(var + eps), dshift (+)= sum dy */
-cudaError_t bk_bn_param_grads(cudaStream_t s, const float *x, const float *dy, const float *mean, const float *var,
-                              float *dscale, float *dshift, int64_t n, int64_t c, int64_t hw, float eps, int acc);
+/* dscale (+)= sum dy (x - mean) / sqrt(var + eps), dshift (+)= sum dy; each
+ * NULL to skip; with sums (NULL: none), the two sums of this call into
+ * sums[0..c) (sum dy) and sums[c..2c) (sum dy x^), for bk_bn_dx. */
+cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, const void *dy, const float *mean,
+                              const float *var, float *dscale, float *dshift, double *sums, int64_t n, int64_t c,
+                              int64_t hw, float eps, int acc);
+/* db[k] (+)= sum of dy over channel k of [n, c, hw] (a convolution's bias) */
+cudaError_t bk_chan_sum(cudaStream_t s, int dt, const void *dy, float *db, int64_t n, int64_t c, int64_t hw, int acc);
 
 /* ---- cuda_pool.cu ----------------------------------------------------------- */
 
@@ -108,9 +143,28 @@ typedef struct bk_pool {
 } bk_pool;
 /* max: y the window maximum (the first on ties), idx (when not NULL) its
  * position in the input plane; average: the window sum / (kh kw). */
-cudaError_t bk_pool_fwd(cudaStream_t s, bk_pool g, int max, const float *x, float *y, int32_t *idx);
+cudaError_t bk_pool_fwd(cudaStream_t s, int dt, bk_pool g, int max, const void *x, void *y, int32_t *idx);
 /* one thread per input element gathers from the windows that hold it */
-cudaError_t bk_pool_bwd(cudaStream_t s, bk_pool g, int max, const float *dy, const int32_t *idx, float *dx);
+cudaError_t bk_pool_bwd(cudaStream_t s, int dt, bk_pool g, int max, const void *dy, const int32_t *idx, void *dx);
+
+/* ---- cuda_attn.cu: embeddings and attention (cuda_core.h's per-thread work) --- */
+
+#include "device/cuda_core.h"
+
+/* EMBED_FWD: one thread per output element. EMBED_BWD: the gradients of
+ * the tables added in row order (no atomics), so they are the CPU's bit for
+ * bit. */
+cudaError_t bk_embed_fwd(cudaStream_t s, const bk_embed *e, const int32_t *ids, const float *tok, const float *pos,
+                         const float *type, void *y);
+cudaError_t bk_embed_bwd(cudaStream_t s, const bk_embed *e, const int32_t *ids, const void *dy, float *dtok,
+                         float *dpos, float *dtype);
+/* ATTN_FWD: one thread per (sequence, head, query row); ATTN_BWD: one per
+ * (sequence, head, query row) for dq and the row's dot, then one per
+ * (sequence, head, key row) for dk and dv. ws: bk_attn_bwd_ws bytes. */
+cudaError_t bk_attn_fwd(cudaStream_t s, const bk_attn *a, const void *qkv, const int32_t *lens, void *y, void *saved);
+size_t bk_attn_bwd_ws(const bk_attn *a);
+cudaError_t bk_attn_bwd(cudaStream_t s, const bk_attn *a, const void *qkv, const int32_t *lens, const void *dy,
+                        const void *saved, void *dqkv, void *ws);
 
 #ifdef __cplusplus
 }

@@ -6,13 +6,15 @@
  * small allocations share a block and cudaMalloc is called rarely. A refused
  * cudaMalloc is BFIT_ENOMEM with the runtime's error state cleared: the
  * trainer recovers from it with a smaller micro-batch, as from the arena's
- * own limit. Transfers are queued on the stream, after every op before them,
- * and waited for, so a download sees all earlier work and the host buffer of
- * an upload may be reused at once. */
+ * own limit. Transfers are queued on the stream, after every op before them:
+ * a download waits for its copy, so it sees all earlier work; an upload goes
+ * through pinned staging and returns at once (the host buffer may be reused
+ * as soon as it returns), with no wait for the GPU. */
 #include "base/err.h"
 #include "device/cuda.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #define CUDA_BLOCK_GRANULARITY ((size_t)2 << 20)
 
@@ -65,30 +67,127 @@ void cuda_blocks_init(cuda_device *d)
 
 /* ---- transfers ------------------------------------------------------------------- */
 
+/* Two pinned host buffers of STAGE_BYTES: an upload is copied into one and
+ * queued from it (a DMA the stream runs in order, after the ops before it),
+ * so the call returns without waiting for the GPU; the buffer is reused
+ * only after its previous copy has finished (its event). A download queues
+ * its copy into a buffer and waits for that copy alone, which the stream
+ * runs after everything before it. Larger transfers go in pieces,
+ * alternating buffers, so one piece's copy overlaps the next one's memcpy.
+ * Without the buffers (cudaHostAlloc refused), transfers are pageable
+ * copies waited for. Pinned memory is host memory: nothing of the arena. */
+#define STAGE_BYTES ((size_t)8 << 20)
+
+void cuda_stage_init(cuda_device *d)
+{
+    for (int i = 0; i < 2; i++)
+        if (cudaHostAlloc(&d->stage[i], STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess ||
+            cudaEventCreateWithFlags(&d->stage_ev[i], cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cuda_stage_fini(d);
+            return;
+        }
+    d->stage_bytes = STAGE_BYTES;
+}
+
+void cuda_stage_fini(cuda_device *d)
+{
+    for (int i = 0; i < 2; i++) {
+        if (d->stage_ev[i])
+            cudaEventDestroy(d->stage_ev[i]);
+        if (d->stage[i])
+            cudaFreeHost(d->stage[i]);
+        d->stage[i] = NULL;
+        d->stage_ev[i] = NULL;
+    }
+    d->stage_bytes = 0;
+}
+
 static int wait(cuda_device *d, const char *what)
 {
-    CUDA_TRY(cudaStreamSynchronize(d->stream), what);
+    cudaError_t e = cudaStreamSynchronize(d->stream);
+    if (e != cudaSuccess)
+        return cuda_fail_async(d, e, what);
+    d->nqueued = 0;
+    return BFIT_OK;
+}
+
+/* The next staging buffer, once its last copy is done; that copy ran after
+ * every op queued before it, and a fault among them shows here. */
+static int stage_take(cuda_device *d, int *k, const char *what)
+{
+    cudaError_t e;
+    *k = d->stage_next;
+    d->stage_next ^= 1;
+    if ((e = cudaEventSynchronize(d->stage_ev[*k])) != cudaSuccess)
+        return cuda_fail_async(d, e, what);
     return BFIT_OK;
 }
 
 int cuda_upload(bfit_device *base, void *dst, const void *host, size_t n)
 {
     cuda_device *d = (cuda_device *)base;
-    int rc = cuda_enter(d, "upload");
+    int rc = cuda_enter(d, "upload"), k;
     if (rc != BFIT_OK)
         return rc;
-    CUDA_TRY(cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice, d->stream), "upload (host to device copy)");
-    return wait(d, "upload (host to device copy)");
+    if (!d->stage_bytes) {
+        CUDA_TRY(cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice, d->stream), "upload (host to device copy)");
+        return wait(d, "upload (host to device copy)");
+    }
+    for (size_t off = 0; off < n; off += d->stage_bytes) {
+        size_t len = n - off < d->stage_bytes ? n - off : d->stage_bytes;
+        if ((rc = stage_take(d, &k, "upload (waiting for a staging buffer)")) != BFIT_OK)
+            return rc;
+        memcpy(d->stage[k], (const char *)host + off, len);
+        CUDA_TRY(cudaMemcpyAsync((char *)dst + off, d->stage[k], len, cudaMemcpyHostToDevice, d->stream),
+                 "upload (host to device copy)");
+        CUDA_TRY(cudaEventRecord(d->stage_ev[k], d->stream), "upload (recording its copy)");
+    }
+    return BFIT_OK;
+}
+
+/* The piece in staging buffer k, once its copy is done, out to host. */
+static int stage_out(cuda_device *d, int k, void *host, size_t len)
+{
+    cudaError_t e = cudaEventSynchronize(d->stage_ev[k]);
+    if (e != cudaSuccess)
+        return cuda_fail_async(d, e, "download (device to host copy, or an op queued before it)");
+    memcpy(host, d->stage[k], len);
+    return BFIT_OK;
 }
 
 int cuda_download(bfit_device *base, void *host, const void *src, size_t n)
 {
     cuda_device *d = (cuda_device *)base;
-    int rc = cuda_enter(d, "download");
+    int rc = cuda_enter(d, "download"), pk = 0, k = 0;
+    size_t off = 0, plen = 0, pat = 0;
     if (rc != BFIT_OK)
         return rc;
-    CUDA_TRY(cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, d->stream), "download (device to host copy)");
-    return wait(d, "download (device to host copy, or an op before it)");
+    if (!d->stage_bytes) {
+        CUDA_TRY(cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, d->stream), "download (device to host copy)");
+        return wait(d, "download (device to host copy, or an op queued before it)");
+    }
+    /* a piece is queued, then the one before it (in the other buffer) copied out */
+    while (off < n || plen) {
+        size_t len = n - off < d->stage_bytes ? n - off : d->stage_bytes, at = off;
+        if (off < n) {
+            if ((rc = stage_take(d, &k, "download (waiting for a staging buffer)")) != BFIT_OK)
+                return rc;
+            CUDA_TRY(cudaMemcpyAsync(d->stage[k], (const char *)src + off, len, cudaMemcpyDeviceToHost, d->stream),
+                     "download (device to host copy)");
+            CUDA_TRY(cudaEventRecord(d->stage_ev[k], d->stream), "download (recording its copy)");
+            off += len;
+        }
+        if (plen && (rc = stage_out(d, pk, (char *)host + pat, plen)) != BFIT_OK)
+            return rc;
+        plen = at < n ? len : 0;
+        pk = k;
+        pat = at;
+        if (at >= n)
+            break;
+    }
+    d->nqueued = 0; /* everything queued before the last copy is done */
+    return BFIT_OK;
 }
 
 /* Device to device; overlapping ranges are moved in pieces no longer than

@@ -28,6 +28,8 @@ int bfit_fail_prefix(int code, const char *fmt, ...)
 
 const char *bfit_dtype_name(bfit_dtype t) { return host->dtype_name(t); }
 
+const char *cuda_kind_name(bfit_op_kind k) { return host->op_kind_name(k); }
+
 int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n)
 {
     return n ? d->vt->fill(d, dst, byte, n) : BFIT_OK;
@@ -44,7 +46,7 @@ __attribute__((visibility("default"))) int bfit_cuda_plugin_open(const bfit_cuda
                                                                   const bfit_cuda_cfg *cfg, bfit_device **out)
 {
     *out = NULL;
-    if (!h || h->abi != BFIT_CUDA_PLUGIN_ABI)
+    if (!h || h->abi != (BFIT_CUDA_PLUGIN_ABI ^ (unsigned)sizeof(bfit_cuda_host)))
         return BFIT_EDEVICE; /* no message: the host's error functions may not match */
     host = h;
     return bfit_device_cuda_new_cfg(index, cfg, out);

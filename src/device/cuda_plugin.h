@@ -17,13 +17,14 @@
 #define BFIT_CUDA_PLUGIN_ABI                                                                       \
     ((unsigned)BFIT_OP_COUNT * 1000003u ^ (unsigned)sizeof(bfit_op_args) * 8191u ^                 \
      (unsigned)sizeof(bfit_op_desc) * 131u ^ (unsigned)sizeof(bfit_device_vt) * 7u ^                \
-     (unsigned)sizeof(bfit_cuda_cfg))
+     (unsigned)sizeof(bfit_cuda_cfg) * 3u ^ (unsigned)sizeof(bfit_device_sample) * 524287u)
 
 typedef struct bfit_cuda_host {
     unsigned abi;
     int (*vfail)(int code, const char *fmt, va_list ap);
     int (*vfail_prefix)(int code, const char *fmt, va_list ap);
     const char *(*dtype_name)(bfit_dtype t);
+    const char *(*op_kind_name)(bfit_op_kind k);
 } bfit_cuda_host;
 
 /* The module's one exported function: open GPU index with cfg (not NULL). */

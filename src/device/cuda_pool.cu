@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-__global__ void k_pool_fwd(bk_pool g, int max, const float *x, float *y, int32_t *idx)
+template <class T> __global__ void k_pool_fwd(bk_pool g, int max, const T *x, T *y, int32_t *idx)
 {
     const int64_t total = g.n * g.c * g.oh * g.ow;
     BK_FOR(o, total)
@@ -21,34 +21,36 @@ __global__ void k_pool_fwd(bk_pool g, int max, const float *x, float *y, int32_t
         int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
         int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh < g.ih ? y0 + g.kh : g.ih;
         int64_t xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw < g.iw ? x0 + g.kw : g.iw;
-        const float *in = x + plane * g.ih * g.iw;
+        const T *in = x + plane * g.ih * g.iw;
         if (max) {
             float best = 0.0f;
             int64_t at = -1;
             for (int64_t yy = ya; yy < yb; yy++)
                 for (int64_t xx = xa; xx < xb; xx++) {
-                    float v = in[yy * g.iw + xx];
+                    float v = bk_f(in[yy * g.iw + xx]);
                     if (at < 0 || v > best) {
                         best = v;
                         at = yy * g.iw + xx;
                     }
                 }
-            y[o] = best;
+            y[o] = bk_to<T>(best);
             if (idx)
                 idx[o] = (int32_t)at;
         } else {
             float s = 0.0f;
             for (int64_t yy = ya; yy < yb; yy++)
                 for (int64_t xx = xa; xx < xb; xx++)
-                    s += in[yy * g.iw + xx];
-            y[o] = s / (float)(g.kh * g.kw);
+                    s += bk_f(in[yy * g.iw + xx]);
+            y[o] = bk_to<T>(s / (float)(g.kh * g.kw));
         }
     }
 }
 
-extern "C" cudaError_t bk_pool_fwd(cudaStream_t s, bk_pool g, int max, const float *x, float *y, int32_t *idx)
+extern "C" cudaError_t bk_pool_fwd(cudaStream_t s, int dt, bk_pool g, int max, const void *x, void *y, int32_t *idx)
 {
-    k_pool_fwd<<<bk_grid(g.n * g.c * g.oh * g.ow, BK_THREADS), BK_THREADS, 0, s>>>(g, max, x, y, idx);
+    BK_DTYPE(dt, T,
+             k_pool_fwd<T><<<bk_grid(g.n * g.c * g.oh * g.ow, BK_THREADS), BK_THREADS, 0, s>>>(g, max, (const T *)x,
+                                                                                             (T *)y, idx));
     return cudaGetLastError();
 }
 
@@ -63,7 +65,7 @@ __device__ __forceinline__ void windows(int64_t p, int64_t pad, int64_t k, int64
         *hi = nout - 1;
 }
 
-__global__ void k_pool_bwd(bk_pool g, int max, const float *dy, const int32_t *idx, float *dx)
+template <class T> __global__ void k_pool_bwd(bk_pool g, int max, const T *dy, const int32_t *idx, T *dx)
 {
     const int64_t total = g.n * g.c * g.ih * g.iw;
     const float inv = 1.0f / (float)(g.kh * g.kw);
@@ -80,16 +82,19 @@ __global__ void k_pool_bwd(bk_pool g, int max, const float *dy, const int32_t *i
             for (int64_t ox = ox0; ox <= ox1; ox++) {
                 int64_t o = base + oy * g.ow + ox;
                 if (!max)
-                    s += dy[o] * inv;
+                    s += bk_f(dy[o]) * inv;
                 else if (idx[o] == me)
-                    s += dy[o];
+                    s += bk_f(dy[o]);
             }
-        dx[i] = s;
+        dx[i] = bk_to<T>(s);
     }
 }
 
-extern "C" cudaError_t bk_pool_bwd(cudaStream_t s, bk_pool g, int max, const float *dy, const int32_t *idx, float *dx)
+extern "C" cudaError_t bk_pool_bwd(cudaStream_t s, int dt, bk_pool g, int max, const void *dy, const int32_t *idx,
+                                   void *dx)
 {
-    k_pool_bwd<<<bk_grid(g.n * g.c * g.ih * g.iw, BK_THREADS), BK_THREADS, 0, s>>>(g, max, dy, idx, dx);
+    BK_DTYPE(dt, T,
+             k_pool_bwd<T><<<bk_grid(g.n * g.c * g.ih * g.iw, BK_THREADS), BK_THREADS, 0, s>>>(
+                 g, max, (const T *)dy, idx, (T *)dx));
     return cudaGetLastError();
 }

@@ -77,19 +77,19 @@ template <int NV, class F> static cudaError_t colsums(cudaStream_t s, F f, int64
 
 /* ---- REDUCE_ROWS ------------------------------------------------------------- */
 
-struct rows_val {
-    const float *src;
+template <class T> struct rows_val {
+    const T *src;
     int64_t N;
-    __device__ void operator()(int64_t r, int64_t c, double *v) const { v[0] = src[r * N + c]; }
+    __device__ void operator()(int64_t r, int64_t c, double *v) const { v[0] = bk_f(src[r * N + c]); }
 };
 
 extern "C" size_t bk_reduce_rows_ws(int64_t M, int64_t N) { return (size_t)(nchunks(M) * N) * sizeof(double); }
 
-extern "C" cudaError_t bk_reduce_rows(cudaStream_t s, const float *src, float *dst, int64_t M, int64_t N, int acc,
-                                      void *ws)
+extern "C" cudaError_t bk_reduce_rows(cudaStream_t s, int dt, const void *src, float *dst, int64_t M, int64_t N,
+                                      int acc, void *ws)
 {
-    rows_val f = {src, N};
-    cudaError_t e = colsums<1>(s, f, M, N, (double *)ws);
+    cudaError_t e;
+    BK_DTYPE(dt, T, rows_val<T> f = {(const T *)src, N}; e = colsums<1>(s, f, M, N, (double *)ws));
     if (e != cudaSuccess)
         return e;
     k_colfin<<<bk_grid(N, BK_THREADS), BK_THREADS, 0, s>>>((const double *)ws, nchunks(M), N, dst, NULL, acc);
@@ -100,19 +100,20 @@ extern "C" cudaError_t bk_reduce_rows(cudaStream_t s, const float *src, float *d
 
 #define ROW_THREADS 256
 
-__global__ void k_lnorm_fwd(const float *x, float *y, const float *scale, const float *shift, float *mean, float *var,
+template <class T>
+__global__ void k_lnorm_fwd(const T *x, T *y, const float *scale, const float *shift, float *mean, float *var,
                             int64_t rows, int64_t cols, float eps)
 {
     __shared__ double sh[ROW_THREADS / 32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * cols;
-        float *yr = y + r * cols;
+        const T *xr = x + r * cols;
+        T *yr = y + r * cols;
         double s = 0, q = 0, mu, v, rstd;
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
-            s += xr[j];
+            s += bk_f(xr[j]);
         mu = bk_block_sum<ROW_THREADS>(s, sh) / (double)cols;
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
-            q += ((double)xr[j] - mu) * ((double)xr[j] - mu);
+            q += ((double)bk_f(xr[j]) - mu) * ((double)bk_f(xr[j]) - mu);
         v = bk_block_sum<ROW_THREADS>(q, sh) / (double)cols;
         rstd = 1.0 / sqrt(v + (double)eps);
         if (threadIdx.x == 0) {
@@ -120,49 +121,53 @@ __global__ void k_lnorm_fwd(const float *x, float *y, const float *scale, const 
             var[r] = (float)v;
         }
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
-            yr[j] = scale[j] * (float)(((double)xr[j] - mu) * rstd) + shift[j];
+            yr[j] = bk_to<T>(scale[j] * (float)(((double)bk_f(xr[j]) - mu) * rstd) + shift[j]);
     }
 }
 
-extern "C" cudaError_t bk_lnorm_fwd(cudaStream_t s, const float *x, float *y, const float *scale, const float *shift,
-                                    float *mean, float *var, int64_t rows, int64_t cols, float eps)
+extern "C" cudaError_t bk_lnorm_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale,
+                                    const float *shift, float *mean, float *var, int64_t rows, int64_t cols, float eps)
 {
-    k_lnorm_fwd<<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>(x, y, scale, shift, mean, var, rows, cols, eps);
+    BK_DTYPE(dt, T,
+             k_lnorm_fwd<T><<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>((const T *)x, (T *)y, scale, shift, mean, var,
+                                                                      rows, cols, eps));
     return cudaGetLastError();
 }
 
 /* the parameter gradients: dy (x - mean) rstd and dy, summed over rows */
-struct lnorm_val {
-    const float *x, *dy, *mean, *var;
+template <class T> struct lnorm_val {
+    const T *x, *dy;
+    const float *mean, *var;
     int64_t N;
     float eps;
     __device__ void operator()(int64_t r, int64_t c, double *v) const
     {
-        double rstd = 1.0 / sqrt((double)var[r] + (double)eps), g = dy[r * N + c];
-        v[0] = g * ((double)x[r * N + c] - mean[r]) * rstd;
+        double rstd = 1.0 / sqrt((double)var[r] + (double)eps), g = bk_f(dy[r * N + c]);
+        v[0] = g * ((double)bk_f(x[r * N + c]) - mean[r]) * rstd;
         v[1] = g;
     }
 };
 
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy scale, per row. Each
  * thread reads then writes its own elements only, so dx may be dy. */
-__global__ void k_lnorm_dx(const float *x, const float *mean, const float *var, const float *dy, const float *scale,
-                           float *dx, int64_t rows, int64_t cols, float eps)
+template <class T>
+__global__ void k_lnorm_dx(const T *x, const float *mean, const float *var, const T *dy, const float *scale, T *dx,
+                           int64_t rows, int64_t cols, float eps)
 {
     __shared__ double sh[ROW_THREADS / 32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * cols, *dyr = dy + r * cols;
+        const T *xr = x + r * cols, *dyr = dy + r * cols;
         double mu = mean[r], rstd = 1.0 / sqrt((double)var[r] + (double)eps), s1 = 0, s2 = 0, m1, m2;
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS) {
-            double g = (double)dyr[j] * scale[j];
+            double g = (double)bk_f(dyr[j]) * scale[j];
             s1 += g;
-            s2 += g * ((double)xr[j] - mu) * rstd;
+            s2 += g * ((double)bk_f(xr[j]) - mu) * rstd;
         }
         m1 = bk_block_sum<ROW_THREADS>(s1, sh) / (double)cols;
         m2 = bk_block_sum<ROW_THREADS>(s2, sh) / (double)cols;
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS) {
-            double g = (double)dyr[j] * scale[j], xh = ((double)xr[j] - mu) * rstd;
-            dx[r * cols + j] = (float)(rstd * (g - m1 - xh * m2));
+            double g = (double)bk_f(dyr[j]) * scale[j], xh = ((double)bk_f(xr[j]) - mu) * rstd;
+            dx[r * cols + j] = bk_to<T>((float)(rstd * (g - m1 - xh * m2)));
         }
     }
 }
@@ -172,20 +177,23 @@ extern "C" size_t bk_lnorm_bwd_ws(int64_t rows, int64_t cols)
     return 2 * (size_t)(nchunks(rows) * cols) * sizeof(double);
 }
 
-extern "C" cudaError_t bk_lnorm_bwd(cudaStream_t s, const float *x, const float *mean, const float *var,
-                                    const float *dy, const float *scale, float *dx, float *dscale, float *dshift,
+extern "C" cudaError_t bk_lnorm_bwd(cudaStream_t s, int dt, const void *x, const float *mean, const float *var,
+                                    const void *dy, const float *scale, void *dx, float *dscale, float *dshift,
                                     int64_t rows, int64_t cols, float eps, int acc, void *ws)
 {
-    lnorm_val f = {x, dy, mean, var, cols, eps};
+    cudaError_t e;
     /* parameter gradients first: dx may overwrite dy */
-    cudaError_t e = colsums<2>(s, f, rows, cols, (double *)ws);
+    BK_DTYPE(dt, T, lnorm_val<T> f = {(const T *)x, (const T *)dy, mean, var, cols, eps};
+             e = colsums<2>(s, f, rows, cols, (double *)ws));
     if (e != cudaSuccess)
         return e;
     k_colfin<<<bk_grid(cols, BK_THREADS), BK_THREADS, 0, s>>>((const double *)ws, nchunks(rows), cols, dscale,
                                                               dshift, acc);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
-    k_lnorm_dx<<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>(x, mean, var, dy, scale, dx, rows, cols, eps);
+    BK_DTYPE(dt, T,
+             k_lnorm_dx<T><<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>((const T *)x, mean, var, (const T *)dy, scale,
+                                                                     (T *)dx, rows, cols, eps));
     return cudaGetLastError();
 }
 
@@ -195,9 +203,11 @@ extern "C" cudaError_t bk_lnorm_bwd(cudaStream_t s, const float *x, const float 
 
 /* Per row: the first arg-max (a tree over (value, index), the smaller index
  * on ties), the probabilities from exp in double, and with labels the row's
- * loss log(sum) + max - x[label] and hit into ws. */
-__global__ void k_xent_rows(const float *x, float *p, const int32_t *labels, double *row_loss, uint8_t *row_hit,
-                            int64_t M, int64_t N)
+ * loss log(sum) + max - x[label] and hit into ws (a negative label, padding:
+ * 0 and no hit, as cpu_simple.c; one at N or above: NaN). */
+template <class T>
+__global__ void k_xent_rows(const T *x, float *p, const int32_t *labels, double *row_loss, uint8_t *row_hit, int64_t M,
+                            int64_t N)
 {
     __shared__ float sv[XENT_THREADS];
     __shared__ int64_t si[XENT_THREADS];
@@ -205,13 +215,13 @@ __global__ void k_xent_rows(const float *x, float *p, const int32_t *labels, dou
     const int t = threadIdx.x;
 
     for (int64_t r = blockIdx.x; r < M; r += gridDim.x) {
-        const float *xr = x + r * N;
+        const T *xr = x + r * N;
         float mx = 0.0f;
         int64_t bi = -1;
         double sum, part = 0;
         for (int64_t j = t; j < N; j += XENT_THREADS)
-            if (bi < 0 || xr[j] > mx) {
-                mx = xr[j];
+            if (bi < 0 || bk_f(xr[j]) > mx) {
+                mx = bk_f(xr[j]);
                 bi = j;
             }
         sv[t] = mx;
@@ -228,14 +238,14 @@ __global__ void k_xent_rows(const float *x, float *p, const int32_t *labels, dou
         mx = sv[0];
         bi = si[0];
         for (int64_t j = t; j < N; j += XENT_THREADS)
-            part += exp((double)xr[j] - (double)mx);
+            part += exp((double)bk_f(xr[j]) - (double)mx);
         sum = bk_block_sum<XENT_THREADS>(part, sh);
         for (int64_t j = t; j < N; j += XENT_THREADS)
-            p[r * N + j] = (float)(exp((double)xr[j] - (double)mx) / sum);
+            p[r * N + j] = (float)(exp((double)bk_f(xr[j]) - (double)mx) / sum);
         if (labels && t == 0) {
             int32_t lab = labels[r];
             int ok = lab >= 0 && lab < N;
-            row_loss[r] = ok ? log(sum) + (double)mx - (double)xr[lab] : (double)NAN;
+            row_loss[r] = lab < 0 ? 0.0 : ok ? log(sum) + (double)mx - (double)bk_f(xr[lab]) : (double)NAN;
             row_hit[r] = ok && bi == lab;
         }
         __syncthreads(); /* sv/si are rewritten for the next row */
@@ -264,14 +274,15 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 extern "C" size_t bk_xent_fwd_ws(int64_t M) { return align64((size_t)M * sizeof(double)) + align64((size_t)M); }
 
-extern "C" cudaError_t bk_xent_fwd(cudaStream_t s, const float *x, float *p, const int32_t *labels, double *stats,
-                                   int64_t M, int64_t N, void *ws)
+extern "C" cudaError_t bk_xent_fwd(cudaStream_t s, int dt, const void *x, float *p, const int32_t *labels,
+                                   double *stats, int64_t M, int64_t N, void *ws)
 {
     double *row_loss = (double *)ws;
     uint8_t *row_hit = labels ? (uint8_t *)ws + align64((size_t)M * sizeof(double)) : NULL;
     cudaError_t e;
 
-    k_xent_rows<<<bk_grid(M, 1), XENT_THREADS, 0, s>>>(x, p, labels, row_loss, row_hit, M, N);
+    BK_DTYPE(dt, T,
+             k_xent_rows<T><<<bk_grid(M, 1), XENT_THREADS, 0, s>>>((const T *)x, p, labels, row_loss, row_hit, M, N));
     if ((e = cudaGetLastError()) != cudaSuccess || !labels)
         return e;
     k_xent_total<<<1, TOTAL_THREADS, 0, s>>>(row_loss, row_hit, M, stats);
@@ -280,29 +291,40 @@ extern "C" cudaError_t bk_xent_fwd(cudaStream_t s, const float *x, float *p, con
 
 /* ---- NORMS ---------------------------------------------------------------------- */
 
-/* One block: its threads stride over the tensor in a pattern fixed by n,
- * UNROLL float4 loads in flight each so that a single SM still streams. The
- * op has no workspace (the gradient-norm code gives none), hence one block. */
-#define NORM_THREADS 1024
+/* Blocks of NORM_THREADS, each over a fixed chunk of the tensor in float4
+ * loads, UNROLL in flight; the number of blocks is set by n alone (at most
+ * BK_NORM_BLOCKS), so the sums' order is too. The blocks' partial sums go
+ * to the device's own small buffer (the op has no workspace: the
+ * gradient-norm code gives none) and one thread adds them in block order. */
+#define NORM_THREADS 512
+#define NORM_BLOCKS BK_NORM_BLOCKS
 #define UNROLL 4
 
-__global__ void __launch_bounds__(NORM_THREADS) k_norms(const float *g, float *prev, double *stats, int64_t n)
+static int64_t norm_blocks(int64_t n)
+{
+    int64_t per = (int64_t)NORM_THREADS * UNROLL * 4 * 4, b = (n + per - 1) / per;
+    return b < 1 ? 1 : b > NORM_BLOCKS ? NORM_BLOCKS : b;
+}
+
+__global__ void __launch_bounds__(NORM_THREADS)
+    k_norms(const float *g, float *prev, int64_t n, int64_t nb, double *part)
 {
     __shared__ double sh[NORM_THREADS / 32];
     const int t = threadIdx.x;
     const int vec = ((uintptr_t)g % 16 == 0) && (!prev || (uintptr_t)prev % 16 == 0);
-    const int64_t n4 = vec ? n / 4 : 0;
+    const int64_t n4 = vec ? n / 4 : 0, len = (n4 + nb - 1) / nb;
+    const int64_t lo = blockIdx.x * len, hi = lo + len < n4 ? lo + len : n4;
     const float4 *g4 = (const float4 *)g;
     float4 *p4 = (float4 *)prev;
     double s = 0, d = 0;
 
-    for (int64_t base = 0; base < n4; base += (int64_t)NORM_THREADS * UNROLL) {
+    for (int64_t base = lo; base < hi; base += (int64_t)NORM_THREADS * UNROLL) {
         float4 a[UNROLL], b[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             int64_t i = base + (int64_t)u * NORM_THREADS + t;
-            a[u] = i < n4 ? g4[i] : make_float4(0, 0, 0, 0);
-            b[u] = prev && i < n4 ? p4[i] : make_float4(0, 0, 0, 0);
+            a[u] = i < hi ? g4[i] : make_float4(0, 0, 0, 0);
+            b[u] = prev && i < hi ? p4[i] : make_float4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
@@ -312,11 +334,12 @@ __global__ void __launch_bounds__(NORM_THREADS) k_norms(const float *g, float *p
                 s += x * x;
                 d += y * y;
             }
-            if (prev && base + (int64_t)u * NORM_THREADS + t < n4)
+            if (prev && base + (int64_t)u * NORM_THREADS + t < hi)
                 p4[base + (int64_t)u * NORM_THREADS + t] = a[u];
         }
     }
-    for (int64_t i = n4 * 4 + t; i < n; i += NORM_THREADS) {
+    /* the tail past the float4s (all of it when unaligned): the last block's */
+    for (int64_t i = n4 * 4 + t; blockIdx.x == nb - 1 && i < n; i += NORM_THREADS) {
         double x = g[i];
         s += x * x;
         if (prev) {
@@ -328,15 +351,33 @@ __global__ void __launch_bounds__(NORM_THREADS) k_norms(const float *g, float *p
     s = bk_block_sum<NORM_THREADS>(s, sh);
     d = bk_block_sum<NORM_THREADS>(d, sh);
     if (t == 0) {
+        part[blockIdx.x] = s;
+        part[NORM_BLOCKS + blockIdx.x] = d;
+    }
+}
+
+__global__ void k_norms_total(const double *part, double *stats, int64_t nb, int with_prev)
+{
+    if (threadIdx.x == 0) {
+        double s = 0, d = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            s += part[b];
+            d += part[NORM_BLOCKS + b];
+        }
         stats[0] = s;
-        if (prev)
+        if (with_prev)
             stats[1] = d;
     }
 }
 
-extern "C" cudaError_t bk_norms(cudaStream_t s, const float *g, float *prev, double *stats, int64_t n)
+extern "C" cudaError_t bk_norms(cudaStream_t s, const float *g, float *prev, double *stats, int64_t n, double *part)
 {
-    k_norms<<<1, NORM_THREADS, 0, s>>>(g, prev, stats, n);
+    int64_t nb = norm_blocks(n);
+    cudaError_t e;
+    k_norms<<<(unsigned)nb, NORM_THREADS, 0, s>>>(g, prev, n, nb, part);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+    k_norms_total<<<1, 32, 0, s>>>(part, stats, nb, prev != NULL);
     return cudaGetLastError();
 }
 
@@ -351,7 +392,8 @@ __device__ __forceinline__ int64_t ch_at(int64_t t, int64_t k, int64_t c, int64_
     return (i * c + k) * hw + (t - i * hw);
 }
 
-__global__ void k_bn_stats(const float *x, float *mean, float *var, float *rmean, float *rvar, int64_t n, int64_t c,
+template <class T>
+__global__ void k_bn_stats(const T *x, float *mean, float *var, float *rmean, float *rvar, int64_t n, int64_t c,
                            int64_t hw, float momentum)
 {
     __shared__ double sh[CH_THREADS / 32];
@@ -359,10 +401,10 @@ __global__ void k_bn_stats(const float *x, float *mean, float *var, float *rmean
     for (int64_t k = blockIdx.x; k < c; k += gridDim.x) {
         double s = 0, q = 0, mu, v;
         for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS)
-            s += x[ch_at(t, k, c, hw)];
+            s += bk_f(x[ch_at(t, k, c, hw)]);
         mu = bk_block_sum<CH_THREADS>(s, sh) / (double)cnt;
         for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS) {
-            double e = (double)x[ch_at(t, k, c, hw)] - mu;
+            double e = (double)bk_f(x[ch_at(t, k, c, hw)]) - mu;
             q += e * e;
         }
         v = bk_block_sum<CH_THREADS>(q, sh) / (double)cnt;
@@ -371,7 +413,9 @@ __global__ void k_bn_stats(const float *x, float *mean, float *var, float *rmean
             mean[k] = mf;
             var[k] = vf;
             if (rmean) {
-                /* cpu_bnorm.c's update_running, from the stored float statistics */
+                /* cpu_bnorm.c's update_running, from the stored float
+                 * statistics: PyTorch moves running_var by the unbiased
+                 * variance, var cnt / (cnt - 1) (the layer refuses cnt 1) */
                 double mom = momentum, unbias = (double)cnt / (double)(cnt - 1);
                 rmean[k] = (float)((1 - mom) * rmean[k] + mom * mf);
                 rvar[k] = (float)((1 - mom) * rvar[k] + mom * vf * unbias);
@@ -380,38 +424,57 @@ __global__ void k_bn_stats(const float *x, float *mean, float *var, float *rmean
     }
 }
 
-extern "C" cudaError_t bk_bn_stats(cudaStream_t s, const float *x, float *mean, float *var, float *rmean, float *rvar,
-                                   int64_t n, int64_t c, int64_t hw, float momentum)
+extern "C" cudaError_t bk_bn_stats(cudaStream_t s, int dt, const void *x, float *mean, float *var, float *rmean,
+                                   float *rvar, int64_t n, int64_t c, int64_t hw, float momentum)
 {
-    k_bn_stats<<<bk_grid(c, 1), CH_THREADS, 0, s>>>(x, mean, var, rmean, rvar, n, c, hw, momentum);
+    BK_DTYPE(dt, T,
+             k_bn_stats<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)x, mean, var, rmean, rvar, n, c, hw,
+                                                                 momentum));
     return cudaGetLastError();
 }
 
-__global__ void k_bn_param_grads(const float *x, const float *dy, const float *mean, const float *var, float *dscale,
-                                 float *dshift, int64_t n, int64_t c, int64_t hw, float eps, int acc)
+template <class T>
+__global__ void k_bn_param_grads(const T *x, const T *dy, const float *mean, const float *var, float *dscale,
+                                 float *dshift, double *sums, int64_t n, int64_t c, int64_t hw, float eps, int acc)
 {
     __shared__ double sh[CH_THREADS / 32];
     const int64_t cnt = n * hw;
     for (int64_t k = blockIdx.x; k < c; k += gridDim.x) {
-        double ss = 0, sb = 0, mu = mean[k], rstd = 1.0 / sqrt((double)var[k] + (double)eps);
+        double ss = 0, sb = 0, mu = x ? mean[k] : 0, rstd = x ? 1.0 / sqrt((double)var[k] + (double)eps) : 0;
         for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS) {
             int64_t at = ch_at(t, k, c, hw);
-            ss += (double)dy[at] * ((double)x[at] - mu);
-            sb += dy[at];
+            if (x)
+                ss += (double)bk_f(dy[at]) * ((double)bk_f(x[at]) - mu);
+            sb += bk_f(dy[at]);
         }
         ss = bk_block_sum<CH_THREADS>(ss, sh);
         sb = bk_block_sum<CH_THREADS>(sb, sh);
         if (threadIdx.x == 0) {
-            dscale[k] = (float)((acc ? (double)dscale[k] : 0.0) + ss * rstd);
-            dshift[k] = (float)((acc ? (double)dshift[k] : 0.0) + sb);
+            if (dscale)
+                dscale[k] = (float)((acc ? (double)dscale[k] : 0.0) + ss * rstd);
+            if (dshift)
+                dshift[k] = (float)((acc ? (double)dshift[k] : 0.0) + sb);
+            if (sums) {
+                sums[k] = sb;
+                sums[c + k] = ss * rstd;
+            }
         }
     }
 }
 
-extern "C" cudaError_t bk_bn_param_grads(cudaStream_t s, const float *x, const float *dy, const float *mean,
-                                         const float *var, float *dscale, float *dshift, int64_t n, int64_t c,
-                                         int64_t hw, float eps, int acc)
+extern "C" cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, const void *dy, const float *mean,
+                                         const float *var, float *dscale, float *dshift, double *sums, int64_t n,
+                                         int64_t c, int64_t hw, float eps, int acc)
 {
-    k_bn_param_grads<<<bk_grid(c, 1), CH_THREADS, 0, s>>>(x, dy, mean, var, dscale, dshift, n, c, hw, eps, acc);
+    BK_DTYPE(dt, T,
+             k_bn_param_grads<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)x, (const T *)dy, mean, var, dscale,
+                                                                       dshift, sums, n, c, hw, eps, acc));
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t bk_chan_sum(cudaStream_t s, int dt, const void *dy, float *db, int64_t n, int64_t c, int64_t hw,
+                                   int acc)
+{
+    /* the shift gradient's sum alone: no x */
+    return bk_bn_param_grads(s, dt, NULL, dy, NULL, NULL, NULL, db, NULL, n, c, hw, 0.0f, acc);
 }

@@ -1,15 +1,19 @@
 /* cuda_simple.c - the ops the CUDA backend runs on its own kernels
  * (cuda_*.cu): pooling, layer norm, activations, REDUCE_ROWS, ADD, dropout,
- * softmax cross-entropy, SCALE, NORMS and the optimizer updates. Here:
- * argument checks as the CPU device makes them, workspace and saved sizes,
- * and the launch. */
+ * softmax cross-entropy, SCALE, NORMS, CAST, the optimizer updates,
+ * embeddings and attention. Here: argument checks as the CPU device makes
+ * them, workspace and saved sizes, and the launch. Data is f32, bf16 or
+ * f16 (desc.dtype, dt below), with the f32 arguments device.h lists. */
 #include "base/err.h"
 #include "base/rand.h"
 #include "device/cuda.h"
 
+#include <math.h>
+
 #define WS_PAD(n) ((n) ? (size_t)(n) + CUDA_WS_ALIGN : 0)
 
 static cudaStream_t stream(const cuda_op *op) { return cuda_dev(op)->stream; }
+static int dt(const cuda_op *op) { return (int)op->base.desc.dtype; }
 
 static int launched(cudaError_t e, const char *what) { return e == cudaSuccess ? BFIT_OK : cuda_fail(e, what); }
 
@@ -33,7 +37,7 @@ static int run_pool_fwd(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->dst || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
-    return launched(bk_pool_fwd(stream(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->src, a->dst,
+    return launched(bk_pool_fwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->src, a->dst,
                                 op->saved ? a->saved : NULL),
                     "pooling forward");
 }
@@ -42,7 +46,7 @@ static int run_pool_bwd(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->diff_dst || !a->diff_src || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
-    return launched(bk_pool_bwd(stream(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->diff_dst,
+    return launched(bk_pool_bwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->diff_dst,
                                 a->saved, a->diff_src),
                     "pooling backward");
 }
@@ -80,7 +84,7 @@ static int run_lnorm_fwd(cuda_op *op, const bfit_op_args *a)
     const bfit_op_desc *d = &op->base.desc;
     if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
-    return launched(bk_lnorm_fwd(stream(op), a->src, a->dst, a->scale, a->shift, a->mean, a->var, d->u.lnorm.rows,
+    return launched(bk_lnorm_fwd(stream(op), dt(op), a->src, a->dst, a->scale, a->shift, a->mean, a->var, d->u.lnorm.rows,
                                  d->u.lnorm.cols, d->u.lnorm.eps),
                     "layer norm forward");
 }
@@ -92,7 +96,7 @@ static int run_lnorm_bwd(cuda_op *op, const bfit_op_args *a)
         !a->diff_shift || !a->workspace)
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
-    return launched(bk_lnorm_bwd(stream(op), a->src, a->mean, a->var, a->diff_dst, a->scale, a->diff_src,
+    return launched(bk_lnorm_bwd(stream(op), dt(op), a->src, a->mean, a->var, a->diff_dst, a->scale, a->diff_src,
                                  a->diff_scale, a->diff_shift, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps,
                                  d->accumulate, cuda_ws(op, a)),
                     "layer norm backward");
@@ -107,10 +111,10 @@ static int run_elt_fwd(cuda_op *op, const bfit_op_args *a)
     if (op->base.desc.u.elt.bits) {
         if (!a->saved)
             return bfit_fail(BFIT_EINVAL, "relu forward (bits): saved (the bits) is required");
-        return launched(bk_relu_bits_fwd(stream(op), a->src, a->dst, a->saved, op->base.desc.u.elt.n),
+        return launched(bk_relu_bits_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.elt.n),
                         "relu forward (bits)");
     }
-    return launched(bk_eltwise_fwd(stream(op), (int)op->base.desc.u.elt.alg, a->src, a->dst, op->base.desc.u.elt.n),
+    return launched(bk_eltwise_fwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->dst, op->base.desc.u.elt.n),
                     "eltwise forward");
 }
 
@@ -120,12 +124,12 @@ static int run_elt_bwd(cuda_op *op, const bfit_op_args *a)
     if (op->base.desc.u.elt.bits) {
         if (!a->saved || !a->diff_dst || !a->diff_src)
             return bfit_fail(BFIT_EINVAL, "relu backward (bits): diff_dst, diff_src and saved are required");
-        return launched(bk_relu_bits_bwd(stream(op), a->saved, a->diff_dst, a->diff_src, op->base.desc.u.elt.n),
+        return launched(bk_relu_bits_bwd(stream(op), dt(op), a->saved, a->diff_dst, a->diff_src, op->base.desc.u.elt.n),
                         "relu backward (bits)");
     }
     if (!a->src || !a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
-    return launched(bk_eltwise_bwd(stream(op), (int)op->base.desc.u.elt.alg, a->src, a->diff_dst, a->diff_src,
+    return launched(bk_eltwise_bwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->diff_dst, a->diff_src,
                                    op->base.desc.u.elt.n),
                     "eltwise backward");
 }
@@ -138,7 +142,7 @@ static int run_reduce(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "reduce rows: src and dst are required");
     if ((rc = need_ws(op, a, "reduce rows")) != BFIT_OK)
         return rc;
-    return launched(bk_reduce_rows(stream(op), a->src, a->dst, d->u.reduce.M, d->u.reduce.N, d->accumulate,
+    return launched(bk_reduce_rows(stream(op), dt(op), a->src, a->dst, d->u.reduce.M, d->u.reduce.N, d->accumulate,
                                    cuda_ws(op, a)),
                     "reduce rows");
 }
@@ -146,10 +150,10 @@ static int run_reduce(cuda_op *op, const bfit_op_args *a)
 static int run_add(cuda_op *op, const bfit_op_args *a)
 {
     int acc = op->base.desc.accumulate;
-    const float *y = acc ? a->dst : a->src2;
+    const void *y = acc ? a->dst : a->src2;
     if (!a->src || !y || !a->dst)
         return bfit_fail(BFIT_EINVAL, "add: src, %s and dst are required", acc ? "dst (accumulating)" : "src2");
-    return launched(bk_add(stream(op), a->src, y, a->dst, op->base.desc.u.add.n), "add");
+    return launched(bk_add(stream(op), dt(op), a->src, y, a->dst, op->base.desc.u.add.n), "add");
 }
 
 static int run_scale(cuda_op *op, const bfit_op_args *a)
@@ -166,7 +170,7 @@ static int run_drop_fwd(cuda_op *op, const bfit_op_args *a)
     uint64_t thresh = (uint64_t)((double)p * 4294967296.0);
     if (!a->src || !a->dst || !a->saved)
         return bfit_fail(BFIT_EINVAL, "dropout forward: src, dst and saved (the mask) are required");
-    return launched(bk_dropout_fwd(stream(op), a->src, a->dst, a->saved, op->base.desc.u.drop.n, bfit_mix64(a->seed),
+    return launched(bk_dropout_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.drop.n, bfit_mix64(a->seed),
                                    thresh, scale),
                     "dropout forward");
 }
@@ -176,7 +180,7 @@ static int run_drop_bwd(cuda_op *op, const bfit_op_args *a)
     float scale = 1.0f / (1.0f - op->base.desc.u.drop.p);
     if (!a->diff_dst || !a->diff_src || !a->saved)
         return bfit_fail(BFIT_EINVAL, "dropout backward: diff_dst, diff_src and saved (the mask) are required");
-    return launched(bk_dropout_bwd(stream(op), a->diff_dst, a->saved, a->diff_src, op->base.desc.u.drop.n, scale),
+    return launched(bk_dropout_bwd(stream(op), dt(op), a->diff_dst, a->saved, a->diff_src, op->base.desc.u.drop.n, scale),
                     "dropout backward");
 }
 
@@ -184,7 +188,9 @@ static int run_drop_bwd(cuda_op *op, const bfit_op_args *a)
 
 /* Labels are device memory here, so they are not checked against N before
  * the launch as on the CPU: bfit_model_set_input checks them on the host,
- * and a bad one that gets here gives a NaN loss (never a stray read). */
+ * and a bad one that gets here gives a NaN loss (never a stray read). A
+ * negative label (a padding token, desc.u.xent.ignore) adds nothing, as on
+ * the CPU. */
 static int run_xent_fwd(cuda_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -194,7 +200,7 @@ static int run_xent_fwd(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "cross-entropy forward: labels and stats go together");
     if (a->labels && !a->workspace)
         return bfit_fail(BFIT_EINVAL, "cross-entropy forward: a workspace is required with labels");
-    return launched(bk_xent_fwd(stream(op), a->src, a->dst, a->labels, a->stats, d->u.xent.M, d->u.xent.N,
+    return launched(bk_xent_fwd(stream(op), dt(op), a->src, a->dst, a->labels, a->stats, d->u.xent.M, d->u.xent.N,
                                 a->labels ? cuda_ws(op, a) : NULL),
                     "cross-entropy forward");
 }
@@ -205,7 +211,7 @@ static int run_xent_bwd(cuda_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_src || !a->labels)
         return bfit_fail(BFIT_EINVAL, "cross-entropy backward: src (the probabilities), labels and diff_src "
                                       "are required");
-    return launched(bk_xent_bwd(stream(op), a->src, a->labels, a->diff_src, d->u.xent.M, d->u.xent.N, a->loss_scale),
+    return launched(bk_xent_bwd(stream(op), dt(op), a->src, a->labels, a->diff_src, d->u.xent.M, d->u.xent.N, a->loss_scale),
                     "cross-entropy backward");
 }
 
@@ -213,7 +219,8 @@ static int run_norms(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->stats)
         return bfit_fail(BFIT_EINVAL, "norms: src and stats are required");
-    return launched(bk_norms(stream(op), a->src, a->state0, a->stats, op->base.desc.u.norms.n), "norms");
+    return launched(bk_norms(stream(op), a->src, a->state0, a->stats, op->base.desc.u.norms.n, cuda_dev(op)->norm_part),
+                    "norms");
 }
 
 /* ---- optimizer updates ----------------------------------------------------------------- */
@@ -240,6 +247,110 @@ static int run_adamw(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "adamw: dst, src, state0 and state1 are required");
     return launched(bk_adamw(stream(op), a->dst, a->src, a->state0, a->state1, op->base.desc.u.adamw.n, h),
                     "adamw update");
+}
+
+/* ---- cast, embeddings, attention -------------------------------------------------------- */
+
+static int run_cast(cuda_op *op, const bfit_op_args *a)
+{
+    if (!a->src || !a->dst)
+        return bfit_fail(BFIT_EINVAL, "cast: src and dst are required");
+    return launched(bk_cast(stream(op), dt(op), (int)op->base.desc.u.cast.to, a->src, a->dst, op->base.desc.u.cast.n),
+                    "cast");
+}
+
+static bk_embed embed_geom(const bfit_op_desc *d)
+{
+    bk_embed e = {d->u.embed.n, d->u.embed.T, d->u.embed.C, d->u.embed.V, d->u.embed.P, d->u.embed.types,
+                  (int)d->dtype};
+    return e;
+}
+
+/* Ids are device memory: bfit_model_check_tokens checked them on the host. */
+static int run_embed_fwd(cuda_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    bk_embed e = embed_geom(d);
+    if (!a->src || !a->weights || !a->dst || (d->u.embed.P && !a->bias) || (d->u.embed.types && !a->shift))
+        return bfit_fail(BFIT_EINVAL, "embedding forward: src (the ids), weights, dst%s%s are required",
+                         d->u.embed.P ? ", bias (positions)" : "", d->u.embed.types ? ", shift (token types)" : "");
+    return launched(bk_embed_fwd(stream(op), &e, a->src, a->weights, d->u.embed.P ? a->bias : NULL,
+                                 d->u.embed.types ? a->shift : NULL, a->dst),
+                    "embedding forward");
+}
+
+static int run_embed_bwd(cuda_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    bk_embed e = embed_geom(d);
+    if (!a->src || !a->diff_dst || !a->diff_weights || (d->u.embed.P && !a->diff_bias) ||
+        (d->u.embed.types && !a->diff_shift))
+        return bfit_fail(BFIT_EINVAL, "embedding backward: src (the ids), diff_dst, diff_weights%s%s are required",
+                         d->u.embed.P ? ", diff_bias" : "", d->u.embed.types ? ", diff_shift" : "");
+    return launched(bk_embed_bwd(stream(op), &e, a->src, a->diff_dst, a->diff_weights,
+                                 d->u.embed.P ? a->diff_bias : NULL, d->u.embed.types ? a->diff_shift : NULL),
+                    "embedding backward");
+}
+
+static int embed_init(cuda_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    if (d->u.embed.n < 1 || d->u.embed.T < 1 || d->u.embed.C < 1 || d->u.embed.V < 1 || d->u.embed.P < 0)
+        return bfit_fail(BFIT_EINVAL, "embedding: sizes must be positive, got n=%lld T=%lld C=%lld V=%lld P=%lld",
+                         (long long)d->u.embed.n, (long long)d->u.embed.T, (long long)d->u.embed.C,
+                         (long long)d->u.embed.V, (long long)d->u.embed.P);
+    if (d->u.embed.P && d->u.embed.T > d->u.embed.P)
+        return bfit_fail(BFIT_EINVAL, "embedding: %lld tokens but only %lld positions", (long long)d->u.embed.T,
+                         (long long)d->u.embed.P);
+    op->run = d->kind == BFIT_OP_EMBED_FWD ? run_embed_fwd : run_embed_bwd;
+    return BFIT_OK;
+}
+
+static bk_attn attn_geom(const bfit_op_desc *d)
+{
+    bk_attn a = {d->u.attn.n, d->u.attn.T, d->u.attn.H, d->u.attn.hs, d->u.attn.causal, d->u.attn.lean,
+                 d->u.attn.training, (int)d->dtype, (float)(1.0 / sqrt((double)d->u.attn.hs))};
+    return a;
+}
+
+static int run_attn_fwd(cuda_op *op, const bfit_op_args *o)
+{
+    bk_attn a = attn_geom(&op->base.desc);
+    if (!o->src || !o->dst || (a.training && !o->saved))
+        return bfit_fail(BFIT_EINVAL, "attention forward: src, dst%s are required", a.training ? ", saved" : "");
+    return launched(bk_attn_fwd(stream(op), &a, o->src, o->lens, o->dst, a.training ? o->saved : NULL),
+                    "attention forward");
+}
+
+static int run_attn_bwd(cuda_op *op, const bfit_op_args *o)
+{
+    bk_attn a = attn_geom(&op->base.desc);
+    if (!o->src || !o->diff_dst || !o->diff_src || !o->saved || !o->workspace)
+        return bfit_fail(BFIT_EINVAL, "attention backward: src, diff_dst, diff_src, saved and workspace are required");
+    return launched(bk_attn_bwd(stream(op), &a, o->src, o->lens, o->diff_dst, o->saved, o->diff_src, cuda_ws(op, o)),
+                    "attention backward");
+}
+
+/* saved: as the CPU keeps it (device.h): P [n,H,T,T] in the data's dtype,
+ * or lean the log-sum-exp of each row [n,H,T] in f32 */
+static int attn_init(cuda_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    bk_attn a = attn_geom(d);
+    size_t kept = a.lean ? sizeof(float) : (size_t)a.T * (d->dtype == BFIT_F32 ? 4 : 2);
+
+    if (a.n < 1 || a.T < 1 || a.H < 1 || a.hs < 1)
+        return bfit_fail(BFIT_EINVAL, "attention: sizes must be positive, got n=%lld T=%lld H=%lld hs=%lld",
+                         (long long)a.n, (long long)a.T, (long long)a.H, (long long)a.hs);
+    if (a.hs > BK_HS_MAX)
+        return bfit_fail(BFIT_EINVAL, "cuda attention: heads of %lld features; the GPU kernel takes at most %d",
+                         (long long)a.hs, BK_HS_MAX);
+    if (d->kind == BFIT_OP_ATTN_BWD && !a.training)
+        return bfit_fail(BFIT_EINVAL, "attention backward: the op must be made for training");
+    op->saved = !a.training ? 0 : BFIT_ALIGN_UP((size_t)(a.n * a.H * a.T) * kept);
+    op->ws = d->kind == BFIT_OP_ATTN_BWD ? WS_PAD(bk_attn_bwd_ws(&a)) : 0; /* each row's dot */
+    op->run = d->kind == BFIT_OP_ATTN_FWD ? run_attn_fwd : run_attn_bwd;
+    return BFIT_OK;
 }
 
 /* ---- set-up ------------------------------------------------------------------------------- */
@@ -293,10 +404,6 @@ static int xent_init(cuda_op *op)
     int rc;
     if ((rc = positive(d->u.xent.M, "cross-entropy: M")) || (rc = positive(d->u.xent.N, "cross-entropy: N")))
         return rc;
-    /* the kernels know no ignored rows: refused rather than mis-run */
-    if (d->u.xent.ignore)
-        return bfit_fail(BFIT_EINVAL, "cuda: cross-entropy with ignored (padding) labels, as token models use, is "
-                                      "not implemented on the GPU yet: use --device cpu");
     /* per-row losses and hits */
     op->ws = d->kind == BFIT_OP_XENT_FWD ? WS_PAD(bk_xent_fwd_ws(d->u.xent.M)) : 0;
     op->run = d->kind == BFIT_OP_XENT_FWD ? run_xent_fwd : run_xent_bwd;
@@ -331,13 +438,18 @@ int cuda_simple_init(cuda_op *op)
     case BFIT_OP_NORMS: op->run = run_norms; return positive(d->u.norms.n, "norms: n");
     case BFIT_OP_SGD: op->run = run_sgd; return positive(d->u.sgd.n, "optimizer update: n");
     case BFIT_OP_ADAMW: op->run = run_adamw; return positive(d->u.adamw.n, "optimizer update: n");
+    case BFIT_OP_CAST:
+        if ((rc = positive(d->u.cast.n, "cast: n")) != BFIT_OK)
+            return rc;
+        if ((unsigned)d->u.cast.to > BFIT_F16)
+            return bfit_fail(BFIT_EINVAL, "cast: between float dtypes only, got %s to %s", bfit_dtype_name(d->dtype),
+                             bfit_dtype_name(d->u.cast.to));
+        op->run = run_cast;
+        return BFIT_OK;
     case BFIT_OP_EMBED_FWD:
-    case BFIT_OP_EMBED_BWD:
+    case BFIT_OP_EMBED_BWD: return embed_init(op);
     case BFIT_OP_ATTN_FWD:
-    case BFIT_OP_ATTN_BWD:
-        return bfit_fail(BFIT_EINVAL, "cuda: the %s op of transformer layers (embed, attention) is not implemented on "
-                                      "the GPU yet: use --device cpu",
-                         d->kind == BFIT_OP_EMBED_FWD || d->kind == BFIT_OP_EMBED_BWD ? "embedding" : "attention");
+    case BFIT_OP_ATTN_BWD: return attn_init(op);
     default: return bfit_fail(BFIT_EINVAL, "cuda: op kind %d is not implemented", (int)d->kind);
     }
 }

@@ -71,7 +71,8 @@ static void load_plugin(void)
 
 int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out)
 {
-    static const bfit_cuda_host host = {BFIT_CUDA_PLUGIN_ABI, bfit_vfail, bfit_vfail_prefix, bfit_dtype_name};
+    static const bfit_cuda_host host = {BFIT_CUDA_PLUGIN_ABI ^ (unsigned)sizeof(bfit_cuda_host), bfit_vfail,
+                                        bfit_vfail_prefix, bfit_dtype_name, bfit_op_kind_name};
     bfit_cuda_cfg c = cfg ? *cfg : bfit_cuda_cfg_default();
     bfit_cuda_plugin_open_fn open_fn;
     int rc;
@@ -137,6 +138,86 @@ static int open_cuda(int idx, const bfit_device_cfg *cfg, bfit_device **out)
         c.check = cfg->check;
     }
     return bfit_device_cuda_new_cfg(idx, &c, out);
+}
+
+int bfit_device_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n)
+{
+    char none[8];
+    if (!why || !n) {
+        why = none;
+        n = sizeof none;
+    }
+    why[0] = '\0';
+    if ((unsigned)k >= BFIT_OP_COUNT || (unsigned)t >= BFIT_NDTYPES) {
+        snprintf(why, n, "unknown op kind %d or dtype %d", (int)k, (int)t);
+        return 0;
+    }
+    return d->vt->supports ? d->vt->supports(d, k, t, why, n) : 1;
+}
+
+int bfit_device_supports_needs(const bfit_device *d, const bfit_op_needs *nd, char *why, size_t n)
+{
+    for (int k = 0; k < BFIT_OP_COUNT; k++)
+        for (int t = 0; t < BFIT_NDTYPES; t++) {
+            char r[256];
+            if (!(nd->dtypes[k] & (1u << t)) || bfit_device_supports(d, (bfit_op_kind)k, (bfit_dtype)t, r, sizeof r))
+                continue;
+            if (why && n)
+                snprintf(why, n, "%s in %s: %s", bfit_op_kind_name((bfit_op_kind)k), bfit_dtype_name((bfit_dtype)t),
+                         r);
+            return 0;
+        }
+    return 1;
+}
+
+#ifdef BFIT_HAVE_CUDA
+/* The most precise dtype of the needs (what a reason names). */
+static const char *needs_dtype(const bfit_op_needs *nd)
+{
+    unsigned all = 0;
+    for (int k = 0; k < BFIT_OP_COUNT; k++)
+        all |= nd->dtypes[k];
+    return all & (1u << BFIT_F16) ? "f16" : all & (1u << BFIT_BF16) ? "bf16" : "f32";
+}
+#endif
+
+int bfit_device_open_auto(const bfit_device_cfg *cfg, const bfit_op_needs *nd, bfit_device **out, char *why,
+                          size_t n)
+{
+    char gpu[512] = "", cpu[512] = "";
+    bfit_device *d = NULL;
+    int rc;
+
+    *out = NULL;
+#ifdef BFIT_HAVE_CUDA
+    if (open_cuda(0, cfg, &d) != BFIT_OK) {
+        snprintf(gpu, sizeof gpu, "%s", bfit_errmsg());
+        bfit_clear_error();
+    } else {
+        char r[384];
+        if (bfit_device_supports_needs(d, nd, r, sizeof r)) {
+            snprintf(why, n, "%s, the first GPU, runs every op of the model in %s", bfit_device_name(d),
+                     needs_dtype(nd));
+            *out = d;
+            return BFIT_OK;
+        }
+        snprintf(gpu, sizeof gpu, "%s does not run %s", bfit_device_name(d), r);
+        bfit_device_free(d);
+        d = NULL;
+    }
+#else
+    snprintf(gpu, sizeof gpu, "this batchfit was built without CUDA");
+#endif
+    if ((rc = bfit_device_cpu_new(cfg, &d)) != BFIT_OK)
+        return rc;
+    if (!bfit_device_supports_needs(d, nd, cpu, sizeof cpu)) {
+        bfit_device_free(d);
+        return bfit_fail(BFIT_EINVAL, "--device auto: no device here runs this model: %s; the cpu does not run %s",
+                         gpu, cpu);
+    }
+    snprintf(why, n, "cpu, since %s", gpu);
+    *out = d;
+    return BFIT_OK;
 }
 
 int bfit_device_open(const char *name, const bfit_device_cfg *cpu, bfit_device **out)
@@ -284,3 +365,9 @@ int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n)
 }
 
 int bfit_device_sync(bfit_device *d) { return d->vt->sync(d); }
+
+int bfit_device_sample_get(bfit_device *d, bfit_device_sample *out)
+{
+    memset(out, 0, sizeof *out);
+    return d->vt->sample ? d->vt->sample(d, out) : BFIT_OK;
+}

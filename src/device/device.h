@@ -212,6 +212,35 @@ typedef struct bfit_device_info {
                                 unknown */
 } bfit_device_info;
 
+/* What a device says of its state now, for the run's monitor events: as
+ * a person watching `nvidia-smi dmon` or `top` would see it. Each field is
+ * set only when its BFIT_SAMPLE_ bit is in `have`. Taking one never waits
+ * for the device's queued work. */
+enum {
+    BFIT_SAMPLE_BUSY = 1,     /* busy */
+    BFIT_SAMPLE_MEM_BUSY = 2, /* mem_busy */
+    BFIT_SAMPLE_SELF = 4,     /* self_bytes */
+    BFIT_SAMPLE_OTHERS = 8,   /* others_bytes, others */
+    BFIT_SAMPLE_FREE = 16,    /* free_bytes, total_bytes */
+    BFIT_SAMPLE_THROTTLE = 32,/* throttle, throttle_text */
+    BFIT_SAMPLE_CLOCK = 64,   /* sm_mhz */
+    BFIT_SAMPLE_POWER = 128,  /* power_w, power_limit_w */
+    BFIT_SAMPLE_TEMP = 256,   /* temp_c */
+};
+typedef struct bfit_device_sample {
+    unsigned have;
+    double busy;              /* GPU: % of the last sample period a kernel ran (NVML); CPU: this process's
+                                 CPU time over wall time since the last sample, in % of all its threads */
+    double mem_busy;          /* GPU: % of the period device memory was read or written */
+    uint64_t self_bytes;      /* GPU: device memory the driver puts to this process; CPU: resident memory */
+    uint64_t others_bytes;    /* GPU: device memory of the other processes on it */
+    int others;               /* how many other processes */
+    uint64_t free_bytes, total_bytes;
+    unsigned long long throttle; /* NVML's clock-event (throttle) reasons, bits; 0: running free */
+    char throttle_text[96];   /* the reasons that slow it, in words ("power cap, thermal"); "" if none */
+    double sm_mhz, power_w, power_limit_w, temp_c;
+} bfit_device_sample;
+
 /* The host side of a group of processes (src/device/comm.c fills it from
  * MPI), as a device's collectives use it: this process's rank of size,
  * an in-place sum of host floats over the group, and a broadcast of host
@@ -250,6 +279,15 @@ typedef struct bfit_device_vt {
     int (*coll_sum)(bfit_device *d, void *state, void *buf, size_t count);
     int (*coll_bcast)(bfit_device *d, void *state, void *buf, size_t n, int root);
     void (*coll_close)(bfit_device *d, void *state);
+    /* 1 when ops of kind k on data of dtype t can be made here, else 0 with
+     * a reason in why (n bytes); asked before a model is built (--device
+     * auto). NULL: every kind in every float dtype. A backend says 0 for a
+     * kind it does not know, so op kinds added later are refused, not
+     * mis-run. */
+    int (*supports)(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n);
+    /* the device's state now, without waiting for its work (NULL: nothing
+     * to say) */
+    int (*sample)(bfit_device *d, bfit_device_sample *out);
 } bfit_device_vt;
 
 struct bfit_device {
@@ -282,6 +320,36 @@ bfit_cuda_cfg bfit_cuda_cfg_default(void);
 int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out);
 int bfit_device_cuda_new(int index, bfit_device **out);
 
+/* The (kind, dtype) pairs a model's ops take: bit t of dtypes[k] is set
+ * when an op of kind k on dtype t is made (src/nn/needs.c fills it). */
+typedef struct bfit_op_needs {
+    unsigned dtypes[BFIT_OP_COUNT];
+} bfit_op_needs;
+
+static inline void bfit_op_needs_add(bfit_op_needs *nd, bfit_op_kind k, bfit_dtype t)
+{
+    if ((unsigned)k < BFIT_OP_COUNT && (unsigned)t < BFIT_NDTYPES)
+        nd->dtypes[k] |= 1u << t;
+}
+
+/* Whether d makes ops of kind k on dtype t (1), or not (0, why filled when
+ * not NULL). */
+int bfit_device_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n);
+/* Whether d makes every op in nd (1); 0 with why naming the first it does
+ * not ("attention forward in bf16: ..."). */
+int bfit_device_supports_needs(const bfit_device *d, const bfit_op_needs *nd, char *why, size_t n);
+/* A device that runs nothing and records in *into every op made on it
+ * (which it makes as an empty op of no workspace and nothing saved): how a
+ * model's needs are found without a real device. Its memory query says
+ * nothing is free; transfers and runs fail. */
+int bfit_device_recorder_new(bfit_op_needs *into, bfit_device **out);
+/* --device auto for a model needing nd: the first GPU when one opens and
+ * makes every op in nd, else the CPU when it does; why (n bytes) says which
+ * and why, in a sentence. BFIT_EINVAL (naming what each refused) when
+ * neither does. */
+int bfit_device_open_auto(const bfit_device_cfg *cfg, const bfit_op_needs *nd, bfit_device **out, char *why,
+                          size_t n);
+
 /* Create an op for fixed shapes. Allocates no device memory. */
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out);
 /* "matmul", "attention forward", ... for messages. */
@@ -297,6 +365,8 @@ int bfit_device_copy(bfit_device *d, void *dst, const void *src, size_t n);
 int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n);
 static inline int bfit_device_zero(bfit_device *d, void *dst, size_t n) { return bfit_device_fill(d, dst, 0, n); }
 int bfit_device_sync(bfit_device *d);
+/* The device's state for the monitor (out->have 0: nothing known). */
+int bfit_device_sample_get(bfit_device *d, bfit_device_sample *out);
 void bfit_device_info_get(const bfit_device *d, bfit_device_info *out);
 
 /* Every op starts with this header so the generic functions can dispatch. */

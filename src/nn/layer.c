@@ -157,7 +157,8 @@ int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape
     return BFIT_OK;
 }
 
-static void unprepare(bfit_layer *l)
+/* The current ops go (the layer's own state first), the cache stays. */
+static void unprepare_current(bfit_layer *l)
 {
     if (l->vt->unprepare)
         l->vt->unprepare(l);
@@ -167,6 +168,67 @@ static void unprepare(bfit_layer *l)
     }
     l->prep_m = 0;
     memset(&l->need, 0, sizeof l->need);
+}
+
+static void cache_drop(bfit_layer_prep *e)
+{
+    for (int i = 0; i < BFIT_LAYER_MAXOPS; i++)
+        bfit_op_free(e->ops[i]);
+    memset(e, 0, sizeof *e);
+}
+
+/* Everything prepared goes: shapes, dtype or layer changed. */
+static void unprepare(bfit_layer *l)
+{
+    unprepare_current(l);
+    for (int i = 0; i < BFIT_LAYER_CACHE; i++)
+        cache_drop(&l->cache[i]);
+}
+
+static int cacheable(const bfit_layer *l) { return !l->vt->unprepare; }
+
+/* The current set and entry e trade places (either may be empty). */
+static void swap_current(bfit_layer *l, bfit_layer_prep *e)
+{
+    bfit_layer_prep cur = {l->prep_m, l->prep_training, l->prep_mode, {{0}}, l->need, {0}, l->tick};
+    memcpy(cur.in, l->in, sizeof cur.in);
+    memcpy(cur.ops, l->ops, sizeof cur.ops);
+    l->prep_m = e->m;
+    l->prep_training = e->training;
+    l->prep_mode = e->mode;
+    l->need = e->need;
+    memcpy(l->ops, e->ops, sizeof l->ops);
+    *e = cur;
+}
+
+/* The entry prepared for (m, training, mode) at the current input shapes
+ * (entries of other shapes are stale: a token model's length moved the
+ * current set elsewhere, src/nn/seq.c), or NULL. */
+static bfit_layer_prep *cache_find(bfit_layer *l, int m, int training)
+{
+    for (int i = 0; i < BFIT_LAYER_CACHE; i++) {
+        bfit_layer_prep *e = &l->cache[i];
+        if (e->m == m && e->training == training && e->mode == l->mode &&
+            !memcmp(e->in, l->in, sizeof e->in))
+            return e;
+    }
+    return NULL;
+}
+
+/* The current set into the cache (an empty entry, else the least recently
+ * used, dropped), leaving none current. */
+static void park(bfit_layer *l)
+{
+    bfit_layer_prep *e = &l->cache[0];
+    if (!l->prep_m || !cacheable(l)) {
+        unprepare_current(l);
+        return;
+    }
+    for (int i = 1; i < BFIT_LAYER_CACHE && e->m; i++)
+        if (!l->cache[i].m || l->cache[i].used < e->used)
+            e = &l->cache[i];
+    cache_drop(e);
+    swap_current(l, e);
 }
 
 int bfit_layer_reshape(bfit_layer *l, const bfit_shape *in, char *err, size_t errlen)
@@ -210,15 +272,21 @@ void bfit_layer_free(bfit_layer *l)
 
 int bfit_layer_prepare(bfit_layer *l, int m, int training)
 {
+    bfit_layer_prep *e;
     int rc;
     if (m < 1)
         return bfit_fail(BFIT_EINVAL, "micro-batch must be at least 1, got %d", m);
     if (l->prep_m == m && l->prep_training == training && l->prep_mode == l->mode)
         return BFIT_OK;
-    unprepare(l);
+    l->tick++;
+    if (cacheable(l) && (e = cache_find(l, m, training))) {
+        swap_current(l, e);
+        return BFIT_OK;
+    }
+    park(l);
     rc = l->vt->prepare(l, m, training, &l->need);
     if (rc != BFIT_OK) {
-        unprepare(l);
+        unprepare_current(l);
         return rc;
     }
     l->prep_m = m;
@@ -282,7 +350,7 @@ int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
         if (rc == BFIT_OK)
             rc = rc2;
     } else {
-        unprepare(l);
+        park(l); /* kept: the plan asks for the same sizes again */
     }
     return rc;
 }

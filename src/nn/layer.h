@@ -150,6 +150,20 @@ typedef struct bfit_layer_vt {
 
 #define BFIT_LAYER_MAXP 16
 #define BFIT_LAYER_MAXOPS 8
+/* Prepared op sets kept besides the current one (src/nn/layer.c): a run
+ * whose effective batch is no multiple of the micro-batch alternates two
+ * sizes, and a plan query prepares a size and returns to the old. */
+#define BFIT_LAYER_CACHE 3
+
+/* Ops prepared for (m, training, mode) at the input shapes in[]. */
+typedef struct bfit_layer_prep {
+    int m, training;                /* m 0: an empty entry */
+    bfit_bwd_mode mode;
+    bfit_shape in[BFIT_LAYER_MAXIN];
+    bfit_layer_need need;
+    bfit_op *ops[BFIT_LAYER_MAXOPS];
+    uint64_t used;                  /* when it was last current (the layer's tick) */
+} bfit_layer_prep;
 
 struct bfit_layer {
     const bfit_layer_vt *vt;
@@ -167,6 +181,11 @@ struct bfit_layer {
     bfit_bwd_mode mode, prep_mode;  /* what backward reads: chosen by the model before preparing */
     bfit_layer_need need;
     bfit_op *ops[BFIT_LAYER_MAXOPS];
+    /* other prepared sets, swapped in by bfit_layer_prepare instead of made
+     * again; only for layers whose prepared state is ops[] and need alone
+     * (no unprepare of their own) */
+    bfit_layer_prep cache[BFIT_LAYER_CACHE];
+    uint64_t tick;
 };
 
 /* Compute in dtype t (mixed precision): the output follows, but the loss's
@@ -190,7 +209,9 @@ void bfit_layer_free(bfit_layer *l);
  * shape inference again, the parameters (same shapes) kept, ops dropped.
  * On a refusal the layer is as it was. */
 int bfit_layer_reshape(bfit_layer *l, const bfit_shape *in, char *err, size_t errlen);
-/* Prepare for (m, training) unless already prepared so; need is filled. */
+/* Prepare for (m, training) unless already prepared so; need is filled.
+ * The ops prepared before are kept (BFIT_LAYER_CACHE sets, the least
+ * recently used dropped) and come back without being made again. */
 int bfit_layer_prepare(bfit_layer *l, int m, int training);
 /* Forward / backward of the prepared micro-batch. BFIT_ESTATE if a->m (or,
  * for forward, the training mode) is not what was prepared: the ops and the

@@ -48,6 +48,7 @@ static const char *mark_color(const char *kind)
 {
     return !strcmp(kind, "batch_change") ? "#d67d00" : !strcmp(kind, "memory") ? "#7b4fb0"
                                                    : !strcmp(kind, "warning")  ? "#a07800"
+                                                   : !strcmp(kind, "throttle") ? "#e0457b"
                                                                                : "#c00000";
 }
 
@@ -376,6 +377,45 @@ static void chart_gnorm(chart *c)
               "auto batch needs it", lg, 1);
 }
 
+/* The monitor's samples: how busy the device was (a GPU's utilization; the
+ * CPU's use by this process, in % of its threads). */
+static void chart_busy(chart *c)
+{
+    const rp_log *L = c->L;
+    legend lg[] = {{"#17becf", NULL, "busy: a GPU's kernel time, or this process's CPU use over its threads"}};
+    size_t n = 0;
+    for (size_t i = 0; i < L->nmon; i++)
+        if (L->mon[i].busy >= 0)
+            c->a[n++] = (pt){L->mon[i].step, L->mon[i].busy};
+    chart_begin(c, "busy", "Device busy (%)", "how busy the device was at each monitor sample");
+    y_linear(c, c->a, n, NULL, 0, 1, 1);
+    series(c, "busy", "#17becf", NULL, c->a, n);
+    if (n <= 200) /* a long run's samples are a line */
+        dots(c, "busy", "#17becf", c->a, n, "busy", 1, "%");
+    chart_end(c, n ? NULL : "no monitor events in this log (train --monitor)", lg, 1);
+}
+
+/* ... and whose memory the device held: this process's (a GPU's: what the
+ * driver puts to it, the arena and the context; the CPU's: resident) and
+ * the other processes' on a shared GPU, in GiB. */
+static void chart_shared(chart *c)
+{
+    const rp_log *L = c->L;
+    legend lg[] = {{"#9467bd", NULL, "this process"}, {"#e377c2", "5,3", "other processes (a shared GPU)"}};
+    size_t na = 0, nb = 0;
+    for (size_t i = 0; i < L->nmon; i++) {
+        if (L->mon[i].self >= 0)
+            c->a[na++] = (pt){L->mon[i].step, L->mon[i].self / 1073741824.0};
+        if (L->mon[i].others >= 0)
+            c->b[nb++] = (pt){L->mon[i].step, L->mon[i].others / 1073741824.0};
+    }
+    chart_begin(c, "shared", "Memory held on the device (GiB)", "this process's and other processes' memory");
+    y_linear(c, c->a, na, c->b, nb, 1, 1);
+    series(c, "self", "#9467bd", NULL, c->a, na);
+    series(c, "others", "#e377c2", "5,3", c->b, nb);
+    chart_end(c, na || nb ? NULL : "no monitor events in this log (train --monitor)", lg, 2);
+}
+
 static int charts(FILE *f, const rp_log *L)
 {
     chart c;
@@ -391,6 +431,10 @@ static int charts(FILE *f, const rp_log *L)
         xmax = fmax(xmax, L->ev[i].step);
     for (size_t i = 0; i < L->nmk; i++)
         xmax = fmax(xmax, L->mk[i].step);
+    for (size_t i = 0; i < L->nmon; i++)
+        xmax = fmax(xmax, L->mon[i].step);
+    if (L->nmon + 2 > most)
+        most = L->nmon + 2;
     c.x = (bfit_svg_axis){0, xmax, PL, PR};
     c.xstep = bfit_svg_nice_step(xmax, 5);
     c.a = malloc(most * sizeof *c.a);
@@ -409,6 +453,8 @@ static int charts(FILE *f, const rp_log *L)
     chart_memory(&c);
     chart_throughput(&c);
     chart_noise(&c);
+    chart_busy(&c);
+    chart_shared(&c);
     fprintf(f, "</section>\n");
     free(c.a);
     free(c.b);

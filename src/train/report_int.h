@@ -18,11 +18,17 @@ typedef struct rp_eval {
     double step, test_loss, test_acc;
 } rp_eval;
 
+/* One sample of the device ("monitor" event); a field it lacks is < 0. */
+typedef struct rp_mon {
+    double step, busy, self, others;
+} rp_mon;
+
 /* Something that happened at a step and is marked on every chart:
- * batch_change, memory, warning, error. */
+ * batch_change, memory, warning, error, and throttle (a monitor event whose
+ * clock throttling differs from the one before). */
 typedef struct rp_mark {
     double step;
-    const char *kind; /* one of the four event names (static) */
+    const char *kind; /* one of the event names above (static) */
     char *text;       /* what happened, for people */
 } rp_mark;
 
@@ -35,6 +41,9 @@ typedef struct rp_log {
     size_t nev, cev;
     rp_mark *mk;
     size_t nmk, cmk;
+    rp_mon *mon;
+    size_t nmon, cmon;
+    char throttled[128]; /* the last monitor event's throttling, to mark its changes */
     int nevents; /* lines that were events (known or not) */
 } rp_log;
 

@@ -129,6 +129,40 @@ static int add_mark(rd *r, const cJSON *o, const char *kind)
     return BFIT_OK;
 }
 
+/* monitor: a sample of the device for its charts; a change of its clock
+ * throttling is a mark (a GPU slowed down by power or heat as the batch
+ * changed shows on every chart). */
+static int add_monitor(rd *r, const cJSON *o)
+{
+    rp_log *L = r->L;
+    rp_mon m;
+    const char *thr = opt_str(o, "throttled", NULL);
+    int rc;
+    if ((rc = num(r, o, "monitor", "step", &m.step)) != BFIT_OK)
+        return rc;
+    m.busy = opt_num(o, "busy", -1);
+    m.self = opt_num(o, "self_bytes", -1);
+    m.others = opt_num(o, "others_bytes", -1);
+    if ((rc = grow((void **)&L->mon, &L->cmon, L->nmon, sizeof m)) != BFIT_OK)
+        return rc;
+    L->mon[L->nmon++] = m;
+    if (thr && strcmp(thr, L->throttled) != 0) {
+        rp_mark mk = {m.step, "throttle", NULL};
+        char text[256];
+        if (thr[0])
+            snprintf(text, sizeof text, "the device is slowed down: %s", thr);
+        else
+            snprintf(text, sizeof text, "the device is no longer slowed down");
+        snprintf(L->throttled, sizeof L->throttled, "%s", thr);
+        if ((rc = grow((void **)&L->mk, &L->cmk, L->nmk, sizeof mk)) != BFIT_OK)
+            return rc;
+        if (!(mk.text = strdup(text)))
+            return bfit_fail(BFIT_ENOMEM, "out of host memory reading the log");
+        L->mk[L->nmk++] = mk;
+    }
+    return BFIT_OK;
+}
+
 /* start, end, error: the whole event is kept (its fields are shown as they
  * are). *keep is set when o now belongs to L. */
 static int keep_event(rd *r, cJSON *o, const char *ev, int *keep)
@@ -155,6 +189,8 @@ static int add_event(rd *r, cJSON *o, int *keep)
         return add_step(r, o);
     if (!strcmp(ev, "eval"))
         return add_eval(r, o);
+    if (!strcmp(ev, "monitor"))
+        return add_monitor(r, o);
     for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++)
         if (!strcmp(ev, marks[i]) && (rc = add_mark(r, o, marks[i])) != BFIT_OK)
             return rc;
@@ -236,5 +272,6 @@ void bfit_rp_log_free(rp_log *L)
     free(L->st);
     free(L->ev);
     free(L->mk);
+    free(L->mon);
     memset(L, 0, sizeof *L);
 }

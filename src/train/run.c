@@ -28,6 +28,7 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.seed = 1;
     c.margin = 0.1;
     c.prefetch = 1;
+    c.monitor_seconds = 10;
     c.normalize = 1;
     c.progress_interval = 10;
     c.lr_rule = -1;
@@ -310,6 +311,7 @@ static int open_session(bfit_run *r)
     sc->device = c->device;
     sc->device_name = c->device_name;
     sc->conv_algo = c->conv_algo;
+    sc->precision = c->storage.precision;
     sc->host = c->host;
     sc->memory = c->memory;
     sc->threads = c->threads;
@@ -459,8 +461,9 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
 {
     const bfit_train_cfg *c = &r->cfg;
     bfit_device_info di;
-    char plan[512], model[1024], data[1024];
+    char plan[512], model[1024], data[1024], why[1100];
     bfit_device_info_get(r->s.dev, &di);
+    bfit_json_escape(r->s.device_why, why, sizeof why);
     plan_json(r, plan, sizeof plan);
     log_data_notes(r);
     /* paths may hold quotes or backslashes: the log must stay JSON */
@@ -476,7 +479,8 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
     bfit_log_event(&r->lg, "start",
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
-                   "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_overhead\":%llu,\"threads\":%d,"
+                   "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_choice\":\"%s\",\"device_overhead\":%llu,"
+                   "\"threads\":%d,"
                    "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
                    "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s},\"version\":\"%s\","
                    "\"schedule\":\"%s\",\"warmup\":%lld,\"momentum\":%g,\"nesterov\":%d,\"weight_decay\":%g,"
@@ -484,12 +488,14 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    model, data, (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
                    r->pos.d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
-                   di.name, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, c->batch_tokens,
+                   di.name, why, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, c->batch_tokens,
                    bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
                    bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan,
                    BFIT_VERSION_STRING, bfit_lr_sched_name(c->sched.kind), (long long)c->sched.warmup_steps,
                    c->opt.kind == BFIT_OPT_SGD ? c->opt.momentum : c->opt.beta1, c->opt.nesterov, c->opt.weight_decay,
                    c->clip, c->augment, c->normalize, c->options_json ? c->options_json : "{}");
+    bfit_log_say(&r->lg, "batchfit: device %s", r->s.device_why);
+    bfit_run_monitor(r, 1);
     if (c->batch_tokens)
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
                      "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "
@@ -824,6 +830,7 @@ void bfit_run_finish(bfit_run *r, int rc)
     if (rc == BFIT_OK) {
         bfit_train_result res;
         bfit_run_result_get(r, &res);
+        bfit_run_monitor(r, 1);
         bfit_log_event(&r->lg, "end",
                        "\"steps\":%lld,\"samples\":%lld,\"test_acc\":%.6f,\"train_seconds\":%.3f,\"peak\":%llu,"
                        "\"ooms\":%d,\"batch_changes\":%d",

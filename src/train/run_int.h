@@ -144,7 +144,12 @@ struct bfit_run {
     void *keep;                /* what the run's configuration points into (the public configuration's
                                   copy, src/api/train.c), freed with the run by keep_free */
     void (*keep_free)(void *keep);
+    double mon_t;              /* the monitor's last sample (real clock; 0: none yet) */
+    char mon_throttle[96];     /*   and the throttling it saw, to say when that changes */
 };
+
+/* A "monitor" event now if force or its interval has passed (monitor.c). */
+void bfit_run_monitor(bfit_run *r, int force);
 
 /* What bfit_train writes after the run, as the configuration gives them
  * once merged with a resumed checkpoint's. */

@@ -494,6 +494,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     }
     bfit_run_apply_memory_schedule(r, r->pos.step + 1);
     bfit_run_watch_device(r);
+    bfit_run_monitor(r, 0);
     if ((rc = observe(r, E, k, loss, t0, wait0, &in.seconds)) != BFIT_OK) {
         r->broken = 1;
         return rc;

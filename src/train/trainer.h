@@ -140,6 +140,10 @@ typedef struct bfit_train_cfg {
     int sample_check;          /* tests: log each epoch's count and checksum of the samples trained on
                                   (every rank's): the sum mod 2^64 of each sample's FNV-1a 64 hash of
                                   its floats' bytes, then its label's (int32, little-endian) */
+    double monitor_seconds;    /* a "monitor" event (the device's use, this and other processes' memory,
+                                  clocks and their throttling; the CPU's use and resident memory) at the
+                                  first step boundary past every this many seconds, and at the start and
+                                  end (default 10); 0: none */
 } bfit_train_cfg;
 
 /* Defaults: data fashion-mnist, E 128, auto micro-batch, 1 epoch, SGD momentum 0.9, lr 0.05,

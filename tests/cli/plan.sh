@@ -39,6 +39,7 @@ has() {
 run 0 --help && has "$out" "^Usage: batchfit plan --model PRESET\|FILE" && has "$out" "--margin F"
 run 0 --model resnet50 --memory 11GiB --optimizer sgd --batch 1,32,64 &&
     has "$out" "^batchfit plan: resnet50 \(preset\), input 3x224x224, 1000 classes, 25,557,032 parameters$" &&
+    has "$out" "^device (cpu, since .+|cuda:0, the first GPU, runs every op of the model in f32)$" &&
     has "$out" "^category +fixed +per sample +m=1 +m=32 +m=64$" &&
     has "$out" "^params +97\.70 MiB +- +97\.70 MiB +97\.70 MiB +97\.70 MiB$" &&
     has "$out" "^grads +97\.49 MiB " && has "$out" "^optimizer +97\.49 MiB " &&

@@ -1,0 +1,239 @@
+/* test_kernel_core.c - the CUDA backend's attention and embedding kernels'
+ * per-thread work (src/device/cuda_core.h), run on the host, against the
+ * CPU device's ops on the same data.
+ *
+ * Each CUDA thread of those kernels calls one function of cuda_core.h for
+ * its row, key or element and nothing else; here a loop calls the same
+ * functions for every thread's index, so the kernels' mathematics (masks,
+ * padding, lean recomputation, 16-bit rounding, offsets) is checked without
+ * a GPU. What this cannot check is the launch itself (cuda_attn.cu's grid
+ * and index mapping, a line per kernel), which test_cuda_ops checks on a GPU.
+ *
+ * Tolerances: the host work sums in another order than oneDNN's sgemm, so
+ * f32 results agree to a few ulps of f32 (1e-5 relative with a 1e-6 floor
+ * for values near zero); bf16 outputs are rounded once from such f32 values
+ * on both sides, so they may differ by one bf16 ulp (2^-8 relative). The
+ * embedding sums are in the CPU's order: equal. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "base/rand.h"
+#include "device/cuda_core.h"
+#include "tdev.h"
+
+static tdev td;
+
+static int setup(void **st)
+{
+    (void)st;
+    tdev_open(&td, 2);
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    tdev_close(&td);
+    return 0;
+}
+
+static size_t esz(bfit_dtype t) { return t == BFIT_F32 ? 4 : 2; }
+
+/* n values of dtype t uniform in [lo, hi), on both sides */
+static tbuf rand_buf(bfit_dtype t, int64_t n, float lo, float hi, uint64_t seed)
+{
+    tbuf b = tbuf_new(&td, (size_t)n * esz(t));
+    for (int64_t i = 0; i < n; i++)
+        bfit_st(b.h, t, i, lo + (hi - lo) * (float)bfit_rand_unit(seed, (uint64_t)i));
+    tbuf_up(&td, &b);
+    return b;
+}
+
+/* got (host, dtype t) against the CPU's (b, downloaded), n values */
+static void cmp(const char *what, bfit_dtype t, const void *got, tbuf *b, int64_t n, double rel, double floor_)
+{
+    tbuf_down(&td, b);
+    for (int64_t i = 0; i < n; i++) {
+        double g = bfit_ld(got, t, i), r = bfit_ld(b->h, t, i);
+        if (!(fabs(g - r) <= rel * fabs(r) + floor_))
+            fail_msg("%s: element %lld is %.9g on the host, the cpu's %.9g", what, (long long)i, g, r);
+    }
+}
+
+static void run1(bfit_op *op, bfit_op_args *a, tbuf *ws)
+{
+    a->workspace = ws->d;
+    if (bfit_op_run(op, a) != BFIT_OK)
+        fail_msg("cpu op: %s", bfit_errmsg());
+    assert_int_equal(bfit_device_sync(td.dev), BFIT_OK);
+}
+
+static tbuf op_ws(bfit_op *op) { return tbuf_new(&td, bfit_op_workspace_bytes(op) + 1); }
+
+/* ---- attention --------------------------------------------------------------------- */
+
+typedef struct acase {
+    bfit_dtype t;
+    int causal, lean, padded;
+} acase;
+
+static void attn_case(const acase *c, int64_t hs)
+{
+    const int64_t n = 2, T = 9, H = 2, C = H * hs;
+    bfit_op_desc d = {.kind = BFIT_OP_ATTN_FWD, .dtype = c->t};
+    bk_attn a = {n, T, H, hs, c->causal, c->lean, 1, (int)c->t, (float)(1.0 / sqrt((double)hs))};
+    double rel = c->t == BFIT_F32 ? 1e-5 : 1.0 / 128, fl = c->t == BFIT_F32 ? 1e-6 : 1e-3;
+    tbuf x = rand_buf(c->t, n * T * 3 * C, -2, 2, 1), dy = rand_buf(c->t, n * T * C, -1, 1, 2);
+    tbuf y = tbuf_new(&td, (size_t)(n * T * C) * esz(c->t)), dx = tbuf_new(&td, (size_t)(n * T * 3 * C) * esz(c->t));
+    tbuf lens = tbuf_new(&td, (size_t)n * sizeof(int32_t)), saved, ws;
+    bfit_op *fwd, *bwd;
+    bfit_op_args o = {0};
+    void *yh = malloc(y.bytes), *sh, *dxh = malloc(dx.bytes);
+    float *dot = malloc(sizeof(float) * (size_t)(n * H * T));
+    char what[160];
+
+    TB_I(lens)[0] = 6; /* padding after 6 tokens */
+    TB_I(lens)[1] = 9;
+    tbuf_up(&td, &lens);
+    d.u.attn = (typeof(d.u.attn)){n, T, H, hs, c->causal, c->lean, 1};
+    assert_int_equal(bfit_op_new(td.dev, &d, &fwd), BFIT_OK);
+    d.kind = BFIT_OP_ATTN_BWD;
+    assert_int_equal(bfit_op_new(td.dev, &d, &bwd), BFIT_OK);
+    saved = tbuf_new(&td, bfit_op_saved_bytes(fwd));
+    sh = calloc(1, saved.bytes);
+    snprintf(what, sizeof what, "attention %s%s%s%s", bfit_dtype_name(c->t), c->causal ? " causal" : "",
+             c->lean ? " lean" : "", c->padded ? " padded" : "");
+
+    /* forward: y and what is kept */
+    o.src = x.d, o.dst = y.d, o.saved = saved.d, o.lens = c->padded ? lens.d : NULL;
+    ws = op_ws(fwd);
+    run1(fwd, &o, &ws);
+    tbuf_free(&td, &ws);
+    for (int64_t lane = 0; lane < n * H; lane++)
+        for (int64_t i = 0; i < T; i++)
+            bk_attn_fwd_row(&a, x.h, c->padded ? TB_I(lens) : NULL, yh, sh, lane, i);
+    cmp(what, c->t, yh, &y, n * T * C, rel, fl);
+    if (c->lean)
+        cmp("attention log-sum-exp", BFIT_F32, sh, &saved, n * H * T, 1e-5, 1e-6);
+    else
+        cmp("attention probabilities", c->t, sh, &saved, n * H * T * T, rel, fl);
+
+    /* backward from the cpu's saved values */
+    memset(&o, 0, sizeof o);
+    o.src = x.d, o.diff_dst = dy.d, o.diff_src = dx.d, o.saved = saved.d, o.lens = c->padded ? lens.d : NULL;
+    ws = op_ws(bwd);
+    run1(bwd, &o, &ws);
+    tbuf_free(&td, &ws);
+    memset(dxh, 0xFF, dx.bytes); /* every element must be written */
+    for (int64_t lane = 0; lane < n * H; lane++)
+        for (int64_t i = 0; i < T; i++)
+            bk_attn_bwd_row(&a, x.h, c->padded ? TB_I(lens) : NULL, dy.h, saved.h, dxh, dot, lane, i);
+    for (int64_t lane = 0; lane < n * H; lane++)
+        for (int64_t j = 0; j < T; j++)
+            bk_attn_bwd_key(&a, x.h, c->padded ? TB_I(lens) : NULL, dy.h, saved.h, dxh, dot, lane, j);
+    strcat(what, " backward");
+    cmp(what, c->t, dxh, &dx, n * T * 3 * C, c->t == BFIT_F32 ? 1e-4 : rel, c->t == BFIT_F32 ? 1e-5 : fl);
+
+    bfit_op_free(fwd), bfit_op_free(bwd);
+    tbuf_free(&td, &x), tbuf_free(&td, &dy), tbuf_free(&td, &y), tbuf_free(&td, &dx), tbuf_free(&td, &lens);
+    tbuf_free(&td, &saved);
+    free(yh), free(sh), free(dxh), free(dot);
+}
+
+static void test_attention(void **st)
+{
+    (void)st;
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 8; k++) {
+            acase c = {t ? BFIT_BF16 : BFIT_F32, k & 1, (k >> 1) & 1, (k >> 2) & 1};
+            attn_case(&c, 5);
+            attn_case(&c, 80); /* a head of two chunks of features (BK_HS_CHUNK 64) */
+        }
+}
+
+/* ---- embeddings ------------------------------------------------------------------------- */
+
+static void embed_case(bfit_dtype t, int P, int types)
+{
+    const int64_t n = 3, T = 5, C = 7, V = 11;
+    bk_embed e = {n, T, C, V, P, types, (int)t};
+    bfit_op_desc d = {.kind = BFIT_OP_EMBED_FWD, .dtype = t};
+    tbuf ids = tbuf_new(&td, (size_t)(n * T) * sizeof(int32_t));
+    tbuf tok = rand_buf(BFIT_F32, V * C, -1, 1, 3), pos = rand_buf(BFIT_F32, (P ? P : 1) * C, -1, 1, 4);
+    tbuf typ = rand_buf(BFIT_F32, C, -1, 1, 5), dy = rand_buf(t, n * T * C, -1, 1, 6);
+    tbuf y = tbuf_new(&td, (size_t)(n * T * C) * esz(t));
+    tbuf dtok = rand_buf(BFIT_F32, V * C, -1, 1, 7), dpos = rand_buf(BFIT_F32, (P ? P : 1) * C, -1, 1, 8);
+    tbuf dtyp = rand_buf(BFIT_F32, C, -1, 1, 9);
+    float *htok = malloc(dtok.bytes), *hpos = malloc(dpos.bytes), *htyp = malloc(dtyp.bytes);
+    void *yh = malloc(y.bytes);
+    bfit_op *op;
+    bfit_op_args o = {0};
+    tbuf ws;
+
+    for (int64_t r = 0; r < n * T; r++) /* repeats: several rows into one table row */
+        TB_I(ids)[r] = (int32_t)((r * 7) % 4 + (r == 3 ? 9 : 0));
+    tbuf_up(&td, &ids);
+    memcpy(htok, dtok.h, dtok.bytes), memcpy(hpos, dpos.h, dpos.bytes), memcpy(htyp, dtyp.h, dtyp.bytes);
+    d.u.embed = (typeof(d.u.embed)){n, T, C, V, P, types};
+    assert_int_equal(bfit_op_new(td.dev, &d, &op), BFIT_OK);
+    o.src = ids.d, o.weights = tok.d, o.bias = P ? pos.d : NULL, o.shift = types ? typ.d : NULL, o.dst = y.d;
+    ws = op_ws(op);
+    run1(op, &o, &ws);
+    tbuf_free(&td, &ws);
+    for (int64_t el = 0; el < n * T * C; el++)
+        bk_embed_fwd_one(&e, TB_I(ids), tok.h, P ? pos.h : NULL, types ? typ.h : NULL, yh, el);
+    cmp("embedding forward", t, yh, &y, n * T * C, 0, 0);
+    bfit_op_free(op);
+
+    d.kind = BFIT_OP_EMBED_BWD;
+    assert_int_equal(bfit_op_new(td.dev, &d, &op), BFIT_OK);
+    memset(&o, 0, sizeof o);
+    o.src = ids.d, o.diff_dst = dy.d, o.diff_weights = dtok.d, o.diff_bias = P ? dpos.d : NULL;
+    o.diff_shift = types ? dtyp.d : NULL;
+    ws = op_ws(op);
+    run1(op, &o, &ws);
+    tbuf_free(&td, &ws);
+    /* cuda_attn.cu's split: per column, ids in chunks; positions per (t, c); the type row per c */
+    for (int64_t k = 0; k < 4; k++)
+        for (int64_t c = 0; c < C; c++)
+            bk_embed_bwd_tok(&e, TB_I(ids), dy.h, htok, c, k * 3, (k + 1) * 3);
+    for (int64_t tt = 0; P && tt < T; tt++)
+        for (int64_t c = 0; c < C; c++)
+            bk_embed_bwd_pos(&e, dy.h, hpos, tt, c);
+    for (int64_t c = 0; types && c < C; c++)
+        bk_embed_bwd_pos(&e, dy.h, htyp, -1, c);
+    cmp("embedding backward, tokens", BFIT_F32, htok, &dtok, V * C, 0, 0);
+    if (P)
+        cmp("embedding backward, positions", BFIT_F32, hpos, &dpos, P * C, 0, 0);
+    if (types)
+        cmp("embedding backward, token type", BFIT_F32, htyp, &dtyp, C, 0, 0);
+    bfit_op_free(op);
+    tbuf_free(&td, &ids), tbuf_free(&td, &tok), tbuf_free(&td, &pos), tbuf_free(&td, &typ), tbuf_free(&td, &dy);
+    tbuf_free(&td, &y), tbuf_free(&td, &dtok), tbuf_free(&td, &dpos), tbuf_free(&td, &dtyp);
+    free(htok), free(hpos), free(htyp), free(yh);
+}
+
+static void test_embedding(void **st)
+{
+    (void)st;
+    embed_case(BFIT_F32, 0, 0);
+    embed_case(BFIT_F32, 8, 1);
+    embed_case(BFIT_BF16, 5, 0);
+    embed_case(BFIT_BF16, 6, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_embedding),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
