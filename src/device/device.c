@@ -157,6 +157,11 @@ int bfit_device_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, cha
 
 int bfit_device_supports_needs(const bfit_device *d, const bfit_op_needs *nd, char *why, size_t n)
 {
+    if (nd->cpu_only && strcmp(d->vt->name, "cpu") != 0) {
+        if (why && n)
+            snprintf(why, n, "%s (only the cpu device has it yet)", nd->cpu_only);
+        return 0;
+    }
     for (int k = 0; k < BFIT_OP_COUNT; k++)
         for (int t = 0; t < BFIT_NDTYPES; t++) {
             char r[256];
@@ -297,7 +302,7 @@ const char *bfit_op_kind_name(bfit_op_kind k)
 
 /* What only the CPU device has (the layers of ONNX imports): another device
  * refuses it here, by name, rather than run an op that ignores it. */
-static const char *cpu_only(const bfit_op_desc *d)
+const char *bfit_op_cpu_only(const bfit_op_desc *d)
 {
     switch (d->kind) {
     case BFIT_OP_CONV_FWD:
@@ -328,7 +333,8 @@ int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
          desc->kind == BFIT_OP_ADAMW) && desc->dtype != BFIT_F32)
         return bfit_fail(BFIT_EINVAL, "device: parameters and their gradients are f32: an op of kind %d must be f32",
                          (int)desc->kind);
-    if ((what = cpu_only(desc)) && strcmp(d->vt->name, "cpu") != 0)
+    /* the recorder notes it in the needs, which then rule out every other device */
+    if ((what = bfit_op_cpu_only(desc)) && strcmp(d->vt->name, "cpu") != 0 && strcmp(d->vt->name, "recorder") != 0)
         return bfit_fail(BFIT_EDEVICE, "%s is not supported on %s yet (the cpu device has it): use --device cpu",
                          what, d->vt->name);
     return d->vt->op_new(d, desc, out);
