@@ -239,6 +239,25 @@ typedef int (*bfit_epoch_fn)(void *ud);
 BFIT_API int bfit_config_set_source(bfit_config *c, int which, bfit_take_fn take, bfit_epoch_fn next_epoch,
                                     bfit_epoch_fn rewind, int64_t samples, void *ud);
 
+/* Samples in the caller's memory, as a data set: which 0 trains on them
+ * (replacing "data"), 1 evaluates on them (replacing "test-data"). x holds
+ * n samples of sample_floats floats each, in the model's input layout
+ * (NCHW; sample_floats must be the size of the model's input, 784 for
+ * 1x28x28), labels n class indices from 0 (the classes are the largest +
+ * 1). Unlike bfit_config_set_source, they are treated exactly as the same
+ * samples read from a file: shuffled by the seed, normalised by the
+ * training samples' mean and standard deviation (unless "no-normalize"),
+ * augmented if asked; with training arrays and neither test arrays nor
+ * "test-data", the evaluation is on the training arrays (as for a single
+ * CSV file). Nothing is copied: the memory must stay alive and unchanged
+ * until every command given this configuration (or a copy of it) has
+ * returned and every run made from it (bfit_run_new) has been freed.
+ * x and labels NULL: back to the option. Read by train (other commands
+ * refuse them); the model must be given (its input shape). BFIT_EINVAL
+ * naming "data" or "test_data". */
+BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int32_t *labels, int64_t n,
+                                    int64_t sample_floats);
+
 /* A host allocator for the CPU device's memory blocks (Lua's lua_Alloc):
  * NULL functions mean aligned_alloc/free. */
 typedef void *(*bfit_alloc_fn)(void *ud, size_t size, size_t align);
@@ -325,6 +344,35 @@ BFIT_API int bfit_report_write(const char *log_path, const char *html_path);
 /* The checkpoint a run would resume from: file_or_dir itself, or the newest
  * in the directory. BFIT_EIO if there is none. */
 BFIT_API int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len);
+
+/* ---- reading weights ------------------------------------------------------------ */
+/* A safetensors file the library wrote (weights from "save", a checkpoint)
+ * or any other, its tensors read by name as floats: what a program needs to
+ * take the trained weights without parsing the format. */
+typedef struct bfit_tensors bfit_tensors;
+
+/* Read and check the whole file. BFIT_EIO if it cannot be read, BFIT_EFORMAT
+ * naming the file and what is wrong, BFIT_ENOMEM. */
+BFIT_API int bfit_tensors_open(const char *path, bfit_tensors **out);
+BFIT_API void bfit_tensors_free(bfit_tensors *t);
+/* Tensors in the file's order; -1 with a message for a NULL t. */
+BFIT_API int bfit_tensors_count(const bfit_tensors *t);
+/* Tensor i's name and dtype ("F32", "BF16", "I64", ...); NULL (with a
+ * message) when i is out of range. */
+BFIT_API const char *bfit_tensors_name(const bfit_tensors *t, int i);
+BFIT_API const char *bfit_tensors_dtype(const bfit_tensors *t, int i);
+/* Tensor i's dimensions into dims[0..max), returning how many it has
+ * (0 for a scalar; more than max means dims holds the first max), or
+ * BFIT_EINVAL when i is out of range. */
+BFIT_API int bfit_tensors_shape(const bfit_tensors *t, int i, int64_t *dims, int max);
+/* Its elements (1 for a scalar); -1 when i is out of range. */
+BFIT_API int64_t bfit_tensors_numel(const bfit_tensors *t, int i);
+/* Tensor i as n floats (n its element count), converted from F32, F64,
+ * BF16 or F16; BFIT_EINVAL for another n or an i out of range,
+ * BFIT_EFORMAT naming an integer tensor. */
+BFIT_API int bfit_tensors_read(const bfit_tensors *t, int i, float *out, int64_t n);
+/* A metadata value by key ("model", "normalize_mean", ...); NULL if none. */
+BFIT_API const char *bfit_tensors_meta(const bfit_tensors *t, const char *key);
 
 /* ---- a run, one optimizer step at a time ------------------------------------------ */
 /* bfit_train is this loop: new, step until done (evaluating at epoch ends),

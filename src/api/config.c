@@ -4,6 +4,7 @@
  * an allocator, a stop flag, where progress goes). */
 #include "api/config_int.h"
 #include "base/err.h"
+#include "data/data.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,8 @@ void bfit_config_free(bfit_config *c)
         free(c->str[i]);
         free(c->text[i]);
     }
+    bfit_dataset_free(c->arr_sets[0]);
+    bfit_dataset_free(c->arr_sets[1]);
     free(c);
 }
 
@@ -58,6 +61,7 @@ bfit_config *bfit_config_copy(const bfit_config *c)
     memcpy(d, c, sizeof *d);
     memset(d->str, 0, sizeof d->str);
     memset(d->text, 0, sizeof d->text);
+    memset(d->arr_sets, 0, sizeof d->arr_sets); /* the arrays' memory is the caller's; the sets are a run's */
     for (int i = 0; i < BFIT_CFG_NOPT; i++) {
         if ((c->str[i] && !(d->str[i] = strdup(c->str[i]))) || (c->text[i] && !(d->text[i] = strdup(c->text[i])))) {
             bfit_config_free(d);

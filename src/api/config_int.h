@@ -59,6 +59,13 @@ struct bfit_config {
     int ngiven;
     bfit_device *device;       /* the caller's (not owned) */
     bfit_event_fn on_event;
+    /* samples in the caller's memory (arrays.c), by which: 0 training, 1 test */
+    struct bfit_cfg_arrays {
+        const float *x;
+        const int32_t *y;
+        int64_t n, floats;     /* samples, floats per sample */
+    } arr[2];
+    bfit_dataset *arr_sets[2]; /* a run's own configuration: the data sets made of them (owned, not copied) */
 };
 
 /* One option: its name, what it takes, which commands read it, and how its
@@ -100,6 +107,13 @@ int bfit_config_find_cfg(const bfit_config *c, bfit_find_cfg *f);
 int bfit_config_given_json(const bfit_config *c, char **out);
 /* plan's options, checked (plan.c). */
 int bfit_config_plan_check(const bfit_config *c, bfit_optim_cfg *o);
+/* arrays.c: the data sets of the caller's arrays for a run (own[w] the
+ * caller frees after the run), set in t as its training and test sets;
+ * BFIT_EINVAL naming the option for arrays that disagree with the model or
+ * the other options. Nothing to do without arrays. */
+int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_dataset *own[2]);
+/* BFIT_EINVAL for arrays set for a command other than train. */
+int bfit_config_arrays_check(const bfit_config *c, unsigned cmd, const char *cmd_name);
 /* "model" is given: BFIT_EINVAL naming it otherwise, saying what it takes. */
 int bfit_config_need_model(const bfit_config *c, unsigned cmd);
 

@@ -28,6 +28,8 @@ int bfit_config_check_cmd(const bfit_config *c, unsigned cmd, const char *cmd_na
 
     if (!c)
         return bfit_fail(BFIT_EINVAL, "%s: no configuration", cmd_name);
+    if (bfit_config_arrays_check(c, cmd, cmd_name) != BFIT_OK)
+        return BFIT_EINVAL;
     for (int i = 0; i < n; i++) {
         char who[64] = "";
         if (!c->given[i] || (t[i].cmds & cmd))

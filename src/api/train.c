@@ -5,6 +5,7 @@
 #include "api/config_int.h"
 #include "api/result.h"
 #include "base/err.h"
+#include "data/data.h"
 #include "train/run_int.h"
 
 #include <stdlib.h>
@@ -40,7 +41,9 @@ int bfit_run_new(const bfit_config *c, bfit_run **out)
         free(k);
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     }
-    if ((rc = bfit_config_train_cfg(k->c, &t)) != BFIT_OK || (rc = bfit_config_given_json(k->c, &k->given)) != BFIT_OK) {
+    /* the data sets of the caller's arrays live as long as the run: its configuration holds them */
+    if ((rc = bfit_config_train_cfg(k->c, &t)) != BFIT_OK || (rc = bfit_config_given_json(k->c, &k->given)) != BFIT_OK ||
+        (rc = bfit_config_arrays_sets(k->c, &t, k->c->arr_sets)) != BFIT_OK) {
         keep_free(k);
         return rc;
     }
@@ -131,6 +134,7 @@ int bfit_train(const bfit_config *c, bfit_result **out)
     bfit_train_cfg t;
     bfit_train_result tr;
     bfit_err_state e;
+    bfit_dataset *sets[2] = {NULL, NULL};
     char *given = NULL;
     int rc;
 
@@ -138,11 +142,16 @@ int bfit_train(const bfit_config *c, bfit_result **out)
         return bfit_fail(BFIT_EINVAL, "bfit_train needs somewhere to put the result");
     *out = NULL;
 
-    if ((rc = bfit_config_train_cfg(c, &t)) != BFIT_OK || (rc = bfit_config_given_json(c, &given)) != BFIT_OK)
+    if ((rc = bfit_config_train_cfg(c, &t)) != BFIT_OK || (rc = bfit_config_given_json(c, &given)) != BFIT_OK ||
+        (rc = bfit_config_arrays_sets(c, &t, sets)) != BFIT_OK) {
+        free(given);
         return rc;
+    }
     t.options_json = given;
     rc = bfit_train_from(&t, &tr);
     free(given);
+    bfit_dataset_free(sets[0]);
+    bfit_dataset_free(sets[1]);
     bfit_err_save(&e); /* making the result must not lose the run's message */
     *out = make_result(&tr, rc == BFIT_OK);
     bfit_err_restore(&e);

@@ -104,6 +104,13 @@ int bfit_dataset_load_csv(const char *path, const bfit_data_opts *o, bfit_datase
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
                              const int32_t *y, bfit_dataset **out);
 
+/* The same without a copy: the data set reads the caller's x (count samples
+ * of shape) and y (count labels, each >= 0; the classes are the largest + 1)
+ * in place, and bfit_dataset_free leaves them alone. They must outlive the
+ * data set and not change under it. source names it in messages and logs. */
+int bfit_dataset_borrow_floats(const char *source, bfit_shape shape, int64_t count, const float *x,
+                               const int32_t *y, bfit_dataset **out);
+
 /* ---- token data (src/data/tokens.c; docs/data.md) ------------------------- */
 #define BFIT_TOKENS_MAGIC 20240520 /* llm.c's: header[0] of a token file */
 /* The `kjv` data set's text (scripts/kjv.sh); the environment's BFIT_KJV

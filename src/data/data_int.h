@@ -20,6 +20,7 @@ struct bfit_dataset {
     int64_t *starts;  /* token lines: sample i is ids[starts[i], +lens[i]), labels one further, padded */
     int32_t *lens;    /*   to seq with id 0 and label -1; NULL: fixed windows */
     char note[160];   /* what the loader decided (a CSV's header), "" if nothing */
+    int borrowed;     /* f32 and labels are the caller's (bfit_dataset_borrow_floats): not freed */
 };
 
 /* A data set with everything but the sample and label arrays, which the

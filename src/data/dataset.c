@@ -42,8 +42,10 @@ void bfit_dataset_free(bfit_dataset *d)
     if (!d)
         return;
     free(d->u8);
-    free(d->f32);
-    free(d->labels);
+    if (!d->borrowed) {
+        free(d->f32);
+        free(d->labels);
+    }
     free(d->ids);
     free(d->starts);
     free(d->lens);
@@ -113,6 +115,34 @@ int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, cons
     d->count = count;
     d->nclasses = nclasses;
     *out = d;
+    return BFIT_OK;
+}
+
+int bfit_dataset_borrow_floats(const char *source, bfit_shape shape, int64_t count, const float *x,
+                               const int32_t *y, bfit_dataset **out)
+{
+    int32_t most = -1;
+    int rc;
+
+    *out = NULL;
+    if (!x || !y || count < 1 || count > INT32_MAX || bfit_shape_numel(shape) < 1)
+        return bfit_fail(BFIT_EINVAL, "bad in-memory data set: %lld samples%s", (long long)count,
+                         x && y ? "" : ", no samples or no labels");
+    for (int64_t i = 0; i < count; i++) {
+        if (y[i] < 0)
+            return bfit_fail(BFIT_EINVAL, "label of sample %lld is %d: labels are class indices from 0",
+                             (long long)i, y[i]);
+        if (y[i] > most)
+            most = y[i];
+    }
+    if ((rc = bfit_data_alloc(source, out)) != BFIT_OK)
+        return rc;
+    (*out)->f32 = (float *)x; /* never written: the data set is read-only */
+    (*out)->labels = (int32_t *)y;
+    (*out)->borrowed = 1;
+    (*out)->shape = shape;
+    (*out)->count = count;
+    (*out)->nclasses = most + 1;
     return BFIT_OK;
 }
 

@@ -29,14 +29,15 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
     *n = 5;
     bufs[0] = bufs[1] = NULL;
     if (r->s.mean) {
-        bufs[0] = malloc(BFIT_NORM_TEXT_MAX);
-        bufs[1] = malloc(BFIT_NORM_TEXT_MAX);
+        size_t len = BFIT_NORM_TEXT_LEN(r->s.M->input.c);
+        bufs[0] = malloc(len);
+        bufs[1] = malloc(len);
         if (!bufs[0] || !bufs[1])
             rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
         if (rc == BFIT_OK)
-            rc = bfit_norm_to_text(r->s.mean, r->s.M->input.c, bufs[0], BFIT_NORM_TEXT_MAX);
+            rc = bfit_norm_to_text(r->s.mean, r->s.M->input.c, bufs[0], len);
         if (rc == BFIT_OK)
-            rc = bfit_norm_to_text(r->s.std, r->s.M->input.c, bufs[1], BFIT_NORM_TEXT_MAX);
+            rc = bfit_norm_to_text(r->s.std, r->s.M->input.c, bufs[1], len);
         vals[5] = bufs[0];
         vals[6] = bufs[1];
         *n = 7;

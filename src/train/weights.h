@@ -46,7 +46,10 @@ int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *pat
 /* Normalisation statistics travel with the weights, so evaluation applies
  * what training applied: metadata "normalize_mean" and "normalize_std", n
  * comma-separated values each. */
-#define BFIT_NORM_TEXT_MAX 4096
+/* Room for the text of n values: "%.9g" of a float is at most 15
+ * characters, with its comma 16 (a CSV file's features are channels, so n
+ * may be thousands). */
+#define BFIT_NORM_TEXT_LEN(n) ((size_t)(n) * 16 + 1)
 int bfit_norm_to_text(const float *v, int n, char *buf, size_t len);
 /* Read them from a weights file: *found 0 if the file has none (trained
  * with --no-normalize); BFIT_EFORMAT if present but not n numbers. */

@@ -1,0 +1,272 @@
+"""The calls: each a thin wrapper of one library call, its keyword arguments
+the command line's options (docs/python.md)."""
+import os
+import shutil
+import tempfile
+
+from . import _errors, _run
+from ._config import Config, OPTIONS
+from ._lib import ffi, lib, text
+from ._results import Find, Plan, Result, Training, take
+
+
+def version():
+    """The library's version ("0.3.0")."""
+    return text(lib.bfit_version())
+
+
+def options():
+    """Every option: {name: (what it takes, the commands that read it)};
+    '' takes nothing (a flag: give True)."""
+    return dict(OPTIONS)
+
+
+def parse_size(s):
+    """"512MiB", "1.5GiB", "8GB" in bytes."""
+    if not isinstance(s, str):
+        raise _errors.ArgumentTypeError(f"parse_size: give text such as '8GiB', not {type(s).__name__}")
+    out = ffi.new("uint64_t *")
+    _errors.check(lib.bfit_parse_size(s.encode(), out))
+    return int(out[0])
+
+
+def format_size(n):
+    """Bytes for people: "1.50 GiB"."""
+    import numbers
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise _errors.ArgumentTypeError(f"format_size: give a whole number of bytes, not {type(n).__name__}")
+    if not 0 <= n < 2**64:
+        raise _errors.InvalidArgumentError(f"format_size: {n} bytes is out of range: expected 0 to 2^64-1")
+    buf = ffi.new("char[]", 32)
+    return text(lib.bfit_format_size(int(n), buf, len(buf)))
+
+
+def _model(model):
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if not isinstance(model, str):
+        hint = " (an nn.Module goes through batchfit.torch)" if hasattr(model, "state_dict") else ""
+        raise _errors.ArgumentTypeError(f"model: give a preset name, a spec file or an ONNX file, not "
+                                        f"{type(model).__name__}{hint}", "model", _errors.EINVAL)
+    return model
+
+
+def _finish(rc, r, state, result_cls, **extra):
+    """The result of a command, or its exception (with the result, where
+    the command got far enough to make one)."""
+    res = result_cls(*take(r), **extra) if r != ffi.NULL else None
+    if rc != _errors.OK:
+        raise _errors.make(rc, state.get("msg", ""), state.get("field", ""), res)
+    return res
+
+
+def _direct(command, cfg, result_cls):
+    """A call that runs to its end in this thread (the GIL released meanwhile)."""
+    out = ffi.new("bfit_result **")
+    rc = getattr(lib, "bfit_" + command)(cfg.c, out)
+    state = {}
+    if rc != _errors.OK:
+        state = {"msg": text(lib.bfit_errmsg()) or text(lib.bfit_strerror(rc)), "field": text(lib.bfit_errfield())}
+    return _finish(rc, out[0], state, result_cls)
+
+
+def plan(model, **options):
+    """The memory of a training step of `model` (a preset, a spec file or an
+    ONNX file) per category, the peak at the `batch` sizes asked for
+    (batch=[1, 32, 64]), and the largest batch that fits `memory`
+    ("11GiB"); with ways=True the ways to a larger batch. Options are
+    `batchfit plan`'s. Raises OutOfMemoryError (with .result, the Plan)
+    when a batch asked for, or the model, does not fit."""
+    cfg = Config(model=_model(model), **options)
+    return _direct("plan", cfg, Plan)
+
+
+def find(model, progress=False, **options):
+    """The largest batch that fits (planned, confirmed by real steps) and the
+    fastest (measured), with the ladder of sizes measured. Options are
+    `batchfit find`'s (memory, data, limit, ...)."""
+    cfg = Config(model=_model(model), **options)
+    p = _run.progress_stream(cfg, progress)
+    try:
+        return _direct("find", cfg, Find)
+    finally:
+        if p:
+            p.close()
+
+
+def evaluate(model, weights, progress=False, **options):
+    """Test accuracy and loss of saved `weights` (a safetensors file) of
+    `model` on the test data (data, eval_samples, ...)."""
+    cfg = Config(model=_model(model), weights=weights, **options)
+    p = _run.progress_stream(cfg, progress)
+    try:
+        return _direct("evaluate", cfg, Result)
+    finally:
+        if p:
+            p.close()
+
+
+def _path(name, p):
+    """A path argument as bytes for the library."""
+    if isinstance(p, (str, bytes, os.PathLike)):
+        p = os.fsencode(p)
+        if b"\0" not in p:
+            return p
+        raise _errors.InvalidArgumentError(f"{name}: the path holds a NUL character", name, _errors.EINVAL)
+    raise _errors.ArgumentTypeError(f"{name}: give a path, not {type(p).__name__}", name, _errors.EINVAL)
+
+
+def report(log, html):
+    """The run report: one self-contained HTML file from a run's JSON-lines
+    event log (train's `log` option). Returns the path written."""
+    _errors.check(lib.bfit_report_write(_path("log", log), _path("html", html)))
+    return os.fsdecode(html)
+
+
+def read_weights(path):
+    """A safetensors file's tensors (weights from `save`, a checkpoint) as
+    {name: numpy float32 array}."""
+    return _read_tensors(path)[0]
+
+
+def _read_tensors(path):
+    """The floating tensors of a safetensors file, and its normalisation
+    statistics ({"mean": [...], "std": [...]}, or None)."""
+    import numpy as np
+
+    tp = ffi.new("bfit_tensors **")
+    _errors.check(lib.bfit_tensors_open(_path("path", path), tp))
+    t = ffi.gc(tp[0], lib.bfit_tensors_free)
+    out = {}
+    dims = ffi.new("int64_t[8]")
+    for i in range(lib.bfit_tensors_count(t)):
+        name = text(lib.bfit_tensors_name(t, i))
+        dtype = text(lib.bfit_tensors_dtype(t, i))
+        if dtype not in ("F32", "F64", "BF16", "F16"):
+            continue  # counters and the like: not weights
+        nd = lib.bfit_tensors_shape(t, i, dims, 8)
+        if nd < 0 or nd > 8:
+            raise _errors.FormatError(f"{path}: tensor {name} has {nd} dimensions")
+        a = np.empty([dims[k] for k in range(nd)], dtype=np.float32)
+        _errors.check(lib.bfit_tensors_read(t, i, ffi.cast("float *", a.ctypes.data), a.size))
+        out[name] = a
+    mean, std = (text(lib.bfit_tensors_meta(t, k)) for k in (b"normalize_mean", b"normalize_std"))
+    norm = {"mean": [float(v) for v in mean.split(",")], "std": [float(v) for v in std.split(",")]} \
+        if mean and std else None
+    return out, norm
+
+
+def _set_data(cfg, which, data):
+    """data (which 0) or test_data (1): a name or path, or arrays (x, y)."""
+    field = "test_data" if which else "data"
+    if data is None:
+        return
+    if isinstance(data, (str, os.PathLike)):
+        cfg.set(field, data)
+        return
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise _errors.ArgumentTypeError(f"{field}: give a data set name, a path, or arrays (x, y), not "
+                                        f"{type(data).__name__}", field, _errors.EINVAL)
+    import numpy as np
+
+    try:
+        x = np.ascontiguousarray(data[0], dtype=np.float32)  # no copy when it is float32 already
+        y = np.asarray(data[1])
+    except (TypeError, ValueError) as e:
+        raise _errors.ArgumentTypeError(f"{field}: the arrays (x, y) must be numeric: {e}", field,
+                                        _errors.EINVAL) from None
+    if y.dtype.kind not in "iufcb":
+        raise _errors.ArgumentTypeError(f"{field}: labels y must be integers (class indices), not {y.dtype}", field,
+                                        _errors.EINVAL)
+    if y.dtype.kind not in "iub":
+        raise _errors.InvalidArgumentError(f"{field}: labels y must be integers (class indices), not {y.dtype}",
+                                           field, _errors.EINVAL)
+    if x.ndim < 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
+        raise _errors.InvalidArgumentError(f"{field}: x must hold n samples (shape (n, ...)) and y their n labels "
+                                           f"(shape (n,)); got x {x.shape}, y {y.shape}", field, _errors.EINVAL)
+    if y.size and (y.min() < 0 or y.max() > 2**31 - 1):
+        raise _errors.InvalidArgumentError(f"{field}: labels are class indices from 0; got {y.min()} to "
+                                           f"{y.max()}", field, _errors.EINVAL)
+    y = np.ascontiguousarray(y, dtype=np.int32)
+    n = x.shape[0]
+    xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", y)
+    cfg.keep += [x, y, xp, yp]  # the library reads them in place until the run ends
+    _errors.check(lib.bfit_config_set_arrays(cfg.c, which, xp, yp, n, x.size // n))
+
+
+def train(model, data=None, *, test_data=None, on_event=None, progress=False, weights=True, keep_events=True,
+          **options):
+    """Train `model` (a preset, a spec file or an ONNX file) on `data`: a data
+    set name ("fashion-mnist", the default), a path, or NumPy arrays (x, y)
+    read in place (x float32 samples in the model's input layout, y integer
+    labels), shuffled and normalised exactly as a file of them would be.
+    Options are `batchfit train`'s (batch="auto", epochs, lr, seed,
+    checkpoint, log, save, ...). on_event gets each event of the run's log
+    as a dict (start, step, batch_change with its reason, eval, memory,
+    end, ...), in order. progress=True prints the library's progress lines.
+    Returns a Training result with the weights as {name: numpy array}
+    (weights=False: not read) and every event (keep_events=False: none
+    kept, for very long runs). Ctrl-C stops the run at the next step
+    boundary, writes the checkpoint asked for, and raises
+    batchfit.Interrupted (a KeyboardInterrupt)."""
+    cfg = Config(model=_model(model), **options)
+    _set_data(cfg, 0, data)
+    _set_data(cfg, 1, test_data)
+    tmp = _weights_path(cfg, options, weights)
+    p = _run.progress_stream(cfg, progress)
+    try:
+        rc, r, state, ev, interrupted = _run.call(cfg, "train", on_event, stoppable=True, keep_events=keep_events)
+        if p:
+            p.close()
+            p = None
+        res = Training(*take(r), events=ev.events) if r != ffi.NULL else None
+        if ev.error is not None:
+            raise ev.error
+        if rc == _errors.ESTOPPED and interrupted:
+            raise _errors.Interrupted(_stopped_message(res), res)
+        if rc != _errors.OK:
+            raise _errors.make(rc, state.get("msg", ""), state.get("field", ""), res)
+        if weights:
+            res.weights, res.normalization = _read_tensors(cfg.get("save"))
+        return res
+    finally:
+        if p:
+            p.close()
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _weights_path(cfg, options, weights):
+    """Where the weights come back through when `save` is not given: a run
+    with checkpoints keeps them beside its checkpoints (DIR/weights.safetensors),
+    since a checkpoint records the path and its run, resumed later, writes
+    there; other runs use a temporary directory, returned to be removed."""
+    if options.get("save") is not None:
+        return None
+    if options.get("checkpoint") is not None:
+        ck = os.fspath(options["checkpoint"])
+        try:
+            os.makedirs(ck, exist_ok=True)  # the library checks the save path's directory before it makes DIR
+        except (OSError, ValueError):
+            pass  # the library says what is wrong with the path
+        cfg.set("save", os.path.join(ck, "weights.safetensors"))
+        return None
+    if options.get("resume") is not None:  # the checkpoint's run may have recorded a path: say where, afresh
+        found = ffi.new("char[]", 4096)
+        _errors.check(lib.bfit_checkpoint_find(_path("resume", options["resume"]), found, len(found)))
+        cfg.set("save", os.path.join(os.path.dirname(text(found)), "weights.safetensors"))
+        return None
+    if not weights:
+        return None
+    tmp = tempfile.mkdtemp(prefix="batchfit-")
+    cfg.set("save", os.path.join(tmp, "weights.safetensors"))
+    return tmp
+
+
+def _stopped_message(res):
+    steps = res.steps if res else "?"
+    ck = res.checkpoint if res else None
+    if ck:
+        return (f"batchfit: stopped by Ctrl-C at step {steps}; the run's state is in {ck}: resume with "
+                f"train(..., resume={os.path.dirname(ck)!r})")
+    return f"batchfit: stopped by Ctrl-C at step {steps}; no checkpoint was written (give checkpoint=DIR to resume)"

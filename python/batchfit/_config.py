@@ -1,0 +1,104 @@
+"""A library configuration (bfit_config) from keyword arguments named as the
+command line's options: `micro_batch=16` is --micro-batch 16, a list
+`batch=[1, 32, 64]` is "1,32,64", `augment=True` sets a flag (False leaves
+it unset: every flag is off by default), None leaves an option at the
+library's default, and an int for a size (`memory=2**30`) is bytes. The
+library parses and checks every value as the command line's are, so the
+messages (and did-you-mean for a misspelt name) are the command's."""
+import numbers
+import os
+
+from . import _errors
+from ._lib import ffi, lib, text
+
+
+def _options():
+    """name ('_'-spelt) -> what it takes ("" for a flag, "SIZE", "N", ...)."""
+    out, i = {}, 0
+    takes, cmds = ffi.new("const char **"), ffi.new("const char **")
+    while True:
+        name = lib.bfit_config_option(i, takes, cmds)
+        if name == ffi.NULL:
+            return out
+        out[text(name).replace("-", "_")] = (text(takes[0]), text(cmds[0]))
+        i += 1
+
+
+OPTIONS = _options()
+
+
+def _bad_type(name, value, takes):
+    what = f"a flag (True or False)" if takes == "" else (takes or "text")
+    return _errors.ArgumentTypeError(f"{name}: cannot take {type(value).__name__} {value!r}: it takes {what}",
+                                     name, _errors.EINVAL)
+
+
+def _item(name, v, takes):
+    """One value (or list item) as the text the command line would give."""
+    if isinstance(v, bool):
+        raise _bad_type(name, v, takes)
+    if isinstance(v, numbers.Integral):
+        return f"{int(v)}B" if takes == "SIZE" else str(int(v))
+    if isinstance(v, numbers.Real):
+        return repr(float(v))  # the shortest text that reads back as the same double
+    if isinstance(v, os.PathLike):
+        v = os.fspath(v)
+    if isinstance(v, bytes):
+        v = os.fsdecode(v)
+    if isinstance(v, str):
+        if "\0" in v:
+            raise _errors.InvalidArgumentError(f"{name}: the text holds a NUL character", name, _errors.EINVAL)
+        return v
+    raise _bad_type(name, v, takes)
+
+
+def option_text(name, value):
+    """The text for option `name` ('_'-spelt), or None to leave it unset."""
+    takes = OPTIONS.get(name, ("?", ""))[0]
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        if takes == "?":  # an unknown name: the library says so, with the closest one
+            return ""
+        if takes == "":  # a flag
+            return "" if value else None
+        raise _bad_type(name, value, takes)
+    if isinstance(value, (list, tuple, range)):
+        if not len(value):
+            raise _errors.InvalidArgumentError(f"{name}: an empty list: give at least one value", name,
+                                               _errors.EINVAL)
+        return ",".join(_item(name, v, takes) for v in value)
+    if hasattr(value, "ndim") and getattr(value, "ndim", 0) == 1 and hasattr(value, "tolist"):  # a NumPy vector
+        return option_text(name, value.tolist())
+    return _item(name, value, takes)
+
+
+class Config:
+    """A bfit_config owned by Python; `keep` holds what the library points into
+    (arrays, callbacks, the stop flag) for as long as the configuration lives."""
+
+    def __init__(self, **options):
+        p = lib.bfit_config_new()
+        if p == ffi.NULL:
+            raise _errors.last(_errors.ENOMEM)
+        self.c = ffi.gc(p, lib.bfit_config_free)
+        self.keep = []
+        for name, value in options.items():
+            self.set(name, value)
+
+    def set(self, name, value):
+        if not isinstance(name, str):
+            raise _errors.ArgumentTypeError(f"option names are text, not {type(name).__name__}", "", _errors.EINVAL)
+        if "\0" in name:
+            raise _errors.InvalidArgumentError("an option name holds a NUL character", "", _errors.EINVAL)
+        if name.replace("-", "_") not in OPTIONS:  # the library's message, with the closest name
+            _errors.check(lib.bfit_config_set(self.c, name.encode("utf-8", "surrogateescape"), b""))
+        t = option_text(name.replace("-", "_"), value)
+        if t is None:
+            return
+        _errors.check(lib.bfit_config_set(self.c, name.encode(), t.encode("utf-8", "surrogateescape")))
+
+    def get(self, name):
+        buf = ffi.new("char[]", 4096)
+        _errors.check(lib.bfit_config_get(self.c, name.encode(), buf, len(buf)))
+        return text(buf)

@@ -1,0 +1,181 @@
+"""batchfit.torch: a PyTorch nn.Module in and out.
+
+    import batchfit.torch
+    p = batchfit.torch.plan(model, torch.zeros(1, 3, 224, 224), memory="11GiB", batch=[32, 64])
+    model = batchfit.torch.train(model, data="fashion-mnist", batch="auto", epochs=1)
+    model.batchfit_result.test_accuracy
+
+The module is exported to ONNX in a temporary file (opset 17, in training
+mode where the export allows it, the batch dimension dynamic) and that file
+is what batchfit plans and trains (docs/onnx.md says which operators it
+reads). After training, the weights come back into the module with
+load_state_dict: ONNX keeps parameters (and batch norms' running
+statistics) under their state_dict names, and so do the weights batchfit
+writes.
+
+What the plan means: the device memory batchfit needs to train this model
+(its own layers, workspaces and optimizer state), not what PyTorch would
+use to train it.
+
+batchfit standardises the inputs by the training data's per-channel mean
+and standard deviation (unless no_normalize=True): to use the trained
+module in PyTorch as batchfit evaluated it, feed it inputs standardised
+the same way (result.normalization holds the figures).
+"""
+import os
+import shutil
+import tempfile
+import warnings
+
+import torch as _torch
+
+from . import _api, _errors
+from ._lib import LIBRARY_PATH
+
+OPSET = 17
+_ONNX_MISSING = "a model spec is plain text"  # what a library without the ONNX import says of an .onnx file
+
+
+def export(module, example_input, path, training=True):
+    """Write `module` as an ONNX file at `path`: opset 17, the first dimension
+    of the input (and output) dynamic, the parameters as initializers under
+    their state_dict names. training=True exports in training mode (batch
+    norm with batch statistics, dropout active), falling back to the
+    module's own mode, with a warning, where the export cannot. Returns path."""
+    if not isinstance(module, _torch.nn.Module):
+        raise _errors.ArgumentTypeError(f"module: give a torch.nn.Module, not {type(module).__name__}", "model",
+                                        _errors.EINVAL)
+    if not isinstance(example_input, _torch.Tensor):
+        raise _errors.ArgumentTypeError(f"example_input: give a tensor of one or more samples "
+                                        f"(torch.zeros(1, 1, 28, 28)), not {type(example_input).__name__}",
+                                        "example_input", _errors.EINVAL)
+    kw = dict(opset_version=OPSET, do_constant_folding=False, input_names=["input"], output_names=["logits"],
+              dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    modes = [_torch.onnx.TrainingMode.TRAINING, _torch.onnx.TrainingMode.PRESERVE] if training else \
+        [_torch.onnx.TrainingMode.PRESERVE]
+    if example_input.dim() >= 1 and example_input.shape[0] == 1:
+        # two samples: batch norm in training mode wants more than one value per channel
+        example_input = _torch.cat([example_input, example_input])
+    was = module.training
+    try:
+        for i, mode in enumerate(modes):
+            try:
+                with warnings.catch_warnings():  # the tracer's notes on the module's Python, not the user's concern
+                    warnings.simplefilter("ignore", _torch.jit.TracerWarning)
+                    warnings.filterwarnings("ignore", message="ONNX Preprocess - Removing mutation")
+                    _torch.onnx.export(module, (example_input,), os.fspath(path), training=mode, **kw)
+                break
+            except Exception as e:  # torch's exporter raises many kinds
+                if i + 1 == len(modes):
+                    raise _errors.InvalidArgumentError(f"model: PyTorch could not export the module to ONNX: {e}",
+                                                       "model", _errors.EINVAL) from e
+                warnings.warn(f"batchfit.torch: the module does not export in training mode ({e}); exporting it "
+                              f"in its own mode", stacklevel=3)
+    finally:
+        module.train(was)
+    return os.fspath(path)
+
+
+def _device_of(module):
+    for p in module.parameters():
+        return p.device
+    return _torch.device("cpu")
+
+
+class _Exported:
+    """The module exported into a temporary directory, removed afterwards."""
+
+    def __init__(self, module, example_input):
+        self.dir = tempfile.mkdtemp(prefix="batchfit-torch-")
+        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in type(module).__name__) or "module"
+        self.path = os.path.join(self.dir, name + ".onnx")
+        try:
+            export(module, example_input.to(_device_of(module)), self.path)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _onnx_missing(e):
+    if isinstance(e, _errors.Error) and _ONNX_MISSING in str(e):
+        raise _errors.InvalidArgumentError(
+            f"model: this libbatchfit ({_api.version()} at {LIBRARY_PATH}) cannot read ONNX models: it was built "
+            f"without the ONNX import (--model FILE.onnx); its message: {e}", "model", _errors.EINVAL) from e
+
+
+def plan(module, example_input, **options):
+    """batchfit.plan of the module (exported to ONNX with example_input, a
+    tensor of one or more samples): the memory batchfit needs to train it."""
+    with _Exported(module, example_input) as ex:
+        try:
+            return _api.plan(ex.path, **options)
+        except _errors.Error as e:
+            _onnx_missing(e)
+            raise
+
+
+def find(module, example_input, **options):
+    """batchfit.find of the module (exported to ONNX with example_input)."""
+    with _Exported(module, example_input) as ex:
+        try:
+            return _api.find(ex.path, **options)
+        except _errors.Error as e:
+            _onnx_missing(e)
+            raise
+
+
+def _example_for(data, example_input):
+    """A tensor of one sample: given, from the arrays' shape, or Fashion-MNIST's."""
+    if example_input is not None:
+        return example_input
+    if isinstance(data, (tuple, list)) and len(data) == 2 and hasattr(data[0], "shape"):
+        return _torch.zeros((1,) + tuple(data[0].shape[1:]))
+    if data is None or data == "fashion-mnist":
+        return _torch.zeros(1, 1, 28, 28)
+    raise _errors.InvalidArgumentError("example_input: give a tensor of one sample (torch.zeros(1, C, H, W)) for "
+                                       f"data {data!r}: the export needs the input's shape", "example_input",
+                                       _errors.EINVAL)
+
+
+def load_weights(module, weights):
+    """Load {state_dict name: array} into the module (load_state_dict), the
+    state_dict's other entries (num_batches_tracked) kept; returns the
+    parameters the weights did not hold."""
+    state = module.state_dict()
+    for name, w in weights.items():
+        if name in state:
+            t = state[name]
+            state[name] = _torch.from_numpy(w).reshape(t.shape).to(device=t.device, dtype=t.dtype)
+    module.load_state_dict(state)
+    return [n for n, p in module.named_parameters() if n not in weights]
+
+
+def train(module, data=None, example_input=None, **options):
+    """Train the module with batchfit (batchfit.train's arguments: data, batch,
+    epochs, on_event, ...) and load the trained weights back into it.
+    Returns the module, trained in place; module.batchfit_result is the
+    Training result (test_accuracy, events, weights, normalization).
+    example_input (one sample) is needed only for data that is neither
+    arrays nor Fashion-MNIST. A Ctrl-C leaves the module as it was."""
+    options.pop("weights", None)
+    with _Exported(module, _example_for(data, example_input)) as ex:
+        try:
+            res = _api.train(ex.path, data=data, **options)
+        except _errors.Error as e:
+            _onnx_missing(e)
+            raise
+    untouched = load_weights(module, res.weights)
+    if untouched:
+        warnings.warn(f"batchfit.torch: {len(untouched)} parameter(s) were not in batchfit's weights and keep their "
+                      f"values: {', '.join(untouched[:5])}", stacklevel=2)
+    module.batchfit_result = res
+    return module

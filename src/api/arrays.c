@@ -1,0 +1,124 @@
+/* arrays.c - samples in the caller's memory as data sets
+ * (bfit_config_set_arrays): read in place, and shuffled, normalised,
+ * augmented and evaluated exactly as the same samples read from a file,
+ * so a program (the Python package's NumPy arrays) trains to the same
+ * weights as the command line on that file. */
+#include "api/config_int.h"
+#include "base/err.h"
+#include "data/data.h"
+#include "nn/zoo.h"
+
+#include <string.h>
+
+static const char *const which_field[2] = {"data", "test_data"};
+
+int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int32_t *labels, int64_t n,
+                           int64_t sample_floats)
+{
+    if (!c || (which != 0 && which != 1))
+        return bfit_fail(BFIT_EINVAL, "bfit_config_set_arrays: which is 0 (training) or 1 (test)");
+    if (!x && !labels) { /* back to the "data" (or "test-data") option */
+        memset(&c->arr[which], 0, sizeof c->arr[which]);
+        return BFIT_OK;
+    }
+    if (!x || !labels)
+        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: give both the samples and the labels");
+    if (n < 1 || n > INT32_MAX)
+        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: %lld samples is out of range: expected 1 "
+                               "to %d", (long long)n, INT32_MAX);
+    if (sample_floats < 1)
+        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: %lld floats per sample: expected the size "
+                               "of the model's input (784 for 1x28x28)", (long long)sample_floats);
+    c->arr[which] = (struct bfit_cfg_arrays){.x = x, .y = labels, .n = n, .floats = sample_floats};
+    return BFIT_OK;
+}
+
+int bfit_config_arrays_check(const bfit_config *c, unsigned cmd, const char *cmd_name)
+{
+    for (int w = 0; w < 2; w++)
+        if (c->arr[w].x && cmd != CMD_TRAIN)
+            return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s does not read arrays (bfit_config_set_arrays "
+                                   "is for train): give a data set by name or path", cmd_name);
+    return BFIT_OK;
+}
+
+/* The arrays against the other options: one source of samples each. */
+static int arrays_agree(const bfit_config *c)
+{
+    int i;
+    for (int w = 0; w < 2; w++) {
+        if (!c->arr[w].x)
+            continue;
+        if (bfit_opt_find(w ? "test-data" : "data", &i) && c->given[i])
+            return bfit_fail_field(BFIT_EINVAL, which_field[w], "is given and so are %s arrays: give one of them",
+                                   w ? "test" : "training");
+        if (w ? c->t.test_source : c->t.train_source)
+            return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s samples come from arrays and from a source "
+                                   "(bfit_config_set_source): give one of them", w ? "test" : "training");
+    }
+    if (!c->t.model)
+        return bfit_fail_field(BFIT_EINVAL, "model", "is required with arrays (they take the shape of its input), "
+                               "also to resume");
+    return BFIT_OK;
+}
+
+/* The model's input shape, from its source. */
+static int input_shape(const bfit_config *c, bfit_shape *shape)
+{
+    bfit_graph_desc g;
+    int rc = bfit_model_source_load(c->t.model, &g), tokens;
+    if (rc != BFIT_OK)
+        return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
+    *shape = g.input;
+    tokens = g.input_dtype == BFIT_I32;
+    bfit_graph_fini(&g);
+    if (tokens)
+        return bfit_fail_field(BFIT_EINVAL, which_field[c->arr[0].x ? 0 : 1], "arrays hold float samples, but %s "
+                               "takes token ids: give its token data as a file", c->t.model);
+    return BFIT_OK;
+}
+
+int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_dataset *own[2])
+{
+    static const char *const names[2] = {"(arrays)", "(test arrays)"};
+    bfit_shape shape;
+    char sh[48];
+    int rc;
+
+    own[0] = own[1] = NULL;
+    if (!c->arr[0].x && !c->arr[1].x)
+        return BFIT_OK;
+    if ((rc = arrays_agree(c)) != BFIT_OK || (rc = input_shape(c, &shape)) != BFIT_OK)
+        return rc;
+    for (int w = 0; w < 2; w++) {
+        const struct bfit_cfg_arrays *a = &c->arr[w];
+        if (!a->x)
+            continue;
+        if (a->floats != bfit_shape_numel(shape)) {
+            rc = bfit_fail_field(BFIT_EINVAL, which_field[w], "%s takes samples of %s (%lld floats) but the %s "
+                                 "arrays hold %lld floats per sample", c->t.model, bfit_shape_str(shape, sh, sizeof sh),
+                                 (long long)bfit_shape_numel(shape), w ? "test" : "training", (long long)a->floats);
+            break;
+        }
+        if ((rc = bfit_dataset_borrow_floats(names[w], shape, a->n, a->x, a->y, &own[w])) != BFIT_OK) {
+            rc = bfit_fail_field(rc, which_field[w], "%s", bfit_errmsg());
+            break;
+        }
+    }
+    if (rc != BFIT_OK) {
+        bfit_dataset_free(own[0]);
+        bfit_dataset_free(own[1]);
+        own[0] = own[1] = NULL;
+        return rc;
+    }
+    if (own[0]) {
+        t->train_set = own[0];
+        t->data = names[0];
+        /* no test arrays and no test data: as a single file, evaluated on itself */
+        if (!own[1] && !c->t.test_data)
+            t->test_set = own[0];
+    }
+    if (own[1])
+        t->test_set = own[1];
+    return BFIT_OK;
+}

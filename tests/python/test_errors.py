@@ -1,0 +1,127 @@
+"""Bad arguments raise batchfit.Error with the library's message and the
+option it names, of the kind Python code expects (ValueError,
+FileNotFoundError, MemoryError, TypeError); a few hundred calls with
+hostile arguments of random types and values raise only those, and the
+interpreter survives them."""
+import os
+import pickle
+import random
+
+import batchfit
+import numpy as np
+import pytest
+
+from conftest import toy_data
+
+
+def raises(kind, fn, field=None, match=None):
+    with pytest.raises(kind) as e:
+        fn()
+    assert isinstance(e.value, batchfit.Error), type(e.value)
+    if field is not None:
+        assert e.value.field == field, (e.value.field, str(e.value))
+    if match is not None:
+        assert match in str(e.value), str(e.value)
+    return e.value
+
+
+def test_kinds(small_spec, tmp_path):
+    e = raises(ValueError, lambda: batchfit.plan("mlp", epoch=3), "", "did you mean 'epochs'")
+    assert isinstance(e, batchfit.InvalidArgumentError) and e.code == -2
+    raises(ValueError, lambda: batchfit.plan("mlp", memory="10"), "memory", "has no unit")
+    raises(ValueError, lambda: batchfit.plan("mlp", epochs=3), "epochs", "plan does not read this option")
+    raises(ValueError, lambda: batchfit.train("mlp", lr=float("nan")), "lr", "not a finite number")
+    raises(ValueError, lambda: batchfit.plan("no-such-preset"), "model")
+    raises(FileNotFoundError, lambda: batchfit.plan(tmp_path / "none.cfg"), "model", "no such file")
+    raises(FileNotFoundError, lambda: batchfit.train(small_spec, data=str(tmp_path / "none.csv")), None, "not found")
+    raises(FileNotFoundError, lambda: batchfit.report(tmp_path / "none.jsonl", tmp_path / "r.html"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"event":"start","time":1}\nnot json\n')
+    raises(batchfit.FormatError, lambda: batchfit.report(bad, tmp_path / "r.html"), None, "bad.jsonl:2:")
+    assert not (tmp_path / "r.html").exists()
+    raises(batchfit.FormatError, lambda: batchfit.read_weights(bad))
+    e = raises(MemoryError, lambda: batchfit.plan("resnet50", memory="100MiB"), None, "exceeds the memory by")
+    assert isinstance(e, batchfit.OutOfMemoryError) and e.result is not None and e.result.fits is False
+    raises(TypeError, lambda: batchfit.plan("mlp", batch={"a": 1}), "batch", "cannot take dict")
+    raises(TypeError, lambda: batchfit.plan("mlp", memory=True), "memory")
+    raises(TypeError, lambda: batchfit.plan(object()), "model")
+    raises(ValueError, lambda: batchfit.plan("mlp", batch=[]), "batch", "an empty list")
+    raises(ValueError, lambda: batchfit.plan("mlp", memory="1\0GiB"), "memory", "NUL")
+    e = pickle.loads(pickle.dumps(batchfit.InvalidArgumentError("x: bad", "x", -2)))
+    assert (type(e), e.field, str(e)) == (batchfit.InvalidArgumentError, "x", "x: bad")
+
+
+def test_arrays_refused(small_spec):
+    x, y = toy_data(64)
+    raises(ValueError, lambda: batchfit.train(small_spec, data=(x, y.astype(np.float32))), "data", "integers")
+    raises(ValueError, lambda: batchfit.train(small_spec, data=(x, y[:10])), "data", "n labels")
+    raises(ValueError, lambda: batchfit.train(small_spec, data=(x, y - 5)), "data", "class indices")
+    raises(ValueError, lambda: batchfit.train(small_spec, data=(x[:, :32], y)), "data",
+           "takes samples of 64 (64 floats) but the training arrays hold 32 floats per sample")
+    raises(TypeError, lambda: batchfit.train(small_spec, data=(x, ["a"] * 64)), "data", "integers")
+    raises(TypeError, lambda: batchfit.train(small_spec, data=(x, [{}] * 64)), "data")
+    raises(TypeError, lambda: batchfit.train(small_spec, data=42), "data")
+
+
+# ---- hostile arguments ---------------------------------------------------------
+
+NAMES = list(batchfit.options()) + ["epoch", "bogus", "", "micro-batch", "batch size", "Memory", "a\0b"]
+# options whose values could make a call run long or touch the system: not drawn
+LONG = {"epochs", "max_steps", "epoch_samples", "eval_samples", "threads", "wait_for_memory", "repeats",
+        "rep_seconds", "limit", "memory", "largest_only", "resume", "dist", "matmul", "data", "test_data", "model",
+        "weights", "progress_interval", "tolerance", "warmup", "measure", "memory_schedule"}
+
+
+def values(rng):
+    big = "x" * rng.choice([1, 300, 5000])
+    return rng.choice([
+        None, True, False, 0, -1, 1, 3, 64, 2**31, 2**63, 2**70, -2**70, 0.5, -0.0, 1e-300, 1e300, float("nan"),
+        float("inf"), "", "0", "-5", "1,2,3", "1,,2", "auto", "adaptive", "12GiB", "1e3MiB", "yes", "no",
+        "cuda", "cuda:7", "sgd", "adamw", big, "é☃", "a\0b", b"bytes", b"\xff", [], [1], [1, "a"], [[1]],
+        (1, 2), range(3), {}, {"a": 1}, object(), np.int64(3), np.float32(0.1), np.array([1, 2]),
+        np.zeros((2, 2)), np.array(["a"]), os.curdir, lambda: 1, 1j, Ellipsis, type,
+    ])
+
+
+def hostile_call(rng, spec, x, y, tmp):
+    fn = rng.choice(["plan", "plan", "train", "train", "find", "evaluate", "report", "read_weights", "sizes"])
+    kw = {}
+    for _ in range(rng.randint(0, 3)):
+        name = rng.choice(NAMES)
+        if name not in LONG:
+            kw[name] = values(rng)
+    if fn == "plan":
+        return batchfit.plan(rng.choice([spec, spec, "mlp", values(rng)]), **kw)
+    if fn == "train":
+        data = rng.choice([(x, y), (x, y), (x[:, :8], y), (x, y[:3]), (y, x), values(rng), "synthetic", (x,)])
+        return batchfit.train(spec, data=data, max_steps=2, epoch_samples=64, eval_samples=32, epochs=1,
+                              memory="64MiB", **kw)
+    if fn == "find":
+        return batchfit.find(spec, largest_only=True, memory="16MiB", data="synthetic", limit=64, **kw)
+    if fn == "evaluate":
+        return batchfit.evaluate(spec, rng.choice([values(rng), os.path.join(tmp, "none.st")]), **kw)
+    if fn == "report":
+        return batchfit.report(rng.choice([values(rng), os.path.join(tmp, "none.jsonl")]), os.path.join(tmp, "r.html"))
+    if fn == "read_weights":
+        return batchfit.read_weights(rng.choice([values(rng), os.path.join(tmp, "none.st"), spec]))
+    return batchfit.parse_size(values(rng)), batchfit.format_size(values(rng))
+
+
+def test_hostile_arguments(small_spec, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # files the calls name land here
+    rng = random.Random(2024)
+    x, y = toy_data(128)
+    kinds, ok = {}, 0
+    for i in range(300):
+        try:
+            hostile_call(rng, small_spec, x, y, str(tmp_path))
+            ok += 1
+        except batchfit.Error as e:
+            assert isinstance(e, (ValueError, TypeError, OSError, MemoryError, RuntimeError)), (i, type(e))
+            assert str(e) and isinstance(e.field, str)
+            kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+    print(f"hostile: {ok} calls went through, failures by kind {kinds}")
+    assert ok > 10 and kinds.get("InvalidArgumentError", 0) > 50 and kinds.get("ArgumentTypeError", 0) > 10
+    # and the library still works
+    assert batchfit.plan(small_spec, batch=[1, 2]).peak[2] > 0
+    assert batchfit.train(small_spec, data=(x, y), epochs=1, batch=32, memory="64MiB").steps == 4

@@ -1,0 +1,75 @@
+"""batchfit.torch: an nn.Module planned and trained through its ONNX export.
+The trained module's weights differ from the start, are the weights the
+command line trains from the same exported file (bit for bit), and its test
+accuracy is the one the command line reports; PyTorch running the module
+on the same standardised test samples agrees. Skipped without torch, or
+when the library cannot read ONNX files (the ONNX import, --model
+FILE.onnx, not built in)."""
+import copy
+
+import batchfit
+import numpy as np
+import pytest
+
+from conftest import cli_json
+
+torch = pytest.importorskip("torch", reason="batchfit.torch needs PyTorch (python3-torch)")
+import batchfit.torch as bt  # noqa: E402
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 10))
+
+
+@pytest.fixture(scope="module")
+def onnx_import():
+    try:
+        bt.plan(small_cnn(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+    except batchfit.InvalidArgumentError as e:
+        if "cannot read ONNX models" in str(e):
+            pytest.skip("the library has no ONNX import (--model FILE.onnx; src/nn/onnx*.c, branch wt-onnx): "
+                        "batchfit.torch needs it")
+        raise
+
+
+def test_plan_is_the_exported_files(onnx_import, tmp_path):
+    m = small_cnn()
+    path = bt.export(m, torch.zeros(1, 1, 28, 28), tmp_path / "m.onnx")
+    _, want, _ = cli_json("plan", "--model", path, "--memory", "1GiB", "--batch", "1,32", "--threads", "2")
+    got = bt.plan(m, torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1, 32], threads=2)
+    for k in ("fixed", "per_sample", "plans", "max_batch", "parameters"):
+        assert got[k] == want[k], k
+    assert got["parameters"] == sum(p.numel() for p in m.parameters())
+
+
+def test_train_module_in_and_out(onnx_import, fmnist, tmp_path):
+    opts = dict(epochs=1, batch=64, seed=1, epoch_samples=3000, eval_samples=1000, memory="512MiB", threads=2)
+    m = small_cnn()
+    start = copy.deepcopy(m.state_dict())
+    path = bt.export(copy.deepcopy(m), torch.zeros(1, 1, 28, 28), tmp_path / "start.onnx")
+    out = bt.train(m, data="fashion-mnist", **opts)
+    assert out is m
+    res = m.batchfit_result
+    trained = m.state_dict()
+    moved = [k for k in start if k.endswith(("weight", "bias")) and not torch.equal(start[k], trained[k])]
+    assert len(moved) == 6, moved  # conv, batch norm and linear: weights and biases
+
+    save = tmp_path / "cli.safetensors"
+    _, want, _ = cli_json("train", "--model", path, "--data", "fashion-mnist", "--save", save,
+                          *[a for k, v in opts.items() for a in ("--" + k.replace("_", "-"), str(v))])
+    assert res.test_accuracy == want["test_accuracy"] and res.steps == want["steps"]
+    for name, w in batchfit.read_weights(save).items():
+        assert np.array_equal(trained[name].numpy().view(np.uint32), w.view(np.uint32)), name
+
+    # PyTorch on the module: the test samples standardised as batchfit does, batch norm on its statistics
+    _, _, xte, yte = fmnist
+    mean, std = res.normalization["mean"][0], res.normalization["std"][0]
+    x = (torch.from_numpy(xte[:1000].astype(np.float32) / 255.0).unsqueeze(1) - mean) / std
+    m.eval()
+    with torch.no_grad():
+        acc = (m(x).argmax(1).numpy() == yte[:1000]).mean()
+    # float32 sums in another order may flip a sample on the boundary, not more than a few
+    assert abs(acc - res.test_accuracy) <= 0.005, (acc, res.test_accuracy)

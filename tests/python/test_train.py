@@ -1,0 +1,156 @@
+"""batchfit.train: NumPy arrays train to the same weights, bit for bit, as
+the command line on a CSV file of the same samples (seed and options the
+same); events reach on_event as dicts, every line of the run's log in its
+order, with the batch changes' reasons; the weights come back as arrays;
+progress is off unless asked for; the GIL is released while the library
+works."""
+import io
+import json
+import threading
+import time
+
+import batchfit
+import numpy as np
+import pytest
+
+from conftest import cli_json, toy_data
+
+SPEC784 = "input 784\nlinear 64\nrelu\nlinear 10\n"
+OPTS = dict(epochs=1, batch=32, seed=5, lr=0.05, memory="256MiB", threads=2)
+
+
+def write_csv(path, x, y):
+    """Integer pixel values: the text is the float exactly."""
+    np.savetxt(path, np.hstack([x.reshape(len(x), -1).astype(np.int64), y.reshape(-1, 1)]), fmt="%d", delimiter=",")
+
+
+def cli_args(opts):
+    out = []
+    for k, v in opts.items():
+        out += ["--" + k.replace("_", "-"), str(v)]
+    return out
+
+
+def bits(a):
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def test_arrays_equal_cli_bit_for_bit(fmnist, tmp_path):
+    xtr, ytr, xte, yte = fmnist
+    x, y = xtr[:2000].astype(np.float32), ytr[:2000].astype(np.int64)  # 0..255: normalisation does the scaling
+    xt, yt = xte[:500].astype(np.float32), yte[:500].astype(np.int64)
+    spec = tmp_path / "m784.cfg"
+    spec.write_text(SPEC784)
+    write_csv(tmp_path / "train.csv", x, y)
+    write_csv(tmp_path / "test.csv", xt, yt)
+    save = tmp_path / "cli.safetensors"
+    _, want, _ = cli_json("train", "--model", spec, "--data", tmp_path / "train.csv", "--test-data",
+                          tmp_path / "test.csv", "--save", save, *cli_args(OPTS))
+    got = batchfit.train(str(spec), data=(x, y), test_data=(xt, yt), **OPTS)
+    cli_w = batchfit.read_weights(save)
+    assert sorted(got.weights) == sorted(cli_w) and len(cli_w) == 4
+    for name, w in cli_w.items():
+        assert got.weights[name].shape == w.shape
+        assert np.array_equal(bits(got.weights[name]), bits(w)), name
+    for k in ("test_accuracy", "test_loss", "train_loss", "steps", "samples"):
+        assert got[k] == want[k], k
+    assert got.test_accuracy > 0.6
+
+    # the comparison can fail: the samples in another layout (N x 1 x 28 x 28, float64, int32 labels) train
+    # the same, another seed does not
+    same = batchfit.train(str(spec), data=(x.reshape(-1, 1, 28, 28).astype(np.float64), y.astype(np.int32)),
+                          test_data=(xt, yt), **OPTS)
+    assert all(np.array_equal(bits(same.weights[n]), bits(w)) for n, w in cli_w.items())
+    other = batchfit.train(str(spec), data=(x, y), test_data=(xt, yt), **dict(OPTS, seed=6))
+    assert not all(np.array_equal(bits(other.weights[n]), bits(w)) for n, w in cli_w.items())
+
+
+def test_events_in_order_with_reasons(small_spec, tmp_path):
+    """Memory drops at step 10 and comes back at 20: the micro-batch shrinks
+    (memory shrank) and, held at 64, grows back after the hold-off (memory
+    freed). on_event sees exactly the log file's lines, in order."""
+    x, y = toy_data(64 * 70)
+    log = tmp_path / "run.jsonl"
+    seen = []
+    r = batchfit.train(small_spec, data=(x, y), batch=64, micro_batch=64, epochs=1, memory="1GiB",
+                       memory_schedule="10:270KiB,20:1GiB", threads=2, log=str(log), on_event=seen.append)
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert seen == logged and r.events == seen
+    names = [e["event"] for e in seen if e["event"] != "monitor"]  # the device's samples come and go with time
+    assert names.index("start") < names.index("step") and names[-2:] == ["eval", "end"]
+    steps = [e["step"] for e in seen if e["event"] == "step"]
+    assert steps == list(range(70))
+    changes = [(e["step"], e["reason"], e["prev_m"], e["m"]) for e in seen if e["event"] == "batch_change"]
+    assert len(changes) == 2, changes
+    (s1, why1, a1, b1), (s2, why2, a2, b2) = changes
+    assert (s1, why1, a1) == (10, "memory shrank", 64) and b1 < 64
+    assert why2 == "memory freed" and s2 > 20 and (a2, b2) == (b1, 64)
+    # each change comes before its step's own event, after the one before
+    at = {(e["event"], e.get("step"), e.get("reason")): i for i, e in enumerate(seen)}
+    assert at[("step", s1 - 1, None)] < at[("batch_change", s1, why1)] < at[("step", s1, None)]
+    caps = [e["capacity"] for e in seen if e["event"] == "memory"]
+    assert caps == [270 * 1024, 2**30]
+
+
+def test_weights_and_result(small_spec, tmp_path):
+    x, y = toy_data(640)
+    save = tmp_path / "w.safetensors"
+    r = batchfit.train(small_spec, data=(x, y), epochs=1, batch=64, memory="64MiB", save=str(save))
+    assert r.steps == 10 and r["samples"] == 640
+    assert set(r.weights) == set(batchfit.read_weights(save))
+    assert r.weights["0.weight"].shape == (128, 64) and r.weights["0.weight"].dtype == np.float32
+    assert str(r).startswith("test accuracy ")
+    r2 = batchfit.train(small_spec, data=(x, y), epochs=1, batch=64, memory="64MiB", weights=False, keep_events=False)
+    assert r2.weights == {} and r2.events == [] and r2.test_accuracy == r.test_accuracy
+    # start, the steps, the no-test-split warning, eval, end, and the monitor's samples at the start and end
+    assert len(r.events) == 10 + 4 + 2 and [e["event"] for e in r.events].count("monitor") == 2
+
+
+def test_on_event_exception_stops_the_run(small_spec):
+    x, y = toy_data(64 * 50)
+
+    def boom(ev):
+        if ev["event"] == "step" and ev["step"] == 3:
+            raise RuntimeError("enough")
+
+    with pytest.raises(RuntimeError, match="enough"):
+        batchfit.train(small_spec, data=(x, y), epochs=1, batch=64, memory="64MiB", on_event=boom)
+
+
+def test_progress_only_when_asked(small_spec, capfd):
+    x, y = toy_data(256)
+    batchfit.train(small_spec, data=(x, y), epochs=1, batch=64, memory="64MiB", weights=False)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # the library said nothing on its own
+    buf = io.StringIO()
+    batchfit.train(small_spec, data=(x, y), epochs=1, batch=64, memory="64MiB", weights=False, progress=buf)
+    assert "batchfit: training " in buf.getvalue() and "test accuracy" in buf.getvalue()
+    batchfit.train(small_spec, data=(x, y), epochs=1, batch=64, memory="64MiB", weights=False, progress=True)
+    out, err = capfd.readouterr()
+    assert "batchfit: training " in err and out == ""
+
+
+def test_gil_released():
+    """While the library works in one thread, Python runs in another: a
+    thread that held the GIL through the call would let the ticks stop."""
+    done, ticks = [], []
+
+    def work():
+        t0 = time.monotonic()
+        batchfit.plan("cnn", memory="1GiB", ways=True, threads=2)
+        done.append(time.monotonic() - t0)
+
+    t = threading.Thread(target=work)
+    t.start()
+    while t.is_alive():
+        x = 0
+        for i in range(20000):  # Python work, which needs the GIL
+            x += i
+        ticks.append(time.monotonic())
+        time.sleep(0.001)
+    t.join()
+    assert done and done[0] > 0.5
+    busy = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert len(busy) >= 2, "the main thread did not run during the call"
+    # with the GIL held for the whole call, one gap would be the call's length
+    assert max(busy) < done[0] / 2, (max(busy), done[0])

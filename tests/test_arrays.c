@@ -1,0 +1,303 @@
+/* test_arrays.c - samples in the caller's memory (bfit_config_set_arrays)
+ * train exactly as the same samples read from a file: the same weights,
+ * bit for bit, and the same test accuracy as a CSV file of them, with the
+ * same seed and options; a run made from them outlives its configuration;
+ * arrays that disagree with the model or the options are refused naming
+ * the option. Public API only. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <batchfit.h>
+
+#define N 240   /* samples */
+#define F 12    /* features */
+#define NCLS 3
+
+static char dir[64];
+static char spec[128], csv[128];
+static float x[N * F];
+static int32_t y[N];
+
+/* Features with a class in them (a noisy one-hot of the label, a spread
+ * that normalisation changes), values exactly printable. */
+static void make_data(void)
+{
+    uint32_t s = 12345;
+    for (int i = 0; i < N; i++) {
+        y[i] = i % NCLS;
+        for (int f = 0; f < F; f++) {
+            s = s * 1664525u + 1013904223u;
+            x[i * F + f] = (float)((int)(s >> 20) % 512) / 64.0f + (f % NCLS == y[i] ? 3.0f : 0.0f) + 10.0f * (f == 0);
+        }
+    }
+}
+
+static int setup(void **state)
+{
+    FILE *f;
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/bfit_arrays_XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    make_data();
+    snprintf(spec, sizeof spec, "%s/m.cfg", dir);
+    snprintf(csv, sizeof csv, "%s/d.csv", dir);
+    if (!(f = fopen(spec, "w")))
+        return -1;
+    fprintf(f, "input %d\nlinear 16\nrelu\nlinear %d\n", F, NCLS);
+    fclose(f);
+    if (!(f = fopen(csv, "w")))
+        return -1;
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < F; k++)
+            fprintf(f, "%.9g,", (double)x[i * F + k]); /* %.9g gives a float back exactly */
+        fprintf(f, "%d\n", y[i]);
+    }
+    fclose(f);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    (void)state;
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static bfit_config *config(const char *save, int seed)
+{
+    bfit_config *c = bfit_config_new();
+    assert_non_null(c);
+    assert_int_equal(bfit_config_set(c, "model", spec), BFIT_OK);
+    assert_int_equal(bfit_config_set_int(c, "epochs", 2), BFIT_OK);
+    assert_int_equal(bfit_config_set_int(c, "batch", 16), BFIT_OK);
+    assert_int_equal(bfit_config_set_int(c, "seed", seed), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "memory", "256MiB"), BFIT_OK);
+    assert_int_equal(bfit_config_set_int(c, "threads", 1), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "save", save), BFIT_OK);
+    return c;
+}
+
+/* Every tensor of two weights files, bit for bit. */
+static int same_weights(const char *a, const char *b)
+{
+    bfit_tensors *ta, *tb;
+    int same = 1;
+    assert_int_equal(bfit_tensors_open(a, &ta), BFIT_OK);
+    assert_int_equal(bfit_tensors_open(b, &tb), BFIT_OK);
+    assert_int_equal(bfit_tensors_count(ta), bfit_tensors_count(tb));
+    assert_true(bfit_tensors_count(ta) >= 4);
+    for (int i = 0; i < bfit_tensors_count(ta); i++) {
+        int64_t n = bfit_tensors_numel(ta, i);
+        float *va = malloc(sizeof *va * (size_t)n), *vb = malloc(sizeof *vb * (size_t)n);
+        assert_string_equal(bfit_tensors_name(ta, i), bfit_tensors_name(tb, i));
+        assert_int_equal(bfit_tensors_numel(tb, i), n);
+        assert_int_equal(bfit_tensors_read(ta, i, va, n), BFIT_OK);
+        assert_int_equal(bfit_tensors_read(tb, i, vb, n), BFIT_OK);
+        same &= memcmp(va, vb, sizeof *va * (size_t)n) == 0;
+        free(va);
+        free(vb);
+    }
+    bfit_tensors_free(ta);
+    bfit_tensors_free(tb);
+    return same;
+}
+
+static double train_acc(bfit_config *c)
+{
+    bfit_result *r = NULL;
+    double acc;
+    if (bfit_train(c, &r) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    acc = bfit_result_number(r, "test_accuracy");
+    bfit_result_free(r);
+    return acc;
+}
+
+static void test_same_as_file(void **state)
+{
+    char wf[128], wa[128], wb[128];
+    float copy[N * F];
+    bfit_config *c;
+    double acc_file, acc_arrays;
+    (void)state;
+    snprintf(wf, sizeof wf, "%s/file.safetensors", dir);
+    snprintf(wa, sizeof wa, "%s/arrays.safetensors", dir);
+    snprintf(wb, sizeof wb, "%s/seed2.safetensors", dir);
+    memcpy(copy, x, sizeof x);
+
+    c = config(wf, 7);
+    assert_int_equal(bfit_config_set(c, "data", csv), BFIT_OK);
+    acc_file = train_acc(c);
+    bfit_config_free(c);
+
+    c = config(wa, 7);
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK);
+    acc_arrays = train_acc(c);
+    bfit_config_free(c);
+    assert_true(same_weights(wf, wa));
+    assert_true(acc_file == acc_arrays); /* evaluated on the same samples (the training ones: no test split) */
+    assert_true(acc_arrays > 0.5);       /* it learnt something: chance is 1/3 */
+    assert_memory_equal(copy, x, sizeof x); /* read, never written */
+
+    /* the comparison can fail: another seed, other weights */
+    c = config(wb, 8);
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK);
+    train_acc(c);
+    bfit_config_free(c);
+    assert_false(same_weights(wa, wb));
+}
+
+/* Test arrays of their own: the evaluation is on them. */
+static void test_test_arrays(void **state)
+{
+    char w[128];
+    bfit_config *c;
+    int32_t wrong[N];
+    double acc;
+    (void)state;
+    snprintf(w, sizeof w, "%s/t.safetensors", dir);
+    for (int i = 0; i < N; i++)
+        wrong[i] = (y[i] + 1) % NCLS; /* every label wrong: accuracy falls */
+    c = config(w, 7);
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK);
+    assert_int_equal(bfit_config_set_arrays(c, 1, x, wrong, N, F), BFIT_OK);
+    acc = train_acc(c);
+    bfit_config_free(c);
+    assert_true(acc < 0.4);
+}
+
+/* A run holds its own configuration and the data sets made of the arrays:
+ * the caller's configuration may go at once. */
+static void test_run_outlives_config(void **state)
+{
+    char w[128];
+    bfit_config *c;
+    bfit_run *run = NULL;
+    int steps = 0;
+    (void)state;
+    snprintf(w, sizeof w, "%s/run.safetensors", dir);
+    c = config(w, 7);
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK);
+    assert_int_equal(bfit_run_new(c, &run), BFIT_OK);
+    bfit_config_free(c);
+    while (!bfit_run_done(run)) {
+        assert_int_equal(bfit_run_step(run, NULL), BFIT_OK);
+        steps++;
+    }
+    assert_int_equal(steps, 2 * N / 16);
+    assert_int_equal(bfit_run_evaluate(run, NULL), BFIT_OK);
+    bfit_run_finish(run, BFIT_OK);
+    bfit_run_free(run);
+}
+
+/* Many features are many channels of normalisation statistics: the weights
+ * file's metadata holds them all (it once held 4096 characters: ~300). */
+static void test_many_features_saved(void **state)
+{
+    enum { NF = 800, NS = 64 };
+    char sp[128], w[128];
+    float *big = malloc(sizeof *big * NF * NS);
+    bfit_tensors *t = NULL;
+    bfit_config *c = bfit_config_new();
+    bfit_result *r = NULL;
+    const char *mean;
+    int commas = 0;
+    FILE *f;
+    (void)state;
+    snprintf(sp, sizeof sp, "%s/wide.cfg", dir);
+    snprintf(w, sizeof w, "%s/wide.safetensors", dir);
+    assert_non_null(f = fopen(sp, "w"));
+    fprintf(f, "input %d\nlinear %d\n", NF, NCLS);
+    fclose(f);
+    for (int i = 0; i < NF * NS; i++)
+        big[i] = (float)(i % 97) / 7.0f;
+    assert_int_equal(bfit_config_set(c, "model", sp), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "save", w), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "memory", "256MiB"), BFIT_OK);
+    assert_int_equal(bfit_config_set_int(c, "batch", 32), BFIT_OK);
+    assert_int_equal(bfit_config_set_arrays(c, 0, big, y, NS, NF), BFIT_OK);
+    if (bfit_train(c, &r) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    assert_int_equal(bfit_tensors_open(w, &t), BFIT_OK);
+    assert_non_null(mean = bfit_tensors_meta(t, "normalize_mean"));
+    for (const char *p = mean; *p; p++)
+        commas += *p == ',';
+    assert_int_equal(commas, NF - 1);
+    bfit_tensors_free(t);
+    bfit_result_free(r);
+    bfit_config_free(c);
+    free(big);
+}
+
+static void fails(int rc, int want, const char *field, const char *msg)
+{
+    assert_int_equal(rc, want);
+    assert_string_equal(bfit_errfield(), field);
+    if (!strstr(bfit_errmsg(), msg))
+        fail_msg("message '%s' lacks '%s'", bfit_errmsg(), msg);
+}
+
+static void test_refused(void **state)
+{
+    char w[128];
+    bfit_config *c;
+    bfit_result *r = NULL;
+    int32_t neg[N];
+    (void)state;
+    snprintf(w, sizeof w, "%s/bad.safetensors", dir);
+    memcpy(neg, y, sizeof y);
+    neg[5] = -1;
+
+    c = config(w, 7);
+    fails(bfit_config_set_arrays(c, 2, x, y, N, F), BFIT_EINVAL, "", "which is 0 (training) or 1 (test)");
+    fails(bfit_config_set_arrays(c, 0, x, NULL, N, F), BFIT_EINVAL, "data", "both the samples and the labels");
+    fails(bfit_config_set_arrays(c, 1, x, y, 0, F), BFIT_EINVAL, "test_data", "0 samples is out of range");
+    fails(bfit_config_set_arrays(c, 0, x, y, N, 0), BFIT_EINVAL, "data", "floats per sample");
+
+    /* the model's input is F floats */
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N / 2, 2 * F), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "(12 floats) but the training arrays hold 24 floats per sample");
+    assert_null(r);
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, neg, N, F), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "label of sample 5 is -1");
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "data", csv), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "is given and so are training arrays");
+    bfit_config_free(c);
+
+    /* other commands do not read arrays */
+    c = bfit_config_new();
+    assert_int_equal(bfit_config_set(c, "model", spec), BFIT_OK);
+    assert_int_equal(bfit_config_set_arrays(c, 1, x, y, N, F), BFIT_OK);
+    fails(bfit_plan(c, &r), BFIT_EINVAL, "test_data", "plan does not read arrays");
+    fails(bfit_find(c, &r), BFIT_EINVAL, "test_data", "find does not read arrays");
+    fails(bfit_config_check(c, "eval"), BFIT_EINVAL, "test_data", "eval does not read arrays");
+    assert_int_equal(bfit_config_check(c, "train"), BFIT_OK);
+    assert_int_equal(bfit_config_set_arrays(c, 1, NULL, NULL, 0, 0), BFIT_OK); /* back to the option */
+    assert_int_equal(bfit_config_check(c, "find"), BFIT_OK);
+
+    /* a token model takes ids from a file */
+    assert_int_equal(bfit_config_set(c, "model", "gpt-nano"), BFIT_OK);
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "takes token ids");
+    bfit_config_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_as_file), cmocka_unit_test(test_test_arrays),
+        cmocka_unit_test(test_run_outlives_config), cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_many_features_saved),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
