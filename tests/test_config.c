@@ -171,6 +171,7 @@ static void test_option_list(void **state)
 }
 
 static int64_t steps_seen;
+static double step_loss_sum; /* of the steps' mean losses */
 static char last_event[64];
 static int batch_events;
 
@@ -179,6 +180,7 @@ static void on_step(void *ud, const bfit_step_info *s)
     (void)ud;
     assert_true(s->size >= sizeof *s); /* the library's own struct */
     steps_seen++;
+    step_loss_sum += s->loss;
 }
 
 static void on_event(void *ud, const char *json)
@@ -219,12 +221,70 @@ static void test_auto_with_defaults(void **state)
     bfit_config_free(c);
 }
 
+/* A run whose last evaluation cannot run (the memory falls to 1 MiB after
+ * its last step): the result says the test figures were not measured (JSON
+ * null, NaN by path), not 0; the run's own weights file claims no accuracy
+ * either (test_run). */
+static void test_train_result_unmeasured(void **state)
+{
+    bfit_config *c = cfg();
+    bfit_result *res = NULL;
+    (void)state;
+    assert_int_equal(bfit_config_set(c, "model", "mlp"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "batch", "64"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "epoch-samples", "320"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "eval-samples", "100"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "memory-schedule", "5:1MiB"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "device", "cpu"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "dist", "off"), BFIT_OK);
+    assert_int_equal(bfit_train(c, &res), BFIT_ENOMEM);
+    assert_non_null(strstr(bfit_errmsg(), "evaluation at micro-batch 1 needs"));
+    assert_non_null(res);
+    assert_true(bfit_result_number(res, "steps") == 5);
+    assert_true(isnan(bfit_result_number(res, "test_accuracy")));
+    assert_true(isnan(bfit_result_number(res, "test_loss")));
+    assert_non_null(strstr(bfit_result_json(res), "\"test_loss\":null,\"test_accuracy\":null"));
+    bfit_result_free(res);
+    bfit_config_free(c);
+}
+
+/* A run that --max-steps ends inside its first epoch reports the mean
+ * training loss of the steps it took (it said 0: the mean was taken only
+ * when an epoch ended). Three steps of 64 samples: the mean of the steps'
+ * means. */
+static void test_train_loss_mid_epoch(void **state)
+{
+    bfit_config *c = cfg();
+    bfit_result *res = NULL;
+    double want, got;
+    (void)state;
+    assert_int_equal(bfit_config_set(c, "model", "mlp"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "batch", "64"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "max-steps", "3"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "eval-samples", "100"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "device", "cpu"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "dist", "off"), BFIT_OK);
+    assert_int_equal(bfit_config_set_callbacks(c, on_step, NULL, NULL, NULL, NULL), BFIT_OK);
+    steps_seen = 0;
+    step_loss_sum = 0;
+    if (bfit_train(c, &res) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    assert_int_equal(steps_seen, 3);
+    want = step_loss_sum / 3;
+    got = bfit_result_number(res, "train_loss");
+    if (!(want > 0) || !(fabs(got - want) <= 1e-9 * want))
+        fail_msg("train_loss %.17g, the steps' mean %.17g", got, want);
+    bfit_result_free(res);
+    bfit_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_and_get), cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_check_per_command), cmocka_unit_test(test_copy),
         cmocka_unit_test(test_option_list), cmocka_unit_test(test_auto_with_defaults),
+        cmocka_unit_test(test_train_result_unmeasured), cmocka_unit_test(test_train_loss_mid_epoch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

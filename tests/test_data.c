@@ -395,6 +395,37 @@ static void test_idx_corrupt_gzip(void **st)
     free(lb);
 }
 
+/* A gzip file missing the last 1 to 8 bytes (its CRC-32 and length) holds
+ * all the data but nothing vouches for it: refused naming the file, as
+ * gzip -t refuses it; the whole file loads. */
+static void test_idx_gzip_no_trailer(void **st)
+{
+    size_t li, ll;
+    uint8_t *im = idx_images(50, 8, 8, &li), *lb = idx_labels(50, 3, &ll);
+    const char *pl = write_bytes("t-labels", lb, ll, 0);
+    const char *pg = write_bytes("t-images.gz", im, li, 1);
+    uint8_t buf[8192];
+    bfit_dataset *d;
+    FILE *f = fopen(pg, "rb");
+    size_t n = fread(buf, 1, sizeof buf, f);
+    (void)st;
+    fclose(f);
+    assert_true(n > 8 && n < sizeof buf);
+    assert_int_equal(bfit_dataset_load_idx(pg, pl, 0, &d), BFIT_OK);
+    bfit_dataset_free(d);
+    for (size_t cut = 1; cut <= 8; cut++) {
+        const char *pc = write_bytes("tc-images.gz", buf, n - cut, 0);
+        d = (bfit_dataset *)1;
+        if (bfit_dataset_load_idx(pc, pl, 0, &d) != BFIT_EFORMAT)
+            fail_msg("a gzip file missing its last %zu bytes was accepted", cut);
+        assert_null(d);
+        assert_msg_has(pc);
+        assert_msg_has("truncated gzip file");
+    }
+    free(im);
+    free(lb);
+}
+
 /* ---- CSV ------------------------------------------------------------------ */
 static void test_csv_good(void **st)
 {
@@ -517,6 +548,25 @@ static void test_csv_bad(void **st)
     assert_msg_has("No such file");
 }
 
+/* A NUL byte is not text: a row that starts with one was dropped as if
+ * blank (29 of 30 samples, no word said); anywhere in a row it is an error
+ * naming file, line and column. */
+static void test_csv_nul(void **st)
+{
+    static const char start[] = "1,2,0\n\0003,4,1\n5,6,0\n", mid[] = "1,2,0\n3,4,1\n5,\0006,0\n";
+    bfit_dataset *d = (bfit_dataset *)1;
+    const char *p;
+    (void)st;
+    p = write_bytes("nul.csv", start, sizeof start - 1, 0);
+    assert_int_equal(bfit_dataset_load_csv(p, NULL, &d), BFIT_EFORMAT);
+    assert_null(d);
+    assert_msg_has(p);
+    assert_msg_has("nul.csv:2: column 1: a NUL byte (byte 1 of the line)");
+    p = write_bytes("nul.csv", mid, sizeof mid - 1, 0);
+    assert_int_equal(bfit_dataset_load_csv(p, NULL, &d), BFIT_EFORMAT);
+    assert_msg_has("nul.csv:3: column 2: a NUL byte (byte 3 of the line)");
+}
+
 /* The header rule is explicit and its decision said: auto takes a first row
  * of names only as a header and one of numbers only as data; a first row
  * that mixes them (a typo in the first data row) is an error rather than a
@@ -604,8 +654,10 @@ int main(void)
         cmocka_unit_test(test_idx_count_mismatch),
         cmocka_unit_test(test_idx_label_out_of_range),
         cmocka_unit_test(test_idx_corrupt_gzip),
+        cmocka_unit_test(test_idx_gzip_no_trailer),
         cmocka_unit_test(test_csv_good),
         cmocka_unit_test(test_csv_bad),
+        cmocka_unit_test(test_csv_nul),
         cmocka_unit_test(test_csv_header),
         cmocka_unit_test(test_from_floats),
     };

@@ -985,12 +985,16 @@ static double bnb_check_path(tdev *t, size_t tc, const bn_case *c, bnb_bufs *k, 
     return worst;
 }
 
-/* One value per channel has no unbiased variance: training refuses it at
- * creation (the running variance would divide by n - 1 = 0); eval allows it. */
+/* One value per channel has no unbiased variance: a training op of it may
+ * be made (a plan at micro-batch 1 counts its memory) but running it is
+ * refused, before any output is touched (the running variance would divide
+ * by n - 1 = 0); eval runs it. */
 static void test_bnorm_one_value(void **st)
 {
     tdev t;
     bfit_op *op = NULL;
+    bfit_op_args a;
+    bn_bufs k;
     bfit_op_desc d = {.kind = BFIT_OP_BNORM_FWD, .dtype = BFIT_F32};
     (void)st;
     tdev_open(&t, 1);
@@ -1000,15 +1004,27 @@ static void test_bnorm_one_value(void **st)
     d.u.bnorm.eps = 1e-5f;
     d.u.bnorm.momentum = 0.1f;
     d.u.bnorm.training = 1;
-    assert_int_equal(bfit_op_new(t.dev, &d, &op), BFIT_EINVAL);
-    assert_null(op);
+    k.x = randbuf(&t, 3, 300), k.g = randbuf(&t, 3, 301), k.b = randbuf(&t, 3, 302), k.y = nanbuf(&t, 3 * 4);
+    k.mean = nanbuf(&t, 3 * 4), k.var = nanbuf(&t, 3 * 4), k.rmean = randbuf(&t, 3, 303), k.rvar = randbuf(&t, 3, 304);
+    memset(&a, 0, sizeof a);
+    a.src = k.x.d, a.dst = k.y.d, a.scale = k.g.d, a.shift = k.b.d, a.mean = k.mean.d, a.var = k.var.d;
+    a.rmean = k.rmean.d, a.rvar = k.rvar.d;
+    op = mkop(&t, &d);
+    assert_int_equal(bfit_op_run(op, &a), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "more than one value per channel"));
+    tbuf_down(&t, &k.y);
+    assert_true(isnan(TB_F(k.y)[0])); /* refused before the output was written */
+    bfit_op_free(op);
     d.kind = BFIT_OP_BNORM_BWD;
-    assert_int_equal(bfit_op_new(t.dev, &d, &op), BFIT_EINVAL);
-    d.kind = BFIT_OP_BNORM_FWD;
-    d.u.bnorm.training = 0;
     assert_int_equal(bfit_op_new(t.dev, &d, &op), BFIT_OK);
     bfit_op_free(op);
+    d.kind = BFIT_OP_BNORM_FWD;
+    d.u.bnorm.training = 0;
+    a.rmean = a.rvar = NULL;
+    op = mkop(&t, &d);
+    run(&t, op, &a); /* eval reads the statistics it is given: one value is enough */
+    bfit_op_free(op);
+    FREEBUFS(&t, &k.x, &k.g, &k.b, &k.y, &k.mean, &k.var, &k.rmean, &k.rvar);
     tdev_close(&t);
 }
 

@@ -43,7 +43,7 @@ static void rig_new(rig *r, const char *src, int seq, int lean)
     if (bfit_model_source_load(src, &g) != BFIT_OK)
         fail_msg("%s: %s", src, bfit_errmsg());
     if (seq)
-        assert_int_equal(bfit_graph_set_seq(&g, seq), BFIT_OK);
+        assert_int_equal(bfit_graph_set_seq(&g, seq, "seq"), BFIT_OK);
     if (lean)
         assert_int_equal(bfit_graph_set_attention(&g, 1), BFIT_OK);
     rig_graph(r, &g);

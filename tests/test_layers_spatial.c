@@ -464,15 +464,39 @@ static void test_batchnorm_running_stats(void **st)
     rig_free(&r);
 }
 
+/* One value per channel in training: planned (prepare takes m = 1, the
+ * plan's intercept), but a forward is refused, and the layer says that it
+ * needs micro-batches of 2; over an image, one sample has values enough. */
 static void test_batchnorm_single_value_refused(void **st)
 {
     rig r;
+    tbuf x, y;
+    bfit_fwd_args a;
+    void *saved, *ws;
     (void)st;
     rig_new(&r, bfit_layer_cfg_default(BFIT_L_BATCHNORM), bfit_shape_vec(8));
-    assert_int_equal(bfit_layer_prepare(r.l, 1, 1), BFIT_EINVAL);
+    assert_int_equal(bfit_layer_min_batch(r.l), 2);
+    assert_int_equal(bfit_layer_prepare(r.l, 1, 1), BFIT_OK);
+    x = tbuf_new(&r.t, 8 * 4);
+    y = tbuf_new(&r.t, 8 * 4);
+    bfit_fill_uniform(TB_F(x), 8, 1.0f, 5);
+    tbuf_up(&r.t, &x);
+    saved = tdev_alloc(&r.t, r.l->need.saved);
+    ws = tdev_alloc(&r.t, r.l->need.ws_fwd);
+    memset(&a, 0, sizeof a);
+    a.m = 1, a.training = 1, a.x[0] = x.d, a.y = y.d, a.saved = saved, a.ws = ws;
+    assert_int_equal(bfit_layer_forward(r.l, &a), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "micro-batch of at least 2"));
+    tdev_release(&r.t, ws);
+    tdev_release(&r.t, saved);
     assert_int_equal(bfit_layer_prepare(r.l, 1, 0), BFIT_OK); /* eval of one sample is fine */
+    fwd(&r, 1, x.d, y.d, NULL, 0);
     assert_int_equal(bfit_layer_prepare(r.l, 2, 1), BFIT_OK);
+    tbuf_free(&r.t, &x);
+    tbuf_free(&r.t, &y);
+    rig_free(&r);
+    rig_new(&r, bfit_layer_cfg_default(BFIT_L_BATCHNORM), bfit_shape_chw(3, 1, 2));
+    assert_int_equal(bfit_layer_min_batch(r.l), 1);
     rig_free(&r);
 }
 

@@ -537,6 +537,40 @@ static void test_data_bound(void **st)
     free(res);
 }
 
+/* Batch norm over vectors (BatchNorm1d after a linear layer) cannot train
+ * on one sample: find plans every size (m = 1 too: the plan's intercept),
+ * starts its ladder at 2, and confirms the largest with a real step. */
+static void test_batchnorm_vectors(void **st)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(BIG);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_graph_desc g;
+    static const char bn1d[] = "input 33\nlinear 33\nbatchnorm\nrelu\nlinear 5\n";
+    (void)st;
+
+    assert_non_null(res);
+    rig_device(&r, BIG);
+    assert_int_equal(bfit_spec_parse(bn1d, sizeof bn1d - 1, "bn1d.cfg", &g), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, r.dev, r.arena, &r.M), BFIT_OK);
+    bfit_graph_fini(&g);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_min_batch(r.M), 2);
+    make_data(&r, 300);
+    c.ladder = 1;
+    c.limit = 40;
+    if (bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    assert_int_equal(res->largest, 40);
+    assert_int_equal(res->nrungs, 6); /* 2, 4, 8, 16, 32, 40 */
+    assert_int_equal(res->rungs[0].m, 2);
+    assert_int_equal(res->rungs[5].m, 40);
+    rig_free(&r);
+    free(res);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -550,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_others_holdings),
         cmocka_unit_test(test_analyse),
         cmocka_unit_test(test_data_bound),
+        cmocka_unit_test(test_batchnorm_vectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -603,6 +603,11 @@ static void test_final_eval_failure_saves(void **st)
     assert_same_tensors(ok, w);
     assert_int_equal(bfit_st_read(w, &f), BFIT_OK);
     assert_string_equal(bfit_st_meta(f, "steps"), "10");
+    assert_null(bfit_st_meta(f, "test_accuracy")); /* nothing was measured: nothing is claimed */
+    assert_int_equal(r.evaluated, 0);
+    bfit_st_free(f);
+    assert_int_equal(bfit_st_read(ok, &f), BFIT_OK);
+    assert_non_null(bfit_st_meta(f, "test_accuracy")); /* the undisturbed run's was measured */
     bfit_st_free(f);
 
     /* the same drop after epoch 1 of 2 */

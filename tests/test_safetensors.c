@@ -352,6 +352,13 @@ static void test_corrupt_files(void **st)
                "its header says (truncated)");
     expect_bad("hlen_past_end", "{" T24 "}", 1000, 24, "header length 1000 runs past the end");
     expect_bad("hlen_huge", "{" T24 "}", (long long)1 << 62, 24, "runs past the end");
+    /* a text file (a log given as weights): said to be text, not a length of 2482730676645077627 */
+    path_in(p, sizeof p, "log.jsonl");
+    put_bytes(p, "{\"event\":\"start\",\"time\":1}\n", 29);
+    assert_int_equal(bfit_st_read(p, &f), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), p));
+    if (!strstr(bfit_errmsg(), ": not a safetensors file: it starts with the text '{\"event\"'"))
+        fail_msg("a text file: \"%s\"", bfit_errmsg());
     expect_bad("hlen_tiny", "{" T24 "}", 1, 24, "outside 2..");
     expect_bad("not_json", "{\"t\":{\"dtype\":\"F32\",,}}", -1, 0, "not valid JSON");
     expect_bad("not_object", "[1,2]", -1, 0, "does not start with '{'");

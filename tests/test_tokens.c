@@ -512,6 +512,44 @@ static void test_save_and_evaluate(void **st)
     free(text);
 }
 
+/* Sequences of one token (--seq-max 1: a bigram model) are still a token
+ * model's: a loss per token and its tokens counted. One label per sample
+ * made the run take it for a classifier and plan it at length 0, which it
+ * reported as "needs 9.80 MiB even at micro-batch 1, but 20 GiB is
+ * allowed". */
+static void test_seq_max_one(void **st)
+{
+    static const char *byte_spec = "input tokens=16\nembed 16 vocab=256 positions=16\n"
+                                   "residual {\n layernorm\n linear 48\n attention 2\n linear 16\n}\n"
+                                   "layernorm\nlinear 256 tie=1 bias=0\n";
+    char spec_path[300], text_path[300];
+    size_t cap = 128 << 10, n = 0; /* enough lines for a test part */
+    char *text = malloc(cap);
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_train_result res;
+    (void)st;
+    assert_non_null(text);
+    for (int i = 0; n + 64 < cap; i++)
+        n += (size_t)snprintf(text + n, cap - n, "verse %d: and it was so.\n", i % 97);
+    tmp_path(spec_path, sizeof spec_path, "bytes1.cfg");
+    tmp_path(text_path, sizeof text_path, "text1.txt");
+    put_text(spec_path, byte_spec);
+    put_bytes(text_path, text, (long)n);
+    c.model = spec_path;
+    c.data = text_path;
+    c.seq_max = 1;
+    c.batch = 16;
+    c.threads = 2;
+    c.max_steps = 3;
+    c.eval_samples = 50;
+    if (bfit_train_from(&c, &res) != BFIT_OK)
+        fail_msg("train --seq-max 1: %s", bfit_errmsg());
+    assert_int_equal(res.steps, 3);
+    assert_int_equal(res.tokens, 3 * 16); /* one token a sequence, each with its label */
+    assert_true(res.test_loss > 0 && res.test_loss < 2 * log(256.0));
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -526,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_variable_length),
         cmocka_unit_test(test_variable_length_bidirectional),
         cmocka_unit_test(test_save_and_evaluate),
+        cmocka_unit_test(test_seq_max_one),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

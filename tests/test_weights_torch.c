@@ -1,7 +1,8 @@
 /* test_weights_torch.c - a weights file batchfit saves loads in PyTorch: the
  * equivalent torch.nn.Sequential gives the same probabilities on the same
  * (normalised) test images. Also: loading refuses weights of another model,
- * and leaves the model as it was. */
+ * and leaves the model as it was; evaluating weights too large to compute
+ * with is an error, not a loss of NaN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,8 +37,9 @@ static int teardown(void **st)
 }
 
 /* Train briefly, then compute probabilities for the first N test samples
- * with the saved weights and write them with the inputs for Python. */
-static void check_model(const char *name)
+ * with the saved weights and write them with the inputs for Python. The
+ * model is models/NAME.cfg, or the spec text when one is given. */
+static void check_spec(const char *name, const char *text)
 {
     const char *src = getenv("BFIT_SOURCE_DIR"), *py = getenv("BFIT_PYTHON");
     char spec[512], wpath[512], io[512], cmd[2048];
@@ -57,7 +59,15 @@ static void check_model(const char *name)
     assert_non_null(src);
     if (!py || !*py)
         fail_msg("BFIT_PYTHON is not set: install python3-torch (scripts/setup.sh)");
-    snprintf(spec, sizeof spec, "%s/models/%s.cfg", src, name);
+    if (text) {
+        FILE *f;
+        snprintf(spec, sizeof spec, "%s/%s.cfg", tmpdir, name);
+        assert_non_null(f = fopen(spec, "w"));
+        fputs(text, f);
+        fclose(f);
+    } else {
+        snprintf(spec, sizeof spec, "%s/models/%s.cfg", src, name);
+    }
     snprintf(wpath, sizeof wpath, "%s/%s.safetensors", tmpdir, name);
     snprintf(io, sizeof io, "%s/%s_io.safetensors", tmpdir, name);
     c.model = spec;
@@ -125,6 +135,8 @@ static void check_model(const char *name)
     tdev_close(&td);
 }
 
+static void check_model(const char *name) { check_spec(name, NULL); }
+
 static void test_mlp_loads_in_torch(void **st)
 {
     (void)st;
@@ -135,6 +147,14 @@ static void test_cnn_loads_in_torch(void **st)
 {
     (void)st;
     check_model("cnn");
+}
+
+/* Batch norm over the features of a vector after a linear layer: trained
+ * (micro-batches of at least 2), its running statistics are BatchNorm1d's. */
+static void test_batchnorm1d_loads_in_torch(void **st)
+{
+    (void)st;
+    check_spec("bn1d", "input 1x28x28\nflatten\nlinear 33\nbatchnorm\nrelu\nlinear 10\n");
 }
 
 /* mlp weights into the cnn: refused by name, and the cnn's own parameters
@@ -237,6 +257,27 @@ static void test_nonfinite_refused(void **st)
         assert_int_equal(bfit_device_download(t.dev, after, M->param_block, M->param_bytes), BFIT_OK);
         assert_memory_equal(after, before, M->param_bytes);
     }
+    {
+        /* an integer tensor where a parameter is: refused naming the file */
+        bfit_st_file *f;
+        bfit_st_tensor tt[64];
+        int n;
+        assert_int_equal(bfit_st_read(good, &f), BFIT_OK);
+        n = bfit_st_count(f);
+        for (int i = 0; i < n; i++) {
+            tt[i] = *bfit_st_get(f, i);
+            if (!strcmp(tt[i].name, "1.weight"))
+                tt[i].dtype = "I32";
+        }
+        assert_int_equal(bfit_st_write(badp, tt, n, NULL, NULL, 0), BFIT_OK);
+        bfit_st_free(f);
+        assert_int_equal(bfit_weights_load(M, badp), BFIT_EFORMAT);
+        printf("  %s\n", bfit_errmsg());
+        assert_non_null(strstr(bfit_errmsg(), badp));
+        assert_non_null(strstr(bfit_errmsg(), "tensor '1.weight' is I32, an integer type"));
+        assert_int_equal(bfit_device_download(t.dev, after, M->param_block, M->param_bytes), BFIT_OK);
+        assert_memory_equal(after, before, M->param_bytes);
+    }
     for (int k = 0; k < 4; k++) {
         rewrite(good, badp, NULL, 0, 0, mk, bad[k], 2);
         assert_int_equal(bfit_weights_read_norm(badp, 1, mean, sd, &found), BFIT_EFORMAT);
@@ -253,13 +294,81 @@ static void test_nonfinite_refused(void **st)
     tdev_close(&t);
 }
 
+/* Weights that are finite but huge (every value +-3e38) make the loss NaN:
+ * an evaluation says so and fails, with no result (it printed loss -nan and
+ * exited 0, and its JSON held "loss":-nan). */
+static void test_huge_weights_eval(void **st)
+{
+    const char *src = getenv("BFIT_SOURCE_DIR");
+    char spec[512], good[512], huge[512];
+    bfit_st_file *f;
+    bfit_st_tensor t[64];
+    void *copy[64];
+    bfit_config *c;
+    bfit_result *res = NULL;
+    tdev d;
+    bfit_graph_desc g;
+    bfit_model *M;
+    int n;
+    (void)st;
+    snprintf(spec, sizeof spec, "%s/models/mlp.cfg", src);
+    snprintf(good, sizeof good, "%s/h-good.safetensors", tmpdir);
+    snprintf(huge, sizeof huge, "%s/h-huge.safetensors", tmpdir);
+    tdev_open(&d, 2);
+    assert_int_equal(bfit_spec_parse_file(spec, &g), BFIT_OK);
+    assert_int_equal(bfit_model_new(&g, d.dev, d.arena, &M), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(M, 0), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(M, 5), BFIT_OK);
+    assert_int_equal(bfit_weights_save(M, good, NULL, NULL, 0), BFIT_OK);
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    tdev_close(&d);
+    assert_int_equal(bfit_st_read(good, &f), BFIT_OK);
+    n = bfit_st_count(f);
+    assert_true(n <= 64);
+    for (int i = 0; i < n; i++) {
+        t[i] = *bfit_st_get(f, i);
+        assert_string_equal(t[i].dtype, "F32");
+        copy[i] = malloc(t[i].nbytes + 1);
+        for (size_t j = 0; j < t[i].nbytes / 4; j++)
+            ((float *)copy[i])[j] = j % 2 ? -3e38f : 3e38f;
+        t[i].data = copy[i];
+    }
+    assert_int_equal(bfit_st_write(huge, t, n, NULL, NULL, 0), BFIT_OK);
+    for (int i = 0; i < n; i++)
+        free(copy[i]);
+    bfit_st_free(f);
+
+    c = bfit_config_new();
+    assert_non_null(c);
+    assert_int_equal(bfit_config_set(c, "model", spec), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "weights", huge), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "eval-samples", "100"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "device", "cpu"), BFIT_OK);
+    assert_int_equal(bfit_evaluate(c, &res), BFIT_EFORMAT);
+    printf("  %s\n", bfit_errmsg());
+    assert_null(res);
+    assert_non_null(strstr(bfit_errmsg(), huge));
+    assert_non_null(strstr(bfit_errmsg(), "the evaluation's loss is"));
+    assert_non_null(strstr(bfit_errmsg(), "too large to compute with"));
+    /* the weights it was made from evaluate */
+    assert_int_equal(bfit_config_set(c, "weights", good), BFIT_OK);
+    if (bfit_evaluate(c, &res) != BFIT_OK)
+        fail_msg("the good weights: %s", bfit_errmsg());
+    assert_true(isfinite(bfit_result_number(res, "loss")));
+    bfit_result_free(res);
+    bfit_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_loads_in_torch),
         cmocka_unit_test(test_cnn_loads_in_torch),
+        cmocka_unit_test(test_batchnorm1d_loads_in_torch),
         cmocka_unit_test(test_wrong_model_refused),
         cmocka_unit_test(test_nonfinite_refused),
+        cmocka_unit_test(test_huge_weights_eval),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -23,7 +23,7 @@ static int load_graph(const bfit_config *c, bfit_graph_desc *g)
     int rc = bfit_model_source_load(c->t.model, g);
     if (rc != BFIT_OK)
         return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
-    if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq)) != BFIT_OK) ||
+    if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq, "seq")) != BFIT_OK) ||
         (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK))
         bfit_graph_fini(g);
     return rc;

@@ -77,7 +77,7 @@ void bfit_plan_text(const plan_report *r)
         bfit_shape_str(r->M->input, sh, sizeof sh);
     fprintf(f, "batchfit plan: %s (%s), input %s, %d classes%s, %s parameters\n", a->model,
            file ? (bfit_model_source_is_onnx(a->model) ? "ONNX file" : "spec file") : "preset",
-           sh, r->M->nclasses, r->M->labels_per_sample > 1 ? " per token" : "",
+           sh, r->M->nclasses, r->M->per_token ? " per token" : "",
            bfit_thousands((double)bfit_model_param_count(r->M), b1, sizeof b1));
     if (r->M->input_dtype == BFIT_I32)
         fprintf(f, "a sample is a sequence of %d tokens; attention %s\n", r->M->input.d[0],
@@ -153,7 +153,7 @@ void bfit_plan_text(const plan_report *r)
                fmt(a->memory, b2, sizeof b2));
     else
         fprintf(f, ", none in all %s\n", fmt(a->memory, b2, sizeof b2));
-    if (r->M->labels_per_sample > 1 && r->pr.m_margin) /* what --batch-tokens plans a micro-batch as */
+    if (r->M->per_token && r->pr.m_margin) /* what --batch-tokens plans a micro-batch as */
         fprintf(f, "in tokens: a micro-batch of %lld (%d sequences of %d) within the budget\n",
                (long long)r->pr.m_margin * r->M->input.d[0], r->pr.m_margin, r->M->input.d[0]);
 }

@@ -64,8 +64,13 @@ static void result_json(const bfit_train_result *r, cJSON *o)
     cJSON_AddNumberToObject(o, "samples", (double)r->samples);
     cJSON_AddNumberToObject(o, "epochs", r->epochs);
     cJSON_AddNumberToObject(o, "train_loss", r->train_loss);
-    cJSON_AddNumberToObject(o, "test_loss", r->test_loss);
-    cJSON_AddNumberToObject(o, "test_accuracy", r->test_acc);
+    if (r->evaluated) {
+        cJSON_AddNumberToObject(o, "test_loss", r->test_loss);
+        cJSON_AddNumberToObject(o, "test_accuracy", r->test_acc);
+    } else { /* no evaluation of the final weights finished: nothing measured */
+        cJSON_AddNullToObject(o, "test_loss");
+        cJSON_AddNullToObject(o, "test_accuracy");
+    }
     cJSON_AddNumberToObject(o, "train_seconds", r->seconds);
     cJSON_AddNumberToObject(o, "micro_batch", r->micro_batch);
     cJSON_AddNumberToObject(o, "batch", r->last_batch);

@@ -17,6 +17,13 @@ static void test_clock_init(void)
     test_tick = t > 0 && t < 1e6 ? t : 0;
 }
 
+void bfit_clock_test_tick(double tick)
+{
+    pthread_once(&test_once, test_clock_init);
+    test_tick = tick > 0 && tick < 1e6 ? tick : 0;
+    atomic_store(&test_reads, 0);
+}
+
 double bfit_clock_mono(void)
 {
     struct timespec t;

@@ -9,5 +9,10 @@
 #define BFIT_CLOCK_H
 
 double bfit_clock_mono(void);
+/* Tests: the test clock from now on, advancing tick seconds at each reading
+ * (tick 0: the real clock again), over BFIT_TEST_CLOCK. For a test program
+ * whose runs differ in the clock they need; call it between runs, not
+ * while one reads the clock. */
+void bfit_clock_test_tick(double tick);
 
 #endif

@@ -164,17 +164,21 @@ static uint64_t measured_peak(const probe *p)
 /* Does a step of m fit? Sets *fits; returns a status for other failures. */
 typedef int (*fits_fn)(probe *p, int m, int *fits);
 
-/* Start at 1, double while it fits (up to limit), then bisect between the
- * last fit and the first failure: what today's tools do by trial and error.
- * *answer 0 when 1 does not fit; *refused: answer + 1 was tried and failed. */
+/* Start at the smallest trainable batch (1 for most models), double while
+ * it fits (up to limit), then bisect between the last fit and the first
+ * failure: what today's tools do by trial and error. *answer 0 when the
+ * start does not fit; *refused: answer + 1 was tried and failed. */
 static int doubling_search(probe *p, fits_fn f, int limit, int *answer, int *trials, int *refused)
 {
-    int lo = 1, hi = 0, fits, rc;
+    int lo = bfit_model_min_batch(p->M), hi = 0, fits, rc;
 
     *answer = 0;
     *trials = 1;
     *refused = 0;
-    rc = f(p, 1, &fits);
+    if (lo > limit)
+        return bfit_fail(BFIT_EINVAL, "this model trains on micro-batches of at least %d, above the limit %d", lo,
+                         limit);
+    rc = f(p, lo, &fits);
     if (rc != BFIT_OK)
         return rc;
     if (!fits) {
@@ -406,21 +410,23 @@ static int measure_rung(probe *p, bfit_probe_rung *g, double *t, double *w)
     return BFIT_OK;
 }
 
-/* The ladder's sizes for a largest batch: 1, 2, 4, ... below it, and it. */
-static int rungs_for(int largest)
+/* The ladder's sizes for a largest batch: from the smallest trainable
+ * batch s, s, 2s, 4s, ... below it, and it. */
+static int rungs_for(int smallest, int largest)
 {
     int n = 1;
-    for (int64_t m = 1; m < largest; m *= 2)
+    for (int64_t m = smallest; m < largest; m *= 2)
         n++;
     return n;
 }
 
-/* Sizes 1, 2, 4, ... below the largest, then the largest. */
+/* Sizes 1, 2, 4, ... (or from the smallest trainable batch) below the
+ * largest, then the largest. */
 static int ladder(probe *p)
 {
     bfit_probe_result *r = p->res;
     double *t, *w;
-    int rc = BFIT_OK;
+    int rc = BFIT_OK, smallest = bfit_model_min_batch(p->M);
 
     p->steps = &r->ladder_steps;
     t = malloc(sizeof *t * (size_t)(p->cfg->warmup + p->cfg->repeats));
@@ -430,7 +436,7 @@ static int ladder(probe *p)
         goto out;
     }
     r->nrungs = 0;
-    for (int64_t m = 1; r->nrungs < BFIT_PROBE_MAX_RUNGS; m *= 2) {
+    for (int64_t m = smallest; r->nrungs < BFIT_PROBE_MAX_RUNGS; m *= 2) {
         bfit_probe_rung *g = &r->rungs[r->nrungs];
         bfit_step_plan pl;
         if (m >= r->largest)
@@ -445,7 +451,7 @@ static int ladder(probe *p)
          * largest (plan.h); such a size cannot be the answer anyway */
         if (pl.peak <= p->step_budget) {
             bfit_progress_say(&p->prog, 0, "find: measuring batch %d (size %d of about %d)", g->m, r->nrungs + 1,
-                              rungs_for(r->largest));
+                              rungs_for(smallest, r->largest));
             rc = measure_rung(p, g, t, w);
             if (rc != BFIT_OK)
                 goto out;
@@ -559,6 +565,10 @@ static int plan_phase(probe *p)
     rc = bfit_plan_max_batch(p->M, p->opt, 1, p->step_budget, r->limit, &r->plan_m, NULL);
     if (rc != BFIT_OK)
         return rc;
+    if (r->plan_m < bfit_model_min_batch(p->M))
+        return bfit_fail(BFIT_ENOMEM, "the largest batch that fits is %d, but this model trains on micro-batches "
+                         "of at least %d (batch norm over vectors needs two values per channel)", r->plan_m,
+                         bfit_model_min_batch(p->M));
     rc = bfit_plan_compute(p->M, p->opt, r->plan_m, 1, &r->plan_largest);
     if (rc == BFIT_OK && r->plan_m < r->limit)
         rc = bfit_plan_compute(p->M, p->opt, r->plan_m + 1, 1, &r->plan_next);

@@ -39,7 +39,7 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     memset(s, 0, sizeof *s);
     rc = bfit_model_source_load(c->model, &s->g);
     if (rc == BFIT_OK && c->seq_max)
-        rc = bfit_graph_set_seq(&s->g, c->seq_max);
+        rc = bfit_graph_set_seq(&s->g, c->seq_max, "seq_max");
     if (rc != BFIT_OK || (rc = open_device(s, c, c->device_name)) != BFIT_OK)
         return rc;
     if (!memory && bfit_device_memory(s->dev, &memory, &total) != BFIT_OK)
@@ -79,6 +79,16 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
 {
     char a[32], b[32];
     const char *name = c->data ? c->data : bfit_dataset_source(d);
+    int tokens = bfit_dataset_is_tokens(d);
+    if (s->M->input_dtype == BFIT_I32 && !tokens)
+        return bfit_fail_field(BFIT_EINVAL, "data", "%s is a token model (its input is %d token ids) but the data "
+                               "set %s%s holds samples of %s: give it token data, e.g. --data kjv, a token file or "
+                               "a .txt file (docs/data.md)", c->model, s->M->input.d[0], name,
+                               c->data ? "" : " (the default)", bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
+    if (s->M->input_dtype != BFIT_I32 && tokens)
+        return bfit_fail_field(BFIT_EINVAL, "data", "the data set %s holds token ids, for token models (`input "
+                               "tokens=T`), but %s takes inputs of %s", name, c->model,
+                               bfit_shape_str(s->M->input, a, sizeof a));
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,
                          bfit_shape_str(s->M->input, a, sizeof a), name, bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));

@@ -225,6 +225,21 @@ static int data_row(csv_parse *p, int64_t line)
     return BFIT_OK;
 }
 
+/* A NUL byte in a line would end it early for every string function (a
+ * row that starts with one looked blank and was dropped): the file is not
+ * text there, and says where. */
+static int check_nul(const csv_parse *p, const char *buf, size_t len, int64_t line)
+{
+    const char *z = memchr(buf, '\0', len);
+    int col = 1;
+    if (!z)
+        return BFIT_OK;
+    for (const char *c = buf; c < z; c++)
+        col += *c == p->o.delim;
+    return bfit_fail(BFIT_EFORMAT, "%s:%lld: column %d: a NUL byte (byte %lld of the line): a CSV file is text, "
+                     "numbers separated by '%c'", p->path, (long long)line, col, (long long)(z - buf) + 1, p->o.delim);
+}
+
 static int parse_lines(csv_parse *p, FILE *fp)
 {
     char *buf = NULL;
@@ -239,6 +254,8 @@ static int parse_lines(csv_parse *p, FILE *fp)
         line++;
         while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
             buf[--len] = '\0';
+        if ((rc = check_nul(p, buf, (size_t)len, line)) != BFIT_OK)
+            break;
         while (*s == ' ' || *s == '\t')
             s++;
         if (*s == '\0' || *s == '#')

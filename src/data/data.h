@@ -154,6 +154,8 @@ int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i);
 int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t *most);
 /* Labels per sample: 1, or seq for token data. */
 int bfit_dataset_label_len(const bfit_dataset *d);
+/* 1 for token data (sequences of token ids), 0 for samples of values. */
+int bfit_dataset_is_tokens(const bfit_dataset *d);
 
 int64_t bfit_dataset_count(const bfit_dataset *d);
 bfit_shape bfit_dataset_shape(const bfit_dataset *d);
@@ -169,6 +171,12 @@ int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i);
  * with zero spread gets std 1 so normalising it is harmless. Compute these on
  * the training set and pass them to the streams of both train and test. */
 int bfit_dataset_norm_stats(const bfit_dataset *d, float *mean, float *std);
+
+/* The value of the largest magnitude as the model sees it: (x - mean[c]) /
+ * std[c] with mean/std given (NULL: x as stored, pixels / 255), with its
+ * sample and its element's index in the sample; 0 for token data. */
+void bfit_dataset_largest(const bfit_dataset *d, const float *mean, const float *std, double *v, int64_t *sample,
+                          int64_t *elem);
 
 void bfit_dataset_free(bfit_dataset *d);
 

@@ -80,6 +80,8 @@ int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i)
 }
 int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids ? d->seq : 1; }
 
+int bfit_dataset_is_tokens(const bfit_dataset *d) { return d->ids != NULL; }
+
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
                              const int32_t *y, bfit_dataset **out)
 {
@@ -202,6 +204,30 @@ int bfit_dataset_norm_stats(const bfit_dataset *d, float *mean, float *std)
     else
         f32_stats(d, mean, std);
     return BFIT_OK;
+}
+
+void bfit_dataset_largest(const bfit_dataset *d, const float *mean, const float *std, double *v, int64_t *sample,
+                          int64_t *elem)
+{
+    int64_t plane = (int64_t)d->shape.h * d->shape.w, numel = d->shape.c * plane;
+    double best = 0;
+
+    *v = 0;
+    *sample = *elem = 0;
+    if (!d->u8 && !d->f32)
+        return;
+    for (int64_t i = 0; i < d->count; i++)
+        for (int64_t k = 0; k < numel; k++) {
+            int c = (int)(k / plane);
+            double x = d->u8 ? d->u8[i * numel + k] / 255.0 : (double)d->f32[i * numel + k];
+            double y = mean ? (x - mean[c]) / std[c] : x;
+            if (!(fabs(y) <= best)) { /* a NaN too */
+                best = fabs(y);
+                *v = y;
+                *sample = i;
+                *elem = k;
+            }
+        }
 }
 
 static int exists(const char *path)

@@ -120,15 +120,16 @@ static int read_header(idx_file *f, uint32_t want_magic)
  * lying header on a short file costs no giant allocation. */
 static int read_body(idx_file *f)
 {
-    int64_t hdr = 4 + 4 * (int64_t)f->ndim, cap, got = 0;
+    int64_t hdr = 4 + 4 * (int64_t)f->ndim, cap, got = 0, r;
     uint8_t extra;
+    int zerr;
 
     cap = f->items < IDX_FIRST_READ ? f->items : IDX_FIRST_READ;
     f->data = malloc((size_t)cap);
     if (!f->data)
         return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld bytes", f->path, (long long)cap);
     for (;;) {
-        int64_t r = read_full(f->gz, f->data + got, cap - got);
+        r = read_full(f->gz, f->data + got, cap - got);
         if (r < 0)
             return gz_failed(f);
         got += r;
@@ -145,9 +146,20 @@ static int read_body(idx_file *f)
         return bfit_fail(BFIT_EFORMAT, "%s: truncated: expected %lld bytes (%lld header + %lld data%s), got %lld",
                          f->path, (long long)(hdr + f->items), (long long)hdr, (long long)f->items,
                          gzdirect(f->gz) ? "" : ", uncompressed", (long long)(hdr + got));
-    if (read_full(f->gz, &extra, 1) == 1)
+    r = read_full(f->gz, &extra, 1);
+    if (r < 0)
+        return gz_failed(f);
+    if (r == 1)
         return bfit_fail(BFIT_EFORMAT, "%s: longer than its header says: expected %lld bytes%s, found more",
                          f->path, (long long)(hdr + f->items), gzdirect(f->gz) ? "" : " uncompressed");
+    /* zlib reports a gzip stream cut short only as a soft error: all the
+     * data arrived but the trailer (CRC-32 and length) did not, so nothing
+     * vouches for the data (gzip -t refuses such a file too) */
+    gzerror(f->gz, &zerr);
+    if (zerr == Z_BUF_ERROR)
+        return bfit_fail(BFIT_EFORMAT, "%s: truncated gzip file: the compressed data ends before its 8-byte trailer "
+                         "(CRC-32 and length), so the data cannot be checked; copy or download the file again",
+                         f->path);
     return BFIT_OK;
 }
 

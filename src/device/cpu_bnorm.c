@@ -28,12 +28,15 @@ static size_t scratch_bytes(const_dnnl_primitive_desc_t pd)
     return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
+/* The values per channel that a training forward's statistics are over. */
+static int64_t d_values(const bfit_op_desc *d) { return d->u.bnorm.n * d->u.bnorm.h * d->u.bnorm.w; }
+
 /* n values per channel went into var. */
 static void update_running(const bfit_op_desc *d, const bfit_op_args *a)
 {
     float *rm = a->rmean, *rv = a->rvar;
     const float *mean = a->mean, *var = a->var;
-    int64_t n = d->u.bnorm.n * d->u.bnorm.h * d->u.bnorm.w;
+    int64_t n = d_values(d);
     double mom = d->u.bnorm.momentum, unbias = (double)n / (double)(n - 1);
 
     for (int64_t k = 0; k < d->u.bnorm.c; k++) {
@@ -61,6 +64,11 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "batch norm forward: src, dst, scale, shift, mean, var are required");
     if (!a->rmean != !a->rvar)
         return bfit_fail(BFIT_EINVAL, "batch norm forward: rmean and rvar go together");
+    if (op->base.desc.u.bnorm.training && d_values(&op->base.desc) < 2)
+        /* an op of one value per channel may be made (its memory is planned)
+         * but not run: the unbiased variance of one value is undefined */
+        return bfit_fail(BFIT_EINVAL, "cpu batch norm: training needs more than one value per channel, got %lld",
+                         (long long)d_values(&op->base.desc));
     rc = bfit_cpu_exec(op, P_FWD, args, 6, a->workspace, "batch normalization forward");
     if (rc == BFIT_OK && a->rmean && op->base.desc.u.bnorm.training)
         update_running(&op->base.desc, a);
@@ -199,10 +207,6 @@ int bfit_cpu_bnorm_init(cpu_op *op)
     if (sd[0] < 1 || sd[1] < 1 || sd[2] < 1 || sd[3] < 1 || !(d->u.bnorm.eps >= 0))
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: bad sizes %lldx%lldx%lldx%lld or eps %g", (long long)sd[0],
                          (long long)sd[1], (long long)sd[2], (long long)sd[3], (double)d->u.bnorm.eps);
-    if (train && sd[0] * sd[2] * sd[3] < 2)
-        /* the unbiased variance of one value is undefined (PyTorch refuses it too) */
-        return bfit_fail(BFIT_EINVAL, "cpu batch norm: training needs more than one value per channel, got %lld",
-                         (long long)(sd[0] * sd[2] * sd[3]));
     if (d->kind != BFIT_OP_BNORM_FWD && d->kind != BFIT_OP_BNORM_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: op kind %d is not a batch norm", (int)d->kind);
     if (d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) {

@@ -217,7 +217,7 @@ int bfit_device_open_auto(const bfit_device_cfg *cfg, const bfit_op_needs *nd, b
         return rc;
     if (!bfit_device_supports_needs(d, nd, cpu, sizeof cpu)) {
         bfit_device_free(d);
-        return bfit_fail(BFIT_EINVAL, "--device auto: no device here runs this model: %s; the cpu does not run %s",
+        return bfit_fail(BFIT_EINVAL, "auto: no device here runs this model: %s; the cpu does not run %s",
                          gpu, cpu);
     }
     snprintf(why, n, "cpu, since %s", gpu);

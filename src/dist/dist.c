@@ -161,6 +161,35 @@ int bfit_dist_plan(bfit_dist *d, int E, int step_E, const bfit_dist_word *all, d
     return changed;
 }
 
+void bfit_dist_state_get(const bfit_dist *d, int *E, int *streak, const int **share)
+{
+    *E = d->E;
+    *streak = d->streak;
+    *share = d->share;
+}
+
+int bfit_dist_state_set(bfit_dist *d, int E, int streak, const int *share)
+{
+    int64_t sum = 0;
+    for (int r = 0; r < d->size; r++) {
+        if (share[r] < 0)
+            return bfit_fail(BFIT_EINVAL, "rank %d's share %d is negative", r, share[r]);
+        sum += share[r];
+    }
+    if (E < 0 || streak < 0 || (E > 0 && sum != E) || (E == 0 && sum != 0))
+        return bfit_fail(BFIT_EINVAL, "shares adding up to %lld are not shares of %d (streak %d)", (long long)sum, E,
+                         streak);
+    d->E = E;
+    d->streak = streak;
+    memcpy(d->share, share, (size_t)d->size * sizeof *share);
+    return BFIT_OK;
+}
+
+int bfit_dist_allgather(bfit_dist *d, const void *mine, void *all, size_t n)
+{
+    return bfit_comm_allgather(d->comm, mine, all, n);
+}
+
 const int *bfit_dist_shares(const bfit_dist *d) { return d->step_share; }
 const int *bfit_dist_shares_of_E(const bfit_dist *d) { return d->share; }
 int bfit_dist_offset(const bfit_dist *d) { return d->offset; }

@@ -87,6 +87,17 @@ const int *bfit_dist_shares(const bfit_dist *d);
 const int *bfit_dist_shares_of_E(const bfit_dist *d);
 int bfit_dist_offset(const bfit_dist *d);
 
+/* The shares in force, for a checkpoint: the E they split (0: none yet),
+ * E's shares (size of them) and the boundaries in a row at which another
+ * split was faster. */
+void bfit_dist_state_get(const bfit_dist *d, int *E, int *streak, const int **share);
+/* Put them back (a run resumed with as many ranks): BFIT_EINVAL, nothing
+ * changed, unless they are shares of E (each >= 0, adding up to E). */
+int bfit_dist_state_set(bfit_dist *d, int E, int streak, const int *share);
+
+/* Host memory: every rank's n bytes, in rank order, into all (size * n). */
+int bfit_dist_allgather(bfit_dist *d, const void *mine, void *all, size_t n);
+
 /* CRC-32 (zlib's) of n bytes continuing crc (start with 0). */
 uint64_t bfit_dist_crc(uint64_t crc, const void *p, size_t n);
 

@@ -330,6 +330,8 @@ int bfit_layer_backward(bfit_layer *l, const bfit_bwd_args *a)
     return l->vt->backward(l, a);
 }
 
+int bfit_layer_min_batch(const bfit_layer *l) { return l->vt->min_batch ? l->vt->min_batch(l) : 1; }
+
 int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     int old_m = l->prep_m, old_t = l->prep_training, rc;

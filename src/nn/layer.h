@@ -146,6 +146,9 @@ typedef struct bfit_layer_vt {
      * micro-batches); overwrites dx. */
     int (*backward)(bfit_layer *l, const bfit_bwd_args *a);
     void (*unprepare)(bfit_layer *l); /* free ops */
+    /* The smallest micro-batch a training step can run (NULL: 1). Prepare
+     * still takes any m >= 1, so that every size can be planned. */
+    int (*min_batch)(const bfit_layer *l);
 } bfit_layer_vt;
 
 #define BFIT_LAYER_MAXP 16
@@ -220,6 +223,8 @@ int bfit_layer_forward(bfit_layer *l, const bfit_fwd_args *a);
 int bfit_layer_backward(bfit_layer *l, const bfit_bwd_args *a);
 /* The layer's needs for m without disturbing what is prepared (creates and
  * frees ops if m differs). */
+/* The smallest micro-batch l can be trained on (batch norm over vectors: 2). */
+int bfit_layer_min_batch(const bfit_layer *l);
 int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need);
 
 /* The usual pair of ops: ops[0] from d, and when training ops[1] from d

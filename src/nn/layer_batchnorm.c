@@ -59,18 +59,16 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int trainin
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 
+/* One value per channel in training (a vector's features at m = 1): the
+ * output is beta whatever the input, and the unbiased variance is undefined
+ * (PyTorch refuses it too). Such a step cannot run, but is still planned:
+ * every plan's intercept is m = 1. */
+static int min_batch(const bfit_layer *l) { return (int64_t)l->in[0].h * l->in[0].w < 2 ? 2 : 1; }
+
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
-    char buf[48];
     int rc;
 
-    if (training && (int64_t)m * l->in[0].h * l->in[0].w < 2)
-        /* one value per channel: the output is beta whatever the input, and
-         * the unbiased variance is undefined (PyTorch refuses this too) */
-        return bfit_fail(BFIT_EINVAL,
-                         "batchnorm over %s in training needs more than one value per channel: use a micro-batch "
-                         "of at least 2",
-                         bfit_shape_str(l->in[0], buf, sizeof buf));
     if ((rc = new_op(l, OP_FWD, BFIT_OP_BNORM_FWD, m, training)) != BFIT_OK)
         return rc;
     need->saved = training ? 2 * stat_bytes(l) : 0; /* batch mean, batch variance */
@@ -112,6 +110,13 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
         o.var = l->params[P_RVAR].data;
         return bfit_op_run(l->ops[OP_FWD], &o);
     }
+    if (a->m < min_batch(l)) {
+        char buf[48];
+        return bfit_fail(BFIT_EINVAL,
+                         "batchnorm over %s in training needs more than one value per channel: use a micro-batch "
+                         "of at least %d",
+                         bfit_shape_str(l->in[0], buf, sizeof buf), min_batch(l));
+    }
     if (!a->saved)
         return bfit_fail(BFIT_EINVAL, "batchnorm: training forward needs its saved buffer");
     o.mean = a->saved;
@@ -151,4 +156,5 @@ const bfit_layer_vt bfit_batchnorm_vt = {
     .forward = forward,
     .backward = backward,
     .unprepare = NULL, /* ops are freed generically */
+    .min_batch = min_batch,
 };

@@ -83,6 +83,7 @@ static int add_loss(bfit_model *M, const bfit_graph_desc *g, bfit_shape last)
     M->n = g->nnodes + 1;
     M->nclasses = last.nd == 2 ? last.d[1] : last.c; /* a vector may be Cx1x1 */
     M->labels_per_sample = last.nd == 2 ? last.d[0] : 1;
+    M->per_token = last.nd == 2;
     return BFIT_OK;
 }
 
@@ -261,6 +262,16 @@ int64_t bfit_model_param_count(const bfit_model *M)
     for (int i = 0; i < M->ntrainable; i++)
         n += bfit_param_numel(M->trainable[i]);
     return n;
+}
+
+int bfit_model_min_batch(const bfit_model *M)
+{
+    int m = 1;
+    for (int i = 0; i < M->n; i++) {
+        int k = bfit_layer_min_batch(M->nodes[i].l);
+        m = k > m ? k : m;
+    }
+    return m;
 }
 
 static int wants_copy(const bfit_model *M, const bfit_param *q)

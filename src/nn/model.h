@@ -152,6 +152,7 @@ typedef struct bfit_model {
     bfit_dtype input_dtype;
     int nclasses;
     int labels_per_sample; /* 1, or T for a sequence model: one label per token (-1: padding) */
+    int per_token;         /* a sequence model: its loss is per token, whatever T (1 too) */
     int seq_lens;          /* has bidirectional attention: stages each sequence's real length (up to
                               its last label that counts) for its key-padding mask */
     int32_t *stage_lens;   /* host staging of those lengths */
@@ -235,6 +236,9 @@ int bfit_model_blocks_fit(const bfit_model *M, const bfit_layout *lay);
 uint64_t bfit_model_param_bytes(const bfit_model *M);
 uint64_t bfit_model_grad_bytes(const bfit_model *M);
 int64_t bfit_model_param_count(const bfit_model *M); /* trainable scalars */
+/* The smallest micro-batch a training step can run: 1, or more where a
+ * layer needs it (batch norm over vectors needs two values per channel). */
+int bfit_model_min_batch(const bfit_model *M);
 
 /* Allocate the params block, the statistics block (and the grads block if
  * with_grads); OOM leaves nothing allocated. Then bfit_model_init_params

@@ -363,17 +363,17 @@ int bfit_graph_set_attention(bfit_graph_desc *g, int lean)
     return BFIT_OK;
 }
 
-int bfit_graph_set_seq(bfit_graph_desc *g, int seq)
+int bfit_graph_set_seq(bfit_graph_desc *g, int seq, const char *option)
 {
     int most = 0;
     if (g->input_dtype != BFIT_I32)
-        return bfit_fail_field(BFIT_EINVAL, "seq", "applies to token models (`input tokens=T`); this model's "
+        return bfit_fail_field(BFIT_EINVAL, option, "applies to token models (`input tokens=T`); this model's "
                                                    "input is not token ids");
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i].cfg.kind == BFIT_L_EMBED)
             most = g->nodes[i].cfg.positions;
     if (seq < 1 || (most && seq > most))
-        return bfit_fail_field(BFIT_EINVAL, "seq", "must be 1 to %d (the model's positions), got %d", most ? most : 1 << 24,
+        return bfit_fail_field(BFIT_EINVAL, option, "must be 1 to %d (the model's positions), got %d", most ? most : 1 << 24,
                                seq);
     g->input = bfit_shape_seq(seq, 1);
     return BFIT_OK;

@@ -35,9 +35,10 @@ int bfit_model_source_is_onnx(const char *name_or_path);
 int bfit_model_source_load(const char *name_or_path, bfit_graph_desc *g);
 
 /* A token model's sequence length: the input becomes seq tokens (at most
- * the model's positions). BFIT_EINVAL (field "seq") for a model whose input
- * is not token ids, or a length out of range. */
-int bfit_graph_set_seq(bfit_graph_desc *g, int seq);
+ * the model's positions). BFIT_EINVAL (field `option`, the name the length
+ * was given by: "seq", "seq_max") for a model whose input is not token ids,
+ * or a length out of range. */
+int bfit_graph_set_seq(bfit_graph_desc *g, int seq, const char *option);
 /* Every attention layer lean (1: keep a log-sum-exp per row, recompute the
  * matrix in backward) or stored (0). BFIT_EINVAL (field "attention") when
  * the model has none. */

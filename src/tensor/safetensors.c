@@ -415,9 +415,18 @@ static int header_length(const uint8_t *lb, uint64_t fsize, const char *path, ui
                          path, (unsigned long long)fsize);
     for (int i = 7; i >= 0; i--)
         *hlen = *hlen << 8 | lb[i];
-    if (*hlen > fsize - 8)
-        return bfit_fail(BFIT_EFORMAT, "%s: header length %llu runs past the end of the file (%llu bytes follow it)",
-                         path, (unsigned long long)*hlen, (unsigned long long)(fsize - 8));
+    if (*hlen > fsize - 8) {
+        int text = 1;
+        for (int i = 0; i < 8; i++)
+            text &= lb[i] >= 0x20 && lb[i] < 0x7f;
+        if (text) /* a log, a spec, a CSV: say what it is, not the length its first bytes make */
+            return bfit_fail(BFIT_EFORMAT, "%s: not a safetensors file: it starts with the text '%.8s', where a "
+                             "safetensors file starts with the 8-byte length of its JSON header", path,
+                             (const char *)lb);
+        return bfit_fail(BFIT_EFORMAT, "%s: not a safetensors file, or a truncated one: its header length %llu runs "
+                         "past the end of the file (%llu bytes follow it)", path, (unsigned long long)*hlen,
+                         (unsigned long long)(fsize - 8));
+    }
     if (*hlen < 2 || *hlen > BFIT_ST_MAX_HEADER)
         return bfit_fail(BFIT_EFORMAT, "%s: header length %llu is outside 2..%llu", path, (unsigned long long)*hlen,
                          BFIT_ST_MAX_HEADER);
@@ -557,6 +566,12 @@ static float half_to_float(uint16_t h)
     bits = exp == 31 ? (sign | 0x7f800000u | man << 13) : (sign | (exp + 112) << 23 | man << 13);
     memcpy(&v, &bits, 4);
     return v;
+}
+
+int bfit_st_is_float(const bfit_st_tensor *t)
+{
+    return !strcmp(t->dtype, "F32") || !strcmp(t->dtype, "F64") || !strcmp(t->dtype, "BF16") ||
+           !strcmp(t->dtype, "F16");
 }
 
 int bfit_st_to_f32(const bfit_st_tensor *t, float *dst, int64_t n)

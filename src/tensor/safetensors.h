@@ -61,6 +61,8 @@ const char *bfit_st_meta(const bfit_st_file *f, const char *key);
 int bfit_st_meta_count(const bfit_st_file *f);
 int bfit_st_meta_get(const bfit_st_file *f, int i, const char **key, const char **val);
 
+/* 1 for a floating dtype (F32, F64, F16, BF16), which bfit_st_to_f32 converts. */
+int bfit_st_is_float(const bfit_st_tensor *t);
 /* Convert a floating tensor (F32, F64, BF16, F16) to n floats in dst; n must
  * equal its element count. BFIT_EFORMAT otherwise. Works on unaligned data. */
 int bfit_st_to_f32(const bfit_st_tensor *t, float *dst, int64_t n);

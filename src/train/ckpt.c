@@ -342,6 +342,11 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
     bfit_run_snap_take(r, &s);
     lb = log_bytes(r);
     st = bfit_ckpt_state_to_json(&s, &r->sched);
+    /* a group's shares and every rank's own state, brought together at this
+     * boundary (bfit_run_dist_ckpt_sync): without them a resumed group
+     * starts at equal shares, and its other ranks with rank 0's controller */
+    if (st && r->dp && r->dp->group.n == r->dp->size && r->dp->group.step == r->pos.step)
+        cJSON_AddItemToObject(st, "group", bfit_ckpt_group_to_json(&r->dp->group));
     {
         bfit_train_cfg c = r->cfg;
         if (r->tmp_log)
@@ -561,6 +566,19 @@ static int put_state(bfit_run *r, const run_snap *s)
     return bfit_optim_set_steps(r->opt, s->optim_steps);
 }
 
+/* A group's shares and this rank's own state, when the checkpoint keeps
+ * them for as many ranks as this run has. */
+static int resume_group(bfit_run *r, const cJSON *st)
+{
+    run_group g = r->dp->group; /* its arrays, of this run's ranks */
+    int found, rc;
+
+    g.n = r->dp->size;
+    if ((rc = bfit_ckpt_group_from_json(st, r->ck_path, &g, &found)) != BFIT_OK)
+        return rc;
+    return bfit_run_dist_resume(r, found ? &g : NULL, r->ck_path);
+}
+
 int bfit_run_resume_state(bfit_run *r)
 {
     cJSON *st;
@@ -572,7 +590,6 @@ int bfit_run_resume_state(bfit_run *r)
     if (!(st = parse_meta_json(r->ck, "batchfit.state", r->ck_path, &rc)))
         return rc;
     rc = bfit_ckpt_state_from_json(st, r->ck_path, &s, &sched);
-    cJSON_Delete(st);
     if (rc == BFIT_OK && s.pos.epoch > r->cfg.epochs)
         rc = bfit_fail(BFIT_EFORMAT, "%s: the run is at epoch %d of %d", r->ck_path, s.pos.epoch, r->cfg.epochs);
     if (rc == BFIT_OK)
@@ -581,6 +598,9 @@ int bfit_run_resume_state(bfit_run *r)
         rc = extras_upload(r, r->track && !s.pos.track_stale);
     if (rc == BFIT_OK)
         rc = put_state(r, &s);
+    if (rc == BFIT_OK && r->dp)
+        rc = resume_group(r, st);
+    cJSON_Delete(st);
     if (rc != BFIT_OK)
         return rc;
     r->sched = sched;

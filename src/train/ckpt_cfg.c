@@ -10,6 +10,7 @@
 #include "train/run_int.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -19,7 +20,8 @@
 #include <string.h>
 
 typedef enum {
-    F_STR, F_INT, F_I64, F_U64, F_DBL, F_BOOL, F_NOT, F_OPT, F_SCHED, F_RULE, F_CSV, F_CONV, F_BSCHED, F_MSCHED
+    F_STR, F_INT, F_I64, F_U64, F_DBL, F_BOOL, F_NOT, F_OPT, F_SCHED, F_RULE, F_CSV, F_CONV, F_BSCHED, F_MSCHED,
+    F_PREC /* a dtype kept as its number (as checkpoints have it), shown by its name */
 } fkind;
 
 typedef struct field {
@@ -45,7 +47,7 @@ static const field fields[] = {
     {"adaptive", "batch", F_BOOL, C(adaptive), 1},
     {"auto_batch", "batch", F_BOOL, C(auto_batch), 1},
     {"lr_ref_batch", "lr_ref_batch", F_INT, C(lr_ref_batch), 1},
-    {"precision", "precision", F_INT, C(storage.precision), 1},
+    {"precision", "precision", F_PREC, C(storage.precision), 1},
     {"lean", "no_lean", F_BOOL, C(storage.lean), 1},
     {"loss_scale", "loss_scale", F_INT, C(loss_scale), 1},
     {"loss_scale_init", "loss_scale", F_DBL, C(loss_scale_init), 1},
@@ -128,7 +130,8 @@ static const char *text(const bfit_train_cfg *c, const field *f, char *buf, size
 {
     switch (f->kind) {
     case F_STR: return *AT(c, f, const char *const);
-    case F_INT: snprintf(buf, len, "%d", *AT(c, f, const int)); break;
+    case F_INT:
+    case F_PREC: snprintf(buf, len, "%d", *AT(c, f, const int)); break;
     case F_I64: snprintf(buf, len, "%" PRId64, *AT(c, f, const int64_t)); break;
     case F_U64: snprintf(buf, len, "%" PRIu64, *AT(c, f, const uint64_t)); break;
     case F_DBL: snprintf(buf, len, "%.17g", *AT(c, f, const double)); break;
@@ -197,6 +200,15 @@ static const char *shown(const field *f, const char *t, char *buf)
         snprintf(buf, 64, "%g", strtod(t, NULL));
         return buf;
     }
+    if (f->kind == F_PREC) { /* as --precision takes it: f32, bf16, f16 */
+        long d = strtol(t, NULL, 10);
+        const char *name = d >= 0 && d < BFIT_NDTYPES ? bfit_dtype_name((bfit_dtype)d) : t;
+        size_t i;
+        for (i = 0; name[i] && i < 63; i++)
+            buf[i] = (char)tolower((unsigned char)name[i]);
+        buf[i] = '\0';
+        return buf;
+    }
     return t[0] ? t : "(none)";
 }
 
@@ -218,7 +230,8 @@ static int apply(bfit_train_cfg *c, const field *f, const cJSON *v, const char *
         return bfit_fail(BFIT_EFORMAT, "%s: configuration field \"%s\" is not text", path, f->key);
     errno = 0;
     switch (f->kind) {
-    case F_INT: {
+    case F_INT:
+    case F_PREC: {
         long x = strtol(t, &end, 10);
         rc = *t && !*end && !errno && x >= INT32_MIN && x <= INT32_MAX ? BFIT_OK : BFIT_EFORMAT;
         *AT(c, f, int) = (int)x;

@@ -179,7 +179,8 @@ TABLE(controller_t, C,
 #undef C
 
 /* The figures so far; the token counts came later (a run resumed from a
- * checkpoint without them counts from the resume) */
+ * checkpoint without them counts from the resume), and whether the test
+ * figures are of the checkpoint's weights later still (without it: not) */
 #define R bfit_train_result
 TABLE(result_t, R,
       INT(R, "epochs", epochs),
@@ -191,7 +192,8 @@ TABLE(result_t, R,
       INT(R, "last_batch", last_batch),
       DBL(R, "noise_scale", noise_scale),
       I64(R, "tokens", tokens, .since = "tokens"),
-      I64(R, "tokens_computed", tokens_computed, .since = "tokens"));
+      I64(R, "tokens_computed", tokens_computed, .since = "tokens"),
+      INT(R, "evaluated", evaluated, .since = "evaluated"));
 #undef R
 
 #define L bfit_lr_schedule
@@ -231,6 +233,16 @@ TABLE(state_t, S,
       OBJ(S, "decision", pos.d, bfit_batch_decision, decision_t),
       OBJ(S, "controller", ctl, bfit_controller_state, controller_t));
 #undef S
+
+/* A data-parallel rank's own state (dist_run.h), in the group's "rank" list */
+#define K run_rank
+TABLE(rank_t, K,
+      INT(K, "m", m),
+      INT(K, "prev_m", prev_m),
+      U64(K, "micro", micro),
+      OBJ(K, "decision", d, bfit_batch_decision, decision_t),
+      OBJ(K, "controller", ctl, bfit_controller_state, controller_t));
+#undef K
 
 #define AT(p, f, T) ((T *)((char *)(p) + (f)->off))
 #define CAT(p, f, T) ((const T *)((const char *)(p) + (f)->off))
@@ -313,6 +325,21 @@ cJSON *bfit_ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched)
 {
     cJSON *o = obj_json(&state_t, s);
     cJSON_AddItemToObject(o, "lr_schedule", obj_json(&sched_t, sched));
+    return o;
+}
+
+cJSON *bfit_ckpt_group_to_json(const run_group *g)
+{
+    cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray(), *rk = cJSON_CreateArray();
+    cJSON_AddNumberToObject(o, "ranks", g->n);
+    cJSON_AddNumberToObject(o, "E", g->E);
+    cJSON_AddNumberToObject(o, "streak", g->streak);
+    for (int q = 0; q < g->n; q++) {
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber(g->share[q]));
+        cJSON_AddItemToArray(rk, obj_json(&rank_t, &g->ranks[q]));
+    }
+    cJSON_AddItemToObject(o, "shares", sh);
+    cJSON_AddItemToObject(o, "rank", rk);
     return o;
 }
 
@@ -498,5 +525,39 @@ int bfit_ckpt_state_from_json(const cJSON *j, const char *path, run_snap *s, bfi
     if ((o = get(&r, j, "lr_schedule")))
         read_sub(&r, o, "lr_schedule", -1, &sched_t, sched);
     check_ranges(&r, s);
+    return r.rc;
+}
+
+int bfit_ckpt_group_from_json(const cJSON *state, const char *path, run_group *g, int *found)
+{
+    rd r = {path, BFIT_OK, "group."};
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(state, "group"), *sh, *rk;
+    int n;
+
+    *found = o != NULL;
+    if (!o) /* a run alone, or a group's checkpoint from before they were kept */
+        return BFIT_OK;
+    n = get_int(&r, get(&r, o, "ranks"), "ranks");
+    if (r.rc == BFIT_OK && n < 1)
+        bad(&r, "ranks", "a count of ranks");
+    if (r.rc != BFIT_OK || n != g->n) {
+        g->n = n;
+        return r.rc;
+    }
+    g->E = get_int(&r, get(&r, o, "E"), "E");
+    g->streak = get_int(&r, get(&r, o, "streak"), "streak");
+    sh = get(&r, o, "shares");
+    rk = get(&r, o, "rank");
+    if (r.rc == BFIT_OK && (!cJSON_IsArray(sh) || cJSON_GetArraySize(sh) != n))
+        bad(&r, "shares", "a list of a share per rank");
+    if (r.rc == BFIT_OK && (!cJSON_IsArray(rk) || cJSON_GetArraySize(rk) != n))
+        bad(&r, "rank", "a list of each rank's state");
+    for (int q = 0; r.rc == BFIT_OK && q < n; q++) {
+        g->share[q] = get_int(&r, cJSON_GetArrayItem(sh, q), "shares");
+        memset(&g->ranks[q], 0, sizeof g->ranks[q]);
+        read_sub(&r, cJSON_GetArrayItem(rk, q), "rank", q, &rank_t, &g->ranks[q]);
+        if (r.rc == BFIT_OK && (g->ranks[q].m < 1 || g->ranks[q].m > BFIT_BATCH_MAX))
+            bad(&r, "rank", "each rank's state with a micro-batch from 1 to 16777216");
+    }
     return r.rc;
 }

@@ -138,6 +138,13 @@ void bfit_run_dist_sample_sums(const bfit_run *r, uint64_t *sum, int64_t *n)
 
 /* ---- set-up ------------------------------------------------------------------ */
 
+/* What each rank brings to a checkpoint sync: rank 0's decision, and its
+ * own state. Exchanged as bytes, as the status word is. */
+typedef struct sync_rec {
+    int32_t due;
+    run_rank rs;
+} sync_rec;
+
 int bfit_run_dist_new(bfit_run *r)
 {
     run_dist *dp = calloc(1, sizeof *dp);
@@ -152,7 +159,10 @@ int bfit_run_dist_new(bfit_run *r)
     dp->size = bfit_dist_size(dp->d);
     dp->sq = calloc((size_t)dp->size, sizeof *dp->sq);
     dp->n = calloc((size_t)dp->size, sizeof *dp->n);
-    if (!dp->sq || !dp->n)
+    dp->group.share = calloc((size_t)dp->size, sizeof *dp->group.share);
+    dp->group.ranks = calloc((size_t)dp->size, sizeof *dp->group.ranks);
+    dp->gather = calloc((size_t)dp->size, sizeof(sync_rec));
+    if (!dp->sq || !dp->n || !dp->group.share || !dp->group.ranks || !dp->gather)
         return bfit_fail(BFIT_ENOMEM, "out of host memory for %d ranks", dp->size);
     return BFIT_OK;
 }
@@ -166,6 +176,9 @@ void bfit_run_dist_free(bfit_run *r)
     free(dp->sq);
     free(dp->n);
     free(dp->host);
+    free(dp->group.share);
+    free(dp->group.ranks);
+    free(dp->gather);
     free(dp);
     r->dp = NULL;
 }
@@ -255,7 +268,8 @@ int bfit_run_dist_setup(bfit_run *r, int rc)
     if (!(dp->host = malloc(dp->host_bytes ? dp->host_bytes : 1)))
         rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
     dp->norms = r->cfg.adaptive;
-    dp->prev_m = r->pos.m;
+    if (!dp->resumed) /* a resumed rank has its own from the checkpoint */
+        dp->prev_m = r->pos.m;
     if (rc == BFIT_OK)
         rc = bfit_dist_attach(dp->d, r->s.dev);
     if (rc == BFIT_OK)
@@ -593,5 +607,62 @@ int bfit_run_dist_eval_sums(bfit_run *r, int rc, bfit_eval_info *ev)
         ev->samples += all[q].hn;
     }
     ev->m = m;
+    return BFIT_OK;
+}
+
+/* ---- checkpoints: every rank's own state ------------------------------------ */
+
+int bfit_run_dist_ckpt_sync(bfit_run *r, int *due)
+{
+    run_dist *dp = r->dp;
+    sync_rec mine, *all = dp->gather;
+    const int *sh;
+    int rc;
+
+    memset(&mine, 0, sizeof mine);
+    mine.due = *due;
+    mine.rs.m = r->pos.m;
+    mine.rs.prev_m = dp->prev_m;
+    mine.rs.micro = r->pos.micro;
+    mine.rs.d = r->pos.d;
+    bfit_controller_state_get(r->ctl, &mine.rs.ctl);
+    if ((rc = bfit_dist_allgather(dp->d, &mine, all, sizeof mine)) != BFIT_OK)
+        return bfit_fail_prefix(rc, "after step %lld, bringing the ranks' state together: ", (long long)r->pos.step);
+    *due = all[0].due; /* rank 0 keeps the time */
+    dp->group.n = dp->size;
+    dp->group.step = r->pos.step;
+    bfit_dist_state_get(dp->d, &dp->group.E, &dp->group.streak, &sh);
+    memcpy(dp->group.share, sh, (size_t)dp->size * sizeof *sh);
+    for (int q = 0; q < dp->size; q++)
+        dp->group.ranks[q] = all[q].rs;
+    return BFIT_OK;
+}
+
+int bfit_run_dist_resume(bfit_run *r, const run_group *g, const char *path)
+{
+    run_dist *dp = r->dp;
+    const run_rank *mine;
+    bfit_controller_state cs;
+    int rc;
+
+    if (!g || g->n != dp->size) {
+        bfit_log_say(&r->lg, "batchfit: the checkpoint %s %s: the shares start equal, and each rank measures "
+                     "its speed afresh", path, g ? "is of another number of ranks" : "keeps no ranks' state");
+        return BFIT_OK;
+    }
+    if ((rc = bfit_dist_state_set(dp->d, g->E, g->streak, g->share)) != BFIT_OK)
+        return bfit_fail_prefix(BFIT_EFORMAT, "%s: ", path);
+    mine = &g->ranks[dp->rank];
+    cs = mine->ctl;
+    /* the memory now, as for the run's own controller (ckpt.c) */
+    cs.capacity = bfit_arena_capacity(r->s.arena);
+    cs.free = bfit_arena_available(r->s.arena) + bfit_model_step_bytes(r->s.M);
+    if ((rc = bfit_controller_state_set(r->ctl, &cs)) != BFIT_OK)
+        return bfit_fail_prefix(BFIT_EFORMAT, "%s: rank %d's controller: ", path, dp->rank);
+    r->pos.m = mine->m;
+    r->pos.d = mine->d;
+    r->pos.micro = mine->micro;
+    dp->prev_m = mine->prev_m;
+    dp->resumed = 1;
     return BFIT_OK;
 }

@@ -4,8 +4,31 @@
 #ifndef BFIT_DIST_RUN_H
 #define BFIT_DIST_RUN_H
 
+#include "batch/control_state.h"
 #include "dist/dist.h"
 #include "train/trainer.h"
+
+/* What is a rank's own at a step boundary, beside what every rank holds
+ * alike: its controller (its micro-batch and its throughput records, from
+ * which it reports its speed), and its micro-steps (dropout seeds). A
+ * checkpoint keeps every rank's, so that a resumed group goes on as the
+ * uninterrupted one would. */
+typedef struct run_rank {
+    int m;                     /* its micro-batch */
+    int prev_m;                /* at the last step boundary */
+    uint64_t micro;            /* its micro-steps run */
+    bfit_batch_decision d;     /* its controller's last decision */
+    bfit_controller_state ctl;
+} run_rank;
+
+/* A group's part of a checkpoint: the shares in force and each rank's own. */
+typedef struct run_group {
+    int n;                     /* ranks */
+    int64_t step;              /* the boundary it is of */
+    int E, streak;             /* bfit_dist_state_get's */
+    int *share;                /* n of them */
+    run_rank *ranks;           /* n of them */
+} run_group;
 
 typedef struct run_dist {
     bfit_dist *d;
@@ -28,6 +51,9 @@ typedef struct run_dist {
     void *host;                /* the parameters on the host, for their checksum */
     uint64_t host_bytes;
     int together;              /* a failure that every rank learnt of (an exchange carried it) */
+    run_group group;           /* rank 0: every rank's state at the last checkpoint sync */
+    void *gather;              /*   the sync's buffer (size of its records) */
+    int resumed;               /* this rank's own state came from a checkpoint */
 } run_dist;
 
 struct bfit_run;
@@ -70,6 +96,14 @@ void bfit_run_dist_sample_sums(const struct bfit_run *r, uint64_t *sum, int64_t 
  * outcome: every rank calls it) into ev. */
 void bfit_run_dist_eval_slice(const struct bfit_run *r, int64_t n, int64_t *from, int64_t *to);
 int bfit_run_dist_eval_sums(struct bfit_run *r, int rc, bfit_eval_info *ev);
+/* Where checkpoints are kept (every rank calls it at each boundary where
+ * one may be written): *due, rank 0's decision, becomes every rank's, and
+ * every rank's own state reaches rank 0 (r->dp->group) for it. */
+int bfit_run_dist_ckpt_sync(struct bfit_run *r, int *due);
+/* Resuming: the checkpoint's group (NULL: it had none) puts back the shares
+ * and this rank's own state when it had as many ranks; else the shares
+ * start equal, and the log says why. */
+int bfit_run_dist_resume(struct bfit_run *r, const run_group *g, const char *path);
 /* Rank 0 (or a run alone): it writes the outputs. */
 int bfit_run_dist_writer(const struct bfit_run *r);
 

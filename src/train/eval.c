@@ -161,13 +161,14 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
     ev->epoch_seconds = bfit_clock_mono() - r->ep_t0;
     r->pos.res.test_loss = ev->test_loss;
     r->pos.res.test_acc = ev->test_acc;
+    r->pos.res.evaluated = 1;
     r->pos.res.epochs = ev->epoch;
     bfit_log_event(&r->lg, "eval",
                    "\"epoch\":%d,\"step\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,"
                    "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d",
                    ev->epoch, (long long)ev->step, ev->train_loss, ev->test_loss, ev->test_acc, (long long)ev->samples,
                    ev->epoch_seconds, m);
-    if (r->s.M->labels_per_sample > 1) /* a token model: per token, and in bits (per byte for byte tokens) */
+    if (r->s.M->per_token) /* a token model: per token, and in bits (per byte for byte tokens) */
         bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), next-token accuracy "
                              "%.2f%% (%lld sequences), %.1f s",
                      ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, ev->test_loss / 0.69314718055994531,

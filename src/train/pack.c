@@ -11,7 +11,7 @@
 int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n)
 {
     int64_t c = 0;
-    if (M->labels_per_sample == 1)
+    if (!M->per_token)
         return n;
     for (int64_t i = 0; i < (int64_t)n * M->labels_per_sample; i++)
         c += y[i] >= 0;
@@ -87,13 +87,18 @@ static uint64_t sizing_bytes(bfit_run *r)
  * longest), at least 1. A micro-batch the user fixed, or adaptive mode's
  * (two per step for the noise scale), is also a cap: m samples, or m
  * tokens. And it ends before a sequence of half its length or less (where
- * a step spans two length buckets), so padding stays under half of it. */
+ * a step spans two length buckets), so padding stays under half of it.
+ * Without lengths, it is m samples, less where that would leave fewer than
+ * the model can train on for the last micro-batch. */
 int bfit_run_micro_size(bfit_run *r, int done, int left, int *want)
 {
     int L = r->s.M->input.d[0], i = (L + 15) / 16, b, cap;
     uint64_t bytes;
     if (!r->fit_seqs) {
+        int least = bfit_model_min_batch(r->s.M);
         *want = left < r->pos.m ? left : r->pos.m;
+        if (left - *want > 0 && left - *want < least && left - least >= least)
+            *want = left - least; /* leave no remainder too small to train on */
         return BFIT_OK;
     }
     if ((bytes = sizing_bytes(r)) != r->fit_bytes) { /* sized for other bytes: forget */

@@ -201,13 +201,19 @@ static uint64_t plan_bytes(void *ud, int m)
     unsigned h = (unsigned)b * 2654435761u % PLAN_MEMO;
     if (pc->memo_m[h] == b)
         return pc->memo_b[h];
-    if (L && L != pc->T && bfit_model_set_seq(pc->M, pc->T) != BFIT_OK)
+    rc = L && L != pc->T ? bfit_model_set_seq(pc->M, pc->T) : BFIT_OK;
+    if (rc == BFIT_OK)
+        rc = bfit_plan_compute(pc->M, pc->opt, b, 1, &p);
+    if (L && L != pc->T && bfit_model_set_seq(pc->M, L) != BFIT_OK && rc == BFIT_OK)
+        rc = BFIT_ESTATE;
+    if (rc != BFIT_OK) {
+        /* no plan: to the controller it does not fit, but the run says why */
+        if (pc->rc == BFIT_OK) {
+            pc->rc = rc;
+            snprintf(pc->why, sizeof pc->why, "%s", bfit_errmsg());
+        }
         return UINT64_MAX;
-    rc = bfit_plan_compute(pc->M, pc->opt, b, 1, &p);
-    if (L && L != pc->T && bfit_model_set_seq(pc->M, L) != BFIT_OK)
-        return UINT64_MAX;
-    if (rc != BFIT_OK)
-        return UINT64_MAX;
+    }
     pc->memo_m[h] = b;
     pc->memo_b[h] = p.peak + pc->extra;
     return pc->memo_b[h];
@@ -285,6 +291,8 @@ int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
     bfit_step_plan p1;
     char s1[32], s2[32];
+    if (r->pc.rc != BFIT_OK) /* not memory: the plan itself could not be made */
+        return bfit_fail(r->pc.rc, "%s", r->pc.why);
     if (bfit_plan_compute(r->s.M, &r->cfg.opt, 1, 1, &p1) != BFIT_OK)
         return BFIT_ENOMEM;
     return bfit_fail_field(BFIT_ENOMEM, "memory", "training needs %s even at micro-batch 1, but %s is allowed "
@@ -587,7 +595,7 @@ static int resolve_storage(bfit_run *r)
 static int token_setup(bfit_run *r)
 {
     bfit_model *M = r->s.M;
-    r->pc.T = M->labels_per_sample > 1 ? M->input.d[0] : 0;
+    r->pc.T = M->per_token ? M->input.d[0] : 0;
     r->pc.vary = r->cfg.seq_max > 0;
     r->pc.tokens = r->cfg.batch_tokens;
     if (r->cfg.batch_tokens && !r->pc.T)
@@ -657,6 +665,10 @@ static int setup(bfit_run *r)
     if (ntrain < 1)
         return bfit_fail_field(BFIT_EINVAL, "train_source", "has no samples in an epoch");
     r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
+    if (r->cfg.micro_batch && r->cfg.micro_batch < bfit_model_min_batch(r->s.M))
+        return bfit_fail_field(BFIT_EINVAL, "micro_batch", "%d is too small: the model trains on micro-batches of at "
+                               "least %d (batch norm over vectors needs two values per channel)",
+                               r->cfg.micro_batch, bfit_model_min_batch(r->s.M));
     r->pc.M = r->s.M;
     r->pc.opt = &r->cfg.opt;
     if ((rc = token_setup(r)) != BFIT_OK)

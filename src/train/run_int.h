@@ -31,6 +31,8 @@ typedef struct plan_ctx {
     int tokens;                /* batch_tokens: m counts tokens, ceil(m / T) sequences */
     int memo_m[PLAN_MEMO];     /* by sequences (samples) */
     uint64_t memo_b[PLAN_MEMO];
+    int rc;                    /* the first plan that could not be made (not one too big): why */
+    char why[512];
 } plan_ctx;
 
 /* Where a run is at an optimizer-step boundary: its counters and what it
@@ -197,6 +199,11 @@ int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const struct cJSON *saved, const char
 /* ckpt_state.c: the state as JSON */
 struct cJSON *bfit_ckpt_state_to_json(const run_snap *s, const bfit_lr_schedule *sched);
 int bfit_ckpt_state_from_json(const struct cJSON *j, const char *path, run_snap *s, bfit_lr_schedule *sched);
+/* A data-parallel group's part ("group": the shares, every rank's own
+ * state); reading fills g (its arrays of g->n) when the checkpoint's group
+ * has g->n ranks, else sets g->n to its count; *found 0 when it has none. */
+struct cJSON *bfit_ckpt_group_to_json(const run_group *g);
+int bfit_ckpt_group_from_json(const struct cJSON *state, const char *path, run_group *g, int *found);
 /* ladder.c */
 /* --batch auto: time the micro-batches the controller's ladder asks for,
  * on the step's E staged samples; the model is left as found. */

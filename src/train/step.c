@@ -18,6 +18,11 @@
 #include <math.h>
 #include <string.h>
 
+/* Inputs beyond this (as the model sees them): a product of two such
+ * values, an input by a weight an update of them made, is past 1e30, a
+ * step away from a float's 3.4e38. */
+#define HUGE_INPUT 1e15
+
 /* A decision that changed m or E: counted, logged, told to the caller. */
 void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, uint64_t free_now)
 {
@@ -118,7 +123,7 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
 
     if (r->cfg.seq_max)
         bfit_run_pack(r, done, want, &x, &y);
-    else if (r->s.M->labels_per_sample > 1)
+    else if (r->s.M->per_token)
         r->pos.res.tokens_computed += (int64_t)want * r->s.M->labels_per_sample;
 
     if (r->cfg.on_samples)
@@ -160,7 +165,7 @@ static int stage(bfit_run *r, int E, int *n)
     int64_t left = r->per_epoch - r->pos.taken;
     int got, rc;
     if (r->dp) {
-        if (r->s.M->labels_per_sample > 1)
+        if (r->s.M->per_token)
             return bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them "
                              "in one process");
         return bfit_run_dist_take(r, E, n);
@@ -198,7 +203,7 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
      * (the model is at its longest here: whole rows) */
     r->step_count = r->dp ? E : bfit_run_counted(r->s.M, r->stage_y, *n);
     U = r->cfg.batch_tokens ? r->step_count : *n;
-    if (r->s.M->labels_per_sample > 1)
+    if (r->s.M->per_token)
         r->pos.res.tokens += r->step_count;
     if (r->step_count < 1)
         return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
@@ -228,6 +233,32 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
         (*k)++;
     }
     return BFIT_OK;
+}
+
+/* A step's loss that is not finite, blamed on what caused it: the data
+ * first (values so large that sums of their products overflow a float,
+ * whatever the learning rate), then the first step (its loss is the
+ * initial weights', before any update), and only then the learning rate. */
+static int loss_not_finite(bfit_run *r, double loss)
+{
+    long long step = (long long)r->pos.step + 1; /* the step just taken */
+    double v = 0;
+    int64_t i = 0, e = 0;
+
+    if (r->s.train)
+        bfit_dataset_largest(r->s.train, r->s.mean, r->s.std, &v, &i, &e);
+    if (!(fabs(v) < HUGE_INPUT))
+        return bfit_fail_field(BFIT_EINVAL, "data", "the loss became %g at step %lld: the training data %s holds %g "
+                               "(value %lld of sample %lld%s), too large for a float model's sums (inputs beyond "
+                               "%.0e overflow), whatever the learning rate: check the data%s", loss, step,
+                               bfit_dataset_source(r->s.train), v, (long long)e + 1, (long long)i + 1,
+                               r->s.mean ? ", after normalisation" : "", HUGE_INPUT,
+                               r->s.mean ? "" : ", or normalise it (leave out --no-normalize)");
+    if (step == 1)
+        return bfit_fail(BFIT_EINVAL, "the loss is %g at step 1, before any update, so not because of the learning "
+                         "rate: the initial weights on the first samples give it (the largest input is %g); check "
+                         "the data and the model", loss, v);
+    return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", loss, step);
 }
 
 /* Loss scaling: are the gradients finite? If not, the step is skipped
@@ -435,8 +466,7 @@ static int step_body(bfit_run *r, bfit_step_info *in, int *E, int *taken, int *k
     r->pos.res.skipped_steps = r->pos.ls.skipped;
     r->pos.res.loss_scale = r->scaling ? r->pos.ls.scale : 0;
     if (!isfinite(*loss))
-        return bfit_fail_field(BFIT_EINVAL, "lr", "the loss became %g at step %lld: lower the learning rate", *loss,
-                               (long long)r->pos.step + 1);
+        return loss_not_finite(r, *loss);
     return BFIT_OK;
 }
 
@@ -501,6 +531,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     }
     r->pos.train_time += in.seconds;
     in.step = r->pos.step++;
+    r->pos.res.evaluated = 0; /* the test figures were of the weights before this step */
     in.epoch = r->pos.epoch;
     in.batch = E;
     in.sequences = r->cfg.batch_tokens ? taken : 0;
@@ -515,9 +546,12 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     r->ep_hn += r->step_hn;
     r->pos.res.last_batch = r->pos.d.batch;
     in.epoch_end = r->pos.taken >= r->per_epoch;
+    /* the epoch's mean so far: a run that stops inside an epoch (max steps,
+     * a time limit) reports the loss of the steps it took, not 0 */
+    if (r->pos.ep_count > 0)
+        r->pos.res.train_loss = r->pos.ep_loss / (double)r->pos.ep_count;
     report_step(r, &in);
     if (in.epoch_end) {
-        r->pos.res.train_loss = r->pos.ep_loss / (double)r->pos.ep_count;
         r->pos.epoch++;
         r->pos.taken = 0;
         if (!bfit_run_done(r) && (rc = bfit_feed_next_epoch(&r->tr)) != BFIT_OK) {

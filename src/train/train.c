@@ -11,22 +11,21 @@
 #include <string.h>
 #include <unistd.h>
 
+/* What a weights file says of itself; test_accuracy only where an
+ * evaluation of these very weights finished (a failed last evaluation, or
+ * a run stopped between, measured nothing). */
 int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs)
 {
-    static const char *const names[RUN_META_MAX] = {"format", "model", "data", "steps", "test_accuracy",
-                                                    "normalize_mean", "normalize_std"};
-    int rc = BFIT_OK;
+    int rc = BFIT_OK, k = 0;
 
-    for (int i = 0; i < RUN_META_MAX; i++)
-        keys[i] = names[i];
     snprintf(r->meta_steps, sizeof r->meta_steps, "%lld", (long long)r->pos.step);
     snprintf(r->meta_acc, sizeof r->meta_acc, "%.6f", r->pos.res.test_acc);
-    vals[0] = "batchfit";
-    vals[1] = r->cfg.model ? r->cfg.model : "";
-    vals[2] = r->cfg.data ? r->cfg.data : "";
-    vals[3] = r->meta_steps;
-    vals[4] = r->meta_acc;
-    *n = 5;
+    keys[k] = "format", vals[k++] = "batchfit";
+    keys[k] = "model", vals[k++] = r->cfg.model ? r->cfg.model : "";
+    keys[k] = "data", vals[k++] = r->cfg.data ? r->cfg.data : "";
+    keys[k] = "steps", vals[k++] = r->meta_steps;
+    if (r->pos.res.evaluated)
+        keys[k] = "test_accuracy", vals[k++] = r->meta_acc;
     bufs[0] = bufs[1] = NULL;
     if (r->s.mean) {
         size_t len = BFIT_NORM_TEXT_LEN(r->s.M->input.c);
@@ -38,10 +37,10 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
             rc = bfit_norm_to_text(r->s.mean, r->s.M->input.c, bufs[0], len);
         if (rc == BFIT_OK)
             rc = bfit_norm_to_text(r->s.std, r->s.M->input.c, bufs[1], len);
-        vals[5] = bufs[0];
-        vals[6] = bufs[1];
-        *n = 7;
+        keys[k] = "normalize_mean", vals[k++] = bufs[0];
+        keys[k] = "normalize_std", vals[k++] = bufs[1];
     }
+    *n = k;
     return rc;
 }
 
@@ -66,7 +65,7 @@ static int run_all(bfit_run *r, int *trained)
 {
     bfit_step_info si = {.size = sizeof si};
     bfit_eval_info ev = {.size = sizeof ev};
-    int rc;
+    int rc, due;
 
     *trained = bfit_run_done(r); /* a run resumed from its last checkpoint */
     while (!bfit_run_done(r)) {
@@ -75,8 +74,10 @@ static int run_all(bfit_run *r, int *trained)
         *trained = bfit_run_done(r);
         if ((si.epoch_end || *trained) && (rc = bfit_run_evaluate(r, &ev)) != BFIT_OK)
             return rc;
-        if ((bfit_run_checkpoint_due(r) || (*trained && r->ckpt_dir[0])) &&
-            (rc = bfit_run_checkpoint(r, NULL, 0)) != BFIT_OK)
+        due = bfit_run_checkpoint_due(r) || (*trained && r->ckpt_dir[0]);
+        if (r->dp && r->cfg.checkpoint && (rc = bfit_run_dist_ckpt_sync(r, &due)) != BFIT_OK)
+            return rc;
+        if (due && r->ckpt_dir[0] && (rc = bfit_run_checkpoint(r, NULL, 0)) != BFIT_OK)
             return rc;
     }
     return BFIT_OK;
@@ -90,7 +91,18 @@ static int stop_checkpoint(bfit_run *r, int rc)
     int rc2;
 
     r->pos.res.stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : r->pos.res.stopped;
-    if (!r->pos.res.stopped || !r->ckpt_dir[0] || r->broken)
+    if (!r->pos.res.stopped || r->broken)
+        return rc;
+    if (r->dp && r->cfg.checkpoint) { /* a group stops together: every rank's state to rank 0 */
+        bfit_err_state e;
+        int due = 1;
+        bfit_err_save(&e);
+        rc2 = bfit_run_dist_ckpt_sync(r, &due);
+        bfit_err_restore(&e); /* the stop's message, whatever the sync did */
+        if (rc2 != BFIT_OK)
+            return rc;
+    }
+    if (!r->ckpt_dir[0])
         return rc;
     snprintf(msg, sizeof msg, "%s", bfit_errmsg());
     snprintf(field, sizeof field, "%s", bfit_errfield());

@@ -155,8 +155,10 @@ typedef struct bfit_train_result {
     int64_t steps;              /* optimizer steps */
     int64_t samples;            /* training samples consumed */
     int epochs;
-    double train_loss;          /* mean over the last epoch */
+    double train_loss;          /* mean over the last epoch (so far, if the run stopped inside it) */
     double test_loss, test_acc; /* after the last epoch */
+    int evaluated;              /* test_loss and test_acc are of the weights as they are now: an evaluation
+                                   finished after the last step (0: none did, and they mean nothing) */
     double seconds;             /* training wall time, evaluation excluded */
     int micro_batch;            /* the last micro-batch used */
     int ooms;                   /* out-of-memory events recovered from */

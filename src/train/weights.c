@@ -102,7 +102,8 @@ static int convert_and_upload(bfit_model *M, const bfit_st_file *f, const char *
     for (int i = 0; i < n && rc == BFIT_OK; i++) {
         int64_t cnt = bfit_param_numel(v[i].p);
         float *h = (float *)((char *)host + off);
-        rc = bfit_st_to_f32(bfit_st_find(f, v[i].name), h, cnt);
+        if ((rc = bfit_st_to_f32(bfit_st_find(f, v[i].name), h, cnt)) != BFIT_OK)
+            rc = bfit_fail_prefix(rc, "%s: ", path);
         for (int64_t j = 0; rc == BFIT_OK && j < cnt; j++)
             if (!isfinite(h[j]))
                 rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' holds %g at index %lld: the weights are not usable "
@@ -148,6 +149,11 @@ int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *pat
             rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' has %d dims and %lld values, the model wants %d dims and %lld",
                            path, v[i].name, t->ndim, (long long)bfit_st_numel(t), v[i].p->ndim,
                            (long long)bfit_param_numel(v[i].p));
+            goto out;
+        }
+        if (!bfit_st_is_float(t)) {
+            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, an integer type: a parameter's weights are "
+                           "floating point (F32, F64, F16 or BF16)", path, v[i].name, t->dtype);
             goto out;
         }
         for (int d = 0; d < t->ndim; d++)

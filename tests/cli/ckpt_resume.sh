@@ -187,6 +187,7 @@ expect 1 "^batchfit: error: --batch: $holds 64, not auto" "$bf" train --resume "
 expect 1 "^batchfit: error: --batch: $holds 64, not 32" "$bf" train --resume "$c10" --batch 32
 expect 1 "^batchfit: error: --optimizer: $holds sgd, not adamw" "$bf" train --resume "$c10" --optimizer adamw
 expect 1 "^batchfit: error: --seed: $holds 1, not 7" "$bf" train --resume "$c10" --seed 7
+expect 1 "^batchfit: error: --precision: $holds f32, not bf16" "$bf" train --resume "$c10" --precision bf16
 expect 1 "^batchfit: error: --epoch-samples: $holds 1280, not 640" "$bf" train --resume "$c10" --epoch-samples 640
 expect 1 "^batchfit: error: --data: $holds fashion-mnist, not " "$bf" train --resume "$c10" --data "$tmp/x.csv"
 expect 1 "^batchfit: error: --batch: the checkpoint $(ck "$tmp/a" 100) holds auto, not adaptive" "$bf" train \
@@ -207,7 +208,7 @@ sed 's/"version":"2"/"version":"9"/' "$c10" >"$tmp/bad/v9.st"
 sed 's/\\"step\\":\\"10\\"/\\"step\\":\\"19\\"/' "$c10" >"$tmp/bad/meta.st"
 cmp -s "$c10" "$tmp/bad/meta.st" && fail "the test did not change the state's step"
 expect 1 "error: $tmp/bad/half.st: tensor .* run past the [0-9]+ bytes of data after the header: the file is shorter than its header says \\(truncated\\)" "$bf" train --resume "$tmp/bad/half.st"
-expect 1 "error: $tmp/bad/head.st: header length [0-9]+ runs past the end of the file" "$bf" train --resume "$tmp/bad/head.st"
+expect 1 "error: $tmp/bad/head.st: not a safetensors file, or a truncated one: its header length [0-9]+ runs past the end of the file" "$bf" train --resume "$tmp/bad/head.st"
 expect 1 "error: $tmp/bad/flip.st: tensor \"optimizer\..*\" fails its checksum .*: the file is damaged" "$bf" train \
   --resume "$tmp/bad/flip.st"
 expect 1 "error: $tmp/bad/random.st: " "$bf" train --resume "$tmp/bad/random.st"

@@ -32,6 +32,8 @@ expect 0 "Commands:" "$bf" --help
 expect 2 "unknown command 'frobnicate'" "$bf" frobnicate
 expect 2 "Usage: batchfit COMMAND" "$bf"
 expect 0 "effective batch" "$bf" train --help
+expect 0 "models: gpt-nano, gpt2, bert-base\), a model spec file" "$bf" train --help
+expect 0 "resnet-mini.cfg, models/gpt-nano.cfg\) or an ONNX file" "$bf" train --help
 expect 0 "Usage: batchfit eval" "$bf" eval --help
 expect 0 "Usage: batchfit plan" "$bf" plan --help
 expect 2 "--model: is required" "$bf" train
@@ -139,6 +141,27 @@ expect 1 "huge.csv:4: column 2: value '2e39' is beyond the range of a 32-bit flo
 expect 1 "huge.csv:4: column 2: value '2e39'" "$bf" train --model "$tmp/tab.cfg" --data "$tmp/huge.csv" \
   --test-data "$tmp/te.csv" --batch 32 --max-steps 2 --no-normalize
 
+# batch norm over vectors (BatchNorm1d after a linear layer) plans, finds and
+# trains; a step of 65 in micro-batches of 32 leaves no micro-batch of one
+# (one value per channel cannot be normalised), and --micro-batch 1 is refused
+awk 'BEGIN { srand(5); for (i = 0; i < 300; i++) { y = i % 5; s = "";
+  for (j = 0; j < 33; j++) s = s sprintf("%.3f,", (j == y) + rand()); print s y } }' >"$tmp/bn1d.csv"
+printf 'input 33\nlinear 33\nbatchnorm\nrelu\nlinear 5\n' >"$tmp/bn1d.cfg"
+expect 0 "fits +yes" "$bf" plan --model "$tmp/bn1d.cfg" --memory 1GiB --batch 8
+expect 0 "largest batch: 64 .*confirmed: a real step ran at 64" "$bf" find --model "$tmp/bn1d.cfg" --data "$tmp/bn1d.csv" \
+  --memory 64MiB --limit 64 --threads 2
+expect 0 "m 32 x 3 = 65" "$bf" train --model "$tmp/bn1d.cfg" --data "$tmp/bn1d.csv" --batch 65 --micro-batch 32 \
+  --max-steps 2 --threads 2
+expect 1 "--micro-batch: 1 is too small: the model trains on micro-batches of at least 2" "$bf" train \
+  --model "$tmp/bn1d.cfg" --data "$tmp/bn1d.csv" --batch 64 --micro-batch 1 --max-steps 2
+
+# a loss that overflows because the data holds huge values (3e38 fits a
+# float) blames the data, not --lr
+awk 'BEGIN { for (i = 0; i < 40; i++) printf "3e38,-3e38,%d\n", i % 2 }' >"$tmp/big.csv"
+printf 'input 2\nlinear 8\nrelu\nlinear 2\n' >"$tmp/big.cfg"
+expect 1 "--data: the loss became .* at step [0-9]+: the training data .*big.csv holds 3e\+38 .*whatever the learning rate: check the data, or normalise it" \
+  "$bf" train --model "$tmp/big.cfg" --data "$tmp/big.csv" --no-normalize --batch 8 --max-steps 4
+
 # storage: recomputation regenerates exactly what the forward computed (batch
 # norm's running statistics moved once, dropout's mask redrawn the same), so
 # the weights are bit-identical to keeping everything; bad values are usage
@@ -179,6 +202,10 @@ if [ -s "$kjv" ]; then
 else
   echo "skip: gpt-nano on kjv at bf16 ($kjv missing: scripts/kjv.sh, or BFIT_KJV)"
 fi
+expect 1 "--data: gpt-nano is a token model \(its input is 128 token ids\) but the data set fashion-mnist holds samples of 1x28x28: give it token data, e.g. --data kjv" \
+  "$bf" train --model gpt-nano --max-steps 1
+expect 1 "--seq-max: must be 1 to 128 \(the model's positions\), got 129" "$bf" train --model gpt-nano --seq-max 129 \
+  --max-steps 1
 expect 2 "--batch-tokens: batch and batch-tokens both give the effective batch" "$bf" train --model gpt-nano --batch 8 \
   --batch-tokens 1024
 expect 2 "--batch-tokens: auto is not supported yet" "$bf" train --model gpt-nano --batch-tokens auto

@@ -16,7 +16,8 @@ if(BFIT_HAVE_MPI AND BFIT_SANITIZE)
   set(BFIT_MPI_PRELOAD "${_bfit_asan}:$<TARGET_FILE:bfit_nodlclose>")
 endif()
 
-set(BFIT_MPI_CASES weights2 weights3 rank_memory rank_oom rank_nomem kill mismatch alone_on adaptive auto_refused)
+set(BFIT_MPI_CASES weights2 weights3 rank_memory rank_oom rank_nomem kill mismatch alone_on adaptive auto_refused
+    resume_exact)
 foreach(case ${BFIT_MPI_CASES})
   if(BFIT_HAVE_MPI AND BFIT_PYTHON)
     add_test(NAME mpi_${case} COMMAND ${BFIT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/dist_test.py

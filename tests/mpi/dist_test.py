@@ -19,7 +19,9 @@ started with different options fail together, none hangs), auto_refused
 (--batch auto, not supported data-parallel yet, is refused by all), alone_on (--dist
 on in a group of one gives bit for bit the weights of a run alone),
 adaptive (--batch adaptive: the noise scale from the ranks' gradient norms,
-every rank deciding the same E).
+every rank deciding the same E), resume_exact (a group resumed from a
+checkpoint ends bit for bit where the uninterrupted run ends, its shares
+having moved with the ranks' speed).
 """
 import json
 import os
@@ -367,6 +369,51 @@ def case_kill():
     print("kill: resumed from %s (step %d) and trained to the end" % (last, step))
 
 
+def case_resume_exact():
+    """A group whose shares had moved with the ranks' measured speed, resumed
+    from a checkpoint, ends bit for bit where the uninterrupted run ends, as
+    one process does: the checkpoint keeps the shares in force and each
+    rank's own controller (its micro-batch and throughput records). Rank 1
+    runs micro-batches of 4 (resources may differ by rank), so under the
+    test clock (a counter: the same times in every run) it measures slower
+    and its share shrinks, the same way in every run."""
+    global EPOCHS
+    make_data()
+    EPOCHS = 6
+    env = dict(os.environ, BFIT_TEST_CLOCK="0.001")
+    tenv = ("BFIT_TEST_SAMPLE_CHECK", "BFIT_TEST_CLOCK")
+
+    def group(args0, args1):
+        return mpirun(1, tenv) + args0 + [":", "-np", "1"] + args1
+
+    ck = ["--checkpoint", path("ck"), "--checkpoint-every", "20", "--keep", "5"]
+    run(group(train_args(ck + ["--save", path("a.st"), "--log", path("a.jsonl")]), train_args(ck + ["--micro-batch", "4"])),
+        env=env)
+    moved = [e for e in events(path("a.jsonl"), "shares") if 0 < e["step"] <= 20]
+    if not moved:
+        fail("the shares did not move before the checkpoint at step 20: the test would show nothing")
+    os.mkdir(path("r"))
+    shutil.copy(os.path.join(path("ck"), "ckpt-000000000020.safetensors"), path("r"))
+    resume = [BF, "train", "--resume", path("r"), "--quiet"]
+    run(group(resume + ["--save", path("r.st"), "--log", path("r.jsonl")], resume + ["--micro-batch", "4"]), env=env)
+    first = events(path("r.jsonl"), "shares")
+    print("resume exact: shares at the checkpoint %s; after resuming %s" %
+          (moved[-1]["shares"], [(e["step"], e["shares"]) for e in first if e["step"] >= 20][:3]))
+    if any(e["step"] == 20 for e in first):
+        fail("the resumed run split E afresh at step 20: %s" % first)
+    with open(path("a.st"), "rb") as a, open(path("r.st"), "rb") as b:
+        if a.read() != b.read():
+            diff = max(abs(x - y) for k, v in load_weights(path("a.st")).items()
+                       for x, y in zip(v, load_weights(path("r.st"))[k]))
+            fail("the resumed group's weights differ from the uninterrupted run's by up to %.3g" % diff)
+    # three ranks cannot take two ranks' shares: they start equal, and say so
+    os.mkdir(path("r3"))
+    shutil.copy(os.path.join(path("ck"), "ckpt-000000000020.safetensors"), path("r3"))
+    p = run(mpirun(3, tenv) + [BF, "train", "--resume", path("r3")], env=env)
+    if "is of another number of ranks: the shares start equal" not in p.stdout:
+        fail("a checkpoint of 2 ranks resumed on 3 should say the shares start equal:\n%s" % p.stdout[-2000:])
+
+
 def case_mismatch():
     """Ranks given different batches: every rank says so and exits, none waits."""
     make_data()
@@ -425,7 +472,7 @@ def main():
     cases = {"weights2": lambda: case_weights(2), "weights3": lambda: case_weights(3),
              "rank_memory": case_rank_memory, "rank_oom": case_rank_oom, "rank_nomem": case_rank_nomem,
              "kill": case_kill, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
-             "auto_refused": case_auto_refused}
+             "auto_refused": case_auto_refused, "resume_exact": case_resume_exact}
     try:
         cases[CASE]()
     finally:

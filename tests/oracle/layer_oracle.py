@@ -344,6 +344,7 @@ def cases():
     add("batchnorm2d_train_m2_5x4x4_mom0.3_eps1e-3", "batchnorm", [(5, 4, 4)], 2, momentum=0.3, eps=1e-3)
     add("batchnorm1d_train_m7_13", "batchnorm", [(13,)], 7)
     add("batchnorm1d_train_m2_5", "batchnorm", [(5,)], 2)
+    add("batchnorm1d_train_m2_33", "batchnorm", [(33,)], 2)  # the smallest micro-batch it trains on
     add("batchnorm2d_eval_m7_3x5x7", "batchnorm", [(3, 5, 7)], 7, training=0)
     add("batchnorm1d_eval_m1_13", "batchnorm", [(13,)], 1, training=0)
     add("layernorm_m1_3x5x7", "layernorm", [(3, 5, 7)], 1)

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""docs_check.py BATCHFIT SRC - the commands whose output README.md and
+docs/*.md show and that print no measurement are run, and their output must
+be the lines the doc shows under them, exactly ("..." in the doc stands for
+any lines, "[...]" in a line for any text), with the exit status a following `$ echo $?` or an
+"(exit status N)" line shows (else 0 for a plan, non-zero for an error):
+every `$ batchfit plan ...` (a plan is computed, not measured) and every
+command whose output is an error (`batchfit: error: ...` first), where the
+files it names are here. What these docs show cannot drift without this
+failing; the docs' measured output (training, find) is re-run by hand when
+it changes."""
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+
+def checked(cmd, shown):
+    """A plan, or a command that fails at once (its output starts with an error)."""
+    return cmd.startswith("batchfit plan") or (shown and shown[0].startswith("batchfit: error:"))
+
+
+def blocks(path):
+    """(line number, command, shown lines, shown status) for each command checked."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        if not lines[i].startswith("$ batchfit "):
+            i += 1
+            continue
+        start, cmd, shown = i + 1, lines[i][2:], []
+        i += 1
+        while i < len(lines) and not lines[i].startswith("```") and not lines[i].startswith("$ "):
+            shown.append(lines[i])
+            i += 1
+        status = None
+        if shown and re.fullmatch(r"\(exit status \d+\)", shown[-1]):
+            status = int(shown.pop()[13:-1])
+        elif i + 1 < len(lines) and lines[i] == "$ echo $?":
+            status = int(lines[i + 1])
+        if not cmd.endswith("\\") and checked(cmd, shown):
+            out.append((start, cmd, shown, status))
+    return out
+
+
+def files_here(args, src):
+    """Whether every file the command names (weights, data, specs, ONNX
+    models, logs) is in src: the weights files a doc's earlier run made (or
+    the ONNX file its export wrote) are not."""
+    for i, a in enumerate(args):
+        named = re.search(r"\.(safetensors|csv|cfg|jsonl|onnx)$", a) or (i and args[i - 1] == "--resume")
+        if named and not os.path.exists(os.path.join(src, a)):
+            return False
+    return True
+
+
+def status_ok(rc, status, shown):
+    """rc is the status shown; with none shown, non-zero exactly for an error."""
+    if status is not None:
+        return rc == status
+    return (rc != 0) == bool(shown and shown[0].startswith("batchfit: error:"))
+
+
+def line_pattern(s):
+    """One shown line: "..." alone stands for any lines, "[...]" in a line for
+    any text (what depends on the build or the machine: the device's why)."""
+    if s == "...":
+        return r"(?:.*\n)*?"
+    return ".*".join(re.escape(part) for part in s.split("[...]")) + r"\n"
+
+
+def matches(shown, got):
+    """shown against got, line by line."""
+    pat = "".join(line_pattern(s) for s in shown)
+    return re.fullmatch(pat, "".join(g + "\n" for g in got)) is not None
+
+
+def main():
+    bf, src = sys.argv[1], sys.argv[2]
+    docs = [os.path.join(src, "README.md")] + sorted(glob.glob(os.path.join(src, "docs", "*.md")))
+    fails = count = 0
+    for doc in docs:
+        for line, cmd, shown, status in blocks(doc):
+            args = shlex.split(cmd)
+            if not files_here(args, src):
+                continue
+            p = subprocess.run([bf] + args[1:], cwd=src, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=600)
+            got = p.stdout.rstrip("\n").split("\n")
+            count += 1
+            where = "%s:%d: %s" % (os.path.relpath(doc, src), line, cmd)
+            if not status_ok(p.returncode, status, shown):
+                print("FAIL %s: exit %d, not what the doc shows (%s)" % (where, p.returncode,
+                                                                       "no status" if status is None else status))
+                fails += 1
+            elif not matches(shown, got):
+                print("FAIL %s: the output differs from the doc's; it is:" % where)
+                print("\n".join("  | " + g for g in got))
+                fails += 1
+    if count == 0:
+        print("FAIL: no command to check found in the docs")
+        fails += 1
+    if fails:
+        print("%d of %d commands in the docs differ from their output" % (fails, count))
+        return 1
+    print("all %d commands checked in the docs print what the docs show" % count)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
