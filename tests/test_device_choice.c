@@ -18,6 +18,7 @@
 #include "nn/model.h"
 #include "nn/needs.h"
 #include "nn/zoo.h"
+#include "tfiles.h"
 
 static int has(const bfit_op_needs *nd, bfit_op_kind k, bfit_dtype t) { return (nd->dtypes[k] >> t) & 1u; }
 
@@ -80,6 +81,40 @@ static void test_cpu_supports(void **st)
     assert_false(bfit_device_supports_needs(d, &nd, why, sizeof why));
     assert_non_null(strstr(why, "in F16: "));
     bfit_device_free(d);
+}
+
+/* ONNX imports make ops only the CPU device has (grouped convolution and
+ * clip in a MobileNet block; transposition and the rest in a ViT): the needs
+ * name the first made, which rules out any other device (the recorder stands in
+ * for one here), and auto takes the CPU even where a GPU is. */
+static void test_cpu_only_needs(void **st)
+{
+    static const char *const files[2][2] = {{"fuzz/corpus/onnx/mobilenet_block.onnx", "clip (ReLU6)"},
+                                            {"fuzz/corpus/onnx/vit_tiny.onnx", "transposition"}};
+    bfit_op_needs nd, none;
+    bfit_device *cpu, *rec, *d;
+    char path[1024], why[512];
+    (void)st;
+    assert_int_equal(bfit_device_cpu_new(NULL, &cpu), BFIT_OK);
+    assert_int_equal(bfit_device_recorder_new(&none, &rec), BFIT_OK);
+    needs_of("cnn", BFIT_F32, &nd);
+    assert_null(nd.cpu_only);
+    assert_true(bfit_device_supports_needs(rec, &nd, why, sizeof why));
+    for (int i = 0; i < 2; i++) {
+        src_path(path, sizeof path, files[i][0]);
+        needs_of(path, BFIT_F32, &nd);
+        assert_non_null(nd.cpu_only);
+        assert_string_equal(nd.cpu_only, files[i][1]);
+        assert_true(bfit_device_supports_needs(cpu, &nd, why, sizeof why));
+        assert_false(bfit_device_supports_needs(rec, &nd, why, sizeof why));
+        assert_non_null(strstr(why, "(only the cpu device has it yet)"));
+        assert_int_equal(bfit_device_open_for_model(NULL, NULL, path, BFIT_F32, &d, why, sizeof why), BFIT_OK);
+        print_message("  auto for %s: %s\n", files[i][0], why);
+        assert_string_equal(bfit_device_name(d), "cpu");
+        bfit_device_free(d);
+    }
+    bfit_device_free(rec);
+    bfit_device_free(cpu);
 }
 
 static int gpu_present(void)
@@ -239,7 +274,7 @@ int main(void)
         cmocka_unit_test(test_needs_cnn),       cmocka_unit_test(test_needs_gpt_bf16),
         cmocka_unit_test(test_cpu_supports),    cmocka_unit_test(test_auto_choice),
         cmocka_unit_test(test_auto_refuses),    cmocka_unit_test(test_ways_marks_rows),
-        cmocka_unit_test(test_plan_op_limit),
+        cmocka_unit_test(test_plan_op_limit),   cmocka_unit_test(test_cpu_only_needs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,6 +44,7 @@
  * which shows up at 1e-2 or more. Do not widen it to make a case pass: a
  * case that fails is a bug in a layer. */
 #define TOL 1e-4
+#define NIN 4 /* inputs of a case: in0..in3 (a concatenation) */
 
 typedef struct buf {
     float *p;
@@ -59,7 +60,7 @@ typedef struct casectx {
     int dev_open;
     bfit_layer *l;
     int m, training, nin;
-    tbuf x[2], dx[2], y, dy, pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP], labels, stats, lens;
+    tbuf x[NIN], dx[NIN], y, dy, pdata[BFIT_LAYER_MAXP], pgrad[BFIT_LAYER_MAXP], labels, stats, lens;
     buf prefill[BFIT_LAYER_MAXP];
     void *saved, *ws_f, *ws_b;
     char fail[2048];     /* what went wrong, reported after cleanup */
@@ -234,11 +235,23 @@ static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
     cfg->types = meta_int(f, "types", cfg->types);
     cfg->causal = meta_int(f, "causal", cfg->causal);
     cfg->lean = meta_int(f, "lean", cfg->lean);
+    cfg->groups = meta_int(f, "groups", cfg->groups);
+    cfg->lo = meta_float(f, "lo", cfg->lo);
+    cfg->hi = meta_float(f, "hi", cfg->hi);
+    cfg->axis = meta_int(f, "axis", cfg->axis);
     c->m = meta_int(f, "m", 0);
     c->training = meta_int(f, "training", 1);
-    c->nin = bfit_st_meta(f, "in1") ? 2 : 1;
-    if (!parse_shape(bfit_st_meta(f, "in0"), &in[0]) || (c->nin == 2 && !parse_shape(bfit_st_meta(f, "in1"), &in[1])) ||
-        c->m < 1) {
+    for (c->nin = 0; c->nin < NIN; c->nin++) {
+        char key[16];
+        snprintf(key, sizeof key, "in%d", c->nin);
+        if (!bfit_st_meta(f, key))
+            break;
+        if (!parse_shape(bfit_st_meta(f, key), &in[c->nin])) {
+            note(c, "metadata %s is not F, TxF or CxHxW", key);
+            return 0;
+        }
+    }
+    if (!c->nin || c->m < 1) {
         note(c, "metadata needs in0 (F, TxF or CxHxW) and m >= 1");
         return 0;
     }
@@ -332,8 +345,8 @@ static int run_forward(casectx *c)
     memset(&a, 0, sizeof a);
     a.m = c->m;
     a.training = c->training;
-    a.x[0] = c->x[0].d;
-    a.x[1] = c->x[1].d;
+    for (int i = 0; i < c->nin; i++)
+        a.x[i] = c->x[i].d;
     a.y = c->y.d;
     a.saved = c->training ? c->saved : NULL;
     a.ws = c->ws_f;
@@ -378,8 +391,8 @@ static void run_backward(casectx *c)
 
     memset(&b, 0, sizeof b);
     b.m = c->m;
-    b.x[0] = c->x[0].d;
-    b.x[1] = c->x[1].d;
+    for (int i = 0; i < c->nin; i++)
+        b.x[i] = c->x[i].d;
     b.y = c->y.d;
     if (!is_xent) {
         if (!load_dev(c, "grad_out", (int64_t)(c->y.bytes / sizeof(float)), &c->dy))
@@ -445,7 +458,7 @@ static void drop(casectx *c, tbuf *b)
 
 static void cleanup(casectx *c)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NIN; i++) {
         drop(c, &c->x[i]);
         drop(c, &c->dx[i]);
     }
@@ -469,7 +482,7 @@ static void run_case(void **state)
 {
     casectx c;
     bfit_layer_cfg cfg;
-    bfit_shape in[2];
+    bfit_shape in[NIN];
     const bfit_st_tensor *ty;
     char err[256];
 

@@ -61,7 +61,7 @@ void bfit_find_text(const bfit_find_cfg *fc, const bfit_probe_result *r, FILE *f
     int file = bfit_model_source_is_file(fc->model);
 
     fprintf(f, "batchfit find: %s (%s) on %s: %s parameters, input %s, %d thread%s\n", fc->model,
-           file ? "spec file" : "preset", fc->data, bfit_thousands((double)r->params, b1, sizeof b1),
+           file ? (bfit_model_source_is_onnx(fc->model) ? "ONNX file" : "spec file") : "preset", fc->data, bfit_thousands((double)r->params, b1, sizeof b1),
            bfit_shape_str(input_shape(r), sh, sizeof sh), r->threads, r->threads == 1 ? "" : "s");
     if (r->data_note[0])
         fprintf(f, "data: %s\n", r->data_note);

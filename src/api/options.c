@@ -271,6 +271,16 @@ static int set_warmup(bfit_config *c, const bfit_opt *o, const char *v)
     return rc;
 }
 
+/* "init": an ONNX model's starting weights, the file's or drawn. */
+static int set_init(bfit_config *c, const bfit_opt *o, const char *v)
+{
+    (void)o;
+    if (!v || (strcmp(v, "file") && strcmp(v, "random")))
+        return bfit_fail_field(BFIT_EINVAL, "init", "expected file or random, got '%s'", v ? v : "");
+    c->t.init_random = !strcmp(v, "random");
+    return BFIT_OK;
+}
+
 /* "largest-only": find's ladder off. */
 static int set_largest_only(bfit_config *c, const bfit_opt *o, const char *v)
 {
@@ -296,6 +306,7 @@ static const bfit_opt table[] = {
     /* model and data */
     {"model", "PRESET|FILE", P | F | T | E | D | X, set_str, OFF(t.model), 0, 0, NULL},
     {"data", "NAME|PATH", F | T | E, set_str, OFF(t.data), 0, 0, NULL},
+    {"init", "file|random", T, set_init, OFF(t.init_random), 0, 0, NULL},
     {"test-data", "PATH", T, set_str, OFF(t.test_data), 0, 0, NULL},
     {"csv-header", "yes|no|auto", F | T | E, set_named, 0, 0, 0, NULL},
     {"weights", "FILE", E, set_str, OFF(weights), 0, 0, NULL},
@@ -434,6 +445,8 @@ void bfit_opt_default_text(const bfit_config *c, const bfit_opt *o, char *buf, s
         snprintf(buf, len, "%s", *(const char *const *)((const char *)c + o->off) ? *(const char *const *)((const char *)c + o->off) : "");
     else if (o->set == set_flag)
         snprintf(buf, len, "%s", (*(const int *)((const char *)c + o->off) != 0) == (strncmp(n, "no-", 3) != 0) ? "yes" : "no");
+    else if (o->set == set_init)
+        snprintf(buf, len, "%s", c->t.init_random ? "random" : "file");
     else if (o->set == set_largest_only)
         snprintf(buf, len, "%s", c->probe.ladder ? "no" : "yes");
     else if (o->set == set_batch)

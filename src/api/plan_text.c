@@ -75,7 +75,8 @@ void bfit_plan_text(const plan_report *r)
         snprintf(sh, sizeof sh, "%d tokens", r->M->input.d[0]);
     else
         bfit_shape_str(r->M->input, sh, sizeof sh);
-    fprintf(f, "batchfit plan: %s (%s), input %s, %d classes%s, %s parameters\n", a->model, file ? "spec file" : "preset",
+    fprintf(f, "batchfit plan: %s (%s), input %s, %d classes%s, %s parameters\n", a->model,
+           file ? (bfit_model_source_is_onnx(a->model) ? "ONNX file" : "spec file") : "preset",
            sh, r->M->nclasses, r->M->per_token ? " per token" : "",
            bfit_thousands((double)bfit_model_param_count(r->M), b1, sizeof b1));
     if (r->M->input_dtype == BFIT_I32)

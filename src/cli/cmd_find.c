@@ -27,6 +27,7 @@ static void help(void)
          "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16, gpt-nano,\n"
          "                        gpt2, bert-base), a model spec file (docs/model-spec.md,\n"
          "                        e.g. models/cnn.cfg, models/resnet-mini.cfg) or an ONNX file\n"
+         "                        exported from PyTorch (docs/onnx.md)\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, a CSV file, or synthetic\n"
          "                        (random samples of the model's input shape)\n"

@@ -23,6 +23,9 @@ static void help(void)
          "                        models: gpt-nano, gpt2, bert-base), a model spec file\n"
          "                        (docs/model-spec.md, e.g. models/cnn.cfg, models/\n"
          "                        resnet-mini.cfg, models/gpt-nano.cfg) or an ONNX file\n"
+         "                        exported from PyTorch (docs/onnx.md)\n"
+         "  --init file|random    an ONNX model's starting weights: the file's (default)\n"
+         "                        or drawn as PyTorch's default init\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, or a CSV file; for token\n"
          "                        models kjv, a token file or a .txt file (docs/data.md)\n"
@@ -138,6 +141,7 @@ static void help(void)
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 1}, {"data", required_argument, 0, 1},
+    {"init", required_argument, 0, 1},
     {"epochs", required_argument, 0, 1}, {"epoch-samples", required_argument, 0, 1},
     {"eval-samples", required_argument, 0, 1}, {"max-steps", required_argument, 0, 1},
     {"seq-max", required_argument, 0, 1},

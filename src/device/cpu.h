@@ -80,7 +80,7 @@ int bfit_cpu_dnnl_check(dnnl_status_t s, const char *what);
 
 /* oneDNN's name for a dtype. */
 dnnl_data_type_t bfit_cpu_dt(bfit_dtype t);
-/* Plain row-major memory descriptor of up to 4 dims, f32 or of dtype t. */
+/* Plain row-major memory descriptor of up to 5 dims, f32 or of dtype t. */
 int bfit_cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
 int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t);
 /* Primitive attributes with a user-managed scratchpad (caller destroys). */
@@ -138,5 +138,6 @@ int bfit_cpu_simple_init(cpu_op *op);   /* REDUCE_ROWS, ADD, DROPOUT_*, XENT_*, 
 int bfit_cpu_optim_init(cpu_op *op);    /* SGD, ADAMW */
 int bfit_cpu_embed_init(cpu_op *op);    /* EMBED_FWD, EMBED_BWD */
 int bfit_cpu_attn_init(cpu_op *op);     /* ATTN_FWD, ATTN_BWD */
+int bfit_cpu_concat_init(cpu_op *op);   /* CONCAT_FWD/BWD, TRANSPOSE, ADD_ROWS, SLICE_FWD/BWD (rows and columns) */
 
 #endif

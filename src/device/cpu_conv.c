@@ -52,9 +52,11 @@ static void add_into(float *dst, const float *src, int64_t n)
     BFIT_PAR_FOR_IF(n > 65536, for (int64_t i = 0; i < n; i++) dst[i] += src[i];);
 }
 
+static int64_t groups(const bfit_op_desc *d) { return d->u.conv.groups > 1 ? d->u.conv.groups : 1; }
+
 static int64_t wnumel(const bfit_op_desc *d)
 {
-    return d->u.conv.oc * d->u.conv.ic * d->u.conv.kh * d->u.conv.kw;
+    return d->u.conv.oc * (d->u.conv.ic / groups(d)) * d->u.conv.kh * d->u.conv.kw;
 }
 
 /* Whether slot r reorders (oneDNN's or our own). */
@@ -216,6 +218,9 @@ static int check_desc(const bfit_op_desc *d)
         return bfit_fail(BFIT_EINVAL, "cpu conv: bad sizes (n %lld ic %lld %lldx%lld oc %lld k %lldx%lld s %lldx%lld)",
                          (long long)n, (long long)ic, (long long)ih, (long long)iw, (long long)oc,
                          (long long)kh, (long long)kw, (long long)sh, (long long)sw);
+    if (d->u.conv.groups < 0 || ic % groups(d) || oc % groups(d))
+        return bfit_fail(BFIT_EINVAL, "cpu conv: %d groups do not divide %lld input and %lld output channels",
+                         d->u.conv.groups, (long long)ic, (long long)oc);
     if (ih + 2 * ph < kh || iw + 2 * pw < kw || d->u.conv.oh != (ih + 2 * ph - kh) / sh + 1 ||
         d->u.conv.ow != (iw + 2 * pw - kw) / sw + 1)
         return bfit_fail(BFIT_EINVAL, "cpu conv: output %lldx%lld does not match input %lldx%lld, kernel %lldx%lld, "
@@ -290,18 +295,22 @@ typedef struct conv_mds {
 
 static int make_mds(const bfit_op_desc *d, conv_mds *md)
 {
-    int64_t sd[4] = {d->u.conv.n, d->u.conv.ic, d->u.conv.ih, d->u.conv.iw};
-    int64_t wd[4] = {d->u.conv.oc, d->u.conv.ic, d->u.conv.kh, d->u.conv.kw};
+    int64_t g = groups(d), sd[4] = {d->u.conv.n, d->u.conv.ic, d->u.conv.ih, d->u.conv.iw};
     int64_t dd[4] = {d->u.conv.n, d->u.conv.oc, d->u.conv.oh, d->u.conv.ow};
     int64_t bd[1] = {d->u.conv.oc};
+    /* grouped: oneDNN's weights are [g, oc/g, ic/g, kh, kw], the same bytes as PyTorch's [oc, ic/g, kh, kw] */
+    int64_t wd[5] = {g, d->u.conv.oc / g, d->u.conv.ic / g, d->u.conv.kh, d->u.conv.kw};
+    int64_t *w = g > 1 ? wd : wd + 1, wn = g > 1 ? 5 : 4;
     dnnl_dims_t s4, w4, d4;
     int rc;
 
+    if (g == 1)
+        wd[2] = d->u.conv.ic;
     /* data and weights in the op's dtype; bias and the gradients of the
      * parameters in f32 */
-    if ((rc = bfit_cpu_md_dt(&md->src, 4, sd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md_dt(&md->w, 4, wd, d->dtype)) != BFIT_OK ||
-        (rc = bfit_cpu_md(&md->b, 1, bd)) != BFIT_OK || (rc = bfit_cpu_md_dt(&md->dst, 4, dd, d->dtype)) != BFIT_OK ||
-        (rc = bfit_cpu_md(&md->dw, 4, wd)) != BFIT_OK)
+    if ((rc = bfit_cpu_md_dt(&md->src, 4, sd, d->dtype)) != BFIT_OK ||
+        (rc = bfit_cpu_md_dt(&md->w, (int)wn, w, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&md->b, 1, bd)) != BFIT_OK ||
+        (rc = bfit_cpu_md_dt(&md->dst, 4, dd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&md->dw, (int)wn, w)) != BFIT_OK)
         return rc;
     md->src_any = md->src;
     md->w_any = md->w;
@@ -313,11 +322,15 @@ static int make_mds(const bfit_op_desc *d, conv_mds *md)
     if (d->kind == BFIT_OP_CONV_BWD_DATA && d->u.conv.ic < 16)
         return BFIT_OK;
     for (int i = 0; i < 4; i++)
-        s4[i] = sd[i], w4[i] = wd[i], d4[i] = dd[i];
+        s4[i] = sd[i], d4[i] = dd[i];
+    for (int i = 0; i < wn; i++)
+        w4[i] = w[i];
     CPU_TRY(dnnl_memory_desc_init_by_tag(&md->src_any, 4, s4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any), "conv src md");
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, 4, w4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any), "conv weights md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, (int)wn, w4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any),
+            "conv weights md");
     CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dst_any, 4, d4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any), "conv dst md");
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dw_any, 4, w4, dnnl_f32, dnnl_format_tag_any), "conv weight gradient md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dw_any, (int)wn, w4, dnnl_f32, dnnl_format_tag_any),
+            "conv weight gradient md");
     return BFIT_OK;
 }
 

@@ -36,9 +36,9 @@ int bfit_cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) { return
 
 int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t)
 {
-    static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd};
+    static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde};
     dnnl_dims_t d;
-    if (ndims < 1 || ndims > 4)
+    if (ndims < 1 || ndims > 5)
         return bfit_fail(BFIT_EINVAL, "cpu: %d dims not supported", ndims);
     for (int i = 0; i < ndims; i++)
         d[i] = dims[i];
@@ -144,6 +144,12 @@ static int op_init(cpu_op *op)
     case BFIT_OP_EMBED_BWD: return bfit_cpu_embed_init(op);
     case BFIT_OP_ATTN_FWD:
     case BFIT_OP_ATTN_BWD: return bfit_cpu_attn_init(op);
+    case BFIT_OP_CONCAT_FWD:
+    case BFIT_OP_CONCAT_BWD:
+    case BFIT_OP_TRANSPOSE:
+    case BFIT_OP_ADD_ROWS:
+    case BFIT_OP_SLICE_FWD:
+    case BFIT_OP_SLICE_BWD: return bfit_cpu_concat_init(op);
     default: return bfit_cpu_simple_init(op);
     }
 }
@@ -220,19 +226,31 @@ static void cpu_op_free(bfit_op *base)
 static size_t cpu_op_workspace(const bfit_op *op) { return ((const cpu_op *)op)->ws; }
 static size_t cpu_op_saved(const bfit_op *op) { return ((const cpu_op *)op)->saved; }
 
+/* The pointers of a's lists (a concatenation's inputs or their gradients)
+ * after the named ones in p; returns the new count. */
+static int list_ptrs(const bfit_op *base, const bfit_op_args *a, const void **p, const char **nm, int n)
+{
+    int k = base->desc.kind == BFIT_OP_CONCAT_FWD || base->desc.kind == BFIT_OP_CONCAT_BWD ? base->desc.u.concat.n : 0;
+    for (int i = 0; i < k && i < BFIT_OP_MAXCAT; i++) {
+        p[n] = a->srcs ? a->srcs[i] : a->dsts ? a->dsts[i] : NULL;
+        nm[n++] = a->srcs ? "srcs[]" : "dsts[]";
+    }
+    return n;
+}
+
 static int cpu_op_run(bfit_op *base, const bfit_op_args *a)
 {
     cpu_op *op = (cpu_op *)base;
     cpu_device *d = (cpu_device *)base->dev;
-    const void *p[] = {a->src,  a->src2,      a->weights,   a->bias,      a->diff_dst,   a->scale,
+    const void *p[24 + BFIT_OP_MAXCAT] = {a->src,  a->src2,      a->weights,   a->bias,      a->diff_dst,   a->scale,
                        a->shift, a->dst,       a->diff_src,  a->diff_weights, a->diff_bias, a->diff_scale,
                        a->diff_shift, a->mean, a->var,       a->rmean,     a->rvar,       a->saved,
                        a->workspace, a->labels, a->lens,     a->stats,     a->state0,    a->state1};
-    static const char *const nm[] = {"src", "src2", "weights", "bias", "diff_dst", "scale", "shift", "dst",
+    const char *nm[24 + BFIT_OP_MAXCAT] = {"src", "src2", "weights", "bias", "diff_dst", "scale", "shift", "dst",
                                      "diff_src", "diff_weights", "diff_bias", "diff_scale", "diff_shift", "mean",
                                      "var", "rmean", "rvar", "saved", "workspace", "labels", "lens", "stats",
                                      "state0", "state1"};
-    int rc = bfit_cpu_enter(d, p, nm, (int)(sizeof p / sizeof p[0]), "op");
+    int rc = bfit_cpu_enter(d, p, nm, list_ptrs(base, a, p, nm, 24), "op");
     if (rc != BFIT_OK)
         return rc;
     rc = op->run(op, a);

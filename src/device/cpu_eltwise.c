@@ -1,4 +1,4 @@
-/* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu and the two gelus over a
+/* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus and clip over a
  * flat array of n elements (the shape does not matter elementwise). The
  * backward takes the forward's input (src), which every algorithm here
  * supports; relu may instead take the forward's output (use_dst), which
@@ -275,12 +275,17 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     dnnl_eltwise_desc_t fwd, bwd;
     dnnl_primitive_attr_t attr;
     dnnl_alg_kind_t alg;
+    float alpha = 0.f, beta = 0.f;
     int rc;
 
     if (n < 1)
         return bfit_fail(BFIT_EINVAL, "eltwise: need at least one element, got %lld", (long long)n);
-    if ((d->u.elt.use_dst || d->u.elt.bits) && d->u.elt.alg != BFIT_ELT_RELU)
-        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's backward can use the output or sign bits");
+    if ((d->u.elt.use_dst && d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_CLIP) ||
+        (d->u.elt.bits && d->u.elt.alg != BFIT_ELT_RELU))
+        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's and clip's backward can use the output, relu's sign bits");
+    if (d->u.elt.alg == BFIT_ELT_CLIP && !(d->u.elt.lo < d->u.elt.hi))
+        return bfit_fail(BFIT_EINVAL, "eltwise: clip needs lo < hi, got [%g, %g]", (double)d->u.elt.lo,
+                         (double)d->u.elt.hi);
     if (d->u.elt.bits) {
         op->ws = 0;
         op->saved = (size_t)(n + 63) / 64 * 8;
@@ -293,11 +298,15 @@ int bfit_cpu_eltwise_init(cpu_op *op)
         break;
     case BFIT_ELT_GELU_ERF: alg = dnnl_eltwise_gelu_erf; break;
     case BFIT_ELT_GELU_TANH: alg = dnnl_eltwise_gelu_tanh; break;
+    /* v2: the gradient passes only strictly inside (lo, hi), as PyTorch's hardtanh */
+    case BFIT_ELT_CLIP: alg = d->u.elt.use_dst ? dnnl_eltwise_clip_v2_use_dst_for_bwd : dnnl_eltwise_clip_v2; break;
     default: return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     }
     if ((rc = bfit_cpu_md_dt(&md, 1, &n, d->dtype)) != BFIT_OK)
         return rc;
-    CPU_TRY(dnnl_eltwise_forward_desc_init(&fwd, dnnl_forward_training, alg, &md, 0.f, 0.f),
+    if (d->u.elt.alg == BFIT_ELT_CLIP)
+        alpha = d->u.elt.lo, beta = d->u.elt.hi;
+    CPU_TRY(dnnl_eltwise_forward_desc_init(&fwd, dnnl_forward_training, alg, &md, alpha, beta),
             "eltwise forward descriptor");
     if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
         return rc;
@@ -310,7 +319,7 @@ int bfit_cpu_eltwise_init(cpu_op *op)
         /* the backward needs the forward's pd as a hint; it is kept in pd[1] */
         size_t ws_hint = 0;
         rc = bfit_cpu_pd_create(&op->pd[1], &fwd, attr, cpu_dev(op)->eng, NULL, &ws_hint);
-        if (rc == BFIT_OK && dnnl_eltwise_backward_desc_init(&bwd, alg, &md, &md, 0.f, 0.f) != dnnl_success)
+        if (rc == BFIT_OK && dnnl_eltwise_backward_desc_init(&bwd, alg, &md, &md, alpha, beta) != dnnl_success)
             rc = bfit_fail(BFIT_EDEVICE, "oneDNN: eltwise backward descriptor failed");
         if (rc == BFIT_OK)
             rc = bfit_cpu_pd_create(&op->pd[0], &bwd, attr, cpu_dev(op)->eng, op->pd[1], &op->ws);

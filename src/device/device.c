@@ -157,6 +157,11 @@ int bfit_device_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, cha
 
 int bfit_device_supports_needs(const bfit_device *d, const bfit_op_needs *nd, char *why, size_t n)
 {
+    if (nd->cpu_only && strcmp(d->vt->name, "cpu") != 0) {
+        if (why && n)
+            snprintf(why, n, "%s (only the cpu device has it yet)", nd->cpu_only);
+        return 0;
+    }
     for (int k = 0; k < BFIT_OP_COUNT; k++)
         for (int t = 0; t < BFIT_NDTYPES; t++) {
             char r[256];
@@ -288,12 +293,37 @@ const char *bfit_op_kind_name(bfit_op_kind k)
         [BFIT_OP_SCALE] = "scale", [BFIT_OP_NORMS] = "norms", [BFIT_OP_SGD] = "sgd", [BFIT_OP_ADAMW] = "adamw",
         [BFIT_OP_CAST] = "cast", [BFIT_OP_EMBED_FWD] = "embedding forward", [BFIT_OP_EMBED_BWD] = "embedding backward",
         [BFIT_OP_ATTN_FWD] = "attention forward", [BFIT_OP_ATTN_BWD] = "attention backward",
+        [BFIT_OP_CONCAT_FWD] = "concatenation forward", [BFIT_OP_CONCAT_BWD] = "concatenation backward",
+        [BFIT_OP_TRANSPOSE] = "transpose", [BFIT_OP_ADD_ROWS] = "broadcast add", [BFIT_OP_SLICE_FWD] = "slice",
+        [BFIT_OP_SLICE_BWD] = "slice backward",
     };
     return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
 }
 
+/* What only the CPU device has (the layers of ONNX imports): another device
+ * refuses it here, by name, rather than run an op that ignores it. */
+const char *bfit_op_cpu_only(const bfit_op_desc *d)
+{
+    switch (d->kind) {
+    case BFIT_OP_CONV_FWD:
+    case BFIT_OP_CONV_BWD_DATA:
+    case BFIT_OP_CONV_BWD_WEIGHTS: return d->u.conv.groups > 1 ? "grouped convolution" : NULL;
+    case BFIT_OP_ELTWISE_FWD:
+    case BFIT_OP_ELTWISE_BWD: return d->u.elt.alg == BFIT_ELT_CLIP ? "clip (ReLU6)" : NULL;
+    case BFIT_OP_CONCAT_FWD:
+    case BFIT_OP_CONCAT_BWD: return "concatenation";
+    case BFIT_OP_TRANSPOSE: return "transposition";
+    case BFIT_OP_ADD_ROWS: return "broadcast add";
+    case BFIT_OP_SLICE_FWD:
+    case BFIT_OP_SLICE_BWD: return "slicing";
+    default: return NULL;
+    }
+}
+
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
 {
+    const char *what;
+
     *out = NULL;
     if ((unsigned)desc->kind >= BFIT_OP_COUNT)
         return bfit_fail(BFIT_EINVAL, "device: unknown op kind %d", (int)desc->kind);
@@ -303,6 +333,10 @@ int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
          desc->kind == BFIT_OP_ADAMW) && desc->dtype != BFIT_F32)
         return bfit_fail(BFIT_EINVAL, "device: parameters and their gradients are f32: an op of kind %d must be f32",
                          (int)desc->kind);
+    /* the recorder notes it in the needs, which then rule out every other device */
+    if ((what = bfit_op_cpu_only(desc)) && strcmp(d->vt->name, "cpu") != 0 && strcmp(d->vt->name, "recorder") != 0)
+        return bfit_fail(BFIT_EDEVICE, "%s is not supported on %s yet (the cpu device has it): use --device cpu",
+                         what, d->vt->name);
     return d->vt->op_new(d, desc, out);
 }
 

@@ -100,10 +100,19 @@ typedef enum {
                                  row [n,H,T] (f32) */
     BFIT_OP_ATTN_BWD,         /* diff_src [n,T,3C] (overwritten) from src, diff_dst and `saved`; lean
                                  recomputes the probabilities in the workspace */
+    BFIT_OP_CONCAT_FWD,       /* dst [rows, sum cols] = the srcs[k] [rows, cols[k]] side by side */
+    BFIT_OP_CONCAT_BWD,       /* dsts[k] [rows, cols[k]] = (or += where bit k of add_mask) its columns of
+                                 diff_dst; a NULL dsts[k] is skipped */
+    BFIT_OP_TRANSPOSE,        /* dst [n, b, a] = src [n, a, b] transposed, sample by sample */
+    BFIT_OP_ADD_ROWS,         /* dst [M, N] = src [M, N] + bias [N] (bias f32 whatever desc.dtype) */
+    BFIT_OP_SLICE_FWD,        /* dst [rows, len] = columns [off, off + len) of src [rows, ld] */
+    BFIT_OP_SLICE_BWD,        /* diff_src [rows, ld] = diff_dst in columns [off, off + len), 0 elsewhere */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
-typedef enum { BFIT_ELT_RELU, BFIT_ELT_GELU_ERF, BFIT_ELT_GELU_TANH } bfit_eltwise_alg;
+typedef enum { BFIT_ELT_RELU, BFIT_ELT_GELU_ERF, BFIT_ELT_GELU_TANH, BFIT_ELT_CLIP } bfit_eltwise_alg;
+
+#define BFIT_OP_MAXCAT 32 /* inputs of one concatenation */
 
 /* Data types. desc.dtype is that of the data: activations, their gradients,
  * and the weights a MATMUL or convolution multiplies by (a compute copy of
@@ -120,8 +129,9 @@ typedef struct bfit_op_desc {
                           MATMUL dst, REDUCE_ROWS dst, ADD dst) are added to, not overwritten */
     union {
         struct { int64_t M, N, K; int trans_src, trans_weights, bias; } mm;
-        /* src [n,ic,ih,iw], weights [oc,ic,kh,kw], dst [n,oc,oh,ow] */
-        struct { int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw; int bias; } conv;
+        /* src [n,ic,ih,iw], weights [oc,ic/groups,kh,kw], dst [n,oc,oh,ow]; groups 0 or 1: dense
+           (more: each of `groups` slices of the channels convolved apart, PyTorch's groups) */
+        struct { int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw; int bias, groups; } conv;
         /* avg pooling counts padding like PyTorch's default (count_include_pad) */
         struct { int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; int max; int training; } pool;
         /* scale/shift [c]; mean/var [c]; training: batch statistics (biased var), and with
@@ -129,7 +139,9 @@ typedef struct bfit_op_desc {
         struct { int64_t n, c, h, w; float eps, momentum; int training, use_dst; } bnorm;
         /* src [rows, cols]; scale/shift [cols]; mean/var [rows] */
         struct { int64_t rows, cols; float eps; } lnorm;
-        struct { int64_t n; bfit_eltwise_alg alg; int use_dst, bits; } elt; /* use_dst, bits: relu only */
+        /* use_dst: relu and clip; bits: relu only; clip: min(max(x, lo), hi), the gradient passed where
+           lo < x < hi (PyTorch's hardtanh) */
+        struct { int64_t n; bfit_eltwise_alg alg; int use_dst, bits; float lo, hi; } elt;
         struct { int64_t M, N; } reduce;
         struct { int64_t n; } add;
         struct { int64_t n; float p; } drop;
@@ -149,6 +161,12 @@ typedef struct bfit_op_desc {
            1/sqrt(hs); causal: token i attends to j <= i; with args.lens, only to j < lens[b]
            (a key-padding mask); lean: keep no probabilities */
         struct { int64_t n, T, H, hs; int causal, lean, training; } attn;
+        /* rows of n inputs side by side: cols[k] elements of input k a row; bcast bit k: input k is
+           one row used for every row (a learned token: its gradient sums the rows, always added) */
+        struct { int64_t rows; int n; int64_t cols[BFIT_OP_MAXCAT]; uint32_t bcast; } concat;
+        struct { int64_t n, a, b; } tr;
+        struct { int64_t M, N; } rows;
+        struct { int64_t rows, ld, off, len; } slice;
     } u;
 } bfit_op_desc;
 
@@ -176,6 +194,9 @@ typedef struct bfit_op_args {
     float alpha;             /* SCALE */
     float hyper[BFIT_OP_NHYPER]; /* SGD/ADAMW step coefficients */
     uint64_t seed;           /* DROPOUT_FWD: mask = f(seed, index) */
+    const void *const *srcs; /* CONCAT_FWD: the inputs */
+    void *const *dsts;       /* CONCAT_BWD: the inputs' gradients */
+    uint32_t add_mask;       /* CONCAT_BWD: bit k set: dsts[k] is added to */
 } bfit_op_args;
 
 /* What a device says of itself. */
@@ -300,10 +321,17 @@ int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **
 int bfit_device_cuda_new(int index, bfit_device **out);
 
 /* The (kind, dtype) pairs a model's ops take: bit t of dtypes[k] is set
- * when an op of kind k on dtype t is made (src/nn/needs.c fills it). */
+ * when an op of kind k on dtype t is made (src/nn/needs.c fills it);
+ * cpu_only names the first op only the CPU device makes (a grouped
+ * convolution, clip, the ops of ONNX imports: bfit_op_cpu_only), or NULL. */
 typedef struct bfit_op_needs {
     unsigned dtypes[BFIT_OP_COUNT];
+    const char *cpu_only;
 } bfit_op_needs;
+
+/* What an op of desc is, when only the CPU device makes it ("grouped
+ * convolution", "transposition"...), else NULL. */
+const char *bfit_op_cpu_only(const bfit_op_desc *desc);
 
 static inline void bfit_op_needs_add(bfit_op_needs *nd, bfit_op_kind k, bfit_dtype t)
 {

@@ -66,6 +66,8 @@ static int rec_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
     if (!op)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     bfit_op_needs_add(((rec_device *)d)->into, desc->kind, t);
+    if (!((rec_device *)d)->into->cpu_only)
+        ((rec_device *)d)->into->cpu_only = bfit_op_cpu_only(desc);
     op->dev = d;
     op->desc = *desc;
     *out = op;

@@ -90,6 +90,7 @@ static int run_backward(bfit_model *M, int i, float loss_scale)
     a.labels = bfit_model_labels(M);
     a.lens = bfit_model_lens(M);
     a.loss_scale = loss_scale;
+    a.dx_add = M->lay.dx_add ? M->lay.dx_add[i] : 0;
     rc = bfit_layer_backward(L, &a);
     if (rc == BFIT_OK && k >= 0 && a.dx[k]) {
         bfit_op_args o = {0};

@@ -1,6 +1,7 @@
 /* graph.c - building a graph description node by node. */
 #include "base/err.h"
 #include "nn/graph.h"
+#include "nn/wsrc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ int bfit_graph_add_n(bfit_graph_desc *g, const bfit_layer_cfg *cfg, const int *i
 
 void bfit_graph_fini(bfit_graph_desc *g)
 {
+    bfit_wsrc_release(g->wsrc);
     free(g->nodes);
     memset(g, 0, sizeof *g);
 }

@@ -16,6 +16,8 @@ typedef struct bfit_node_desc {
     int line, col;   /* where the spec defined it; 0 for graphs built in C */
 } bfit_node_desc;
 
+struct bfit_wsrc;
+
 typedef struct bfit_graph_desc {
     bfit_shape input;
     bfit_dtype input_dtype;  /* F32 samples, or I32 token ids */
@@ -23,6 +25,8 @@ typedef struct bfit_graph_desc {
     int nnodes, cap;
     bfit_node_desc *nodes;
     char source[256];  /* file name for messages ("" for presets) */
+    struct bfit_wsrc *wsrc; /* starting weights from the file (an ONNX model's initializers, nn/wsrc.h), or
+                               NULL; the graph holds a reference, released by bfit_graph_fini */
 } bfit_graph_desc;
 
 void bfit_graph_init(bfit_graph_desc *g, const char *source);

@@ -17,7 +17,10 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_DROPOUT] = &bfit_dropout_vt,     [BFIT_L_BATCHNORM] = &bfit_batchnorm_vt,
     [BFIT_L_LAYERNORM] = &bfit_layernorm_vt, [BFIT_L_ADD] = &bfit_add_vt,
     [BFIT_L_XENT] = &bfit_xent_vt,           [BFIT_L_EMBED] = &bfit_embed_vt,
-    [BFIT_L_ATTENTION] = &bfit_attention_vt,
+    [BFIT_L_ATTENTION] = &bfit_attention_vt, [BFIT_L_CLIP] = &bfit_clip_vt,
+    [BFIT_L_CONCAT] = &bfit_concat_vt,       [BFIT_L_RESHAPE] = &bfit_reshape_vt,
+    [BFIT_L_TRANSPOSE] = &bfit_transpose_vt, [BFIT_L_CLS] = &bfit_cls_vt,
+    [BFIT_L_ADDP] = &bfit_addp_vt,           [BFIT_L_SELECT] = &bfit_select_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -26,6 +29,9 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_GELU] = "gelu",       [BFIT_L_FLATTEN] = "flatten",  [BFIT_L_DROPOUT] = "dropout",
     [BFIT_L_BATCHNORM] = "batchnorm", [BFIT_L_LAYERNORM] = "layernorm", [BFIT_L_ADD] = "add",
     [BFIT_L_XENT] = "xent",       [BFIT_L_EMBED] = "embed",      [BFIT_L_ATTENTION] = "attention",
+    [BFIT_L_CLIP] = "clip",       [BFIT_L_CONCAT] = "concat",    [BFIT_L_RESHAPE] = "reshape",
+    [BFIT_L_TRANSPOSE] = "transpose", [BFIT_L_CLS] = "cls",      [BFIT_L_ADDP] = "addp",
+    [BFIT_L_SELECT] = "select",
 };
 
 static void unprepare(bfit_layer *l);
@@ -50,7 +56,7 @@ void bfit_layer_flops(const bfit_layer *l, int m, double *fwd, double *bwd)
         *bwd = 2.0 * *fwd; /* weight gradient and input gradient */
         return;
     case BFIT_L_CONV:
-        *fwd = 2.0 * out * (double)l->in[0].c * c->kh * c->kw;
+        *fwd = 2.0 * out * (double)l->in[0].c / (c->groups > 1 ? c->groups : 1) * c->kh * c->kw;
         *bwd = 2.0 * *fwd;
         return;
     case BFIT_L_ATTENTION: {
@@ -117,7 +123,7 @@ int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape
         snprintf(err, errlen, "unknown layer kind %d", (int)cfg->kind);
         return bfit_fail(BFIT_EINVAL, "%s", err);
     }
-    if (nin != vts[cfg->kind]->nin) {
+    if (vts[cfg->kind]->nin ? nin != vts[cfg->kind]->nin : nin < 1) {
         snprintf(err, errlen, "%s takes %d input(s), got %d", kind_names[cfg->kind], vts[cfg->kind]->nin, nin);
         return bfit_fail(BFIT_EINVAL, "%s", err);
     }

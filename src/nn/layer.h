@@ -28,6 +28,13 @@ typedef enum {
                           sequence [T, V] (negative labels, padding, ignored) */
     BFIT_L_EMBED,      /* token ids [T] -> [T, C]: token, position (and token-type 0) embeddings */
     BFIT_L_ATTENTION,  /* multi-head self-attention: [T, 3C] (q | k | v) -> [T, C] */
+    BFIT_L_CLIP,       /* min(max(x, lo), hi): ReLU6 (an ONNX Clip) */
+    BFIT_L_CONCAT,     /* 1 to BFIT_LAYER_MAXIN inputs side by side along dimension `axis` of a sample */
+    BFIT_L_RESHAPE,    /* the sample's elements in the shape `to` (a copy) */
+    BFIT_L_TRANSPOSE,  /* a sample [a, b] -> [b, a] (a ViT's image channels to tokens) */
+    BFIT_L_CLS,        /* a learned token before a sample's tokens: [T, C] -> [T+1, C] (ViT's class token) */
+    BFIT_L_ADDP,       /* a learned tensor of the sample's shape added (ViT's position embedding) */
+    BFIT_L_SELECT,     /* token `units` of [T, C] -> [C] (ViT's head reads the class token) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -49,6 +56,10 @@ typedef struct bfit_layer_cfg {
     int tie;            /* linear: the weight is the embedding's token table (a tied head) */
     float std;          /* linear: weights drawn with this spread and biases 0 (GPT-2 and BERT: 0.02,
                            GPT-2's residual projections 0.02 / sqrt(2 layers)); 0: PyTorch's default */
+    int groups;         /* conv: channel groups (PyTorch's groups; 0 or 1: dense) */
+    float lo, hi;       /* clip bounds */
+    int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
+    bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]) */
 } bfit_layer_cfg;
 
 /* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1, causal 1). */
@@ -64,7 +75,7 @@ typedef struct bfit_layer_need {
     size_t ws_bwd;      /* workspace during backward */
 } bfit_layer_need;
 
-#define BFIT_LAYER_MAXIN 4  /* inputs of one layer (add takes 2; attention more) */
+#define BFIT_LAYER_MAXIN 32 /* inputs of one layer (add takes 2, a concatenation up to this) */
 
 /* Buffers are device memory of the layer's dtype, [m, shape] each. */
 typedef struct bfit_fwd_args {
@@ -93,6 +104,8 @@ typedef struct bfit_bwd_args {
     const int32_t *labels;     /* XENT */
     const int32_t *lens;       /* ATTENTION, as in forward */
     float loss_scale;          /* XENT: dL/dloss_i, e.g. 1/E for a mean over the optimizer step */
+    uint32_t dx_add;           /* bit k: add into dx[k] rather than overwrite it (a layer whose vt has
+                                  dx_add: another consumer of that input wrote its gradient first) */
 } bfit_bwd_args;
 
 typedef struct bfit_layer bfit_layer;
@@ -113,7 +126,8 @@ typedef enum {
 
 typedef struct bfit_layer_vt {
     bfit_layer_kind kind;
-    int nin;   /* inputs: 1, or 2 for add */
+    int nin;   /* inputs: 1, or 2 for add; 0: any number from 1 to BFIT_LAYER_MAXIN */
+    int dx_add; /* backward can add into an input's gradient (bfit_bwd_args.dx_add) */
     unsigned modes; /* the BFIT_MODE()s its backward offers; the lowest is the default */
     /* Check cfg and input shapes, set out shape and params[] (names, dims,
      * flags); on a bad combination write a message saying which shapes and
@@ -225,7 +239,8 @@ int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_ME
 /* The vtables, one per file in src/nn/. */
 extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_avgpool_vt,
     bfit_gap_vt, bfit_relu_vt, bfit_gelu_vt, bfit_flatten_vt, bfit_dropout_vt, bfit_batchnorm_vt,
-    bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt;
+    bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt, bfit_clip_vt, bfit_concat_vt,
+    bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

@@ -1,5 +1,5 @@
-/* layer_act.c - elementwise activations: relu and gelu (PyTorch's default
- * erf form). Any input shape; the output has the same shape. The backward
+/* layer_act.c - elementwise activations: relu, gelu (PyTorch's default
+ * erf form) and clip (ReLU6 and its kin: hardtanh). Any input shape; the output has the same shape. The backward
  * reads the forward's input; relu's may read its output instead, or only a
  * sign bit per element kept in its saved bytes (l->mode), whichever the
  * model keeps anyway. */
@@ -16,7 +16,16 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
 static bfit_eltwise_alg alg_of(const bfit_layer *l)
 {
-    return l->cfg.kind == BFIT_L_GELU ? BFIT_ELT_GELU_ERF : BFIT_ELT_RELU;
+    return l->cfg.kind == BFIT_L_GELU ? BFIT_ELT_GELU_ERF : l->cfg.kind == BFIT_L_CLIP ? BFIT_ELT_CLIP : BFIT_ELT_RELU;
+}
+
+static int init_clip(bfit_layer *l, char *err, size_t errlen)
+{
+    if (!(l->cfg.lo < l->cfg.hi)) {
+        snprintf(err, errlen, "clip needs lo < hi, got [%g, %g]", (double)l->cfg.lo, (double)l->cfg.hi);
+        return BFIT_EINVAL;
+    }
+    return init(l, err, errlen);
 }
 
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
@@ -26,6 +35,8 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 
     d.u.elt.n = (int64_t)m * bfit_shape_numel(l->in[0]);
     d.u.elt.alg = alg_of(l);
+    d.u.elt.lo = l->cfg.lo;
+    d.u.elt.hi = l->cfg.hi;
     d.u.elt.bits = training && l->mode == BFIT_MODE_BITS;
     d.u.elt.use_dst = training && l->mode == BFIT_MODE_Y;
     if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_ELTWISE_BWD, training, need)) != BFIT_OK)
@@ -76,6 +87,18 @@ const bfit_layer_vt bfit_gelu_vt = {
     .nin = 1,
     .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
+    .prepare = prepare,
+    .init_params = NULL,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};
+
+const bfit_layer_vt bfit_clip_vt = {
+    .kind = BFIT_L_CLIP,
+    .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X) | BFIT_MODE(BFIT_MODE_Y),
+    .init = init_clip,
     .prepare = prepare,
     .init_params = NULL,
     .forward = forward,

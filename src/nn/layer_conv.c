@@ -1,6 +1,7 @@
-/* layer_conv.c - 2-d convolution, PyTorch's nn.Conv2d (groups 1, dilation 1):
- * weight [oc,ic,kh,kw], optional bias [oc], zero padding, output size
- * (H + 2p - k) / s + 1 rounded down.
+/* layer_conv.c - 2-d convolution, PyTorch's nn.Conv2d (dilation 1): weight
+ * [oc,ic/groups,kh,kw], optional bias [oc], zero padding, output size
+ * (H + 2p - k) / s + 1 rounded down. Groups (MobileNet's depthwise
+ * convolutions: groups = channels) run on the CPU device.
  *
  * Three oneDNN ops prepared per micro-batch: forward, backward weights (it
  * accumulates into the gradients itself) and backward data. No state is
@@ -17,6 +18,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 {
     const bfit_layer_cfg *c = &l->cfg;
     bfit_shape in = l->in[0];
+    int g = c->groups > 1 ? c->groups : 1;
     char buf[48];
 
     if (!bfit_shape_is_image(in)) {
@@ -40,9 +42,14 @@ static int init(bfit_layer *l, char *err, size_t errlen)
                  in.w + 2 * c->pw, in.h + 2 * c->ph, in.w + 2 * c->pw);
         return BFIT_EINVAL;
     }
+    if (c->groups < 0 || in.c % g || c->units % g) {
+        snprintf(err, errlen, "conv with %d groups needs input channels (%d) and output channels (%d) that the "
+                              "groups divide", g, in.c, c->units);
+        return BFIT_EINVAL;
+    }
     l->out = bfit_shape_chw(c->units, (in.h + 2 * c->ph - c->kh) / c->sh + 1, (in.w + 2 * c->pw - c->kw) / c->sw + 1);
     l->nparams = c->bias ? 2 : 1;
-    l->params[0] = (bfit_param){.name = "weight", .ndim = 4, .dim = {c->units, in.c, c->kh, c->kw},
+    l->params[0] = (bfit_param){.name = "weight", .ndim = 4, .dim = {c->units, in.c / g, c->kh, c->kw},
                                 .trainable = 1, .decay = 1, .multiplies = 1};
     if (c->bias)
         l->params[1] = (bfit_param){.name = "bias", .ndim = 1, .dim = {c->units}, .trainable = 1};
@@ -68,6 +75,7 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m)
     d.u.conv.ph = c->ph;
     d.u.conv.pw = c->pw;
     d.u.conv.bias = c->bias != 0;
+    d.u.conv.groups = c->groups > 1 ? c->groups : 1;
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 
@@ -96,7 +104,7 @@ static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 {
     /* PyTorch: kaiming_uniform(a=sqrt 5) for the weight and U(+-1/sqrt(fan_in))
      * for the bias both come to U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
-    float bound = 1.0f / sqrtf((float)l->in[0].c * l->cfg.kh * l->cfg.kw);
+    float bound = 1.0f / sqrtf((float)l->params[0].dim[1] * l->cfg.kh * l->cfg.kw); /* fan-in: ic / groups */
     bfit_fill_uniform(host[0], bfit_param_numel(&l->params[0]), bound, seed * 2 + 0);
     if (l->cfg.bias)
         bfit_fill_uniform(host[1], bfit_param_numel(&l->params[1]), bound, seed * 2 + 1);

@@ -74,6 +74,7 @@ void bfit_layout_fini(bfit_layout *lay)
     free(lay->dy_off);
     free(lay->tmp_off);
     free(lay->tmp_input);
+    free(lay->dx_add);
     memset(lay, 0, sizeof *lay);
 }
 
@@ -207,7 +208,8 @@ static int lay_alloc(bfit_layout *lay, int n)
     lay->dy_off = malloc(sizeof(uint64_t) * (size_t)(n + 1));
     lay->tmp_off = malloc(sizeof(uint64_t) * (size_t)n);
     lay->tmp_input = malloc(sizeof(int) * (size_t)n);
-    if (!lay->act || !lay->y_off || !lay->r_off || !lay->saved_off || !lay->rsaved_off || !lay->dy_off ||
+    lay->dx_add = calloc((size_t)n + 1, sizeof *lay->dx_add);
+    if (!lay->dx_add || !lay->act || !lay->y_off || !lay->r_off || !lay->saved_off || !lay->rsaved_off || !lay->dy_off ||
         !lay->tmp_off || !lay->tmp_input)
         return bfit_fail(BFIT_ENOMEM, "layout: out of host memory");
     for (int i = 0; i <= n; i++)
@@ -316,7 +318,8 @@ static void place_step(bfit_layout *lay, lbuf *b, int nact, int nb, int apart)
 /* Activation gradients, appended to the nact activation buffers in b and
  * placed with them. The gradient of value v is written first by its
  * consumer whose backward comes first, and read last by its producer's
- * backward. A further consumer writes into a temp that is added in at once.
+ * backward. A further consumer writes into a temp that is added in at once,
+ * or adds into the gradient itself if its backward can (a concatenation).
  * An in-place backward's input gradient shares its output gradient's
  * buffer, whose lifetime then runs on (alias[v]: that value). The model
  * input needs no gradient. */
@@ -353,6 +356,8 @@ static int lay_act_grads(const sched *s, lbuf *b, int nact)
                 written[v] = 1;
                 buf[v] = nb;
                 add_buf(b, &nb, sz, t, s->bwd_at[v - 1], &lay->dy_off[v], &lay->no_reuse[BFIT_MEM_ACT_GRADS]);
+            } else if (M->nodes[i].l->vt->dx_add) {
+                lay->dx_add[i] |= 1u << k; /* it adds its share in: no bytes */
             } else if (lay->tmp_input[i] < 0) {
                 lay->tmp_input[i] = k;
                 add_buf(b, &nb, sz, t, t, &lay->tmp_off[i], &lay->no_reuse[BFIT_MEM_ACT_GRADS]);

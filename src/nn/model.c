@@ -3,6 +3,7 @@
 #include "base/err.h"
 #include "device/half.h"
 #include "nn/model.h"
+#include "nn/wsrc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +103,9 @@ static int wire(bfit_model *M)
         }
     for (int i = 0; i < M->n; i++) {
         np += M->nodes[i].l->nparams;
-        M->seq_lens |= M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION && !M->nodes[i].l->cfg.causal;
+        /* a token model's padding (an image's tokens are all real: a ViT from ONNX) */
+        M->seq_lens |= M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION && !M->nodes[i].l->cfg.causal &&
+                       M->input_dtype == BFIT_I32;
     }
     M->params = calloc((size_t)np + 1, sizeof *M->params);
     M->trainable = calloc((size_t)np + 1, sizeof *M->trainable);
@@ -200,6 +203,8 @@ int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
     M->input = g->input;
     M->input_dtype = g->input_dtype;
     snprintf(M->source, sizeof M->source, "%s", g->source);
+    M->wsrc = g->wsrc;
+    bfit_wsrc_retain(M->wsrc);
     if ((rc = build_nodes(M, g, val)) != BFIT_OK || (rc = add_loss(M, g, val[g->nnodes])) != BFIT_OK ||
         (rc = tie_params(M, g)) != BFIT_OK || (rc = wire(M)) != BFIT_OK)
         goto fail;
@@ -244,6 +249,7 @@ void bfit_model_free(bfit_model *M)
     free(M->keep);
     free(M->stage16);
     free(M->stage_lens);
+    bfit_wsrc_release(M->wsrc);
     free(M);
 }
 
@@ -381,12 +387,28 @@ int bfit_model_init_params(bfit_model *M, uint64_t seed)
         for (int k = 0; k < L->nparams; k++)
             host[k] = buf + (size_t)most * (size_t)k;
         L->vt->init_params(L, seed * 1000003ull + (uint64_t)i * 7919ull, host);
-        for (int k = 0; k < L->nparams && rc == BFIT_OK; k++)
-            if (!L->params[k].shared) /* its owner's values stand */
+        for (int k = 0; k < L->nparams && rc == BFIT_OK; k++) {
+            if (L->params[k].shared) /* its owner's values stand */
+                continue;
+            rc = M->init_random ? 0 : bfit_wsrc_upload(M->wsrc, i, k, M->dev, L->params[k].data,
+                                                       bfit_param_bytes(&L->params[k]));
+            if (rc == 0) /* not in the file: drawn */
                 rc = bfit_device_upload(M->dev, L->params[k].data, host[k], bfit_param_bytes(&L->params[k]));
+            else if (rc == 1)
+                rc = BFIT_OK;
+        }
         free(buf);
     }
     return rc == BFIT_OK ? bfit_model_refresh_copies(M) : rc;
+}
+
+void bfit_model_set_init_random(bfit_model *M, int random) { M->init_random = random != 0; }
+int bfit_model_has_file_weights(const bfit_model *M) { return bfit_wsrc_count(M->wsrc) > 0; }
+
+const char *bfit_model_param_name(const bfit_model *M, int node, int k)
+{
+    const bfit_wsrc_entry *e = bfit_wsrc_find(M->wsrc, node, k);
+    return e ? e->name : NULL;
 }
 
 int bfit_model_zero_grads(bfit_model *M)

@@ -52,8 +52,12 @@ int bfit_recompute_parse(const char *name, bfit_recompute_kind *out);
 const char *bfit_recompute_name(bfit_recompute_kind k);
 
 /* Load a model for planning on dev (its ops decide workspace sizes; NULL:
- * shapes only, no planning). Errors name file:line:col for a spec. */
+ * shapes only, no planning): a preset, a spec file or an ONNX file
+ * (docs/onnx.md). Errors name file:line:col for a spec, the node for ONNX. */
 int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **out);
+/* The same from an ONNX model of len bytes in memory (copied; source names it
+ * in messages). Its initializers are the parameters' starting values. */
+int bfit_model_load_onnx(const void *buf, size_t len, const char *source, bfit_device *dev, bfit_model **out);
 void bfit_model_free(bfit_model *M);
 /* Trainable scalars. */
 int64_t bfit_model_param_count(const bfit_model *M);
@@ -91,6 +95,8 @@ typedef struct bfit_layout {
     uint64_t *dy_off;                /* per value: act_grads offset of its gradient, or NONE */
     uint64_t *tmp_off;               /* per node: act_grads offset of a temp for a summed dx, or NONE */
     int *tmp_input;                  /* per node: which input uses tmp_off, -1 none */
+    uint32_t *dx_add;                /* per node: bit k, its backward adds into input k's gradient (a
+                                        concatenation: another consumer wrote it first), or NULL */
     uint64_t labels_off;             /* input block: labels after the samples */
     uint64_t lens_off;               /* input block: the sequences' real lengths after the labels
                                         (int32 [m]; a model with bidirectional attention), or NONE */
@@ -169,6 +175,8 @@ typedef struct bfit_model {
     unsigned char *needs_grad; /* per value: a trainable parameter upstream, so backward computes its
                                   gradient (never the input's: PyTorch's requires_grad) */
     char source[256];
+    struct bfit_wsrc *wsrc; /* starting weights from the model file (a reference), or NULL */
+    int init_random;       /* 1: bfit_model_init_params draws every parameter, ignoring wsrc */
     /* parameters: one block each for values and gradients */
     int nparams, ntrainable;
     bfit_param **params;   /* all (incl. running stats), in node order */
@@ -238,6 +246,14 @@ int bfit_model_min_batch(const bfit_model *M);
  * host, uploaded). */
 int bfit_model_alloc_params(bfit_model *M, int with_grads);
 int bfit_model_init_params(bfit_model *M, uint64_t seed);
+/* Parameters the model file gives (an ONNX model's initializers) start from
+ * the file's values in bfit_model_init_params unless random is set; the
+ * others are drawn. Whether the model file has any. */
+void bfit_model_set_init_random(bfit_model *M, int random);
+int bfit_model_has_file_weights(const bfit_model *M);
+/* The name node's parameter k has in the model file (PyTorch's state_dict
+ * name, for weights files), or NULL: none (then "<node>.<param>"). */
+const char *bfit_model_param_name(const bfit_model *M, int node, int k);
 int bfit_model_zero_grads(bfit_model *M);
 
 /* The pure plan of a step's buffers for micro-batch m. Prepares nothing that

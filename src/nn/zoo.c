@@ -7,6 +7,7 @@
  * 138,357,544, ResNet-18 11,689,512 trainable scalars. */
 #include "base/err.h"
 #include "nn/model.h"
+#include "nn/onnx.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
 
@@ -336,13 +337,16 @@ int bfit_model_source_is_file(const char *s)
     size_t n = strlen(s);
     /* a directory of that name in the working directory does not hide a preset */
     return (stat(s, &st) == 0 && !S_ISDIR(st.st_mode)) || strchr(s, '/') != NULL ||
-           (n >= 4 && strcmp(s + n - 4, ".cfg") == 0);
+           (n >= 4 && strcmp(s + n - 4, ".cfg") == 0) || (n >= 5 && strcmp(s + n - 5, ".onnx") == 0);
 }
+
+int bfit_model_source_is_onnx(const char *s) { return bfit_model_source_is_file(s) && bfit_onnx_sniff(s); }
 
 int bfit_model_source_load(const char *name_or_path, bfit_graph_desc *g)
 {
     if (bfit_model_source_is_file(name_or_path))
-        return bfit_spec_parse_file(name_or_path, g);
+        return bfit_onnx_sniff(name_or_path) ? bfit_onnx_load_file(name_or_path, g)
+                                             : bfit_spec_parse_file(name_or_path, g);
     return bfit_zoo_build(name_or_path, g);
 }
 
@@ -387,6 +391,21 @@ int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **o
     if (rc != BFIT_OK)
         return rc;
     /* planning needs ops but no memory: the model gets no arena */
+    rc = bfit_model_new(&g, dev, NULL, out);
+    bfit_graph_fini(&g);
+    return rc;
+}
+
+int bfit_model_load_onnx(const void *buf, size_t len, const char *source, bfit_device *dev, bfit_model **out)
+{
+    bfit_graph_desc g;
+    int rc;
+
+    *out = NULL;
+    if (!buf && len)
+        return bfit_fail(BFIT_EINVAL, "onnx: no buffer for %zu bytes", len);
+    if ((rc = bfit_onnx_load_buffer(buf ? buf : "", len, source, &g)) != BFIT_OK)
+        return rc;
     rc = bfit_model_new(&g, dev, NULL, out);
     bfit_graph_fini(&g);
     return rc;

@@ -21,11 +21,14 @@ const char *const *bfit_zoo_names(void);
  * failure g is left empty. */
 int bfit_zoo_build(const char *name, bfit_graph_desc *g);
 
-/* 1 if name_or_path is read as a spec file: it names an existing file,
- * contains '/', or ends in ".cfg"; 0 if it is taken for a preset name. */
+/* 1 if name_or_path is read as a file: it names an existing file, contains
+ * '/', or ends in ".cfg" or ".onnx"; 0 if it is taken for a preset name. */
 int bfit_model_source_is_file(const char *name_or_path);
+/* 1 if it is read as an ONNX model (a file that bfit_onnx_sniff takes). */
+int bfit_model_source_is_onnx(const char *name_or_path);
 
-/* Load "a preset name or a spec file path" into g: a file goes through
+/* Load "a preset name, a spec file or an ONNX file" into g: an ONNX model
+ * (bfit_onnx_sniff) goes through bfit_onnx_load_file, another file through
  * bfit_spec_parse_file (BFIT_EIO/BFIT_EFORMAT), anything else through
  * bfit_zoo_build (BFIT_EINVAL for an unknown name, whose message also says
  * how to give a file). On failure g is left empty. */

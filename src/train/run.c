@@ -338,6 +338,7 @@ static int take_fixed(bfit_run *r)
 {
     bfit_model *M = r->s.M;
     int rc = bfit_model_alloc_params(M, 1);
+    bfit_model_set_init_random(M, r->cfg.init_random);
     if (rc == BFIT_OK)
         rc = bfit_model_init_params(M, r->cfg.seed);
     if (rc == BFIT_OK)

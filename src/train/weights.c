@@ -22,7 +22,10 @@ static int list_params(const bfit_model *M, named **out, int *n)
         for (int j = 0; j < M->nodes[i].l->nparams; j++) {
             if (M->nodes[i].l->params[j].shared)
                 continue;
-            snprintf(v[k].name, sizeof v[k].name, "%d.%s", i, M->nodes[i].l->params[j].name);
+            if (bfit_model_param_name(M, i, j)) /* a model file's (PyTorch's state_dict name) */
+                snprintf(v[k].name, sizeof v[k].name, "%s", bfit_model_param_name(M, i, j));
+            else
+                snprintf(v[k].name, sizeof v[k].name, "%d.%s", i, M->nodes[i].l->params[j].name);
             v[k].p = &M->nodes[i].l->params[j];
             k++;
         }

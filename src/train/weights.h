@@ -2,7 +2,9 @@
  *
  * Tensor names are "<node>.<param>" with node the layer's position in the
  * model (0-based, every layer counted, as in torch.nn.Sequential), so a
- * sequential model's file loads into the equivalent PyTorch Sequential. */
+ * sequential model's file loads into the equivalent PyTorch Sequential; a
+ * model from an ONNX file keeps its initializers' names (the exported
+ * module's state_dict names). */
 #ifndef BFIT_WEIGHTS_H
 #define BFIT_WEIGHTS_H
 
@@ -19,7 +21,7 @@ int bfit_weights_ckpt_tensor(const char *name);
 
 /* A parameter with its name in files. */
 typedef struct bfit_wparam {
-    char name[64];
+    char name[128];
     bfit_param *p;
 } bfit_wparam;
 /* The parameters in model order with their names (free *out). */

@@ -74,6 +74,12 @@ class Case:
         else:
             self.shapes = [tuple(s) + (1,) * (3 - len(s)) for s in shapes]  # CxHxW
         self.cfg = dict(units=0, kh=1, kw=1, sh=1, sw=1, ph=0, pw=0, bias=1, eps=1e-5, momentum=0.1, p=0.5)
+        if kind == "conv":
+            self.cfg.update(groups=1)
+        if kind == "clip":
+            self.cfg.update(lo=0.0, hi=6.0)
+        if kind == "concat":
+            self.cfg.update(axis=0)
         if kind in ("embed", "attention"):
             self.cfg.update(vocab=0, positions=0, types=0, causal=1, lean=0)
         self.cfg.update(cfg)
@@ -158,6 +164,9 @@ def run_case(c, outdir):
     extra = {}
     meta = {}
 
+    if k == "clip":  # across both bounds
+        xs[0] = xs[0] * cfg.pop("x_scale", 1.0)
+        xs[0] = xs[0].float().double()
     if k == "maxpool":  # distinct values, so the maximum of every window is unique
         n = m * C * H * W
         xs[0] = (torch.randperm(n, generator=c.g).double() * (2.0 / n) - 1.0).float().double().reshape(m, C, H, W)
@@ -193,7 +202,7 @@ def run_case(c, outdir):
         if cfg["bias"]:
             params["bias"] = c.uniform((cfg["units"],), -0.5, 0.5)
     elif k == "conv":
-        params["weight"] = c.uniform((cfg["units"], C, cfg["kh"], cfg["kw"]), -0.5, 0.5)
+        params["weight"] = c.uniform((cfg["units"], C // cfg["groups"], cfg["kh"], cfg["kw"]), -0.5, 0.5)
         if cfg["bias"]:
             params["bias"] = c.uniform((cfg["units"],), -0.5, 0.5)
     elif k == "batchnorm":
@@ -214,7 +223,8 @@ def run_case(c, outdir):
     elif k == "linear":
         y = F.linear(x[0].flatten(1), p["weight"], p.get("bias"))
     elif k == "conv":
-        y = F.conv2d(x[0], p["weight"], p.get("bias"), stride=(cfg["sh"], cfg["sw"]), padding=(cfg["ph"], cfg["pw"]))
+        y = F.conv2d(x[0], p["weight"], p.get("bias"), stride=(cfg["sh"], cfg["sw"]), padding=(cfg["ph"], cfg["pw"]),
+                     groups=cfg["groups"])
     elif k == "maxpool":
         y = F.max_pool2d(x[0], (cfg["kh"], cfg["kw"]), (cfg["sh"], cfg["sw"]), (cfg["ph"], cfg["pw"]))
     elif k == "avgpool":
@@ -226,6 +236,10 @@ def run_case(c, outdir):
         y = F.relu(x[0])
     elif k == "gelu":
         y = F.gelu(x[0])  # the exact (erf) form, PyTorch's default
+    elif k == "clip":
+        y = F.hardtanh(x[0], cfg["lo"], cfg["hi"])  # ReLU6 at [0, 6]: its gradient only strictly inside
+    elif k == "concat":
+        y = torch.cat(x, dim=cfg["axis"] + 1)
     elif k == "flatten":
         y = x[0].flatten(1)
     elif k == "dropout":
@@ -336,6 +350,16 @@ def cases():
     add("layernorm_m1_3x5x7", "layernorm", [(3, 5, 7)], 1)
     add("layernorm_m7_37", "layernorm", [(37,)], 7)
     add("layernorm_m3_300", "layernorm", [(300,)], 3)
+    # what ONNX imports need: grouped and depthwise convolutions, ReLU6, concatenations
+    add("conv_m3_4x6x6_k3p1_groups2", "conv", [(4, 6, 6)], 3, units=6, kh=3, kw=3, ph=1, pw=1, groups=2)
+    add("conv_m2_8x7x7_k3s2p1_depthwise", "conv", [(8, 7, 7)], 2, units=8, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1,
+        groups=8, bias=0)
+    add("conv_m2_6x5x5_k1_groups3_x2", "conv", [(6, 5, 5)], 2, units=12, groups=3)
+    add("clip_relu6_m3_3x5x7", "clip", [(3, 5, 7)], 3, x_scale=8.0)
+    add("clip_m2_37_lo-0.5_hi0.25", "clip", [(37,)], 2, lo=-0.5, hi=0.25)
+    add("concat_m3_channels_2+3+1x4x5", "concat", [(2, 4, 5), (3, 4, 5), (1, 4, 5)], 3)
+    add("concat_m2_height_3x2x4+3x5x4", "concat", [(3, 2, 4), (3, 5, 4)], 2, axis=1)
+    add("concat_m4_vectors_7+5", "concat", [(7,), (5,)], 4)
     add("add_m1_3x5x7", "add", [(3, 5, 7), (3, 5, 7)], 1)
     add("add_m7_37", "add", [(37,), (37,)], 7)
     add("xent_m1_10_scale1", "xent", [(10,)], 1, loss_scale=1.0)

@@ -1,0 +1,193 @@
+/* cpu_concat.c - ops on rows and columns, plain loops in any float dtype:
+ * CONCAT_FWD/BWD, inputs side by side in the rows of the output (torch.cat
+ * along a dimension: each row is everything before that dimension, each
+ * input's columns everything from it on). The backward hands each input its
+ * columns of the output's gradient, overwriting or adding (an input that
+ * feeds several concatenations, as in DenseNet, gets its gradient summed
+ * without a temporary); a broadcast input (a learned token prepended to
+ * every sample) gets the sum over the rows. TRANSPOSE of each sample's
+ * matrix, ADD_ROWS of a row to every row, SLICE_FWD/BWD of a column range. */
+#include "base/err.h"
+#include "device/cpu.h"
+#include "device/half.h"
+
+#include <string.h>
+
+static int64_t total_cols(const bfit_op_desc *d)
+{
+    int64_t c = 0;
+    for (int k = 0; k < d->u.concat.n; k++)
+        c += d->u.concat.cols[k];
+    return c;
+}
+
+static int run_fwd(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t rows = d->u.concat.rows, ld = total_cols(d);
+    size_t es = bfit_dtype_size(d->dtype);
+
+    if (!a->srcs || !a->dst)
+        return bfit_fail(BFIT_EINVAL, "concat forward: srcs and dst are required");
+    for (int k = 0, off = 0; k < d->u.concat.n; off += (int)d->u.concat.cols[k], k++) {
+        const char *x = a->srcs[k];
+        char *y = (char *)a->dst + (size_t)off * es;
+        size_t len = (size_t)d->u.concat.cols[k] * es;
+        if (!x)
+            return bfit_fail(BFIT_EINVAL, "concat forward: input %d is missing", k);
+        size_t xs = (d->u.concat.bcast >> k & 1) ? 0 : len; /* a broadcast input: one row for all */
+        BFIT_PAR_FOR_IF(rows * d->u.concat.cols[k] > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++)
+                                                                      memcpy(y + (size_t)r * (size_t)ld * es,
+                                                                             x + (size_t)r * xs, len););
+    }
+    return BFIT_OK;
+}
+
+/* dx[r, 0:cols] (+)= dy[r, off:off+cols] over the rows. */
+static void slice_back(bfit_dtype t, const void *dy, void *dx, int64_t rows, int64_t ld, int64_t off, int64_t cols,
+                       int add)
+{
+    size_t es = bfit_dtype_size(t);
+    if (!add) {
+        BFIT_PAR_FOR_IF(rows * cols > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++)
+                                                        memcpy((char *)dx + (size_t)(r * cols) * es,
+                                                               (const char *)dy + (size_t)(r * ld + off) * es,
+                                                               (size_t)cols * es););
+    } else if (t == BFIT_F32) {
+        const float *s = dy;
+        float *o = dx;
+        BFIT_PAR_FOR_IF(rows * cols > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) for (int64_t j = 0; j < cols;
+                                                                                             j++)
+                                                        o[r * cols + j] += s[r * ld + off + j];);
+    } else {
+        BFIT_PAR_FOR_IF(rows * cols > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) for (int64_t j = 0; j < cols;
+                                                                                             j++)
+                                                        bfit_st(dx, t, r * cols + j,
+                                                                bfit_ld(dx, t, r * cols + j) +
+                                                                    bfit_ld(dy, t, r * ld + off + j)););
+    }
+}
+
+/* g[j] += sum over the rows of dy[r, off + j]: a broadcast input's gradient
+ * (a parameter: f32), summed in double in a fixed order. */
+static void sum_rows(const void *dy, float *g, bfit_dtype t, int64_t rows, int64_t ld, int64_t off, int64_t cols)
+{
+    BFIT_PAR_FOR_IF(rows * cols > BFIT_PAR_MIN, for (int64_t j = 0; j < cols; j++) {
+        double s = 0;
+        for (int64_t r = 0; r < rows; r++)
+            s += bfit_ld(dy, t, r * ld + off + j);
+        g[j] += (float)s;
+    });
+}
+
+static int run_bwd(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t ld = total_cols(d), off = 0;
+
+    if (!a->dsts || !a->diff_dst)
+        return bfit_fail(BFIT_EINVAL, "concat backward: dsts and diff_dst are required");
+    for (int k = 0; k < d->u.concat.n; off += d->u.concat.cols[k], k++) {
+        if (!a->dsts[k])
+            continue;
+        if (d->u.concat.bcast >> k & 1)
+            sum_rows(a->diff_dst, a->dsts[k], d->dtype, d->u.concat.rows, ld, off, d->u.concat.cols[k]);
+        else
+            slice_back(d->dtype, a->diff_dst, a->dsts[k], d->u.concat.rows, ld, off, d->u.concat.cols[k],
+                       (a->add_mask >> k) & 1u);
+    }
+    return BFIT_OK;
+}
+
+/* ---- transpose, broadcast add, slices ------------------------------------------ */
+
+static int run_transpose(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t n = d->u.tr.n, A = d->u.tr.a, B = d->u.tr.b;
+    size_t es = bfit_dtype_size(d->dtype);
+    if (!a->src || !a->dst)
+        return bfit_fail(BFIT_EINVAL, "transpose: src and dst are required");
+    BFIT_PAR_FOR_IF(n * A * B > BFIT_PAR_MIN, for (int64_t s = 0; s < n; s++) for (int64_t i = 0; i < A; i++)
+        for (int64_t j = 0; j < B; j++)
+            memcpy((char *)a->dst + (size_t)((s * B + j) * A + i) * es,
+                   (const char *)a->src + (size_t)((s * A + i) * B + j) * es, es););
+    return BFIT_OK;
+}
+
+static int run_add_rows(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t M = d->u.rows.M, N = d->u.rows.N;
+    bfit_dtype t = d->dtype;
+    const float *b = a->bias;
+    if (!a->src || !a->bias || !a->dst)
+        return bfit_fail(BFIT_EINVAL, "broadcast add: src, bias and dst are required");
+    BFIT_PAR_FOR_IF(M * N > BFIT_PAR_MIN, for (int64_t r = 0; r < M; r++) for (int64_t j = 0; j < N; j++)
+        bfit_st(a->dst, t, r * N + j, bfit_ld(a->src, t, r * N + j) + b[j]););
+    return BFIT_OK;
+}
+
+static int run_slice(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t rows = d->u.slice.rows, ld = d->u.slice.ld, off = d->u.slice.off, len = d->u.slice.len;
+    size_t es = bfit_dtype_size(d->dtype);
+    if (d->kind == BFIT_OP_SLICE_FWD) {
+        if (!a->src || !a->dst)
+            return bfit_fail(BFIT_EINVAL, "slice: src and dst are required");
+        for (int64_t r = 0; r < rows; r++)
+            memcpy((char *)a->dst + (size_t)(r * len) * es, (const char *)a->src + (size_t)(r * ld + off) * es,
+                   (size_t)len * es);
+        return BFIT_OK;
+    }
+    if (!a->diff_dst || !a->diff_src)
+        return bfit_fail(BFIT_EINVAL, "slice backward: diff_dst and diff_src are required");
+    memset(a->diff_src, 0, (size_t)(rows * ld) * es);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((char *)a->diff_src + (size_t)(r * ld + off) * es, (const char *)a->diff_dst + (size_t)(r * len) * es,
+               (size_t)len * es);
+    return BFIT_OK;
+}
+
+static int rows_init(cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    op->ws = op->saved = 0;
+    switch (d->kind) {
+    case BFIT_OP_TRANSPOSE:
+        if (d->u.tr.n < 1 || d->u.tr.a < 1 || d->u.tr.b < 1)
+            return bfit_fail(BFIT_EINVAL, "transpose: bad sizes");
+        op->run = run_transpose;
+        return BFIT_OK;
+    case BFIT_OP_ADD_ROWS:
+        if (d->u.rows.M < 1 || d->u.rows.N < 1)
+            return bfit_fail(BFIT_EINVAL, "broadcast add: bad sizes");
+        op->run = run_add_rows;
+        return BFIT_OK;
+    default:
+        if (d->u.slice.rows < 1 || d->u.slice.len < 1 || d->u.slice.off < 0 ||
+            d->u.slice.off + d->u.slice.len > d->u.slice.ld)
+            return bfit_fail(BFIT_EINVAL, "slice: columns [%lld, %lld) of %lld", (long long)d->u.slice.off,
+                             (long long)(d->u.slice.off + d->u.slice.len), (long long)d->u.slice.ld);
+        op->run = run_slice;
+        return BFIT_OK;
+    }
+}
+
+int bfit_cpu_concat_init(cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+
+    if (d->kind != BFIT_OP_CONCAT_FWD && d->kind != BFIT_OP_CONCAT_BWD)
+        return rows_init(op);
+    if (d->u.concat.rows < 1 || d->u.concat.n < 1 || d->u.concat.n > BFIT_OP_MAXCAT)
+        return bfit_fail(BFIT_EINVAL, "concat: %lld rows of %d inputs (1 to %d inputs)", (long long)d->u.concat.rows,
+                         d->u.concat.n, BFIT_OP_MAXCAT);
+    for (int k = 0; k < d->u.concat.n; k++)
+        if (d->u.concat.cols[k] < 1)
+            return bfit_fail(BFIT_EINVAL, "concat: input %d has %lld columns", k, (long long)d->u.concat.cols[k]);
+    op->ws = op->saved = 0;
+    op->run = d->kind == BFIT_OP_CONCAT_FWD ? run_fwd : run_bwd;
+    return BFIT_OK;
+}

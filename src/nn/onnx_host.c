@@ -1,0 +1,667 @@
+/* onnx_host.c - integer shape arithmetic on the host: what an export with a
+ * dynamic batch computes from Shape to size its Reshapes and Expands
+ * (Shape, Gather, Unsqueeze, Squeeze, Concat, Reshape, Cast, Add, Sub,
+ * Mul, Div, Slice, ConstantOfShape, Equal, Where, Expand on host values).
+ *
+ * The batch is free, so an integer is kept as a * m + b for the
+ * micro-batch m, and every result holds for every m at once: Shape of a
+ * device tensor gives m for its first dimension. What is not affine in m (m
+ * times m, m divided unevenly, a comparison whose answer depends on m) is
+ * refused at load, naming the node. Floats (constants) are plain numbers. */
+#include "base/err.h"
+#include "nn/onnx_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+hval *bfit_onnx_hval_new(onnx_lower *L, int isf, int nd, const int64_t *dim)
+{
+    hval *h;
+    int64_t n = 1;
+    /* the product of the non-zero dimensions is bounded, so that every
+     * product of some of them (strides, outer and inner counts) is too */
+    for (int d = 0; d < nd && n <= BFIT_ONNX_MAXHOST; d++) {
+        if (dim[d] < 0) {
+            bfit_onnx_refuse(L, "a host value with the dimension %lld", (long long)dim[d]);
+            return NULL;
+        }
+        if (dim[d] > BFIT_ONNX_MAXHOST)
+            n = BFIT_ONNX_MAXHOST + 1;
+        else if (dim[d] > 0)
+            n *= dim[d];
+    }
+    for (int d = 0; d < nd && n <= BFIT_ONNX_MAXHOST; d++)
+        if (dim[d] == 0)
+            n = 0;
+    if (n > BFIT_ONNX_MAXHOST || nd > BFIT_ONNX_MAXD) {
+        bfit_onnx_refuse(L, "a host value of %lld elements in %d dimensions is more than batchfit computes "
+                            "on the host (%d)", (long long)n, nd, BFIT_ONNX_MAXHOST);
+        return NULL;
+    }
+    if (L->nhv == L->caphv) {
+        int cap = L->caphv ? 2 * L->caphv : 64;
+        hval **p = realloc(L->hv, sizeof *p * (size_t)cap);
+        if (!p)
+            goto oom;
+        L->hv = p;
+        L->caphv = cap;
+    }
+    if (!(h = calloc(1, sizeof *h)))
+        goto oom;
+    L->hv[L->nhv++] = h;
+    h->isf = isf;
+    h->nd = nd;
+    memcpy(h->dim, dim, sizeof *dim * (size_t)nd);
+    h->n = n;
+    if (isf ? !(h->f = calloc((size_t)n + 1, sizeof *h->f))
+            : !(h->a = calloc((size_t)n + 1, sizeof *h->a)) || !(h->b = calloc((size_t)n + 1, sizeof *h->b)))
+        goto oom;
+    return h;
+oom:
+    bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
+    return NULL;
+}
+
+hval *bfit_onnx_host(onnx_lower *L, oval *v, int k)
+{
+    const bfit_onnx_tensor *t;
+    hval *h;
+    int isf;
+
+    if (v && v->h)
+        return v->h;
+    if (!v || v->kind != OV_HOST || !v->t) {
+        bfit_onnx_refuse(L, "input %d must be a constant or shape arithmetic (batchfit computes this op on the "
+                            "host only)", k + 1);
+        return NULL;
+    }
+    t = v->t;
+    isf = t->dtype == BFIT_ONNX_FLOAT || t->dtype == BFIT_ONNX_DOUBLE || t->dtype == BFIT_ONNX_FLOAT16 ||
+          t->dtype == BFIT_ONNX_BFLOAT16;
+    if (!(h = bfit_onnx_hval_new(L, isf, t->ndim, t->dim)))
+        return NULL;
+    if (isf) {
+        float *f = malloc(sizeof *f * (size_t)(h->n + 1));
+        int rc = f ? bfit_onnx_tensor_f32(t, f) : bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
+        for (int64_t i = 0; rc == BFIT_OK && i < h->n; i++)
+            h->f[i] = f[i];
+        free(f);
+        if (rc != BFIT_OK)
+            return NULL;
+    } else if (bfit_onnx_tensor_i64(t, h->b) != BFIT_OK) {
+        return NULL;
+    }
+    v->h = h;
+    return h;
+}
+
+int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb)
+{
+    int64_t c;
+    if (a == wa && b == wb)
+        return 1;
+    return L->fixed_batch > 0 && a == 0 && wa != 0 && !__builtin_mul_overflow(wa, L->fixed_batch, &c) &&
+           !__builtin_add_overflow(c, wb, &c) && b == c;
+}
+
+void bfit_onnx_set_rank(oval *v, const bfit_shape *s)
+{
+    v->rank = 1 + s->nd;
+    v->ra[0] = 1, v->rb[0] = 0;
+    for (int d = 0; d < s->nd; d++)
+        v->ra[d + 1] = 0, v->rb[d + 1] = s->d[d];
+}
+
+/* Output 0 is h. */
+static int put_out(onnx_lower *L, hval *h)
+{
+    oval *o = bfit_onnx_out(L, 0);
+    o->kind = OV_HOST;
+    o->h = h;
+    o->t = NULL;
+    o->init = -1;
+    return BFIT_OK;
+}
+
+/* Copy element i of s into element j of d (same kind). */
+static void take(hval *d, int64_t j, const hval *s, int64_t i)
+{
+    if (d->isf)
+        d->f[j] = s->isf ? s->f[i] : (double)s->b[i];
+    else
+        d->a[j] = s->a[i], d->b[j] = s->b[i];
+}
+
+/* An integer that does not depend on m, or refuse. */
+static int constant_int(onnx_lower *L, const hval *h, int64_t i, int64_t *out)
+{
+    *out = 0;
+    if (h->isf || h->a[i])
+        return bfit_onnx_refuse(L, "this needs a number that does not depend on the batch size");
+    *out = h->b[i];
+    return BFIT_OK;
+}
+
+/* A host input's values as plain integers (all of them constant). */
+static int ints_of(onnx_lower *L, int k, int64_t *out, int max, int *n)
+{
+    hval *h = bfit_onnx_host(L, bfit_onnx_in(L, k), k);
+    int rc;
+    if (!h)
+        return BFIT_EINVAL;
+    if (h->n > max)
+        return bfit_onnx_refuse(L, "input %d has %lld values, at most %d expected", k + 1, (long long)h->n, max);
+    for (int64_t i = 0; i < h->n; i++)
+        if ((rc = constant_int(L, h, i, &out[i])) != BFIT_OK)
+            return rc;
+    *n = (int)h->n;
+    return BFIT_OK;
+}
+
+static int64_t norm_axis(int64_t a, int nd) { return a < 0 ? a + nd : a; }
+
+/* ---- elementwise with broadcasting ------------------------------------------ */
+
+enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ };
+
+static int overflow(onnx_lower *L) { return bfit_onnx_refuse(L, "shape arithmetic beyond 64-bit integers"); }
+
+/* out = x op y for one element (integers affine in m). */
+static int affine(onnx_lower *L, int op, int64_t xa, int64_t xb, int64_t ya, int64_t yb, int64_t *oa, int64_t *ob)
+{
+    int64_t p, q;
+    switch (op) {
+    case E_ADD:
+        return __builtin_add_overflow(xa, ya, oa) || __builtin_add_overflow(xb, yb, ob) ? overflow(L) : BFIT_OK;
+    case E_SUB:
+        return __builtin_sub_overflow(xa, ya, oa) || __builtin_sub_overflow(xb, yb, ob) ? overflow(L) : BFIT_OK;
+    case E_MUL:
+        if (xa && ya)
+            return bfit_onnx_refuse(L, "the batch size times itself is not shape arithmetic batchfit follows");
+        if (__builtin_mul_overflow(xa, yb, &p) || __builtin_mul_overflow(ya, xb, &q) ||
+            __builtin_add_overflow(p, q, oa) || __builtin_mul_overflow(xb, yb, ob))
+            return overflow(L);
+        return BFIT_OK;
+    case E_DIV:
+        if (ya || !yb)
+            return bfit_onnx_refuse(L, "a division by the batch size (or by 0)");
+        if (yb == -1 && (xa == INT64_MIN || xb == INT64_MIN))
+            return overflow(L);
+        if (xa % yb)
+            return bfit_onnx_refuse(L, "the batch size times %lld is divided by %lld, which it does not divide for "
+                                       "every batch size", (long long)xa, (long long)yb);
+        *oa = xa / yb, *ob = xb / yb; /* C truncates toward 0, as ONNX's integer Div */
+        if (xa && xb % yb)
+            return bfit_onnx_refuse(L, "an uneven division of a size that depends on the batch");
+        return BFIT_OK;
+    default: /* E_EQ: m >= 1; equal for every m, for none, or it depends */
+        *oa = 0;
+        if (xa == ya) {
+            *ob = xb == yb;
+            return BFIT_OK;
+        }
+        if (__builtin_sub_overflow(yb, xb, &p) || __builtin_sub_overflow(xa, ya, &q) || (p == INT64_MIN && q == -1))
+            return overflow(L);
+        if (p % q == 0 && p / q >= 1)
+            return bfit_onnx_refuse(L, "a comparison whose answer depends on the batch size");
+        *ob = 0;
+        return BFIT_OK;
+    }
+}
+
+static double fop(int op, double x, double y)
+{
+    switch (op) {
+    case E_ADD: return x + y;
+    case E_SUB: return x - y;
+    case E_MUL: return x * y;
+    case E_DIV: return x / y;
+    default: return x == y;
+    }
+}
+
+/* The broadcast shape of x and y (numpy's rules), or refuse. */
+static int bshape(onnx_lower *L, const hval *x, const hval *y, int *nd, int64_t *dim)
+{
+    *nd = x->nd > y->nd ? x->nd : y->nd;
+    for (int d = 0; d < *nd; d++) {
+        int64_t a = d - (*nd - x->nd) >= 0 ? x->dim[d - (*nd - x->nd)] : 1;
+        int64_t b = d - (*nd - y->nd) >= 0 ? y->dim[d - (*nd - y->nd)] : 1;
+        if (a != b && a != 1 && b != 1)
+            return bfit_onnx_refuse(L, "shapes that do not broadcast (%lld against %lld)", (long long)a, (long long)b);
+        dim[d] = a == 1 ? b : a;
+    }
+    return BFIT_OK;
+}
+
+/* The index into s of element j of an output of shape (nd, dim) it broadcasts to. */
+static int64_t bindex(const hval *s, int nd, const int64_t *dim, int64_t j)
+{
+    int64_t idx = 0, stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t c = j % dim[d];
+        int sd = d - (nd - s->nd);
+        j /= dim[d];
+        if (sd >= 0) {
+            idx += (s->dim[sd] == 1 ? 0 : c) * stride;
+            stride *= s->dim[sd];
+        }
+    }
+    return idx;
+}
+
+static int elementwise(onnx_lower *L, int op)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *y = x ? bfit_onnx_host(L, bfit_onnx_in(L, 1), 1) : NULL, *o;
+    int64_t dim[BFIT_ONNX_MAXD];
+    int nd, isf, rc;
+
+    if (!x || !y)
+        return BFIT_EINVAL;
+    if ((rc = bshape(L, x, y, &nd, dim)) != BFIT_OK)
+        return rc;
+    isf = (x->isf || y->isf) && op != E_EQ;
+    if (!(o = bfit_onnx_hval_new(L, isf, nd, dim)))
+        return BFIT_EINVAL;
+    for (int64_t j = 0; j < o->n; j++) {
+        int64_t i = bindex(x, nd, dim, j), k = bindex(y, nd, dim, j);
+        if (x->isf || y->isf) {
+            double a = x->isf ? x->f[i] : (double)x->b[i], b = y->isf ? y->f[k] : (double)y->b[k];
+            if ((!x->isf && x->a[i]) || (!y->isf && y->a[k]))
+                return bfit_onnx_refuse(L, "arithmetic of a batch-dependent integer with a float");
+            if (isf)
+                o->f[j] = fop(op, a, b);
+            else
+                o->b[j] = a == b;
+        } else if ((rc = affine(L, op, x->a[i], x->b[i], y->a[k], y->b[k], &o->a[j], &o->b[j])) != BFIT_OK) {
+            return rc;
+        }
+    }
+    return put_out(L, o);
+}
+
+/* ---- shapes ------------------------------------------------------------------ */
+
+static int shape(onnx_lower *L)
+{
+    oval *x = bfit_onnx_in(L, 0);
+    int64_t start, end, n;
+    hval *h;
+    int rc;
+
+    if (!x || (x->kind != OV_DEVICE && x->kind != OV_VIEW && x->kind != OV_HOST))
+        return bfit_onnx_refuse(L, "the input's shape is not known");
+    if ((rc = bfit_onnx_attr_int(L, "start", 0, &start)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "end", 64, &end)))
+        return rc;
+    if (x->kind == OV_HOST) { /* a constant's shape */
+        hval *v = bfit_onnx_host(L, x, 0);
+        if (!v)
+            return BFIT_EINVAL;
+        x->rank = v->nd;
+        for (int d = 0; d < v->nd; d++)
+            x->ra[d] = 0, x->rb[d] = v->dim[d];
+    }
+    start = norm_axis(start, x->rank), end = end > x->rank ? x->rank : norm_axis(end, x->rank);
+    start = start < 0 ? 0 : start > x->rank ? x->rank : start, end = end < 0 ? 0 : end;
+    n = end - start > 0 ? end - start : 0;
+    if (!(h = bfit_onnx_hval_new(L, 0, 1, &n)))
+        return BFIT_EINVAL;
+    for (int64_t d = 0; d < n; d++)
+        h->a[d] = x->ra[start + d], h->b[d] = x->rb[start + d];
+    return put_out(L, h);
+}
+
+static int gather(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *ix = x ? bfit_onnx_host(L, bfit_onnx_in(L, 1), 1) : NULL, *o;
+    int64_t axis, dim[BFIT_ONNX_MAXD], outer = 1, inner = 1;
+    int nd = 0, rc;
+
+    if (!x || !ix || (rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
+        return BFIT_EINVAL;
+    axis = norm_axis(axis, x->nd);
+    if (axis < 0 || axis >= x->nd || x->nd + ix->nd - 1 > BFIT_ONNX_MAXD)
+        return bfit_onnx_refuse(L, "axis %lld is out of range", (long long)axis);
+    for (int d = 0; d < axis; d++)
+        dim[nd++] = x->dim[d], outer *= x->dim[d];
+    for (int d = 0; d < ix->nd; d++)
+        dim[nd++] = ix->dim[d];
+    for (int d = (int)axis + 1; d < x->nd; d++)
+        dim[nd++] = x->dim[d], inner *= x->dim[d];
+    if (!(o = bfit_onnx_hval_new(L, x->isf, nd, dim)))
+        return BFIT_EINVAL;
+    for (int64_t p = 0, j = 0; p < outer; p++)
+        for (int64_t q = 0; q < ix->n; q++) {
+            int64_t i = 0;
+            if ((rc = constant_int(L, ix, q, &i)) != BFIT_OK)
+                return rc;
+            i = i < 0 ? i + x->dim[axis] : i;
+            if (i < 0 || i >= x->dim[axis])
+                return bfit_onnx_refuse(L, "index %lld is out of range", (long long)i);
+            for (int64_t r = 0; r < inner; r++)
+                take(o, j++, x, (p * x->dim[axis] + i) * inner + r);
+        }
+    return put_out(L, o);
+}
+
+/* A copy of x with the shape (nd, dim) (same count). */
+static int reshaped(onnx_lower *L, const hval *x, int nd, const int64_t *dim)
+{
+    hval *o = bfit_onnx_hval_new(L, x->isf, nd, dim);
+    if (!o)
+        return BFIT_EINVAL;
+    if (o->n != x->n)
+        return bfit_onnx_refuse(L, "%lld values cannot take a shape of %lld", (long long)x->n, (long long)o->n);
+    for (int64_t j = 0; j < o->n; j++)
+        take(o, j, x, j);
+    return put_out(L, o);
+}
+
+/* Unsqueeze (squeeze 0) or Squeeze (1): axes from input 1 (opset 13) or the attribute. */
+static int squeeze(onnx_lower *L, int sq)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0);
+    int64_t axes[BFIT_ONNX_MAXD], dim[BFIT_ONNX_MAXD];
+    int na = 0, nd, rc;
+    unsigned mark = 0;
+
+    if (!x)
+        return BFIT_EINVAL;
+    if (bfit_onnx_in(L, 1))
+        rc = ints_of(L, 1, axes, BFIT_ONNX_MAXD, &na);
+    else
+        rc = bfit_onnx_attr_ints(L, "axes", axes, 0, &na);
+    if (rc != BFIT_OK)
+        return rc;
+    nd = sq ? x->nd : x->nd + na;
+    for (int i = 0; i < na; i++) {
+        int64_t a = norm_axis(axes[i], nd);
+        if (a < 0 || a >= nd || (sq && x->dim[a] != 1))
+            return bfit_onnx_refuse(L, "axis %lld cannot be %s", (long long)axes[i], sq ? "squeezed" : "inserted");
+        mark |= 1u << a;
+    }
+    if (sq && !na)
+        for (int d = 0; d < x->nd; d++)
+            mark |= (unsigned)(x->dim[d] == 1) << d;
+    na = 0;
+    if (sq) {
+        for (int d = 0; d < x->nd; d++)
+            if (!(mark >> d & 1))
+                dim[na++] = x->dim[d];
+    } else {
+        for (int d = 0, k = 0; d < nd; d++)
+            dim[na++] = mark >> d & 1 ? 1 : x->dim[k++];
+    }
+    return reshaped(L, x, na, dim);
+}
+
+static int concat(onnx_lower *L)
+{
+    hval *in[BFIT_ONNX_MAXIO], *o;
+    int64_t axis, dim[BFIT_ONNX_MAXD], outer = 1, inner = 1, j = 0;
+    int rc;
+
+    if (L->nd->nin < 1 || L->nd->nin > BFIT_ONNX_MAXIO || (rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
+        return bfit_onnx_refuse(L, "1 to %d inputs expected", BFIT_ONNX_MAXIO);
+    for (int k = 0; k < L->nd->nin; k++)
+        if (!(in[k] = bfit_onnx_host(L, bfit_onnx_in(L, k), k)))
+            return BFIT_EINVAL;
+    axis = norm_axis(axis, in[0]->nd);
+    if (axis < 0 || axis >= in[0]->nd)
+        return bfit_onnx_refuse(L, "axis %lld is out of range", (long long)axis);
+    memcpy(dim, in[0]->dim, sizeof dim);
+    dim[axis] = 0;
+    for (int k = 0; k < L->nd->nin; k++) {
+        if (in[k]->nd != in[0]->nd || in[k]->isf != in[0]->isf)
+            return bfit_onnx_refuse(L, "inputs of different ranks or types");
+        dim[axis] += in[k]->dim[axis];
+    }
+    for (int d = 0; d < axis; d++)
+        outer *= dim[d];
+    for (int d = (int)axis + 1; d < in[0]->nd; d++)
+        inner *= dim[d];
+    if (!(o = bfit_onnx_hval_new(L, in[0]->isf, in[0]->nd, dim)))
+        return BFIT_EINVAL;
+    for (int64_t p = 0; p < outer; p++)
+        for (int k = 0; k < L->nd->nin; k++)
+            for (int64_t r = 0; r < in[k]->dim[axis] * inner; r++)
+                take(o, j++, in[k], p * in[k]->dim[axis] * inner + r);
+    return put_out(L, o);
+}
+
+/* A Reshape's target for a tensor of the given dims (0 copies, -1 infers). */
+static int target(onnx_lower *L, const int64_t *from, int nfrom, int64_t *dim, int *nd)
+{
+    int64_t t[BFIT_ONNX_MAXD], known = 1, total = 1;
+    int infer = -1, allow;
+    int64_t az;
+    int rc;
+
+    if ((rc = ints_of(L, 1, t, BFIT_ONNX_MAXD, nd)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "allowzero", 0, &az)))
+        return rc;
+    allow = az != 0;
+    for (int d = 0; d < nfrom; d++)
+        total *= from[d];
+    for (int d = 0; d < *nd; d++) {
+        dim[d] = t[d] == 0 && !allow ? (d < nfrom ? from[d] : 0) : t[d];
+        if (dim[d] == -1 && infer < 0)
+            infer = d;
+        else if (dim[d] < 0)
+            return bfit_onnx_refuse(L, "the target has the dimension %lld", (long long)dim[d]);
+        else if (__builtin_mul_overflow(known, dim[d], &known))
+            return overflow(L);
+    }
+    if (infer >= 0)
+        dim[infer] = known ? total / known : 0;
+    return BFIT_OK;
+}
+
+static int reshape_host(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0);
+    int64_t dim[BFIT_ONNX_MAXD];
+    int nd, rc;
+    if (!x || (rc = target(L, x->dim, x->nd, dim, &nd)) != BFIT_OK)
+        return x ? rc : BFIT_EINVAL;
+    return reshaped(L, x, nd, dim);
+}
+
+/* Cast between integer types keeps a * m + b; to or from float, constants only. */
+static int cast(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
+    int64_t to;
+    int isf, rc;
+    if (!x || (rc = bfit_onnx_attr_int(L, "to", 1, &to)) != BFIT_OK)
+        return BFIT_EINVAL;
+    isf = to == BFIT_ONNX_FLOAT || to == BFIT_ONNX_DOUBLE || to == BFIT_ONNX_FLOAT16 || to == BFIT_ONNX_BFLOAT16;
+    if (!(o = bfit_onnx_hval_new(L, isf, x->nd, x->dim)))
+        return BFIT_EINVAL;
+    for (int64_t i = 0; i < x->n; i++) {
+        if (isf && !x->isf && x->a[i])
+            return bfit_onnx_refuse(L, "a batch-dependent integer cast to a float");
+        if (isf)
+            o->f[i] = x->isf ? x->f[i] : (double)x->b[i];
+        else if (x->isf)
+            o->b[i] = to == BFIT_ONNX_BOOL ? x->f[i] != 0 : (int64_t)x->f[i];
+        else
+            o->a[i] = x->a[i], o->b[i] = to == BFIT_ONNX_BOOL ? (x->a[i] || x->b[i]) : x->b[i];
+    }
+    return put_out(L, o);
+}
+
+/* Slice(data, starts, ends, axes, steps) of a host value. */
+static int slice_host(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
+    int64_t st[BFIT_ONNX_MAXD], en[BFIT_ONNX_MAXD], ax[BFIT_ONNX_MAXD], sp[BFIT_ONNX_MAXD];
+    int64_t lo[BFIT_ONNX_MAXD], step[BFIT_ONNX_MAXD], dim[BFIT_ONNX_MAXD];
+    int ns, ne, na, np, rc;
+
+    if (!x || (rc = ints_of(L, 1, st, BFIT_ONNX_MAXD, &ns)) != BFIT_OK ||
+        (rc = ints_of(L, 2, en, BFIT_ONNX_MAXD, &ne)) != BFIT_OK)
+        return x ? rc : BFIT_EINVAL;
+    na = np = ns;
+    for (int i = 0; i < ns; i++)
+        ax[i] = i, sp[i] = 1;
+    if ((bfit_onnx_in(L, 3) && (rc = ints_of(L, 3, ax, BFIT_ONNX_MAXD, &na)) != BFIT_OK) ||
+        (bfit_onnx_in(L, 4) && (rc = ints_of(L, 4, sp, BFIT_ONNX_MAXD, &np)) != BFIT_OK))
+        return rc;
+    if (ne != ns || na != ns || np != ns)
+        return bfit_onnx_refuse(L, "starts, ends, axes and steps of different lengths");
+    for (int d = 0; d < x->nd; d++)
+        lo[d] = 0, step[d] = 1, dim[d] = x->dim[d];
+    for (int i = 0; i < ns; i++) {
+        int64_t a = norm_axis(ax[i], x->nd), n, s, e;
+        if (a < 0 || a >= x->nd || sp[i] < 1)
+            return bfit_onnx_refuse(L, "axis %lld or step %lld is not supported", (long long)ax[i], (long long)sp[i]);
+        n = x->dim[a];
+        s = st[i] < 0 ? st[i] + n : st[i], e = en[i] < 0 ? en[i] + n : en[i];
+        s = s < 0 ? 0 : s > n ? n : s, e = e < 0 ? 0 : e > n ? n : e;
+        lo[a] = s, step[a] = sp[i], dim[a] = e > s ? (e - s - 1) / sp[i] + 1 : 0;
+    }
+    if (!(o = bfit_onnx_hval_new(L, x->isf, x->nd, dim)))
+        return BFIT_EINVAL;
+    for (int64_t j = 0; j < o->n; j++) {
+        int64_t r = j, i = 0, stride = 1;
+        for (int d = x->nd - 1; d >= 0; d--) {
+            i += (lo[d] + (r % dim[d]) * step[d]) * stride;
+            r /= dim[d];
+            stride *= x->dim[d];
+        }
+        take(o, j, x, i);
+    }
+    return put_out(L, o);
+}
+
+static int constant_of_shape(onnx_lower *L)
+{
+    const bfit_onnx_attr *v = bfit_onnx_attr_get(L, "value");
+    int64_t dim[BFIT_ONNX_MAXD];
+    int nd, rc, isf = 1;
+    double val = 0;
+    hval *o;
+
+    if ((rc = ints_of(L, 0, dim, BFIT_ONNX_MAXD, &nd)) != BFIT_OK)
+        return rc;
+    if (v && v->t) {
+        float f;
+        int64_t i;
+        if (v->t->numel != 1)
+            return bfit_onnx_refuse(L, "value must hold one element");
+        isf = v->t->dtype == BFIT_ONNX_FLOAT || v->t->dtype == BFIT_ONNX_DOUBLE;
+        if ((isf ? bfit_onnx_tensor_f32(v->t, &f) : bfit_onnx_tensor_i64(v->t, &i)) != BFIT_OK)
+            return BFIT_EFORMAT;
+        val = isf ? f : (double)i;
+    }
+    if (!(o = bfit_onnx_hval_new(L, isf, nd, dim)))
+        return BFIT_EINVAL;
+    for (int64_t j = 0; j < o->n; j++) {
+        if (isf)
+            o->f[j] = val;
+        else
+            o->b[j] = (int64_t)val;
+    }
+    return put_out(L, o);
+}
+
+/* Where(cond, x, y) with a condition known at load. */
+static int where(onnx_lower *L)
+{
+    hval *c = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *x = c ? bfit_onnx_host(L, bfit_onnx_in(L, 1), 1) : NULL;
+    hval *y = x ? bfit_onnx_host(L, bfit_onnx_in(L, 2), 2) : NULL, *o;
+    int64_t dim[BFIT_ONNX_MAXD] = {0}, d2[BFIT_ONNX_MAXD] = {0}, cv = 0;
+    int nd, nd2, rc;
+
+    if (!y)
+        return BFIT_EINVAL;
+    if ((rc = bshape(L, x, y, &nd, dim)) != BFIT_OK)
+        return rc;
+    {
+        hval t = *x;
+        t.nd = nd;
+        memcpy(t.dim, dim, sizeof dim);
+        if ((rc = bshape(L, c, &t, &nd2, d2)) != BFIT_OK)
+            return rc;
+    }
+    if (x->isf != y->isf || !(o = bfit_onnx_hval_new(L, x->isf, nd2, d2)))
+        return x->isf != y->isf ? bfit_onnx_refuse(L, "x and y of different types") : BFIT_EINVAL;
+    for (int64_t j = 0; j < o->n; j++) {
+        if ((rc = constant_int(L, c, bindex(c, nd2, d2, j), &cv)) != BFIT_OK)
+            return rc;
+        take(o, j, cv ? x : y, bindex(cv ? x : y, nd2, d2, j));
+    }
+    return put_out(L, o);
+}
+
+/* Expand of a host value to a constant shape (numpy's broadcasting). */
+static int expand_host(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), s = {0}, *o;
+    int64_t dim[BFIT_ONNX_MAXD];
+    int nd, rc;
+
+    if (!x || (rc = ints_of(L, 1, s.dim, BFIT_ONNX_MAXD, &s.nd)) != BFIT_OK)
+        return x ? rc : BFIT_EINVAL;
+    if ((rc = bshape(L, x, &s, &nd, dim)) != BFIT_OK || !(o = bfit_onnx_hval_new(L, x->isf, nd, dim)))
+        return rc != BFIT_OK ? rc : BFIT_EINVAL;
+    for (int64_t j = 0; j < o->n; j++)
+        take(o, j, x, bindex(x, nd, dim, j));
+    return put_out(L, o);
+}
+
+/* Whether every input present is on the host. */
+static int all_host(onnx_lower *L)
+{
+    for (int k = 0; k < L->nd->nin; k++) {
+        oval *v = bfit_onnx_in(L, k);
+        if (v && v->kind != OV_HOST)
+            return 0;
+    }
+    return 1;
+}
+
+int bfit_onnx_lower_host(onnx_lower *L, int *rc)
+{
+    static const struct {
+        const char *op;
+        int (*fn)(onnx_lower *L);
+    } ops[] = {{"Gather", gather},           {"Concat", concat},   {"Reshape", reshape_host},
+               {"Cast", cast},               {"Slice", slice_host}, {"ConstantOfShape", constant_of_shape},
+               {"Where", where},             {"Expand", expand_host}};
+    static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal"};
+
+    if (bfit_onnx_streq(L->nd->op, "Shape")) {
+        *rc = shape(L);
+        return 1;
+    }
+    if (!all_host(L))
+        return 0;
+    if (bfit_onnx_streq(L->nd->op, "Expand")) { /* over the batch: a device tensor (onnx_vit.c) */
+        hval *s = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
+        oval *x = bfit_onnx_in(L, 0);
+        for (int64_t i = 0; s && !s->isf && i < s->n; i++)
+            if (s->a[i])
+                return 0;
+        /* a fixed batch's export expands a learned [1, ...] tensor to the constant [B, ...] */
+        if (s && !s->isf && s->n >= 2 && L->fixed_batch > 0 && s->b[0] == L->fixed_batch && x && x->t &&
+            x->init >= 0 && x->t->dtype == BFIT_ONNX_FLOAT && x->t->ndim == s->n && x->t->dim[0] == 1)
+            return 0;
+    }
+    for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (bfit_onnx_streq(L->nd->op, ops[i].op)) {
+            *rc = ops[i].fn(L);
+            return 1;
+        }
+    for (int i = 0; i < 5; i++)
+        if (bfit_onnx_streq(L->nd->op, ew[i])) {
+            *rc = elementwise(L, i);
+            return 1;
+        }
+    if (bfit_onnx_streq(L->nd->op, "Unsqueeze") || bfit_onnx_streq(L->nd->op, "Squeeze")) {
+        *rc = squeeze(L, bfit_onnx_streq(L->nd->op, "Squeeze"));
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,152 @@
+/* onnx_int.h - what the ONNX lowering's files share: the values of the graph
+ * as the lowering sees them, and the helpers op handlers use to read
+ * attributes and constants, emit layers and refuse what they cannot map.
+ *
+ * A value is on the device (a tensor with the batch first: a node of the
+ * graph description, value id and per-sample shape) or on the host (an
+ * initializer, a Constant, or integers computed from shapes). Identity-like
+ * ops (Identity, Flatten of a vector, Dropout of ratio 0, Pad of nothing)
+ * alias their input: no layer. */
+#ifndef BFIT_ONNX_INT_H
+#define BFIT_ONNX_INT_H
+
+#include "nn/onnx.h"
+#include "nn/wsrc.h"
+
+enum {
+    OV_NONE = 0,
+    OV_DEVICE,   /* a tensor on the device, batch first */
+    OV_HOST,     /* numbers on the host: an initializer, a Constant, or shape arithmetic (h) */
+    OV_UNAVAIL,  /* an output batchfit does not compute (why) */
+    OV_VIEW,     /* a tensor inside a block mapped whole onto layers (an attention): only its shape */
+    OV_WT,       /* the transpose of initializer t (nn.Linear's weight before a MatMul) */
+    OV_BCAST     /* initializer t broadcast over the batch (an Expand of a class token) */
+};
+
+/* Numbers computed on the host. Integers are affine in the micro-batch m,
+ * a * m + b, so that shape arithmetic holds for every m at once (the batch
+ * is free); floats are plain. */
+typedef struct hval {
+    int isf;
+    int nd;
+    int64_t dim[BFIT_ONNX_MAXD];
+    int64_t n;
+    int64_t *a, *b;               /* integers (and booleans) */
+    double *f;                    /* floats */
+} hval;
+#define BFIT_ONNX_MAXHOST (1 << 16) /* elements of a host value */
+
+typedef struct oval {
+    bfit_onnx_str name;
+    int kind;
+    int producer;                 /* node index, -1: a graph input or initializer */
+    /* device */
+    int id;                       /* the graph description's value (0: the model input) */
+    bfit_shape shape;             /* per sample */
+    int pad[2];                   /* a Pad's zero padding (h, w) waiting for the Conv or AveragePool after it */
+    /* host */
+    const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
+    int init;                     /* initializer index, -1: none */
+    const char *why;              /* OV_UNAVAIL: what the value is (an output batchfit does not compute) */
+    hval *h;                      /* OV_HOST: its numbers, once read or computed */
+    /* device and OV_VIEW: the ONNX shape, the batch's dimension included, each a * m + b */
+    int rank;
+    int64_t ra[BFIT_ONNX_MAXD], rb[BFIT_ONNX_MAXD];
+} oval;
+
+typedef struct onnx_lower {
+    const bfit_onnx_model *om;
+    bfit_graph_desc *g;
+    bfit_wsrc *w;
+    oval *v;
+    int nv, cap;
+    int *slot;                    /* hash table of value names -> index into v, -1 empty */
+    int nslot;                    /* a power of two */
+    int *param_used;              /* per initializer: the layers that took it as a parameter so far */
+    const bfit_onnx_node *nd;     /* the node being lowered */
+    int ndi;                      /* its index */
+    unsigned char *done;          /* per node: lowered already, as part of a block (attention, GELU) */
+    int *cons, *coff;             /* each node's consumers (node indices, by input): cons[coff[i]..coff[i+1]) */
+    hval **hv;                    /* host values made, freed at the end */
+    int nhv, caphv;
+    struct attn_match *attn;      /* attention blocks found before lowering (onnx_attn.c) */
+    int nattn;
+    int64_t fixed_batch;          /* the input's batch in an export without a dynamic batch, 0: dynamic */
+    int attn_miss;                /* 1 + the first Softmax that is no attention block batchfit knows, 0: none
+                                     (a refusal inside such a block says so) */
+} onnx_lower;
+
+/* Value by name, or NULL. */
+oval *bfit_onnx_val(onnx_lower *L, bfit_onnx_str name);
+/* The node's input k: NULL when absent (optional, left out). */
+oval *bfit_onnx_in(onnx_lower *L, int k);
+/* Output k of the node being lowered. */
+oval *bfit_onnx_out(onnx_lower *L, int k);
+
+/* Refuse the node: BFIT_EINVAL, "SOURCE: node 'NAME' (OP, opset N) with
+ * inputs 'a' [N,3,32,32], ...: " + the message. */
+int bfit_onnx_refuse(onnx_lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Attributes: the value or the default; an attribute of another type is refused. */
+const bfit_onnx_attr *bfit_onnx_attr_get(onnx_lower *L, const char *name);
+int bfit_onnx_attr_int(onnx_lower *L, const char *name, int64_t dflt, int64_t *out);
+int bfit_onnx_attr_float(onnx_lower *L, const char *name, float dflt, float *out);
+/* An ints attribute of exactly n values (n 0: any up to BFIT_ONNX_MAXATTR, count in *got); absent: *got 0. */
+int bfit_onnx_attr_ints(onnx_lower *L, const char *name, int64_t *out, int n, int *got);
+
+/* A host value's numbers (an initializer or Constant), at most max of them:
+ * the node's input k must be on the host. */
+int bfit_onnx_host_i64(onnx_lower *L, int k, int64_t *out, int max, int *n);
+int bfit_onnx_host_f32(onnx_lower *L, int k, float *out, int max, int *n);
+
+/* Input k on the device without a pending Pad (refused otherwise). */
+int bfit_onnx_dev_in(onnx_lower *L, int k, oval **out);
+
+/* Emit a layer for the node: cfg over the device inputs in[0..nin), with
+ * params[p] (NULL: drawn) the initializers of its parameters in the layer's
+ * order, checked against the shapes the layer gives them; output 0 of the
+ * node becomes the layer's output. */
+int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, int nin, oval *const *params,
+                   int nparams);
+/* Output 0 is input value x itself (no layer). */
+void bfit_onnx_alias(onnx_lower *L, const oval *x);
+/* Outputs from k on may not be read (what they are, for the message). */
+void bfit_onnx_unavail(onnx_lower *L, int from, const char *why);
+
+/* The op handlers of the CNN operators (onnx_ops.c): 1 and the handler's
+ * result if op is one of them, 0 if not. */
+int bfit_onnx_lower_cnn(onnx_lower *L, int *rc);
+
+/* ---- the host (onnx_host.c) ---- */
+hval *bfit_onnx_hval_new(onnx_lower *L, int isf, int nd, const int64_t *dim);
+/* The numbers of a host value (read from its tensor on first use), or NULL
+ * with the node refused. */
+hval *bfit_onnx_host(onnx_lower *L, oval *v, int k);
+/* Shape arithmetic: 1 and the result if the node is one the host evaluates
+ * (every input on the host, or Shape), 0 if not. */
+int bfit_onnx_lower_host(onnx_lower *L, int *rc);
+/* Whether a * m + b is wa * m + wb: exactly, or, in an export with a fixed
+ * batch B (where tracing baked B into the constants), as the constant
+ * wa * B + wb. */
+int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb);
+/* The ONNX shape of a device value: [m, its sample's dimensions]. */
+void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
+
+/* ---- the transformer's operators (onnx_vit.c, onnx_attn.c) ---- */
+int bfit_onnx_lower_vit(onnx_lower *L, int *rc);
+/* Find the attention blocks (nn.MultiheadAttention's export) before lowering. */
+int bfit_onnx_find_attention(onnx_lower *L);
+/* Node L->ndi belongs to an attention block: lower the block at its first
+ * node, check the others against it. 1 if it does (rc set), 0 if not. */
+int bfit_onnx_lower_attention(onnx_lower *L, int *rc);
+void bfit_onnx_attention_free(onnx_lower *L);
+/* The value of name as one float, if it is a constant (an initializer, a
+ * Constant node's value, or host arithmetic done), read from the file when
+ * its node was not lowered yet: 1, else 0. */
+int bfit_onnx_scalar(onnx_lower *L, bfit_onnx_str name, double *out);
+/* The one consumer (Shape nodes aside) of node i's output 0 if it is op, else -1. */
+int bfit_onnx_next(onnx_lower *L, int i, const char *op);
+/* The consumers of node i's output k other than Shape nodes (-1: more than max). */
+int bfit_onnx_consumers(onnx_lower *L, int node, int k, int *out, int max);
+
+#endif

@@ -1,0 +1,392 @@
+/* onnx_ops.c - the convolutional networks' operators onto batchfit's layers:
+ * what torchvision's ResNets, MobileNetV2 and DenseNets export (opset 17).
+ *
+ * Conv (grouped too), BatchNormalization (trained as batch norm from the
+ * file's running statistics; ONNX's momentum m is PyTorch's 1 - m), Relu,
+ * Clip (ReLU6), MaxPool, AveragePool, GlobalAveragePool, Flatten, Gemm (a
+ * Linear: transB=1), Add of two tensors, Concat, Dropout (its ratio kept),
+ * Pad of zeros folded into the Conv or AveragePool after it, Identity and
+ * Constant. Anything these handlers do not map exactly is refused. */
+#include "base/err.h"
+#include "nn/onnx_int.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* kernel_shape/strides/pads of a 2-d window op: symmetric pads only. */
+typedef struct win {
+    int64_t k[2], s[2], p[4];
+} win;
+
+static int window(onnx_lower *L, const int64_t *wdims, win *w)
+{
+    int64_t dil[2] = {1, 1}, auto_pad_none = 1;
+    int got, rc;
+    const bfit_onnx_attr *ap = bfit_onnx_attr_get(L, "auto_pad");
+
+    memset(w, 0, sizeof *w);
+    w->s[0] = w->s[1] = 1;
+    if (ap && ap->s.n && !bfit_onnx_streq(ap->s, "NOTSET"))
+        auto_pad_none = 0;
+    if (!auto_pad_none)
+        return bfit_onnx_refuse(L, "auto_pad %.*s is not supported: export with explicit pads (PyTorch does)",
+                                (int)ap->s.n, ap->s.p);
+    if ((rc = bfit_onnx_attr_ints(L, "kernel_shape", w->k, 2, &got)) != BFIT_OK)
+        return rc;
+    if (!got && wdims)
+        w->k[0] = wdims[2], w->k[1] = wdims[3];
+    else if (!got)
+        return bfit_onnx_refuse(L, "kernel_shape is missing");
+    if ((rc = bfit_onnx_attr_ints(L, "strides", w->s, 2, &got)) != BFIT_OK ||
+        (rc = bfit_onnx_attr_ints(L, "pads", w->p, 4, &got)) != BFIT_OK ||
+        (rc = bfit_onnx_attr_ints(L, "dilations", dil, 2, &got)) != BFIT_OK)
+        return rc;
+    if (dil[0] != 1 || dil[1] != 1)
+        return bfit_onnx_refuse(L, "dilations %lldx%lld are not supported (only 1x1)", (long long)dil[0],
+                                (long long)dil[1]);
+    if (w->p[0] != w->p[2] || w->p[1] != w->p[3])
+        return bfit_onnx_refuse(L, "pads [%lld,%lld,%lld,%lld] are not symmetric: batchfit pads both sides alike",
+                                (long long)w->p[0], (long long)w->p[1], (long long)w->p[2], (long long)w->p[3]);
+    for (int i = 0; i < 2; i++)
+        if (w->k[i] < 1 || w->k[i] > 65536 || w->s[i] < 1 || w->s[i] > 65536 || w->p[i] < 0 || w->p[i] > 65536)
+            return bfit_onnx_refuse(L, "kernel %lld, stride %lld or padding %lld is out of range", (long long)w->k[i],
+                                    (long long)w->s[i], (long long)w->p[i]);
+    return BFIT_OK;
+}
+
+static int ceil_mode_off(onnx_lower *L)
+{
+    int64_t c;
+    int rc = bfit_onnx_attr_int(L, "ceil_mode", 0, &c);
+    if (rc == BFIT_OK && c)
+        return bfit_onnx_refuse(L, "ceil_mode=1 is not supported (PyTorch's default, floor, is)");
+    return rc;
+}
+
+/* An image input, with the pads of a Pad before it taken over when allowed. */
+static int image_in(onnx_lower *L, int take_pad, oval **x, int pad[2])
+{
+    oval *v = bfit_onnx_in(L, 0);
+    int rc;
+
+    pad[0] = pad[1] = 0;
+    if (take_pad && v && v->kind == OV_DEVICE) {
+        pad[0] = v->pad[0], pad[1] = v->pad[1];
+        *x = v; /* its id and shape are what the layer reads */
+    } else if ((rc = bfit_onnx_dev_in(L, 0, x)) != BFIT_OK) {
+        return rc;
+    }
+    if ((*x)->shape.nd != 3)
+        return bfit_onnx_refuse(L, "the input must be an image [N,C,H,W]");
+    return BFIT_OK;
+}
+
+static int conv(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CONV);
+    oval *x, *w = bfit_onnx_in(L, 1), *b = bfit_onnx_in(L, 2), *par[2];
+    int64_t group;
+    int pad[2], rc;
+    win g;
+
+    if ((rc = image_in(L, 1, &x, pad)) != BFIT_OK)
+        return rc;
+    if (!w || w->kind != OV_HOST || !w->t || w->t->ndim != 4 || (b && (b->kind != OV_HOST || !b->t)))
+        return bfit_onnx_refuse(L, "the weights (and bias) must be initializers, the weights [M, C/group, kH, kW]: "
+                                   "batchfit supports 2-d convolutions of trained weights");
+    if ((rc = window(L, w->t->dim, &g)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "group", 1, &group)) != BFIT_OK)
+        return rc;
+    if (group < 1 || group > x->shape.c)
+        return bfit_onnx_refuse(L, "group %lld is out of range for %d channels", (long long)group, x->shape.c);
+    c.units = (int)w->t->dim[0];
+    c.kh = (int)g.k[0], c.kw = (int)g.k[1], c.sh = (int)g.s[0], c.sw = (int)g.s[1];
+    c.ph = (int)g.p[0] + pad[0], c.pw = (int)g.p[1] + pad[1];
+    c.bias = b != NULL;
+    c.groups = (int)group;
+    par[0] = w, par[1] = b;
+    return bfit_onnx_emit(L, &c, &x, 1, par, 2);
+}
+
+/* ONNX momentum m: running = m * running + (1 - m) * batch; PyTorch's is 1 - m. */
+static int batchnorm(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_BATCHNORM);
+    oval *x, *par[4];
+    float eps, mom;
+    int rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK || (rc = bfit_onnx_attr_float(L, "epsilon", 1e-5f, &eps)) ||
+        (rc = bfit_onnx_attr_float(L, "momentum", 0.9f, &mom)))
+        return rc;
+    for (int k = 0; k < 4; k++) {
+        par[k] = bfit_onnx_in(L, k + 1);
+        if (!par[k] || par[k]->kind != OV_HOST || !par[k]->t)
+            return bfit_onnx_refuse(L, "scale, bias, mean and var must be initializers");
+    }
+    if (!(mom >= 0 && mom <= 1))
+        return bfit_onnx_refuse(L, "momentum %g is outside [0, 1]", (double)mom);
+    c.eps = eps;
+    c.momentum = 1.0f - mom;
+    bfit_onnx_unavail(L, 1, "a running statistic output of BatchNormalization (batchfit moves the running "
+                            "statistics itself)");
+    return bfit_onnx_emit(L, &c, &x, 1, par, 4);
+}
+
+static int simple(onnx_lower *L, bfit_layer_kind kind)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(kind);
+    oval *x;
+    int rc = bfit_onnx_dev_in(L, 0, &x);
+    return rc != BFIT_OK ? rc : bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* Clip(x, min, max): bounds from constant inputs (opset 11+) or attributes. */
+static int clip(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CLIP);
+    float lo = -FLT_MAX, hi = FLT_MAX, v;
+    oval *x;
+    int n, rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK || (rc = bfit_onnx_attr_float(L, "min", lo, &lo)) ||
+        (rc = bfit_onnx_attr_float(L, "max", hi, &hi)))
+        return rc;
+    if (bfit_onnx_in(L, 1)) {
+        if ((rc = bfit_onnx_host_f32(L, 1, &v, 1, &n)) != BFIT_OK)
+            return rc;
+        lo = n ? v : lo;
+    }
+    if (bfit_onnx_in(L, 2)) {
+        if ((rc = bfit_onnx_host_f32(L, 2, &v, 1, &n)) != BFIT_OK)
+            return rc;
+        hi = n ? v : hi;
+    }
+    if (!(lo < hi))
+        return bfit_onnx_refuse(L, "the bounds [%g, %g] are empty", (double)lo, (double)hi);
+    if (lo == 0 && hi >= FLT_MAX)
+        return simple(L, BFIT_L_RELU);
+    c.lo = lo;
+    c.hi = hi;
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+static int pool(onnx_lower *L, int max)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(max ? BFIT_L_MAXPOOL : BFIT_L_AVGPOOL);
+    int64_t cip = 0, order = 0;
+    oval *x;
+    int pad[2], rc;
+    win g;
+
+    /* a max pool pads with -inf, not the zeros a Pad gives: only average pooling takes a Pad over */
+    if ((rc = image_in(L, !max, &x, pad)) != BFIT_OK || (rc = window(L, NULL, &g)) != BFIT_OK ||
+        (rc = ceil_mode_off(L)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "count_include_pad", 0, &cip)) ||
+        (rc = bfit_onnx_attr_int(L, "storage_order", 0, &order)))
+        return rc;
+    /* batchfit's average pooling counts the padding, as PyTorch's default */
+    if (!max && !cip && (g.p[0] || g.p[1]))
+        return bfit_onnx_refuse(L, "count_include_pad=0 with padding is not supported (batchfit's average counts "
+                                   "the padding, as nn.AvgPool2d's default)");
+    if (order)
+        return bfit_onnx_refuse(L, "storage_order=1 is not supported");
+    c.kh = (int)g.k[0], c.kw = (int)g.k[1], c.sh = (int)g.s[0], c.sw = (int)g.s[1];
+    c.ph = (int)g.p[0] + pad[0], c.pw = (int)g.p[1] + pad[1];
+    bfit_onnx_unavail(L, 1, "the indices output of MaxPool");
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* Flatten(axis 1): a copy into a vector, or nothing for what is one already. */
+static int flatten(onnx_lower *L)
+{
+    int64_t axis;
+    oval *x;
+    int rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "axis", 1, &axis)) != BFIT_OK)
+        return rc;
+    if (axis != 1 && axis != -x->shape.nd)
+        return bfit_onnx_refuse(L, "axis %lld is not supported: only Flatten(axis=1), which keeps the batch",
+                                (long long)axis);
+    if (bfit_shape_is_vector(x->shape)) {
+        oval *o = bfit_onnx_out(L, 0);
+        bfit_onnx_alias(L, x);
+        o->shape = bfit_shape_vec((int)bfit_shape_numel(x->shape));
+        bfit_onnx_set_rank(o, &o->shape);
+        return BFIT_OK;
+    }
+    return simple(L, BFIT_L_FLATTEN);
+}
+
+/* Gemm(A, B, C) = A B^T + C: nn.Linear's export (transB=1, alpha = beta = 1). */
+static int gemm(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_LINEAR);
+    oval *x, *w = bfit_onnx_in(L, 1), *b = bfit_onnx_in(L, 2), *par[2];
+    int64_t ta, tb;
+    float alpha, beta;
+    int rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "transA", 0, &ta)) ||
+        (rc = bfit_onnx_attr_int(L, "transB", 0, &tb)) || (rc = bfit_onnx_attr_float(L, "alpha", 1, &alpha)) ||
+        (rc = bfit_onnx_attr_float(L, "beta", 1, &beta)))
+        return rc;
+    if (ta || !tb || alpha != 1 || beta != 1)
+        return bfit_onnx_refuse(L, "only A B^T + C (transA=0, transB=1, alpha=beta=1: nn.Linear's export) is "
+                                   "supported, this is transA=%lld transB=%lld alpha=%g beta=%g",
+                                (long long)ta, (long long)tb, (double)alpha, (double)beta);
+    if (!w || w->kind != OV_HOST || !w->t || w->t->ndim != 2 || (b && (b->kind != OV_HOST || !b->t)))
+        return bfit_onnx_refuse(L, "B (and C) must be initializers, B [out, in]");
+    if (b && b->t->ndim != 1)
+        return bfit_onnx_refuse(L, "C must be a vector [out] (a bias)");
+    c.units = (int)w->t->dim[0];
+    c.bias = b != NULL;
+    par[0] = w, par[1] = b;
+    return bfit_onnx_emit(L, &c, &x, 1, par, 2);
+}
+
+static int add(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_ADD);
+    oval *x[2];
+    int rc;
+    if ((rc = bfit_onnx_dev_in(L, 0, &x[0])) != BFIT_OK || (rc = bfit_onnx_dev_in(L, 1, &x[1])) != BFIT_OK)
+        return rc;
+    if (!bfit_shape_eq(x[0]->shape, x[1]->shape))
+        return bfit_onnx_refuse(L, "only the sum of two tensors of one shape is supported (no broadcasting)");
+    return bfit_onnx_emit(L, &c, x, 2, NULL, 0);
+}
+
+/* Concat along a dimension after the batch. */
+static int concat(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CONCAT);
+    oval *x[BFIT_LAYER_MAXIN];
+    int64_t axis;
+    int rc;
+
+    if ((rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
+        return rc;
+    if (L->nd->nin < 1 || L->nd->nin > BFIT_LAYER_MAXIN)
+        return bfit_onnx_refuse(L, "%d inputs: batchfit concatenates 1 to %d", L->nd->nin, BFIT_LAYER_MAXIN);
+    for (int k = 0; k < L->nd->nin; k++)
+        if ((rc = bfit_onnx_dev_in(L, k, &x[k])) != BFIT_OK)
+            return rc;
+    if (axis < 0)
+        axis += x[0]->shape.nd + 1;
+    if (axis < 1 || axis > x[0]->shape.nd)
+        return bfit_onnx_refuse(L, "axis %lld: batchfit concatenates along a dimension after the batch",
+                                (long long)axis);
+    if (L->nd->nin == 1) {
+        bfit_onnx_alias(L, x[0]);
+        return BFIT_OK;
+    }
+    c.axis = (int)axis - 1;
+    return bfit_onnx_emit(L, &c, x, L->nd->nin, NULL, 0);
+}
+
+/* Pad(x, pads) with zeros on H and W alike on both sides: nothing, or pads
+ * taken over by the Conv or AveragePool that reads it. */
+static int pad(onnx_lower *L)
+{
+    const bfit_onnx_attr *mode = bfit_onnx_attr_get(L, "mode");
+    int64_t p[8];
+    float value = 0;
+    oval *x, *o;
+    int n = 0, nv = 0, rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK)
+        return rc;
+    if (mode && mode->s.n && !bfit_onnx_streq(mode->s, "constant"))
+        return bfit_onnx_refuse(L, "mode %.*s is not supported (only constant zeros)", (int)mode->s.n, mode->s.p);
+    if (bfit_onnx_in(L, 3))
+        return bfit_onnx_refuse(L, "the axes input is not supported");
+    if ((rc = bfit_onnx_host_i64(L, 1, p, 8, &n)) != BFIT_OK ||
+        (bfit_onnx_in(L, 2) && (rc = bfit_onnx_host_f32(L, 2, &value, 1, &nv)) != BFIT_OK))
+        return rc;
+    if (x->shape.nd != 3 || value != 0)
+        return bfit_onnx_refuse(L, "only zero padding of an image [N,C,H,W] is supported");
+    if (n != 8 || p[0] || p[1] || p[4] || p[5] || p[2] != p[6] || p[3] != p[7] || p[2] < 0 || p[3] < 0 ||
+        p[2] > 65536 || p[3] > 65536)
+        return bfit_onnx_refuse(L, "pads must leave the batch and channels alone and pad H and W alike on both "
+                                   "sides, not negatively");
+    bfit_onnx_alias(L, x);
+    o = bfit_onnx_out(L, 0);
+    o->pad[0] = (int)p[2];
+    o->pad[1] = (int)p[3];
+    return BFIT_OK;
+}
+
+static int dropout(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_DROPOUT);
+    float ratio = 0.5f;
+    oval *x;
+    int n, rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK || (rc = bfit_onnx_attr_float(L, "ratio", ratio, &ratio)))
+        return rc;
+    if (bfit_onnx_in(L, 1) && (rc = bfit_onnx_host_f32(L, 1, &ratio, 1, &n)) != BFIT_OK)
+        return rc;
+    /* training_mode (input 2) says how the export ran; batchfit trains with the ratio either way */
+    bfit_onnx_unavail(L, 1, "the mask output of Dropout");
+    if (!(ratio >= 0 && ratio < 1))
+        return bfit_onnx_refuse(L, "ratio %g is outside [0, 1)", (double)ratio);
+    if (ratio == 0) {
+        bfit_onnx_alias(L, x);
+        return BFIT_OK;
+    }
+    c.p = ratio;
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* A Constant's value tensor (value_float(s)/value_int(s) are not read). */
+static int constant(onnx_lower *L)
+{
+    const bfit_onnx_attr *a = bfit_onnx_attr_get(L, "value");
+    oval *o = bfit_onnx_out(L, 0);
+    if (!a || a->type != BFIT_ONNX_A_TENSOR || !a->t)
+        return bfit_onnx_refuse(L, "only a Constant with a tensor `value` is supported");
+    o->kind = OV_HOST;
+    o->t = a->t;
+    o->init = -1;
+    return BFIT_OK;
+}
+
+static int identity(onnx_lower *L)
+{
+    oval *x = bfit_onnx_in(L, 0);
+    if (!x)
+        return bfit_onnx_refuse(L, "the input is missing");
+    bfit_onnx_alias(L, x); /* a pending Pad goes along */
+    return BFIT_OK;
+}
+
+int bfit_onnx_lower_cnn(onnx_lower *L, int *rc)
+{
+    static const struct {
+        const char *op;
+        int (*fn)(onnx_lower *L);
+    } ops[] = {{"Conv", conv},       {"BatchNormalization", batchnorm}, {"Clip", clip},
+               {"Gemm", gemm},       {"Flatten", flatten},             {"Add", add},
+               {"Concat", concat},   {"Pad", pad},                     {"Dropout", dropout},
+               {"Constant", constant}, {"Identity", identity}};
+
+    for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (bfit_onnx_streq(L->nd->op, ops[i].op)) {
+            *rc = ops[i].fn(L);
+            return 1;
+        }
+    if (bfit_onnx_streq(L->nd->op, "Relu")) {
+        *rc = simple(L, BFIT_L_RELU);
+    } else if (bfit_onnx_streq(L->nd->op, "GlobalAveragePool")) {
+        oval *o = bfit_onnx_out(L, 0);
+        if ((*rc = simple(L, BFIT_L_GAP)) == BFIT_OK) /* ONNX keeps [N, C, 1, 1] */
+            o->rank = 4, o->ra[2] = o->ra[3] = 0, o->rb[2] = o->rb[3] = 1;
+    }
+    else if (bfit_onnx_streq(L->nd->op, "MaxPool") || bfit_onnx_streq(L->nd->op, "AveragePool"))
+        *rc = pool(L, bfit_onnx_streq(L->nd->op, "MaxPool"));
+    else
+        return 0;
+    return 1;
+}

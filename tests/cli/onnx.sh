@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# onnx.sh BATCHFIT SOURCE_DIR - ONNX models through the command line, on the
+# small files committed for it (fuzz/corpus/onnx, tests/onnx; vit_tiny.onnx and
+# vit_attn_dropout.onnx are torchvision's VisionTransformer(image_size=8,
+# patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=8,
+# num_classes=3), the second with attention_dropout=0.1, exported as
+# tests/onnx/export.py does; fuzz/corpus/onnx/vit_tiny_fixed.onnx is the first
+# without dynamic_axes): refusals exit
+# non-zero saying what and where (an operator batchfit lacks, a truncated
+# file, classes the data does not have), and a model plans, trains from its
+# file's weights (or drawn ones) and saves them under their PyTorch names.
+set -u
+bin=$1
+src=$2
+fails=0
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+out=$dir/out err=$dir/err
+
+# run CODE CMD ARGS...: run `batchfit CMD ARGS`, check the exit code
+run() {
+    local want=$1
+    shift
+    "$bin" "$@" >"$out" 2>"$err"
+    local got=$?
+    if [ "$got" -ne "$want" ]; then
+        echo "FAIL: $*: exit $got, want $want"
+        sed 's/^/  stderr: /' "$err" | head -5
+        fails=$((fails + 1))
+        return 1
+    fi
+    return 0
+}
+
+has() {
+    if ! grep -Eq -- "$2" "$1"; then
+        echo "FAIL: expected /$2/ in $( [ "$1" = "$out" ] && echo stdout || echo stderr ) of the last run"
+        sed 's/^/  | /' "$1" | head -10
+        fails=$((fails + 1))
+    fi
+}
+
+seeds=$src/fuzz/corpus/onnx
+# an operator batchfit lacks: its node, op, opset and input shapes (a model that fails to load is a failure, 1,
+# not a usage error: the option names a file, the file says what is wrong)
+run 1 plan --model "$seeds/unsupported_sigmoid.onnx" --memory 1GiB &&
+  has "$err" "unsupported_sigmoid.onnx: node '/Sigmoid' \(Sigmoid, opset 17\) with inputs '/fc/Gemm_output_0' \[N,3\]: batchfit does not support the operator Sigmoid"
+# half a file
+head -c 1500 "$seeds/resnet_block.onnx" >"$dir/cut.onnx"
+run 1 plan --model "$dir/cut.onnx" --memory 1GiB && has "$err" "cut.onnx: byte [0-9]+: model: .*\(truncated\?\)"
+# a model of 5 classes on 10-class data
+run 1 train --model "$src/tests/onnx/five_classes.onnx" --max-steps 1 --threads 2 &&
+  has "$err" "five_classes.onnx: the model has 5 class scores but the data set fashion-mnist has 10 classes"
+# an attention that is not nn.MultiheadAttention's plain export (dropout on its weights): the refusal says so
+run 1 plan --model "$src/tests/onnx/vit_attn_dropout.onnx" --memory 1GiB &&
+  has "$err" "the graph's Softmax '/encoder/layers/encoder_layer_0/self_attention/Softmax' is not an attention block batchfit knows"
+run 2 train --model "$seeds/resnet_block.onnx" --init files && has "$err" "--init: expected file or random, got 'files'"
+
+# plans, trains from the file's weights, saves them under the module's names
+run 0 plan --model "$seeds/dense_block.onnx" --memory 1GiB --threads 2 &&
+  has "$out" "dense_block.onnx \(ONNX file\), input 3x8x8, 3 classes, 323 parameters"
+# a vision transformer (torchvision's VisionTransformer: 8x8 images, 4x4 patches, one block of width 8, 2 heads)
+run 0 plan --model "$seeds/vit_tiny.onnx" --memory 1GiB --threads 2 &&
+  has "$out" "vit_tiny.onnx \(ONNX file\), input 3x8x8, 3 classes, 947 parameters"
+for v in vit_tiny vit_tiny_fixed; do
+  run 0 train --model "$seeds/$v.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 --save "$dir/$v.safetensors" &&
+    has "$out" "test accuracy"
+done
+# the batch fixed at 2 in the export does not bind: the same training, the same weights (the tensors after
+# the safetensors header, which names the model file)
+tensors() { tail -c +$((9 + $(od -An -tu8 -N8 "$1"))) "$1"; }
+cmp -s <(tensors "$dir/vit_tiny.safetensors") <(tensors "$dir/vit_tiny_fixed.safetensors") ||
+  { echo "FAIL: vit_tiny_fixed.onnx trained to other weights than vit_tiny.onnx"; fails=$((fails + 1)); }
+for init in file random; do
+  run 0 train --model "$seeds/resnet_block.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 --init $init \
+    --save "$dir/$init.safetensors" && has "$out" "test accuracy"
+  grep -aq '"c1.weight"' "$dir/$init.safetensors" && grep -aq '"b2.running_var"' "$dir/$init.safetensors" ||
+    { echo "FAIL: $init.safetensors lacks the state_dict names c1.weight, b2.running_var"; fails=$((fails + 1)); }
+done
+# the drawn weights are not the file's
+cmp -s "$dir/file.safetensors" "$dir/random.safetensors" &&
+  { echo "FAIL: --init random saved the same weights as --init file"; fails=$((fails + 1)); }
+run 0 eval --model "$seeds/resnet_block.onnx" --weights "$dir/file.safetensors" --data synthetic --threads 2 &&
+  has "$out" "accuracy"
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails ONNX CLI check(s) failed"
+  exit 1
+fi
+echo "all ONNX CLI checks passed"

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""export.py OUTDIR NAME...: torchvision's models exported to ONNX with
+Debian's PyTorch (opset 17, training mode, a dynamic batch) and, for each,
+what PyTorch computes on them: the oracle of tests/test_onnx_torch.c.
+
+For each NAME (the CNNs resnet18, mobilenet_v2, densenet121 at 64x64; the
+transformers vit_b_16 and vit_small at 32x32, build() says which; 10
+classes) it writes NAME.onnx and NAME_ref.safetensors holding:
+  x [4,3,64,64] F32, y [4] I32      the samples and labels
+  loss64, loss32                    the mean cross-entropy (F64 scalars)
+  g64.P (F64), g32.P (F32)          the gradient of every parameter P (state_dict
+                                    names), in float64 and in float32
+  after64.P (F32)                   P after one SGD step (lr 0.1, momentum 0.9), computed
+                                    in float64
+  run64.B.running_mean/var (F64),   batch norms' running statistics after the step's
+  run32.B.running_mean/var (F32)    forward, in float64 and in float32
+with BatchNorm in training mode and dropout off (p = 0; the file keeps the
+model's ratio). Batch-norm weights, biases and running statistics are
+drawn away from torchvision's 1/0/0/1 so that they matter, and the biases
+then shifted so that no activation sits on a kink of ReLU or ReLU6
+(away_from_kinks says why). resnet18 and vit_small also
+write NAME_fixed.onnx (exported without dynamic_axes, batch 2). NAME
+resnet50_224 is resnet50.onnx at 224x224 with 1000 classes (the preset's
+twin, for the plan), without an oracle. vit_b_16 (86M parameters) writes
+x, y, loss64 and loss32 only: the gradients of its structure are checked on
+vit_small.
+
+The exports are cached: OUTDIR/NAME.stamp holds a hash of this script and
+the torch version, and a second run with the same stamp does nothing. Exit
+77 (skipped) without torch or torchvision."""
+import hashlib, json, os, struct, sys
+
+OUT = sys.argv[1] if __name__ == "__main__" else None
+M, SIZE, CLASSES = 4, 64, 10
+LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
+
+try:
+    import torch
+    import torchvision
+    from torch.onnx import TrainingMode
+except ImportError as e:
+    print(f"export.py: skipped: {e} (scripts/setup.sh installs python3-torchvision)")
+    sys.exit(77)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> torch tensor (float64, float32 or int32); F64 first so all stay aligned."""
+    codes = {torch.float64: "F64", torch.float32: "F32", torch.int32: "I32"}
+    items = sorted(tensors.items(), key=lambda kv: -kv[1].element_size())
+    header, blobs, off = {}, [], 0
+    for name, t in items:
+        b = t.detach().contiguous().cpu().numpy().tobytes()
+        header[name] = {"dtype": codes[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    os.replace(tmp, path)
+
+
+def perturb_bn(model, g):
+    """Batch and layer norms' affine parameters (and running statistics) away from 1/0 (and 0/1) so that they
+    matter; a ViT's head, which torchvision starts at zero (every gradient below it would be zero), and its class
+    token (zero too) drawn at random."""
+    from torchvision.models.vision_transformer import VisionTransformer
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.LayerNorm):
+            c = mod.normalized_shape[0]
+            with torch.no_grad():
+                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
+                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
+        if isinstance(mod, VisionTransformer):
+            head = mod.heads.head
+            with torch.no_grad():
+                head.weight.copy_(torch.randn(head.weight.shape, generator=g) / head.in_features ** 0.5)
+                head.bias.copy_(0.1 * torch.randn(head.bias.shape, generator=g))
+                mod.class_token.copy_(0.5 * torch.randn(mod.class_token.shape, generator=g))
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            c = mod.num_features
+            with torch.no_grad():
+                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
+                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
+                mod.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
+
+
+TAU = 2e-5  # how far from a kink, relative to the activation's RMS
+FUNCTIONAL_RELU_AFTER = {"densenet121": ["features.norm5"]}  # batch norms followed by F.relu, not a module
+
+
+def away_from_kinks(model, name, x):
+    """Move the test point off the kinks of ReLU and ReLU6, where the gradient
+    jumps: a float32 evaluation (PyTorch's or batchfit's) whose error takes an
+    input across 0 (or 6) gets a whole term of the gradient wrong or right.
+    Every activation input of the float64 forward pass ends at least TAU x its
+    RMS away from a kink (20 times float32's error there, ~1e-6 of the RMS),
+    by shifting the bias of the batch norm that feeds it (the channel's
+    values move together; running statistics do not depend on the bias).
+    One forward pass, nudging as it goes; the model keeps the new biases."""
+    import copy
+    m = copy.deepcopy(model).double().train()
+    last, hooks, g = {}, [], torch.Generator().manual_seed(7)
+    names = {mod: n for n, mod in m.named_modules()}
+
+    def fix(t, kinks, bn):
+        rms = t.pow(2).mean().sqrt().item()
+        for _ in range(100):
+            near = torch.zeros(t.shape[1], dtype=torch.bool)
+            for k in kinks:
+                near |= ((t - k).abs() < TAU * rms).transpose(0, 1).reshape(t.shape[1], -1).any(1)
+            if not near.any():
+                return t
+            assert bn is not None and bn.num_features == t.shape[1], "no batch norm to shift before a kink"
+            sign = torch.where(torch.rand(t.shape[1], generator=g) < 0.5, -1.0, 1.0).double()
+            d = near.double() * sign * (4 + 4 * torch.rand(t.shape[1], generator=g).double()) * TAU * rms
+            with torch.no_grad():
+                bn.bias += d
+            t = t + d.reshape(1, -1, *([1] * (t.dim() - 2)))
+        raise RuntimeError("could not move the activations off their kinks")
+
+    def bn_hook(mod, inp, out):
+        last[out.shape[1]] = mod
+        if names[mod] in FUNCTIONAL_RELU_AFTER.get(name, []):
+            return fix(out, [0.0], mod)
+        return None
+
+    def act_pre(mod, inp):
+        kinks = [0.0, 6.0] if isinstance(mod, torch.nn.ReLU6) else [0.0]
+        return (fix(inp[0].clone(), kinks, last.get(inp[0].shape[1])),)
+
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            hooks.append(mod.register_forward_hook(bn_hook))
+        elif isinstance(mod, (torch.nn.ReLU, torch.nn.ReLU6)):
+            hooks.append(mod.register_forward_pre_hook(act_pre))
+    with torch.no_grad():
+        m(x.double())
+    for h in hooks:
+        h.remove()
+    with torch.no_grad():
+        for (n, p), (_, q) in zip(model.named_parameters(), m.named_parameters()):
+            p.copy_(q.float())
+
+
+def export(model, path, x, dynamic):
+    """Export a copy (tracing in training mode moves its batch norms' running statistics)."""
+    import copy
+    m = copy.deepcopy(model)
+    m.train()
+    axes = {"input": {0: "batch"}, "logits": {0: "batch"}} if dynamic else None
+    torch.onnx.export(m, x, path, opset_version=17, training=TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=["input"], output_names=["logits"], dynamic_axes=axes)
+
+
+def from_file(model, path):
+    """The model with the file's initializers (state_dict names): the oracle starts where batchfit does."""
+    import onnx
+    from onnx import numpy_helper
+    init = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in onnx.load(path).graph.initializer}
+    state = model.state_dict()
+    missing = [k for k in state if k not in init and not k.endswith("num_batches_tracked")]
+    assert not missing, f"{path}: initializers missing for {missing[:5]}"
+    model.load_state_dict({k: init.get(k, v) for k, v in state.items()})
+
+
+def step(model, x, y, dtype):
+    """One training step of a copy of model in dtype: loss, gradients, weights after SGD, running stats."""
+    import copy
+    m = copy.deepcopy(model).to(dtype)
+    m.train()
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0  # the comparison runs without dropout
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    loss = torch.nn.functional.cross_entropy(m(x.to(dtype)), y.long())
+    opt.zero_grad()
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in m.named_parameters()}
+    opt.step()
+    return loss.detach(), grads, m.state_dict()
+
+
+def build(name):
+    """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
+    class token: 5 tokens; the position embedding is made for that size), and vit_small, a VisionTransformer of
+    the same structure, 2 blocks of width 64 with 4 heads."""
+    from torchvision.models.vision_transformer import VisionTransformer
+    if name == "vit_b_16":
+        return torchvision.models.vit_b_16(image_size=32, num_classes=CLASSES), 32
+    if name == "vit_small":
+        return VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128,
+                                 num_classes=CLASSES), 32
+    return getattr(torchvision.models, name)(num_classes=CLASSES), SIZE
+
+
+def oracle(name):
+    import copy
+    g = torch.Generator().manual_seed(26)
+    torch.manual_seed(26)
+    model, size = build(name)
+    perturb_bn(model, g)
+    x = torch.randn(M, 3, size, size, generator=g)
+    y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
+    away_from_kinks(model, name, x)
+    export(model, os.path.join(OUT, name + ".onnx"), x[:2], True)
+    if name in ("resnet18", "vit_small"):
+        export(model, os.path.join(OUT, name + "_fixed.onnx"), x[:2], False)
+    from_file(model, os.path.join(OUT, name + ".onnx"))
+    if name in LOSS_ONLY:
+        t = {"x": x, "y": y}
+        for dtype, key in ((torch.float64, "loss64"), (torch.float32, "loss32")):
+            with torch.no_grad():
+                m = copy.deepcopy(model).to(dtype).train()
+                t[key] = torch.nn.functional.cross_entropy(m(x.to(dtype)), y.long()).double().reshape(())
+        write_safetensors(os.path.join(OUT, name + "_ref.safetensors"), t)
+        return
+    l64, g64, s64 = step(model, x, y, torch.float64)
+    l32, g32, s32 = step(model, x, y, torch.float32)
+    t = {"x": x, "y": y, "loss64": l64.reshape(()), "loss32": l32.double().reshape(())}
+    for n in g64:
+        t["g64." + n] = g64[n]
+        t["g32." + n] = g32[n]
+        t["after64." + n] = s64[n].float()
+    for n, v in s64.items():
+        if n.endswith("running_mean") or n.endswith("running_var"):
+            t["run64." + n] = v
+            t["run32." + n] = s32[n]
+    write_safetensors(os.path.join(OUT, name + "_ref.safetensors"), t)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    stamp = hashlib.sha256(open(__file__, "rb").read() + torch.__version__.encode()).hexdigest()
+    torch.set_num_threads(2)
+    for name in sys.argv[2:]:
+        sp = os.path.join(OUT, name + ".stamp")
+        if os.path.exists(sp) and open(sp).read() == stamp:
+            print(f"export.py: {name}: up to date in {OUT}")
+            continue
+        if os.path.exists(sp):
+            os.remove(sp)
+        if name == "resnet50_224":
+            torch.manual_seed(50)
+            export(torchvision.models.resnet50(), os.path.join(OUT, "resnet50_224.onnx"), torch.randn(2, 3, 224, 224),
+                   True)
+        else:
+            oracle(name)
+        with open(sp, "w") as f:
+            f.write(stamp)
+        print(f"export.py: {name}: exported into {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    import warnings
+    warnings.filterwarnings("ignore")
+    sys.exit(main())

@@ -1,0 +1,784 @@
+/* test_onnx.c - the ONNX reader and importer on models written here byte by
+ * byte (a small protobuf writer), and the layers ONNX imports brought:
+ *
+ * - a good model loads: its graph, its input and classes, its initializers
+ *   as the parameters' starting values under their own names;
+ * - damaged files are refused with a message saying what and where, and
+ *   leave nothing built: every truncation, fields of the wrong wire type,
+ *   dimensions that overflow or are negative, data kept in an external file,
+ *   a graph with a cycle, an initializer whose data disagrees with its
+ *   shape, an undefined input, an operator batchfit lacks (named with its
+ *   node, its inputs' shapes and the opset), a model that ends in Softmax;
+ * - a dynamic batch's shape arithmetic evaluated on the host: what holds for
+ *   every batch loads, batch times batch, an uneven division and a reshape
+ *   that moves the batch are refused at their nodes;
+ * - grouped convolution, clip and concatenation against finite differences
+ *   (PyTorch checks them too: tests/oracle/layer_oracle.py), a
+ *   concatenation's backward adding into a gradient another consumer wrote,
+ *   and a DenseNet-like graph whose features feed several concatenations
+ *   training without temporaries and planned to the byte;
+ * - a vision transformer's token layers (reshape, transpose, class token,
+ *   position embedding, select) against finite differences. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "batch/plan.h"
+#include "gradcheck.h"
+#include "nn/model.h"
+#include "nn/onnx.h"
+#include "nn/zoo.h"
+#include "tdev.h"
+#include "train/weights.h"
+
+/* ---- a protobuf writer ------------------------------------------------------ */
+
+typedef struct pbw {
+    uint8_t *b;
+    size_t n, cap;
+} pbw;
+
+static pbw *pb_new(void)
+{
+    pbw *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->cap = 1 << 16;
+    w->b = malloc(w->cap);
+    assert_non_null(w->b);
+    return w;
+}
+
+static void pb_free(pbw *w)
+{
+    if (w)
+        free(w->b);
+    free(w);
+}
+
+static void put(pbw *w, const void *p, size_t n)
+{
+    while (w->n + n > w->cap) {
+        w->cap *= 2;
+        w->b = realloc(w->b, w->cap);
+        assert_non_null(w->b);
+    }
+    memcpy(w->b + w->n, p, n);
+    w->n += n;
+}
+
+static void pv(pbw *w, uint64_t v)
+{
+    do {
+        uint8_t c = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        c |= v ? 0x80 : 0;
+        put(w, &c, 1);
+    } while (v);
+}
+
+static void ptag(pbw *w, int f, int wt) { pv(w, (uint64_t)f << 3 | (uint64_t)wt); }
+static void pint(pbw *w, int f, int64_t v) { ptag(w, f, 0), pv(w, (uint64_t)v); }
+static void pbytes(pbw *w, int f, const void *p, size_t n) { ptag(w, f, 2), pv(w, n), put(w, p, n); }
+static void pstr(pbw *w, int f, const char *s) { pbytes(w, f, s, strlen(s)); }
+static void pfloat(pbw *w, int f, float v) { ptag(w, f, 5), put(w, &v, 4); }
+
+/* Field f holding message m, which is freed. */
+static void pmsg(pbw *w, int f, pbw *m)
+{
+    pbytes(w, f, m->b, m->n);
+    pb_free(m);
+}
+
+/* ---- ONNX messages ------------------------------------------------------------ */
+
+/* TensorProto: float values as raw_data (n of them, NULL: 0.1 * i). */
+static pbw *tensor(const char *name, const int64_t *dims, int nd, const float *vals, int64_t n)
+{
+    pbw *t = pb_new();
+    float *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    assert_non_null(v);
+    for (int d = 0; d < nd; d++)
+        pint(t, 1, dims[d]);
+    pint(t, 2, 1);
+    pstr(t, 8, name);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = vals ? vals[i] : 0.1f * (float)(i % 17) - 0.8f;
+    pbytes(t, 9, v, sizeof *v * (size_t)n);
+    free(v);
+    return t;
+}
+
+/* ValueInfoProto of a float tensor; a dimension of -1 is the symbolic "N". */
+static pbw *value_info(const char *name, const int64_t *dims, int nd)
+{
+    pbw *v = pb_new(), *type = pb_new(), *tt = pb_new(), *shape = pb_new();
+    for (int d = 0; d < nd; d++) {
+        pbw *dim = pb_new();
+        if (dims[d] < 0)
+            pstr(dim, 2, "N");
+        else
+            pint(dim, 1, dims[d]);
+        pmsg(shape, 1, dim);
+    }
+    pint(tt, 1, 1);
+    pmsg(tt, 2, shape);
+    pmsg(type, 1, tt);
+    pstr(v, 1, name);
+    pmsg(v, 2, type);
+    return v;
+}
+
+static pbw *node(const char *op, const char *name, const char *const *in, int nin, const char *const *out, int nout)
+{
+    pbw *n = pb_new();
+    for (int i = 0; i < nin; i++)
+        pstr(n, 1, in[i]);
+    for (int i = 0; i < nout; i++)
+        pstr(n, 2, out[i]);
+    pstr(n, 3, name);
+    pstr(n, 4, op);
+    return n;
+}
+
+static void attr_int(pbw *n, const char *name, int64_t v)
+{
+    pbw *a = pb_new();
+    pstr(a, 1, name);
+    pint(a, 3, v);
+    pint(a, 20, 2);
+    pmsg(n, 5, a);
+}
+
+/* ModelProto: ir_version, the opset, then the graph (so a cut before the
+ * graph's end is never a whole model). */
+static pbw *model(pbw *graph)
+{
+    pbw *m = pb_new(), *op = pb_new();
+    pint(m, 1, 8);
+    pstr(m, 2, "test_onnx");
+    pint(op, 2, 17);
+    pmsg(m, 8, op);
+    pmsg(m, 7, graph);
+    return m;
+}
+
+/* x [N,4] -> Gemm(W [3,4], B [3]) -> (op2) -> logits [N,3]; op2 NULL: none. */
+static pbw *gemm_graph(const char *op2)
+{
+    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3};
+    const char *gi[3] = {"x", "fc.weight", "fc.bias"}, *go[1] = {op2 ? "h" : "logits"};
+    const char *si[1] = {"h"}, *so[1] = {"logits"};
+    pbw *g = pb_new(), *n = node("Gemm", "fc", gi, 3, go, 1);
+    attr_int(n, "transB", 1);
+    pmsg(g, 1, n);
+    if (op2)
+        pmsg(g, 1, node(op2, "last", si, 1, so, 1));
+    pstr(g, 2, "g");
+    pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
+    pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
+    pmsg(g, 11, value_info("x", in, 2));
+    pmsg(g, 12, value_info("logits", out, 2));
+    return g;
+}
+
+/* TensorProto of int64 values (raw_data). */
+static pbw *tensor_i64(const char *name, const int64_t *dims, int nd, const int64_t *vals, int64_t n)
+{
+    pbw *t = pb_new();
+    for (int d = 0; d < nd; d++)
+        pint(t, 1, dims[d]);
+    pint(t, 2, 7);
+    pstr(t, 8, name);
+    pbytes(t, 9, vals, sizeof *vals * (size_t)n);
+    return t;
+}
+
+/* A dynamic batch's shape arithmetic: x [N,4]; s = Shape(x); t = op(s, b)
+ * where b is "s" or the initializer k (int64 [2]); Reshape(x, t) -> Gemm ->
+ * logits. op NULL: t = s. */
+static pbw *shape_graph(const char *op, const char *b, const int64_t k[2])
+{
+    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3}, kd[1] = {2};
+    const char *si[1] = {"x"}, *so[1] = {"s"}, *oi[2] = {"s", b}, *oo[1] = {"t"};
+    const char *ri[2] = {"x", op ? "t" : "s"}, *ro[1] = {"r"};
+    const char *gi[3] = {"r", "fc.weight", "fc.bias"}, *go[1] = {"logits"};
+    pbw *g = pb_new(), *n;
+    pmsg(g, 1, node("Shape", "shape", si, 1, so, 1));
+    if (op)
+        pmsg(g, 1, node(op, "arith", oi, 2, oo, 1));
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    n = node("Gemm", "fc", gi, 3, go, 1);
+    attr_int(n, "transB", 1);
+    pmsg(g, 1, n);
+    pstr(g, 2, "g");
+    pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
+    pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
+    pmsg(g, 5, tensor_i64("k", kd, 1, k, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    pmsg(g, 12, value_info("logits", out, 2));
+    return g;
+}
+
+/* Load the bytes; on failure check the graph is left empty and, if want is
+ * given, that the message says it. Returns the status. */
+static int load(const pbw *m, bfit_graph_desc *g, const char *want)
+{
+    int rc = bfit_onnx_load_buffer(m->b, m->n, "t.onnx", g);
+    if (rc == BFIT_OK)
+        return rc;
+    assert_int_equal(g->nnodes, 0);
+    assert_null(g->nodes);
+    assert_null(g->wsrc);
+    if (want && !strstr(bfit_errmsg(), want))
+        fail_msg("expected \"%s\" in: %s", want, bfit_errmsg());
+    return rc;
+}
+
+/* ---- good models -------------------------------------------------------------- */
+
+/* A Gemm becomes a linear layer whose weights start as the file's, named as
+ * the file names them; --init random draws them instead. */
+static void test_good_model(void **st)
+{
+    pbw *m = model(gemm_graph(NULL));
+    bfit_graph_desc g;
+    bfit_model *M;
+    tdev t;
+    float w[12], b[3];
+
+    (void)st;
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nnodes, 1);
+    assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_LINEAR);
+    assert_int_equal(g.nodes[0].cfg.units, 3);
+    assert_true(bfit_shape_eq(g.input, bfit_shape_vec(4)));
+    tdev_open(&t, 1);
+    assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
+    bfit_graph_fini(&g); /* the model keeps the file's weights alive */
+    pb_free(m);          /* and they are the loader's copy, not the caller's buffer */
+    assert_int_equal(M->nclasses, 3);
+    assert_string_equal(bfit_model_param_name(M, 0, 0), "fc.weight");
+    assert_string_equal(bfit_model_param_name(M, 0, 1), "fc.bias");
+    assert_int_equal(bfit_model_alloc_params(M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(M, 3), BFIT_OK);
+    assert_int_equal(bfit_device_download(t.dev, w, M->nodes[0].l->params[0].data, sizeof w), BFIT_OK);
+    assert_int_equal(bfit_device_download(t.dev, b, M->nodes[0].l->params[1].data, sizeof b), BFIT_OK);
+    for (int i = 0; i < 12; i++)
+        assert_true(w[i] == 0.1f * (float)(i % 17) - 0.8f);
+    for (int i = 0; i < 3; i++)
+        assert_true(b[i] == 0.1f * (float)i - 0.8f);
+    bfit_model_set_init_random(M, 1);
+    assert_int_equal(bfit_model_init_params(M, 3), BFIT_OK);
+    assert_int_equal(bfit_device_download(t.dev, w, M->nodes[0].l->params[0].data, sizeof w), BFIT_OK);
+    assert_true(w[0] != -0.8f || w[1] != 0.1f - 0.8f);
+    bfit_model_free(M);
+    /* the public call, from a buffer */
+    m = model(gemm_graph(NULL));
+    assert_int_equal(bfit_model_load_onnx(m->b, m->n, "buffer.onnx", t.dev, &M), BFIT_OK);
+    assert_int_equal(bfit_model_classes(M), 3);
+    assert_int_equal(bfit_model_param_count(M), 15);
+    bfit_model_free(M);
+    m->n = 10;
+    assert_int_equal(bfit_model_load_onnx(m->b, m->n, "buffer.onnx", t.dev, &M), BFIT_EFORMAT);
+    assert_null(M);
+    assert_non_null(strstr(bfit_errmsg(), "buffer.onnx: byte"));
+    pb_free(m);
+    tdev_close(&t);
+}
+
+/* ---- damaged files -------------------------------------------------------------- */
+
+/* Every proper prefix of a model is refused, and says so. */
+static void test_truncated(void **st)
+{
+    pbw *m = model(gemm_graph(NULL));
+    bfit_graph_desc g;
+    int truncated = 0;
+    (void)st;
+    for (size_t k = 0; k < m->n; k++) {
+        int rc = bfit_onnx_load_buffer(m->b, k, "t.onnx", &g);
+        if (rc == BFIT_OK)
+            fail_msg("the first %zu of %zu bytes loaded as a model", k, m->n);
+        assert_int_equal(g.nnodes, 0);
+        assert_null(g.wsrc);
+        truncated += strstr(bfit_errmsg(), "truncated") != NULL;
+    }
+    print_message("%zu prefixes refused, %d of them as truncated; e.g.: %s\n", m->n, truncated, bfit_errmsg());
+    assert_true(truncated > (int)m->n / 2);
+    pb_free(m);
+}
+
+static void test_wrong_wire_types(void **st)
+{
+    bfit_graph_desc g;
+    pbw *m = pb_new(), *gr, *n, *t;
+    static const int64_t out[2] = {-1, 3};
+    (void)st;
+    /* the graph as a varint */
+    pint(m, 1, 8);
+    pint(m, 7, 5);
+    assert_int_equal(load(m, &g, "field 7 is a varint but onnx.proto declares it length-delimited"), BFIT_EFORMAT);
+    pb_free(m);
+    /* a node's op_type as a varint */
+    gr = pb_new();
+    n = pb_new();
+    pstr(n, 1, "x");
+    pint(n, 4, 1);
+    pmsg(gr, 1, n);
+    pmsg(gr, 12, value_info("logits", out, 2));
+    m = model(gr);
+    assert_int_equal(load(m, &g, "graph.node[0]: field 4 is a varint"), BFIT_EFORMAT);
+    pb_free(m);
+    /* a tensor's data type as 32-bit */
+    gr = gemm_graph(NULL);
+    t = pb_new();
+    pint(t, 1, 3);
+    ptag(t, 2, 5);
+    put(t, "\1\0\0\0", 4);
+    pstr(t, 8, "odd");
+    pmsg(gr, 5, t);
+    m = model(gr);
+    assert_int_equal(load(m, &g, "field 2 is 32-bit but onnx.proto declares it a varint"), BFIT_EFORMAT);
+    pb_free(m);
+    /* a group, which ONNX never writes */
+    m = pb_new();
+    ptag(m, 7, 3);
+    assert_int_equal(load(m, &g, "field 7 is a group start but onnx.proto declares it length-delimited"), BFIT_EFORMAT);
+    pb_free(m);
+}
+
+static pbw *graph_with_init(pbw *t)
+{
+    pbw *g = gemm_graph(NULL);
+    pmsg(g, 5, t);
+    return g;
+}
+
+static void test_bad_dimensions(void **st)
+{
+    bfit_graph_desc g;
+    pbw *t, *m;
+    static const int64_t huge[3] = {1 << 20, 1 << 20, 1 << 20};
+    (void)st;
+    t = tensor("huge", huge, 3, NULL, 1);
+    m = model(graph_with_init(t));
+    assert_int_equal(load(m, &g, "tensor 'huge' has more than 2^40 elements (dimension 2"), BFIT_EFORMAT);
+    pb_free(m);
+    /* -1 as a dimension (a varint of 2^64 - 1) */
+    t = pb_new();
+    pint(t, 1, -1);
+    pint(t, 2, 1);
+    pstr(t, 8, "negative");
+    m = model(graph_with_init(t));
+    assert_int_equal(load(m, &g, "tensor 'negative' has the negative dimension -1"), BFIT_EFORMAT);
+    pb_free(m);
+    /* more dimensions than ONNX models have */
+    t = pb_new();
+    for (int i = 0; i < 9; i++)
+        pint(t, 1, 1);
+    m = model(graph_with_init(t));
+    assert_int_equal(load(m, &g, "more than 8 dimensions"), BFIT_EFORMAT);
+    pb_free(m);
+}
+
+/* Data kept in another file (onnx's save_as_external_data). */
+static void test_external_data(void **st)
+{
+    bfit_graph_desc g;
+    pbw *t = pb_new(), *kv = pb_new(), *m;
+    (void)st;
+    pint(t, 1, 4);
+    pint(t, 2, 1);
+    pstr(t, 8, "big.weight");
+    pstr(kv, 1, "location");
+    pstr(kv, 2, "weights.bin");
+    pmsg(t, 13, kv);
+    pint(t, 14, 1);
+    m = model(graph_with_init(t));
+    assert_int_equal(load(m, &g, "tensor 'big.weight' keeps its data in an external file"), BFIT_EFORMAT);
+    pb_free(m);
+}
+
+/* Raw data of another size than the shape says, and typed values too few. */
+static void test_size_mismatch(void **st)
+{
+    static const int64_t d[2] = {3, 4};
+    bfit_graph_desc g;
+    pbw *t, *m;
+    (void)st;
+    t = tensor("short", d, 2, NULL, 11);
+    m = model(graph_with_init(t));
+    assert_int_equal(load(m, &g, "tensor 'short' holds 44 bytes of raw data"), BFIT_EFORMAT);
+    pb_free(m);
+    t = pb_new();
+    pint(t, 1, 3);
+    pint(t, 2, 1);
+    pstr(t, 8, "typed");
+    pfloat(t, 4, 1.0f);
+    pfloat(t, 4, 2.0f);
+    m = model(graph_with_init(t));
+    assert_int_equal(load(m, &g, "tensor 'typed' holds 2 values, its shape wants 3"), BFIT_EFORMAT);
+    pb_free(m);
+}
+
+/* a = Relu(b), b = Relu(a), logits = Gemm(a): no order computes it. */
+static void test_cycle(void **st)
+{
+    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3}, wd[2] = {3, 4};
+    const char *ga[1] = {"b"}, *oa[1] = {"a"}, *gb[1] = {"a"}, *ob[1] = {"b"}, *gi[2] = {"a", "w"}, *go[1] = {"logits"};
+    bfit_graph_desc g;
+    pbw *gr = pb_new(), *m, *n;
+    (void)st;
+    pmsg(gr, 1, node("Relu", "first", ga, 1, oa, 1));
+    pmsg(gr, 1, node("Relu", "second", gb, 1, ob, 1));
+    n = node("Gemm", "fc", gi, 2, go, 1);
+    attr_int(n, "transB", 1);
+    pmsg(gr, 1, n);
+    pmsg(gr, 5, tensor("w", wd, 2, NULL, 12));
+    pmsg(gr, 11, value_info("x", in, 2));
+    pmsg(gr, 12, value_info("logits", out, 2));
+    m = model(gr);
+    assert_int_equal(load(m, &g, "node 'first' (Relu): the graph has a cycle through this node"), BFIT_EFORMAT);
+    pb_free(m);
+}
+
+static void test_undefined_input(void **st)
+{
+    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3};
+    const char *gi[1] = {"nope"}, *go[1] = {"logits"};
+    bfit_graph_desc g;
+    pbw *gr = pb_new(), *m;
+    (void)st;
+    pmsg(gr, 1, node("Relu", "r", gi, 1, go, 1));
+    pmsg(gr, 11, value_info("x", in, 2));
+    pmsg(gr, 12, value_info("logits", out, 2));
+    m = model(gr);
+    assert_int_equal(load(m, &g, "input 1 reads 'nope', which no node, initializer or graph input defines"),
+                     BFIT_EFORMAT);
+    pb_free(m);
+}
+
+/* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
+static void test_unsupported_op(void **st)
+{
+    bfit_graph_desc g;
+    pbw *m = model(gemm_graph("Sigmoid"));
+    (void)st;
+    assert_int_equal(load(m, &g, "t.onnx: node 'last' (Sigmoid, opset 17) with inputs 'h' [N,3]: batchfit does not "
+                                 "support the operator Sigmoid"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(gemm_graph("Softmax"));
+    assert_int_equal(load(m, &g, "ends in Softmax"), BFIT_EINVAL);
+    pb_free(m);
+}
+
+/* Integer shape arithmetic runs on the host, as a * batch + b: what holds
+ * for every batch size loads (the Reshape then keeps the sample as it is
+ * and computes nothing), what does not is refused at its node. */
+static void test_shape_arithmetic(void **st)
+{
+    static const int64_t one[2] = {1, 1}, three[2] = {3, 1}, lead[2] = {2, 2};
+    static const int64_t huge[2] = {1, INT64_MAX / 2}, big[2] = {1, (int64_t)1 << 60};
+    bfit_graph_desc g, ref;
+    pbw *m;
+    (void)st;
+    m = model(gemm_graph(NULL));
+    assert_int_equal(load(m, &ref, NULL), BFIT_OK);
+    pb_free(m);
+    for (int k = 0; k < 2; k++) {
+        m = model(k ? shape_graph("Div", "k", one) : shape_graph(NULL, "k", one));
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nnodes, ref.nnodes); /* the Gemm's linear layer alone */
+        assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_LINEAR);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    bfit_graph_fini(&ref);
+    m = model(shape_graph("Mul", "s", one));
+    assert_int_equal(load(m, &g, "node 'arith' (Mul, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "the batch size times itself"));
+    pb_free(m);
+    m = model(shape_graph("Div", "k", three));
+    assert_int_equal(load(m, &g, "node 'arith' (Div, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "is divided by 3"));
+    pb_free(m);
+    /* [2, 2] for every batch: the batch is not first any more */
+    m = model(shape_graph("Mul", "k", lead));
+    assert_int_equal(load(m, &g, "node 'reshape' (Reshape, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "the target shape must keep the batch first"));
+    pb_free(m);
+    /* 4 * 2^62 overflows; 4 * 2^60 does not, but is more than a sample's 4 elements (fuzz_onnx found both) */
+    m = model(shape_graph("Mul", "k", huge));
+    assert_int_equal(load(m, &g, "node 'arith' (Mul, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "shape arithmetic beyond 64-bit integers"));
+    pb_free(m);
+    m = model(shape_graph("Mul", "k", big));
+    assert_int_equal(load(m, &g, "node 'reshape' (Reshape, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "the target has the dimension 4611686018427387904, a sample has 4 elements"));
+    pb_free(m);
+}
+
+/* Not a model at all, and models batchfit cannot train. */
+static void test_not_a_model(void **st)
+{
+    static const char text[] = "input 1x28x28\nlinear 10\n";
+    bfit_graph_desc g;
+    pbw *m = pb_new();
+    (void)st;
+    put(m, text, sizeof text - 1); /* a spec file is not a model */
+    assert_int_equal(load(m, &g, "t.onnx"), BFIT_EFORMAT);
+    m->n = 0;
+    assert_int_equal(load(m, &g, "holds no graph"), BFIT_EFORMAT);
+    pb_free(m);
+    m = model(gemm_graph("Identity")); /* fine: the output is the Gemm's */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    bfit_graph_fini(&g);
+    pb_free(m);
+}
+
+/* ---- the layers ONNX imports need ------------------------------------------------ */
+
+static gc_case one(const char *label, bfit_layer_cfg cfg, bfit_shape in, int m)
+{
+    gc_case k;
+    memset(&k, 0, sizeof k);
+    k.label = label;
+    k.cfg = cfg;
+    k.nin = 1;
+    k.in[0] = in;
+    k.m = m;
+    return k;
+}
+
+static bfit_layer_cfg conv_g(int units, int k, int s, int p, int groups, int bias)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CONV);
+    c.units = units;
+    c.kh = c.kw = k;
+    c.sh = c.sw = s;
+    c.ph = c.pw = p;
+    c.groups = groups;
+    c.bias = bias;
+    return c;
+}
+
+static void test_grouped_conv_gradcheck(void **st)
+{
+    gc_case cases[] = {
+        one("conv groups=2 m=2 4x5x5 k3 p1", conv_g(6, 3, 1, 1, 2, 1), bfit_shape_chw(4, 5, 5), 2),
+        one("conv depthwise m=3 6x7x7 k3 s2 p1", conv_g(6, 3, 2, 1, 6, 0), bfit_shape_chw(6, 7, 7), 3),
+        one("conv depthwise x2 m=1 3x4x4 k1", conv_g(6, 1, 1, 0, 3, 1), bfit_shape_chw(3, 4, 4), 1),
+    };
+    bfit_layer *l;
+    bfit_shape in = bfit_shape_chw(4, 5, 5);
+    char err[256];
+    bfit_layer_cfg bad = conv_g(6, 3, 1, 1, 4, 1);
+    (void)st;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        gc_assert(&cases[i]);
+    /* 4 groups do not divide 6 output channels */
+    assert_int_equal(bfit_layer_new(&bad, NULL, &in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "with 4 groups needs input channels (4) and output channels (6) that the groups divide"));
+}
+
+static void test_clip_gradcheck(void **st)
+{
+    bfit_layer_cfg relu6 = bfit_layer_cfg_default(BFIT_L_CLIP), neg = relu6;
+    gc_case a, b;
+    (void)st;
+    relu6.lo = 0, relu6.hi = 6;  /* the kink at 0 inside the inputs' range */
+    neg.lo = -6, neg.hi = 0;     /* the upper bound at 0 */
+    a = one("clip [0, 6] m=3 2x3x4", relu6, bfit_shape_chw(2, 3, 4), 3);
+    b = one("clip [-6, 0] m=2 17", neg, bfit_shape_vec(17), 2);
+    a.kink_gap = b.kink_gap = 0.05; /* a difference across the kink is not a derivative */
+    gc_assert(&a);
+    gc_assert(&b);
+}
+
+static void test_concat_gradcheck(void **st)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CONCAT), h = c;
+    gc_case a, b;
+    (void)st;
+    h.axis = 1;
+    a = one("concat channels 2+3+1 x3x2 m=2", c, bfit_shape_chw(2, 3, 2), 2);
+    a.nin = 3;
+    a.in[1] = bfit_shape_chw(3, 3, 2);
+    a.in[2] = bfit_shape_chw(1, 3, 2);
+    b = one("concat height 2x1x3 + 2x4x3 m=3", h, bfit_shape_chw(2, 1, 3), 3);
+    b.nin = 2;
+    b.in[1] = bfit_shape_chw(2, 4, 3);
+    gc_assert(&a);
+    gc_assert(&b);
+}
+
+/* A vision transformer's layers around its blocks: the patch embedding's
+ * channels to tokens (reshape, transpose), the class token and the position
+ * embedding (learned: their gradients sum over the batch), and the head's
+ * token (select: the other tokens get a zero gradient). */
+static void test_token_layers_gradcheck(void **st)
+{
+    bfit_layer_cfg rs = bfit_layer_cfg_default(BFIT_L_RESHAPE), tr = bfit_layer_cfg_default(BFIT_L_TRANSPOSE);
+    bfit_layer_cfg cls = bfit_layer_cfg_default(BFIT_L_CLS), addp = bfit_layer_cfg_default(BFIT_L_ADDP);
+    bfit_layer_cfg sel = bfit_layer_cfg_default(BFIT_L_SELECT);
+    gc_case k[6];
+    bfit_layer *l;
+    bfit_shape in = bfit_shape_seq(5, 4);
+    char err[256];
+    (void)st;
+    rs.to = bfit_shape_seq(4, 6);
+    addp.to = (bfit_shape){.nd = 3, .d = {1, 5, 4, 1}}; /* PyTorch's [1, T, C] */
+    k[0] = one("reshape 4x2x3 -> 4x6 m=2", rs, bfit_shape_chw(4, 2, 3), 2);
+    k[1] = one("transpose 4x6 -> 6x4 m=3", tr, bfit_shape_seq(4, 6), 3);
+    k[2] = one("class token before 4x3 m=3", cls, bfit_shape_seq(4, 3), 3);
+    k[3] = one("position embedding 5x4 m=3", addp, in, 3);
+    sel.units = 0;
+    k[4] = one("select token 0 of 5x4 m=2", sel, in, 2);
+    sel.units = 3;
+    k[5] = one("select token 3 of 5x4 m=3", sel, in, 3);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        gc_assert(&k[i]);
+    sel.units = 5; /* one past the last token */
+    assert_int_equal(bfit_layer_new(&sel, NULL, &in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "select takes token 5 of tokens [T, C]"));
+    rs.to = bfit_shape_seq(4, 4);
+    assert_int_equal(bfit_layer_new(&rs, NULL, &in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "the element counts differ"));
+}
+
+/* A concatenation's backward adds into an input's gradient when dx_add says
+ * another consumer wrote it first; the others it overwrites. */
+static void test_concat_adds(void **st)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CONCAT);
+    bfit_shape in[2] = {bfit_shape_chw(2, 1, 2), bfit_shape_chw(1, 1, 2)};
+    bfit_layer *l;
+    bfit_bwd_args a;
+    tbuf dy, dx0, dx1;
+    char err[128];
+    tdev t;
+    const int m = 2;
+
+    (void)st;
+    tdev_open(&t, 1);
+    assert_int_equal(bfit_layer_new(&c, t.dev, in, 2, &l, err, sizeof err), BFIT_OK);
+    assert_int_equal(bfit_layer_prepare(l, m, 1), BFIT_OK);
+    dy = tbuf_new(&t, sizeof(float) * 12);
+    dx0 = tbuf_new(&t, sizeof(float) * 8);
+    dx1 = tbuf_new(&t, sizeof(float) * 4);
+    for (int i = 0; i < 12; i++)
+        TB_F(dy)[i] = (float)(i + 1);
+    for (int i = 0; i < 4; i++)
+        TB_F(dx1)[i] = 100.0f * (float)(i + 1);
+    tbuf_up(&t, &dy);
+    tbuf_up(&t, &dx0); /* NaN: must be overwritten */
+    tbuf_up(&t, &dx1);
+    memset(&a, 0, sizeof a);
+    a.m = m;
+    a.dy = dy.d;
+    a.dx[0] = dx0.d;
+    a.dx[1] = dx1.d;
+    a.dx_add = 2;
+    assert_int_equal(bfit_layer_backward(l, &a), BFIT_OK);
+    tbuf_down(&t, &dx0);
+    tbuf_down(&t, &dx1);
+    /* dy rows [1..6] [7..12]: input 0 the first 4 of each, input 1 the last 2 */
+    for (int r = 0; r < m; r++) {
+        for (int j = 0; j < 4; j++)
+            assert_true(TB_F(dx0)[r * 4 + j] == (float)(r * 6 + j + 1));
+        for (int j = 0; j < 2; j++)
+            assert_true(TB_F(dx1)[r * 2 + j] == 100.0f * (float)(r * 2 + j + 1) + (float)(r * 6 + 4 + j + 1));
+    }
+    tbuf_free(&t, &dy), tbuf_free(&t, &dx0), tbuf_free(&t, &dx1);
+    bfit_layer_free(l);
+    tdev_close(&t);
+}
+
+/* x -> conv a; concat(x, a) -> conv b; concat(x, a, b) -> gap -> linear:
+ * x and a each feed two concatenations (DenseNet's pattern). Their second
+ * gradient is added in by the concatenation itself (no temporary), and a
+ * training step's measured peak is still the plan's. */
+static void test_dense_graph(void **st)
+{
+    bfit_layer_cfg cv = conv_g(3, 3, 1, 1, 1, 1), cc = bfit_layer_cfg_default(BFIT_L_CONCAT);
+    bfit_layer_cfg gap = bfit_layer_cfg_default(BFIT_L_GAP), fc = bfit_layer_cfg_default(BFIT_L_LINEAR);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    int c1[2] = {1, 2}, c2[3] = {1, 2, 4}, a, b;
+    bfit_graph_desc g;
+    bfit_model *M;
+    bfit_optim *opt;
+    bfit_step_plan p;
+    bfit_arena_stats s;
+    float x[4 * 3 * 6 * 6];
+    int32_t y[4] = {0, 1, 2, 3};
+    tdev t;
+
+    (void)st;
+    bfit_graph_init(&g, "dense");
+    g.input = bfit_shape_chw(3, 6, 6);
+    fc.units = 4;
+    a = bfit_graph_add(&g, &cv, 0, -1, 0, 0);   /* 1 */
+    (void)a;
+    c1[0] = 0, c1[1] = 1;
+    assert_int_equal(bfit_graph_add_n(&g, &cc, c1, 2, 0, 0), 2);
+    b = bfit_graph_add(&g, &cv, 2, -1, 0, 0);   /* 3: conv of 6 channels -> 3 */
+    (void)b;
+    c2[0] = 0, c2[1] = 1, c2[2] = 3;
+    assert_int_equal(bfit_graph_add_n(&g, &cc, c2, 3, 0, 0), 4);
+    bfit_graph_add(&g, &gap, 4, -1, 0, 0);
+    bfit_graph_add(&g, &fc, 5, -1, 0, 0);
+    tdev_open(&t, 1);
+    assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
+    bfit_graph_fini(&g);
+    bfit_arena_reset_peak(t.arena);
+    assert_int_equal(bfit_plan_compute(M, &oc, 4, 1, &p), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(M, 1), BFIT_OK);
+    assert_int_equal(bfit_optim_new(&oc, M->trainable, M->ntrainable, t.dev, t.arena, &opt), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(M, 4, 1), BFIT_OK);
+    /* the second concatenation adds into the gradient of value 1 (conv a's output) */
+    assert_int_equal(M->lay.tmp_input[3], -1);
+    assert_int_equal(M->lay.dx_add[1], 2u); /* written by the later concatenation first */
+    for (int i = 0; i < (int)(sizeof x / sizeof x[0]); i++)
+        x[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    assert_int_equal(bfit_model_set_input(M, x, y, 4), BFIT_OK);
+    assert_int_equal(bfit_model_forward(M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_backward(M, 0.25f), BFIT_OK);
+    assert_int_equal(bfit_optim_step(opt, 0.1), BFIT_OK);
+    bfit_arena_stats_get(t.arena, &s);
+    assert_int_equal(s.peak, p.peak);
+    bfit_optim_free(opt);
+    bfit_model_free(M);
+    tdev_close(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_good_model),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_wrong_wire_types),
+        cmocka_unit_test(test_bad_dimensions),
+        cmocka_unit_test(test_external_data),
+        cmocka_unit_test(test_size_mismatch),
+        cmocka_unit_test(test_cycle),
+        cmocka_unit_test(test_undefined_input),
+        cmocka_unit_test(test_unsupported_op),
+        cmocka_unit_test(test_not_a_model),
+        cmocka_unit_test(test_shape_arithmetic),
+        cmocka_unit_test(test_grouped_conv_gradcheck),
+        cmocka_unit_test(test_clip_gradcheck),
+        cmocka_unit_test(test_concat_gradcheck),
+        cmocka_unit_test(test_concat_adds),
+        cmocka_unit_test(test_token_layers_gradcheck),
+        cmocka_unit_test(test_dense_graph),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
