@@ -354,7 +354,7 @@ static void test_corrupt_files(void **st)
     expect_bad("hlen_huge", "{" T24 "}", (long long)1 << 62, 24, "runs past the end");
     /* a text file (a log given as weights): said to be text, not a length of 2482730676645077627 */
     path_in(p, sizeof p, "log.jsonl");
-    put_bytes(p, "{\"event\":\"start\",\"time\":1}\n", 29);
+    put_text(p, "{\"event\":\"start\",\"time\":1}\n");
     assert_int_equal(bfit_st_read(p, &f), BFIT_EFORMAT);
     assert_non_null(strstr(bfit_errmsg(), p));
     if (!strstr(bfit_errmsg(), ": not a safetensors file: it starts with the text '{\"event\"'"))
