@@ -63,12 +63,11 @@ static void print_storage(const plan_report *r)
     fprintf(f, "\n\n");
 }
 
-void bfit_plan_text(const plan_report *r)
+/* Which model, which step, which device and memory, and the storage. */
+static void text_header(const plan_report *r, FILE *f)
 {
-    FILE *f = r->f;
     const plan_args *a = r->a;
-    char b1[32], b2[32], b3[32], sh[32];
-    uint64_t fixed = r->pr.p1.fixed;
+    char b1[32], b2[32], sh[32];
     int file = bfit_model_source_is_file(a->model);
 
     if (r->M->input_dtype == BFIT_I32)
@@ -95,6 +94,14 @@ void bfit_plan_text(const plan_report *r)
     fprintf(f, "memory %s, margin %g%%: budget %s; workspaces sized for %d threads\n", fmt(a->memory, b1, sizeof b1),
            100 * a->margin, fmt(r->pr.budget, b2, sizeof b2), threads_of(r->M->dev));
     print_storage(r);
+}
+
+/* The table: bytes per category, fixed and per sample, at each batch shown. */
+static void text_table(const plan_report *r, FILE *f)
+{
+    const plan_args *a = r->a;
+    char b1[32], b2[32], b3[32];
+    uint64_t fixed = r->pr.p1.fixed;
 
     fprintf(f, "%-14s %11s %11s", "category", "fixed", "per sample");
     for (int i = 0; i < r->pr.nshown; i++) {
@@ -125,6 +132,13 @@ void bfit_plan_text(const plan_report *r)
     for (int i = 0; i < r->pr.nshown; i++)
         fprintf(f, " %11s", r->pr.shown[i].peak <= r->pr.budget ? "yes" : r->pr.shown[i].peak <= a->memory ? "in margin" : "NO");
     fprintf(f, "\n\n");
+}
+
+/* How the peak grows with the batch, and the largest batch that fits. */
+static void text_summary(const plan_report *r, FILE *f)
+{
+    const plan_args *a = r->a;
+    char b1[32], b2[32], b3[32], sh[32];
 
     fprintf(f, "per sample: measured between m=%d and m=%d; ", r->pr.line.m1, r->pr.line.m2);
     if (!r->pr.affine)
@@ -156,6 +170,13 @@ void bfit_plan_text(const plan_report *r)
     if (r->M->per_token && r->pr.m_margin) /* what --batch-tokens plans a micro-batch as */
         fprintf(f, "in tokens: a micro-batch of %lld (%d sequences of %d) within the budget\n",
                (long long)r->pr.m_margin * r->M->input.d[0], r->pr.m_margin, r->M->input.d[0]);
+}
+
+void bfit_plan_text(const plan_report *r)
+{
+    text_header(r, r->f);
+    text_table(r, r->f);
+    text_summary(r, r->f);
 }
 
 static void add_cats(cJSON *o, const bfit_step_plan *p)
