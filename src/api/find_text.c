@@ -55,6 +55,52 @@ static void print_table(const bfit_probe_result *r, FILE *f)
                "-", "-");
 }
 
+/* The fastest batch and why, how noisy the measurements were, and whether
+ * the loader keeps up (a ladder was run). */
+static void text_fastest(const bfit_find_cfg *fc, const bfit_probe_result *r, FILE *f)
+{
+    const bfit_probe_rung *best = &r->rungs[r->best], *rec = &r->rungs[r->recommended];
+    const bfit_probe_rung *top = &r->rungs[r->nrungs - 1];
+    char b1[32];
+    int noisy = -1;
+
+    if (r->clear_best)
+        fprintf(f, "fastest batch: %d, the best measured throughput (%s samples/s), ahead of every other size by "
+                "more than their measured spread", rec->m, bfit_thousands(best->samples_per_s, b1, sizeof b1));
+    else
+        fprintf(f, "fastest batch: %d, the largest within %g%% of the best measured throughput (%s samples/s at "
+                "%d), which leads by less than the measured spread", rec->m, 100 * fc->probe.tolerance,
+                bfit_thousands(best->samples_per_s, b1, sizeof b1), best->m);
+    if (top->samples_per_s < (1 - fc->probe.tolerance) * best->samples_per_s)
+        fprintf(f, "; at the largest batch it is %.0f%% lower than the best",
+               100 * (1 - top->samples_per_s / best->samples_per_s));
+    fprintf(f, "\n");
+    for (int i = 0; i < r->nrungs; i++)
+        if (r->rungs[i].spread > 0.5 && (noisy < 0 || r->rungs[i].spread > r->rungs[noisy].spread))
+            noisy = i;
+    if (noisy >= 0)
+        fprintf(f, "note: the measured steps at %d vary by %.0f%% of their median: something else is using the "
+               "CPU, and the medians may mislead (rerun with more --repeats, or fewer --threads)\n",
+               r->rungs[noisy].m, 100 * r->rungs[noisy].spread);
+    if (r->data_bound) {
+        fprintf(f, "data: %.0f%% of a step at %d waits for samples, over the %.0f%% threshold: the loader, not the "
+               "batch size, is the limit. ",
+               100 * r->data_share, rec->m, 100 * fc->probe.data_threshold);
+        if (!fc->prefetch)
+            fprintf(f, "Turn prefetching on (drop --no-prefetch) so samples are made while the step computes.\n");
+        else if (r->threads > 1)
+            fprintf(f, "The stream prefetches one take ahead on one thread, which shares the CPU with %d compute "
+                   "threads: leave it a core (--threads %d)%s.\n",
+                   r->threads, r->threads - 1, fc->augment ? " or make samples cheaper (drop --augment)" : "");
+        else
+            fprintf(f, "The stream prefetches one take ahead on one thread: give the run more cores%s.\n",
+                   fc->augment ? " or make samples cheaper (drop --augment)" : "");
+    } else {
+        fprintf(f, "data: %.0f%% of a step at %d waits for samples (threshold %.0f%%): the loader keeps up\n",
+               100 * r->data_share, rec->m, 100 * fc->probe.data_threshold);
+    }
+}
+
 void bfit_find_text(const bfit_find_cfg *fc, const bfit_probe_result *r, FILE *f)
 {
     char b1[32], b2[32], b3[32], b4[32], sh[32];
@@ -85,48 +131,8 @@ void bfit_find_text(const bfit_find_cfg *fc, const bfit_probe_result *r, FILE *f
         fprintf(f, " (from a search with real steps, since the plan was contradicted; measured peak %s)\n",
                fmt(r->measured_largest, b1));
     }
-    if (r->nrungs) {
-        const bfit_probe_rung *best = &r->rungs[r->best], *rec = &r->rungs[r->recommended];
-        const bfit_probe_rung *top = &r->rungs[r->nrungs - 1];
-        if (r->clear_best)
-            fprintf(f, "fastest batch: %d, the best measured throughput (%s samples/s), ahead of every other size by "
-                    "more than their measured spread", rec->m, bfit_thousands(best->samples_per_s, b1, sizeof b1));
-        else
-            fprintf(f, "fastest batch: %d, the largest within %g%% of the best measured throughput (%s samples/s at "
-                    "%d), which leads by less than the measured spread", rec->m, 100 * fc->probe.tolerance,
-                    bfit_thousands(best->samples_per_s, b1, sizeof b1), best->m);
-        if (top->samples_per_s < (1 - fc->probe.tolerance) * best->samples_per_s)
-            fprintf(f, "; at the largest batch it is %.0f%% lower than the best",
-                   100 * (1 - top->samples_per_s / best->samples_per_s));
-        fprintf(f, "\n");
-        {
-            int noisy = -1;
-            for (int i = 0; i < r->nrungs; i++)
-                if (r->rungs[i].spread > 0.5 && (noisy < 0 || r->rungs[i].spread > r->rungs[noisy].spread))
-                    noisy = i;
-            if (noisy >= 0)
-                fprintf(f, "note: the measured steps at %d vary by %.0f%% of their median: something else is using the "
-                       "CPU, and the medians may mislead (rerun with more --repeats, or fewer --threads)\n",
-                       r->rungs[noisy].m, 100 * r->rungs[noisy].spread);
-        }
-        if (r->data_bound) {
-            fprintf(f, "data: %.0f%% of a step at %d waits for samples, over the %.0f%% threshold: the loader, not the "
-                   "batch size, is the limit. ",
-                   100 * r->data_share, rec->m, 100 * fc->probe.data_threshold);
-            if (!fc->prefetch)
-                fprintf(f, "Turn prefetching on (drop --no-prefetch) so samples are made while the step computes.\n");
-            else if (r->threads > 1)
-                fprintf(f, "The stream prefetches one take ahead on one thread, which shares the CPU with %d compute "
-                       "threads: leave it a core (--threads %d)%s.\n",
-                       r->threads, r->threads - 1, fc->augment ? " or make samples cheaper (drop --augment)" : "");
-            else
-                fprintf(f, "The stream prefetches one take ahead on one thread: give the run more cores%s.\n",
-                       fc->augment ? " or make samples cheaper (drop --augment)" : "");
-        } else {
-            fprintf(f, "data: %.0f%% of a step at %d waits for samples (threshold %.0f%%): the loader keeps up\n",
-                   100 * r->data_share, rec->m, 100 * fc->probe.data_threshold);
-        }
-    }
+    if (r->nrungs)
+        text_fastest(fc, r, f);
     fprintf(f, "real steps for the largest batch: %d (", r->largest_steps);
     if (r->plan_agrees)
         fprintf(f, "a step at %d%s)", r->largest, r->largest < r->limit ? ", a refusal one up" : "");
