@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# device.sh - the proof kit on a bare GPU machine that has CUDA, cuDNN and
+# PyTorch but no Debian packages: unpack what bench/gpu/pack.sh made here,
+# find the machine's CUDA libraries, then run the kit's phases.
+#
+#   bench/gpu/device.sh ARCHIVE OUTDIR STAGE...
+#
+# Stages: env (the GPU, driver, libraries found, every program's ldd),
+# cuda (ctest -L cuda: test_cuda_ops), smoke (a few CLI runs on the GPU:
+# plan, train, find), and run.sh's phases (plan cotenant ways speed
+# finders; test runs the whole suite). Each stage has its own time limit,
+# and the next runs whatever the last did.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+arc=$1 out=$2
+shift 2
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tar -xJf "$arc" || { echo "device.sh: cannot unpack $arc" >&2; exit 2; }
+# the tests' paths are this machine's source tree: put the tree there
+src=$(cat .gpu/srcdir)
+if [ "$src" != "$PWD" ]; then
+  if [ -e "$src" ] && [ ! -L "$src" ]; then
+    echo "device.sh: $src exists and is not this tree ($PWD): the tests' paths would run another build" >&2
+    exit 2
+  fi
+  mkdir -p "$(dirname "$src")"
+  ln -sfn "$PWD" "$src"
+fi
+cd "$src"
+b=$src/build-gpu
+cudalibs=$(for n in libcudnn.so.9 libcublas.so.13 libnccl.so.2 libcudart.so.13; do
+  find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -name "$n" 2>/dev/null | head -1
+done | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH=$src/.gpu/lib:${cudalibs}${LD_LIBRARY_PATH:-}
+export BFIT_GPU_BUILD=$b PYTHON=${PYTHON:-$(command -v python3)}
+bf=$b/batchfit
+s_env() {
+  nvidia-smi
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH PYTHON=$PYTHON"
+  $PYTHON -c "import torch; print('torch', torch.__version__, torch.cuda.is_available(), torch.backends.cudnn.version())"
+  for f in "$bf" "$b/libbatchfit_cuda.so" "$b/tests/test_cuda_ops"; do echo "== $f"; ldd "$f" | grep -E "not found|cud|nccl|dnnl"; done
+}
+s_cuda() {
+  (cd "$b" && timeout 240 ctest -L cuda --output-on-failure -V)
+}
+s_smoke() {
+  timeout 60 "$bf" plan --model resnet50 --precision bf16 --device cuda
+  timeout 90 "$bf" train --model cnn --data synthetic --device cuda --batch 128 --epochs 1 --epoch-samples 8192 \
+    --log "$out/smoke-train.jsonl"
+  timeout 120 "$bf" find --model resnet50 --data synthetic --device cuda --precision bf16 --largest-only
+}
+for st in "$@"; do
+  t=$(date +%s)
+  echo "==== $st" >&2
+  case $st in
+    env | cuda | smoke) "s_$st" >"$out/$st.log" 2>&1 ;;
+    *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1 ;;
+  esac
+  echo "==== $st: exit $?, $(($(date +%s) - t)) s" >&2
+done
+[ -f "$out/kit/summary.md" ] && cat "$out/kit/summary.md"
+exit 0
