@@ -29,8 +29,12 @@ if [ "$src" != "$PWD" ]; then
 fi
 cd "$src"
 b=$src/build-gpu
+# CUDA's libraries: PyTorch's own first (its cuDNN is the version this
+# build was compiled with, and naming its folders cannot change what PyTorch
+# loads), then the toolkit's; the system's folder is searched anyway, and
+# naming it would put its cuDNN before PyTorch's in PyTorch's process
 cudalibs=$(for n in libcudnn.so.9 libcublas.so.13 libnccl.so.2 libcudart.so.13; do
-  find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -name "$n" 2>/dev/null | head -1
+  find /opt /usr/local/cuda*/ /usr/local/lib -name "$n" 2>/dev/null | head -1
 done | xargs -r -n1 dirname | sort -u | tr '\n' ':')
 export LD_LIBRARY_PATH=$src/.gpu/lib:${cudalibs}${LD_LIBRARY_PATH:-}
 export BFIT_GPU_BUILD=$b PYTHON=${PYTHON:-$(command -v python3)}
@@ -40,6 +44,7 @@ s_env() {
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH PYTHON=$PYTHON"
   $PYTHON -c "import torch; print('torch', torch.__version__, torch.cuda.is_available(), torch.backends.cudnn.version())"
   for f in "$bf" "$b/libbatchfit_cuda.so" "$b/tests/test_cuda_ops"; do echo "== $f"; ldd "$f" | grep -E "not found|cud|nccl|dnnl"; done
+  timeout 30 "$bf" --version
 }
 s_cuda() {
   (cd "$b" && timeout 240 ctest -L cuda --output-on-failure -V)

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define WS_WHY " (oneDNN picks its algorithms, and so their scratch, by batch size and thread count)"
 
 static int state_tensors(const bfit_optim_cfg *o)
 {
@@ -24,6 +23,15 @@ static int threads_of(const bfit_device *d)
     bfit_device_info i;
     bfit_device_info_get(d, &i);
     return i.threads;
+}
+
+/* Why a workspace is not affine in m: the library choosing its algorithms */
+static const char *ws_why(const plan_report *r, int cat)
+{
+    if (cat != BFIT_MEM_WORKSPACE)
+        return "";
+    return threads_of(r->M->dev) > 0 ? " (oneDNN picks its algorithms, and so their scratch, by batch size and thread count)"
+                                     : " (cuDNN and cuBLAS pick their algorithms, and so their workspace, by batch size)";
 }
 
 /* Sizes with a sign and fractions (slopes, deviations). */
@@ -91,8 +99,11 @@ static void text_header(const plan_report *r, FILE *f)
     else
         fprintf(f, "training step, optimizer sgd without momentum: no optimizer state\n");
     fprintf(f, "device %s\n", a->device_why);
-    fprintf(f, "memory %s, margin %g%%: budget %s; workspaces sized for %d threads\n", fmt(a->memory, b1, sizeof b1),
-           100 * a->margin, fmt(r->pr.budget, b2, sizeof b2), threads_of(r->M->dev));
+    fprintf(f, "memory %s, margin %g%%: budget %s", fmt(a->memory, b1, sizeof b1), 100 * a->margin,
+           fmt(r->pr.budget, b2, sizeof b2));
+    if (threads_of(r->M->dev) > 0) /* a GPU's workspaces do not depend on host threads */
+        fprintf(f, "; workspaces sized for %d threads", threads_of(r->M->dev));
+    fprintf(f, "\n");
     print_storage(r);
 }
 
@@ -144,7 +155,7 @@ static void text_summary(const plan_report *r, FILE *f)
     if (!r->pr.affine)
         fprintf(f, "the plan is not affine: at m=%d it is %s %s that line, mostly in %s%s\n", r->pr.line.dev_m,
                fmt(r->pr.line.max_dev, b1, sizeof b1), r->pr.dev_signed < 0 ? "below" : "above",
-               bfit_mem_cat_name(r->pr.dev_cat), r->pr.dev_cat == BFIT_MEM_WORKSPACE ? WS_WHY : "");
+               bfit_mem_cat_name(r->pr.dev_cat), ws_why(r, r->pr.dev_cat));
     else if (r->pr.affine1)
         fprintf(f, "the plan is affine: peak = %s + m x %s (within %s)\n", fmt_d(r->pr.line.intercept, b1, sizeof b1),
                fmt_d(r->pr.line.slope, b2, sizeof b2), fmt(r->pr.line.max_dev, b3, sizeof b3));
@@ -154,7 +165,7 @@ static void text_summary(const plan_report *r, FILE *f)
                fmt_d(r->pr.line.intercept, b1, sizeof b1), fmt_d(r->pr.line.slope, b2, sizeof b2),
                fmt(r->pr.line.max_dev, b3, sizeof b3), fmt_d(r->pr.dev1 < 0 ? -r->pr.dev1 : r->pr.dev1, sh, sizeof sh),
                r->pr.dev1 < 0 ? "below" : "above", bfit_mem_cat_name(r->pr.dev1_cat),
-               r->pr.dev1_cat == BFIT_MEM_WORKSPACE ? WS_WHY : "");
+               ws_why(r, r->pr.dev1_cat));
     if (r->pr.m_margin == 0)
         fprintf(f, "largest batch: none fits in the budget %s (batch 1 needs %s)", fmt(r->pr.budget, b1, sizeof b1),
                fmt(r->pr.p1.peak, b2, sizeof b2));

@@ -132,6 +132,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
         o = (bfit_op_args){0};
         o.src = a->dy;
         o.dst = l->params[1].grad;
+        o.workspace = a->ws; /* the CPU's sum needs none; the GPU's partial sums do */
         if ((rc = bfit_op_run(l->ops[OP_DB], &o)) != BFIT_OK)
             return rc;
     }
