@@ -7,7 +7,7 @@
 #
 # Stages: env (the GPU, driver, libraries found, every program's ldd),
 # cuda (ctest -L cuda: test_cuda_ops), smoke (a few CLI runs on the GPU:
-# plan, train, find), and run.sh's phases (plan cotenant ways speed
+# plan, train, find), optime (op times of a gpt2 and a resnet50 step), and run.sh's phases (plan cotenant ways speed
 # finders; test runs the whole suite). Each stage has its own time limit,
 # and the next runs whatever the last did.
 set -uo pipefail
@@ -55,11 +55,17 @@ s_smoke() {
     --log "$out/smoke-train.jsonl"
   timeout 120 "$bf" find --model resnet50 --data synthetic --device cuda --precision bf16 --largest-only
 }
+s_optime() { # where a step's time goes, op kind by op kind (each op waited for)
+  for c in gpt2:bf16:4 resnet50:bf16:64; do
+    IFS=: read -r model p m <<<"$c"
+    BFIT_CUDA_OPTIME=1 timeout 120 "$b/tests/bfit_gpu" speed cuda:0 "$model" "$p" "$m" 5
+  done
+}
 for st in "$@"; do
   t=$(date +%s)
   echo "==== $st" >&2
   case $st in
-    env | cuda | smoke) "s_$st" >"$out/$st.log" 2>&1 ;;
+    env | cuda | smoke | optime) "s_$st" >"$out/$st.log" 2>&1 ;;
     *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1 ;;
   esac
   echo "==== $st: exit $?, $(($(date +%s) - t)) s" >&2

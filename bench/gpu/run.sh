@@ -163,11 +163,11 @@ phase_cotenant() {
     args=(--model mlp --memory 40MiB --memory-schedule "3:25MiB,6:40MiB" --batch 256 --epochs 5 --monitor 0.2)
     export BFIT_TEST_FAIL_ALLOC=12 # the 12th device allocation refused, as the tests do
   else
-    expected=$((200 * 512))
-    "$b/bench/bfit_cotenant" 0 "take=0.5,wait=30,free,wait=30,take=-1536,wait=40,free" >"$d/cotenant.jsonl" 2>&1 &
+    expected=$((100 * 512))
+    "$b/bench/bfit_cotenant" 0 "take=0.5,wait=20,free,wait=15,take=-1536,wait=20,free" >"$d/cotenant.jsonl" 2>&1 &
     pid=$!
     sleep 5 # the co-tenant holds half the GPU when the run starts
-    args=(--model resnet50 --batch 256 --epochs 200 --monitor 2)
+    args=(--model resnet50 --batch 256 --epochs 100 --monitor 2)
   fi
   timeout $limit "$bf" train "${args[@]}" --data synthetic --device "$dev" --log "$d/train.jsonl" \
     --report "$d/report.html" >"$d/train.out" 2>&1
