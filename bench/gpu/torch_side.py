@@ -357,6 +357,10 @@ def main():
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args()
     torch.manual_seed(1)
+    # f32 as batchfit computes it, IEEE: PyTorch lets cuDNN's convolutions use
+    # TF32 by default (the first H100 run compared resnet50 f32 against that)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     {"ways": cmd_ways, "speed": cmd_speed, "finders": cmd_finders}[a.cmd](a)
 
 
