@@ -104,6 +104,16 @@ static int jpeg_handle(bfit_img_scratch *s)
     return BFIT_OK;
 }
 
+/* The handle is made anew after a failure: libjpeg's state after an error
+ * is not to be trusted with the next file. */
+static int jpeg_fail(bfit_img_scratch *s, const char *path, const char *what)
+{
+    int rc = bfit_fail(BFIT_EFORMAT, "image %s: bad JPEG %s: %s", path, what, tjGetErrorStr2(s->tj));
+    tjDestroy(s->tj);
+    s->tj = NULL;
+    return rc;
+}
+
 static int probe_jpeg(bfit_img_scratch *s, const char *path, const uint8_t *b, size_t n, bfit_img_info *info)
 {
     int w, h, sub, cs, rc;
@@ -111,7 +121,7 @@ static int probe_jpeg(bfit_img_scratch *s, const char *path, const uint8_t *b, s
     if ((rc = jpeg_handle(s)) != BFIT_OK)
         return rc;
     if (n > ULONG_MAX || tjDecompressHeader3(s->tj, b, (unsigned long)n, &w, &h, &sub, &cs) != 0)
-        return bfit_fail(BFIT_EFORMAT, "image %s: bad JPEG header: %s", path, tjGetErrorStr2(s->tj));
+        return jpeg_fail(s, path, "header");
     info->kind = BFIT_IMG_JPEG;
     info->w = w;
     info->h = h;
@@ -183,11 +193,6 @@ static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, size_t npx)
     }
 }
 
-static int jpeg_fail(bfit_img_scratch *s, const char *path)
-{
-    return bfit_fail(BFIT_EFORMAT, "image %s: bad JPEG data: %s", path, tjGetErrorStr2(s->tj));
-}
-
 static int decode_jpeg(bfit_img_scratch *s, const char *path, const uint8_t *b, size_t n, const bfit_img_info *info,
                        int channels, int shrink, bfit_img *out)
 {
@@ -201,10 +206,10 @@ static int decode_jpeg(bfit_img_scratch *s, const char *path, const uint8_t *b, 
         if ((rc = bfit_img_reserve(s, (void **)&s->cmyk, &s->cmyk_cap, npx * 4)) != BFIT_OK)
             return rc;
         if (tjDecompress2(s->tj, b, (unsigned long)n, s->cmyk, w, 0, h, TJPF_CMYK, TJFLAG_STOPONWARNING))
-            return jpeg_fail(s, path);
+            return jpeg_fail(s, path, "data");
         cmyk_to_rgb(s->cmyk, out->px, npx);
     } else if (tjDecompress2(s->tj, b, (unsigned long)n, out->px, w, 0, h, TJPF_RGB, TJFLAG_STOPONWARNING))
-        return jpeg_fail(s, path);
+        return jpeg_fail(s, path, "data");
     if (channels == 1) {
         rgb_to_l(out->px, out->px, npx);
         out->c = 1;
@@ -235,8 +240,12 @@ static int decode_png(const char *path, const uint8_t *b, size_t n, bfit_img_scr
     }
     if ((rc = img_reserve(s, out, (int)ih.width, (int)ih.height, gray8 ? 1 : 3)) != BFIT_OK)
         goto out;
-    if ((e = spng_decode_image(ctx, out->px, size, gray8 ? SPNG_FMT_G8 : SPNG_FMT_RGB8, 0))) {
-        rc = bfit_fail(BFIT_EFORMAT, "image %s: bad PNG data: %s", path, spng_strerror(e));
+    /* then the chunks to IEND, so that every CRC is checked (the image's
+     * data may end before its last chunk's CRC) */
+    if ((e = spng_decode_image(ctx, out->px, size, gray8 ? SPNG_FMT_G8 : SPNG_FMT_RGB8, 0)) ||
+        (e = spng_decode_chunks(ctx))) {
+        rc = bfit_fail(BFIT_EFORMAT, "image %s: bad PNG data: %s%s", path, spng_strerror(e),
+                       e == SPNG_ECHUNK_CRC ? " (a chunk's CRC does not match its bytes: the file is damaged)" : "");
         goto out;
     }
     if (channels == 1 && !gray8) {
