@@ -724,6 +724,7 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     sc_.threads = cfg->threads;
     sc_.normalize = cfg->normalize;
     sc_.seed = cfg->seed;
+    sc_.img = &cfg->img;
     rc = bfit_session_open_model(&ss, &sc_);
     if (rc != BFIT_OK)
         goto out;
@@ -758,7 +759,11 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
     sc.shuffle = 1;
     sc.max_take = 1;
     sc.prefetch = cfg->prefetch;
-    sc.aug_crop_pad = cfg->augment ? 2 : 0;
+    if (bfit_dataset_is_images(ss.train)) { /* the training transform, as a run makes it */
+        sc.aug_rrc = cfg->img.rrc != 0;
+        sc.loader_threads = bfit_img_loader_threads(&cfg->img, cfg->threads);
+    } else
+        sc.aug_crop_pad = cfg->augment ? 2 : 0;
     sc.aug_hflip = cfg->augment;
     sc.norm_mean = ss.mean;
     sc.norm_std = ss.std;

@@ -131,6 +131,7 @@ typedef struct bfit_find_cfg {
     uint64_t memory;        /* device capacity; 0: what the device has free */
     int threads;            /* CPU threads; 0: OpenMP's setting */
     int normalize, prefetch, augment;
+    bfit_img_opts img;      /* image folders: transforms and loader threads */
     uint64_t seed;          /* init, shuffling, dropout */
     int limit;              /* 0: the training set's size (no micro-batch is larger) */
     bfit_optim_cfg opt;     /* whose state is planned and held */

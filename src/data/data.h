@@ -119,6 +119,21 @@ int bfit_dataset_borrow_floats(const char *source, bfit_shape shape, int64_t cou
                                const int32_t *y, bfit_dataset **out);
 
 /* ---- image folders (src/data/img_*.c; docs/data.md, "Image folders") ------- */
+/* The options of image folders, as a run, an evaluation and find take them. */
+typedef struct bfit_img_opts {
+    int resize;          /* evaluation: Resize(this) before the centre crop; 0: the model's size */
+    int center_crop;     /* evaluation: CenterCrop(this); 0 or the model's size */
+    int rrc;             /* training: RandomResizedCrop(this) (the model's size); 0: the evaluation transform */
+    int loader_threads;  /* threads decoding samples; 0: what the machine spares beside the compute threads */
+    int skip_bad;        /* bad files skipped and counted instead of failing */
+    int no_dct;          /* JPEGs decoded whole always */
+    int nmean, nstd;     /* given normalisation: mean[nmean], std[nstd] (0: the training set's) */
+    float mean[4], std[4];
+} bfit_img_opts;
+/* The loader threads for opts: as given, else the cores less the compute
+ * threads (at least 1). */
+int bfit_img_loader_threads(const bfit_img_opts *o, int compute_threads);
+
 /* A folder of class folders holding .jpg/.jpeg/.png files, or a list file
  * of `path,label` lines (label: a class index or a name), numbered as
  * torchvision's ImageFolder does. Only the paths are read here; samples

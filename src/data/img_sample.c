@@ -11,7 +11,9 @@
 #include "data/data_int.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* The k-th uniform draw in [0, 1) of the sample whose key is *ud. */
 static double draw(void *ud, int k)
@@ -110,4 +112,14 @@ int bfit_img_norm_stats(const bfit_dataset *d, float *mean, float *std)
         std[c] = var > 1e-12 ? (float)sqrt(var) : 1.0f;
     }
     return BFIT_OK;
+}
+
+int bfit_img_loader_threads(const bfit_img_opts *o, int compute_threads)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int compute = compute_threads > 0 ? compute_threads : omp_get_max_threads();
+
+    if (o && o->loader_threads > 0)
+        return o->loader_threads;
+    return cores - compute > 1 ? (int)(cores - compute) : 1;
 }

@@ -97,6 +97,7 @@ struct bfit_run {
     int track_dirty;           /*   this step changed the tracked copy of the last step's gradient (an
                                   abandoned step leaves it stale: pos.track_stale) */
     double micro_secs;         /* the step's seconds in micro-steps */
+    double step_data_s;        /* the step's seconds waiting for samples (the stream's take) */
     double step_gnorm;         /* this step's global gradient norm where it was computed, else -1 */
     int64_t step_count;        /* what the step's loss is normalised by: its samples, or for a token
                                   model its tokens that count (labels >= 0) */
