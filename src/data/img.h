@@ -81,6 +81,10 @@ int bfit_img_decode(bfit_img_scratch *s, const char *path, const uint8_t *b, siz
  * fixed point, a horizontal then a vertical pass through an 8-bit image. */
 int bfit_img_resample(bfit_img_scratch *s, const bfit_img *in, const float box[4], int ow, int oh, bfit_img *out);
 
+/* Room for resampling any box of in to ow x oh (the whole image is the
+ * worst case), so that random crops of it never grow a buffer. */
+int bfit_img_resample_reserve(bfit_img_scratch *s, const bfit_img *in, int ow, int oh);
+
 /* ---- transforms (img_transform.c) ----------------------------------------- */
 
 /* A crop box in a source image's pixels (may reach outside it: zeros). */

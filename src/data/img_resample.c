@@ -123,6 +123,15 @@ static int reserve_coeffs(bfit_img_scratch *s, const bfit_img *in, const float b
     return bfit_img_reserve(s, (void **)&s->bounds, &s->bounds_cap, 2 * ((size_t)ow + oh) * sizeof(int));
 }
 
+int bfit_img_resample_reserve(bfit_img_scratch *s, const bfit_img *in, int ow, int oh)
+{
+    const float box[4] = {0, 0, (float)in->w, (float)in->h};
+    int rc = reserve_coeffs(s, in, box, ow, oh);
+    if (rc == BFIT_OK)
+        rc = bfit_img_reserve(s, (void **)&s->tmp.px, &s->tmp.cap, (size_t)ow * in->h * in->c);
+    return rc;
+}
+
 int bfit_img_resample(bfit_img_scratch *s, const bfit_img *in, const float box[4], int ow, int oh, bfit_img *out)
 {
     int need_h = ow != in->w || box[0] != 0 || box[2] != ow, need_v = oh != in->h || box[1] != 0 || box[3] != oh;

@@ -119,6 +119,10 @@ int bfit_img_resized_crop(bfit_img_scratch *s, const bfit_img_tf *t, const char 
 
     if ((rc = bfit_img_decode(s, path, b, n, in, t->c, k, &s->dec)) != BFIT_OK)
         return rc;
+    /* room for the largest crop of this image, whatever this one's size */
+    if ((rc = bfit_img_resample_reserve(s, &s->dec, t->w, t->h)) != BFIT_OK ||
+        (rc = bfit_img_reserve(s, (void **)&s->tmp2.px, &s->tmp2.cap, (size_t)s->dec.w * s->dec.h * s->dec.c)))
+        return rc;
     if (k == 1) {
         if ((rc = crop(s, &s->dec, bx, &s->tmp2)) != BFIT_OK)
             return rc;

@@ -181,7 +181,7 @@ uint64_t bfit_run_free_for_step(const bfit_run *r);
  * (a shared device) or fail with BFIT_ENOMEM saying what is missing */
 int bfit_run_wait_for_memory(bfit_run *r);
 /* train.c: the metadata of a weights file (format first); bufs[0..1] are to be freed */
-#define RUN_META_MAX 7
+#define RUN_META_MAX 8
 int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs);
 /* snap.c: the snapshot of a step boundary, and going back to it */
 void bfit_run_snap_take(bfit_run *r, run_snap *s);
