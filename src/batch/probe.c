@@ -695,6 +695,62 @@ out:
     return rc;
 }
 
+/* ---- the loader alone ------------------------------------------------------ */
+
+/* Samples/s that the stream's loader threads make for takes of m, with
+ * nothing else running: one take made on the spot (the buffers grow),
+ * then prefetched takes for about a second (at least 3). */
+static int measure_loader(const bfit_dataset *d, const bfit_stream_cfg *sc0, int m, double *rate)
+{
+    bfit_stream_cfg sc = *sc0;
+    bfit_stream *s = NULL;
+    size_t numel = (size_t)bfit_shape_numel(bfit_dataset_shape(d));
+    float *x = malloc(sizeof *x * numel * (size_t)m);
+    int32_t *y = malloc(sizeof *y * (size_t)m);
+    int64_t n = 0;
+    double t0 = 0;
+    int rc = x && y ? BFIT_OK : bfit_fail(BFIT_ENOMEM, "out of host memory measuring the loader");
+
+    sc.max_take = m;
+    sc.prefetch = 1;
+    if (rc == BFIT_OK)
+        rc = bfit_stream_new(d, &sc, &s);
+    for (int i = 0; rc == BFIT_OK && (i < 4 || bfit_clock_mono() - t0 < 1.0); i++) {
+        int got = 0;
+        if ((rc = bfit_stream_take(s, m, x, y, &got)) == BFIT_OK && got == 0) {
+            bfit_stream_next_epoch(s);
+            rc = bfit_stream_take(s, m, x, y, &got);
+        }
+        if (i == 0)
+            t0 = bfit_clock_mono();
+        else
+            n += got;
+    }
+    *rate = rc == BFIT_OK && bfit_clock_mono() > t0 ? (double)n / (bfit_clock_mono() - t0) : 0;
+    bfit_stream_free(s);
+    free(x);
+    free(y);
+    return rc;
+}
+
+/* Which side bounds the speed at the recommended size: the loader alone
+ * against the step's compute alone. */
+static int loader_verdict(const bfit_dataset *d, const bfit_stream_cfg *sc, bfit_probe_result *r)
+{
+    const bfit_probe_rung *g = r->nrungs ? &r->rungs[r->recommended] : NULL;
+    int m = g ? g->m : r->largest, rc;
+
+    if (m < 1)
+        return BFIT_OK;
+    if ((rc = measure_loader(d, sc, m < 256 ? m : 256, &r->loader_rate)) != BFIT_OK)
+        return rc;
+    r->loader_threads = sc->loader_threads > 0 ? sc->loader_threads : 1;
+    if (g && g->step_s > 0 && g->wait_share < 1)
+        r->compute_rate = g->m / (g->step_s * (1 - g->wait_share));
+    r->loader_bound = r->data_bound || (r->compute_rate > 0 && r->loader_rate < r->compute_rate);
+    return BFIT_OK;
+}
+
 /* ---- `find`'s setup ------------------------------------------------------ */
 
 int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
@@ -782,6 +838,8 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
                        ? (int)bfit_dataset_count(ss.train)
                        : DEFAULT_LIMIT;
     rc = bfit_probe_run(ss.M, ss.train, &sc, &cfg->opt, &pc, res);
+    if (rc == BFIT_OK && bfit_dataset_is_images(ss.train))
+        rc = loader_verdict(ss.train, &sc, res);
 out:
     bfit_session_close(&ss);
     return rc;

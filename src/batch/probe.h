@@ -110,6 +110,11 @@ typedef struct bfit_probe_result {
                                 within tolerance of the best (bfit_probe_analyse) */
     double data_share;       /* wait share at the recommended size */
     int data_bound;          /* data_share > data_threshold: the loader is the limit */
+    /* image folders: the loader measured alone (find) */
+    int loader_threads;      /* 0: not measured (data in memory) */
+    double loader_rate;      /* samples/s the loader threads make, the training transform included */
+    double compute_rate;     /* samples/s of the recommended size's compute alone (its data wait taken out) */
+    int loader_bound;        /* the loader is slower than that compute: it bounds the speed */
 
     /* for reports */
     int threads;
