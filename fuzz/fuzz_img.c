@@ -2,6 +2,7 @@
  * header probed, then, for a header that passes, both channel rules, a
  * DCT-scaled decode, the evaluation transform and a random resized crop
  * (draws from the input's first bytes). */
+#include "batchfit.h"
 #include "data/img.h"
 #include "fuzz_util.h"
 

@@ -147,6 +147,13 @@ typedef struct bfit_find_cfg {
  * SGD with momentum 0.9, bfit_probe_cfg_default. */
 bfit_find_cfg bfit_find_cfg_default(void);
 
+/* Samples/s that the stream's loader threads (sc0's) make for takes of m
+ * with nothing else running: one take made on the spot (its buffers grow),
+ * then prefetched takes: `samples` of them, or (0) for about a second. */
+int bfit_probe_loader_rate(const bfit_dataset *d, const bfit_stream_cfg *sc0, int m, int64_t samples, double *rate);
+/* The same for find's model and data: the training stream a run would make. */
+int bfit_probe_loader_alone(const bfit_find_cfg *cfg, int take, int64_t samples, double *rate, int *threads);
+
 /* Build the model, load the data and probe (bfit_probe_run) on a new arena
  * of cfg->memory. The result is filled as far as it got, so that a model
  * that does not fit can be explained. */
