@@ -110,8 +110,17 @@ static const field fields[] = {
 #define AT(c, f, T) ((T *)((char *)(c) + (f)->off))
 
 /* Fields added after checkpoint version 2 came out: a checkpoint without
- * one is from a run that had it 0 (ints only). */
-static int added_later(const field *f) { return !strcmp(f->key, "batch_tokens") || !strcmp(f->key, "seq_max"); }
+ * one is from a run that had it 0 (ints only): token budgets, and the
+ * image folders' options. */
+static int added_later(const field *f)
+{
+    static const char *const later[] = {"batch_tokens", "seq_max", "resize", "center_crop", "random_resized_crop",
+                                        "skip_bad_images", "no_dct_scaling", "loader_threads"};
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
+        if (!strcmp(f->key, later[i]))
+            return 1;
+    return 0;
+}
 
 static void sched_text(const bfit_batch_point *p, int n, char *buf, size_t len)
 {
