@@ -335,6 +335,13 @@ BFIT_API int bfit_evaluate(const bfit_config *c, bfit_result **out);
  * device's f32 matmul rate on its best case, the practical limit a step is
  * compared with (bench/). */
 BFIT_API int bfit_profile(const bfit_config *c, bfit_result **out);
+
+/* The data's loader alone, for the model of c (find's options: model, data,
+ * augment, the image options): samples/s of training samples made in
+ * takes of `take`, over `samples` of them, with *threads loader threads
+ * (the --loader-threads default when NULL is fine). What bench/img_loader
+ * compares with PyTorch's DataLoader. */
+BFIT_API int bfit_loader_measure(const bfit_config *c, int take, int64_t samples, double *samples_per_s, int *threads);
 /* The run report: from a run's JSON-lines event log, one self-contained
  * HTML file (charts over the steps, every batch change and warning marked,
  * the configuration and the memory plan), written atomically. BFIT_EIO if

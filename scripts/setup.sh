@@ -4,6 +4,8 @@
 #   scripts/setup.sh --bench   also what bench/run.sh needs (OpenBLAS for the PyTorch peer)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev zlib1g-dev libcjson-dev libcmocka-dev
+      libturbojpeg0-dev libspng-dev # image folders: JPEG (TurboJPEG API) and PNG decoding
+      python3-pil # the image tests' oracle (PIL decodes the same files)
       python3 python3-torch dataset-fashion-mnist
       bible-kjv # the King James Bible: the `kjv` token data set (scripts/kjv.sh)
       chromium # chromium: tests/cli/report.sh renders the run report headless

@@ -82,6 +82,18 @@ static void text_fastest(const bfit_find_cfg *fc, const bfit_probe_result *r, FI
         fprintf(f, "note: the measured steps at %d vary by %.0f%% of their median: something else is using the "
                "CPU, and the medians may mislead (rerun with more --repeats, or fewer --threads)\n",
                r->rungs[noisy].m, 100 * r->rungs[noisy].spread);
+    if (r->loader_threads) {
+        char b2[32], b3[32];
+        fprintf(f, "loader: %d thread%s %s samples/s alone (decoding and transforming images); the step's "
+                "compute alone runs %s samples/s at %d: ", r->loader_threads, r->loader_threads == 1 ? " makes" : "s make",
+                bfit_thousands(r->loader_rate, b2, sizeof b2), bfit_thousands(r->compute_rate, b3, sizeof b3), rec->m);
+        if (r->loader_bound)
+            fprintf(f, "the loader bounds the speed at %s samples/s, so a batch whose compute is faster is not "
+                    "faster (give more --loader-threads, fewer --threads, or smaller images)\n",
+                    bfit_thousands(r->loader_rate, b2, sizeof b2));
+        else
+            fprintf(f, "the device bounds the speed, the loader keeps up\n");
+    }
     if (r->data_bound) {
         fprintf(f, "data: %.0f%% of a step at %d waits for samples, over the %.0f%% threshold: the loader, not the "
                "batch size, is the limit. ",

@@ -281,6 +281,38 @@ static int set_init(bfit_config *c, const bfit_opt *o, const char *v)
     return BFIT_OK;
 }
 
+/* A flag whose field is what the name says, "no-" or not ("no-dct-scaling"). */
+static int set_plain_flag(bfit_config *c, const bfit_opt *o, const char *v)
+{
+    int on;
+    if (bfit_parse_flag(v, &on) != BFIT_OK)
+        return bad(o);
+    *AT(c, o, int) = on;
+    return BFIT_OK;
+}
+
+/* "mean", "std": per-channel values, "0.485,0.456,0.406" (images: 1 or 3). */
+static int set_norm(bfit_config *c, const bfit_opt *o, const char *v)
+{
+    int is_std = !strcmp(o->name, "std"), n = 0;
+    float *dst = is_std ? c->t.img.std : c->t.img.mean;
+    char buf[256], *tok, *save = NULL;
+    double x;
+
+    if (!v || !*v || strlen(v) >= sizeof buf)
+        return bfit_fail_field(BFIT_EINVAL, field(o), "expected per-channel values like 0.485,0.456,0.406");
+    strcpy(buf, v);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == 4)
+            return bfit_fail_field(BFIT_EINVAL, field(o), "at most 4 values (one per channel), got more in '%s'", v);
+        if (bfit_parse_double(tok, is_std ? 1e-12 : -1e6, 1e6, &x) != BFIT_OK)
+            return bad(o);
+        dst[n++] = (float)x;
+    }
+    *(is_std ? &c->t.img.nstd : &c->t.img.nmean) = n;
+    return BFIT_OK;
+}
+
 /* "largest-only": find's ladder off. */
 static int set_largest_only(bfit_config *c, const bfit_opt *o, const char *v)
 {
@@ -317,6 +349,15 @@ static const bfit_opt table[] = {
     {"augment", "", F | T, set_flag, OFF(t.augment), 0, 0, NULL},
     {"no-normalize", "", F | T | E, set_flag, OFF(t.normalize), 0, 0, NULL},
     {"no-prefetch", "", F | T, set_flag, OFF(t.prefetch), 0, 0, NULL},
+    /* image folders (docs/data.md, "Image folders") */
+    {"resize", "N", F | T | E, set_int, OFF(t.img.resize), 1, 65535, NULL},
+    {"center-crop", "N", F | T | E, set_int, OFF(t.img.center_crop), 1, 65535, NULL},
+    {"random-resized-crop", "N", F | T, set_int, OFF(t.img.rrc), 1, 65535, NULL},
+    {"loader-threads", "N", F | T | E, set_int, OFF(t.img.loader_threads), 1, 1024, NULL},
+    {"skip-bad-images", "", F | T | E, set_flag, OFF(t.img.skip_bad), 0, 0, NULL},
+    {"no-dct-scaling", "", F | T | E, set_plain_flag, OFF(t.img.no_dct), 0, 0, NULL},
+    {"mean", "M,M,M", F | T | E, set_norm, 0, 0, 0, NULL},
+    {"std", "S,S,S", F | T | E, set_norm, 0, 0, 0, NULL},
     {"seq-max", "N", T, set_int, OFF(t.seq_max), 1, 1 << 24, NULL},
     {"seq", "N", P, set_int, OFF(seq), 1, 1 << 24, NULL},
     {"attention", "stored|lean", P, set_attention, 0, 0, 0, NULL},
@@ -447,7 +488,14 @@ void bfit_opt_default_text(const bfit_config *c, const bfit_opt *o, char *buf, s
         snprintf(buf, len, "%s", (*(const int *)((const char *)c + o->off) != 0) == (strncmp(n, "no-", 3) != 0) ? "yes" : "no");
     else if (o->set == set_init)
         snprintf(buf, len, "%s", c->t.init_random ? "random" : "file");
-    else if (o->set == set_largest_only)
+    else if (o->set == set_plain_flag)
+        snprintf(buf, len, "%s", *(const int *)((const char *)c + o->off) ? "yes" : "no");
+    else if (o->set == set_norm) {
+        const float *v = strcmp(n, "std") ? c->t.img.mean : c->t.img.std;
+        int k = strcmp(n, "std") ? c->t.img.nmean : c->t.img.nstd;
+        for (int i = 0; i < k; i++)
+            snprintf(buf + strlen(buf), len - strlen(buf), "%s%g", i ? "," : "", (double)v[i]);
+    } else if (o->set == set_largest_only)
         snprintf(buf, len, "%s", c->probe.ladder ? "no" : "yes");
     else if (o->set == set_batch)
         snprintf(buf, len, c->t.auto_batch ? "auto" : c->t.adaptive ? "adaptive" : "%d", c->t.batch);

@@ -162,6 +162,7 @@ int bfit_config_eval_cfg(const bfit_config *c, bfit_eval_cfg *e)
     e->memory = c->t.memory;
     e->normalize = c->t.normalize;
     e->csv_header = c->t.csv_header;
+    e->img = c->t.img;
     e->human = c->t.human;
     return BFIT_OK;
 }
@@ -192,6 +193,7 @@ int bfit_config_find_cfg(const bfit_config *c, bfit_find_cfg *f)
     f->normalize = c->t.normalize;
     f->prefetch = c->t.prefetch;
     f->augment = c->t.augment;
+    f->img = c->t.img;
     f->seed = c->t.seed;
     f->limit = c->limit;
     f->probe = c->probe;

@@ -695,6 +695,113 @@ out:
     return rc;
 }
 
+/* ---- the loader alone ------------------------------------------------------ */
+
+int bfit_probe_loader_rate(const bfit_dataset *d, const bfit_stream_cfg *sc0, int m, int64_t samples, double *rate)
+{
+    bfit_stream_cfg sc = *sc0;
+    bfit_stream *s = NULL;
+    size_t numel = (size_t)bfit_shape_numel(bfit_dataset_shape(d));
+    float *x = malloc(sizeof *x * numel * (size_t)m);
+    int32_t *y = malloc(sizeof *y * (size_t)m);
+    int64_t n = 0;
+    double t0 = 0;
+    int rc = x && y ? BFIT_OK : bfit_fail(BFIT_ENOMEM, "out of host memory measuring the loader");
+
+    sc.max_take = m;
+    sc.prefetch = 1;
+    if (rc == BFIT_OK)
+        rc = bfit_stream_new(d, &sc, &s);
+    for (int i = 0; rc == BFIT_OK && (samples ? n < samples : i < 4 || bfit_clock_mono() - t0 < 1.0); i++) {
+        int got = 0;
+        if ((rc = bfit_stream_take(s, m, x, y, &got)) == BFIT_OK && got == 0) {
+            bfit_stream_next_epoch(s);
+            rc = bfit_stream_take(s, m, x, y, &got);
+        }
+        if (i == 0)
+            t0 = bfit_clock_mono();
+        else
+            n += got;
+    }
+    *rate = rc == BFIT_OK && bfit_clock_mono() > t0 ? (double)n / (bfit_clock_mono() - t0) : 0;
+    bfit_stream_free(s);
+    free(x);
+    free(y);
+    return rc;
+}
+
+/* Which side bounds the speed at the recommended size: the loader alone
+ * against the step's compute alone. */
+static int loader_verdict(const bfit_dataset *d, const bfit_stream_cfg *sc, bfit_probe_result *r)
+{
+    const bfit_probe_rung *g = r->nrungs ? &r->rungs[r->recommended] : NULL;
+    int m = g ? g->m : r->largest, rc;
+
+    if (m < 1)
+        return BFIT_OK;
+    if ((rc = bfit_probe_loader_rate(d, sc, m < 256 ? m : 256, 0, &r->loader_rate)) != BFIT_OK)
+        return rc;
+    r->loader_threads = sc->loader_threads > 0 ? sc->loader_threads : 1;
+    if (g && g->step_s > 0 && g->wait_share < 1)
+        r->compute_rate = g->m / (g->step_s * (1 - g->wait_share));
+    r->loader_bound = r->data_bound || (r->compute_rate > 0 && r->loader_rate < r->compute_rate);
+    return BFIT_OK;
+}
+
+/* The stream of a find or a run's training: its transform and threads. */
+static void train_stream_cfg(const bfit_find_cfg *cfg, const bfit_session *ss, bfit_stream_cfg *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->seed = cfg->seed;
+    sc->shuffle = 1;
+    sc->max_take = 1;
+    sc->prefetch = cfg->prefetch;
+    if (bfit_dataset_is_images(ss->train)) { /* the training transform, as a run makes it */
+        sc->aug_rrc = cfg->img.rrc != 0;
+        sc->loader_threads = bfit_img_loader_threads(&cfg->img, cfg->threads);
+    } else
+        sc->aug_crop_pad = cfg->augment ? 2 : 0;
+    sc->aug_hflip = cfg->augment;
+    sc->norm_mean = ss->mean;
+    sc->norm_std = ss->std;
+}
+
+static void session_cfg(const bfit_find_cfg *cfg, bfit_session_cfg *sc_)
+{
+    memset(sc_, 0, sizeof *sc_);
+    sc_->model = cfg->model;
+    sc_->data = cfg->data;
+    sc_->csv_header = cfg->csv_header;
+    sc_->want_train = 1;
+    sc_->memory = cfg->memory;
+    sc_->device_name = cfg->device_name;
+    sc_->conv_algo = cfg->conv_algo;
+    sc_->precision = cfg->storage.precision;
+    sc_->threads = cfg->threads;
+    sc_->normalize = cfg->normalize;
+    sc_->seed = cfg->seed;
+    sc_->img = &cfg->img;
+}
+
+int bfit_probe_loader_alone(const bfit_find_cfg *cfg, int take, int64_t samples, double *rate, int *threads)
+{
+    bfit_session ss;
+    bfit_session_cfg sc_;
+    bfit_stream_cfg sc;
+    int rc;
+
+    memset(&ss, 0, sizeof ss);
+    session_cfg(cfg, &sc_);
+    if ((rc = bfit_session_open_model(&ss, &sc_)) == BFIT_OK && (rc = bfit_session_open_data(&ss, &sc_)) == BFIT_OK) {
+        train_stream_cfg(cfg, &ss, &sc);
+        sc.prefetch = 1;
+        *threads = sc.loader_threads > 0 ? sc.loader_threads : 1;
+        rc = bfit_probe_loader_rate(ss.train, &sc, take, samples, rate);
+    }
+    bfit_session_close(&ss);
+    return rc;
+}
+
 /* ---- `find`'s setup ------------------------------------------------------ */
 
 int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
@@ -712,18 +819,7 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
         rc = bfit_optim_cfg_check(&cfg->opt);
     if (rc != BFIT_OK)
         return rc;
-    memset(&sc_, 0, sizeof sc_);
-    sc_.model = cfg->model;
-    sc_.data = cfg->data;
-    sc_.csv_header = cfg->csv_header;
-    sc_.want_train = 1;
-    sc_.memory = cfg->memory;
-    sc_.device_name = cfg->device_name;
-    sc_.conv_algo = cfg->conv_algo;
-    sc_.precision = cfg->storage.precision;
-    sc_.threads = cfg->threads;
-    sc_.normalize = cfg->normalize;
-    sc_.seed = cfg->seed;
+    session_cfg(cfg, &sc_);
     rc = bfit_session_open_model(&ss, &sc_);
     if (rc != BFIT_OK)
         goto out;
@@ -753,15 +849,7 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
         goto out;
     if (ss.train_own)
         snprintf(res->data_note, sizeof res->data_note, "%s", bfit_dataset_note(ss.train_own));
-    memset(&sc, 0, sizeof sc);
-    sc.seed = cfg->seed;
-    sc.shuffle = 1;
-    sc.max_take = 1;
-    sc.prefetch = cfg->prefetch;
-    sc.aug_crop_pad = cfg->augment ? 2 : 0;
-    sc.aug_hflip = cfg->augment;
-    sc.norm_mean = ss.mean;
-    sc.norm_std = ss.std;
+    train_stream_cfg(cfg, &ss, &sc);
     rc = bfit_model_alloc_params(ss.M, 1);
     if (rc == BFIT_OK)
         rc = bfit_model_init_params(ss.M, cfg->seed);
@@ -777,6 +865,8 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
                        ? (int)bfit_dataset_count(ss.train)
                        : DEFAULT_LIMIT;
     rc = bfit_probe_run(ss.M, ss.train, &sc, &cfg->opt, &pc, res);
+    if (rc == BFIT_OK && bfit_dataset_is_images(ss.train))
+        rc = loader_verdict(ss.train, &sc, res);
 out:
     bfit_session_close(&ss);
     return rc;

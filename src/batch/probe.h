@@ -110,6 +110,11 @@ typedef struct bfit_probe_result {
                                 within tolerance of the best (bfit_probe_analyse) */
     double data_share;       /* wait share at the recommended size */
     int data_bound;          /* data_share > data_threshold: the loader is the limit */
+    /* image folders: the loader measured alone (find) */
+    int loader_threads;      /* 0: not measured (data in memory) */
+    double loader_rate;      /* samples/s the loader threads make, the training transform included */
+    double compute_rate;     /* samples/s of the recommended size's compute alone (its data wait taken out) */
+    int loader_bound;        /* the loader is slower than that compute: it bounds the speed */
 
     /* for reports */
     int threads;
@@ -131,6 +136,7 @@ typedef struct bfit_find_cfg {
     uint64_t memory;        /* device capacity; 0: what the device has free */
     int threads;            /* CPU threads; 0: OpenMP's setting */
     int normalize, prefetch, augment;
+    bfit_img_opts img;      /* image folders: transforms and loader threads */
     uint64_t seed;          /* init, shuffling, dropout */
     int limit;              /* 0: the training set's size (no micro-batch is larger) */
     bfit_optim_cfg opt;     /* whose state is planned and held */
@@ -140,6 +146,13 @@ typedef struct bfit_find_cfg {
 /* Defaults: fashion-mnist, normalised, prefetching, no augmentation, seed 1,
  * SGD with momentum 0.9, bfit_probe_cfg_default. */
 bfit_find_cfg bfit_find_cfg_default(void);
+
+/* Samples/s that the stream's loader threads (sc0's) make for takes of m
+ * with nothing else running: one take made on the spot (its buffers grow),
+ * then prefetched takes: `samples` of them, or (0) for about a second. */
+int bfit_probe_loader_rate(const bfit_dataset *d, const bfit_stream_cfg *sc0, int m, int64_t samples, double *rate);
+/* The same for find's model and data: the training stream a run would make. */
+int bfit_probe_loader_alone(const bfit_find_cfg *cfg, int take, int64_t samples, double *rate, int *threads);
 
 /* Build the model, load the data and probe (bfit_probe_run) on a new arena
  * of cfg->memory. The result is filled as far as it got, so that a model

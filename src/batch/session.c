@@ -92,6 +92,12 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,
                          bfit_shape_str(s->M->input, a, sizeof a), name, bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
+    if (bfit_dataset_is_images(d) && c->img && ((c->img->rrc && (c->img->rrc != s->M->input.h || c->img->rrc !=
+        s->M->input.w)) || (c->img->center_crop && (c->img->center_crop != s->M->input.h ||
+        c->img->center_crop != s->M->input.w))))
+        return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s; a crop of %d would not be: give the "
+                         "model's size to --random-resized-crop and --center-crop", c->model,
+                         bfit_shape_str(s->M->input, a, sizeof a), c->img->rrc ? c->img->rrc : c->img->center_crop);
     if (bfit_dataset_classes(d) > s->M->nclasses)
         return bfit_fail(BFIT_EINVAL, "%s: the model has %d class scores but the data set %s has %d classes", c->model,
                          s->M->nclasses, name, bfit_dataset_classes(d));
@@ -106,10 +112,18 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
     o.header = c->csv_header == BFIT_CSV_HEADER_YES ? 1 : c->csv_header == BFIT_CSV_HEADER_NO ? 0 : -1;
     o.seq = s->M->input_dtype == BFIT_I32 ? s->M->input.d[0] : 0; /* token data: the model's T */
     o.lines = c->seq_max > 0;
+    if (s->M->input.nd == 3 && s->M->input_dtype != BFIT_I32) { /* images are made to the model's shape */
+        o.img_c = s->M->input.c, o.img_h = s->M->input.h, o.img_w = s->M->input.w;
+    }
+    if (c->img) {
+        o.img_resize = c->img->resize;
+        o.img_no_dct = c->img->no_dct;
+        o.img_skip_bad = c->img->skip_bad;
+    }
 
     s->train = c->given_train;
     s->test = c->given_test;
-    if (!s->train && (c->want_train || (c->normalize && !c->given_mean))) {
+    if (!s->train && (c->want_train || (c->normalize && !c->given_mean && !(c->img && (c->img->nmean || c->img->nstd))))) {
         rc = synthetic ? synthetic_data(s->M, c->seed, &s->train_own) : bfit_dataset_load(c->data, 1, op, &s->train_own);
         if (rc != BFIT_OK)
             return rc;
@@ -135,6 +149,15 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
         s->std = calloc((size_t)ch, sizeof *s->std);
         if (!s->mean || !s->std)
             return bfit_fail(BFIT_ENOMEM, "out of host memory");
+        if (!c->given_mean && c->img && (c->img->nmean || c->img->nstd)) {
+            if (c->img->nmean != ch || c->img->nstd != ch)
+                return bfit_fail_field(BFIT_EINVAL, c->img->nmean != ch ? "mean" : "std", "%d mean and %d std "
+                                       "values for a model input of %d channels: give one of each per channel",
+                                       c->img->nmean, c->img->nstd, ch);
+            memcpy(s->mean, c->img->mean, sizeof *s->mean * (size_t)ch);
+            memcpy(s->std, c->img->std, sizeof *s->std * (size_t)ch);
+            return BFIT_OK;
+        }
         if (c->given_mean) {
             memcpy(s->mean, c->given_mean, sizeof *s->mean * (size_t)ch);
             memcpy(s->std, c->given_std, sizeof *s->std * (size_t)ch);

@@ -26,6 +26,7 @@ typedef struct bfit_session_cfg {
     int normalize;                            /* per-channel mean/std of the training split */
     const float *given_mean, *given_std;      /* normalise with these (C values each) instead */
     uint64_t seed;                            /* synthetic data */
+    const bfit_img_opts *img;                 /* image folders' options (NULL: defaults) */
     int seq_max;                              /* token models: variable-length lines of at most this many
                                                  tokens (the model's length); 0: fixed windows */
 } bfit_session_cfg;

@@ -17,6 +17,8 @@ static void help(void)
          "  --weights FILE      safetensors weights\n"
          "  --data NAME|PATH    fashion-mnist (default): its test split; an MNIST-format\n"
          "                      directory: its t10k files; a CSV file: the whole file\n"
+         "Image folders (docs/data.md): --resize N, --center-crop N, --mean M,M,M --std S,S,S,\n"
+         "  --loader-threads N, --skip-bad-images, --no-dct-scaling (as train's)\n"
          "  --csv-header yes|no|auto   whether a CSV file's first row is a header (default\n"
          "                      auto: yes when it holds only names, no when only numbers)\n"
          "  --eval-batch N      evaluation micro-batch (default 1000, or what fits);\n"
@@ -35,6 +37,9 @@ static void help(void)
 }
 
 static const struct option opts[] = {
+    {"resize", required_argument, 0, 1}, {"center-crop", required_argument, 0, 1},
+    {"loader-threads", required_argument, 0, 1}, {"skip-bad-images", no_argument, 0, 1},
+    {"no-dct-scaling", no_argument, 0, 1}, {"mean", required_argument, 0, 1}, {"std", required_argument, 0, 1},
     {"model", required_argument, 0, 1},     {"weights", required_argument, 0, 1},
     {"data", required_argument, 0, 1},       {"batch", required_argument, 0, 1},
     {"samples", required_argument, 0, 1}, {"memory", required_argument, 0, 1},

@@ -31,6 +31,19 @@ static void help(void)
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, a CSV file, or synthetic\n"
          "                        (random samples of the model's input shape)\n"
+         "Image folders (--data DIR of class folders of .jpg/.jpeg/.png, or a list file of\n"
+         "path,label lines; docs/data.md):\n"
+         "  --resize N            evaluation: shorter side to N, then the centre crop\n"
+         "                        (default: the model's size)\n"
+         "  --center-crop N       evaluation: the centre N x N (the model's size)\n"
+         "  --random-resized-crop N   training: torchvision's RandomResizedCrop(N) (the\n"
+         "                        model's size); --augment adds the horizontal flip\n"
+         "  --mean M,M,M --std S,S,S  normalise by these (default: the training set's)\n"
+         "  --loader-threads N    threads decoding images (default: the cores the compute\n"
+         "                        threads leave, at least 1)\n"
+         "  --skip-bad-images     skip and count unreadable files instead of failing\n"
+         "  --no-dct-scaling      decode JPEGs whole (default: at 1/2, 1/4, 1/8 when the\n"
+         "                        output needs no more)\n"
          "  --csv-header yes|no|auto   whether a CSV file's first row is a header\n"
          "                        (default auto: yes when it holds only names)\n"
          "  --augment             random crop and flip of images, as in training\n"
@@ -74,6 +87,10 @@ static void help(void)
 }
 
 static const struct option opts[] = {
+    {"resize", required_argument, 0, 1}, {"center-crop", required_argument, 0, 1},
+    {"random-resized-crop", required_argument, 0, 1}, {"loader-threads", required_argument, 0, 1},
+    {"skip-bad-images", no_argument, 0, 1}, {"no-dct-scaling", no_argument, 0, 1},
+    {"mean", required_argument, 0, 1}, {"std", required_argument, 0, 1},
     {"model", required_argument, 0, 1},       {"data", required_argument, 0, 1},
     {"augment", no_argument, 0, 1},          {"no-normalize", no_argument, 0, 1},
     {"no-prefetch", no_argument, 0, 1},  {"memory", required_argument, 0, 1},

@@ -29,9 +29,14 @@ typedef struct bfit_data_opts {
     int seq;       /* token data (a token file, or a .txt file as bytes): tokens per sample, the
                       model's T; 0 for other data */
     int lines;     /* text: samples are its lines, of at most seq tokens, padded (variable length) */
+    /* image folders and list files (docs/data.md, "Image folders"): */
+    int img_c, img_h, img_w; /* the model's input: samples are made to this shape */
+    int img_resize;          /* evaluation: shorter side to this before the centre crop; 0: the crop's */
+    int img_no_dct;          /* 1: JPEGs always decoded whole (no DCT scaling) */
+    int img_skip_bad;        /* a bad file is skipped (the next good one), counted, not an error */
 } bfit_data_opts;
 
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0}
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* How a run, an evaluation or find takes a CSV file's first row. Auto: a
  * header when it holds only names, data when it holds only numbers, an
@@ -44,6 +49,8 @@ const char *bfit_csv_header_name(bfit_csv_header h);
 /* Load a data set by name or path; o may be NULL (BFIT_DATA_OPTS_INIT).
  * spec is one of:
  *   "fashion-mnist"          the installed set in /usr/share/datasets/fashion-mnist
+ *   a directory of folders   images, one folder per class (bfit_dataset_load_images)
+ *   a list file              `path,label` lines naming .jpg/.jpeg/.png files
  *   a directory              MNIST layout: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
  *   "IMAGES,LABELS"          an explicit pair of IDX files
  *   a token file             ids in llm.c's format (docs/data.md), samples of opts->seq tokens
@@ -110,6 +117,36 @@ int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, cons
  * data set and not change under it. source names it in messages and logs. */
 int bfit_dataset_borrow_floats(const char *source, bfit_shape shape, int64_t count, const float *x,
                                const int32_t *y, bfit_dataset **out);
+
+/* ---- image folders (src/data/img_*.c; docs/data.md, "Image folders") ------- */
+/* The options of image folders, as a run, an evaluation and find take them. */
+typedef struct bfit_img_opts {
+    int resize;          /* evaluation: Resize(this) before the centre crop; 0: the model's size */
+    int center_crop;     /* evaluation: CenterCrop(this); 0 or the model's size */
+    int rrc;             /* training: RandomResizedCrop(this) (the model's size); 0: the evaluation transform */
+    int loader_threads;  /* threads decoding samples; 0: what the machine spares beside the compute threads */
+    int skip_bad;        /* bad files skipped and counted instead of failing */
+    int no_dct;          /* JPEGs decoded whole always */
+    int nmean, nstd;     /* given normalisation: mean[nmean], std[nstd] (0: the training set's) */
+    float mean[4], std[4];
+} bfit_img_opts;
+/* The loader threads for opts: as given, else the cores less the compute
+ * threads (at least 1). */
+int bfit_img_loader_threads(const bfit_img_opts *o, int compute_threads);
+
+/* A folder of class folders holding .jpg/.jpeg/.png files, or a list file
+ * of `path,label` lines (label: a class index or a name), numbered as
+ * torchvision's ImageFolder does. Only the paths are read here; samples
+ * are decoded and transformed to o->img_c x img_h x img_w when taken.
+ * BFIT_EIO / BFIT_EFORMAT naming the folder or file:line. */
+int bfit_dataset_load_images(const char *spec, const bfit_data_opts *o, bfit_dataset **out);
+int bfit_dataset_is_images(const bfit_dataset *d);
+/* Class c's name (a folder's name, a list's label), NULL if not images. */
+const char *bfit_dataset_class_name(const bfit_dataset *d, int c);
+/* The file of sample i (dataset order), NULL if not images. */
+const char *bfit_dataset_image_path(const bfit_dataset *d, int64_t i);
+/* Bad files skipped so far (--skip-bad-images). */
+int64_t bfit_dataset_images_skipped(const bfit_dataset *d);
 
 /* ---- token data (src/data/tokens.c; docs/data.md) ------------------------- */
 #define BFIT_TOKENS_MAGIC 20240520 /* llm.c's: header[0] of a token file */
@@ -196,6 +233,8 @@ typedef struct bfit_stream_cfg {
     int prefetch;           /* 1: a background thread prepares the next take */
     int aug_crop_pad;       /* images: random crop after zero padding by this many pixels */
     int aug_hflip;          /* images: flip left-right with probability 1/2 */
+    int aug_rrc;            /* image folders: RandomResizedCrop instead of resize + centre crop */
+    int loader_threads;     /* threads making samples (with prefetch); 0: one */
     const float *norm_mean; /* shape.c values, copied; NULL: no normalisation */
     const float *norm_std;  /* shape.c values, each > 0; NULL together with norm_mean */
 } bfit_stream_cfg;
@@ -239,7 +278,14 @@ int64_t bfit_stream_remaining(const bfit_stream *s);
  * samples or making them): the data side of a bottleneck report. */
 double bfit_stream_wait_seconds(const bfit_stream *s);
 
-/* Stops the prefetch thread and frees the stream (not the data set). */
+/* How many times the stream's decoding buffers grew (all threads): after
+ * the first samples of the largest size, 0 more per take (the test of "no
+ * allocation per sample"). */
+int64_t bfit_stream_scratch_grown(const bfit_stream *s);
+/* Loader threads running (0: samples are made by the caller). */
+int bfit_stream_loader_threads(const bfit_stream *s);
+
+/* Stops the loader threads and frees the stream (not the data set). */
 void bfit_stream_free(bfit_stream *s);
 
 #endif

@@ -5,6 +5,21 @@
 #define BFIT_DATA_INT_H
 
 #include "data/data.h"
+#include "data/img.h"
+
+#include <stdatomic.h>
+
+/* An image-folder data set: paths and class names, decoded on demand. */
+typedef struct bfit_imgset {
+    char *paths;          /* every path, NUL-terminated, one buffer */
+    int64_t *off;         /* count offsets into paths */
+    char *names;          /* class names, NUL-terminated, one buffer */
+    int64_t *name_off;    /* nclasses offsets into names */
+    bfit_img_tf tf;       /* the evaluation transform; streams switch rrc and hflip on */
+    int skip_bad;         /* a bad file: the next good one instead, counted */
+    atomic_llong skipped; /* bad files met (and skipped) so far */
+    int64_t other;        /* files of other types in the folder, ignored */
+} bfit_imgset;
 
 struct bfit_dataset {
     char *source;     /* path or name, for messages and logs */
@@ -21,6 +36,7 @@ struct bfit_dataset {
     int32_t *lens;    /*   to seq with id 0 and label -1; NULL: fixed windows */
     char note[160];   /* what the loader decided (a CSV's header), "" if nothing */
     int borrowed;     /* f32 and labels are the caller's (bfit_dataset_borrow_floats): not freed */
+    bfit_imgset *img; /* an image folder (img_folder.c), or NULL */
 };
 
 /* A data set with everything but the sample and label arrays, which the
@@ -37,6 +53,7 @@ typedef struct bfit_sample_fn {
     const bfit_dataset *d;
     uint64_t seed;
     int crop_pad, hflip;
+    int rrc;           /* images: RandomResizedCrop (the training transform) */
     const float *lut;  /* u8 data: shape.c * 256 ready values (scaled, normalised) */
     const float *mean; /* f32 data: shape.c values, or NULL */
     const float *std;
@@ -44,5 +61,25 @@ typedef struct bfit_sample_fn {
 
 /* Write dataset sample idx, as seen in epoch, into out (numel floats). */
 void bfit_data_sample(const bfit_sample_fn *f, int64_t epoch, int64_t idx, float *out);
+
+/* The key of sample idx's augmentation draws in epoch. */
+uint64_t bfit_data_aug_key(uint64_t seed, int64_t epoch, int64_t idx);
+
+/* ---- image folders (img_folder.c, img_sample.c) ------------------------------- */
+/* 1 if name ends in .jpg, .jpeg or .png (any case). */
+int bfit_img_ext_ok(const char *name);
+/* 1 if path is a list file of `path,label` lines naming images. */
+int bfit_img_is_list(const char *path);
+/* Image sample idx of epoch into out (numel floats, normalised by f->lut)
+ * with its label; s is the calling thread's scratch. A bad file is an
+ * error naming it, or with skip_bad the next good file in data-set order
+ * (counted in img->skipped). */
+int bfit_img_sample(const bfit_sample_fn *f, bfit_img_scratch *s, int64_t epoch, int64_t idx, float *out,
+                    int32_t *label);
+/* Per-channel mean and std of pixels / 255 over the evaluation transform
+ * of up to BFIT_IMG_STATS_SAMPLES samples spread evenly over the set. */
+#define BFIT_IMG_STATS_SAMPLES 1000
+int bfit_img_norm_stats(const bfit_dataset *d, float *mean, float *std);
+void bfit_imgset_free(bfit_imgset *g);
 
 #endif

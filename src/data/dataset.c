@@ -4,6 +4,7 @@
 #include "data/data_int.h"
 #include "base/err.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +50,7 @@ void bfit_dataset_free(bfit_dataset *d)
     free(d->ids);
     free(d->starts);
     free(d->lens);
+    bfit_imgset_free(d->img);
     free(d->source);
     free(d);
 }
@@ -199,6 +201,8 @@ int bfit_dataset_norm_stats(const bfit_dataset *d, float *mean, float *std)
 {
     if (!d || !mean || !std)
         return bfit_fail(BFIT_EINVAL, "norm_stats: NULL argument");
+    if (d->img)
+        return bfit_img_norm_stats(d, mean, std);
     if (d->u8)
         u8_stats(d, mean, std);
     else
@@ -258,6 +262,23 @@ static int find_idx(const char *dir, const char *prefix, const char *kind, const
     }
     return bfit_fail(BFIT_EIO, "no %s file for the %s set: tried %s", kind,
                      strcmp(prefix, "train") == 0 ? "training" : "test", tried);
+}
+
+/* 1 if dir holds a folder (not hidden): an image folder, not MNIST files. */
+static int has_subfolder(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    struct dirent *de;
+    char path[4096];
+    struct stat st;
+    int yes = 0;
+
+    while (dp && !yes && (de = readdir(dp)))
+        yes = de->d_name[0] != '.' && snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < (int)sizeof path &&
+              stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (dp)
+        closedir(dp);
+    return yes;
 }
 
 static int load_dir(const char *dir, int train, int nclasses, bfit_dataset **out)
@@ -332,7 +353,9 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
         return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give fashion-mnist, an MNIST-format "
                          "directory, IMAGES,LABELS IDX files, or a CSV file", spec, strerror(errno));
     if (S_ISDIR(st.st_mode))
-        return load_dir(spec, train, o->nclasses, out);
+        return has_subfolder(spec) ? bfit_dataset_load_images(spec, o, out) : load_dir(spec, train, o->nclasses, out);
+    if (bfit_img_is_list(spec))
+        return bfit_dataset_load_images(spec, o, out);
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->seq, out);
     if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)

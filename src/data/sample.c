@@ -43,6 +43,11 @@ void bfit_data_permute(uint64_t seed, int64_t epoch, int64_t n, int32_t *perm)
     }
 }
 
+uint64_t bfit_data_aug_key(uint64_t seed, int64_t epoch, int64_t idx)
+{
+    return mix64(key(seed, epoch, DOMAIN_AUG) + (uint64_t)idx * GOLDEN);
+}
+
 /* Value of stored element v of channel c, as the model sees it. */
 static float f32_value(const bfit_sample_fn *f, int c, float v)
 {
@@ -66,7 +71,7 @@ void bfit_data_sample(const bfit_sample_fn *f, int64_t epoch, int64_t idx, float
         return;
     }
     if (f->crop_pad || f->hflip) {
-        uint64_t r = mix64(key(f->seed, epoch, DOMAIN_AUG) + (uint64_t)idx * GOLDEN);
+        uint64_t r = bfit_data_aug_key(f->seed, epoch, idx);
         uint64_t span = 2 * (uint64_t)f->crop_pad + 1;
         dy = (int)((r & 0xffffffu) % span) - f->crop_pad;
         dx = (int)(((r >> 24) & 0xffffffu) % span) - f->crop_pad;

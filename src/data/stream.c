@@ -1,11 +1,16 @@
 /* stream.c - the sample stream: a cursor (epoch, position) over a per-epoch
- * order, takes of any size, and a prefetch thread.
+ * order, takes of any size, and loader threads.
  *
- * The prefetch thread guesses that the next take asks for as many samples as
- * the last one and prepares them in a staging buffer. Since a sample depends
- * only on (seed, epoch, index), whatever part of the guess matches the real
- * take is used and the rest is made on the spot: the data are the same with
- * and without prefetching, and a wrong guess costs only time.
+ * A take's samples are made by a job that the loader threads share: each
+ * claims the next samples of the job (one at a time for images, in chunks
+ * for samples already in memory) and writes them in place, with its own
+ * decoding buffers (so a sample allocates nothing once they have grown).
+ * With prefetching, the next take is guessed to ask for as many samples as
+ * the last one and is made into a staging buffer while the caller computes:
+ * one take ahead, no more. Since a sample depends only on (seed, epoch,
+ * index), whatever part of the guess matches the real take is used and the
+ * rest is made on the spot (the caller's thread helping): the data are the
+ * same with and without prefetching, with any number of threads.
  */
 #include "data/data_int.h"
 #include "base/clock.h"
@@ -13,11 +18,21 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { JOB_NONE, JOB_PENDING, JOB_RUNNING, JOB_DONE };
+enum { JOB_NONE, JOB_RUNNING, JOB_DONE };
+
+/* Samples [0, n) from cursor at into x, y. */
+typedef struct job {
+    int state;
+    bfit_cursor at;
+    int n, next, active; /* claimed up to next; threads making samples now */
+    float *x;
+    int32_t *y;
+    int rc, err_k;       /* the first failure and its sample (n if none) */
+    bfit_err_state err;
+} job;
 
 struct bfit_stream {
     const bfit_dataset *d;
@@ -32,27 +47,37 @@ struct bfit_stream {
     bfit_cursor cur;
     int last_n;
     double wait_s;
+    int chunk;               /* samples a thread claims at once */
+    bfit_img_scratch own;    /* the caller's decoding buffers */
 
-    /* prefetch: the worker owns px/py while job is PENDING or RUNNING */
-    int threaded;
-    pthread_t thread;
+    /* loader threads: they own px/py while the job is a prefetch and running */
+    int nthreads;
+    pthread_t *threads;
+    bfit_img_scratch *scratch; /* one per thread */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int quit, job, job_n, job_got;
-    bfit_cursor job_at;
-    atomic_int cancel;
+    int quit, sync_ok;
+    job job;
     float *px;
     int32_t *py;
 };
 
-/* Make n samples from cursor at into x, y; stop early (returning how many
- * were made) if *cancel is raised. Assumes perm is the order of at.epoch. */
-static int produce(const bfit_stream *s, bfit_cursor at, int n, float *x, int32_t *y, atomic_int *cancel)
+/* Make samples [k0, k1) of the take at cursor at into x, y (sample k at
+ * x + k * numel); the first failing sample's index in *bad. Assumes perm
+ * is the order of at.epoch. */
+static int produce(const bfit_stream *s, bfit_img_scratch *sc, bfit_cursor at, int k0, int k1, float *x,
+                   int32_t *y, int *bad)
 {
-    for (int k = 0; k < n; k++) {
-        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed))
-            return k;
+    for (int k = k0; k < k1; k++) {
         int64_t idx = s->perm ? s->perm[at.pos + k] : at.pos + k;
+        if (s->d->img) {
+            int rc = bfit_img_sample(&s->fn, sc, at.epoch, idx, x + k * s->numel, y + k);
+            if (rc != BFIT_OK) {
+                *bad = k;
+                return rc;
+            }
+            continue;
+        }
         if (s->d->starts) { /* a line's next ids, then -1 (padding) */
             int32_t *yk = y + (size_t)k * (size_t)s->nlab;
             memcpy(yk, s->d->ids + s->d->starts[idx] + 1, sizeof *y * (size_t)s->d->lens[idx]);
@@ -64,76 +89,140 @@ static int produce(const bfit_stream *s, bfit_cursor at, int n, float *x, int32_
             y[k] = s->d->labels[idx];
         bfit_data_sample(&s->fn, at.epoch, idx, x + k * s->numel);
     }
-    return n;
+    return BFIT_OK;
+}
+
+/* Claim and make chunks of the running job until none is left; called
+ * and returns with mu held. */
+static void work(bfit_stream *s, bfit_img_scratch *sc)
+{
+    job *j = &s->job;
+
+    while (j->state == JOB_RUNNING && j->next < j->n) {
+        int k0 = j->next, k1 = k0 + s->chunk < j->n ? k0 + s->chunk : j->n, bad = k1, rc;
+        bfit_cursor at = j->at;
+        float *x = j->x;
+        int32_t *y = j->y;
+        j->next = k1;
+        j->active++;
+        pthread_mutex_unlock(&s->mu);
+        rc = produce(s, sc, at, k0, k1, x, y, &bad);
+        pthread_mutex_lock(&s->mu);
+        j->active--;
+        if (rc != BFIT_OK && bad < j->err_k) {
+            j->rc = rc;
+            j->err_k = bad;
+            bfit_err_save(&j->err);
+            j->next = j->n; /* the rest is not needed */
+        }
+        if (j->next >= j->n && j->active == 0) {
+            j->state = JOB_DONE;
+            pthread_cond_broadcast(&s->cv);
+        }
+    }
 }
 
 static void *worker(void *arg)
 {
-    bfit_stream *s = arg;
+    bfit_stream *s = ((void **)arg)[0];
+    bfit_img_scratch *sc = ((void **)arg)[1];
 
+    free(arg);
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->quit && s->job != JOB_PENDING)
+        while (!s->quit && !(s->job.state == JOB_RUNNING && s->job.next < s->job.n))
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->quit)
             break;
-        s->job = JOB_RUNNING;
-        bfit_cursor at = s->job_at;
-        int n = s->job_n;
-        pthread_mutex_unlock(&s->mu);
-        int got = produce(s, at, n, s->px, s->py, &s->cancel);
-        pthread_mutex_lock(&s->mu);
-        s->job_got = got;
-        s->job = JOB_DONE;
-        pthread_cond_broadcast(&s->cv);
+        work(s, sc);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
-/* Ask the worker for n samples from the current cursor. */
+/* Start a job of n samples from cursor at into x, y. Needs mu held and
+ * no job running. */
+static void start_job(bfit_stream *s, bfit_cursor at, int n, float *x, int32_t *y)
+{
+    s->job = (job){JOB_RUNNING, at, n, 0, 0, x, y, BFIT_OK, n, {{0}, {0}}};
+    pthread_cond_broadcast(&s->cv);
+}
+
+/* Ask the threads for n samples from the current cursor, ahead of time. */
 static void post(bfit_stream *s, int n)
 {
     pthread_mutex_lock(&s->mu);
-    s->job_at = s->cur;
-    s->job_n = n;
-    s->job = JOB_PENDING;
-    pthread_cond_broadcast(&s->cv);
+    start_job(s, s->cur, n, s->px, s->py);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Throw away any prefetched work; on return the worker is idle. */
+/* Stop the running job (no more claims) and wait for its claimed samples;
+ * on return the threads are idle. Needs mu held. */
+static void stop_job(bfit_stream *s)
+{
+    if (s->job.state == JOB_RUNNING)
+        s->job.next = s->job.n;
+    while (s->job.active > 0)
+        pthread_cond_wait(&s->cv, &s->mu);
+    s->job.state = JOB_NONE;
+}
+
+/* Throw away any prefetched work. */
 static void discard(bfit_stream *s)
 {
-    if (!s->threaded)
+    if (!s->nthreads)
         return;
     pthread_mutex_lock(&s->mu);
-    if (s->job == JOB_PENDING)
-        s->job = JOB_NONE;
-    atomic_store(&s->cancel, 1);
-    while (s->job == JOB_RUNNING)
-        pthread_cond_wait(&s->cv, &s->mu);
-    atomic_store(&s->cancel, 0);
-    s->job = JOB_NONE;
+    stop_job(s);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Copy what the finished job made for the current cursor (at most m
- * samples) into x, y; return how many. */
-static int collect(bfit_stream *s, int m, float *x, int32_t *y)
+/* Make n samples from cursor at into x, y now, the threads and the caller
+ * together. */
+static int make_now(bfit_stream *s, bfit_cursor at, int n, float *x, int32_t *y)
 {
-    int use = 0;
+    int rc, bad = n;
+
+    if (!s->nthreads)
+        return produce(s, &s->own, at, 0, n, x, y, &bad);
+    pthread_mutex_lock(&s->mu);
+    start_job(s, at, n, x, y);
+    work(s, &s->own);
+    while (s->job.state == JOB_RUNNING)
+        pthread_cond_wait(&s->cv, &s->mu);
+    rc = s->job.rc;
+    if (rc != BFIT_OK)
+        bfit_err_restore(&s->job.err);
+    s->job.state = JOB_NONE;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Copy what the prefetch made for the current cursor (at most m samples)
+ * into x, y; *used gets how many. A failure among them is returned. */
+static int collect(bfit_stream *s, int m, float *x, int32_t *y, int *used)
+{
+    int use = 0, rc = BFIT_OK;
 
     pthread_mutex_lock(&s->mu);
-    while (s->job == JOB_PENDING || s->job == JOB_RUNNING)
+    while (s->job.state == JOB_RUNNING)
         pthread_cond_wait(&s->cv, &s->mu);
-    if (s->job == JOB_DONE && s->job_at.epoch == s->cur.epoch && s->job_at.pos == s->cur.pos)
-        use = m < s->job_got ? m : s->job_got;
-    s->job = JOB_NONE;
+    if (s->job.state == JOB_DONE && s->job.x == s->px && s->job.at.epoch == s->cur.epoch &&
+        s->job.at.pos == s->cur.pos) {
+        use = m < s->job.n ? m : s->job.n;
+        if (s->job.err_k < use) {
+            rc = s->job.rc;
+            bfit_err_restore(&s->job.err);
+        }
+    }
+    s->job.state = JOB_NONE;
     pthread_mutex_unlock(&s->mu);
+    if (rc != BFIT_OK)
+        return rc;
     memcpy(x, s->px, (size_t)use * (size_t)s->numel * sizeof *x);
     memcpy(y, s->py, (size_t)use * (size_t)s->nlab * sizeof *y);
-    return use;
+    *used = use;
+    return BFIT_OK;
 }
 
 static int by_key_desc(const void *a, const void *b)
@@ -183,6 +272,13 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
     if ((cfg->aug_crop_pad || cfg->aug_hflip) && sh.h == 1 && sh.w == 1)
         return bfit_fail(BFIT_EINVAL, "augmentation (crop, flip) needs images; %s has vectors of %d features",
                          d->source, sh.c);
+    if (d->img && cfg->aug_crop_pad)
+        return bfit_fail(BFIT_EINVAL, "%s is an image folder: its augmentations are a random resized crop and "
+                         "a flip, not a padded crop", d->source);
+    if (cfg->aug_rrc && !d->img)
+        return bfit_fail(BFIT_EINVAL, "a random resized crop needs an image folder; %s is not one", d->source);
+    if (cfg->loader_threads < 0 || cfg->loader_threads > 1024)
+        return bfit_fail(BFIT_EINVAL, "stream: %d loader threads, allowed 0..1024", cfg->loader_threads);
     if (cfg->aug_crop_pad < 0 || cfg->aug_crop_pad > sh.h || cfg->aug_crop_pad > sh.w)
         return bfit_fail(BFIT_EINVAL, "crop padding %d out of range: allowed 0..%d for %dx%d images",
                          cfg->aug_crop_pad, sh.h < sh.w ? sh.h : sh.w, sh.h, sh.w);
@@ -205,7 +301,7 @@ static int make_tables(bfit_stream *s)
     const int C = s->d->shape.c;
     const bfit_stream_cfg *cfg = &s->cfg;
 
-    if (s->d->u8) {
+    if (s->d->u8 || s->d->img) {
         s->lut = malloc((size_t)C * 256 * sizeof *s->lut);
         if (!s->lut)
             return BFIT_ENOMEM;
@@ -224,15 +320,25 @@ static int make_tables(bfit_stream *s)
     }
     s->cfg.norm_mean = s->mean; /* the caller's arrays need not outlive us */
     s->cfg.norm_std = s->std;
-    s->fn = (bfit_sample_fn){s->d, cfg->seed, cfg->aug_crop_pad, cfg->aug_hflip, s->lut, s->mean, s->std};
+    s->fn = (bfit_sample_fn){s->d, cfg->seed, cfg->aug_crop_pad, cfg->aug_hflip, cfg->aug_rrc, s->lut, s->mean, s->std};
     return BFIT_OK;
 }
 
-static int start_prefetch(bfit_stream *s)
+/* The loader threads (cfg.loader_threads, at least one with prefetching)
+ * and, with prefetching, the staging buffers of the next take. */
+static int start_threads(bfit_stream *s)
 {
-    s->px = malloc((size_t)s->cfg.max_take * (size_t)s->numel * sizeof *s->px);
-    s->py = malloc((size_t)s->cfg.max_take * (size_t)s->nlab * sizeof *s->py);
-    if (!s->px || !s->py)
+    int n = s->cfg.loader_threads > 0 ? s->cfg.loader_threads : 1;
+
+    if (s->cfg.prefetch) {
+        s->px = malloc((size_t)s->cfg.max_take * (size_t)s->numel * sizeof *s->px);
+        s->py = malloc((size_t)s->cfg.max_take * (size_t)s->nlab * sizeof *s->py);
+        if (!s->px || !s->py)
+            return BFIT_ENOMEM;
+    }
+    s->threads = calloc((size_t)n, sizeof *s->threads);
+    s->scratch = calloc((size_t)n, sizeof *s->scratch);
+    if (!s->threads || !s->scratch)
         return BFIT_ENOMEM;
     if (pthread_mutex_init(&s->mu, NULL))
         return BFIT_ESTATE;
@@ -240,12 +346,17 @@ static int start_prefetch(bfit_stream *s)
         pthread_mutex_destroy(&s->mu);
         return BFIT_ESTATE;
     }
-    if (pthread_create(&s->thread, NULL, worker, s)) {
-        pthread_cond_destroy(&s->cv);
-        pthread_mutex_destroy(&s->mu);
-        return BFIT_ESTATE;
+    s->sync_ok = 1;
+    for (; s->nthreads < n; s->nthreads++) {
+        void **arg = malloc(2 * sizeof *arg);
+        if (!arg)
+            return BFIT_ENOMEM;
+        arg[0] = s, arg[1] = &s->scratch[s->nthreads];
+        if (pthread_create(&s->threads[s->nthreads], NULL, worker, arg)) {
+            free(arg);
+            return BFIT_ESTATE;
+        }
     }
-    s->threaded = 1;
     return BFIT_OK;
 }
 
@@ -268,7 +379,6 @@ int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stre
     s->numel = bfit_shape_numel(d->shape);
     s->nlab = bfit_dataset_label_len(d);
     s->perm_epoch = -1;
-    atomic_init(&s->cancel, 0);
     rc = make_tables(s);
     if (rc)
         goto out_fail;
@@ -284,7 +394,8 @@ int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stre
         }
     }
     set_epoch(s, 0);
-    if (cfg->prefetch && (rc = start_prefetch(s)))
+    s->chunk = d->img ? 1 : 64;
+    if ((cfg->prefetch || cfg->loader_threads > 1) && (rc = start_threads(s)))
         goto out_fail;
     *out = s;
     return BFIT_OK;
@@ -293,14 +404,14 @@ out_fail:
     if (rc == BFIT_ENOMEM)
         return bfit_fail(rc, "out of host memory for a stream over %lld samples (max_take %d)",
                          (long long)d->count, cfg->max_take);
-    return bfit_fail(rc, "cannot start the prefetch thread");
+    return bfit_fail(rc, "cannot start the loader threads");
 }
 
 int bfit_stream_take(bfit_stream *s, int n, float *x, int32_t *y, int *got)
 {
     double t0 = bfit_clock_mono();
     int64_t rem;
-    int m, done = 0;
+    int m, done = 0, rc = BFIT_OK;
 
     if (got)
         *got = 0;
@@ -310,19 +421,21 @@ int bfit_stream_take(bfit_stream *s, int n, float *x, int32_t *y, int *got)
         return bfit_fail(BFIT_EINVAL, "stream_take: n = %d, allowed 1..%d (max_take)", n, s->cfg.max_take);
     rem = s->d->count - s->cur.pos;
     m = rem < n ? (int)rem : n;
-    if (s->threaded)
-        done = collect(s, m, x, y);
-    if (done < m) {
+    if (s->px)
+        rc = collect(s, m, x, y, &done);
+    if (rc == BFIT_OK && done < m) {
         bfit_cursor at = {s->cur.epoch, s->cur.pos + done};
-        produce(s, at, m - done, x + done * s->numel, y + (size_t)done * (size_t)s->nlab, NULL);
+        rc = make_now(s, at, m - done, x + done * s->numel, y + (size_t)done * (size_t)s->nlab);
     }
-    s->cur.pos += m;
-    s->last_n = n;
-    if (s->threaded && s->cur.pos < s->d->count)
-        post(s, rem - m < n ? (int)(rem - m) : n);
-    *got = m;
+    if (rc == BFIT_OK) {
+        s->cur.pos += m;
+        s->last_n = n;
+        if (s->px && s->cur.pos < s->d->count)
+            post(s, rem - m < n ? (int)(rem - m) : n);
+        *got = m;
+    }
     s->wait_s += bfit_clock_mono() - t0;
-    return BFIT_OK;
+    return rc;
 }
 
 void bfit_stream_next_epoch(bfit_stream *s)
@@ -331,7 +444,7 @@ void bfit_stream_next_epoch(bfit_stream *s)
     s->cur.epoch++;
     s->cur.pos = 0;
     set_epoch(s, s->cur.epoch);
-    if (s->threaded && s->last_n > 0)
+    if (s->px && s->last_n > 0)
         post(s, s->last_n < s->d->count ? s->last_n : (int)s->d->count);
 }
 
@@ -362,20 +475,36 @@ int64_t bfit_stream_remaining(const bfit_stream *s) { return s->d->count - s->cu
 
 double bfit_stream_wait_seconds(const bfit_stream *s) { return s->wait_s; }
 
+int64_t bfit_stream_scratch_grown(const bfit_stream *s)
+{
+    int64_t g = s->own.grown;
+    for (int i = 0; s->scratch && i < s->nthreads; i++)
+        g += s->scratch[i].grown;
+    return g;
+}
+
+int bfit_stream_loader_threads(const bfit_stream *s) { return s->nthreads; }
+
 void bfit_stream_free(bfit_stream *s)
 {
     if (!s)
         return;
-    if (s->threaded) {
+    if (s->sync_ok) {
         pthread_mutex_lock(&s->mu);
+        stop_job(s);
         s->quit = 1;
-        atomic_store(&s->cancel, 1);
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        pthread_join(s->thread, NULL);
+        for (int i = 0; i < s->nthreads; i++)
+            pthread_join(s->threads[i], NULL);
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
     }
+    for (int i = 0; s->scratch && i < s->nthreads; i++)
+        bfit_img_scratch_free(&s->scratch[i]);
+    bfit_img_scratch_free(&s->own);
+    free(s->scratch);
+    free(s->threads);
     free(s->px);
     free(s->py);
     free(s->perm);

@@ -291,7 +291,7 @@ static const char *from_file(const void *ud, const char *key) { return bfit_st_m
 static int write_file(bfit_run *r, const char *path, const char *state, const char *config)
 {
     const char *keys[RUN_META_MAX + 5], *vals[RUN_META_MAX + 5];
-    char version[16], crc[16], *bufs[2] = {NULL, NULL};
+    char version[16], crc[16], *bufs[3] = {NULL, NULL, NULL};
     opt_tensors ot;
     bfit_st_write_opts wo = {1, r->cfg.on_checkpoint_write, r->cfg.cb_ud};
     int nmeta, rc = bfit_run_weights_meta(r, keys, vals, &nmeta, bufs);
@@ -317,6 +317,7 @@ static int write_file(bfit_run *r, const char *path, const char *state, const ch
     }
     free(bufs[0]);
     free(bufs[1]);
+    free(bufs[2]);
     return rc;
 }
 

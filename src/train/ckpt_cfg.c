@@ -78,6 +78,11 @@ static const field fields[] = {
     {"seed", "seed", F_U64, C(seed), 1},
     {"augment", "augment", F_BOOL, C(augment), 1},
     {"no_normalize", "no_normalize", F_NOT, C(normalize), 1},
+    {"resize", "resize", F_INT, C(img.resize), 1},
+    {"center_crop", "center_crop", F_INT, C(img.center_crop), 1},
+    {"random_resized_crop", "random_resized_crop", F_INT, C(img.rrc), 1},
+    {"skip_bad_images", "skip_bad_images", F_BOOL, C(img.skip_bad), 1},
+    {"no_dct_scaling", "no_dct_scaling", F_BOOL, C(img.no_dct), 1},
     /* what may change when a run resumes elsewhere or later */
     {"micro_batch", "micro_batch", F_INT, C(micro_batch), 0},
     {"eval_batch", "eval_batch", F_INT, C(eval_batch), 0},
@@ -90,6 +95,7 @@ static const field fields[] = {
     {"conv_algo", "conv_algo", F_CONV, C(conv_algo), 0},
     {"recompute", "recompute", F_INT, C(storage.recompute), 0},
     {"no_prefetch", "no_prefetch", F_NOT, C(prefetch), 0},
+    {"loader_threads", "loader_threads", F_INT, C(img.loader_threads), 0},
     {"save", "save", F_STR, C(save), 0},
     {"log", "log", F_STR, C(log), 0},
     {"report", "report", F_STR, C(report), 0},
@@ -104,8 +110,17 @@ static const field fields[] = {
 #define AT(c, f, T) ((T *)((char *)(c) + (f)->off))
 
 /* Fields added after checkpoint version 2 came out: a checkpoint without
- * one is from a run that had it 0 (ints only). */
-static int added_later(const field *f) { return !strcmp(f->key, "batch_tokens") || !strcmp(f->key, "seq_max"); }
+ * one is from a run that had it 0 (ints only): token budgets, and the
+ * image folders' options. */
+static int added_later(const field *f)
+{
+    static const char *const later[] = {"batch_tokens", "seq_max", "resize", "center_crop", "random_resized_crop",
+                                        "skip_bad_images", "no_dct_scaling", "loader_threads"};
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
+        if (!strcmp(f->key, later[i]))
+            return 1;
+    return 0;
+}
 
 static void sched_text(const bfit_batch_point *p, int n, char *buf, size_t len)
 {

@@ -21,7 +21,11 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
     sc.shuffle = shuffle;
     sc.max_take = max_take;
     sc.prefetch = prefetch;
-    sc.aug_crop_pad = augment ? 2 : 0;
+    if (bfit_dataset_is_images(d)) { /* training: RandomResizedCrop if asked, flip with --augment */
+        sc.aug_rrc = shuffle && r->cfg.img.rrc;
+        sc.loader_threads = bfit_img_loader_threads(&r->cfg.img, r->cfg.threads);
+    } else
+        sc.aug_crop_pad = augment ? 2 : 0;
     sc.aug_hflip = augment;
     sc.norm_mean = r->s.mean;
     sc.norm_std = r->s.std;
@@ -235,6 +239,7 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     c.normalize = cfg->normalize;
     c.given_mean = mean;
     c.given_std = std;
+    c.img = &cfg->img;
     rc = bfit_session_open_model(s, &c);
     if (rc == BFIT_OK)
         rc = bfit_session_open_data(s, &c);
@@ -266,6 +271,7 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
     memset(&sc, 0, sizeof sc);
     sc.max_take = m;
     sc.prefetch = 1;
+    sc.loader_threads = bfit_dataset_is_images(s.test) ? bfit_img_loader_threads(&cfg->img, cfg->threads) : 0;
     sc.norm_mean = s.mean;
     sc.norm_std = s.std;
     sx = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(s.M->input));

@@ -97,6 +97,7 @@ struct bfit_run {
     int track_dirty;           /*   this step changed the tracked copy of the last step's gradient (an
                                   abandoned step leaves it stale: pos.track_stale) */
     double micro_secs;         /* the step's seconds in micro-steps */
+    double step_data_s;        /* the step's seconds waiting for samples (the stream's take) */
     double step_gnorm;         /* this step's global gradient norm where it was computed, else -1 */
     int64_t step_count;        /* what the step's loss is normalised by: its samples, or for a token
                                   model its tokens that count (labels >= 0) */
@@ -180,7 +181,7 @@ uint64_t bfit_run_free_for_step(const bfit_run *r);
  * (a shared device) or fail with BFIT_ENOMEM saying what is missing */
 int bfit_run_wait_for_memory(bfit_run *r);
 /* train.c: the metadata of a weights file (format first); bufs[0..1] are to be freed */
-#define RUN_META_MAX 7
+#define RUN_META_MAX 8
 int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs);
 /* snap.c: the snapshot of a step boundary, and going back to it */
 void bfit_run_snap_take(bfit_run *r, run_snap *s);

@@ -323,7 +323,7 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
     ss.epoch = r->pos.epoch;
     ss.samples = E;
     ss.seconds = *secs = bfit_clock_mono() - t0 - r->step_waited; /* waiting for memory is not computing */
-    ss.data_seconds = bfit_feed_wait(&r->tr) - wait0;
+    ss.data_seconds = r->step_data_s = bfit_feed_wait(&r->tr) - wait0;
     ss.free_bytes = bfit_run_free_for_step(r);
     ss.capacity = bfit_arena_capacity(r->s.arena);
     ss.micro_seconds = r->micro_secs < ss.seconds ? r->micro_secs : ss.seconds;
@@ -378,7 +378,7 @@ static void report_step(bfit_run *r, bfit_step_info *in)
 {
     bfit_arena_stats st;
     double el = bfit_clock_mono() - r->ep_t0, bn = 0;
-    char split[512], ranks[4096] = "", gnorm[48] = "";
+    char split[512], ranks[4096] = "", gnorm[48] = "", data[96];
     int have_bn = bfit_controller_noise_scale(r->ctl, &bn) == BFIT_OK;
 
     /* how the step was split: micro-batches, and with several ranks theirs */
@@ -395,6 +395,12 @@ static void report_step(bfit_run *r, bfit_step_info *in)
 
     if (r->step_gnorm >= 0 && isfinite(r->step_gnorm))
         snprintf(gnorm, sizeof gnorm, ",\"grad_norm\":%.6g", r->step_gnorm);
+    /* the share of the step spent waiting for samples: the loader's part */
+    snprintf(data, sizeof data, ",\"data_wait\":%.6f,\"data_share\":%.4f", r->step_data_s,
+             in->seconds > 0 ? r->step_data_s / in->seconds : 0);
+    if (r->s.train && bfit_dataset_is_images(r->s.train))
+        snprintf(data + strlen(data), sizeof data - strlen(data), ",\"images_skipped\":%lld",
+                 (long long)bfit_dataset_images_skipped(r->s.train));
     bfit_arena_stats_get(r->s.arena, &st);
     in->noise_scale = have_bn ? bn : 0;
     in->mem = st.current;
@@ -404,10 +410,10 @@ static void report_step(bfit_run *r, bfit_step_info *in)
     bfit_log_event(&r->lg, "step",
                    "\"step\":%lld,\"epoch\":%d,\"loss\":%.6f,\"lr\":%.6g,\"samples\":%lld,\"m\":%d,\"k\":%d,\"E\":%d,"
                    "\"mem\":%llu,\"capacity\":%llu,\"seconds\":%.6f,\"noise_scale\":%.4g,\"loss_scale\":%.9g,"
-                   "\"skipped\":%d%s%s",
+                   "\"skipped\":%d%s%s%s",
                    (long long)in->step, in->epoch + 1, in->loss, in->lr, (long long)r->pos.samples, in->m, in->k,
                    in->batch, (unsigned long long)st.current, (unsigned long long)st.capacity, in->seconds,
-                   in->noise_scale, in->loss_scale, in->skipped, gnorm, ranks);
+                   in->noise_scale, in->loss_scale, in->skipped, data, gnorm, ranks);
     report_progress(r, in, split, &st, el);
 }
 

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,6 +15,20 @@
 /* What a weights file says of itself; test_accuracy only where an
  * evaluation of these very weights finished (a failed last evaluation, or
  * a run stopped between, measured nothing). */
+/* An image folder's class names, by index, as a JSON array: what a user
+ * of the weights needs to name a prediction. */
+static int class_names_json(const bfit_dataset *d, char **out)
+{
+    cJSON *a = cJSON_CreateArray();
+    int ok = a != NULL;
+
+    for (int c = 0; ok && c < bfit_dataset_classes(d); c++)
+        ok = cJSON_AddItemToArray(a, cJSON_CreateString(bfit_dataset_class_name(d, c)));
+    *out = ok ? cJSON_PrintUnformatted(a) : NULL;
+    cJSON_Delete(a);
+    return *out ? BFIT_OK : bfit_fail(BFIT_ENOMEM, "out of host memory for class names");
+}
+
 int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int *n, char **bufs)
 {
     int rc = BFIT_OK, k = 0;
@@ -40,6 +55,11 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
         keys[k] = "normalize_mean", vals[k++] = bufs[0];
         keys[k] = "normalize_std", vals[k++] = bufs[1];
     }
+    bufs[2] = NULL;
+    if (rc == BFIT_OK && r->s.train && bfit_dataset_is_images(r->s.train)) {
+        if ((rc = class_names_json(r->s.train, &bufs[2])) == BFIT_OK)
+            keys[k] = "classes", vals[k++] = bufs[2];
+    }
     *n = k;
     return rc;
 }
@@ -47,13 +67,14 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
 int bfit_run_save(bfit_run *r, const char *path)
 {
     const char *keys[RUN_META_MAX], *vals[RUN_META_MAX];
-    char *bufs[2];
+    char *bufs[3];
     int n, rc = bfit_run_weights_meta(r, keys, vals, &n, bufs);
 
     if (rc == BFIT_OK)
         rc = bfit_weights_save(r->s.M, path, keys, vals, n);
     free(bufs[0]);
     free(bufs[1]);
+    free(bufs[2]);
     return rc;
 }
 

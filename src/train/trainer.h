@@ -109,6 +109,7 @@ typedef struct bfit_train_cfg {
                                   sequences sorted by length, so padding stays small); 0: windows of the
                                   model's length */
     int normalize;             /* per-channel mean/std from the training set */
+    bfit_img_opts img;         /* image folders: transforms, loader threads, bad files (docs/data.md) */
     const char *save;          /* weights file (safetensors) or NULL */
     const char *log;           /* JSON-lines log or NULL */
     const char *report;        /* HTML run report written at the end, also after a failure once the
@@ -205,6 +206,7 @@ typedef struct bfit_eval_cfg {
     int normalize;              /* 0: none. 1: the statistics saved with the weights, or
                                    for older files those of data's training split */
     bfit_csv_header csv_header; /* a CSV file's first row (auto) */
+    bfit_img_opts img;          /* image folders (evaluation transform, loader threads) */
     FILE *human;                /* notes for people (what a CSV's first row was taken as); NULL: none */
 } bfit_eval_cfg;
 

@@ -36,7 +36,7 @@ steps_in() {
 # The step records of a log without what depends on the clock or on memory
 # (time, seconds, bytes held): what must repeat exactly.
 records() {
-  grep '"event":"step"' "$1" | sed -E 's/"time":[0-9.]+,//; s/"mem":[0-9]+,"capacity":[0-9]+,//; s/"seconds":[0-9.]+,//'
+  grep '"event":"step"' "$1" | sed -E 's/"time":[0-9.]+,//; s/"mem":[0-9]+,"capacity":[0-9]+,//; s/"seconds":[0-9.]+,//; s/,"data_wait":[0-9.]+,"data_share":[0-9.]+//'
 }
 
 # same_run REF OUT LOGREF LOG WHAT: weights and step records identical

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# images.sh BATCHFIT SRC PYTHON - training on image folders through the CLI:
+# a cnn on Fashion-MNIST JPEGs for a few steps (the log's data-wait share,
+# the class names in the weights, eval on a test folder), a small colour
+# model with the random resized crop and the flip, bad files as errors
+# naming them and skipped with --skip-bad-images, find's loader verdict.
+set -u
+bf=$1
+src=$2
+py=${3:-/usr/bin/python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+passes=0
+
+expect() {
+  local code=$1 pat=$2
+  shift 2
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pat" <<<"$out"; then
+    echo "FAIL: $* -> exit $rc (want $code), output:"
+    echo "$out" | tail -5
+    echo "  (wanted /$pat/)"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+gen="$py $src/scripts/img_folders.py"
+$gen fmnist "$tmp/fm" --per-class 30 --format jpg || exit 1
+$gen fmnist "$tmp/fm_test" --per-class 10 --format png --split test || exit 1
+$gen colour "$tmp/col" --per-class 12 || exit 1
+$gen bad "$tmp/bad" || exit 1
+
+# a cnn on 28x28 gray JPEGs: steps log the data wait
+expect 0 "test accuracy" "$bf" train --model cnn --data "$tmp/fm" --test-data "$tmp/fm_test" --batch 32 \
+  --max-steps 6 --loader-threads 2 --log "$tmp/fm.jsonl" --save "$tmp/fm.safetensors"
+expect 0 '"data_share":[0-9.]+' grep -m1 '"event":"step"' "$tmp/fm.jsonl"
+expect 0 '"images_skipped":0' grep -m1 '"event":"step"' "$tmp/fm.jsonl"
+# the class names travel with the weights, in the folders' sorted order
+expect 0 'Ankle_boot,Bag,Coat,Dress,Pullover,Sandal,Shirt,Sneaker,T-shirt_top,Trouser' "$py" -c "
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n, = struct.unpack('<Q', b[:8])
+print(','.join(json.loads(json.loads(b[8:8 + n])['__metadata__']['classes'])))" "$tmp/fm.safetensors"
+expect 0 "accuracy" "$bf" eval --model cnn --weights "$tmp/fm.safetensors" --data "$tmp/fm_test"
+
+# colour images of odd sizes to a 3x32x32 model: random resized crop + flip
+cat >"$tmp/col.cfg" <<'SPEC'
+input 3x32x32
+conv 8 k=3 pad=1
+relu
+maxpool 2
+flatten
+linear 3
+SPEC
+expect 0 "test accuracy" "$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --batch 8 --max-steps 4 \
+  --random-resized-crop 32 --augment --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25 --log "$tmp/col.jsonl"
+expect 0 '"data_share"' grep -m1 '"event":"step"' "$tmp/col.jsonl"
+expect 1 "model takes inputs of 3x32x32" "$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --max-steps 1 \
+  --random-resized-crop 24
+expect 1 "mean.*3 channels" "$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --max-steps 1 --mean 0.5 --std 0.2
+
+# a bad file: an error naming it, or skipped and counted
+for f in truncated.jpg badcrc.png huge.jpg notimage.jpg; do
+  rm -rf "$tmp/mixed" && mkdir -p "$tmp/mixed/a" "$tmp/mixed/b"
+  cp "$tmp/bad/good.jpg" "$tmp/mixed/a/" && cp "$tmp/bad/good.png" "$tmp/mixed/b/" && cp "$tmp/bad/$f" "$tmp/mixed/b/"
+  expect 1 "mixed/b/$f" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2 \
+    --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25
+  expect 0 "test accuracy" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2 \
+    --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25 --skip-bad-images --log "$tmp/mixed.jsonl"
+  expect 0 '"images_skipped":[1-9]' grep '"event":"step"' "$tmp/mixed.jsonl"
+done
+
+# find measures the loader and says which side bounds the speed
+expect 0 "loader: 1 thread makes [0-9,]+ samples/s alone.*the (loader|device) bounds the speed" "$bf" find --model cnn --data "$tmp/fm" --limit 32 --repeats 2 \
+  --loader-threads 1
+
+echo "images CLI: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]
