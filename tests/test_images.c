@@ -169,7 +169,7 @@ static void no_growth(void **st)
     int64_t grown;
 
     assert_int_equal(bfit_stream_new(d, &cfg, &s), BFIT_OK);
-    for (int e = 0; e < 3; e++, bfit_stream_next_epoch(s)) /* each thread meets the largest image */
+    for (int e = 0; e < 3; e++, bfit_stream_next_epoch(s)) /* every image seen, the buffers evened out */
         for (got = 1; got;)
             assert_int_equal(bfit_stream_take(s, 8, x, y, &got), BFIT_OK);
     grown = bfit_stream_scratch_grown(s);

@@ -53,6 +53,10 @@ typedef struct bfit_img_scratch {
 void bfit_img_scratch_free(bfit_img_scratch *s);
 /* Make *buf hold at least n bytes (realloc, counted in s->grown). */
 int bfit_img_reserve(bfit_img_scratch *s, void **buf, size_t *cap, size_t n);
+/* Grow each of s's buffers to at least o's size (counted in s->grown), so
+ * that a buffer set that has not yet met an image another has can take it
+ * without growing. BFIT_ENOMEM leaves s as it was or partly grown. */
+int bfit_img_scratch_cover(bfit_img_scratch *s, const bfit_img_scratch *o);
 
 /* Read path whole into s->file (*n bytes): an image must be in memory to be
  * decoded. BFIT_EIO naming the file; BFIT_EFORMAT for one over

@@ -51,6 +51,32 @@ int bfit_img_reserve(bfit_img_scratch *s, void **buf, size_t *cap, size_t n)
     return BFIT_OK;
 }
 
+static int cover(bfit_img_scratch *s, void **buf, size_t *cap, size_t n)
+{
+    void *p;
+    if (n <= *cap)
+        return BFIT_OK;
+    if (!(p = realloc(*buf, n)))
+        return BFIT_ENOMEM;
+    *buf = p;
+    *cap = n;
+    s->grown++;
+    return BFIT_OK;
+}
+
+int bfit_img_scratch_cover(bfit_img_scratch *s, const bfit_img_scratch *o)
+{
+    int rc = cover(s, (void **)&s->file, &s->file_cap, o->file_cap);
+    rc = rc ? rc : cover(s, (void **)&s->dec.px, &s->dec.cap, o->dec.cap);
+    rc = rc ? rc : cover(s, (void **)&s->tmp.px, &s->tmp.cap, o->tmp.cap);
+    rc = rc ? rc : cover(s, (void **)&s->tmp2.px, &s->tmp2.cap, o->tmp2.cap);
+    rc = rc ? rc : cover(s, (void **)&s->out.px, &s->out.cap, o->out.cap);
+    rc = rc ? rc : cover(s, (void **)&s->cmyk, &s->cmyk_cap, o->cmyk_cap);
+    rc = rc ? rc : cover(s, (void **)&s->kk, &s->kk_cap, o->kk_cap);
+    rc = rc ? rc : cover(s, (void **)&s->ik, &s->ik_cap, o->ik_cap);
+    return rc ? rc : cover(s, (void **)&s->bounds, &s->bounds_cap, o->bounds_cap);
+}
+
 static int img_reserve(bfit_img_scratch *s, bfit_img *im, int w, int h, int c)
 {
     im->w = w;

@@ -177,6 +177,22 @@ static void discard(bfit_stream *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Which thread makes which sample depends on timing, so a thread may meet
+ * the largest image long after another has. Once a job is done (the
+ * threads idle, mu held), every decoding buffer set is grown to the largest
+ * of each buffer: after one epoch has seen every image, none grows again
+ * (and no sample allocates), however the work fell. An allocation that
+ * fails here is left to the thread that would need it. */
+static void even_out(bfit_stream *s)
+{
+    if (!s->d->img)
+        return;
+    for (int i = 0; i < s->nthreads; i++)
+        (void)bfit_img_scratch_cover(&s->own, &s->scratch[i]);
+    for (int i = 0; i < s->nthreads; i++)
+        (void)bfit_img_scratch_cover(&s->scratch[i], &s->own);
+}
+
 /* Make n samples from cursor at into x, y now, the threads and the caller
  * together. */
 static int make_now(bfit_stream *s, bfit_cursor at, int n, float *x, int32_t *y)
@@ -190,6 +206,7 @@ static int make_now(bfit_stream *s, bfit_cursor at, int n, float *x, int32_t *y)
     work(s, &s->own);
     while (s->job.state == JOB_RUNNING)
         pthread_cond_wait(&s->cv, &s->mu);
+    even_out(s);
     rc = s->job.rc;
     if (rc != BFIT_OK)
         bfit_err_restore(&s->job.err);
@@ -207,6 +224,7 @@ static int collect(bfit_stream *s, int m, float *x, int32_t *y, int *used)
     pthread_mutex_lock(&s->mu);
     while (s->job.state == JOB_RUNNING)
         pthread_cond_wait(&s->cv, &s->mu);
+    even_out(s);
     if (s->job.state == JOB_DONE && s->job.x == s->px && s->job.at.epoch == s->cur.epoch &&
         s->job.at.pos == s->cur.pos) {
         use = m < s->job.n ? m : s->job.n;
