@@ -222,6 +222,14 @@ int bfit_find_json(const bfit_find_cfg *fc, const bfit_probe_result *r, cJSON *r
             cJSON_AddNumberToObject(e, "data_wait_share", g->wait_share);
         }
     }
+    if (r->loader_threads) { /* image folders: which side bounds the speed (text_fastest) */
+        o = cJSON_AddObjectToObject(root, "loader");
+        cJSON_AddNumberToObject(o, "threads", r->loader_threads);
+        cJSON_AddNumberToObject(o, "samples_per_s", r->loader_rate);
+        cJSON_AddNumberToObject(o, "compute_samples_per_s", r->compute_rate);
+        cJSON_AddNumberToObject(o, "at_batch", r->nrungs ? r->rungs[r->recommended].m : r->largest);
+        cJSON_AddBoolToObject(o, "bounds", r->loader_bound);
+    }
     o = cJSON_AddObjectToObject(root, "steps");
     cJSON_AddNumberToObject(o, "largest", r->largest_steps);
     cJSON_AddNumberToObject(o, "ladder", r->ladder_steps);

@@ -79,5 +79,24 @@ done
 expect 0 "loader: 1 thread makes [0-9,]+ samples/s alone.*the (loader|device) bounds the speed" "$bf" find --model cnn --data "$tmp/fm" --limit 32 --repeats 2 \
   --loader-threads 1
 
+# ... and its JSON has the same figures: the loader's rate, the compute's, and which bounds
+"$bf" find --model cnn --data "$tmp/fm" --limit 32 --repeats 2 --loader-threads 1 --json >"$tmp/find.json" 2>"$tmp/find.err"
+expect 0 "loader ok: 1 thread, [0-9]+ samples/s, compute [0-9]+ at [0-9]+, bounds (True|False)" "$py" -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+l = j['loader']
+assert l['threads'] == 1 and l['samples_per_s'] > 0 and l['compute_samples_per_s'] > 0, l
+assert l['at_batch'] == j['fastest']['recommended'], (l, j['fastest'])
+# the verdict follows from the figures: the loader slower than the compute, or the steps waiting for data
+assert l['bounds'] == (l['samples_per_s'] < l['compute_samples_per_s'] or j['fastest']['data_bound']), l
+print('loader ok: %d thread, %.0f samples/s, compute %.0f at %d, bounds %s' % (l['threads'], l['samples_per_s'],
+      l['compute_samples_per_s'], l['at_batch'], l['bounds']))" "$tmp/find.json"
+# data held in memory (Fashion-MNIST's IDX files) has no loader figures
+"$bf" find --model cnn --limit 32 --repeats 2 --json >"$tmp/find_mem.json" 2>/dev/null
+expect 0 "no loader" "$py" -c "
+import json, sys
+assert 'loader' not in json.load(open(sys.argv[1]))
+print('no loader')" "$tmp/find_mem.json"
+
 echo "images CLI: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
