@@ -40,6 +40,8 @@ expect 0 "test accuracy" "$bf" train --model cnn --data "$tmp/fm" --test-data "$
   --max-steps 6 --loader-threads 2 --log "$tmp/fm.jsonl" --save "$tmp/fm.safetensors"
 expect 0 '"data_share":[0-9.]+' grep -m1 '"event":"step"' "$tmp/fm.jsonl"
 expect 0 '"images_skipped":0' grep -m1 '"event":"step"' "$tmp/fm.jsonl"
+# ... and the rate the loader threads made samples at, which the batch controller is told
+expect 0 '"loader_rate":[0-9]' grep '"event":"step"' "$tmp/fm.jsonl"
 # the class names travel with the weights, in the folders' sorted order
 expect 0 'Ankle_boot,Bag,Coat,Dress,Pullover,Sandal,Shirt,Sneaker,T-shirt_top,Trouser' "$py" -c "
 import json, struct, sys
