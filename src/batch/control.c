@@ -625,6 +625,8 @@ static int on_oom_full(bfit_controller *c, int failed_m, uint64_t free_bytes, ui
     nd.prev_m = from;
     nd.prev_batch = c->st.E;
     nd.why[0] = '\0';
+    nd.held[0] = '\0'; /* said with the step's first decision */
+    nd.loader_rate = 0;
     bfit_ctl_say(&nd, "out of memory at micro-batch %d: micro-batch %d -> %d", failed_m, from, m);
     finish(c, c->st.step, &nd);
     c->st.oom_step = 1;
