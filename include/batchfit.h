@@ -209,6 +209,11 @@ typedef struct bfit_batch_decision {
     double noise_scale;      /* the smoothed noise scale the choice used */
     double tput_old, tput_new;  /* predicted samples/s at the old and the new (E, m) */
     double eff_old, eff_new;    /* statistical efficiency per sample, relative to E0 */
+    /* a change the compute alone would have made but the loader's speed
+     * does not: said once, when it starts (0 and "" otherwise; reason stays
+     * BFIT_REASON_NONE unless something else changed) */
+    double loader_rate;      /* samples/s the loader makes, the bound */
+    char held[240];          /* "the loader bounds the speed at 812 samples/s: staying at batch 128 (...)" */
 } bfit_batch_decision;
 
 typedef void (*bfit_step_fn)(void *ud, const bfit_step_info *s);
@@ -541,6 +546,10 @@ typedef struct bfit_step_stats {
     /* the step's mean training loss (optional; auto mode's plateau check) */
     int loss_known;
     double loss;
+    /* samples/s the data loader makes while busy (its threads' measured
+     * rate; optional, 0: not known). A step cannot run faster than the
+     * loader feeds it: throughput comparisons use min(compute, loader). */
+    double loader_rate;
 } bfit_step_stats;
 
 typedef struct bfit_controller bfit_controller;

@@ -65,6 +65,9 @@ typedef struct sim {
     int64_t change_step[256];
     int change_m[256];
     double noise_g2, noise_s;     /* nonzero: report norms for this |G|^2 and tr(Sigma) */
+    double loader;                /* the loader's samples/s each step reports (0: not known) */
+    int nheld;                    /* decisions that said the loader held a change */
+    char held[240];               /*   and the last one's sentence */
 } sim;
 
 static uint64_t sim_free(const sim *s) { return s->cap > s->p.fixed + s->other ? s->cap - s->p.fixed - s->other : 0; }
@@ -122,6 +125,13 @@ static void check_decision(sim *s, const bfit_batch_decision *d, int first)
     }
     if (first)
         assert_int_equal(d->reason, BFIT_REASON_START);
+    if (d->held[0]) {
+        assert_true(d->loader_rate > 0);
+        s->nheld++;
+        snprintf(s->held, sizeof s->held, "%s", d->held);
+    } else {
+        assert_true(d->loader_rate == 0);
+    }
     if (!first && d->m != s->prev.m && s->nchanges < 256) {
         s->change_step[s->nchanges] = s->step;
         s->change_m[s->nchanges++] = d->m;
@@ -146,6 +156,7 @@ static bfit_batch_decision sim_step(sim *s)
     st.seconds = d.batch * cost(d.m) * noisy() + st.data_seconds;
     st.capacity = s->cap;
     st.free_bytes = sim_free(s);
+    st.loader_rate = s->loader;
     if (s->noise_g2 > 0) {
         /* the expected squared norms for this |G|^2 and tr(Sigma) */
         assert_true(d.k >= 2 && d.k <= 1024);
@@ -293,11 +304,12 @@ static void test_oom_shrinks_to_largest_fitting(void **st)
 /* 90 at 10000 bytes; capacity 6000 drops it to 50 at step 20; capacity comes
  * back in the observation of step `back`. G = 5, N = 10. Returns the step m
  * grew back at (-1: never within 300 steps). */
-static int64_t drop_and_return(double (*c)(int), int64_t back, sim *s)
+static int64_t drop_and_return_fed(double (*c)(int), int64_t back, double loader, sim *s)
 {
     int64_t grew = -1;
 
     sim_config(s, 256, 10000);
+    s->loader = loader;
     s->cfg.grow_after = 5;
     s->cfg.shrink_holdoff = 10;
     sim_start(s);
@@ -323,6 +335,39 @@ static int64_t drop_and_return(double (*c)(int), int64_t back, sim *s)
         }
     }
     return grew;
+}
+
+static int64_t drop_and_return(double (*c)(int), int64_t back, sim *s) { return drop_and_return_fed(c, back, 0, s); }
+
+/* The loader bounds the speed. At 600 samples/s it is slower than the
+ * compute at 50 (667) and at 90 (1000): 90 is no faster, so m stays at 50
+ * when memory comes back, and the hold is said once, with the numbers. At
+ * 800 samples/s 90 is still 20% faster than 50 (800 vs 667): it grows back
+ * at the step it does with no loader figure; at 2000 the loader does not
+ * bound at all. */
+static void test_loader_bounds_micro_batch_growth(void **st)
+{
+    sim s;
+    double r50, r90;
+    (void)st;
+    assert_int_equal(drop_and_return_fed(cost_big_fast, 24, 600, &s), -1);
+    assert_int_equal(s.prev.m, 50);
+    assert_int_equal(s.nchanges, 1);
+    assert_int_equal(s.nheld, 1);
+    assert_string_equal(s.held, "the loader bounds the speed at 600 samples/s: staying at micro-batch 50 "
+                                "(micro-batch 90 computes 1000 vs 666.7 samples/s)");
+    /* what it measured is the compute's rate, the data time excluded */
+    assert_int_equal(bfit_controller_throughput(s.c, 50, &r50), BFIT_OK);
+    assert_int_equal(bfit_controller_throughput(s.c, 90, &r90), BFIT_OK);
+    assert_true(fabs(r90 - 1000) < 1e-6 && fabs(r50 - 1000 / 1.5) < 1e-6);
+    bfit_controller_free(s.c);
+    assert_int_equal(drop_and_return_fed(cost_big_fast, 24, 800, &s), 30);
+    assert_int_equal(s.nheld, 0);
+    assert_int_equal(s.nchanges, 2);
+    bfit_controller_free(s.c);
+    assert_int_equal(drop_and_return_fed(cost_big_fast, 24, 2000, &s), 30);
+    assert_int_equal(s.nheld, 0);
+    bfit_controller_free(s.c);
 }
 
 static void test_capacity_drop_shrinks_and_grows_back_when_faster(void **st)
@@ -641,6 +686,7 @@ typedef struct dev_model {
     int ladder_asked[32], nasked;
     int loss_known;  /* the steps report `loss` as their mean training loss */
     double loss;
+    double loader;   /* the loader's samples/s (0: not reported) */
 } dev_model;
 
 static double jitter(dev_model *dm)
@@ -701,6 +747,7 @@ static bfit_batch_decision auto_step(sim *s, dev_model *dm)
     st.step_norms = 1;
     st.loss_known = dm->loss_known;
     st.loss = dm->loss;
+    st.loader_rate = dm->loader;
     st.full_sqnorm = (g2 + B / d.batch) * jitter(dm);
     st.diff_sqnorm = -1;
     if (d.k >= 2) {
@@ -787,6 +834,69 @@ static void test_auto_follows_goodput(void **st)
     assert_int_equal(bfit_controller_noise_scale(s.c, &bn), BFIT_OK);
     assert_true(fabs(bn - 2000) < 1e-6);
     bfit_controller_free(s.c);
+}
+
+/* The loader bounds the speed. test_auto_follows_goodput's device moves
+ * 32 -> 64 at B = 200 (goodput +12.6% by the compute: 2,807 -> 3,596
+ * samples/s x efficiency 0.879). A loader of 2,500 samples/s is slower
+ * than the compute at 32 and above: 64 would run 2,500 x 0.879, so E stays
+ * at 32 and the hold is said once. When the loader speeds up to 10,000
+ * (more threads), it no longer bounds: E moves to 64, the predicted rates
+ * the compute's. */
+static void test_auto_loader_bounds_goodput(void **st)
+{
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200, .loader = 2500 };
+    int64_t moved = -1;
+    sim s;
+    (void)st;
+    auto_config(&s, 16, 1024, 32);
+    sim_start(&s);
+    for (int t = 0; t < 600; t++)
+        assert_int_equal(auto_step(&s, &dm).batch, 32);
+    assert_int_equal(s.nheld, 1);
+    assert_string_equal(s.held, "the loader bounds the speed at 2500 samples/s: staying at batch 32 (batch 64 "
+                                "would compute 3596 samples/s, goodput +12.6% by the compute alone)");
+    dm.loader = 10000;
+    for (int t = 600; t < 1200; t++) {
+        bfit_batch_decision d = auto_step(&s, &dm);
+        if (d.batch != 32 && moved < 0) {
+            moved = t;
+            assert_int_equal(d.batch, 64);
+            assert_int_equal(d.reason, BFIT_REASON_GOODPUT);
+            assert_true(fabs(d.tput_old - 32 / 0.0114) < 1e-6 && fabs(d.tput_new - 64 / 0.0178) < 1e-6);
+        }
+    }
+    assert_true(moved >= 600 && moved < 620); /* auto_confirm steps once the loader's rate is above 2,807 */
+    assert_int_equal(s.nheld, 1);
+    bfit_controller_free(s.c);
+}
+
+/* A loader faster than every size's compute changes nothing: the same
+ * decisions, step for step, as with no loader figure at all. */
+static void test_auto_loader_not_bounding(void **st)
+{
+    dev_model a = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200 }, b = a;
+    sim sa, sb;
+    (void)st;
+    b.loader = 8000; /* the compute peaks at 5,000 */
+    auto_config(&sa, 16, 1024, 32);
+    auto_config(&sb, 16, 1024, 32);
+    sim_start(&sa);
+    sim_start(&sb);
+    for (int t = 0; t < 1200; t++) {
+        bfit_batch_decision da, db;
+        if (t == 600)
+            a.B = b.B = 2000;
+        da = auto_step(&sa, &a);
+        db = auto_step(&sb, &b);
+        assert_int_equal(da.batch, db.batch);
+        assert_int_equal(da.m, db.m);
+        assert_true(da.lr_scale == db.lr_scale && da.tput_new == db.tput_new);
+    }
+    assert_int_equal(sb.prev.batch, 128); /* as test_auto_follows_goodput */
+    assert_int_equal(sb.nheld, 0);
+    bfit_controller_free(sa.c);
+    bfit_controller_free(sb.c);
 }
 
 /* Hysteresis: with noisy timings and norms (every figure off by up to 25%)
@@ -1177,6 +1287,8 @@ int main(void)
         cmocka_unit_test(test_oom_shrinks_to_largest_fitting),
         cmocka_unit_test(test_capacity_drop_shrinks_and_grows_back_when_faster),
         cmocka_unit_test(test_capacity_return_no_growth_when_slower),
+        cmocka_unit_test(test_auto_loader_bounds_goodput),
+        cmocka_unit_test(test_auto_loader_not_bounding),
         cmocka_unit_test(test_unmeasured_growth_then_fall_back),
         cmocka_unit_test(test_no_flapping),
         cmocka_unit_test(test_noise_does_not_flap),
@@ -1196,6 +1308,8 @@ int main(void)
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_parse_rules_and_reasons),
         cmocka_unit_test(test_parse_schedule),
+        /* last: its steps draw from the timing noise's sequence, which test_noise_does_not_flap's figures are for */
+        cmocka_unit_test(test_loader_bounds_micro_batch_growth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,8 +114,8 @@ static int in_chart(const char *html, const char *id, const char *needle)
     return count_in(from, to, needle);
 }
 
-static const char *charts[] = {"loss",       "accuracy", "lr",    "gnorm", "batch",
-                               "memory",     "throughput", "noise", "busy",  "shared"};
+static const char *charts[] = {"loss",       "accuracy", "lr",    "gnorm", "batch", "memory",
+                               "throughput", "data",     "noise", "busy",  "shared"};
 #define NCHARTS ((int)(sizeof charts / sizeof charts[0])) /* and an event is in the list once more */
 
 #define START "{\"event\":\"start\",\"time\":1700000000.5,\"model\":\"models/<tiny>.cfg\",\"data\":\"fashion-mnist\"," \
@@ -186,6 +186,43 @@ static void test_points_and_markers(void **st)
     assert_null(strstr(h, "<tiny>"));
     assert_non_null(strstr(h, "models/&lt;tiny&gt;.cfg"));
     assert_non_null(strstr(h, "<ol class=\"events\">"));
+    free(h);
+}
+
+/* The data wait: a point per step that logged its share (percent, with a
+ * title each), none for one that did not; a batch held by the loader is an
+ * event on every chart. */
+static void test_data_wait(void **st)
+{
+#define DSTEP(s, share)                                                                                           \
+    "{\"event\":\"step\",\"time\":1,\"step\":" #s ",\"epoch\":1,\"loss\":2,\"lr\":0.05,\"m\":32,\"k\":1,\"E\":32,"    \
+    "\"mem\":3000000,\"capacity\":1073741824,\"seconds\":0.02,\"data_wait\":0.01,\"data_share\":" #share "}\n"
+    char *h;
+    double top;
+    (void)st;
+    put_text(log_path, START DSTEP(0, 0.1) DSTEP(1, 0.2) STEP(2, 2.0, 32, 1, 32, 0) DSTEP(3, 0.5)
+               "{\"event\":\"batch_hold\",\"time\":1,\"step\":4,\"m\":32,\"E\":32,\"loader_rate\":812,"
+               "\"why\":\"the loader bounds the speed at 812 samples/s: staying at batch 32\"}\n"
+               DSTEP(4, 0.05) DSTEP(5, 0));
+#undef DSTEP
+    assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
+    h = read_text(html_path);
+    assert_non_null(h);
+    assert_int_equal(points(h, "data", "data-share", &top), 5); /* step 2 logged none */
+    assert_int_equal(in_chart(h, "data", "<circle class=\"pt data-share\""), 5);
+    assert_int_equal(in_chart(h, "data", "<title>step 3: data wait 50%</title>"), 1);
+    assert_int_equal(in_chart(h, "data", "<title>step 5: data wait 0%</title>"), 1);
+    assert_true(top >= 56 && top < 250); /* the highest point is in the plot */
+    for (int i = 0; i < NCHARTS; i++)
+        assert_int_equal(in_chart(h, charts[i], "<g class=\"ev ev-batch_hold\"><title>1. step 4, batch held: the loader "
+                                                "bounds the speed at 812 samples/s: staying at batch 32"), 1);
+    free(h);
+    /* a log without data shares says so */
+    put_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0));
+    assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
+    h = read_text(html_path);
+    assert_int_equal(points(h, "data", "data-share", NULL), -1);
+    assert_int_equal(in_chart(h, "data", "no step logged its data wait"), 1);
     free(h);
 }
 
@@ -439,6 +476,7 @@ static void test_monitor(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_data_wait),
         cmocka_unit_test(test_points_and_markers),
         cmocka_unit_test(test_config_plan_status),
         cmocka_unit_test(test_finished_and_cut_runs),

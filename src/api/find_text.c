@@ -166,6 +166,22 @@ void bfit_find_text(const bfit_find_cfg *fc, const bfit_probe_result *r, FILE *f
 
 /* ---- JSON ---------------------------------------------------------------- */
 
+/* Image folders: the loader's figures and which side bounds the speed (the
+ * text's `loader:` line); nothing for data held in memory. */
+static void json_loader(const bfit_probe_result *r, cJSON *root)
+{
+    cJSON *o;
+
+    if (!r->loader_threads)
+        return;
+    o = cJSON_AddObjectToObject(root, "loader");
+    cJSON_AddNumberToObject(o, "threads", r->loader_threads);
+    cJSON_AddNumberToObject(o, "samples_per_s", r->loader_rate);
+    cJSON_AddNumberToObject(o, "compute_samples_per_s", r->compute_rate);
+    cJSON_AddNumberToObject(o, "at_batch", r->nrungs ? r->rungs[r->recommended].m : r->largest);
+    cJSON_AddBoolToObject(o, "bounds", r->loader_bound);
+}
+
 int bfit_find_json(const bfit_find_cfg *fc, const bfit_probe_result *r, cJSON *root)
 {
     cJSON *o, *arr;
@@ -222,6 +238,7 @@ int bfit_find_json(const bfit_find_cfg *fc, const bfit_probe_result *r, cJSON *r
             cJSON_AddNumberToObject(e, "data_wait_share", g->wait_share);
         }
     }
+    json_loader(r, root);
     o = cJSON_AddObjectToObject(root, "steps");
     cJSON_AddNumberToObject(o, "largest", r->largest_steps);
     cJSON_AddNumberToObject(o, "ladder", r->ladder_steps);

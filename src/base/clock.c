@@ -34,3 +34,13 @@ double bfit_clock_mono(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+
+double bfit_clock_thread(void)
+{
+    static _Thread_local long long reads;
+
+    pthread_once(&test_once, test_clock_init);
+    if (test_tick > 0)
+        return (double)reads++ * test_tick;
+    return bfit_clock_mono();
+}

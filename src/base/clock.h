@@ -9,6 +9,12 @@
 #define BFIT_CLOCK_H
 
 double bfit_clock_mono(void);
+/* Seconds for timing work done on another thread (the data loader's):
+ * the real clock, or under the test clock a counter of the calling
+ * thread's own that advances a tick at each reading, so such threads
+ * never move the clock the decisions read (their readings would interleave
+ * with it by timing). */
+double bfit_clock_thread(void);
 /* Tests: the test clock from now on, advancing tick seconds at each reading
  * (tick 0: the real clock again), over BFIT_TEST_CLOCK. For a test program
  * whose runs differ in the clock they need; call it between runs, not

@@ -107,10 +107,10 @@ static void tput_record(bfit_controller *c, int m, double rate)
  * averages' difference; three times, and from more measurements, for a
  * change that would undo one made within flap_window steps: timing noise
  * must not make the micro-batch flap). */
-static int clearly_faster(const bfit_controller *c, int m_a, int m_b, double *ra, double *rb)
+static int clearly_faster(const bfit_controller *c, int m_a, int m_b, int bound, double *ra, double *rb)
 {
     const tput *a = tput_find(c, m_a), *b = tput_find(c, m_b);
-    double alpha = c->cfg.tput_alpha, cap = (2 - alpha) / alpha, na, nb, se;
+    double alpha = c->cfg.tput_alpha, cap = (2 - alpha) / alpha, na, nb, se, xa, xb;
     int reversal = c->st.prev_m == m_a && c->st.step - c->st.m_changed <= c->cfg.flap_window;
     int need = reversal ? 2 * TPUT_MIN + 1 : TPUT_MIN;
 
@@ -119,11 +119,34 @@ static int clearly_faster(const bfit_controller *c, int m_a, int m_b, double *ra
     na = a->n < cap ? a->n : cap; /* the EMA's effective number of measurements */
     nb = b->n < cap ? b->n : cap;
     se = sqrt(a->var / na + b->var / nb);
+    xa = bound ? bfit_ctl_bound(c, a->rate) : a->rate; /* a step is no faster than its samples come */
+    xb = bound ? bfit_ctl_bound(c, b->rate) : b->rate;
     if (ra)
-        *ra = a->rate;
+        *ra = xa;
     if (rb)
-        *rb = b->rate;
-    return a->rate > b->rate * (1.0 + c->cfg.grow_gain) && a->rate - b->rate > (reversal ? 3 : 2) * se;
+        *rb = xb;
+    return xa > xb * (1.0 + c->cfg.grow_gain) && xa - xb > (reversal ? 3 : 2) * se;
+}
+
+double bfit_ctl_bound(const bfit_controller *c, double rate)
+{
+    return c->st.loader_rate > 0 && rate > c->st.loader_rate ? c->st.loader_rate : rate;
+}
+
+void bfit_ctl_hold(bfit_controller *c, bfit_batch_decision *d, int held, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (held && !c->st.loader_held) {
+        n = snprintf(d->held, sizeof d->held, "the loader bounds the speed at %.4g samples/s: ", c->st.loader_rate);
+        va_start(ap, fmt);
+        if (n > 0 && (size_t)n < sizeof d->held)
+            vsnprintf(d->held + n, sizeof d->held - (size_t)n, fmt, ap);
+        va_end(ap);
+        d->loader_rate = c->st.loader_rate;
+    }
+    c->st.loader_held = held;
 }
 
 /* ---- decisions ------------------------------------------------------------- */
@@ -266,6 +289,22 @@ static int adaptive_E(bfit_controller *c, int64_t step, double *bn)
     return (int)t;
 }
 
+/* No measured size up to mc is clearly faster than m once the loader's
+ * rate bounds both: if one is by its compute alone, the loader holds m. */
+static void grow_held(bfit_controller *c, int mc, bfit_batch_decision *d)
+{
+    double r = 0, cur = 0;
+    int held = 0, m = 0;
+
+    for (int i = 0; i < BFIT_CONTROLLER_NTPUT && c->st.loader_rate > 0 && !held; i++) {
+        m = c->st.tp[i].m;
+        held = c->st.tp[i].n && m > c->st.m && m <= mc && bfit_ctl_fits(c, m) &&
+               clearly_faster(c, m, c->st.m, 0, &r, &cur);
+    }
+    bfit_ctl_hold(c, d, held, "staying at micro-batch %d (micro-batch %d computes %.4g vs %.4g %s/s)", c->st.m, m, r,
+                  cur, unit(c));
+}
+
 /* Grow m if memory allows a larger one and (auto mode) it is unmeasured, or
  * measured faster by grow_gain than the current m. A fixed micro-batch grows
  * back to itself whenever memory allows. need_streak: require grow_after
@@ -288,11 +327,13 @@ static void try_grow(bfit_controller *c, int64_t step, int need_streak, bfit_bat
             int m = c->st.tp[i].m;
             double r;
             if (c->st.tp[i].n && m > c->st.m && m <= mc && bfit_ctl_fits(c, m) &&
-                clearly_faster(c, m, c->st.m, &r, &cur) && r > best_r) {
+                clearly_faster(c, m, c->st.m, 1, &r, &cur) && r > best_r) {
                 best = m;
                 best_r = r;
             }
         }
+        if (!best)
+            grow_held(c, mc, d);
     }
     if (!best)
         return;
@@ -323,7 +364,7 @@ static void try_faster(bfit_controller *c, bfit_batch_decision *d)
     for (int i = 0; i < BFIT_CONTROLLER_NTPUT; i++) {
         int m = c->st.tp[i].m;
         double r;
-        if (c->st.tp[i].n && m < c->st.m && bfit_ctl_fits(c, m) && clearly_faster(c, m, c->st.m, &r, &cur) &&
+        if (c->st.tp[i].n && m < c->st.m && bfit_ctl_fits(c, m) && clearly_faster(c, m, c->st.m, 1, &r, &cur) &&
             r > best_r) {
             best = m;
             best_r = r;
@@ -527,6 +568,9 @@ static int observe_full(bfit_controller *c, const bfit_step_stats *s)
     if (!(s->micro_seconds >= 0 && s->micro_seconds <= s->seconds * (1 + 1e-9) + 1e-9) || (s->step_norms && !isfinite(s->diff_sqnorm)))
         return bfit_fail(BFIT_EINVAL, "controller: step %lld: micro-step seconds %g (of %g) or norms not valid",
                          (long long)s->step, s->micro_seconds, s->seconds);
+    if (!(s->loader_rate >= 0) || !isfinite(s->loader_rate))
+        return bfit_fail(BFIT_EINVAL, "controller: step %lld: loader rate %g samples/s (>= 0; 0: not known)",
+                         (long long)s->step, s->loader_rate);
     if ((rc = observe_noise(c, s)) != BFIT_OK)
         return rc;
     c->st.observed = 1;
@@ -541,6 +585,9 @@ static int observe_full(bfit_controller *c, const bfit_step_stats *s)
         tput_record(c, c->st.m, s->samples / compute);
         bfit_ctl_observe_speed(c, s, compute);
     }
+    if (s->loader_rate > 0) /* an EMA, as the compute's rates */
+        c->st.loader_rate = c->st.loader_rate > 0 ? c->st.loader_rate + c->cfg.tput_alpha * (s->loader_rate - c->st.loader_rate)
+                                                  : s->loader_rate;
     c->st.au.nobs++;
     c->st.au.ladder_ran = 0;
     bfit_ctl_ladder_when(c);
@@ -578,6 +625,8 @@ static int on_oom_full(bfit_controller *c, int failed_m, uint64_t free_bytes, ui
     nd.prev_m = from;
     nd.prev_batch = c->st.E;
     nd.why[0] = '\0';
+    nd.held[0] = '\0'; /* said with the step's first decision */
+    nd.loader_rate = 0;
     bfit_ctl_say(&nd, "out of memory at micro-batch %d: micro-batch %d -> %d", failed_m, from, m);
     finish(c, c->st.step, &nd);
     c->st.oom_step = 1;

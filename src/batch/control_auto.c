@@ -53,13 +53,14 @@ static int plan_m(const bfit_controller *c, int E, double *secs)
 
 /* Predicted samples/s of steps of E in micro-batches of m: the ladder's
  * time scaled by how fast micro-steps have run in training lately, plus
- * the step's own work (optimizer, norms) as measured. */
-static double predict_rate(const bfit_controller *c, int E, double fb_secs)
+ * the step's own work (optimizer, norms) as measured; with `bound`, no
+ * more than the loader makes (a step cannot outrun its samples). */
+static double predict_rate(const bfit_controller *c, int E, double fb_secs, int bound)
 {
     double speed = c->st.au.speed > 0 ? c->st.au.speed : 1.0;
-    double t = fb_secs / speed + c->st.au.overhead;
+    double t = fb_secs / speed + c->st.au.overhead, r = t > 0 ? E / t : 0;
 
-    return t > 0 ? E / t : 0;
+    return bound ? bfit_ctl_bound(c, r) : r;
 }
 
 /* After the ladder, or when memory came back: the plan's micro-batch for
@@ -95,20 +96,20 @@ void bfit_ctl_auto_replan(bfit_controller *c, int64_t step, bfit_batch_decision 
 /* The best E of the grid within a factor adapt_factor of the current one:
  * goodput = predicted samples/s x efficiency. *gp_cur gets the current E's
  * goodput (at its plan's m). */
-static int best_goodput(const bfit_controller *c, double B, double *gp_cur, double *gp_best, int *m_best)
+static int best_goodput(const bfit_controller *c, double B, int bound, double *gp_cur, double *gp_best, int *m_best)
 {
     int grid[GP_GRID], n, bestE = c->st.E;
     double lo = c->st.E / c->cfg.adapt_factor, hi = c->st.E * c->cfg.adapt_factor, secs;
     int m = plan_m(c, c->st.E, &secs);
 
-    *gp_cur = *gp_best = m ? predict_rate(c, c->st.E, secs) * bfit_gp_efficiency(B, c->st.E, bfit_ctl_lr_ref(c)) : 0;
+    *gp_cur = *gp_best = m ? predict_rate(c, c->st.E, secs, bound) * bfit_gp_efficiency(B, c->st.E, bfit_ctl_lr_ref(c)) : 0;
     *m_best = m;
     n = bfit_gp_grid(c->cfg.batch_min, c->cfg.batch_max, grid, GP_GRID);
     for (int i = 0; i < n; i++) {
         double g;
         if (grid[i] < lo || grid[i] > hi || grid[i] == c->st.E || !(m = plan_m(c, grid[i], &secs)) || secs <= 0)
             continue;
-        g = predict_rate(c, grid[i], secs) * bfit_gp_efficiency(B, grid[i], bfit_ctl_lr_ref(c));
+        g = predict_rate(c, grid[i], secs, bound) * bfit_gp_efficiency(B, grid[i], bfit_ctl_lr_ref(c));
         if (g > *gp_best) {
             *gp_best = g;
             bestE = grid[i];
@@ -197,6 +198,24 @@ void bfit_ctl_try_plateau(bfit_controller *c, int64_t step, bfit_batch_decision 
     auto_move(c, step, E, m);
 }
 
+/* No E is worth a move once the loader's rate bounds the speed: if one
+ * is by its compute alone, the loader holds E (said once, in d->held). */
+static void goodput_held(bfit_controller *c, double B, bfit_batch_decision *d)
+{
+    double gp_cur = 0, gp_best = 0, secs = 0;
+    int E = c->st.E, m, held = 0;
+
+    if (c->st.loader_rate > 0) {
+        E = best_goodput(c, B, 0, &gp_cur, &gp_best, &m);
+        held = E != c->st.E && gp_best >= gp_cur * (1.0 + c->cfg.auto_gain);
+    }
+    if (held)
+        plan_m(c, E, &secs);
+    bfit_ctl_hold(c, d, held, "staying at batch %d (batch %d would compute %.4g samples/s, goodput %+.1f%% by "
+                  "the compute alone)", c->st.E, E, held ? predict_rate(c, E, secs, 0) : 0,
+                  held ? 100.0 * (gp_best / gp_cur - 1.0) : 0);
+}
+
 /* Auto mode's E: once the ladder is measured, the noise scale estimated
  * and auto_interval samples trained since the last change, an E whose
  * predicted goodput beats the current one by auto_gain, and has done so
@@ -211,9 +230,10 @@ void bfit_ctl_try_goodput(bfit_controller *c, int64_t step, bfit_batch_decision 
         c->st.au.pending_n = 0;
         return;
     }
-    E = best_goodput(c, B, &gp_cur, &gp_best, &m);
+    E = best_goodput(c, B, 1, &gp_cur, &gp_best, &m);
     if (E == c->st.E || !(gp_best >= gp_cur * (1.0 + c->cfg.auto_gain))) {
         c->st.au.pending_n = 0;
+        goodput_held(c, B, d);
         return;
     }
     if (E != c->st.au.pending_E) {
@@ -225,8 +245,8 @@ void bfit_ctl_try_goodput(bfit_controller *c, int64_t step, bfit_batch_decision 
     plan_m(c, fromE, &s_old);
     plan_m(c, E, &s_new);
     d->noise_scale = B;
-    d->tput_old = predict_rate(c, fromE, s_old);
-    d->tput_new = predict_rate(c, E, s_new);
+    d->tput_old = predict_rate(c, fromE, s_old, 1);
+    d->tput_new = predict_rate(c, E, s_new, 1);
     d->eff_old = bfit_gp_efficiency(B, fromE, bfit_ctl_lr_ref(c));
     d->eff_new = bfit_gp_efficiency(B, E, bfit_ctl_lr_ref(c));
     auto_move(c, step, E, m);

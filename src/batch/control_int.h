@@ -27,6 +27,14 @@ void bfit_ctl_set_m(bfit_controller *c, int m);
 /* Append to a decision's why (printf) / record its first reason. */
 void bfit_ctl_say(bfit_batch_decision *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void bfit_ctl_because(bfit_batch_decision *d, bfit_batch_reason r);
+/* What a step at `rate` samples/s of compute can run: no more than the
+ * loader makes (docs/dynamic.md, "The loader"). */
+double bfit_ctl_bound(const bfit_controller *c, double rate);
+/* A change the compute alone would make (held = 1) is not made because the
+ * loader bounds the speed: said in d->held (printf) when the hold starts,
+ * not again while it lasts; held = 0 ends it. */
+void bfit_ctl_hold(bfit_controller *c, bfit_batch_decision *d, int held, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* The E the lr is for (E0, doubled by each plateau move). */
 int bfit_ctl_lr_ref(const bfit_controller *c);
 /* E changed at step: the lr scale moves toward rule(E / lr_ref). */

@@ -16,7 +16,7 @@ int bfit_controller_state_set(bfit_controller *c, const bfit_controller_state *s
              isfinite(s->ramp_to) && s->noise.alpha > 0 && s->noise.alpha <= 1 && isfinite(s->noise.g2_ema) &&
              isfinite(s->noise.s_ema) && s->noise.n >= 0 && s->holdoff >= 0 && s->step >= 0 &&
              isfinite(s->au.plat_sum) && isfinite(s->au.plat_best) && s->au.plat_n >= 0 && s->au.lr_ref >= 0 &&
-             s->prev_m >= 0;
+             s->prev_m >= 0 && s->loader_rate >= 0 && isfinite(s->loader_rate);
     for (int i = 0; ok && i < BFIT_CONTROLLER_NTPUT; i++)
         ok = s->tp[i].n >= 0 && isfinite(s->tp[i].rate) && s->tp[i].var >= 0 && isfinite(s->tp[i].var);
     if (!ok)

@@ -61,6 +61,8 @@ typedef struct bfit_controller_state {
     bfit_controller_tput tp[BFIT_CONTROLLER_NTPUT];
     uint64_t tick;
     bfit_controller_auto au;
+    double loader_rate;        /* EMA of the loader's observed samples/s (0: not known) */
+    int loader_held;           /* a hold by the loader was said and still holds */
 } bfit_controller_state;
 
 /* Copy the state out. */

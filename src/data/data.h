@@ -284,6 +284,12 @@ double bfit_stream_wait_seconds(const bfit_stream *s);
 int64_t bfit_stream_scratch_grown(const bfit_stream *s);
 /* Loader threads running (0: samples are made by the caller). */
 int bfit_stream_loader_threads(const bfit_stream *s);
+/* The samples the loader threads have made so far and the seconds of their
+ * time it took (the caller's help not counted): threads x samples / seconds
+ * is the rate they make samples at while busy. Image folders only, where
+ * decoding can be slower than the device (0 and 0 for data in memory, or
+ * without threads). */
+void bfit_stream_loader_work(bfit_stream *s, int64_t *samples, double *seconds);
 
 /* Stops the loader threads and frees the stream (not the data set). */
 void bfit_stream_free(bfit_stream *s);

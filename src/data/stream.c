@@ -57,6 +57,8 @@ struct bfit_stream {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int quit, sync_ok;
+    int64_t made;            /* samples the loader threads made, */
+    double busy_s;           /*   in this many seconds of their time */
     job job;
     float *px;
     int32_t *py;
@@ -103,11 +105,18 @@ static void work(bfit_stream *s, bfit_img_scratch *sc)
         bfit_cursor at = j->at;
         float *x = j->x;
         int32_t *y = j->y;
+        double t0;
         j->next = k1;
         j->active++;
         pthread_mutex_unlock(&s->mu);
+        t0 = s->d->img ? bfit_clock_thread() : 0;
         rc = produce(s, sc, at, k0, k1, x, y, &bad);
+        t0 = s->d->img ? bfit_clock_thread() - t0 : 0;
         pthread_mutex_lock(&s->mu);
+        if (s->d->img && sc != &s->own) { /* the loader threads' own rate, not the caller's help */
+            s->made += k1 - k0;
+            s->busy_s += t0;
+        }
         j->active--;
         if (rc != BFIT_OK && bad < j->err_k) {
             j->rc = rc;
@@ -502,6 +511,18 @@ int64_t bfit_stream_scratch_grown(const bfit_stream *s)
 }
 
 int bfit_stream_loader_threads(const bfit_stream *s) { return s->nthreads; }
+
+void bfit_stream_loader_work(bfit_stream *s, int64_t *samples, double *seconds)
+{
+    *samples = 0;
+    *seconds = 0;
+    if (!s->sync_ok)
+        return;
+    pthread_mutex_lock(&s->mu);
+    *samples = s->made;
+    *seconds = s->busy_s;
+    pthread_mutex_unlock(&s->mu);
+}
 
 void bfit_stream_free(bfit_stream *s)
 {

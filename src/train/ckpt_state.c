@@ -89,7 +89,10 @@ TABLE(decision_t, D,
       DBL(D, "tput_old", tput_old),
       DBL(D, "tput_new", tput_new),
       DBL(D, "eff_old", eff_old),
-      DBL(D, "eff_new", eff_new));
+      DBL(D, "eff_new", eff_new),
+      DBL(D, "loader_rate", loader_rate, .since = "loader_rate"),
+      {.key = "held", .kind = K_TEXT, .off = OFF(D, held, char *), .n = sizeof(((D *)0)->held),
+       .since = "loader_rate"});
 #undef D
 
 /* --batch auto's ladder and bookkeeping, and the consecutive-step norms;
@@ -175,7 +178,9 @@ TABLE(controller_t, C,
       LIST(C, "throughput", tp, bfit_controller_tput, tput_t, BFIT_CONTROLLER_NTPUT,
            "a list of the throughput records"),
       U64(C, "tick", tick),
-      OBJ(C, "auto", au, bfit_controller_auto, auto_t));
+      OBJ(C, "auto", au, bfit_controller_auto, auto_t),
+      DBL(C, "loader_rate", loader_rate, .since = "loader_rate"),
+      INT(C, "loader_held", loader_held, .since = "loader_rate"));
 #undef C
 
 /* The figures so far; the token counts came later (a run resumed from a

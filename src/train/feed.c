@@ -84,6 +84,21 @@ int bfit_feed_rewind(bfit_feed *f)
 
 double bfit_feed_wait(const bfit_feed *f) { return f->s ? bfit_stream_wait_seconds(f->s) : f->wait; }
 
+double bfit_feed_loader_rate(bfit_feed *f, int64_t *made, double *busy)
+{
+    int64_t n;
+    double t, rate = 0;
+
+    if (!f->s)
+        return 0;
+    bfit_stream_loader_work(f->s, &n, &t);
+    if (n > *made && t > *busy) /* each thread makes samples at this rate while busy */
+        rate = bfit_stream_loader_threads(f->s) * (double)(n - *made) / (t - *busy);
+    *made = n;
+    *busy = t;
+    return rate;
+}
+
 void bfit_feed_close(bfit_feed *f)
 {
     bfit_stream_free(f->s);

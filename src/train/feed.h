@@ -27,6 +27,9 @@ int bfit_feed_next_epoch(bfit_feed *f);
 int bfit_feed_rewind(bfit_feed *f);
 /* Seconds callers spent waiting for samples. */
 double bfit_feed_wait(const bfit_feed *f);
+/* The samples/s a stream's loader threads made since *made, *busy (their
+ * totals, updated): 0 when they made none, or for a source. */
+double bfit_feed_loader_rate(bfit_feed *f, int64_t *made, double *busy);
 /* Frees a stream (a source is the caller's). */
 void bfit_feed_close(bfit_feed *f);
 

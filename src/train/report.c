@@ -46,7 +46,8 @@ typedef struct legend {
 
 static const char *mark_color(const char *kind)
 {
-    return !strcmp(kind, "batch_change") ? "#d67d00" : !strcmp(kind, "memory") ? "#7b4fb0"
+    return !strcmp(kind, "batch_change") ? "#d67d00" : !strcmp(kind, "batch_hold") ? "#2a9d8f"
+                                                   : !strcmp(kind, "memory")   ? "#7b4fb0"
                                                    : !strcmp(kind, "warning")  ? "#a07800"
                                                    : !strcmp(kind, "throttle") ? "#e0457b"
                                                                                : "#c00000";
@@ -54,7 +55,7 @@ static const char *mark_color(const char *kind)
 
 static const char *mark_name(const char *kind)
 {
-    return !strcmp(kind, "batch_change") ? "batch change" : kind;
+    return !strcmp(kind, "batch_change") ? "batch change" : !strcmp(kind, "batch_hold") ? "batch held" : kind;
 }
 
 /* ---- the pieces of a chart --------------------------------------------------- */
@@ -328,6 +329,24 @@ static void chart_throughput(chart *c)
     chart_end(c, n ? NULL : "no timed steps in this log", lg, 2);
 }
 
+/* The share of each step spent waiting for samples: the loader's part of
+ * the time (a high share says the loader, not the device, sets the speed). */
+static void chart_data(chart *c)
+{
+    const rp_log *L = c->L;
+    legend lg[] = {{"#2a9d8f", NULL, "data wait, % of the step"}};
+    size_t n = 0;
+    for (size_t i = 0; i < L->nst; i++)
+        if (L->st[i].data_share >= 0)
+            c->a[n++] = (pt){L->st[i].step, 100 * L->st[i].data_share};
+    chart_begin(c, "data", "Data wait (% of each step)", "the share of each step spent waiting for samples");
+    y_linear(c, c->a, n, NULL, 0, 1, 1);
+    series(c, "data-share", "#2a9d8f", NULL, c->a, n);
+    if (n <= 200)
+        dots(c, "data-share", "#2a9d8f", c->a, n, "data wait", 1, "%");
+    chart_end(c, n ? NULL : "no step logged its data wait", lg, 1);
+}
+
 static void chart_noise(chart *c)
 {
     const rp_log *L = c->L;
@@ -452,6 +471,7 @@ static int charts(FILE *f, const rp_log *L)
     chart_batch(&c);
     chart_memory(&c);
     chart_throughput(&c);
+    chart_data(&c);
     chart_noise(&c);
     chart_busy(&c);
     chart_shared(&c);

@@ -11,6 +11,7 @@ typedef struct rp_step {
     double step, loss, lr, mem, capacity, seconds, noise;
     double gnorm; /* the global gradient norm, -1 where the step did not compute it */
     double E, m, k; /* samples in the step, micro-batch, micro-steps */
+    double data_share; /* the share of the step spent waiting for samples, -1 where the log has none */
 } rp_step;
 
 /* One evaluation ("eval" event). */
@@ -24,7 +25,7 @@ typedef struct rp_mon {
 } rp_mon;
 
 /* Something that happened at a step and is marked on every chart:
- * batch_change, memory, warning, error, and throttle (a monitor event whose
+ * batch_change, batch_hold, memory, warning, error, and throttle (a monitor event whose
  * clock throttling differs from the one before). */
 typedef struct rp_mark {
     double step;

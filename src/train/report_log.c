@@ -70,6 +70,7 @@ static int add_step(rd *r, const cJSON *o)
     s.lr = opt_num(o, "lr", 0);
     s.noise = opt_num(o, "noise_scale", 0);
     s.gnorm = opt_num(o, "grad_norm", -1);
+    s.data_share = opt_num(o, "data_share", -1);
     if ((rc = grow((void **)&L->st, &L->cst, L->nst, sizeof s)) != BFIT_OK)
         return rc;
     L->st[L->nst++] = s;
@@ -97,7 +98,7 @@ static double last_step(const rp_log *L)
     return L->nst ? L->st[L->nst - 1].step + 1 : 0;
 }
 
-/* batch_change, memory, warning, error: a marker with what happened. */
+/* batch_change, batch_hold, memory, warning, error: a marker with what happened. */
 static int add_mark(rd *r, const cJSON *o, const char *kind)
 {
     rp_log *L = r->L;
@@ -116,6 +117,8 @@ static int add_mark(rd *r, const cJSON *o, const char *kind)
         if ((rc = num(r, o, kind, "step", &mk.step)) != BFIT_OK || (rc = num(r, o, kind, "capacity", &cap)) != BFIT_OK)
             return rc;
         snprintf(text, sizeof text, "device capacity is now %s", bfit_format_size((uint64_t)cap, b, sizeof b));
+    } else if (!strcmp(kind, "batch_hold")) { /* a change the loader's speed held back */
+        snprintf(text, sizeof text, "%s", opt_str(o, "why", "the loader held the batch"));
     } else if (!strcmp(kind, "warning")) {
         snprintf(text, sizeof text, "%s", opt_str(o, "what", "(no text)"));
     } else {
@@ -178,7 +181,7 @@ static int keep_event(rd *r, cJSON *o, const char *ev, int *keep)
 
 static int add_event(rd *r, cJSON *o, int *keep)
 {
-    static const char *marks[] = {"batch_change", "memory", "warning", "error"};
+    static const char *marks[] = {"batch_change", "batch_hold", "memory", "warning", "error"};
     const char *ev = opt_str(o, "event", NULL);
     int rc = BFIT_OK;
 

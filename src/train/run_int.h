@@ -98,6 +98,9 @@ struct bfit_run {
                                   abandoned step leaves it stale: pos.track_stale) */
     double micro_secs;         /* the step's seconds in micro-steps */
     double step_data_s;        /* the step's seconds waiting for samples (the stream's take) */
+    int64_t loader_made;       /* the loader threads' samples and seconds of work so far */
+    double loader_busy;
+    double step_loader_rate;   /* the samples/s they made at during the step (0: none measured) */
     double step_gnorm;         /* this step's global gradient norm where it was computed, else -1 */
     int64_t step_count;        /* what the step's loss is normalised by: its samples, or for a token
                                   model its tokens that count (labels >= 0) */

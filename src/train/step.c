@@ -56,6 +56,11 @@ static int decide(bfit_run *r)
         return rc;
     if (d->reason != BFIT_REASON_NONE && d->reason != BFIT_REASON_START)
         bfit_run_log_change(r, d, d->prev_m, bfit_run_free_for_step(r));
+    if (d->held[0]) { /* a change the compute alone would have made */
+        bfit_log_event(&r->lg, "batch_hold", "\"step\":%lld,\"m\":%d,\"E\":%d,\"loader_rate\":%.6g,\"why\":\"%s\"",
+                       (long long)r->pos.step, d->m, d->batch, d->loader_rate, d->held);
+        bfit_log_say(&r->lg, "batchfit: step %lld: %s", (long long)r->pos.step, d->held);
+    }
     if (d->m != r->pos.m)
         bfit_model_unreserve(r->s.M); /* blocks sized for the new m, not kept from the old */
     r->pos.m = d->m;
@@ -329,6 +334,9 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
     ss.micro_seconds = r->micro_secs < ss.seconds ? r->micro_secs : ss.seconds;
     ss.loss_known = r->step_count > 0;
     ss.loss = ss.loss_known ? loss / (double)r->step_count : 0; /* per sample, or per token */
+    ss.loader_rate = r->step_loader_rate = bfit_feed_loader_rate(&r->tr, &r->loader_made, &r->loader_busy);
+    if (r->cfg.batch_tokens)
+        ss.loader_rate = 0; /* samples/s, where the controller counts tokens */
     if (r->track && k >= 2 && k <= MAX_MICRO) {
         ss.nmicro = k;
         ss.micro_sqnorm = r->micro_sq;
@@ -378,7 +386,7 @@ static void report_step(bfit_run *r, bfit_step_info *in)
 {
     bfit_arena_stats st;
     double el = bfit_clock_mono() - r->ep_t0, bn = 0;
-    char split[512], ranks[4096] = "", gnorm[48] = "", data[96];
+    char split[512], ranks[4096] = "", gnorm[48] = "", data[160];
     int have_bn = bfit_controller_noise_scale(r->ctl, &bn) == BFIT_OK;
 
     /* how the step was split: micro-batches, and with several ranks theirs */
@@ -401,6 +409,8 @@ static void report_step(bfit_run *r, bfit_step_info *in)
     if (r->s.train && bfit_dataset_is_images(r->s.train))
         snprintf(data + strlen(data), sizeof data - strlen(data), ",\"images_skipped\":%lld",
                  (long long)bfit_dataset_images_skipped(r->s.train));
+    if (r->step_loader_rate > 0) /* what the controller was told the loader makes */
+        snprintf(data + strlen(data), sizeof data - strlen(data), ",\"loader_rate\":%.6g", r->step_loader_rate);
     bfit_arena_stats_get(r->s.arena, &st);
     in->noise_scale = have_bn ? bn : 0;
     in->mem = st.current;

@@ -40,6 +40,8 @@ expect 0 "test accuracy" "$bf" train --model cnn --data "$tmp/fm" --test-data "$
   --max-steps 6 --loader-threads 2 --log "$tmp/fm.jsonl" --save "$tmp/fm.safetensors"
 expect 0 '"data_share":[0-9.]+' grep -m1 '"event":"step"' "$tmp/fm.jsonl"
 expect 0 '"images_skipped":0' grep -m1 '"event":"step"' "$tmp/fm.jsonl"
+# ... and the rate the loader threads made samples at, which the batch controller is told
+expect 0 '"loader_rate":[0-9]' grep '"event":"step"' "$tmp/fm.jsonl"
 # the class names travel with the weights, in the folders' sorted order
 expect 0 'Ankle_boot,Bag,Coat,Dress,Pullover,Sandal,Shirt,Sneaker,T-shirt_top,Trouser' "$py" -c "
 import json, struct, sys
@@ -78,6 +80,25 @@ done
 # find measures the loader and says which side bounds the speed
 expect 0 "loader: 1 thread makes [0-9,]+ samples/s alone.*the (loader|device) bounds the speed" "$bf" find --model cnn --data "$tmp/fm" --limit 32 --repeats 2 \
   --loader-threads 1
+
+# ... and its JSON has the same figures: the loader's rate, the compute's, and which bounds
+"$bf" find --model cnn --data "$tmp/fm" --limit 32 --repeats 2 --loader-threads 1 --json >"$tmp/find.json" 2>"$tmp/find.err"
+expect 0 "loader ok: 1 thread, [0-9]+ samples/s, compute [0-9]+ at [0-9]+, bounds (True|False)" "$py" -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+l = j['loader']
+assert l['threads'] == 1 and l['samples_per_s'] > 0 and l['compute_samples_per_s'] > 0, l
+assert l['at_batch'] == j['fastest']['recommended'], (l, j['fastest'])
+# the verdict follows from the figures: the loader slower than the compute, or the steps waiting for data
+assert l['bounds'] == (l['samples_per_s'] < l['compute_samples_per_s'] or j['fastest']['data_bound']), l
+print('loader ok: %d thread, %.0f samples/s, compute %.0f at %d, bounds %s' % (l['threads'], l['samples_per_s'],
+      l['compute_samples_per_s'], l['at_batch'], l['bounds']))" "$tmp/find.json"
+# data held in memory (Fashion-MNIST's IDX files) has no loader figures
+"$bf" find --model cnn --limit 32 --repeats 2 --json >"$tmp/find_mem.json" 2>/dev/null
+expect 0 "no loader" "$py" -c "
+import json, sys
+assert 'loader' not in json.load(open(sys.argv[1]))
+print('no loader')" "$tmp/find_mem.json"
 
 echo "images CLI: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

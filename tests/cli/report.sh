@@ -130,21 +130,26 @@ for name in fixed adaptive failed; do
 import json, re, sys
 dom, html, log = open(sys.argv[1]).read(), open(sys.argv[2]).read(), sys.argv[3]
 svgs = re.findall(r"<svg\b.*?</svg>", dom, re.S)
-assert len(svgs) == 10, len(svgs)
+assert len(svgs) == 11, len(svgs)
 marks = [len(re.findall(r'<g class="ev ev-', s)) for s in svgs]
 listed = len(re.findall(r'<li class="ev-', dom))
 if log:
     ev = [json.loads(l)["event"] for l in open(log) if l.strip()]
-    want = sum(e in ("batch_change", "memory", "warning", "error") for e in ev)
+    want = sum(e in ("batch_change", "batch_hold", "memory", "warning", "error") for e in ev)
     assert want >= 1, ev
-    assert marks == [want] * 10 and listed == want, (marks, listed, want)
+    assert marks == [want] * 11 and listed == want, (marks, listed, want)
     steps = ev.count("step")
     n = len(re.search(r'class="line train-loss"[^>]*points="([^"]*)"', dom).group(1).split())
     assert n == steps, (n, steps)
+    # the data wait: a point per step (every step logs its share)
+    shares = [json.loads(l).get("data_share") for l in open(log) if '"event":"step"' in l]
+    assert all(x is not None for x in shares), "a step without data_share"
+    n = len(re.search(r'class="line data-share"[^>]*points="([^"]*)"', dom).group(1).split())
+    assert n == steps, (n, steps)
 else:
-    assert marks[0] >= 1 and marks == [marks[0]] * 10 and listed == marks[0], (marks, listed)
+    assert marks[0] >= 1 and marks == [marks[0]] * 11 and listed == marks[0], (marks, listed)
 assert 'name="viewport"' in dom and "@media print" in dom
-print("ok: %s: 10 charts, %d event(s) marked on each and listed" % (sys.argv[2], listed))
+print("ok: %s: 11 charts, %d event(s) marked on each and listed" % (sys.argv[2], listed))
 PY
     for size in 1280,2200 390,2600; do
         w=${size%,*}
