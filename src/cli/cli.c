@@ -152,3 +152,19 @@ void cli_print(const bfit_result *res, int json)
         bfit_result_print(res, stdout);
     fflush(stdout);
 }
+
+/* The image folders' options, as train and find list them in --help. */
+const char cli_help_images[] =
+         "Image folders (--data DIR of class folders of .jpg/.jpeg/.png, or a list file of\n"
+         "path,label lines; docs/data.md):\n"
+         "  --resize N            evaluation: shorter side to N, then the centre crop\n"
+         "                        (default: the model's size)\n"
+         "  --center-crop N       evaluation: the centre N x N (the model's size)\n"
+         "  --random-resized-crop N   training: torchvision's RandomResizedCrop(N) (the\n"
+         "                        model's size); --augment adds the horizontal flip\n"
+         "  --mean M,M,M --std S,S,S  normalise by these (default: the training set's)\n"
+         "  --loader-threads N    threads decoding images (default: the cores the compute\n"
+         "                        threads leave, at least 1)\n"
+         "  --skip-bad-images     skip and count unreadable files instead of failing\n"
+         "  --no-dct-scaling      decode JPEGs whole (default: at 1/2, 1/4, 1/8 when the\n"
+         "                        output needs no more)\n";

@@ -28,6 +28,7 @@ typedef struct cli_cmd {
 } cli_cmd;
 
 /* Print "batchfit: error: ..." to stderr. */
+extern const char cli_help_images[]; /* the image folders' options in --help */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print the library's last error, naming the option where it names one. */
 void cli_lib_error(void);

@@ -8,7 +8,7 @@
 
 static void help(void)
 {
-    puts("Usage: batchfit find --model PRESET|FILE [OPTIONS]\n"
+    fputs("Usage: batchfit find --model PRESET|FILE [OPTIONS]\n"
          "\n"
          "Answer two questions with few real training steps: the largest micro-batch\n"
          "that fits the memory, and the micro-batch that trains fastest.\n"
@@ -30,21 +30,10 @@ static void help(void)
          "                        exported from PyTorch (docs/onnx.md)\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, a CSV file, or synthetic\n"
-         "                        (random samples of the model's input shape)\n"
-         "Image folders (--data DIR of class folders of .jpg/.jpeg/.png, or a list file of\n"
-         "path,label lines; docs/data.md):\n"
-         "  --resize N            evaluation: shorter side to N, then the centre crop\n"
-         "                        (default: the model's size)\n"
-         "  --center-crop N       evaluation: the centre N x N (the model's size)\n"
-         "  --random-resized-crop N   training: torchvision's RandomResizedCrop(N) (the\n"
-         "                        model's size); --augment adds the horizontal flip\n"
-         "  --mean M,M,M --std S,S,S  normalise by these (default: the training set's)\n"
-         "  --loader-threads N    threads decoding images (default: the cores the compute\n"
-         "                        threads leave, at least 1)\n"
-         "  --skip-bad-images     skip and count unreadable files instead of failing\n"
-         "  --no-dct-scaling      decode JPEGs whole (default: at 1/2, 1/4, 1/8 when the\n"
-         "                        output needs no more)\n"
-         "  --csv-header yes|no|auto   whether a CSV file's first row is a header\n"
+         "                        (random samples of the model's input shape)\n",
+          stdout);
+    fputs(cli_help_images, stdout);
+    puts("  --csv-header yes|no|auto   whether a CSV file's first row is a header\n"
          "                        (default auto: yes when it holds only names)\n"
          "  --augment             random crop and flip of images, as in training\n"
          "  --no-normalize        do not standardise inputs\n"

@@ -9,9 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static void help(void)
+/* --help in three parts around the image options that find shares */
+static void help_data(void)
 {
-    puts("Usage: batchfit train --model FILE|PRESET [OPTIONS]\n"
+    fputs("Usage: batchfit train --model FILE|PRESET [OPTIONS]\n"
          "\n"
          "Train a model on a data set, evaluating on its test split after each epoch.\n"
          "--batch is the effective batch (samples per optimizer step); the micro-batch\n"
@@ -30,21 +31,13 @@ static void help(void)
          "                        IMAGES,LABELS IDX files, or a CSV file; for token\n"
          "                        models kjv, a token file or a .txt file (docs/data.md)\n"
          "  --test-data PATH      evaluate on this instead of the data set's test split\n"
-         "                        (a single CSV file has none)\n"
-         "Image folders (--data DIR of class folders of .jpg/.jpeg/.png, or a list file of\n"
-         "path,label lines; docs/data.md):\n"
-         "  --resize N            evaluation: shorter side to N, then the centre crop\n"
-         "                        (default: the model's size)\n"
-         "  --center-crop N       evaluation: the centre N x N (the model's size)\n"
-         "  --random-resized-crop N   training: torchvision's RandomResizedCrop(N) (the\n"
-         "                        model's size); --augment adds the horizontal flip\n"
-         "  --mean M,M,M --std S,S,S  normalise by these (default: the training set's)\n"
-         "  --loader-threads N    threads decoding images (default: the cores the compute\n"
-         "                        threads leave, at least 1)\n"
-         "  --skip-bad-images     skip and count unreadable files instead of failing\n"
-         "  --no-dct-scaling      decode JPEGs whole (default: at 1/2, 1/4, 1/8 when the\n"
-         "                        output needs no more)\n"
-         "  --csv-header yes|no|auto   whether a CSV file's first row is a header (default\n"
+         "                        (a single CSV file has none)\n",
+          stdout);
+}
+
+static void help_batch(void)
+{
+    fputs("  --csv-header yes|no|auto   whether a CSV file's first row is a header (default\n"
          "                        auto: yes when it holds only names, no when only numbers;\n"
          "                        the decision is printed)\n"
          "  --epochs N            passes over the training data (default 1)\n"
@@ -84,8 +77,13 @@ static void help(void)
          "  --micro-batch auto|N  device micro-batch m (default auto: the largest that fits)\n"
          "  --eval-batch N        micro-batch for evaluation (default 1000, or what fits)\n"
          "  --memory SIZE         device memory capacity, e.g. 512MiB, 2GiB (default: available RAM)\n"
-         "  --margin F            fraction of memory kept free when choosing m (default 0.1)\n"
-         "Optimisation:\n"
+         "  --margin F            fraction of memory kept free when choosing m (default 0.1)\n",
+          stdout);
+}
+
+static void help_run(void)
+{
+    puts("Optimisation:\n"
          "  --optimizer sgd|adamw (default sgd)\n"
          "  --lr X                base learning rate (default 0.05)\n"
          "  --momentum X          SGD momentum (default 0.9)\n"
@@ -150,6 +148,14 @@ static void help(void)
          "Exit status: 0 trained, 1 failed, 2 usage error, 3 out of memory: not even\n"
          "micro-batch 1 fitted and memory did not come back (a checkpoint was written),\n"
          "130 stopped by SIGINT, 143 stopped by SIGTERM.");
+}
+
+static void help(void)
+{
+    help_data();
+    fputs(cli_help_images, stdout);
+    help_batch();
+    help_run();
 }
 
 static const struct option opts[] = {
