@@ -110,6 +110,30 @@ def _candidates():
     yield SONAME, "the dynamic linker's search path"
 
 
+def _gomp_loaded():
+    try:
+        with open("/proc/self/maps") as f:
+            return "libgomp" in f.read()
+    except OSError:
+        return True
+
+
+def _load_quiet_waits():
+    """Load the library with OpenMP's sleeping waits, as the CLI runs: libgomp
+    reads its policy once, when it is loaded, and by default a waiting thread
+    spins, which beside another CPU-bound job made steps 4-37 times slower
+    (docs/performance.md, "A loaded machine"). The environment is restored
+    after; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins, and a libgomp
+    already loaded (torch imported first) keeps what it read."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ or _gomp_loaded():
+        return _load()
+    os.environ["OMP_WAIT_POLICY"] = "passive"
+    try:
+        return _load()
+    finally:
+        del os.environ["OMP_WAIT_POLICY"]
+
+
 def _load():
     tried = []
     for path, why in _candidates():
@@ -125,7 +149,7 @@ def _load():
                       "BATCHFIT_LIB to the file")
 
 
-lib, LIBRARY_PATH = _load()
+lib, LIBRARY_PATH = _load_quiet_waits()
 libc = ffi.dlopen(None)
 
 # Everything the package calls must be there: a library older than the

@@ -2,7 +2,9 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const struct {
     const char *name;
@@ -26,8 +28,22 @@ static void usage(FILE *f)
     fprintf(f, "\nRun 'batchfit COMMAND --help' for a command's options; 'batchfit --version' for the version.\n");
 }
 
+/* libgomp reads its wait policy once, before main, and by default a waiting
+ * thread spins 300,000 rounds: beside another CPU-bound job a step then ran
+ * 4-37 times slower, where sleeping waits follow the CPU the process gets
+ * (bench/load.py; docs/performance.md, "A loaded machine"). So the program
+ * starts itself again with sleeping waits, unless the user chose a policy. */
+static void wait_policy(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
+        execv("/proc/self/exe", argv); /* returns only if it failed: go on spinning */
+}
+
 int main(int argc, char **argv)
 {
+    wait_policy(argv);
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

@@ -151,6 +151,7 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     double *cpu_rate = calloc((size_t)reps, sizeof *cpu_rate);
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     double t_step = 0;
+    int64_t units;
     int rc, steps = 2;
 
     memset(&g, 0, sizeof g);
@@ -168,6 +169,9 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     if ((rc = bfit_optim_new(&oc, M->trainable, M->ntrainable, dev, arena, &opt)) != BFIT_OK ||
         (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = random_input(M, batch, &seed)) != BFIT_OK)
         goto out;
+    /* the loss per label, as the peer's mean (a token model's per token:
+     * per sequence, SGD at 0.01 diverged to NaN within 20 steps) */
+    units = (int64_t)batch * (M->labels_per_sample > 0 ? M->labels_per_sample : 1);
     for (int r = -1; r < reps; r++) {
         int n = r < 0 ? warmup : steps;
         double t0 = now(), c0 = cpu_now();
@@ -178,7 +182,7 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
             if ((rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK ||
                 (rc = bfit_model_stats_reset(M)) != BFIT_OK ||
                 (rc = bfit_model_forward(M, (uint64_t)s)) != BFIT_OK ||
-                (rc = bfit_model_backward(M, 1.0f / (float)batch)) != BFIT_OK ||
+                (rc = bfit_model_backward(M, 1.0f / (float)units)) != BFIT_OK ||
                 (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK || (rc = bfit_model_refresh_copies(M)) != BFIT_OK ||
                 (rc = bfit_model_zero_grads(M)) != BFIT_OK ||
                 (rc = bfit_model_stats_read(M, &loss, NULL)) != BFIT_OK)

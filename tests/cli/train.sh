@@ -29,6 +29,12 @@ expect() {
 
 m=$src/models/mlp.cfg
 expect 0 "Commands:" "$bf" --help
+# the wait policy libgomp runs with (OMP_DISPLAY_ENV=verbose shows its spin
+# count: 300000 is its own default): sleeping waits (0 spins) unless the user
+# chose a policy or a spin count
+expect 0 "GOMP_SPINCOUNT = '0'" env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose "$bf" --version
+expect 0 "OMP_WAIT_POLICY = 'ACTIVE'" env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active OMP_DISPLAY_ENV=true "$bf" --version
+expect 0 "GOMP_SPINCOUNT = '1000'" env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 OMP_DISPLAY_ENV=verbose "$bf" --version
 expect 2 "unknown command 'frobnicate'" "$bf" frobnicate
 expect 2 "Usage: batchfit COMMAND" "$bf"
 expect 0 "effective batch" "$bf" train --help

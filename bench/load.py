@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""load.py - a training step's speed on a quiet machine and beside a competing
+CPU-bound job, for each OpenMP wait setting (issue 30, "under a loaded
+machine").
+
+    bench/load.py [--models gpt-nano:8,cnn:128] [--threads 2] [--hogs 2]
+                  [--waits default,passive,spin] [--pairs 3] [--bfit-bench PATH]
+
+Each (model, wait) runs `bfit_bench step MODEL BATCH 5 3 THREADS` in its own
+process, first alone, then while --hogs busy-loop processes (nice 0, one per
+core by default) compete for the cores; the settings alternate within a pair
+so slow minutes of the machine spread over all of them. A wait setting is the
+environment the process starts with:
+
+    default   nothing set: the batchfit CLI and Python package choose (see
+              docs/performance.md, "A loaded machine"); bfit_bench is a plain
+              C program, so libgomp's own default (a long spin) applies
+    passive   OMP_WAIT_POLICY=passive: waiting threads sleep at once
+    spin      OMP_WAIT_POLICY=active: waiting threads spin
+    spinN     GOMP_SPINCOUNT=N: spin N rounds, then sleep (libgomp's default
+              without a policy is 300000)
+
+Prints every run's line, then per model and wait the medians: samples/s alone
+and loaded, their ratio, and samples per CPU-second alone and loaded (a
+setting that burns CPU while waiting shows there). With H hogs on C cores a
+process of T threads that wastes nothing gets about C*T/(T+H) cores: the
+ratio to expect is that over min(T, C).
+"""
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WAITS = {"default": {}, "passive": {"OMP_WAIT_POLICY": "passive"}, "spin": {"OMP_WAIT_POLICY": "active"}}
+
+
+def hogs_start(n):
+    return [subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"]) for _ in range(n)]
+
+
+def hogs_stop(ps):
+    for p in ps:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+
+
+def wait_env(w):
+    """The environment of a wait setting, or None if it names none."""
+    if w in WAITS:
+        return WAITS[w]
+    if w.startswith("spin") and w[4:].isdigit():
+        return {"GOMP_SPINCOUNT": w[4:]}
+    return None
+
+
+def one(bench, model, batch, threads, wait):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(wait_env(wait))
+    cmd = [bench, "step", os.path.join(ROOT, "models", model + ".cfg"), str(batch), "5", "3", str(threads)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"load.py: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
+    line = next((l for l in p.stdout.splitlines() if l.startswith("side=")), None)
+    if line is None:
+        sys.exit(f"load.py: no result line from {' '.join(cmd)}")
+    r = dict(kv.split("=", 1) for kv in line.split())
+    return float(r["samples_per_s"]), float(r["samples_per_cpu_s"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="gpt-nano:8,cnn:128")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--hogs", type=int, default=os.cpu_count())
+    ap.add_argument("--waits", default="default,passive,spin")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--bfit-bench", default=os.path.join(ROOT, "build", "bench", "bfit_bench"))
+    a = ap.parse_args()
+    models = [(m.split(":")[0], int(m.split(":")[1])) for m in a.models.split(",")]
+    waits = a.waits.split(",")
+    for w in waits:
+        if wait_env(w) is None:
+            sys.exit(f"load.py: --waits: unknown setting '{w}' (expected default, passive, spin or spinN)")
+    res = {}
+    for pair in range(a.pairs):
+        for loaded in (0, 1):
+            hogs = hogs_start(a.hogs) if loaded else []
+            try:
+                for model, batch in models:
+                    for w in waits:
+                        r = one(a.bfit_bench, model, batch, a.threads, w)
+                        res.setdefault((model, w, loaded), []).append(r)
+                        print(f"pair={pair + 1} model={model} batch={batch} wait={w} loaded={loaded} "
+                              f"samples_per_s={r[0]:.1f} samples_per_cpu_s={r[1]:.1f}", flush=True)
+            finally:
+                hogs_stop(hogs)
+    print(f"\n{a.threads} threads, {a.hogs} busy-loop processes beside the loaded runs, {os.cpu_count()} cores; "
+          f"medians of {a.pairs}\n")
+    print("| model | wait | samples/s alone | loaded | loaded / alone | samples/CPU-s alone | loaded |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for model, batch in models:
+        for w in waits:
+            q, l = res[(model, w, 0)], res[(model, w, 1)]
+            qs, ls = statistics.median(x[0] for x in q), statistics.median(x[0] for x in l)
+            qc, lc = statistics.median(x[1] for x in q), statistics.median(x[1] for x in l)
+            print(f"| {model} {batch} | {w} | {qs:.1f} | {ls:.1f} | {ls / qs:.2f} | {qc:.1f} | {lc:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
