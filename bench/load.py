@@ -5,6 +5,7 @@ machine").
 
     bench/load.py [--models gpt-nano:8,cnn:128] [--threads 2] [--hogs 2]
                   [--waits default,passive,spin] [--pairs 3] [--bfit-bench PATH]
+    bench/load.py --train "ARGS" [--batchfit PATH] [--waits ...] [--pairs 3]
 
 Each (model, wait) runs `bfit_bench step MODEL BATCH 5 3 THREADS` in its own
 process, first alone, then while --hogs busy-loop processes (nice 0, one per
@@ -20,6 +21,10 @@ environment the process starts with:
     spinN     GOMP_SPINCOUNT=N: spin N rounds, then sleep (libgomp's default
               without a policy is 300000)
 
+With --train, each run is `batchfit train ARGS` instead (its wall time and
+its CPU time, user + system, are what is compared); there `default` is the
+command's own choice.
+
 Prints every run's line, then per model and wait the medians: samples/s alone
 and loaded, their ratio, and samples per CPU-second alone and loaded (a
 setting that burns CPU while waiting shows there). With H hogs on C cores a
@@ -32,6 +37,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -71,6 +77,42 @@ def one(bench, model, batch, threads, wait):
     return float(r["samples_per_s"]), float(r["samples_per_cpu_s"])
 
 
+def one_train(batchfit, args, wait):
+    """(wall seconds, CPU seconds) of one `batchfit train ARGS`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(wait_env(wait))
+    cmd = [batchfit, "train", *args.split()]
+    r0, t0 = os.times(), time.monotonic()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall, r1 = time.monotonic() - t0, os.times()
+    if p.returncode != 0:
+        sys.exit(f"load.py: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()[-400:]}")
+    return wall, (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system)
+
+
+def train_mode(a, waits):
+    res = {}
+    for pair in range(a.pairs):
+        for loaded in (0, 1):
+            hogs = hogs_start(a.hogs) if loaded else []
+            try:
+                for w in waits:
+                    r = one_train(a.batchfit, a.train, w)
+                    res.setdefault((w, loaded), []).append(r)
+                    print(f"pair={pair + 1} wait={w} loaded={loaded} wall_s={r[0]:.2f} cpu_s={r[1]:.2f}", flush=True)
+            finally:
+                hogs_stop(hogs)
+    print(f"\nbatchfit train {a.train}\n{a.hogs} busy-loop processes beside the loaded runs, {os.cpu_count()} cores; "
+          f"medians of {a.pairs}\n")
+    print("| wait | wall alone | wall loaded | loaded / alone | CPU s alone | CPU s loaded |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for w in waits:
+        q, l = res[(w, 0)], res[(w, 1)]
+        qw, lw = statistics.median(x[0] for x in q), statistics.median(x[0] for x in l)
+        print(f"| {w} | {qw:.2f} | {lw:.2f} | {lw / qw:.2f} | {statistics.median(x[1] for x in q):.2f} | "
+              f"{statistics.median(x[1] for x in l):.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="gpt-nano:8,cnn:128")
@@ -79,12 +121,16 @@ def main():
     ap.add_argument("--waits", default="default,passive,spin")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--bfit-bench", default=os.path.join(ROOT, "build", "bench", "bfit_bench"))
+    ap.add_argument("--train", help="time `batchfit train ARGS` instead of bfit_bench's step")
+    ap.add_argument("--batchfit", default=os.path.join(ROOT, "build", "batchfit"))
     a = ap.parse_args()
     models = [(m.split(":")[0], int(m.split(":")[1])) for m in a.models.split(",")]
     waits = a.waits.split(",")
     for w in waits:
         if wait_env(w) is None:
             sys.exit(f"load.py: --waits: unknown setting '{w}' (expected default, passive, spin or spinN)")
+    if a.train:
+        return train_mode(a, waits)
     res = {}
     for pair in range(a.pairs):
         for loaded in (0, 1):
