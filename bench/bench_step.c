@@ -12,7 +12,8 @@
  * rep runs (about REP_SECONDS, default 0.5, at least 2 steps); samples/s is
  * the median over REPS (default 5). BFIT_BENCH_PRECISION=bf16 (or f16) runs
  * the step in that precision. Peak resident memory is ru_maxrss of this
- * process. torch_peer.py does the same on the PyTorch side.
+ * process. With BFIT_OPTIME=1 each device op is waited for and timed, and
+ * op_share is the ops' share of the timed steps (bench/overhead.py). torch_peer.py does the same on the PyTorch side.
  */
 #include <batchfit.h>
 
@@ -55,6 +56,8 @@ static int bench_step(bfit_config *c, const char *model, int batch, int reps, in
     printf("side=batchfit batch=%d samples_per_s=%.1f ", batch, num(r, "samples_per_s"));
     if (!isnan(num(r, "tokens_per_s")))
         printf("tokens_per_s=%.1f ", num(r, "tokens_per_s"));
+    if (!isnan(num(r, "op_share"))) /* BFIT_OPTIME=1 */
+        printf("op_share=%.4f ", num(r, "op_share"));
     printf("flops_per_sample=%.0f maxrss_kib=%ld reps=%.0f steps=%.0f warmup=%.0f threads=%.0f loss=%.4f "
            "samples_per_cpu_s=%.1f precision=%s\n",
            num(r, "flops_per_sample"), maxrss_kib(), num(r, "reps"), num(r, "steps"), num(r, "warmup"),

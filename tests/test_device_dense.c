@@ -192,6 +192,40 @@ static void test_matmul_accumulates_twice(void **st)
     tbuf_free(t, &tC);
 }
 
+/* BFIT_OPTIME=1 (read when a device opens): every op, copy and fill adds
+ * its time; off, the device says -1 and keeps no table. */
+static void test_op_times(void **st)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = BFIT_F32};
+    bfit_op_args a = {0};
+    double t1, t2;
+    tdev on;
+    tbuf tA, tB, tC;
+
+    assert_true(bfit_device_op_seconds(((tdev *)*st)->dev) == -1);
+    setenv("BFIT_OPTIME", "1", 1);
+    tdev_open(&on, 1);
+    unsetenv("BFIT_OPTIME");
+    assert_true(bfit_device_op_seconds(on.dev) == 0);
+    tA = tbuf_new(&on, 64 * 64 * sizeof(float));
+    tB = tbuf_new(&on, 64 * 64 * sizeof(float));
+    tC = tbuf_new(&on, 64 * 64 * sizeof(float));
+    assert_int_equal(bfit_device_fill(on.dev, tA.d, 0, 64 * 64 * sizeof(float)), BFIT_OK);
+    assert_int_equal(bfit_device_fill(on.dev, tB.d, 0, 64 * 64 * sizeof(float)), BFIT_OK);
+    assert_true((t1 = bfit_device_op_seconds(on.dev)) > 0);
+    d.u.mm.M = d.u.mm.N = d.u.mm.K = 64;
+    a.src = tA.d;
+    a.weights = tB.d;
+    a.dst = tC.d;
+    assert_int_equal(run_op(&on, &d, &a), BFIT_OK);
+    assert_int_equal(bfit_device_copy(on.dev, tA.d, tC.d, 64 * 64 * sizeof(float)), BFIT_OK);
+    assert_true((t2 = bfit_device_op_seconds(on.dev)) > t1);
+    tbuf_free(&on, &tA);
+    tbuf_free(&on, &tB);
+    tbuf_free(&on, &tC);
+    tdev_close(&on); /* the table goes to stderr */
+}
+
 static void test_matmul_rejects(void **st)
 {
     tdev *t = *st;
@@ -1183,6 +1217,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_matmul_accumulates_twice),
         cmocka_unit_test(test_matmul_rejects), cmocka_unit_test(test_eltwise),
+        cmocka_unit_test(test_op_times),
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),

@@ -58,7 +58,7 @@ s_smoke() {
 s_optime() { # where a step's time goes, op kind by op kind (each op waited for)
   for c in gpt2:bf16:4 resnet50:bf16:64; do
     IFS=: read -r model p m <<<"$c"
-    BFIT_CUDA_OPTIME=1 timeout 120 "$b/tests/bfit_gpu" speed cuda:0 "$model" "$p" "$m" 5
+    BFIT_OPTIME=1 timeout 120 "$b/tests/bfit_gpu" speed cuda:0 "$model" "$p" "$m" 5
   done
 }
 for st in "$@"; do

@@ -52,6 +52,8 @@ static int step(const bfit_config *c, bfit_result *res)
     if (r.tokens_per_sample)
         cJSON_AddNumberToObject(res->root, "tokens_per_s", r.samples_per_s * r.tokens_per_sample);
     cJSON_AddNumberToObject(res->root, "samples_per_cpu_s", r.samples_per_cpu_s);
+    if (r.op_share >= 0)
+        cJSON_AddNumberToObject(res->root, "op_share", r.op_share);
     cJSON_AddNumberToObject(res->root, "flops_per_sample", r.flops_per_sample);
     cJSON_AddNumberToObject(res->root, "loss", r.loss);
     cJSON_AddNumberToObject(res->root, "reps", r.reps);

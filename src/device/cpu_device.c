@@ -3,6 +3,7 @@
 #include "base/err.h"
 #include "device/cpu.h"
 #include "device/cpu_isa.h"
+#include "device/optime.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -417,5 +418,6 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
         return bfit_fail(BFIT_EDEVICE, "oneDNN: cannot create the CPU engine");
     }
     *out = &d->base;
+    bfit_optime_attach(*out);
     return BFIT_OK;
 }

@@ -38,16 +38,7 @@ typedef struct cuda_device {
      * found at a sync can be put to them (cuda_fail_async) */
     const char *queued[4];
     unsigned long nqueued;
-    /* per op kind and dtype: seconds and calls (cuda_optime.c, BFIT_CUDA_OPTIME) */
-    int optime_on;
-    double optime[BFIT_OP_COUNT][BFIT_NDTYPES];
-    unsigned long opcalls[BFIT_OP_COUNT][BFIT_NDTYPES];
 } cuda_device;
-
-void cuda_optime_init(cuda_device *d);
-double cuda_optime_begin(cuda_device *d);
-void cuda_optime_end(cuda_device *d, bfit_op_kind k, bfit_dtype t, double t0);
-void cuda_optime_report(const cuda_device *d); /* stderr, at the device's end */
 
 /* An error found when waiting for the stream (what: the wait): a kernel
  * fault is put to the ops queued since the last wait, by name. */

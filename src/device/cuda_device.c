@@ -142,10 +142,8 @@ static int cuda_op_run(bfit_op *base, const bfit_op_args *a)
 
     if (rc == BFIT_OK && d->check)
         rc = cuda_check_args(d, a, name);
-    double t0 = cuda_optime_begin(d);
     if (rc != BFIT_OK || (rc = op->run(op, a)) != BFIT_OK)
         return rc;
-    cuda_optime_end(d, base->desc.kind, base->desc.dtype, t0);
     d->queued[d->nqueued++ % 4] = name;
     if (d->check && (e = cudaStreamSynchronize(d->stream)) != cudaSuccess)
         return cuda_fail(e, name);
@@ -191,7 +189,6 @@ static void cuda_destroy(bfit_device *base)
     cuda_device *d = (cuda_device *)base;
     if (cudaSetDevice(d->index) == cudaSuccess && d->stream)
         cudaStreamSynchronize(d->stream);
-    cuda_optime_report(d);
     cuda_stage_fini(d);
     if (d->norm_part)
         cudaFree(d->norm_part);
@@ -471,7 +468,6 @@ int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **
     d->index = index;
     d->cfg = c;
     d->check = c.check < 0 ? check_from_env() : c.check != 0;
-    cuda_optime_init(d);
     /* cuBLAS's recommended workspace: 32 MiB from Hopper on, 4 MiB before */
     d->blas_ws = c.policy == BFIT_CUDA_LEAN ? 0 : (size_t)(prop.major >= 9 ? 32 : 4) << 20;
     cuda_blocks_init(d);

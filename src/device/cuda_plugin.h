@@ -13,11 +13,12 @@
 
 #include "device/device.h"
 
-/* Changes whenever the op table or its argument shapes do. */
+/* Changes whenever the op table, its argument shapes or the device base do. */
 #define BFIT_CUDA_PLUGIN_ABI                                                                       \
     ((unsigned)BFIT_OP_COUNT * 1000003u ^ (unsigned)sizeof(bfit_op_args) * 8191u ^                 \
      (unsigned)sizeof(bfit_op_desc) * 131u ^ (unsigned)sizeof(bfit_device_vt) * 7u ^                \
-     (unsigned)sizeof(bfit_cuda_cfg) * 3u ^ (unsigned)sizeof(bfit_device_sample) * 524287u)
+     (unsigned)sizeof(bfit_cuda_cfg) * 3u ^ (unsigned)sizeof(bfit_device_sample) * 524287u ^         \
+     (unsigned)sizeof(bfit_device) * 8388593u)
 
 typedef struct bfit_cuda_host {
     unsigned abi;

@@ -2,6 +2,7 @@
  * dispatching through its table. */
 #include "base/err.h"
 #include "device/device.h"
+#include "device/optime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,8 @@ int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **
                          BFIT_CUDA_PLUGIN_ENTRY);
     bfit_clear_error();
     rc = open_fn(&host, index, &c, out);
+    if (rc == BFIT_OK)
+        bfit_optime_attach(*out);
     if (rc == BFIT_EDEVICE && !*out && !bfit_errmsg()[0])
         return bfit_fail(BFIT_EDEVICE, "libbatchfit_cuda.so is from another build of batchfit (its device "
                                        "interface differs): rebuild it with this library");
@@ -256,8 +259,10 @@ int bfit_device_open(const char *name, const bfit_device_cfg *cpu, bfit_device *
 
 void bfit_device_free(bfit_device *d)
 {
-    if (d)
+    if (d) {
+        bfit_optime_detach(d);
         d->vt->destroy(d);
+    }
 }
 
 const char *bfit_device_name(const bfit_device *d)
@@ -342,7 +347,14 @@ int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
 
 size_t bfit_op_workspace_bytes(const bfit_op *op) { return op->dev->vt->op_workspace(op); }
 size_t bfit_op_saved_bytes(const bfit_op *op) { return op->dev->vt->op_saved(op); }
-int bfit_op_run(bfit_op *op, const bfit_op_args *args) { return op->dev->vt->op_run(op, args); }
+int bfit_op_run(bfit_op *op, const bfit_op_args *args)
+{
+    double t0 = bfit_optime_begin(op->dev);
+    int rc = op->dev->vt->op_run(op, args);
+
+    bfit_optime_end(op->dev, op->desc.kind, op->desc.dtype, t0);
+    return rc;
+}
 
 void bfit_op_free(bfit_op *op)
 {
@@ -362,12 +374,28 @@ int bfit_device_download(bfit_device *d, void *host_dst, const void *src, size_t
 
 int bfit_device_copy(bfit_device *d, void *dst, const void *src, size_t n)
 {
-    return n ? d->vt->copy(d, dst, src, n) : BFIT_OK;
+    double t0;
+    int rc;
+
+    if (!n)
+        return BFIT_OK;
+    t0 = bfit_optime_begin(d);
+    rc = d->vt->copy(d, dst, src, n);
+    bfit_optime_end(d, BFIT_OPTIME_COPY, BFIT_F32, t0);
+    return rc;
 }
 
 int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n)
 {
-    return n ? d->vt->fill(d, dst, byte, n) : BFIT_OK;
+    double t0;
+    int rc;
+
+    if (!n)
+        return BFIT_OK;
+    t0 = bfit_optime_begin(d);
+    rc = d->vt->fill(d, dst, byte, n);
+    bfit_optime_end(d, BFIT_OPTIME_FILL, BFIT_F32, t0);
+    return rc;
 }
 
 int bfit_device_sync(bfit_device *d) { return d->vt->sync(d); }

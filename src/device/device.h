@@ -293,6 +293,7 @@ typedef struct bfit_device_vt {
 struct bfit_device {
     const bfit_device_vt *vt;
     bfit_block_source blocks; /* device memory in blocks, for an arena (bfit_device_arena_new) */
+    struct bfit_optime *optime; /* op times, with BFIT_OPTIME=1 (optime.c); NULL: off */
 };
 
 /* The CPU device on oneDNN (cfg NULL: defaults; see bfit_device_cfg). */
@@ -372,6 +373,9 @@ int bfit_device_copy(bfit_device *d, void *dst, const void *src, size_t n);
 int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n);
 static inline int bfit_device_zero(bfit_device *d, void *dst, size_t n) { return bfit_device_fill(d, dst, 0, n); }
 int bfit_device_sync(bfit_device *d);
+/* Seconds the device's ops, copies and fills have taken so far, each waited
+ * for (BFIT_OPTIME=1, optime.h); -1 when that is off. */
+double bfit_device_op_seconds(const bfit_device *d);
 /* The device's state for the monitor (out->have 0: nothing known). */
 int bfit_device_sample_get(bfit_device *d, bfit_device_sample *out);
 void bfit_device_info_get(const bfit_device *d, bfit_device_info *out);

@@ -150,7 +150,7 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     double *rate = calloc((size_t)reps, sizeof *rate), loss = 0;
     double *cpu_rate = calloc((size_t)reps, sizeof *cpu_rate);
     uint64_t seed = 0x9E3779B97F4A7C15ull;
-    double t_step = 0;
+    double t_step = 0, ops = 0, wall = 0;
     int64_t units;
     int rc, steps = 2;
 
@@ -174,7 +174,7 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     units = (int64_t)batch * (M->labels_per_sample > 0 ? M->labels_per_sample : 1);
     for (int r = -1; r < reps; r++) {
         int n = r < 0 ? warmup : steps;
-        double t0 = now(), c0 = cpu_now();
+        double t0 = now(), c0 = cpu_now(), o0 = bfit_device_op_seconds(dev);
         for (int s = 0; s < n; s++) {
             /* the trainer's step: reserve (a no-op at the same m), forward,
              * backward with the 1/E loss scale, optimizer, zero grads */
@@ -192,12 +192,17 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
         if (r >= 0) {
             rate[r] = (double)n * batch / (now() - t0);
             cpu_rate[r] = (double)n * batch / (cpu_now() - c0);
+            if (o0 >= 0) { /* BFIT_OPTIME: the ops' own share of the steps' time */
+                ops += bfit_device_op_seconds(dev) - o0;
+                wall += (double)n * batch / rate[r];
+            }
         } else if (t_step > 0 && rep_s / t_step > steps)
             steps = (int)(rep_s / t_step + 0.5);
     }
     memset(res, 0, sizeof *res);
     res->samples_per_s = median(rate, reps);
     res->samples_per_cpu_s = median(cpu_rate, reps);
+    res->op_share = wall > 0 ? ops / wall : -1;
     res->tokens_per_sample = M->input_dtype == BFIT_I32 ? M->input.d[0] : 0;
     res->flops_per_sample = step_flops_per_sample(M);
     res->loss = loss / ((double)batch * (res->tokens_per_sample ? res->tokens_per_sample : 1));

@@ -19,6 +19,7 @@ typedef struct bfit_profile_cfg {
 
 typedef struct bfit_profile_result {
     double samples_per_s, samples_per_cpu_s; /* medians over the repetitions */
+    double op_share; /* BFIT_OPTIME=1: the device's ops' seconds over the timed steps' (each op waited for); else -1 */
     double flops_per_sample; /* of the linear and conv layers (every layer for a token model) */
     double loss;             /* of the last step, per sample (per token) */
     int tokens_per_sample;   /* a token model's T, else 0 */
