@@ -11,7 +11,10 @@
  * seed (1), wd (5e-4), momentum (0.9), warmup (samples of linear lr warm-up,
  * 0), batch_min (16), batch_max (4096), data (fashion-mnist), log (a JSON-lines
  * event log), sched (a batch schedule, AT:E,... as --batch takes; BATCH is
- * then its first E), rule (the lr rule as --lr-scaling takes; linear). A
+ * then its first E), rule (the lr rule as --lr-scaling takes; linear),
+ * schedule (the lr schedule, constant or cosine over max_epochs; constant),
+ * full (1: train on to max_epochs after reaching the target, and report
+ * the accuracy there as final_acc: the same epoch budget for every side). A
  * fixed batch E trains at lr * E / lr_ref (the linear rule); auto rescales it
  * by the same rule as E changes.
  *
@@ -25,8 +28,8 @@
 #include <batchfit.h>
 
 typedef struct opts {
-    const char *model, *data, *log, *sched, *rule;
-    int auto_batch, batch, lr_ref, max_epochs, threads, batch_min, batch_max;
+    const char *model, *data, *log, *sched, *rule, *schedule;
+    int auto_batch, batch, lr_ref, max_epochs, threads, batch_min, batch_max, full;
     double lr, target, wd, momentum;
     long long eval_every, warmup, seed;
 } opts;
@@ -55,6 +58,8 @@ static int parse(int argc, char **argv, opts *o)
         KEY("max_epochs", max_epochs, atoi); KEY("eval_every", eval_every, atoll); KEY("threads", threads, atoi);
         KEY("seed", seed, atoll); KEY("wd", wd, atof); KEY("momentum", momentum, atof);
         KEY("warmup", warmup, atoll); KEY("batch_min", batch_min, atoi); KEY("batch_max", batch_max, atoi);
+        KEY("full", full, atoi);
+        else if (!strcmp(argv[i], "schedule")) o->schedule = v;
         else if (!strcmp(argv[i], "data")) o->data = v;
         else if (!strcmp(argv[i], "log")) o->log = v;
         else if (!strcmp(argv[i], "sched")) o->sched = v;
@@ -88,7 +93,7 @@ static int config(const opts *o, bfit_config *c)
               set(c, "seed", "%lld", o->seed) | set(c, "lr", "%.17g", o->lr) | set(c, "lr-ref-batch", "%d", o->lr_ref) |
               set(c, "lr-scaling", "%s", o->rule ? o->rule : "linear") | set(c, "optimizer", "sgd") |
               set(c, "momentum", "%.17g", o->momentum) | set(c, "weight-decay", "%.17g", o->wd) |
-              set(c, "schedule", "constant") | set(c, "dist", "off") |
+              set(c, "schedule", "%s", o->schedule ? o->schedule : "constant") | set(c, "dist", "off") |
               /* warm-up in samples: steps of E, or of lr_ref samples with auto */
               set(c, "warmup", "%lld", o->warmup / (o->auto_batch ? o->lr_ref : o->batch));
     if (o->log)
@@ -129,7 +134,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bfit_tta: %s\n", bfit_errmsg());
         return 1;
     }
-    while (!bfit_run_done(r) && at_time < 0) {
+    while (!bfit_run_done(r) && (o.full || at_time < 0)) {
         if ((rc = bfit_run_step(r, &si)) != BFIT_OK)
             break;
         samples += si.batch;
@@ -144,7 +149,7 @@ int main(int argc, char **argv)
                bfit_result_number(res, "steps"), bfit_result_number(res, "train_seconds"), acc,
                bfit_result_number(res, "batch"), bfit_result_number(res, "micro_batch"));
         fflush(stdout);
-        if (acc >= o.target) {
+        if (acc >= o.target && at_time < 0) {
             at_time = bfit_result_number(res, "train_seconds");
             at_samples = samples;
             at_steps = (long long)bfit_result_number(res, "steps");
@@ -161,7 +166,7 @@ int main(int argc, char **argv)
         bfit_result_free(res);
         return 1;
     }
-    printf("side=batchfit batch=%s reached=%d time_s=%.3f samples=%lld steps=%lld acc=%.4f train_s=%.3f "
+    printf("side=batchfit batch=%s reached=%d time_s=%.3f samples=%lld steps=%lld final_acc=%.4f train_s=%.3f "
            "changes=%.0f last_E=%.0f noise_scale=%.4g\n",
            o.auto_batch ? "auto" : argv[2], at_time >= 0, at_time >= 0 ? at_time : bfit_result_number(res, "train_seconds"),
            at_time >= 0 ? at_samples : samples, at_time >= 0 ? at_steps : (long long)bfit_result_number(res, "steps"), acc,

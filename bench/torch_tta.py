@@ -7,7 +7,9 @@ bench/time_to_acc.c (bfit_tta) in PyTorch, with a fixed batch.
 keys as bfit_tta's: lr (for a batch of lr_ref; 0.05), lr_ref (128), target
 (0.91), max_epochs (10), eval_every (samples, 6000), threads (2), seed (1),
 wd (5e-4), momentum (0.9), warmup (samples of linear warm-up from 0, 0),
-data (an MNIST-format directory; default Fashion-MNIST's).
+data (an MNIST-format directory; default Fashion-MNIST's), schedule
+(constant or cosine: over max_epochs' steps after the warm-up, to 0, as
+batchfit's), full (1: train all max_epochs; final_acc is the last accuracy).
 
 The model is the nn.Sequential of the spec (torch_peer.build), trained with
 SGD (momentum, weight decay) at lr * BATCH / lr_ref on the training split,
@@ -20,6 +22,7 @@ Prints an `eval` line per evaluation and one `side=torch` result line; the
 BLAS it loaded is in blas= (bench/compare.py's check).
 """
 import gzip
+import math
 import os
 import struct
 import sys
@@ -78,7 +81,7 @@ def main():
     if len(sys.argv) < 3:
         sys.exit("usage: torch_tta.py MODEL.cfg BATCH [key=value ...]")
     o = dict(lr=0.05, lr_ref=128, target=0.91, max_epochs=10, eval_every=6000, threads=2, seed=1, wd=5e-4,
-             momentum=0.9, warmup=0, data=DATA)
+             momentum=0.9, warmup=0, data=DATA, schedule="constant", full=0)
     for kv in sys.argv[3:]:
         k, v = kv.split("=", 1)
         if k not in o:
@@ -95,6 +98,9 @@ def main():
     lossf = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(o["seed"])
     n, step, samples, train_s, next_eval = len(xtr), 0, 0, 0.0, o["eval_every"]
+    total = o["max_epochs"] * ((n + batch - 1) // batch)
+    if o["schedule"] not in ("constant", "cosine"):
+        sys.exit(f"torch_tta.py: schedule must be constant or cosine, not {o['schedule']}")
     reached, acc = None, 0.0
     for epoch in range(o["max_epochs"]):
         perm = torch.randperm(n, generator=gen)
@@ -103,7 +109,8 @@ def main():
             j = perm[i:i + batch]
             x, y = xtr[j], ytr[j]
             for g in opt.param_groups:
-                g["lr"] = lr * (step / warm if step < warm else 1.0)
+                g["lr"] = lr * (step / warm if step < warm else 1.0 if o["schedule"] == "constant"
+                                else (1 + math.cos(math.pi * (step - warm) / max(1, total - warm))) / 2)
             opt.zero_grad(set_to_none=True)
             loss = lossf(model(x), y)
             loss.backward()
@@ -118,15 +125,16 @@ def main():
             acc = accuracy(model, xte, yte)
             print(f"eval samples={samples} steps={step} train_s={train_s:.3f} acc={acc:.4f} loss={loss.item():.4f}",
                   flush=True)
-            if acc >= o["target"]:
+            if acc >= o["target"] and not reached:
                 reached = (train_s, samples, step)
-                break
-        if reached:
+                if not o["full"]:
+                    break
+        if reached and not o["full"]:
             break
     blas, _ = loaded_blas()
     t, s, k = reached or (train_s, samples, step)
     print(f"side=torch batch={batch} reached={int(bool(reached))} time_s={t:.3f} samples={s} steps={k} "
-          f"acc={acc:.4f} train_s={train_s:.3f} threads={torch.get_num_threads()} torch={torch.__version__} "
+          f"final_acc={acc:.4f} train_s={train_s:.3f} threads={torch.get_num_threads()} torch={torch.__version__} "
           f"blas={blas}")
 
 
