@@ -150,8 +150,11 @@ static void schedule(sched *s)
             for (int k = 0; k < L->nin; k++)
                 ensure(s, M->nodes[i].in[k]);
         /* its own output, or its saved bytes from a regeneration rather than
-         * kept from the forward */
-        if (bfit_bwd_reads_output(L) || (M->regen[i + 1] && s->need[i].saved))
+         * kept from the forward; but a batch norm's saved bytes are its
+         * statistics, a few per channel: they are kept from the forward
+         * (the same bits) where a regeneration would write a whole output */
+        if (bfit_bwd_reads_output(L) ||
+            (M->regen[i + 1] && s->need[i].saved && L->cfg.kind != BFIT_L_BATCHNORM))
             ensure(s, i + 1);
         emit(s, BFIT_ACT_BWD, i);
     }
