@@ -578,6 +578,52 @@ static void test_grads_share_activations(void **st)
     }
 }
 
+/* Lean regenerates in backward what cheap layers compute from values kept
+ * anyway (block outputs relu(bn(conv) + shortcut), max pools): the
+ * gradients are the same bit for bit as keeping those values, the step is
+ * smaller, and the schedule regenerates residual adds. resnet-mini at 16,
+ * f32 and bf16 (measured = planned for it: the storage test above). */
+static void test_cheap_regen_same_grads(void **st)
+{
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_store_cfg sc = bfit_store_cfg_default();
+        bfit_step_plan kept, regen;
+        bfit_layout lay;
+        int64_t n1, n2;
+        int adds = 0;
+        float *a, *b;
+        rig r;
+        rig_new(&r, "resnet-mini.cfg", BIG);
+        sc.precision = prec[i];
+        sc.keep_cheap = 1;
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &kept), BFIT_OK);
+        a = step_grads(&r, 16, &n1);
+        bfit_model_unreserve(r.M);
+        sc.keep_cheap = 0;
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &regen), BFIT_OK);
+        b = step_grads(&r, 16, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+        assert_true(regen.peak < kept.peak);
+        assert_int_equal(bfit_model_layout(r.M, 16, 1, &lay), BFIT_OK);
+        for (int t = 0; t < lay.nact; t++)
+            adds += lay.act[t].kind == BFIT_ACT_REGEN && r.M->nodes[lay.act[t].node].l->cfg.kind == BFIT_L_ADD;
+        assert_true(adds >= 2);
+        print_message("resnet-mini %s at 16: peak %llu kept, %llu regenerated; %d adds regenerated\n",
+                      bfit_dtype_name(prec[i]), (unsigned long long)kept.peak, (unsigned long long)regen.peak, adds);
+        bfit_layout_fini(&lay);
+        free(a);
+        free(b);
+        trig_free(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_measured_equals_planned_storage),
         cmocka_unit_test(test_inplace_gradients),
         cmocka_unit_test(test_grads_share_activations),
+        cmocka_unit_test(test_cheap_regen_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),
         cmocka_unit_test(test_measured_equals_planned_resnet18),

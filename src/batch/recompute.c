@@ -107,7 +107,7 @@ static int search_init(search *s, bfit_model *M, const bfit_optim_cfg *opt, cons
     memset(s, 0, sizeof *s);
     s->M = M;
     s->opt = opt;
-    s->sc = (bfit_store_cfg){st->precision, st->lean, BFIT_RECOMPUTE_NONE, NULL};
+    s->sc = (bfit_store_cfg){st->precision, st->lean, BFIT_RECOMPUTE_NONE, NULL, 0};
     if ((rc = bfit_model_configure(M, &s->sc)) != BFIT_OK) /* finds the cuts */
         return rc;
     for (int v = 1; v < n; v++)
@@ -170,16 +170,33 @@ static int largest(search *s, const bfit_store_cfg *sc, uint64_t budget, int *m)
     return rc;
 }
 
-/* No target: the largest batch among the greedy path's end (walked at the
- * largest batch it allows, twice, since the best choice depends on m),
- * blocks and sqrt. Leaves the model configured with the winner. */
-static int auto_largest(search *s, uint64_t budget)
+/* sc's largest batch *m; if more than *bm, sc is the new best (its values
+ * kept in s->win when it keeps values given). */
+static int consider(search *s, const bfit_store_cfg *sc, uint64_t budget, int *m, int *bm, bfit_store_cfg *best)
 {
-    static const bfit_recompute_kind fixed[] = {BFIT_RECOMPUTE_BLOCKS, BFIT_RECOMPUTE_SQRT};
-    bfit_store_cfg best = s->sc, sc = s->sc;
-    int bm = 0, m, fits, rc;
+    int rc = largest(s, sc, budget, m);
+    if (rc == BFIT_OK && *m > *bm) {
+        *bm = *m;
+        *best = *sc;
+        if (sc->keep) {
+            memcpy(s->win, sc->keep, (size_t)s->M->n + 1);
+            best->keep = s->win;
+        }
+    }
+    return rc;
+}
+
+/* The greedy path walked with lean's cheap regenerations on or off
+ * (kc: keep_cheap), at the largest batch it allows, twice (the best choice
+ * depends on m); each end is tried with them on and off, since a path
+ * walked without them can end where they free more still. */
+static int auto_walks(search *s, uint64_t budget, int kc, int *bm, bfit_store_cfg *best)
+{
+    bfit_store_cfg sc = s->sc;
+    int m[2], fits, rc;
     bfit_step_plan p;
     sc.recompute = BFIT_RECOMPUTE_NONE;
+    sc.keep_cheap = s->sc.keep_cheap = kc;
     if ((rc = largest(s, &sc, budget, &s->m)) != BFIT_OK)
         return rc;
     for (int round = 0; round < 2; round++) {
@@ -188,27 +205,34 @@ static int auto_largest(search *s, uint64_t budget)
             return rc;
         sc.recompute = BFIT_RECOMPUTE_CUTS;
         sc.keep = s->best;
-        if ((rc = largest(s, &sc, budget, &m)) != BFIT_OK)
-            return rc;
-        if (m > bm) {
-            bm = m;
-            memcpy(s->win, s->best, (size_t)s->M->n + 1);
-            best = sc;
-            best.keep = s->win;
+        for (int k = 0; k < 2 && rc == BFIT_OK; k++) {
+            sc.keep_cheap = k;
+            rc = consider(s, &sc, budget, &m[k], bm, best);
         }
-        s->m = m;
+        if (rc != BFIT_OK)
+            return rc;
+        s->m = m[kc]; /* the next round walks where this path's end reached */
     }
-    for (unsigned i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+    return BFIT_OK;
+}
+
+/* No target: the largest batch among the greedy paths' ends, blocks and
+ * sqrt. Leaves the model configured with the winner. */
+static int auto_largest(search *s, uint64_t budget)
+{
+    static const bfit_recompute_kind fixed[] = {BFIT_RECOMPUTE_BLOCKS, BFIT_RECOMPUTE_SQRT};
+    bfit_store_cfg best = s->sc, sc = s->sc;
+    int bm = 0, rc = BFIT_OK;
+    for (int kc = 0; kc < 2 && rc == BFIT_OK; kc++)
+        rc = auto_walks(s, budget, kc, &bm, &best);
+    for (unsigned i = 0; i < sizeof fixed / sizeof fixed[0] && rc == BFIT_OK; i++) {
+        int m;
         sc = s->sc;
         sc.recompute = fixed[i];
-        if ((rc = largest(s, &sc, budget, &m)) != BFIT_OK)
-            return rc;
-        if (m > bm) {
-            bm = m;
-            best = sc;
-        }
+        sc.keep_cheap = 0;
+        rc = consider(s, &sc, budget, &m, &bm, &best);
     }
-    return bfit_model_configure(s->M, &best);
+    return rc == BFIT_OK ? bfit_model_configure(s->M, &best) : rc;
 }
 
 int bfit_model_set_storage(bfit_model *M, const bfit_storage *st, const bfit_optim_cfg *opt, uint64_t budget,
@@ -223,7 +247,7 @@ int bfit_model_set_storage(bfit_model *M, const bfit_storage *st, const bfit_opt
         return bfit_fail(BFIT_EINVAL, "storage: no model or storage");
     if ((unsigned)st->recompute >= BFIT_RECOMPUTE_COUNT || st->recompute == BFIT_RECOMPUTE_CUTS)
         return bfit_fail_field(BFIT_EINVAL, "recompute", "expected none, blocks, sqrt or auto");
-    sc = (bfit_store_cfg){st->precision, st->lean, st->recompute, NULL};
+    sc = (bfit_store_cfg){st->precision, st->lean, st->recompute, NULL, 0};
     if (st->recompute != BFIT_RECOMPUTE_AUTO)
         return bfit_model_configure(M, &sc);
     if (target < 0 || (target > 0 && !budget))
@@ -231,7 +255,12 @@ int bfit_model_set_storage(bfit_model *M, const bfit_storage *st, const bfit_opt
     rc = search_init(&s, M, opt, st);
     if (rc == BFIT_OK && target > 0) {
         s.m = target;
-        rc = walk(&s, budget, &fits, &p);
+        /* the first fit on the path with lean's cheap regenerations, else on the one without */
+        for (int kc = 0; kc < 2 && rc == BFIT_OK && !fits; kc++) {
+            s.sc.keep_cheap = kc;
+            rc = walk(&s, budget, &fits, &p);
+        }
+        sc = s.sc;
         sc.recompute = BFIT_RECOMPUTE_CUTS;
         sc.keep = s.best;
         if (rc == BFIT_OK && fits)

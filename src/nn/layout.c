@@ -20,6 +20,7 @@
 #include "base/err.h"
 #include "nn/model.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,15 +108,29 @@ static void emit(sched *s, bfit_act_kind k, int node)
     lay->act[lay->nact++].node = node;
 }
 
-/* Make value v readable in backward: regenerate it (and what it needs). */
+/* Make value v readable in backward: regenerate it (and what it needs).
+ * Its inputs are made readable earliest value first. A residual add's
+ * earlier input is the shortcut: with lean regeneration a block output is
+ * regenerated from the one before, a chain through the stage, and taking
+ * the chain first lets each block's branch output (its last batch norm's)
+ * die at its add, where the other order held every block's at once. */
 static void ensure(sched *s, int v)
 {
     const bfit_node *p;
+    int done = 0, last = -1;
     if (v <= 0 || !s->M->regen[v] || s->done[v])
         return;
     p = &s->M->nodes[v - 1];
-    for (int k = 0; k < p->l->nin; k++)
-        ensure(s, p->in[k]);
+    while (done < p->l->nin) { /* ascending, duplicates once */
+        int next = INT_MAX;
+        for (int k = 0; k < p->l->nin; k++)
+            if (p->in[k] > last && p->in[k] < next)
+                next = p->in[k];
+        for (int k = 0; k < p->l->nin; k++)
+            done += p->in[k] == next;
+        ensure(s, next);
+        last = next;
+    }
     emit(s, BFIT_ACT_REGEN, v - 1);
     s->done[v] = 1;
 }
@@ -135,8 +150,11 @@ static void schedule(sched *s)
             for (int k = 0; k < L->nin; k++)
                 ensure(s, M->nodes[i].in[k]);
         /* its own output, or its saved bytes from a regeneration rather than
-         * kept from the forward */
-        if (bfit_bwd_reads_output(L) || (M->regen[i + 1] && s->need[i].saved))
+         * kept from the forward; but a batch norm's saved bytes are its
+         * statistics, a few per channel: they are kept from the forward
+         * (the same bits) where a regeneration would write a whole output */
+        if (bfit_bwd_reads_output(L) ||
+            (M->regen[i + 1] && s->need[i].saved && L->cfg.kind != BFIT_L_BATCHNORM))
             ensure(s, i + 1);
         emit(s, BFIT_ACT_BWD, i);
     }

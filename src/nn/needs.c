@@ -29,7 +29,7 @@ static void step_needs(bfit_dtype precision, bfit_op_needs *nd)
 
 int bfit_graph_op_needs(const bfit_graph_desc *g, bfit_dtype precision, bfit_op_needs *out)
 {
-    bfit_store_cfg sc = {precision, 1, BFIT_RECOMPUTE_NONE, NULL};
+    bfit_store_cfg sc = {precision, 1, BFIT_RECOMPUTE_NONE, NULL, 0};
     bfit_device *rec = NULL;
     bfit_model *M = NULL;
     int rc;

@@ -27,7 +27,7 @@
 
 bfit_store_cfg bfit_store_cfg_default(void)
 {
-    bfit_store_cfg c = {BFIT_F32, 1, BFIT_RECOMPUTE_NONE, NULL};
+    bfit_store_cfg c = {BFIT_F32, 1, BFIT_RECOMPUTE_NONE, NULL, 0};
     return c;
 }
 
@@ -170,6 +170,49 @@ static void recompute(bfit_model *M, const bfit_store_cfg *c)
     }
 }
 
+/* Layers whose forward is cheap next to a convolution or a matmul: a few
+ * operations per element (batch norm: two passes for its statistics and
+ * one to apply them), so regenerating their output in backward costs
+ * little time, where keeping it costs a whole tensor. */
+static int cheap(const bfit_model *M, int i)
+{
+    static const bfit_layer_kind k[] = {BFIT_L_BATCHNORM, BFIT_L_RELU, BFIT_L_CLIP, BFIT_L_ADD, BFIT_L_MAXPOOL};
+    for (unsigned j = 0; j < sizeof k / sizeof k[0]; j++)
+        if (is(M, i, k[j]))
+            return 1;
+    return 0;
+}
+
+/* Lean: a kept value that cheap layers alone compute from values that are
+ * there in backward anyway is regenerated rather than kept. There: the
+ * model input, a value kept because some backward reads it, or one
+ * regenerated so (recursively, in graph order). A residual block's output
+ * relu(bn(conv) + shortcut) is so when its batch norm reads the convolution
+ * output and the shortcut is there: the block outputs of a stage are then
+ * regenerated in backward, one from the other, and the forward keeps only
+ * the convolutions' outputs and the batch norms' (docs/memory.md). Only
+ * elementwise work is repeated, and the same bits come out. It runs after
+ * the recomputation's choices, whose regenerated values (a convolution's
+ * output) are not there. */
+static void regen_cheap(bfit_model *M)
+{
+    unsigned char *ok = calloc((size_t)M->n + 1, 1); /* per value: there in backward */
+    if (!ok)
+        return; /* keep it all: more memory, never a wrong plan */
+    ok[0] = 1;
+    for (int v = 1; v < M->n; v++) {
+        const bfit_node *p = &M->nodes[v - 1];
+        int from_there = cheap(M, v - 1);
+        for (int k = 0; k < p->l->nin && from_there; k++)
+            from_there = ok[p->in[k]];
+        if (from_there)
+            ok[v] = M->regen[v] = 1; /* not kept, if it was (unread, the flag costs nothing) */
+        else
+            ok[v] = !M->regen[v] && read_in_bwd(M, v);
+    }
+    free(ok);
+}
+
 int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
 {
     if (!bfit_dtype_is_float(c->precision))
@@ -194,6 +237,8 @@ int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
     find_cuts(M);
     choose_modes(M, c->lean);
     recompute(M, c);
+    if (c->lean && !c->keep_cheap)
+        regen_cheap(M);
     M->regen[M->n] = 0; /* the loss's probabilities are read after the forward */
     M->param_bytes = M->master_bytes + bfit_model_copy_bytes(M);
     return BFIT_OK;
