@@ -137,10 +137,56 @@ static int random_input(bfit_model *M, int batch, uint64_t *seed)
     return rc;
 }
 
+/* The trainer's step, n times: reserve (a no-op at the same m), forward,
+ * backward with the loss per label, optimizer, zero grads. *t_step: the
+ * last step's seconds. */
+static int steps(bfit_model *M, bfit_optim *opt, int batch, int64_t units, int n, double *loss, double *t_step)
+{
+    int rc = BFIT_OK;
+    for (int s = 0; s < n && rc == BFIT_OK; s++) {
+        *t_step = now();
+        if ((rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = bfit_model_stats_reset(M)) != BFIT_OK ||
+            (rc = bfit_model_forward(M, (uint64_t)s)) != BFIT_OK ||
+            (rc = bfit_model_backward(M, 1.0f / (float)units)) != BFIT_OK ||
+            (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK || (rc = bfit_model_refresh_copies(M)) != BFIT_OK ||
+            (rc = bfit_model_zero_grads(M)) != BFIT_OK || (rc = bfit_model_stats_read(M, loss, NULL)) != BFIT_OK)
+            break;
+        *t_step = now() - *t_step;
+    }
+    return rc;
+}
+
+/* The warm-up, which sets how many steps a rep runs (about rep_seconds),
+ * then reps timed reps: samples/s and per CPU second, and with BFIT_OPTIME
+ * the ops' seconds and the steps' (*ops, *wall). */
+static int timed_reps(const bfit_profile_cfg *pc, bfit_device *dev, bfit_model *M, bfit_optim *opt, int64_t units,
+                      double *rate, double *cpu_rate, int *nsteps, double *loss, double *ops, double *wall)
+{
+    double t_step = 0;
+    int rc = BFIT_OK;
+
+    *nsteps = 2;
+    for (int r = -1; r < pc->reps && rc == BFIT_OK; r++) {
+        int n = r < 0 ? pc->warmup : *nsteps;
+        double t0 = now(), c0 = cpu_now(), o0 = bfit_device_op_seconds(dev);
+        if ((rc = steps(M, opt, pc->batch, units, n, loss, &t_step)) != BFIT_OK)
+            break;
+        if (r >= 0) {
+            rate[r] = (double)n * pc->batch / (now() - t0);
+            cpu_rate[r] = (double)n * pc->batch / (cpu_now() - c0);
+            if (o0 >= 0) { /* BFIT_OPTIME: the ops' own share of the steps' time */
+                *ops += bfit_device_op_seconds(dev) - o0;
+                *wall += (double)n * pc->batch / rate[r];
+            }
+        } else if (t_step > 0 && pc->rep_seconds / t_step > *nsteps)
+            *nsteps = (int)(pc->rep_seconds / t_step + 0.5);
+    }
+    return rc;
+}
+
 int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
 {
-    int batch = pc->batch, reps = pc->reps, warmup = pc->warmup;
-    double rep_s = pc->rep_seconds;
+    int batch = pc->batch, reps = pc->reps;
     bfit_arena *arena = NULL;
     bfit_device *dev = NULL;
     bfit_graph_desc g;
@@ -150,9 +196,9 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     double *rate = calloc((size_t)reps, sizeof *rate), loss = 0;
     double *cpu_rate = calloc((size_t)reps, sizeof *cpu_rate);
     uint64_t seed = 0x9E3779B97F4A7C15ull;
-    double t_step = 0, ops = 0, wall = 0;
+    double ops = 0, wall = 0;
     int64_t units;
-    int rc, steps = 2;
+    int rc, nsteps = 2;
 
     memset(&g, 0, sizeof g);
     if (!rate || !cpu_rate) {
@@ -172,33 +218,8 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     /* the loss per label, as the peer's mean (a token model's per token:
      * per sequence, SGD at 0.01 diverged to NaN within 20 steps) */
     units = (int64_t)batch * (M->labels_per_sample > 0 ? M->labels_per_sample : 1);
-    for (int r = -1; r < reps; r++) {
-        int n = r < 0 ? warmup : steps;
-        double t0 = now(), c0 = cpu_now(), o0 = bfit_device_op_seconds(dev);
-        for (int s = 0; s < n; s++) {
-            /* the trainer's step: reserve (a no-op at the same m), forward,
-             * backward with the 1/E loss scale, optimizer, zero grads */
-            t_step = now();
-            if ((rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK ||
-                (rc = bfit_model_stats_reset(M)) != BFIT_OK ||
-                (rc = bfit_model_forward(M, (uint64_t)s)) != BFIT_OK ||
-                (rc = bfit_model_backward(M, 1.0f / (float)units)) != BFIT_OK ||
-                (rc = bfit_optim_step(opt, 0.01)) != BFIT_OK || (rc = bfit_model_refresh_copies(M)) != BFIT_OK ||
-                (rc = bfit_model_zero_grads(M)) != BFIT_OK ||
-                (rc = bfit_model_stats_read(M, &loss, NULL)) != BFIT_OK)
-                goto out;
-            t_step = now() - t_step;
-        }
-        if (r >= 0) {
-            rate[r] = (double)n * batch / (now() - t0);
-            cpu_rate[r] = (double)n * batch / (cpu_now() - c0);
-            if (o0 >= 0) { /* BFIT_OPTIME: the ops' own share of the steps' time */
-                ops += bfit_device_op_seconds(dev) - o0;
-                wall += (double)n * batch / rate[r];
-            }
-        } else if (t_step > 0 && rep_s / t_step > steps)
-            steps = (int)(rep_s / t_step + 0.5);
-    }
+    if ((rc = timed_reps(pc, dev, M, opt, units, rate, cpu_rate, &nsteps, &loss, &ops, &wall)) != BFIT_OK)
+        goto out;
     memset(res, 0, sizeof *res);
     res->samples_per_s = median(rate, reps);
     res->samples_per_cpu_s = median(cpu_rate, reps);
@@ -207,8 +228,8 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     res->flops_per_sample = step_flops_per_sample(M);
     res->loss = loss / ((double)batch * (res->tokens_per_sample ? res->tokens_per_sample : 1));
     res->reps = reps;
-    res->steps = steps;
-    res->warmup = warmup;
+    res->steps = nsteps;
+    res->warmup = pc->warmup;
     res->threads = threads_of(dev);
     res->precision = bfit_model_storage(M).precision;
 out:
