@@ -39,6 +39,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from overhead import bench  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WAITS = {"default": {}, "passive": {"OMP_WAIT_POLICY": "passive"}, "spin": {"OMP_WAIT_POLICY": "active"}}
@@ -63,17 +66,8 @@ def wait_env(w):
     return None
 
 
-def one(bench, model, batch, threads, wait):
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env.update(wait_env(wait))
-    cmd = [bench, "step", os.path.join(ROOT, "models", model + ".cfg"), str(batch), "5", "3", str(threads)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"load.py: {' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
-    line = next((l for l in p.stdout.splitlines() if l.startswith("side=")), None)
-    if line is None:
-        sys.exit(f"load.py: no result line from {' '.join(cmd)}")
-    r = dict(kv.split("=", 1) for kv in line.split())
+def one(exe, model, batch, threads, wait):
+    r, _ = bench(exe, model, batch, threads, wait_env(wait), drop=("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"))
     return float(r["samples_per_s"]), float(r["samples_per_cpu_s"])
 
 

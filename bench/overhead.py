@@ -41,15 +41,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def bench(exe, model, batch, threads, env_add):
-    env = dict(os.environ, **env_add)
+def bench(exe, model, batch, threads, env_add, drop=()):
+    """`bfit_bench step` in a process of its own (the environment less drop,
+    plus env_add): its result line's pairs, and its output (load.py too)."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(env_add)
     cmd = [exe, "step", os.path.join(ROOT, "models", model + ".cfg"), str(batch), "5", "3", str(threads)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0:
-        sys.exit(f"overhead.py: {' '.join(cmd)} exited {p.returncode}: {p.stderr[-400:]}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {' '.join(cmd)} exited {p.returncode}: {p.stderr[-400:]}")
     line = next((l for l in p.stdout.splitlines() if l.startswith("side=")), None)
     if line is None:
-        sys.exit(f"overhead.py: no result line from {' '.join(cmd)}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: no result line from {' '.join(cmd)}")
     return dict(kv.split("=", 1) for kv in line.split()), p.stderr + p.stdout  # oneDNN's verbose goes to stdout
 
 
