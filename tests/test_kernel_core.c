@@ -3,11 +3,14 @@
  * CPU device's ops on the same data.
  *
  * Each CUDA thread of those kernels calls one function of cuda_core.h for
- * its row, key or element and nothing else; here a loop calls the same
- * functions for every thread's index, so the kernels' mathematics (masks,
- * padding, lean recomputation, 16-bit rounding, offsets) is checked without
- * a GPU. What this cannot check is the launch itself (cuda_attn.cu's grid
- * and index mapping, a line per kernel), which test_cuda_ops checks on a GPU.
+ * its row part or element and nothing else; here a loop calls the same
+ * functions for every thread's index (a row's 32 parts, as a warp's lanes
+ * take them), so the kernels' mathematics (masks, padding, lean
+ * recomputation, 16-bit rounding, the head-major copies' offsets) is
+ * checked without a GPU. Attention's products, cuBLAS's on the GPU, are
+ * plain loops here. What this cannot check is the launch itself and the
+ * cuBLAS calls' operands (cuda_attn.cu, cuda_attn.c), which test_cuda_ops
+ * checks on a GPU.
  *
  * Tolerances: the host work sums in another order than oneDNN's sgemm, so
  * f32 results agree to a few ulps of f32 (1e-5 relative with a 1e-6 floor
@@ -84,9 +87,111 @@ typedef struct acase {
     int causal, lean, padded;
 } acase;
 
+#define PARTS 32 /* a warp's lanes */
+
+/* row-major per lane: C [T, T] = alpha Y X^T (the "scores" product) */
+static void h_scores(const bk_attn *a, float alpha, const float *X, const float *Y, float *C)
+{
+    for (int64_t i = 0; i < a->T; i++)
+        for (int64_t j = 0; j < a->T; j++) {
+            float s = 0.0f;
+            for (int64_t c = 0; c < a->hs; c++)
+                s += Y[i * a->hs + c] * X[j * a->hs + c];
+            C[i * a->T + j] = alpha * s;
+        }
+}
+
+/* C [T, hs] = alpha op(M) X, op(M) = M or M^T (the "apply" products) */
+static void h_apply(const bk_attn *a, float alpha, const float *M, int tm, const float *X, float *C)
+{
+    for (int64_t i = 0; i < a->T; i++)
+        for (int64_t c = 0; c < a->hs; c++) {
+            float s = 0.0f;
+            for (int64_t j = 0; j < a->T; j++)
+                s += (tm ? M[j * a->T + i] : M[i * a->T + j]) * X[j * a->hs + c];
+            C[i * a->hs + c] = alpha * s;
+        }
+}
+
+/* the forward's softmax on row i of lane, its parts as a warp's */
+static void h_softmax(const bk_attn *a, const int32_t *lens, float *s, int64_t lane, int64_t i, void *kept,
+                      float *lse)
+{
+    int64_t nk = bk_attn_row_keys(a, lens, lane, i);
+    float mx = -INFINITY;
+    double sum = 0;
+    for (int l = 0; l < PARTS; l++)
+        mx = fmaxf(mx, bk_attn_part_max(s, nk, l, PARTS));
+    for (int l = 0; l < PARTS; l++)
+        sum += bk_attn_part_sum(s, nk, mx, l, PARTS);
+    for (int l = 0; l < PARTS; l++)
+        bk_attn_part_probs(a, s, nk, mx, sum, kept, lane, i, l, PARTS);
+    if (lse)
+        lse[lane * a->T + i] = bk_attn_lse(mx, sum);
+}
+
+/* forward on the host: y (data dtype) and what training keeps */
+static void h_fwd(const bk_attn *a, const acase *c, const void *x, const int32_t *lens, void *y, void *saved)
+{
+    const int64_t L = a->n * a->H, th = a->T * a->hs;
+    float *qkvh = malloc(sizeof(float) * (size_t)(3 * L * th)), *yh = malloc(sizeof(float) * (size_t)(L * th));
+    float *s = malloc(sizeof(float) * (size_t)(a->T * a->T));
+
+    for (int64_t el = 0; el < 3 * L * th; el++)
+        qkvh[el] = bfit_ld(x, c->t, bk_attn_qkv_at(a, el));
+    for (int64_t lane = 0; lane < L; lane++) {
+        const float *q = qkvh + lane * 3 * th;
+        h_scores(a, a->scale, q + th, q, s);
+        for (int64_t i = 0; i < a->T; i++)
+            h_softmax(a, lens, s + i * a->T, lane, i, c->lean ? NULL : saved, c->lean ? saved : NULL);
+        h_apply(a, 1.0f, s, 0, q + 2 * th, yh + lane * th);
+    }
+    for (int64_t el = 0; el < L * th; el++)
+        bfit_st(y, c->t, bk_attn_y_at(a, el), yh[el]);
+    free(qkvh), free(yh), free(s);
+}
+
+/* backward on the host, as bwd_group does it lane by lane */
+static void h_bwd(const bk_attn *a, const acase *c, const void *x, const int32_t *lens, const void *dy,
+                  const void *saved, void *dx)
+{
+    const int64_t L = a->n * a->H, th = a->T * a->hs, tt = a->T * a->T;
+    float *qkvh = malloc(sizeof(float) * (size_t)(3 * L * th)), *dyh = malloc(sizeof(float) * (size_t)(L * th));
+    float *dqh = malloc(sizeof(float) * (size_t)(3 * L * th)), *p = malloc(sizeof(float) * (size_t)tt);
+    float *ds = malloc(sizeof(float) * (size_t)tt);
+
+    for (int64_t el = 0; el < 3 * L * th; el++)
+        qkvh[el] = bfit_ld(x, c->t, bk_attn_qkv_at(a, el));
+    for (int64_t el = 0; el < L * th; el++)
+        dyh[el] = bfit_ld(dy, c->t, bk_attn_y_at(a, el));
+    for (int64_t lane = 0; lane < L; lane++) {
+        const float *q = qkvh + lane * 3 * th, *k = q + th, *v = q + 2 * th, *g = dyh + lane * th;
+        float *dq = dqh + lane * 3 * th;
+        if (c->lean)
+            h_scores(a, a->scale, k, q, p);
+        h_scores(a, 1.0f, v, g, ds);
+        for (int64_t i = 0; i < a->T; i++) {
+            int64_t nk = bk_attn_row_keys(a, lens, lane, i);
+            double d = 0;
+            for (int l = 0; l < PARTS; l++)
+                bk_attn_part_p(a, saved, p + i * a->T, nk, lane, i, l, PARTS);
+            for (int l = 0; l < PARTS; l++)
+                d += bk_attn_part_dot(p + i * a->T, ds + i * a->T, nk, l, PARTS);
+            for (int l = 0; l < PARTS; l++)
+                bk_attn_part_ds(p + i * a->T, ds + i * a->T, a->T, (float)d, l, PARTS);
+        }
+        h_apply(a, 1.0f, p, 1, g, dq + 2 * th);
+        h_apply(a, a->scale, ds, 0, k, dq);
+        h_apply(a, a->scale, ds, 1, q, dq + th);
+    }
+    for (int64_t el = 0; el < 3 * L * th; el++)
+        bfit_st(dx, c->t, bk_attn_qkv_at(a, el), dqh[el]);
+    free(qkvh), free(dyh), free(dqh), free(p), free(ds);
+}
+
 static void attn_case(const acase *c, int64_t hs)
 {
-    const int64_t n = 2, T = 9, H = 2, C = H * hs;
+    const int64_t n = 2, T = 37, H = 2, C = H * hs;
     bfit_op_desc d = {.kind = BFIT_OP_ATTN_FWD, .dtype = c->t};
     bk_attn a = {n, T, H, hs, c->causal, c->lean, 1, (int)c->t, (float)(1.0 / sqrt((double)hs))};
     double rel = c->t == BFIT_F32 ? 1e-5 : 1.0 / 128, fl = c->t == BFIT_F32 ? 1e-6 : 1e-3;
@@ -96,11 +201,11 @@ static void attn_case(const acase *c, int64_t hs)
     bfit_op *fwd, *bwd;
     bfit_op_args o = {0};
     void *yh = malloc(y.bytes), *sh, *dxh = malloc(dx.bytes);
-    float *dot = malloc(sizeof(float) * (size_t)(n * H * T));
+    const int32_t *hl = c->padded ? TB_I(lens) : NULL;
     char what[160];
 
     TB_I(lens)[0] = 6; /* padding after 6 tokens */
-    TB_I(lens)[1] = 9;
+    TB_I(lens)[1] = 37;
     tbuf_up(&td, &lens);
     d.u.attn = (typeof(d.u.attn)){n, T, H, hs, c->causal, c->lean, 1};
     assert_int_equal(bfit_op_new(td.dev, &d, &fwd), BFIT_OK);
@@ -116,9 +221,7 @@ static void attn_case(const acase *c, int64_t hs)
     ws = op_ws(fwd);
     run1(fwd, &o, &ws);
     tbuf_free(&td, &ws);
-    for (int64_t lane = 0; lane < n * H; lane++)
-        for (int64_t i = 0; i < T; i++)
-            bk_attn_fwd_row(&a, x.h, c->padded ? TB_I(lens) : NULL, yh, sh, lane, i);
+    h_fwd(&a, c, x.h, hl, yh, sh);
     cmp(what, c->t, yh, &y, n * T * C, rel, fl);
     if (c->lean)
         cmp("attention log-sum-exp", BFIT_F32, sh, &saved, n * H * T, 1e-5, 1e-6);
@@ -132,19 +235,14 @@ static void attn_case(const acase *c, int64_t hs)
     run1(bwd, &o, &ws);
     tbuf_free(&td, &ws);
     memset(dxh, 0xFF, dx.bytes); /* every element must be written */
-    for (int64_t lane = 0; lane < n * H; lane++)
-        for (int64_t i = 0; i < T; i++)
-            bk_attn_bwd_row(&a, x.h, c->padded ? TB_I(lens) : NULL, dy.h, saved.h, dxh, dot, lane, i);
-    for (int64_t lane = 0; lane < n * H; lane++)
-        for (int64_t j = 0; j < T; j++)
-            bk_attn_bwd_key(&a, x.h, c->padded ? TB_I(lens) : NULL, dy.h, saved.h, dxh, dot, lane, j);
+    h_bwd(&a, c, x.h, hl, dy.h, saved.h, dxh);
     strcat(what, " backward");
     cmp(what, c->t, dxh, &dx, n * T * 3 * C, c->t == BFIT_F32 ? 1e-4 : rel, c->t == BFIT_F32 ? 1e-5 : fl);
 
     bfit_op_free(fwd), bfit_op_free(bwd);
     tbuf_free(&td, &x), tbuf_free(&td, &dy), tbuf_free(&td, &y), tbuf_free(&td, &dx), tbuf_free(&td, &lens);
     tbuf_free(&td, &saved);
-    free(yh), free(sh), free(dxh), free(dot);
+    free(yh), free(sh), free(dxh);
 }
 
 static void test_attention(void **st)
@@ -154,7 +252,7 @@ static void test_attention(void **st)
         for (int k = 0; k < 8; k++) {
             acase c = {t ? BFIT_BF16 : BFIT_F32, k & 1, (k >> 1) & 1, (k >> 2) & 1};
             attn_case(&c, 5);
-            attn_case(&c, 80); /* a head of two chunks of features (BK_HS_CHUNK 64) */
+            attn_case(&c, 80); /* a head wider than a warp's parts */
         }
 }
 

@@ -136,6 +136,7 @@ void cuda_coll_close(bfit_device *d, void *state);
 int cuda_matmul_init(cuda_op *op);  /* MATMUL (cuBLAS) */
 int cuda_conv_init(cuda_op *op);    /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS (cuDNN) */
 int cuda_bnorm_init(cuda_op *op);   /* BNORM_FWD, BNORM_BWD (cuDNN and statistics kernels) */
+int cuda_attn_init(cuda_op *op);    /* ATTN_FWD, ATTN_BWD (cuBLAS and our kernels) */
 int cuda_simple_init(cuda_op *op);  /* everything else: our own kernels */
 void cuda_dnn_fini(cuda_op *op);    /* destroys the cuDNN descriptors an op made */
 

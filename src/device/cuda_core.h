@@ -4,18 +4,18 @@
  * Each kernel thread calls one of these functions for its element, row or
  * column, and does nothing else; so the same code, compiled as C on the
  * host, can be run over every thread's index by a loop and checked against
- * the CPU device (tests/test_cuda_core.c), on a machine without a GPU. What
+ * the CPU device (tests/test_kernel_core.c), on a machine without a GPU. What
  * only the GPU can check is the launch (grid sizes, the thread-to-index
  * mapping in cuda_attn.cu), which is a line per kernel.
  *
  * Attention follows cpu_attn.c's formulas: scores s = q.k / sqrt(hs), row
  * softmax P = exp(s - max) / sum (sum in double), y = P V; backward dP =
  * dy.v, D = sum P dP (double), dS = P (dP - D), dq = dS k / sqrt(hs),
- * dk = dS^T q / sqrt(hs), dv = P^T dy. A thread keeps no row of scores: it
- * computes them again in each pass over the keys (two or three passes, one
- * more per 64 features of a head past the first 64), so nothing of T x T is
- * needed besides the stored P itself. Its sums are in
- * another order than oneDNN's sgemm: results agree to f32 rounding. */
+ * dk = dS^T q / sqrt(hs), dv = P^T dy. The products are cuBLAS's f32
+ * strided batched GEMMs (cuda_attn.c) on head-major f32 copies of q, k, v
+ * and dy; what is here is the rest: the copies' index maps and the row
+ * work between the products (softmax, P again, dS). Sums are in another
+ * order than the CPU's: results agree to f32 rounding. */
 #ifndef BFIT_CUDA_CORE_H
 #define BFIT_CUDA_CORE_H
 
@@ -30,14 +30,6 @@
 #include "device/half.h"
 #define BK_HD static inline
 #endif
-
-/* the most features a head may have */
-#define BK_HS_MAX 256
-/* features a thread accumulates at once: a head's are done in chunks of
- * this many (the scores computed again for each), which keeps a thread's
- * local arrays, and so the local memory the driver reserves for every
- * resident thread of the GPU, small (512 bytes a thread at most) */
-#define BK_HS_CHUNK 64
 
 /* ATTN: n sequences of T tokens, H heads of hs features; dt the data's */
 typedef struct bk_attn {
@@ -131,148 +123,100 @@ BK_HD int64_t bk_attn_len(const bk_attn *a, const int32_t *lens, int64_t b)
 /* The keys row i reads: those of the real tokens, none after it when causal. */
 BK_HD int64_t bk_attn_keys(const bk_attn *a, int64_t len, int64_t i) { return a->causal && i + 1 < len ? i + 1 : len; }
 
-/* Element offsets of lane (b, h)'s q | k | v row t in [n, T, 3C] and of its
- * y row t in [n, T, C]. */
-BK_HD int64_t bk_attn_qoff(const bk_attn *a, int64_t lane, int64_t t)
+/* The keys of query row i of lane (sequence lane / H, head lane % H). */
+BK_HD int64_t bk_attn_row_keys(const bk_attn *a, const int32_t *lens, int64_t lane, int64_t i)
 {
-    int64_t C = a->H * a->hs;
-    return (lane / a->H * a->T + t) * 3 * C + lane % a->H * a->hs;
+    return bk_attn_keys(a, bk_attn_len(a, lens, lane / a->H), i);
 }
 
-BK_HD int64_t bk_attn_yoff(const bk_attn *a, int64_t lane, int64_t t)
+/* Element el of the head-major f32 copy qkvh [n H, 3, T, hs] (each lane's
+ * q, k and v contiguous, for strided batched products) from qkv [n, T, 3C]
+ * (head h in columns h hs of each third): its offset in qkv. */
+BK_HD int64_t bk_attn_qkv_at(const bk_attn *a, int64_t el)
 {
-    int64_t C = a->H * a->hs;
-    return (lane / a->H * a->T + t) * C + lane % a->H * a->hs;
+    const int64_t hs = a->hs, T = a->T, C = a->H * hs;
+    int64_t c = el % hs, t = el / hs % T, part = el / (hs * T) % 3, lane = el / (3 * T * hs);
+    return (lane / a->H * T + t) * 3 * C + part * C + lane % a->H * hs + c;
 }
 
-/* scale q_i . k_j, in f32 */
-BK_HD float bk_attn_score(const bk_attn *a, const void *qkv, int64_t qo, int64_t ko)
+/* Element el of a head-major [n H, T, hs] copy of a [n, T, C] buffer (y,
+ * dy): its offset there. */
+BK_HD int64_t bk_attn_y_at(const bk_attn *a, int64_t el)
 {
-    float s = 0.0f;
-    for (int64_t c = 0; c < a->hs; c++)
-        s += bk_ldx(qkv, a->dt, qo + c) * bk_ldx(qkv, a->dt, ko + c);
-    return a->scale * s;
+    const int64_t hs = a->hs, T = a->T, C = a->H * hs;
+    int64_t c = el % hs, t = el / hs % T, lane = el / (T * hs);
+    return (lane / a->H * T + t) * C + lane % a->H * hs + c;
 }
 
-/* Forward of query row i of lane: y's row; training stores P's row (data
- * dtype, zeros past the keys) or, lean, the row's log-sum-exp (f32). */
-BK_HD void bk_attn_fwd_row(const bk_attn *a, const void *qkv, const int32_t *lens, void *y, void *saved,
-                           int64_t lane, int64_t i)
+/* A row's softmax and its backward are reduced in parts: part j0 of step
+ * parts takes the columns j0, j0 + step, ... below nk (a GPU warp's 32
+ * lanes are 32 parts; the host test runs the same parts in a loop). */
+
+/* the largest score of a part (-inf when it has no column) */
+BK_HD float bk_attn_part_max(const float *s, int64_t nk, int64_t j0, int64_t step)
 {
-    const int64_t C = a->H * a->hs, qo = bk_attn_qoff(a, lane, i);
-    const int64_t nk = bk_attn_keys(a, bk_attn_len(a, lens, lane / a->H), i);
-    float acc[BK_HS_CHUNK], mx = 0.0f;
+    float mx = -INFINITY;
+    for (int64_t j = j0; j < nk; j += step)
+        mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+/* sum of exp(s - mx) over a part, in double as the CPU sums it */
+BK_HD double bk_attn_part_sum(const float *s, int64_t nk, float mx, int64_t j0, int64_t step)
+{
     double sum = 0;
+    for (int64_t j = j0; j < nk; j += step)
+        sum += expf(s[j] - mx);
+    return sum;
+}
 
-    for (int64_t j = 0; j < nk; j++) {
-        float s = bk_attn_score(a, qkv, qo, bk_attn_qoff(a, lane, j) + C);
-        mx = j == 0 || s > mx ? s : mx;
-    }
-    for (int64_t c0 = 0; c0 < a->hs; c0 += BK_HS_CHUNK) {
-        int64_t nc = a->hs - c0 < BK_HS_CHUNK ? a->hs - c0 : BK_HS_CHUNK;
-        for (int64_t c = 0; c < nc; c++)
-            acc[c] = 0.0f;
-        for (int64_t j = 0; j < nk; j++) {
-            int64_t ko = bk_attn_qoff(a, lane, j) + C;
-            float e = expf(bk_attn_score(a, qkv, qo, ko) - mx);
-            if (c0 == 0)
-                sum += e;
-            for (int64_t c = 0; c < nc; c++)
-                acc[c] += e * bk_ldx(qkv, a->dt, ko + C + c0 + c);
-        }
-        for (int64_t c = 0; c < nc; c++)
-            bk_stx(y, a->dt, bk_attn_yoff(a, lane, i) + c0 + c, (float)(acc[c] / sum));
-    }
-    if (!a->training)
-        return;
-    if (a->lean) {
-        ((float *)saved)[lane * a->T + i] = mx + (float)log(sum);
-        return;
-    }
-    for (int64_t j = 0; j < a->T; j++) {
-        float p = j < nk ? (float)(expf(bk_attn_score(a, qkv, qo, bk_attn_qoff(a, lane, j) + C) - mx) / sum) : 0.0f;
-        bk_stx(saved, a->dt, (lane * a->T + i) * a->T + j, p);
+/* the row's log-sum-exp, which lean training keeps (as the CPU rounds it) */
+BK_HD float bk_attn_lse(float mx, double sum) { return mx + (float)log(sum); }
+
+/* Forward: the part's scores become probabilities in place (zeros past the
+ * keys), in f32 for the product with v; stored training (kept not NULL)
+ * keeps them in the data's dtype too, row i of lane at kept's (lane T + i) T. */
+BK_HD void bk_attn_part_probs(const bk_attn *a, float *s, int64_t nk, float mx, double sum, void *kept, int64_t lane,
+                              int64_t i, int64_t j0, int64_t step)
+{
+    for (int64_t j = j0; j < a->T; j += step) {
+        float p = j < nk ? (float)(expf(s[j] - mx) / sum) : 0.0f;
+        s[j] = p;
+        if (kept)
+            bk_stx(kept, a->dt, (lane * a->T + i) * a->T + j, p);
     }
 }
 
-/* P[i, j] of lane for backward: kept, or (lean) exp(s - L_i) again. */
-BK_HD float bk_attn_p(const bk_attn *a, const void *qkv, const void *saved, int64_t lane, int64_t i, int64_t j)
+/* Backward: P's row for lane's row i into p (f32), from what the forward
+ * kept: the probabilities themselves, or (lean) exp(s - L_i) of the scores
+ * already in p, L_i the row's log-sum-exp. */
+BK_HD void bk_attn_part_p(const bk_attn *a, const void *saved, float *p, int64_t nk, int64_t lane, int64_t i,
+                          int64_t j0, int64_t step)
 {
-    int64_t C = a->H * a->hs;
-    if (!a->lean)
-        return bk_ldx(saved, a->dt, (lane * a->T + i) * a->T + j);
-    return expf(bk_attn_score(a, qkv, bk_attn_qoff(a, lane, i), bk_attn_qoff(a, lane, j) + C) -
-                ((const float *)saved)[lane * a->T + i]);
-}
-
-/* dy_i . v_j */
-BK_HD float bk_attn_dp(const bk_attn *a, const void *qkv, const void *dy, int64_t lane, int64_t i, int64_t j)
-{
-    int64_t vo = bk_attn_qoff(a, lane, j) + 2 * a->H * a->hs, yo = bk_attn_yoff(a, lane, i);
-    float s = 0.0f;
-    for (int64_t c = 0; c < a->hs; c++)
-        s += bk_ldx(dy, a->dt, yo + c) * bk_ldx(qkv, a->dt, vo + c);
-    return s;
-}
-
-/* Backward of query row i: D_i = sum P dP into dot[lane T + i] (f32, as
- * the CPU rounds it before use), and dq_i into dqkv. */
-BK_HD void bk_attn_bwd_row(const bk_attn *a, const void *qkv, const int32_t *lens, const void *dy, const void *saved,
-                           void *dqkv, float *dot, int64_t lane, int64_t i)
-{
-    const int64_t C = a->H * a->hs, qo = bk_attn_qoff(a, lane, i);
-    const int64_t nk = bk_attn_keys(a, bk_attn_len(a, lens, lane / a->H), i);
-    float acc[BK_HS_CHUNK], d;
-    double D = 0;
-
-    for (int64_t j = 0; j < nk; j++)
-        D += (double)bk_attn_p(a, qkv, saved, lane, i, j) * bk_attn_dp(a, qkv, dy, lane, i, j);
-    d = (float)D;
-    dot[lane * a->T + i] = d;
-    for (int64_t c0 = 0; c0 < a->hs; c0 += BK_HS_CHUNK) {
-        int64_t nc = a->hs - c0 < BK_HS_CHUNK ? a->hs - c0 : BK_HS_CHUNK;
-        for (int64_t c = 0; c < nc; c++)
-            acc[c] = 0.0f;
-        for (int64_t j = 0; j < nk; j++) {
-            float p = bk_attn_p(a, qkv, saved, lane, i, j), ds = p * (bk_attn_dp(a, qkv, dy, lane, i, j) - d);
-            int64_t ko = bk_attn_qoff(a, lane, j) + C;
-            for (int64_t c = 0; c < nc; c++)
-                acc[c] += ds * bk_ldx(qkv, a->dt, ko + c0 + c);
-        }
-        for (int64_t c = 0; c < nc; c++)
-            bk_stx(dqkv, a->dt, qo + c0 + c, a->scale * acc[c]);
+    float L = a->lean ? ((const float *)saved)[lane * a->T + i] : 0.0f;
+    for (int64_t j = j0; j < a->T; j += step) {
+        if (a->lean)
+            p[j] = j < nk ? expf(p[j] - L) : 0.0f;
+        else
+            p[j] = bk_ldx(saved, a->dt, (lane * a->T + i) * a->T + j);
     }
 }
 
-/* Backward of key row j (after every row's dot): dk_j and dv_j into dqkv,
- * summed over the query rows that read key j. */
-BK_HD void bk_attn_bwd_key(const bk_attn *a, const void *qkv, const int32_t *lens, const void *dy, const void *saved,
-                           void *dqkv, const float *dot, int64_t lane, int64_t j)
+/* sum of P dP over a part (double); the row's D = sum P dP */
+BK_HD double bk_attn_part_dot(const float *p, const float *dp, int64_t nk, int64_t j0, int64_t step)
 {
-    const int64_t C = a->H * a->hs, len = bk_attn_len(a, lens, lane / a->H), ko = bk_attn_qoff(a, lane, j) + C;
-    float dk[BK_HS_CHUNK], dv[BK_HS_CHUNK];
+    double d = 0;
+    for (int64_t j = j0; j < nk; j += step)
+        d += (double)p[j] * dp[j];
+    return d;
+}
 
-    for (int64_t c0 = 0; c0 < a->hs; c0 += BK_HS_CHUNK) {
-        int64_t nc = a->hs - c0 < BK_HS_CHUNK ? a->hs - c0 : BK_HS_CHUNK;
-        for (int64_t c = 0; c < nc; c++)
-            dk[c] = dv[c] = 0.0f;
-        for (int64_t i = a->causal ? j : 0; j < len && i < a->T; i++) {
-            float p, ds;
-            int64_t qo = bk_attn_qoff(a, lane, i), yo = bk_attn_yoff(a, lane, i);
-            if (j >= bk_attn_keys(a, len, i))
-                continue;
-            p = bk_attn_p(a, qkv, saved, lane, i, j);
-            ds = p * (bk_attn_dp(a, qkv, dy, lane, i, j) - dot[lane * a->T + i]);
-            for (int64_t c = 0; c < nc; c++) {
-                dv[c] += p * bk_ldx(dy, a->dt, yo + c0 + c);
-                dk[c] += ds * bk_ldx(qkv, a->dt, qo + c0 + c);
-            }
-        }
-        for (int64_t c = 0; c < nc; c++) {
-            bk_stx(dqkv, a->dt, ko + c0 + c, a->scale * dk[c]);
-            bk_stx(dqkv, a->dt, ko + C + c0 + c, dv[c]);
-        }
-    }
+/* dP becomes dS = P (dP - D) in place, D rounded to f32 as the CPU uses it
+ * (zeros where P is zero: past the keys) */
+BK_HD void bk_attn_part_ds(const float *p, float *dp, int64_t T, float d, int64_t j0, int64_t step)
+{
+    for (int64_t j = j0; j < T; j += step)
+        dp[j] = p[j] * (dp[j] - d);
 }
 
 #endif

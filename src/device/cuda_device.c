@@ -87,6 +87,8 @@ static int op_init(cuda_op *op)
     case BFIT_OP_CONV_BWD_WEIGHTS: return cuda_conv_init(op);
     case BFIT_OP_BNORM_FWD:
     case BFIT_OP_BNORM_BWD: return cuda_bnorm_init(op);
+    case BFIT_OP_ATTN_FWD:
+    case BFIT_OP_ATTN_BWD: return cuda_attn_init(op);
     default: return cuda_simple_init(op);
     }
 }

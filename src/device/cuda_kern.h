@@ -158,13 +158,21 @@ cudaError_t bk_embed_fwd(cudaStream_t s, const bk_embed *e, const int32_t *ids, 
                          const float *type, void *y);
 cudaError_t bk_embed_bwd(cudaStream_t s, const bk_embed *e, const int32_t *ids, const void *dy, float *dtok,
                          float *dpos, float *dtype);
-/* ATTN_FWD: one thread per (sequence, head, query row); ATTN_BWD: one per
- * (sequence, head, query row) for dq and the row's dot, then one per
- * (sequence, head, key row) for dk and dv. ws: bk_attn_bwd_ws bytes. */
-cudaError_t bk_attn_fwd(cudaStream_t s, const bk_attn *a, const void *qkv, const int32_t *lens, void *y, void *saved);
-size_t bk_attn_bwd_ws(const bk_attn *a);
-cudaError_t bk_attn_bwd(cudaStream_t s, const bk_attn *a, const void *qkv, const int32_t *lens, const void *dy,
-                        const void *saved, void *dqkv, void *ws);
+/* Attention's kernels between its cuBLAS products (cuda_attn.c): the
+ * head-major f32 copy of qkv (qkv 1: [n H, 3, T, hs]) or of y, dy (qkv 0:
+ * [n H, T, hs]) made from the op's buffer, and back; then on the scores of
+ * lanes g0 .. g0 + lanes - 1 ([lanes, T, T] f32), one warp a row: softmax in
+ * place (kept: the probabilities also in the data's dtype, lse: the rows'
+ * log-sum-exp [n H, T]; either NULL), P
+ * again from what the forward kept, and dP into dS given P. */
+cudaError_t bk_attn_gather(cudaStream_t s, const bk_attn *a, const void *src, float *dst, int qkv);
+cudaError_t bk_attn_scatter(cudaStream_t s, const bk_attn *a, const float *src, void *dst, int qkv);
+cudaError_t bk_attn_softmax(cudaStream_t s, const bk_attn *a, const int32_t *lens, float *sc, int64_t g0,
+                            int64_t lanes, void *kept, float *lse);
+cudaError_t bk_attn_p_again(cudaStream_t s, const bk_attn *a, const int32_t *lens, const void *saved, float *p,
+                            int64_t g0, int64_t lanes);
+cudaError_t bk_attn_ds(cudaStream_t s, const bk_attn *a, const int32_t *lens, const float *p, float *dp, int64_t g0,
+                       int64_t lanes);
 
 #ifdef __cplusplus
 }

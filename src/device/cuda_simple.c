@@ -1,7 +1,7 @@
 /* cuda_simple.c - the ops the CUDA backend runs on its own kernels
  * (cuda_*.cu): pooling, layer norm, activations, REDUCE_ROWS, ADD, dropout,
- * softmax cross-entropy, SCALE, NORMS, CAST, the optimizer updates,
- * embeddings and attention. Here: argument checks as the CPU device makes
+ * softmax cross-entropy, SCALE, NORMS, CAST, the optimizer updates and
+ * embeddings (attention: cuda_attn.c). Here: argument checks as the CPU device makes
  * them, workspace and saved sizes, and the launch. Data is f32, bf16 or
  * f16 (desc.dtype, dt below), with the f32 arguments device.h lists. */
 #include "base/err.h"
@@ -306,53 +306,6 @@ static int embed_init(cuda_op *op)
     return BFIT_OK;
 }
 
-static bk_attn attn_geom(const bfit_op_desc *d)
-{
-    bk_attn a = {d->u.attn.n, d->u.attn.T, d->u.attn.H, d->u.attn.hs, d->u.attn.causal, d->u.attn.lean,
-                 d->u.attn.training, (int)d->dtype, (float)(1.0 / sqrt((double)d->u.attn.hs))};
-    return a;
-}
-
-static int run_attn_fwd(cuda_op *op, const bfit_op_args *o)
-{
-    bk_attn a = attn_geom(&op->base.desc);
-    if (!o->src || !o->dst || (a.training && !o->saved))
-        return bfit_fail(BFIT_EINVAL, "attention forward: src, dst%s are required", a.training ? ", saved" : "");
-    return launched(bk_attn_fwd(stream(op), &a, o->src, o->lens, o->dst, a.training ? o->saved : NULL),
-                    "attention forward");
-}
-
-static int run_attn_bwd(cuda_op *op, const bfit_op_args *o)
-{
-    bk_attn a = attn_geom(&op->base.desc);
-    if (!o->src || !o->diff_dst || !o->diff_src || !o->saved || !o->workspace)
-        return bfit_fail(BFIT_EINVAL, "attention backward: src, diff_dst, diff_src, saved and workspace are required");
-    return launched(bk_attn_bwd(stream(op), &a, o->src, o->lens, o->diff_dst, o->saved, o->diff_src, cuda_ws(op, o)),
-                    "attention backward");
-}
-
-/* saved: as the CPU keeps it (device.h): P [n,H,T,T] in the data's dtype,
- * or lean the log-sum-exp of each row [n,H,T] in f32 */
-static int attn_init(cuda_op *op)
-{
-    const bfit_op_desc *d = &op->base.desc;
-    bk_attn a = attn_geom(d);
-    size_t kept = a.lean ? sizeof(float) : (size_t)a.T * (d->dtype == BFIT_F32 ? 4 : 2);
-
-    if (a.n < 1 || a.T < 1 || a.H < 1 || a.hs < 1)
-        return bfit_fail(BFIT_EINVAL, "attention: sizes must be positive, got n=%lld T=%lld H=%lld hs=%lld",
-                         (long long)a.n, (long long)a.T, (long long)a.H, (long long)a.hs);
-    if (a.hs > BK_HS_MAX)
-        return bfit_fail(BFIT_EINVAL, "cuda attention: heads of %lld features; the GPU kernel takes at most %d",
-                         (long long)a.hs, BK_HS_MAX);
-    if (d->kind == BFIT_OP_ATTN_BWD && !a.training)
-        return bfit_fail(BFIT_EINVAL, "attention backward: the op must be made for training");
-    op->saved = !a.training ? 0 : BFIT_ALIGN_UP((size_t)(a.n * a.H * a.T) * kept);
-    op->ws = d->kind == BFIT_OP_ATTN_BWD ? WS_PAD(bk_attn_bwd_ws(&a)) : 0; /* each row's dot */
-    op->run = d->kind == BFIT_OP_ATTN_FWD ? run_attn_fwd : run_attn_bwd;
-    return BFIT_OK;
-}
-
 /* ---- set-up ------------------------------------------------------------------------------- */
 
 static int positive(int64_t v, const char *what)
@@ -448,8 +401,6 @@ int cuda_simple_init(cuda_op *op)
         return BFIT_OK;
     case BFIT_OP_EMBED_FWD:
     case BFIT_OP_EMBED_BWD: return embed_init(op);
-    case BFIT_OP_ATTN_FWD:
-    case BFIT_OP_ATTN_BWD: return attn_init(op);
     default: return bfit_fail(BFIT_EINVAL, "cuda: op kind %d is not implemented", (int)d->kind);
     }
 }
