@@ -15,6 +15,7 @@
 #include <cmocka.h>
 #include "internal.h"
 
+#include "base/testctl.h"
 #include "batch/probe.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
@@ -424,6 +425,39 @@ static void test_disagreement_falls_back(void **st)
     free(res);
 }
 
+/* A batch the device cannot make (an op over a library's size limit: on an
+ * H200, ResNet-50's first convolution at 2675 samples is over cuDNN's 2^31
+ * - 1 elements) bounds the largest batch as memory does: find answers the
+ * batch below it and says why the next one was refused. cnn's largest
+ * convolution tensor is its first's output, 32 x 28 x 28 = 25088 elements a
+ * sample (models/cnn.cfg); the cpu is made to refuse over 40 of them. */
+static void test_device_limit(void **st)
+{
+    rig r;
+    bfit_probe_cfg c = quick_cfg(BIG);
+    bfit_probe_result *res = calloc(1, sizeof *res);
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+
+    assert_non_null(res);
+    rig_new(&r, "cnn", BIG);
+    c.limit = 1 << 16;
+    bfit_test_control(BFIT_TC_CONV_ELEMS, 40 * 25088 + 7);
+    if (bfit_probe_run(r.M, r.d, &r.sc, &oc, &c, res) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    bfit_test_control(BFIT_TC_CONV_ELEMS, 0);
+    assert_true(res->plan_agrees);
+    assert_int_equal(res->plan_m, 40);
+    assert_int_equal(res->largest, 40);
+    assert_int_equal(res->search_m, 40);
+    assert_true(res->next_refused);
+    assert_non_null(strstr(res->next_unmade, "elements"));
+    assert_int_equal(res->measured_largest, res->plan_largest.peak);
+    assert_true(res->plan_largest.peak < res->budget); /* memory was not the bound */
+    rig_free(&r);
+    free(res);
+}
+
 /* What others hold in the arena counts against the budget. */
 static void test_others_holdings(void **st)
 {
@@ -580,7 +614,7 @@ int main(void)
         cmocka_unit_test(test_batch1_too_big),
         cmocka_unit_test(test_model_never_fits),
         cmocka_unit_test(test_bad_cfg),
-        cmocka_unit_test(test_disagreement_falls_back),
+        cmocka_unit_test(test_device_limit), cmocka_unit_test(test_disagreement_falls_back),
         cmocka_unit_test(test_others_holdings),
         cmocka_unit_test(test_analyse),
         cmocka_unit_test(test_data_bound),

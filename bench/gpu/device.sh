@@ -7,8 +7,10 @@
 #
 # Stages: env (the GPU, driver, libraries found, every program's ldd),
 # cuda (ctest -L cuda: test_cuda_ops), smoke (a few CLI runs on the GPU:
-# plan, train, find), optime (op times of a gpt2 and a resnet50 step), and run.sh's phases (plan cotenant ways speed
-# finders; test runs the whole suite). Each stage has its own time limit,
+# plan, train, find), optime (op times of a gpt2 and a resnet50 step),
+# ctest (the tests whose names match BFIT_CTEST_RE, each failure's output
+# shown), and run.sh's phases (plan cotenant ways speed finders; test runs
+# the whole suite). Each stage has its own time limit,
 # and the next runs whatever the last did.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,11 +63,14 @@ s_optime() { # where a step's time goes, op kind by op kind (each op waited for)
     BFIT_OPTIME=1 timeout 120 "$b/tests/bfit_gpu" speed cuda:0 "$model" "$p" "$m" 5
   done
 }
+s_ctest() {
+  (cd "$b" && timeout 240 ctest -j8 --output-on-failure -R "${BFIT_CTEST_RE:-.}" -E "^mpi_")
+}
 for st in "$@"; do
   t=$(date +%s)
   echo "==== $st" >&2
   case $st in
-    env | cuda | smoke | optime) "s_$st" >"$out/$st.log" 2>&1 ;;
+    env | cuda | smoke | optime | ctest) "s_$st" >"$out/$st.log" 2>&1 ;;
     *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1 ;;
   esac
   echo "==== $st: exit $?, $(($(date +%s) - t)) s" >&2

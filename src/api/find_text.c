@@ -51,8 +51,8 @@ static void print_table(const bfit_probe_result *r, FILE *f)
                mark);
     }
     if (r->next_refused)
-        fprintf(f, "%7d  %13s  %13s  %10s  %10s  %9s  refused\n", r->largest + 1, fmt(r->plan_next.peak, b1), "-", "-",
-               "-", "-");
+        fprintf(f, "%7d  %13s  %13s  %10s  %10s  %9s  refused\n", r->largest + 1,
+                r->next_unmade[0] ? "-" : fmt(r->plan_next.peak, b1), "-", "-", "-", "-");
 }
 
 /* The fastest batch and why, how noisy the measurements were, and whether
@@ -135,7 +135,9 @@ void bfit_find_text(const bfit_find_cfg *fc, const bfit_probe_result *r, FILE *f
     if (r->plan_agrees) {
         fprintf(f, " (planned %s within the budget %s); confirmed: a real step ran at %d, measured peak %s",
                fmt(r->plan_largest.peak, b1), fmt(r->budget, b2), r->largest, fmt(r->measured_largest, b3));
-        if (r->next_refused)
+        if (r->next_refused && r->next_unmade[0])
+            fprintf(f, ", and %d cannot be made on this device (%s)\n", r->largest + 1, r->next_unmade);
+        else if (r->next_refused)
             fprintf(f, ", and reserving %d (%s) was refused\n", r->largest + 1, fmt(r->plan_next.peak, b4));
         else
             fprintf(f, "; %d is the limit searched (--limit, or the training set's size)\n", r->limit);
@@ -208,7 +210,9 @@ int bfit_find_json(const bfit_find_cfg *fc, const bfit_probe_result *r, cJSON *r
     cJSON_AddNumberToObject(o, "planned_peak", (double)r->plan_largest.peak);
     cJSON_AddNumberToObject(o, "measured_peak", (double)r->measured_largest);
     cJSON_AddBoolToObject(o, "next_refused", r->next_refused);
-    if (r->largest < r->limit)
+    if (r->largest < r->limit && r->next_unmade[0])
+        cJSON_AddStringToObject(o, "next_unmade", r->next_unmade);
+    else if (r->largest < r->limit)
         cJSON_AddNumberToObject(o, "next_planned_peak", (double)r->plan_next.peak);
     cJSON_AddBoolToObject(o, "plan_agrees", r->plan_agrees);
     if (!r->plan_agrees)

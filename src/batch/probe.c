@@ -214,12 +214,16 @@ static int doubling_search(probe *p, fits_fn f, int limit, int *answer, int *tri
 }
 
 /* The search simulated: the arena refuses exactly what the plan exceeds. */
+/* A batch whose ops the device refuses to make (ENOMEM: a tensor over a
+ * library's size limit) does not fit, as one over the budget does not. */
 static int fits_by_plan(probe *p, int m, int *fits)
 {
     bfit_step_plan pl;
     int rc = bfit_plan_compute(p->M, p->opt, m, 1, &pl);
     *fits = rc == BFIT_OK && pl.peak <= p->step_budget;
-    return rc;
+    if (rc == BFIT_ENOMEM)
+        bfit_clear_error();
+    return rc == BFIT_ENOMEM ? BFIT_OK : rc;
 }
 
 /* The search for real, one step per trial: the fallback when the plan is
@@ -305,6 +309,21 @@ static void disagree(bfit_probe_result *r, const char *fmt, ...)
     r->plan_agrees = 0;
 }
 
+/* The plan of the batch after the largest; one the device cannot make (its
+ * ops refused as out of memory) keeps why instead. */
+static int plan_next(probe *p, int m)
+{
+    bfit_probe_result *r = p->res;
+    int rc = bfit_plan_compute(p->M, p->opt, m, 1, &r->plan_next);
+    r->next_unmade[0] = 0;
+    if (rc != BFIT_ENOMEM)
+        return rc;
+    snprintf(r->next_unmade, sizeof r->next_unmade, "%s", bfit_errmsg());
+    memset(&r->plan_next, 0, sizeof r->plan_next);
+    bfit_clear_error();
+    return BFIT_OK;
+}
+
 /* Confirm the plan's largest m: a real step at m, a refusal at m + 1. On a
  * contradiction, find the answer by a real search. */
 static int confirm_largest(probe *p)
@@ -367,7 +386,7 @@ static int confirm_largest(probe *p)
     r->next_refused = refused;
     rc = bfit_plan_compute(p->M, p->opt, answer, 1, &r->plan_largest);
     if (rc == BFIT_OK && answer < r->limit)
-        rc = bfit_plan_compute(p->M, p->opt, answer + 1, 1, &r->plan_next);
+        rc = plan_next(p, answer + 1);
     if (rc == BFIT_OK)
         rc = reserve_fresh(p, answer);
     if (rc == BFIT_OK)
@@ -571,7 +590,7 @@ static int plan_phase(probe *p)
                          bfit_model_min_batch(p->M));
     rc = bfit_plan_compute(p->M, p->opt, r->plan_m, 1, &r->plan_largest);
     if (rc == BFIT_OK && r->plan_m < r->limit)
-        rc = bfit_plan_compute(p->M, p->opt, r->plan_m + 1, 1, &r->plan_next);
+        rc = plan_next(p, r->plan_m + 1);
     if (rc != BFIT_OK)
         return rc;
     rc = doubling_search(p, fits_by_plan, r->limit, &r->search_m, &trials, &refused);

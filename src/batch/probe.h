@@ -90,7 +90,9 @@ typedef struct bfit_probe_result {
     int plan_m;              /* the plan's answer */
     int largest;             /* the answer: plan_m, or the real search's if they disagreed */
     bfit_step_plan plan_largest;  /* plan(largest) */
-    bfit_step_plan plan_next;     /* plan(largest + 1), if largest < limit */
+    bfit_step_plan plan_next;     /* plan(largest + 1), if largest < limit and it can be made */
+    char next_unmade[256];   /* why largest + 1 cannot be made on the device (an op's limit, such as
+                                cuDNN's 2^31 - 1 elements a tensor), else "" */
     uint64_t measured_largest; /* measured peak of the confirming step */
     int next_refused;        /* 1: reserving largest + 1 was refused; 0: largest is the limit */
     int plan_agrees;         /* 0: a real step contradicted the plan (see disagreement) */

@@ -19,6 +19,7 @@
  * as a hint: it sits in pd[P_FWD] (no primitive), the backward one in
  * pd/prim[P_BWD]. */
 #include "base/err.h"
+#include "base/testctl.h"
 #include "device/cpu.h"
 
 #include <stdint.h>
@@ -228,6 +229,11 @@ static int check_desc(const bfit_op_desc *d)
                          (long long)d->u.conv.oh, (long long)d->u.conv.ow, (long long)ih, (long long)iw,
                          (long long)kh, (long long)kw, (long long)sh, (long long)sw, (long long)ph,
                          (long long)pw);
+    if (bfit_test_value(BFIT_TC_CONV_ELEMS) > 0 &&
+        (n * oc * d->u.conv.oh * d->u.conv.ow > bfit_test_value(BFIT_TC_CONV_ELEMS) ||
+         n * ic * ih * iw > bfit_test_value(BFIT_TC_CONV_ELEMS)))
+        return bfit_fail(BFIT_ENOMEM, "cpu conv: a tensor of over %lld elements (a test's limit, as cuDNN's 2^31 - 1): "
+                         "use a smaller micro-batch", (long long)bfit_test_value(BFIT_TC_CONV_ELEMS));
     return BFIT_OK;
 }
 

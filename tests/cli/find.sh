@@ -52,6 +52,12 @@ expect 2 "no such file" --model "$TMP/missing.cfg"
 printf 'input 3x8x8\nflatten\nlinear 10\n' >"$TMP/rgb.cfg"
 expect 1 "inputs of 3x8x8 but the data set fashion-mnist has samples of 1x28x28" --model "$TMP/rgb.cfg" --memory 64MiB
 
+# a batch the device cannot make (the cpu made to refuse a convolution of
+# over 40 samples of cnn's 25088-element tensors, as cuDNN refuses one of
+# over 2^31 - 1 elements) bounds the largest batch as memory does
+BFIT_TEST_CONV_ELEMS=$((40 * 25088 + 7)) expect 0 "largest batch: 40 .*and 41 cannot be made on this device \(cpu conv: a tensor of over" \
+    --model cnn --memory 1GiB --threads 1 --largest-only
+
 # a real run: the largest batch runs, the next is refused, in 2 steps
 expect 0 '"plan_agrees":true' --model cnn --memory 64MiB --threads 1 --repeats 1 --json --plot "$TMP/cnn.svg"
 python3 - "$TMP/out" <<'PY' || fails=$((fails + 1))
