@@ -30,6 +30,13 @@ if [ "$src" != "$PWD" ]; then
   ln -sfn "$PWD" "$src"
 fi
 cd "$src"
+# the data sets, where setup.sh would have installed them
+if [ -d .gpu/data/fashion-mnist ] && [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  mkdir -p /usr/share/datasets && cp -r .gpu/data/fashion-mnist /usr/share/datasets/
+fi
+if [ -f .gpu/data/kjv.txt ] && [ ! -f /usr/local/share/batchfit/kjv.txt ]; then
+  mkdir -p /usr/local/share/batchfit && cp .gpu/data/kjv.txt /usr/local/share/batchfit/
+fi
 b=$src/build-gpu
 # CUDA's libraries: PyTorch's own first (its cuDNN is the version this
 # build was compiled with, and naming its folders cannot change what PyTorch

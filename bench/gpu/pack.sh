@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pack.sh - what a bare GPU machine needs to run the proof kit, in one
-# archive: a CUDA build made here and the Debian libraries it links that
-# such a machine lacks (oneDNN, cJSON, cmocka, Open MPI's, zlib). CUDA's own
+# archive: a CUDA build made here, the Debian libraries it links that such
+# a machine lacks (oneDNN, cJSON, cmocka, Open MPI's, zlib), and the data
+# sets the tests read. CUDA's own
 # libraries (cuBLAS, cuDNN, NCCL) are not packed: the machine has them
 # (bench/gpu/device.sh finds them).
 #
@@ -25,7 +26,12 @@ ldd "${bins[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   grep -v -E "/$b/|/cuda|lib(c|m|dl|pthread|rt|gcc_s|stdc\+\+)\.so" | while read -r l; do
     cp -L "$l" .gpu/lib/
   done
+# the data sets the tests read where setup.sh installs them (Fashion-MNIST,
+# the KJV text), which device.sh puts in place there
+mkdir -p .gpu/data
+[ -d /usr/share/datasets/fashion-mnist ] && cp -r /usr/share/datasets/fashion-mnist .gpu/data/
+[ -f /usr/local/share/batchfit/kjv.txt ] && cp /usr/local/share/batchfit/kjv.txt .gpu/data/
 echo "$PWD" >.gpu/srcdir
-tar --exclude='*.o' --exclude='*.o.d' --exclude='*.a' -C . -cf - "$b" .gpu/lib .gpu/srcdir | xz -T0 -6 >"$arc"
-rm -rf .gpu/lib
+tar --exclude='*.o' --exclude='*.o.d' --exclude='*.a' -C . -cf - "$b" .gpu/lib .gpu/data .gpu/srcdir | xz -T0 -6 >"$arc"
+rm -rf .gpu/lib .gpu/data
 echo "pack.sh: $arc, $(du -h "$arc" | cut -f1) ($b from $(git rev-parse --short HEAD))"
