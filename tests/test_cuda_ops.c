@@ -317,7 +317,7 @@ static bfit_op_desc conv_desc(bfit_op_kind kind, const conv_shape *c, int bias, 
     bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32, .accumulate = acc};
     d.u.conv = (typeof(d.u.conv)){c->n,  c->ic, c->ih, c->iw, c->oc, (c->ih + 2 * c->ph - c->kh) / c->sh + 1,
                                   (c->iw + 2 * c->pw - c->kw) / c->sw + 1, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw,
-                                  bias, 1};
+                                  bias, 1, 0, 0};
     return d;
 }
 
@@ -400,7 +400,7 @@ static bfit_op_desc pool_desc(bfit_op_kind kind, int64_t n, int64_t c, int64_t i
 {
     bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32};
     d.u.pool = (typeof(d.u.pool)){n, c, ih, iw, (ih + 2 * p - k) / s + 1, (iw + 2 * p - k) / s + 1, k, k, s, s, p, p,
-                                  max, training};
+                                  max, training, 0, 0};
     return d;
 }
 

@@ -629,8 +629,24 @@ static int64_t mp2_winner(const pool_case *c, bfit_dtype dt, const void *x, int6
     return best;
 }
 
-/* Training forward, eval forward, backward; y, y2 (eval), dx come back. */
-static void mp2_run(tdev *t, const pool_case *c, bfit_dtype dt, tbuf *x, tbuf *dy, tbuf *y, tbuf *y2, tbuf *dx)
+/* Element i of an nchw [n, ch, h, w] buffer (ch a multiple of 16) moved to
+ * nChw16c (to 1) or back (to 0), in place through a copy. */
+static void mp2_relayout(void *p, size_t es, int n, int ch, int64_t hw, int to)
+{
+    int64_t total = (int64_t)n * ch * hw;
+    char *tmp = malloc((size_t)total * es);
+    memcpy(tmp, p, (size_t)total * es);
+    for (int64_t i = 0; i < total; i++) {
+        int64_t s = i / (ch * hw), c = i / hw % ch, q = i % hw, b = ((s * (ch / 16) + c / 16) * hw + q) * 16 + c % 16;
+        memcpy((char *)p + (to ? b : i) * (int64_t)es, tmp + (to ? i : b) * (int64_t)es, es);
+    }
+    free(tmp);
+}
+
+/* Training forward, eval forward, backward; y, y2 (eval), dx come back.
+ * blk_src, blk_dst: x (and dx), y (and dy) in nChw16c (cpu_maxpool16.c). */
+static void mp2_run(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[2], tbuf *x, tbuf *dy, tbuf *y, tbuf *y2,
+                    tbuf *dx)
 {
     bfit_op_desc fd = pool_desc(c, BFIT_OP_POOL_FWD, 1, 1), bd = pool_desc(c, BFIT_OP_POOL_BWD, 1, 1);
     bfit_op_args a = {0};
@@ -638,6 +654,8 @@ static void mp2_run(tdev *t, const pool_case *c, bfit_dtype dt, tbuf *x, tbuf *d
     tbuf saved;
 
     fd.dtype = bd.dtype = dt;
+    fd.u.pool.blk_src = bd.u.pool.blk_src = blk[0];
+    fd.u.pool.blk_dst = bd.u.pool.blk_dst = blk[1];
     op = mkop(t, &fd);
     assert_int_equal(bfit_op_saved_bytes(op), y->bytes / bfit_dtype_size(dt)); /* a byte per output, as oneDNN's */
     saved = nanbuf(t, bfit_op_saved_bytes(op));
@@ -659,7 +677,7 @@ static void mp2_run(tdev *t, const pool_case *c, bfit_dtype dt, tbuf *x, tbuf *d
     FREEBUFS(t, &saved);
 }
 
-static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt)
+static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[2])
 {
     size_t es = bfit_dtype_size(dt);
     int64_t ny = (int64_t)c->n * c->c * (c->ih / 2) * (c->iw / 2), nx = (int64_t)c->n * c->c * c->ih * c->iw;
@@ -671,8 +689,20 @@ static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt)
         mp2_put(x.h, dt, i, i % 97 == 5 ? NAN : (float)((int)((uint32_t)(i * 2654435761u) >> 7) % 7 - 3) * 0.5f);
     for (int64_t i = 0; i < ny; i++)
         mp2_put(dy.h, dt, i, (0.25f + (float)(i % 13)) * (i % 2 ? -1.0f : 1.0f));
+    if (blk[0])
+        mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, 1);
+    if (blk[1])
+        mp2_relayout(dy.h, es, c->n, c->c, (int64_t)(c->ih / 2) * (c->iw / 2), 1);
     tbuf_up(t, &x), tbuf_up(t, &dy);
-    mp2_run(t, c, dt, &x, &dy, &y, &y2, &dx);
+    mp2_run(t, c, dt, blk, &x, &dy, &y, &y2, &dx);
+    if (blk[0]) /* the checks below read every buffer in nchw */
+        mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, 0), mp2_relayout(dx.h, es, c->n, c->c,
+                                                                                  (int64_t)c->ih * c->iw, 0);
+    if (blk[1]) {
+        int64_t ohw = (int64_t)(c->ih / 2) * (c->iw / 2);
+        mp2_relayout(dy.h, es, c->n, c->c, ohw, 0), mp2_relayout(y.h, es, c->n, c->c, ohw, 0);
+        mp2_relayout(y2.h, es, c->n, c->c, ohw, 0);
+    }
     for (int64_t o = 0; o < ny; o++) {
         int64_t w = mp2_winner(c, dt, x.h, o);
         const char *r = (const char *)x.h + w * (int64_t)es;
@@ -692,10 +722,26 @@ static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt)
 
 static void test_maxpool2(void **st)
 {
+    static const int plain[2] = {0, 0};
     for (size_t tc = 0; tc < sizeof mp2_cases / sizeof mp2_cases[0]; tc++) {
-        mp2_check(*st, &mp2_cases[tc], BFIT_F32);
-        mp2_check(*st, &mp2_cases[tc], BFIT_BF16);
+        mp2_check(*st, &mp2_cases[tc], BFIT_F32, plain);
+        mp2_check(*st, &mp2_cases[tc], BFIT_BF16, plain);
     }
+}
+
+/* The same with the input in nChw16c and the output in it or in nchw (the
+ * layouts the cpu keeps between convolutions): odd sizes, NaNs, two
+ * blocks of channels. */
+static void test_maxpool2_blocked(void **st)
+{
+    static const pool_case cases[] = {{5, 32, 28, 28, 2, 2, 2, 2, 0, 0}, {2, 16, 7, 9, 2, 2, 2, 2, 0, 0},
+                                      {3, 32, 6, 70, 2, 2, 2, 2, 0, 0}};
+    static const int blk[2][2] = {{1, 1}, {1, 0}};
+    for (size_t tc = 0; tc < sizeof cases / sizeof cases[0]; tc++)
+        for (int b = 0; b < 2; b++) {
+            mp2_check(*st, &cases[tc], BFIT_F32, blk[b]);
+            mp2_check(*st, &cases[tc], BFIT_BF16, blk[b]);
+        }
 }
 
 /* ---------------------------------------------------------------- batch norm */
@@ -1082,7 +1128,7 @@ int main(void)
         cmocka_unit_test(test_conv_bf16),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_rejects_bad_geometry),
-        cmocka_unit_test(test_maxpool2),
+        cmocka_unit_test(test_maxpool2_blocked), cmocka_unit_test(test_maxpool2),
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include "internal.h"
 
+#include "base/testctl.h"
 #include "batch/plan.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
@@ -624,6 +625,53 @@ static void test_cheap_regen_same_grads(void **st)
     }
 }
 
+/* On the cpu the cnn's activations between its convolutions, relus and max
+ * pools stay nChw16c (store.c): the layers that chain so are marked, the
+ * gradients of a step are those of plain nchw activations bit for bit (the
+ * same numbers in another order), and no bytes are added: the plan at 32 is
+ * the plain one's or smaller (no reorder scratch). f32 and bf16. */
+static void test_blocked_same_grads(void **st)
+{
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_store_cfg sc = bfit_store_cfg_default();
+        bfit_step_plan plain, blocked;
+        int64_t n1, n2;
+        int marked = 0;
+        float *a, *b;
+        rig r;
+        rig_new(&r, "cnn", BIG);
+        sc.precision = prec[i];
+        bfit_test_control(BFIT_TC_PLAIN_LAYOUT, 1);
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        for (int j = 0; j < r.M->n; j++)
+            assert_false(r.M->nodes[j].l->blk_in || r.M->nodes[j].l->blk_out);
+        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &plain), BFIT_OK);
+        a = step_grads(&r, 32, &n1);
+        bfit_model_unreserve(r.M);
+        bfit_test_control(BFIT_TC_PLAIN_LAYOUT, 0);
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        /* conv 32 -> relu -> pool -> conv 64 -> relu -> pool (nchw out) -> flatten */
+        for (int j = 0; j < r.M->n; j++)
+            marked += r.M->nodes[j].l->blk_in + r.M->nodes[j].l->blk_out;
+        /* conv1 out; relu1, pool1, conv2, relu2 in and out; pool2 in (its out is nchw for flatten) */
+        assert_int_equal(marked, 10);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &blocked), BFIT_OK);
+        b = step_grads(&r, 32, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+        assert_true(blocked.peak <= plain.peak);
+        print_message("cnn %s at 32: peak %llu plain, %llu nChw16c\n", bfit_dtype_name(prec[i]),
+                      (unsigned long long)plain.peak, (unsigned long long)blocked.peak);
+        free(a);
+        free(b);
+        trig_free(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -632,6 +680,7 @@ int main(void)
         cmocka_unit_test(test_inplace_gradients),
         cmocka_unit_test(test_grads_share_activations),
         cmocka_unit_test(test_cheap_regen_same_grads),
+        cmocka_unit_test(test_blocked_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),
         cmocka_unit_test(test_measured_equals_planned_resnet18),

@@ -3,7 +3,7 @@
  * sets them with bfit_test_control; a test of the command line sets them
  * in the environment (BFIT_TEST_FAIL_ALLOC=N, BFIT_TEST_POISON_STEP=N,
  * BFIT_TEST_SAMPLE_CHECK=1, BFIT_TEST_KILL_IN_CHECKPOINT=N,
- * BFIT_TEST_CONV_ELEMS=N). They apply to
+ * BFIT_TEST_CONV_ELEMS=N, BFIT_TEST_PLAIN_LAYOUT=1). They apply to
  * runs the public API starts afterwards (src/api/resolve.c). */
 #ifndef BFIT_TESTCTL_H
 #define BFIT_TESTCTL_H
@@ -17,6 +17,7 @@ typedef enum {
     BFIT_TC_KILL_IN_CHECKPOINT, /* SIGKILL in the write of the N-th checkpoint, half written */
     BFIT_TC_CONV_ELEMS,         /* the cpu refuses a convolution with a tensor of over N elements as out of
                                    memory, as cuDNN's 2^31 - 1 limit makes the GPU refuse one */
+    BFIT_TC_PLAIN_LAYOUT,       /* 1: every activation in nchw on the cpu, no nChw16c chains (store.c) */
     BFIT_TC_COUNT
 } bfit_test_op;
 

@@ -83,6 +83,8 @@ dnnl_data_type_t bfit_cpu_dt(bfit_dtype t);
 /* Plain row-major memory descriptor of up to 5 dims, f32 or of dtype t. */
 int bfit_cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
 int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t);
+/* [n, c, h, w] of dtype t in nChw16c (c a multiple of 16) */
+int bfit_cpu_md_blk16(dnnl_memory_desc_t *md, const int64_t *dims, bfit_dtype t);
 /* Primitive attributes with a user-managed scratchpad (caller destroys). */
 int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr);
 /* Create pd from an op descriptor and record its scratchpad size in *ws (max). */
@@ -124,6 +126,7 @@ int bfit_cpu_matmul_init(cpu_op *op);   /* MATMUL */
 int bfit_cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */
 int bfit_cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (bfit_cpu_pool_init asks) */
+int bfit_cpu_maxpool16_init(cpu_op *op);           /* the same with nChw16c input (blk_src; bfit_cpu_maxpool2_init asks) */
 
 /* cpu_blk16.c: bf16 nchw <-> nChw16c of our own (oneDNN 2.6's is its slow
  * generic reorder for bf16). match: 1, with the sizes, when `plain` is

@@ -229,6 +229,10 @@ static int check_desc(const bfit_op_desc *d)
                          (long long)d->u.conv.oh, (long long)d->u.conv.ow, (long long)ih, (long long)iw,
                          (long long)kh, (long long)kw, (long long)sh, (long long)sw, (long long)ph,
                          (long long)pw);
+    if ((d->u.conv.blk_src && ic % 16) || (d->u.conv.blk_dst && oc % 16) ||
+        ((d->u.conv.blk_src || d->u.conv.blk_dst) && groups(d) > 1))
+        return bfit_fail(BFIT_EINVAL, "cpu conv: nChw16c wants channels in whole blocks of 16 and no groups (%lld in, "
+                         "%lld out, %lld groups)", (long long)ic, (long long)oc, (long long)groups(d));
     if (bfit_test_value(BFIT_TC_CONV_ELEMS) > 0 &&
         (n * oc * d->u.conv.oh * d->u.conv.ow > bfit_test_value(BFIT_TC_CONV_ELEMS) ||
          n * ic * ih * iw > bfit_test_value(BFIT_TC_CONV_ELEMS)))
@@ -316,7 +320,9 @@ static int make_mds(const bfit_op_desc *d, conv_mds *md)
      * parameters in f32 */
     if ((rc = bfit_cpu_md_dt(&md->src, 4, sd, d->dtype)) != BFIT_OK ||
         (rc = bfit_cpu_md_dt(&md->w, (int)wn, w, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&md->b, 1, bd)) != BFIT_OK ||
-        (rc = bfit_cpu_md_dt(&md->dst, 4, dd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&md->dw, (int)wn, w)) != BFIT_OK)
+        (rc = bfit_cpu_md_dt(&md->dst, 4, dd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&md->dw, (int)wn, w)) != BFIT_OK ||
+        (d->u.conv.blk_src && (rc = bfit_cpu_md_blk16(&md->src, sd, d->dtype)) != BFIT_OK) ||
+        (d->u.conv.blk_dst && (rc = bfit_cpu_md_blk16(&md->dst, dd, d->dtype)) != BFIT_OK))
         return rc;
     md->src_any = md->src;
     md->w_any = md->w;

@@ -47,6 +47,13 @@ int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_
     return BFIT_OK;
 }
 
+int bfit_cpu_md_blk16(dnnl_memory_desc_t *md, const int64_t *dims, bfit_dtype t)
+{
+    dnnl_dims_t d = {dims[0], dims[1], dims[2], dims[3]};
+    CPU_TRY(dnnl_memory_desc_init_by_tag(md, 4, d, bfit_cpu_dt(t), dnnl_nChw16c), "memory descriptor (nChw16c)");
+    return BFIT_OK;
+}
+
 int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr)
 {
     CPU_TRY(dnnl_primitive_attr_create(attr), "attribute");

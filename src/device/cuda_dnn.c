@@ -86,6 +86,8 @@ static int check_conv(const bfit_op_desc *d)
     const int64_t v[] = {d->u.conv.n,  d->u.conv.ic, d->u.conv.ih, d->u.conv.iw, d->u.conv.oc, d->u.conv.oh,
                          d->u.conv.ow, d->u.conv.kh, d->u.conv.kw, d->u.conv.sh, d->u.conv.sw, d->u.conv.ph,
                          d->u.conv.pw};
+    if (d->u.conv.blk_src || d->u.conv.blk_dst)
+        return bfit_fail(BFIT_EINVAL, "cuda conv: nChw16c tensors are the cpu's; cuDNN's here are nchw");
     if (d->u.conv.n < 1 || d->u.conv.ic < 1 || d->u.conv.ih < 1 || d->u.conv.iw < 1 || d->u.conv.oc < 1 ||
         d->u.conv.kh < 1 || d->u.conv.kw < 1 || d->u.conv.sh < 1 || d->u.conv.sw < 1 || !fits_int(v, 13))
         return bfit_fail(BFIT_EINVAL, "cuda conv: bad sizes (n %lld ic %lld %lldx%lld oc %lld k %lldx%lld s %lldx%lld "

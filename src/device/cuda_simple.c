@@ -57,6 +57,8 @@ static int pool_init(cuda_op *op)
     int64_t ih = d->u.pool.ih, iw = d->u.pool.iw, kh = d->u.pool.kh, kw = d->u.pool.kw;
     int64_t sh = d->u.pool.sh, sw = d->u.pool.sw, ph = d->u.pool.ph, pw = d->u.pool.pw;
 
+    if (d->u.pool.blk_src || d->u.pool.blk_dst)
+        return bfit_fail(BFIT_EINVAL, "cuda pool: nChw16c tensors are the cpu's; ours here are nchw");
     if (d->u.pool.n < 1 || d->u.pool.c < 1 || ih < 1 || iw < 1 || kh < 1 || kw < 1 || sh < 1 || sw < 1 || ph < 0 ||
         pw < 0 || ph >= kh || pw >= kw || ih * iw > INT32_MAX)
         return bfit_fail(BFIT_EINVAL, "cuda pool: bad sizes (input %lldx%lld kernel %lldx%lld stride %lldx%lld "

@@ -130,10 +130,13 @@ typedef struct bfit_op_desc {
     union {
         struct { int64_t M, N, K; int trans_src, trans_weights, bias; } mm;
         /* src [n,ic,ih,iw], weights [oc,ic/groups,kh,kw], dst [n,oc,oh,ow]; groups 0 or 1: dense
-           (more: each of `groups` slices of the channels convolved apart, PyTorch's groups) */
-        struct { int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw; int bias, groups; } conv;
+           (more: each of `groups` slices of the channels convolved apart, PyTorch's groups).
+           blk_src, blk_dst (conv and pool, the cpu only): that tensor and its gradient are
+           in nChw16c (oneDNN's aBcd16b: blocks of 16 channels innermost; channels a
+           multiple of 16), not nchw, so that no layout changes between such layers */
+        struct { int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw; int bias, groups, blk_src, blk_dst; } conv;
         /* avg pooling counts padding like PyTorch's default (count_include_pad) */
-        struct { int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; int max; int training; } pool;
+        struct { int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; int max, training, blk_src, blk_dst; } pool;
         /* scale/shift [c]; mean/var [c]; training: batch statistics (biased var), and with
            args.rmean/rvar the running statistics moved PyTorch's way by momentum */
         struct { int64_t n, c, h, w; float eps, momentum; int training, use_dst; } bnorm;

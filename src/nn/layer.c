@@ -45,6 +45,15 @@ void bfit_layer_set_dtype(bfit_layer *l, bfit_dtype t)
     l->out_dtype = l->cfg.kind == BFIT_L_XENT ? BFIT_F32 : t;
 }
 
+void bfit_layer_set_blocked(bfit_layer *l, int in, int out)
+{
+    if (l->blk_in == in && l->blk_out == out)
+        return;
+    unprepare(l);
+    l->blk_in = in;
+    l->blk_out = out;
+}
+
 void bfit_layer_flops(const bfit_layer *l, int m, double *fwd, double *bwd)
 {
     double out = (double)m * (double)bfit_shape_numel(l->out), in = (double)m * (double)bfit_shape_numel(l->in[0]);

@@ -76,6 +76,8 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m)
     d.u.conv.pw = c->pw;
     d.u.conv.bias = c->bias != 0;
     d.u.conv.groups = c->groups > 1 ? c->groups : 1;
+    d.u.conv.blk_src = l->blk_in;
+    d.u.conv.blk_dst = l->blk_out;
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 

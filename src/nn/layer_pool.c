@@ -83,6 +83,8 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int trainin
     d.u.pool.pw = g[5];
     d.u.pool.max = l->vt->kind == BFIT_L_MAXPOOL;
     d.u.pool.training = training;
+    d.u.pool.blk_src = l->blk_in;
+    d.u.pool.blk_dst = l->blk_out;
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 

@@ -18,6 +18,7 @@
  * are regenerated; `blocks` keeps every cut, `sqrt` every ~sqrt(K)-th of K
  * cuts, `cuts` the ones given. */
 #include "base/err.h"
+#include "base/testctl.h"
 #include "nn/model.h"
 
 #include <math.h>
@@ -213,8 +214,79 @@ static void regen_cheap(bfit_model *M)
     free(ok);
 }
 
+/* ---- nChw16c chains on the cpu ---------------------------------------------- */
+
+/* A 2x2/2 unpadded max pool (cpu_maxpool16.c's) */
+static int pool2(const bfit_layer *l)
+{
+    const bfit_layer_cfg *c = &l->cfg;
+    return c->kind == BFIT_L_MAXPOOL && c->kh == 2 && c->kw == 2 && (c->sh == 2 || c->sh == 0) &&
+           (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0;
+}
+
+/* Layers that take an nChw16c input: dense convolutions, relus, such pools */
+static int takes_blocked(const bfit_layer *l)
+{
+    return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (l->cfg.kind == BFIT_L_RELU && l->nin == 1) ||
+           pool2(l);
+}
+
+/* Value v (v >= 1) may be nChw16c: channels in whole blocks, made by such a
+ * layer, and read only by such layers. */
+static int may_block(const bfit_model *M, int v)
+{
+    const bfit_layer *p = M->nodes[v - 1].l;
+    if (!bfit_shape_is_image(p->out) || p->out.c % 16 || !takes_blocked(p) || !M->nodes[v - 1].nconsumers)
+        return 0;
+    for (int j = v; j < M->n; j++)
+        for (int k = 0; k < M->nodes[j].l->nin; k++)
+            if (M->nodes[j].in[k] == v && !takes_blocked(M->nodes[j].l))
+                return 0;
+    return 1;
+}
+
+/* The cpu's convolutions compute in nChw16c and oneDNN reorders to and from
+ * nchw around each (a fifth of the cnn's step): activations between
+ * convolutions, relus and 2x2 max pools stay nChw16c instead. A relu keeps
+ * its input's layout; a pool may turn nChw16c into nchw (before a flatten),
+ * not back; a convolution takes either and makes either. The values and
+ * their gradients are the same numbers in another order, so the step's
+ * results are bit for bit those of nchw (test_layout.c). */
+static int choose_layouts(bfit_model *M)
+{
+    uint8_t *blk = malloc((size_t)M->n + 1);
+    int cpu = M->dev && !strcmp(bfit_device_name(M->dev), "cpu") && !bfit_test_value(BFIT_TC_PLAIN_LAYOUT) &&
+              (M->store.precision == BFIT_F32 || M->store.precision == BFIT_BF16);
+    int changed = 1;
+
+    if (!blk)
+        return bfit_fail(BFIT_ENOMEM, "model: out of host memory choosing layouts");
+    blk[0] = 0;
+    for (int v = 1; v <= M->n; v++)
+        blk[v] = cpu && may_block(M, v);
+    while (changed) {
+        changed = 0;
+        for (int i = 0; i < M->n; i++) {
+            const bfit_layer *l = M->nodes[i].l;
+            int u = M->nodes[i].in[0], w = i + 1;
+            if (u < 0)
+                continue;
+            if ((l->cfg.kind == BFIT_L_RELU && blk[u] != blk[w]) || (pool2(l) && blk[w] && !blk[u])) {
+                changed |= blk[u] || blk[w];
+                blk[u] = blk[w] = 0;
+            }
+        }
+    }
+    for (int i = 0; i < M->n; i++)
+        bfit_layer_set_blocked(M->nodes[i].l, M->nodes[i].in[0] >= 0 && blk[M->nodes[i].in[0]], blk[i + 1]);
+    free(blk);
+    return BFIT_OK;
+}
+
 int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
 {
+    int rc;
+
     if (!bfit_dtype_is_float(c->precision))
         return bfit_fail_field(BFIT_EINVAL, "precision", "must be f32, bf16 or f16, not %s",
                                bfit_dtype_name(c->precision));
@@ -231,6 +303,8 @@ int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
         memcpy(M->keep, c->keep, (size_t)M->n + 1);
     for (int i = 0; i < M->n; i++)
         bfit_layer_set_dtype(M->nodes[i].l, c->precision);
+    if ((rc = choose_layouts(M)) != BFIT_OK)
+        return rc;
     if (bfit_dtype_is_float(M->input_dtype))
         M->input_dtype = c->precision;
     memset(M->regen, 0, (size_t)M->n + 1);

@@ -1,0 +1,211 @@
+/* cpu_maxpool16.c - cpu_maxpool.c's 2x2/2 max pool where its input (and
+ * that gradient) is in nChw16c, the layout of the convolutions around it
+ * (device.h's blk_src), and its output (and that gradient) in nChw16c or
+ * nchw (blk_dst: nchw before a flatten). A window of a block is 4 rows of
+ * 16 channels side by side: two AVX2 vectors of 8 lanes each, no
+ * transposes (the library's baseline is x86-64-v3, AVX2).
+ *
+ * The same rules as cpu_maxpool.c: the first maximum wins and a NaN wins
+ * (the last NaN of the window, as its masks take it), one index byte per
+ * output (0..3, the window's row-major position) at the output's own
+ * position, and backward writes every element of dx. Data is f32 or bf16;
+ * the maximum is copied, bits and all. */
+#include "base/err.h"
+#include "base/par.h"
+#include "device/cpu.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+typedef struct mp16 {
+    int64_t n, cb, ih, iw, oh, ow; /* cb: blocks of 16 channels */
+    int blk_dst;
+} mp16;
+
+static mp16 geom(const bfit_op_desc *d)
+{
+    mp16 g = {d->u.pool.n, d->u.pool.c / 16, d->u.pool.ih, d->u.pool.iw, d->u.pool.oh, d->u.pool.ow,
+              d->u.pool.blk_dst};
+    return g;
+}
+
+/* element of lane 0 at input row y, column x of block (n, cb) */
+static inline int64_t in_at(const mp16 *g, int64_t nb, int64_t y, int64_t x) { return ((nb * g->ih + y) * g->iw + x) * 16; }
+
+/* output (oy, ox) of lane 0 of block nb = n cb + b, and the step between lanes */
+static inline int64_t out_at(const mp16 *g, int64_t nb, int64_t oy, int64_t ox, int64_t *lane)
+{
+    if (g->blk_dst) {
+        *lane = 1;
+        return ((nb * g->oh + oy) * g->ow + ox) * 16;
+    }
+    *lane = g->oh * g->ow;
+    return (nb * 16 * g->oh + oy) * g->ow + ox; /* (n C + 16 b) oh ow: nb 16 = (n cb + b) 16 */
+}
+
+/* 16 lanes of window position at (element index) as f32, and their raw bits
+ * (bf16: the value's 16 bits shifted up, so that a blend keeps them) */
+static inline __m256 ld8(const void *x, int bf16, int64_t at)
+{
+    if (bf16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + at))), 16));
+    return _mm256_loadu_ps((const float *)x + at);
+}
+
+/* best, idx (8 lanes) take v (position i) where v > best or v is NaN */
+static inline void take8(__m256 v, int i, __m256 *best, __m256i *idx)
+{
+    __m256 m = _mm256_or_ps(_mm256_cmp_ps(v, *best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    *best = _mm256_blendv_ps(*best, v, m);
+    *idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(*idx),
+                                                _mm256_castsi256_ps(_mm256_set1_epi32(i)), m));
+}
+
+/* two 8-lane int32 vectors (values 0..3) as 16 bytes in lane order */
+static inline __m128i bytes16(__m256i a, __m256i b)
+{
+    __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+}
+
+/* the window of output (oy, ox) of block nb: the 16 maxima, bits and all
+ * (f32 lanes, or bf16 values in the low halves of 32-bit lanes), and their
+ * index bytes */
+static inline void window(const mp16 *g, int bf16, const void *x, int64_t nb, int64_t oy, int64_t ox, __m256i out[2],
+                          __m128i *ix)
+{
+    int64_t at[4] = {in_at(g, nb, 2 * oy, 2 * ox), in_at(g, nb, 2 * oy, 2 * ox + 1), in_at(g, nb, 2 * oy + 1, 2 * ox),
+                     in_at(g, nb, 2 * oy + 1, 2 * ox + 1)};
+    __m256i idx[2];
+    for (int h = 0; h < 2; h++) {
+        __m256 best = ld8(x, bf16, at[0] + 8 * h);
+        idx[h] = _mm256_setzero_si256();
+        for (int i = 1; i < 4; i++)
+            take8(ld8(x, bf16, at[i] + 8 * h), i, &best, &idx[h]);
+        out[h] = bf16 ? _mm256_srli_epi32(_mm256_castps_si256(best), 16) : _mm256_castps_si256(best);
+    }
+    *ix = bytes16(idx[0], idx[1]);
+}
+
+/* one output row oy of block nb, every lane */
+static void fwd_row(const mp16 *g, int bf16, const void *x, void *y, uint8_t *ix, int64_t nb, int64_t oy)
+{
+    for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t step, o = out_at(g, nb, oy, ox, &step);
+        __m256i v[2];
+        __m128i k;
+        window(g, bf16, x, nb, oy, ox, v, &k);
+        if (g->blk_dst && bf16) {
+            __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v[0], v[1]), _MM_SHUFFLE(3, 1, 2, 0));
+            _mm256_storeu_si256((__m256i *)((uint16_t *)y + o), p);
+        } else if (g->blk_dst) {
+            _mm256_storeu_si256((__m256i *)((float *)y + o), v[0]);
+            _mm256_storeu_si256((__m256i *)((float *)y + o + 8), v[1]);
+        } else { /* nchw: lane l at o + l step */
+            uint32_t lanes[16];
+            _mm256_storeu_si256((__m256i *)lanes, v[0]);
+            _mm256_storeu_si256((__m256i *)(lanes + 8), v[1]);
+            for (int l = 0; l < 16; l++) {
+                if (bf16)
+                    ((uint16_t *)y)[o + l * step] = (uint16_t)lanes[l];
+                else
+                    ((uint32_t *)y)[o + l * step] = lanes[l];
+            }
+        }
+        if (ix && g->blk_dst) {
+            _mm_storeu_si128((__m128i *)(ix + o), k);
+        } else if (ix) {
+            uint8_t b[16];
+            _mm_storeu_si128((__m128i *)b, k);
+            for (int l = 0; l < 16; l++)
+                ix[o + l * step] = b[l];
+        }
+    }
+}
+
+/* dx's row pair under output row oy of block nb: dy where the index is the
+ * position, zero at the window's other positions (what no window covers is
+ * zeroed before) */
+static void bwd_row(const mp16 *g, int bf16, const void *dy, void *dx, const uint8_t *ix, int64_t nb, int64_t oy)
+{
+    for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t at[4] = {in_at(g, nb, 2 * oy, 2 * ox), in_at(g, nb, 2 * oy, 2 * ox + 1),
+                         in_at(g, nb, 2 * oy + 1, 2 * ox), in_at(g, nb, 2 * oy + 1, 2 * ox + 1)};
+        int64_t step, o = out_at(g, nb, oy, ox, &step);
+        uint32_t d[16];
+        uint8_t k[16];
+        if (g->blk_dst) {
+            memcpy(k, ix + o, 16);
+            for (int l = 0; l < 16; l++)
+                d[l] = bf16 ? ((const uint16_t *)dy)[o + l] : ((const uint32_t *)dy)[o + l];
+        } else {
+            for (int l = 0; l < 16; l++) {
+                k[l] = ix[o + l * step];
+                d[l] = bf16 ? ((const uint16_t *)dy)[o + l * step] : ((const uint32_t *)dy)[o + l * step];
+            }
+        }
+        {
+            __m128i kb = _mm_loadu_si128((const __m128i *)k);
+            __m256i k0 = _mm256_cvtepu8_epi32(kb), k1 = _mm256_cvtepu8_epi32(_mm_srli_si128(kb, 8));
+            __m256i d0 = _mm256_loadu_si256((const __m256i *)d), d1 = _mm256_loadu_si256((const __m256i *)(d + 8));
+            for (int i = 0; i < 4; i++) {
+                __m256i s = _mm256_set1_epi32(i);
+                __m256i r0 = _mm256_and_si256(d0, _mm256_cmpeq_epi32(k0, s));
+                __m256i r1 = _mm256_and_si256(d1, _mm256_cmpeq_epi32(k1, s));
+                if (bf16) {
+                    __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), _MM_SHUFFLE(3, 1, 2, 0));
+                    _mm256_storeu_si256((__m256i *)((uint16_t *)dx + at[i]), p);
+                } else {
+                    _mm256_storeu_si256((__m256i *)((float *)dx + at[i]), r0);
+                    _mm256_storeu_si256((__m256i *)((float *)dx + at[i] + 8), r1);
+                }
+            }
+        }
+    }
+}
+
+static int run_fwd(cpu_op *op, const bfit_op_args *a)
+{
+    mp16 g = geom(&op->base.desc);
+    int bf16 = op->base.desc.dtype == BFIT_BF16;
+    uint8_t *ix = op->saved ? a->saved : NULL;
+    int64_t rows = g.n * g.cb * g.oh;
+
+    if (!a->src || !a->dst || (op->saved && !ix))
+        return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
+    BFIT_PAR_FOR_IF(rows * g.ow * 16 > BFIT_PAR_MIN / 4,
+                    for (int64_t r = 0; r < rows; r++) fwd_row(&g, bf16, a->src, a->dst, ix, r / g.oh, r % g.oh););
+    return BFIT_OK;
+}
+
+static int run_bwd(cpu_op *op, const bfit_op_args *a)
+{
+    mp16 g = geom(&op->base.desc);
+    int bf16 = op->base.desc.dtype == BFIT_BF16;
+    int64_t rows = g.n * g.cb * g.oh;
+
+    if (!a->diff_dst || !a->diff_src || !a->saved)
+        return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
+    if (g.ih != 2 * g.oh || g.iw != 2 * g.ow) /* an odd row or column that no window covers */
+        memset(a->diff_src, 0, (size_t)(g.n * g.cb * 16 * g.ih * g.iw) * (bf16 ? 2 : 4));
+    BFIT_PAR_FOR_IF(rows * g.ow * 16 > BFIT_PAR_MIN / 4,
+                    for (int64_t r = 0; r < rows; r++)
+                        bwd_row(&g, bf16, a->diff_dst, a->diff_src, a->saved, r / g.oh, r % g.oh););
+    return BFIT_OK;
+}
+
+int bfit_cpu_maxpool16_init(cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+
+    if (!d->u.pool.blk_src || d->u.pool.c % 16)
+        return bfit_fail(BFIT_EINVAL, "cpu pool: nChw16c wants its input in it and channels in whole blocks of 16 "
+                         "(%lld channels)", (long long)d->u.pool.c);
+    op->ws = 0;
+    op->saved = d->kind == BFIT_OP_POOL_BWD || d->u.pool.training
+                    ? (size_t)(d->u.pool.n * d->u.pool.c * d->u.pool.oh * d->u.pool.ow)
+                    : 0;
+    op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
+    return BFIT_OK;
+}
