@@ -126,7 +126,7 @@ int bfit_cpu_matmul_init(cpu_op *op);   /* MATMUL */
 int bfit_cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */
 int bfit_cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (bfit_cpu_pool_init asks) */
-int bfit_cpu_maxpool16_init(cpu_op *op);           /* the same with nChw16c input (blk_src; bfit_cpu_maxpool2_init asks) */
+int bfit_cpu_maxpool16_init(cpu_op *op);           /* its run with nChw16c input (blk_src; bfit_cpu_maxpool2_init asks) */
 
 /* cpu_blk16.c: bf16 nchw <-> nChw16c of our own (oneDNN 2.6's is its slow
  * generic reorder for bf16). match: 1, with the sizes, when `plain` is

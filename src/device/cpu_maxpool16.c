@@ -195,6 +195,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+/* op->run for a 2x2/2 max pool whose sizes cpu_maxpool.c has set */
 int bfit_cpu_maxpool16_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -202,10 +203,6 @@ int bfit_cpu_maxpool16_init(cpu_op *op)
     if (!d->u.pool.blk_src || d->u.pool.c % 16)
         return bfit_fail(BFIT_EINVAL, "cpu pool: nChw16c wants its input in it and channels in whole blocks of 16 "
                          "(%lld channels)", (long long)d->u.pool.c);
-    op->ws = 0;
-    op->saved = d->kind == BFIT_OP_POOL_BWD || d->u.pool.training
-                    ? (size_t)(d->u.pool.n * d->u.pool.c * d->u.pool.oh * d->u.pool.ow)
-                    : 0;
     op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
     return BFIT_OK;
 }
