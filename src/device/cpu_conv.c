@@ -212,7 +212,7 @@ static int check_desc(const bfit_op_desc *d)
 {
     int64_t n = d->u.conv.n, ic = d->u.conv.ic, ih = d->u.conv.ih, iw = d->u.conv.iw;
     int64_t oc = d->u.conv.oc, kh = d->u.conv.kh, kw = d->u.conv.kw, sh = d->u.conv.sh, sw = d->u.conv.sw;
-    int64_t ph = d->u.conv.ph, pw = d->u.conv.pw;
+    int64_t ph = d->u.conv.ph, pw = d->u.conv.pw, lim = bfit_test_value(BFIT_TC_CONV_ELEMS);
 
     if (n < 1 || ic < 1 || ih < 1 || iw < 1 || oc < 1 || kh < 1 || kw < 1 || sh < 1 || sw < 1 ||
         ph < 0 || pw < 0)
@@ -233,11 +233,9 @@ static int check_desc(const bfit_op_desc *d)
         ((d->u.conv.blk_src || d->u.conv.blk_dst) && groups(d) > 1))
         return bfit_fail(BFIT_EINVAL, "cpu conv: nChw16c wants channels in whole blocks of 16 and no groups (%lld in, "
                          "%lld out, %lld groups)", (long long)ic, (long long)oc, (long long)groups(d));
-    if (bfit_test_value(BFIT_TC_CONV_ELEMS) > 0 &&
-        (n * oc * d->u.conv.oh * d->u.conv.ow > bfit_test_value(BFIT_TC_CONV_ELEMS) ||
-         n * ic * ih * iw > bfit_test_value(BFIT_TC_CONV_ELEMS)))
+    if (lim > 0 && (n * oc * d->u.conv.oh * d->u.conv.ow > lim || n * ic * ih * iw > lim))
         return bfit_fail(BFIT_ENOMEM, "cpu conv: a tensor of over %lld elements (a test's limit, as cuDNN's 2^31 - 1): "
-                         "use a smaller micro-batch", (long long)bfit_test_value(BFIT_TC_CONV_ELEMS));
+                         "use a smaller micro-batch", (long long)lim);
     return BFIT_OK;
 }
 

@@ -93,8 +93,6 @@ static int apply(cuda_device *dev, const bk_attn *a, float alpha, const float *M
     return gemm(dev, 0, tm, a->hs, a->T, a->T, alpha, X, a->hs, sx, M, a->T, a->T * a->T, C, a->hs, sc, G);
 }
 
-static int kern(cudaError_t e, const char *what) { return e == cudaSuccess ? BFIT_OK : cuda_fail(e, what); }
-
 /* cuBLAS's workspace is the op's first part (none under the lean policy) */
 static attn_ws enter(cuda_op *op, const bfit_op_args *o, const bk_attn *a, int bwd, int *rc)
 {
@@ -120,20 +118,20 @@ static int run_fwd(cuda_op *op, const bfit_op_args *o)
         return bfit_fail(BFIT_EINVAL, "attention forward: src, dst, workspace%s are required",
                          a.training ? ", saved" : "");
     w = enter(op, o, &a, 0, &rc);
-    if (rc || (rc = kern(bk_attn_gather(dev->stream, &a, o->src, w.qkvh, 1), "attention forward (q, k, v in)")))
+    if (rc || (rc = cuda_launched(bk_attn_gather(dev->stream, &a, o->src, w.qkvh, 1), "attention forward (q, k, v in)")))
         return rc;
     for (int64_t g0 = 0; g0 < L; g0 += G) {
         int64_t g = L - g0 < G ? L - g0 : G;
         const float *q = w.qkvh + g0 * 3 * th;
         if ((rc = scores(dev, &a, a.scale, q + th, 3 * th, q, 3 * th, w.s, g)) ||
-            (rc = kern(bk_attn_softmax(dev->stream, &a, o->lens, w.s, g0, g,
+            (rc = cuda_launched(bk_attn_softmax(dev->stream, &a, o->lens, w.s, g0, g,
                                        a.training && !a.lean ? o->saved : NULL,
                                        a.training && a.lean ? (float *)o->saved : NULL),
                        "attention forward (softmax)")) ||
             (rc = apply(dev, &a, 1.0f, w.s, 0, q + 2 * th, 3 * th, w.yh + g0 * th, th, g)))
             return rc;
     }
-    return kern(bk_attn_scatter(dev->stream, &a, w.yh, o->dst, 0), "attention forward (y out)");
+    return cuda_launched(bk_attn_scatter(dev->stream, &a, w.yh, o->dst, 0), "attention forward (y out)");
 }
 
 /* one group's backward: P, dP, dS, then dv, dq, dk into dqkvh */
@@ -146,9 +144,9 @@ static int bwd_group(cuda_device *dev, const bk_attn *a, const bfit_op_args *o, 
     int rc = BFIT_OK;
 
     if ((a->lean && (rc = scores(dev, a, a->scale, k, 3 * th, q, 3 * th, w->s, g))) ||
-        (rc = kern(bk_attn_p_again(dev->stream, a, o->lens, o->saved, w->s, g0, g), "attention backward (P)")) ||
+        (rc = cuda_launched(bk_attn_p_again(dev->stream, a, o->lens, o->saved, w->s, g0, g), "attention backward (P)")) ||
         (rc = scores(dev, a, 1.0f, v, 3 * th, dy, th, w->ds, g)) ||
-        (rc = kern(bk_attn_ds(dev->stream, a, o->lens, w->s, w->ds, g0, g), "attention backward (dS)")) ||
+        (rc = cuda_launched(bk_attn_ds(dev->stream, a, o->lens, w->s, w->ds, g0, g), "attention backward (dS)")) ||
         (rc = apply(dev, a, 1.0f, w->s, 1, dy, th, dq + 2 * th, 3 * th, g)) ||
         (rc = apply(dev, a, a->scale, w->ds, 0, k, 3 * th, dq, 3 * th, g)))
         return rc;
@@ -166,13 +164,13 @@ static int run_bwd(cuda_op *op, const bfit_op_args *o)
     if (!o->src || !o->diff_dst || !o->diff_src || !o->saved || !o->workspace)
         return bfit_fail(BFIT_EINVAL, "attention backward: src, diff_dst, diff_src, saved and workspace are required");
     w = enter(op, o, &a, 1, &rc);
-    if (rc || (rc = kern(bk_attn_gather(dev->stream, &a, o->src, w.qkvh, 1), "attention backward (q, k, v in)")) ||
-        (rc = kern(bk_attn_gather(dev->stream, &a, o->diff_dst, w.yh, 0), "attention backward (dy in)")))
+    if (rc || (rc = cuda_launched(bk_attn_gather(dev->stream, &a, o->src, w.qkvh, 1), "attention backward (q, k, v in)")) ||
+        (rc = cuda_launched(bk_attn_gather(dev->stream, &a, o->diff_dst, w.yh, 0), "attention backward (dy in)")))
         return rc;
     for (int64_t g0 = 0; g0 < L; g0 += G)
         if ((rc = bwd_group(dev, &a, o, &w, g0, L - g0 < G ? L - g0 : G)))
             return rc;
-    return kern(bk_attn_scatter(dev->stream, &a, w.dqkvh, o->diff_src, 1), "attention backward (dq, dk, dv out)");
+    return cuda_launched(bk_attn_scatter(dev->stream, &a, w.dqkvh, o->diff_src, 1), "attention backward (dq, dk, dv out)");
 }
 
 /* saved: as the CPU keeps it (device.h): P [n,H,T,T] in the data's dtype,

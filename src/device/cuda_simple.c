@@ -15,7 +15,6 @@
 static cudaStream_t stream(const cuda_op *op) { return cuda_dev(op)->stream; }
 static int dt(const cuda_op *op) { return (int)op->base.desc.dtype; }
 
-static int launched(cudaError_t e, const char *what) { return e == cudaSuccess ? BFIT_OK : cuda_fail(e, what); }
 
 static int need_ws(const cuda_op *op, const bfit_op_args *a, const char *what)
 {
@@ -37,7 +36,7 @@ static int run_pool_fwd(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->dst || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
-    return launched(bk_pool_fwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->src, a->dst,
+    return cuda_launched(bk_pool_fwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->src, a->dst,
                                 op->saved ? a->saved : NULL),
                     "pooling forward");
 }
@@ -46,7 +45,7 @@ static int run_pool_bwd(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->diff_dst || !a->diff_src || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
-    return launched(bk_pool_bwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->diff_dst,
+    return cuda_launched(bk_pool_bwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->diff_dst,
                                 a->saved, a->diff_src),
                     "pooling backward");
 }
@@ -86,7 +85,7 @@ static int run_lnorm_fwd(cuda_op *op, const bfit_op_args *a)
     const bfit_op_desc *d = &op->base.desc;
     if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
-    return launched(bk_lnorm_fwd(stream(op), dt(op), a->src, a->dst, a->scale, a->shift, a->mean, a->var, d->u.lnorm.rows,
+    return cuda_launched(bk_lnorm_fwd(stream(op), dt(op), a->src, a->dst, a->scale, a->shift, a->mean, a->var, d->u.lnorm.rows,
                                  d->u.lnorm.cols, d->u.lnorm.eps),
                     "layer norm forward");
 }
@@ -98,7 +97,7 @@ static int run_lnorm_bwd(cuda_op *op, const bfit_op_args *a)
         !a->diff_shift || !a->workspace)
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
-    return launched(bk_lnorm_bwd(stream(op), dt(op), a->src, a->mean, a->var, a->diff_dst, a->scale, a->diff_src,
+    return cuda_launched(bk_lnorm_bwd(stream(op), dt(op), a->src, a->mean, a->var, a->diff_dst, a->scale, a->diff_src,
                                  a->diff_scale, a->diff_shift, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps,
                                  d->accumulate, cuda_ws(op, a)),
                     "layer norm backward");
@@ -113,10 +112,10 @@ static int run_elt_fwd(cuda_op *op, const bfit_op_args *a)
     if (op->base.desc.u.elt.bits) {
         if (!a->saved)
             return bfit_fail(BFIT_EINVAL, "relu forward (bits): saved (the bits) is required");
-        return launched(bk_relu_bits_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.elt.n),
+        return cuda_launched(bk_relu_bits_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.elt.n),
                         "relu forward (bits)");
     }
-    return launched(bk_eltwise_fwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->dst, op->base.desc.u.elt.n),
+    return cuda_launched(bk_eltwise_fwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->dst, op->base.desc.u.elt.n),
                     "eltwise forward");
 }
 
@@ -126,12 +125,12 @@ static int run_elt_bwd(cuda_op *op, const bfit_op_args *a)
     if (op->base.desc.u.elt.bits) {
         if (!a->saved || !a->diff_dst || !a->diff_src)
             return bfit_fail(BFIT_EINVAL, "relu backward (bits): diff_dst, diff_src and saved are required");
-        return launched(bk_relu_bits_bwd(stream(op), dt(op), a->saved, a->diff_dst, a->diff_src, op->base.desc.u.elt.n),
+        return cuda_launched(bk_relu_bits_bwd(stream(op), dt(op), a->saved, a->diff_dst, a->diff_src, op->base.desc.u.elt.n),
                         "relu backward (bits)");
     }
     if (!a->src || !a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
-    return launched(bk_eltwise_bwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->diff_dst, a->diff_src,
+    return cuda_launched(bk_eltwise_bwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->diff_dst, a->diff_src,
                                    op->base.desc.u.elt.n),
                     "eltwise backward");
 }
@@ -144,7 +143,7 @@ static int run_reduce(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "reduce rows: src and dst are required");
     if ((rc = need_ws(op, a, "reduce rows")) != BFIT_OK)
         return rc;
-    return launched(bk_reduce_rows(stream(op), dt(op), a->src, a->dst, d->u.reduce.M, d->u.reduce.N, d->accumulate,
+    return cuda_launched(bk_reduce_rows(stream(op), dt(op), a->src, a->dst, d->u.reduce.M, d->u.reduce.N, d->accumulate,
                                    cuda_ws(op, a)),
                     "reduce rows");
 }
@@ -155,14 +154,14 @@ static int run_add(cuda_op *op, const bfit_op_args *a)
     const void *y = acc ? a->dst : a->src2;
     if (!a->src || !y || !a->dst)
         return bfit_fail(BFIT_EINVAL, "add: src, %s and dst are required", acc ? "dst (accumulating)" : "src2");
-    return launched(bk_add(stream(op), dt(op), a->src, y, a->dst, op->base.desc.u.add.n), "add");
+    return cuda_launched(bk_add(stream(op), dt(op), a->src, y, a->dst, op->base.desc.u.add.n), "add");
 }
 
 static int run_scale(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->dst)
         return bfit_fail(BFIT_EINVAL, "scale: dst is required");
-    return launched(bk_scale(stream(op), a->dst, a->alpha, op->base.desc.u.scale.n), "scale");
+    return cuda_launched(bk_scale(stream(op), a->dst, a->alpha, op->base.desc.u.scale.n), "scale");
 }
 
 static int run_drop_fwd(cuda_op *op, const bfit_op_args *a)
@@ -172,7 +171,7 @@ static int run_drop_fwd(cuda_op *op, const bfit_op_args *a)
     uint64_t thresh = (uint64_t)((double)p * 4294967296.0);
     if (!a->src || !a->dst || !a->saved)
         return bfit_fail(BFIT_EINVAL, "dropout forward: src, dst and saved (the mask) are required");
-    return launched(bk_dropout_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.drop.n, bfit_mix64(a->seed),
+    return cuda_launched(bk_dropout_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.drop.n, bfit_mix64(a->seed),
                                    thresh, scale),
                     "dropout forward");
 }
@@ -182,7 +181,7 @@ static int run_drop_bwd(cuda_op *op, const bfit_op_args *a)
     float scale = 1.0f / (1.0f - op->base.desc.u.drop.p);
     if (!a->diff_dst || !a->diff_src || !a->saved)
         return bfit_fail(BFIT_EINVAL, "dropout backward: diff_dst, diff_src and saved (the mask) are required");
-    return launched(bk_dropout_bwd(stream(op), dt(op), a->diff_dst, a->saved, a->diff_src, op->base.desc.u.drop.n, scale),
+    return cuda_launched(bk_dropout_bwd(stream(op), dt(op), a->diff_dst, a->saved, a->diff_src, op->base.desc.u.drop.n, scale),
                     "dropout backward");
 }
 
@@ -202,7 +201,7 @@ static int run_xent_fwd(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "cross-entropy forward: labels and stats go together");
     if (a->labels && !a->workspace)
         return bfit_fail(BFIT_EINVAL, "cross-entropy forward: a workspace is required with labels");
-    return launched(bk_xent_fwd(stream(op), dt(op), a->src, a->dst, a->labels, a->stats, d->u.xent.M, d->u.xent.N,
+    return cuda_launched(bk_xent_fwd(stream(op), dt(op), a->src, a->dst, a->labels, a->stats, d->u.xent.M, d->u.xent.N,
                                 a->labels ? cuda_ws(op, a) : NULL),
                     "cross-entropy forward");
 }
@@ -213,7 +212,7 @@ static int run_xent_bwd(cuda_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_src || !a->labels)
         return bfit_fail(BFIT_EINVAL, "cross-entropy backward: src (the probabilities), labels and diff_src "
                                       "are required");
-    return launched(bk_xent_bwd(stream(op), dt(op), a->src, a->labels, a->diff_src, d->u.xent.M, d->u.xent.N, a->loss_scale),
+    return cuda_launched(bk_xent_bwd(stream(op), dt(op), a->src, a->labels, a->diff_src, d->u.xent.M, d->u.xent.N, a->loss_scale),
                     "cross-entropy backward");
 }
 
@@ -221,7 +220,7 @@ static int run_norms(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->stats)
         return bfit_fail(BFIT_EINVAL, "norms: src and stats are required");
-    return launched(bk_norms(stream(op), a->src, a->state0, a->stats, op->base.desc.u.norms.n, cuda_dev(op)->norm_part),
+    return cuda_launched(bk_norms(stream(op), a->src, a->state0, a->stats, op->base.desc.u.norms.n, cuda_dev(op)->norm_part),
                     "norms");
 }
 
@@ -236,7 +235,7 @@ static int run_sgd(cuda_op *op, const bfit_op_args *a)
     if (!a->state0 != !op->base.desc.u.sgd.momentum)
         return bfit_fail(BFIT_EINVAL, "sgd: state0 (the momentum buffer) is %s but the op was made %s momentum",
                          a->state0 ? "given" : "missing", op->base.desc.u.sgd.momentum ? "with" : "without");
-    return launched(bk_sgd(stream(op), a->dst, a->src, a->state0, op->base.desc.u.sgd.n, h), "sgd update");
+    return cuda_launched(bk_sgd(stream(op), a->dst, a->src, a->state0, op->base.desc.u.sgd.n, h), "sgd update");
 }
 
 static int run_adamw(cuda_op *op, const bfit_op_args *a)
@@ -247,7 +246,7 @@ static int run_adamw(cuda_op *op, const bfit_op_args *a)
                         x[BFIT_ADAMW_BC2_SQRT],  x[BFIT_ADAMW_EPS]};
     if (!a->dst || !a->src || !a->state0 || !a->state1)
         return bfit_fail(BFIT_EINVAL, "adamw: dst, src, state0 and state1 are required");
-    return launched(bk_adamw(stream(op), a->dst, a->src, a->state0, a->state1, op->base.desc.u.adamw.n, h),
+    return cuda_launched(bk_adamw(stream(op), a->dst, a->src, a->state0, a->state1, op->base.desc.u.adamw.n, h),
                     "adamw update");
 }
 
@@ -257,7 +256,7 @@ static int run_cast(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "cast: src and dst are required");
-    return launched(bk_cast(stream(op), dt(op), (int)op->base.desc.u.cast.to, a->src, a->dst, op->base.desc.u.cast.n),
+    return cuda_launched(bk_cast(stream(op), dt(op), (int)op->base.desc.u.cast.to, a->src, a->dst, op->base.desc.u.cast.n),
                     "cast");
 }
 
@@ -276,7 +275,7 @@ static int run_embed_fwd(cuda_op *op, const bfit_op_args *a)
     if (!a->src || !a->weights || !a->dst || (d->u.embed.P && !a->bias) || (d->u.embed.types && !a->shift))
         return bfit_fail(BFIT_EINVAL, "embedding forward: src (the ids), weights, dst%s%s are required",
                          d->u.embed.P ? ", bias (positions)" : "", d->u.embed.types ? ", shift (token types)" : "");
-    return launched(bk_embed_fwd(stream(op), &e, a->src, a->weights, d->u.embed.P ? a->bias : NULL,
+    return cuda_launched(bk_embed_fwd(stream(op), &e, a->src, a->weights, d->u.embed.P ? a->bias : NULL,
                                  d->u.embed.types ? a->shift : NULL, a->dst),
                     "embedding forward");
 }
@@ -289,7 +288,7 @@ static int run_embed_bwd(cuda_op *op, const bfit_op_args *a)
         (d->u.embed.types && !a->diff_shift))
         return bfit_fail(BFIT_EINVAL, "embedding backward: src (the ids), diff_dst, diff_weights%s%s are required",
                          d->u.embed.P ? ", diff_bias" : "", d->u.embed.types ? ", diff_shift" : "");
-    return launched(bk_embed_bwd(stream(op), &e, a->src, a->diff_dst, a->diff_weights,
+    return cuda_launched(bk_embed_bwd(stream(op), &e, a->src, a->diff_dst, a->diff_weights,
                                  d->u.embed.P ? a->diff_bias : NULL, d->u.embed.types ? a->diff_shift : NULL),
                     "embedding backward");
 }
