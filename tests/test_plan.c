@@ -654,11 +654,11 @@ static void test_blocked_same_grads(void **st)
         bfit_model_unreserve(r.M);
         bfit_test_control(BFIT_TC_PLAIN_LAYOUT, 0);
         assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-        /* conv 32 -> relu -> pool -> conv 64 -> relu -> pool (nchw out) -> flatten */
+        /* as it runs (model.c): conv 32 -> pool -> relu -> conv 64 -> pool (nchw out) -> relu -> flatten */
         for (int j = 0; j < r.M->n; j++)
             marked += r.M->nodes[j].l->blk_in + r.M->nodes[j].l->blk_out;
-        /* conv1 out; relu1, pool1, conv2, relu2 in and out; pool2 in (its out is nchw for flatten) */
-        assert_int_equal(marked, 10);
+        /* conv1 out; pool1, relu1, conv2 in and out; pool2 in (its out is nchw: relu2 then flatten) */
+        assert_int_equal(marked, 8);
         assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &blocked), BFIT_OK);
         b = step_grads(&r, 32, &n2);
         assert_int_equal(n1, n2);
@@ -666,6 +666,54 @@ static void test_blocked_same_grads(void **st)
         assert_true(blocked.peak <= plain.peak);
         print_message("cnn %s at 32: peak %llu plain, %llu nChw16c\n", bfit_dtype_name(prec[i]),
                       (unsigned long long)plain.peak, (unsigned long long)blocked.peak);
+        free(a);
+        free(b);
+        trig_free(&r);
+    }
+}
+
+/* The cnn's relus run after their max pools (graph.c): a step's loss and
+ * gradients are those of the spec's order bit for bit, the relus cover the
+ * pools' outputs, and the plan is smaller. f32 and bf16, at 32. */
+static void test_pool_first_same_grads(void **st)
+{
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_store_cfg sc = bfit_store_cfg_default();
+        bfit_step_plan spec_order, pool_first;
+        int64_t n1, n2;
+        float *a, *b;
+        double la, lb;
+        rig r;
+        sc.precision = prec[i];
+        bfit_test_control(BFIT_TC_KEEP_ORDER, 1);
+        rig_new(&r, "cnn", BIG);
+        bfit_test_control(BFIT_TC_KEEP_ORDER, 0);
+        assert_int_equal(r.M->nodes[1].l->cfg.kind, BFIT_L_RELU);
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &spec_order), BFIT_OK);
+        a = step_grads(&r, 32, &n1);
+        la = loss_sum(r.M);
+        trig_free(&r);
+        rig_new(&r, "cnn", BIG);
+        assert_int_equal(r.M->nodes[1].l->cfg.kind, BFIT_L_MAXPOOL);
+        assert_int_equal(r.M->nodes[2].l->cfg.kind, BFIT_L_RELU);
+        assert_int_equal(bfit_shape_numel(r.M->nodes[2].l->out) * 4, bfit_shape_numel(r.M->nodes[0].l->out));
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &pool_first), BFIT_OK);
+        b = step_grads(&r, 32, &n2);
+        lb = loss_sum(r.M);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(&la, &lb, sizeof la);
+        assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+        assert_true(pool_first.peak < spec_order.peak);
+        print_message("cnn %s at 32: peak %llu relu first, %llu pool first; loss %.6f\n", bfit_dtype_name(prec[i]),
+                      (unsigned long long)spec_order.peak, (unsigned long long)pool_first.peak, lb);
         free(a);
         free(b);
         trig_free(&r);
@@ -681,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_grads_share_activations),
         cmocka_unit_test(test_cheap_regen_same_grads),
         cmocka_unit_test(test_blocked_same_grads),
+        cmocka_unit_test(test_pool_first_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),
         cmocka_unit_test(test_measured_equals_planned_resnet18),

@@ -49,6 +49,50 @@ static void assert_window(const bfit_layer_cfg *c, int kh, int kw, int sh, int s
     assert_int_equal(c->pw, pw);
 }
 
+/* ---- the graph as it runs ------------------------------------------------ */
+
+/* A relu read only by the max pool after it moves behind the pool (graph.c):
+ * the pool reads what the relu read, the relu the pool's output, the next
+ * layer the relu's, each node keeps its line. Not after a batch norm, not
+ * where something else reads the relu, and a pool before its relu stays. */
+static void test_pool_before_relu(void **st)
+{
+    const char *text = "input 3x8x8\n"
+                       "conv 16 k=3 pad=1\n" /* 0 */
+                       "relu\n"              /* 1 -> maxpool at line 4 */
+                       "maxpool 2\n"         /* 2 -> relu at line 3 */
+                       "batchnorm\n"         /* 3 */
+                       "relu\n"              /* 4: after a batch norm, stays */
+                       "maxpool 2\n"         /* 5 */
+                       "conv 16 k=1\n"       /* 6 */
+                       "relu\n"              /* 7: read by the pool and the add, stays */
+                       "residual {\n"
+                       "  maxpool 1\n"       /* 8 */
+                       "}\n"                 /* 9: the add of 7's output and 8's */
+                       "maxpool 1\n"         /* 10: a pool then */
+                       "relu\n"              /* 11: its relu, stays */
+                       "flatten\n"
+                       "linear 4\n";
+    bfit_graph_desc g;
+    (void)st;
+    assert_int_equal(parse(text, &g), BFIT_OK);
+    bfit_graph_pool_before_relu(g.nodes, g.nnodes);
+    assert_node(&g, 0, BFIT_L_CONV, 0, -1, 2, 1);
+    assert_node(&g, 1, BFIT_L_MAXPOOL, 1, -1, 4, 1);
+    assert_node(&g, 2, BFIT_L_RELU, 2, -1, 3, 1);
+    assert_node(&g, 3, BFIT_L_BATCHNORM, 3, -1, 5, 1);
+    assert_node(&g, 4, BFIT_L_RELU, 4, -1, 6, 1);
+    assert_node(&g, 5, BFIT_L_MAXPOOL, 5, -1, 7, 1);
+    assert_node(&g, 7, BFIT_L_RELU, 7, -1, 9, 1);
+    assert_node(&g, 8, BFIT_L_MAXPOOL, 8, -1, 11, 3);
+    assert_int_equal(g.nodes[9].cfg.kind, BFIT_L_ADD);
+    assert_node(&g, 10, BFIT_L_MAXPOOL, 10, -1, 13, 1);
+    assert_node(&g, 11, BFIT_L_RELU, 11, -1, 14, 1);
+    assert_int_equal(g.nodes[12].in[0], 12);
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_OK);
+    bfit_graph_fini(&g);
+}
+
 /* ---- good specs ---------------------------------------------------------- */
 
 static void test_every_layer_and_option(void **st)
@@ -641,6 +685,7 @@ int main(void)
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_size_limits),
         cmocka_unit_test(test_shape_check),
+        cmocka_unit_test(test_pool_before_relu),
         cmocka_unit_test(test_model_files),
         cmocka_unit_test(test_file_errors_name_the_file),
         cmocka_unit_test(test_fuzz),

@@ -43,6 +43,38 @@ int bfit_graph_add_n(bfit_graph_desc *g, const bfit_layer_cfg *cfg, const int *i
     return g->nnodes;
 }
 
+/* relu then max pool computes max pool then relu: a maximum commutes with a
+ * nondecreasing function, and backward sends a window's gradient to the
+ * same element, its first maximum, or nowhere where that is not positive
+ * (relu's mask). Swapped, the relu and its saved mask cover the pool's
+ * output, a quarter of the elements under a 2x2 pool, and the relu's full
+ * size output is never made (docs/memory.md). Only where the pool alone
+ * reads the relu, and not after a batch norm, whose lean pairing with its
+ * relu (store.c) keeps less. One difference: a NaN with its sign bit set
+ * (x86's default NaN), which relu zeroes and a max pool lets win, gives
+ * the pool's window 0 here where it gave the window's other maximum. */
+void bfit_graph_pool_before_relu(bfit_node_desc *nodes, int n)
+{
+    for (int i = 0; i + 1 < n; i++) {
+        bfit_node_desc *r = &nodes[i], *p = &nodes[i + 1], t;
+        int u = r->in[0], readers = 0;
+        if (r->cfg.kind != BFIT_L_RELU || r->nin != 1 || p->cfg.kind != BFIT_L_MAXPOOL || p->nin != 1 ||
+            p->in[0] != i + 1 || (u > 0 && nodes[u - 1].cfg.kind == BFIT_L_BATCHNORM))
+            continue;
+        for (int j = i + 1; j < n; j++)
+            for (int k = 0; k < nodes[j].nin; k++)
+                readers += nodes[j].in[k] == i + 1;
+        if (readers != 1)
+            continue;
+        t = *r;
+        *r = *p;
+        *p = t;
+        r->in[0] = u;     /* the pool reads what the relu read */
+        p->in[0] = i + 1; /* the relu the pool's output; readers of value i + 2 now get the relu's */
+        i++;
+    }
+}
+
 void bfit_graph_fini(bfit_graph_desc *g)
 {
     bfit_wsrc_release(g->wsrc);

@@ -35,6 +35,9 @@ void bfit_graph_init(bfit_graph_desc *g, const char *source);
 int bfit_graph_add(bfit_graph_desc *g, const bfit_layer_cfg *cfg, int in0, int in1, int line, int col);
 /* The same with nin (<= BFIT_LAYER_MAXIN) inputs. */
 int bfit_graph_add_n(bfit_graph_desc *g, const bfit_layer_cfg *cfg, const int *in, int nin, int line, int col);
+/* Turn each relu read only by the max pool after it into the pool then the
+ * relu, which compute the same (graph.c); bfit_model_new does so. */
+void bfit_graph_pool_before_relu(bfit_node_desc *nodes, int n);
 void bfit_graph_fini(bfit_graph_desc *g);
 
 #endif

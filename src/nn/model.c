@@ -1,6 +1,7 @@
 /* model.c - the graph executor: builds layers, lays out a step's buffers with
  * their lifetimes, reserves them all-or-nothing, runs forward and backward. */
 #include "base/err.h"
+#include "base/testctl.h"
 #include "device/half.h"
 #include "nn/model.h"
 #include "nn/wsrc.h"
@@ -187,6 +188,7 @@ int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
 {
     bfit_model *M;
     bfit_shape *val = NULL;
+    bfit_graph_desc local = {0};
     int rc;
 
     *out = NULL;
@@ -205,8 +207,17 @@ int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
     snprintf(M->source, sizeof M->source, "%s", g->source);
     M->wsrc = g->wsrc;
     bfit_wsrc_retain(M->wsrc);
-    if ((rc = build_nodes(M, g, val)) != BFIT_OK || (rc = add_loss(M, g, val[g->nnodes])) != BFIT_OK ||
-        (rc = tie_params(M, g)) != BFIT_OK || (rc = wire(M)) != BFIT_OK)
+    /* the graph as it runs: the caller's, pools moved before relus (graph.c) */
+    local = *g;
+    if (!(local.nodes = malloc((size_t)g->nnodes * sizeof *local.nodes))) {
+        rc = bfit_fail(BFIT_ENOMEM, "model: out of host memory");
+        goto fail;
+    }
+    memcpy(local.nodes, g->nodes, (size_t)g->nnodes * sizeof *local.nodes);
+    if (!bfit_test_value(BFIT_TC_KEEP_ORDER))
+        bfit_graph_pool_before_relu(local.nodes, local.nnodes);
+    if ((rc = build_nodes(M, &local, val)) != BFIT_OK || (rc = add_loss(M, &local, val[g->nnodes])) != BFIT_OK ||
+        (rc = tie_params(M, &local)) != BFIT_OK || (rc = wire(M)) != BFIT_OK)
         goto fail;
     {
         bfit_store_cfg sc = bfit_store_cfg_default();
@@ -214,10 +225,12 @@ int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
             goto fail;
     }
     free(val);
+    free(local.nodes);
     *out = M;
     return BFIT_OK;
 fail:
     free(val);
+    free(local.nodes);
     bfit_model_free(M);
     return rc;
 }
