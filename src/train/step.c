@@ -504,6 +504,52 @@ static int step_start(bfit_run *r)
     return bfit_run_snap_step(r);
 }
 
+/* The finished step's figures into in and the run's position. */
+static void step_account(bfit_run *r, bfit_step_info *in, int E, int taken, int k, double loss)
+{
+    r->pos.train_time += in->seconds;
+    in->step = r->pos.step++;
+    r->pos.res.evaluated = 0; /* the test figures were of the weights before this step */
+    in->epoch = r->pos.epoch;
+    in->batch = E;
+    in->sequences = r->cfg.batch_tokens ? taken : 0;
+    in->m = r->pos.m;
+    in->k = k;
+    in->loss = loss / (double)r->step_count; /* per sample, or per token */
+    r->pos.taken += taken;
+    r->pos.samples += taken;
+    r->pos.ep_loss += loss;
+    r->pos.ep_count += r->step_count;
+    r->ep_hsum += r->step_hsum;
+    r->ep_hn += r->step_hn;
+    r->pos.res.last_batch = r->pos.d.batch;
+    in->epoch_end = r->pos.taken >= r->per_epoch;
+    /* the epoch's mean so far: a run that stops inside an epoch (max steps,
+     * a time limit) reports the loss of the steps it took, not 0 */
+    if (r->pos.ep_count > 0)
+        r->pos.res.train_loss = r->pos.ep_loss / (double)r->pos.ep_count;
+}
+
+/* After a step that ended an epoch (or the run): the next epoch's data, the
+ * ranks' weights checked equal, the samples' log. */
+static int step_epoch_end(bfit_run *r, const bfit_step_info *in)
+{
+    int rc;
+    if (in->epoch_end) {
+        r->pos.epoch++;
+        r->pos.taken = 0;
+        if (!bfit_run_done(r) && (rc = bfit_feed_next_epoch(&r->tr)) != BFIT_OK)
+            return rc;
+    }
+    /* data-parallel: the ranks hold the same weights (checked) before an
+     * evaluation or the end */
+    if (r->dp && (in->epoch_end || bfit_run_done(r)) && (rc = bfit_run_dist_sync(r)) != BFIT_OK)
+        return rc;
+    if (r->cfg.sample_check && (in->epoch_end || bfit_run_done(r)))
+        log_sample_check(r, in->epoch);
+    return BFIT_OK;
+}
+
 int bfit_run_step(bfit_run *r, bfit_step_info *info)
 {
     bfit_step_info in;
@@ -545,44 +591,12 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         r->broken = 1;
         return rc;
     }
-    r->pos.train_time += in.seconds;
-    in.step = r->pos.step++;
-    r->pos.res.evaluated = 0; /* the test figures were of the weights before this step */
-    in.epoch = r->pos.epoch;
-    in.batch = E;
-    in.sequences = r->cfg.batch_tokens ? taken : 0;
-    in.m = r->pos.m;
-    in.k = k;
-    in.loss = loss / (double)r->step_count; /* per sample, or per token */
-    r->pos.taken += taken;
-    r->pos.samples += taken;
-    r->pos.ep_loss += loss;
-    r->pos.ep_count += r->step_count;
-    r->ep_hsum += r->step_hsum;
-    r->ep_hn += r->step_hn;
-    r->pos.res.last_batch = r->pos.d.batch;
-    in.epoch_end = r->pos.taken >= r->per_epoch;
-    /* the epoch's mean so far: a run that stops inside an epoch (max steps,
-     * a time limit) reports the loss of the steps it took, not 0 */
-    if (r->pos.ep_count > 0)
-        r->pos.res.train_loss = r->pos.ep_loss / (double)r->pos.ep_count;
+    step_account(r, &in, E, taken, k, loss);
     report_step(r, &in);
-    if (in.epoch_end) {
-        r->pos.epoch++;
-        r->pos.taken = 0;
-        if (!bfit_run_done(r) && (rc = bfit_feed_next_epoch(&r->tr)) != BFIT_OK) {
-            r->broken = 1;
-            return rc;
-        }
-    }
-    /* data-parallel: the ranks hold the same weights (checked) before an
-     * evaluation or the end */
-    if (r->dp && (in.epoch_end || bfit_run_done(r)) && (rc = bfit_run_dist_sync(r)) != BFIT_OK) {
+    if ((rc = step_epoch_end(r, &in)) != BFIT_OK) {
         r->broken = 1;
         return rc;
     }
-    if (r->cfg.sample_check && (in.epoch_end || bfit_run_done(r)))
-        log_sample_check(r, in.epoch);
     if (r->cfg.on_step)
         r->cfg.on_step(r->cfg.cb_ud, &in);
     if (info)
