@@ -520,6 +520,17 @@ static float *step_grads(rig *r, int m, int64_t *n)
     return g;
 }
 
+/* A model configured as sc, its parameters made (seed 3), its plan at m and
+ * the parameter gradients of a step. */
+static float *fresh_grads(rig *r, const bfit_store_cfg *sc, int m, bfit_step_plan *plan, int64_t *n)
+{
+    assert_int_equal(bfit_model_configure(r->M, sc), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(r->M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r->M, 3), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r->M, NULL, m, 1, plan), BFIT_OK);
+    return step_grads(r, m, n);
+}
+
 /* The plans at m = 16 before and after *flag is set (a test switch of the
  * layout), and the parameter gradients of a step under each, which must be
  * the same bit for bit (test builds poison new arena memory, so a buffer
@@ -644,13 +655,9 @@ static void test_blocked_same_grads(void **st)
         rig_new(&r, "cnn", BIG);
         sc.precision = prec[i];
         bfit_test_control(BFIT_TC_PLAIN_LAYOUT, 1);
-        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        a = fresh_grads(&r, &sc, 32, &plain, &n1);
         for (int j = 0; j < r.M->n; j++)
             assert_false(r.M->nodes[j].l->blk_in || r.M->nodes[j].l->blk_out);
-        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
-        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
-        assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &plain), BFIT_OK);
-        a = step_grads(&r, 32, &n1);
         bfit_model_unreserve(r.M);
         bfit_test_control(BFIT_TC_PLAIN_LAYOUT, 0);
         assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
@@ -691,22 +698,14 @@ static void test_pool_first_same_grads(void **st)
         rig_new(&r, "cnn", BIG);
         bfit_test_control(BFIT_TC_KEEP_ORDER, 0);
         assert_int_equal(r.M->nodes[1].l->cfg.kind, BFIT_L_RELU);
-        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
-        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
-        assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &spec_order), BFIT_OK);
-        a = step_grads(&r, 32, &n1);
+        a = fresh_grads(&r, &sc, 32, &spec_order, &n1);
         la = loss_sum(r.M);
         trig_free(&r);
         rig_new(&r, "cnn", BIG);
         assert_int_equal(r.M->nodes[1].l->cfg.kind, BFIT_L_MAXPOOL);
         assert_int_equal(r.M->nodes[2].l->cfg.kind, BFIT_L_RELU);
         assert_int_equal(bfit_shape_numel(r.M->nodes[2].l->out) * 4, bfit_shape_numel(r.M->nodes[0].l->out));
-        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
-        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
-        assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &pool_first), BFIT_OK);
-        b = step_grads(&r, 32, &n2);
+        b = fresh_grads(&r, &sc, 32, &pool_first, &n2);
         lb = loss_sum(r.M);
         assert_int_equal(n1, n2);
         assert_memory_equal(&la, &lb, sizeof la);
