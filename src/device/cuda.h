@@ -89,7 +89,10 @@ int cuda_fail(cudaError_t e, const char *what);
 int cuda_blas_fail(cublasStatus_t s, const char *what);
 int cuda_dnn_fail(cudnnStatus_t s, const char *what);
 /* BFIT_OK, or cuda_fail for a launch of our kernels that returned e */
-static inline int cuda_launched(cudaError_t e, const char *what) { return e == cudaSuccess ? BFIT_OK : cuda_fail(e, what); }
+static inline int cuda_launched(cudaError_t e, const char *what)
+{
+    return e == cudaSuccess ? BFIT_OK : cuda_fail(e, what);
+}
 #define CUDA_TRY(call, what)                                                                       \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \

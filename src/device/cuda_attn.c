@@ -118,16 +118,17 @@ static int run_fwd(cuda_op *op, const bfit_op_args *o)
         return bfit_fail(BFIT_EINVAL, "attention forward: src, dst, workspace%s are required",
                          a.training ? ", saved" : "");
     w = enter(op, o, &a, 0, &rc);
-    if (rc || (rc = cuda_launched(bk_attn_gather(dev->stream, &a, o->src, w.qkvh, 1), "attention forward (q, k, v in)")))
+    if (rc ||
+        (rc = cuda_launched(bk_attn_gather(dev->stream, &a, o->src, w.qkvh, 1), "attention forward (q, k, v in)")))
         return rc;
     for (int64_t g0 = 0; g0 < L; g0 += G) {
         int64_t g = L - g0 < G ? L - g0 : G;
         const float *q = w.qkvh + g0 * 3 * th;
         if ((rc = scores(dev, &a, a.scale, q + th, 3 * th, q, 3 * th, w.s, g)) ||
             (rc = cuda_launched(bk_attn_softmax(dev->stream, &a, o->lens, w.s, g0, g,
-                                       a.training && !a.lean ? o->saved : NULL,
-                                       a.training && a.lean ? (float *)o->saved : NULL),
-                       "attention forward (softmax)")) ||
+                                                a.training && !a.lean ? o->saved : NULL,
+                                                a.training && a.lean ? (float *)o->saved : NULL),
+                                "attention forward (softmax)")) ||
             (rc = apply(dev, &a, 1.0f, w.s, 0, q + 2 * th, 3 * th, w.yh + g0 * th, th, g)))
             return rc;
     }
@@ -144,7 +145,8 @@ static int bwd_group(cuda_device *dev, const bk_attn *a, const bfit_op_args *o, 
     int rc = BFIT_OK;
 
     if ((a->lean && (rc = scores(dev, a, a->scale, k, 3 * th, q, 3 * th, w->s, g))) ||
-        (rc = cuda_launched(bk_attn_p_again(dev->stream, a, o->lens, o->saved, w->s, g0, g), "attention backward (P)")) ||
+        (rc = cuda_launched(bk_attn_p_again(dev->stream, a, o->lens, o->saved, w->s, g0, g),
+                            "attention backward (P)")) ||
         (rc = scores(dev, a, 1.0f, v, 3 * th, dy, th, w->ds, g)) ||
         (rc = cuda_launched(bk_attn_ds(dev->stream, a, o->lens, w->s, w->ds, g0, g), "attention backward (dS)")) ||
         (rc = apply(dev, a, 1.0f, w->s, 1, dy, th, dq + 2 * th, 3 * th, g)) ||
@@ -164,13 +166,15 @@ static int run_bwd(cuda_op *op, const bfit_op_args *o)
     if (!o->src || !o->diff_dst || !o->diff_src || !o->saved || !o->workspace)
         return bfit_fail(BFIT_EINVAL, "attention backward: src, diff_dst, diff_src, saved and workspace are required");
     w = enter(op, o, &a, 1, &rc);
-    if (rc || (rc = cuda_launched(bk_attn_gather(dev->stream, &a, o->src, w.qkvh, 1), "attention backward (q, k, v in)")) ||
+    if (rc ||
+        (rc = cuda_launched(bk_attn_gather(dev->stream, &a, o->src, w.qkvh, 1), "attention backward (q, k, v in)")) ||
         (rc = cuda_launched(bk_attn_gather(dev->stream, &a, o->diff_dst, w.yh, 0), "attention backward (dy in)")))
         return rc;
     for (int64_t g0 = 0; g0 < L; g0 += G)
         if ((rc = bwd_group(dev, &a, o, &w, g0, L - g0 < G ? L - g0 : G)))
             return rc;
-    return cuda_launched(bk_attn_scatter(dev->stream, &a, w.dqkvh, o->diff_src, 1), "attention backward (dq, dk, dv out)");
+    return cuda_launched(bk_attn_scatter(dev->stream, &a, w.dqkvh, o->diff_src, 1),
+                         "attention backward (dq, dk, dv out)");
 }
 
 /* saved: as the CPU keeps it (device.h): P [n,H,T,T] in the data's dtype,

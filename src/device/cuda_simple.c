@@ -15,7 +15,6 @@
 static cudaStream_t stream(const cuda_op *op) { return cuda_dev(op)->stream; }
 static int dt(const cuda_op *op) { return (int)op->base.desc.dtype; }
 
-
 static int need_ws(const cuda_op *op, const bfit_op_args *a, const char *what)
 {
     if (op->ws && !a->workspace)
@@ -36,18 +35,16 @@ static int run_pool_fwd(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->dst || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
-    return cuda_launched(bk_pool_fwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->src, a->dst,
-                                op->saved ? a->saved : NULL),
-                    "pooling forward");
+    return cuda_launched(bk_pool_fwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->src,
+                                     a->dst, op->saved ? a->saved : NULL), "pooling forward");
 }
 
 static int run_pool_bwd(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->diff_dst || !a->diff_src || (op->saved && !a->saved))
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
-    return cuda_launched(bk_pool_bwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max, a->diff_dst,
-                                a->saved, a->diff_src),
-                    "pooling backward");
+    return cuda_launched(bk_pool_bwd(stream(op), dt(op), pool_geom(&op->base.desc), op->base.desc.u.pool.max,
+                                     a->diff_dst, a->saved, a->diff_src), "pooling backward");
 }
 
 static int pool_init(cuda_op *op)
@@ -85,9 +82,8 @@ static int run_lnorm_fwd(cuda_op *op, const bfit_op_args *a)
     const bfit_op_desc *d = &op->base.desc;
     if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
-    return cuda_launched(bk_lnorm_fwd(stream(op), dt(op), a->src, a->dst, a->scale, a->shift, a->mean, a->var, d->u.lnorm.rows,
-                                 d->u.lnorm.cols, d->u.lnorm.eps),
-                    "layer norm forward");
+    return cuda_launched(bk_lnorm_fwd(stream(op), dt(op), a->src, a->dst, a->scale, a->shift, a->mean, a->var,
+                                      d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps), "layer norm forward");
 }
 
 static int run_lnorm_bwd(cuda_op *op, const bfit_op_args *a)
@@ -98,9 +94,8 @@ static int run_lnorm_bwd(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
     return cuda_launched(bk_lnorm_bwd(stream(op), dt(op), a->src, a->mean, a->var, a->diff_dst, a->scale, a->diff_src,
-                                 a->diff_scale, a->diff_shift, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps,
-                                 d->accumulate, cuda_ws(op, a)),
-                    "layer norm backward");
+                                      a->diff_scale, a->diff_shift, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps,
+                                      d->accumulate, cuda_ws(op, a)), "layer norm backward");
 }
 
 /* ---- activations, add, scale, dropout ------------------------------------------------ */
@@ -113,10 +108,10 @@ static int run_elt_fwd(cuda_op *op, const bfit_op_args *a)
         if (!a->saved)
             return bfit_fail(BFIT_EINVAL, "relu forward (bits): saved (the bits) is required");
         return cuda_launched(bk_relu_bits_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.elt.n),
-                        "relu forward (bits)");
+                             "relu forward (bits)");
     }
-    return cuda_launched(bk_eltwise_fwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->dst, op->base.desc.u.elt.n),
-                    "eltwise forward");
+    return cuda_launched(bk_eltwise_fwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->dst,
+                                        op->base.desc.u.elt.n), "eltwise forward");
 }
 
 /* relu from its output: y > 0 exactly where x > 0, so the same kernel */
@@ -125,14 +120,13 @@ static int run_elt_bwd(cuda_op *op, const bfit_op_args *a)
     if (op->base.desc.u.elt.bits) {
         if (!a->saved || !a->diff_dst || !a->diff_src)
             return bfit_fail(BFIT_EINVAL, "relu backward (bits): diff_dst, diff_src and saved are required");
-        return cuda_launched(bk_relu_bits_bwd(stream(op), dt(op), a->saved, a->diff_dst, a->diff_src, op->base.desc.u.elt.n),
-                        "relu backward (bits)");
+        return cuda_launched(bk_relu_bits_bwd(stream(op), dt(op), a->saved, a->diff_dst, a->diff_src,
+                                              op->base.desc.u.elt.n), "relu backward (bits)");
     }
     if (!a->src || !a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
-    return cuda_launched(bk_eltwise_bwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->diff_dst, a->diff_src,
-                                   op->base.desc.u.elt.n),
-                    "eltwise backward");
+    return cuda_launched(bk_eltwise_bwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->diff_dst,
+                                        a->diff_src, op->base.desc.u.elt.n), "eltwise backward");
 }
 
 static int run_reduce(cuda_op *op, const bfit_op_args *a)
@@ -144,8 +138,7 @@ static int run_reduce(cuda_op *op, const bfit_op_args *a)
     if ((rc = need_ws(op, a, "reduce rows")) != BFIT_OK)
         return rc;
     return cuda_launched(bk_reduce_rows(stream(op), dt(op), a->src, a->dst, d->u.reduce.M, d->u.reduce.N, d->accumulate,
-                                   cuda_ws(op, a)),
-                    "reduce rows");
+                                        cuda_ws(op, a)), "reduce rows");
 }
 
 static int run_add(cuda_op *op, const bfit_op_args *a)
@@ -171,9 +164,8 @@ static int run_drop_fwd(cuda_op *op, const bfit_op_args *a)
     uint64_t thresh = (uint64_t)((double)p * 4294967296.0);
     if (!a->src || !a->dst || !a->saved)
         return bfit_fail(BFIT_EINVAL, "dropout forward: src, dst and saved (the mask) are required");
-    return cuda_launched(bk_dropout_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.drop.n, bfit_mix64(a->seed),
-                                   thresh, scale),
-                    "dropout forward");
+    return cuda_launched(bk_dropout_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.drop.n,
+                                        bfit_mix64(a->seed), thresh, scale), "dropout forward");
 }
 
 static int run_drop_bwd(cuda_op *op, const bfit_op_args *a)
@@ -181,8 +173,8 @@ static int run_drop_bwd(cuda_op *op, const bfit_op_args *a)
     float scale = 1.0f / (1.0f - op->base.desc.u.drop.p);
     if (!a->diff_dst || !a->diff_src || !a->saved)
         return bfit_fail(BFIT_EINVAL, "dropout backward: diff_dst, diff_src and saved (the mask) are required");
-    return cuda_launched(bk_dropout_bwd(stream(op), dt(op), a->diff_dst, a->saved, a->diff_src, op->base.desc.u.drop.n, scale),
-                    "dropout backward");
+    return cuda_launched(bk_dropout_bwd(stream(op), dt(op), a->diff_dst, a->saved, a->diff_src, op->base.desc.u.drop.n,
+                                        scale), "dropout backward");
 }
 
 /* ---- cross-entropy, norms -------------------------------------------------------------- */
@@ -202,8 +194,7 @@ static int run_xent_fwd(cuda_op *op, const bfit_op_args *a)
     if (a->labels && !a->workspace)
         return bfit_fail(BFIT_EINVAL, "cross-entropy forward: a workspace is required with labels");
     return cuda_launched(bk_xent_fwd(stream(op), dt(op), a->src, a->dst, a->labels, a->stats, d->u.xent.M, d->u.xent.N,
-                                a->labels ? cuda_ws(op, a) : NULL),
-                    "cross-entropy forward");
+                                     a->labels ? cuda_ws(op, a) : NULL), "cross-entropy forward");
 }
 
 static int run_xent_bwd(cuda_op *op, const bfit_op_args *a)
@@ -212,16 +203,16 @@ static int run_xent_bwd(cuda_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_src || !a->labels)
         return bfit_fail(BFIT_EINVAL, "cross-entropy backward: src (the probabilities), labels and diff_src "
                                       "are required");
-    return cuda_launched(bk_xent_bwd(stream(op), dt(op), a->src, a->labels, a->diff_src, d->u.xent.M, d->u.xent.N, a->loss_scale),
-                    "cross-entropy backward");
+    return cuda_launched(bk_xent_bwd(stream(op), dt(op), a->src, a->labels, a->diff_src, d->u.xent.M, d->u.xent.N,
+                                     a->loss_scale), "cross-entropy backward");
 }
 
 static int run_norms(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->stats)
         return bfit_fail(BFIT_EINVAL, "norms: src and stats are required");
-    return cuda_launched(bk_norms(stream(op), a->src, a->state0, a->stats, op->base.desc.u.norms.n, cuda_dev(op)->norm_part),
-                    "norms");
+    return cuda_launched(bk_norms(stream(op), a->src, a->state0, a->stats, op->base.desc.u.norms.n,
+                                  cuda_dev(op)->norm_part), "norms");
 }
 
 /* ---- optimizer updates ----------------------------------------------------------------- */
@@ -247,7 +238,7 @@ static int run_adamw(cuda_op *op, const bfit_op_args *a)
     if (!a->dst || !a->src || !a->state0 || !a->state1)
         return bfit_fail(BFIT_EINVAL, "adamw: dst, src, state0 and state1 are required");
     return cuda_launched(bk_adamw(stream(op), a->dst, a->src, a->state0, a->state1, op->base.desc.u.adamw.n, h),
-                    "adamw update");
+                         "adamw update");
 }
 
 /* ---- cast, embeddings, attention -------------------------------------------------------- */
@@ -256,8 +247,8 @@ static int run_cast(cuda_op *op, const bfit_op_args *a)
 {
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "cast: src and dst are required");
-    return cuda_launched(bk_cast(stream(op), dt(op), (int)op->base.desc.u.cast.to, a->src, a->dst, op->base.desc.u.cast.n),
-                    "cast");
+    return cuda_launched(bk_cast(stream(op), dt(op), (int)op->base.desc.u.cast.to, a->src, a->dst,
+                                 op->base.desc.u.cast.n), "cast");
 }
 
 static bk_embed embed_geom(const bfit_op_desc *d)
@@ -276,8 +267,7 @@ static int run_embed_fwd(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "embedding forward: src (the ids), weights, dst%s%s are required",
                          d->u.embed.P ? ", bias (positions)" : "", d->u.embed.types ? ", shift (token types)" : "");
     return cuda_launched(bk_embed_fwd(stream(op), &e, a->src, a->weights, d->u.embed.P ? a->bias : NULL,
-                                 d->u.embed.types ? a->shift : NULL, a->dst),
-                    "embedding forward");
+                                      d->u.embed.types ? a->shift : NULL, a->dst), "embedding forward");
 }
 
 static int run_embed_bwd(cuda_op *op, const bfit_op_args *a)
@@ -289,8 +279,8 @@ static int run_embed_bwd(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "embedding backward: src (the ids), diff_dst, diff_weights%s%s are required",
                          d->u.embed.P ? ", diff_bias" : "", d->u.embed.types ? ", diff_shift" : "");
     return cuda_launched(bk_embed_bwd(stream(op), &e, a->src, a->diff_dst, a->diff_weights,
-                                 d->u.embed.P ? a->diff_bias : NULL, d->u.embed.types ? a->diff_shift : NULL),
-                    "embedding backward");
+                                      d->u.embed.P ? a->diff_bias : NULL, d->u.embed.types ? a->diff_shift : NULL),
+                         "embedding backward");
 }
 
 static int embed_init(cuda_op *op)

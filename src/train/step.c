@@ -570,8 +570,6 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         return rc;
     t0 = bfit_clock_mono();
     wait0 = bfit_feed_wait(&r->tr);
-    memset(&in, 0, sizeof in);
-    in.size = sizeof in;
     r->step_gnorm = -1;
     if ((rc = step_body(r, &in, &E, &taken, &k, &loss, &updated)) != BFIT_OK) {
         /* an abandoned step leaves the run at its start (but for why it
