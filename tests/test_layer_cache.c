@@ -5,7 +5,9 @@
  * and a heuristics query). The plan's bytes and the step's results are
  * those of freshly made ops. Op creations are counted by wrapping the CPU
  * device's op_new; the adds of branching gradients (the model's, plain
- * kernels with no descriptors) are made with each reserve and not counted. */
+ * kernels with no descriptors) are made with each reserve and not counted.
+ * Past the cache, each layer remembers the needs it computed (the memo): a
+ * plan asks for many sizes, many times. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,7 +37,9 @@ typedef struct fixture {
     bfit_model *M;
 } fixture;
 
-static void open_model(fixture *f, const char *name)
+/* A model on the counting device; params: its parameters allocated (the
+ * precision cannot change after that), as training needs. */
+static void open_model_as(fixture *f, const char *name, int params)
 {
     bfit_graph_desc g;
     assert_int_equal(bfit_device_cpu_new(NULL, &f->dev), BFIT_OK);
@@ -47,9 +51,13 @@ static void open_model(fixture *f, const char *name)
     assert_int_equal(bfit_model_source_load(name, &g), BFIT_OK);
     assert_int_equal(bfit_model_new(&g, f->dev, f->arena, &f->M), BFIT_OK);
     bfit_graph_fini(&g);
+    if (!params)
+        return;
     assert_int_equal(bfit_model_alloc_params(f->M, 1), BFIT_OK);
     assert_int_equal(bfit_model_init_params(f->M, 3), BFIT_OK);
 }
+
+static void open_model(fixture *f, const char *name) { open_model_as(f, name, 1); }
 
 static void close_model(fixture *f)
 {
@@ -126,6 +134,60 @@ static void test_eviction(void **st)
     close_model(&f);
 }
 
+/* ops made by a plan at m, its peak in *peak */
+static int plan_count(fixture *f, int m, uint64_t *peak)
+{
+    bfit_optim_cfg opt = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_step_plan p;
+    int before = made;
+    assert_int_equal(bfit_plan_compute(f->M, &opt, m, 1, &p), BFIT_OK);
+    *peak = p.peak;
+    return made - before;
+}
+
+/* The needs memo: past the op cache, a plan at a size asked before makes no
+ * ops; its bytes are a fresh model's; a dtype is part of the key (bf16's
+ * needs are made, f32's come back); past the memo's size the least recently
+ * used is made again. */
+static void test_needs_memo(void **st)
+{
+    enum { N = 3 * BFIT_LAYER_CACHE };
+    fixture f, fresh;
+    bfit_optim_cfg opt = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    bfit_storage bf16 = {BFIT_BF16, 0, BFIT_RECOMPUTE_NONE}, f32 = {BFIT_F32, 0, BFIT_RECOMPUTE_NONE};
+    uint64_t peak[N + 1], q, r;
+    (void)st;
+    open_model_as(&f, "cnn", 0);
+    assert_int_equal(bfit_model_set_storage(f.M, &f32, &opt, 1ull << 40, 2), BFIT_OK);
+    for (int m = 1; m <= N; m++)
+        assert_true(plan_count(&f, m, &peak[m]) > 0);
+    for (int m = 1; m <= N; m++) {
+        assert_int_equal(plan_count(&f, m, &q), 0);
+        assert_int_equal(q, peak[m]);
+    }
+    open_model_as(&fresh, "cnn", 0);
+    assert_int_equal(bfit_model_set_storage(fresh.M, &f32, &opt, 1ull << 40, 2), BFIT_OK);
+    assert_true(plan_count(&fresh, 2, &q) > 0);
+    assert_int_equal(q, peak[2]);
+    assert_int_equal(bfit_model_set_storage(f.M, &bf16, &opt, 1ull << 40, 2), BFIT_OK);
+    assert_int_equal(bfit_model_set_storage(fresh.M, &bf16, &opt, 1ull << 40, 2), BFIT_OK);
+    assert_true(plan_count(&f, 2, &q) > 0);
+    assert_true(plan_count(&fresh, 2, &r) > 0);
+    assert_int_equal(q, r);
+    assert_true(q != peak[2]);
+    assert_int_equal(bfit_model_set_storage(f.M, &f32, &opt, 1ull << 40, 2), BFIT_OK);
+    assert_int_equal(plan_count(&f, 2, &q), 0);
+    assert_int_equal(q, peak[2]);
+    close_model(&fresh);
+    close_model(&f);
+    open_model_as(&f, "mlp", 0);
+    for (int m = 1; m <= BFIT_LAYER_MEMO + 1; m++)
+        assert_true(plan_count(&f, m, &q) > 0);
+    assert_true(plan_count(&f, 1, &q) > 0);                     /* dropped */
+    assert_int_equal(plan_count(&f, BFIT_LAYER_MEMO + 1, &q), 0); /* kept */
+    close_model(&f);
+}
+
 /* The loss of a forward after the sizes alternated is the fresh one's. */
 static double loss_at(fixture *f, int m)
 {
@@ -170,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_plan_queries),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_same_results),
+        cmocka_unit_test(test_needs_memo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -226,8 +226,10 @@ def cmd_ways(a):
     dev = torch.device(a.device)
     name = "resnet-tiny" if a.dry_run else a.model
     if dev.type == "cuda":
-        total = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, a.cap_gib * 2**30 / total), dev)
+        # the cap takes a device index: "cuda" alone has none (the H200 run of 2026-11-26 failed on it)
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(idx).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.cap_gib * 2**30 / total), idx)
     for mode in ("f32", "amp", "amp_ckpt"):
         b, peak, trials, secs = largest(name, mode, dev, a.dry_run)
         out(side="pytorch", phase="ways", model=name, mode=mode, cap_gib=a.cap_gib, batch=b, peak_bytes=peak,

@@ -279,6 +279,45 @@ void bfit_layer_free(bfit_layer *l)
     free(l);
 }
 
+/* FNV-1a over the input shapes. */
+static uint64_t shapes_hash(const bfit_layer *l)
+{
+    const unsigned char *p = (const unsigned char *)l->in;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < sizeof l->in[0] * (size_t)l->nin; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The memo's entry for (m, training) in the layer's present mode, dtype,
+ * layouts and shapes, or NULL. */
+static bfit_layer_memo *memo_find(bfit_layer *l, int m, int training, uint64_t shapes)
+{
+    for (int i = 0; i < BFIT_LAYER_MEMO; i++) {
+        bfit_layer_memo *e = &l->memo[i];
+        if (e->m == m && e->training == training && e->shapes == shapes && e->mode == l->mode &&
+            e->dtype == l->dtype && e->blk_in == l->blk_in && e->blk_out == l->blk_out)
+            return e;
+    }
+    return NULL;
+}
+
+/* The needs just prepared, into their entry, else the least recently used
+ * (an empty one's use is 0, a filled one's at least 1). */
+static void memo_put(bfit_layer *l)
+{
+    uint64_t h = shapes_hash(l);
+    bfit_layer_memo *e = memo_find(l, l->prep_m, l->prep_training, h);
+    if (!e) {
+        e = &l->memo[0];
+        for (int i = 1; i < BFIT_LAYER_MEMO; i++)
+            if (l->memo[i].used < e->used)
+                e = &l->memo[i];
+    }
+    *e = (bfit_layer_memo){h, l->prep_m, l->prep_training, l->mode, l->dtype, l->blk_in, l->blk_out, l->need,
+                           l->tick};
+}
+
 int bfit_layer_prepare(bfit_layer *l, int m, int training)
 {
     bfit_layer_prep *e;
@@ -301,6 +340,7 @@ int bfit_layer_prepare(bfit_layer *l, int m, int training)
     l->prep_m = m;
     l->prep_training = training;
     l->prep_mode = l->mode;
+    memo_put(l);
     return BFIT_OK;
 }
 
@@ -345,9 +385,15 @@ int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     int old_m = l->prep_m, old_t = l->prep_training, rc;
     bfit_bwd_mode old_mode = l->prep_mode, want = l->mode;
+    bfit_layer_memo *e;
 
     if (old_m == m && old_t == training && old_mode == want) {
         *need = l->need;
+        return BFIT_OK;
+    }
+    if (m >= 1 && (e = memo_find(l, m, training, shapes_hash(l)))) { /* no ops made to learn it again */
+        e->used = ++l->tick;
+        *need = e->need;
         return BFIT_OK;
     }
     rc = bfit_layer_prepare(l, m, training);
