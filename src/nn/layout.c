@@ -39,26 +39,31 @@ static int by_size_desc(const void *a, const void *b)
     return x->t0 - y->t0; /* deterministic */
 }
 
-static uint64_t place(lbuf *b, int n)
+/* Largest first, each at the lowest offset clear of every placed buffer
+ * whose lifetime overlaps its own: a sweep of the placed ones in offset
+ * order (ord[0..i), kept sorted as they are placed) to the first gap that
+ * holds it. ord has room for n. */
+static uint64_t place(lbuf *b, int n, int *ord)
 {
     uint64_t total = 0;
     qsort(b, (size_t)n, sizeof *b, by_size_desc);
     for (int i = 0; i < n; i++) {
         uint64_t off = 0;
-        int moved = 1;
-        while (moved) {
-            moved = 0;
-            for (int j = 0; j < i; j++) {
-                if (b[j].t1 < b[i].t0 || b[i].t1 < b[j].t0)
-                    continue;
-                if (off < b[j].off + b[j].size && b[j].off < off + b[i].size) {
-                    off = b[j].off + b[j].size;
-                    moved = 1;
-                }
-            }
+        int k;
+        for (k = 0; k < i; k++) {
+            const lbuf *o = &b[ord[k]];
+            if (o->t1 < b[i].t0 || b[i].t1 < o->t0)
+                continue;
+            if (o->off >= off + b[i].size)
+                break; /* this one and every later one start past the gap */
+            if (o->off + o->size > off)
+                off = o->off + o->size;
         }
         b[i].off = off;
         *b[i].dst = off;
+        for (k = i; k > 0 && b[ord[k - 1]].off > off; k--)
+            ord[k] = ord[k - 1];
+        ord[k] = i;
         if (off + b[i].size > total)
             total = off + b[i].size;
     }
@@ -95,6 +100,7 @@ typedef struct sched {
     int *bwd_at;           /* per node: the time of its backward, -1 none */
     int *regen_at;         /* per node: the time of its regeneration, -1 none */
     const bfit_layer_need *need;
+    int *ord;              /* place()'s scratch, one per buffer */
 } sched;
 
 static void emit(sched *s, bfit_act_kind k, int node)
@@ -293,7 +299,7 @@ static int lay_activations(const sched *s, const life *L, lbuf *b)
             add_buf(b, &nb, sv, L->r0[i], L->r1[i], &lay->rsaved_off[i], nr);
         }
     }
-    lay->bytes[BFIT_MEM_ACTIVATIONS] = place(b, nb);
+    lay->bytes[BFIT_MEM_ACTIVATIONS] = place(b, nb, s->ord);
     return nb;
 }
 
@@ -319,15 +325,15 @@ static int bwd_in_place(const bfit_model *M, const bfit_layer *l)
  * their own placement's bytes (unless the joint one packed them tighter
  * still), the gradients what they add to it. apart (tests): the gradients
  * after the activations, sharing none of their bytes. */
-static void place_step(bfit_layout *lay, lbuf *b, int nact, int nb, int apart)
+static void place_step(bfit_layout *lay, lbuf *b, int *ord, int nact, int nb, int apart)
 {
     uint64_t joint, act = lay->bytes[BFIT_MEM_ACTIVATIONS];
     if (apart) {
-        joint = act + place(b + nact, nb - nact);
+        joint = act + place(b + nact, nb - nact, ord);
         for (int q = nact; q < nb; q++)
             *b[q].dst += act;
     } else {
-        joint = place(b, nb);
+        joint = place(b, nb, ord);
     }
     lay->bytes[BFIT_MEM_ACTIVATIONS] = joint < act ? joint : act;
     lay->bytes[BFIT_MEM_ACT_GRADS] = joint - lay->bytes[BFIT_MEM_ACTIVATIONS];
@@ -387,7 +393,7 @@ static int lay_act_grads(const sched *s, lbuf *b, int nact)
             }
         }
     }
-    place_step(lay, b, nact, nb, M->grads_apart);
+    place_step(lay, b, s->ord, nact, nb, M->grads_apart);
     /* an alias takes its root's offset (the root was placed above) */
     for (int v = 1; v <= M->n; v++) {
         int r = v;
@@ -431,7 +437,7 @@ static void life_free(life *L)
 int bfit_model_layout(bfit_model *M, int m, int training, bfit_layout *lay)
 {
     int n = M->n, rc;
-    sched s = {M, lay, NULL, NULL, NULL, NULL};
+    sched s = {M, lay, NULL, NULL, NULL, NULL, NULL};
     life L = {0};
     lbuf *b = NULL;
     bfit_layer_need *need = calloc((size_t)n, sizeof *need);
@@ -448,8 +454,9 @@ int bfit_model_layout(bfit_model *M, int m, int training, bfit_layout *lay)
     s.bwd_at = malloc(sizeof(int) * (size_t)n);
     s.regen_at = malloc(sizeof(int) * (size_t)n);
     b = calloc((size_t)(6 * n + BFIT_LAYER_MAXIN * n + 2), sizeof *b); /* 4 per node + gradients, temps */
+    s.ord = malloc(sizeof(int) * (size_t)(6 * n + BFIT_LAYER_MAXIN * n + 2));
     rc = lay_alloc(lay, n);
-    if (rc == BFIT_OK && (!need || !s.done || !s.bwd_at || !s.regen_at || !b))
+    if (rc == BFIT_OK && (!need || !s.done || !s.bwd_at || !s.regen_at || !b || !s.ord))
         rc = bfit_fail(BFIT_ENOMEM, "layout: out of host memory");
     if (rc == BFIT_OK)
         rc = life_alloc(&L, n);
@@ -471,6 +478,7 @@ int bfit_model_layout(bfit_model *M, int m, int training, bfit_layout *lay)
     free(s.done);
     free(s.bwd_at);
     free(s.regen_at);
+    free(s.ord);
     if (rc != BFIT_OK)
         bfit_layout_fini(lay);
     return rc;
