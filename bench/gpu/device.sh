@@ -84,7 +84,12 @@ for st in "$@"; do
   echo "==== $st" >&2
   case $st in
     env | cuda | smoke | optime | ctest) "s_$st" >"$out/$st.log" 2>&1 ;;
-    *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1 ;;
+    *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1
+       rc=$?
+       # the phase's own files one level up: the device tool brings back
+       # no folder deeper than OUT's second level (the third run lost ways')
+       mkdir -p "$out/kit-$st" && find "$out/kit/$st" -type f -size -4M -exec cp {} "$out/kit-$st/" \;
+       (exit $rc) ;;
   esac
   echo "==== $st: exit $?, $(($(date +%s) - t)) s" >&2
 done
