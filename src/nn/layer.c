@@ -1,6 +1,7 @@
 /* layer.c - what every layer shares: construction, preparation for a
  * micro-batch, the per-category memory answer, seeded init helpers. */
 #include "base/err.h"
+#include "base/hash.h"
 #include "base/rand.h"
 #include "nn/layer.h"
 
@@ -279,14 +280,9 @@ void bfit_layer_free(bfit_layer *l)
     free(l);
 }
 
-/* FNV-1a over the input shapes. */
 static uint64_t shapes_hash(const bfit_layer *l)
 {
-    const unsigned char *p = (const unsigned char *)l->in;
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < sizeof l->in[0] * (size_t)l->nin; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
+    return bfit_fnv1a(BFIT_FNV_OFFSET, l->in, sizeof l->in[0] * (size_t)l->nin);
 }
 
 /* The memo's entry for (m, training) in the layer's present mode, dtype,

@@ -9,6 +9,7 @@
  * their parameters. Anything unsupported is refused at load with the node,
  * its op, the opset and its inputs' shapes, and nothing is left built. */
 #include "base/err.h"
+#include "base/hash.h"
 #include "nn/onnx_int.h"
 
 #include <errno.h>
@@ -25,10 +26,7 @@
 
 static uint64_t hash(bfit_onnx_str s)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < s.n; i++)
-        h = (h ^ (uint8_t)s.p[i]) * 1099511628211ull;
-    return h;
+    return bfit_fnv1a(1469598103934665603ull, s.p, s.n);
 }
 
 static int str_eq(bfit_onnx_str a, bfit_onnx_str b) { return a.n == b.n && (!a.n || !memcmp(a.p, b.p, a.n)); }

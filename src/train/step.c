@@ -11,6 +11,7 @@
  * when not even micro-batch 1 fits it waits for memory (memwait.c). */
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/hash.h"
 #include "base/sized.h"
 #include "base/text.h"
 #include "train/run_int.h"
@@ -108,12 +109,9 @@ static int reserve(bfit_run *r, int want, int *retry)
 /* cfg.sample_check: FNV-1a 64 of a sample's floats, then of its label. */
 static uint64_t sample_hash(const float *x, int64_t numel, int32_t y)
 {
-    const unsigned char *b = (const unsigned char *)x;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < (size_t)numel * sizeof *x; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
+    uint64_t h = bfit_fnv1a(1469598103934665603ull, x, (size_t)numel * sizeof *x);
     for (int i = 0; i < 4; i++)
-        h = (h ^ (((uint32_t)y >> (8 * i)) & 0xff)) * 1099511628211ull;
+        h = bfit_fnv1a_byte(h, (unsigned char)(((uint32_t)y >> (8 * i)) & 0xff));
     return h;
 }
 
