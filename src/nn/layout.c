@@ -437,6 +437,7 @@ static void life_free(life *L)
 int bfit_model_layout(bfit_model *M, int m, int training, bfit_layout *lay)
 {
     int n = M->n, rc;
+    size_t nbuf = (size_t)(6 * n + BFIT_LAYER_MAXIN * n + 2); /* 4 per node + gradients, temps */
     sched s = {M, lay, NULL, NULL, NULL, NULL, NULL};
     life L = {0};
     lbuf *b = NULL;
@@ -453,8 +454,8 @@ int bfit_model_layout(bfit_model *M, int m, int training, bfit_layout *lay)
     s.done = calloc((size_t)n + 1, 1);
     s.bwd_at = malloc(sizeof(int) * (size_t)n);
     s.regen_at = malloc(sizeof(int) * (size_t)n);
-    b = calloc((size_t)(6 * n + BFIT_LAYER_MAXIN * n + 2), sizeof *b); /* 4 per node + gradients, temps */
-    s.ord = malloc(sizeof(int) * (size_t)(6 * n + BFIT_LAYER_MAXIN * n + 2));
+    b = calloc(nbuf, sizeof *b);
+    s.ord = malloc(sizeof(int) * nbuf);
     rc = lay_alloc(lay, n);
     if (rc == BFIT_OK && (!need || !s.done || !s.bwd_at || !s.regen_at || !b || !s.ord))
         rc = bfit_fail(BFIT_ENOMEM, "layout: out of host memory");
