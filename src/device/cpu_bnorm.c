@@ -231,7 +231,6 @@ int bfit_cpu_bnorm_init(cpu_op *op)
         goto free_attr;
     if (d->kind == BFIT_OP_BNORM_FWD) {
         op->run = run_fwd;
-        s = dnnl_primitive_create(&op->prim[P_FWD], op->pd[P_FWD]);
     } else {
         s = dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &src, &src, d->u.bnorm.eps, flags);
         if (s != dnnl_success) {
@@ -244,11 +243,6 @@ int bfit_cpu_bnorm_init(cpu_op *op)
         if (d->accumulate)
             ws = BFIT_ALIGN_UP(ws) + 2 * BFIT_ALIGN_UP((size_t)d->u.bnorm.c * sizeof(float));
         op->run = run_bwd;
-        s = dnnl_primitive_create(&op->prim[P_BWD], op->pd[P_BWD]);
-    }
-    if (s != dnnl_success) {
-        rc = bfit_cpu_dnnl_check(s, "batch normalization primitive");
-        goto free_attr;
     }
     op->ws = ws;
     op->saved = 0;

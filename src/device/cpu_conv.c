@@ -64,7 +64,7 @@ static int64_t wnumel(const bfit_op_desc *d)
 static int has_reorder(const cpu_op *op, int r)
 {
     const conv_ws *m = op->extra;
-    return op->prim[r] || m->own[r - R_IN0].on;
+    return op->pd[r] || m->own[r - R_IN0].on;
 }
 
 /* Reorder slot r from `from` to `to` (mds from the reorder's pd). */
@@ -288,7 +288,6 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
         if (sz > *scratch)
             *scratch = sz;
     }
-    CPU_TRY(dnnl_primitive_create(&op->prim[r], op->pd[r]), "convolution layout reorder primitive");
     m->off[r - R_IN0] = *cursor;
     *cursor += BFIT_ALIGN_UP(dnnl_memory_desc_get_size(chosen));
     return BFIT_OK;
@@ -369,7 +368,6 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
     switch (d->kind) {
     case BFIT_OP_CONV_FWD:
         pd = op->pd[P_FWD];
-        CPU_TRY(dnnl_primitive_create(&op->prim[P_FWD], pd), "convolution primitive");
         if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
             (rc = plan_reorder(op, R_IN1, &md->w, qmd(pd, dnnl_query_weights_md, 0), 0, 0, cursor, scratch)) ||
             (rc = plan_reorder(op, R_OUT, &md->dst, qmd(pd, dnnl_query_dst_md, 0), 1, 0, cursor, scratch)))
@@ -383,7 +381,6 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
         if ((rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
             return rc;
         pd = op->pd[P_BWD];
-        CPU_TRY(dnnl_primitive_create(&op->prim[P_BWD], pd), "convolution primitive");
         if ((rc = plan_reorder(op, R_IN0, &md->dst, qmd(pd, dnnl_query_diff_dst_md, 0), 0, 0, cursor, scratch)) ||
             (rc = plan_reorder(op, R_IN1, &md->w, qmd(pd, dnnl_query_weights_md, 0), 0, 0, cursor, scratch)) ||
             (rc = plan_reorder(op, R_OUT, &md->src, qmd(pd, dnnl_query_diff_src_md, 0), 1, 0, cursor, scratch)))
@@ -398,7 +395,6 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
         if ((rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
             return rc;
         pd = op->pd[P_BWD];
-        CPU_TRY(dnnl_primitive_create(&op->prim[P_BWD], pd), "convolution primitive");
         if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
             (rc = plan_reorder(op, R_IN1, &md->dst, qmd(pd, dnnl_query_diff_dst_md, 0), 0, 0, cursor, scratch)) ||
             (rc = plan_reorder(op, R_OUT, &md->dw, qmd(pd, dnnl_query_diff_weights_md, 0), 1, acc, cursor,

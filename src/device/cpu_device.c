@@ -115,6 +115,11 @@ int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scrat
             return rc;
         ex[n++].arg = args[i].arg;
     }
+    /* made at the first execution, not with the op: planning makes ops by
+     * the thousand to learn their workspaces, and a primitive's creation
+     * (its code generated) is most of an op's */
+    if (!op->prim[p] && (s = dnnl_primitive_create(&op->prim[p], op->pd[p])) != dnnl_success)
+        return bfit_cpu_dnnl_check(s, what);
     dnnl_primitive_get_primitive_desc(op->prim[p], &pd);
     smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     if (smd && dnnl_memory_desc_get_size(smd) > 0) {

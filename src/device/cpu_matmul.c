@@ -89,7 +89,6 @@ int bfit_cpu_matmul_init(cpu_op *op)
     dnnl_primitive_attr_destroy(attr);
     if (rc != BFIT_OK)
         return rc;
-    CPU_TRY(dnnl_primitive_create(&op->prim[0], op->pd[0]), "matmul primitive");
     op->saved = 0;
     op->run = run;
     return BFIT_OK;

@@ -110,7 +110,6 @@ int bfit_cpu_pool_init(cpu_op *op)
     op->saved = wsmd ? dnnl_memory_desc_get_size(wsmd) : 0;
     if (d->kind == BFIT_OP_POOL_FWD) {
         op->run = run_fwd;
-        s = dnnl_primitive_create(&op->prim[P_FWD], op->pd[P_FWD]);
     } else {
         s = dnnl_pooling_backward_desc_init(&bd, alg, &src, &dst, strides, kernel, pad, pad);
         if (s != dnnl_success) {
@@ -121,11 +120,6 @@ int bfit_cpu_pool_init(cpu_op *op)
         if (rc != BFIT_OK)
             goto free_attr;
         op->run = run_bwd;
-        s = dnnl_primitive_create(&op->prim[P_BWD], op->pd[P_BWD]);
-    }
-    if (s != dnnl_success) {
-        rc = bfit_cpu_dnnl_check(s, "pooling primitive");
-        goto free_attr;
     }
     op->ws = ws;
 free_attr:

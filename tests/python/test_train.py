@@ -137,7 +137,9 @@ def test_gil_released():
 
     def work():
         t0 = time.monotonic()
-        batchfit.plan("cnn", memory="1GiB", ways=True, threads=2)
+        # long enough to see ticks during it (about 3 s here; the cnn's
+        # took 0.09 s once oneDNN's primitives were made only to run)
+        batchfit.plan("resnet50", memory="4GiB", ways=True, threads=2)
         done.append(time.monotonic() - t0)
 
     t = threading.Thread(target=work)
