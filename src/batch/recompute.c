@@ -115,12 +115,11 @@ static int move_place(const search *s, int j)
  * no single move frees memory, the best pair of neighbouring moves (two
  * adjacent cuts, a segment and a cut of its own, two adjacent segments;
  * pairs farther apart found nothing more on ResNet-50 and cost 20 times
- * the plans). A residual net's backward
- * can have its peak at two moments of the same height, or a cut whose drop
- * alone makes the block before hold its insides longer: dropping two
- * adjacent cuts together (one segment regenerated from further back) is
- * then what frees (ResNet-50 bf16: 783 -> 821 in 9.21 GiB). Returns 1 if a
- * step was taken (*cur updated), 0 when none frees memory. */
+ * the plans). A cut dropped alone can make the block before hold its
+ * insides longer, raising the peak as much as it lowers it; dropping two
+ * adjacent cuts together (one segment regenerated from further back) then
+ * frees (ResNet-50 bf16: 783 -> 821 in 9.21 GiB). Returns 1 if a step was
+ * taken (*cur updated), 0 when none frees memory. */
 static int greedy_step(search *s, bfit_step_plan *cur, int *rc)
 {
     int best[2] = {-1, -1}, nm = 2 * s->K + 1, pairs;
