@@ -76,6 +76,28 @@ s_optime() { # where a step's time goes, op kind by op kind (each op waited for)
     BFIT_OPTIME=1 timeout 120 "$b/tests/bfit_gpu" speed cuda:0 "$model" "$p" "$m" 5
   done
 }
+s_algos() { # the ways on this GPU per convolution algorithm choice: how long planning
+  # takes, each row's peak by category, and a real step at lean's largest bf16 + auto
+  local a w t0 m
+  for a in fastest lean auto; do
+    t0=$EPOCHREALTIME
+    timeout 120 "$bf" plan --model resnet50 --memory 9.21GiB --margin 0 --ways --device cuda:0 --conv-algo $a
+    awk -v a="$t0" -v b="$EPOCHREALTIME" -v c=$a 'BEGIN { printf "plan --ways --conv-algo %s: %.2f s\n", c, b - a }'
+  done
+  for a in fastest lean; do
+    for w in "--precision f32" "--precision bf16" "--precision bf16 --recompute auto"; do
+      echo "== $a $w"
+      timeout 60 "$bf" plan --model resnet50 --memory 9.21GiB --margin 0 --device cuda:0 --conv-algo $a $w | sed -n '4,20p'
+    done
+  done
+  m=$(timeout 60 "$bf" plan --model resnet50 --memory 9.21GiB --margin 0 --device cuda:0 --conv-algo lean \
+      --precision bf16 --recompute auto --json | $PYTHON -c "import json,sys; print(json.load(sys.stdin)['max_batch'])")
+  echo "== train at lean bf16 + auto, m=$m"
+  timeout 120 "$bf" train --model resnet50 --data synthetic --device cuda:0 --memory 9.21GiB --margin 0 --batch "$m" \
+    --micro-batch "$m" --precision bf16 --recompute auto --conv-algo lean --max-steps 2 --epochs 1 \
+    --epoch-samples $((2 * m)) --eval-samples 8 --log "$out/algos-train.jsonl" 2>&1 | tail -5
+  tail -2 "$out/algos-train.jsonl"
+}
 s_ctest() {
   (cd "$b" && timeout 240 ctest -j8 --output-on-failure -R "${BFIT_CTEST_RE:-.}" -E "^mpi_")
 }
@@ -83,7 +105,7 @@ for st in "$@"; do
   t=$(date +%s)
   echo "==== $st" >&2
   case $st in
-    env | cuda | smoke | optime | ctest) "s_$st" >"$out/$st.log" 2>&1 ;;
+    env | cuda | smoke | optime | ctest | algos) "s_$st" >"$out/$st.log" 2>&1 ;;
     *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1
        rc=$?
        # the phase's own files one level up: the device tool brings back

@@ -183,13 +183,21 @@ phase_ways() {
   mkdir -p "$d"
   : >"$d/runs.jsonl"
   if [ $dry = 1 ]; then model=$src/models/resnet-mini.cfg mem=16MiB; else model=resnet50 mem=9.21GiB; fi
+  local t0=$EPOCHREALTIME
   timeout 300 "$bf" plan --model "$model" --memory $mem --margin 0 --ways --json --device "$dev" \
     >"$d/batchfit.json" 2>"$d/batchfit.err"
+  awk -v rc=$? -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "plan --ways: exit %d, %.2f s\n", rc, b - a }' >"$d/plan-time.txt"
   # each of batchfit's sizes, run: two steps at the cap
-  for way in "f32" "bf16" "bf16 + recompute blocks"; do
+  for way in "f32" "lean f32" "bf16" "bf16 + recompute blocks" "bf16 + recompute auto"; do
     m=$($py -c "import json,sys; print(next(w['micro_batch'] for w in json.load(open(sys.argv[1]))['ways'] if w['way']==sys.argv[2]))" \
         "$d/batchfit.json" "$way" 2>/dev/null || echo 0)
-    case $way in f32) p=(--precision f32 --no-lean) ;; bf16) p=(--precision bf16) ;; *) p=(--precision bf16 --recompute blocks) ;; esac
+    case $way in
+      f32) p=(--precision f32 --no-lean) ;;
+      "lean f32") p=(--precision f32) ;;
+      bf16) p=(--precision bf16) ;;
+      "bf16 + recompute auto") p=(--precision bf16 --recompute auto) ;;
+      *) p=(--precision bf16 --recompute blocks) ;;
+    esac
     r=failed
     if [ "${m:-0}" -gt 0 ] && timeout 120 "$bf" train --model "$model" --data synthetic --device "$dev" --memory $mem \
          --margin 0 --batch "$m" --micro-batch "$m" "${p[@]}" --max-steps 2 --epochs 1 --epoch-samples $((2 * m)) \
