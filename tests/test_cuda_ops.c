@@ -458,6 +458,25 @@ static void test_pool(void **st)
 
 /* ---- batch and layer normalisation ---------------------------------------------------------- */
 
+/* Backward from the output needs no workspace per sample on any device:
+ * the op's workspace at 64 times the batch is the same. */
+static void check_bn_ws(const bfit_op_desc *d)
+{
+    bfit_op_desc big = *d;
+    big.u.bnorm.n *= 64;
+    for (int s = 0; s < NS; s++) {
+        bfit_op *o, *ob;
+        assert_int_equal(bfit_op_new(dev[s], d, &o), BFIT_OK);
+        assert_int_equal(bfit_op_new(dev[s], &big, &ob), BFIT_OK);
+        if (bfit_op_workspace_bytes(o) != bfit_op_workspace_bytes(ob))
+            fail_msg("%s: batch norm backward from the output: workspace %zu bytes at n %lld, %zu at n %lld",
+                     side_name[s], bfit_op_workspace_bytes(o), (long long)d->u.bnorm.n, bfit_op_workspace_bytes(ob),
+                     (long long)big.u.bnorm.n);
+        bfit_op_free(o);
+        bfit_op_free(ob);
+    }
+}
+
 /* Inputs with a mean far from 0 (variance computed well); outputs of order
  * 1. Statistics are double sums on the GPU, f32 in oneDNN: 1e-5. The
  * backward's sums over 120 values per channel: 1e-4. */
@@ -498,8 +517,8 @@ static void test_bnorm(void **st)
     run_op(&d, a);
     cmp_f32(&dg, c, 1e-4, 1e-4, "batch norm parameter gradients only");
     cmp_f32(&dsh, c, 1e-4, 1e-4, "batch norm shift gradient only");
-    /* from the forward's output (in-place activated batch norm): the GPU
-     * recovers the input and runs cuDNN, the CPU works from x^ directly */
+    /* from the forward's output (in-place activated batch norm): both
+     * devices take x^ from the output, with no workspace per sample */
     d.u.bnorm.use_dst = 1;
     memset(a, 0, sizeof a);
     ARG(a, src, y), ARG(a, diff_dst, dy), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean);
@@ -508,6 +527,12 @@ static void test_bnorm(void **st)
     cmp_f32(&dx, xs, 1e-4, 1e-4, "batch norm backward data from the output");
     cmp_f32(&dg, c, 1e-4, 1e-4, "batch norm backward scale from the output");
     cmp_f32(&dsh, c, 1e-4, 1e-4, "batch norm backward shift from the output");
+    check_bn_ws(&d);
+    for (int s = 0; s < NS; s++)
+        a[s].diff_src = NULL;
+    run_op(&d, a);
+    cmp_f32(&dg, c, 1e-4, 1e-4, "batch norm parameter gradients only, from the output");
+    cmp_f32(&dsh, c, 1e-4, 1e-4, "batch norm shift gradient only, from the output");
     d.u.bnorm.use_dst = 0;
 
     /* eval: the given statistics (the running ones) */
@@ -1136,6 +1161,15 @@ static void test_ops_bf16(void **st)
         cmp_t(t, &dx, xs, BF_REL, BF_ABS, "bf16 batch norm backward data");
         cmp_f32(&dg, c, 1e-3, 1e-3, "bf16 batch norm backward scale");
         cmp_f32(&dsh, c, 1e-4, 1e-4, "bf16 batch norm backward shift");
+        d.u.bnorm.use_dst = 1;
+        memset(a, 0, sizeof a);
+        ARG(a, src, y), ARG(a, diff_dst, dy), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean);
+        ARG(a, var, var), ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
+        run_op(&d, a);
+        cmp_t(t, &dx, xs, BF_REL, BF_ABS, "bf16 batch norm backward data from the output");
+        cmp_f32(&dg, c, 1e-3, 1e-3, "bf16 batch norm backward scale from the output");
+        cmp_f32(&dsh, c, 1e-4, 1e-4, "bf16 batch norm backward shift from the output");
+        check_bn_ws(&d);
         db_free(&x), db_free(&y), db_free(&g), db_free(&sh), db_free(&mean), db_free(&var), db_free(&rm);
         db_free(&rv), db_free(&dy), db_free(&dx), db_free(&dg), db_free(&dsh);
     }

@@ -25,7 +25,10 @@
  * with those statistics (training and eval alike), and the backward is
  * cudnnBatchNormalizationBackward from the saved mean and an inverse
  * deviation computed from the saved variance into the workspace. Without
- * diff_src, only the parameter gradients are computed (bk_bn_param_grads). */
+ * diff_src, only the parameter gradients are computed (bk_bn_param_grads).
+ * Backward from the output (in-place activated batch norm) is our kernels
+ * in f32 too: they take x^ from the output, where cuDNN would need the
+ * input recovered into a workspace the size of the tensor. */
 #include "base/err.h"
 #include "device/cuda.h"
 
@@ -385,21 +388,24 @@ static int run_bn_fwd(cuda_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-/* 16-bit: our kernels (x is the input, recovered from the output when
- * use_dst): the channel sums of this micro-batch into the workspace, the
- * parameter gradients from them, then the input gradient. */
-static int bn_bwd16(cuda_op *op, const bfit_op_args *a, const void *x, double *sums)
+/* Our kernels: 16-bit, or from the forward's output (use_dst: src is y,
+ * and x^ = (y - shift) / scale needs no input, kept or recovered); the
+ * channel sums of this micro-batch into the workspace, the parameter
+ * gradients from them, then the input gradient. */
+static int bn_bwd_own(cuda_op *op, const bfit_op_args *a, double *sums)
 {
     const bfit_op_desc *d = &op->base.desc;
     cudaStream_t s = cuda_dev(op)->stream;
     int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
+    const float *shift = d->u.bnorm.use_dst ? a->shift : NULL;
     cudaError_t e;
 
-    if ((e = bk_bn_param_grads(s, (int)d->dtype, x, a->diff_dst, a->mean, a->var, a->diff_scale, a->diff_shift,
-                               a->diff_src ? sums : NULL, n, c, hw, d->u.bnorm.eps, d->accumulate)) != cudaSuccess)
+    if ((e = bk_bn_param_grads(s, (int)d->dtype, a->src, a->diff_dst, a->mean, a->var, a->scale, shift,
+                               a->diff_scale, a->diff_shift, a->diff_src ? sums : NULL, n, c, hw, d->u.bnorm.eps,
+                               d->accumulate)) != cudaSuccess)
         return cuda_fail(e, "batch norm parameter gradients");
-    if (a->diff_src && (e = bk_bn_dx(s, (int)d->dtype, x, a->diff_dst, a->scale, a->mean, a->var, sums, a->diff_src,
-                                     n, c, hw, d->u.bnorm.eps)) != cudaSuccess)
+    if (a->diff_src && (e = bk_bn_dx(s, (int)d->dtype, a->src, a->diff_dst, a->scale, shift, a->mean, a->var, sums,
+                                     a->diff_src, n, c, hw, d->u.bnorm.eps)) != cudaSuccess)
         return cuda_fail(e, "batch norm backward data");
     return BFIT_OK;
 }
@@ -411,53 +417,41 @@ static int run_bn_bwd(cuda_op *op, const bfit_op_args *a)
     const float one = 1.0f, zero = 0.0f;
     char *ws = cuda_ws(op, a);
     float *inv = (float *)ws;
-    const void *x = a->src;
-    int dt = (int)d->dtype;
-    size_t first = d->dtype == BFIT_F32 ? (size_t)d->u.bnorm.c * sizeof(float) : 2 * (size_t)d->u.bnorm.c * 8;
     cudaError_t e;
 
     if (!a->src || !a->diff_dst || !a->scale || !a->mean || !a->var || !a->diff_scale || !a->diff_shift)
         return bfit_fail(BFIT_EINVAL, "batch norm backward: src, diff_dst, scale, mean, var, diff_scale, "
                                       "diff_shift are required");
-    if ((d->u.bnorm.use_dst || d->dtype != BFIT_F32 || a->diff_src) && !ws)
+    if (!ws)
         return bfit_fail(BFIT_EINVAL, "batch norm backward: the workspace is required");
-    if (d->u.bnorm.use_dst) {
-        /* src is the forward's output: its input back into the workspace, after inv (or the sums) */
-        void *xr = ws + CUDA_WS_PART(first);
-        if (!a->shift)
-            return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift is required");
-        if ((e = bk_bn_unnorm(dev->stream, dt, a->src, a->scale, a->shift, a->mean, a->var, xr, d->u.bnorm.n,
-                              d->u.bnorm.c, d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps)) != cudaSuccess)
-            return cuda_fail(e, "batch norm input from its output");
-        x = xr;
-    }
-    if (d->dtype != BFIT_F32)
-        return bn_bwd16(op, a, x, (double *)ws);
+    if (d->u.bnorm.use_dst && !a->shift)
+        return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift is required");
+    if (d->u.bnorm.use_dst || d->dtype != BFIT_F32)
+        return bn_bwd_own(op, a, (double *)ws);
     if (!a->diff_src) {
-        e = bk_bn_param_grads(dev->stream, dt, x, a->diff_dst, a->mean, a->var, a->diff_scale, a->diff_shift, NULL,
-                              d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps,
-                              d->accumulate);
+        e = bk_bn_param_grads(dev->stream, (int)d->dtype, a->src, a->diff_dst, a->mean, a->var, NULL, NULL,
+                              a->diff_scale, a->diff_shift, NULL, d->u.bnorm.n, d->u.bnorm.c,
+                              d->u.bnorm.h * d->u.bnorm.w, d->u.bnorm.eps, d->accumulate);
         return e == cudaSuccess ? BFIT_OK : cuda_fail(e, "batch norm parameter gradients");
     }
     if ((e = bk_invstd(dev->stream, a->var, inv, d->u.bnorm.c, d->u.bnorm.eps)) != cudaSuccess)
         return cuda_fail(e, "batch norm inverse deviation");
     CUDNN_TRY(cudnnBatchNormalizationBackward(dev->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one,
-                                              d->accumulate ? &one : &zero, op->tx, x, op->tx, a->diff_dst,
+                                              d->accumulate ? &one : &zero, op->tx, a->src, op->tx, a->diff_dst,
                                               op->tx, a->diff_src, op->tb, a->scale, a->diff_scale, a->diff_shift,
                                               d->u.bnorm.eps, a->mean, inv),
               "batch normalization backward");
     return BFIT_OK;
 }
 
-/* f32 on cuDNN (its descriptors); 16-bit on our kernels, which take any
- * size. Workspace of backward: the inverse deviation (f32) or the channel
- * sums (16-bit), then from the output the input recovered. */
+/* f32 on cuDNN (its descriptors); 16-bit and backward from the output on
+ * our kernels, which take any size. Workspace of backward: the inverse
+ * deviation (cuDNN's) or the channel sums (ours), nothing per sample. */
 int cuda_bnorm_init(cuda_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     const int64_t v[] = {d->u.bnorm.n, d->u.bnorm.c, d->u.bnorm.h, d->u.bnorm.w};
     int f32 = d->dtype == BFIT_F32, rc;
-    size_t el = f32 ? 4 : 2;
 
     op->fini = cuda_dnn_fini;
     if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || !fits_int(v, 4) || !(d->u.bnorm.eps >= CUDNN_BN_MIN_EPSILON))
@@ -477,9 +471,9 @@ int cuda_bnorm_init(cuda_op *op)
         op->ws = 0;
         op->run = run_bn_fwd;
     } else {
-        op->ws = CUDA_WS_PART(f32 ? (size_t)v[1] * sizeof(float) : 2 * (size_t)v[1] * 8) + CUDA_WS_ALIGN;
-        if (d->u.bnorm.use_dst)
-            op->ws += CUDA_WS_PART((size_t)(v[0] * v[1] * v[2] * v[3]) * el);
+        int cudnn = f32 && !d->u.bnorm.use_dst;
+        op->ws = CUDA_WS_PART(cudnn ? (size_t)v[1] * sizeof(float) : 2 * (size_t)v[1] * sizeof(double)) +
+                 CUDA_WS_ALIGN;
         op->run = run_bn_bwd;
     }
     return BFIT_OK;

@@ -188,31 +188,6 @@ extern "C" cudaError_t bk_relu_bits_bwd(cudaStream_t s, int dt, const void *bits
     return cudaGetLastError();
 }
 
-/* Batch norm's input recovered from its output (in-place activated batch
- * norm): x = mean + (y - shift) / scale * sqrt(var + eps); a channel with
- * scale 0 gives x = mean (x^ = 0, as cpu_bnorm.c takes it). */
-template <class T>
-__global__ void k_bn_unnorm(const T *y, const float *scale, const float *shift, const float *mean, const float *var,
-                            T *x, int64_t c, int64_t hw, int64_t total, float eps)
-{
-    BK_FOR(i, total)
-    {
-        int64_t k = (i / hw) % c;
-        float g = scale[k];
-        x[i] = bk_to<T>(g != 0.0f ? mean[k] + (bk_f(y[i]) - shift[k]) / g * sqrtf(var[k] + eps) : mean[k]);
-    }
-}
-
-extern "C" cudaError_t bk_bn_unnorm(cudaStream_t s, int dt, const void *y, const float *scale, const float *shift,
-                                    const float *mean, const float *var, void *x, int64_t n, int64_t c, int64_t hw,
-                                    float eps)
-{
-    BK_DTYPE(dt, T,
-             k_bn_unnorm<T><<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>(
-                 (const T *)y, scale, shift, mean, var, (T *)x, c, hw, n * c * hw, eps));
-    return cudaGetLastError();
-}
-
 /* y = scale (x - mean) rstd + shift, as cpu_bnorm.c's 16-bit loops */
 template <class T>
 __global__ void k_bn_fwd(const T *x, T *y, const float *scale, const float *shift, const float *mean, const float *var,
@@ -236,27 +211,33 @@ extern "C" cudaError_t bk_bn_fwd(cudaStream_t s, int dt, const void *x, void *y,
     return cudaGetLastError();
 }
 
+/* x^ from the input (shift NULL) or from the output, as k_bn_param_grads */
 template <class T>
-__global__ void k_bn_dx(const T *x, const T *dy, const float *scale, const float *mean, const float *var,
-                        const double *sums, T *dx, int64_t c, int64_t hw, int64_t total, double cnt, float eps)
+__global__ void k_bn_dx(const T *x, const T *dy, const float *scale, const float *shift, const float *mean,
+                        const float *var, const double *sums, T *dx, int64_t c, int64_t hw, int64_t total, double cnt,
+                        float eps)
 {
     BK_FOR(i, total)
     {
         int64_t k = (i / hw) % c;
-        double rstd = 1.0 / sqrt((double)var[k] + (double)eps), xh = ((double)bk_f(x[i]) - mean[k]) * rstd;
+        double rstd = 1.0 / sqrt((double)var[k] + (double)eps), xh;
+        if (shift)
+            xh = scale[k] != 0.0f ? ((double)bk_f(x[i]) - shift[k]) / scale[k] : 0.0;
+        else
+            xh = ((double)bk_f(x[i]) - mean[k]) * rstd;
         double g = (double)bk_f(dy[i]) - sums[k] / cnt - xh * sums[c + k] / cnt;
         dx[i] = bk_to<T>((float)((double)scale[k] * rstd * g));
     }
 }
 
 extern "C" cudaError_t bk_bn_dx(cudaStream_t s, int dt, const void *x, const void *dy, const float *scale,
-                                const float *mean, const float *var, const double *sums, void *dx, int64_t n,
-                                int64_t c, int64_t hw, float eps)
+                                const float *shift, const float *mean, const float *var, const double *sums, void *dx,
+                                int64_t n, int64_t c, int64_t hw, float eps)
 {
     BK_DTYPE(dt, T,
              k_bn_dx<T><<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>(
-                 (const T *)x, (const T *)dy, scale, mean, var, sums, (T *)dx, c, hw, n * c * hw, (double)(n * hw),
-                 eps));
+                 (const T *)x, (const T *)dy, scale, shift, mean, var, sums, (T *)dx, c, hw, n * c * hw,
+                 (double)(n * hw), eps));
     return cudaGetLastError();
 }
 

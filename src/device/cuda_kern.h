@@ -65,15 +65,14 @@ cudaError_t bk_invstd(cudaStream_t s, const float *var, float *inv, int64_t c, f
 /* batch norm with given statistics: y = scale (x - mean) / sqrt(var + eps) + shift */
 cudaError_t bk_bn_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale, const float *shift,
                       const float *mean, const float *var, int64_t n, int64_t c, int64_t hw, float eps);
-/* x = mean + (y - shift) / scale * sqrt(var + eps) (x = mean where scale = 0):
- * batch norm's input back from its output */
-cudaError_t bk_bn_unnorm(cudaStream_t s, int dt, const void *y, const float *scale, const float *shift,
-                         const float *mean, const float *var, void *x, int64_t n, int64_t c, int64_t hw, float eps);
 /* batch norm's input gradient in training, from sums[2c] (bk_bn_param_grads:
  * per channel sum dy, then sum dy x^): dx = scale rstd (dy - sum dy / cnt -
- * x^ sum dy x^ / cnt); dx may be dy */
-cudaError_t bk_bn_dx(cudaStream_t s, int dt, const void *x, const void *dy, const float *scale, const float *mean,
-                     const float *var, const double *sums, void *dx, int64_t n, int64_t c, int64_t hw, float eps);
+ * x^ sum dy x^ / cnt); dx may be dy. With shift, x is the forward's output
+ * and x^ = (x - shift) / scale (0 where scale is 0), so the input need not
+ * be kept or recovered. */
+cudaError_t bk_bn_dx(cudaStream_t s, int dt, const void *x, const void *dy, const float *scale, const float *shift,
+                     const float *mean, const float *var, const double *sums, void *dx, int64_t n, int64_t c,
+                     int64_t hw, float eps);
 
 /* Optimizer updates: the same float operations as cpu_optim.c, with
  * explicit rounding intrinsics so nvcc fuses nothing the CPU does not. */
@@ -127,12 +126,13 @@ cudaError_t bk_norms(cudaStream_t s, const float *g, float *prev, double *stats,
  * var n/(n-1), into running_var). */
 cudaError_t bk_bn_stats(cudaStream_t s, int dt, const void *x, float *mean, float *var, float *rmean, float *rvar,
                         int64_t n, int64_t c, int64_t hw, float momentum);
-/* dscale (+)= sum dy (x - mean) / sqrt(var + eps), dshift (+)= sum dy; each
- * NULL to skip; with sums (NULL: none), the two sums of this call into
- * sums[0..c) (sum dy) and sums[c..2c) (sum dy x^), for bk_bn_dx. */
+/* dscale (+)= sum dy x^, dshift (+)= sum dy, with x^ = (x - mean) /
+ * sqrt(var + eps), or with shift (x the forward's output) x^ = (x - shift)
+ * / scale; each NULL to skip; with sums (NULL: none), the two sums of this
+ * call into sums[0..c) (sum dy) and sums[c..2c) (sum dy x^), for bk_bn_dx. */
 cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, const void *dy, const float *mean,
-                              const float *var, float *dscale, float *dshift, double *sums, int64_t n, int64_t c,
-                              int64_t hw, float eps, int acc);
+                              const float *var, const float *scale, const float *shift, float *dscale, float *dshift,
+                              double *sums, int64_t n, int64_t c, int64_t hw, float eps, int acc);
 /* db[k] (+)= sum of dy over channel k of [n, c, hw] (a convolution's bias) */
 cudaError_t bk_chan_sum(cudaStream_t s, int dt, const void *dy, float *db, int64_t n, int64_t c, int64_t hw, int acc);
 

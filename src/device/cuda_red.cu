@@ -433,42 +433,52 @@ extern "C" cudaError_t bk_bn_stats(cudaStream_t s, int dt, const void *x, float 
     return cudaGetLastError();
 }
 
+/* x^ = (x - off) mul: from the input, off = mean and mul = rstd; from the
+ * output (shift given), off = shift and mul = 1 / scale (0 where scale is
+ * 0, whose channel has no x^ left: cpu_bnorm.c's bwd_from_dst) */
 template <class T>
-__global__ void k_bn_param_grads(const T *x, const T *dy, const float *mean, const float *var, float *dscale,
-                                 float *dshift, double *sums, int64_t n, int64_t c, int64_t hw, float eps, int acc)
+__global__ void k_bn_param_grads(const T *x, const T *dy, const float *mean, const float *var, const float *scale,
+                                 const float *shift, float *dscale, float *dshift, double *sums, int64_t n, int64_t c,
+                                 int64_t hw, float eps, int acc)
 {
     __shared__ double sh[CH_THREADS / 32];
     const int64_t cnt = n * hw;
     for (int64_t k = blockIdx.x; k < c; k += gridDim.x) {
-        double ss = 0, sb = 0, mu = x ? mean[k] : 0, rstd = x ? 1.0 / sqrt((double)var[k] + (double)eps) : 0;
+        double ss = 0, sb = 0, off = 0, mul = 0;
+        if (x && shift)
+            off = shift[k], mul = scale[k] != 0.0f ? 1.0 / scale[k] : 0.0;
+        else if (x)
+            off = mean[k], mul = 1.0 / sqrt((double)var[k] + (double)eps);
         for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS) {
             int64_t at = ch_at(t, k, c, hw);
             if (x)
-                ss += (double)bk_f(dy[at]) * ((double)bk_f(x[at]) - mu);
+                ss += (double)bk_f(dy[at]) * ((double)bk_f(x[at]) - off);
             sb += bk_f(dy[at]);
         }
         ss = bk_block_sum<CH_THREADS>(ss, sh);
         sb = bk_block_sum<CH_THREADS>(sb, sh);
         if (threadIdx.x == 0) {
             if (dscale)
-                dscale[k] = (float)((acc ? (double)dscale[k] : 0.0) + ss * rstd);
+                dscale[k] = (float)((acc ? (double)dscale[k] : 0.0) + ss * mul);
             if (dshift)
                 dshift[k] = (float)((acc ? (double)dshift[k] : 0.0) + sb);
             if (sums) {
                 sums[k] = sb;
-                sums[c + k] = ss * rstd;
+                sums[c + k] = ss * mul;
             }
         }
     }
 }
 
 extern "C" cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, const void *dy, const float *mean,
-                                         const float *var, float *dscale, float *dshift, double *sums, int64_t n,
-                                         int64_t c, int64_t hw, float eps, int acc)
+                                         const float *var, const float *scale, const float *shift, float *dscale,
+                                         float *dshift, double *sums, int64_t n, int64_t c, int64_t hw, float eps,
+                                         int acc)
 {
     BK_DTYPE(dt, T,
-             k_bn_param_grads<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)x, (const T *)dy, mean, var, dscale,
-                                                                       dshift, sums, n, c, hw, eps, acc));
+             k_bn_param_grads<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)x, (const T *)dy, mean, var, scale,
+                                                                       shift, dscale, dshift, sums, n, c, hw, eps,
+                                                                       acc));
     return cudaGetLastError();
 }
 
@@ -476,5 +486,5 @@ extern "C" cudaError_t bk_chan_sum(cudaStream_t s, int dt, const void *dy, float
                                    int acc)
 {
     /* the shift gradient's sum alone: no x */
-    return bk_bn_param_grads(s, dt, NULL, dy, NULL, NULL, NULL, db, NULL, n, c, hw, 0.0f, acc);
+    return bk_bn_param_grads(s, dt, NULL, dy, NULL, NULL, NULL, NULL, NULL, db, NULL, n, c, hw, 0.0f, acc);
 }

@@ -306,9 +306,11 @@ static int lay_activations(const sched *s, const life *L, lbuf *b)
 /* Backward that may write its input's gradient over its output's: relu in
  * every mode and dropout (elementwise, read before written), and batch norm
  * on the CPU (oneDNN documents in-place backward; our loops from the output
- * read each element before writing it; cuDNN documents no such guarantee).
- * Their input gradient then takes no bytes of its own; add's first input
- * gradient to be written is its dy itself. */
+ * read each element before writing it) and on the GPU where it runs our
+ * kernels, from the output or in 16 bits (cuda_dnn.c: sums, then an
+ * elementwise pass); cuDNN, the GPU's f32 from the input, documents no such
+ * guarantee. Their input gradient then takes no bytes of its own; add's
+ * first input gradient to be written is its dy itself. */
 static int bwd_in_place(const bfit_model *M, const bfit_layer *l)
 {
     if (l->cfg.kind == BFIT_L_ADD) /* dy handed on: one input may take it as it is */
@@ -316,7 +318,8 @@ static int bwd_in_place(const bfit_model *M, const bfit_layer *l)
     if (l->nin != 1)
         return 0;
     if (l->cfg.kind == BFIT_L_BATCHNORM)
-        return M->dev && !strcmp(bfit_device_name(M->dev), "cpu");
+        return (M->dev && !strcmp(bfit_device_name(M->dev), "cpu")) || l->mode == BFIT_MODE_Y ||
+               l->dtype != BFIT_F32;
     return l->cfg.kind == BFIT_L_RELU || l->cfg.kind == BFIT_L_DROPOUT;
 }
 
