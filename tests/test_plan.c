@@ -21,6 +21,7 @@
 
 #include "base/testctl.h"
 #include "batch/plan.h"
+#include "batch/solve.h"
 #include "nn/spec.h"
 #include "nn/zoo.h"
 #include "tfiles.h"
@@ -468,6 +469,74 @@ static void test_solver_nonmonotonic_scratch(void **st)
     trig_free(&r);
 }
 
+/* bfit_largest_under on needs of known shape: its answer fits, m + 1 and
+ * the probes above do not (the guarantee bfit_largest_fit gives), and on
+ * an affine need it asks far fewer sizes than bisection from [0, hi]. */
+typedef struct synth {
+    int kind, calls;
+} synth;
+
+static uint64_t synth_need(void *ud, int m)
+{
+    synth *s = ud;
+    s->calls++;
+    switch (s->kind) {
+    case 0: return 1000 + 37 * (uint64_t)m;                              /* affine */
+    case 1: return 5000 + 40 * (uint64_t)m + (m % 5 == 0 ? 0 : 300);     /* down at every fifth */
+    case 2: return m > 5000 ? UINT64_MAX : 10 * (uint64_t)m;             /* cannot be made past 5000 */
+    case 3: return 100;                                                  /* flat */
+    default: return 800000 + 9000 * (uint64_t)m + 3 * (uint64_t)m * m / 1000; /* curving up */
+    }
+}
+
+typedef struct synth_b {
+    synth s;
+    uint64_t budget;
+} synth_b;
+
+static int synth_b_fits(void *ud, int m)
+{
+    synth_b *b = ud;
+    return synth_need(&b->s, m) <= b->budget;
+}
+
+static void test_solver_secant(void **st)
+{
+    const uint64_t budgets[] = {1037, 1100, 50000, 3700000, 123456789};
+    const int hi = BFIT_PLAN_LIMIT;
+    (void)st;
+    for (int kind = 0; kind <= 4; kind++)
+        for (unsigned bi = 0; bi < sizeof budgets / sizeof budgets[0]; bi++) {
+            uint64_t budget = kind == 3 ? 100 : budgets[bi];
+            synth s = {kind, 0};
+            synth_b b = {{kind, 0}, budget};
+            int lim = kind == 3 ? 300 : hi, m, mb;
+            if (synth_need(&s, 1) > budget)
+                continue;
+            s.calls = 0;
+            m = bfit_largest_under(synth_need, &s, budget, lim, 1, synth_need(&(synth){kind, 0}, 1));
+            mb = bfit_largest_fit(synth_b_fits, &b, lim);
+            assert_true(m >= 1 && m <= lim);
+            assert_true(synth_need(&(synth){kind, 0}, m) <= budget);
+            for (int k = m + 1; k <= m + BFIT_SOLVE_PROBE && k <= lim; k++)
+                if (synth_need(&(synth){kind, 0}, k) <= budget)
+                    fail_msg("need %d, budget %llu: answer %d, but %d fits", kind, (unsigned long long)budget, m, k);
+            if (kind != 1) /* monotonic: one answer */
+                assert_int_equal(m, mb);
+            print_message("  need %d, budget %llu: %d in %d asks (bisection: %d in %d)\n", kind,
+                          (unsigned long long)budget, m, s.calls, mb, b.s.calls);
+            if (kind == 0 || kind == 4)
+                assert_true(s.calls <= BFIT_SOLVE_PROBE + 4);
+        }
+    {
+        synth s = {0, 0};
+        /* no m0 that fits: bisection as bfit_largest_fit */
+        assert_int_equal(bfit_largest_under(synth_need, &s, 1000 + 37 * 500, hi, 1, UINT64_MAX), 500);
+        assert_int_equal(bfit_largest_under(synth_need, &s, 1000 + 37 * 500, 0, 1, 1037), 0);
+        assert_int_equal(bfit_largest_under(synth_need, &s, 1000 + 37 * 500, 1, 1, 1037), 1);
+    }
+}
+
 static void test_budget_and_line(void **st)
 {
     rig r;
@@ -769,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_solver_tight),
         cmocka_unit_test(test_solver_edges),
         cmocka_unit_test(test_solver_nonmonotonic_scratch),
+        cmocka_unit_test(test_solver_secant),
         cmocka_unit_test(test_budget_and_line),
         cmocka_unit_test(test_plan_big_presets_allocates_nothing),
     };

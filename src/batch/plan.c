@@ -39,8 +39,8 @@ int bfit_plan_compute(bfit_model *M, const bfit_optim_cfg *opt, int m, int train
     return BFIT_OK;
 }
 
-/* The predicate the solver asks: a plan at m within the budget. A plan that
- * cannot be made (an error) does not fit; the error is kept for the caller,
+/* What the solver asks: the peak of a plan at m. A plan that cannot be
+ * made (an error) does not fit; the error is kept for the caller,
  * unless it is out of memory: a device that cannot make an op that large
  * (cuDNN's 2^31 elements per tensor) says so, and m simply does not fit. */
 typedef struct fit_ctx {
@@ -50,23 +50,23 @@ typedef struct fit_ctx {
     uint64_t budget;
 } fit_ctx;
 
-static int plan_fits(void *ud, int m)
+static uint64_t plan_need(void *ud, int m)
 {
     fit_ctx *f = ud;
     bfit_step_plan p;
     int rc;
     if (f->rc != BFIT_OK)
-        return 0;
+        return UINT64_MAX;
     rc = bfit_plan_compute(f->M, f->opt, m, f->training, &p);
     if (rc == BFIT_ENOMEM) {
         bfit_clear_error();
-        return 0;
+        return UINT64_MAX;
     }
     if (rc != BFIT_OK) {
         f->rc = rc;
-        return 0;
+        return UINT64_MAX;
     }
-    return p.peak <= f->budget;
+    return p.peak;
 }
 
 int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
@@ -86,7 +86,7 @@ int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, 
         *p1 = p;
     if (p.peak > budget)
         return BFIT_OK;
-    m = bfit_largest_fit(plan_fits, &f, limit);
+    m = bfit_largest_under(plan_need, &f, budget, limit, 1, p.peak);
     if (f.rc != BFIT_OK)
         return f.rc;
     *m_out = m;

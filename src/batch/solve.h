@@ -8,6 +8,8 @@
 
 /* Sizes above the bisection's answer that are also tried. */
 #define BFIT_SOLVE_PROBE 8
+/* Secant steps bfit_largest_under takes before it bisects. */
+#define BFIT_SOLVE_SECANT 8
 
 /* Does micro-batch m fit? (1: yes.) */
 typedef int (*bfit_fits_fn)(void *ud, int m);
@@ -18,6 +20,16 @@ typedef int (*bfit_fits_fn)(void *ud, int m);
  * sizes above its answer, and one that fits restarts the bisection above
  * it. Whatever it returns fits. */
 int bfit_largest_fit(bfit_fits_fn fits, void *ud, int hi);
+
+/* The bytes m needs; UINT64_MAX where it cannot be made (does not fit). */
+typedef uint64_t (*bfit_need_fn)(void *ud, int m);
+
+/* The largest m in [1, hi] with need(m) <= budget, with bfit_largest_fit's
+ * guarantee (m fits; m + 1 and the probes above it do not), but starting
+ * from m0, known to need n0 <= budget, with secant steps on the bytes:
+ * where need is nearly affine in m (a training step's is), a few plans
+ * instead of twenty. Without such an m0, it is bfit_largest_fit. */
+int bfit_largest_under(bfit_need_fn need, void *ud, uint64_t budget, int hi, int m0, uint64_t n0);
 
 /* What a capacity allows after a safety margin in [0, 1): capacity * (1 -
  * margin), rounded down. The margin leaves room for what the plan cannot see

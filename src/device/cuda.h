@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "device/cuda_memo.h"
 #include "device/cuda_kern.h"
 #include "device/device.h"
 
@@ -38,6 +39,7 @@ typedef struct cuda_device {
      * found at a sync can be put to them (cuda_fail_async) */
     const char *queued[4];
     unsigned long nqueued;
+    cuda_memo memo;   /* convolution algorithms chosen, by shape (cuda_dnn.c) */
 } cuda_device;
 
 /* An error found when waiting for the stream (what: the wait): a kernel

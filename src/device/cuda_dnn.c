@@ -216,15 +216,37 @@ static size_t wgrad_bytes(const bfit_op_desc *d)
     return (size_t)(d->u.conv.oc * d->u.conv.ic * d->u.conv.kh * d->u.conv.kw) * 2;
 }
 
+/* The op's algorithm and its workspace: the algorithm's exact bytes (plus
+ * alignment slack). */
+static void set_algo(cuda_op *op, int algo, size_t algo_ws)
+{
+    op->algo = algo;
+    op->algo_ws = algo_ws;
+    op->ws = algo_ws ? algo_ws + CUDA_WS_ALIGN : 0;
+    /* 16-bit weight gradient: cuDNN writes it in the data's dtype to the
+     * workspace, after the algorithm's part, and it is added to the f32
+     * gradient from there (PyTorch's autocast rounds it the same way) */
+    if (op->base.desc.kind == BFIT_OP_CONV_BWD_WEIGHTS && op->base.desc.dtype != BFIT_F32)
+        op->ws = CUDA_WS_PART(algo_ws) + CUDA_WS_PART(wgrad_bytes(&op->base.desc)) + CUDA_WS_ALIGN;
+}
+
 /* Choose by the policy among the usable candidates; deterministic ones
- * only unless there is none (or the device allows any). */
+ * only unless there is none (or the device allows any). A shape chosen for
+ * before is the device's memo's (cuda_memo.h): the same policy, the same
+ * heuristics, so the same choice. */
 static int choose_algo(cuda_op *op)
 {
-    const cuda_device *dev = cuda_dev(op);
+    cuda_device *dev = cuda_dev(op);
     conv_cand c[MAX_CANDS];
-    int n, rc, best = -1;
+    int n, rc, best = -1, algo;
     size_t best_ws = 0;
+    cuda_memo_key key;
 
+    cuda_memo_key_conv(&op->base.desc, &key);
+    if (cuda_memo_find(&dev->memo, &key, &algo, &best_ws)) {
+        set_algo(op, algo, best_ws);
+        return BFIT_OK;
+    }
     if ((rc = candidates(op, c, &n)) != BFIT_OK)
         return rc;
     for (int pass = dev->cfg.deterministic ? 0 : 1; pass < 2 && best < 0; pass++)
@@ -247,14 +269,8 @@ static int choose_algo(cuda_op *op)
                          (long long)op->base.desc.u.conv.ic, (long long)op->base.desc.u.conv.ih,
                          (long long)op->base.desc.u.conv.iw, (long long)op->base.desc.u.conv.oc,
                          (long long)op->base.desc.u.conv.kh, (long long)op->base.desc.u.conv.kw);
-    op->algo = c[best].algo;
-    op->algo_ws = best_ws;
-    op->ws = best_ws ? best_ws + CUDA_WS_ALIGN : 0;
-    /* 16-bit weight gradient: cuDNN writes it in the data's dtype to the
-     * workspace, after the algorithm's part, and it is added to the f32
-     * gradient from there (PyTorch's autocast rounds it the same way) */
-    if (op->base.desc.kind == BFIT_OP_CONV_BWD_WEIGHTS && op->base.desc.dtype != BFIT_F32)
-        op->ws = CUDA_WS_PART(best_ws) + CUDA_WS_PART(wgrad_bytes(&op->base.desc)) + CUDA_WS_ALIGN;
+    cuda_memo_put(&dev->memo, &key, c[best].algo, best_ws);
+    set_algo(op, c[best].algo, best_ws);
     return BFIT_OK;
 }
 
