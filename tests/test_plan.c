@@ -8,6 +8,7 @@
  * solver is tight (its m runs within the capacity, m + 1 is refused without
  * a trace), eval plans less than training, reuse saves memory, and planning
  * the big presets allocates nothing. */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -534,6 +535,8 @@ static void test_solver_secant(void **st)
         assert_int_equal(bfit_largest_under(synth_need, &s, 1000 + 37 * 500, hi, 1, UINT64_MAX), 500);
         assert_int_equal(bfit_largest_under(synth_need, &s, 1000 + 37 * 500, 0, 1, 1037), 0);
         assert_int_equal(bfit_largest_under(synth_need, &s, 1000 + 37 * 500, 1, 1, 1037), 1);
+        /* the whole int range: no overflow above it */
+        assert_int_equal(bfit_largest_under(synth_need, &s, 1000 + 37 * 500, INT_MAX, 1, 1037), 500);
     }
 }
 

@@ -1,6 +1,8 @@
 /* solve.c - the largest fitting micro-batch, and budgets under a margin. */
 #include "batch/solve.h"
 
+#include <limits.h>
+
 /* Bisects between lo (fits, or 0) and top (does not fit, or end), then
  * tries the BFIT_SOLVE_PROBE sizes above the answer below end; one that
  * fits restarts the bisection above it. */
@@ -58,7 +60,7 @@ int bfit_largest_under(bfit_need_fn need, void *ud, uint64_t budget, int hi, int
     int lo = m0, top = hi + 1, g = m0 + 1;
     double xa = m0, ya = (double)n0;
 
-    if (hi < 1 || m0 < 1 || m0 > hi || n0 > budget)
+    if (hi < 1 || hi == INT_MAX || m0 < 1 || m0 > hi || n0 > budget) /* INT_MAX: no room for top */
         return bfit_largest_fit(need_fits, &c, hi);
     for (int step = 0; step < BFIT_SOLVE_SECANT && top - lo > 1; step++) {
         uint64_t y;
