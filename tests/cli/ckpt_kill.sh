@@ -79,7 +79,10 @@ if [ -n "${BFIT_DEVICE_CHECK:-}" ] && [ "$BFIT_DEVICE_CHECK" != 0 ]; then
   printf 'input 1x28x28\nflatten\nlinear 256\nrelu\nlinear 10\n' >"$tmp/mid.cfg"
   m=$tmp/mid.cfg
 fi
-base=(--model "$m" --epoch-samples 1536 --eval-samples 500 --batch 64 --micro-batch 8 --epochs 2 --threads 1 --quiet)
+# 96 steps: room for the SIGTERM loop's up to 12 stops of 2-6 steps each
+# plus the poll's overshoot (48 were too few on a fast machine: the run
+# ended after 3 stops)
+base=(--model "$m" --epoch-samples 1536 --eval-samples 500 --batch 64 --micro-batch 8 --epochs 4 --threads 1 --quiet)
 
 # the uninterrupted run
 "$bf" train "${base[@]}" --save "$tmp/ref.st" --log "$tmp/ref.jsonl" >/dev/null || fail "the reference run failed"
