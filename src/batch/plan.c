@@ -47,7 +47,6 @@ typedef struct fit_ctx {
     bfit_model *M;
     const bfit_optim_cfg *opt;
     int training, rc;
-    uint64_t budget;
 } fit_ctx;
 
 static uint64_t plan_need(void *ud, int m)
@@ -72,7 +71,7 @@ static uint64_t plan_need(void *ud, int m)
 int bfit_plan_max_batch(bfit_model *M, const bfit_optim_cfg *opt, int training, uint64_t budget, int limit,
                         int *m_out, bfit_step_plan *p1)
 {
-    fit_ctx f = {M, opt, training, BFIT_OK, budget};
+    fit_ctx f = {M, opt, training, BFIT_OK};
     bfit_step_plan p;
     int rc, m;
 
