@@ -845,5 +845,11 @@ int main(void)
         cmocka_unit_test(test_budget_and_line),
         cmocka_unit_test(test_plan_big_presets_allocates_nothing),
     };
+    /* CTest runs the recompute search apart (test_plan_auto): under the
+     * sanitizers it is most of this program's time */
+    if (getenv("BFIT_TEST_ONLY"))
+        cmocka_set_test_filter(getenv("BFIT_TEST_ONLY"));
+    if (getenv("BFIT_TEST_SKIP"))
+        cmocka_set_skip_filter(getenv("BFIT_TEST_SKIP"));
     return cmocka_run_group_tests(tests, setup, NULL);
 }
