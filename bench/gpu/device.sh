@@ -7,7 +7,8 @@
 #
 # Stages: env (the GPU, driver, libraries found, every program's ldd),
 # cuda (ctest -L cuda: test_cuda_ops), smoke (a few CLI runs on the GPU:
-# plan, train, find), optime (op times of a gpt2 and a resnet50 step),
+# plan, train, find), optime (op times of a gpt2 and a resnet50 step), algos (a
+# few plans per convolution algorithm choice: each category and the time taken),
 # ctest (the tests whose names match BFIT_CTEST_RE, each failure's output
 # shown), and run.sh's phases (plan cotenant ways speed finders; test runs
 # the whole suite). Each stage has its own time limit,
@@ -76,27 +77,17 @@ s_optime() { # where a step's time goes, op kind by op kind (each op waited for)
     BFIT_OPTIME=1 timeout 120 "$b/tests/bfit_gpu" speed cuda:0 "$model" "$p" "$m" 5
   done
 }
-s_algos() { # the ways on this GPU per convolution algorithm choice: how long planning
-  # takes, each row's peak by category, and a real step at lean's largest bf16 + auto
-  local a w t0 m
-  for a in fastest lean auto; do
+s_algos() { # the rows' peaks by category on this GPU, with each plan's time (the ways phase
+  # runs plan --ways --conv-algo auto and a step at every row's size)
+  local a w t0
+  for a in "lean --precision f32" "fastest --precision f32" "fastest --precision bf16" \
+           "fastest --precision bf16 --recompute auto" "lean --precision bf16 --recompute auto"; do
+    echo "== --conv-algo $a"
     t0=$EPOCHREALTIME
-    timeout 120 "$bf" plan --model resnet50 --memory 9.21GiB --margin 0 --ways --device cuda:0 --conv-algo $a
-    awk -v a="$t0" -v b="$EPOCHREALTIME" -v c=$a 'BEGIN { printf "plan --ways --conv-algo %s: %.2f s\n", c, b - a }'
+    # shellcheck disable=SC2086
+    timeout 90 "$bf" plan --model resnet50 --memory 9.21GiB --margin 0 --device cuda:0 --conv-algo $a | sed -n '3,20p'
+    awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "(planned in %.2f s)\n", b - a }'
   done
-  for a in fastest lean; do
-    for w in "--precision f32" "--precision bf16" "--precision bf16 --recompute auto"; do
-      echo "== $a $w"
-      timeout 60 "$bf" plan --model resnet50 --memory 9.21GiB --margin 0 --device cuda:0 --conv-algo $a $w | sed -n '4,20p'
-    done
-  done
-  m=$(timeout 60 "$bf" plan --model resnet50 --memory 9.21GiB --margin 0 --device cuda:0 --conv-algo lean \
-      --precision bf16 --recompute auto --json | $PYTHON -c "import json,sys; print(json.load(sys.stdin)['max_batch'])")
-  echo "== train at lean bf16 + auto, m=$m"
-  timeout 120 "$bf" train --model resnet50 --data synthetic --device cuda:0 --memory 9.21GiB --margin 0 --batch "$m" \
-    --micro-batch "$m" --precision bf16 --recompute auto --conv-algo lean --max-steps 2 --epochs 1 \
-    --epoch-samples $((2 * m)) --eval-samples 8 --log "$out/algos-train.jsonl" 2>&1 | tail -5
-  tail -2 "$out/algos-train.jsonl"
 }
 s_ctest() {
   (cd "$b" && timeout 240 ctest -j8 --output-on-failure -R "${BFIT_CTEST_RE:-.}" -E "^mpi_")

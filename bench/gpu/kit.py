@@ -117,6 +117,12 @@ def do_cotenant(out, expected):
            for e in log if e.get("event") in ("batch_change", "memory", "oom")])
 
 
+def named(way, row):
+    """The way's name, with the convolution algorithms where plan chose them per row."""
+    algo = (row or {}).get("conv_algo")
+    return f"{way} ({algo} conv)" if algo else way
+
+
 def do_ways(out):
     bf = {}
     try:
@@ -133,11 +139,12 @@ def do_ways(out):
         p, b = pt.get(mode), bf.get(way)
         pb, bb = (p or {}).get("batch", 0), (b or {}).get("micro_batch", 0)
         run = runs.get(way, {})
-        body.append([label, pb or "-", gib(p["peak_bytes"]) if p and p.get("peak_bytes") else "-", way, bb or "-",
+        body.append([label, pb or "-", gib(p["peak_bytes"]) if p and p.get("peak_bytes") else "-", named(way, b), bb or "-",
                      f"{bb / pb:.2f}" if pb and bb else "-", run.get("result", "not run")])
     for extra in ("lean f32", "bf16 + recompute auto"):
         if extra in bf:
-            body.append(["", "", "", extra, bf[extra]["micro_batch"], "", runs.get(extra, {}).get("result", "not run")])
+            body.append(["", "", "", named(extra, bf[extra]), bf[extra]["micro_batch"], "",
+                         runs.get(extra, {}).get("result", "not run")])
     good = bool(bf) and all(r.get("result") == "ran" for r in runs.values()) and bool(runs)
     add_row(out, "ways", "batchfit's largest batches run at the cap; PyTorch's found",
             verdict(out, good and len(pt) == 3),

@@ -179,18 +179,19 @@ phase_cotenant() {
 
 # ---- ways ----------------------------------------------------------------------------------
 phase_ways() {
-  local d=$out/ways model mem way m p r
+  local d=$out/ways model mem way m p r algo
   mkdir -p "$d"
   : >"$d/runs.jsonl"
   if [ $dry = 1 ]; then model=$src/models/resnet-mini.cfg mem=16MiB; else model=resnet50 mem=9.21GiB; fi
   local t0=$EPOCHREALTIME
-  timeout 300 "$bf" plan --model "$model" --memory $mem --margin 0 --ways --json --device "$dev" \
+  # auto: each row with the fastest or the leanest convolution algorithms, whichever fits more
+  timeout 300 "$bf" plan --model "$model" --memory $mem --margin 0 --ways --json --device "$dev" --conv-algo auto \
     >"$d/batchfit.json" 2>"$d/batchfit.err"
   awk -v rc=$? -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "plan --ways: exit %d, %.2f s\n", rc, b - a }' >"$d/plan-time.txt"
   # each of batchfit's sizes, run: two steps at the cap
   for way in "f32" "lean f32" "bf16" "bf16 + recompute blocks" "bf16 + recompute auto"; do
-    m=$($py -c "import json,sys; print(next(w['micro_batch'] for w in json.load(open(sys.argv[1]))['ways'] if w['way']==sys.argv[2]))" \
-        "$d/batchfit.json" "$way" 2>/dev/null || echo 0)
+    read -r m algo < <($py -c "import json,sys; w=next(w for w in json.load(open(sys.argv[1]))['ways'] if w['way']==sys.argv[2]); print(w['micro_batch'], w.get('conv_algo', 'fastest'))" \
+        "$d/batchfit.json" "$way" 2>/dev/null || echo 0 fastest)
     case $way in
       f32) p=(--precision f32 --no-lean) ;;
       "lean f32") p=(--precision f32) ;;
@@ -200,12 +201,12 @@ phase_ways() {
     esac
     r=failed
     if [ "${m:-0}" -gt 0 ] && timeout 120 "$bf" train --model "$model" --data synthetic --device "$dev" --memory $mem \
-         --margin 0 --batch "$m" --micro-batch "$m" "${p[@]}" --max-steps 2 --epochs 1 --epoch-samples $((2 * m)) \
+         --margin 0 --batch "$m" --micro-batch "$m" "${p[@]}" --conv-algo "${algo:-fastest}" --max-steps 2 --epochs 1 --epoch-samples $((2 * m)) \
          --eval-samples 8 \
          --log "$d/run-$m.jsonl" >"$d/run-$m.out" 2>&1; then
       grep -q '"ooms":0' "$d/run-$m.jsonl" && r=ran || r="ran, with out-of-memory"
     fi
-    echo "{\"way\":\"$way\",\"m\":$m,\"result\":\"$r\"}" >>"$d/runs.jsonl"
+    echo "{\"way\":\"$way\",\"m\":$m,\"conv_algo\":\"${algo:-fastest}\",\"result\":\"$r\"}" >>"$d/runs.jsonl"
   done
   if [ $dry = 1 ]; then
     timeout 300 $py "$src/bench/gpu/torch_side.py" ways --device cpu --dry-run >"$d/torch.jsonl" 2>"$d/torch.err"
@@ -224,7 +225,9 @@ phase_speed() {
   : >"$d/batchfit.jsonl"
   : >"$d/torch.jsonl"
   local cases
-  if [ $dry = 1 ]; then cases="gpt-nano:1:f32"; else cases="resnet50:64:f32 resnet50:64:bf16 gpt2:4:f32 gpt2:4:bf16"; fi
+  # BFIT_SPEED_CASES (model:batch:precision ...) narrows a short device session
+  if [ $dry = 1 ]; then cases="gpt-nano:1:f32"
+  else cases=${BFIT_SPEED_CASES:-"resnet50:64:f32 resnet50:64:bf16 gpt2:4:f32 gpt2:4:bf16"}; fi
   for c in $cases; do
     IFS=: read -r model m p <<<"$c"
     timeout 200 "$b/tests/bfit_gpu" speed "$dev" "$model" $p "$m" $([ $dry = 1 ] && echo 2 || echo 20) \

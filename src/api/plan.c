@@ -113,13 +113,47 @@ static int check_fits(const plan_report *r)
     return BFIT_OK;
 }
 
+/* conv_algo auto on a GPU: each row planned again with the leanest
+ * convolution algorithms, the larger micro-batch of the two kept: what
+ * `train --conv-algo auto` would run at that row's batch. */
+static int ways_lean_too(const bfit_config *c, const plan_args *a, const bfit_graph_desc *g,
+                         const bfit_optim_cfg *opt, uint64_t budget, bfit_way *w)
+{
+    bfit_device_cfg cc = bfit_device_cfg_default();
+    bfit_device *lean = NULL;
+    bfit_arena *arena = NULL;
+    bfit_way l[BFIT_WAYS];
+    char why[512];
+    int rc;
+
+    cc.threads = c->t.threads;
+    cc.conv_algo = BFIT_CONV_LEAN;
+    rc = bfit_model_device_open(c->t.device_name, &cc, g, a->st.precision, &lean, why, sizeof why);
+    if (rc == BFIT_OK && !(arena = bfit_device_arena_new(lean, a->memory)))
+        rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
+    if (rc == BFIT_OK)
+        rc = bfit_plan_ways(g, lean, arena, opt, budget, a->measure ? 3 : 0, l);
+    for (int i = 0; rc == BFIT_OK && i < BFIT_WAYS; i++) {
+        w[i].conv_algo = BFIT_CONV_FASTEST;
+        if (!l[i].error[0] && l[i].m > w[i].m) {
+            w[i] = l[i];
+            w[i].conv_algo = BFIT_CONV_LEAN;
+        }
+    }
+    bfit_arena_free(arena);
+    bfit_device_free(lean);
+    return rc;
+}
+
 /* The ways table (plan's "ways") into the result. */
-static int run_ways(const plan_args *a, const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena,
-                    const bfit_optim_cfg *opt, bfit_result *res)
+static int run_ways(const bfit_config *c, const plan_args *a, const bfit_graph_desc *g, bfit_device *dev, int own,
+                    bfit_arena *arena, const bfit_optim_cfg *opt, bfit_result *res)
 {
     bfit_way w[BFIT_WAYS];
     uint64_t budget = bfit_plan_budget(a->memory, a->margin);
     int rc = bfit_plan_ways(g, dev, arena, opt, budget, a->measure ? 3 : 0, w);
+    if (rc == BFIT_OK && own && c->t.conv_algo == BFIT_CONV_AUTO && !strncmp(bfit_device_name(dev), "cuda", 4))
+        rc = ways_lean_too(c, a, g, opt, budget, w);
     if (rc != BFIT_OK)
         return bfit_fail_prefix(rc, "planning %s: ", a->model);
     if (bfit_result_out(res))
@@ -203,7 +237,7 @@ int bfit_plan(const bfit_config *c, bfit_result **out)
     }
     rc = open_device(c, &g, &a, &own, &dev, &arena);
     if (rc == BFIT_OK && a.ways) {
-        rc = run_ways(&a, &g, dev, arena, &opt, res);
+        rc = run_ways(c, &a, &g, dev, own != NULL, arena, &opt, res);
         goto out;
     }
     if (rc == BFIT_OK)

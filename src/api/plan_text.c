@@ -283,10 +283,14 @@ void bfit_ways_text(const plan_args *a, const bfit_way *w, uint64_t budget, FILE
     fprintf(f, "batchfit plan --ways: %s in %s (budget %s), optimizer %s\n", a->model, fmt(a->memory, b1, sizeof b1),
            fmt(budget, b2, sizeof b2), bfit_optim_kind_name(a->kind));
     fprintf(f, "device %s\n\n", a->device_why);
-    fprintf(f, "%-40s %9s %9s %11s %8s%s\n", "way", "micro", "batch", "peak", "extra", a->measure ? "     step  samples/s" : "");
+    int conv = w[0].conv_algo >= 0; /* chosen per row */
+    fprintf(f, "%-40s %9s %9s %11s %8s%s%s\n", "way", "micro", "batch", "peak", "extra", conv ? "  conv   " : "",
+            a->measure ? "     step  samples/s" : "");
     for (int i = 0; i < BFIT_WAYS; i++) {
         fprintf(f, "%-40s %9d %9d %11s %7.1f%%", w[i].name, w[i].m, w[i].batch, w[i].m ? fmt(w[i].peak, b1, sizeof b1) : "-",
                100 * w[i].extra);
+        if (conv)
+            fprintf(f, "  %-7s", bfit_conv_algo_name((bfit_conv_algo)w[i].conv_algo));
         if (w[i].error[0])
             fprintf(f, "  %s", w[i].error);
         else if (a->measure && w[i].measure_failed)
@@ -298,6 +302,8 @@ void bfit_ways_text(const plan_args *a, const bfit_way *w, uint64_t budget, FILE
     fprintf(f, "\nmicro: the largest micro-batch that fits; batch: the effective batch (micro x accumulation);\n"
            "extra: recomputed FLOPs over the step's own (modelled)%s\n",
            a->measure ? "; step: median of 3 measured steps on random samples" : "");
+    if (conv)
+        fprintf(f, "conv: the GPU's convolution algorithms of the row, the fastest unless the leanest fit more\n");
 }
 
 int bfit_ways_json(const plan_args *a, const bfit_way *w, uint64_t budget, cJSON *root)
@@ -320,6 +326,8 @@ int bfit_ways_json(const plan_args *a, const bfit_way *w, uint64_t budget, cJSON
         cJSON_AddNumberToObject(o, "batch", w[i].batch);
         cJSON_AddNumberToObject(o, "peak", (double)w[i].peak);
         cJSON_AddNumberToObject(o, "extra_compute", w[i].extra);
+        if (w[i].conv_algo >= 0)
+            cJSON_AddStringToObject(o, "conv_algo", bfit_conv_algo_name((bfit_conv_algo)w[i].conv_algo));
         if (w[i].error[0])
             cJSON_AddStringToObject(o, "error", w[i].error);
         if (a->measure) {

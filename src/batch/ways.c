@@ -147,6 +147,7 @@ int bfit_plan_ways(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
         out[i].name = rows[i].name;
         out[i].storage = rows[i].st;
         out[i].accum = rows[i].accum;
+        out[i].conv_algo = -1;
         way_row(g, M, dev, arena, opt, budget, measure_steps, out, i);
     }
     bfit_model_free(M);

@@ -20,6 +20,8 @@ typedef struct bfit_way {
     double samples_per_sec;
     int measure_failed;       /* out of memory while measuring */
     char error[320];          /* why the row has no figures ("unsupported on cuda:0: ..."), or "" */
+    int conv_algo;            /* bfit_conv_algo the row was planned with where plan chose per row
+                                 (conv_algo auto on a GPU), -1: the device's own */
 } bfit_way;
 
 /* The table's rows for the model of g on dev, planned within budget bytes

@@ -59,6 +59,15 @@ int cuda_nvml_sample(int index, bfit_device_sample *out);
 /* a part of a workspace, rounded up so that the next part stays aligned */
 #define CUDA_WS_PART(n) (((size_t)(n) + CUDA_WS_ALIGN - 1) / CUDA_WS_ALIGN * CUDA_WS_ALIGN)
 
+/* A convolution runs over its batch in parts of n samples (cuda_dnn.c):
+ * each part's tensors and algorithm. */
+typedef struct cuda_conv_part {
+    cudnnTensorDescriptor_t tx, ty; /* input, output of n samples */
+    int64_t n;                      /* 0: no such part */
+    int algo;                       /* the chosen convolution algorithm */
+    size_t algo_ws;                 /* its workspace */
+} cuda_conv_part;
+
 /* One prepared op. A family's init fills what it needs and sets ws, saved
  * and run. */
 typedef struct cuda_op {
@@ -67,11 +76,13 @@ typedef struct cuda_op {
     int (*run)(struct cuda_op *op, const bfit_op_args *a);
     void (*fini)(struct cuda_op *op);
     /* cuDNN state (conv, batch norm) */
-    cudnnTensorDescriptor_t tx, ty, tb;   /* input, output, per-channel [1,c,1,1] */
+    cudnnTensorDescriptor_t tx, tb;       /* batch norm's data, per-channel [1,c,1,1] */
     cudnnFilterDescriptor_t tw;
     cudnnConvolutionDescriptor_t conv;
-    int algo;                             /* the chosen convolution algorithm */
-    size_t algo_ws;                       /* its workspace (op->ws has the alignment slack) */
+    /* a convolution: the chunk's part, then the tail's (batch % chunk
+     * samples; n 0 when none); algo_ws is the larger part's workspace */
+    cuda_conv_part part[2];
+    size_t algo_ws;
 } cuda_op;
 
 static inline cuda_device *cuda_dev(const cuda_op *op) { return (cuda_device *)op->base.dev; }

@@ -461,6 +461,9 @@ int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **
         return bfit_fail(BFIT_EINVAL, "cuda: GPU index must be >= 0, got %d", index);
     if (c.policy != BFIT_CUDA_FASTEST && c.policy != BFIT_CUDA_LEAN)
         return bfit_fail(BFIT_EINVAL, "cuda: unknown workspace policy %d (fastest or lean)", (int)c.policy);
+    if (c.conv_chunk < 0)
+        return bfit_fail(BFIT_EINVAL, "cuda: conv_chunk %d: give 0 (chunks where they save workspace) or a size",
+                         c.conv_chunk);
     if ((rc = find_gpu(index, &prop)) != BFIT_OK)
         return rc;
     d = calloc(1, sizeof *d);

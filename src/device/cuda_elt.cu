@@ -188,38 +188,50 @@ extern "C" cudaError_t bk_relu_bits_bwd(cudaStream_t s, int dt, const void *bits
     return cudaGetLastError();
 }
 
+/* A batch norm's elementwise loops index in I: 32 bits where the tensor
+ * allows (a 64-bit division per element costs more than the element). */
+#define BN_FOR(i, n) for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (I)gridDim.x * blockDim.x)
+
 /* y = scale (x - mean) rstd + shift, as cpu_bnorm.c's 16-bit loops */
-template <class T>
+template <class T, class I>
 __global__ void k_bn_fwd(const T *x, T *y, const float *scale, const float *shift, const float *mean, const float *var,
-                         int64_t c, int64_t hw, int64_t total, float eps)
+                         I c, I hw, I total, float eps)
 {
-    BK_FOR(i, total)
+    BN_FOR(i, total)
     {
-        int64_t k = (i / hw) % c;
+        I k = (i / hw) % c;
         float rstd = (float)(1.0 / sqrt((double)var[k] + (double)eps));
         y[i] = bk_to<T>(scale[k] * ((bk_f(x[i]) - mean[k]) * rstd) + shift[k]);
     }
 }
 
+/* 32-bit indexes when every index and its grid step stay below 2^32 */
+static inline bool bn_small(int64_t total) { return total <= 0x7fffffff; }
+
 extern "C" cudaError_t bk_bn_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale,
                                  const float *shift, const float *mean, const float *var, int64_t n, int64_t c,
                                  int64_t hw, float eps)
 {
-    BK_DTYPE(dt, T,
-             k_bn_fwd<T><<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>((const T *)x, (T *)y, scale, shift,
-                                                                                 mean, var, c, hw, n * c * hw, eps));
+    const int64_t total = n * c * hw;
+    BK_DTYPE(dt, T, {
+        if (bn_small(total))
+            k_bn_fwd<T, uint32_t><<<bk_grid(total, BK_THREADS), BK_THREADS, 0, s>>>(
+                (const T *)x, (T *)y, scale, shift, mean, var, (uint32_t)c, (uint32_t)hw, (uint32_t)total, eps);
+        else
+            k_bn_fwd<T, int64_t><<<bk_grid(total, BK_THREADS), BK_THREADS, 0, s>>>((const T *)x, (T *)y, scale,
+                                                                                  shift, mean, var, c, hw, total, eps);
+    });
     return cudaGetLastError();
 }
 
 /* x^ from the input (shift NULL) or from the output, as k_bn_param_grads */
-template <class T>
+template <class T, class I>
 __global__ void k_bn_dx(const T *x, const T *dy, const float *scale, const float *shift, const float *mean,
-                        const float *var, const double *sums, T *dx, int64_t c, int64_t hw, int64_t total, double cnt,
-                        float eps)
+                        const float *var, const double *sums, T *dx, I c, I hw, I total, double cnt, float eps)
 {
-    BK_FOR(i, total)
+    BN_FOR(i, total)
     {
-        int64_t k = (i / hw) % c;
+        I k = (i / hw) % c;
         double rstd = 1.0 / sqrt((double)var[k] + (double)eps), xh;
         if (shift)
             xh = scale[k] != 0.0f ? ((double)bk_f(x[i]) - shift[k]) / scale[k] : 0.0;
@@ -234,10 +246,17 @@ extern "C" cudaError_t bk_bn_dx(cudaStream_t s, int dt, const void *x, const voi
                                 const float *shift, const float *mean, const float *var, const double *sums, void *dx,
                                 int64_t n, int64_t c, int64_t hw, float eps)
 {
-    BK_DTYPE(dt, T,
-             k_bn_dx<T><<<bk_grid(n * c * hw, BK_THREADS), BK_THREADS, 0, s>>>(
-                 (const T *)x, (const T *)dy, scale, shift, mean, var, sums, (T *)dx, c, hw, n * c * hw,
-                 (double)(n * hw), eps));
+    const int64_t total = n * c * hw;
+    BK_DTYPE(dt, T, {
+        if (bn_small(total))
+            k_bn_dx<T, uint32_t><<<bk_grid(total, BK_THREADS), BK_THREADS, 0, s>>>(
+                (const T *)x, (const T *)dy, scale, shift, mean, var, sums, (T *)dx, (uint32_t)c, (uint32_t)hw,
+                (uint32_t)total, (double)(n * hw), eps);
+        else
+            k_bn_dx<T, int64_t><<<bk_grid(total, BK_THREADS), BK_THREADS, 0, s>>>(
+                (const T *)x, (const T *)dy, scale, shift, mean, var, sums, (T *)dx, c, hw, total, (double)(n * hw),
+                eps);
+    });
     return cudaGetLastError();
 }
 

@@ -120,19 +120,32 @@ cudaError_t bk_xent_fwd(cudaStream_t s, int dt, const void *x, float *p, const i
 #define BK_NORM_PART_BYTES (2 * BK_NORM_BLOCKS * sizeof(double))
 cudaError_t bk_norms(cudaStream_t s, const float *g, float *prev, double *stats, int64_t n, double *part);
 
+/* Batch norm's sums run over bk_bn_segs(c) segments of the batch per
+ * channel, a block each, so that a layer of few channels still fills the
+ * GPU; the segments' partial sums go to a workspace of bk_bn_part_bytes(c),
+ * the same at any batch. A segment is indexed in 32 bits: bk_bn_fits says
+ * whether [n, c, hw] can be (any tensor that fits in a GPU's memory can). */
+static inline int64_t bk_bn_segs(int64_t c) { return (1024 + c - 1) / c; }
+static inline size_t bk_bn_part_bytes(int64_t c) { return (size_t)(c * bk_bn_segs(c)) * 2 * sizeof(double); }
+static inline int bk_bn_fits(int64_t n, int64_t c, int64_t hw)
+{
+    return hw <= 0x7fffffff && (n + bk_bn_segs(c) - 1) / bk_bn_segs(c) * hw <= 0x7fffffff;
+}
+
 /* Batch norm over the channels of [n, c, hw]: the batch mean and biased
- * variance (two passes, double), and with rmean/rvar the running statistics
- * moved as cpu_bnorm.c moves them (PyTorch's: the unbiased variance,
- * var n/(n-1), into running_var). */
+ * variance (shifted sums in double), and with rmean/rvar the running
+ * statistics moved as cpu_bnorm.c moves them (PyTorch's: the unbiased
+ * variance, var n/(n-1), into running_var). part: bk_bn_part_bytes(c). */
 cudaError_t bk_bn_stats(cudaStream_t s, int dt, const void *x, float *mean, float *var, float *rmean, float *rvar,
-                        int64_t n, int64_t c, int64_t hw, float momentum);
+                        int64_t n, int64_t c, int64_t hw, float momentum, double *part);
 /* dscale (+)= sum dy x^, dshift (+)= sum dy, with x^ = (x - mean) /
  * sqrt(var + eps), or with shift (x the forward's output) x^ = (x - shift)
  * / scale; each NULL to skip; with sums (NULL: none), the two sums of this
- * call into sums[0..c) (sum dy) and sums[c..2c) (sum dy x^), for bk_bn_dx. */
+ * call into sums[0..c) (sum dy) and sums[c..2c) (sum dy x^), for bk_bn_dx.
+ * part: bk_bn_part_bytes(c) (NULL: one block per channel, slower). */
 cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, const void *dy, const float *mean,
                               const float *var, const float *scale, const float *shift, float *dscale, float *dshift,
-                              double *sums, int64_t n, int64_t c, int64_t hw, float eps, int acc);
+                              double *sums, int64_t n, int64_t c, int64_t hw, float eps, int acc, double *part);
 /* db[k] (+)= sum of dy over channel k of [n, c, hw] (a convolution's bias) */
 cudaError_t bk_chan_sum(cudaStream_t s, int dt, const void *dy, float *db, int64_t n, int64_t c, int64_t hw, int acc);
 

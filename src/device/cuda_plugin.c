@@ -38,7 +38,7 @@ int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n)
 /* the library always hands over a filled configuration */
 bfit_cuda_cfg bfit_cuda_cfg_default(void)
 {
-    bfit_cuda_cfg c = {BFIT_CUDA_FASTEST, 1, 0};
+    bfit_cuda_cfg c = {BFIT_CUDA_FASTEST, 1, 0, 0};
     return c;
 }
 

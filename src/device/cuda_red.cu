@@ -392,54 +392,13 @@ __device__ __forceinline__ int64_t ch_at(int64_t t, int64_t k, int64_t c, int64_
     return (i * c + k) * hw + (t - i * hw);
 }
 
+/* The old shapes of these sums, one block per channel: kept for a
+ * convolution's bias gradient (bk_chan_sum), which has no workspace for
+ * partial sums. */
 template <class T>
-__global__ void k_bn_stats(const T *x, float *mean, float *var, float *rmean, float *rvar, int64_t n, int64_t c,
-                           int64_t hw, float momentum)
-{
-    __shared__ double sh[CH_THREADS / 32];
-    const int64_t cnt = n * hw;
-    for (int64_t k = blockIdx.x; k < c; k += gridDim.x) {
-        double s = 0, q = 0, mu, v;
-        for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS)
-            s += bk_f(x[ch_at(t, k, c, hw)]);
-        mu = bk_block_sum<CH_THREADS>(s, sh) / (double)cnt;
-        for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS) {
-            double e = (double)bk_f(x[ch_at(t, k, c, hw)]) - mu;
-            q += e * e;
-        }
-        v = bk_block_sum<CH_THREADS>(q, sh) / (double)cnt;
-        if (threadIdx.x == 0) {
-            float mf = (float)mu, vf = (float)v;
-            mean[k] = mf;
-            var[k] = vf;
-            if (rmean) {
-                /* cpu_bnorm.c's update_running, from the stored float
-                 * statistics: PyTorch moves running_var by the unbiased
-                 * variance, var cnt / (cnt - 1) (the layer refuses cnt 1) */
-                double mom = momentum, unbias = (double)cnt / (double)(cnt - 1);
-                rmean[k] = (float)((1 - mom) * rmean[k] + mom * mf);
-                rvar[k] = (float)((1 - mom) * rvar[k] + mom * vf * unbias);
-            }
-        }
-    }
-}
-
-extern "C" cudaError_t bk_bn_stats(cudaStream_t s, int dt, const void *x, float *mean, float *var, float *rmean,
-                                   float *rvar, int64_t n, int64_t c, int64_t hw, float momentum)
-{
-    BK_DTYPE(dt, T,
-             k_bn_stats<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)x, mean, var, rmean, rvar, n, c, hw,
-                                                                 momentum));
-    return cudaGetLastError();
-}
-
-/* x^ = (x - off) mul: from the input, off = mean and mul = rstd; from the
- * output (shift given), off = shift and mul = 1 / scale (0 where scale is
- * 0, whose channel has no x^ left: cpu_bnorm.c's bwd_from_dst) */
-template <class T>
-__global__ void k_bn_param_grads(const T *x, const T *dy, const float *mean, const float *var, const float *scale,
-                                 const float *shift, float *dscale, float *dshift, double *sums, int64_t n, int64_t c,
-                                 int64_t hw, float eps, int acc)
+__global__ void k_chan_grads(const T *x, const T *dy, const float *mean, const float *var, const float *scale,
+                             const float *shift, float *dscale, float *dshift, double *sums, int64_t n, int64_t c,
+                             int64_t hw, float eps, int acc)
 {
     __shared__ double sh[CH_THREADS / 32];
     const int64_t cnt = n * hw;
@@ -470,21 +429,138 @@ __global__ void k_bn_param_grads(const T *x, const T *dy, const float *mean, con
     }
 }
 
+/* Batch norm's sums over many blocks: block (k, s) sums channel k over the
+ * samples [s n / S, (s + 1) n / S) of S = bk_bn_segs(c) segments, into
+ * part[2 (k S + s)], the two sums; then one thread per channel adds its
+ * segments in order (the same result on every run). Within a segment
+ * indexes are 32-bit (bk_bn_fits). STATS: sum (x - r) and sum (x - r)^2,
+ * r the channel's first element (shifted sums: one pass over x, and in
+ * double no cancellation that reaches a float's bits); else sum dy and
+ * sum dy (x - off[k]) (x and off NULL: dy's sum alone). */
+template <class T, bool STATS>
+__global__ void k_bn_part(const T *x, const T *dy, const float *off, int64_t n, int64_t c, uint32_t hw, int64_t S,
+                          double *part)
+{
+    __shared__ double sh[CH_THREADS / 32];
+    const int64_t k = blockIdx.x, s = blockIdx.y, i0 = s * n / S, i1 = (s + 1) * n / S;
+    const uint32_t cnt = (uint32_t)((i1 - i0) * (int64_t)hw);
+    const double r = STATS ? (double)bk_f(x[k * (int64_t)hw]) : x && off ? (double)off[k] : 0.0;
+    double a = 0, b = 0;
+    for (uint32_t t = threadIdx.x; t < cnt; t += CH_THREADS) {
+        uint32_t i = t / hw;
+        int64_t at = ((i0 + i) * c + k) * (int64_t)hw + (t - i * hw);
+        if (STATS) {
+            double e = (double)bk_f(x[at]) - r;
+            a += e;
+            b += e * e;
+        } else {
+            double g = bk_f(dy[at]);
+            a += g;
+            if (x)
+                b += g * ((double)bk_f(x[at]) - r);
+        }
+    }
+    a = bk_block_sum<CH_THREADS>(a, sh);
+    b = bk_block_sum<CH_THREADS>(b, sh);
+    if (threadIdx.x == 0) {
+        part[2 * (k * S + s)] = a;
+        part[2 * (k * S + s) + 1] = b;
+    }
+}
+
+template <class T>
+__global__ void k_bn_stats_fin(const T *x, const double *part, int64_t S, float *mean, float *var, float *rmean,
+                               float *rvar, int64_t n, int64_t c, int64_t hw, float momentum)
+{
+    BK_FOR(k, c)
+    {
+        const double cnt = (double)(n * hw);
+        double a = 0, b = 0;
+        for (int64_t s = 0; s < S; s++)
+            a += part[2 * (k * S + s)], b += part[2 * (k * S + s) + 1];
+        double d = a / cnt, mu = (double)bk_f(x[k * hw]) + d, v = b / cnt - d * d;
+        float mf = (float)mu, vf = (float)(v > 0 ? v : 0.0);
+        mean[k] = mf;
+        var[k] = vf;
+        if (rmean) {
+            /* cpu_bnorm.c's update_running, from the stored float
+             * statistics: PyTorch moves running_var by the unbiased
+             * variance, var cnt / (cnt - 1) (the layer refuses cnt 1) */
+            double mom = momentum, unbias = cnt / (cnt - 1);
+            rmean[k] = (float)((1 - mom) * rmean[k] + mom * mf);
+            rvar[k] = (float)((1 - mom) * rvar[k] + mom * vf * unbias);
+        }
+    }
+}
+
+/* x^ = (x - off) mul: from the input, off = mean and mul = rstd; from the
+ * output (shift given), off = shift and mul = 1 / scale (0 where scale is
+ * 0, whose channel has no x^ left: cpu_bnorm.c's bwd_from_dst) */
+__global__ void k_bn_grads_fin(const double *part, int64_t S, int has_x, const float *var, const float *scale,
+                               const float *shift, float *dscale, float *dshift, double *sums, int64_t c, float eps,
+                               int acc)
+{
+    BK_FOR(k, c)
+    {
+        double sb = 0, ss = 0, mul = 0;
+        for (int64_t s = 0; s < S; s++)
+            sb += part[2 * (k * S + s)], ss += part[2 * (k * S + s) + 1];
+        if (has_x && shift)
+            mul = scale[k] != 0.0f ? 1.0 / scale[k] : 0.0;
+        else if (has_x)
+            mul = 1.0 / sqrt((double)var[k] + (double)eps);
+        if (dscale)
+            dscale[k] = (float)((acc ? (double)dscale[k] : 0.0) + ss * mul);
+        if (dshift)
+            dshift[k] = (float)((acc ? (double)dshift[k] : 0.0) + sb);
+        if (sums) {
+            sums[k] = sb;
+            sums[c + k] = ss * mul;
+        }
+    }
+}
+
+extern "C" cudaError_t bk_bn_stats(cudaStream_t s, int dt, const void *x, float *mean, float *var, float *rmean,
+                                   float *rvar, int64_t n, int64_t c, int64_t hw, float momentum, double *part)
+{
+    const int64_t S = bk_bn_segs(c);
+    if (!bk_bn_fits(n, c, hw))
+        return cudaErrorInvalidValue;
+    BK_DTYPE(dt, T, {
+        k_bn_part<T, true><<<dim3((unsigned)c, (unsigned)S), CH_THREADS, 0, s>>>((const T *)x, NULL, NULL, n, c,
+                                                                                (uint32_t)hw, S, part);
+        k_bn_stats_fin<T><<<bk_grid(c, 128), 128, 0, s>>>((const T *)x, part, S, mean, var, rmean, rvar, n, c, hw,
+                                                          momentum);
+    });
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, const void *dy, const float *mean,
                                          const float *var, const float *scale, const float *shift, float *dscale,
                                          float *dshift, double *sums, int64_t n, int64_t c, int64_t hw, float eps,
-                                         int acc)
+                                         int acc, double *part)
 {
-    BK_DTYPE(dt, T,
-             k_bn_param_grads<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)x, (const T *)dy, mean, var, scale,
+    const int64_t S = bk_bn_segs(c);
+    if (!part) {
+        BK_DTYPE(dt, T,
+                 k_chan_grads<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)x, (const T *)dy, mean, var, scale,
                                                                        shift, dscale, dshift, sums, n, c, hw, eps,
                                                                        acc));
+        return cudaGetLastError();
+    }
+    if (!bk_bn_fits(n, c, hw))
+        return cudaErrorInvalidValue;
+    BK_DTYPE(dt, T,
+             k_bn_part<T, false><<<dim3((unsigned)c, (unsigned)S), CH_THREADS, 0, s>>>(
+                 (const T *)x, (const T *)dy, shift ? shift : mean, n, c, (uint32_t)hw, S, part));
+    k_bn_grads_fin<<<bk_grid(c, 128), 128, 0, s>>>(part, S, x != NULL, var, scale, shift, dscale, dshift, sums, c,
+                                                   eps, acc);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t bk_chan_sum(cudaStream_t s, int dt, const void *dy, float *db, int64_t n, int64_t c, int64_t hw,
                                    int acc)
 {
-    /* the shift gradient's sum alone: no x */
-    return bk_bn_param_grads(s, dt, NULL, dy, NULL, NULL, NULL, NULL, NULL, db, NULL, n, c, hw, 0.0f, acc);
+    /* the shift gradient's sum alone: no x, and no workspace for partial sums */
+    return bk_bn_param_grads(s, dt, NULL, dy, NULL, NULL, NULL, NULL, NULL, db, NULL, n, c, hw, 0.0f, acc, NULL);
 }

@@ -20,7 +20,7 @@
 bfit_cuda_cfg bfit_cuda_cfg_default(void)
 {
     const char *e = getenv("BFIT_CUDA_POLICY");
-    bfit_cuda_cfg c = {BFIT_CUDA_FASTEST, 1, -1};
+    bfit_cuda_cfg c = {BFIT_CUDA_FASTEST, 1, -1, 0};
     if (e && !strcmp(e, "lean"))
         c.policy = BFIT_CUDA_LEAN;
     return c;

@@ -313,10 +313,13 @@ typedef struct bfit_cuda_cfg {
     int deterministic; /* 1: only cuDNN algorithms whose results repeat bit for bit */
     int check;         /* 1: op arguments must be device memory (checked per call); -1: from
                           the environment (BFIT_DEVICE_CHECK=1), 0: off */
+    int conv_chunk;    /* > 0: convolutions run over their batch in chunks of this many samples
+                          (the tests); 0: in chunks only where that bounds a workspace growing
+                          with the batch (cuda_dnn.c) */
 } bfit_cuda_cfg;
 
 /* fastest (lean when the environment has BFIT_CUDA_POLICY=lean),
- * deterministic, check -1. */
+ * deterministic, check -1, conv_chunk 0. */
 bfit_cuda_cfg bfit_cuda_cfg_default(void);
 /* GPU number index (cfg NULL: defaults). BFIT_EDEVICE saying why when the
  * build has no CUDA, no GPU or driver is found, or the GPU is too old for
