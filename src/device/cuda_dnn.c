@@ -332,8 +332,8 @@ static int conv_parts(cuda_op *op)
         part_fini(&whole);
         return rc;
     }
-    if (cuda_dev(op)->cfg.conv_chunk <= 0 && op->part[0].algo_ws >= whole.algo_ws &&
-        op->part[1].algo_ws >= whole.algo_ws) {
+    if (cuda_dev(op)->cfg.conv_chunk <= 0 &&
+        (op->part[0].algo_ws >= whole.algo_ws || op->part[1].algo_ws >= whole.algo_ws)) {
         /* no smaller: not worth the chunks' launches */
         part_fini(&op->part[0]);
         part_fini(&op->part[1]);
