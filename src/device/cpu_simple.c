@@ -268,6 +268,7 @@ static inline __attribute__((always_inline)) void norms_chunk(const float *g, fl
         for (int64_t i = lo; i < hi; i++)
             s += (double)g[i] * (double)g[i];
     } else {
+#pragma omp simd reduction(+ : s, d)
         for (int64_t i = lo; i < hi; i++) {
             double x = g[i], y = x - prev[i];
             s += x * x;
