@@ -142,7 +142,7 @@ cudaError_t bk_bn_stats(cudaStream_t s, int dt, const void *x, float *mean, floa
  * sqrt(var + eps), or with shift (x the forward's output) x^ = (x - shift)
  * / scale; each NULL to skip; with sums (NULL: none), the two sums of this
  * call into sums[0..c) (sum dy) and sums[c..2c) (sum dy x^), for bk_bn_dx.
- * part: bk_bn_part_bytes(c) (NULL: one block per channel, slower). */
+ * part: bk_bn_part_bytes(c), required. */
 cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, const void *dy, const float *mean,
                               const float *var, const float *scale, const float *shift, float *dscale, float *dshift,
                               double *sums, int64_t n, int64_t c, int64_t hw, float eps, int acc, double *part);

@@ -392,40 +392,20 @@ __device__ __forceinline__ int64_t ch_at(int64_t t, int64_t k, int64_t c, int64_
     return (i * c + k) * hw + (t - i * hw);
 }
 
-/* The old shapes of these sums, one block per channel: kept for a
- * convolution's bias gradient (bk_chan_sum), which has no workspace for
- * partial sums. */
+/* db[k] (+)= the sum of dy over channel k, one block per channel: a
+ * convolution's bias gradient, which has no workspace for partial sums */
 template <class T>
-__global__ void k_chan_grads(const T *x, const T *dy, const float *mean, const float *var, const float *scale,
-                             const float *shift, float *dscale, float *dshift, double *sums, int64_t n, int64_t c,
-                             int64_t hw, float eps, int acc)
+__global__ void k_chan_sum(const T *dy, float *db, int64_t n, int64_t c, int64_t hw, int acc)
 {
     __shared__ double sh[CH_THREADS / 32];
     const int64_t cnt = n * hw;
     for (int64_t k = blockIdx.x; k < c; k += gridDim.x) {
-        double ss = 0, sb = 0, off = 0, mul = 0;
-        if (x && shift)
-            off = shift[k], mul = scale[k] != 0.0f ? 1.0 / scale[k] : 0.0;
-        else if (x)
-            off = mean[k], mul = 1.0 / sqrt((double)var[k] + (double)eps);
-        for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS) {
-            int64_t at = ch_at(t, k, c, hw);
-            if (x)
-                ss += (double)bk_f(dy[at]) * ((double)bk_f(x[at]) - off);
-            sb += bk_f(dy[at]);
-        }
-        ss = bk_block_sum<CH_THREADS>(ss, sh);
+        double sb = 0;
+        for (int64_t t = threadIdx.x; t < cnt; t += CH_THREADS)
+            sb += bk_f(dy[ch_at(t, k, c, hw)]);
         sb = bk_block_sum<CH_THREADS>(sb, sh);
-        if (threadIdx.x == 0) {
-            if (dscale)
-                dscale[k] = (float)((acc ? (double)dscale[k] : 0.0) + ss * mul);
-            if (dshift)
-                dshift[k] = (float)((acc ? (double)dshift[k] : 0.0) + sb);
-            if (sums) {
-                sums[k] = sb;
-                sums[c + k] = ss * mul;
-            }
-        }
+        if (threadIdx.x == 0)
+            db[k] = (float)((acc ? (double)db[k] : 0.0) + sb);
     }
 }
 
@@ -541,14 +521,7 @@ extern "C" cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, 
                                          int acc, double *part)
 {
     const int64_t S = bk_bn_segs(c);
-    if (!part) {
-        BK_DTYPE(dt, T,
-                 k_chan_grads<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)x, (const T *)dy, mean, var, scale,
-                                                                       shift, dscale, dshift, sums, n, c, hw, eps,
-                                                                       acc));
-        return cudaGetLastError();
-    }
-    if (!bk_bn_fits(n, c, hw))
+    if (!part || !bk_bn_fits(n, c, hw))
         return cudaErrorInvalidValue;
     BK_DTYPE(dt, T,
              k_bn_part<T, false><<<dim3((unsigned)c, (unsigned)S), CH_THREADS, 0, s>>>(
@@ -561,6 +534,6 @@ extern "C" cudaError_t bk_bn_param_grads(cudaStream_t s, int dt, const void *x, 
 extern "C" cudaError_t bk_chan_sum(cudaStream_t s, int dt, const void *dy, float *db, int64_t n, int64_t c, int64_t hw,
                                    int acc)
 {
-    /* the shift gradient's sum alone: no x, and no workspace for partial sums */
-    return bk_bn_param_grads(s, dt, NULL, dy, NULL, NULL, NULL, NULL, NULL, db, NULL, n, c, hw, 0.0f, acc, NULL);
+    BK_DTYPE(dt, T, k_chan_sum<T><<<bk_grid(c, 1), CH_THREADS, 0, s>>>((const T *)dy, db, n, c, hw, acc));
+    return cudaGetLastError();
 }
