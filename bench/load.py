@@ -85,6 +85,8 @@ def one_train(batchfit, args, wait):
 
 
 def train_mode(a, waits):
+    if a.thread_settings:
+        return train_threads(a, waits[0])
     res = {}
     for pair in range(a.pairs):
         for loaded in (0, 1):
@@ -107,6 +109,32 @@ def train_mode(a, waits):
               f"{statistics.median(x[1] for x in l):.2f} |")
 
 
+def train_threads(a, wait):
+    """--train with --thread-settings: one table row per --threads setting."""
+    sets = a.thread_settings.split(",")
+    res = {}
+    for pair in range(a.pairs):
+        for loaded in (0, 1):
+            hogs = hogs_start(a.hogs) if loaded else []
+            try:
+                for t in sets:
+                    r = one_train(a.batchfit, f"{a.train} --threads {t}", wait)
+                    res.setdefault((t, loaded), []).append(r)
+                    print(f"pair={pair + 1} threads={t} loaded={loaded} wall_s={r[0]:.2f} cpu_s={r[1]:.2f}", flush=True)
+            finally:
+                hogs_stop(hogs)
+    print(f"\nbatchfit train {a.train} --threads S (wait: {wait})\n{a.hogs} busy-loop processes beside the loaded "
+          f"runs, {os.cpu_count()} cores; medians of {a.pairs}\n")
+    print("| --threads | wall alone | wall loaded | loaded / alone | loaded / best alone | CPU s alone | CPU s loaded |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    best = min(statistics.median(x[0] for x in res[(t, 0)]) for t in sets)
+    for t in sets:
+        q, l = res[(t, 0)], res[(t, 1)]
+        qw, lw = statistics.median(x[0] for x in q), statistics.median(x[0] for x in l)
+        print(f"| {t} | {qw:.2f} | {lw:.2f} | {lw / qw:.2f} | {lw / best:.2f} | "
+              f"{statistics.median(x[1] for x in q):.2f} | {statistics.median(x[1] for x in l):.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="gpt-nano:8,cnn:128")
@@ -117,6 +145,8 @@ def main():
     ap.add_argument("--bfit-bench", default=os.path.join(ROOT, "build", "bench", "bfit_bench"))
     ap.add_argument("--train", help="time `batchfit train ARGS` instead of bfit_bench's step")
     ap.add_argument("--batchfit", default=os.path.join(ROOT, "build", "batchfit"))
+    ap.add_argument("--thread-settings", help="with --train: each run once per setting, `--threads S` added "
+                    "(e.g. 2,1,auto); the first --waits setting applies")
     a = ap.parse_args()
     models = [(m.split(":")[0], int(m.split(":")[1])) for m in a.models.split(",")]
     waits = a.waits.split(",")

@@ -173,6 +173,18 @@ static int set_micro(bfit_config *c, const bfit_opt *o, const char *v)
     return set_int(c, o, v);
 }
 
+/* "threads": N, or auto (train: the count changes while it runs,
+ * src/train/threads.h; elsewhere all the cores). */
+static int set_threads(bfit_config *c, const bfit_opt *o, const char *v)
+{
+    c->t.threads_auto = v && !strcmp(v, "auto");
+    if (c->t.threads_auto) {
+        c->t.threads = 0;
+        return BFIT_OK;
+    }
+    return set_int(c, o, v);
+}
+
 static int set_loss_scale(bfit_config *c, const bfit_opt *o, const char *v)
 {
     if (v && !strcmp(v, "none")) {
@@ -395,7 +407,7 @@ static const bfit_opt table[] = {
     {"loss-scale-interval", "N", T, set_i64, OFF(t.loss_scale_interval), 1, CMAX, NULL},
     /* the run */
     {"seed", "N", F | T, set_u64, OFF(t.seed), 0, (double)INT64_MAX, NULL},
-    {"threads", "N", P | F | T | E | D | X, set_int, OFF(t.threads), 1, 1024, NULL},
+    {"threads", "N|auto", P | F | T | E | D | X, set_threads, OFF(t.threads), 1, 1024, NULL},
     {"device", "cpu|cuda|cuda:N|auto", P | F | T | E | D | X, set_device, OFF(t.device_name), 0, 0, NULL},
     {"conv-algo", "fastest|lean|auto", P | F | T | E | D, set_named, 0, 0, 0, NULL},
     {"save", "FILE", T, set_str, OFF(t.save), 0, 0, NULL},
@@ -497,6 +509,8 @@ void bfit_opt_default_text(const bfit_config *c, const bfit_opt *o, char *buf, s
             snprintf(buf + strlen(buf), len - strlen(buf), "%s%g", i ? "," : "", (double)v[i]);
     } else if (o->set == set_largest_only)
         snprintf(buf, len, "%s", c->probe.ladder ? "no" : "yes");
+    else if (o->set == set_threads)
+        snprintf(buf, len, c->t.threads_auto ? "auto" : "%d", c->t.threads);
     else if (o->set == set_batch)
         snprintf(buf, len, c->t.auto_batch ? "auto" : c->t.adaptive ? "adaptive" : "%d", c->t.batch);
     else if (!strcmp(n, "optimizer"))

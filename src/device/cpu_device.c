@@ -372,6 +372,15 @@ static int cpu_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char
     return 0;
 }
 
+static int cpu_set_threads(bfit_device *base, int threads)
+{
+    cpu_device *d = (cpu_device *)base;
+    if (d->depth > 0)
+        return bfit_fail(BFIT_ESTATE, "cpu: the thread count cannot change inside a device call");
+    d->threads = threads;
+    return BFIT_OK;
+}
+
 static const bfit_device_vt cpu_vt = {
     .name = "cpu",
     .mem_info = bfit_cpu_mem_info,
@@ -393,6 +402,7 @@ static const bfit_device_vt cpu_vt = {
     .coll_close = bfit_cpu_coll_close,
     .supports = cpu_supports,
     .sample = cpu_sample,
+    .set_threads = cpu_set_threads,
 };
 
 

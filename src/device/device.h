@@ -291,6 +291,9 @@ typedef struct bfit_device_vt {
     /* the device's state now, without waiting for its work (NULL: nothing
      * to say) */
     int (*sample)(bfit_device *d, bfit_device_sample *out);
+    /* the host threads ops made from now on run on (> 0); NULL: the
+     * backend's ops do not run on host threads */
+    int (*set_threads)(bfit_device *d, int threads);
 } bfit_device_vt;
 
 struct bfit_device {
@@ -385,6 +388,13 @@ double bfit_device_op_seconds(const bfit_device *d);
 /* The device's state for the monitor (out->have 0: nothing known). */
 int bfit_device_sample_get(bfit_device *d, bfit_device_sample *out);
 void bfit_device_info_get(const bfit_device *d, bfit_device_info *out);
+/* CPU: ops made from now on run on threads (> 0) host threads; ops made
+ * before keep the count they were made for (oneDNN splits a primitive's
+ * work, and sizes its scratchpad, for the threads at its creation), so the
+ * caller makes its ops again (--threads auto, src/train/threads.c). Not
+ * inside a device call. BFIT_EINVAL where ops do not run on host threads
+ * (a GPU) or threads < 1. */
+int bfit_device_set_threads(bfit_device *d, int threads);
 
 /* Every op starts with this header so the generic functions can dispatch. */
 struct bfit_op {

@@ -197,6 +197,12 @@ static void unprepare(bfit_layer *l)
 
 static int cacheable(const bfit_layer *l) { return !l->vt->unprepare; }
 
+void bfit_layer_forget(bfit_layer *l)
+{
+    unprepare(l);
+    memset(l->memo, 0, sizeof l->memo);
+}
+
 /* The current set and entry e trade places (either may be empty). */
 static void swap_current(bfit_layer *l, bfit_layer_prep *e)
 {

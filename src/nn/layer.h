@@ -230,6 +230,9 @@ static inline int bfit_bwd_reads_output(const bfit_layer *l) { return l->mode ==
 int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape *in, int nin,
                    bfit_layer **out, char *err, size_t errlen);
 void bfit_layer_free(bfit_layer *l);
+/* Everything prepared goes, and every need remembered: the device's ops
+ * would now be made differently (its thread count changed). */
+void bfit_layer_forget(bfit_layer *l);
 /* New input shapes for a built layer (a token model's sequence length):
  * shape inference again, the parameters (same shapes) kept, ops dropped.
  * On a refusal the layer is as it was. */

@@ -493,6 +493,14 @@ void bfit_model_unreserve(bfit_model *M)
     M->m = 0;
 }
 
+void bfit_model_forget_ops(bfit_model *M)
+{
+    bfit_model_unreserve(M);
+    bfit_model_seq_forget(M);
+    for (int i = 0; i < M->n; i++)
+        bfit_layer_forget(M->nodes[i].l);
+}
+
 uint64_t bfit_model_step_bytes(const bfit_model *M)
 {
     uint64_t b = 0;

@@ -269,6 +269,11 @@ void bfit_layout_fini(bfit_layout *lay);
  * blocks already held are large enough they are reused without allocating. */
 int bfit_model_reserve(bfit_model *M, int m, int training);
 void bfit_model_unreserve(bfit_model *M);
+/* The step's blocks released and every op and need the layers prepared
+ * dropped (a token model's other lengths too): the device now makes its
+ * ops differently (bfit_device_set_threads). The next reserve makes them
+ * again. */
+void bfit_model_forget_ops(bfit_model *M);
 /* Bytes of the step blocks held now (activations, act_grads, workspace, input). */
 uint64_t bfit_model_step_bytes(const bfit_model *M);
 

@@ -490,7 +490,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
                    "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_choice\":\"%s\",\"device_overhead\":%llu,"
-                   "\"threads\":%d,"
+                   "\"threads\":%d,\"threads_auto\":%d,"
                    "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
                    "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s},\"version\":\"%s\","
                    "\"schedule\":\"%s\",\"warmup\":%lld,\"momentum\":%g,\"nesterov\":%d,\"weight_decay\":%g,"
@@ -498,7 +498,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    model, data, (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
                    r->pos.d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
-                   di.name, why, (unsigned long long)di.overhead, di.threads, c->adaptive, c->auto_batch, c->batch_tokens,
+                   di.name, why, (unsigned long long)di.overhead, di.threads, r->tg_on, c->adaptive, c->auto_batch, c->batch_tokens,
                    bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
                    bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan,
                    BFIT_VERSION_STRING, bfit_lr_sched_name(c->sched.kind), (long long)c->sched.warmup_steps,
@@ -702,6 +702,8 @@ static int setup(bfit_run *r)
     if ((rc = finish_schedule(r)) != BFIT_OK || (rc = alloc_stats_snap(r)) != BFIT_OK)
         return rc;
     r->pos.m = r->pos.d.m;
+    if ((rc = bfit_run_threads_start(r)) != BFIT_OK)
+        return rc;
     if (r->log_offset < 0) /* a log continued from a checkpoint has its start */
         log_start(r, &cc);
     if (r->ck && (rc = bfit_run_resume_state(r)) != BFIT_OK)

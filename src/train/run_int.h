@@ -13,6 +13,7 @@
 #include "train/dist_run.h"
 #include "train/feed.h"
 #include "train/log.h"
+#include "train/threads.h"
 #include "train/trainer.h"
 
 #include <stdatomic.h>
@@ -152,10 +153,18 @@ struct bfit_run {
     void (*keep_free)(void *keep);
     double mon_t;              /* the monitor's last sample (real clock; 0: none yet) */
     char mon_throttle[96];     /*   and the throttling it saw, to say when that changes */
+    bfit_tgov tg;              /* --threads auto (threads.c) */
+    int tg_on;
+    int64_t tg_force_at;       /*   tests: change the count after this step (BFIT_TEST_THREADS_AT) */
 };
 
 /* A "monitor" event now if force or its interval has passed (monitor.c). */
 void bfit_run_monitor(bfit_run *r, int force);
+
+/* threads.c: --threads auto from setup on (a CPU of 2 threads or more),
+ * and after each step the thread count kept or changed (logged). */
+int bfit_run_threads_start(bfit_run *r);
+int bfit_run_threads_step(bfit_run *r, double secs, int64_t samples);
 
 /* What bfit_train writes after the run, as the configuration gives them
  * once merged with a resumed checkpoint's. */

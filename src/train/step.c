@@ -589,6 +589,10 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     }
     step_account(r, &in, E, taken, k, loss);
     report_step(r, &in);
+    if ((rc = bfit_run_threads_step(r, in.seconds, taken)) != BFIT_OK) {
+        r->broken = 1;
+        return rc;
+    }
     if ((rc = step_epoch_end(r, &in)) != BFIT_OK) {
         r->broken = 1;
         return rc;

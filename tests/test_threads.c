@@ -1,0 +1,238 @@
+/* test_threads.c - --threads auto (src/train/threads.h): its decisions,
+ * driven with made-up clocks, CPU times and rates; and a real run whose
+ * thread count changes mid-training (a test control forces the change),
+ * which must make its ops again and train on. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include "internal.h"
+
+#include "base/testctl.h"
+#include "train/threads.h"
+#include "train/trainer.h"
+#include "tfiles.h"
+#include "trun.h"
+
+/* A made-up world: each step takes secs of wall and training time, its
+ * samples, and the process gets cpu_per_s CPU seconds per second; the
+ * machine has idle_per_s idle cores. */
+typedef struct world {
+    double now, cpu, idle;
+} world;
+
+static char said[200]; /* the last decision that said something */
+
+/* Up to n steps of `secs` each at `samples`, stopping after the first
+ * change of thread count (made), which *changed_to gets (0: none). */
+static void run_steps(bfit_tgov *g, world *w, int n, double secs, int64_t samples, double cpu_per_s,
+                      double idle_per_s, int *changed_to)
+{
+    *changed_to = 0;
+    for (int i = 0; i < n; i++) {
+        int t;
+        w->now += secs;
+        w->cpu += secs * cpu_per_s;
+        w->idle = w->idle < 0 ? -1 : w->idle + secs * idle_per_s;
+        t = bfit_tgov_step(g, secs, samples, w->now, w->cpu, w->idle);
+        if (g->why[0])
+            snprintf(said, sizeof said, "%s", g->why);
+        if (t != g->cur) {
+            bfit_tgov_changed(g, t, w->now, w->cpu, w->idle);
+            *changed_to = t;
+            return;
+        }
+    }
+}
+
+/* Threads that get their cores: never a try, however long. */
+static void test_busy_threads_stay(void **st)
+{
+    bfit_tgov g;
+    world w = {100, 10, 0};
+    int to;
+    (void)st;
+    bfit_tgov_init(&g, 2, w.now, w.cpu, w.idle);
+    run_steps(&g, &w, 2000, 0.05, 128, 1.7, 0, &to); /* 85% of 2 cores, 100 s */
+    assert_int_equal(to, 0);
+    assert_int_equal(g.cur, 2);
+    assert_int_equal(g.changes, 0);
+}
+
+/* Short of their cores: half the threads are tried after one window, and
+ * kept when they train faster. */
+static void test_short_threads_try_fewer_and_keep(void **st)
+{
+    bfit_tgov g;
+    world w = {0, 0, 0};
+    int to;
+    (void)st;
+    bfit_tgov_init(&g, 2, w.now, w.cpu, w.idle);
+    run_steps(&g, &w, 60, 0.05, 128, 0.7, 0, &to); /* 35% of 2 cores: 2560 samples/s */
+    assert_int_equal(to, 1);
+    assert_int_equal(g.state, BFIT_TGOV_TRYING);
+    assert_non_null(strstr(said, "trying 1"));
+    /* the first step after the change (ops made again) is slow: not counted */
+    run_steps(&g, &w, 1, 1.0, 128, 0.7, 0, &to);
+    run_steps(&g, &w, 60, 0.04, 128, 0.66, 0, &to); /* 3200 samples/s */
+    assert_int_equal(to, 0);
+    assert_int_equal(g.cur, 1);
+    assert_int_equal(g.state, BFIT_TGOV_SETTLED);
+    assert_non_null(strstr(said, "kept"));
+    assert_true(fabs(g.last_rate - 3200) < 1);
+}
+
+/* A try that is slower goes back, and the next waits twice as long each
+ * time it loses again (up to the cap). */
+static void test_lost_try_goes_back_and_waits(void **st)
+{
+    bfit_tgov g;
+    world w = {0, 0, 0};
+    int to;
+    double first_wait;
+    (void)st;
+    bfit_tgov_init(&g, 2, w.now, w.cpu, w.idle);
+    run_steps(&g, &w, 60, 0.05, 128, 0.8, 0, &to);
+    assert_int_equal(to, 1);
+    run_steps(&g, &w, 60, 0.08, 128, 0.6, 0, &to); /* 1600 samples/s: slower */
+    assert_int_equal(to, 2);
+    assert_non_null(strstr(said, "back to 2"));
+    first_wait = g.next_down - w.now;
+    assert_true(first_wait > BFIT_TGOV_WAIT_S * 2 - 3 && first_wait <= BFIT_TGOV_WAIT_S * 2);
+    /* still short of cores, but no try before the wait is over */
+    run_steps(&g, &w, (int)((first_wait - 1) / 0.05), 0.05, 128, 0.8, 0, &to);
+    assert_int_equal(to, 0);
+    run_steps(&g, &w, 100, 0.05, 128, 0.8, 0, &to);
+    assert_int_equal(to, 1);
+    run_steps(&g, &w, 60, 0.08, 128, 0.6, 0, &to);
+    assert_int_equal(to, 2);
+    assert_true(g.wait_down == BFIT_TGOV_WAIT_S * 4);
+    /* losing on: 160, 320, then the cap holds */
+    for (int i = 0; i < 4; i++) {
+        run_steps(&g, &w, 100000, 0.05, 128, 0.8, 0, &to);
+        assert_int_equal(to, 1);
+        run_steps(&g, &w, 60, 0.08, 128, 0.6, 0, &to);
+        assert_int_equal(to, 2);
+    }
+    assert_true(g.wait_down == BFIT_TGOV_WAIT_MAX_S);
+    assert_true(g.changes == 12);
+}
+
+/* From fewer threads: all of them tried again at once when the machine's
+ * cores come free; an idle figure that a try proves wrong (another
+ * cgroup's cores) is not believed again, and time alone decides. */
+static void test_fewer_threads_try_all_when_idle(void **st)
+{
+    bfit_tgov g;
+    world w = {0, 0, 0};
+    int to;
+    (void)st;
+    bfit_tgov_init(&g, 2, w.now, w.cpu, w.idle);
+    run_steps(&g, &w, 60, 0.05, 128, 0.7, 0, &to);
+    run_steps(&g, &w, 60, 0.04, 128, 0.66, 0, &to);
+    assert_int_equal(g.cur, 1);
+    /* a core comes free: tried at the next window */
+    run_steps(&g, &w, 60, 0.04, 128, 0.95, 1.0, &to);
+    assert_int_equal(to, 2);
+    assert_non_null(strstr(said, "cores came free"));
+    /* but 2 are slower: back, and the idle figure is not believed again */
+    run_steps(&g, &w, 60, 0.06, 128, 1.0, 1.0, &to);
+    assert_int_equal(to, 1);
+    assert_int_equal(g.idle_lied, 1);
+    run_steps(&g, &w, (int)((g.next_up - w.now - 1) / 0.04), 0.04, 128, 0.95, 1.0, &to);
+    assert_int_equal(to, 0);
+    /* once the wait is over, tried again, on time alone */
+    run_steps(&g, &w, 100, 0.04, 128, 0.95, 1.0, &to);
+    assert_int_equal(to, 2);
+    assert_non_null(strstr(said, "time to try again"));
+}
+
+/* One thread: nothing to choose. Unknown idle (-1): only time decides. */
+static void test_one_thread_and_no_idle(void **st)
+{
+    bfit_tgov g;
+    world w = {0, 0, -1};
+    int to;
+    (void)st;
+    bfit_tgov_init(&g, 1, w.now, w.cpu, w.idle);
+    run_steps(&g, &w, 500, 0.05, 128, 0.2, 0, &to);
+    assert_int_equal(to, 0);
+    bfit_tgov_init(&g, 4, w.now, w.cpu, w.idle);
+    run_steps(&g, &w, 60, 0.05, 128, 1.0, 0, &to); /* 25% of 4 */
+    assert_int_equal(to, 2);
+    run_steps(&g, &w, 60, 0.04, 128, 1.0, 0, &to);
+    assert_int_equal(g.cur, 2);
+    run_steps(&g, &w, (int)((g.next_up - w.now - 1) / 0.04), 0.04, 128, 1.0, 0, &to);
+    assert_int_equal(to, 0);
+    run_steps(&g, &w, 100, 0.04, 128, 1.0, 0, &to);
+    assert_int_equal(to, 4);
+}
+
+/* ---- a real run -------------------------------------------------------------- */
+
+typedef struct seen {
+    int threads_events, to1, to2, start_auto;
+} seen;
+
+static void on_event(void *ud, const char *json)
+{
+    seen *s = ud;
+    if (strstr(json, "\"event\":\"threads\"")) {
+        s->threads_events++;
+        s->to1 += strstr(json, "\"threads\":1,\"was\":2") != NULL;
+        s->to2 += strstr(json, "\"threads\":2,\"was\":1") != NULL;
+    }
+    if (strstr(json, "\"event\":\"start\"") && strstr(json, "\"threads\":2,\"threads_auto\":1"))
+        s->start_auto = 1;
+}
+
+/* cnn (convolutions, pooling, batch norm's kin: oneDNN primitives made for
+ * a thread count) from 2 threads to 1 after step 3, then the evaluation
+ * and training on: the run finishes and learns. */
+static void test_run_changes_threads(void **st)
+{
+    char model[512];
+    bfit_train_cfg c;
+    bfit_train_result res;
+    seen s = {0};
+    (void)st;
+    src_path(model, sizeof model, "models/cnn.cfg");
+    c = trun_cfg(model, 64, 3200, 500);
+    c.data = "fashion-mnist";
+    c.epochs = 1;
+    c.lr = 0.05;
+    c.threads = 2;
+    c.threads_auto = 1;
+    c.on_event = on_event;
+    c.cb_ud = &s;
+    bfit_test_control(BFIT_TC_THREADS_AT, 3);
+    memset(&res, 0, sizeof res);
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_OK);
+    bfit_test_control(BFIT_TC_THREADS_AT, 0);
+    assert_int_equal(s.start_auto, 1);
+    assert_int_equal(s.to1, 1);
+    assert_true(isfinite(res.train_loss));
+    assert_true(res.test_acc > 0.55); /* 50 steps of 64: well past chance (0.10) */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_busy_threads_stay),
+        cmocka_unit_test(test_short_threads_try_fewer_and_keep),
+        cmocka_unit_test(test_lost_try_goes_back_and_waits),
+        cmocka_unit_test(test_fewer_threads_try_all_when_idle),
+        cmocka_unit_test(test_one_thread_and_no_idle),
+        cmocka_unit_test(test_run_changes_threads),
+    };
+    int rc;
+    tmp_setup("threads");
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    tmp_teardown();
+    return rc;
+}
