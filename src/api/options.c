@@ -182,6 +182,9 @@ static int set_threads(bfit_config *c, const bfit_opt *o, const char *v)
         c->t.threads = 0;
         return BFIT_OK;
     }
+    if (!v || !*v || (strspn(v, "0123456789+- ") != strlen(v)))
+        return bfit_fail_field(BFIT_EINVAL, "threads", "expected a number of threads (1 to 1024) or auto; got '%s'",
+                               v ? v : "");
     return set_int(c, o, v);
 }
 

@@ -45,6 +45,8 @@ expect 0 "Usage: batchfit plan" "$bf" plan --help
 expect 2 "--model: is required" "$bf" train
 expect 2 "--batch: 0 is out of range" "$bf" train --model "$m" --batch 0
 expect 2 "--batch: 'x1' is not a whole number" "$bf" train --model "$m" --batch x1
+expect 2 "--threads: expected a number of threads \(1 to 1024\) or auto; got 'fast'" "$bf" train --model "$m" --threads fast
+expect 2 "--threads: 0 is out of range" "$bf" train --model "$m" --threads 0
 expect 2 "--memory: size '12XB' has unknown unit 'XB'" "$bf" train --model "$m" --memory 12XB
 expect 2 "--memory: size '-1' is negative" "$bf" train --model "$m" --memory -1
 expect 2 "--lr: 'fast' is not a number" "$bf" train --model "$m" --lr fast
@@ -91,6 +93,13 @@ expect 0 "test accuracy" "$bf" train --model "$m" --epoch-samples 640 --eval-sam
   --save "$tmp/w.safetensors" --log "$tmp/log.jsonl" --quiet
 expect 0 '"event":"end"' cat "$tmp/log.jsonl"
 expect 0 '"event":"eval".*"test_samples":500' cat "$tmp/log.jsonl"
+# --threads auto: the count changes mid-run (a test control forces the
+# change after step 2) and the run trains on with its ops made again
+expect 0 "step 2: a test asked for 1 thread" env OMP_NUM_THREADS=2 BFIT_TEST_THREADS_AT=2 "$bf" train --model "$m" \
+  --epoch-samples 640 --eval-samples 200 --batch 64 --threads auto --log "$tmp/ta.jsonl"
+expect 0 '"threads":2,"threads_auto":1' cat "$tmp/ta.jsonl"
+expect 0 '"event":"threads".*"threads":1,"was":2' cat "$tmp/ta.jsonl"
+expect 0 '"event":"end"' cat "$tmp/ta.jsonl"
 expect 0 "test accuracy .* on 500 samples" "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500
 expect 0 '^\{"samples":500,"loss":[0-9.]+,"accuracy":[0-9.]+\}$' "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500 --json
 expect 1 "is missing: the weights are for another model" "$bf" eval --model "$src/models/cnn.cfg" --weights "$tmp/w.safetensors"
