@@ -10,6 +10,6 @@ scripts/setup.sh
 scripts/build.sh build
 mkdir -p out
 exec ./build/batchfit train --model models/cnn.cfg --data fashion-mnist \
-    --batch auto --lr-ref-batch 128 --epochs 5 --optimizer sgd --lr 0.05 \
+    --batch auto --lr-ref-batch 64 --epochs 5 --optimizer sgd --lr 0.025 \
     --schedule cosine --weight-decay 5e-4 \
     --save out/cnn.safetensors --log out/train.jsonl "$@"
