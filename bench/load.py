@@ -85,54 +85,36 @@ def one_train(batchfit, args, wait):
 
 
 def train_mode(a, waits):
+    """--train: one table row per wait setting, or with --thread-settings per
+    --threads setting (the first wait setting for all)."""
     if a.thread_settings:
-        return train_threads(a, waits[0])
+        kind = "threads"
+        rows = [(t, waits[0], f"{a.train} --threads {t}") for t in a.thread_settings.split(",")]
+    else:
+        kind = "wait"
+        rows = [(w, w, a.train) for w in waits]
     res = {}
     for pair in range(a.pairs):
         for loaded in (0, 1):
             hogs = hogs_start(a.hogs) if loaded else []
             try:
-                for w in waits:
-                    r = one_train(a.batchfit, a.train, w)
-                    res.setdefault((w, loaded), []).append(r)
-                    print(f"pair={pair + 1} wait={w} loaded={loaded} wall_s={r[0]:.2f} cpu_s={r[1]:.2f}", flush=True)
+                for name, w, args in rows:
+                    r = one_train(a.batchfit, args, w)
+                    res.setdefault((name, loaded), []).append(r)
+                    print(f"pair={pair + 1} {kind}={name} loaded={loaded} wall_s={r[0]:.2f} cpu_s={r[1]:.2f}",
+                          flush=True)
             finally:
                 hogs_stop(hogs)
-    print(f"\nbatchfit train {a.train}\n{a.hogs} busy-loop processes beside the loaded runs, {os.cpu_count()} cores; "
-          f"medians of {a.pairs}\n")
-    print("| wait | wall alone | wall loaded | loaded / alone | CPU s alone | CPU s loaded |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for w in waits:
-        q, l = res[(w, 0)], res[(w, 1)]
-        qw, lw = statistics.median(x[0] for x in q), statistics.median(x[0] for x in l)
-        print(f"| {w} | {qw:.2f} | {lw:.2f} | {lw / qw:.2f} | {statistics.median(x[1] for x in q):.2f} | "
-              f"{statistics.median(x[1] for x in l):.2f} |")
-
-
-def train_threads(a, wait):
-    """--train with --thread-settings: one table row per --threads setting."""
-    sets = a.thread_settings.split(",")
-    res = {}
-    for pair in range(a.pairs):
-        for loaded in (0, 1):
-            hogs = hogs_start(a.hogs) if loaded else []
-            try:
-                for t in sets:
-                    r = one_train(a.batchfit, f"{a.train} --threads {t}", wait)
-                    res.setdefault((t, loaded), []).append(r)
-                    print(f"pair={pair + 1} threads={t} loaded={loaded} wall_s={r[0]:.2f} cpu_s={r[1]:.2f}", flush=True)
-            finally:
-                hogs_stop(hogs)
-    print(f"\nbatchfit train {a.train} --threads S (wait: {wait})\n{a.hogs} busy-loop processes beside the loaded "
-          f"runs, {os.cpu_count()} cores; medians of {a.pairs}\n")
-    print("| --threads | wall alone | wall loaded | loaded / alone | loaded / best alone | CPU s alone | CPU s loaded |")
+    med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}
+    best = min(med[(name, 0)][0] for name, _, _ in rows)
+    print(f"\nbatchfit train {a.train}{' --threads S (wait: ' + waits[0] + ')' if a.thread_settings else ''}\n"
+          f"{a.hogs} busy-loop processes beside the loaded runs, {os.cpu_count()} cores; medians of {a.pairs}\n")
+    print(f"| {'--threads' if a.thread_settings else 'wait'} | wall alone | wall loaded | loaded / alone | "
+          "loaded / best alone | CPU s alone | CPU s loaded |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    best = min(statistics.median(x[0] for x in res[(t, 0)]) for t in sets)
-    for t in sets:
-        q, l = res[(t, 0)], res[(t, 1)]
-        qw, lw = statistics.median(x[0] for x in q), statistics.median(x[0] for x in l)
-        print(f"| {t} | {qw:.2f} | {lw:.2f} | {lw / qw:.2f} | {lw / best:.2f} | "
-              f"{statistics.median(x[1] for x in q):.2f} | {statistics.median(x[1] for x in l):.2f} |")
+    for name, _, _ in rows:
+        (qw, qc), (lw, lc) = med[(name, 0)], med[(name, 1)]
+        print(f"| {name} | {qw:.2f} | {lw:.2f} | {lw / qw:.2f} | {lw / best:.2f} | {qc:.2f} | {lc:.2f} |")
 
 
 def main():

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static double test_tick;
@@ -43,4 +44,13 @@ double bfit_clock_thread(void)
     if (test_tick > 0)
         return (double)reads++ * test_tick;
     return bfit_clock_mono();
+}
+
+double bfit_clock_process_cpu(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
 }

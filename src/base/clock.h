@@ -15,6 +15,10 @@ double bfit_clock_mono(void);
  * never move the clock the decisions read (their readings would interleave
  * with it by timing). */
 double bfit_clock_thread(void);
+/* This process's CPU time so far, every thread's, user and system
+ * (getrusage): the real figure always (what the CPU monitor reports, and
+ * what --threads auto weighs against the clock), 0 if unknown. */
+double bfit_clock_process_cpu(void);
 /* Tests: the test clock from now on, advancing tick seconds at each reading
  * (tick 0: the real clock again), over BFIT_TEST_CLOCK. For a test program
  * whose runs differ in the clock they need; call it between runs, not

@@ -1,5 +1,6 @@
 /* cpu_device.c - the CPU backend: oneDNN engine and stream, op life cycle,
  * shared helpers. The families of ops live in cpu_*.c beside it. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "device/cpu.h"
 #include "device/cpu_isa.h"
@@ -10,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -306,16 +306,6 @@ static double wall_seconds(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* This process's CPU time (every thread's, user and system), seconds. */
-static double process_cpu_seconds(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return 0;
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec * 1e-6;
-}
-
 /* Resident memory of this process (/proc/self/statm), 0 if unknown. Read
  * with open/read into the stack: the monitor samples between training steps,
  * which allocate nothing on the heap (stdio's fopen would). */
@@ -341,7 +331,7 @@ static uint64_t resident_bytes(void)
 static int cpu_sample(bfit_device *base, bfit_device_sample *out)
 {
     cpu_device *d = (cpu_device *)base;
-    double cpu = process_cpu_seconds(), wall = wall_seconds();
+    double cpu = bfit_clock_process_cpu(), wall = wall_seconds();
     int t = d->threads > 0 ? d->threads : omp_get_max_threads();
     uint64_t rss = resident_bytes();
 
@@ -432,7 +422,7 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
     if (c.host)
         d->host = *c.host;
     bfit_cpu_blocks_init(d);
-    d->mon_cpu = process_cpu_seconds();
+    d->mon_cpu = bfit_clock_process_cpu();
     d->mon_wall = wall_seconds();
     if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags) != dnnl_success) {

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 static void window_start(bfit_tgov *g, double now, double cpu, double idle)
@@ -125,15 +124,6 @@ int bfit_tgov_step(bfit_tgov *g, double secs, int64_t samples, double now, doubl
 
 /* ---- the run's side ------------------------------------------------------ */
 
-static double cpu_seconds(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return 0;
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec * 1e-6;
-}
-
 /* The machine's idle core-seconds so far (/proc/stat's idle and iowait),
  * -1 where unknown. Read with open/read into the stack: it runs between
  * steps, which allocate nothing. */
@@ -173,7 +163,7 @@ int bfit_run_threads_start(bfit_run *r)
     /* the count explicit from now on, set around every device call */
     if ((rc = bfit_device_set_threads(r->s.dev, di.threads)) != BFIT_OK)
         return rc;
-    bfit_tgov_init(&r->tg, di.threads, bfit_clock_mono(), cpu_seconds(), idle_seconds());
+    bfit_tgov_init(&r->tg, di.threads, bfit_clock_mono(), bfit_clock_process_cpu(), idle_seconds());
     r->tg_force_at = bfit_test_value(BFIT_TC_THREADS_AT);
     r->tg_on = 1;
     return BFIT_OK;
@@ -187,7 +177,7 @@ int bfit_run_threads_step(bfit_run *r, double secs, int64_t samples)
     if (!r->tg_on)
         return BFIT_OK;
     now = bfit_clock_mono();
-    cpu = cpu_seconds();
+    cpu = bfit_clock_process_cpu();
     idle = idle_seconds();
     t = bfit_tgov_step(&r->tg, secs, samples, now, cpu, idle);
     if (r->tg_force_at && r->pos.step == r->tg_force_at) {
