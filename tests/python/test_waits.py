@@ -1,4 +1,5 @@
-"""OpenMP's wait policy in a process that imports batchfit: the package loads
+"""OpenMP's wait policy in a process that imports batchfit, and threads="auto"
+through the package (last test). The package loads
 the library with sleeping waits (libgomp's spin count 0, which
 OMP_DISPLAY_ENV=verbose prints) and puts the environment back; a policy or
 spin count the user set wins; a libgomp loaded before batchfit keeps what it
@@ -36,3 +37,22 @@ def test_a_libgomp_loaded_first_keeps_its_settings():
     out, err = child(gomp + CHILD)
     assert "GOMP_SPINCOUNT = '300000'" in err and "GOMP_SPINCOUNT = '0'" not in err
     assert "after None" in out
+
+
+def test_threads_auto_changes_the_count_mid_run():
+    """threads="auto" from Python: the run starts on 2 threads and, with the
+    test control forcing a change after step 2, goes on with 1 (a `threads`
+    event), its ops made again, and trains to the end."""
+    code = ("import json, batchfit; ev = []\n"
+            "r = batchfit.train('mlp', epoch_samples=640, eval_samples=200, batch=64, threads='auto',\n"
+            "                   on_event=lambda e: ev.append(e if isinstance(e, dict) else json.loads(e)))\n"
+            "th = [e for e in ev if e['event'] == 'threads']\n"
+            "st = [e for e in ev if e['event'] == 'start'][0]\n"
+            "print('start', st['threads'], st['threads_auto'])\n"
+            "print('changes', [(e['was'], e['threads']) for e in th])\n"
+            "print('acc', r.test_accuracy)\n")
+    out, err = child(code, OMP_NUM_THREADS="2", BFIT_TEST_THREADS_AT="2")
+    assert "start 2 1" in out, out + err
+    assert "changes [(2, 1)]" in out, out + err
+    acc = float(out.split("acc ")[1].split()[0])
+    assert acc > 0.5, out
