@@ -64,25 +64,38 @@ static size_t layout(const bk_attn *a, int bwd, size_t blas, char *base, attn_ws
     return off;
 }
 
-/* per lane of a batch: C = alpha op(A) op(B), column-major, m x n */
-static int gemm(cuda_device *dev, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
-                int64_t lda, int64_t sa, const float *B, int64_t ldb, int64_t sb, float *C, int64_t ldc, int64_t sc,
-                int64_t batch)
+/* per lane of a batch: C = alpha op(A) op(B), column-major, m x n; tf32:
+ * on TF32 tensor cores, for operands TF32 holds exactly (below) */
+static int gemm(cuda_device *dev, int tf32, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb, int64_t sb, float *C, int64_t ldc,
+                int64_t sc, int64_t batch)
 {
     const float zero = 0.0f;
-    CUBLAS_TRY(cublasSgemmStridedBatched(dev->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         (int)m, (int)n, (int)k, &alpha, A, (int)lda, sa, B, (int)ldb, sb, &zero, C,
-                                         (int)ldc, sc, (int)batch),
-               "attention (cublasSgemmStridedBatched)");
+    const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (tf32)
+        CUBLAS_TRY(cublasGemmStridedBatchedEx(dev->blas, oa, ob, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_32F,
+                                              (int)lda, sa, B, CUDA_R_32F, (int)ldb, sb, &zero, C, CUDA_R_32F,
+                                              (int)ldc, sc, (int)batch, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                              CUBLAS_GEMM_DEFAULT),
+                   "attention (cublasGemmStridedBatchedEx, TF32)");
+    else
+        CUBLAS_TRY(cublasSgemmStridedBatched(dev->blas, oa, ob, (int)m, (int)n, (int)k, &alpha, A, (int)lda, sa, B,
+                                             (int)ldb, sb, &zero, C, (int)ldc, sc, (int)batch),
+                   "attention (cublasSgemmStridedBatched)");
     return BFIT_OK;
 }
 
 /* C [G, T, T] = alpha Y X^T per lane (row-major): X, Y [T, hs] at lane
- * strides sx, sy */
+ * strides sx, sy. Both are copies of 16-bit data when the op's dtype is
+ * (q, k; v, dy): TF32's 10-bit mantissa holds bf16's 7 and f16's 10 bits
+ * exactly, so on TF32 tensor cores each product is the f32 one and only
+ * the order of the f32 sums may differ. The products with P or dS (f32
+ * values, apply) stay f32. */
 static int scores(cuda_device *dev, const bk_attn *a, float alpha, const float *X, int64_t sx, const float *Y,
                   int64_t sy, float *C, int64_t G)
 {
-    return gemm(dev, 1, 0, a->T, a->T, a->hs, alpha, X, a->hs, sx, Y, a->hs, sy, C, a->T, a->T * a->T, G);
+    return gemm(dev, a->dt != BFIT_F32, 1, 0, a->T, a->T, a->hs, alpha, X, a->hs, sx, Y, a->hs, sy, C, a->T,
+                a->T * a->T, G);
 }
 
 /* C [T, hs] = alpha op(M) X per lane (row-major), op(M) = M (tm 0) or M^T
@@ -90,7 +103,7 @@ static int scores(cuda_device *dev, const bk_attn *a, float alpha, const float *
 static int apply(cuda_device *dev, const bk_attn *a, float alpha, const float *M, int tm, const float *X, int64_t sx,
                  float *C, int64_t sc, int64_t G)
 {
-    return gemm(dev, 0, tm, a->hs, a->T, a->T, alpha, X, a->hs, sx, M, a->T, a->T * a->T, C, a->hs, sc, G);
+    return gemm(dev, 0, 0, tm, a->hs, a->T, a->T, alpha, X, a->hs, sx, M, a->T, a->T * a->T, C, a->hs, sc, G);
 }
 
 /* cuBLAS's workspace is the op's first part (none under the lean policy) */
