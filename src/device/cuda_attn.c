@@ -86,11 +86,13 @@ static int gemm(cuda_device *dev, int tf32, int ta, int tb, int64_t m, int64_t n
 }
 
 /* C [G, T, T] = alpha Y X^T per lane (row-major): X, Y [T, hs] at lane
- * strides sx, sy. Both are copies of 16-bit data when the op's dtype is
- * (q, k; v, dy): TF32's 10-bit mantissa holds bf16's 7 and f16's 10 bits
- * exactly, so on TF32 tensor cores each product is the f32 one and only
- * the order of the f32 sums may differ. The products with P or dS (f32
- * values, apply) stay f32. */
+ * strides sx, sy. For 16-bit data every product runs on TF32 tensor cores
+ * with f32 sums: the scores' operands are copies of 16-bit values (q, k;
+ * v, dy), which TF32's 10-bit mantissa holds exactly, so their products
+ * are the f32 ones; P and dS (apply) are rounded to TF32 (2^-11 relative,
+ * a quarter of the rounding the 16-bit result gets, and finer than
+ * PyTorch's flash attention, which rounds P to bf16). f32 data stays IEEE
+ * f32 throughout. */
 static int scores(cuda_device *dev, const bk_attn *a, float alpha, const float *X, int64_t sx, const float *Y,
                   int64_t sy, float *C, int64_t G)
 {
@@ -103,7 +105,8 @@ static int scores(cuda_device *dev, const bk_attn *a, float alpha, const float *
 static int apply(cuda_device *dev, const bk_attn *a, float alpha, const float *M, int tm, const float *X, int64_t sx,
                  float *C, int64_t sc, int64_t G)
 {
-    return gemm(dev, 0, 0, tm, a->hs, a->T, a->T, alpha, X, a->hs, sx, M, a->T, a->T * a->T, C, a->hs, sc, G);
+    return gemm(dev, a->dt != BFIT_F32, 0, tm, a->hs, a->T, a->T, alpha, X, a->hs, sx, M, a->T, a->T * a->T, C, a->hs,
+                sc, G);
 }
 
 /* cuBLAS's workspace is the op's first part (none under the lean policy) */
