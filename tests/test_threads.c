@@ -39,7 +39,12 @@ static void run_steps(bfit_tgov *g, world *w, int n, double secs, int64_t sample
         w->now += secs;
         w->cpu += secs * cpu_per_s;
         w->idle = w->idle < 0 ? -1 : w->idle + secs * idle_per_s;
-        t = bfit_tgov_step(g, secs, samples, w->now, w->cpu, w->idle);
+        /* as the run does: the readings only where a window starts or
+         * closes, anything else between */
+        if (bfit_tgov_needs_readings(g, w->now))
+            t = bfit_tgov_step(g, secs, samples, w->now, w->cpu, w->idle);
+        else
+            t = bfit_tgov_step(g, secs, samples, w->now, -7, -7);
         if (g->why[0])
             snprintf(said, sizeof said, "%s", g->why);
         if (t != g->cur) {

@@ -80,6 +80,11 @@ static int judge(bfit_tgov *g, double rate, double now)
     return g->from;
 }
 
+int bfit_tgov_needs_readings(const bfit_tgov *g, double now)
+{
+    return g->max > 1 && (g->skip > 0 || (g->steps + 1 >= BFIT_TGOV_WINDOW_STEPS && now - g->t0 >= BFIT_TGOV_WINDOW_S));
+}
+
 int bfit_tgov_step(bfit_tgov *g, double secs, int64_t samples, double now, double cpu, double idle)
 {
     double rate, busy, free_cores;
@@ -172,13 +177,16 @@ int bfit_run_threads_start(bfit_run *r)
 int bfit_run_threads_step(bfit_run *r, double secs, int64_t samples)
 {
     double now, cpu, idle;
-    int from = r->tg.cur, t, rc;
+    int from = r->tg.cur, t, rc, need;
 
     if (!r->tg_on)
         return BFIT_OK;
     now = bfit_clock_mono();
-    cpu = bfit_clock_process_cpu();
-    idle = idle_seconds();
+    /* a getrusage and a read of /proc/stat only where a window starts or
+     * closes (a change made at any other step starts by skipping one) */
+    need = bfit_tgov_needs_readings(&r->tg, now);
+    cpu = need ? bfit_clock_process_cpu() : 0;
+    idle = need ? idle_seconds() : -1;
     t = bfit_tgov_step(&r->tg, secs, samples, now, cpu, idle);
     if (r->tg_force_at && r->pos.step == r->tg_force_at) {
         t = from == r->tg.max ? r->tg.max / 2 : r->tg.max;

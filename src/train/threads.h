@@ -55,6 +55,10 @@ void bfit_tgov_init(bfit_tgov *g, int max, double now, double cpu, double idle);
  * says what was decided ("" when nothing). The caller makes a change and
  * then calls bfit_tgov_changed. */
 int bfit_tgov_step(bfit_tgov *g, double secs, int64_t samples, double now, double cpu, double idle);
+/* Whether the next bfit_tgov_step at clock now starts or closes a window,
+ * the only steps that read cpu and idle (the others may pass anything):
+ * the caller reads the process's CPU time and /proc/stat only then. */
+int bfit_tgov_needs_readings(const bfit_tgov *g, double now);
 /* The change to t was made at now: a new window starts (its first step,
  * which makes the ops again, not counted). */
 void bfit_tgov_changed(bfit_tgov *g, int t, double now, double cpu, double idle);
