@@ -2,7 +2,9 @@
  * driven with made-up clocks, CPU times and rates; and a real run whose
  * thread count changes mid-training (a test control forces the change),
  * which must make its ops again and train on. */
+#include <dirent.h>
 #include <math.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,16 +28,17 @@ typedef struct world {
     double now, cpu, idle;
 } world;
 
-static char said[200]; /* the last decision that said something */
+static char said[256]; /* the last decision that said something */
 
 /* Up to n steps of `secs` each at `samples`, stopping after the first
- * change of thread count (made), which *changed_to gets (0: none). */
+ * change of setting (made), whose thread count *changed_to gets (0: none;
+ * its CPUs are g->cur.cpus). */
 static void run_steps(bfit_tgov *g, world *w, int n, double secs, int64_t samples, double cpu_per_s,
                       double idle_per_s, int *changed_to)
 {
     *changed_to = 0;
     for (int i = 0; i < n; i++) {
-        int t;
+        bfit_tgov_set t;
         w->now += secs;
         w->cpu += secs * cpu_per_s;
         w->idle = w->idle < 0 ? -1 : w->idle + secs * idle_per_s;
@@ -47,9 +50,9 @@ static void run_steps(bfit_tgov *g, world *w, int n, double secs, int64_t sample
             t = bfit_tgov_step(g, secs, samples, w->now, -7, -7);
         if (g->why[0])
             snprintf(said, sizeof said, "%s", g->why);
-        if (t != g->cur) {
+        if (!bfit_tgov_same(t, g->cur)) {
             bfit_tgov_changed(g, t, w->now, w->cpu, w->idle);
-            *changed_to = t;
+            *changed_to = t.threads;
             return;
         }
     }
@@ -62,10 +65,10 @@ static void test_busy_threads_stay(void **st)
     world w = {100, 10, 0};
     int to;
     (void)st;
-    bfit_tgov_init(&g, 2, w.now, w.cpu, w.idle);
+    bfit_tgov_init(&g, 2, 0, w.now, w.cpu, w.idle);
     run_steps(&g, &w, 2000, 0.05, 128, 1.7, 0, &to); /* 85% of 2 cores, 100 s */
     assert_int_equal(to, 0);
-    assert_int_equal(g.cur, 2);
+    assert_int_equal(g.cur.threads, 2);
     assert_int_equal(g.changes, 0);
 }
 
@@ -77,7 +80,7 @@ static void test_short_threads_try_fewer_and_keep(void **st)
     world w = {0, 0, 0};
     int to;
     (void)st;
-    bfit_tgov_init(&g, 2, w.now, w.cpu, w.idle);
+    bfit_tgov_init(&g, 2, 0, w.now, w.cpu, w.idle);
     run_steps(&g, &w, 60, 0.05, 128, 0.7, 0, &to); /* 35% of 2 cores: 2560 samples/s */
     assert_int_equal(to, 1);
     assert_int_equal(g.state, BFIT_TGOV_TRYING);
@@ -86,7 +89,7 @@ static void test_short_threads_try_fewer_and_keep(void **st)
     run_steps(&g, &w, 1, 1.0, 128, 0.7, 0, &to);
     run_steps(&g, &w, 60, 0.04, 128, 0.66, 0, &to); /* 3200 samples/s */
     assert_int_equal(to, 0);
-    assert_int_equal(g.cur, 1);
+    assert_int_equal(g.cur.threads, 1);
     assert_int_equal(g.state, BFIT_TGOV_SETTLED);
     assert_non_null(strstr(said, "kept"));
     assert_true(fabs(g.last_rate - 3200) < 1);
@@ -101,12 +104,12 @@ static void test_lost_try_goes_back_and_waits(void **st)
     int to;
     double first_wait;
     (void)st;
-    bfit_tgov_init(&g, 2, w.now, w.cpu, w.idle);
+    bfit_tgov_init(&g, 2, 0, w.now, w.cpu, w.idle);
     run_steps(&g, &w, 60, 0.05, 128, 0.8, 0, &to);
     assert_int_equal(to, 1);
     run_steps(&g, &w, 60, 0.08, 128, 0.6, 0, &to); /* 1600 samples/s: slower */
     assert_int_equal(to, 2);
-    assert_non_null(strstr(said, "back to 2"));
+    assert_non_null(strstr(said, "back to 2 threads"));
     first_wait = g.next_down - w.now;
     assert_true(first_wait > BFIT_TGOV_WAIT_S * 2 - 3 && first_wait <= BFIT_TGOV_WAIT_S * 2);
     /* still short of cores, but no try before the wait is over */
@@ -137,10 +140,10 @@ static void test_fewer_threads_try_all_when_idle(void **st)
     world w = {0, 0, 0};
     int to;
     (void)st;
-    bfit_tgov_init(&g, 2, w.now, w.cpu, w.idle);
+    bfit_tgov_init(&g, 2, 0, w.now, w.cpu, w.idle);
     run_steps(&g, &w, 60, 0.05, 128, 0.7, 0, &to);
     run_steps(&g, &w, 60, 0.04, 128, 0.66, 0, &to);
-    assert_int_equal(g.cur, 1);
+    assert_int_equal(g.cur.threads, 1);
     /* a core comes free: tried at the next window */
     run_steps(&g, &w, 60, 0.04, 128, 0.95, 1.0, &to);
     assert_int_equal(to, 2);
@@ -164,14 +167,14 @@ static void test_one_thread_and_no_idle(void **st)
     world w = {0, 0, -1};
     int to;
     (void)st;
-    bfit_tgov_init(&g, 1, w.now, w.cpu, w.idle);
+    bfit_tgov_init(&g, 1, 0, w.now, w.cpu, w.idle);
     run_steps(&g, &w, 500, 0.05, 128, 0.2, 0, &to);
     assert_int_equal(to, 0);
-    bfit_tgov_init(&g, 4, w.now, w.cpu, w.idle);
+    bfit_tgov_init(&g, 4, 0, w.now, w.cpu, w.idle);
     run_steps(&g, &w, 60, 0.05, 128, 1.0, 0, &to); /* 25% of 4 */
     assert_int_equal(to, 2);
     run_steps(&g, &w, 60, 0.04, 128, 1.0, 0, &to);
-    assert_int_equal(g.cur, 2);
+    assert_int_equal(g.cur.threads, 2);
     run_steps(&g, &w, (int)((g.next_up - w.now - 1) / 0.04), 0.04, 128, 1.0, 0, &to);
     assert_int_equal(to, 0);
     run_steps(&g, &w, 100, 0.04, 128, 1.0, 0, &to);
@@ -181,16 +184,52 @@ static void test_one_thread_and_no_idle(void **st)
 /* ---- a real run -------------------------------------------------------------- */
 
 typedef struct seen {
-    int threads_events, to1, to2, start_auto;
+    int threads_events, to1, to2, packed, start_auto;
+    int narrow_packed;  /* threads of the process on one CPU, seen when packed */
+    int spread, narrow_spread; /* and when spread again */
 } seen;
+
+/* How many of this process's threads may run on one CPU only. */
+static int narrow_threads(void)
+{
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+    assert_non_null(dir);
+    while ((e = readdir(dir))) {
+        cpu_set_t set;
+        if (e->d_name[0] == '.')
+            continue;
+        CPU_ZERO(&set);
+        if (sched_getaffinity(atoi(e->d_name), sizeof set, &set) == 0 && CPU_COUNT(&set) == 1)
+            n++;
+    }
+    closedir(dir);
+    return n;
+}
+
+static int allowed_cpus(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
 
 static void on_event(void *ud, const char *json)
 {
     seen *s = ud;
     if (strstr(json, "\"event\":\"threads\"")) {
         s->threads_events++;
-        s->to1 += strstr(json, "\"threads\":1,\"was\":2") != NULL;
-        s->to2 += strstr(json, "\"threads\":2,\"was\":1") != NULL;
+        s->to1 += strstr(json, "\"threads\":1,\"cpus\":2,\"was\":2,\"was_cpus\":2") != NULL;
+        s->to2 += strstr(json, "\"threads\":2,\"cpus\":2,\"was\":1") != NULL;
+        if (strstr(json, "\"threads\":2,\"cpus\":1,\"was\":2,\"was_cpus\":2")) {
+            s->packed++;
+            s->narrow_packed = narrow_threads();
+        }
+        if (strstr(json, "\"threads\":2,\"cpus\":2,\"was\":2,\"was_cpus\":1")) {
+            s->spread++;
+            s->narrow_spread = narrow_threads();
+        }
     }
     if (strstr(json, "\"event\":\"start\"") && strstr(json, "\"threads\":2,\"threads_auto\":1"))
         s->start_auto = 1;
@@ -225,6 +264,51 @@ static void test_run_changes_threads(void **st)
     assert_true(res.test_acc > 0.55); /* 50 steps of 64: well past chance (0.10) */
 }
 
+/* The cnn run packed onto one core after step 3 and spread again after
+ * step 20: while packed the run's threads (the caller's and libgomp's) may
+ * run on one CPU only, spread none is, and it trains on. Then a run that
+ * ends packed: its end leaves no thread narrowed. */
+static void test_run_packs_threads(void **st)
+{
+    char model[512];
+    bfit_train_cfg c;
+    bfit_train_result res;
+    seen s = {0};
+    int before = narrow_threads();
+    (void)st;
+    if (allowed_cpus() < 2)
+        skip(); /* one CPU: nothing to pack onto */
+    src_path(model, sizeof model, "models/cnn.cfg");
+    c = trun_cfg(model, 64, 3200, 500);
+    c.data = "fashion-mnist";
+    c.epochs = 1;
+    c.lr = 0.05;
+    c.threads = 2;
+    c.threads_auto = 1;
+    c.on_event = on_event;
+    c.cb_ud = &s;
+    bfit_test_control(BFIT_TC_THREADS_PACK_AT, 3);
+    bfit_test_control(BFIT_TC_THREADS_AT, 20); /* from packed: back to the top */
+    memset(&res, 0, sizeof res);
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_OK);
+    assert_int_equal(s.packed, 1);
+    assert_true(s.narrow_packed >= before + 2); /* this thread and libgomp's other */
+    assert_int_equal(s.spread, 1);
+    assert_int_equal(s.narrow_spread, before);
+    assert_true(isfinite(res.train_loss));
+    assert_true(res.test_acc > 0.55);
+
+    bfit_test_control(BFIT_TC_THREADS_AT, 0);
+    memset(&s, 0, sizeof s);
+    c.epoch_samples = 1280;
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_OK);
+    bfit_test_control(BFIT_TC_THREADS_PACK_AT, 0);
+    assert_int_equal(s.packed, 1);
+    assert_int_equal(s.spread, 0);
+    assert_int_equal(narrow_threads(), before);
+    assert_int_equal(allowed_cpus() >= 2, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_fewer_threads_try_all_when_idle),
         cmocka_unit_test(test_one_thread_and_no_idle),
         cmocka_unit_test(test_run_changes_threads),
+        cmocka_unit_test(test_run_packs_threads),
     };
     int rc;
     tmp_setup("threads");

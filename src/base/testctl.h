@@ -4,7 +4,8 @@
  * in the environment (BFIT_TEST_FAIL_ALLOC=N, BFIT_TEST_POISON_STEP=N,
  * BFIT_TEST_SAMPLE_CHECK=1, BFIT_TEST_KILL_IN_CHECKPOINT=N,
  * BFIT_TEST_CONV_ELEMS=N, BFIT_TEST_PLAIN_LAYOUT=1,
- * BFIT_TEST_KEEP_ORDER=1, BFIT_TEST_SINGLE_MOVES=1, BFIT_TEST_THREADS_AT=N). They apply to
+ * BFIT_TEST_KEEP_ORDER=1, BFIT_TEST_SINGLE_MOVES=1, BFIT_TEST_THREADS_AT=N,
+ * BFIT_TEST_THREADS_PACK_AT=N). They apply to
  * runs the public API starts afterwards (src/api/resolve.c). */
 #ifndef BFIT_TESTCTL_H
 #define BFIT_TESTCTL_H
@@ -21,8 +22,10 @@ typedef enum {
     BFIT_TC_PLAIN_LAYOUT,       /* 1: every activation in nchw on the cpu, no nChw16c chains (store.c) */
     BFIT_TC_KEEP_ORDER,         /* 1: models built afterwards keep relu before max pool (model.c) */
     BFIT_TC_SINGLE_MOVES,       /* 1: recompute auto's walk takes single moves only, no pairs (recompute.c) */
-    BFIT_TC_THREADS_AT,         /* --threads auto changes to its other count after step N, measured or not
-                                   (src/train/threads.c) */
+    BFIT_TC_THREADS_AT,         /* --threads auto halves its threads after step N (or goes back to all of
+                                   them), measured or not (src/train/threads.c) */
+    BFIT_TC_THREADS_PACK_AT,    /* --threads auto packs its threads onto half the cores after step N (or
+                                   spreads them again) */
     BFIT_TC_COUNT
 } bfit_test_op;
 

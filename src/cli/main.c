@@ -32,11 +32,17 @@ static void usage(FILE *f)
  * thread spins 300,000 rounds: beside another CPU-bound job a step then ran
  * 4-37 times slower, where sleeping waits follow the CPU the process gets
  * (bench/load.py; docs/performance.md, "A loaded machine"). So the program
- * starts itself again with sleeping waits, unless the user chose a policy. */
+ * starts itself again with sleeping waits, unless the user chose a policy,
+ * or a placement: libgomp has then already bound this thread to its first
+ * place, and the program started again would inherit that one place as
+ * all its CPUs. */
 static void wait_policy(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
-        return;
+    static const char *const chosen[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND", "OMP_PLACES",
+                                         "GOMP_CPU_AFFINITY"};
+    for (size_t i = 0; i < sizeof chosen / sizeof chosen[0]; i++)
+        if (getenv(chosen[i]))
+            return;
     if (setenv("OMP_WAIT_POLICY", "passive", 1) == 0)
         execv("/proc/self/exe", argv); /* returns only if it failed: go on spinning */
 }

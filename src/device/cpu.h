@@ -4,6 +4,7 @@
 #define BFIT_CPU_H
 
 #include <oneapi/dnnl/dnnl.h>
+#include <sched.h>
 
 #include "base/par.h"
 
@@ -38,6 +39,11 @@ typedef struct cpu_device {
     int nopen;
     char detail[64];
     double mon_cpu, mon_wall; /* process CPU seconds and the clock at the last sample (cpu_sample) */
+    /* --threads auto's packing (cpu_pin.c): the team's threads on fewer CPUs */
+    int pin_cpus;         /* CPUs the team is on now (0: not placed by us) */
+    int pin_team;         /* the team's size when placed: the threads to restore */
+    int have_allowed;
+    cpu_set_t allowed;    /* the CPUs the caller's thread had before the first packing */
 } cpu_device;
 
 #define CPU_OP_MAXPRIM 5
@@ -114,6 +120,12 @@ int bfit_cpu_download(bfit_device *d, void *host, const void *src, size_t n);
 int bfit_cpu_fill(bfit_device *d, void *dst, int byte, size_t n);
 int bfit_cpu_sync(bfit_device *d);
 int bfit_cpu_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
+
+/* cpu_pin.c: the team of `threads` on `cpus` of the allowed CPUs (0: on
+ * all of them again); the CPUs the caller's thread may run on, 0 where
+ * libgomp places the threads itself (OMP_PROC_BIND). */
+int bfit_cpu_pin(cpu_device *d, int threads, int cpus);
+int bfit_cpu_allowed(cpu_device *d);
 
 /* cpu_coll.c: collectives over a group of processes, through its host side */
 int bfit_cpu_coll_open(bfit_device *d, const bfit_coll_host *h, void **state);

@@ -281,6 +281,7 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
     out->name = "cpu";
     out->detail = d->detail;
     out->threads = t;
+    out->cpus = bfit_cpu_allowed(d);
     out->check = d->check;
     out->shared = 0;   /* host RAM: MemAvailable moves with the page cache; not followed */
     out->overhead = 0;
@@ -289,6 +290,7 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
 static void cpu_destroy(bfit_device *base)
 {
     cpu_device *d = (cpu_device *)base;
+    bfit_cpu_pin(d, d->pin_team, 0); /* the caller's thread, and libgomp's, as they were */
     if (d->stream)
         dnnl_stream_destroy(d->stream);
     if (d->eng)
@@ -362,11 +364,14 @@ static int cpu_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char
     return 0;
 }
 
-static int cpu_set_threads(bfit_device *base, int threads)
+static int cpu_set_threads(bfit_device *base, int threads, int cpus)
 {
     cpu_device *d = (cpu_device *)base;
+    int rc;
     if (d->depth > 0)
         return bfit_fail(BFIT_ESTATE, "cpu: the thread count cannot change inside a device call");
+    if ((rc = bfit_cpu_pin(d, threads, cpus)) != BFIT_OK)
+        return rc;
     d->threads = threads;
     return BFIT_OK;
 }

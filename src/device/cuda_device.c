@@ -181,6 +181,7 @@ static void cuda_info(const bfit_device *base, bfit_device_info *out)
     out->name = d->name;
     out->detail = d->detail;
     out->threads = 0;
+    out->cpus = 0;
     out->check = d->check;
     out->shared = 1;
     out->overhead = d->overhead;

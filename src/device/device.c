@@ -400,14 +400,15 @@ int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n)
 
 int bfit_device_sync(bfit_device *d) { return d->vt->sync(d); }
 
-int bfit_device_set_threads(bfit_device *d, int threads)
+int bfit_device_set_threads(bfit_device *d, int threads, int cpus)
 {
     if (!d->vt->set_threads)
         return bfit_fail(BFIT_EINVAL, "%s: ops do not run on host threads; the thread count is the CPU's",
                          d->vt->name);
-    if (threads < 1)
-        return bfit_fail(BFIT_EINVAL, "%s: threads must be at least 1, got %d", d->vt->name, threads);
-    return d->vt->set_threads(d, threads);
+    if (threads < 1 || cpus < 0)
+        return bfit_fail(BFIT_EINVAL, "%s: threads must be at least 1 and cpus at least 0, got %d and %d",
+                         d->vt->name, threads, cpus);
+    return d->vt->set_threads(d, threads, cpus);
 }
 
 int bfit_device_sample_get(bfit_device *d, bfit_device_sample *out)

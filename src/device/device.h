@@ -207,6 +207,9 @@ typedef struct bfit_device_info {
     const char *name;        /* "cpu", "cuda:0" */
     const char *detail;      /* "oneDNN 2.6, 2 threads, avx512", the GPU's name */
     int threads;             /* CPU threads ops run on (0 for a GPU) */
+    int cpus;                /* CPUs they may run on, where batchfit may pack them onto fewer
+                                (bfit_device_set_threads); 0 for a GPU, or where libgomp
+                                places them (OMP_PROC_BIND) */
     int check;               /* opaque-memory checking mode is on */
     int shared;              /* its memory is shared with other processes (a GPU): a run reads
                                 what is free every step */
@@ -293,7 +296,7 @@ typedef struct bfit_device_vt {
     int (*sample)(bfit_device *d, bfit_device_sample *out);
     /* the host threads ops made from now on run on (> 0); NULL: the
      * backend's ops do not run on host threads */
-    int (*set_threads)(bfit_device *d, int threads);
+    int (*set_threads)(bfit_device *d, int threads, int cpus);
 } bfit_device_vt;
 
 struct bfit_device {
@@ -391,10 +394,13 @@ void bfit_device_info_get(const bfit_device *d, bfit_device_info *out);
 /* CPU: ops made from now on run on threads (> 0) host threads; ops made
  * before keep the count they were made for (oneDNN splits a primitive's
  * work, and sizes its scratchpad, for the threads at its creation), so the
- * caller makes its ops again (--threads auto, src/train/threads.c). Not
- * inside a device call. BFIT_EINVAL where ops do not run on host threads
- * (a GPU) or threads < 1. */
-int bfit_device_set_threads(bfit_device *d, int threads);
+ * caller makes its ops again (--threads auto, src/train/threads.c). With
+ * cpus > 0 the threads (the caller's among them) run on that many of their
+ * CPUs only, from now until a call with cpus 0 or the device's destruction
+ * (a change of CPUs alone keeps the ops). Not inside a device call.
+ * BFIT_EINVAL where ops do not run on host threads (a GPU), threads < 1 or
+ * cpus < 0, or cpus > 0 where libgomp places the threads (info.cpus 0). */
+int bfit_device_set_threads(bfit_device *d, int threads, int cpus);
 
 /* Every op starts with this header so the generic functions can dispatch. */
 struct bfit_op {

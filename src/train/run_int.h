@@ -155,7 +155,8 @@ struct bfit_run {
     char mon_throttle[96];     /*   and the throttling it saw, to say when that changes */
     bfit_tgov tg;              /* --threads auto (threads.c) */
     int tg_on;
-    int64_t tg_force_at;       /*   tests: change the count after this step (BFIT_TEST_THREADS_AT) */
+    int64_t tg_force_at;       /*   tests: halve the threads after this step (BFIT_TEST_THREADS_AT) */
+    int64_t tg_pack_at;        /*   tests: pack them after this step (BFIT_TEST_THREADS_PACK_AT) */
 };
 
 /* A "monitor" event now if force or its interval has passed (monitor.c). */

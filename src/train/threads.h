@@ -7,8 +7,10 @@
  * tries half the threads for a window and keeps whichever trained more
  * samples per second; from fewer threads it tries all of them again, at
  * once when they would get their cores back, else after a wait that
- * doubles at each try lost. Every choice is a measurement: gpt-nano's large
- * matrix products keep 2 threads faster even beside busy loops.
+ * doubles at each try lost. Before half the threads it tries them all
+ * packed onto half the CPUs (src/device/cpu_pin.c): threads sharing a CPU
+ * never wait for a sibling that is off its own. Every choice is a
+ * measurement: which of the three wins depends on the model and the load.
  *
  * The decisions are a pure function of what they are given (the clock, the
  * process's CPU time, the samples), so tests drive them with made-up
@@ -16,6 +18,7 @@
 #ifndef BFIT_TRAIN_THREADS_H
 #define BFIT_TRAIN_THREADS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define BFIT_TGOV_WINDOW_S 2.0 /* a measurement: at least this long ... */
@@ -27,11 +30,19 @@
 
 typedef enum { BFIT_TGOV_SETTLED = 0, BFIT_TGOV_TRYING } bfit_tgov_state;
 
+/* A setting: the threads the ops run on, and the CPUs those run on. */
+typedef struct bfit_tgov_set {
+    int threads, cpus;
+} bfit_tgov_set;
+
 typedef struct bfit_tgov {
-    int max, cur;            /* all the threads, and those the ops run on now */
+    int max, top_cpus;       /* all the threads, and the CPUs they spread over */
+    int can_pack;            /* they may be packed onto half of those */
+    bfit_tgov_set cur;       /* the setting now */
     bfit_tgov_state state;
-    int from;                /* trying: the count tried against */
+    bfit_tgov_set from;      /* trying: the setting tried against */
     double from_rate;        /*   and its samples/s */
+    int pack_next;           /* the next try down packs the threads (else halves them) */
     /* the window in progress */
     int skip;                /* steps still to leave out (after a change: ops made again) */
     int steps;
@@ -44,23 +55,35 @@ typedef struct bfit_tgov {
     int up_idle;             /* the try up was for idle cores ... */
     int idle_lied;           /*   which turned out not to be ours (another cgroup's): ignored since */
     int changes;             /* thread changes made */
-    char why[200];           /* what the last step decided, "" when nothing */
+    char why[256];           /* what the last step decided, "" when nothing */
 } bfit_tgov;
 
-/* Start at max threads (>= 1) at clock now, with cpu the process's CPU
- * seconds and idle the machine's idle core-seconds (-1: unknown). */
-void bfit_tgov_init(bfit_tgov *g, int max, double now, double cpu, double idle);
+/* Start at max threads (>= 1) spread over their CPUs, at clock now, with
+ * cpu the process's CPU seconds and idle the machine's idle core-seconds
+ * (-1: unknown); cpus is how many CPUs the threads may run on where they
+ * may be packed (0: they may not). */
+void bfit_tgov_init(bfit_tgov *g, int max, int cpus, double now, double cpu, double idle);
 /* A step took secs of training for samples; now, cpu and idle as above.
- * Returns the thread count to run on from now (g->cur: no change); g->why
- * says what was decided ("" when nothing). The caller makes a change and
- * then calls bfit_tgov_changed. */
-int bfit_tgov_step(bfit_tgov *g, double secs, int64_t samples, double now, double cpu, double idle);
+ * Returns the setting to run on from now (g->cur: no change); g->why says
+ * what was decided ("" when nothing). The caller makes a change and then
+ * calls bfit_tgov_changed, or bfit_tgov_no_pack where packing failed. */
+bfit_tgov_set bfit_tgov_step(bfit_tgov *g, double secs, int64_t samples, double now, double cpu, double idle);
+/* The two tries down from the top: packed, and half the threads. */
+bfit_tgov_set bfit_tgov_packed(const bfit_tgov *g);
+bfit_tgov_set bfit_tgov_halved(const bfit_tgov *g);
+bfit_tgov_set bfit_tgov_top(const bfit_tgov *g);
+int bfit_tgov_same(bfit_tgov_set a, bfit_tgov_set b);
+/* "2 threads", "2 threads on 1 core" */
+void bfit_tgov_name(const bfit_tgov *g, bfit_tgov_set s, char *buf, size_t n);
 /* Whether the next bfit_tgov_step at clock now starts or closes a window,
  * the only steps that read cpu and idle (the others may pass anything):
  * the caller reads the process's CPU time and /proc/stat only then. */
 int bfit_tgov_needs_readings(const bfit_tgov *g, double now);
-/* The change to t was made at now: a new window starts (its first step,
+/* The change to s was made at now: a new window starts (its first step,
  * which makes the ops again, not counted). */
-void bfit_tgov_changed(bfit_tgov *g, int t, double now, double cpu, double idle);
+void bfit_tgov_changed(bfit_tgov *g, bfit_tgov_set s, double now, double cpu, double idle);
+/* Packing the threads failed (the system refused): no packing from now,
+ * the setting stays g->cur. */
+void bfit_tgov_no_pack(bfit_tgov *g);
 
 #endif

@@ -35,6 +35,14 @@ expect 0 "Commands:" "$bf" --help
 expect 0 "GOMP_SPINCOUNT = '0'" env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose "$bf" --version
 expect 0 "OMP_WAIT_POLICY = 'ACTIVE'" env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active OMP_DISPLAY_ENV=true "$bf" --version
 expect 0 "GOMP_SPINCOUNT = '1000'" env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 OMP_DISPLAY_ENV=verbose "$bf" --version
+# a placement the user chose: libgomp has bound the first thread to one
+# place before main, so the command must not start itself again (the new
+# process would inherit that one place as all its CPUs)
+if [ "$(nproc)" -ge 2 ]; then
+  expect 0 "" env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_NUM_THREADS OMP_PLACES=threads "$bf" train --model "$m" \
+    --epoch-samples 64 --eval-samples 64 --batch 64 --quiet --log "$tmp/places.jsonl"
+  expect 0 "\"threads\":$(nproc)," cat "$tmp/places.jsonl"
+fi
 expect 2 "unknown command 'frobnicate'" "$bf" frobnicate
 expect 2 "Usage: batchfit COMMAND" "$bf"
 expect 0 "effective batch" "$bf" train --help
@@ -98,8 +106,15 @@ expect 0 '"event":"eval".*"test_samples":500' cat "$tmp/log.jsonl"
 expect 0 "step 2: a test asked for 1 thread" env OMP_NUM_THREADS=2 BFIT_TEST_THREADS_AT=2 "$bf" train --model "$m" \
   --epoch-samples 640 --eval-samples 200 --batch 64 --threads auto --log "$tmp/ta.jsonl"
 expect 0 '"threads":2,"threads_auto":1' cat "$tmp/ta.jsonl"
-expect 0 '"event":"threads".*"threads":1,"was":2' cat "$tmp/ta.jsonl"
+expect 0 '"event":"threads".*"threads":1,"cpus":2,"was":2,"was_cpus":2' cat "$tmp/ta.jsonl"
 expect 0 '"event":"end"' cat "$tmp/ta.jsonl"
+# ... and its threads packed onto one core (where the process has two)
+if [ "$(nproc)" -ge 2 ]; then
+  expect 0 "step 2: a test asked for 2 threads on 1 core" env OMP_NUM_THREADS=2 BFIT_TEST_THREADS_PACK_AT=2 "$bf" train \
+    --model "$m" --epoch-samples 640 --eval-samples 200 --batch 64 --threads auto --log "$tmp/tp.jsonl"
+  expect 0 '"event":"threads".*"threads":2,"cpus":1,"was":2,"was_cpus":2' cat "$tmp/tp.jsonl"
+  expect 0 '"event":"end"' cat "$tmp/tp.jsonl"
+fi
 expect 0 "test accuracy .* on 500 samples" "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500
 expect 0 '^\{"samples":500,"loss":[0-9.]+,"accuracy":[0-9.]+\}$' "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500 --json
 expect 1 "is missing: the weights are for another model" "$bf" eval --model "$src/models/cnn.cfg" --weights "$tmp/w.safetensors"
