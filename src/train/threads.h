@@ -1,16 +1,17 @@
-/* threads.h - --threads auto: the CPU thread count a run trains with,
- * chosen while it runs. On a machine another job keeps busy, threads that
- * meet at every barrier lose more than the CPU they are denied: the one a
- * barrier waits for is often off its core, and the other gives up its own
- * share meanwhile (docs/performance.md, "A loaded machine"). So when the
- * run's threads get well under their cores (CPU time over wall time), it
- * tries half the threads for a window and keeps whichever trained more
- * samples per second; from fewer threads it tries all of them again, at
- * once when they would get their cores back, else after a wait that
- * doubles at each try lost. Before half the threads it tries them all
- * packed onto half the CPUs (src/device/cpu_pin.c): threads sharing a CPU
- * never wait for a sibling that is off its own. Every choice is a
- * measurement: which of the three wins depends on the model and the load.
+/* threads.h - --threads auto: the CPU threads a run trains with, and the
+ * cores they run on, chosen while it runs. On a machine another job keeps
+ * busy, threads that meet at every barrier lose more than the CPU they are
+ * denied: the one a barrier waits for is often off its core, and the other
+ * gives up its own share meanwhile (docs/performance.md, "A loaded
+ * machine"). So when the run's threads get well under their cores (CPU
+ * time over wall time), it tries for a window all of them packed onto half
+ * the cores (src/device/cpu_pin.c: threads sharing a core never wait for a
+ * sibling that is off its own, and the kernel moves the other job to the
+ * rest), then, if that lost, half the threads; each is kept only if it
+ * trained more samples per second. From either it tries all the threads on
+ * all the cores again, at once when they would get their cores back, else
+ * after a wait that doubles at each try lost. Every choice is a
+ * measurement: which wins depends on the model and the load.
  *
  * The decisions are a pure function of what they are given (the clock, the
  * process's CPU time, the samples), so tests drive them with made-up

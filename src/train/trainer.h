@@ -88,9 +88,10 @@ typedef struct bfit_train_cfg {
     double clip;               /* max global gradient norm; 0: off */
     uint64_t seed;
     int threads;               /* CPU threads; 0: OpenMP's setting */
-    int threads_auto;          /* 1: start at threads (or all) and change the count while training where
-                                  fewer train faster, as on a machine another job keeps busy
-                                  (src/train/threads.h); results then depend on the load */
+    int threads_auto;          /* 1: start at threads (or all) and change the count, or the cores they
+                                  run on, while training where that trains faster, as on a machine
+                                  another job keeps busy (src/train/threads.h); results then depend on
+                                  the load */
     bfit_device *device;       /* train on this device (not owned); NULL: open device_name */
     const char *device_name;   /* "cpu", "cuda", "cuda:N", "auto"; NULL: auto */
     bfit_conv_algo conv_algo;  /* GPU convolution algorithms (fastest default) */
