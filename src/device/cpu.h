@@ -32,12 +32,14 @@ typedef struct cpu_device {
     int saved_threads;    /* the caller's, restored on leaving */
     int depth;            /* device calls in progress (a call may make another) */
     int check;            /* opaque-memory checking mode */
+    int bf16_f32;         /* oneDNN has no bf16 kernels for this CPU: bf16 primitives compute in f32
+                             between f32 copies of their arguments (cpu_bf16.c) */
     bfit_host_alloc host; /* where blocks come from outside the checking mode */
     cpu_block *blocks;    /* checking mode: sorted by address */
     int nblocks, cap_blocks;
     int open[CPU_MAXOPEN]; /* blocks opened by the call in progress */
     int nopen;
-    char detail[64];
+    char detail[96];
     double mon_cpu, mon_wall; /* process CPU seconds and the clock at the last sample (cpu_sample) */
     /* --threads auto's packing (cpu_pin.c): the team's threads on fewer CPUs */
     int pin_cpus;         /* CPUs the team is on now (0: not placed by us) */
@@ -48,6 +50,17 @@ typedef struct cpu_device {
 
 #define CPU_OP_MAXPRIM 5
 #define CPU_OP_MAXARGS 12 /* arguments of one execution, the scratchpad included */
+#define CPU_MAXSTAGE 4    /* bf16 arguments of one primitive computed in f32 */
+
+/* A bf16 argument of a primitive that computes in f32 (cpu_bf16.c): its f32
+ * copy in the op's workspace. */
+typedef struct cpu_stage {
+    int arg;    /* DNNL_ARG_* */
+    int in;     /* the primitive reads it: converted to f32 before */
+    int out;    /* the primitive writes it: converted to bf16 after */
+    size_t off; /* of the copy, from the start of the workspace */
+    size_t n;   /* elements */
+} cpu_stage;
 
 /* One prepared op. A family's init fills prim/pd (oneDNN) or nothing (plain
  * loops), sets ws/saved bytes and the run function. Scratchpads are
@@ -66,6 +79,9 @@ typedef struct cpu_op {
      * allocates nothing (bfit_cpu_exec). Slot i is args[i]; the last, the
      * scratchpad. */
     dnnl_memory_t mem[CPU_OP_MAXPRIM][CPU_OP_MAXARGS];
+    size_t pd_ws[CPU_OP_MAXPRIM]; /* workspace bytes prim p runs with: its scratchpad, then its copies */
+    cpu_stage stage[CPU_OP_MAXPRIM][CPU_MAXSTAGE];
+    int nstage[CPU_OP_MAXPRIM];
 } cpu_op;
 
 static inline cpu_device *cpu_dev(const cpu_op *op) { return (cpu_device *)op->base.dev; }
@@ -93,9 +109,11 @@ int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_
 int bfit_cpu_md_blk16(dnnl_memory_desc_t *md, const int64_t *dims, bfit_dtype t);
 /* Primitive attributes with a user-managed scratchpad (caller destroys). */
 int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr);
-/* Create pd from an op descriptor and record its scratchpad size in *ws (max). */
-int bfit_cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_primitive_attr_t attr,
-                  dnnl_engine_t eng, const_dnnl_primitive_desc_t hint, size_t *ws);
+/* Create op's pd in slot p from an op descriptor and raise *ws (a max) to
+ * the workspace it runs with: its scratchpad, and where oneDNN has no bf16
+ * kernels, f32 copies of its bf16 arguments (cpu_bf16.c), so pd_ws[p]. */
+int bfit_cpu_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                       const_dnnl_primitive_desc_t hint, size_t *ws);
 /* Execute prim[p] with (arg, pointer, md) triples; NULL pointers are
  * skipped. The primitive's scratchpad, if any, is placed at `scratch` (the
  * start of the op's workspace). A given p must always be called with the
@@ -139,6 +157,24 @@ int bfit_cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEI
 int bfit_cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (bfit_cpu_pool_init asks) */
 int bfit_cpu_maxpool16_init(cpu_op *op);           /* its run with nChw16c input (blk_src; bfit_cpu_maxpool2_init asks) */
+
+/* cpu_bf16.c: bf16 where oneDNN has no bf16 kernels. native: 1 when
+ * oneDNN makes bf16 primitives on this CPU. compute_dt: the dtype oneDNN
+ * computes data of dtype t in on d. cast: f32 <-> bf16, n elements. */
+int bfit_cpu_bf16_native(dnnl_engine_t eng);
+bfit_dtype bfit_cpu_compute_dt(const cpu_device *d, bfit_dtype t);
+void bfit_cpu_bf16_cast(const void *src, void *dst, int64_t n, int to_bf16);
+/* rewrite: *use is op_desc, or its copy in buf with its bf16 memory
+ * descriptors made f32; args (room for 8) the arguments with a concrete bf16
+ * layout, to stage. stage_plan: op's stage list for slot p (pd made) from
+ * them, the copies placed from *end, which moves past them. */
+typedef struct bfit_cpu_desc_buf {
+    _Alignas(64) char bytes[4096];
+} bfit_cpu_desc_buf;
+int bfit_cpu_bf16_rewrite(const void *op_desc, bfit_cpu_desc_buf *buf, const void **use, int *args, int *nargs);
+int bfit_cpu_bf16_stage_plan(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                             const int *args, int nargs, size_t *end);
+const cpu_stage *bfit_cpu_bf16_stage_of(const cpu_op *op, int p, int arg);
 
 /* cpu_blk16.c: bf16 nchw <-> nChw16c of our own (oneDNN 2.6's is its slow
  * generic reorder for bf16). match: 1, with the sizes, when `plain` is

@@ -6,7 +6,7 @@
  * (1 - momentum) * running + momentum * stat, with the unbiased variance for
  * running_var. Forward eval uses the given mean/var. Backward produces diff_src, diff_scale and diff_shift; oneDNN
  * overwrites the latter two, so with desc.accumulate it writes temporaries
- * placed after its scratchpad in the workspace, which are then added. When
+ * placed after its scratchpad (and f32 copies, cpu_bf16.c) in the workspace, which are then added. When
  * diff_src is not wanted (NULL), the two parameter gradients are computed
  * by a plain loop instead, which needs no buffer for an unwanted diff_src. */
 #include "base/err.h"
@@ -20,12 +20,6 @@ enum { P_FWD = 0, P_BWD = 1 };
 static const dnnl_memory_desc_t *qmd(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
 {
     return dnnl_primitive_desc_query_md(pd, what, 0);
-}
-
-static size_t scratch_bytes(const_dnnl_primitive_desc_t pd)
-{
-    const dnnl_memory_desc_t *md = qmd(pd, dnnl_query_scratchpad_md);
-    return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
 /* The values per channel that a training forward's statistics are over. */
@@ -163,7 +157,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
         char *ws = a->workspace;
         if (!ws)
             return bfit_fail(BFIT_EINVAL, "batch norm backward: accumulate needs the workspace");
-        ds = (float *)(ws + BFIT_ALIGN_UP(scratch_bytes(pd)));
+        ds = (float *)(ws + BFIT_ALIGN_UP(op->pd_ws[P_BWD]));
         dh = (float *)((char *)ds + BFIT_ALIGN_UP((size_t)c * sizeof(float)));
     }
     {
@@ -225,7 +219,7 @@ int bfit_cpu_bnorm_init(cpu_op *op)
     rc = bfit_cpu_attr_user_scratchpad(&attr);
     if (rc != BFIT_OK)
         return rc;
-    rc = bfit_cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
+    rc = bfit_cpu_pd_create(op, P_FWD, &fd, attr, NULL,
                        d->kind == BFIT_OP_BNORM_FWD ? &ws : &hint_ws);
     if (rc != BFIT_OK)
         goto free_attr;
@@ -237,7 +231,7 @@ int bfit_cpu_bnorm_init(cpu_op *op)
             rc = bfit_cpu_dnnl_check(s, "batch normalization backward descriptor");
             goto free_attr;
         }
-        rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bd, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
+        rc = bfit_cpu_pd_create(op, P_BWD, &bd, attr, op->pd[P_FWD], &ws);
         if (rc != BFIT_OK)
             goto free_attr;
         if (d->accumulate)

@@ -300,8 +300,10 @@ typedef struct conv_mds {
     dnnl_memory_desc_t src_any, w_any, dst_any, dw_any; /* format any, or plain where that is faster */
 } conv_mds;
 
-static int make_mds(const bfit_op_desc *d, conv_mds *md)
+static int make_mds(const cpu_op *op, conv_mds *md)
 {
+    const bfit_op_desc *d = &op->base.desc;
+    bfit_dtype ct = bfit_cpu_compute_dt(cpu_dev(op), d->dtype);
     int64_t g = groups(d), sd[4] = {d->u.conv.n, d->u.conv.ic, d->u.conv.ih, d->u.conv.iw};
     int64_t dd[4] = {d->u.conv.n, d->u.conv.oc, d->u.conv.oh, d->u.conv.ow};
     int64_t bd[1] = {d->u.conv.oc};
@@ -321,10 +323,13 @@ static int make_mds(const bfit_op_desc *d, conv_mds *md)
         (d->u.conv.blk_src && (rc = bfit_cpu_md_blk16(&md->src, sd, d->dtype)) != BFIT_OK) ||
         (d->u.conv.blk_dst && (rc = bfit_cpu_md_blk16(&md->dst, dd, d->dtype)) != BFIT_OK))
         return rc;
+    /* the layouts the convolution computes in: f32 for bf16 data where
+     * oneDNN has no bf16 kernels (cpu_bf16.c), the reorders converting */
     md->src_any = md->src;
     md->w_any = md->w;
     md->dst_any = md->dst;
     md->dw_any = md->dw;
+    md->src_any.data_type = md->w_any.data_type = md->dst_any.data_type = bfit_cpu_dt(ct);
     /* The gradient of a few-channel input in a 16-channel block is mostly
      * padding (6x slower than plain for one channel, measured): backward
      * data with ic < 16 stays plain. */
@@ -334,10 +339,10 @@ static int make_mds(const bfit_op_desc *d, conv_mds *md)
         s4[i] = sd[i], d4[i] = dd[i];
     for (int i = 0; i < wn; i++)
         w4[i] = w[i];
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->src_any, 4, s4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any), "conv src md");
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, (int)wn, w4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any),
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->src_any, 4, s4, bfit_cpu_dt(ct), dnnl_format_tag_any), "conv src md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->w_any, (int)wn, w4, bfit_cpu_dt(ct), dnnl_format_tag_any),
             "conv weights md");
-    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dst_any, 4, d4, bfit_cpu_dt(d->dtype), dnnl_format_tag_any), "conv dst md");
+    CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dst_any, 4, d4, bfit_cpu_dt(ct), dnnl_format_tag_any), "conv dst md");
     CPU_TRY(dnnl_memory_desc_init_by_tag(&md->dw_any, (int)wn, w4, dnnl_f32, dnnl_format_tag_any),
             "conv weight gradient md");
     return BFIT_OK;
@@ -361,7 +366,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
     CPU_TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &md->src_any,
                                                &md->w_any, bias ? &md->b : NULL, &md->dst_any, strides, pad, pad),
             "convolution forward descriptor");
-    rc = bfit_cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
+    rc = bfit_cpu_pd_create(op, P_FWD, &fd, attr, NULL,
                        d->kind == BFIT_OP_CONV_FWD ? scratch : &hint_ws);
     if (rc != BFIT_OK)
         return rc;
@@ -378,7 +383,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
         CPU_TRY(dnnl_convolution_backward_data_desc_init(&bdesc, dnnl_convolution_direct, &md->src_any, &md->w_any,
                                                          &md->dst_any, strides, pad, pad),
                 "convolution backward data descriptor");
-        if ((rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
+        if ((rc = bfit_cpu_pd_create(op, P_BWD, &bdesc, attr, op->pd[P_FWD], scratch)))
             return rc;
         pd = op->pd[P_BWD];
         if ((rc = plan_reorder(op, R_IN0, &md->dst, qmd(pd, dnnl_query_diff_dst_md, 0), 0, 0, cursor, scratch)) ||
@@ -392,7 +397,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
                                                             &md->dw_any, bias ? &md->b : NULL, &md->dst_any,
                                                             strides, pad, pad),
                 "convolution backward weights descriptor");
-        if ((rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bdesc, attr, cpu_dev(op)->eng, op->pd[P_FWD], scratch)))
+        if ((rc = bfit_cpu_pd_create(op, P_BWD, &bdesc, attr, op->pd[P_FWD], scratch)))
             return rc;
         pd = op->pd[P_BWD];
         if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
@@ -529,7 +534,7 @@ int bfit_cpu_conv_init(cpu_op *op)
         return rc;
     if (chunked)
         return BFIT_OK;
-    if ((rc = make_mds(&op->base.desc, &md)) != BFIT_OK)
+    if ((rc = make_mds(op, &md)) != BFIT_OK)
         return rc;
     m = calloc(1, sizeof *m);
     if (!m)

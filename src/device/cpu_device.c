@@ -64,16 +64,29 @@ int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr)
     return BFIT_OK;
 }
 
-int bfit_cpu_pd_create(dnnl_primitive_desc_t *pd, const void *op_desc, const_dnnl_primitive_attr_t attr,
-                  dnnl_engine_t eng, const_dnnl_primitive_desc_t hint, size_t *ws)
+int bfit_cpu_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                       const_dnnl_primitive_desc_t hint, size_t *ws)
 {
+    bfit_cpu_desc_buf buf;
+    const void *use = op_desc;
     const dnnl_memory_desc_t *smd;
-    size_t sz;
-    CPU_TRY(dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint), "primitive descriptor");
-    smd = dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0);
-    sz = smd ? dnnl_memory_desc_get_size(smd) : 0;
-    if (sz > *ws)
-        *ws = sz;
+    int args[8], nargs = 0, rc;
+    size_t end;
+
+    if (cpu_dev(op)->bf16_f32 && (rc = bfit_cpu_bf16_rewrite(op_desc, &buf, &use, args, &nargs)) != BFIT_OK)
+        return rc;
+    CPU_TRY(dnnl_primitive_desc_create(&op->pd[p], use, attr, cpu_dev(op)->eng, hint), "primitive descriptor");
+    smd = dnnl_primitive_desc_query_md(op->pd[p], dnnl_query_scratchpad_md, 0);
+    end = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    op->nstage[p] = 0;
+    if (nargs) {
+        end = BFIT_ALIGN_UP(end); /* the f32 copies after the scratchpad */
+        if ((rc = bfit_cpu_bf16_stage_plan(op, p, op_desc, attr, args, nargs, &end)) != BFIT_OK)
+            return rc;
+    }
+    op->pd_ws[p] = end;
+    if (end > *ws)
+        *ws = end;
     return BFIT_OK;
 }
 
@@ -95,6 +108,32 @@ static int bind(cpu_op *op, int p, int i, const_dnnl_memory_desc_t md, const voi
     return BFIT_OK;
 }
 
+/* Point slot i at args[i]'s buffer, or at its f32 copy in the workspace
+ * where prim p computes a bf16 argument in f32 (converted into it first if
+ * the primitive reads it). */
+static int bind_arg(cpu_op *op, int p, int i, const cpu_arg *a, char *scratch, dnnl_memory_t *out, const char *what)
+{
+    const cpu_stage *st = bfit_cpu_bf16_stage_of(op, p, a->arg);
+    if (!st)
+        return bind(op, p, i, a->md, a->ptr, out, what);
+    if (!scratch)
+        return bfit_fail(BFIT_EINVAL, "cpu: %s needs a workspace and got none", what);
+    if (st->in)
+        bfit_cpu_bf16_cast(a->ptr, scratch + st->off, (int64_t)st->n, 0);
+    return bind(op, p, i, dnnl_primitive_desc_query_md(op->pd[p], dnnl_query_exec_arg_md, a->arg),
+                scratch + st->off, out, what);
+}
+
+/* The bf16 outputs of prim p back from their f32 copies. */
+static void unstage(const cpu_op *op, int p, const cpu_arg *args, int nargs, char *scratch)
+{
+    for (int i = 0; i < nargs; i++) {
+        const cpu_stage *st = args[i].ptr ? bfit_cpu_bf16_stage_of(op, p, args[i].arg) : NULL;
+        if (st && st->out)
+            bfit_cpu_bf16_cast(scratch + st->off, (void *)args[i].ptr, (int64_t)st->n, 1);
+    }
+}
+
 int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what)
 {
     /* Memory objects wrap the caller's buffers (oneDNN allocates no data for
@@ -111,7 +150,7 @@ int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scrat
     for (int i = 0; i < nargs; i++) {
         if (!args[i].ptr)
             continue;
-        if ((rc = bind(op, p, i, args[i].md, args[i].ptr, &ex[n].memory, what)) != BFIT_OK)
+        if ((rc = bind_arg(op, p, i, &args[i], scratch, &ex[n].memory, what)) != BFIT_OK)
             return rc;
         ex[n++].arg = args[i].arg;
     }
@@ -133,7 +172,11 @@ int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scrat
     s = dnnl_primitive_execute(op->prim[p], cpu_dev(op)->stream, n, ex);
     if (s == dnnl_success)
         s = dnnl_stream_wait(cpu_dev(op)->stream);
-    return s == dnnl_success ? BFIT_OK : bfit_cpu_dnnl_check(s, what);
+    if (s != dnnl_success)
+        return bfit_cpu_dnnl_check(s, what);
+    if (op->nstage[p])
+        unstage(op, p, args, nargs, scratch);
+    return BFIT_OK;
 }
 
 static int op_init(cpu_op *op)
@@ -276,8 +319,8 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
     cpu_device *d = (cpu_device *)base;
     const dnnl_version_t *v = dnnl_version();
     int t = d->threads > 0 ? d->threads : omp_get_max_threads();
-    snprintf(d->detail, sizeof d->detail, "oneDNN %d.%d, %d thread%s, %s", v->major, v->minor, t, t == 1 ? "" : "s",
-             bfit_cpu_isa_name(bfit_cpu_isa_get()));
+    snprintf(d->detail, sizeof d->detail, "oneDNN %d.%d, %d thread%s, %s%s", v->major, v->minor, t, t == 1 ? "" : "s",
+             bfit_cpu_isa_name(bfit_cpu_isa_get()), d->bf16_f32 ? ", bf16 computed in f32" : "");
     out->name = "cpu";
     out->detail = d->detail;
     out->threads = t;
@@ -434,6 +477,7 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
         cpu_destroy(&d->base);
         return bfit_fail(BFIT_EDEVICE, "oneDNN: cannot create the CPU engine");
     }
+    d->bf16_f32 = !bfit_cpu_bf16_native(d->eng);
     *out = &d->base;
     bfit_optime_attach(*out);
     return BFIT_OK;

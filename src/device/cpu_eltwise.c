@@ -313,16 +313,16 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     op->ws = 0;
     op->saved = 0;
     if (d->kind == BFIT_OP_ELTWISE_FWD) {
-        rc = bfit_cpu_pd_create(&op->pd[0], &fwd, attr, cpu_dev(op)->eng, NULL, &op->ws);
+        rc = bfit_cpu_pd_create(op, 0, &fwd, attr, NULL, &op->ws);
         op->run = run_fwd;
     } else {
         /* the backward needs the forward's pd as a hint; it is kept in pd[1] */
         size_t ws_hint = 0;
-        rc = bfit_cpu_pd_create(&op->pd[1], &fwd, attr, cpu_dev(op)->eng, NULL, &ws_hint);
+        rc = bfit_cpu_pd_create(op, 1, &fwd, attr, NULL, &ws_hint);
         if (rc == BFIT_OK && dnnl_eltwise_backward_desc_init(&bwd, alg, &md, &md, alpha, beta) != dnnl_success)
             rc = bfit_fail(BFIT_EDEVICE, "oneDNN: eltwise backward descriptor failed");
         if (rc == BFIT_OK)
-            rc = bfit_cpu_pd_create(&op->pd[0], &bwd, attr, cpu_dev(op)->eng, op->pd[1], &op->ws);
+            rc = bfit_cpu_pd_create(op, 0, &bwd, attr, op->pd[1], &op->ws);
         op->run = run_bwd;
     }
     dnnl_primitive_attr_destroy(attr);

@@ -92,15 +92,15 @@ int bfit_cpu_lnorm_init(cpu_op *op)
     op->ws = 0;
     op->saved = 0;
     if (d->kind == BFIT_OP_LNORM_FWD) {
-        rc = bfit_cpu_pd_create(&op->pd[0], &fwd, attr, cpu_dev(op)->eng, NULL, &op->ws);
+        rc = bfit_cpu_pd_create(op, 0, &fwd, attr, NULL, &op->ws);
         op->run = run_fwd;
     } else {
-        rc = bfit_cpu_pd_create(&op->pd[1], &fwd, attr, cpu_dev(op)->eng, NULL, &ws_hint);
+        rc = bfit_cpu_pd_create(op, 1, &fwd, attr, NULL, &ws_hint);
         if (rc == BFIT_OK && dnnl_layer_normalization_backward_desc_init(&bwd, dnnl_backward, &data, &data, &stat,
                                                                          d->u.lnorm.eps, flags) != dnnl_success)
             rc = bfit_fail(BFIT_EDEVICE, "oneDNN: layer norm backward descriptor failed");
         if (rc == BFIT_OK)
-            rc = bfit_cpu_pd_create(&op->pd[0], &bwd, attr, cpu_dev(op)->eng, op->pd[1], &op->ws);
+            rc = bfit_cpu_pd_create(op, 0, &bwd, attr, op->pd[1], &op->ws);
         /* workspace: [scratchpad][diff_scale temp][diff_shift temp], 64-aligned */
         if (rc == BFIT_OK && d->accumulate)
             op->ws = BFIT_ALIGN_UP(op->ws) + 2 * BFIT_ALIGN_UP((size_t)dims[1] * sizeof(float));

@@ -85,7 +85,7 @@ int bfit_cpu_matmul_init(cpu_op *op)
     if ((rc = make_attr(&attr, d->accumulate)) != BFIT_OK)
         return rc;
     op->ws = 0;
-    rc = bfit_cpu_pd_create(&op->pd[0], &mm, attr, cpu_dev(op)->eng, NULL, &op->ws);
+    rc = bfit_cpu_pd_create(op, 0, &mm, attr, NULL, &op->ws);
     dnnl_primitive_attr_destroy(attr);
     if (rc != BFIT_OK)
         return rc;

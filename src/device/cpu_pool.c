@@ -102,7 +102,7 @@ int bfit_cpu_pool_init(cpu_op *op)
     rc = bfit_cpu_attr_user_scratchpad(&attr);
     if (rc != BFIT_OK)
         return rc;
-    rc = bfit_cpu_pd_create(&op->pd[P_FWD], &fd, attr, cpu_dev(op)->eng, NULL,
+    rc = bfit_cpu_pd_create(op, P_FWD, &fd, attr, NULL,
                        d->kind == BFIT_OP_POOL_FWD ? &ws : &hint_ws);
     if (rc != BFIT_OK)
         goto free_attr;
@@ -116,7 +116,7 @@ int bfit_cpu_pool_init(cpu_op *op)
             rc = bfit_cpu_dnnl_check(s, "pooling backward descriptor");
             goto free_attr;
         }
-        rc = bfit_cpu_pd_create(&op->pd[P_BWD], &bd, attr, cpu_dev(op)->eng, op->pd[P_FWD], &ws);
+        rc = bfit_cpu_pd_create(op, P_BWD, &bd, attr, op->pd[P_FWD], &ws);
         if (rc != BFIT_OK)
             goto free_attr;
         op->run = run_bwd;

@@ -315,23 +315,6 @@ static int run_norms(cpu_op *op, const bfit_op_args *a)
 
 /* ---- CAST: dst (to) = src (the op's dtype), rounding to nearest even ---- */
 
-/* f32 <-> bf16, the casts of every bf16 step (weights to their copies,
- * inputs), have loops of their own: the per-element dtype switch of the
- * general loop kept them from vectorising (2% of a bf16 cnn step). The same
- * rounding functions, so the same bits; a variant per instruction set
- * (cpu_isa.h: f32 to bf16 takes 1.5x as long on the baseline's 8 lanes). */
-BFIT_CPU_VARIANTS(void, cast_bf16_loop, (const void *src, void *dst, int64_t n, int to_bf16), {
-    if (to_bf16) {
-        const float *x = src;
-        uint16_t *y = dst;
-        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) y[i] = bfit_f32_to_bf16(x[i]););
-    } else {
-        const uint16_t *x = src;
-        float *y = dst;
-        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) y[i] = bfit_bf16_to_f32(x[i]););
-    }
-})
-
 static int run_cast(cpu_op *op, const bfit_op_args *a)
 {
     int64_t n = op->base.desc.u.cast.n;
@@ -339,7 +322,7 @@ static int run_cast(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "cast: src and dst are required");
     if ((from == BFIT_F32 && to == BFIT_BF16) || (from == BFIT_BF16 && to == BFIT_F32))
-        BFIT_CPU_PICK(cast_bf16_loop)(a->src, a->dst, n, to == BFIT_BF16);
+        bfit_cpu_bf16_cast(a->src, a->dst, n, to == BFIT_BF16); /* cpu_bf16.c: vectorised */
     else
         BFIT_PAR_FOR_IF(n > PAR_MIN,
                         for (int64_t i = 0; i < n; i++) bfit_st(a->dst, to, i, bfit_ld(a->src, from, i)););

@@ -168,9 +168,15 @@ small=$(grep -oE '"reason":"memory shrank","m":[0-9]+,"prev_m":64' "$tmp/shrunk.
 resume_from "$tmp/mc" 10 more --memory 2GiB
 cmp -s "$tmp/big.st" "$tmp/more.st" && pass || fail "resumed with more memory (same micro-batch): the weights differ"
 # the thread count may change too: our reductions use fixed chunks, and
-# oneDNN's f32 matmuls here do not depend on the thread count
-resume_from "$tmp/mc" 10 threads --threads 2
-cmp -s "$tmp/big.st" "$tmp/threads.st" && pass || fail "resumed with 2 threads instead of 1: the weights differ"
+# oneDNN's AVX-512 f32 matmuls here do not depend on the thread count (its
+# AVX2 gemm splits some products across the threads: the rounding moves)
+if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo &&
+  [ -z "${ONEDNN_MAX_CPU_ISA:-}${DNNL_MAX_CPU_ISA:-}" ]; then
+  resume_from "$tmp/mc" 10 threads --threads 2
+  cmp -s "$tmp/big.st" "$tmp/threads.st" && pass || fail "resumed with 2 threads instead of 1: the weights differ"
+else
+  echo "skipped: resumed with 2 threads instead of 1, bit for bit (oneDNN's AVX2 gemm rounds by thread count)"
+fi
 resume_from "$tmp/mc" 10 less --memory 25088KiB
 grep -q "\"reason\":\"memory shrank\",\"m\":$small,\"prev_m\":64" "$tmp/less.jsonl" ||
   fail "resumed with less memory: m not re-planned to $small"
