@@ -36,6 +36,12 @@ enum { P_FWD = 0, P_BWD = 1, R_IN0 = 2, R_IN1 = 3, R_OUT = 4 };
 typedef struct conv_ws {
     size_t base;
     size_t off[3];   /* R_IN0, R_IN1, R_OUT buffers, relative to base; NONE: no reorder */
+    /* bf16 arguments computed in f32 (cpu_bf16.c): their f32 plain copy,
+     * relative to base (NONE: same dtype), converted by our own loop, as
+     * oneDNN's bf16 <-> f32 reorder into a blocked layout is its generic
+     * one (its 136 reorders took 7.1 s of a 7.6 s bf16 cnn epoch) */
+    size_t cast[3];
+    size_t cast_n[3]; /* their elements */
     size_t dw, db;   /* accumulation temporaries (backward weights), relative to base; NONE: unused */
     /* a bf16 nchw <-> nChw16c reorder of our own (cpu_blk16.c) instead of
      * oneDNN's: its sizes and direction, per slot */
@@ -83,26 +89,51 @@ static int reorder(cpu_op *op, int r, const void *from, void *to, void *ws)
     return bfit_cpu_exec(op, r, args, 2, ws, "convolution layout reorder");
 }
 
-/* An input of the convolution: the caller's plain buffer, or its blocked
- * copy in the workspace after reorder slot r. */
+/* Slot r's f32 copy of a bf16 argument, or NULL. */
+static char *cast_buf(const cpu_op *op, int r, void *ws)
+{
+    const conv_ws *m = op->extra;
+    return m->cast[r - R_IN0] == NONE ? NULL : (char *)ws + m->base + m->cast[r - R_IN0];
+}
+
+/* An input of the convolution: the caller's plain buffer, or (converted to
+ * f32, then) its blocked copy in the workspace after reorder slot r. */
 static int input(cpu_op *op, int r, const void *plain, void *ws, const void **out)
 {
     const conv_ws *m = op->extra;
-    int rc;
+    char *f = cast_buf(op, r, ws);
     *out = plain;
+    if (f) {
+        bfit_cpu_bf16_cast(plain, f, (int64_t)(m->cast_n[r - R_IN0]), 0);
+        *out = plain = f;
+    }
     if (!has_reorder(op, r))
         return BFIT_OK;
     *out = (char *)ws + m->base + m->off[r - R_IN0];
-    rc = reorder(op, r, plain, (void *)*out, ws);
-    return rc;
+    return reorder(op, r, plain, (void *)*out, ws);
 }
 
 /* Where the convolution writes its output: the caller's buffer, or the
- * blocked one that R_OUT then reorders into the caller's. */
+ * blocked one that R_OUT then reorders into the caller's (finish_output),
+ * or the f32 copy then converted. */
 static void *output(cpu_op *op, void *plain, void *ws)
 {
     const conv_ws *m = op->extra;
-    return has_reorder(op, R_OUT) ? (char *)ws + m->base + m->off[2] : plain;
+    char *f = cast_buf(op, R_OUT, ws);
+    return has_reorder(op, R_OUT) ? (char *)ws + m->base + m->off[2] : f ? f : plain;
+}
+
+/* The output, written where output() said, into the caller's buffer. */
+static int finish_output(cpu_op *op, void *from, void *plain, void *ws)
+{
+    const conv_ws *m = op->extra;
+    char *f = cast_buf(op, R_OUT, ws);
+    int rc = BFIT_OK;
+    if (has_reorder(op, R_OUT))
+        rc = reorder(op, R_OUT, from, f ? f : plain, ws);
+    if (rc == BFIT_OK && f)
+        bfit_cpu_bf16_cast(f, plain, (int64_t)m->cast_n[2], 1);
+    return rc;
 }
 
 static int need_ws(const cpu_op *op, const bfit_op_args *a, const char *what)
@@ -134,9 +165,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
         };
         rc = bfit_cpu_exec(op, P_FWD, args, 4, a->workspace, "convolution forward");
     }
-    if (rc == BFIT_OK && has_reorder(op, R_OUT))
-        rc = reorder(op, R_OUT, dst, a->dst, a->workspace);
-    return rc;
+    return rc == BFIT_OK ? finish_output(op, dst, a->dst, a->workspace) : rc;
 }
 
 static int run_bwd_data(cpu_op *op, const bfit_op_args *a)
@@ -161,9 +190,7 @@ static int run_bwd_data(cpu_op *op, const bfit_op_args *a)
         };
         rc = bfit_cpu_exec(op, P_BWD, args, 3, a->workspace, "convolution backward data");
     }
-    if (rc == BFIT_OK && has_reorder(op, R_OUT))
-        rc = reorder(op, R_OUT, ds, a->diff_src, a->workspace);
-    return rc;
+    return rc == BFIT_OK ? finish_output(op, ds, a->diff_src, a->workspace) : rc;
 }
 
 static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
@@ -252,7 +279,17 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
     dnnl_status_t s;
     int rc;
 
-    m->off[r - R_IN0] = NONE;
+    dnnl_memory_desc_t pf;
+
+    m->off[r - R_IN0] = m->cast[r - R_IN0] = NONE;
+    if (plain->data_type != chosen->data_type) { /* bf16 computed in f32: an f32 copy first */
+        pf = *plain;
+        pf.data_type = chosen->data_type;
+        m->cast[r - R_IN0] = *cursor;
+        m->cast_n[r - R_IN0] = dnnl_memory_desc_get_size(&pf) / sizeof(float);
+        *cursor += BFIT_ALIGN_UP(dnnl_memory_desc_get_size(&pf));
+        plain = &pf;
+    }
     if (dnnl_memory_desc_equal(plain, chosen))
         return BFIT_OK;
     if (!sum && bfit_cpu_blk16_match(plain, chosen, &m->own[r - R_IN0].n, &m->own[r - R_IN0].c, &m->own[r - R_IN0].hw)) {
@@ -486,13 +523,17 @@ static int chunk_init(cpu_op *op, int *done)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t n = d->u.conv.n, c;
+    bfit_dtype ct = bfit_cpu_compute_dt(cpu_dev(op), d->dtype);
     size_t es = bfit_dtype_size(d->dtype), in = (size_t)d->u.conv.ic * d->u.conv.ih * d->u.conv.iw * es,
            out = (size_t)d->u.conv.oc * d->u.conv.oh * d->u.conv.ow * es;
+    /* the copies per sample: computing bf16 in f32, an f32 plain copy and
+     * an f32 blocked one of each (4x the bf16 bytes) */
+    size_t copies = (in + out) * (ct != d->dtype ? 4 : 1);
     bfit_op_desc sd = *d;
     conv_chunk *k;
     int rc;
 
-    c = (int64_t)(CHUNK_BYTES / (in + out));
+    c = (int64_t)(CHUNK_BYTES / copies);
     c = c < 8 ? 8 : c; /* below 8 samples oneDNN's kernels lose more than the memory is worth */
     *done = 0;
     if (n <= c)
