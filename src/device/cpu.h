@@ -107,6 +107,8 @@ int bfit_cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
 int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t);
 /* [n, c, h, w] of dtype t in nChw16c (c a multiple of 16) */
 int bfit_cpu_md_blk16(dnnl_memory_desc_t *md, const int64_t *dims, bfit_dtype t);
+/* Bytes of pd's scratchpad (0: none). */
+size_t bfit_cpu_pd_scratch(const_dnnl_primitive_desc_t pd);
 /* Primitive attributes with a user-managed scratchpad (caller destroys). */
 int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr);
 /* Create op's pd in slot p from an op descriptor and raise *ws (a max) to
@@ -160,20 +162,16 @@ int bfit_cpu_maxpool16_init(cpu_op *op);           /* its run with nChw16c input
 
 /* cpu_bf16.c: bf16 where oneDNN has no bf16 kernels. native: 1 when
  * oneDNN makes bf16 primitives on this CPU. compute_dt: the dtype oneDNN
- * computes data of dtype t in on d. cast: f32 <-> bf16, n elements. */
+ * computes data of dtype t in on d. cast: f32 <-> bf16, n elements.
+ * pd_create: bfit_cpu_pd_create's work on such a CPU: op's pd in slot p
+ * from op_desc with its bf16 memory descriptors made f32, the stage list of
+ * its bf16 arguments, *ws the bytes it runs with (scratchpad, copies);
+ * stage_of: prim p's copy of argument arg, or NULL. */
 int bfit_cpu_bf16_native(dnnl_engine_t eng);
 bfit_dtype bfit_cpu_compute_dt(const cpu_device *d, bfit_dtype t);
 void bfit_cpu_bf16_cast(const void *src, void *dst, int64_t n, int to_bf16);
-/* rewrite: *use is op_desc, or its copy in buf with its bf16 memory
- * descriptors made f32; args (room for 8) the arguments with a concrete bf16
- * layout, to stage. stage_plan: op's stage list for slot p (pd made) from
- * them, the copies placed from *end, which moves past them. */
-typedef struct bfit_cpu_desc_buf {
-    _Alignas(64) char bytes[4096];
-} bfit_cpu_desc_buf;
-int bfit_cpu_bf16_rewrite(const void *op_desc, bfit_cpu_desc_buf *buf, const void **use, int *args, int *nargs);
-int bfit_cpu_bf16_stage_plan(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
-                             const int *args, int nargs, size_t *end);
+int bfit_cpu_bf16_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                            const_dnnl_primitive_desc_t hint, size_t *ws);
 const cpu_stage *bfit_cpu_bf16_stage_of(const cpu_op *op, int p, int arg);
 
 /* cpu_blk16.c: bf16 nchw <-> nChw16c of our own (oneDNN 2.6's is its slow

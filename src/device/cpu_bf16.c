@@ -28,19 +28,27 @@
 
 #define PAR_MIN 65536
 
+/* Whether oneDNN makes bf16 primitives here: a property of the CPU and of
+ * $ONEDNN_MAX_CPU_ISA, so probed once per process (with the first device's
+ * engine). */
 int bfit_cpu_bf16_native(dnnl_engine_t eng)
 {
+    static int known = -1; /* -1: not probed yet; two first callers probe alike */
     dnnl_memory_desc_t md;
     dnnl_dims_t dims = {16, 16};
     dnnl_matmul_desc_t mm;
     dnnl_primitive_desc_t pd;
+    int native = __atomic_load_n(&known, __ATOMIC_RELAXED);
 
-    if (dnnl_memory_desc_init_by_tag(&md, 2, dims, dnnl_bf16, dnnl_ab) != dnnl_success ||
-        dnnl_matmul_desc_init(&mm, &md, &md, NULL, &md) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &mm, NULL, eng, NULL) != dnnl_success)
-        return 0;
-    dnnl_primitive_desc_destroy(pd);
-    return 1;
+    if (native >= 0)
+        return native;
+    native = dnnl_memory_desc_init_by_tag(&md, 2, dims, dnnl_bf16, dnnl_ab) == dnnl_success &&
+             dnnl_matmul_desc_init(&mm, &md, &md, NULL, &md) == dnnl_success &&
+             dnnl_primitive_desc_create(&pd, &mm, NULL, eng, NULL) == dnnl_success;
+    if (native)
+        dnnl_primitive_desc_destroy(pd);
+    __atomic_store_n(&known, native, __ATOMIC_RELAXED);
+    return native;
 }
 
 bfit_dtype bfit_cpu_compute_dt(const cpu_device *d, bfit_dtype t) { return t == BFIT_BF16 && d->bf16_f32 ? BFIT_F32 : t; }
@@ -107,6 +115,15 @@ typedef struct kind_fields {
     int n;
 } kind_fields;
 
+/* room for a copy of any descriptor of the kinds below */
+typedef union any_desc {
+    dnnl_matmul_desc_t mm;
+    dnnl_eltwise_desc_t elt;
+    dnnl_pooling_desc_t pool;
+    dnnl_batch_normalization_desc_t bn;
+    dnnl_layer_normalization_desc_t ln;
+} any_desc;
+
 #define K(kind, type, f) {kind, sizeof(type), f, (int)(sizeof f / sizeof f[0])}
 static const kind_fields kinds[] = {
     K(dnnl_matmul, dnnl_matmul_desc_t, matmul_f),
@@ -152,40 +169,40 @@ static int has_sum(const_dnnl_primitive_attr_t attr)
     return 0;
 }
 
-int bfit_cpu_bf16_rewrite(const void *op_desc, bfit_cpu_desc_buf *buf, const void **use, int *args, int *nargs)
+/* *use: op_desc, or its copy in buf with its bf16 memory descriptors made
+ * f32; args: the arguments of those with a layout given (not "any"), the
+ * ones to stage. */
+static void rewrite(const void *op_desc, any_desc *buf, const void **use, int *args, int *nargs)
 {
     const kind_fields *k = kind_of(op_desc);
     *use = op_desc;
     *nargs = 0;
     if (!k)
-        return BFIT_OK;
-    if (k->size > sizeof buf->bytes)
-        return bfit_fail(BFIT_EINVAL, "cpu: an op descriptor of %zu bytes (room for %zu)", k->size,
-                         sizeof buf->bytes);
-    memcpy(buf->bytes, op_desc, k->size);
+        return;
+    memcpy(buf, op_desc, k->size);
     for (int i = 0; i < k->n; i++) {
-        dnnl_memory_desc_t *md = (dnnl_memory_desc_t *)(buf->bytes + k->f[i].off);
+        dnnl_memory_desc_t *md = (dnnl_memory_desc_t *)((char *)buf + k->f[i].off);
         if (md->data_type != dnnl_bf16)
             continue;
         /* strides count elements, so the same layout in f32 */
         md->data_type = dnnl_f32;
-        *use = buf->bytes;
+        *use = buf;
         /* a layout oneDNN chooses is the family's to reorder into (conv) */
         if (md->format_kind == dnnl_format_kind_any)
             continue;
         for (int j = 0; j < 2 && k->f[i].args[j]; j++)
             args[(*nargs)++] = k->f[i].args[j];
     }
-    return BFIT_OK;
 }
 
-int bfit_cpu_bf16_stage_plan(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
-                             const int *args, int nargs, size_t *end)
+/* op's stage list for slot p (its pd made) from args, the copies placed
+ * from *end, which moves past them. */
+static int stage_plan(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr, const int *args,
+                      int nargs, size_t *end)
 {
     const kind_fields *k = kind_of(op_desc);
     int sum = has_sum(attr);
 
-    op->nstage[p] = 0;
     for (int i = 0; i < nargs; i++) {
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(op->pd[p], dnnl_query_exec_arg_md, args[i]);
         cpu_stage *s = &op->stage[p][op->nstage[p]];
@@ -202,6 +219,22 @@ int bfit_cpu_bf16_stage_plan(cpu_op *op, int p, const void *op_desc, const_dnnl_
         op->nstage[p]++;
     }
     return BFIT_OK;
+}
+
+int bfit_cpu_bf16_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                            const_dnnl_primitive_desc_t hint, size_t *ws)
+{
+    any_desc buf;
+    const void *use;
+    int args[8], nargs;
+
+    rewrite(op_desc, &buf, &use, args, &nargs);
+    CPU_TRY(dnnl_primitive_desc_create(&op->pd[p], use, attr, cpu_dev(op)->eng, hint), "primitive descriptor");
+    *ws = bfit_cpu_pd_scratch(op->pd[p]);
+    if (!nargs)
+        return BFIT_OK;
+    *ws = BFIT_ALIGN_UP(*ws); /* the f32 copies after the scratchpad */
+    return stage_plan(op, p, op_desc, attr, args, nargs, ws);
 }
 
 const cpu_stage *bfit_cpu_bf16_stage_of(const cpu_op *op, int p, int arg)

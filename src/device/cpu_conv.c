@@ -276,10 +276,9 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
     conv_ws *m = op->extra;
     dnnl_primitive_attr_t attr;
     dnnl_post_ops_t po = NULL;
+    dnnl_memory_desc_t pf;
     dnnl_status_t s;
     int rc;
-
-    dnnl_memory_desc_t pf;
 
     m->off[r - R_IN0] = m->cast[r - R_IN0] = NONE;
     if (plain->data_type != chosen->data_type) { /* bf16 computed in f32: an f32 copy first */
@@ -319,12 +318,8 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
     dnnl_primitive_attr_destroy(attr);
     if (s != dnnl_success)
         return bfit_cpu_dnnl_check(s, "convolution layout reorder");
-    {
-        const dnnl_memory_desc_t *smd = qmd(op->pd[r], dnnl_query_scratchpad_md, 0);
-        size_t sz = smd ? dnnl_memory_desc_get_size(smd) : 0;
-        if (sz > *scratch)
-            *scratch = sz;
-    }
+    if (bfit_cpu_pd_scratch(op->pd[r]) > *scratch)
+        *scratch = bfit_cpu_pd_scratch(op->pd[r]);
     m->off[r - R_IN0] = *cursor;
     *cursor += BFIT_ALIGN_UP(dnnl_memory_desc_get_size(chosen));
     return BFIT_OK;

@@ -64,25 +64,25 @@ int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr)
     return BFIT_OK;
 }
 
+size_t bfit_cpu_pd_scratch(const_dnnl_primitive_desc_t pd)
+{
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    return smd ? dnnl_memory_desc_get_size(smd) : 0;
+}
+
 int bfit_cpu_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
                        const_dnnl_primitive_desc_t hint, size_t *ws)
 {
-    bfit_cpu_desc_buf buf;
-    const void *use = op_desc;
-    const dnnl_memory_desc_t *smd;
-    int args[8], nargs = 0, rc;
     size_t end;
+    int rc;
 
-    if (cpu_dev(op)->bf16_f32 && (rc = bfit_cpu_bf16_rewrite(op_desc, &buf, &use, args, &nargs)) != BFIT_OK)
-        return rc;
-    CPU_TRY(dnnl_primitive_desc_create(&op->pd[p], use, attr, cpu_dev(op)->eng, hint), "primitive descriptor");
-    smd = dnnl_primitive_desc_query_md(op->pd[p], dnnl_query_scratchpad_md, 0);
-    end = smd ? dnnl_memory_desc_get_size(smd) : 0;
     op->nstage[p] = 0;
-    if (nargs) {
-        end = BFIT_ALIGN_UP(end); /* the f32 copies after the scratchpad */
-        if ((rc = bfit_cpu_bf16_stage_plan(op, p, op_desc, attr, args, nargs, &end)) != BFIT_OK)
+    if (cpu_dev(op)->bf16_f32) {
+        if ((rc = bfit_cpu_bf16_pd_create(op, p, op_desc, attr, hint, &end)) != BFIT_OK)
             return rc;
+    } else {
+        CPU_TRY(dnnl_primitive_desc_create(&op->pd[p], op_desc, attr, cpu_dev(op)->eng, hint), "primitive descriptor");
+        end = bfit_cpu_pd_scratch(op->pd[p]);
     }
     op->pd_ws[p] = end;
     if (end > *ws)
