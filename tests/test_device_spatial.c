@@ -579,6 +579,73 @@ static void test_pool(void **st)
            worst[1], worst[2], worst[3]);
 }
 
+/* bf16 pooling (oneDNN's bf16 kernels on an AVX-512 CPU; where it has none,
+ * f32 ones over chunks of samples: cpu_pool.c) against the reference on the
+ * bf16 values. The first case is chunked there (6 samples of 1.3 MB of f32
+ * copies each in 8 MiB, then 2). Inputs are multiples of 1/64 below 2,
+ * exact in bf16 and distinct in every window, so max has one winner. */
+static const pool_case pool16_cases[] = {
+    {8, 64, 64, 64, 3, 3, 2, 2, 1, 1}, /* ResNet's stem pool, smaller */
+    {2, 3, 7, 5, 3, 2, 2, 1, 1, 1},
+};
+
+static void pool16_case(tdev *t, size_t tc, const pool_case *c, int max)
+{
+    bfit_op_desc fd = pool_desc(c, BFIT_OP_POOL_FWD, max, 1);
+    int64_t ny = (int64_t)c->n * c->c * fd.u.pool.oh * fd.u.pool.ow, nx = (int64_t)c->n * c->c * c->ih * c->iw;
+    int64_t K = (int64_t)c->kh * c->kw;
+    float *x = malloc((size_t)nx * 4), *dy = malloc((size_t)ny * 4);
+    double *ry = calloc((size_t)ny, 8), *rym = calloc((size_t)ny, 8), *rdx = calloc((size_t)nx, 8);
+    double *rdxm = calloc((size_t)nx, 8);
+    tbuf tx = tbuf_new(t, (size_t)nx * 2), tdy = bf16buf(t, dy, ny, 350 + tc), ty = nanbuf(t, (size_t)ny * 2);
+    tbuf tdx = nanbuf(t, (size_t)nx * 2), saved;
+    bfit_op *op;
+    bfit_op_args a;
+
+    for (int64_t i = 0; i < nx; i++) {
+        int64_t w = i % c->iw, h = i / c->iw % c->ih, ch = i / ((int64_t)c->iw * c->ih);
+        x[i] = (float)((h * 3 + w * 7 + ch * 11) % 256 - 128) / 64;
+        ((uint16_t *)tx.h)[i] = bfit_f32_to_bf16(x[i]);
+    }
+    tbuf_up(t, &tx);
+    pool_reference(c, max, x, dy, ry, rym, rdx, rdxm);
+    fd.dtype = BFIT_BF16;
+    op = mkop(t, &fd);
+    saved = nanbuf(t, bfit_op_saved_bytes(op) ? bfit_op_saved_bytes(op) : 1);
+    memset(&a, 0, sizeof a);
+    a.src = tx.d, a.dst = ty.d, a.saved = saved.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    fd.kind = BFIT_OP_POOL_BWD;
+    op = mkop(t, &fd);
+    memset(&a, 0, sizeof a);
+    a.diff_dst = tdy.d, a.diff_src = tdx.d, a.saved = saved.d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, &ty), tbuf_down(t, &tdx);
+    for (int64_t i = 0; i < ny; i++) {
+        double g = bfit_bf16_to_f32(((const uint16_t *)ty.h)[i]);
+        if (max ? g != ry[i] : ratio16(g, ry[i], rym[i], K + 1, 1) > 1)
+            fail_msg("bf16 pool case %zu %s forward y[%lld] = %.9g, reference %.9g", tc, max ? "max" : "avg",
+                     (long long)i, g, ry[i]);
+    }
+    for (int64_t i = 0; i < nx; i++) {
+        double g = bfit_bf16_to_f32(((const uint16_t *)tdx.h)[i]);
+        if (ratio16(g, rdx[i], rdxm[i], K + 1, 1) > 1)
+            fail_msg("bf16 pool case %zu %s backward dx[%lld] = %.9g, reference %.9g", tc, max ? "max" : "avg",
+                     (long long)i, g, rdx[i]);
+    }
+    FREEBUFS(t, &tx, &tdy, &ty, &tdx, &saved);
+    free(x), free(dy), free(ry), free(rym), free(rdx), free(rdxm);
+}
+
+static void test_pool_bf16(void **st)
+{
+    for (size_t tc = 0; tc < sizeof pool16_cases / sizeof pool16_cases[0]; tc++)
+        for (int max = 0; max <= 1; max++)
+            pool16_case(*st, tc, &pool16_cases[tc], max);
+}
+
 static void test_pool_rejects_bad_geometry(void **st)
 {
     tdev *t = *st;
@@ -1031,6 +1098,74 @@ static double bnb_check_path(tdev *t, size_t tc, const bn_case *c, bnb_bufs *k, 
     return worst;
 }
 
+/* bf16 batch norm (oneDNN's kernels on an AVX-512 CPU, our own loops where
+ * oneDNN has none: cpu_bnorm.c) against the double reference on the bf16
+ * values: a training forward (statistics, y) and the backward from x
+ * (dx, dscale, dshift), each within the f32 bound plus a bf16 output's
+ * rounding. */
+static void bn16_case(tdev *t, size_t tc, const bn_case *c)
+{
+    const double eps = 1e-5;
+    int64_t hw = (int64_t)c->h * c->w, N = (int64_t)c->n * hw, nx = N * c->c;
+    float *x = malloc((size_t)nx * 4), *dy = malloc((size_t)nx * 4);
+    double *rm = calloc((size_t)c->c, 8), *rv = calloc((size_t)c->c, 8), *rds = calloc((size_t)c->c, 8);
+    double *rdh = calloc((size_t)c->c, 8), *mag = calloc((size_t)c->c, 8);
+    tbuf bx = bf16buf(t, x, nx, 310 + tc), bdy = bf16buf(t, dy, nx, 320 + tc), g = randbuf(t, c->c, 330 + tc);
+    tbuf b = randbuf(t, c->c, 340 + tc), y = nanbuf(t, (size_t)nx * 2), mean = nanbuf(t, (size_t)c->c * 4);
+    tbuf var = nanbuf(t, (size_t)c->c * 4), dx = nanbuf(t, (size_t)nx * 2), ds = nanbuf(t, (size_t)c->c * 4);
+    tbuf dh = nanbuf(t, (size_t)c->c * 4);
+    bfit_op_desc d = bn_desc(c, BFIT_OP_BNORM_FWD, 1, 0);
+    bfit_op_args a;
+    bfit_op *op;
+
+    d.dtype = BFIT_BF16;
+    memset(&a, 0, sizeof a);
+    a.src = bx.d, a.dst = y.d, a.scale = g.d, a.shift = b.d, a.mean = mean.d, a.var = var.d;
+    op = mkop(t, &d);
+    run(t, op, &a);
+    bfit_op_free(op);
+    d.kind = BFIT_OP_BNORM_BWD;
+    memset(&a, 0, sizeof a);
+    a.src = bx.d, a.diff_dst = bdy.d, a.scale = g.d, a.mean = mean.d, a.var = var.d;
+    a.diff_src = dx.d, a.diff_scale = ds.d, a.diff_shift = dh.d;
+    op = mkop(t, &d);
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, &y), tbuf_down(t, &mean), tbuf_down(t, &var), tbuf_down(t, &dx), tbuf_down(t, &ds), tbuf_down(t, &dh);
+    bn_stats(c, x, rm, rv);
+    for (int64_t i = 0; i < nx; i++) {
+        int ch = (int)(i / hw % c->c);
+        double xh = (x[i] - rm[ch]) / sqrt(rv[ch] + eps);
+        rdh[ch] += dy[i], rds[ch] += dy[i] * xh, mag[ch] += fabs(dy[i]) * (1 + fabs(xh));
+    }
+    for (int ch = 0; ch < c->c; ch++)
+        if (ratio(TB_F(mean)[ch], rm[ch], 1, N) > 1 || ratio(TB_F(var)[ch], rv[ch], rv[ch] + 4, N) > 1 ||
+            ratio(TB_F(ds)[ch], rds[ch], mag[ch], N + 4) > 1 || ratio(TB_F(dh)[ch], rdh[ch], mag[ch], N + 4) > 1)
+            fail_msg("bf16 bnorm case %zu channel %d: mean %.9g var %.9g dscale %.9g dshift %.9g, reference %.9g "
+                     "%.9g %.9g %.9g", tc, ch, TB_F(mean)[ch], TB_F(var)[ch], TB_F(ds)[ch], TB_F(dh)[ch], rm[ch],
+                     rv[ch], rds[ch], rdh[ch]);
+    for (int64_t i = 0; i < nx; i++) {
+        int ch = (int)(i / hw % c->c);
+        double rstd = 1 / sqrt(rv[ch] + eps), xh = (x[i] - rm[ch]) * rstd, gc = TB_F(g)[ch];
+        double ry = xh * gc + TB_F(b)[ch], rdx = gc * rstd * (dy[i] - (rdh[ch] + xh * rds[ch]) / (double)N);
+        double my = fabs(xh * gc) + fabs(TB_F(b)[ch]);
+        double mdx = fabs(gc) * rstd * (fabs(dy[i]) + (1 + fabs(xh)) * mag[ch] / (double)N);
+        double gy = bfit_bf16_to_f32(((const uint16_t *)y.h)[i]), gdx = bfit_bf16_to_f32(((const uint16_t *)dx.h)[i]);
+        if (ratio16(gy, ry, my, N, 1) > 1 || ratio16(gdx, rdx, mdx, N + 8, 1) > 1)
+            fail_msg("bf16 bnorm case %zu [%lld]: y %.9g dx %.9g, reference %.9g %.9g", tc, (long long)i, gy, gdx,
+                     ry, rdx);
+    }
+    FREEBUFS(t, &bx, &bdy, &g, &b, &y, &mean, &var, &dx, &ds, &dh);
+    free(x), free(dy), free(rm), free(rv), free(rds), free(rdh), free(mag);
+}
+
+static void test_bnorm_bf16(void **st)
+{
+    for (size_t tc = 0; tc < sizeof bn_cases / sizeof bn_cases[0]; tc++)
+        if (bn_cases[tc].n * bn_cases[tc].h * bn_cases[tc].w > 1)
+            bn16_case(*st, tc, &bn_cases[tc]);
+}
+
 /* One value per channel has no unbiased variance: a training op of it may
  * be made (a plan at micro-batch 1 counts its memory) but running it is
  * refused, before any output is touched (the running variance would divide
@@ -1127,11 +1262,13 @@ int main(void)
         cmocka_unit_test(test_conv_rejects_bad_geometry),
         cmocka_unit_test(test_conv_bf16),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool_bf16),
         cmocka_unit_test(test_pool_rejects_bad_geometry),
         cmocka_unit_test(test_maxpool2_blocked), cmocka_unit_test(test_maxpool2),
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),
+        cmocka_unit_test(test_bnorm_bf16),
         cmocka_unit_test(test_bnorm_one_value),
     };
     return cmocka_run_group_tests(tests, tdev_setup, tdev_teardown);

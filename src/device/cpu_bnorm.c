@@ -6,9 +6,11 @@
  * (1 - momentum) * running + momentum * stat, with the unbiased variance for
  * running_var. Forward eval uses the given mean/var. Backward produces diff_src, diff_scale and diff_shift; oneDNN
  * overwrites the latter two, so with desc.accumulate it writes temporaries
- * placed after its scratchpad (and f32 copies, cpu_bf16.c) in the workspace, which are then added. When
+ * placed after its scratchpad in the workspace, which are then added. When
  * diff_src is not wanted (NULL), the two parameter gradients are computed
- * by a plain loop instead, which needs no buffer for an unwanted diff_src. */
+ * by a plain loop instead, which needs no buffer for an unwanted diff_src.
+ * bf16 where oneDNN has no bf16 kernels (a CPU without AVX-512) runs on
+ * loops of our own, forward and backward. */
 #include "base/err.h"
 #include "device/cpu.h"
 #include "device/half.h"
@@ -39,6 +41,41 @@ static void update_running(const bfit_op_desc *d, const bfit_op_args *a)
     }
 }
 
+/* Forward by our own loops: training takes the batch statistics (two
+ * passes, in double) into mean/var; eval reads them. */
+static void fwd_own(const bfit_op_desc *d, const bfit_op_args *a)
+{
+    int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
+    double cnt = (double)(n * hw);
+    const float *g = a->scale, *b = a->shift;
+    float *mean = a->mean, *var = a->var;
+    bfit_dtype t = d->dtype;
+
+#pragma omp parallel for
+    for (int64_t k = 0; k < c; k++) {
+        double m = mean[k], v = var[k], rstd;
+        if (d->u.bnorm.training) {
+            double s = 0, ss = 0;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0, at = (i * c + k) * hw; j < hw; j++)
+                    s += bfit_ld(a->src, t, at + j);
+            m = s / cnt;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0, at = (i * c + k) * hw; j < hw; j++) {
+                    double e = bfit_ld(a->src, t, at + j) - m;
+                    ss += e * e;
+                }
+            v = ss / cnt;
+            mean[k] = (float)m;
+            var[k] = (float)v;
+        }
+        rstd = 1.0 / sqrt(v + d->u.bnorm.eps);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0, at = (i * c + k) * hw; j < hw; j++)
+                bfit_st(a->dst, t, at + j, (float)((bfit_ld(a->src, t, at + j) - m) * rstd * g[k] + b[k]));
+    }
+}
+
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     dnnl_primitive_desc_t pd = op->pd[P_FWD];
@@ -63,7 +100,10 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
          * but not run: the unbiased variance of one value is undefined */
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: training needs more than one value per channel, got %lld",
                          (long long)d_values(&op->base.desc));
-    rc = bfit_cpu_exec(op, P_FWD, args, 6, a->workspace, "batch normalization forward");
+    if (!pd) /* our own loops (init) */
+        fwd_own(&op->base.desc, a), rc = BFIT_OK;
+    else
+        rc = bfit_cpu_exec(op, P_FWD, args, 6, a->workspace, "batch normalization forward");
     if (rc == BFIT_OK && a->rmean && op->base.desc.u.bnorm.training)
         update_running(&op->base.desc, a);
     return rc;
@@ -95,27 +135,30 @@ static void param_grads_only(const bfit_op_desc *d, const bfit_op_args *a)
     }
 }
 
-/* Backward from the forward's output y (in-place activated batch norm, Rota
- * Bulo et al. 2018): x^ = (y - shift) / scale recovers what the input gave,
- * so the input need not be kept. Per channel, with N values:
+/* Backward by our own loops, x^ from the input x: (x - mean) / sqrt(var +
+ * eps); or (from_dst) from the forward's output y (in-place activated batch
+ * norm, Rota Bulo et al. 2018): x^ = (y - shift) / scale recovers what the
+ * input gave, so the input need not be kept. Per channel, with N values:
  *   dshift += sum dy, dscale += sum dy x^,
  *   dx = scale / sqrt(var + eps) * (dy - sum dy / N - x^ sum(dy x^) / N).
  * A channel whose scale is 0 gave y = shift everywhere: x^ cannot be
- * recovered, and is taken as 0 (its dx is 0 then; its dscale is lost). */
-static void bwd_from_dst(const bfit_op_desc *d, const bfit_op_args *a)
+ * recovered from y, and is taken as 0 (its dx is 0 then; its dscale is
+ * lost). */
+static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
 {
     int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
     double cnt = (double)(n * hw);
-    const float *g = a->scale, *b = a->shift, *var = a->var;
+    const float *g = a->scale, *b = a->shift, *mean = a->mean, *var = a->var;
     bfit_dtype t = d->dtype;
 
 #pragma omp parallel for
     for (int64_t k = 0; k < c; k++) {
-        double sdy = 0, sdyx = 0, inv = g[k] != 0.0f ? 1.0 / g[k] : 0.0, rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
-        double coef = g[k] * rstd;
+        double sdy = 0, sdyx = 0, rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
+        double coef = g[k] * rstd, off = from_dst ? b[k] : mean[k];
+        double inv = from_dst ? (g[k] != 0.0f ? 1.0 / g[k] : 0.0) : rstd;
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0, at = (i * c + k) * hw; j < hw; j++) {
-                double dy = bfit_ld(a->diff_dst, t, at + j), xh = ((double)bfit_ld(a->src, t, at + j) - b[k]) * inv;
+                double dy = bfit_ld(a->diff_dst, t, at + j), xh = ((double)bfit_ld(a->src, t, at + j) - off) * inv;
                 sdy += dy;
                 sdyx += dy * xh;
             }
@@ -125,7 +168,7 @@ static void bwd_from_dst(const bfit_op_desc *d, const bfit_op_args *a)
             continue;
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0, at = (i * c + k) * hw; j < hw; j++) {
-                double dy = bfit_ld(a->diff_dst, t, at + j), xh = ((double)bfit_ld(a->src, t, at + j) - b[k]) * inv;
+                double dy = bfit_ld(a->diff_dst, t, at + j), xh = ((double)bfit_ld(a->src, t, at + j) - off) * inv;
                 bfit_st(a->diff_src, t, at + j, (float)(coef * (dy - sdy / cnt - xh * sdyx / cnt)));
             }
     }
@@ -143,10 +186,10 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_dst || !a->scale || !a->mean || !a->var || !ds || !dh)
         return bfit_fail(BFIT_EINVAL, "batch norm backward: src, diff_dst, scale, mean, var, diff_scale, "
                                       "diff_shift are required");
-    if (d->u.bnorm.use_dst) {
-        if (!a->shift)
+    if (d->u.bnorm.use_dst || !pd) { /* our own loops (init) */
+        if (d->u.bnorm.use_dst && !a->shift)
             return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift is required");
-        bwd_from_dst(d, a);
+        bwd_own(d, a, d->u.bnorm.use_dst);
         return BFIT_OK;
     }
     if (!a->diff_src) {
@@ -203,9 +246,13 @@ int bfit_cpu_bnorm_init(cpu_op *op)
                          (long long)sd[1], (long long)sd[2], (long long)sd[3], (double)d->u.bnorm.eps);
     if (d->kind != BFIT_OP_BNORM_FWD && d->kind != BFIT_OP_BNORM_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: op kind %d is not a batch norm", (int)d->kind);
-    if (d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) {
-        /* our own loops (bwd_from_dst): no primitive, no scratch */
-        op->run = run_bwd;
+    if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) ||
+        bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype) {
+        /* our own loops (fwd_own, bwd_own): no primitive, no scratch; bf16
+         * where oneDNN has no bf16 kernels too, as its f32 primitive would
+         * need three f32 copies in the workspace (cpu_bf16.c: 9.2 MiB per
+         * ResNet-50 sample, its largest workspace) */
+        op->run = d->kind == BFIT_OP_BNORM_FWD ? run_fwd : run_bwd;
         op->ws = op->saved = 0;
         return BFIT_OK;
     }

@@ -3,7 +3,8 @@
  * backward takes the forward's input (src), which every algorithm here
  * supports; relu may instead take the forward's output (use_dst), which
  * oneDNN also supports, or keep only its sign bits (bits: our own loops), so
- * that a model keeps whichever it keeps anyway, or 1 bit per element. */
+ * that a model keeps whichever it keeps anyway, or 1 bit per element. bf16
+ * computed in f32 (cpu_bf16.c) goes in chunks (run). */
 #include "base/err.h"
 #include "device/cpu.h"
 #include "device/cpu_isa.h"
@@ -238,42 +239,95 @@ static int run_bits_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-static const_dnnl_memory_desc_t arg_md(const cpu_op *op, int arg)
+/* bf16 computed in f32 (cpu_bf16.c) goes over the array in chunks of this
+ * many elements: its f32 copies (three in a backward) then take a constant
+ * 3 MiB of workspace instead of 12 bytes per element (ResNet-50's relu
+ * backward: 9 MiB per sample, the largest workspace of its bf16 step). The
+ * primitives for a chunk sit in slots 0 (1: its forward, the hint), those
+ * for the last, shorter chunk in 2 (3). */
+#define CHUNK ((int64_t)1 << 18)
+
+static int64_t chunk_of(const cpu_op *op)
 {
-    return dnnl_primitive_desc_query_md(op->pd[0], dnnl_query_exec_arg_md, arg);
+    const bfit_op_desc *d = &op->base.desc;
+    return bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype && d->u.elt.n > CHUNK ? CHUNK : d->u.elt.n;
 }
 
-static int run_fwd(cpu_op *op, const bfit_op_args *a)
+static const_dnnl_memory_desc_t arg_md(const cpu_op *op, int p, int arg)
 {
-    const cpu_arg args[] = {
-        {DNNL_ARG_SRC, a->src, arg_md(op, DNNL_ARG_SRC)},
-        {DNNL_ARG_DST, a->dst, arg_md(op, DNNL_ARG_DST)},
-    };
-    if (!a->src || !a->dst)
-        return bfit_fail(BFIT_EINVAL, "eltwise forward: src and dst are required");
-    return bfit_cpu_exec(op, 0, args, 2, a->workspace, "eltwise forward");
+    return dnnl_primitive_desc_query_md(op->pd[p], dnnl_query_exec_arg_md, arg);
 }
 
-static int run_bwd(cpu_op *op, const bfit_op_args *a)
+/* Run slot p's primitive (forward or backward) on elements [at, at + len). */
+static int run_part(cpu_op *op, int p, const bfit_op_args *a, int64_t at)
 {
+    size_t off = (size_t)at * bfit_dtype_size(op->base.desc.dtype);
     int dst = op->base.desc.u.elt.use_dst;
-    const cpu_arg args[] = {
-        {dst ? DNNL_ARG_DST : DNNL_ARG_SRC, a->src, arg_md(op, dst ? DNNL_ARG_DST : DNNL_ARG_SRC)},
-        {DNNL_ARG_DIFF_DST, a->diff_dst, arg_md(op, DNNL_ARG_DIFF_DST)},
-        {DNNL_ARG_DIFF_SRC, a->diff_src, arg_md(op, DNNL_ARG_DIFF_SRC)},
-    };
-    if (!a->src || !a->diff_dst || !a->diff_src)
-        return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
-    return bfit_cpu_exec(op, 0, args, 3, a->workspace, "eltwise backward");
+    if (op->base.desc.kind == BFIT_OP_ELTWISE_FWD) {
+        const cpu_arg args[] = {
+            {DNNL_ARG_SRC, (const char *)a->src + off, arg_md(op, p, DNNL_ARG_SRC)},
+            {DNNL_ARG_DST, (char *)a->dst + off, arg_md(op, p, DNNL_ARG_DST)},
+        };
+        return bfit_cpu_exec(op, p, args, 2, a->workspace, "eltwise forward");
+    } else {
+        const cpu_arg args[] = {
+            {dst ? DNNL_ARG_DST : DNNL_ARG_SRC, (const char *)a->src + off,
+             arg_md(op, p, dst ? DNNL_ARG_DST : DNNL_ARG_SRC)},
+            {DNNL_ARG_DIFF_DST, (const char *)a->diff_dst + off, arg_md(op, p, DNNL_ARG_DIFF_DST)},
+            {DNNL_ARG_DIFF_SRC, (char *)a->diff_src + off, arg_md(op, p, DNNL_ARG_DIFF_SRC)},
+        };
+        return bfit_cpu_exec(op, p, args, 3, a->workspace, "eltwise backward");
+    }
+}
+
+static int run(cpu_op *op, const bfit_op_args *a)
+{
+    int64_t n = op->base.desc.u.elt.n, c = chunk_of(op);
+    int rc = BFIT_OK;
+    if (op->base.desc.kind == BFIT_OP_ELTWISE_FWD ? !a->src || !a->dst : !a->src || !a->diff_dst || !a->diff_src)
+        return bfit_fail(BFIT_EINVAL, op->base.desc.kind == BFIT_OP_ELTWISE_FWD
+                                          ? "eltwise forward: src and dst are required"
+                                          : "eltwise backward: src, diff_dst and diff_src are required");
+    for (int64_t at = 0; rc == BFIT_OK && at < n; at += c)
+        rc = run_part(op, at + c <= n ? 0 : 2, a, at);
+    return rc;
+}
+
+/* The primitive for arrays of n elements in slot p (its forward hint in
+ * p + 1 for a backward), its workspace into *ws (a max). */
+static int make_prims(cpu_op *op, int p, int64_t n, dnnl_alg_kind_t alg, float alpha, float beta, size_t *ws)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    dnnl_memory_desc_t md;
+    dnnl_eltwise_desc_t fwd, bwd;
+    dnnl_primitive_attr_t attr;
+    size_t ws_hint = 0;
+    int rc;
+
+    if ((rc = bfit_cpu_md_dt(&md, 1, &n, d->dtype)) != BFIT_OK)
+        return rc;
+    CPU_TRY(dnnl_eltwise_forward_desc_init(&fwd, dnnl_forward_training, alg, &md, alpha, beta),
+            "eltwise forward descriptor");
+    if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
+        return rc;
+    if (d->kind == BFIT_OP_ELTWISE_FWD) {
+        rc = bfit_cpu_pd_create(op, p, &fwd, attr, NULL, ws);
+    } else {
+        /* the backward needs the forward's pd as a hint */
+        rc = bfit_cpu_pd_create(op, p + 1, &fwd, attr, NULL, &ws_hint);
+        if (rc == BFIT_OK && dnnl_eltwise_backward_desc_init(&bwd, alg, &md, &md, alpha, beta) != dnnl_success)
+            rc = bfit_fail(BFIT_EDEVICE, "oneDNN: eltwise backward descriptor failed");
+        if (rc == BFIT_OK)
+            rc = bfit_cpu_pd_create(op, p, &bwd, attr, op->pd[p + 1], ws);
+    }
+    dnnl_primitive_attr_destroy(attr);
+    return rc;
 }
 
 int bfit_cpu_eltwise_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
-    int64_t n = d->u.elt.n;
-    dnnl_memory_desc_t md;
-    dnnl_eltwise_desc_t fwd, bwd;
-    dnnl_primitive_attr_t attr;
+    int64_t n = d->u.elt.n, c;
     dnnl_alg_kind_t alg;
     float alpha = 0.f, beta = 0.f;
     int rc;
@@ -302,31 +356,13 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     case BFIT_ELT_CLIP: alg = d->u.elt.use_dst ? dnnl_eltwise_clip_v2_use_dst_for_bwd : dnnl_eltwise_clip_v2; break;
     default: return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     }
-    if ((rc = bfit_cpu_md_dt(&md, 1, &n, d->dtype)) != BFIT_OK)
-        return rc;
     if (d->u.elt.alg == BFIT_ELT_CLIP)
         alpha = d->u.elt.lo, beta = d->u.elt.hi;
-    CPU_TRY(dnnl_eltwise_forward_desc_init(&fwd, dnnl_forward_training, alg, &md, alpha, beta),
-            "eltwise forward descriptor");
-    if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
-        return rc;
     op->ws = 0;
     op->saved = 0;
-    if (d->kind == BFIT_OP_ELTWISE_FWD) {
-        rc = bfit_cpu_pd_create(op, 0, &fwd, attr, NULL, &op->ws);
-        op->run = run_fwd;
-    } else {
-        /* the backward needs the forward's pd as a hint; it is kept in pd[1] */
-        size_t ws_hint = 0;
-        rc = bfit_cpu_pd_create(op, 1, &fwd, attr, NULL, &ws_hint);
-        if (rc == BFIT_OK && dnnl_eltwise_backward_desc_init(&bwd, alg, &md, &md, alpha, beta) != dnnl_success)
-            rc = bfit_fail(BFIT_EDEVICE, "oneDNN: eltwise backward descriptor failed");
-        if (rc == BFIT_OK)
-            rc = bfit_cpu_pd_create(op, 0, &bwd, attr, op->pd[1], &op->ws);
-        op->run = run_bwd;
-    }
-    dnnl_primitive_attr_destroy(attr);
-    if (rc != BFIT_OK)
+    op->run = run;
+    c = chunk_of(op);
+    if ((rc = make_prims(op, 0, c, alg, alpha, beta, &op->ws)) != BFIT_OK)
         return rc;
-    return BFIT_OK;
+    return n % c ? make_prims(op, 2, n % c, alg, alpha, beta, &op->ws) : BFIT_OK;
 }

@@ -5,42 +5,80 @@
  * to backward: that is the op's `saved` buffer. Average pooling counts the
  * zero padding in the divisor like PyTorch's default (count_include_pad), so
  * it is oneDNN's avg_include_padding. The backward pd needs the forward pd as
- * a hint: it sits in pd[0] (no primitive), the backward one in pd[1]. */
+ * a hint: it sits in pd[0] (no primitive), the backward one in pd[1]; bf16
+ * computed in f32 (cpu_bf16.c) goes over chunks of samples (run). */
 #include "base/err.h"
 #include "device/cpu.h"
 
-enum { P_FWD = 0, P_BWD = 1 };
+/* Slots: the forward pd (the backward's hint) and the backward one, for a
+ * chunk of samples; those of the last, shorter chunk in 2 and 3. */
+enum { P_FWD = 0, P_BWD = 1, P_TAIL = 2 };
+
+/* bf16 computed in f32 (cpu_bf16.c) goes over the batch in chunks of
+ * samples whose f32 copies fit this many bytes (ResNet-50's stem pool
+ * backward: 3.8 MiB per sample, the largest workspace of its bf16 step
+ * otherwise); else the whole batch at once. */
+#define CHUNK_BYTES ((size_t)8 << 20)
+
+static int64_t chunk_of(const cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    size_t per = (size_t)d->u.pool.c * (size_t)(d->u.pool.ih * d->u.pool.iw + d->u.pool.oh * d->u.pool.ow) * 4;
+    int64_t c = (int64_t)(CHUNK_BYTES / per);
+    if (bfit_cpu_compute_dt(cpu_dev(op), d->dtype) == d->dtype)
+        return d->u.pool.n;
+    return c < 1 ? 1 : c < d->u.pool.n ? c : d->u.pool.n;
+}
 
 static const dnnl_memory_desc_t *qmd(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
 {
     return dnnl_primitive_desc_query_md(pd, what, 0);
 }
 
-static int run_fwd(cpu_op *op, const bfit_op_args *a)
+static size_t md_bytes(const dnnl_memory_desc_t *md) { return md ? dnnl_memory_desc_get_size(md) : 0; }
+
+/* Samples [at, at + len) through slots base (forward) and base + 1. */
+static int run_part(cpu_op *op, int base, const bfit_op_args *a, int64_t at, int64_t chunk)
 {
-    dnnl_primitive_desc_t pd = op->pd[P_FWD];
-    cpu_arg args[] = {
-        {DNNL_ARG_SRC, a->src, qmd(pd, dnnl_query_src_md)},
-        {DNNL_ARG_DST, a->dst, qmd(pd, dnnl_query_dst_md)},
-        {DNNL_ARG_WORKSPACE, op->saved ? a->saved : NULL, qmd(pd, dnnl_query_workspace_md)},
-    };
-    if (!a->src || !a->dst || (op->saved && !a->saved))
-        return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
-    return bfit_cpu_exec(op, P_FWD, args, 3, a->workspace, "pooling forward");
+    const bfit_op_desc *d = &op->base.desc;
+    size_t es = bfit_dtype_size(d->dtype), in = (size_t)at * (size_t)(d->u.pool.c * d->u.pool.ih * d->u.pool.iw) * es;
+    size_t out = (size_t)at * (size_t)(d->u.pool.c * d->u.pool.oh * d->u.pool.ow) * es;
+    const dnnl_memory_desc_t *wmd = qmd(op->pd[base + P_FWD], dnnl_query_workspace_md);
+    /* the indices of each chunk after those of the chunks before it */
+    void *saved = op->saved ? (char *)a->saved + (size_t)(at / chunk) * md_bytes(qmd(op->pd[P_FWD],
+                                                                                     dnnl_query_workspace_md))
+                            : NULL;
+    if (d->kind == BFIT_OP_POOL_FWD) {
+        dnnl_primitive_desc_t pd = op->pd[base + P_FWD];
+        const cpu_arg args[] = {
+            {DNNL_ARG_SRC, (const char *)a->src + in, qmd(pd, dnnl_query_src_md)},
+            {DNNL_ARG_DST, (char *)a->dst + out, qmd(pd, dnnl_query_dst_md)},
+            {DNNL_ARG_WORKSPACE, saved, wmd},
+        };
+        return bfit_cpu_exec(op, base + P_FWD, args, 3, a->workspace, "pooling forward");
+    } else {
+        dnnl_primitive_desc_t pd = op->pd[base + P_BWD];
+        const cpu_arg args[] = {
+            {DNNL_ARG_DIFF_DST, (const char *)a->diff_dst + out, qmd(pd, dnnl_query_diff_dst_md)},
+            {DNNL_ARG_DIFF_SRC, (char *)a->diff_src + in, qmd(pd, dnnl_query_diff_src_md)},
+            /* the forward pd's workspace md: the indices forward wrote */
+            {DNNL_ARG_WORKSPACE, saved, wmd},
+        };
+        return bfit_cpu_exec(op, base + P_BWD, args, 3, a->workspace, "pooling backward");
+    }
 }
 
-static int run_bwd(cpu_op *op, const bfit_op_args *a)
+static int run(cpu_op *op, const bfit_op_args *a)
 {
-    dnnl_primitive_desc_t pd = op->pd[P_BWD];
-    cpu_arg args[] = {
-        {DNNL_ARG_DIFF_DST, a->diff_dst, qmd(pd, dnnl_query_diff_dst_md)},
-        {DNNL_ARG_DIFF_SRC, a->diff_src, qmd(pd, dnnl_query_diff_src_md)},
-        /* the forward pd's workspace md: the indices forward wrote */
-        {DNNL_ARG_WORKSPACE, op->saved ? a->saved : NULL, qmd(op->pd[P_FWD], dnnl_query_workspace_md)},
-    };
-    if (!a->diff_dst || !a->diff_src || (op->saved && !a->saved))
+    int64_t n = op->base.desc.u.pool.n, c = chunk_of(op);
+    int rc = BFIT_OK;
+    if (op->base.desc.kind == BFIT_OP_POOL_FWD && (!a->src || !a->dst || (op->saved && !a->saved)))
+        return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
+    if (op->base.desc.kind == BFIT_OP_POOL_BWD && (!a->diff_dst || !a->diff_src || (op->saved && !a->saved)))
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
-    return bfit_cpu_exec(op, P_BWD, args, 3, a->workspace, "pooling backward");
+    for (int64_t at = 0; rc == BFIT_OK && at < n; at += c)
+        rc = run_part(op, at + c <= n ? 0 : P_TAIL, a, at, c);
+    return rc;
 }
 
 static int check_desc(const bfit_op_desc *d)
@@ -64,11 +102,14 @@ static int check_desc(const bfit_op_desc *d)
     return BFIT_OK;
 }
 
-int bfit_cpu_pool_init(cpu_op *op)
+/* The primitives for n samples in slots base (forward, the backward's hint)
+ * and base + 1 (backward); the workspace into *ws (a max), the forward's
+ * indices' bytes into *saved. */
+static int make_prims(cpu_op *op, int base, int64_t n, size_t *ws, size_t *saved)
 {
     const bfit_op_desc *d = &op->base.desc;
-    int64_t sd[4] = {d->u.pool.n, d->u.pool.c, d->u.pool.ih, d->u.pool.iw};
-    int64_t dd[4] = {d->u.pool.n, d->u.pool.c, d->u.pool.oh, d->u.pool.ow};
+    int64_t sd[4] = {n, d->u.pool.c, d->u.pool.ih, d->u.pool.iw};
+    int64_t dd[4] = {n, d->u.pool.c, d->u.pool.oh, d->u.pool.ow};
     dnnl_dims_t strides = {d->u.pool.sh, d->u.pool.sw}, kernel = {d->u.pool.kh, d->u.pool.kw};
     dnnl_dims_t pad = {d->u.pool.ph, d->u.pool.pw};
     dnnl_alg_kind_t alg = d->u.pool.max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
@@ -78,51 +119,50 @@ int bfit_cpu_pool_init(cpu_op *op)
     dnnl_memory_desc_t src, dst;
     dnnl_pooling_desc_t fd, bd;
     dnnl_primitive_attr_t attr;
-    const dnnl_memory_desc_t *wsmd;
     dnnl_status_t s;
-    size_t hint_ws = 0, ws = 0;
-    int rc, own;
+    size_t hint_ws = 0;
+    int rc;
 
-    rc = check_desc(d);
-    if (rc == BFIT_OK)
-        rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype);
-    if (rc == BFIT_OK)
-        rc = bfit_cpu_md_dt(&dst, 4, dd, d->dtype);
-    if (rc != BFIT_OK)
-        return rc;
-    if (d->kind != BFIT_OP_POOL_FWD && d->kind != BFIT_OP_POOL_BWD)
-        return bfit_fail(BFIT_EINVAL, "cpu pool: op kind %d is not a pooling", (int)d->kind);
-    if ((rc = bfit_cpu_maxpool2_init(op, &own)) != BFIT_OK || own)
+    if ((rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md_dt(&dst, 4, dd, d->dtype)))
         return rc;
     /* padding_r = padding_l: oneDNN checks the output size with the same
      * floor division as PyTorch */
     CPU_TRY(dnnl_pooling_forward_desc_init(&fd, train ? dnnl_forward_training : dnnl_forward_inference, alg, &src,
                                            &dst, strides, kernel, pad, pad),
             "pooling forward descriptor");
-    rc = bfit_cpu_attr_user_scratchpad(&attr);
-    if (rc != BFIT_OK)
+    if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
         return rc;
-    rc = bfit_cpu_pd_create(op, P_FWD, &fd, attr, NULL,
-                       d->kind == BFIT_OP_POOL_FWD ? &ws : &hint_ws);
-    if (rc != BFIT_OK)
-        goto free_attr;
-    wsmd = qmd(op->pd[P_FWD], dnnl_query_workspace_md);
-    op->saved = wsmd ? dnnl_memory_desc_get_size(wsmd) : 0;
-    if (d->kind == BFIT_OP_POOL_FWD) {
-        op->run = run_fwd;
-    } else {
+    rc = bfit_cpu_pd_create(op, base + P_FWD, &fd, attr, NULL, d->kind == BFIT_OP_POOL_FWD ? ws : &hint_ws);
+    if (rc == BFIT_OK)
+        *saved = md_bytes(qmd(op->pd[base + P_FWD], dnnl_query_workspace_md));
+    if (rc == BFIT_OK && d->kind == BFIT_OP_POOL_BWD) {
         s = dnnl_pooling_backward_desc_init(&bd, alg, &src, &dst, strides, kernel, pad, pad);
-        if (s != dnnl_success) {
-            rc = bfit_cpu_dnnl_check(s, "pooling backward descriptor");
-            goto free_attr;
-        }
-        rc = bfit_cpu_pd_create(op, P_BWD, &bd, attr, op->pd[P_FWD], &ws);
-        if (rc != BFIT_OK)
-            goto free_attr;
-        op->run = run_bwd;
+        rc = s != dnnl_success ? bfit_cpu_dnnl_check(s, "pooling backward descriptor")
+                               : bfit_cpu_pd_create(op, base + P_BWD, &bd, attr, op->pd[base + P_FWD], ws);
     }
-    op->ws = ws;
-free_attr:
     dnnl_primitive_attr_destroy(attr);
     return rc;
+}
+
+int bfit_cpu_pool_init(cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t n = d->u.pool.n, c;
+    size_t saved = 0, tail = 0;
+    int rc, own;
+
+    if ((rc = check_desc(d)) != BFIT_OK)
+        return rc;
+    if (d->kind != BFIT_OP_POOL_FWD && d->kind != BFIT_OP_POOL_BWD)
+        return bfit_fail(BFIT_EINVAL, "cpu pool: op kind %d is not a pooling", (int)d->kind);
+    if ((rc = bfit_cpu_maxpool2_init(op, &own)) != BFIT_OK || own)
+        return rc;
+    op->ws = 0;
+    op->run = run;
+    c = chunk_of(op);
+    if ((rc = make_prims(op, 0, c, &op->ws, &saved)) != BFIT_OK ||
+        (n % c && (rc = make_prims(op, P_TAIL, n % c, &op->ws, &tail)) != BFIT_OK))
+        return rc;
+    op->saved = saved * (size_t)(n / c) + tail;
+    return BFIT_OK;
 }
