@@ -284,10 +284,10 @@ static int run(cpu_op *op, const bfit_op_args *a)
 {
     int64_t n = op->base.desc.u.elt.n, c = chunk_of(op);
     int rc = BFIT_OK;
-    if (op->base.desc.kind == BFIT_OP_ELTWISE_FWD ? !a->src || !a->dst : !a->src || !a->diff_dst || !a->diff_src)
-        return bfit_fail(BFIT_EINVAL, op->base.desc.kind == BFIT_OP_ELTWISE_FWD
-                                          ? "eltwise forward: src and dst are required"
-                                          : "eltwise backward: src, diff_dst and diff_src are required");
+    if (op->base.desc.kind == BFIT_OP_ELTWISE_FWD && (!a->src || !a->dst))
+        return bfit_fail(BFIT_EINVAL, "eltwise forward: src and dst are required");
+    if (op->base.desc.kind == BFIT_OP_ELTWISE_BWD && (!a->src || !a->diff_dst || !a->diff_src))
+        return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
     for (int64_t at = 0; rc == BFIT_OK && at < n; at += c)
         rc = run_part(op, at + c <= n ? 0 : 2, a, at);
     return rc;
