@@ -824,6 +824,7 @@ static const bn_case bn_cases[] = {
     {2, 1, 7, 7},  /* one channel */
     {1, 7, 1, 2},  /* two values per channel: the smallest legal batch */
     {8, 16, 14, 14}, /* a real layer's size */
+    {2, 3, 40, 41},  /* a map of 1640 values: our loops' rows of 1024 and a tail */
 };
 
 /* Reference statistics in double: mean and biased variance per channel. */
@@ -856,7 +857,7 @@ static bfit_op_desc bn_desc(const bn_case *c, bfit_op_kind kind, int training, i
 
 /* Momenta of the running statistics, one per case: PyTorch's default, a
  * larger one, 1 (running = the batch's), 0 (running never moves), ... */
-static const float bn_momentum[] = {0.1f, 0.3f, 1.0f, 0.0f, 0.1f, 0.01f};
+static const float bn_momentum[] = {0.1f, 0.3f, 1.0f, 0.0f, 0.1f, 0.01f, 0.2f};
 
 typedef struct bn_bufs {
     tbuf x, g, b, y, mean, var, emean, evar, rmean, rvar;
@@ -1036,28 +1037,35 @@ static void test_bnorm_running_optional(void **st)
 }
 
 typedef struct bnb_bufs {
-    tbuf x, g, dy, g0s, g0h, mean, var, dx, ds, dh;
+    tbuf x, g, dy, g0s, g0h, mean, var, dx, ds, dh, y, b;
 } bnb_bufs;
 
 /* The per-channel reference of one case: statistics, dscale and dshift with
- * their terms' magnitudes. */
+ * their terms' magnitudes; magy's from the output y = scale x^ + shift,
+ * whose x^ = (y - shift) / scale carries y's rounding, |x^| + |shift /
+ * scale| ulps. */
 typedef struct bnb_ref {
-    double *rm, *rv, *rds, *rdh, *mag;
+    double *rm, *rv, *rds, *rdh, *mag, *magy;
 } bnb_ref;
 
-/* One backward path (with or without diff_src, overwriting or accumulating)
- * against the reference. */
+/* One backward path (with or without diff_src, overwriting or accumulating;
+ * paths 4-7: the same from the output, in-place activated batch norm's,
+ * our own loops on every CPU) against the reference. */
 static double bnb_check_path(tdev *t, size_t tc, const bn_case *c, bnb_bufs *k, const bnb_ref *r, int path)
 {
     const double eps = 1e-5;
     int64_t hw = (int64_t)c->h * c->w, N = (int64_t)c->n * hw;
-    int with_dx = path < 2, acc = path & 1;
+    int with_dx = (path & 3) < 2, acc = path & 1, from_y = path >= 4;
     const float *x = TB_F(k->x), *g = TB_F(k->g), *dy = TB_F(k->dy), *g0s = TB_F(k->g0s), *g0h = TB_F(k->g0h);
-    const float *dx = TB_F(k->dx), *ds = TB_F(k->ds), *dh = TB_F(k->dh);
+    const float *dx = TB_F(k->dx), *ds = TB_F(k->ds), *dh = TB_F(k->dh), *b = TB_F(k->b);
+    const double *mag = from_y ? r->magy : r->mag;
     bfit_op_desc d = bn_desc(c, BFIT_OP_BNORM_BWD, 1, acc);
-    bfit_op *op = mkop(t, &d);
+    bfit_op *op;
     bfit_op_args a;
     double worst = 0;
+
+    d.u.bnorm.use_dst = from_y;
+    op = mkop(t, &d);
 
     sethost(t, &k->ds, acc ? g0s : NULL);
     sethost(t, &k->dh, acc ? g0h : NULL);
@@ -1065,13 +1073,15 @@ static double bnb_check_path(tdev *t, size_t tc, const bn_case *c, bnb_bufs *k, 
     memset(&a, 0, sizeof a);
     a.src = k->x.d, a.diff_dst = k->dy.d, a.scale = k->g.d, a.mean = k->mean.d, a.var = k->var.d;
     a.diff_src = with_dx ? k->dx.d : NULL, a.diff_scale = k->ds.d, a.diff_shift = k->dh.d;
+    if (from_y)
+        a.src = k->y.d, a.shift = k->b.d;
     run(t, op, &a);
     bfit_op_free(op);
     tbuf_down(t, &k->dx), tbuf_down(t, &k->ds), tbuf_down(t, &k->dh);
     for (int ch = 0; ch < c->c; ch++) {
         double bs = acc ? g0s[ch] : 0, bh = acc ? g0h[ch] : 0;
-        double qs = ratio(ds[ch], bs + r->rds[ch], fabs(bs) + r->mag[ch], N + 4);
-        double qh = ratio(dh[ch], bh + r->rdh[ch], fabs(bh) + r->mag[ch], N + 4);
+        double qs = ratio(ds[ch], bs + r->rds[ch], fabs(bs) + mag[ch], N + 4);
+        double qh = ratio(dh[ch], bh + r->rdh[ch], fabs(bh) + mag[ch], N + 4);
         worst = fmax(worst, fmax(qs, qh));
         if (qs > 1 || qh > 1)
             fail_msg("bnorm case %zu path %d channel %d: dscale %.9g dshift %.9g, reference %.9g %.9g", tc, path,
@@ -1086,9 +1096,10 @@ static double bnb_check_path(tdev *t, size_t tc, const bn_case *c, bnb_bufs *k, 
             for (int64_t j = 0; j < hw; j++) {
                 int64_t xi = ((int64_t)i * c->c + ch) * hw + j;
                 double rstd = 1 / sqrt(r->rv[ch] + eps), xh = (x[xi] - r->rm[ch]) * rstd;
+                double ax = 1 + fabs(xh) + (from_y ? fabs(b[ch] / g[ch]) : 0);
                 /* dx = gamma rstd (dy - (dshift + xhat dscale) / N) */
                 double ref = g[ch] * rstd * (dy[xi] - (r->rdh[ch] + xh * r->rds[ch]) / (double)N);
-                double m = fabs(g[ch]) * rstd * (fabs(dy[xi]) + (1 + fabs(xh)) * r->mag[ch] / (double)N);
+                double m = fabs(g[ch]) * rstd * (fabs(dy[xi]) + ax * mag[ch] / (double)N);
                 double q = ratio(dx[xi], ref, m, N + 8);
                 worst = fmax(worst, q);
                 if (q > 1)
@@ -1226,8 +1237,10 @@ static void test_bnorm_backward(void **st)
         k.g0s = randbuf(t, c->c, 103 + tc), k.g0h = randbuf(t, c->c, 104 + tc);
         k.mean = nanbuf(t, (size_t)c->c * 4), k.var = nanbuf(t, (size_t)c->c * 4);
         k.dx = nanbuf(t, (size_t)nx * 4), k.ds = nanbuf(t, (size_t)c->c * 4), k.dh = nanbuf(t, (size_t)c->c * 4);
+        k.b = randbuf(t, c->c, 105 + tc), k.y = nanbuf(t, (size_t)nx * 4);
         r.rm = calloc((size_t)c->c, 8), r.rv = calloc((size_t)c->c, 8);
         r.rds = calloc((size_t)c->c, 8), r.rdh = calloc((size_t)c->c, 8), r.mag = calloc((size_t)c->c, 8);
+        r.magy = calloc((size_t)c->c, 8);
         x = TB_F(k.x), dy = TB_F(k.dy);
 
         bn_stats(c, x, r.rm, r.rv);
@@ -1241,16 +1254,20 @@ static void test_bnorm_backward(void **st)
             for (int ch = 0; ch < c->c; ch++)
                 for (int64_t j = 0; j < hw; j++) {
                     int64_t xi = ((int64_t)i * c->c + ch) * hw + j;
-                    double xh = (x[xi] - r.rm[ch]) / sqrt(r.rv[ch] + eps);
+                    double xh = (x[xi] - r.rm[ch]) / sqrt(r.rv[ch] + eps), gc = TB_F(k.g)[ch], bc = TB_F(k.b)[ch];
                     r.rdh[ch] += dy[xi];
                     r.rds[ch] += dy[xi] * xh;
                     r.mag[ch] += fabs(dy[xi]) * (1 + fabs(xh));
+                    r.magy[ch] += fabs(dy[xi]) * (1 + fabs(xh) + fabs(bc / gc));
+                    TB_F(k.y)[xi] = (float)(gc * xh + bc); /* the forward's output, from exact statistics */
                 }
-        /* with diff_src (oneDNN) and without (plain loop), overwriting and accumulating */
-        for (int path = 0; path < 4; path++)
+        tbuf_up(t, &k.y);
+        /* with diff_src (oneDNN) and without (plain loop), overwriting and
+         * accumulating; then each from the output */
+        for (int path = 0; path < 8; path++)
             worst = fmax(worst, bnb_check_path(t, tc, c, &k, &r, path));
-        FREEBUFS(t, &k.x, &k.g, &k.dy, &k.g0s, &k.g0h, &k.mean, &k.var, &k.dx, &k.ds, &k.dh);
-        free(r.rm), free(r.rv), free(r.rds), free(r.rdh), free(r.mag);
+        FREEBUFS(t, &k.x, &k.g, &k.dy, &k.g0s, &k.g0h, &k.mean, &k.var, &k.dx, &k.ds, &k.dh, &k.y, &k.b);
+        free(r.rm), free(r.rv), free(r.rds), free(r.rdh), free(r.mag), free(r.magy);
     }
     printf("  bnorm backward worst error / bound %.3f\n", worst);
 }

@@ -10,7 +10,7 @@
 # plan, train, find), optime (op times of a gpt2 and a resnet50 step), algos (a
 # few plans per convolution algorithm choice: each category and the time taken),
 # ctest (the tests whose names match BFIT_CTEST_RE, each failure's output
-# shown), and run.sh's phases (plan cotenant ways speed finders; test runs
+# shown), stop (SIGTERM and resume, six runs on the GPU), and run.sh's phases (plan cotenant ways speed finders; test runs
 # the whole suite). Each stage has its own time limit,
 # and the next runs whatever the last did.
 set -uo pipefail
@@ -89,6 +89,22 @@ s_algos() { # the rows' peaks by category on this GPU, with each plan's time (th
     awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "(planned in %.2f s)\n", b - a }'
   done
 }
+s_stop() { # SIGTERM at a random moment on the GPU, five times, each run resumed
+  # from the last checkpoint, then resumed to the end: each stop exits 143
+  # with a whole checkpoint (the signals are taken by a thread of their own)
+  local d=$out/stop-ckpt i rc res=()
+  rm -rf "$d"
+  for i in 1 2 3 4 5 6; do
+    [ "$i" = 1 ] && res=(--model cnn --data synthetic --device cuda --batch 128 --epochs 1
+      --epoch-samples 300000 --checkpoint "$d" --checkpoint-every 40) || res=(--resume "$d")
+    timeout 180 "$bf" train "${res[@]}" >"$out/stop-$i.txt" 2>&1 &
+    local p=$!
+    [ "$i" -lt 6 ] && { sleep "$((3 + RANDOM % 5))"; kill -TERM "$p"; }
+    wait "$p"; rc=$?
+    echo "run $i: exit $rc; $(grep -E 'stopped by|test accuracy .* after|error' "$out/stop-$i.txt" | tail -1)"
+  done
+  ls "$d"
+}
 s_ctest() {
   (cd "$b" && timeout 240 ctest -j8 --output-on-failure -R "${BFIT_CTEST_RE:-.}" -E "^mpi_")
 }
@@ -96,7 +112,7 @@ for st in "$@"; do
   t=$(date +%s)
   echo "==== $st" >&2
   case $st in
-    env | cuda | smoke | optime | ctest | algos) "s_$st" >"$out/$st.log" 2>&1 ;;
+    env | cuda | smoke | optime | ctest | algos | stop) "s_$st" >"$out/$st.log" 2>&1 ;;
     *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1
        rc=$?
        # the phase's own files one level up: the device tool brings back
