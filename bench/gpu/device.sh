@@ -95,11 +95,11 @@ s_stop() { # SIGTERM at a random moment on the GPU, five times, each run resumed
   local d=$out/stop-ckpt i rc res=()
   rm -rf "$d"
   for i in 1 2 3 4 5 6; do
-    [ "$i" = 1 ] && res=(--model cnn --data synthetic --device cuda --batch 128 --epochs 1
-      --epoch-samples 300000 --checkpoint "$d" --checkpoint-every 40) || res=(--resume "$d")
+    [ "$i" = 1 ] && res=(--model cnn --device cuda --batch 128 --epochs 5 --checkpoint "$d"
+      --checkpoint-every 40) || res=(--resume "$d")
     timeout 180 "$bf" train "${res[@]}" >"$out/stop-$i.txt" 2>&1 &
     local p=$!
-    [ "$i" -lt 6 ] && { sleep "$((3 + RANDOM % 5))"; kill -TERM "$p"; }
+    [ "$i" -lt 6 ] && { sleep "$((3 + RANDOM % 5))"; kill -TERM "$p" 2>/dev/null; }
     wait "$p"; rc=$?
     echo "run $i: exit $rc; $(grep -E 'stopped by|test accuracy .* after|error' "$out/stop-$i.txt" | tail -1)"
   done
