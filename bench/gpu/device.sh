@@ -89,13 +89,14 @@ s_algos() { # the rows' peaks by category on this GPU, with each plan's time (th
     awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "(planned in %.2f s)\n", b - a }'
   done
 }
-s_stop() { # SIGTERM at a random moment on the GPU, five times, each run resumed
+s_stop() { # SIGTERM at a random moment on the GPU (cnn: 60 epochs, about 30 s
+  # of an H200), five times, each run resumed
   # from the last checkpoint, then resumed to the end: each stop exits 143
   # with a whole checkpoint (the signals are taken by a thread of their own)
   local d=$out/stop-ckpt i rc res=()
   rm -rf "$d"
   for i in 1 2 3 4 5 6; do
-    [ "$i" = 1 ] && res=(--model cnn --device cuda --batch 128 --epochs 5 --checkpoint "$d"
+    [ "$i" = 1 ] && res=(--model cnn --device cuda --batch 128 --epochs 60 --checkpoint "$d"
       --checkpoint-every 40) || res=(--resume "$d")
     timeout 180 "$bf" train "${res[@]}" >"$out/stop-$i.txt" 2>&1 &
     local p=$!

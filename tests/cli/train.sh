@@ -38,10 +38,12 @@ expect 0 "GOMP_SPINCOUNT = '1000'" env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 OM
 # a placement the user chose: libgomp has bound the first thread to one
 # place before main, so the command must not start itself again (the new
 # process would inherit that one place as all its CPUs)
-if [ "$(nproc)" -ge 2 ]; then
+# (the CPUs this process may run on: nproc itself honours OMP_NUM_THREADS)
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+if [ "$cpus" -ge 2 ]; then
   expect 0 "" env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_NUM_THREADS OMP_PLACES=threads "$bf" train --model "$m" \
     --epoch-samples 64 --eval-samples 64 --batch 64 --quiet --log "$tmp/places.jsonl"
-  expect 0 "\"threads\":$(nproc)," cat "$tmp/places.jsonl"
+  expect 0 "\"threads\":$cpus," cat "$tmp/places.jsonl"
 fi
 expect 2 "unknown command 'frobnicate'" "$bf" frobnicate
 expect 2 "Usage: batchfit COMMAND" "$bf"
