@@ -8,7 +8,7 @@
  * overwrites the latter two, so with desc.accumulate it writes temporaries
  * placed after its scratchpad in the workspace, which are then added. When
  * diff_src is not wanted (NULL), the two parameter gradients are computed
- * by a plain loop instead, which needs no buffer for an unwanted diff_src.
+ * by our own loop instead, which needs no buffer for an unwanted diff_src.
  * bf16 where oneDNN has no bf16 kernels (a CPU without AVX-512) runs on
  * loops of our own, forward and backward (simd loops over f32 rows). */
 #include "base/err.h"
@@ -179,32 +179,6 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     return rc;
 }
 
-/* diff_scale/diff_shift without diff_src: per channel,
- * dshift = sum dy, dscale = sum dy * (x - mean) / sqrt(var + eps). */
-static void param_grads_only(const bfit_op_desc *d, const bfit_op_args *a)
-{
-    int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
-    const void *x = a->src, *dy = a->diff_dst;
-    const float *mean = a->mean, *var = a->var;
-    bfit_dtype t = d->dtype;
-    float *dscale = a->diff_scale, *dshift = a->diff_shift;
-
-#pragma omp parallel for
-    for (int64_t k = 0; k < c; k++) {
-        double ss = 0, sh = 0, rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
-        for (int64_t i = 0; i < n; i++) {
-            int64_t at = (i * c + k) * hw;
-            for (int64_t j = 0; j < hw; j++) {
-                double g = bfit_ld(dy, t, at + j);
-                ss += g * ((double)bfit_ld(x, t, at + j) - mean[k]);
-                sh += g;
-            }
-        }
-        dscale[k] = (float)((d->accumulate ? dscale[k] : 0) + ss * rstd);
-        dshift[k] = (float)((d->accumulate ? dshift[k] : 0) + sh);
-    }
-}
-
 /* Backward by our own loops, x^ from the input x: (x - mean) / sqrt(var +
  * eps); or (from_dst) from the forward's output y (in-place activated batch
  * norm, Rota Bulo et al. 2018): x^ = (y - shift) / scale recovers what the
@@ -263,14 +237,12 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_dst || !a->scale || !a->mean || !a->var || !ds || !dh)
         return bfit_fail(BFIT_EINVAL, "batch norm backward: src, diff_dst, scale, mean, var, diff_scale, "
                                       "diff_shift are required");
-    if (d->u.bnorm.use_dst || !pd) { /* our own loops (init) */
-        if (d->u.bnorm.use_dst && !a->shift)
-            return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift is required");
+    if (d->u.bnorm.use_dst && !a->shift)
+        return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift is required");
+    /* our own loops (init), and the parameter gradients alone (no buffer
+     * for an unwanted diff_src) */
+    if (d->u.bnorm.use_dst || !pd || !a->diff_src) {
         bwd_own(d, a, d->u.bnorm.use_dst);
-        return BFIT_OK;
-    }
-    if (!a->diff_src) {
-        param_grads_only(d, a);
         return BFIT_OK;
     }
     if (d->accumulate) {
