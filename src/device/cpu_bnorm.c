@@ -13,7 +13,6 @@
  * loops of our own, forward and backward (simd loops over f32 rows). */
 #include "base/err.h"
 #include "device/cpu.h"
-#include "device/half.h"
 
 #include <math.h>
 
@@ -41,26 +40,18 @@ static void update_running(const bfit_op_desc *d, const bfit_op_args *a)
     }
 }
 
-/* Our own loops go over a channel's values ROW at a time: 16-bit data is
- * widened into a buffer on the stack, so that each loop is one simd loop
- * over f32 (sums in double, as before: only their order changed). */
+/* Our own loops go over a channel's values ROW at a time: bf16 data is
+ * widened into a buffer on the stack (the device's cast, cpu_bf16.c), so
+ * that each loop is one simd loop over f32 (sums in double, as before: only
+ * their order changed). The device makes no f16 op. */
 enum { ROW = 1024 };
 
-/* len <= ROW values of p (dtype t) from at as f32: 16-bit ones widened into buf. */
+/* len <= ROW values of p (f32 or bf16) from at as f32: bf16 widened into buf. */
 static const float *widen(const void *p, bfit_dtype t, int64_t at, int64_t len, float *buf)
 {
-    const uint16_t *h = (const uint16_t *)p + at;
-
     if (t == BFIT_F32)
         return (const float *)p + at;
-    if (t == BFIT_BF16) {
-#pragma omp simd
-        for (int64_t j = 0; j < len; j++)
-            buf[j] = bfit_bf16_to_f32(h[j]);
-    } else {
-        for (int64_t j = 0; j < len; j++)
-            buf[j] = bfit_f16_to_f32(h[j]);
-    }
+    bfit_cpu_bf16_cast((const uint16_t *)p + at, buf, len, 0);
     return buf;
 }
 
@@ -73,16 +64,8 @@ static float *out_row(void *p, bfit_dtype t, int64_t at, float *buf)
 
 static void narrow(void *p, bfit_dtype t, int64_t at, int64_t len, const float *v)
 {
-    uint16_t *h = (uint16_t *)p + at;
-
-    if (t == BFIT_BF16) {
-#pragma omp simd
-        for (int64_t j = 0; j < len; j++)
-            h[j] = bfit_f32_to_bf16(v[j]);
-    } else if (t != BFIT_F32) {
-        for (int64_t j = 0; j < len; j++)
-            h[j] = bfit_f32_to_f16(v[j]);
-    }
+    if (t != BFIT_F32)
+        bfit_cpu_bf16_cast(v, (uint16_t *)p + at, len, 1);
 }
 
 /* Channel k's values in rows of at most ROW: sample i, offset j0. */

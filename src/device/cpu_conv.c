@@ -278,6 +278,7 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
     dnnl_post_ops_t po = NULL;
     dnnl_memory_desc_t pf;
     dnnl_status_t s;
+    size_t sz;
     int rc;
 
     m->off[r - R_IN0] = m->cast[r - R_IN0] = NONE;
@@ -318,8 +319,8 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
     dnnl_primitive_attr_destroy(attr);
     if (s != dnnl_success)
         return bfit_cpu_dnnl_check(s, "convolution layout reorder");
-    if (bfit_cpu_pd_scratch(op->pd[r]) > *scratch)
-        *scratch = bfit_cpu_pd_scratch(op->pd[r]);
+    sz = bfit_cpu_pd_scratch(op->pd[r]);
+    *scratch = sz > *scratch ? sz : *scratch;
     m->off[r - R_IN0] = *cursor;
     *cursor += BFIT_ALIGN_UP(dnnl_memory_desc_get_size(chosen));
     return BFIT_OK;
