@@ -73,9 +73,30 @@ def option_text(name, value):
     return _item(name, value, takes)
 
 
+def default_threads():
+    """The threads a command runs on where `threads` is not given: what the
+    command line gets, OMP_NUM_THREADS's first value where the user set one
+    (within OMP_THREAD_LIMIT), else the CPUs this process may run on. Not
+    this thread's OpenMP setting, which the library would otherwise take:
+    another library may have changed it (torch sets its own count when
+    imported, 1 on some 2-CPU machines), and plan, find and evaluate run on
+    this thread while train runs on another, which keeps libgomp's default;
+    a plan sized for one count and a run on another disagree on workspace."""
+    def env_int(name):
+        v = os.environ.get(name, "").split(",")[0].strip()
+        return int(v) if v.isdigit() and int(v) > 0 else 0
+    try:
+        n = env_int("OMP_NUM_THREADS") or len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    limit = env_int("OMP_THREAD_LIMIT")
+    return max(1, min(n, limit or n, 1024))
+
+
 class Config:
     """A bfit_config owned by Python; `keep` holds what the library points into
-    (arrays, callbacks, the stop flag) for as long as the configuration lives."""
+    (arrays, callbacks, the stop flag) for as long as the configuration lives.
+    `threads` defaults to default_threads()."""
 
     def __init__(self, **options):
         p = lib.bfit_config_new()
@@ -85,6 +106,8 @@ class Config:
         self.keep = []
         for name, value in options.items():
             self.set(name, value)
+        if options.get("threads") is None:
+            self.set("threads", default_threads())
 
     def set(self, name, value):
         if not isinstance(name, str):

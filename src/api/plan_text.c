@@ -102,7 +102,7 @@ static void text_header(const plan_report *r, FILE *f)
     fprintf(f, "memory %s, margin %g%%: budget %s", fmt(a->memory, b1, sizeof b1), 100 * a->margin,
            fmt(r->pr.budget, b2, sizeof b2));
     if (threads_of(r->M->dev) > 0) /* a GPU's workspaces do not depend on host threads */
-        fprintf(f, "; workspaces sized for %d threads", threads_of(r->M->dev));
+        fprintf(f, "; workspaces sized for %d thread%s", threads_of(r->M->dev), threads_of(r->M->dev) == 1 ? "" : "s");
     fprintf(f, "\n");
     print_storage(r);
 }
