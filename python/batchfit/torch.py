@@ -83,12 +83,15 @@ def _device_of(module):
 
 
 class _Exported:
-    """The module exported into a temporary directory, removed afterwards."""
+    """The module exported into a temporary directory, removed afterwards. A
+    library error raised inside names the module's export, not the file
+    (gone once the call returns); one from a library without the ONNX import
+    says so."""
 
     def __init__(self, module, example_input):
         self.dir = tempfile.mkdtemp(prefix="batchfit-torch-")
-        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in type(module).__name__) or "module"
-        self.path = os.path.join(self.dir, name + ".onnx")
+        self.name = "".join(c if c.isalnum() or c in "-_" else "_" for c in type(module).__name__) or "module"
+        self.path = os.path.join(self.dir, self.name + ".onnx")
         try:
             export(module, example_input.to(_device_of(module)), self.path)
         except BaseException:
@@ -101,36 +104,31 @@ class _Exported:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, e, tb):
         self.close()
-
-
-def _onnx_missing(e):
-    if isinstance(e, _errors.Error) and _ONNX_MISSING in str(e):
-        raise _errors.InvalidArgumentError(
-            f"model: this libbatchfit ({_api.version()} at {LIBRARY_PATH}) cannot read ONNX models: it was built "
-            f"without the ONNX import (--model FILE.onnx); its message: {e}", "model", _errors.EINVAL) from e
+        if not isinstance(e, _errors.Error):
+            return
+        if _ONNX_MISSING in str(e):
+            raise _errors.InvalidArgumentError(
+                f"model: this libbatchfit ({_api.version()} at {LIBRARY_PATH}) cannot read ONNX models: it was "
+                f"built without the ONNX import (--model FILE.onnx); its message: {e}", "model", _errors.EINVAL) from e
+        if self.path in e.message:
+            e.message = e.message.replace(self.path, f"the {self.name} module's ONNX export (batchfit.torch.export "
+                                                     f"writes it to a file of yours)")
+            e.args = (e.message,)
 
 
 def plan(module, example_input, **options):
     """batchfit.plan of the module (exported to ONNX with example_input, a
     tensor of one or more samples): the memory batchfit needs to train it."""
     with _Exported(module, example_input) as ex:
-        try:
-            return _api.plan(ex.path, **options)
-        except _errors.Error as e:
-            _onnx_missing(e)
-            raise
+        return _api.plan(ex.path, **options)
 
 
 def find(module, example_input, **options):
     """batchfit.find of the module (exported to ONNX with example_input)."""
     with _Exported(module, example_input) as ex:
-        try:
-            return _api.find(ex.path, **options)
-        except _errors.Error as e:
-            _onnx_missing(e)
-            raise
+        return _api.find(ex.path, **options)
 
 
 def _example_for(data, example_input):
@@ -168,11 +166,7 @@ def train(module, data=None, example_input=None, **options):
     arrays nor Fashion-MNIST. A Ctrl-C leaves the module as it was."""
     options.pop("weights", None)
     with _Exported(module, _example_for(data, example_input)) as ex:
-        try:
-            res = _api.train(ex.path, data=data, **options)
-        except _errors.Error as e:
-            _onnx_missing(e)
-            raise
+        res = _api.train(ex.path, data=data, **options)
     untouched = load_weights(module, res.weights)
     if untouched:
         warnings.warn(f"batchfit.torch: {len(untouched)} parameter(s) were not in batchfit's weights and keep their "

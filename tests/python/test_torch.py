@@ -6,6 +6,7 @@ on the same standardised test samples agrees. Skipped without torch, or
 when the library cannot read ONNX files (the ONNX import, --model
 FILE.onnx, not built in)."""
 import copy
+import tempfile
 
 import batchfit
 import numpy as np
@@ -73,3 +74,29 @@ def test_train_module_in_and_out(onnx_import, fmnist, tmp_path):
         acc = (m(x).argmax(1).numpy() == yte[:1000]).mean()
     # float32 sums in another order may flip a sample on the boundary, not more than a few
     assert abs(acc - res.test_accuracy) <= 0.005, (acc, res.test_accuracy)
+
+
+class Gated(torch.nn.Module):
+    """A conv gated by a sigmoid: an operator batchfit does not read."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.f = torch.nn.Linear(4 * 28 * 28, 10)
+
+    def forward(self, x):
+        y = self.c(x)
+        return self.f(torch.flatten(y * torch.sigmoid(y), 1))
+
+
+def test_an_operator_it_cannot_read_names_the_module(onnx_import, tmp_path, monkeypatch):
+    """The library's message names the node and operator; the package puts
+    the module where the library named the temporary file, which is gone."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the export's directory goes there
+    with pytest.raises(batchfit.InvalidArgumentError) as e:
+        bt.plan(Gated(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+    msg = str(e.value)
+    assert "the Gated module's ONNX export" in msg and "Sigmoid" in msg, msg
+    assert "batchfit-torch-" not in msg, msg
+    assert e.value.field == "model"
+    assert list(tmp_path.iterdir()) == []  # the export's directory removed
