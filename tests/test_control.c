@@ -682,6 +682,7 @@ static void test_adaptive_follows_noise_scale(void **st)
 typedef struct dev_model {
     double lat, peak, over, B, jitter;
     int fast_upto;   /* nonzero: micro-batches above this run at half the peak */
+    int dip_lo, dip_hi; /* micro-batches in [dip_lo, dip_hi] run at a fifth of the peak */
     uint64_t rng;
     int ladder_asked[32], nasked;
     int loss_known;  /* the steps report `loss` as their mean training loss */
@@ -697,6 +698,8 @@ static double jitter(dev_model *dm)
 
 static double micro_secs(const dev_model *dm, int m)
 {
+    if (m >= dm->dip_lo && m <= dm->dip_hi)
+        return dm->lat + m / (dm->peak / 5);
     return dm->lat + m / (dm->fast_upto && m > dm->fast_upto ? dm->peak / 2 : dm->peak);
 }
 
@@ -1016,6 +1019,38 @@ static void test_auto_ladder_again_when_load_changes(void **st)
     bfit_controller_free(s.c);
 }
 
+/* A ladder measured again goes at least to the micro-batch in use, however
+ * slow the sizes below it time: 16 and 32 timed at a fifth of the peak (the
+ * load moved while they ran) stop the rate's rise after 8, but 64, the size
+ * in use, is measured too and stays (before, the ladder stopped at 32, took
+ * 64's rate from 32's, and moved the run to micro-batches of 8). */
+static void test_auto_ladder_reaches_the_size_in_use(void **st)
+{
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200 };
+    int first;
+    sim s;
+    (void)st;
+    auto_config(&s, 16, 1024, 64);
+    sim_start(&s);
+    for (int t = 0; t < 300; t++)
+        assert_int_equal(auto_step(&s, &dm).m, 64);
+    first = dm.nasked;
+    assert_true(first >= 4);
+    dm.lat *= 3;
+    dm.peak /= 3;
+    dm.dip_lo = 16;
+    dm.dip_hi = 32;
+    for (int t = 0; t < 300; t++) {
+        bfit_batch_decision d = auto_step(&s, &dm);
+        assert_int_equal(d.batch, 64);
+        assert_int_equal(d.m, 64);
+    }
+    assert_true(dm.nasked >= first + 4); /* measured again: 8, 16, 32 and 64 */
+    assert_int_equal(dm.ladder_asked[first], 8);
+    assert_int_equal(dm.ladder_asked[first + 3], 64);
+    bfit_controller_free(s.c);
+}
+
 /* Plateaus: while the training loss falls 5% a window E stays; once it is
  * flat, E doubles at the same lr after two windows (1,000 samples each)
  * without 2% of progress, again two windows later, and stops where the
@@ -1301,6 +1336,7 @@ int main(void)
         cmocka_unit_test(test_auto_does_not_flip),
         cmocka_unit_test(test_auto_accumulates_when_faster),
         cmocka_unit_test(test_auto_ladder_again_when_load_changes),
+        cmocka_unit_test(test_auto_ladder_reaches_the_size_in_use),
         cmocka_unit_test(test_auto_adascale),
         cmocka_unit_test(test_auto_plateau),
         cmocka_unit_test(test_auto_state_roundtrip),

@@ -266,7 +266,7 @@ static void ladder_begin(bfit_controller *c)
 
     while (first * 2 <= c->cfg.batch_min / 2)
         first *= 2;
-    bfit_gp_ladder_start(&c->st.au.lad, first, bfit_ctl_largest_fit(c, cap));
+    bfit_gp_ladder_start(&c->st.au.lad, first, bfit_ctl_largest_fit(c, cap), c->st.m);
     c->st.au.ladders++;
 }
 

@@ -3,9 +3,9 @@
  * what each function does; the comments here say why. */
 #include "batch/goodput.h"
 
-void bfit_gp_ladder_start(gp_ladder *l, int first, int limit)
+void bfit_gp_ladder_start(gp_ladder *l, int first, int limit, int reach)
 {
-    *l = (gp_ladder){ .limit = limit };
+    *l = (gp_ladder){ .limit = limit, .reach = reach };
     l->next = first < 1 ? 1 : first > limit ? limit : first;
     if (limit < 1)
         l->next = 0;
@@ -23,10 +23,14 @@ void bfit_gp_ladder_record(gp_ladder *l, int m, double secs, double gain)
     l->secs[l->n++] = secs;
     rate = m / secs;
     /* A rate that stops rising has found the device's saturation: larger
-     * sizes cost samples and memory to measure and would only confirm it. */
+     * sizes cost samples and memory to measure and would only confirm it.
+     * But the size in use is always measured: a ladder that stopped below
+     * it (small sizes timed fast while the load moved) would compare them
+     * with its rate extrapolated from the last rung, and move to them on
+     * that alone (a run went 64 -> 8 so). */
     if (rate > l->best_rate * (1.0 + gain)) {
         l->stalls = 0;
-    } else if (++l->stalls >= 2) {
+    } else if (++l->stalls >= 2 && m >= l->reach) {
         l->next = 0;
     }
     if (rate > l->best_rate)

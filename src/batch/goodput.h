@@ -20,14 +20,17 @@ typedef struct gp_ladder {
     int next;          /* the size to measure next; 0: done */
     int limit;         /* the largest size worth measuring */
     int stalls;        /* rungs in a row not faster than the best by the gain */
+    int reach;         /* measured at least this far: the micro-batch in use */
     double best_rate;  /* samples/s of the fastest rung */
 } gp_ladder;
 
-/* Start at `first` (a power of two), going up to limit. */
-void bfit_gp_ladder_start(gp_ladder *l, int first, int limit);
+/* Start at `first` (a power of two), going up to limit, and at least to
+ * reach (within limit). */
+void bfit_gp_ladder_start(gp_ladder *l, int first, int limit, int reach);
 /* Add the rung m (secs <= 0: it could not run, which ends the ladder) and
  * choose the next: twice m, then limit itself; done once two rungs in a row
- * are not `gain` faster than the best so far (the rate has levelled off). */
+ * are not `gain` faster than the best so far (the rate has levelled off)
+ * and m has reached `reach`. */
 void bfit_gp_ladder_record(gp_ladder *l, int m, double secs, double gain);
 /* Seconds of one forward and backward of m samples: interpolated linearly
  * in m between rungs; below the first and above the last rung at their

@@ -1,7 +1,8 @@
 /* ladder.c - `--batch auto`: the find ladder inside a run. After its first
  * steps (and again when the load changed) the controller asks for
  * micro-batch sizes to be timed (doubling up
- * to the largest that fits, stopping once the rate levels off); each is a
+ * to the largest that fits, stopping once the rate levels off and the
+ * micro-batch in use is measured); each is a
  * forward and backward of real samples with no optimizer step (the best of
  * three, after one that sets the size up), and the run
  * goes on as if it had not happened: the parameters (batch-norm running
