@@ -76,7 +76,7 @@ static void text_header(const plan_report *r, FILE *f)
 {
     const plan_args *a = r->a;
     char b1[32], b2[32], sh[32];
-    int file = bfit_model_source_is_file(a->model);
+    int file = bfit_model_source_is_file(a->model), threads = threads_of(r->M->dev);
 
     if (r->M->input_dtype == BFIT_I32)
         snprintf(sh, sizeof sh, "%d tokens", r->M->input.d[0]);
@@ -101,8 +101,8 @@ static void text_header(const plan_report *r, FILE *f)
     fprintf(f, "device %s\n", a->device_why);
     fprintf(f, "memory %s, margin %g%%: budget %s", fmt(a->memory, b1, sizeof b1), 100 * a->margin,
            fmt(r->pr.budget, b2, sizeof b2));
-    if (threads_of(r->M->dev) > 0) /* a GPU's workspaces do not depend on host threads */
-        fprintf(f, "; workspaces sized for %d thread%s", threads_of(r->M->dev), threads_of(r->M->dev) == 1 ? "" : "s");
+    if (threads > 0) /* a GPU's workspaces do not depend on host threads */
+        fprintf(f, "; workspaces sized for %d thread%s", threads, threads == 1 ? "" : "s");
     fprintf(f, "\n");
     print_storage(r);
 }
