@@ -220,6 +220,7 @@ TABLE(state_t, S,
       I64(S, "taken", pos.taken),
       I64(S, "per_epoch", per_epoch),
       I64(S, "samples", pos.samples),
+      I64(S, "sched_units", pos.sched_units, .since = "sched_units"),
       U64(S, "micro", pos.micro),
       INT(S, "m", pos.m),
       INT(S, "warned_bn", pos.warned_bn),
@@ -508,8 +509,8 @@ static void check_ranges(rd *r, const run_snap *s)
     if (r->rc != BFIT_OK)
         return;
     if (s->pos.step < 0 || s->pos.step > BFIT_COUNT_MAX || s->pos.epoch < 0 || s->pos.epoch > BFIT_EPOCHS_MAX ||
-        s->pos.taken < 0 || s->pos.samples < 0 || s->pos.ep_count < 0 || s->cursor_epoch < 0 || s->cursor_pos < 0 ||
-        s->optim_steps < 0 || s->pos.m < 1 || s->pos.m > BFIT_BATCH_MAX || s->pos.nmem < 0 ||
+        s->pos.taken < 0 || s->pos.samples < 0 || s->pos.sched_units < 0 || s->pos.ep_count < 0 ||
+        s->cursor_epoch < 0 || s->cursor_pos < 0 || s->optim_steps < 0 || s->pos.m < 1 || s->pos.m > BFIT_BATCH_MAX || s->pos.nmem < 0 ||
         s->pos.nmem > BFIT_MEM_SCHEDULE_MAX || !(s->pos.ls.scale > 0) || s->pos.ls.scale > 1e300 ||
         s->pos.ls.interval < 1 || s->pos.ls.good < 0 || s->pos.ls.skipped < 0 ||
         (s->pos.track_stale != 0 && s->pos.track_stale != 1) || s->pos.res.tokens < 0 ||
@@ -528,6 +529,8 @@ int bfit_ckpt_state_from_json(const cJSON *j, const char *path, run_snap *s, bfi
     if (!cJSON_IsObject(j))
         return bfit_fail(BFIT_EFORMAT, "%s: the run's state is not a JSON object", path);
     read_obj(&r, j, &state_t, s);
+    if (!cJSON_GetObjectItemCaseSensitive(j, "sched_units"))
+        s->pos.sched_units = s->pos.samples; /* an older run counted the samples */
     if ((o = get(&r, j, "lr_schedule")))
         read_sub(&r, o, "lr_schedule", -1, &sched_t, sched);
     check_ranges(&r, s);

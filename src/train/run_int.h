@@ -43,6 +43,8 @@ typedef struct plan_ctx {
  * in a checkpoint once ckpt_state.c's table has it). */
 typedef struct run_pos {
     int64_t step, samples;     /* optimizer steps and samples of the run */
+    int64_t sched_units;       /* auto: the lr schedule's position, in units of E: a step adds its whole E,
+                                * an epoch's short last step too, as a fixed batch's step counts one */
     int64_t taken;             /* samples of the current epoch */
     int64_t ep_count;          /* what the epoch's loss is over: samples, or tokens that count */
     int epoch;                 /* the epoch in progress (0-based) */

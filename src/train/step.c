@@ -305,8 +305,8 @@ static int update(bfit_run *r, double *lr)
         return rc;
     if (r->cfg.clip > 0)
         rc = bfit_gradnorm_clip(r->gn, r->cfg.clip, &r->step_gnorm);
-    /* auto: the schedule counts steps of E0 samples (E changes) */
-    *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->cfg.auto_batch ? r->pos.samples / r->E0 : r->pos.step) *
+    /* auto: the schedule counts steps of E0 units (E changes) */
+    *lr = bfit_lr_at(&r->sched, r->cfg.lr, r->cfg.auto_batch ? r->pos.sched_units / r->E0 : r->pos.step) *
           r->pos.d.lr_scale;
     if (rc == BFIT_OK)
         rc = bfit_optim_step(r->opt, *lr);
@@ -516,6 +516,7 @@ static void step_account(bfit_run *r, bfit_step_info *in, int E, int taken, int 
     in->loss = loss / (double)r->step_count; /* per sample, or per token */
     r->pos.taken += taken;
     r->pos.samples += taken;
+    r->pos.sched_units += r->pos.d.batch; /* the whole E, as a fixed batch counts a short step */
     r->pos.ep_loss += loss;
     r->pos.ep_count += r->step_count;
     r->ep_hsum += r->step_hsum;
