@@ -241,9 +241,12 @@ static void test_matmul_rejects(void **st)
 
 /* ---- ELTWISE ---- */
 
+#define CLIP_LO -0.5f /* clip's bounds in these checks */
+#define CLIP_HI 2.0f
+
 static double ref_elt(bfit_eltwise_alg alg, double x, double *deriv)
 {
-    const double c = sqrt(2.0 / M_PI);
+    const double c = sqrt(2.0 / M_PI), s = 1 / (1 + exp(-x));
     switch (alg) {
     case BFIT_ELT_RELU:
         *deriv = x > 0 ? 1 : 0;
@@ -251,6 +254,18 @@ static double ref_elt(bfit_eltwise_alg alg, double x, double *deriv)
     case BFIT_ELT_GELU_ERF:
         *deriv = 0.5 * (1 + erf(x / M_SQRT2)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
         return 0.5 * x * (1 + erf(x / M_SQRT2));
+    case BFIT_ELT_CLIP: /* the gradient strictly inside, as PyTorch's hardtanh */
+        *deriv = x > CLIP_LO && x < CLIP_HI;
+        return x < CLIP_LO ? CLIP_LO : x > CLIP_HI ? CLIP_HI : x;
+    case BFIT_ELT_SIGMOID:
+        *deriv = s * (1 - s);
+        return s;
+    case BFIT_ELT_SILU:
+        *deriv = s * (1 + x * (1 - s));
+        return x * s;
+    case BFIT_ELT_TANH:
+        *deriv = 1 - tanh(x) * tanh(x);
+        return tanh(x);
     default: {
         double u = c * (x + 0.044715 * x * x * x), th = tanh(u);
         *deriv = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 3 * 0.044715 * x * x);
@@ -267,6 +282,8 @@ static void check_eltwise(tdev *t, bfit_eltwise_alg alg, int64_t n)
     const float *x = TB_F(tx), *y = TB_F(ty), *dy = TB_F(tdy), *dx = TB_F(tdx);
     d.u.elt.n = n;
     d.u.elt.alg = alg;
+    d.u.elt.lo = CLIP_LO;
+    d.u.elt.hi = CLIP_HI;
     a.src = tx.d;
     a.dst = ty.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
@@ -296,7 +313,7 @@ static void check_eltwise(tdev *t, bfit_eltwise_alg alg, int64_t n)
 static void test_eltwise(void **st)
 {
     static const int64_t ns[] = {1, 7, 1001};
-    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_GELU_TANH; alg++)
+    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_TANH; alg++)
         for (size_t s = 0; s < 3; s++)
             check_eltwise(*st, (bfit_eltwise_alg)alg, ns[s]);
 }
@@ -352,6 +369,7 @@ static void test_eltwise_bf16(void **st)
     for (size_t s = 0; s < 2; s++) {
         check_eltwise16(*st, BFIT_ELT_GELU_ERF, 0, ns[s]);
         check_eltwise16(*st, BFIT_ELT_RELU, 1, ns[s]);
+        check_eltwise16(*st, BFIT_ELT_SILU, 0, ns[s]);
     }
 }
 

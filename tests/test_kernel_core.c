@@ -1,6 +1,6 @@
-/* test_kernel_core.c - the CUDA backend's attention and embedding kernels'
- * per-thread work (src/device/cuda_core.h), run on the host, against the
- * CPU device's ops on the same data.
+/* test_kernel_core.c - the CUDA backend's attention, embedding and
+ * activation kernels' per-thread work (src/device/cuda_core.h), run on the
+ * host, against the CPU device's ops on the same data.
  *
  * Each CUDA thread of those kernels calls one function of cuda_core.h for
  * its row part or element and nothing else; here a loop calls the same
@@ -17,6 +17,7 @@
  * for values near zero); bf16 outputs are rounded once from such f32 values
  * on both sides, so they may differ by one bf16 ulp (2^-8 relative). The
  * embedding sums are in the CPU's order: equal. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -327,11 +328,70 @@ static void test_embedding(void **st)
     embed_case(BFIT_BF16, 6, 1);
 }
 
+/* ---- activations ------------------------------------------------------------------- */
+
+/* Every activation's forward and backward (cuda_elt.cu's thread work:
+ * bk_act, bk_act_grad) against the CPU device's oneDNN op, f32, on inputs
+ * over [-8, 8) (the sigmoids' tails included); relu and clip exactly (a
+ * selection), the others to oneDNN's few ulps; clip's and relu's backward
+ * from the output too. The order of cuda_core.h's enum is device.h's. */
+static void act_case(bfit_eltwise_alg alg, int use_dst)
+{
+    const int64_t n = 4099;
+    const float lo = -0.5f, hi = 2.0f;
+    bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
+    tbuf x = rand_buf(BFIT_F32, n, -8, 8, 61 + alg), dy = rand_buf(BFIT_F32, n, -1, 1, 71);
+    tbuf y = tbuf_new(&td, n * 4), dx = tbuf_new(&td, n * 4), ws;
+    float *yh = malloc(n * 4), *dxh = malloc(n * 4);
+    /* relu and clip select; the others' exp, erf and tanh are libm's here, oneDNN's polynomials there */
+    double tol = alg == BFIT_ELT_RELU || alg == BFIT_ELT_CLIP ? 0 : 16 * FLT_EPSILON;
+    bfit_op_args o = {0};
+    bfit_op *op;
+
+    assert_non_null(yh), assert_non_null(dxh);
+    d.u.elt = (typeof(d.u.elt)){.n = n, .alg = alg, .lo = lo, .hi = hi, .use_dst = use_dst};
+    assert_int_equal(bfit_op_new(td.dev, &d, &op), BFIT_OK);
+    o.src = x.d, o.dst = y.d;
+    ws = op_ws(op);
+    run1(op, &o, &ws);
+    tbuf_free(&td, &ws);
+    bfit_op_free(op);
+    for (int64_t i = 0; i < n; i++)
+        yh[i] = bk_act((int)alg, TB_F(x)[i], lo, hi);
+    cmp("activation forward", BFIT_F32, yh, &y, n, tol, tol);
+
+    d.kind = BFIT_OP_ELTWISE_BWD;
+    assert_int_equal(bfit_op_new(td.dev, &d, &op), BFIT_OK);
+    memset(&o, 0, sizeof o);
+    o.src = use_dst ? y.d : x.d, o.diff_dst = dy.d, o.diff_src = dx.d;
+    ws = op_ws(op);
+    run1(op, &o, &ws);
+    tbuf_free(&td, &ws);
+    bfit_op_free(op);
+    for (int64_t i = 0; i < n; i++)
+        dxh[i] = bk_act_grad((int)alg, use_dst ? yh[i] : TB_F(x)[i], TB_F(dy)[i], lo, hi);
+    cmp("activation backward", BFIT_F32, dxh, &dx, n, tol, tol);
+    tbuf_free(&td, &x), tbuf_free(&td, &dy), tbuf_free(&td, &y), tbuf_free(&td, &dx);
+    free(yh), free(dxh);
+}
+
+static void test_activations(void **st)
+{
+    (void)st;
+    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_TANH; alg++) {
+        print_message("  activation %d\n", alg);
+        act_case((bfit_eltwise_alg)alg, 0);
+    }
+    act_case(BFIT_ELT_RELU, 1);
+    act_case(BFIT_ELT_CLIP, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_activations),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -99,6 +99,12 @@ static void test_gc_act(void **st)
     gc("gelu 7 m=1", g, V(7), 1);
     gc("gelu 2x3x3 m=7", g, S(2, 3, 3), 7);
     gc("gelu 1 m=5", g, V(1), 5);
+    gc("sigmoid 7 m=1", cfg_of(BFIT_L_SIGMOID), V(7), 1);
+    gc("sigmoid 2x3x3 m=7", cfg_of(BFIT_L_SIGMOID), S(2, 3, 3), 7);
+    gc("silu 7 m=1", cfg_of(BFIT_L_SILU), V(7), 1);
+    gc("silu 2x3x3 m=7", cfg_of(BFIT_L_SILU), S(2, 3, 3), 7);
+    gc("tanh 7 m=1", cfg_of(BFIT_L_TANH), V(7), 1);
+    gc("tanh 2x3x3 m=7", cfg_of(BFIT_L_TANH), S(2, 3, 3), 7);
 }
 
 static void test_gc_flatten_dropout(void **st)

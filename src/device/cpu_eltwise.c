@@ -1,4 +1,4 @@
-/* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus and clip over a
+/* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus, clip, sigmoid, silu and tanh over a
  * flat array of n elements (the shape does not matter elementwise). The
  * backward takes the forward's input (src), which every algorithm here
  * supports; relu may instead take the forward's output (use_dst), which
@@ -354,6 +354,9 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     case BFIT_ELT_GELU_TANH: alg = dnnl_eltwise_gelu_tanh; break;
     /* v2: the gradient passes only strictly inside (lo, hi), as PyTorch's hardtanh */
     case BFIT_ELT_CLIP: alg = d->u.elt.use_dst ? dnnl_eltwise_clip_v2_use_dst_for_bwd : dnnl_eltwise_clip_v2; break;
+    case BFIT_ELT_SIGMOID: alg = dnnl_eltwise_logistic; break;
+    case BFIT_ELT_SILU: alg = dnnl_eltwise_swish, alpha = 1.f; break; /* x * sigmoid(alpha x) */
+    case BFIT_ELT_TANH: alg = dnnl_eltwise_tanh; break;
     default: return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     }
     if (d->u.elt.alg == BFIT_ELT_CLIP)

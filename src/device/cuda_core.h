@@ -1,5 +1,6 @@
-/* cuda_core.h - the per-thread work of the CUDA backend's embedding and
- * attention kernels (cuda_attn.cu), written once for the GPU and the host.
+/* cuda_core.h - the per-thread work of the CUDA backend's activation,
+ * embedding and attention kernels (cuda_elt.cu, cuda_attn.cu), written once
+ * for the GPU and the host.
  *
  * Each kernel thread calls one of these functions for its element, row or
  * column, and does nothing else; so the same code, compiled as C on the
@@ -72,6 +73,53 @@ BK_HD void bk_stx(void *p, int dt, int64_t i, float v)
 #else
     bfit_st(p, (bfit_dtype)dt, i, v);
 #endif
+}
+
+/* ---- activations ----------------------------------------------------------------- */
+
+/* alg: bfit_eltwise_alg (device.h), whose order these follow; clip's
+ * bounds are the op's */
+enum { BK_RELU, BK_GELU_ERF, BK_GELU_TANH, BK_CLIP, BK_SIGMOID, BK_SILU, BK_TANH };
+
+#define BK_SQRT1_2 0.70710678118654752440f
+#define BK_SQRT2_PI 0.79788456080286535588f /* sqrt(2 / pi) */
+#define BK_INV_SQRT_2PI 0.39894228040143267794f
+#define BK_GELU_C 0.044715f
+
+BK_HD float bk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* relu as oneDNN's with alpha 0 (x * 0 keeps a NaN a NaN) */
+BK_HD float bk_act(int alg, float x, float lo, float hi)
+{
+    switch (alg) {
+    case BK_RELU: return x > 0.0f ? x : x * 0.0f;
+    case BK_GELU_ERF: return 0.5f * x * (1.0f + erff(x * BK_SQRT1_2));
+    case BK_GELU_TANH: return 0.5f * x * (1.0f + tanhf(BK_SQRT2_PI * x * (1.0f + BK_GELU_C * x * x)));
+    case BK_CLIP: return x < lo ? lo : x > hi ? hi : x;
+    case BK_SIGMOID: return bk_sigmoid(x);
+    case BK_SILU: return x * bk_sigmoid(x);
+    default: return tanhf(x);
+    }
+}
+
+/* f'(x) dy; clip's passes strictly inside (lo, hi), as PyTorch's hardtanh,
+ * so x may be its output */
+BK_HD float bk_act_grad(int alg, float x, float dy, float lo, float hi)
+{
+    float s, t, du;
+    switch (alg) {
+    case BK_RELU: return x > 0.0f ? dy : dy * 0.0f;
+    case BK_GELU_ERF:
+        return dy * (0.5f * (1.0f + erff(x * BK_SQRT1_2)) + x * BK_INV_SQRT_2PI * expf(-0.5f * x * x));
+    case BK_GELU_TANH:
+        t = tanhf(BK_SQRT2_PI * x * (1.0f + BK_GELU_C * x * x));
+        du = BK_SQRT2_PI * (1.0f + 3.0f * BK_GELU_C * x * x);
+        return dy * 0.5f * (1.0f + t) * (1.0f + x * (1.0f - t) * du);
+    case BK_CLIP: return x > lo && x < hi ? dy : dy * 0.0f;
+    case BK_SIGMOID: s = bk_sigmoid(x); return dy * s * (1.0f - s);
+    case BK_SILU: s = bk_sigmoid(x); return dy * s * (1.0f + x * (1.0f - s));
+    default: t = tanhf(x); return dy * (1.0f - t * t);
+    }
 }
 
 /* ---- embeddings ----------------------------------------------------------------- */

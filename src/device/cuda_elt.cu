@@ -5,13 +5,6 @@
 
 #include <math.h>
 
-enum { ALG_RELU = 0, ALG_GELU_ERF = 1, ALG_GELU_TANH = 2 }; /* bfit_eltwise_alg */
-
-#define SQRT1_2 0.70710678118654752440f
-#define SQRT2_PI 0.79788456080286535588f  /* sqrt(2 / pi) */
-#define INV_SQRT_2PI 0.39894228040143267794f
-#define GELU_C 0.044715f
-
 __global__ void k_probe(void) {}
 
 extern "C" cudaError_t bk_probe(void)
@@ -20,52 +13,32 @@ extern "C" cudaError_t bk_probe(void)
     return cudaFuncGetAttributes(&a, k_probe);
 }
 
-/* relu as oneDNN's with alpha 0 (x * 0 keeps a NaN a NaN) */
-__device__ __forceinline__ float act(int alg, float x)
+/* the activations' mathematics is cuda_core.h's (checked on the host) */
+template <class T> __global__ void k_eltwise_fwd(int alg, float lo, float hi, const T *x, T *y, int64_t n)
 {
-    if (alg == ALG_RELU)
-        return x > 0.0f ? x : x * 0.0f;
-    if (alg == ALG_GELU_ERF)
-        return 0.5f * x * (1.0f + erff(x * SQRT1_2));
-    return 0.5f * x * (1.0f + tanhf(SQRT2_PI * x * (1.0f + GELU_C * x * x)));
+    BK_FOR(i, n) y[i] = bk_to<T>(bk_act(alg, bk_f(x[i]), lo, hi));
 }
 
-/* f'(x) * dy */
-__device__ __forceinline__ float act_grad(int alg, float x, float dy)
+template <class T>
+__global__ void k_eltwise_bwd(int alg, float lo, float hi, const T *x, const T *dy, T *dx, int64_t n)
 {
-    if (alg == ALG_RELU)
-        return x > 0.0f ? dy : dy * 0.0f;
-    if (alg == ALG_GELU_ERF)
-        return dy * (0.5f * (1.0f + erff(x * SQRT1_2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x));
-    {
-        float t = tanhf(SQRT2_PI * x * (1.0f + GELU_C * x * x));
-        float du = SQRT2_PI * (1.0f + 3.0f * GELU_C * x * x);
-        return dy * 0.5f * (1.0f + t) * (1.0f + x * (1.0f - t) * du);
-    }
+    BK_FOR(i, n) dx[i] = bk_to<T>(bk_act_grad(alg, bk_f(x[i]), bk_f(dy[i]), lo, hi));
 }
 
-template <class T> __global__ void k_eltwise_fwd(int alg, const T *x, T *y, int64_t n)
-{
-    BK_FOR(i, n) y[i] = bk_to<T>(act(alg, bk_f(x[i])));
-}
-
-template <class T> __global__ void k_eltwise_bwd(int alg, const T *x, const T *dy, T *dx, int64_t n)
-{
-    BK_FOR(i, n) dx[i] = bk_to<T>(act_grad(alg, bk_f(x[i]), bk_f(dy[i])));
-}
-
-extern "C" cudaError_t bk_eltwise_fwd(cudaStream_t s, int dt, int alg, const void *x, void *y, int64_t n)
-{
-    BK_DTYPE(dt, T, k_eltwise_fwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(alg, (const T *)x, (T *)y, n));
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t bk_eltwise_bwd(cudaStream_t s, int dt, int alg, const void *x, const void *dy, void *dx,
+extern "C" cudaError_t bk_eltwise_fwd(cudaStream_t s, int dt, int alg, float lo, float hi, const void *x, void *y,
                                       int64_t n)
 {
     BK_DTYPE(dt, T,
-             k_eltwise_bwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(alg, (const T *)x, (const T *)dy,
-                                                                             (T *)dx, n));
+             k_eltwise_fwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(alg, lo, hi, (const T *)x, (T *)y, n));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bk_eltwise_bwd(cudaStream_t s, int dt, int alg, float lo, float hi, const void *x,
+                                      const void *dy, void *dx, int64_t n)
+{
+    BK_DTYPE(dt, T,
+             k_eltwise_bwd<T><<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(alg, lo, hi, (const T *)x,
+                                                                             (const T *)dy, (T *)dx, n));
     return cudaGetLastError();
 }
 

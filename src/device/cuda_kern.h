@@ -33,9 +33,11 @@ enum { BK_F32 = 0, BK_BF16 = 1, BK_F16 = 2 }; /* bfit_dtype's values (checked in
  * binary has code for). */
 cudaError_t bk_probe(void);
 
-/* alg: bfit_eltwise_alg (relu, gelu erf, gelu tanh). bwd: dx = f'(x) dy. */
-cudaError_t bk_eltwise_fwd(cudaStream_t s, int dt, int alg, const void *x, void *y, int64_t n);
-cudaError_t bk_eltwise_bwd(cudaStream_t s, int dt, int alg, const void *x, const void *dy, void *dx, int64_t n);
+/* alg: bfit_eltwise_alg (cuda_core.h's bk_act); lo, hi: clip's bounds.
+ * bwd: dx = f'(x) dy. */
+cudaError_t bk_eltwise_fwd(cudaStream_t s, int dt, int alg, float lo, float hi, const void *x, void *y, int64_t n);
+cudaError_t bk_eltwise_bwd(cudaStream_t s, int dt, int alg, float lo, float hi, const void *x, const void *dy,
+                           void *dx, int64_t n);
 /* y = a + b (y may alias either) */
 cudaError_t bk_add(cudaStream_t s, int dt, const void *a, const void *b, void *y, int64_t n);
 cudaError_t bk_scale(cudaStream_t s, float *x, float alpha, int64_t n);

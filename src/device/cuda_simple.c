@@ -110,11 +110,13 @@ static int run_elt_fwd(cuda_op *op, const bfit_op_args *a)
         return cuda_launched(bk_relu_bits_fwd(stream(op), dt(op), a->src, a->dst, a->saved, op->base.desc.u.elt.n),
                              "relu forward (bits)");
     }
-    return cuda_launched(bk_eltwise_fwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->dst,
-                                        op->base.desc.u.elt.n), "eltwise forward");
+    return cuda_launched(bk_eltwise_fwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, op->base.desc.u.elt.lo,
+                                        op->base.desc.u.elt.hi, a->src, a->dst, op->base.desc.u.elt.n),
+                         "eltwise forward");
 }
 
-/* relu from its output: y > 0 exactly where x > 0, so the same kernel */
+/* relu and clip from their output: y > 0 exactly where x > 0, lo < y < hi
+ * where lo < x < hi, so the same kernel */
 static int run_elt_bwd(cuda_op *op, const bfit_op_args *a)
 {
     if (op->base.desc.u.elt.bits) {
@@ -125,8 +127,10 @@ static int run_elt_bwd(cuda_op *op, const bfit_op_args *a)
     }
     if (!a->src || !a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
-    return cuda_launched(bk_eltwise_bwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, a->src, a->diff_dst,
-                                        a->diff_src, op->base.desc.u.elt.n), "eltwise backward");
+    return cuda_launched(bk_eltwise_bwd(stream(op), dt(op), (int)op->base.desc.u.elt.alg, op->base.desc.u.elt.lo,
+                                        op->base.desc.u.elt.hi, a->src, a->diff_dst, a->diff_src,
+                                        op->base.desc.u.elt.n),
+                         "eltwise backward");
 }
 
 static int run_reduce(cuda_op *op, const bfit_op_args *a)
@@ -322,10 +326,14 @@ static int lnorm_init(cuda_op *op)
 static int elt_init(cuda_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
-    if (d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_GELU_ERF && d->u.elt.alg != BFIT_ELT_GELU_TANH)
+    if ((unsigned)d->u.elt.alg > BFIT_ELT_TANH)
         return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
-    if ((d->u.elt.use_dst || d->u.elt.bits) && d->u.elt.alg != BFIT_ELT_RELU)
-        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's backward can use the output or sign bits");
+    if ((d->u.elt.use_dst && d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_CLIP) ||
+        (d->u.elt.bits && d->u.elt.alg != BFIT_ELT_RELU))
+        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's and clip's backward can use the output, relu's sign bits");
+    if (d->u.elt.alg == BFIT_ELT_CLIP && !(d->u.elt.lo < d->u.elt.hi))
+        return bfit_fail(BFIT_EINVAL, "eltwise: clip needs lo < hi, got [%g, %g]", (double)d->u.elt.lo,
+                         (double)d->u.elt.hi);
     op->saved = d->u.elt.bits ? (size_t)(d->u.elt.n + 63) / 64 * 8 : 0;
     op->run = d->kind == BFIT_OP_ELTWISE_FWD ? run_elt_fwd : run_elt_bwd;
     return positive(d->u.elt.n, "eltwise: n");

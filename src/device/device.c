@@ -313,8 +313,6 @@ const char *bfit_op_cpu_only(const bfit_op_desc *d)
     case BFIT_OP_CONV_FWD:
     case BFIT_OP_CONV_BWD_DATA:
     case BFIT_OP_CONV_BWD_WEIGHTS: return d->u.conv.groups > 1 ? "grouped convolution" : NULL;
-    case BFIT_OP_ELTWISE_FWD:
-    case BFIT_OP_ELTWISE_BWD: return d->u.elt.alg == BFIT_ELT_CLIP ? "clip (ReLU6)" : NULL;
     case BFIT_OP_CONCAT_FWD:
     case BFIT_OP_CONCAT_BWD: return "concatenation";
     case BFIT_OP_TRANSPOSE: return "transposition";

@@ -110,7 +110,16 @@ typedef enum {
     BFIT_OP_COUNT
 } bfit_op_kind;
 
-typedef enum { BFIT_ELT_RELU, BFIT_ELT_GELU_ERF, BFIT_ELT_GELU_TANH, BFIT_ELT_CLIP } bfit_eltwise_alg;
+/* sigmoid 1 / (1 + e^-x); silu x * sigmoid(x) (swish, PyTorch's SiLU) */
+typedef enum {
+    BFIT_ELT_RELU,
+    BFIT_ELT_GELU_ERF,
+    BFIT_ELT_GELU_TANH,
+    BFIT_ELT_CLIP,
+    BFIT_ELT_SIGMOID,
+    BFIT_ELT_SILU,
+    BFIT_ELT_TANH
+} bfit_eltwise_alg;
 
 #define BFIT_OP_MAXCAT 32 /* inputs of one concatenation */
 

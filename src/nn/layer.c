@@ -22,6 +22,8 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_CONCAT] = &bfit_concat_vt,       [BFIT_L_RESHAPE] = &bfit_reshape_vt,
     [BFIT_L_TRANSPOSE] = &bfit_transpose_vt, [BFIT_L_CLS] = &bfit_cls_vt,
     [BFIT_L_ADDP] = &bfit_addp_vt,           [BFIT_L_SELECT] = &bfit_select_vt,
+    [BFIT_L_SIGMOID] = &bfit_sigmoid_vt,     [BFIT_L_SILU] = &bfit_silu_vt,
+    [BFIT_L_TANH] = &bfit_tanh_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -32,7 +34,8 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_XENT] = "xent",       [BFIT_L_EMBED] = "embed",      [BFIT_L_ATTENTION] = "attention",
     [BFIT_L_CLIP] = "clip",       [BFIT_L_CONCAT] = "concat",    [BFIT_L_RESHAPE] = "reshape",
     [BFIT_L_TRANSPOSE] = "transpose", [BFIT_L_CLS] = "cls",      [BFIT_L_ADDP] = "addp",
-    [BFIT_L_SELECT] = "select",
+    [BFIT_L_SELECT] = "select",   [BFIT_L_SIGMOID] = "sigmoid",  [BFIT_L_SILU] = "silu",
+    [BFIT_L_TANH] = "tanh",
 };
 
 static void unprepare(bfit_layer *l);

@@ -35,6 +35,9 @@ typedef enum {
     BFIT_L_CLS,        /* a learned token before a sample's tokens: [T, C] -> [T+1, C] (ViT's class token) */
     BFIT_L_ADDP,       /* a learned tensor of the sample's shape added (ViT's position embedding) */
     BFIT_L_SELECT,     /* token `units` of [T, C] -> [C] (ViT's head reads the class token) */
+    BFIT_L_SIGMOID,    /* 1 / (1 + e^-x) */
+    BFIT_L_SILU,       /* x * sigmoid(x) (swish; PyTorch's SiLU) */
+    BFIT_L_TANH,
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -265,7 +268,8 @@ int bfit_layer_memory(bfit_layer *l, int m, int training, uint64_t bytes[BFIT_ME
 extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_avgpool_vt,
     bfit_gap_vt, bfit_relu_vt, bfit_gelu_vt, bfit_flatten_vt, bfit_dropout_vt, bfit_batchnorm_vt,
     bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt, bfit_clip_vt, bfit_concat_vt,
-    bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt;
+    bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
+    bfit_tanh_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

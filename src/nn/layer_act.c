@@ -1,5 +1,7 @@
 /* layer_act.c - elementwise activations: relu, gelu (PyTorch's default
- * erf form) and clip (ReLU6 and its kin: hardtanh). Any input shape; the output has the same shape. The backward
+ * erf form), clip (ReLU6 and its kin: hardtanh), sigmoid, silu (x *
+ * sigmoid(x), PyTorch's SiLU) and tanh. Any input shape; the output has the
+ * same shape. The backward
  * reads the forward's input; relu's may read its output instead, or only a
  * sign bit per element kept in its saved bytes (l->mode), whichever the
  * model keeps anyway. */
@@ -16,7 +18,14 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
 static bfit_eltwise_alg alg_of(const bfit_layer *l)
 {
-    return l->cfg.kind == BFIT_L_GELU ? BFIT_ELT_GELU_ERF : l->cfg.kind == BFIT_L_CLIP ? BFIT_ELT_CLIP : BFIT_ELT_RELU;
+    switch (l->cfg.kind) {
+    case BFIT_L_GELU: return BFIT_ELT_GELU_ERF;
+    case BFIT_L_CLIP: return BFIT_ELT_CLIP;
+    case BFIT_L_SIGMOID: return BFIT_ELT_SIGMOID;
+    case BFIT_L_SILU: return BFIT_ELT_SILU;
+    case BFIT_L_TANH: return BFIT_ELT_TANH;
+    default: return BFIT_ELT_RELU;
+    }
 }
 
 static int init_clip(bfit_layer *l, char *err, size_t errlen)
@@ -99,6 +108,42 @@ const bfit_layer_vt bfit_clip_vt = {
     .nin = 1,
     .modes = BFIT_MODE(BFIT_MODE_X) | BFIT_MODE(BFIT_MODE_Y),
     .init = init_clip,
+    .prepare = prepare,
+    .init_params = NULL,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};
+
+const bfit_layer_vt bfit_sigmoid_vt = {
+    .kind = BFIT_L_SIGMOID,
+    .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
+    .init = init,
+    .prepare = prepare,
+    .init_params = NULL,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};
+
+const bfit_layer_vt bfit_silu_vt = {
+    .kind = BFIT_L_SILU,
+    .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
+    .init = init,
+    .prepare = prepare,
+    .init_params = NULL,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};
+
+const bfit_layer_vt bfit_tanh_vt = {
+    .kind = BFIT_L_TANH,
+    .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
+    .init = init,
     .prepare = prepare,
     .init_params = NULL,
     .forward = forward,

@@ -146,6 +146,9 @@ void bfit_onnx_attention_free(onnx_lower *L);
 int bfit_onnx_scalar(onnx_lower *L, bfit_onnx_str name, double *out);
 /* The one consumer (Shape nodes aside) of node i's output 0 if it is op, else -1. */
 int bfit_onnx_next(onnx_lower *L, int i, const char *op);
+/* Node j's output 0 takes what node i's output 0 is; i's becomes internal
+ * (why: what it was, for a node that reads it). */
+void bfit_onnx_move_out(onnx_lower *L, int i, int j, const char *why);
 /* The consumers of node i's output k other than Shape nodes (-1: more than max). */
 int bfit_onnx_consumers(onnx_lower *L, int node, int k, int *out, int max);
 

@@ -141,6 +141,28 @@ static int simple(onnx_lower *L, bfit_layer_kind kind)
     return rc != BFIT_OK ? rc : bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
 }
 
+/* Sigmoid, or with a Mul of its input by it, SiLU (nn.SiLU's export). */
+static int sigmoid(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SIGMOID);
+    int mul = bfit_onnx_next(L, L->ndi, "Mul"), rc;
+    const bfit_onnx_node *m = mul >= 0 ? &L->om->nodes[mul] : NULL;
+    oval *x, *a;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK)
+        return rc;
+    if (m && m->nin == 2 && (a = bfit_onnx_val(L, m->in[0])) != NULL &&
+        bfit_onnx_val(L, m->in[a->producer == L->ndi]) == x) {
+        c = bfit_layer_cfg_default(BFIT_L_SILU);
+        if ((rc = bfit_onnx_emit(L, &c, &x, 1, NULL, 0)) != BFIT_OK)
+            return rc;
+        L->done[mul] = 1;
+        bfit_onnx_move_out(L, L->ndi, mul, "a part of SiLU, which batchfit computes whole");
+        return BFIT_OK;
+    }
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
 /* Clip(x, min, max): bounds from constant inputs (opset 11+) or attributes. */
 static int clip(onnx_lower *L)
 {
@@ -370,7 +392,7 @@ int bfit_onnx_lower_cnn(onnx_lower *L, int *rc)
     } ops[] = {{"Conv", conv},       {"BatchNormalization", batchnorm}, {"Clip", clip},
                {"Gemm", gemm},       {"Flatten", flatten},             {"Add", add},
                {"Concat", concat},   {"Pad", pad},                     {"Dropout", dropout},
-               {"Constant", constant}, {"Identity", identity}};
+               {"Constant", constant}, {"Identity", identity}, {"Sigmoid", sigmoid}};
 
     for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (bfit_onnx_streq(L->nd->op, ops[i].op)) {
@@ -379,6 +401,8 @@ int bfit_onnx_lower_cnn(onnx_lower *L, int *rc)
         }
     if (bfit_onnx_streq(L->nd->op, "Relu")) {
         *rc = simple(L, BFIT_L_RELU);
+    } else if (bfit_onnx_streq(L->nd->op, "Tanh")) {
+        *rc = simple(L, BFIT_L_TANH);
     } else if (bfit_onnx_streq(L->nd->op, "GlobalAveragePool")) {
         oval *o = bfit_onnx_out(L, 0);
         if ((*rc = simple(L, BFIT_L_GAP)) == BFIT_OK) /* ONNX keeps [N, C, 1, 1] */

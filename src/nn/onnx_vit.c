@@ -54,8 +54,7 @@ int bfit_onnx_next(onnx_lower *L, int i, const char *op)
     return c;
 }
 
-/* Node j's output 0 takes what node i's output 0 is; i's becomes internal. */
-static void move_out(onnx_lower *L, int i, int j, const char *why)
+void bfit_onnx_move_out(onnx_lower *L, int i, int j, const char *why)
 {
     oval *a = bfit_onnx_val(L, L->om->nodes[i].out[0]), *b = bfit_onnx_val(L, L->om->nodes[j].out[0]);
     bfit_onnx_str name = b->name;
@@ -178,7 +177,7 @@ static int matmul(onnx_lower *L, oval *x)
         return rc;
     if (add >= 0) {
         L->done[add] = 1;
-        move_out(L, L->ndi, add, "a MatMul whose bias batchfit added in its linear layer");
+        bfit_onnx_move_out(L, L->ndi, add, "a MatMul whose bias batchfit added in its linear layer");
     }
     return BFIT_OK;
 }
@@ -224,7 +223,7 @@ static int gelu(onnx_lower *L, oval *x)
     chain[0] = erf, chain[1] = add, chain[2] = mul, chain[3] = half;
     for (int i = 0; i < 4; i++)
         L->done[chain[i]] = 1;
-    move_out(L, L->ndi, half, "a part of GELU, which batchfit computes whole");
+    bfit_onnx_move_out(L, L->ndi, half, "a part of GELU, which batchfit computes whole");
     return BFIT_OK;
 }
 

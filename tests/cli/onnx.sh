@@ -43,8 +43,10 @@ has() {
 seeds=$src/fuzz/corpus/onnx
 # an operator batchfit lacks: its node, op, opset and input shapes (a model that fails to load is a failure, 1,
 # not a usage error: the option names a file, the file says what is wrong)
-run 1 plan --model "$seeds/unsupported_sigmoid.onnx" --memory 1GiB &&
-  has "$err" "unsupported_sigmoid.onnx: node '/Sigmoid' \(Sigmoid, opset 17\) with inputs '/fc/Gemm_output_0' \[N,3\]: batchfit does not support the operator Sigmoid"
+run 1 plan --model "$seeds/unsupported_softplus.onnx" --memory 1GiB &&
+  has "$err" "unsupported_softplus.onnx: node '/act/Softplus' \(Softplus, opset 17\) with inputs '/fc/Gemm_output_0' \[N,3\]: batchfit does not support the operator Softplus"
+# a Linear and a Sigmoid (what that file was before batchfit read Sigmoid)
+run 0 plan --model "$seeds/sigmoid_head.onnx" --memory 1GiB && has "$out" "largest batch"
 # half a file
 head -c 1500 "$seeds/resnet_block.onnx" >"$dir/cut.onnx"
 run 1 plan --model "$dir/cut.onnx" --memory 1GiB && has "$err" "cut.onnx: byte [0-9]+: model: .*\(truncated\?\)"

@@ -4,8 +4,8 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch) and, for each,
 what PyTorch computes on them: the oracle of tests/test_onnx_torch.c.
 
 For each NAME (the CNNs resnet18, mobilenet_v2, densenet121 at 64x64; the
-transformers vit_b_16 and vit_small at 32x32, build() says which; 10
-classes) it writes NAME.onnx and NAME_ref.safetensors holding:
+transformers vit_b_16 and vit_small and act_cnn, a small CNN with SiLU, Sigmoid
+and Tanh, at 32x32, build() says which; 10 classes) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels
   loss64, loss32                    the mean cross-entropy (F64 scalars)
   g64.P (F64), g32.P (F32)          the gradient of every parameter P (state_dict
@@ -185,9 +185,16 @@ def step(model, x, y, dtype):
 
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
-    class token: 5 tokens; the position embedding is made for that size), and vit_small, a VisionTransformer of
-    the same structure, 2 blocks of width 64 with 4 heads."""
+    class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
+    the same structure, 2 blocks of width 64 with 4 heads, and act_cnn, a small CNN with the smooth activations
+    (SiLU, exported as x * Sigmoid(x); Sigmoid; Tanh) at 32x32."""
     from torchvision.models.vision_transformer import VisionTransformer
+    if name == "act_cnn":
+        nn = torch.nn
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.SiLU(),
+                             nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.Sigmoid(),
+                             nn.Conv2d(8, 16, 3, padding=1), nn.Tanh(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
     if name == "vit_b_16":
         return torchvision.models.vit_b_16(image_size=32, num_classes=CLASSES), 32
     if name == "vit_small":

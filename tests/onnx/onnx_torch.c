@@ -10,7 +10,8 @@
  * (load_state_dict) and give batchfit's probabilities (tests/onnx/
  * state_dict_check.py). vit_small (torchvision's VisionTransformer, 2
  * blocks of width 64) is checked as the CNNs are; vit_b_16 by its loss and
- * its plan. NAME resnet50_224: the import plans as the resnet50
+ * its plan. act_cnn (a small CNN with SiLU, Sigmoid and Tanh) is checked
+ * as the CNNs are. NAME resnet50_224: the import plans as the resnet50
  * preset does. Exit 77 (skipped) when the exports are missing (no
  * torchvision). */
 #include <setjmp.h>
@@ -553,7 +554,8 @@ int main(int argc, char **argv)
     FILE *f;
 
     if (argc != 2) {
-        fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, vit_b_16)\n");
+        fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
+                        "vit_b_16, act_cnn)\n");
         return 2;
     }
     name = argv[1];

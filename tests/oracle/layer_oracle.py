@@ -164,8 +164,8 @@ def run_case(c, outdir):
     extra = {}
     meta = {}
 
-    if k == "clip":  # across both bounds
-        xs[0] = xs[0] * cfg.pop("x_scale", 1.0)
+    if "x_scale" in cfg:  # clip across both bounds; sigmoid's kin into their tails
+        xs[0] = xs[0] * cfg.pop("x_scale")
         xs[0] = xs[0].float().double()
     if k == "maxpool":  # distinct values, so the maximum of every window is unique
         n = m * C * H * W
@@ -236,6 +236,12 @@ def run_case(c, outdir):
         y = F.relu(x[0])
     elif k == "gelu":
         y = F.gelu(x[0])  # the exact (erf) form, PyTorch's default
+    elif k == "sigmoid":
+        y = torch.sigmoid(x[0])
+    elif k == "silu":
+        y = F.silu(x[0])
+    elif k == "tanh":
+        y = torch.tanh(x[0])
     elif k == "clip":
         y = F.hardtanh(x[0], cfg["lo"], cfg["hi"])  # ReLU6 at [0, 6]: its gradient only strictly inside
     elif k == "concat":
@@ -336,6 +342,9 @@ def cases():
     add("relu_m7_37", "relu", [(37,)], 7)
     add("gelu_m1_3x5x7", "gelu", [(3, 5, 7)], 1)
     add("gelu_m7_37", "gelu", [(37,)], 7)
+    for k in ("sigmoid", "silu", "tanh"):  # x_scale 4: both tails, where the sigmoid saturates
+        add(k + "_m1_3x5x7", k, [(3, 5, 7)], 1, x_scale=4.0)
+        add(k + "_m7_37", k, [(37,)], 7)
     add("flatten_m7_3x5x7", "flatten", [(3, 5, 7)], 7)
     add("dropout_eval_m7_37", "dropout", [(37,)], 7, training=0, p=0.5)
     add("dropout_p0_train_m3_3x5x7", "dropout", [(3, 5, 7)], 3, p=0.0)

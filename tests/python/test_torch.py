@@ -76,8 +76,20 @@ def test_train_module_in_and_out(onnx_import, fmnist, tmp_path):
     assert abs(acc - res.test_accuracy) <= 0.005, (acc, res.test_accuracy)
 
 
+class Smooth(torch.nn.Module):
+    """A conv, then softplus: an operator batchfit does not read."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.f = torch.nn.Linear(4 * 28 * 28, 10)
+
+    def forward(self, x):
+        return self.f(torch.flatten(torch.nn.functional.softplus(self.c(x)), 1))
+
+
 class Gated(torch.nn.Module):
-    """A conv gated by a sigmoid: an operator batchfit does not read."""
+    """A conv gated by its own sigmoid (SiLU written out), then sigmoid and tanh."""
 
     def __init__(self):
         super().__init__()
@@ -86,7 +98,14 @@ class Gated(torch.nn.Module):
 
     def forward(self, x):
         y = self.c(x)
-        return self.f(torch.flatten(y * torch.sigmoid(y), 1))
+        return self.f(torch.tanh(torch.sigmoid(torch.flatten(y * torch.sigmoid(y), 1))))
+
+
+def test_smooth_activations_are_read(onnx_import):
+    """y * sigmoid(y), sigmoid and tanh load (their numbers against PyTorch:
+    tests/test_layers_torch.c and onnx_torch act_cnn)."""
+    p = bt.plan(Gated(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+    assert p.fits and p.largest_batch > 1
 
 
 def test_an_operator_it_cannot_read_names_the_module(onnx_import, tmp_path, monkeypatch):
@@ -94,9 +113,9 @@ def test_an_operator_it_cannot_read_names_the_module(onnx_import, tmp_path, monk
     the module where the library named the temporary file, which is gone."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the export's directory goes there
     with pytest.raises(batchfit.InvalidArgumentError) as e:
-        bt.plan(Gated(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+        bt.plan(Smooth(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
     msg = str(e.value)
-    assert "the Gated module's ONNX export" in msg and "Sigmoid" in msg, msg
+    assert "the Smooth module's ONNX export" in msg and "Softplus" in msg, msg
     assert "batchfit-torch-" not in msg, msg
     assert e.value.field == "model"
     assert list(tmp_path.iterdir()) == []  # the export's directory removed
