@@ -2,7 +2,7 @@
 """torch_peer.py - the PyTorch side of bench/run.sh.
 
 Builds the nn.Sequential equivalent of a batchfit model spec (the subset the
-shipped models use: input, conv, relu, maxpool, avgpool, flatten, linear,
+shipped models use: input, conv, relu (sigmoid, silu, tanh), maxpool, avgpool, flatten, linear,
 dropout; and for token models such as models/gpt-nano.cfg: input tokens=T,
 embed, residual blocks, layernorm, attention, gelu, a tied linear head),
 trains it on synthetic data (random ids for a token model, the loss per
@@ -175,6 +175,8 @@ def build(path):
             h, w = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
         elif name == "relu":
             layers.append(nn.ReLU())
+        elif name in ("sigmoid", "silu", "tanh"):
+            layers.append({"sigmoid": nn.Sigmoid, "silu": nn.SiLU, "tanh": nn.Tanh}[name]())
         elif name == "flatten":
             layers.append(nn.Flatten())
             c, h, w = c * h * w, 1, 1
