@@ -5,7 +5,7 @@ import shutil
 import tempfile
 
 from . import _errors, _run
-from ._config import Config, OPTIONS
+from ._config import Config, OPTIONS, default_threads
 from ._lib import ffi, lib, text
 from ._results import Find, Plan, Result, Training, take
 
@@ -70,6 +70,16 @@ def _direct(command, cfg, result_cls):
     return _finish(rc, out[0], state, result_cls)
 
 
+def _here(options):
+    """Options for a call that runs on this thread (plan, find, evaluate):
+    threads="auto" means all the cores there (train starts from them and
+    changes the count as it runs), not this thread's OpenMP count, which
+    the library would take for it and torch may have set to 1."""
+    if options.get("threads") == "auto":
+        return dict(options, threads=default_threads())
+    return options
+
+
 def plan(model, **options):
     """The memory of a training step of `model` (a preset, a spec file or an
     ONNX file) per category, the peak at the `batch` sizes asked for
@@ -77,7 +87,7 @@ def plan(model, **options):
     ("11GiB"); with ways=True the ways to a larger batch. Options are
     `batchfit plan`'s. Raises OutOfMemoryError (with .result, the Plan)
     when a batch asked for, or the model, does not fit."""
-    cfg = Config(model=_model(model), **options)
+    cfg = Config(model=_model(model), **_here(options))
     return _direct("plan", cfg, Plan)
 
 
@@ -85,7 +95,7 @@ def find(model, progress=False, **options):
     """The largest batch that fits (planned, confirmed by real steps) and the
     fastest (measured), with the ladder of sizes measured. Options are
     `batchfit find`'s (memory, data, limit, ...)."""
-    cfg = Config(model=_model(model), **options)
+    cfg = Config(model=_model(model), **_here(options))
     p = _run.progress_stream(cfg, progress)
     try:
         return _direct("find", cfg, Find)
@@ -97,7 +107,7 @@ def find(model, progress=False, **options):
 def evaluate(model, weights, progress=False, **options):
     """Test accuracy and loss of saved `weights` (a safetensors file) of
     `model` on the test data (data, eval_samples, ...)."""
-    cfg = Config(model=_model(model), weights=weights, **options)
+    cfg = Config(model=_model(model), weights=weights, **_here(options))
     p = _run.progress_stream(cfg, progress)
     try:
         return _direct("evaluate", cfg, Result)

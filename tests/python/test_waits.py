@@ -96,3 +96,12 @@ def test_omp_num_threads_and_an_explicit_count_win():
     assert counts(OMP_NUM_THREADS="3,1")[:2] == [3, 3]  # the outer level of a nested list
     assert counts(OMP_NUM_THREADS="3", OMP_THREAD_LIMIT="2")[:2] == [2, 2]
     assert counts(kw=", threads=2", OMP_NUM_THREADS="1")[:2] == [2, 2]
+
+
+def test_threads_auto_plans_for_all_the_cores():
+    """threads="auto": train starts from all the cores, and plan (on a thread
+    whose OpenMP count is 1) sizes the workspaces for as many."""
+    plan, train, cpus = counts(kw=", threads='auto'")
+    if cpus < 2:
+        pytest.skip("one CPU: every count is 1")
+    assert plan == train == cpus, (plan, train, cpus)
