@@ -739,6 +739,59 @@ static void test_cheap_regen_same_grads(void **st)
     }
 }
 
+/* The same with silu, sigmoid and tanh after batch norms
+ * (tests/fixtures/smooth-mini.cfg): lean regenerates their outputs, the
+ * gradients are those of keeping them bit for bit, the step is smaller and
+ * measured = planned; f32 and bf16. */
+static void test_cheap_regen_smooth(void **st)
+{
+    static const char *model = "tests/fixtures/smooth-mini.cfg";
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_store_cfg sc = bfit_store_cfg_default();
+        bfit_storage sto = {prec[i], 1, BFIT_RECOMPUTE_NONE};
+        bfit_step_plan kept, regen;
+        bfit_layout lay;
+        int64_t n1, n2;
+        int smooth = 0;
+        float *a, *b;
+        rig r;
+        rig_new(&r, model, BIG);
+        sc.precision = prec[i];
+        sc.keep_cheap = 1;
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &kept), BFIT_OK);
+        a = step_grads(&r, 16, &n1);
+        bfit_model_unreserve(r.M);
+        sc.keep_cheap = 0;
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &regen), BFIT_OK);
+        b = step_grads(&r, 16, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+        assert_true(regen.peak < kept.peak);
+        assert_int_equal(bfit_model_layout(r.M, 16, 1, &lay), BFIT_OK);
+        for (int t = 0; t < lay.nact; t++) {
+            bfit_layer_kind k = r.M->nodes[lay.act[t].node].l->cfg.kind;
+            smooth += lay.act[t].kind == BFIT_ACT_REGEN &&
+                      (k == BFIT_L_SILU || k == BFIT_L_SIGMOID || k == BFIT_L_TANH);
+        }
+        assert_true(smooth >= 1);
+        print_message("smooth-mini %s at 16: peak %llu kept, %llu regenerated; %d silu/sigmoid/tanh outputs "
+                      "regenerated\n", bfit_dtype_name(prec[i]), (unsigned long long)kept.peak,
+                      (unsigned long long)regen.peak, smooth);
+        bfit_layout_fini(&lay);
+        free(a);
+        free(b);
+        trig_free(&r);
+        measured_step_st(model, &oc, 16, &sto, 0, 16);
+    }
+}
+
 /* On the cpu the cnn's activations between its convolutions, relus and max
  * pools stay nChw16c (store.c): the layers that chain so are marked, the
  * gradients of a step are those of plain nchw activations bit for bit (the
@@ -831,6 +884,7 @@ int main(void)
         cmocka_unit_test(test_inplace_gradients),
         cmocka_unit_test(test_grads_share_activations),
         cmocka_unit_test(test_cheap_regen_same_grads),
+        cmocka_unit_test(test_cheap_regen_smooth),
         cmocka_unit_test(test_blocked_same_grads),
         cmocka_unit_test(test_pool_first_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),
