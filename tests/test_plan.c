@@ -693,6 +693,49 @@ static void test_grads_share_activations(void **st)
     }
 }
 
+/* model at 16 in precision prec, configured to keep cheap layers' outputs
+ * and then (lean) not: the parameter gradients of a step must be the same
+ * bit for bit and the peak smaller; returns how many regenerated values
+ * are outputs of a layer of one of the n kinds k. */
+static int regen_against_kept(const char *model, bfit_dtype prec, const bfit_layer_kind *k, int n)
+{
+    bfit_store_cfg sc = bfit_store_cfg_default();
+    bfit_step_plan kept, regen;
+    bfit_layout lay;
+    int64_t n1, n2;
+    int count = 0;
+    float *a, *b;
+    rig r;
+    rig_new(&r, model, BIG);
+    sc.precision = prec;
+    sc.keep_cheap = 1;
+    assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &kept), BFIT_OK);
+    a = step_grads(&r, 16, &n1);
+    bfit_model_unreserve(r.M);
+    sc.keep_cheap = 0;
+    assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+    assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &regen), BFIT_OK);
+    b = step_grads(&r, 16, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+    assert_true(regen.peak < kept.peak);
+    assert_int_equal(bfit_model_layout(r.M, 16, 1, &lay), BFIT_OK);
+    for (int t = 0; t < lay.nact; t++) {
+        for (int j = 0; j < n && lay.act[t].kind == BFIT_ACT_REGEN; j++)
+            count += r.M->nodes[lay.act[t].node].l->cfg.kind == k[j];
+    }
+    print_message("%s %s at 16: peak %llu kept, %llu regenerated; %d regenerated of the kinds asked\n", model,
+                  bfit_dtype_name(prec), (unsigned long long)kept.peak, (unsigned long long)regen.peak, count);
+    bfit_layout_fini(&lay);
+    free(a);
+    free(b);
+    trig_free(&r);
+    return count;
+}
+
 /* Lean regenerates in backward what cheap layers compute from values kept
  * anyway (block outputs relu(bn(conv) + shortcut), max pools): the
  * gradients are the same bit for bit as keeping those values, the step is
@@ -700,43 +743,10 @@ static void test_grads_share_activations(void **st)
  * f32 and bf16 (measured = planned for it: the storage test above). */
 static void test_cheap_regen_same_grads(void **st)
 {
-    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const bfit_layer_kind add = BFIT_L_ADD;
     (void)st;
-    for (int i = 0; i < 2; i++) {
-        bfit_store_cfg sc = bfit_store_cfg_default();
-        bfit_step_plan kept, regen;
-        bfit_layout lay;
-        int64_t n1, n2;
-        int adds = 0;
-        float *a, *b;
-        rig r;
-        rig_new(&r, "resnet-mini.cfg", BIG);
-        sc.precision = prec[i];
-        sc.keep_cheap = 1;
-        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
-        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
-        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &kept), BFIT_OK);
-        a = step_grads(&r, 16, &n1);
-        bfit_model_unreserve(r.M);
-        sc.keep_cheap = 0;
-        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &regen), BFIT_OK);
-        b = step_grads(&r, 16, &n2);
-        assert_int_equal(n1, n2);
-        assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
-        assert_true(regen.peak < kept.peak);
-        assert_int_equal(bfit_model_layout(r.M, 16, 1, &lay), BFIT_OK);
-        for (int t = 0; t < lay.nact; t++)
-            adds += lay.act[t].kind == BFIT_ACT_REGEN && r.M->nodes[lay.act[t].node].l->cfg.kind == BFIT_L_ADD;
-        assert_true(adds >= 2);
-        print_message("resnet-mini %s at 16: peak %llu kept, %llu regenerated; %d adds regenerated\n",
-                      bfit_dtype_name(prec[i]), (unsigned long long)kept.peak, (unsigned long long)regen.peak, adds);
-        bfit_layout_fini(&lay);
-        free(a);
-        free(b);
-        trig_free(&r);
-    }
+    assert_true(regen_against_kept("resnet-mini.cfg", BFIT_F32, &add, 1) >= 2);
+    assert_true(regen_against_kept("resnet-mini.cfg", BFIT_BF16, &add, 1) >= 2);
 }
 
 /* The same with silu, sigmoid and tanh after batch norms
@@ -747,47 +757,12 @@ static void test_cheap_regen_smooth(void **st)
 {
     static const char *model = "tests/fixtures/smooth-mini.cfg";
     static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const bfit_layer_kind smooth[] = {BFIT_L_SILU, BFIT_L_SIGMOID, BFIT_L_TANH};
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
     for (int i = 0; i < 2; i++) {
-        bfit_store_cfg sc = bfit_store_cfg_default();
         bfit_storage sto = {prec[i], 1, BFIT_RECOMPUTE_NONE};
-        bfit_step_plan kept, regen;
-        bfit_layout lay;
-        int64_t n1, n2;
-        int smooth = 0;
-        float *a, *b;
-        rig r;
-        rig_new(&r, model, BIG);
-        sc.precision = prec[i];
-        sc.keep_cheap = 1;
-        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-        assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
-        assert_int_equal(bfit_model_init_params(r.M, 3), BFIT_OK);
-        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &kept), BFIT_OK);
-        a = step_grads(&r, 16, &n1);
-        bfit_model_unreserve(r.M);
-        sc.keep_cheap = 0;
-        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &regen), BFIT_OK);
-        b = step_grads(&r, 16, &n2);
-        assert_int_equal(n1, n2);
-        assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
-        assert_true(regen.peak < kept.peak);
-        assert_int_equal(bfit_model_layout(r.M, 16, 1, &lay), BFIT_OK);
-        for (int t = 0; t < lay.nact; t++) {
-            bfit_layer_kind k = r.M->nodes[lay.act[t].node].l->cfg.kind;
-            smooth += lay.act[t].kind == BFIT_ACT_REGEN &&
-                      (k == BFIT_L_SILU || k == BFIT_L_SIGMOID || k == BFIT_L_TANH);
-        }
-        assert_true(smooth >= 1);
-        print_message("smooth-mini %s at 16: peak %llu kept, %llu regenerated; %d silu/sigmoid/tanh outputs "
-                      "regenerated\n", bfit_dtype_name(prec[i]), (unsigned long long)kept.peak,
-                      (unsigned long long)regen.peak, smooth);
-        bfit_layout_fini(&lay);
-        free(a);
-        free(b);
-        trig_free(&r);
+        assert_true(regen_against_kept(model, prec[i], smooth, 3) >= 1);
         measured_step_st(model, &oc, 16, &sto, 0, 16);
     }
 }

@@ -79,6 +79,18 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     return bfit_op_run(l->ops[OP_BWD], &o);
 }
 
+/* An activation whose backward reads its input only. */
+#define ACT_VT_X(name, k)                                                                                   \
+    const bfit_layer_vt name = {.kind = k,                                                                  \
+                                .nin = 1,                                                                   \
+                                .modes = BFIT_MODE(BFIT_MODE_X),                                            \
+                                .init = init,                                                               \
+                                .prepare = prepare,                                                         \
+                                .init_params = NULL,                                                        \
+                                .forward = forward,                                                         \
+                                .backward = backward,                                                       \
+                                .unprepare = NULL}
+
 const bfit_layer_vt bfit_relu_vt = {
     .kind = BFIT_L_RELU,
     .nin = 1,
@@ -91,17 +103,7 @@ const bfit_layer_vt bfit_relu_vt = {
     .unprepare = NULL,
 };
 
-const bfit_layer_vt bfit_gelu_vt = {
-    .kind = BFIT_L_GELU,
-    .nin = 1,
-    .modes = BFIT_MODE(BFIT_MODE_X),
-    .init = init,
-    .prepare = prepare,
-    .init_params = NULL,
-    .forward = forward,
-    .backward = backward,
-    .unprepare = NULL,
-};
+ACT_VT_X(bfit_gelu_vt, BFIT_L_GELU);
 
 const bfit_layer_vt bfit_clip_vt = {
     .kind = BFIT_L_CLIP,
@@ -115,38 +117,6 @@ const bfit_layer_vt bfit_clip_vt = {
     .unprepare = NULL,
 };
 
-const bfit_layer_vt bfit_sigmoid_vt = {
-    .kind = BFIT_L_SIGMOID,
-    .nin = 1,
-    .modes = BFIT_MODE(BFIT_MODE_X),
-    .init = init,
-    .prepare = prepare,
-    .init_params = NULL,
-    .forward = forward,
-    .backward = backward,
-    .unprepare = NULL,
-};
-
-const bfit_layer_vt bfit_silu_vt = {
-    .kind = BFIT_L_SILU,
-    .nin = 1,
-    .modes = BFIT_MODE(BFIT_MODE_X),
-    .init = init,
-    .prepare = prepare,
-    .init_params = NULL,
-    .forward = forward,
-    .backward = backward,
-    .unprepare = NULL,
-};
-
-const bfit_layer_vt bfit_tanh_vt = {
-    .kind = BFIT_L_TANH,
-    .nin = 1,
-    .modes = BFIT_MODE(BFIT_MODE_X),
-    .init = init,
-    .prepare = prepare,
-    .init_params = NULL,
-    .forward = forward,
-    .backward = backward,
-    .unprepare = NULL,
-};
+ACT_VT_X(bfit_sigmoid_vt, BFIT_L_SIGMOID);
+ACT_VT_X(bfit_silu_vt, BFIT_L_SILU);
+ACT_VT_X(bfit_tanh_vt, BFIT_L_TANH);
