@@ -241,6 +241,35 @@ static void test_matmul_rejects(void **st)
 
 /* ---- ELTWISE ---- */
 
+/* Descriptions no device runs, refused by bfit_op_new whichever device it
+ * is (tdev's: the CPU, or a GPU where there is one), saying what is wrong. */
+static void test_eltwise_rejects(void **st)
+{
+    static const struct {
+        bfit_eltwise_alg alg;
+        int n, use_dst, bits;
+        float lo, hi;
+        const char *msg;
+    } bad[] = {
+        {BFIT_ELT_CLIP, 8, 0, 0, 1.0f, 1.0f, "clip needs lo < hi, got [1, 1]"},
+        {BFIT_ELT_SILU, 8, 1, 0, 0, 0, "only relu's and clip's backward can use the output"},
+        {BFIT_ELT_TANH, 8, 0, 1, 0, 0, "relu's sign bits"},
+        {BFIT_ELT_SIGMOID, 0, 0, 0, 0, 0, "need at least one element, got 0"},
+        {(bfit_eltwise_alg)99, 8, 0, 0, 0, 0, "unknown algorithm 99"},
+    };
+    tdev *t = *st;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_BWD, .dtype = BFIT_F32};
+        bfit_op *op = (bfit_op *)1;
+        d.u.elt = (typeof(d.u.elt)){.n = bad[i].n, .alg = bad[i].alg, .use_dst = bad[i].use_dst,
+                                    .bits = bad[i].bits, .lo = bad[i].lo, .hi = bad[i].hi};
+        assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_EINVAL);
+        assert_null(op);
+        if (!strstr(bfit_errmsg(), bad[i].msg))
+            fail_msg("case %zu: expected \"%s\" in: %s", i, bad[i].msg, bfit_errmsg());
+    }
+}
+
 #define CLIP_LO -0.5f /* clip's bounds in these checks */
 #define CLIP_HI 2.0f
 
@@ -1288,7 +1317,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_matmul_accumulates_twice),
-        cmocka_unit_test(test_matmul_rejects), cmocka_unit_test(test_eltwise), cmocka_unit_test(test_eltwise_bf16),
+        cmocka_unit_test(test_matmul_rejects), cmocka_unit_test(test_eltwise_rejects), cmocka_unit_test(test_eltwise),
+        cmocka_unit_test(test_eltwise_bf16),
         cmocka_unit_test(test_op_times),
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_reduce_rows),

@@ -332,14 +332,7 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     float alpha = 0.f, beta = 0.f;
     int rc;
 
-    if (n < 1)
-        return bfit_fail(BFIT_EINVAL, "eltwise: need at least one element, got %lld", (long long)n);
-    if ((d->u.elt.use_dst && d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_CLIP) ||
-        (d->u.elt.bits && d->u.elt.alg != BFIT_ELT_RELU))
-        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's and clip's backward can use the output, relu's sign bits");
-    if (d->u.elt.alg == BFIT_ELT_CLIP && !(d->u.elt.lo < d->u.elt.hi))
-        return bfit_fail(BFIT_EINVAL, "eltwise: clip needs lo < hi, got [%g, %g]", (double)d->u.elt.lo,
-                         (double)d->u.elt.hi);
+    /* n, the algorithm, its bounds and backward modes: checked in bfit_op_new */
     if (d->u.elt.bits) {
         op->ws = 0;
         op->saved = (size_t)(n + 63) / 64 * 8;

@@ -325,15 +325,7 @@ static int lnorm_init(cuda_op *op)
 
 static int elt_init(cuda_op *op)
 {
-    const bfit_op_desc *d = &op->base.desc;
-    if ((unsigned)d->u.elt.alg > BFIT_ELT_TANH)
-        return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
-    if ((d->u.elt.use_dst && d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_CLIP) ||
-        (d->u.elt.bits && d->u.elt.alg != BFIT_ELT_RELU))
-        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's and clip's backward can use the output, relu's sign bits");
-    if (d->u.elt.alg == BFIT_ELT_CLIP && !(d->u.elt.lo < d->u.elt.hi))
-        return bfit_fail(BFIT_EINVAL, "eltwise: clip needs lo < hi, got [%g, %g]", (double)d->u.elt.lo,
-                         (double)d->u.elt.hi);
+    const bfit_op_desc *d = &op->base.desc; /* checked in bfit_op_new */
     op->saved = d->u.elt.bits ? (size_t)(d->u.elt.n + 63) / 64 * 8 : 0;
     op->run = d->kind == BFIT_OP_ELTWISE_FWD ? run_elt_fwd : run_elt_bwd;
     return positive(d->u.elt.n, "eltwise: n");

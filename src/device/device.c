@@ -323,6 +323,22 @@ const char *bfit_op_cpu_only(const bfit_op_desc *d)
     }
 }
 
+/* An activation's description, whichever device runs it. */
+static int eltwise_check(const bfit_op_desc *d)
+{
+    if (d->u.elt.n < 1)
+        return bfit_fail(BFIT_EINVAL, "eltwise: need at least one element, got %lld", (long long)d->u.elt.n);
+    if ((unsigned)d->u.elt.alg > BFIT_ELT_TANH)
+        return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
+    if ((d->u.elt.use_dst && d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_CLIP) ||
+        (d->u.elt.bits && d->u.elt.alg != BFIT_ELT_RELU))
+        return bfit_fail(BFIT_EINVAL, "eltwise: only relu's and clip's backward can use the output, relu's sign bits");
+    if (d->u.elt.alg == BFIT_ELT_CLIP && !(d->u.elt.lo < d->u.elt.hi))
+        return bfit_fail(BFIT_EINVAL, "eltwise: clip needs lo < hi, got [%g, %g]", (double)d->u.elt.lo,
+                         (double)d->u.elt.hi);
+    return BFIT_OK;
+}
+
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
 {
     const char *what;
@@ -336,6 +352,8 @@ int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
          desc->kind == BFIT_OP_ADAMW) && desc->dtype != BFIT_F32)
         return bfit_fail(BFIT_EINVAL, "device: parameters and their gradients are f32: an op of kind %d must be f32",
                          (int)desc->kind);
+    if ((desc->kind == BFIT_OP_ELTWISE_FWD || desc->kind == BFIT_OP_ELTWISE_BWD) && eltwise_check(desc) != BFIT_OK)
+        return BFIT_EINVAL;
     /* the recorder notes it in the needs, which then rule out every other device */
     if ((what = bfit_op_cpu_only(desc)) && strcmp(d->vt->name, "cpu") != 0 && strcmp(d->vt->name, "recorder") != 0)
         return bfit_fail(BFIT_EDEVICE, "%s is not supported on %s yet (the cpu device has it): use --device cpu",
