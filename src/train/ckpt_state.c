@@ -510,8 +510,9 @@ static void check_ranges(rd *r, const run_snap *s)
         return;
     if (s->pos.step < 0 || s->pos.step > BFIT_COUNT_MAX || s->pos.epoch < 0 || s->pos.epoch > BFIT_EPOCHS_MAX ||
         s->pos.taken < 0 || s->pos.samples < 0 || s->pos.sched_units < 0 || s->pos.ep_count < 0 ||
-        s->cursor_epoch < 0 || s->cursor_pos < 0 || s->optim_steps < 0 || s->pos.m < 1 || s->pos.m > BFIT_BATCH_MAX || s->pos.nmem < 0 ||
-        s->pos.nmem > BFIT_MEM_SCHEDULE_MAX || !(s->pos.ls.scale > 0) || s->pos.ls.scale > 1e300 ||
+        s->cursor_epoch < 0 || s->cursor_pos < 0 || s->optim_steps < 0 || s->pos.m < 1 ||
+        s->pos.m > BFIT_BATCH_MAX || s->pos.nmem < 0 || s->pos.nmem > BFIT_MEM_SCHEDULE_MAX ||
+        !(s->pos.ls.scale > 0) || s->pos.ls.scale > 1e300 ||
         s->pos.ls.interval < 1 || s->pos.ls.good < 0 || s->pos.ls.skipped < 0 ||
         (s->pos.track_stale != 0 && s->pos.track_stale != 1) || s->pos.res.tokens < 0 ||
         s->pos.res.tokens_computed < 0)
