@@ -943,7 +943,9 @@ static void test_auto_does_not_flip(void **st)
 
 /* A device where small micro-batches are much faster per sample (a CPU
  * whose caches hold them): the plan accumulates them, and the noise scale
- * then comes from the micro-batches. */
+ * then comes from the micro-batches. When they stop being faster (the
+ * machine's caches taken), the ladder measured again takes the run back to
+ * 64, for throughput (not "memory freed": no memory went away). */
 static void test_auto_accumulates_when_faster(void **st)
 {
     (void)st;
@@ -967,6 +969,17 @@ static void test_auto_accumulates_when_faster(void **st)
         assert_int_equal(dm.nasked, 2);
         assert_int_equal(bfit_controller_noise_scale(s.c, &bn), BFIT_OK);
         assert_true(fabs(bn - 300) < 1e-6);
+        dm.fast_upto = 0; /* every size at 64's rate: 32's steps twice as slow, which calls a ladder */
+        dm.peak /= 2;
+        for (int t = 200; t < 3000 && !whole && s.prev.m == 32; t++) {
+            bfit_batch_decision d = auto_step(&s, &dm);
+            if (d.m == 64) {
+                printf("  step %d: %s\n", t, d.why);
+                assert_int_equal(d.reason, BFIT_REASON_THROUGHPUT);
+                assert_non_null(strstr(d.why, "throughput: micro-batch 32 -> 64 (ladder:"));
+            }
+        }
+        assert_int_equal(s.prev.m, 64);
         bfit_controller_free(s.c);
     }
 }

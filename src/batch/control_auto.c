@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Steps trained before the ladder is measured (data loading and the first
  * sizes' set-up have settled), and how far measured micro-steps may drift
@@ -83,13 +84,25 @@ void bfit_ctl_auto_replan(bfit_controller *c, int64_t step, bfit_batch_decision 
         if (step < c->st.hold_until || c->st.streak < c->cfg.grow_after)
             return;
         c->st.last_grow = step;
+    }
+    if (pm > c->st.m && c->st.free > c->st.free_at_shrink) {
         bfit_ctl_because(d, BFIT_REASON_MEM_FREED);
         bfit_ctl_say(d, "memory freed: micro-batch %d -> %d", from, pm);
     } else {
+        /* smaller, or larger again after a smaller one the ladder chose */
+        double r_to = c->st.E / secs, r_from = c->st.E / bfit_gp_step_seconds(&c->st.au.lad, c->st.E, from);
         bfit_ctl_because(d, BFIT_REASON_THROUGHPUT);
-        bfit_ctl_say(d, "throughput: micro-batch %d -> %d (ladder: %.4g vs %.4g samples/s for a step of %d)", from, pm,
-            c->st.E / secs, c->st.E / bfit_gp_step_seconds(&c->st.au.lad, c->st.E, from), c->st.E);
+        if (pm > from)
+            bfit_ctl_say(d, "throughput: micro-batch %d -> %d (ladder: %.4g vs %.4g samples/s for a step of %d; %d "
+                         "is not %.0f%% faster now)", from, pm, r_to, r_from, c->st.E, from, 100 * c->cfg.auto_gain);
+        else
+            bfit_ctl_say(d, "throughput: micro-batch %d -> %d (ladder: %.4g vs %.4g samples/s for a step of %d)", from,
+                         pm, r_to, r_from, c->st.E);
     }
+    /* m made smaller for speed, not memory: growing back is "memory freed"
+     * only after memory shrinks (which sets the mark) and comes back */
+    if (pm < c->st.m)
+        c->st.free_at_shrink = UINT64_MAX;
     bfit_ctl_set_m(c, pm);
 }
 
