@@ -168,23 +168,37 @@ static pbw *model(pbw *graph)
     return m;
 }
 
-/* x [N,4] -> Gemm(W [3,4], B [3]) -> (op2) -> logits [N,3]; op2 NULL: none. */
-static pbw *gemm_graph(const char *op2)
+/* A node `name`: Gemm(x, W, B) -> out, the weights fc.weight and fc.bias. */
+static void gemm_node(pbw *g, const char *name, const char *out)
 {
-    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3};
-    const char *gi[3] = {"x", "fc.weight", "fc.bias"}, *go[1] = {op2 ? "h" : "logits"};
-    const char *si[1] = {"h"}, *so[1] = {"logits"};
-    pbw *g = pb_new(), *n = node("Gemm", "fc", gi, 3, go, 1);
+    const char *gi[3] = {"x", "fc.weight", "fc.bias"}, *go[1] = {out};
+    pbw *n = node("Gemm", name, gi, 3, go, 1);
     attr_int(n, "transB", 1);
     pmsg(g, 1, n);
-    if (op2)
-        pmsg(g, 1, node(op2, "last", si, 1, so, 1));
+}
+
+/* The rest of a graph of gemm_node: its name, W [3,4] and B [3], the
+ * input x [N,4] and the output logits [N,3]. */
+static pbw *gemm_rest(pbw *g)
+{
+    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3};
     pstr(g, 2, "g");
     pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
     pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
     pmsg(g, 11, value_info("x", in, 2));
     pmsg(g, 12, value_info("logits", out, 2));
     return g;
+}
+
+/* x [N,4] -> Gemm(W [3,4], B [3]) -> (op2) -> logits [N,3]; op2 NULL: none. */
+static pbw *gemm_graph(const char *op2)
+{
+    const char *si[1] = {"h"}, *so[1] = {"logits"};
+    pbw *g = pb_new();
+    gemm_node(g, "fc", op2 ? "h" : "logits");
+    if (op2)
+        pmsg(g, 1, node(op2, "last", si, 1, so, 1));
+    return gemm_rest(g);
 }
 
 /* TensorProto of int64 values (raw_data). */
@@ -468,25 +482,14 @@ static void test_undefined_input(void **st)
  * (x2 = Gemm of the input again, another tensor, made when a is x2). */
 static pbw *silu_graph(const char *a, const char *b)
 {
-    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3};
-    const char *gi[3] = {"x", "fc.weight", "fc.bias"}, *go[1] = {"h"}, *g2o[1] = {"x2"};
     const char *si[1] = {"h"}, *so[1] = {"s"}, *mi[2] = {a, b}, *mo[1] = {"logits"};
-    pbw *g = pb_new(), *n = node("Gemm", "fc", gi, 3, go, 1), *n2;
-    attr_int(n, "transB", 1);
-    pmsg(g, 1, n);
-    if (!strcmp(a, "x2")) {
-        n2 = node("Gemm", "fc2", gi, 3, g2o, 1);
-        attr_int(n2, "transB", 1);
-        pmsg(g, 1, n2);
-    }
+    pbw *g = pb_new();
+    gemm_node(g, "fc", "h");
+    if (!strcmp(a, "x2"))
+        gemm_node(g, "fc2", "x2");
     pmsg(g, 1, node("Sigmoid", "sig", si, 1, so, 1));
     pmsg(g, 1, node("Mul", "mul", mi, 2, mo, 1));
-    pstr(g, 2, "g");
-    pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
-    pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
-    pmsg(g, 11, value_info("x", in, 2));
-    pmsg(g, 12, value_info("logits", out, 2));
-    return g;
+    return gemm_rest(g);
 }
 
 /* nn.SiLU's export, x * Sigmoid(x) (either order), is one silu layer; a
