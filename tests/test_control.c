@@ -683,6 +683,9 @@ typedef struct dev_model {
     double lat, peak, over, B, jitter;
     int fast_upto;   /* nonzero: micro-batches above this run at half the peak */
     int dip_lo, dip_hi; /* micro-batches in [dip_lo, dip_hi] run at a fifth of the peak */
+    double pace;        /* everything takes this many times as long (0: 1) */
+    int pace_at;        /* ...from the pace_at-th ladder rung asked on (counting from 0), */
+    double pace_to;     /* ...when pace becomes pace_to (0: never) */
     uint64_t rng;
     int ladder_asked[32], nasked;
     int loss_known;  /* the steps report `loss` as their mean training loss */
@@ -698,9 +701,11 @@ static double jitter(dev_model *dm)
 
 static double micro_secs(const dev_model *dm, int m)
 {
+    double p = dm->pace > 0 ? dm->pace : 1.0;
+
     if (m >= dm->dip_lo && m <= dm->dip_hi)
-        return dm->lat + m / (dm->peak / 5);
-    return dm->lat + m / (dm->fast_upto && m > dm->fast_upto ? dm->peak / 2 : dm->peak);
+        return p * (dm->lat + m / (dm->peak / 5));
+    return p * (dm->lat + m / (dm->fast_upto && m > dm->fast_upto ? dm->peak / 2 : dm->peak));
 }
 
 /* Auto mode within [bmin, bmax], the lr given for a batch of E0 (where auto
@@ -733,7 +738,10 @@ static bfit_batch_decision auto_step(sim *s, dev_model *dm)
     s->prev = d;
     while ((m = bfit_controller_ladder_next(s->c)) > 0) {
         /* the trainer times each size a few times and keeps the best */
-        double t = micro_secs(dm, m) * jitter(dm);
+        double t;
+        if (dm->pace_to > 0 && dm->nasked == dm->pace_at)
+            dm->pace = dm->pace_to;
+        t = micro_secs(dm, m) * jitter(dm);
         for (int i = 0; i < 2; i++)
             t = fmin(t, micro_secs(dm, m) * jitter(dm));
         if (dm->nasked < 32)
@@ -966,7 +974,8 @@ static void test_auto_accumulates_when_faster(void **st)
                 assert_non_null(strstr(d.why, "throughput: micro-batch 64 -> 32 (ladder: 5000 vs 2500"));
             }
         }
-        assert_int_equal(dm.nasked, 2);
+        /* 32 and 64, then (the rungs proposing 32) both again */
+        assert_int_equal(dm.nasked, whole ? 2 : 4);
         assert_int_equal(bfit_controller_noise_scale(s.c, &bn), BFIT_OK);
         assert_true(fabs(bn - 300) < 1e-6);
         dm.fast_upto = 0; /* every size at 64's rate: 32's steps twice as slow, which calls a ladder */
@@ -1008,6 +1017,33 @@ static void test_auto_no_credit_below_reference(void **st)
     for (int t = 0; t < 600; t++)
         auto_step(&s, &dm);
     assert_true(s.prev.batch > 128);
+    bfit_controller_free(s.c);
+}
+
+/* A machine whose pace changes between rungs does not move the run: the
+ * device runs 64 faster per sample than 32 (4,324 against 3,810 samples/s),
+ * but from the ladder's second rung on everything takes 1.3 times as long,
+ * so the rungs time 32 at 3,810 and 64 at 3,326 and propose 32 (+15%).
+ * Timed again one after the other at the new pace, 32 is slower (2,931
+ * against 3,326): the micro-batch stays at 64. Before, the run moved to 32
+ * on the rungs alone. A move that holds when timed again is made
+ * (test_auto_accumulates_when_faster). */
+static void test_auto_ladder_confirms_a_move(void **st)
+{
+    static const int asked[] = { 32, 64, 32, 64 };
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200, .pace_at = 1, .pace_to = 1.3 };
+    sim s;
+    (void)st;
+    auto_config(&s, 64, 64, 64); /* E is 64: the micro-batch is the only choice */
+    sim_start(&s);
+    for (int t = 0; t < 300; t++) {
+        bfit_batch_decision d = auto_step(&s, &dm);
+        assert_int_equal(d.batch, 64);
+        if (d.m != 64)
+            fail_msg("step %d: %s", t, d.why);
+    }
+    assert_int_equal(dm.nasked, 4);
+    assert_memory_equal(dm.ladder_asked, asked, sizeof asked);
     bfit_controller_free(s.c);
 }
 
@@ -1348,6 +1384,7 @@ int main(void)
         cmocka_unit_test(test_auto_no_credit_below_reference),
         cmocka_unit_test(test_auto_does_not_flip),
         cmocka_unit_test(test_auto_accumulates_when_faster),
+        cmocka_unit_test(test_auto_ladder_confirms_a_move),
         cmocka_unit_test(test_auto_ladder_again_when_load_changes),
         cmocka_unit_test(test_auto_ladder_reaches_the_size_in_use),
         cmocka_unit_test(test_auto_adascale),

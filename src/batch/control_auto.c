@@ -17,6 +17,9 @@
  * from the ladder's times before it is measured again. */
 #define LADDER_AFTER 50
 #define LADDER_DRIFT 1.5
+/* Times a ladder confirms a move its rungs propose (each: the proposed
+ * size and the size in use timed again, one after the other). */
+#define LADDER_CONFIRMS 2
 
 /* The micro-batch for a step of E samples: the largest that fits (at most E
  * and the fixed one), unless the ladder says a smaller one that fits runs
@@ -64,28 +67,47 @@ static double predict_rate(const bfit_controller *c, int E, double fb_secs, int 
     return bound ? bfit_ctl_bound(c, r) : r;
 }
 
+/* The micro-batch the ladder's plan moves the current E to, 0 for none:
+ * the plan's m, unless the m in use fits and the plan's is not auto_gain
+ * faster than it. *secs: the plan's step seconds. */
+static int plan_move(const bfit_controller *c, double *secs)
+{
+    int pm = plan_m(c, c->st.E, secs);
+
+    if (pm == 0 || pm == c->st.m)
+        return 0;
+    if (pm < c->st.m && bfit_ctl_fits(c, c->st.m) &&
+        *secs * (1.0 + c->cfg.auto_gain) > bfit_gp_step_seconds(&c->st.au.lad, c->st.E, c->st.m))
+        return 0;
+    return pm;
+}
+
+/* Growing to pm is memory's doing, not the clock's: memory shrank the
+ * micro-batch and has come back since. */
+static int mem_freed(const bfit_controller *c, int pm)
+{
+    return pm > c->st.m && c->st.free > c->st.free_at_shrink;
+}
+
 /* After the ladder, or when memory came back: the plan's micro-batch for
  * the current E. Growth waits for the holdoff and the streak as in the
- * other modes; a smaller m is a measured choice (reason throughput). */
+ * other modes; a smaller m is a measured choice (reason throughput), made
+ * only where the ladder's confirmation bore it out. */
 void bfit_ctl_auto_replan(bfit_controller *c, int64_t step, bfit_batch_decision *d)
 {
     double secs;
-    int from = c->st.m, pm;
+    int from = c->st.m, pm, allow = c->st.au.lad.allow;
 
-    if (c->st.au.lad.next || c->st.au.lad.n == 0)
+    if (c->st.au.lad.next || c->st.au.lad.n == 0 || !(pm = plan_move(c, &secs)))
         return;
-    pm = plan_m(c, c->st.E, &secs);
-    if (pm == 0 || pm == c->st.m)
-        return;
-    /* the current m stays unless the plan's is auto_gain faster than it */
-    if (pm < c->st.m && bfit_ctl_fits(c, c->st.m) && secs * (1.0 + c->cfg.auto_gain) > bfit_gp_step_seconds(&c->st.au.lad, c->st.E, c->st.m))
+    if (allow && pm != allow && !mem_freed(c, pm))
         return;
     if (pm > c->st.m) {
         if (step < c->st.hold_until || c->st.streak < c->cfg.grow_after)
             return;
         c->st.last_grow = step;
     }
-    if (pm > c->st.m && c->st.free > c->st.free_at_shrink) {
+    if (mem_freed(c, pm)) {
         bfit_ctl_because(d, BFIT_REASON_MEM_FREED);
         bfit_ctl_say(d, "memory freed: micro-batch %d -> %d", from, pm);
     } else {
@@ -318,12 +340,79 @@ int bfit_controller_ladder_next(const bfit_controller *c)
     return c && c->cfg.auto_batch && c->st.started ? c->st.au.lad.next : 0;
 }
 
+static int rung_of(const gp_ladder *l, int m)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->m[i] == m)
+            return i;
+    return -1;
+}
+
+/* The rungs propose a throughput move (a move for memory needs no clock):
+ * time the proposed size and the size in use again, one after the other,
+ * at most LADDER_CONFIRMS times a ladder; a proposal that cannot be timed
+ * again (no rung of its own) is taken as before. */
+static void confirm_begin(bfit_controller *c)
+{
+    gp_ladder *l = &c->st.au.lad;
+    double secs;
+    int pm = plan_move(c, &secs);
+
+    if (!pm || mem_freed(c, pm) || !bfit_ctl_fits(c, c->st.m) || rung_of(l, pm) < 0 || rung_of(l, c->st.m) < 0)
+        return;
+    if (l->rounds == LADDER_CONFIRMS) {
+        l->allow = -1; /* each confirmation proposed another size: the timings do not settle */
+        return;
+    }
+    l->rounds++;
+    l->confirm = l->next = pm;
+    l->against = c->st.m;
+    l->confirm_secs = 0;
+}
+
+/* The confirmation's times replace their rungs', and the other rungs take
+ * the pace the size in use changed by (the machine's, since the rungs ran);
+ * the move stands if the plan still makes it. */
+static void confirm_record(bfit_controller *c, int m, double secs)
+{
+    gp_ladder *l = &c->st.au.lad;
+    int proposed = l->confirm, cur = rung_of(l, l->against), pm;
+    double pace, s;
+
+    if (m == proposed && l->confirm_secs == 0 && secs > 0) {
+        l->confirm_secs = secs;
+        l->next = l->against;
+        return;
+    }
+    l->confirm = l->next = 0;
+    if (secs <= 0 || m != l->against) {
+        l->allow = -1; /* not timed again (out of the ladder's time or memory): no move on the rungs alone */
+        return;
+    }
+    pace = secs / l->secs[cur];
+    for (int i = 0; i < l->n; i++)
+        l->secs[i] = l->m[i] == proposed ? l->confirm_secs : i == cur ? secs : l->secs[i] * pace;
+    pm = plan_move(c, &s);
+    if (pm == proposed)
+        l->allow = pm;
+    else if (!pm)
+        l->allow = -1;
+    else
+        confirm_begin(c);
+}
+
 int bfit_controller_ladder_record(bfit_controller *c, int m, double seconds)
 {
     if (!c || m < 1 || m != bfit_controller_ladder_next(c) || isnan(seconds))
         return bfit_fail(BFIT_EINVAL, "controller: the ladder asked for micro-batch %d, not %d",
                          c ? bfit_controller_ladder_next(c) : 0, m);
-    bfit_gp_ladder_record(&c->st.au.lad, m, seconds, c->cfg.grow_gain);
+    if (c->st.au.lad.confirm) {
+        confirm_record(c, m, seconds);
+    } else {
+        bfit_gp_ladder_record(&c->st.au.lad, m, seconds, c->cfg.grow_gain);
+        if (c->st.au.lad.next == 0)
+            confirm_begin(c);
+    }
     if (c->st.au.lad.next == 0) {
         c->st.au.speed = 0; /* measured against the new ladder from now on */
         c->st.au.ladder_seen = c->st.au.seen;

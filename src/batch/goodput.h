@@ -22,6 +22,15 @@ typedef struct gp_ladder {
     int stalls;        /* rungs in a row not faster than the best by the gain */
     int reach;         /* measured at least this far: the micro-batch in use */
     double best_rate;  /* samples/s of the fastest rung */
+    /* A move the rungs propose is timed again before it is made (the
+     * controller's, control_auto.c): the size proposed, then the size in
+     * use, one after the other, so that a machine whose pace changed
+     * between rungs does not move the run. */
+    int confirm;         /* the size proposed, being timed again (0: not confirming) */
+    int against;         /* the size in use it is timed against */
+    double confirm_secs; /* confirm's time in this confirmation (0: not yet timed) */
+    int rounds;          /* confirmations this ladder began */
+    int allow;           /* after one: the only size a throughput move may go to (-1: none; 0: any) */
 } gp_ladder;
 
 /* Start at `first` (a power of two), going up to limit, and at least to

@@ -97,9 +97,10 @@ TABLE(decision_t, D,
 
 /* --batch auto's ladder and bookkeeping, and the consecutive-step norms;
  * the plateau check came later: a checkpoint without it starts its windows
- * afresh */
+ * afresh; so did the ladder's confirmation (one without it has none) */
 #define A bfit_controller_auto
 #define PLAT .since = "lr_ref"
+#define CONF .since = "ladder_allow"
 TABLE(auto_t, A,
       INT(A, "prev_norms", prev_norms),
       INT(A, "prev_b", prev_b),
@@ -110,6 +111,11 @@ TABLE(auto_t, A,
       INT(A, "ladder_stalls", lad.stalls),
       INT(A, "ladder_reach", lad.reach, .since = "ladder_reach"),
       DBL(A, "ladder_best_rate", lad.best_rate),
+      INT(A, "ladder_confirm", lad.confirm, CONF),
+      INT(A, "ladder_against", lad.against, CONF),
+      DBL(A, "ladder_confirm_secs", lad.confirm_secs, CONF),
+      INT(A, "ladder_rounds", lad.rounds, CONF),
+      INT(A, "ladder_allow", lad.allow, CONF),
       DBL(A, "speed", speed),
       DBL(A, "overhead", overhead),
       I64(A, "seen", seen),
@@ -127,6 +133,7 @@ TABLE(auto_t, A,
       INT(A, "plat_windows", plat_windows, PLAT),
       INT(A, "plat_stalls", plat_stalls, PLAT),
       INT(A, "lr_ref", lr_ref, PLAT));
+#undef CONF
 #undef PLAT
 #undef A
 

@@ -2,7 +2,8 @@
  * steps (and again when the load changed) the controller asks for
  * micro-batch sizes to be timed (doubling up
  * to the largest that fits, stopping once the rate levels off and the
- * micro-batch in use is measured); each is a
+ * micro-batch in use is measured; then, if they propose a move, the size
+ * proposed and the size in use again, one after the other); each is a
  * forward and backward of real samples with no optimizer step (the best of
  * three, after one that sets the size up), and the run
  * goes on as if it had not happened: the parameters (batch-norm running
@@ -88,7 +89,7 @@ int bfit_run_ladder(bfit_run *r, int E)
     char line[512] = "";
     size_t len = 0;
     double t0 = bfit_clock_mono(), budget = ladder_budget(r), per_sample = 0;
-    int m, rc = BFIT_OK, cut = 0;
+    int m, rc = BFIT_OK, cut = 0, last = 0, again = 0;
 
     if (bfit_controller_ladder_next(r->ctl) == 0)
         return BFIT_OK;
@@ -114,9 +115,13 @@ int bfit_run_ladder(bfit_run *r, int E)
             break;
         bfit_log_event(&r->lg, "ladder", "\"step\":%lld,\"m\":%d,\"seconds\":%.6f,\"samples_per_s\":%.6g",
                        (long long)r->pos.step, m, secs, secs > 0 ? m / secs : 0.0);
+        /* a size again: the controller confirms the move the rungs propose */
+        again += m <= last && !again;
         if (len < sizeof line)
-            len += (size_t)snprintf(line + len, sizeof line - len, "%s%d: %.0f", len ? ", " : "", m,
-                                    secs > 0 ? m / secs : 0.0);
+            len += (size_t)snprintf(line + len, sizeof line - len, "%s%d: %.0f", !len ? "" : again == 1 ? "; again, "
+                                    : ", ", m, secs > 0 ? m / secs : 0.0);
+        again += again == 1;
+        last = m;
     }
     if (cut)
         bfit_log_say(&r->lg, "batchfit: ladder (samples/s of forward and backward at micro-batch m): %s; %.2f s "
