@@ -767,6 +767,24 @@ static void test_cheap_regen_smooth(void **st)
     }
 }
 
+/* A transformer's MLP block: lean regenerates gelu's output (fc2's input)
+ * from fc1's, which gelu's backward reads anyway; the same gradients bit
+ * for bit as keeping it, a smaller step, measured = planned; f32 and bf16
+ * (tests/fixtures/gelu-mini.cfg). */
+static void test_cheap_regen_gelu(void **st)
+{
+    static const char *model = "tests/fixtures/gelu-mini.cfg";
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const bfit_layer_kind gelu = BFIT_L_GELU;
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_storage sto = {prec[i], 1, BFIT_RECOMPUTE_NONE};
+        assert_int_equal(regen_against_kept(model, prec[i], &gelu, 1), 2);
+        measured_step_st(model, &oc, 16, &sto, 0, 16);
+    }
+}
+
 /* On the cpu the cnn's activations between its convolutions, relus and max
  * pools stay nChw16c (store.c): the layers that chain so are marked, the
  * gradients of a step are those of plain nchw activations bit for bit (the
@@ -860,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_grads_share_activations),
         cmocka_unit_test(test_cheap_regen_same_grads),
         cmocka_unit_test(test_cheap_regen_smooth),
+        cmocka_unit_test(test_cheap_regen_gelu),
         cmocka_unit_test(test_blocked_same_grads),
         cmocka_unit_test(test_pool_first_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),

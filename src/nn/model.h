@@ -107,8 +107,9 @@ typedef struct bfit_layout {
 typedef struct bfit_store_cfg {
     bfit_dtype precision;            /* compute dtype of activations and their gradients */
     int lean;                        /* choose what backward reads so that little is kept, and
-                                        regenerate what cheap layers (batch norm, relu, add, max
-                                        pool) compute from kept values (docs/memory.md) */
+                                        regenerate what cheap layers (batch norm, elementwise
+                                        activations, add, max pool; store.c cheap()) compute
+                                        from kept values (docs/memory.md) */
     bfit_recompute_kind recompute;
     const unsigned char *keep;       /* CUTS: per value, 1 to keep a cut value (copied) */
     int keep_cheap;                  /* lean but keep what cheap layers compute, but for relu
