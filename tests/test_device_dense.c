@@ -255,6 +255,7 @@ static void test_eltwise_rejects(void **st)
         {BFIT_ELT_SILU, 8, 1, 0, 0, 0, "only relu's and clip's backward can use the output"},
         {BFIT_ELT_TANH, 8, 0, 1, 0, 0, "relu's sign bits"},
         {BFIT_ELT_SIGMOID, 0, 0, 0, 0, 0, "need at least one element, got 0"},
+        {BFIT_ELT_HARDSIGMOID, 8, 0, 0, 0, 0.5f, "hardsigmoid needs a positive, finite alpha"},
         {(bfit_eltwise_alg)99, 8, 0, 0, 0, 0, "unknown algorithm 99"},
     };
     tdev *t = *st;
@@ -272,6 +273,8 @@ static void test_eltwise_rejects(void **st)
 
 #define CLIP_LO -0.5f /* clip's bounds in these checks */
 #define CLIP_HI 2.0f
+#define HSIG_ALPHA 0.25f /* hardsigmoid's in these checks (ONNX's default is 0.2, PyTorch's 1/6) */
+#define HSIG_BETA 0.375f
 
 static double ref_elt(bfit_eltwise_alg alg, double x, double *deriv)
 {
@@ -295,6 +298,14 @@ static double ref_elt(bfit_eltwise_alg alg, double x, double *deriv)
     case BFIT_ELT_TANH:
         *deriv = 1 - tanh(x) * tanh(x);
         return tanh(x);
+    case BFIT_ELT_HARDSIGMOID: { /* the gradient strictly inside the ramp, as PyTorch's */
+        double t = HSIG_ALPHA * x + HSIG_BETA;
+        *deriv = t > 0 && t < 1 ? HSIG_ALPHA : 0;
+        return t < 0 ? 0 : t > 1 ? 1 : t;
+    }
+    case BFIT_ELT_HARDSWISH:
+        *deriv = x <= -3 ? 0 : x >= 3 ? 1 : (2 * x + 3) / 6;
+        return x <= -3 ? 0 : x >= 3 ? x : x * (x + 3) / 6;
     default: {
         double u = c * (x + 0.044715 * x * x * x), th = tanh(u);
         *deriv = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 3 * 0.044715 * x * x);
@@ -311,8 +322,8 @@ static void check_eltwise(tdev *t, bfit_eltwise_alg alg, int64_t n)
     const float *x = TB_F(tx), *y = TB_F(ty), *dy = TB_F(tdy), *dx = TB_F(tdx);
     d.u.elt.n = n;
     d.u.elt.alg = alg;
-    d.u.elt.lo = CLIP_LO;
-    d.u.elt.hi = CLIP_HI;
+    d.u.elt.lo = alg == BFIT_ELT_HARDSIGMOID ? HSIG_ALPHA : CLIP_LO;
+    d.u.elt.hi = alg == BFIT_ELT_HARDSIGMOID ? HSIG_BETA : CLIP_HI;
     a.src = tx.d;
     a.dst = ty.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
@@ -342,7 +353,7 @@ static void check_eltwise(tdev *t, bfit_eltwise_alg alg, int64_t n)
 static void test_eltwise(void **st)
 {
     static const int64_t ns[] = {1, 7, 1001};
-    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_TANH; alg++)
+    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_HARDSWISH; alg++)
         for (size_t s = 0; s < 3; s++)
             check_eltwise(*st, (bfit_eltwise_alg)alg, ns[s]);
 }
@@ -375,6 +386,8 @@ static void check_eltwise16(tdev *t, bfit_eltwise_alg alg, int use_dst, int64_t 
     }
     tbuf_up(t, &x), tbuf_up(t, &dy);
     d.u.elt = (typeof(d.u.elt)){.n = n, .alg = alg, .use_dst = use_dst};
+    if (alg == BFIT_ELT_HARDSIGMOID)
+        d.u.elt.lo = HSIG_ALPHA, d.u.elt.hi = HSIG_BETA;
     a.src = x.d, a.dst = y.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     d.kind = BFIT_OP_ELTWISE_BWD;
@@ -399,10 +412,100 @@ static void test_eltwise_bf16(void **st)
         check_eltwise16(*st, BFIT_ELT_GELU_ERF, 0, ns[s]);
         check_eltwise16(*st, BFIT_ELT_RELU, 1, ns[s]);
         check_eltwise16(*st, BFIT_ELT_SILU, 0, ns[s]);
+        check_eltwise16(*st, BFIT_ELT_HARDSIGMOID, 0, ns[s]);
+        check_eltwise16(*st, BFIT_ELT_HARDSWISH, 0, ns[s]);
     }
 }
 
 /* ---- RELU WITH A BIT MASK ---- */
+
+/* The bf16 of a float that is one already (its low half zero) */
+static uint16_t top16(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    return (uint16_t)(b >> 16);
+}
+
+/* A gate per channel (CHSCALE, squeeze-and-excitation's; the cpu device
+ * only: another refuses it by name), f32 and bf16 (inputs made bf16 by
+ * truncation), against the definition: y = x s, dx = dy s, ds = sum over
+ * hw of dy x; the backward with only one of its outputs too. */
+static void check_chscale(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t hw)
+{
+    int64_t big = n * c * hw, small = n * c;
+    size_t es = bfit_dtype_size(dt);
+    bfit_op_desc d = {.kind = BFIT_OP_CHSCALE_FWD, .dtype = dt, .u.chs = {n, c, hw}};
+    bfit_op_args a = {0};
+    tbuf x = tbuf_new(t, (size_t)big * es), s = tbuf_new(t, (size_t)small * es), dy = tbuf_new(t, (size_t)big * es),
+         y = tbuf_new(t, (size_t)big * es), dx = tbuf_new(t, (size_t)big * es), ds = tbuf_new(t, (size_t)small * es);
+    double tol = dt == BFIT_F32 ? 4 * FEPS : 1.0 / 128; /* bf16: an output's rounding, relative */
+    float *xv = malloc((size_t)big * 4), *sv = malloc((size_t)small * 4), *gv = malloc((size_t)big * 4);
+
+    for (int64_t i = 0; i < big + small; i++) {
+        float v = urand(2), *to = i < big ? &xv[i] : &sv[i - big];
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        b &= dt == BFIT_F32 ? 0xffffffffu : 0xffff0000u;
+        memcpy(to, &b, 4);
+        if (i < big) {
+            v = urand(1), memcpy(&b, &v, 4), b &= dt == BFIT_F32 ? 0xffffffffu : 0xffff0000u, memcpy(&gv[i], &b, 4);
+        }
+    }
+    for (int64_t i = 0; i < big; i++) {
+        if (dt == BFIT_F32)
+            TB_F(x)[i] = xv[i], TB_F(dy)[i] = gv[i];
+        else
+            ((uint16_t *)x.h)[i] = top16(xv[i]), ((uint16_t *)dy.h)[i] = top16(gv[i]);
+    }
+    for (int64_t i = 0; i < small; i++) {
+        if (dt == BFIT_F32)
+            TB_F(s)[i] = sv[i];
+        else
+            ((uint16_t *)s.h)[i] = top16(sv[i]);
+    }
+    tbuf_up(t, &x), tbuf_up(t, &s), tbuf_up(t, &dy);
+    a.src = x.d, a.src2 = s.d, a.dst = y.d;
+    if (run_op(t, &d, &a) == BFIT_EDEVICE) {
+        print_message("  channel scaling: not on this device (the cpu's only)\n");
+    } else {
+        d.kind = BFIT_OP_CHSCALE_BWD;
+        a = (bfit_op_args){.src = x.d, .src2 = s.d, .diff_dst = dy.d, .diff_src = dx.d, .dst = ds.d};
+        assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+        tbuf_down(t, &y), tbuf_down(t, &dx), tbuf_down(t, &ds);
+        for (int64_t i = 0; i < big; i++) {
+            double r = (double)xv[i] * sv[i / hw], g = (double)gv[i] * sv[i / hw];
+            double yo = dt == BFIT_F32 ? TB_F(y)[i] : widen16(((uint16_t *)y.h)[i]);
+            double go = dt == BFIT_F32 ? TB_F(dx)[i] : widen16(((uint16_t *)dx.h)[i]);
+            assert_close(yo, r, tol * (fabs(r) + FEPS), "channel scaling fwd", i);
+            assert_close(go, g, tol * (fabs(g) + FEPS), "channel scaling dx", i);
+        }
+        for (int64_t r = 0; r < small; r++) {
+            double acc = 0, mag = 0, got = dt == BFIT_F32 ? TB_F(ds)[r] : widen16(((uint16_t *)ds.h)[r]);
+            for (int64_t i = r * hw; i < (r + 1) * hw; i++)
+                acc += (double)gv[i] * xv[i], mag += fabs((double)gv[i] * xv[i]);
+            assert_close(got, acc, tol * (mag + FEPS), "channel scaling ds", r);
+        }
+        /* only ds: dx's buffer untouched */
+        memset(dx.h, 0x7f, (size_t)big * es);
+        tbuf_up(t, &dx);
+        a = (bfit_op_args){.src = x.d, .src2 = s.d, .diff_dst = dy.d, .dst = ds.d};
+        assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+        tbuf_down(t, &dx);
+        for (int64_t i = 0; i < (int64_t)((size_t)big * es); i++)
+            assert_int_equal(((unsigned char *)dx.h)[i], 0x7f);
+    }
+    tbuf_free(t, &x), tbuf_free(t, &s), tbuf_free(t, &dy), tbuf_free(t, &y), tbuf_free(t, &dx), tbuf_free(t, &ds);
+    free(xv), free(sv), free(gv);
+}
+
+static void test_chscale(void **st)
+{
+    check_chscale(*st, BFIT_F32, 3, 5, 7);
+    check_chscale(*st, BFIT_F32, 2, 64, 1000); /* past the threads' threshold */
+    check_chscale(*st, BFIT_BF16, 3, 5, 7);
+    check_chscale(*st, BFIT_BF16, 1, 3, 1);
+}
 
 /* Forward and backward of relu keeping 1 bit per element, f32 and bf16,
  * against the definition element by element: bits[i] = x > 0 (for 16-bit
@@ -1319,6 +1422,7 @@ int main(void)
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_matmul_accumulates_twice),
         cmocka_unit_test(test_matmul_rejects), cmocka_unit_test(test_eltwise_rejects), cmocka_unit_test(test_eltwise),
         cmocka_unit_test(test_eltwise_bf16),
+        cmocka_unit_test(test_chscale),
         cmocka_unit_test(test_op_times),
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_reduce_rows),

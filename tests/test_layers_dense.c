@@ -105,6 +105,10 @@ static void test_gc_act(void **st)
     gc("silu 2x3x3 m=7", cfg_of(BFIT_L_SILU), S(2, 3, 3), 7);
     gc("tanh 7 m=1", cfg_of(BFIT_L_TANH), V(7), 1);
     gc("tanh 2x3x3 m=7", cfg_of(BFIT_L_TANH), S(2, 3, 3), 7);
+    gc("hardsigmoid 7 m=1", cfg_of(BFIT_L_HARDSIGMOID), V(7), 1);
+    gc("hardsigmoid 2x3x3 m=7", cfg_of(BFIT_L_HARDSIGMOID), S(2, 3, 3), 7);
+    gc("hardswish 7 m=1", cfg_of(BFIT_L_HARDSWISH), V(7), 1);
+    gc("hardswish 2x3x3 m=7", cfg_of(BFIT_L_HARDSWISH), S(2, 3, 3), 7);
 }
 
 static void test_gc_flatten_dropout(void **st)
@@ -139,6 +143,20 @@ static void test_gc_add(void **st)
     gc_assert(&c);
     c.label = "add 1 m=1";
     c.in[0] = c.in[1] = V(1);
+    c.m = 1;
+    gc_assert(&c);
+}
+
+/* A gate per channel: both inputs' gradients, by a vector or Cx1x1. */
+static void test_gc_scale(void **st)
+{
+    gc_case c = {.label = "scale 3x2x2 by 3x1x1 m=7", .cfg = cfg_of(BFIT_L_SCALE), .nin = 2,
+                 .in = {S(3, 2, 2), S(3, 1, 1)}, .m = 7};
+    (void)st;
+    gc_assert(&c);
+    c.label = "scale 4x3x1 by 4 m=1";
+    c.in[0] = S(4, 3, 1);
+    c.in[1] = V(4);
     c.m = 1;
     gc_assert(&c);
 }
@@ -850,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_gc_linear),     cmocka_unit_test(test_gc_sequences),
         cmocka_unit_test(test_gc_act),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
+        cmocka_unit_test(test_gc_scale),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),
         cmocka_unit_test(test_fwd_linear),    cmocka_unit_test(test_fwd_act_flatten_add),
         cmocka_unit_test(test_linear_init),

@@ -238,6 +238,8 @@ static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
     cfg->groups = meta_int(f, "groups", cfg->groups);
     cfg->lo = meta_float(f, "lo", cfg->lo);
     cfg->hi = meta_float(f, "hi", cfg->hi);
+    cfg->alpha = meta_float(f, "alpha", cfg->alpha);
+    cfg->beta = meta_float(f, "beta", cfg->beta);
     cfg->axis = meta_int(f, "axis", cfg->axis);
     c->m = meta_int(f, "m", 0);
     c->training = meta_int(f, "training", 1);

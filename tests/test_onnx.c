@@ -155,6 +155,15 @@ static void attr_int(pbw *n, const char *name, int64_t v)
     pmsg(n, 5, a);
 }
 
+static void attr_float(pbw *n, const char *name, float v)
+{
+    pbw *a = pb_new();
+    pstr(a, 1, name);
+    pfloat(a, 2, v);
+    pint(a, 20, 1);
+    pmsg(n, 5, a);
+}
+
 /* ModelProto: ir_version, the opset, then the graph (so a cut before the
  * graph's end is never a whole model). */
 static pbw *model(pbw *graph)
@@ -493,8 +502,9 @@ static pbw *silu_graph(const char *a, const char *b)
 }
 
 /* nn.SiLU's export, x * Sigmoid(x) (either order), is one silu layer; a
- * Sigmoid alone is a sigmoid layer; a Sigmoid gating another tensor is
- * refused at the Mul, which batchfit does not compute. */
+ * Sigmoid alone is a sigmoid layer; a Sigmoid gating another vector is a
+ * sigmoid and a `scale` (each feature by its gate: the image's case with
+ * H = W = 1, test_squeeze_excitation). HardSwish is one layer too. */
 static void test_silu(void **st)
 {
     static const char *const ab[2][2] = {{"h", "s"}, {"s", "h"}};
@@ -521,8 +531,87 @@ static void test_silu(void **st)
     assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_TANH);
     bfit_graph_fini(&g);
     pb_free(m);
+    m = model(gemm_graph("HardSwish"));
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_HARDSWISH);
+    bfit_graph_fini(&g);
+    pb_free(m);
     m = model(silu_graph("x2", "s"));
-    assert_int_equal(load(m, &g, "node 'mul' (Mul, opset 17)"), BFIT_EINVAL);
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nnodes, 4);
+    assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_SIGMOID);
+    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_SCALE);
+    assert_int_equal(g.nodes[3].in[0], 2); /* x2 (fc2's output), then the gate */
+    assert_int_equal(g.nodes[3].in[1], 3);
+    bfit_graph_fini(&g);
+    pb_free(m);
+}
+
+/* x [N,4,3,3]; p = GlobalAveragePool(x); s = HardSigmoid(p) (alpha);
+ * y = Mul(a, b) of two of x and s; GlobalAveragePool, Flatten, Gemm ->
+ * logits [N,3]. */
+static pbw *se_graph(float alpha, const char *a, const char *b)
+{
+    static const int64_t in[4] = {-1, 4, 3, 3}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3};
+    const char *x[1] = {"x"}, *p[1] = {"p"}, *s[1] = {"s"}, *mi[2] = {a, b}, *y[1] = {"y"}, *q[1] = {"q"},
+               *f[1] = {"f"}, *gi[3] = {"f", "fc.weight", "fc.bias"}, *go[1] = {"logits"};
+    pbw *g = pb_new(), *n;
+    pmsg(g, 1, node("GlobalAveragePool", "squeeze", x, 1, p, 1));
+    n = node("HardSigmoid", "gate", p, 1, s, 1);
+    attr_float(n, "alpha", alpha);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Mul", "excite", mi, 2, y, 1));
+    pmsg(g, 1, node("GlobalAveragePool", "pool", y, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, f, 1));
+    n = node("Gemm", "fc", gi, 3, go, 1);
+    attr_int(n, "transB", 1);
+    pmsg(g, 1, n);
+    pstr(g, 2, "g");
+    pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
+    pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
+    pmsg(g, 11, value_info("x", in, 4));
+    pmsg(g, 12, value_info("logits", out, 2));
+    return g;
+}
+
+/* Squeeze-and-excitation: a GlobalAveragePool that something other than
+ * Flatten reads is an average over the whole image (Cx1x1), a Mul of the
+ * image by it (either order) a `scale`; HardSigmoid keeps its alpha (and
+ * ONNX's beta 0.5); a falling hardsigmoid and a Mul of equal shapes are
+ * refused, saying what is supported. */
+static void test_squeeze_excitation(void **st)
+{
+    static const char *const ab[2][2] = {{"x", "s"}, {"s", "x"}};
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        m = model(se_graph(0.25f, ab[i][0], ab[i][1]));
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nnodes, 5);
+        assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_AVGPOOL);
+        assert_int_equal(g.nodes[0].cfg.kh, 3);
+        assert_int_equal(g.nodes[0].cfg.kw, 3);
+        assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_HARDSIGMOID);
+        assert_true(g.nodes[1].cfg.alpha == 0.25f && g.nodes[1].cfg.beta == 0.5f);
+        assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_SCALE);
+        assert_int_equal(g.nodes[2].in[0], 0); /* the image first, whichever order the Mul had */
+        assert_int_equal(g.nodes[2].in[1], 2);
+        assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_GAP);
+        assert_int_equal(g.nodes[4].cfg.kind, BFIT_L_LINEAR);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    m = model(se_graph(-1.0f, "x", "s"));
+    assert_int_equal(load(m, &g, "node 'gate' (HardSigmoid, opset 17) with inputs 'p' [N,4,1,1]: alpha -1: "
+                                 "batchfit's hardsigmoid rises (alpha > 0)"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(se_graph(0.25f, "x", "x"));
+    assert_int_equal(load(m, &g, "node 'excite' (Mul, opset 17) with inputs 'x' [N,4,3,3], 'x' [N,4,3,3]: only an "
+                                 "image [N,C,H,W] times [N,C,1,1] (a gate per channel, as squeeze-and-excitation's), "
+                                 "or [N,C] times [N,C], is supported"),
+                     BFIT_EINVAL);
     pb_free(m);
 }
 
@@ -834,6 +923,7 @@ int main(void)
         cmocka_unit_test(test_undefined_input),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),
+        cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic),
         cmocka_unit_test(test_grouped_conv_gradcheck),

@@ -785,6 +785,25 @@ static void test_cheap_regen_gelu(void **st)
     }
 }
 
+/* MobileNetV3's and EfficientNet's parts (tests/fixtures/se-mini.onnx:
+ * hardswish, squeeze-and-excitation gates by hardsigmoid and sigmoid, SiLU):
+ * lean regenerates the gated outputs x * s and the hardswish outputs (the
+ * gate's input) from values kept anyway; the same gradients bit for bit as
+ * keeping them, a smaller step, measured = planned; f32 and bf16. */
+static void test_cheap_regen_se(void **st)
+{
+    static const char *model = "tests/fixtures/se-mini.onnx";
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const bfit_layer_kind kinds[] = {BFIT_L_HARDSWISH, BFIT_L_SCALE};
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_storage sto = {prec[i], 1, BFIT_RECOMPUTE_NONE};
+        assert_true(regen_against_kept(model, prec[i], kinds, 2) >= 3);
+        measured_step_st(model, &oc, 16, &sto, 0, 16);
+    }
+}
+
 /* On the cpu the cnn's activations between its convolutions, relus and max
  * pools stay nChw16c (store.c): the layers that chain so are marked, the
  * gradients of a step are those of plain nchw activations bit for bit (the
@@ -879,6 +898,7 @@ int main(void)
         cmocka_unit_test(test_cheap_regen_same_grads),
         cmocka_unit_test(test_cheap_regen_smooth),
         cmocka_unit_test(test_cheap_regen_gelu),
+        cmocka_unit_test(test_cheap_regen_se),
         cmocka_unit_test(test_blocked_same_grads),
         cmocka_unit_test(test_pool_first_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),

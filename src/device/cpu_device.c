@@ -206,6 +206,8 @@ static int op_init(cpu_op *op)
     case BFIT_OP_ADD_ROWS:
     case BFIT_OP_SLICE_FWD:
     case BFIT_OP_SLICE_BWD: return bfit_cpu_concat_init(op);
+    case BFIT_OP_CHSCALE_FWD:
+    case BFIT_OP_CHSCALE_BWD: return bfit_cpu_chscale_init(op);
     default: return bfit_cpu_simple_init(op);
     }
 }

@@ -1,4 +1,5 @@
-/* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus, clip, sigmoid, silu and tanh over a
+/* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus, clip, sigmoid, silu, tanh and
+ * hardswish (hardsigmoid, which oneDNN 2.6 lacks, by cuda_core.h's per-element function) over a
  * flat array of n elements (the shape does not matter elementwise). The
  * backward takes the forward's input (src), which every algorithm here
  * supports; relu may instead take the forward's output (use_dst), which
@@ -8,6 +9,7 @@
 #include "base/err.h"
 #include "device/cpu.h"
 #include "device/cpu_isa.h"
+#include "device/cuda_core.h"
 #include "device/half.h"
 
 #include <immintrin.h>
@@ -239,6 +241,30 @@ static int run_bits_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+/* ---- hardsigmoid: the function the CUDA kernel runs, per element ------------ */
+
+static int run_hardsigmoid(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    bfit_dtype t = d->dtype;
+    float al = d->u.elt.lo, be = d->u.elt.hi;
+    int64_t n = d->u.elt.n;
+
+    if (d->kind == BFIT_OP_ELTWISE_FWD) {
+        if (!a->src || !a->dst)
+            return bfit_fail(BFIT_EINVAL, "eltwise forward: src and dst are required");
+        BFIT_PAR_FOR_IF(n > BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++)
+            bfit_st(a->dst, t, i, bk_act(BK_HARDSIGMOID, bfit_ld(a->src, t, i), al, be)););
+        return BFIT_OK;
+    }
+    if (!a->src || !a->diff_dst || !a->diff_src)
+        return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
+    BFIT_PAR_FOR_IF(n > BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++)
+        bfit_st(a->diff_src, t, i,
+                bk_act_grad(BK_HARDSIGMOID, bfit_ld(a->src, t, i), bfit_ld(a->diff_dst, t, i), al, be)););
+    return BFIT_OK;
+}
+
 /* bf16 computed in f32 (cpu_bf16.c) goes over the array in chunks of this
  * many elements: its f32 copies (three in a backward) then take a constant
  * 3 MiB of workspace instead of 12 bytes per element (ResNet-50's relu
@@ -350,6 +376,11 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     case BFIT_ELT_SIGMOID: alg = dnnl_eltwise_logistic; break;
     case BFIT_ELT_SILU: alg = dnnl_eltwise_swish, alpha = 1.f; break; /* x * sigmoid(alpha x) */
     case BFIT_ELT_TANH: alg = dnnl_eltwise_tanh; break;
+    case BFIT_ELT_HARDSWISH: alg = dnnl_eltwise_hardswish; break;
+    case BFIT_ELT_HARDSIGMOID:
+        op->ws = op->saved = 0;
+        op->run = run_hardsigmoid;
+        return BFIT_OK;
     default: return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     }
     if (d->u.elt.alg == BFIT_ELT_CLIP)

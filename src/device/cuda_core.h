@@ -78,8 +78,8 @@ BK_HD void bk_stx(void *p, int dt, int64_t i, float v)
 /* ---- activations ----------------------------------------------------------------- */
 
 /* alg: bfit_eltwise_alg (device.h), whose order these follow; clip's
- * bounds are the op's */
-enum { BK_RELU, BK_GELU_ERF, BK_GELU_TANH, BK_CLIP, BK_SIGMOID, BK_SILU, BK_TANH };
+ * bounds are the op's, and so are hardsigmoid's alpha and beta (lo, hi) */
+enum { BK_RELU, BK_GELU_ERF, BK_GELU_TANH, BK_CLIP, BK_SIGMOID, BK_SILU, BK_TANH, BK_HARDSIGMOID, BK_HARDSWISH };
 
 #define BK_SQRT1_2 0.70710678118654752440f
 #define BK_SQRT2_PI 0.79788456080286535588f /* sqrt(2 / pi) */
@@ -98,12 +98,15 @@ BK_HD float bk_act(int alg, float x, float lo, float hi)
     case BK_CLIP: return x < lo ? lo : x > hi ? hi : x;
     case BK_SIGMOID: return bk_sigmoid(x);
     case BK_SILU: return x * bk_sigmoid(x);
+    case BK_HARDSIGMOID: return fminf(fmaxf(lo * x + hi, 0.0f), 1.0f);
+    case BK_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
     default: return tanhf(x);
     }
 }
 
 /* f'(x) dy; clip's passes strictly inside (lo, hi), as PyTorch's hardtanh,
- * so x may be its output */
+ * so x may be its output; hardsigmoid's strictly inside its ramp, as
+ * PyTorch's; hardswish's is oneDNN's (0 at x <= -3, dy at x >= 3) */
 BK_HD float bk_act_grad(int alg, float x, float dy, float lo, float hi)
 {
     float s, t, du;
@@ -118,6 +121,8 @@ BK_HD float bk_act_grad(int alg, float x, float dy, float lo, float hi)
     case BK_CLIP: return x > lo && x < hi ? dy : dy * 0.0f;
     case BK_SIGMOID: s = bk_sigmoid(x); return dy * s * (1.0f - s);
     case BK_SILU: s = bk_sigmoid(x); return dy * s * (1.0f + x * (1.0f - s));
+    case BK_HARDSIGMOID: t = lo * x + hi; return t > 0.0f && t < 1.0f ? dy * lo : dy * 0.0f;
+    case BK_HARDSWISH: return x <= -3.0f ? dy * 0.0f : x >= 3.0f ? dy : dy * (2.0f * x + 3.0f) / 6.0f;
     default: t = tanhf(x); return dy * (1.0f - t * t);
     }
 }

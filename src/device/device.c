@@ -300,7 +300,8 @@ const char *bfit_op_kind_name(bfit_op_kind k)
         [BFIT_OP_ATTN_FWD] = "attention forward", [BFIT_OP_ATTN_BWD] = "attention backward",
         [BFIT_OP_CONCAT_FWD] = "concatenation forward", [BFIT_OP_CONCAT_BWD] = "concatenation backward",
         [BFIT_OP_TRANSPOSE] = "transpose", [BFIT_OP_ADD_ROWS] = "broadcast add", [BFIT_OP_SLICE_FWD] = "slice",
-        [BFIT_OP_SLICE_BWD] = "slice backward",
+        [BFIT_OP_SLICE_BWD] = "slice backward", [BFIT_OP_CHSCALE_FWD] = "channel scaling",
+        [BFIT_OP_CHSCALE_BWD] = "channel scaling backward",
     };
     return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
 }
@@ -319,6 +320,8 @@ const char *bfit_op_cpu_only(const bfit_op_desc *d)
     case BFIT_OP_ADD_ROWS: return "broadcast add";
     case BFIT_OP_SLICE_FWD:
     case BFIT_OP_SLICE_BWD: return "slicing";
+    case BFIT_OP_CHSCALE_FWD:
+    case BFIT_OP_CHSCALE_BWD: return "channel scaling";
     default: return NULL;
     }
 }
@@ -328,7 +331,7 @@ static int eltwise_check(const bfit_op_desc *d)
 {
     if (d->u.elt.n < 1)
         return bfit_fail(BFIT_EINVAL, "eltwise: need at least one element, got %lld", (long long)d->u.elt.n);
-    if ((unsigned)d->u.elt.alg > BFIT_ELT_TANH)
+    if ((unsigned)d->u.elt.alg > BFIT_ELT_HARDSWISH)
         return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     if ((d->u.elt.use_dst && d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_CLIP) ||
         (d->u.elt.bits && d->u.elt.alg != BFIT_ELT_RELU))
@@ -336,6 +339,10 @@ static int eltwise_check(const bfit_op_desc *d)
     if (d->u.elt.alg == BFIT_ELT_CLIP && !(d->u.elt.lo < d->u.elt.hi))
         return bfit_fail(BFIT_EINVAL, "eltwise: clip needs lo < hi, got [%g, %g]", (double)d->u.elt.lo,
                          (double)d->u.elt.hi);
+    if (d->u.elt.alg == BFIT_ELT_HARDSIGMOID && !(d->u.elt.lo > 0 && d->u.elt.lo < 1e30f && d->u.elt.hi > -1e30f &&
+                                                  d->u.elt.hi < 1e30f))
+        return bfit_fail(BFIT_EINVAL, "eltwise: hardsigmoid needs a positive, finite alpha and a finite beta, got "
+                         "alpha %g, beta %g", (double)d->u.elt.lo, (double)d->u.elt.hi);
     return BFIT_OK;
 }
 

@@ -107,6 +107,10 @@ typedef enum {
     BFIT_OP_ADD_ROWS,         /* dst [M, N] = src [M, N] + bias [N] (bias f32 whatever desc.dtype) */
     BFIT_OP_SLICE_FWD,        /* dst [rows, len] = columns [off, off + len) of src [rows, ld] */
     BFIT_OP_SLICE_BWD,        /* diff_src [rows, ld] = diff_dst in columns [off, off + len), 0 elsewhere */
+    BFIT_OP_CHSCALE_FWD,      /* dst [n, c, hw] = src [n, c, hw] x src2 [n, c] (each channel by its scale:
+                                 squeeze-and-excitation's gate) */
+    BFIT_OP_CHSCALE_BWD,      /* diff_src [n, c, hw] = diff_dst x src2 (NULL: skipped); dst [n, c] = the
+                                 sum over hw of diff_dst x src (the scales' gradient; NULL: skipped) */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -118,7 +122,9 @@ typedef enum {
     BFIT_ELT_CLIP,
     BFIT_ELT_SIGMOID,
     BFIT_ELT_SILU,
-    BFIT_ELT_TANH
+    BFIT_ELT_TANH,
+    BFIT_ELT_HARDSIGMOID, /* min(max(lo x + hi, 0), 1): lo and hi are alpha and beta */
+    BFIT_ELT_HARDSWISH    /* x * min(max(x + 3, 0), 6) / 6 */
 } bfit_eltwise_alg;
 
 #define BFIT_OP_MAXCAT 32 /* inputs of one concatenation */
@@ -179,6 +185,7 @@ typedef struct bfit_op_desc {
         struct { int64_t n, a, b; } tr;
         struct { int64_t M, N; } rows;
         struct { int64_t rows, ld, off, len; } slice;
+        struct { int64_t n, c, hw; } chs;
     } u;
 } bfit_op_desc;
 

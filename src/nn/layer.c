@@ -23,7 +23,8 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_TRANSPOSE] = &bfit_transpose_vt, [BFIT_L_CLS] = &bfit_cls_vt,
     [BFIT_L_ADDP] = &bfit_addp_vt,           [BFIT_L_SELECT] = &bfit_select_vt,
     [BFIT_L_SIGMOID] = &bfit_sigmoid_vt,     [BFIT_L_SILU] = &bfit_silu_vt,
-    [BFIT_L_TANH] = &bfit_tanh_vt,
+    [BFIT_L_TANH] = &bfit_tanh_vt,           [BFIT_L_HARDSIGMOID] = &bfit_hardsigmoid_vt,
+    [BFIT_L_HARDSWISH] = &bfit_hardswish_vt, [BFIT_L_SCALE] = &bfit_chscale_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -35,7 +36,8 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_CLIP] = "clip",       [BFIT_L_CONCAT] = "concat",    [BFIT_L_RESHAPE] = "reshape",
     [BFIT_L_TRANSPOSE] = "transpose", [BFIT_L_CLS] = "cls",      [BFIT_L_ADDP] = "addp",
     [BFIT_L_SELECT] = "select",   [BFIT_L_SIGMOID] = "sigmoid",  [BFIT_L_SILU] = "silu",
-    [BFIT_L_TANH] = "tanh",
+    [BFIT_L_TANH] = "tanh",       [BFIT_L_HARDSIGMOID] = "hardsigmoid", [BFIT_L_HARDSWISH] = "hardswish",
+    [BFIT_L_SCALE] = "scale",
 };
 
 static void unprepare(bfit_layer *l);
@@ -122,6 +124,8 @@ bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind)
     c.momentum = 0.1f;
     c.p = 0.5f;
     c.causal = 1;
+    c.alpha = 1.0f / 6.0f;
+    c.beta = 0.5f;
     return c;
 }
 

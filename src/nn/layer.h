@@ -38,6 +38,10 @@ typedef enum {
     BFIT_L_SIGMOID,    /* 1 / (1 + e^-x) */
     BFIT_L_SILU,       /* x * sigmoid(x) (swish; PyTorch's SiLU) */
     BFIT_L_TANH,
+    BFIT_L_HARDSIGMOID, /* min(max(alpha x + beta, 0), 1); PyTorch's: alpha 1/6, beta 1/2 */
+    BFIT_L_HARDSWISH,  /* x * hardsigmoid(x) with alpha 1/6, beta 1/2 (PyTorch's Hardswish) */
+    BFIT_L_SCALE,      /* an image's channels each times its own number, the second input (C of them):
+                          squeeze-and-excitation's gate */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -61,6 +65,7 @@ typedef struct bfit_layer_cfg {
                            GPT-2's residual projections 0.02 / sqrt(2 layers)); 0: PyTorch's default */
     int groups;         /* conv: channel groups (PyTorch's groups; 0 or 1: dense) */
     float lo, hi;       /* clip bounds */
+    float alpha, beta;  /* hardsigmoid: min(max(alpha x + beta, 0), 1) (default 1/6, 1/2) */
     int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
     bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]) */
 } bfit_layer_cfg;
@@ -269,7 +274,7 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_gap_vt, bfit_relu_vt, bfit_gelu_vt, bfit_flatten_vt, bfit_dropout_vt, bfit_batchnorm_vt,
     bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt, bfit_clip_vt, bfit_concat_vt,
     bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
-    bfit_tanh_vt;
+    bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

@@ -1,6 +1,7 @@
 /* layer_act.c - elementwise activations: relu, gelu (PyTorch's default
  * erf form), clip (ReLU6 and its kin: hardtanh), sigmoid, silu (x *
- * sigmoid(x), PyTorch's SiLU) and tanh. Any input shape; the output has the
+ * sigmoid(x), PyTorch's SiLU), tanh, hardsigmoid and hardswish
+ * (MobileNetV3's). Any input shape; the output has the
  * same shape. The backward
  * reads the forward's input; relu's may read its output instead, or only a
  * sign bit per element kept in its saved bytes (l->mode), whichever the
@@ -24,6 +25,8 @@ static bfit_eltwise_alg alg_of(const bfit_layer *l)
     case BFIT_L_SIGMOID: return BFIT_ELT_SIGMOID;
     case BFIT_L_SILU: return BFIT_ELT_SILU;
     case BFIT_L_TANH: return BFIT_ELT_TANH;
+    case BFIT_L_HARDSIGMOID: return BFIT_ELT_HARDSIGMOID;
+    case BFIT_L_HARDSWISH: return BFIT_ELT_HARDSWISH;
     default: return BFIT_ELT_RELU;
     }
 }
@@ -37,6 +40,16 @@ static int init_clip(bfit_layer *l, char *err, size_t errlen)
     return init(l, err, errlen);
 }
 
+static int init_hardsigmoid(bfit_layer *l, char *err, size_t errlen)
+{
+    if (!(l->cfg.alpha > 0 && l->cfg.alpha < 1e30f && l->cfg.beta > -1e30f && l->cfg.beta < 1e30f)) {
+        snprintf(err, errlen, "hardsigmoid needs a positive, finite alpha and a finite beta, got alpha %g, beta %g",
+                 (double)l->cfg.alpha, (double)l->cfg.beta);
+        return BFIT_EINVAL;
+    }
+    return init(l, err, errlen);
+}
+
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = l->dtype};
@@ -44,8 +57,8 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 
     d.u.elt.n = (int64_t)m * bfit_shape_numel(l->in[0]);
     d.u.elt.alg = alg_of(l);
-    d.u.elt.lo = l->cfg.lo;
-    d.u.elt.hi = l->cfg.hi;
+    d.u.elt.lo = l->cfg.kind == BFIT_L_HARDSIGMOID ? l->cfg.alpha : l->cfg.lo;
+    d.u.elt.hi = l->cfg.kind == BFIT_L_HARDSIGMOID ? l->cfg.beta : l->cfg.hi;
     d.u.elt.bits = training && l->mode == BFIT_MODE_BITS;
     d.u.elt.use_dst = training && l->mode == BFIT_MODE_Y;
     if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_ELTWISE_BWD, training, need)) != BFIT_OK)
@@ -120,3 +133,16 @@ const bfit_layer_vt bfit_clip_vt = {
 ACT_VT_X(bfit_sigmoid_vt, BFIT_L_SIGMOID);
 ACT_VT_X(bfit_silu_vt, BFIT_L_SILU);
 ACT_VT_X(bfit_tanh_vt, BFIT_L_TANH);
+ACT_VT_X(bfit_hardswish_vt, BFIT_L_HARDSWISH);
+
+const bfit_layer_vt bfit_hardsigmoid_vt = {
+    .kind = BFIT_L_HARDSIGMOID,
+    .nin = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
+    .init = init_hardsigmoid,
+    .prepare = prepare,
+    .init_params = NULL,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};

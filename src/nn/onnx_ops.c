@@ -1,11 +1,14 @@
 /* onnx_ops.c - the convolutional networks' operators onto batchfit's layers:
- * what torchvision's ResNets, MobileNetV2 and DenseNets export (opset 17).
+ * what torchvision's ResNets, MobileNetV2 and V3, EfficientNets and
+ * DenseNets export (opset 17).
  *
  * Conv (grouped too), BatchNormalization (trained as batch norm from the
  * file's running statistics; ONNX's momentum m is PyTorch's 1 - m), Relu,
- * Clip (ReLU6), MaxPool, AveragePool, GlobalAveragePool, Flatten, Gemm (a
- * Linear: transB=1), Add of two tensors, Concat, Dropout (its ratio kept),
- * Pad of zeros folded into the Conv or AveragePool after it, Identity and
+ * Clip (ReLU6), Sigmoid (and SiLU), Tanh, HardSigmoid, HardSwish, MaxPool,
+ * AveragePool, GlobalAveragePool, Flatten, Gemm (a Linear: transB=1), Add
+ * of two tensors, Mul of an image by a number per channel (a
+ * squeeze-and-excitation gate), Concat, Dropout (its ratio kept), Pad of
+ * zeros folded into the Conv or AveragePool after it, Identity and
  * Constant. Anything these handlers do not map exactly is refused. */
 #include "base/err.h"
 #include "nn/onnx_int.h"
@@ -190,6 +193,68 @@ static int clip(onnx_lower *L)
         return simple(L, BFIT_L_RELU);
     c.lo = lo;
     c.hi = hi;
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* HardSigmoid(alpha, beta): ONNX's defaults are 0.2 and 0.5, PyTorch
+ * exports 1/6 and 0.5; HardSwish has PyTorch's fixed 1/6 and 0.5. */
+static int hardsigmoid(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_HARDSIGMOID);
+    oval *x;
+    int rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK || (rc = bfit_onnx_attr_float(L, "alpha", 0.2f, &c.alpha)) ||
+        (rc = bfit_onnx_attr_float(L, "beta", 0.5f, &c.beta)))
+        return rc;
+    if (!(c.alpha > 0))
+        return bfit_onnx_refuse(L, "alpha %g: batchfit's hardsigmoid rises (alpha > 0)", (double)c.alpha);
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* Mul of an image [N,C,H,W] by [N,C,1,1] (either order): each channel by
+ * its gate, as a squeeze-and-excitation block ends; of two [N,C] (a gated
+ * vector), the same with H = W = 1. Both of one rank: ONNX broadcasts
+ * [N,C] against [N,C,1,1] to something else. */
+static int mul(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SCALE);
+    oval *x[2], *t;
+    int rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x[0])) != BFIT_OK || (rc = bfit_onnx_dev_in(L, 1, &x[1])) != BFIT_OK)
+        return rc;
+    if (bfit_shape_is_vector(x[0]->shape) && !bfit_shape_is_vector(x[1]->shape))
+        t = x[0], x[0] = x[1], x[1] = t; /* the gate second */
+    if (x[0]->rank != x[1]->rank || !bfit_shape_is_image(x[0]->shape) || !bfit_shape_is_vector(x[1]->shape) ||
+        bfit_shape_numel(x[1]->shape) != x[0]->shape.c)
+        return bfit_onnx_refuse(L, "only an image [N,C,H,W] times [N,C,1,1] (a gate per channel, as "
+                                   "squeeze-and-excitation's), or [N,C] times [N,C], is supported");
+    return bfit_onnx_emit(L, &c, x, 2, NULL, 0);
+}
+
+/* GlobalAveragePool: `gap` (a vector) where only Flatten reads it (a
+ * classifier head), else an average over the whole image, Cx1x1, as ONNX
+ * keeps it (a squeeze-and-excitation block's 1x1 convolutions read it). */
+static int global_pool(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_AVGPOOL);
+    oval *o = bfit_onnx_out(L, 0), *x;
+    int cons[8], n = bfit_onnx_consumers(L, L->ndi, 0, cons, 8), flat = n >= 0, rc;
+
+    for (int i = 0; i < n && flat; i++)
+        flat = bfit_onnx_streq(L->om->nodes[cons[i]].op, "Flatten");
+    if (flat) {
+        if ((rc = simple(L, BFIT_L_GAP)) == BFIT_OK) /* ONNX keeps [N, C, 1, 1] */
+            o->rank = 4, o->ra[2] = o->ra[3] = 0, o->rb[2] = o->rb[3] = 1;
+        return rc;
+    }
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK)
+        return rc;
+    if (!bfit_shape_is_image(x->shape))
+        return bfit_onnx_refuse(L, "the input must be an image [N,C,H,W]");
+    c.kh = c.sh = x->shape.h;
+    c.kw = c.sw = x->shape.w;
     return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
 }
 
@@ -392,7 +457,8 @@ int bfit_onnx_lower_cnn(onnx_lower *L, int *rc)
     } ops[] = {{"Conv", conv},       {"BatchNormalization", batchnorm}, {"Clip", clip},
                {"Gemm", gemm},       {"Flatten", flatten},             {"Add", add},
                {"Concat", concat},   {"Pad", pad},                     {"Dropout", dropout},
-               {"Constant", constant}, {"Identity", identity}, {"Sigmoid", sigmoid}};
+               {"Constant", constant}, {"Identity", identity}, {"Sigmoid", sigmoid},
+               {"HardSigmoid", hardsigmoid}, {"Mul", mul}, {"GlobalAveragePool", global_pool}};
 
     for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (bfit_onnx_streq(L->nd->op, ops[i].op)) {
@@ -403,12 +469,9 @@ int bfit_onnx_lower_cnn(onnx_lower *L, int *rc)
         *rc = simple(L, BFIT_L_RELU);
     } else if (bfit_onnx_streq(L->nd->op, "Tanh")) {
         *rc = simple(L, BFIT_L_TANH);
-    } else if (bfit_onnx_streq(L->nd->op, "GlobalAveragePool")) {
-        oval *o = bfit_onnx_out(L, 0);
-        if ((*rc = simple(L, BFIT_L_GAP)) == BFIT_OK) /* ONNX keeps [N, C, 1, 1] */
-            o->rank = 4, o->ra[2] = o->ra[3] = 0, o->rb[2] = o->rb[3] = 1;
-    }
-    else if (bfit_onnx_streq(L->nd->op, "MaxPool") || bfit_onnx_streq(L->nd->op, "AveragePool"))
+    } else if (bfit_onnx_streq(L->nd->op, "HardSwish")) {
+        *rc = simple(L, BFIT_L_HARDSWISH);
+    } else if (bfit_onnx_streq(L->nd->op, "MaxPool") || bfit_onnx_streq(L->nd->op, "AveragePool"))
         *rc = pool(L, bfit_onnx_streq(L->nd->op, "MaxPool"));
     else
         return 0;

@@ -328,6 +328,8 @@ static const layer_kw layer_kws[] = {
     {"sigmoid", BFIT_L_SIGMOID, P_NONE, 0, "sigmoid"},
     {"silu", BFIT_L_SILU, P_NONE, 0, "silu"},
     {"tanh", BFIT_L_TANH, P_NONE, 0, "tanh"},
+    {"hardsigmoid", BFIT_L_HARDSIGMOID, P_NONE, 0, "hardsigmoid"},
+    {"hardswish", BFIT_L_HARDSWISH, P_NONE, 0, "hardswish"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
@@ -339,7 +341,7 @@ static const layer_kw layer_kws[] = {
 
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
-    "relu", "gelu", "sigmoid", "silu", "tanh", "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
+    "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -377,7 +379,7 @@ static int unknown_layer(const parser *p, tok t)
         return fail_at(p, t.s, "unknown layer `%s`; did you mean `%s`?", show(t, b, sizeof b), guess);
     return fail_at(p, t.s,
                    "unknown layer `%s` (known: linear, conv, maxpool, avgpool, gap, relu, gelu, sigmoid, silu, tanh, "
-                   "flatten, dropout, batchnorm, layernorm, embed, attention, residual)",
+                   "hardsigmoid, hardswish, flatten, dropout, batchnorm, layernorm, embed, attention, residual)",
                    show(t, b, sizeof b));
 }
 

@@ -179,7 +179,8 @@ static void recompute(bfit_model *M, const bfit_store_cfg *c)
 static int cheap(const bfit_model *M, int i)
 {
     static const bfit_layer_kind k[] = {BFIT_L_BATCHNORM, BFIT_L_RELU, BFIT_L_CLIP, BFIT_L_ADD, BFIT_L_MAXPOOL,
-                                        BFIT_L_SIGMOID, BFIT_L_SILU, BFIT_L_TANH, BFIT_L_GELU};
+                                        BFIT_L_SIGMOID, BFIT_L_SILU, BFIT_L_TANH, BFIT_L_GELU,
+                                        BFIT_L_HARDSIGMOID, BFIT_L_HARDSWISH, BFIT_L_SCALE};
     for (unsigned j = 0; j < sizeof k / sizeof k[0]; j++)
         if (is(M, i, k[j]))
             return 1;

@@ -3,7 +3,8 @@
 Debian's PyTorch (opset 17, training mode, a dynamic batch) and, for each,
 what PyTorch computes on them: the oracle of tests/test_onnx_torch.c.
 
-For each NAME (the CNNs resnet18, mobilenet_v2, densenet121 at 64x64; the
+For each NAME (the CNNs resnet18, mobilenet_v2, mobilenet_v3_small,
+efficientnet_b0 (stochastic depth off) and densenet121 at 64x64; the
 transformers vit_b_16 and vit_small and act_cnn, a small CNN with SiLU, Sigmoid
 and Tanh, at 32x32, build() says which; 10 classes) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels
@@ -92,14 +93,16 @@ FUNCTIONAL_RELU_AFTER = {"densenet121": ["features.norm5"]}  # batch norms follo
 
 
 def away_from_kinks(model, name, x):
-    """Move the test point off the kinks of ReLU and ReLU6, where the gradient
-    jumps: a float32 evaluation (PyTorch's or batchfit's) whose error takes an
-    input across 0 (or 6) gets a whole term of the gradient wrong or right.
-    Every activation input of the float64 forward pass ends at least TAU x its
-    RMS away from a kink (20 times float32's error there, ~1e-6 of the RMS),
-    by shifting the bias of the batch norm that feeds it (the channel's
-    values move together; running statistics do not depend on the bias).
-    One forward pass, nudging as it goes; the model keeps the new biases."""
+    """Move the test point off the kinks of ReLU, ReLU6, Hardswish and
+    Hardsigmoid, where the gradient jumps: a float32 evaluation (PyTorch's or
+    batchfit's) whose error takes an input across 0 (or 6, or +-3) gets a
+    whole term of the gradient wrong or right. Every activation input of the
+    float64 forward pass ends at least TAU x its RMS away from a kink (20
+    times float32's error there, ~1e-6 of the RMS), by shifting the bias of
+    the batch norm that feeds it (the channel's values move together;
+    running statistics do not depend on the bias), or of the convolution
+    (a squeeze-and-excitation block's, with a bias and no batch norm). One
+    forward pass, nudging as it goes; the model keeps the new biases."""
     import copy
     m = copy.deepcopy(model).double().train()
     last, hooks, g = {}, [], torch.Generator().manual_seed(7)
@@ -113,7 +116,8 @@ def away_from_kinks(model, name, x):
                 near |= ((t - k).abs() < TAU * rms).transpose(0, 1).reshape(t.shape[1], -1).any(1)
             if not near.any():
                 return t
-            assert bn is not None and bn.num_features == t.shape[1], "no batch norm to shift before a kink"
+            width = bn.num_features if isinstance(bn, torch.nn.BatchNorm2d) else bn.out_channels if bn else 0
+            assert width == t.shape[1], "no batch norm or biased convolution to shift before a kink"
             sign = torch.where(torch.rand(t.shape[1], generator=g) < 0.5, -1.0, 1.0).double()
             d = near.double() * sign * (4 + 4 * torch.rand(t.shape[1], generator=g).double()) * TAU * rms
             with torch.no_grad():
@@ -127,14 +131,20 @@ def away_from_kinks(model, name, x):
             return fix(out, [0.0], mod)
         return None
 
+    def conv_hook(mod, inp, out):
+        last[out.shape[1]] = mod
+
     def act_pre(mod, inp):
-        kinks = [0.0, 6.0] if isinstance(mod, torch.nn.ReLU6) else [0.0]
+        kinks = ([0.0, 6.0] if isinstance(mod, torch.nn.ReLU6) else
+                 [-3.0, 3.0] if isinstance(mod, (torch.nn.Hardswish, torch.nn.Hardsigmoid)) else [0.0])
         return (fix(inp[0].clone(), kinks, last.get(inp[0].shape[1])),)
 
     for mod in m.modules():
         if isinstance(mod, torch.nn.BatchNorm2d):
             hooks.append(mod.register_forward_hook(bn_hook))
-        elif isinstance(mod, (torch.nn.ReLU, torch.nn.ReLU6)):
+        elif isinstance(mod, torch.nn.Conv2d) and mod.bias is not None:
+            hooks.append(mod.register_forward_hook(conv_hook))
+        elif isinstance(mod, (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.Hardsigmoid)):
             hooks.append(mod.register_forward_pre_hook(act_pre))
     with torch.no_grad():
         m(x.double())
@@ -195,6 +205,8 @@ def build(name):
                              nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.Sigmoid(),
                              nn.Conv2d(8, 16, 3, padding=1), nn.Tanh(),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
+    if name == "efficientnet_b0":  # stochastic depth off: its Bernoulli does not export in training mode
+        return torchvision.models.efficientnet_b0(num_classes=CLASSES, stochastic_depth_prob=0.0), SIZE
     if name == "vit_b_16":
         return torchvision.models.vit_b_16(image_size=32, num_classes=CLASSES), 32
     if name == "vit_small":

@@ -555,7 +555,7 @@ int main(int argc, char **argv)
 
     if (argc != 2) {
         fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
-                        "vit_b_16, act_cnn)\n");
+                        "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0)\n");
         return 2;
     }
     name = argv[1];

@@ -78,6 +78,8 @@ class Case:
             self.cfg.update(groups=1)
         if kind == "clip":
             self.cfg.update(lo=0.0, hi=6.0)
+        if kind == "hardsigmoid":
+            self.cfg.update(alpha=f32(1.0 / 6.0), beta=0.5)
         if kind == "concat":
             self.cfg.update(axis=0)
         if kind in ("embed", "attention"):
@@ -242,6 +244,12 @@ def run_case(c, outdir):
         y = F.silu(x[0])
     elif k == "tanh":
         y = torch.tanh(x[0])
+    elif k == "hardsigmoid":  # PyTorch's F.hardsigmoid is alpha 1/6, beta 1/2; ONNX's HardSigmoid any
+        y = torch.clamp(cfg["alpha"] * x[0] + cfg["beta"], 0.0, 1.0)
+    elif k == "hardswish":
+        y = F.hardswish(x[0])
+    elif k == "scale":  # [m, C, H, W] by [m, C, 1, 1]: a squeeze-and-excitation gate
+        y = x[0] * x[1]
     elif k == "clip":
         y = F.hardtanh(x[0], cfg["lo"], cfg["hi"])  # ReLU6 at [0, 6]: its gradient only strictly inside
     elif k == "concat":
@@ -345,6 +353,13 @@ def cases():
     for k in ("sigmoid", "silu", "tanh"):  # x_scale 4: both tails, where the sigmoid saturates
         add(k + "_m1_3x5x7", k, [(3, 5, 7)], 1, x_scale=4.0)
         add(k + "_m7_37", k, [(37,)], 7)
+    # MobileNetV3's and EfficientNet's: x_scale 4 or 5 crosses the kinks at +-3
+    add("hardsigmoid_m1_3x5x7", "hardsigmoid", [(3, 5, 7)], 1, x_scale=4.0)
+    add("hardsigmoid_m2_37_alpha0.2", "hardsigmoid", [(37,)], 2, x_scale=4.0, alpha=f32(0.2), beta=0.5)
+    add("hardswish_m1_3x5x7", "hardswish", [(3, 5, 7)], 1, x_scale=5.0)
+    add("hardswish_m7_37", "hardswish", [(37,)], 7, x_scale=4.0)
+    add("scale_m3_4x5x6_by_4x1x1", "scale", [(4, 5, 6), (4,)], 3)
+    add("scale_m1_16x3x3_by_16x1x1", "scale", [(16, 3, 3), (16, 1, 1)], 1)
     add("flatten_m7_3x5x7", "flatten", [(3, 5, 7)], 7)
     add("dropout_eval_m7_37", "dropout", [(37,)], 7, training=0, p=0.5)
     add("dropout_p0_train_m3_3x5x7", "dropout", [(3, 5, 7)], 3, p=0.0)

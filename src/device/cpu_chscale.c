@@ -1,0 +1,103 @@
+/* cpu_chscale.c - CHSCALE_FWD/BWD: each channel of an image multiplied by
+ * its own scale (a squeeze-and-excitation block's gate, [n, c] against the
+ * [n, c, hw] it gates), plain loops in any float dtype, one thread per
+ * range of channel rows. The scales' gradient sums a row in double, in a
+ * fixed order, so that it does not depend on the thread count. */
+#include "base/err.h"
+#include "device/cpu.h"
+#include "device/half.h"
+
+static void fwd_f32(const float *x, const float *s, float *y, int64_t rows, int64_t hw)
+{
+    BFIT_PAR_FOR_IF(rows * hw > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * hw;
+        float *yr = y + r * hw, sr = s[r];
+        for (int64_t i = 0; i < hw; i++)
+            yr[i] = xr[i] * sr;
+    });
+}
+
+static void fwd_any(bfit_dtype t, const void *x, const void *s, void *y, int64_t rows, int64_t hw)
+{
+    BFIT_PAR_FOR_IF(rows * hw > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) {
+        float sr = bfit_ld(s, t, r);
+        for (int64_t i = r * hw; i < (r + 1) * hw; i++)
+            bfit_st(y, t, i, bfit_ld(x, t, i) * sr);
+    });
+}
+
+static int run_fwd(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t rows = d->u.chs.n * d->u.chs.c, hw = d->u.chs.hw;
+
+    if (!a->src || !a->src2 || !a->dst)
+        return bfit_fail(BFIT_EINVAL, "channel scaling: src, src2 (the scales) and dst are required");
+    if (d->dtype == BFIT_F32)
+        fwd_f32(a->src, a->src2, a->dst, rows, hw);
+    else
+        fwd_any(d->dtype, a->src, a->src2, a->dst, rows, hw);
+    return BFIT_OK;
+}
+
+/* dx = dy s (when asked); ds = sum over the row of dy x (when asked) */
+static void bwd_f32(const float *x, const float *s, const float *dy, float *dx, float *ds, int64_t rows, int64_t hw)
+{
+    BFIT_PAR_FOR_IF(rows * hw > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * hw, *g = dy + r * hw;
+        double acc = 0;
+        if (dx)
+            for (int64_t i = 0; i < hw; i++)
+                dx[r * hw + i] = g[i] * s[r];
+        if (ds) {
+            for (int64_t i = 0; i < hw; i++)
+                acc += (double)g[i] * (double)xr[i];
+            ds[r] = (float)acc;
+        }
+    });
+}
+
+static void bwd_any(bfit_dtype t, const void *x, const void *s, const void *dy, void *dx, void *ds, int64_t rows,
+                    int64_t hw)
+{
+    BFIT_PAR_FOR_IF(rows * hw > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) {
+        float sr = bfit_ld(s, t, r);
+        double acc = 0;
+        for (int64_t i = r * hw; i < (r + 1) * hw; i++) {
+            float g = bfit_ld(dy, t, i);
+            if (dx)
+                bfit_st(dx, t, i, g * sr);
+            if (ds)
+                acc += (double)g * (double)bfit_ld(x, t, i);
+        }
+        if (ds)
+            bfit_st(ds, t, r, (float)acc);
+    });
+}
+
+static int run_bwd(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int64_t rows = d->u.chs.n * d->u.chs.c, hw = d->u.chs.hw;
+
+    if (!a->diff_dst || (a->diff_src && !a->src2) || (a->dst && !a->src))
+        return bfit_fail(BFIT_EINVAL, "channel scaling backward: diff_dst, src2 (the scales) for diff_src and src "
+                                      "for dst (the scales' gradient) are required");
+    if (d->dtype == BFIT_F32)
+        bwd_f32(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, rows, hw);
+    else
+        bwd_any(d->dtype, a->src, a->src2, a->diff_dst, a->diff_src, a->dst, rows, hw);
+    return BFIT_OK;
+}
+
+int bfit_cpu_chscale_init(cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+
+    if (d->u.chs.n < 1 || d->u.chs.c < 1 || d->u.chs.hw < 1)
+        return bfit_fail(BFIT_EINVAL, "channel scaling: n %lld, c %lld and hw %lld must be positive",
+                         (long long)d->u.chs.n, (long long)d->u.chs.c, (long long)d->u.chs.hw);
+    op->ws = op->saved = 0;
+    op->run = d->kind == BFIT_OP_CHSCALE_FWD ? run_fwd : run_bwd;
+    return BFIT_OK;
+}
