@@ -155,6 +155,16 @@ static void attr_int(pbw *n, const char *name, int64_t v)
     pmsg(n, 5, a);
 }
 
+static void attr_ints(pbw *n, const char *name, const int64_t *v, int k)
+{
+    pbw *a = pb_new();
+    pstr(a, 1, name);
+    for (int i = 0; i < k; i++)
+        pint(a, 8, v[i]);
+    pint(a, 20, 7);
+    pmsg(n, 5, a);
+}
+
 static void attr_float(pbw *n, const char *name, float v)
 {
     pbw *a = pb_new();
@@ -547,16 +557,20 @@ static void test_silu(void **st)
     pb_free(m);
 }
 
-/* x [N,4,3,3]; p = GlobalAveragePool(x); s = HardSigmoid(p) (alpha);
+/* x [N,4,3,3]; p = GlobalAveragePool(x), or ReduceMean(x) over `axes`
+ * (naxes of them, keepdims 1) when naxes > 0; s = HardSigmoid(p) (alpha);
  * y = Mul(a, b) of two of x and s; GlobalAveragePool, Flatten, Gemm ->
  * logits [N,3]. */
-static pbw *se_graph(float alpha, const char *a, const char *b)
+static pbw *se_graph_axes(float alpha, const char *a, const char *b, const int64_t *axes, int naxes)
 {
     static const int64_t in[4] = {-1, 4, 3, 3}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3};
     const char *x[1] = {"x"}, *p[1] = {"p"}, *s[1] = {"s"}, *mi[2] = {a, b}, *y[1] = {"y"}, *q[1] = {"q"},
                *f[1] = {"f"}, *gi[3] = {"f", "fc.weight", "fc.bias"}, *go[1] = {"logits"};
     pbw *g = pb_new(), *n;
-    pmsg(g, 1, node("GlobalAveragePool", "squeeze", x, 1, p, 1));
+    n = node(naxes ? "ReduceMean" : "GlobalAveragePool", "squeeze", x, 1, p, 1);
+    if (naxes)
+        attr_ints(n, "axes", axes, naxes);
+    pmsg(g, 1, n);
     n = node("HardSigmoid", "gate", p, 1, s, 1);
     attr_float(n, "alpha", alpha);
     pmsg(g, 1, n);
@@ -573,6 +587,8 @@ static pbw *se_graph(float alpha, const char *a, const char *b)
     pmsg(g, 12, value_info("logits", out, 2));
     return g;
 }
+
+static pbw *se_graph(float alpha, const char *a, const char *b) { return se_graph_axes(alpha, a, b, NULL, 0); }
 
 /* Squeeze-and-excitation: a GlobalAveragePool that something other than
  * Flatten reads is an average over the whole image (Cx1x1), a Mul of the
@@ -600,6 +616,22 @@ static void test_squeeze_excitation(void **st)
         assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_GAP);
         assert_int_equal(g.nodes[4].cfg.kind, BFIT_L_LINEAR);
         bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    {
+        static const int64_t hw[2] = {2, 3}, wh[2] = {-1, -2}, c[1] = {1};
+        for (int i = 0; i < 2; i++) { /* x.mean((2, 3), keepdim=True), the squeeze written by hand */
+            m = model(se_graph_axes(0.25f, "x", "s", i ? wh : hw, 2));
+            assert_int_equal(load(m, &g, NULL), BFIT_OK);
+            assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_AVGPOOL);
+            assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_SCALE);
+            bfit_graph_fini(&g);
+            pb_free(m);
+        }
+        m = model(se_graph_axes(0.25f, "x", "s", c, 1));
+        assert_int_equal(load(m, &g, "node 'squeeze' (ReduceMean, opset 17) with inputs 'x' [N,4,3,3]: only the "
+                                     "mean over H and W of an image [N,C,H,W] (axes 2 and 3) is supported"),
+                         BFIT_EINVAL);
         pb_free(m);
     }
     m = model(se_graph(-1.0f, "x", "s"));

@@ -5,7 +5,8 @@
  * Conv (grouped too), BatchNormalization (trained as batch norm from the
  * file's running statistics; ONNX's momentum m is PyTorch's 1 - m), Relu,
  * Clip (ReLU6), Sigmoid (and SiLU), Tanh, HardSigmoid, HardSwish, MaxPool,
- * AveragePool, GlobalAveragePool, Flatten, Gemm (a Linear: transB=1), Add
+ * AveragePool, GlobalAveragePool (and ReduceMean over H and W), Flatten,
+ * Gemm (a Linear: transB=1), Add
  * of two tensors, Mul of an image by a number per channel (a
  * squeeze-and-excitation gate), Concat, Dropout (its ratio kept), Pad of
  * zeros folded into the Conv or AveragePool after it, Identity and
@@ -233,29 +234,52 @@ static int mul(onnx_lower *L)
     return bfit_onnx_emit(L, &c, x, 2, NULL, 0);
 }
 
-/* GlobalAveragePool: `gap` (a vector) where only Flatten reads it (a
- * classifier head), else an average over the whole image, Cx1x1, as ONNX
- * keeps it (a squeeze-and-excitation block's 1x1 convolutions read it). */
-static int global_pool(onnx_lower *L)
+/* The mean over an image's H and W: `gap` (a vector) where the result is
+ * [N,C] (keep 0) or only Flatten reads it (a classifier head), else an
+ * average over the whole image, Cx1x1, as ONNX keeps it (a
+ * squeeze-and-excitation block's 1x1 convolutions read it). */
+static int whole_mean(onnx_lower *L, int keep)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_AVGPOOL);
     oval *o = bfit_onnx_out(L, 0), *x;
     int cons[8], n = bfit_onnx_consumers(L, L->ndi, 0, cons, 8), flat = n >= 0, rc;
 
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK)
+        return rc;
+    if (x->shape.nd != 3)
+        return bfit_onnx_refuse(L, "the input must be an image [N,C,H,W]");
     for (int i = 0; i < n && flat; i++)
         flat = bfit_onnx_streq(L->om->nodes[cons[i]].op, "Flatten");
-    if (flat) {
-        if ((rc = simple(L, BFIT_L_GAP)) == BFIT_OK) /* ONNX keeps [N, C, 1, 1] */
+    if (!keep || flat) {
+        if ((rc = simple(L, BFIT_L_GAP)) == BFIT_OK && keep) /* ONNX keeps [N, C, 1, 1] */
             o->rank = 4, o->ra[2] = o->ra[3] = 0, o->rb[2] = o->rb[3] = 1;
         return rc;
     }
-    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK)
-        return rc;
-    if (!bfit_shape_is_image(x->shape))
-        return bfit_onnx_refuse(L, "the input must be an image [N,C,H,W]");
     c.kh = c.sh = x->shape.h;
     c.kw = c.sw = x->shape.w;
     return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+static int global_pool(onnx_lower *L) { return whole_mean(L, 1); }
+
+/* ReduceMean over H and W (x.mean((2, 3)), a hand-written
+ * squeeze-and-excitation's squeeze): the axes an attribute (opset < 18)
+ * or a constant input. */
+static int reduce_mean(onnx_lower *L)
+{
+    int64_t ax[8], keep;
+    int n = 0, got = 0, rc, h = 0, w = 0;
+
+    if ((rc = bfit_onnx_attr_int(L, "keepdims", 1, &keep)) != BFIT_OK ||
+        (rc = bfit_onnx_attr_ints(L, "axes", ax, 0, &got)) != BFIT_OK)
+        return rc;
+    if (!got && bfit_onnx_in(L, 1) && (rc = bfit_onnx_host_i64(L, 1, ax, 8, &got)) != BFIT_OK)
+        return rc;
+    for (int i = 0; i < got; i++, n++)
+        h += ax[i] == 2 || ax[i] == -2, w += ax[i] == 3 || ax[i] == -1;
+    if (n != 2 || h != 1 || w != 1)
+        return bfit_onnx_refuse(L, "only the mean over H and W of an image [N,C,H,W] (axes 2 and 3) is supported");
+    return whole_mean(L, keep != 0);
 }
 
 static int pool(onnx_lower *L, int max)
@@ -458,7 +482,8 @@ int bfit_onnx_lower_cnn(onnx_lower *L, int *rc)
                {"Gemm", gemm},       {"Flatten", flatten},             {"Add", add},
                {"Concat", concat},   {"Pad", pad},                     {"Dropout", dropout},
                {"Constant", constant}, {"Identity", identity}, {"Sigmoid", sigmoid},
-               {"HardSigmoid", hardsigmoid}, {"Mul", mul}, {"GlobalAveragePool", global_pool}};
+               {"HardSigmoid", hardsigmoid}, {"Mul", mul}, {"GlobalAveragePool", global_pool},
+               {"ReduceMean", reduce_mean}};
 
     for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (bfit_onnx_streq(L->nd->op, ops[i].op)) {

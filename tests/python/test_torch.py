@@ -76,6 +76,43 @@ def test_train_module_in_and_out(onnx_import, fmnist, tmp_path):
     assert abs(acc - res.test_accuracy) <= 0.005, (acc, res.test_accuracy)
 
 
+class SqueezeExcite(torch.nn.Module):
+    """MobileNetV3's parts: hardswish, a squeeze-and-excitation gate by hardsigmoid."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                     torch.nn.Hardswish(), torch.nn.MaxPool2d(2))
+        self.fc1, self.fc2 = torch.nn.Conv2d(8, 4, 1), torch.nn.Conv2d(4, 8, 1)
+        self.f = torch.nn.Linear(8 * 14 * 14, 10)
+
+    def forward(self, x):
+        y = self.c(x)
+        s = torch.nn.functional.hardsigmoid(self.fc2(torch.relu(self.fc1(y.mean((2, 3), keepdim=True)))))
+        return self.f(torch.flatten(y * s, 1))
+
+
+def test_squeeze_excitation_trains_and_comes_back(onnx_import, fmnist):
+    """The gate's convolutions train, and PyTorch running the trained module
+    gets batchfit's test accuracy."""
+    m = SqueezeExcite()
+    start = copy.deepcopy(m.state_dict())
+    bt.train(m, data="fashion-mnist", epochs=1, batch=64, seed=1, epoch_samples=3000, eval_samples=1000,
+             memory="512MiB", threads=2)
+    res, trained = m.batchfit_result, m.state_dict()
+    for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "c.0.weight", "f.weight"):
+        assert not torch.equal(start[k], trained[k]), k
+    _, _, xte, yte = fmnist
+    mean, std = res.normalization["mean"][0], res.normalization["std"][0]
+    x = (torch.from_numpy(xte[:1000].astype(np.float32) / 255.0).unsqueeze(1) - mean) / std
+    m.eval()
+    with torch.no_grad():
+        acc = (m(x).argmax(1).numpy() == yte[:1000]).mean()
+    assert res.test_accuracy > 0.5, res.test_accuracy
+    assert abs(acc - res.test_accuracy) <= 0.005, (acc, res.test_accuracy)
+
+
 class Smooth(torch.nn.Module):
     """A conv, then softplus: an operator batchfit does not read."""
 
