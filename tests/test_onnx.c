@@ -146,32 +146,41 @@ static pbw *node(const char *op, const char *name, const char *const *in, int ni
     return n;
 }
 
-static void attr_int(pbw *n, const char *name, int64_t v)
+/* AttributeProto: its name, then (attr_put) its type (INT 2, INTS 7, FLOAT 1)
+ * after the value, and onto node n. */
+static pbw *attr_new(const char *name)
 {
     pbw *a = pb_new();
     pstr(a, 1, name);
-    pint(a, 3, v);
-    pint(a, 20, 2);
+    return a;
+}
+
+static void attr_put(pbw *n, pbw *a, int type)
+{
+    pint(a, 20, type);
     pmsg(n, 5, a);
+}
+
+static void attr_int(pbw *n, const char *name, int64_t v)
+{
+    pbw *a = attr_new(name);
+    pint(a, 3, v);
+    attr_put(n, a, 2);
 }
 
 static void attr_ints(pbw *n, const char *name, const int64_t *v, int k)
 {
-    pbw *a = pb_new();
-    pstr(a, 1, name);
+    pbw *a = attr_new(name);
     for (int i = 0; i < k; i++)
         pint(a, 8, v[i]);
-    pint(a, 20, 7);
-    pmsg(n, 5, a);
+    attr_put(n, a, 7);
 }
 
 static void attr_float(pbw *n, const char *name, float v)
 {
-    pbw *a = pb_new();
-    pstr(a, 1, name);
+    pbw *a = attr_new(name);
     pfloat(a, 2, v);
-    pint(a, 20, 1);
-    pmsg(n, 5, a);
+    attr_put(n, a, 1);
 }
 
 /* ModelProto: ir_version, the opset, then the graph (so a cut before the
@@ -209,6 +218,21 @@ static pbw *gemm_rest(pbw *g)
     return g;
 }
 
+/* The classifier at a graph's end: logits [N,3] = Gemm(in [N,4], W [3,4],
+ * B [3]) (the last node), the graph's name, W and B, and the output. */
+static void fc_head(pbw *g, const char *in)
+{
+    static const int64_t out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3};
+    const char *gi[3] = {in, "fc.weight", "fc.bias"}, *go[1] = {"logits"};
+    pbw *n = node("Gemm", "fc", gi, 3, go, 1);
+    attr_int(n, "transB", 1);
+    pmsg(g, 1, n);
+    pstr(g, 2, "g");
+    pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
+    pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
+    pmsg(g, 12, value_info("logits", out, 2));
+}
+
 /* x [N,4] -> Gemm(W [3,4], B [3]) -> (op2) -> logits [N,3]; op2 NULL: none. */
 static pbw *gemm_graph(const char *op2)
 {
@@ -237,24 +261,17 @@ static pbw *tensor_i64(const char *name, const int64_t *dims, int nd, const int6
  * logits. op NULL: t = s. */
 static pbw *shape_graph(const char *op, const char *b, const int64_t k[2])
 {
-    static const int64_t in[2] = {-1, 4}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3}, kd[1] = {2};
+    static const int64_t in[2] = {-1, 4}, kd[1] = {2};
     const char *si[1] = {"x"}, *so[1] = {"s"}, *oi[2] = {"s", b}, *oo[1] = {"t"};
     const char *ri[2] = {"x", op ? "t" : "s"}, *ro[1] = {"r"};
-    const char *gi[3] = {"r", "fc.weight", "fc.bias"}, *go[1] = {"logits"};
-    pbw *g = pb_new(), *n;
+    pbw *g = pb_new();
     pmsg(g, 1, node("Shape", "shape", si, 1, so, 1));
     if (op)
         pmsg(g, 1, node(op, "arith", oi, 2, oo, 1));
     pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
-    n = node("Gemm", "fc", gi, 3, go, 1);
-    attr_int(n, "transB", 1);
-    pmsg(g, 1, n);
-    pstr(g, 2, "g");
-    pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
-    pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
+    fc_head(g, "r");
     pmsg(g, 5, tensor_i64("k", kd, 1, k, 2));
     pmsg(g, 11, value_info("x", in, 2));
-    pmsg(g, 12, value_info("logits", out, 2));
     return g;
 }
 
@@ -563,9 +580,9 @@ static void test_silu(void **st)
  * logits [N,3]. */
 static pbw *se_graph_axes(float alpha, const char *a, const char *b, const int64_t *axes, int naxes)
 {
-    static const int64_t in[4] = {-1, 4, 3, 3}, out[2] = {-1, 3}, wd[2] = {3, 4}, bd[1] = {3};
+    static const int64_t in[4] = {-1, 4, 3, 3};
     const char *x[1] = {"x"}, *p[1] = {"p"}, *s[1] = {"s"}, *mi[2] = {a, b}, *y[1] = {"y"}, *q[1] = {"q"},
-               *f[1] = {"f"}, *gi[3] = {"f", "fc.weight", "fc.bias"}, *go[1] = {"logits"};
+               *f[1] = {"f"};
     pbw *g = pb_new(), *n;
     n = node(naxes ? "ReduceMean" : "GlobalAveragePool", "squeeze", x, 1, p, 1);
     if (naxes)
@@ -577,14 +594,8 @@ static pbw *se_graph_axes(float alpha, const char *a, const char *b, const int64
     pmsg(g, 1, node("Mul", "excite", mi, 2, y, 1));
     pmsg(g, 1, node("GlobalAveragePool", "pool", y, 1, q, 1));
     pmsg(g, 1, node("Flatten", "flat", q, 1, f, 1));
-    n = node("Gemm", "fc", gi, 3, go, 1);
-    attr_int(n, "transB", 1);
-    pmsg(g, 1, n);
-    pstr(g, 2, "g");
-    pmsg(g, 5, tensor("fc.weight", wd, 2, NULL, 12));
-    pmsg(g, 5, tensor("fc.bias", bd, 1, NULL, 3));
+    fc_head(g, "f");
     pmsg(g, 11, value_info("x", in, 4));
-    pmsg(g, 12, value_info("logits", out, 2));
     return g;
 }
 
