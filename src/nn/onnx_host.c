@@ -362,7 +362,7 @@ static int reshaped(onnx_lower *L, const hval *x, int nd, const int64_t *dim)
 static int squeeze(onnx_lower *L, int sq)
 {
     hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0);
-    int64_t axes[BFIT_ONNX_MAXD], dim[BFIT_ONNX_MAXD];
+    int64_t axes[BFIT_ONNX_MAXATTR], dim[BFIT_ONNX_MAXD];
     int na = 0, nd, rc;
     unsigned mark = 0;
 
@@ -375,6 +375,9 @@ static int squeeze(onnx_lower *L, int sq)
     if (rc != BFIT_OK)
         return rc;
     nd = sq ? x->nd : x->nd + na;
+    if (nd > BFIT_ONNX_MAXD)
+        return bfit_onnx_refuse(L, "%d axes inserted into %d dimensions make %d: at most %d are supported", na, x->nd,
+                                nd, BFIT_ONNX_MAXD);
     for (int i = 0; i < na; i++) {
         int64_t a = norm_axis(axes[i], nd);
         if (a < 0 || a >= nd || (sq && x->dim[a] != 1))

@@ -267,7 +267,7 @@ static int global_pool(onnx_lower *L) { return whole_mean(L, 1); }
  * or a constant input. */
 static int reduce_mean(onnx_lower *L)
 {
-    int64_t ax[8], keep;
+    int64_t ax[BFIT_ONNX_MAXATTR], keep;
     int n = 0, got = 0, rc, h = 0, w = 0;
 
     if ((rc = bfit_onnx_attr_int(L, "keepdims", 1, &keep)) != BFIT_OK ||

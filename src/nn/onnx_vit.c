@@ -124,7 +124,7 @@ static int reshape(onnx_lower *L, oval *x)
  * sample's [a, b], the batch staying first. */
 static int transpose(onnx_lower *L, oval *x)
 {
-    int64_t perm[BFIT_ONNX_MAXD];
+    int64_t perm[BFIT_ONNX_MAXATTR];
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_TRANSPOSE);
     int np, rc;
 
