@@ -246,7 +246,7 @@ static int whole_mean(onnx_lower *L, int keep)
 
     if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK)
         return rc;
-    if (x->shape.nd != 3)
+    if (!bfit_shape_is_image(x->shape)) /* what the gap layer takes, as before */
         return bfit_onnx_refuse(L, "the input must be an image [N,C,H,W]");
     for (int i = 0; i < n && flat; i++)
         flat = bfit_onnx_streq(L->om->nodes[cons[i]].op, "Flatten");
