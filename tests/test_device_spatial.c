@@ -696,22 +696,23 @@ static int64_t mp2_winner(const pool_case *c, bfit_dtype dt, const void *x, int6
     return best;
 }
 
-/* Element i of an nchw [n, ch, h, w] buffer (ch a multiple of 16) moved to
- * nChw16c (to 1) or back (to 0), in place through a copy. */
-static void mp2_relayout(void *p, size_t es, int n, int ch, int64_t hw, int to)
+/* Element i of an nchw [n, ch, h, w] buffer (ch a multiple of B) moved to
+ * nChw{B}c (to 1) or back (to 0), in place through a copy. */
+static void mp2_relayout(void *p, size_t es, int n, int ch, int64_t hw, int B, int to)
 {
     int64_t total = (int64_t)n * ch * hw;
     char *tmp = malloc((size_t)total * es);
     memcpy(tmp, p, (size_t)total * es);
     for (int64_t i = 0; i < total; i++) {
-        int64_t s = i / (ch * hw), c = i / hw % ch, q = i % hw, b = ((s * (ch / 16) + c / 16) * hw + q) * 16 + c % 16;
+        int64_t s = i / (ch * hw), c = i / hw % ch, q = i % hw, b = ((s * (ch / B) + c / B) * hw + q) * B + c % B;
         memcpy((char *)p + (to ? b : i) * (int64_t)es, tmp + (to ? i : b) * (int64_t)es, es);
     }
     free(tmp);
 }
 
 /* Training forward, eval forward, backward; y, y2 (eval), dx come back.
- * blk_src, blk_dst: x (and dx), y (and dy) in nChw16c (cpu_maxpool16.c). */
+ * blk_src, blk_dst: x (and dx), y (and dy) in nChw8c / nChw16c
+ * (cpu_maxpool_blk.c), or nchw (0). */
 static void mp2_run(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[2], tbuf *x, tbuf *dy, tbuf *y, tbuf *y2,
                     tbuf *dx)
 {
@@ -757,18 +758,18 @@ static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[
     for (int64_t i = 0; i < ny; i++)
         mp2_put(dy.h, dt, i, (0.25f + (float)(i % 13)) * (i % 2 ? -1.0f : 1.0f));
     if (blk[0])
-        mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, 1);
+        mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 1);
     if (blk[1])
-        mp2_relayout(dy.h, es, c->n, c->c, (int64_t)(c->ih / 2) * (c->iw / 2), 1);
+        mp2_relayout(dy.h, es, c->n, c->c, (int64_t)(c->ih / 2) * (c->iw / 2), blk[1], 1);
     tbuf_up(t, &x), tbuf_up(t, &dy);
     mp2_run(t, c, dt, blk, &x, &dy, &y, &y2, &dx);
     if (blk[0]) /* the checks below read every buffer in nchw */
-        mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, 0), mp2_relayout(dx.h, es, c->n, c->c,
-                                                                                  (int64_t)c->ih * c->iw, 0);
+        mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 0),
+            mp2_relayout(dx.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 0);
     if (blk[1]) {
         int64_t ohw = (int64_t)(c->ih / 2) * (c->iw / 2);
-        mp2_relayout(dy.h, es, c->n, c->c, ohw, 0), mp2_relayout(y.h, es, c->n, c->c, ohw, 0);
-        mp2_relayout(y2.h, es, c->n, c->c, ohw, 0);
+        mp2_relayout(dy.h, es, c->n, c->c, ohw, blk[1], 0), mp2_relayout(y.h, es, c->n, c->c, ohw, blk[1], 0);
+        mp2_relayout(y2.h, es, c->n, c->c, ohw, blk[1], 0);
     }
     for (int64_t o = 0; o < ny; o++) {
         int64_t w = mp2_winner(c, dt, x.h, o);
@@ -796,16 +797,18 @@ static void test_maxpool2(void **st)
     }
 }
 
-/* The same with the input in nChw16c and the output in it or in nchw (the
- * layouts the cpu keeps between convolutions): odd sizes, NaNs, two
- * blocks of channels. */
+/* The same with the input in nChw16c or nChw8c and the output in it or in
+ * nchw (the layouts the cpu keeps between convolutions, with AVX-512 and
+ * with AVX2): odd sizes, NaNs, several blocks of channels. */
 static void test_maxpool2_blocked(void **st)
 {
     static const pool_case cases[] = {{5, 32, 28, 28, 2, 2, 2, 2, 0, 0}, {2, 16, 7, 9, 2, 2, 2, 2, 0, 0},
-                                      {3, 32, 6, 70, 2, 2, 2, 2, 0, 0}};
-    static const int blk[2][2] = {{1, 1}, {1, 0}};
+                                      {3, 32, 6, 70, 2, 2, 2, 2, 0, 0}, {2, 8, 5, 11, 2, 2, 2, 2, 0, 0}};
+    static const int blk[4][2] = {{16, 16}, {16, 0}, {8, 8}, {8, 0}};
     for (size_t tc = 0; tc < sizeof cases / sizeof cases[0]; tc++)
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < 4; b++) {
+            if (cases[tc].c % blk[b][0])
+                continue;
             mp2_check(*st, &cases[tc], BFIT_F32, blk[b]);
             mp2_check(*st, &cases[tc], BFIT_BF16, blk[b]);
         }

@@ -805,44 +805,59 @@ static void test_cheap_regen_se(void **st)
 }
 
 /* On the cpu the cnn's activations between its convolutions, relus and max
- * pools stay nChw16c (store.c): the layers that chain so are marked, the
- * gradients of a step are those of plain nchw activations bit for bit (the
- * same numbers in another order), and no bytes are added: the plan at 32 is
- * the plain one's or smaller (no reorder scratch). f32 and bf16. */
+ * pools stay blocked (store.c), in the block the device's convolutions
+ * compute in (8 with AVX2, 16 with AVX-512) or, as a test may force, the
+ * other: the layers that chain so are marked with it, the gradients of a
+ * step are those of plain nchw activations bit for bit (the same numbers
+ * in another order), and no bytes are added: the plan at 32 is the plain
+ * one's or smaller (no reorder scratch). f32 and bf16. */
 static void test_blocked_same_grads(void **st)
 {
     static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const int force[] = {0, 8, 16}; /* the device's, then each */
     (void)st;
     for (int i = 0; i < 2; i++) {
         bfit_store_cfg sc = bfit_store_cfg_default();
-        bfit_step_plan plain, blocked;
-        int64_t n1, n2;
-        int marked = 0;
-        float *a, *b;
+        bfit_step_plan plain;
+        int64_t n1;
+        float *a;
         rig r;
         rig_new(&r, "cnn", BIG);
         sc.precision = prec[i];
-        bfit_test_control(BFIT_TC_PLAIN_LAYOUT, 1);
+        bfit_test_control(BFIT_TC_LAYOUT, 1);
         a = fresh_grads(&r, &sc, 32, &plain, &n1);
         for (int j = 0; j < r.M->n; j++)
             assert_false(r.M->nodes[j].l->blk_in || r.M->nodes[j].l->blk_out);
         bfit_model_unreserve(r.M);
-        bfit_test_control(BFIT_TC_PLAIN_LAYOUT, 0);
-        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-        /* as it runs (model.c): conv 32 -> pool -> relu -> conv 64 -> pool (nchw out) -> relu -> flatten */
-        for (int j = 0; j < r.M->n; j++)
-            marked += r.M->nodes[j].l->blk_in + r.M->nodes[j].l->blk_out;
-        /* conv1 out; pool1, relu1, conv2 in and out; pool2 in (its out is nchw: relu2 then flatten) */
-        assert_int_equal(marked, 8);
-        assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &blocked), BFIT_OK);
-        b = step_grads(&r, 32, &n2);
-        assert_int_equal(n1, n2);
-        assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
-        assert_true(blocked.peak <= plain.peak);
-        print_message("cnn %s at 32: peak %llu plain, %llu nChw16c\n", bfit_dtype_name(prec[i]),
-                      (unsigned long long)plain.peak, (unsigned long long)blocked.peak);
+        for (int f = 0; f < 3; f++) {
+            int B = force[f] ? force[f] : bfit_device_layout_block(r.dev, prec[i]), marked = 0;
+            bfit_step_plan blocked;
+            int64_t n2;
+            float *b;
+            assert_true(B == 8 || B == 16);
+            bfit_test_control(BFIT_TC_LAYOUT, force[f]);
+            assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+            /* as it runs (model.c): conv 32 -> pool -> relu -> conv 64 -> pool (nchw out) -> relu -> flatten */
+            for (int j = 0; j < r.M->n; j++) {
+                const bfit_layer *l = r.M->nodes[j].l;
+                assert_true((l->blk_in == 0 || l->blk_in == B) && (l->blk_out == 0 || l->blk_out == B));
+                marked += (l->blk_in != 0) + (l->blk_out != 0);
+            }
+            /* conv1 out; pool1, relu1, conv2 in and out; pool2 in (its out is nchw: relu2 then flatten) */
+            assert_int_equal(marked, 8);
+            assert_int_equal(bfit_plan_compute(r.M, NULL, 32, 1, &blocked), BFIT_OK);
+            b = step_grads(&r, 32, &n2);
+            assert_int_equal(n1, n2);
+            assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+            assert_true(blocked.peak <= plain.peak);
+            print_message("cnn %s at 32: peak %llu plain, %llu nChw%dc%s\n", bfit_dtype_name(prec[i]),
+                          (unsigned long long)plain.peak, (unsigned long long)blocked.peak, B,
+                          force[f] ? "" : " (the device's)");
+            bfit_model_unreserve(r.M);
+            free(b);
+        }
+        bfit_test_control(BFIT_TC_LAYOUT, 0);
         free(a);
-        free(b);
         trig_free(&r);
     }
 }

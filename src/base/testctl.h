@@ -3,7 +3,7 @@
  * sets them with bfit_test_control; a test of the command line sets them
  * in the environment (BFIT_TEST_FAIL_ALLOC=N, BFIT_TEST_POISON_STEP=N,
  * BFIT_TEST_SAMPLE_CHECK=1, BFIT_TEST_KILL_IN_CHECKPOINT=N,
- * BFIT_TEST_CONV_ELEMS=N, BFIT_TEST_PLAIN_LAYOUT=1,
+ * BFIT_TEST_CONV_ELEMS=N, BFIT_TEST_LAYOUT=1|8|16,
  * BFIT_TEST_KEEP_ORDER=1, BFIT_TEST_SINGLE_MOVES=1, BFIT_TEST_THREADS_AT=N,
  * BFIT_TEST_THREADS_PACK_AT=N). They apply to
  * runs the public API starts afterwards (src/api/resolve.c). */
@@ -19,7 +19,8 @@ typedef enum {
     BFIT_TC_KILL_IN_CHECKPOINT, /* SIGKILL in the write of the N-th checkpoint, half written */
     BFIT_TC_CONV_ELEMS,         /* the cpu refuses a convolution with a tensor of over N elements as out of
                                    memory, as cuDNN's 2^31 - 1 limit makes the GPU refuse one */
-    BFIT_TC_PLAIN_LAYOUT,       /* 1: every activation in nchw on the cpu, no nChw16c chains (store.c) */
+    BFIT_TC_LAYOUT,             /* the cpu's activations between convolutions (store.c): 1 every one in nchw,
+                                   8 or 16 chains in nChw8c / nChw16c; 0 the device's block */
     BFIT_TC_KEEP_ORDER,         /* 1: models built afterwards keep relu before max pool (model.c) */
     BFIT_TC_SINGLE_MOVES,       /* 1: recompute auto's walk takes single moves only, no pairs (recompute.c) */
     BFIT_TC_THREADS_AT,         /* --threads auto halves its threads after step N (or goes back to all of

@@ -105,8 +105,8 @@ dnnl_data_type_t bfit_cpu_dt(bfit_dtype t);
 /* Plain row-major memory descriptor of up to 5 dims, f32 or of dtype t. */
 int bfit_cpu_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
 int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_dtype t);
-/* [n, c, h, w] of dtype t in nChw16c (c a multiple of 16) */
-int bfit_cpu_md_blk16(dnnl_memory_desc_t *md, const int64_t *dims, bfit_dtype t);
+/* [n, c, h, w] of dtype t in nChw8c or nChw16c (block 8 or 16; c a multiple of it) */
+int bfit_cpu_md_blocked(dnnl_memory_desc_t *md, const int64_t *dims, bfit_dtype t, int block);
 /* Bytes of pd's scratchpad (0: none). */
 size_t bfit_cpu_pd_scratch(const_dnnl_primitive_desc_t pd);
 /* Primitive attributes with a user-managed scratchpad (caller destroys). */
@@ -156,9 +156,10 @@ void bfit_cpu_coll_close(bfit_device *d, void *state);
 /* Family initialisers: each sets op->run, op->ws, op->saved (and pd/prim). */
 int bfit_cpu_matmul_init(cpu_op *op);   /* MATMUL */
 int bfit_cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */
+int bfit_cpu_conv_block(cpu_device *d, bfit_dtype t); /* the vt's layout_block: oneDNN's choice here */
 int bfit_cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (bfit_cpu_pool_init asks) */
-int bfit_cpu_maxpool16_init(cpu_op *op);           /* its run with nChw16c input (blk_src; bfit_cpu_maxpool2_init asks) */
+int bfit_cpu_maxpool_blk_init(cpu_op *op);         /* its run with nChw8c/16c input (blk_src; maxpool2_init asks) */
 
 /* cpu_bf16.c: bf16 where oneDNN has no bf16 kernels. native: 1 when
  * oneDNN makes bf16 primitives on this CPU. compute_dt: the dtype oneDNN

@@ -61,6 +61,44 @@ static void add_into(float *dst, const float *src, int64_t n)
 
 static int64_t groups(const bfit_op_desc *d) { return d->u.conv.groups > 1 ? d->u.conv.groups : 1; }
 
+/* A blocked layout's width (device.h's blk_src, blk_dst) for c channels */
+static int blk_ok(int block, int64_t c) { return !block || ((block == 8 || block == 16) && c % block == 0); }
+
+/* The channel block a 3x3 convolution of 64 channels computes in when oneDNN
+ * chooses (format any): 16 with AVX-512, 8 with AVX2, 0 for another layout.
+ * The CPU's (and $ONEDNN_MAX_CPU_ISA's), so probed once per process and
+ * compute dtype. Chains of layers kept in it need no reorder between them;
+ * kept in another block, each convolution reorders twice (16 on AVX2: a
+ * sixth of the cnn's oneDNN time). */
+int bfit_cpu_conv_block(cpu_device *dev, bfit_dtype t)
+{
+    static int known[2] = {-1, -1}; /* f32, bf16; two first callers probe alike */
+    bfit_dtype ct = bfit_cpu_compute_dt(dev, t);
+    int k = ct == BFIT_BF16, block = __atomic_load_n(&known[k], __ATOMIC_RELAXED);
+    dnnl_dims_t sd = {8, 64, 14, 14}, wd = {64, 64, 3, 3}, one = {1, 1}, pad = {1, 1};
+    dnnl_memory_desc_t src, w, dst, b8, b16;
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_desc_t pd;
+
+    if (block >= 0 || (ct != BFIT_F32 && ct != BFIT_BF16))
+        return block < 0 ? 0 : block;
+    block = 0;
+    if (dnnl_memory_desc_init_by_tag(&src, 4, sd, bfit_cpu_dt(ct), dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&w, 4, wd, bfit_cpu_dt(ct), dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&dst, 4, sd, bfit_cpu_dt(ct), dnnl_format_tag_any) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&b8, 4, sd, bfit_cpu_dt(ct), dnnl_nChw8c) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&b16, 4, sd, bfit_cpu_dt(ct), dnnl_nChw16c) == dnnl_success &&
+        dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &src, &w, NULL,
+                                           &dst, one, pad, pad) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &cd, NULL, dev->eng, NULL) == dnnl_success) {
+        const dnnl_memory_desc_t *chosen = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+        block = dnnl_memory_desc_equal(chosen, &b16) ? 16 : dnnl_memory_desc_equal(chosen, &b8) ? 8 : 0;
+        dnnl_primitive_desc_destroy(pd);
+    }
+    __atomic_store_n(&known[k], block, __ATOMIC_RELAXED);
+    return block;
+}
+
 static int64_t wnumel(const bfit_op_desc *d)
 {
     return d->u.conv.oc * (d->u.conv.ic / groups(d)) * d->u.conv.kh * d->u.conv.kw;
@@ -256,10 +294,11 @@ static int check_desc(const bfit_op_desc *d)
                          (long long)d->u.conv.oh, (long long)d->u.conv.ow, (long long)ih, (long long)iw,
                          (long long)kh, (long long)kw, (long long)sh, (long long)sw, (long long)ph,
                          (long long)pw);
-    if ((d->u.conv.blk_src && ic % 16) || (d->u.conv.blk_dst && oc % 16) ||
+    if (!blk_ok(d->u.conv.blk_src, ic) || !blk_ok(d->u.conv.blk_dst, oc) ||
         ((d->u.conv.blk_src || d->u.conv.blk_dst) && groups(d) > 1))
-        return bfit_fail(BFIT_EINVAL, "cpu conv: nChw16c wants channels in whole blocks of 16 and no groups (%lld in, "
-                         "%lld out, %lld groups)", (long long)ic, (long long)oc, (long long)groups(d));
+        return bfit_fail(BFIT_EINVAL, "cpu conv: blocked layouts take a block of 8 or 16 channels, whole blocks and "
+                         "no groups (blocks %d in, %d out; %lld in, %lld out, %lld groups)", d->u.conv.blk_src,
+                         d->u.conv.blk_dst, (long long)ic, (long long)oc, (long long)groups(d));
     if (lim > 0 && (n * oc * d->u.conv.oh * d->u.conv.ow > lim || n * ic * ih * iw > lim))
         return bfit_fail(BFIT_ENOMEM, "cpu conv: a tensor of over %lld elements (a test's limit, as cuDNN's 2^31 - 1): "
                          "use a smaller micro-batch", (long long)lim);
@@ -353,8 +392,8 @@ static int make_mds(const cpu_op *op, conv_mds *md)
     if ((rc = bfit_cpu_md_dt(&md->src, 4, sd, d->dtype)) != BFIT_OK ||
         (rc = bfit_cpu_md_dt(&md->w, (int)wn, w, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&md->b, 1, bd)) != BFIT_OK ||
         (rc = bfit_cpu_md_dt(&md->dst, 4, dd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&md->dw, (int)wn, w)) != BFIT_OK ||
-        (d->u.conv.blk_src && (rc = bfit_cpu_md_blk16(&md->src, sd, d->dtype)) != BFIT_OK) ||
-        (d->u.conv.blk_dst && (rc = bfit_cpu_md_blk16(&md->dst, dd, d->dtype)) != BFIT_OK))
+        (d->u.conv.blk_src && (rc = bfit_cpu_md_blocked(&md->src, sd, d->dtype, d->u.conv.blk_src)) != BFIT_OK) ||
+        (d->u.conv.blk_dst && (rc = bfit_cpu_md_blocked(&md->dst, dd, d->dtype, d->u.conv.blk_dst)) != BFIT_OK))
         return rc;
     /* the layouts the convolution computes in: f32 for bf16 data where
      * oneDNN has no bf16 kernels (cpu_bf16.c), the reorders converting */

@@ -47,10 +47,13 @@ int bfit_cpu_md_dt(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, bfit_
     return BFIT_OK;
 }
 
-int bfit_cpu_md_blk16(dnnl_memory_desc_t *md, const int64_t *dims, bfit_dtype t)
+int bfit_cpu_md_blocked(dnnl_memory_desc_t *md, const int64_t *dims, bfit_dtype t, int block)
 {
     dnnl_dims_t d = {dims[0], dims[1], dims[2], dims[3]};
-    CPU_TRY(dnnl_memory_desc_init_by_tag(md, 4, d, bfit_cpu_dt(t), dnnl_nChw16c), "memory descriptor (nChw16c)");
+    if (block != 8 && block != 16)
+        return bfit_fail(BFIT_EINVAL, "cpu: a channel block of %d (8 or 16: nChw8c, nChw16c)", block);
+    CPU_TRY(dnnl_memory_desc_init_by_tag(md, 4, d, bfit_cpu_dt(t), block == 8 ? dnnl_nChw8c : dnnl_nChw16c),
+            "memory descriptor (nChw8c/16c)");
     return BFIT_OK;
 }
 
@@ -421,6 +424,8 @@ static int cpu_set_threads(bfit_device *base, int threads, int cpus)
     return BFIT_OK;
 }
 
+static int cpu_layout_block(bfit_device *d, bfit_dtype t) { return bfit_cpu_conv_block((cpu_device *)d, t); }
+
 static const bfit_device_vt cpu_vt = {
     .name = "cpu",
     .mem_info = bfit_cpu_mem_info,
@@ -443,6 +448,7 @@ static const bfit_device_vt cpu_vt = {
     .supports = cpu_supports,
     .sample = cpu_sample,
     .set_threads = cpu_set_threads,
+    .layout_block = cpu_layout_block,
 };
 
 

@@ -387,15 +387,15 @@ int bfit_cpu_maxpool2_init(cpu_op *op, int *done)
     *done = d->u.pool.max && d->u.pool.kh == 2 && d->u.pool.kw == 2 && d->u.pool.sh == 2 && d->u.pool.sw == 2 &&
             d->u.pool.ph == 0 && d->u.pool.pw == 0 && (d->dtype == BFIT_F32 || d->dtype == BFIT_BF16);
     if ((d->u.pool.blk_src || d->u.pool.blk_dst) && !*done)
-        return bfit_fail(BFIT_EINVAL, "cpu pool: nChw16c only for 2x2/2 unpadded max pools of f32 or bf16");
+        return bfit_fail(BFIT_EINVAL, "cpu pool: nChw8c/16c only for 2x2/2 unpadded max pools of f32 or bf16");
     if (!*done)
         return BFIT_OK;
     op->ws = 0;
     op->saved = d->kind == BFIT_OP_POOL_BWD || d->u.pool.training
                     ? (size_t)(d->u.pool.n * d->u.pool.c * d->u.pool.oh * d->u.pool.ow)
                     : 0;
-    if (d->u.pool.blk_src || d->u.pool.blk_dst) /* nChw16c: the same sizes, cpu_maxpool16.c's loops */
-        return bfit_cpu_maxpool16_init(op);
+    if (d->u.pool.blk_src || d->u.pool.blk_dst) /* nChw8c/16c: the same sizes, cpu_maxpool_blk.c's loops */
+        return bfit_cpu_maxpool_blk_init(op);
     op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
     return BFIT_OK;
 }

@@ -423,6 +423,8 @@ int bfit_device_fill(bfit_device *d, void *dst, int byte, size_t n)
 
 int bfit_device_sync(bfit_device *d) { return d->vt->sync(d); }
 
+int bfit_device_layout_block(bfit_device *d, bfit_dtype t) { return d->vt->layout_block ? d->vt->layout_block(d, t) : 0; }
+
 int bfit_device_set_threads(bfit_device *d, int threads, int cpus)
 {
     if (!d->vt->set_threads)

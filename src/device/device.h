@@ -146,9 +146,10 @@ typedef struct bfit_op_desc {
         struct { int64_t M, N, K; int trans_src, trans_weights, bias; } mm;
         /* src [n,ic,ih,iw], weights [oc,ic/groups,kh,kw], dst [n,oc,oh,ow]; groups 0 or 1: dense
            (more: each of `groups` slices of the channels convolved apart, PyTorch's groups).
-           blk_src, blk_dst (conv and pool, the cpu only): that tensor and its gradient are
-           in nChw16c (oneDNN's aBcd16b: blocks of 16 channels innermost; channels a
-           multiple of 16), not nchw, so that no layout changes between such layers */
+           blk_src, blk_dst (conv and pool, the cpu only): 0, or 8 or 16: that tensor and its
+           gradient are in nChw8c / nChw16c (oneDNN's aBcd8b / aBcd16b: blocks of that many
+           channels innermost; channels a multiple of it), not nchw, so that no layout changes
+           between such layers (bfit_device_layout_block says which the device computes in) */
         struct { int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw; int bias, groups, blk_src, blk_dst; } conv;
         /* avg pooling counts padding like PyTorch's default (count_include_pad) */
         struct { int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; int max, training, blk_src, blk_dst; } pool;
@@ -313,6 +314,9 @@ typedef struct bfit_device_vt {
     /* the host threads ops made from now on run on (> 0); NULL: the
      * backend's ops do not run on host threads */
     int (*set_threads)(bfit_device *d, int threads, int cpus);
+    /* the channel block its convolutions compute in for data of dtype t
+     * (8, 16), 0 for none; NULL: none */
+    int (*layout_block)(bfit_device *d, bfit_dtype t);
 } bfit_device_vt;
 
 struct bfit_device {
@@ -417,6 +421,11 @@ void bfit_device_info_get(const bfit_device *d, bfit_device_info *out);
  * BFIT_EINVAL where ops do not run on host threads (a GPU), threads < 1 or
  * cpus < 0, or cpus > 0 where libgomp places the threads (info.cpus 0). */
 int bfit_device_set_threads(bfit_device *d, int threads, int cpus);
+/* The channel block (8 or 16) in which the device's convolutions compute on
+ * data of dtype t, which activations between them may keep (blk_src,
+ * blk_dst); 0 where they take plain nchw only (a GPU). The CPU's is what
+ * oneDNN chooses on this machine: 16 with AVX-512, 8 with AVX2. */
+int bfit_device_layout_block(bfit_device *d, bfit_dtype t);
 
 /* Every op starts with this header so the generic functions can dispatch. */
 struct bfit_op {

@@ -202,7 +202,8 @@ struct bfit_layer {
     bfit_dtype dtype;               /* compute dtype: of its inputs, their gradients, its ops */
     bfit_dtype out_dtype;           /* of its output: dtype, but f32 for the loss's probabilities */
     int blk_in, blk_out;            /* conv, max pool on the cpu: input / output (and their gradients)
-                                       in nChw16c, chosen by the model (store.c) */
+                                       in blocks of 8 or 16 channels (0: nchw), chosen by the model
+                                       (store.c) */
     int nparams;
     bfit_param params[BFIT_LAYER_MAXP];
     /* prepared state */
@@ -221,8 +222,9 @@ struct bfit_layer {
 /* Compute in dtype t (mixed precision): the output follows, but the loss's
  * probabilities stay f32. Unprepares the layer. */
 void bfit_layer_set_dtype(bfit_layer *l, bfit_dtype t);
-/* Input and output in nChw16c or not (device.h's blk_src, blk_dst);
- * unprepares the layer when that changes. */
+/* Input and output in blocks of 8 or 16 channels (nChw8c, nChw16c) or
+ * nchw (0): device.h's blk_src, blk_dst; unprepares the layer when that
+ * changes. */
 void bfit_layer_set_blocked(bfit_layer *l, int in, int out);
 /* Floating-point operations of a forward (and of a backward) at micro-batch
  * m, counting a multiply-add as 2: matmul and convolution exactly, others

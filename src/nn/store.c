@@ -217,9 +217,9 @@ static void regen_cheap(bfit_model *M)
     free(ok);
 }
 
-/* ---- nChw16c chains on the cpu ---------------------------------------------- */
+/* ---- nChw8c / nChw16c chains on the cpu ------------------------------------- */
 
-/* A 2x2/2 unpadded max pool (cpu_maxpool16.c's) */
+/* A 2x2/2 unpadded max pool (cpu_maxpool_blk.c's) */
 static int pool2(const bfit_layer *l)
 {
     const bfit_layer_cfg *c = &l->cfg;
@@ -227,19 +227,19 @@ static int pool2(const bfit_layer *l)
            (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0;
 }
 
-/* Layers that take an nChw16c input: dense convolutions, relus, such pools */
+/* Layers that take a blocked input: dense convolutions, relus, such pools */
 static int takes_blocked(const bfit_layer *l)
 {
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (l->cfg.kind == BFIT_L_RELU && l->nin == 1) ||
            pool2(l);
 }
 
-/* Value v (v >= 1) may be nChw16c: channels in whole blocks, made by such a
- * layer, and read only by such layers. */
-static int may_block(const bfit_model *M, int v)
+/* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
+ * such a layer, and read only by such layers. */
+static int may_block(const bfit_model *M, int v, int B)
 {
     const bfit_layer *p = M->nodes[v - 1].l;
-    if (!bfit_shape_is_image(p->out) || p->out.c % 16 || !takes_blocked(p) || !M->nodes[v - 1].nconsumers)
+    if (!bfit_shape_is_image(p->out) || p->out.c % B || !takes_blocked(p) || !M->nodes[v - 1].nconsumers)
         return 0;
     for (int j = v; j < M->n; j++)
         for (int k = 0; k < M->nodes[j].l->nin; k++)
@@ -248,9 +248,10 @@ static int may_block(const bfit_model *M, int v)
     return 1;
 }
 
-/* The cpu's convolutions compute in nChw16c and oneDNN reorders to and from
- * nchw around each (a fifth of the cnn's step): activations between
- * convolutions, relus and 2x2 max pools stay nChw16c instead. A relu keeps
+/* The cpu's convolutions compute in blocks of B channels (nChw16c with
+ * AVX-512, nChw8c with AVX2: the device says) and oneDNN reorders to and
+ * from nchw around each (a fifth of the cnn's step): activations between
+ * convolutions, relus and 2x2 max pools stay blocked instead. A relu keeps
  * its input's layout; a pool may turn nChw16c into nchw (before a flatten),
  * not back; a convolution takes either and makes either. The values and
  * their gradients are the same numbers in another order, so the step's
@@ -258,15 +259,20 @@ static int may_block(const bfit_model *M, int v)
 static int choose_layouts(bfit_model *M)
 {
     uint8_t *blk = malloc((size_t)M->n + 1);
-    int cpu = M->dev && !strcmp(bfit_device_name(M->dev), "cpu") && !bfit_test_value(BFIT_TC_PLAIN_LAYOUT) &&
-              (M->store.precision == BFIT_F32 || M->store.precision == BFIT_BF16);
+    int64_t t = bfit_test_value(BFIT_TC_LAYOUT);
+    int B = M->dev && (M->store.precision == BFIT_F32 || M->store.precision == BFIT_BF16)
+                ? bfit_device_layout_block(M->dev, M->store.precision)
+                : 0;
     int changed = 1;
+
+    if (B && t)
+        B = t == 8 || t == 16 ? (int)t : 0; /* a test's: plain, or the other block */
 
     if (!blk)
         return bfit_fail(BFIT_ENOMEM, "model: out of host memory choosing layouts");
     blk[0] = 0;
     for (int v = 1; v <= M->n; v++)
-        blk[v] = cpu && may_block(M, v);
+        blk[v] = B && may_block(M, v, B);
     while (changed) {
         changed = 0;
         for (int i = 0; i < M->n; i++) {
@@ -281,7 +287,8 @@ static int choose_layouts(bfit_model *M)
         }
     }
     for (int i = 0; i < M->n; i++)
-        bfit_layer_set_blocked(M->nodes[i].l, M->nodes[i].in[0] >= 0 && blk[M->nodes[i].in[0]], blk[i + 1]);
+        bfit_layer_set_blocked(M->nodes[i].l, M->nodes[i].in[0] >= 0 && blk[M->nodes[i].in[0]] ? B : 0,
+                               blk[i + 1] ? B : 0);
     free(blk);
     return BFIT_OK;
 }

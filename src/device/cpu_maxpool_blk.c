@@ -1,9 +1,9 @@
-/* cpu_maxpool16.c - cpu_maxpool.c's 2x2/2 max pool where its input (and
- * that gradient) is in nChw16c, the layout of the convolutions around it
- * (device.h's blk_src), and its output (and that gradient) in nChw16c or
- * nchw (blk_dst: nchw before a flatten). A window of a block is 4 rows of
- * 16 channels side by side: two AVX2 vectors of 8 lanes each, no
- * transposes (the library's baseline is x86-64-v3, AVX2).
+/* cpu_maxpool_blk.c - cpu_maxpool.c's 2x2/2 max pool where its input (and
+ * that gradient) is in nChw8c or nChw16c, the layout of the convolutions
+ * around it (device.h's blk_src), and its output (and that gradient) in the
+ * same or in nchw (blk_dst: nchw before a flatten). A window of a block is
+ * 4 rows of 8 or 16 channels side by side: one or two AVX2 vectors of 8
+ * lanes each, no transposes (the library's baseline is x86-64-v3, AVX2).
  *
  * The same rules as cpu_maxpool.c: the first maximum wins and a NaN wins
  * (the last NaN of the window, as its masks take it), one index byte per
@@ -18,33 +18,35 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef struct mp16 {
-    int64_t n, cb, ih, iw, oh, ow; /* cb: blocks of 16 channels */
+typedef struct mp_blk {
+    int64_t n, cb, ih, iw, oh, ow; /* cb: blocks of B channels */
+    int B, nh;                     /* B: 8 or 16 channels a block, nh = B / 8 vectors */
     int blk_dst;
-} mp16;
+} mp_blk;
 
-static mp16 geom(const bfit_op_desc *d)
+static mp_blk geom(const bfit_op_desc *d)
 {
-    mp16 g = {d->u.pool.n, d->u.pool.c / 16, d->u.pool.ih, d->u.pool.iw, d->u.pool.oh, d->u.pool.ow,
+    int B = d->u.pool.blk_src;
+    mp_blk g = {d->u.pool.n, d->u.pool.c / B, d->u.pool.ih, d->u.pool.iw, d->u.pool.oh, d->u.pool.ow, B, B / 8,
               d->u.pool.blk_dst};
     return g;
 }
 
 /* element of lane 0 at input row y, column x of block (n, cb) */
-static inline int64_t in_at(const mp16 *g, int64_t nb, int64_t y, int64_t x) { return ((nb * g->ih + y) * g->iw + x) * 16; }
+static inline int64_t in_at(const mp_blk *g, int64_t nb, int64_t y, int64_t x) { return ((nb * g->ih + y) * g->iw + x) * g->B; }
 
 /* output (oy, ox) of lane 0 of block nb = n cb + b, and the step between lanes */
-static inline int64_t out_at(const mp16 *g, int64_t nb, int64_t oy, int64_t ox, int64_t *lane)
+static inline int64_t out_at(const mp_blk *g, int64_t nb, int64_t oy, int64_t ox, int64_t *lane)
 {
     if (g->blk_dst) {
         *lane = 1;
-        return ((nb * g->oh + oy) * g->ow + ox) * 16;
+        return ((nb * g->oh + oy) * g->ow + ox) * g->B;
     }
     *lane = g->oh * g->ow;
-    return (nb * 16 * g->oh + oy) * g->ow + ox; /* (n C + 16 b) oh ow: nb 16 = (n cb + b) 16 */
+    return (nb * g->B * g->oh + oy) * g->ow + ox; /* (n C + B b) oh ow: nb B = (n cb + b) B */
 }
 
-/* 16 lanes of window position at (element index) as f32, and their raw bits
+/* 8 lanes of window position at (element index) as f32, and their raw bits
  * (bf16: the value's 16 bits shifted up, so that a blend keeps them) */
 static inline __m256 ld8(const void *x, int bf16, int64_t at)
 {
@@ -70,16 +72,17 @@ static inline __m128i bytes16(__m256i a, __m256i b)
     return _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
 }
 
-/* the window of output (oy, ox) of block nb: the 16 maxima, bits and all
+/* the window of output (oy, ox) of block nb: the B maxima, bits and all
  * (f32 lanes, or bf16 values in the low halves of 32-bit lanes), and their
- * index bytes */
-static inline void window(const mp16 *g, int bf16, const void *x, int64_t nb, int64_t oy, int64_t ox, __m256i out[2],
+ * index bytes (the first B of 16) */
+static inline void window(const mp_blk *g, int bf16, const void *x, int64_t nb, int64_t oy, int64_t ox, __m256i out[2],
                           __m128i *ix)
 {
     int64_t at[4] = {in_at(g, nb, 2 * oy, 2 * ox), in_at(g, nb, 2 * oy, 2 * ox + 1), in_at(g, nb, 2 * oy + 1, 2 * ox),
                      in_at(g, nb, 2 * oy + 1, 2 * ox + 1)};
-    __m256i idx[2];
-    for (int h = 0; h < 2; h++) {
+    __m256i idx[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    out[1] = idx[1];
+    for (int h = 0; h < g->nh; h++) {
         __m256 best = ld8(x, bf16, at[0] + 8 * h);
         idx[h] = _mm256_setzero_si256();
         for (int i = 1; i < 4; i++)
@@ -90,7 +93,7 @@ static inline void window(const mp16 *g, int bf16, const void *x, int64_t nb, in
 }
 
 /* one output row oy of block nb, every lane */
-static void fwd_row(const mp16 *g, int bf16, const void *x, void *y, uint8_t *ix, int64_t nb, int64_t oy)
+static void fwd_row(const mp_blk *g, int bf16, const void *x, void *y, uint8_t *ix, int64_t nb, int64_t oy)
 {
     for (int64_t ox = 0; ox < g->ow; ox++) {
         int64_t step, o = out_at(g, nb, oy, ox, &step);
@@ -99,27 +102,33 @@ static void fwd_row(const mp16 *g, int bf16, const void *x, void *y, uint8_t *ix
         window(g, bf16, x, nb, oy, ox, v, &k);
         if (g->blk_dst && bf16) {
             __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v[0], v[1]), _MM_SHUFFLE(3, 1, 2, 0));
-            _mm256_storeu_si256((__m256i *)((uint16_t *)y + o), p);
+            if (g->nh == 2)
+                _mm256_storeu_si256((__m256i *)((uint16_t *)y + o), p);
+            else
+                _mm_storeu_si128((__m128i *)((uint16_t *)y + o), _mm256_castsi256_si128(p));
         } else if (g->blk_dst) {
             _mm256_storeu_si256((__m256i *)((float *)y + o), v[0]);
-            _mm256_storeu_si256((__m256i *)((float *)y + o + 8), v[1]);
+            if (g->nh == 2)
+                _mm256_storeu_si256((__m256i *)((float *)y + o + 8), v[1]);
         } else { /* nchw: lane l at o + l step */
             uint32_t lanes[16];
             _mm256_storeu_si256((__m256i *)lanes, v[0]);
             _mm256_storeu_si256((__m256i *)(lanes + 8), v[1]);
-            for (int l = 0; l < 16; l++) {
+            for (int l = 0; l < g->B; l++) {
                 if (bf16)
                     ((uint16_t *)y)[o + l * step] = (uint16_t)lanes[l];
                 else
                     ((uint32_t *)y)[o + l * step] = lanes[l];
             }
         }
-        if (ix && g->blk_dst) {
+        if (ix && g->blk_dst && g->nh == 2) {
             _mm_storeu_si128((__m128i *)(ix + o), k);
+        } else if (ix && g->blk_dst) {
+            _mm_storel_epi64((__m128i *)(ix + o), k);
         } else if (ix) {
             uint8_t b[16];
             _mm_storeu_si128((__m128i *)b, k);
-            for (int l = 0; l < 16; l++)
+            for (int l = 0; l < g->B; l++)
                 ix[o + l * step] = b[l];
         }
     }
@@ -134,10 +143,19 @@ static inline void st32(int nt, void *p, __m256i v)
         _mm256_storeu_si256((__m256i *)p, v);
 }
 
+/* the same for 16 bytes (p then 16-byte aligned) */
+static inline void st16(int nt, void *p, __m128i v)
+{
+    if (nt)
+        _mm_stream_si128((__m128i *)p, v);
+    else
+        _mm_storeu_si128((__m128i *)p, v);
+}
+
 /* dx's row pair under output row oy of block nb: dy where the index is the
  * position, zero at the window's other positions (what no window covers is
  * zeroed before) */
-static void bwd_row(const mp16 *g, int bf16, int nt, const void *dy, void *dx, const uint8_t *ix, int64_t nb,
+static void bwd_row(const mp_blk *g, int bf16, int nt, const void *dy, void *dx, const uint8_t *ix, int64_t nb,
                     int64_t oy)
 {
     for (int64_t ox = 0; ox < g->ow; ox++) {
@@ -145,21 +163,22 @@ static void bwd_row(const mp16 *g, int bf16, int nt, const void *dy, void *dx, c
                          in_at(g, nb, 2 * oy + 1, 2 * ox), in_at(g, nb, 2 * oy + 1, 2 * ox + 1)};
         int64_t step, o = out_at(g, nb, oy, ox, &step);
         __m128i kb;
-        __m256i d0, d1;
-        if (g->blk_dst) { /* the 16 lanes side by side: vector loads, no round trip through memory */
-            kb = _mm_loadu_si128((const __m128i *)(ix + o));
+        __m256i d0, d1 = _mm256_setzero_si256();
+        if (g->blk_dst) { /* the B lanes side by side: vector loads, no round trip through memory */
+            kb = g->nh == 2 ? _mm_loadu_si128((const __m128i *)(ix + o)) : _mm_loadl_epi64((const __m128i *)(ix + o));
             if (bf16) {
-                __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)dy + o));
-                d0 = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(h));
-                d1 = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1));
+                d0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)dy + o)));
+                if (g->nh == 2)
+                    d1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)dy + o + 8)));
             } else {
                 d0 = _mm256_loadu_si256((const __m256i *)((const float *)dy + o));
-                d1 = _mm256_loadu_si256((const __m256i *)((const float *)dy + o + 8));
+                if (g->nh == 2)
+                    d1 = _mm256_loadu_si256((const __m256i *)((const float *)dy + o + 8));
             }
         } else {
-            uint32_t d[16];
-            uint8_t k[16];
-            for (int l = 0; l < 16; l++) {
+            uint32_t d[16] = {0};
+            uint8_t k[16] = {0};
+            for (int l = 0; l < g->B; l++) {
                 k[l] = ix[o + l * step];
                 d[l] = bf16 ? ((const uint16_t *)dy)[o + l * step] : ((const uint32_t *)dy)[o + l * step];
             }
@@ -175,10 +194,14 @@ static void bwd_row(const mp16 *g, int bf16, int nt, const void *dy, void *dx, c
                 __m256i r1 = _mm256_and_si256(d1, _mm256_cmpeq_epi32(k1, s));
                 if (bf16) {
                     __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), _MM_SHUFFLE(3, 1, 2, 0));
-                    st32(nt, (uint16_t *)dx + at[i], p);
+                    if (g->nh == 2)
+                        st32(nt, (uint16_t *)dx + at[i], p);
+                    else
+                        st16(nt, (uint16_t *)dx + at[i], _mm256_castsi256_si128(p));
                 } else {
                     st32(nt, (float *)dx + at[i], r0);
-                    st32(nt, (float *)dx + at[i] + 8, r1);
+                    if (g->nh == 2)
+                        st32(nt, (float *)dx + at[i] + 8, r1);
                 }
             }
         }
@@ -187,35 +210,35 @@ static void bwd_row(const mp16 *g, int bf16, int nt, const void *dy, void *dx, c
 
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
-    mp16 g = geom(&op->base.desc);
+    mp_blk g = geom(&op->base.desc);
     int bf16 = op->base.desc.dtype == BFIT_BF16;
     uint8_t *ix = op->saved ? a->saved : NULL;
     int64_t rows = g.n * g.cb * g.oh;
 
     if (!a->src || !a->dst || (op->saved && !ix))
         return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
-    BFIT_PAR_FOR_IF(rows * g.ow * 16 > BFIT_PAR_MIN / 4,
+    BFIT_PAR_FOR_IF(rows * g.ow * g.B > BFIT_PAR_MIN / 4,
                     for (int64_t r = 0; r < rows; r++) fwd_row(&g, bf16, a->src, a->dst, ix, r / g.oh, r % g.oh););
     return BFIT_OK;
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
 {
-    mp16 g = geom(&op->base.desc);
+    mp_blk g = geom(&op->base.desc);
     int bf16 = op->base.desc.dtype == BFIT_BF16, nt;
     int64_t rows = g.n * g.cb * g.oh, chunks;
 
     if (!a->diff_dst || !a->diff_src || !a->saved)
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
     if (g.ih != 2 * g.oh || g.iw != 2 * g.ow) /* an odd row or column that no window covers */
-        memset(a->diff_src, 0, (size_t)(g.n * g.cb * 16 * g.ih * g.iw) * (bf16 ? 2 : 4));
+        memset(a->diff_src, 0, (size_t)(g.n * g.cb * g.B * g.ih * g.iw) * (bf16 ? 2 : 4));
     /* dx is 4 times dy's size, three quarters zeros, and written whole:
      * streaming stores skip reading its lines into the caches first (the
      * pool's backward took a third of the time it took with plain stores,
      * docs/performance.md) */
     nt = !((uintptr_t)a->diff_src & 31);
     chunks = rows < 64 ? rows : 64;
-    BFIT_PAR_FOR_IF(rows * g.ow * 16 > BFIT_PAR_MIN / 4, for (int64_t c = 0; c < chunks; c++) {
+    BFIT_PAR_FOR_IF(rows * g.ow * g.B > BFIT_PAR_MIN / 4, for (int64_t c = 0; c < chunks; c++) {
         for (int64_t r = c * rows / chunks; r < (c + 1) * rows / chunks; r++)
             bwd_row(&g, bf16, nt, a->diff_dst, a->diff_src, a->saved, r / g.oh, r % g.oh);
         _mm_sfence(); /* the streamed lines are out before the thread leaves the loop */
@@ -224,13 +247,15 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
 }
 
 /* op->run for a 2x2/2 max pool whose sizes cpu_maxpool.c has set */
-int bfit_cpu_maxpool16_init(cpu_op *op)
+int bfit_cpu_maxpool_blk_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
+    int B = d->u.pool.blk_src;
 
-    if (!d->u.pool.blk_src || d->u.pool.c % 16)
-        return bfit_fail(BFIT_EINVAL, "cpu pool: nChw16c wants its input in it and channels in whole blocks of 16 "
-                         "(%lld channels)", (long long)d->u.pool.c);
+    if ((B != 8 && B != 16) || d->u.pool.c % B || (d->u.pool.blk_dst && d->u.pool.blk_dst != B))
+        return bfit_fail(BFIT_EINVAL, "cpu pool: a blocked layout wants its input in nChw8c or nChw16c, channels in "
+                         "whole blocks and the output in the same or nchw (blocks %d in, %d out; %lld channels)", B,
+                         d->u.pool.blk_dst, (long long)d->u.pool.c);
     op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
     return BFIT_OK;
 }
