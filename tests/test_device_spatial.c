@@ -683,13 +683,19 @@ static void mp2_put(void *p, bfit_dtype dt, int64_t i, float v)
         ((uint16_t *)p)[i] = bfit_f32_to_bf16(v);
 }
 
-/* The reference: the index into x of output o's winner. */
+/* The reference: the index into x of output o's winner (padding never
+ * wins, the first maximum does, and the last NaN of the window). */
 static int64_t mp2_winner(const pool_case *c, bfit_dtype dt, const void *x, int64_t o)
 {
-    int64_t oh = c->ih / 2, ow = c->iw / 2, plane = o / (oh * ow), oy = o / ow % oh, ox = o % ow, best = -1;
-    for (int k = 0; k < 4; k++) {
-        int64_t xi = (plane * c->ih + 2 * oy + k / 2) * c->iw + 2 * ox + k % 2;
-        float v = mp2_get(x, dt, xi);
+    int64_t oh = (c->ih + 2 * c->ph - c->kh) / c->sh + 1, ow = (c->iw + 2 * c->pw - c->kw) / c->sw + 1;
+    int64_t plane = o / (oh * ow), oy = o / ow % oh, ox = o % ow, best = -1;
+    for (int k = 0; k < c->kh * c->kw; k++) {
+        int64_t iy = oy * c->sh - c->ph + k / c->kw, ix = ox * c->sw - c->pw + k % c->kw, xi;
+        float v;
+        if (iy < 0 || iy >= c->ih || ix < 0 || ix >= c->iw)
+            continue;
+        xi = (plane * c->ih + iy) * c->iw + ix;
+        v = mp2_get(x, dt, xi);
         if (best < 0 || v > mp2_get(x, dt, best) || isnan(v))
             best = xi;
     }
@@ -748,10 +754,12 @@ static void mp2_run(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[2]
 static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[2])
 {
     size_t es = bfit_dtype_size(dt);
-    int64_t ny = (int64_t)c->n * c->c * (c->ih / 2) * (c->iw / 2), nx = (int64_t)c->n * c->c * c->ih * c->iw;
+    bfit_op_desc pd = pool_desc(c, BFIT_OP_POOL_FWD, 1, 1);
+    int64_t ohw = pd.u.pool.oh * pd.u.pool.ow, ny = (int64_t)c->n * c->c * ohw, nx = (int64_t)c->n * c->c * c->ih * c->iw;
     tbuf x = tbuf_new(t, (size_t)nx * es), dy = tbuf_new(t, (size_t)ny * es);
     tbuf y = nanbuf(t, (size_t)ny * es), y2 = nanbuf(t, (size_t)ny * es), dx = nanbuf(t, (size_t)nx * es);
-    char *want = calloc((size_t)nx, es); /* dx: zero but at the winners */
+    char *want = calloc((size_t)nx, es);  /* dx: zero but at the winners */
+    float *sum = calloc((size_t)nx, 4);   /* their dy summed in f32 in the outputs' order (overlapping windows) */
 
     for (int64_t i = 0; i < nx; i++)
         mp2_put(x.h, dt, i, i % 97 == 5 ? NAN : (float)((int)((uint32_t)(i * 2654435761u) >> 7) % 7 - 3) * 0.5f);
@@ -760,14 +768,13 @@ static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[
     if (blk[0])
         mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 1);
     if (blk[1])
-        mp2_relayout(dy.h, es, c->n, c->c, (int64_t)(c->ih / 2) * (c->iw / 2), blk[1], 1);
+        mp2_relayout(dy.h, es, c->n, c->c, ohw, blk[1], 1);
     tbuf_up(t, &x), tbuf_up(t, &dy);
     mp2_run(t, c, dt, blk, &x, &dy, &y, &y2, &dx);
     if (blk[0]) /* the checks below read every buffer in nchw */
         mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 0),
             mp2_relayout(dx.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 0);
     if (blk[1]) {
-        int64_t ohw = (int64_t)(c->ih / 2) * (c->iw / 2);
         mp2_relayout(dy.h, es, c->n, c->c, ohw, blk[1], 0), mp2_relayout(y.h, es, c->n, c->c, ohw, blk[1], 0);
         mp2_relayout(y2.h, es, c->n, c->c, ohw, blk[1], 0);
     }
@@ -778,14 +785,17 @@ static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[
             fail_msg("maxpool2 %s %dx%dx%dx%d: y[%lld] = %g (eval %g), want x[%lld] = %g", bfit_dtype_name(dt), c->n,
                      c->c, c->ih, c->iw, (long long)o, mp2_get(y.h, dt, o), mp2_get(y2.h, dt, o), (long long)w,
                      mp2_get(x.h, dt, w));
-        memcpy(want + w * (int64_t)es, (const char *)dy.h + o * (int64_t)es, es);
+        sum[w] += mp2_get(dy.h, dt, o);
     }
+    for (int64_t i = 0; i < nx; i++)
+        mp2_put(want, dt, i, sum[i]);
     for (int64_t i = 0; i < nx; i++)
         if (memcmp((const char *)dx.h + i * (int64_t)es, want + i * (int64_t)es, es))
             fail_msg("maxpool2 %s %dx%dx%dx%d: dx[%lld] = %g, want %g", bfit_dtype_name(dt), c->n, c->c, c->ih, c->iw,
                      (long long)i, mp2_get(dx.h, dt, i), mp2_get(want, dt, i));
     FREEBUFS(t, &x, &dy, &y, &y2, &dx);
     free(want);
+    free(sum);
 }
 
 static void test_maxpool2(void **st)
@@ -794,6 +804,24 @@ static void test_maxpool2(void **st)
     for (size_t tc = 0; tc < sizeof mp2_cases / sizeof mp2_cases[0]; tc++) {
         mp2_check(*st, &mp2_cases[tc], BFIT_F32, plain);
         mp2_check(*st, &mp2_cases[tc], BFIT_BF16, plain);
+    }
+}
+
+/* Max pools of other windows, strides and paddings (cpu_maxpool_k.c), the
+ * same checks: NaNs, ties (x takes 7 values), windows that overlap (dx
+ * sums), padding on either side, ResNet's stem pool, rows long enough for
+ * its 8-wide loop (f32, strides 1 and 2) and their clipped ends. */
+static void test_maxpool_any(void **st)
+{
+    static const int plain[2] = {0, 0};
+    static const pool_case cases[] = {
+        {2, 3, 9, 11, 3, 3, 2, 2, 1, 1}, {1, 2, 7, 6, 3, 2, 1, 2, 1, 0}, {2, 4, 8, 8, 2, 2, 1, 1, 0, 0},
+        {1, 2, 5, 9, 5, 3, 2, 3, 2, 1},  {4, 64, 32, 32, 3, 3, 2, 2, 1, 1}, {2, 2, 6, 6, 6, 6, 1, 1, 0, 0},
+        {1, 3, 5, 21, 3, 3, 1, 1, 1, 1}, {2, 2, 7, 40, 3, 3, 2, 2, 0, 0}, /* 8 at a time: stride 1, 2, a tail */
+    };
+    for (size_t tc = 0; tc < sizeof cases / sizeof cases[0]; tc++) {
+        mp2_check(*st, &cases[tc], BFIT_F32, plain);
+        mp2_check(*st, &cases[tc], BFIT_BF16, plain);
     }
 }
 
@@ -1284,7 +1312,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_bf16),
         cmocka_unit_test(test_pool_rejects_bad_geometry),
-        cmocka_unit_test(test_maxpool2_blocked), cmocka_unit_test(test_maxpool2),
+        cmocka_unit_test(test_maxpool2_blocked), cmocka_unit_test(test_maxpool2), cmocka_unit_test(test_maxpool_any),
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),

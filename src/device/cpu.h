@@ -160,6 +160,7 @@ int bfit_cpu_conv_block(cpu_device *d, bfit_dtype t); /* the vt's layout_block: 
 int bfit_cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (bfit_cpu_pool_init asks) */
 int bfit_cpu_maxpool_blk_init(cpu_op *op);         /* its run with nChw8c/16c input (blk_src; maxpool2_init asks) */
+int bfit_cpu_maxpool_k_init(cpu_op *op, int *done); /* other max pools of our own on nchw (pool_init asks) */
 
 /* cpu_bf16.c: bf16 where oneDNN has no bf16 kernels. native: 1 when
  * oneDNN makes bf16 primitives on this CPU. compute_dt: the dtype oneDNN

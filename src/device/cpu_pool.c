@@ -1,5 +1,6 @@
-/* cpu_pool.c - 2-d max and average pooling on oneDNN, forward and backward,
- * plain nchw layout; 2x2 max pools of stride 2 are our own (cpu_maxpool.c).
+/* cpu_pool.c - 2-d average pooling on oneDNN, forward and backward, plain
+ * nchw layout; max pools are our own (2x2 of stride 2: cpu_maxpool.c;
+ * others: cpu_maxpool_k.c), but for windows of over 255 positions.
  *
  * Training max pooling keeps oneDNN's workspace (argmax indices) from forward
  * to backward: that is the op's `saved` buffer. Average pooling counts the
@@ -155,7 +156,8 @@ int bfit_cpu_pool_init(cpu_op *op)
         return rc;
     if (d->kind != BFIT_OP_POOL_FWD && d->kind != BFIT_OP_POOL_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu pool: op kind %d is not a pooling", (int)d->kind);
-    if ((rc = bfit_cpu_maxpool2_init(op, &own)) != BFIT_OK || own)
+    if ((rc = bfit_cpu_maxpool2_init(op, &own)) != BFIT_OK || own || (rc = bfit_cpu_maxpool_k_init(op, &own)) != BFIT_OK ||
+        own)
         return rc;
     op->ws = 0;
     op->run = run;

@@ -1,0 +1,244 @@
+/* cpu_maxpool_k.c - max pooling of any window, stride and padding on plain
+ * nchw, f32 and bf16, forward and backward: our own loops (the 2x2/2
+ * unpadded pool is cpu_maxpool.c's).
+ *
+ * oneDNN 2.6 pools nchw with its `simple_nchw` kernel, one output at a time
+ * through its generic index arithmetic: ResNet's stem pool (3x3, stride 2,
+ * padding 1) took 28 ms forward and 6-9 ms backward on 32x64x32x32 with 2
+ * AVX2 threads, a twelfth of a resnet18 step at 64x64. Here a row of
+ * outputs reads its window's input rows directly.
+ *
+ * The rules are cpu_maxpool.c's and PyTorch's: padding never wins (it is
+ * -inf), the first maximum wins, a NaN wins (the last one in the window's
+ * row-major order), and the maximum is copied bits and all. The saved
+ * indices are one byte per output, the winner's row-major position in the
+ * window (ky kw + kx), as oneDNN keeps them for windows under 256
+ * positions, so the plan is unchanged. Backward adds each dy at its
+ * winner in the outputs' row-major order (overlapping windows sum); for
+ * bf16 each input gathers the same sum in f32, rounded once. */
+#include "base/err.h"
+#include "base/par.h"
+#include "device/cpu.h"
+#include "device/half.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct mpk {
+    int64_t planes, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw;
+} mpk;
+
+static mpk geom(const bfit_op_desc *d)
+{
+    mpk g = {d->u.pool.n * d->u.pool.c, d->u.pool.ih, d->u.pool.iw, d->u.pool.oh, d->u.pool.ow, d->u.pool.kh,
+             d->u.pool.kw, d->u.pool.sh, d->u.pool.sw, d->u.pool.ph, d->u.pool.pw};
+    return g;
+}
+
+static inline float ld(const void *p, int bf16, int64_t i)
+{
+    return bf16 ? bfit_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Output row oy of plane p: y (and its index bytes ix, NULL in eval);
+ * inlined with bf16 a constant, so each dtype's loop loads plainly. */
+static inline __attribute__((always_inline)) void fwd_span(const mpk *g, int bf16, const void *x, void *y,
+                                                           uint8_t *ix, int64_t p, int64_t oy, int64_t from,
+                                                           int64_t to)
+{
+    int64_t y0 = oy * g->sh - g->ph, ky0 = y0 < 0 ? -y0 : 0, ky1 = y0 + g->kh > g->ih ? g->ih - y0 : g->kh;
+    int64_t in = p * g->ih * g->iw, out = (p * g->oh + oy) * g->ow;
+
+    for (int64_t ox = from; ox < to; ox++) {
+        int64_t x0 = ox * g->sw - g->pw, kx0 = x0 < 0 ? -x0 : 0, kx1 = x0 + g->kw > g->iw ? g->iw - x0 : g->kw;
+        int64_t best_at = in + (y0 + ky0) * g->iw + x0 + kx0, best_k = ky0 * g->kw + kx0;
+        float best = ld(x, bf16, best_at);
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            int64_t row = in + (y0 + ky) * g->iw + x0;
+            for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++) {
+                float v = ld(x, bf16, row + kx);
+                if (v > best || isnan(v)) {
+                    best = v;
+                    best_at = row + kx;
+                    best_k = ky * g->kw + kx;
+                }
+            }
+        }
+        if (bf16)
+            ((uint16_t *)y)[out + ox] = ((const uint16_t *)x)[best_at];
+        else
+            ((float *)y)[out + ox] = ((const float *)x)[best_at];
+        if (ix)
+            ix[out + ox] = (uint8_t)best_k;
+    }
+}
+
+/* 8 f32 of x from p at stride s (1 or 2); no element read past the 8th's */
+static inline __m256 ld8s(const float *p, int64_t s)
+{
+    const __m256i seven = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, -1, 0);
+    __m256 lo, hi;
+    if (s == 1)
+        return _mm256_loadu_ps(p);
+    lo = _mm256_loadu_ps(p);
+    hi = _mm256_maskload_ps(p + 8, seven); /* p[15] is not the 8th's: it may be past the tensor */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                                                  _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* f32, stride 1 or 2: outputs [from, to) whose windows lie inside the row,
+ * 8 at a time, to what the scalar loop gives (the same comparisons in the
+ * same order, lane by lane); returns where it stopped (from, when fewer
+ * than 8). */
+static int64_t fwd_span8_f32(const mpk *g, const float *x, float *y, uint8_t *ix, int64_t p, int64_t oy,
+                             int64_t from, int64_t to)
+{
+    int64_t y0 = oy * g->sh - g->ph, ky0 = y0 < 0 ? -y0 : 0, ky1 = y0 + g->kh > g->ih ? g->ih - y0 : g->kh;
+    const float *in = x + p * g->ih * g->iw;
+    int64_t out = (p * g->oh + oy) * g->ow, ox = from;
+
+    if (to - from < 8)
+        return from;
+    for (;;) {
+        const float *at = in + (y0 + ky0) * g->iw + ox * g->sw - g->pw;
+        __m256 best = ld8s(at, g->sw);
+        __m256i idx = _mm256_set1_epi32((int)(ky0 * g->kw));
+        __m128i b16;
+        for (int64_t ky = ky0; ky < ky1; ky++)
+            for (int64_t kx = ky == ky0; kx < g->kw; kx++) {
+                __m256 v = ld8s(in + (y0 + ky) * g->iw + ox * g->sw - g->pw + kx, g->sw);
+                __m256 m = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+                best = _mm256_blendv_ps(best, v, m);
+                idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(idx),
+                                                           _mm256_castsi256_ps(_mm256_set1_epi32((int)(ky * g->kw + kx))), m));
+            }
+        _mm256_storeu_ps(y + out + ox, best);
+        if (ix) {
+            b16 = _mm_packs_epi32(_mm256_castsi256_si128(idx), _mm256_extracti128_si256(idx, 1));
+            _mm_storel_epi64((__m128i *)(ix + out + ox), _mm_packus_epi16(b16, b16));
+        }
+        if (ox + 8 == to)
+            return to;
+        /* the last 8 end at `to`, overlapping those before: each lane is its own output, written alike twice */
+        ox = ox + 16 <= to ? ox + 8 : to - 8;
+    }
+}
+
+static void fwd_row_f32(const mpk *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    /* the outputs whose windows need no clipping of columns: x0 >= 0 and x0 + kw <= iw */
+    int64_t lo = (g->pw + g->sw - 1) / g->sw, hi = g->iw + g->pw >= g->kw ? (g->iw + g->pw - g->kw) / g->sw + 1 : 0;
+    hi = hi < g->ow ? hi : g->ow;
+    if (g->sw > 2 || lo >= hi) {
+        fwd_span(g, 0, x, y, ix, p, oy, 0, g->ow);
+        return;
+    }
+    fwd_span(g, 0, x, y, ix, p, oy, 0, lo);
+    lo = fwd_span8_f32(g, x, y, ix, p, oy, lo, hi);
+    fwd_span(g, 0, x, y, ix, p, oy, lo, g->ow);
+}
+
+static void fwd_row_bf16(const mpk *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    fwd_span(g, 1, x, y, ix, p, oy, 0, g->ow);
+}
+
+/* f32: plane p of dx zeroed, then each output's dy added at its winner, in
+ * the outputs' row-major order. */
+static void bwd_plane_f32(const mpk *g, const float *dy, float *dx, const uint8_t *ix, int64_t p)
+{
+    float *d = dx + p * g->ih * g->iw;
+    int64_t o = p * g->oh * g->ow;
+
+    memset(d, 0, (size_t)(g->ih * g->iw) * sizeof *d);
+    for (int64_t oy = 0; oy < g->oh; oy++)
+        for (int64_t ox = 0; ox < g->ow; ox++, o++) {
+            int k = ix[o];
+            d[(oy * g->sh - g->ph + k / g->kw) * g->iw + ox * g->sw - g->pw + k % g->kw] += dy[o];
+        }
+}
+
+/* The outputs o0 <= o < o1 whose windows (kernel k, stride s, padding pad)
+ * hold input position i, clipped to [0, on). */
+static void windows_of(int64_t i, int64_t k, int64_t s, int64_t pad, int64_t on, int64_t *o0, int64_t *o1)
+{
+    int64_t lo = i + pad - k + 1, hi = (i + pad) / s + 1; /* o s - pad <= i < o s - pad + k */
+    lo = lo <= 0 ? 0 : (lo + s - 1) / s;
+    *o0 = lo;
+    *o1 = hi < on ? hi : on;
+}
+
+/* bf16: input row iy of plane p, each dx the sum in f32 of dy over the
+ * windows it won (the same order), rounded once. */
+static void bwd_row_bf16(const mpk *g, const uint16_t *dy, uint16_t *dx, const uint8_t *ix, int64_t p, int64_t iy)
+{
+    int64_t oy0, oy1, in = (p * g->ih + iy) * g->iw, out = p * g->oh * g->ow;
+
+    windows_of(iy, g->kh, g->sh, g->ph, g->oh, &oy0, &oy1);
+    for (int64_t jx = 0; jx < g->iw; jx++) {
+        int64_t ox0, ox1;
+        float s = 0;
+        windows_of(jx, g->kw, g->sw, g->pw, g->ow, &ox0, &ox1);
+        for (int64_t oy = oy0; oy < oy1; oy++)
+            for (int64_t ox = ox0; ox < ox1; ox++) {
+                int64_t o = out + oy * g->ow + ox, k = (iy - (oy * g->sh - g->ph)) * g->kw + jx - (ox * g->sw - g->pw);
+                if (ix[o] == k)
+                    s += bfit_bf16_to_f32(dy[o]);
+            }
+        dx[in + jx] = bfit_f32_to_bf16(s);
+    }
+}
+
+static int run_fwd(cpu_op *op, const bfit_op_args *a)
+{
+    mpk g = geom(&op->base.desc);
+    void (*row)(const mpk *, const void *, void *, uint8_t *, int64_t, int64_t) =
+        op->base.desc.dtype == BFIT_BF16 ? fwd_row_bf16 : fwd_row_f32;
+    uint8_t *ix = op->saved ? a->saved : NULL;
+    int64_t rows = g.planes * g.oh;
+
+    if (!a->src || !a->dst || (op->saved && !ix))
+        return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
+    BFIT_PAR_FOR_IF(rows * g.ow * g.kh * g.kw > BFIT_PAR_MIN / 4,
+                    for (int64_t r = 0; r < rows; r++) row(&g, a->src, a->dst, ix, r / g.oh, r % g.oh););
+    return BFIT_OK;
+}
+
+static int run_bwd(cpu_op *op, const bfit_op_args *a)
+{
+    mpk g = geom(&op->base.desc);
+    int64_t rows = g.planes * g.ih;
+
+    if (!a->diff_dst || !a->diff_src || !a->saved)
+        return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
+    if (op->base.desc.dtype == BFIT_F32)
+        BFIT_PAR_FOR_IF(g.planes * g.ih * g.iw > BFIT_PAR_MIN / 4,
+                        for (int64_t p = 0; p < g.planes; p++)
+                            bwd_plane_f32(&g, a->diff_dst, a->diff_src, a->saved, p););
+    else
+        BFIT_PAR_FOR_IF(rows * g.iw * g.kh * g.kw > BFIT_PAR_MIN / 4,
+                        for (int64_t r = 0; r < rows; r++)
+                            bwd_row_bf16(&g, a->diff_dst, a->diff_src, a->saved, r / g.ih, r % g.ih););
+    return BFIT_OK;
+}
+
+/* Take the op if it is a max pool of f32 or bf16 in nchw whose window has
+ * at most 255 positions (*done = 1); the caller has checked the geometry
+ * (a window always holds an input: padding below the kernel). */
+int bfit_cpu_maxpool_k_init(cpu_op *op, int *done)
+{
+    const bfit_op_desc *d = &op->base.desc;
+
+    *done = d->u.pool.max && !d->u.pool.blk_src && !d->u.pool.blk_dst && d->u.pool.kh * d->u.pool.kw <= 255 &&
+            (d->dtype == BFIT_F32 || d->dtype == BFIT_BF16);
+    if (!*done)
+        return BFIT_OK;
+    op->ws = 0;
+    op->saved = d->kind == BFIT_OP_POOL_BWD || d->u.pool.training
+                    ? (size_t)(d->u.pool.n * d->u.pool.c * d->u.pool.oh * d->u.pool.ow)
+                    : 0;
+    op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
+    return BFIT_OK;
+}
