@@ -14,6 +14,8 @@
 #include <batchfit.h>
 #include <math.h>
 
+#include "tfiles.h"
+
 static bfit_config *cfg(void)
 {
     bfit_config *c = bfit_config_new();
@@ -278,6 +280,34 @@ static void test_train_loss_mid_epoch(void **state)
     bfit_config_free(c);
 }
 
+/* bfit_profile's FLOPs per sample (bench/'s share of the matmul limit) on
+ * tests/fixtures/se-mini.onnx (se_mini.py), counted by hand in MACs: the
+ * first conv 1->16 3x3 on 16x16 (36,864; forward and weight gradient), the
+ * depthwise conv 16 groups 3x3 (36,864, not the 589,824 of a dense one),
+ * the 1x1 conv 16->24 (98,304), the gates' four 1x1 convs on 1x1 (64 each)
+ * and the linear 24->10 (240), the others with their input gradient:
+ * 4 x 36,864 + 6 x 135,664. */
+static void test_profile_flops_grouped(void **st)
+{
+    bfit_config *c = bfit_config_new();
+    bfit_result *res = NULL;
+    char model[4096];
+    (void)st;
+    assert_non_null(c);
+    src_path(model, sizeof model, "tests/fixtures/se-mini.onnx");
+    assert_int_equal(bfit_config_set(c, "model", model), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "batch", "2"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "repeats", "1"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "warmup", "1"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "rep-seconds", "0.01"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "device", "cpu"), BFIT_OK);
+    if (bfit_profile(c, &res) != BFIT_OK)
+        fail_msg("profile: %s", bfit_errmsg());
+    assert_true(bfit_result_number(res, "flops_per_sample") == 4.0 * 36864 + 6.0 * 135664);
+    bfit_result_free(res);
+    bfit_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_check_per_command), cmocka_unit_test(test_copy),
         cmocka_unit_test(test_option_list), cmocka_unit_test(test_auto_with_defaults),
         cmocka_unit_test(test_train_result_unmeasured), cmocka_unit_test(test_train_loss_mid_epoch),
+        cmocka_unit_test(test_profile_flops_grouped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

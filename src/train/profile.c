@@ -85,8 +85,9 @@ static double step_flops_per_sample(const bfit_model *M)
         double macs;
         if (l->cfg.kind == BFIT_L_LINEAR)
             macs = (double)l->in[0].c * l->cfg.units;
-        else if (l->cfg.kind == BFIT_L_CONV)
-            macs = (double)l->cfg.units * l->in[0].c * l->cfg.kh * l->cfg.kw * l->out.h * l->out.w;
+        else if (l->cfg.kind == BFIT_L_CONV) /* a group's outputs see its share of the inputs */
+            macs = (double)l->cfg.units * l->in[0].c / (l->cfg.groups > 1 ? l->cfg.groups : 1) * l->cfg.kh *
+                   l->cfg.kw * l->out.h * l->out.w;
         else
             continue;
         f += (first ? 4.0 : 6.0) * macs;
