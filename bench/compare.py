@@ -130,10 +130,29 @@ def check_blas(r, name, dirs):
     return loaded[0]
 
 
+def model_specs(model, a):
+    """The model each side runs: a spec in models/ for both, or for
+    onnx:NAME torchvision's NAME (tests/onnx/export.py: 64x64, 10 classes),
+    exported to ONNX for batchfit (once; the export is cached) and built as
+    the module itself for PyTorch."""
+    if not model.startswith("onnx:"):
+        spec = os.path.join(ROOT, "models", model + ".cfg")
+        return spec, spec
+    name = model[5:]
+    out = a.onnx_dir or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.bench))), "onnx")
+    os.makedirs(out, exist_ok=True)
+    p = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "onnx", "export.py"), out, name],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"compare.py: exporting {name} (tests/onnx/export.py) failed:\n{p.stdout}{p.stderr}")
+    return os.path.join(out, name + ".onnx"), model
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", required=True, help="the bfit_bench program")
-    ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--models", default="mlp,cnn",
+                    help="specs in models/ (mlp, cnn, gpt-nano, ...) or onnx:NAME, torchvision's NAME exported")
     ap.add_argument("--batches", default="32,128,512")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--pairs", type=int, default=3, help="processes per side and configuration")
@@ -145,6 +164,8 @@ def main():
     ap.add_argument("--retries", type=int, default=3, help="reruns allowed per measurement")
     ap.add_argument("--before", help="another bfit_bench (an older build) to run as a further side, "
                     "for before/after numbers taken under the same conditions")
+    ap.add_argument("--onnx-dir", help="where onnx:NAME models are exported (default: onnx/ beside the "
+                    "bfit_bench's build)")
     ap.add_argument("--peer-blas", default=default_peer_blas(),
                     help="NAME=DIR[:DIR],...: a PyTorch side per BLAS, with DIR first on its LD_LIBRARY_PATH "
                     "(default: the reference BLAS and OpenBLAS)")
@@ -184,13 +205,13 @@ def main():
     rows, blas_seen = [], {}
     torch_sides = ["torch:" + n for n, _ in peers]
     for model in a.models.split(","):
-        spec = os.path.join(ROOT, "models", model + ".cfg")
+        spec, peer_spec = model_specs(model, a)
         for batch in map(int, a.batches.split(",")):
-            common = [spec, str(batch), str(a.reps), str(a.warmup), str(a.threads), str(a.rep_seconds)]
-            progs = {"batchfit": ([a.bench, "step", *common], env),
-                     "before": ([a.before or "", "step", *common], env)}
+            common = [str(batch), str(a.reps), str(a.warmup), str(a.threads), str(a.rep_seconds)]
+            progs = {"batchfit": ([a.bench, "step", spec, *common], env),
+                     "before": ([a.before or "", "step", spec, *common], env)}
             for (name, dirs), side in zip(peers, torch_sides):
-                progs[side] = (["/usr/bin/python3", os.path.join(HERE, "torch_peer.py"), *common],
+                progs[side] = (["/usr/bin/python3", os.path.join(HERE, "torch_peer.py"), peer_spec, *common],
                                peer_env(env, dirs, a.threads))
             sides = ["batchfit", *torch_sides] + (["before"] if a.before else [])
             res = {k: [] for k in sides}

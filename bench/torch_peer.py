@@ -4,12 +4,13 @@
 Builds the nn.Sequential equivalent of a batchfit model spec (the subset the
 shipped models use: input, conv, relu (sigmoid, silu, tanh), maxpool, avgpool, flatten, linear,
 dropout; and for token models such as models/gpt-nano.cfg: input tokens=T,
-embed, residual blocks, layernorm, attention, gelu, a tied linear head),
-trains it on synthetic data (random ids for a token model, the loss per
+embed, residual blocks, layernorm, attention, gelu, a tied linear head), or
+for onnx:NAME torchvision's NAME as tests/onnx/export.py builds and exports
+it for batchfit's side (64x64, 10 classes), trains it on synthetic data (random ids for a token model, the loss per
 token) with SGD momentum 0.9 and cross-entropy, and prints one key=value
 line like bench_step.c:
 
-    torch_peer.py MODEL.cfg BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]
+    torch_peer.py MODEL.cfg|onnx:NAME BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]
 
 A step is zero_grad, forward, loss, backward, optimizer step. WARMUP steps
 (default 3) are not timed; the last of them sets how many steps a timed rep
@@ -189,6 +190,15 @@ def build(path):
     return nn.Sequential(*layers), shape, c
 
 
+def build_onnx_twin(name):
+    """torchvision's NAME as tests/onnx/export.py builds (and exports) it for
+    batchfit's side: the module itself, its input shape and classes."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "onnx"))
+    import export
+    model, size = export.build(name)
+    return model.train(), (3, size, size), export.CLASSES
+
+
 def loaded_blas():
     """The BLAS (and LAPACK) library files mapped into this process."""
     found = []
@@ -204,14 +214,14 @@ def loaded_blas():
 
 def main():
     if len(sys.argv) < 3:
-        sys.exit("usage: torch_peer.py MODEL.cfg BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]")
+        sys.exit("usage: torch_peer.py MODEL.cfg|onnx:NAME BATCH [REPS [WARMUP [THREADS [REP_SECONDS]]]]")
     a = sys.argv + [None] * 6
     path, batch = a[1], int(a[2])
     reps, warmup = int(a[3] or 5), int(a[4] or 3)
     threads, rep_s = int(a[5] or 2), float(a[6] or 0.5)
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    model, shape, classes = build(path)
+    model, shape, classes = build_onnx_twin(path[5:]) if path.startswith("onnx:") else build(path)
     tokens = len(shape) == 1
     if tokens:  # ids in, a label per token
         x = torch.randint(0, classes, (batch, *shape))
