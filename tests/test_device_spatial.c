@@ -113,22 +113,30 @@ static void run(tdev *t, bfit_op *op, bfit_op_args *a)
 /* ---------------------------------------------------------------- conv */
 
 typedef struct conv_case {
-    int n, ic, ih, iw, oc, kh, kw, sh, sw, ph, pw, bias;
+    int n, ic, ih, iw, oc, kh, kw, sh, sw, ph, pw, bias, groups; /* groups 0: dense */
 } conv_case;
 
 static const conv_case conv_cases[] = {
-    {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1},  /* everything 1 */
-    {2, 3, 7, 5, 4, 3, 2, 1, 1, 1, 0, 1},  /* non-square input and kernel, padding in h */
-    {3, 2, 8, 7, 5, 3, 3, 2, 2, 1, 1, 0},  /* stride 2, no bias */
-    {7, 3, 9, 6, 2, 5, 1, 2, 1, 2, 0, 1},  /* m = 7, tall kernel, mixed strides */
-    {1, 4, 8, 8, 3, 3, 3, 2, 2, 0, 0, 1},  /* (8-3)/2 rounds down: floor rule */
-    {2, 5, 6, 9, 7, 1, 4, 1, 2, 0, 2, 1},  /* wide kernel, padding in w */
-    {4, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1}, /* a real layer's size: threaded, blocked paths */
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 0},  /* everything 1 */
+    {2, 3, 7, 5, 4, 3, 2, 1, 1, 1, 0, 1, 0},  /* non-square input and kernel, padding in h */
+    {3, 2, 8, 7, 5, 3, 3, 2, 2, 1, 1, 0, 0},  /* stride 2, no bias */
+    {7, 3, 9, 6, 2, 5, 1, 2, 1, 2, 0, 1, 0},  /* m = 7, tall kernel, mixed strides */
+    {1, 4, 8, 8, 3, 3, 3, 2, 2, 0, 0, 1, 0},  /* (8-3)/2 rounds down: floor rule */
+    {2, 5, 6, 9, 7, 1, 4, 1, 2, 0, 2, 1, 0},  /* wide kernel, padding in w */
+    {4, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 0}, /* a real layer's size: threaded, blocked paths */
     /* 8 MiB of image per sample: past the 32 MiB of blocked copies, so it runs
      * in chunks of 8 samples and a remainder of 3, the weight gradient summed
      * over the chunks (and from zero without accumulate) */
-    {11, 16, 181, 181, 16, 1, 1, 1, 1, 0, 0, 1},
-    {11, 16, 181, 181, 16, 1, 1, 1, 1, 0, 0, 0},
+    {11, 16, 181, 181, 16, 1, 1, 1, 1, 0, 0, 1, 0},
+    {11, 16, 181, 181, 16, 1, 1, 1, 1, 0, 0, 0, 0},
+    /* depthwise (groups = channels), whose weight gradient is our own where
+     * oneDNN would take its gemm fallback: EfficientNet's 5x5 on a 2x2 map,
+     * 5x5 of stride 2, 3x3 on 2x2 with a bias; and one oneDNN keeps */
+    {4, 24, 2, 2, 24, 5, 5, 1, 1, 2, 2, 0, 24},
+    {3, 16, 9, 8, 16, 5, 5, 2, 2, 2, 2, 1, 16},
+    {2, 8, 2, 2, 8, 3, 3, 1, 1, 1, 1, 1, 8},
+    {2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 0, 16},
+    {2, 6, 5, 7, 4, 3, 3, 1, 1, 1, 1, 1, 2}, /* 2 groups of 3 in, 2 out */
 };
 
 static bfit_op_desc conv_desc(const conv_case *c, bfit_op_kind kind, int acc)
@@ -140,6 +148,7 @@ static bfit_op_desc conv_desc(const conv_case *c, bfit_op_kind kind, int acc)
     d.u.conv.oh = (c->ih + 2 * c->ph - c->kh) / c->sh + 1;
     d.u.conv.ow = (c->iw + 2 * c->pw - c->kw) / c->sw + 1;
     d.u.conv.bias = c->bias;
+    d.u.conv.groups = c->groups;
     return d;
 }
 
@@ -154,8 +163,9 @@ static void conv_reference(const conv_case *c, const float *x, const float *w, c
                            conv_ref *r)
 {
     int oh = (c->ih + 2 * c->ph - c->kh) / c->sh + 1, ow = (c->iw + 2 * c->pw - c->kw) / c->sw + 1;
+    int ng = c->groups > 1 ? c->groups : 1, gi = c->ic / ng; /* a group's input channels */
     int64_t ny = (int64_t)c->n * c->oc * oh * ow, nx = (int64_t)c->n * c->ic * c->ih * c->iw;
-    int64_t nw = (int64_t)c->oc * c->ic * c->kh * c->kw;
+    int64_t nw = (int64_t)c->oc * gi * c->kh * c->kw;
 
     r->y = calloc((size_t)ny, 8), r->ym = calloc((size_t)ny, 8);
     r->dx = calloc((size_t)nx, 8), r->dxm = calloc((size_t)nx, 8);
@@ -173,15 +183,15 @@ static void conv_reference(const conv_case *c, const float *x, const float *w, c
                     }
                     r->db[o] += g;
                     r->dbm[o] += fabs(g);
-                    for (int i = 0; i < c->ic; i++)
+                    for (int i = 0; i < gi; i++)
                         for (int ky = 0; ky < c->kh; ky++)
                             for (int kx = 0; kx < c->kw; kx++) {
                                 int iy = y * c->sh - c->ph + ky, ix = xx * c->sw - c->pw + kx;
                                 int64_t xi, wi;
                                 if (iy < 0 || iy >= c->ih || ix < 0 || ix >= c->iw)
                                     continue; /* zero padding */
-                                xi = (((int64_t)n * c->ic + i) * c->ih + iy) * c->iw + ix;
-                                wi = (((int64_t)o * c->ic + i) * c->kh + ky) * c->kw + kx;
+                                xi = (((int64_t)n * c->ic + o / (c->oc / ng) * gi + i) * c->ih + iy) * c->iw + ix;
+                                wi = (((int64_t)o * gi + i) * c->kh + ky) * c->kw + kx;
                                 r->y[yi] += (double)x[xi] * w[wi];
                                 r->ym[yi] += fabs((double)x[xi] * w[wi]);
                                 r->dx[xi] += g * w[wi];
@@ -208,7 +218,8 @@ static void conv_check_fwd_data(tdev *t, size_t tc, const conv_case *c, conv_buf
                                 double *worst)
 {
     bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
-    int64_t kfwd = (int64_t)c->ic * c->kh * c->kw + 1, kdx = (int64_t)c->oc * c->kh * c->kw;
+    int g = c->groups > 1 ? c->groups : 1; /* terms: a group's channels */
+    int64_t kfwd = (int64_t)c->ic / g * c->kh * c->kw + 1, kdx = (int64_t)c->oc / g * c->kh * c->kw;
     const float *y = TB_F(k->y), *dx = TB_F(k->dx);
     bfit_op *op = mkop(t, &fd);
     bfit_op_args a;
@@ -300,7 +311,8 @@ static void test_conv(void **st)
         conv_ref r;
 
         k.ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow;
-        k.nx = (int64_t)c->n * c->ic * c->ih * c->iw, k.nw = (int64_t)c->oc * c->ic * c->kh * c->kw;
+        k.nx = (int64_t)c->n * c->ic * c->ih * c->iw;
+        k.nw = (int64_t)c->oc * (c->ic / (c->groups > 1 ? c->groups : 1)) * c->kh * c->kw;
         k.x = randbuf(t, k.nx, 10 + tc), k.w = randbuf(t, k.nw, 20 + tc), k.b = randbuf(t, c->oc, 30 + tc);
         k.dy = randbuf(t, k.ny, 40 + tc), k.g0w = randbuf(t, k.nw, 50 + tc), k.g0b = randbuf(t, c->oc, 60 + tc);
         k.y = nanbuf(t, (size_t)k.ny * 4), k.dx = nanbuf(t, (size_t)k.nx * 4);
@@ -324,10 +336,10 @@ static void test_conv(void **st)
  * of 196 (a 16-column tail of 4), 35 and 12 (tails only), 64 (no tail);
  * channels of 16, 32, 48, and 3 (no own transpose on that side). */
 static const conv_case conv16_cases[] = {
-    {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1},
-    {2, 32, 5, 7, 16, 3, 3, 2, 2, 1, 1, 0},
-    {2, 3, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1},
-    {4, 48, 6, 6, 16, 1, 1, 1, 1, 0, 0, 1},
+    {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 0},
+    {2, 32, 5, 7, 16, 3, 3, 2, 2, 1, 1, 0, 0},
+    {2, 3, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 0},
+    {4, 48, 6, 6, 16, 1, 1, 1, 1, 0, 0, 1, 0},
 };
 
 /* n values uniform in [-1, 1) rounded to bf16: f (float, for the reference)
@@ -411,7 +423,7 @@ static void test_conv_bf16(void **st)
 static void test_conv_rejects_bad_geometry(void **st)
 {
     tdev *t = *st;
-    conv_case c = {2, 3, 7, 5, 4, 3, 2, 1, 1, 1, 0, 1};
+    conv_case c = {2, 3, 7, 5, 4, 3, 2, 1, 1, 1, 0, 1, 0};
     bfit_op_desc d = conv_desc(&c, BFIT_OP_CONV_FWD, 0);
     bfit_op *op = NULL;
 
