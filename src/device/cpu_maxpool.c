@@ -379,6 +379,13 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+size_t bfit_cpu_maxpool_saved(const bfit_op_desc *d)
+{
+    return d->kind == BFIT_OP_POOL_BWD || d->u.pool.training
+               ? (size_t)(d->u.pool.n * d->u.pool.c * d->u.pool.oh * d->u.pool.ow)
+               : 0;
+}
+
 /* Take the op if it is a 2x2/2 unpadded max pool of f32 or bf16 (*done = 1). */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done)
 {
@@ -391,9 +398,7 @@ int bfit_cpu_maxpool2_init(cpu_op *op, int *done)
     if (!*done)
         return BFIT_OK;
     op->ws = 0;
-    op->saved = d->kind == BFIT_OP_POOL_BWD || d->u.pool.training
-                    ? (size_t)(d->u.pool.n * d->u.pool.c * d->u.pool.oh * d->u.pool.ow)
-                    : 0;
+    op->saved = bfit_cpu_maxpool_saved(d);
     if (d->u.pool.blk_src || d->u.pool.blk_dst) /* nChw8c/16c: the same sizes, cpu_maxpool_blk.c's loops */
         return bfit_cpu_maxpool_blk_init(op);
     op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;

@@ -236,9 +236,7 @@ int bfit_cpu_maxpool_k_init(cpu_op *op, int *done)
     if (!*done)
         return BFIT_OK;
     op->ws = 0;
-    op->saved = d->kind == BFIT_OP_POOL_BWD || d->u.pool.training
-                    ? (size_t)(d->u.pool.n * d->u.pool.c * d->u.pool.oh * d->u.pool.ow)
-                    : 0;
+    op->saved = bfit_cpu_maxpool_saved(d);
     op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
     return BFIT_OK;
 }
