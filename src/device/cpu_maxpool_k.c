@@ -42,8 +42,9 @@ static inline float ld(const void *p, int bf16, int64_t i)
     return bf16 ? bfit_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-/* Output row oy of plane p: y (and its index bytes ix, NULL in eval);
- * inlined with bf16 a constant, so each dtype's loop loads plainly. */
+/* Outputs [from, to) of row oy of plane p: y (and their index bytes ix,
+ * NULL in eval); inlined with bf16 a constant, so each dtype's loop loads
+ * plainly. */
 static inline __attribute__((always_inline)) void fwd_span(const mpk *g, int bf16, const void *x, void *y,
                                                            uint8_t *ix, int64_t p, int64_t oy, int64_t from,
                                                            int64_t to)
