@@ -137,6 +137,11 @@ static const conv_case conv_cases[] = {
     {2, 8, 2, 2, 8, 3, 3, 1, 1, 1, 1, 1, 8},
     {2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 0, 16},
     {2, 6, 5, 7, 4, 3, 3, 1, 1, 1, 1, 1, 2}, /* 2 groups of 3 in, 2 out */
+    /* one input channel, whose weight gradient is our own where oneDNN would
+     * pad it to a block (cpu_conv_c1.c): 3x3 with a bias and padding, 5x5 of
+     * stride 2 without */
+    {3, 1, 9, 11, 16, 3, 3, 1, 1, 1, 1, 1, 0},
+    {2, 1, 12, 10, 8, 5, 5, 2, 2, 2, 2, 0, 0},
 };
 
 static bfit_op_desc conv_desc(const conv_case *c, bfit_op_kind kind, int acc)

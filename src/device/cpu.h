@@ -157,6 +157,10 @@ void bfit_cpu_coll_close(bfit_device *d, void *state);
 int bfit_cpu_matmul_init(cpu_op *op);   /* MATMUL */
 int bfit_cpu_conv_init(cpu_op *op);     /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS */
 int bfit_cpu_conv_block(cpu_device *d, bfit_dtype t); /* the vt's layout_block: oneDNN's choice here */
+/* cpu_conv_c1.c: 1 when it takes op (sets op->run): the f32 weight gradient
+ * of a one-channel input (channels out a multiple of 8), where oneDNN chose
+ * a source layout other than the plain one (padding the channel to a block) */
+int bfit_cpu_conv_c1_take(cpu_op *op, const dnnl_memory_desc_t *plain_src, const dnnl_memory_desc_t *chosen_src);
 int bfit_cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (bfit_cpu_pool_init asks) */
 int bfit_cpu_maxpool_blk_init(cpu_op *op);         /* its run with nChw8c/16c input (blk_src; maxpool2_init asks) */

@@ -554,6 +554,8 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
             op->run = run_dw_bwd_weights;
             return BFIT_OK;
         }
+        if (bfit_cpu_conv_c1_take(op, &md->src, qmd(op->pd[P_BWD], dnnl_query_src_md, 0)))
+            return BFIT_OK; /* one input channel that oneDNN would pad to a block: cpu_conv_c1.c */
         *scratch = *scratch > bw_ws ? *scratch : bw_ws;
         pd = op->pd[P_BWD];
         if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
