@@ -10,7 +10,7 @@
 #   build     configure with CUDA (sm_90 and compute_80 PTX) and build; the GPU and driver
 #   test      the cuda label (test_cuda_ops on the GPU), then the whole suite (the CLI's
 #             tests take the GPU through --device auto, except cli_find, cli_plan and
-#             cli_train, whose figures are the CPU's: CTest hides the GPU from them)
+#             cli_train(_more), whose figures are the CPU's: CTest hides the GPU from them)
 #   plan      planned peak = the arena's measured peak, to the byte, for cnn, resnet18,
 #             resnet50 at several micro-batches, f32 and bf16
 #   cotenant  a second process takes and gives back GPU memory while a run trains: the

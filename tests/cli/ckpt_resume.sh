@@ -18,27 +18,7 @@ set -u
 bf=$1
 src=$2
 py=${3:-/usr/bin/python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-passes=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-pass() { passes=$((passes + 1)); }
-
-# expect CODE PATTERN CMD...: exit code and a pattern in stdout+stderr
-expect() {
-  local code=$1 pat=$2 out rc
-  shift 2
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pat" <<<"$out"; then
-    fail "$* -> exit $rc (want $code), output:"
-    echo "$out" | head -5
-    echo "  (wanted /$pat/)"
-  else
-    pass
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 
 records() {
   grep '"event":"step"' "$1" | sed -E 's/"time":[0-9.]+,//; s/"mem":[0-9]+,"capacity":[0-9]+,//'
@@ -281,5 +261,4 @@ expect 0 "test accuracy .* \(2000 samples\)" "$bf" train --model "$m" --batch 25
 expect 0 "test accuracy .* \(1000 samples\)" "$bf" train --model "$src/models/cnn.cfg" --batch 128 --memory 24MiB \
   --epoch-samples 1280 --eval-samples 1000 --threads 2
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

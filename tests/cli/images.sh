@@ -8,26 +8,7 @@ set -u
 bf=$1
 src=$2
 py=${3:-/usr/bin/python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-passes=0
-
-expect() {
-  local code=$1 pat=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pat" <<<"$out"; then
-    echo "FAIL: $* -> exit $rc (want $code), output:"
-    echo "$out" | tail -5
-    echo "  (wanted /$pat/)"
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 
 gen="$py $src/scripts/img_folders.py"
 $gen fmnist "$tmp/fm" --per-class 30 --format jpg || exit 1
@@ -100,5 +81,4 @@ import json, sys
 assert 'loader' not in json.load(open(sys.argv[1]))
 print('no loader')" "$tmp/find_mem.json"
 
-echo "images CLI: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -1,31 +1,13 @@
 #!/usr/bin/env bash
 # train.sh BATCHFIT SRC - the train and eval commands: --help, exit codes and
 # error messages for bad input, a tiny real run whose weights eval reads back,
-# and no half-written weights file when a run fails.
+# and no half-written weights file when a run fails. train_more.sh holds the
+# longer runs (recomputation, a token model at bf16): two CTest tests, so
+# that each stays under a minute under the sanitizers.
 set -u
 bf=$1
 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-passes=0
-
-# expect CODE PATTERN CMD...: exit code and a stderr/stdout pattern
-expect() {
-  local code=$1 pat=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pat" <<<"$out"; then
-    echo "FAIL: $* -> exit $rc (want $code), output:"
-    echo "$out" | head -5
-    echo "  (wanted /$pat/)"
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 
 m=$src/models/mlp.cfg
 expect 0 "Commands:" "$bf" --help
@@ -194,57 +176,6 @@ printf 'input 2\nlinear 8\nrelu\nlinear 2\n' >"$tmp/big.cfg"
 expect 1 "--data: the loss became .* at step [0-9]+: the training data .*big.csv holds 3e\+38 .*whatever the learning rate: check the data, or normalise it" \
   "$bf" train --model "$tmp/big.cfg" --data "$tmp/big.csv" --no-normalize --batch 8 --max-steps 4
 
-# storage: recomputation regenerates exactly what the forward computed (batch
-# norm's running statistics moved once, dropout's mask redrawn the same), so
-# the weights are bit-identical to keeping everything; bad values are usage
-# errors
-rm_=$src/models/resnet-mini.cfg
-for r in none blocks sqrt auto; do
-  expect 0 "test accuracy" "$bf" train --model "$rm_" --recompute $r --memory 200MiB --epoch-samples 512 \
-    --eval-samples 100 --batch 64 --micro-batch 32 --max-steps 4 --seed 3 --threads 2 --save "$tmp/rc-$r.st"
-done
-for r in blocks sqrt auto; do
-  if cmp -s "$tmp/rc-none.st" "$tmp/rc-$r.st"; then passes=$((passes + 1)); else
-    echo "FAIL: --recompute $r gave other weights than none"; fails=$((fails + 1)); fi
-done
-expect 0 "storage: BF16 lean, recompute auto -> cuts: [0-9.]+% of a step's work is recomputed at micro-batch 32" \
-  "$bf" train --model "$rm_" --precision bf16 --recompute auto --memory 12MiB --epoch-samples 256 --eval-samples 100 \
-  --batch 32 --max-steps 2 --threads 2
-expect 2 "--precision: unknown precision 'f64' \(valid: f32, bf16, f16\)" "$bf" train --model "$m" --precision f64
-expect 2 "--recompute: unknown recomputation 'all' \(valid: none, blocks, sqrt, auto\)" "$bf" train --model "$m" \
-  --recompute all
-expect 1 "f16" "$bf" train --model "$m" --precision f16 --max-steps 1
-
-# a token model at bf16 (attention and embedding on 16-bit activations) on
-# the kjv data set when it is installed: 20 steps take the test loss from
-# ln 256 = 5.5 to below 4 per token, as at f32 (3.18 both)
-kjv=${BFIT_KJV:-/usr/local/share/batchfit/kjv.txt}
-if [ -s "$kjv" ]; then
-  expect 0 "test loss [0-3]\.[0-9]+ per token .* after 1 epoch\(s\), 20 steps" "$bf" train --model gpt-nano \
-    --data kjv --precision bf16 --batch 8 --max-steps 20 --eval-samples 200 --threads 2
-  # a budget of 2048 tokens: whole verses until they reach it, the micro-batch
-  # in tokens, the result per token and the padding share
-  expect 0 "training gpt-nano on kjv: .* batch 2048 tokens \(micro-batch 2048 tokens: up to 16 sequences of 128" \
-    "$bf" train --model gpt-nano --data kjv --seq-max 128 --batch-tokens 2048 --max-steps 3 --eval-samples 50 \
-    --threads 2 --optimizer adamw --lr 2e-3
-  expect 0 "m 2048 x 1 = 2[0-9]{3} tokens in [0-9]+ sequences" "$bf" train --model gpt-nano --data kjv --seq-max 128 \
-    --batch-tokens 2048 --max-steps 3 --eval-samples 50 --threads 2 --optimizer adamw --lr 2e-3 --log "$tmp/tok.jsonl"
-  if grep -q '"sequences":' "$tmp/tok.jsonl" && grep -q '"batch_tokens":1' "$tmp/tok.jsonl"; then
-    passes=$((passes + 1)); else echo "FAIL: the log of a token budget lacks its sequences"; fails=$((fails + 1)); fi
-else
-  echo "skip: gpt-nano on kjv at bf16 ($kjv missing: scripts/kjv.sh, or BFIT_KJV)"
-fi
-expect 1 "--data: gpt-nano is a token model \(its input is 128 token ids\) but the data set fashion-mnist holds samples of 1x28x28: give it token data, e.g. --data kjv" \
-  "$bf" train --model gpt-nano --max-steps 1
-expect 1 "--seq-max: must be 1 to 128 \(the model's positions\), got 129" "$bf" train --model gpt-nano --seq-max 129 \
-  --max-steps 1
-expect 2 "--batch-tokens: batch and batch-tokens both give the effective batch" "$bf" train --model gpt-nano --batch 8 \
-  --batch-tokens 1024
-expect 2 "--batch-tokens: auto is not supported yet" "$bf" train --model gpt-nano --batch-tokens auto
-expect 2 "--batch-tokens: 0 is out of range" "$bf" train --model gpt-nano --batch-tokens 0
-expect 1 "batchfit: error: --batch-tokens: counts tokens, and .*mlp.cfg is not a token model" "$bf" train --model "$m" \
-  --batch-tokens 1024 --max-steps 1
-
 # loss scaling: a power-of-two scale is exact, so the weights equal those of
 # no scaling; an overflowed step (injected: f32 and bf16 have the range that
 # f16 lacks) is skipped, said, counted and its samples still count
@@ -263,5 +194,4 @@ if grep -q "after 1 epoch(s), 6 steps" <<<"$out" && grep -q "loss scaling: 1 ste
   passes=$((passes + 1)); else echo "FAIL: the skipped step is not counted once among 6: $out" | head -5; fails=$((fails + 1)); fi
 expect 2 "--loss-scale: 'huge' is not a number" "$bf" train --model "$m" --loss-scale huge
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

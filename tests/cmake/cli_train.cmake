@@ -1,6 +1,13 @@
-# The train/eval commands end to end: exit codes, messages, a tiny real run.
-add_test(NAME cli_train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/train.sh $<TARGET_FILE:batchfit_cli> ${PROJECT_SOURCE_DIR})
-# Its figures (memory budgets, thread counts, f16 refused) are the CPU's:
+# The train/eval commands end to end: exit codes, messages, tiny real runs
+# (cli_train), and the longer runs (cli_train_more: recomputation, a token
+# model at bf16), two tests so that each stays under a minute under
+# the sanitizers.
+# Their figures (memory budgets, thread counts, f16 refused) are the CPU's:
 # on a GPU machine CUDA_VISIBLE_DEVICES hides the GPU from --device auto
 # (the H200 run of 2026-11-26 failed these checks there, not the GPU's work).
-set_tests_properties(cli_train PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;CUDA_VISIBLE_DEVICES=" TIMEOUT 900)
+foreach(t train train_more)
+  add_test(NAME cli_${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/${t}.sh $<TARGET_FILE:batchfit_cli>
+           ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli_${t} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;CUDA_VISIBLE_DEVICES=" TIMEOUT 900
+                       PASS_REGULAR_EXPRESSION "[0-9]+ passed, 0 failed")
+endforeach()
