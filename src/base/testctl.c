@@ -8,7 +8,7 @@
 static const char *const env_names[BFIT_TC_COUNT] = {
     "BFIT_TEST_FAIL_ALLOC", "BFIT_TEST_POISON_STEP", "BFIT_TEST_SAMPLE_CHECK", "BFIT_TEST_KILL_IN_CHECKPOINT",
                                                          "BFIT_TEST_CONV_ELEMS", "BFIT_TEST_LAYOUT", "BFIT_TEST_KEEP_ORDER",
-    "BFIT_TEST_SINGLE_MOVES", "BFIT_TEST_THREADS_AT", "BFIT_TEST_THREADS_PACK_AT"};
+    "BFIT_TEST_SINGLE_MOVES", "BFIT_TEST_THREADS_AT", "BFIT_TEST_THREADS_PACK_AT", "BFIT_TEST_CONV_GEMM"};
 static _Atomic int64_t set_values[BFIT_TC_COUNT];
 static atomic_int set_given[BFIT_TC_COUNT];
 

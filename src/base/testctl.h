@@ -5,7 +5,7 @@
  * BFIT_TEST_SAMPLE_CHECK=1, BFIT_TEST_KILL_IN_CHECKPOINT=N,
  * BFIT_TEST_CONV_ELEMS=N, BFIT_TEST_LAYOUT=1|8|16,
  * BFIT_TEST_KEEP_ORDER=1, BFIT_TEST_SINGLE_MOVES=1, BFIT_TEST_THREADS_AT=N,
- * BFIT_TEST_THREADS_PACK_AT=N). They apply to
+ * BFIT_TEST_THREADS_PACK_AT=N, BFIT_TEST_CONV_GEMM=1). They apply to
  * runs the public API starts afterwards (src/api/resolve.c). */
 #ifndef BFIT_TESTCTL_H
 #define BFIT_TESTCTL_H
@@ -27,6 +27,8 @@ typedef enum {
                                    them), measured or not (src/train/threads.c) */
     BFIT_TC_THREADS_PACK_AT,    /* --threads auto packs its threads onto half the cores after step N (or
                                    spreads them again) */
+    BFIT_TC_CONV_GEMM,          /* 1: the cpu takes every dense f32 nchw weight gradient as one product over
+                                   the samples (cpu_conv_gemm.c), not only where oneDNN would take its gemm */
     BFIT_TC_COUNT
 } bfit_test_op;
 

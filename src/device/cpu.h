@@ -161,6 +161,13 @@ int bfit_cpu_conv_block(cpu_device *d, bfit_dtype t); /* the vt's layout_block: 
  * of a one-channel input (channels out a multiple of 8), where oneDNN chose
  * a source layout other than the plain one (padding the channel to a block) */
 int bfit_cpu_conv_c1_take(cpu_op *op, const dnnl_memory_desc_t *plain_src, const dnnl_memory_desc_t *chosen_src);
+/* cpu_conv_gemm.c: 1 when it takes op (sets op->run, *ws its workspace): the
+ * f32 nchw weight gradient of a dense convolution where oneDNN chose its gemm
+ * fallback (onednn_gemm), or anywhere under BFIT_TC_CONV_GEMM */
+int bfit_cpu_conv_gemm_take(cpu_op *op, int onednn_gemm, size_t *ws);
+/* The output positions [*lo, *hi) of [0, on) whose window offset k (stride
+ * s, padding p) reads inside an input of in: o s - p + k in [0, in). */
+void bfit_cpu_conv_span(int64_t k, int64_t s, int64_t p, int64_t in, int64_t on, int64_t *lo, int64_t *hi);
 int bfit_cpu_pool_init(cpu_op *op);     /* POOL_FWD, POOL_BWD */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own (bfit_cpu_pool_init asks) */
 int bfit_cpu_maxpool_blk_init(cpu_op *op);         /* its run with nChw8c/16c input (blk_src; maxpool2_init asks) */

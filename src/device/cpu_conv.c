@@ -281,20 +281,24 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
  * 32x1152x2x2 with 5x5, 0.4 GFLOP/s. Here each channel's kh kw sums (and
  * its bias's) run over the samples' rows directly, in double. */
 
-static int dw_own_ok(const cpu_op *op)
+/* 1 where oneDNN's chosen implementation of pd is its gemm fallback */
+static int impl_is_gemm(const_dnnl_primitive_desc_t pd)
 {
-    const bfit_op_desc *d = &op->base.desc;
     const char *impl = NULL;
-    return d->kind == BFIT_OP_CONV_BWD_WEIGHTS && d->dtype == BFIT_F32 && groups(d) == d->u.conv.ic &&
-           d->u.conv.oc == d->u.conv.ic && d->u.conv.kh * d->u.conv.kw <= 64 && !d->u.conv.blk_src &&
-           !d->u.conv.blk_dst &&
-           dnnl_primitive_desc_query(op->pd[P_BWD], dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
            strstr(impl, "gemm") != NULL;
 }
 
-/* The output positions o in [0, on) whose window (kernel offset k, stride
- * s, padding p) reads an input in [0, in): o s - p + k in [0, in). */
-static void dw_span(int64_t k, int64_t s, int64_t p, int64_t in, int64_t on, int64_t *lo, int64_t *hi)
+static int dw_own_ok(const cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    return d->kind == BFIT_OP_CONV_BWD_WEIGHTS && d->dtype == BFIT_F32 && groups(d) == d->u.conv.ic &&
+           d->u.conv.oc == d->u.conv.ic && d->u.conv.kh * d->u.conv.kw <= 64 && !d->u.conv.blk_src &&
+           !d->u.conv.blk_dst && impl_is_gemm(op->pd[P_BWD]);
+}
+
+/* cpu.h */
+void bfit_cpu_conv_span(int64_t k, int64_t s, int64_t p, int64_t in, int64_t on, int64_t *lo, int64_t *hi)
 {
     int64_t a = p - k, b = in - 1 + p - k; /* o s in [a, b] */
     *lo = a <= 0 ? 0 : (a + s - 1) / s;
@@ -317,11 +321,11 @@ static void dw_channel(const bfit_op_desc *d, const float *x, const float *dy, f
             bacc += gp[i];
         for (int64_t ky = 0; ky < kh; ky++) {
             int64_t y0, y1;
-            dw_span(ky, sh, d->u.conv.ph, ih, oh, &y0, &y1);
+            bfit_cpu_conv_span(ky, sh, d->u.conv.ph, ih, oh, &y0, &y1);
             for (int64_t kx = 0; kx < kw; kx++) {
                 int64_t x0, x1;
                 double s = 0;
-                dw_span(kx, sw, d->u.conv.pw, iw, ow, &x0, &x1);
+                bfit_cpu_conv_span(kx, sw, d->u.conv.pw, iw, ow, &x0, &x1);
                 for (int64_t oy = y0; oy < y1; oy++) {
                     const float *g = gp + oy * ow, *r = xp + (oy * sh - d->u.conv.ph + ky) * iw - d->u.conv.pw + kx;
                     for (int64_t ox = x0; ox < x1; ox++)
@@ -556,6 +560,8 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
         }
         if (bfit_cpu_conv_c1_take(op, &md->src, qmd(op->pd[P_BWD], dnnl_query_src_md, 0)))
             return BFIT_OK; /* one input channel that oneDNN would pad to a block: cpu_conv_c1.c */
+        if (bfit_cpu_conv_gemm_take(op, impl_is_gemm(op->pd[P_BWD]), scratch))
+            return BFIT_OK; /* one product over the samples where oneDNN's is per sample: cpu_conv_gemm.c */
         *scratch = *scratch > bw_ws ? *scratch : bw_ws;
         pd = op->pd[P_BWD];
         if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
