@@ -274,86 +274,12 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
 }
 
 /* Check the geometry: PyTorch's floor rule for the output size. */
-/* ---- a depthwise convolution's weight gradient, f32 nchw ----
- * oneDNN 2.6 takes it to its gemm fallback (im2col per channel) wherever
- * its jit_dw kernel declines (5x5 windows, stride 2, maps smaller than
- * the window: most of EfficientNet's and MobileNetV3's): 20 ms a call for
- * 32x1152x2x2 with 5x5, 0.4 GFLOP/s. Here each channel's kh kw sums (and
- * its bias's) run over the samples' rows directly, in double. */
-
 /* 1 where oneDNN's chosen implementation of pd is its gemm fallback */
 static int impl_is_gemm(const_dnnl_primitive_desc_t pd)
 {
     const char *impl = NULL;
     return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
            strstr(impl, "gemm") != NULL;
-}
-
-static int dw_own_ok(const cpu_op *op)
-{
-    const bfit_op_desc *d = &op->base.desc;
-    return d->kind == BFIT_OP_CONV_BWD_WEIGHTS && d->dtype == BFIT_F32 && groups(d) == d->u.conv.ic &&
-           d->u.conv.oc == d->u.conv.ic && d->u.conv.kh * d->u.conv.kw <= 64 && !d->u.conv.blk_src &&
-           !d->u.conv.blk_dst && impl_is_gemm(op->pd[P_BWD]);
-}
-
-/* cpu.h */
-void bfit_cpu_conv_span(int64_t k, int64_t s, int64_t p, int64_t in, int64_t on, int64_t *lo, int64_t *hi)
-{
-    int64_t a = p - k, b = in - 1 + p - k; /* o s in [a, b] */
-    *lo = a <= 0 ? 0 : (a + s - 1) / s;
-    *hi = b < 0 ? 0 : b / s + 1;
-    if (*hi > on)
-        *hi = on;
-}
-
-/* Channel c's kh kw weight gradients (and its bias's) into dw, db (NULL):
- * set, or added to with accumulate. */
-static void dw_channel(const bfit_op_desc *d, const float *x, const float *dy, float *dw, float *db, int64_t c)
-{
-    const int64_t C = d->u.conv.ic, ih = d->u.conv.ih, iw = d->u.conv.iw, oh = d->u.conv.oh, ow = d->u.conv.ow;
-    const int64_t kh = d->u.conv.kh, kw = d->u.conv.kw, sh = d->u.conv.sh, sw = d->u.conv.sw;
-    double acc[64] = {0}, bacc = 0;
-
-    for (int64_t n = 0; n < d->u.conv.n; n++) {
-        const float *xp = x + (n * C + c) * ih * iw, *gp = dy + (n * C + c) * oh * ow;
-        for (int64_t i = 0; db && i < oh * ow; i++)
-            bacc += gp[i];
-        for (int64_t ky = 0; ky < kh; ky++) {
-            int64_t y0, y1;
-            bfit_cpu_conv_span(ky, sh, d->u.conv.ph, ih, oh, &y0, &y1);
-            for (int64_t kx = 0; kx < kw; kx++) {
-                int64_t x0, x1;
-                double s = 0;
-                bfit_cpu_conv_span(kx, sw, d->u.conv.pw, iw, ow, &x0, &x1);
-                for (int64_t oy = y0; oy < y1; oy++) {
-                    const float *g = gp + oy * ow, *r = xp + (oy * sh - d->u.conv.ph + ky) * iw - d->u.conv.pw + kx;
-                    for (int64_t ox = x0; ox < x1; ox++)
-                        s += (double)g[ox] * r[ox * sw];
-                }
-                acc[ky * kw + kx] += s;
-            }
-        }
-    }
-    for (int64_t k = 0; k < kh * kw; k++)
-        dw[c * kh * kw + k] = (float)(d->accumulate ? dw[c * kh * kw + k] + acc[k] : acc[k]);
-    if (db)
-        db[c] = (float)(d->accumulate ? db[c] + bacc : bacc);
-}
-
-static int run_dw_bwd_weights(cpu_op *op, const bfit_op_args *a)
-{
-    const bfit_op_desc *d = &op->base.desc;
-    float *db = d->u.conv.bias ? a->diff_bias : NULL;
-
-    if (!a->src || !a->diff_dst || !a->diff_weights || (d->u.conv.bias && !a->diff_bias))
-        return bfit_fail(BFIT_EINVAL,
-                         "conv backward weights: src, diff_dst, diff_weights (and diff_bias) are required");
-    BFIT_PAR_FOR_IF(d->u.conv.n * d->u.conv.ic * d->u.conv.oh * d->u.conv.ow * d->u.conv.kh * d->u.conv.kw >
-                        BFIT_PAR_MIN,
-                    for (int64_t c = 0; c < d->u.conv.ic; c++)
-                        dw_channel(d, a->src, a->diff_dst, a->diff_weights, db, c););
-    return BFIT_OK;
 }
 
 static int check_desc(const bfit_op_desc *d)
@@ -554,10 +480,8 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
                 "convolution backward weights descriptor");
         if ((rc = bfit_cpu_pd_create(op, P_BWD, &bdesc, attr, op->pd[P_FWD], &bw_ws)))
             return rc;
-        if (dw_own_ok(op)) { /* our loops on the plain tensors: no scratch, no reorders */
-            op->run = run_dw_bwd_weights;
-            return BFIT_OK;
-        }
+        if (bfit_cpu_conv_dw_take(op, impl_is_gemm(op->pd[P_BWD])))
+            return BFIT_OK; /* depthwise, where oneDNN would take its gemm: cpu_conv_dw.c */
         if (bfit_cpu_conv_c1_take(op, &md->src, qmd(op->pd[P_BWD], dnnl_query_src_md, 0)))
             return BFIT_OK; /* one input channel that oneDNN would pad to a block: cpu_conv_c1.c */
         if (bfit_cpu_conv_gemm_take(op, impl_is_gemm(op->pd[P_BWD]), scratch))
