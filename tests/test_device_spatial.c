@@ -475,6 +475,11 @@ static const pool_case pool_cases[] = {
     {2, 5, 7, 6, 7, 6, 1, 1, 0, 0},  /* global: one window over everything */
     {1, 2, 9, 4, 5, 3, 2, 2, 2, 1},  /* big padded kernel, stride 2 */
     {4, 16, 28, 28, 2, 2, 2, 2, 0, 0}, /* a real layer's size */
+    /* global average pools (cpu_avgpool_g.c for average; the first and the
+     * fifth are global too): an SE block's 2x2 of stride 1, and 32x96x4x4,
+     * enough rows to split over the threads */
+    {3, 8, 2, 2, 2, 2, 1, 1, 0, 0},
+    {32, 96, 4, 4, 4, 4, 4, 4, 0, 0},
 };
 
 static bfit_op_desc pool_desc(const pool_case *c, bfit_op_kind kind, int max, int training)
@@ -627,6 +632,7 @@ static void test_pool(void **st)
 static const pool_case pool16_cases[] = {
     {8, 64, 64, 64, 3, 3, 2, 2, 1, 1}, /* ResNet's stem pool, smaller */
     {2, 3, 7, 5, 3, 2, 2, 1, 1, 1},
+    {4, 24, 3, 5, 3, 5, 1, 1, 0, 0}, /* global (cpu_avgpool_g.c for average) */
 };
 
 static void pool16_case(tdev *t, size_t tc, const pool_case *c, int max)

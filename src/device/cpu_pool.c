@@ -1,6 +1,7 @@
 /* cpu_pool.c - 2-d average pooling on oneDNN, forward and backward, plain
  * nchw layout; max pools are our own (2x2 of stride 2: cpu_maxpool.c;
- * others: cpu_maxpool_k.c), but for windows of over 255 positions.
+ * others: cpu_maxpool_k.c), but for windows of over 255 positions, and so
+ * are global average pools (cpu_avgpool_g.c).
  *
  * Training max pooling keeps oneDNN's workspace (argmax indices) from forward
  * to backward: that is the op's `saved` buffer. Average pooling counts the
@@ -157,7 +158,7 @@ int bfit_cpu_pool_init(cpu_op *op)
     if (d->kind != BFIT_OP_POOL_FWD && d->kind != BFIT_OP_POOL_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu pool: op kind %d is not a pooling", (int)d->kind);
     if ((rc = bfit_cpu_maxpool2_init(op, &own)) != BFIT_OK || own || (rc = bfit_cpu_maxpool_k_init(op, &own)) != BFIT_OK ||
-        own)
+        own || (rc = bfit_cpu_avgpool_g_init(op, &own)) != BFIT_OK || own)
         return rc;
     op->ws = 0;
     op->run = run;
