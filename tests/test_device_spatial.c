@@ -902,7 +902,29 @@ static const bn_case bn_cases[] = {
     {1, 7, 1, 2},  /* two values per channel: the smallest legal batch */
     {8, 16, 14, 14}, /* a real layer's size */
     {2, 3, 40, 41},  /* a map of 1640 values: our loops' rows of 1024 and a tail */
+    /* channels in whole blocks: also run in nChw8c / nChw16c (bn_blk) */
+    {3, 16, 5, 7},
+    {2, 32, 3, 3},
+    {5, 8, 2, 2},
 };
+
+/* The layout the cases run in: 0 nchw, 8 or 16 nChw8c / nChw16c (a layout
+ * chain's: oneDNN's blocked kernels, our backward loops over a block),
+ * where the case's channels fill whole blocks; the data and the checks stay
+ * nchw on the host, moved in and out around each run (bn_to). */
+static int bn_blk;
+
+static int bn_runs(const bn_case *c) { return !bn_blk || c->c % bn_blk == 0; }
+
+/* Host buffer b of a case's data to the layout (to 1, uploaded) or back (to 0). */
+static void bn_to(tdev *t, tbuf *b, const bn_case *c, int to)
+{
+    if (!bn_blk)
+        return;
+    mp2_relayout(b->h, 4, c->n, c->c, (int64_t)c->h * c->w, bn_blk, to);
+    if (to)
+        tbuf_up(t, b);
+}
 
 /* Reference statistics in double: mean and biased variance per channel. */
 static void bn_stats(const bn_case *c, const float *x, double *mean, double *var)
@@ -929,12 +951,13 @@ static bfit_op_desc bn_desc(const bn_case *c, bfit_op_kind kind, int training, i
     d.u.bnorm.n = c->n, d.u.bnorm.c = c->c, d.u.bnorm.h = c->h, d.u.bnorm.w = c->w;
     d.u.bnorm.eps = 1e-5f;
     d.u.bnorm.training = training;
+    d.u.bnorm.blk = bn_blk;
     return d;
 }
 
 /* Momenta of the running statistics, one per case: PyTorch's default, a
  * larger one, 1 (running = the batch's), 0 (running never moves), ... */
-static const float bn_momentum[] = {0.1f, 0.3f, 1.0f, 0.0f, 0.1f, 0.01f, 0.2f};
+static const float bn_momentum[] = {0.1f, 0.3f, 1.0f, 0.0f, 0.1f, 0.01f, 0.2f, 0.1f, 0.5f, 0.1f};
 
 typedef struct bn_bufs {
     tbuf x, g, b, y, mean, var, emean, evar, rmean, rvar;
@@ -959,10 +982,14 @@ static double bn_check_training(tdev *t, size_t tc, const bn_case *c, bn_bufs *k
     memset(&a, 0, sizeof a);
     a.src = k->x.d, a.dst = k->y.d, a.scale = k->g.d, a.shift = k->b.d, a.mean = k->mean.d, a.var = k->var.d;
     a.rmean = k->rmean.d, a.rvar = k->rvar.d;
+    bn_to(t, &k->x, c, 1);
     run(t, op, &a);
     bfit_op_free(op);
     tbuf_down(t, &k->y), tbuf_down(t, &k->mean), tbuf_down(t, &k->var);
     tbuf_down(t, &k->rmean), tbuf_down(t, &k->rvar);
+    bn_to(t, &k->y, c, 0);
+    bn_to(t, &k->x, c, 0);
+    tbuf_up(t, &k->x);
     for (int ch = 0; ch < c->c; ch++) {
         /* mean: N terms of magnitude |x|; variance: N squares of deviations */
         double qm = ratio(mean[ch], rm[ch], 4.0, N);
@@ -1019,9 +1046,13 @@ static double bn_check_eval(tdev *t, size_t tc, const bn_case *c, bn_bufs *k)
     sethost(t, &k->y, NULL);
     memset(&a, 0, sizeof a);
     a.src = k->x.d, a.dst = k->y.d, a.scale = k->g.d, a.shift = k->b.d, a.mean = k->emean.d, a.var = k->evar.d;
+    bn_to(t, &k->x, c, 1);
     run(t, op, &a);
     bfit_op_free(op);
     tbuf_down(t, &k->y);
+    bn_to(t, &k->y, c, 0);
+    bn_to(t, &k->x, c, 0);
+    tbuf_up(t, &k->x);
     for (int64_t i = 0; i < nx; i++) {
         int ch = (int)((i / hw) % c->c);
         double rstd = 1 / sqrt((double)evar[ch] + eps), xh = (x[i] - emean[ch]) * rstd;
@@ -1038,13 +1069,14 @@ static double bn_check_eval(tdev *t, size_t tc, const bn_case *c, bn_bufs *k)
     return worst;
 }
 
-static void test_bnorm_forward(void **st)
+static void bn_forward_all(tdev *t)
 {
-    tdev *t = *st;
     double worst = 0;
 
     for (size_t tc = 0; tc < sizeof bn_cases / sizeof bn_cases[0]; tc++) {
         const bn_case *c = &bn_cases[tc];
+        if (!bn_runs(c))
+            continue;
         int64_t nx = (int64_t)c->n * c->h * c->w * c->c;
         double *rm = calloc((size_t)c->c, 8), *rv = calloc((size_t)c->c, 8);
         float *r0m = malloc((size_t)c->c * 4), *r0v = malloc((size_t)c->c * 4);
@@ -1069,7 +1101,18 @@ static void test_bnorm_forward(void **st)
         FREEBUFS(t, &k.x, &k.g, &k.b, &k.y, &k.mean, &k.var, &k.emean, &k.evar, &k.rmean, &k.rvar);
         free(rm), free(rv), free(r0m), free(r0v);
     }
-    printf("  bnorm forward worst error / bound %.3f\n", worst);
+    printf("  bnorm forward%s worst error / bound %.3f\n", bn_blk == 8 ? " (nChw8c)" : bn_blk == 16 ? " (nChw16c)" : "", worst);
+}
+
+/* nchw, then nChw8c and nChw16c where the channels fill whole blocks */
+static void test_bnorm_forward(void **st)
+{
+    static const int blks[] = {0, 8, 16};
+    for (int b = 0; b < 3; b++) {
+        bn_blk = blks[b];
+        bn_forward_all(*st);
+    }
+    bn_blk = 0;
 }
 
 /* The running statistics move only when training is given them: NULL
@@ -1152,9 +1195,16 @@ static double bnb_check_path(tdev *t, size_t tc, const bn_case *c, bnb_bufs *k, 
     a.diff_src = with_dx ? k->dx.d : NULL, a.diff_scale = k->ds.d, a.diff_shift = k->dh.d;
     if (from_y)
         a.src = k->y.d, a.shift = k->b.d;
+    bn_to(t, from_y ? &k->y : &k->x, c, 1);
+    bn_to(t, &k->dy, c, 1);
     run(t, op, &a);
     bfit_op_free(op);
     tbuf_down(t, &k->dx), tbuf_down(t, &k->ds), tbuf_down(t, &k->dh);
+    if (with_dx)
+        bn_to(t, &k->dx, c, 0);
+    bn_to(t, from_y ? &k->y : &k->x, c, 0);
+    bn_to(t, &k->dy, c, 0);
+    tbuf_up(t, from_y ? &k->y : &k->x), tbuf_up(t, &k->dy);
     for (int ch = 0; ch < c->c; ch++) {
         double bs = acc ? g0s[ch] : 0, bh = acc ? g0h[ch] : 0;
         double qs = ratio(ds[ch], bs + r->rds[ch], fabs(bs) + mag[ch], N + 4);
@@ -1297,14 +1347,15 @@ static void test_bnorm_one_value(void **st)
     tdev_close(&t);
 }
 
-static void test_bnorm_backward(void **st)
+static void bn_backward_all(tdev *t)
 {
-    tdev *t = *st;
     const double eps = 1e-5;
     double worst = 0;
 
     for (size_t tc = 0; tc < sizeof bn_cases / sizeof bn_cases[0]; tc++) {
         const bn_case *c = &bn_cases[tc];
+        if (!bn_runs(c))
+            continue;
         int64_t hw = (int64_t)c->h * c->w, N = (int64_t)c->n * hw, nx = N * c->c;
         bnb_bufs k;
         bnb_ref r;
@@ -1346,7 +1397,18 @@ static void test_bnorm_backward(void **st)
         FREEBUFS(t, &k.x, &k.g, &k.dy, &k.g0s, &k.g0h, &k.mean, &k.var, &k.dx, &k.ds, &k.dh, &k.y, &k.b);
         free(r.rm), free(r.rv), free(r.rds), free(r.rdh), free(r.mag), free(r.magy);
     }
-    printf("  bnorm backward worst error / bound %.3f\n", worst);
+    printf("  bnorm backward%s worst error / bound %.3f\n", bn_blk == 8 ? " (nChw8c)" : bn_blk == 16 ? " (nChw16c)" : "", worst);
+}
+
+/* nchw, then nChw8c and nChw16c where the channels fill whole blocks */
+static void test_bnorm_backward(void **st)
+{
+    static const int blks[] = {0, 8, 16};
+    for (int b = 0; b < 3; b++) {
+        bn_blk = blks[b];
+        bn_backward_all(*st);
+    }
+    bn_blk = 0;
 }
 
 int main(void)

@@ -9,6 +9,7 @@
  * a trace), eval plans less than training, reuse saves memory, and planning
  * the big presets allocates nothing. */
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -862,6 +863,83 @@ static void test_blocked_same_grads(void **st)
     }
 }
 
+/* resnet-mini's batch norms and residual adds join the layout chains (f32):
+ * the device's block and each forced one against nchw. A batch norm sums a
+ * channel's values in another order in a block, so the gradients agree to
+ * rounding, not bit for bit: within 1e-3 of each tensor's largest gradient
+ * (f32 sums of 16 x 28 x 28 terms err by far less; a value or gradient in
+ * the wrong place errs by the gradients' own size). A tensor whose nchw
+ * gradients all stay below a thousandth of the model's largest (a
+ * convolution's bias before a batch norm: zero but for rounding, which the
+ * block's sums change) must stay below it blocked too. */
+static void test_blocked_bnorm_grads(void **st)
+{
+    static const int force[] = {0, 8, 16};
+    bfit_store_cfg sc = bfit_store_cfg_default();
+    bfit_step_plan plain;
+    int64_t n1;
+    float *a;
+    rig r;
+    (void)st;
+    rig_new(&r, "resnet-mini.cfg", BIG);
+    bfit_test_control(BFIT_TC_LAYOUT, 1);
+    a = fresh_grads(&r, &sc, 16, &plain, &n1);
+    bfit_model_unreserve(r.M);
+    for (int f = 0; f < 3; f++) {
+        int B = force[f] ? force[f] : bfit_device_layout_block(r.dev, BFIT_F32), bn = 0, add = 0;
+        double worst = 0, all = 0;
+        bfit_step_plan blocked;
+        int64_t n2, at = 0;
+        float *b;
+        bfit_test_control(BFIT_TC_LAYOUT, force[f]);
+        assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+        for (int j = 0; j < r.M->n; j++) {
+            const bfit_layer *l = r.M->nodes[j].l;
+            bn += l->cfg.kind == BFIT_L_BATCHNORM && l->blk_in == B && l->blk_out == B;
+            add += l->cfg.kind == BFIT_L_ADD && l->blk_in == B;
+        }
+        /* the stem's and every block's but where a value leaves for the pool */
+        assert_true(bn >= 6);
+        assert_true(add >= 2);
+        assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &blocked), BFIT_OK);
+        b = step_grads(&r, 16, &n2);
+        assert_int_equal(n1, n2);
+        for (int64_t e = 0; e < n1; e++)
+            all = fmax(all, fabs(a[e]));
+        for (int i = 0; i < r.M->ntrainable; i++) {
+            int64_t k = (int64_t)(bfit_param_bytes(r.M->trainable[i]) / sizeof(float));
+            double big = 0, bigb = 0;
+            for (int64_t e = at; e < at + k; e++)
+                big = fmax(big, fabs(a[e])), bigb = fmax(bigb, fabs(b[e]));
+            if (big < 1e-3 * all) { /* zero but for rounding */
+                if (bigb >= 1e-3 * all)
+                    fail_msg("resnet-mini nChw%dc: gradient %d reaches %.3g blocked, %.3g in nchw (the model's "
+                             "largest %.3g)", B, i, bigb, big, all);
+                at += k;
+                continue;
+            }
+            for (int64_t e = at; e < at + k; e++) {
+                double q = fabs((double)a[e] - b[e]) / big;
+                worst = fmax(worst, q);
+                if (q > 1e-3)
+                    fail_msg("resnet-mini nChw%dc: gradient %d [%lld] = %.9g, nchw %.9g (largest %.3g)", B, i,
+                             (long long)(e - at), b[e], a[e], big);
+            }
+            at += k;
+        }
+        assert_true(blocked.peak <= plain.peak);
+        print_message("resnet-mini f32 at 16: %d batch norms, %d adds in nChw%dc%s; worst gradient difference "
+                      "%.2g of its tensor's largest; peak %llu plain, %llu blocked\n",
+                      bn, add, B, force[f] ? "" : " (the device's)", worst, (unsigned long long)plain.peak,
+                      (unsigned long long)blocked.peak);
+        bfit_model_unreserve(r.M);
+        free(b);
+    }
+    bfit_test_control(BFIT_TC_LAYOUT, 0);
+    free(a);
+    trig_free(&r);
+}
+
 /* The cnn's relus run after their max pools (graph.c): a step's loss and
  * gradients are those of the spec's order bit for bit, the relus cover the
  * pools' outputs, and the plan is smaller. f32 and bf16, at 32. */
@@ -915,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_cheap_regen_gelu),
         cmocka_unit_test(test_cheap_regen_se),
         cmocka_unit_test(test_blocked_same_grads),
+        cmocka_unit_test(test_blocked_bnorm_grads),
         cmocka_unit_test(test_pool_first_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),

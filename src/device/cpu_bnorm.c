@@ -10,7 +10,10 @@
  * diff_src is not wanted (NULL), the two parameter gradients are computed
  * by our own loop instead, which needs no buffer for an unwanted diff_src.
  * bf16 where oneDNN has no bf16 kernels (a CPU without AVX-512) runs on
- * loops of our own, forward and backward (simd loops over f32 rows). */
+ * loops of our own, forward and backward (simd loops over f32 rows).
+ * desc.blk: f32 data in nChw8c / nChw16c (a layout chain's, as conv's);
+ * oneDNN takes the blocked layout, and our backward loops run over a
+ * block's channels as one vector (bwd_own_blk). */
 #include "base/err.h"
 #include "device/cpu.h"
 
@@ -208,6 +211,52 @@ static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
     }
 }
 
+/* bwd_own on nChw{B}c f32 data: at each position a block's B channels are
+ * contiguous, so the loops run over them as one vector; per channel the
+ * same sums (in double) and the same dx as bwd_own. */
+static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
+{
+    const int64_t n = d->u.bnorm.n, hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B;
+    const double cnt = (double)(n * hw);
+    const float *g = a->scale, *b = a->shift, *mean = a->mean, *var = a->var, *x = a->src, *dy = a->diff_dst;
+    float *dx = a->diff_src, *ds = a->diff_scale, *dh = a->diff_shift;
+
+#pragma omp parallel for
+    for (int64_t kb = 0; kb < nb; kb++) {
+        double sdy[16] = {0}, sdyx[16] = {0}, off[16], inv[16], coef[16];
+        for (int64_t l = 0; l < B; l++) {
+            int64_t k = kb * B + l;
+            double rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
+            coef[l] = g[k] * rstd;
+            off[l] = from_dst ? b[k] : mean[k];
+            inv[l] = from_dst ? (g[k] != 0.0f ? 1.0 / g[k] : 0.0) : rstd;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const float *xr = x + (i * nb + kb) * hw * B, *gr = dy + (i * nb + kb) * hw * B;
+            for (int64_t p = 0; p < hw; p++)
+#pragma omp simd
+                for (int64_t l = 0; l < B; l++) {
+                    sdy[l] += gr[p * B + l];
+                    sdyx[l] += gr[p * B + l] * (((double)xr[p * B + l] - off[l]) * inv[l]);
+                }
+        }
+        for (int64_t l = 0; l < B; l++) {
+            dh[kb * B + l] = (float)((d->accumulate ? dh[kb * B + l] : 0) + sdy[l]);
+            ds[kb * B + l] = (float)((d->accumulate ? ds[kb * B + l] : 0) + sdyx[l]);
+            sdy[l] /= cnt, sdyx[l] /= cnt; /* their means, for dx */
+        }
+        for (int64_t i = 0; dx && i < n; i++) {
+            const int64_t at = (i * nb + kb) * hw * B;
+            for (int64_t p = 0; p < hw; p++)
+#pragma omp simd
+                for (int64_t l = 0; l < B; l++) {
+                    int64_t e = at + p * B + l;
+                    dx[e] = (float)(coef[l] * (dy[e] - sdy[l] - ((double)x[e] - off[l]) * inv[l] * sdyx[l]));
+                }
+        }
+    }
+}
+
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -225,7 +274,10 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     /* our own loops (init), and the parameter gradients alone (no buffer
      * for an unwanted diff_src) */
     if (d->u.bnorm.use_dst || !pd || !a->diff_src) {
-        bwd_own(d, a, d->u.bnorm.use_dst);
+        if (d->u.bnorm.blk)
+            bwd_own_blk(d, a, d->u.bnorm.use_dst);
+        else
+            bwd_own(d, a, d->u.bnorm.use_dst);
         return BFIT_OK;
     }
     if (d->accumulate) {
@@ -278,6 +330,10 @@ int bfit_cpu_bnorm_init(cpu_op *op)
                          (long long)sd[1], (long long)sd[2], (long long)sd[3], (double)d->u.bnorm.eps);
     if (d->kind != BFIT_OP_BNORM_FWD && d->kind != BFIT_OP_BNORM_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: op kind %d is not a batch norm", (int)d->kind);
+    if (d->u.bnorm.blk && ((d->u.bnorm.blk != 8 && d->u.bnorm.blk != 16) || sd[1] % d->u.bnorm.blk ||
+                           d->dtype != BFIT_F32))
+        return bfit_fail(BFIT_EINVAL, "cpu batch norm: blocked data (blk %d) must be f32 in blocks of 8 or 16 of "
+                         "its %lld channels", d->u.bnorm.blk, (long long)sd[1]);
     if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) ||
         bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype) {
         /* our own loops (fwd_own, bwd_own): no primitive, no scratch; bf16
@@ -288,7 +344,7 @@ int bfit_cpu_bnorm_init(cpu_op *op)
         op->ws = op->saved = 0;
         return BFIT_OK;
     }
-    rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype);
+    rc = d->u.bnorm.blk ? bfit_cpu_md_blocked(&src, sd, d->dtype, d->u.bnorm.blk) : bfit_cpu_md_dt(&src, 4, sd, d->dtype);
     if (rc != BFIT_OK)
         return rc;
     /* the backward pd's hint must be the training forward */

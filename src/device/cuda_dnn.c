@@ -598,6 +598,8 @@ int cuda_bnorm_init(cuda_op *op)
     int f32 = d->dtype == BFIT_F32, rc;
 
     op->fini = cuda_dnn_fini;
+    if (d->u.bnorm.blk)
+        return bfit_fail(BFIT_EINVAL, "cuda batch norm: nChw8c/16c tensors are the cpu's; the GPU's here are nchw");
     if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || !fits_int(v, 4) || !(d->u.bnorm.eps >= CUDNN_BN_MIN_EPSILON))
         return bfit_fail(BFIT_EINVAL, "cuda batch norm: bad sizes %lldx%lldx%lldx%lld or eps %g",
                          (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3], (double)d->u.bnorm.eps);

@@ -154,8 +154,9 @@ typedef struct bfit_op_desc {
         /* avg pooling counts padding like PyTorch's default (count_include_pad) */
         struct { int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; int max, training, blk_src, blk_dst; } pool;
         /* scale/shift [c]; mean/var [c]; training: batch statistics (biased var), and with
-           args.rmean/rvar the running statistics moved PyTorch's way by momentum */
-        struct { int64_t n, c, h, w; float eps, momentum; int training, use_dst; } bnorm;
+           args.rmean/rvar the running statistics moved PyTorch's way by momentum. blk (the cpu
+           only, f32): 0, or 8 or 16: src, dst and their gradients in nChw8c / nChw16c, as conv's */
+        struct { int64_t n, c, h, w; float eps, momentum; int training, use_dst, blk; } bnorm;
         /* src [rows, cols]; scale/shift [cols]; mean/var [rows] */
         struct { int64_t rows, cols; float eps; } lnorm;
         /* use_dst: relu and clip; bits: relu only; clip: min(max(x, lo), hi), the gradient passed where

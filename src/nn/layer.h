@@ -201,9 +201,9 @@ struct bfit_layer {
     bfit_shape out;
     bfit_dtype dtype;               /* compute dtype: of its inputs, their gradients, its ops */
     bfit_dtype out_dtype;           /* of its output: dtype, but f32 for the loss's probabilities */
-    int blk_in, blk_out;            /* conv, max pool on the cpu: input / output (and their gradients)
-                                       in blocks of 8 or 16 channels (0: nchw), chosen by the model
-                                       (store.c) */
+    int blk_in, blk_out;            /* conv, max pool, batch norm (relu, add: either) on the cpu: input /
+                                       output (and their gradients) in blocks of 8 or 16 channels
+                                       (0: nchw), chosen by the model (store.c) */
     int nparams;
     bfit_param params[BFIT_LAYER_MAXP];
     /* prepared state */

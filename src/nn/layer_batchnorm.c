@@ -56,6 +56,7 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int trainin
     /* backward from the output (in-place activated batch norm) where the
      * model keeps the output rather than the input */
     d.u.bnorm.use_dst = kind == BFIT_OP_BNORM_BWD && l->mode == BFIT_MODE_Y;
+    d.u.bnorm.blk = l->blk_in; /* a layout chain's block (store.c): the output's too */
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 

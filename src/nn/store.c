@@ -227,11 +227,15 @@ static int pool2(const bfit_layer *l)
            (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0;
 }
 
-/* Layers that take a blocked input: dense convolutions, relus, such pools */
-static int takes_blocked(const bfit_layer *l)
+/* Layers that take a blocked input: dense convolutions, relus, such pools,
+ * f32 batch norms (oneDNN's kernels and our backward loops take the block;
+ * bf16 ones run our nchw loops where oneDNN has no bf16 kernels) and
+ * residual adds (elementwise: both inputs and the output in one layout) */
+static int takes_blocked(const bfit_model *M, const bfit_layer *l)
 {
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (l->cfg.kind == BFIT_L_RELU && l->nin == 1) ||
-           pool2(l);
+           pool2(l) || (l->cfg.kind == BFIT_L_BATCHNORM && M->store.precision == BFIT_F32) ||
+           l->cfg.kind == BFIT_L_ADD;
 }
 
 /* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
@@ -239,23 +243,53 @@ static int takes_blocked(const bfit_layer *l)
 static int may_block(const bfit_model *M, int v, int B)
 {
     const bfit_layer *p = M->nodes[v - 1].l;
-    if (!bfit_shape_is_image(p->out) || p->out.c % B || !takes_blocked(p) || !M->nodes[v - 1].nconsumers)
+    if (!bfit_shape_is_image(p->out) || p->out.c % B || !takes_blocked(M, p) || !M->nodes[v - 1].nconsumers)
         return 0;
     for (int j = v; j < M->n; j++)
         for (int k = 0; k < M->nodes[j].l->nin; k++)
-            if (M->nodes[j].in[k] == v && !takes_blocked(M->nodes[j].l))
+            if (M->nodes[j].in[k] == v && !takes_blocked(M, M->nodes[j].l))
                 return 0;
     return 1;
+}
+
+/* Node i's layer cannot join its values' layouts (a relu or batch norm
+ * between a blocked and a plain value, a pool from plain to blocked, an add
+ * of two layouts): all of them plain then; 1 if one was blocked. */
+static int unblock(const bfit_model *M, uint8_t *blk, int i)
+{
+    const bfit_layer *l = M->nodes[i].l;
+    int u = M->nodes[i].in[0], w = i + 1, x = l->nin > 1 ? M->nodes[i].in[1] : -1, was;
+
+    if (u < 0)
+        return 0;
+    if (l->cfg.kind == BFIT_L_ADD && x >= 0) {
+        if (blk[u] == blk[x] && blk[x] == blk[w])
+            return 0;
+        was = blk[u] || blk[x] || blk[w];
+        blk[u] = blk[x] = blk[w] = 0;
+        return was;
+    }
+    if (((l->cfg.kind == BFIT_L_RELU || l->cfg.kind == BFIT_L_BATCHNORM) && blk[u] != blk[w]) ||
+        (pool2(l) && blk[w] && !blk[u])) {
+        was = blk[u] || blk[w];
+        blk[u] = blk[w] = 0;
+        return was;
+    }
+    return 0;
 }
 
 /* The cpu's convolutions compute in blocks of B channels (nChw16c with
  * AVX-512, nChw8c with AVX2: the device says) and oneDNN reorders to and
  * from nchw around each (a fifth of the cnn's step): activations between
- * convolutions, relus and 2x2 max pools stay blocked instead. A relu keeps
- * its input's layout; a pool may turn nChw16c into nchw (before a flatten),
- * not back; a convolution takes either and makes either. The values and
- * their gradients are the same numbers in another order, so the step's
- * results are bit for bit those of nchw (test_layout.c). */
+ * convolutions, relus, 2x2 max pools, f32 batch norms and residual adds
+ * stay blocked instead. A relu and a batch norm keep their input's layout,
+ * an add its inputs' (both the same); a pool may turn nChw16c into nchw
+ * (before a flatten), not back; a convolution takes either and makes
+ * either. Convolutions, relus and pools compute the same numbers in another
+ * order, so a step without batch norm gives bit for bit the gradients of
+ * nchw (test_plan's test_blocked_same_grads); batch norm's sums over a
+ * channel go in another order in a block, so with it they agree to
+ * rounding (test_blocked_bnorm_grads). */
 static int choose_layouts(bfit_model *M)
 {
     uint8_t *blk = malloc((size_t)M->n + 1);
@@ -275,16 +309,8 @@ static int choose_layouts(bfit_model *M)
         blk[v] = B && may_block(M, v, B);
     while (changed) {
         changed = 0;
-        for (int i = 0; i < M->n; i++) {
-            const bfit_layer *l = M->nodes[i].l;
-            int u = M->nodes[i].in[0], w = i + 1;
-            if (u < 0)
-                continue;
-            if ((l->cfg.kind == BFIT_L_RELU && blk[u] != blk[w]) || (pool2(l) && blk[w] && !blk[u])) {
-                changed |= blk[u] || blk[w];
-                blk[u] = blk[w] = 0;
-            }
-        }
+        for (int i = 0; i < M->n; i++)
+            changed |= unblock(M, blk, i);
     }
     for (int i = 0; i < M->n; i++)
         bfit_layer_set_blocked(M->nodes[i].l, M->nodes[i].in[0] >= 0 && blk[M->nodes[i].in[0]] ? B : 0,
