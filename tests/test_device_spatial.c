@@ -110,6 +110,20 @@ static void run(tdev *t, bfit_op *op, bfit_op_args *a)
         fail_msg("op_run(kind %d): %s", (int)op->desc.kind, bfit_errmsg());
 }
 
+/* Element i of an nchw [n, ch, h, w] buffer (ch a multiple of B) moved to
+ * nChw{B}c (to 1) or back (to 0), in place through a copy. */
+static void relayout(void *p, size_t es, int n, int ch, int64_t hw, int B, int to)
+{
+    int64_t total = (int64_t)n * ch * hw;
+    char *tmp = malloc((size_t)total * es);
+    memcpy(tmp, p, (size_t)total * es);
+    for (int64_t i = 0; i < total; i++) {
+        int64_t s = i / (ch * hw), c = i / hw % ch, q = i % hw, b = ((s * (ch / B) + c / B) * hw + q) * B + c % B;
+        memcpy((char *)p + (to ? b : i) * (int64_t)es, tmp + (to ? i : b) * (int64_t)es, es);
+    }
+    free(tmp);
+}
+
 /* ---------------------------------------------------------------- conv */
 
 typedef struct conv_case {
@@ -150,6 +164,11 @@ static const conv_case conv_cases[] = {
     {3, 16, 3, 3, 8, 3, 3, 2, 2, 1, 1, 0, 0},
 };
 
+/* The weight gradient's x and dy in nChw8c / nChw16c (a layout chain's:
+ * 0 nchw), as conv_cases_run's one-product pass runs them too; the host
+ * data and the checks stay nchw. */
+static int conv_blk;
+
 static bfit_op_desc conv_desc(const conv_case *c, bfit_op_kind kind, int acc)
 {
     bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32, .accumulate = acc};
@@ -160,6 +179,7 @@ static bfit_op_desc conv_desc(const conv_case *c, bfit_op_kind kind, int acc)
     d.u.conv.ow = (c->iw + 2 * c->pw - c->kw) / c->sw + 1;
     d.u.conv.bias = c->bias;
     d.u.conv.groups = c->groups;
+    d.u.conv.blk_src = d.u.conv.blk_dst = kind == BFIT_OP_CONV_BWD_WEIGHTS ? conv_blk : 0;
     return d;
 }
 
@@ -283,8 +303,16 @@ static void conv_check_weights(tdev *t, size_t tc, const conv_case *c, conv_bufs
         sethost(t, &k->db, acc ? g0b : NULL);
         memset(&a, 0, sizeof a);
         a.src = k->x.d, a.diff_dst = k->dy.d, a.diff_weights = k->dw.d, a.diff_bias = c->bias ? k->db.d : NULL;
+        if (conv_blk) {
+            relayout(k->x.h, 4, c->n, c->ic, (int64_t)c->ih * c->iw, conv_blk, 1), tbuf_up(t, &k->x);
+            relayout(k->dy.h, 4, c->n, c->oc, fd.u.conv.oh * fd.u.conv.ow, conv_blk, 1), tbuf_up(t, &k->dy);
+        }
         run(t, op, &a);
         bfit_op_free(op);
+        if (conv_blk) {
+            relayout(k->x.h, 4, c->n, c->ic, (int64_t)c->ih * c->iw, conv_blk, 0), tbuf_up(t, &k->x);
+            relayout(k->dy.h, 4, c->n, c->oc, fd.u.conv.oh * fd.u.conv.ow, conv_blk, 0), tbuf_up(t, &k->dy);
+        }
         tbuf_down(t, &k->dw);
         tbuf_down(t, &k->db);
         for (int64_t i = 0; i < nw; i++) {
@@ -324,7 +352,7 @@ static void conv_cases_run(tdev *t, int gemm)
         conv_bufs k;
         conv_ref r;
 
-        if (gemm && c->groups > 1)
+        if ((gemm && c->groups > 1) || (conv_blk && (c->groups > 1 || c->ic % conv_blk || c->oc % conv_blk)))
             continue;
         k.ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow;
         k.nx = (int64_t)c->n * c->ic * c->ih * c->iw;
@@ -341,8 +369,8 @@ static void conv_cases_run(tdev *t, int gemm)
         FREEBUFS(t, &k.x, &k.w, &k.b, &k.dy, &k.g0w, &k.g0b, &k.y, &k.dx, &k.dw, &k.db);
     }
     bfit_test_control(BFIT_TC_CONV_GEMM, 0);
-    printf("  conv%s worst error / bound: fwd %.3f data %.3f weights %.3f bias %.3f\n", gemm ? " (one product)" : "",
-           worst[0], worst[1], worst[2], worst[3]);
+    printf("  conv%s%s worst error / bound: fwd %.3f data %.3f weights %.3f bias %.3f\n", gemm ? " (one product)" : "",
+           conv_blk == 8 ? " nChw8c" : conv_blk == 16 ? " nChw16c" : "", worst[0], worst[1], worst[2], worst[3]);
 }
 
 static void test_conv(void **st)
@@ -350,9 +378,16 @@ static void test_conv(void **st)
     conv_cases_run(*st, 0);
 }
 
+/* and in nChw8c / nChw16c where the channels fill blocks (a layout chain's
+ * input and output gradient: the packing reads them) */
 static void test_conv_gemm(void **st)
 {
-    conv_cases_run(*st, 1);
+    static const int blks[] = {0, 8, 16};
+    for (int b = 0; b < 3; b++) {
+        conv_blk = blks[b];
+        conv_cases_run(*st, 1);
+    }
+    conv_blk = 0;
 }
 
 /* bf16 convolutions, whose activations reach oneDNN's nChw16c through our
@@ -748,19 +783,6 @@ static int64_t mp2_winner(const pool_case *c, bfit_dtype dt, const void *x, int6
     return best;
 }
 
-/* Element i of an nchw [n, ch, h, w] buffer (ch a multiple of B) moved to
- * nChw{B}c (to 1) or back (to 0), in place through a copy. */
-static void mp2_relayout(void *p, size_t es, int n, int ch, int64_t hw, int B, int to)
-{
-    int64_t total = (int64_t)n * ch * hw;
-    char *tmp = malloc((size_t)total * es);
-    memcpy(tmp, p, (size_t)total * es);
-    for (int64_t i = 0; i < total; i++) {
-        int64_t s = i / (ch * hw), c = i / hw % ch, q = i % hw, b = ((s * (ch / B) + c / B) * hw + q) * B + c % B;
-        memcpy((char *)p + (to ? b : i) * (int64_t)es, tmp + (to ? i : b) * (int64_t)es, es);
-    }
-    free(tmp);
-}
 
 /* Training forward, eval forward, backward; y, y2 (eval), dx come back.
  * blk_src, blk_dst: x (and dx), y (and dy) in nChw8c / nChw16c
@@ -812,17 +834,17 @@ static void mp2_check(tdev *t, const pool_case *c, bfit_dtype dt, const int blk[
     for (int64_t i = 0; i < ny; i++)
         mp2_put(dy.h, dt, i, (0.25f + (float)(i % 13)) * (i % 2 ? -1.0f : 1.0f));
     if (blk[0])
-        mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 1);
+        relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 1);
     if (blk[1])
-        mp2_relayout(dy.h, es, c->n, c->c, ohw, blk[1], 1);
+        relayout(dy.h, es, c->n, c->c, ohw, blk[1], 1);
     tbuf_up(t, &x), tbuf_up(t, &dy);
     mp2_run(t, c, dt, blk, &x, &dy, &y, &y2, &dx);
     if (blk[0]) /* the checks below read every buffer in nchw */
-        mp2_relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 0),
-            mp2_relayout(dx.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 0);
+        relayout(x.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 0),
+            relayout(dx.h, es, c->n, c->c, (int64_t)c->ih * c->iw, blk[0], 0);
     if (blk[1]) {
-        mp2_relayout(dy.h, es, c->n, c->c, ohw, blk[1], 0), mp2_relayout(y.h, es, c->n, c->c, ohw, blk[1], 0);
-        mp2_relayout(y2.h, es, c->n, c->c, ohw, blk[1], 0);
+        relayout(dy.h, es, c->n, c->c, ohw, blk[1], 0), relayout(y.h, es, c->n, c->c, ohw, blk[1], 0);
+        relayout(y2.h, es, c->n, c->c, ohw, blk[1], 0);
     }
     for (int64_t o = 0; o < ny; o++) {
         int64_t w = mp2_winner(c, dt, x.h, o);
@@ -921,7 +943,7 @@ static void bn_to(tdev *t, tbuf *b, const bn_case *c, int to)
 {
     if (!bn_blk)
         return;
-    mp2_relayout(b->h, 4, c->n, c->c, (int64_t)c->h * c->w, bn_blk, to);
+    relayout(b->h, 4, c->n, c->c, (int64_t)c->h * c->w, bn_blk, to);
     if (to)
         tbuf_up(t, b);
 }
