@@ -613,5 +613,11 @@ int main(void)
         cmocka_unit_test(test_auto_plateau_run),
         cmocka_unit_test(test_batchnorm_warning),
     };
+    /* CTest runs auto's tests (test_auto*) as test_dynamic_auto, the rest
+     * as test_dynamic: each under a minute under the sanitizers */
+    if (getenv("BFIT_TEST_ONLY"))
+        cmocka_set_test_filter(getenv("BFIT_TEST_ONLY"));
+    if (getenv("BFIT_TEST_SKIP"))
+        cmocka_set_skip_filter(getenv("BFIT_TEST_SKIP"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }
