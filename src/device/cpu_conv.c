@@ -273,7 +273,6 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-/* Check the geometry: PyTorch's floor rule for the output size. */
 /* 1 where oneDNN's chosen implementation of pd is its gemm fallback */
 static int impl_is_gemm(const_dnnl_primitive_desc_t pd)
 {
@@ -282,6 +281,7 @@ static int impl_is_gemm(const_dnnl_primitive_desc_t pd)
            strstr(impl, "gemm") != NULL;
 }
 
+/* Check the geometry: PyTorch's floor rule for the output size. */
 static int check_desc(const bfit_op_desc *d)
 {
     int64_t n = d->u.conv.n, ic = d->u.conv.ic, ih = d->u.conv.ih, iw = d->u.conv.iw;
