@@ -1126,16 +1126,18 @@ static void bn_forward_all(tdev *t)
     printf("  bnorm forward%s worst error / bound %.3f\n", bn_blk == 8 ? " (nChw8c)" : bn_blk == 16 ? " (nChw16c)" : "", worst);
 }
 
-/* nchw, then nChw8c and nChw16c where the channels fill whole blocks */
-static void test_bnorm_forward(void **st)
+/* run(t) in nchw, then nChw8c and nChw16c where the channels fill whole blocks */
+static void bn_each_layout(tdev *t, void (*run_all)(tdev *))
 {
     static const int blks[] = {0, 8, 16};
     for (int b = 0; b < 3; b++) {
         bn_blk = blks[b];
-        bn_forward_all(*st);
+        run_all(t);
     }
     bn_blk = 0;
 }
+
+static void test_bnorm_forward(void **st) { bn_each_layout(*st, bn_forward_all); }
 
 /* The running statistics move only when training is given them: NULL
  * rmean/rvar (a caller keeping none) and an eval forward leave them alone,
@@ -1422,16 +1424,7 @@ static void bn_backward_all(tdev *t)
     printf("  bnorm backward%s worst error / bound %.3f\n", bn_blk == 8 ? " (nChw8c)" : bn_blk == 16 ? " (nChw16c)" : "", worst);
 }
 
-/* nchw, then nChw8c and nChw16c where the channels fill whole blocks */
-static void test_bnorm_backward(void **st)
-{
-    static const int blks[] = {0, 8, 16};
-    for (int b = 0; b < 3; b++) {
-        bn_blk = blks[b];
-        bn_backward_all(*st);
-    }
-    bn_blk = 0;
-}
+static void test_bnorm_backward(void **st) { bn_each_layout(*st, bn_backward_all); }
 
 int main(void)
 {
