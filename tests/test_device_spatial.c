@@ -153,9 +153,12 @@ static const conv_case conv_cases[] = {
     {2, 6, 5, 7, 4, 3, 3, 1, 1, 1, 1, 1, 2}, /* 2 groups of 3 in, 2 out */
     /* one input channel, whose weight gradient is our own where oneDNN would
      * pad it to a block (cpu_conv_c1.c): 3x3 with a bias and padding, 5x5 of
-     * stride 2 without */
+     * stride 2 without, 3x3 unpadded on rows of 13 (its 4 positions at once
+     * from the row's start, then 3 alone), 3x3 of stride 2 */
     {3, 1, 9, 11, 16, 3, 3, 1, 1, 1, 1, 1, 0},
     {2, 1, 12, 10, 8, 5, 5, 2, 2, 2, 2, 0, 0},
+    {2, 1, 6, 13, 16, 3, 3, 1, 1, 0, 0, 1, 0},
+    {2, 1, 7, 9, 16, 3, 3, 2, 2, 1, 1, 1, 0},
     /* maps smaller than the window (ResNet-18's last stage at 64x64 inputs:
      * 3x3 on 2x2), whose weight gradient oneDNN's AVX2 kernels leave to its
      * gemm and ours takes as one product over the samples (cpu_conv_gemm.c);
@@ -179,7 +182,8 @@ static bfit_op_desc conv_desc(const conv_case *c, bfit_op_kind kind, int acc)
     d.u.conv.ow = (c->iw + 2 * c->pw - c->kw) / c->sw + 1;
     d.u.conv.bias = c->bias;
     d.u.conv.groups = c->groups;
-    d.u.conv.blk_src = d.u.conv.blk_dst = kind == BFIT_OP_CONV_BWD_WEIGHTS ? conv_blk : 0;
+    d.u.conv.blk_dst = kind == BFIT_OP_CONV_BWD_WEIGHTS ? conv_blk : 0;
+    d.u.conv.blk_src = c->ic == 1 ? 0 : d.u.conv.blk_dst; /* one channel: a grayscale input, plain */
     return d;
 }
 
@@ -303,16 +307,16 @@ static void conv_check_weights(tdev *t, size_t tc, const conv_case *c, conv_bufs
         sethost(t, &k->db, acc ? g0b : NULL);
         memset(&a, 0, sizeof a);
         a.src = k->x.d, a.diff_dst = k->dy.d, a.diff_weights = k->dw.d, a.diff_bias = c->bias ? k->db.d : NULL;
-        if (conv_blk) {
+        if (fd.u.conv.blk_src)
             relayout(k->x.h, 4, c->n, c->ic, (int64_t)c->ih * c->iw, conv_blk, 1), tbuf_up(t, &k->x);
+        if (conv_blk)
             relayout(k->dy.h, 4, c->n, c->oc, fd.u.conv.oh * fd.u.conv.ow, conv_blk, 1), tbuf_up(t, &k->dy);
-        }
         run(t, op, &a);
         bfit_op_free(op);
-        if (conv_blk) {
+        if (fd.u.conv.blk_src)
             relayout(k->x.h, 4, c->n, c->ic, (int64_t)c->ih * c->iw, conv_blk, 0), tbuf_up(t, &k->x);
+        if (conv_blk)
             relayout(k->dy.h, 4, c->n, c->oc, fd.u.conv.oh * fd.u.conv.ow, conv_blk, 0), tbuf_up(t, &k->dy);
-        }
         tbuf_down(t, &k->dw);
         tbuf_down(t, &k->db);
         for (int64_t i = 0; i < nw; i++) {
@@ -352,7 +356,8 @@ static void conv_cases_run(tdev *t, int gemm)
         conv_bufs k;
         conv_ref r;
 
-        if ((gemm && c->groups > 1) || (conv_blk && (c->groups > 1 || c->ic % conv_blk || c->oc % conv_blk)))
+        if ((gemm && c->groups > 1) ||
+            (conv_blk && (c->groups > 1 || (c->ic % conv_blk && c->ic != 1) || c->oc % conv_blk)))
             continue;
         k.ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow;
         k.nx = (int64_t)c->n * c->ic * c->ih * c->iw;
@@ -379,7 +384,8 @@ static void test_conv(void **st)
 }
 
 /* and in nChw8c / nChw16c where the channels fill blocks (a layout chain's
- * input and output gradient: the packing reads them) */
+ * input and output gradient: the packing reads them); one input channel
+ * stays plain, its dy blocked: cpu_conv_c1.c's, which comes first */
 static void test_conv_gemm(void **st)
 {
     static const int blks[] = {0, 8, 16};
