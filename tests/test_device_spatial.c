@@ -356,8 +356,9 @@ static void conv_cases_run(tdev *t, int gemm)
         conv_bufs k;
         conv_ref r;
 
-        if ((gemm && c->groups > 1) ||
-            (conv_blk && (c->groups > 1 || (c->ic % conv_blk && c->ic != 1) || c->oc % conv_blk)))
+        int dw = c->groups > 1 && c->groups == c->ic && c->oc == c->ic;
+        if ((gemm && c->groups > 1 && !(conv_blk && dw)) ||
+            (conv_blk && ((c->groups > 1 && !dw) || (c->ic % conv_blk && c->ic != 1) || c->oc % conv_blk)))
             continue;
         k.ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow;
         k.nx = (int64_t)c->n * c->ic * c->ih * c->iw;
@@ -385,7 +386,9 @@ static void test_conv(void **st)
 
 /* and in nChw8c / nChw16c where the channels fill blocks (a layout chain's
  * input and output gradient: the packing reads them); one input channel
- * stays plain, its dy blocked: cpu_conv_c1.c's, which comes first */
+ * stays plain, its dy blocked: cpu_conv_c1.c's, which comes first; a
+ * depthwise case's weight gradient is cpu_conv_dw.c's (maps smaller than
+ * the window, 5x5 of stride 2) or oneDNN's jit_dw on the blocks */
 static void test_conv_gemm(void **st)
 {
     static const int blks[] = {0, 8, 16};

@@ -304,9 +304,9 @@ static int check_desc(const bfit_op_desc *d)
                          (long long)kh, (long long)kw, (long long)sh, (long long)sw, (long long)ph,
                          (long long)pw);
     if (!blk_ok(d->u.conv.blk_src, ic) || !blk_ok(d->u.conv.blk_dst, oc) ||
-        ((d->u.conv.blk_src || d->u.conv.blk_dst) && groups(d) > 1))
+        ((d->u.conv.blk_src || d->u.conv.blk_dst) && groups(d) > 1 && (groups(d) != ic || oc != ic)))
         return bfit_fail(BFIT_EINVAL, "cpu conv: blocked layouts take a block of 8 or 16 channels, whole blocks and "
-                         "no groups (blocks %d in, %d out; %lld in, %lld out, %lld groups)", d->u.conv.blk_src,
+                         "no groups but depthwise (blocks %d in, %d out; %lld in, %lld out, %lld groups)", d->u.conv.blk_src,
                          d->u.conv.blk_dst, (long long)ic, (long long)oc, (long long)groups(d));
     if (lim > 0 && (n * oc * d->u.conv.oh * d->u.conv.ow > lim || n * ic * ih * iw > lim))
         return bfit_fail(BFIT_ENOMEM, "cpu conv: a tensor of over %lld elements (a test's limit, as cuDNN's 2^31 - 1): "

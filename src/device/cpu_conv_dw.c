@@ -1,5 +1,6 @@
-/* cpu_conv_dw.c - a depthwise convolution's weight gradient, f32 nchw,
- * where oneDNN would take its gemm fallback.
+/* cpu_conv_dw.c - a depthwise convolution's weight gradient, f32, x and dy
+ * each in nchw or a layout chain's nChw8c / nChw16c (the same sums in the
+ * same order), where oneDNN would take its gemm fallback.
  *
  * oneDNN 2.6 takes it to its gemm fallback (im2col per channel) wherever
  * its jit_dw kernel declines (5x5 windows, stride 2, maps smaller than
@@ -22,18 +23,27 @@ void bfit_cpu_conv_span(int64_t k, int64_t s, int64_t p, int64_t in, int64_t on,
         *hi = on;
 }
 
+/* Element (n, c, 0, 0) of a [n, C, hw] tensor in nchw (B 0) or in blocks
+ * of B channels; its pixels lie B elements apart then, else 1 */
+static int64_t chan_at(int64_t n, int64_t c, int64_t C, int64_t hw, int B)
+{
+    return B ? ((n * (C / B) + c / B) * hw) * B + c % B : (n * C + c) * hw;
+}
+
 /* Channel c's kh kw weight gradients (and its bias's) into dw, db (NULL):
  * set, or added to with accumulate. */
 static void dw_channel(const bfit_op_desc *d, const float *x, const float *dy, float *dw, float *db, int64_t c)
 {
     const int64_t C = d->u.conv.ic, ih = d->u.conv.ih, iw = d->u.conv.iw, oh = d->u.conv.oh, ow = d->u.conv.ow;
     const int64_t kh = d->u.conv.kh, kw = d->u.conv.kw, sh = d->u.conv.sh, sw = d->u.conv.sw;
+    const int bx = d->u.conv.blk_src, bg = d->u.conv.blk_dst;
+    const int64_t px = bx ? bx : 1, pg = bg ? bg : 1; /* a pixel's step in x, in dy */
     double acc[64] = {0}, bacc = 0;
 
     for (int64_t n = 0; n < d->u.conv.n; n++) {
-        const float *xp = x + (n * C + c) * ih * iw, *gp = dy + (n * C + c) * oh * ow;
+        const float *xp = x + chan_at(n, c, C, ih * iw, bx), *gp = dy + chan_at(n, c, C, oh * ow, bg);
         for (int64_t i = 0; db && i < oh * ow; i++)
-            bacc += gp[i];
+            bacc += gp[i * pg];
         for (int64_t ky = 0; ky < kh; ky++) {
             int64_t y0, y1;
             bfit_cpu_conv_span(ky, sh, d->u.conv.ph, ih, oh, &y0, &y1);
@@ -42,9 +52,10 @@ static void dw_channel(const bfit_op_desc *d, const float *x, const float *dy, f
                 double s = 0;
                 bfit_cpu_conv_span(kx, sw, d->u.conv.pw, iw, ow, &x0, &x1);
                 for (int64_t oy = y0; oy < y1; oy++) {
-                    const float *g = gp + oy * ow, *r = xp + (oy * sh - d->u.conv.ph + ky) * iw - d->u.conv.pw + kx;
+                    const float *g = gp + oy * ow * pg,
+                                *r = xp + ((oy * sh - d->u.conv.ph + ky) * iw - d->u.conv.pw + kx) * px;
                     for (int64_t ox = x0; ox < x1; ox++)
-                        s += (double)g[ox] * r[ox * sw];
+                        s += (double)g[ox * pg] * r[ox * sw * px];
                 }
                 acc[ky * kw + kx] += s;
             }
@@ -77,8 +88,8 @@ int bfit_cpu_conv_dw_take(cpu_op *op, int onednn_gemm)
 
     if (d->kind != BFIT_OP_CONV_BWD_WEIGHTS || d->dtype != BFIT_F32 ||
         (d->u.conv.groups > 1 ? d->u.conv.groups : 1) != d->u.conv.ic || d->u.conv.oc != d->u.conv.ic ||
-        d->u.conv.kh * d->u.conv.kw > 64 || d->u.conv.blk_src || d->u.conv.blk_dst || !onednn_gemm)
+        d->u.conv.kh * d->u.conv.kw > 64 || !onednn_gemm)
         return 0; /* oneDNN's jit_dw, or not this case */
-    op->run = run; /* on the plain tensors: no scratch, no reorders */
+    op->run = run; /* on the tensors as they are: no scratch, no reorders */
     return 1;
 }

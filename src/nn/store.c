@@ -227,15 +227,29 @@ static int pool2(const bfit_layer *l)
            (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0;
 }
 
-/* Layers that take a blocked input: dense convolutions, relus, such pools,
- * f32 batch norms (oneDNN's kernels and our backward loops take the block;
- * bf16 ones run our nchw loops where oneDNN has no bf16 kernels) and
- * residual adds (elementwise: both inputs and the output in one layout) */
+/* An activation of one input: element by element, any layout */
+static int elementwise(const bfit_layer *l)
+{
+    static const bfit_layer_kind k[] = {BFIT_L_RELU,  BFIT_L_CLIP, BFIT_L_SIGMOID,     BFIT_L_SILU,
+                                        BFIT_L_TANH,  BFIT_L_GELU, BFIT_L_HARDSIGMOID, BFIT_L_HARDSWISH};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (l->cfg.kind == k[i])
+            return l->nin == 1;
+    return 0;
+}
+
+/* Layers that take a blocked input: dense convolutions, activations, such
+ * pools, and in f32 depthwise convolutions (MobileNet's, EfficientNet's:
+ * oneDNN's jit_dw computes in the block) and batch norms (oneDNN's kernels
+ * and our backward loops take the block; bf16 ones run our nchw loops where
+ * oneDNN has no bf16 kernels), residual adds (elementwise: both inputs and
+ * the output in one layout) */
 static int takes_blocked(const bfit_model *M, const bfit_layer *l)
 {
-    return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (l->cfg.kind == BFIT_L_RELU && l->nin == 1) ||
-           pool2(l) || (l->cfg.kind == BFIT_L_BATCHNORM && M->store.precision == BFIT_F32) ||
-           l->cfg.kind == BFIT_L_ADD;
+    int f32 = M->store.precision == BFIT_F32;
+    int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
+    return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (dw && f32) || elementwise(l) || pool2(l) ||
+           (l->cfg.kind == BFIT_L_BATCHNORM && f32) || l->cfg.kind == BFIT_L_ADD;
 }
 
 /* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
@@ -252,8 +266,8 @@ static int may_block(const bfit_model *M, int v, int B)
     return 1;
 }
 
-/* Node i's layer cannot join its values' layouts (a relu or batch norm
- * between a blocked and a plain value, a pool from plain to blocked, an add
+/* Node i's layer cannot join its values' layouts (an activation or batch
+ * norm between a blocked and a plain value, a pool from plain to blocked, an add
  * of two layouts): all of them plain then; 1 if one was blocked. */
 static int unblock(const bfit_model *M, uint8_t *blk, int i)
 {
@@ -269,7 +283,7 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
         blk[u] = blk[x] = blk[w] = 0;
         return was;
     }
-    if (((l->cfg.kind == BFIT_L_RELU || l->cfg.kind == BFIT_L_BATCHNORM) && blk[u] != blk[w]) ||
+    if (((elementwise(l) || l->cfg.kind == BFIT_L_BATCHNORM) && blk[u] != blk[w]) ||
         (pool2(l) && blk[w] && !blk[u])) {
         was = blk[u] || blk[w];
         blk[u] = blk[w] = 0;
@@ -281,8 +295,9 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
 /* The cpu's convolutions compute in blocks of B channels (nChw16c with
  * AVX-512, nChw8c with AVX2: the device says) and oneDNN reorders to and
  * from nchw around each (a fifth of the cnn's step): activations between
- * convolutions, relus, 2x2 max pools, f32 batch norms and residual adds
- * stay blocked instead. A relu and a batch norm keep their input's layout,
+ * convolutions, activation layers, 2x2 max pools, f32 batch norms and
+ * depthwise convolutions and residual adds stay blocked instead. An
+ * activation layer and a batch norm keep their input's layout,
  * an add its inputs' (both the same); a pool may turn nChw16c into nchw
  * (before a flatten), not back; a convolution takes either and makes
  * either. Convolutions, relus and pools compute the same numbers in another

@@ -88,8 +88,32 @@ def perturb_bn(model, g):
                 mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
 
 
-TAU = 2e-5  # how far from a kink, relative to the activation's RMS
+TAU = 2e-5  # how far from a kink at least, relative to the activation's RMS (away_from_kinks says why)
+TAU_F32 = 10  # and how many times float32's largest error at that activation input
 FUNCTIONAL_RELU_AFTER = {"densenet121": ["features.norm5"]}  # batch norms followed by F.relu, not a module
+
+
+def f32_errors(model, x):
+    """Per module: float32's largest error at a kinked activation's input
+    (or a batch norm's output, which a functional relu may take), against
+    float64's, over the RMS."""
+    import copy
+    acts = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.Hardsigmoid)
+
+    def record(dtype):
+        m, got, hooks = copy.deepcopy(model).to(dtype).train(), {}, []
+        for n, mod in m.named_modules():
+            if isinstance(mod, acts):
+                hooks.append(mod.register_forward_pre_hook(
+                    lambda mod, inp, n=n: got.__setitem__(n, inp[0].detach().double().clone())))
+            elif isinstance(mod, torch.nn.BatchNorm2d):
+                hooks.append(mod.register_forward_hook(
+                    lambda mod, inp, out, n=n: got.__setitem__(n, out.detach().double().clone())))
+        with torch.no_grad():
+            m(x.to(dtype))
+        return got
+    a64, a32 = record(torch.float64), record(torch.float32)
+    return {n: ((a32[n] - a64[n]).abs().max() / a64[n].pow(2).mean().sqrt()).item() for n in a64}
 
 
 def away_from_kinks(model, name, x):
@@ -97,29 +121,40 @@ def away_from_kinks(model, name, x):
     Hardsigmoid, where the gradient jumps: a float32 evaluation (PyTorch's or
     batchfit's) whose error takes an input across 0 (or 6, or +-3) gets a
     whole term of the gradient wrong or right. Every activation input of the
-    float64 forward pass ends at least TAU x its RMS away from a kink (20
-    times float32's error there, ~1e-6 of the RMS), by shifting the bias of
+    float64 forward pass ends at least TAU x its RMS away from a kink, by
+    shifting the bias of
     the batch norm that feeds it (the channel's values move together;
     running statistics do not depend on the bias), or of the convolution
     (a squeeze-and-excitation block's, with a bias and no batch norm). One
-    forward pass, nudging as it goes; the model keeps the new biases."""
+    forward pass, nudging as it goes; the model keeps the new biases.
+    The distance is TAU of the RMS, or TAU_F32 times float32's largest
+    error at that input (a float32 forward against float64's, before any
+    shift), the larger: float32's error grows with depth, to 1.1e-4 of the
+    RMS at MobileNetV2's last blocks (2x2 maps: 16 values per batch norm
+    channel), where TAU alone let a float32 run with its sums in another
+    order cross 0 (its last batch norm gave one value -6.4e-5 in nchw and
+    +1.6e-6 in nChw8c, and a whole term of the gradient below came and
+    went). A fixed 20 times that everywhere cannot be had: on 32x32 maps a
+    channel's 4,096 values almost always hold one that near a kink."""
     import copy
+    err = f32_errors(model, x)
     m = copy.deepcopy(model).double().train()
     last, hooks, g = {}, [], torch.Generator().manual_seed(7)
     names = {mod: n for n, mod in m.named_modules()}
 
-    def fix(t, kinks, bn):
+    def fix(t, kinks, bn, where):
         rms = t.pow(2).mean().sqrt().item()
+        tau = max(TAU, TAU_F32 * err.get(where, 0.0))
         for _ in range(100):
             near = torch.zeros(t.shape[1], dtype=torch.bool)
             for k in kinks:
-                near |= ((t - k).abs() < TAU * rms).transpose(0, 1).reshape(t.shape[1], -1).any(1)
+                near |= ((t - k).abs() < tau * rms).transpose(0, 1).reshape(t.shape[1], -1).any(1)
             if not near.any():
                 return t
             width = bn.num_features if isinstance(bn, torch.nn.BatchNorm2d) else bn.out_channels if bn else 0
             assert width == t.shape[1], "no batch norm or biased convolution to shift before a kink"
             sign = torch.where(torch.rand(t.shape[1], generator=g) < 0.5, -1.0, 1.0).double()
-            d = near.double() * sign * (4 + 4 * torch.rand(t.shape[1], generator=g).double()) * TAU * rms
+            d = near.double() * sign * (4 + 4 * torch.rand(t.shape[1], generator=g).double()) * tau * rms
             with torch.no_grad():
                 bn.bias += d
             t = t + d.reshape(1, -1, *([1] * (t.dim() - 2)))
@@ -128,7 +163,7 @@ def away_from_kinks(model, name, x):
     def bn_hook(mod, inp, out):
         last[out.shape[1]] = mod
         if names[mod] in FUNCTIONAL_RELU_AFTER.get(name, []):
-            return fix(out, [0.0], mod)
+            return fix(out, [0.0], mod, names[mod])
         return None
 
     def conv_hook(mod, inp, out):
@@ -137,7 +172,7 @@ def away_from_kinks(model, name, x):
     def act_pre(mod, inp):
         kinks = ([0.0, 6.0] if isinstance(mod, torch.nn.ReLU6) else
                  [-3.0, 3.0] if isinstance(mod, (torch.nn.Hardswish, torch.nn.Hardsigmoid)) else [0.0])
-        return (fix(inp[0].clone(), kinks, last.get(inp[0].shape[1])),)
+        return (fix(inp[0].clone(), kinks, last.get(inp[0].shape[1]), names[mod]),)
 
     for mod in m.modules():
         if isinstance(mod, torch.nn.BatchNorm2d):
