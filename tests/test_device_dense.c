@@ -427,15 +427,24 @@ static uint16_t top16(float v)
     return (uint16_t)(b >> 16);
 }
 
+/* Where element i of [n, c, hw] (nchw order) lies in blocks of B channels
+ * (nChw{B}c; B 0: nchw itself) */
+static int64_t blk_index(int64_t i, int64_t c, int64_t hw, int64_t B)
+{
+    int64_t s = i / (c * hw), ch = i / hw % c, p = i % hw;
+    return B ? ((s * (c / B) + ch / B) * hw + p) * B + ch % B : i;
+}
+
 /* A gate per channel (CHSCALE, squeeze-and-excitation's; the cpu device
  * only: another refuses it by name), f32 and bf16 (inputs made bf16 by
  * truncation), against the definition: y = x s, dx = dy s, ds = sum over
- * hw of dy x; the backward with only one of its outputs too. */
-static void check_chscale(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t hw)
+ * hw of dy x; the backward with only one of its outputs too. B: the image
+ * tensors in nChw{B}c (a layout chain's), the scales as they are. */
+static void check_chscale(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t hw, int B)
 {
     int64_t big = n * c * hw, small = n * c;
     size_t es = bfit_dtype_size(dt);
-    bfit_op_desc d = {.kind = BFIT_OP_CHSCALE_FWD, .dtype = dt, .u.chs = {n, c, hw}};
+    bfit_op_desc d = {.kind = BFIT_OP_CHSCALE_FWD, .dtype = dt, .u.chs = {n, c, hw, B}};
     bfit_op_args a = {0};
     tbuf x = tbuf_new(t, (size_t)big * es), s = tbuf_new(t, (size_t)small * es), dy = tbuf_new(t, (size_t)big * es),
          y = tbuf_new(t, (size_t)big * es), dx = tbuf_new(t, (size_t)big * es), ds = tbuf_new(t, (size_t)small * es);
@@ -453,10 +462,11 @@ static void check_chscale(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t 
         }
     }
     for (int64_t i = 0; i < big; i++) {
+        int64_t k = blk_index(i, c, hw, B);
         if (dt == BFIT_F32)
-            TB_F(x)[i] = xv[i], TB_F(dy)[i] = gv[i];
+            TB_F(x)[k] = xv[i], TB_F(dy)[k] = gv[i];
         else
-            ((uint16_t *)x.h)[i] = top16(xv[i]), ((uint16_t *)dy.h)[i] = top16(gv[i]);
+            ((uint16_t *)x.h)[k] = top16(xv[i]), ((uint16_t *)dy.h)[k] = top16(gv[i]);
     }
     for (int64_t i = 0; i < small; i++) {
         if (dt == BFIT_F32)
@@ -474,9 +484,10 @@ static void check_chscale(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t 
         assert_int_equal(run_op(t, &d, &a), BFIT_OK);
         tbuf_down(t, &y), tbuf_down(t, &dx), tbuf_down(t, &ds);
         for (int64_t i = 0; i < big; i++) {
+            int64_t k = blk_index(i, c, hw, B);
             double r = (double)xv[i] * sv[i / hw], g = (double)gv[i] * sv[i / hw];
-            double yo = dt == BFIT_F32 ? TB_F(y)[i] : widen16(((uint16_t *)y.h)[i]);
-            double go = dt == BFIT_F32 ? TB_F(dx)[i] : widen16(((uint16_t *)dx.h)[i]);
+            double yo = dt == BFIT_F32 ? TB_F(y)[k] : widen16(((uint16_t *)y.h)[k]);
+            double go = dt == BFIT_F32 ? TB_F(dx)[k] : widen16(((uint16_t *)dx.h)[k]);
             assert_close(yo, r, tol * (fabs(r) + FEPS), "channel scaling fwd", i);
             assert_close(go, g, tol * (fabs(g) + FEPS), "channel scaling dx", i);
         }
@@ -501,10 +512,13 @@ static void check_chscale(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t 
 
 static void test_chscale(void **st)
 {
-    check_chscale(*st, BFIT_F32, 3, 5, 7);
-    check_chscale(*st, BFIT_F32, 2, 64, 1000); /* past the threads' threshold */
-    check_chscale(*st, BFIT_BF16, 3, 5, 7);
-    check_chscale(*st, BFIT_BF16, 1, 3, 1);
+    check_chscale(*st, BFIT_F32, 3, 5, 7, 0);
+    check_chscale(*st, BFIT_F32, 2, 64, 1000, 0); /* past the threads' threshold */
+    check_chscale(*st, BFIT_BF16, 3, 5, 7, 0);
+    check_chscale(*st, BFIT_BF16, 1, 3, 1, 0);
+    check_chscale(*st, BFIT_F32, 3, 16, 7, 8); /* nChw8c, two blocks */
+    check_chscale(*st, BFIT_F32, 2, 32, 5, 16);
+    check_chscale(*st, BFIT_F32, 2, 64, 1000, 8);
 }
 
 /* Forward and backward of relu keeping 1 bit per element, f32 and bf16,

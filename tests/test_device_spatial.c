@@ -902,6 +902,51 @@ static void test_maxpool_any(void **st)
     }
 }
 
+/* A global average pool (a squeeze-and-excitation block's) with its input
+ * and that gradient in nChw8c / nChw16c (cpu_avgpool_g.c): the same
+ * outputs and gradients, bit for bit, as nchw (the same sums in the same
+ * order), which test_pool checks against the reference. */
+static void gap_run(tdev *t, const pool_case *c, int B, const tbuf *x, const tbuf *dy, tbuf *y, tbuf *dx)
+{
+    bfit_op_desc fd = pool_desc(c, BFIT_OP_POOL_FWD, 0, 1), bd = pool_desc(c, BFIT_OP_POOL_BWD, 0, 1);
+    bfit_op_args a = {0};
+    bfit_op *op;
+
+    fd.u.pool.blk_src = bd.u.pool.blk_src = B;
+    op = mkop(t, &fd);
+    a.src = x->d, a.dst = y->d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    op = mkop(t, &bd);
+    memset(&a, 0, sizeof a);
+    a.diff_dst = dy->d, a.diff_src = dx->d;
+    run(t, op, &a);
+    bfit_op_free(op);
+    tbuf_down(t, y), tbuf_down(t, dx);
+}
+
+static void test_avgpool_g_blocked(void **st)
+{
+    static const pool_case cases[] = {{3, 16, 5, 7, 5, 7, 1, 1, 0, 0}, {32, 96, 4, 4, 4, 4, 4, 4, 0, 0},
+                                      {2, 32, 1, 1, 1, 1, 1, 1, 0, 0}};
+    tdev *t = *st;
+    for (size_t tc = 0; tc < sizeof cases / sizeof cases[0]; tc++)
+        for (int B = 8; B <= 16; B += 8) {
+            const pool_case *c = &cases[tc];
+            int64_t hw = (int64_t)c->ih * c->iw, nx = (int64_t)c->n * c->c * hw, ny = (int64_t)c->n * c->c;
+            tbuf x = randbuf(t, nx, 700 + tc), dy = randbuf(t, ny, 710 + tc);
+            tbuf y0 = nanbuf(t, (size_t)ny * 4), dx0 = nanbuf(t, (size_t)nx * 4);
+            tbuf y1 = nanbuf(t, (size_t)ny * 4), dx1 = nanbuf(t, (size_t)nx * 4);
+            gap_run(t, c, 0, &x, &dy, &y0, &dx0);
+            relayout(x.h, 4, c->n, c->c, hw, B, 1), tbuf_up(t, &x);
+            gap_run(t, c, B, &x, &dy, &y1, &dx1);
+            relayout(dx1.h, 4, c->n, c->c, hw, B, 0);
+            assert_memory_equal(y1.h, y0.h, (size_t)ny * 4);
+            assert_memory_equal(dx1.h, dx0.h, (size_t)nx * 4);
+            FREEBUFS(t, &x, &dy, &y0, &dx0, &y1, &dx1);
+        }
+}
+
 /* The same with the input in nChw16c or nChw8c and the output in it or in
  * nchw (the layouts the cpu keeps between convolutions, with AVX-512 and
  * with AVX2): odd sizes, NaNs, several blocks of channels. */
@@ -1445,7 +1490,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_bf16),
         cmocka_unit_test(test_pool_rejects_bad_geometry),
-        cmocka_unit_test(test_maxpool2_blocked), cmocka_unit_test(test_maxpool2), cmocka_unit_test(test_maxpool_any),
+        cmocka_unit_test(test_avgpool_g_blocked), cmocka_unit_test(test_maxpool2_blocked), cmocka_unit_test(test_maxpool2), cmocka_unit_test(test_maxpool_any),
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),

@@ -1,7 +1,7 @@
 /* cpu_chscale.c - CHSCALE_FWD/BWD: each channel of an image multiplied by
  * its own scale (a squeeze-and-excitation block's gate, [n, c] against the
  * [n, c, hw] it gates), plain loops in any float dtype, one thread per
- * range of channel rows. The scales' gradient sums a row in double, in a
+ * range of channel rows; f32 images in a layout chain's nChw8c/16c too. The scales' gradient sums a row in double, in a
  * fixed order, so that it does not depend on the thread count. */
 #include "base/err.h"
 #include "device/cpu.h"
@@ -26,6 +26,42 @@ static void fwd_any(bfit_dtype t, const void *x, const void *s, void *y, int64_t
     });
 }
 
+/* f32 in nChw{B}c: a block of sample n is hw positions of B channels side
+ * by side, their B scales one vector. The scales' gradient sums each
+ * channel over the positions in order, in double: fwd_f32's sums. */
+static void fwd_blk(const float *x, const float *s, float *y, int64_t n, int64_t c, int64_t hw, int64_t B)
+{
+    int64_t nb = n * (c / B);
+    BFIT_PAR_FOR_IF(nb * hw * B > BFIT_PAR_MIN, for (int64_t q = 0; q < nb; q++) {
+        const float *xr = x + q * hw * B, *sr = s + q * B; /* block q of sample q / (c / B): scales n c + q' B */
+        float *yr = y + q * hw * B;
+        for (int64_t p = 0; p < hw; p++)
+            for (int64_t l = 0; l < B; l++)
+                yr[p * B + l] = xr[p * B + l] * sr[l];
+    });
+}
+
+static void bwd_blk(const float *x, const float *s, const float *dy, float *dx, float *ds, int64_t n, int64_t c,
+                    int64_t hw, int64_t B)
+{
+    int64_t nb = n * (c / B);
+    BFIT_PAR_FOR_IF(nb * hw * B > BFIT_PAR_MIN, for (int64_t q = 0; q < nb; q++) {
+        const float *xr = x + q * hw * B, *g = dy + q * hw * B, *sr = s + q * B;
+        double acc[16] = {0};
+        if (dx)
+            for (int64_t p = 0; p < hw; p++)
+                for (int64_t l = 0; l < B; l++)
+                    dx[q * hw * B + p * B + l] = g[p * B + l] * sr[l];
+        if (ds) {
+            for (int64_t p = 0; p < hw; p++)
+                for (int64_t l = 0; l < B; l++)
+                    acc[l] += (double)g[p * B + l] * (double)xr[p * B + l];
+            for (int64_t l = 0; l < B; l++)
+                ds[q * B + l] = (float)acc[l];
+        }
+    });
+}
+
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -33,7 +69,9 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
 
     if (!a->src || !a->src2 || !a->dst)
         return bfit_fail(BFIT_EINVAL, "channel scaling: src, src2 (the scales) and dst are required");
-    if (d->dtype == BFIT_F32)
+    if (d->u.chs.blk)
+        fwd_blk(a->src, a->src2, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
+    else if (d->dtype == BFIT_F32)
         fwd_f32(a->src, a->src2, a->dst, rows, hw);
     else
         fwd_any(d->dtype, a->src, a->src2, a->dst, rows, hw);
@@ -83,7 +121,9 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     if (!a->diff_dst || (a->diff_src && !a->src2) || (a->dst && !a->src))
         return bfit_fail(BFIT_EINVAL, "channel scaling backward: diff_dst, src2 (the scales) for diff_src and src "
                                       "for dst (the scales' gradient) are required");
-    if (d->dtype == BFIT_F32)
+    if (d->u.chs.blk)
+        bwd_blk(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
+    else if (d->dtype == BFIT_F32)
         bwd_f32(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, rows, hw);
     else
         bwd_any(d->dtype, a->src, a->src2, a->diff_dst, a->diff_src, a->dst, rows, hw);
@@ -97,6 +137,10 @@ int bfit_cpu_chscale_init(cpu_op *op)
     if (d->u.chs.n < 1 || d->u.chs.c < 1 || d->u.chs.hw < 1)
         return bfit_fail(BFIT_EINVAL, "channel scaling: n %lld, c %lld and hw %lld must be positive",
                          (long long)d->u.chs.n, (long long)d->u.chs.c, (long long)d->u.chs.hw);
+    if (d->u.chs.blk && ((d->u.chs.blk != 8 && d->u.chs.blk != 16) || d->u.chs.c % d->u.chs.blk ||
+                         d->dtype != BFIT_F32))
+        return bfit_fail(BFIT_EINVAL, "channel scaling: blocked data (blk %d) must be f32 in blocks of 8 or 16 of its "
+                         "%lld channels", d->u.chs.blk, (long long)d->u.chs.c);
     op->ws = op->saved = 0;
     op->run = d->kind == BFIT_OP_CHSCALE_FWD ? run_fwd : run_bwd;
     return BFIT_OK;

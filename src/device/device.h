@@ -187,7 +187,9 @@ typedef struct bfit_op_desc {
         struct { int64_t n, a, b; } tr;
         struct { int64_t M, N; } rows;
         struct { int64_t rows, ld, off, len; } slice;
-        struct { int64_t n, c, hw; } chs;
+        /* CHSCALE: blk (the cpu only, f32): 0, or 8 or 16: src, dst and their gradients in
+           nChw8c / nChw16c, as conv's; src2 and its gradient [n, c] either way */
+        struct { int64_t n, c, hw; int blk; } chs;
     } u;
 } bfit_op_desc;
 

@@ -32,6 +32,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     d.u.chs.n = m;
     d.u.chs.c = l->in[0].c;
     d.u.chs.hw = (int64_t)l->in[0].h * l->in[0].w;
+    d.u.chs.blk = l->blk_in; /* a layout chain's block (store.c): the output's too */
     return bfit_layer_op_pair(l, &d, BFIT_OP_CHSCALE_BWD, training, need);
 }
 

@@ -227,6 +227,16 @@ static int pool2(const bfit_layer *l)
            (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0;
 }
 
+/* An average over the whole map, no padding (a squeeze-and-excitation
+ * block's, cpu_avgpool_g.c's): one value per channel out, the same bytes
+ * in nchw and in blocks */
+static int global_avg(const bfit_layer *l)
+{
+    const bfit_layer_cfg *c = &l->cfg;
+    return l->cfg.kind == BFIT_L_GAP || (c->kind == BFIT_L_AVGPOOL && c->kh == l->in[0].h && c->kw == l->in[0].w &&
+                                        c->ph == 0 && c->pw == 0 && l->out.h == 1 && l->out.w == 1);
+}
+
 /* An activation of one input: element by element, any layout */
 static int elementwise(const bfit_layer *l)
 {
@@ -240,16 +250,18 @@ static int elementwise(const bfit_layer *l)
 
 /* Layers that take a blocked input: dense convolutions, activations, such
  * pools, and in f32 depthwise convolutions (MobileNet's, EfficientNet's:
- * oneDNN's jit_dw computes in the block) and batch norms (oneDNN's kernels
- * and our backward loops take the block; bf16 ones run our nchw loops where
- * oneDNN has no bf16 kernels), residual adds (elementwise: both inputs and
- * the output in one layout) */
+ * oneDNN's jit_dw computes in the block), batch norms (bf16 ones run our
+ * nchw loops where oneDNN has no bf16 kernels) and a squeeze-and-excitation
+ * block's global average pool and channel scale (its gate is one value per
+ * channel, the same bytes in either layout); residual adds (elementwise:
+ * both inputs and the output in one layout) */
 static int takes_blocked(const bfit_model *M, const bfit_layer *l)
 {
     int f32 = M->store.precision == BFIT_F32;
     int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (dw && f32) || elementwise(l) || pool2(l) ||
-           (l->cfg.kind == BFIT_L_BATCHNORM && f32) || l->cfg.kind == BFIT_L_ADD;
+           (l->cfg.kind == BFIT_L_BATCHNORM && f32) || l->cfg.kind == BFIT_L_ADD ||
+           ((global_avg(l) || l->cfg.kind == BFIT_L_SCALE) && f32);
 }
 
 /* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
@@ -257,7 +269,11 @@ static int takes_blocked(const bfit_model *M, const bfit_layer *l)
 static int may_block(const bfit_model *M, int v, int B)
 {
     const bfit_layer *p = M->nodes[v - 1].l;
-    if (!bfit_shape_is_image(p->out) || p->out.c % B || !takes_blocked(M, p) || !M->nodes[v - 1].nconsumers)
+    /* a 1x1 map is the same bytes either way: blocked, it would only steer
+     * oneDNN to other kernels (its reference backward for an SE block's
+     * squeeze of fewer than 16 channels) */
+    if (!bfit_shape_is_image(p->out) || p->out.c % B || (p->out.h == 1 && p->out.w == 1) || !takes_blocked(M, p) ||
+        !M->nodes[v - 1].nconsumers)
         return 0;
     for (int j = v; j < M->n; j++)
         for (int k = 0; k < M->nodes[j].l->nin; k++)
@@ -283,7 +299,7 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
         blk[u] = blk[x] = blk[w] = 0;
         return was;
     }
-    if (((elementwise(l) || l->cfg.kind == BFIT_L_BATCHNORM) && blk[u] != blk[w]) ||
+    if (((elementwise(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_SCALE) && blk[u] != blk[w]) ||
         (pool2(l) && blk[w] && !blk[u])) {
         was = blk[u] || blk[w];
         blk[u] = blk[w] = 0;
