@@ -1,8 +1,9 @@
 /* cpu_chscale.c - CHSCALE_FWD/BWD: each channel of an image multiplied by
  * its own scale (a squeeze-and-excitation block's gate, [n, c] against the
  * [n, c, hw] it gates), plain loops in any float dtype, one thread per
- * range of channel rows; f32 images in a layout chain's nChw8c/16c too. The scales' gradient sums a row in double, in a
- * fixed order, so that it does not depend on the thread count. */
+ * range of channel rows; f32 images in a layout chain's nChw8c/16c too.
+ * The scales' gradient sums a row in double, in a fixed order, so that it
+ * does not depend on the thread count. */
 #include "base/err.h"
 #include "device/cpu.h"
 #include "device/half.h"
@@ -26,14 +27,15 @@ static void fwd_any(bfit_dtype t, const void *x, const void *s, void *y, int64_t
     });
 }
 
-/* f32 in nChw{B}c: a block of sample n is hw positions of B channels side
- * by side, their B scales one vector. The scales' gradient sums each
- * channel over the positions in order, in double: fwd_f32's sums. */
+/* f32 in nChw{B}c: block q (= n (c / B) + the channel block) is hw
+ * positions of B channels side by side, whose scales are s[q B ..] (= n c +
+ * its first channel). The scales' gradient sums each channel over the
+ * positions in order, in double: bwd_f32's sums. */
 static void fwd_blk(const float *x, const float *s, float *y, int64_t n, int64_t c, int64_t hw, int64_t B)
 {
     int64_t nb = n * (c / B);
     BFIT_PAR_FOR_IF(nb * hw * B > BFIT_PAR_MIN, for (int64_t q = 0; q < nb; q++) {
-        const float *xr = x + q * hw * B, *sr = s + q * B; /* block q of sample q / (c / B): scales n c + q' B */
+        const float *xr = x + q * hw * B, *sr = s + q * B;
         float *yr = y + q * hw * B;
         for (int64_t p = 0; p < hw; p++)
             for (int64_t l = 0; l < B; l++)

@@ -393,9 +393,6 @@ int bfit_cpu_maxpool2_init(cpu_op *op, int *done)
 
     *done = d->u.pool.max && d->u.pool.kh == 2 && d->u.pool.kw == 2 && d->u.pool.sh == 2 && d->u.pool.sw == 2 &&
             d->u.pool.ph == 0 && d->u.pool.pw == 0 && (d->dtype == BFIT_F32 || d->dtype == BFIT_BF16);
-    if ((d->u.pool.blk_src || d->u.pool.blk_dst) && !*done && d->u.pool.max)
-        return bfit_fail(BFIT_EINVAL, "cpu pool: nChw8c/16c only for 2x2/2 unpadded max pools of f32 or bf16 (and "
-                                      "global average pools of f32)");
     if (!*done)
         return BFIT_OK;
     op->ws = 0;

@@ -233,8 +233,8 @@ static int pool2(const bfit_layer *l)
 static int global_avg(const bfit_layer *l)
 {
     const bfit_layer_cfg *c = &l->cfg;
-    return l->cfg.kind == BFIT_L_GAP || (c->kind == BFIT_L_AVGPOOL && c->kh == l->in[0].h && c->kw == l->in[0].w &&
-                                        c->ph == 0 && c->pw == 0 && l->out.h == 1 && l->out.w == 1);
+    return c->kind == BFIT_L_GAP || (c->kind == BFIT_L_AVGPOOL && c->kh == l->in[0].h && c->kw == l->in[0].w &&
+                                    c->ph == 0 && c->pw == 0 && l->out.h == 1 && l->out.w == 1);
 }
 
 /* An activation of one input: element by element, any layout */
