@@ -964,6 +964,29 @@ static void test_maxpool2_blocked(void **st)
         }
 }
 
+/* Other max pools with input and output in nChw8c / nChw16c (f32,
+ * cpu_maxpool_kblk.c): ResNet's stem pool, overlapping windows, padding on
+ * either side, a window clipped on both sides, several blocks; the same
+ * reference as nchw's, lane by lane. A block in and nchw out is refused. */
+static void test_maxpool_any_blocked(void **st)
+{
+    static const pool_case cases[] = {{4, 64, 32, 32, 3, 3, 2, 2, 1, 1}, {2, 16, 9, 11, 3, 3, 2, 2, 1, 1},
+                                      {1, 32, 5, 9, 5, 3, 2, 3, 2, 1},   {2, 16, 7, 6, 3, 2, 1, 2, 1, 0},
+                                      {3, 8, 6, 6, 6, 6, 1, 1, 0, 0},    {2, 24, 8, 8, 2, 2, 1, 1, 0, 0}};
+    static const int blk[2][2] = {{16, 16}, {8, 8}};
+    tdev *t = *st;
+    bfit_op_desc d = pool_desc(&cases[1], BFIT_OP_POOL_FWD, 1, 1);
+    bfit_op *op = NULL;
+
+    for (size_t tc = 0; tc < sizeof cases / sizeof cases[0]; tc++)
+        for (int b = 0; b < 2; b++)
+            if (cases[tc].c % blk[b][0] == 0)
+                mp2_check(t, &cases[tc], BFIT_F32, blk[b]);
+    d.u.pool.blk_src = 16;
+    assert_int_not_equal(bfit_op_new(t->dev, &d, &op), BFIT_OK);
+    assert_null(op);
+}
+
 /* ---------------------------------------------------------------- batch norm */
 
 typedef struct bn_case {
@@ -1492,6 +1515,7 @@ int main(void)
         cmocka_unit_test(test_pool_rejects_bad_geometry),
         cmocka_unit_test(test_avgpool_g_blocked),
         cmocka_unit_test(test_maxpool2_blocked), cmocka_unit_test(test_maxpool2), cmocka_unit_test(test_maxpool_any),
+        cmocka_unit_test(test_maxpool_any_blocked),
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),

@@ -226,14 +226,19 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
 }
 
 /* Take the op if it is a max pool of f32 or bf16 in nchw whose window has
- * at most 255 positions (*done = 1); the caller has checked the geometry
- * (a window always holds an input: padding below the kernel). */
+ * at most 255 positions (*done = 1), or such an f32 one in nChw8c/16c
+ * (cpu_maxpool_kblk.c); the caller has checked the geometry (a window
+ * always holds an input: padding below the kernel). */
 int bfit_cpu_maxpool_k_init(cpu_op *op, int *done)
 {
     const bfit_op_desc *d = &op->base.desc;
 
-    *done = d->u.pool.max && !d->u.pool.blk_src && !d->u.pool.blk_dst && d->u.pool.kh * d->u.pool.kw <= 255 &&
-            (d->dtype == BFIT_F32 || d->dtype == BFIT_BF16);
+    *done = 0;
+    if (!d->u.pool.max || d->u.pool.kh * d->u.pool.kw > 255)
+        return BFIT_OK;
+    if (d->u.pool.blk_src || d->u.pool.blk_dst)
+        return bfit_cpu_maxpool_kblk_init(op, done);
+    *done = d->dtype == BFIT_F32 || d->dtype == BFIT_BF16;
     if (!*done)
         return BFIT_OK;
     op->ws = 0;

@@ -161,8 +161,9 @@ int bfit_cpu_pool_init(cpu_op *op)
         own || (rc = bfit_cpu_avgpool_g_init(op, &own)) != BFIT_OK || own)
         return rc;
     if (d->u.pool.blk_src || d->u.pool.blk_dst) /* none of ours took it; oneDNN's pools here take nchw */
-        return bfit_fail(BFIT_EINVAL, "cpu pool: nChw8c/16c only for 2x2/2 unpadded max pools of f32 or bf16 and "
-                                      "global average pools of f32");
+        return bfit_fail(BFIT_EINVAL, "cpu pool: nChw8c/16c only for 2x2/2 unpadded max pools of f32 or bf16, "
+                                      "other max pools of f32 (in and out in one block) and global average "
+                                      "pools of f32");
     op->ws = 0;
     op->run = run;
     c = chunk_of(op);

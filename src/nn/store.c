@@ -227,6 +227,14 @@ static int pool2(const bfit_layer *l)
            (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0;
 }
 
+/* Another max pool of at most 255 window positions (cpu_maxpool_kblk.c's
+ * in f32: ResNet's 3x3/2 stem pool), its input and output in one layout */
+static int pool_k(const bfit_layer *l)
+{
+    const bfit_layer_cfg *c = &l->cfg;
+    return c->kind == BFIT_L_MAXPOOL && !pool2(l) && c->kh * c->kw <= 255;
+}
+
 /* An average over the whole map, no padding (a squeeze-and-excitation
  * block's, cpu_avgpool_g.c's): one value per channel out, the same bytes
  * in nchw and in blocks */
@@ -249,8 +257,8 @@ static int elementwise(const bfit_layer *l)
 }
 
 /* Layers that take a blocked input: dense convolutions, activations, such
- * pools, and in f32 depthwise convolutions (MobileNet's, EfficientNet's:
- * oneDNN's jit_dw computes in the block), batch norms (bf16 ones run our
+ * pools, and in f32 other max pools, depthwise convolutions (MobileNet's,
+ * EfficientNet's: oneDNN's jit_dw computes in the block), batch norms (bf16 ones run our
  * nchw loops where oneDNN has no bf16 kernels) and a squeeze-and-excitation
  * block's global average pool and channel scale (its gate is one value per
  * channel, the same bytes in either layout); residual adds (elementwise:
@@ -260,6 +268,7 @@ static int takes_blocked(const bfit_model *M, const bfit_layer *l)
     int f32 = M->store.precision == BFIT_F32;
     int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (dw && f32) || elementwise(l) || pool2(l) ||
+           (pool_k(l) && f32) ||
            (l->cfg.kind == BFIT_L_BATCHNORM && f32) || l->cfg.kind == BFIT_L_ADD ||
            ((global_avg(l) || l->cfg.kind == BFIT_L_SCALE) && f32);
 }
@@ -299,7 +308,8 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
         blk[u] = blk[x] = blk[w] = 0;
         return was;
     }
-    if (((elementwise(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_SCALE) && blk[u] != blk[w]) ||
+    if (((elementwise(l) || pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_SCALE) &&
+         blk[u] != blk[w]) ||
         (pool2(l) && blk[w] && !blk[u])) {
         was = blk[u] || blk[w];
         blk[u] = blk[w] = 0;
@@ -311,11 +321,11 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
 /* The cpu's convolutions compute in blocks of B channels (nChw16c with
  * AVX-512, nChw8c with AVX2: the device says) and oneDNN reorders to and
  * from nchw around each (a fifth of the cnn's step): activations between
- * convolutions, activation layers, 2x2 max pools, f32 batch norms and
+ * convolutions, activation layers, max pools, f32 batch norms and
  * depthwise convolutions and residual adds stay blocked instead. An
- * activation layer and a batch norm keep their input's layout,
- * an add its inputs' (both the same); a pool may turn nChw16c into nchw
- * (before a flatten), not back; a convolution takes either and makes
+ * activation layer, a batch norm and a max pool other than 2x2/2 keep
+ * their input's layout, an add its inputs' (both the same); a 2x2/2 pool
+ * may turn nChw16c into nchw (before a flatten), not back; a convolution takes either and makes
  * either. Convolutions, relus and pools compute the same numbers in another
  * order, so a step without batch norm gives bit for bit the gradients of
  * nchw (test_plan's test_blocked_same_grads); batch norm's sums over a

@@ -1,0 +1,138 @@
+/* cpu_maxpool_kblk.c - cpu_maxpool_k.c's max pool (any window, stride and
+ * padding) where its input and output, and their gradients, are in nChw8c
+ * or nChw16c: f32, the convolutions' layout around it.
+ *
+ * ResNet's stem pool (3x3, stride 2, padding 1) sits between the stem's
+ * batch norm and the first stage; in nchw only, it held the stem and the
+ * whole first stage out of the layout chains (store.c): their batch norms
+ * on oneDNN's nchw kernel and a reorder each side of every convolution.
+ *
+ * A block's B channels lie side by side, so each output computes its B
+ * lanes at once with no transposes: the same comparisons in the same
+ * order as cpu_maxpool_k.c's per channel (the first maximum wins, a NaN
+ * wins, the last one in the window's row-major order), the maximum copied
+ * bits and all, one index byte per output at the output's own position.
+ * Backward adds each dy at its winner in the outputs' row-major order, so
+ * every sum is nchw's, bit for bit. */
+#include "base/err.h"
+#include "base/par.h"
+#include "device/cpu.h"
+
+#include <stdint.h>
+#include <string.h>
+
+typedef struct mpkb {
+    int64_t planes, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; /* planes: n times the blocks of channels */
+    int B;
+} mpkb;
+
+static mpkb geom(const bfit_op_desc *d)
+{
+    int B = d->u.pool.blk_src;
+    mpkb g = {d->u.pool.n * (d->u.pool.c / B), d->u.pool.ih, d->u.pool.iw, d->u.pool.oh, d->u.pool.ow,
+              d->u.pool.kh, d->u.pool.kw, d->u.pool.sh, d->u.pool.sw, d->u.pool.ph, d->u.pool.pw, B};
+    return g;
+}
+
+/* Row oy of block plane p, B a constant where inlined so the lanes vectorise. */
+static inline __attribute__((always_inline)) void fwd_row(const mpkb *g, const int B, const float *x, float *y,
+                                                          uint8_t *ix, int64_t p, int64_t oy)
+{
+    int64_t y0 = oy * g->sh - g->ph, ky0 = y0 < 0 ? -y0 : 0, ky1 = y0 + g->kh > g->ih ? g->ih - y0 : g->kh;
+    const float *in = x + p * g->ih * g->iw * B;
+
+    for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t x0 = ox * g->sw - g->pw, kx0 = x0 < 0 ? -x0 : 0, kx1 = x0 + g->kw > g->iw ? g->iw - x0 : g->kw;
+        int64_t o = ((p * g->oh + oy) * g->ow + ox) * B;
+        float best[16];
+        uint8_t bk[16];
+        const float *first = in + ((y0 + ky0) * g->iw + x0 + kx0) * B;
+        for (int l = 0; l < B; l++)
+            best[l] = first[l], bk[l] = (uint8_t)(ky0 * g->kw + kx0);
+        for (int64_t ky = ky0; ky < ky1; ky++)
+            for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++) {
+                const float *v = in + ((y0 + ky) * g->iw + x0 + kx) * B;
+                uint8_t k = (uint8_t)(ky * g->kw + kx);
+#pragma omp simd
+                for (int l = 0; l < B; l++) {
+                    int m = (v[l] > best[l]) | (v[l] != v[l]);
+                    best[l] = m ? v[l] : best[l];
+                    bk[l] = m ? k : bk[l];
+                }
+            }
+        memcpy(y + o, best, (size_t)B * sizeof *best);
+        if (ix)
+            memcpy(ix + o, bk, (size_t)B);
+    }
+}
+
+static void fwd_row8(const mpkb *g, const float *x, float *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    fwd_row(g, 8, x, y, ix, p, oy);
+}
+
+static void fwd_row16(const mpkb *g, const float *x, float *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    fwd_row(g, 16, x, y, ix, p, oy);
+}
+
+/* Block plane p of dx zeroed, then each output's dy added at its winner,
+ * lane by lane, in the outputs' row-major order. */
+static void bwd_plane(const mpkb *g, const float *dy, float *dx, const uint8_t *ix, int64_t p)
+{
+    const int64_t B = g->B;
+    float *d = dx + p * g->ih * g->iw * B;
+    int64_t o = p * g->oh * g->ow * B;
+
+    memset(d, 0, (size_t)(g->ih * g->iw * B) * sizeof *d);
+    for (int64_t oy = 0; oy < g->oh; oy++)
+        for (int64_t ox = 0; ox < g->ow; ox++, o += B)
+            for (int64_t l = 0; l < B; l++) {
+                int k = ix[o + l];
+                d[((oy * g->sh - g->ph + k / g->kw) * g->iw + ox * g->sw - g->pw + k % g->kw) * B + l] += dy[o + l];
+            }
+}
+
+static int run_fwd(cpu_op *op, const bfit_op_args *a)
+{
+    mpkb g = geom(&op->base.desc);
+    void (*row)(const mpkb *, const float *, float *, uint8_t *, int64_t, int64_t) = g.B == 16 ? fwd_row16 : fwd_row8;
+    uint8_t *ix = op->saved ? a->saved : NULL;
+    int64_t rows = g.planes * g.oh;
+
+    if (!a->src || !a->dst || (op->saved && !ix))
+        return bfit_fail(BFIT_EINVAL, "pool forward: src, dst (and saved for training max) are required");
+    BFIT_PAR_FOR_IF(rows * g.ow * g.B * g.kh * g.kw > BFIT_PAR_MIN / 4,
+                    for (int64_t r = 0; r < rows; r++) row(&g, a->src, a->dst, ix, r / g.oh, r % g.oh););
+    return BFIT_OK;
+}
+
+static int run_bwd(cpu_op *op, const bfit_op_args *a)
+{
+    mpkb g = geom(&op->base.desc);
+
+    if (!a->diff_dst || !a->diff_src || !a->saved)
+        return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
+    BFIT_PAR_FOR_IF(g.planes * g.ih * g.iw * g.B > BFIT_PAR_MIN / 4,
+                    for (int64_t p = 0; p < g.planes; p++)
+                        bwd_plane(&g, a->diff_dst, a->diff_src, a->saved, p););
+    return BFIT_OK;
+}
+
+/* Take the op if it is an f32 max pool with its input and output in one
+ * block of 8 or 16 whole channels (*done = 1); the caller has checked the
+ * rest (a window of at most 255 positions, always holding an input). */
+int bfit_cpu_maxpool_kblk_init(cpu_op *op, int *done)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int B = d->u.pool.blk_src;
+
+    *done = d->u.pool.max && d->dtype == BFIT_F32 && (B == 8 || B == 16) && d->u.pool.blk_dst == B &&
+            d->u.pool.c % B == 0;
+    if (!*done)
+        return BFIT_OK;
+    op->ws = 0;
+    op->saved = bfit_cpu_maxpool_saved(d);
+    op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
+    return BFIT_OK;
+}
