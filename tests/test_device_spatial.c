@@ -887,7 +887,8 @@ static void test_maxpool2(void **st)
 /* Max pools of other windows, strides and paddings (cpu_maxpool_k.c), the
  * same checks: NaNs, ties (x takes 7 values), windows that overlap (dx
  * sums), padding on either side, ResNet's stem pool, rows long enough for
- * its 8-wide loop (f32, strides 1 and 2) and their clipped ends. */
+ * its 8-wide loop (strides 1 and 2) and their clipped ends, maps over
+ * bf16 backward's strip of 4096 and rows wider than it. */
 static void test_maxpool_any(void **st)
 {
     static const int plain[2] = {0, 0};
@@ -895,6 +896,7 @@ static void test_maxpool_any(void **st)
         {2, 3, 9, 11, 3, 3, 2, 2, 1, 1}, {1, 2, 7, 6, 3, 2, 1, 2, 1, 0}, {2, 4, 8, 8, 2, 2, 1, 1, 0, 0},
         {1, 2, 5, 9, 5, 3, 2, 3, 2, 1},  {4, 64, 32, 32, 3, 3, 2, 2, 1, 1}, {2, 2, 6, 6, 6, 6, 1, 1, 0, 0},
         {1, 3, 5, 21, 3, 3, 1, 1, 1, 1}, {2, 2, 7, 40, 3, 3, 2, 2, 0, 0}, /* 8 at a time: stride 1, 2, a tail */
+        {1, 2, 70, 70, 3, 3, 2, 2, 1, 1}, {1, 1, 3, 4100, 3, 3, 2, 2, 1, 1}, /* bf16 backward: strips, wide rows */
     };
     for (size_t tc = 0; tc < sizeof cases / sizeof cases[0]; tc++) {
         mp2_check(*st, &cases[tc], BFIT_F32, plain);

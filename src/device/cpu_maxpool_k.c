@@ -89,33 +89,58 @@ static inline __m256 ld8s(const float *p, int64_t s)
                                                   _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
-/* f32, stride 1 or 2: outputs [from, to) whose windows lie inside the row,
- * 8 at a time, to what the scalar loop gives (the same comparisons in the
- * same order, lane by lane); returns where it stopped (from, when fewer
- * than 8). */
-static int64_t fwd_span8_f32(const mpk *g, const float *x, float *y, uint8_t *ix, int64_t p, int64_t oy,
-                             int64_t from, int64_t to)
+/* 8 bf16 of x from p at stride s (1 or 2) widened to f32 (exactly: the
+ * bits shifted up); no element read past the 8th's */
+static inline __m256 ld8s_bf16(const uint16_t *p, int64_t s)
+{
+    const __m256i seven = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, -1, 0);
+    __m256i w;
+    if (s == 1)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    /* pairs (p[2j], p[2j+1]) as 32-bit words, 7 of them (p[15] may be past
+     * the tensor), the 8th p[14] alone; the shift keeps each low half */
+    w = _mm256_insert_epi32(_mm256_maskload_epi32((const int *)p, seven), p[14], 7);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+static inline __m256 ld8(const void *p, int bf16, int64_t at, int64_t s)
+{
+    return bf16 ? ld8s_bf16((const uint16_t *)p + at, s) : ld8s((const float *)p + at, s);
+}
+
+/* stride 1 or 2: outputs [from, to) whose windows lie inside the row, 8 at
+ * a time, to what the scalar loop gives (the same comparisons in the same
+ * order, lane by lane, bf16 widened exactly as ld() does; the maximum's
+ * bits copied back); returns where it stopped (from, when fewer than 8). */
+static inline __attribute__((always_inline)) int64_t fwd_span8(const mpk *g, int bf16, const void *x, void *y,
+                                                               uint8_t *ix, int64_t p, int64_t oy, int64_t from,
+                                                               int64_t to)
 {
     int64_t y0 = oy * g->sh - g->ph, ky0 = y0 < 0 ? -y0 : 0, ky1 = y0 + g->kh > g->ih ? g->ih - y0 : g->kh;
-    const float *in = x + p * g->ih * g->iw;
-    int64_t out = (p * g->oh + oy) * g->ow, ox = from;
+    int64_t in = p * g->ih * g->iw, out = (p * g->oh + oy) * g->ow, ox = from;
 
     if (to - from < 8)
         return from;
     for (;;) {
-        const float *at = in + (y0 + ky0) * g->iw + ox * g->sw - g->pw;
-        __m256 best = ld8s(at, g->sw);
+        int64_t at = in + (y0 + ky0) * g->iw + ox * g->sw - g->pw;
+        __m256 best = ld8(x, bf16, at, g->sw);
         __m256i idx = _mm256_set1_epi32((int)(ky0 * g->kw));
         __m128i b16;
         for (int64_t ky = ky0; ky < ky1; ky++)
             for (int64_t kx = ky == ky0; kx < g->kw; kx++) {
-                __m256 v = ld8s(in + (y0 + ky) * g->iw + ox * g->sw - g->pw + kx, g->sw);
+                __m256 v = ld8(x, bf16, in + (y0 + ky) * g->iw + ox * g->sw - g->pw + kx, g->sw);
                 __m256 m = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
                 best = _mm256_blendv_ps(best, v, m);
                 idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(idx),
                                                            _mm256_castsi256_ps(_mm256_set1_epi32((int)(ky * g->kw + kx))), m));
             }
-        _mm256_storeu_ps(y + out + ox, best);
+        if (bf16) {
+            __m256i h = _mm256_srli_epi32(_mm256_castps_si256(best), 16);
+            _mm_storeu_si128((__m128i *)((uint16_t *)y + out + ox),
+                             _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        } else {
+            _mm256_storeu_ps((float *)y + out + ox, best);
+        }
         if (ix) {
             b16 = _mm_packs_epi32(_mm256_castsi256_si128(idx), _mm256_extracti128_si256(idx, 1));
             _mm_storel_epi64((__m128i *)(ix + out + ox), _mm_packus_epi16(b16, b16));
@@ -127,23 +152,30 @@ static int64_t fwd_span8_f32(const mpk *g, const float *x, float *y, uint8_t *ix
     }
 }
 
-static void fwd_row_f32(const mpk *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
+/* One dtype's row: the clipped ends one at a time, the middle 8 at a time. */
+static inline __attribute__((always_inline)) void fwd_row(const mpk *g, int bf16, const void *x, void *y,
+                                                          uint8_t *ix, int64_t p, int64_t oy)
 {
     /* the outputs whose windows need no clipping of columns: x0 >= 0 and x0 + kw <= iw */
     int64_t lo = (g->pw + g->sw - 1) / g->sw, hi = g->iw + g->pw >= g->kw ? (g->iw + g->pw - g->kw) / g->sw + 1 : 0;
     hi = hi < g->ow ? hi : g->ow;
     if (g->sw > 2 || lo >= hi) {
-        fwd_span(g, 0, x, y, ix, p, oy, 0, g->ow);
+        fwd_span(g, bf16, x, y, ix, p, oy, 0, g->ow);
         return;
     }
-    fwd_span(g, 0, x, y, ix, p, oy, 0, lo);
-    lo = fwd_span8_f32(g, x, y, ix, p, oy, lo, hi);
-    fwd_span(g, 0, x, y, ix, p, oy, lo, g->ow);
+    fwd_span(g, bf16, x, y, ix, p, oy, 0, lo);
+    lo = fwd_span8(g, bf16, x, y, ix, p, oy, lo, hi);
+    fwd_span(g, bf16, x, y, ix, p, oy, lo, g->ow);
+}
+
+static void fwd_row_f32(const mpk *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    fwd_row(g, 0, x, y, ix, p, oy);
 }
 
 static void fwd_row_bf16(const mpk *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
 {
-    fwd_span(g, 1, x, y, ix, p, oy, 0, g->ow);
+    fwd_row(g, 1, x, y, ix, p, oy);
 }
 
 /* f32: plane p of dx zeroed, then each output's dy added at its winner, in
@@ -192,6 +224,39 @@ static void bwd_row_bf16(const mpk *g, const uint16_t *dy, uint16_t *dx, const u
     }
 }
 
+/* bf16: plane p's input rows a strip at a time, each input's dy sums in
+ * an f32 buffer on the stack, in the outputs' row-major order (the order
+ * bwd_row_bf16 gathers them in), rounded once: the same bits, without a
+ * search of every window for each input. Rows wider than the buffer go to
+ * bwd_row_bf16. */
+#define STRIP 4096
+static void bwd_plane_bf16(const mpk *g, const uint16_t *dy, uint16_t *dx, const uint8_t *ix, int64_t p)
+{
+    float acc[STRIP];
+    int64_t rows = STRIP / g->iw;
+
+    if (rows < 1) {
+        for (int64_t iy = 0; iy < g->ih; iy++)
+            bwd_row_bf16(g, dy, dx, ix, p, iy);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < g->ih; r0 += rows) {
+        int64_t r1 = r0 + rows < g->ih ? r0 + rows : g->ih, oy0, oy1, oy_end;
+        windows_of(r0, g->kh, g->sh, g->ph, g->oh, &oy0, &oy1);
+        windows_of(r1 - 1, g->kh, g->sh, g->ph, g->oh, &oy1, &oy_end);
+        memset(acc, 0, (size_t)((r1 - r0) * g->iw) * sizeof *acc);
+        for (int64_t oy = oy0; oy < oy_end; oy++)
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                int64_t o = (p * g->oh + oy) * g->ow + ox, k = ix[o], iy = oy * g->sh - g->ph + k / g->kw;
+                if (iy >= r0 && iy < r1)
+                    acc[(iy - r0) * g->iw + ox * g->sw - g->pw + k % g->kw] += bfit_bf16_to_f32(dy[o]);
+            }
+        for (int64_t i = 0; i < (r1 - r0) * g->iw; i++)
+            dx[(p * g->ih + r0) * g->iw + i] = bfit_f32_to_bf16(acc[i]);
+    }
+}
+#undef STRIP
+
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     mpk g = geom(&op->base.desc);
@@ -220,8 +285,8 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
                             bwd_plane_f32(&g, a->diff_dst, a->diff_src, a->saved, p););
     else
         BFIT_PAR_FOR_IF(rows * g.iw * g.kh * g.kw > BFIT_PAR_MIN / 4,
-                        for (int64_t r = 0; r < rows; r++)
-                            bwd_row_bf16(&g, a->diff_dst, a->diff_src, a->saved, r / g.ih, r % g.ih););
+                        for (int64_t p = 0; p < g.planes; p++)
+                            bwd_plane_bf16(&g, a->diff_dst, a->diff_src, a->saved, p););
     return BFIT_OK;
 }
 
