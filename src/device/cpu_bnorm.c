@@ -9,8 +9,8 @@
  * placed after its scratchpad in the workspace, which are then added. When
  * diff_src is not wanted (NULL), the two parameter gradients are computed
  * by our own loop instead, which needs no buffer for an unwanted diff_src.
- * bf16 where oneDNN has no bf16 kernels (a CPU without AVX-512) runs on
- * loops of our own, forward and backward (simd loops over f32 rows).
+ * bf16 runs on loops of our own, forward and backward (simd loops over
+ * f32 rows), whether oneDNN has bf16 kernels on the CPU or not.
  * desc.blk: f32 data in nChw8c / nChw16c (a layout chain's, as conv's);
  * forward on our loops over a block's channels as one vector (fwd_own_blk),
  * backward on oneDNN's blocked kernel, or on our loops from the output
@@ -410,11 +410,13 @@ int bfit_cpu_bnorm_init(cpu_op *op)
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: blocked data (blk %d) must be f32 in blocks of 8 or 16 of "
                          "its %lld channels", d->u.bnorm.blk, (long long)sd[1]);
     if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) || (d->kind == BFIT_OP_BNORM_FWD && d->u.bnorm.blk) ||
-        bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype) {
+        bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype || d->dtype == BFIT_BF16) {
         /* our own loops (fwd_own, bwd_own): no primitive, no scratch; bf16
          * where oneDNN has no bf16 kernels too, as its f32 primitive would
          * need three f32 copies in the workspace (cpu_bf16.c: 9.2 MiB per
-         * ResNet-50 sample, its largest workspace) */
+         * ResNet-50 sample, its largest workspace), and where it has them
+         * (AVX-512 with bf16): its nchw kernel (ncsp_bnorm) made ResNet-18's
+         * bf16 step at 32 1.33 times as long */
         op->run = d->kind == BFIT_OP_BNORM_FWD ? run_fwd : run_bwd;
         op->ws = op->saved = 0;
         return BFIT_OK;
