@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "device/device.h"
+#include "device/half.h"
 #include "tdev.h"
 
 #define FEPS 1.1920929e-7 /* float epsilon */
@@ -848,11 +849,57 @@ static void check_add(tdev *t, int64_t n)
     free(y0);
 }
 
+/* The same bits, or both NaN: which of two NaN operands a sum keeps
+ * depends on their order, which a compiler may swap. */
+static int bf16_same(uint16_t a, uint16_t b)
+{
+    return a == b || ((a & 0x7fffu) > 0x7f80u && (b & 0x7fffu) > 0x7f80u);
+}
+
+/* bf16: each sum of the two widened values rounded once to nearest even
+ * (half.h's definition, element by element), NaNs and infinities among
+ * them; overwriting and accumulating, below and above the threaded size. */
+static void check_add_bf16(tdev *t, int64_t n)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_ADD, .dtype = BFIT_BF16};
+    bfit_op_args a = {0};
+    tbuf tx = tbuf_new(t, (size_t)n * 2), tx2 = tbuf_new(t, (size_t)n * 2), ty = tbuf_new(t, (size_t)n * 2);
+    uint16_t *x = tx.h, *x2 = tx2.h, *y = ty.h, *y0 = malloc((size_t)n * 2);
+    uint32_t r = 12345;
+
+    for (int64_t i = 0; i < n; i++) {
+        r = r * 1664525u + 1013904223u, x[i] = (uint16_t)(r >> 16);
+        r = r * 1664525u + 1013904223u;
+        /* mostly a nearby magnitude, so the sums round; some of any bits */
+        x2[i] = i % 5 ? (uint16_t)((x[i] & 0xff80u) ^ (r >> 25)) : (uint16_t)(r >> 16);
+    }
+    x[0] = 0x7fc1, x2[n > 1 ? 1 : 0] = 0x7f80; /* a NaN, an infinity */
+    tbuf_up(t, &tx), tbuf_up(t, &tx2);
+    d.u.add.n = n;
+    a.src = tx.d, a.src2 = tx2.d, a.dst = ty.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &ty);
+    for (int64_t i = 0; i < n; i++)
+        if (!bf16_same(y[i], bfit_f32_to_bf16(bfit_bf16_to_f32(x[i]) + bfit_bf16_to_f32(x2[i]))))
+            fail_msg("bf16 add [%lld]: %#x + %#x gave %#x", (long long)i, x[i], x2[i], y[i]);
+    memcpy(y0, y, (size_t)n * 2);
+    d.accumulate = 1;
+    a = (bfit_op_args){0};
+    a.src = tx.d, a.dst = ty.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &ty);
+    for (int64_t i = 0; i < n; i++)
+        if (!bf16_same(y[i], bfit_f32_to_bf16(bfit_bf16_to_f32(y0[i]) + bfit_bf16_to_f32(x[i]))))
+            fail_msg("bf16 add, accumulating [%lld]: %#x + %#x gave %#x", (long long)i, y0[i], x[i], y[i]);
+    tbuf_free(t, &tx), tbuf_free(t, &tx2), tbuf_free(t, &ty);
+    free(y0);
+}
+
 static void test_add(void **st)
 {
     static const int64_t ns[] = {1, 7, 100003};
     for (size_t s = 0; s < 3; s++)
-        check_add(*st, ns[s]);
+        check_add(*st, ns[s]), check_add_bf16(*st, ns[s]);
 }
 
 /* ---- DROPOUT ---- */
