@@ -613,8 +613,9 @@ int main(void)
         cmocka_unit_test(test_auto_plateau_run),
         cmocka_unit_test(test_batchnorm_warning),
     };
-    /* CTest runs auto's tests (test_auto*) as test_dynamic_auto, the rest
-     * as test_dynamic: each under a minute under the sanitizers */
+    /* CTest runs test_auto as test_dynamic_auto, test_auto_plateau_run as
+     * test_dynamic_plateau, the rest as test_dynamic: each under a minute
+     * under the sanitizers */
     if (getenv("BFIT_TEST_ONLY"))
         cmocka_set_test_filter(getenv("BFIT_TEST_ONLY"));
     if (getenv("BFIT_TEST_SKIP"))
