@@ -258,8 +258,8 @@ static int elementwise(const bfit_layer *l)
 
 /* Layers that take a blocked input: dense convolutions, activations, such
  * pools, and in f32 other max pools, depthwise convolutions (MobileNet's,
- * EfficientNet's: oneDNN's jit_dw computes in the block), batch norms (bf16 ones run our
- * nchw loops where oneDNN has no bf16 kernels) and a squeeze-and-excitation
+ * EfficientNet's: oneDNN's jit_dw computes in the block), batch norms
+ * (bf16 ones run our nchw loops) and a squeeze-and-excitation
  * block's global average pool and channel scale (its gate is one value per
  * channel, the same bytes in either layout); residual adds (elementwise:
  * both inputs and the output in one layout) */
