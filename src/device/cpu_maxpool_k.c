@@ -297,17 +297,19 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
 int bfit_cpu_maxpool_k_init(cpu_op *op, int *done)
 {
     const bfit_op_desc *d = &op->base.desc;
+    bfit_cpu_run_fn run = NULL;
 
-    *done = 0;
-    if (!d->u.pool.max || d->u.pool.kh * d->u.pool.kw > 255)
-        return BFIT_OK;
-    if (d->u.pool.blk_src || d->u.pool.blk_dst)
-        return bfit_cpu_maxpool_kblk_init(op, done);
-    *done = d->dtype == BFIT_F32 || d->dtype == BFIT_BF16;
+    if (d->u.pool.max && d->u.pool.kh * d->u.pool.kw <= 255) {
+        if (d->u.pool.blk_src || d->u.pool.blk_dst)
+            run = bfit_cpu_maxpool_kblk_run(d);
+        else if (d->dtype == BFIT_F32 || d->dtype == BFIT_BF16)
+            run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
+    }
+    *done = run != NULL;
     if (!*done)
         return BFIT_OK;
     op->ws = 0;
     op->saved = bfit_cpu_maxpool_saved(d);
-    op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
+    op->run = run;
     return BFIT_OK;
 }

@@ -119,20 +119,15 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-/* Take the op if it is an f32 max pool with its input and output in one
- * block of 8 or 16 whole channels (*done = 1); the caller has checked the
- * rest (a window of at most 255 positions, always holding an input). */
-int bfit_cpu_maxpool_kblk_init(cpu_op *op, int *done)
+/* The run of an f32 max pool with its input and output in one block of 8
+ * or 16 whole channels, or NULL; maxpool_k_init has checked the rest (a
+ * window of at most 255 positions, always holding an input). */
+bfit_cpu_run_fn bfit_cpu_maxpool_kblk_run(const bfit_op_desc *d)
 {
-    const bfit_op_desc *d = &op->base.desc;
     int B = d->u.pool.blk_src;
 
-    *done = d->u.pool.max && d->dtype == BFIT_F32 && (B == 8 || B == 16) && d->u.pool.blk_dst == B &&
-            d->u.pool.c % B == 0;
-    if (!*done)
-        return BFIT_OK;
-    op->ws = 0;
-    op->saved = bfit_cpu_maxpool_saved(d);
-    op->run = d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
-    return BFIT_OK;
+    if (!d->u.pool.max || d->dtype != BFIT_F32 || (B != 8 && B != 16) || d->u.pool.blk_dst != B ||
+        d->u.pool.c % B)
+        return NULL;
+    return d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;
 }
