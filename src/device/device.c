@@ -70,6 +70,29 @@ static void load_plugin(void)
     plugin = try_open(BFIT_CUDA_PLUGIN_BUILD, plugin_err, sizeof plugin_err);
 }
 
+/* Whether the NVIDIA driver's library loads. Without it no GPU can open, and
+ * the backend module would map cuBLAS, cuDNN and NCCL (over a gigabyte of
+ * libraries, 0.4 s of every command's start on a CPU-only machine) only to
+ * say so: `auto` asks this first. */
+static int driver_ok;
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static char driver_err[256];
+
+static void load_driver(void)
+{
+    driver_ok = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) != NULL;
+    if (!driver_ok)
+        snprintf(driver_err, sizeof driver_err, "%s", dlerror());
+}
+
+static int driver_present(char *why, size_t n)
+{
+    pthread_once(&driver_once, load_driver);
+    if (!driver_ok)
+        snprintf(why, n, "cuda: no usable GPU: no NVIDIA driver is loaded (%s)", driver_err);
+    return driver_ok;
+}
+
 int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **out)
 {
     static const bfit_cuda_host host = {BFIT_CUDA_PLUGIN_ABI ^ (unsigned)sizeof(bfit_cuda_host), bfit_vfail,
@@ -143,6 +166,21 @@ static int open_cuda(int idx, const bfit_device_cfg *cfg, bfit_device **out)
     return bfit_device_cuda_new_cfg(idx, &c, out);
 }
 
+#ifdef BFIT_HAVE_CUDA
+/* auto's GPU: the first, where a driver is; why says what stopped it. */
+static int open_first_gpu(const bfit_device_cfg *cfg, bfit_device **out, char *why, size_t n)
+{
+    if (!driver_present(why, n))
+        return BFIT_EDEVICE;
+    if (open_cuda(0, cfg, out) != BFIT_OK) {
+        snprintf(why, n, "%s", bfit_errmsg());
+        bfit_clear_error();
+        return BFIT_EDEVICE;
+    }
+    return BFIT_OK;
+}
+#endif
+
 int bfit_device_supports(const bfit_device *d, bfit_op_kind k, bfit_dtype t, char *why, size_t n)
 {
     char none[8];
@@ -198,10 +236,7 @@ int bfit_device_open_auto(const bfit_device_cfg *cfg, const bfit_op_needs *nd, b
 
     *out = NULL;
 #ifdef BFIT_HAVE_CUDA
-    if (open_cuda(0, cfg, &d) != BFIT_OK) {
-        snprintf(gpu, sizeof gpu, "%s", bfit_errmsg());
-        bfit_clear_error();
-    } else {
+    if (open_first_gpu(cfg, &d, gpu, sizeof gpu) == BFIT_OK) {
         char r[384];
         if (bfit_device_supports_needs(d, nd, r, sizeof r)) {
             snprintf(why, n, "%s, the first GPU, runs every op of the model in %s", bfit_device_name(d),
@@ -236,9 +271,9 @@ int bfit_device_open(const char *name, const bfit_device_cfg *cpu, bfit_device *
     *out = NULL;
     if (!name || !strcmp(name, "auto")) {
 #ifdef BFIT_HAVE_CUDA
-        if (open_cuda(0, cpu, out) == BFIT_OK)
+        char why[512];
+        if (open_first_gpu(cpu, out, why, sizeof why) == BFIT_OK)
             return BFIT_OK;
-        bfit_clear_error();
 #endif
         return bfit_device_cpu_new(cpu, out);
     }
