@@ -125,6 +125,19 @@ static void test_host_read_crashes(void **st)
     assert_int_equal(bfit_device_download(d, &back, r.p, sizeof back), BFIT_OK);
     assert_true(back == 1.5f);
     assert_segv(read_in_child(&r));
+    /* the last float of a block over one 2 MiB page (checking-mode blocks
+     * are whole huge pages, cpu_mem.c) is closed too */
+    {
+        size_t n = (3u << 20) + 4;
+        char *big = dalloc(a, n);
+        float *last = (float *)(big + n - sizeof v);
+        assert_int_equal(bfit_device_upload(d, last, &v, sizeof v), BFIT_OK);
+        back = 0;
+        assert_int_equal(bfit_device_download(d, &back, last, sizeof back), BFIT_OK);
+        assert_true(back == 1.5f);
+        r.p = last;
+        assert_segv(read_in_child(&r));
+    }
     close_dev(d, a);
 }
 
