@@ -5,7 +5,7 @@ machine").
 
     bench/load.py [--models gpt-nano:8,cnn:128] [--threads 2] [--hogs 2]
                   [--waits default,passive,spin] [--pairs 3] [--bfit-bench PATH]
-    bench/load.py --train "ARGS" [--batchfit PATH] [--waits ...] [--pairs 3]
+    bench/load.py --train "ARGS" [--batchfit PATH] [--waits ...] [--pairs 3] [--control N]
 
 Each (model, wait) runs `bfit_bench step MODEL BATCH 5 3 THREADS` in its own
 process, first alone, then while --hogs busy-loop processes (nice 0, one per
@@ -71,11 +71,19 @@ def one(exe, model, batch, threads, wait):
     return float(r["samples_per_s"]), float(r["samples_per_cpu_s"])
 
 
+def control_cmd(n):
+    """--control: a one-thread job of fixed work that is not batchfit's (a
+    shell counting to n), whose loaded / alone is what the kernel gives any
+    single thread beside the hogs: the yardstick for 1 thread's figure."""
+    return ["/bin/sh", "-c", f"i=0; while [ $i -lt {n} ]; do i=$((i+1)); done"]
+
+
 def one_train(batchfit, args, wait):
-    """(wall seconds, CPU seconds) of one `batchfit train ARGS`."""
+    """(wall seconds, CPU seconds) of one `batchfit train ARGS` (ARGS a list:
+    the control's command as it is)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env.update(wait_env(wait))
-    cmd = [batchfit, "train", *args.split()]
+    cmd = args if isinstance(args, list) else [batchfit, "train", *args.split()]
     r0, t0 = os.times(), time.monotonic()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall, r1 = time.monotonic() - t0, os.times()
@@ -93,6 +101,8 @@ def train_mode(a, waits):
     else:
         kind = "wait"
         rows = [(w, w, a.train) for w in waits]
+    if a.control:
+        rows.append(("control", waits[0], control_cmd(a.control)))
     res = {}
     for pair in range(a.pairs):
         for loaded in (0, 1):
@@ -106,7 +116,7 @@ def train_mode(a, waits):
             finally:
                 hogs_stop(hogs)
     med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}
-    best = min(med[(name, 0)][0] for name, _, _ in rows)
+    best = min(med[(name, 0)][0] for name, _, _ in rows if name != "control")
     print(f"\nbatchfit train {a.train}{' --threads S (wait: ' + waits[0] + ')' if a.thread_settings else ''}\n"
           f"{a.hogs} busy-loop processes beside the loaded runs, {os.cpu_count()} cores; medians of {a.pairs}\n")
     print(f"| {'--threads' if a.thread_settings else 'wait'} | wall alone | wall loaded | loaded / alone | "
@@ -127,6 +137,8 @@ def main():
     ap.add_argument("--bfit-bench", default=os.path.join(ROOT, "build", "bench", "bfit_bench"))
     ap.add_argument("--train", help="time `batchfit train ARGS` instead of bfit_bench's step")
     ap.add_argument("--batchfit", default=os.path.join(ROOT, "build", "batchfit"))
+    ap.add_argument("--control", type=int, metavar="N", help="with --train: a row more, a shell loop counting to N "
+                    "(one thread of work not ours, timed alone and loaded the same way)")
     ap.add_argument("--thread-settings", help="with --train: each run once per setting, `--threads S` added "
                     "(e.g. 2,1,auto); the first --waits setting applies")
     a = ap.parse_args()
