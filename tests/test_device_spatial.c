@@ -905,15 +905,17 @@ static void test_maxpool_any(void **st)
 }
 
 /* A global average pool (a squeeze-and-excitation block's) with its input
- * and that gradient in nChw8c / nChw16c (cpu_avgpool_g.c): the same
+ * and that gradient in nChw8c / nChw16c (cpu_avgpool_g.c), f32 and bf16: the same
  * outputs and gradients, bit for bit, as nchw (the same sums in the same
  * order), which test_pool checks against the reference. */
-static void gap_run(tdev *t, const pool_case *c, int B, const tbuf *x, const tbuf *dy, tbuf *y, tbuf *dx)
+static void gap_run(tdev *t, const pool_case *c, bfit_dtype dt, int B, const tbuf *x, const tbuf *dy, tbuf *y,
+                    tbuf *dx)
 {
     bfit_op_desc fd = pool_desc(c, BFIT_OP_POOL_FWD, 0, 1), bd = pool_desc(c, BFIT_OP_POOL_BWD, 0, 1);
     bfit_op_args a = {0};
     bfit_op *op;
 
+    fd.dtype = bd.dtype = dt;
     fd.u.pool.blk_src = bd.u.pool.blk_src = B;
     op = mkop(t, &fd);
     a.src = x->d, a.dst = y->d;
@@ -933,18 +935,26 @@ static void test_avgpool_g_blocked(void **st)
                                       {2, 32, 1, 1, 1, 1, 1, 1, 0, 0}};
     tdev *t = *st;
     for (size_t tc = 0; tc < sizeof cases / sizeof cases[0]; tc++)
-        for (int B = 8; B <= 16; B += 8) {
+        for (int k = 0; k < 4; k++) {
             const pool_case *c = &cases[tc];
+            const int B = k % 2 ? 16 : 8;
+            const bfit_dtype dt = k < 2 ? BFIT_F32 : BFIT_BF16;
+            const size_t es = bfit_dtype_size(dt);
             int64_t hw = (int64_t)c->ih * c->iw, nx = (int64_t)c->n * c->c * hw, ny = (int64_t)c->n * c->c;
-            tbuf x = randbuf(t, nx, 700 + tc), dy = randbuf(t, ny, 710 + tc);
-            tbuf y0 = nanbuf(t, (size_t)ny * 4), dx0 = nanbuf(t, (size_t)nx * 4);
-            tbuf y1 = nanbuf(t, (size_t)ny * 4), dx1 = nanbuf(t, (size_t)nx * 4);
-            gap_run(t, c, 0, &x, &dy, &y0, &dx0);
-            relayout(x.h, 4, c->n, c->c, hw, B, 1), tbuf_up(t, &x);
-            gap_run(t, c, B, &x, &dy, &y1, &dx1);
-            relayout(dx1.h, 4, c->n, c->c, hw, B, 0);
-            assert_memory_equal(y1.h, y0.h, (size_t)ny * 4);
-            assert_memory_equal(dx1.h, dx0.h, (size_t)nx * 4);
+            tbuf x = tbuf_new(t, (size_t)nx * es), dy = tbuf_new(t, (size_t)ny * es);
+            tbuf y0 = nanbuf(t, (size_t)ny * es), dx0 = nanbuf(t, (size_t)nx * es);
+            tbuf y1 = nanbuf(t, (size_t)ny * es), dx1 = nanbuf(t, (size_t)nx * es);
+            for (int64_t i = 0; i < nx; i++)
+                mp2_put(x.h, dt, i, (float)((int)((uint32_t)((i + 7 * tc) * 2654435761u) >> 9) % 2001 - 1000) / 999);
+            for (int64_t i = 0; i < ny; i++)
+                mp2_put(dy.h, dt, i, (float)((int)((uint32_t)((i + 3 * tc) * 40503u) >> 3) % 201 - 100) / 37);
+            tbuf_up(t, &x), tbuf_up(t, &dy);
+            gap_run(t, c, dt, 0, &x, &dy, &y0, &dx0);
+            relayout(x.h, es, c->n, c->c, hw, B, 1), tbuf_up(t, &x);
+            gap_run(t, c, dt, B, &x, &dy, &y1, &dx1);
+            relayout(dx1.h, es, c->n, c->c, hw, B, 0);
+            assert_memory_equal(y1.h, y0.h, (size_t)ny * es);
+            assert_memory_equal(dx1.h, dx0.h, (size_t)nx * es);
             FREEBUFS(t, &x, &dy, &y0, &dx0, &y1, &dx1);
         }
 }
@@ -966,7 +976,7 @@ static void test_maxpool2_blocked(void **st)
         }
 }
 
-/* Other max pools with input and output in nChw8c / nChw16c (f32,
+/* Other max pools with input and output in nChw8c / nChw16c (f32 and bf16,
  * cpu_maxpool_kblk.c): ResNet's stem pool, overlapping windows, padding on
  * either side, a window clipped on both sides, several blocks; the same
  * reference as nchw's, lane by lane. A block in and nchw out is refused. */
@@ -974,7 +984,9 @@ static void test_maxpool_any_blocked(void **st)
 {
     static const pool_case cases[] = {{4, 64, 32, 32, 3, 3, 2, 2, 1, 1}, {2, 16, 9, 11, 3, 3, 2, 2, 1, 1},
                                       {1, 32, 5, 9, 5, 3, 2, 3, 2, 1},   {2, 16, 7, 6, 3, 2, 1, 2, 1, 0},
-                                      {3, 8, 6, 6, 6, 6, 1, 1, 0, 0},    {2, 24, 8, 8, 2, 2, 1, 1, 0, 0}};
+                                      {3, 8, 6, 6, 6, 6, 1, 1, 0, 0},    {2, 24, 8, 8, 2, 2, 1, 1, 0, 0},
+                                      /* bf16 backward's tiles: rows of 4096 / (iw B), a row split in columns */
+                                      {1, 16, 6, 300, 3, 3, 2, 2, 1, 1}, {1, 8, 9, 600, 3, 5, 1, 2, 1, 2}};
     static const int blk[2][2] = {{16, 16}, {8, 8}};
     tdev *t = *st;
     bfit_op_desc d = pool_desc(&cases[1], BFIT_OP_POOL_FWD, 1, 1);
@@ -982,8 +994,10 @@ static void test_maxpool_any_blocked(void **st)
 
     for (size_t tc = 0; tc < sizeof cases / sizeof cases[0]; tc++)
         for (int b = 0; b < 2; b++)
-            if (cases[tc].c % blk[b][0] == 0)
+            if (cases[tc].c % blk[b][0] == 0) {
                 mp2_check(t, &cases[tc], BFIT_F32, blk[b]);
+                mp2_check(t, &cases[tc], BFIT_BF16, blk[b]);
+            }
     d.u.pool.blk_src = 16;
     assert_int_not_equal(bfit_op_new(t->dev, &d, &op), BFIT_OK);
     assert_null(op);
@@ -1360,11 +1374,28 @@ static void bn16_case(tdev *t, size_t tc, const bn_case *c)
     bfit_op *op;
 
     d.dtype = BFIT_BF16;
+    if (bn_blk) /* the device's data in the layout; the reference reads x, dy */
+        relayout(bx.h, 2, c->n, c->c, hw, bn_blk, 1), tbuf_up(t, &bx), relayout(bdy.h, 2, c->n, c->c, hw, bn_blk, 1),
+            tbuf_up(t, &bdy);
     memset(&a, 0, sizeof a);
     a.src = bx.d, a.dst = y.d, a.scale = g.d, a.shift = b.d, a.mean = mean.d, a.var = var.d;
     op = mkop(t, &d);
     run(t, op, &a);
     bfit_op_free(op);
+    if (bn_blk) {
+        /* eval with the statistics training wrote: y as training's, bit
+         * for bit (one formula in f32 on the same f32 statistics) */
+        tbuf y2 = nanbuf(t, (size_t)nx * 2);
+        d.u.bnorm.training = 0;
+        a.dst = y2.d;
+        op = mkop(t, &d);
+        run(t, op, &a);
+        bfit_op_free(op);
+        tbuf_down(t, &y), tbuf_down(t, &y2);
+        assert_memory_equal(y2.h, y.h, (size_t)nx * 2);
+        FREEBUFS(t, &y2);
+        d.u.bnorm.training = 1;
+    }
     d.kind = BFIT_OP_BNORM_BWD;
     memset(&a, 0, sizeof a);
     a.src = bx.d, a.diff_dst = bdy.d, a.scale = g.d, a.mean = mean.d, a.var = var.d;
@@ -1373,6 +1404,8 @@ static void bn16_case(tdev *t, size_t tc, const bn_case *c)
     run(t, op, &a);
     bfit_op_free(op);
     tbuf_down(t, &y), tbuf_down(t, &mean), tbuf_down(t, &var), tbuf_down(t, &dx), tbuf_down(t, &ds), tbuf_down(t, &dh);
+    if (bn_blk)
+        relayout(y.h, 2, c->n, c->c, hw, bn_blk, 0), relayout(dx.h, 2, c->n, c->c, hw, bn_blk, 0);
     bn_stats(c, x, rm, rv);
     for (int64_t i = 0; i < nx; i++) {
         int ch = (int)(i / hw % c->c);
@@ -1400,12 +1433,16 @@ static void bn16_case(tdev *t, size_t tc, const bn_case *c)
     free(x), free(dy), free(rm), free(rv), free(rds), free(rdh), free(mag);
 }
 
-static void test_bnorm_bf16(void **st)
+static void bn16_all(tdev *t)
 {
     for (size_t tc = 0; tc < sizeof bn_cases / sizeof bn_cases[0]; tc++)
-        if (bn_cases[tc].n * bn_cases[tc].h * bn_cases[tc].w > 1)
-            bn16_case(*st, tc, &bn_cases[tc]);
+        if (bn_cases[tc].n * bn_cases[tc].h * bn_cases[tc].w > 1 && bn_runs(&bn_cases[tc]))
+            bn16_case(t, tc, &bn_cases[tc]);
 }
+
+/* bf16 in nchw and in nChw8c / nChw16c (a bf16 layout chain's: our loops
+ * over a block's channels, cpu_bnorm.c) */
+static void test_bnorm_bf16(void **st) { bn_each_layout(*st, bn16_all); }
 
 /* One value per channel has no unbiased variance: a training op of it may
  * be made (a plan at micro-batch 1 counts its memory) but running it is

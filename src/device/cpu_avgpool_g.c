@@ -1,7 +1,7 @@
 /* cpu_avgpool_g.c - global average pools of our own: the window the whole
  * map, no padding, one output per channel (a classifier's head, and every
- * squeeze-and-excitation block of MobileNetV3 and EfficientNet), nchw, f32
- * and bf16, or f32 in a layout chain's nChw8c/16c.
+ * squeeze-and-excitation block of MobileNetV3 and EfficientNet), f32 and
+ * bf16, nchw or in a layout chain's nChw8c/16c.
  *
  * oneDNN 2.6 runs them on its `simple_nchw` pooling, a loop per output
  * with the call's overhead around it: 0.3 ms a call forward and backward
@@ -79,7 +79,7 @@ int bfit_cpu_avgpool_g_init(cpu_op *op, int *done)
 
     /* the output, one value per channel, is the same bytes in nchw and in
      * blocks: blk_dst changes nothing */
-    *done = !d->u.pool.max && (!d->u.pool.blk_src || d->dtype == BFIT_F32) && d->u.pool.oh == 1 && d->u.pool.ow == 1 &&
+    *done = !d->u.pool.max && d->u.pool.oh == 1 && d->u.pool.ow == 1 &&
             d->u.pool.kh == d->u.pool.ih && d->u.pool.kw == d->u.pool.iw && d->u.pool.ph == 0 &&
             d->u.pool.pw == 0 && (d->dtype == BFIT_F32 || d->dtype == BFIT_BF16);
     if (!*done)

@@ -11,10 +11,10 @@
  * by our own loop instead, which needs no buffer for an unwanted diff_src.
  * bf16 runs on loops of our own, forward and backward (simd loops over
  * f32 rows), whether oneDNN has bf16 kernels on the CPU or not.
- * desc.blk: f32 data in nChw8c / nChw16c (a layout chain's, as conv's);
+ * desc.blk: data in nChw8c / nChw16c (a layout chain's, as conv's); f32
  * forward on our loops over a block's channels as one vector (fwd_own_blk),
  * backward on oneDNN's blocked kernel, or on our loops from the output
- * (bwd_own_blk). */
+ * (bwd_own_blk); bf16 on our loops both ways (fwd_own_blk_t, bwd_own_blk). */
 #include "base/err.h"
 #include "device/cpu.h"
 
@@ -205,6 +205,59 @@ static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a)
         }
 }
 
+/* fwd_own_blk for bf16 data (any dtype widen() reads): a block's B
+ * channels over chunks of ROW values (ROW/B positions), widened to f32;
+ * sums in double per channel, y as the f32 kernel's (one subtraction and
+ * one FMA in f32), rounded once. */
+static void fwd_own_blk_t(const bfit_op_desc *d, const bfit_op_args *a)
+{
+    const int64_t n = d->u.bnorm.n, hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B;
+    const int64_t row = hw * B;
+    const double cnt = (double)(n * hw);
+    const bfit_dtype t = d->dtype;
+    const float *g = a->scale, *b = a->shift;
+    float *mean = a->mean, *var = a->var;
+
+#pragma omp parallel for
+    for (int64_t kb = 0; kb < nb; kb++) {
+        double m[16], v[16] = {0};
+        float xb[ROW], yb[ROW], mf[16], sc[16], sh[16];
+        for (int64_t l = 0; l < B; l++)
+            m[l] = d->u.bnorm.training ? 0 : mean[kb * B + l], v[l] = d->u.bnorm.training ? 0 : var[kb * B + l];
+        for (int pass = 0; d->u.bnorm.training && pass < 2; pass++) {
+            double s[16] = {0};
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+                    const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+                    const float *x = widen(a->src, t, at, len, xb);
+                    for (int64_t q = 0; q < len; q += B)
+#pragma omp simd
+                        for (int64_t l = 0; l < B; l++)
+                            s[l] += pass ? ((double)x[q + l] - m[l]) * ((double)x[q + l] - m[l]) : x[q + l];
+                }
+            for (int64_t l = 0; l < B; l++)
+                (pass ? v : m)[l] = s[l] / cnt;
+        }
+        for (int64_t l = 0; l < B; l++) {
+            const int64_t k = kb * B + l;
+            if (d->u.bnorm.training)
+                mean[k] = (float)m[l], var[k] = (float)v[l];
+            mf[l] = (float)m[l], sc[l] = (float)(g[k] / sqrt(v[l] + d->u.bnorm.eps)), sh[l] = b[k];
+        }
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+                const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+                const float *x = widen(a->src, t, at, len, xb);
+                float *y = out_row(a->dst, t, at, yb);
+                for (int64_t q = 0; q < len; q += B)
+#pragma omp simd
+                    for (int64_t l = 0; l < B; l++)
+                        y[q + l] = fmaf(x[q + l] - mf[l], sc[l], sh[l]);
+                narrow(a->dst, t, at, len, y);
+            }
+    }
+}
+
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     dnnl_primitive_desc_t pd = op->pd[P_FWD];
@@ -229,7 +282,9 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
          * but not run: the unbiased variance of one value is undefined */
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: training needs more than one value per channel, got %lld",
                          (long long)d_values(&op->base.desc));
-    if (!pd && op->base.desc.u.bnorm.blk) /* our own loops (init) */
+    if (!pd && op->base.desc.u.bnorm.blk && op->base.desc.dtype != BFIT_F32)
+        fwd_own_blk_t(&op->base.desc, a), rc = BFIT_OK;
+    else if (!pd && op->base.desc.u.bnorm.blk) /* our own loops (init) */
         fwd_own_blk(&op->base.desc, a), rc = BFIT_OK;
     else if (!pd)
         fwd_own(&op->base.desc, a), rc = BFIT_OK;
@@ -286,19 +341,24 @@ static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
     }
 }
 
-/* bwd_own on nChw{B}c f32 data: at each position a block's B channels are
+/* bwd_own on nChw{B}c data: at each position a block's B channels are
  * contiguous, so the loops run over them as one vector; per channel the
- * same sums (in double) and the same dx as bwd_own. */
+ * same sums (in double) and the same dx as bwd_own. A sample's block is
+ * hw B values, taken ROW at a time (whole positions: ROW is a multiple of
+ * B), bf16 widened to f32 as bwd_own's rows (f32 read in place). */
 static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
 {
     const int64_t n = d->u.bnorm.n, hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B;
+    const int64_t row = hw * B;
     const double cnt = (double)(n * hw);
-    const float *g = a->scale, *b = a->shift, *mean = a->mean, *var = a->var, *x = a->src, *dy = a->diff_dst;
-    float *dx = a->diff_src, *ds = a->diff_scale, *dh = a->diff_shift;
+    const bfit_dtype t = d->dtype;
+    const float *g = a->scale, *b = a->shift, *mean = a->mean, *var = a->var;
+    float *ds = a->diff_scale, *dh = a->diff_shift;
 
 #pragma omp parallel for
     for (int64_t kb = 0; kb < nb; kb++) {
         double sdy[16] = {0}, sdyx[16] = {0}, off[16], inv[16], coef[16];
+        float xb[ROW], gb[ROW], ob[ROW];
         for (int64_t l = 0; l < B; l++) {
             int64_t k = kb * B + l;
             double rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
@@ -306,29 +366,34 @@ static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_d
             off[l] = from_dst ? b[k] : mean[k];
             inv[l] = from_dst ? (g[k] != 0.0f ? 1.0 / g[k] : 0.0) : rstd;
         }
-        for (int64_t i = 0; i < n; i++) {
-            const float *xr = x + (i * nb + kb) * hw * B, *gr = dy + (i * nb + kb) * hw * B;
-            for (int64_t p = 0; p < hw; p++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+                const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+                const float *xr = widen(a->src, t, at, len, xb), *gr = widen(a->diff_dst, t, at, len, gb);
+                for (int64_t q = 0; q < len; q += B)
 #pragma omp simd
-                for (int64_t l = 0; l < B; l++) {
-                    sdy[l] += gr[p * B + l];
-                    sdyx[l] += gr[p * B + l] * (((double)xr[p * B + l] - off[l]) * inv[l]);
-                }
-        }
+                    for (int64_t l = 0; l < B; l++) {
+                        sdy[l] += gr[q + l];
+                        sdyx[l] += gr[q + l] * (((double)xr[q + l] - off[l]) * inv[l]);
+                    }
+            }
         for (int64_t l = 0; l < B; l++) {
             dh[kb * B + l] = (float)((d->accumulate ? dh[kb * B + l] : 0) + sdy[l]);
             ds[kb * B + l] = (float)((d->accumulate ? ds[kb * B + l] : 0) + sdyx[l]);
             sdy[l] /= cnt, sdyx[l] /= cnt; /* their means, for dx */
         }
-        for (int64_t i = 0; dx && i < n; i++) {
-            const int64_t at = (i * nb + kb) * hw * B;
-            for (int64_t p = 0; p < hw; p++)
+        for (int64_t i = 0; a->diff_src && i < n; i++)
+            for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+                const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+                const float *xr = widen(a->src, t, at, len, xb), *gr = widen(a->diff_dst, t, at, len, gb);
+                float *o = out_row(a->diff_src, t, at, ob);
+                for (int64_t q = 0; q < len; q += B)
 #pragma omp simd
-                for (int64_t l = 0; l < B; l++) {
-                    int64_t e = at + p * B + l;
-                    dx[e] = (float)(coef[l] * (dy[e] - sdy[l] - ((double)x[e] - off[l]) * inv[l] * sdyx[l]));
-                }
-        }
+                    for (int64_t l = 0; l < B; l++)
+                        o[q + l] = (float)(coef[l] * (gr[q + l] - sdy[l] - ((double)xr[q + l] - off[l]) * inv[l] *
+                                                                             sdyx[l]));
+                narrow(a->diff_src, t, at, len, o);
+            }
     }
 }
 
@@ -406,9 +471,9 @@ int bfit_cpu_bnorm_init(cpu_op *op)
     if (d->kind != BFIT_OP_BNORM_FWD && d->kind != BFIT_OP_BNORM_BWD)
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: op kind %d is not a batch norm", (int)d->kind);
     if (d->u.bnorm.blk && ((d->u.bnorm.blk != 8 && d->u.bnorm.blk != 16) || sd[1] % d->u.bnorm.blk ||
-                           d->dtype != BFIT_F32))
-        return bfit_fail(BFIT_EINVAL, "cpu batch norm: blocked data (blk %d) must be f32 in blocks of 8 or 16 of "
-                         "its %lld channels", d->u.bnorm.blk, (long long)sd[1]);
+                           (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16)))
+        return bfit_fail(BFIT_EINVAL, "cpu batch norm: blocked data (blk %d) must be f32 or bf16 in blocks of 8 "
+                         "or 16 of its %lld channels", d->u.bnorm.blk, (long long)sd[1]);
     if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) || (d->kind == BFIT_OP_BNORM_FWD && d->u.bnorm.blk) ||
         bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype || d->dtype == BFIT_BF16) {
         /* our own loops (fwd_own, bwd_own): no primitive, no scratch; bf16

@@ -1,6 +1,6 @@
 /* cpu_maxpool_kblk.c - cpu_maxpool_k.c's max pool (any window, stride and
  * padding) where its input and output, and their gradients, are in nChw8c
- * or nChw16c: f32, the convolutions' layout around it.
+ * or nChw16c: f32 and bf16, the convolutions' layout around it.
  *
  * ResNet's stem pool (3x3, stride 2, padding 1) sits between the stem's
  * batch norm and the first stage; in nchw only, it held the stem and the
@@ -17,6 +17,7 @@
 #include "base/err.h"
 #include "base/par.h"
 #include "device/cpu.h"
+#include "device/half.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -66,14 +67,102 @@ static inline __attribute__((always_inline)) void fwd_row(const mpkb *g, const i
     }
 }
 
-static void fwd_row8(const mpkb *g, const float *x, float *y, uint8_t *ix, int64_t p, int64_t oy)
+static void fwd_row8(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
 {
     fwd_row(g, 8, x, y, ix, p, oy);
 }
 
-static void fwd_row16(const mpkb *g, const float *x, float *y, uint8_t *ix, int64_t p, int64_t oy)
+static void fwd_row16(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
 {
     fwd_row(g, 16, x, y, ix, p, oy);
+}
+
+/* fwd_row on bf16: the lanes compared widened to f32, the winner's bits
+ * copied. */
+static inline __attribute__((always_inline)) void fwd_row_bf(const mpkb *g, const int B, const uint16_t *x,
+                                                             uint16_t *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    int64_t y0 = oy * g->sh - g->ph, ky0 = y0 < 0 ? -y0 : 0, ky1 = y0 + g->kh > g->ih ? g->ih - y0 : g->kh;
+    const uint16_t *in = x + p * g->ih * g->iw * B;
+
+    for (int64_t ox = 0; ox < g->ow; ox++) {
+        int64_t x0 = ox * g->sw - g->pw, kx0 = x0 < 0 ? -x0 : 0, kx1 = x0 + g->kw > g->iw ? g->iw - x0 : g->kw;
+        int64_t o = ((p * g->oh + oy) * g->ow + ox) * B;
+        float best[16];
+        uint16_t bits[16];
+        uint8_t bk[16];
+        const uint16_t *first = in + ((y0 + ky0) * g->iw + x0 + kx0) * B;
+        for (int l = 0; l < B; l++)
+            bits[l] = first[l], best[l] = bfit_bf16_to_f32(first[l]), bk[l] = (uint8_t)(ky0 * g->kw + kx0);
+        for (int64_t ky = ky0; ky < ky1; ky++)
+            for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++) {
+                const uint16_t *v = in + ((y0 + ky) * g->iw + x0 + kx) * B;
+                uint8_t k = (uint8_t)(ky * g->kw + kx);
+#pragma omp simd
+                for (int l = 0; l < B; l++) {
+                    float f = bfit_bf16_to_f32(v[l]);
+                    int m = (f > best[l]) | (f != f);
+                    best[l] = m ? f : best[l];
+                    bits[l] = m ? v[l] : bits[l];
+                    bk[l] = m ? k : bk[l];
+                }
+            }
+        memcpy(y + o, bits, (size_t)B * sizeof *bits);
+        if (ix)
+            memcpy(ix + o, bk, (size_t)B);
+    }
+}
+
+static void fwd_row8_bf(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    fwd_row_bf(g, 8, x, y, ix, p, oy);
+}
+
+static void fwd_row16_bf(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    fwd_row_bf(g, 16, x, y, ix, p, oy);
+}
+
+/* The outputs [*o0, *o1) of windows (k, stride s, padding p, n outputs)
+ * that meet inputs [lo, hi). */
+static void outs_over(int64_t lo, int64_t hi, int64_t k, int64_t s, int64_t p, int64_t n, int64_t *o0, int64_t *o1)
+{
+    int64_t a = lo + p - k, f = a >= 0 ? a / s : -((-a + s - 1) / s);
+    *o0 = f + 1 < 0 ? 0 : f + 1;
+    *o1 = (hi + p + s - 1) / s < n ? (hi + p + s - 1) / s : n;
+}
+
+/* bwd_plane on bf16: each tile of inputs (rows, then columns, of at most
+ * STRIP values with their lanes) summed in f32 in the outputs' row-major
+ * order, as cpu_maxpool_k.c's nchw bf16 backward, and rounded once. */
+enum { STRIP = 4096 };
+static void bwd_plane_bf(const mpkb *g, const uint16_t *dy, uint16_t *dx, const uint8_t *ix, int64_t p)
+{
+    const int64_t B = g->B, cols = g->iw * B <= STRIP ? g->iw : STRIP / B;
+    const int64_t rows = g->iw * B <= STRIP ? STRIP / (g->iw * B) : 1;
+    float acc[STRIP];
+
+    for (int64_t r0 = 0; r0 < g->ih; r0 += rows)
+        for (int64_t c0 = 0; c0 < g->iw; c0 += cols) {
+            int64_t r1 = r0 + rows < g->ih ? r0 + rows : g->ih, c1 = c0 + cols < g->iw ? c0 + cols : g->iw;
+            int64_t w = c1 - c0, oy0, oy1, ox0, ox1;
+            outs_over(r0, r1, g->kh, g->sh, g->ph, g->oh, &oy0, &oy1);
+            outs_over(c0, c1, g->kw, g->sw, g->pw, g->ow, &ox0, &ox1);
+            memset(acc, 0, (size_t)((r1 - r0) * w * B) * sizeof *acc);
+            for (int64_t oy = oy0; oy < oy1; oy++)
+                for (int64_t ox = ox0; ox < ox1; ox++) {
+                    int64_t o = ((p * g->oh + oy) * g->ow + ox) * B;
+                    for (int64_t l = 0; l < B; l++) {
+                        int k = ix[o + l];
+                        int64_t iy = oy * g->sh - g->ph + k / g->kw, jx = ox * g->sw - g->pw + k % g->kw;
+                        if (iy >= r0 && iy < r1 && jx >= c0 && jx < c1)
+                            acc[((iy - r0) * w + jx - c0) * B + l] += bfit_bf16_to_f32(dy[o + l]);
+                    }
+                }
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t i = 0; i < w * B; i++)
+                    dx[((p * g->ih + r) * g->iw + c0) * B + i] = bfit_f32_to_bf16(acc[(r - r0) * w * B + i]);
+        }
 }
 
 /* Block plane p of dx zeroed, then each output's dy added at its winner,
@@ -96,7 +185,8 @@ static void bwd_plane(const mpkb *g, const float *dy, float *dx, const uint8_t *
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     mpkb g = geom(&op->base.desc);
-    void (*row)(const mpkb *, const float *, float *, uint8_t *, int64_t, int64_t) = g.B == 16 ? fwd_row16 : fwd_row8;
+    void (*row)(const mpkb *, const void *, void *, uint8_t *, int64_t, int64_t) =
+        op->base.desc.dtype == BFIT_BF16 ? (g.B == 16 ? fwd_row16_bf : fwd_row8_bf) : g.B == 16 ? fwd_row16 : fwd_row8;
     uint8_t *ix = op->saved ? a->saved : NULL;
     int64_t rows = g.planes * g.oh;
 
@@ -114,19 +204,23 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     if (!a->diff_dst || !a->diff_src || !a->saved)
         return bfit_fail(BFIT_EINVAL, "pool backward: diff_dst, diff_src (and saved for max) are required");
     BFIT_PAR_FOR_IF(g.planes * g.ih * g.iw * g.B > BFIT_PAR_MIN / 4,
-                    for (int64_t p = 0; p < g.planes; p++)
-                        bwd_plane(&g, a->diff_dst, a->diff_src, a->saved, p););
+                    for (int64_t p = 0; p < g.planes; p++) {
+                        if (op->base.desc.dtype == BFIT_BF16)
+                            bwd_plane_bf(&g, a->diff_dst, a->diff_src, a->saved, p);
+                        else
+                            bwd_plane(&g, a->diff_dst, a->diff_src, a->saved, p);
+                    });
     return BFIT_OK;
 }
 
-/* The run of an f32 max pool with its input and output in one block of 8
+/* The run of an f32 or bf16 max pool with its input and output in one block of 8
  * or 16 whole channels, or NULL; maxpool_k_init has checked the rest (a
  * window of at most 255 positions, always holding an input). */
 bfit_cpu_run_fn bfit_cpu_maxpool_kblk_run(const bfit_op_desc *d)
 {
     int B = d->u.pool.blk_src;
 
-    if (!d->u.pool.max || d->dtype != BFIT_F32 || (B != 8 && B != 16) || d->u.pool.blk_dst != B ||
+    if (!d->u.pool.max || (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16) || (B != 8 && B != 16) || d->u.pool.blk_dst != B ||
         d->u.pool.c % B)
         return NULL;
     return d->kind == BFIT_OP_POOL_FWD ? run_fwd : run_bwd;

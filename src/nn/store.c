@@ -227,8 +227,8 @@ static int pool2(const bfit_layer *l)
            (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0;
 }
 
-/* Another max pool of at most 255 window positions (cpu_maxpool_kblk.c's
- * in f32: ResNet's 3x3/2 stem pool), its input and output in one layout */
+/* Another max pool of at most 255 window positions (cpu_maxpool_kblk.c's:
+ * ResNet's 3x3/2 stem pool), its input and output in one layout */
 static int pool_k(const bfit_layer *l)
 {
     const bfit_layer_cfg *c = &l->cfg;
@@ -256,21 +256,20 @@ static int elementwise(const bfit_layer *l)
     return 0;
 }
 
-/* Layers that take a blocked input: dense convolutions, activations, such
- * pools, and in f32 other max pools, depthwise convolutions (MobileNet's,
- * EfficientNet's: oneDNN's jit_dw computes in the block), batch norms
- * (bf16 ones run our nchw loops) and a squeeze-and-excitation
- * block's global average pool and channel scale (its gate is one value per
- * channel, the same bytes in either layout); residual adds (elementwise:
- * both inputs and the output in one layout) */
+/* Layers that take a blocked input: dense convolutions, activations, max
+ * pools of such windows, batch norms, global average pools (one value per
+ * channel out, the same bytes in either layout), residual adds
+ * (elementwise: both inputs and the output in one layout), and in f32
+ * depthwise convolutions (MobileNet's, EfficientNet's: oneDNN's jit_dw
+ * computes in the block) and a squeeze-and-excitation block's channel
+ * scale (bf16 ones run on nchw) */
 static int takes_blocked(const bfit_model *M, const bfit_layer *l)
 {
     int f32 = M->store.precision == BFIT_F32;
     int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (dw && f32) || elementwise(l) || pool2(l) ||
-           (pool_k(l) && f32) ||
-           (l->cfg.kind == BFIT_L_BATCHNORM && f32) || l->cfg.kind == BFIT_L_ADD ||
-           ((global_avg(l) || l->cfg.kind == BFIT_L_SCALE) && f32);
+           pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_ADD || global_avg(l) ||
+           (l->cfg.kind == BFIT_L_SCALE && f32);
 }
 
 /* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
