@@ -35,93 +35,67 @@ static mpkb geom(const bfit_op_desc *d)
     return g;
 }
 
-/* Row oy of block plane p, B a constant where inlined so the lanes vectorise. */
-static inline __attribute__((always_inline)) void fwd_row(const mpkb *g, const int B, const float *x, float *y,
-                                                          uint8_t *ix, int64_t p, int64_t oy)
+/* Lane l of the B at v, as f32 (bf16 widened exactly). */
+static inline float lane(const void *v, int l, int bf16)
 {
+    return bf16 ? bfit_bf16_to_f32(((const uint16_t *)v)[l]) : ((const float *)v)[l];
+}
+
+/* Row oy of block plane p, B and bf16 constants where inlined so the lanes
+ * vectorise. A bf16 maximum goes back as the top half of its widened bits:
+ * the input's bits, NaN payloads too. */
+static inline __attribute__((always_inline)) void fwd_row(const mpkb *g, const int B, const int bf16, const void *x,
+                                                          void *y, uint8_t *ix, int64_t p, int64_t oy)
+{
+    const int64_t es = bf16 ? 2 : 4;
     int64_t y0 = oy * g->sh - g->ph, ky0 = y0 < 0 ? -y0 : 0, ky1 = y0 + g->kh > g->ih ? g->ih - y0 : g->kh;
-    const float *in = x + p * g->ih * g->iw * B;
+    const char *in = (const char *)x + p * g->ih * g->iw * B * es;
 
     for (int64_t ox = 0; ox < g->ow; ox++) {
         int64_t x0 = ox * g->sw - g->pw, kx0 = x0 < 0 ? -x0 : 0, kx1 = x0 + g->kw > g->iw ? g->iw - x0 : g->kw;
         int64_t o = ((p * g->oh + oy) * g->ow + ox) * B;
         float best[16];
         uint8_t bk[16];
-        const float *first = in + ((y0 + ky0) * g->iw + x0 + kx0) * B;
+        const char *first = in + ((y0 + ky0) * g->iw + x0 + kx0) * B * es;
         for (int l = 0; l < B; l++)
-            best[l] = first[l], bk[l] = (uint8_t)(ky0 * g->kw + kx0);
+            best[l] = lane(first, l, bf16), bk[l] = (uint8_t)(ky0 * g->kw + kx0);
         for (int64_t ky = ky0; ky < ky1; ky++)
             for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++) {
-                const float *v = in + ((y0 + ky) * g->iw + x0 + kx) * B;
+                const char *v = in + ((y0 + ky) * g->iw + x0 + kx) * B * es;
                 uint8_t k = (uint8_t)(ky * g->kw + kx);
 #pragma omp simd
                 for (int l = 0; l < B; l++) {
-                    int m = (v[l] > best[l]) | (v[l] != v[l]);
-                    best[l] = m ? v[l] : best[l];
-                    bk[l] = m ? k : bk[l];
-                }
-            }
-        memcpy(y + o, best, (size_t)B * sizeof *best);
-        if (ix)
-            memcpy(ix + o, bk, (size_t)B);
-    }
-}
-
-static void fwd_row8(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
-{
-    fwd_row(g, 8, x, y, ix, p, oy);
-}
-
-static void fwd_row16(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
-{
-    fwd_row(g, 16, x, y, ix, p, oy);
-}
-
-/* fwd_row on bf16: the lanes compared widened to f32, the winner's bits
- * copied. */
-static inline __attribute__((always_inline)) void fwd_row_bf(const mpkb *g, const int B, const uint16_t *x,
-                                                             uint16_t *y, uint8_t *ix, int64_t p, int64_t oy)
-{
-    int64_t y0 = oy * g->sh - g->ph, ky0 = y0 < 0 ? -y0 : 0, ky1 = y0 + g->kh > g->ih ? g->ih - y0 : g->kh;
-    const uint16_t *in = x + p * g->ih * g->iw * B;
-
-    for (int64_t ox = 0; ox < g->ow; ox++) {
-        int64_t x0 = ox * g->sw - g->pw, kx0 = x0 < 0 ? -x0 : 0, kx1 = x0 + g->kw > g->iw ? g->iw - x0 : g->kw;
-        int64_t o = ((p * g->oh + oy) * g->ow + ox) * B;
-        float best[16];
-        uint16_t bits[16];
-        uint8_t bk[16];
-        const uint16_t *first = in + ((y0 + ky0) * g->iw + x0 + kx0) * B;
-        for (int l = 0; l < B; l++)
-            bits[l] = first[l], best[l] = bfit_bf16_to_f32(first[l]), bk[l] = (uint8_t)(ky0 * g->kw + kx0);
-        for (int64_t ky = ky0; ky < ky1; ky++)
-            for (int64_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; kx++) {
-                const uint16_t *v = in + ((y0 + ky) * g->iw + x0 + kx) * B;
-                uint8_t k = (uint8_t)(ky * g->kw + kx);
-#pragma omp simd
-                for (int l = 0; l < B; l++) {
-                    float f = bfit_bf16_to_f32(v[l]);
+                    float f = lane(v, l, bf16);
                     int m = (f > best[l]) | (f != f);
                     best[l] = m ? f : best[l];
-                    bits[l] = m ? v[l] : bits[l];
                     bk[l] = m ? k : bk[l];
                 }
             }
-        memcpy(y + o, bits, (size_t)B * sizeof *bits);
+        if (bf16) {
+            uint16_t *d = (uint16_t *)y + o;
+            for (int l = 0; l < B; l++) {
+                uint32_t b;
+                memcpy(&b, &best[l], sizeof b);
+                d[l] = (uint16_t)(b >> 16);
+            }
+        } else {
+            memcpy((float *)y + o, best, (size_t)B * sizeof *best);
+        }
         if (ix)
             memcpy(ix + o, bk, (size_t)B);
     }
 }
 
-static void fwd_row8_bf(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
-{
-    fwd_row_bf(g, 8, x, y, ix, p, oy);
-}
-
-static void fwd_row16_bf(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)
-{
-    fwd_row_bf(g, 16, x, y, ix, p, oy);
-}
+#define FWD_ROW(name, B, bf16)                                                                                         \
+    static void name(const mpkb *g, const void *x, void *y, uint8_t *ix, int64_t p, int64_t oy)                       \
+    {                                                                                                                  \
+        fwd_row(g, B, bf16, x, y, ix, p, oy);                                                                          \
+    }
+FWD_ROW(fwd_row8, 8, 0)
+FWD_ROW(fwd_row16, 16, 0)
+FWD_ROW(fwd_row8_bf, 8, 1)
+FWD_ROW(fwd_row16_bf, 16, 1)
+#undef FWD_ROW
 
 /* The outputs [*o0, *o1) of windows (k, stride s, padding p, n outputs)
  * that meet inputs [lo, hi). */
