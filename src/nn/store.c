@@ -256,18 +256,18 @@ static int elementwise(const bfit_layer *l)
     return 0;
 }
 
-/* Layers that take a blocked input: dense convolutions, activations, max
- * pools of such windows, batch norms, global average pools (one value per
- * channel out, the same bytes in either layout), residual adds
- * (elementwise: both inputs and the output in one layout), and in f32
- * depthwise convolutions (MobileNet's, EfficientNet's: oneDNN's jit_dw
- * computes in the block) and a squeeze-and-excitation block's channel
- * scale (bf16 ones run on nchw) */
+/* Layers that take a blocked input: dense and depthwise convolutions
+ * (MobileNet's, EfficientNet's: oneDNN's jit_dw computes in the block),
+ * activations, max pools of such windows, batch norms, global average
+ * pools (one value per channel out, the same bytes in either layout),
+ * residual adds (elementwise: both inputs and the output in one layout),
+ * and in f32 a squeeze-and-excitation block's channel scale (bf16 ones run
+ * on nchw) */
 static int takes_blocked(const bfit_model *M, const bfit_layer *l)
 {
     int f32 = M->store.precision == BFIT_F32;
     int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
-    return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || (dw && f32) || elementwise(l) || pool2(l) ||
+    return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || dw || elementwise(l) || pool2(l) ||
            pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_ADD || global_avg(l) ||
            (l->cfg.kind == BFIT_L_SCALE && f32);
 }
