@@ -176,7 +176,8 @@ int bfit_cpu_maxpool2_init(cpu_op *op, int *done); /* 2x2/2 max pools of our own
 int bfit_cpu_maxpool_blk_init(cpu_op *op);         /* its run with nChw8c/16c input (blk_src; maxpool2_init asks) */
 int bfit_cpu_maxpool_k_init(cpu_op *op, int *done); /* other max pools of our own on nchw (pool_init asks) */
 typedef int (*bfit_cpu_run_fn)(cpu_op *op, const bfit_op_args *a);
-bfit_cpu_run_fn bfit_cpu_maxpool_kblk_run(const bfit_op_desc *d); /* those on nChw8c/16c, f32, or NULL */
+bfit_cpu_run_fn bfit_cpu_maxpool_kblk_run(const bfit_op_desc *d); /* those on nChw8c/16c, f32 and bf16, or NULL */
+void bfit_cpu_pool_windows(int64_t i, int64_t k, int64_t s, int64_t pad, int64_t on, int64_t *o0, int64_t *o1);
 int bfit_cpu_avgpool_g_init(cpu_op *op, int *done); /* global average pools of our own on nchw (pool_init asks) */
 /* Our max pools' saved indices: a byte per output (oneDNN's for windows
  * under 256 positions), for training forward and backward; 0 in eval. */

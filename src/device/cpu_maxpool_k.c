@@ -193,9 +193,10 @@ static void bwd_plane_f32(const mpk *g, const float *dy, float *dx, const uint8_
         }
 }
 
-/* The outputs o0 <= o < o1 whose windows (kernel k, stride s, padding pad)
- * hold input position i, clipped to [0, on). */
-static void windows_of(int64_t i, int64_t k, int64_t s, int64_t pad, int64_t on, int64_t *o0, int64_t *o1)
+/* cpu.h: the outputs o0 <= o < o1 whose windows (kernel k, stride s,
+ * padding pad) hold input position i, clipped to [0, on); o0 is the first
+ * whose window ends after i either way. */
+void bfit_cpu_pool_windows(int64_t i, int64_t k, int64_t s, int64_t pad, int64_t on, int64_t *o0, int64_t *o1)
 {
     int64_t lo = i + pad - k + 1, hi = (i + pad) / s + 1; /* o s - pad <= i < o s - pad + k */
     lo = lo <= 0 ? 0 : (lo + s - 1) / s;
@@ -209,11 +210,11 @@ static void bwd_row_bf16(const mpk *g, const uint16_t *dy, uint16_t *dx, const u
 {
     int64_t oy0, oy1, in = (p * g->ih + iy) * g->iw, out = p * g->oh * g->ow;
 
-    windows_of(iy, g->kh, g->sh, g->ph, g->oh, &oy0, &oy1);
+    bfit_cpu_pool_windows(iy, g->kh, g->sh, g->ph, g->oh, &oy0, &oy1);
     for (int64_t jx = 0; jx < g->iw; jx++) {
         int64_t ox0, ox1;
         float s = 0;
-        windows_of(jx, g->kw, g->sw, g->pw, g->ow, &ox0, &ox1);
+        bfit_cpu_pool_windows(jx, g->kw, g->sw, g->pw, g->ow, &ox0, &ox1);
         for (int64_t oy = oy0; oy < oy1; oy++)
             for (int64_t ox = ox0; ox < ox1; ox++) {
                 int64_t o = out + oy * g->ow + ox, k = (iy - (oy * g->sh - g->ph)) * g->kw + jx - (ox * g->sw - g->pw);
@@ -242,8 +243,8 @@ static void bwd_plane_bf16(const mpk *g, const uint16_t *dy, uint16_t *dx, const
     }
     for (int64_t r0 = 0; r0 < g->ih; r0 += rows) {
         int64_t r1 = r0 + rows < g->ih ? r0 + rows : g->ih, oy0, oy1, oy_end;
-        windows_of(r0, g->kh, g->sh, g->ph, g->oh, &oy0, &oy1);
-        windows_of(r1 - 1, g->kh, g->sh, g->ph, g->oh, &oy1, &oy_end);
+        bfit_cpu_pool_windows(r0, g->kh, g->sh, g->ph, g->oh, &oy0, &oy1);
+        bfit_cpu_pool_windows(r1 - 1, g->kh, g->sh, g->ph, g->oh, &oy1, &oy_end);
         memset(acc, 0, (size_t)((r1 - r0) * g->iw) * sizeof *acc);
         for (int64_t oy = oy0; oy < oy_end; oy++)
             for (int64_t ox = 0; ox < g->ow; ox++) {

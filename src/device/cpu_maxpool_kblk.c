@@ -97,15 +97,6 @@ FWD_ROW(fwd_row8_bf, 8, 1)
 FWD_ROW(fwd_row16_bf, 16, 1)
 #undef FWD_ROW
 
-/* The outputs [*o0, *o1) of windows (k, stride s, padding p, n outputs)
- * that meet inputs [lo, hi). */
-static void outs_over(int64_t lo, int64_t hi, int64_t k, int64_t s, int64_t p, int64_t n, int64_t *o0, int64_t *o1)
-{
-    int64_t a = lo + p - k, f = a >= 0 ? a / s : -((-a + s - 1) / s);
-    *o0 = f + 1 < 0 ? 0 : f + 1;
-    *o1 = (hi + p + s - 1) / s < n ? (hi + p + s - 1) / s : n;
-}
-
 /* bwd_plane on bf16: each tile of inputs (rows, then columns, of at most
  * STRIP values with their lanes) summed in f32 in the outputs' row-major
  * order, as cpu_maxpool_k.c's nchw bf16 backward, and rounded once. */
@@ -119,9 +110,12 @@ static void bwd_plane_bf(const mpkb *g, const uint16_t *dy, uint16_t *dx, const 
     for (int64_t r0 = 0; r0 < g->ih; r0 += rows)
         for (int64_t c0 = 0; c0 < g->iw; c0 += cols) {
             int64_t r1 = r0 + rows < g->ih ? r0 + rows : g->ih, c1 = c0 + cols < g->iw ? c0 + cols : g->iw;
-            int64_t w = c1 - c0, oy0, oy1, ox0, ox1;
-            outs_over(r0, r1, g->kh, g->sh, g->ph, g->oh, &oy0, &oy1);
-            outs_over(c0, c1, g->kw, g->sw, g->pw, g->ow, &ox0, &ox1);
+            int64_t w = c1 - c0, oy0, oy1, ox0, ox1, skip;
+            /* the outputs whose windows meet the tile's rows, its columns */
+            bfit_cpu_pool_windows(r0, g->kh, g->sh, g->ph, g->oh, &oy0, &skip);
+            bfit_cpu_pool_windows(r1 - 1, g->kh, g->sh, g->ph, g->oh, &skip, &oy1);
+            bfit_cpu_pool_windows(c0, g->kw, g->sw, g->pw, g->ow, &ox0, &skip);
+            bfit_cpu_pool_windows(c1 - 1, g->kw, g->sw, g->pw, g->ow, &skip, &ox1);
             memset(acc, 0, (size_t)((r1 - r0) * w * B) * sizeof *acc);
             for (int64_t oy = oy0; oy < oy1; oy++)
                 for (int64_t ox = ox0; ox < ox1; ox++) {

@@ -124,8 +124,7 @@ static void *map_huge(size_t len)
     head = (size_t)(p - raw);
     if (head)
         munmap(raw, head);
-    if (CHECK_HUGE - head)
-        munmap(p + len, CHECK_HUGE - head);
+    munmap(p + len, CHECK_HUGE - head); /* head < CHECK_HUGE: a tail is always left */
     madvise(p, len, MADV_HUGEPAGE); /* a hint: small pages where refused */
     return p;
 }
