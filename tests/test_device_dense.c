@@ -520,6 +520,9 @@ static void test_chscale(void **st)
     check_chscale(*st, BFIT_F32, 3, 16, 7, 8); /* nChw8c, two blocks */
     check_chscale(*st, BFIT_F32, 2, 32, 5, 16);
     check_chscale(*st, BFIT_F32, 2, 64, 1000, 8);
+    check_chscale(*st, BFIT_BF16, 3, 16, 7, 8);
+    check_chscale(*st, BFIT_BF16, 2, 32, 5, 16);
+    check_chscale(*st, BFIT_BF16, 2, 64, 1000, 16);
 }
 
 /* Forward and backward of relu keeping 1 bit per element, f32 and bf16,

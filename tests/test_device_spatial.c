@@ -406,13 +406,22 @@ static void test_conv_gemm(void **st)
  * the f32 one plus the final rounding of a bf16 output (2^-8 of it). A
  * transposed element in the wrong place errs by a whole term. Spatial sizes
  * of 196 (a 16-column tail of 4), 35 and 12 (tails only), 64 (no tail);
- * channels of 16, 32, 48, and 3 (no own transpose on that side). */
+ * channels of 16, 32, 48, and 3 (no own transpose on that side). Then
+ * depthwise ones whose weight gradient is cpu_conv_dw.c's where oneDNN
+ * would take its gemm (EfficientNet's 5x5 on a 2x2 map, 5x5 of stride 2
+ * with a bias, 3x3 on 2x2) and one its jit_dw keeps; their weight gradient
+ * again with x and dy in nChw8c and nChw16c (a layout chain's). */
 static const conv_case conv16_cases[] = {
     {3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 0},
     {2, 32, 5, 7, 16, 3, 3, 2, 2, 1, 1, 0, 0},
     {2, 3, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 0},
     {4, 48, 6, 6, 16, 1, 1, 1, 1, 0, 0, 1, 0},
+    {4, 32, 2, 2, 32, 5, 5, 1, 1, 2, 2, 0, 32},
+    {3, 16, 9, 8, 16, 5, 5, 2, 2, 2, 2, 1, 16},
+    {2, 16, 2, 2, 16, 3, 3, 1, 1, 1, 1, 1, 16},
+    {2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 0, 16},
 };
+
 
 /* n values uniform in [-1, 1) rounded to bf16: f (float, for the reference)
  * and the device buffer of bf16. */
@@ -456,6 +465,32 @@ static void conv16_run(tdev *t, const conv_case *c, bfit_op_kind kind, bfit_op_a
     bfit_op_free(op);
 }
 
+/* case c's bf16 weight gradient with x and dy (nchw on the host) moved to
+ * nChw{B}c on the device, against the reference */
+static void conv16_blocked_weights(tdev *t, size_t tc, const conv_case *c, tbuf *x, tbuf *dy, const conv_ref *r, int B)
+{
+    bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
+    int64_t ohw = (int64_t)fd.u.conv.oh * fd.u.conv.ow, ny = c->n * c->oc * ohw;
+    int64_t nw = (int64_t)c->oc * (c->ic / c->groups) * c->kh * c->kw; /* depthwise (groups > 1) */
+    tbuf dw = nanbuf(t, (size_t)nw * 4), db = nanbuf(t, (size_t)c->oc * 4);
+    bfit_op_args a = {0};
+
+    relayout(x->h, 2, c->n, c->ic, (int64_t)c->ih * c->iw, B, 1), tbuf_up(t, x);
+    relayout(dy->h, 2, c->n, c->oc, ohw, B, 1), tbuf_up(t, dy);
+    conv_blk = B;
+    a.src = x->d, a.diff_dst = dy->d, a.diff_weights = dw.d, a.diff_bias = c->bias ? db.d : NULL;
+    conv16_run(t, c, BFIT_OP_CONV_BWD_WEIGHTS, &a);
+    conv_blk = 0;
+    relayout(x->h, 2, c->n, c->ic, (int64_t)c->ih * c->iw, B, 0), tbuf_up(t, x);
+    relayout(dy->h, 2, c->n, c->oc, ohw, B, 0), tbuf_up(t, dy);
+    tbuf_down(t, &dw), tbuf_down(t, &db);
+    conv16_expect(tc, B == 8 ? "nChw8c backward weights dw" : "nChw16c backward weights dw", dw.h, 0, r->dw, r->dwm,
+                  nw, ny / c->oc);
+    if (c->bias)
+        conv16_expect(tc, "blocked backward bias db", db.h, 0, r->db, r->dbm, c->oc, ny / c->oc);
+    FREEBUFS(t, &dw, &db);
+}
+
 static void test_conv_bf16(void **st)
 {
     tdev *t = *st;
@@ -463,7 +498,7 @@ static void test_conv_bf16(void **st)
         const conv_case *c = &conv16_cases[tc];
         bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
         int64_t ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow, nx = (int64_t)c->n * c->ic * c->ih * c->iw;
-        int64_t nw = (int64_t)c->oc * c->ic * c->kh * c->kw;
+        int64_t g = c->groups > 1 ? c->groups : 1, nw = (int64_t)c->oc * (c->ic / g) * c->kh * c->kw;
         float *fx = malloc((size_t)nx * 4), *fw = malloc((size_t)nw * 4), *fdy = malloc((size_t)ny * 4);
         tbuf x = bf16buf(t, fx, nx, 110 + tc), w = bf16buf(t, fw, nw, 120 + tc), dy = bf16buf(t, fdy, ny, 130 + tc);
         tbuf b = randbuf(t, c->oc, 140 + tc), y = nanbuf(t, (size_t)ny * 2), dx = nanbuf(t, (size_t)nx * 2);
@@ -481,11 +516,13 @@ static void test_conv_bf16(void **st)
         a.src = x.d, a.diff_dst = dy.d, a.diff_weights = dw.d, a.diff_bias = c->bias ? db.d : NULL;
         conv16_run(t, c, BFIT_OP_CONV_BWD_WEIGHTS, &a);
         tbuf_down(t, &y), tbuf_down(t, &dx), tbuf_down(t, &dw), tbuf_down(t, &db);
-        conv16_expect(tc, "forward y", y.h, 1, r.y, r.ym, ny, (int64_t)c->ic * c->kh * c->kw + 1);
-        conv16_expect(tc, "backward data dx", dx.h, 1, r.dx, r.dxm, nx, (int64_t)c->oc * c->kh * c->kw);
+        conv16_expect(tc, "forward y", y.h, 1, r.y, r.ym, ny, c->ic / g * c->kh * c->kw + 1);
+        conv16_expect(tc, "backward data dx", dx.h, 1, r.dx, r.dxm, nx, c->oc / g * c->kh * c->kw);
         conv16_expect(tc, "backward weights dw", dw.h, 0, r.dw, r.dwm, nw, ny / c->oc);
         if (c->bias)
             conv16_expect(tc, "backward bias db", db.h, 0, r.db, r.dbm, c->oc, ny / c->oc);
+        for (int B = 8; c->groups > 1 && B <= 16; B += 8)
+            conv16_blocked_weights(t, tc, c, &x, &dy, &r, B);
         conv_ref_free(&r);
         FREEBUFS(t, &x, &w, &dy, &b, &y, &dx, &dw, &db);
         free(fx), free(fw), free(fdy);

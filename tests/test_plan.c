@@ -878,7 +878,7 @@ static void test_blocked_same_grads(void **st)
  * the model's largest (a convolution's bias before a batch norm: zero but
  * for rounding, which the block's sums change) must stay below it blocked
  * too (bf16: below its yardstick). */
-static void blocked_grads(const char *model, bfit_dtype prec, int min_bn, int min_add, int min_dw)
+static void blocked_grads(const char *model, bfit_dtype prec, int min_bn, int min_add, int min_dw, int min_scale)
 {
     static const int force[] = {0, 8, 16};
     bfit_store_cfg sc = bfit_store_cfg_default();
@@ -899,7 +899,7 @@ static void blocked_grads(const char *model, bfit_dtype prec, int min_bn, int mi
     bfit_model_unreserve(r.M);
     assert_true(!a32 || n32 == n1);
     for (int f = 0; f < 3; f++) {
-        int B = force[f] ? force[f] : bfit_device_layout_block(r.dev, prec), bn = 0, add = 0, dw = 0;
+        int B = force[f] ? force[f] : bfit_device_layout_block(r.dev, prec), bn = 0, add = 0, dw = 0, scale = 0;
         double worst = 0, all = 0;
         bfit_step_plan blocked;
         int64_t n2, at = 0;
@@ -911,11 +911,13 @@ static void blocked_grads(const char *model, bfit_dtype prec, int min_bn, int mi
             bn += l->cfg.kind == BFIT_L_BATCHNORM && l->blk_in == B && l->blk_out == B;
             add += l->cfg.kind == BFIT_L_ADD && l->blk_in == B;
             dw += l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->blk_in == B && l->blk_out == B;
+            scale += l->cfg.kind == BFIT_L_SCALE && l->blk_in == B && l->blk_out == B;
         }
         /* resnet-mini: the stem's and every block's but where a value leaves for the pool */
         assert_true(bn >= min_bn);
         assert_true(add >= min_add);
         assert_true(dw >= min_dw);
+        assert_true(scale >= min_scale);
         assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &blocked), BFIT_OK);
         b = step_grads(&r, 16, &n2);
         assert_int_equal(n1, n2);
@@ -945,9 +947,9 @@ static void blocked_grads(const char *model, bfit_dtype prec, int min_bn, int mi
             at += k;
         }
         assert_true(blocked.peak <= plain.peak);
-        print_message("%s %s at 16: %d batch norms, %d adds, %d depthwise in nChw%dc%s; worst gradient "
-                      "difference / allowed %.2g; peak %llu plain, %llu blocked\n",
-                      model, bfit_dtype_name(prec), bn, add, dw, B, force[f] ? "" : " (the device's)", worst,
+        print_message("%s %s at 16: %d batch norms, %d adds, %d depthwise, %d channel scales in nChw%dc%s; worst "
+                      "gradient difference / allowed %.2g; peak %llu plain, %llu blocked\n",
+                      model, bfit_dtype_name(prec), bn, add, dw, scale, B, force[f] ? "" : " (the device's)", worst,
                       (unsigned long long)plain.peak, (unsigned long long)blocked.peak);
         bfit_model_unreserve(r.M);
         free(b);
@@ -960,10 +962,13 @@ static void blocked_grads(const char *model, bfit_dtype prec, int min_bn, int mi
 static void test_blocked_bnorm_grads(void **st)
 {
     (void)st;
-    blocked_grads("resnet-mini.cfg", BFIT_F32, 6, 2, 0);
-    blocked_grads("resnet-mini.cfg", BFIT_BF16, 6, 2, 0);
-    blocked_grads("tests/fixtures/dw-mini.onnx", BFIT_F32, 7, 1, 2);
-    blocked_grads("tests/fixtures/dw-mini.onnx", BFIT_BF16, 7, 1, 2);
+    blocked_grads("resnet-mini.cfg", BFIT_F32, 6, 2, 0, 0);
+    blocked_grads("resnet-mini.cfg", BFIT_BF16, 6, 2, 0, 0);
+    blocked_grads("tests/fixtures/dw-mini.onnx", BFIT_F32, 7, 1, 2, 0);
+    blocked_grads("tests/fixtures/dw-mini.onnx", BFIT_BF16, 7, 1, 2, 0);
+    /* squeeze-and-excitation gates (MobileNetV3's, EfficientNet's) between a dense and a depthwise convolution */
+    blocked_grads("tests/fixtures/se-mini.onnx", BFIT_F32, 2, 0, 1, 2);
+    blocked_grads("tests/fixtures/se-mini.onnx", BFIT_BF16, 2, 0, 1, 2);
 }
 
 /* The cnn's relus run after their max pools (graph.c): a step's loss and

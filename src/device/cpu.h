@@ -161,7 +161,7 @@ int bfit_cpu_conv_block(cpu_device *d, bfit_dtype t); /* the vt's layout_block: 
  * of a one-channel input (channels out a multiple of 8), where oneDNN chose
  * a source layout other than the plain one (padding the channel to a block) */
 int bfit_cpu_conv_c1_take(cpu_op *op, const dnnl_memory_desc_t *plain_src, const dnnl_memory_desc_t *chosen_src);
-/* cpu_conv_dw.c: 1 when it takes op (sets op->run): the f32 nchw weight
+/* cpu_conv_dw.c: 1 when it takes op (sets op->run): the f32 or bf16 weight
  * gradient of a depthwise convolution where oneDNN chose its gemm fallback */
 int bfit_cpu_conv_dw_take(cpu_op *op, int onednn_gemm);
 /* cpu_conv_gemm.c: 1 when it takes op (sets op->run, *ws its workspace): the

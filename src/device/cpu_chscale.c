@@ -1,7 +1,8 @@
 /* cpu_chscale.c - CHSCALE_FWD/BWD: each channel of an image multiplied by
  * its own scale (a squeeze-and-excitation block's gate, [n, c] against the
  * [n, c, hw] it gates), plain loops in any float dtype, one thread per
- * range of channel rows; f32 images in a layout chain's nChw8c/16c too.
+ * range of channel rows; f32 and bf16 images in a layout chain's
+ * nChw8c/16c too.
  * The scales' gradient sums a row in double, in a fixed order, so that it
  * does not depend on the thread count. */
 #include "base/err.h"
@@ -27,10 +28,11 @@ static void fwd_any(bfit_dtype t, const void *x, const void *s, void *y, int64_t
     });
 }
 
-/* f32 in nChw{B}c: block q (= n (c / B) + the channel block) is hw
- * positions of B channels side by side, whose scales are s[q B ..] (= n c +
- * its first channel). The scales' gradient sums each channel over the
- * positions in order, in double: bwd_f32's sums. */
+/* nChw{B}c: block q (= n (c / B) + the channel block) is hw positions of
+ * B channels side by side, whose scales are s[q B ..] (= n c + its first
+ * channel). The scales' gradient sums each channel over the positions in
+ * order, in double: the plain layout's sums, so a chain changes no bit.
+ * f32 and bf16 only (a chain's dtypes), each with its own loops. */
 static void fwd_blk(const float *x, const float *s, float *y, int64_t n, int64_t c, int64_t hw, int64_t B)
 {
     int64_t nb = n * (c / B);
@@ -40,6 +42,22 @@ static void fwd_blk(const float *x, const float *s, float *y, int64_t n, int64_t
         for (int64_t p = 0; p < hw; p++)
             for (int64_t l = 0; l < B; l++)
                 yr[p * B + l] = xr[p * B + l] * sr[l];
+    });
+}
+
+static void fwd_blk_bf16(const uint16_t *x, const uint16_t *s, uint16_t *y, int64_t n, int64_t c, int64_t hw,
+                         int64_t B)
+{
+    int64_t nb = n * (c / B);
+    BFIT_PAR_FOR_IF(nb * hw * B > BFIT_PAR_MIN, for (int64_t q = 0; q < nb; q++) {
+        const uint16_t *xr = x + q * hw * B;
+        uint16_t *yr = y + q * hw * B;
+        float sr[16];
+        for (int64_t l = 0; l < B; l++)
+            sr[l] = bfit_bf16_to_f32(s[q * B + l]);
+        for (int64_t p = 0; p < hw; p++)
+            for (int64_t l = 0; l < B; l++)
+                yr[p * B + l] = bfit_f32_to_bf16(bfit_bf16_to_f32(xr[p * B + l]) * sr[l]);
     });
 }
 
@@ -64,6 +82,30 @@ static void bwd_blk(const float *x, const float *s, const float *dy, float *dx, 
     });
 }
 
+static void bwd_blk_bf16(const uint16_t *x, const uint16_t *s, const uint16_t *dy, uint16_t *dx, uint16_t *ds,
+                         int64_t n, int64_t c, int64_t hw, int64_t B)
+{
+    int64_t nb = n * (c / B);
+    BFIT_PAR_FOR_IF(nb * hw * B > BFIT_PAR_MIN, for (int64_t q = 0; q < nb; q++) {
+        const uint16_t *xr = x + q * hw * B, *g = dy + q * hw * B;
+        float sr[16];
+        double acc[16] = {0};
+        for (int64_t l = 0; l < B; l++)
+            sr[l] = bfit_bf16_to_f32(s[q * B + l]);
+        if (dx)
+            for (int64_t p = 0; p < hw; p++)
+                for (int64_t l = 0; l < B; l++)
+                    dx[q * hw * B + p * B + l] = bfit_f32_to_bf16(bfit_bf16_to_f32(g[p * B + l]) * sr[l]);
+        if (ds) {
+            for (int64_t p = 0; p < hw; p++)
+                for (int64_t l = 0; l < B; l++)
+                    acc[l] += (double)bfit_bf16_to_f32(g[p * B + l]) * (double)bfit_bf16_to_f32(xr[p * B + l]);
+            for (int64_t l = 0; l < B; l++)
+                ds[q * B + l] = bfit_f32_to_bf16((float)acc[l]);
+        }
+    });
+}
+
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -71,8 +113,10 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
 
     if (!a->src || !a->src2 || !a->dst)
         return bfit_fail(BFIT_EINVAL, "channel scaling: src, src2 (the scales) and dst are required");
-    if (d->u.chs.blk)
+    if (d->u.chs.blk && d->dtype == BFIT_F32)
         fwd_blk(a->src, a->src2, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
+    else if (d->u.chs.blk)
+        fwd_blk_bf16(a->src, a->src2, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
     else if (d->dtype == BFIT_F32)
         fwd_f32(a->src, a->src2, a->dst, rows, hw);
     else
@@ -123,8 +167,10 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     if (!a->diff_dst || (a->diff_src && !a->src2) || (a->dst && !a->src))
         return bfit_fail(BFIT_EINVAL, "channel scaling backward: diff_dst, src2 (the scales) for diff_src and src "
                                       "for dst (the scales' gradient) are required");
-    if (d->u.chs.blk)
+    if (d->u.chs.blk && d->dtype == BFIT_F32)
         bwd_blk(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
+    else if (d->u.chs.blk)
+        bwd_blk_bf16(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
     else if (d->dtype == BFIT_F32)
         bwd_f32(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, rows, hw);
     else
@@ -140,9 +186,9 @@ int bfit_cpu_chscale_init(cpu_op *op)
         return bfit_fail(BFIT_EINVAL, "channel scaling: n %lld, c %lld and hw %lld must be positive",
                          (long long)d->u.chs.n, (long long)d->u.chs.c, (long long)d->u.chs.hw);
     if (d->u.chs.blk && ((d->u.chs.blk != 8 && d->u.chs.blk != 16) || d->u.chs.c % d->u.chs.blk ||
-                         d->dtype != BFIT_F32))
-        return bfit_fail(BFIT_EINVAL, "channel scaling: blocked data (blk %d) must be f32 in blocks of 8 or 16 of its "
-                         "%lld channels", d->u.chs.blk, (long long)d->u.chs.c);
+                         (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16)))
+        return bfit_fail(BFIT_EINVAL, "channel scaling: blocked data (blk %d) must be f32 or bf16 in blocks of 8 or "
+                         "16 of its %lld channels", d->u.chs.blk, (long long)d->u.chs.c);
     op->ws = op->saved = 0;
     op->run = d->kind == BFIT_OP_CHSCALE_FWD ? run_fwd : run_bwd;
     return BFIT_OK;

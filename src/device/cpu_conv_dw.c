@@ -1,6 +1,7 @@
-/* cpu_conv_dw.c - a depthwise convolution's weight gradient, f32, x and dy
- * each in nchw or a layout chain's nChw8c / nChw16c (the same sums in the
- * same order), where oneDNN would take its gemm fallback.
+/* cpu_conv_dw.c - a depthwise convolution's weight gradient, x and dy f32
+ * or bf16 (the gradient f32 either way, as oneDNN's), each in nchw or a
+ * layout chain's nChw8c / nChw16c (the same sums in the same order), where
+ * oneDNN would take its gemm fallback.
  *
  * oneDNN 2.6 takes it to its gemm fallback (im2col per channel) wherever
  * its jit_dw kernel declines (5x5 windows, stride 2, maps smaller than
@@ -10,6 +11,7 @@
 #include "base/err.h"
 #include "base/par.h"
 #include "device/cpu.h"
+#include "device/half.h"
 
 #include <stdint.h>
 
@@ -30,20 +32,45 @@ static int64_t chan_at(int64_t n, int64_t c, int64_t C, int64_t hw, int B)
     return B ? ((n * (C / B) + c / B) * hw) * B + c % B : (n * C + c) * hw;
 }
 
+/* s + the sum over i < n of g[i pg] r[i rs], in double, in order (the
+ * running sum's rounding, whatever the rows); bf16: both operands bf16 */
+static double dot(double s, const void *g, const void *r, int64_t n, int64_t pg, int64_t rs, int bf16)
+{
+    if (bf16) {
+        const uint16_t *a = g, *b = r;
+        for (int64_t i = 0; i < n; i++)
+            s += (double)bfit_bf16_to_f32(a[i * pg]) * bfit_bf16_to_f32(b[i * rs]);
+    } else {
+        const float *a = g, *b = r;
+        for (int64_t i = 0; i < n; i++)
+            s += (double)a[i * pg] * b[i * rs];
+    }
+    return s;
+}
+
+static double sum(double s, const void *g, int64_t n, int64_t pg, int bf16)
+{
+    for (int64_t i = 0; i < n; i++)
+        s += bf16 ? bfit_bf16_to_f32(((const uint16_t *)g)[i * pg]) : ((const float *)g)[i * pg];
+    return s;
+}
+
 /* Channel c's kh kw weight gradients (and its bias's) into dw, db (NULL):
- * set, or added to with accumulate. */
-static void dw_channel(const bfit_op_desc *d, const float *x, const float *dy, float *dw, float *db, int64_t c)
+ * set, or added to with accumulate. x and dy of the op's dtype. */
+static void dw_channel(const bfit_op_desc *d, const void *x, const void *dy, float *dw, float *db, int64_t c)
 {
     const int64_t C = d->u.conv.ic, ih = d->u.conv.ih, iw = d->u.conv.iw, oh = d->u.conv.oh, ow = d->u.conv.ow;
     const int64_t kh = d->u.conv.kh, kw = d->u.conv.kw, sh = d->u.conv.sh, sw = d->u.conv.sw;
-    const int bx = d->u.conv.blk_src, bg = d->u.conv.blk_dst;
+    const int bx = d->u.conv.blk_src, bg = d->u.conv.blk_dst, bf16 = d->dtype == BFIT_BF16;
     const int64_t px = bx ? bx : 1, pg = bg ? bg : 1; /* a pixel's step in x, in dy */
+    const int64_t es = bf16 ? 2 : 4;
     double acc[64] = {0}, bacc = 0;
 
     for (int64_t n = 0; n < d->u.conv.n; n++) {
-        const float *xp = x + chan_at(n, c, C, ih * iw, bx), *gp = dy + chan_at(n, c, C, oh * ow, bg);
-        for (int64_t i = 0; db && i < oh * ow; i++)
-            bacc += gp[i * pg];
+        const char *xp = (const char *)x + chan_at(n, c, C, ih * iw, bx) * es,
+                   *gp = (const char *)dy + chan_at(n, c, C, oh * ow, bg) * es;
+        if (db)
+            bacc = sum(bacc, gp, oh * ow, pg, bf16);
         for (int64_t ky = 0; ky < kh; ky++) {
             int64_t y0, y1;
             bfit_cpu_conv_span(ky, sh, d->u.conv.ph, ih, oh, &y0, &y1);
@@ -51,11 +78,10 @@ static void dw_channel(const bfit_op_desc *d, const float *x, const float *dy, f
                 int64_t x0, x1;
                 double s = 0;
                 bfit_cpu_conv_span(kx, sw, d->u.conv.pw, iw, ow, &x0, &x1);
-                for (int64_t oy = y0; oy < y1; oy++) {
-                    const float *g = gp + oy * ow * pg,
-                                *r = xp + ((oy * sh - d->u.conv.ph + ky) * iw - d->u.conv.pw + kx) * px;
-                    for (int64_t ox = x0; ox < x1; ox++)
-                        s += (double)g[ox * pg] * r[ox * sw * px];
+                for (int64_t oy = y0; oy < y1 && x1 > x0; oy++) {
+                    int64_t gi = (oy * ow + x0) * pg,
+                            ri = ((oy * sh - d->u.conv.ph + ky) * iw - d->u.conv.pw + kx + x0 * sw) * px;
+                    s = dot(s, gp + gi * es, xp + ri * es, x1 - x0, pg, sw * px, bf16);
                 }
                 acc[ky * kw + kx] += s;
             }
@@ -86,7 +112,7 @@ int bfit_cpu_conv_dw_take(cpu_op *op, int onednn_gemm)
 {
     const bfit_op_desc *d = &op->base.desc;
 
-    if (d->kind != BFIT_OP_CONV_BWD_WEIGHTS || d->dtype != BFIT_F32 ||
+    if (d->kind != BFIT_OP_CONV_BWD_WEIGHTS || (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16) ||
         (d->u.conv.groups > 1 ? d->u.conv.groups : 1) != d->u.conv.ic || d->u.conv.oc != d->u.conv.ic ||
         d->u.conv.kh * d->u.conv.kw > 64 || !onednn_gemm)
         return 0; /* oneDNN's jit_dw, or not this case */

@@ -261,15 +261,13 @@ static int elementwise(const bfit_layer *l)
  * activations, max pools of such windows, batch norms, global average
  * pools (one value per channel out, the same bytes in either layout),
  * residual adds (elementwise: both inputs and the output in one layout),
- * and in f32 a squeeze-and-excitation block's channel scale (bf16 ones run
- * on nchw) */
-static int takes_blocked(const bfit_model *M, const bfit_layer *l)
+ * and a squeeze-and-excitation block's channel scale */
+static int takes_blocked(const bfit_layer *l)
 {
-    int f32 = M->store.precision == BFIT_F32;
     int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || dw || elementwise(l) || pool2(l) ||
            pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_ADD || global_avg(l) ||
-           (l->cfg.kind == BFIT_L_SCALE && f32);
+           l->cfg.kind == BFIT_L_SCALE;
 }
 
 /* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
@@ -280,12 +278,12 @@ static int may_block(const bfit_model *M, int v, int B)
     /* a 1x1 map is the same bytes either way: blocked, it would only steer
      * oneDNN to other kernels (its reference backward for an SE block's
      * squeeze of fewer than 16 channels) */
-    if (!bfit_shape_is_image(p->out) || p->out.c % B || (p->out.h == 1 && p->out.w == 1) || !takes_blocked(M, p) ||
+    if (!bfit_shape_is_image(p->out) || p->out.c % B || (p->out.h == 1 && p->out.w == 1) || !takes_blocked(p) ||
         !M->nodes[v - 1].nconsumers)
         return 0;
     for (int j = v; j < M->n; j++)
         for (int k = 0; k < M->nodes[j].l->nin; k++)
-            if (M->nodes[j].in[k] == v && !takes_blocked(M, M->nodes[j].l))
+            if (M->nodes[j].in[k] == v && !takes_blocked(M->nodes[j].l))
                 return 0;
     return 1;
 }
