@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "base/par.h"
 #include "device/cpu.h"
+#include "device/cpu_isa.h"
 #include "device/half.h"
 
 #include <stdint.h>
@@ -93,6 +94,68 @@ static void dw_channel(const bfit_op_desc *d, const void *x, const void *dy, flo
         db[c] = (float)(d->accumulate ? db[c] + bacc : bacc);
 }
 
+/* Both x and dy in blocks of B channels: one block's B channels at once,
+ * lane l summing channel cb B + l's terms in dw_channel's order (so the
+ * same bits), its B lanes side by side in memory: the loop over the lanes
+ * is the vector. B and bf16 are constants where it is inlined. */
+#define DW_LD(p, i) (bf16 ? bfit_bf16_to_f32(((const uint16_t *)(p))[i]) : ((const float *)(p))[i])
+static inline __attribute__((always_inline)) void dw_block(const bfit_op_desc *d, const void *x, const void *dy,
+                                                           float *dw, float *db, int64_t cb, const int B,
+                                                           const int bf16)
+{
+    const int64_t C = d->u.conv.ic, ih = d->u.conv.ih, iw = d->u.conv.iw, oh = d->u.conv.oh, ow = d->u.conv.ow;
+    const int64_t kh = d->u.conv.kh, kw = d->u.conv.kw, sh = d->u.conv.sh, sw = d->u.conv.sw;
+    double acc[64][16], bacc[16] = {0};
+
+    for (int64_t k = 0; k < kh * kw; k++)
+        for (int l = 0; l < B; l++)
+            acc[k][l] = 0;
+    for (int64_t n = 0; n < d->u.conv.n; n++) {
+        const int64_t xo = (n * (C / B) + cb) * ih * iw * B, go = (n * (C / B) + cb) * oh * ow * B;
+        for (int64_t i = 0; db && i < oh * ow; i++)
+            for (int l = 0; l < B; l++)
+                bacc[l] += DW_LD(dy, go + i * B + l);
+        for (int64_t ky = 0; ky < kh; ky++) {
+            int64_t y0, y1;
+            bfit_cpu_conv_span(ky, sh, d->u.conv.ph, ih, oh, &y0, &y1);
+            for (int64_t kx = 0; kx < kw; kx++) {
+                int64_t x0, x1;
+                double s[16] = {0};
+                bfit_cpu_conv_span(kx, sw, d->u.conv.pw, iw, ow, &x0, &x1);
+                for (int64_t oy = y0; oy < y1; oy++)
+                    for (int64_t ox = x0; ox < x1; ox++) {
+                        int64_t gi = go + (oy * ow + ox) * B,
+                                ri = xo + ((oy * sh - d->u.conv.ph + ky) * iw + ox * sw - d->u.conv.pw + kx) * B;
+                        for (int l = 0; l < B; l++)
+                            s[l] += (double)DW_LD(dy, gi + l) * DW_LD(x, ri + l);
+                    }
+                for (int l = 0; l < B; l++)
+                    acc[ky * kw + kx][l] += s[l];
+            }
+        }
+    }
+    for (int l = 0; l < B; l++) {
+        int64_t c = cb * B + l;
+        for (int64_t k = 0; k < kh * kw; k++)
+            dw[c * kh * kw + k] = (float)(d->accumulate ? dw[c * kh * kw + k] + acc[k][l] : acc[k][l]);
+        if (db)
+            db[c] = (float)(d->accumulate ? db[c] + bacc[l] : bacc[l]);
+    }
+}
+#undef DW_LD
+
+BFIT_CPU_VARIANTS(void, blocks_loop, (const bfit_op_desc *d, const void *x, const void *dy, float *dw, float *db), {
+    const int B = d->u.conv.blk_src, bf16 = d->dtype == BFIT_BF16;
+    BFIT_PAR_FOR_IF(d->u.conv.n * d->u.conv.ic * d->u.conv.oh * d->u.conv.ow * d->u.conv.kh * d->u.conv.kw >
+                        BFIT_PAR_MIN,
+                    for (int64_t cb = 0; cb < d->u.conv.ic / B; cb++) {
+                        if (B == 16)
+                            bf16 ? dw_block(d, x, dy, dw, db, cb, 16, 1) : dw_block(d, x, dy, dw, db, cb, 16, 0);
+                        else
+                            bf16 ? dw_block(d, x, dy, dw, db, cb, 8, 1) : dw_block(d, x, dy, dw, db, cb, 8, 0);
+                    });
+})
+
 static int run(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -101,6 +164,10 @@ static int run(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_dst || !a->diff_weights || (d->u.conv.bias && !a->diff_bias))
         return bfit_fail(BFIT_EINVAL,
                          "conv backward weights: src, diff_dst, diff_weights (and diff_bias) are required");
+    if (d->u.conv.blk_src && d->u.conv.blk_src == d->u.conv.blk_dst) {
+        BFIT_CPU_PICK(blocks_loop)(d, a->src, a->diff_dst, a->diff_weights, db);
+        return BFIT_OK;
+    }
     BFIT_PAR_FOR_IF(d->u.conv.n * d->u.conv.ic * d->u.conv.oh * d->u.conv.ow * d->u.conv.kh * d->u.conv.kw >
                         BFIT_PAR_MIN,
                     for (int64_t c = 0; c < d->u.conv.ic; c++)
