@@ -7,7 +7,8 @@
  * its jit_dw kernel declines (5x5 windows, stride 2, maps smaller than
  * the window: most of EfficientNet's and MobileNetV3's): 20 ms a call for
  * 32x1152x2x2 with 5x5, 0.4 GFLOP/s. Here each channel's kh kw sums (and
- * its bias's) run over the samples' rows directly, in double. */
+ * its bias's) run over the samples' rows directly, in double; in blocks,
+ * a block's channels side by side as one vector (dw_block). */
 #include "base/err.h"
 #include "base/par.h"
 #include "device/cpu.h"
