@@ -97,7 +97,8 @@ def train_mode(a, waits):
     --threads setting (the first wait setting for all)."""
     if a.thread_settings:
         kind = "threads"
-        rows = [(t, waits[0], f"{a.train} --threads {t}") for t in a.thread_settings.split(",")]
+        rows = [(t, waits[0], f"{a.train} " + " --".join([f"--threads {t.split(':')[0]}"] + t.split(":")[1:]))
+                for t in a.thread_settings.split(",")]
     else:
         kind = "wait"
         rows = [(w, w, a.train) for w in waits]
@@ -140,7 +141,7 @@ def main():
     ap.add_argument("--control", type=int, metavar="N", help="with --train: a row more, a shell loop counting to N "
                     "(one thread of work not ours, timed alone and loaded the same way)")
     ap.add_argument("--thread-settings", help="with --train: each run once per setting, `--threads S` added "
-                    "(e.g. 2,1,auto); the first --waits setting applies")
+                    "(e.g. 2,1,auto; 2:no-pack adds --no-pack too); the first --waits setting applies")
     a = ap.parse_args()
     models = [(m.split(":")[0], int(m.split(":")[1])) for m in a.models.split(",")]
     waits = a.waits.split(",")

@@ -181,6 +181,52 @@ static void test_one_thread_and_no_idle(void **st)
     assert_int_equal(to, 4);
 }
 
+/* The count kept (the default outside --threads auto): packing is the only
+ * try. Lost, it goes back and waits twice as long, and the next try is
+ * packing again, never half the threads; won, it stays packed until the
+ * cores come free. */
+static void test_keep_count_packs_only(void **st)
+{
+    bfit_tgov g;
+    world w = {0, 0, 0};
+    int to;
+    (void)st;
+    bfit_tgov_init(&g, 2, 2, w.now, w.cpu, w.idle);
+    bfit_tgov_keep_count(&g);
+    run_steps(&g, &w, 60, 0.05, 128, 0.8, 0, &to); /* 40% of 2 cores */
+    assert_int_equal(to, 2);
+    assert_int_equal(g.cur.cpus, 1);
+    assert_non_null(strstr(said, "trying 2 threads on 1 core"));
+    run_steps(&g, &w, 60, 0.08, 128, 0.6, 0, &to); /* packed: slower */
+    assert_int_equal(to, 2);
+    assert_int_equal(g.cur.cpus, 2);
+    assert_non_null(strstr(said, "back to 2 threads"));
+    assert_true(g.wait_down == BFIT_TGOV_WAIT_S * 2);
+    /* short of cores at once, but no try (a halving would come now without
+     * the kept count) until the wait is over */
+    run_steps(&g, &w, (int)((g.next_down - w.now - 1) / 0.05), 0.05, 128, 0.8, 0, &to);
+    assert_int_equal(to, 0);
+    assert_int_equal(g.changes, 2);
+    run_steps(&g, &w, 100, 0.05, 128, 0.8, 0, &to);
+    assert_int_equal(to, 2);
+    assert_int_equal(g.cur.cpus, 1);
+    run_steps(&g, &w, 60, 0.04, 128, 0.66, 0, &to); /* packed: faster, kept */
+    assert_int_equal(to, 0);
+    assert_int_equal(g.cur.threads, 2);
+    assert_int_equal(g.cur.cpus, 1);
+    assert_non_null(strstr(said, "kept"));
+    /* the cores come free: spread again at the next window */
+    run_steps(&g, &w, 60, 0.04, 128, 0.95, 1.5, &to);
+    assert_int_equal(to, 2);
+    assert_int_equal(g.cur.cpus, 2);
+    assert_non_null(strstr(said, "cores came free"));
+    /* no packing possible (the system refused it): no try at all */
+    bfit_tgov_no_pack(&g);
+    run_steps(&g, &w, 100000, 0.05, 128, 0.8, 0, &to);
+    assert_int_equal(to, 0);
+    assert_int_equal(g.cur.threads, 2);
+}
+
 /* ---- a real run -------------------------------------------------------------- */
 
 typedef struct seen {
@@ -309,6 +355,49 @@ static void test_run_packs_threads(void **st)
     assert_int_equal(allowed_cpus() >= 2, 1);
 }
 
+/* The default (the count kept): a request for half the threads (after
+ * step 2) is not followed, and the cnn run packed after step 4 trains the
+ * same weights to the bit as a run that never packs: packing moves the
+ * threads, not the work. */
+static void test_run_packed_same_bits(void **st)
+{
+    char model[512], a[512], b[512];
+    bfit_train_cfg c;
+    bfit_train_result res;
+    seen s = {0};
+    (void)st;
+    if (allowed_cpus() < 2)
+        skip();
+    src_path(model, sizeof model, "models/cnn.cfg");
+    tmp_path(a, sizeof a, "packed.safetensors");
+    tmp_path(b, sizeof b, "spread.safetensors");
+    c = trun_cfg(model, 64, 1920, 200);
+    c.data = "fashion-mnist";
+    c.lr = 0.05;
+    c.threads = 2;
+    assert_int_equal(c.threads_auto, 0);
+    assert_int_equal(c.pack, 1);
+    c.on_event = on_event;
+    c.cb_ud = &s;
+    c.save = a;
+    bfit_test_control(BFIT_TC_THREADS_AT, 2);
+    bfit_test_control(BFIT_TC_THREADS_PACK_AT, 4);
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_OK);
+    bfit_test_control(BFIT_TC_THREADS_AT, 0);
+    bfit_test_control(BFIT_TC_THREADS_PACK_AT, 0);
+    assert_int_equal(s.to1, 0);
+    assert_int_equal(s.packed, 1);
+    assert_int_equal(s.threads_events, 1);
+    assert_true(res.test_acc > 0.3);
+
+    memset(&s, 0, sizeof s);
+    c.pack = 0;
+    c.save = b;
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_OK);
+    assert_int_equal(s.threads_events, 0);
+    assert_same_tensors(a, b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +408,8 @@ int main(void)
         cmocka_unit_test(test_one_thread_and_no_idle),
         cmocka_unit_test(test_run_changes_threads),
         cmocka_unit_test(test_run_packs_threads),
+        cmocka_unit_test(test_keep_count_packs_only),
+        cmocka_unit_test(test_run_packed_same_bits),
     };
     int rc;
     tmp_setup("threads");

@@ -364,6 +364,7 @@ static const bfit_opt table[] = {
     {"augment", "", F | T, set_flag, OFF(t.augment), 0, 0, NULL},
     {"no-normalize", "", F | T | E, set_flag, OFF(t.normalize), 0, 0, NULL},
     {"no-prefetch", "", F | T, set_flag, OFF(t.prefetch), 0, 0, NULL},
+    {"no-pack", "", T, set_flag, OFF(t.pack), 0, 0, NULL},
     /* image folders (docs/data.md, "Image folders") */
     {"resize", "N", F | T | E, set_int, OFF(t.img.resize), 1, 65535, NULL},
     {"center-crop", "N", F | T | E, set_int, OFF(t.img.center_crop), 1, 65535, NULL},

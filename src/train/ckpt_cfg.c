@@ -92,6 +92,7 @@ static const field fields[] = {
     {"memory_schedule", "memory_schedule", F_MSCHED, C(memory_schedule), 0},
     {"threads", "threads", F_INT, C(threads), 0},
     {"threads_auto", "threads", F_INT, C(threads_auto), 0},
+    {"no_pack", "no_pack", F_NOT, C(pack), 0},
     {"device", "device", F_STR, C(device_name), 0},
     {"conv_algo", "conv_algo", F_CONV, C(conv_algo), 0},
     {"recompute", "recompute", F_INT, C(storage.recompute), 0},
@@ -116,7 +117,8 @@ static const field fields[] = {
 static int added_later(const field *f)
 {
     static const char *const later[] = {"batch_tokens", "seq_max", "resize", "center_crop", "random_resized_crop",
-                                        "skip_bad_images", "no_dct_scaling", "loader_threads", "threads_auto"};
+                                        "skip_bad_images", "no_dct_scaling", "loader_threads", "threads_auto",
+                                        "no_pack"};
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
         if (!strcmp(f->key, later[i]))
             return 1;

@@ -28,6 +28,7 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.seed = 1;
     c.margin = 0.1;
     c.prefetch = 1;
+    c.pack = 1;
     c.monitor_seconds = 10;
     c.normalize = 1;
     c.progress_interval = 10;
@@ -490,7 +491,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
                    "\"seed\":%llu,\"capacity\":%llu,\"device\":\"%s\",\"device_choice\":\"%s\",\"device_overhead\":%llu,"
-                   "\"threads\":%d,\"threads_auto\":%d,"
+                   "\"threads\":%d,\"threads_auto\":%d,\"threads_pack\":%d,"
                    "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
                    "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s},\"version\":\"%s\","
                    "\"schedule\":\"%s\",\"warmup\":%lld,\"momentum\":%g,\"nesterov\":%d,\"weight_decay\":%g,"
@@ -498,7 +499,8 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    model, data, (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
                    r->pos.d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
-                   di.name, why, (unsigned long long)di.overhead, di.threads, r->tg_on, c->adaptive, c->auto_batch, c->batch_tokens,
+                   di.name, why, (unsigned long long)di.overhead, di.threads, r->tg_on && !r->tg.keep_count,
+                   r->tg_on && r->tg.can_pack, c->adaptive, c->auto_batch, c->batch_tokens,
                    bfit_dtype_name(c->storage.precision), c->storage.lean, bfit_recompute_name(c->storage.recompute),
                    bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan,
                    BFIT_VERSION_STRING, bfit_lr_sched_name(c->sched.kind), (long long)c->sched.warmup_steps,

@@ -60,6 +60,8 @@ void bfit_tgov_changed(bfit_tgov *g, bfit_tgov_set s, double now, double cpu, do
     window_start(g, now, cpu, idle);
 }
 
+void bfit_tgov_keep_count(bfit_tgov *g) { g->keep_count = 1; }
+
 void bfit_tgov_no_pack(bfit_tgov *g)
 {
     g->can_pack = g->pack_next = 0;
@@ -78,7 +80,7 @@ static double twice(double w) { return w * 2 < BFIT_TGOV_WAIT_MAX_S ? w * 2 : BF
 
 /* A try's window is over: keep it, or go back (and wait longer before the
  * next try that way; a lost packing is followed by half the threads at
- * the next window that finds them short). */
+ * the next window that finds them short, unless the count stays). */
 static bfit_tgov_set judge(bfit_tgov *g, double rate, double now)
 {
     int down = bfit_tgov_same(g->from, bfit_tgov_top(g)), packed = down && g->cur.threads == g->max;
@@ -100,7 +102,7 @@ static bfit_tgov_set judge(bfit_tgov *g, double rate, double now)
     }
     snprintf(g->why, sizeof g->why, "%s trained %.4g samples/s against %.4g on %s: back to %s", a, rate, g->from_rate, b,
              b);
-    if (packed) {
+    if (packed && !g->keep_count) {
         g->pack_next = 0;
         g->next_down = now;
     } else if (down) {
@@ -129,7 +131,7 @@ static bfit_tgov_set decide(bfit_tgov *g, double rate, double busy, double free_
 
     bfit_tgov_name(g, g->cur, a, sizeof a);
     if (bfit_tgov_same(g->cur, top)) {
-        if (busy >= BFIT_TGOV_BUSY || now < g->next_down)
+        if (busy >= BFIT_TGOV_BUSY || now < g->next_down || (g->keep_count && !g->pack_next))
             return g->cur;
         to = g->pack_next ? bfit_tgov_packed(g) : bfit_tgov_halved(g);
         bfit_tgov_name(g, to, b, sizeof b);
@@ -205,16 +207,20 @@ int bfit_run_threads_start(bfit_run *r)
     int rc;
 
     r->tg_on = 0;
-    if (!r->cfg.threads_auto)
+    if (!r->cfg.threads_auto && !r->cfg.pack)
         return BFIT_OK;
     memset(&di, 0, sizeof di);
     bfit_device_info_get(r->s.dev, &di);
     if (di.threads < 2) /* a GPU (0), or one core: nothing to choose */
         return BFIT_OK;
+    if (!r->cfg.threads_auto && di.cpus < 2) /* one CPU, or libgomp places the threads: no packing */
+        return BFIT_OK;
     /* the count explicit from now on, set around every device call */
     if ((rc = bfit_device_set_threads(r->s.dev, di.threads, 0)) != BFIT_OK)
         return rc;
     bfit_tgov_init(&r->tg, di.threads, di.cpus, bfit_clock_mono(), bfit_clock_process_cpu(), idle_seconds());
+    if (!r->cfg.threads_auto)
+        bfit_tgov_keep_count(&r->tg);
     r->tg_force_at = bfit_test_value(BFIT_TC_THREADS_AT);
     r->tg_pack_at = bfit_test_value(BFIT_TC_THREADS_PACK_AT);
     r->tg_on = 1;
@@ -222,13 +228,16 @@ int bfit_run_threads_start(bfit_run *r)
 }
 
 /* The tests' forced change at this step, if any (BFIT_TEST_THREADS_AT:
- * half the threads; BFIT_TEST_THREADS_PACK_AT: packed; from either back to
- * the top). */
+ * half the threads, unless the count stays; BFIT_TEST_THREADS_PACK_AT:
+ * packed; from either back to the top). */
 static int forced(bfit_run *r, bfit_tgov_set *t)
 {
     bfit_tgov *g = &r->tg;
     int top = bfit_tgov_same(g->cur, bfit_tgov_top(g)), half = r->tg_force_at && r->pos.step == r->tg_force_at;
     char name[48];
+
+    if (half && top && g->keep_count)
+        half = 0;
 
     if (!half && !(r->tg_pack_at && r->pos.step == r->tg_pack_at && (g->can_pack || !top)))
         return 0;

@@ -1,5 +1,7 @@
-/* threads.h - --threads auto: the CPU threads a run trains with, and the
- * cores they run on, chosen while it runs. On a machine another job keeps
+/* threads.h - the CPU threads a run trains with, and the cores they run
+ * on, chosen while it runs: under --threads auto both, otherwise (unless
+ * --no-pack) the cores only, since packing keeps the count and so the
+ * results to the bit. On a machine another job keeps
  * busy, threads that meet at every barrier lose more than the CPU they are
  * denied: the one a barrier waits for is often off its core, and the other
  * gives up its own share meanwhile (docs/performance.md, "A loaded
@@ -39,6 +41,7 @@ typedef struct bfit_tgov_set {
 typedef struct bfit_tgov {
     int max, top_cpus;       /* all the threads, and the CPUs they spread over */
     int can_pack;            /* they may be packed onto half of those */
+    int keep_count;          /* the count stays: packing is the only try */
     bfit_tgov_set cur;       /* the setting now */
     bfit_tgov_state state;
     bfit_tgov_set from;      /* trying: the setting tried against */
@@ -64,6 +67,9 @@ typedef struct bfit_tgov {
  * (-1: unknown); cpus is how many CPUs the threads may run on where they
  * may be packed (0: they may not). */
 void bfit_tgov_init(bfit_tgov *g, int max, int cpus, double now, double cpu, double idle);
+/* The count stays max from now: packing is the only try down, and one
+ * lost waits (doubling) as a lost halving does, instead of halving. */
+void bfit_tgov_keep_count(bfit_tgov *g);
 /* A step took secs of training for samples; now, cpu and idle as above.
  * Returns the setting to run on from now (g->cur: no change); g->why says
  * what was decided ("" when nothing). The caller makes a change and then

@@ -98,6 +98,15 @@ if [ "$(nproc)" -ge 2 ]; then
     --model "$m" --epoch-samples 640 --eval-samples 200 --batch 64 --threads auto --log "$tmp/tp.jsonl"
   expect 0 '"event":"threads".*"threads":2,"cpus":1,"was":2,"was_cpus":2' cat "$tmp/tp.jsonl"
   expect 0 '"event":"end"' cat "$tmp/tp.jsonl"
+  # without auto the count stays: packed, the run trains the weights it
+  # trains with --no-pack, to the bit
+  expect 0 "step 2: a test asked for 2 threads on 1 core" env OMP_NUM_THREADS=2 BFIT_TEST_THREADS_PACK_AT=2 "$bf" train \
+    --model "$m" --epoch-samples 640 --eval-samples 200 --batch 64 --save "$tmp/pk.st" --log "$tmp/pk.jsonl"
+  expect 0 '"threads":2,"threads_auto":0,"threads_pack":1' cat "$tmp/pk.jsonl"
+  expect 0 "test accuracy" env OMP_NUM_THREADS=2 BFIT_TEST_THREADS_PACK_AT=2 "$bf" train --model "$m" \
+    --epoch-samples 640 --eval-samples 200 --batch 64 --no-pack --save "$tmp/np.st" --log "$tmp/np.jsonl"
+  expect 0 '"threads":2,"threads_auto":0,"threads_pack":0' cat "$tmp/np.jsonl"
+  expect 0 "" cmp "$tmp/pk.st" "$tmp/np.st"
 fi
 expect 0 "test accuracy .* on 500 samples" "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500
 expect 0 '^\{"samples":500,"loss":[0-9.]+,"accuracy":[0-9.]+\}$' "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500 --json
