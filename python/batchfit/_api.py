@@ -254,7 +254,7 @@ def _weights_path(cfg, options, weights):
     if options.get("save") is not None:
         return None
     if options.get("checkpoint") is not None:
-        ck = os.fspath(options["checkpoint"])
+        ck = os.fsdecode(_path("checkpoint", options["checkpoint"]))  # not a path: the message, not a TypeError
         try:
             os.makedirs(ck, exist_ok=True)  # the library checks the save path's directory before it makes DIR
         except (OSError, ValueError):

@@ -1,6 +1,7 @@
-/* threads.c - --threads auto: the decisions (pure, threads.h), and the
- * run's side: the clocks they read, and a change of thread count made as a
- * change of micro-batch is, by making the ops again. */
+/* threads.c - the threads' packing (every CPU run unless --no-pack) and
+ * --threads auto: the decisions (pure, threads.h), and the run's side: the
+ * clocks they read, and a change of thread count made as a change of
+ * micro-batch is, by making the ops again. */
 #include "train/threads.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -221,6 +222,8 @@ int bfit_run_threads_start(bfit_run *r)
     bfit_tgov_init(&r->tg, di.threads, di.cpus, bfit_clock_mono(), bfit_clock_process_cpu(), idle_seconds());
     if (!r->cfg.threads_auto)
         bfit_tgov_keep_count(&r->tg);
+    else if (!r->cfg.pack)
+        bfit_tgov_no_pack(&r->tg); /* auto, spread: the count is the only thing to change */
     r->tg_force_at = bfit_test_value(BFIT_TC_THREADS_AT);
     r->tg_pack_at = bfit_test_value(BFIT_TC_THREADS_PACK_AT);
     r->tg_on = 1;

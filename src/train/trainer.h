@@ -92,9 +92,9 @@ typedef struct bfit_train_cfg {
                                   run on, while training where that trains faster, as on a machine
                                   another job keeps busy (src/train/threads.h); results then depend on
                                   the load */
-    int pack;                  /* 1 (the default): where threads_auto is 0, the threads are packed
-                                  onto half their cores while that trains faster, as beside another
-                                  CPU-bound job; the count stays, so the results do too */
+    int pack;                  /* 1 (the default): the threads may be packed onto half their cores
+                                  while that trains faster, as beside another CPU-bound job; without
+                                  threads_auto the count stays, so the results do too. 0: spread */
     bfit_device *device;       /* train on this device (not owned); NULL: open device_name */
     const char *device_name;   /* "cpu", "cuda", "cuda:N", "auto"; NULL: auto */
     bfit_conv_algo conv_algo;  /* GPU convolution algorithms (fastest default) */

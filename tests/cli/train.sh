@@ -107,6 +107,13 @@ if [ "$(nproc)" -ge 2 ]; then
     --epoch-samples 640 --eval-samples 200 --batch 64 --no-pack --save "$tmp/np.st" --log "$tmp/np.jsonl"
   expect 0 '"threads":2,"threads_auto":0,"threads_pack":0' cat "$tmp/np.jsonl"
   expect 0 "" cmp "$tmp/pk.st" "$tmp/np.st"
+  # auto with --no-pack: only the count may change, packing is not tried
+  expect 0 "test accuracy" env OMP_NUM_THREADS=2 BFIT_TEST_THREADS_PACK_AT=2 "$bf" train --model "$m" \
+    --epoch-samples 640 --eval-samples 200 --batch 64 --threads auto --no-pack --log "$tmp/anp.jsonl"
+  expect 0 '"threads":2,"threads_auto":1,"threads_pack":0' cat "$tmp/anp.jsonl"
+  if grep -q '"event":"threads"' "$tmp/anp.jsonl"; then
+    echo "FAIL: --threads auto --no-pack packed the threads"; fails=$((fails + 1))
+  else passes=$((passes + 1)); fi
 fi
 expect 0 "test accuracy .* on 500 samples" "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500
 expect 0 '^\{"samples":500,"loss":[0-9.]+,"accuracy":[0-9.]+\}$' "$bf" eval --model "$m" --weights "$tmp/w.safetensors" --samples 500 --json

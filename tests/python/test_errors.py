@@ -61,6 +61,7 @@ def test_arrays_refused(small_spec):
     raises(TypeError, lambda: batchfit.train(small_spec, data=(x, ["a"] * 64)), "data", "integers")
     raises(TypeError, lambda: batchfit.train(small_spec, data=(x, [{}] * 64)), "data")
     raises(TypeError, lambda: batchfit.train(small_spec, data=42), "data")
+    raises(TypeError, lambda: batchfit.train(small_spec, data=(x, y), checkpoint=-1), "checkpoint", "give a path")
 
 
 # ---- hostile arguments ---------------------------------------------------------
