@@ -487,6 +487,13 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
         bfit_log_say(&r->lg, "batchfit: warning: %s has no separate test split, so \"test\" figures are on the "
                              "training data; give a test data set", c->data);
     }
+    if (c->epoch_samples > r->per_epoch) { /* capped at the set: say so rather than train less than asked quietly */
+        bfit_log_event(&r->lg, "warning", "\"what\":\"epoch_samples %lld is more than the %lld training samples: an "
+                       "epoch is all of them\"", (long long)c->epoch_samples, (long long)r->per_epoch);
+        bfit_log_say(&r->lg, "batchfit: warning: --epoch-samples %lld is more than the %lld training samples: an epoch "
+                             "is all of them (more passes: --epochs)", (long long)c->epoch_samples,
+                     (long long)r->per_epoch);
+    }
     bfit_log_event(&r->lg, "start",
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","

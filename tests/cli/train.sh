@@ -80,6 +80,10 @@ expect 0 "batch 48 \(micro-batch 48 x 1\)" "$bf" train --model "$m" --batch auto
 expect 0 "batch 64 \(micro-batch 64 x 1\)" "$bf" train --model "$m" --batch auto --batch-max 64 --epoch-samples 320 \
   --eval-samples 200
 
+# more samples per epoch than the set holds: an epoch is the set, and it says so
+expect 0 "warning: --epoch-samples 100000 is more than the 60000 training samples" "$bf" train --model "$m" \
+  --epoch-samples 100000 --max-steps 2 --eval-samples 100 --batch 32
+
 # a tiny real run, then eval reads the weights back and agrees
 expect 0 "test accuracy" "$bf" train --model "$m" --epoch-samples 640 --eval-samples 500 --batch 64 \
   --save "$tmp/w.safetensors" --log "$tmp/log.jsonl" --quiet
