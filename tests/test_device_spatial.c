@@ -165,6 +165,12 @@ static const conv_case conv_cases[] = {
      * and 3x3 of stride 2 on 3x3 */
     {5, 24, 2, 2, 40, 3, 3, 1, 1, 1, 1, 1, 0},
     {3, 16, 3, 3, 8, 3, 3, 2, 2, 1, 1, 0, 0},
+    /* enough samples for the weight gradient to be split among 2 threads
+     * (cpu_conv_split.c, at least 8 each): 17 (parts of 8 and 9) with a
+     * bias, 16 of stride 2 without, 20 of one input channel */
+    {17, 16, 10, 9, 32, 3, 3, 1, 1, 1, 1, 1, 0},
+    {16, 3, 8, 8, 8, 3, 3, 2, 2, 1, 1, 0, 0},
+    {20, 1, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1, 0},
 };
 
 /* The weight gradient's x and dy in nChw8c / nChw16c (a layout chain's:
@@ -345,12 +351,12 @@ static void conv_check_weights(tdev *t, size_t tc, const conv_case *c, conv_bufs
 /* Every conv case; with gemm, every dense case's weight gradient taken as
  * one product over the samples (BFIT_TC_CONV_GEMM), forward and data as
  * before. */
-static void conv_cases_run(tdev *t, int gemm)
+static void conv_cases_run(tdev *t, int gemm, size_t from)
 {
     double worst[4] = {0};
 
     bfit_test_control(BFIT_TC_CONV_GEMM, gemm);
-    for (size_t tc = 0; tc < sizeof conv_cases / sizeof conv_cases[0]; tc++) {
+    for (size_t tc = from; tc < sizeof conv_cases / sizeof conv_cases[0]; tc++) {
         const conv_case *c = &conv_cases[tc];
         bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
         conv_bufs k;
@@ -381,7 +387,49 @@ static void conv_cases_run(tdev *t, int gemm)
 
 static void test_conv(void **st)
 {
-    conv_cases_run(*st, 0);
+    conv_cases_run(*st, 0, 0);
+}
+
+/* The weight gradient split among 2 threads (cpu_conv_split.c): on the
+ * CPU with 2 threads the op takes a partial gradient per thread more in
+ * its workspace than with 1, and both agree with the reference (the check
+ * above), accumulating and not, plain and blocked. */
+static void test_conv_weights_split(void **st)
+{
+    tdev *t = *st;
+    size_t first = sizeof conv_cases / sizeof conv_cases[0] - 3; /* the split cases, at the end */
+    int blk = bfit_device_layout_block(t->dev, BFIT_F32);
+    bfit_device_info di;
+
+    bfit_device_info_get(t->dev, &di);
+    if (di.threads < 1 || bfit_device_set_threads(t->dev, 2, 0) != BFIT_OK)
+        skip(); /* not the CPU */
+    for (int bi = 0; bi < 2; bi++) {
+        conv_blk = bi ? blk : 0;
+        for (size_t tc = first; tc < sizeof conv_cases / sizeof conv_cases[0]; tc++) {
+            const conv_case *c = &conv_cases[tc];
+            bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_BWD_WEIGHTS, 0);
+            size_t partials = 2 * ((size_t)c->oc * c->ic * c->kh * c->kw + (c->bias ? (size_t)c->oc : 0)) * 4;
+            uint64_t ws[2];
+            if (conv_blk && ((c->ic % conv_blk && c->ic != 1) || c->oc % conv_blk))
+                continue;
+            for (int th = 1; th <= 2; th++) {
+                bfit_op *op;
+                assert_int_equal(bfit_device_set_threads(t->dev, th, 0), BFIT_OK);
+                op = mkop(t, &fd);
+                ws[th - 1] = bfit_op_workspace_bytes(op);
+                bfit_op_free(op);
+            }
+            /* one input channel with AVX2 is cpu_conv_c1.c's, which comes first */
+            if (!(c->ic == 1 && blk == 8))
+                assert_true(ws[1] >= ws[0] + partials);
+        }
+        /* the checks against the reference with 2 threads */
+        assert_int_equal(bfit_device_set_threads(t->dev, 2, 0), BFIT_OK);
+        conv_cases_run(t, 0, first);
+    }
+    conv_blk = 0;
+    assert_int_equal(bfit_device_set_threads(t->dev, di.threads, 0), BFIT_OK);
 }
 
 /* and in nChw8c / nChw16c where the channels fill blocks (a layout chain's
@@ -394,7 +442,7 @@ static void test_conv_gemm(void **st)
     static const int blks[] = {0, 8, 16};
     for (int b = 0; b < 3; b++) {
         conv_blk = blks[b];
-        conv_cases_run(*st, 1);
+        conv_cases_run(*st, 1, 0);
     }
     conv_blk = 0;
 }
@@ -1584,6 +1632,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv),
         cmocka_unit_test(test_conv_gemm),
+        cmocka_unit_test(test_conv_weights_split),
         cmocka_unit_test(test_conv_rejects_bad_geometry),
         cmocka_unit_test(test_conv_bf16),
         cmocka_unit_test(test_pool),

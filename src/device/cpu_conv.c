@@ -47,6 +47,7 @@ typedef struct conv_ws {
     /* a bf16 nchw <-> nChw16c reorder of our own (cpu_blk16.c) instead of
      * oneDNN's: its sizes and direction, per slot */
     struct { int on, to_plain; int64_t n, c, hw; } own[3];
+    bfit_conv_split *split; /* backward weights: the samples split among the threads (NULL: not) */
 } conv_ws;
 
 static const dnnl_memory_desc_t *qmd(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int i)
@@ -245,6 +246,9 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_dst || !a->diff_weights || (bias && !a->diff_bias))
         return bfit_fail(BFIT_EINVAL,
                          "conv backward weights: src, diff_dst, diff_weights (and diff_bias) are required");
+    if (m->split)
+        return (rc = need_ws(op, a, "conv backward weights")) != BFIT_OK ? rc
+                                                                         : bfit_cpu_conv_split_run(op, m->split, a);
     if ((rc = need_ws(op, a, "conv backward weights")) != BFIT_OK ||
         (rc = input(op, R_IN0, a->src, a->workspace, &src)) ||
         (rc = input(op, R_IN1, a->diff_dst, a->workspace, &dd)))
@@ -486,6 +490,10 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
             return BFIT_OK; /* one input channel that oneDNN would pad to a block: cpu_conv_c1.c */
         if (bfit_cpu_conv_gemm_take(op, impl_is_gemm(op->pd[P_BWD]), scratch))
             return BFIT_OK; /* one product over the samples where oneDNN's is per sample: cpu_conv_gemm.c */
+        if ((rc = bfit_cpu_conv_split_make(op, run_bwd_weights, &m->split, scratch)) != BFIT_OK || m->split) {
+            op->run = run_bwd_weights; /* the samples split among the threads: cpu_conv_split.c */
+            return rc;
+        }
         *scratch = *scratch > bw_ws ? *scratch : bw_ws;
         pd = op->pd[P_BWD];
         if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
@@ -512,6 +520,9 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
 
 static void fini(cpu_op *op)
 {
+    conv_ws *m = op->extra;
+    if (m)
+        bfit_cpu_conv_split_free(m->split);
     free(op->extra);
     op->extra = NULL;
 }
