@@ -168,12 +168,19 @@ int bfit_cpu_conv_dw_take(cpu_op *op, int onednn_gemm);
  * f32 nchw weight gradient of a dense convolution where oneDNN chose its gemm
  * fallback (onednn_gemm), or anywhere under BFIT_TC_CONV_GEMM */
 int bfit_cpu_conv_gemm_take(cpu_op *op, int onednn_gemm, size_t *ws);
+/* A convolution's weight elements: oc x ic / groups x kh x kw. */
+static inline int64_t bfit_cpu_conv_wnumel(const bfit_op_desc *d)
+{
+    return d->u.conv.oc * (d->u.conv.ic / (d->u.conv.groups > 1 ? d->u.conv.groups : 1)) * d->u.conv.kh *
+           d->u.conv.kw;
+}
 /* cpu_conv_split.c: the f32 weight gradient with the samples split among
  * the threads, each part a one-thread op run by onednn_run. *out NULL where
  * it does not apply; else the split, and *ws the op's workspace. */
 typedef struct bfit_conv_split bfit_conv_split;
 int bfit_cpu_conv_split_make(cpu_op *op, int (*onednn_run)(cpu_op *, const bfit_op_args *), bfit_conv_split **out,
                              size_t *ws);
+/* run: the arguments and the workspace checked by the caller */
 int bfit_cpu_conv_split_run(cpu_op *op, bfit_conv_split *k, const bfit_op_args *a);
 void bfit_cpu_conv_split_free(bfit_conv_split *k);
 /* The output positions [*lo, *hi) of [0, on) whose window offset k (stride

@@ -101,11 +101,6 @@ int bfit_cpu_conv_block(cpu_device *dev, bfit_dtype t)
     return block;
 }
 
-static int64_t wnumel(const bfit_op_desc *d)
-{
-    return d->u.conv.oc * (d->u.conv.ic / groups(d)) * d->u.conv.kh * d->u.conv.kw;
-}
-
 /* Whether slot r reorders (oneDNN's or our own). */
 static int has_reorder(const cpu_op *op, int r)
 {
@@ -271,7 +266,7 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
     if (has_reorder(op, R_OUT) && (rc = reorder(op, R_OUT, dw, a->diff_weights, a->workspace)) != BFIT_OK)
         return rc;
     if (m->dw != NONE)
-        add_into(a->diff_weights, (const float *)(tmp + m->dw), wnumel(d));
+        add_into(a->diff_weights, (const float *)(tmp + m->dw), bfit_cpu_conv_wnumel(d));
     if (bias && m->db != NONE)
         add_into(a->diff_bias, (const float *)(tmp + m->db), d->u.conv.oc);
     return BFIT_OK;
@@ -433,17 +428,65 @@ static int make_mds(const cpu_op *op, conv_mds *md)
     return BFIT_OK;
 }
 
+/* make_prims' weight gradient: oneDNN's, or one of our own paths. */
+static int make_bwd_weights(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr, size_t *scratch,
+                            size_t *cursor)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    conv_ws *m = op->extra;
+    dnnl_dims_t strides = {d->u.conv.sh, d->u.conv.sw}, pad = {d->u.conv.ph, d->u.conv.pw};
+    dnnl_convolution_desc_t bdesc;
+    size_t bw_ws = 0;
+    int bias = d->u.conv.bias, acc = d->accumulate, rc;
+    const_dnnl_primitive_desc_t pd;
+
+    CPU_TRY(dnnl_convolution_backward_weights_desc_init(&bdesc, dnnl_convolution_direct, &md->src_any,
+                                                        &md->dw_any, bias ? &md->b : NULL, &md->dst_any,
+                                                        strides, pad, pad),
+            "convolution backward weights descriptor");
+    if ((rc = bfit_cpu_pd_create(op, P_BWD, &bdesc, attr, op->pd[P_FWD], &bw_ws)))
+        return rc;
+    if (bfit_cpu_conv_dw_take(op, impl_is_gemm(op->pd[P_BWD])))
+        return BFIT_OK; /* depthwise, where oneDNN would take its gemm: cpu_conv_dw.c */
+    if (bfit_cpu_conv_c1_take(op, &md->src, qmd(op->pd[P_BWD], dnnl_query_src_md, 0)))
+        return BFIT_OK; /* one input channel that oneDNN would pad to a block: cpu_conv_c1.c */
+    if (bfit_cpu_conv_gemm_take(op, impl_is_gemm(op->pd[P_BWD]), scratch))
+        return BFIT_OK; /* one product over the samples where oneDNN's is per sample: cpu_conv_gemm.c */
+    if ((rc = bfit_cpu_conv_split_make(op, run_bwd_weights, &m->split, scratch)) != BFIT_OK || m->split) {
+        op->run = run_bwd_weights; /* the samples split among the threads: cpu_conv_split.c */
+        return rc;
+    }
+    *scratch = *scratch > bw_ws ? *scratch : bw_ws;
+    pd = op->pd[P_BWD];
+    if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
+        (rc = plan_reorder(op, R_IN1, &md->dst, qmd(pd, dnnl_query_diff_dst_md, 0), 0, 0, cursor, scratch)) ||
+        (rc = plan_reorder(op, R_OUT, &md->dw, qmd(pd, dnnl_query_diff_weights_md, 0), 1, acc, cursor,
+                           scratch)))
+        return rc;
+    /* without a reorder to accumulate through, temporaries are added */
+    m->dw = m->db = NONE;
+    if (acc && !has_reorder(op, R_OUT)) {
+        m->dw = *cursor;
+        *cursor += BFIT_ALIGN_UP((size_t)bfit_cpu_conv_wnumel(d) * sizeof(float));
+    }
+    if (acc && bias) {
+        m->db = *cursor;
+        *cursor += BFIT_ALIGN_UP((size_t)d->u.conv.oc * sizeof(float));
+    }
+    op->run = run_bwd_weights;
+    return BFIT_OK;
+}
+
 /* The primitive for d->kind in its slot, its reorders, and the workspace
  * map: scratch is the largest scratchpad, cursor the bytes after it. */
 static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr, size_t *scratch,
                       size_t *cursor)
 {
     const bfit_op_desc *d = &op->base.desc;
-    conv_ws *m = op->extra;
     dnnl_dims_t strides = {d->u.conv.sh, d->u.conv.sw}, pad = {d->u.conv.ph, d->u.conv.pw};
     dnnl_convolution_desc_t fd, bdesc;
-    size_t hint_ws = 0, bw_ws = 0;
-    int bias = d->u.conv.bias, acc = d->accumulate, rc;
+    size_t hint_ws = 0;
+    int bias = d->u.conv.bias, rc;
     const_dnnl_primitive_desc_t pd;
 
     /* padding_r = padding_l: oneDNN checks the output size with PyTorch's
@@ -478,41 +521,7 @@ static int make_prims(cpu_op *op, const conv_mds *md, dnnl_primitive_attr_t attr
         op->run = run_bwd_data;
         return BFIT_OK;
     case BFIT_OP_CONV_BWD_WEIGHTS:
-        CPU_TRY(dnnl_convolution_backward_weights_desc_init(&bdesc, dnnl_convolution_direct, &md->src_any,
-                                                            &md->dw_any, bias ? &md->b : NULL, &md->dst_any,
-                                                            strides, pad, pad),
-                "convolution backward weights descriptor");
-        if ((rc = bfit_cpu_pd_create(op, P_BWD, &bdesc, attr, op->pd[P_FWD], &bw_ws)))
-            return rc;
-        if (bfit_cpu_conv_dw_take(op, impl_is_gemm(op->pd[P_BWD])))
-            return BFIT_OK; /* depthwise, where oneDNN would take its gemm: cpu_conv_dw.c */
-        if (bfit_cpu_conv_c1_take(op, &md->src, qmd(op->pd[P_BWD], dnnl_query_src_md, 0)))
-            return BFIT_OK; /* one input channel that oneDNN would pad to a block: cpu_conv_c1.c */
-        if (bfit_cpu_conv_gemm_take(op, impl_is_gemm(op->pd[P_BWD]), scratch))
-            return BFIT_OK; /* one product over the samples where oneDNN's is per sample: cpu_conv_gemm.c */
-        if ((rc = bfit_cpu_conv_split_make(op, run_bwd_weights, &m->split, scratch)) != BFIT_OK || m->split) {
-            op->run = run_bwd_weights; /* the samples split among the threads: cpu_conv_split.c */
-            return rc;
-        }
-        *scratch = *scratch > bw_ws ? *scratch : bw_ws;
-        pd = op->pd[P_BWD];
-        if ((rc = plan_reorder(op, R_IN0, &md->src, qmd(pd, dnnl_query_src_md, 0), 0, 0, cursor, scratch)) ||
-            (rc = plan_reorder(op, R_IN1, &md->dst, qmd(pd, dnnl_query_diff_dst_md, 0), 0, 0, cursor, scratch)) ||
-            (rc = plan_reorder(op, R_OUT, &md->dw, qmd(pd, dnnl_query_diff_weights_md, 0), 1, acc, cursor,
-                               scratch)))
-            return rc;
-        /* without a reorder to accumulate through, temporaries are added */
-        m->dw = m->db = NONE;
-        if (acc && !has_reorder(op, R_OUT)) {
-            m->dw = *cursor;
-            *cursor += BFIT_ALIGN_UP((size_t)wnumel(d) * sizeof(float));
-        }
-        if (acc && bias) {
-            m->db = *cursor;
-            *cursor += BFIT_ALIGN_UP((size_t)d->u.conv.oc * sizeof(float));
-        }
-        op->run = run_bwd_weights;
-        return BFIT_OK;
+        return make_bwd_weights(op, md, attr, scratch, cursor);
     default:
         return bfit_fail(BFIT_EINVAL, "cpu conv: op kind %d is not a convolution", (int)d->kind);
     }
@@ -559,7 +568,7 @@ static int run_chunks(cpu_op *op, const bfit_op_args *a)
     int bwd_w = d->kind == BFIT_OP_CONV_BWD_WEIGHTS, rc = BFIT_OK;
 
     if (bwd_w && !d->accumulate && a->diff_weights) { /* the chunks accumulate: start from zero */
-        memset(a->diff_weights, 0, (size_t)wnumel(d) * sizeof(float));
+        memset(a->diff_weights, 0, (size_t)bfit_cpu_conv_wnumel(d) * sizeof(float));
         if (d->u.conv.bias && a->diff_bias)
             memset(a->diff_bias, 0, (size_t)d->u.conv.oc * sizeof(float));
     }

@@ -19,7 +19,6 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define SPLIT_MAX 8          /* parts, at most: each holds a primitive and a partial gradient */
 #define SPLIT_MIN_SAMPLES 8  /* per part: below it oneDNN's kernels lose more than the split saves */
@@ -35,13 +34,11 @@ struct bfit_conv_split {
     int ready;                  /* the parts' primitives made */
 };
 
-static int64_t wnumel(const bfit_op_desc *d)
+/* A part's gradient: the weights, then the bias. */
+static size_t part_floats(const bfit_op_desc *d)
 {
-    int64_t g = d->u.conv.groups > 1 ? d->u.conv.groups : 1;
-    return d->u.conv.oc * (d->u.conv.ic / g) * d->u.conv.kh * d->u.conv.kw;
+    return (size_t)bfit_cpu_conv_wnumel(d) + (d->u.conv.bias ? (size_t)d->u.conv.oc : 0);
 }
-
-static size_t part_floats(const bfit_op_desc *d) { return (size_t)wnumel(d) + (d->u.conv.bias ? (size_t)d->u.conv.oc : 0); }
 
 void bfit_cpu_conv_split_free(bfit_conv_split *k)
 {
@@ -68,7 +65,7 @@ static void sum_parts(float *dst, const float *part, size_t stride, int parts, i
  * count outside, where an op of a part's size made for the whole team
  * may sit (the finder makes every size): its threads would wait at its
  * barrier for partners that never come. Slot 0 is the forward hint. */
-static int make_prims(bfit_conv_split *k)
+static int make_part_prims(bfit_conv_split *k)
 {
     int saved = omp_get_max_threads(), rc = BFIT_OK;
     dnnl_status_t s;
@@ -87,15 +84,12 @@ static int make_prims(bfit_conv_split *k)
 int bfit_cpu_conv_split_run(cpu_op *op, bfit_conv_split *k, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
-    int64_t nw = wnumel(d), nb = d->u.conv.bias ? d->u.conv.oc : 0;
+    int64_t nw = bfit_cpu_conv_wnumel(d), nb = d->u.conv.bias ? d->u.conv.oc : 0;
     float *part = (float *)((char *)a->workspace + k->partial);
     size_t pf = part_floats(d);
     int rc = BFIT_OK;
 
-    if (!a->src || !a->diff_dst || !a->diff_weights || (nb && !a->diff_bias) || !a->workspace)
-        return bfit_fail(BFIT_EINVAL, "conv backward weights: src, diff_dst, diff_weights (and diff_bias) and a "
-                                      "workspace are required");
-    if (!k->ready && (rc = make_prims(k)) != BFIT_OK)
+    if (!k->ready && (rc = make_part_prims(k)) != BFIT_OK)
         return rc;
 #pragma omp parallel num_threads(k->parts) reduction(min : rc)
     {
