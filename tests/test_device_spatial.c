@@ -577,6 +577,94 @@ static void test_conv_bf16(void **st)
     }
 }
 
+/* bf16 data whose weight gradient is split among 2 threads
+ * (cpu_conv_split.c, at least 8 samples each): 17 (parts of 8 and 9) with a
+ * bias, 16 of stride 2 without; nchw, then x and dy in the device's bf16
+ * block; the gradient accumulated onto one already there (g0 + the
+ * reference). With 2 threads the op holds a partial gradient per thread
+ * more in its workspace than with 1. */
+static const conv_case conv16_split_cases[] = {
+    {17, 16, 10, 9, 32, 3, 3, 1, 1, 1, 1, 1, 0},
+    {16, 32, 8, 8, 16, 3, 3, 2, 2, 1, 1, 0, 0},
+};
+
+static void split16_check(tdev *t, size_t tc, const conv_case *c, tbuf *x, tbuf *dy, const conv_ref *r, int B)
+{
+    bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
+    int64_t ohw = (int64_t)fd.u.conv.oh * fd.u.conv.ow, ny = c->n * c->oc * ohw;
+    int64_t nw = (int64_t)c->oc * c->ic * c->kh * c->kw, nb = c->bias ? c->oc : 0;
+    tbuf g = randbuf(t, nw + nb, 170 + tc); /* g0: the weights' then the bias's */
+    double *ref = malloc((size_t)(nw + nb) * 8), *mag = malloc((size_t)(nw + nb) * 8);
+    uint64_t ws[2];
+    bfit_op_args a = {0};
+    bfit_op_desc d;
+    bfit_op *op;
+
+    for (int64_t i = 0; i < nw + nb; i++) {
+        ref[i] = TB_F(g)[i] + (i < nw ? r->dw[i] : r->db[i - nw]);
+        mag[i] = fabs(TB_F(g)[i]) + (i < nw ? r->dwm[i] : r->dbm[i - nw]);
+    }
+    if (B) {
+        relayout(x->h, 2, c->n, c->ic, (int64_t)c->ih * c->iw, B, 1), tbuf_up(t, x);
+        relayout(dy->h, 2, c->n, c->oc, ohw, B, 1), tbuf_up(t, dy);
+    }
+    conv_blk = B;
+    d = conv_desc(c, BFIT_OP_CONV_BWD_WEIGHTS, 1);
+    conv_blk = 0;
+    d.dtype = BFIT_BF16;
+    for (int th = 1; th <= 2; th++) {
+        assert_int_equal(bfit_device_set_threads(t->dev, th, 0), BFIT_OK);
+        op = mkop(t, &d);
+        ws[th - 1] = bfit_op_workspace_bytes(op);
+        if (th == 1)
+            bfit_op_free(op);
+    }
+    assert_true(ws[1] >= ws[0] + 2 * (uint64_t)(nw + nb) * 4);
+    a.src = x->d, a.diff_dst = dy->d, a.diff_weights = g.d;
+    a.diff_bias = nb ? (char *)g.d + nw * 4 : NULL;
+    run(t, op, &a);
+    bfit_op_free(op);
+    if (B) {
+        relayout(x->h, 2, c->n, c->ic, (int64_t)c->ih * c->iw, B, 0), tbuf_up(t, x);
+        relayout(dy->h, 2, c->n, c->oc, ohw, B, 0), tbuf_up(t, dy);
+    }
+    tbuf_down(t, &g);
+    conv16_expect(tc, B ? "split blocked g0 + dw (and db)" : "split g0 + dw (and db)", g.h, 0, ref, mag, nw + nb,
+                  ny / c->oc + 1);
+    free(ref), free(mag);
+    FREEBUFS(t, &g);
+}
+
+static void test_conv_bf16_weights_split(void **st)
+{
+    tdev *t = *st;
+    int B = bfit_device_layout_block(t->dev, BFIT_BF16);
+    bfit_device_info di;
+
+    bfit_device_info_get(t->dev, &di);
+    if (di.threads < 1 || bfit_device_set_threads(t->dev, 2, 0) != BFIT_OK)
+        skip(); /* not the CPU */
+    for (size_t tc = 0; tc < sizeof conv16_split_cases / sizeof conv16_split_cases[0]; tc++) {
+        const conv_case *c = &conv16_split_cases[tc];
+        bfit_op_desc fd = conv_desc(c, BFIT_OP_CONV_FWD, 0);
+        int64_t ny = (int64_t)c->n * c->oc * fd.u.conv.oh * fd.u.conv.ow, nx = (int64_t)c->n * c->ic * c->ih * c->iw;
+        int64_t nw = (int64_t)c->oc * c->ic * c->kh * c->kw;
+        float *fx = malloc((size_t)nx * 4), *fw = malloc((size_t)nw * 4), *fdy = malloc((size_t)ny * 4);
+        tbuf x = bf16buf(t, fx, nx, 150 + tc), dy = bf16buf(t, fdy, ny, 160 + tc), b = randbuf(t, c->oc, 180 + tc);
+        conv_ref r;
+
+        bfit_fill_uniform(fw, nw, 1.0f, 190 + tc);
+        conv_reference(c, fx, fw, TB_F(b), fdy, &r);
+        split16_check(t, tc, c, &x, &dy, &r, 0);
+        if (B && c->ic % B == 0 && c->oc % B == 0)
+            split16_check(t, tc, c, &x, &dy, &r, B);
+        conv_ref_free(&r);
+        FREEBUFS(t, &x, &dy, &b);
+        free(fx), free(fw), free(fdy);
+    }
+    assert_int_equal(bfit_device_set_threads(t->dev, di.threads, 0), BFIT_OK);
+}
+
 static void test_conv_rejects_bad_geometry(void **st)
 {
     tdev *t = *st;
@@ -1635,6 +1723,7 @@ int main(void)
         cmocka_unit_test(test_conv_weights_split),
         cmocka_unit_test(test_conv_rejects_bad_geometry),
         cmocka_unit_test(test_conv_bf16),
+        cmocka_unit_test(test_conv_bf16_weights_split),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_bf16),
         cmocka_unit_test(test_pool_rejects_bad_geometry),

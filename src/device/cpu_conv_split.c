@@ -1,7 +1,7 @@
-/* cpu_conv_split.c - a convolution's f32 weight gradient with the samples
- * split among the threads: each thread runs a one-thread primitive over
- * its share, into a partial gradient of its own, and the partials are
- * summed after, in a fixed order.
+/* cpu_conv_split.c - a convolution's weight gradient (f32 or bf16 data, an
+ * f32 gradient) with the samples split among the threads: each thread runs
+ * a one-thread primitive over its share, into a partial gradient of its
+ * own, and the partials are summed after, in a fixed order.
  *
  * Why: oneDNN's direct kernel for this gradient splits the samples among
  * the threads by itself, but its threads meet at a barrier of its own
@@ -120,14 +120,14 @@ int bfit_cpu_conv_split_make(cpu_op *op, int (*onednn_run)(cpu_op *, const bfit_
     const bfit_op_desc *d = &op->base.desc;
     int parts = omp_get_max_threads(), saved = parts, rc = BFIT_OK;
     int64_t n = d->u.conv.n;
-    size_t es = sizeof(float);
+    size_t es = bfit_dtype_size(d->dtype), fs = sizeof(float); /* the data's; the gradients' */
     bfit_op_desc sd = *d;
     bfit_conv_split *k;
 
     *out = NULL;
-    if (d->kind != BFIT_OP_CONV_BWD_WEIGHTS || d->dtype != BFIT_F32 || d->u.conv.groups > 1 || parts < 2 ||
-        parts > SPLIT_MAX || n < (int64_t)parts * SPLIT_MIN_SAMPLES ||
-        (size_t)parts * part_floats(d) * es > SPLIT_MAX_PARTIAL || omp_in_parallel())
+    if (d->kind != BFIT_OP_CONV_BWD_WEIGHTS || (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16) ||
+        d->u.conv.groups > 1 || parts < 2 || parts > SPLIT_MAX || n < (int64_t)parts * SPLIT_MIN_SAMPLES ||
+        (size_t)parts * part_floats(d) * fs > SPLIT_MAX_PARTIAL || omp_in_parallel())
         return BFIT_OK;
     if (!(k = calloc(1, sizeof *k)))
         return bfit_fail(BFIT_ENOMEM, "cpu conv: cannot allocate the op's record");
@@ -157,7 +157,7 @@ int bfit_cpu_conv_split_make(cpu_op *op, int (*onednn_run)(cpu_op *, const bfit_
     }
     k->ws_part = BFIT_ALIGN_UP(k->ws_part);
     k->partial = (size_t)parts * k->ws_part;
-    *ws = k->partial + BFIT_ALIGN_UP((size_t)parts * part_floats(d) * es);
+    *ws = k->partial + BFIT_ALIGN_UP((size_t)parts * part_floats(d) * fs);
     *out = k;
     return BFIT_OK;
 }
