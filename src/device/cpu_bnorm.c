@@ -13,8 +13,8 @@
  * f32 rows), whether oneDNN has bf16 kernels on the CPU or not.
  * desc.blk: data in nChw8c / nChw16c (a layout chain's, as conv's); f32
  * forward on our loops over a block's channels as one vector (fwd_own_blk),
- * backward on oneDNN's blocked kernel, or on our loops from the output
- * (bwd_own_blk); bf16 on our loops both ways (fwd_own_blk_t, bwd_own_blk). */
+ * bf16 forward on fwd_own_blk_t, backward on bwd_own_blk (both dtypes; its
+ * sums by chunks of samples in the workspace). */
 #include "base/err.h"
 #include "device/cpu.h"
 
@@ -341,59 +341,122 @@ static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
     }
 }
 
+/* bwd_own_blk's sums are over this many chunks of the samples, each
+ * chunk's partial sums held in the workspace and added in chunk order: a
+ * count of the samples' alone, so that the sums are the same whatever the
+ * threads. Chunks times channel blocks are the work the threads share:
+ * with one block (16 channels) the samples alone spread it. */
+#define BLK_CHUNKS 16
+static int64_t blk_chunks(int64_t n) { return n < BLK_CHUNKS ? n : BLK_CHUNKS; }
+
+/* Block kb's per-lane constants: x^ = (v - off) inv, dx = coef (...). */
+static void blk_consts(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t kb, double *off,
+                       double *inv, double *coef)
+{
+    const float *g = a->scale, *b = a->shift, *mean = a->mean, *var = a->var;
+    for (int64_t l = 0; l < d->u.bnorm.blk; l++) {
+        int64_t k = kb * d->u.bnorm.blk + l;
+        double rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
+        coef[l] = g[k] * rstd;
+        off[l] = from_dst ? b[k] : mean[k];
+        inv[l] = from_dst ? (g[k] != 0.0f ? 1.0 / g[k] : 0.0) : rstd;
+    }
+}
+
+/* Block kb's sums of dy and dy x^ over samples [i0, i1), per lane, into
+ * out[2 l], out[2 l + 1]. A sample's block is hw B values, taken ROW at a
+ * time (whole positions: ROW is a multiple of B), bf16 widened to f32. */
+static void blk_sums(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t kb, int64_t i0, int64_t i1,
+                     double *out)
+{
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B, row = hw * B;
+    double sdy[16] = {0}, sdyx[16] = {0}, off[16], inv[16], coef[16];
+    float xb[ROW], gb[ROW], fo[16], fi[16];
+
+    blk_consts(d, a, from_dst, kb, off, inv, coef);
+    for (int64_t l = 0; l < B; l++)
+        fo[l] = (float)off[l], fi[l] = (float)inv[l];
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+            const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+            const float *xr = widen(a->src, d->dtype, at, len, xb), *gr = widen(a->diff_dst, d->dtype, at, len, gb);
+            float s1[16] = {0}, s2[16] = {0};
+            for (int64_t q = 0; q < len; q += B)
+#pragma omp simd
+                for (int64_t l = 0; l < B; l++) {
+                    s1[l] += gr[q + l];
+                    s2[l] = fmaf(gr[q + l], xr[q + l] - fo[l], s2[l]);
+                }
+            for (int64_t l = 0; l < B; l++)
+                sdy[l] += s1[l], sdyx[l] += (double)s2[l] * fi[l];
+        }
+    for (int64_t l = 0; l < B; l++)
+        out[2 * l] = sdy[l], out[2 * l + 1] = sdyx[l];
+}
+
+/* Sample i's dx in block kb from the means of the sums (m[2 l], m[2 l + 1]). */
+static void blk_dx(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t i, int64_t kb,
+                   const double *m)
+{
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B, row = hw * B;
+    double off[16], inv[16], coef[16];
+    float xb[ROW], gb[ROW], ob[ROW], fo[16], fa[16], fb[16], fc[16];
+
+    /* dx = coef (dy - mdy) - coef inv mdyx (v - off) in f32: one
+     * subtraction and two FMAs from per-lane constants rounded once */
+    blk_consts(d, a, from_dst, kb, off, inv, coef);
+    for (int64_t l = 0; l < B; l++)
+        fo[l] = (float)off[l], fa[l] = (float)coef[l], fb[l] = (float)(-coef[l] * inv[l] * m[2 * l + 1]),
+        fc[l] = (float)(-coef[l] * m[2 * l]);
+    for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+        const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+        const float *xr = widen(a->src, d->dtype, at, len, xb), *gr = widen(a->diff_dst, d->dtype, at, len, gb);
+        float *o = out_row(a->diff_src, d->dtype, at, ob);
+        for (int64_t q = 0; q < len; q += B)
+#pragma omp simd
+            for (int64_t l = 0; l < B; l++)
+                o[q + l] = fmaf(fa[l], gr[q + l], fmaf(fb[l], xr[q + l] - fo[l], fc[l]));
+        narrow(a->diff_src, d->dtype, at, len, o);
+    }
+}
+
 /* bwd_own on nChw{B}c data: at each position a block's B channels are
  * contiguous, so the loops run over them as one vector; per channel the
- * same sums (in double) and the same dx as bwd_own. A sample's block is
- * hw B values, taken ROW at a time (whole positions: ROW is a multiple of
- * B), bf16 widened to f32 as bwd_own's rows (f32 read in place). */
-static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
+ * same sums (in double) and the same dx as bwd_own. The sums by chunks of
+ * samples into part (blk_chunks(n) x c pairs, the op's workspace), added
+ * in chunk order; then dx by sample and block. oneDNN's blocked kernel
+ * did this before for f32 (split over the samples too), but its threads
+ * meet at a barrier of its own that spins: with two threads on one core
+ * (packed beside another job) resnet-mini's batch norm backward took 10
+ * times as long as with one (docs/performance.md). These meet at
+ * libgomp's. */
+static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, double *part)
 {
-    const int64_t n = d->u.bnorm.n, hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B;
-    const int64_t row = hw * B;
-    const double cnt = (double)(n * hw);
-    const bfit_dtype t = d->dtype;
-    const float *g = a->scale, *b = a->shift, *mean = a->mean, *var = a->var;
+    const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(n);
+    const double cnt = (double)(n * d->u.bnorm.h * d->u.bnorm.w);
     float *ds = a->diff_scale, *dh = a->diff_shift;
 
-#pragma omp parallel for
-    for (int64_t kb = 0; kb < nb; kb++) {
-        double sdy[16] = {0}, sdyx[16] = {0}, off[16], inv[16], coef[16];
-        float xb[ROW], gb[ROW], ob[ROW];
-        for (int64_t l = 0; l < B; l++) {
-            int64_t k = kb * B + l;
-            double rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps);
-            coef[l] = g[k] * rstd;
-            off[l] = from_dst ? b[k] : mean[k];
-            inv[l] = from_dst ? (g[k] != 0.0f ? 1.0 / g[k] : 0.0) : rstd;
+#pragma omp parallel
+    {
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t q = 0; q < P; q++)
+            for (int64_t kb = 0; kb < nb; kb++)
+                blk_sums(d, a, from_dst, kb, n * q / P, n * (q + 1) / P, part + 2 * (q * c + kb * B));
+#pragma omp for schedule(static)
+        for (int64_t k = 0; k < c; k++) {
+            double sdy = 0, sdyx = 0;
+            for (int64_t q = 0; q < P; q++)
+                sdy += part[2 * (q * c + k)], sdyx += part[2 * (q * c + k) + 1];
+            dh[k] = (float)((d->accumulate ? dh[k] : 0) + sdy);
+            ds[k] = (float)((d->accumulate ? ds[k] : 0) + sdyx);
+            part[2 * k] = sdy / cnt, part[2 * k + 1] = sdyx / cnt; /* chunk 0's place: the means, for dx */
         }
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
-                const int64_t len = row - j0 < ROW ? row - j0 : ROW;
-                const float *xr = widen(a->src, t, at, len, xb), *gr = widen(a->diff_dst, t, at, len, gb);
-                for (int64_t q = 0; q < len; q += B)
-#pragma omp simd
-                    for (int64_t l = 0; l < B; l++) {
-                        sdy[l] += gr[q + l];
-                        sdyx[l] += gr[q + l] * (((double)xr[q + l] - off[l]) * inv[l]);
-                    }
-            }
-        for (int64_t l = 0; l < B; l++) {
-            dh[kb * B + l] = (float)((d->accumulate ? dh[kb * B + l] : 0) + sdy[l]);
-            ds[kb * B + l] = (float)((d->accumulate ? ds[kb * B + l] : 0) + sdyx[l]);
-            sdy[l] /= cnt, sdyx[l] /= cnt; /* their means, for dx */
+        if (a->diff_src) {
+#pragma omp for collapse(2) schedule(static)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t kb = 0; kb < nb; kb++)
+                    blk_dx(d, a, from_dst, i, kb, part + 2 * kb * B);
         }
-        for (int64_t i = 0; a->diff_src && i < n; i++)
-            for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
-                const int64_t len = row - j0 < ROW ? row - j0 : ROW;
-                const float *xr = widen(a->src, t, at, len, xb), *gr = widen(a->diff_dst, t, at, len, gb);
-                float *o = out_row(a->diff_src, t, at, ob);
-                for (int64_t q = 0; q < len; q += B)
-#pragma omp simd
-                    for (int64_t l = 0; l < B; l++)
-                        o[q + l] = (float)(coef[l] * (gr[q + l] - sdy[l] - ((double)xr[q + l] - off[l]) * inv[l] *
-                                                                             sdyx[l]));
-                narrow(a->diff_src, t, at, len, o);
-            }
     }
 }
 
@@ -411,13 +474,17 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
                                       "diff_shift are required");
     if (d->u.bnorm.use_dst && !a->shift)
         return bfit_fail(BFIT_EINVAL, "batch norm backward from the output: shift is required");
+    if (d->u.bnorm.blk) { /* our own loops, always (init) */
+        if (!a->workspace)
+            return bfit_fail(BFIT_EINVAL, "batch norm backward: blocked data needs the workspace (%zu bytes)",
+                             op->ws);
+        bwd_own_blk(d, a, d->u.bnorm.use_dst, a->workspace);
+        return BFIT_OK;
+    }
     /* our own loops (init), and the parameter gradients alone (no buffer
      * for an unwanted diff_src) */
     if (d->u.bnorm.use_dst || !pd || !a->diff_src) {
-        if (d->u.bnorm.blk)
-            bwd_own_blk(d, a, d->u.bnorm.use_dst);
-        else
-            bwd_own(d, a, d->u.bnorm.use_dst);
+        bwd_own(d, a, d->u.bnorm.use_dst);
         return BFIT_OK;
     }
     if (d->accumulate) {
@@ -474,16 +541,20 @@ int bfit_cpu_bnorm_init(cpu_op *op)
                            (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16)))
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: blocked data (blk %d) must be f32 or bf16 in blocks of 8 "
                          "or 16 of its %lld channels", d->u.bnorm.blk, (long long)sd[1]);
-    if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) || (d->kind == BFIT_OP_BNORM_FWD && d->u.bnorm.blk) ||
+    if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) || d->u.bnorm.blk ||
         bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype || d->dtype == BFIT_BF16) {
-        /* our own loops (fwd_own, bwd_own): no primitive, no scratch; bf16
+        /* our own loops (fwd_own, bwd_own; blocked data: bwd_own_blk's sums
+         * in the workspace, fwd_own_blk*): no primitive, no scratch; bf16
          * where oneDNN has no bf16 kernels too, as its f32 primitive would
          * need three f32 copies in the workspace (cpu_bf16.c: 9.2 MiB per
          * ResNet-50 sample, its largest workspace), and where it has them
          * (AVX-512 with bf16): its nchw kernel (ncsp_bnorm) made ResNet-18's
          * bf16 step at 32 1.33 times as long */
         op->run = d->kind == BFIT_OP_BNORM_FWD ? run_fwd : run_bwd;
-        op->ws = op->saved = 0;
+        op->ws = d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.blk
+                     ? (size_t)blk_chunks(sd[0]) * (size_t)sd[1] * 2 * sizeof(double) /* bwd_own_blk's sums */
+                     : 0;
+        op->saved = 0;
         return BFIT_OK;
     }
     rc = d->u.bnorm.blk ? bfit_cpu_md_blocked(&src, sd, d->dtype, d->u.bnorm.blk) : bfit_cpu_md_dt(&src, 4, sd, d->dtype);
