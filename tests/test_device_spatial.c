@@ -1194,6 +1194,7 @@ static const bn_case bn_cases[] = {
     {3, 16, 5, 7},
     {2, 32, 3, 3},
     {5, 8, 2, 2},
+    {18, 16, 3, 5}, /* more samples than the blocked backward's 16 chunks: chunks of 1 and 2 */
 };
 
 /* The layout the cases run in: 0 nchw, 8 or 16 nChw8c / nChw16c (a layout
@@ -1245,7 +1246,7 @@ static bfit_op_desc bn_desc(const bn_case *c, bfit_op_kind kind, int training, i
 
 /* Momenta of the running statistics, one per case: PyTorch's default, a
  * larger one, 1 (running = the batch's), 0 (running never moves), ... */
-static const float bn_momentum[] = {0.1f, 0.3f, 1.0f, 0.0f, 0.1f, 0.01f, 0.2f, 0.1f, 0.5f, 0.1f};
+static const float bn_momentum[] = {0.1f, 0.3f, 1.0f, 0.0f, 0.1f, 0.01f, 0.2f, 0.1f, 0.5f, 0.1f, 0.2f};
 
 typedef struct bn_bufs {
     tbuf x, g, b, y, mean, var, emean, evar, rmean, rvar;
@@ -1715,6 +1716,57 @@ static void bn_backward_all(tdev *t)
 
 static void test_bnorm_backward(void **st) { bn_each_layout(*st, bn_backward_all); }
 
+/* The blocked backward (cpu_bnorm.c's bwd_own_blk) sums by chunks of
+ * samples whose count is the samples' alone: 1 and 2 threads give the same
+ * bits (dx, dscale, dshift), and a run without its workspace is refused.
+ * (Seen failing: chunks counted from the threads, with f32 sums across a
+ * chunk's samples; with f32 sums per sample row, as it is, the double
+ * sums of the rows hide even a chunk count that follows the threads.) */
+static void test_bnorm_blocked_threads(void **st)
+{
+    tdev *t = *st;
+    const bn_case c = {21, 32, 5, 6};
+    int64_t nx = (int64_t)c.n * c.c * c.h * c.w;
+    tbuf x = randbuf(t, nx, 400), dy = randbuf(t, nx, 401), g = randbuf(t, c.c, 402), m = randbuf(t, c.c, 403);
+    tbuf v = randbuf(t, c.c, 404), out[2][3];
+    bfit_device_info di;
+    bfit_op_args a = {0};
+    bfit_op *op;
+
+    bn_blk = bfit_device_layout_block(t->dev, BFIT_F32);
+    bfit_device_info_get(t->dev, &di);
+    if (!bn_blk || di.threads < 1 || bfit_device_set_threads(t->dev, 2, 0) != BFIT_OK) {
+        bn_blk = 0;
+        FREEBUFS(t, &x, &dy, &g, &m, &v);
+        skip(); /* not the CPU */
+    }
+    for (int64_t k = 0; k < c.c; k++)
+        TB_F(v)[k] = 0.5f + fabsf(TB_F(v)[k]); /* a variance */
+    tbuf_up(t, &v);
+    for (int th = 1; th <= 2; th++) {
+        bfit_op_desc d = bn_desc(&c, BFIT_OP_BNORM_BWD, 1, 0);
+        assert_int_equal(bfit_device_set_threads(t->dev, th, 0), BFIT_OK);
+        out[th - 1][0] = nanbuf(t, (size_t)nx * 4);
+        out[th - 1][1] = nanbuf(t, (size_t)c.c * 4), out[th - 1][2] = nanbuf(t, (size_t)c.c * 4);
+        op = mkop(t, &d);
+        a.src = x.d, a.diff_dst = dy.d, a.scale = g.d, a.mean = m.d, a.var = v.d;
+        a.diff_src = out[th - 1][0].d, a.diff_scale = out[th - 1][1].d, a.diff_shift = out[th - 1][2].d;
+        run(t, op, &a);
+        a.workspace = NULL;
+        assert_int_equal(bfit_op_run(op, &a), BFIT_EINVAL);
+        assert_non_null(strstr(bfit_errmsg(), "needs the workspace"));
+        bfit_op_free(op);
+        for (int i = 0; i < 3; i++)
+            tbuf_down(t, &out[th - 1][i]);
+    }
+    assert_false(isnan(TB_F(out[0][0])[nx - 1]));
+    for (int i = 0; i < 3; i++)
+        assert_memory_equal(out[0][i].h, out[1][i].h, out[0][i].bytes);
+    bn_blk = 0;
+    assert_int_equal(bfit_device_set_threads(t->dev, di.threads, 0), BFIT_OK);
+    FREEBUFS(t, &x, &dy, &g, &m, &v, &out[0][0], &out[0][1], &out[0][2], &out[1][0], &out[1][1], &out[1][2]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1733,6 +1785,7 @@ int main(void)
         cmocka_unit_test(test_bnorm_forward),
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),
+        cmocka_unit_test(test_bnorm_blocked_threads),
         cmocka_unit_test(test_bnorm_bf16),
         cmocka_unit_test(test_bnorm_one_value),
     };
