@@ -1767,6 +1767,54 @@ static void test_bnorm_blocked_threads(void **st)
     FREEBUFS(t, &x, &dy, &g, &m, &v, &out[0][0], &out[0][1], &out[0][2], &out[1][0], &out[1][1], &out[1][2]);
 }
 
+/* The bf16 blocked training forward (fwd_own_blk_t) by chunks of samples
+ * too: 1 and 2 threads give the same bits (y, mean, var), and a run
+ * without its workspace is refused. */
+static void test_bnorm_bf16_blocked_threads(void **st)
+{
+    tdev *t = *st;
+    const bn_case c = {21, 32, 5, 6};
+    int64_t nx = (int64_t)c.n * c.c * c.h * c.w;
+    float *fx = malloc((size_t)nx * 4);
+    tbuf x = bf16buf(t, fx, nx, 410), g = randbuf(t, c.c, 411), b = randbuf(t, c.c, 412), out[2][3];
+    bfit_device_info di;
+    bfit_op_args a = {0};
+
+    bn_blk = bfit_device_layout_block(t->dev, BFIT_BF16);
+    bfit_device_info_get(t->dev, &di);
+    if (!bn_blk || di.threads < 1 || bfit_device_set_threads(t->dev, 2, 0) != BFIT_OK) {
+        bn_blk = 0;
+        free(fx);
+        FREEBUFS(t, &x, &g, &b);
+        skip(); /* not the CPU */
+    }
+    for (int th = 1; th <= 2; th++) {
+        bfit_op_desc d = bn_desc(&c, BFIT_OP_BNORM_FWD, 1, 0);
+        bfit_op *op;
+        d.dtype = BFIT_BF16;
+        assert_int_equal(bfit_device_set_threads(t->dev, th, 0), BFIT_OK);
+        out[th - 1][0] = nanbuf(t, (size_t)nx * 2);
+        out[th - 1][1] = nanbuf(t, (size_t)c.c * 4), out[th - 1][2] = nanbuf(t, (size_t)c.c * 4);
+        op = mkop(t, &d);
+        a.src = x.d, a.dst = out[th - 1][0].d, a.scale = g.d, a.shift = b.d;
+        a.mean = out[th - 1][1].d, a.var = out[th - 1][2].d;
+        run(t, op, &a);
+        a.workspace = NULL;
+        assert_int_equal(bfit_op_run(op, &a), BFIT_EINVAL);
+        assert_non_null(strstr(bfit_errmsg(), "needs the workspace"));
+        bfit_op_free(op);
+        for (int i = 0; i < 3; i++)
+            tbuf_down(t, &out[th - 1][i]);
+    }
+    assert_false(isnan(TB_F(out[0][2])[c.c - 1]));
+    for (int i = 0; i < 3; i++)
+        assert_memory_equal(out[0][i].h, out[1][i].h, out[0][i].bytes);
+    bn_blk = 0;
+    assert_int_equal(bfit_device_set_threads(t->dev, di.threads, 0), BFIT_OK);
+    free(fx);
+    FREEBUFS(t, &x, &g, &b, &out[0][0], &out[0][1], &out[0][2], &out[1][0], &out[1][1], &out[1][2]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1786,6 +1834,7 @@ int main(void)
         cmocka_unit_test(test_bnorm_running_optional),
         cmocka_unit_test(test_bnorm_backward),
         cmocka_unit_test(test_bnorm_blocked_threads),
+        cmocka_unit_test(test_bnorm_bf16_blocked_threads),
         cmocka_unit_test(test_bnorm_bf16),
         cmocka_unit_test(test_bnorm_one_value),
     };

@@ -205,55 +205,109 @@ static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a)
         }
 }
 
-/* fwd_own_blk for bf16 data (any dtype widen() reads): a block's B
- * channels over chunks of ROW values (ROW/B positions), widened to f32;
- * sums in double per channel, y as the f32 kernel's (one subtraction and
- * one FMA in f32), rounded once. */
-static void fwd_own_blk_t(const bfit_op_desc *d, const bfit_op_args *a)
+/* fwd_own_blk_t's and bwd_own_blk's sums are over this many chunks of the
+ * samples, each chunk's partial sums held in the workspace and added in
+ * chunk order: a count of the samples' alone, so that the sums are the
+ * same whatever the threads. Chunks times channel blocks are the work the
+ * threads share: with one block (16 channels) the samples alone spread it. */
+#define BLK_CHUNKS 16
+static int64_t blk_chunks(int64_t n) { return n < BLK_CHUNKS ? n : BLK_CHUNKS; }
+
+/* Block kb's sums over samples [i0, i1), per lane, in out[l]: of x, or
+ * (m set) of (x - m)^2; f32 within a row of ROW values (whole positions:
+ * ROW is a multiple of B), double across rows. */
+static void blk_stat_sums(const bfit_op_desc *d, const void *src, int64_t kb, int64_t i0, int64_t i1,
+                          const double *m, double *out)
 {
-    const int64_t n = d->u.bnorm.n, hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B;
-    const int64_t row = hw * B;
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B, row = hw * B;
+    double s[16] = {0};
+    float xb[ROW], mf[16];
+
+    for (int64_t l = 0; l < B; l++)
+        mf[l] = m ? (float)m[l] : 0.0f;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+            const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+            const float *x = widen(src, d->dtype, at, len, xb);
+            float r[16] = {0};
+            for (int64_t q = 0; q < len; q += B)
+#pragma omp simd
+                for (int64_t l = 0; l < B; l++)
+                    r[l] = m ? fmaf(x[q + l] - mf[l], x[q + l] - mf[l], r[l]) : r[l] + x[q + l];
+            for (int64_t l = 0; l < B; l++)
+                s[l] += r[l];
+        }
+    for (int64_t l = 0; l < B; l++)
+        out[l] = s[l];
+}
+
+/* Chunk sums of each channel (part[q c + k]) added in chunk order, over
+ * cnt values: their means into part[k] (chunk 0's place). Inside a
+ * parallel region. */
+static void fold_means(double *part, int64_t P, int64_t c, double cnt)
+{
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < c; k++) {
+        double t = 0;
+        for (int64_t q = 0; q < P; q++)
+            t += part[q * c + k];
+        part[k] = t / cnt;
+    }
+}
+
+/* fwd_own_blk for bf16 data (any dtype widen() reads): training's two
+ * passes for the statistics by chunks of samples (blk_chunks) into part
+ * (2 x chunks x c doubles: the op's workspace): the means, then the
+ * squared deviations from them; y as the f32 kernel's (one subtraction
+ * and one FMA in f32), rounded once, by sample and block. By block alone
+ * before, one thread did all of a 16-channel net's. */
+static void fwd_own_blk_t(const bfit_op_desc *d, const bfit_op_args *a, double *part)
+{
+    const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(n);
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, row = hw * B;
     const double cnt = (double)(n * hw);
-    const bfit_dtype t = d->dtype;
+    const int train = d->u.bnorm.training;
     const float *g = a->scale, *b = a->shift;
     float *mean = a->mean, *var = a->var;
+    double *pm = part, *pv = train ? part + P * c : NULL;
 
-#pragma omp parallel for
-    for (int64_t kb = 0; kb < nb; kb++) {
-        double m[16], v[16] = {0};
-        float xb[ROW], yb[ROW], mf[16], sc[16], sh[16];
-        for (int64_t l = 0; l < B; l++)
-            m[l] = d->u.bnorm.training ? 0 : mean[kb * B + l], v[l] = d->u.bnorm.training ? 0 : var[kb * B + l];
-        for (int pass = 0; d->u.bnorm.training && pass < 2; pass++) {
-            double s[16] = {0};
-            for (int64_t i = 0; i < n; i++)
+#pragma omp parallel
+    {
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t q = 0; q < (train ? P : 0); q++)
+            for (int64_t kb = 0; kb < nb; kb++)
+                blk_stat_sums(d, a->src, kb, n * q / P, n * (q + 1) / P, NULL, pm + q * c + kb * B);
+        if (train)
+            fold_means(pm, P, c, cnt);
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t q = 0; q < (train ? P : 0); q++)
+            for (int64_t kb = 0; kb < nb; kb++)
+                blk_stat_sums(d, a->src, kb, n * q / P, n * (q + 1) / P, pm + kb * B, pv + q * c + kb * B);
+        if (train)
+            fold_means(pv, P, c, cnt);
+#pragma omp for schedule(static)
+        for (int64_t k = 0; k < c; k++)
+            if (train)
+                mean[k] = (float)pm[k], var[k] = (float)pv[k];
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t kb = 0; kb < nb; kb++) {
+                float xb[ROW], yb[ROW], mf[16], sc[16], sh[16];
+                for (int64_t l = 0; l < B; l++) {
+                    const int64_t k = kb * B + l;
+                    double m = train ? pm[k] : mean[k], v = train ? pv[k] : var[k];
+                    mf[l] = (float)m, sc[l] = (float)(g[k] / sqrt(v + d->u.bnorm.eps)), sh[l] = b[k];
+                }
                 for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
                     const int64_t len = row - j0 < ROW ? row - j0 : ROW;
-                    const float *x = widen(a->src, t, at, len, xb);
+                    const float *x = widen(a->src, d->dtype, at, len, xb);
+                    float *y = out_row(a->dst, d->dtype, at, yb);
                     for (int64_t q = 0; q < len; q += B)
 #pragma omp simd
                         for (int64_t l = 0; l < B; l++)
-                            s[l] += pass ? ((double)x[q + l] - m[l]) * ((double)x[q + l] - m[l]) : x[q + l];
+                            y[q + l] = fmaf(x[q + l] - mf[l], sc[l], sh[l]);
+                    narrow(a->dst, d->dtype, at, len, y);
                 }
-            for (int64_t l = 0; l < B; l++)
-                (pass ? v : m)[l] = s[l] / cnt;
-        }
-        for (int64_t l = 0; l < B; l++) {
-            const int64_t k = kb * B + l;
-            if (d->u.bnorm.training)
-                mean[k] = (float)m[l], var[k] = (float)v[l];
-            mf[l] = (float)m[l], sc[l] = (float)(g[k] / sqrt(v[l] + d->u.bnorm.eps)), sh[l] = b[k];
-        }
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
-                const int64_t len = row - j0 < ROW ? row - j0 : ROW;
-                const float *x = widen(a->src, t, at, len, xb);
-                float *y = out_row(a->dst, t, at, yb);
-                for (int64_t q = 0; q < len; q += B)
-#pragma omp simd
-                    for (int64_t l = 0; l < B; l++)
-                        y[q + l] = fmaf(x[q + l] - mf[l], sc[l], sh[l]);
-                narrow(a->dst, t, at, len, y);
             }
     }
 }
@@ -282,8 +336,11 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
          * but not run: the unbiased variance of one value is undefined */
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: training needs more than one value per channel, got %lld",
                          (long long)d_values(&op->base.desc));
-    if (!pd && op->base.desc.u.bnorm.blk && op->base.desc.dtype != BFIT_F32)
-        fwd_own_blk_t(&op->base.desc, a), rc = BFIT_OK;
+    if (!pd && op->base.desc.u.bnorm.blk && op->base.desc.dtype != BFIT_F32 && op->ws && !a->workspace)
+        rc = bfit_fail(BFIT_EINVAL, "batch norm forward: blocked bf16 training needs the workspace (%zu bytes)",
+                       op->ws);
+    else if (!pd && op->base.desc.u.bnorm.blk && op->base.desc.dtype != BFIT_F32)
+        fwd_own_blk_t(&op->base.desc, a, a->workspace), rc = BFIT_OK;
     else if (!pd && op->base.desc.u.bnorm.blk) /* our own loops (init) */
         fwd_own_blk(&op->base.desc, a), rc = BFIT_OK;
     else if (!pd)
@@ -340,14 +397,6 @@ static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
         }
     }
 }
-
-/* bwd_own_blk's sums are over this many chunks of the samples, each
- * chunk's partial sums held in the workspace and added in chunk order: a
- * count of the samples' alone, so that the sums are the same whatever the
- * threads. Chunks times channel blocks are the work the threads share:
- * with one block (16 channels) the samples alone spread it. */
-#define BLK_CHUNKS 16
-static int64_t blk_chunks(int64_t n) { return n < BLK_CHUNKS ? n : BLK_CHUNKS; }
 
 /* Block kb's per-lane constants: x^ = (v - off) inv, dx = coef (...). */
 static void blk_consts(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t kb, double *off,
@@ -551,8 +600,9 @@ int bfit_cpu_bnorm_init(cpu_op *op)
          * (AVX-512 with bf16): its nchw kernel (ncsp_bnorm) made ResNet-18's
          * bf16 step at 32 1.33 times as long */
         op->run = d->kind == BFIT_OP_BNORM_FWD ? run_fwd : run_bwd;
-        op->ws = d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.blk
-                     ? (size_t)blk_chunks(sd[0]) * (size_t)sd[1] * 2 * sizeof(double) /* bwd_own_blk's sums */
+        /* the chunks' sums: bwd_own_blk's, a bf16 training fwd_own_blk_t's */
+        op->ws = d->u.bnorm.blk && (d->kind == BFIT_OP_BNORM_BWD || (d->dtype != BFIT_F32 && d->u.bnorm.training))
+                     ? (size_t)blk_chunks(sd[0]) * (size_t)sd[1] * 2 * sizeof(double)
                      : 0;
         op->saved = 0;
         return BFIT_OK;
