@@ -1767,7 +1767,7 @@ static void test_bnorm_blocked_threads(void **st)
     FREEBUFS(t, &x, &dy, &g, &m, &v, &out[0][0], &out[0][1], &out[0][2], &out[1][0], &out[1][1], &out[1][2]);
 }
 
-/* The bf16 blocked training forward (fwd_own_blk_t) by chunks of samples
+/* The bf16 blocked training forward (fwd_own_blk) by chunks of samples
  * too: 1 and 2 threads give the same bits (y, mean, var), and a run
  * without its workspace is refused. */
 static void test_bnorm_bf16_blocked_threads(void **st)

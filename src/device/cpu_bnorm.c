@@ -11,14 +11,13 @@
  * by our own loop instead, which needs no buffer for an unwanted diff_src.
  * bf16 runs on loops of our own, forward and backward (simd loops over
  * f32 rows), whether oneDNN has bf16 kernels on the CPU or not.
- * desc.blk: data in nChw8c / nChw16c (a layout chain's, as conv's); f32
- * forward on our loops over a block's channels as one vector (fwd_own_blk),
- * bf16 forward on fwd_own_blk_t, backward on bwd_own_blk (both dtypes; its
- * sums by chunks of samples in the workspace). */
+ * desc.blk: data in nChw8c / nChw16c (a layout chain's, as conv's), f32
+ * or bf16: our loops over a block's channels as one vector, forward
+ * (fwd_own_blk) and backward (bwd_own_blk), their sums by chunks of
+ * samples in the workspace. */
 #include "base/err.h"
 #include "device/cpu.h"
 
-#include <immintrin.h>
 #include <math.h>
 
 enum { P_FWD = 0, P_BWD = 1 };
@@ -134,78 +133,7 @@ static void fwd_own(const bfit_op_desc *d, const bfit_op_args *a)
     }
 }
 
-/* Lanes [8 h, 8 h + 8) of a block's channels, summed over n samples of hw
- * positions (the block's data of sample i from x + i stride), in double:
- * of x, or (m set) of (x - m)^2. Two position chains, summed at the end. */
-static void blk_sum8(const float *x, int64_t n, int64_t stride, int64_t hw, int64_t B, int h, const double *m,
-                     double out[8])
-{
-    __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-    const __m256d m0 = m ? _mm256_loadu_pd(m) : _mm256_setzero_pd(), m1 = m ? _mm256_loadu_pd(m + 4) : m0;
-
-    for (int64_t i = 0; i < n; i++) {
-        const float *r = x + i * stride + 8 * h;
-        for (int64_t p = 0; p < hw; p++) {
-            __m256 v = _mm256_loadu_ps(r + p * B);
-            __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-            int c = (int)(p & 1) * 2;
-            if (m) {
-                lo = _mm256_sub_pd(lo, m0), hi = _mm256_sub_pd(hi, m1);
-                a[c] = _mm256_fmadd_pd(lo, lo, a[c]), a[c + 1] = _mm256_fmadd_pd(hi, hi, a[c + 1]);
-            } else {
-                a[c] = _mm256_add_pd(a[c], lo), a[c + 1] = _mm256_add_pd(a[c + 1], hi);
-            }
-        }
-    }
-    _mm256_storeu_pd(out, _mm256_add_pd(a[0], a[2]));
-    _mm256_storeu_pd(out + 4, _mm256_add_pd(a[1], a[3]));
-}
-
-/* fwd_own on nChw{B}c f32 data, 8 channels of a block as one vector:
- * training's two passes for the statistics in double (as fwd_own), then
- * y = (x - mean) scale' + shift in f32 (one subtraction and one FMA, within
- * 2 roundings of the output). oneDNN's bnorm_jit took a blocked batch norm
- * before: MobileNetV2's gradients against PyTorch float64 erred 3.5 times
- * PyTorch float32's (median over its tensors; nchw 1.1), its batch
- * statistics the most. */
-static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a)
-{
-    const int64_t n = d->u.bnorm.n, hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B;
-    const double cnt = (double)(n * hw);
-    const float *x = a->src, *g = a->scale, *b = a->shift;
-    float *y = a->dst, *mean = a->mean, *var = a->var;
-
-#pragma omp parallel for collapse(2)
-    for (int64_t kb = 0; kb < nb; kb++)
-        for (int h = 0; h < (int)(B / 8); h++) {
-            const int64_t c0 = kb * B + 8 * h, stride = nb * hw * B;
-            double m[8], v[8];
-            float mf[8], sc[8];
-            for (int l = 0; l < 8; l++)
-                m[l] = mean[c0 + l], v[l] = var[c0 + l];
-            if (d->u.bnorm.training) {
-                blk_sum8(x + kb * hw * B, n, stride, hw, B, h, NULL, m);
-                for (int l = 0; l < 8; l++)
-                    m[l] /= cnt;
-                blk_sum8(x + kb * hw * B, n, stride, hw, B, h, m, v);
-                for (int l = 0; l < 8; l++)
-                    v[l] /= cnt, mean[c0 + l] = (float)m[l], var[c0 + l] = (float)v[l];
-            }
-            for (int l = 0; l < 8; l++)
-                mf[l] = (float)m[l], sc[l] = (float)(g[c0 + l] / sqrt(v[l] + d->u.bnorm.eps));
-            {
-                const __m256 vm = _mm256_loadu_ps(mf), vs = _mm256_loadu_ps(sc), vb = _mm256_loadu_ps(b + c0);
-                for (int64_t i = 0; i < n; i++) {
-                    const int64_t at = (i * nb + kb) * hw * B + 8 * h;
-                    for (int64_t p = 0; p < hw; p++)
-                        _mm256_storeu_ps(y + at + p * B,
-                                         _mm256_fmadd_ps(_mm256_sub_ps(_mm256_loadu_ps(x + at + p * B), vm), vs, vb));
-                }
-            }
-        }
-}
-
-/* fwd_own_blk_t's and bwd_own_blk's sums are over this many chunks of the
+/* fwd_own_blk's and bwd_own_blk's sums are over this many chunks of the
  * samples, each chunk's partial sums held in the workspace and added in
  * chunk order: a count of the samples' alone, so that the sums are the
  * same whatever the threads. Chunks times channel blocks are the work the
@@ -255,13 +183,17 @@ static void fold_means(double *part, int64_t P, int64_t c, double cnt)
     }
 }
 
-/* fwd_own_blk for bf16 data (any dtype widen() reads): training's two
- * passes for the statistics by chunks of samples (blk_chunks) into part
- * (2 x chunks x c doubles: the op's workspace): the means, then the
- * squared deviations from them; y as the f32 kernel's (one subtraction
- * and one FMA in f32), rounded once, by sample and block. By block alone
- * before, one thread did all of a 16-channel net's. */
-static void fwd_own_blk_t(const bfit_op_desc *d, const bfit_op_args *a, double *part)
+/* fwd_own on nChw{B}c data (f32 or bf16, as widen() reads it): training's
+ * two passes for the statistics by chunks of samples (blk_chunks) into
+ * part (2 x chunks x c doubles: the op's workspace): the means, then the
+ * squared deviations from them; y = (x - mean) scale' + shift in f32 (one
+ * subtraction and one FMA, within 2 roundings of the output; bf16 rounded
+ * once more), by sample and block. By block alone before, one thread did
+ * all of a 16-channel net's. oneDNN's bnorm_jit took a blocked batch norm
+ * before that: MobileNetV2's gradients against PyTorch float64 erred 3.5
+ * times PyTorch float32's (median over its tensors; nchw 1.1), its batch
+ * statistics the most. */
+static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, double *part)
 {
     const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(n);
     const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, row = hw * B;
@@ -336,13 +268,10 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
          * but not run: the unbiased variance of one value is undefined */
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: training needs more than one value per channel, got %lld",
                          (long long)d_values(&op->base.desc));
-    if (!pd && op->base.desc.u.bnorm.blk && op->base.desc.dtype != BFIT_F32 && op->ws && !a->workspace)
-        rc = bfit_fail(BFIT_EINVAL, "batch norm forward: blocked bf16 training needs the workspace (%zu bytes)",
-                       op->ws);
-    else if (!pd && op->base.desc.u.bnorm.blk && op->base.desc.dtype != BFIT_F32)
-        fwd_own_blk_t(&op->base.desc, a, a->workspace), rc = BFIT_OK;
+    if (!pd && op->base.desc.u.bnorm.blk && op->ws && !a->workspace)
+        rc = bfit_fail(BFIT_EINVAL, "batch norm forward: blocked training needs the workspace (%zu bytes)", op->ws);
     else if (!pd && op->base.desc.u.bnorm.blk) /* our own loops (init) */
-        fwd_own_blk(&op->base.desc, a), rc = BFIT_OK;
+        fwd_own_blk(&op->base.desc, a, a->workspace), rc = BFIT_OK;
     else if (!pd)
         fwd_own(&op->base.desc, a), rc = BFIT_OK;
     else
@@ -593,15 +522,15 @@ int bfit_cpu_bnorm_init(cpu_op *op)
     if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) || d->u.bnorm.blk ||
         bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype || d->dtype == BFIT_BF16) {
         /* our own loops (fwd_own, bwd_own; blocked data: bwd_own_blk's sums
-         * in the workspace, fwd_own_blk*): no primitive, no scratch; bf16
+         * in the workspace, fwd_own_blk's): no primitive, no scratch; bf16
          * where oneDNN has no bf16 kernels too, as its f32 primitive would
          * need three f32 copies in the workspace (cpu_bf16.c: 9.2 MiB per
          * ResNet-50 sample, its largest workspace), and where it has them
          * (AVX-512 with bf16): its nchw kernel (ncsp_bnorm) made ResNet-18's
          * bf16 step at 32 1.33 times as long */
         op->run = d->kind == BFIT_OP_BNORM_FWD ? run_fwd : run_bwd;
-        /* the chunks' sums: bwd_own_blk's, a bf16 training fwd_own_blk_t's */
-        op->ws = d->u.bnorm.blk && (d->kind == BFIT_OP_BNORM_BWD || (d->dtype != BFIT_F32 && d->u.bnorm.training))
+        /* the chunks' sums: bwd_own_blk's, a training fwd_own_blk's */
+        op->ws = d->u.bnorm.blk && (d->kind == BFIT_OP_BNORM_BWD || d->u.bnorm.training)
                      ? (size_t)blk_chunks(sd[0]) * (size_t)sd[1] * 2 * sizeof(double)
                      : 0;
         op->saved = 0;
