@@ -497,6 +497,18 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+/* An f32 forward on nchw maps of at least this many values per channel
+ * runs on fwd_own: twice as fast as oneDNN's nchw kernel on a net of 24
+ * and 40 channels at 28x28 and 14x14 (0.63 -> 0.31 s over 123 calls, 1
+ * thread; 0.37 -> 0.16 s with 2). A row shorter than this (BatchNorm1d's
+ * features, hw 1) would make its loops per sample mostly overhead, and
+ * oneDNN keeps those. Its nchw backward was as fast as ours: it stays. */
+#define OWN_PLAIN_HW 16
+static int own_plain_fwd(const bfit_op_desc *d)
+{
+    return d->kind == BFIT_OP_BNORM_FWD && d->u.bnorm.h * d->u.bnorm.w >= OWN_PLAIN_HW;
+}
+
 int bfit_cpu_bnorm_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -519,7 +531,7 @@ int bfit_cpu_bnorm_init(cpu_op *op)
                            (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16)))
         return bfit_fail(BFIT_EINVAL, "cpu batch norm: blocked data (blk %d) must be f32 or bf16 in blocks of 8 "
                          "or 16 of its %lld channels", d->u.bnorm.blk, (long long)sd[1]);
-    if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) || d->u.bnorm.blk ||
+    if ((d->kind == BFIT_OP_BNORM_BWD && d->u.bnorm.use_dst) || d->u.bnorm.blk || own_plain_fwd(d) ||
         bfit_cpu_compute_dt(cpu_dev(op), d->dtype) != d->dtype || d->dtype == BFIT_BF16) {
         /* our own loops (fwd_own, bwd_own; blocked data: bwd_own_blk's sums
          * in the workspace, fwd_own_blk's): no primitive, no scratch; bf16
