@@ -1,10 +1,13 @@
-/* cpu_bnorm.c - batch normalisation over the channels of nchw data on oneDNN.
+/* cpu_bnorm.c - batch normalisation over the channels of nchw data, on
+ * loops of our own and oneDNN.
  *
  * Forward training normalises with the batch statistics and writes them
  * (mean, biased variance) to args mean/var, and moves the running
  * statistics (args rmean/rvar, when given) PyTorch's way: running =
- * (1 - momentum) * running + momentum * stat, with the unbiased variance for
- * running_var. Forward eval uses the given mean/var. Backward produces diff_src, diff_scale and diff_shift; oneDNN
+ * (1 - momentum) * running + momentum * stat, with the unbiased variance
+ * for running_var. Forward eval uses the given mean/var. f32 forward is
+ * ours on maps of OWN_PLAIN_HW values or more, oneDNN's on shorter rows.
+ * Backward produces diff_src, diff_scale and diff_shift; oneDNN
  * overwrites the latter two, so with desc.accumulate it writes temporaries
  * placed after its scratchpad in the workspace, which are then added. When
  * diff_src is not wanted (NULL), the two parameter gradients are computed
