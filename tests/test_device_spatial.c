@@ -1716,6 +1716,20 @@ static void bn_backward_all(tdev *t)
 
 static void test_bnorm_backward(void **st) { bn_each_layout(*st, bn_backward_all); }
 
+/* Run d's op on a, then again without a workspace (refused: its chunks'
+ * sums live there), and bring its 3 outputs to the host. */
+static void bn_run_refused(tdev *t, const bfit_op_desc *d, bfit_op_args *a, tbuf *out)
+{
+    bfit_op *op = mkop(t, d);
+    run(t, op, a);
+    a->workspace = NULL;
+    assert_int_equal(bfit_op_run(op, a), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "needs the workspace"));
+    bfit_op_free(op);
+    for (int i = 0; i < 3; i++)
+        tbuf_down(t, &out[i]);
+}
+
 /* The blocked backward (cpu_bnorm.c's bwd_own_blk) sums by chunks of
  * samples whose count is the samples' alone: 1 and 2 threads give the same
  * bits (dx, dscale, dshift), and a run without its workspace is refused.
@@ -1731,7 +1745,6 @@ static void test_bnorm_blocked_threads(void **st)
     tbuf v = randbuf(t, c.c, 404), out[2][3];
     bfit_device_info di;
     bfit_op_args a = {0};
-    bfit_op *op;
 
     bn_blk = bfit_device_layout_block(t->dev, BFIT_F32);
     bfit_device_info_get(t->dev, &di);
@@ -1748,16 +1761,9 @@ static void test_bnorm_blocked_threads(void **st)
         assert_int_equal(bfit_device_set_threads(t->dev, th, 0), BFIT_OK);
         out[th - 1][0] = nanbuf(t, (size_t)nx * 4);
         out[th - 1][1] = nanbuf(t, (size_t)c.c * 4), out[th - 1][2] = nanbuf(t, (size_t)c.c * 4);
-        op = mkop(t, &d);
         a.src = x.d, a.diff_dst = dy.d, a.scale = g.d, a.mean = m.d, a.var = v.d;
         a.diff_src = out[th - 1][0].d, a.diff_scale = out[th - 1][1].d, a.diff_shift = out[th - 1][2].d;
-        run(t, op, &a);
-        a.workspace = NULL;
-        assert_int_equal(bfit_op_run(op, &a), BFIT_EINVAL);
-        assert_non_null(strstr(bfit_errmsg(), "needs the workspace"));
-        bfit_op_free(op);
-        for (int i = 0; i < 3; i++)
-            tbuf_down(t, &out[th - 1][i]);
+        bn_run_refused(t, &d, &a, out[th - 1]);
     }
     assert_false(isnan(TB_F(out[0][0])[nx - 1]));
     for (int i = 0; i < 3; i++)
@@ -1790,21 +1796,13 @@ static void test_bnorm_bf16_blocked_threads(void **st)
     }
     for (int th = 1; th <= 2; th++) {
         bfit_op_desc d = bn_desc(&c, BFIT_OP_BNORM_FWD, 1, 0);
-        bfit_op *op;
         d.dtype = BFIT_BF16;
         assert_int_equal(bfit_device_set_threads(t->dev, th, 0), BFIT_OK);
         out[th - 1][0] = nanbuf(t, (size_t)nx * 2);
         out[th - 1][1] = nanbuf(t, (size_t)c.c * 4), out[th - 1][2] = nanbuf(t, (size_t)c.c * 4);
-        op = mkop(t, &d);
         a.src = x.d, a.dst = out[th - 1][0].d, a.scale = g.d, a.shift = b.d;
         a.mean = out[th - 1][1].d, a.var = out[th - 1][2].d;
-        run(t, op, &a);
-        a.workspace = NULL;
-        assert_int_equal(bfit_op_run(op, &a), BFIT_EINVAL);
-        assert_non_null(strstr(bfit_errmsg(), "needs the workspace"));
-        bfit_op_free(op);
-        for (int i = 0; i < 3; i++)
-            tbuf_down(t, &out[th - 1][i]);
+        bn_run_refused(t, &d, &a, out[th - 1]);
     }
     assert_false(isnan(TB_F(out[0][2])[c.c - 1]));
     for (int i = 0; i < 3; i++)
