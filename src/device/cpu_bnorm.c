@@ -345,8 +345,10 @@ static void blk_consts(const bfit_op_desc *d, const bfit_op_args *a, int from_ds
 }
 
 /* Block kb's sums of dy and dy x^ over samples [i0, i1), per lane, into
- * out[2 l], out[2 l + 1]. A sample's block is hw B values, taken ROW at a
- * time (whole positions: ROW is a multiple of B), bf16 widened to f32. */
+ * out[2 l], out[2 l + 1]: f32 within a row, double across rows, x^'s
+ * factor inv applied to a row's sum. A sample's block is hw B values,
+ * taken ROW at a time (whole positions: ROW is a multiple of B), bf16
+ * widened to f32. */
 static void blk_sums(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t kb, int64_t i0, int64_t i1,
                      double *out)
 {
@@ -403,9 +405,10 @@ static void blk_dx(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, i
 
 /* bwd_own on nChw{B}c data: at each position a block's B channels are
  * contiguous, so the loops run over them as one vector; per channel the
- * same sums (in double) and the same dx as bwd_own. The sums by chunks of
- * samples into part (blk_chunks(n) x c pairs, the op's workspace), added
- * in chunk order; then dx by sample and block. oneDNN's blocked kernel
+ * sums and the dx of bwd_own, the sums f32 within a row and double across
+ * (blk_sums), dx in f32 (blk_dx). The sums by chunks of samples into part
+ * (blk_chunks(n) x c pairs, the op's workspace), added in chunk order;
+ * then dx by sample and block. oneDNN's blocked kernel
  * did this before for f32 (split over the samples too), but its threads
  * meet at a barrier of its own that spins: with two threads on one core
  * (packed beside another job) resnet-mini's batch norm backward took 10
