@@ -174,9 +174,10 @@ static inline int64_t bfit_cpu_conv_wnumel(const bfit_op_desc *d)
     return d->u.conv.oc * (d->u.conv.ic / (d->u.conv.groups > 1 ? d->u.conv.groups : 1)) * d->u.conv.kh *
            d->u.conv.kw;
 }
-/* cpu_conv_split.c: the f32 weight gradient with the samples split among
- * the threads, each part a one-thread op run by onednn_run. *out NULL where
- * it does not apply; else the split, and *ws the op's workspace. */
+/* cpu_conv_split.c: the weight gradient (f32 or bf16 data) with the
+ * samples split among the threads, each part a one-thread op run by
+ * onednn_run. *out NULL where it does not apply; else the split, and *ws
+ * the op's workspace. */
 typedef struct bfit_conv_split bfit_conv_split;
 int bfit_cpu_conv_split_make(cpu_op *op, int (*onednn_run)(cpu_op *, const bfit_op_args *), bfit_conv_split **out,
                              size_t *ws);

@@ -173,9 +173,9 @@ static void blk_stat_sums(const bfit_op_desc *d, const void *src, int64_t kb, in
 }
 
 /* Chunk sums of each channel (part[q c + k]) added in chunk order, over
- * cnt values: their means into part[k] (chunk 0's place). Inside a
- * parallel region. */
-static void fold_means(double *part, int64_t P, int64_t c, double cnt)
+ * cnt values: their means into part[k] (chunk 0's place) and, rounded,
+ * into out[k]. Inside a parallel region. */
+static void fold_means(double *part, int64_t P, int64_t c, double cnt, float *out)
 {
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < c; k++) {
@@ -183,6 +183,7 @@ static void fold_means(double *part, int64_t P, int64_t c, double cnt)
         for (int64_t q = 0; q < P; q++)
             t += part[q * c + k];
         part[k] = t / cnt;
+        out[k] = (float)part[k];
     }
 }
 
@@ -213,17 +214,13 @@ static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, double *pa
             for (int64_t kb = 0; kb < nb; kb++)
                 blk_stat_sums(d, a->src, kb, n * q / P, n * (q + 1) / P, NULL, pm + q * c + kb * B);
         if (train)
-            fold_means(pm, P, c, cnt);
+            fold_means(pm, P, c, cnt, mean);
 #pragma omp for collapse(2) schedule(static)
         for (int64_t q = 0; q < (train ? P : 0); q++)
             for (int64_t kb = 0; kb < nb; kb++)
                 blk_stat_sums(d, a->src, kb, n * q / P, n * (q + 1) / P, pm + kb * B, pv + q * c + kb * B);
         if (train)
-            fold_means(pv, P, c, cnt);
-#pragma omp for schedule(static)
-        for (int64_t k = 0; k < c; k++)
-            if (train)
-                mean[k] = (float)pm[k], var[k] = (float)pv[k];
+            fold_means(pv, P, c, cnt, var);
 #pragma omp for collapse(2) schedule(static)
         for (int64_t i = 0; i < n; i++)
             for (int64_t kb = 0; kb < nb; kb++) {

@@ -241,11 +241,11 @@ static int run_bwd_weights(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->diff_dst || !a->diff_weights || (bias && !a->diff_bias))
         return bfit_fail(BFIT_EINVAL,
                          "conv backward weights: src, diff_dst, diff_weights (and diff_bias) are required");
+    if ((rc = need_ws(op, a, "conv backward weights")) != BFIT_OK)
+        return rc;
     if (m->split)
-        return (rc = need_ws(op, a, "conv backward weights")) != BFIT_OK ? rc
-                                                                         : bfit_cpu_conv_split_run(op, m->split, a);
-    if ((rc = need_ws(op, a, "conv backward weights")) != BFIT_OK ||
-        (rc = input(op, R_IN0, a->src, a->workspace, &src)) ||
+        return bfit_cpu_conv_split_run(op, m->split, a);
+    if ((rc = input(op, R_IN0, a->src, a->workspace, &src)) ||
         (rc = input(op, R_IN1, a->diff_dst, a->workspace, &dd)))
         return rc;
     /* the blocked gradient (its reorder accumulates), or a temporary to add */
