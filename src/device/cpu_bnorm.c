@@ -22,6 +22,7 @@
 #include "device/cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 enum { P_FWD = 0, P_BWD = 1 };
 
@@ -75,34 +76,63 @@ static void narrow(void *p, bfit_dtype t, int64_t at, int64_t len, const float *
         bfit_cpu_bf16_cast(v, (uint16_t *)p + at, len, 1);
 }
 
+/* len values of p (f32 or bf16) from at, as f32, to buf. */
+static void gather(const void *p, bfit_dtype t, int64_t at, int64_t len, float *buf)
+{
+    if (t == BFIT_F32)
+        memcpy(buf, (const float *)p + at, (size_t)len * sizeof(float));
+    else
+        bfit_cpu_bf16_cast((const uint16_t *)p + at, buf, len, 0);
+}
+
 /* Channel k's values in rows of at most ROW: sample i, offset j0. */
 #define FOR_ROWS(n, c, hw, k, at, len)                                                                                 \
     for (int64_t i_ = 0; i_ < (n); i_++)                                                                               \
         for (int64_t j0_ = 0, at = (i_ * (c) + (k)) * (hw), len = (hw) < ROW ? (hw) : ROW; j0_ < (hw);               \
              j0_ += ROW, at += ROW, len = (hw)-j0_ < ROW ? (hw)-j0_ : ROW)
 
-/* The batch statistics of channel k (two passes, in double). */
+/* Chan, Golub and LeVeque's update: the statistics of a set of *cn values
+ * (mean *m, sum of squared deviations from it *q) joined by those of nb
+ * more (mean mb, squares qb). */
+static void chan_join(double *cn, double *m, double *q, double nb, double mb, double qb)
+{
+    double nn = *cn + nb, dl = mb - *m;
+    *m += dl * (nb / nn);
+    *q += qb + dl * dl * (*cn * nb / nn);
+    *cn = nn;
+}
+
+/* The batch statistics of channel k in one pass over memory: each row (in
+ * the L1 cache) in two, its mean and then the squares about it, in double;
+ * the rows joined by chan_join. Two passes over the whole map before. */
 static void stats_own(const bfit_op_desc *d, const void *src, int64_t k, double *m, double *v)
 {
-    int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
-    double cnt = (double)(n * hw), s = 0, ss = 0, mean;
+    const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
+    const int64_t per = hw < ROW ? ROW / hw : 1; /* samples a row holds */
+    double cn = 0, mean = 0, ss = 0;
     float xb[ROW];
 
-    FOR_ROWS(n, c, hw, k, at, len) {
-        const float *x = widen(src, d->dtype, at, len, xb);
+    for (int64_t i = 0; i < n; i += per)
+        for (int64_t j0 = 0; j0 < hw; j0 += ROW) {
+            const float *x = xb;
+            int64_t len = 0;
+            double s = 0, q = 0, rm;
+            if (per > 1) /* short maps: several samples' in one row */
+                for (int64_t i2 = i; i2 < n && i2 < i + per; i2++, len += hw)
+                    gather(src, d->dtype, (i2 * c + k) * hw, hw, xb + len);
+            else
+                len = hw - j0 < ROW ? hw - j0 : ROW, x = widen(src, d->dtype, (i * c + k) * hw + j0, len, xb);
 #pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < len; j++)
-            s += x[j];
-    }
-    mean = s / cnt;
-    FOR_ROWS(n, c, hw, k, at, len) {
-        const float *x = widen(src, d->dtype, at, len, xb);
-#pragma omp simd reduction(+ : ss)
-        for (int64_t j = 0; j < len; j++)
-            ss += ((double)x[j] - mean) * ((double)x[j] - mean);
-    }
+            for (int64_t j = 0; j < len; j++)
+                s += x[j];
+            rm = s / (double)len;
+#pragma omp simd reduction(+ : q)
+            for (int64_t j = 0; j < len; j++)
+                q += ((double)x[j] - rm) * ((double)x[j] - rm);
+            chan_join(&cn, &mean, &ss, (double)len, rm, q);
+        }
     *m = mean;
-    *v = ss / cnt;
+    *v = ss / cn;
 }
 
 /* Forward by our own loops: training takes the batch statistics into
@@ -144,53 +174,110 @@ static void fwd_own(const bfit_op_desc *d, const bfit_op_args *a)
 #define BLK_CHUNKS 16
 static int64_t blk_chunks(int64_t n) { return n < BLK_CHUNKS ? n : BLK_CHUNKS; }
 
-/* Block kb's sums over samples [i0, i1), per lane, in out[l]: of x, or
- * (m set) of (x - m)^2; f32 within a row of ROW values (whole positions:
- * ROW is a multiple of B), double across rows. */
-static void blk_stat_sums(const bfit_op_desc *d, const void *src, int64_t kb, int64_t i0, int64_t i1,
-                          const double *m, double *out)
-{
-    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B, row = hw * B;
-    double s[16] = {0};
-    float xb[ROW], mf[16];
+/* The blocked loops are written once, for a block of B lanes, and called
+ * through BLK_B with B a constant (16 or 8, the desc's): their per-lane
+ * sums then stay in registers; with B read from the desc they went through
+ * the stack at every position. */
+#define BLK_FN static inline __attribute__((always_inline))
+#define BLK_B(f, d, ...) ((d)->u.bnorm.blk == 16 ? f##_b(d, __VA_ARGS__, 16) : f##_b(d, __VA_ARGS__, 8))
 
-    for (int64_t l = 0; l < B; l++)
-        mf[l] = m ? (float)m[l] : 0.0f;
-    for (int64_t i = i0; i < i1; i++)
-        for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
-            const int64_t len = row - j0 < ROW ? row - j0 : ROW;
-            const float *x = widen(src, d->dtype, at, len, xb);
-            float r[16] = {0};
-            for (int64_t q = 0; q < len; q += B)
+/* Block kb's statistics over samples [i0, i1), per lane: the mean in
+ * mq[l], the sum of squared deviations from it in qq[l]. Each row (ROW
+ * values, whole positions: ROW is a multiple of B; in the L1 cache) in two
+ * passes in f32, its sums and then the squares about its mean; the rows
+ * joined in double (chan_join). One pass over memory, where the means and
+ * then the squares about them took two. */
+BLK_FN void blk_stats_b(const bfit_op_desc *d, const void *src, int64_t kb, int64_t i0, int64_t i1, double *mq,
+                        double *qq, const int64_t B)
+{
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, nb = d->u.bnorm.c / B, row = hw * B;
+    const int64_t per = row < ROW ? ROW / row : 1; /* samples a row holds */
+    double cn = 0, m[16] = {0}, q[16] = {0};
+    float xb[ROW];
+
+    for (int64_t i = i0; i < i1; i += per)
+        for (int64_t j0 = 0; j0 < row; j0 += ROW) {
+            const float *x = xb;
+            int64_t len = 0, np;
+            if (per > 1) /* short maps: several samples' in one row */
+                for (int64_t i2 = i; i2 < i1 && i2 < i + per; i2++, len += row)
+                    gather(src, d->dtype, (i2 * nb + kb) * row, row, xb + len);
+            else
+                len = row - j0 < ROW ? row - j0 : ROW, x = widen(src, d->dtype, (i * nb + kb) * row + j0, len, xb);
+            np = len / B;
+            float r[16] = {0}, rm[16], r1[16] = {0}, r2[16] = {0};
+            for (int64_t p = 0; p < len; p += B)
 #pragma omp simd
                 for (int64_t l = 0; l < B; l++)
-                    r[l] = m ? fmaf(x[q + l] - mf[l], x[q + l] - mf[l], r[l]) : r[l] + x[q + l];
+                    r[l] += x[p + l];
             for (int64_t l = 0; l < B; l++)
-                s[l] += r[l];
+                rm[l] = r[l] / (float)np;
+            for (int64_t p = 0; p < len; p += B)
+#pragma omp simd
+                for (int64_t l = 0; l < B; l++) {
+                    r1[l] += x[p + l] - rm[l];
+                    r2[l] = fmaf(x[p + l] - rm[l], x[p + l] - rm[l], r2[l]);
+                }
+            for (int64_t l = 0; l < B; l++) {
+                /* rm is off the row's mean by f32's sum of values far from
+                 * 0: the deviations' sum r1 corrects it (the corrected
+                 * two-pass algorithm) */
+                double c0 = cn, d1 = (double)r1[l] / (double)np;
+                chan_join(&c0, &m[l], &q[l], (double)np, rm[l] + d1, r2[l] - d1 * r1[l]);
+            }
+            cn += (double)np;
         }
     for (int64_t l = 0; l < B; l++)
-        out[l] = s[l];
+        mq[l] = m[l], qq[l] = q[l];
 }
 
-/* Chunk sums of each channel (part[q c + k]) added in chunk order, over
- * cnt values: their means into part[k] (chunk 0's place) and, rounded,
- * into out[k]. Inside a parallel region. */
-static void fold_means(double *part, int64_t P, int64_t c, double cnt, float *out)
+/* The chunks' statistics of each channel (means pm[q c + k], squared
+ * deviations pq[q c + k]; chunk q over samples [n q / P, n (q + 1) / P) of
+ * hw values each) joined in chunk order: the mean into pm[k] (chunk 0's
+ * place) and mean[k], the biased variance into pq[k] and var[k]. Inside a
+ * parallel region. */
+static void fold_stats(double *pm, double *pq, int64_t n, int64_t P, int64_t c, int64_t hw, float *mean, float *var)
 {
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < c; k++) {
-        double t = 0;
-        for (int64_t q = 0; q < P; q++)
-            t += part[q * c + k];
-        part[k] = t / cnt;
-        out[k] = (float)part[k];
+        double cn = 0, m = 0, q = 0;
+        for (int64_t p = 0; p < P; p++)
+            chan_join(&cn, &m, &q, (double)((n * (p + 1) / P - n * p / P) * hw), pm[p * c + k], pq[p * c + k]);
+        pm[k] = m, pq[k] = q / cn;
+        mean[k] = (float)m, var[k] = (float)pq[k];
+    }
+}
+
+/* Sample i's y in block kb from the batch statistics (pm, pv: training) or
+ * the given ones (pm NULL: eval). */
+BLK_FN void blk_norm_b(const bfit_op_desc *d, const bfit_op_args *a, const double *pm, const double *pv, int64_t i,
+                       int64_t kb, const int64_t B)
+{
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, nb = d->u.bnorm.c / B, row = hw * B;
+    const float *g = a->scale, *b = a->shift, *mean = a->mean, *var = a->var;
+    float xb[ROW], yb[ROW], mf[16], sc[16], sh[16];
+
+    for (int64_t l = 0; l < B; l++) {
+        const int64_t k = kb * B + l;
+        double m = pm ? pm[k] : mean[k], v = pm ? pv[k] : var[k];
+        mf[l] = (float)m, sc[l] = (float)(g[k] / sqrt(v + d->u.bnorm.eps)), sh[l] = b[k];
+    }
+    for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+        const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+        const float *x = widen(a->src, d->dtype, at, len, xb);
+        float *y = out_row(a->dst, d->dtype, at, yb);
+        for (int64_t q = 0; q < len; q += B)
+#pragma omp simd
+            for (int64_t l = 0; l < B; l++)
+                y[q + l] = fmaf(x[q + l] - mf[l], sc[l], sh[l]);
+        narrow(a->dst, d->dtype, at, len, y);
     }
 }
 
 /* fwd_own on nChw{B}c data (f32 or bf16, as widen() reads it): training's
- * two passes for the statistics by chunks of samples (blk_chunks) into
- * part (2 x chunks x c doubles: the op's workspace): the means, then the
- * squared deviations from them; y = (x - mean) scale' + shift in f32 (one
+ * statistics by chunks of samples (blk_chunks, blk_stats) into part (2 x
+ * chunks x c doubles: the op's workspace), each chunk's means and squared
+ * deviations, joined in chunk order (fold_stats); y = (x - mean) scale' + shift in f32 (one
  * subtraction and one FMA, within 2 roundings of the output; bf16 rounded
  * once more), by sample and block. By block alone before, one thread did
  * all of a 16-channel net's. oneDNN's bnorm_jit took a blocked batch norm
@@ -200,11 +287,8 @@ static void fold_means(double *part, int64_t P, int64_t c, double cnt, float *ou
 static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, double *part)
 {
     const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(n);
-    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, row = hw * B;
-    const double cnt = (double)(n * hw);
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w;
     const int train = d->u.bnorm.training;
-    const float *g = a->scale, *b = a->shift;
-    float *mean = a->mean, *var = a->var;
     double *pm = part, *pv = train ? part + P * c : NULL;
 
 #pragma omp parallel
@@ -212,35 +296,13 @@ static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, double *pa
 #pragma omp for collapse(2) schedule(static)
         for (int64_t q = 0; q < (train ? P : 0); q++)
             for (int64_t kb = 0; kb < nb; kb++)
-                blk_stat_sums(d, a->src, kb, n * q / P, n * (q + 1) / P, NULL, pm + q * c + kb * B);
+                BLK_B(blk_stats, d, a->src, kb, n * q / P, n * (q + 1) / P, pm + q * c + kb * B, pv + q * c + kb * B);
         if (train)
-            fold_means(pm, P, c, cnt, mean);
-#pragma omp for collapse(2) schedule(static)
-        for (int64_t q = 0; q < (train ? P : 0); q++)
-            for (int64_t kb = 0; kb < nb; kb++)
-                blk_stat_sums(d, a->src, kb, n * q / P, n * (q + 1) / P, pm + kb * B, pv + q * c + kb * B);
-        if (train)
-            fold_means(pv, P, c, cnt, var);
+            fold_stats(pm, pv, n, P, c, hw, a->mean, a->var);
 #pragma omp for collapse(2) schedule(static)
         for (int64_t i = 0; i < n; i++)
-            for (int64_t kb = 0; kb < nb; kb++) {
-                float xb[ROW], yb[ROW], mf[16], sc[16], sh[16];
-                for (int64_t l = 0; l < B; l++) {
-                    const int64_t k = kb * B + l;
-                    double m = train ? pm[k] : mean[k], v = train ? pv[k] : var[k];
-                    mf[l] = (float)m, sc[l] = (float)(g[k] / sqrt(v + d->u.bnorm.eps)), sh[l] = b[k];
-                }
-                for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
-                    const int64_t len = row - j0 < ROW ? row - j0 : ROW;
-                    const float *x = widen(a->src, d->dtype, at, len, xb);
-                    float *y = out_row(a->dst, d->dtype, at, yb);
-                    for (int64_t q = 0; q < len; q += B)
-#pragma omp simd
-                        for (int64_t l = 0; l < B; l++)
-                            y[q + l] = fmaf(x[q + l] - mf[l], sc[l], sh[l]);
-                    narrow(a->dst, d->dtype, at, len, y);
-                }
-            }
+            for (int64_t kb = 0; kb < nb; kb++)
+                BLK_B(blk_norm, d, a, train ? pm : NULL, pv, i, kb);
     }
 }
 
@@ -346,10 +408,10 @@ static void blk_consts(const bfit_op_desc *d, const bfit_op_args *a, int from_ds
  * factor inv applied to a row's sum. A sample's block is hw B values,
  * taken ROW at a time (whole positions: ROW is a multiple of B), bf16
  * widened to f32. */
-static void blk_sums(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t kb, int64_t i0, int64_t i1,
-                     double *out)
+BLK_FN void blk_sums_b(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t kb, int64_t i0,
+                       int64_t i1, double *out, const int64_t B)
 {
-    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B, row = hw * B;
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, nb = d->u.bnorm.c / B, row = hw * B;
     double sdy[16] = {0}, sdyx[16] = {0}, off[16], inv[16], coef[16];
     float xb[ROW], gb[ROW], fo[16], fi[16];
 
@@ -375,10 +437,10 @@ static void blk_sums(const bfit_op_desc *d, const bfit_op_args *a, int from_dst,
 }
 
 /* Sample i's dx in block kb from the means of the sums (m[2 l], m[2 l + 1]). */
-static void blk_dx(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t i, int64_t kb,
-                   const double *m)
+BLK_FN void blk_dx_b(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t i, int64_t kb,
+                     const double *m, const int64_t B)
 {
-    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, B = d->u.bnorm.blk, nb = d->u.bnorm.c / B, row = hw * B;
+    const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, nb = d->u.bnorm.c / B, row = hw * B;
     double off[16], inv[16], coef[16];
     float xb[ROW], gb[ROW], ob[ROW], fo[16], fa[16], fb[16], fc[16];
 
@@ -422,7 +484,7 @@ static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_d
 #pragma omp for collapse(2) schedule(static)
         for (int64_t q = 0; q < P; q++)
             for (int64_t kb = 0; kb < nb; kb++)
-                blk_sums(d, a, from_dst, kb, n * q / P, n * (q + 1) / P, part + 2 * (q * c + kb * B));
+                BLK_B(blk_sums, d, a, from_dst, kb, n * q / P, n * (q + 1) / P, part + 2 * (q * c + kb * B));
 #pragma omp for schedule(static)
         for (int64_t k = 0; k < c; k++) {
             double sdy = 0, sdyx = 0;
@@ -436,7 +498,7 @@ static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_d
 #pragma omp for collapse(2) schedule(static)
             for (int64_t i = 0; i < n; i++)
                 for (int64_t kb = 0; kb < nb; kb++)
-                    blk_dx(d, a, from_dst, i, kb, part + 2 * kb * B);
+                    BLK_B(blk_dx, d, a, from_dst, i, kb, part + 2 * kb * B);
         }
     }
 }
