@@ -146,21 +146,22 @@ static void fwd_own(const bfit_op_desc *d, const bfit_op_args *a)
 
 #pragma omp parallel for
     for (int64_t k = 0; k < c; k++) {
-        double m = mean[k], v = var[k], sc, sh;
-        float xb[ROW], yb[ROW];
+        double m = mean[k], v = var[k];
+        float xb[ROW], yb[ROW], mf, sc, sh;
         if (d->u.bnorm.training) {
             stats_own(d, a->src, k, &m, &v);
             mean[k] = (float)m;
             var[k] = (float)v;
         }
-        sc = g[k] / sqrt(v + d->u.bnorm.eps);
-        sh = b[k];
+        /* y in f32 as the blocked loops' (one subtraction and one FMA):
+         * in double it took twice the vectors */
+        mf = (float)m, sc = (float)(g[k] / sqrt(v + d->u.bnorm.eps)), sh = b[k];
         FOR_ROWS(n, c, hw, k, at, len) {
             const float *x = widen(a->src, t, at, len, xb);
             float *y = out_row(a->dst, t, at, yb);
 #pragma omp simd
             for (int64_t j = 0; j < len; j++)
-                y[j] = (float)(((double)x[j] - m) * sc + sh);
+                y[j] = fmaf(x[j] - mf, sc, sh);
             narrow(a->dst, t, at, len, y);
         }
     }
@@ -248,10 +249,12 @@ static void fold_stats(double *pm, double *pq, int64_t n, int64_t P, int64_t c, 
     }
 }
 
-/* Sample i's y in block kb from the batch statistics (pm, pv: training) or
- * the given ones (pm NULL: eval). */
-BLK_FN void blk_norm_b(const bfit_op_desc *d, const bfit_op_args *a, const double *pm, const double *pv, int64_t i,
-                       int64_t kb, const int64_t B)
+/* Samples [i0, i1)'s y in block kb from the batch statistics (pm, pv:
+ * training) or the given ones (pm NULL: eval); the lanes' constants once
+ * for the samples (per sample before: on short maps, such as DenseNet's
+ * last 2x2, their square roots and divisions outweighed the values). */
+BLK_FN void blk_norm_b(const bfit_op_desc *d, const bfit_op_args *a, const double *pm, const double *pv, int64_t i0,
+                       int64_t i1, int64_t kb, const int64_t B)
 {
     const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, nb = d->u.bnorm.c / B, row = hw * B;
     const float *g = a->scale, *b = a->shift, *mean = a->mean, *var = a->var;
@@ -262,16 +265,17 @@ BLK_FN void blk_norm_b(const bfit_op_desc *d, const bfit_op_args *a, const doubl
         double m = pm ? pm[k] : mean[k], v = pm ? pv[k] : var[k];
         mf[l] = (float)m, sc[l] = (float)(g[k] / sqrt(v + d->u.bnorm.eps)), sh[l] = b[k];
     }
-    for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
-        const int64_t len = row - j0 < ROW ? row - j0 : ROW;
-        const float *x = widen(a->src, d->dtype, at, len, xb);
-        float *y = out_row(a->dst, d->dtype, at, yb);
-        for (int64_t q = 0; q < len; q += B)
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+            const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+            const float *x = widen(a->src, d->dtype, at, len, xb);
+            float *y = out_row(a->dst, d->dtype, at, yb);
+            for (int64_t q = 0; q < len; q += B)
 #pragma omp simd
-            for (int64_t l = 0; l < B; l++)
-                y[q + l] = fmaf(x[q + l] - mf[l], sc[l], sh[l]);
-        narrow(a->dst, d->dtype, at, len, y);
-    }
+                for (int64_t l = 0; l < B; l++)
+                    y[q + l] = fmaf(x[q + l] - mf[l], sc[l], sh[l]);
+            narrow(a->dst, d->dtype, at, len, y);
+        }
 }
 
 /* fwd_own on nChw{B}c data (f32 or bf16, as widen() reads it): training's
@@ -300,9 +304,9 @@ static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, double *pa
         if (train)
             fold_stats(pm, pv, n, P, c, hw, a->mean, a->var);
 #pragma omp for collapse(2) schedule(static)
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t q = 0; q < P; q++)
             for (int64_t kb = 0; kb < nb; kb++)
-                BLK_B(blk_norm, d, a, train ? pm : NULL, pv, i, kb);
+                BLK_B(blk_norm, d, a, train ? pm : NULL, pv, n * q / P, n * (q + 1) / P, kb);
     }
 }
 
@@ -364,7 +368,7 @@ static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
         double sdy = 0, sdyx = 0, rstd = 1.0 / sqrt((double)var[k] + d->u.bnorm.eps), mdy, mdyx;
         double coef = g[k] * rstd, off = from_dst ? b[k] : mean[k];
         double inv = from_dst ? (g[k] != 0.0f ? 1.0 / g[k] : 0.0) : rstd;
-        float xb[ROW], gb[ROW], ob[ROW];
+        float xb[ROW], gb[ROW], ob[ROW], fo, fa, fb, fc;
         FOR_ROWS(n, c, hw, k, at, len) {
             const float *x = widen(a->src, t, at, len, xb), *dy = widen(a->diff_dst, t, at, len, gb);
 #pragma omp simd reduction(+ : sdy, sdyx)
@@ -378,12 +382,14 @@ static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
         if (!a->diff_src)
             continue;
         mdy = sdy / cnt, mdyx = sdyx / cnt;
+        /* dx in f32 as blk_dx's: in double it took twice the vectors */
+        fo = (float)off, fa = (float)coef, fb = (float)(-coef * inv * mdyx), fc = (float)(-coef * mdy);
         FOR_ROWS(n, c, hw, k, at, len) {
             const float *x = widen(a->src, t, at, len, xb), *dy = widen(a->diff_dst, t, at, len, gb);
             float *dx = out_row(a->diff_src, t, at, ob);
 #pragma omp simd
             for (int64_t j = 0; j < len; j++)
-                dx[j] = (float)(coef * (dy[j] - mdy - ((double)x[j] - off) * inv * mdyx));
+                dx[j] = fmaf(fa, dy[j], fmaf(fb, x[j] - fo, fc));
             narrow(a->diff_src, t, at, len, dx);
         }
     }
@@ -436,9 +442,10 @@ BLK_FN void blk_sums_b(const bfit_op_desc *d, const bfit_op_args *a, int from_ds
         out[2 * l] = sdy[l], out[2 * l + 1] = sdyx[l];
 }
 
-/* Sample i's dx in block kb from the means of the sums (m[2 l], m[2 l + 1]). */
-BLK_FN void blk_dx_b(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t i, int64_t kb,
-                     const double *m, const int64_t B)
+/* Samples [i0, i1)'s dx in block kb from the means of the sums (m[2 l],
+ * m[2 l + 1]); the lanes' constants once for the samples, as blk_norm. */
+BLK_FN void blk_dx_b(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, int64_t i0, int64_t i1,
+                     int64_t kb, const double *m, const int64_t B)
 {
     const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, nb = d->u.bnorm.c / B, row = hw * B;
     double off[16], inv[16], coef[16];
@@ -450,16 +457,18 @@ BLK_FN void blk_dx_b(const bfit_op_desc *d, const bfit_op_args *a, int from_dst,
     for (int64_t l = 0; l < B; l++)
         fo[l] = (float)off[l], fa[l] = (float)coef[l], fb[l] = (float)(-coef[l] * inv[l] * m[2 * l + 1]),
         fc[l] = (float)(-coef[l] * m[2 * l]);
-    for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
-        const int64_t len = row - j0 < ROW ? row - j0 : ROW;
-        const float *xr = widen(a->src, d->dtype, at, len, xb), *gr = widen(a->diff_dst, d->dtype, at, len, gb);
-        float *o = out_row(a->diff_src, d->dtype, at, ob);
-        for (int64_t q = 0; q < len; q += B)
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j0 = 0, at = (i * nb + kb) * row; j0 < row; j0 += ROW, at += ROW) {
+            const int64_t len = row - j0 < ROW ? row - j0 : ROW;
+            const float *xr = widen(a->src, d->dtype, at, len, xb);
+            const float *gr = widen(a->diff_dst, d->dtype, at, len, gb);
+            float *o = out_row(a->diff_src, d->dtype, at, ob);
+            for (int64_t q = 0; q < len; q += B)
 #pragma omp simd
-            for (int64_t l = 0; l < B; l++)
-                o[q + l] = fmaf(fa[l], gr[q + l], fmaf(fb[l], xr[q + l] - fo[l], fc[l]));
-        narrow(a->diff_src, d->dtype, at, len, o);
-    }
+                for (int64_t l = 0; l < B; l++)
+                    o[q + l] = fmaf(fa[l], gr[q + l], fmaf(fb[l], xr[q + l] - fo[l], fc[l]));
+            narrow(a->diff_src, d->dtype, at, len, o);
+        }
 }
 
 /* bwd_own on nChw{B}c data: at each position a block's B channels are
@@ -496,9 +505,9 @@ static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_d
         }
         if (a->diff_src) {
 #pragma omp for collapse(2) schedule(static)
-            for (int64_t i = 0; i < n; i++)
+            for (int64_t q = 0; q < P; q++)
                 for (int64_t kb = 0; kb < nb; kb++)
-                    BLK_B(blk_dx, d, a, from_dst, i, kb, part + 2 * kb * B);
+                    BLK_B(blk_dx, d, a, from_dst, n * q / P, n * (q + 1) / P, kb, part + 2 * kb * B);
         }
     }
 }
