@@ -1199,7 +1199,9 @@ static const bn_case bn_cases[] = {
     {3, 16, 5, 7},
     {2, 32, 3, 3},
     {5, 8, 2, 2},
-    {18, 16, 3, 5}, /* more samples than the blocked backward's 16 chunks: chunks of 1 and 2 */
+    /* more samples than the blocked loops' 16 chunks, with enough values for
+     * 16 (cpu_bnorm.c's blk_chunks): chunks of 1 and 2 */
+    {18, 16, 22, 21},
 };
 
 /* The layout the cases run in: 0 nchw, 8 or 16 nChw8c / nChw16c (a layout
@@ -1744,7 +1746,7 @@ static void bn_run_refused(tdev *t, const bfit_op_desc *d, bfit_op_args *a, tbuf
 static void test_bnorm_blocked_threads(void **st)
 {
     tdev *t = *st;
-    const bn_case c = {21, 32, 5, 6};
+    const bn_case c = {21, 32, 20, 20}; /* values enough for 16 chunks (of 1 and 2 samples) */
     int64_t nx = (int64_t)c.n * c.c * c.h * c.w;
     tbuf x = randbuf(t, nx, 400), dy = randbuf(t, nx, 401), g = randbuf(t, c.c, 402), m = randbuf(t, c.c, 403);
     tbuf v = randbuf(t, c.c, 404), out[2][3];
@@ -1784,7 +1786,7 @@ static void test_bnorm_blocked_threads(void **st)
 static void test_bnorm_bf16_blocked_threads(void **st)
 {
     tdev *t = *st;
-    const bn_case c = {21, 32, 5, 6};
+    const bn_case c = {21, 32, 20, 20}; /* values enough for 16 chunks (of 1 and 2 samples) */
     int64_t nx = (int64_t)c.n * c.c * c.h * c.w;
     float *fx = malloc((size_t)nx * 4);
     tbuf x = bf16buf(t, fx, nx, 410), g = randbuf(t, c.c, 411), b = randbuf(t, c.c, 412), out[2][3];

@@ -169,11 +169,20 @@ static void fwd_own(const bfit_op_desc *d, const bfit_op_args *a)
 
 /* fwd_own_blk's and bwd_own_blk's sums are over this many chunks of the
  * samples, each chunk's partial sums held in the workspace and added in
- * chunk order: a count of the samples' alone, so that the sums are the
+ * chunk order: a count of the op's sizes alone, so that the sums are the
  * same whatever the threads. Chunks times channel blocks are the work the
- * threads share: with one block (16 channels) the samples alone spread it. */
+ * threads share: with one block (16 channels) the samples alone spread it.
+ * At most BLK_CHUNKS, and each chunk at least BLK_CHUNK_MIN values of a
+ * block: on short maps (MobileNetV2's 2x2 of 960 channels) chunks of a
+ * sample or two were more tasks and joins than values. */
 #define BLK_CHUNKS 16
-static int64_t blk_chunks(int64_t n) { return n < BLK_CHUNKS ? n : BLK_CHUNKS; }
+#define BLK_CHUNK_MIN 4096
+static int64_t blk_chunks(const bfit_op_desc *d)
+{
+    int64_t n = d->u.bnorm.n, p = n * d->u.bnorm.h * d->u.bnorm.w * d->u.bnorm.blk / BLK_CHUNK_MIN;
+    p = p < n ? p : n;
+    return p < 1 ? 1 : p < BLK_CHUNKS ? p : BLK_CHUNKS;
+}
 
 /* The blocked loops are written once, for a block of B lanes, and called
  * through BLK_B with B a constant (16 or 8, the desc's): their per-lane
@@ -290,7 +299,7 @@ BLK_FN void blk_norm_b(const bfit_op_desc *d, const bfit_op_args *a, const doubl
  * statistics the most. */
 static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, double *part)
 {
-    const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(n);
+    const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(d);
     const int64_t hw = d->u.bnorm.h * d->u.bnorm.w;
     const int train = d->u.bnorm.training;
     double *pm = part, *pv = train ? part + P * c : NULL;
@@ -475,7 +484,7 @@ BLK_FN void blk_dx_b(const bfit_op_desc *d, const bfit_op_args *a, int from_dst,
  * contiguous, so the loops run over them as one vector; per channel the
  * sums and the dx of bwd_own, the sums f32 within a row and double across
  * (blk_sums), dx in f32 (blk_dx). The sums by chunks of samples into part
- * (blk_chunks(n) x c pairs, the op's workspace), added in chunk order;
+ * (blk_chunks(d) x c pairs, the op's workspace), added in chunk order;
  * then dx by sample and block. oneDNN's blocked kernel
  * did this before for f32 (split over the samples too), but its threads
  * meet at a barrier of its own that spins: with two threads on one core
@@ -484,7 +493,7 @@ BLK_FN void blk_dx_b(const bfit_op_desc *d, const bfit_op_args *a, int from_dst,
  * libgomp's. */
 static void bwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, int from_dst, double *part)
 {
-    const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(n);
+    const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(d);
     const double cnt = (double)(n * d->u.bnorm.h * d->u.bnorm.w);
     float *ds = a->diff_scale, *dh = a->diff_shift;
 
@@ -617,7 +626,7 @@ int bfit_cpu_bnorm_init(cpu_op *op)
         op->run = d->kind == BFIT_OP_BNORM_FWD ? run_fwd : run_bwd;
         /* the chunks' sums: bwd_own_blk's, a training fwd_own_blk's */
         op->ws = d->u.bnorm.blk && (d->kind == BFIT_OP_BNORM_BWD || d->u.bnorm.training)
-                     ? (size_t)blk_chunks(sd[0]) * (size_t)sd[1] * 2 * sizeof(double)
+                     ? (size_t)blk_chunks(d) * (size_t)sd[1] * 2 * sizeof(double)
                      : 0;
         op->saved = 0;
         return BFIT_OK;
