@@ -290,9 +290,9 @@ BLK_FN void blk_norm_b(const bfit_op_desc *d, const bfit_op_args *a, const doubl
 /* fwd_own on nChw{B}c data (f32 or bf16, as widen() reads it): training's
  * statistics by chunks of samples (blk_chunks, blk_stats) into part (2 x
  * chunks x c doubles: the op's workspace), each chunk's means and squared
- * deviations, joined in chunk order (fold_stats); y = (x - mean) scale' + shift in f32 (one
- * subtraction and one FMA, within 2 roundings of the output; bf16 rounded
- * once more), by sample and block. By block alone before, one thread did
+ * deviations, joined in chunk order (fold_stats); y = (x - mean) scale' +
+ * shift in f32 (one subtraction and one FMA, within 2 roundings of the
+ * output; bf16 rounded once more), by chunk and block (blk_norm). By block alone before, one thread did
  * all of a 16-channel net's. oneDNN's bnorm_jit took a blocked batch norm
  * before that: MobileNetV2's gradients against PyTorch float64 erred 3.5
  * times PyTorch float32's (median over its tensors; nchw 1.1), its batch
@@ -306,12 +306,14 @@ static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, double *pa
 
 #pragma omp parallel
     {
+        if (train) { /* eval skips these loops and their barriers */
 #pragma omp for collapse(2) schedule(static)
-        for (int64_t q = 0; q < (train ? P : 0); q++)
-            for (int64_t kb = 0; kb < nb; kb++)
-                BLK_B(blk_stats, d, a->src, kb, n * q / P, n * (q + 1) / P, pm + q * c + kb * B, pv + q * c + kb * B);
-        if (train)
+            for (int64_t q = 0; q < P; q++)
+                for (int64_t kb = 0; kb < nb; kb++)
+                    BLK_B(blk_stats, d, a->src, kb, n * q / P, n * (q + 1) / P, pm + q * c + kb * B,
+                          pv + q * c + kb * B);
             fold_stats(pm, pv, n, P, c, hw, a->mean, a->var);
+        }
 #pragma omp for collapse(2) schedule(static)
         for (int64_t q = 0; q < P; q++)
             for (int64_t kb = 0; kb < nb; kb++)
