@@ -76,13 +76,24 @@ static void narrow(void *p, bfit_dtype t, int64_t at, int64_t len, const float *
         bfit_cpu_bf16_cast(v, (uint16_t *)p + at, len, 1);
 }
 
-/* len values of p (f32 or bf16) from at, as f32, to buf. */
-static void gather(const void *p, bfit_dtype t, int64_t at, int64_t len, float *buf)
+/* A row of the statistics' loops, as f32, its length in *len: of cnt
+ * samples' pieces of w values each, the first from at, the next stride
+ * apart. Several short pieces (cnt > 1) are gathered into buf; one piece's
+ * values from j0 on, at most ROW of them, are read as widen() reads. */
+static const float *stat_row(const void *p, bfit_dtype t, int64_t at, int64_t stride, int64_t cnt, int64_t w,
+                             int64_t j0, float *buf, int64_t *len)
 {
-    if (t == BFIT_F32)
-        memcpy(buf, (const float *)p + at, (size_t)len * sizeof(float));
-    else
-        bfit_cpu_bf16_cast((const uint16_t *)p + at, buf, len, 0);
+    if (cnt == 1) {
+        *len = w - j0 < ROW ? w - j0 : ROW;
+        return widen(p, t, at + j0, *len, buf);
+    }
+    for (int64_t i = 0; i < cnt; i++, at += stride)
+        if (t == BFIT_F32)
+            memcpy(buf + i * w, (const float *)p + at, (size_t)w * sizeof(float));
+        else
+            bfit_cpu_bf16_cast((const uint16_t *)p + at, buf + i * w, w, 0);
+    *len = cnt * w;
+    return buf;
 }
 
 /* Channel k's values in rows of at most ROW: sample i, offset j0. */
@@ -108,20 +119,16 @@ static void chan_join(double *cn, double *m, double *q, double nb, double mb, do
 static void stats_own(const bfit_op_desc *d, const void *src, int64_t k, double *m, double *v)
 {
     const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, hw = d->u.bnorm.h * d->u.bnorm.w;
-    const int64_t per = hw < ROW ? ROW / hw : 1; /* samples a row holds */
+    const int64_t per = hw < ROW ? ROW / hw : 1; /* samples a row holds (stat_row) */
     double cn = 0, mean = 0, ss = 0;
     float xb[ROW];
 
     for (int64_t i = 0; i < n; i += per)
         for (int64_t j0 = 0; j0 < hw; j0 += ROW) {
-            const float *x = xb;
-            int64_t len = 0;
+            int64_t len;
+            const float *x = stat_row(src, d->dtype, (i * c + k) * hw, c * hw, n - i < per ? n - i : per, hw, j0,
+                                      xb, &len);
             double s = 0, q = 0, rm;
-            if (per > 1) /* short maps: several samples' in one row */
-                for (int64_t i2 = i; i2 < n && i2 < i + per; i2++, len += hw)
-                    gather(src, d->dtype, (i2 * c + k) * hw, hw, xb + len);
-            else
-                len = hw - j0 < ROW ? hw - j0 : ROW, x = widen(src, d->dtype, (i * c + k) * hw + j0, len, xb);
 #pragma omp simd reduction(+ : s)
             for (int64_t j = 0; j < len; j++)
                 s += x[j];
@@ -201,19 +208,15 @@ BLK_FN void blk_stats_b(const bfit_op_desc *d, const void *src, int64_t kb, int6
                         double *qq, const int64_t B)
 {
     const int64_t hw = d->u.bnorm.h * d->u.bnorm.w, nb = d->u.bnorm.c / B, row = hw * B;
-    const int64_t per = row < ROW ? ROW / row : 1; /* samples a row holds */
+    const int64_t per = row < ROW ? ROW / row : 1; /* samples a row holds (stat_row) */
     double cn = 0, m[16] = {0}, q[16] = {0};
     float xb[ROW];
 
     for (int64_t i = i0; i < i1; i += per)
         for (int64_t j0 = 0; j0 < row; j0 += ROW) {
-            const float *x = xb;
-            int64_t len = 0, np;
-            if (per > 1) /* short maps: several samples' in one row */
-                for (int64_t i2 = i; i2 < i1 && i2 < i + per; i2++, len += row)
-                    gather(src, d->dtype, (i2 * nb + kb) * row, row, xb + len);
-            else
-                len = row - j0 < ROW ? row - j0 : ROW, x = widen(src, d->dtype, (i * nb + kb) * row + j0, len, xb);
+            int64_t len, np;
+            const float *x = stat_row(src, d->dtype, (i * nb + kb) * row, nb * row, i1 - i < per ? i1 - i : per,
+                                      row, j0, xb, &len);
             np = len / B;
             float r[16] = {0}, rm[16], r1[16] = {0}, r2[16] = {0};
             for (int64_t p = 0; p < len; p += B)
@@ -292,11 +295,11 @@ BLK_FN void blk_norm_b(const bfit_op_desc *d, const bfit_op_args *a, const doubl
  * chunks x c doubles: the op's workspace), each chunk's means and squared
  * deviations, joined in chunk order (fold_stats); y = (x - mean) scale' +
  * shift in f32 (one subtraction and one FMA, within 2 roundings of the
- * output; bf16 rounded once more), by chunk and block (blk_norm). By block alone before, one thread did
- * all of a 16-channel net's. oneDNN's bnorm_jit took a blocked batch norm
- * before that: MobileNetV2's gradients against PyTorch float64 erred 3.5
- * times PyTorch float32's (median over its tensors; nchw 1.1), its batch
- * statistics the most. */
+ * output; bf16 rounded once more), by chunk and block (blk_norm). By block
+ * alone before, one thread did all of a 16-channel net's. oneDNN's
+ * bnorm_jit took a blocked batch norm before that: MobileNetV2's gradients
+ * against PyTorch float64 erred 3.5 times PyTorch float32's (median over
+ * its tensors; nchw 1.1), its batch statistics the most. */
 static void fwd_own_blk(const bfit_op_desc *d, const bfit_op_args *a, double *part)
 {
     const int64_t n = d->u.bnorm.n, c = d->u.bnorm.c, B = d->u.bnorm.blk, nb = c / B, P = blk_chunks(d);
