@@ -292,7 +292,7 @@ static void test_matmul(void **st)
         dbuf x = db_rand(M * K, -1, 1, 1 + c), w = db_rand(K * N, -1, 1, 2 + c), b = db_rand(N, -1, 1, 3 + c);
         dbuf y = db_rand(M * N, -1, 1, 4 + c); /* the accumulated-into values */
         char what[64];
-        d.u.mm = (typeof(d.u.mm)){M, N, K, (c >> 1) & 1, (c >> 2) & 1, (c >> 3) & 1};
+        d.u.mm = (typeof(d.u.mm)){M, N, K, (c >> 1) & 1, (c >> 2) & 1, (c >> 3) & 1, 0};
         memset(a, 0, sizeof a);
         ARG(a, src, x);
         ARG(a, weights, w);
@@ -1130,7 +1130,7 @@ static void test_ops_bf16(void **st)
         dbuf x = db_rand_t(t, M * K, -1, 1, 241), w = db_rand_t(t, K * N, -1, 1, 242), b = db_rand(N, -1, 1, 243);
         dbuf y = c & 1 ? db_rand(M * N, -1, 1, 244) : db_new((size_t)(M * N) * 2);
         bfit_op_args a[NS];
-        d.u.mm = (typeof(d.u.mm)){M, N, K, c & 1, 0, (c >> 1) & 1};
+        d.u.mm = (typeof(d.u.mm)){M, N, K, c & 1, 0, (c >> 1) & 1, 0};
         memset(a, 0, sizeof a);
         ARG(a, src, x), ARG(a, weights, w), ARG(a, bias, b), ARG(a, dst, y);
         run_op(&d, a);

@@ -546,6 +546,7 @@ static int check_cfg(const bfit_probe_cfg *c)
 /* Host copies of the parameters and gradients, to put back at the end. */
 typedef struct snapshot {
     void *params, *grads;
+    int grads_stale; /* whether a backward is to set them (gradset.c) */
 } snapshot;
 
 static int snapshot_take(bfit_model *M, snapshot *s)
@@ -555,6 +556,7 @@ static int snapshot_take(bfit_model *M, snapshot *s)
     s->grads = malloc(M->grad_bytes ? M->grad_bytes : 1);
     if (!s->params || !s->grads)
         return bfit_fail(BFIT_ENOMEM, "probe: out of host memory for a copy of the parameters");
+    s->grads_stale = M->grads_stale;
     rc = bfit_device_download(M->dev, s->params, M->param_block, M->param_bytes);
     if (rc == BFIT_OK && M->grad_block)
         rc = bfit_device_download(M->dev, s->grads, M->grad_block, M->grad_bytes);
@@ -567,6 +569,7 @@ static int snapshot_restore(bfit_model *M, const snapshot *s)
     int rc = bfit_device_upload(M->dev, M->param_block, s->params, M->param_bytes);
     if (rc == BFIT_OK && M->grad_block)
         rc = bfit_device_upload(M->dev, M->grad_block, s->grads, M->grad_bytes);
+    M->grads_stale = s->grads_stale;
     return rc;
 }
 

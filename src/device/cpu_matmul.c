@@ -75,10 +75,10 @@ int bfit_cpu_matmul_init(cpu_op *op)
     if (M < 1 || N < 1 || K < 1)
         return bfit_fail(BFIT_EINVAL, "matmul: sizes must be positive, got M=%lld N=%lld K=%lld",
                          (long long)M, (long long)N, (long long)K);
-    /* an accumulated dst is a parameter gradient: f32 whatever the inputs */
+    /* a parameter gradient: f32 whatever the inputs */
     if ((rc = md_2d(&src, M, K, d->u.mm.trans_src, d->dtype)) != BFIT_OK ||
         (rc = md_2d(&wei, K, N, d->u.mm.trans_weights, d->dtype)) != BFIT_OK ||
-        (rc = md_2d(&dst, M, N, 0, d->accumulate ? BFIT_F32 : d->dtype)) != BFIT_OK)
+        (rc = md_2d(&dst, M, N, 0, bfit_mm_dst_f32(d) ? BFIT_F32 : d->dtype)) != BFIT_OK)
         return rc;
     CPU_TRY(dnnl_memory_desc_init_by_tag(&bias, 2, bias_dims, dnnl_f32, dnnl_ab), "matmul bias descriptor");
     CPU_TRY(dnnl_matmul_desc_init(&mm, &src, &wei, d->u.mm.bias ? &bias : NULL, &dst), "matmul descriptor");

@@ -18,8 +18,8 @@
  *
  * bf16 and f16 (mixed precision, as on the CPU): cublasGemmEx with 16-bit
  * operands, f32 accumulation (CUBLAS_COMPUTE_32F, tensor cores) and a dst in
- * the data's dtype, or in f32 when it accumulates (a parameter gradient,
- * device.h). A 16-bit dst with a bias gets the bias rounded to 16 bits
+ * the data's dtype, or in f32 for a parameter gradient (one that
+ * accumulates, or mm.grad: device.h). A 16-bit dst with a bias gets the bias rounded to 16 bits
  * first, then the product added and rounded once more: the CPU (oneDNN)
  * rounds once, so the two may differ in the last bit of a 16-bit value. */
 #include "base/err.h"
@@ -35,14 +35,14 @@ static int run(cuda_op *op, const bfit_op_args *a)
     const float *beta = d->accumulate || bias ? &one : &zero;
     size_t blas_ws = dev->blas_ws;
     cudaDataType_t in = d->dtype == BFIT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    cudaDataType_t out = d->accumulate ? CUDA_R_32F : in;
+    cudaDataType_t out = bfit_mm_dst_f32(d) ? CUDA_R_32F : in;
     cudaError_t e;
 
     if (!a->src || !a->weights || !a->dst || (bias && !a->bias))
         return bfit_fail(BFIT_EINVAL, "matmul: src, weights, dst%s are required", bias ? " and bias" : "");
     if (op->ws && !a->workspace)
         return bfit_fail(BFIT_EINVAL, "matmul: the workspace (%zu bytes, cuBLAS's) is required", op->ws);
-    if (bias && (e = bk_bias_rows(dev->stream, d->accumulate ? BK_F32 : (int)d->dtype, a->dst, a->bias, M, N,
+    if (bias && (e = bk_bias_rows(dev->stream, bfit_mm_dst_f32(d) ? BK_F32 : (int)d->dtype, a->dst, a->bias, M, N,
                                   d->accumulate)) != cudaSuccess)
         return cuda_fail(e, "matmul bias");
     CUBLAS_TRY(cublasSetWorkspace(dev->blas, cuda_ws(op, a), blas_ws), "matmul: setting the cuBLAS workspace");

@@ -133,7 +133,8 @@ typedef enum {
  * and the weights a MATMUL or convolution multiplies by (a compute copy of
  * f32 master weights under mixed precision). f32 whatever desc.dtype:
  * biases; parameter gradients (diff_weights, diff_bias, diff_scale,
- * diff_shift, a MATMUL dst that accumulates, REDUCE_ROWS dst); norm scale,
+ * diff_shift, a MATMUL dst that accumulates or has mm.grad, REDUCE_ROWS
+ * dst); norm scale,
  * shift and statistics; XENT probabilities (FWD dst, BWD src) and stats;
  * and everything SCALE, NORMS, SGD and ADAMW touch (desc.dtype must be f32
  * for them). */
@@ -143,7 +144,9 @@ typedef struct bfit_op_desc {
     int accumulate;    /* gradient outputs (diff_weights, diff_bias, diff_scale, diff_shift,
                           MATMUL dst, REDUCE_ROWS dst, ADD dst) are added to, not overwritten */
     union {
-        struct { int64_t M, N, K; int trans_src, trans_weights, bias; } mm;
+        /* grad: dst is a parameter gradient, f32 whatever dtype, set rather than added to
+           (accumulate implies f32: bfit_mm_dst_f32) */
+        struct { int64_t M, N, K; int trans_src, trans_weights, bias, grad; } mm;
         /* src [n,ic,ih,iw], weights [oc,ic/groups,kh,kw], dst [n,oc,oh,ow]; groups 0 or 1: dense
            (more: each of `groups` slices of the channels convolved apart, PyTorch's groups).
            blk_src, blk_dst (conv and pool, the cpu only): 0, or 8 or 16: that tensor and its
@@ -192,6 +195,9 @@ typedef struct bfit_op_desc {
         struct { int64_t n, c, hw; int blk; } chs;
     } u;
 } bfit_op_desc;
+
+/* A MATMUL's dst is f32 whatever its inputs: a parameter gradient. */
+static inline int bfit_mm_dst_f32(const bfit_op_desc *d) { return d->accumulate || d->u.mm.grad; }
 
 /* Coefficients of one optimizer update (args.hyper), computed on the host
  * in double and rounded where PyTorch rounds them (src/optim/optim.c). */

@@ -91,6 +91,7 @@ static int run_backward(bfit_model *M, int i, float loss_scale)
     a.lens = bfit_model_lens(M);
     a.loss_scale = loss_scale;
     a.dx_add = M->lay.dx_add ? M->lay.dx_add[i] : 0;
+    a.grad_set = M->grads_stale && M->nodes[i].grad_set;
     rc = bfit_layer_backward(L, &a);
     if (rc == BFIT_OK && k >= 0 && a.dx[k]) {
         bfit_op_args o = {0};
@@ -124,8 +125,9 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
         const bfit_act *a = &M->lay.act[t];
         int rc = a->kind == BFIT_ACT_REGEN ? run_forward(M, a->node, M->seed, 1) : run_backward(M, a->node, loss_scale);
         if (rc != BFIT_OK)
-            return rc;
+            return rc; /* stale stays: a retry of the step sets them again */
     }
+    M->grads_stale = 0; /* set: the next micro-batches add */
     return BFIT_OK;
 }
 

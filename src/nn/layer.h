@@ -114,6 +114,8 @@ typedef struct bfit_bwd_args {
     float loss_scale;          /* XENT: dL/dloss_i, e.g. 1/E for a mean over the optimizer step */
     uint32_t dx_add;           /* bit k: add into dx[k] rather than overwrite it (a layer whose vt has
                                   dx_add: another consumer of that input wrote its gradient first) */
+    int grad_set;              /* set the parameter gradients rather than add to them (a layer whose vt
+                                  has grad_set: the first write to them in the step, src/nn/gradset.c) */
 } bfit_bwd_args;
 
 typedef struct bfit_layer bfit_layer;
@@ -136,6 +138,8 @@ typedef struct bfit_layer_vt {
     bfit_layer_kind kind;
     int nin;   /* inputs: 1, or 2 for add; 0: any number from 1 to BFIT_LAYER_MAXIN */
     int dx_add; /* backward can add into an input's gradient (bfit_bwd_args.dx_add) */
+    int grad_set; /* backward can set its parameters' gradients rather than add to them
+                     (bfit_bwd_args.grad_set): each is written whole */
     unsigned modes; /* the BFIT_MODE()s its backward offers; the lowest is the default */
     /* Check cfg and input shapes, set out shape and params[] (names, dims,
      * flags); on a bad combination write a message saying which shapes and

@@ -12,7 +12,7 @@
 
 #include <stdio.h>
 
-enum { OP_FWD, OP_BWD };
+enum { OP_FWD, OP_BWD, OP_BWD_SET };
 enum { P_GAMMA, P_BETA, P_RMEAN, P_RVAR };
 
 static int init(bfit_layer *l, char *err, size_t errlen)
@@ -44,7 +44,7 @@ static size_t stat_bytes(const bfit_layer *l) { return BFIT_ALIGN_UP((size_t)l->
 
 static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int training)
 {
-    bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = kind == BFIT_OP_BNORM_BWD};
+    bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = slot == OP_BWD};
 
     d.u.bnorm.n = m;
     d.u.bnorm.c = l->in[0].c;
@@ -77,9 +77,13 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     need->ws_bwd = 0;
     if (!training)
         return BFIT_OK;
-    if ((rc = new_op(l, OP_BWD, BFIT_OP_BNORM_BWD, m, 1)) != BFIT_OK)
+    /* the gradients of gamma and beta added, or set (the step's first write) */
+    if ((rc = new_op(l, OP_BWD, BFIT_OP_BNORM_BWD, m, 1)) != BFIT_OK ||
+        (rc = new_op(l, OP_BWD_SET, BFIT_OP_BNORM_BWD, m, 1)) != BFIT_OK)
         return rc;
     need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
+    if (bfit_op_workspace_bytes(l->ops[OP_BWD_SET]) > need->ws_bwd)
+        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD_SET]);
     return BFIT_OK;
 }
 
@@ -144,12 +148,13 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.diff_scale = l->params[P_GAMMA].grad;
     o.diff_shift = l->params[P_BETA].grad;
     o.workspace = a->ws;
-    return bfit_op_run(l->ops[OP_BWD], &o);
+    return bfit_op_run(l->ops[a->grad_set ? OP_BWD_SET : OP_BWD], &o);
 }
 
 const bfit_layer_vt bfit_batchnorm_vt = {
     .kind = BFIT_L_BATCHNORM,
     .nin = 1,
+    .grad_set = 1,
     .modes = BFIT_MODE(BFIT_MODE_X) | BFIT_MODE(BFIT_MODE_Y),
     .init = init,
     .prepare = prepare,

@@ -4,15 +4,16 @@
  * convolutions: groups = channels) run on the CPU device.
  *
  * Three oneDNN ops prepared per micro-batch: forward, backward weights (it
- * accumulates into the gradients itself) and backward data. No state is
- * kept between forward and backward beyond the layer's input. */
+ * accumulates into the gradients itself; a second one sets them, for the
+ * first write of a step: bfit_bwd_args.grad_set) and backward data. No
+ * state is kept between forward and backward beyond the layer's input. */
 #include "base/err.h"
 #include "nn/layer.h"
 
 #include <math.h>
 #include <stdio.h>
 
-enum { OP_FWD, OP_BWD_W, OP_BWD_D };
+enum { OP_FWD, OP_BWD_W, OP_BWD_D, OP_BWD_W_SET };
 
 static int init(bfit_layer *l, char *err, size_t errlen)
 {
@@ -59,7 +60,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m)
 {
     const bfit_layer_cfg *c = &l->cfg;
-    bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = kind == BFIT_OP_CONV_BWD_WEIGHTS};
+    bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = slot == OP_BWD_W};
 
     d.u.conv.n = m;
     d.u.conv.ic = l->in[0].c;
@@ -93,12 +94,13 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     if (!training)
         return BFIT_OK;
     if ((rc = new_op(l, OP_BWD_W, BFIT_OP_CONV_BWD_WEIGHTS, m)) != BFIT_OK ||
+        (rc = new_op(l, OP_BWD_W_SET, BFIT_OP_CONV_BWD_WEIGHTS, m)) != BFIT_OK ||
         (rc = new_op(l, OP_BWD_D, BFIT_OP_CONV_BWD_DATA, m)) != BFIT_OK)
         return rc;
-    /* the two backward ops run one after the other and share the workspace */
-    need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD_W]);
-    if (bfit_op_workspace_bytes(l->ops[OP_BWD_D]) > need->ws_bwd)
-        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD_D]);
+    /* the backward ops run one after the other and share the workspace */
+    for (int i = OP_BWD_W; i <= OP_BWD_W_SET; i++)
+        if (bfit_op_workspace_bytes(l->ops[i]) > need->ws_bwd)
+            need->ws_bwd = bfit_op_workspace_bytes(l->ops[i]);
     return BFIT_OK;
 }
 
@@ -134,7 +136,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.diff_weights = l->params[0].grad;
     o.diff_bias = l->cfg.bias ? l->params[1].grad : NULL;
     o.workspace = a->ws;
-    if ((rc = bfit_op_run(l->ops[OP_BWD_W], &o)) != BFIT_OK || !a->dx[0])
+    if ((rc = bfit_op_run(l->ops[a->grad_set ? OP_BWD_W_SET : OP_BWD_W], &o)) != BFIT_OK || !a->dx[0])
         return rc;
     o = (bfit_op_args){0};
     o.diff_dst = a->dy;
@@ -147,6 +149,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_conv_vt = {
     .kind = BFIT_L_CONV,
     .nin = 1,
+    .grad_set = 1,
     .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
     .prepare = prepare,

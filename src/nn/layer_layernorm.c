@@ -11,7 +11,7 @@
 
 #include <stdio.h>
 
-enum { OP_FWD, OP_BWD };
+enum { OP_FWD, OP_BWD, OP_BWD_SET };
 
 static int64_t cols(const bfit_layer *l);
 
@@ -50,6 +50,13 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     d.u.lnorm.eps = l->cfg.eps;
     if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_LNORM_BWD, training, need)) != BFIT_OK)
         return rc;
+    if (training) { /* the gradients set, not added: the step's first write */
+        d.accumulate = 0;
+        if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD_SET])) != BFIT_OK)
+            return rc;
+        if (bfit_op_workspace_bytes(l->ops[OP_BWD_SET]) > need->ws_bwd)
+            need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD_SET]);
+    }
     /* mean and variance per row: kept for backward, or scratch in eval */
     if (training)
         need->saved = 2 * stat_bytes(l, m);
@@ -105,12 +112,13 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.diff_scale = l->params[0].grad;
     o.diff_shift = l->params[1].grad;
     o.workspace = a->ws;
-    return bfit_op_run(l->ops[OP_BWD], &o);
+    return bfit_op_run(l->ops[a->grad_set ? OP_BWD_SET : OP_BWD], &o);
 }
 
 const bfit_layer_vt bfit_layernorm_vt = {
     .kind = BFIT_L_LAYERNORM,
     .nin = 1,
+    .grad_set = 1,
     .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
     .prepare = prepare,

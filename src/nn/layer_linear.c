@@ -4,7 +4,8 @@
  *
  * Three matmuls and a row reduction, all on oneDNN/OpenMP ops prepared for
  * the micro-batch. Weight and bias gradients are accumulated by the ops
- * themselves (sum post-op), so no temporary is needed. */
+ * themselves (sum post-op), so no temporary is needed; the first write of a
+ * step sets them through ops of their own (bfit_bwd_args.grad_set). */
 #include "base/err.h"
 #include "nn/layer.h"
 
@@ -12,7 +13,9 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { OP_FWD, OP_DW, OP_DX, OP_DB };
+enum { OP_FWD, OP_DW, OP_DX, OP_DB, OP_DW_SET, OP_DB_SET };
+/* what a matmul does with its dst: writes it, adds a gradient to it, sets a gradient */
+enum { MM_OUT, MM_ADD, MM_SET };
 
 /* in features per row, and rows per sample */
 static int64_t features(const bfit_layer *l) { return l->in[0].nd == 2 ? l->in[0].d[1] : l->in[0].c; }
@@ -42,15 +45,16 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     return BFIT_OK;
 }
 
-static int new_mm(bfit_layer *l, int slot, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int acc)
+static int new_mm(bfit_layer *l, int slot, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int dst)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = l->dtype, .accumulate = acc};
+    bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = l->dtype, .accumulate = dst == MM_ADD};
     d.u.mm.M = M;
     d.u.mm.N = N;
     d.u.mm.K = K;
     d.u.mm.trans_src = ts;
     d.u.mm.trans_weights = tw;
     d.u.mm.bias = bias;
+    d.u.mm.grad = dst == MM_SET;
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 
@@ -69,26 +73,27 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     int rc;
 
     /* y = x W^T: W is stored [out,in] = [N,K], hence trans_weights */
-    if ((rc = new_mm(l, OP_FWD, M, out, in, 0, 1, l->cfg.bias, 0)) != BFIT_OK)
+    if ((rc = new_mm(l, OP_FWD, M, out, in, 0, 1, l->cfg.bias, MM_OUT)) != BFIT_OK)
         return rc;
     if (training) {
         /* dW[out,in] += dy^T x: dy is stored [m,out] = [K,M] */
-        if ((rc = new_mm(l, OP_DW, out, in, M, 1, 0, 0, 1)) != BFIT_OK)
+        if ((rc = new_mm(l, OP_DW, out, in, M, 1, 0, 0, MM_ADD)) != BFIT_OK ||
+            (rc = new_mm(l, OP_DW_SET, out, in, M, 1, 0, 0, MM_SET)) != BFIT_OK)
             return rc;
         /* dx[m,in] = dy[m,out] W[out,in] */
-        if ((rc = new_mm(l, OP_DX, M, in, out, 0, 0, 0, 0)) != BFIT_OK)
+        if ((rc = new_mm(l, OP_DX, M, in, out, 0, 0, 0, MM_OUT)) != BFIT_OK)
             return rc;
-        if (l->cfg.bias) {
-            bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = l->dtype, .accumulate = 1};
+        for (int acc = 1; l->cfg.bias && acc >= 0; acc--) {
+            bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = l->dtype, .accumulate = acc};
             d.u.reduce.M = M;
             d.u.reduce.N = out;
-            if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_DB])) != BFIT_OK)
+            if ((rc = bfit_op_new(l->dev, &d, &l->ops[acc ? OP_DB : OP_DB_SET])) != BFIT_OK)
                 return rc;
         }
     }
     need->saved = 0;
     need->ws_fwd = max_ws(l, OP_FWD, OP_FWD);
-    need->ws_bwd = training ? max_ws(l, OP_DW, OP_DB) : 0;
+    need->ws_bwd = training ? max_ws(l, OP_DW, OP_DB_SET) : 0;
     return BFIT_OK;
 }
 
@@ -126,14 +131,14 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.weights = a->x[0];
     o.dst = l->params[0].grad;
     o.workspace = a->ws;
-    if ((rc = bfit_op_run(l->ops[OP_DW], &o)) != BFIT_OK)
+    if ((rc = bfit_op_run(l->ops[a->grad_set ? OP_DW_SET : OP_DW], &o)) != BFIT_OK)
         return rc;
     if (l->cfg.bias) {
         o = (bfit_op_args){0};
         o.src = a->dy;
         o.dst = l->params[1].grad;
         o.workspace = a->ws; /* the CPU's sum needs none; the GPU's partial sums do */
-        if ((rc = bfit_op_run(l->ops[OP_DB], &o)) != BFIT_OK)
+        if ((rc = bfit_op_run(l->ops[a->grad_set ? OP_DB_SET : OP_DB], &o)) != BFIT_OK)
             return rc;
     }
     if (!a->dx[0])
@@ -149,6 +154,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 const bfit_layer_vt bfit_linear_vt = {
     .kind = BFIT_L_LINEAR,
     .nin = 1,
+    .grad_set = 1,
     .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
     .prepare = prepare,

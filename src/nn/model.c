@@ -217,7 +217,7 @@ int bfit_model_new(const bfit_graph_desc *g, bfit_device *dev, bfit_arena *arena
     if (!bfit_test_value(BFIT_TC_KEEP_ORDER))
         bfit_graph_pool_before_relu(local.nodes, local.nnodes);
     if ((rc = build_nodes(M, &local, val)) != BFIT_OK || (rc = add_loss(M, &local, val[g->nnodes])) != BFIT_OK ||
-        (rc = tie_params(M, &local)) != BFIT_OK || (rc = wire(M)) != BFIT_OK)
+        (rc = tie_params(M, &local)) != BFIT_OK || (rc = wire(M)) != BFIT_OK || (rc = bfit_gradset_plan(M)) != BFIT_OK)
         goto fail;
     {
         bfit_store_cfg sc = bfit_store_cfg_default();
@@ -255,6 +255,7 @@ void bfit_model_free(bfit_model *M)
     free(M->nodes);
     free(M->params);
     free(M->trainable);
+    free(M->grad_zero);
     free(M->cast);
     free(M->needs_grad);
     free(M->regen);
@@ -370,7 +371,11 @@ int bfit_model_alloc_params(bfit_model *M, int with_grads)
             g += b;
         }
     }
-    if ((rc = make_copies(M, p)) == BFIT_OK && (rc = bfit_model_zero_grads(M)) == BFIT_OK)
+    /* all the gradients, alignment gaps included (no op writes those); the
+     * first step sets them as every later one does */
+    M->grads_stale = 1;
+    if ((rc = make_copies(M, p)) == BFIT_OK &&
+        (!M->grad_block || (rc = bfit_device_zero(M->dev, M->grad_block, M->grad_bytes)) == BFIT_OK))
         rc = bfit_model_stats_reset(M);
     point_tied(M);
     return rc;
@@ -424,12 +429,7 @@ const char *bfit_model_param_name(const bfit_model *M, int node, int k)
     return e ? e->name : NULL;
 }
 
-int bfit_model_zero_grads(bfit_model *M)
-{
-    if (!M->grad_block)
-        return BFIT_OK;
-    return bfit_device_zero(M->dev, M->grad_block, M->grad_bytes);
-}
+int bfit_model_zero_grads(bfit_model *M) { return M->grad_block ? bfit_gradset_zero(M) : BFIT_OK; }
 
 int bfit_model_stats_reset(bfit_model *M)
 {

@@ -127,6 +127,8 @@ typedef struct bfit_node {
     bfit_op *acc;                    /* adds a temp gradient into its value's (tmp_input >= 0) */
     bfit_param *tied;                /* the parameter its shared one is (a tied head: the embedding's
                                         table), NULL: none */
+    int grad_set;                    /* its backward sets its parameters' gradients in a step's first
+                                        micro-batch (gradset.c) */
 } bfit_node;
 
 /* A token model's prepared state at one sequence length (seq.c): each
@@ -187,6 +189,9 @@ typedef struct bfit_model {
     bfit_param **trainable;
     void *param_block, *grad_block;
     uint64_t param_bytes, grad_bytes;  /* param: masters + compute copies */
+    unsigned char *grad_zero; /* per trainable parameter: zeroed between steps, as no backward sets it */
+    int grads_stale;       /* the gradients no backward sets are zeroed, the others hold an earlier
+                              step's values until their first writer sets them (gradset.c) */
     uint64_t master_bytes;
     void *stats;           /* BFIT_MODEL_STATS_BYTES in BFIT_MEM_OTHER */
     /* the reserved step */
@@ -258,7 +263,13 @@ int bfit_model_has_file_weights(const bfit_model *M);
 /* The name node's parameter k has in the model file (PyTorch's state_dict
  * name, for weights files), or NULL: none (then "<node>.<param>"). */
 const char *bfit_model_param_name(const bfit_model *M, int node, int k);
+/* Start a step's gradients: the next backward's first writes set them, the
+ * rest are zeroed (gradset.c). Read them only after that backward. */
 int bfit_model_zero_grads(bfit_model *M);
+/* gradset.c: which nodes set their gradients (after tying), and the zeroing
+ * of the others. */
+int bfit_gradset_plan(bfit_model *M);
+int bfit_gradset_zero(bfit_model *M);
 
 /* The pure plan of a step's buffers for micro-batch m. Prepares nothing that
  * stays and allocates no device memory. Free with bfit_layout_fini. */
