@@ -371,6 +371,22 @@ int bfit_layer_op_pair(bfit_layer *l, bfit_op_desc *d, bfit_op_kind bwd, int tra
     return BFIT_OK;
 }
 
+int bfit_layer_late_op(bfit_layer *l, int slot, const bfit_op_desc *d)
+{
+    size_t ws;
+    int rc;
+    if (l->ops[slot])
+        return BFIT_OK;
+    if ((rc = bfit_op_new(l->dev, d, &l->ops[slot])) != BFIT_OK)
+        return rc;
+    if ((ws = bfit_op_workspace_bytes(l->ops[slot])) <= l->need.ws_bwd)
+        return BFIT_OK;
+    bfit_op_free(l->ops[slot]);
+    l->ops[slot] = NULL;
+    return bfit_fail(BFIT_ESTATE, "%s: the op setting the gradients needs %zu bytes of workspace, more than the "
+                     "%zu planned", bfit_layer_kind_name(l->cfg.kind), ws, (size_t)l->need.ws_bwd);
+}
+
 int bfit_layer_forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     if (!l->prep_m || a->m != l->prep_m || (a->training && !l->prep_training))

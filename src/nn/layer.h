@@ -240,6 +240,13 @@ bfit_bwd_mode bfit_layer_default_mode(const bfit_layer_vt *vt);
 static inline int bfit_bwd_reads_input(const bfit_layer *l) { return l->mode == BFIT_MODE_X; }
 static inline int bfit_bwd_reads_output(const bfit_layer *l) { return l->mode == BFIT_MODE_Y; }
 
+/* Backward's op in slot, made from d at its first use rather than when the
+ * layer is prepared: an op that sets a step's gradients (grad_set), which
+ * plans, never running a step, do not make. Its workspace must fit the
+ * one planned (need.ws_bwd), as an op that sets needs no more than the one
+ * that adds (no temporaries to add). */
+int bfit_layer_late_op(bfit_layer *l, int slot, const bfit_op_desc *d);
+
 /* Make a layer of cfg.kind for the given input shapes (init runs). */
 int bfit_layer_new(const bfit_layer_cfg *cfg, bfit_device *dev, const bfit_shape *in, int nin,
                    bfit_layer **out, char *err, size_t errlen);

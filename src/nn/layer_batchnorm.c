@@ -42,7 +42,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
 static size_t stat_bytes(const bfit_layer *l) { return BFIT_ALIGN_UP((size_t)l->in[0].c * bfit_dtype_size(BFIT_F32)); } /* statistics are f32 */
 
-static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int training)
+static bfit_op_desc bn_desc(const bfit_layer *l, int slot, bfit_op_kind kind, int m, int training)
 {
     bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = slot == OP_BWD};
 
@@ -57,6 +57,12 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int trainin
      * model keeps the output rather than the input */
     d.u.bnorm.use_dst = kind == BFIT_OP_BNORM_BWD && l->mode == BFIT_MODE_Y;
     d.u.bnorm.blk = l->blk_in; /* a layout chain's block (store.c): the output's too */
+    return d;
+}
+
+static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int training)
+{
+    bfit_op_desc d = bn_desc(l, slot, kind, m, training);
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 
@@ -77,13 +83,10 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     need->ws_bwd = 0;
     if (!training)
         return BFIT_OK;
-    /* the gradients of gamma and beta added, or set (the step's first write) */
-    if ((rc = new_op(l, OP_BWD, BFIT_OP_BNORM_BWD, m, 1)) != BFIT_OK ||
-        (rc = new_op(l, OP_BWD_SET, BFIT_OP_BNORM_BWD, m, 1)) != BFIT_OK)
+    /* gamma's and beta's gradients added (one setting them is made at its first use) */
+    if ((rc = new_op(l, OP_BWD, BFIT_OP_BNORM_BWD, m, 1)) != BFIT_OK)
         return rc;
     need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD]);
-    if (bfit_op_workspace_bytes(l->ops[OP_BWD_SET]) > need->ws_bwd)
-        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD_SET]);
     return BFIT_OK;
 }
 
@@ -135,9 +138,13 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
+    bfit_op_desc set = bn_desc(l, OP_BWD_SET, BFIT_OP_BNORM_BWD, a->m, 1);
+    int rc;
 
     if (!a->saved)
         return bfit_fail(BFIT_EINVAL, "batchnorm: backward needs the statistics forward saved");
+    if (a->grad_set && (rc = bfit_layer_late_op(l, OP_BWD_SET, &set)) != BFIT_OK)
+        return rc;
     o.src = l->mode == BFIT_MODE_Y ? a->y : a->x[0];
     o.shift = l->mode == BFIT_MODE_Y ? l->params[P_BETA].data : NULL;
     o.diff_dst = a->dy;

@@ -4,8 +4,8 @@
  * convolutions: groups = channels) run on the CPU device.
  *
  * Three oneDNN ops prepared per micro-batch: forward, backward weights (it
- * accumulates into the gradients itself; a second one sets them, for the
- * first write of a step: bfit_bwd_args.grad_set) and backward data. No
+ * accumulates into the gradients itself; a second one, made at its first
+ * use, sets them: bfit_bwd_args.grad_set) and backward data. No
  * state is kept between forward and backward beyond the layer's input. */
 #include "base/err.h"
 #include "nn/layer.h"
@@ -57,7 +57,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     return BFIT_OK;
 }
 
-static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m)
+static bfit_op_desc conv_desc(const bfit_layer *l, int slot, bfit_op_kind kind, int m)
 {
     const bfit_layer_cfg *c = &l->cfg;
     bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = slot == OP_BWD_W};
@@ -79,6 +79,12 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m)
     d.u.conv.groups = c->groups > 1 ? c->groups : 1;
     d.u.conv.blk_src = l->blk_in;
     d.u.conv.blk_dst = l->blk_out;
+    return d;
+}
+
+static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m)
+{
+    bfit_op_desc d = conv_desc(l, slot, kind, m);
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 
@@ -94,13 +100,12 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     if (!training)
         return BFIT_OK;
     if ((rc = new_op(l, OP_BWD_W, BFIT_OP_CONV_BWD_WEIGHTS, m)) != BFIT_OK ||
-        (rc = new_op(l, OP_BWD_W_SET, BFIT_OP_CONV_BWD_WEIGHTS, m)) != BFIT_OK ||
         (rc = new_op(l, OP_BWD_D, BFIT_OP_CONV_BWD_DATA, m)) != BFIT_OK)
         return rc;
-    /* the backward ops run one after the other and share the workspace */
-    for (int i = OP_BWD_W; i <= OP_BWD_W_SET; i++)
-        if (bfit_op_workspace_bytes(l->ops[i]) > need->ws_bwd)
-            need->ws_bwd = bfit_op_workspace_bytes(l->ops[i]);
+    /* the two backward ops run one after the other and share the workspace */
+    need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD_W]);
+    if (bfit_op_workspace_bytes(l->ops[OP_BWD_D]) > need->ws_bwd)
+        need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD_D]);
     return BFIT_OK;
 }
 
@@ -129,8 +134,11 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
+    bfit_op_desc set = conv_desc(l, OP_BWD_W_SET, BFIT_OP_CONV_BWD_WEIGHTS, a->m);
     int rc;
 
+    if (a->grad_set && (rc = bfit_layer_late_op(l, OP_BWD_W_SET, &set)) != BFIT_OK)
+        return rc;
     o.src = a->x[0];
     o.diff_dst = a->dy;
     o.diff_weights = l->params[0].grad;

@@ -40,23 +40,23 @@ static int64_t cols(const bfit_layer *l) { return l->in[0].nd == 2 ? l->in[0].d[
 static int64_t nrows(const bfit_layer *l, int m) { return (int64_t)m * bfit_shape_numel(l->in[0]) / cols(l); }
 static size_t stat_bytes(const bfit_layer *l, int m) { return BFIT_ALIGN_UP((size_t)nrows(l, m) * bfit_dtype_size(BFIT_F32)); } /* statistics are f32 */
 
-static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+static bfit_op_desc ln_desc(const bfit_layer *l, int m, int acc)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = l->dtype, .accumulate = 1};
-    int rc;
-
+    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = l->dtype, .accumulate = acc};
     d.u.lnorm.rows = nrows(l, m);
     d.u.lnorm.cols = cols(l);
     d.u.lnorm.eps = l->cfg.eps;
+    return d;
+}
+
+static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    bfit_op_desc d = ln_desc(l, m, 1);
+    int rc;
+
+    /* the backward adds to the gradients (one setting them is made at its first use) */
     if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_LNORM_BWD, training, need)) != BFIT_OK)
         return rc;
-    if (training) { /* the gradients set, not added: the step's first write */
-        d.accumulate = 0;
-        if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_BWD_SET])) != BFIT_OK)
-            return rc;
-        if (bfit_op_workspace_bytes(l->ops[OP_BWD_SET]) > need->ws_bwd)
-            need->ws_bwd = bfit_op_workspace_bytes(l->ops[OP_BWD_SET]);
-    }
     /* mean and variance per row: kept for backward, or scratch in eval */
     if (training)
         need->saved = 2 * stat_bytes(l, m);
@@ -100,7 +100,12 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
+    bfit_op_desc set = ln_desc(l, a->m, 0);
+    int rc;
 
+    set.kind = BFIT_OP_LNORM_BWD;
+    if (a->grad_set && (rc = bfit_layer_late_op(l, OP_BWD_SET, &set)) != BFIT_OK)
+        return rc;
     o.src = a->x[0];
     o.mean = a->saved;
     o.var = (char *)a->saved + stat_bytes(l, a->m);

@@ -45,7 +45,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     return BFIT_OK;
 }
 
-static int new_mm(bfit_layer *l, int slot, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int dst)
+static bfit_op_desc mm_desc(const bfit_layer *l, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int dst)
 {
     bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = l->dtype, .accumulate = dst == MM_ADD};
     d.u.mm.M = M;
@@ -55,7 +55,44 @@ static int new_mm(bfit_layer *l, int slot, int64_t M, int64_t N, int64_t K, int 
     d.u.mm.trans_weights = tw;
     d.u.mm.bias = bias;
     d.u.mm.grad = dst == MM_SET;
+    return d;
+}
+
+static int new_mm(bfit_layer *l, int slot, int64_t M, int64_t N, int64_t K, int ts, int tw, int bias, int dst)
+{
+    bfit_op_desc d = mm_desc(l, M, N, K, ts, tw, bias, dst);
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
+}
+
+/* dW[out,in] (+)= dy^T x: dy is stored [m,out] = [K,M] */
+static bfit_op_desc dw_desc(const bfit_layer *l, int m, int dst)
+{
+    return mm_desc(l, l->cfg.units, features(l), m * rows(l), 1, 0, 0, dst);
+}
+
+static bfit_op_desc db_desc(const bfit_layer *l, int m, int acc)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = l->dtype, .accumulate = acc};
+    d.u.reduce.M = m * rows(l);
+    d.u.reduce.N = l->cfg.units;
+    return d;
+}
+
+/* The gradients' ops: adding, or setting (made at their first use) */
+static int grad_ops(bfit_layer *l, const bfit_bwd_args *a, bfit_op **dw, bfit_op **db)
+{
+    bfit_op_desc w = dw_desc(l, a->m, MM_SET), b = db_desc(l, a->m, 0);
+    int rc;
+    *dw = l->ops[OP_DW];
+    *db = l->ops[OP_DB];
+    if (!a->grad_set)
+        return BFIT_OK;
+    if ((rc = bfit_layer_late_op(l, OP_DW_SET, &w)) != BFIT_OK ||
+        (l->cfg.bias && (rc = bfit_layer_late_op(l, OP_DB_SET, &b)) != BFIT_OK))
+        return rc;
+    *dw = l->ops[OP_DW_SET];
+    *db = l->ops[OP_DB_SET];
+    return BFIT_OK;
 }
 
 static size_t max_ws(const bfit_layer *l, int from, int to)
@@ -76,24 +113,18 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     if ((rc = new_mm(l, OP_FWD, M, out, in, 0, 1, l->cfg.bias, MM_OUT)) != BFIT_OK)
         return rc;
     if (training) {
-        /* dW[out,in] += dy^T x: dy is stored [m,out] = [K,M] */
-        if ((rc = new_mm(l, OP_DW, out, in, M, 1, 0, 0, MM_ADD)) != BFIT_OK ||
-            (rc = new_mm(l, OP_DW_SET, out, in, M, 1, 0, 0, MM_SET)) != BFIT_OK)
+        bfit_op_desc w = dw_desc(l, m, MM_ADD), b = db_desc(l, m, 1);
+        if ((rc = bfit_op_new(l->dev, &w, &l->ops[OP_DW])) != BFIT_OK)
             return rc;
         /* dx[m,in] = dy[m,out] W[out,in] */
         if ((rc = new_mm(l, OP_DX, M, in, out, 0, 0, 0, MM_OUT)) != BFIT_OK)
             return rc;
-        for (int acc = 1; l->cfg.bias && acc >= 0; acc--) {
-            bfit_op_desc d = {.kind = BFIT_OP_REDUCE_ROWS, .dtype = l->dtype, .accumulate = acc};
-            d.u.reduce.M = M;
-            d.u.reduce.N = out;
-            if ((rc = bfit_op_new(l->dev, &d, &l->ops[acc ? OP_DB : OP_DB_SET])) != BFIT_OK)
-                return rc;
-        }
+        if (l->cfg.bias && (rc = bfit_op_new(l->dev, &b, &l->ops[OP_DB])) != BFIT_OK)
+            return rc;
     }
     need->saved = 0;
     need->ws_fwd = max_ws(l, OP_FWD, OP_FWD);
-    need->ws_bwd = training ? max_ws(l, OP_DW, OP_DB_SET) : 0;
+    need->ws_bwd = training ? max_ws(l, OP_DW, OP_DB) : 0;
     return BFIT_OK;
 }
 
@@ -125,20 +156,23 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
+    bfit_op *dw, *db;
     int rc;
 
+    if ((rc = grad_ops(l, a, &dw, &db)) != BFIT_OK)
+        return rc;
     o.src = a->dy;
     o.weights = a->x[0];
     o.dst = l->params[0].grad;
     o.workspace = a->ws;
-    if ((rc = bfit_op_run(l->ops[a->grad_set ? OP_DW_SET : OP_DW], &o)) != BFIT_OK)
+    if ((rc = bfit_op_run(dw, &o)) != BFIT_OK)
         return rc;
     if (l->cfg.bias) {
         o = (bfit_op_args){0};
         o.src = a->dy;
         o.dst = l->params[1].grad;
         o.workspace = a->ws; /* the CPU's sum needs none; the GPU's partial sums do */
-        if ((rc = bfit_op_run(l->ops[a->grad_set ? OP_DB_SET : OP_DB], &o)) != BFIT_OK)
+        if ((rc = bfit_op_run(db, &o)) != BFIT_OK)
             return rc;
     }
     if (!a->dx[0])
