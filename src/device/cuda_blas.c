@@ -19,9 +19,10 @@
  * bf16 and f16 (mixed precision, as on the CPU): cublasGemmEx with 16-bit
  * operands, f32 accumulation (CUBLAS_COMPUTE_32F, tensor cores) and a dst in
  * the data's dtype, or in f32 for a parameter gradient (one that
- * accumulates, or mm.grad: device.h). A 16-bit dst with a bias gets the bias rounded to 16 bits
- * first, then the product added and rounded once more: the CPU (oneDNN)
- * rounds once, so the two may differ in the last bit of a 16-bit value. */
+ * accumulates, or mm.grad: device.h). A 16-bit dst with a bias gets the
+ * bias rounded to 16 bits first, then the product added and rounded once
+ * more: the CPU (oneDNN) rounds once, so the two may differ in the last bit
+ * of a 16-bit value. */
 #include "base/err.h"
 #include "device/cuda.h"
 

@@ -134,10 +134,9 @@ typedef enum {
  * f32 master weights under mixed precision). f32 whatever desc.dtype:
  * biases; parameter gradients (diff_weights, diff_bias, diff_scale,
  * diff_shift, a MATMUL dst that accumulates or has mm.grad, REDUCE_ROWS
- * dst); norm scale,
- * shift and statistics; XENT probabilities (FWD dst, BWD src) and stats;
- * and everything SCALE, NORMS, SGD and ADAMW touch (desc.dtype must be f32
- * for them). */
+ * dst); norm scale, shift and statistics; XENT probabilities (FWD dst, BWD
+ * src) and stats; and everything SCALE, NORMS, SGD and ADAMW touch
+ * (desc.dtype must be f32 for them). */
 typedef struct bfit_op_desc {
     bfit_op_kind kind;
     bfit_dtype dtype;  /* of the data tensors (see above) */

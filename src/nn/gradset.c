@@ -2,11 +2,12 @@
  *
  * Gradients sum over a step's micro-batches, so they were zeroed between
  * steps and every op added to them: a pass writing the whole gradient block
- * (9% of ResNet-18's op time at 64x64) and, in each op, a read of what it
- * adds to. Instead the first backward to write a parameter's gradient in a
- * step sets it (bfit_bwd_args.grad_set) and only the gradients no backward
- * sets are zeroed: an embedding's table (its backward scatters rows) or a
- * layer without set ops.
+ * and, in each op, a read of what it adds to (the mlp's step at batch 32
+ * went 1.22x faster without them, docs/performance.md). Instead the first
+ * backward to write a parameter's gradient in a step sets it
+ * (bfit_bwd_args.grad_set) and only the gradients no backward sets are
+ * zeroed: an embedding's table (its backward scatters rows) or a layer
+ * without ops that set.
  *
  * Backward runs the nodes in reverse order (layout.c, schedule: every node
  * with a trainable parameter, every micro-batch), so the first write to a

@@ -138,13 +138,15 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
-    bfit_op_desc set = bn_desc(l, OP_BWD_SET, BFIT_OP_BNORM_BWD, a->m, 1);
     int rc;
 
     if (!a->saved)
         return bfit_fail(BFIT_EINVAL, "batchnorm: backward needs the statistics forward saved");
-    if (a->grad_set && (rc = bfit_layer_late_op(l, OP_BWD_SET, &set)) != BFIT_OK)
-        return rc;
+    if (a->grad_set) {
+        bfit_op_desc set = bn_desc(l, OP_BWD_SET, BFIT_OP_BNORM_BWD, a->m, 1);
+        if ((rc = bfit_layer_late_op(l, OP_BWD_SET, &set)) != BFIT_OK)
+            return rc;
+    }
     o.src = l->mode == BFIT_MODE_Y ? a->y : a->x[0];
     o.shift = l->mode == BFIT_MODE_Y ? l->params[P_BETA].data : NULL;
     o.diff_dst = a->dy;

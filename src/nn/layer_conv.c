@@ -134,11 +134,13 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
-    bfit_op_desc set = conv_desc(l, OP_BWD_W_SET, BFIT_OP_CONV_BWD_WEIGHTS, a->m);
     int rc;
 
-    if (a->grad_set && (rc = bfit_layer_late_op(l, OP_BWD_W_SET, &set)) != BFIT_OK)
-        return rc;
+    if (a->grad_set) {
+        bfit_op_desc set = conv_desc(l, OP_BWD_W_SET, BFIT_OP_CONV_BWD_WEIGHTS, a->m);
+        if ((rc = bfit_layer_late_op(l, OP_BWD_W_SET, &set)) != BFIT_OK)
+            return rc;
+    }
     o.src = a->x[0];
     o.diff_dst = a->dy;
     o.diff_weights = l->params[0].grad;

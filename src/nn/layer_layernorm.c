@@ -100,12 +100,14 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 static int backward(bfit_layer *l, const bfit_bwd_args *a)
 {
     bfit_op_args o = {0};
-    bfit_op_desc set = ln_desc(l, a->m, 0);
     int rc;
 
-    set.kind = BFIT_OP_LNORM_BWD;
-    if (a->grad_set && (rc = bfit_layer_late_op(l, OP_BWD_SET, &set)) != BFIT_OK)
-        return rc;
+    if (a->grad_set) {
+        bfit_op_desc set = ln_desc(l, a->m, 0);
+        set.kind = BFIT_OP_LNORM_BWD;
+        if ((rc = bfit_layer_late_op(l, OP_BWD_SET, &set)) != BFIT_OK)
+            return rc;
+    }
     o.src = a->x[0];
     o.mean = a->saved;
     o.var = (char *)a->saved + stat_bytes(l, a->m);

@@ -81,12 +81,14 @@ static bfit_op_desc db_desc(const bfit_layer *l, int m, int acc)
 /* The gradients' ops: adding, or setting (made at their first use) */
 static int grad_ops(bfit_layer *l, const bfit_bwd_args *a, bfit_op **dw, bfit_op **db)
 {
-    bfit_op_desc w = dw_desc(l, a->m, MM_SET), b = db_desc(l, a->m, 0);
+    bfit_op_desc w, b;
     int rc;
     *dw = l->ops[OP_DW];
     *db = l->ops[OP_DB];
     if (!a->grad_set)
         return BFIT_OK;
+    w = dw_desc(l, a->m, MM_SET);
+    b = db_desc(l, a->m, 0);
     if ((rc = bfit_layer_late_op(l, OP_DW_SET, &w)) != BFIT_OK ||
         (l->cfg.bias && (rc = bfit_layer_late_op(l, OP_DB_SET, &b)) != BFIT_OK))
         return rc;
