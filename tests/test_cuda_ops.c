@@ -1124,18 +1124,19 @@ static void test_ops_bf16(void **st)
 {
     const bfit_dtype t = BFIT_BF16;
     (void)st;
-    for (int c = 0; c < 4; c++) { /* matmul: (acc, bias) */
+    for (int c = 0; c < 6; c++) { /* matmul: (acc, bias); 4, 5: an f32 gradient set (mm.grad) */
         const int64_t M = 37, N = 29, K = 53;
-        bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = t, .accumulate = c & 1};
+        int grad = c >= 4, acc = !grad && (c & 1), bias = !grad && ((c >> 1) & 1);
+        bfit_op_desc d = {.kind = BFIT_OP_MATMUL, .dtype = t, .accumulate = acc};
         dbuf x = db_rand_t(t, M * K, -1, 1, 241), w = db_rand_t(t, K * N, -1, 1, 242), b = db_rand(N, -1, 1, 243);
-        dbuf y = c & 1 ? db_rand(M * N, -1, 1, 244) : db_new((size_t)(M * N) * 2);
+        dbuf y = acc || grad ? db_rand(M * N, -1, 1, 244) : db_new((size_t)(M * N) * 2);
         bfit_op_args a[NS];
-        d.u.mm = (typeof(d.u.mm)){M, N, K, c & 1, 0, (c >> 1) & 1, 0};
+        d.u.mm = (typeof(d.u.mm)){M, N, K, c & 1, 0, bias, grad};
         memset(a, 0, sizeof a);
         ARG(a, src, x), ARG(a, weights, w), ARG(a, bias, b), ARG(a, dst, y);
         run_op(&d, a);
-        if (c & 1)
-            cmp_f32(&y, M * N, 1e-3, 1e-4, "bf16 matmul into f32 (accumulating)");
+        if (acc || grad)
+            cmp_f32(&y, M * N, 1e-3, 1e-4, acc ? "bf16 matmul into f32 (accumulating)" : "bf16 matmul setting f32");
         else
             cmp_t(t, &y, M * N, BF_REL, BF_ABS, "bf16 matmul");
         db_free(&x), db_free(&w), db_free(&b), db_free(&y);
