@@ -264,6 +264,7 @@ static void test_model_untouched(void **st)
     for (int64_t i = 0; i < ng; i++)
         g[i] = (float)(i % 7) * 0.25f;
     assert_int_equal(bfit_device_upload(r.dev, r.M->grad_block, g, r.M->grad_bytes), BFIT_OK);
+    r.M->grads_stale = 0; /* as after a backward: the next one adds to them (gradset.c) */
     free(g);
     params = download_block(&r, r.M->param_block, r.M->param_bytes);
     grads = download_block(&r, r.M->grad_block, r.M->grad_bytes);
@@ -278,6 +279,7 @@ static void test_model_untouched(void **st)
     assert_true(res->ladder_steps >= 2 * res->nrungs);
     assert_block_equal(&r, r.M->param_block, params, r.M->param_bytes);
     assert_block_equal(&r, r.M->grad_block, grads, r.M->grad_bytes);
+    assert_int_equal(r.M->grads_stale, 0); /* the probe's steps set and zeroed them; still to be added to */
 
     /* the check has teeth: a training forward does move the statistics */
     assert_int_equal(bfit_model_reserve(r.M, 4, 1), BFIT_OK);
