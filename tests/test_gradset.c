@@ -13,6 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "base/testctl.h"
 #include "device/device.h"
 #include "nn/spec.h"
 #include "tfiles.h"
@@ -102,12 +103,15 @@ static int stale_then_zeroed(trig *r)
     return set;
 }
 
+/* How the models below store a step (the default, or a test's). */
+static bfit_store_cfg store;
+
 /* The model of src (a preset, a file under models/, or spec text with a
  * newline) in precision prec at micro-batch m: set over NaN = added onto
  * zeros, bit for bit. Returns how many trainable parameters are set. */
 static int set_equals_added(const char *src, bfit_dtype prec, int m)
 {
-    bfit_store_cfg sc = bfit_store_cfg_default();
+    bfit_store_cfg sc = store;
     bfit_graph_desc g;
     char path[600];
     int64_t na, nb;
@@ -190,11 +194,30 @@ static void test_tokens(void **st)
     assert_true(set_equals_added("gpt-nano", BFIT_F32, 2) > 0);
 }
 
+/* Other paths of the ops that set: batch norms in nchw and backward from
+ * their input (not lean: oneDNN's), convolutions' weight gradients as one
+ * product over the samples (cpu_conv_gemm.c). */
+static void test_other_paths(void **st)
+{
+    (void)st;
+    bfit_test_control(BFIT_TC_LAYOUT, 1); /* nchw throughout */
+    store.lean = 0;
+    assert_true(set_equals_added("resnet-mini.cfg", BFIT_F32, 6) > 20);
+    assert_int_equal(set_equals_added("cnn", BFIT_BF16, 6), 8);
+    store = bfit_store_cfg_default();
+    bfit_test_control(BFIT_TC_CONV_GEMM, 1);
+    assert_true(set_equals_added("resnet-mini.cfg", BFIT_F32, 6) > 20);
+    bfit_test_control(BFIT_TC_CONV_GEMM, 0);
+    bfit_test_control(BFIT_TC_LAYOUT, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_images),
         cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_other_paths),
     };
+    store = bfit_store_cfg_default();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
