@@ -196,7 +196,7 @@ static void test_tokens(void **st)
 
 /* Other paths of the ops that set: batch norms in nchw and backward from
  * their input (not lean: oneDNN's), convolutions' weight gradients as one
- * product over the samples (cpu_conv_gemm.c). */
+ * product over the samples (cpu_conv_gemm.c); and recomputation. */
 static void test_other_paths(void **st)
 {
     (void)st;
@@ -209,6 +209,10 @@ static void test_other_paths(void **st)
     assert_true(set_equals_added("resnet-mini.cfg", BFIT_F32, 6) > 20);
     bfit_test_control(BFIT_TC_CONV_GEMM, 0);
     bfit_test_control(BFIT_TC_LAYOUT, 0);
+    store.recompute = BFIT_RECOMPUTE_BLOCKS; /* regenerations between the backwards */
+    assert_true(set_equals_added("resnet-mini.cfg", BFIT_BF16, 6) > 20);
+    assert_true(set_equals_added("gpt-nano", BFIT_F32, 2) > 0);
+    store = bfit_store_cfg_default();
 }
 
 int main(void)
