@@ -157,7 +157,10 @@ static int check_labels(const int32_t *labels, int64_t M, int64_t N, int ignore)
 }
 
 /* One row of XENT_FWD: probabilities, and with labels the row's loss and
- * whether its arg-max (the first, on ties) is the label. */
+ * whether its arg-max (the first, on ties) is the label. Each exponential
+ * once (the double exp is most of the row's time): kept rounded to f32 in
+ * the row until the sum is known, the sum and the loss from the unrounded
+ * ones. */
 static void xent_row(const void *x, bfit_dtype t, float *pi, int64_t N, const int32_t *labels, double *row_loss,
                      uint8_t *row_hit, int64_t i)
 {
@@ -169,10 +172,13 @@ static void xent_row(const void *x, bfit_dtype t, float *pi, int64_t N, const in
             mx = bfit_ld(x, t, r + j);
             best = j;
         }
+    for (int64_t j = 0; j < N; j++) {
+        double e = exp((double)bfit_ld(x, t, r + j) - mx);
+        sum += e;
+        pi[j] = (float)e;
+    }
     for (int64_t j = 0; j < N; j++)
-        sum += exp((double)bfit_ld(x, t, r + j) - mx);
-    for (int64_t j = 0; j < N; j++)
-        pi[j] = (float)(exp((double)bfit_ld(x, t, r + j) - mx) / sum);
+        pi[j] = (float)((double)pi[j] / sum);
     if (labels && labels[i] < 0) {
         row_loss[i] = 0;
         row_hit[i] = 0;
