@@ -24,6 +24,7 @@
 #include "nn/spec.h"
 #include "nn/zoo.h"
 #include "trig.h"
+#include "ttok.h"
 
 #define BIG ((uint64_t)16 << 30) /* accounting only: blocks are taken on demand */
 
@@ -129,14 +130,6 @@ static void test_spec_file_is_preset(void **st)
 
 /* ---- the whole model's gradient ---- */
 
-/* Two pre-norm blocks, a tied head: every kind of the presets. */
-static const char *tiny =
-    "input tokens=6\n"
-    "embed 8 vocab=11 positions=7\n"
-    "residual {\n layernorm\n linear 24\n attention 2\n linear 8\n}\n"
-    "residual {\n layernorm\n linear 16\n gelu\n linear 8\n}\n"
-    "layernorm\n"
-    "linear 11 tie=1 bias=0\n";
 
 static double model_loss(rig *r)
 {
@@ -157,7 +150,7 @@ static void check_model_grad(int lean)
     rig r;
     double worst = 0;
     int checked = 0;
-    rig_text(&r, tiny);
+    rig_text(&r, ttok_tied_spec); /* two pre-norm blocks, a tied head: every kind of the presets */
     if (lean)
         for (int i = 0; i < r.M->n; i++)
             if (r.M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION)

@@ -18,18 +18,9 @@
 #include "nn/spec.h"
 #include "tfiles.h"
 #include "trig.h"
+#include "ttok.h"
 
 #define BIG ((uint64_t)1 << 30)
-
-/* Two pre-norm blocks and a tied head (test_gpt.c's): embed, layernorm,
- * linear, attention, gelu. */
-static const char *tied =
-    "input tokens=6\n"
-    "embed 8 vocab=11 positions=7\n"
-    "residual {\n layernorm\n linear 24\n attention 2\n linear 8\n}\n"
-    "residual {\n layernorm\n linear 16\n gelu\n linear 8\n}\n"
-    "layernorm\n"
-    "linear 11 tie=1 bias=0\n";
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -179,9 +170,9 @@ static void test_tokens(void **st)
     trig r;
     (void)st;
     for (int p = 0; p < 2; p++)
-        assert_true(set_equals_added(tied, p ? BFIT_BF16 : BFIT_F32, 3) > 0);
+        assert_true(set_equals_added(ttok_tied_spec, p ? BFIT_BF16 : BFIT_F32, 3) > 0);
     trig_open(&r, 2, BIG);
-    assert_int_equal(bfit_spec_parse(tied, strlen(tied), "t.cfg", &g), BFIT_OK);
+    assert_int_equal(bfit_spec_parse(ttok_tied_spec, strlen(ttok_tied_spec), "t.cfg", &g), BFIT_OK);
     trig_model(&r, &g);
     assert_int_equal(r.M->nodes[0].l->cfg.kind, BFIT_L_EMBED);
     assert_false(r.M->nodes[0].grad_set);

@@ -64,7 +64,6 @@ int bfit_gradset_plan(bfit_model *M)
     for (int j = 0; j < M->ntrainable; j++)
         M->grad_zero[j] |= !seen[j]; /* written by no backward: kept zero */
     free(seen);
-    M->grads_stale = 0;
     return BFIT_OK;
 }
 

@@ -142,7 +142,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 
     if (!a->saved)
         return bfit_fail(BFIT_EINVAL, "batchnorm: backward needs the statistics forward saved");
-    if (a->grad_set) {
+    if (a->grad_set && !l->ops[OP_BWD_SET]) {
         bfit_op_desc set = bn_desc(l, OP_BWD_SET, BFIT_OP_BNORM_BWD, a->m, 1);
         if ((rc = bfit_layer_late_op(l, OP_BWD_SET, &set)) != BFIT_OK)
             return rc;

@@ -136,7 +136,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     bfit_op_args o = {0};
     int rc;
 
-    if (a->grad_set) {
+    if (a->grad_set && !l->ops[OP_BWD_W_SET]) {
         bfit_op_desc set = conv_desc(l, OP_BWD_W_SET, BFIT_OP_CONV_BWD_WEIGHTS, a->m);
         if ((rc = bfit_layer_late_op(l, OP_BWD_W_SET, &set)) != BFIT_OK)
             return rc;

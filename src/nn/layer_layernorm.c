@@ -102,7 +102,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     bfit_op_args o = {0};
     int rc;
 
-    if (a->grad_set) {
+    if (a->grad_set && !l->ops[OP_BWD_SET]) {
         bfit_op_desc set = ln_desc(l, a->m, 0);
         set.kind = BFIT_OP_LNORM_BWD;
         if ((rc = bfit_layer_late_op(l, OP_BWD_SET, &set)) != BFIT_OK)

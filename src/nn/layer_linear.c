@@ -87,11 +87,13 @@ static int grad_ops(bfit_layer *l, const bfit_bwd_args *a, bfit_op **dw, bfit_op
     *db = l->ops[OP_DB];
     if (!a->grad_set)
         return BFIT_OK;
-    w = dw_desc(l, a->m, MM_SET);
-    b = db_desc(l, a->m, 0);
-    if ((rc = bfit_layer_late_op(l, OP_DW_SET, &w)) != BFIT_OK ||
-        (l->cfg.bias && (rc = bfit_layer_late_op(l, OP_DB_SET, &b)) != BFIT_OK))
-        return rc;
+    if (!l->ops[OP_DW_SET] || (l->cfg.bias && !l->ops[OP_DB_SET])) { /* the first step that sets: made now */
+        w = dw_desc(l, a->m, MM_SET);
+        b = db_desc(l, a->m, 0);
+        if ((rc = bfit_layer_late_op(l, OP_DW_SET, &w)) != BFIT_OK ||
+            (l->cfg.bias && (rc = bfit_layer_late_op(l, OP_DB_SET, &b)) != BFIT_OK))
+            return rc;
+    }
     *dw = l->ops[OP_DW_SET];
     *db = l->ops[OP_DB_SET];
     return BFIT_OK;

@@ -31,3 +31,10 @@ bfit_source ttok_source(ttok *s)
                        .ud = s};
     return src;
 }
+
+const char *const ttok_tied_spec = "input tokens=6\n"
+                                   "embed 8 vocab=11 positions=7\n"
+                                   "residual {\n layernorm\n linear 24\n attention 2\n linear 8\n}\n"
+                                   "residual {\n layernorm\n linear 16\n gelu\n linear 8\n}\n"
+                                   "layernorm\n"
+                                   "linear 11 tie=1 bias=0\n";

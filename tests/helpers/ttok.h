@@ -20,4 +20,8 @@ int ttok_len(const ttok *s, int64_t i);
 /* s as a bfit_source (s must outlive it). */
 bfit_source ttok_source(ttok *s);
 
+/* A small token model's spec: two pre-norm blocks and a tied head, every
+ * kind of the token presets (embed, layernorm, linear, attention, gelu). */
+extern const char *const ttok_tied_spec;
+
 #endif
