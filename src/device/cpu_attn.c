@@ -24,9 +24,13 @@
  * Lanes run in parallel, one per thread, each with its own scratch in the
  * workspace; a lane's results never depend on which thread ran it. A causal
  * lane works in row blocks so that the scores above the diagonal are mostly
- * never computed. */
+ * never computed, and backward's products with P^T and dS^T in column
+ * blocks that skip the rows above them. The softmax's loops are vectors
+ * (bfit_expf, cpu_exp.h), compiled for each instruction set. */
 #include "base/err.h"
 #include "device/cpu.h"
+#include "device/cpu_exp.h"
+#include "device/cpu_isa.h"
 #include "device/half.h"
 
 #include <math.h>
@@ -133,24 +137,44 @@ static int scores(const attn *a, const view *w, float *P)
     return 0;
 }
 
-/* Row i of the scores into probabilities; masked columns become 0. */
-static float softmax_row(const attn *a, float *p, int64_t i)
+/* Columns a row's vector loops run over: its keys rounded up to 16, so
+ * that they end without a scalar tail (a tail of exponentials in scalars
+ * took as long as the vectors did); the columns past the keys, whatever
+ * they hold, are made 0 by a select. */
+static int64_t vec_cols(const attn *a, int64_t nj)
 {
-    int64_t nj = keys_to(a, i + 1);
+    int64_t n = (nj + 15) & ~(int64_t)15;
+    return n < a->T ? n : a->T;
+}
+
+/* Row i of the scores into probabilities; masked columns become 0. The
+ * loops are vectors (bfit_expf, cpu_exp.h; the sum in double lanes), one
+ * variant per instruction set (cpu_isa.h): a lane's results depend on the
+ * CPU's vector width in their last bits, never on the threads. */
+static inline __attribute__((always_inline)) float softmax_in(const attn *a, float *p, int64_t i)
+{
+    int64_t nj = keys_to(a, i + 1), nv = vec_cols(a, nj);
     float mx = p[0];
-    double sum = 0;
+    double sum = 0, inv;
+#pragma omp simd reduction(max : mx)
     for (int64_t j = 1; j < nj; j++)
         mx = p[j] > mx ? p[j] : mx;
-    for (int64_t j = 0; j < nj; j++) {
-        p[j] = expf(p[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < nv; j++) {
+        float e = bfit_expf(p[j] - mx);
+        p[j] = j < nj ? e : 0.0f;
         sum += p[j];
     }
-    for (int64_t j = 0; j < nj; j++)
-        p[j] = (float)(p[j] / sum);
-    for (int64_t j = nj; j < a->T; j++)
+    inv = 1.0 / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < nv; j++)
+        p[j] = (float)(p[j] * inv);
+    for (int64_t j = nv; j < a->T; j++)
         p[j] = 0.0f;
     return mx + (float)log(sum);
 }
+
+BFIT_CPU_VARIANTS(float, softmax_row, (const attn *a, float *p, int64_t i), { return softmax_in(a, p, i); })
 
 /* dst (rows of ldd) = alpha P B (rows of ldb), a row block reading only its columns. */
 static int times_p(const attn *a, float alpha, const float *P, const float *B, int64_t ldb, float *dst, int64_t ldd)
@@ -166,10 +190,11 @@ static int times_p(const attn *a, float alpha, const float *P, const float *B, i
 /* Forward of one lane: P into p, each row's L into lse if given, Y. */
 static int fwd_lane(const attn *a, const view *w, float *p, float *lse)
 {
+    float (*row)(const attn *, float *, int64_t) = BFIT_CPU_PICK(softmax_row);
     if (scores(a, w, p))
         return -1;
     for (int64_t i = 0; i < a->T; i++) {
-        float l = softmax_row(a, p + i * a->T, i);
+        float l = row(a, p + i * a->T, i);
         if (lse)
             lse[i] = l;
     }
@@ -291,38 +316,67 @@ static int run_fwd(cpu_op *op, const bfit_op_args *o)
     return BFIT_OK;
 }
 
+/* Row i of the lean backward's P: exp(S - L), masked columns 0. */
+static inline __attribute__((always_inline)) void exp_in(const attn *a, float *r, float l, int64_t i)
+{
+    int64_t nj = keys_to(a, i + 1), nv = vec_cols(a, nj);
+#pragma omp simd
+    for (int64_t j = 0; j < nv; j++) {
+        float e = bfit_expf(r[j] - l);
+        r[j] = j < nj ? e : 0.0f;
+    }
+    for (int64_t j = nv; j < a->T; j++)
+        r[j] = 0.0f;
+}
+
+BFIT_CPU_VARIANTS(void, exp_row, (const attn *a, float *r, float l, int64_t i), { exp_in(a, r, l, i); })
+
 /* The lean backward's P: the scores again, exponentiated against L. */
 static int recompute_p(const attn *a, const view *w, const float *lse, float *p)
 {
+    void (*row)(const attn *, float *, float, int64_t) = BFIT_CPU_PICK(exp_row);
     if (scores(a, w, p))
         return -1;
-    for (int64_t i = 0; i < a->T; i++) {
-        int64_t nj = keys_to(a, i + 1);
-        float *r = p + i * a->T;
-        for (int64_t j = 0; j < nj; j++)
-            r[j] = expf(r[j] - lse[i]);
-        for (int64_t j = nj; j < a->T; j++)
-            r[j] = 0.0f;
-    }
+    for (int64_t i = 0; i < a->T; i++)
+        row(a, p + i * a->T, lse[i], i);
     return 0;
 }
 
 /* dP (in place) becomes dS = P * (dP - rowsum(P * dP)); masked entries,
  * which dP never computed, become 0. */
-static void softmax_bwd(const attn *a, const float *p, float *dp)
+static inline __attribute__((always_inline)) void softmax_bwd_in(const attn *a, const float *p, float *dp)
 {
     for (int64_t i = 0; i < a->T; i++) {
-        int64_t nj = keys_to(a, i + 1);
+        int64_t nj = keys_to(a, i + 1), nv = vec_cols(a, nj);
         const float *pr = p + i * a->T;
         float *g = dp + i * a->T;
         double dot = 0;
-        for (int64_t j = 0; j < nj; j++)
-            dot += (double)pr[j] * g[j];
-        for (int64_t j = 0; j < nj; j++)
-            g[j] = pr[j] * (g[j] - (float)dot);
-        for (int64_t j = nj; j < a->T; j++)
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < nv; j++)
+            dot += j < nj ? (double)pr[j] * g[j] : 0.0;
+#pragma omp simd
+        for (int64_t j = 0; j < nv; j++)
+            g[j] = j < nj ? pr[j] * (g[j] - (float)dot) : 0.0f;
+        for (int64_t j = nv; j < a->T; j++)
             g[j] = 0.0f;
     }
+}
+
+BFIT_CPU_VARIANTS(void, softmax_bwd, (const attn *a, const float *p, float *dp), { softmax_bwd_in(a, p, dp); })
+
+/* dst (rows of ldd) = alpha P^T B (rows of ldb), by blocks of P's columns:
+ * under a causal mask column j is 0 in every row above j, so a block's
+ * product starts at the row of its first column. */
+static int p_t_times(const attn *a, float alpha, const float *P, const float *B, int64_t ldb, float *dst,
+                     int64_t ldd)
+{
+    for (int64_t c0 = 0; c0 < a->T; c0 += ROW_BLOCK) {
+        int64_t c1 = c0 + ROW_BLOCK < a->T ? c0 + ROW_BLOCK : a->T, i0 = a->causal ? c0 : 0;
+        if (sgemm('T', 'N', c1 - c0, a->hs, a->T - i0, alpha, P + i0 * a->T + c0, a->T, B + i0 * ldb, ldb,
+                  dst + c0 * ldd, ldd))
+            return -1;
+    }
+    return 0;
 }
 
 static int bwd_lane(const attn *a, const view *w, const float *p, float *dp)
@@ -333,12 +387,12 @@ static int bwd_lane(const attn *a, const view *w, const float *p, float *dp)
         if (sgemm('N', 'T', r1 - r0, nc, a->hs, 1.0f, w->dy + r0 * w->ldy, w->ldy, w->v, w->ld, dp + r0 * a->T, a->T))
             return -1;
     }
-    if (sgemm('T', 'N', a->T, a->hs, a->T, 1.0f, p, a->T, w->dy, w->ldy, w->dv, w->ld))
+    if (p_t_times(a, 1.0f, p, w->dy, w->ldy, w->dv, w->ld))
         return -1;
-    softmax_bwd(a, p, dp);
+    BFIT_CPU_PICK(softmax_bwd)(a, p, dp);
     if (times_p(a, a->scale, dp, w->k, w->ld, w->dq, w->ld))
         return -1;
-    return sgemm('T', 'N', a->T, a->hs, a->T, a->scale, dp, a->T, w->q, w->ld, w->dk, w->ld);
+    return p_t_times(a, a->scale, dp, w->q, w->ld, w->dk, w->ld);
 }
 
 /* The lane's P for backward: kept (f32 in place, 16-bit widened into the
