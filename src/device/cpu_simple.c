@@ -31,6 +31,10 @@ static inline __attribute__((always_inline)) void reduce_block(const void *src, 
             const float *row = (const float *)src + i * N + j0;
             for (int64_t j = 0; j < nj; j++)
                 s[j] += row[j];
+        } else if (t == BFIT_BF16) { /* the dtype known, the loop vectorises (bfit_ld's switch kept it scalar) */
+            const uint16_t *row = (const uint16_t *)src + i * N + j0;
+            for (int64_t j = 0; j < nj; j++)
+                s[j] += bfit_bf16_to_f32(row[j]);
         } else {
             for (int64_t j = 0; j < nj; j++)
                 s[j] += bfit_ld(src, t, i * N + j0 + j);
