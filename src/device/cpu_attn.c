@@ -201,43 +201,18 @@ static int fwd_lane(const attn *a, const view *w, float *p, float *lse)
     return times_p(a, 1.0f, p, w->v, w->ld, w->y, w->ldy);
 }
 
-/* n elements between a 16-bit buffer (from element off) and f32: bf16 in
- * typed loops, which vectorise (bfit_ld's switch on the dtype keeps a loop
- * scalar), f16 element by element. */
-static void widen(const void *src, bfit_dtype t, int64_t off, float *dst, int64_t n)
-{
-    const uint16_t *h = (const uint16_t *)src + off;
-    if (t == BFIT_BF16)
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = bfit_bf16_to_f32(h[i]);
-    else
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = bfit_ld(src, t, off + i);
-}
-
-static void narrow(const float *src, void *dst, bfit_dtype t, int64_t off, int64_t n)
-{
-    uint16_t *h = (uint16_t *)dst + off;
-    if (t == BFIT_BF16)
-        for (int64_t i = 0; i < n; i++)
-            h[i] = bfit_f32_to_bf16(src[i]);
-    else
-        for (int64_t i = 0; i < n; i++)
-            bfit_st(dst, t, off + i, src[i]);
-}
-
 /* T rows of hs columns between a 16-bit buffer (element off, rows of ld)
  * and f32 rows of ldf. */
 static void cols_in(const attn *a, const void *src, int64_t off, int64_t ld, float *dst, int64_t ldf)
 {
     for (int64_t t = 0; t < a->T; t++)
-        widen(src, a->dt, off + t * ld, dst + t * ldf, a->hs);
+        bfit_widen(src, a->dt, off + t * ld, dst + t * ldf, a->hs);
 }
 
 static void cols_out(const attn *a, const float *src, int64_t ldf, void *dst, int64_t off, int64_t ld)
 {
     for (int64_t t = 0; t < a->T; t++)
-        narrow(src + t * ldf, dst, a->dt, off + t * ld, a->hs);
+        bfit_narrow(src + t * ldf, dst, a->dt, off + t * ld, a->hs);
 }
 
 /* Lane (b, h)'s operands: in place (f32), or its q, k, v (and in backward
@@ -322,7 +297,7 @@ static int fwd_one(const attn *a0, const bfit_op_args *o, int64_t lane, int64_t 
         return 0;
     cols_out(a, w.y, w.ldy, o->dst, yoff, a->C);
     if (a->training && !a->lean) /* the stored P, in the data's dtype */
-        narrow(p, o->saved, a->dt, lane * tt, tt);
+        bfit_narrow(p, o->saved, a->dt, lane * tt, tt);
     return 0;
 }
 
@@ -427,7 +402,7 @@ static const float *bwd_p(const attn *a, const bfit_op_args *o, const view *w, c
         return recompute_p(a, w, (const float *)o->saved + lane * a->T, sl->p) ? NULL : sl->p;
     if (a->dt == BFIT_F32)
         return (const float *)o->saved + lane * tt;
-    widen(o->saved, a->dt, lane * tt, sl->p, tt);
+    bfit_widen(o->saved, a->dt, lane * tt, sl->p, tt);
     return sl->p;
 }
 

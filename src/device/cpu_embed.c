@@ -52,22 +52,27 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-/* Columns [c0, c1) of every row, added into the tables' gradients. */
+/* Columns [c0, c1) of every row, added into the tables' gradients; a
+ * 16-bit row's columns widened first, so that each loop is a vector. */
 static void bwd_cols(const bfit_op_desc *d, const bfit_op_args *a, int64_t c0, int64_t c1)
 {
-    int64_t C = d->u.embed.C, T = d->u.embed.T, rows = d->u.embed.n * T;
+    int64_t C = d->u.embed.C, T = d->u.embed.T, rows = d->u.embed.n * T, n = c1 - c0;
     const int32_t *ids = a->src;
-    float *dw = a->diff_weights, *dp = a->diff_bias, *dt = a->diff_shift;
+    float *dw = (float *)a->diff_weights + c0, *dp = a->diff_bias ? (float *)a->diff_bias + c0 : NULL;
+    float *dt = a->diff_shift ? (float *)a->diff_shift + c0 : NULL, buf[COL_BLOCK];
     for (int64_t r = 0; r < rows; r++) {
-        int64_t id = ids[r], t = r % T;
-        for (int64_t c = c0; c < c1; c++) {
-            float g = d->dtype == BFIT_F32 ? ((const float *)a->diff_dst)[r * C + c] : bfit_ld(a->diff_dst, d->dtype, r * C + c);
-            dw[id * C + c] += g;
-            if (dp)
-                dp[t * C + c] += g;
-            if (dt)
-                dt[c] += g;
-        }
+        const float *g = buf;
+        float *w = dw + ids[r] * C;
+        if (d->dtype == BFIT_F32)
+            g = (const float *)a->diff_dst + r * C + c0;
+        else
+            bfit_widen(a->diff_dst, d->dtype, r * C + c0, buf, n);
+        for (int64_t c = 0; c < n; c++)
+            w[c] += g[c];
+        for (int64_t c = 0; dp && c < n; c++)
+            dp[r % T * C + c] += g[c];
+        for (int64_t c = 0; dt && c < n; c++)
+            dt[c] += g[c];
     }
 }
 
