@@ -3,7 +3,7 @@
  * Every 97th f32 bit pattern between -87.33 and 88, and every pattern
  * within 2^16 of 0 and of each end, is compared with exp computed in double
  * and rounded to f32: at most 2 ulps apart. Below the normal range the
- * result is 0, and exp(0) is 1 exactly. */
+ * result is 0, exp(0) is 1 exactly, and a NaN stays a NaN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -79,6 +79,8 @@ static void test_ends(void **st)
     assert_true(bfit_expf(-INFINITY) == 0.0f); /* a masked score */
     assert_true(bfit_expf(BFIT_EXP_MIN) >= FLT_MIN);
     assert_true(isfinite(bfit_expf(1000.0f)));
+    assert_true(bfit_expf(INFINITY) == bfit_expf(88.0f));
+    assert_true(isnan(bfit_expf(NAN)));
 }
 
 int main(void)

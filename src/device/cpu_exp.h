@@ -8,7 +8,7 @@
  * Within 2 ulps of exp over f32's normal results (tests/test_exp.c checks
  * it against double exp); below them (x < -87.33) the result is 0, where
  * expf would give a subnormal of at most 1.2e-38, and above 88 it is
- * exp(88). fmaf is spelled out, so every instruction set and a scalar build
+ * exp(88); a NaN stays a NaN. fmaf is spelled out, so every instruction set and a scalar build
  * round alike. */
 #ifndef BFIT_CPU_EXP_H
 #define BFIT_CPU_EXP_H
@@ -34,9 +34,9 @@ static inline __attribute__((always_inline)) float bfit_expf(float x)
     p = fmaf(p, r * r, r) + 1.0f;
     union {
         float f;
-        int32_t i;
+        uint32_t i;
     } u = {t}, s;
-    s.i = (u.i - 0x4B400000 + 127) * (1 << 23); /* 2^n: n in [-126, 127] */
+    s.i = (u.i - 0x4B400000u + 127u) << 23; /* 2^n: n in [-126, 127]; unsigned, so a NaN's bits wrap (p is NaN) */
     return x < BFIT_EXP_MIN ? 0.0f : p * s.f;
 }
 
