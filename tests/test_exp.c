@@ -1,4 +1,5 @@
-/* test_exp.c - bfit_expf (src/device/cpu_exp.h) against double exp.
+/* test_exp.c - bfit_expf (src/device/cpu_exp.h) against double exp, and
+ * bfit_exp_d against long double exp (at the end).
  *
  * Every 97th f32 bit pattern between -87.33 and 88, and every pattern
  * within 2^16 of 0 and of each end, is compared with exp computed in double
@@ -83,11 +84,49 @@ static void test_ends(void **st)
     assert_true(isnan(bfit_expf(NAN)));
 }
 
+/* ulps between bfit_exp_d(x) and exp(x) in long double rounded to double */
+static double ulps_d(double x)
+{
+    double want = (double)expl((long double)x), got = bfit_exp_d(x);
+    return fabs(got - want) / (nextafter(want, INFINITY) - want);
+}
+
+/* bfit_exp_d: 2^22 points evenly over [-708, 709], every double within
+ * 2^16 patterns of 0 (both signs) and of each end: at most 2 ulps */
+static void test_double_within_two_ulps(void **st)
+{
+    double w = 0, at = 0, lo = BFIT_EXP_D_MIN, hi = 709.0, step = (hi - lo) / (1 << 22), x;
+    uint64_t b0;
+    (void)st;
+    for (int i = 0; i <= 1 << 22; i++)
+        if (ulps_d(x = lo + i * step) > w)
+            w = ulps_d(at = x);
+    for (int e = 0; e < 4; e++) {
+        double ends[4] = {0.0, -0.0, lo, hi};
+        memcpy(&b0, &ends[e], sizeof b0);
+        for (int64_t k = -(1 << 16); k <= 1 << 16; k++) {
+            uint64_t b = b0 + (uint64_t)k;
+            memcpy(&x, &b, sizeof x);
+            if (!(x >= lo && x <= hi)) /* past an end, or a pattern across 0's: a NaN */
+                continue;
+            if (ulps_d(x) > w)
+                w = ulps_d(at = x);
+        }
+    }
+    printf("  bfit_exp_d: worst %.3f ulps (at %.17g)\n", w, at);
+    assert_true(w <= 2.0);
+    assert_true(bfit_exp_d(0.0) == 1.0);
+    assert_true(bfit_exp_d(-709.0) == 0.0);
+    assert_true(bfit_exp_d(-INFINITY) == 0.0);
+    assert_true(isnan(bfit_exp_d(NAN)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_within_two_ulps),
         cmocka_unit_test(test_ends),
+        cmocka_unit_test(test_double_within_two_ulps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

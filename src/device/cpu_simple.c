@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "base/rand.h"
 #include "device/cpu.h"
+#include "device/cpu_exp.h"
 #include "device/cpu_isa.h"
 #include "device/half.h"
 
@@ -162,35 +163,52 @@ static int check_labels(const int32_t *labels, int64_t M, int64_t N, int ignore)
 
 /* One row of XENT_FWD: probabilities, and with labels the row's loss and
  * whether its arg-max (the first, on ties) is the label. Each exponential
- * once (the double exp is most of the row's time): kept rounded to f32 in
- * the row until the sum is known, the sum and the loss from the unrounded
- * ones. */
-static void xent_row(const void *x, bfit_dtype t, float *pi, int64_t N, const int32_t *labels, double *row_loss,
-                     uint8_t *row_hit, int64_t i)
+ * once, in double (bfit_exp_d: the loop is a vector), kept rounded to f32
+ * in the row until the sum is known; the sum and the loss from the
+ * unrounded ones. 16-bit logits are widened into the row first. */
+static inline __attribute__((always_inline)) void xent_row(const void *x, bfit_dtype t, float *pi, int64_t N,
+                                                            const int32_t *labels, double *row_loss,
+                                                            uint8_t *row_hit, int64_t i)
 {
-    int64_t r = i * N, best = 0;
-    float mx = bfit_ld(x, t, r);
+    int64_t best = 0;
+    const float *xr = t == BFIT_F32 ? (const float *)x + i * N : pi;
+    float mx, xl;
     double sum = 0;
+    if (t != BFIT_F32)
+        bfit_widen(x, t, i * N, pi, N);
+    mx = xr[0];
     for (int64_t j = 1; j < N; j++)
-        if (bfit_ld(x, t, r + j) > mx) {
-            mx = bfit_ld(x, t, r + j);
+        if (xr[j] > mx) {
+            mx = xr[j];
             best = j;
         }
+    xl = labels && labels[i] >= 0 ? xr[labels[i]] : 0.0f; /* before the row (xr, if 16-bit) is overwritten */
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < N; j++) {
-        double e = exp((double)bfit_ld(x, t, r + j) - mx);
+        double e = bfit_exp_d((double)xr[j] - mx);
         sum += e;
         pi[j] = (float)e;
     }
+#pragma omp simd
     for (int64_t j = 0; j < N; j++)
         pi[j] = (float)((double)pi[j] / sum);
     if (labels && labels[i] < 0) {
         row_loss[i] = 0;
         row_hit[i] = 0;
     } else if (labels) {
-        row_loss[i] = log(sum) + mx - bfit_ld(x, t, r + labels[i]);
+        row_loss[i] = log(sum) + mx - xl;
         row_hit[i] = best == labels[i];
     }
 }
+
+/* Every row; a variant per instruction set (cpu_isa.h): the sum's lanes
+ * follow the vector width, so the loss may differ between them in its last
+ * bits (each the same whatever the threads). */
+BFIT_CPU_VARIANTS(void, xent_loop, (const void *x, bfit_dtype t, float *p, int64_t M, int64_t N,
+                                    const int32_t *labels, double *row_loss, uint8_t *row_hit), {
+    BFIT_PAR_FOR_IF(M * N > PAR_MIN,
+                    for (int64_t i = 0; i < M; i++) xent_row(x, t, p + i * N, N, labels, row_loss, row_hit, i););
+})
 
 static size_t xent_ws(int64_t M) { return BFIT_ALIGN_UP((size_t)M * sizeof(double)) + BFIT_ALIGN_UP((size_t)M); }
 
@@ -218,8 +236,7 @@ static int run_xent_fwd(cpu_op *op, const bfit_op_args *a)
         if ((rc = check_labels(a->labels, M, N, op->base.desc.u.xent.ignore)) != BFIT_OK)
             return rc;
     }
-    BFIT_PAR_FOR_IF(M * N > PAR_MIN, for (int64_t i = 0; i < M; i++) xent_row(x, op->base.desc.dtype, p + i * N,
-                                                                     N, a->labels, row_loss, row_hit, i););
+    BFIT_CPU_PICK(xent_loop)(x, op->base.desc.dtype, p, M, N, a->labels, row_loss, row_hit);
     if (a->labels) {
         for (int64_t i = 0; i < M; i++) {
             total += row_loss[i];
