@@ -151,7 +151,7 @@ static int64_t vec_cols(const attn *a, int64_t nj)
  * loops are vectors (bfit_expf, cpu_exp.h; the sum in double lanes), one
  * variant per instruction set (cpu_isa.h): a lane's results depend on the
  * CPU's vector width in their last bits, never on the threads. */
-static inline __attribute__((always_inline)) float softmax_in(const attn *a, float *p, int64_t i)
+static inline __attribute__((always_inline)) void softmax_in(const attn *a, float *p, int64_t i, float *lse)
 {
     int64_t nj = keys_to(a, i + 1), nv = vec_cols(a, nj);
     float mx = p[0];
@@ -171,10 +171,15 @@ static inline __attribute__((always_inline)) float softmax_in(const attn *a, flo
         p[j] = (float)(p[j] * inv);
     for (int64_t j = nv; j < a->T; j++)
         p[j] = 0.0f;
-    return mx + (float)log(sum);
+    if (lse) /* only the lean variant keeps L */
+        lse[i] = mx + (float)log(sum);
 }
 
-BFIT_CPU_VARIANTS(float, softmax_row, (const attn *a, float *p, int64_t i), { return softmax_in(a, p, i); })
+/* Every row of a lane's P; each row's L into lse if given. */
+BFIT_CPU_VARIANTS(void, softmax_rows, (const attn *a, float *p, float *lse), {
+    for (int64_t i = 0; i < a->T; i++)
+        softmax_in(a, p + i * a->T, i, lse);
+})
 
 /* dst (rows of ldd) = alpha P B (rows of ldb), a row block reading only its columns. */
 static int times_p(const attn *a, float alpha, const float *P, const float *B, int64_t ldb, float *dst, int64_t ldd)
@@ -190,14 +195,9 @@ static int times_p(const attn *a, float alpha, const float *P, const float *B, i
 /* Forward of one lane: P into p, each row's L into lse if given, Y. */
 static int fwd_lane(const attn *a, const view *w, float *p, float *lse)
 {
-    float (*row)(const attn *, float *, int64_t) = BFIT_CPU_PICK(softmax_row);
     if (scores(a, w, p))
         return -1;
-    for (int64_t i = 0; i < a->T; i++) {
-        float l = row(a, p + i * a->T, i);
-        if (lse)
-            lse[i] = l;
-    }
+    BFIT_CPU_PICK(softmax_rows)(a, p, lse);
     return times_p(a, 1.0f, p, w->v, w->ld, w->y, w->ldy);
 }
 
