@@ -156,14 +156,21 @@ static inline __attribute__((always_inline)) void softmax_in(const attn *a, floa
     int64_t nj = keys_to(a, i + 1), nv = vec_cols(a, nj);
     float mx = p[0];
     double sum = 0, inv;
+    if (nv < 16) { /* a row shorter than a vector: the vectors' reductions would cost more than the row */
+        for (int64_t j = 1; j < nj; j++)
+            mx = p[j] > mx ? p[j] : mx;
+        for (int64_t j = 0; j < nj; j++)
+            sum += p[j] = bfit_expf(p[j] - mx);
+    } else {
 #pragma omp simd reduction(max : mx)
-    for (int64_t j = 1; j < nj; j++)
-        mx = p[j] > mx ? p[j] : mx;
+        for (int64_t j = 1; j < nj; j++)
+            mx = p[j] > mx ? p[j] : mx;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < nv; j++) {
-        float e = bfit_expf(p[j] - mx);
-        p[j] = j < nj ? e : 0.0f;
-        sum += p[j];
+        for (int64_t j = 0; j < nv; j++) {
+            float e = bfit_expf(p[j] - mx);
+            p[j] = j < nj ? e : 0.0f;
+            sum += p[j];
+        }
     }
     inv = 1.0 / sum;
 #pragma omp simd
