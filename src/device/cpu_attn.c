@@ -161,6 +161,8 @@ static inline __attribute__((always_inline)) void softmax_in(const attn *a, floa
             mx = p[j] > mx ? p[j] : mx;
         for (int64_t j = 0; j < nj; j++)
             sum += p[j] = bfit_expf(p[j] - mx);
+        for (int64_t j = nj; j < nv; j++)
+            p[j] = 0.0f;
     } else {
 #pragma omp simd reduction(max : mx)
         for (int64_t j = 1; j < nj; j++)
