@@ -209,6 +209,12 @@ size_t bfit_cpu_maxpool_saved(const bfit_op_desc *d);
 int bfit_cpu_bf16_native(dnnl_engine_t eng);
 bfit_dtype bfit_cpu_compute_dt(const cpu_device *d, bfit_dtype t);
 void bfit_cpu_bf16_cast(const void *src, void *dst, int64_t n, int to_bf16);
+/* n elements between a 16-bit buffer (from element off) and f32, for the
+ * loops that compute 16-bit data in f32: bf16 by bfit_cpu_bf16_cast, f16
+ * element by element (bfit_ld / bfit_st, whose switch on the dtype would
+ * keep a bf16 loop scalar). */
+void bfit_cpu_widen(const void *src, bfit_dtype t, int64_t off, float *dst, int64_t n);
+void bfit_cpu_narrow(const float *src, void *dst, bfit_dtype t, int64_t off, int64_t n);
 int bfit_cpu_bf16_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
                             const_dnnl_primitive_desc_t hint, size_t *ws);
 const cpu_stage *bfit_cpu_bf16_stage_of(const cpu_op *op, int p, int arg);

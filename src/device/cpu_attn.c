@@ -31,7 +31,6 @@
 #include "device/cpu.h"
 #include "device/cpu_exp.h"
 #include "device/cpu_isa.h"
-#include "device/half.h"
 
 #include <math.h>
 #include <omp.h>
@@ -215,13 +214,13 @@ static int fwd_lane(const attn *a, const view *w, float *p, float *lse)
 static void cols_in(const attn *a, const void *src, int64_t off, int64_t ld, float *dst, int64_t ldf)
 {
     for (int64_t t = 0; t < a->T; t++)
-        bfit_widen(src, a->dt, off + t * ld, dst + t * ldf, a->hs);
+        bfit_cpu_widen(src, a->dt, off + t * ld, dst + t * ldf, a->hs);
 }
 
 static void cols_out(const attn *a, const float *src, int64_t ldf, void *dst, int64_t off, int64_t ld)
 {
     for (int64_t t = 0; t < a->T; t++)
-        bfit_narrow(src + t * ldf, dst, a->dt, off + t * ld, a->hs);
+        bfit_cpu_narrow(src + t * ldf, dst, a->dt, off + t * ld, a->hs);
 }
 
 /* Lane (b, h)'s operands: in place (f32), or its q, k, v (and in backward
@@ -306,7 +305,7 @@ static int fwd_one(const attn *a0, const bfit_op_args *o, int64_t lane, int64_t 
         return 0;
     cols_out(a, w.y, w.ldy, o->dst, yoff, a->C);
     if (a->training && !a->lean) /* the stored P, in the data's dtype */
-        bfit_narrow(p, o->saved, a->dt, lane * tt, tt);
+        bfit_cpu_narrow(p, o->saved, a->dt, lane * tt, tt);
     return 0;
 }
 
@@ -411,7 +410,7 @@ static const float *bwd_p(const attn *a, const bfit_op_args *o, const view *w, c
         return recompute_p(a, w, (const float *)o->saved + lane * a->T, sl->p) ? NULL : sl->p;
     if (a->dt == BFIT_F32)
         return (const float *)o->saved + lane * tt;
-    bfit_widen(o->saved, a->dt, lane * tt, sl->p, tt);
+    bfit_cpu_widen(o->saved, a->dt, lane * tt, sl->p, tt);
     return sl->p;
 }
 

@@ -73,6 +73,24 @@ void bfit_cpu_bf16_cast(const void *src, void *dst, int64_t n, int to_bf16)
     BFIT_CPU_PICK(cast_loop)(src, dst, n, to_bf16);
 }
 
+void bfit_cpu_widen(const void *src, bfit_dtype t, int64_t off, float *dst, int64_t n)
+{
+    if (t == BFIT_BF16)
+        bfit_cpu_bf16_cast((const uint16_t *)src + off, dst, n, 0);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = bfit_ld(src, t, off + i);
+}
+
+void bfit_cpu_narrow(const float *src, void *dst, bfit_dtype t, int64_t off, int64_t n)
+{
+    if (t == BFIT_BF16)
+        bfit_cpu_bf16_cast(src, (uint16_t *)dst + off, n, 1);
+    else
+        for (int64_t i = 0; i < n; i++)
+            bfit_st(dst, t, off + i, src[i]);
+}
+
 /* ---- the rewrite ------------------------------------------------------------ */
 
 /* A memory descriptor of an op descriptor and the arguments it describes. */

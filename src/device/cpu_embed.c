@@ -66,7 +66,7 @@ static void bwd_cols(const bfit_op_desc *d, const bfit_op_args *a, int64_t c0, i
         if (d->dtype == BFIT_F32)
             g = (const float *)a->diff_dst + r * C + c0;
         else
-            bfit_widen(a->diff_dst, d->dtype, r * C + c0, buf, n);
+            bfit_cpu_widen(a->diff_dst, d->dtype, r * C + c0, buf, n);
         for (int64_t c = 0; c < n; c++)
             w[c] += g[c];
         for (int64_t c = 0; dp && c < n; c++)

@@ -175,7 +175,7 @@ static inline __attribute__((always_inline)) void xent_row(const void *x, bfit_d
     float mx, xl;
     double sum = 0;
     if (t != BFIT_F32)
-        bfit_widen(x, t, i * N, pi, N);
+        bfit_cpu_widen(x, t, i * N, pi, N);
     mx = xr[0];
     for (int64_t j = 1; j < N; j++)
         if (xr[j] > mx) {

@@ -106,29 +106,4 @@ static inline void bfit_st(void *p, bfit_dtype t, int64_t i, float v)
     }
 }
 
-/* n elements between a 16-bit buffer (from element off) and f32: bf16 in
- * typed loops, which vectorise (bfit_ld's switch on the dtype keeps a loop
- * scalar), f16 element by element. */
-static inline void bfit_widen(const void *src, bfit_dtype t, int64_t off, float *dst, int64_t n)
-{
-    const uint16_t *h = (const uint16_t *)src + off;
-    if (t == BFIT_BF16)
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = bfit_bf16_to_f32(h[i]);
-    else
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = bfit_ld(src, t, off + i);
-}
-
-static inline void bfit_narrow(const float *src, void *dst, bfit_dtype t, int64_t off, int64_t n)
-{
-    uint16_t *h = (uint16_t *)dst + off;
-    if (t == BFIT_BF16)
-        for (int64_t i = 0; i < n; i++)
-            h[i] = bfit_f32_to_bf16(src[i]);
-    else
-        for (int64_t i = 0; i < n; i++)
-            bfit_st(dst, t, off + i, src[i]);
-}
-
 #endif
