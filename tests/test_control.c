@@ -789,17 +789,22 @@ static double model_goodput(const dev_model *dm, int E, int E0)
 
 /* E goes where goodput is highest, by moves of at most 2x, each worth at
  * least 10%, each logged with its numbers; the lr follows the linear rule;
- * the ladder doubles until the rate levels off; the noise scale comes from
- * consecutive steps (every step has one micro-batch). */
-static void test_auto_follows_goodput(void **st)
+ * the ladder doubles up to the micro-batch of the largest E a move can reach
+ * (2E: 64 from 32), and after each move it is extended (its last rung timed
+ * again, then the next); the noise scale comes from consecutive steps
+ * (every step has one micro-batch). With pace_to, the machine runs that
+ * much slower from the extension on (another job took part of it): the
+ * extension puts its new rungs at the old ones' pace (the last rung timed
+ * again says by how much), so 128 is compared with 64 as on one machine
+ * and the moves are those of a steady machine. */
+static void follows_goodput(double pace_to)
 {
-    static const int ladder[] = { 8, 16, 32, 64, 128, 256, 512 };
-    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200 };
+    static const int ladder[] = { 8, 16, 32, 64, 64, 128, 128, 256 };
+    dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200, .pace_at = 4, .pace_to = pace_to };
     int E = 32, nchange = 0;
     int64_t last_seen = 0, seen = 0;
     double bn;
     sim s;
-    (void)st;
     auto_config(&s, 16, 1024, 32); /* starts at E0 = 32 */
     sim_start(&s);
     for (int t = 0; t < 1200; t++) {
@@ -840,11 +845,23 @@ static void test_auto_follows_goodput(void **st)
             expect_scale(d.lr_scale, 4.0); /* linear, E0 = 32, re-warmed */
         }
     }
-    assert_int_equal(dm.nasked, 7);
+    assert_int_equal(dm.nasked, 8);
     assert_memory_equal(dm.ladder_asked, ladder, sizeof ladder);
     assert_int_equal(bfit_controller_noise_scale(s.c, &bn), BFIT_OK);
     assert_true(fabs(bn - 2000) < 1e-6);
     bfit_controller_free(s.c);
+}
+
+static void test_auto_follows_goodput(void **st)
+{
+    (void)st;
+    follows_goodput(0);
+}
+
+static void test_auto_ladder_extended_at_its_pace(void **st)
+{
+    (void)st;
+    follows_goodput(1.3);
 }
 
 /* The loader bounds the speed. test_auto_follows_goodput's device moves
@@ -914,9 +931,14 @@ static void test_auto_loader_not_bounding(void **st)
  * and a noise scale at which 48, 64 and 96 are within 3% of each other, E
  * settles and stays: few changes, never back to a size it left. The ladder
  * is noisy too; the micro-batch changes only with E, or once when the
- * ladder is first measured. */
+ * ladder is first measured. The noiseless device gains 12.6% from 32 to 64,
+ * just past auto_gain, so a ladder that happens to time 32 fast keeps 32
+ * (seed 1's: 32 at 0.77 of its mean time, 64 at 0.89), a right decision on
+ * what it measured; most seeds move. */
 static void test_auto_does_not_flip(void **st)
 {
+    int moved = 0;
+    (void)st;
     for (uint64_t seed = 1; seed <= 5; seed++) {
         dev_model dm = { .lat = 0.002, .peak = 5000, .over = 0.003, .B = 200, .jitter = 0.25, .rng = seed };
         int left[64], nleft = 0, E = 32, nchange = 0, m = 32, mchange = 0;
@@ -942,11 +964,13 @@ static void test_auto_does_not_flip(void **st)
         }
         printf("  seed %llu: %d changes of E, %d of m alone, E %d, m %d\n", (unsigned long long)seed, nchange,
                mchange, E, m);
-        assert_true(nchange >= 1 && nchange <= 4);
+        moved += nchange > 0;
+        assert_true(nchange <= 4);
         assert_true(mchange <= 1);
         assert_true(E >= 32 && E <= 128);
         bfit_controller_free(s.c);
     }
+    assert_true(moved >= 4);
 }
 
 /* A device where small micro-batches are much faster per sample (a CPU
@@ -1059,12 +1083,12 @@ static void test_auto_ladder_again_when_load_changes(void **st)
     sim_start(&s);
     for (int t = 0; t < 300; t++)
         auto_step(&s, &dm);
-    assert_int_equal(dm.nasked, 7);
+    assert_int_equal(dm.nasked, 6); /* 8 to 256, the micro-batch of the largest E a move reaches */
     dm.lat *= 3;
     dm.peak /= 3;
     for (int t = 0; t < 300; t++)
         auto_step(&s, &dm);
-    assert_int_equal(dm.nasked, 14); /* once more, then it agrees again */
+    assert_int_equal(dm.nasked, 12); /* once more, then it agrees again */
     bfit_controller_free(s.c);
 }
 
@@ -1381,6 +1405,7 @@ int main(void)
         cmocka_unit_test(test_schedule_by_epoch_and_micro_batch),
         cmocka_unit_test(test_adaptive_follows_noise_scale),
         cmocka_unit_test(test_auto_follows_goodput),
+        cmocka_unit_test(test_auto_ladder_extended_at_its_pace),
         cmocka_unit_test(test_auto_no_credit_below_reference),
         cmocka_unit_test(test_auto_does_not_flip),
         cmocka_unit_test(test_auto_accumulates_when_faster),

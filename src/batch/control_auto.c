@@ -291,24 +291,39 @@ void bfit_ctl_try_goodput(bfit_controller *c, int64_t step, bfit_batch_decision 
         100.0 * (gp_best / gp_cur - 1.0));
 }
 
+/* The largest micro-batch a ladder needs: that of the largest E goodput or
+ * a plateau can move to from the current one (adapt_factor E, a micro-batch
+ * being at most its E), within batch_max and the fixed micro-batch, and
+ * what fits. Larger sizes cost the most to time and matter only after E
+ * has moved; then the ladder is extended to them. */
+static int ladder_top(const bfit_controller *c)
+{
+    int cap = c->cfg.micro_batch && c->cfg.micro_batch < c->cfg.batch_max ? c->cfg.micro_batch : c->cfg.batch_max;
+    double reach = c->st.E * c->cfg.adapt_factor;
+
+    if (reach < cap)
+        cap = reach > c->st.m ? (int)reach : c->st.m;
+    return bfit_ctl_largest_fit(c, cap);
+}
+
 /* Auto mode: measure the ladder (again): from below batch_min (small
- * micro-batches accumulated may be the fastest way to a step) up to the
- * largest micro-batch that fits within batch_max. */
+ * micro-batches accumulated may be the fastest way to a step) up to
+ * ladder_top. */
 static void ladder_begin(bfit_controller *c)
 {
-    int first = 1, cap = c->cfg.micro_batch && c->cfg.micro_batch < c->cfg.batch_max ? c->cfg.micro_batch
-                                                                                   : c->cfg.batch_max;
+    int first = 1;
 
     while (first * 2 <= c->cfg.batch_min / 2)
         first *= 2;
-    bfit_gp_ladder_start(&c->st.au.lad, first, bfit_ctl_largest_fit(c, cap), c->st.m);
+    bfit_gp_ladder_start(&c->st.au.lad, first, ladder_top(c), c->st.m);
     c->st.au.ladders++;
 }
 
 /* Auto mode: the first ladder once training has settled; another when
  * micro-steps have run LADDER_DRIFT faster or slower than it predicts for
  * long (the machine's load changed, and with it perhaps which size is
- * fastest), at most every 4 auto_interval samples. */
+ * fastest), at most every 4 auto_interval samples; the ladder extended
+ * when E has moved where its sizes no longer reach. */
 void bfit_ctl_ladder_when(bfit_controller *c)
 {
     double d = c->st.au.speed > 1 ? c->st.au.speed : c->st.au.speed > 0 ? 1 / c->st.au.speed : 1;
@@ -318,6 +333,8 @@ void bfit_ctl_ladder_when(bfit_controller *c)
     if (c->st.au.ladders == 0 ? c->st.au.nobs >= LADDER_AFTER
                         : d > LADDER_DRIFT && c->st.au.seen - c->st.au.ladder_seen >= 4 * c->cfg.auto_interval)
         ladder_begin(c);
+    else if (c->st.au.ladders > 0)
+        bfit_gp_ladder_extend(&c->st.au.lad, ladder_top(c));
 }
 
 /* Auto mode: how fast micro-steps run now against the ladder (the load
@@ -403,9 +420,12 @@ static void confirm_record(bfit_controller *c, int m, double secs)
 
 int bfit_controller_ladder_record(bfit_controller *c, int m, double seconds)
 {
+    int ext;
+
     if (!c || m < 1 || m != bfit_controller_ladder_next(c) || isnan(seconds))
         return bfit_fail(BFIT_EINVAL, "controller: the ladder asked for micro-batch %d, not %d",
                          c ? bfit_controller_ladder_next(c) : 0, m);
+    ext = c->st.au.lad.ext_ref != 0;
     if (c->st.au.lad.confirm) {
         confirm_record(c, m, seconds);
     } else {
@@ -414,8 +434,10 @@ int bfit_controller_ladder_record(bfit_controller *c, int m, double seconds)
             confirm_begin(c);
     }
     if (c->st.au.lad.next == 0) {
-        c->st.au.speed = 0; /* measured against the new ladder from now on */
-        c->st.au.ladder_seen = c->st.au.seen;
+        if (!ext) {
+            c->st.au.speed = 0; /* measured against the new ladder from now on */
+            c->st.au.ladder_seen = c->st.au.seen;
+        } /* an extension keeps the old rungs' pace */
         c->st.au.ladder_ran = 1;
     }
     return BFIT_OK;

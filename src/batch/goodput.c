@@ -11,12 +11,40 @@ void bfit_gp_ladder_start(gp_ladder *l, int first, int limit, int reach)
         l->next = 0;
 }
 
+int bfit_gp_ladder_extend(gp_ladder *l, int limit)
+{
+    /* a ladder that levelled off, was cut short or is still running has
+     * nothing to add: past its last rung the rate is the last rung's */
+    if (l->next || l->n == 0 || l->n == GP_RUNGS || l->m[l->n - 1] != l->limit || limit <= l->limit)
+        return 0;
+    l->limit = limit;
+    l->next = l->ext_ref = l->m[l->n - 1];
+    l->ext_pace = 0;
+    return 1;
+}
+
+/* An extension's first timing is its reference rung's again: the pace. */
+static void extend_pace(gp_ladder *l, double secs)
+{
+    int top = l->m[l->n - 1];
+
+    l->ext_pace = secs > 0 ? l->secs[l->n - 1] / secs : 0;
+    l->next = l->ext_pace > 0 ? ((int64_t)top * 2 <= l->limit ? top * 2 : l->limit) : 0;
+    if (!l->next)
+        l->ext_ref = 0;
+}
+
 void bfit_gp_ladder_record(gp_ladder *l, int m, double secs, double gain)
 {
     double rate;
 
+    if (l->ext_ref && l->ext_pace == 0) {
+        extend_pace(l, secs);
+        return;
+    }
+    secs *= l->ext_ref ? l->ext_pace : 1.0;
     if (secs <= 0 || l->n == GP_RUNGS) {
-        l->next = 0;
+        l->next = l->ext_ref = 0;
         return;
     }
     l->m[l->n] = m;
@@ -35,12 +63,12 @@ void bfit_gp_ladder_record(gp_ladder *l, int m, double secs, double gain)
     }
     if (rate > l->best_rate)
         l->best_rate = rate;
-    if (l->next == 0)
-        return;
-    if (m >= l->limit)
+    if (l->next != 0 && m >= l->limit)
         l->next = 0;
-    else
+    else if (l->next != 0)
         l->next = (int64_t)m * 2 <= l->limit ? m * 2 : l->limit;
+    if (l->next == 0)
+        l->ext_ref = 0;
 }
 
 double bfit_gp_micro_seconds(const gp_ladder *l, int m)

@@ -31,6 +31,12 @@ typedef struct gp_ladder {
     double confirm_secs; /* confirm's time in this confirmation (0: not yet timed) */
     int rounds;          /* confirmations this ladder began */
     int allow;           /* after one: the only size a throughput move may go to (-1: none; 0: any) */
+    /* A ladder extended past its limit (E moved where its sizes no longer
+     * reach): its last rung timed again for the machine's pace now, the new
+     * rungs put at the old ones' pace, so that the sizes already compared
+     * are not compared again on new timings. */
+    int ext_ref;         /* the rung timed again (0: not extending) */
+    double ext_pace;     /* its old seconds over its new ones (0: not timed yet) */
 } gp_ladder;
 
 /* Start at `first` (a power of two), going up to limit, and at least to
@@ -41,6 +47,11 @@ void bfit_gp_ladder_start(gp_ladder *l, int first, int limit, int reach);
  * are not `gain` faster than the best so far (the rate has levelled off)
  * and m has reached `reach`. */
 void bfit_gp_ladder_record(gp_ladder *l, int m, double secs, double gain);
+/* A ladder that ended at its limit goes on to a larger one: its last rung
+ * again first (the pace), then doubling from there, each new rung's time
+ * multiplied by the pace. Returns 0 (and changes nothing) unless the ladder
+ * ended at its limit, below the new one. */
+int bfit_gp_ladder_extend(gp_ladder *l, int limit);
 /* Seconds of one forward and backward of m samples: interpolated linearly
  * in m between rungs; below the first and above the last rung at their
  * samples/s. < 0 when the ladder is empty. */

@@ -97,10 +97,12 @@ TABLE(decision_t, D,
 
 /* --batch auto's ladder and bookkeeping, and the consecutive-step norms;
  * the plateau check came later: a checkpoint without it starts its windows
- * afresh; so did the ladder's confirmation (one without it has none) */
+ * afresh; so did the ladder's confirmation (one without it has none) and
+ * its extension (one without it is not extending) */
 #define A bfit_controller_auto
 #define PLAT .since = "lr_ref"
 #define CONF .since = "ladder_allow"
+#define EXT .since = "ladder_ext_ref"
 TABLE(auto_t, A,
       INT(A, "prev_norms", prev_norms),
       INT(A, "prev_b", prev_b),
@@ -116,6 +118,8 @@ TABLE(auto_t, A,
       DBL(A, "ladder_confirm_secs", lad.confirm_secs, CONF),
       INT(A, "ladder_rounds", lad.rounds, CONF),
       INT(A, "ladder_allow", lad.allow, CONF),
+      INT(A, "ladder_ext_ref", lad.ext_ref, EXT),
+      DBL(A, "ladder_ext_pace", lad.ext_pace, EXT),
       DBL(A, "speed", speed),
       DBL(A, "overhead", overhead),
       I64(A, "seen", seen),
@@ -133,6 +137,7 @@ TABLE(auto_t, A,
       INT(A, "plat_windows", plat_windows, PLAT),
       INT(A, "plat_stalls", plat_stalls, PLAT),
       INT(A, "lr_ref", lr_ref, PLAT));
+#undef EXT
 #undef CONF
 #undef PLAT
 #undef A
