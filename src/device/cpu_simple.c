@@ -64,6 +64,13 @@ static int run_reduce(cpu_op *op, const bfit_op_args *a)
 
 /* ---- ADD: dst = src + src2, or dst += src when accumulating ---- */
 
+/* bf16 in a variant per instruction set, as the cast's (cpu_bf16.c): the
+ * baseline build's loop stayed scalar (the residual adds of a bf16 step) */
+BFIT_CPU_VARIANTS(void, add_bf16_loop, (const uint16_t *xh, const uint16_t *yh, uint16_t *dh, int64_t n), {
+    BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++)
+                                     dh[i] = bfit_f32_to_bf16(bfit_bf16_to_f32(xh[i]) + bfit_bf16_to_f32(yh[i])););
+})
+
 static int run_add(cpu_op *op, const bfit_op_args *a)
 {
     int64_t n = op->base.desc.u.add.n;
@@ -78,11 +85,8 @@ static int run_add(cpu_op *op, const bfit_op_args *a)
         const float *xf = x, *yf = y;
         float *df = dst;
         BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++) df[i] = xf[i] + yf[i];);
-    } else if (t == BFIT_BF16) { /* the dtype known, the loop vectorises (bfit_ld's switch kept it scalar) */
-        const uint16_t *xh = x, *yh = y;
-        uint16_t *dh = dst;
-        BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++)
-                                         dh[i] = bfit_f32_to_bf16(bfit_bf16_to_f32(xh[i]) + bfit_bf16_to_f32(yh[i])););
+    } else if (t == BFIT_BF16) {
+        BFIT_CPU_PICK(add_bf16_loop)(x, y, dst, n);
     } else {
         BFIT_PAR_FOR_IF(n > PAR_MIN, for (int64_t i = 0; i < n; i++)
                                          bfit_st(dst, t, i, bfit_ld(x, t, i) + bfit_ld(y, t, i)););
