@@ -228,6 +228,7 @@ void bfit_cpu_blk16_run(const void *src, void *dst, int64_t n, int64_t c, int64_
 int bfit_cpu_bnorm_init(cpu_op *op);    /* BNORM_FWD, BNORM_BWD */
 int bfit_cpu_lnorm_init(cpu_op *op);    /* LNORM_FWD, LNORM_BWD */
 int bfit_cpu_eltwise_init(cpu_op *op);  /* ELTWISE_FWD, ELTWISE_BWD */
+int bfit_cpu_gelu_init(cpu_op *op, int *done); /* GELU (erf) of our own in f32 (eltwise_init asks) */
 int bfit_cpu_simple_init(cpu_op *op);   /* REDUCE_ROWS, ADD, DROPOUT_*, XENT_*, SCALE, NORMS (plain loops) */
 int bfit_cpu_optim_init(cpu_op *op);    /* SGD, ADAMW */
 int bfit_cpu_embed_init(cpu_op *op);    /* EMBED_FWD, EMBED_BWD */

@@ -1,4 +1,5 @@
-/* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus, clip, sigmoid, silu, tanh and
+/* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus (the erf one in f32 is ours,
+ * cpu_gelu.c), clip, sigmoid, silu, tanh and
  * hardswish (hardsigmoid, which oneDNN 2.6 lacks, by cuda_core.h's per-element function) over a
  * flat array of n elements (the shape does not matter elementwise). The
  * backward takes the forward's input (src), which every algorithm here
@@ -356,9 +357,11 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     int64_t n = d->u.elt.n, c;
     dnnl_alg_kind_t alg;
     float alpha = 0.f, beta = 0.f;
-    int rc;
+    int rc, mine;
 
     /* n, the algorithm, its bounds and backward modes: checked in bfit_op_new */
+    if ((rc = bfit_cpu_gelu_init(op, &mine)) != BFIT_OK || mine)
+        return rc;
     if (d->u.elt.bits) {
         op->ws = 0;
         op->saved = (size_t)(n + 63) / 64 * 8;
