@@ -63,12 +63,10 @@ void bfit_gp_ladder_record(gp_ladder *l, int m, double secs, double gain)
     }
     if (rate > l->best_rate)
         l->best_rate = rate;
-    if (l->next != 0 && m >= l->limit)
-        l->next = 0;
-    else if (l->next != 0)
-        l->next = (int64_t)m * 2 <= l->limit ? m * 2 : l->limit;
+    if (l->next != 0)
+        l->next = m >= l->limit ? 0 : (int64_t)m * 2 <= l->limit ? m * 2 : l->limit;
     if (l->next == 0)
-        l->ext_ref = 0;
+        l->ext_ref = 0; /* done: an extension too */
 }
 
 double bfit_gp_micro_seconds(const gp_ladder *l, int m)
