@@ -4,6 +4,7 @@
 #define BFIT_CPU_H
 
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 #include <sched.h>
 
 #include "base/par.h"
@@ -82,7 +83,28 @@ typedef struct cpu_op {
     size_t pd_ws[CPU_OP_MAXPRIM]; /* workspace bytes prim p runs with: its scratchpad, then its copies */
     cpu_stage stage[CPU_OP_MAXPRIM][CPU_MAXSTAGE];
     int nstage[CPU_OP_MAXPRIM];
+    /* Work too small for a parallel region to pay: bit p, prim p is made
+     * and run with one thread (bfit_cpu_exec); CPU_SERIAL_ALL, the whole
+     * op, its primitive descriptors and loops too. */
+    unsigned serial;
 } cpu_op;
+
+#define CPU_SERIAL_ALL (~0u)
+/* A region wakes the team's sleeping threads (the command's waits sleep:
+ * docs/performance.md, "A loaded machine"), 20 us and more each on a
+ * virtual machine: more than work under these sizes takes one thread. */
+#define CPU_SMALL_FLOPS ((int64_t)1 << 20)
+#define CPU_SMALL_BYTES ((size_t)BFIT_PAR_MIN * sizeof(float))
+/* Whether an op of desc is small enough to run on one thread whole. */
+int bfit_cpu_small(const bfit_op_desc *desc);
+/* One thread from here to bfit_cpu_serial_end(the returned count). */
+static inline int bfit_cpu_serial_begin(void)
+{
+    int t = omp_get_max_threads();
+    omp_set_num_threads(1);
+    return t;
+}
+static inline void bfit_cpu_serial_end(int t) { omp_set_num_threads(t); }
 
 static inline cpu_device *cpu_dev(const cpu_op *op) { return (cpu_device *)op->base.dev; }
 

@@ -368,6 +368,8 @@ static int plan_reorder(cpu_op *op, int r, const dnnl_memory_desc_t *plain, cons
         return bfit_cpu_dnnl_check(s, "convolution layout reorder");
     sz = bfit_cpu_pd_scratch(op->pd[r]);
     *scratch = sz > *scratch ? sz : *scratch;
+    if (dnnl_memory_desc_get_size(chosen) < CPU_SMALL_BYTES) /* a convolution's weights, mostly */
+        op->serial |= 1u << r;
     m->off[r - R_IN0] = *cursor;
     *cursor += BFIT_ALIGN_UP(dnnl_memory_desc_get_size(chosen));
     return BFIT_OK;

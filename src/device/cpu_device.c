@@ -137,7 +137,7 @@ static void unstage(const cpu_op *op, int p, const cpu_arg *args, int nargs, cha
     }
 }
 
-int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what)
+static int exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what)
 {
     /* Memory objects wrap the caller's buffers (oneDNN allocates no data for
      * them); they are small host structs, kept in the op between calls. */
@@ -182,7 +182,30 @@ int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scrat
     return BFIT_OK;
 }
 
-static int op_init(cpu_op *op)
+/* A small primitive is made for one thread and run with one: oneDNN then
+ * opens no parallel region (no thread to wake). */
+int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch, const char *what)
+{
+    int t, rc;
+    if (!(op->serial >> p & 1u))
+        return exec(op, p, args, nargs, scratch, what);
+    t = bfit_cpu_serial_begin();
+    rc = exec(op, p, args, nargs, scratch, what);
+    bfit_cpu_serial_end(t);
+    return rc;
+}
+
+int bfit_cpu_small(const bfit_op_desc *d)
+{
+    switch (d->kind) {
+    case BFIT_OP_MATMUL: return 2 * d->u.mm.M * d->u.mm.N * d->u.mm.K < CPU_SMALL_FLOPS;
+    case BFIT_OP_ELTWISE_FWD:
+    case BFIT_OP_ELTWISE_BWD: return d->u.elt.n < BFIT_PAR_MIN;
+    default: return 0;
+    }
+}
+
+static int op_init_kind(cpu_op *op)
 {
     switch (op->base.desc.kind) {
     case BFIT_OP_MATMUL: return bfit_cpu_matmul_init(op);
@@ -213,6 +236,20 @@ static int op_init(cpu_op *op)
     case BFIT_OP_CHSCALE_BWD: return bfit_cpu_chscale_init(op);
     default: return bfit_cpu_simple_init(op);
     }
+}
+
+/* A small op is made with one thread: a primitive descriptor may split its
+ * work for the count it is made with. */
+static int op_init(cpu_op *op)
+{
+    int t, rc;
+    if (!bfit_cpu_small(&op->base.desc))
+        return op_init_kind(op);
+    t = bfit_cpu_serial_begin();
+    rc = op_init_kind(op);
+    bfit_cpu_serial_end(t);
+    op->serial = CPU_SERIAL_ALL;
+    return rc;
 }
 
 static void cpu_op_free(bfit_op *base);
@@ -314,7 +351,13 @@ static int cpu_op_run(bfit_op *base, const bfit_op_args *a)
     int rc = bfit_cpu_enter(d, p, nm, list_ptrs(base, a, p, nm, 24), "op");
     if (rc != BFIT_OK)
         return rc;
-    rc = op->run(op, a);
+    if (op->serial == CPU_SERIAL_ALL) {
+        int t = bfit_cpu_serial_begin();
+        rc = op->run(op, a);
+        bfit_cpu_serial_end(t);
+    } else {
+        rc = op->run(op, a);
+    }
     bfit_cpu_leave(d);
     return rc;
 }
