@@ -816,10 +816,46 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc)
 
 static void test_lnorm(void **st)
 {
-    static const int64_t sizes[][2] = {{1, 7}, {7, 1}, {7, 7}, {3, 33}, {1, 1}, {5, 1000}};
+    /* the last two over BFIT_PAR_MIN elements: rows on the team, backward's
+     * 16 row chunks uneven (257 rows) */
+    static const int64_t sizes[][2] = {{1, 7}, {7, 1}, {7, 7}, {3, 33}, {1, 1}, {5, 1000}, {257, 160}, {1030, 128}};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int acc = 0; acc < 2; acc++)
             check_lnorm(*st, sizes[s][0], sizes[s][1], acc);
+}
+
+/* The f32 layer norm's outputs are the same bits on 1 thread as on 2 (its
+ * column sums go by fixed row chunks, added in order). */
+static void test_lnorm_threads_same_bits(void **st)
+{
+    const int64_t R = 1030, C = 128;
+    float *out[2][6];
+    for (int k = 0; k < 2; k++) {
+        tdev t;
+        ln_bufs b;
+        tdev_open(&t, k + 1);
+        rng_state = 7;
+        b.x = frand(&t, R * C, 2), b.g = frand(&t, C, 1), b.b = frand(&t, C, 1), b.y = frand(&t, R * C, 1);
+        b.mean = frand(&t, R, 1), b.var = frand(&t, R, 1), b.dy = frand(&t, R * C, 1), b.dx = frand(&t, R * C, 1);
+        b.dg = frand(&t, C, 1), b.db = frand(&t, C, 1);
+        lnorm_run(&t, R, C, 1, 1e-5, &b);
+        out[k][0] = fcopy(TB_F(b.y), R * C), out[k][1] = fcopy(TB_F(b.mean), R), out[k][2] = fcopy(TB_F(b.var), R);
+        out[k][3] = fcopy(TB_F(b.dx), R * C), out[k][4] = fcopy(TB_F(b.dg), C), out[k][5] = fcopy(TB_F(b.db), C);
+        tbuf *all[] = {&b.x, &b.g, &b.b, &b.y, &b.mean, &b.var, &b.dy, &b.dx, &b.dg, &b.db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            tbuf_free(&t, all[i]);
+        tdev_close(&t);
+    }
+    assert_memory_equal(out[0][0], out[1][0], (size_t)(R * C) * 4);
+    assert_memory_equal(out[0][1], out[1][1], (size_t)R * 4);
+    assert_memory_equal(out[0][2], out[1][2], (size_t)R * 4);
+    assert_memory_equal(out[0][3], out[1][3], (size_t)(R * C) * 4);
+    assert_memory_equal(out[0][4], out[1][4], (size_t)C * 4);
+    assert_memory_equal(out[0][5], out[1][5], (size_t)C * 4);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 6; i++)
+            free(out[k][i]);
+    (void)st;
 }
 
 /* ---- REDUCE_ROWS, ADD ---- */
@@ -1535,7 +1571,8 @@ int main(void)
         cmocka_unit_test(test_chscale),
         cmocka_unit_test(test_op_times),
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
-        cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_reduce_rows),
+        cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_lnorm_threads_same_bits),
+        cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_ties),
         cmocka_unit_test(test_xent_bad_label), cmocka_unit_test(test_scale),
