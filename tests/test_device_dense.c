@@ -824,6 +824,45 @@ static void test_lnorm(void **st)
             check_lnorm(*st, sizes[s][0], sizes[s][1], acc);
 }
 
+/* Rows far from 0 (1e6 + [-2, 2)): the statistics' sums must not cancel
+ * (a one-pass E[x^2] - mean^2 in double keeps 13 of its 53 bits here),
+ * so the variance and y stay within a few eps of two-pass double loops. */
+static void test_lnorm_offset(void **st)
+{
+    const int64_t R = 9, C = 128;
+    tdev *t = *st;
+    ln_bufs k;
+    k.x = tbuf_new(t, (size_t)(R * C) * 4), k.g = frand(t, C, 1), k.b = frand(t, C, 1), k.y = frand(t, R * C, 1);
+    k.mean = frand(t, R, 1), k.var = frand(t, R, 1), k.dy = frand(t, R * C, 1), k.dx = frand(t, R * C, 1);
+    k.dg = frand(t, C, 1), k.db = frand(t, C, 1);
+    for (int64_t i = 0; i < R * C; i++)
+        TB_F(k.x)[i] = 1e6f + urand(2) * (float)(1 + i / C); /* row r's spread 2 (r + 1) */
+    tbuf_up(t, &k.x);
+    lnorm_run(t, R, C, 0, 1e-5, &k);
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = TB_F(k.x) + r * C;
+        double mu = 0, v = 0, rs;
+        for (int64_t j = 0; j < C; j++)
+            mu += xr[j];
+        mu /= (double)C;
+        for (int64_t j = 0; j < C; j++)
+            v += (xr[j] - mu) * (xr[j] - mu);
+        v /= (double)C;
+        rs = 1 / sqrt(v + 1e-5);
+        assert_close(TB_F(k.var)[r], v, 4 * FEPS * v, "lnorm var, offset rows", r);
+        for (int64_t j = 0; j < C; j++) {
+            /* x - mean in float: x's and the mean's roundings (1e6's ulp
+             * is 0.0625) make |x - mean| exact to an ulp of 1e6 */
+            double ry = (xr[j] - mu) * rs * TB_F(k.g)[j] + TB_F(k.b)[j];
+            assert_close(TB_F(k.y)[r * C + j], ry, (0.0625 * rs + 8 * FEPS * (1 + fabs(ry))) * 2, "lnorm fwd, offset rows",
+                         r * C + j);
+        }
+    }
+    tbuf *all[] = {&k.x, &k.g, &k.b, &k.y, &k.mean, &k.var, &k.dy, &k.dx, &k.dg, &k.db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tbuf_free(t, all[i]);
+}
+
 /* The f32 layer norm's outputs are the same bits on 1 thread as on 2 (its
  * column sums go by fixed row chunks, added in order). */
 static void test_lnorm_threads_same_bits(void **st)
@@ -1572,6 +1611,7 @@ int main(void)
         cmocka_unit_test(test_op_times),
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_lnorm_threads_same_bits),
+        cmocka_unit_test(test_lnorm_offset),
         cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_ties),

@@ -35,15 +35,18 @@
 static inline __attribute__((always_inline)) void row_fwd(const float *x, float *y, const float *g, const float *b,
                                                           int64_t C, float eps, float *mean, float *var)
 {
-    double s = 0, v = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < C; j++)
-        s += x[j];
-    double mu = s / (double)C;
-#pragma omp simd reduction(+ : v)
-    for (int64_t j = 0; j < C; j++)
-        v += ((double)x[j] - mu) * ((double)x[j] - mu);
-    float m = (float)mu, vf = (float)(v / (double)C), rs = 1.0f / sqrtf(vf + eps);
+    /* one pass, shifted by the row's first value: |mean - x0| is at most
+     * sqrt(C) standard deviations, so the subtraction below cancels at
+     * most log2(C) of the double sums' 53 bits */
+    double s = 0, q = 0, k = x[0];
+#pragma omp simd reduction(+ : s, q)
+    for (int64_t j = 0; j < C; j++) {
+        double d = (double)x[j] - k;
+        s += d;
+        q += d * d;
+    }
+    double mu = s / (double)C, v = q / (double)C - mu * mu;
+    float m = (float)(k + mu), vf = (float)(v > 0 ? v : 0), rs = 1.0f / sqrtf(vf + eps);
 #pragma omp simd
     for (int64_t j = 0; j < C; j++)
         y[j] = (x[j] - m) * rs * g[j] + b[j];
