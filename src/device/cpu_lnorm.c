@@ -70,10 +70,10 @@ static inline __attribute__((always_inline)) void row_bwd(const float *x, const 
     float af = (float)(a / (double)C), cf = (float)(c / (double)C);
 #pragma omp simd
     for (int64_t j = 0; j < C; j++) {
-        float xh = (x[j] - m) * rs;
-        dx[j] = rs * (dy[j] * g[j] - af - xh * cf);
-        pg[j] += dy[j] * xh;
-        pb[j] += dy[j];
+        float d = dy[j], xh = (x[j] - m) * rs; /* read before dx is written: dx may be dy (the layer's in place) */
+        pg[j] += d * xh;
+        pb[j] += d;
+        dx[j] = rs * (d * g[j] - af - xh * cf);
     }
 }
 
