@@ -374,19 +374,21 @@ static vcase bits_case(bfit_dtype dt, int64_t n)
     return v;
 }
 
-/* GELU (erf, f32: ours) forward, then its backward from the forward's input */
+/* GELU (erf; ours in f32, and bf16's backward) forward, then its backward
+ * from the forward's input */
 static void b_elt_fwd(bfit_op_args *a, void *const *b) { a->src = b[0], a->dst = b[1]; }
 static void b_elt_bwd(bfit_op_args *a, void *const *b) { a->src = b[0], a->diff_dst = b[2], a->diff_src = b[3]; }
 
-static vcase gelu_case(int64_t n)
+static vcase gelu_case(bfit_dtype dt, int64_t n)
 {
-    const int64_t es = 4;
-    vcase v = {.name = "gelu forward and backward", .nops = 2, .bind = {b_elt_fwd, b_elt_bwd}};
-    v.d[0] = (bfit_op_desc){.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
+    const int64_t es = dt == BFIT_F32 ? 4 : 2;
+    vcase v = {.name = dt == BFIT_F32 ? "gelu forward and backward" : "gelu forward and backward (bf16)", .nops = 2,
+               .bind = {b_elt_fwd, b_elt_bwd}};
+    v.d[0] = (bfit_op_desc){.kind = BFIT_OP_ELTWISE_FWD, .dtype = dt};
     v.d[0].u.elt = (typeof(v.d[0].u.elt)){.n = n, .alg = BFIT_ELT_GELU_ERF};
     v.d[1] = v.d[0];
     v.d[1].kind = BFIT_OP_ELTWISE_BWD;
-    v.bytes[0] = (size_t)(n * es), v.fill[0] = F_F32;
+    v.bytes[0] = (size_t)(n * es), v.fill[0] = dt == BFIT_F32 ? F_F32 : F_BF16;
     v.bytes[1] = v.bytes[0];
     v.bytes[2] = v.bytes[0], v.fill[2] = v.fill[0];
     v.bytes[3] = v.bytes[0];
@@ -423,7 +425,8 @@ static void test_variants_agree(void **st)
         c.bytes[1] = (size_t)n * (dt ? 4 : 2);
         check_case(t, &c);
     }
-    c = gelu_case(n), check_case(t, &c); /* ours in f32 only (cpu_gelu.c) */
+    c = gelu_case(BFIT_F32, n), check_case(t, &c);
+    c = gelu_case(BFIT_BF16, n), check_case(t, &c); /* the backward ours, the forward oneDNN's (cpu_gelu.c) */
     for (int nesterov = 0; nesterov < 2; nesterov++) {
         c = (vcase){.name = nesterov ? "sgd (nesterov)" : "sgd", .nops = 1, .bind = {b_sgd}};
         c.d[0] = (bfit_op_desc){.kind = BFIT_OP_SGD, .dtype = BFIT_F32};
