@@ -824,6 +824,81 @@ static void test_lnorm(void **st)
             check_lnorm(*st, sizes[s][0], sizes[s][1], acc);
 }
 
+/* bf16 data (x, y, dy, dx; by truncation), f32 scale, shift, statistics
+ * and parameter gradients: against double loops on the widened inputs.
+ * y and dx carry one bf16 rounding (|r| / 256) over the f32 work; the
+ * statistics and parameter gradients are f32 sums as in check_lnorm. */
+static void check_lnorm16(tdev *t, int64_t R, int64_t C)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_BF16};
+    bfit_op_args a = {0};
+    tbuf x = tbuf_new(t, (size_t)(R * C) * 2), y = tbuf_new(t, (size_t)(R * C) * 2), dy = tbuf_new(t, (size_t)(R * C) * 2),
+         dx = tbuf_new(t, (size_t)(R * C) * 2), g = frand(t, C, 1), b = frand(t, C, 1), mean = frand(t, R, 1),
+         var = frand(t, R, 1), dg = frand(t, C, 1), db = frand(t, C, 1);
+    uint16_t *xh = x.h, *dyh = dy.h;
+    double *rdg = calloc((size_t)C, sizeof(double)), *rdb = calloc((size_t)C, sizeof(double));
+
+    for (int64_t i = 0; i < R * C; i++) {
+        float v = urand(2), w = urand(1);
+        uint32_t vb, wb;
+        memcpy(&vb, &v, 4), memcpy(&wb, &w, 4);
+        xh[i] = (uint16_t)(vb >> 16), dyh[i] = (uint16_t)(wb >> 16);
+    }
+    tbuf_up(t, &x), tbuf_up(t, &dy);
+    d.u.lnorm.rows = R, d.u.lnorm.cols = C, d.u.lnorm.eps = 1e-5f;
+    a.src = x.d, a.dst = y.d, a.scale = g.d, a.shift = b.d, a.mean = mean.d, a.var = var.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    d.kind = BFIT_OP_LNORM_BWD;
+    a = (bfit_op_args){0};
+    a.src = x.d, a.mean = mean.d, a.var = var.d, a.diff_dst = dy.d, a.scale = g.d, a.diff_src = dx.d;
+    a.diff_scale = dg.d, a.diff_shift = db.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &y), tbuf_down(t, &mean), tbuf_down(t, &var), tbuf_down(t, &dx), tbuf_down(t, &dg), tbuf_down(t, &db);
+    for (int64_t r = 0; r < R; r++) {
+        double mu = 0, v = 0, rs, m1 = 0, m2 = 0;
+        for (int64_t j = 0; j < C; j++)
+            mu += widen16(xh[r * C + j]);
+        mu /= (double)C;
+        for (int64_t j = 0; j < C; j++)
+            v += (widen16(xh[r * C + j]) - mu) * (widen16(xh[r * C + j]) - mu);
+        v /= (double)C;
+        rs = 1 / sqrt(v + 1e-5);
+        assert_close(TB_F(mean)[r], mu, 4 * FEPS * (sqrt((double)C) + 2) * 2, "bf16 lnorm mean", r);
+        assert_close(TB_F(var)[r], v, 8 * FEPS * (sqrt((double)C) + 2) * 4, "bf16 lnorm var", r);
+        for (int64_t j = 0; j < C; j++) {
+            double xh_ = (widen16(xh[r * C + j]) - mu) * rs, dyv = widen16(dyh[r * C + j]);
+            m1 += dyv * TB_F(g)[j];
+            m2 += dyv * TB_F(g)[j] * xh_;
+            rdg[j] += dyv * xh_;
+            rdb[j] += dyv;
+        }
+        m1 /= (double)C, m2 /= (double)C;
+        for (int64_t j = 0; j < C; j++) {
+            double xh_ = (widen16(xh[r * C + j]) - mu) * rs, ry = xh_ * TB_F(g)[j] + TB_F(b)[j];
+            double rdx = rs * (widen16(dyh[r * C + j]) * TB_F(g)[j] - m1 - xh_ * m2);
+            assert_close(widen16(((uint16_t *)y.h)[r * C + j]), ry,
+                         4 * FEPS * (sqrt((double)C) + 2) * (1 + fabs(ry)) + fabs(ry) / 256, "bf16 lnorm fwd", r * C + j);
+            assert_close(widen16(((uint16_t *)dx.h)[r * C + j]), rdx,
+                         4 * FEPS * (sqrt((double)C) + 2) * (1 + rs * 3) + fabs(rdx) / 256, "bf16 lnorm bwd dx", r * C + j);
+        }
+    }
+    for (int64_t j = 0; j < C; j++) {
+        assert_close(TB_F(dg)[j], rdg[j], 4 * FEPS * (double)(R + sqrt((double)C) + 2) * (2 + fabs(rdg[j])),
+                     "bf16 lnorm diff_scale", j);
+        assert_close(TB_F(db)[j], rdb[j], 4 * FEPS * (double)(R + 1) * (2 + fabs(rdb[j])), "bf16 lnorm diff_shift", j);
+    }
+    tbuf *all[] = {&x, &y, &dy, &dx, &g, &b, &mean, &var, &dg, &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tbuf_free(t, all[i]);
+    free(rdg), free(rdb);
+}
+
+static void test_lnorm_bf16(void **st)
+{
+    check_lnorm16(*st, 7, 33);      /* one thread */
+    check_lnorm16(*st, 1030, 128); /* the team, gpt-nano's rows */
+}
+
 /* Rows far from 0 (1e6 + [-2, 2)): the statistics' sums must not cancel
  * (a one-pass E[x^2] - mean^2 in double keeps 13 of its 53 bits here),
  * so the variance and y stay within a few eps of two-pass double loops. */
@@ -1611,7 +1686,7 @@ int main(void)
         cmocka_unit_test(test_op_times),
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_lnorm_threads_same_bits),
-        cmocka_unit_test(test_lnorm_offset),
+        cmocka_unit_test(test_lnorm_offset),      cmocka_unit_test(test_lnorm_bf16),
         cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_ties),
