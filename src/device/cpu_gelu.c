@@ -1,18 +1,17 @@
 /* cpu_gelu.c - GELU (the erf form: x Phi(x)) forward and backward in f32,
- * our own loops instead of oneDNN's eltwise: on gpt-nano its calls took
- * 0.24 ms forward and 0.46 ms backward (a 1024 x 512 array), 12% of the
- * step; these take 0.15 and 0.18. (bf16 stays oneDNN's: with this CPU's
- * bf16 instructions its forward, 0.17 ms, beat this loop with our
- * conversions, 0.21.) Phi(x) = erfc(-x / sqrt2) / 2 by Abramowitz and Stegun
+ * and backward in bf16, our own loops instead of oneDNN's eltwise: on
+ * gpt-nano its f32 calls took 0.24 ms forward and 0.46 ms backward (a
+ * 1024 x 512 array), 12% of the step; these take 0.15 and 0.18. Phi(x) = erfc(-x / sqrt2) / 2 by Abramowitz and Stegun
  * 7.1.26 (erfc(z) = t P(t) exp(-z^2), t = 1 / (1 + p z), z >= 0; its
  * absolute error at most 1.5e-7), and the backward's density exp(-x^2 / 2)
  * / sqrt(2 pi) takes the same exponential: one bfit_expf an element,
  * inlined into loops the compiler vectorises, a variant per instruction
  * set. A NaN in gives x's NaN out, in both variants (tests/test_cpu_isa.c
  * compares them bit for bit); tests/test_device_dense.c holds both against
- * double erf and exp. bf16's backward is this loop too, its conversions in
- * registers (0.22 ms a call against oneDNN's 0.26-0.31 on gpt-nano); its
- * forward stays oneDNN's, faster there (0.17 against 0.21). */
+ * double erf and exp. bf16's backward is this loop with its conversions in
+ * registers (0.20 ms a call against oneDNN's 0.23-0.24 on gpt-nano); bf16's
+ * forward stays oneDNN's, faster with this CPU's bf16 instructions (0.17
+ * against this loop's 0.21). */
 #include "base/err.h"
 #include "device/cpu.h"
 #include "device/cpu_exp.h"

@@ -22,15 +22,6 @@
 /* ---- f32: our own loops ---------------------------------------------------- */
 
 #define LN_CHUNKS 16 /* backward's row chunks: partial column sums, added in order */
-/* BFIT_PAR_FOR_IF without its simd: the rows' own loops are the vectors */
-#define LN_ROWS(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            _Pragma("omp parallel for schedule(static)") __VA_ARGS__                               \
-        } else {                                                                                   \
-            __VA_ARGS__                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static inline __attribute__((always_inline)) void row_fwd(const float *x, float *y, const float *g, const float *b,
                                                           int64_t C, float eps, float *mean, float *var)
@@ -80,7 +71,7 @@ static inline __attribute__((always_inline)) void row_bwd(const float *x, const 
 BFIT_CPU_VARIANTS(void, ln_fwd_loop,
                   (const float *x, float *y, const float *g, const float *b, int64_t R, int64_t C, float eps,
                    float *mean, float *var),
-                  { LN_ROWS(R * C > BFIT_PAR_MIN, for (int64_t r = 0; r < R; r++)
+                  { BFIT_PAR_ROWS_IF(R * C > BFIT_PAR_MIN, for (int64_t r = 0; r < R; r++)
                                 row_fwd(x + r * C, y + r * C, g, b, C, eps, mean + r, var + r);); })
 
 /* part: P chunks' column sums of dy xhat, then P of dy, each C floats */
@@ -88,7 +79,7 @@ BFIT_CPU_VARIANTS(void, ln_bwd_loop,
                   (const float *x, const float *dy, float *dx, const float *g, const float *mean, const float *var,
                    int64_t R, int64_t C, float eps, int64_t P, float *part),
                   {
-                      LN_ROWS(R * C > BFIT_PAR_MIN, for (int64_t p = 0; p < P; p++) {
+                      BFIT_PAR_ROWS_IF(R * C > BFIT_PAR_MIN, for (int64_t p = 0; p < P; p++) {
                           float *pg = part + p * C, *pb = part + (P + p) * C;
                           for (int64_t j = 0; j < C; j++)
                               pg[j] = pb[j] = 0.0f;
