@@ -22,6 +22,7 @@ and standard deviation (unless no_normalize=True): to use the trained
 module in PyTorch as batchfit evaluated it, feed it inputs standardised
 the same way (result.normalization holds the figures).
 """
+import errno
 import os
 import shutil
 import tempfile
@@ -56,24 +57,75 @@ def export(module, example_input, path, training=True):
     if example_input.dim() >= 1 and example_input.shape[0] == 1:
         # two samples: batch norm in training mode wants more than one value per channel
         example_input = _torch.cat([example_input, example_input])
+    path = os.fspath(path)
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise _errors.FileNotFound(f"{path}: cannot write the ONNX file: the folder {folder} does not exist",
+                                   "path", errno=errno.ENOENT)
     was = module.training
+    saved = {n: b.detach().clone() for n, b in module.named_buffers()}
     try:
-        for i, mode in enumerate(modes):
-            try:
-                with warnings.catch_warnings():  # the tracer's notes on the module's Python, not the user's concern
-                    warnings.simplefilter("ignore", _torch.jit.TracerWarning)
-                    warnings.filterwarnings("ignore", message="ONNX Preprocess - Removing mutation")
-                    _torch.onnx.export(module, (example_input,), os.fspath(path), training=mode, **kw)
-                break
-            except Exception as e:  # torch's exporter raises many kinds
-                if i + 1 == len(modes):
-                    raise _errors.InvalidArgumentError(f"model: PyTorch could not export the module to ONNX: {e}",
-                                                       "model", _errors.EINVAL) from e
-                warnings.warn(f"batchfit.torch: the module does not export in training mode ({e}); exporting it "
-                              f"in its own mode", stacklevel=3)
+        with _torch.random.fork_rng(devices=_cuda_devices(module)):  # a traced dropout draws from the RNG
+            _export_in(module, example_input, path, modes, kw)
     finally:
         module.train(was)
-    return os.fspath(path)
+        _put_back(module, saved)
+    _put_back_in_file(path, saved)
+    return path
+
+
+def _export_in(module, example_input, path, modes, kw):
+    """torch.onnx.export in the first of modes that exports; a warning only
+    where training mode failed and the module's own mode then exported."""
+    first = None
+    for mode in modes:
+        try:
+            with warnings.catch_warnings():  # the tracer's notes on the module's Python, not the user's concern
+                warnings.simplefilter("ignore", _torch.jit.TracerWarning)
+                warnings.filterwarnings("ignore", message="ONNX Preprocess - Removing mutation")
+                _torch.onnx.export(module, (example_input,), path, training=mode, **kw)
+        except Exception as e:  # torch's exporter raises many kinds
+            first = first or e
+            last = e
+            continue
+        if first is not None:
+            warnings.warn(f"batchfit.torch: the module does not export in training mode ({first}); exporting it "
+                          f"in its own mode", stacklevel=4)
+        return
+    raise _errors.InvalidArgumentError(f"model: PyTorch could not export the module to ONNX: {last}", "model",
+                                       _errors.EINVAL) from last
+
+
+def _cuda_devices(module):
+    return sorted({b.device.index or 0 for b in module.parameters() if b.device.type == "cuda"})
+
+
+def _put_back(module, saved):
+    """The export runs the module forward, in training mode a batch norm's
+    running statistics (and its count) take the example's: give the module
+    its own back."""
+    with _torch.no_grad():
+        for n, b in module.named_buffers():
+            if n in saved:
+                b.copy_(saved[n])
+
+
+def _put_back_in_file(path, saved):
+    """The file's initializers are the buffers after that forward: write the
+    module's own there (the names are the state_dict's)."""
+    import onnx
+    import onnx.numpy_helper
+    m, changed = onnx.load(path), False
+    for init in m.graph.initializer:
+        t = saved.get(init.name)
+        if t is None:
+            continue
+        want = onnx.numpy_helper.from_array(t.cpu().numpy(), init.name)
+        if want.raw_data != init.raw_data or list(want.dims) != list(init.dims):
+            init.CopyFrom(want)
+            changed = True
+    if changed:
+        onnx.save(m, path)
 
 
 def _device_of(module):

@@ -7,6 +7,7 @@ when the library cannot read ONNX files (the ONNX import, --model
 FILE.onnx, not built in)."""
 import copy
 import tempfile
+import warnings
 
 import batchfit
 import numpy as np
@@ -44,6 +45,51 @@ def test_plan_is_the_exported_files(onnx_import, tmp_path):
     for k in ("fixed", "per_sample", "plans", "max_batch", "parameters"):
         assert got[k] == want[k], k
     assert got["parameters"] == sum(p.numel() for p in m.parameters())
+
+
+def test_export_leaves_the_module_as_it_was(onnx_import, tmp_path):
+    """Exporting runs the module forward (in training mode: batch norm on the
+    example's statistics, dropout drawing from the RNG): plan, find and
+    export leave its buffers, its mode and the RNG as they were, and the
+    file holds the module's own running statistics."""
+    import onnx
+    import onnx.numpy_helper
+    m = torch.nn.Sequential(*small_cnn(), torch.nn.Dropout(0.5))
+    bn = m[1]
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    m.eval()
+    start = copy.deepcopy(m.state_dict())
+    x = torch.randn(1, 1, 28, 28)
+    rng = torch.get_rng_state()
+    path = bt.export(m, x, tmp_path / "m.onnx")
+    bt.plan(m, x, memory="1GiB", batch=[1])
+    bt.find(m, x, memory="64MiB", limit=8, repeats=1)
+    now = m.state_dict()
+    assert [k for k in start if not torch.equal(start[k], now[k])] == []
+    assert not m.training
+    assert torch.equal(torch.get_rng_state(), rng)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+    for k in ("1.running_mean", "1.running_var"):
+        assert np.array_equal(inits[k], start[k].numpy()), k
+
+
+def test_export_to_a_missing_folder(onnx_import, tmp_path):
+    """The path's folder is checked first: a FileNotFoundError naming it, no
+    warning about training mode."""
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(FileNotFoundError) as e:
+        warnings.simplefilter("always")
+        bt.export(small_cnn(), torch.zeros(1, 1, 28, 28), tmp_path / "no" / "m.onnx")
+    assert "does not exist" in str(e.value) and e.value.field == "path"
+    assert not [w for w in seen if "training mode" in str(w.message)]
+
+
+def test_a_wrong_example_is_not_blamed_on_training_mode(onnx_import):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would fail the call
+        with pytest.raises(batchfit.InvalidArgumentError) as e:
+            bt.plan(small_cnn(), torch.zeros(1, 3, 32, 32), memory="1GiB", batch=[1])
+    assert "could not export" in str(e.value) and e.value.field == "model"
 
 
 def test_train_module_in_and_out(onnx_import, fmnist, tmp_path):
