@@ -5,6 +5,7 @@
 #include "api/find_int.h"
 #include "api/result.h"
 #include "base/err.h"
+#include "base/outpath.h"
 #include "batch/solve.h"
 
 #include <stdlib.h>
@@ -65,6 +66,8 @@ int bfit_find(const bfit_config *c, bfit_result **out)
     *out = NULL;
     if ((rc = bfit_config_find_cfg(c, &fc)) != BFIT_OK)
         return rc;
+    if (c->plot && (rc = bfit_outpath_check("plot", c->plot)) != BFIT_OK)
+        return rc; /* now, not after the measurements */
     if (!(r = calloc(1, sizeof *r)))
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     if (!(res = bfit_result_make())) {

@@ -22,6 +22,7 @@ int bfit_log_open_at(bfit_log *lg, const char *json_path, FILE *human, double in
     lg->interval = interval;
     lg->last_plain = -1e9;
     if (json_path && strcmp(json_path, "-") != 0) {
+        snprintf(lg->path, sizeof lg->path, "%s", json_path);
         lg->json = fopen(json_path, at >= 0 ? "r+" : "w");
         if (!lg->json)
             return bfit_fail(BFIT_EIO, "%s: cannot open the log for writing: %s", json_path, strerror(errno));
@@ -47,6 +48,36 @@ void bfit_log_close(bfit_log *lg)
     lg->json = NULL;
 }
 
+/* A log that cannot be written (a full disk) is given up, cut back to its
+ * last whole line so that it still reads as a log, and said once on the
+ * human side: the training goes on, it is worth more than its log. */
+static void write_line(bfit_log *lg, const char *line)
+{
+    long whole = ftell(lg->json);
+    int e, fd;
+
+    errno = 0;
+    if (fputs(line, lg->json) >= 0 && fputc('\n', lg->json) != EOF && fflush(lg->json) == 0)
+        return;
+    e = errno ? errno : EIO;
+    fd = dup(fileno(lg->json));
+    fclose(lg->json); /* its last flush may yet write part of the line: cut after it */
+    lg->json = NULL;
+    if (fd < 0 || whole < 0 || ftruncate(fd, (off_t)whole) != 0)
+        whole = -1;
+    if (fd >= 0)
+        close(fd);
+    lg->json_failed = 1;
+    if (lg->human) {
+        if (lg->line_open)
+            fputc('\n', lg->human);
+        lg->line_open = 0;
+        fprintf(lg->human, "batchfit: warning: the event log %s cannot be written (%s): it ends %s; the training "
+                "goes on\n", lg->path, strerror(e), whole >= 0 ? "at its last whole event" : "where the write failed");
+        fflush(lg->human);
+    }
+}
+
 void bfit_log_event(bfit_log *lg, const char *event, const char *fmt, ...)
 {
     va_list ap;
@@ -67,11 +98,8 @@ void bfit_log_event(bfit_log *lg, const char *event, const char *fmt, ...)
     free(body);
     if (!line)
         return; /* out of host memory: the event is lost, the run goes on */
-    if (lg->json) {
-        fputs(line, lg->json);
-        fputc('\n', lg->json);
-        fflush(lg->json);
-    }
+    if (lg->json)
+        write_line(lg, line);
     if (lg->on_event)
         lg->on_event(lg->ud, line);
     free(line);

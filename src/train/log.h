@@ -8,7 +8,9 @@
 #include <stdio.h>
 
 typedef struct bfit_log {
-    FILE *json;        /* NULL: no event log */
+    FILE *json;        /* NULL: no event log (or one given up: json_failed) */
+    int json_failed;   /* a write failed (a full disk): the log was cut to its last whole line */
+    char path[512];    /* the event log's, for that message */
     FILE *human;       /* NULL: quiet */
     int tty;           /* human is a terminal: redraw one line */
     int line_open;     /* a progress line is on screen without its newline */

@@ -3,6 +3,7 @@
  * memory model, parameters, optimizer, gradient norms and streams. */
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/outpath.h"
 #include "base/text.h"
 #include "train/run_int.h"
 
@@ -39,21 +40,6 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.storage = bfit_storage_default();
     c.memory_schedule_rank = -1;
     return c;
-}
-
-/* Find out now, not after hours of training, that the weights (or the
- * report) cannot be written. */
-static int check_out_dir(const char *field, const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-    if (!dir[0])
-        snprintf(dir, sizeof dir, "/");
-    if (access(dir, W_OK) != 0)
-        return bfit_fail_field(BFIT_EIO, field, "%s: cannot write into directory '%s': %s", path, dir,
-                               strerror(errno));
-    return BFIT_OK;
 }
 
 /* The limits of each kind of value (batchfit.h), as the command line and the
@@ -116,7 +102,33 @@ static int check_ckpt(const bfit_train_cfg *c)
                                    strerror(errno));
         return BFIT_OK;
     }
-    return check_out_dir("checkpoint", c->checkpoint); /* made at the first checkpoint */
+    return bfit_outpath_check("checkpoint", c->checkpoint); /* made at the first checkpoint */
+}
+
+/* The files the run writes: each writable now, not after hours of
+ * training, and no two the same file (the last written would be all that
+ * is left of both). The log is opened at the start: its own errors come
+ * then. */
+static int check_outputs(const bfit_train_cfg *c)
+{
+    const struct { const char *field, *path, *what; } o[] = {
+        {"save", c->save, "the weights go"}, {"report", c->report, "the report goes"},
+        {"log", c->log, "the log goes"}, {"checkpoint", c->checkpoint, "the checkpoints go"},
+    };
+    int rc;
+
+    if (c->save && (rc = bfit_outpath_check("save", c->save)) != BFIT_OK)
+        return rc;
+    if (c->checkpoint && (rc = check_ckpt(c)) != BFIT_OK)
+        return rc;
+    if (c->report && (rc = bfit_outpath_check("report", c->report)) != BFIT_OK)
+        return rc;
+    for (size_t i = 0; i < sizeof o / sizeof o[0]; i++)
+        for (size_t j = i + 1; j < sizeof o / sizeof o[0]; j++)
+            if (o[i].path && o[j].path && bfit_outpath_same(o[i].path, o[j].path))
+                return bfit_fail_field(BFIT_EINVAL, o[j].field, "%s is also where %s: give each output a file of "
+                                       "its own", o[j].path, o[i].what);
+    return BFIT_OK;
 }
 
 /* The defaults that depend on other fields, owned here so every caller
@@ -181,12 +193,8 @@ static int check_cfg(const bfit_train_cfg *c)
                                c->lr_ref_batch);
     if (c->model == NULL)
         return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
-    if (c->save && check_out_dir("save", c->save) != BFIT_OK)
-        return BFIT_EIO;
-    if (c->checkpoint && (rc = check_ckpt(c)) != BFIT_OK)
+    if ((rc = check_outputs(c)) != BFIT_OK)
         return rc;
-    if (c->report && check_out_dir("report", c->report) != BFIT_OK)
-        return BFIT_EIO;
     return bfit_optim_cfg_check(&c->opt);
 }
 
