@@ -32,7 +32,9 @@ static int bad(const bfit_opt *o) { return bfit_fail_field(BFIT_EINVAL, field(o)
 
 static int get_int(const bfit_opt *o, const char *v, int64_t *x)
 {
-    return bfit_parse_int(v, (int64_t)o->lo, (int64_t)o->hi, x) == BFIT_OK ? BFIT_OK : bad(o);
+    /* (double)INT64_MAX rounds up to 2^63, which no int64_t holds */
+    int64_t hi = o->hi >= 0x1p63 ? INT64_MAX : (int64_t)o->hi;
+    return bfit_parse_int(v, (int64_t)o->lo, hi, x) == BFIT_OK ? BFIT_OK : bad(o);
 }
 
 /* ---- the generic setters --------------------------------------------------- */

@@ -94,6 +94,27 @@ static void unknown_option(const cli_cmd *cmd, const char *arg)
     bfit_config_free(scratch);
 }
 
+/* What getopt refused, said for what it was: a short option (there are
+ * none), a flag given a value, a value missing, or an unknown name. */
+static void refused_option(const cli_cmd *cmd, const char *arg)
+{
+    size_t n = strcspn(arg, "=");
+    if (arg[0] == '-' && arg[1] != '-' && arg[1]) {
+        cli_error("unknown option '%s': options are spelled out (--name; --help lists them)", arg);
+        return;
+    }
+    for (const struct option *o = cmd->opts; o->name; o++) {
+        if (strncmp(arg, "--", 2) || strlen(o->name) != n - 2 || strncmp(arg + 2, o->name, n - 2))
+            continue;
+        if (arg[n] == '=' && o->has_arg == no_argument)
+            cli_error("option --%s takes no value, got '%s'", o->name, arg + n + 1);
+        else
+            cli_error("option %s needs a value", arg);
+        return;
+    }
+    unknown_option(cmd, arg);
+}
+
 int cli_parse(const cli_cmd *cmd, int argc, char **argv, bfit_config *c, unsigned *local)
 {
     int o, idx;
@@ -105,10 +126,7 @@ int cli_parse(const cli_cmd *cmd, int argc, char **argv, bfit_config *c, unsigne
         const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?", *opt;
         int li;
         if (o == '?' || o == ':') {
-            if (optopt)
-                cli_error("option %s needs a value", name);
-            else
-                unknown_option(cmd, name);
+            refused_option(cmd, name);
             return cli_usage_hint(cmd->name);
         }
         opt = cmd->opts[idx].name;

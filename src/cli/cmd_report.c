@@ -66,7 +66,7 @@ int cmd_report(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'h': help(); return EXIT_OK;
         default:
-            if (optopt)
+            if (optopt == 'o') /* -x is no option of report's, though getopt names it too */
                 cli_error("option %s needs a value", name);
             else
                 cli_error("unknown option '%s'", name);

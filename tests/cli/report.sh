@@ -39,6 +39,7 @@ expect 0 '--report FILE' train --help
 expect 2 'the event log is required' report
 expect 2 "unknown option '--bogus'" report --bogus x.jsonl
 expect 2 'option -o needs a value|option --output needs a value' report x.jsonl -o
+expect 2 "unknown option '-x'" report x.jsonl -x
 expect 2 "unexpected argument 'y.jsonl'" report x.jsonl y.jsonl
 grep -q "Try 'batchfit report --help'" "$TMP/err" || fail "no help hint after a usage error"
 expect 1 "$TMP/missing.jsonl: cannot open the log: No such file or directory" report "$TMP/missing.jsonl" -o "$TMP/m.html"

@@ -60,6 +60,9 @@ expect 2 "--memory-schedule: .*at character 3: a size of 0 bytes leaves no memor
   --memory-schedule 2:0
 expect 2 "unknown option '--bogus'" "$bf" train --model "$m" --bogus
 expect 2 "option --epochs needs a value" "$bf" train --model "$m" --epochs
+expect 2 "unknown option '-q': options are spelled out" "$bf" train --model "$m" -q
+expect 2 "option --quiet takes no value, got '1'" "$bf" train --model "$m" --quiet=1
+expect 2 "--seed: -1 is out of range: expected 0 to 9223372036854775807" "$bf" train --model "$m" --seed -1
 expect 2 "unexpected argument 'extra'" "$bf" train --model "$m" extra
 expect 2 "nope.cfg: no such file" "$bf" train --model "$tmp/nope.cfg" # names nothing: a usage error, as an unknown preset
 expect 1 "data set '$tmp/nodata' not found" "$bf" train --model "$m" --data "$tmp/nodata"
