@@ -90,6 +90,7 @@ static void result_json(const bfit_train_result *r, cJSON *o)
     cJSON_AddStringToObject(o, "checkpoint", r->checkpoint);
     cJSON_AddStringToObject(o, "resumed_from", r->resumed_from);
     cJSON_AddBoolToObject(o, "report_written", r->report_written);
+    cJSON_AddStringToObject(o, "report", r->report_written ? r->report : "");
     cJSON_AddBoolToObject(o, "dist_alone", r->dist_alone);
 }
 

@@ -327,12 +327,11 @@ static int finish_dist(int rc, const bfit_result *res, int code)
 }
 
 /* What the run's end means for the exit code, said on stderr. */
-static int outcome(const bfit_config *c, const bfit_result *res, int rc, unsigned flags)
+static int outcome(const bfit_result *res, int rc, unsigned flags)
 {
     int size, rank, report = res && bfit_result_number(res, "report_written") == 1;
-    char path[4096] = "";
+    const char *path = report ? bfit_result_string(res, "report") : ""; /* the checkpoint's, resumed without it */
 
-    bfit_config_get(c, "report", path, sizeof path);
     bfit_dist_info(&size, &rank);
     if (rc != BFIT_OK && rank != 0 && rc == BFIT_EPEER)
         return EXIT_FAIL; /* rank 0 says which rank failed and why */
@@ -378,7 +377,7 @@ int cmd_train(int argc, char **argv)
     catch_signals();
     bfit_config_set_stop_flag(c, &stop_signal);
     rc = bfit_train(c, &res);
-    code = outcome(c, res, rc, flags);
+    code = outcome(res, rc, flags);
     code = finish_dist(rc, res, code);
     bfit_result_free(res);
     bfit_config_free(c);

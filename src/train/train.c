@@ -173,6 +173,7 @@ static int write_report(const char *report, const char *log, int rc, bfit_train_
     snprintf(field, sizeof field, "%s", bfit_errfield());
     rc2 = bfit_report_write(log, report);
     res->report_written = rc2 == BFIT_OK;
+    snprintf(res->report, sizeof res->report, "%s", report);
     if (rc2 == BFIT_OK || rc == BFIT_OK)
         return rc2 == BFIT_OK ? rc : bfit_fail_prefix(rc2, "report: ");
     if (!field[0])

@@ -176,7 +176,8 @@ typedef struct bfit_train_result {
     int64_t skipped_steps;      /* loss scaling: steps skipped for inf/NaN gradients */
     double loss_scale;          /* loss scaling: the scale at the end (0: none) */
     uint64_t peak_bytes;        /* the arena's high-water mark */
-    int report_written;         /* cfg.report was written (also when training failed) */
+    int report_written;         /* the report was written (also when training failed) */
+    char report[4200];          /* where: cfg.report, or the resumed checkpoint's ("" if none) */
     int stopped;                /* the run stopped early: BFIT_ESTOPPED (a request) or BFIT_ENOMEM (memory
                                    did not come back in time); 0 otherwise */
     uint64_t missing;           /* BFIT_ENOMEM stop: bytes micro-batch 1 lacked */

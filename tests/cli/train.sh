@@ -217,4 +217,11 @@ if grep -q "after 1 epoch(s), 6 steps" <<<"$out" && grep -q "loss scaling: 1 ste
   passes=$((passes + 1)); else echo "FAIL: the skipped step is not counted once among 6: $out" | head -5; fails=$((fails + 1)); fi
 expect 2 "--loss-scale: 'huge' is not a number" "$bf" train --model "$m" --loss-scale huge
 
+# a resume without --report writes the checkpoint's report and names it
+"$bf" train --model "$m" --epoch-samples 384 --eval-samples 100 --batch 64 --threads 2 --checkpoint "$tmp/rck" \
+  --checkpoint-every 3 --report "$tmp/rck.html" --quiet >/dev/null 2>&1
+rm -f "$tmp/rck.html"
+expect 0 "report written to $tmp/rck.html" "$bf" train --resume "$tmp/rck/ckpt-000000000003.safetensors"
+[ -s "$tmp/rck.html" ] && pass || fail "the resumed run's report is not at $tmp/rck.html"
+
 finish
