@@ -29,8 +29,8 @@ int bfit_lr_schedule_check(const bfit_lr_schedule *s)
                          s->warmup_start);
     if (s->kind == BFIT_SCHED_STEP) {
         if (s->step_size < 1)
-            return bfit_fail(BFIT_EINVAL, "step schedule: step size %lld must be >= 1",
-                             (long long)s->step_size);
+            return bfit_fail_field(BFIT_EINVAL, "step_size", "the step schedule needs it: the lr is multiplied by "
+                                   "gamma every N steps; give N >= 1 (got %lld)", (long long)s->step_size);
         if (!(s->gamma > 0 && isfinite(s->gamma)))
             return bfit_fail(BFIT_EINVAL, "step schedule: gamma %g must be finite and > 0", s->gamma);
     }
