@@ -737,7 +737,6 @@ static int setup(bfit_run *r)
 static int outputs(bfit_run *r, run_outputs *o)
 {
     bfit_train_cfg *c = &r->cfg;
-    int fd;
 
     memset(o, 0, sizeof *o);
     snprintf(o->save, sizeof o->save, "%s", c->save ? c->save : "");
@@ -745,11 +744,11 @@ static int outputs(bfit_run *r, run_outputs *o)
     snprintf(o->log, sizeof o->log, "%s", c->log && strcmp(c->log, "-") ? c->log : "");
     if (!c->report || o->log[0])
         return BFIT_OK;
-    snprintf(o->log, sizeof o->log, "%s.log.XXXXXX", c->report);
-    if ((fd = mkstemp(o->log)) < 0)
-        return bfit_fail_field(BFIT_EIO, "report", "%s: cannot create a temporary event log '%s': %s", c->report,
-                               o->log, strerror(errno));
-    close(fd);
+    snprintf(o->tmp_base, sizeof o->tmp_base, "%s.log", c->report);
+    if (bfit_atomic_open(&o->tmp, o->tmp_base) != BFIT_OK)
+        return bfit_fail_field(BFIT_EIO, "report", "%s: cannot create a temporary event log: %s", c->report,
+                               bfit_errmsg());
+    snprintf(o->log, sizeof o->log, "%s", o->tmp.tmp);
     o->tmp_log = r->tmp_log = 1;
     c->log = o->log;
     return BFIT_OK;

@@ -5,6 +5,7 @@
 #ifndef BFIT_RUN_INT_H
 #define BFIT_RUN_INT_H
 
+#include "base/atomic.h"
 #include "batch/control_state.h"
 #include "batch/plan.h"
 #include "batch/session.h"
@@ -174,6 +175,8 @@ int bfit_run_threads_step(bfit_run *r, double secs, int64_t samples);
 typedef struct run_outputs {
     char save[4096], report[4096], log[4096]; /* "" when none */
     int tmp_log;               /* log is a temporary file of the report's, removed at the end */
+    char tmp_base[4104];       /* REPORT.log: tmp's file, never made (the temporary's name is its) */
+    bfit_atomic_file tmp;      /* locked while the run lives: a killed run's is swept by the next */
 } run_outputs;
 
 /* run.c */

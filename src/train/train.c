@@ -194,7 +194,7 @@ int bfit_train_from(const bfit_train_cfg *cfg, bfit_train_result *res)
     if (o->report[0] && logged)
         rc = write_report(o->report, o->log, rc, res);
     if (o->tmp_log)
-        unlink(o->log);
+        bfit_atomic_abort(&o->tmp);
     free(o);
     return rc;
 }

@@ -226,4 +226,15 @@ rm -f "$tmp/rck.html"
 expect 0 "report written to $tmp/rck.html" "$bf" train --resume "$tmp/rck/ckpt-000000000003.safetensors"
 [ -s "$tmp/rck.html" ] && pass || fail "the resumed run's report is not at $tmp/rck.html"
 
+# a run killed outright leaves its report's temporary event log; the next
+# run with that report sweeps it (the lock on it died with its writer)
+"$bf" train --model "$m" --epoch-samples 60000 --epochs 50 --report "$tmp/kill.html" --quiet >/dev/null 2>&1 &
+kpid=$!
+for _ in $(seq 100); do compgen -G "$tmp/kill.html.log.tmp.*" >/dev/null && break; sleep 0.1; done
+kill -9 $kpid; wait $kpid 2>/dev/null
+if compgen -G "$tmp/kill.html.log.tmp.*" >/dev/null; then
+  "$bf" train --model "$m" --max-steps 2 --eval-samples 100 --report "$tmp/kill.html" --quiet >/dev/null 2>&1
+  compgen -G "$tmp/kill.html.log.tmp.*" >/dev/null && fail "a killed run's temporary event log was left" || pass
+else fail "the killed run made no temporary event log"; fi
+
 finish
