@@ -5,7 +5,7 @@ import shutil
 import tempfile
 
 from . import _errors, _run
-from ._config import Config, OPTIONS, default_threads
+from ._config import Config, OPTIONS, default_threads, show
 from ._lib import ffi, lib, text
 from ._results import Find, Plan, Result, Training, take
 
@@ -51,12 +51,37 @@ def _model(model):
     return model
 
 
-def _finish(rc, r, state, result_cls, **extra):
+# Options naming a file or folder: a library message that quotes the path
+# given, or starts with it, is about that option.
+_PATHS = ("data", "test_data", "weights", "init", "save", "log", "report", "checkpoint", "resume", "plot")
+
+
+def _blame(cfg, field, msg):
+    """The option a failure is about: the library's field, else the option
+    the message starts with, else the path option whose path it names."""
+    if field:
+        return field
+    head = msg.split(":", 1)[0].strip().lstrip("-").replace("-", "_")
+    if head in OPTIONS:
+        return head
+    for name in _PATHS:
+        t = cfg.texts.get(name)
+        if t and (msg.startswith(t + ":") or f"'{t}'" in msg):
+            return name
+    return ""
+
+
+def _failure(cfg, rc, state, res):
+    msg = state.get("msg", "")
+    return _errors.make(rc, msg, _blame(cfg, state.get("field", ""), msg), res)
+
+
+def _finish(cfg, rc, r, state, result_cls):
     """The result of a command, or its exception (with the result, where
     the command got far enough to make one)."""
-    res = result_cls(*take(r), **extra) if r != ffi.NULL else None
+    res = result_cls(*take(r)) if r != ffi.NULL else None
     if rc != _errors.OK:
-        raise _errors.make(rc, state.get("msg", ""), state.get("field", ""), res)
+        raise _failure(cfg, rc, state, res)
     return res
 
 
@@ -67,7 +92,7 @@ def _direct(command, cfg, result_cls):
     state = {}
     if rc != _errors.OK:
         state = {"msg": text(lib.bfit_errmsg()) or text(lib.bfit_strerror(rc)), "field": text(lib.bfit_errfield())}
-    return _finish(rc, out[0], state, result_cls)
+    return _finish(cfg, rc, out[0], state, result_cls)
 
 
 def _here(options):
@@ -91,11 +116,23 @@ def plan(model, **options):
     return _direct("plan", cfg, Plan)
 
 
+def _named_data(command, options):
+    """find and evaluate read a data set by name or path; arrays only train reads."""
+    for field in ("data", "test_data"):
+        d = options.get(field)
+        if d is not None and not isinstance(d, (str, bytes, os.PathLike)):
+            what = f"a {type(d).__name__} of {len(d)}: only train reads arrays (x, y)" \
+                if isinstance(d, (tuple, list)) else f"{type(d).__name__} {show(d)}"
+            raise _errors.ArgumentTypeError(f"{field}: {command} reads a data set by name or path, not {what}",
+                                            field, _errors.EINVAL)
+    return options
+
+
 def find(model, progress=False, **options):
     """The largest batch that fits (planned, confirmed by real steps) and the
     fastest (measured), with the ladder of sizes measured. Options are
     `batchfit find`'s (memory, data, limit, ...)."""
-    cfg = Config(model=_model(model), **_here(options))
+    cfg = Config(model=_model(model), **_here(_named_data("find", options)))
     p = _run.progress_stream(cfg, progress)
     try:
         return _direct("find", cfg, Find)
@@ -107,7 +144,7 @@ def find(model, progress=False, **options):
 def evaluate(model, weights, progress=False, **options):
     """Test accuracy and loss of saved `weights` (a safetensors file) of
     `model` on the test data (data, eval_samples, ...)."""
-    cfg = Config(model=_model(model), weights=weights, **_here(options))
+    cfg = Config(model=_model(model), weights=weights, **_here(_named_data("evaluate", options)))
     p = _run.progress_stream(cfg, progress)
     try:
         return _direct("evaluate", cfg, Result)
@@ -222,9 +259,10 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     cfg = Config(model=_model(model), **options)
     _set_data(cfg, 0, data)
     _set_data(cfg, 1, test_data)
-    tmp = _weights_path(cfg, options, weights)
-    p = _run.progress_stream(cfg, progress)
+    made, p, ok = [], None, False  # made: the folders this call made, none left behind by a failure
     try:
+        p = _run.progress_stream(cfg, progress)
+        _weights_path(cfg, options, weights, made)
         rc, r, state, ev, interrupted = _run.call(cfg, "train", on_event, stoppable=True, keep_events=keep_events)
         if p:
             p.close()
@@ -235,42 +273,66 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
         if rc == _errors.ESTOPPED and interrupted:
             raise _errors.Interrupted(_stopped_message(res), res)
         if rc != _errors.OK:
-            raise _errors.make(rc, state.get("msg", ""), state.get("field", ""), res)
+            raise _failure(cfg, rc, state, res)
         if weights:
             res.weights, res.normalization = _read_tensors(cfg.get("save"))
+        ok = True
         return res
     finally:
         if p:
             p.close()
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _remove(made, ok)
 
 
-def _weights_path(cfg, options, weights):
+def _remove(made, ok):
+    """The temporary folder always; a checkpoint folder made for a run that
+    failed, where it stayed empty."""
+    for path, temporary in reversed(made):
+        if temporary:
+            shutil.rmtree(path, ignore_errors=True)
+        elif not ok:
+            try:
+                os.rmdir(path)  # only an empty one: what the run wrote stays
+            except OSError:
+                pass
+
+
+def _makedirs(path, made):
+    """os.makedirs, noting each folder it makes."""
+    path = os.path.abspath(path)
+    missing = []
+    while path and not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path) if os.path.dirname(path) != path else ""
+    for d in reversed(missing):
+        os.mkdir(d)
+        made.append((d, False))
+
+
+def _weights_path(cfg, options, weights, made):
     """Where the weights come back through when `save` is not given: a run
     with checkpoints keeps them beside its checkpoints (DIR/weights.safetensors),
     since a checkpoint records the path and its run, resumed later, writes
-    there; other runs use a temporary directory, returned to be removed."""
+    there; other runs use a temporary directory (noted in `made`)."""
     if options.get("save") is not None:
-        return None
+        return
     if options.get("checkpoint") is not None:
         ck = os.fsdecode(_path("checkpoint", options["checkpoint"]))  # not a path: the message, not a TypeError
         try:
-            os.makedirs(ck, exist_ok=True)  # the library checks the save path's directory before it makes DIR
+            _makedirs(ck, made)  # the library checks the save path's directory before it makes DIR
         except (OSError, ValueError):
             pass  # the library says what is wrong with the path
         cfg.set("save", os.path.join(ck, "weights.safetensors"))
-        return None
+        return
     if options.get("resume") is not None:  # the checkpoint's run may have recorded a path: say where, afresh
         found = ffi.new("char[]", 4096)
         _errors.check(lib.bfit_checkpoint_find(_path("resume", options["resume"]), found, len(found)))
         cfg.set("save", os.path.join(os.path.dirname(text(found)), "weights.safetensors"))
-        return None
-    if not weights:
-        return None
-    tmp = tempfile.mkdtemp(prefix="batchfit-")
-    cfg.set("save", os.path.join(tmp, "weights.safetensors"))
-    return tmp
+        return
+    if weights:
+        tmp = tempfile.mkdtemp(prefix="batchfit-")
+        made.append((tmp, True))
+        cfg.set("save", os.path.join(tmp, "weights.safetensors"))
 
 
 def _stopped_message(res):

@@ -155,11 +155,16 @@ libc = ffi.dlopen(None)
 # Everything the package calls must be there: a library older than the
 # package fails here, by name, rather than in the middle of a call.
 _missing = []
-for _name in re.findall(r"\b(bfit_\w+)\(", CDEF):
+_names = re.findall(r"\b(bfit_\w+)\(", CDEF)
+for _name in _names:
     try:
         getattr(lib, _name)
     except AttributeError:
         _missing.append(_name)
+if "bfit_version" in _missing:  # not even the version: another library under the name
+    raise ImportError(f"batchfit: {LIBRARY_PATH} is not libbatchfit: it lacks bfit_version and {len(_missing) - 1} "
+                      f"more of the {len(_names)} functions the package calls; point BATCHFIT_LIB at "
+                      f"libbatchfit.so.0 (scripts/build.sh build makes build/libbatchfit.so.0)")
 if _missing:
     raise ImportError(f"batchfit: {LIBRARY_PATH} lacks {', '.join(_missing)}: it is older than this package "
                       f"(library {ffi.string(lib.bfit_version()).decode()}); rebuild or reinstall it")

@@ -1,7 +1,8 @@
 """What a command found, as Python objects: the library's result JSON as a
 read-only mapping (`.json` is the dict itself, with every field
 docs/embedding.md lists), the figures people ask for first as attributes,
-and `str()` / `repr()` giving the text the command line prints."""
+and `str()` / `repr()` giving the text the command line prints (`.text`:
+exactly, with its last newline, which print() adds)."""
 import collections.abc
 import json
 
@@ -44,8 +45,8 @@ class Result(collections.abc.Mapping):
     def __len__(self):
         return len(self.json)
 
-    def __str__(self):
-        return self.text
+    def __str__(self):  # print() adds the last newline back
+        return self.text.rstrip("\n")
 
     def __repr__(self):
         return self.text.rstrip("\n") if self.text else f"{type(self).__name__}({self.json!r})"

@@ -61,9 +61,27 @@ def progress_stream(cfg, progress):
     if not hasattr(out, "write"):
         raise _errors.ArgumentTypeError(f"progress: give True, False or a writable stream, not "
                                         f"{type(progress).__name__}", "progress", _errors.EINVAL)
+    _check_writable(out)
     p = _Progress(out)
-    _errors.check(lib.bfit_config_set_progress(cfg.c, p.f))
+    rc = lib.bfit_config_set_progress(cfg.c, p.f)
+    if rc != _errors.OK:
+        p.close()
+        _errors.check(rc)
     return p
+
+
+def _check_writable(out):
+    """Refuse a closed or read-only stream now: the lines would be lost in
+    silence (the copying thread cannot raise)."""
+    name = getattr(out, "name", type(out).__name__)
+    if getattr(out, "closed", False) is True:
+        raise _errors.InvalidArgumentError(f"progress: the stream {name!r} is closed: give an open, writable "
+                                           f"one (or True for sys.stderr)", "progress", _errors.EINVAL)
+    writable = getattr(out, "writable", None)
+    if callable(writable) and not writable():
+        raise _errors.InvalidArgumentError(f"progress: the stream {name!r} is not writable (opened for reading?): "
+                                           f"give one opened for writing (or True for sys.stderr)", "progress",
+                                           _errors.EINVAL)
 
 
 class _Events:

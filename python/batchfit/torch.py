@@ -31,6 +31,7 @@ import warnings
 import torch as _torch
 
 from . import _api, _errors
+from ._config import show
 from ._lib import LIBRARY_PATH
 
 OPSET = 17
@@ -43,13 +44,7 @@ def export(module, example_input, path, training=True):
     their state_dict names. training=True exports in training mode (batch
     norm with batch statistics, dropout active), falling back to the
     module's own mode, with a warning, where the export cannot. Returns path."""
-    if not isinstance(module, _torch.nn.Module):
-        raise _errors.ArgumentTypeError(f"module: give a torch.nn.Module, not {type(module).__name__}", "model",
-                                        _errors.EINVAL)
-    if not isinstance(example_input, _torch.Tensor):
-        raise _errors.ArgumentTypeError(f"example_input: give a tensor of one or more samples "
-                                        f"(torch.zeros(1, 1, 28, 28)), not {type(example_input).__name__}",
-                                        "example_input", _errors.EINVAL)
+    _check(module, example_input)
     kw = dict(opset_version=OPSET, do_constant_folding=False, input_names=["input"], output_names=["logits"],
               dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
     modes = [_torch.onnx.TrainingMode.TRAINING, _torch.onnx.TrainingMode.PRESERVE] if training else \
@@ -72,6 +67,18 @@ def export(module, example_input, path, training=True):
         _put_back(module, saved)
     _put_back_in_file(path, saved)
     return path
+
+
+def _check(module, example_input):
+    """The two arguments' types, before anything is made or run."""
+    if not isinstance(module, _torch.nn.Module):
+        raise _errors.ArgumentTypeError(f"module: give a torch.nn.Module, not {type(module).__name__}", "module",
+                                        _errors.EINVAL)
+    if not isinstance(example_input, _torch.Tensor):
+        hint = " (torch.from_numpy makes one of an array)" if hasattr(example_input, "__array__") else ""
+        raise _errors.ArgumentTypeError(f"example_input: give a tensor of one or more samples "
+                                        f"(torch.zeros(1, 1, 28, 28)), not {type(example_input).__name__}{hint}",
+                                        "example_input", _errors.EINVAL)
 
 
 def _export_in(module, example_input, path, modes, kw):
@@ -141,6 +148,7 @@ class _Exported:
     says so."""
 
     def __init__(self, module, example_input):
+        _check(module, example_input)
         self.dir = tempfile.mkdtemp(prefix="batchfit-torch-")
         self.name = "".join(c if c.isalnum() or c in "-_" else "_" for c in type(module).__name__) or "module"
         self.path = os.path.join(self.dir, self.name + ".onnx")
@@ -189,10 +197,10 @@ def _example_for(data, example_input):
         return example_input
     if isinstance(data, (tuple, list)) and len(data) == 2 and hasattr(data[0], "shape"):
         return _torch.zeros((1,) + tuple(data[0].shape[1:]))
-    if data is None or data == "fashion-mnist":
+    if data is None or (isinstance(data, str) and data == "fashion-mnist"):
         return _torch.zeros(1, 1, 28, 28)
     raise _errors.InvalidArgumentError("example_input: give a tensor of one sample (torch.zeros(1, C, H, W)) for "
-                                       f"data {data!r}: the export needs the input's shape", "example_input",
+                                       f"data {show(data)}: the export needs the input's shape", "example_input",
                                        _errors.EINVAL)
 
 

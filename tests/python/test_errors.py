@@ -3,9 +3,13 @@ option it names, of the kind Python code expects (ValueError,
 FileNotFoundError, MemoryError, TypeError); a few hundred calls with
 hostile arguments of random types and values raise only those, and the
 interpreter survives them."""
+import io
 import os
 import pickle
 import random
+import subprocess
+import sys
+import tempfile
 
 import batchfit
 import numpy as np
@@ -26,7 +30,7 @@ def raises(kind, fn, field=None, match=None):
 
 
 def test_kinds(small_spec, tmp_path):
-    e = raises(ValueError, lambda: batchfit.plan("mlp", epoch=3), "", "did you mean 'epochs'")
+    e = raises(ValueError, lambda: batchfit.plan("mlp", epoch=3), "epoch", "did you mean 'epochs'")
     assert isinstance(e, batchfit.InvalidArgumentError) and e.code == -2
     raises(ValueError, lambda: batchfit.plan("mlp", memory="10"), "memory", "has no unit")
     raises(ValueError, lambda: batchfit.plan("mlp", epochs=3), "epochs", "plan does not read this option")
@@ -62,6 +66,94 @@ def test_arrays_refused(small_spec):
     raises(TypeError, lambda: batchfit.train(small_spec, data=(x, [{}] * 64)), "data")
     raises(TypeError, lambda: batchfit.train(small_spec, data=42), "data")
     raises(TypeError, lambda: batchfit.train(small_spec, data=(x, y), checkpoint=-1), "checkpoint", "give a path")
+
+
+def test_no_folder_left_by_a_failure(small_spec, tmp_path, monkeypatch):
+    """train makes a temporary folder for the weights (and a checkpoint folder
+    asked for): a call that fails, before or in the run, leaves neither."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    x, y = toy_data(64)
+    with open(os.devnull) as ro:
+        for kw in (dict(progress=3), dict(progress=ro), dict(on_event=5), dict(log=str(tmp_path / "no" / "l.jsonl"))):
+            with pytest.raises(batchfit.Error):
+                batchfit.train(small_spec, data=(x, y), max_steps=1, memory="64MiB", **kw)
+            assert list(tmp.iterdir()) == [], kw
+    raises(TypeError, lambda: batchfit.train(small_spec, data=(x, y), checkpoint=tmp_path / "ck" / "a", on_event=5),
+           "on_event")
+    assert not (tmp_path / "ck").exists()
+
+
+def test_not_the_library(tmp_path):
+    """A library that is not libbatchfit (BATCHFIT_LIB pointing elsewhere) is
+    an ImportError saying so, not an AttributeError from the check."""
+    env = dict(os.environ, BATCHFIT_LIB="libm.so.6",
+               PYTHONPATH=os.path.dirname(os.path.dirname(batchfit.__file__)))
+    r = subprocess.run([sys.executable, "-c", "import batchfit"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "ImportError: batchfit: libm.so.6 is not libbatchfit: it lacks bfit_version" in r.stderr, r.stderr
+    assert "AttributeError" not in r.stderr, r.stderr
+
+
+def test_a_float_size_is_bytes():
+    want = batchfit.plan("mlp", memory=1_500_000_000, batch=[1]).json
+    assert batchfit.plan("mlp", memory=1.5e9, batch=[1]).json == want
+    assert batchfit.plan("mlp", memory=np.float64(1.5e9), batch=[1]).json == want
+    for v in (1.5, 1.5e9 + 0.5, float("nan"), float("inf")):
+        raises(ValueError, lambda: batchfit.plan("mlp", memory=v), "memory", "is not a whole number of bytes")
+
+
+def test_a_list_for_one_value():
+    """A sequence for an option of one value is refused as such (joined with
+    commas it got a message about the joined text); the options that take
+    lists still take them."""
+    for v in ([1, 2], ("a", "b"), np.zeros(3), range(2), [2**30]):
+        e = raises(TypeError, lambda: batchfit.plan("mlp", memory=v), "memory", "memory: takes one SIZE, not a list")
+        assert len(str(e)) < 200, str(e)
+    raises(TypeError, lambda: batchfit.train("mlp", lr=[0.1, 0.2]), "lr", "lr: takes one X")
+    assert sorted(batchfit.plan("mlp", batch=np.array([1, 32])).peak) == [1, 32]
+    e = raises(ValueError, lambda: batchfit.plan("mlp", memory_schedule=["10:1GiB", "20:2GiB"]), "memory_schedule")
+    assert not isinstance(e, TypeError)  # a list: the library's own message (plan does not read it)
+
+
+def test_evaluate_names_data(tmp_path):
+    """evaluate reads files: arrays, or a list, are refused naming `data`, briefly."""
+    x, y = toy_data(500, features=784)
+    for d in ((x, y), [1, 2]):
+        e = raises(TypeError, lambda: batchfit.evaluate("mlp", tmp_path / "w.safetensors", data=d), "data",
+                   "data: evaluate reads a data set by name or path")
+        assert "only train reads arrays" in str(e) and len(str(e)) < 120, str(e)
+    raises(TypeError, lambda: batchfit.find("mlp", data=(x, y)), "data", "find reads a data set by name or path")
+
+
+def test_did_you_mean_says_the_keyword():
+    raises(ValueError, lambda: batchfit.train("mlp", max_step=5), "max_step", "did you mean 'max_steps'?")
+    raises(ValueError, lambda: batchfit.plan("mlp", micro_batches=5), "micro_batches", "did you mean 'micro_batch'?")
+    raises(ValueError, lambda: batchfit.plan("mlp", zzzzzz=1), "zzzzzz", "(batchfit.options() lists them)")
+
+
+def test_field_names_the_keyword(small_spec, tmp_path):
+    x, y = toy_data(64)
+    raises(FileNotFoundError, lambda: batchfit.train(small_spec, data=str(tmp_path / "none" / "train.csv")), "data")
+    raises(FileNotFoundError, lambda: batchfit.train(small_spec, data=(x, y), test_data=str(tmp_path / "t.csv")),
+           "test_data")
+    raises(OSError, lambda: batchfit.train(small_spec, data=(x, y), max_steps=1, log=str(tmp_path / "no" / "l.jsonl")),
+           "log")
+    raises(FileNotFoundError, lambda: batchfit.evaluate(small_spec, tmp_path / "w.safetensors", data="synthetic"),
+           "weights")
+
+
+def test_progress_must_be_writable(small_spec):
+    x, y = toy_data(64)
+    closed = io.StringIO()
+    closed.close()
+    with open(os.devnull) as ro:
+        for bad, why in ((ro, "is not writable"), (closed, "is closed")):
+            raises(ValueError, lambda: batchfit.find(small_spec, data="synthetic", memory="16MiB", largest_only=True,
+                                                     progress=bad), "progress", why)
+            raises(ValueError, lambda: batchfit.train(small_spec, data=(x, y), max_steps=1, progress=bad), "progress",
+                   why)
 
 
 # ---- hostile arguments ---------------------------------------------------------

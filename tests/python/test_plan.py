@@ -34,12 +34,14 @@ def test_plan_equals_cli(preset):
     assert got.per_sample == want["per_sample"]
 
 
-def test_text_is_the_commands():
+def test_text_is_the_commands(capsys):
     _, out, _ = cli("plan", "--model", "mlp", "--memory", "2GiB", "--batch", "8,16", "--optimizer", "adamw",
                     "--precision", "bf16", "--threads", "2")
     p = batchfit.plan("mlp", memory="2GiB", batch=(8, 16), optimizer="adamw", precision="bf16", threads=2)
-    assert str(p) == out
-    assert repr(p) == out.rstrip("\n")
+    assert p.text == out
+    assert str(p) == repr(p) == out.rstrip("\n")
+    print(p)
+    assert capsys.readouterr().out == out  # no blank line after it
     assert p["optimizer"] == "adamw" and p["precision"] == "BF16"
 
 

@@ -84,6 +84,23 @@ def test_export_to_a_missing_folder(onnx_import, tmp_path):
     assert not [w for w in seen if "training mode" in str(w.message)]
 
 
+def test_arguments_of_the_wrong_type(tmp_path, monkeypatch):
+    """A module that is not an nn.Module, an example that is not a tensor:
+    batchfit's TypeError naming the argument, nothing exported, no folder left."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    x = torch.zeros(1, 1, 28, 28)
+    for call, field in ((lambda: bt.plan(small_cnn(), None), "example_input"),
+                        (lambda: bt.plan(small_cnn(), np.zeros((1, 1, 28, 28))), "example_input"),
+                        (lambda: bt.plan(lambda t: t, x), "module"),
+                        (lambda: bt.find(None, x), "module"),
+                        (lambda: bt.train(small_cnn(), example_input=[1.0]), "example_input"),
+                        (lambda: bt.export("m", x, tmp_path / "m.onnx"), "module")):
+        with pytest.raises(batchfit.ArgumentTypeError) as e:
+            call()
+        assert e.value.field == field and str(e.value).startswith(field + ": give a"), str(e.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_wrong_example_is_not_blamed_on_training_mode(onnx_import):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a warning would fail the call
