@@ -209,11 +209,14 @@ static const struct option opts[] = {
 static volatile sig_atomic_t stop_signal;
 
 static int job_size = 1, job_rank; /* one of several processes (mpirun): the ranks stop together */
+static int checkpointed; /* --checkpoint or --resume: a stop writes a checkpoint */
 
 static void on_signal(int sig)
 {
     static const char first[] = "\nbatchfit: stopping at the next micro-step boundary and writing a checkpoint "
                                 "(again to exit at once)\n";
+    static const char bare[] = "\nbatchfit: stopping at the next micro-step boundary; without --checkpoint there "
+                               "will be nothing to resume from (again to exit at once)\n";
     /* a launcher passes a signal on to every process, and ends the job with
      * one when a process died: the ranks stop together at a boundary unless
      * one is gone, and then the last checkpoint is the one to resume */
@@ -223,8 +226,10 @@ static void on_signal(int sig)
     if (stop_signal)
         _exit(128 + sig); /* the second: at once; the last checkpoint is whole (atomic) */
     stop_signal = sig;
-    if (job_rank == 0 && write(STDERR_FILENO, job_size > 1 ? many : first, job_size > 1 ? sizeof many - 1
-                                                                                          : sizeof first - 1) < 0)
+    if (job_rank == 0 && job_size > 1 && write(STDERR_FILENO, many, sizeof many - 1) < 0)
+        return;
+    if (job_rank == 0 && job_size == 1 && write(STDERR_FILENO, checkpointed ? first : bare,
+                                                checkpointed ? sizeof first - 1 : sizeof bare - 1) < 0)
         return;
 }
 
@@ -374,6 +379,12 @@ int cmd_train(int argc, char **argv)
         return code;
     }
     bfit_config_set_progress(c, flags & 2 ? NULL : stderr);
+    {
+        char ck[4096] = "", rs[4096] = "";
+        bfit_config_get(c, "checkpoint", ck, sizeof ck);
+        bfit_config_get(c, "resume", rs, sizeof rs);
+        checkpointed = ck[0] || rs[0];
+    }
     catch_signals();
     bfit_config_set_stop_flag(c, &stop_signal);
     rc = bfit_train(c, &res);
