@@ -287,6 +287,15 @@ static void test_finished_and_cut_runs(void **st)
     assert_non_null(strstr(h, "<strong>Incomplete</strong>"));
     free(h);
 
+    /* killed mid-line: the last line, without its newline, is left out and said */
+    put_text(log_path, START STEP(0, 2.3, 32, 2, 64, 0) STEP(1, 2.1, 32, 2, 64, 0) "{\"event\":\"step\",\"st");
+    assert_int_equal(bfit_report_write(log_path, html_path), BFIT_OK);
+    h = read_text(html_path);
+    assert_non_null(strstr(h, "<strong>Incomplete</strong>"));
+    assert_non_null(strstr(h, "The log's last line was cut short"));
+    assert_int_equal(points(h, "loss", "train-loss", NULL), 2);
+    free(h);
+
     /* failed before the run started: only the error */
     put_text(log_path, "{\"event\":\"error\",\"time\":1,\"step\":0,\"epoch\":1,\"code\":\"out of memory\","
                          "\"field\":\"memory\",\"message\":\"memory: training needs 21.61 MiB\"}\n");
@@ -411,8 +420,9 @@ static void test_malformed_logs(void **st)
     refused("[1, 2, 3]\n", BFIT_EFORMAT, m);
     snprintf(m, sizeof m, "%s:2: not an event: the object has no \"event\" name", log_path);
     refused(START "{\"step\":1}\n", BFIT_EFORMAT, m);
+    /* a line cut short with lines after it (the last alone is left out: test_finished_and_cut_runs) */
     snprintf(m, sizeof m, "%s:2: not valid JSON (at column 25): the line ends early (a cut log?)", log_path);
-    refused(START "{\"event\":\"step\",\"step\":1", BFIT_EFORMAT, m);
+    refused(START "{\"event\":\"step\",\"step\":1\n" STEP(2, 2.3, 32, 2, 64, 0), BFIT_EFORMAT, m);
     snprintf(m, sizeof m, "%s:2: a second \"start\" event: a log holds one run", log_path);
     refused(START START, BFIT_EFORMAT, m);
     snprintf(m, sizeof m, "%s: the log is empty: it holds no events", log_path);

@@ -519,6 +519,9 @@ static void status(FILE *f, const rp_log *L)
         fprintf(f, "<p class=\"status open\"><strong>Incomplete</strong>: the log ends without an end or error "
                    "event; the run was stopped, or is still running.</p>\n");
     }
+    if (L->cut_last)
+        fprintf(f, "<p class=\"status open\">The log's last line was cut short (its writer was killed, or the disk "
+                   "was full): it is left out.</p>\n");
 }
 
 static void events_list(FILE *f, const rp_log *L)

@@ -46,6 +46,7 @@ typedef struct rp_log {
     size_t nmon, cmon;
     char throttled[128]; /* the last monitor event's throttling, to mark its changes */
     int nevents; /* lines that were events (known or not) */
+    int cut_last; /* the last line, without its newline, was cut short (a killed writer, a full disk): left out */
 } rp_log;
 
 /* Read path: BFIT_EIO if it cannot be read, BFIT_EFORMAT naming path:line

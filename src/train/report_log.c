@@ -1,7 +1,8 @@
 /* report_log.c - reading a run's JSON-lines event log for the run report.
  * Every line must be an event (a JSON object with an "event" name); the
  * events the report draws must carry the fields it draws, so that a wrong
- * or cut log is refused with its line instead of drawn wrong. Events of
+ * or cut log is refused with its line instead of drawn wrong, but for a
+ * last line cut short (a killed writer), which is left out. Events of
  * kinds it does not know are skipped (a newer log). */
 #include "base/err.h"
 #include "base/text.h"
@@ -216,12 +217,17 @@ static int read_line(rd *r, char *line)
     cJSON *o;
     int keep = 0, rc;
     size_t n = strlen(line);
+    int whole = n && line[n - 1] == '\n'; /* only the last line can lack it */
 
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
     if (blank(line))
         return BFIT_OK;
     o = cJSON_ParseWithOpts(line, &end, 1);
+    if (!o && !whole) { /* the writer died mid-line: the lines before it are the run's */
+        r->L->cut_last = 1;
+        return BFIT_OK;
+    }
     if (!o)
         return bfit_fail(BFIT_EFORMAT, "%s:%d: not valid JSON (at column %d)%s", r->L->path, r->line,
                          end ? (int)(end - line) + 1 : 1,
