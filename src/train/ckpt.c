@@ -448,6 +448,25 @@ static cJSON *parse_meta_json(const bfit_st_file *f, const char *key, const char
     return j;
 }
 
+/* The newest checkpoint of a directory is damaged (a disk that failed
+ * under it): name the one before it, which the run can resume instead. */
+static int point_to_older(const char *resume, int rc)
+{
+    struct stat st;
+    int64_t *steps;
+    int n;
+    char prev[4200];
+
+    if (stat(resume, &st) != 0 || !S_ISDIR(st.st_mode) || list_ckpts(resume, &steps, &n) != BFIT_OK)
+        return rc;
+    if (n >= 2) {
+        ckpt_name(prev, sizeof prev, resume, steps[n - 2]);
+        rc = bfit_fail(rc, "%s; the checkpoint before it may be whole: --resume %s", bfit_errmsg(), prev);
+    }
+    free(steps);
+    return rc;
+}
+
 int bfit_run_resume_open(bfit_run *r)
 {
     cJSON *st;
@@ -458,7 +477,7 @@ int bfit_run_resume_open(bfit_run *r)
     if ((rc = bfit_checkpoint_find(r->cfg.resume, r->ck_path, sizeof r->ck_path)) != BFIT_OK)
         return rc;
     if ((rc = bfit_st_read(r->ck_path, &r->ck)) != BFIT_OK || (rc = check_file(r->ck, r->ck_path)) != BFIT_OK)
-        return rc;
+        return point_to_older(r->cfg.resume, rc);
     if (!(r->ck_cfg = parse_meta_json(r->ck, "batchfit.config", r->ck_path, &rc)))
         return rc;
     lp = cJSON_GetObjectItemCaseSensitive(r->ck_cfg, "log");

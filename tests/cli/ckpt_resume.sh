@@ -227,6 +227,12 @@ if part files; then
     --resume "$tmp/bad/meta.st"
   expect 1 "error: $tmp/big.st is a weights file \(from saving\), not a checkpoint" "$bf" train --resume "$tmp/big.st"
   expect 1 "error: --resume: $tmp/nothing: No such file or directory" "$bf" train --resume "$tmp/nothing"
+  # the newest of a directory damaged: the one before it is named
+  mkdir "$tmp/bad2"
+  cp "$c10" "$tmp/bad2/ckpt-000000000005.safetensors"
+  cp "$tmp/bad/flip.st" "$tmp/bad2/ckpt-000000000010.safetensors"
+  expect 1 "fails its checksum .*: the file is damaged; the checkpoint before it may be whole: --resume $tmp/bad2/ckpt-000000000005.safetensors" \
+    "$bf" train --resume "$tmp/bad2"
   mkdir "$tmp/emptydir"
   expect 1 "error: --resume: $tmp/emptydir holds no checkpoint \(ckpt-<step>.safetensors\)" "$bf" train --resume "$tmp/emptydir"
   # a checkpoint of another model is not weights for this one
