@@ -12,6 +12,10 @@
  * - a dynamic batch's shape arithmetic evaluated on the host: what holds for
  *   every batch loads, batch times batch, an uneven division and a reshape
  *   that moves the batch are refused at their nodes;
+ * - a Pad of zeros becomes the Conv's padding, its pads an attribute
+ *   (opsets 7 to 10) or computed on the host as PyTorch's F.pad export
+ *   computes them (a reversing Slice, a Transpose); padding batchfit
+ *   cannot fold is refused at the Pad, saying why;
  * - grouped convolution, clip and concatenation against finite differences
  *   (PyTorch checks them too: tests/oracle/layer_oracle.py), a
  *   concatenation's backward adding into a gradient another consumer wrote,
@@ -176,6 +180,13 @@ static void attr_ints(pbw *n, const char *name, const int64_t *v, int k)
     attr_put(n, a, 7);
 }
 
+static void attr_str(pbw *n, const char *name, const char *v)
+{
+    pbw *a = attr_new(name);
+    pstr(a, 4, v);
+    attr_put(n, a, 3);
+}
+
 static void attr_float(pbw *n, const char *name, float v)
 {
     pbw *a = attr_new(name);
@@ -185,16 +196,18 @@ static void attr_float(pbw *n, const char *name, float v)
 
 /* ModelProto: ir_version, the opset, then the graph (so a cut before the
  * graph's end is never a whole model). */
-static pbw *model(pbw *graph)
+static pbw *model_op(pbw *graph, int opset)
 {
     pbw *m = pb_new(), *op = pb_new();
     pint(m, 1, 8);
     pstr(m, 2, "test_onnx");
-    pint(op, 2, 17);
+    pint(op, 2, opset);
     pmsg(m, 8, op);
     pmsg(m, 7, graph);
     return m;
 }
+
+static pbw *model(pbw *graph) { return model_op(graph, 17); }
 
 /* A node `name`: Gemm(x, W, B) -> out, the weights fc.weight and fc.bias. */
 static void gemm_node(pbw *g, const char *name, const char *out)
@@ -719,6 +732,120 @@ static void test_shape_arithmetic(void **st)
     pb_free(m);
 }
 
+/* ---- padding ---------------------------------------------------------------------- */
+
+enum { PAD_ATTR, PAD_TORCH, PAD_STEP2, PAD_SLICE9 };
+
+/* The pads p (ONNX's order: the begins of N, C, H, W, then the ends) as
+ * the Pad's input "p", computed on the host as an export computes them:
+ * PAD_TORCH as PyTorch's F.pad export (from its list, last dimension
+ * first, reshaped to [4, 2], the rows reversed by a Slice of step -1,
+ * transposed, flattened); PAD_STEP2 every other value of 16, backwards
+ * from a start past the end (step -2); PAD_SLICE9 values 1 to 8 of 10 by
+ * an opset-9 Slice (starts and ends attributes). */
+static void pads_input(pbw *g, int form, const int64_t p[8])
+{
+    static const int64_t d1[1] = {1}, d2[1] = {2}, d8[1] = {8}, d10[1] = {10}, d16[1] = {16}, perm[2] = {1, 0};
+    static const int64_t rows[2] = {-1, 2}, flat[1] = {-1}, from[1] = {100}, to[1] = {-INT64_MAX}, ax[1] = {0};
+    static const int64_t back[1] = {-1}, back2[1] = {-2}, st9[1] = {1}, en9[1] = {9};
+    const int64_t torch[8] = {p[3], p[7], p[2], p[6], p[1], p[5], p[0], p[4]};
+    int64_t k[16] = {0};
+    const char *r[2] = {"pt", "rows"}, *rr[1] = {"r"}, *si[5] = {"r", "from", "to", "ax", "back"}, *so[1] = {"s"};
+    const char *t[1] = {"t"}, *f[2] = {"t", "flat"}, *po[1] = {"p"};
+    pbw *n;
+
+    if (form == PAD_STEP2 || form == PAD_SLICE9) {
+        for (int i = 0; i < 8; i++)
+            k[form == PAD_STEP2 ? 15 - 2 * i : 1 + i] = p[i];
+        si[0] = "k", si[4] = "back2";
+        pmsg(g, 5, tensor_i64("k", form == PAD_STEP2 ? d16 : d10, 1, k, form == PAD_STEP2 ? 16 : 10));
+        n = node("Slice", "slice", si, form == PAD_STEP2 ? 5 : 1, po, 1);
+        if (form == PAD_SLICE9)
+            attr_ints(n, "starts", st9, 1), attr_ints(n, "ends", en9, 1);
+        pmsg(g, 1, n);
+    } else {
+        pmsg(g, 5, tensor_i64("pt", d8, 1, torch, 8));
+        pmsg(g, 1, node("Reshape", "rows", r, 2, rr, 1));
+        pmsg(g, 1, node("Slice", "reverse", si, 5, so, 1));
+        n = node("Transpose", "transpose", so, 1, t, 1);
+        attr_ints(n, "perm", perm, 2);
+        pmsg(g, 1, n);
+        pmsg(g, 1, node("Reshape", "flatten", f, 2, po, 1));
+        pmsg(g, 5, tensor_i64("rows", d2, 1, rows, 2));
+        pmsg(g, 5, tensor_i64("flat", d1, 1, flat, 1));
+    }
+    pmsg(g, 5, tensor_i64("from", d1, 1, from, 1));
+    pmsg(g, 5, tensor_i64("to", d1, 1, to, 1));
+    pmsg(g, 5, tensor_i64("ax", d1, 1, ax, 1));
+    pmsg(g, 5, tensor_i64("back", d1, 1, back, 1));
+    pmsg(g, 5, tensor_i64("back2", d1, 1, back2, 1));
+}
+
+/* x [N,2,4,4] -> Pad(p, mode) -> Conv 3x3 to 4 channels without pads ->
+ * GlobalAveragePool -> Flatten -> Gemm -> logits [N,3]. PAD_ATTR: the
+ * pads and value attributes (opset 9, the Pad's one input), else the pads
+ * computed on the host (pads_input) and the value an input (opset 11 on). */
+static pbw *pad_graph(int form, const int64_t p[8], const char *mode)
+{
+    static const int64_t in[4] = {-1, 2, 4, 4}, wd[4] = {4, 2, 3, 3};
+    const char *pi[3] = {"x", "p", "zero"}, *po[1] = {"xp"}, *ci[2] = {"xp", "conv.weight"}, *co[1] = {"c"};
+    const char *q[1] = {"q"}, *fl[1] = {"f"};
+    const float zero = 0;
+    pbw *g = pb_new(), *n;
+
+    if (form != PAD_ATTR)
+        pads_input(g, form, p);
+    n = node("Pad", "pad", pi, form == PAD_ATTR ? 1 : 3, po, 1);
+    attr_str(n, "mode", mode);
+    if (form == PAD_ATTR)
+        attr_ints(n, "pads", p, 8), attr_float(n, "value", 0);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Conv", "conv", ci, 2, co, 1));
+    pmsg(g, 1, node("GlobalAveragePool", "pool", co, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, fl, 1));
+    fc_head(g, "f");
+    pmsg(g, 5, tensor("conv.weight", wd, 4, NULL, 72));
+    pmsg(g, 5, tensor("zero", NULL, 0, &zero, 1));
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* A Pad of zeros before a Conv is the Conv's padding, whatever form the
+ * pads come in: the attribute (opsets 7 to 10) or an input (11 on),
+ * computed on the host as PyTorch computes them for nn.ZeroPad2d and F.pad
+ * (a Slice of step -1 and a Transpose), or by other Slices (a step of -2
+ * from a start past the end; an opset-9 Slice's attributes). Padding
+ * batchfit cannot fold is refused at the Pad, saying what it is and what
+ * is supported. */
+static void test_pad(void **st)
+{
+    static const int64_t sym[8] = {0, 0, 1, 2, 0, 0, 1, 2}, asym[8] = {0, 0, 1, 2, 0, 0, 3, 4};
+    static const int opset[4] = {9, 17, 17, 9};
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    for (int form = PAD_ATTR; form <= PAD_SLICE9; form++) {
+        m = model_op(pad_graph(form, sym, "constant"), opset[form]);
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("form %d: %s", form, bfit_errmsg());
+        assert_int_equal(g.nnodes, 3); /* conv, gap, linear */
+        assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_CONV);
+        assert_int_equal(g.nodes[0].cfg.ph, 1);
+        assert_int_equal(g.nodes[0].cfg.pw, 2);
+        bfit_graph_fini(&g);
+        pb_free(m);
+        m = model_op(pad_graph(form, asym, "constant"), opset[form]);
+        assert_int_equal(load(m, &g, "node 'pad' (Pad, opset"), BFIT_EINVAL);
+        if (!strstr(bfit_errmsg(), "pads [0,0,1,2,0,0,3,4] pad H by 1 above and 3 below, W by 2 left and 4 right: "
+                                   "batchfit folds only zero padding of H and W, the same on both sides"))
+            fail_msg("form %d: %s", form, bfit_errmsg());
+        pb_free(m);
+        m = model_op(pad_graph(form, sym, "reflect"), opset[form]);
+        assert_int_equal(load(m, &g, "mode reflect is not supported: batchfit pads with zeros only"), BFIT_EINVAL);
+        pb_free(m);
+    }
+}
+
 /* Not a model at all, and models batchfit cannot train. */
 static void test_not_a_model(void **st)
 {
@@ -969,6 +1096,7 @@ int main(void)
         cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic),
+        cmocka_unit_test(test_pad),
         cmocka_unit_test(test_grouped_conv_gradcheck),
         cmocka_unit_test(test_clip_gradcheck),
         cmocka_unit_test(test_concat_gradcheck),

@@ -1,7 +1,9 @@
 /* onnx_host.c - integer shape arithmetic on the host: what an export with a
- * dynamic batch computes from Shape to size its Reshapes and Expands
- * (Shape, Gather, Unsqueeze, Squeeze, Concat, Reshape, Cast, Add, Sub,
- * Mul, Div, Slice, ConstantOfShape, Equal, Where, Expand on host values).
+ * dynamic batch computes from Shape to size its Reshapes and Expands, and
+ * what PyTorch's F.pad export computes to give Pad its pads list (Shape,
+ * Gather, Unsqueeze, Squeeze, Concat, Reshape, Cast, Add, Sub, Mul, Div,
+ * Slice (negative steps too), ConstantOfShape, Equal, Where, Expand, and
+ * Transpose of integers, on host values).
  *
  * The batch is free, so an integer is kept as a * m + b for the
  * micro-batch m, and every result holds for every m at once: Shape of a
@@ -494,35 +496,70 @@ static int cast(onnx_lower *L)
     return put_out(L, o);
 }
 
-/* Slice(data, starts, ends, axes, steps) of a host value. */
+/* Slice's starts, ends, axes and steps: inputs 1 to 4 (opset 10 and later),
+ * or the attributes starts, ends and axes (opsets 7 to 9, steps of 1). */
+static int slice_args(onnx_lower *L, int64_t (*arg)[BFIT_ONNX_MAXATTR], int *ns)
+{
+    static const char *const names[3] = {"starts", "ends", "axes"};
+    int n[4], rc, attrs = !bfit_onnx_in(L, 1);
+
+    for (int k = 0; k < 4; k++) {
+        n[k] = 0, rc = BFIT_OK;
+        if (attrs && k < 3)
+            rc = bfit_onnx_attr_ints(L, names[k], arg[k], 0, &n[k]);
+        else if (!attrs && bfit_onnx_in(L, k + 1))
+            rc = ints_of(L, k + 1, arg[k], BFIT_ONNX_MAXD, &n[k]);
+        if (rc != BFIT_OK)
+            return rc;
+    }
+    if (n[0] > BFIT_ONNX_MAXD)
+        return bfit_onnx_refuse(L, "%d axes sliced: at most %d are supported", n[0], BFIT_ONNX_MAXD);
+    for (int i = 0; i < n[0]; i++) { /* axes and steps may be left out: every axis in order, steps of 1 */
+        arg[2][i] = n[2] ? arg[2][i] : i;
+        arg[3][i] = n[3] ? arg[3][i] : 1;
+    }
+    if (n[1] != n[0] || (n[2] && n[2] != n[0]) || (n[3] && n[3] != n[0]))
+        return bfit_onnx_refuse(L, "starts, ends, axes and steps of different lengths");
+    *ns = n[0];
+    return BFIT_OK;
+}
+
+/* One axis of n elements sliced from start to end by step (ONNX's clamping:
+ * a negative step walks back from start, which is clamped to n - 1, down to
+ * end, clamped to -1): the first index and the count. */
+static void slice_axis(int64_t n, int64_t start, int64_t end, int64_t step, int64_t *lo, int64_t *cnt)
+{
+    int64_t s = start < 0 ? start + n : start, e = end < 0 ? end + n : end;
+    if (step > 0) {
+        s = s < 0 ? 0 : s > n ? n : s, e = e < 0 ? 0 : e > n ? n : e;
+        *cnt = e > s ? (e - s - 1) / step + 1 : 0;
+    } else {
+        s = s < 0 ? 0 : s > n - 1 ? n - 1 : s, e = e < -1 ? -1 : e > n - 1 ? n - 1 : e;
+        *cnt = s > e ? (s - e - 1) / -step + 1 : 0;
+    }
+    *lo = s;
+}
+
+/* Slice(data, starts, ends, axes, steps) of a host value; a negative step
+ * reverses (PyTorch's export of F.pad reverses its pads list so). */
 static int slice_host(onnx_lower *L)
 {
     hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
-    int64_t st[BFIT_ONNX_MAXD], en[BFIT_ONNX_MAXD], ax[BFIT_ONNX_MAXD], sp[BFIT_ONNX_MAXD];
-    int64_t lo[BFIT_ONNX_MAXD], step[BFIT_ONNX_MAXD], dim[BFIT_ONNX_MAXD];
-    int ns, ne, na, np, rc;
+    int64_t arg[4][BFIT_ONNX_MAXATTR], lo[BFIT_ONNX_MAXD], step[BFIT_ONNX_MAXD], dim[BFIT_ONNX_MAXD];
+    int ns = 0, rc;
 
-    if (!x || (rc = ints_of(L, 1, st, BFIT_ONNX_MAXD, &ns)) != BFIT_OK ||
-        (rc = ints_of(L, 2, en, BFIT_ONNX_MAXD, &ne)) != BFIT_OK)
+    if (!x || (rc = slice_args(L, arg, &ns)) != BFIT_OK)
         return x ? rc : BFIT_EINVAL;
-    na = np = ns;
-    for (int i = 0; i < ns; i++)
-        ax[i] = i, sp[i] = 1;
-    if ((bfit_onnx_in(L, 3) && (rc = ints_of(L, 3, ax, BFIT_ONNX_MAXD, &na)) != BFIT_OK) ||
-        (bfit_onnx_in(L, 4) && (rc = ints_of(L, 4, sp, BFIT_ONNX_MAXD, &np)) != BFIT_OK))
-        return rc;
-    if (ne != ns || na != ns || np != ns)
-        return bfit_onnx_refuse(L, "starts, ends, axes and steps of different lengths");
     for (int d = 0; d < x->nd; d++)
         lo[d] = 0, step[d] = 1, dim[d] = x->dim[d];
     for (int i = 0; i < ns; i++) {
-        int64_t a = norm_axis(ax[i], x->nd), n, s, e;
-        if (a < 0 || a >= x->nd || sp[i] < 1)
-            return bfit_onnx_refuse(L, "axis %lld or step %lld is not supported", (long long)ax[i], (long long)sp[i]);
-        n = x->dim[a];
-        s = st[i] < 0 ? st[i] + n : st[i], e = en[i] < 0 ? en[i] + n : en[i];
-        s = s < 0 ? 0 : s > n ? n : s, e = e < 0 ? 0 : e > n ? n : e;
-        lo[a] = s, step[a] = sp[i], dim[a] = e > s ? (e - s - 1) / sp[i] + 1 : 0;
+        int64_t a = norm_axis(arg[2][i], x->nd), sp = arg[3][i];
+        /* INT64_MIN has no negation: no tensor needs such a step */
+        if (a < 0 || a >= x->nd || sp == 0 || sp == INT64_MIN)
+            return bfit_onnx_refuse(L, "axis %lld or step %lld is out of range (%d dimensions, a step not 0)",
+                                    (long long)arg[2][i], (long long)sp, x->nd);
+        step[a] = sp;
+        slice_axis(x->dim[a], arg[0][i], arg[1][i], sp, &lo[a], &dim[a]);
     }
     if (!(o = bfit_onnx_hval_new(L, x->isf, x->nd, dim)))
         return BFIT_EINVAL;
@@ -533,6 +570,41 @@ static int slice_host(onnx_lower *L)
             r /= dim[d];
             stride *= x->dim[d];
         }
+        take(o, j, x, i);
+    }
+    return put_out(L, o);
+}
+
+/* Transpose of host integers (PyTorch's F.pad export turns its [dims, 2]
+ * pads into ONNX's [2, dims] so): perm, or reversed dimensions without one. */
+static int transpose_host(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
+    int64_t perm[BFIT_ONNX_MAXATTR], dim[BFIT_ONNX_MAXD], xs[BFIT_ONNX_MAXD], os[BFIT_ONNX_MAXD];
+    unsigned seen = 0;
+    int np, rc;
+
+    if (!x || (rc = bfit_onnx_attr_ints(L, "perm", perm, 0, &np)) != BFIT_OK)
+        return x ? rc : BFIT_EINVAL;
+    if (!np)
+        for (np = 0; np < x->nd; np++)
+            perm[np] = x->nd - 1 - np;
+    for (int d = 0; d < np; d++) {
+        if (np != x->nd || perm[d] < 0 || perm[d] >= x->nd || seen >> perm[d] & 1)
+            return bfit_onnx_refuse(L, "perm is not a permutation of the input's %d dimensions", x->nd);
+        seen |= 1u << perm[d];
+        dim[d] = x->dim[perm[d]];
+    }
+    if (!(o = bfit_onnx_hval_new(L, x->isf, x->nd, dim)))
+        return BFIT_EINVAL;
+    for (int d = x->nd - 1; d >= 0; d--) /* strides of the input and the output */
+        xs[d] = os[d] = 1;
+    for (int d = x->nd - 2; d >= 0; d--)
+        xs[d] = xs[d + 1] * x->dim[d + 1], os[d] = os[d + 1] * dim[d + 1];
+    for (int64_t j = 0; j < o->n; j++) {
+        int64_t i = 0;
+        for (int d = 0; d < x->nd; d++)
+            i += (j / os[d] % dim[d]) * xs[perm[d]];
         take(o, j, x, i);
     }
     return put_out(L, o);
@@ -625,6 +697,17 @@ static int all_host(onnx_lower *L)
     return 1;
 }
 
+/* Whether host value v holds integers (shape arithmetic, not weights). */
+static int host_ints(const oval *v)
+{
+    if (!v || v->kind != OV_HOST)
+        return 0;
+    if (v->h)
+        return !v->h->isf;
+    return v->t && v->t->dtype != BFIT_ONNX_FLOAT && v->t->dtype != BFIT_ONNX_DOUBLE &&
+           v->t->dtype != BFIT_ONNX_FLOAT16 && v->t->dtype != BFIT_ONNX_BFLOAT16;
+}
+
 int bfit_onnx_lower_host(onnx_lower *L, int *rc)
 {
     static const struct {
@@ -632,7 +715,7 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
         int (*fn)(onnx_lower *L);
     } ops[] = {{"Gather", gather},           {"Concat", concat},   {"Reshape", reshape_host},
                {"Cast", cast},               {"Slice", slice_host}, {"ConstantOfShape", constant_of_shape},
-               {"Where", where},             {"Expand", expand_host}};
+               {"Where", where},             {"Expand", expand_host},  {"Transpose", transpose_host}};
     static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal"};
 
     if (bfit_onnx_streq(L->nd->op, "Shape")) {
@@ -652,6 +735,9 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
             x->init >= 0 && x->t->dtype == BFIT_ONNX_FLOAT && x->t->ndim == s->n && x->t->dim[0] == 1)
             return 0;
     }
+    /* a float matrix's transpose is nn.Linear's weight before a MatMul (onnx_vit.c) */
+    if (bfit_onnx_streq(L->nd->op, "Transpose") && !host_ints(bfit_onnx_in(L, 0)))
+        return 0;
     for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (bfit_onnx_streq(L->nd->op, ops[i].op)) {
             *rc = ops[i].fn(L);

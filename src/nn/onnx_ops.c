@@ -396,31 +396,61 @@ static int concat(onnx_lower *L)
     return bfit_onnx_emit(L, &c, x, L->nd->nin, NULL, 0);
 }
 
+/* A Pad's pads and value: attributes up to opset 10 (one input), inputs
+ * pads and constant_value from opset 11. */
+static int pad_args(onnx_lower *L, int64_t *p, int *n, float *value)
+{
+    int nv = 0, rc;
+
+    *n = 0, *value = 0;
+    if (bfit_onnx_attr_get(L, "pads")) {
+        if (L->nd->nin > 1)
+            return bfit_onnx_refuse(L, "pads given both as an attribute (opsets 7 to 10) and as an input (opset 11 "
+                                       "and later)");
+        if ((rc = bfit_onnx_attr_ints(L, "pads", p, 0, n)) != BFIT_OK)
+            return rc;
+        return bfit_onnx_attr_float(L, "value", 0, value);
+    }
+    if (!bfit_onnx_in(L, 1))
+        return bfit_onnx_refuse(L, "the pads are missing: neither a pads attribute (opsets 7 to 10) nor a pads "
+                                   "input (opset 11 and later)");
+    if (bfit_onnx_in(L, 3))
+        return bfit_onnx_refuse(L, "the axes input is not supported");
+    if ((rc = bfit_onnx_host_i64(L, 1, p, BFIT_ONNX_MAXATTR, n)) != BFIT_OK)
+        return rc;
+    return bfit_onnx_in(L, 2) ? bfit_onnx_host_f32(L, 2, value, 1, &nv) : BFIT_OK;
+}
+
 /* Pad(x, pads) with zeros on H and W alike on both sides: nothing, or pads
  * taken over by the Conv or AveragePool that reads it. */
 static int pad(onnx_lower *L)
 {
     const bfit_onnx_attr *mode = bfit_onnx_attr_get(L, "mode");
-    int64_t p[8];
+    int64_t p[BFIT_ONNX_MAXATTR];
     float value = 0;
     oval *x, *o;
-    int n = 0, nv = 0, rc;
+    int n = 0, rc;
 
     if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK)
         return rc;
     if (mode && mode->s.n && !bfit_onnx_streq(mode->s, "constant"))
-        return bfit_onnx_refuse(L, "mode %.*s is not supported (only constant zeros)", (int)mode->s.n, mode->s.p);
-    if (bfit_onnx_in(L, 3))
-        return bfit_onnx_refuse(L, "the axes input is not supported");
-    if ((rc = bfit_onnx_host_i64(L, 1, p, 8, &n)) != BFIT_OK ||
-        (bfit_onnx_in(L, 2) && (rc = bfit_onnx_host_f32(L, 2, &value, 1, &nv)) != BFIT_OK))
+        return bfit_onnx_refuse(L, "mode %.*s is not supported: batchfit pads with zeros only (mode constant, value "
+                                   "0: nn.ZeroPad2d, F.pad, a Conv's zero padding), folded into the Conv or "
+                                   "AveragePool after the Pad", (int)mode->s.n, mode->s.p);
+    if ((rc = pad_args(L, p, &n, &value)) != BFIT_OK)
         return rc;
-    if (x->shape.nd != 3 || value != 0)
-        return bfit_onnx_refuse(L, "only zero padding of an image [N,C,H,W] is supported");
-    if (n != 8 || p[0] || p[1] || p[4] || p[5] || p[2] != p[6] || p[3] != p[7] || p[2] < 0 || p[3] < 0 ||
-        p[2] > 65536 || p[3] > 65536)
-        return bfit_onnx_refuse(L, "pads must leave the batch and channels alone and pad H and W alike on both "
-                                   "sides, not negatively");
+    if (x->shape.nd != 3 || value != 0 || n != 8)
+        return bfit_onnx_refuse(L, "only zero padding of an image [N,C,H,W] is supported (pads of 8 values, the "
+                                   "value 0), not %d pads of value %g", n, (double)value);
+    if (p[0] || p[1] || p[4] || p[5] || p[2] != p[6] || p[3] != p[7] || p[2] < 0 || p[3] < 0 || p[2] > 65536 ||
+        p[3] > 65536)
+        return bfit_onnx_refuse(L, "pads [%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld] pad H by %lld above and %lld "
+                                   "below, W by %lld left and %lld right: batchfit folds only zero padding of H and "
+                                   "W, the same on both sides and not negative (nn.ZeroPad2d(p), F.pad(x, (w, w, h, "
+                                   "h))), into the Conv or AveragePool after it",
+                                (long long)p[0], (long long)p[1], (long long)p[2], (long long)p[3], (long long)p[4],
+                                (long long)p[5], (long long)p[6], (long long)p[7], (long long)p[2], (long long)p[6],
+                                (long long)p[3], (long long)p[7]);
     bfit_onnx_alias(L, x);
     o = bfit_onnx_out(L, 0);
     o->pad[0] = (int)p[2];

@@ -6,7 +6,10 @@ what PyTorch computes on them: the oracle of tests/test_onnx_torch.c.
 For each NAME (the CNNs resnet18, mobilenet_v2, mobilenet_v3_small,
 efficientnet_b0 (stochastic depth off) and densenet121 at 64x64; the
 transformers vit_b_16 and vit_small and act_cnn, a small CNN with SiLU, Sigmoid
-and Tanh, at 32x32, build() says which; 10 classes) it writes NAME.onnx and NAME_ref.safetensors holding:
+and Tanh, and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
+and an AvgPool2d's (each a Pad in the file), at 32x32, build() says which; 10
+classes; pad_cnn_op9 is pad_cnn exported at opset 9, where Pad's pads are an
+attribute) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels
   loss64, loss32                    the mean cross-entropy (F64 scalars)
   g64.P (F64), g32.P (F32)          the gradient of every parameter P (state_dict
@@ -190,13 +193,16 @@ def away_from_kinks(model, name, x):
             p.copy_(q.float())
 
 
-def export(model, path, x, dynamic):
+OPSET = {"pad_cnn_op9": 9}  # the rest at 17
+
+
+def export(model, path, x, dynamic, opset=17):
     """Export a copy (tracing in training mode moves its batch norms' running statistics)."""
     import copy
     m = copy.deepcopy(model)
     m.train()
     axes = {"input": {0: "batch"}, "logits": {0: "batch"}} if dynamic else None
-    torch.onnx.export(m, x, path, opset_version=17, training=TrainingMode.TRAINING, do_constant_folding=False,
+    torch.onnx.export(m, x, path, opset_version=opset, training=TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["input"], output_names=["logits"], dynamic_axes=axes)
 
 
@@ -228,17 +234,35 @@ def step(model, x, y, dtype):
     return loss.detach(), grads, m.state_dict()
 
 
+class FPad(torch.nn.Module):
+    """F.pad(x, pads) written in forward, as a hand-written module pads."""
+
+    def __init__(self, pads):
+        super().__init__()
+        self.pads = pads
+
+    def forward(self, x):
+        return torch.nn.functional.pad(x, self.pads)
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
     the same structure, 2 blocks of width 64 with 4 heads, and act_cnn, a small CNN with the smooth activations
-    (SiLU, exported as x * Sigmoid(x); Sigmoid; Tanh) at 32x32."""
+    (SiLU, exported as x * Sigmoid(x); Sigmoid; Tanh) at 32x32; pad_cnn (and pad_cnn_op9), a small CNN at 32x32
+    padded by nn.ZeroPad2d(1), an AvgPool2d's padding and F.pad(x, (2, 2, 1, 1)), each exported as a Pad."""
     from torchvision.models.vision_transformer import VisionTransformer
     if name == "act_cnn":
         nn = torch.nn
         return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.SiLU(),
                              nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.Sigmoid(),
                              nn.Conv2d(8, 16, 3, padding=1), nn.Tanh(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
+    if name in ("pad_cnn", "pad_cnn_op9"):  # every padding a Pad node before the Conv or AveragePool that takes it
+        nn = torch.nn
+        return nn.Sequential(nn.ZeroPad2d(1), nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                             nn.AvgPool2d(2, padding=1),  # 17x17
+                             FPad((2, 2, 1, 1)), nn.Conv2d(8, 16, 3), nn.BatchNorm2d(16), nn.ReLU(),  # 17x19
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
     if name == "efficientnet_b0":  # stochastic depth off: its Bernoulli does not export in training mode
         return torchvision.models.efficientnet_b0(num_classes=CLASSES, stochastic_depth_prob=0.0), SIZE
@@ -259,7 +283,7 @@ def oracle(name):
     x = torch.randn(M, 3, size, size, generator=g)
     y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
     away_from_kinks(model, name, x)
-    export(model, os.path.join(OUT, name + ".onnx"), x[:2], True)
+    export(model, os.path.join(OUT, name + ".onnx"), x[:2], True, OPSET.get(name, 17))
     if name in ("resnet18", "vit_small"):
         export(model, os.path.join(OUT, name + "_fixed.onnx"), x[:2], False)
     from_file(model, os.path.join(OUT, name + ".onnx"))

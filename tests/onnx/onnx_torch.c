@@ -11,8 +11,10 @@
  * state_dict_check.py). vit_small (torchvision's VisionTransformer, 2
  * blocks of width 64) is checked as the CNNs are; vit_b_16 by its loss and
  * its plan. act_cnn (a small CNN with SiLU, Sigmoid and Tanh) is checked
- * as the CNNs are. NAME resnet50_224: the import plans as the resnet50
- * preset does. Exit 77 (skipped) when the exports are missing (no
+ * as the CNNs are, and so are pad_cnn and pad_cnn_op9 (its export at opset
+ * 9): a small CNN whose paddings (nn.ZeroPad2d, an AvgPool2d's, F.pad) are
+ * Pad nodes folded into the Conv or AveragePool after them. NAME
+ * resnet50_224: the import plans as the resnet50 preset does. Exit 77 (skipped) when the exports are missing (no
  * torchvision). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -555,7 +557,7 @@ int main(int argc, char **argv)
 
     if (argc != 2) {
         fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
-                        "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0)\n");
+                        "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0, pad_cnn, pad_cnn_op9)\n");
         return 2;
     }
     name = argv[1];
