@@ -502,6 +502,15 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                              "is all of them (more passes: --epochs)", (long long)c->epoch_samples,
                      (long long)r->per_epoch);
     }
+    {
+        int64_t tests = r->te.src ? r->te.src->samples : r->s.test ? bfit_dataset_count(r->s.test) : 0;
+        if (tests > 0 && c->eval_samples > tests) { /* likewise */
+            bfit_log_event(&r->lg, "warning", "\"what\":\"eval_samples %lld is more than the %lld test samples: an "
+                           "evaluation is all of them\"", (long long)c->eval_samples, (long long)tests);
+            bfit_log_say(&r->lg, "batchfit: warning: --eval-samples %lld is more than the %lld test samples: an "
+                                 "evaluation is all of them", (long long)c->eval_samples, (long long)tests);
+        }
+    }
     bfit_log_event(&r->lg, "start",
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","

@@ -62,6 +62,8 @@ expect 2 "unknown option '--bogus'" "$bf" train --model "$m" --bogus
 expect 2 "option --epochs needs a value" "$bf" train --model "$m" --epochs
 expect 2 "unknown option '-q': options are spelled out" "$bf" train --model "$m" -q
 expect 2 "option --quiet takes no value, got '1'" "$bf" train --model "$m" --quiet=1
+expect 0 "warning: --eval-samples 20000 is more than the 10000 test samples: an evaluation is all of them" \
+  "$bf" train --model "$m" --max-steps 2 --eval-samples 20000
 expect 1 "--step-size: the step schedule needs it: the lr is multiplied by gamma every N steps; give N >= 1" \
   "$bf" train --model "$m" --schedule step --max-steps 2
 expect 2 "--seed: -1 is out of range: expected 0 to 9223372036854775807" "$bf" train --model "$m" --seed -1
