@@ -3,7 +3,9 @@
  * the same samples with 0, 1, 2 and 4 loader threads and any take sizes,
  * no buffer growth once the largest image was seen, bad files as errors
  * naming them or skipped and counted, the random resized crop's
- * parameters within torchvision's ranges, normalisation. The folders are
+ * parameters within torchvision's ranges, normalisation, a test set's
+ * classes matched by name, list files told from CSV, class names that are
+ * not UTF-8 refused. The folders are
  * written by scripts/img_folders.py (PIL); pixel values against PIL's and
  * torchvision's are tests/oracle/img_oracle.py's part. */
 #include <setjmp.h>
@@ -14,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include "internal.h"
 #include "tfiles.h"
@@ -110,6 +114,142 @@ static void list_file(void **st)
     d = NULL;
     assert_int_equal(bfit_dataset_load_images(path, &o, &d), BFIT_EFORMAT);
     assert_non_null(strstr(bfit_errmsg(), "list.csv:2"));
+}
+
+/* A folder of some of fm's classes (links to its class folders) under
+ * other names where `as` says so. */
+static void subset(const char *name, const char *const *classes, const char *const *as, int n, char *out,
+                   size_t cap)
+{
+    char from[1024], to[1024];
+    tmp_path(out, cap, name);
+    assert_int_equal(mkdir(out, 0755), 0);
+    for (int c = 0; c < n; c++) {
+        snprintf(from, sizeof from, "%s/%s", fm, classes[c]);
+        snprintf(to, sizeof to, "%s/%s", out, as ? as[c] : classes[c]);
+        assert_int_equal(symlink(from, to), 0);
+    }
+}
+
+/* A test folder of some of the training classes is labelled by name as
+ * the model learned them; one of other names is refused naming them;
+ * numbers (a list of indices) stay as they are. */
+static void class_match(void **st)
+{
+    (void)st;
+    static const char *some[] = {"Bag", "Trouser"}, *other[] = {"Bag", "Zebra"};
+    static const char *fm_names[] = {"Ankle_boot", "Bag", "Coat", "Dress", "Pullover", "Sandal", "Shirt", "Sneaker",
+                                     "T-shirt_top", "Trouser"};
+    static const char *nums[] = {"0", "1", "2", "3"}, *dig[] = {"1", "3"};
+    char dir[512], path[512];
+    bfit_dataset *d;
+
+    subset("sub", some, NULL, 2, dir, sizeof dir);
+    d = load(dir, 1, 28, 28, 0);
+    assert_int_equal(bfit_dataset_label(d, 8), 1); /* Trouser: its own second class */
+    assert_int_equal(bfit_dataset_match_classes(d, fm_names, 10, "the weights"), BFIT_OK);
+    assert_int_equal(bfit_dataset_classes(d), 10);
+    assert_int_equal(bfit_dataset_label(d, 0), 1);
+    assert_int_equal(bfit_dataset_label(d, 8), 9);
+    assert_string_equal(bfit_dataset_class_name(d, 9), "Trouser");
+    bfit_dataset_free(d);
+
+    subset("other", some, other, 2, dir, sizeof dir);
+    d = load(dir, 1, 28, 28, 0);
+    assert_int_equal(bfit_dataset_match_classes(d, fm_names, 10, "the weights w.st"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "class Zebra is not among the 10 classes of the weights w.st"));
+    assert_int_equal(bfit_dataset_label(d, 8), 1); /* unchanged on failure */
+    bfit_dataset_free(d);
+
+    /* a list of names is matched; a list of indices is not */
+    tmp_path(path, sizeof path, "names.csv");
+    put_text(path, "fm/Bag/00000.png,Trouser\nfm/Bag/00001.png,Bag\n");
+    d = load(path, 1, 28, 28, 0);
+    assert_int_equal(bfit_dataset_match_classes(d, fm_names, 10, "w"), BFIT_OK);
+    assert_int_equal(bfit_dataset_label(d, 0), 9);
+    assert_int_equal(bfit_dataset_label(d, 1), 1);
+    bfit_dataset_free(d);
+    put_text(path, "fm/Bag/00000.png,3\nfm/Bag/00001.png,0\n");
+    d = load(path, 1, 28, 28, 0);
+    assert_int_equal(bfit_dataset_match_classes(d, other, 2, "w"), BFIT_OK);
+    assert_int_equal(bfit_dataset_label(d, 0), 3);
+    bfit_dataset_free(d);
+
+    /* names 0..n-1 (trained on a list of indices) match folders named by
+     * numbers, and leave folders of words as they are */
+    subset("dig", some, dig, 2, dir, sizeof dir);
+    d = load(dir, 1, 28, 28, 0);
+    assert_int_equal(bfit_dataset_match_classes(d, nums, 4, "w"), BFIT_OK);
+    assert_int_equal(bfit_dataset_label(d, 8), 3);
+    bfit_dataset_free(d);
+    tmp_path(dir, sizeof dir, "sub");
+    d = load(dir, 1, 28, 28, 0);
+    assert_int_equal(bfit_dataset_match_classes(d, nums, 4, "w"), BFIT_OK);
+    assert_int_equal(bfit_dataset_classes(d), 2);
+    assert_int_equal(bfit_dataset_label(d, 8), 1);
+    bfit_dataset_free(d);
+}
+
+/* A file meant as a list is read as one, with its errors at file:line,
+ * whatever its first line or its name; CSV stays CSV. */
+static void list_or_csv(void **st)
+{
+    (void)st;
+    static const struct {
+        const char *name, *text, *want;
+    } cases[] = {
+        {"firstbad.csv", "fm/Bag/readme.txt,0\nfm/Bag/00000.png,0\n", "firstbad.csv:1: fm/Bag/readme.txt is not a"},
+        {"onebad.csv", "fm/Bag/readme.txt,0\n", "onebad.csv:1: fm/Bag/readme.txt is not a"},
+        {"gif.txt", "fm/Bag/0.gif,0\n", "gif.txt:1: fm/Bag/0.gif is not a .jpg"},
+        {"three.csv", "# x\nfm/Bag/00000.png,a,extra\n", "three.csv:2: 3 fields"},
+        {"empty.txt", "", "empty.txt lists no images"},
+        {"comments.txt", "# nothing\n\n", "comments.txt lists no images"},
+        {"empty.lst", "# nothing\n", "empty.lst lists no images"},
+        {"header.csv", "path,label\nfm/Bag/00000.png,0\n", "header.csv:1: path is not a"},
+    };
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    char path[512];
+    bfit_dataset *d = NULL;
+
+    o.img_c = 1, o.img_h = o.img_w = 28;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tmp_path(path, sizeof path, cases[i].name);
+        put_text(path, cases[i].text);
+        assert_int_equal(bfit_dataset_load(path, 0, &o, &d), BFIT_EFORMAT);
+        if (!strstr(bfit_errmsg(), cases[i].want))
+            fail_msg("%s: got '%s', want '%s'", cases[i].name, bfit_errmsg(), cases[i].want);
+    }
+    /* numbers, with or without a header, are a CSV's */
+    tmp_path(path, sizeof path, "num.csv");
+    put_text(path, "x.a,km/h,label\n0.5,1,0\n2,3e-4,1\n");
+    assert_int_equal(bfit_dataset_load(path, 0, NULL, &d), BFIT_OK);
+    assert_false(bfit_dataset_is_images(d));
+    assert_int_equal(bfit_dataset_count(d), 2);
+    bfit_dataset_free(d);
+}
+
+/* A class name that is not UTF-8 is refused, naming it: the weights'
+ * metadata is JSON (UTF-8), and a test set's names are matched to it. */
+static void utf8_names(void **st)
+{
+    (void)st;
+    static const char *some[] = {"Bag", "Coat"}, *as[] = {"Bag", "caf\xe9"};
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    char dir[512], path[512];
+    bfit_dataset *d = NULL;
+
+    o.img_c = 1, o.img_h = o.img_w = 28;
+    subset("latin1", some, as, 2, dir, sizeof dir);
+    assert_int_equal(bfit_dataset_load(dir, 1, &o, &d), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), "class folder 'caf\\xe9' has a name that is not UTF-8"));
+    tmp_path(path, sizeof path, "latin1.csv");
+    put_text(path, "fm/Bag/00000.png,ok\nfm/Bag/00001.png,caf\xe9\n");
+    assert_int_equal(bfit_dataset_load(path, 1, &o, &d), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), "latin1.csv:2: the class name 'caf\\xe9' is not UTF-8"));
+    put_text(path, "fm/Bag/00000.png,caf\xc3\xa9\n"); /* the same in UTF-8 */
+    assert_int_equal(bfit_dataset_load(path, 1, &o, &d), BFIT_OK);
+    assert_string_equal(bfit_dataset_class_name(d, 0), "caf\xc3\xa9");
+    bfit_dataset_free(d);
 }
 
 /* Every sample of two epochs, with takes of changing sizes. */
@@ -321,7 +461,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(folder_order), cmocka_unit_test(list_file),  cmocka_unit_test(threads_same),
         cmocka_unit_test(no_growth),    cmocka_unit_test(bad_files),  cmocka_unit_test(rrc_boxes),
-        cmocka_unit_test(center_boxes), cmocka_unit_test(normalise),
+        cmocka_unit_test(center_boxes), cmocka_unit_test(normalise),    cmocka_unit_test(class_match),
+        cmocka_unit_test(list_or_csv),  cmocka_unit_test(utf8_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

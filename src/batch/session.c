@@ -104,6 +104,33 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
     return BFIT_OK;
 }
 
+/* A loaded test set's classes are matched by name to those the model was
+ * trained on: the weights' when given, else the training set's; a test
+ * folder of other classes would otherwise be labelled by its own sorted
+ * order, and measured wrong without a word. */
+static int match_test_classes(bfit_session *s, const bfit_session_cfg *c)
+{
+    const bfit_dataset *t = s->train;
+    const char **names;
+    char whose[600];
+    int n, rc;
+
+    if (c->class_names)
+        return bfit_dataset_match_classes(s->test_own, c->class_names, c->nclass_names,
+                                          c->class_names_from ? c->class_names_from : "the weights");
+    if (!t || t == s->test || !bfit_dataset_is_images(t) || !bfit_dataset_is_images(s->test_own))
+        return BFIT_OK;
+    if (!(names = malloc(sizeof *names * (size_t)bfit_dataset_classes(t))))
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for class names");
+    n = bfit_dataset_classes(t);
+    for (int k = 0; k < n; k++)
+        names[k] = bfit_dataset_class_name(t, k);
+    snprintf(whose, sizeof whose, "the training data %s", bfit_dataset_source(t));
+    rc = bfit_dataset_match_classes(s->test_own, names, n, whose);
+    free(names);
+    return rc;
+}
+
 int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
 {
     int synthetic = c->data && !strcmp(c->data, "synthetic"), rc;
@@ -138,6 +165,8 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
         if (rc != BFIT_OK)
             return rc;
         s->test = s->test_own;
+        if ((rc = match_test_classes(s, c)) != BFIT_OK)
+            return rc;
     }
     if (s->train && (rc = check_data(s, c, s->train)) != BFIT_OK)
         return rc;

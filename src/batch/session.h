@@ -29,6 +29,11 @@ typedef struct bfit_session_cfg {
     const bfit_img_opts *img;                 /* image folders' options (NULL: defaults) */
     int seq_max;                              /* token models: variable-length lines of at most this many
                                                  tokens (the model's length); 0: fixed windows */
+    const char *const *class_names;           /* the classes the model was trained on (the weights'), to
+                                                 match a loaded test set's by name; NULL: the training
+                                                 set's, when it is an image set */
+    int nclass_names;
+    const char *class_names_from;             /* whose they are, for messages */
 } bfit_session_cfg;
 
 typedef struct bfit_session {

@@ -143,6 +143,15 @@ int bfit_dataset_load_images(const char *spec, const bfit_data_opts *o, bfit_dat
 int bfit_dataset_is_images(const bfit_dataset *d);
 /* Class c's name (a folder's name, a list's label), NULL if not images. */
 const char *bfit_dataset_class_name(const bfit_dataset *d, int c);
+/* A test set's classes by the names a model was trained on (names[0..n),
+ * by index: the training folder's, or the weights' `classes`): each of d's
+ * class names must be among them, and its labels become their indices (a
+ * test folder of some of the training classes is labelled as the model
+ * learned them, not by its own sorted order). Nothing changes for data
+ * without names: not images, a list of class indices, or names that are
+ * all "0".."n-1" (a list of indices trained them) against d's non-numbers.
+ * BFIT_EINVAL naming d, the unknown classes and whose names (`whose`). */
+int bfit_dataset_match_classes(bfit_dataset *d, const char *const *names, int n, const char *whose);
 /* The file of sample i (dataset order), NULL if not images. */
 const char *bfit_dataset_image_path(const bfit_dataset *d, int64_t i);
 /* Bad files skipped so far (--skip-bad-images). */

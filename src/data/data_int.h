@@ -17,6 +17,7 @@ typedef struct bfit_imgset {
     int64_t *name_off;    /* nclasses offsets into names */
     bfit_img_tf tf;       /* the evaluation transform; streams switch rrc and hflip on */
     int skip_bad;         /* a bad file: the next good one instead, counted */
+    int numbered;         /* a list file of class indices: the names are the numbers, no one's names */
     atomic_llong skipped; /* bad files met (and skipped) so far */
     int64_t other;        /* files of other types in the folder, ignored */
 } bfit_imgset;
@@ -68,8 +69,22 @@ uint64_t bfit_data_aug_key(uint64_t seed, int64_t epoch, int64_t idx);
 /* ---- image folders (img_folder.c, img_sample.c) ------------------------------- */
 /* 1 if name ends in .jpg, .jpeg or .png (any case). */
 int bfit_img_ext_ok(const char *name);
-/* 1 if path is a list file of `path,label` lines naming images. */
-int bfit_img_is_list(const char *path);
+/* 1 if the first n bytes of s end in an image file's extension, one we
+ * read (.jpg, .jpeg, .png) or another (.gif, .bmp, .webp, .tif, ...). */
+int bfit_img_ext_like(const char *s, size_t n);
+/* 1 if path is a list file of `path,label` lines: its name ends in .lst,
+ * or one of its first data lines names a file (its first field ends in an
+ * image's extension, bfit_img_ext_like, or is a path such as dir/notes.txt),
+ * or it is a .txt of nothing but
+ * blank and # lines and text_ok is 0 (not for a token model: an empty
+ * list). text_ok: a .txt may be text for a token model, decided by its
+ * first data line only. */
+int bfit_img_is_list(const char *path, int text_ok);
+/* A class name (a folder's, or a list's label) must be UTF-8: the names
+ * are saved with the weights as JSON text and matched by name later.
+ * BFIT_EFORMAT naming the folder `where` (lineno 0) or file:lineno, the
+ * name with its bad bytes as \xNN. */
+int bfit_img_name_check(const char *name, const char *where, int64_t lineno);
 /* Image sample idx of epoch into out (numel floats, normalised by f->lut)
  * with its label; s is the calling thread's scratch. A bad file is an
  * error naming it, or with skip_bad the next good file in data-set order

@@ -354,7 +354,7 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
                          "directory, IMAGES,LABELS IDX files, or a CSV file", spec, strerror(errno));
     if (S_ISDIR(st.st_mode))
         return has_subfolder(spec) ? bfit_dataset_load_images(spec, o, out) : load_dir(spec, train, o->nclasses, out);
-    if (bfit_img_is_list(spec))
+    if (bfit_img_is_list(spec, o->seq > 0))
         return bfit_dataset_load_images(spec, o, out);
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->seq, out);

@@ -147,6 +147,8 @@ static int list_classes(const char *dir, strbuf *names, int64_t **offs, int *n)
         if (de->d_name[0] == '.' || snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path ||
             stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
             continue;
+        if ((rc = bfit_img_name_check(de->d_name, dir, 0)) != BFIT_OK)
+            break;
         if (*n == cap) {
             int64_t *p = realloc(*offs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *p);
             if (!p) {
@@ -279,6 +281,16 @@ static int number_classes(lister *L, strbuf *names, int64_t **offs, int *nclasse
     return rc;
 }
 
+/* The fields of a line split at its last comma (path, label): the commas
+ * in the path and 2. */
+static int count_fields(const char *path)
+{
+    int n = 2;
+    for (; *path; path++)
+        n += *path == ',';
+    return n;
+}
+
 /* One line of a list file: a path (relative to the list's folder) and a label. */
 static int list_line(lister *L, const char *file, const char *dir, int64_t lineno, char *line, strbuf *lab,
                      int64_t **loff, int *numeric)
@@ -289,10 +301,17 @@ static int list_line(lister *L, const char *file, const char *dir, int64_t linen
 
     if (!label || !*line || !*label)
         return bfit_fail(BFIT_EFORMAT, "%s:%lld: expected `path,label`, got '%s'", file, (long long)lineno, line);
-    if (!bfit_img_ext_ok(line))
+    if (!bfit_img_ext_ok(line)) {
+        size_t first = strcspn(line, ",");
+        if (line[first] == ',' && bfit_img_ext_like(line, first)) /* an image, then more than one field */
+            return bfit_fail(BFIT_EFORMAT, "%s:%lld: %d fields (`%s,%s`); a list's line has 2: `path,label`",
+                             file, (long long)lineno, count_fields(line), line, label);
         return bfit_fail(BFIT_EFORMAT, "%s:%lld: %s is not a .jpg, .jpeg or .png file", file, (long long)lineno,
                          line);
+    }
     *numeric = *numeric && parse_index(label, &v);
+    if (!*numeric && (rc = bfit_img_name_check(label, file, lineno)) != BFIT_OK)
+        return rc;
     if ((rc = line[0] == '/' ? add_entry(L, "", line + 1, v) : add_entry(L, dir, line, v)) != BFIT_OK)
         return rc;
     if (L->n > 1 && !(L->n & (L->n - 1))) { /* grow the label offsets as the entries grow */
@@ -304,7 +323,7 @@ static int list_line(lister *L, const char *file, const char *dir, int64_t linen
     return sb_add(lab, label, strlen(label), NULL, &(*loff)[L->n - 1]);
 }
 
-static int scan_list(const char *file, lister *L, strbuf *names, int64_t **offs, int *nclasses)
+static int scan_list(const char *file, lister *L, strbuf *names, int64_t **offs, int *nclasses, int *numbered)
 {
     FILE *f = fopen(file, "r");
     char *line = NULL, dir[4096];
@@ -330,6 +349,7 @@ static int scan_list(const char *file, lister *L, strbuf *names, int64_t **offs,
         rc = bfit_fail(BFIT_EFORMAT, "%s lists no images (expected lines of `path,label`)", file);
     if (rc == BFIT_OK)
         rc = numeric ? number_classes(L, names, offs, nclasses) : name_classes(L, &lab, loff, names, offs, nclasses);
+    *numbered = numeric;
 out:
     if (f)
         fclose(f);
@@ -339,22 +359,72 @@ out:
     return rc;
 }
 
-/* 1 if path is a list file: its first line that is not blank or a comment
- * names a .jpg, .jpeg or .png file before its last comma. */
-int bfit_img_is_list(const char *path)
+/* 1 if name ends in .lst (any case): a list file by its name. */
+static int named_list(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 4 && !strcasecmp(name + n - 4, ".lst");
+}
+
+/* 1 if the first n bytes of s are a path to a file: a folder, a '/',
+ * then a name with an extension of letters and digits (dir/readme.txt). */
+static int path_like(const char *s, size_t n)
+{
+    size_t dot = n, slash;
+    while (dot > 0 && isalnum((unsigned char)s[dot - 1]))
+        dot--;
+    if (dot == 0 || dot == n || s[dot - 1] != '.' || n - dot > 5)
+        return 0;
+    for (slash = dot - 1; slash > 0 && s[slash - 1] != '/'; slash--)
+        ;
+    return slash > 1 && slash < dot - 1 && strspn(s + dot, "0123456789") < n - dot;
+}
+
+/* 1 if the line (a data line of a file) names a file: its first field
+ * ends in an image file's extension (one we read or not, so that a .gif is
+ * refused as a list's line rather than read as a CSV's) or is a path
+ * (dir/readme.txt), or the part before its last comma ends in .jpg, .jpeg
+ * or .png (a path with commas). A CSV's first field is a number or a
+ * column's name, none of these. */
+static int line_names_file(char *line)
+{
+    size_t first = strcspn(line, ",");
+    int comma = line[first] == ',';
+    while (first && line[first - 1] == ' ')
+        first--;
+    return (comma && (bfit_img_ext_like(line, first) || path_like(line, first))) ||
+           (split_line(line) && bfit_img_ext_ok(line));
+}
+
+/* Data lines (neither blank nor # comments) read to decide list or not. */
+#define LIST_SNIFF_LINES 64
+
+int bfit_img_is_list(const char *path, int text_ok)
 {
     FILE *f = fopen(path, "r");
-    char buf[4096];
-    int yes = 0;
+    char *line = NULL;
+    size_t cap = 0, n = strlen(path);
+    int yes = 0, seen = 0, txt = n > 4 && !strcmp(path + n - 4, ".txt");
 
     if (!f)
         return 0;
-    while (fgets(buf, sizeof buf, f)) {
-        if (buf[strspn(buf, " \r\n")] == '\0' || buf[0] == '#')
-            continue;
-        yes = split_line(buf) && bfit_img_ext_ok(buf);
-        break;
+    if (named_list(path)) {
+        fclose(f);
+        return 1;
     }
+    /* a .txt read as text for a token model decides by its first line only,
+     * so that a text's later line that happens to name an image does not
+     * make it a list; elsewhere a list's first line may be the wrong one */
+    while (!yes && getline(&line, &cap, f) > 0 && seen < (text_ok && txt ? 1 : LIST_SNIFF_LINES)) {
+        if (line[strspn(line, " \r\n")] == '\0' || line[0] == '#')
+            continue;
+        seen++;
+        yes = line_names_file(line);
+    }
+    /* nothing but blanks and comments: a .txt is no text for a model that
+     * is not a token model, so it is an empty list (said as such) */
+    yes = yes || (!seen && txt && !text_ok);
+    free(line);
     fclose(f);
     return yes;
 }
@@ -372,7 +442,7 @@ void bfit_imgset_free(bfit_imgset *g)
 
 /* The data set from a scan: paths and labels move into it. */
 static int make_set(const char *spec, const bfit_data_opts *o, lister *L, strbuf *names, int64_t *offs,
-                    int nclasses, bfit_dataset **out)
+                    int nclasses, int numbered, bfit_dataset **out)
 {
     bfit_dataset *d = NULL;
     bfit_imgset *g = calloc(1, sizeof *g);
@@ -396,6 +466,7 @@ static int make_set(const char *spec, const bfit_data_opts *o, lister *L, strbuf
     g->name_off = offs;
     g->tf = (bfit_img_tf){o->img_c, o->img_h, o->img_w, o->img_resize, 0, 0, !o->img_no_dct};
     g->skip_bad = o->img_skip_bad;
+    g->numbered = numbered;
     g->other = L->other;
     atomic_init(&g->skipped, 0);
     d->img = g;
@@ -411,7 +482,7 @@ int bfit_dataset_load_images(const char *spec, const bfit_data_opts *o, bfit_dat
     lister L = {0};
     strbuf names = {0};
     int64_t *offs = NULL;
-    int nclasses = 0, rc;
+    int nclasses = 0, numbered = 0, rc;
     struct stat st;
 
     *out = NULL;
@@ -422,11 +493,11 @@ int bfit_dataset_load_images(const char *spec, const bfit_data_opts *o, bfit_dat
         return bfit_fail(BFIT_EINVAL, "images of %s need the model's input size (an image model: input CxHxW)",
                          spec);
     rc = stat(spec, &st) == 0 && S_ISDIR(st.st_mode) ? scan_folder(spec, &L, &names, &offs, &nclasses)
-                                                     : scan_list(spec, &L, &names, &offs, &nclasses);
+                                                     : scan_list(spec, &L, &names, &offs, &nclasses, &numbered);
     if (rc == BFIT_OK && L.n > INT32_MAX)
         rc = bfit_fail(BFIT_EINVAL, "%s: %lld images, at most %d", spec, (long long)L.n, INT32_MAX);
     if (rc == BFIT_OK)
-        rc = make_set(spec, o, &L, &names, offs, nclasses, out);
+        rc = make_set(spec, o, &L, &names, offs, nclasses, numbered, out);
     else
         free(offs);
     free(L.paths.b);

@@ -226,7 +226,8 @@ static int saved_norm(const bfit_eval_cfg *cfg, float **mean, float **std, int *
 static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float *std, bfit_session *s)
 {
     bfit_session_cfg c;
-    int rc;
+    char **classes = NULL, whose[600];
+    int rc, nclasses = 0;
     memset(&c, 0, sizeof c);
     c.model = cfg->model;
     c.data = cfg->data;
@@ -241,8 +242,16 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     c.given_std = std;
     c.img = &cfg->img;
     rc = bfit_session_open_model(s, &c);
+    /* an image test set is labelled by the names the weights were trained on */
+    if (rc == BFIT_OK)
+        rc = bfit_weights_read_classes(cfg->weights, &classes, &nclasses);
+    snprintf(whose, sizeof whose, "the weights %s (metadata 'classes')", cfg->weights);
+    c.class_names = nclasses ? (const char *const *)classes : NULL;
+    c.nclass_names = nclasses;
+    c.class_names_from = whose;
     if (rc == BFIT_OK)
         rc = bfit_session_open_data(s, &c);
+    free(classes);
     if (rc == BFIT_OK && cfg->human && s->test_own && bfit_dataset_note(s->test_own)[0])
         fprintf(cfg->human, "batchfit: %s: %s\n", bfit_dataset_source(s->test_own), bfit_dataset_note(s->test_own));
     if (rc == BFIT_OK)

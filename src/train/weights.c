@@ -3,6 +3,7 @@
 #include "tensor/safetensors.h"
 #include "train/weights.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +235,54 @@ int bfit_weights_read_norm(const char *path, int n, float *mean, float *std, int
                 rc = bfit_fail(BFIT_EFORMAT, "%s: normalize_std[%d] is %g, not positive", path, i, (double)std[i]);
         *found = rc == BFIT_OK;
     }
+    bfit_st_free(f);
+    return rc;
+}
+
+/* The names into one allocation: the pointers, then the strings. */
+static int copy_names(const cJSON *a, char ***names, int *n)
+{
+    const cJSON *it;
+    size_t len = 0;
+    int k = 0, count = cJSON_GetArraySize(a);
+    char *p;
+
+    cJSON_ArrayForEach(it, a)
+        len += strlen(it->valuestring) + 1;
+    if (!(*names = malloc(sizeof **names * (size_t)(count ? count : 1) + len)))
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for class names");
+    p = (char *)(*names + (count ? count : 1));
+    cJSON_ArrayForEach(it, a) {
+        (*names)[k++] = p;
+        p = stpcpy(p, it->valuestring) + 1;
+    }
+    *n = count;
+    return BFIT_OK;
+}
+
+int bfit_weights_read_classes(const char *path, char ***names, int *n)
+{
+    bfit_st_file *f = NULL;
+    const char *m;
+    cJSON *a = NULL, *it;
+    int rc = bfit_st_read(path, &f);
+
+    *names = NULL, *n = 0;
+    if (rc != BFIT_OK || !(m = bfit_st_meta(f, "classes"))) {
+        bfit_st_free(f);
+        return rc;
+    }
+    a = cJSON_Parse(m);
+    rc = cJSON_IsArray(a) ? BFIT_OK : BFIT_EFORMAT;
+    if (rc == BFIT_OK)
+        cJSON_ArrayForEach(it, a)
+            rc = cJSON_IsString(it) ? rc : BFIT_EFORMAT;
+    if (rc != BFIT_OK)
+        rc = bfit_fail(BFIT_EFORMAT, "%s: metadata 'classes' should be a JSON array of class names: '%.80s'", path,
+                       m);
+    else
+        rc = copy_names(a, names, n);
+    cJSON_Delete(a);
     bfit_st_free(f);
     return rc;
 }

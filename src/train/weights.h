@@ -54,5 +54,9 @@ int bfit_norm_to_text(const float *v, int n, char *buf, size_t len);
 /* Read them from a weights file: *found 0 if the file has none (trained
  * with --no-normalize); BFIT_EFORMAT if present but not n numbers. */
 int bfit_weights_read_norm(const char *path, int n, float *mean, float *std, int *found);
+/* The class names training on images saved (metadata "classes", a JSON
+ * array of strings by index): *names is one allocation (free it), *n 0 for
+ * a file without them; BFIT_EFORMAT if present but not such an array. */
+int bfit_weights_read_classes(const char *path, char ***names, int *n);
 
 #endif
