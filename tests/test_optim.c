@@ -570,7 +570,8 @@ static void test_schedule_shapes(void **st)
 
     s = bfit_lr_schedule_default(BFIT_SCHED_STEP);
     assert_int_equal(bfit_lr_schedule_check(&s), BFIT_EINVAL); /* step size unset */
-    assert_non_null(strstr(bfit_errmsg(), "step size"));
+    assert_non_null(strstr(bfit_errmsg(), "the step schedule needs it"));
+    assert_string_equal(bfit_errfield(), "step_size");
     s.step_size = 10;
     s.warmup_steps = 5;
     assert_int_equal(bfit_lr_schedule_check(&s), BFIT_OK);

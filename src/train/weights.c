@@ -197,9 +197,31 @@ int bfit_norm_to_text(const float *v, int n, char *buf, size_t len)
     return BFIT_OK;
 }
 
+/* How many numbers a well-formed comma-separated list holds (-1: not one) */
+static int count_floats(const char *text)
+{
+    int k = 0;
+    for (const char *p = text;; p++) {
+        char *end;
+        (void)strtod(p, &end);
+        if (end == p)
+            return -1;
+        k++;
+        if (*end == '\0')
+            return k;
+        if (*end != ',')
+            return -1;
+        p = end;
+    }
+}
+
 static int parse_floats(const char *path, const char *key, const char *text, int n, float *out)
 {
     const char *p = text;
+    int k = count_floats(text);
+    if (k > 0 && k != n) /* whole, but for another input: the likeliest cause is another model's weights */
+        return bfit_fail(BFIT_EFORMAT, "%s: its normalisation (metadata '%s') is for %d input channel%s, the model "
+                         "takes %d: are the weights for another model?", path, key, k, k == 1 ? "" : "s", n);
     for (int i = 0; i < n; i++) {
         char *end;
         double v = strtod(p, &end);

@@ -87,7 +87,7 @@ expect 0 'largest batch: [0-9]+ .*confirmed.*refused' --model "$SRC/models/mlp.c
     --largest-only
 expect 0 'a doubling-then-bisecting search with 3 steps per trial needs [0-9]+' --model mlp --memory 32MiB \
     --threads 1 --largest-only
-expect 1 "--plot: $TMP/no/such/dir/x.svg: cannot create" --model cnn --memory 16MiB --threads 1 --repeats 1 \
+expect 1 "--plot: $TMP/no/such/dir/x.svg: cannot write into directory '$TMP/no/such/dir'" --model cnn --memory 16MiB --threads 1 --repeats 1 \
     --plot "$TMP/no/such/dir/x.svg"
 
 if [ "$fails" -ne 0 ]; then

@@ -221,6 +221,11 @@ if grep -q "after 1 epoch(s), 6 steps" <<<"$out" && grep -q "loss scaling: 1 ste
   passes=$((passes + 1)); else echo "FAIL: the skipped step is not counted once among 6: $out" | head -5; fails=$((fails + 1)); fi
 expect 2 "--loss-scale: 'huge' is not a number" "$bf" train --model "$m" --loss-scale huge
 
+# another model's weights: said, not blamed on the normalisation's format
+"$bf" train --model "$m" --max-steps 2 --eval-samples 100 --save "$tmp/mlpw.st" --quiet >/dev/null 2>&1
+expect 1 "is for 1 input channel, the model takes 3: are the weights for another model\?" \
+  "$bf" eval --model resnet18 --weights "$tmp/mlpw.st" --samples 10
+
 # a resume without --report writes the checkpoint's report and names it
 "$bf" train --model "$m" --epoch-samples 384 --eval-samples 100 --batch 64 --threads 2 --checkpoint "$tmp/rck" \
   --checkpoint-every 3 --report "$tmp/rck.html" --quiet >/dev/null 2>&1
