@@ -78,6 +78,8 @@ static void result_json(const bfit_train_result *r, cJSON *o)
     cJSON_AddNumberToObject(o, "batch_changes", r->batch_changes);
     cJSON_AddNumberToObject(o, "peak_bytes", (double)r->peak_bytes);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
+    if (r->images_skipped) /* --skip-bad-images only */
+        cJSON_AddNumberToObject(o, "images_skipped", (double)r->images_skipped);
     cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
     cJSON_AddNumberToObject(o, "noise_scale", r->noise_scale);
     if (r->tokens) {
@@ -109,6 +111,9 @@ static void result_text(const bfit_train_result *r, FILE *f)
         fprintf(f, "test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s)\n",
                 100 * r->test_acc, r->epochs, (long long)r->steps, r->seconds,
                 r->seconds > 0 ? (double)r->samples / r->seconds : 0.0);
+    if (r->images_skipped)
+        fprintf(f, "%lld unreadable image read(s) skipped (--skip-bad-images): each replaced by the next readable "
+                "image\n", (long long)r->images_skipped);
     if (r->loss_scale > 0)
         fprintf(f, "loss scaling: %lld step(s) skipped for inf/NaN gradients (their samples counted), final scale "
                 "%g\n", (long long)r->skipped_steps, r->loss_scale);

@@ -68,8 +68,11 @@ int bfit_img_sample(const bfit_sample_fn *f, bfit_img_scratch *s, int64_t epoch,
     return BFIT_OK;
 }
 
-/* Sums of pixels and their squares per channel: exact in integers. */
-static int stats_pass(const bfit_dataset *d, bfit_img_scratch *s, int64_t n, uint64_t *sum, uint64_t *sq)
+/* Sums of pixels and their squares per channel: exact in integers; *good:
+ * the images read (a skipped one counts in neither the sums nor the
+ * set's skipped count, which is training's and evaluation's). */
+static int stats_pass(const bfit_dataset *d, bfit_img_scratch *s, int64_t n, uint64_t *sum, uint64_t *sq,
+                      int64_t *good)
 {
     const int C = d->shape.c;
     const size_t npx = (size_t)d->shape.h * d->shape.w;
@@ -81,9 +84,9 @@ static int stats_pass(const bfit_dataset *d, bfit_img_scratch *s, int64_t n, uin
         if ((rc = make(d, &d->img->tf, s, j, &key, &flip)) != BFIT_OK) {
             if (!d->img->skip_bad || rc == BFIT_ENOMEM)
                 return rc;
-            atomic_fetch_add(&d->img->skipped, 1);
             continue;
         }
+        (*good)++;
         for (size_t p = 0; p < npx; p++)
             for (int c = 0; c < C; c++) {
                 uint64_t v = s->out.px[p * C + c];
@@ -100,13 +103,17 @@ int bfit_img_norm_stats(const bfit_dataset *d, float *mean, float *std)
     int64_t n = d->count < BFIT_IMG_STATS_SAMPLES ? d->count : BFIT_IMG_STATS_SAMPLES;
     uint64_t sum[3] = {0}, sq[3] = {0};
     bfit_img_scratch s = {0};
-    int rc = stats_pass(d, &s, n, sum, sq);
+    int64_t good = 0;
+    int rc = stats_pass(d, &s, n, sum, sq, &good);
 
     bfit_img_scratch_free(&s);
     if (rc != BFIT_OK)
         return rc;
+    if (good == 0)
+        return bfit_fail(BFIT_EFORMAT, "%s: none of the %lld images read for the normalisation statistics can be "
+                         "read", d->source, (long long)n);
     for (int c = 0; c < C; c++) {
-        double cnt = (double)n * d->shape.h * d->shape.w;
+        double cnt = (double)good * d->shape.h * d->shape.w;
         double m = (double)sum[c] / cnt / 255.0, var = (double)sq[c] / cnt / (255.0 * 255.0) - m * m;
         mean[c] = (float)m;
         std[c] = var > 1e-12 ? (float)sqrt(var) : 1.0f;

@@ -862,6 +862,8 @@ void bfit_run_result_get(const bfit_run *r, bfit_train_result *res)
     bfit_arena_stats_get(r->s.arena, &st);
     res->peak_bytes = st.peak;
     res->dist_alone = r->dp && r->dp->size > 1 && !r->dp->together;
+    res->images_skipped = bfit_dataset_images_skipped(r->s.train) +
+                          (r->s.test != r->s.train ? bfit_dataset_images_skipped(r->s.test) : 0);
 }
 
 void bfit_run_finish(bfit_run *r, int rc)

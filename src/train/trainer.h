@@ -176,6 +176,7 @@ typedef struct bfit_train_result {
     int64_t skipped_steps;      /* loss scaling: steps skipped for inf/NaN gradients */
     double loss_scale;          /* loss scaling: the scale at the end (0: none) */
     uint64_t peak_bytes;        /* the arena's high-water mark */
+    int64_t images_skipped;     /* --skip-bad-images: unreadable images replaced (training and evaluation) */
     int report_written;         /* the report was written (also when training failed) */
     char report[4200];          /* where: cfg.report, or the resumed checkpoint's ("" if none) */
     int stopped;                /* the run stopped early: BFIT_ESTOPPED (a request) or BFIT_ENOMEM (memory

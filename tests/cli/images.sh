@@ -58,6 +58,25 @@ for f in truncated.jpg badcrc.png huge.jpg notimage.jpg; do
   expect 0 '"images_skipped":[1-9]' grep '"event":"step"' "$tmp/mixed.jsonl"
 done
 
+# skipped images are said at the end, and the measured normalisation is the
+# readable images' alone (the same figures as without the bad file)
+rm -rf "$tmp/mixed" && mkdir -p "$tmp/mixed/a" "$tmp/mixed/b"
+cp "$tmp/bad/good.jpg" "$tmp/mixed/a/" && cp "$tmp/bad/good.png" "$tmp/mixed/b/"
+"$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 2 --max-steps 1 --save "$tmp/clean.st" --quiet \
+  >/dev/null 2>&1
+cp "$tmp/bad/truncated.jpg" "$tmp/mixed/b/"
+expect 0 "[1-9][0-9]* unreadable image read\(s\) skipped \(--skip-bad-images\)" "$bf" train --model "$tmp/col.cfg" \
+  --data "$tmp/mixed" --batch 2 --max-steps 1 --skip-bad-images --save "$tmp/skip.st"
+expect 0 "same normalisation" "$py" -c "
+import json, struct, sys
+def meta(p):
+    b = open(p, 'rb').read()
+    m = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])['__metadata__']
+    return m['normalize_mean'], m['normalize_std']
+a, b = meta(sys.argv[1]), meta(sys.argv[2])
+assert a == b, (a, b)
+print('same normalisation', a)" "$tmp/clean.st" "$tmp/skip.st"
+
 # find measures the loader and says which side bounds the speed
 expect 0 "loader: 1 thread makes [0-9,]+ samples/s alone.*the (loader|device) bounds the speed" "$bf" find --model cnn --data "$tmp/fm" --limit 32 --repeats 2 \
   --loader-threads 1
