@@ -214,6 +214,8 @@ static const char *shown(const field *f, const char *t, char *buf)
 {
     if (!t)
         return "(none)";
+    if (!strcmp(f->key, "max_steps") && !strcmp(t, "0")) /* 0: none given */
+        return "no step limit";
     if (f->kind == F_DBL) {
         snprintf(buf, 64, "%g", strtod(t, NULL));
         return buf;

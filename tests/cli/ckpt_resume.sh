@@ -197,6 +197,7 @@ if part files; then
   expect 1 "^batchfit: error: --batch: $holds 64, not 32" "$bf" train --resume "$c10" --batch 32
   expect 1 "^batchfit: error: --optimizer: $holds sgd, not adamw" "$bf" train --resume "$c10" --optimizer adamw
   expect 1 "^batchfit: error: --seed: $holds 1, not 7" "$bf" train --resume "$c10" --seed 7
+  expect 1 "^batchfit: error: --max-steps: $holds no step limit, not 1" "$bf" train --resume "$c10" --max-steps 1
   expect 1 "^batchfit: error: --precision: $holds f32, not bf16" "$bf" train --resume "$c10" --precision bf16
   expect 1 "^batchfit: error: --epoch-samples: $holds 1280, not 640" "$bf" train --resume "$c10" --epoch-samples 640
   expect 1 "^batchfit: error: --data: $holds fashion-mnist, not " "$bf" train --resume "$c10" --data "$tmp/x.csv"
