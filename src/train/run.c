@@ -741,8 +741,22 @@ static int setup(bfit_run *r)
     return BFIT_OK;
 }
 
+/* A report without a log of a run with checkpoints: its events go to
+ * DIR/events.jsonl, a log the checkpoints record, so that a resumed run
+ * continues it and its report draws the whole run. */
+static int ckpt_events(bfit_train_cfg *c, run_outputs *o)
+{
+    struct stat st;
+    if (stat(c->checkpoint, &st) != 0 && mkdir(c->checkpoint, 0777) != 0 && errno != EEXIST)
+        return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot make the directory: %s", c->checkpoint,
+                               strerror(errno));
+    snprintf(o->log, sizeof o->log, "%s/events.jsonl", c->checkpoint);
+    c->log = o->log;
+    return BFIT_OK;
+}
+
 /* The outputs once the configuration is complete; the report's events go
- * to a temporary file beside it when there is no log. */
+ * to a temporary file beside it when there is no log (nor checkpoints). */
 static int outputs(bfit_run *r, run_outputs *o)
 {
     bfit_train_cfg *c = &r->cfg;
@@ -753,6 +767,8 @@ static int outputs(bfit_run *r, run_outputs *o)
     snprintf(o->log, sizeof o->log, "%s", c->log && strcmp(c->log, "-") ? c->log : "");
     if (!c->report || o->log[0])
         return BFIT_OK;
+    if (c->checkpoint && bfit_run_dist_writer(r))
+        return ckpt_events(c, o);
     snprintf(o->tmp_base, sizeof o->tmp_base, "%s.log", c->report);
     if (bfit_atomic_open(&o->tmp, o->tmp_base) != BFIT_OK)
         return bfit_fail_field(BFIT_EIO, "report", "%s: cannot create a temporary event log: %s", c->report,

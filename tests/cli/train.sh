@@ -232,6 +232,9 @@ expect 1 "is for 1 input channel, the model takes 3: are the weights for another
 rm -f "$tmp/rck.html"
 expect 0 "report written to $tmp/rck.html" "$bf" train --resume "$tmp/rck/ckpt-000000000003.safetensors"
 [ -s "$tmp/rck.html" ] && pass || fail "the resumed run's report is not at $tmp/rck.html"
+# ... drawing the whole run: its events were kept in the checkpoint directory
+npts=$(grep -o 'class="line train-loss"[^>]*' "$tmp/rck.html" | grep -o 'points="[^"]*"' | tr ' ' '\n' | grep -c ',')
+[ "$npts" = 6 ] && pass || fail "the resumed run's report draws $npts of the run's 6 steps"
 
 # a run killed outright leaves its report's temporary event log; the next
 # run with that report sweeps it (the lock on it died with its writer)
