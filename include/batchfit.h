@@ -257,9 +257,11 @@ BFIT_API int bfit_config_set_source(bfit_config *c, int which, bfit_take_fn take
  * CSV file). Nothing is copied: the memory must stay alive and unchanged
  * until every command given this configuration (or a copy of it) has
  * returned and every run made from it (bfit_run_new) has been freed.
- * x and labels NULL: back to the option. Read by train (other commands
- * refuse them); the model must be given (its input shape). BFIT_EINVAL
- * naming "data" or "test_data". */
+ * x and labels NULL: back to the option. Read by train and eval (eval scores
+ * the test arrays, or the training arrays where only those are given, with
+ * the normalisation saved in the weights; other commands refuse them); the
+ * model must be given (its input shape). BFIT_EINVAL naming "data" or
+ * "test_data". */
 BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int32_t *labels, int64_t n,
                                     int64_t sample_floats);
 

@@ -280,7 +280,7 @@ static void test_refused(void **state)
     assert_int_equal(bfit_config_set_arrays(c, 1, x, y, N, F), BFIT_OK);
     fails(bfit_plan(c, &r), BFIT_EINVAL, "test_data", "plan does not read arrays");
     fails(bfit_find(c, &r), BFIT_EINVAL, "test_data", "find does not read arrays");
-    fails(bfit_config_check(c, "eval"), BFIT_EINVAL, "test_data", "eval does not read arrays");
+    fails(bfit_config_check(c, "eval"), BFIT_EINVAL, "weights", "is required"); /* not the arrays: eval scores them */
     assert_int_equal(bfit_config_check(c, "train"), BFIT_OK);
     assert_int_equal(bfit_config_set_arrays(c, 1, NULL, NULL, 0, 0), BFIT_OK); /* back to the option */
     assert_int_equal(bfit_config_check(c, "find"), BFIT_OK);
@@ -292,11 +292,50 @@ static void test_refused(void **state)
     bfit_config_free(c);
 }
 
+/* eval scores arrays with the weights' saved normalisation: the figures
+ * of the training's last evaluation on the same test arrays, bit for bit. */
+static void test_eval_arrays(void **state)
+{
+    char w[128];
+    bfit_config *c;
+    bfit_result *r = NULL;
+    int32_t half[N];
+    double acc, loss;
+    (void)state;
+    snprintf(w, sizeof w, "%s/e.safetensors", dir);
+    for (int i = 0; i < N; i++)
+        half[i] = i % 2 ? y[i] : (y[i] + 1) % NCLS; /* half the labels wrong: not a trivial score */
+    c = config(w, 7);
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK);
+    assert_int_equal(bfit_config_set_arrays(c, 1, x, half, N, F), BFIT_OK);
+    if (bfit_train(c, &r) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    acc = bfit_result_number(r, "test_accuracy");
+    loss = bfit_result_number(r, "test_loss");
+    bfit_result_free(r);
+    bfit_config_free(c);
+
+    c = bfit_config_new();
+    assert_int_equal(bfit_config_set(c, "model", spec), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "weights", w), BFIT_OK);
+    assert_int_equal(bfit_config_set_arrays(c, 1, x, half, N, F), BFIT_OK);
+    if (bfit_evaluate(c, &r) != BFIT_OK)
+        fail_msg("eval: %s", bfit_errmsg());
+    assert_true(bfit_result_number(r, "accuracy") == acc);
+    assert_true(bfit_result_number(r, "loss") == loss);
+    assert_true(bfit_result_number(r, "samples") == N);
+    assert_true(acc > 0.2 && acc < 0.8);
+    bfit_result_free(r);
+    assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK); /* both: which one? */
+    fails(bfit_evaluate(c, &r), BFIT_EINVAL, "test_data", "eval scores one set");
+    bfit_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_file), cmocka_unit_test(test_test_arrays),
-        cmocka_unit_test(test_run_outlives_config), cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_run_outlives_config), cmocka_unit_test(test_refused), cmocka_unit_test(test_eval_arrays),
         cmocka_unit_test(test_many_features_saved),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

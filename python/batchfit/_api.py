@@ -117,11 +117,11 @@ def plan(model, **options):
 
 
 def _named_data(command, options):
-    """find and evaluate read a data set by name or path; arrays only train reads."""
+    """find reads a data set by name or path; arrays only train and evaluate read."""
     for field in ("data", "test_data"):
         d = options.get(field)
         if d is not None and not isinstance(d, (str, bytes, os.PathLike)):
-            what = f"a {type(d).__name__} of {len(d)}: only train reads arrays (x, y)" \
+            what = f"a {type(d).__name__} of {len(d)}: only train and evaluate read arrays (x, y)" \
                 if isinstance(d, (tuple, list)) else f"{type(d).__name__} {show(d)}"
             raise _errors.ArgumentTypeError(f"{field}: {command} reads a data set by name or path, not {what}",
                                             field, _errors.EINVAL)
@@ -141,10 +141,14 @@ def find(model, progress=False, **options):
             p.close()
 
 
-def evaluate(model, weights, progress=False, **options):
+def evaluate(model, weights, progress=False, *, data=None, test_data=None, **options):
     """Test accuracy and loss of saved `weights` (a safetensors file) of
-    `model` on the test data (data, eval_samples, ...)."""
-    cfg = Config(model=_model(model), weights=weights, **_here(_named_data("evaluate", options)))
+    `model` on the test data: `data`'s test split (a name or path), or the
+    samples of arrays (x, y) given as data or test_data, normalised as the
+    weights were trained (eval_samples, ...)."""
+    cfg = Config(model=_model(model), weights=weights, **_here(options))
+    _set_data(cfg, 0, data)
+    _set_data(cfg, 1, test_data)
     p = _run.progress_stream(cfg, progress)
     try:
         return _direct("evaluate", cfg, Result)

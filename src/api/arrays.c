@@ -36,9 +36,9 @@ int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int3
 int bfit_config_arrays_check(const bfit_config *c, unsigned cmd, const char *cmd_name)
 {
     for (int w = 0; w < 2; w++)
-        if (c->arr[w].x && cmd != CMD_TRAIN)
+        if (c->arr[w].x && cmd != CMD_TRAIN && cmd != CMD_EVAL)
             return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s does not read arrays (bfit_config_set_arrays "
-                                   "is for train): give a data set by name or path", cmd_name);
+                                   "is for train and eval): give a data set by name or path", cmd_name);
     return BFIT_OK;
 }
 
@@ -78,11 +78,27 @@ static int input_shape(const bfit_config *c, bfit_shape *shape)
     return BFIT_OK;
 }
 
+static const char *const names[2] = {"(arrays)", "(test arrays)"};
+
+/* The arrays of set w as a data set of the model's input shape. */
+static int borrow(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **out)
+{
+    const struct bfit_cfg_arrays *a = &c->arr[w];
+    char sh[48];
+    int rc;
+
+    if (a->floats != bfit_shape_numel(shape))
+        return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s takes samples of %s (%lld floats) but the %s "
+                               "arrays hold %lld floats per sample", c->t.model, bfit_shape_str(shape, sh, sizeof sh),
+                               (long long)bfit_shape_numel(shape), w ? "test" : "training", (long long)a->floats);
+    if ((rc = bfit_dataset_borrow_floats(names[w], shape, a->n, a->x, a->y, out)) != BFIT_OK)
+        return bfit_fail_field(rc, which_field[w], "%s", bfit_errmsg());
+    return BFIT_OK;
+}
+
 int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_dataset *own[2])
 {
-    static const char *const names[2] = {"(arrays)", "(test arrays)"};
     bfit_shape shape;
-    char sh[48];
     int rc;
 
     own[0] = own[1] = NULL;
@@ -90,21 +106,9 @@ int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_datase
         return BFIT_OK;
     if ((rc = arrays_agree(c)) != BFIT_OK || (rc = input_shape(c, &shape)) != BFIT_OK)
         return rc;
-    for (int w = 0; w < 2; w++) {
-        const struct bfit_cfg_arrays *a = &c->arr[w];
-        if (!a->x)
-            continue;
-        if (a->floats != bfit_shape_numel(shape)) {
-            rc = bfit_fail_field(BFIT_EINVAL, which_field[w], "%s takes samples of %s (%lld floats) but the %s "
-                                 "arrays hold %lld floats per sample", c->t.model, bfit_shape_str(shape, sh, sizeof sh),
-                                 (long long)bfit_shape_numel(shape), w ? "test" : "training", (long long)a->floats);
-            break;
-        }
-        if ((rc = bfit_dataset_borrow_floats(names[w], shape, a->n, a->x, a->y, &own[w])) != BFIT_OK) {
-            rc = bfit_fail_field(rc, which_field[w], "%s", bfit_errmsg());
-            break;
-        }
-    }
+    for (int w = 0; w < 2 && rc == BFIT_OK; w++)
+        if (c->arr[w].x)
+            rc = borrow(c, w, shape, &own[w]);
     if (rc != BFIT_OK) {
         bfit_dataset_free(own[0]);
         bfit_dataset_free(own[1]);
@@ -121,4 +125,20 @@ int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_datase
     if (own[1])
         t->test_set = own[1];
     return BFIT_OK;
+}
+
+int bfit_config_arrays_eval(const bfit_config *c, bfit_dataset **own)
+{
+    bfit_shape shape;
+    int rc, w = c->arr[1].x ? 1 : 0;
+
+    *own = NULL;
+    if (!c->arr[0].x && !c->arr[1].x)
+        return BFIT_OK;
+    if (c->arr[0].x && c->arr[1].x)
+        return bfit_fail_field(BFIT_EINVAL, "test_data", "eval scores one set: give either the test arrays or the "
+                               "training arrays, not both");
+    if ((rc = arrays_agree(c)) != BFIT_OK || (rc = input_shape(c, &shape)) != BFIT_OK)
+        return rc;
+    return borrow(c, w, shape, own);
 }

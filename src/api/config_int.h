@@ -114,6 +114,9 @@ int bfit_config_plan_check(const bfit_config *c, bfit_optim_cfg *o);
 int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_dataset *own[2]);
 /* BFIT_EINVAL for arrays set for a command other than train. */
 int bfit_config_arrays_check(const bfit_config *c, unsigned cmd, const char *cmd_name);
+/* eval: the arrays given (the test ones, or else the training ones) as the
+ * set to score; *own NULL without arrays, else the caller frees it. */
+int bfit_config_arrays_eval(const bfit_config *c, bfit_dataset **own);
 /* "model" is given: BFIT_EINVAL naming it otherwise, saying what it takes. */
 int bfit_config_need_model(const bfit_config *c, unsigned cmd);
 

@@ -22,6 +22,7 @@ static int is_token_model(const char *model)
 int bfit_evaluate(const bfit_config *c, bfit_result **out)
 {
     bfit_eval_cfg e;
+    bfit_dataset *arrays = NULL;
     bfit_result *res;
     double loss = 0, acc = 0;
     int64_t n = 0;
@@ -31,9 +32,15 @@ int bfit_evaluate(const bfit_config *c, bfit_result **out)
     if (!out)
         return bfit_fail(BFIT_EINVAL, "bfit_evaluate needs somewhere to put the result");
     *out = NULL;
-    if ((rc = bfit_config_eval_cfg(c, &e)) != BFIT_OK)
+    if ((rc = bfit_config_eval_cfg(c, &e)) != BFIT_OK || (rc = bfit_config_arrays_eval(c, &arrays)) != BFIT_OK)
         return rc;
-    if ((rc = bfit_evaluate_from(&e, &loss, &acc, &n)) != BFIT_OK)
+    if (arrays) { /* the caller's samples, scored in place */
+        e.given_test = arrays;
+        e.data = bfit_dataset_source(arrays);
+    }
+    rc = bfit_evaluate_from(&e, &loss, &acc, &n);
+    bfit_dataset_free(arrays);
+    if (rc != BFIT_OK)
         return rc;
     if (!isfinite(loss) || !isfinite(acc))
         return bfit_fail(BFIT_EFORMAT, "%s: the evaluation's loss is %g: the weights (or the data) hold values too "

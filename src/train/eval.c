@@ -231,6 +231,7 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     memset(&c, 0, sizeof c);
     c.model = cfg->model;
     c.data = cfg->data;
+    c.given_test = cfg->given_test;
     c.csv_header = cfg->csv_header;
     c.want_test = 1;
     c.device = cfg->device;

@@ -118,13 +118,29 @@ def test_a_list_for_one_value():
 
 
 def test_evaluate_names_data(tmp_path):
-    """evaluate reads files: arrays, or a list, are refused naming `data`, briefly."""
+    """find reads files: arrays are refused naming `data`, briefly; evaluate
+    takes arrays, but a list that is not (x, y) is refused naming `data`."""
     x, y = toy_data(500, features=784)
-    for d in ((x, y), [1, 2]):
-        e = raises(TypeError, lambda: batchfit.evaluate("mlp", tmp_path / "w.safetensors", data=d), "data",
-                   "data: evaluate reads a data set by name or path")
-        assert "only train reads arrays" in str(e) and len(str(e)) < 120, str(e)
-    raises(TypeError, lambda: batchfit.find("mlp", data=(x, y)), "data", "find reads a data set by name or path")
+    e = raises(TypeError, lambda: batchfit.find("mlp", data=(x, y)), "data", "find reads a data set by name or path")
+    assert "only train and evaluate read arrays" in str(e) and len(str(e)) < 120, str(e)
+    raises(ValueError, lambda: batchfit.evaluate("mlp", tmp_path / "w.safetensors", data=[1, 2]), "data")
+
+
+def test_evaluate_arrays_as_training_did(small_spec, tmp_path):
+    """Weights trained on arrays scored on test arrays: the figures the
+    training's last evaluation gave, to the bit; the training arrays alone
+    are scored when no test arrays are given; both at once are refused."""
+    x, y = toy_data(600)
+    xt, yt = toy_data(300, seed=1)
+    save = str(tmp_path / "w.safetensors")
+    r = batchfit.train(small_spec, data=(x, y), test_data=(xt, yt), epochs=1, batch=32, save=save, seed=3)
+    got = batchfit.evaluate(small_spec, save, test_data=(xt, yt))
+    assert (got["accuracy"], got["loss"], got["samples"]) == (r.test_accuracy, r["test_loss"], 300)
+    assert batchfit.evaluate(small_spec, save, data=(xt, yt))["accuracy"] == r.test_accuracy
+    raises(ValueError, lambda: batchfit.evaluate(small_spec, save, data=(x, y), test_data=(xt, yt)), "test_data",
+           "eval scores one set")
+    raises(ValueError, lambda: batchfit.evaluate(small_spec, save, test_data=(xt[:, :10], yt)), "test_data",
+           "floats per sample")
 
 
 def test_did_you_mean_says_the_keyword():
