@@ -81,7 +81,8 @@ static int ensure_stream(probe *p, int m)
     if (m > p->stage_m) {
         size_t numel = (size_t)bfit_shape_numel(p->M->input);
         float *x = realloc(p->stage_x, sizeof *x * numel * (size_t)m);
-        int32_t *y = x ? realloc(p->stage_y, sizeof *y * (size_t)m) : NULL;
+        /* a token model's sample has a label per position */
+        int32_t *y = x ? realloc(p->stage_y, sizeof *y * (size_t)p->M->labels_per_sample * (size_t)m) : NULL;
         if (x)
             p->stage_x = x;
         if (y)
@@ -104,12 +105,12 @@ static int take_samples(probe *p, int m)
 {
     float *x = p->stage_x;
     int32_t *y = p->stage_y;
-    int64_t numel = bfit_shape_numel(p->M->input);
+    int64_t numel = bfit_shape_numel(p->M->input), L = p->M->labels_per_sample;
     int done = 0, empty = 0, rc;
 
     while (done < m) {
         int n = m - done < p->sc.max_take ? m - done : p->sc.max_take, got;
-        rc = bfit_stream_take(p->s, n, x + (int64_t)done * numel, y + done, &got);
+        rc = bfit_stream_take(p->s, n, x + (int64_t)done * numel, y + (int64_t)done * L, &got);
         if (rc != BFIT_OK)
             return rc;
         if (got == 0) {

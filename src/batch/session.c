@@ -53,13 +53,35 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
 }
 
 /* Random samples of the model's input shape, labels 0..nclasses-1. */
+/* A token model's: random ids of its vocabulary (its class count), enough
+ * for SYNTHETIC_COUNT windows of its T */
+static int synthetic_tokens(const bfit_model *M, uint64_t seed, bfit_dataset **out)
+{
+    int T = (int)M->input.d[0];
+    int64_t n = (int64_t)SYNTHETIC_COUNT * T + 1;
+    int32_t *ids = malloc(sizeof *ids * (size_t)n);
+    int rc;
+
+    if (!ids)
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for %d synthetic sequences", SYNTHETIC_COUNT);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(bfit_rand_unit(seed, (uint64_t)i) * M->nclasses) % M->nclasses;
+    rc = bfit_dataset_from_tokens("synthetic", ids, n, M->nclasses, T, out);
+    free(ids);
+    return rc;
+}
+
 static int synthetic_data(const bfit_model *M, uint64_t seed, bfit_dataset **out)
 {
     int64_t numel = bfit_shape_numel(M->input), n = (int64_t)SYNTHETIC_COUNT * numel;
-    float *x = malloc(sizeof *x * (size_t)n);
-    int32_t *y = malloc(sizeof *y * SYNTHETIC_COUNT);
+    float *x;
+    int32_t *y;
     int rc;
 
+    if (M->input_dtype == BFIT_I32)
+        return synthetic_tokens(M, seed, out);
+    x = malloc(sizeof *x * (size_t)n);
+    y = malloc(sizeof *y * SYNTHETIC_COUNT);
     if (!x || !y) {
         free(x);
         free(y);

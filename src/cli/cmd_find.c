@@ -30,7 +30,9 @@ static void help(void)
          "                        exported from PyTorch (docs/onnx.md)\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, a CSV file, or synthetic\n"
-         "                        (random samples of the model's input shape)\n",
+         "                        (random samples of the model's input shape; random\n"
+         "                        ids for a token model); for token models kjv, a\n"
+         "                        token file or a .txt file (docs/data.md)\n",
           stdout);
     fputs(cli_help_images, stdout);
     puts("  --csv-header yes|no|auto   whether a CSV file's first row is a header\n"

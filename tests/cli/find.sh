@@ -87,6 +87,11 @@ expect 0 'largest batch: [0-9]+ .*confirmed.*refused' --model "$SRC/models/mlp.c
     --largest-only
 expect 0 'a doubling-then-bisecting search with 3 steps per trial needs [0-9]+' --model mlp --memory 32MiB \
     --threads 1 --largest-only
+# a token model: a sample has T labels (staged as such: it overflowed its
+# buffer), and synthetic data is random ids of its vocabulary
+expect 0 'largest batch: [0-9]+ .*confirmed: a real step ran' --model gpt-nano --data synthetic --memory 64MiB \
+    --threads 1 --largest-only
+expect 0 'fastest batch: [0-9]+' --model gpt-nano --data synthetic --memory 64MiB --threads 1 --limit 4 --repeats 1
 expect 1 "--plot: $TMP/no/such/dir/x.svg: cannot write into directory '$TMP/no/such/dir'" --model cnn --memory 16MiB --threads 1 --repeats 1 \
     --plot "$TMP/no/such/dir/x.svg"
 
