@@ -178,6 +178,28 @@ static void test_text_split(void **st)
     }
     free(tr);
     free(te);
+    {
+        /* a file given as the test data is read whole (train < 0 here, opts.whole for a data set) */
+        char path[300];
+        bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+        bfit_dataset *d = NULL;
+        assert_int_equal(bfit_text_tokens((unsigned char *)text, n, -1, &te, &nte), BFIT_OK);
+        assert_int_equal(nte, (int64_t)n);
+        for (int i = 0; i < 7; i++)
+            assert_int_equal(te[i], (unsigned char)"line 0\n"[i]);
+        free(te);
+        tmp_path(path, sizeof path, "whole.txt");
+        put_bytes(path, text, (long)n);
+        o.seq = 16;
+        o.whole = 1;
+        assert_int_equal(bfit_dataset_load(path, 0, &o, &d), BFIT_OK);
+        assert_int_equal(bfit_dataset_count(d), ((int64_t)n - 1) / 16); /* windows of 16 with a next token */
+        bfit_dataset_free(d);
+        o.whole = 0;
+        assert_int_equal(bfit_dataset_load(path, 0, &o, &d), BFIT_OK);
+        assert_true(bfit_dataset_count(d) < ((int64_t)n - 1) / 16 / 10); /* the test part: a twentieth */
+        bfit_dataset_free(d);
+    }
     free(text);
 }
 

@@ -179,11 +179,14 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
         s->train = s->train_own;
     }
     if (!s->test && c->want_test) {
-        if (c->test_data)
-            rc = bfit_dataset_load(c->test_data, 0, op, &s->test_own);
-        else
+        if (c->test_data) { /* a text given as the test data is read whole, not its test part */
+            bfit_data_opts whole = o;
+            whole.whole = 1;
+            rc = bfit_dataset_load(c->test_data, 0, &whole, &s->test_own);
+        } else {
             rc = synthetic ? synthetic_data(s->M, c->seed + 1, &s->test_own)
                            : bfit_dataset_load(c->data, 0, op, &s->test_own);
+        }
         if (rc != BFIT_OK)
             return rc;
         s->test = s->test_own;

