@@ -156,8 +156,10 @@ int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, 
         return bfit_fail(BFIT_EINVAL, "%s: token data needs a token model (`input tokens=T`) to cut it into samples",
                          source);
     if (n < (int64_t)seq + 1)
-        return bfit_fail(BFIT_EINVAL, "%s: %lld tokens make no sample of %d tokens and their %d labels", source,
-                         (long long)n, seq, seq);
+        return bfit_fail(BFIT_EINVAL, "%s: %lld tokens make no sample of %d tokens and their %d labels (at least "
+                         "%d are needed)%s", source, (long long)n, seq, seq, seq + 1,
+                         strstr(source, "(test part)") ? ": a text's test part is every 20th block of 100 lines; give "
+                                                         "the test text as --test-data (read whole)" : "");
     if ((rc = bfit_data_alloc(source, &d)) != BFIT_OK)
         return rc;
     d->ids = malloc(sizeof *d->ids * (size_t)n);
