@@ -689,8 +689,12 @@ static int setup(bfit_run *r)
     bfit_run_watch_device(r);
     r->base_capacity = bfit_arena_capacity(r->s.arena);
     ntrain = r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
-    if (ntrain < 1)
+    if (ntrain < 1 && r->cfg.train_source)
         return bfit_fail_field(BFIT_EINVAL, "train_source", "has no samples in an epoch");
+    if (ntrain < 1) /* a text of blank lines under --seq-max: no line holds a token with a next one */
+        return bfit_fail_field(BFIT_EINVAL, "data", "%s has no training samples%s", bfit_dataset_source(r->s.train),
+                               r->cfg.seq_max > 0 ? ": with --seq-max a sample is a line's tokens that have a next "
+                                                    "token, and no line has any" : "");
     r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
     if (r->cfg.micro_batch && r->cfg.micro_batch < bfit_model_min_batch(r->s.M))
         return bfit_fail_field(BFIT_EINVAL, "micro_batch", "%d is too small: the model trains on micro-batches of at "

@@ -47,6 +47,9 @@ if [ -s "$kjv" ]; then
 else
   echo "skip: gpt-nano on kjv at bf16 ($kjv missing: scripts/kjv.sh, or BFIT_KJV)"
 fi
+printf '\n%.0s' $(seq 5000) >"$tmp/blank.txt"
+expect 1 "--data: $tmp/blank.txt \(train part, lines\) has no training samples: with --seq-max" \
+  "$bf" train --model gpt-nano --data "$tmp/blank.txt" --seq-max 64 --batch 8 --max-steps 3
 expect 1 "--data: gpt-nano is a token model \(its input is 128 token ids\) but the data set fashion-mnist holds samples of 1x28x28: give it token data, e.g. --data kjv" \
   "$bf" train --model gpt-nano --max-steps 1
 expect 1 "--seq-max: must be 1 to 128 \(the model's positions\), got 129" "$bf" train --model gpt-nano --seq-max 129 \
