@@ -201,8 +201,8 @@ static int open_device(const bfit_config *c, const bfit_graph_desc *g, plan_args
         cc.conv_algo = c->t.conv_algo;
         rc = bfit_model_device_open(c->t.device_name, &cc, g, a->st.precision, own, a->device_why,
                                     sizeof a->device_why);
-        if (rc != BFIT_OK)
-            return bfit_fail_field(rc, "device", "%s", bfit_errmsg());
+        if (rc != BFIT_OK) /* the device's, unless it named another option (the model, built to choose) */
+            return bfit_errfield()[0] ? rc : bfit_fail_field(rc, "device", "%s", bfit_errmsg());
         *dev = *own;
     }
     if (!a->memory) {

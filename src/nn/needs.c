@@ -67,8 +67,8 @@ int bfit_model_device_open(const char *name, const bfit_device_cfg *cfg, const b
             snprintf(why, n, "%s, as asked", bfit_device_name(*out));
         return rc;
     }
-    if ((rc = bfit_graph_op_needs(g, precision, &nd)) != BFIT_OK)
-        return rc;
+    if ((rc = bfit_graph_op_needs(g, precision, &nd)) != BFIT_OK) /* the model is built to ask: its errors */
+        return bfit_errfield()[0] ? rc : bfit_fail_field(rc, "model", "%s", bfit_errmsg());
     return bfit_device_open_auto(cfg, &nd, out, why, why ? n : 0);
 }
 

@@ -141,6 +141,11 @@ run 2 --model mlp --frob && has "$err" "^batchfit: error: unknown option '--frob
 run 2 --model mlp --memory && has "$err" "^batchfit: error: option --memory needs a value$"
 run 2 --model mlp extra && has "$err" "^batchfit: error: unexpected argument 'extra'$"
 run 2 && has "$err" "^batchfit: error: --model: is required"
+# a model error found while the device is chosen is the model's, not the device's
+spec=$(mktemp --suffix=.cfg)
+printf 'input tokens=32\nlinear 64\nrelu\nlinear 256\n' >"$spec"
+run 1 --model "$spec" && has "$err" "^batchfit: error: --model: $spec:2:1: the model input is token ids: the first layer must be \`embed\`"
+rm -f "$spec"
 
 if [ "$fails" -ne 0 ]; then
     echo "$fails check(s) failed"
