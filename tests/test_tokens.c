@@ -142,6 +142,15 @@ static void test_refusals(void **st)
     b[1026] = 4;
     b[4] = 3;
     expect_bad(b, sizeof b, BFIT_EFORMAT, "version 3");
+    { /* as a data set too: the magic makes it a token file, refused for its version (it was read as CSV) */
+        bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+        bfit_dataset *d = NULL;
+        o.seq = 2;
+        tmp_path(p, sizeof p, "v3.bin");
+        put_bytes(p, b, (long)(sizeof b));
+        assert_int_equal(bfit_dataset_load(p, 1, &o, &d), BFIT_EFORMAT);
+        assert_non_null(strstr(bfit_errmsg(), "token file version 3"));
+    }
     b[4] = 1;
     b[0] ^= 1;
     expect_bad(b, sizeof b, BFIT_EFORMAT, "not a token file");

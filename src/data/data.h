@@ -164,7 +164,7 @@ int64_t bfit_dataset_images_skipped(const bfit_dataset *d);
 /* The `kjv` data set's text (scripts/kjv.sh); the environment's BFIT_KJV
  * overrides it. */
 #define BFIT_KJV_TEXT "/usr/local/share/batchfit/kjv.txt"
-/* 1 if path is a token file (its first 8 bytes say so). */
+/* 1 if path is a token file (its first 4 bytes, the magic, say so). */
 int bfit_tokens_is_file(const char *path);
 /* Read a token file: *ids (malloc'd, *count of them), *vocab (the header's,
  * or the largest id + 1 when it says 0). BFIT_EIO / BFIT_EFORMAT naming the

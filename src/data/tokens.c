@@ -57,7 +57,8 @@ int bfit_tokens_is_file(const char *path)
     FILE *f = fopen(path, "rb");
     int yes = 0;
     if (f) {
-        yes = fread(h, 1, 8, f) == 8 && le32(h) == BFIT_TOKENS_MAGIC && (le32(h + 4) == 1 || le32(h + 4) == 2);
+        /* the magic alone: a version we do not read is refused as such (check_header), not read as CSV */
+        yes = fread(h, 1, 8, f) == 8 && le32(h) == BFIT_TOKENS_MAGIC;
         fclose(f);
     }
     return yes;
