@@ -214,8 +214,10 @@ static int saved_norm(const bfit_eval_cfg *cfg, float **mean, float **std, int *
     }
     if (rc != BFIT_OK)
         return rc;
-    c = shape_only->input.c;
+    c = shape_only->input_dtype == BFIT_I32 ? 0 : shape_only->input.c; /* token ids are not normalised */
     bfit_model_free(shape_only);
+    if (!c)
+        return BFIT_OK;
     *mean = calloc((size_t)c, sizeof **mean);
     *std = calloc((size_t)c, sizeof **std);
     if (!*mean || !*std)

@@ -120,6 +120,17 @@ static int convert_and_upload(bfit_model *M, const bfit_st_file *f, const char *
     return rc == BFIT_OK ? bfit_model_refresh_copies(M) : rc;
 }
 
+/* A shape as [2 x 3 x 4] for a message */
+static const char *dims_str(const int64_t *d, int nd, char *buf, size_t n)
+{
+    size_t at = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < nd && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? " x " : "", (long long)d[i]);
+    if (at < n)
+        snprintf(buf + at, n - at, "]");
+    return buf;
+}
+
 int bfit_weights_load(bfit_model *M, const char *path)
 {
     bfit_st_file *f = NULL;
@@ -147,9 +158,10 @@ int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *pat
             goto out;
         }
         if (t->ndim != v[i].p->ndim || bfit_st_numel(t) != bfit_param_numel(v[i].p)) {
-            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' has %d dims and %lld values, the model wants %d dims and %lld",
-                           path, v[i].name, t->ndim, (long long)bfit_st_numel(t), v[i].p->ndim,
-                           (long long)bfit_param_numel(v[i].p));
+            char a[96], b[96];
+            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, the model wants %s: the weights are for another "
+                           "model", path, v[i].name, dims_str(t->shape, t->ndim, a, sizeof a),
+                           dims_str(v[i].p->dim, v[i].p->ndim, b, sizeof b));
             goto out;
         }
         if (!bfit_st_is_float(t)) {
@@ -159,8 +171,9 @@ int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *pat
         }
         for (int d = 0; d < t->ndim; d++)
             if (t->shape[d] != v[i].p->dim[d]) {
-                rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' dimension %d is %lld, the model wants %lld", path,
-                               v[i].name, d, (long long)t->shape[d], (long long)v[i].p->dim[d]);
+                rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' dimension %d is %lld, the model wants %lld: the "
+                               "weights are for another model", path, v[i].name, d, (long long)t->shape[d],
+                               (long long)v[i].p->dim[d]);
                 goto out;
             }
     }

@@ -47,6 +47,16 @@ if [ -s "$kjv" ]; then
 else
   echo "skip: gpt-nano on kjv at bf16 ($kjv missing: scripts/kjv.sh, or BFIT_KJV)"
 fi
+# another model's weights: said so, with both shapes; a token model has no
+# normalisation to blame
+"$bf" train --model gpt-nano --data synthetic --max-steps 1 --batch 2 --eval-samples 2 --save "$tmp/gn.st" \
+  --quiet >/dev/null 2>&1
+printf 'input tokens=32\nembed 32 vocab=256\nlinear 256\n' >"$tmp/t32.cfg"
+expect 1 "tensor '0.weight' is \[256 x 128\], the model wants \[256 x 32\]: the weights are for another model" \
+  "$bf" eval --model "$tmp/t32.cfg" --weights "$tmp/gn.st" --data synthetic --samples 4
+"$bf" train --model "$m" --max-steps 1 --eval-samples 10 --save "$tmp/mlpw.st" --quiet >/dev/null 2>&1
+expect 1 "tensor '0.weight' is missing: the weights are for another model" \
+  "$bf" eval --model gpt-nano --weights "$tmp/mlpw.st" --data synthetic --samples 4
 printf '\n%.0s' $(seq 5000) >"$tmp/blank.txt"
 expect 1 "--data: $tmp/blank.txt \(train part, lines\) has no training samples: with --seq-max" \
   "$bf" train --model gpt-nano --data "$tmp/blank.txt" --seq-max 64 --batch 8 --max-steps 3
