@@ -459,6 +459,9 @@ static void test_shape_check(void **st)
                        "t.cfg:3:1: ", "body gives 16x14x14 but its shortcut gives 16x28x28", NULL);
     expect_shape_error("input 784\nresidual {\nlinear 10\n}\n", "t.cfg:2:1: ", "body gives 10 but its input is 784",
                        "`linear 10`");
+    /* a sequence's projection is a linear per position, no batch norm */
+    expect_shape_error("input tokens=32\nembed 32 vocab=256\nresidual {\nlayernorm\nlinear 64\n}\nlinear 256\n",
+                       "t.cfg:3:1: ", "body gives 32x64 but its input is 32x32", "`linear 64`, `}`");
     /* the loss needs class scores */
     expect_shape_error("input 1x28x28\nconv 8 k=3\n", "t.cfg:2:1: ", "the last layer gives 8x26x26", "flatten");
     /* a window larger than the input: the layer or the guard says so */

@@ -892,7 +892,9 @@ static int add_mismatch(const bfit_graph_desc *g, int i, const bfit_shape *in)
     if (nd->in[1] > nd->in[0]) /* shortcut nodes follow the body's */
         return bfit_fail(BFIT_EFORMAT, "%sresidual body gives %s but its shortcut gives %s: the shortcut must end in %s",
                          w, s0, s1, s0);
-    if (a.h == 1 && a.w == 1)
+    if (a.nd == 2) /* a sequence [T, C]: per position */
+        snprintf(fix, sizeof fix, "linear %d", a.d[1]);
+    else if (a.h == 1 && a.w == 1)
         snprintf(fix, sizeof fix, "linear %d", a.c);
     else if (b.h % a.h == 0 && b.w % a.w == 0 && b.h / a.h == b.w / a.w && b.h / a.h > 1)
         snprintf(fix, sizeof fix, "conv %d k=1 stride=%d", a.c, b.h / a.h);
@@ -900,8 +902,8 @@ static int add_mismatch(const bfit_graph_desc *g, int i, const bfit_shape *in)
         snprintf(fix, sizeof fix, "conv %d k=1", a.c);
     return bfit_fail(BFIT_EFORMAT,
                      "%sresidual body gives %s but its input is %s, and the identity shortcut cannot change shape: "
-                     "add a projection after the body: `} shortcut {`, `%s` (and `batchnorm`), `}`",
-                     w, s0, s1, fix);
+                     "add a projection after the body: `} shortcut {`, `%s`%s, `}`",
+                     w, s0, s1, fix, a.nd == 2 ? "" : " (and `batchnorm`)");
 }
 
 int bfit_spec_check_shapes(const bfit_graph_desc *g)
