@@ -134,6 +134,7 @@ struct bfit_run {
     double waited;             /* seconds spent waiting for memory */
     double step_waited;        /*   in this step */
     double wait_until;         /* this step waits for memory until then (0: has not waited) */
+    int refused_fitting;       /* this step's reservations refused though the plan fits them (the allocator) */
     uint64_t fixed_bytes;      /* the controller's fixed part */
     int broken;                /* a step failed past its update: no step or checkpoint follows */
     /* checkpoints */

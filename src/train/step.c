@@ -78,6 +78,10 @@ static int decide(bfit_run *r)
 
 /* Reserve a micro-batch of want; on out-of-memory the controller shrinks m
  * (nothing of this micro-batch ran) and *retry is set. */
+/* Reservations the plan says fit that a step may see refused before it
+ * fails: a shared device's memory can go between a look and a take. */
+#define REFUSED_FITTING_MAX 8
+
 static int reserve(bfit_run *r, int want, int *retry)
 {
     uint64_t free_now;
@@ -96,6 +100,13 @@ static int reserve(bfit_run *r, int want, int *retry)
         /* not even 1 fits in the free: wait for memory, then try the same samples again */
         if ((rc = bfit_run_wait_for_memory(r)) != BFIT_OK)
             return rc;
+        /* it returned at once: the plan fits, yet the allocator refused. Again
+         * and again, that is no shortage to wait out: say so, not spin */
+        if (++r->refused_fitting > REFUSED_FITTING_MAX)
+            return bfit_fail_field(BFIT_ENOMEM, "memory", "step %lld: micro-batch %d was refused %d times in a row "
+                                   "though the plan says it fits (%llu bytes free by the arena's count): the device's "
+                                   "allocator refuses memory it reports free", (long long)r->pos.step + 1, failed,
+                                   r->refused_fitting, (unsigned long long)bfit_arena_available(r->s.arena));
         *retry = 1;
         return BFIT_OK;
     }
@@ -497,6 +508,7 @@ static int step_start(bfit_run *r)
         r->ep_hn = 0;
     }
     r->wait_until = 0;
+    r->refused_fitting = 0;
     r->step_waited = 0;
     r->track_dirty = 0;
     return bfit_run_snap_step(r);
