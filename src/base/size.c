@@ -24,6 +24,8 @@ int bfit_parse_size(const char *text, uint64_t *out)
     int digits = 0;
     size_t i;
 
+    if (!out)
+        return bfit_fail(BFIT_EINVAL, "bfit_parse_size needs somewhere to put the bytes");
     if (!text || !*text)
         return bfit_fail(BFIT_EINVAL, "empty size: expected a number with an optional unit, e.g. 512MiB");
     while (isspace((unsigned char)*p))

@@ -6,6 +6,9 @@
 
 static int bad_size(const char *what, size_t size)
 {
+    if (size > BFIT_SIZED_MAX)
+        return bfit_fail(BFIT_EINVAL, "%s: size %zu is no struct's size (an unset field?): start from "
+                         "BFIT_SIZED(%s) or the struct's _default()", what, size, what);
     if (size == 0)
         return bfit_fail(BFIT_EINVAL, "%s: its size field is not set: start from BFIT_SIZED(%s) or the "
                          "struct's _default()", what, what);
@@ -17,7 +20,7 @@ int bfit_sized_in(void *full, size_t full_size, const void *given, const char *w
     size_t size;
 
     memcpy(&size, given, sizeof size);
-    if (size < BFIT_SIZED_MIN)
+    if (size < BFIT_SIZED_MIN || size > BFIT_SIZED_MAX)
         return bad_size(what, size);
     for (size_t i = full_size; i < size; i++)
         if (((const unsigned char *)given)[i])
@@ -35,7 +38,7 @@ int bfit_sized_out(void *dst, const void *full, size_t full_size, const char *wh
     size_t size;
 
     memcpy(&size, dst, sizeof size);
-    if (size < BFIT_SIZED_MIN)
+    if (size < BFIT_SIZED_MIN || size > BFIT_SIZED_MAX)
         return bad_size(what, size);
     memcpy((char *)dst + sizeof size, (const char *)full + sizeof size,
            (size < full_size ? size : full_size) - sizeof size);

@@ -12,6 +12,9 @@
 
 /* The smallest size accepted: the size field and one more byte. */
 #define BFIT_SIZED_MIN (sizeof(size_t) + 1)
+/* No struct of ours nears this: a larger size is not one (an unset field's
+ * garbage), and zeroing up to it would write over the caller's memory. */
+#define BFIT_SIZED_MAX ((size_t)1 << 16)
 
 /* The caller's struct `given` (its size first) over `full` (full_size
  * bytes, holding the defaults; its size field set to full_size). BFIT_EINVAL

@@ -732,7 +732,7 @@ int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch
     bfit_batch_decision full = {.size = sizeof full};
     int rc;
 
-    if (!d || d->size < BFIT_SIZED_MIN)
+    if (!d || d->size < BFIT_SIZED_MIN || d->size > BFIT_SIZED_MAX)
         return d ? bfit_sized_out(d, &full, sizeof full, "bfit_batch_decision")
                  : bfit_fail(BFIT_EINVAL, "controller: next needs a decision to fill");
     rc = next_full(c, step, epoch, &full);
@@ -757,7 +757,7 @@ int bfit_controller_on_oom(bfit_controller *c, int failed_m, uint64_t free_bytes
     bfit_batch_decision full = {.size = sizeof full};
     int rc;
 
-    if (!d || d->size < BFIT_SIZED_MIN)
+    if (!d || d->size < BFIT_SIZED_MIN || d->size > BFIT_SIZED_MAX)
         return d ? bfit_sized_out(d, &full, sizeof full, "bfit_batch_decision")
                  : bfit_fail(BFIT_EINVAL, "controller: on_oom needs a decision to fill");
     rc = on_oom_full(c, failed_m, free_bytes, capacity, &full);

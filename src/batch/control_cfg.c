@@ -20,6 +20,8 @@ static const char *const reason_names[BFIT_REASON_COUNT] = {
 
 int bfit_lr_rule_parse(const char *name, bfit_lr_rule *out)
 {
+    if (!out)
+        return bfit_fail(BFIT_EINVAL, "bfit_lr_rule_parse needs somewhere to put the rule");
     for (int r = 0; r < BFIT_LR_NRULES; r++) {
         if (name && strcasecmp(name, rule_names[r]) == 0) {
             *out = (bfit_lr_rule)r;
@@ -77,7 +79,7 @@ void bfit_controller_config_init(bfit_controller_config *out, size_t size)
     cfg->auto_plateau_windows = 2;
     cfg->auto_plateau = 0.02;
     /* the caller's struct may be smaller (an older header) or larger (a newer one) */
-    if (!out || size < BFIT_SIZED_MIN)
+    if (!out || size < BFIT_SIZED_MIN || size > BFIT_SIZED_MAX)
         return;
     memset(out, 0, size);
     memcpy(out, &full, size < sizeof full ? size : sizeof full);

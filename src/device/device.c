@@ -303,6 +303,8 @@ void bfit_device_free(bfit_device *d)
 const char *bfit_device_name(const bfit_device *d)
 {
     bfit_device_info i;
+    if (!d)
+        return "(no device)";
     d->vt->info(d, &i);
     return i.name;
 }
@@ -311,7 +313,16 @@ void bfit_device_info_get(const bfit_device *d, bfit_device_info *out) { d->vt->
 
 int bfit_device_memory(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes)
 {
-    return d->vt->mem_info(d, free_bytes, total_bytes);
+    uint64_t f = 0, t = 0;
+    int rc;
+    if (!d)
+        return bfit_fail(BFIT_EINVAL, "bfit_device_memory needs a device");
+    rc = d->vt->mem_info(d, &f, &t); /* either out may be NULL: the other only is wanted */
+    if (free_bytes)
+        *free_bytes = f;
+    if (total_bytes)
+        *total_bytes = t;
+    return rc;
 }
 
 const bfit_block_source *bfit_device_blocks(const bfit_device *d) { return &d->blocks; }

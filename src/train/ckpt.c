@@ -321,7 +321,7 @@ static int write_file(bfit_run *r, const char *path, const char *state, const ch
     return rc;
 }
 
-int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
+static int checkpoint(bfit_run *r, char *out, size_t len)
 {
     run_snap s;
     cJSON *st, *cf;
@@ -381,6 +381,13 @@ int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
     if (out)
         snprintf(out, len, "%s", path);
     return BFIT_OK;
+}
+
+int bfit_run_checkpoint(bfit_run *r, char *out, size_t len)
+{
+    if (!r)
+        return bfit_fail(BFIT_EINVAL, "bfit_run_checkpoint needs a run");
+    return checkpoint(r, out, len);
 }
 
 int bfit_run_checkpoint_due(const bfit_run *r)

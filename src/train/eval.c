@@ -191,7 +191,10 @@ int bfit_run_evaluate(bfit_run *r, bfit_eval_info *info)
     bfit_eval_info ev = {.size = sizeof ev};
     int rc;
 
-    if (info && info->size < BFIT_SIZED_MIN) /* the caller's struct carries its size (batchfit.h) */
+    if (!r)
+        return bfit_fail(BFIT_EINVAL, "bfit_run_evaluate needs a run");
+    /* the caller's struct carries its size (batchfit.h) */
+    if (info && (info->size < BFIT_SIZED_MIN || info->size > BFIT_SIZED_MAX))
         return bfit_sized_out(info, &ev, sizeof ev, "bfit_eval_info");
     rc = evaluate_run(r, &ev);
     if (info)

@@ -866,6 +866,8 @@ bfit_arena *bfit_run_arena(bfit_run *r) { return r->s.arena; }
 
 int bfit_run_done(const bfit_run *r)
 {
+    if (!r) /* no run: nothing to do (a loop on it ends) */
+        return 1;
     if (r->cfg.max_steps && r->pos.step >= r->cfg.max_steps)
         return 1;
     return r->pos.epoch >= r->cfg.epochs;
@@ -888,7 +890,7 @@ void bfit_run_result_get(const bfit_run *r, bfit_train_result *res)
 
 void bfit_run_finish(bfit_run *r, int rc)
 {
-    if (!r->log_open)
+    if (!r || !r->log_open)
         return;
     if (rc == BFIT_OK) {
         bfit_train_result res;

@@ -16,7 +16,11 @@ int bfit_run_stop_requested(bfit_run *r)
     return atomic_load_explicit(&r->stop_req, memory_order_relaxed) || (r->cfg.stop && *r->cfg.stop);
 }
 
-void bfit_run_request_stop(bfit_run *r) { atomic_store(&r->stop_req, 1); }
+void bfit_run_request_stop(bfit_run *r)
+{
+    if (r)
+        atomic_store(&r->stop_req, 1);
+}
 
 /* The running statistics (parameters that are not trained: batch norm's)
  * to (up 0) or from (up 1) the host snapshot: a forward in training mode

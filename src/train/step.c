@@ -567,9 +567,12 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     double t0, wait0, loss = 0;
     int E = 0, taken = 0, k = 0, rc, updated;
 
+    if (!r)
+        return bfit_fail(BFIT_EINVAL, "bfit_run_step needs a run");
     memset(&in, 0, sizeof in);
     in.size = sizeof in;
-    if (info && info->size < BFIT_SIZED_MIN) /* the caller's struct carries its size (batchfit.h) */
+    /* the caller's struct carries its size (batchfit.h) */
+    if (info && (info->size < BFIT_SIZED_MIN || info->size > BFIT_SIZED_MAX))
         return bfit_sized_out(info, &in, sizeof in, "bfit_step_info");
     if (bfit_run_done(r))
         return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");

@@ -68,7 +68,11 @@ int bfit_run_save(bfit_run *r, const char *path)
 {
     const char *keys[RUN_META_MAX], *vals[RUN_META_MAX];
     char *bufs[3];
-    int n, rc = bfit_run_weights_meta(r, keys, vals, &n, bufs);
+    int n, rc;
+
+    if (!r || !path || !*path)
+        return bfit_fail(BFIT_EINVAL, "bfit_run_save needs a run and a path to write the weights to");
+    rc = bfit_run_weights_meta(r, keys, vals, &n, bufs);
 
     if (rc == BFIT_OK)
         rc = bfit_weights_save(r->s.M, path, keys, vals, n);
