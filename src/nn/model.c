@@ -12,11 +12,18 @@
 
 /* ---- building ------------------------------------------------------------ */
 
-static int node_error(const bfit_graph_desc *g, const bfit_node_desc *d, const char *msg)
+/* A layer's error at its place in the spec: BFIT_EFORMAT, or the code
+ * given where it is not the spec's fault (out of host memory). */
+static int node_error_rc(int rc, const bfit_graph_desc *g, const bfit_node_desc *d, const char *msg)
 {
     if (d && d->line)
-        return bfit_fail(BFIT_EFORMAT, "%s:%d:%d: %s", g->source, d->line, d->col, msg);
-    return bfit_fail(BFIT_EFORMAT, "%s%s%s", g->source, g->source[0] ? ": " : "", msg);
+        return bfit_fail(rc, "%s:%d:%d: %s", g->source, d->line, d->col, msg);
+    return bfit_fail(rc, "%s%s%s", g->source, g->source[0] ? ": " : "", msg);
+}
+
+static int node_error(const bfit_graph_desc *g, const bfit_node_desc *d, const char *msg)
+{
+    return node_error_rc(BFIT_EFORMAT, g, d, msg);
 }
 
 /* Token ids (an int32 input) go to embedding layers and nowhere else; an
@@ -52,7 +59,7 @@ static int build_nodes(bfit_model *M, const bfit_graph_desc *g, bfit_shape *val)
             return rc;
         rc = bfit_layer_new(&d->cfg, M->dev, in, d->nin, &M->nodes[i].l, err, sizeof err);
         if (rc != BFIT_OK)
-            return node_error(g, d, err);
+            return node_error_rc(rc == BFIT_ENOMEM ? rc : BFIT_EFORMAT, g, d, err);
         for (int k = 0; k < BFIT_LAYER_MAXIN; k++)
             M->nodes[i].in[k] = k < d->nin ? d->in[k] : -1;
         M->n = i + 1;
