@@ -240,7 +240,10 @@ BFIT_API int bfit_config_set_callbacks(bfit_config *c, bfit_step_fn on_step, bfi
 typedef int (*bfit_take_fn)(void *ud, int n, float *x, int32_t *labels, int *got);
 typedef int (*bfit_epoch_fn)(void *ud);
 /* which: 0 the training samples, 1 the test samples. Replaces the "data"
- * (or "test-data") option; no normalisation is applied to them. */
+ * (or "test-data") option; no normalisation is applied to them. A training
+ * source needs test samples too (a test source, test arrays or "test-data";
+ * train refuses it alone, naming "test_data"). take NULL: back to the
+ * option. */
 BFIT_API int bfit_config_set_source(bfit_config *c, int which, bfit_take_fn take, bfit_epoch_fn next_epoch,
                                     bfit_epoch_fn rewind, int64_t samples, void *ud);
 

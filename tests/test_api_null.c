@@ -73,12 +73,42 @@ static void test_garbage_size(void **st)
     }
 }
 
+static int take_none(void *ud, int n, float *x, int32_t *labels, int *got)
+{
+    (void)ud, (void)n, (void)x, (void)labels;
+    *got = 0;
+    return BFIT_OK;
+}
+
+static int epoch_none(void *ud)
+{
+    (void)ud;
+    return BFIT_OK;
+}
+
+/* A training source without test samples is refused naming test_data (it
+ * was evaluated on the default data set, fashion-mnist, and failed on its
+ * shape or, worse, measured the wrong samples). */
+static void test_source_without_test(void **st)
+{
+    bfit_config *c = bfit_config_new();
+    bfit_result *r = NULL;
+    (void)st;
+    assert_int_equal(bfit_config_set(c, "model", "mlp"), BFIT_OK);
+    assert_int_equal(bfit_config_set_source(c, 0, take_none, epoch_none, epoch_none, 300, NULL), BFIT_OK);
+    assert_int_equal(bfit_train(c, &r), BFIT_EINVAL);
+    assert_string_equal(bfit_errfield(), "test_data");
+    assert_non_null(strstr(bfit_errmsg(), "give the test samples too"));
+    bfit_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_functions),
         cmocka_unit_test(test_helpers),
         cmocka_unit_test(test_garbage_size),
+        cmocka_unit_test(test_source_without_test),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

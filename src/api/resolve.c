@@ -82,6 +82,12 @@ int bfit_config_optim(const bfit_config *c, bfit_optim_cfg *o)
 }
 
 /* The options that only make sense together. */
+static int given(const bfit_config *c, const char *name)
+{
+    int i;
+    return bfit_opt_find(name, &i) && c->given[i];
+}
+
 static int train_agrees(const bfit_config *c)
 {
     const bfit_train_cfg *t = &c->t;
@@ -96,6 +102,11 @@ static int train_agrees(const bfit_config *c)
     if (t->lr_rule == BFIT_LR_ADASCALE && !t->auto_batch && !t->adaptive)
         return bfit_fail_field(BFIT_EINVAL, "lr_scaling", "adascale needs the noise scale: use it with batch auto (or "
                                "adaptive)");
+    if (t->train_source && !t->test_source && !c->arr[1].x && !given(c, "test-data") && !given(c, "data"))
+        return bfit_fail_field(BFIT_EINVAL, "test_data", "the training samples come from a source "
+                               "(bfit_config_set_source 0): give the test samples too (a test source, test arrays "
+                               "or test-data), else the evaluation would read the default data set, "
+                               "fashion-mnist");
     return BFIT_OK;
 }
 
