@@ -84,9 +84,10 @@ BFIT_API const char *bfit_strerror(int code);
 
 /* ---- sizes ----------------------------------------------------------------- */
 /* "512MiB", "1.5GiB", "8GB", "4096B" into bytes: binary units (KiB, MiB,
- * GiB, TiB) are powers of 1024, decimal ones (kB, MB, GB, TB) of 1000.
- * BFIT_EINVAL saying what was wrong (empty, negative, no or unknown unit,
- * overflow). */
+ * GiB, TiB) are powers of 1024, decimal ones (kB, MB, GB, TB) of 1000, a
+ * bare number is bytes (the "memory" option refuses one: "10" is never
+ * meant as 10 bytes there). BFIT_EINVAL saying what was wrong (empty,
+ * negative, an unknown unit, a fraction of a byte, 2^64 bytes or more). */
 BFIT_API int bfit_parse_size(const char *text, uint64_t *out);
 /* Bytes for people: "1.50 GiB", "512 B". Returns buf. */
 BFIT_API char *bfit_format_size(uint64_t bytes, char *buf, size_t len);

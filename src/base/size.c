@@ -68,7 +68,7 @@ int bfit_parse_size(const char *text, uint64_t *out)
     }
     v = (whole + frac) * units[i].mult;
     if (!(v < 18446744073709551616.0))
-        return bfit_fail(BFIT_EINVAL, "size '%s' is too large (over 2^64 bytes)", text);
+        return bfit_fail(BFIT_EINVAL, "size '%s' is too large (2^64 bytes or more, counted in doubles)", text);
     if (units[i].mult == 1 && frac != 0)
         return bfit_fail(BFIT_EINVAL, "size '%s' is a fraction of a byte", text);
     *out = (uint64_t)llround(floor(v));
