@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -269,6 +270,13 @@ static void test_refused(void **state)
     assert_null(r);
     assert_int_equal(bfit_config_set_arrays(c, 0, x, neg, N, F), BFIT_OK);
     fails(bfit_train(c, &r), BFIT_EINVAL, "data", "label of sample 5 is -1");
+    {
+        static float bad[N * F];
+        memcpy(bad, x, sizeof bad);
+        bad[7 * F + 2] = NAN; /* said where, not as a normalisation of NaN */
+        assert_int_equal(bfit_config_set_arrays(c, 0, bad, y, N, F), BFIT_OK);
+        fails(bfit_train(c, &r), BFIT_EINVAL, "data", "the training arrays' sample 7 holds NaN at float 2");
+    }
     assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N, F), BFIT_OK);
     assert_int_equal(bfit_config_set(c, "data", csv), BFIT_OK);
     fails(bfit_train(c, &r), BFIT_EINVAL, "data", "is given and so are training arrays");

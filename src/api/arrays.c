@@ -8,6 +8,7 @@
 #include "data/data.h"
 #include "nn/zoo.h"
 
+#include <math.h>
 #include <string.h>
 
 static const char *const which_field[2] = {"data", "test_data"};
@@ -91,6 +92,11 @@ static int borrow(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **
         return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s takes samples of %s (%lld floats) but the %s "
                                "arrays hold %lld floats per sample", c->t.model, bfit_shape_str(shape, sh, sizeof sh),
                                (long long)bfit_shape_numel(shape), w ? "test" : "training", (long long)a->floats);
+    for (int64_t i = 0; i < a->n * a->floats; i++) /* one pass, cheap beside training on them */
+        if (!isfinite(a->x[i]))
+            return bfit_fail_field(BFIT_EINVAL, which_field[w], "the %s arrays' sample %lld holds %s at float %lld: "
+                                   "give finite values", w ? "test" : "training", (long long)(i / a->floats),
+                                   isnan(a->x[i]) ? "NaN" : "an infinity", (long long)(i % a->floats));
     if ((rc = bfit_dataset_borrow_floats(names[w], shape, a->n, a->x, a->y, out)) != BFIT_OK)
         return bfit_fail_field(rc, which_field[w], "%s", bfit_errmsg());
     return BFIT_OK;
