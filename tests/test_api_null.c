@@ -68,6 +68,15 @@ static void test_garbage_size(void **st)
         says(bfit_run_step(r, &info), "is no struct's size");
         says(bfit_run_evaluate(r, &ev), "is no struct's size");
         assert_int_equal(bfit_run_done(r), 0); /* nothing was done */
+        {
+            /* a stop asked for: the step says so, and the result as bfit_train's would */
+            bfit_result *res = NULL;
+            bfit_run_request_stop(r);
+            assert_int_equal(bfit_run_step(r, NULL), BFIT_ESTOPPED);
+            assert_int_equal(bfit_run_result(r, &res), BFIT_OK);
+            assert_string_equal(bfit_result_string(res, "stopped"), "request");
+            bfit_result_free(res);
+        }
         bfit_run_free(r);
         bfit_config_free(c);
     }

@@ -578,8 +578,10 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
     if (r->broken)
         return bfit_fail(BFIT_ESTATE, "the run failed in step %lld and cannot go on", (long long)r->pos.step + 1);
-    if (bfit_run_stop_requested(r))
+    if (bfit_run_stop_requested(r)) {
+        r->pos.res.stopped = BFIT_ESTOPPED; /* the result says so, as bfit_train's does */
         return bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->pos.step);
+    }
     if ((rc = step_start(r)) != BFIT_OK)
         return rc;
     t0 = bfit_clock_mono();
@@ -588,7 +590,7 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
     if ((rc = step_body(r, &in, &E, &taken, &k, &loss, &updated)) != BFIT_OK) {
         /* an abandoned step leaves the run at its start (but for why it
          * stopped); one that got past the update cannot be undone */
-        int stopped = r->pos.res.stopped;
+        int stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : r->pos.res.stopped;
         uint64_t missing = r->pos.res.missing;
         if (updated || bfit_run_rollback(r) != BFIT_OK)
             r->broken = 1;
