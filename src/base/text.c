@@ -71,3 +71,32 @@ const char *bfit_json_escape(const char *s, char *buf, size_t n)
         buf[j < n ? j : n - 1] = '\0';
     return buf;
 }
+
+int bfit_utf8_len(const unsigned char *u, const unsigned char *end, unsigned *cp)
+{
+    unsigned c = u[0], v;
+    int n;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2, v = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+        n = 3, v = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+        n = 4, v = c & 0x07;
+    else
+        return 0;
+    if (end - u < n)
+        return 0;
+    for (int i = 1; i < n; i++) {
+        if ((u[i] & 0xC0) != 0x80)
+            return 0;
+        v = v << 6 | (u[i] & 0x3F);
+    }
+    if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return n;
+}

@@ -16,5 +16,9 @@ const char *bfit_format_duration(double s, char *buf, size_t n);
 void bfit_xml_text(FILE *f, const char *s);
 /* s as the inside of a JSON string into buf (truncated to fit). Returns buf. */
 const char *bfit_json_escape(const char *s, char *buf, size_t n);
+/* Length of the well-formed UTF-8 sequence at u, before end (1 for ASCII;
+ * no overlongs, surrogates or code points past U+10FFFF), 0 if there is
+ * none; *cp gets the code point. */
+int bfit_utf8_len(const unsigned char *u, const unsigned char *end, unsigned *cp);
 
 #endif

@@ -5,6 +5,7 @@
  * the model learned them, not by its own sorted order. */
 #include "data/data_int.h"
 #include "base/err.h"
+#include "base/text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,41 +25,16 @@ int bfit_img_ext_like(const char *s, size_t n)
     return 0;
 }
 
-/* Length of the well-formed UTF-8 sequence at u (no overlongs, surrogates
- * or code points past U+10FFFF), 0 if there is none. */
-static int utf8_len(const unsigned char *u)
-{
-    unsigned c = u[0], v;
-    int n;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2, v = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0)
-        n = 3, v = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4)
-        n = 4, v = c & 0x07;
-    else
-        return 0;
-    for (int i = 1; i < n; i++) { /* a NUL ends the string: it is no continuation byte */
-        if ((u[i] & 0xC0) != 0x80)
-            return 0;
-        v = v << 6 | (u[i] & 0x3F);
-    }
-    if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
-        return 0;
-    return n;
-}
-
 int bfit_img_name_check(const char *name, const char *where, int64_t lineno)
 {
-    const unsigned char *u = (const unsigned char *)name;
+    const unsigned char *u = (const unsigned char *)name, *end = u + strlen(name);
+    unsigned cp;
     char shown[512];
     size_t k = 0;
     int bad = -1;
 
     for (size_t i = 0; u[i];) {
-        int n = utf8_len(u + i);
+        int n = bfit_utf8_len(u + i, end, &cp);
         if (!n && bad < 0)
             bad = (int)i;
         /* the name as it can be printed: a bad byte as \xNN */

@@ -8,6 +8,7 @@
  * order without a second pass.
  */
 #include "base/err.h"
+#include "base/text.h"
 #include "nn/spec.h"
 
 #include <ctype.h>
@@ -150,33 +151,6 @@ static const char *closest(tok t, const char *const *words, int nwords)
 
 /* ---- bytes and words ----------------------------------------------------- */
 
-/* Length of the well-formed UTF-8 sequence at u (no overlongs, surrogates
- * or code points past U+10FFFF), 0 if there is none; *cp gets the value. */
-static int utf8_len(const unsigned char *u, const unsigned char *end, unsigned *cp)
-{
-    unsigned c = u[0], v;
-    int n;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2, v = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0)
-        n = 3, v = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4)
-        n = 4, v = c & 0x07;
-    else
-        return 0;
-    if (end - u < n)
-        return 0;
-    for (int i = 1; i < n; i++) {
-        if ((u[i] & 0xC0) != 0x80)
-            return 0;
-        v = v << 6 | (u[i] & 0x3F);
-    }
-    if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
-        return 0;
-    *cp = v;
-    return n;
-}
-
 /* A spec is text: report the first byte that is not (NUL, a control
  * character other than tab, malformed UTF-8), wherever it is. */
 static int check_bytes(const parser *p, const char *s, const char *e)
@@ -193,7 +167,7 @@ static int check_bytes(const parser *p, const char *s, const char *e)
             u++;
             continue;
         }
-        n = utf8_len(u, end, &cp);
+        n = bfit_utf8_len(u, end, &cp);
         if (n == 0)
             return fail_at(p, (const char *)u, "byte 0x%02X is not valid UTF-8: a model spec is plain text", c);
         if (cp < 0xA0) /* C1 controls */
