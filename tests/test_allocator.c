@@ -68,44 +68,36 @@ static void test_every_block_back(void **st)
     bfit_result_free(r);
 }
 
-/* Refused from call k on, for every k up to the clean run's count: an error
- * (out of memory) or a finished run, each block given back. Before the fix
- * a refusal the plan said would fit was retried for ever (a spin). */
-static void test_refused_from_any_call(void **st)
+/* For every call k of the clean run: refused from k on (once: at k only).
+ * An error (out of memory) or a finished run, each block given back. Before
+ * the fix a refusal the plan said would fit was retried for ever (a spin). */
+static void sweep(int once)
 {
     bfit_result *r = NULL;
     long total;
-    (void)st;
     assert_int_equal(run(0, 0, &r), BFIT_OK);
     bfit_result_free(r);
     total = calls;
     for (long k = 1; k <= total; k++) {
-        int rc = run(0, k, &r);
+        int rc = run(once ? k : 0, once ? 0 : k, &r);
         if (rc != BFIT_OK && rc != BFIT_ENOMEM)
-            fail_msg("refused from call %ld: rc %d (%s)", k, rc, bfit_errmsg());
+            fail_msg("refused %s call %ld: rc %d (%s)", once ? "at" : "from", k, rc, bfit_errmsg());
         assert_int_equal(live, 0);
         bfit_result_free(r);
         r = NULL;
     }
 }
 
-/* Refused once, at any call: the run recovers or fails cleanly. */
+static void test_refused_from_any_call(void **st)
+{
+    (void)st;
+    sweep(0);
+}
+
 static void test_refused_once(void **st)
 {
-    bfit_result *r = NULL;
-    long total;
     (void)st;
-    assert_int_equal(run(0, 0, &r), BFIT_OK);
-    bfit_result_free(r);
-    total = calls;
-    for (long k = 1; k <= total; k++) {
-        int rc = run(k, 0, &r);
-        if (rc != BFIT_OK && rc != BFIT_ENOMEM)
-            fail_msg("refused at call %ld: rc %d (%s)", k, rc, bfit_errmsg());
-        assert_int_equal(live, 0);
-        bfit_result_free(r);
-        r = NULL;
-    }
+    sweep(1);
 }
 
 static int setup(void **st)
