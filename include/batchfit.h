@@ -270,7 +270,9 @@ BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, c
                                     int64_t sample_floats);
 
 /* A host allocator for the CPU device's memory blocks (Lua's lua_Alloc):
- * NULL functions mean aligned_alloc/free. */
+ * NULL functions mean aligned_alloc/free. A block it refuses is out of
+ * memory (the run shrinks its micro-batch, or fails with BFIT_ENOMEM).
+ * Checking mode (BFIT_DEVICE_CHECK=1) takes guarded mappings instead. */
 typedef void *(*bfit_alloc_fn)(void *ud, size_t size, size_t align);
 typedef void (*bfit_free_fn)(void *ud, void *p);
 BFIT_API int bfit_config_set_allocator(bfit_config *c, bfit_alloc_fn alloc, bfit_free_fn free_fn, void *ud);
