@@ -145,6 +145,18 @@ static int ways_lean_too(const bfit_config *c, const plan_args *a, const bfit_gr
     return rc;
 }
 
+/* No row trains even micro-batch 1 in the budget: that is no fit (exit 1),
+ * as plan without ways says of its batches. */
+static int none_fits(const plan_args *a, const bfit_way *w, uint64_t budget)
+{
+    char b1[32], b2[32];
+    for (int i = 0; i < BFIT_WAYS; i++)
+        if (w[i].m > 0)
+            return BFIT_OK;
+    return bfit_fail(BFIT_ENOMEM, "%s: no way trains even micro-batch 1 in %s (the budget of %s with the %g%% "
+                     "margin): give more memory", a->model, fmt(budget, b1), fmt(a->memory, b2), 100 * a->margin);
+}
+
 /* The ways table (plan's "ways") into the result. */
 static int run_ways(const bfit_config *c, const plan_args *a, const bfit_graph_desc *g, bfit_device *dev, int own,
                     bfit_arena *arena, const bfit_optim_cfg *opt, bfit_result *res)
@@ -158,7 +170,9 @@ static int run_ways(const bfit_config *c, const plan_args *a, const bfit_graph_d
         return bfit_fail_prefix(rc, "planning %s: ", a->model);
     if (bfit_result_out(res))
         bfit_ways_text(a, w, budget, bfit_result_out(res));
-    return bfit_ways_json(a, w, budget, res->root);
+    if ((rc = bfit_ways_json(a, w, budget, res->root)) != BFIT_OK)
+        return rc;
+    return none_fits(a, w, budget);
 }
 
 /* The plan of the built model into the result, then whether it fits. */

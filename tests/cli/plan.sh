@@ -141,6 +141,9 @@ run 2 --model mlp --frob && has "$err" "^batchfit: error: unknown option '--frob
 run 2 --model mlp --memory && has "$err" "^batchfit: error: option --memory needs a value$"
 run 2 --model mlp extra && has "$err" "^batchfit: error: unexpected argument 'extra'$"
 run 2 && has "$err" "^batchfit: error: --model: is required"
+# ways where no row trains even micro-batch 1: no fit, exit 1 (was 0)
+run 1 --model gpt-nano --memory 1KiB --ways && has "$err" "no way trains even micro-batch 1 in 921 B"
+
 # a model error found while the device is chosen is the model's, not the device's
 spec=$(mktemp --suffix=.cfg)
 printf 'input tokens=32\nlinear 64\nrelu\nlinear 256\n' >"$spec"
