@@ -100,3 +100,13 @@ int bfit_utf8_len(const unsigned char *u, const unsigned char *end, unsigned *cp
     *cp = v;
     return n;
 }
+
+const char *bfit_dims_str(const int64_t *d, int n, const char *sep, char *buf, size_t len)
+{
+    size_t u = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < n && u < len; i++)
+        u += (size_t)snprintf(buf + u, len - u, "%s%lld", i ? sep : "", (long long)d[i]);
+    if (u < len)
+        snprintf(buf + u, len - u, "]");
+    return buf;
+}

@@ -4,6 +4,7 @@
 #define BFIT_TEXT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* 1863690 -> "1,863,690" (rounded to a whole number). Returns buf. */
@@ -20,5 +21,8 @@ const char *bfit_json_escape(const char *s, char *buf, size_t n);
  * no overlongs, surrogates or code points past U+10FFFF), 0 if there is
  * none; *cp gets the code point. */
 int bfit_utf8_len(const unsigned char *u, const unsigned char *end, unsigned *cp);
+/* A shape for a message, its n dimensions joined by sep: "[2,3]", "[2 x 3]".
+ * Returns buf. */
+const char *bfit_dims_str(const int64_t *d, int n, const char *sep, char *buf, size_t len);
 
 #endif

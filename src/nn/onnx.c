@@ -10,6 +10,7 @@
  * its op, the opset and its inputs' shapes, and nothing is left built. */
 #include "base/err.h"
 #include "base/hash.h"
+#include "base/text.h"
 #include "nn/onnx_int.h"
 
 #include <errno.h>
@@ -420,15 +421,6 @@ void bfit_onnx_unavail(onnx_lower *L, int from, const char *why)
     }
 }
 
-static char *dims_str(const int64_t *d, int n, char *buf, size_t len)
-{
-    size_t u = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < n && u < len; i++)
-        u += (size_t)snprintf(buf + u, len - u, "%s%lld", i ? "," : "", (long long)d[i]);
-    if (u < len)
-        snprintf(buf + u, len - u, "]");
-    return buf;
-}
 
 /* Initializer p must be f32 and have the shape the layer gives its parameter. */
 static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, int k)
@@ -443,7 +435,7 @@ static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, int
                                 want->name, nm, bfit_onnx_dtype_name(p->t->dtype));
     if (!same)
         return bfit_onnx_refuse(L, "the %s '%s' has the shape %s, the layer wants %s", want->name, nm,
-                                dims_str(p->t->dim, p->t->ndim, a, sizeof a), dims_str(want->dim, want->ndim, b, sizeof b));
+                                bfit_dims_str(p->t->dim, p->t->ndim, ",", a, sizeof a), bfit_dims_str(want->dim, want->ndim, ",", b, sizeof b));
     (void)k;
     return BFIT_OK;
 }

@@ -1,5 +1,6 @@
 /* weights.c - saving and loading a model's parameters as safetensors. */
 #include "base/err.h"
+#include "base/text.h"
 #include "tensor/safetensors.h"
 #include "train/weights.h"
 
@@ -120,17 +121,6 @@ static int convert_and_upload(bfit_model *M, const bfit_st_file *f, const char *
     return rc == BFIT_OK ? bfit_model_refresh_copies(M) : rc;
 }
 
-/* A shape as [2 x 3 x 4] for a message */
-static const char *dims_str(const int64_t *d, int nd, char *buf, size_t n)
-{
-    size_t at = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < nd && at < n; i++)
-        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? " x " : "", (long long)d[i]);
-    if (at < n)
-        snprintf(buf + at, n - at, "]");
-    return buf;
-}
-
 int bfit_weights_load(bfit_model *M, const char *path)
 {
     bfit_st_file *f = NULL;
@@ -160,8 +150,8 @@ int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *pat
         if (t->ndim != v[i].p->ndim || bfit_st_numel(t) != bfit_param_numel(v[i].p)) {
             char a[96], b[96];
             rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, the model wants %s: the weights are for another "
-                           "model", path, v[i].name, dims_str(t->shape, t->ndim, a, sizeof a),
-                           dims_str(v[i].p->dim, v[i].p->ndim, b, sizeof b));
+                           "model", path, v[i].name, bfit_dims_str(t->shape, t->ndim, " x ", a, sizeof a),
+                           bfit_dims_str(v[i].p->dim, v[i].p->ndim, " x ", b, sizeof b));
             goto out;
         }
         if (!bfit_st_is_float(t)) {
