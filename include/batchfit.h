@@ -138,7 +138,9 @@ BFIT_API int bfit_config_check(const bfit_config *c, const char *command);
 BFIT_API int bfit_config_set_progress(bfit_config *c, FILE *human);
 /* Stop at the next micro-step boundary when *flag becomes non-zero (a
  * signal handler sets it); the run is left at its last step boundary, so a
- * checkpoint can still be written. */
+ * checkpoint can still be written. The result's "stop_flag" is the value
+ * that stopped it; data-parallel, a stop on one rank stops every rank at the
+ * same step boundary and their results carry that rank's value. */
 BFIT_API int bfit_config_set_stop_flag(bfit_config *c, volatile sig_atomic_t *flag);
 
 /* ---- callbacks -------------------------------------------------------------- */

@@ -88,6 +88,10 @@ static void result_json(const bfit_train_result *r, cJSON *o)
     }
     cJSON_AddStringToObject(o, "stopped", r->stopped == BFIT_ESTOPPED ? "request"
                                           : r->stopped == BFIT_ENOMEM ? "memory" : "");
+    if (r->stopped == BFIT_ESTOPPED && r->stop_flag) /* a stop flag's (a signal handler's) */
+        cJSON_AddNumberToObject(o, "stop_flag", r->stop_flag);
+    if (r->stopped == BFIT_ESTOPPED && r->stop_rank >= 0) /* data-parallel: the rank that was stopped */
+        cJSON_AddNumberToObject(o, "stop_rank", r->stop_rank);
     cJSON_AddNumberToObject(o, "missing_bytes", (double)r->missing);
     cJSON_AddStringToObject(o, "checkpoint", r->checkpoint);
     cJSON_AddStringToObject(o, "resumed_from", r->resumed_from);

@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <pthread.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,7 +280,15 @@ static void dir_of(const char *path, char *dir, size_t n)
     snprintf(dir, n, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
 }
 
-static int stop_code(void) { return stop_signal == SIGTERM ? EXIT_SIGTERM : EXIT_SIGINT; }
+/* The signal that stopped the run: this process's, or (data-parallel) the
+ * one another rank caught, which the result carries. */
+static int stop_sig(const bfit_result *res)
+{
+    double v = res ? bfit_result_number(res, "stop_flag") : NAN; /* NaN: none */
+    return stop_signal ? (int)stop_signal : v > 0 && v < 256 ? (int)v : 0;
+}
+
+static int stop_code(const bfit_result *res) { return stop_sig(res) == SIGTERM ? EXIT_SIGTERM : EXIT_SIGINT; }
 
 /* How the run was started, for the command that resumes it. */
 static const char *launcher(void)
@@ -295,8 +304,12 @@ static int stopped(const bfit_result *res, int rc)
     char dir[4200];
     const char *ck = res ? bfit_result_string(res, "checkpoint") : NULL;
     if (rc == BFIT_ESTOPPED) {
-        const char *sig = stop_signal == SIGTERM ? "SIGTERM" : stop_signal == SIGINT ? "SIGINT" : "a request";
-        fprintf(stderr, "batchfit: stopped by %s at step %.0f\n", sig, res ? bfit_result_number(res, "steps") : 0.0);
+        int s = stop_sig(res);
+        const char *sig = s == SIGTERM ? "SIGTERM" : s == SIGINT ? "SIGINT" : "a request";
+        fprintf(stderr, "batchfit: stopped by %s at step %.0f", sig, res ? bfit_result_number(res, "steps") : 0.0);
+        if (!stop_signal && job_size > 1 && res && bfit_result_number(res, "stop_rank") >= 0)
+            fprintf(stderr, " (sent to rank %.0f; every rank stopped at this step)", bfit_result_number(res, "stop_rank"));
+        fputc('\n', stderr);
         if (ck && ck[0]) {
             dir_of(ck, dir, sizeof dir);
             fprintf(stderr, "batchfit: the run's state is in %s; resume with: %sbatchfit train --resume %s\n", ck,
@@ -304,7 +317,7 @@ static int stopped(const bfit_result *res, int rc)
         } else {
             fprintf(stderr, "batchfit: no checkpoint was written (give --checkpoint DIR to be able to resume)\n");
         }
-        return stop_code();
+        return stop_code(res);
     }
     cli_lib_error();
     if (ck && ck[0]) {
@@ -341,7 +354,7 @@ static int outcome(const bfit_result *res, int rc, unsigned flags)
     if (rc != BFIT_OK && rank != 0 && rc == BFIT_EPEER)
         return EXIT_FAIL; /* rank 0 says which rank failed and why */
     if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && res && !strcmp(bfit_result_string(res, "stopped"), "memory"))) {
-        int code = rank == 0 ? stopped(res, rc) : rc == BFIT_ESTOPPED ? stop_code() : EXIT_MEMORY;
+        int code = rank == 0 ? stopped(res, rc) : rc == BFIT_ESTOPPED ? stop_code(res) : EXIT_MEMORY;
         if (report && rank == 0)
             fprintf(stderr, "batchfit: the report of the stopped run is in %s\n", path);
         return code;

@@ -25,6 +25,7 @@ typedef struct bfit_dist_word {
     int32_t reason;           /* why its micro-batch changed (bfit_batch_reason; 0 none) */
     int32_t samples;          /* after the micro-steps: the samples it trained on */
     int32_t ooms;             /* out-of-memory retries in this step */
+    int32_t flag;             /* a stop: the stop flag's value here (the command line's: the signal) */
     int64_t rate;             /* its samples/s at m in 1/1024ths (0: not measured yet) */
     uint64_t check;           /* a checksum the ranks compare (configuration, weights) */
     uint64_t hsum;            /* tests (sample_check): the epoch's sample hashes summed, */

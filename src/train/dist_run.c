@@ -204,6 +204,7 @@ static void put_status(bfit_run *r, bfit_dist_word *w, int rc)
     memset(w, 0, sizeof *w);
     w->code = rc;
     w->stopped = rc == BFIT_ESTOPPED ? BFIT_ESTOPPED : rc == BFIT_ENOMEM ? r->pos.res.stopped : 0;
+    w->flag = rc == BFIT_ESTOPPED && r->cfg.stop ? (int32_t)*r->cfg.stop : 0;
     w->hsum = r->ep_hsum; /* bfit_run_dist_sync's exchange brings them to rank 0 */
     w->hn = r->ep_hn;
     if (rc != BFIT_OK)
@@ -223,6 +224,8 @@ static int peer_failure(bfit_run *r, const bfit_dist_word *all, const char *wher
         return r->dp->mine.code;
     if (all[f].code == BFIT_ESTOPPED || (all[f].code == BFIT_ENOMEM && all[f].stopped)) {
         r->pos.res.stopped = all[f].stopped;
+        r->dp->peer_flag = all[f].flag;
+        r->dp->peer_rank = f;
         return bfit_fail(all[f].code, "rank %d %s: %s", f, where, all[f].msg);
     }
     return bfit_fail(BFIT_EPEER, "rank %d failed %s: %s", f, where, all[f].msg);

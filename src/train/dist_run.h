@@ -51,6 +51,7 @@ typedef struct run_dist {
     void *host;                /* the parameters on the host, for their checksum */
     uint64_t host_bytes;
     int together;              /* a failure that every rank learnt of (an exchange carried it) */
+    int peer_flag, peer_rank;  /* another rank's stop: its stop flag's value (its signal), and which */
     run_group group;           /* rank 0: every rank's state at the last checkpoint sync */
     void *gather;              /*   the sync's buffer (size of its records) */
     int resumed;               /* this rank's own state came from a checkpoint */

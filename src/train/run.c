@@ -878,6 +878,14 @@ void bfit_run_result_get(const bfit_run *r, bfit_train_result *res)
     bfit_arena_stats st;
     *res = r->pos.res;
     res->steps = r->pos.step;
+    res->stop_rank = -1;
+    if (res->stopped == BFIT_ESTOPPED && bfit_run_stop_requested((bfit_run *)r)) { /* this process's own */
+        res->stop_flag = r->cfg.stop ? (int)*r->cfg.stop : 0;
+        res->stop_rank = r->dp ? r->dp->rank : -1;
+    } else if (res->stopped == BFIT_ESTOPPED && r->dp) { /* the rank's that stopped the group */
+        res->stop_flag = r->dp->peer_flag;
+        res->stop_rank = r->dp->peer_rank;
+    }
     res->samples = r->pos.samples;
     res->seconds = r->pos.train_time;
     res->micro_batch = r->pos.m;

@@ -578,7 +578,9 @@ int bfit_run_step(bfit_run *r, bfit_step_info *info)
         return bfit_fail(BFIT_ESTATE, "the run has taken all its steps");
     if (r->broken)
         return bfit_fail(BFIT_ESTATE, "the run failed in step %lld and cannot go on", (long long)r->pos.step + 1);
-    if (bfit_run_stop_requested(r)) {
+    /* data-parallel, the stop goes through the step's first exchange
+     * (bfit_run_dist_begin), so that every rank stops at this boundary */
+    if (!r->dp && bfit_run_stop_requested(r)) {
         r->pos.res.stopped = BFIT_ESTOPPED; /* the result says so, as bfit_train's does */
         return bfit_fail(BFIT_ESTOPPED, "stopped on request at step %lld", (long long)r->pos.step);
     }

@@ -181,6 +181,9 @@ typedef struct bfit_train_result {
     char report[4200];          /* where: cfg.report, or the resumed checkpoint's ("" if none) */
     int stopped;                /* the run stopped early: BFIT_ESTOPPED (a request) or BFIT_ENOMEM (memory
                                    did not come back in time); 0 otherwise */
+    int stop_flag;              /* BFIT_ESTOPPED: the stop flag's value (the command line's: the signal),
+                                   data-parallel that of the rank that was stopped; 0: bfit_run_request_stop */
+    int stop_rank;              /* data-parallel BFIT_ESTOPPED: the rank that was stopped (-1: not known) */
     uint64_t missing;           /* BFIT_ENOMEM stop: bytes micro-batch 1 lacked */
     int64_t tokens, tokens_computed; /* token models: label tokens trained on, and token positions the
                                   micro-batches computed (the rest, padding) */

@@ -16,7 +16,7 @@ if(BFIT_HAVE_MPI AND BFIT_SANITIZE)
   set(BFIT_MPI_PRELOAD "${_bfit_asan}:$<TARGET_FILE:bfit_nodlclose>")
 endif()
 
-set(BFIT_MPI_CASES weights2 weights3 rank_memory rank_oom rank_nomem kill mismatch alone_on adaptive auto_refused
+set(BFIT_MPI_CASES weights2 weights3 rank_memory rank_oom rank_nomem kill term_one mismatch alone_on adaptive auto_refused
     resume_exact)
 foreach(case ${BFIT_MPI_CASES})
   if(BFIT_HAVE_MPI AND BFIT_PYTHON)

@@ -14,7 +14,9 @@ rank 1 only changes rank 1's micro-batch and share, nothing else), rank_oom
 (an out-of-memory on rank 1 is retried by rank 1 alone), rank_nomem (memory
 that does not come back on rank 1 stops every rank at a step boundary and
 rank 0 checkpoints it), kill (a rank killed mid-run ends the others within
-seconds with an error, and the last checkpoint resumes), mismatch (ranks
+seconds with an error, and the last checkpoint resumes), term_one (SIGTERM to
+one rank only, not through mpirun, stops every rank at one step boundary,
+rank 0 checkpoints it, and the group resumes from it), mismatch (ranks
 started with different options fail together, none hangs), auto_refused
 (--batch auto, not supported data-parallel yet, is refused by all), alone_on (--dist
 on in a group of one gives bit for bit the weights of a run alone),
@@ -371,6 +373,46 @@ def case_kill():
     print("kill: resumed from %s (step %d) and trained to the end" % (last, step))
 
 
+def case_term_one():
+    """SIGTERM sent to rank 1 alone (a scheduler or a user signalling one
+    process, not mpirun): rank 1 learns of the stop first, the others from
+    its status word; every rank stops at the same step boundary, rank 0
+    writes a checkpoint there, every rank exits 143, and the group resumes
+    from that checkpoint to the end."""
+    global EPOCHS
+    make_data()
+    EPOCHS = 400
+    ck = path("ck")
+    args = train_args(["--checkpoint", ck, "--checkpoint-every", "20", "--keep", "2", "--log", path("t.jsonl")])
+    mp = subprocess.Popen(mpirun(2) + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.time()
+    while time.time() - t0 < 60 and not (os.path.isdir(ck) and any(f.endswith(".safetensors") for f in os.listdir(ck))):
+        time.sleep(0.05)
+    pids = rank_pids(mp)
+    if 1 not in pids or mp.poll() is not None:
+        mp.kill()
+        fail("no checkpoint within 60 s, or rank 1 not found (%s)" % pids)
+    os.kill(pids[1], signal.SIGTERM)
+    try:
+        out, _ = mp.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        mp.kill()
+        fail("the job still ran 60 s after rank 1 was sent SIGTERM")
+    print("term one: mpirun exit %d" % mp.returncode)
+    if mp.returncode != 143 or "MPI_ERR" in out or "MPI_ABORT" in out:
+        fail("expected every rank to stop and exit 143 (SIGTERM), no MPI error:\n%s" % out[-3000:])
+    last = sorted(f for f in os.listdir(ck) if f.endswith(".safetensors"))[-1]
+    step = int(last[5:-12])
+    said = "stopped by SIGTERM at step %d (sent to rank 1; every rank stopped at this step)" % step
+    if said not in out or "resume with: mpirun -np 2 batchfit train --resume" not in out:
+        fail("rank 0 should say so and checkpoint the step where the group stopped (%s):\n%s" % (last, out[-2000:]))
+    p = run(mpirun(2) + [BF, "train", "--resume", ck, "--quiet", "--log", path("r.jsonl")], timeout=300)
+    res = events(path("r.jsonl"), "resume")
+    if not res or res[0]["step"] != step or events(path("r.jsonl"), "end")[0]["steps"] != EPOCHS * 10:
+        fail("the resumed run should go on from step %d to %d: %s" % (step, EPOCHS * 10, res))
+    print("term one: stopped and checkpointed at step %d, resumed and trained to the end" % step)
+
+
 def case_resume_exact():
     """A group whose shares had moved with the ranks' measured speed, resumed
     from a checkpoint, ends bit for bit where the uninterrupted run ends, as
@@ -477,7 +519,7 @@ def main():
         return 77
     cases = {"weights2": lambda: case_weights(2), "weights3": lambda: case_weights(3),
              "rank_memory": case_rank_memory, "rank_oom": case_rank_oom, "rank_nomem": case_rank_nomem,
-             "kill": case_kill, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
+             "kill": case_kill, "term_one": case_term_one, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
              "auto_refused": case_auto_refused, "resume_exact": case_resume_exact}
     try:
         cases[CASE]()
