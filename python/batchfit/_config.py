@@ -100,6 +100,8 @@ def option_text(name, value):
         _one_or_list(name, value, takes)
         if value.ndim == 1:
             value = value.tolist()
+    if "HxW" in takes and isinstance(value, (list, tuple)) and len(value) == 2:  # torchvision's size (h, w)
+        return "x".join(_item(name, v, takes) for v in value)
     if isinstance(value, (list, tuple, range)):
         _one_or_list(name, value, takes)
         if not len(value):

@@ -66,6 +66,26 @@ static int set_u64(bfit_config *c, const bfit_opt *o, const char *v)
     return BFIT_OK;
 }
 
+/* A crop: N (square) or HxW, into int[2] {H, W} with W 0 for a square
+ * (as checkpoints from before HxW keep it). */
+static int set_crop(bfit_config *c, const bfit_opt *o, const char *v)
+{
+    const char *x = v ? strchr(v, 'x') : NULL;
+    char h[24];
+    int64_t a, b = 0;
+
+    if (x && (size_t)(x - v) >= sizeof h)
+        return bfit_fail_field(BFIT_EINVAL, field(o), "'%s' is not N or HxW (e.g. 224 or 224x320)", v);
+    snprintf(h, sizeof h, "%.*s", x ? (int)(x - v) : (int)sizeof h - 1, v ? v : "");
+    if (bfit_parse_int(h, (int64_t)o->lo, (int64_t)o->hi, &a) != BFIT_OK ||
+        (x && bfit_parse_int(x + 1, (int64_t)o->lo, (int64_t)o->hi, &b) != BFIT_OK))
+        return bfit_fail_field(BFIT_EINVAL, field(o), "'%s' is not N or HxW (e.g. 224 or 224x320): %s", v ? v : "",
+                               bfit_errmsg());
+    AT(c, o, int)[0] = (int)a;
+    AT(c, o, int)[1] = b == a ? 0 : (int)b;
+    return BFIT_OK;
+}
+
 static int set_dbl(bfit_config *c, const bfit_opt *o, const char *v)
 {
     return bfit_parse_double(v, o->lo, o->hi, AT(c, o, double)) == BFIT_OK ? BFIT_OK : bad(o);
@@ -369,8 +389,8 @@ static const bfit_opt table[] = {
     {"no-pack", "", T, set_flag, OFF(t.pack), 0, 0, NULL},
     /* image folders (docs/data.md, "Image folders") */
     {"resize", "N", F | T | E, set_int, OFF(t.img.resize), 1, 65535, NULL},
-    {"center-crop", "N", F | T | E, set_int, OFF(t.img.center_crop), 1, 65535, NULL},
-    {"random-resized-crop", "N", F | T, set_int, OFF(t.img.rrc), 1, 65535, NULL},
+    {"center-crop", "N|HxW", F | T | E, set_crop, OFF(t.img.center_crop), 1, 65535, NULL},
+    {"random-resized-crop", "N|HxW", F | T, set_crop, OFF(t.img.rrc), 1, 65535, NULL},
     {"loader-threads", "N", F | T | E, set_int, OFF(t.img.loader_threads), 1, 1024, NULL},
     {"skip-bad-images", "", F | T | E, set_flag, OFF(t.img.skip_bad), 0, 0, NULL},
     {"no-dct-scaling", "", F | T | E, set_plain_flag, OFF(t.img.no_dct), 0, 0, NULL},
@@ -513,6 +533,9 @@ void bfit_opt_default_text(const bfit_config *c, const bfit_opt *o, char *buf, s
         int k = strcmp(n, "std") ? c->t.img.nmean : c->t.img.nstd;
         for (int i = 0; i < k; i++)
             snprintf(buf + strlen(buf), len - strlen(buf), "%s%g", i ? "," : "", (double)v[i]);
+    } else if (o->set == set_crop) {
+        const int *hw = (const int *)((const char *)c + o->off);
+        snprintf(buf, len, hw[1] ? "%dx%d" : "%d", hw[0], hw[1]);
     } else if (o->set == set_largest_only)
         snprintf(buf, len, "%s", c->probe.ladder ? "no" : "yes");
     else if (o->set == set_threads)

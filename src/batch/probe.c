@@ -780,7 +780,7 @@ static void train_stream_cfg(const bfit_find_cfg *cfg, const bfit_session *ss, b
     sc->max_take = 1;
     sc->prefetch = cfg->prefetch;
     if (bfit_dataset_is_images(ss->train)) { /* the training transform, as a run makes it */
-        sc->aug_rrc = cfg->img.rrc != 0;
+        sc->aug_rrc = cfg->img.rrc[0] != 0;
         sc->loader_threads = bfit_img_loader_threads(&cfg->img, cfg->threads);
     } else
         sc->aug_crop_pad = cfg->augment ? 2 : 0;

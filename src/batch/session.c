@@ -97,11 +97,28 @@ static int synthetic_data(const bfit_model *M, uint64_t seed, bfit_dataset **out
     return rc;
 }
 
+/* A crop {H, W} (W 0: as H; H 0: none) given for a model's input: only
+ * its size is a crop the model takes. */
+static int crop_fits(const char *model, bfit_shape in, const int *hw, const char *opt)
+{
+    int h = hw[0], w = hw[1] ? hw[1] : hw[0];
+    char a[64];
+
+    if (!h || (h == in.h && w == in.w))
+        return BFIT_OK;
+    bfit_shape_str(in, a, sizeof a);
+    if (in.h == in.w)
+        return bfit_fail_field(BFIT_EINVAL, opt, "%s takes inputs of %s; a crop of %dx%d would not be: give the "
+                               "model's size, %d", model, a, h, w, in.h);
+    return bfit_fail_field(BFIT_EINVAL, opt, "%s takes inputs of %s; a crop of %dx%d would not be: give the "
+                           "model's size, %dx%d (height x width)", model, a, h, w, in.h, in.w);
+}
+
 static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bfit_dataset *d)
 {
     char a[32], b[32];
     const char *name = c->data ? c->data : bfit_dataset_source(d);
-    int tokens = bfit_dataset_is_tokens(d);
+    int tokens = bfit_dataset_is_tokens(d), rc;
     if (s->M->input_dtype == BFIT_I32 && !tokens)
         return bfit_fail_field(BFIT_EINVAL, "data", "%s is a token model (its input is %d token ids) but the data "
                                "set %s%s holds samples of %s: give it token data, e.g. --data kjv, a token file or "
@@ -114,12 +131,10 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,
                          bfit_shape_str(s->M->input, a, sizeof a), name, bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
-    if (bfit_dataset_is_images(d) && c->img && ((c->img->rrc && (c->img->rrc != s->M->input.h || c->img->rrc !=
-        s->M->input.w)) || (c->img->center_crop && (c->img->center_crop != s->M->input.h ||
-        c->img->center_crop != s->M->input.w))))
-        return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s; a crop of %d would not be: give the "
-                         "model's size to --random-resized-crop and --center-crop", c->model,
-                         bfit_shape_str(s->M->input, a, sizeof a), c->img->rrc ? c->img->rrc : c->img->center_crop);
+    if (bfit_dataset_is_images(d) && c->img && ((rc = crop_fits(c->model, s->M->input, c->img->rrc,
+        "random_resized_crop")) != BFIT_OK || (rc = crop_fits(c->model, s->M->input, c->img->center_crop,
+        "center_crop")) != BFIT_OK))
+        return rc;
     if (bfit_dataset_classes(d) > s->M->nclasses)
         return bfit_fail(BFIT_EINVAL, "%s: the model has %d class scores but the data set %s has %d classes", c->model,
                          s->M->nclasses, name, bfit_dataset_classes(d));

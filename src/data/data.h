@@ -124,8 +124,9 @@ int bfit_dataset_borrow_floats(const char *source, bfit_shape shape, int64_t cou
 /* The options of image folders, as a run, an evaluation and find take them. */
 typedef struct bfit_img_opts {
     int resize;          /* evaluation: Resize(this) before the centre crop; 0: the model's size */
-    int center_crop;     /* evaluation: CenterCrop(this); 0 or the model's size */
-    int rrc;             /* training: RandomResizedCrop(this) (the model's size); 0: the evaluation transform */
+    int center_crop[2];  /* evaluation: CenterCrop(H, W); 0 or the model's size; W 0: as H */
+    int rrc[2];          /* training: RandomResizedCrop(H, W) (the model's size); W 0: as H; H 0: the
+                            evaluation transform */
     int loader_threads;  /* threads decoding samples; 0: what the machine spares beside the compute threads */
     int skip_bad;        /* bad files skipped and counted instead of failing */
     int no_dct;          /* JPEGs decoded whole always */

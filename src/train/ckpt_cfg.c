@@ -79,8 +79,10 @@ static const field fields[] = {
     {"augment", "augment", F_BOOL, C(augment), 1},
     {"no_normalize", "no_normalize", F_NOT, C(normalize), 1},
     {"resize", "resize", F_INT, C(img.resize), 1},
-    {"center_crop", "center_crop", F_INT, C(img.center_crop), 1},
-    {"random_resized_crop", "random_resized_crop", F_INT, C(img.rrc), 1},
+    {"center_crop", "center_crop", F_INT, C(img.center_crop[0]), 1},
+    {"center_crop_w", "center_crop", F_INT, C(img.center_crop[1]), 1},
+    {"random_resized_crop", "random_resized_crop", F_INT, C(img.rrc[0]), 1},
+    {"random_resized_crop_w", "random_resized_crop", F_INT, C(img.rrc[1]), 1},
     {"skip_bad_images", "skip_bad_images", F_BOOL, C(img.skip_bad), 1},
     {"no_dct_scaling", "no_dct_scaling", F_BOOL, C(img.no_dct), 1},
     /* what may change when a run resumes elsewhere or later */
@@ -117,6 +119,7 @@ static const field fields[] = {
 static int added_later(const field *f)
 {
     static const char *const later[] = {"batch_tokens", "seq_max", "resize", "center_crop", "random_resized_crop",
+                                        "center_crop_w", "random_resized_crop_w",
                                         "skip_bad_images", "no_dct_scaling", "loader_threads", "threads_auto",
                                         "no_pack"};
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)

@@ -22,7 +22,7 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
     sc.max_take = max_take;
     sc.prefetch = prefetch;
     if (bfit_dataset_is_images(d)) { /* training: RandomResizedCrop if asked, flip with --augment */
-        sc.aug_rrc = shuffle && r->cfg.img.rrc;
+        sc.aug_rrc = shuffle && r->cfg.img.rrc[0];
         sc.loader_threads = bfit_img_loader_threads(&r->cfg.img, r->cfg.threads);
     } else
         sc.aug_crop_pad = augment ? 2 : 0;

@@ -43,8 +43,20 @@ SPEC
 expect 0 "test accuracy" "$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --batch 8 --max-steps 4 \
   --random-resized-crop 32 --augment --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25 --log "$tmp/col.jsonl"
 expect 0 '"data_share"' grep -m1 '"event":"step"' "$tmp/col.jsonl"
-expect 1 "model takes inputs of 3x32x32" "$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --max-steps 1 \
-  --random-resized-crop 24
+expect 1 "takes inputs of 3x32x32; a crop of 24x24 would not be: give the model's size, 32" "$bf" train \
+  --model "$tmp/col.cfg" --data "$tmp/col" --max-steps 1 --random-resized-crop 24
+# a model that is not square takes its crops as HxW (torchvision's (h, w))
+printf 'input 3x24x40\nconv 4 k=3 pad=1\nrelu\nmaxpool 2\nflatten\nlinear 3\n' >"$tmp/wide.cfg"
+expect 0 "test accuracy" "$bf" train --model "$tmp/wide.cfg" --data "$tmp/col" --batch 8 --max-steps 4 \
+  --random-resized-crop 24x40 --center-crop 24x40 --augment --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25
+expect 1 "random-resized-crop: .*wide.cfg takes inputs of 3x24x40; a crop of 40x24 would not be: give the model's size, \
+24x40 \(height x width\)" "$bf" train --model "$tmp/wide.cfg" --data "$tmp/col" --max-steps 1 --random-resized-crop 40x24
+expect 1 "center-crop: .*a crop of 24x24 would not be: give the model's size, 24x40" "$bf" train \
+  --model "$tmp/wide.cfg" --data "$tmp/col" --max-steps 1 --center-crop 24
+expect 2 "center-crop: '24x40x3' is not N or HxW \(e.g. 224 or 224x320\): '40x3' is not a whole number" "$bf" train \
+  --model "$tmp/wide.cfg" --data "$tmp/col" --max-steps 1 --center-crop 24x40x3
+expect 2 "random-resized-crop: '24x0' is not N or HxW .*0 is out of range" "$bf" train --model "$tmp/wide.cfg" \
+  --data "$tmp/col" --max-steps 1 --random-resized-crop 24x0
 expect 1 "mean.*3 channels" "$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --max-steps 1 --mean 0.5 --std 0.2
 
 # a bad file: an error naming it, or skipped and counted

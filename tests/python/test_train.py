@@ -160,3 +160,23 @@ def test_gil_released():
     assert len(busy) >= 2, "the main thread did not run during the call"
     # with the GIL held for the whole call, one gap would be the call's length
     assert max(busy) < done[0] / 2, (max(busy), done[0])
+
+
+def test_crop_as_height_width(tmp_path):
+    """A crop for a model that is not square is torchvision's (h, w) pair:
+    passed as HxW; the model's size the other way round is refused."""
+    from PIL import Image
+    rng = np.random.default_rng(3)
+    for c in ("a", "b"):
+        (tmp_path / "img" / c).mkdir(parents=True)
+        for i in range(4):
+            px = rng.integers(0, 255, size=(int(rng.integers(30, 60)), int(rng.integers(45, 90)), 3), dtype=np.uint8)
+            Image.fromarray(px).save(tmp_path / "img" / c / f"{i}.png")
+    spec = tmp_path / "wide.cfg"
+    spec.write_text("input 3x24x40\nconv 4 k=3 pad=1\nrelu\nflatten\nlinear 2\n")
+    res = batchfit.train(str(spec), data=str(tmp_path / "img"), batch=4, max_steps=2, random_resized_crop=(24, 40),
+                         center_crop=[24, 40], mean="0.5,0.5,0.5", std="0.25,0.25,0.25")
+    assert res.steps == 2
+    with pytest.raises(ValueError) as e:
+        batchfit.train(str(spec), data=str(tmp_path / "img"), max_steps=1, random_resized_crop=(40, 24))
+    assert "a crop of 40x24 would not be: give the model's size, 24x40" in str(e.value)
