@@ -99,6 +99,15 @@ static int train_agrees(const bfit_config *c)
     if ((t->adaptive || t->auto_batch) && t->batch_schedule)
         return bfit_fail_field(BFIT_EINVAL, "batch_schedule", "cannot be combined with batch %s",
                                t->auto_batch ? "auto" : "adaptive");
+    /* the bounds E moves within: a fixed batch has none to move (but for
+     * batch-instead-of-decay's growth, which batch-max caps); a resumed run
+     * takes its batch from the checkpoint */
+    if (!t->auto_batch && !t->adaptive && !t->resume && (given(c, "batch-min") ||
+        (given(c, "batch-max") && !t->batch_instead_of_decay)))
+        return bfit_fail_field(BFIT_EINVAL, given(c, "batch-min") ? "batch_min" : "batch_max", "bounds the "
+                               "effective batch of batch auto and adaptive%s; batch %d is fixed: leave it out, or "
+                               "give batch auto or adaptive", given(c, "batch-min") ? "" : " (and the growth of "
+                               "batch-instead-of-decay)", t->batch);
     if (t->lr_rule == BFIT_LR_ADASCALE && !t->auto_batch && !t->adaptive)
         return bfit_fail_field(BFIT_EINVAL, "lr_scaling", "adascale needs the noise scale: use it with batch auto (or "
                                "adaptive)");

@@ -30,11 +30,51 @@ int cli_usage_hint(const char *cmd)
     return EXIT_USAGE;
 }
 
+/* Whether text[0..n) is an option's name spelt with '_' (the library's
+ * spelling, "batch_max"). */
+static int option_word(const char *text, size_t n)
+{
+    const char *name;
+    for (int i = 0; (name = bfit_config_option(i, NULL, NULL)) != NULL; i++) {
+        size_t k = 0;
+        while (k < n && name[k] && (name[k] == '-' ? '_' : name[k]) == text[k])
+            k++;
+        if (k == n && !name[k])
+            return 1;
+    }
+    return 0;
+}
+
+/* msg with the options it names in the library's spelling ("above
+ * batch_max 32") in the command line's ("above --batch-max 32"): words with
+ * a '_' between spaces or punctuation, never inside a path or a name. */
+static void spell_options(const char *msg, char *out, size_t len)
+{
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 1 < len;) {
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        char prev = p == msg ? ' ' : p[-1], next = p[n];
+        int word = n && memchr(p, '_', n) && strchr(" (,'\"`", prev) && (strchr(" ),:;'\"`", next) ||
+                   (next == '.' && (!p[n + 1] || p[n + 1] == ' ')));
+        if (word && option_word(p, n)) {
+            o += (size_t)snprintf(out + o, len - o, "--");
+            for (size_t k = 0; k < n && o + 1 < len; k++)
+                out[o++] = p[k] == '_' ? '-' : p[k];
+        } else {
+            n = n ? n : 1;
+            for (size_t k = 0; k < n && o + 1 < len; k++)
+                out[o++] = p[k];
+        }
+        p += n;
+    }
+    out[o < len ? o : len - 1] = '\0';
+}
+
 void cli_lib_error(void)
 {
     const char *msg = bfit_errmsg(), *field = bfit_errfield();
     size_t n = strlen(field);
-    char flag[80];
+    char flag[80], text[2048];
 
     /* the library names an option ("micro_batch: ..."); the command line
      * spells it --micro-batch */
@@ -43,10 +83,12 @@ void cli_lib_error(void)
         for (char *c = flag; *c; c++)
             if (*c == '_')
                 *c = '-';
-        cli_error("%s%s", flag, msg + n);
+        spell_options(msg + n, text, sizeof text);
+        cli_error("%s%s", flag, text);
         return;
     }
-    cli_error("%s", msg);
+    spell_options(msg, text, sizeof text);
+    cli_error("%s", text);
 }
 
 /* A name the command handles itself, or an alias's option. */

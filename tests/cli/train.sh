@@ -37,6 +37,16 @@ expect 0 "Usage: batchfit plan" "$bf" plan --help
 expect 2 "--model: is required" "$bf" train
 expect 2 "--batch: 0 is out of range" "$bf" train --model "$m" --batch 0
 expect 2 "--batch: 'x1' is not a whole number" "$bf" train --model "$m" --batch x1
+# the library's option names in a message body are spelt as the command line's
+expect 1 "^batchfit: error: --batch-min: 64 is above --batch-max 32$" "$bf" train --model "$m" --batch adaptive \
+  --batch-min 64 --batch-max 32 --max-steps 1
+# ... but not inside a path
+expect 2 "--model: .*/no_dir/batch_max.cfg: no such file" "$bf" train --model "$tmp/no_dir/batch_max.cfg"
+# bounds for a batch that does not move: refused, not ignored
+expect 2 "--batch-max: bounds the effective batch of batch auto and adaptive .*batch 64 is fixed" "$bf" train \
+  --model "$m" --batch 64 --batch-max 32 --max-steps 1
+expect 2 "--batch-min: bounds the effective batch of batch auto and adaptive; batch 128 is fixed" "$bf" train \
+  --model "$m" --batch-min 8 --max-steps 1
 expect 2 "--threads: expected a number of threads \(1 to 1024\) or auto; got 'fast'" "$bf" train --model "$m" --threads fast
 expect 2 "--threads: 0 is out of range" "$bf" train --model "$m" --threads 0
 expect 2 "--memory: size '12XB' has unknown unit 'XB'" "$bf" train --model "$m" --memory 12XB
