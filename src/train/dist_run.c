@@ -52,7 +52,7 @@ int bfit_dist_mode_parse(const char *name, bfit_dist_mode *out)
             *out = (bfit_dist_mode)i;
             return BFIT_OK;
         }
-    return bfit_fail_field(BFIT_EINVAL, "dist", "unknown choice '%s' (valid: off, on, auto)", name ? name : "");
+    return bfit_fail(BFIT_EINVAL, "unknown data-parallel mode '%s' (valid: off, on, auto)", name ? name : "");
 }
 
 /* Whether c asks for data-parallel training; refused when it cannot be. */

@@ -38,6 +38,8 @@ expect 2 "--model: is required" "$bf" train
 expect 2 "--batch: 0 is out of range" "$bf" train --model "$m" --batch 0
 expect 2 "--batch: 'x1' is not a whole number" "$bf" train --model "$m" --batch x1
 expect 2 "--threads: expected a number of threads \(1 to 1024\) or auto; got 'fast'" "$bf" train --model "$m" --threads fast
+expect 2 "^batchfit: error: --dist: unknown data-parallel mode 'sometimes' \(valid: off, on, auto\)$" "$bf" train --model "$m" \
+  --dist sometimes
 expect 2 "--threads: 0 is out of range" "$bf" train --model "$m" --threads 0
 expect 2 "--memory: size '12XB' has unknown unit 'XB'" "$bf" train --model "$m" --memory 12XB
 expect 2 "--memory: size '-1' is negative" "$bf" train --model "$m" --memory -1
