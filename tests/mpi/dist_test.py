@@ -226,8 +226,13 @@ def single(rows, extra=(), name="single"):
 def case_weights(n):
     rows = make_data()
     T = single(rows)
-    run(mpirun(n) + train_args(["--save", path("dist.st"), "--log", path("dist.jsonl")]))
+    p = run(mpirun(n) + train_args(["--save", path("dist.st"), "--log", path("dist.jsonl"), "--json"]))
     check_samples(path("dist.jsonl"), rows, "%d ranks" % n)
+    # rank 0 alone prints the result; a run that ended well left no rank
+    # alone with a failure (dist_alone: a caller would end the job on it)
+    res = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    if len(res) != 1 or res[0]["dist_alone"] is not False or res[0]["steps"] != T:
+        fail("%d ranks: expected one result, dist_alone false, %d steps: %s" % (n, T, res))
     if check_steps(path("dist.jsonl"), n, "%d ranks" % n) != T:
         fail("%d ranks took another number of steps than one process (%d)" % (n, T))
     compare_weights(path("single.st"), path("dist.st"), T, "%d ranks" % n)
