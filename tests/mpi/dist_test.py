@@ -23,7 +23,8 @@ on in a group of one gives bit for bit the weights of a run alone),
 adaptive (--batch adaptive: the noise scale from the ranks' gradient norms,
 every rank deciding the same E), resume_exact (a group resumed from a
 checkpoint ends bit for bit where the uninterrupted run ends, its shares
-having moved with the ranks' speed).
+having moved with the ranks' speed), commands (plan, find, eval and report
+under mpirun: rank 0 does them once).
 """
 import json
 import os
@@ -518,6 +519,27 @@ def case_adaptive():
         fail("E never followed the noise scale")
 
 
+def case_commands():
+    """plan, find, eval and report are one process's work: under mpirun rank
+    0 does it once and says so, the others exit at once (two ranks would
+    print everything twice, time find's steps against each other, and
+    write one report file at the same time)."""
+    make_data()
+    run(train_args(["--epochs", "1", "--save", path("w.st"), "--log", path("w.jsonl")]))
+    data = ["--model", path("m.cfg"), "--data", path("train.csv"), "--threads", "1"]
+    cmds = {"plan": ([BF, "plan", "--model", path("m.cfg"), "--threads", "1", "--batch", "64"], "largest batch:"),
+            "find": ([BF, "find"] + data + ["--memory", "64MiB", "--repeats", "1"], "largest batch:"),
+            "eval": ([BF, "eval"] + data + ["--weights", path("w.st"), "--no-normalize"], "test loss"),
+            "report": ([BF, "report", path("w.jsonl"), "-o", path("r.html")], "report written")}
+    for name, (cmd, said) in cmds.items():
+        p = run(mpirun(2) + cmd, timeout=120)
+        note = "%s runs in one process: rank 0 of 2 does it" % name
+        lines = p.stdout.splitlines()
+        if sum(l.startswith(said) for l in lines) != 1 or p.stdout.count(note) != 1:
+            fail("mpirun -np 2 batchfit %s: expected a line '%s' once and the note once:\n%s" % (name, said, p.stdout[-2000:]))
+    print("commands: plan, find, eval and report ran once under mpirun -np 2")
+
+
 def main():
     if not MPIRUN:
         print("mpirun not found (apt-get install openmpi-bin): skipped")
@@ -525,7 +547,7 @@ def main():
     cases = {"weights2": lambda: case_weights(2), "weights3": lambda: case_weights(3),
              "rank_memory": case_rank_memory, "rank_oom": case_rank_oom, "rank_nomem": case_rank_nomem,
              "kill": case_kill, "term_one": case_term_one, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
-             "auto_refused": case_auto_refused, "resume_exact": case_resume_exact}
+             "auto_refused": case_auto_refused, "commands": case_commands, "resume_exact": case_resume_exact}
     try:
         cases[CASE]()
     finally:
