@@ -260,6 +260,10 @@ int bfit_run_dist_setup(bfit_run *r, int rc)
     run_dist *dp = r->dp;
     bfit_model *M = r->s.M;
 
+    /* refused here, where every rank learns of it, before the group trains */
+    if (rc == BFIT_OK && M->per_token)
+        rc = bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them in one "
+                       "process");
     rc = agree(r, rc, rc == BFIT_OK ? config_check(r) : 0, "setting up", "the training options");
     if (rc == BFIT_ESTATE && dp->together)
         return bfit_fail_prefix(BFIT_EINVAL, "data-parallel: every process must be given the same model, data, "

@@ -24,7 +24,8 @@ adaptive (--batch adaptive: the noise scale from the ranks' gradient norms,
 every rank deciding the same E), resume_exact (a group resumed from a
 checkpoint ends bit for bit where the uninterrupted run ends, its shares
 having moved with the ranks' speed), commands (plan, find, eval and report
-under mpirun: rank 0 does them once).
+under mpirun: rank 0 does them once), tokens_refused (a token model is
+refused by every rank while setting up).
 """
 import json
 import os
@@ -519,6 +520,20 @@ def case_adaptive():
         fail("E never followed the noise scale")
 
 
+def case_tokens_refused():
+    """A token model is not trained data-parallel yet: every rank refuses it
+    while setting up, before the group says it trains or splits a step."""
+    with open(path("tok.cfg"), "w") as f:
+        f.write("input tokens=8\nembed 16 vocab=256 positions=8\nlinear 256\n")
+    with open(path("tok.txt"), "w") as f:
+        f.write("In the beginning God created the heaven and the earth.\n" * 40)
+    p = run(mpirun(2) + [BF, "train", "--model", path("tok.cfg"), "--data", path("tok.txt"), "--test-data",
+                         path("tok.txt"), "--threads", "1", "--batch", "8", "--max-steps", "2"], timeout=60, expect=None)
+    if p.returncode == 0 or p.stdout.count("token models is not supported") != 2 or "data-parallel over" in p.stdout \
+            or "shares of" in p.stdout:
+        fail("expected both ranks to refuse a token model before training as a group:\n%s" % p.stdout[-2000:])
+
+
 def case_commands():
     """plan, find, eval and report are one process's work: under mpirun rank
     0 does it once and says so, the others exit at once (two ranks would
@@ -547,7 +562,8 @@ def main():
     cases = {"weights2": lambda: case_weights(2), "weights3": lambda: case_weights(3),
              "rank_memory": case_rank_memory, "rank_oom": case_rank_oom, "rank_nomem": case_rank_nomem,
              "kill": case_kill, "term_one": case_term_one, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
-             "auto_refused": case_auto_refused, "commands": case_commands, "resume_exact": case_resume_exact}
+             "auto_refused": case_auto_refused, "commands": case_commands,
+             "tokens_refused": case_tokens_refused, "resume_exact": case_resume_exact}
     try:
         cases[CASE]()
     finally:
