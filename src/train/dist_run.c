@@ -184,17 +184,19 @@ void bfit_run_dist_free(bfit_run *r)
 }
 
 /* What every rank must have been given alike, as a checksum. Resources
- * (memory, threads, device, micro-batch) may differ from rank to rank. */
+ * (memory, threads, device, micro-batch) may differ from rank to rank;
+ * whether to checkpoint may not: every rank takes part in the exchange
+ * that brings its state to rank 0 at a checkpoint. */
 static uint64_t config_check(const bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
     char b[2048];
-    int n = snprintf(b, sizeof b, "%s|%s|%lld|%lld|%llu|%d|%d|%d|%d|%d|%lld|%d|%.17g|%.17g|%.17g|%d|%.17g|%d|%d",
+    int n = snprintf(b, sizeof b, "%s|%s|%lld|%lld|%llu|%d|%d|%d|%d|%d|%lld|%d|%.17g|%.17g|%.17g|%d|%.17g|%d|%d|%d",
                      c->model ? c->model : "", c->data ? c->data : "", (long long)r->per_epoch,
                      (long long)bfit_model_param_count(r->s.M), (unsigned long long)c->seed, c->batch, c->adaptive,
                      c->batch_min, c->batch_max, c->epochs, (long long)c->max_steps, (int)c->opt.kind, c->lr,
                      c->opt.momentum, c->opt.weight_decay, (int)c->sched.kind, c->clip, c->nbatch_schedule,
-                     c->lr_rule);
+                     c->lr_rule, c->checkpoint != NULL);
     return bfit_dist_crc(0, b, n > 0 && (size_t)n < sizeof b ? (size_t)n : sizeof b - 1);
 }
 
@@ -267,7 +269,7 @@ int bfit_run_dist_setup(bfit_run *r, int rc)
     rc = agree(r, rc, rc == BFIT_OK ? config_check(r) : 0, "setting up", "the training options");
     if (rc == BFIT_ESTATE && dp->together)
         return bfit_fail_prefix(BFIT_EINVAL, "data-parallel: every process must be given the same model, data, "
-                                "batch, optimizer and seed: ");
+                                "batch, optimizer, seed and whether to checkpoint (--checkpoint): ");
     if (rc != BFIT_OK)
         return rc;
     for (int i = 0; i < M->nparams; i++)

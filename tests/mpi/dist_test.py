@@ -17,7 +17,8 @@ rank 0 checkpoints it), kill (a rank killed mid-run ends the others within
 seconds with an error, and the last checkpoint resumes), term_one (SIGTERM to
 one rank only, not through mpirun, stops every rank at one step boundary,
 rank 0 checkpoints it, and the group resumes from it), mismatch (ranks
-started with different options fail together, none hangs), auto_refused
+started with different options, or --checkpoint on one only, fail together,
+none hangs), auto_refused
 (--batch auto, not supported data-parallel yet, is refused by all), alone_on (--dist
 on in a group of one gives bit for bit the weights of a run alone),
 adaptive (--batch adaptive: the noise scale from the ranks' gradient norms,
@@ -477,6 +478,14 @@ def case_mismatch():
     if p.returncode == 0 or p.stdout.count("must be given the same") < 1:
         fail("expected both ranks to refuse different options:\n%s" % p.stdout[-2000:])
     print("mismatch: exit %d" % p.returncode)
+    # --checkpoint on one rank only: the ranks would take part in different
+    # exchanges at the step boundaries (once MPI_ERR_TRUNCATE and an abort)
+    ck = ["--checkpoint", path("ck"), "--checkpoint-every", "2"]
+    for first, second in ((train_args(), train_args(ck)), (train_args(ck), train_args())):
+        p = run(mpirun(1) + first + [":", "-np", "1"] + second, timeout=60, expect=None)
+        if p.returncode == 0 or p.stdout.count("whether to checkpoint") < 1 or "MPI_ERR" in p.stdout or \
+                "MPI_ABORT" in p.stdout:
+            fail("expected both ranks to refuse --checkpoint given to one rank only:\n%s" % p.stdout[-2000:])
 
 
 def case_auto_refused():
