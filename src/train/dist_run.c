@@ -183,21 +183,42 @@ void bfit_run_dist_free(bfit_run *r)
     r->dp = NULL;
 }
 
-/* What every rank must have been given alike, as a checksum. Resources
- * (memory, threads, device, micro-batch) may differ from rank to rank;
- * whether to checkpoint may not: every rank takes part in the exchange
- * that brings its state to rank 0 at a checkpoint. */
+/* What every rank must have been given alike, as a checksum: what decides
+ * the samples, the evaluation and the steps. Resources (memory, threads,
+ * device, micro-batch, recomputation) may differ from rank to rank; whether
+ * to checkpoint may not: every rank takes part in the exchange that brings
+ * its state to rank 0 at a checkpoint. An option that differed would train
+ * silently on other samples (the summed gradient keeps the weights alike),
+ * or be found only at the epoch's weights check. */
 static uint64_t config_check(const bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
-    char b[2048];
-    int n = snprintf(b, sizeof b, "%s|%s|%lld|%lld|%llu|%d|%d|%d|%d|%d|%lld|%d|%.17g|%.17g|%.17g|%d|%.17g|%d|%d|%d",
-                     c->model ? c->model : "", c->data ? c->data : "", (long long)r->per_epoch,
-                     (long long)bfit_model_param_count(r->s.M), (unsigned long long)c->seed, c->batch, c->adaptive,
-                     c->batch_min, c->batch_max, c->epochs, (long long)c->max_steps, (int)c->opt.kind, c->lr,
-                     c->opt.momentum, c->opt.weight_decay, (int)c->sched.kind, c->clip, c->nbatch_schedule,
-                     c->lr_rule, c->checkpoint != NULL);
-    return bfit_dist_crc(0, b, n > 0 && (size_t)n < sizeof b ? (size_t)n : sizeof b - 1);
+    const bfit_lr_schedule *s = &c->sched;
+    char b[4096];
+    size_t len;
+    int n = snprintf(b, sizeof b, "%s|%s|%s|%lld|%lld|%lld|%llu|%d|%d|%d|%d|%d|%d|%lld|%d|%d|%d|%d|%d|%d|%d|%d|%d",
+                     c->model ? c->model : "", c->data ? c->data : "", c->test_data ? c->test_data : "",
+                     (long long)r->per_epoch, (long long)c->eval_samples, (long long)bfit_model_param_count(r->s.M),
+                     (unsigned long long)c->seed, c->batch, c->batch_tokens, c->adaptive, c->batch_min, c->batch_max,
+                     c->epochs, (long long)c->max_steps, c->normalize, c->augment, c->seq_max, c->init_random,
+                     (int)c->csv_header, c->img.resize, c->img.center_crop, c->img.rrc, c->checkpoint != NULL);
+    len = n > 0 && (size_t)n < sizeof b ? (size_t)n : 0;
+    n = snprintf(b + len, sizeof b - len, "|%d|%.17g|%.17g|%.17g|%.17g|%d|%.17g|%.17g|%.17g|%d|%lld|%.17g|%lld|%.17g|"
+                 "%lld|%.17g|%.17g|%d|%d|%d|%lld|%d|%d|%.17g|%lld",
+                 (int)c->opt.kind, c->lr, c->opt.momentum, c->opt.dampening, c->opt.weight_decay, c->opt.nesterov,
+                 c->opt.beta1, c->opt.beta2, c->opt.eps, (int)s->kind, (long long)s->warmup_steps, s->warmup_start,
+                 (long long)s->step_size, s->gamma, (long long)s->total_steps, s->min_factor, c->clip, c->lr_rule,
+                 c->lr_ref_batch, c->batch_instead_of_decay, (long long)c->rewarmup_steps, (int)c->storage.precision,
+                 c->loss_scale, c->loss_scale_init, (long long)c->loss_scale_interval);
+    len += n > 0 && (size_t)n < sizeof b - len ? (size_t)n : 0;
+    for (int i = 0; i < c->img.nmean && len + 16 < sizeof b; i++)
+        len += (size_t)snprintf(b + len, sizeof b - len, "|%a", (double)c->img.mean[i]);
+    for (int i = 0; i < c->img.nstd && len + 16 < sizeof b; i++)
+        len += (size_t)snprintf(b + len, sizeof b - len, "|%a", (double)c->img.std[i]);
+    for (int i = 0; i < c->nbatch_schedule && c->batch_schedule && len + 48 < sizeof b; i++)
+        len += (size_t)snprintf(b + len, sizeof b - len, "|%lld:%d:%d", (long long)c->batch_schedule[i].at,
+                                c->batch_schedule[i].by_epoch, c->batch_schedule[i].batch);
+    return bfit_dist_crc(0, b, len);
 }
 
 /* A word saying this rank's outcome rc (and message). */
@@ -268,8 +289,10 @@ int bfit_run_dist_setup(bfit_run *r, int rc)
                        "process");
     rc = agree(r, rc, rc == BFIT_OK ? config_check(r) : 0, "setting up", "the training options");
     if (rc == BFIT_ESTATE && dp->together)
-        return bfit_fail_prefix(BFIT_EINVAL, "data-parallel: every process must be given the same model, data, "
-                                "batch, optimizer, seed and whether to checkpoint (--checkpoint): ");
+        return bfit_fail_prefix(BFIT_EINVAL, "data-parallel: every process must be given the same model, data and "
+                                "its treatment (normalisation, augmentation, test data, evaluation samples), batch, "
+                                "optimizer and lr schedule, seed, and whether to checkpoint (--checkpoint); only "
+                                "resources (memory, threads, device, micro-batch) may differ: ");
     if (rc != BFIT_OK)
         return rc;
     for (int i = 0; i < M->nparams; i++)

@@ -478,6 +478,16 @@ def case_mismatch():
     if p.returncode == 0 or p.stdout.count("must be given the same") < 1:
         fail("expected both ranks to refuse different options:\n%s" % p.stdout[-2000:])
     print("mismatch: exit %d" % p.returncode)
+    # what changes the samples, the evaluation or the schedule on one rank
+    # only: once trained silently (the gradient sum made the weights agree)
+    # or found at the epoch's weights check
+    base = train_args()
+    for what, rank1 in (("normalized", [a for a in base if a != "--no-normalize"]),
+                        ("--eval-samples", base + ["--eval-samples", "100"]), ("--warmup", base + ["--warmup", "3"]),
+                        ("--lr-ref-batch", base + ["--lr-ref-batch", "32"])):
+        p = run(mpirun(1) + base + [":", "-np", "1"] + rank1, timeout=60, expect=None)
+        if p.returncode == 0 or "must be given the same" not in p.stdout or "differ in their parameters" in p.stdout:
+            fail("expected both ranks to refuse at set-up a rank 1 %s:\n%s" % (what, p.stdout[-2000:]))
     # --checkpoint on one rank only: the ranks would take part in different
     # exchanges at the step boundaries (once MPI_ERR_TRUNCATE and an abort)
     ck = ["--checkpoint", path("ck"), "--checkpoint-every", "2"]
