@@ -540,7 +540,13 @@ int bfit_run_dist_end(bfit_run *r, int rc, int E)
     for (int q = 0; q < dp->size; q++)
         dp->loss += all[q].loss;
     t0 = bfit_clock_mono();
-    rc = bfit_dist_sum(dp->d, M->grad_block, M->grad_bytes / bfit_dtype_size(BFIT_F32));
+    /* no backward ran here (a share of 0 samples): the block still holds the
+     * last step's sum, since backward sets a step's gradients and zeroing
+     * only marks them (nn/gradset.c); this rank adds nothing */
+    if (M->grads_stale)
+        rc = bfit_device_zero(r->s.dev, M->grad_block, M->grad_bytes);
+    if (rc == BFIT_OK)
+        rc = bfit_dist_sum(dp->d, M->grad_block, M->grad_bytes / bfit_dtype_size(BFIT_F32));
     if (rc == BFIT_OK)
         rc = bfit_device_sync(r->s.dev); /* the sum's time is the sum's, not the update's */
     dp->sum_secs = bfit_clock_mono() - t0;

@@ -26,7 +26,8 @@ every rank deciding the same E), resume_exact (a group resumed from a
 checkpoint ends bit for bit where the uninterrupted run ends, its shares
 having moved with the ranks' speed), commands (plan, find, eval and report
 under mpirun: rank 0 does them once), tokens_refused (a token model is
-refused by every rank while setting up).
+refused by every rank while setting up), short_step (a step of one sample
+on 3 ranks: the ranks without samples add nothing).
 """
 import json
 import os
@@ -539,6 +540,23 @@ def case_adaptive():
         fail("E never followed the noise scale")
 
 
+def case_short_step():
+    """Epochs of 577 samples with E = 64 end with a step of one sample: on 3
+    ranks two train on none that step, and must add nothing to the gradient
+    sum (backward sets a step's gradients and zeroing only marks them, so
+    such a rank once added the last step's sum again). The weights are one
+    process's, to rounding."""
+    make_data()
+    extra = ["--epoch-samples", "577"]
+    run(train_args(extra + ["--save", path("single.st"), "--log", path("single.jsonl")]))
+    run(mpirun(3) + train_args(extra + ["--save", path("dist.st"), "--log", path("dist.jsonl")]))
+    st = steps_of(path("dist.jsonl"))
+    idle = [s["step"] for s in st if any(r["share"] == 0 for r in s["ranks"])]
+    if len(idle) != EPOCHS:
+        fail("expected one step per epoch with a rank of no samples, got steps %s" % idle)
+    compare_weights(path("single.st"), path("dist.st"), len(st), "3 ranks, a step of one sample")
+
+
 def case_tokens_refused():
     """A token model is not trained data-parallel yet: every rank refuses it
     while setting up, before the group says it trains or splits a step."""
@@ -582,7 +600,7 @@ def main():
              "rank_memory": case_rank_memory, "rank_oom": case_rank_oom, "rank_nomem": case_rank_nomem,
              "kill": case_kill, "term_one": case_term_one, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
              "auto_refused": case_auto_refused, "commands": case_commands,
-             "tokens_refused": case_tokens_refused, "resume_exact": case_resume_exact}
+             "tokens_refused": case_tokens_refused, "short_step": case_short_step, "resume_exact": case_resume_exact}
     try:
         cases[CASE]()
     finally:
