@@ -684,6 +684,12 @@ int bfit_run_dist_resume(bfit_run *r, const run_group *g, const char *path)
     int rc;
 
     if (!g || g->n != dp->size) {
+        /* the controller every rank resumed is the checkpoint's, rank 0's
+         * of another group: its throughput records are no rank's here */
+        bfit_controller_state_get(r->ctl, &cs);
+        memset(cs.tp, 0, sizeof cs.tp);
+        if ((rc = bfit_controller_state_set(r->ctl, &cs)) != BFIT_OK)
+            return bfit_fail_prefix(BFIT_EFORMAT, "%s: rank %d's controller: ", path, dp->rank);
         bfit_log_say(&r->lg, "batchfit: the checkpoint %s %s: the shares start equal, and each rank measures "
                      "its speed afresh", path, g ? "is of another number of ranks" : "keeps no ranks' state");
         return BFIT_OK;

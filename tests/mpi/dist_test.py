@@ -466,9 +466,15 @@ def case_resume_exact():
     # three ranks cannot take two ranks' shares: they start equal, and say so
     os.mkdir(path("r3"))
     shutil.copy(os.path.join(path("ck"), "ckpt-000000000020.safetensors"), path("r3"))
-    p = run(mpirun(3, tenv) + [BF, "train", "--resume", path("r3")], env=env)
+    p = run(mpirun(3, tenv) + [BF, "train", "--resume", path("r3"), "--log", path("r3.jsonl")], env=env)
     if "is of another number of ranks: the shares start equal" not in p.stdout:
         fail("a checkpoint of 2 ranks resumed on 3 should say the shares start equal:\n%s" % p.stdout[-2000:])
+    # and each rank measures its speed afresh: the checkpoint's records are
+    # rank 0's of another group (once every rank started from them, and the
+    # first split quoted them as the three ranks' speeds)
+    sh = [e for e in events(path("r3.jsonl"), "shares")]
+    if not sh or sh[0]["step"] != 20 or "no throughput measured yet" not in sh[0]["why"]:
+        fail("the 3 ranks' first split should be equal for want of measurements: %s" % sh[:2])
 
 
 def case_mismatch():
