@@ -270,7 +270,17 @@ static void catch_signals(void)
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
     }
-    bfit_dist_info(&job_size, &job_rank);
+}
+
+/* Whether this process is one of a group that trains together: with
+ * --dist off each process a launcher started trains alone, and speaks for
+ * itself (its result, its stop). */
+static void job_of(const bfit_config *c)
+{
+    char mode[16] = "";
+    bfit_config_get(c, "dist", mode, sizeof mode);
+    if (strcmp(mode, "off"))
+        bfit_dist_info(&job_size, &job_rank);
 }
 
 /* The directory of a checkpoint file. */
@@ -347,10 +357,9 @@ static int finish_dist(int rc, const bfit_result *res, int code)
 /* What the run's end means for the exit code, said on stderr. */
 static int outcome(const bfit_result *res, int rc, unsigned flags)
 {
-    int size, rank, report = res && bfit_result_number(res, "report_written") == 1;
+    int rank = job_rank, report = res && bfit_result_number(res, "report_written") == 1;
     const char *path = report ? bfit_result_string(res, "report") : ""; /* the checkpoint's, resumed without it */
 
-    bfit_dist_info(&size, &rank);
     if (rc != BFIT_OK && rank != 0 && rc == BFIT_EPEER)
         return EXIT_FAIL; /* rank 0 says which rank failed and why */
     if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && res && !strcmp(bfit_result_string(res, "stopped"), "memory"))) {
@@ -398,9 +407,11 @@ int cmd_train(int argc, char **argv)
         bfit_config_get(c, "resume", rs, sizeof rs);
         checkpointed = ck[0] || rs[0];
     }
+    job_of(c);
     catch_signals();
     bfit_config_set_stop_flag(c, &stop_signal);
     rc = bfit_train(c, &res);
+    job_of(c); /* MPI's group now, where the run set one up */
     code = outcome(res, rc, flags);
     code = finish_dist(rc, res, code);
     bfit_result_free(res);

@@ -27,7 +27,8 @@ checkpoint ends bit for bit where the uninterrupted run ends, its shares
 having moved with the ranks' speed), commands (plan, find, eval and report
 under mpirun: rank 0 does them once), tokens_refused (a token model is
 refused by every rank while setting up), short_step (a step of one sample
-on 3 ranks: the ranks without samples add nothing).
+on 3 ranks: the ranks without samples add nothing), dist_off (--dist off
+under mpirun: each process trains alone and prints its result).
 """
 import json
 import os
@@ -563,6 +564,16 @@ def case_short_step():
     compare_weights(path("single.st"), path("dist.st"), len(st), "3 ranks, a step of one sample")
 
 
+def case_dist_off():
+    """--dist off under mpirun: each process trains alone, so each prints
+    its own result (rank 1's was once dropped as a group's non-writer's)."""
+    make_data()
+    p = run(mpirun(2) + train_args(["--dist", "off", "--json"]), timeout=120)
+    res = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    if len(res) != 2 or any(r["steps"] != 20 or r["dist_alone"] for r in res):
+        fail("expected two results of 20 steps, one per process alone:\n%s" % p.stdout[-2000:])
+
+
 def case_tokens_refused():
     """A token model is not trained data-parallel yet: every rank refuses it
     while setting up, before the group says it trains or splits a step."""
@@ -606,7 +617,8 @@ def main():
              "rank_memory": case_rank_memory, "rank_oom": case_rank_oom, "rank_nomem": case_rank_nomem,
              "kill": case_kill, "term_one": case_term_one, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
              "auto_refused": case_auto_refused, "commands": case_commands,
-             "tokens_refused": case_tokens_refused, "short_step": case_short_step, "resume_exact": case_resume_exact}
+             "tokens_refused": case_tokens_refused, "short_step": case_short_step,
+             "dist_off": case_dist_off, "resume_exact": case_resume_exact}
     try:
         cases[CASE]()
     finally:
