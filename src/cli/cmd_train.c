@@ -208,6 +208,10 @@ static const struct option opts[] = {
 /* ---- signals: a stop at the next micro-step boundary, then a checkpoint --- */
 
 static volatile sig_atomic_t stop_signal;
+/* the run has ended (bfit_train returned): a signal now is a launcher
+ * ending the job because another process exited first; there is nothing
+ * left to stop, and a first one is not announced */
+static volatile sig_atomic_t run_over, late_signal;
 
 static int job_size = 1, job_rank; /* one of several processes (mpirun): the ranks stop together */
 static int checkpointed; /* --checkpoint or --resume: a stop writes a checkpoint */
@@ -224,8 +228,12 @@ static void on_signal(int sig)
     static const char many[] = "\nbatchfit: stopping every process at the next step boundary, rank 0 writing a "
                                "checkpoint (if a process died, the launcher ends the job instead: resume from the "
                                "last checkpoint, which is whole)\n";
-    if (stop_signal)
+    if (stop_signal || late_signal)
         _exit(128 + sig); /* the second: at once; the last checkpoint is whole (atomic) */
+    if (run_over) {
+        late_signal = sig;
+        return;
+    }
     stop_signal = sig;
     if (job_rank == 0 && job_size > 1 && write(STDERR_FILENO, many, sizeof many - 1) < 0)
         return;
@@ -411,6 +419,7 @@ int cmd_train(int argc, char **argv)
     catch_signals();
     bfit_config_set_stop_flag(c, &stop_signal);
     rc = bfit_train(c, &res);
+    run_over = 1;
     job_of(c); /* MPI's group now, where the run set one up */
     code = outcome(res, rc, flags);
     code = finish_dist(rc, res, code);

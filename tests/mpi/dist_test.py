@@ -28,7 +28,8 @@ having moved with the ranks' speed), commands (plan, find, eval and report
 under mpirun: rank 0 does them once), tokens_refused (a token model is
 refused by every rank while setting up), short_step (a step of one sample
 on 3 ranks: the ranks without samples add nothing), dist_off (--dist off
-under mpirun: each process trains alone and prints its result).
+under mpirun: each process trains alone and prints its result),
+term_after (rank 0 ended by mpirun after its stopped run says nothing more).
 """
 import json
 import os
@@ -423,6 +424,44 @@ def case_term_one():
     print("term one: stopped and checkpointed at step %d, resumed and trained to the end" % step)
 
 
+def case_term_after():
+    """SIGTERM to rank 1 alone with a checkpoint of 17 MB: rank 0 writes it
+    after rank 1 has stopped, so rank 1 exits (143) first and mpirun ends
+    rank 0 with SIGTERM as it finishes. Its run is over by then: it must not
+    announce a stop and a checkpoint to come (it once did, after saying
+    where the checkpoint was)."""
+    make_data()
+    with open(path("big.cfg"), "w") as f:
+        f.write("input %dx1x1\nflatten\nlinear 2048\nrelu\nlinear 1024\nrelu\nlinear %d\n" % (F, C))
+    args = train_args(["--checkpoint", path("ck"), "--checkpoint-every", "100000", "--log", path("t.jsonl")],
+                      batch=16, epochs=1000)
+    args[args.index("--model") + 1] = path("big.cfg")
+    mp = subprocess.Popen(mpirun(2) + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.time()
+    def steps():  # the log as it is written: absent at first, its last line maybe partial
+        try:
+            with open(path("t.jsonl")) as f:
+                return f.read().count('"event":"step"')
+        except OSError:
+            return 0
+    while time.time() - t0 < 60 and mp.poll() is None and steps() < 20:
+        time.sleep(0.05)
+    pids = rank_pids(mp)
+    if 1 not in pids or mp.poll() is not None:
+        mp.kill()
+        fail("no 20 steps within 60 s, or rank 1 not found (%s)" % pids)
+    os.kill(pids[1], signal.SIGTERM)
+    try:
+        out, _ = mp.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        mp.kill()
+        fail("the job still ran 60 s after rank 1 was sent SIGTERM")
+    if mp.returncode != 143 or "(sent to rank 1; every rank stopped at this step)" not in out:
+        fail("expected every rank to stop and exit 143, rank 0 to say so:\n%s" % out[-3000:])
+    if "stopping every process" in out:
+        fail("rank 0 announced a stop after its run had ended:\n%s" % out[-3000:])
+
+
 def case_resume_exact():
     """A group whose shares had moved with the ranks' measured speed, resumed
     from a checkpoint, ends bit for bit where the uninterrupted run ends, as
@@ -618,7 +657,7 @@ def main():
              "kill": case_kill, "term_one": case_term_one, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
              "auto_refused": case_auto_refused, "commands": case_commands,
              "tokens_refused": case_tokens_refused, "short_step": case_short_step,
-             "dist_off": case_dist_off, "resume_exact": case_resume_exact}
+             "dist_off": case_dist_off, "term_after": case_term_after, "resume_exact": case_resume_exact}
     try:
         cases[CASE]()
     finally:
