@@ -228,6 +228,8 @@ static void on_signal(int sig)
     static const char many[] = "\nbatchfit: stopping every process at the next step boundary, rank 0 writing a "
                                "checkpoint (if a process died, the launcher ends the job instead: resume from the "
                                "last checkpoint, which is whole)\n";
+    static const char many_bare[] = "\nbatchfit: stopping every process at the next step boundary; without "
+                                    "--checkpoint there will be nothing to resume from\n";
     if (stop_signal || late_signal)
         _exit(128 + sig); /* the second: at once; the last checkpoint is whole (atomic) */
     if (run_over) {
@@ -235,7 +237,8 @@ static void on_signal(int sig)
         return;
     }
     stop_signal = sig;
-    if (job_rank == 0 && job_size > 1 && write(STDERR_FILENO, many, sizeof many - 1) < 0)
+    if (job_rank == 0 && job_size > 1 && write(STDERR_FILENO, checkpointed ? many : many_bare,
+                                               checkpointed ? sizeof many - 1 : sizeof many_bare - 1) < 0)
         return;
     if (job_rank == 0 && job_size == 1 && write(STDERR_FILENO, checkpointed ? first : bare,
                                                 checkpointed ? sizeof first - 1 : sizeof bare - 1) < 0)

@@ -424,20 +424,18 @@ def case_term_one():
     print("term one: stopped and checkpointed at step %d, resumed and trained to the end" % step)
 
 
-def case_term_after():
-    """SIGTERM to rank 1 alone with a checkpoint of 17 MB: rank 0 writes it
-    after rank 1 has stopped, so rank 1 exits (143) first and mpirun ends
-    rank 0 with SIGTERM as it finishes. Its run is over by then: it must not
-    announce a stop and a checkpoint to come (it once did, after saying
-    where the checkpoint was)."""
-    make_data()
+def term_rank(rank, extra):
+    """Trains a model big enough to take seconds on 2 ranks, sends SIGTERM to
+    `rank` alone after 20 steps, and returns mpirun's exit code and output."""
     with open(path("big.cfg"), "w") as f:
         f.write("input %dx1x1\nflatten\nlinear 2048\nrelu\nlinear 1024\nrelu\nlinear %d\n" % (F, C))
-    args = train_args(["--checkpoint", path("ck"), "--checkpoint-every", "100000", "--log", path("t.jsonl")],
-                      batch=16, epochs=1000)
+    args = train_args(extra + ["--log", path("t.jsonl")], batch=16, epochs=1000)
     args[args.index("--model") + 1] = path("big.cfg")
+    if os.path.exists(path("t.jsonl")):
+        os.remove(path("t.jsonl"))
     mp = subprocess.Popen(mpirun(2) + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.time()
+
     def steps():  # the log as it is written: absent at first, its last line maybe partial
         try:
             with open(path("t.jsonl")) as f:
@@ -447,19 +445,36 @@ def case_term_after():
     while time.time() - t0 < 60 and mp.poll() is None and steps() < 20:
         time.sleep(0.05)
     pids = rank_pids(mp)
-    if 1 not in pids or mp.poll() is not None:
+    if rank not in pids or mp.poll() is not None:
         mp.kill()
-        fail("no 20 steps within 60 s, or rank 1 not found (%s)" % pids)
-    os.kill(pids[1], signal.SIGTERM)
+        fail("no 20 steps within 60 s, or rank %d not found (%s)" % (rank, pids))
+    os.kill(pids[rank], signal.SIGTERM)
     try:
         out, _ = mp.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         mp.kill()
-        fail("the job still ran 60 s after rank 1 was sent SIGTERM")
-    if mp.returncode != 143 or "(sent to rank 1; every rank stopped at this step)" not in out:
+        fail("the job still ran 60 s after rank %d was sent SIGTERM" % rank)
+    return mp.returncode, out
+
+
+def case_term_after():
+    """SIGTERM to rank 1 alone with a checkpoint of 17 MB: rank 0 writes it
+    after rank 1 has stopped, so rank 1 exits (143) first and mpirun ends
+    rank 0 with SIGTERM as it finishes. Its run is over by then: it must not
+    announce a stop and a checkpoint to come (it once did, after saying
+    where the checkpoint was). Then SIGTERM to rank 0 of a run without
+    --checkpoint: it announces the stop without a checkpoint (it once
+    promised one, then said none was written)."""
+    make_data()
+    rc, out = term_rank(1, ["--checkpoint", path("ck"), "--checkpoint-every", "100000"])
+    if rc != 143 or "(sent to rank 1; every rank stopped at this step)" not in out:
         fail("expected every rank to stop and exit 143, rank 0 to say so:\n%s" % out[-3000:])
     if "stopping every process" in out:
         fail("rank 0 announced a stop after its run had ended:\n%s" % out[-3000:])
+    rc, out = term_rank(0, [])
+    if rc != 143 or "stopping every process at the next step boundary" not in out or "checkpoint (if" in out \
+            or "no checkpoint was written" not in out:
+        fail("expected rank 0 to announce a stop without a checkpoint, and exit 143:\n%s" % out[-3000:])
 
 
 def case_resume_exact():
