@@ -20,6 +20,7 @@
 #include "base/err.h"
 #include "train/run_int.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,21 @@ void bfit_run_dist_free(bfit_run *r)
     r->dp = NULL;
 }
 
+/* The checksum crc, on: the numbers fmt prints. */
+static uint64_t crc_fmt(uint64_t crc, const char *fmt, ...)
+{
+    char b[1024]; /* numbers only: a few dozen, each under 32 characters */
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(b, sizeof b, fmt, ap);
+    va_end(ap);
+    return bfit_dist_crc(crc, b, n < 0 ? 0 : (size_t)n < sizeof b ? (size_t)n : sizeof b - 1);
+}
+
+/* a name whole, however long, with its end (so "ab","c" differs from "a","bc") */
+static uint64_t crc_str(uint64_t crc, const char *s) { return bfit_dist_crc(crc, s ? s : "", s ? strlen(s) + 1 : 1); }
+
 /* What every rank must have been given alike, as a checksum: what decides
  * the samples, the evaluation and the steps. Resources (memory, threads,
  * device, micro-batch, recomputation) may differ from rank to rank; whether
@@ -194,31 +210,28 @@ static uint64_t config_check(const bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
     const bfit_lr_schedule *s = &c->sched;
-    char b[4096];
-    size_t len;
-    int n = snprintf(b, sizeof b, "%s|%s|%s|%lld|%lld|%lld|%llu|%d|%d|%d|%d|%d|%d|%lld|%d|%d|%d|%d|%d|%d|%d|%d|%d",
-                     c->model ? c->model : "", c->data ? c->data : "", c->test_data ? c->test_data : "",
-                     (long long)r->per_epoch, (long long)c->eval_samples, (long long)bfit_model_param_count(r->s.M),
-                     (unsigned long long)c->seed, c->batch, c->batch_tokens, c->adaptive, c->batch_min, c->batch_max,
-                     c->epochs, (long long)c->max_steps, c->normalize, c->augment, c->seq_max, c->init_random,
-                     (int)c->csv_header, c->img.resize, c->img.center_crop, c->img.rrc, c->checkpoint != NULL);
-    len = n > 0 && (size_t)n < sizeof b ? (size_t)n : 0;
-    n = snprintf(b + len, sizeof b - len, "|%d|%.17g|%.17g|%.17g|%.17g|%d|%.17g|%.17g|%.17g|%d|%lld|%.17g|%lld|%.17g|"
-                 "%lld|%.17g|%.17g|%d|%d|%d|%lld|%d|%d|%.17g|%lld",
-                 (int)c->opt.kind, c->lr, c->opt.momentum, c->opt.dampening, c->opt.weight_decay, c->opt.nesterov,
-                 c->opt.beta1, c->opt.beta2, c->opt.eps, (int)s->kind, (long long)s->warmup_steps, s->warmup_start,
-                 (long long)s->step_size, s->gamma, (long long)s->total_steps, s->min_factor, c->clip, c->lr_rule,
-                 c->lr_ref_batch, c->batch_instead_of_decay, (long long)c->rewarmup_steps, (int)c->storage.precision,
-                 c->loss_scale, c->loss_scale_init, (long long)c->loss_scale_interval);
-    len += n > 0 && (size_t)n < sizeof b - len ? (size_t)n : 0;
-    for (int i = 0; i < c->img.nmean && len + 16 < sizeof b; i++)
-        len += (size_t)snprintf(b + len, sizeof b - len, "|%a", (double)c->img.mean[i]);
-    for (int i = 0; i < c->img.nstd && len + 16 < sizeof b; i++)
-        len += (size_t)snprintf(b + len, sizeof b - len, "|%a", (double)c->img.std[i]);
-    for (int i = 0; i < c->nbatch_schedule && c->batch_schedule && len + 48 < sizeof b; i++)
-        len += (size_t)snprintf(b + len, sizeof b - len, "|%lld:%d:%d", (long long)c->batch_schedule[i].at,
-                                c->batch_schedule[i].by_epoch, c->batch_schedule[i].batch);
-    return bfit_dist_crc(0, b, len);
+    uint64_t crc = crc_str(crc_str(crc_str(0, c->model), c->data), c->test_data);
+
+    crc = crc_fmt(crc, "%lld|%lld|%lld|%llu|%d|%d|%d|%d|%d|%d|%lld|%d|%d|%d|%d|%d|%d|%d|%d|%d", (long long)r->per_epoch,
+                  (long long)c->eval_samples, (long long)bfit_model_param_count(r->s.M), (unsigned long long)c->seed,
+                  c->batch, c->batch_tokens, c->adaptive, c->batch_min, c->batch_max, c->epochs,
+                  (long long)c->max_steps, c->normalize, c->augment, c->seq_max, c->init_random, (int)c->csv_header,
+                  c->img.resize, c->img.center_crop, c->img.rrc, c->checkpoint != NULL);
+    crc = crc_fmt(crc, "|%d|%.17g|%.17g|%.17g|%.17g|%d|%.17g|%.17g|%.17g|%d|%lld|%.17g|%lld|%.17g|%lld|%.17g|%.17g|%d|"
+                  "%d|%d|%lld|%d|%d|%.17g|%lld", (int)c->opt.kind, c->lr, c->opt.momentum, c->opt.dampening,
+                  c->opt.weight_decay, c->opt.nesterov, c->opt.beta1, c->opt.beta2, c->opt.eps, (int)s->kind,
+                  (long long)s->warmup_steps, s->warmup_start, (long long)s->step_size, s->gamma,
+                  (long long)s->total_steps, s->min_factor, c->clip, c->lr_rule, c->lr_ref_batch,
+                  c->batch_instead_of_decay, (long long)c->rewarmup_steps, (int)c->storage.precision, c->loss_scale,
+                  c->loss_scale_init, (long long)c->loss_scale_interval);
+    for (int i = 0; i < c->img.nmean; i++)
+        crc = crc_fmt(crc, "|m%a", (double)c->img.mean[i]);
+    for (int i = 0; i < c->img.nstd; i++)
+        crc = crc_fmt(crc, "|s%a", (double)c->img.std[i]);
+    for (int i = 0; i < c->nbatch_schedule && c->batch_schedule; i++)
+        crc = crc_fmt(crc, "|%lld:%d:%d", (long long)c->batch_schedule[i].at, c->batch_schedule[i].by_epoch,
+                      c->batch_schedule[i].batch);
+    return crc;
 }
 
 /* A word saying this rank's outcome rc (and message). */

@@ -550,6 +550,14 @@ def case_mismatch():
         p = run(mpirun(1) + base + [":", "-np", "1"] + rank1, timeout=60, expect=None)
         if p.returncode == 0 or "must be given the same" not in p.stdout or "differ in their parameters" in p.stdout:
             fail("expected both ranks to refuse at set-up a rank 1 %s:\n%s" % (what, p.stdout[-2000:]))
+    # paths of 3500 characters each (legal: under PATH_MAX) must not push
+    # the seed out of the options' checksum
+    base = train_args()
+    for opt, name in (("--model", "m.cfg"), ("--data", "train.csv"), ("--test-data", "train.csv")):
+        base[base.index(opt) + 1] = os.path.join(TMP, "./" * 1750 + name)
+    p = run(mpirun(1) + base + [":", "-np", "1"] + base + ["--seed", "2"], timeout=60, expect=None)
+    if p.returncode == 0 or "must be given the same" not in p.stdout:
+        fail("expected both ranks to refuse different seeds beside long paths:\n%s" % p.stdout[-1000:])
     # --checkpoint on one rank only: the ranks would take part in different
     # exchanges at the step boundaries (once MPI_ERR_TRUNCATE and an abort)
     ck = ["--checkpoint", path("ck"), "--checkpoint-every", "2"]
