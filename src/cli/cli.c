@@ -9,19 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The line is written at once: stderr is unbuffered, and the lines of
+ * several processes that a launcher passes on as they come would interleave
+ * in pieces ("batchfit: rank 1: error: batchfit: rank 0: error: ..."). */
 void cli_error(const char *fmt, ...)
 {
     va_list ap;
-    int size, rank;
+    char line[2048];
+    int size, rank, n;
     bfit_dist_info(&size, &rank); /* one of several processes: say which */
-    if (size > 1)
-        fprintf(stderr, "batchfit: rank %d: error: ", rank);
-    else
-        fputs("batchfit: error: ", stderr);
+    n = size > 1 ? snprintf(line, sizeof line, "batchfit: rank %d: error: ", rank)
+                 : snprintf(line, sizeof line, "batchfit: error: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap); /* room for the newline */
     va_end(ap);
-    fputc('\n', stderr);
+    n = (int)strlen(line);
+    line[n] = '\n';
+    fwrite(line, 1, (size_t)n + 1, stderr);
 }
 
 int cli_usage_hint(const char *cmd)

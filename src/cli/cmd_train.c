@@ -208,6 +208,10 @@ static const struct option opts[] = {
 /* ---- signals: a stop at the next micro-step boundary, then a checkpoint --- */
 
 static volatile sig_atomic_t stop_signal;
+/* the run has ended (bfit_train returned): a signal now is a launcher
+ * ending the job because another process exited first; there is nothing
+ * left to stop, and a first one is not announced */
+static volatile sig_atomic_t run_over, late_signal;
 
 static int job_size = 1, job_rank; /* one of several processes (mpirun): the ranks stop together */
 static int checkpointed; /* --checkpoint or --resume: a stop writes a checkpoint */
@@ -224,10 +228,17 @@ static void on_signal(int sig)
     static const char many[] = "\nbatchfit: stopping every process at the next step boundary, rank 0 writing a "
                                "checkpoint (if a process died, the launcher ends the job instead: resume from the "
                                "last checkpoint, which is whole)\n";
-    if (stop_signal)
+    static const char many_bare[] = "\nbatchfit: stopping every process at the next step boundary; without "
+                                    "--checkpoint there will be nothing to resume from\n";
+    if (stop_signal || late_signal)
         _exit(128 + sig); /* the second: at once; the last checkpoint is whole (atomic) */
+    if (run_over) {
+        late_signal = sig;
+        return;
+    }
     stop_signal = sig;
-    if (job_rank == 0 && job_size > 1 && write(STDERR_FILENO, many, sizeof many - 1) < 0)
+    if (job_rank == 0 && job_size > 1 && write(STDERR_FILENO, checkpointed ? many : many_bare,
+                                               checkpointed ? sizeof many - 1 : sizeof many_bare - 1) < 0)
         return;
     if (job_rank == 0 && job_size == 1 && write(STDERR_FILENO, checkpointed ? first : bare,
                                                 checkpointed ? sizeof first - 1 : sizeof bare - 1) < 0)
@@ -270,7 +281,17 @@ static void catch_signals(void)
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
     }
-    bfit_dist_info(&job_size, &job_rank);
+}
+
+/* Whether this process is one of a group that trains together: with
+ * --dist off each process a launcher started trains alone, and speaks for
+ * itself (its result, its stop). */
+static void job_of(const bfit_config *c)
+{
+    char mode[16] = "";
+    bfit_config_get(c, "dist", mode, sizeof mode);
+    if (strcmp(mode, "off"))
+        bfit_dist_info(&job_size, &job_rank);
 }
 
 /* The directory of a checkpoint file. */
@@ -347,10 +368,9 @@ static int finish_dist(int rc, const bfit_result *res, int code)
 /* What the run's end means for the exit code, said on stderr. */
 static int outcome(const bfit_result *res, int rc, unsigned flags)
 {
-    int size, rank, report = res && bfit_result_number(res, "report_written") == 1;
+    int rank = job_rank, report = res && bfit_result_number(res, "report_written") == 1;
     const char *path = report ? bfit_result_string(res, "report") : ""; /* the checkpoint's, resumed without it */
 
-    bfit_dist_info(&size, &rank);
     if (rc != BFIT_OK && rank != 0 && rc == BFIT_EPEER)
         return EXIT_FAIL; /* rank 0 says which rank failed and why */
     if (rc == BFIT_ESTOPPED || (rc == BFIT_ENOMEM && res && !strcmp(bfit_result_string(res, "stopped"), "memory"))) {
@@ -398,9 +418,12 @@ int cmd_train(int argc, char **argv)
         bfit_config_get(c, "resume", rs, sizeof rs);
         checkpointed = ck[0] || rs[0];
     }
+    job_of(c);
     catch_signals();
     bfit_config_set_stop_flag(c, &stop_signal);
     rc = bfit_train(c, &res);
+    run_over = 1;
+    job_of(c); /* MPI's group now, where the run set one up */
     code = outcome(res, rc, flags);
     code = finish_dist(rc, res, code);
     bfit_result_free(res);

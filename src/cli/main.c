@@ -47,6 +47,22 @@ static void wait_policy(char **argv)
         execv("/proc/self/exe", argv); /* returns only if it failed: go on spinning */
 }
 
+/* plan, find, eval and report are one process's work: started by a
+ * launcher with several processes, each would print it all, find would
+ * time its steps against the others, and all would write one report file
+ * at once. Rank 0 does it and says so; the others end at once. */
+static int one_process(const char *name)
+{
+    int size, rank;
+    bfit_dist_info(&size, &rank);
+    if (size < 2)
+        return 1;
+    if (rank == 0)
+        fprintf(stderr, "batchfit: %s runs in one process: rank 0 of %d does it, the others exit (only train is "
+                        "data-parallel)\n", name, size);
+    return rank == 0;
+}
+
 int main(int argc, char **argv)
 {
     wait_policy(argv);
@@ -65,7 +81,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name))
-            return cmds[i].run(argc - 1, argv + 1);
+            return cmds[i].run == cmd_train || one_process(cmds[i].name) ? cmds[i].run(argc - 1, argv + 1) : EXIT_OK;
     cli_error("unknown command '%s'", argv[1]);
     usage(stderr);
     return EXIT_USAGE;

@@ -20,6 +20,7 @@
 #include "base/err.h"
 #include "train/run_int.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,7 @@ int bfit_dist_mode_parse(const char *name, bfit_dist_mode *out)
             *out = (bfit_dist_mode)i;
             return BFIT_OK;
         }
-    return bfit_fail_field(BFIT_EINVAL, "dist", "unknown choice '%s' (valid: off, on, auto)", name ? name : "");
+    return bfit_fail(BFIT_EINVAL, "unknown data-parallel mode '%s' (valid: off, on, auto)", name ? name : "");
 }
 
 /* Whether c asks for data-parallel training; refused when it cannot be. */
@@ -183,19 +184,54 @@ void bfit_run_dist_free(bfit_run *r)
     r->dp = NULL;
 }
 
-/* What every rank must have been given alike, as a checksum. Resources
- * (memory, threads, device, micro-batch) may differ from rank to rank. */
+/* The checksum crc, on: the numbers fmt prints. */
+static uint64_t crc_fmt(uint64_t crc, const char *fmt, ...)
+{
+    char b[1024]; /* numbers only: a few dozen, each under 32 characters */
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(b, sizeof b, fmt, ap);
+    va_end(ap);
+    return bfit_dist_crc(crc, b, n < 0 ? 0 : (size_t)n < sizeof b ? (size_t)n : sizeof b - 1);
+}
+
+/* a name whole, however long, with its end (so "ab","c" differs from "a","bc") */
+static uint64_t crc_str(uint64_t crc, const char *s) { return bfit_dist_crc(crc, s ? s : "", s ? strlen(s) + 1 : 1); }
+
+/* What every rank must have been given alike, as a checksum: what decides
+ * the samples, the evaluation and the steps. Resources (memory, threads,
+ * device, micro-batch, recomputation) may differ from rank to rank; whether
+ * to checkpoint may not: every rank takes part in the exchange that brings
+ * its state to rank 0 at a checkpoint. An option that differed would train
+ * silently on other samples (the summed gradient keeps the weights alike),
+ * or be found only at the epoch's weights check. */
 static uint64_t config_check(const bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
-    char b[2048];
-    int n = snprintf(b, sizeof b, "%s|%s|%lld|%lld|%llu|%d|%d|%d|%d|%d|%lld|%d|%.17g|%.17g|%.17g|%d|%.17g|%d|%d",
-                     c->model ? c->model : "", c->data ? c->data : "", (long long)r->per_epoch,
-                     (long long)bfit_model_param_count(r->s.M), (unsigned long long)c->seed, c->batch, c->adaptive,
-                     c->batch_min, c->batch_max, c->epochs, (long long)c->max_steps, (int)c->opt.kind, c->lr,
-                     c->opt.momentum, c->opt.weight_decay, (int)c->sched.kind, c->clip, c->nbatch_schedule,
-                     c->lr_rule);
-    return bfit_dist_crc(0, b, n > 0 && (size_t)n < sizeof b ? (size_t)n : sizeof b - 1);
+    const bfit_lr_schedule *s = &c->sched;
+    uint64_t crc = crc_str(crc_str(crc_str(0, c->model), c->data), c->test_data);
+
+    crc = crc_fmt(crc, "%lld|%lld|%lld|%llu|%d|%d|%d|%d|%d|%d|%lld|%d|%d|%d|%d|%d|%d|%d|%d|%d", (long long)r->per_epoch,
+                  (long long)c->eval_samples, (long long)bfit_model_param_count(r->s.M), (unsigned long long)c->seed,
+                  c->batch, c->batch_tokens, c->adaptive, c->batch_min, c->batch_max, c->epochs,
+                  (long long)c->max_steps, c->normalize, c->augment, c->seq_max, c->init_random, (int)c->csv_header,
+                  c->img.resize, c->img.center_crop, c->img.rrc, c->checkpoint != NULL);
+    crc = crc_fmt(crc, "|%d|%.17g|%.17g|%.17g|%.17g|%d|%.17g|%.17g|%.17g|%d|%lld|%.17g|%lld|%.17g|%lld|%.17g|%.17g|%d|"
+                  "%d|%d|%lld|%d|%d|%.17g|%lld", (int)c->opt.kind, c->lr, c->opt.momentum, c->opt.dampening,
+                  c->opt.weight_decay, c->opt.nesterov, c->opt.beta1, c->opt.beta2, c->opt.eps, (int)s->kind,
+                  (long long)s->warmup_steps, s->warmup_start, (long long)s->step_size, s->gamma,
+                  (long long)s->total_steps, s->min_factor, c->clip, c->lr_rule, c->lr_ref_batch,
+                  c->batch_instead_of_decay, (long long)c->rewarmup_steps, (int)c->storage.precision, c->loss_scale,
+                  c->loss_scale_init, (long long)c->loss_scale_interval);
+    for (int i = 0; i < c->img.nmean; i++)
+        crc = crc_fmt(crc, "|m%a", (double)c->img.mean[i]);
+    for (int i = 0; i < c->img.nstd; i++)
+        crc = crc_fmt(crc, "|s%a", (double)c->img.std[i]);
+    for (int i = 0; i < c->nbatch_schedule && c->batch_schedule; i++)
+        crc = crc_fmt(crc, "|%lld:%d:%d", (long long)c->batch_schedule[i].at, c->batch_schedule[i].by_epoch,
+                      c->batch_schedule[i].batch);
+    return crc;
 }
 
 /* A word saying this rank's outcome rc (and message). */
@@ -260,10 +296,16 @@ int bfit_run_dist_setup(bfit_run *r, int rc)
     run_dist *dp = r->dp;
     bfit_model *M = r->s.M;
 
+    /* refused here, where every rank learns of it, before the group trains */
+    if (rc == BFIT_OK && M->per_token)
+        rc = bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them in one "
+                       "process");
     rc = agree(r, rc, rc == BFIT_OK ? config_check(r) : 0, "setting up", "the training options");
     if (rc == BFIT_ESTATE && dp->together)
-        return bfit_fail_prefix(BFIT_EINVAL, "data-parallel: every process must be given the same model, data, "
-                                "batch, optimizer and seed: ");
+        return bfit_fail_prefix(BFIT_EINVAL, "data-parallel: every process must be given the same model, data and "
+                                "its treatment (normalisation, augmentation, test data, evaluation samples), batch, "
+                                "optimizer and lr schedule, seed, and whether to checkpoint (--checkpoint); only "
+                                "resources (memory, threads, device, micro-batch) may differ: ");
     if (rc != BFIT_OK)
         return rc;
     for (int i = 0; i < M->nparams; i++)
@@ -511,7 +553,13 @@ int bfit_run_dist_end(bfit_run *r, int rc, int E)
     for (int q = 0; q < dp->size; q++)
         dp->loss += all[q].loss;
     t0 = bfit_clock_mono();
-    rc = bfit_dist_sum(dp->d, M->grad_block, M->grad_bytes / bfit_dtype_size(BFIT_F32));
+    /* no backward ran here (a share of 0 samples): the block still holds the
+     * last step's sum, since backward sets a step's gradients and zeroing
+     * only marks them (nn/gradset.c); this rank adds nothing */
+    if (M->grads_stale)
+        rc = bfit_device_zero(r->s.dev, M->grad_block, M->grad_bytes);
+    if (rc == BFIT_OK)
+        rc = bfit_dist_sum(dp->d, M->grad_block, M->grad_bytes / bfit_dtype_size(BFIT_F32));
     if (rc == BFIT_OK)
         rc = bfit_device_sync(r->s.dev); /* the sum's time is the sum's, not the update's */
     dp->sum_secs = bfit_clock_mono() - t0;
@@ -649,6 +697,12 @@ int bfit_run_dist_resume(bfit_run *r, const run_group *g, const char *path)
     int rc;
 
     if (!g || g->n != dp->size) {
+        /* the controller every rank resumed is the checkpoint's, rank 0's
+         * of another group: its throughput records are no rank's here */
+        bfit_controller_state_get(r->ctl, &cs);
+        memset(cs.tp, 0, sizeof cs.tp);
+        if ((rc = bfit_controller_state_set(r->ctl, &cs)) != BFIT_OK)
+            return bfit_fail_prefix(BFIT_EFORMAT, "%s: rank %d's controller: ", path, dp->rank);
         bfit_log_say(&r->lg, "batchfit: the checkpoint %s %s: the shares start equal, and each rank measures "
                      "its speed afresh", path, g ? "is of another number of ranks" : "keeps no ranks' state");
         return BFIT_OK;

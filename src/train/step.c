@@ -178,12 +178,8 @@ static int stage(bfit_run *r, int E, int *n)
 {
     int64_t left = r->per_epoch - r->pos.taken;
     int got, rc;
-    if (r->dp) {
-        if (r->s.M->per_token)
-            return bfit_fail(BFIT_EINVAL, "data-parallel training of token models is not supported yet: train them "
-                             "in one process");
+    if (r->dp) /* token models are refused data-parallel (bfit_run_dist_setup) */
         return bfit_run_dist_take(r, E, n);
-    }
     if (r->cfg.batch_tokens)
         rc = bfit_feed_take_tokens(&r->tr, E, (int)(left < r->max_take ? left : r->max_take), r->stage_x,
                                    r->stage_y, &got);

@@ -197,6 +197,7 @@ int bfit_train_from(const bfit_train_cfg *cfg, bfit_train_result *res)
     rc = train(cfg, res, &logged, o);
     if (o->report[0] && logged)
         rc = write_report(o->report, o->log, rc, res);
+    res->dist_alone = res->dist_alone && rc != BFIT_OK; /* a run that ended well leaves no rank waiting */
     if (o->tmp_log)
         bfit_atomic_abort(&o->tmp);
     free(o);

@@ -48,6 +48,17 @@ expect 2 "--batch-max: bounds the effective batch of batch auto and adaptive .*b
 expect 2 "--batch-min: bounds the effective batch of batch auto and adaptive; batch 128 is fixed" "$bf" train \
   --model "$m" --batch-min 8 --max-steps 1
 expect 2 "--threads: expected a number of threads \(1 to 1024\) or auto; got 'fast'" "$bf" train --model "$m" --threads fast
+# one of several processes (a launcher's environment): rank and message in
+# one write, so that the ranks' errors, which mpirun passes on as they come,
+# do not interleave ("batchfit: rank 1: error: batchfit: rank 0: error: ...")
+if command -v strace >/dev/null; then
+  OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 strace -qq -f -e trace=write -e signal=none -s 300 -o "$tmp/w.trace" \
+    "$bf" train --model "$m" --lr banana 2>/dev/null
+  expect 0 "write\(2, \"batchfit: rank 1: error: --lr: 'banana' is not a number: expected 1e-12 to 1e\+06\\\\n\"" \
+    cat "$tmp/w.trace"
+fi
+expect 2 "^batchfit: error: --dist: unknown data-parallel mode 'sometimes' \(valid: off, on, auto\)$" "$bf" train --model "$m" \
+  --dist sometimes
 expect 2 "--threads: 0 is out of range" "$bf" train --model "$m" --threads 0
 expect 2 "--memory: size '12XB' has unknown unit 'XB'" "$bf" train --model "$m" --memory 12XB
 expect 2 "--memory: size '-1' is negative" "$bf" train --model "$m" --memory -1

@@ -17,7 +17,7 @@ if(BFIT_HAVE_MPI AND BFIT_SANITIZE)
 endif()
 
 set(BFIT_MPI_CASES weights2 weights3 rank_memory rank_oom rank_nomem kill term_one mismatch alone_on adaptive auto_refused
-    resume_exact)
+    resume_exact commands tokens_refused short_step dist_off term_after)
 foreach(case ${BFIT_MPI_CASES})
   if(BFIT_HAVE_MPI AND BFIT_PYTHON)
     add_test(NAME mpi_${case} COMMAND ${BFIT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/dist_test.py

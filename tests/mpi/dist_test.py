@@ -17,13 +17,19 @@ rank 0 checkpoints it), kill (a rank killed mid-run ends the others within
 seconds with an error, and the last checkpoint resumes), term_one (SIGTERM to
 one rank only, not through mpirun, stops every rank at one step boundary,
 rank 0 checkpoints it, and the group resumes from it), mismatch (ranks
-started with different options fail together, none hangs), auto_refused
+started with different options, or --checkpoint on one only, fail together,
+none hangs), auto_refused
 (--batch auto, not supported data-parallel yet, is refused by all), alone_on (--dist
 on in a group of one gives bit for bit the weights of a run alone),
 adaptive (--batch adaptive: the noise scale from the ranks' gradient norms,
 every rank deciding the same E), resume_exact (a group resumed from a
 checkpoint ends bit for bit where the uninterrupted run ends, its shares
-having moved with the ranks' speed).
+having moved with the ranks' speed), commands (plan, find, eval and report
+under mpirun: rank 0 does them once), tokens_refused (a token model is
+refused by every rank while setting up), short_step (a step of one sample
+on 3 ranks: the ranks without samples add nothing), dist_off (--dist off
+under mpirun: each process trains alone and prints its result),
+term_after (rank 0 ended by mpirun after its stopped run says nothing more).
 """
 import json
 import os
@@ -226,8 +232,13 @@ def single(rows, extra=(), name="single"):
 def case_weights(n):
     rows = make_data()
     T = single(rows)
-    run(mpirun(n) + train_args(["--save", path("dist.st"), "--log", path("dist.jsonl")]))
+    p = run(mpirun(n) + train_args(["--save", path("dist.st"), "--log", path("dist.jsonl"), "--json"]))
     check_samples(path("dist.jsonl"), rows, "%d ranks" % n)
+    # rank 0 alone prints the result; a run that ended well left no rank
+    # alone with a failure (dist_alone: a caller would end the job on it)
+    res = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    if len(res) != 1 or res[0]["dist_alone"] is not False or res[0]["steps"] != T:
+        fail("%d ranks: expected one result, dist_alone false, %d steps: %s" % (n, T, res))
     if check_steps(path("dist.jsonl"), n, "%d ranks" % n) != T:
         fail("%d ranks took another number of steps than one process (%d)" % (n, T))
     compare_weights(path("single.st"), path("dist.st"), T, "%d ranks" % n)
@@ -413,6 +424,59 @@ def case_term_one():
     print("term one: stopped and checkpointed at step %d, resumed and trained to the end" % step)
 
 
+def term_rank(rank, extra):
+    """Trains a model big enough to take seconds on 2 ranks, sends SIGTERM to
+    `rank` alone after 20 steps, and returns mpirun's exit code and output."""
+    with open(path("big.cfg"), "w") as f:
+        f.write("input %dx1x1\nflatten\nlinear 2048\nrelu\nlinear 1024\nrelu\nlinear %d\n" % (F, C))
+    args = train_args(extra + ["--log", path("t.jsonl")], batch=16, epochs=1000)
+    args[args.index("--model") + 1] = path("big.cfg")
+    if os.path.exists(path("t.jsonl")):
+        os.remove(path("t.jsonl"))
+    mp = subprocess.Popen(mpirun(2) + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.time()
+
+    def steps():  # the log as it is written: absent at first, its last line maybe partial
+        try:
+            with open(path("t.jsonl")) as f:
+                return f.read().count('"event":"step"')
+        except OSError:
+            return 0
+    while time.time() - t0 < 60 and mp.poll() is None and steps() < 20:
+        time.sleep(0.05)
+    pids = rank_pids(mp)
+    if rank not in pids or mp.poll() is not None:
+        mp.kill()
+        fail("no 20 steps within 60 s, or rank %d not found (%s)" % (rank, pids))
+    os.kill(pids[rank], signal.SIGTERM)
+    try:
+        out, _ = mp.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        mp.kill()
+        fail("the job still ran 60 s after rank %d was sent SIGTERM" % rank)
+    return mp.returncode, out
+
+
+def case_term_after():
+    """SIGTERM to rank 1 alone with a checkpoint of 17 MB: rank 0 writes it
+    after rank 1 has stopped, so rank 1 exits (143) first and mpirun ends
+    rank 0 with SIGTERM as it finishes. Its run is over by then: it must not
+    announce a stop and a checkpoint to come (it once did, after saying
+    where the checkpoint was). Then SIGTERM to rank 0 of a run without
+    --checkpoint: it announces the stop without a checkpoint (it once
+    promised one, then said none was written)."""
+    make_data()
+    rc, out = term_rank(1, ["--checkpoint", path("ck"), "--checkpoint-every", "100000"])
+    if rc != 143 or "(sent to rank 1; every rank stopped at this step)" not in out:
+        fail("expected every rank to stop and exit 143, rank 0 to say so:\n%s" % out[-3000:])
+    if "stopping every process" in out:
+        fail("rank 0 announced a stop after its run had ended:\n%s" % out[-3000:])
+    rc, out = term_rank(0, [])
+    if rc != 143 or "stopping every process at the next step boundary" not in out or "checkpoint (if" in out \
+            or "no checkpoint was written" not in out:
+        fail("expected rank 0 to announce a stop without a checkpoint, and exit 143:\n%s" % out[-3000:])
+
+
 def case_resume_exact():
     """A group whose shares had moved with the ranks' measured speed, resumed
     from a checkpoint, ends bit for bit where the uninterrupted run ends, as
@@ -457,9 +521,15 @@ def case_resume_exact():
     # three ranks cannot take two ranks' shares: they start equal, and say so
     os.mkdir(path("r3"))
     shutil.copy(os.path.join(path("ck"), "ckpt-000000000020.safetensors"), path("r3"))
-    p = run(mpirun(3, tenv) + [BF, "train", "--resume", path("r3")], env=env)
+    p = run(mpirun(3, tenv) + [BF, "train", "--resume", path("r3"), "--log", path("r3.jsonl")], env=env)
     if "is of another number of ranks: the shares start equal" not in p.stdout:
         fail("a checkpoint of 2 ranks resumed on 3 should say the shares start equal:\n%s" % p.stdout[-2000:])
+    # and each rank measures its speed afresh: the checkpoint's records are
+    # rank 0's of another group (once every rank started from them, and the
+    # first split quoted them as the three ranks' speeds)
+    sh = [e for e in events(path("r3.jsonl"), "shares")]
+    if not sh or sh[0]["step"] != 20 or "no throughput measured yet" not in sh[0]["why"]:
+        fail("the 3 ranks' first split should be equal for want of measurements: %s" % sh[:2])
 
 
 def case_mismatch():
@@ -470,6 +540,32 @@ def case_mismatch():
     if p.returncode == 0 or p.stdout.count("must be given the same") < 1:
         fail("expected both ranks to refuse different options:\n%s" % p.stdout[-2000:])
     print("mismatch: exit %d" % p.returncode)
+    # what changes the samples, the evaluation or the schedule on one rank
+    # only: once trained silently (the gradient sum made the weights agree)
+    # or found at the epoch's weights check
+    base = train_args()
+    for what, rank1 in (("normalized", [a for a in base if a != "--no-normalize"]),
+                        ("--eval-samples", base + ["--eval-samples", "100"]), ("--warmup", base + ["--warmup", "3"]),
+                        ("--lr-ref-batch", base + ["--lr-ref-batch", "32"])):
+        p = run(mpirun(1) + base + [":", "-np", "1"] + rank1, timeout=60, expect=None)
+        if p.returncode == 0 or "must be given the same" not in p.stdout or "differ in their parameters" in p.stdout:
+            fail("expected both ranks to refuse at set-up a rank 1 %s:\n%s" % (what, p.stdout[-2000:]))
+    # paths of 3500 characters each (legal: under PATH_MAX) must not push
+    # the seed out of the options' checksum
+    base = train_args()
+    for opt, name in (("--model", "m.cfg"), ("--data", "train.csv"), ("--test-data", "train.csv")):
+        base[base.index(opt) + 1] = os.path.join(TMP, "./" * 1750 + name)
+    p = run(mpirun(1) + base + [":", "-np", "1"] + base + ["--seed", "2"], timeout=60, expect=None)
+    if p.returncode == 0 or "must be given the same" not in p.stdout:
+        fail("expected both ranks to refuse different seeds beside long paths:\n%s" % p.stdout[-1000:])
+    # --checkpoint on one rank only: the ranks would take part in different
+    # exchanges at the step boundaries (once MPI_ERR_TRUNCATE and an abort)
+    ck = ["--checkpoint", path("ck"), "--checkpoint-every", "2"]
+    for first, second in ((train_args(), train_args(ck)), (train_args(ck), train_args())):
+        p = run(mpirun(1) + first + [":", "-np", "1"] + second, timeout=60, expect=None)
+        if p.returncode == 0 or p.stdout.count("whether to checkpoint") < 1 or "MPI_ERR" in p.stdout or \
+                "MPI_ABORT" in p.stdout:
+            fail("expected both ranks to refuse --checkpoint given to one rank only:\n%s" % p.stdout[-2000:])
 
 
 def case_auto_refused():
@@ -513,6 +609,68 @@ def case_adaptive():
         fail("E never followed the noise scale")
 
 
+def case_short_step():
+    """Epochs of 577 samples with E = 64 end with a step of one sample: on 3
+    ranks two train on none that step, and must add nothing to the gradient
+    sum (backward sets a step's gradients and zeroing only marks them, so
+    such a rank once added the last step's sum again). The weights are one
+    process's, to rounding."""
+    make_data()
+    extra = ["--epoch-samples", "577"]
+    run(train_args(extra + ["--save", path("single.st"), "--log", path("single.jsonl")]))
+    run(mpirun(3) + train_args(extra + ["--save", path("dist.st"), "--log", path("dist.jsonl")]))
+    st = steps_of(path("dist.jsonl"))
+    idle = [s["step"] for s in st if any(r["share"] == 0 for r in s["ranks"])]
+    if len(idle) != EPOCHS:
+        fail("expected one step per epoch with a rank of no samples, got steps %s" % idle)
+    compare_weights(path("single.st"), path("dist.st"), len(st), "3 ranks, a step of one sample")
+
+
+def case_dist_off():
+    """--dist off under mpirun: each process trains alone, so each prints
+    its own result (rank 1's was once dropped as a group's non-writer's)."""
+    make_data()
+    p = run(mpirun(2) + train_args(["--dist", "off", "--json"]), timeout=120)
+    res = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    if len(res) != 2 or any(r["steps"] != 20 or r["dist_alone"] for r in res):
+        fail("expected two results of 20 steps, one per process alone:\n%s" % p.stdout[-2000:])
+
+
+def case_tokens_refused():
+    """A token model is not trained data-parallel yet: every rank refuses it
+    while setting up, before the group says it trains or splits a step."""
+    with open(path("tok.cfg"), "w") as f:
+        f.write("input tokens=8\nembed 16 vocab=256 positions=8\nlinear 256\n")
+    with open(path("tok.txt"), "w") as f:
+        f.write("In the beginning God created the heaven and the earth.\n" * 40)
+    p = run(mpirun(2) + [BF, "train", "--model", path("tok.cfg"), "--data", path("tok.txt"), "--test-data",
+                         path("tok.txt"), "--threads", "1", "--batch", "8", "--max-steps", "2"], timeout=60, expect=None)
+    if p.returncode == 0 or p.stdout.count("token models is not supported") != 2 or "data-parallel over" in p.stdout \
+            or "shares of" in p.stdout:
+        fail("expected both ranks to refuse a token model before training as a group:\n%s" % p.stdout[-2000:])
+
+
+def case_commands():
+    """plan, find, eval and report are one process's work: under mpirun rank
+    0 does it once and says so, the others exit at once (two ranks would
+    print everything twice, time find's steps against each other, and
+    write one report file at the same time)."""
+    make_data()
+    run(train_args(["--epochs", "1", "--save", path("w.st"), "--log", path("w.jsonl")]))
+    data = ["--model", path("m.cfg"), "--data", path("train.csv"), "--threads", "1"]
+    cmds = {"plan": ([BF, "plan", "--model", path("m.cfg"), "--threads", "1", "--batch", "64"], "largest batch:"),
+            "find": ([BF, "find"] + data + ["--memory", "64MiB", "--repeats", "1"], "largest batch:"),
+            "eval": ([BF, "eval"] + data + ["--weights", path("w.st"), "--no-normalize"], "test loss"),
+            "report": ([BF, "report", path("w.jsonl"), "-o", path("r.html")], "report written")}
+    for name, (cmd, said) in cmds.items():
+        p = run(mpirun(2) + cmd, timeout=120)
+        note = "%s runs in one process: rank 0 of 2 does it" % name
+        lines = p.stdout.splitlines()
+        if sum(l.startswith(said) for l in lines) != 1 or p.stdout.count(note) != 1:
+            fail("mpirun -np 2 batchfit %s: expected a line '%s' once and the note once:\n%s" % (name, said, p.stdout[-2000:]))
+    print("commands: plan, find, eval and report ran once under mpirun -np 2")
+
+
 def main():
     if not MPIRUN:
         print("mpirun not found (apt-get install openmpi-bin): skipped")
@@ -520,7 +678,9 @@ def main():
     cases = {"weights2": lambda: case_weights(2), "weights3": lambda: case_weights(3),
              "rank_memory": case_rank_memory, "rank_oom": case_rank_oom, "rank_nomem": case_rank_nomem,
              "kill": case_kill, "term_one": case_term_one, "mismatch": case_mismatch, "alone_on": case_alone_on, "adaptive": case_adaptive,
-             "auto_refused": case_auto_refused, "resume_exact": case_resume_exact}
+             "auto_refused": case_auto_refused, "commands": case_commands,
+             "tokens_refused": case_tokens_refused, "short_step": case_short_step,
+             "dist_off": case_dist_off, "term_after": case_term_after, "resume_exact": case_resume_exact}
     try:
         cases[CASE]()
     finally:
