@@ -185,6 +185,7 @@ void bfit_run_dist_free(bfit_run *r)
 }
 
 /* The checksum crc, on: the numbers fmt prints. */
+static uint64_t crc_fmt(uint64_t crc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static uint64_t crc_fmt(uint64_t crc, const char *fmt, ...)
 {
     char b[1024]; /* numbers only: a few dozen, each under 32 characters */
@@ -212,11 +213,12 @@ static uint64_t config_check(const bfit_run *r)
     const bfit_lr_schedule *s = &c->sched;
     uint64_t crc = crc_str(crc_str(crc_str(0, c->model), c->data), c->test_data);
 
-    crc = crc_fmt(crc, "%lld|%lld|%lld|%llu|%d|%d|%d|%d|%d|%d|%lld|%d|%d|%d|%d|%d|%d|%d|%d|%d", (long long)r->per_epoch,
+    crc = crc_fmt(crc, "%lld|%lld|%lld|%llu|%d|%d|%d|%d|%d|%d|%lld|%d|%d|%d|%d|%d|%d|%dx%d|%dx%d|%d", (long long)r->per_epoch,
                   (long long)c->eval_samples, (long long)bfit_model_param_count(r->s.M), (unsigned long long)c->seed,
                   c->batch, c->batch_tokens, c->adaptive, c->batch_min, c->batch_max, c->epochs,
                   (long long)c->max_steps, c->normalize, c->augment, c->seq_max, c->init_random, (int)c->csv_header,
-                  c->img.resize, c->img.center_crop, c->img.rrc, c->checkpoint != NULL);
+                  c->img.resize, c->img.center_crop[0], c->img.center_crop[1], c->img.rrc[0], c->img.rrc[1],
+                  c->checkpoint != NULL);
     crc = crc_fmt(crc, "|%d|%.17g|%.17g|%.17g|%.17g|%d|%.17g|%.17g|%.17g|%d|%lld|%.17g|%lld|%.17g|%lld|%.17g|%.17g|%d|"
                   "%d|%d|%lld|%d|%d|%.17g|%lld", (int)c->opt.kind, c->lr, c->opt.momentum, c->opt.dampening,
                   c->opt.weight_decay, c->opt.nesterov, c->opt.beta1, c->opt.beta2, c->opt.eps, (int)s->kind,
