@@ -111,6 +111,13 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
         return bfit_fail_field(BFIT_EINVAL, "data", "the data set %s holds token ids, for token models (`input "
                                "tokens=T`), but %s takes inputs of %s", name, c->model,
                                bfit_shape_str(s->M->input, a, sizeof a));
+    /* token data labels every token; a model ending in one score vector per
+     * sample (`flatten`, `linear N`) has room for one label per sample */
+    if (tokens && s->M->labels_per_sample != bfit_dataset_label_len(d))
+        return bfit_fail_field(BFIT_EINVAL, "data", "%s gives one vector of class scores per sample, but the token "
+                               "data %s has a label per token (%d per sample: the next token): end the model with "
+                               "scores per token (a `linear V` on the sequence, without `flatten`)", c->model, name,
+                               bfit_dataset_label_len(d));
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,
                          bfit_shape_str(s->M->input, a, sizeof a), name, bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
