@@ -21,4 +21,23 @@ expect 1 "--data: $tmp/flat.cfg gives one vector of class scores per sample, but
 expect 1 "gives one vector of class scores per sample, but the token data" \
   "$bf" find --model "$tmp/flat.cfg" --data "$tmp/a.txt" --largest-only --memory 64MiB --threads 2
 
+# --seq-max: a sample is a line, so a text shorter than the model's T still
+# has samples (was refused: "28 tokens make no sample of 128 tokens")
+printf 'hello world, this is short.\n' >"$tmp/short.txt"
+expect 0 "test loss [0-9.]+ per token .* next-token accuracy [0-9.]+% \(1 sequences\)" \
+  "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/short.txt" --seq-max 64 --max-steps 1 --batch 4 \
+  --threads 2
+expect 0 "after 1 epoch\(s\), 1 steps" \
+  "$bf" train --model gpt-nano --data "$tmp/short.txt" --test-data "$tmp/a.txt" --seq-max 64 --max-steps 1 --batch 4 \
+  --eval-samples 8 --threads 2
+# a test text of blank lines has no sample: refused, naming it (was "test
+# loss 0.0000 per token, next-token accuracy 0.00% (0 sequences)", exit 0)
+printf '\n%.0s' $(seq 300) >"$tmp/blank.txt"
+expect 1 "--test-data: $tmp/blank.txt \(whole, lines\) has no test samples: with --seq-max a sample is a line's tokens that have a next token, and no line has any" \
+  "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/blank.txt" --seq-max 64 --max-steps 1 --batch 4 \
+  --threads 2
+# and a text too short for a test part says how to give one
+expect 1 "--data: $tmp/short.txt \(test part, lines\) has no test samples: a text's test part is every 20th block of 100 lines; give the test text as --test-data" \
+  "$bf" train --model gpt-nano --data "$tmp/short.txt" --seq-max 64 --max-steps 1 --batch 4 --threads 2
+
 finish
