@@ -164,6 +164,7 @@ int bfit_config_eval_cfg(const bfit_config *c, bfit_eval_cfg *e)
     e->model = c->t.model;
     e->weights = c->weights;
     e->data = c->t.data;
+    e->test_data = c->t.test_data;
     e->batch = c->t.eval_batch;
     e->samples = c->t.eval_samples;
     e->threads = c->t.threads;

@@ -179,7 +179,9 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
 
     s->train = c->given_train;
     s->test = c->given_test;
-    if (!s->train && (c->want_train || (c->normalize && !c->given_mean && !(c->img && (c->img->nmean || c->img->nstd))))) {
+    /* the training split only for normalisation statistics, which token ids have none of */
+    if (!s->train && (c->want_train || (c->normalize && s->M->input_dtype != BFIT_I32 && !c->given_mean &&
+                                        !(c->img && (c->img->nmean || c->img->nstd))))) {
         rc = synthetic ? synthetic_data(s->M, c->seed, &s->train_own) : bfit_dataset_load(c->data, 1, op, &s->train_own);
         if (rc != BFIT_OK)
             return rc;

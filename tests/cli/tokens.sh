@@ -39,5 +39,20 @@ expect 1 "--test-data: $tmp/blank.txt \(whole, lines\) has no test samples: with
 # and a text too short for a test part says how to give one
 expect 1 "--data: $tmp/short.txt \(test part, lines\) has no test samples: a text's test part is every 20th block of 100 lines; give the test text as --test-data" \
   "$bf" train --model gpt-nano --data "$tmp/short.txt" --seq-max 64 --max-steps 1 --batch 4 --threads 2
+# eval of saved weights on another text, read whole as train's --test-data
+# reads it (was: no way; --data gave its test part, "0 tokens make no
+# sample ... give the test text as --test-data", and eval refused
+# --test-data as another command's option)
+for i in $(seq 60); do echo "another text, line $i, with its own words: ÿ ñ"; done >"$tmp/b.txt"
+expect 0 "test_loss" "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --max-steps 2 --batch 4 \
+  --threads 2 --save "$tmp/a.st" --json --quiet
+train_loss=$("$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --max-steps 2 --batch 4 \
+  --threads 2 --json --quiet 2>/dev/null | python3 -c 'import json,sys; print("%.6f" % json.load(sys.stdin)["test_loss"])')
+# b.txt's windows of 128 and their labels: (bytes - 1) / 128 of them
+nb=$(( ($(wc -c <"$tmp/b.txt") - 1) / 128 ))
+expect 0 "\"samples\":$nb,\"loss\":${train_loss%?}" "$bf" eval --model gpt-nano --weights "$tmp/a.st" \
+  --test-data "$tmp/b.txt" --json --threads 2
+expect 1 "$tmp/b.txt \(test part\): 0 tokens make no sample of 128 tokens .* give the test text as --test-data" \
+  "$bf" eval --model gpt-nano --weights "$tmp/a.st" --data "$tmp/b.txt" --threads 2
 
 finish
