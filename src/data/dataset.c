@@ -356,6 +356,10 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
         return has_subfolder(spec) ? bfit_dataset_load_images(spec, o, out) : load_dir(spec, train, o->nclasses, out);
     if (bfit_img_is_list(spec, o->seq > 0))
         return bfit_dataset_load_images(spec, o, out);
+    if (bfit_tokens_is_file(spec) && o->lines) /* ids have no newline byte to cut them at */
+        return bfit_fail_field(BFIT_EINVAL, "seq_max", "%s is a token file, which has no lines: --seq-max makes a "
+                               "text's lines the samples; leave it out (windows of the model's tokens) or give the "
+                               "text (a .txt file)", spec);
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->seq, out);
     if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)

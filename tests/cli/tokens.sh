@@ -54,5 +54,19 @@ expect 0 "\"samples\":$nb,\"loss\":${train_loss%?}" "$bf" eval --model gpt-nano 
   --test-data "$tmp/b.txt" --json --threads 2
 expect 1 "$tmp/b.txt \(test part\): 0 tokens make no sample of 128 tokens .* give the test text as --test-data" \
   "$bf" eval --model gpt-nano --weights "$tmp/a.st" --data "$tmp/b.txt" --threads 2
+# --seq-max reads a text's lines; a token file has none: refused (was
+# trained silently on windows of N, the model cut to N tokens)
+python3 - "$tmp/a.txt" "$tmp/a.bin" <<'PY'
+import struct, sys
+ids = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write(struct.pack("<4i", 20240520, 1, len(ids), 256) + bytes(1008) +
+                              b"".join(struct.pack("<H", i) for i in ids))
+PY
+expect 0 "training gpt-nano on $tmp/a.bin: .* 1 epoch\(s\) of $(( ($(wc -c <"$tmp/a.txt") - 1) / 128 )) samples" \
+  "$bf" train --model gpt-nano --data "$tmp/a.bin" --max-steps 1 --batch 4 --eval-samples 4 --threads 2
+expect 1 "--seq-max: $tmp/a.bin is a token file, which has no lines: --seq-max makes a text's lines the samples; leave it out \(windows of the model's tokens\) or give the text \(a .txt file\)" \
+  "$bf" train --model gpt-nano --data "$tmp/a.bin" --seq-max 64 --max-steps 1 --batch 4 --threads 2
+expect 1 "--seq-max: $tmp/a.bin is a token file, which has no lines" \
+  "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/a.bin" --seq-max 64 --max-steps 1 --batch 4 --threads 2
 
 finish
