@@ -365,6 +365,9 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)
         return o->lines ? bfit_dataset_load_text_lines(spec, o->whole ? -1 : train, o->seq, out)
                         : bfit_dataset_load_text(spec, o->whole ? -1 : train, o->seq, out);
+    if (o->seq > 0) /* token ids never come from CSV's numbers */
+        return bfit_fail(BFIT_EINVAL, "%s is not data for a token model: it reads kjv, a token file (llm.c's format) "
+                         "or a text whose name ends in .txt (its bytes as tokens); rename a text to end in .txt", spec);
     if (looks_binary(spec))
         return bfit_fail(BFIT_EINVAL, "%s is an IDX or gzip file, not CSV: give its directory, "
                          "or IMAGES,LABELS for a pair of IDX files", spec);

@@ -68,5 +68,10 @@ expect 1 "--seq-max: $tmp/a.bin is a token file, which has no lines: --seq-max m
   "$bf" train --model gpt-nano --data "$tmp/a.bin" --seq-max 64 --max-steps 1 --batch 4 --threads 2
 expect 1 "--seq-max: $tmp/a.bin is a token file, which has no lines" \
   "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/a.bin" --seq-max 64 --max-steps 1 --batch 4 --threads 2
+# a token model's text must be named .txt; another file is not read as CSV
+# for it (was "U.TXT:2: found 1 column, need at least 2 (features and a label)")
+cp "$tmp/a.txt" "$tmp/U.TXT"
+expect 1 "error: $tmp/U.TXT is not data for a token model: it reads kjv, a token file \(llm.c's format\) or a text whose name ends in .txt \(its bytes as tokens\); rename a text to end in .txt" \
+  "$bf" train --model gpt-nano --data "$tmp/U.TXT" --max-steps 1 --batch 4 --threads 2
 
 finish
