@@ -73,5 +73,13 @@ expect 1 "--seq-max: $tmp/a.bin is a token file, which has no lines" \
 cp "$tmp/a.txt" "$tmp/U.TXT"
 expect 1 "error: $tmp/U.TXT is not data for a token model: it reads kjv, a token file \(llm.c's format\) or a text whose name ends in .txt \(its bytes as tokens\); rename a text to end in .txt" \
   "$bf" train --model gpt-nano --data "$tmp/U.TXT" --max-steps 1 --batch 4 --threads 2
+# images for a token model: said so (was "images of l.txt: the model's input
+# has 0 channels; images give 1 (gray) or 3 (RGB)")
+{ echo "photo.jpg,1"; cat "$tmp/a.txt"; } >"$tmp/l.txt"
+expect 1 "$tmp/l.txt reads as images \(a list whose lines name image files as \`path,label\`\), but a token model reads token ids" \
+  "$bf" train --model gpt-nano --data "$tmp/l.txt" --max-steps 1 --batch 4 --threads 2
+mkdir -p "$tmp/imgs/a"
+expect 1 "$tmp/imgs reads as images \(a folder of class folders\), but a token model reads token ids: give it kjv, a token file or a text" \
+  "$bf" train --model gpt-nano --data "$tmp/imgs" --max-steps 1 --batch 4 --threads 2
 
 finish
