@@ -81,5 +81,8 @@ expect 1 "$tmp/l.txt reads as images \(a list whose lines name image files as \`
 mkdir -p "$tmp/imgs/a"
 expect 1 "$tmp/imgs reads as images \(a folder of class folders\), but a token model reads token ids: give it kjv, a token file or a text" \
   "$bf" train --model gpt-nano --data "$tmp/imgs" --max-steps 1 --batch 4 --threads 2
+# find names a token model's input as plan does (was "input 128x1")
+expect 0 "batchfit find: gpt-nano \(preset\) on $tmp/a.txt: 842,496 parameters, input 128 tokens, 2 threads" \
+  "$bf" find --model gpt-nano --data "$tmp/a.txt" --largest-only --memory 48MiB --threads 2
 
 finish
