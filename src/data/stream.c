@@ -294,8 +294,11 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
     if ((double)cfg->max_take * (double)bfit_shape_numel(sh) > (double)INT32_MAX * 4)
         return bfit_fail(BFIT_EINVAL, "stream: max_take %d samples of %lld values is too large",
                          cfg->max_take, (long long)bfit_shape_numel(sh));
-    if ((cfg->aug_crop_pad || cfg->aug_hflip || cfg->norm_mean) && d->ids)
-        return bfit_fail(BFIT_EINVAL, "%s is token data: no augmentation or normalisation", d->source);
+    if ((cfg->aug_crop_pad || cfg->aug_hflip) && d->ids)
+        return bfit_fail(BFIT_EINVAL, "augmentation (crop, flip) needs images; %s is token data (train without "
+                         "--augment)", d->source);
+    if (cfg->norm_mean && d->ids)
+        return bfit_fail(BFIT_EINVAL, "%s is token data: token ids are not normalised", d->source);
     if ((cfg->aug_crop_pad || cfg->aug_hflip) && sh.h == 1 && sh.w == 1)
         return bfit_fail(BFIT_EINVAL, "augmentation (crop, flip) needs images; %s has vectors of %d features",
                          d->source, sh.c);

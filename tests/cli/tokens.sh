@@ -84,5 +84,9 @@ expect 1 "$tmp/imgs reads as images \(a folder of class folders\), but a token m
 # find names a token model's input as plan does (was "input 128x1")
 expect 0 "batchfit find: gpt-nano \(preset\) on $tmp/a.txt: 842,496 parameters, input 128 tokens, 2 threads" \
   "$bf" find --model gpt-nano --data "$tmp/a.txt" --largest-only --memory 48MiB --threads 2
+# --augment on text says what it needs (was "a.txt (train part) is token
+# data: no augmentation or normalisation")
+expect 1 "augmentation \(crop, flip\) needs images; $tmp/a.txt \(train part\) is token data \(train without --augment\)" \
+  "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/a.txt" --augment --max-steps 1 --batch 4 --threads 2
 
 finish
