@@ -44,14 +44,17 @@ expect 1 "--data: $tmp/short.txt \(test part, lines\) has no test samples: a tex
 # sample ... give the test text as --test-data", and eval refused
 # --test-data as another command's option)
 for i in $(seq 60); do echo "another text, line $i, with its own words: ÿ ñ"; done >"$tmp/b.txt"
-expect 0 "test_loss" "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --max-steps 2 --batch 4 \
-  --threads 2 --save "$tmp/a.st" --json --quiet
-train_loss=$("$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --max-steps 2 --batch 4 \
-  --threads 2 --json --quiet 2>/dev/null | python3 -c 'import json,sys; print("%.6f" % json.load(sys.stdin)["test_loss"])')
-# b.txt's windows of 128 and their labels: (bytes - 1) / 128 of them
-nb=$(( ($(wc -c <"$tmp/b.txt") - 1) / 128 ))
-expect 0 "\"samples\":$nb,\"loss\":${train_loss%?}" "$bf" eval --model gpt-nano --weights "$tmp/a.st" \
-  --test-data "$tmp/b.txt" --json --threads 2
+"$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --max-steps 2 --batch 4 --threads 2 \
+  --save "$tmp/a.st" --json --quiet >"$tmp/tr.json" 2>/dev/null
+"$bf" eval --model gpt-nano --weights "$tmp/a.st" --test-data "$tmp/b.txt" --json --threads 2 >"$tmp/ev.json" 2>&1
+# the same sequences, the same loss: b.txt's windows of 128 and their
+# labels, (bytes - 1) / 128 of them
+if python3 - "$tmp/tr.json" "$tmp/ev.json" $(( ($(wc -c <"$tmp/b.txt") - 1) / 128 )) <<'PY'
+import json, sys
+tr, ev = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+sys.exit(0 if ev["samples"] == int(sys.argv[3]) and abs(ev["loss"] - tr["test_loss"]) < 1e-6 else 1)
+PY
+then pass; else fail "eval --test-data b.txt: $(cat "$tmp/ev.json") against train's $(cat "$tmp/tr.json")"; fi
 expect 1 "$tmp/b.txt \(test part\): 0 tokens make no sample of 128 tokens .* give the test text as --test-data" \
   "$bf" eval --model gpt-nano --weights "$tmp/a.st" --data "$tmp/b.txt" --threads 2
 # --seq-max reads a text's lines; a token file has none: refused (was
