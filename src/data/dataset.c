@@ -350,8 +350,9 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (stat(spec, &st) != 0 && strchr(spec, ','))
         return load_pair(spec, o->nclasses, out);
     if (stat(spec, &st) != 0)
-        return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give fashion-mnist, an MNIST-format "
-                         "directory, IMAGES,LABELS IDX files, or a CSV file", spec, strerror(errno));
+        return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give %s", spec, strerror(errno), o->seq > 0
+                         ? "kjv, a token file or a .txt file (a token model's data)"
+                         : "fashion-mnist, an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file");
     if (S_ISDIR(st.st_mode))
         return has_subfolder(spec) ? bfit_dataset_load_images(spec, o, out) : load_dir(spec, train, o->nclasses, out);
     if (bfit_img_is_list(spec, o->seq > 0))

@@ -91,5 +91,9 @@ expect 0 "batchfit find: gpt-nano \(preset\) on $tmp/a.txt: 842,496 parameters, 
 # data: no augmentation or normalisation")
 expect 1 "augmentation \(crop, flip\) needs images; $tmp/a.txt \(train part\) is token data \(train without --augment\)" \
   "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/a.txt" --augment --max-steps 1 --batch 4 --threads 2
+# a missing file names what a token model reads (was "give fashion-mnist,
+# an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file")
+expect 1 "data set '$tmp/none.txt' not found \(No such file or directory\): give kjv, a token file or a .txt file \(a token model's data\)" \
+  "$bf" train --model gpt-nano --data "$tmp/none.txt" --max-steps 1 --threads 2
 
 finish
