@@ -376,7 +376,7 @@ static const bfit_opt table[] = {
     {"no-dct-scaling", "", F | T | E, set_plain_flag, OFF(t.img.no_dct), 0, 0, NULL},
     {"mean", "M,M,M", F | T | E, set_norm, 0, 0, 0, NULL},
     {"std", "S,S,S", F | T | E, set_norm, 0, 0, 0, NULL},
-    {"seq-max", "N", T, set_int, OFF(t.seq_max), 1, 1 << 24, NULL},
+    {"seq-max", "N", T | E, set_int, OFF(t.seq_max), 1, 1 << 24, NULL},
     {"seq", "N", P, set_int, OFF(seq), 1, 1 << 24, NULL},
     {"attention", "stored|lean", P, set_attention, 0, 0, 0, NULL},
     /* batch and memory */

@@ -165,6 +165,7 @@ int bfit_config_eval_cfg(const bfit_config *c, bfit_eval_cfg *e)
     e->weights = c->weights;
     e->data = c->t.data;
     e->test_data = c->t.test_data;
+    e->seq_max = c->t.seq_max;
     e->batch = c->t.eval_batch;
     e->samples = c->t.eval_samples;
     e->threads = c->t.threads;

@@ -95,5 +95,18 @@ expect 1 "augmentation \(crop, flip\) needs images; $tmp/a.txt \(train part\) is
 # an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file")
 expect 1 "data set '$tmp/none.txt' not found \(No such file or directory\): give kjv, a token file or a .txt file \(a token model's data\)" \
   "$bf" train --model gpt-nano --data "$tmp/none.txt" --max-steps 1 --threads 2
+# eval --seq-max scores the text's lines as a --seq-max run's evaluation
+# does (was refused: eval could only score windows of the model's T, so a
+# --seq-max run's test figures could not be reproduced)
+"$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --seq-max 64 --max-steps 2 --batch 4 \
+  --threads 2 --save "$tmp/s.st" --json --quiet >"$tmp/trs.json" 2>/dev/null
+"$bf" eval --model gpt-nano --weights "$tmp/s.st" --test-data "$tmp/b.txt" --seq-max 64 --json --threads 2 \
+  >"$tmp/evs.json" 2>&1
+if python3 - "$tmp/trs.json" "$tmp/evs.json" <<'PY'
+import json, sys
+tr, ev = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+sys.exit(0 if ev["samples"] == 60 and abs(ev["loss"] - tr["test_loss"]) < 1e-6 else 1)
+PY
+then pass; else fail "eval --seq-max: $(cat "$tmp/evs.json") against train's $(cat "$tmp/trs.json")"; fi
 
 finish
