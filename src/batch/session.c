@@ -118,6 +118,17 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
                                "data %s has a label per token (%d per sample: the next token): end the model with "
                                "scores per token (a `linear V` on the sequence, without `flatten`)", c->model, name,
                                bfit_dataset_label_len(d));
+    if (tokens && bfit_model_vocab(s->M) > 0) { /* ids the embedding has no row for: said before any step */
+        int64_t at;
+        int32_t id, most;
+        bfit_dataset_ids_above(d, bfit_model_vocab(s->M), &at, &id, &most);
+        if (at >= 0)
+            return bfit_fail_field(BFIT_EINVAL, d == s->test && c->test_data ? "test_data" : "data", "%s holds token "
+                                   "id %d at position %lld (ids counted from 0), outside the vocabulary [0, %d) of the "
+                                   "embed of %s: give it vocab=%d or more (the data's largest id is %d)",
+                                   bfit_dataset_source(d), (int)id, (long long)at,
+                                   bfit_model_vocab(s->M), c->model, most + 1, most);
+    }
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,
                          bfit_shape_str(s->M->input, a, sizeof a), name, bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));

@@ -202,6 +202,9 @@ int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i);
 int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t *most);
 /* Labels per sample: 1, or seq for token data. */
 int bfit_dataset_label_len(const bfit_dataset *d);
+/* Token data: the first id at or above vocab (*id, at *at in the data's
+ * ids; *at -1 if none) and the largest id (*most). */
+void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32_t *id, int32_t *most);
 /* 1 for token data (sequences of token ids), 0 for samples of values. */
 int bfit_dataset_is_tokens(const bfit_dataset *d);
 

@@ -294,6 +294,19 @@ int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, 
     return BFIT_OK;
 }
 
+void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32_t *id, int32_t *most)
+{
+    *at = -1;
+    *id = *most = 0;
+    for (int64_t i = 0; d->ids && i < d->nids; i++) {
+        if (d->ids[i] >= vocab && *at < 0) {
+            *at = i;
+            *id = d->ids[i];
+        }
+        *most = d->ids[i] > *most ? d->ids[i] : *most;
+    }
+}
+
 int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i) { return d->lens ? d->lens[i] : d->seq; }
 
 int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t *most)

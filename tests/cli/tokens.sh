@@ -108,5 +108,17 @@ tr, ev = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 sys.exit(0 if ev["samples"] == 60 and abs(ev["loss"] - tr["test_loss"]) < 1e-6 else 1)
 PY
 then pass; else fail "eval --seq-max: $(cat "$tmp/evs.json") against train's $(cat "$tmp/trs.json")"; fi
+# an embedding smaller than the text's bytes: refused before training,
+# naming the file, the id, where it is, and what would be right (was "token
+# id 195 at position 12 of sample 0 is outside the vocabulary [0, 128)" at
+# the first step, sample 0 being the micro-batch's)
+printf 'input tokens=32\nembed 32 vocab=128 positions=32\nlinear 256\n' >"$tmp/v128.cfg"
+expect 1 "--data: $tmp/a.txt \(train part\) holds token id 195 at position 10 \(ids counted from 0\), outside the vocabulary \[0, 128\) of the embed of $tmp/v128.cfg: give it vocab=[0-9]+ or more \(the data's largest id is [0-9]+\)" \
+  "$bf" train --model "$tmp/v128.cfg" --data "$tmp/a.txt" --test-data "$tmp/a.txt" --max-steps 1 --batch 4 --threads 2
+# ASCII text fits it
+for i in $(seq 300); do echo "plain ascii line $i"; done >"$tmp/ascii.txt"
+expect 0 "after 1 epoch\(s\), 1 steps" \
+  "$bf" train --model "$tmp/v128.cfg" --data "$tmp/ascii.txt" --test-data "$tmp/ascii.txt" --max-steps 1 --batch 4 \
+  --eval-samples 4 --threads 2
 
 finish
