@@ -251,6 +251,8 @@ typedef struct bfit_stream_cfg {
     int loader_threads;     /* threads making samples (with prefetch); 0: one */
     const float *norm_mean; /* shape.c values, copied; NULL: no normalisation */
     const float *norm_std;  /* shape.c values, each > 0; NULL together with norm_mean */
+    int64_t epoch_len;      /* samples an epoch takes, when fewer than the set's (0: all): the length buckets
+                               of variable-length samples are cut there, so the epoch is a random subset */
 } bfit_stream_cfg;
 
 /* Make a stream over d at epoch 0, position 0. d must outlive the stream. All

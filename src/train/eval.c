@@ -21,6 +21,7 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
     sc.shuffle = shuffle;
     sc.max_take = max_take;
     sc.prefetch = prefetch;
+    sc.epoch_len = shuffle ? r->per_epoch : 0; /* training: --epoch-samples */
     if (bfit_dataset_is_images(d)) { /* training: RandomResizedCrop if asked, flip with --augment */
         sc.aug_rrc = shuffle && r->cfg.img.rrc;
         sc.loader_threads = bfit_img_loader_threads(&r->cfg.img, r->cfg.threads);

@@ -120,5 +120,16 @@ for i in $(seq 300); do echo "plain ascii line $i"; done >"$tmp/ascii.txt"
 expect 0 "after 1 epoch\(s\), 1 steps" \
   "$bf" train --model "$tmp/v128.cfg" --data "$tmp/ascii.txt" --test-data "$tmp/ascii.txt" --max-steps 1 --batch 4 \
   --eval-samples 4 --threads 2
+# --epoch-samples under --seq-max: an epoch shorter than the data set is a
+# random subset of its lines, of every length (was the longest of each
+# 1024: the length buckets were sorted before the epoch was cut, so short
+# lines were never trained on). Lines of 99 and of 9 tokens, alternating:
+# 50 samples of one kind only would be 4950 or 450 tokens.
+for i in $(seq 1000); do printf '%099d\n%09d\n' "$i" "$i"; done >"$tmp/two.txt"
+tokens=$("$bf" train --model gpt-nano --data "$tmp/two.txt" --test-data "$tmp/two.txt" --seq-max 128 \
+  --epoch-samples 50 --batch 50 --max-steps 1 --eval-samples 4 --threads 2 --json --quiet 2>/dev/null |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+if [ "${tokens:-0}" -gt 450 ] && [ "${tokens:-0}" -lt 4950 ]; then pass; else
+  fail "--epoch-samples 50 of lines of 99 and 9 tokens took $tokens tokens: one length only"; fi
 
 finish
