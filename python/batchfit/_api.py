@@ -143,9 +143,10 @@ def find(model, progress=False, **options):
 
 def evaluate(model, weights, progress=False, *, data=None, test_data=None, **options):
     """Test accuracy and loss of saved `weights` (a safetensors file) of
-    `model` on the test data: `data`'s test split (a name or path), or the
-    samples of arrays (x, y) given as data or test_data, normalised as the
-    weights were trained (eval_samples, ...)."""
+    `model` on the test data: `data`'s test split (a name or path), the
+    file test_data names (a text or token file read whole), or the samples
+    of arrays (x, y) given as data or test_data, normalised as the weights
+    were trained (eval_samples, ...)."""
     cfg = Config(model=_model(model), weights=weights, **_here(options))
     _set_data(cfg, 0, data)
     _set_data(cfg, 1, test_data)

@@ -118,9 +118,13 @@ void bfit_find_text(const bfit_find_cfg *fc, const bfit_probe_result *r, FILE *f
     char b1[32], b2[32], b3[32], b4[32], sh[32];
     int file = bfit_model_source_is_file(fc->model);
 
+    if (r->input_tokens) /* as plan says it */
+        snprintf(sh, sizeof sh, "%d tokens", r->input_dims[0]);
+    else
+        bfit_shape_str(input_shape(r), sh, sizeof sh);
     fprintf(f, "batchfit find: %s (%s) on %s: %s parameters, input %s, %d thread%s\n", fc->model,
            file ? (bfit_model_source_is_onnx(fc->model) ? "ONNX file" : "spec file") : "preset", fc->data, bfit_thousands((double)r->params, b1, sizeof b1),
-           bfit_shape_str(input_shape(r), sh, sizeof sh), r->threads, r->threads == 1 ? "" : "s");
+           sh, r->threads, r->threads == 1 ? "" : "s");
     if (r->data_note[0])
         fprintf(f, "data: %s\n", r->data_note);
     fprintf(f, "memory %s, margin %g%%: budget %s; optimizer %s; fixed part %s\n\n", fmt(r->capacity, b1),

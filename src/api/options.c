@@ -376,7 +376,7 @@ static const bfit_opt table[] = {
     {"model", "PRESET|FILE", P | F | T | E | D | X, set_str, OFF(t.model), 0, 0, NULL},
     {"data", "NAME|PATH", F | T | E, set_str, OFF(t.data), 0, 0, NULL},
     {"init", "file|random", T, set_init, OFF(t.init_random), 0, 0, NULL},
-    {"test-data", "PATH", T, set_str, OFF(t.test_data), 0, 0, NULL},
+    {"test-data", "PATH", T | E, set_str, OFF(t.test_data), 0, 0, NULL},
     {"csv-header", "yes|no|auto", F | T | E, set_named, 0, 0, 0, NULL},
     {"weights", "FILE", E, set_str, OFF(weights), 0, 0, NULL},
     {"epochs", "N", T, set_int, OFF(t.epochs), 1, BFIT_EPOCHS_MAX, NULL},
@@ -396,7 +396,7 @@ static const bfit_opt table[] = {
     {"no-dct-scaling", "", F | T | E, set_plain_flag, OFF(t.img.no_dct), 0, 0, NULL},
     {"mean", "M,M,M", F | T | E, set_norm, 0, 0, 0, NULL},
     {"std", "S,S,S", F | T | E, set_norm, 0, 0, 0, NULL},
-    {"seq-max", "N", T, set_int, OFF(t.seq_max), 1, 1 << 24, NULL},
+    {"seq-max", "N", T | E, set_int, OFF(t.seq_max), 1, 1 << 24, NULL},
     {"seq", "N", P, set_int, OFF(seq), 1, 1 << 24, NULL},
     {"attention", "stored|lean", P, set_attention, 0, 0, 0, NULL},
     /* batch and memory */

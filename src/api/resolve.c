@@ -173,6 +173,8 @@ int bfit_config_eval_cfg(const bfit_config *c, bfit_eval_cfg *e)
     e->model = c->t.model;
     e->weights = c->weights;
     e->data = c->t.data;
+    e->test_data = c->t.test_data;
+    e->seq_max = c->t.seq_max;
     e->batch = c->t.eval_batch;
     e->samples = c->t.eval_samples;
     e->threads = c->t.threads;

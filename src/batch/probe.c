@@ -47,8 +47,10 @@ bfit_find_cfg bfit_find_cfg_default(void)
 
 static const char *sz(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
 
-static void set_input(bfit_probe_result *r, bfit_shape s)
+static void set_input(bfit_probe_result *r, const bfit_model *M)
 {
+    bfit_shape s = M->input;
+    r->input_tokens = M->input_dtype == BFIT_I32;
     r->input_nd = s.nd;
     for (int i = 0; i < 4; i++)
         r->input_dims[i] = s.d[i];
@@ -649,7 +651,7 @@ static uint64_t probe_init(probe *p, bfit_model *M, const bfit_dataset *d, const
     bfit_device_info_get(M->dev, &di);
     res->threads = di.threads;
     res->params = bfit_model_param_count(M);
-    set_input(res, M->input);
+    set_input(res, M);
     res->data_count = bfit_dataset_count(d);
     res->limit = cfg->limit ? cfg->limit : DEFAULT_LIMIT;
 
@@ -852,7 +854,7 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
         res->threads = di.threads;
     }
     res->params = bfit_model_param_count(ss.M);
-    set_input(res, ss.M->input);
+    set_input(res, ss.M);
     res->capacity = bfit_arena_capacity(ss.arena);
     res->budget = bfit_plan_budget(res->capacity, pc.margin);
 

@@ -122,6 +122,7 @@ typedef struct bfit_probe_result {
     int threads;
     int64_t params;
     int input_nd, input_dims[4]; /* the model's sample shape */
+    int input_tokens;        /* 1: it is input_dims[0] token ids (a token model) */
     int64_t data_count;
     char data_note[160];     /* bfit_dataset_note of the data ("" if nothing to say) */
 } bfit_probe_result;

@@ -128,6 +128,24 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
         return bfit_fail_field(BFIT_EINVAL, "data", "the data set %s holds token ids, for token models (`input "
                                "tokens=T`), but %s takes inputs of %s", name, c->model,
                                bfit_shape_str(s->M->input, a, sizeof a));
+    /* token data labels every token; a model ending in one score vector per
+     * sample (`flatten`, `linear N`) has room for one label per sample */
+    if (tokens && s->M->labels_per_sample != bfit_dataset_label_len(d))
+        return bfit_fail_field(BFIT_EINVAL, "data", "%s gives one vector of class scores per sample, but the token "
+                               "data %s has a label per token (%d per sample: the next token): end the model with "
+                               "scores per token (a `linear V` on the sequence, without `flatten`)", c->model, name,
+                               bfit_dataset_label_len(d));
+    if (tokens && bfit_model_vocab(s->M) > 0) { /* ids the embedding has no row for: said before any step */
+        int64_t at;
+        int32_t id, most;
+        bfit_dataset_ids_above(d, bfit_model_vocab(s->M), &at, &id, &most);
+        if (at >= 0)
+            return bfit_fail_field(BFIT_EINVAL, d == s->test && c->test_data ? "test_data" : "data", "%s holds token "
+                                   "id %d at position %lld (ids counted from 0), outside the vocabulary [0, %d) of the "
+                                   "embed of %s: give it vocab=%d or more (the data's largest id is %d)",
+                                   bfit_dataset_source(d), (int)id, (long long)at,
+                                   bfit_model_vocab(s->M), c->model, most + 1, most);
+    }
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,
                          bfit_shape_str(s->M->input, a, sizeof a), name, bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
@@ -187,7 +205,9 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
 
     s->train = c->given_train;
     s->test = c->given_test;
-    if (!s->train && (c->want_train || (c->normalize && !c->given_mean && !(c->img && (c->img->nmean || c->img->nstd))))) {
+    /* the training split only for normalisation statistics, which token ids have none of */
+    if (!s->train && (c->want_train || (c->normalize && s->M->input_dtype != BFIT_I32 && !c->given_mean &&
+                                        !(c->img && (c->img->nmean || c->img->nstd))))) {
         rc = synthetic ? synthetic_data(s->M, c->seed, &s->train_own) : bfit_dataset_load(c->data, 1, op, &s->train_own);
         if (rc != BFIT_OK)
             return rc;

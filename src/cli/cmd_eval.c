@@ -16,7 +16,14 @@ static void help(void)
          "                      trained with\n"
          "  --weights FILE      safetensors weights\n"
          "  --data NAME|PATH    fashion-mnist (default): its test split; an MNIST-format\n"
-         "                      directory: its t10k files; a CSV file: the whole file\n"
+         "                      directory: its t10k files; a CSV file: the whole file;\n"
+         "                      for token models kjv, a token file or a .txt file (its\n"
+         "                      test part: every 20th block of 100 lines)\n"
+         "  --test-data PATH    evaluate on this instead of --data's test split: a text\n"
+         "                      or token file is read whole (as train's --test-data)\n"
+         "  --seq-max N         token models: score the text's lines, cut at N tokens, as\n"
+         "                      a train --seq-max N run evaluates (default: windows of\n"
+         "                      the model's length)\n"
          "Image folders (docs/data.md): --resize N, --center-crop N, --mean M,M,M --std S,S,S,\n"
          "  --loader-threads N, --skip-bad-images, --no-dct-scaling (as train's)\n"
          "  --csv-header yes|no|auto   whether a CSV file's first row is a header (default\n"
@@ -42,6 +49,7 @@ static const struct option opts[] = {
     {"no-dct-scaling", no_argument, 0, 1}, {"mean", required_argument, 0, 1}, {"std", required_argument, 0, 1},
     {"model", required_argument, 0, 1},     {"weights", required_argument, 0, 1},
     {"data", required_argument, 0, 1},       {"batch", required_argument, 0, 1},
+    {"test-data", required_argument, 0, 1}, {"seq-max", required_argument, 0, 1},
     {"samples", required_argument, 0, 1}, {"memory", required_argument, 0, 1},
     {"threads", required_argument, 0, 1}, {"no-normalize", no_argument, 0, 1},
     {"json", no_argument, 0, 1},             {"help", no_argument, 0, 1},

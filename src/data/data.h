@@ -203,6 +203,9 @@ int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i);
 int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t *most);
 /* Labels per sample: 1, or seq for token data. */
 int bfit_dataset_label_len(const bfit_dataset *d);
+/* Token data: the first id at or above vocab (*id, at *at in the data's
+ * ids; *at -1 if none) and the largest id (*most). */
+void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32_t *id, int32_t *most);
 /* 1 for token data (sequences of token ids), 0 for samples of values. */
 int bfit_dataset_is_tokens(const bfit_dataset *d);
 
@@ -249,6 +252,8 @@ typedef struct bfit_stream_cfg {
     int loader_threads;     /* threads making samples (with prefetch); 0: one */
     const float *norm_mean; /* shape.c values, copied; NULL: no normalisation */
     const float *norm_std;  /* shape.c values, each > 0; NULL together with norm_mean */
+    int64_t epoch_len;      /* samples an epoch takes, when fewer than the set's (0: all): the length buckets
+                               of variable-length samples are cut there, so the epoch is a random subset */
 } bfit_stream_cfg;
 
 /* Make a stream over d at epoch 0, position 0. d must outlive the stream. All

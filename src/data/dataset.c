@@ -350,17 +350,25 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (stat(spec, &st) != 0 && strchr(spec, ','))
         return load_pair(spec, o->nclasses, out);
     if (stat(spec, &st) != 0)
-        return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give fashion-mnist, an MNIST-format "
-                         "directory, IMAGES,LABELS IDX files, or a CSV file", spec, strerror(errno));
+        return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give %s", spec, strerror(errno), o->seq > 0
+                         ? "kjv, a token file or a .txt file (a token model's data)"
+                         : "fashion-mnist, an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file");
     if (S_ISDIR(st.st_mode))
         return has_subfolder(spec) ? bfit_dataset_load_images(spec, o, out) : load_dir(spec, train, o->nclasses, out);
     if (bfit_img_is_list(spec, o->seq > 0))
         return bfit_dataset_load_images(spec, o, out);
+    if (bfit_tokens_is_file(spec) && o->lines) /* ids have no newline byte to cut them at */
+        return bfit_fail_field(BFIT_EINVAL, "seq_max", "%s is a token file, which has no lines: --seq-max makes a "
+                               "text's lines the samples; leave it out (windows of the model's tokens) or give the "
+                               "text (a .txt file)", spec);
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->seq, out);
     if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)
         return o->lines ? bfit_dataset_load_text_lines(spec, o->whole ? -1 : train, o->seq, out)
                         : bfit_dataset_load_text(spec, o->whole ? -1 : train, o->seq, out);
+    if (o->seq > 0) /* token ids never come from CSV's numbers */
+        return bfit_fail(BFIT_EINVAL, "%s is not data for a token model: it reads kjv, a token file (llm.c's format) "
+                         "or a text whose name ends in .txt (its bytes as tokens); rename a text to end in .txt", spec);
     if (looks_binary(spec))
         return bfit_fail(BFIT_EINVAL, "%s is an IDX or gzip file, not CSV: give its directory, "
                          "or IMAGES,LABELS for a pair of IDX files", spec);

@@ -261,12 +261,15 @@ static int by_key_desc(const void *a, const void *b)
 /* Variable-length samples: the shuffled order sorted by length, longest
  * first, within buckets of BFIT_LEN_BUCKET, so that consecutive samples (a
  * step, a micro-batch) have similar lengths and little padding; ties by
- * index. Still a function of (seed, epoch) only, each sample once. */
+ * index. Still a function of (seed, epoch) only, each sample once. A
+ * bucket ends at the epoch's length too: sorting across it would make a
+ * short epoch the longest samples of its buckets, not a random subset. */
 static void bucket(bfit_stream *s)
 {
-    int64_t n = s->d->count;
-    for (int64_t c0 = 0; c0 < n; c0 += BFIT_LEN_BUCKET) {
-        int64_t c1 = c0 + BFIT_LEN_BUCKET < n ? c0 + BFIT_LEN_BUCKET : n;
+    int64_t n = s->d->count, len = s->cfg.epoch_len > 0 && s->cfg.epoch_len < n ? s->cfg.epoch_len : n;
+    for (int64_t c0 = 0, c1; c0 < n; c0 = c1) {
+        c1 = c0 + BFIT_LEN_BUCKET < n ? c0 + BFIT_LEN_BUCKET : n;
+        c1 = c0 < len && c1 > len ? len : c1;
         for (int64_t i = c0; i < c1; i++)
             s->keys[i] = (int64_t)s->d->lens[s->perm[i]] << 32 | (uint32_t)~(uint32_t)s->perm[i];
         qsort(s->keys + c0, (size_t)(c1 - c0), sizeof *s->keys, by_key_desc);
@@ -294,8 +297,11 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
     if ((double)cfg->max_take * (double)bfit_shape_numel(sh) > (double)INT32_MAX * 4)
         return bfit_fail(BFIT_EINVAL, "stream: max_take %d samples of %lld values is too large",
                          cfg->max_take, (long long)bfit_shape_numel(sh));
-    if ((cfg->aug_crop_pad || cfg->aug_hflip || cfg->norm_mean) && d->ids)
-        return bfit_fail(BFIT_EINVAL, "%s is token data: no augmentation or normalisation", d->source);
+    if ((cfg->aug_crop_pad || cfg->aug_hflip) && d->ids)
+        return bfit_fail(BFIT_EINVAL, "augmentation (crop, flip) needs images; %s is token data (train without "
+                         "--augment)", d->source);
+    if (cfg->norm_mean && d->ids)
+        return bfit_fail(BFIT_EINVAL, "%s is token data: token ids are not normalised", d->source);
     if ((cfg->aug_crop_pad || cfg->aug_hflip) && sh.h == 1 && sh.w == 1)
         return bfit_fail(BFIT_EINVAL, "augmentation (crop, flip) needs images; %s has vectors of %d features",
                          d->source, sh.c);

@@ -146,8 +146,10 @@ int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int v
     return bfit_atomic_commit(&af);
 }
 
-int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, int vocab, int seq,
-                             bfit_dataset **out)
+/* The ids as windows of seq; windows: at least one is needed (lines make
+ * their own samples, of any length). */
+static int tokens_dataset(const char *source, const int32_t *ids, int64_t n, int vocab, int seq, int windows,
+                          bfit_dataset **out)
 {
     bfit_dataset *d;
     int rc;
@@ -156,26 +158,33 @@ int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, 
     if (seq < 1)
         return bfit_fail(BFIT_EINVAL, "%s: token data needs a token model (`input tokens=T`) to cut it into samples",
                          source);
-    if (n < (int64_t)seq + 1)
+    if (windows && n < (int64_t)seq + 1)
         return bfit_fail(BFIT_EINVAL, "%s: %lld tokens make no sample of %d tokens and their %d labels (at least "
                          "%d are needed)%s", source, (long long)n, seq, seq, seq + 1,
                          strstr(source, "(test part)") ? ": a text's test part is every 20th block of 100 lines; give "
                                                          "the test text as --test-data (read whole)" : "");
     if ((rc = bfit_data_alloc(source, &d)) != BFIT_OK)
         return rc;
-    d->ids = malloc(sizeof *d->ids * (size_t)n);
+    d->ids = malloc(sizeof *d->ids * (size_t)(n ? n : 1));
     if (!d->ids) {
         bfit_dataset_free(d);
         return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld tokens", source, (long long)n);
     }
-    memcpy(d->ids, ids, sizeof *d->ids * (size_t)n);
+    if (n)
+        memcpy(d->ids, ids, sizeof *d->ids * (size_t)n);
     d->nids = n;
     d->seq = seq;
     d->shape = bfit_shape_seq(seq, 1);
-    d->count = (n - 1) / seq;
+    d->count = n > 0 ? (n - 1) / seq : 0;
     d->nclasses = vocab;
     *out = d;
     return BFIT_OK;
+}
+
+int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, int vocab, int seq,
+                             bfit_dataset **out)
+{
+    return tokens_dataset(source, ids, n, vocab, seq, 1, out);
 }
 
 int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out)
@@ -270,7 +279,7 @@ int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, 
     int64_t k;
     int rc;
 
-    if ((rc = bfit_dataset_from_tokens(source, ids, n, vocab, seq, &d)) != BFIT_OK)
+    if ((rc = tokens_dataset(source, ids, n, vocab, seq, 0, &d)) != BFIT_OK)
         return rc;
     k = cut_lines(ids, n, seq, sep, NULL, NULL);
     d->starts = malloc(sizeof *d->starts * (size_t)(k ? k : 1));
@@ -283,6 +292,19 @@ int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, 
     d->count = k;
     *out = d;
     return BFIT_OK;
+}
+
+void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32_t *id, int32_t *most)
+{
+    *at = -1;
+    *id = *most = 0;
+    for (int64_t i = 0; d->ids && i < d->nids; i++) {
+        if (d->ids[i] >= vocab && *at < 0) {
+            *at = i;
+            *id = d->ids[i];
+        }
+        *most = d->ids[i] > *most ? d->ids[i] : *most;
+    }
 }
 
 int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i) { return d->lens ? d->lens[i] : d->seq; }

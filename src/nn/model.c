@@ -645,6 +645,12 @@ int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n)
     return BFIT_OK;
 }
 
+int bfit_model_vocab(const bfit_model *M)
+{
+    const bfit_layer *E = M->n ? M->nodes[0].l : NULL;
+    return M->input_dtype == BFIT_I32 && E && E->cfg.kind == BFIT_L_EMBED ? E->cfg.vocab : 0;
+}
+
 /* Token ids of n samples, checked on the host (a GPU's lookup cannot refuse). */
 int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n)
 {

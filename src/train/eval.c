@@ -21,6 +21,7 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
     sc.shuffle = shuffle;
     sc.max_take = max_take;
     sc.prefetch = prefetch;
+    sc.epoch_len = shuffle ? r->per_epoch : 0; /* training: --epoch-samples */
     if (bfit_dataset_is_images(d)) { /* training: RandomResizedCrop if asked, flip with --augment */
         sc.aug_rrc = shuffle && r->cfg.img.rrc[0];
         sc.loader_threads = bfit_img_loader_threads(&r->cfg.img, r->cfg.threads);
@@ -236,6 +237,8 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     memset(&c, 0, sizeof c);
     c.model = cfg->model;
     c.data = cfg->data;
+    c.test_data = cfg->test_data;
+    c.seq_max = cfg->seq_max;
     c.given_test = cfg->given_test;
     c.csv_header = cfg->csv_header;
     c.want_test = 1;

@@ -668,6 +668,29 @@ static int alloc_stats_snap(bfit_run *r)
     return BFIT_OK;
 }
 
+/* The training samples of an epoch into *ntrain; none, or no test sample,
+ * is refused (a text of blank lines under --seq-max: no line holds a token
+ * with a next one; a short text: no test part). */
+static int check_counts(const bfit_run *r, int64_t *ntrain)
+{
+    static const char lines[] = ": with --seq-max a sample is a line's tokens that have a next token, and no line "
+                                "has any";
+    const char *test = r->s.test ? bfit_dataset_source(r->s.test) : "";
+
+    *ntrain = r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
+    if (*ntrain < 1 && r->cfg.train_source)
+        return bfit_fail_field(BFIT_EINVAL, "train_source", "has no samples in an epoch");
+    if (*ntrain < 1)
+        return bfit_fail_field(BFIT_EINVAL, "data", "%s has no training samples%s", bfit_dataset_source(r->s.train),
+                               r->cfg.seq_max > 0 ? lines : "");
+    if (r->s.test && bfit_dataset_count(r->s.test) < 1)
+        return bfit_fail_field(BFIT_EINVAL, r->cfg.test_data ? "test_data" : "data", "%s has no test samples%s", test,
+                               strstr(test, "(test part") ? ": a text's test part is every 20th block of 100 lines; "
+                                                            "give the test text as --test-data (read whole)"
+                               : r->cfg.seq_max > 0 ? lines : "");
+    return BFIT_OK;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
@@ -688,13 +711,8 @@ static int setup(bfit_run *r)
     bfit_run_apply_memory_schedule(r, 0);
     bfit_run_watch_device(r);
     r->base_capacity = bfit_arena_capacity(r->s.arena);
-    ntrain = r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
-    if (ntrain < 1 && r->cfg.train_source)
-        return bfit_fail_field(BFIT_EINVAL, "train_source", "has no samples in an epoch");
-    if (ntrain < 1) /* a text of blank lines under --seq-max: no line holds a token with a next one */
-        return bfit_fail_field(BFIT_EINVAL, "data", "%s has no training samples%s", bfit_dataset_source(r->s.train),
-                               r->cfg.seq_max > 0 ? ": with --seq-max a sample is a line's tokens that have a next "
-                                                    "token, and no line has any" : "");
+    if ((rc = check_counts(r, &ntrain)) != BFIT_OK)
+        return rc;
     r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
     if (r->cfg.micro_batch && r->cfg.micro_batch < bfit_model_min_batch(r->s.M))
         return bfit_fail_field(BFIT_EINVAL, "micro_batch", "%d is too small: the model trains on micro-batches of at "

@@ -208,8 +208,10 @@ int bfit_train_from(const bfit_train_cfg *cfg, bfit_train_result *res);
 /* Evaluate a model's saved weights on a data set's test split. */
 typedef struct bfit_eval_cfg {
     const char *model, *weights, *data;
+    const char *test_data;      /* score this file instead of data's test split (a text read whole) */
     const bfit_dataset *given_test; /* score this set (the caller's arrays) instead of data's test split */
     int batch;                  /* 0: 1000 */
+    int seq_max;                /* token models: score a text's lines of at most this many tokens (0: windows) */
     int64_t samples;            /* 0: all */
     int threads;
     bfit_device *device;        /* NULL: open device_name (NULL: auto) */

@@ -5,7 +5,7 @@
 # Their figures (memory budgets, thread counts, f16 refused) are the CPU's:
 # on a GPU machine CUDA_VISIBLE_DEVICES hides the GPU from --device auto
 # (the H200 run of 2026-11-26 failed these checks there, not the GPU's work).
-foreach(t train train_more)
+foreach(t train train_more tokens)
   add_test(NAME cli_${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/${t}.sh $<TARGET_FILE:batchfit_cli>
            ${PROJECT_SOURCE_DIR})
   set_tests_properties(cli_${t} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;CUDA_VISIBLE_DEVICES=" TIMEOUT 900
