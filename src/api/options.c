@@ -27,8 +27,14 @@ const char *bfit_opt_field(const bfit_opt *o)
 
 #define field bfit_opt_field
 
-/* The library's message of a failed parse, as the option's. */
-static int bad(const bfit_opt *o) { return bfit_fail_field(BFIT_EINVAL, field(o), "%s", bfit_errmsg()); }
+/* The library's message of a failed parse, as the option's (once: a
+ * parser that named the field already keeps its message). */
+static int bad(const bfit_opt *o)
+{
+    const char *f = field(o), *m = bfit_errmsg();
+    size_t n = strlen(f);
+    return bfit_fail_field(BFIT_EINVAL, f, "%s", !strncmp(m, f, n) && m[n] == ':' && m[n + 1] == ' ' ? m + n + 2 : m);
+}
 
 static int get_int(const bfit_opt *o, const char *v, int64_t *x)
 {

@@ -40,6 +40,8 @@ expect 2 "--batch: 'x1' is not a whole number" "$bf" train --model "$m" --batch 
 # the library's option names in a message body are spelt as the command line's
 expect 1 "^batchfit: error: --batch-min: 64 is above --batch-max 32$" "$bf" train --model "$m" --batch adaptive \
   --batch-min 64 --batch-max 32 --max-steps 1
+expect 2 "^batchfit: error: --conv-algo: unknown choice 'foo' \\(valid: fastest, lean, auto\\)$" "$bf" train --model "$m" \
+  --conv-algo foo
 # ... but not inside a path
 expect 2 "--model: .*/no_dir/batch_max.cfg: no such file" "$bf" train --model "$tmp/no_dir/batch_max.cfg"
 # bounds for a batch that does not move: refused, not ignored
