@@ -128,6 +128,31 @@ int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len)
     return BFIT_OK;
 }
 
+int bfit_run_checkpoint_dir_check(const bfit_run *r)
+{
+    const char *dir = r->cfg.checkpoint;
+    struct stat st;
+    int64_t *steps;
+    char newest[4200];
+    int n, rc;
+
+    /* a resumed run goes on writing the run's own (wherever it was resumed from) */
+    if (!dir || r->cfg.resume || !bfit_run_dist_writer(r) || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return BFIT_OK;
+    if ((rc = list_ckpts(dir, &steps, &n)) != BFIT_OK)
+        return rc;
+    if (n > 0)
+        ckpt_name(newest, sizeof newest, dir, steps[n - 1]);
+    free(steps);
+    if (n == 0)
+        return BFIT_OK;
+    /* mixed, --resume DIR would take the newest step of either run, and
+     * keeping the newest K would remove the older ones of either */
+    return bfit_fail_field(BFIT_EINVAL, "checkpoint", "%s already holds the checkpoints of a run (the newest: %s): a new "
+                           "run would mix its checkpoints with them; resume that run with --resume %s, or give the "
+                           "new run a directory of its own", dir, newest, dir);
+}
+
 /* The newest `keep` stay; older ones go, never the one just written. */
 static void prune(bfit_run *r, int64_t written)
 {

@@ -808,7 +808,8 @@ int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_
         rc = bfit_run_dist_prepare(&r->cfg, &on, &rank);
     if (rc == BFIT_OK) {
         fill_defaults(&r->cfg);
-        rc = check_cfg(&r->cfg);
+        if ((rc = check_cfg(&r->cfg)) == BFIT_OK)
+            rc = bfit_run_checkpoint_dir_check(r);
     }
     if (rc == BFIT_OK && o)
         rc = outputs(r, o);

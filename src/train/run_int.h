@@ -212,6 +212,8 @@ int bfit_run_resume_open(bfit_run *r);   /* before setup: the file, its configur
 int bfit_run_resume_state(bfit_run *r);  /* after setup: the state put back */
 void bfit_run_resume_close(bfit_run *r);
 int bfit_run_checkpoint_due(const bfit_run *r);
+/* A new run's checkpoint directory holds no checkpoints (another run's). */
+int bfit_run_checkpoint_dir_check(const bfit_run *r);
 /* ckpt_cfg.c: the configuration a checkpoint keeps */
 struct cJSON *bfit_ckpt_cfg_to_json(const bfit_train_cfg *c);
 int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const struct cJSON *saved, const char *path, bfit_batch_point *bpts,

@@ -203,6 +203,19 @@ if part files; then
   expect 1 "^batchfit: error: --data: $holds fashion-mnist, not " "$bf" train --resume "$c10" --data "$tmp/x.csv"
   [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused resume changed the checkpoint directory"
 
+  # ---- a new run into a directory of another run's checkpoints ---------------------------
+  # (it would mix the two: --resume DIR takes the newest step, of either run,
+  # and keeping the newest K removes the older ones, of either run)
+  expect 1 "^batchfit: error: --checkpoint: $tmp/mc already holds the checkpoints of a run \(the newest: $tmp/mc/ckpt-0+20\.safetensors\): a new run would mix its checkpoints with them; resume that run with --resume $tmp/mc, or give the new run a directory of its own" \
+    "$bf" train "${mem[@]}" --checkpoint "$tmp/mc" --checkpoint-every 1 --keep 1 --report "$tmp/mix.html"
+  [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused new run changed the checkpoint directory"
+  [ -e "$tmp/mc/events.jsonl" ] && fail "a refused new run left its events in the checkpoint directory"
+  mkdir "$tmp/fresh"
+  echo notes >"$tmp/fresh/README"
+  expect 0 "test accuracy" "$bf" train "${mem[@]}" --checkpoint "$tmp/fresh" --max-steps 2
+  [ -e "$tmp/fresh/ckpt-000000000002.safetensors" ] && [ -e "$tmp/fresh/README" ] && pass ||
+    fail "a new run into a directory without checkpoints: $(ls "$tmp/fresh")"
+
   # ---- damaged and foreign files --------------------------------------------------
   size=$(stat -c %s "$c10")
   mkdir "$tmp/bad"
