@@ -29,10 +29,13 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define CKPT_FORMAT "batchfit-checkpoint"
@@ -128,16 +131,44 @@ int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len)
     return BFIT_OK;
 }
 
-int bfit_run_checkpoint_dir_check(const bfit_run *r)
+/* The directory is this run's while it lives: a lock on it (flock, which
+ * goes with the process, a SIGKILL too), so that a second run into it, new
+ * or resumed, is refused rather than mixing its checkpoints and pruning the
+ * other's. */
+static int lock_dir(bfit_run *r, const char *dir)
+{
+    int fd;
+
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot create the directory: %s", dir, strerror(errno));
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot open the directory: %s", dir, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return bfit_fail_field(BFIT_EINVAL, "checkpoint", "%s: another run is writing its checkpoints there (a "
+                                   "directory is one run's): wait for it to end, or give this run another directory",
+                                   dir);
+        return BFIT_OK; /* a file system without locks: as before */
+    }
+    r->ckpt_lock = fd + 1;
+    return BFIT_OK;
+}
+
+int bfit_run_checkpoint_dir_claim(bfit_run *r)
 {
     const char *dir = r->cfg.checkpoint;
-    struct stat st;
     int64_t *steps;
     char newest[4200];
     int n, rc;
 
+    if (!dir || !bfit_run_dist_writer(r))
+        return BFIT_OK;
+    if ((rc = lock_dir(r, dir)) != BFIT_OK)
+        return rc;
     /* a resumed run goes on writing the run's own (wherever it was resumed from) */
-    if (!dir || r->cfg.resume || !bfit_run_dist_writer(r) || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (r->cfg.resume)
         return BFIT_OK;
     if ((rc = list_ckpts(dir, &steps, &n)) != BFIT_OK)
         return rc;
@@ -151,6 +182,13 @@ int bfit_run_checkpoint_dir_check(const bfit_run *r)
     return bfit_fail_field(BFIT_EINVAL, "checkpoint", "%s already holds the checkpoints of a run (the newest: %s): a new "
                            "run would mix its checkpoints with them; resume that run with --resume %s, or give the "
                            "new run a directory of its own", dir, newest, dir);
+}
+
+void bfit_run_checkpoint_dir_release(bfit_run *r)
+{
+    if (r->ckpt_lock)
+        close(r->ckpt_lock - 1);
+    r->ckpt_lock = 0;
 }
 
 /* The newest `keep` stay; older ones go, never the one just written. */

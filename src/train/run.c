@@ -809,7 +809,7 @@ int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_
     if (rc == BFIT_OK) {
         fill_defaults(&r->cfg);
         if ((rc = check_cfg(&r->cfg)) == BFIT_OK)
-            rc = bfit_run_checkpoint_dir_check(r);
+            rc = bfit_run_checkpoint_dir_claim(r);
     }
     if (rc == BFIT_OK && o)
         rc = outputs(r, o);
@@ -857,6 +857,7 @@ void bfit_run_free(bfit_run *r)
     free(r->micro_n);
     free(r->stats_snap);
     bfit_run_resume_close(r);
+    bfit_run_checkpoint_dir_release(r);
     cJSON_Delete(r->ck_cfg);
     if (r->keep_free)
         r->keep_free(r->keep);

@@ -141,6 +141,7 @@ struct bfit_run {
     double ckpt_t;             /* when the last was written (or the run started) */
     int64_t ckpt_step;         /* and at which step (-1: none yet) */
     char ckpt_dir[4096];       /* where they go ("" none) */
+    int ckpt_lock;             /* its descriptor + 1, locked while the run lives (0: none) */
     struct cJSON *ck_cfg;      /* resuming: the checkpoint's configuration (cfg strings point into it) */
     struct bfit_st_file *ck;   /*   and the file, until its state is put back */
     char ck_path[4200];
@@ -212,8 +213,10 @@ int bfit_run_resume_open(bfit_run *r);   /* before setup: the file, its configur
 int bfit_run_resume_state(bfit_run *r);  /* after setup: the state put back */
 void bfit_run_resume_close(bfit_run *r);
 int bfit_run_checkpoint_due(const bfit_run *r);
-/* A new run's checkpoint directory holds no checkpoints (another run's). */
-int bfit_run_checkpoint_dir_check(const bfit_run *r);
+/* The checkpoint directory, locked for the run's life (no other run is
+ * writing there), and for a new run without another run's checkpoints. */
+int bfit_run_checkpoint_dir_claim(bfit_run *r);
+void bfit_run_checkpoint_dir_release(bfit_run *r);
 /* ckpt_cfg.c: the configuration a checkpoint keeps */
 struct cJSON *bfit_ckpt_cfg_to_json(const bfit_train_cfg *c);
 int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const struct cJSON *saved, const char *path, bfit_batch_point *bpts,

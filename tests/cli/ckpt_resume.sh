@@ -210,6 +210,19 @@ if part files; then
     "$bf" train "${mem[@]}" --checkpoint "$tmp/mc" --checkpoint-every 1 --keep 1 --report "$tmp/mix.html"
   [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused new run changed the checkpoint directory"
   [ -e "$tmp/mc/events.jsonl" ] && fail "a refused new run left its events in the checkpoint directory"
+  # two runs at once in one directory: the second is refused while the
+  # first lives (held still with SIGSTOP, so that it cannot end meanwhile)
+  "$bf" train "${mem[@]}" --checkpoint "$tmp/busy" --checkpoint-every 1 --save "$tmp/busy.st" >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 500); do ls "$tmp/busy"/ckpt-*.safetensors >/dev/null 2>&1 && break; sleep 0.01; done
+  kill -STOP "$pid"
+  expect 1 "^batchfit: error: --checkpoint: $tmp/busy: another run is writing its checkpoints there \(a directory is one run's\)" \
+    "$bf" train --resume "$tmp/busy" --save "$tmp/busy2.st"
+  expect 1 "^batchfit: error: --checkpoint: $tmp/busy: another run is writing its checkpoints there" \
+    "$bf" train --resume "$tmp/mc" --checkpoint "$tmp/busy" --save "$tmp/busy2.st"
+  kill -CONT "$pid"
+  wait "$pid" && cmp -s "$tmp/big.st" "$tmp/busy.st" && [ ! -e "$tmp/busy2.st" ] && pass ||
+    fail "the first of two runs in one directory did not end as the run alone"
   mkdir "$tmp/fresh"
   echo notes >"$tmp/fresh/README"
   expect 0 "test accuracy" "$bf" train "${mem[@]}" --checkpoint "$tmp/fresh" --max-steps 2
