@@ -202,6 +202,12 @@ if part files; then
   expect 1 "^batchfit: error: --epoch-samples: $holds 1280, not 640" "$bf" train --resume "$c10" --epoch-samples 640
   expect 1 "^batchfit: error: --data: $holds fashion-mnist, not " "$bf" train --resume "$c10" --data "$tmp/x.csv"
   [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused resume changed the checkpoint directory"
+  # a long value (60 points of a batch schedule) is shown where it differs, so the reason still shows
+  long=$(seq 0 59 | awk '{printf "%s%d:%d", (NR > 1 ? "," : ""), $1 * 1000, 64 + $1}')
+  "$bf" train "${mem[@]}" --batch-schedule "$long" --max-steps 2 --checkpoint "$tmp/bsched" >/dev/null 2>&1 ||
+    fail "the run with a 60-point batch schedule failed"
+  expect 1 "^batchfit: error: --batch-schedule: the checkpoint $tmp/bsched/ckpt-0+2\.safetensors holds \.\.\.[0-9:,]*,58000:122,59000:123, not \.\.\.[0-9:,]*,58000:122: a resumed run keeps the configuration it started with \(leave it out" \
+    "$bf" train --resume "$tmp/bsched" --batch-schedule "${long%,59000:123}"
 
   # ---- a new run into a directory of another run's checkpoints ---------------------------
   # (it would mix the two: --resume DIR takes the newest step, of either run,
