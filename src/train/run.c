@@ -6,6 +6,7 @@
 #include "base/outpath.h"
 #include "base/text.h"
 #include "train/run_int.h"
+#include "train/weights.h"
 
 #include <cjson/cJSON.h>
 
@@ -675,6 +676,10 @@ static int setup(bfit_run *r)
     int rc;
 
     if ((rc = open_session(r)) != BFIT_OK)
+        return rc;
+    /* a checkpoint for another model (its spec file changed since) is refused
+     * before the log is opened, which would cut the run's log back to it */
+    if (r->ck && (rc = bfit_weights_check_from(r->s.M, r->ck, r->ck_path)) != BFIT_OK)
         return rc;
     if (bfit_run_dist_writer(r)) { /* the other ranks of a group are quiet */
         rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human, r->cfg.progress_interval, r->log_offset);

@@ -202,6 +202,15 @@ if part files; then
   expect 1 "^batchfit: error: --epoch-samples: $holds 1280, not 640" "$bf" train --resume "$c10" --epoch-samples 640
   expect 1 "^batchfit: error: --data: $holds fashion-mnist, not " "$bf" train --resume "$c10" --data "$tmp/x.csv"
   [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused resume changed the checkpoint directory"
+  # a resume refused for its model (the spec file changed since) leaves the run's log as it was
+  cp "$tmp/tiny.cfg" "$tmp/edit.cfg"
+  "$bf" train --model "$tmp/edit.cfg" --epoch-samples 640 --eval-samples 100 --batch 64 --threads 1 --checkpoint \
+    "$tmp/ed" --checkpoint-every 3 --log "$tmp/ed.jsonl" --quiet >/dev/null 2>&1 || fail "the run of edit.cfg failed"
+  logsum=$(md5sum <"$tmp/ed.jsonl")
+  sed -i 's/linear 64/linear 32/' "$tmp/edit.cfg"
+  expect 1 "error: $tmp/ed/ckpt-0+6\.safetensors: tensor '1\.weight' is \[64 x 784\], the model wants \[32 x 784\]: the weights are for another model" \
+    "$bf" train --resume "$(ck "$tmp/ed" 6)"
+  [ "$(md5sum <"$tmp/ed.jsonl")" = "$logsum" ] && pass || fail "a resume refused for its model changed the run's log"
   # a long value (60 points of a batch schedule) is shown where it differs, so the reason still shows
   long=$(seq 0 59 | awk '{printf "%s%d:%d", (NR > 1 ? "," : ""), $1 * 1000, 64 + $1}')
   "$bf" train "${mem[@]}" --batch-schedule "$long" --max-steps 2 --checkpoint "$tmp/bsched" >/dev/null 2>&1 ||
