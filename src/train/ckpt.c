@@ -619,16 +619,23 @@ static int extras_upload(bfit_run *r, int gradprev)
     return rc;
 }
 
+static int same_data(const bfit_run *r, const run_snap *s, int64_t per_epoch)
+{
+    if (s->per_epoch != per_epoch || s->pos.taken > per_epoch)
+        return bfit_fail_field(BFIT_EINVAL, "data", "the checkpoint %s is of a run with %lld samples per epoch, this "
+                               "data gives %lld: not the data it trained on", r->ck_path, (long long)s->per_epoch,
+                               (long long)per_epoch);
+    return BFIT_OK;
+}
+
 /* The run's counters, the controller and the stream from the state. */
 static int put_state(bfit_run *r, const run_snap *s)
 {
     bfit_controller_state cs = s->ctl;
     int rc;
 
-    if (s->per_epoch != r->per_epoch || s->pos.taken > r->per_epoch)
-        return bfit_fail_field(BFIT_EINVAL, "data", "the checkpoint %s is of a run with %lld samples per epoch, this "
-                               "data gives %lld: not the data it trained on", r->ck_path, (long long)s->per_epoch,
-                               (long long)r->per_epoch);
+    if ((rc = same_data(r, s, r->per_epoch)) != BFIT_OK)
+        return rc;
     /* the memory now, which may differ from the run's before (a resume elsewhere) */
     cs.capacity = bfit_arena_capacity(r->s.arena);
     cs.free = bfit_arena_available(r->s.arena) + bfit_model_step_bytes(r->s.M);
@@ -667,6 +674,24 @@ static int resume_group(bfit_run *r, const cJSON *st)
     if ((rc = bfit_ckpt_group_from_json(st, r->ck_path, &g, &found)) != BFIT_OK)
         return rc;
     return bfit_run_dist_resume(r, found ? &g : NULL, r->ck_path);
+}
+
+int bfit_run_resume_check(bfit_run *r)
+{
+    cJSON *st;
+    run_snap s;
+    bfit_lr_schedule sched;
+    int rc;
+
+    if (!(st = parse_meta_json(r->ck, "batchfit.state", r->ck_path, &rc)))
+        return rc;
+    rc = bfit_ckpt_state_from_json(st, r->ck_path, &s, &sched);
+    cJSON_Delete(st);
+    if (rc == BFIT_OK)
+        rc = bfit_weights_check_from(r->s.M, r->ck, r->ck_path);
+    if (rc == BFIT_OK)
+        rc = same_data(r, &s, bfit_run_epoch_samples(r, bfit_run_train_count(r)));
+    return rc;
 }
 
 int bfit_run_resume_state(bfit_run *r)

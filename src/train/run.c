@@ -669,6 +669,16 @@ static int alloc_stats_snap(bfit_run *r)
     return BFIT_OK;
 }
 
+int64_t bfit_run_train_count(const bfit_run *r)
+{
+    return r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
+}
+
+int64_t bfit_run_epoch_samples(const bfit_run *r, int64_t ntrain)
+{
+    return r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
@@ -677,9 +687,9 @@ static int setup(bfit_run *r)
 
     if ((rc = open_session(r)) != BFIT_OK)
         return rc;
-    /* a checkpoint for another model (its spec file changed since) is refused
-     * before the log is opened, which would cut the run's log back to it */
-    if (r->ck && (rc = bfit_weights_check_from(r->s.M, r->ck, r->ck_path)) != BFIT_OK)
+    /* a checkpoint this run cannot resume (another model, other data) is
+     * refused before the log is opened, which would cut the run's log back */
+    if (r->ck && (rc = bfit_run_resume_check(r)) != BFIT_OK)
         return rc;
     if (bfit_run_dist_writer(r)) { /* the other ranks of a group are quiet */
         rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human, r->cfg.progress_interval, r->log_offset);
@@ -693,14 +703,14 @@ static int setup(bfit_run *r)
     bfit_run_apply_memory_schedule(r, 0);
     bfit_run_watch_device(r);
     r->base_capacity = bfit_arena_capacity(r->s.arena);
-    ntrain = r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
+    ntrain = bfit_run_train_count(r);
     if (ntrain < 1 && r->cfg.train_source)
         return bfit_fail_field(BFIT_EINVAL, "train_source", "has no samples in an epoch");
     if (ntrain < 1) /* a text of blank lines under --seq-max: no line holds a token with a next one */
         return bfit_fail_field(BFIT_EINVAL, "data", "%s has no training samples%s", bfit_dataset_source(r->s.train),
                                r->cfg.seq_max > 0 ? ": with --seq-max a sample is a line's tokens that have a next "
                                                     "token, and no line has any" : "");
-    r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
+    r->per_epoch = bfit_run_epoch_samples(r, ntrain);
     if (r->cfg.micro_batch && r->cfg.micro_batch < bfit_model_min_batch(r->s.M))
         return bfit_fail_field(BFIT_EINVAL, "micro_batch", "%d is too small: the model trains on micro-batches of at "
                                "least %d (batch norm over vectors needs two values per channel)",

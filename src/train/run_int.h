@@ -210,6 +210,13 @@ int bfit_run_rollback(bfit_run *r);
 int bfit_run_stop_requested(bfit_run *r);
 /* ckpt.c */
 int bfit_run_resume_open(bfit_run *r);   /* before setup: the file, its configuration merged into r->cfg */
+/* After the session opened, before the log: the state whole, the model's
+ * tensors and the data's samples per epoch (the run's files untouched on
+ * failure). */
+int bfit_run_resume_check(bfit_run *r);
+/* The training samples there are, and an epoch's of them. */
+int64_t bfit_run_train_count(const bfit_run *r);
+int64_t bfit_run_epoch_samples(const bfit_run *r, int64_t ntrain);
 int bfit_run_resume_state(bfit_run *r);  /* after setup: the state put back */
 void bfit_run_resume_close(bfit_run *r);
 int bfit_run_checkpoint_due(const bfit_run *r);

@@ -211,6 +211,16 @@ if part files; then
   expect 1 "error: $tmp/ed/ckpt-0+6\.safetensors: tensor '1\.weight' is \[64 x 784\], the model wants \[32 x 784\]: the weights are for another model" \
     "$bf" train --resume "$(ck "$tmp/ed" 6)"
   [ "$(md5sum <"$tmp/ed.jsonl")" = "$logsum" ] && pass || fail "a resume refused for its model changed the run's log"
+  # ... and for its data (the CSV file shorter since)
+  awk 'BEGIN { srand(3); for (i = 0; i < 300; i++) printf "%.4f,%.4f,%.4f,%d\n", rand(), rand(), rand(), i % 3 }' >"$tmp/d.csv"
+  printf 'input 3\nlinear 8\nrelu\nlinear 3\n' >"$tmp/csv.cfg"
+  "$bf" train --model "$tmp/csv.cfg" --data "$tmp/d.csv" --batch 32 --threads 1 --checkpoint "$tmp/cs" --checkpoint-every 3 \
+    --log "$tmp/cs.jsonl" --quiet >/dev/null 2>&1 || fail "the run of d.csv failed"
+  logsum=$(md5sum <"$tmp/cs.jsonl")
+  head -200 "$tmp/d.csv" >"$tmp/d2.csv" && mv "$tmp/d2.csv" "$tmp/d.csv"
+  expect 1 "error: --data: the checkpoint $tmp/cs/ckpt-0+6\.safetensors is of a run with 300 samples per epoch, this data gives 200: not the data it trained on" \
+    "$bf" train --resume "$(ck "$tmp/cs" 6)"
+  [ "$(md5sum <"$tmp/cs.jsonl")" = "$logsum" ] && pass || fail "a resume refused for its data changed the run's log"
   # a long value (60 points of a batch schedule) is shown where it differs, so the reason still shows
   long=$(seq 0 59 | awk '{printf "%s%d:%d", (NR > 1 ? "," : ""), $1 * 1000, 64 + $1}')
   "$bf" train "${mem[@]}" --batch-schedule "$long" --max-steps 2 --checkpoint "$tmp/bsched" >/dev/null 2>&1 ||
