@@ -300,11 +300,17 @@ uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
     bfit_step_plan p1;
-    char s1[32], s2[32];
+    char s1[32], s2[32], s3[32];
     if (r->pc.rc != BFIT_OK) /* not memory: the plan itself could not be made */
         return bfit_fail(r->pc.rc, "%s", r->pc.why);
     if (bfit_plan_compute(r->s.M, &r->cfg.opt, 1, 1, &p1) != BFIT_OK)
         return BFIT_ENOMEM;
+    if (r->pos.nmem > 0) /* a point of the memory schedule at step 0 set the capacity */
+        return bfit_fail_field(BFIT_ENOMEM, "memory_schedule", "its capacity from step 0, %s: training needs %s even "
+                               "at micro-batch 1, but %s is allowed (the capacity less the margin)",
+                               bfit_format_size(r->base_capacity, s3, sizeof s3),
+                               bfit_format_size(p1.peak + r->pc.extra, s1, sizeof s1),
+                               bfit_format_size(budget, s2, sizeof s2));
     return bfit_fail_field(BFIT_ENOMEM, "memory", "training needs %s even at micro-batch 1, but %s is allowed "
                                                   "(memory less the margin)",
                            bfit_format_size(p1.peak + r->pc.extra, s1, sizeof s1),
