@@ -216,6 +216,13 @@ static const char *shown(const field *f, const char *t, char *buf)
         return "(none)";
     if (!strcmp(f->key, "max_steps") && !strcmp(t, "0")) /* 0: none given */
         return "no step limit";
+    if (!strcmp(f->key, "loss_scale")) { /* the mode, in --loss-scale's words (a scale given sets dynamic) */
+        long k = strtol(t, NULL, 10);
+        return k == BFIT_LOSS_SCALE_NONE      ? "none"
+               : k == BFIT_LOSS_SCALE_DYNAMIC ? "dynamic"
+               : k == BFIT_LOSS_SCALE_AUTO    ? "the default (dynamic for f16 only)"
+                                              : t;
+    }
     if (f->kind == F_DBL) {
         snprintf(buf, 64, "%g", strtod(t, NULL));
         return buf;

@@ -199,6 +199,10 @@ if part files; then
   expect 1 "^batchfit: error: --seed: $holds 1, not 7" "$bf" train --resume "$c10" --seed 7
   expect 1 "^batchfit: error: --max-steps: $holds no step limit, not 1" "$bf" train --resume "$c10" --max-steps 1
   expect 1 "^batchfit: error: --precision: $holds f32, not bf16" "$bf" train --resume "$c10" --precision bf16
+  expect 1 "^batchfit: error: --loss-scale: $holds the default \(dynamic for f16 only\), not dynamic" "$bf" train \
+    --resume "$c10" --loss-scale 128
+  expect 1 "^batchfit: error: --loss-scale: $holds the default \(dynamic for f16 only\), not none" "$bf" train \
+    --resume "$c10" --loss-scale none
   expect 1 "^batchfit: error: --epoch-samples: $holds 1280, not 640" "$bf" train --resume "$c10" --epoch-samples 640
   expect 1 "^batchfit: error: --data: $holds fashion-mnist, not " "$bf" train --resume "$c10" --data "$tmp/x.csv"
   [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused resume changed the checkpoint directory"
