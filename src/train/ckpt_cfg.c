@@ -216,6 +216,8 @@ static const char *shown(const field *f, const char *t, char *buf)
         return "(none)";
     if (!strcmp(f->key, "max_steps") && !strcmp(t, "0")) /* 0: none given */
         return "no step limit";
+    if (f->kind == F_RULE && !strcmp(t, "default")) /* none given: the optimizer's */
+        return "the default (linear for SGD, sqrt for AdamW)";
     if (!strcmp(f->key, "loss_scale")) { /* the mode, in --loss-scale's words (a scale given sets dynamic) */
         long k = strtol(t, NULL, 10);
         return k == BFIT_LOSS_SCALE_NONE      ? "none"

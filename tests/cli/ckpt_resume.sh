@@ -203,6 +203,8 @@ if part files; then
     --resume "$c10" --loss-scale 128
   expect 1 "^batchfit: error: --loss-scale: $holds the default \(dynamic for f16 only\), not none" "$bf" train \
     --resume "$c10" --loss-scale none
+  expect 1 "^batchfit: error: --lr-scaling: $holds the default \(linear for SGD, sqrt for AdamW\), not sqrt" "$bf" train \
+    --resume "$c10" --lr-scaling sqrt
   expect 1 "^batchfit: error: --epoch-samples: $holds 1280, not 640" "$bf" train --resume "$c10" --epoch-samples 640
   expect 1 "^batchfit: error: --data: $holds fashion-mnist, not " "$bf" train --resume "$c10" --data "$tmp/x.csv"
   [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused resume changed the checkpoint directory"
