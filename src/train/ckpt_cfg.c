@@ -216,6 +216,8 @@ static const char *shown(const field *f, const char *t, char *buf)
         return "(none)";
     if (!strcmp(f->key, "max_steps") && !strcmp(t, "0")) /* 0: none given */
         return "no step limit";
+    if (!strcmp(f->key, "lean")) /* kept as lean, said as --no-lean's value */
+        return !strcmp(t, "yes") ? "no" : !strcmp(t, "no") ? "yes" : t;
     if (f->kind == F_RULE && !strcmp(t, "default")) /* none given: the optimizer's */
         return "the default (linear for SGD, sqrt for AdamW)";
     if (!strcmp(f->key, "loss_scale")) { /* the mode, in --loss-scale's words (a scale given sets dynamic) */

@@ -203,6 +203,9 @@ if part files; then
     --resume "$c10" --loss-scale 128
   expect 1 "^batchfit: error: --loss-scale: $holds the default \(dynamic for f16 only\), not none" "$bf" train \
     --resume "$c10" --loss-scale none
+  # (a flag's value as the flag's: --no-lean holds no, as --no-normalize does)
+  expect 1 "^batchfit: error: --no-lean: $holds no, not yes" "$bf" train --resume "$c10" --no-lean
+  expect 1 "^batchfit: error: --no-normalize: $holds no, not yes" "$bf" train --resume "$c10" --no-normalize
   expect 1 "^batchfit: error: --lr-scaling: $holds the default \(linear for SGD, sqrt for AdamW\), not sqrt" "$bf" train \
     --resume "$c10" --lr-scaling sqrt
   expect 1 "^batchfit: error: --epoch-samples: $holds 1280, not 640" "$bf" train --resume "$c10" --epoch-samples 640
