@@ -245,18 +245,24 @@ if part files; then
   [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused new run changed the checkpoint directory"
   [ -e "$tmp/mc/events.jsonl" ] && fail "a refused new run left its events in the checkpoint directory"
   # two runs at once in one directory: the second is refused while the
-  # first lives (held still with SIGSTOP, so that it cannot end meanwhile)
-  "$bf" train "${mem[@]}" --checkpoint "$tmp/busy" --checkpoint-every 1 --save "$tmp/busy.st" >/dev/null 2>&1 &
+  # first lives (a long run, held still with SIGSTOP once its log is there:
+  # the lock is taken before the log is opened)
+  "$bf" train "${mem[@]}" --epochs 50 --checkpoint "$tmp/busy" --checkpoint-every 1 --log "$tmp/busy.jsonl" \
+    >/dev/null 2>&1 &
   pid=$!
-  for _ in $(seq 1 500); do ls "$tmp/busy"/ckpt-*.safetensors >/dev/null 2>&1 && break; sleep 0.01; done
+  for _ in $(seq 1 3000); do [ -s "$tmp/busy.jsonl" ] && break; sleep 0.01; done
   kill -STOP "$pid"
   expect 1 "^batchfit: error: --checkpoint: $tmp/busy: another run is writing its checkpoints there \(a directory is one run's\)" \
-    "$bf" train --resume "$tmp/busy" --save "$tmp/busy2.st"
+    "$bf" train "${mem[@]}" --checkpoint "$tmp/busy" --save "$tmp/busy2.st"
+  cp "$(ck "$tmp/mc" 10)" "$tmp/busy_from.st"
   expect 1 "^batchfit: error: --checkpoint: $tmp/busy: another run is writing its checkpoints there" \
-    "$bf" train --resume "$tmp/mc" --checkpoint "$tmp/busy" --save "$tmp/busy2.st"
+    "$bf" train --resume "$tmp/busy_from.st" --checkpoint "$tmp/busy" --save "$tmp/busy2.st"
+  kill -KILL "$pid"
   kill -CONT "$pid"
-  wait "$pid" && cmp -s "$tmp/big.st" "$tmp/busy.st" && [ ! -e "$tmp/busy2.st" ] && pass ||
-    fail "the first of two runs in one directory did not end as the run alone"
+  wait "$pid" 2>/dev/null
+  [ ! -e "$tmp/busy2.st" ] && ! ls "$tmp/busy" | grep -qv -e '^ckpt-' -e '^events' && pass ||
+    fail "a refused second run wrote: $(ls "$tmp/busy2.st" "$tmp/busy" 2>&1)"
+  # (that the lock goes with a killed process, ckpt_kill.sh's resumes after SIGKILL show)
   mkdir "$tmp/fresh"
   echo notes >"$tmp/fresh/README"
   expect 0 "test accuracy" "$bf" train "${mem[@]}" --checkpoint "$tmp/fresh" --max-steps 2
