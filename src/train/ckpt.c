@@ -137,10 +137,12 @@ int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len)
  * other's. */
 static int lock_dir(bfit_run *r, const char *dir)
 {
-    int fd;
+    int fd, made = mkdir(dir, 0777) == 0;
 
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    if (!made && errno != EEXIST)
         return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot create the directory: %s", dir, strerror(errno));
+    if (made) /* removed again if the run leaves it empty (it failed at its start) */
+        snprintf(r->ckpt_made, sizeof r->ckpt_made, "%s", dir);
     if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot open the directory: %s", dir, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -186,6 +188,9 @@ int bfit_run_checkpoint_dir_claim(bfit_run *r)
 
 void bfit_run_checkpoint_dir_release(bfit_run *r)
 {
+    if (r->ckpt_made[0])
+        rmdir(r->ckpt_made); /* only an empty one: what the run wrote stays */
+    r->ckpt_made[0] = '\0';
     if (r->ckpt_lock)
         close(r->ckpt_lock - 1);
     r->ckpt_lock = 0;

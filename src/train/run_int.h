@@ -142,6 +142,7 @@ struct bfit_run {
     int64_t ckpt_step;         /* and at which step (-1: none yet) */
     char ckpt_dir[4096];       /* where they go ("" none) */
     int ckpt_lock;             /* its descriptor + 1, locked while the run lives (0: none) */
+    char ckpt_made[4096];      /* the directory if this run made it ("" not) */
     struct cJSON *ck_cfg;      /* resuming: the checkpoint's configuration (cfg strings point into it) */
     struct bfit_st_file *ck;   /*   and the file, until its state is put back */
     char ck_path[4200];

@@ -263,6 +263,9 @@ if part files; then
   [ ! -e "$tmp/busy2.st" ] && ! ls "$tmp/busy" | grep -qv -e '^ckpt-' -e '^events' && pass ||
     fail "a refused second run wrote: $(ls "$tmp/busy2.st" "$tmp/busy" 2>&1)"
   # (that the lock goes with a killed process, ckpt_kill.sh's resumes after SIGKILL show)
+  # a run that fails before its first checkpoint leaves no directory it made
+  expect 1 "even at micro-batch 1" "$bf" train "${mem[@]}" --memory 1MiB --checkpoint "$tmp/never"
+  [ -e "$tmp/never" ] && fail "a run that failed at its start left its checkpoint directory: $(ls -a "$tmp/never")" || pass
   mkdir "$tmp/fresh"
   echo notes >"$tmp/fresh/README"
   expect 0 "test accuracy" "$bf" train "${mem[@]}" --checkpoint "$tmp/fresh" --max-steps 2
