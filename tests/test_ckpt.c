@@ -499,14 +499,15 @@ static int refused(const char *path, const char *what, long at)
     return rc;
 }
 
-/* A checkpoint of the small run, its bytes and its header's length. */
-static char *a_checkpoint(char *path, size_t n, long *len, long *header)
+/* A checkpoint of the small run in a new directory name, its bytes and its
+ * header's length. */
+static char *a_checkpoint(const char *name, char *path, size_t n, long *len, long *header)
 {
     char dir[300];
     bfit_train_cfg c = small_run();
     bfit_train_result r;
     char *b;
-    tmp_path(dir, sizeof dir, "damaged");
+    tmp_path(dir, sizeof dir, name);
     c.checkpoint = dir;
     c.max_steps = 5;
     assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
@@ -524,7 +525,7 @@ static void test_every_byte_flip_refused(void **st)
 {
     char path[4200], bad[300];
     long len, header, n = 0;
-    char *b = a_checkpoint(path, sizeof path, &len, &header);
+    char *b = a_checkpoint("flip_from", path, sizeof path, &len, &header);
     uint64_t s = 99;
     (void)st;
     tmp_path(bad, sizeof bad, "flipped.safetensors");
@@ -551,7 +552,7 @@ static void test_every_truncation_refused(void **st)
 {
     char path[4200], bad[300];
     long len, header, n = 0;
-    char *b = a_checkpoint(path, sizeof path, &len, &header);
+    char *b = a_checkpoint("truncate_from", path, sizeof path, &len, &header);
     (void)st;
     tmp_path(bad, sizeof bad, "truncated.safetensors");
     for (long cut = 0; cut < len; cut += cut < header + 64 ? 1 : 997) {

@@ -122,6 +122,38 @@ static void test_schedules_agree(void **st)
     has("e1000001", "epoch 1000001 is out of range: expected 0 to 1000000");
 }
 
+/* A list of 100 points is longer than a message: the reason after the
+ * quoted list, and the part of the list it is about, still show. */
+static void test_long_schedules(void **st)
+{
+    static bfit_batch_point bp[BFIT_MEM_SCHEDULE_MAX];
+    static bfit_mem_point mp[BFIT_MEM_SCHEDULE_MAX];
+    char mem[4096], batch[4096], bad[4096];
+    size_t a = 0, b = 0;
+    int n;
+    (void)st;
+    for (int i = 0; i < 100; i++) {
+        a += (size_t)snprintf(mem + a, sizeof mem - a, "%s%d:%dMiB", i ? "," : "", 1000 + i * 10, 1000 + i);
+        b += (size_t)snprintf(batch + b, sizeof batch - b, "%s%d:%d", i ? "," : "", 1000 + i * 10, 1000 + i);
+    }
+    assert_true(a > 1100 && b > 900);
+    assert_int_equal(bfit_mem_schedule_parse(mem, mp, BFIT_MEM_SCHEDULE_MAX, &n), BFIT_EINVAL);
+    has("100 memory points", "more than 64 points");
+    has("100 memory points", "1640:1064MiB"); /* the 65th point, the one too many */
+    assert_int_equal(bfit_batch_schedule_parse(batch, bp, BFIT_MEM_SCHEDULE_MAX, &n), BFIT_EINVAL);
+    has("100 batch points", "more than 64 points");
+    /* a fault at the end of a long list: its reason and its place */
+    memcpy(bad, mem, a);
+    strcpy(bad + a, ",5000:12XB");
+    assert_int_equal(bfit_mem_schedule_parse(bad, mp, 200, &n), BFIT_EINVAL);
+    has("a bad unit at the end", "unknown unit 'XB'");
+    has("a bad unit at the end", "1990:1099MiB,5000:12XB");
+    strcpy(bad + a, ",5:1MiB");
+    assert_int_equal(bfit_mem_schedule_parse(bad, mp, 200, &n), BFIT_EINVAL);
+    has("out of order at the end", "point 101: step 5 does not come after 1990");
+    assert_true(strlen(bfit_errmsg()) < 400);
+}
+
 /* A configuration a program fills obeys the same limits. */
 static void test_config_limits(void **st)
 {
@@ -160,6 +192,7 @@ int main(void)
         cmocka_unit_test(test_whole_numbers),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_schedules_agree),
+        cmocka_unit_test(test_long_schedules),
         cmocka_unit_test(test_config_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,10 +29,13 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define CKPT_FORMAT "batchfit-checkpoint"
@@ -126,6 +129,71 @@ int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len)
     ckpt_name(path, len, file_or_dir, steps[n - 1]);
     free(steps);
     return BFIT_OK;
+}
+
+/* The directory is this run's while it lives: a lock on it (flock, which
+ * goes with the process, a SIGKILL too), so that a second run into it, new
+ * or resumed, is refused rather than mixing its checkpoints and pruning the
+ * other's. */
+static int lock_dir(bfit_run *r, const char *dir)
+{
+    int fd, made = mkdir(dir, 0777) == 0;
+
+    if (!made && errno != EEXIST)
+        return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot create the directory: %s", dir, strerror(errno));
+    if (made) /* removed again if the run leaves it empty (it failed at its start) */
+        snprintf(r->ckpt_made, sizeof r->ckpt_made, "%s", dir);
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return bfit_fail_field(BFIT_EIO, "checkpoint", "%s: cannot open the directory: %s", dir, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return bfit_fail_field(BFIT_EINVAL, "checkpoint", "%s: another run is writing its checkpoints there (a "
+                                   "directory is one run's): wait for it to end, or give this run another directory",
+                                   dir);
+        return BFIT_OK; /* a file system without locks: as before */
+    }
+    r->ckpt_lock = fd + 1;
+    return BFIT_OK;
+}
+
+int bfit_run_checkpoint_dir_claim(bfit_run *r)
+{
+    const char *dir = r->cfg.checkpoint;
+    int64_t *steps;
+    char newest[4200];
+    int n, rc;
+
+    if (!dir || !bfit_run_dist_writer(r))
+        return BFIT_OK;
+    if ((rc = lock_dir(r, dir)) != BFIT_OK)
+        return rc;
+    /* a resumed run goes on writing the run's own (wherever it was resumed from) */
+    if (r->cfg.resume)
+        return BFIT_OK;
+    if ((rc = list_ckpts(dir, &steps, &n)) != BFIT_OK)
+        return rc;
+    if (n > 0)
+        ckpt_name(newest, sizeof newest, dir, steps[n - 1]);
+    free(steps);
+    if (n == 0)
+        return BFIT_OK;
+    /* mixed, --resume DIR would take the newest step of either run, and
+     * keeping the newest K would remove the older ones of either */
+    return bfit_fail_field(BFIT_EINVAL, "checkpoint", "%s already holds the checkpoints of a run (the newest: %s): a new "
+                           "run would mix its checkpoints with them; resume that run with --resume %s, or give the "
+                           "new run a directory of its own", dir, newest, dir);
+}
+
+void bfit_run_checkpoint_dir_release(bfit_run *r)
+{
+    if (r->ckpt_made[0])
+        rmdir(r->ckpt_made); /* only an empty one: what the run wrote stays */
+    r->ckpt_made[0] = '\0';
+    if (r->ckpt_lock)
+        close(r->ckpt_lock - 1);
+    r->ckpt_lock = 0;
 }
 
 /* The newest `keep` stay; older ones go, never the one just written. */
@@ -556,16 +624,23 @@ static int extras_upload(bfit_run *r, int gradprev)
     return rc;
 }
 
+static int same_data(const bfit_run *r, const run_snap *s, int64_t per_epoch)
+{
+    if (s->per_epoch != per_epoch || s->pos.taken > per_epoch)
+        return bfit_fail_field(BFIT_EINVAL, "data", "the checkpoint %s is of a run with %lld samples per epoch, this "
+                               "data gives %lld: not the data it trained on", r->ck_path, (long long)s->per_epoch,
+                               (long long)per_epoch);
+    return BFIT_OK;
+}
+
 /* The run's counters, the controller and the stream from the state. */
 static int put_state(bfit_run *r, const run_snap *s)
 {
     bfit_controller_state cs = s->ctl;
     int rc;
 
-    if (s->per_epoch != r->per_epoch || s->pos.taken > r->per_epoch)
-        return bfit_fail_field(BFIT_EINVAL, "data", "the checkpoint %s is of a run with %lld samples per epoch, this "
-                               "data gives %lld: not the data it trained on", r->ck_path, (long long)s->per_epoch,
-                               (long long)r->per_epoch);
+    if ((rc = same_data(r, s, r->per_epoch)) != BFIT_OK)
+        return rc;
     /* the memory now, which may differ from the run's before (a resume elsewhere) */
     cs.capacity = bfit_arena_capacity(r->s.arena);
     cs.free = bfit_arena_available(r->s.arena) + bfit_model_step_bytes(r->s.M);
@@ -604,6 +679,24 @@ static int resume_group(bfit_run *r, const cJSON *st)
     if ((rc = bfit_ckpt_group_from_json(st, r->ck_path, &g, &found)) != BFIT_OK)
         return rc;
     return bfit_run_dist_resume(r, found ? &g : NULL, r->ck_path);
+}
+
+int bfit_run_resume_check(bfit_run *r)
+{
+    cJSON *st;
+    run_snap s;
+    bfit_lr_schedule sched;
+    int rc;
+
+    if (!(st = parse_meta_json(r->ck, "batchfit.state", r->ck_path, &rc)))
+        return rc;
+    rc = bfit_ckpt_state_from_json(st, r->ck_path, &s, &sched);
+    cJSON_Delete(st);
+    if (rc == BFIT_OK)
+        rc = bfit_weights_check_from(r->s.M, r->ck, r->ck_path);
+    if (rc == BFIT_OK)
+        rc = same_data(r, &s, bfit_run_epoch_samples(r, bfit_run_train_count(r)));
+    return rc;
 }
 
 int bfit_run_resume_state(bfit_run *r)

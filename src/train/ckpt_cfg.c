@@ -219,6 +219,17 @@ static const char *shown(const field *f, const char *t, char *buf)
         return "(none)";
     if (!strcmp(f->key, "max_steps") && !strcmp(t, "0")) /* 0: none given */
         return "no step limit";
+    if (!strcmp(f->key, "lean")) /* kept as lean, said as --no-lean's value */
+        return !strcmp(t, "yes") ? "no" : !strcmp(t, "no") ? "yes" : t;
+    if (f->kind == F_RULE && !strcmp(t, "default")) /* none given: the optimizer's */
+        return "the default (linear for SGD, sqrt for AdamW)";
+    if (!strcmp(f->key, "loss_scale")) { /* the mode, in --loss-scale's words (a scale given sets dynamic) */
+        long k = strtol(t, NULL, 10);
+        return k == BFIT_LOSS_SCALE_NONE      ? "none"
+               : k == BFIT_LOSS_SCALE_DYNAMIC ? "dynamic"
+               : k == BFIT_LOSS_SCALE_AUTO    ? "the default (dynamic for f16 only)"
+                                              : t;
+    }
     if (f->kind == F_DBL) {
         snprintf(buf, 64, "%g", strtod(t, NULL));
         return buf;
@@ -307,6 +318,33 @@ static const char *batch_mode(int batch, int adaptive, int auto_batch, int token
     return buf;
 }
 
+#define SHOWN_WHOLE 100 /* longer values are shown in part */
+#define SHOWN_PART 80
+
+/* A long value (a schedule of many points, a long path) shown from a little
+ * before d, where it differs from the other, so that the message's reason
+ * after the two still fits the message. */
+static const char *around(const char *t, size_t d, char *buf, size_t n)
+{
+    size_t len = strlen(t), from;
+
+    if (len <= SHOWN_WHOLE)
+        return t;
+    from = d > SHOWN_PART / 2 ? d - SHOWN_PART / 2 : 0;
+    if (from > len)
+        from = len;
+    snprintf(buf, n, "%s%.*s%s", from ? "..." : "", SHOWN_PART, t + from, from + SHOWN_PART < len ? "..." : "");
+    return buf;
+}
+
+static size_t differs_at(const char *a, const char *b)
+{
+    size_t i = 0;
+    while (a && b && a[i] && a[i] == b[i])
+        i++;
+    return i;
+}
+
 static const char *saved_batch_mode(const cJSON *saved, char *buf)
 {
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(saved, "batch"),
@@ -321,7 +359,7 @@ static const char *saved_batch_mode(const cJSON *saved, char *buf)
 int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path, bfit_batch_point *bpts,
                    bfit_mem_point *mpts)
 {
-    char *b1 = malloc(TEXT_MAX), *b2 = malloc(TEXT_MAX), s1[64], s2[64];
+    char *b1 = malloc(TEXT_MAX), *b2 = malloc(TEXT_MAX), s1[64], s2[64], a1[SHOWN_PART + 8], a2[SHOWN_PART + 8];
     int rc = b1 && b2 ? BFIT_OK : bfit_fail(BFIT_ENOMEM, "out of host memory");
 
     if (rc == BFIT_OK && !cJSON_IsObject(saved))
@@ -357,7 +395,8 @@ int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path,
         else
             rc = bfit_fail_field(BFIT_EINVAL, f->opt, "the checkpoint %s holds %s, not %s: a resumed run keeps the "
                                  "configuration it started with (leave it out to continue the run, or start a new "
-                                 "one)", path, shown(f, theirs, s1), shown(f, mine, s2));
+                                 "one)", path, around(shown(f, theirs, s1), differs_at(theirs, mine), a1, sizeof a1),
+                                 around(shown(f, mine, s2), differs_at(theirs, mine), a2, sizeof a2));
     }
     free(b1);
     free(b2);

@@ -6,6 +6,7 @@
 #include "base/outpath.h"
 #include "base/text.h"
 #include "train/run_int.h"
+#include "train/weights.h"
 
 #include <cjson/cJSON.h>
 
@@ -299,11 +300,17 @@ uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
     bfit_step_plan p1;
-    char s1[32], s2[32];
+    char s1[32], s2[32], s3[32];
     if (r->pc.rc != BFIT_OK) /* not memory: the plan itself could not be made */
         return bfit_fail(r->pc.rc, "%s", r->pc.why);
     if (bfit_plan_compute(r->s.M, &r->cfg.opt, 1, 1, &p1) != BFIT_OK)
         return BFIT_ENOMEM;
+    if (r->pos.nmem > 0) /* a point of the memory schedule at step 0 set the capacity */
+        return bfit_fail_field(BFIT_ENOMEM, "memory_schedule", "its capacity from step 0, %s: training needs %s even "
+                               "at micro-batch 1, but %s is allowed (the capacity less the margin)",
+                               bfit_format_size(r->base_capacity, s3, sizeof s3),
+                               bfit_format_size(p1.peak + r->pc.extra, s1, sizeof s1),
+                               bfit_format_size(budget, s2, sizeof s2));
     return bfit_fail_field(BFIT_ENOMEM, "memory", "training needs %s even at micro-batch 1, but %s is allowed "
                                                   "(memory less the margin)",
                            bfit_format_size(p1.peak + r->pc.extra, s1, sizeof s1),
@@ -668,6 +675,16 @@ static int alloc_stats_snap(bfit_run *r)
     return BFIT_OK;
 }
 
+int64_t bfit_run_train_count(const bfit_run *r)
+{
+    return r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
+}
+
+int64_t bfit_run_epoch_samples(const bfit_run *r, int64_t ntrain)
+{
+    return r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
+}
+
 /* The training samples of an epoch into *ntrain; none, or no test sample,
  * is refused (a text of blank lines under --seq-max: no line holds a token
  * with a next one; a short text: no test part). */
@@ -677,7 +694,7 @@ static int check_counts(const bfit_run *r, int64_t *ntrain)
                                 "has any";
     const char *test = r->s.test ? bfit_dataset_source(r->s.test) : "";
 
-    *ntrain = r->cfg.train_source ? r->cfg.train_source->samples : bfit_dataset_count(r->s.train);
+    *ntrain = bfit_run_train_count(r);
     if (*ntrain < 1 && r->cfg.train_source)
         return bfit_fail_field(BFIT_EINVAL, "train_source", "has no samples in an epoch");
     if (*ntrain < 1)
@@ -699,6 +716,10 @@ static int setup(bfit_run *r)
 
     if ((rc = open_session(r)) != BFIT_OK)
         return rc;
+    /* a checkpoint this run cannot resume (another model, other data) is
+     * refused before the log is opened, which would cut the run's log back */
+    if (r->ck && (rc = bfit_run_resume_check(r)) != BFIT_OK)
+        return rc;
     if (bfit_run_dist_writer(r)) { /* the other ranks of a group are quiet */
         rc = bfit_log_open_at(&r->lg, r->cfg.log, r->cfg.human, r->cfg.progress_interval, r->log_offset);
         if (rc != BFIT_OK)
@@ -713,7 +734,7 @@ static int setup(bfit_run *r)
     r->base_capacity = bfit_arena_capacity(r->s.arena);
     if ((rc = check_counts(r, &ntrain)) != BFIT_OK)
         return rc;
-    r->per_epoch = r->cfg.epoch_samples && r->cfg.epoch_samples < ntrain ? r->cfg.epoch_samples : ntrain;
+    r->per_epoch = bfit_run_epoch_samples(r, ntrain);
     if (r->cfg.micro_batch && r->cfg.micro_batch < bfit_model_min_batch(r->s.M))
         return bfit_fail_field(BFIT_EINVAL, "micro_batch", "%d is too small: the model trains on micro-batches of at "
                                "least %d (batch norm over vectors needs two values per channel)",
@@ -826,7 +847,8 @@ int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_
         rc = bfit_run_dist_prepare(&r->cfg, &on, &rank);
     if (rc == BFIT_OK) {
         fill_defaults(&r->cfg);
-        rc = check_cfg(&r->cfg);
+        if ((rc = check_cfg(&r->cfg)) == BFIT_OK)
+            rc = bfit_run_checkpoint_dir_claim(r);
     }
     if (rc == BFIT_OK && o)
         rc = outputs(r, o);
@@ -874,6 +896,7 @@ void bfit_run_free(bfit_run *r)
     free(r->micro_n);
     free(r->stats_snap);
     bfit_run_resume_close(r);
+    bfit_run_checkpoint_dir_release(r);
     cJSON_Delete(r->ck_cfg);
     if (r->keep_free)
         r->keep_free(r->keep);

@@ -141,6 +141,8 @@ struct bfit_run {
     double ckpt_t;             /* when the last was written (or the run started) */
     int64_t ckpt_step;         /* and at which step (-1: none yet) */
     char ckpt_dir[4096];       /* where they go ("" none) */
+    int ckpt_lock;             /* its descriptor + 1, locked while the run lives (0: none) */
+    char ckpt_made[4096];      /* the directory if this run made it ("" not) */
     struct cJSON *ck_cfg;      /* resuming: the checkpoint's configuration (cfg strings point into it) */
     struct bfit_st_file *ck;   /*   and the file, until its state is put back */
     char ck_path[4200];
@@ -209,9 +211,20 @@ int bfit_run_rollback(bfit_run *r);
 int bfit_run_stop_requested(bfit_run *r);
 /* ckpt.c */
 int bfit_run_resume_open(bfit_run *r);   /* before setup: the file, its configuration merged into r->cfg */
+/* After the session opened, before the log: the state whole, the model's
+ * tensors and the data's samples per epoch (the run's files untouched on
+ * failure). */
+int bfit_run_resume_check(bfit_run *r);
+/* The training samples there are, and an epoch's of them. */
+int64_t bfit_run_train_count(const bfit_run *r);
+int64_t bfit_run_epoch_samples(const bfit_run *r, int64_t ntrain);
 int bfit_run_resume_state(bfit_run *r);  /* after setup: the state put back */
 void bfit_run_resume_close(bfit_run *r);
 int bfit_run_checkpoint_due(const bfit_run *r);
+/* The checkpoint directory, locked for the run's life (no other run is
+ * writing there), and for a new run without another run's checkpoints. */
+int bfit_run_checkpoint_dir_claim(bfit_run *r);
+void bfit_run_checkpoint_dir_release(bfit_run *r);
 /* ckpt_cfg.c: the configuration a checkpoint keeps */
 struct cJSON *bfit_ckpt_cfg_to_json(const bfit_train_cfg *c);
 int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const struct cJSON *saved, const char *path, bfit_batch_point *bpts,

@@ -131,58 +131,66 @@ int bfit_weights_load(bfit_model *M, const char *path)
     return rc;
 }
 
-int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *path)
+/* Every parameter of v has its tensor in f, of its shape and a float type,
+ * and f has no other parameters. */
+static int check_tensors(const named *v, int n, const bfit_st_file *f, const char *path)
 {
-    named *v = NULL;
-    int n, nfile = 0, rc;
+    int nfile = 0;
 
-    rc = list_params(M, &v, &n);
-    if (rc != BFIT_OK)
-        goto out;
-    /* check everything before touching the model */
     for (int i = 0; i < n; i++) {
         const bfit_st_tensor *t = bfit_st_find(f, v[i].name);
-        if (!t) {
-            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is missing: the weights are for another model", path,
-                           v[i].name);
-            goto out;
-        }
+        if (!t)
+            return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is missing: the weights are for another model", path,
+                             v[i].name);
         if (t->ndim != v[i].p->ndim || bfit_st_numel(t) != bfit_param_numel(v[i].p)) {
             char a[96], b[96];
-            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, the model wants %s: the weights are for another "
-                           "model", path, v[i].name, bfit_dims_str(t->shape, t->ndim, " x ", a, sizeof a),
-                           bfit_dims_str(v[i].p->dim, v[i].p->ndim, " x ", b, sizeof b));
-            goto out;
+            return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, the model wants %s: the weights are for another "
+                             "model", path, v[i].name, bfit_dims_str(t->shape, t->ndim, " x ", a, sizeof a),
+                             bfit_dims_str(v[i].p->dim, v[i].p->ndim, " x ", b, sizeof b));
         }
-        if (!bfit_st_is_float(t)) {
-            rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, an integer type: a parameter's weights are "
-                           "floating point (F32, F64, F16 or BF16)", path, v[i].name, t->dtype);
-            goto out;
-        }
+        if (!bfit_st_is_float(t))
+            return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, an integer type: a parameter's weights are "
+                             "floating point (F32, F64, F16 or BF16)", path, v[i].name, t->dtype);
         for (int d = 0; d < t->ndim; d++)
-            if (t->shape[d] != v[i].p->dim[d]) {
-                rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' dimension %d is %lld, the model wants %lld: the "
-                               "weights are for another model", path, v[i].name, d, (long long)t->shape[d],
-                               (long long)v[i].p->dim[d]);
-                goto out;
-            }
+            if (t->shape[d] != v[i].p->dim[d])
+                return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' dimension %d is %lld, the model wants %lld: the "
+                                 "weights are for another model", path, v[i].name, d, (long long)t->shape[d],
+                                 (long long)v[i].p->dim[d]);
     }
     for (int i = 0; i < bfit_st_count(f); i++)
         nfile += !bfit_weights_ckpt_tensor(bfit_st_get(f, i)->name);
-    if (nfile != n) {
-        for (int i = 0; i < bfit_st_count(f); i++) {
-            const char *name = bfit_st_get(f, i)->name;
-            int found = bfit_weights_ckpt_tensor(name);
-            for (int j = 0; j < n && !found; j++)
-                found = strcmp(name, v[j].name) == 0;
-            if (!found) {
-                rc = bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is not a parameter of this model", path, name);
-                goto out;
-            }
-        }
+    if (nfile == n)
+        return BFIT_OK;
+    for (int i = 0; i < bfit_st_count(f); i++) {
+        const char *name = bfit_st_get(f, i)->name;
+        int found = bfit_weights_ckpt_tensor(name);
+        for (int j = 0; j < n && !found; j++)
+            found = strcmp(name, v[j].name) == 0;
+        if (!found)
+            return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is not a parameter of this model", path, name);
     }
-    rc = convert_and_upload(M, f, path, v, n);
-out:
+    return BFIT_OK;
+}
+
+int bfit_weights_check_from(const bfit_model *M, const bfit_st_file *f, const char *path)
+{
+    named *v = NULL;
+    int n, rc = list_params(M, &v, &n);
+
+    if (rc == BFIT_OK)
+        rc = check_tensors(v, n, f, path);
+    free(v);
+    return rc;
+}
+
+int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *path)
+{
+    named *v = NULL;
+    int n, rc = list_params(M, &v, &n);
+
+    /* check everything before touching the model */
+    if (rc == BFIT_OK && (rc = check_tensors(v, n, f, path)) == BFIT_OK)
+        rc = convert_and_upload(M, f, path, v, n);
     free(v);
     return rc;
 }

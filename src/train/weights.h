@@ -42,6 +42,9 @@ int bfit_weights_save_ex(const bfit_model *M, const char *path, const bfit_st_te
 int bfit_weights_load(bfit_model *M, const char *path);
 /* The same from a file already read (path names it in messages). */
 int bfit_weights_load_from(bfit_model *M, const bfit_st_file *f, const char *path);
+/* Only the checks of loading: whether f's tensors are this model's
+ * parameters (names, shapes, float types); the model is not touched. */
+int bfit_weights_check_from(const bfit_model *M, const bfit_st_file *f, const char *path);
 
 /* Normalisation statistics travel with the weights, so evaluation applies
  * what training applied: metadata "normalize_mean" and "normalize_std", n

@@ -199,9 +199,78 @@ if part files; then
   expect 1 "^batchfit: error: --seed: $holds 1, not 7" "$bf" train --resume "$c10" --seed 7
   expect 1 "^batchfit: error: --max-steps: $holds no step limit, not 1" "$bf" train --resume "$c10" --max-steps 1
   expect 1 "^batchfit: error: --precision: $holds f32, not bf16" "$bf" train --resume "$c10" --precision bf16
+  expect 1 "^batchfit: error: --loss-scale: $holds the default \(dynamic for f16 only\), not dynamic" "$bf" train \
+    --resume "$c10" --loss-scale 128
+  expect 1 "^batchfit: error: --loss-scale: $holds the default \(dynamic for f16 only\), not none" "$bf" train \
+    --resume "$c10" --loss-scale none
+  # (a flag's value as the flag's: --no-lean holds no, as --no-normalize does)
+  expect 1 "^batchfit: error: --no-lean: $holds no, not yes" "$bf" train --resume "$c10" --no-lean
+  expect 1 "^batchfit: error: --no-normalize: $holds no, not yes" "$bf" train --resume "$c10" --no-normalize
+  expect 1 "^batchfit: error: --lr-scaling: $holds the default \(linear for SGD, sqrt for AdamW\), not sqrt" "$bf" train \
+    --resume "$c10" --lr-scaling sqrt
   expect 1 "^batchfit: error: --epoch-samples: $holds 1280, not 640" "$bf" train --resume "$c10" --epoch-samples 640
   expect 1 "^batchfit: error: --data: $holds fashion-mnist, not " "$bf" train --resume "$c10" --data "$tmp/x.csv"
   [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused resume changed the checkpoint directory"
+  # a resume refused for its model (the spec file changed since) leaves the run's log as it was
+  cp "$tmp/tiny.cfg" "$tmp/edit.cfg"
+  "$bf" train --model "$tmp/edit.cfg" --epoch-samples 640 --eval-samples 100 --batch 64 --threads 1 --checkpoint \
+    "$tmp/ed" --checkpoint-every 3 --log "$tmp/ed.jsonl" --quiet >/dev/null 2>&1 || fail "the run of edit.cfg failed"
+  logsum=$(md5sum <"$tmp/ed.jsonl")
+  sed -i 's/linear 64/linear 32/' "$tmp/edit.cfg"
+  expect 1 "error: $tmp/ed/ckpt-0+6\.safetensors: tensor '1\.weight' is \[64 x 784\], the model wants \[32 x 784\]: the weights are for another model" \
+    "$bf" train --resume "$(ck "$tmp/ed" 6)"
+  [ "$(md5sum <"$tmp/ed.jsonl")" = "$logsum" ] && pass || fail "a resume refused for its model changed the run's log"
+  # ... and for its data (the CSV file shorter since)
+  awk 'BEGIN { srand(3); for (i = 0; i < 300; i++) printf "%.4f,%.4f,%.4f,%d\n", rand(), rand(), rand(), i % 3 }' >"$tmp/d.csv"
+  printf 'input 3\nlinear 8\nrelu\nlinear 3\n' >"$tmp/csv.cfg"
+  "$bf" train --model "$tmp/csv.cfg" --data "$tmp/d.csv" --batch 32 --threads 1 --checkpoint "$tmp/cs" --checkpoint-every 3 \
+    --log "$tmp/cs.jsonl" --quiet >/dev/null 2>&1 || fail "the run of d.csv failed"
+  logsum=$(md5sum <"$tmp/cs.jsonl")
+  head -200 "$tmp/d.csv" >"$tmp/d2.csv" && mv "$tmp/d2.csv" "$tmp/d.csv"
+  expect 1 "error: --data: the checkpoint $tmp/cs/ckpt-0+6\.safetensors is of a run with 300 samples per epoch, this data gives 200: not the data it trained on" \
+    "$bf" train --resume "$(ck "$tmp/cs" 6)"
+  [ "$(md5sum <"$tmp/cs.jsonl")" = "$logsum" ] && pass || fail "a resume refused for its data changed the run's log"
+  # a long value (60 points of a batch schedule) is shown where it differs, so the reason still shows
+  long=$(seq 0 59 | awk '{printf "%s%d:%d", (NR > 1 ? "," : ""), $1 * 1000, 64 + $1}')
+  "$bf" train "${mem[@]}" --batch-schedule "$long" --max-steps 2 --checkpoint "$tmp/bsched" >/dev/null 2>&1 ||
+    fail "the run with a 60-point batch schedule failed"
+  expect 1 "^batchfit: error: --batch-schedule: the checkpoint $tmp/bsched/ckpt-0+2\.safetensors holds \.\.\.[0-9:,]*,58000:122,59000:123, not \.\.\.[0-9:,]*,58000:122: a resumed run keeps the configuration it started with \(leave it out" \
+    "$bf" train --resume "$tmp/bsched" --batch-schedule "${long%,59000:123}"
+
+  # ---- a new run into a directory of another run's checkpoints ---------------------------
+  # (it would mix the two: --resume DIR takes the newest step, of either run,
+  # and keeping the newest K removes the older ones, of either run)
+  expect 1 "^batchfit: error: --checkpoint: $tmp/mc already holds the checkpoints of a run \(the newest: $tmp/mc/ckpt-0+20\.safetensors\): a new run would mix its checkpoints with them; resume that run with --resume $tmp/mc, or give the new run a directory of its own" \
+    "$bf" train "${mem[@]}" --checkpoint "$tmp/mc" --checkpoint-every 1 --keep 1 --report "$tmp/mix.html"
+  [ "$(md5sum "$tmp"/mc/* | md5sum)" = "$before" ] || fail "a refused new run changed the checkpoint directory"
+  [ -e "$tmp/mc/events.jsonl" ] && fail "a refused new run left its events in the checkpoint directory"
+  # two runs at once in one directory: the second is refused while the
+  # first lives (a long run, held still with SIGSTOP once its log is there:
+  # the lock is taken before the log is opened)
+  "$bf" train "${mem[@]}" --epochs 50 --checkpoint "$tmp/busy" --checkpoint-every 1 --log "$tmp/busy.jsonl" \
+    >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 3000); do [ -s "$tmp/busy.jsonl" ] && break; sleep 0.01; done
+  kill -STOP "$pid"
+  expect 1 "^batchfit: error: --checkpoint: $tmp/busy: another run is writing its checkpoints there \(a directory is one run's\)" \
+    "$bf" train "${mem[@]}" --checkpoint "$tmp/busy" --save "$tmp/busy2.st"
+  cp "$(ck "$tmp/mc" 10)" "$tmp/busy_from.st"
+  expect 1 "^batchfit: error: --checkpoint: $tmp/busy: another run is writing its checkpoints there" \
+    "$bf" train --resume "$tmp/busy_from.st" --checkpoint "$tmp/busy" --save "$tmp/busy2.st"
+  kill -KILL "$pid"
+  kill -CONT "$pid"
+  wait "$pid" 2>/dev/null
+  [ ! -e "$tmp/busy2.st" ] && ! ls "$tmp/busy" | grep -qv -e '^ckpt-' -e '^events' && pass ||
+    fail "a refused second run wrote: $(ls "$tmp/busy2.st" "$tmp/busy" 2>&1)"
+  # (that the lock goes with a killed process, ckpt_kill.sh's resumes after SIGKILL show)
+  # a run that fails before its first checkpoint leaves no directory it made
+  expect 1 "even at micro-batch 1" "$bf" train "${mem[@]}" --memory 1MiB --checkpoint "$tmp/never"
+  [ -e "$tmp/never" ] && fail "a run that failed at its start left its checkpoint directory: $(ls -a "$tmp/never")" || pass
+  mkdir "$tmp/fresh"
+  echo notes >"$tmp/fresh/README"
+  expect 0 "test accuracy" "$bf" train "${mem[@]}" --checkpoint "$tmp/fresh" --max-steps 2
+  [ -e "$tmp/fresh/ckpt-000000000002.safetensors" ] && [ -e "$tmp/fresh/README" ] && pass ||
+    fail "a new run into a directory without checkpoints: $(ls "$tmp/fresh")"
 
   # ---- damaged and foreign files --------------------------------------------------
   size=$(stat -c %s "$c10")
