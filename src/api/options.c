@@ -384,7 +384,7 @@ static const bfit_opt table[] = {
     {"init", "file|random", T, set_init, OFF(t.init_random), 0, 0, NULL},
     {"test-data", "PATH", T | E, set_str, OFF(t.test_data), 0, 0, NULL},
     {"csv-header", "yes|no|auto", F | T | E, set_named, 0, 0, 0, NULL},
-    {"weights", "FILE", E, set_str, OFF(weights), 0, 0, NULL},
+    {"weights", "FILE", T | E, set_str, OFF(weights), 0, 0, NULL},
     {"epochs", "N", T, set_int, OFF(t.epochs), 1, BFIT_EPOCHS_MAX, NULL},
     {"epoch-samples", "N", T, set_i64, OFF(t.epoch_samples), 1, CMAX, NULL},
     {"eval-samples", "N", T | E, set_i64, OFF(t.eval_samples), 1, CMAX, NULL},

@@ -142,7 +142,16 @@ int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t)
     if (bfit_opt_find("checkpoint-every", &i) && c->given[i] && !c->t.checkpoint && !c->t.resume)
         return bfit_fail_field(BFIT_EINVAL, "checkpoint_every", "says how often to write checkpoints, but no "
                                "checkpoint directory is given: add checkpoint DIR");
+    /* a resumed run's weights are its checkpoint's; an ONNX model's
+     * initializers or drawn weights are replaced by the saved ones */
+    if (c->weights && c->t.resume)
+        return bfit_fail_field(BFIT_EINVAL, "weights", "starts a new run from saved weights, and resume continues "
+                               "a run from its checkpoint (its weights with it): give one of them");
+    if (c->weights && given(c, "init"))
+        return bfit_fail_field(BFIT_EINVAL, "init", "chooses the starting weights, and weights gives them: give one "
+                               "of them");
     *t = c->t;
+    t->init_weights = c->weights;
     if ((rc = bfit_config_optim(c, &t->opt)) != BFIT_OK)
         return rc;
     t->sched = bfit_lr_schedule_default(c->sched_kind);

@@ -29,6 +29,9 @@ static void help_data(void)
          "                        exported from PyTorch (docs/onnx.md)\n"
          "  --init file|random    an ONNX model's starting weights: the file's (default)\n"
          "                        or drawn as PyTorch's default init\n"
+         "  --weights FILE        start from these saved weights (a --save file: to\n"
+         "                        train more after a finished run, or fine-tune); the\n"
+         "                        optimizer state and the lr schedule start afresh\n"
          "  --data NAME|PATH      fashion-mnist (default), an MNIST-format directory,\n"
          "                        IMAGES,LABELS IDX files, or a CSV file; for token\n"
          "                        models kjv, a token file or a .txt file (docs/data.md)\n"
@@ -170,7 +173,7 @@ static const struct option opts[] = {
     {"skip-bad-images", no_argument, 0, 1}, {"no-dct-scaling", no_argument, 0, 1},
     {"mean", required_argument, 0, 1}, {"std", required_argument, 0, 1},
     {"model", required_argument, 0, 1}, {"data", required_argument, 0, 1},
-    {"init", required_argument, 0, 1},
+    {"init", required_argument, 0, 1}, {"weights", required_argument, 0, 1},
     {"epochs", required_argument, 0, 1}, {"epoch-samples", required_argument, 0, 1},
     {"eval-samples", required_argument, 0, 1}, {"max-steps", required_argument, 0, 1},
     {"seq-max", required_argument, 0, 1},

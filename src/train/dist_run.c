@@ -211,7 +211,7 @@ static uint64_t config_check(const bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
     const bfit_lr_schedule *s = &c->sched;
-    uint64_t crc = crc_str(crc_str(crc_str(0, c->model), c->data), c->test_data);
+    uint64_t crc = crc_str(crc_str(crc_str(crc_str(0, c->model), c->data), c->test_data), c->init_weights);
 
     crc = crc_fmt(crc, "%lld|%lld|%lld|%llu|%d|%d|%d|%d|%d|%d|%lld|%d|%d|%d|%d|%d|%d|%dx%d|%dx%d|%d", (long long)r->per_epoch,
                   (long long)c->eval_samples, (long long)bfit_model_param_count(r->s.M), (unsigned long long)c->seed,

@@ -358,6 +358,8 @@ static int take_fixed(bfit_run *r)
     bfit_model_set_init_random(M, r->cfg.init_random);
     if (rc == BFIT_OK)
         rc = bfit_model_init_params(M, r->cfg.seed);
+    if (rc == BFIT_OK && r->cfg.init_weights && (rc = bfit_weights_load(M, r->cfg.init_weights)) != BFIT_OK)
+        bfit_fail_field(rc, "weights", "%s", bfit_errmsg()); /* the option to blame; the message names the file */
     if (rc == BFIT_OK)
         rc = bfit_optim_new(&r->cfg.opt, M->trainable, M->ntrainable, r->s.dev, r->s.arena, &r->opt);
     if (rc == BFIT_OK && r->pc.extra)

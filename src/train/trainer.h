@@ -39,6 +39,8 @@ typedef struct bfit_train_cfg {
     const char *model;         /* spec file, preset, or ONNX file */
     int init_random;           /* 1: draw every parameter, ignoring the starting weights a model file gives
                                   (an ONNX model's initializers); 0: the file's, where it has them */
+    const char *init_weights;  /* start from these saved weights (train --save's safetensors), the optimizer
+                                  state and the schedule afresh; NULL: init_random's */
     const char *data;          /* data set name or path */
     const char *test_data;     /* evaluate on this instead of data's test split (NULL: that) */
     bfit_csv_header csv_header;/* a CSV file's first row (auto) */

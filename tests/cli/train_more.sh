@@ -71,4 +71,23 @@ expect 2 "--batch-tokens: 0 is out of range" "$bf" train --model gpt-nano --batc
 expect 1 "batchfit: error: --batch-tokens: counts tokens, and .*mlp.cfg is not a token model" "$bf" train --model "$m" \
   --batch-tokens 1024 --max-steps 1
 
+# --weights: a new run starts from a finished run's saved weights (training
+# more after it, or fine-tuning): at lr 1e-12 the weights stay where they
+# were, so an evaluation gives the first run's figures; a checkpoint's
+# weights come with --resume, never with --weights
+fm=(--model "$m" --epoch-samples 1024 --batch 64 --optimizer sgd --momentum 0 --quiet)
+"$bf" train "${fm[@]}" --epochs 1 --save "$tmp/w1.st" >/dev/null || fail "--weights: the first run failed"
+"$bf" train "${fm[@]}" --max-steps 2 --lr 1e-12 --weights "$tmp/w1.st" --save "$tmp/w2.st" >/dev/null ||
+  fail "--weights: the second run failed"
+e1=$("$bf" eval --model "$m" --weights "$tmp/w1.st" --eval-samples 2000 2>&1 | tail -1)
+e2=$("$bf" eval --model "$m" --weights "$tmp/w2.st" --eval-samples 2000 2>&1 | tail -1)
+[ -n "$e1" ] && [ "$e1" = "$e2" ] && pass || fail "--weights: the run did not start from the saved weights ($e1 / $e2)"
+"$bf" train "${fm[@]}" --max-steps 2 --lr 1e-12 --save "$tmp/w0.st" >/dev/null || fail "--weights: the control failed"
+e0=$("$bf" eval --model "$m" --weights "$tmp/w0.st" --eval-samples 2000 2>&1 | tail -1)
+[ "$e0" != "$e1" ] && pass || fail "--weights: a run from drawn weights scores as the saved ones ($e0)"
+expect 1 "^batchfit: error: --weights: .*w1.st: tensor '0.weight' is missing: the weights are for another model" \
+  "$bf" train --model cnn --weights "$tmp/w1.st" --max-steps 1 --quiet
+expect 2 "--weights: starts a new run from saved weights, and resume continues" "$bf" train --model "$m" \
+  --weights "$tmp/w1.st" --resume "$tmp"
+
 finish
