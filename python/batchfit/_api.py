@@ -258,9 +258,13 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     end, ...), in order. progress=True prints the library's progress lines.
     Returns a Training result with the weights as {name: numpy array}
     (weights=False: not read) and every event (keep_events=False: none
-    kept, for very long runs). Ctrl-C stops the run at the next step
-    boundary, writes the checkpoint asked for, and raises
-    batchfit.Interrupted (a KeyboardInterrupt)."""
+    kept, for very long runs). weights="w.safetensors" (a path: `train
+    --weights`) starts the run from those saved weights, to train more
+    after a finished run or fine-tune, and reads the new ones back. Ctrl-C
+    stops the run at the next step boundary, writes the checkpoint asked
+    for, and raises batchfit.Interrupted (a KeyboardInterrupt)."""
+    if isinstance(weights, (str, bytes, os.PathLike)):  # the starting weights, not whether to read them
+        options["weights"], weights = weights, True
     cfg = Config(model=_model(model), **options)
     _set_data(cfg, 0, data)
     _set_data(cfg, 1, test_data)

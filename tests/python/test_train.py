@@ -180,3 +180,17 @@ def test_crop_as_height_width(tmp_path):
     with pytest.raises(ValueError) as e:
         batchfit.train(str(spec), data=str(tmp_path / "img"), max_steps=1, random_resized_crop=(40, 24))
     assert "a crop of 40x24 would not be: give the model's size, 24x40" in str(e.value)
+
+
+def test_start_from_saved_weights(small_spec, tmp_path):
+    """weights="FILE" is train --weights: the run starts from those weights
+    (at lr 1e-12 they stay put, so the new run evaluates as the first), and
+    the new weights still come back."""
+    x, y = toy_data(256)
+    first = batchfit.train(small_spec, data=(x, y), test_data=(x, y), batch=32, epochs=2, save=str(tmp_path / "a.st"))
+    again = batchfit.train(small_spec, data=(x, y), test_data=(x, y), batch=32, max_steps=1, lr=1e-12,
+                           weights=str(tmp_path / "a.st"))
+    drawn = batchfit.train(small_spec, data=(x, y), test_data=(x, y), batch=32, max_steps=1, lr=1e-12)
+    assert again.json["test_loss"] == pytest.approx(first.json["test_loss"], rel=1e-6)
+    assert drawn.json["test_loss"] != pytest.approx(first.json["test_loss"], rel=1e-3)
+    assert set(again.weights) == set(first.weights)
