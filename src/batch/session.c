@@ -114,6 +114,17 @@ static int crop_fits(const char *model, bfit_shape in, const int *hw, const char
                            "model's size, %dx%d (height x width)", model, a, h, w, in.h, in.w);
 }
 
+/* Image folders' options given for token data: refused, not ignored. */
+static int no_image_options(const bfit_img_opts *o, const char *name)
+{
+    const char *opt = o->resize ? "resize" : o->center_crop[0] ? "center_crop" : o->rrc[0] ? "random_resized_crop"
+                    : o->nmean ? "mean" : o->nstd ? "std" : o->skip_bad ? "skip_bad_images" : NULL;
+    if (!opt)
+        return BFIT_OK;
+    return bfit_fail_field(BFIT_EINVAL, opt, "is an image folders' option, and %s holds token ids: leave it out",
+                           name);
+}
+
 static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bfit_dataset *d)
 {
     char a[32], b[32];
@@ -149,6 +160,8 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,
                          bfit_shape_str(s->M->input, a, sizeof a), name, bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
+    if (tokens && c->img && (rc = no_image_options(c->img, name)) != BFIT_OK)
+        return rc;
     if (bfit_dataset_is_images(d) && c->img && ((rc = crop_fits(c->model, s->M->input, c->img->rrc,
         "random_resized_crop")) != BFIT_OK || (rc = crop_fits(c->model, s->M->input, c->img->center_crop,
         "center_crop")) != BFIT_OK))

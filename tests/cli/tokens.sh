@@ -132,4 +132,10 @@ tokens=$("$bf" train --model gpt-nano --data "$tmp/two.txt" --test-data "$tmp/tw
 if [ "${tokens:-0}" -gt 450 ] && [ "${tokens:-0}" -lt 4950 ]; then pass; else
   fail "--epoch-samples 50 of lines of 99 and 9 tokens took $tokens tokens: one length only"; fi
 
+# image folders' options for token data: refused naming the option, not ignored
+for o in "--mean 0.5" "--std 0.2" "--center-crop 24" "--random-resized-crop 24" "--resize 32" "--skip-bad-images"; do
+  expect 1 "^batchfit: error: ${o%% *}: is an image folders' option, and .*two.txt holds token ids: leave it out" \
+    "$bf" train --model gpt-nano --data "$tmp/two.txt" --max-steps 1 --quiet $o
+done
+
 finish
