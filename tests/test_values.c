@@ -186,6 +186,30 @@ static void test_config_limits(void **st)
     has("memory_schedule", "point 2");
 }
 
+/* Durations: seconds as a number (a fraction too) or with a unit; a bound
+ * said as one, not as "not a duration". */
+static void test_durations(void **st)
+{
+    static const struct { const char *text; double s; } ok[] = {
+        {"90", 90}, {"1.5", 1.5}, {"0", 0}, {"30s", 30}, {"0.5s", 0.5}, {"5min", 300}, {"2h", 7200}, {"1000000000", 1e9}};
+    static const char *const bad[] = {"", "abc", "1.5x", "-1", "s", "1e3", "1.5 s"};
+    static const char *const big[] = {"1000000001", "999999999999h", "300000h"};
+    double v;
+    (void)st;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        assert_int_equal(bfit_parse_duration(ok[i].text, &v), BFIT_OK);
+        assert_true(v == ok[i].s);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(bfit_parse_duration(bad[i], &v), BFIT_EINVAL);
+        has(bad[i], "is not a duration (like 90, 1.5, 30s, 5min, 1h)");
+    }
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        assert_int_equal(bfit_parse_duration(big[i], &v), BFIT_EINVAL);
+        has(big[i], "is out of range: at most 1e9 seconds");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -194,6 +218,7 @@ int main(void)
         cmocka_unit_test(test_schedules_agree),
         cmocka_unit_test(test_long_schedules),
         cmocka_unit_test(test_config_limits),
+        cmocka_unit_test(test_durations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

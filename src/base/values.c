@@ -119,7 +119,7 @@ static int parse_time(const char *text, double *seconds, int *is_time)
         if (!strcmp(p, units[i].unit)) {
             *seconds = v * units[i].mult;
             *is_time = 1;
-            return isfinite(*seconds) && *seconds < 1e12 ? 0 : -1;
+            return isfinite(*seconds) && *seconds < 1e12 ? 0 : -2; /* -2: a time, too long */
         }
     return -1;
 }
@@ -139,17 +139,20 @@ int bfit_parse_every(const char *text, int64_t *steps, double *seconds)
     return BFIT_OK;
 }
 
+/* A duration: seconds (a number, 1.5 too) or a time with its unit. */
 int bfit_parse_duration(const char *text, double *seconds)
 {
-    int is_time;
-    int64_t whole;
-    *seconds = 0;
-    if (!text || parse_time(text, seconds, &is_time) != 0)
-        return bfit_fail(BFIT_EINVAL, "'%s' is not a duration (like 90, 30s, 5min, 1h)", text ? text : "");
-    if (!is_time) {
-        if (bfit_parse_int(text, 0, 1000000000, &whole) != BFIT_OK)
-            return bfit_fail(BFIT_EINVAL, "'%s' is not a duration (like 90, 30s, 5min, 1h)", text);
-        *seconds = (double)whole;
+    int is_time, rc = text ? parse_time(text, seconds, &is_time) : -1;
+
+    if (rc == 0 && !is_time && bfit_parse_double(text, 0, 1e9, seconds) != BFIT_OK)
+        rc = -2;
+    if (rc == 0 && *seconds > 1e9)
+        rc = -2;
+    if (rc == -2)
+        return bfit_fail(BFIT_EINVAL, "'%s' is out of range: at most 1e9 seconds (about 31 years)", text);
+    if (rc != 0) {
+        *seconds = 0;
+        return bfit_fail(BFIT_EINVAL, "'%s' is not a duration (like 90, 1.5, 30s, 5min, 1h)", text ? text : "");
     }
     return BFIT_OK;
 }
