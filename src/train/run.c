@@ -484,6 +484,27 @@ static void log_data_notes(bfit_run *r)
     }
 }
 
+/* Memory-schedule points after the run's last step (known for a fixed
+ * batch, or a step limit) would never happen: said, not silently dropped. */
+static void memsched_beyond(bfit_run *r)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    int fixed = !c->auto_batch && !c->adaptive && !c->batch_tokens && !c->nbatch_schedule && !c->batch_instead_of_decay;
+    int64_t last = fixed ? (r->per_epoch + c->batch - 1) / c->batch * c->epochs : 0;
+
+    if (c->max_steps && (!last || c->max_steps < last))
+        last = c->max_steps;
+    for (int i = 0; last && i < c->nmemory_schedule; i++)
+        if (c->memory_schedule[i].step > last) {
+            bfit_log_event(&r->lg, "warning", "\"what\":\"memory_schedule: a point at step %lld, after the run's last "
+                           "step %lld\"", (long long)c->memory_schedule[i].step, (long long)last);
+            bfit_log_say(&r->lg, "batchfit: warning: --memory-schedule: the point at step %lld is after the run's "
+                                 "last step, %lld: it will not happen", (long long)c->memory_schedule[i].step,
+                         (long long)last);
+            return;
+        }
+}
+
 static void log_start(bfit_run *r, const bfit_controller_config *cc)
 {
     const bfit_train_cfg *c = &r->cfg;
@@ -511,6 +532,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                              "is all of them (more passes: --epochs)", (long long)c->epoch_samples,
                      (long long)r->per_epoch);
     }
+    memsched_beyond(r);
     {
         int64_t tests = r->te.src ? r->te.src->samples : r->s.test ? bfit_dataset_count(r->s.test) : 0;
         if (tests > 0 && c->eval_samples > tests) { /* likewise */

@@ -273,4 +273,10 @@ if compgen -G "$tmp/kill.html.log.tmp.*" >/dev/null; then
   compgen -G "$tmp/kill.html.log.tmp.*" >/dev/null && fail "a killed run's temporary event log was left" || pass
 else fail "the killed run made no temporary event log"; fi
 
+# a memory-schedule point after the run's last step would never happen: said
+expect 0 "warning: --memory-schedule: the point at step 11 is after the run's last step, 10: it will not happen" \
+  "$bf" train --model "$m" --epoch-samples 640 --batch 64 --memory-schedule 5:1GiB,11:1GiB
+out=$("$bf" train --model "$m" --epoch-samples 640 --batch 64 --memory-schedule 5:1GiB,10:1GiB 2>&1)
+grep -q "memory-schedule: the point" <<<"$out" && fail "a point at the last step (it happens) was said not to" || pass
+
 finish
