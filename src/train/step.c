@@ -364,8 +364,8 @@ static int observe(bfit_run *r, int E, int k, double loss, double t0, double wai
 static void report_progress(bfit_run *r, const bfit_step_info *in, const char *split, const bfit_arena_stats *st,
                             double el)
 {
-    double total = (double)r->cfg.epochs * (double)r->per_epoch, done, p, left;
-    char s1[32], s2[32], t1[32], t2[32], of[48] = "";
+    double total = (double)r->cfg.epochs * (double)r->per_epoch, done, p, left, rate;
+    char s1[32], s2[32], t1[32], t2[32], of[48] = "", rs[32];
 
     done = (double)in->epoch * (double)r->per_epoch + (double)r->pos.taken;
     if (in->epoch_end)
@@ -377,13 +377,13 @@ static void report_progress(bfit_run *r, const bfit_step_info *in, const char *s
     left = p > 0 ? r->pos.train_time * (1 - p) / p : 0;
     if (p > 0)
         snprintf(of, sizeof of, " of ~%lld", (long long)((double)(in->step + 1) / p + 0.5));
-    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld%s  %.0f%% (%s, %s left)  loss %.4f  %.0f %s/s  %s  mem %s / %s",
+    rate = (double)(r->cfg.batch_tokens ? r->pos.ep_count - r->ep_count0 : r->pos.taken - r->ep_taken0) /
+           (el > 0 ? el : 1e-9);
+    snprintf(rs, sizeof rs, rate >= 100 ? "%.0f" : "%.3g", rate); /* a slow step's 0.08/s is not 0 */
+    bfit_log_progress(&r->lg, 0, "epoch %d/%d  step %lld%s  %.0f%% (%s, %s left)  loss %.4f  %s %s/s  %s  mem %s / %s",
                       in->epoch + 1, r->cfg.epochs, (long long)in->step + 1, of, 100 * p,
                       bfit_format_duration(r->pos.train_time, t1, sizeof t1), bfit_format_duration(left, t2, sizeof t2),
-                      r->pos.ep_loss / (double)r->pos.ep_count,
-                      (double)(r->cfg.batch_tokens ? r->pos.ep_count - r->ep_count0 : r->pos.taken - r->ep_taken0) /
-                          (el > 0 ? el : 1e-9),
-                      r->cfg.batch_tokens ? "tokens" : "samples", split,
+                      r->pos.ep_loss / (double)r->pos.ep_count, rs, r->cfg.batch_tokens ? "tokens" : "samples", split,
                       bfit_format_size(st->current, s1, sizeof s1), bfit_format_size(st->capacity, s2, sizeof s2));
 }
 

@@ -279,4 +279,9 @@ expect 0 "warning: --memory-schedule: the point at step 11 is after the run's la
 out=$("$bf" train --model "$m" --epoch-samples 640 --batch 64 --memory-schedule 5:1GiB,10:1GiB 2>&1)
 grep -q "memory-schedule: the point" <<<"$out" && fail "a point at the last step (it happens) was said not to" || pass
 
+# a slow step's rate is shown in significant digits, not as 0 (the test
+# clock makes every step take minutes)
+expect 0 "step 1 of ~2 .* loss [0-9.]+  0\.0*[1-9][0-9]* samples/s" env BFIT_TEST_CLOCK=100 "$bf" train --model "$m" \
+  --epoch-samples 256 --batch 4 --max-steps 2
+
 finish
