@@ -967,13 +967,16 @@ void bfit_run_finish(bfit_run *r, int rc)
         return;
     if (rc == BFIT_OK) {
         bfit_train_result res;
+        char tok[96] = "";
         bfit_run_result_get(r, &res);
         bfit_run_monitor(r, 1);
+        if (res.tokens) /* a token model's figures are per token: the report's headline says them */
+            snprintf(tok, sizeof tok, ",\"tokens\":%lld,\"test_loss\":%.6f", (long long)res.tokens, res.test_loss);
         bfit_log_event(&r->lg, "end",
                        "\"steps\":%lld,\"samples\":%lld,\"test_acc\":%.6f,\"train_seconds\":%.3f,\"peak\":%llu,"
-                       "\"ooms\":%d,\"batch_changes\":%d",
+                       "\"ooms\":%d,\"batch_changes\":%d%s",
                        (long long)res.steps, (long long)res.samples, res.test_acc, res.seconds,
-                       (unsigned long long)res.peak_bytes, res.ooms, res.batch_changes);
+                       (unsigned long long)res.peak_bytes, res.ooms, res.batch_changes, tok);
         return;
     }
     {

@@ -138,4 +138,11 @@ for o in "--mean 0.5" "--std 0.2" "--center-crop 24" "--random-resized-crop 24" 
     "$bf" train --model gpt-nano --data "$tmp/two.txt" --max-steps 1 --quiet $o
 done
 
+# a token run's report says its figures per token (was: "test accuracy" and samples/s)
+"$bf" train --model gpt-nano --data "$tmp/two.txt" --test-data "$tmp/two.txt" --max-steps 2 --batch 4 \
+  --eval-samples 4 --report "$tmp/tok.html" --log "$tmp/tok.jsonl" --quiet >/dev/null 2>&1 || fail "the token run failed"
+expect 0 '"event":"end".*"tokens":[1-9][0-9]*,"test_loss":[0-9.]+' tail -1 "$tmp/tok.jsonl"
+expect 0 "Finished</strong>: 2 steps, [0-9,]+ tokens, test loss [0-9.]+ per token \(next-token accuracy [0-9.]+%\), .* tokens/s\)" \
+  cat "$tmp/tok.html"
+
 finish
