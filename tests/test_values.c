@@ -127,7 +127,7 @@ static void test_schedules_agree(void **st)
 static void test_long_schedules(void **st)
 {
     static bfit_batch_point bp[BFIT_MEM_SCHEDULE_MAX];
-    static bfit_mem_point mp[BFIT_MEM_SCHEDULE_MAX];
+    static bfit_mem_point mp[BFIT_MEM_SCHEDULE_MAX], big[200]; /* big: room past the limit, to reach the end */
     char mem[4096], batch[4096], bad[4096];
     size_t a = 0, b = 0;
     int n;
@@ -145,11 +145,11 @@ static void test_long_schedules(void **st)
     /* a fault at the end of a long list: its reason and its place */
     memcpy(bad, mem, a);
     strcpy(bad + a, ",5000:12XB");
-    assert_int_equal(bfit_mem_schedule_parse(bad, mp, 200, &n), BFIT_EINVAL);
+    assert_int_equal(bfit_mem_schedule_parse(bad, big, 200, &n), BFIT_EINVAL);
     has("a bad unit at the end", "unknown unit 'XB'");
     has("a bad unit at the end", "1990:1099MiB,5000:12XB");
     strcpy(bad + a, ",5:1MiB");
-    assert_int_equal(bfit_mem_schedule_parse(bad, mp, 200, &n), BFIT_EINVAL);
+    assert_int_equal(bfit_mem_schedule_parse(bad, big, 200, &n), BFIT_EINVAL);
     has("out of order at the end", "point 101: step 5 does not come after 1990");
     assert_true(strlen(bfit_errmsg()) < 400);
 }
