@@ -569,7 +569,13 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                      "tokens)", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
                      r->pos.d.batch, r->pos.d.m, bfit_run_plan_seqs(r, r->pos.d.m), r->pc.T, c->epochs,
                      (long long)r->per_epoch, (long long)r->epoch_units);
-    else
+    else if (r->dp && r->dp->size > 1) { /* each rank trains its share of E: rank 0's figures */
+        int share = (r->pos.d.batch + r->dp->size - 1) / r->dp->size, m = r->pos.d.m < share ? r->pos.d.m : share;
+        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d over %d processes (shares of "
+                     "about %d to start; rank 0's micro-batch %d x %d), %d epoch(s) of %lld samples", c->model,
+                     c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
+                     r->dp->size, share, m, (share + m - 1) / m, c->epochs, (long long)r->per_epoch);
+    } else
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) "
                      "of %lld samples", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
                      r->pos.d.batch, r->pos.d.m, r->pos.d.k, c->epochs, (long long)r->per_epoch);

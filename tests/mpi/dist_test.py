@@ -242,6 +242,12 @@ def case_weights(n):
     if check_steps(path("dist.jsonl"), n, "%d ranks" % n) != T:
         fail("%d ranks took another number of steps than one process (%d)" % (n, T))
     compare_weights(path("single.st"), path("dist.st"), T, "%d ranks" % n)
+    # the opening line gives rank 0's share and micro-batch, not one process's E
+    p = run(mpirun(n) + [a for a in train_args(["--max-steps", "1"]) if a != "--quiet"])
+    said = "batch %d over %d processes (shares of about %d to start; rank 0's micro-batch %d x 1)" % (
+        E, n, -(-E // n), -(-E // n))
+    if said not in p.stdout:
+        fail("%d ranks: the opening line should say '%s':\n%s" % (n, said, p.stdout[-1500:]))
     # the evaluation is sharded too: the ranks' slices add up to the test set,
     # and give one process's figures (the weights differ by rounding only)
     es, ed = events(path("single.jsonl"), "eval"), events(path("dist.jsonl"), "eval")
