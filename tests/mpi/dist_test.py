@@ -353,15 +353,11 @@ def rank_pids(mp):
     return out
 
 
-def case_kill():
-    """Rank 1 is killed (SIGKILL) once checkpoints are being written: mpirun
-    ends rank 0 within seconds with an error, the last checkpoint is whole
-    and a resumed run trains from it to the end."""
-    global EPOCHS
+def checkpointing_group(ck, log):
+    """Two ranks training 400 epochs with checkpoints every 20 steps into
+    ck, once the first is written: (the mpirun process, the ranks' pids)."""
     make_data()
-    EPOCHS = 400
-    ck = path("ck")
-    args = train_args(["--checkpoint", ck, "--checkpoint-every", "20", "--keep", "2", "--log", path("k.jsonl")])
+    args = train_args(["--checkpoint", ck, "--checkpoint-every", "20", "--keep", "2", "--log", path(log)])
     mp = subprocess.Popen(mpirun(2) + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     t0 = time.time()
     while time.time() - t0 < 60 and not (os.path.isdir(ck) and any(f.endswith(".safetensors") for f in os.listdir(ck))):
@@ -370,6 +366,25 @@ def case_kill():
     if 1 not in pids or mp.poll() is not None:
         mp.kill()
         fail("no checkpoint within 60 s, or rank 1 not found (%s)" % pids)
+    return mp, pids
+
+
+def resume_to_end(ck, step):
+    """The group resumed from ck goes on from step to the end."""
+    run(mpirun(2) + [BF, "train", "--resume", ck, "--quiet", "--log", path("r.jsonl")], timeout=300)
+    res = events(path("r.jsonl"), "resume")
+    if not res or res[0]["step"] != step or events(path("r.jsonl"), "end")[0]["steps"] != EPOCHS * 10:
+        fail("the resumed run should go on from step %d to %d: %s" % (step, EPOCHS * 10, res))
+
+
+def case_kill():
+    """Rank 1 is killed (SIGKILL) once checkpoints are being written: mpirun
+    ends rank 0 within seconds with an error, the last checkpoint is whole
+    and a resumed run trains from it to the end."""
+    global EPOCHS
+    EPOCHS = 400
+    ck = path("ck")
+    mp, pids = checkpointing_group(ck, "k.jsonl")
     os.kill(pids[1], signal.SIGKILL)
     killed = time.time()
     try:
@@ -383,10 +398,7 @@ def case_kill():
         fail("expected an error naming rank 1 within 10 s:\n%s" % out[-2000:])
     last = sorted(f for f in os.listdir(ck) if f.endswith(".safetensors"))[-1]
     step = int(last[5:-12])
-    p = run(mpirun(2) + [BF, "train", "--resume", ck, "--quiet", "--log", path("r.jsonl")], timeout=300)
-    res = events(path("r.jsonl"), "resume")
-    if not res or res[0]["step"] != step or events(path("r.jsonl"), "end")[0]["steps"] != EPOCHS * 10:
-        fail("the resumed run should go on from step %d to %d: %s" % (step, EPOCHS * 10, res))
+    resume_to_end(ck, step)
     print("kill: resumed from %s (step %d) and trained to the end" % (last, step))
 
 
@@ -397,18 +409,9 @@ def case_term_one():
     writes a checkpoint there, every rank exits 143, and the group resumes
     from that checkpoint to the end."""
     global EPOCHS
-    make_data()
     EPOCHS = 400
     ck = path("ck")
-    args = train_args(["--checkpoint", ck, "--checkpoint-every", "20", "--keep", "2", "--log", path("t.jsonl")])
-    mp = subprocess.Popen(mpirun(2) + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    t0 = time.time()
-    while time.time() - t0 < 60 and not (os.path.isdir(ck) and any(f.endswith(".safetensors") for f in os.listdir(ck))):
-        time.sleep(0.05)
-    pids = rank_pids(mp)
-    if 1 not in pids or mp.poll() is not None:
-        mp.kill()
-        fail("no checkpoint within 60 s, or rank 1 not found (%s)" % pids)
+    mp, pids = checkpointing_group(ck, "t.jsonl")
     os.kill(pids[1], signal.SIGTERM)
     try:
         out, _ = mp.communicate(timeout=60)
@@ -423,10 +426,7 @@ def case_term_one():
     said = "stopped by SIGTERM at step %d (sent to rank 1; every rank stopped at this step)" % step
     if said not in out or "resume with: mpirun -np 2 batchfit train --resume" not in out:
         fail("rank 0 should say so and checkpoint the step where the group stopped (%s):\n%s" % (last, out[-2000:]))
-    p = run(mpirun(2) + [BF, "train", "--resume", ck, "--quiet", "--log", path("r.jsonl")], timeout=300)
-    res = events(path("r.jsonl"), "resume")
-    if not res or res[0]["step"] != step or events(path("r.jsonl"), "end")[0]["steps"] != EPOCHS * 10:
-        fail("the resumed run should go on from step %d to %d: %s" % (step, EPOCHS * 10, res))
+    resume_to_end(ck, step)
     print("term one: stopped and checkpointed at step %d, resumed and trained to the end" % step)
 
 
