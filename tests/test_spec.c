@@ -308,6 +308,8 @@ static const bad bads[] = {
     {"input 1x0x28\n", 0, "t.cfg:1:9: ", {"an input dimension must be at least 1, got `0`"}},
     {"input 1xx28\n", 0, "t.cfg:1:9: ", {"expected a number"}},
     {"input 4096x4096x4096\n", 0, "t.cfg:1:7: ", {"values per sample"}},
+    /* the fuzzer's: three dimensions near INT_MAX, whose product passes 2^63 */
+    {"input 16777216x16777216x16777216\n", 0, "t.cfg:1:7: ", {"values per sample (at most 2147483647)"}},
     {"input 784 extra\n", 0, "t.cfg:1:11: ", {"unexpected `extra`"}},
     {"input 784\n{\n", 0, "t.cfg:2:1: ", {"`{` opens a block only after `residual` or `shortcut`"}},
     {"input 784\nrelu {\n", 0, "t.cfg:2:6: ", {"`{` opens a block only after"}},

@@ -602,9 +602,10 @@ static int input_line(parser *p, tok *t, int n)
     if (nd == 2)
         return fail_at(p, t[1].s, "input shape `%s` has 2 dimensions: use CxHxW (e.g. 1x%dx%d) or F",
                        show(t[1], b, sizeof b), d[0], d[1]);
-    if (nd == 3 && (long long)d[0] * d[1] * d[2] > INT_MAX)
-        return fail_at(p, t[1].s, "input shape `%s` has %lld values per sample (at most %d)", show(t[1], b, sizeof b),
-                       (long long)d[0] * d[1] * d[2], INT_MAX);
+    /* C x H first: each is at most INT_MAX, so three of them could pass 2^63 */
+    if (nd == 3 && ((long long)d[0] * d[1] > INT_MAX || (long long)d[0] * d[1] * d[2] > INT_MAX))
+        return fail_at(p, t[1].s, "input shape `%s` has %.0f values per sample (at most %d)", show(t[1], b, sizeof b),
+                       (double)d[0] * d[1] * d[2], INT_MAX);
     if (n > 2)
         return fail_at(p, t[2].s, "unexpected `%s` after the input shape", show(t[2], b, sizeof b));
     p->g->input = nd == 1 ? bfit_shape_vec(d[0]) : bfit_shape_chw(d[0], d[1], d[2]);
