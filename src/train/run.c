@@ -959,7 +959,8 @@ void bfit_run_result_get(const bfit_run *r, bfit_train_result *res)
     }
     res->samples = r->pos.samples;
     res->seconds = r->pos.train_time;
-    res->micro_batch = r->pos.m;
+    if (!res->micro_batch) /* no step yet: what the first would run */
+        res->micro_batch = r->pos.m;
     bfit_arena_stats_get(r->s.arena, &st);
     res->peak_bytes = st.peak;
     res->dist_alone = r->dp && r->dp->size > 1 && !r->dp->together;

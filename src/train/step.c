@@ -519,8 +519,12 @@ static void step_account(bfit_run *r, bfit_step_info *in, int E, int taken, int 
     in->epoch = r->pos.epoch;
     in->batch = E;
     in->sequences = r->cfg.batch_tokens ? taken : 0;
-    in->m = r->pos.m;
+    /* data-parallel: pos.m is the most this rank may run at once; what it
+     * ran is its share in micro-batches of at most that (none: 0 x 0) */
+    in->m = r->dp && r->dp->share < r->pos.m ? r->dp->share : r->pos.m;
     in->k = k;
+    if (in->m) /* a rank that ran none this step keeps its last */
+        r->pos.res.micro_batch = in->m;
     in->loss = loss / (double)r->step_count; /* per sample, or per token */
     r->pos.taken += taken;
     r->pos.samples += taken;

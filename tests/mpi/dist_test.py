@@ -242,6 +242,13 @@ def case_weights(n):
     if check_steps(path("dist.jsonl"), n, "%d ranks" % n) != T:
         fail("%d ranks took another number of steps than one process (%d)" % (n, T))
     compare_weights(path("single.st"), path("dist.st"), T, "%d ranks" % n)
+    # the log is rank 0's: a step's m and k are what rank 0 ran (its share
+    # in micro-batches), as its mem is, and so is the result's micro_batch
+    st = events(path("dist.jsonl"), "step")
+    bad = [s for s in st if (s["m"], s["k"]) != (s["ranks"][0]["m"], s["ranks"][0]["k"])]
+    if bad or res[0]["micro_batch"] != st[-1]["ranks"][0]["m"]:
+        fail("%d ranks: a step's m x k should be rank 0's and the result's micro_batch its last m: %s, result %d" %
+             (n, (bad or st)[0], res[0]["micro_batch"]))
     # the opening line gives rank 0's share and micro-batch, not one process's E
     p = run(mpirun(n) + [a for a in train_args(["--max-steps", "1"]) if a != "--quiet"])
     said = "batch %d over %d processes (shares of about %d to start; rank 0's micro-batch %d x 1)" % (
