@@ -188,11 +188,13 @@ typedef enum {
     BFIT_REASON_NOISE,       /* adaptive mode moved E toward the gradient noise scale */
     BFIT_REASON_GOODPUT,     /* auto mode: another E (and its m) is predicted to train faster */
     BFIT_REASON_PLATEAU,     /* auto mode: the training loss stopped falling: E doubled at the same lr */
+    BFIT_REASON_OPTION,      /* the micro-batch option capped m (a resume given another --micro-batch) */
     BFIT_REASON_COUNT
 } bfit_batch_reason;
 
 /* "start", "out of memory", "memory shrank", "memory freed", "throughput",
- * "schedule", "noise scale", "goodput", "plateau" ("" for none). */
+ * "schedule", "noise scale", "goodput", "plateau", "micro-batch option" ("" for
+ * none). */
 BFIT_API const char *bfit_batch_reason_name(bfit_batch_reason r);
 
 /* What one optimizer step should do (the controller's decision). */

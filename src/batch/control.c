@@ -503,7 +503,10 @@ static int next_full(bfit_controller *c, int64_t step, int epoch, bfit_batch_dec
         /* 3. a smaller E caps m; a larger one may let it grow */
         if (c->st.m > m_cap(c)) {
             int m = bfit_ctl_fits(c, m_cap(c)) ? m_cap(c) : bfit_ctl_largest_fit(c, m_cap(c));
-            bfit_ctl_say(&nd, "micro-batch %d -> %d", c->st.m, m);
+            if (nd.reason == BFIT_REASON_NONE) /* E kept: the cap is the option's (a resume that set it) */
+                bfit_ctl_because(&nd, BFIT_REASON_OPTION);
+            bfit_ctl_say(&nd, "micro-batch %d -> %d%s", c->st.m, m,
+                         nd.reason == BFIT_REASON_OPTION ? " (the micro-batch option)" : "");
             bfit_ctl_set_m(c, m);
         } else if (c->cfg.auto_batch) {
             bfit_ctl_auto_replan(c, step, &nd);

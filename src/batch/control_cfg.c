@@ -15,7 +15,7 @@
 static const char *const rule_names[BFIT_LR_NRULES] = { "linear", "sqrt", "none", "adascale" };
 static const char *const reason_names[BFIT_REASON_COUNT] = {
     "", "start", "out of memory", "memory shrank", "memory freed", "throughput", "schedule", "noise scale",
-    "goodput", "plateau"
+    "goodput", "plateau", "micro-batch option"
 };
 
 int bfit_lr_rule_parse(const char *name, bfit_lr_rule *out)

@@ -185,6 +185,12 @@ if part files; then
   grep -q "\"reason\":\"memory shrank\",\"m\":$small,\"prev_m\":64" "$tmp/less.jsonl" ||
     fail "resumed with less memory: m not re-planned to $small"
   cmp -s "$tmp/shrunk.st" "$tmp/less.st" && pass || fail "resumed with less memory: not the run whose memory shrank there"
+  # another --micro-batch on resume: the change at the resumed step is a
+  # batch_change the report and the count see, not an unmarked drop of m
+  resume_from "$tmp/mc" 10 micro --micro-batch 16
+  grep -q '"step":10,"reason":"micro-batch option","m":16,"prev_m":64,"E":64,"prev_E":64' "$tmp/micro.jsonl" &&
+    grep -q '"event":"end".*"batch_changes":1}' "$tmp/micro.jsonl" && pass ||
+    fail "resumed with --micro-batch 16: no batch_change from 64 at step 10 counted in the log"
 
   # ---- options that contradict the checkpoint ----------------------------------------
   c10=$(ck "$tmp/mc" 10)
