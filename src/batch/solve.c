@@ -96,6 +96,14 @@ uint64_t bfit_budget(uint64_t capacity, double margin)
     return (uint64_t)((double)capacity * (1.0 - margin));
 }
 
+int bfit_margin_for(uint64_t need, uint64_t capacity)
+{
+    int pct = 99;
+    while (pct >= 0 && bfit_budget(capacity, pct / 100.0) < need)
+        pct--;
+    return pct;
+}
+
 uint64_t bfit_capacity_for(uint64_t need, double margin)
 {
     uint64_t m;

@@ -38,5 +38,9 @@ uint64_t bfit_budget(uint64_t capacity, double margin);
 /* The smallest capacity whose budget under margin holds need bytes (what to
  * tell a user to ask for). */
 uint64_t bfit_capacity_for(uint64_t need, double margin);
+/* The largest margin in whole percent whose budget of capacity holds need
+ * bytes; -1 when none, not even 0 (what to tell a user whose margin is
+ * what stops a run). */
+int bfit_margin_for(uint64_t need, uint64_t capacity);
 
 #endif

@@ -5,6 +5,7 @@
 #include "base/err.h"
 #include "base/outpath.h"
 #include "base/text.h"
+#include "batch/solve.h"
 #include "train/run_int.h"
 #include "train/weights.h"
 
@@ -300,7 +301,9 @@ uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
     bfit_step_plan p1;
-    char s1[32], s2[32], s3[32];
+    char s1[32], s2[32], s3[32], s4[32];
+    uint64_t need;
+    int pct;
     if (r->pc.rc != BFIT_OK) /* not memory: the plan itself could not be made */
         return bfit_fail(r->pc.rc, "%s", r->pc.why);
     if (bfit_plan_compute(r->s.M, &r->cfg.opt, 1, 1, &p1) != BFIT_OK)
@@ -311,10 +314,17 @@ int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
                                bfit_format_size(r->base_capacity, s3, sizeof s3),
                                bfit_format_size(p1.peak + r->pc.extra, s1, sizeof s1),
                                bfit_format_size(budget, s2, sizeof s2));
+    need = p1.peak + r->pc.extra;
+    bfit_format_size(need, s1, sizeof s1);
+    bfit_format_size(budget, s2, sizeof s2);
+    if (r->cfg.margin > 0 && need <= r->base_capacity && (pct = bfit_margin_for(need, r->base_capacity)) >= 0)
+        return bfit_fail_field(BFIT_ENOMEM, "margin", "training needs %s even at micro-batch 1, but the %g%% margin "
+                               "leaves %s of %s: give --margin %.2f or less (or --memory of at least %s)", s1,
+                               100 * r->cfg.margin, s2, bfit_format_size(r->base_capacity, s3, sizeof s3), pct / 100.0,
+                               bfit_format_size(bfit_capacity_for(need, r->cfg.margin), s4, sizeof s4));
     return bfit_fail_field(BFIT_ENOMEM, "memory", "training needs %s even at micro-batch 1, but %s is allowed "
-                                                  "(memory less the margin)",
-                           bfit_format_size(p1.peak + r->pc.extra, s1, sizeof s1),
-                           bfit_format_size(budget, s2, sizeof s2));
+                           "(memory less the margin): give --memory of at least %s", s1, s2,
+                           bfit_format_size(bfit_capacity_for(need, r->cfg.margin), s3, sizeof s3));
 }
 
 static int open_session(bfit_run *r)

@@ -94,6 +94,29 @@ else
     fails=$((fails + 1))
 fi
 
+# a margin that leaves no room for batch 1 while the memory has it: train
+# refuses, so plan does too, naming the largest margin that trains; that
+# margin plans and trains, one percent more does not
+run 1 --model cnn --memory 64MiB --margin 0.97 &&
+    has "$err" "^batchfit: error: --margin: with the 97% margin nothing trains: batch 1 needs [0-9.]+ MiB, the margin leaves [0-9.]+ MiB of 64\.00 MiB; give --margin 0\.[0-9]+ or less \(or --memory of at least [0-9.]+ MiB\)$" &&
+    has "$out" "^largest batch: none fits in the budget"
+ok=$(grep -Eo "give --margin 0\.[0-9]+" "$err" | grep -Eo "0\.[0-9]+$")
+if [ -n "$ok" ]; then
+    over=$(awk -v m="$ok" 'BEGIN { printf "%.2f", m + 0.01 }')
+    run 0 --model cnn --memory 64MiB --margin "$ok"
+    run 1 --model cnn --memory 64MiB --margin "$over"
+    tr=("$bin" train --model "$src/models/cnn.cfg" --data synthetic --batch 4 --max-steps 1 --eval-samples 10
+        --threads 2 --memory 64MiB --quiet)
+    "${tr[@]}" --margin "$ok" >/dev/null 2>"$err" || { echo "FAIL: train --margin $ok: $(cat "$err")"; fails=$((fails + 1)); }
+    if "${tr[@]}" --margin "$over" >/dev/null 2>"$err"; then
+        echo "FAIL: train --margin $over trained"; fails=$((fails + 1))
+    else
+        has "$err" "^batchfit: error: --margin: training needs [0-9.]+ MiB even at micro-batch 1, but the 9[0-9]% margin leaves [0-9.]+ [KM]iB of 64\.00 MiB: give --margin $ok or less \(or --memory of at least [0-9.]+ MiB\)$"
+    fi
+else
+    echo "FAIL: plan --margin 0.97 named no margin"; fails=$((fails + 1))
+fi
+
 # token models: the sequence length and the attention kind (parameter bytes are exact)
 run 0 --model bert-base --seq 128 --memory 12GB --optimizer adamw &&
     has "$out" "^batchfit plan: bert-base \(preset\), input 128 tokens, 30522 classes per token, 109,514,298 parameters$" &&
