@@ -201,6 +201,11 @@ static void test_bad_config(void **st)
     c.memory = 1 << 20;
     assert_int_equal(bfit_train_from(&c, &r), BFIT_ENOMEM);
     expect_field("memory", "even at micro-batch 1");
+    /* room in the memory, none in its margin: the margin is named */
+    c.memory = 64 << 20;
+    c.margin = 0.9;
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_ENOMEM);
+    expect_field("margin", "a margin of at most 0.");
 }
 
 int main(void)

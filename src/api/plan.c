@@ -98,7 +98,7 @@ static int check_fits(const plan_report *r)
                   fmt(p1->peak, b[3]), fmt(bfit_capacity_for(p1->peak, a->margin), b[4]), 100 * a->margin);
     if (r->pr.m_margin == 0) /* train refuses this: its micro-batches must fit the budget */
         return bfit_fail_field(BFIT_ENOMEM, "margin", "with the %g%% margin nothing trains: batch 1 needs %s, the margin leaves %s of "
-                  "%s; give --margin %.2f or less (or --memory of at least %s)", 100 * a->margin, fmt(p1->peak, b[0]),
+                  "%s; a margin of at most %.2f trains (or a memory of at least %s)", 100 * a->margin, fmt(p1->peak, b[0]),
                   fmt(r->pr.budget, b[1]), fmt(a->memory, b[2]), bfit_margin_for(p1->peak, a->memory) / 100.0,
                   fmt(bfit_capacity_for(p1->peak, a->margin), b[3]));
     for (int i = r->pr.nshown - 1; i >= 0; i--) {

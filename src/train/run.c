@@ -319,11 +319,11 @@ int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
     bfit_format_size(budget, s2, sizeof s2);
     if (r->cfg.margin > 0 && need <= r->base_capacity && (pct = bfit_margin_for(need, r->base_capacity)) >= 0)
         return bfit_fail_field(BFIT_ENOMEM, "margin", "training needs %s even at micro-batch 1, but the %g%% margin "
-                               "leaves %s of %s: give --margin %.2f or less (or --memory of at least %s)", s1,
+                               "leaves %s of %s: a margin of at most %.2f trains (or a memory of at least %s)", s1,
                                100 * r->cfg.margin, s2, bfit_format_size(r->base_capacity, s3, sizeof s3), pct / 100.0,
                                bfit_format_size(bfit_capacity_for(need, r->cfg.margin), s4, sizeof s4));
     return bfit_fail_field(BFIT_ENOMEM, "memory", "training needs %s even at micro-batch 1, but %s is allowed "
-                           "(memory less the margin): give --memory of at least %s", s1, s2,
+                           "(memory less the margin): a memory of at least %s trains", s1, s2,
                            bfit_format_size(bfit_capacity_for(need, r->cfg.margin), s3, sizeof s3));
 }
 

@@ -98,9 +98,9 @@ fi
 # refuses, so plan does too, naming the largest margin that trains; that
 # margin plans and trains, one percent more does not
 run 1 --model cnn --memory 64MiB --margin 0.97 &&
-    has "$err" "^batchfit: error: --margin: with the 97% margin nothing trains: batch 1 needs [0-9.]+ MiB, the margin leaves [0-9.]+ MiB of 64\.00 MiB; give --margin 0\.[0-9]+ or less \(or --memory of at least [0-9.]+ MiB\)$" &&
+    has "$err" "^batchfit: error: --margin: with the 97% margin nothing trains: batch 1 needs [0-9.]+ MiB, the margin leaves [0-9.]+ MiB of 64\.00 MiB; a margin of at most 0\.[0-9]+ trains \(or a memory of at least [0-9.]+ MiB\)$" &&
     has "$out" "^largest batch: none fits in the budget"
-ok=$(grep -Eo "give --margin 0\.[0-9]+" "$err" | grep -Eo "0\.[0-9]+$")
+ok=$(grep -Eo "a margin of at most 0\.[0-9]+" "$err" | grep -Eo "0\.[0-9]+$")
 if [ -n "$ok" ]; then
     over=$(awk -v m="$ok" 'BEGIN { printf "%.2f", m + 0.01 }')
     run 0 --model cnn --memory 64MiB --margin "$ok"
@@ -111,7 +111,7 @@ if [ -n "$ok" ]; then
     if "${tr[@]}" --margin "$over" >/dev/null 2>"$err"; then
         echo "FAIL: train --margin $over trained"; fails=$((fails + 1))
     else
-        has "$err" "^batchfit: error: --margin: training needs [0-9.]+ MiB even at micro-batch 1, but the 9[0-9]% margin leaves [0-9.]+ [KM]iB of 64\.00 MiB: give --margin $ok or less \(or --memory of at least [0-9.]+ MiB\)$"
+        has "$err" "^batchfit: error: --margin: training needs [0-9.]+ MiB even at micro-batch 1, but the 9[0-9]% margin leaves [0-9.]+ [KM]iB of 64\.00 MiB: a margin of at most $ok trains \(or a memory of at least [0-9.]+ MiB\)$"
     fi
 else
     echo "FAIL: plan --margin 0.97 named no margin"; fails=$((fails + 1))
