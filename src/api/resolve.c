@@ -141,7 +141,7 @@ int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t)
         return rc;
     if (bfit_opt_find("checkpoint-every", &i) && c->given[i] && !c->t.checkpoint && !c->t.resume)
         return bfit_fail_field(BFIT_EINVAL, "checkpoint_every", "says how often to write checkpoints, but no "
-                               "checkpoint directory is given: add checkpoint DIR");
+                               "checkpoint directory is given: give `checkpoint` a directory");
     /* a resumed run's weights are its checkpoint's; an ONNX model's
      * initializers or drawn weights are replaced by the saved ones */
     if (c->weights && c->t.resume)

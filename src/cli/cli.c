@@ -51,7 +51,9 @@ static int option_word(const char *text, size_t n)
 
 /* msg with the options it names in the library's spelling ("above
  * batch_max 32") in the command line's ("above --batch-max 32"): words with
- * a '_' between spaces or punctuation, never inside a path or a name. */
+ * a '_' between spaces or punctuation, never inside a path or a name, and
+ * an option quoted in backquotes ("give `checkpoint` a directory"), which a
+ * one-word name needs to be told from the word. */
 static void spell_options(const char *msg, char *out, size_t len)
 {
     size_t o = 0;
@@ -60,6 +62,15 @@ static void spell_options(const char *msg, char *out, size_t len)
         char prev = p == msg ? ' ' : p[-1], next = p[n];
         int word = n && memchr(p, '_', n) && strchr(" (,'\"`", prev) && (strchr(" ),:;'\"`", next) ||
                    (next == '.' && (!p[n + 1] || p[n + 1] == ' ')));
+        if (*p == '`' && (n = strspn(p + 1, "abcdefghijklmnopqrstuvwxyz0123456789_")) && p[n + 1] == '`' &&
+            option_word(p + 1, n)) {
+            o += (size_t)snprintf(out + o, len - o, "--");
+            for (size_t k = 1; k <= n && o + 1 < len; k++)
+                out[o++] = p[k] == '_' ? '-' : p[k];
+            p += n + 2;
+            continue;
+        }
+        n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
         if (word && option_word(p, n)) {
             o += (size_t)snprintf(out + o, len - o, "--");
             for (size_t k = 0; k < n && o + 1 < len; k++)

@@ -94,6 +94,9 @@ expect 2 "unexpected argument 'extra'" "$bf" train --model "$m" extra
 expect 2 "nope.cfg: no such file" "$bf" train --model "$tmp/nope.cfg" # names nothing: a usage error, as an unknown preset
 expect 1 "data set '$tmp/nodata' not found" "$bf" train --model "$m" --data "$tmp/nodata"
 expect 1 "needs .* even at micro-batch 1, but .* is allowed" "$bf" train --model "$m" --memory 1MiB
+# an option the library names in backquotes is spelt as the command line's
+expect 2 "^batchfit: error: --checkpoint-every: says how often to write checkpoints, but no checkpoint directory is given: give --checkpoint a directory$" \
+  "$bf" train --model "$m" --checkpoint-every 10
 # the capacity a memory schedule sets at step 0 is that option's, not --memory's
 expect 1 "^batchfit: error: --memory-schedule: its capacity from step 0, 10.00 MiB: training needs .* even at micro-batch 1, but .* is allowed" \
   "$bf" train --model "$m" --memory 1GiB --memory-schedule 0:10MiB,5:1GiB

@@ -66,6 +66,9 @@ def test_arrays_refused(small_spec):
     raises(TypeError, lambda: batchfit.train(small_spec, data=(x, [{}] * 64)), "data")
     raises(TypeError, lambda: batchfit.train(small_spec, data=42), "data")
     raises(TypeError, lambda: batchfit.train(small_spec, data=(x, y), checkpoint=-1), "checkpoint", "give a path")
+    # the library's words name the option as Python spells it (the CLI as --checkpoint)
+    raises(ValueError, lambda: batchfit.train(small_spec, data=(x, y), checkpoint_every=10), "checkpoint_every",
+           "no checkpoint directory is given: give `checkpoint` a directory")
 
 
 def test_no_folder_left_by_a_failure(small_spec, tmp_path, monkeypatch):
