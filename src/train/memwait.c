@@ -95,6 +95,14 @@ int bfit_run_wait_for_memory(bfit_run *r)
     }
     r->pos.res.stopped = BFIT_ENOMEM;
     r->pos.res.missing = miss;
+    if (r->pos.nmem > 0) { /* the capacity in force is a schedule point's (a device's watch would have moved it) */
+        const bfit_mem_point *pt = &r->cfg.memory_schedule[r->pos.nmem - 1];
+        if (pt->capacity == bfit_arena_capacity(r->s.arena))
+            return bfit_fail_field(BFIT_ENOMEM, "memory_schedule", "its capacity from step %lld, %s: not even "
+                                   "micro-batch 1 fits at step %lld: it needs %s, %s is missing", (long long)pt->step,
+                                   bfit_format_size(pt->capacity, s3, sizeof s3), (long long)r->pos.step + 1,
+                                   bfit_format_size(need, s1, sizeof s1), bfit_format_size(miss, s2, sizeof s2));
+    }
     return bfit_fail_field(BFIT_ENOMEM, "memory", "not even micro-batch 1 fits at step %lld: it needs %s, %s is "
                            "missing%s%s%s", (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                            bfit_format_size(miss, s2, sizeof s2), di.shared ? "; waited " : "",

@@ -337,11 +337,12 @@ sys.exit(0 if ok else 1)' "$w" "$c" && pass || fail "eval of the last checkpoint
 
   # ---- not even micro-batch 1 fits ----------------------------------------------------
   # (the CPU is not shared: nothing can bring memory back, so no wait)
-  expect 3 "error: --memory: not even micro-batch 1 fits at step 6: it needs [0-9.]+ MiB, [0-9.]+ [KM]iB is missing; the run's \
+  # (the capacity in force is the schedule's point: that option is named)
+  expect 3 "error: --memory-schedule: its capacity from step 5, 10.00 MiB: not even micro-batch 1 fits at step 6: it needs [0-9.]+ MiB, [0-9.]+ [KM]iB is missing; the run's \
 state at step 5 is in $tmp/nm/ckpt-000000000005.safetensors" "$bf" train "${mem[@]}" --memory 1GiB \
     --memory-schedule 5:10MiB --checkpoint "$tmp/nm" --log "$tmp/nm.jsonl" --save "$tmp/nm.st"
   expect 3 "when the memory is back, resume with: batchfit train --resume $tmp/nm" "$bf" train --resume "$tmp/nm"
-  tail -1 "$tmp/nm.jsonl" | grep -qE '"event":"error".*"code":"out of memory","field":"memory".*[0-9.]+ [KM]iB is missing' &&
+  tail -1 "$tmp/nm.jsonl" | grep -qE '"event":"error".*"code":"out of memory","field":"memory_schedule".*[0-9.]+ [KM]iB is missing' &&
     pass || fail "the log does not end with the memory error: $(tail -1 "$tmp/nm.jsonl")"
   [ -e "$tmp/nm.st" ] && fail "weights were saved by a run that did not finish"
   expect 0 "resuming from $tmp/nm/ckpt-000000000005.safetensors at step 5" "$bf" train --resume "$tmp/nm" \
