@@ -58,6 +58,14 @@ expect 2 "center-crop: '24x40x3' is not N or HxW \(e.g. 224 or 224x320\): '40x3'
 expect 2 "random-resized-crop: '24x0' is not N or HxW .*0 is out of range" "$bf" train --model "$tmp/wide.cfg" \
   --data "$tmp/col" --max-steps 1 --random-resized-crop 24x0
 expect 1 "mean.*3 channels" "$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --max-steps 1 --mean 0.5 --std 0.2
+# eval's --mean/--std are applied, not the statistics saved with the weights
+# (before 2026-12-04 they were ignored, silently): mean 0 and std 1 score
+# as --no-normalize does, to the bit
+"$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --batch 8 --max-steps 2 --save "$tmp/col.st" --quiet \
+  >/dev/null 2>&1
+plain=$("$bf" eval --model "$tmp/col.cfg" --weights "$tmp/col.st" --data "$tmp/col" --no-normalize --json 2>/dev/null)
+expect 0 "^$(sed 's/[.{}]/\\&/g' <<<"$plain")\$" "$bf" eval --model "$tmp/col.cfg" --weights "$tmp/col.st" \
+  --data "$tmp/col" --mean 0,0,0 --std 1,1,1 --json
 
 # a bad file: an error naming it, or skipped and counted
 for f in truncated.jpg badcrc.png huge.jpg notimage.jpg; do

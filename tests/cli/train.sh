@@ -182,6 +182,14 @@ else
 fi
 final=$(grep -oE "epoch 2/2: .*test loss [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
 expect 0 "test loss $final, .* on 120 samples" "$bf" eval --model "$tmp/tab.cfg" --weights "$tmp/tab.safetensors" --data "$tmp/te.csv"
+# weights trained with --no-normalize are evaluated without normalisation
+# (metadata normalize=none), not by the statistics of --data (before
+# 2026-12-04 eval standardised them: another loss, a wrong accuracy)
+out=$("$bf" train --model "$tmp/tab.cfg" --data "$tmp/tr.csv" --test-data "$tmp/te.csv" --batch 32 --epochs 2 --lr 0.1 \
+  --no-normalize --save "$tmp/tabnn.safetensors" 2>&1)
+final=$(grep -oE "epoch 2/2: .*test loss [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
+expect 0 "test loss $final, .* on 120 samples" "$bf" eval --model "$tmp/tab.cfg" --weights "$tmp/tabnn.safetensors" \
+  --data "$tmp/te.csv"
 
 # the first row of a CSV file: the decision is said; a first data row with a
 # bad cell is an error, not a header dropped unannounced; yes|no force it

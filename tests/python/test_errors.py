@@ -143,6 +143,19 @@ def test_evaluate_arrays_as_training_did(small_spec, tmp_path):
            "floats per sample")
 
 
+def test_evaluate_arrays_no_normalize(small_spec, tmp_path):
+    """Weights trained with no_normalize are scored on raw arrays as the run
+    scored them (before 2026-12-04: FileNotFound for '(arrays)', eval
+    looking for a training set to measure statistics on)."""
+    x, y = toy_data(600)
+    xt, yt = toy_data(300, seed=1)
+    save = str(tmp_path / "w.safetensors")
+    r = batchfit.train(small_spec, data=(x, y), test_data=(xt, yt), epochs=1, batch=32, save=save, seed=3,
+                       no_normalize=True)
+    got = batchfit.evaluate(small_spec, save, data=(xt, yt))
+    assert (got["accuracy"], got["loss"], got["samples"]) == (r.test_accuracy, r["test_loss"], 300)
+
+
 def test_did_you_mean_says_the_keyword():
     raises(ValueError, lambda: batchfit.train("mlp", max_step=5), "max_step", "did you mean 'max_steps'?")
     raises(ValueError, lambda: batchfit.plan("mlp", micro_batches=5), "micro_batches", "did you mean 'micro_batch'?")
