@@ -67,6 +67,13 @@ plain=$("$bf" eval --model "$tmp/col.cfg" --weights "$tmp/col.st" --data "$tmp/c
 expect 0 "^$(sed 's/[.{}]/\\&/g' <<<"$plain")\$" "$bf" eval --model "$tmp/col.cfg" --weights "$tmp/col.st" \
   --data "$tmp/col" --mean 0,0,0 --std 1,1,1 --json
 
+# a folder of images with one subfolder (a user pointing at a class's folder)
+# would train on that subfolder alone: said, with the images not read
+mkdir -p "$tmp/flat/sub" && cp "$tmp/col/$(ls "$tmp/col" | head -1)"/* "$tmp/flat/" && cp "$tmp/flat"/*.* "$tmp/flat/sub/"
+expect 0 "flat: [1-9][0-9]* .jpg/.jpeg/.png file\(s\) directly in it are not read: only the images in its class \
+folders \(one folder per class\); 1 class only \('sub'\): a classifier needs 2 or more" "$bf" train \
+  --model "$tmp/col.cfg" --data "$tmp/flat" --batch 4 --max-steps 1 --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25
+
 # a bad file: an error naming it, or skipped and counted
 for f in truncated.jpg badcrc.png huge.jpg notimage.jpg; do
   rm -rf "$tmp/mixed" && mkdir -p "$tmp/mixed/a" "$tmp/mixed/b"
