@@ -247,3 +247,24 @@ def test_hostile_arguments(small_spec, tmp_path, monkeypatch):
     # and the library still works
     assert batchfit.plan(small_spec, batch=[1, 2]).peak[2] > 0
     assert batchfit.train(small_spec, data=(x, y), epochs=1, batch=32, memory="64MiB").steps == 4
+
+
+def test_image_errors_name_the_keyword(tmp_path):
+    """A bad image, or a test folder with an empty class, is about `data` or
+    `test_data` (the longer path that the message names), as the docs say
+    `field` is (before 2026-12-04: '' for both)."""
+    from PIL import Image
+    spec = tmp_path / "c.cfg"
+    spec.write_text("input 3x8x8\nflatten\nlinear 2\n")
+    for c in ("a", "b"):
+        (tmp_path / "img" / c).mkdir(parents=True)
+        Image.new("RGB", (9, 9), (40 if c == "a" else 200, 0, 0)).save(tmp_path / "img" / c / "0.png")
+    (tmp_path / "test" / "a").mkdir(parents=True)
+    (tmp_path / "test" / "b").mkdir()
+    Image.new("RGB", (9, 9)).save(tmp_path / "test" / "a" / "0.png")
+    data = str(tmp_path / "img")
+    raises(ValueError, lambda: batchfit.train(str(spec), data=data, test_data=str(tmp_path / "test"), max_steps=1),
+           "test_data", "class folder 'b' holds no")
+    (tmp_path / "img" / "b" / "1.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
+    raises(ValueError, lambda: batchfit.train(str(spec), data=data, max_steps=1, mean=[0.5] * 3, std=[0.2] * 3),
+           "data", "1.png")
