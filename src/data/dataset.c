@@ -362,7 +362,8 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (stat(spec, &st) != 0)
         return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give %s", spec, strerror(errno), o->seq > 0
                          ? "kjv, a token file or a .txt file (a token model's data)"
-                         : "fashion-mnist, an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file");
+                         : "fashion-mnist, a folder of class folders of images, an MNIST-format directory, "
+                           "IMAGES,LABELS IDX files, or a CSV file");
     if ((S_ISDIR(st.st_mode) && has_subfolder(spec)) || (!S_ISDIR(st.st_mode) && bfit_img_is_list(spec, o->seq > 0)))
         return images(spec, train, o, out);
     if (S_ISDIR(st.st_mode))

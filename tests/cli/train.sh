@@ -92,7 +92,10 @@ expect 1 "--step-size: the step schedule needs it: the lr is multiplied by gamma
 expect 2 "--seed: -1 is out of range: expected 0 to 9223372036854775807" "$bf" train --model "$m" --seed -1
 expect 2 "unexpected argument 'extra'" "$bf" train --model "$m" extra
 expect 2 "nope.cfg: no such file" "$bf" train --model "$tmp/nope.cfg" # names nothing: a usage error, as an unknown preset
-expect 1 "data set '$tmp/nodata' not found" "$bf" train --model "$m" --data "$tmp/nodata"
+# a missing data set: every kind it could be, image folders too (not said before 2026-12-04)
+expect 1 "data set '$tmp/nodata' not found \(No such file or directory\): give fashion-mnist, a folder of class \
+folders of images, an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file" "$bf" train --model "$m" \
+  --data "$tmp/nodata"
 expect 1 "needs .* even at micro-batch 1, but .* is allowed" "$bf" train --model "$m" --memory 1MiB
 # the capacity a memory schedule sets at step 0 is that option's, not --memory's
 expect 1 "^batchfit: error: --memory-schedule: its capacity from step 0, 10.00 MiB: training needs .* even at micro-batch 1, but .* is allowed" \
