@@ -1,6 +1,7 @@
 """The calls: each a thin wrapper of one library call, its keyword arguments
 the command line's options (docs/python.md)."""
 import os
+import re
 import shutil
 import tempfile
 
@@ -68,7 +69,11 @@ def _blame(cfg, field, msg):
         t = cfg.texts.get(name)
         if t and (msg.startswith(t + ":") or f"'{t}'" in msg):
             return name
-    return ""
+    # a file inside the path given (an image of a folder: "image DIR/c/x.png: ..."):
+    # the longest such path, so a test folder inside the data's is test_data
+    inside = [(len(t), name) for name in _PATHS for t in [cfg.texts.get(name)]
+              if t and re.search(r"(^|[\s'(])" + re.escape(t.rstrip("/") or t) + r"([/:'\s)]|$)", msg)]
+    return max(inside)[1] if inside else ""
 
 
 def _failure(cfg, rc, state, res):

@@ -124,7 +124,7 @@ typedef struct bfit_probe_result {
     int input_nd, input_dims[4]; /* the model's sample shape */
     int input_tokens;        /* 1: it is input_dims[0] token ids (a token model) */
     int64_t data_count;
-    char data_note[160];     /* bfit_dataset_note of the data ("" if nothing to say) */
+    char data_note[256];     /* bfit_dataset_note of the data ("" if nothing to say) */
 } bfit_probe_result;
 
 

@@ -35,7 +35,7 @@ struct bfit_dataset {
     int seq;          /* token data: tokens (and labels) per sample; 0 otherwise */
     int64_t *starts;  /* token lines: sample i is ids[starts[i], +lens[i]), labels one further, padded */
     int32_t *lens;    /*   to seq with id 0 and label -1; NULL: fixed windows */
-    char note[160];   /* what the loader decided (a CSV's header), "" if nothing */
+    char note[256];   /* what the loader decided (a CSV's header, an image folder's oddities), "" if nothing */
     int borrowed;     /* f32 and labels are the caller's (bfit_dataset_borrow_floats): not freed */
     bfit_imgset *img; /* an image folder (img_folder.c), or NULL */
 };
@@ -80,6 +80,8 @@ int bfit_img_ext_like(const char *s, size_t n);
  * list). text_ok: a .txt may be text for a token model, decided by its
  * first data line only. */
 int bfit_img_is_list(const char *path, int text_ok);
+/* A training split of images with a single class: its note says so. */
+void bfit_img_note_one_class(bfit_dataset *d);
 /* A class name (a folder's, or a list's label) must be UTF-8: the names
  * are saved with the weights as JSON text and matched by name later.
  * BFIT_EFORMAT naming the folder `where` (lineno 0) or file:lineno, the

@@ -324,6 +324,16 @@ static int looks_binary(const char *path)
     return (n >= 2 && m[0] == 0x1f && m[1] == 0x8b) || (n == 4 && m[0] == 0 && m[1] == 0 && m[2] == 8);
 }
 
+/* An image folder or list; a training split of one class is said (a test
+ * split may hold some of the classes). */
+static int images(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out)
+{
+    int rc = bfit_dataset_load_images(spec, o, out);
+    if (rc == BFIT_OK && train)
+        bfit_img_note_one_class(*out);
+    return rc;
+}
+
 int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out)
 {
     static const bfit_data_opts defaults = BFIT_DATA_OPTS_INIT;
@@ -352,11 +362,12 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (stat(spec, &st) != 0)
         return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give %s", spec, strerror(errno), o->seq > 0
                          ? "kjv, a token file or a .txt file (a token model's data)"
-                         : "fashion-mnist, an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file");
+                         : "fashion-mnist, a folder of class folders of images, an MNIST-format directory, "
+                           "IMAGES,LABELS IDX files, or a CSV file");
+    if ((S_ISDIR(st.st_mode) && has_subfolder(spec)) || (!S_ISDIR(st.st_mode) && bfit_img_is_list(spec, o->seq > 0)))
+        return images(spec, train, o, out);
     if (S_ISDIR(st.st_mode))
-        return has_subfolder(spec) ? bfit_dataset_load_images(spec, o, out) : load_dir(spec, train, o->nclasses, out);
-    if (bfit_img_is_list(spec, o->seq > 0))
-        return bfit_dataset_load_images(spec, o, out);
+        return load_dir(spec, train, o->nclasses, out);
     if (bfit_tokens_is_file(spec) && o->lines) /* ids have no newline byte to cut them at */
         return bfit_fail_field(BFIT_EINVAL, "seq_max", "%s is a token file, which has no lines: --seq-max makes a "
                                "text's lines the samples; leave it out (windows of the model's tokens) or give the "

@@ -62,6 +62,7 @@ typedef struct lister {
     entry *e;
     int64_t n, cap;
     int64_t other; /* files of other types, ignored */
+    int64_t loose; /* images beside a folder's class folders, not read */
 } lister;
 
 static int add_entry(lister *L, const char *root, const char *name, int32_t label)
@@ -131,8 +132,10 @@ static int walk(lister *L, const char *dir, int32_t label, int depth)
     return rc;
 }
 
-/* The sorted names of dir's subfolders, as class names. */
-static int list_classes(const char *dir, strbuf *names, int64_t **offs, int *n)
+/* The sorted names of dir's subfolders, as class names; *loose counts the
+ * images beside them (not read: a user pointing at a folder of images
+ * with one subfolder would otherwise train on that subfolder alone). */
+static int list_classes(const char *dir, strbuf *names, int64_t **offs, int *n, int64_t *loose)
 {
     DIR *dp = opendir(dir);
     struct dirent *de;
@@ -145,8 +148,12 @@ static int list_classes(const char *dir, strbuf *names, int64_t **offs, int *n)
         return bfit_fail(BFIT_EIO, "cannot read the image folder %s: %s", dir, strerror(errno));
     while (rc == BFIT_OK && (de = readdir(dp))) {
         if (de->d_name[0] == '.' || snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path ||
-            stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            stat(path, &st) != 0)
             continue;
+        if (!S_ISDIR(st.st_mode)) {
+            *loose += bfit_img_ext_ok(de->d_name);
+            continue;
+        }
         if ((rc = bfit_img_name_check(de->d_name, dir, 0)) != BFIT_OK)
             break;
         if (*n == cap) {
@@ -166,7 +173,7 @@ static int list_classes(const char *dir, strbuf *names, int64_t **offs, int *n)
 static int scan_folder(const char *dir, lister *L, strbuf *names, int64_t **offs, int *nclasses)
 {
     char path[4096];
-    int rc = list_classes(dir, names, offs, nclasses);
+    int rc = list_classes(dir, names, offs, nclasses, &L->loose);
 
     if (rc != BFIT_OK)
         return rc;
@@ -440,6 +447,24 @@ void bfit_imgset_free(bfit_imgset *g)
     free(g);
 }
 
+/* Images beside a folder's class folders are not read: said, since a user
+ * pointing at a folder of images with one subfolder would otherwise train
+ * on that subfolder alone. */
+static void loose_note(bfit_dataset *d, const lister *L)
+{
+    if (L->loose)
+        snprintf(d->note, sizeof d->note, "%lld .jpg/.jpeg/.png file(s) directly in it are not read: only the "
+                 "images in its class folders (one folder per class)", (long long)L->loose);
+}
+
+void bfit_img_note_one_class(bfit_dataset *d)
+{
+    size_t n = strlen(d->note);
+    if (d->img && d->nclasses == 1 && n + 2 < sizeof d->note)
+        snprintf(d->note + n, sizeof d->note - n, "%s1 class only ('%s'): a classifier needs 2 or more",
+                 n ? "; " : "", bfit_dataset_class_name(d, 0));
+}
+
 /* The data set from a scan: paths and labels move into it. */
 static int make_set(const char *spec, const bfit_data_opts *o, lister *L, strbuf *names, int64_t *offs,
                     int nclasses, int numbered, bfit_dataset **out)
@@ -473,6 +498,7 @@ static int make_set(const char *spec, const bfit_data_opts *o, lister *L, strbuf
     d->shape = bfit_shape_chw(o->img_c, o->img_h, o->img_w);
     d->count = L->n;
     d->nclasses = nclasses;
+    loose_note(d, L);
     *out = d;
     return BFIT_OK;
 }

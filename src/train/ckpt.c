@@ -320,7 +320,8 @@ static int64_t log_bytes(bfit_run *r)
  * writing and when reading alike. */
 #define META_CRC_KEY "batchfit.crc32"
 static const char *const meta_crc_keys[] = {"format", "version", "model", "data", "steps", "test_accuracy",
-                                            "normalize_mean", "normalize_std", "batchfit.state", "batchfit.config"};
+                                            "normalize_mean", "normalize_std", "normalize", "batchfit.state",
+                                            "batchfit.config"};
 
 typedef const char *(*meta_get)(const void *ud, const char *key);
 

@@ -229,7 +229,8 @@ static int saved_norm(const bfit_eval_cfg *cfg, float **mean, float **std, int *
     return bfit_weights_read_norm(cfg->weights, c, *mean, *std, found);
 }
 
-static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float *std, bfit_session *s)
+static int eval_session(const bfit_eval_cfg *cfg, int normalize, const float *mean, const float *std,
+                        bfit_session *s)
 {
     bfit_session_cfg c;
     char **classes = NULL, whose[600];
@@ -246,7 +247,7 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     c.device_name = cfg->device_name;
     c.memory = cfg->memory;
     c.threads = cfg->threads;
-    c.normalize = cfg->normalize;
+    c.normalize = normalize;
     c.given_mean = mean;
     c.given_std = std;
     c.img = &cfg->img;
@@ -281,9 +282,12 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
     int rc, m, found = 0;
 
     memset(&s, 0, sizeof s);
-    if (cfg->normalize && (rc = saved_norm(cfg, &mean, &std, &found)) != BFIT_OK)
+    /* --mean/--std given: those (the session applies them); else what training applied */
+    if (cfg->normalize && !cfg->img.nmean && !cfg->img.nstd &&
+        (rc = saved_norm(cfg, &mean, &std, &found)) != BFIT_OK)
         goto out;
-    if ((rc = eval_session(cfg, found ? mean : NULL, found ? std : NULL, &s)) != BFIT_OK ||
+    if ((rc = eval_session(cfg, cfg->normalize && found >= 0, found > 0 ? mean : NULL, found > 0 ? std : NULL,
+                           &s)) != BFIT_OK ||
         (rc = choose_eval_batch(s.M, s.arena, 0, cfg->batch ? cfg->batch : 1000, &m)) != BFIT_OK)
         goto out;
     memset(&sc, 0, sizeof sc);

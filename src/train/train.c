@@ -54,6 +54,9 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
             rc = bfit_norm_to_text(r->s.std, r->s.M->input.c, bufs[1], len);
         keys[k] = "normalize_mean", vals[k++] = bufs[0];
         keys[k] = "normalize_std", vals[k++] = bufs[1];
+    } else if (r->s.M->input_dtype != BFIT_I32) {
+        /* trained on raw inputs: eval must not standardise them (token ids never are) */
+        keys[k] = "normalize", vals[k++] = "none";
     }
     bufs[2] = NULL;
     if (rc == BFIT_OK && r->s.train && bfit_dataset_is_images(r->s.train)) {

@@ -257,6 +257,11 @@ int bfit_weights_read_norm(const char *path, int n, float *mean, float *std, int
     *found = 0;
     if (rc != BFIT_OK)
         return rc;
+    if ((m = bfit_st_meta(f, "normalize")) && !strcmp(m, "none")) {
+        *found = -1;
+        bfit_st_free(f);
+        return BFIT_OK;
+    }
     m = bfit_st_meta(f, "normalize_mean");
     s = bfit_st_meta(f, "normalize_std");
     if (m && s) {

@@ -54,8 +54,9 @@ int bfit_weights_check_from(const bfit_model *M, const bfit_st_file *f, const ch
  * may be thousands). */
 #define BFIT_NORM_TEXT_LEN(n) ((size_t)(n) * 16 + 1)
 int bfit_norm_to_text(const float *v, int n, char *buf, size_t len);
-/* Read them from a weights file: *found 0 if the file has none (trained
- * with --no-normalize); BFIT_EFORMAT if present but not n numbers. */
+/* Read them from a weights file: *found 1 if it has them, -1 if training
+ * applied none (metadata "normalize" is "none": --no-normalize), 0 if it
+ * says neither (older files); BFIT_EFORMAT if present but not n numbers. */
 int bfit_weights_read_norm(const char *path, int n, float *mean, float *std, int *found);
 /* The class names training on images saved (metadata "classes", a JSON
  * array of strings by index): *names is one allocation (free it), *n 0 for

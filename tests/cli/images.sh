@@ -58,6 +58,21 @@ expect 2 "center-crop: '24x40x3' is not N or HxW \(e.g. 224 or 224x320\): '40x3'
 expect 2 "random-resized-crop: '24x0' is not N or HxW .*0 is out of range" "$bf" train --model "$tmp/wide.cfg" \
   --data "$tmp/col" --max-steps 1 --random-resized-crop 24x0
 expect 1 "mean.*3 channels" "$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --max-steps 1 --mean 0.5 --std 0.2
+# eval's --mean/--std are applied, not the statistics saved with the weights
+# (before 2026-12-04 they were ignored, silently): mean 0 and std 1 score
+# as --no-normalize does, to the bit
+"$bf" train --model "$tmp/col.cfg" --data "$tmp/col" --batch 8 --max-steps 2 --save "$tmp/col.st" --quiet \
+  >/dev/null 2>&1
+plain=$("$bf" eval --model "$tmp/col.cfg" --weights "$tmp/col.st" --data "$tmp/col" --no-normalize --json 2>/dev/null)
+expect 0 "^$(sed 's/[.{}]/\\&/g' <<<"$plain")\$" "$bf" eval --model "$tmp/col.cfg" --weights "$tmp/col.st" \
+  --data "$tmp/col" --mean 0,0,0 --std 1,1,1 --json
+
+# a folder of images with one subfolder (a user pointing at a class's folder)
+# would train on that subfolder alone: said, with the images not read
+mkdir -p "$tmp/flat/sub" && cp "$tmp/col/$(ls "$tmp/col" | head -1)"/* "$tmp/flat/" && cp "$tmp/flat"/*.* "$tmp/flat/sub/"
+expect 0 "flat: [1-9][0-9]* .jpg/.jpeg/.png file\(s\) directly in it are not read: only the images in its class \
+folders \(one folder per class\); 1 class only \('sub'\): a classifier needs 2 or more" "$bf" train \
+  --model "$tmp/col.cfg" --data "$tmp/flat" --batch 4 --max-steps 1 --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25
 
 # a bad file: an error naming it, or skipped and counted
 for f in truncated.jpg badcrc.png huge.jpg notimage.jpg; do

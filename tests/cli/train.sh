@@ -92,7 +92,10 @@ expect 1 "--step-size: the step schedule needs it: the lr is multiplied by gamma
 expect 2 "--seed: -1 is out of range: expected 0 to 9223372036854775807" "$bf" train --model "$m" --seed -1
 expect 2 "unexpected argument 'extra'" "$bf" train --model "$m" extra
 expect 2 "nope.cfg: no such file" "$bf" train --model "$tmp/nope.cfg" # names nothing: a usage error, as an unknown preset
-expect 1 "data set '$tmp/nodata' not found" "$bf" train --model "$m" --data "$tmp/nodata"
+# a missing data set: every kind it could be, image folders too (not said before 2026-12-04)
+expect 1 "data set '$tmp/nodata' not found \(No such file or directory\): give fashion-mnist, a folder of class \
+folders of images, an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file" "$bf" train --model "$m" \
+  --data "$tmp/nodata"
 expect 1 "needs .* even at micro-batch 1, but .* is allowed" "$bf" train --model "$m" --memory 1MiB
 # an option the library names in backquotes is spelt as the command line's
 expect 2 "^batchfit: error: --checkpoint-every: says how often to write checkpoints, but no checkpoint directory is given: give --checkpoint a directory$" \
@@ -185,6 +188,14 @@ else
 fi
 final=$(grep -oE "epoch 2/2: .*test loss [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
 expect 0 "test loss $final, .* on 120 samples" "$bf" eval --model "$tmp/tab.cfg" --weights "$tmp/tab.safetensors" --data "$tmp/te.csv"
+# weights trained with --no-normalize are evaluated without normalisation
+# (metadata normalize=none), not by the statistics of --data (before
+# 2026-12-04 eval standardised them: another loss, a wrong accuracy)
+out=$("$bf" train --model "$tmp/tab.cfg" --data "$tmp/tr.csv" --test-data "$tmp/te.csv" --batch 32 --epochs 2 --lr 0.1 \
+  --no-normalize --save "$tmp/tabnn.safetensors" 2>&1)
+final=$(grep -oE "epoch 2/2: .*test loss [0-9.]+" <<<"$out" | grep -oE "[0-9.]+$")
+expect 0 "test loss $final, .* on 120 samples" "$bf" eval --model "$tmp/tab.cfg" --weights "$tmp/tabnn.safetensors" \
+  --data "$tmp/te.csv"
 
 # the first row of a CSV file: the decision is said; a first data row with a
 # bad cell is an error, not a header dropped unannounced; yes|no force it

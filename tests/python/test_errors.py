@@ -146,6 +146,19 @@ def test_evaluate_arrays_as_training_did(small_spec, tmp_path):
            "floats per sample")
 
 
+def test_evaluate_arrays_no_normalize(small_spec, tmp_path):
+    """Weights trained with no_normalize are scored on raw arrays as the run
+    scored them (before 2026-12-04: FileNotFound for '(arrays)', eval
+    looking for a training set to measure statistics on)."""
+    x, y = toy_data(600)
+    xt, yt = toy_data(300, seed=1)
+    save = str(tmp_path / "w.safetensors")
+    r = batchfit.train(small_spec, data=(x, y), test_data=(xt, yt), epochs=1, batch=32, save=save, seed=3,
+                       no_normalize=True)
+    got = batchfit.evaluate(small_spec, save, data=(xt, yt))
+    assert (got["accuracy"], got["loss"], got["samples"]) == (r.test_accuracy, r["test_loss"], 300)
+
+
 def test_did_you_mean_says_the_keyword():
     raises(ValueError, lambda: batchfit.train("mlp", max_step=5), "max_step", "did you mean 'max_steps'?")
     raises(ValueError, lambda: batchfit.plan("mlp", micro_batches=5), "micro_batches", "did you mean 'micro_batch'?")
@@ -237,3 +250,24 @@ def test_hostile_arguments(small_spec, tmp_path, monkeypatch):
     # and the library still works
     assert batchfit.plan(small_spec, batch=[1, 2]).peak[2] > 0
     assert batchfit.train(small_spec, data=(x, y), epochs=1, batch=32, memory="64MiB").steps == 4
+
+
+def test_image_errors_name_the_keyword(tmp_path):
+    """A bad image, or a test folder with an empty class, is about `data` or
+    `test_data` (the longer path that the message names), as the docs say
+    `field` is (before 2026-12-04: '' for both)."""
+    from PIL import Image
+    spec = tmp_path / "c.cfg"
+    spec.write_text("input 3x8x8\nflatten\nlinear 2\n")
+    for c in ("a", "b"):
+        (tmp_path / "img" / c).mkdir(parents=True)
+        Image.new("RGB", (9, 9), (40 if c == "a" else 200, 0, 0)).save(tmp_path / "img" / c / "0.png")
+    (tmp_path / "test" / "a").mkdir(parents=True)
+    (tmp_path / "test" / "b").mkdir()
+    Image.new("RGB", (9, 9)).save(tmp_path / "test" / "a" / "0.png")
+    data = str(tmp_path / "img")
+    raises(ValueError, lambda: batchfit.train(str(spec), data=data, test_data=str(tmp_path / "test"), max_steps=1),
+           "test_data", "class folder 'b' holds no")
+    (tmp_path / "img" / "b" / "1.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
+    raises(ValueError, lambda: batchfit.train(str(spec), data=data, max_steps=1, mean=[0.5] * 3, std=[0.2] * 3),
+           "data", "1.png")
