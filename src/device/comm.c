@@ -10,12 +10,13 @@
 #include <string.h>
 
 /* The launcher's environment: Open MPI, then PMI (MPICH, Intel MPI), then
- * Slurm's srun. */
+ * Slurm's srun: its step's task count, not the job's SLURM_NTASKS, which a
+ * batch script run without srun has too (with SLURM_PROCID 0). */
 void bfit_comm_launched(int *size, int *rank)
 {
     static const char *const vars[][2] = {{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
                                           {"PMI_SIZE", "PMI_RANK"},
-                                          {"SLURM_NTASKS", "SLURM_PROCID"}};
+                                          {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"}};
     *size = 1;
     *rank = 0;
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

@@ -117,6 +117,12 @@ else
     echo "FAIL: plan --margin 0.97 named no margin"; fails=$((fails + 1))
 fi
 
+# Slurm: srun's step is a group (rank 2 of 4 leaves plan to rank 0); a batch
+# script's own process has the job's SLURM_NTASKS without srun: one process
+SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=0 run 0 --model cnn --memory 64MiB && has "$err" "rank 0 of 4 does it"
+SLURM_NTASKS=4 SLURM_PROCID=0 run 0 --model cnn --memory 64MiB && ! grep -q "rank 0 of" "$err" ||
+    { echo "FAIL: a Slurm batch script without srun was taken for rank 0 of 4"; fails=$((fails + 1)); }
+
 # token models: the sequence length and the attention kind (parameter bytes are exact)
 run 0 --model bert-base --seq 128 --memory 12GB --optimizer adamw &&
     has "$out" "^batchfit plan: bert-base \(preset\), input 128 tokens, 30522 classes per token, 109,514,298 parameters$" &&
