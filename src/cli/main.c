@@ -63,9 +63,26 @@ static int one_process(const char *name)
     return rank == 0;
 }
 
+/* Help and the version under a launcher: rank 0 prints them, not every
+ * rank (train too: its help is no training). */
+static int other_rank_asks_help(int argc, char **argv)
+{
+    int size, rank;
+    bfit_dist_info(&size, &rank);
+    if (size < 2 || rank == 0)
+        return 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") || !strcmp(argv[i], "--version") ||
+            !strcmp(argv[i], "-V") || (i == 1 && !strcmp(argv[i], "help")))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     wait_policy(argv);
+    if (other_rank_asks_help(argc, argv))
+        return EXIT_OK;
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

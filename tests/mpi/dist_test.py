@@ -681,7 +681,13 @@ def case_commands():
         lines = p.stdout.splitlines()
         if sum(l.startswith(said) for l in lines) != 1 or p.stdout.count(note) != 1:
             fail("mpirun -np 2 batchfit %s: expected a line '%s' once and the note once:\n%s" % (name, said, p.stdout[-2000:]))
-    print("commands: plan, find, eval and report ran once under mpirun -np 2")
+    # help and the version: rank 0 prints them (train's help too)
+    for cmd, said in (([BF, "train", "--help"], "Usage: batchfit train"), ([BF, "--version"], "batchfit "),
+                      ([BF, "plan", "--help"], "Usage: batchfit plan")):
+        p = run(mpirun(2) + cmd, timeout=60)
+        if sum(l.startswith(said) for l in p.stdout.splitlines()) != 1:
+            fail("mpirun -np 2 %s: expected '%s' once:\n%s" % (" ".join(cmd[1:]), said, p.stdout[-2000:]))
+    print("commands: plan, find, eval and report ran once under mpirun -np 2; help and the version printed once")
 
 
 def main():
