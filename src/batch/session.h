@@ -46,6 +46,8 @@ typedef struct bfit_session {
     const bfit_dataset *train, *test;         /* in use: owned or given; NULL if not wanted */
     float *mean, *std;                        /* NULL without normalisation */
     char device_why[512];                     /* which device, and why (--device auto's reason) */
+    int test_is_data;                         /* test_data names data (bfit_dataset_same): the test is
+                                                 data's test split, as without test_data */
 } bfit_session;
 
 /* Phase one: device, arena, and the model (no device memory yet). */

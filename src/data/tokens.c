@@ -161,8 +161,8 @@ static int tokens_dataset(const char *source, const int32_t *ids, int64_t n, int
     if (windows && n < (int64_t)seq + 1)
         return bfit_fail(BFIT_EINVAL, "%s: %lld tokens make no sample of %d tokens and their %d labels (at least "
                          "%d are needed)%s", source, (long long)n, seq, seq, seq + 1,
-                         strstr(source, "(test part)") ? ": a text's test part is every 20th block of 100 lines; give "
-                                                         "the test text as --test-data (read whole)" : "");
+                         strstr(source, "(test part)") ? ": a text's test part is every 20th block of 100 lines"
+                                                         : ""); /* the session says what to give */
     if ((rc = bfit_data_alloc(source, &d)) != BFIT_OK)
         return rc;
     d->ids = malloc(sizeof *d->ids * (size_t)(n ? n : 1));

@@ -263,6 +263,9 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     free(classes);
     if (rc == BFIT_OK && cfg->human && s->test_own && bfit_dataset_note(s->test_own)[0])
         fprintf(cfg->human, "batchfit: %s: %s\n", bfit_dataset_source(s->test_own), bfit_dataset_note(s->test_own));
+    if (rc == BFIT_OK && cfg->human && s->test_is_data && s->test_own)
+        fprintf(cfg->human, "batchfit: --test-data names --data: testing on its held-out part, %s\n",
+                bfit_dataset_source(s->test_own));
     if (rc == BFIT_OK)
         rc = bfit_model_alloc_params(s->M, 0);
     if (rc == BFIT_OK)
