@@ -40,6 +40,10 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     rc = bfit_model_source_load(c->model, &s->g);
     if (rc == BFIT_OK && c->seq_max)
         rc = bfit_graph_set_seq(&s->g, c->seq_max, "seq_max");
+    else if (rc == BFIT_OK && c->seq)
+        rc = bfit_graph_set_seq(&s->g, c->seq, "seq");
+    if (rc == BFIT_OK && c->attention)
+        rc = bfit_graph_set_attention(&s->g, c->attention == BFIT_ATTN_LEAN);
     if (rc != BFIT_OK || (rc = open_device(s, c, c->device_name)) != BFIT_OK)
         return rc;
     if (!memory && bfit_device_memory(s->dev, &memory, &total) != BFIT_OK)

@@ -239,6 +239,7 @@ static int eval_session(const bfit_eval_cfg *cfg, const float *mean, const float
     c.data = cfg->data;
     c.test_data = cfg->test_data;
     c.seq_max = cfg->seq_max;
+    c.seq = cfg->seq;
     c.given_test = cfg->given_test;
     c.csv_header = cfg->csv_header;
     c.want_test = 1;

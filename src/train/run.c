@@ -342,6 +342,8 @@ static int open_session(bfit_run *r)
     sc->normalize = c->normalize && !c->train_source;
     sc->seed = c->seed;
     sc->seq_max = c->seq_max;
+    sc->seq = c->seq;
+    sc->attention = c->attention;
     sc->img = &c->img;
     rc = bfit_session_open_model(&r->s, sc);
     if (rc == BFIT_OK)
