@@ -181,17 +181,24 @@ static int tokens_dataset_take(const char *source, int32_t *ids, int64_t n, int 
     return BFIT_OK;
 }
 
+/* A copy of the caller's n ids (NULL: out of memory, said). */
+static int32_t *copy_ids(const char *source, const int32_t *ids, int64_t n)
+{
+    int32_t *own = malloc(sizeof *own * (size_t)(n ? n : 1));
+    if (!own)
+        bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld tokens", source, (long long)n);
+    else if (n)
+        memcpy(own, ids, sizeof *own * (size_t)n);
+    return own;
+}
+
 int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, int vocab, int seq,
                              bfit_dataset **out)
 {
-    int32_t *own = malloc(sizeof *own * (size_t)(n ? n : 1)); /* the caller's ids: a copy */
+    int32_t *own = copy_ids(source, ids, n);
 
     *out = NULL;
-    if (!own)
-        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld tokens", source, (long long)n);
-    if (n)
-        memcpy(own, ids, sizeof *own * (size_t)n);
-    return tokens_dataset_take(source, own, n, vocab, seq, 1, out);
+    return own ? tokens_dataset_take(source, own, n, vocab, seq, 1, out) : BFIT_ENOMEM;
 }
 
 int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out)
@@ -336,14 +343,10 @@ static int token_lines_take(const char *source, int32_t *ids, int64_t n, int voc
 int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, int vocab, int seq, int32_t sep,
                              bfit_dataset **out)
 {
-    int32_t *own = malloc(sizeof *own * (size_t)(n ? n : 1));
+    int32_t *own = copy_ids(source, ids, n);
 
     *out = NULL;
-    if (!own)
-        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld tokens", source, (long long)n);
-    if (n)
-        memcpy(own, ids, sizeof *own * (size_t)n);
-    return token_lines_take(source, own, n, vocab, seq, sep, out);
+    return own ? token_lines_take(source, own, n, vocab, seq, sep, out) : BFIT_ENOMEM;
 }
 
 void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32_t *id, int32_t *most)
