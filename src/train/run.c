@@ -519,7 +519,8 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
     /* paths may hold quotes or backslashes: the log must stay JSON */
     bfit_json_escape(c->model, model, sizeof model);
     bfit_json_escape(c->data ? c->data : "(given)", data, sizeof data);
-    if ((r->s.train_own && r->s.test_own &&
+    /* synthetic's test set is another draw (seed + 1) under the same name: separate */
+    if ((r->s.train_own && r->s.test_own && !(c->data && !strcmp(c->data, "synthetic")) &&
          !strcmp(bfit_dataset_source(r->s.train_own), bfit_dataset_source(r->s.test_own))) ||
         (r->s.train && r->s.train == r->s.test)) { /* a caller's set (arrays) given for both */
         /* a single file has no test split: say so rather than report training accuracy as a test */

@@ -210,6 +210,11 @@ sys.exit(0 if start["plan"]["peak"] == json.load(open(sys.argv[2]))["plans"][0][
 PY
 then pass; else fail "the resumed run's plan is not plan --seq 64 --attention lean's"; fi
 expect 1 "error: --seq: the checkpoint .* holds 64, not 32" "$bf" train --resume "$tmp/seqck" --seq 32 --threads 2
+# synthetic data's test set is another draw (seed + 1), not the training
+# data (was: "warning: synthetic has no separate test split, so "test"
+# figures are on the training data")
+if out=$("$bf" train --model gpt-nano --data synthetic --seq 16 --max-steps 1 --batch 4 --eval-samples 4 --threads 2 2>&1) &&
+  ! grep -q "no separate test split" <<<"$out"; then pass; else fail "synthetic: $(head -2 <<<"$out")"; fi
 # where the option has nothing to do, the refusal says why
 expect 2 "^batchfit: error: --attention: keeps each attention matrix, or not, for backward, and eval takes no backward step \(stored and lean score alike\): leave it out" \
   "$bf" eval --model gpt-nano --weights "$tmp/a.st" --data "$tmp/two.txt" --attention lean --threads 2
