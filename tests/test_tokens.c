@@ -21,6 +21,7 @@
 #include "batchfit.h"
 #include "internal.h"
 #include "data/data.h"
+#include "data/data_int.h"
 #include "tfiles.h"
 #include "ttok.h"
 
@@ -209,6 +210,43 @@ static void test_text_split(void **st)
         assert_true(bfit_dataset_count(d) < ((int64_t)n - 1) / 16 / 10); /* the test part: a twentieth */
         bfit_dataset_free(d);
     }
+    free(text);
+}
+
+/* A text file is read in blocks of 64 KiB, its line count carried from one
+ * to the next: the parts of a file of 300 KB, lines of every length (one
+ * longer than a block), are those of its bytes in memory, id for id, and
+ * its windows and its lines hold the same ids. */
+static void test_text_file_blocks(void **st)
+{
+    size_t cap = 400000, n = 0;
+    char *text = malloc(cap), path[300];
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    (void)st;
+    for (int i = 0; n + 80000 < cap; i++) {
+        int len = i == 1000 ? 70000 : (i * 37) % 200;
+        for (int k = 0; k < len; k++)
+            text[n++] = (char)('a' + (i + k) % 26);
+        text[n++] = '\n';
+    }
+    tmp_path(path, sizeof path, "blocks.txt");
+    put_bytes(path, text, (long)n);
+    o.seq = 16;
+    for (int train = -1; train <= 1; train++)
+        for (int lines = 0; lines <= 1; lines++) {
+            int32_t *want;
+            int64_t nwant;
+            bfit_dataset *d = NULL;
+            o.whole = train < 0;
+            o.lines = lines;
+            assert_int_equal(bfit_text_tokens((unsigned char *)text, n, train, &want, &nwant), BFIT_OK);
+            assert_int_equal(bfit_dataset_load(path, train < 0 ? 0 : train, &o, &d), BFIT_OK);
+            assert_true(nwant > 16);
+            assert_int_equal(d->nids, nwant);
+            assert_memory_equal(d->ids, want, sizeof *want * (size_t)nwant);
+            free(want);
+            bfit_dataset_free(d);
+        }
     free(text);
 }
 
@@ -588,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_llmc_file),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_text_split),
+        cmocka_unit_test(test_text_file_blocks),
         cmocka_unit_test(test_stream_labels),
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_length_buckets),

@@ -21,6 +21,16 @@ static const char *cmd_word(unsigned cmd)
     return "?";
 }
 
+/* Why an option has nothing to do for a command, where "another command's"
+ * would not tell (NULL: nothing more to say). */
+static const char *why_not(const char *opt, unsigned cmd)
+{
+    if (!strcmp(opt, "attention") && cmd == CMD_EVAL)
+        return "keeps each attention matrix, or not, for backward, and eval takes no backward step (stored and "
+               "lean score alike)";
+    return NULL;
+}
+
 int bfit_config_check_cmd(const bfit_config *c, unsigned cmd, const char *cmd_name)
 {
     int n;
@@ -34,6 +44,8 @@ int bfit_config_check_cmd(const bfit_config *c, unsigned cmd, const char *cmd_na
         char who[64] = "";
         if (!c->given[i] || (t[i].cmds & cmd))
             continue;
+        if (why_not(t[i].name, cmd))
+            return bfit_fail_field(BFIT_EINVAL, bfit_opt_field(&t[i]), "%s: leave it out", why_not(t[i].name, cmd));
         for (int k = 0; k < 4; k++)
             if (t[i].cmds & (1u << k))
                 snprintf(who + strlen(who), sizeof who - strlen(who), "%s%s", who[0] ? ", " : "",
@@ -88,6 +100,16 @@ static int given(const bfit_config *c, const char *name)
     return bfit_opt_find(name, &i) && c->given[i];
 }
 
+/* seq-max sets the model's length as seq does (its lines' longest piece). */
+static int seq_agrees(const bfit_config *c)
+{
+    if (c->seq && c->t.seq_max)
+        return bfit_fail_field(BFIT_EINVAL, "seq", "sets the length of windows of the data, and seq-max makes the "
+                               "data's lines the samples, of at most seq-max tokens (the model's length then): give "
+                               "one of them");
+    return BFIT_OK;
+}
+
 static int train_agrees(const bfit_config *c)
 {
     const bfit_train_cfg *t = &c->t;
@@ -137,7 +159,8 @@ int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t)
     int rc, i;
 
     if ((rc = bfit_config_check_cmd(c, CMD_TRAIN, "train")) != BFIT_OK ||
-        (rc = bfit_config_need_model(c, CMD_TRAIN)) != BFIT_OK || (rc = train_agrees(c)) != BFIT_OK)
+        (rc = bfit_config_need_model(c, CMD_TRAIN)) != BFIT_OK || (rc = train_agrees(c)) != BFIT_OK ||
+        (rc = seq_agrees(c)) != BFIT_OK)
         return rc;
     if (bfit_opt_find("checkpoint-every", &i) && c->given[i] && !c->t.checkpoint && !c->t.resume)
         return bfit_fail_field(BFIT_EINVAL, "checkpoint_every", "says how often to write checkpoints, but no "
@@ -152,6 +175,8 @@ int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t)
                                "of them");
     *t = c->t;
     t->init_weights = c->weights;
+    t->seq = c->seq;
+    t->attention = c->attn_set ? (c->attn_lean ? BFIT_ATTN_LEAN : BFIT_ATTN_STORED) : BFIT_ATTN_MODEL;
     if ((rc = bfit_config_optim(c, &t->opt)) != BFIT_OK)
         return rc;
     t->sched = bfit_lr_schedule_default(c->sched_kind);
@@ -174,7 +199,8 @@ int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t)
 int bfit_config_eval_cfg(const bfit_config *c, bfit_eval_cfg *e)
 {
     int rc;
-    if ((rc = bfit_config_check_cmd(c, CMD_EVAL, "eval")) != BFIT_OK || (rc = bfit_config_need_model(c, CMD_EVAL)) != BFIT_OK)
+    if ((rc = bfit_config_check_cmd(c, CMD_EVAL, "eval")) != BFIT_OK || (rc = bfit_config_need_model(c, CMD_EVAL)) != BFIT_OK ||
+        (rc = seq_agrees(c)) != BFIT_OK)
         return rc;
     if (!c->weights)
         return bfit_fail_field(BFIT_EINVAL, "weights", "is required: the safetensors file `train --save` wrote");
@@ -184,6 +210,7 @@ int bfit_config_eval_cfg(const bfit_config *c, bfit_eval_cfg *e)
     e->data = c->t.data;
     e->test_data = c->t.test_data;
     e->seq_max = c->t.seq_max;
+    e->seq = c->seq;
     e->batch = c->t.eval_batch;
     e->samples = c->t.eval_samples;
     e->threads = c->t.threads;
@@ -227,6 +254,8 @@ int bfit_config_find_cfg(const bfit_config *c, bfit_find_cfg *f)
     f->img = c->t.img;
     f->seed = c->t.seed;
     f->limit = c->limit;
+    f->seq = c->seq;
+    f->attention = c->attn_set ? (c->attn_lean ? BFIT_ATTN_LEAN : BFIT_ATTN_STORED) : BFIT_ATTN_MODEL;
     f->probe = c->probe;
     f->probe.margin = c->t.margin;
     f->probe.human = c->t.human;

@@ -802,6 +802,8 @@ static void session_cfg(const bfit_find_cfg *cfg, bfit_session_cfg *sc_)
     sc_->device_name = cfg->device_name;
     sc_->conv_algo = cfg->conv_algo;
     sc_->precision = cfg->storage.precision;
+    sc_->seq = cfg->seq;
+    sc_->attention = cfg->attention;
     sc_->threads = cfg->threads;
     sc_->normalize = cfg->normalize;
     sc_->seed = cfg->seed;

@@ -40,6 +40,10 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     rc = bfit_model_source_load(c->model, &s->g);
     if (rc == BFIT_OK && c->seq_max)
         rc = bfit_graph_set_seq(&s->g, c->seq_max, "seq_max");
+    else if (rc == BFIT_OK && c->seq)
+        rc = bfit_graph_set_seq(&s->g, c->seq, "seq");
+    if (rc == BFIT_OK && c->attention)
+        rc = bfit_graph_set_attention(&s->g, c->attention == BFIT_ATTN_LEAN);
     if (rc != BFIT_OK || (rc = open_device(s, c, c->device_name)) != BFIT_OK)
         return rc;
     if (!memory && bfit_device_memory(s->dev, &memory, &total) != BFIT_OK)
@@ -199,6 +203,18 @@ static int match_test_classes(bfit_session *s, const bfit_session_cfg *c)
     return rc;
 }
 
+/* A text's test part too short for a sample: how to give a test text
+ * (the message says which part; a same-named --test-data chose it). */
+static int test_part_hint(int rc, int same)
+{
+    if (!strstr(bfit_errmsg(), "(test part"))
+        return rc;
+    if (same)
+        return bfit_fail_field(rc, "test_data", "%s; --test-data names the training data, so its held-out part is "
+                               "the test: give another text as --test-data", bfit_errmsg());
+    return bfit_fail(rc, "%s; give the test text as --test-data (read whole)", bfit_errmsg());
+}
+
 int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
 {
     int synthetic = c->data && !strcmp(c->data, "synthetic"), rc;
@@ -227,7 +243,10 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
         s->train = s->train_own;
     }
     if (!s->test && c->want_test) {
-        if (c->test_data) { /* a text given as the test data is read whole, not its test part */
+        /* the training data named again as the test data: its test split,
+         * as without it (a text read whole would test on what it trains on) */
+        s->test_is_data = c->test_data && bfit_dataset_same(c->data, c->test_data);
+        if (c->test_data && !s->test_is_data) { /* a text given as the test data is read whole, not its test part */
             bfit_data_opts whole = o;
             whole.whole = 1;
             rc = bfit_dataset_load(c->test_data, 0, &whole, &s->test_own);
@@ -236,7 +255,7 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
                            : bfit_dataset_load(c->data, 0, op, &s->test_own);
         }
         if (rc != BFIT_OK)
-            return rc;
+            return test_part_hint(rc, s->test_is_data);
         s->test = s->test_own;
         if ((rc = match_test_classes(s, c)) != BFIT_OK)
             return rc;

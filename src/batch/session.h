@@ -29,6 +29,10 @@ typedef struct bfit_session_cfg {
     const bfit_img_opts *img;                 /* image folders' options (NULL: defaults) */
     int seq_max;                              /* token models: variable-length lines of at most this many
                                                  tokens (the model's length); 0: fixed windows */
+    int seq;                                  /* token models: windows of this many tokens (the model's
+                                                 length); 0: the model's */
+    int attention;                            /* BFIT_ATTN_* (nn/zoo.h): the attention layers' storage for
+                                                 backward */
     const char *const *class_names;           /* the classes the model was trained on (the weights'), to
                                                  match a loaded test set's by name; NULL: the training
                                                  set's, when it is an image set */
@@ -46,6 +50,8 @@ typedef struct bfit_session {
     const bfit_dataset *train, *test;         /* in use: owned or given; NULL if not wanted */
     float *mean, *std;                        /* NULL without normalisation */
     char device_why[512];                     /* which device, and why (--device auto's reason) */
+    int test_is_data;                         /* test_data names data (bfit_dataset_same): the test is
+                                                 data's test split, as without test_data */
 } bfit_session;
 
 /* Phase one: device, arena, and the model (no device memory yet). */

@@ -42,6 +42,15 @@ int cli_parse(const cli_cmd *cmd, int argc, char **argv, bfit_config *c, unsigne
 void cli_print(const bfit_result *res, int json);
 
 /* The help lines of --precision, --recompute and --no-lean. */
+/* Token models' length and attention, as plan, find and train list them. */
+#define CLI_SEQ_HELP \
+    "  --seq N               token models: sequences of N tokens (default: the\n" \
+    "                        model's input; at most its positions)\n"
+#define CLI_ATTENTION_HELP \
+    "  --attention stored|lean  token models: keep each attention matrix for\n" \
+    "                        backward (stored, default) or only a log-sum-exp per\n" \
+    "                        row, recomputing the matrix in backward (lean)\n"
+
 #define CLI_STORAGE_HELP \
     "  --precision f32|bf16|f16  activations, their gradients and compute in this\n" \
     "                        precision; master weights and optimizer state f32\n" \

@@ -21,6 +21,8 @@ static void help(void)
          "                      test part: every 20th block of 100 lines)\n"
          "  --test-data PATH    evaluate on this instead of --data's test split: a text\n"
          "                      or token file is read whole (as train's --test-data)\n"
+         "  --seq N             token models: score windows of N tokens, as a train\n"
+         "                      --seq N run evaluates (default: the model's length)\n"
          "  --seq-max N         token models: score the text's lines, cut at N tokens, as\n"
          "                      a train --seq-max N run evaluates (default: windows of\n"
          "                      the model's length)\n"
@@ -50,6 +52,7 @@ static const struct option opts[] = {
     {"model", required_argument, 0, 1},     {"weights", required_argument, 0, 1},
     {"data", required_argument, 0, 1},       {"batch", required_argument, 0, 1},
     {"test-data", required_argument, 0, 1}, {"seq-max", required_argument, 0, 1},
+    {"seq", required_argument, 0, 1},       {"attention", required_argument, 0, 1}, /* refused, saying why */
     {"samples", required_argument, 0, 1}, {"memory", required_argument, 0, 1},
     {"threads", required_argument, 0, 1}, {"no-normalize", no_argument, 0, 1},
     {"json", no_argument, 0, 1},             {"help", no_argument, 0, 1},

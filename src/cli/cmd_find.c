@@ -32,7 +32,9 @@ static void help(void)
          "                        IMAGES,LABELS IDX files, a CSV file, or synthetic\n"
          "                        (random samples of the model's input shape; random\n"
          "                        ids for a token model); for token models kjv, a\n"
-         "                        token file or a .txt file (docs/data.md)\n",
+         "                        token file or a .txt file (docs/data.md)\n"
+         CLI_SEQ_HELP
+         CLI_ATTENTION_HELP,
           stdout);
     fputs(cli_help_images, stdout);
     puts("  --csv-header yes|no|auto   whether a CSV file's first row is a header\n"
@@ -96,6 +98,7 @@ static const struct option opts[] = {
     {"precision", required_argument, 0, 1}, {"recompute", required_argument, 0, 1},
     {"no-lean", no_argument, 0, 1},
     {"csv-header", required_argument, 0, 1},
+    {"seq", required_argument, 0, 1}, {"attention", required_argument, 0, 1},
     {0, 0, 0, 0}};
 
 static const char *const local[] = {"json", NULL};

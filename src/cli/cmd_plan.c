@@ -19,11 +19,8 @@ static void help(void)
          "  --model PRESET|FILE   a preset (mlp, cnn, resnet18, resnet50, vgg16, gpt-nano,\n"
          "                        gpt2, bert-base), a model spec file (docs/model-spec.md)\n"
          "                        or an ONNX file exported from PyTorch (docs/onnx.md)\n"
-         "  --seq N               token models: sequences of N tokens (default: the\n"
-         "                        model's input; at most its positions)\n"
-         "  --attention stored|lean  token models: keep each attention matrix for\n"
-         "                        backward (stored, default) or only a log-sum-exp per\n"
-         "                        row, recomputing the matrix in backward (lean)\n"
+         CLI_SEQ_HELP
+         CLI_ATTENTION_HELP
          "  --memory SIZE         device memory, e.g. 11GiB, 512MiB, 8GB (default: what\n"
          "                        the device has free: available RAM on the cpu)\n"
          "  --margin F            fraction of memory kept free, 0 <= F < 1 (default 0.1)\n"

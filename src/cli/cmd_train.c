@@ -52,10 +52,12 @@ static void help_batch(void)
          "  --augment             random crop (pad 2) and horizontal flip of images\n"
          "  --no-normalize        do not standardise inputs by the training set's mean/std\n"
          "  --no-prefetch         load samples on the training thread\n"
+         CLI_SEQ_HELP
          "  --seq-max N           token models: train on the data's lines (documents) as\n"
          "                        sequences of varying length, cut at N tokens; each\n"
          "                        micro-batch runs at its longest (default: windows of\n"
          "                        the model's length)\n"
+         CLI_ATTENTION_HELP
          "Batch and memory:\n"
          "  --batch N|auto|adaptive  effective batch E (default 128); auto: E and the micro-\n"
          "                        batch chosen, and re-chosen as training goes, for goodput\n"
@@ -176,7 +178,8 @@ static const struct option opts[] = {
     {"init", required_argument, 0, 1}, {"weights", required_argument, 0, 1},
     {"epochs", required_argument, 0, 1}, {"epoch-samples", required_argument, 0, 1},
     {"eval-samples", required_argument, 0, 1}, {"max-steps", required_argument, 0, 1},
-    {"seq-max", required_argument, 0, 1},
+    {"seq-max", required_argument, 0, 1}, {"seq", required_argument, 0, 1},
+    {"attention", required_argument, 0, 1},
     {"augment", no_argument, 0, 1}, {"no-normalize", no_argument, 0, 1},
     {"no-prefetch", no_argument, 0, 1}, {"no-pack", no_argument, 0, 1},
     {"batch", required_argument, 0, 1},

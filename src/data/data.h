@@ -63,6 +63,10 @@ const char *bfit_csv_header_name(bfit_csv_header h);
  * were tried), BFIT_EFORMAT (bad contents, saying file and position) or
  * BFIT_EINVAL (bad options); *out is NULL on failure. */
 int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out);
+/* 1 if specs a and b name the same data: the same name, or the same file
+ * or directory (by device and inode: ./a.txt and a.txt, a link, kjv and
+ * its text); 0 otherwise, NULL included. */
+int bfit_dataset_same(const char *a, const char *b);
 
 int64_t bfit_dataset_count(const bfit_dataset *d);
 int bfit_dataset_classes(const bfit_dataset *d);

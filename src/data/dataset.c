@@ -334,6 +334,30 @@ static int images(const char *spec, int train, const bfit_data_opts *o, bfit_dat
     return rc;
 }
 
+/* The file a data set's name reads: kjv's text, a named set's directory,
+ * else the name itself. */
+static const char *spec_path(const char *spec)
+{
+    if (strcmp(spec, "kjv") == 0)
+        return getenv("BFIT_KJV") && *getenv("BFIT_KJV") ? getenv("BFIT_KJV") : BFIT_KJV_TEXT;
+    for (size_t i = 0; i < sizeof named_sets / sizeof named_sets[0]; i++)
+        if (strcmp(spec, named_sets[i].name) == 0)
+            return named_sets[i].dir;
+    return spec;
+}
+
+int bfit_dataset_same(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (!a || !b)
+        return 0;
+    if (strcmp(a, b) == 0)
+        return 1;
+    /* another spelling of one file (./x.txt, a link, kjv and its path): the same inode */
+    return stat(spec_path(a), &sa) == 0 && stat(spec_path(b), &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit_dataset **out)
 {
     static const bfit_data_opts defaults = BFIT_DATA_OPTS_INIT;
@@ -345,7 +369,7 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (!spec || !*spec)
         return bfit_fail(BFIT_EINVAL, "no data set given");
     if (strcmp(spec, "kjv") == 0) { /* text made by scripts/setup.sh from Debian's bible-kjv */
-        const char *p = getenv("BFIT_KJV") && *getenv("BFIT_KJV") ? getenv("BFIT_KJV") : BFIT_KJV_TEXT;
+        const char *p = spec_path(spec);
         if (stat(p, &st) != 0)
             return bfit_fail(BFIT_EIO, "data set 'kjv': %s not found (%s): scripts/setup.sh makes it from the "
                                        "bible-kjv package (scripts/kjv.sh), or set BFIT_KJV to its path",

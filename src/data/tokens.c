@@ -30,6 +30,7 @@ static int slurp(const char *path, unsigned char **buf, size_t *n)
     FILE *f = fopen(path, "rb");
     long len;
     *buf = NULL;
+    *n = 0;
     if (!f)
         return bfit_fail(BFIT_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
@@ -146,32 +147,31 @@ int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int v
     return bfit_atomic_commit(&af);
 }
 
-/* The ids as windows of seq; windows: at least one is needed (lines make
- * their own samples, of any length). */
-static int tokens_dataset(const char *source, const int32_t *ids, int64_t n, int vocab, int seq, int windows,
-                          bfit_dataset **out)
+/* The ids as windows of seq, taking ids (malloc'd: the data set's from
+ * here, freed on failure; a text's or a file's ids are not copied again,
+ * which at 4 bytes a byte would double a large text's peak); windows: at
+ * least one is needed (lines make their own samples, of any length). */
+static int tokens_dataset_take(const char *source, int32_t *ids, int64_t n, int vocab, int seq, int windows,
+                               bfit_dataset **out)
 {
     bfit_dataset *d;
     int rc;
 
     *out = NULL;
     if (seq < 1)
-        return bfit_fail(BFIT_EINVAL, "%s: token data needs a token model (`input tokens=T`) to cut it into samples",
-                         source);
-    if (windows && n < (int64_t)seq + 1)
-        return bfit_fail(BFIT_EINVAL, "%s: %lld tokens make no sample of %d tokens and their %d labels (at least "
-                         "%d are needed)%s", source, (long long)n, seq, seq, seq + 1,
-                         strstr(source, "(test part)") ? ": a text's test part is every 20th block of 100 lines; give "
-                                                         "the test text as --test-data (read whole)" : "");
-    if ((rc = bfit_data_alloc(source, &d)) != BFIT_OK)
+        rc = bfit_fail(BFIT_EINVAL, "%s: token data needs a token model (`input tokens=T`) to cut it into samples",
+                       source);
+    else if (windows && n < (int64_t)seq + 1)
+        rc = bfit_fail(BFIT_EINVAL, "%s: %lld tokens make no sample of %d tokens and their %d labels (at least "
+                       "%d are needed)%s", source, (long long)n, seq, seq, seq + 1,
+                       strstr(source, "(test part)") ? ": a text's test part is every 20th block of 100 lines" : "");
+    else
+        rc = bfit_data_alloc(source, &d);
+    if (rc != BFIT_OK) {
+        free(ids);
         return rc;
-    d->ids = malloc(sizeof *d->ids * (size_t)(n ? n : 1));
-    if (!d->ids) {
-        bfit_dataset_free(d);
-        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld tokens", source, (long long)n);
     }
-    if (n)
-        memcpy(d->ids, ids, sizeof *d->ids * (size_t)n);
+    d->ids = ids;
     d->nids = n;
     d->seq = seq;
     d->shape = bfit_shape_seq(seq, 1);
@@ -181,10 +181,24 @@ static int tokens_dataset(const char *source, const int32_t *ids, int64_t n, int
     return BFIT_OK;
 }
 
+/* A copy of the caller's n ids (NULL: out of memory, said). */
+static int32_t *copy_ids(const char *source, const int32_t *ids, int64_t n)
+{
+    int32_t *own = malloc(sizeof *own * (size_t)(n ? n : 1));
+    if (!own)
+        bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld tokens", source, (long long)n);
+    else if (n)
+        memcpy(own, ids, sizeof *own * (size_t)n);
+    return own;
+}
+
 int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, int vocab, int seq,
                              bfit_dataset **out)
 {
-    return tokens_dataset(source, ids, n, vocab, seq, 1, out);
+    int32_t *own = copy_ids(source, ids, n);
+
+    *out = NULL;
+    return own ? tokens_dataset_take(source, own, n, vocab, seq, 1, out) : BFIT_ENOMEM;
 }
 
 int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out)
@@ -196,59 +210,90 @@ int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out)
     *out = NULL;
     if ((rc = bfit_tokens_read(path, &ids, &n, &vocab)) != BFIT_OK)
         return rc;
-    rc = bfit_dataset_from_tokens(path, ids, n, vocab, seq, out);
-    free(ids);
-    return rc;
+    return tokens_dataset_take(path, ids, n, vocab, seq, 1, out);
 }
 
-/* Byte-level tokens of a text: the lines of the train or the test part
- * (blocks of TEXT_BLOCK lines, every TEXT_EVERY-th to test), or every line
- * (train < 0: the whole file), newlines kept. */
+/* The bytes of b[0, n) in the train or the test part (blocks of TEXT_BLOCK
+ * lines, every TEXT_EVERY-th to test), or all of them (train < 0), into
+ * ids; *line counts the lines before b and after it. Returns the ids. */
+static int64_t text_part(const unsigned char *b, size_t n, int train, int64_t *line, int32_t *ids)
+{
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int test = (*line / TEXT_BLOCK) % TEXT_EVERY == TEXT_EVERY - 1;
+        if (train < 0 || test == !train)
+            ids[k++] = b[i];
+        *line += b[i] == '\n';
+    }
+    return k;
+}
+
+/* Byte-level tokens of a text: the lines of the train or the test part,
+ * or every line (train < 0: the whole file), newlines kept. */
 int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids, int64_t *count)
 {
-    int64_t k = 0, line = 0;
+    int64_t line = 0;
     *ids = malloc(sizeof **ids * (n ? n : 1));
     if (!*ids)
         return bfit_fail(BFIT_ENOMEM, "out of host memory for %zu tokens", n);
-    for (size_t i = 0; i < n; i++) {
-        int test = (line / TEXT_BLOCK) % TEXT_EVERY == TEXT_EVERY - 1;
-        if (train < 0 || test == !train)
-            (*ids)[k++] = b[i];
-        line += b[i] == '\n';
+    *count = text_part(b, n, train, &line, *ids);
+    return BFIT_OK;
+}
+
+/* The same of a text file, read a block at a time: its bytes are never
+ * all in memory beside their ids (4 bytes each). */
+static int text_file_tokens(const char *path, int train, int32_t **ids, int64_t *count)
+{
+    unsigned char b[1 << 16];
+    int64_t line = 0, k = 0, pos = 0;
+    long len;
+    size_t got;
+    int32_t *fit;
+    FILE *f = fopen(path, "rb");
+
+    *ids = NULL;
+    if (!f)
+        return bfit_fail(BFIT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return bfit_fail(BFIT_EIO, "%s: cannot read: %s", path, strerror(errno));
     }
+    if (!(*ids = malloc(sizeof **ids * (size_t)(len ? len : 1)))) {
+        fclose(f);
+        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %ld tokens", path, len);
+    }
+    while (pos < len && (got = fread(b, 1, sizeof b, f)) > 0) {
+        if ((int64_t)got > len - pos) /* grown while read: the size it had */
+            got = (size_t)(len - pos);
+        k += text_part(b, got, train, &line, *ids + k);
+        pos += (int64_t)got;
+    }
+    fclose(f);
+    if (pos < len) {
+        free(*ids);
+        *ids = NULL;
+        return bfit_fail(BFIT_EIO, "%s: short read", path);
+    }
+    /* the test part is a twentieth of the text: give back the rest */
+    if ((fit = realloc(*ids, sizeof **ids * (size_t)(k ? k : 1))))
+        *ids = fit;
     *count = k;
     return BFIT_OK;
 }
 
 int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **out)
 {
-    unsigned char *b;
-    size_t n;
     int32_t *ids;
     int64_t count = 0;
+    char name[4096];
     int rc;
 
     *out = NULL;
-    if ((rc = slurp(path, &b, &n)) != BFIT_OK)
+    if ((rc = text_file_tokens(path, train, &ids, &count)) != BFIT_OK)
         return rc;
-    rc = bfit_text_tokens(b, n, train, &ids, &count);
-    free(b);
-    if (rc != BFIT_OK)
-        return rc;
-    {
-        /* the two parts are two data sets: their names say which */
-        size_t len = strlen(path) + 16;
-        char *name = malloc(len);
-        if (!name) {
-            free(ids);
-            return bfit_fail(BFIT_ENOMEM, "out of host memory");
-        }
-        snprintf(name, len, "%s (%s)", path, train < 0 ? "whole" : train ? "train part" : "test part");
-        rc = bfit_dataset_from_tokens(name, ids, count, 256, seq, out);
-        free(name);
-    }
-    free(ids);
-    return rc;
+    /* the two parts are two data sets: their names say which */
+    snprintf(name, sizeof name, "%s (%s)", path, train < 0 ? "whole" : train ? "train part" : "test part");
+    return tokens_dataset_take(name, ids, count, 256, seq, 1, out);
 }
 
 /* Pieces of at most seq tokens of each document [a, b) (sep-terminated),
@@ -272,26 +317,36 @@ static int64_t cut_lines(const int32_t *ids, int64_t n, int seq, int32_t sep, in
     return k;
 }
 
-int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, int vocab, int seq, int32_t sep,
-                             bfit_dataset **out)
+/* Lines of ids as samples, taking ids (as tokens_dataset_take). */
+static int token_lines_take(const char *source, int32_t *ids, int64_t n, int vocab, int seq, int32_t sep,
+                            bfit_dataset **out)
 {
     bfit_dataset *d;
     int64_t k;
     int rc;
 
-    if ((rc = tokens_dataset(source, ids, n, vocab, seq, 0, &d)) != BFIT_OK)
+    if ((rc = tokens_dataset_take(source, ids, n, vocab, seq, 0, &d)) != BFIT_OK)
         return rc;
-    k = cut_lines(ids, n, seq, sep, NULL, NULL);
+    k = cut_lines(d->ids, n, seq, sep, NULL, NULL);
     d->starts = malloc(sizeof *d->starts * (size_t)(k ? k : 1));
     d->lens = malloc(sizeof *d->lens * (size_t)(k ? k : 1));
     if (!d->starts || !d->lens) {
         bfit_dataset_free(d);
         return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld lines", source, (long long)k);
     }
-    cut_lines(ids, n, seq, sep, d->starts, d->lens);
+    cut_lines(d->ids, n, seq, sep, d->starts, d->lens);
     d->count = k;
     *out = d;
     return BFIT_OK;
+}
+
+int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, int vocab, int seq, int32_t sep,
+                             bfit_dataset **out)
+{
+    int32_t *own = copy_ids(source, ids, n);
+
+    *out = NULL;
+    return own ? token_lines_take(source, own, n, vocab, seq, sep, out) : BFIT_ENOMEM;
 }
 
 void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32_t *id, int32_t *most)
@@ -337,22 +392,14 @@ int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t 
 
 int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_dataset **out)
 {
-    unsigned char *b;
-    size_t n;
     int32_t *ids;
     int64_t count = 0;
     char name[4096];
     int rc;
 
     *out = NULL;
-    if ((rc = slurp(path, &b, &n)) != BFIT_OK)
-        return rc;
-    rc = bfit_text_tokens(b, n, train, &ids, &count);
-    free(b);
-    if (rc != BFIT_OK)
+    if ((rc = text_file_tokens(path, train, &ids, &count)) != BFIT_OK)
         return rc;
     snprintf(name, sizeof name, "%s (%s, lines)", path, train < 0 ? "whole" : train ? "train part" : "test part");
-    rc = bfit_dataset_token_lines(name, ids, count, 256, seq, '\n', out);
-    free(ids);
-    return rc;
+    return token_lines_take(name, ids, count, 256, seq, '\n', out);
 }

@@ -43,5 +43,8 @@ int bfit_graph_set_seq(bfit_graph_desc *g, int seq, const char *option);
  * matrix in backward) or stored (0). BFIT_EINVAL (field "attention") when
  * the model has none. */
 int bfit_graph_set_attention(bfit_graph_desc *g, int lean);
+/* How a run asks for it (the `attention` option): as the model says, or
+ * every attention layer stored or lean. */
+enum { BFIT_ATTN_MODEL, BFIT_ATTN_STORED, BFIT_ATTN_LEAN };
 
 #endif

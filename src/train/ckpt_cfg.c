@@ -44,6 +44,7 @@ static const field fields[] = {
     {"batch", "batch", F_INT, C(batch), 1},
     {"batch_tokens", "batch", F_BOOL, C(batch_tokens), 1},
     {"seq_max", "seq_max", F_INT, C(seq_max), 1},
+    {"seq", "seq", F_INT, C(seq), 1},
     {"adaptive", "batch", F_BOOL, C(adaptive), 1},
     {"auto_batch", "batch", F_BOOL, C(auto_batch), 1},
     {"lr_ref_batch", "lr_ref_batch", F_INT, C(lr_ref_batch), 1},
@@ -98,6 +99,7 @@ static const field fields[] = {
     {"device", "device", F_STR, C(device_name), 0},
     {"conv_algo", "conv_algo", F_CONV, C(conv_algo), 0},
     {"recompute", "recompute", F_INT, C(storage.recompute), 0},
+    {"attention", "attention", F_INT, C(attention), 0},
     {"no_prefetch", "no_prefetch", F_NOT, C(prefetch), 0},
     {"loader_threads", "loader_threads", F_INT, C(img.loader_threads), 0},
     {"save", "save", F_STR, C(save), 0},
@@ -121,7 +123,7 @@ static int added_later(const field *f)
     static const char *const later[] = {"batch_tokens", "seq_max", "resize", "center_crop", "random_resized_crop",
                                         "center_crop_w", "random_resized_crop_w",
                                         "skip_bad_images", "no_dct_scaling", "loader_threads", "threads_auto",
-                                        "no_pack"};
+                                        "no_pack", "seq", "attention"};
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
         if (!strcmp(f->key, later[i]))
             return 1;

@@ -240,6 +240,7 @@ static int eval_session(const bfit_eval_cfg *cfg, int normalize, const float *me
     c.data = cfg->data;
     c.test_data = cfg->test_data;
     c.seq_max = cfg->seq_max;
+    c.seq = cfg->seq;
     c.given_test = cfg->given_test;
     c.csv_header = cfg->csv_header;
     c.want_test = 1;
@@ -264,6 +265,9 @@ static int eval_session(const bfit_eval_cfg *cfg, int normalize, const float *me
     free(classes);
     if (rc == BFIT_OK && cfg->human && s->test_own && bfit_dataset_note(s->test_own)[0])
         fprintf(cfg->human, "batchfit: %s: %s\n", bfit_dataset_source(s->test_own), bfit_dataset_note(s->test_own));
+    if (rc == BFIT_OK && cfg->human && s->test_is_data && s->test_own)
+        fprintf(cfg->human, "batchfit: --test-data names --data: testing on its held-out part, %s\n",
+                bfit_dataset_source(s->test_own));
     if (rc == BFIT_OK)
         rc = bfit_model_alloc_params(s->M, 0);
     if (rc == BFIT_OK)

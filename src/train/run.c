@@ -352,6 +352,8 @@ static int open_session(bfit_run *r)
     sc->normalize = c->normalize && !c->train_source;
     sc->seed = c->seed;
     sc->seq_max = c->seq_max;
+    sc->seq = c->seq;
+    sc->attention = c->attention;
     sc->img = &c->img;
     rc = bfit_session_open_model(&r->s, sc);
     if (rc == BFIT_OK)
@@ -527,13 +529,22 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
     /* paths may hold quotes or backslashes: the log must stay JSON */
     bfit_json_escape(c->model, model, sizeof model);
     bfit_json_escape(c->data ? c->data : "(given)", data, sizeof data);
-    if ((r->s.train_own && r->s.test_own &&
+    /* synthetic's test set is another draw (seed + 1) under the same name: separate */
+    if ((r->s.train_own && r->s.test_own && !(c->data && !strcmp(c->data, "synthetic")) &&
          !strcmp(bfit_dataset_source(r->s.train_own), bfit_dataset_source(r->s.test_own))) ||
         (r->s.train && r->s.train == r->s.test)) { /* a caller's set (arrays) given for both */
         /* a single file has no test split: say so rather than report training accuracy as a test */
         bfit_log_event(&r->lg, "warning", "\"what\":\"no separate test split: evaluating on the training data\"");
         bfit_log_say(&r->lg, "batchfit: warning: %s has no separate test split, so \"test\" figures are on the "
                              "training data; give a test data set", c->data);
+    }
+    if (r->s.test_is_data && r->s.test_own) { /* not the whole of it: said, as the user asked for it */
+        char src[1024];
+        bfit_json_escape(bfit_dataset_source(r->s.test_own), src, sizeof src);
+        bfit_log_event(&r->lg, "data", "\"split\":\"test\",\"source\":\"%s\",\"samples\":%lld,\"note\":\"test_data "
+                       "names the training data: its held-out part\"", src, (long long)bfit_dataset_count(r->s.test_own));
+        bfit_log_say(&r->lg, "batchfit: --test-data names the training data: testing on its held-out part, %s",
+                     bfit_dataset_source(r->s.test_own));
     }
     if (c->epoch_samples > r->per_epoch) { /* capped at the set: say so rather than train less than asked quietly */
         bfit_log_event(&r->lg, "warning", "\"what\":\"epoch_samples %lld is more than the %lld training samples: an "
@@ -741,10 +752,12 @@ static int check_counts(const bfit_run *r, int64_t *ntrain)
         return bfit_fail_field(BFIT_EINVAL, "data", "%s has no training samples%s", bfit_dataset_source(r->s.train),
                                r->cfg.seq_max > 0 ? lines : "");
     if (r->s.test && bfit_dataset_count(r->s.test) < 1)
-        return bfit_fail_field(BFIT_EINVAL, r->cfg.test_data ? "test_data" : "data", "%s has no test samples%s", test,
-                               strstr(test, "(test part") ? ": a text's test part is every 20th block of 100 lines; "
-                                                            "give the test text as --test-data (read whole)"
-                               : r->cfg.seq_max > 0 ? lines : "");
+        return bfit_fail_field(BFIT_EINVAL, r->cfg.test_data ? "test_data" : "data", "%s has no test samples%s%s",
+                               test, strstr(test, "(test part") ? ": a text's test part is every 20th block of 100 lines"
+                               : r->cfg.seq_max > 0 ? lines : "", !strstr(test, "(test part") ? ""
+                               : r->s.test_is_data ? "; --test-data names the training data, so its held-out part "
+                                                     "is the test: give another text as --test-data"
+                               : "; give the test text as --test-data (read whole)");
     return BFIT_OK;
 }
 

@@ -117,6 +117,10 @@ typedef struct bfit_train_cfg {
                                   each micro-batch runs at the length of its longest sequence (the step's
                                   sequences sorted by length, so padding stays small); 0: windows of the
                                   model's length */
+    int seq;                   /* token models: windows of seq tokens (the model's length, at most its
+                                  positions); 0: the model's. Not with seq_max, which sets the length too */
+    int attention;             /* BFIT_ATTN_* (nn/zoo.h): every attention layer stored or lean (0: the
+                                  model's) */
     int normalize;             /* per-channel mean/std from the training set */
     bfit_img_opts img;         /* image folders: transforms, loader threads, bad files (docs/data.md) */
     const char *save;          /* weights file (safetensors) or NULL */
@@ -214,6 +218,7 @@ typedef struct bfit_eval_cfg {
     const bfit_dataset *given_test; /* score this set (the caller's arrays) instead of data's test split */
     int batch;                  /* 0: 1000 */
     int seq_max;                /* token models: score a text's lines of at most this many tokens (0: windows) */
+    int seq;                    /* token models: windows of this many tokens (0: the model's length) */
     int64_t samples;            /* 0: all */
     int threads;
     bfit_device *device;        /* NULL: open device_name (NULL: auto) */

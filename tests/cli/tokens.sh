@@ -12,12 +12,15 @@ for i in $(seq 400); do
   if [ $((i % 7)) -eq 0 ]; then echo; else echo "line $i: naïve café straße 日本語 the quick brown fox"; fi
 done >"$tmp/a.txt"
 
+# another text: a test text of its own (a.txt is too short for a test part)
+for i in $(seq 60); do echo "another text, line $i, with its own words: ÿ ñ"; done >"$tmp/b.txt"
+
 # a token model whose scores are one vector per sample (flatten) has one
 # label per sample; token data has one per token: refused before any step
 # (was a heap overflow: T labels per sample written into room for one)
 printf 'input tokens=8\nembed 4 vocab=256\nflatten\nlinear 256\n' >"$tmp/flat.cfg"
 expect 1 "--data: $tmp/flat.cfg gives one vector of class scores per sample, but the token data $tmp/a.txt has a label per token \(8 per sample" \
-  "$bf" train --model "$tmp/flat.cfg" --data "$tmp/a.txt" --test-data "$tmp/a.txt" --max-steps 1 --batch 4 --threads 2
+  "$bf" train --model "$tmp/flat.cfg" --data "$tmp/a.txt" --test-data "$tmp/b.txt" --max-steps 1 --batch 4 --threads 2
 expect 1 "gives one vector of class scores per sample, but the token data" \
   "$bf" find --model "$tmp/flat.cfg" --data "$tmp/a.txt" --largest-only --memory 64MiB --threads 2
 
@@ -43,7 +46,6 @@ expect 1 "--data: $tmp/short.txt \(test part, lines\) has no test samples: a tex
 # reads it (was: no way; --data gave its test part, "0 tokens make no
 # sample ... give the test text as --test-data", and eval refused
 # --test-data as another command's option)
-for i in $(seq 60); do echo "another text, line $i, with its own words: ÿ ñ"; done >"$tmp/b.txt"
 "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --max-steps 2 --batch 4 --threads 2 \
   --save "$tmp/a.st" --json --quiet >"$tmp/tr.json" 2>/dev/null
 "$bf" eval --model gpt-nano --weights "$tmp/a.st" --test-data "$tmp/b.txt" --json --threads 2 >"$tmp/ev.json" 2>&1
@@ -90,7 +92,7 @@ expect 0 "batchfit find: gpt-nano \(preset\) on $tmp/a.txt: 842,496 parameters, 
 # --augment on text says what it needs (was "a.txt (train part) is token
 # data: no augmentation or normalisation")
 expect 1 "augmentation \(crop, flip\) needs images; $tmp/a.txt \(train part\) is token data \(train without --augment\)" \
-  "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/a.txt" --augment --max-steps 1 --batch 4 --threads 2
+  "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --augment --max-steps 1 --batch 4 --threads 2
 # a missing file names what a token model reads (was "give fashion-mnist,
 # an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file")
 expect 1 "data set '$tmp/none.txt' not found \(No such file or directory\): give kjv, a token file or a .txt file \(a token model's data\)" \
@@ -114,11 +116,12 @@ then pass; else fail "eval --seq-max: $(cat "$tmp/evs.json") against train's $(c
 # the first step, sample 0 being the micro-batch's)
 printf 'input tokens=32\nembed 32 vocab=128 positions=32\nlinear 256\n' >"$tmp/v128.cfg"
 expect 1 "--data: $tmp/a.txt \(train part\) holds token id 195 at position 10 \(ids counted from 0\), outside the vocabulary \[0, 128\) of the embed of $tmp/v128.cfg: give it vocab=[0-9]+ or more \(the data's largest id is [0-9]+\)" \
-  "$bf" train --model "$tmp/v128.cfg" --data "$tmp/a.txt" --test-data "$tmp/a.txt" --max-steps 1 --batch 4 --threads 2
+  "$bf" train --model "$tmp/v128.cfg" --data "$tmp/a.txt" --test-data "$tmp/b.txt" --max-steps 1 --batch 4 --threads 2
 # ASCII text fits it
 for i in $(seq 300); do echo "plain ascii line $i"; done >"$tmp/ascii.txt"
+for i in $(seq 60); do echo "another plain ascii line $i"; done >"$tmp/ascii2.txt"
 expect 0 "after 1 epoch\(s\), 1 steps" \
-  "$bf" train --model "$tmp/v128.cfg" --data "$tmp/ascii.txt" --test-data "$tmp/ascii.txt" --max-steps 1 --batch 4 \
+  "$bf" train --model "$tmp/v128.cfg" --data "$tmp/ascii.txt" --test-data "$tmp/ascii2.txt" --max-steps 1 --batch 4 \
   --eval-samples 4 --threads 2
 # --epoch-samples under --seq-max: an epoch shorter than the data set is a
 # random subset of its lines, of every length (was the longest of each
@@ -131,6 +134,96 @@ tokens=$("$bf" train --model gpt-nano --data "$tmp/two.txt" --test-data "$tmp/tw
   python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
 if [ "${tokens:-0}" -gt 450 ] && [ "${tokens:-0}" -lt 4950 ]; then pass; else
   fail "--epoch-samples 50 of lines of 99 and 9 tokens took $tokens tokens: one length only"; fi
+
+# --test-data naming the training text, in any spelling, tests on its
+# held-out part as without it, and says so (was: the whole text, the part it
+# trains on included: 859 sequences here, not the test part's 42)
+ln -s "$tmp/two.txt" "$tmp/link.txt"
+held_out() { # WHAT CMD...: exit 0, the note, and the test part's 42 sequences
+  local what=$1 out
+  shift
+  if out=$("$@" 2>&1) && grep -q "batchfit: $what: testing on its held-out part, $tmp/two.txt (test part)$" <<<"$out" &&
+    grep -qE "[ (]42 sequences" <<<"$out"; then pass; else fail "$* -> $(tail -3 <<<"$out")"; fi
+}
+for t in "$tmp/two.txt" "$tmp/./two.txt" "$tmp/link.txt"; do
+  held_out "--test-data names the training data" \
+    "$bf" train --model gpt-nano --data "$tmp/two.txt" --test-data "$t" --max-steps 1 --batch 4 --threads 2
+done
+held_out "--test-data names the training data" env BFIT_KJV="$tmp/two.txt" "$bf" train --model gpt-nano --data kjv \
+  --test-data "$tmp/two.txt" --max-steps 1 --batch 4 --threads 2
+held_out "--test-data names --data" \
+  "$bf" eval --model gpt-nano --weights "$tmp/a.st" --data "$tmp/two.txt" --test-data "$tmp/link.txt" --threads 2
+# a text too short for a test part, named twice: says why another is needed
+expect 1 "error: --test-data: $tmp/a.txt \(test part\): 0 tokens make no sample of 128 tokens .*; --test-data names the training data, so its held-out part is the test: give another text as --test-data" \
+  "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/a.txt" --max-steps 1 --batch 4 --threads 2
+expect 1 "error: --test-data: $tmp/short.txt \(test part, lines\) has no test samples: a text's test part is every 20th block of 100 lines; --test-data names the training data, so its held-out part is the test: give another text as --test-data" \
+  "$bf" train --model gpt-nano --data "$tmp/short.txt" --test-data "$tmp/short.txt" --seq-max 64 --max-steps 1 --batch 4 \
+  --threads 2
+
+# --seq and --attention on train, find and eval as on plan, through the one
+# option table (was: plan's only; "unknown option '--attention' for train
+# (another command's option)"). train plans the step plan does, and find
+# confirms plan's largest batch, at each length and attention
+peaks=""
+for o in "" "--attention lean" "--seq 64" "--seq 64 --attention lean"; do
+  # shellcheck disable=SC2086
+  "$bf" train --model gpt-nano --data "$tmp/two.txt" $o --max-steps 1 --batch 8 --micro-batch 8 --eval-samples 4 \
+    --threads 2 --quiet --log "$tmp/seq.jsonl" >/dev/null 2>&1 || fail "train $o failed"
+  # shellcheck disable=SC2086
+  "$bf" plan --model gpt-nano $o --batch 8 --memory 48MiB --threads 2 --json >"$tmp/seq_plan.json" 2>/dev/null
+  # shellcheck disable=SC2086
+  "$bf" find --model gpt-nano --data "$tmp/two.txt" $o --largest-only --memory 48MiB --threads 2 --json \
+    >"$tmp/seq_find.json" 2>/dev/null
+  got=$(python3 - "$tmp/seq.jsonl" "$tmp/seq_plan.json" "$tmp/seq_find.json" <<'PY'
+import json, sys
+start = next(json.loads(l) for l in open(sys.argv[1]) if '"event":"start"' in l)
+plan, find = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+ok = start["plan"]["peak"] == plan["plans"][0]["peak"] and find["largest"]["batch"] == plan["max_batch"]["with_margin"]
+print("%s %d,%d" % ("ok" if ok else "differ: %s" % [start["plan"]["peak"], plan["plans"][0]["peak"],
+      find["largest"]["batch"], plan["max_batch"]["with_margin"]], plan["plans"][0]["peak"], find["largest"]["batch"]))
+PY
+)
+  case "$got" in ok*) pass ;; *) fail "train/find $o against plan: $got" ;; esac
+  peaks="$peaks ${got#ok }"
+done
+# each takes effect: four peaks, four largest batches, no two alike
+if [ "$(tr ' ' '\n' <<<"$peaks" | grep -c .)" -eq 4 ] &&
+  [ "$(tr ' ' '\n' <<<"$peaks" | cut -d, -f1 | sort -u | grep -c .)" -eq 4 ] &&
+  [ "$(tr ' ' '\n' <<<"$peaks" | cut -d, -f2 | sort -u | grep -c .)" -eq 4 ]; then pass; else
+  fail "--seq/--attention changed nothing: peak,largest =$peaks"; fi
+expect 0 "training gpt-nano on $tmp/two.txt: .* 1 epoch\(s\) of 1632 samples" \
+  "$bf" train --model gpt-nano --data "$tmp/two.txt" --seq 64 --max-steps 1 --batch 4 --eval-samples 4 --threads 2
+expect 0 "batchfit find: gpt-nano \(preset\) on $tmp/two.txt: 842,496 parameters, input 64 tokens" \
+  "$bf" find --model gpt-nano --data "$tmp/two.txt" --seq 64 --largest-only --memory 48MiB --threads 2
+# eval --seq scores windows of N as a train --seq N run does: two.txt's test part, 5,500 bytes, in 85 of 64
+expect 0 "on 85 sequences" "$bf" eval --model gpt-nano --weights "$tmp/a.st" --data "$tmp/two.txt" --seq 64 --threads 2
+# a checkpoint keeps --seq (a resumed run trains at the length it started with) and --attention
+"$bf" train --model gpt-nano --data "$tmp/two.txt" --test-data "$tmp/b.txt" --seq 64 --attention lean --max-steps 2 \
+  --batch 4 --threads 2 --checkpoint "$tmp/seqck" --checkpoint-every 1 --quiet >/dev/null 2>&1 || fail "train --seq 64 --checkpoint"
+rm -f "$tmp/seqck"/ckpt-000000000002.*
+expect 0 "1 epoch\(s\) of 1632 samples" "$bf" train --resume "$tmp/seqck" --threads 2 --log "$tmp/seqck.jsonl"
+"$bf" plan --model gpt-nano --seq 64 --attention lean --batch 4 --threads 2 --json >"$tmp/seqck_plan.json" 2>/dev/null
+if python3 - "$tmp/seqck.jsonl" "$tmp/seqck_plan.json" <<'PY'
+import json, sys
+start = next(json.loads(l) for l in open(sys.argv[1]) if '"event":"start"' in l)
+sys.exit(0 if start["plan"]["peak"] == json.load(open(sys.argv[2]))["plans"][0]["peak"] else 1)
+PY
+then pass; else fail "the resumed run's plan is not plan --seq 64 --attention lean's"; fi
+expect 1 "error: --seq: the checkpoint .* holds 64, not 32" "$bf" train --resume "$tmp/seqck" --seq 32 --threads 2
+# synthetic data's test set is another draw (seed + 1), not the training
+# data (was: "warning: synthetic has no separate test split, so "test"
+# figures are on the training data")
+if out=$("$bf" train --model gpt-nano --data synthetic --seq 16 --max-steps 1 --batch 4 --eval-samples 4 --threads 2 2>&1) &&
+  ! grep -q "no separate test split" <<<"$out"; then pass; else fail "synthetic: $(head -2 <<<"$out")"; fi
+# where the option has nothing to do, the refusal says why
+expect 2 "^batchfit: error: --attention: keeps each attention matrix, or not, for backward, and eval takes no backward step \(stored and lean score alike\): leave it out" \
+  "$bf" eval --model gpt-nano --weights "$tmp/a.st" --data "$tmp/two.txt" --attention lean --threads 2
+expect 2 "^batchfit: error: --seq: sets the length of windows of the data, and seq-max makes the data's lines the samples, of at most seq-max tokens \(the model's length then\): give one of them" \
+  "$bf" train --model gpt-nano --data "$tmp/two.txt" --seq 64 --seq-max 64 --max-steps 1 --threads 2
+expect 1 "^batchfit: error: --attention: the model has no attention layer" \
+  "$bf" find --model cnn --attention lean --largest-only --memory 64MiB --threads 2
+expect 1 "^batchfit: error: --seq: applies to token models" \
+  "$bf" train --model cnn --data synthetic --seq 4 --max-steps 1 --threads 2
 
 # image folders' options for token data: refused naming the option, not ignored
 for o in "--mean 0.5" "--std 0.2" "--center-crop 24" "--random-resized-crop 24" "--resize 32" "--skip-bad-images"; do

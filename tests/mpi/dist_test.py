@@ -654,10 +654,12 @@ def case_tokens_refused():
     while setting up, before the group says it trains or splits a step."""
     with open(path("tok.cfg"), "w") as f:
         f.write("input tokens=8\nembed 16 vocab=256 positions=8\nlinear 256\n")
-    with open(path("tok.txt"), "w") as f:
-        f.write("In the beginning God created the heaven and the earth.\n" * 40)
+    for name in ("tok.txt", "tok_test.txt"):  # a test text of its own: 40 lines have no test part
+        with open(path(name), "w") as f:
+            f.write("In the beginning God created the heaven and the earth.\n" * 40)
     p = run(mpirun(2) + [BF, "train", "--model", path("tok.cfg"), "--data", path("tok.txt"), "--test-data",
-                         path("tok.txt"), "--threads", "1", "--batch", "8", "--max-steps", "2"], timeout=60, expect=None)
+                         path("tok_test.txt"), "--threads", "1", "--batch", "8", "--max-steps", "2"], timeout=60,
+            expect=None)
     if p.returncode == 0 or p.stdout.count("token models is not supported") != 2 or "data-parallel over" in p.stdout \
             or "shares of 8:" in p.stdout:  # the split of a step (the opening line's plan says "shares of about")
         fail("expected both ranks to refuse a token model before training as a group:\n%s" % p.stdout[-2000:])
