@@ -6,6 +6,7 @@
 #include "base/outpath.h"
 #include "base/text.h"
 #include "batch/solve.h"
+#include "nn/zoo.h"
 #include "train/run_int.h"
 #include "train/weights.h"
 
@@ -596,10 +597,17 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                      "about %d to start; rank 0's micro-batch %d x %d), %d epoch(s) of %lld samples", c->model,
                      c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
                      r->dp->size, share, m, (share + m - 1) / m, c->epochs, (long long)r->per_epoch);
-    } else
+    } else {
+        char what[96] = "samples"; /* a token model's are sequences: of how many tokens, attended how */
+        if (r->s.M->per_token)
+            snprintf(what, sizeof what, "sequences of %s%d tokens%s", c->seq_max ? "up to " : "", r->pc.T,
+                     c->attention == BFIT_ATTN_LEAN     ? ", attention lean"
+                     : c->attention == BFIT_ATTN_STORED ? ", attention stored"
+                                                        : "");
         bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) "
-                     "of %lld samples", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
-                     r->pos.d.batch, r->pos.d.m, r->pos.d.k, c->epochs, (long long)r->per_epoch);
+                     "of %lld %s", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
+                     r->pos.d.batch, r->pos.d.m, r->pos.d.k, c->epochs, (long long)r->per_epoch, what);
+    }
 }
 
 /* The largest micro-batch up to target the plan fits now (0: none). */

@@ -67,7 +67,7 @@ ids = open(sys.argv[1], "rb").read()
 open(sys.argv[2], "wb").write(struct.pack("<4i", 20240520, 1, len(ids), 256) + bytes(1008) +
                               b"".join(struct.pack("<H", i) for i in ids))
 PY
-expect 0 "training gpt-nano on $tmp/a.bin: .* 1 epoch\(s\) of $(( ($(wc -c <"$tmp/a.txt") - 1) / 128 )) samples" \
+expect 0 "training gpt-nano on $tmp/a.bin: .* 1 epoch\(s\) of $(( ($(wc -c <"$tmp/a.txt") - 1) / 128 )) sequences of 128 tokens" \
   "$bf" train --model gpt-nano --data "$tmp/a.bin" --max-steps 1 --batch 4 --eval-samples 4 --threads 2
 expect 1 "--seq-max: $tmp/a.bin is a token file, which has no lines: --seq-max makes a text's lines the samples; leave it out \(windows of the model's tokens\) or give the text \(a .txt file\)" \
   "$bf" train --model gpt-nano --data "$tmp/a.bin" --seq-max 64 --max-steps 1 --batch 4 --threads 2
@@ -191,7 +191,7 @@ if [ "$(tr ' ' '\n' <<<"$peaks" | grep -c .)" -eq 4 ] &&
   [ "$(tr ' ' '\n' <<<"$peaks" | cut -d, -f1 | sort -u | grep -c .)" -eq 4 ] &&
   [ "$(tr ' ' '\n' <<<"$peaks" | cut -d, -f2 | sort -u | grep -c .)" -eq 4 ]; then pass; else
   fail "--seq/--attention changed nothing: peak,largest =$peaks"; fi
-expect 0 "training gpt-nano on $tmp/two.txt: .* 1 epoch\(s\) of 1632 samples" \
+expect 0 "training gpt-nano on $tmp/two.txt: .* 1 epoch\(s\) of 1632 sequences of 64 tokens" \
   "$bf" train --model gpt-nano --data "$tmp/two.txt" --seq 64 --max-steps 1 --batch 4 --eval-samples 4 --threads 2
 expect 0 "batchfit find: gpt-nano \(preset\) on $tmp/two.txt: 842,496 parameters, input 64 tokens" \
   "$bf" find --model gpt-nano --data "$tmp/two.txt" --seq 64 --largest-only --memory 48MiB --threads 2
@@ -201,7 +201,7 @@ expect 0 "on 85 sequences" "$bf" eval --model gpt-nano --weights "$tmp/a.st" --d
 "$bf" train --model gpt-nano --data "$tmp/two.txt" --test-data "$tmp/b.txt" --seq 64 --attention lean --max-steps 2 \
   --batch 4 --threads 2 --checkpoint "$tmp/seqck" --checkpoint-every 1 --quiet >/dev/null 2>&1 || fail "train --seq 64 --checkpoint"
 rm -f "$tmp/seqck"/ckpt-000000000002.*
-expect 0 "1 epoch\(s\) of 1632 samples" "$bf" train --resume "$tmp/seqck" --threads 2 --log "$tmp/seqck.jsonl"
+expect 0 "1 epoch\(s\) of 1632 sequences of 64 tokens, attention lean$" "$bf" train --resume "$tmp/seqck" --threads 2 --log "$tmp/seqck.jsonl"
 "$bf" plan --model gpt-nano --seq 64 --attention lean --batch 4 --threads 2 --json >"$tmp/seqck_plan.json" 2>/dev/null
 if python3 - "$tmp/seqck.jsonl" "$tmp/seqck_plan.json" <<'PY'
 import json, sys
