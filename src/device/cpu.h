@@ -162,6 +162,10 @@ int bfit_cpu_download(bfit_device *d, void *host, const void *src, size_t n);
 int bfit_cpu_fill(bfit_device *d, void *dst, int byte, size_t n);
 int bfit_cpu_sync(bfit_device *d);
 int bfit_cpu_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
+/* BFIT_OK if the address space has room for oneDNN to make a kernel (there
+ * is no limit, or it leaves BFIT_AS_KERNEL_ROOM), else BFIT_ENOMEM saying
+ * so: oneDNN would crash on the allocation it does not check. */
+int bfit_cpu_kernel_room(const char *what);
 
 /* cpu_pin.c: the team of `threads` on `cpus` of the allowed CPUs (0: on
  * all of them again); the CPUs the caller's thread may run on, 0 where

@@ -74,6 +74,7 @@ static int make_part_prims(bfit_conv_split *k)
     for (int p = 0; p < k->parts && rc == BFIT_OK; p++)
         for (int i = 1; i < CPU_OP_MAXPRIM && rc == BFIT_OK; i++)
             if (k->sub[p]->pd[i] && !k->sub[p]->prim[i] &&
+                (rc = bfit_cpu_kernel_room("convolution backward weights (a part)")) == BFIT_OK &&
                 (s = dnnl_primitive_create(&k->sub[p]->prim[i], k->sub[p]->pd[i])) != dnnl_success)
                 rc = bfit_cpu_dnnl_check(s, "convolution backward weights (a part)");
     omp_set_num_threads(saved);

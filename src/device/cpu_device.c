@@ -1,5 +1,6 @@
 /* cpu_device.c - the CPU backend: oneDNN engine and stream, op life cycle,
  * shared helpers. The families of ops live in cpu_*.c beside it. */
+#include "base/aslimit.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "device/cpu.h"
@@ -160,6 +161,8 @@ static int exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scratch
     /* made at the first execution, not with the op: planning makes ops by
      * the thousand to learn their workspaces, and a primitive's creation
      * (its code generated) is most of an op's */
+    if (!op->prim[p] && (rc = bfit_cpu_kernel_room(what)) != BFIT_OK)
+        return rc;
     if (!op->prim[p] && (s = dnnl_primitive_create(&op->prim[p], op->pd[p])) != dnnl_success)
         return bfit_cpu_dnnl_check(s, what);
     dnnl_primitive_get_primitive_desc(op->prim[p], &pd);
@@ -367,6 +370,7 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
     cpu_device *d = (cpu_device *)base;
     const dnnl_version_t *v = dnnl_version();
     int t = d->threads > 0 ? d->threads : omp_get_max_threads();
+    uint64_t limit, room;
     snprintf(d->detail, sizeof d->detail, "oneDNN %d.%d, %d thread%s, %s%s", v->major, v->minor, t, t == 1 ? "" : "s",
              bfit_cpu_isa_name(bfit_cpu_isa_get()), d->bf16_f32 ? ", bf16 computed in f32" : "");
     out->name = "cpu";
@@ -375,6 +379,7 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
     out->cpus = bfit_cpu_allowed(d);
     out->check = d->check;
     out->shared = 0;   /* host RAM: MemAvailable moves with the page cache; not followed */
+    out->limited = bfit_as_room(&limit, &room); /* the host buffers, the data and oneDNN share the limit */
     out->overhead = 0;
 }
 

@@ -10,6 +10,7 @@
  * asked for and restores the previous one on leaving, so the library
  * changes no process-wide OpenMP setting.
  */
+#include "base/aslimit.h"
 #include "base/err.h"
 #include "device/cpu.h"
 
@@ -329,12 +330,35 @@ static uint64_t meminfo(const char *key)
     return (uint64_t)kb * 1024;
 }
 
+/* What is free is what RAM has available, and under an address-space
+ * limit no more than the room it leaves less BFIT_AS_HEADROOM: the arena's
+ * blocks count against the limit like any mapping, and oneDNN's kernels and
+ * the threads need room beside them. */
 int bfit_cpu_mem_info(bfit_device *base, uint64_t *free_bytes, uint64_t *total_bytes)
 {
+    uint64_t limit, room;
     (void)base;
     *free_bytes = meminfo("MemAvailable");
     *total_bytes = meminfo("MemTotal");
     if (!*total_bytes)
         return bfit_fail(BFIT_EDEVICE, "cpu: cannot read /proc/meminfo");
+    if (bfit_as_room(&limit, &room)) {
+        room = room > BFIT_AS_HEADROOM ? room - BFIT_AS_HEADROOM : 0;
+        *free_bytes = room < *free_bytes ? room : *free_bytes;
+        *total_bytes = limit < *total_bytes ? limit : *total_bytes;
+    }
     return BFIT_OK;
+}
+
+int bfit_cpu_kernel_room(const char *what)
+{
+    uint64_t limit, room, need = BFIT_AS_KERNEL_ROOM;
+    char s1[32], s2[32], s3[32];
+
+    if (!bfit_as_room(&limit, &room) || room >= need)
+        return BFIT_OK;
+    return bfit_fail(BFIT_ENOMEM, "out of host memory: the address-space limit (ulimit -v) of %s leaves %s, and "
+                     "oneDNN needs about %s to make the kernel for %s: raise ulimit -v or lower the batch",
+                     bfit_format_size(limit, s1, sizeof s1), bfit_format_size(room, s2, sizeof s2),
+                     bfit_format_size(need, s3, sizeof s3), what);
 }

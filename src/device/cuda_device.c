@@ -184,6 +184,7 @@ static void cuda_info(const bfit_device *base, bfit_device_info *out)
     out->cpus = 0;
     out->check = d->check;
     out->shared = 1;
+    out->limited = 0;
     out->overhead = d->overhead;
 }
 

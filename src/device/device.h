@@ -238,6 +238,9 @@ typedef struct bfit_device_info {
     int check;               /* opaque-memory checking mode is on */
     int shared;              /* its memory is shared with other processes (a GPU): a run reads
                                 what is free every step */
+    int limited;             /* what it has free is bounded by all this process maps, not only
+                                the arena (the CPU under an address-space limit, ulimit -v):
+                                a run reads it every step, as a shared device's */
     uint64_t overhead;       /* device bytes held outside the arena (a GPU's context and library
                                 handles), as measured when the device was opened; 0 if none or
                                 unknown */

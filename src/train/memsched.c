@@ -42,7 +42,10 @@ int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto)
 /* On a device shared with other processes, the capacity in force is no more
  * than this process holds plus what the device has free now, read every
  * step: another process taking memory makes the controller shrink the
- * micro-batch before an allocation fails, and giving it back lets it grow. */
+ * micro-batch before an allocation fails, and giving it back lets it grow.
+ * The CPU under an address-space limit is read the same way: the host
+ * buffers, the data and oneDNN's kernels take room under the limit that the
+ * capacity read at the start still counted. */
 void bfit_run_watch_device(bfit_run *r)
 {
     bfit_device_info di;
@@ -51,7 +54,7 @@ void bfit_run_watch_device(bfit_run *r)
     char s1[32], s2[32];
 
     bfit_device_info_get(r->s.dev, &di);
-    if (!di.shared || bfit_device_memory(r->s.dev, &free_b, &total) != BFIT_OK)
+    if (!(di.shared || di.limited) || bfit_device_memory(r->s.dev, &free_b, &total) != BFIT_OK)
         return;
     bfit_arena_stats_get(r->s.arena, &st);
     cap = st.reserved + free_b < r->configured ? st.reserved + free_b : r->configured;

@@ -2,6 +2,7 @@
  * on a device shared with other processes polls the device until memory
  * comes back or cfg.wait_for_memory has passed; elsewhere nothing can bring
  * it back, and it fails at once, saying how much was missing. */
+#include "base/aslimit.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/text.h"
@@ -50,6 +51,22 @@ static void say_waiting(bfit_run *r, uint64_t need, uint64_t miss, double limit)
     bfit_log_say(&r->lg, "batchfit: step %lld: not even micro-batch 1 fits (it needs %s, %s missing): waiting up to "
                  "%s for memory to come back", (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                  bfit_format_size(miss, s2, sizeof s2), bfit_format_secs(limit, s3, sizeof s3));
+}
+
+/* Under an address-space limit what is missing is room under it (--memory
+ * is not what to change): say the limit and what it leaves. */
+static int limit_refusal(const bfit_run *r, uint64_t need, uint64_t miss)
+{
+    uint64_t limit = 0, room = 0;
+    char s1[32], s2[32], s3[32], s4[32], s5[32];
+
+    bfit_as_room(&limit, &room);
+    return bfit_fail(BFIT_ENOMEM, "out of host memory: not even micro-batch 1 fits at step %lld: it needs %s, %s "
+                     "is missing; the address-space limit (ulimit -v) of %s leaves %s unmapped, and %s is "
+                     "kept beside the step for oneDNN's kernels and threads: raise ulimit -v",
+                     (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
+                     bfit_format_size(miss, s2, sizeof s2), bfit_format_size(limit, s3, sizeof s3),
+                     bfit_format_size(room, s4, sizeof s4), bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5));
 }
 
 /* Not even micro-batch 1 fits. On a device shared with other processes
@@ -103,6 +120,8 @@ int bfit_run_wait_for_memory(bfit_run *r)
                                    bfit_format_size(pt->capacity, s3, sizeof s3), (long long)r->pos.step + 1,
                                    bfit_format_size(need, s1, sizeof s1), bfit_format_size(miss, s2, sizeof s2));
     }
+    if (di.limited)
+        return limit_refusal(r, need, miss);
     return bfit_fail_field(BFIT_ENOMEM, "memory", "not even micro-batch 1 fits at step %lld: it needs %s, %s is "
                            "missing%s%s%s", (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                            bfit_format_size(miss, s2, sizeof s2), di.shared ? "; waited " : "",

@@ -825,8 +825,11 @@ static int setup(bfit_run *r)
     rc = bfit_controller_new(&cc, &r->ctl);
     if (rc == BFIT_ENOMEM)
         return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
-    if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK ||
-        (r->pos.d.size = sizeof r->pos.d, rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) != BFIT_OK)
+    if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK)
+        return rc;
+    bfit_run_watch_device(r); /* under ulimit -v the staging and the streams took room */
+    r->pos.d.size = sizeof r->pos.d;
+    if ((rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) != BFIT_OK)
         return rc;
     r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->pos.d.batch;
     if ((rc = finish_schedule(r)) != BFIT_OK || (rc = alloc_stats_snap(r)) != BFIT_OK)
