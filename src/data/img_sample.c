@@ -13,6 +13,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* The k-th uniform draw in [0, 1) of the sample whose key is *ud. */
@@ -50,6 +51,11 @@ int bfit_img_sample(const bfit_sample_fn *f, bfit_img_scratch *s, int64_t epoch,
         if (!d->img->skip_bad || rc == BFIT_ENOMEM)
             return rc;
         atomic_fetch_add(&d->img->skipped, 1);
+        if (f->bad_unscored && label) { /* an evaluation: scored by nothing, so not twice by a neighbour */
+            memset(out, 0, sizeof *out * (size_t)C * H * W);
+            *label = -1;
+            return BFIT_OK;
+        }
         if (tries + 1 == d->count)
             return bfit_fail(BFIT_EFORMAT, "%s: no image of the set can be read (the last: %s)", d->source,
                              bfit_errmsg());
