@@ -74,12 +74,15 @@ expect 0 "flat: [1-9][0-9]* .jpg/.jpeg/.png file\(s\) directly in it are not rea
 folders \(one folder per class\); 1 class only \('sub'\): a classifier needs 2 or more" "$bf" train \
   --model "$tmp/col.cfg" --data "$tmp/flat" --batch 4 --max-steps 1 --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25
 
-# a bad file: an error naming it, or skipped and counted
+# a bad file: an error naming it and the ways out, or skipped and counted
+way_out="\(remove the file, or give --skip-bad-images to go past unreadable images\)\$"
 for f in truncated.jpg badcrc.png huge.jpg notimage.jpg; do
   rm -rf "$tmp/mixed" && mkdir -p "$tmp/mixed/a" "$tmp/mixed/b"
   cp "$tmp/bad/good.jpg" "$tmp/mixed/a/" && cp "$tmp/bad/good.png" "$tmp/mixed/b/" && cp "$tmp/bad/$f" "$tmp/mixed/b/"
-  expect 1 "mixed/b/$f" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2 \
+  expect 1 "mixed/b/$f.* $way_out" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2 \
     --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25
+  # ... also met first by the normalisation statistics, and by eval
+  expect 1 "mixed/b/$f.* $way_out" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2
   expect 0 "test accuracy" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2 \
     --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25 --skip-bad-images --log "$tmp/mixed.jsonl"
   expect 0 '"images_skipped":[1-9]' grep '"event":"step"' "$tmp/mixed.jsonl"
@@ -121,6 +124,8 @@ a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert (a['loss'], a['accuracy'], a['samples']) == (b['loss'], b['accuracy'], b['samples']), (a, b)
 assert b['images_skipped'] == 1 and 'images_skipped' not in a, (a, b)
 print('same scores', a)" "$tmp/ev_clean.json" "$tmp/ev_bad.json"
+expect 1 "fm_bad/Bag/badcrc.png: .* $way_out" "$bf" eval --model cnn --weights "$tmp/fm.safetensors" \
+  --data "$tmp/fm_bad"
 # ... and a run's evaluations alike
 expect 0 "test accuracy [0-9.]+% \(100 samples, 1 unreadable image skipped: not scored\)" "$bf" train --model cnn \
   --data "$tmp/fm" --test-data "$tmp/fm_bad" --batch 32 --max-steps 2 --skip-bad-images
