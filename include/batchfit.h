@@ -171,7 +171,8 @@ typedef struct bfit_eval_info {
     double train_loss;          /* mean over the epoch's samples */
     double test_loss, test_acc;
     int64_t samples;
-    int64_t counted;            /* what the means are over: samples, or a token model's tokens that count */
+    int64_t counted;            /* what the means are over: samples scored (an unreadable image skipped is not:
+                                   samples - counted), or a token model's tokens that count */
     double epoch_seconds;
     int m;                      /* the evaluation micro-batch */
 } bfit_eval_info;

@@ -401,7 +401,7 @@ static void check_eval_fits(const char *model, int E, uint64_t memory, int64_t s
     ec.device_name = "cpu";
     ec.memory = 1ull << 30;
     ec.normalize = 1;
-    if (bfit_evaluate_from(&ec, &loss, &acc, &n) != BFIT_OK)
+    if (bfit_evaluate_from(&ec, &loss, &acc, &n, NULL) != BFIT_OK)
         fail_msg("%s", bfit_errmsg());
     printf("  again at micro-batch 1000: accuracy %.4f, loss %.4f\n", acc, loss);
     assert_int_equal(n, eval_samples);

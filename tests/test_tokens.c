@@ -572,7 +572,7 @@ static void test_save_and_evaluate(void **st)
     e.data = text_path;
     e.threads = 2;
     e.device_name = "cpu";
-    if (bfit_evaluate_from(&e, &loss, &acc, &cnt) != BFIT_OK)
+    if (bfit_evaluate_from(&e, &loss, &acc, &cnt, NULL) != BFIT_OK)
         fail_msg("evaluate: %s", bfit_errmsg());
     print_message("  trained 20 steps: test loss %.4f per token (run), %.4f (evaluate, %lld sequences)\n",
                   res.test_loss, loss, (long long)cnt);

@@ -25,7 +25,8 @@ int bfit_evaluate(const bfit_config *c, bfit_result **out)
     bfit_dataset *arrays = NULL;
     bfit_result *res;
     double loss = 0, acc = 0;
-    int64_t n = 0;
+    int64_t n = 0, skipped = 0;
+    char note[80];
     int rc;
     FILE *f;
 
@@ -38,7 +39,7 @@ int bfit_evaluate(const bfit_config *c, bfit_result **out)
         e.given_test = arrays;
         e.data = bfit_dataset_source(arrays);
     }
-    rc = bfit_evaluate_from(&e, &loss, &acc, &n);
+    rc = bfit_evaluate_from(&e, &loss, &acc, &n, &skipped);
     bfit_dataset_free(arrays);
     if (rc != BFIT_OK)
         return rc;
@@ -50,11 +51,15 @@ int bfit_evaluate(const bfit_config *c, bfit_result **out)
     cJSON_AddNumberToObject(res->root, "samples", (double)n);
     cJSON_AddNumberToObject(res->root, "loss", loss);
     cJSON_AddNumberToObject(res->root, "accuracy", acc);
+    if (skipped) /* --skip-bad-images only */
+        cJSON_AddNumberToObject(res->root, "images_skipped", (double)skipped);
     if ((f = bfit_result_out(res)) && is_token_model(e.model))
         fprintf(f, "test loss %.4f per token (%.4f bits), next-token accuracy %.2f%% on %lld sequences\n", loss,
                 loss / 0.69314718055994531, 100 * acc, (long long)n);
     else if (f)
-        fprintf(f, "test loss %.4f, test accuracy %.2f%% on %lld samples\n", loss, 100 * acc, (long long)n);
+        fprintf(f, "test loss %.4f, test accuracy %.2f%% on %lld samples%s%s%s\n", loss, 100 * acc, (long long)n,
+                skipped ? " (" : "", skipped ? bfit_eval_skipped_str(skipped, note, sizeof note) + 2 : "",
+                skipped ? ")" : "");
     bfit_result_close(res);
     *out = res;
     return BFIT_OK;

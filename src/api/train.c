@@ -116,8 +116,8 @@ static void result_text(const bfit_train_result *r, FILE *f)
                 100 * r->test_acc, r->epochs, (long long)r->steps, r->seconds,
                 r->seconds > 0 ? (double)r->samples / r->seconds : 0.0);
     if (r->images_skipped)
-        fprintf(f, "%lld unreadable image read(s) skipped (--skip-bad-images): each replaced by the next readable "
-                "image\n", (long long)r->images_skipped);
+        fprintf(f, "%lld unreadable image read(s) skipped (--skip-bad-images): in training each replaced by the "
+                "next readable image, in evaluations left out of the scores\n", (long long)r->images_skipped);
     if (r->loss_scale > 0)
         fprintf(f, "loss scaling: %lld step(s) skipped for inf/NaN gradients (their samples counted), final scale "
                 "%g\n", (long long)r->skipped_steps, r->loss_scale);

@@ -258,6 +258,8 @@ typedef struct bfit_stream_cfg {
     const float *norm_std;  /* shape.c values, each > 0; NULL together with norm_mean */
     int64_t epoch_len;      /* samples an epoch takes, when fewer than the set's (0: all): the length buckets
                                of variable-length samples are cut there, so the epoch is a random subset */
+    int bad_unscored;       /* image folders skipping bad files: an unreadable file's sample is blank with
+                               label -1, which no loss scores (an evaluation), not the next readable file's */
 } bfit_stream_cfg;
 
 /* Make a stream over d at epoch 0, position 0. d must outlive the stream. All

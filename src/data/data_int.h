@@ -58,6 +58,7 @@ typedef struct bfit_sample_fn {
     const float *lut;  /* u8 data: shape.c * 256 ready values (scaled, normalised) */
     const float *mean; /* f32 data: shape.c values, or NULL */
     const float *std;
+    int bad_unscored;  /* images, skip_bad: a bad file gives a blank sample labelled -1 */
 } bfit_sample_fn;
 
 /* Write dataset sample idx, as seen in epoch, into out (numel floats). */
@@ -90,7 +91,8 @@ int bfit_img_name_check(const char *name, const char *where, int64_t lineno);
 /* Image sample idx of epoch into out (numel floats, normalised by f->lut)
  * with its label; s is the calling thread's scratch. A bad file is an
  * error naming it, or with skip_bad the next good file in data-set order
- * (counted in img->skipped). */
+ * (counted in img->skipped); with f->bad_unscored too, a blank sample
+ * labelled -1 instead, which an evaluation leaves out. */
 int bfit_img_sample(const bfit_sample_fn *f, bfit_img_scratch *s, int64_t epoch, int64_t idx, float *out,
                     int32_t *label);
 /* Per-channel mean and std of pixels / 255 over the evaluation transform

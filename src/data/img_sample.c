@@ -13,6 +13,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* The k-th uniform draw in [0, 1) of the sample whose key is *ud. */
@@ -32,6 +33,15 @@ static int make(const bfit_dataset *d, const bfit_img_tf *t, bfit_img_scratch *s
     return rc != BFIT_OK ? rc : bfit_img_transform(s, t, path, s->file, n, draw, key, flip);
 }
 
+/* A bad file's error, rc, ended by the ways out of it (not for memory). */
+static int way_out(int rc)
+{
+    if (rc == BFIT_ENOMEM)
+        return rc;
+    return bfit_fail(rc, "%s (remove the file, or give `skip_bad_images` to go past unreadable images)",
+                     bfit_errmsg());
+}
+
 int bfit_img_sample(const bfit_sample_fn *f, bfit_img_scratch *s, int64_t epoch, int64_t idx, float *out,
                     int32_t *label)
 {
@@ -48,8 +58,13 @@ int bfit_img_sample(const bfit_sample_fn *f, bfit_img_scratch *s, int64_t epoch,
         if ((rc = make(d, &t, s, j, &key, &flip)) == BFIT_OK)
             break;
         if (!d->img->skip_bad || rc == BFIT_ENOMEM)
-            return rc;
+            return way_out(rc);
         atomic_fetch_add(&d->img->skipped, 1);
+        if (f->bad_unscored && label) { /* an evaluation: scored by nothing, so not twice by a neighbour */
+            memset(out, 0, sizeof *out * (size_t)C * H * W);
+            *label = -1;
+            return BFIT_OK;
+        }
         if (tries + 1 == d->count)
             return bfit_fail(BFIT_EFORMAT, "%s: no image of the set can be read (the last: %s)", d->source,
                              bfit_errmsg());
@@ -83,7 +98,7 @@ static int stats_pass(const bfit_dataset *d, bfit_img_scratch *s, int64_t n, uin
         int64_t j = i * d->count / n;
         if ((rc = make(d, &d->img->tf, s, j, &key, &flip)) != BFIT_OK) {
             if (!d->img->skip_bad || rc == BFIT_ENOMEM)
-                return rc;
+                return way_out(rc);
             continue;
         }
         (*good)++;

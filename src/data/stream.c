@@ -353,7 +353,8 @@ static int make_tables(bfit_stream *s)
     }
     s->cfg.norm_mean = s->mean; /* the caller's arrays need not outlive us */
     s->cfg.norm_std = s->std;
-    s->fn = (bfit_sample_fn){s->d, cfg->seed, cfg->aug_crop_pad, cfg->aug_hflip, cfg->aug_rrc, s->lut, s->mean, s->std};
+    s->fn = (bfit_sample_fn){s->d, cfg->seed, cfg->aug_crop_pad, cfg->aug_hflip, cfg->aug_rrc, s->lut, s->mean, s->std,
+                             cfg->bad_unscored};
     return BFIT_OK;
 }
 

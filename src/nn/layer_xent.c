@@ -1,7 +1,8 @@
 /* layer_xent.c - softmax cross-entropy loss over a vector of N class scores,
  * or over each token of a sequence [T, N] (a language model's next-token
  * loss: one label per token, a negative label for a padding token, which
- * adds no loss, no gradient and no count).
+ * adds no loss, no gradient and no count; evaluating, a sample's negative
+ * label leaves it out alike).
  *
  * The output y is the softmax probabilities (same shape as the input), which
  * is all the backward needs: dx = (p - onehot(label)) * loss_scale. The
@@ -37,7 +38,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     /* a sequence: one row (and one label) per token; padding tokens have label -1 */
     d.u.xent.M = (int64_t)m * (l->in[0].nd == 2 ? l->in[0].d[0] : 1);
     d.u.xent.N = l->in[0].nd == 2 ? l->in[0].d[1] : l->in[0].c;
-    d.u.xent.ignore = l->in[0].nd == 2;
+    d.u.xent.ignore = l->in[0].nd == 2 || !training; /* evaluating: -1 is a sample left out */
     return bfit_layer_op_pair(l, &d, BFIT_OP_XENT_BWD, training, need);
 }
 

@@ -629,10 +629,12 @@ int bfit_model_upload_samples(bfit_model *M, const void *x, int n)
     return rc;
 }
 
-/* Labels are checked here, on the host: a GPU's loss op cannot refuse them. */
+/* Labels are checked here, on the host: a GPU's loss op cannot refuse them.
+ * -1 is a token's padding, and outside training a sample left out (an
+ * unreadable test image): training a sample model on one is an error. */
 int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n)
 {
-    int per = M->labels_per_sample, lo = per > 1 ? -1 : 0; /* a token's -1: padding */
+    int per = M->labels_per_sample, lo = per > 1 || !M->training ? -1 : 0;
     for (int64_t i = 0; labels && i < (int64_t)n * per; i++)
         if (labels[i] < lo || labels[i] >= M->nclasses) {
             if (per > 1)

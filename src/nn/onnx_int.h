@@ -146,6 +146,10 @@ void bfit_onnx_attention_free(onnx_lower *L);
 int bfit_onnx_scalar(onnx_lower *L, bfit_onnx_str name, double *out);
 /* The one consumer (Shape nodes aside) of node i's output 0 if it is op, else -1. */
 int bfit_onnx_next(onnx_lower *L, int i, const char *op);
+/* If the node being lowered, x * x, starts GELU's tanh approximation as
+ * PyTorch exports it (x * x * x, then * c, + x, * c, Tanh, + 1, * x, * 0.5),
+ * the chain's last node found; else -1. */
+int bfit_onnx_gelu_tanh_end(onnx_lower *L);
 /* Node j's output 0 takes what node i's output 0 is; i's becomes internal
  * (why: what it was, for a node that reads it). */
 void bfit_onnx_move_out(onnx_lower *L, int i, int j, const char *why);

@@ -221,8 +221,14 @@ static int mul(onnx_lower *L)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SCALE);
     oval *x[2], *t;
-    int rc;
+    int rc, end = bfit_onnx_gelu_tanh_end(L);
+    char nm[128];
 
+    if (end >= 0) /* else x * x is read as a product and a constant's Mul further on is blamed */
+        return bfit_onnx_refuse(L, "this Mul starts GELU's tanh approximation (nn.GELU(approximate='tanh'), ending "
+                                   "at node '%s'): batchfit reads only the exact GELU (approximate='none'): export "
+                                   "the model with nn.GELU()",
+                                bfit_onnx_cstr(L->om->nodes[end].name, nm, sizeof nm));
     if ((rc = bfit_onnx_dev_in(L, 0, &x[0])) != BFIT_OK || (rc = bfit_onnx_dev_in(L, 1, &x[1])) != BFIT_OK)
         return rc;
     if (bfit_shape_is_vector(x[0]->shape) && !bfit_shape_is_vector(x[1]->shape))

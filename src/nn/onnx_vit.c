@@ -227,6 +227,22 @@ static int gelu(onnx_lower *L, oval *x)
     return BFIT_OK;
 }
 
+int bfit_onnx_gelu_tanh_end(onnx_lower *L)
+{
+    static const char *const head[] = {"Mul", "Mul", "Add", "Mul", "Tanh"}, *const tail[] = {"Add", "Mul", "Mul"};
+    const oval *x = L->nd->nin == 2 ? bfit_onnx_val(L, L->nd->in[0]) : NULL;
+    int i = L->ndi, j;
+
+    if (!x || x != bfit_onnx_val(L, L->nd->in[1]))
+        return -1;
+    for (int k = 0; k < 5; k++)
+        if ((i = bfit_onnx_next(L, i, head[k])) < 0)
+            return -1;
+    for (int k = 0; k < 3 && (j = bfit_onnx_next(L, i, tail[k])) >= 0; k++)
+        i = j; /* as far as it goes: the refusal names where it ends */
+    return i;
+}
+
 /* Expand(class token [1, 1, C], [batch, 1, C]): the token broadcast over the batch. */
 static int expand(onnx_lower *L, oval *tok)
 {

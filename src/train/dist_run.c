@@ -650,6 +650,7 @@ int bfit_run_dist_eval_sums(bfit_run *r, int rc, bfit_eval_info *ev)
     dp->mine.loss = ev->test_loss;
     dp->mine.sq = ev->test_acc;
     dp->mine.hn = ev->samples;
+    dp->mine.hsum = (uint64_t)ev->counted; /* the samples scored */
     if ((rc = bfit_dist_exchange(dp->d, &dp->mine, &all)) != BFIT_OK ||
         (rc = peer_failure(r, all, "in the evaluation")) != BFIT_OK)
         return rc;
@@ -658,6 +659,7 @@ int bfit_run_dist_eval_sums(bfit_run *r, int rc, bfit_eval_info *ev)
         ev->test_loss += all[q].loss;
         ev->test_acc += all[q].sq;
         ev->samples += all[q].hn;
+        ev->counted += (int64_t)all[q].hsum;
     }
     ev->m = m;
     return BFIT_OK;

@@ -30,6 +30,7 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
     sc.aug_hflip = augment;
     sc.norm_mean = r->s.mean;
     sc.norm_std = r->s.std;
+    sc.bad_unscored = !shuffle; /* evaluation: an unreadable image is left out, not scored as its neighbour */
     return bfit_stream_new(d, &sc, &out->s);
 }
 
@@ -113,10 +114,8 @@ static int evaluate(bfit_model *M, bfit_feed *s, int m, int64_t from, int64_t n,
     return BFIT_OK;
 }
 
-/* The sums evaluate() gave as means. */
-/* Per sample, or per token of a token model (counted: the tokens whose
- * labels count; data-parallel runs train only sample models, whose counted
- * is their samples). */
+/* The sums evaluate() gave as means: per sample scored, or per token of a
+ * token model (counted: the samples or tokens whose labels count). */
 static void eval_means(bfit_eval_info *ev)
 {
     int64_t n = ev->counted > 0 ? ev->counted : ev->samples;
@@ -129,8 +128,27 @@ static int64_t test_count(const bfit_run *r)
     return r->te.src ? r->te.src->samples : bfit_dataset_count(r->s.test);
 }
 
+const char *bfit_eval_skipped_str(int64_t skipped, char *buf, size_t n)
+{
+    if (skipped <= 0)
+        return "";
+    snprintf(buf, n, ", %lld unreadable image%s skipped: not scored", (long long)skipped, skipped == 1 ? "" : "s");
+    return buf;
+}
+
+/* The eval event's ,"images_skipped":N when N > 0. */
+static const char *skipped_field(int64_t skipped, char *buf, size_t n)
+{
+    if (skipped <= 0)
+        return "";
+    snprintf(buf, n, ",\"images_skipped\":%lld", (long long)skipped);
+    return buf;
+}
+
 static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
 {
+    int64_t scored, skipped;
+    char note[80], field[48];
     int m, rc;
 
     int64_t n = r->cfg.eval_samples && r->cfg.eval_samples < test_count(r) ? r->cfg.eval_samples : test_count(r);
@@ -155,11 +173,12 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
     bfit_model_unreserve(r->s.M);
     if (r->dp && r->te.s)
         rc = bfit_run_dist_eval_sums(r, rc, ev); /* every rank gets here, also after a failure */
-    if (r->dp)
-        ev->counted = ev->samples; /* data-parallel runs train sample models: summed samples */
     if (rc != BFIT_OK)
         return rc;
     eval_means(ev);
+    /* a sample model's samples not counted: unreadable images left out */
+    scored = r->s.M->per_token ? ev->samples : ev->counted;
+    skipped = ev->samples - scored;
     ev->epoch = r->pos.epoch + (r->pos.taken > 0); /* max_steps may stop inside an epoch */
     ev->step = r->pos.step;
     ev->train_loss = r->pos.ep_count ? r->pos.ep_loss / (double)r->pos.ep_count : 0;
@@ -170,18 +189,18 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
     r->pos.res.epochs = ev->epoch;
     bfit_log_event(&r->lg, "eval",
                    "\"epoch\":%d,\"step\":%lld,\"train_loss\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,"
-                   "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d",
-                   ev->epoch, (long long)ev->step, ev->train_loss, ev->test_loss, ev->test_acc, (long long)ev->samples,
-                   ev->epoch_seconds, m);
+                   "\"test_samples\":%lld,\"epoch_seconds\":%.3f,\"eval_batch\":%d%s",
+                   ev->epoch, (long long)ev->step, ev->train_loss, ev->test_loss, ev->test_acc, (long long)scored,
+                   ev->epoch_seconds, m, skipped_field(skipped, field, sizeof field));
     if (r->s.M->per_token) /* a token model: per token, and in bits (per byte for byte tokens) */
         bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), next-token accuracy "
                              "%.2f%% (%lld sequences), %.1f s",
                      ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, ev->test_loss / 0.69314718055994531,
                      100 * ev->test_acc, (long long)ev->samples, ev->epoch_seconds);
     else
-        bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples), %.1f s",
-                     ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, 100 * ev->test_acc,
-                     (long long)ev->samples, ev->epoch_seconds);
+        bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples%s), "
+                     "%.1f s", ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, 100 * ev->test_acc,
+                     (long long)scored, bfit_eval_skipped_str(skipped, note, sizeof note), ev->epoch_seconds);
     if (r->cfg.on_eval)
         r->cfg.on_eval(r->cfg.cb_ud, ev);
     return BFIT_OK;
@@ -275,7 +294,7 @@ static int eval_session(const bfit_eval_cfg *cfg, int normalize, const float *me
     return rc;
 }
 
-int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n)
+int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n, int64_t *skipped)
 {
     bfit_session s;
     bfit_feed st = {0};
@@ -297,6 +316,7 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
     memset(&sc, 0, sizeof sc);
     sc.max_take = m;
     sc.prefetch = 1;
+    sc.bad_unscored = 1; /* an unreadable image is left out, not scored as its neighbour */
     sc.loader_threads = bfit_dataset_is_images(s.test) ? bfit_img_loader_threads(&cfg->img, cfg->threads) : 0;
     sc.norm_mean = s.mean;
     sc.norm_std = s.std;
@@ -311,7 +331,9 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
         eval_means(&ev);
         *loss = ev.test_loss;
         *acc = ev.test_acc;
-        *n = ev.samples;
+        *n = s.M->per_token ? ev.samples : ev.counted; /* a sample model's uncounted: images left out */
+        if (skipped)
+            *skipped = ev.samples - *n;
     }
 out:
     bfit_feed_close(&st);

@@ -11,8 +11,7 @@
 int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n)
 {
     int64_t c = 0;
-    if (!M->per_token)
-        return n;
+    /* a sample model's -1: an unreadable test image, left out */
     for (int64_t i = 0; i < (int64_t)n * M->labels_per_sample; i++)
         c += y[i] >= 0;
     return c;

@@ -247,8 +247,8 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
                     bfit_feed *out);
 
 /* pack.c */
-/* What a loss over n staged samples is a sum of: n, or for a token model the
- * labels that count (padding, -1, does not). */
+/* What a loss over n staged samples is a sum of: the labels that count, -1
+ * (a token's padding, an evaluation's unreadable image) does not. */
 int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n);
 /* The size of the micro-batch that starts at staged sample done (*want, at
  * most left): m, or for variable lengths what fits at its length. seq_max:

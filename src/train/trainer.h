@@ -232,7 +232,11 @@ typedef struct bfit_eval_cfg {
     FILE *human;                /* notes for people (what a CSV's first row was taken as); NULL: none */
 } bfit_eval_cfg;
 
-int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n);
+/* *n the samples scored (a token model's: sequences), *skipped (NULL: not
+ * wanted) the unreadable images left out (--skip-bad-images). */
+int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n, int64_t *skipped);
+/* ", N unreadable image(s) skipped: not scored" in buf when N > 0, else "". */
+const char *bfit_eval_skipped_str(int64_t skipped, char *buf, size_t n);
 
 /* The run's arena, so a test can inject a fault or change the capacity at a
  * chosen moment. */

@@ -74,12 +74,15 @@ expect 0 "flat: [1-9][0-9]* .jpg/.jpeg/.png file\(s\) directly in it are not rea
 folders \(one folder per class\); 1 class only \('sub'\): a classifier needs 2 or more" "$bf" train \
   --model "$tmp/col.cfg" --data "$tmp/flat" --batch 4 --max-steps 1 --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25
 
-# a bad file: an error naming it, or skipped and counted
+# a bad file: an error naming it and the ways out, or skipped and counted
+way_out="\(remove the file, or give --skip-bad-images to go past unreadable images\)\$"
 for f in truncated.jpg badcrc.png huge.jpg notimage.jpg; do
   rm -rf "$tmp/mixed" && mkdir -p "$tmp/mixed/a" "$tmp/mixed/b"
   cp "$tmp/bad/good.jpg" "$tmp/mixed/a/" && cp "$tmp/bad/good.png" "$tmp/mixed/b/" && cp "$tmp/bad/$f" "$tmp/mixed/b/"
-  expect 1 "mixed/b/$f" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2 \
+  expect 1 "mixed/b/$f.* $way_out" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2 \
     --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25
+  # ... also met first by the normalisation statistics, and by eval
+  expect 1 "mixed/b/$f.* $way_out" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2
   expect 0 "test accuracy" "$bf" train --model "$tmp/col.cfg" --data "$tmp/mixed" --batch 3 --max-steps 2 \
     --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25 --skip-bad-images --log "$tmp/mixed.jsonl"
   expect 0 '"images_skipped":[1-9]' grep '"event":"step"' "$tmp/mixed.jsonl"
@@ -103,6 +106,29 @@ def meta(p):
 a, b = meta(sys.argv[1]), meta(sys.argv[2])
 assert a == b, (a, b)
 print('same normalisation', a)" "$tmp/clean.st" "$tmp/skip.st"
+
+# an evaluation leaves a bad test image out of its scores: the same loss and
+# accuracy, to the bit, as the folder without it (before 2026-12-04 the next
+# readable image was scored in its place, twice); micro-batches of 1, so the
+# two runs compute every image alike
+rm -rf "$tmp/fm_bad" && cp -r "$tmp/fm_test" "$tmp/fm_bad" && cp "$tmp/bad/badcrc.png" "$tmp/fm_bad/Bag/"
+"$bf" eval --model cnn --weights "$tmp/fm.safetensors" --data "$tmp/fm_test" --eval-batch 1 --json \
+  >"$tmp/ev_clean.json" 2>/dev/null
+expect 0 "on 100 samples \(1 unreadable image skipped: not scored\)" "$bf" eval --model cnn \
+  --weights "$tmp/fm.safetensors" --data "$tmp/fm_bad" --eval-batch 1 --skip-bad-images
+"$bf" eval --model cnn --weights "$tmp/fm.safetensors" --data "$tmp/fm_bad" --eval-batch 1 --skip-bad-images \
+  --json >"$tmp/ev_bad.json" 2>/dev/null
+expect 0 "same scores" "$py" -c "
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert (a['loss'], a['accuracy'], a['samples']) == (b['loss'], b['accuracy'], b['samples']), (a, b)
+assert b['images_skipped'] == 1 and 'images_skipped' not in a, (a, b)
+print('same scores', a)" "$tmp/ev_clean.json" "$tmp/ev_bad.json"
+expect 1 "fm_bad/Bag/badcrc.png: .* $way_out" "$bf" eval --model cnn --weights "$tmp/fm.safetensors" \
+  --data "$tmp/fm_bad"
+# ... and a run's evaluations alike
+expect 0 "test accuracy [0-9.]+% \(100 samples, 1 unreadable image skipped: not scored\)" "$bf" train --model cnn \
+  --data "$tmp/fm" --test-data "$tmp/fm_bad" --batch 32 --max-steps 2 --skip-bad-images
 
 # find measures the loader and says which side bounds the speed
 expect 0 "loader: 1 thread makes [0-9,]+ samples/s alone.*the (loader|device) bounds the speed" "$bf" find --model cnn --data "$tmp/fm" --limit 32 --repeats 2 \

@@ -56,6 +56,11 @@ run 1 train --model "$src/tests/onnx/five_classes.onnx" --max-steps 1 --threads 
 # an attention that is not nn.MultiheadAttention's plain export (dropout on its weights): the refusal says so
 run 1 plan --model "$src/tests/onnx/vit_attn_dropout.onnx" --memory 1GiB &&
   has "$err" "the graph's Softmax '/encoder/layers/encoder_layer_0/self_attention/Softmax' is not an attention block batchfit knows"
+# GELU's tanh approximation (tests/onnx/gelu_tanh.onnx: Flatten, Linear(48, 8), nn.GELU(approximate='tanh'),
+# Linear(8, 3), exported as export.py does): refused where it starts, saying only the exact GELU is read
+# (before 2026-12-04 the x * x was taken as a product of two tensors and a constant's Mul was blamed)
+run 1 plan --model "$src/tests/onnx/gelu_tanh.onnx" --memory 1GiB &&
+  has "$err" "gelu_tanh.onnx: node '/2/Mul' \(Mul, opset 17\) with inputs '/1/Gemm_output_0' \[N,8\], '/1/Gemm_output_0' \[N,8\]: this Mul starts GELU's tanh approximation \(nn.GELU\(approximate='tanh'\), ending at node '/2/Mul_5'\): batchfit reads only the exact GELU \(approximate='none'\): export the model with nn.GELU\(\)"
 run 2 train --model "$seeds/resnet_block.onnx" --init files && has "$err" "--init: expected file or random, got 'files'"
 
 # plans, trains from the file's weights, saves them under the module's names
