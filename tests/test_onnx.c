@@ -587,6 +587,48 @@ static void test_silu(void **st)
     pb_free(m);
 }
 
+/* x [N,4] -> Gemm -> Gelu (its approximate attribute `approx`, NULL: none) -> logits. */
+static pbw *gelu_graph(const char *approx)
+{
+    const char *si[1] = {"h"}, *so[1] = {"logits"};
+    pbw *g = pb_new(), *n = node("Gelu", "gelu", si, 1, so, 1);
+    gemm_node(g, "fc", "h");
+    if (approx)
+        attr_str(n, "approximate", approx);
+    pmsg(g, 1, n);
+    return gemm_rest(g);
+}
+
+/* ONNX's Gelu (opset 20, PyTorch 2.x's nn.GELU()) is the gelu layer, as the
+ * erf pattern of opset 17 is; its tanh approximation, another approximate,
+ * or a Gelu in a model of an opset before 20 are refused at the node. */
+static void test_gelu_op(void **st)
+{
+    static const char *const bad[3][2] = {
+        {"tanh", "node 'gelu' (Gelu, opset 20) with inputs 'h' [N,3]: approximate='tanh' is GELU's tanh "
+                 "approximation (nn.GELU(approximate='tanh')): batchfit reads only the exact GELU"},
+        {"erf", "node 'gelu' (Gelu, opset 20) with inputs 'h' [N,3]: approximate='erf' is not a GELU ONNX defines"},
+        {NULL, "node 'gelu' (Gelu, opset 17) with inputs 'h' [N,3]: Gelu is a standard operator from opset 20 on, "
+               "and the model imports opset 17"}};
+    const char *const good[2] = {NULL, "none"};
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        m = model_op(gelu_graph(good[i]), 20);
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nnodes, 2);
+        assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_GELU);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    for (int i = 0; i < 3; i++) {
+        m = model_op(gelu_graph(bad[i][0]), i < 2 ? 20 : 17);
+        assert_int_equal(load(m, &g, bad[i][1]), BFIT_EINVAL);
+        pb_free(m);
+    }
+}
+
 /* x [N,4,3,3]; p = GlobalAveragePool(x), or ReduceMean(x) over `axes`
  * (naxes of them, keepdims 1) when naxes > 0; s = HardSigmoid(p) (alpha);
  * y = Mul(a, b) of two of x and s; GlobalAveragePool, Flatten, Gemm ->
@@ -1093,6 +1135,7 @@ int main(void)
         cmocka_unit_test(test_undefined_input),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),
+        cmocka_unit_test(test_gelu_op),
         cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic),

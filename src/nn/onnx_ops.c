@@ -4,7 +4,8 @@
  *
  * Conv (grouped too), BatchNormalization (trained as batch norm from the
  * file's running statistics; ONNX's momentum m is PyTorch's 1 - m), Relu,
- * Clip (ReLU6), Sigmoid (and SiLU), Tanh, HardSigmoid, HardSwish, MaxPool,
+ * Clip (ReLU6), Sigmoid (and SiLU), Tanh, HardSigmoid, HardSwish, Gelu
+ * (opset 20, the exact one), MaxPool,
  * AveragePool, GlobalAveragePool (and ReduceMean over H and W), Flatten,
  * Gemm (a Linear: transB=1), Add
  * of two tensors, Mul of an image by a number per channel (a
@@ -143,6 +144,27 @@ static int simple(onnx_lower *L, bfit_layer_kind kind)
     oval *x;
     int rc = bfit_onnx_dev_in(L, 0, &x);
     return rc != BFIT_OK ? rc : bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* Gelu (opset 20; PyTorch 2.x exports nn.GELU() as it): the exact GELU,
+ * the layer the opset-17 erf pattern becomes. The model spec has no tanh
+ * GELU, so approximate="tanh" is refused, as its opset-17 pattern is. */
+static int gelu(onnx_lower *L)
+{
+    const bfit_onnx_attr *ap = bfit_onnx_attr_get(L, "approximate");
+
+    if (L->om->opset && L->om->opset < 20)
+        return bfit_onnx_refuse(L, "Gelu is a standard operator from opset 20 on, and the model imports opset %lld: "
+                                   "export with opset_version=20, or at opset 17 (nn.GELU() is then Div, Erf, Add, "
+                                   "Mul, Mul, which batchfit reads as GELU too)", (long long)L->om->opset);
+    if (ap && bfit_onnx_streq(ap->s, "tanh"))
+        return bfit_onnx_refuse(L, "approximate='tanh' is GELU's tanh approximation (nn.GELU(approximate='tanh')): "
+                                   "batchfit reads only the exact GELU (approximate='none'): export the model with "
+                                   "nn.GELU()");
+    if (ap && !bfit_onnx_streq(ap->s, "none"))
+        return bfit_onnx_refuse(L, "approximate='%.*s' is not a GELU ONNX defines ('none', the exact one batchfit "
+                                   "reads, or 'tanh')", (int)ap->s.n, ap->s.p);
+    return simple(L, BFIT_L_GELU);
 }
 
 /* Sigmoid, or with a Mul of its input by it, SiLU (nn.SiLU's export). */
@@ -519,7 +541,7 @@ int bfit_onnx_lower_cnn(onnx_lower *L, int *rc)
                {"Concat", concat},   {"Pad", pad},                     {"Dropout", dropout},
                {"Constant", constant}, {"Identity", identity}, {"Sigmoid", sigmoid},
                {"HardSigmoid", hardsigmoid}, {"Mul", mul}, {"GlobalAveragePool", global_pool},
-               {"ReduceMean", reduce_mean}};
+               {"ReduceMean", reduce_mean}, {"Gelu", gelu}};
 
     for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (bfit_onnx_streq(L->nd->op, ops[i].op)) {

@@ -61,6 +61,17 @@ run 1 plan --model "$src/tests/onnx/vit_attn_dropout.onnx" --memory 1GiB &&
 # (before 2026-12-04 the x * x was taken as a product of two tensors and a constant's Mul was blamed)
 run 1 plan --model "$src/tests/onnx/gelu_tanh.onnx" --memory 1GiB &&
   has "$err" "gelu_tanh.onnx: node '/2/Mul' \(Mul, opset 17\) with inputs '/1/Gemm_output_0' \[N,8\], '/1/Gemm_output_0' \[N,8\]: this Mul starts GELU's tanh approximation \(nn.GELU\(approximate='tanh'\), ending at node '/2/Mul_5'\): batchfit reads only the exact GELU \(approximate='none'\): export the model with nn.GELU\(\)"
+# ONNX's Gelu operator (opset 20, PyTorch 2.x's export of nn.GELU(); tests/onnx/gelu_op20.py writes the three
+# files: Flatten, Linear(48, 8), GELU, Linear(8, 3), the same weights): approximate="tanh" is refused at its node
+# (before 2026-12-04 every Gelu was refused as an operator batchfit lacks) ...
+run 1 plan --model "$src/tests/onnx/gelu_op20_tanh.onnx" --memory 1GiB &&
+  has "$err" "gelu_op20_tanh.onnx: node '/gelu/Gelu' \(Gelu, opset 20\) with inputs 'h' \[N,8\]: approximate='tanh' is GELU's tanh approximation \(nn.GELU\(approximate='tanh'\)\): batchfit reads only the exact GELU \(approximate='none'\): export the model with nn.GELU\(\)"
+# ... and the exact one trains as the opset-17 erf pattern does (which onnx_torch vit_small checks against
+# PyTorch): the same weights after two steps, bit for bit
+for v in gelu_erf gelu_op20; do
+  run 0 train --model "$src/tests/onnx/$v.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 \
+    --save "$dir/$v.safetensors" && has "$out" "test accuracy"
+done
 run 2 train --model "$seeds/resnet_block.onnx" --init files && has "$err" "--init: expected file or random, got 'files'"
 
 # plans, trains from the file's weights, saves them under the module's names
@@ -78,6 +89,8 @@ done
 tensors() { tail -c +$((9 + $(od -An -tu8 -N8 "$1"))) "$1"; }
 cmp -s <(tensors "$dir/vit_tiny.safetensors") <(tensors "$dir/vit_tiny_fixed.safetensors") ||
   { echo "FAIL: vit_tiny_fixed.onnx trained to other weights than vit_tiny.onnx"; fails=$((fails + 1)); }
+cmp -s <(tensors "$dir/gelu_erf.safetensors") <(tensors "$dir/gelu_op20.safetensors") ||
+  { echo "FAIL: gelu_op20.onnx (the Gelu operator) trained to other weights than gelu_erf.onnx"; fails=$((fails + 1)); }
 for init in file random; do
   run 0 train --model "$seeds/resnet_block.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 --init $init \
     --save "$dir/$init.safetensors" && has "$out" "test accuracy"

@@ -1,0 +1,63 @@
+"""Writes the small GELU models tests/cli/onnx.sh reads (run from tests/onnx).
+
+Each is Flatten, Linear(48, 8), GELU, Linear(8, 3) on [N, 3, 4, 4] images,
+with the same weights (drawn with seed 0), differing only in how the GELU
+is written:
+
+- gelu_erf.onnx: opset 17, x * 0.5 * (1 + Erf(x / sqrt 2)), the pattern
+  PyTorch 1.13 exports nn.GELU() as;
+- gelu_op20.onnx: opset 20, the Gelu operator (approximate absent), as
+  PyTorch 2.x exports nn.GELU() at opset_version=20;
+- gelu_op20_tanh.onnx: opset 20, Gelu with approximate="tanh"
+  (nn.GELU(approximate='tanh')).
+
+Built with onnx.helper (onnx 1.12, whose checker stops at opset 17: the
+files are written without it).
+"""
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def weights():
+    rng = np.random.default_rng(0)
+    init = [("0.weight", (8, 48), 48), ("0.bias", (8,), 48), ("2.weight", (3, 8), 8), ("2.bias", (3,), 8)]
+    # nn.Linear's default draw: uniform in +-1/sqrt(fan_in)
+    return [numpy_helper.from_array(rng.uniform(-1, 1, s).astype(np.float32) / np.float32(np.sqrt(f)), n)
+            for n, s, f in init]
+
+
+def const(name, value):
+    return helper.make_node("Constant", [], [name], name=name,
+                            value=numpy_helper.from_array(np.array(value, np.float32)))
+
+
+def gelu_nodes(form):
+    if form == "erf":
+        return [const("sqrt2", np.sqrt(2.0)), const("one", 1.0), const("half", 0.5),
+                helper.make_node("Div", ["h", "sqrt2"], ["d"], name="/gelu/Div"),
+                helper.make_node("Erf", ["d"], ["e"], name="/gelu/Erf"),
+                helper.make_node("Add", ["e", "one"], ["a"], name="/gelu/Add"),
+                helper.make_node("Mul", ["h", "a"], ["m"], name="/gelu/Mul"),
+                helper.make_node("Mul", ["m", "half"], ["g"], name="/gelu/Mul_1")]
+    attrs = {"approximate": "tanh"} if form == "tanh" else {}
+    return [helper.make_node("Gelu", ["h"], ["g"], name="/gelu/Gelu", **attrs)]
+
+
+def model(form, opset):
+    nodes = ([helper.make_node("Flatten", ["input"], ["f"], name="/flat/Flatten", axis=1),
+              helper.make_node("Gemm", ["f", "0.weight", "0.bias"], ["h"], name="/0/Gemm", transB=1)] +
+             gelu_nodes(form) +
+             [helper.make_node("Gemm", ["g", "2.weight", "2.bias"], ["logits"], name="/2/Gemm", transB=1)])
+    graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                           ["batch", 3, 4, 4])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+                              initializer=weights())
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="gelu_op20.py")
+    m.ir_version = 9 if opset >= 20 else 8
+    return m
+
+
+if __name__ == "__main__":
+    for name, form, opset in [("gelu_erf", "erf", 17), ("gelu_op20", "none", 20), ("gelu_op20_tanh", "tanh", 20)]:
+        onnx.save(model(form, opset), name + ".onnx")
