@@ -827,17 +827,19 @@ static void pads_input(pbw *g, int form, const int64_t p[8])
  * GlobalAveragePool -> Flatten -> Gemm -> logits [N,3]. PAD_ATTR: the
  * pads and value attributes (opset 9, the Pad's one input), else the pads
  * computed on the host (pads_input) and the value an input (opset 11 on). */
-static pbw *pad_graph(int form, const int64_t p[8], const char *mode)
+static pbw *pad_graph_axes(int form, const int64_t p[8], const char *mode, int axes)
 {
-    static const int64_t in[4] = {-1, 2, 4, 4}, wd[4] = {4, 2, 3, 3};
-    const char *pi[3] = {"x", "p", "zero"}, *po[1] = {"xp"}, *ci[2] = {"xp", "conv.weight"}, *co[1] = {"c"};
+    static const int64_t in[4] = {-1, 2, 4, 4}, wd[4] = {4, 2, 3, 3}, d4[1] = {4}, all[4] = {0, 1, 2, 3};
+    const char *pi[4] = {"x", "p", "zero", "axes"}, *po[1] = {"xp"}, *ci[2] = {"xp", "conv.weight"}, *co[1] = {"c"};
     const char *q[1] = {"q"}, *fl[1] = {"f"};
     const float zero = 0;
     pbw *g = pb_new(), *n;
 
     if (form != PAD_ATTR)
         pads_input(g, form, p);
-    n = node("Pad", "pad", pi, form == PAD_ATTR ? 1 : 3, po, 1);
+    n = node("Pad", "pad", pi, form == PAD_ATTR ? 1 : axes ? 4 : 3, po, 1);
+    if (axes)
+        pmsg(g, 5, tensor_i64("axes", d4, 1, all, 4));
     attr_str(n, "mode", mode);
     if (form == PAD_ATTR)
         attr_ints(n, "pads", p, 8), attr_float(n, "value", 0);
@@ -851,6 +853,8 @@ static pbw *pad_graph(int form, const int64_t p[8], const char *mode)
     pmsg(g, 11, value_info("x", in, 4));
     return g;
 }
+
+static pbw *pad_graph(int form, const int64_t p[8], const char *mode) { return pad_graph_axes(form, p, mode, 0); }
 
 /* A Pad of zeros before a Conv is the Conv's padding, whatever form the
  * pads come in: the attribute (opsets 7 to 10) or an input (11 on),
@@ -886,6 +890,14 @@ static void test_pad(void **st)
         assert_int_equal(load(m, &g, "mode reflect is not supported: batchfit pads with zeros only"), BFIT_EINVAL);
         pb_free(m);
     }
+    /* opset 18's axes input (here all four, in order) is refused, saying what to give instead */
+    m = model_op(pad_graph_axes(PAD_TORCH, sym, "constant", 1), 18);
+    assert_int_equal(load(m, &g, "node 'pad' (Pad, opset 18) with inputs 'x' [N,2,4,4], 'p' (computed on the "
+                                 "host), 'zero' [] float, 'axes' [4] int64: the axes input (opset 18 on: pads for "
+                                 "the listed axes only) is not supported: give the pads of every dimension, without "
+                                 "axes"),
+                     BFIT_EINVAL);
+    pb_free(m);
 }
 
 /* Not a model at all, and models batchfit cannot train. */

@@ -443,7 +443,8 @@ static int pad_args(onnx_lower *L, int64_t *p, int *n, float *value)
         return bfit_onnx_refuse(L, "the pads are missing: neither a pads attribute (opsets 7 to 10) nor a pads "
                                    "input (opset 11 and later)");
     if (bfit_onnx_in(L, 3))
-        return bfit_onnx_refuse(L, "the axes input is not supported");
+        return bfit_onnx_refuse(L, "the axes input (opset 18 on: pads for the listed axes only) is not supported: "
+                                   "give the pads of every dimension, without axes");
     if ((rc = bfit_onnx_host_i64(L, 1, p, BFIT_ONNX_MAXATTR, n)) != BFIT_OK)
         return rc;
     return bfit_onnx_in(L, 2) ? bfit_onnx_host_f32(L, 2, value, 1, &nv) : BFIT_OK;
