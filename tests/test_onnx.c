@@ -288,6 +288,21 @@ static pbw *shape_graph(const char *op, const char *b, const int64_t k[2])
     return g;
 }
 
+/* x [N,4] -> Shape -> Cast(to) -> Reshape(x, that) -> the classifier. */
+static pbw *cast_graph(int64_t to)
+{
+    static const int64_t in[2] = {-1, 4};
+    const char *si[1] = {"x"}, *so[1] = {"s"}, *co[1] = {"t"}, *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n = node("Cast", "cast", so, 1, co, 1);
+    pmsg(g, 1, node("Shape", "shape", si, 1, so, 1));
+    attr_int(n, "to", to);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
 /* Load the bytes; on failure check the graph is left empty and, if want is
  * given, that the message says it. Returns the status. */
 static int load(const pbw *m, bfit_graph_desc *g, const char *want)
@@ -711,6 +726,28 @@ static void test_squeeze_excitation(void **st)
                                  "or [N,C] times [N,C], is supported"),
                      BFIT_EINVAL);
     pb_free(m);
+}
+
+/* A Cast in the host's shape arithmetic: to int64 it loads; to a type the
+ * host does not compute in (FLOAT8E4M3FN, 17, from opset 19; INT4, 22,
+ * from 21) it is refused at the Cast, not computed as an integer. */
+static void test_host_cast(void **st)
+{
+    static const int64_t bad[2] = {17, 22};
+    bfit_graph_desc g;
+    pbw *m = model_op(cast_graph(7), 19);
+    (void)st;
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    for (int i = 0; i < 2; i++) {
+        char want[160];
+        snprintf(want, sizeof want, "node 'cast' (Cast, opset 21) with inputs 's' (computed on the host): Cast to the "
+                                    "ONNX type %lld is not supported", (long long)bad[i]);
+        m = model_op(cast_graph(bad[i]), 21);
+        assert_int_equal(load(m, &g, want), BFIT_EINVAL);
+        pb_free(m);
+    }
 }
 
 /* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
@@ -1148,6 +1185,7 @@ int main(void)
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_gelu_op),
+        cmocka_unit_test(test_host_cast),
         cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic),

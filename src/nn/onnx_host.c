@@ -480,6 +480,12 @@ static int cast(onnx_lower *L)
     int isf, rc;
     if (!x || (rc = bfit_onnx_attr_int(L, "to", 1, &to)) != BFIT_OK)
         return BFIT_EINVAL;
+    /* the 8-bit floats (opset 19), 4-bit types (21) and the rest would be
+     * taken for integers below, their rounding and ranges lost */
+    if (to < BFIT_ONNX_FLOAT || to == BFIT_ONNX_STRING || (to > BFIT_ONNX_UINT64 && to != BFIT_ONNX_BFLOAT16))
+        return bfit_onnx_refuse(L, "Cast to the ONNX type %lld is not supported: batchfit casts host integers to "
+                                   "float, double, float16, bfloat16, bool and the integer types only",
+                                (long long)to);
     isf = to == BFIT_ONNX_FLOAT || to == BFIT_ONNX_DOUBLE || to == BFIT_ONNX_FLOAT16 || to == BFIT_ONNX_BFLOAT16;
     if (!(o = bfit_onnx_hval_new(L, isf, x->nd, x->dim)))
         return BFIT_EINVAL;
