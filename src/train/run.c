@@ -399,17 +399,31 @@ static int max_take(bfit_run *r, const bfit_controller_config *cc, int *out)
 }
 
 /* The evaluation's micro-batch at most: --eval-batch (or 1000), never more
- * than the test samples an evaluation takes (--eval-samples), which caps it
- * at its evaluation anyway (eval.c). The staging and the test stream are
- * sized by it: 1000 of resnet50's samples are 600 MB of host memory. */
-static int eval_most(const bfit_run *r)
+ * than the test samples an evaluation takes (--eval-samples), nor than the
+ * eval plan fits in the most memory the run may ever have (the capacity,
+ * or the memory schedule's largest): its evaluation chooses within both
+ * anyway (eval.c). The staging and the test stream are sized by it: 1000
+ * of resnet50's samples are 600 MB of host memory. */
+static int eval_most(bfit_run *r)
 {
     const bfit_train_cfg *c = &r->cfg;
     int64_t n = c->test_source ? c->test_source->samples : r->s.test ? bfit_dataset_count(r->s.test) : 0;
     int64_t m = c->eval_batch ? c->eval_batch : 1000;
+    uint64_t most = r->configured;
+    int fits = 0;
+
     if (c->eval_samples && c->eval_samples < n)
         n = c->eval_samples;
-    return (int)(n > 0 && n < m ? n : m);
+    m = n > 0 && n < m ? n : m;
+    /* a variable length evaluates at another length than the plan's now */
+    if (c->seq_max || c->batch_tokens)
+        return (int)m;
+    for (int i = 0; i < c->nmemory_schedule; i++)
+        if (c->memory_schedule[i].capacity > most)
+            most = c->memory_schedule[i].capacity;
+    if (bfit_plan_max_batch(r->s.M, NULL, 0, most, (int)m, &fits, NULL) == BFIT_OK && fits > 0)
+        m = fits;
+    return (int)m;
 }
 
 static int staging_fail(const bfit_run *r, int most, size_t bytes)
