@@ -442,6 +442,57 @@ static int rungs_for(int smallest, int largest)
     return n;
 }
 
+/* A device whose free memory is bounded by all this process maps (the CPU
+ * under ulimit -v) has less once the data, the parameters and their copy
+ * are loaded than when the session opened, and less again as each size's
+ * kernels and streams are made: the room now (arena's blocks + free) in
+ * *cap, 0 if the device is not so bounded. A run re-reads it the same way
+ * (bfit_run_watch_device). */
+static int room_now(const probe *p, uint64_t *cap)
+{
+    bfit_device_info di;
+    bfit_arena_stats st;
+    uint64_t free_b, total;
+
+    bfit_device_info_get(p->M->dev, &di);
+    if (!di.limited || bfit_device_memory(p->M->dev, &free_b, &total) != BFIT_OK)
+        return 0;
+    bfit_arena_stats_get(p->arena, &st);
+    *cap = st.reserved + free_b;
+    return 1;
+}
+
+/* The search takes the room left once everything is loaded, or it finds a
+ * batch whose step then finds no room. Only ever lower. */
+static void capacity_now(probe *p)
+{
+    bfit_probe_result *res = p->res;
+    uint64_t cap;
+
+    if (!room_now(p, &cap) || cap >= res->capacity)
+        return;
+    res->capacity = cap;
+    res->budget = bfit_plan_budget(res->capacity, p->cfg->margin);
+    p->step_budget = res->budget > res->held_other ? res->budget - res->held_other : 0;
+}
+
+/* Whether a rung's step fits the room left now; the ladder runs after the
+ * largest was confirmed, and the sizes before it took room. */
+static int room_left(probe *p, int m, uint64_t peak)
+{
+    uint64_t cap, budget;
+    char a[32], b[32];
+
+    if (!room_now(p, &cap))
+        return 1;
+    budget = bfit_plan_budget(cap, p->cfg->margin);
+    if (peak + p->res->held_other <= budget)
+        return 1;
+    bfit_progress_say(&p->prog, 1, "find: batch %d not measured: its step needs %s, but the address-space limit "
+                      "(ulimit -v) now leaves a budget of %s", m, sz(peak + p->res->held_other, a), sz(budget, b));
+    return 0;
+}
+
 /* Sizes 1, 2, 4, ... (or from the smallest trainable batch) below the
  * largest, then the largest. */
 static int ladder(probe *p)
@@ -471,7 +522,7 @@ static int ladder(probe *p)
         g->planned_peak = pl.peak;
         /* oneDNN's scratch can make a smaller size plan more than the
          * largest (plan.h); such a size cannot be the answer anyway */
-        if (pl.peak <= p->step_budget) {
+        if (pl.peak <= p->step_budget && room_left(p, g->m, pl.peak)) {
             bfit_progress_say(&p->prog, 0, "find: measuring batch %d (size %d of about %d)", g->m, r->nrungs + 1,
                               rungs_for(smallest, r->largest));
             rc = measure_rung(p, g, t, w);
@@ -681,12 +732,12 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
     if (rc != BFIT_OK)
         return rc;
     old_capacity = probe_init(&p, M, d, sc, opt, cfg, res);
-
-    rc = plan_phase(&p);
-    if (rc != BFIT_OK)
-        return rc;
-
+    /* the copy first: under an address-space limit it takes room the plan must not count on */
     rc = snapshot_take(M, &snap);
+    if (rc != BFIT_OK)
+        goto out;
+    capacity_now(&p);
+    rc = plan_phase(&p);
     if (rc != BFIT_OK)
         goto out;
     bfit_arena_set_capacity(p.arena, res->budget);

@@ -398,33 +398,70 @@ static int max_take(bfit_run *r, const bfit_controller_config *cc, int *out)
     return BFIT_OK;
 }
 
+/* The evaluation's micro-batch at most: --eval-batch (or 1000), never more
+ * than the test samples an evaluation takes (--eval-samples), nor than the
+ * eval plan fits in the most memory the run may ever have (the capacity,
+ * or the memory schedule's largest): its evaluation chooses within both
+ * anyway (eval.c). The staging and the test stream are sized by it: 1000
+ * of resnet50's samples are 600 MB of host memory. */
+static int eval_most(bfit_run *r)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    int64_t n = c->test_source ? c->test_source->samples : r->s.test ? bfit_dataset_count(r->s.test) : 0;
+    int64_t m = c->eval_batch ? c->eval_batch : 1000;
+    uint64_t most = r->configured;
+    int fits = 0;
+
+    if (c->eval_samples && c->eval_samples < n)
+        n = c->eval_samples;
+    m = n > 0 && n < m ? n : m;
+    /* a variable length evaluates at another length than the plan's now */
+    if (c->seq_max || c->batch_tokens)
+        return (int)m;
+    for (int i = 0; i < c->nmemory_schedule; i++)
+        if (c->memory_schedule[i].capacity > most)
+            most = c->memory_schedule[i].capacity;
+    if (bfit_plan_max_batch(r->s.M, NULL, 0, most, (int)m, &fits, NULL) == BFIT_OK && fits > 0)
+        m = fits;
+    return (int)m;
+}
+
+static int staging_fail(const bfit_run *r, int most, size_t bytes)
+{
+    char s1[32];
+    return bfit_fail(BFIT_ENOMEM, "out of host memory for the staging of %d samples (%s): training takes up to %d "
+                     "a micro-batch, evaluation up to %d (--eval-batch, or --eval-samples if fewer)", most,
+                     bfit_format_size(bytes, s1, sizeof s1), r->max_take, r->eval_m);
+}
+
 /* The staging on the host and the streams: both hold the largest
- * micro-batch ever taken. */
+ * micro-batch ever taken, training's or evaluation's. */
 static int open_streams(bfit_run *r, const bfit_controller_config *cc)
 {
     const bfit_train_cfg *c = &r->cfg;
     int64_t numel = bfit_shape_numel(r->s.M->input);
-    int rc;
+    size_t bytes;
+    int rc, most;
 
     if ((rc = max_take(r, cc, &r->max_take)) != BFIT_OK)
         return rc;
-    r->eval_m = c->eval_batch ? c->eval_batch : 1000;
-    {
-        int most = r->max_take > r->eval_m ? r->max_take : r->eval_m;
-        r->stage_x = malloc(sizeof(float) * (size_t)most * (size_t)numel);
-        r->stage_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)r->s.M->labels_per_sample);
-        if (c->seq_max) { /* sorting a step's sequences and packing a micro-batch at its length */
-            r->pack_x = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
-            r->pack_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
-            r->order = malloc(sizeof *r->order * (size_t)most);
-            if (!r->pack_x || !r->pack_y || !r->order)
-                return bfit_fail(BFIT_ENOMEM, "out of host memory for the staging of %d samples", r->max_take);
-        }
+    r->eval_m = eval_most(r);
+    most = r->max_take > r->eval_m ? r->max_take : r->eval_m;
+    bytes = (size_t)most * (sizeof(float) * (size_t)numel + sizeof(int32_t) * (size_t)r->s.M->labels_per_sample);
+    r->stage_x = malloc(sizeof(float) * (size_t)most * (size_t)numel);
+    r->stage_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)r->s.M->labels_per_sample);
+    if (c->seq_max) { /* sorting a step's sequences and packing a micro-batch at its length */
+        r->pack_x = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
+        r->pack_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
+        r->order = malloc(sizeof *r->order * (size_t)most);
+        bytes += (size_t)most * (2 * sizeof(int32_t) * (size_t)numel + sizeof *r->order);
+        if (!r->pack_x || !r->pack_y || !r->order)
+            return staging_fail(r, most, bytes);
     }
     r->micro_sq = calloc(MAX_MICRO, sizeof *r->micro_sq);
     r->micro_n = calloc(MAX_MICRO, sizeof *r->micro_n);
     if (!r->stage_x || !r->stage_y || !r->micro_sq || !r->micro_n)
-        return bfit_fail(BFIT_ENOMEM, "out of host memory for the staging of %d samples", r->max_take);
+        return staging_fail(r, most, bytes);
     r->tr.src = c->train_source;
     r->te.src = c->test_source;
     r->tr.numel = r->te.numel = numel;
