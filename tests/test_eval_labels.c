@@ -35,6 +35,18 @@ static void eval_sums(bfit_model *M, const float *x, const int32_t *y, double *l
     assert_int_equal(bfit_model_stats_read(M, loss, hits), BFIT_OK);
 }
 
+/* The mlp with drawn weights, reserved for M_ samples (training or not);
+ * *x its samples. */
+static void open_mlp(trig *r, int training, float **x)
+{
+    trig_open(r, 1, (uint64_t)1 << 28);
+    trig_load(r, "mlp");
+    assert_int_equal(bfit_model_alloc_params(r->M, training), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r->M, 1), BFIT_OK);
+    *x = samples(r->M);
+    assert_int_equal(bfit_model_reserve(r->M, M_, training), BFIT_OK);
+}
+
 static void test_left_out_in_eval(void **st)
 {
     const int32_t both[M_] = {3, -1, 7}, first[M_] = {3, -1, -1}, last[M_] = {-1, -1, 7};
@@ -43,12 +55,7 @@ static void test_left_out_in_eval(void **st)
     float *x;
     (void)st;
 
-    trig_open(&r, 1, (uint64_t)1 << 28);
-    trig_load(&r, "mlp");
-    assert_int_equal(bfit_model_alloc_params(r.M, 0), BFIT_OK);
-    assert_int_equal(bfit_model_init_params(r.M, 1), BFIT_OK);
-    x = samples(r.M);
-    assert_int_equal(bfit_model_reserve(r.M, M_, 0), BFIT_OK);
+    open_mlp(&r, 0, &x);
     eval_sums(r.M, x, both, &l_both, &h_both);
     eval_sums(r.M, x, first, &l_first, &h_first);
     eval_sums(r.M, x, last, &l_last, &h_last);
@@ -71,12 +78,7 @@ static void test_refused_in_training(void **st)
     float *x;
     (void)st;
 
-    trig_open(&r, 1, (uint64_t)1 << 28);
-    trig_load(&r, "mlp");
-    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
-    assert_int_equal(bfit_model_init_params(r.M, 1), BFIT_OK);
-    x = samples(r.M);
-    assert_int_equal(bfit_model_reserve(r.M, M_, 1), BFIT_OK);
+    open_mlp(&r, 1, &x);
     assert_int_equal(bfit_model_set_input(r.M, x, y, M_), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "label -1 of sample 1 is outside [0, 10)"));
     bfit_model_unreserve(r.M);

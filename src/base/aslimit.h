@@ -2,8 +2,9 @@
  * it leaves this process. Under such a limit host memory runs out when the
  * address space is full, long before RAM does, and oneDNN does not check
  * every allocation it makes while generating a kernel (a full address space
- * crashed it, writing its code through a null buffer): batchfit counts the
- * room itself and refuses first. */
+ * crashed it there: SIGSEGV in dnnl_primitive_create, read under gdb as a
+ * write through a null buffer, without oneDNN's symbols): batchfit counts
+ * the room itself and refuses first. */
 #ifndef BFIT_ASLIMIT_H
 #define BFIT_ASLIMIT_H
 
@@ -30,5 +31,10 @@
  * limit, 0 if none (or it cannot be read). Allocates nothing on the heap
  * (a run asks between steps, which allocate nothing there). */
 int bfit_as_room(uint64_t *limit, uint64_t *room);
+
+/* This process's mapped address space and resident memory
+ * (/proc/self/statm), 1 if read, else 0 with both 0. Read with open/read
+ * into the stack: no heap (stdio's fopen would allocate). */
+int bfit_statm(uint64_t *mapped, uint64_t *resident);
 
 #endif

@@ -404,22 +404,14 @@ static double wall_seconds(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Resident memory of this process (/proc/self/statm), 0 if unknown. Read
- * with open/read into the stack: the monitor samples between training steps,
- * which allocate nothing on the heap (stdio's fopen would). */
+/* Resident memory of this process, 0 if unknown (base/aslimit.c reads it
+ * without the heap: the monitor samples between training steps, which
+ * allocate nothing there). */
 static uint64_t resident_bytes(void)
 {
-    char buf[128];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    unsigned long long size = 0, res = 0;
-    long page = sysconf(_SC_PAGESIZE);
-    if (fd >= 0)
-        close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    return sscanf(buf, "%llu %llu", &size, &res) == 2 && page > 0 ? (uint64_t)res * (uint64_t)page : 0;
+    uint64_t mapped, res;
+    bfit_statm(&mapped, &res);
+    return res;
 }
 
 /* The monitor's view of the CPU: this process's CPU use since the last

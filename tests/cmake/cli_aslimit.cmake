@@ -3,4 +3,4 @@
 # needs more address space than any limit allows.
 add_test(NAME cli_aslimit
          COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/aslimit.sh $<TARGET_FILE:batchfit_cli> ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_aslimit PROPERTIES TIMEOUT 60 LABELS nosan WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_aslimit PROPERTIES TIMEOUT 600 LABELS nosan WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
