@@ -1,6 +1,7 @@
 # cli_aslimit.cmake - runs under an address-space limit (ulimit -v) are
 # refused, not crashed: tests/cli/aslimit.sh. nosan: ASan's shadow memory
 # needs more address space than any limit allows.
+find_program(BFIT_BASH bash REQUIRED) # (cached by whichever file comes first)
 add_test(NAME cli_aslimit
          COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/aslimit.sh $<TARGET_FILE:batchfit_cli> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_aslimit PROPERTIES TIMEOUT 600 LABELS nosan WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
