@@ -555,6 +555,35 @@ static void memsched_beyond(bfit_run *r)
         }
 }
 
+/* The run's opening line for people: what trains on what, E and its split. */
+static void say_opening(bfit_run *r)
+{
+    const bfit_train_cfg *c = &r->cfg;
+    if (c->batch_tokens)
+        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
+                     "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "
+                     "tokens)", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
+                     r->pos.d.batch, r->pos.d.m, bfit_run_plan_seqs(r, r->pos.d.m), r->pc.T, c->epochs,
+                     (long long)r->per_epoch, (long long)r->epoch_units);
+    else if (r->dp && r->dp->size > 1) { /* each rank trains its share of E: rank 0's figures */
+        int share = (r->pos.d.batch + r->dp->size - 1) / r->dp->size, m = r->pos.d.m < share ? r->pos.d.m : share;
+        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d over %d processes (shares of "
+                     "about %d to start; rank 0's micro-batch %d x %d), %d epoch(s) of %lld samples", c->model,
+                     c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
+                     r->dp->size, share, m, (share + m - 1) / m, c->epochs, (long long)r->per_epoch);
+    } else {
+        char what[96] = "samples"; /* a token model's are sequences: of how many tokens, attended how */
+        if (r->s.M->per_token)
+            snprintf(what, sizeof what, "sequences of %s%d tokens%s", c->seq_max ? "up to " : "", r->pc.T,
+                     c->attention == BFIT_ATTN_LEAN     ? ", attention lean"
+                     : c->attention == BFIT_ATTN_STORED ? ", attention stored"
+                                                        : "");
+        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) "
+                     "of %lld %s", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
+                     r->pos.d.batch, r->pos.d.m, r->pos.d.k, c->epochs, (long long)r->per_epoch, what);
+    }
+}
+
 static void log_start(bfit_run *r, const bfit_controller_config *cc)
 {
     const bfit_train_cfg *c = &r->cfg;
@@ -622,29 +651,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    c->clip, c->augment, c->normalize, c->options_json ? c->options_json : "{}");
     bfit_log_say(&r->lg, "batchfit: device %s", r->s.device_why);
     bfit_run_monitor(r, 1);
-    if (c->batch_tokens)
-        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d tokens (micro-batch %d tokens: "
-                     "up to %d sequences of %d, more of shorter ones), %d epoch(s) of %lld sequences (about %lld "
-                     "tokens)", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
-                     r->pos.d.batch, r->pos.d.m, bfit_run_plan_seqs(r, r->pos.d.m), r->pc.T, c->epochs,
-                     (long long)r->per_epoch, (long long)r->epoch_units);
-    else if (r->dp && r->dp->size > 1) { /* each rank trains its share of E: rank 0's figures */
-        int share = (r->pos.d.batch + r->dp->size - 1) / r->dp->size, m = r->pos.d.m < share ? r->pos.d.m : share;
-        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d over %d processes (shares of "
-                     "about %d to start; rank 0's micro-batch %d x %d), %d epoch(s) of %lld samples", c->model,
-                     c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
-                     r->dp->size, share, m, (share + m - 1) / m, c->epochs, (long long)r->per_epoch);
-    } else {
-        char what[96] = "samples"; /* a token model's are sequences: of how many tokens, attended how */
-        if (r->s.M->per_token)
-            snprintf(what, sizeof what, "sequences of %s%d tokens%s", c->seq_max ? "up to " : "", r->pc.T,
-                     c->attention == BFIT_ATTN_LEAN     ? ", attention lean"
-                     : c->attention == BFIT_ATTN_STORED ? ", attention stored"
-                                                        : "");
-        bfit_log_say(&r->lg, "batchfit: training %s on %s: %lld parameters, batch %d (micro-batch %d x %d), %d epoch(s) "
-                     "of %lld %s", c->model, c->data ? c->data : "data", (long long)bfit_model_param_count(r->s.M),
-                     r->pos.d.batch, r->pos.d.m, r->pos.d.k, c->epochs, (long long)r->per_epoch, what);
-    }
+    say_opening(r);
 }
 
 /* The largest micro-batch up to target the plan fits now (0: none). */
