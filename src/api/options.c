@@ -177,7 +177,7 @@ static int set_batch_tokens(bfit_config *c, const bfit_opt *o, const char *v)
     int64_t x;
     if (v && !strcmp(v, "auto"))
         return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "auto is not supported yet: give a number of tokens or "
-                               "adaptive (or batch auto, in sequences)");
+                               "adaptive (or `batch` auto, in sequences)");
     c->t.batch_tokens = 1;
     c->tokens_given = 1;
     c->t.adaptive = v && !strcmp(v, "adaptive");

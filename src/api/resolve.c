@@ -116,10 +116,10 @@ static int train_agrees(const bfit_config *c)
     if (c->nbatches > 1)
         return bfit_fail_field(BFIT_EINVAL, "batch", "train takes one effective batch (or auto, adaptive), not a list");
     if (c->batch_given && c->tokens_given)
-        return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "batch and batch-tokens both give the effective batch: "
+        return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "`batch` and batch_tokens both give the effective batch: "
                                "give one (samples or tokens)");
     if ((t->adaptive || t->auto_batch) && t->batch_schedule)
-        return bfit_fail_field(BFIT_EINVAL, "batch_schedule", "cannot be combined with batch %s",
+        return bfit_fail_field(BFIT_EINVAL, "batch_schedule", "cannot be combined with `batch` %s",
                                t->auto_batch ? "auto" : "adaptive");
     /* the bounds E moves within: a fixed batch has none to move (but for
      * batch-instead-of-decay's growth, which batch-max caps); a resumed run
@@ -127,11 +127,11 @@ static int train_agrees(const bfit_config *c)
     if (!t->auto_batch && !t->adaptive && !t->resume && (given(c, "batch-min") ||
         (given(c, "batch-max") && !t->batch_instead_of_decay)))
         return bfit_fail_field(BFIT_EINVAL, given(c, "batch-min") ? "batch_min" : "batch_max", "bounds the "
-                               "effective batch of batch auto and adaptive%s; batch %d is fixed: leave it out, or "
-                               "give batch auto or adaptive", given(c, "batch-min") ? "" : " (and the growth of "
-                               "batch-instead-of-decay)", t->batch);
+                               "effective batch of `batch` auto and adaptive%s; `batch` %d is fixed: leave it out, "
+                               "or give `batch` auto or adaptive", given(c, "batch-min") ? "" : " (and the growth of "
+                               "batch_instead_of_decay)", t->batch);
     if (t->lr_rule == BFIT_LR_ADASCALE && !t->auto_batch && !t->adaptive)
-        return bfit_fail_field(BFIT_EINVAL, "lr_scaling", "adascale needs the noise scale: use it with batch auto (or "
+        return bfit_fail_field(BFIT_EINVAL, "lr_scaling", "adascale needs the noise scale: use it with `batch` auto (or "
                                "adaptive)");
     if (t->train_source && !t->test_source && !c->arr[1].x && !given(c, "test-data") && !given(c, "data"))
         return bfit_fail_field(BFIT_EINVAL, "test_data", "the training samples come from a source "

@@ -49,6 +49,29 @@ static int option_word(const char *text, size_t n)
     return 0;
 }
 
+#define WORD_CHARS "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+/* An option named at p: `name` in backquotes, or a bare word with a '_'
+ * between a separator and a separator or a sentence's full stop. Sets the
+ * name, its length and the characters it takes in msg. */
+static int named_option(const char *msg, const char *p, const char **name, size_t *n, size_t *take)
+{
+    size_t w = strspn(p + (*p == '`'), WORD_CHARS);
+    char prev = p == msg ? ' ' : p[-1], next = p[w];
+
+    if (*p == '`') {
+        if (!w || p[w + 1] != '`' || !option_word(p + 1, w))
+            return 0;
+        *name = p + 1, *n = w, *take = w + 2;
+        return 1;
+    }
+    if (!w || !memchr(p, '_', w) || !strchr(" (,'\"`", prev) ||
+        !(strchr(" ),:;'\"`", next) || (next == '.' && (!p[w + 1] || p[w + 1] == ' '))) || !option_word(p, w))
+        return 0;
+    *name = p, *n = w, *take = w;
+    return 1;
+}
+
 /* msg with the options it names in the library's spelling ("above
  * batch_max 32") in the command line's ("above --batch-max 32"): words with
  * a '_' between spaces or punctuation, never inside a path or a name, and
@@ -56,31 +79,21 @@ static int option_word(const char *text, size_t n)
  * one-word name needs to be told from the word. */
 static void spell_options(const char *msg, char *out, size_t len)
 {
-    size_t o = 0;
-    for (const char *p = msg; *p && o + 1 < len;) {
-        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
-        char prev = p == msg ? ' ' : p[-1], next = p[n];
-        int word = n && memchr(p, '_', n) && strchr(" (,'\"`", prev) && (strchr(" ),:;'\"`", next) ||
-                   (next == '.' && (!p[n + 1] || p[n + 1] == ' ')));
-        if (*p == '`' && (n = strspn(p + 1, "abcdefghijklmnopqrstuvwxyz0123456789_")) && p[n + 1] == '`' &&
-            option_word(p + 1, n)) {
+    size_t o = 0, n, take;
+    const char *name;
+
+    for (const char *p = msg; *p && o + 1 < len; p += take) {
+        if (named_option(msg, p, &name, &n, &take)) {
             o += (size_t)snprintf(out + o, len - o, "--");
-            for (size_t k = 1; k <= n && o + 1 < len; k++)
-                out[o++] = p[k] == '_' ? '-' : p[k];
-            p += n + 2;
+            for (size_t k = 0; k < n && o + 1 < len; k++)
+                out[o++] = name[k] == '_' ? '-' : name[k];
             continue;
         }
-        n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
-        if (word && option_word(p, n)) {
-            o += (size_t)snprintf(out + o, len - o, "--");
-            for (size_t k = 0; k < n && o + 1 < len; k++)
-                out[o++] = p[k] == '_' ? '-' : p[k];
-        } else {
-            n = n ? n : 1;
-            for (size_t k = 0; k < n && o + 1 < len; k++)
-                out[o++] = p[k];
-        }
-        p += n;
+        /* a whole word at once, so that its tail is never taken for one */
+        take = strspn(p, WORD_CHARS);
+        take = take ? take : 1;
+        for (size_t k = 0; k < take && o + 1 < len; k++)
+            out[o++] = p[k];
     }
     out[o < len ? o : len - 1] = '\0';
 }

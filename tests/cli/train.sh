@@ -45,9 +45,9 @@ expect 2 "^batchfit: error: --conv-algo: unknown choice 'foo' \\(valid: fastest,
 # ... but not inside a path
 expect 2 "--model: .*/no_dir/batch_max.cfg: no such file" "$bf" train --model "$tmp/no_dir/batch_max.cfg"
 # bounds for a batch that does not move: refused, not ignored
-expect 2 "--batch-max: bounds the effective batch of batch auto and adaptive .*batch 64 is fixed" "$bf" train \
+expect 2 "--batch-max: bounds the effective batch of --batch auto and adaptive \(and the growth of --batch-instead-of-decay\); --batch 64 is fixed: leave it out, or give --batch auto or adaptive" "$bf" train \
   --model "$m" --batch 64 --batch-max 32 --max-steps 1
-expect 2 "--batch-min: bounds the effective batch of batch auto and adaptive; batch 128 is fixed" "$bf" train \
+expect 2 "--batch-min: bounds the effective batch of --batch auto and adaptive; --batch 128 is fixed" "$bf" train \
   --model "$m" --batch-min 8 --max-steps 1
 expect 2 "--threads: expected a number of threads \(1 to 1024\) or auto; got 'fast'" "$bf" train --model "$m" --threads fast
 # one of several processes (a launcher's environment): rank and message in
@@ -103,8 +103,8 @@ expect 2 "^batchfit: error: --checkpoint-every: says how often to write checkpoi
 # the capacity a memory schedule sets at step 0 is that option's, not --memory's
 expect 1 "^batchfit: error: --memory-schedule: its capacity from step 0, 10.00 MiB: training needs .* even at micro-batch 1, but .* is allowed" \
   "$bf" train --model "$m" --memory 1GiB --memory-schedule 0:10MiB,5:1GiB
-expect 2 "--lr-scaling: adascale needs the noise scale" "$bf" train --model "$m" --lr-scaling adascale
-expect 2 "--batch-schedule: cannot be combined with batch auto" "$bf" train --model "$m" --batch auto --batch-schedule 0:32
+expect 2 "--lr-scaling: adascale needs the noise scale: use it with --batch auto" "$bf" train --model "$m" --lr-scaling adascale
+expect 2 "--batch-schedule: cannot be combined with --batch auto" "$bf" train --model "$m" --batch auto --batch-schedule 0:32
 expect 2 "--lr-scaling: unknown lr scaling rule 'cubic' .*adascale" "$bf" train --model "$m" --lr-scaling cubic
 printf 'input 1x28x28\nflatten\nlinear 10 bais=1\n' >"$tmp/bad.cfg"
 expect 1 "bad.cfg:3:11: " "$bf" train --model "$tmp/bad.cfg"

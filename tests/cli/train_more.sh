@@ -64,7 +64,7 @@ expect 1 "--data: gpt-nano is a token model \(its input is 128 token ids\) but t
   "$bf" train --model gpt-nano --max-steps 1
 expect 1 "--seq-max: must be 1 to 128 \(the model's positions\), got 129" "$bf" train --model gpt-nano --seq-max 129 \
   --max-steps 1
-expect 2 "--batch-tokens: batch and batch-tokens both give the effective batch" "$bf" train --model gpt-nano --batch 8 \
+expect 2 "--batch-tokens: --batch and --batch-tokens both give the effective batch" "$bf" train --model gpt-nano --batch 8 \
   --batch-tokens 1024
 expect 2 "--batch-tokens: auto is not supported yet" "$bf" train --model gpt-nano --batch-tokens auto
 expect 2 "--batch-tokens: 0 is out of range" "$bf" train --model gpt-nano --batch-tokens 0
