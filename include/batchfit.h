@@ -578,7 +578,8 @@ BFIT_API void bfit_controller_free(bfit_controller *c);
  * if the last observed memory fits not even m = 1. */
 BFIT_API int bfit_controller_next(bfit_controller *c, int64_t step, int epoch, bfit_batch_decision *d);
 /* Report the step bfit_controller_next last decided. BFIT_ESTATE before any
- * decision, BFIT_EINVAL for another step or nonsense values. */
+ * decision or when that step was already observed (one observe per next),
+ * BFIT_EINVAL for another step or nonsense values. */
 BFIT_API int bfit_controller_observe(bfit_controller *c, const bfit_step_stats *s);
 /* A micro-batch of failed_m samples could not be reserved and did not run:
  * d gets the same step's decision with m the largest that fits below
