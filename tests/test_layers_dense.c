@@ -111,6 +111,35 @@ static void test_gc_act(void **st)
     gc("hardswish 2x3x3 m=7", cfg_of(BFIT_L_HARDSWISH), S(2, 3, 3), 7);
 }
 
+/* leakyrelu and elu (alpha != 1) have a kink at 0, skipped as relu's;
+ * softplus's threshold (20 / beta) lies outside the inputs drawn */
+static void test_gc_act_param(void **st)
+{
+    bfit_layer_cfg lr = cfg_of(BFIT_L_LEAKYRELU), e = cfg_of(BFIT_L_ELU), sp = cfg_of(BFIT_L_SOFTPLUS);
+    gc_case c = {.label = "leakyrelu 0.2 3x5x5 m=7", .nin = 1, .in = {S(3, 5, 5)}, .m = 7, .kink_gap = 0.02};
+    (void)st;
+    lr.alpha = 0.2f;
+    c.cfg = lr;
+    gc_assert(&c);
+    c.label = "leakyrelu -0.5 7 m=1";
+    c.cfg.alpha = -0.5f;
+    c.in[0] = V(7);
+    c.m = 1;
+    gc_assert(&c);
+    e.alpha = 0.5f;
+    c.label = "elu 0.5 2x3x3 m=7";
+    c.cfg = e;
+    c.in[0] = S(2, 3, 3);
+    c.m = 7;
+    gc_assert(&c);
+    gc("elu 7 m=1", cfg_of(BFIT_L_ELU), V(7), 1);
+    gc("softplus 7 m=1", sp, V(7), 1);
+    sp.beta = 2.0f;
+    gc("softplus beta 2 2x3x3 m=7", sp, S(2, 3, 3), 7);
+    sp.beta = -1.5f;
+    gc("softplus beta -1.5 7 m=5", sp, V(7), 5);
+}
+
 static void test_gc_flatten_dropout(void **st)
 {
     bfit_layer_cfg d = cfg_of(BFIT_L_DROPOUT);
@@ -867,6 +896,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gc_linear),     cmocka_unit_test(test_gc_sequences),
         cmocka_unit_test(test_gc_act),
+        cmocka_unit_test(test_gc_act_param),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_scale),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),
