@@ -881,6 +881,25 @@ static void test_errors(void **st)
     c.p = 1.0f;
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_non_null(strstr(err, "[0, 1)"));
+    /* the activations' parameters as the spec and ONNX import check them,
+       for a cfg made otherwise (the library's callers) */
+    in[0] = V(4);
+    c = cfg_of(BFIT_L_LEAKYRELU);
+    c.alpha = INFINITY;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "leakyrelu needs a finite negative slope, got inf");
+    c = cfg_of(BFIT_L_ELU);
+    c.alpha = NAN;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "elu needs a finite alpha, got nan");
+    c = cfg_of(BFIT_L_SOFTPLUS);
+    c.beta = 0;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "softplus needs a finite, nonzero beta and a finite threshold, got beta 0, threshold 20");
+    c.beta = 1, c.threshold = -INFINITY;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "got beta 1, threshold -inf"));
+    assert_null(l);
     /* a sequence is scored per token (token models, issue 15): one row of
      * class scores per token, the output (probabilities) shaped alike */
     c = cfg_of(BFIT_L_XENT);
