@@ -90,8 +90,8 @@ enum { BK_RELU, BK_GELU_ERF, BK_GELU_TANH, BK_CLIP, BK_SIGMOID, BK_SILU, BK_TANH
 
 BK_HD float bk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* log(1 + e^t) without overflow: PyTorch's log1p(exp(t)) where that is
- * finite, which its threshold (default 20) keeps it */
+/* log(1 + e^t), PyTorch's log1p(exp(t)), written so that a large t (past
+ * a threshold above 88) gives t rather than inf */
 BK_HD float bk_log1pexp(float t) { return fmaxf(t, 0.0f) + log1pf(expf(-fabsf(t))); }
 
 /* relu as oneDNN's with alpha 0 (x * 0 keeps a NaN a NaN); leaky relu,
@@ -118,7 +118,8 @@ BK_HD float bk_act(int alg, float x, float lo, float hi)
  * so x may be its output; hardsigmoid's strictly inside its ramp, as
  * PyTorch's; hardswish's is oneDNN's (0 at x <= -3, dy at x >= 3); leaky
  * relu's and elu's take the slope at 0 from the left, as PyTorch's;
- * softplus's is sigmoid(beta x), dy above the threshold */
+ * softplus's is sigmoid(beta x) (1 past 88, where PyTorch's e^t / (e^t + 1)
+ * is inf / inf), dy above the threshold */
 BK_HD float bk_act_grad(int alg, float x, float dy, float lo, float hi)
 {
     float s, t, du;

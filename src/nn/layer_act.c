@@ -188,8 +188,8 @@ const bfit_layer_vt bfit_hardsigmoid_vt = {
 };
 
 /* Their backward reads x, as PyTorch's: elu's from y (y + alpha) would
- * round differently, softplus has none, and leaky relu's from y only for a
- * slope >= 0, and a kind's modes do not depend on its parameters) */
+ * round differently, softplus has none, and leaky relu's from y holds only
+ * for a slope >= 0 (a kind's modes do not depend on its parameters). */
 ACT_VT_XI(bfit_leakyrelu_vt, BFIT_L_LEAKYRELU, init_param);
 ACT_VT_XI(bfit_elu_vt, BFIT_L_ELU, init_param);
 ACT_VT_XI(bfit_softplus_vt, BFIT_L_SOFTPLUS, init_param);
