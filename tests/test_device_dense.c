@@ -259,6 +259,11 @@ static void test_eltwise_rejects(void **st)
         {BFIT_ELT_TANH, 8, 0, 1, 0, 0, "relu's sign bits"},
         {BFIT_ELT_SIGMOID, 0, 0, 0, 0, 0, "need at least one element, got 0"},
         {BFIT_ELT_HARDSIGMOID, 8, 0, 0, 0, 0.5f, "hardsigmoid needs a positive, finite alpha"},
+        {BFIT_ELT_LEAKYRELU, 8, 0, 0, INFINITY, 0, "leakyrelu needs a finite negative slope, got inf"},
+        {BFIT_ELT_ELU, 8, 0, 0, -INFINITY, 0, "elu needs a finite alpha, got -inf"},
+        {BFIT_ELT_SOFTPLUS, 8, 0, 0, 0, 20, "softplus needs a finite, nonzero beta and a finite threshold, got beta 0"},
+        {BFIT_ELT_SOFTPLUS, 8, 0, 0, 1, NAN, "got beta 1, threshold nan"},
+        {BFIT_ELT_ELU, 8, 1, 0, 1, 0, "only relu's and clip's backward can use the output"},
         {(bfit_eltwise_alg)99, 8, 0, 0, 0, 0, "unknown algorithm 99"},
     };
     tdev *t = *st;
@@ -278,6 +283,22 @@ static void test_eltwise_rejects(void **st)
 #define CLIP_HI 2.0f
 #define HSIG_ALPHA 0.25f /* hardsigmoid's in these checks (ONNX's default is 0.2, PyTorch's 1/6) */
 #define HSIG_BETA 0.375f
+#define LEAKY_SLOPE -0.25f /* leaky relu's (PyTorch's default is 0.01: any slope is allowed) */
+#define ELU_ALPHA 0.5f
+#define SP_BETA 2.0f /* softplus's; its threshold crossed by inputs of [-4, 4] */
+#define SP_THRESH 3.0f
+
+/* The op's lo and hi in these checks. */
+static void elt_lo_hi(bfit_eltwise_alg alg, float *lo, float *hi)
+{
+    switch (alg) {
+    case BFIT_ELT_HARDSIGMOID: *lo = HSIG_ALPHA, *hi = HSIG_BETA; return;
+    case BFIT_ELT_LEAKYRELU: *lo = LEAKY_SLOPE, *hi = 0; return;
+    case BFIT_ELT_ELU: *lo = ELU_ALPHA, *hi = 0; return;
+    case BFIT_ELT_SOFTPLUS: *lo = SP_BETA, *hi = SP_THRESH; return;
+    default: *lo = CLIP_LO, *hi = CLIP_HI; return;
+    }
+}
 
 static double ref_elt(bfit_eltwise_alg alg, double x, double *deriv)
 {
@@ -309,6 +330,15 @@ static double ref_elt(bfit_eltwise_alg alg, double x, double *deriv)
     case BFIT_ELT_HARDSWISH:
         *deriv = x <= -3 ? 0 : x >= 3 ? 1 : (2 * x + 3) / 6;
         return x <= -3 ? 0 : x >= 3 ? x : x * (x + 3) / 6;
+    case BFIT_ELT_LEAKYRELU: /* PyTorch's: the slope at 0 is the left one */
+        *deriv = x > 0 ? 1 : LEAKY_SLOPE;
+        return x > 0 ? x : LEAKY_SLOPE * x;
+    case BFIT_ELT_ELU:
+        *deriv = x > 0 ? 1 : ELU_ALPHA * exp(x);
+        return x > 0 ? x : ELU_ALPHA * expm1(x);
+    case BFIT_ELT_SOFTPLUS: /* PyTorch's: x itself above the threshold */
+        *deriv = SP_BETA * x > SP_THRESH ? 1 : 1 / (1 + exp(-SP_BETA * x));
+        return SP_BETA * x > SP_THRESH ? x : log1p(exp(SP_BETA * x)) / SP_BETA;
     default: {
         double u = c * (x + 0.044715 * x * x * x), th = tanh(u);
         *deriv = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 3 * 0.044715 * x * x);
@@ -325,8 +355,7 @@ static void check_eltwise(tdev *t, bfit_eltwise_alg alg, int64_t n)
     const float *x = TB_F(tx), *y = TB_F(ty), *dy = TB_F(tdy), *dx = TB_F(tdx);
     d.u.elt.n = n;
     d.u.elt.alg = alg;
-    d.u.elt.lo = alg == BFIT_ELT_HARDSIGMOID ? HSIG_ALPHA : CLIP_LO;
-    d.u.elt.hi = alg == BFIT_ELT_HARDSIGMOID ? HSIG_BETA : CLIP_HI;
+    elt_lo_hi(alg, &d.u.elt.lo, &d.u.elt.hi);
     a.src = tx.d;
     a.dst = ty.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
@@ -399,7 +428,7 @@ static void test_gelu_sweep(void **st)
 static void test_eltwise(void **st)
 {
     static const int64_t ns[] = {1, 7, 1001};
-    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_HARDSWISH; alg++)
+    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_SOFTPLUS; alg++)
         for (size_t s = 0; s < 3; s++)
             check_eltwise(*st, (bfit_eltwise_alg)alg, ns[s]);
 }
@@ -432,8 +461,8 @@ static void check_eltwise16(tdev *t, bfit_eltwise_alg alg, int use_dst, int64_t 
     }
     tbuf_up(t, &x), tbuf_up(t, &dy);
     d.u.elt = (typeof(d.u.elt)){.n = n, .alg = alg, .use_dst = use_dst};
-    if (alg == BFIT_ELT_HARDSIGMOID)
-        d.u.elt.lo = HSIG_ALPHA, d.u.elt.hi = HSIG_BETA;
+    if (alg == BFIT_ELT_HARDSIGMOID || alg >= BFIT_ELT_LEAKYRELU)
+        elt_lo_hi(alg, &d.u.elt.lo, &d.u.elt.hi);
     a.src = x.d, a.dst = y.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     d.kind = BFIT_OP_ELTWISE_BWD;
@@ -460,6 +489,9 @@ static void test_eltwise_bf16(void **st)
         check_eltwise16(*st, BFIT_ELT_SILU, 0, ns[s]);
         check_eltwise16(*st, BFIT_ELT_HARDSIGMOID, 0, ns[s]);
         check_eltwise16(*st, BFIT_ELT_HARDSWISH, 0, ns[s]);
+        check_eltwise16(*st, BFIT_ELT_LEAKYRELU, 0, ns[s]);
+        check_eltwise16(*st, BFIT_ELT_ELU, 0, ns[s]);
+        check_eltwise16(*st, BFIT_ELT_SOFTPLUS, 0, ns[s]);
     }
 }
 

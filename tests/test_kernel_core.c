@@ -338,14 +338,16 @@ static void test_embedding(void **st)
 static void act_case(bfit_eltwise_alg alg, int use_dst)
 {
     const int64_t n = 4099;
-    const float lo = alg == BFIT_ELT_HARDSIGMOID ? 0.25f : -0.5f, hi = alg == BFIT_ELT_HARDSIGMOID ? 0.375f : 2.0f;
+    /* clip's bounds, hardsigmoid's alpha and beta, leaky relu's slope, elu's alpha */
+    const float lo = alg == BFIT_ELT_HARDSIGMOID ? 0.25f : alg == BFIT_ELT_ELU ? 0.75f : -0.5f,
+                hi = alg == BFIT_ELT_HARDSIGMOID ? 0.375f : 2.0f;
     bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
     tbuf x = rand_buf(BFIT_F32, n, -8, 8, 61 + alg), dy = rand_buf(BFIT_F32, n, -1, 1, 71);
     tbuf y = tbuf_new(&td, n * 4), dx = tbuf_new(&td, n * 4), ws;
     float *yh = malloc(n * 4), *dxh = malloc(n * 4);
-    /* relu and clip select; the others' exp, erf and tanh are libm's here, oneDNN's polynomials there
-       (hardswish's few products may round otherwise) */
-    double tol = alg == BFIT_ELT_RELU || alg == BFIT_ELT_CLIP ? 0 : 16 * FLT_EPSILON;
+    /* relu and clip select, leaky relu multiplies once; the others' exp, erf and tanh are libm's here,
+       oneDNN's polynomials there (hardswish's few products may round otherwise) */
+    double tol = alg == BFIT_ELT_RELU || alg == BFIT_ELT_CLIP || alg == BFIT_ELT_LEAKYRELU ? 0 : 16 * FLT_EPSILON;
     bfit_op_args o = {0};
     bfit_op *op;
 
@@ -379,10 +381,10 @@ static void act_case(bfit_eltwise_alg alg, int use_dst)
 static void test_activations(void **st)
 {
     (void)st;
-    /* hardsigmoid: the cpu device runs this very function (oneDNN 2.6 has none);
-       test_device_dense checks it against its definition */
-    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_HARDSWISH; alg++) {
-        if (alg == BFIT_ELT_HARDSIGMOID)
+    /* hardsigmoid and softplus: the cpu device runs this very function (oneDNN 2.6 has none, or
+       without beta); test_device_dense and test_layers_torch check them against their definitions */
+    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_SOFTPLUS; alg++) {
+        if (alg == BFIT_ELT_HARDSIGMOID || alg == BFIT_ELT_SOFTPLUS)
             continue;
         print_message("  activation %d\n", alg);
         act_case((bfit_eltwise_alg)alg, 0);

@@ -111,6 +111,35 @@ static void test_gc_act(void **st)
     gc("hardswish 2x3x3 m=7", cfg_of(BFIT_L_HARDSWISH), S(2, 3, 3), 7);
 }
 
+/* leakyrelu and elu (alpha != 1) have a kink at 0, skipped as relu's;
+ * softplus's threshold (20 / beta) lies outside the inputs drawn */
+static void test_gc_act_param(void **st)
+{
+    bfit_layer_cfg lr = cfg_of(BFIT_L_LEAKYRELU), e = cfg_of(BFIT_L_ELU), sp = cfg_of(BFIT_L_SOFTPLUS);
+    gc_case c = {.label = "leakyrelu 0.2 3x5x5 m=7", .nin = 1, .in = {S(3, 5, 5)}, .m = 7, .kink_gap = 0.02};
+    (void)st;
+    lr.alpha = 0.2f;
+    c.cfg = lr;
+    gc_assert(&c);
+    c.label = "leakyrelu -0.5 7 m=1";
+    c.cfg.alpha = -0.5f;
+    c.in[0] = V(7);
+    c.m = 1;
+    gc_assert(&c);
+    e.alpha = 0.5f;
+    c.label = "elu 0.5 2x3x3 m=7";
+    c.cfg = e;
+    c.in[0] = S(2, 3, 3);
+    c.m = 7;
+    gc_assert(&c);
+    gc("elu 7 m=1", cfg_of(BFIT_L_ELU), V(7), 1);
+    gc("softplus 7 m=1", sp, V(7), 1);
+    sp.beta = 2.0f;
+    gc("softplus beta 2 2x3x3 m=7", sp, S(2, 3, 3), 7);
+    sp.beta = -1.5f;
+    gc("softplus beta -1.5 7 m=5", sp, V(7), 5);
+}
+
 static void test_gc_flatten_dropout(void **st)
 {
     bfit_layer_cfg d = cfg_of(BFIT_L_DROPOUT);
@@ -852,6 +881,25 @@ static void test_errors(void **st)
     c.p = 1.0f;
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_non_null(strstr(err, "[0, 1)"));
+    /* the activations' parameters as the spec and ONNX import check them,
+       for a cfg made otherwise (the library's callers) */
+    in[0] = V(4);
+    c = cfg_of(BFIT_L_LEAKYRELU);
+    c.alpha = INFINITY;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "leakyrelu needs a finite negative slope, got inf");
+    c = cfg_of(BFIT_L_ELU);
+    c.alpha = NAN;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "elu needs a finite alpha, got nan");
+    c = cfg_of(BFIT_L_SOFTPLUS);
+    c.beta = 0;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "softplus needs a finite, nonzero beta and a finite threshold, got beta 0, threshold 20");
+    c.beta = 1, c.threshold = -INFINITY;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "got beta 1, threshold -inf"));
+    assert_null(l);
     /* a sequence is scored per token (token models, issue 15): one row of
      * class scores per token, the output (probabilities) shaped alike */
     c = cfg_of(BFIT_L_XENT);
@@ -867,6 +915,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gc_linear),     cmocka_unit_test(test_gc_sequences),
         cmocka_unit_test(test_gc_act),
+        cmocka_unit_test(test_gc_act_param),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_scale),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),

@@ -240,6 +240,7 @@ static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
     cfg->hi = meta_float(f, "hi", cfg->hi);
     cfg->alpha = meta_float(f, "alpha", cfg->alpha);
     cfg->beta = meta_float(f, "beta", cfg->beta);
+    cfg->threshold = meta_float(f, "threshold", cfg->threshold);
     cfg->axis = meta_int(f, "axis", cfg->axis);
     c->m = meta_int(f, "m", 0);
     c->training = meta_int(f, "training", 1);

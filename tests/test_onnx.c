@@ -644,6 +644,86 @@ static void test_gelu_op(void **st)
     }
 }
 
+/* x [N,4] -> Gemm -> op (its alpha attribute, unless NAN) -> logits [N,3]. */
+static pbw *alpha_graph(const char *op, float alpha)
+{
+    const char *si[1] = {"h"}, *so[1] = {"logits"};
+    pbw *g = pb_new(), *n = node(op, "act", si, 1, so, 1);
+    gemm_node(g, "fc", "h");
+    if (!isnan(alpha))
+        attr_float(n, "alpha", alpha);
+    pmsg(g, 1, n);
+    return gemm_rest(g);
+}
+
+/* x [N,4] -> Gemm -> h; Mul(h, b) (swap: Mul(b, h)), Softplus, Div by d ->
+ * logits: nn.Softplus(beta=b)'s export, b and d scalar initializers. */
+static pbw *softplus_beta_graph(float b, float d, int swap)
+{
+    const char *mi[2] = {swap ? "b" : "h", swap ? "h" : "b"}, *mo[1] = {"hb"}, *so[1] = {"sp"},
+               *di[2] = {"sp", "d"}, *dout[1] = {"logits"};
+    pbw *g = pb_new();
+    gemm_node(g, "fc", "h");
+    pmsg(g, 1, node("Mul", "scale", mi, 2, mo, 1));
+    pmsg(g, 1, node("Softplus", "softplus", mo, 1, so, 1));
+    pmsg(g, 1, node("Div", "unscale", di, 2, dout, 1));
+    pmsg(g, 5, tensor("b", NULL, 0, &b, 1));
+    pmsg(g, 5, tensor("d", NULL, 0, &d, 1));
+    return gemm_rest(g);
+}
+
+/* LeakyRelu and Elu keep their alpha, ONNX's default (0.01, 1) when it is
+ * absent; Softplus is softplus with beta 1 and PyTorch's threshold 20 (the
+ * same function in f32); Mul by b, Softplus, Div by b (either order of the
+ * Mul) is one softplus of beta b; a Div by another number, and an alpha
+ * that is not finite, are refused at the node. */
+static void test_param_activations(void **st)
+{
+    static const struct {
+        const char *op;
+        float alpha, want;
+        bfit_layer_kind kind;
+    } ok[] = {{"LeakyRelu", NAN, 0.01f, BFIT_L_LEAKYRELU}, {"LeakyRelu", -0.2f, -0.2f, BFIT_L_LEAKYRELU},
+              {"Elu", NAN, 1.0f, BFIT_L_ELU}, {"Elu", 0.5f, 0.5f, BFIT_L_ELU}};
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        m = model(alpha_graph(ok[i].op, ok[i].alpha));
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nnodes, 2);
+        assert_int_equal(g.nodes[1].cfg.kind, ok[i].kind);
+        assert_true(g.nodes[1].cfg.alpha == ok[i].want);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    m = model(gemm_graph("Softplus"));
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_SOFTPLUS);
+    assert_true(g.nodes[1].cfg.beta == 1.0f && g.nodes[1].cfg.threshold == 20.0f);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    for (int swap = 0; swap < 2; swap++) {
+        m = model(softplus_beta_graph(2.0f, 2.0f, swap));
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nnodes, 2);
+        assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_SOFTPLUS);
+        assert_true(g.nodes[1].cfg.beta == 2.0f && g.nodes[1].cfg.threshold == 20.0f);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    m = model(softplus_beta_graph(2.0f, 3.0f, 0));
+    assert_int_equal(load(m, &g, "node 'scale' (Mul, opset 17) with inputs 'h' [N,3], 'b' [] float: this Mul by 2 feeds "
+                                 "a Softplus, but the Softplus's output is not then divided by 2 alone"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(alpha_graph("Elu", INFINITY));
+    assert_int_equal(load(m, &g, "node 'act' (Elu, opset 17) with inputs 'h' [N,3]: alpha inf: batchfit needs a "
+                                 "finite alpha"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* x [N,4,3,3]; p = GlobalAveragePool(x), or ReduceMean(x) over `axes`
  * (naxes of them, keepdims 1) when naxes > 0; s = HardSigmoid(p) (alpha);
  * y = Mul(a, b) of two of x and s; GlobalAveragePool, Flatten, Gemm ->
@@ -754,10 +834,10 @@ static void test_host_cast(void **st)
 static void test_unsupported_op(void **st)
 {
     bfit_graph_desc g;
-    pbw *m = model(gemm_graph("Softplus"));
+    pbw *m = model(gemm_graph("Selu"));
     (void)st;
-    assert_int_equal(load(m, &g, "t.onnx: node 'last' (Softplus, opset 17) with inputs 'h' [N,3]: batchfit does not "
-                                 "support the operator Softplus"),
+    assert_int_equal(load(m, &g, "t.onnx: node 'last' (Selu, opset 17) with inputs 'h' [N,3]: batchfit does not "
+                                 "support the operator Selu"),
                      BFIT_EINVAL);
     pb_free(m);
     m = model(gemm_graph("Softmax"));
@@ -1186,6 +1266,7 @@ int main(void)
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_gelu_op),
         cmocka_unit_test(test_host_cast),
+        cmocka_unit_test(test_param_activations),
         cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic),

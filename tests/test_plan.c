@@ -768,6 +768,28 @@ static void test_cheap_regen_smooth(void **st)
     }
 }
 
+/* The same with leakyrelu, elu and softplus (their parameters not
+ * PyTorch's defaults) after batch norms (tests/fixtures/param-act-mini.cfg):
+ * each output regenerated from its input, kept for the backward anyway;
+ * measured = planned, lean or not, each recomputation; f32 and bf16. */
+static void test_cheap_regen_param_act(void **st)
+{
+    static const char *model = "tests/fixtures/param-act-mini.cfg";
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const bfit_layer_kind kinds[] = {BFIT_L_LEAKYRELU, BFIT_L_ELU, BFIT_L_SOFTPLUS};
+    static const bfit_recompute_kind rk[] = {BFIT_RECOMPUTE_NONE, BFIT_RECOMPUTE_BLOCKS, BFIT_RECOMPUTE_SQRT};
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(regen_against_kept(model, prec[i], kinds, 3), 3);
+        for (int lean = 0; lean <= 1; lean++)
+            for (unsigned k = 0; k < sizeof rk / sizeof rk[0]; k++) {
+                bfit_storage sto = {prec[i], lean, rk[k]};
+                measured_step_st(model, &oc, 16, &sto, 0, 16);
+            }
+    }
+}
+
 /* A transformer's MLP block: lean regenerates gelu's output (fc2's input)
  * from fc1's, which gelu's backward reads anyway; the same gradients bit
  * for bit as keeping it, a smaller step, measured = planned; f32 and bf16
@@ -1021,6 +1043,7 @@ int main(void)
         cmocka_unit_test(test_grads_share_activations),
         cmocka_unit_test(test_cheap_regen_same_grads),
         cmocka_unit_test(test_cheap_regen_smooth),
+        cmocka_unit_test(test_cheap_regen_param_act),
         cmocka_unit_test(test_cheap_regen_gelu),
         cmocka_unit_test(test_cheap_regen_se),
         cmocka_unit_test(test_blocked_same_grads),

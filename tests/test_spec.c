@@ -171,6 +171,38 @@ static void test_every_layer_and_option(void **st)
     bfit_graph_fini(&g);
 }
 
+/* leakyrelu, elu and softplus: PyTorch's defaults, then each parameter
+ * (a negative slope or beta included: PyTorch allows them) */
+static void test_param_activations(void **st)
+{
+    const char *text = "input 10\n"
+                       "leakyrelu\n"                      /* 0 */
+                       "leakyrelu slope=-0.25\n"          /* 1 */
+                       "elu\n"                            /* 2 */
+                       "elu alpha=0.5\n"                  /* 3 */
+                       "softplus\n"                       /* 4 */
+                       "softplus threshold=5 beta=-2\n"   /* 5 */
+                       "linear 2\n";
+    bfit_graph_desc g;
+    const bfit_node_desc *n;
+    (void)st;
+
+    assert_int_equal(parse(text, &g), BFIT_OK);
+    assert_int_equal(g.nnodes, 7);
+    n = g.nodes;
+    assert_node(&g, 0, BFIT_L_LEAKYRELU, 0, -1, 2, 1);
+    assert_true(n[0].cfg.alpha == 0.01f);
+    assert_node(&g, 1, BFIT_L_LEAKYRELU, 1, -1, 3, 1);
+    assert_true(n[1].cfg.alpha == -0.25f);
+    assert_node(&g, 2, BFIT_L_ELU, 2, -1, 4, 1);
+    assert_true(n[2].cfg.alpha == 1.0f);
+    assert_true(n[3].cfg.alpha == 0.5f);
+    assert_node(&g, 4, BFIT_L_SOFTPLUS, 4, -1, 6, 1);
+    assert_true(n[4].cfg.beta == 1.0f && n[4].cfg.threshold == 20.0f);
+    assert_true(n[5].cfg.beta == -2.0f && n[5].cfg.threshold == 5.0f);
+    bfit_graph_fini(&g);
+}
+
 static void test_residual_wiring(void **st)
 {
     const char *text =
@@ -297,6 +329,16 @@ static const bad bads[] = {
     {"input 1x28x28\nmaxpool 2 k=3\n", 0, "t.cfg:2:11: ", {"duplicate option", "already set by `2`"}},
     {"input 784\ndropout 0.5 p=0.3\n", 0, "t.cfg:2:13: ", {"duplicate option"}},
     {"input 784\nrelu 3\n", 0, "t.cfg:2:6: ", {"unexpected `3`", "relu takes no arguments"}},
+    {"input 784\nleakyrelu 0.2\n", 0, "t.cfg:2:11: ", {"unexpected `0.2`", "leakyrelu takes only options"}},
+    {"input 784\nleakyrelu alpha=0.2\n", 0, "t.cfg:2:11: ", {"leakyrelu has no option `alpha`", "options: slope"}},
+    {"input 784\nleakyrelu slope=1e31\n", 0, "t.cfg:2:17: ", {"leakyrelu's slope must be in (-1e+30, 1e+30)"}},
+    {"input 784\nelu alpha=inf\n", 0, "t.cfg:2:11: ", {"bad number `inf` for elu's alpha"}},
+    {"input 784\nelu slope=1\n", 0, "t.cfg:2:5: ", {"elu has no option `slope`", "options: alpha"}},
+    {"input 784\nsoftplus beta=0\n", 0, "t.cfg:2:15: ", {"softplus's beta must not be 0"}},
+    {"input 784\nsoftplus beta=-0\n", 0, "t.cfg:2:15: ", {"softplus's beta must not be 0"}},
+    {"input 784\nsoftplus treshold=5\n", 0, "t.cfg:2:10: ",
+     {"softplus has no option `treshold`", "did you mean `threshold`?"}},
+    {"input 784\nsoftplus beta=2 beta=3\n", 0, "t.cfg:2:17: ", {"duplicate option", "`beta=3` sets beta"}},
     {"input 784\nbatchnorm 3\n", 0, "t.cfg:2:11: ", {"batchnorm takes only options"}},
     {"input 784\nlinear 10 20\n", 0, "t.cfg:2:11: ", {"unexpected `20`", "linear N"}},
     {"relu\n", 0, "t.cfg:1:1: ", {"begins with `input"}},
@@ -684,6 +726,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_layer_and_option),
+        cmocka_unit_test(test_param_activations),
         cmocka_unit_test(test_residual_wiring),
         cmocka_unit_test(test_text_details),
         cmocka_unit_test(test_bad_specs),

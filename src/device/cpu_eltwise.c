@@ -1,6 +1,6 @@
 /* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus (the erf one in f32 is ours,
- * cpu_gelu.c), clip, sigmoid, silu, tanh and
- * hardswish (hardsigmoid, which oneDNN 2.6 lacks, by cuda_core.h's per-element function) over a
+ * cpu_gelu.c), clip, sigmoid, silu, tanh, hardswish, leaky relu and elu
+ * (hardsigmoid and softplus, which oneDNN 2.6 lacks, by cuda_core.h's per-element function) over a
  * flat array of n elements (the shape does not matter elementwise). The
  * backward takes the forward's input (src), which every algorithm here
  * supports; relu may instead take the forward's output (use_dst), which
@@ -242,27 +242,30 @@ static int run_bits_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-/* ---- hardsigmoid: the function the CUDA kernel runs, per element ------------ */
+/* ---- hardsigmoid and softplus: the function the CUDA kernel runs ---------- */
 
-static int run_hardsigmoid(cpu_op *op, const bfit_op_args *a)
+/* Per element, in f32 (bfit_ld/bfit_st convert bf16): oneDNN 2.6 has no
+ * hardsigmoid, and its soft_relu has neither beta nor threshold. The
+ * bfit_eltwise_alg is cuda_core.h's BK_ number. */
+static int run_own(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
     bfit_dtype t = d->dtype;
-    float al = d->u.elt.lo, be = d->u.elt.hi;
+    float lo = d->u.elt.lo, hi = d->u.elt.hi;
     int64_t n = d->u.elt.n;
+    int alg = (int)d->u.elt.alg;
 
     if (d->kind == BFIT_OP_ELTWISE_FWD) {
         if (!a->src || !a->dst)
             return bfit_fail(BFIT_EINVAL, "eltwise forward: src and dst are required");
         BFIT_PAR_FOR_IF(n > BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++)
-            bfit_st(a->dst, t, i, bk_act(BK_HARDSIGMOID, bfit_ld(a->src, t, i), al, be)););
+            bfit_st(a->dst, t, i, bk_act(alg, bfit_ld(a->src, t, i), lo, hi)););
         return BFIT_OK;
     }
     if (!a->src || !a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "eltwise backward: src, diff_dst and diff_src are required");
     BFIT_PAR_FOR_IF(n > BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++)
-        bfit_st(a->diff_src, t, i,
-                bk_act_grad(BK_HARDSIGMOID, bfit_ld(a->src, t, i), bfit_ld(a->diff_dst, t, i), al, be)););
+        bfit_st(a->diff_src, t, i, bk_act_grad(alg, bfit_ld(a->src, t, i), bfit_ld(a->diff_dst, t, i), lo, hi)););
     return BFIT_OK;
 }
 
@@ -380,9 +383,13 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     case BFIT_ELT_SILU: alg = dnnl_eltwise_swish, alpha = 1.f; break; /* x * sigmoid(alpha x) */
     case BFIT_ELT_TANH: alg = dnnl_eltwise_tanh; break;
     case BFIT_ELT_HARDSWISH: alg = dnnl_eltwise_hardswish; break;
+    /* relu with alpha: x > 0 ? x : alpha x, the gradient alpha dy at x <= 0 (PyTorch's leaky_relu) */
+    case BFIT_ELT_LEAKYRELU: alg = dnnl_eltwise_relu, alpha = d->u.elt.lo; break;
+    case BFIT_ELT_ELU: alg = dnnl_eltwise_elu, alpha = d->u.elt.lo; break; /* alpha (e^x - 1) at x <= 0 */
     case BFIT_ELT_HARDSIGMOID:
+    case BFIT_ELT_SOFTPLUS:
         op->ws = op->saved = 0;
-        op->run = run_hardsigmoid;
+        op->run = run_own;
         return BFIT_OK;
     default: return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     }

@@ -372,12 +372,28 @@ const char *bfit_op_cpu_only(const bfit_op_desc *d)
     }
 }
 
+/* The parameters of leaky relu, elu and softplus: finite (beta nonzero). */
+static int eltwise_check_params(const bfit_op_desc *d)
+{
+    float lo = d->u.elt.lo, hi = d->u.elt.hi;
+    int fin = lo > -1e30f && lo < 1e30f;
+
+    if (d->u.elt.alg == BFIT_ELT_LEAKYRELU && !fin)
+        return bfit_fail(BFIT_EINVAL, "eltwise: leakyrelu needs a finite negative slope, got %g", (double)lo);
+    if (d->u.elt.alg == BFIT_ELT_ELU && !fin)
+        return bfit_fail(BFIT_EINVAL, "eltwise: elu needs a finite alpha, got %g", (double)lo);
+    if (d->u.elt.alg == BFIT_ELT_SOFTPLUS && !(fin && lo != 0 && hi > -1e30f && hi < 1e30f))
+        return bfit_fail(BFIT_EINVAL, "eltwise: softplus needs a finite, nonzero beta and a finite threshold, got "
+                         "beta %g, threshold %g", (double)lo, (double)hi);
+    return BFIT_OK;
+}
+
 /* An activation's description, whichever device runs it. */
 static int eltwise_check(const bfit_op_desc *d)
 {
     if (d->u.elt.n < 1)
         return bfit_fail(BFIT_EINVAL, "eltwise: need at least one element, got %lld", (long long)d->u.elt.n);
-    if ((unsigned)d->u.elt.alg > BFIT_ELT_HARDSWISH)
+    if ((unsigned)d->u.elt.alg > BFIT_ELT_SOFTPLUS)
         return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     if ((d->u.elt.use_dst && d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_CLIP) ||
         (d->u.elt.bits && d->u.elt.alg != BFIT_ELT_RELU))
@@ -389,7 +405,7 @@ static int eltwise_check(const bfit_op_desc *d)
                                                   d->u.elt.hi < 1e30f))
         return bfit_fail(BFIT_EINVAL, "eltwise: hardsigmoid needs a positive, finite alpha and a finite beta, got "
                          "alpha %g, beta %g", (double)d->u.elt.lo, (double)d->u.elt.hi);
-    return BFIT_OK;
+    return eltwise_check_params(d);
 }
 
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)

@@ -124,7 +124,11 @@ typedef enum {
     BFIT_ELT_SILU,
     BFIT_ELT_TANH,
     BFIT_ELT_HARDSIGMOID, /* min(max(lo x + hi, 0), 1): lo and hi are alpha and beta */
-    BFIT_ELT_HARDSWISH    /* x * min(max(x + 3, 0), 6) / 6 */
+    BFIT_ELT_HARDSWISH,   /* x * min(max(x + 3, 0), 6) / 6 */
+    BFIT_ELT_LEAKYRELU,   /* x > 0 ? x : lo x (lo: the negative slope; PyTorch's LeakyReLU) */
+    BFIT_ELT_ELU,         /* x > 0 ? x : lo (e^x - 1) (lo: alpha; PyTorch's ELU) */
+    BFIT_ELT_SOFTPLUS     /* lo x > hi ? x : log(1 + e^(lo x)) / lo (lo: beta, hi: the threshold;
+                             PyTorch's Softplus) */
 } bfit_eltwise_alg;
 
 #define BFIT_OP_MAXCAT 32 /* inputs of one concatenation */

@@ -42,6 +42,10 @@ typedef enum {
     BFIT_L_HARDSWISH,  /* x * hardsigmoid(x) with alpha 1/6, beta 1/2 (PyTorch's Hardswish) */
     BFIT_L_SCALE,      /* an image's channels each times its own number, the second input (C of them):
                           squeeze-and-excitation's gate */
+    BFIT_L_LEAKYRELU,  /* x > 0 ? x : alpha x (PyTorch's LeakyReLU: negative slope alpha, default 0.01) */
+    BFIT_L_ELU,        /* x > 0 ? x : alpha (e^x - 1) (PyTorch's ELU: alpha default 1) */
+    BFIT_L_SOFTPLUS,   /* log(1 + e^(beta x)) / beta, x where beta x > threshold (PyTorch's Softplus:
+                          beta 1, threshold 20 by default) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -65,7 +69,9 @@ typedef struct bfit_layer_cfg {
                            GPT-2's residual projections 0.02 / sqrt(2 layers)); 0: PyTorch's default */
     int groups;         /* conv: channel groups (PyTorch's groups; 0 or 1: dense) */
     float lo, hi;       /* clip bounds */
-    float alpha, beta;  /* hardsigmoid: min(max(alpha x + beta, 0), 1) (default 1/6, 1/2) */
+    float alpha, beta;  /* hardsigmoid: min(max(alpha x + beta, 0), 1) (default 1/6, 1/2); leakyrelu:
+                           alpha the negative slope (0.01); elu: alpha (1); softplus: beta (1) */
+    float threshold;    /* softplus: linear where beta x > threshold (default 20) */
     int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
     bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]) */
 } bfit_layer_cfg;
@@ -287,7 +293,8 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_gap_vt, bfit_relu_vt, bfit_gelu_vt, bfit_flatten_vt, bfit_dropout_vt, bfit_batchnorm_vt,
     bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt, bfit_clip_vt, bfit_concat_vt,
     bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
-    bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt;
+    bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt, bfit_leakyrelu_vt, bfit_elu_vt,
+    bfit_softplus_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

@@ -1,7 +1,8 @@
 /* layer_act.c - elementwise activations: relu, gelu (PyTorch's default
  * erf form), clip (ReLU6 and its kin: hardtanh), sigmoid, silu (x *
  * sigmoid(x), PyTorch's SiLU), tanh, hardsigmoid and hardswish
- * (MobileNetV3's). Any input shape; the output has the
+ * (MobileNetV3's), leakyrelu, elu and softplus (with PyTorch's parameters
+ * and defaults). Any input shape; the output has the
  * same shape. The backward
  * reads the forward's input; relu's may read its output instead, or only a
  * sign bit per element kept in its saved bytes (l->mode), whichever the
@@ -27,6 +28,9 @@ static bfit_eltwise_alg alg_of(const bfit_layer *l)
     case BFIT_L_TANH: return BFIT_ELT_TANH;
     case BFIT_L_HARDSIGMOID: return BFIT_ELT_HARDSIGMOID;
     case BFIT_L_HARDSWISH: return BFIT_ELT_HARDSWISH;
+    case BFIT_L_LEAKYRELU: return BFIT_ELT_LEAKYRELU;
+    case BFIT_L_ELU: return BFIT_ELT_ELU;
+    case BFIT_L_SOFTPLUS: return BFIT_ELT_SOFTPLUS;
     default: return BFIT_ELT_RELU;
     }
 }
@@ -50,6 +54,42 @@ static int init_hardsigmoid(bfit_layer *l, char *err, size_t errlen)
     return init(l, err, errlen);
 }
 
+/* Leaky relu's slope, elu's alpha, softplus's beta (nonzero) and threshold:
+ * finite, as PyTorch's */
+static int init_param(bfit_layer *l, char *err, size_t errlen)
+{
+    const bfit_layer_cfg *c = &l->cfg;
+    int fin = c->alpha > -1e30f && c->alpha < 1e30f;
+
+    if (c->kind == BFIT_L_LEAKYRELU && !fin) {
+        snprintf(err, errlen, "leakyrelu needs a finite negative slope, got %g", (double)c->alpha);
+        return BFIT_EINVAL;
+    }
+    if (c->kind == BFIT_L_ELU && !fin) {
+        snprintf(err, errlen, "elu needs a finite alpha, got %g", (double)c->alpha);
+        return BFIT_EINVAL;
+    }
+    if (c->kind == BFIT_L_SOFTPLUS &&
+        !(c->beta > -1e30f && c->beta < 1e30f && c->beta != 0 && c->threshold > -1e30f && c->threshold < 1e30f)) {
+        snprintf(err, errlen, "softplus needs a finite, nonzero beta and a finite threshold, got beta %g, threshold %g",
+                 (double)c->beta, (double)c->threshold);
+        return BFIT_EINVAL;
+    }
+    return init(l, err, errlen);
+}
+
+/* The op's two numbers: clip's bounds, or the activation's parameters. */
+static void elt_params(const bfit_layer_cfg *c, float *lo, float *hi)
+{
+    switch (c->kind) {
+    case BFIT_L_HARDSIGMOID: *lo = c->alpha, *hi = c->beta; return;
+    case BFIT_L_LEAKYRELU:
+    case BFIT_L_ELU: *lo = c->alpha, *hi = 0; return;
+    case BFIT_L_SOFTPLUS: *lo = c->beta, *hi = c->threshold; return;
+    default: *lo = c->lo, *hi = c->hi; return;
+    }
+}
+
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = l->dtype};
@@ -57,8 +97,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 
     d.u.elt.n = (int64_t)m * bfit_shape_numel(l->in[0]);
     d.u.elt.alg = alg_of(l);
-    d.u.elt.lo = l->cfg.kind == BFIT_L_HARDSIGMOID ? l->cfg.alpha : l->cfg.lo;
-    d.u.elt.hi = l->cfg.kind == BFIT_L_HARDSIGMOID ? l->cfg.beta : l->cfg.hi;
+    elt_params(&l->cfg, &d.u.elt.lo, &d.u.elt.hi);
     d.u.elt.bits = training && l->mode == BFIT_MODE_BITS;
     d.u.elt.use_dst = training && l->mode == BFIT_MODE_Y;
     if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_ELTWISE_BWD, training, need)) != BFIT_OK)
@@ -93,11 +132,12 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 }
 
 /* An activation whose backward reads its input only. */
-#define ACT_VT_X(name, k)                                                                                   \
+#define ACT_VT_X(name, k) ACT_VT_XI(name, k, init)
+#define ACT_VT_XI(name, k, initf)                                                                           \
     const bfit_layer_vt name = {.kind = k,                                                                  \
                                 .nin = 1,                                                                   \
                                 .modes = BFIT_MODE(BFIT_MODE_X),                                            \
-                                .init = init,                                                               \
+                                .init = initf,                                                              \
                                 .prepare = prepare,                                                         \
                                 .init_params = NULL,                                                        \
                                 .forward = forward,                                                         \
@@ -146,3 +186,10 @@ const bfit_layer_vt bfit_hardsigmoid_vt = {
     .backward = backward,
     .unprepare = NULL,
 };
+
+/* Their backward reads x, as PyTorch's: elu's from y (y + alpha) would
+ * round differently, softplus has none, and leaky relu's from y holds only
+ * for a slope >= 0 (a kind's modes do not depend on its parameters). */
+ACT_VT_XI(bfit_leakyrelu_vt, BFIT_L_LEAKYRELU, init_param);
+ACT_VT_XI(bfit_elu_vt, BFIT_L_ELU, init_param);
+ACT_VT_XI(bfit_softplus_vt, BFIT_L_SOFTPLUS, init_param);

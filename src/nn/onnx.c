@@ -591,7 +591,8 @@ static int lower_node(onnx_lower *L, int i)
         if (v && v->kind == OV_UNAVAIL)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
     }
-    if (bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_vit(L, &rc) || bfit_onnx_lower_cnn(L, &rc))
+    if (bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_act(L, &rc) || bfit_onnx_lower_vit(L, &rc) ||
+        bfit_onnx_lower_cnn(L, &rc))
         return rc;
     return bfit_onnx_refuse(L, "batchfit does not support the operator %s: docs/onnx.md lists what it does and "
                                "what to do about the rest", bfit_onnx_cstr(nd->op, op, sizeof op));

@@ -240,10 +240,10 @@ bad:
 /* ---- layers and their options -------------------------------------------- */
 
 enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_VOCAB, O_POS,
-       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_COUNT };
+       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_SLOPE, O_ALPHA, O_BETA, O_THRESHOLD, O_COUNT };
 /* The cfg fields an option sets: giving one field twice is an error. */
 enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_VOCAB, F_POS, F_TYPES, F_CAUSAL, F_LEAN,
-       F_TIE, F_STD, F_COUNT };
+       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_COUNT };
 #define FB(f) (1u << (f))
 #define OB(o) (1u << (o))
 
@@ -271,12 +271,17 @@ static const struct {
     [O_LEAN] = {"lean", FB(F_LEAN)},
     [O_TIE] = {"tie", FB(F_TIE)},
     [O_STD] = {"std", FB(F_STD)},
+    [O_SLOPE] = {"slope", FB(F_ALPHA)},
+    [O_ALPHA] = {"alpha", FB(F_ALPHA)},
+    [O_BETA] = {"beta", FB(F_BETA)},
+    [O_THRESHOLD] = {"threshold", FB(F_THRESHOLD)},
 };
 
 static const char *const field_names[F_COUNT] = {
     "the kernel height", "the kernel width", "the vertical stride", "the horizontal stride",
     "the vertical padding", "the horizontal padding", "bias", "the dropout probability", "eps", "momentum",
-    "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std",
+    "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std", "the slope or alpha",
+    "beta", "the threshold",
 };
 
 enum { P_NONE, P_UNITS, P_KERNEL, P_PROB }; /* what a layer's one positional number is */
@@ -304,6 +309,9 @@ static const layer_kw layer_kws[] = {
     {"tanh", BFIT_L_TANH, P_NONE, 0, "tanh"},
     {"hardsigmoid", BFIT_L_HARDSIGMOID, P_NONE, 0, "hardsigmoid"},
     {"hardswish", BFIT_L_HARDSWISH, P_NONE, 0, "hardswish"},
+    {"leakyrelu", BFIT_L_LEAKYRELU, P_NONE, OB(O_SLOPE), "leakyrelu [slope=S]"},
+    {"elu", BFIT_L_ELU, P_NONE, OB(O_ALPHA), "elu [alpha=A]"},
+    {"softplus", BFIT_L_SOFTPLUS, P_NONE, OB(O_BETA) | OB(O_THRESHOLD), "softplus [beta=B] [threshold=T]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
@@ -315,7 +323,8 @@ static const layer_kw layer_kws[] = {
 
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
-    "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
+    "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "flatten",
+    "dropout", "batchnorm", "layernorm", "embed", "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -353,7 +362,8 @@ static int unknown_layer(const parser *p, tok t)
         return fail_at(p, t.s, "unknown layer `%s`; did you mean `%s`?", show(t, b, sizeof b), guess);
     return fail_at(p, t.s,
                    "unknown layer `%s` (known: linear, conv, maxpool, avgpool, gap, relu, gelu, sigmoid, silu, tanh, "
-                   "hardsigmoid, hardswish, flatten, dropout, batchnorm, layernorm, embed, attention, residual)",
+                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, flatten, dropout, batchnorm, layernorm, embed, "
+                   "attention, residual)",
                    show(t, b, sizeof b));
 }
 
@@ -418,6 +428,22 @@ static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fs
     }
 }
 
+/* leakyrelu's slope, elu's alpha, softplus's beta (not 0: it divides) and
+ * threshold: any finite number, as PyTorch's */
+static int act_param(const parser *p, int o, tok val, bfit_layer_cfg *c)
+{
+    static const char *const what[] = {"leakyrelu's slope", "elu's alpha", "softplus's beta",
+                                       "softplus's threshold"};
+    float *f = o == O_BETA ? &c->beta : o == O_THRESHOLD ? &c->threshold : &c->alpha;
+    char b[64];
+    int rc = parse_float(p, val, what[o - O_SLOPE], -1e30, 1, 1e30, 1, f);
+
+    if (rc == BFIT_OK && o == O_BETA && *f == 0)
+        return fail_at(p, val.s, "softplus's beta must not be 0 (softplus divides by it), got `%s`",
+                       show(val, b, sizeof b));
+    return rc;
+}
+
 static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *fs, tok t, const char *eq)
 {
     char b[64];
@@ -473,6 +499,8 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
         return parse_float(p, val, "eps", 0, 1, 1, 0, &c->eps);
     case O_STD:
         return parse_float(p, val, "std (the weights' initial spread)", 0, 1, 1, 0, &c->std);
+    case O_SLOPE: case O_ALPHA: case O_BETA: case O_THRESHOLD:
+        return act_param(p, o, val, c);
     default: /* O_MOM */
         return parse_float(p, val, "momentum", 0, 0, 1, 0, &c->momentum);
     }

@@ -6,7 +6,8 @@ what PyTorch computes on them: the oracle of tests/test_onnx_torch.c.
 For each NAME (the CNNs resnet18, mobilenet_v2, mobilenet_v3_small,
 efficientnet_b0 (stochastic depth off) and densenet121 at 64x64; the
 transformers vit_b_16 and vit_small and act_cnn, a small CNN with SiLU, Sigmoid
-and Tanh, and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
+and Tanh, param_act_cnn, a small CNN with LeakyReLU, ELU and Softplus (beta 1
+and 2), and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
 and an AvgPool2d's (each a Pad in the file), at 32x32, build() says which; 10
 classes; pad_cnn_op9 is pad_cnn exported at opset 9, where Pad's pads are an
 attribute) it writes NAME.onnx and NAME_ref.safetensors holding:
@@ -91,6 +92,8 @@ def perturb_bn(model, g):
                 mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
 
 
+KINKED = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.LeakyReLU,
+          torch.nn.ELU)  # ELU's gradient jumps at 0 unless alpha is 1
 TAU = 2e-5  # how far from a kink at least, relative to the activation's RMS (away_from_kinks says why)
 TAU_F32 = 10  # and how many times float32's largest error at that activation input
 FUNCTIONAL_RELU_AFTER = {"densenet121": ["features.norm5"]}  # batch norms followed by F.relu, not a module
@@ -101,7 +104,7 @@ def f32_errors(model, x):
     (or a batch norm's output, which a functional relu may take), against
     float64's, over the RMS."""
     import copy
-    acts = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.Hardsigmoid)
+    acts = KINKED
 
     def record(dtype):
         m, got, hooks = copy.deepcopy(model).to(dtype).train(), {}, []
@@ -182,7 +185,7 @@ def away_from_kinks(model, name, x):
             hooks.append(mod.register_forward_hook(bn_hook))
         elif isinstance(mod, torch.nn.Conv2d) and mod.bias is not None:
             hooks.append(mod.register_forward_hook(conv_hook))
-        elif isinstance(mod, (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.Hardsigmoid)):
+        elif isinstance(mod, KINKED):
             hooks.append(mod.register_forward_pre_hook(act_pre))
     with torch.no_grad():
         m(x.double())
@@ -257,6 +260,13 @@ def build(name):
         return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.SiLU(),
                              nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.Sigmoid(),
                              nn.Conv2d(8, 16, 3, padding=1), nn.Tanh(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
+    if name == "param_act_cnn":  # Softplus(beta=2) exports as Mul, Softplus, Div
+        nn = torch.nn
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.LeakyReLU(0.1),
+                             nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ELU(0.5),
+                             nn.Conv2d(8, 16, 3, padding=1), nn.Softplus(),
+                             nn.Conv2d(16, 16, 3, padding=1), nn.LeakyReLU(), nn.Softplus(beta=2),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
     if name in ("pad_cnn", "pad_cnn_op9"):  # every padding a Pad node before the Conv or AveragePool that takes it
         nn = torch.nn

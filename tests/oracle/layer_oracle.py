@@ -80,6 +80,10 @@ class Case:
             self.cfg.update(lo=0.0, hi=6.0)
         if kind == "hardsigmoid":
             self.cfg.update(alpha=f32(1.0 / 6.0), beta=0.5)
+        if kind in ("leakyrelu", "elu"):  # PyTorch's defaults: negative_slope 0.01, alpha 1
+            self.cfg.update(alpha=f32(0.01) if kind == "leakyrelu" else 1.0)
+        if kind == "softplus":
+            self.cfg.update(beta=1.0, threshold=20.0)
         if kind == "concat":
             self.cfg.update(axis=0)
         if kind in ("embed", "attention"):
@@ -248,6 +252,12 @@ def run_case(c, outdir):
         y = torch.clamp(cfg["alpha"] * x[0] + cfg["beta"], 0.0, 1.0)
     elif k == "hardswish":
         y = F.hardswish(x[0])
+    elif k == "leakyrelu":
+        y = F.leaky_relu(x[0], cfg["alpha"])
+    elif k == "elu":
+        y = F.elu(x[0], cfg["alpha"])
+    elif k == "softplus":  # linear where beta x > threshold
+        y = F.softplus(x[0], cfg["beta"], cfg["threshold"])
     elif k == "scale":  # [m, C, H, W] by [m, C, 1, 1]: a squeeze-and-excitation gate
         y = x[0] * x[1]
     elif k == "clip":
@@ -358,6 +368,16 @@ def cases():
     add("hardsigmoid_m2_37_alpha0.2", "hardsigmoid", [(37,)], 2, x_scale=4.0, alpha=f32(0.2), beta=0.5)
     add("hardswish_m1_3x5x7", "hardswish", [(3, 5, 7)], 1, x_scale=5.0)
     add("hardswish_m7_37", "hardswish", [(37,)], 7, x_scale=4.0)
+    # nn.LeakyReLU, nn.ELU, nn.Softplus: defaults, then other parameters (a negative slope and beta;
+    # softplus's threshold 1.5 at beta 2 is crossed by x_scale 2, where PyTorch's output jumps to x)
+    add("leakyrelu_m1_3x5x7", "leakyrelu", [(3, 5, 7)], 1)
+    add("leakyrelu_m7_37_slope0.2", "leakyrelu", [(37,)], 7, alpha=f32(0.2))
+    add("leakyrelu_m2_37_slope-0.5", "leakyrelu", [(37,)], 2, alpha=-0.5)
+    add("elu_m1_3x5x7", "elu", [(3, 5, 7)], 1, x_scale=4.0)
+    add("elu_m7_37_alpha0.5", "elu", [(37,)], 7, x_scale=4.0, alpha=0.5)
+    add("softplus_m1_3x5x7", "softplus", [(3, 5, 7)], 1, x_scale=4.0)
+    add("softplus_m2_37_beta2_threshold1.5", "softplus", [(37,)], 2, x_scale=2.0, beta=2.0, threshold=1.5)
+    add("softplus_m3_37_beta-1.5", "softplus", [(37,)], 3, x_scale=4.0, beta=-1.5)
     add("scale_m3_4x5x6_by_4x1x1", "scale", [(4, 5, 6), (4,)], 3)
     add("scale_m1_16x3x3_by_16x1x1", "scale", [(16, 3, 3), (16, 1, 1)], 1)
     add("flatten_m7_3x5x7", "flatten", [(3, 5, 7)], 7)

@@ -1,0 +1,88 @@
+/* onnx_act.c - the activations with a parameter onto batchfit's layers:
+ * LeakyRelu (nn.LeakyReLU), Elu (nn.ELU) and Softplus (nn.Softplus), and
+ * the pattern PyTorch exports nn.Softplus(beta) with beta != 1 as:
+ * Mul(x, beta), Softplus, Div(beta). */
+#include "base/err.h"
+#include "nn/onnx_int.h"
+
+/* LeakyRelu(alpha), ONNX's default 0.01; Elu(alpha), ONNX's default 1.0:
+ * PyTorch's LeakyReLU(negative_slope) and ELU(alpha). */
+static int with_alpha(onnx_lower *L, bfit_layer_kind kind, float dflt)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(kind);
+    oval *x;
+    int rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK || (rc = bfit_onnx_attr_float(L, "alpha", dflt, &c.alpha)))
+        return rc;
+    if (!(c.alpha > -1e30f && c.alpha < 1e30f))
+        return bfit_onnx_refuse(L, "alpha %g: batchfit needs a finite alpha", (double)c.alpha);
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* Softplus(x) = log(1 + e^x): ONNX's has no threshold, PyTorch's default
+ * (20) computes the same in f32: above 20, log(1 + e^x) - x < 2.1e-9, under
+ * half of x's last place, and sigmoid(x) rounds to 1. */
+static int softplus(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SOFTPLUS);
+    oval *x;
+    int rc = bfit_onnx_dev_in(L, 0, &x);
+    return rc != BFIT_OK ? rc : bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* Mul(x, b) (either order), Softplus, Div(b): softplus with beta b, as
+ * torch.onnx exports nn.Softplus(beta=b) (its threshold is not exported:
+ * PyTorch's default, 20, is taken). 1 if the node being lowered is such a
+ * Mul (rc set), 0 if not. */
+static int softplus_beta(onnx_lower *L, int *rc)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SOFTPLUS);
+    int sp = bfit_onnx_next(L, L->ndi, "Softplus"), dv = sp >= 0 ? bfit_onnx_next(L, sp, "Div") : -1, k;
+    const bfit_onnx_node *d = dv >= 0 ? &L->om->nodes[dv] : NULL;
+    double b, b2;
+    oval *x;
+
+    if (sp < 0 || L->nd->nin != 2)
+        return 0;
+    for (k = 0; k < 2 && !bfit_onnx_scalar(L, L->nd->in[1 - k], &b); k++)
+        ;
+    if (k == 2)
+        return 0;
+    if (!d || d->nin != 2 || bfit_onnx_val(L, d->in[0]) != bfit_onnx_val(L, L->om->nodes[sp].out[0]) ||
+        !bfit_onnx_scalar(L, d->in[1], &b2) || b2 != b) {
+        *rc = bfit_onnx_refuse(L, "this Mul by %g feeds a Softplus, but the Softplus's output is not then divided "
+                                  "by %g alone: batchfit reads softplus(b x) / b (nn.Softplus(beta=b)'s export)",
+                               b, b);
+        return 1;
+    }
+    if (!(b != 0 && b > -1e30 && b < 1e30)) {
+        *rc = bfit_onnx_refuse(L, "softplus's beta %g: batchfit needs a finite, nonzero beta", b);
+        return 1;
+    }
+    if ((*rc = bfit_onnx_dev_in(L, k, &x)) != BFIT_OK)
+        return 1;
+    c.beta = (float)b;
+    if ((*rc = bfit_onnx_emit(L, &c, &x, 1, NULL, 0)) != BFIT_OK)
+        return 1;
+    L->done[sp] = L->done[dv] = 1;
+    bfit_onnx_move_out(L, L->ndi, dv, "a part of Softplus(beta), which batchfit computes whole");
+    return 1;
+}
+
+int bfit_onnx_lower_act(onnx_lower *L, int *rc)
+{
+    const bfit_onnx_str op = L->nd->op;
+
+    if (bfit_onnx_streq(op, "LeakyRelu"))
+        *rc = with_alpha(L, BFIT_L_LEAKYRELU, 0.01f);
+    else if (bfit_onnx_streq(op, "Elu"))
+        *rc = with_alpha(L, BFIT_L_ELU, 1.0f);
+    else if (bfit_onnx_streq(op, "Softplus"))
+        *rc = softplus(L);
+    else if (bfit_onnx_streq(op, "Mul"))
+        return softplus_beta(L, rc);
+    else
+        return 0;
+    return 1;
+}
