@@ -1,8 +1,9 @@
 /* tokens.c - token data: a stream of token ids cut into samples of T ids,
  * each labelled with the T ids that follow (next-token prediction); read
  * from a token file (docs/data.md: llm.c's format, a 1 KiB header of 256
- * little-endian int32 then uint16 or uint32 ids), or made from a text file
- * with one id per byte (256 ids), its lines split between train and test.
+ * little-endian int32 then uint16 or uint32 ids), its ids split between
+ * train and test in blocks, or made from a text file with one id per byte
+ * (256 ids), its lines split between train and test.
  *
  * Sample i is ids[i T, (i + 1) T) with labels ids[i T + 1, (i + 1) T + 1):
  * consecutive windows, every id but the first a label once. */
@@ -18,38 +19,11 @@
 #define HDR_INTS 256
 #define TEXT_BLOCK 100 /* text: lines go to test in blocks of this many, */
 #define TEXT_EVERY 20  /* every 20th block (5%) */
+#define TOKEN_BLOCK BFIT_TOKENS_BLOCK /* a token file: ids, in blocks of this many, the same way */
 
 static uint32_t le32(const unsigned char *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* The whole file into memory. */
-static int slurp(const char *path, unsigned char **buf, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    long len;
-    *buf = NULL;
-    *n = 0;
-    if (!f)
-        return bfit_fail(BFIT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return bfit_fail(BFIT_EIO, "%s: cannot read: %s", path, strerror(errno));
-    }
-    *buf = malloc((size_t)len + 1);
-    if (!*buf) {
-        fclose(f);
-        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %ld bytes", path, len);
-    }
-    *n = fread(*buf, 1, (size_t)len, f);
-    fclose(f);
-    if (*n != (size_t)len) {
-        free(*buf);
-        *buf = NULL;
-        return bfit_fail(BFIT_EIO, "%s: short read", path);
-    }
-    return BFIT_OK;
 }
 
 int bfit_tokens_is_file(const char *path)
@@ -65,11 +39,38 @@ int bfit_tokens_is_file(const char *path)
     return yes;
 }
 
-/* Check the header of a token file of n bytes; *width 2 or 4, *count ids. */
-static int check_header(const char *path, const unsigned char *b, size_t n, int *width, int64_t *count, int *vocab)
+/* A file whose size is not its header's count of ids: what it holds and
+ * what would be right (a file cut short, or bytes after the ids). */
+static int size_error(const char *path, uint32_t cnt, int width, int64_t after)
 {
+    int64_t want = (int64_t)cnt * width;
+    if (after % width)
+        return bfit_fail(BFIT_EFORMAT, "%s: %lld bytes after the %d-byte header, not a whole number of %d-byte ids "
+                         "(version %d): the file is cut short or has bytes after its ids; the header says %u ids, "
+                         "%lld bytes", path, (long long)after, HDR_INTS * 4, width, width == 2 ? 1 : 2, cnt,
+                         (long long)want);
+    if (after < want)
+        return bfit_fail(BFIT_EFORMAT, "%s: the header says %u ids of %d bytes, the file holds %lld bytes after it "
+                         "(%lld ids): it is cut short; give the whole file (or a header whose count, bytes 8-11, "
+                         "is %lld)", path, cnt, width, (long long)after, (long long)(after / width),
+                         (long long)(after / width));
+    return bfit_fail(BFIT_EFORMAT, "%s: the header says %u ids of %d bytes, the file holds %lld bytes after it: "
+                     "%lld bytes after the last id; a token file ends with its ids (or its header's count, bytes "
+                     "8-11, is %lld)", path, cnt, width, (long long)after, (long long)(after - want),
+                     (long long)(after / width));
+}
+
+/* Read and check the header of a token file of len bytes; *width 2 or 4,
+ * *count ids, *vocab the header's (0: not stated). */
+static int read_header(const char *path, FILE *f, int64_t len, int *width, int64_t *count, int *vocab)
+{
+    unsigned char b[HDR_INTS * 4];
     uint32_t ver, cnt, voc;
-    if (n < HDR_INTS * 4 || le32(b) != BFIT_TOKENS_MAGIC)
+    if (len >= 4 && len < HDR_INTS * 4 && fread(b, 1, 4, f) == 4 && le32(b) == BFIT_TOKENS_MAGIC)
+        return bfit_fail(BFIT_EFORMAT, "%s: %lld bytes, shorter than a token file's header of %d bytes (256 int32 "
+                         "beginning with %d): the file is cut short", path, (long long)len, HDR_INTS * 4,
+                         BFIT_TOKENS_MAGIC);
+    if (len < HDR_INTS * 4 || fread(b, 1, sizeof b, f) != sizeof b || le32(b) != BFIT_TOKENS_MAGIC)
         return bfit_fail(BFIT_EFORMAT, "%s: not a token file (a header of 256 int32 beginning with %d)", path,
                          BFIT_TOKENS_MAGIC);
     ver = le32(b + 4);
@@ -78,9 +79,11 @@ static int check_header(const char *path, const unsigned char *b, size_t n, int 
     if (ver != 1 && ver != 2)
         return bfit_fail(BFIT_EFORMAT, "%s: token file version %u (1: uint16 ids, 2: uint32 ids)", path, ver);
     *width = ver == 1 ? 2 : 4;
-    if (cnt > INT32_MAX || (size_t)cnt * (size_t)*width != n - HDR_INTS * 4)
-        return bfit_fail(BFIT_EFORMAT, "%s: the header says %u ids of %d bytes, the file holds %zu bytes after it", path,
-                         cnt, *width, n - HDR_INTS * 4);
+    if (cnt > INT32_MAX)
+        return bfit_fail(BFIT_EFORMAT, "%s: the header says %u ids, more than a token file holds (at most %d)", path,
+                         cnt, INT32_MAX);
+    if ((int64_t)cnt * *width != len - HDR_INTS * 4)
+        return size_error(path, cnt, *width, len - HDR_INTS * 4);
     if (voc > INT32_MAX)
         return bfit_fail(BFIT_EFORMAT, "%s: vocabulary %u is too large", path, voc);
     *count = cnt;
@@ -88,36 +91,93 @@ static int check_header(const char *path, const unsigned char *b, size_t n, int 
     return BFIT_OK;
 }
 
-int bfit_tokens_read(const char *path, int32_t **ids, int64_t *count, int *vocab)
+/* Id i of a token file is in its test part: blocks of TOKEN_BLOCK ids,
+ * every TEXT_EVERY-th (a text's fraction, its lines' rule for ids). */
+static int token_in_test(int64_t i) { return (i / TOKEN_BLOCK) % TEXT_EVERY == TEXT_EVERY - 1; }
+
+/* How many of a token file's n ids its train part (train 1), its test
+ * part (0) or the whole (< 0) holds. */
+static int64_t token_part_size(int64_t n, int train)
 {
-    unsigned char *b;
-    size_t n;
-    int width = 4, most = -1, rc;
+    int64_t span = (int64_t)TOKEN_BLOCK * TEXT_EVERY, before = (int64_t)TOKEN_BLOCK * (TEXT_EVERY - 1);
+    int64_t test = n / span * TOKEN_BLOCK + (n % span > before ? n % span - before : 0);
+    return train < 0 ? n : train ? n - test : test;
+}
+
+/* A token file being read: where, into what. */
+typedef struct tok_read {
+    const char *path;
+    int width, vocab, train, most;
+    int64_t at, k; /* ids read so far, ids of the part so far */
+    int32_t *ids;
+} tok_read;
+
+/* The m ids of b, checked, into the part's ids. */
+static int take_ids(tok_read *t, const unsigned char *b, size_t m)
+{
+    for (size_t j = 0; j < m; j++, t->at++) {
+        const unsigned char *p = b + j * (size_t)t->width;
+        uint32_t v = t->width == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : le32(p);
+        if (v > INT32_MAX || (t->vocab && (int64_t)v >= t->vocab))
+            return bfit_fail(BFIT_EFORMAT, "%s: id %u at position %lld is outside the vocabulary of %d that its "
+                             "header gives (the id at byte %lld): a vocabulary above every id, or 0 (the largest "
+                             "id + 1), would be right", t->path, v, (long long)t->at, t->vocab,
+                             (long long)(HDR_INTS * 4 + t->at * t->width));
+        if (t->train < 0 || token_in_test(t->at) == !t->train)
+            t->ids[t->k++] = (int32_t)v;
+        t->most = (int)v > t->most ? (int)v : t->most;
+    }
+    return BFIT_OK;
+}
+
+/* A token file's ids, or its train or test part's (train 1, 0; < 0: all),
+ * read 64 KiB at a time into them: the file's bytes are never all in
+ * memory beside their ids. *vocab the header's, or the largest id of the
+ * whole file + 1 (both parts have the same). */
+static int token_file_ids(const char *path, int train, int32_t **ids, int64_t *count, int *vocab)
+{
+    unsigned char b[1 << 16]; /* a multiple of both widths: no id is cut */
+    tok_read t = {path, 4, 0, train, -1, 0, 0, NULL};
+    int64_t n = 0, len;
+    FILE *f = fopen(path, "rb");
+    int rc;
 
     *ids = NULL;
-    if ((rc = slurp(path, &b, &n)) != BFIT_OK)
-        return rc;
-    if ((rc = check_header(path, b, n, &width, count, vocab)) == BFIT_OK &&
-        !(*ids = malloc(sizeof **ids * (size_t)(*count ? *count : 1))))
-        rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld ids", path, (long long)*count);
-    for (int64_t i = 0; rc == BFIT_OK && i < *count; i++) {
-        const unsigned char *p = b + HDR_INTS * 4 + (size_t)i * (size_t)width;
-        uint32_t v = width == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : le32(p);
-        if (v > INT32_MAX || (*vocab && (int64_t)v >= *vocab))
-            rc = bfit_fail(BFIT_EFORMAT, "%s: id %u at position %lld is outside the vocabulary of %d", path, v,
-                           (long long)i, *vocab);
-        (*ids)[i] = (int32_t)v;
-        most = (int)v > most ? (int)v : most;
+    if (!f)
+        return bfit_fail(BFIT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        rc = bfit_fail(BFIT_EIO, "%s: cannot read: %s", path, strerror(errno));
+        goto out;
     }
-    free(b);
+    if ((rc = read_header(path, f, len, &t.width, &n, &t.vocab)) != BFIT_OK)
+        goto out;
+    if (!(t.ids = malloc(sizeof *t.ids * (size_t)(token_part_size(n, train) ? token_part_size(n, train) : 1)))) {
+        rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld ids", path, (long long)token_part_size(n, train));
+        goto out;
+    }
+    while (rc == BFIT_OK && t.at < n) {
+        size_t want = (n - t.at) * t.width < (int64_t)sizeof b ? (size_t)((n - t.at) * t.width) : sizeof b;
+        if (fread(b, 1, want, f) != want)
+            rc = bfit_fail(BFIT_EIO, "%s: short read at byte %lld of %lld (the file changed while read?)", path,
+                           (long long)(HDR_INTS * 4 + t.at * t.width), (long long)len);
+        else
+            rc = take_ids(&t, b, want / (size_t)t.width);
+    }
+out:
+    fclose(f);
     if (rc != BFIT_OK) {
-        free(*ids);
-        *ids = NULL;
+        free(t.ids);
         return rc;
     }
-    if (!*vocab)
-        *vocab = most + 1; /* not stated: the ids seen */
+    *ids = t.ids;
+    *count = t.k;
+    *vocab = t.vocab ? t.vocab : t.most + 1; /* not stated: the ids seen */
     return BFIT_OK;
+}
+
+int bfit_tokens_read(const char *path, int32_t **ids, int64_t *count, int *vocab)
+{
+    return token_file_ids(path, -1, ids, count, vocab);
 }
 
 int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int vocab)
@@ -150,9 +210,10 @@ int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int v
 /* The ids as windows of seq, taking ids (malloc'd: the data set's from
  * here, freed on failure; a text's or a file's ids are not copied again,
  * which at 4 bytes a byte would double a large text's peak); windows: at
- * least one is needed (lines make their own samples, of any length). */
+ * least one is needed (lines make their own samples, of any length); rule:
+ * how a test part is made, said when it is too short (NULL: not one). */
 static int tokens_dataset_take(const char *source, int32_t *ids, int64_t n, int vocab, int seq, int windows,
-                               bfit_dataset **out)
+                               const char *rule, bfit_dataset **out)
 {
     bfit_dataset *d;
     int rc;
@@ -163,8 +224,8 @@ static int tokens_dataset_take(const char *source, int32_t *ids, int64_t n, int 
                        source);
     else if (windows && n < (int64_t)seq + 1)
         rc = bfit_fail(BFIT_EINVAL, "%s: %lld tokens make no sample of %d tokens and their %d labels (at least "
-                       "%d are needed)%s", source, (long long)n, seq, seq, seq + 1,
-                       strstr(source, "(test part)") ? ": a text's test part is every 20th block of 100 lines" : "");
+                       "%d are needed)%s%s", source, (long long)n, seq, seq, seq + 1, rule ? ": " : "",
+                       rule ? rule : "");
     else
         rc = bfit_data_alloc(source, &d);
     if (rc != BFIT_OK) {
@@ -198,19 +259,22 @@ int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, 
     int32_t *own = copy_ids(source, ids, n);
 
     *out = NULL;
-    return own ? tokens_dataset_take(source, own, n, vocab, seq, 1, out) : BFIT_ENOMEM;
+    return own ? tokens_dataset_take(source, own, n, vocab, seq, 1, NULL, out) : BFIT_ENOMEM;
 }
 
-int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out)
+int bfit_dataset_load_tokens(const char *path, int train, int seq, bfit_dataset **out)
 {
     int32_t *ids;
     int64_t n;
+    char name[4096];
     int vocab, rc;
 
     *out = NULL;
-    if ((rc = bfit_tokens_read(path, &ids, &n, &vocab)) != BFIT_OK)
+    if ((rc = token_file_ids(path, train, &ids, &n, &vocab)) != BFIT_OK)
         return rc;
-    return tokens_dataset_take(path, ids, n, vocab, seq, 1, out);
+    /* the two parts are two data sets, named as a text's are */
+    snprintf(name, sizeof name, "%s (%s)", path, train < 0 ? "whole" : train ? "train part" : "test part");
+    return tokens_dataset_take(name, ids, n, vocab, seq, 1, train ? NULL : BFIT_TOKENS_TEST_PART, out);
 }
 
 /* The bytes of b[0, n) in the train or the test part (blocks of TEXT_BLOCK
@@ -293,7 +357,7 @@ int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **
         return rc;
     /* the two parts are two data sets: their names say which */
     snprintf(name, sizeof name, "%s (%s)", path, train < 0 ? "whole" : train ? "train part" : "test part");
-    return tokens_dataset_take(name, ids, count, 256, seq, 1, out);
+    return tokens_dataset_take(name, ids, count, 256, seq, 1, train ? NULL : BFIT_TEXT_TEST_PART, out);
 }
 
 /* Pieces of at most seq tokens of each document [a, b) (sep-terminated),
@@ -325,7 +389,7 @@ static int token_lines_take(const char *source, int32_t *ids, int64_t n, int voc
     int64_t k;
     int rc;
 
-    if ((rc = tokens_dataset_take(source, ids, n, vocab, seq, 0, &d)) != BFIT_OK)
+    if ((rc = tokens_dataset_take(source, ids, n, vocab, seq, 0, NULL, &d)) != BFIT_OK)
         return rc;
     k = cut_lines(d->ids, n, seq, sep, NULL, NULL);
     d->starts = malloc(sizeof *d->starts * (size_t)(k ? k : 1));
