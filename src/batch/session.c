@@ -225,6 +225,7 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
     o.header = c->csv_header == BFIT_CSV_HEADER_YES ? 1 : c->csv_header == BFIT_CSV_HEADER_NO ? 0 : -1;
     o.seq = s->M->input_dtype == BFIT_I32 ? s->M->input.d[0] : 0; /* token data: the model's T */
     o.lines = c->seq_max > 0;
+    o.tokens_whole = c->tokens_whole;
     if (s->M->input.nd == 3 && s->M->input_dtype != BFIT_I32) { /* images are made to the model's shape */
         o.img_c = s->M->input.c, o.img_h = s->M->input.h, o.img_w = s->M->input.w;
     }

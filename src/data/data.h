@@ -36,9 +36,11 @@ typedef struct bfit_data_opts {
     int img_resize;          /* evaluation: shorter side to this before the centre crop; 0: the crop's */
     int img_no_dct;          /* 1: JPEGs always decoded whole (no DCT scaling) */
     int img_skip_bad;        /* a bad file is skipped (the next good one), counted, not an error */
+    int tokens_whole;        /* a token file: every id for train and test alike, as before it had parts
+                                (2026-12-04): a checkpoint's run from then (bfit_train_cfg.tokens_split) */
 } bfit_data_opts;
 
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* How a run, an evaluation or find takes a CSV file's first row. Auto: a
  * header when it holds only names, data when it holds only numbers, an
