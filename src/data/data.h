@@ -185,8 +185,10 @@ int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int v
 int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids, int64_t *count);
 /* How a text's test part is made, said where it is too short. */
 #define BFIT_TEXT_TEST_PART "a text's test part is every 20th block of 100 lines"
-/* A token file's parts: its ids in blocks of this many, every 20th block
- * to test (a text's rule, ids for lines), read a block at a time. */
+/* A text's lines and a token file's ids go to the test part a block in
+ * this many; a token file's blocks are of BFIT_TOKENS_BLOCK ids (a text's
+ * rule, ids for lines), read a block at a time. */
+#define BFIT_TEST_EVERY 20
 #define BFIT_TOKENS_BLOCK 4096
 #define BFIT_TOKENS_TEST_PART "a token file's test part is every 20th block of 4096 ids"
 /* Token data sets: samples of seq ids (shape seq x 1, int32 in the sample
