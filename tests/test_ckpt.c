@@ -477,6 +477,54 @@ static void test_old_checkpoints_resume(void **st)
     old_checkpoint("tok/ckpt-000000000040.safetensors", 2 * 200);
 }
 
+/* A checkpoint of a run on a token file alone from before token files had
+ * parts (tests/fixtures/old_ckpt/bin: trained on all of tokens.bin, and
+ * tested on it) resumes as that run ran, on all 5,624 windows of 16 an
+ * epoch, not the train part's 5,368: its configuration lacks tokens_split,
+ * which such a run had 0 (was refused: "a run with 5624 samples per epoch,
+ * this data gives 5368: not the data it trained on"). A new run on the
+ * file trains on its train part. */
+static void test_old_token_file_checkpoint(void **st)
+{
+    char cwd[4096], from[4200], model[4200], save[300];
+    int32_t *ids = malloc(sizeof *ids * 90000);
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_train_result res;
+    long n;
+    char *b;
+    (void)st;
+    assert_non_null(ids);
+    for (int i = 0; i < 90000; i++) /* the README's tokens.bin */
+        ids[i] = i * 7 % 256;
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(tmpdir), 0); /* the checkpoint's paths are relative */
+    assert_int_equal(bfit_tokens_write("tokens.bin", ids, 90000, 256), BFIT_OK);
+    free(ids);
+    fixture_path(model, sizeof model, "tok.cfg");
+    b = file_bytes(model, &n);
+    put_bytes("tok.cfg", b, n);
+    free(b);
+    fixture_path(from, sizeof from, "bin/ckpt-000000000020.safetensors");
+    tmp_path(save, sizeof save, "bin.st");
+    c.resume = from;
+    c.save = save;
+    c.device_name = "cpu";
+    if (bfit_train_from(&c, &res) != BFIT_OK)
+        fail_msg("resuming %s: %s", from, bfit_errmsg());
+    assert_int_equal(res.steps, 88);
+    assert_int_equal(res.samples, 5624);
+    c = bfit_train_cfg_default();
+    c.model = "tok.cfg";
+    c.data = "tokens.bin";
+    c.batch = 64;
+    c.eval_samples = 40;
+    c.threads = 1;
+    c.device_name = "cpu";
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_OK);
+    assert_int_equal(res.samples, 5368);
+    assert_int_equal(chdir(cwd), 0);
+}
+
 /* ---- damaged checkpoints ------------------------------------------------------- */
 
 /* A resume from path must fail before the run starts, naming the file. */
@@ -572,6 +620,7 @@ int main(void)
         cmocka_unit_test(test_stop_while_waiting),
         cmocka_unit_test(test_resume_keeps_totals),
         cmocka_unit_test(test_old_checkpoints_resume),
+        cmocka_unit_test(test_old_token_file_checkpoint),
         cmocka_unit_test(test_every_byte_flip_refused),
         cmocka_unit_test(test_every_truncation_refused),
     };

@@ -1,8 +1,9 @@
 /* test_tokens.c - token data and training a token model: token files
  * written and read back (uint16 and uint32 ids, the header byte for byte,
  * llm.c's files without a vocabulary), refused when broken (magic, version,
- * size, an id outside the vocabulary), text as bytes split into train and
- * test by blocks of lines, samples labelled with the next tokens through the
+ * size, an id outside the vocabulary), a token file split into train and
+ * test by blocks of ids and read in blocks, text as bytes split into train
+ * and test by blocks of lines, samples labelled with the next tokens through the
  * shuffling stream, and runs of a small GPT: the loss is normalised by the
  * tokens of the optimizer step, so how the step is split into micro-batches
  * does not change the training, padding included; the loss falls on
@@ -136,10 +137,26 @@ static void test_refusals(void **st)
     put_bytes(p, b, (long)(sizeof b));
     assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
     free(ids);
-    expect_bad(b, sizeof b - 2, BFIT_EFORMAT, "the header says 4 ids of 2 bytes, the file holds 6 bytes");
-    expect_bad(b, 100, BFIT_EFORMAT, "not a token file");
+    /* cut short by a whole id, by half of one, inside the header; an id too many: each says what is wrong,
+     * where, and what would be right (the first was "the header says 4 ids of 2 bytes, the file holds 6
+     * bytes after it"; the third "not a token file", with the magic right there) */
+    expect_bad(b, sizeof b - 2, BFIT_EFORMAT, "bad.bin: the header says 4 ids of 2 bytes, the file holds 6 bytes "
+               "after it (3 ids): it is cut short; give the whole file (or a header whose count, bytes 8-11, is 3)");
+    expect_bad(b, sizeof b - 1, BFIT_EFORMAT, "bad.bin: 7 bytes after the 1024-byte header, not a whole number of "
+               "2-byte ids (version 1): the file is cut short or has bytes after its ids; the header says 4 ids, 8 "
+               "bytes");
+    expect_bad(b, 100, BFIT_EFORMAT, "bad.bin: 100 bytes, shorter than a token file's header of 1024 bytes (256 "
+               "int32 beginning with 20240520): the file is cut short");
+    {
+        unsigned char more[sizeof b + 2] = {0};
+        memcpy(more, b, sizeof b);
+        expect_bad(more, sizeof more, BFIT_EFORMAT, "bad.bin: the header says 4 ids of 2 bytes, the file holds 10 "
+                   "bytes after it: 2 bytes after the last id; a token file ends with its ids (or its header's "
+                   "count, bytes 8-11, is 5)");
+    }
     b[1026] = 5;
-    expect_bad(b, sizeof b, BFIT_EFORMAT, "id 5 at position 1 is outside the vocabulary of 5");
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "bad.bin: id 5 at position 1 is outside the vocabulary of 5 that its header "
+               "gives (the id at byte 1026): a vocabulary above every id, or 0 (the largest id + 1), would be right");
     b[1026] = 4;
     b[4] = 3;
     expect_bad(b, sizeof b, BFIT_EFORMAT, "version 3");
@@ -248,6 +265,106 @@ static void test_text_file_blocks(void **st)
             bfit_dataset_free(d);
         }
     free(text);
+}
+
+/* A token file of n ids: id i is i % 251 in a train block, 251 + the
+ * block's number in a test block (every 20th of 4096 ids), so a part's ids
+ * say where each came from. Its ids (malloc'd) in *all. */
+static void put_split_file(const char *path, int64_t n, int vocab, int32_t **all)
+{
+    int32_t *ids = malloc(sizeof *ids * (size_t)n);
+    assert_non_null(ids);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (i / 4096) % 20 == 19 ? 251 + (int32_t)(i / 4096 / 20) : (int32_t)(i % 251);
+    assert_int_equal(bfit_tokens_write(path, ids, n, vocab), BFIT_OK);
+    *all = ids;
+}
+
+/* A token file given alone has a text's split, its ids in blocks of 4096
+ * for lines in blocks of 100: every 20th block is the test part, the rest
+ * the train part, each id in exactly one, in order; all of it as the test
+ * data (whole). Sizes at each edge of a test block, uint16 and uint32 ids,
+ * the vocabulary the whole file's in both parts (was: every part the whole
+ * file, so a run tested on what it trained on). */
+static void test_token_file_split(void **st)
+{
+    static const int64_t sizes[] = {77824, 77825, 77824 + 129, 81920, 81921, 2 * 81920 + 77830, 300000};
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    char path[300];
+    (void)st;
+    o.seq = 16;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int vocab = 300; vocab <= 70000; vocab += 69700) {
+            int64_t n = sizes[s], test = n / 81920 * 4096 + (n % 81920 > 77824 ? n % 81920 - 77824 : 0);
+            int32_t *all;
+            tmp_path(path, sizeof path, "split.bin");
+            put_split_file(path, n, vocab, &all);
+            for (int train = -1; train <= 1; train++) {
+                bfit_dataset *d = NULL;
+                int64_t k = 0, want = train < 0 ? n : train ? n - test : test;
+                o.whole = train < 0;
+                if (bfit_dataset_load(path, train < 0 ? 0 : train, &o, &d) != BFIT_OK) {
+                    /* a test part of under 17 ids makes no window of 16: refused, saying how parts are made */
+                    assert_true(train == 0 && test < 17);
+                    assert_non_null(strstr(bfit_errmsg(), "(test part): "));
+                    assert_non_null(strstr(bfit_errmsg(), BFIT_TOKENS_TEST_PART));
+                    continue;
+                }
+                assert_int_equal(d->nids, want);
+                assert_int_equal(bfit_dataset_count(d), (want - 1) / 16);
+                assert_int_equal(bfit_dataset_classes(d), vocab);
+                assert_non_null(strstr(bfit_dataset_source(d), train < 0 ? "split.bin (whole)"
+                                                               : train ? "split.bin (train part)"
+                                                                       : "split.bin (test part)"));
+                for (int64_t i = 0; i < n; i++)
+                    if (train < 0 || ((i / 4096) % 20 == 19) == !train) {
+                        if (d->ids[k] != all[i])
+                            fail_msg("%lld ids, vocab %d, part %d: id %lld is %d, not id %lld of the file (%d)",
+                                     (long long)n, vocab, train, (long long)k, d->ids[k], (long long)i, all[i]);
+                        k++;
+                    }
+                assert_int_equal(k, want);
+                bfit_dataset_free(d);
+            }
+            free(all);
+        }
+}
+
+/* A token file is read 64 KiB at a time into its part's ids: a file of
+ * 2^21 + 3 uint32 ids (8 MiB, 129 blocks, the last of 12 bytes) comes back
+ * id for id, and an id outside the vocabulary in the last block is found
+ * there, named by its position and byte. */
+static void test_token_file_blocks(void **st)
+{
+    int64_t n = (1 << 21) + 3, cnt;
+    int32_t *ids = malloc(sizeof *ids * (size_t)n), *back;
+    char path[300], want[200];
+    unsigned char *raw;
+    long len;
+    int v;
+    (void)st;
+    assert_non_null(ids);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)((i * 2654435761u) % 69000);
+    tmp_path(path, sizeof path, "blocks.bin");
+    assert_int_equal(bfit_tokens_write(path, ids, n, 70000), BFIT_OK);
+    assert_int_equal(bfit_tokens_read(path, &back, &cnt, &v), BFIT_OK);
+    assert_int_equal(cnt, n);
+    assert_int_equal(v, 70000);
+    assert_memory_equal(back, ids, sizeof *ids * (size_t)n);
+    free(back);
+    raw = (unsigned char *)file_bytes(path, &len);
+    raw[len - 4] = 0x70, raw[len - 3] = 0x11, raw[len - 2] = 1, raw[len - 1] = 0; /* the last id 70000 = 0x11170 */
+    put_bytes(path, raw, len);
+    free(raw);
+    back = (int32_t *)1;
+    assert_int_equal(bfit_tokens_read(path, &back, &cnt, &v), BFIT_EFORMAT);
+    assert_null(back);
+    snprintf(want, sizeof want, "id 70000 at position %lld is outside the vocabulary of 70000 that its header gives "
+             "(the id at byte %ld)", (long long)(n - 1), len - 4);
+    if (!strstr(bfit_errmsg(), want))
+        fail_msg("expected \"%s\" in %s", want, bfit_errmsg());
+    free(ids);
 }
 
 /* Samples of T ids, labelled with the next T, through a shuffling stream. */
@@ -627,6 +744,8 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_text_split),
         cmocka_unit_test(test_text_file_blocks),
+        cmocka_unit_test(test_token_file_split),
+        cmocka_unit_test(test_token_file_blocks),
         cmocka_unit_test(test_stream_labels),
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_length_buckets),

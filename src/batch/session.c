@@ -203,16 +203,18 @@ static int match_test_classes(bfit_session *s, const bfit_session_cfg *c)
     return rc;
 }
 
-/* A text's test part too short for a sample: how to give a test text
- * (the message says which part; a same-named --test-data chose it). */
+/* A text's or a token file's test part too short for a sample: how to
+ * give test data (the message says which part; a same-named --test-data
+ * chose it). */
 static int test_part_hint(int rc, int same)
 {
+    const char *what = strstr(bfit_errmsg(), BFIT_TOKENS_TEST_PART) ? "token file" : "text";
     if (!strstr(bfit_errmsg(), "(test part"))
         return rc;
     if (same)
         return bfit_fail_field(rc, "test_data", "%s; --test-data names the training data, so its held-out part is "
-                               "the test: give another text as --test-data", bfit_errmsg());
-    return bfit_fail(rc, "%s; give the test text as --test-data (read whole)", bfit_errmsg());
+                               "the test: give another %s as --test-data", bfit_errmsg(), what);
+    return bfit_fail(rc, "%s; give the test %s as --test-data (read whole)", bfit_errmsg(), what);
 }
 
 int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
@@ -223,6 +225,7 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
     o.header = c->csv_header == BFIT_CSV_HEADER_YES ? 1 : c->csv_header == BFIT_CSV_HEADER_NO ? 0 : -1;
     o.seq = s->M->input_dtype == BFIT_I32 ? s->M->input.d[0] : 0; /* token data: the model's T */
     o.lines = c->seq_max > 0;
+    o.tokens_whole = c->tokens_whole;
     if (s->M->input.nd == 3 && s->M->input_dtype != BFIT_I32) { /* images are made to the model's shape */
         o.img_c = s->M->input.c, o.img_h = s->M->input.h, o.img_w = s->M->input.w;
     }
@@ -246,7 +249,7 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
         /* the training data named again as the test data: its test split,
          * as without it (a text read whole would test on what it trains on) */
         s->test_is_data = c->test_data && bfit_dataset_same(c->data, c->test_data);
-        if (c->test_data && !s->test_is_data) { /* a text given as the test data is read whole, not its test part */
+        if (c->test_data && !s->test_is_data) { /* a text or token file given as the test data is read whole */
             bfit_data_opts whole = o;
             whole.whole = 1;
             rc = bfit_dataset_load(c->test_data, 0, &whole, &s->test_own);

@@ -29,15 +29,18 @@ typedef struct bfit_data_opts {
     int seq;       /* token data (a token file, or a .txt file as bytes): tokens per sample, the
                       model's T; 0 for other data */
     int lines;     /* text: samples are its lines, of at most seq tokens, padded (variable length) */
-    int whole;     /* text: every line, not the train or test part (a file given as the test data) */
+    int whole;     /* text or token file: all of it, not the train or test part (a file given as the
+                      test data) */
     /* image folders and list files (docs/data.md, "Image folders"): */
     int img_c, img_h, img_w; /* the model's input: samples are made to this shape */
     int img_resize;          /* evaluation: shorter side to this before the centre crop; 0: the crop's */
     int img_no_dct;          /* 1: JPEGs always decoded whole (no DCT scaling) */
     int img_skip_bad;        /* a bad file is skipped (the next good one), counted, not an error */
+    int tokens_whole;        /* a token file: every id for train and test alike, as before it had parts
+                                (2026-12-04): a checkpoint's run from then (bfit_train_cfg.tokens_split) */
 } bfit_data_opts;
 
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* How a run, an evaluation or find takes a CSV file's first row. Auto: a
  * header when it holds only names, data when it holds only numbers, an
@@ -180,11 +183,21 @@ int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int v
 /* Byte-level tokens of n bytes of text: the train part (train 1) or the
  * test part (0): lines in blocks of 100, every 20th block to test (5%). */
 int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids, int64_t *count);
+/* How a text's test part is made, said where it is too short. */
+#define BFIT_TEXT_TEST_PART "a text's test part is every 20th block of 100 lines"
+/* A text's lines and a token file's ids go to the test part a block in
+ * this many; a token file's blocks are of BFIT_TOKENS_BLOCK ids (a text's
+ * rule, ids for lines), read a block at a time. */
+#define BFIT_TEST_EVERY 20
+#define BFIT_TOKENS_BLOCK 4096
+#define BFIT_TOKENS_TEST_PART "a token file's test part is every 20th block of 4096 ids"
 /* Token data sets: samples of seq ids (shape seq x 1, int32 in the sample
  * buffer) with the seq ids that follow as their labels; vocab classes. */
 int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, int vocab, int seq,
                              bfit_dataset **out);
-int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out);
+/* A token file's train part (train 1), test part (0) or all of it (-1),
+ * read a block at a time into the data set's ids. */
+int bfit_dataset_load_tokens(const char *path, int train, int seq, bfit_dataset **out);
 /* A text file as bytes (256 ids), its train or test part. */
 int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **out);
 /* Variable-length samples: documents ending with id sep (a line and its

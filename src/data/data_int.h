@@ -40,6 +40,12 @@ struct bfit_dataset {
     bfit_imgset *img; /* an image folder (img_folder.c), or NULL */
 };
 
+/* A token file's ids (tokfile.c), or its train or test part's (train 1,
+ * 0; < 0: all), read 64 KiB at a time into them: the file's bytes are
+ * never all in memory beside their ids. *vocab the header's, or the
+ * largest id of the whole file + 1 (both parts have the same). */
+int bfit_tokens_read_part(const char *path, int train, int32_t **ids, int64_t *count, int *vocab);
+
 /* A data set with everything but the sample and label arrays, which the
  * loader fills (it owns them from here on: bfit_dataset_free frees them). */
 int bfit_data_alloc(const char *source, bfit_dataset **out);

@@ -397,7 +397,7 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
                                "text's lines the samples; leave it out (windows of the model's tokens) or give the "
                                "text (a .txt file)", spec);
     if (bfit_tokens_is_file(spec))
-        return bfit_dataset_load_tokens(spec, o->seq, out);
+        return bfit_dataset_load_tokens(spec, o->whole || o->tokens_whole ? -1 : train, o->seq, out);
     if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)
         return o->lines ? bfit_dataset_load_text_lines(spec, o->whole ? -1 : train, o->seq, out)
                         : bfit_dataset_load_text(spec, o->whole ? -1 : train, o->seq, out);

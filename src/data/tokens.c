@@ -1,12 +1,11 @@
 /* tokens.c - token data: a stream of token ids cut into samples of T ids,
  * each labelled with the T ids that follow (next-token prediction); read
- * from a token file (docs/data.md: llm.c's format, a 1 KiB header of 256
- * little-endian int32 then uint16 or uint32 ids), or made from a text file
- * with one id per byte (256 ids), its lines split between train and test.
+ * from a token file (tokfile.c), its ids split between train and test in
+ * blocks, or made from a text file with one id per byte (256 ids), its
+ * lines split between train and test.
  *
  * Sample i is ids[i T, (i + 1) T) with labels ids[i T + 1, (i + 1) T + 1):
  * consecutive windows, every id but the first a label once. */
-#include "base/atomic.h"
 #include "base/err.h"
 #include "data/data_int.h"
 
@@ -15,144 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HDR_INTS 256
 #define TEXT_BLOCK 100 /* text: lines go to test in blocks of this many, */
-#define TEXT_EVERY 20  /* every 20th block (5%) */
-
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* The whole file into memory. */
-static int slurp(const char *path, unsigned char **buf, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    long len;
-    *buf = NULL;
-    *n = 0;
-    if (!f)
-        return bfit_fail(BFIT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return bfit_fail(BFIT_EIO, "%s: cannot read: %s", path, strerror(errno));
-    }
-    *buf = malloc((size_t)len + 1);
-    if (!*buf) {
-        fclose(f);
-        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %ld bytes", path, len);
-    }
-    *n = fread(*buf, 1, (size_t)len, f);
-    fclose(f);
-    if (*n != (size_t)len) {
-        free(*buf);
-        *buf = NULL;
-        return bfit_fail(BFIT_EIO, "%s: short read", path);
-    }
-    return BFIT_OK;
-}
-
-int bfit_tokens_is_file(const char *path)
-{
-    unsigned char h[8];
-    FILE *f = fopen(path, "rb");
-    int yes = 0;
-    if (f) {
-        /* the magic alone: a version we do not read is refused as such (check_header), not read as CSV */
-        yes = fread(h, 1, 8, f) == 8 && le32(h) == BFIT_TOKENS_MAGIC;
-        fclose(f);
-    }
-    return yes;
-}
-
-/* Check the header of a token file of n bytes; *width 2 or 4, *count ids. */
-static int check_header(const char *path, const unsigned char *b, size_t n, int *width, int64_t *count, int *vocab)
-{
-    uint32_t ver, cnt, voc;
-    if (n < HDR_INTS * 4 || le32(b) != BFIT_TOKENS_MAGIC)
-        return bfit_fail(BFIT_EFORMAT, "%s: not a token file (a header of 256 int32 beginning with %d)", path,
-                         BFIT_TOKENS_MAGIC);
-    ver = le32(b + 4);
-    cnt = le32(b + 8);
-    voc = le32(b + 12);
-    if (ver != 1 && ver != 2)
-        return bfit_fail(BFIT_EFORMAT, "%s: token file version %u (1: uint16 ids, 2: uint32 ids)", path, ver);
-    *width = ver == 1 ? 2 : 4;
-    if (cnt > INT32_MAX || (size_t)cnt * (size_t)*width != n - HDR_INTS * 4)
-        return bfit_fail(BFIT_EFORMAT, "%s: the header says %u ids of %d bytes, the file holds %zu bytes after it", path,
-                         cnt, *width, n - HDR_INTS * 4);
-    if (voc > INT32_MAX)
-        return bfit_fail(BFIT_EFORMAT, "%s: vocabulary %u is too large", path, voc);
-    *count = cnt;
-    *vocab = (int)voc;
-    return BFIT_OK;
-}
-
-int bfit_tokens_read(const char *path, int32_t **ids, int64_t *count, int *vocab)
-{
-    unsigned char *b;
-    size_t n;
-    int width = 4, most = -1, rc;
-
-    *ids = NULL;
-    if ((rc = slurp(path, &b, &n)) != BFIT_OK)
-        return rc;
-    if ((rc = check_header(path, b, n, &width, count, vocab)) == BFIT_OK &&
-        !(*ids = malloc(sizeof **ids * (size_t)(*count ? *count : 1))))
-        rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld ids", path, (long long)*count);
-    for (int64_t i = 0; rc == BFIT_OK && i < *count; i++) {
-        const unsigned char *p = b + HDR_INTS * 4 + (size_t)i * (size_t)width;
-        uint32_t v = width == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : le32(p);
-        if (v > INT32_MAX || (*vocab && (int64_t)v >= *vocab))
-            rc = bfit_fail(BFIT_EFORMAT, "%s: id %u at position %lld is outside the vocabulary of %d", path, v,
-                           (long long)i, *vocab);
-        (*ids)[i] = (int32_t)v;
-        most = (int)v > most ? (int)v : most;
-    }
-    free(b);
-    if (rc != BFIT_OK) {
-        free(*ids);
-        *ids = NULL;
-        return rc;
-    }
-    if (!*vocab)
-        *vocab = most + 1; /* not stated: the ids seen */
-    return BFIT_OK;
-}
-
-int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int vocab)
-{
-    int width = vocab > 0 && vocab <= 65536 ? 2 : 4;
-    unsigned char h[HDR_INTS * 4], w[4096];
-    bfit_atomic_file af;
-    int rc;
-
-    if (count < 0 || count > INT32_MAX || vocab < 0)
-        return bfit_fail(BFIT_EINVAL, "%s: %lld ids of a vocabulary of %d cannot be written", path, (long long)count,
-                         vocab);
-    uint32_t v[4] = {BFIT_TOKENS_MAGIC, width == 2 ? 1u : 2u, (uint32_t)count, (uint32_t)vocab};
-    memset(h, 0, sizeof h);
-    for (int k = 0; k < 16; k++)
-        h[k] = (unsigned char)(v[k / 4] >> (8 * (k % 4)));
-    if ((rc = bfit_atomic_open(&af, path)) != BFIT_OK || (rc = bfit_atomic_write(&af, h, sizeof h)) != BFIT_OK)
-        return rc;
-    for (int64_t i = 0; i < count;) {
-        size_t k = 0;
-        for (; i < count && k + 4 <= sizeof w; i++)
-            for (int j = 0; j < width; j++)
-                w[k++] = (unsigned char)((uint32_t)ids[i] >> (8 * j));
-        if ((rc = bfit_atomic_write(&af, w, k)) != BFIT_OK)
-            return rc;
-    }
-    return bfit_atomic_commit(&af);
-}
+#define TEXT_EVERY BFIT_TEST_EVERY /* every 20th block (5%) */
 
 /* The ids as windows of seq, taking ids (malloc'd: the data set's from
  * here, freed on failure; a text's or a file's ids are not copied again,
  * which at 4 bytes a byte would double a large text's peak); windows: at
- * least one is needed (lines make their own samples, of any length). */
+ * least one is needed (lines make their own samples, of any length); rule:
+ * how a test part is made, said when it is too short (NULL: not one). */
 static int tokens_dataset_take(const char *source, int32_t *ids, int64_t n, int vocab, int seq, int windows,
-                               bfit_dataset **out)
+                               const char *rule, bfit_dataset **out)
 {
     bfit_dataset *d;
     int rc;
@@ -163,8 +34,8 @@ static int tokens_dataset_take(const char *source, int32_t *ids, int64_t n, int 
                        source);
     else if (windows && n < (int64_t)seq + 1)
         rc = bfit_fail(BFIT_EINVAL, "%s: %lld tokens make no sample of %d tokens and their %d labels (at least "
-                       "%d are needed)%s", source, (long long)n, seq, seq, seq + 1,
-                       strstr(source, "(test part)") ? ": a text's test part is every 20th block of 100 lines" : "");
+                       "%d are needed)%s%s", source, (long long)n, seq, seq, seq + 1, rule ? ": " : "",
+                       rule ? rule : "");
     else
         rc = bfit_data_alloc(source, &d);
     if (rc != BFIT_OK) {
@@ -198,19 +69,22 @@ int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, 
     int32_t *own = copy_ids(source, ids, n);
 
     *out = NULL;
-    return own ? tokens_dataset_take(source, own, n, vocab, seq, 1, out) : BFIT_ENOMEM;
+    return own ? tokens_dataset_take(source, own, n, vocab, seq, 1, NULL, out) : BFIT_ENOMEM;
 }
 
-int bfit_dataset_load_tokens(const char *path, int seq, bfit_dataset **out)
+int bfit_dataset_load_tokens(const char *path, int train, int seq, bfit_dataset **out)
 {
     int32_t *ids;
     int64_t n;
+    char name[4096];
     int vocab, rc;
 
     *out = NULL;
-    if ((rc = bfit_tokens_read(path, &ids, &n, &vocab)) != BFIT_OK)
+    if ((rc = bfit_tokens_read_part(path, train, &ids, &n, &vocab)) != BFIT_OK)
         return rc;
-    return tokens_dataset_take(path, ids, n, vocab, seq, 1, out);
+    /* the two parts are two data sets, named as a text's are */
+    snprintf(name, sizeof name, "%s (%s)", path, train < 0 ? "whole" : train ? "train part" : "test part");
+    return tokens_dataset_take(name, ids, n, vocab, seq, 1, train ? NULL : BFIT_TOKENS_TEST_PART, out);
 }
 
 /* The bytes of b[0, n) in the train or the test part (blocks of TEXT_BLOCK
@@ -293,7 +167,7 @@ int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **
         return rc;
     /* the two parts are two data sets: their names say which */
     snprintf(name, sizeof name, "%s (%s)", path, train < 0 ? "whole" : train ? "train part" : "test part");
-    return tokens_dataset_take(name, ids, count, 256, seq, 1, out);
+    return tokens_dataset_take(name, ids, count, 256, seq, 1, train ? NULL : BFIT_TEXT_TEST_PART, out);
 }
 
 /* Pieces of at most seq tokens of each document [a, b) (sep-terminated),
@@ -325,7 +199,7 @@ static int token_lines_take(const char *source, int32_t *ids, int64_t n, int voc
     int64_t k;
     int rc;
 
-    if ((rc = tokens_dataset_take(source, ids, n, vocab, seq, 0, &d)) != BFIT_OK)
+    if ((rc = tokens_dataset_take(source, ids, n, vocab, seq, 0, NULL, &d)) != BFIT_OK)
         return rc;
     k = cut_lines(d->ids, n, seq, sep, NULL, NULL);
     d->starts = malloc(sizeof *d->starts * (size_t)(k ? k : 1));

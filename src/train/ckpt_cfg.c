@@ -86,6 +86,7 @@ static const field fields[] = {
     {"random_resized_crop_w", "random_resized_crop", F_INT, C(img.rrc[1]), 1},
     {"skip_bad_images", "skip_bad_images", F_BOOL, C(img.skip_bad), 1},
     {"no_dct_scaling", "no_dct_scaling", F_BOOL, C(img.no_dct), 1},
+    {"tokens_split", "tokens_split", F_BOOL, C(tokens_split), 1},
     /* what may change when a run resumes elsewhere or later */
     {"micro_batch", "micro_batch", F_INT, C(micro_batch), 0},
     {"eval_batch", "eval_batch", F_INT, C(eval_batch), 0},
@@ -116,14 +117,14 @@ static const field fields[] = {
 #define AT(c, f, T) ((T *)((char *)(c) + (f)->off))
 
 /* Fields added after checkpoint version 2 came out: a checkpoint without
- * one is from a run that had it 0 (ints only): token budgets, and the
- * image folders' options. */
+ * one is from a run that had it 0 (ints only): token budgets, the image
+ * folders' options, and a token file's parts (trained on whole before). */
 static int added_later(const field *f)
 {
     static const char *const later[] = {"batch_tokens", "seq_max", "resize", "center_crop", "random_resized_crop",
                                         "center_crop_w", "random_resized_crop_w",
                                         "skip_bad_images", "no_dct_scaling", "loader_threads", "threads_auto",
-                                        "no_pack", "seq", "attention"};
+                                        "no_pack", "seq", "attention", "tokens_split"};
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
         if (!strcmp(f->key, later[i]))
             return 1;

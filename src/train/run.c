@@ -35,6 +35,7 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.pack = 1;
     c.monitor_seconds = 10;
     c.normalize = 1;
+    c.tokens_split = 1;
     c.progress_interval = 10;
     c.lr_rule = -1;
     c.rewarmup_steps = 100;
@@ -355,6 +356,7 @@ static int open_session(bfit_run *r)
     sc->seq_max = c->seq_max;
     sc->seq = c->seq;
     sc->attention = c->attention;
+    sc->tokens_whole = !c->tokens_split;
     sc->img = &c->img;
     rc = bfit_session_open_model(&r->s, sc);
     if (rc == BFIT_OK)

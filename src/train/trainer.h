@@ -121,6 +121,9 @@ typedef struct bfit_train_cfg {
                                   positions); 0: the model's. Not with seq_max, which sets the length too */
     int attention;             /* BFIT_ATTN_* (nn/zoo.h): every attention layer stored or lean (0: the
                                   model's) */
+    int tokens_split;          /* a token file as data: trained on its train part, tested on its test part
+                                  (1, the default); 0: all of it for both, as a run before 2026-12-04 did
+                                  (a checkpoint from then lacks the field, so it resumes so) */
     int normalize;             /* per-channel mean/std from the training set */
     bfit_img_opts img;         /* image folders: transforms, loader threads, bad files (docs/data.md) */
     const char *save;          /* weights file (safetensors) or NULL */

@@ -68,10 +68,10 @@ def blocks(path):
 
 def files_here(args, src):
     """Whether every file the command names (weights, data, specs, ONNX
-    models, logs) is in src: the weights files a doc's earlier run made (or
+    models, logs, token files) is in src: the weights files a doc's earlier run made (or
     the ONNX file its export wrote) are not."""
     for i, a in enumerate(args):
-        named = re.search(r"\.(safetensors|csv|cfg|jsonl|onnx)$", a) or (i and args[i - 1] == "--resume")
+        named = re.search(r"\.(safetensors|csv|cfg|jsonl|onnx|bin)$", a) or (i and args[i - 1] == "--resume")
         if named and not os.path.exists(os.path.join(src, a)):
             return False
     return True
