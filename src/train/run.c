@@ -872,6 +872,7 @@ static int setup(bfit_run *r)
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK)
         return rc;
     bfit_run_watch_device(r); /* under ulimit -v the staging and the streams took room */
+    r->base_capacity = bfit_arena_capacity(r->s.arena); /* the start event's: what the first step gets */
     r->pos.d.size = sizeof r->pos.d;
     if ((rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) != BFIT_OK)
         return rc;

@@ -121,7 +121,7 @@ struct bfit_run {
     run_pos pos;               /* at the last step boundary (during a step: moving from it) */
     int64_t per_epoch;         /* samples per epoch */
     int eval_m;                /* the evaluation's micro-batch */
-    uint64_t base_capacity;    /* at the start */
+    uint64_t base_capacity;    /* at the start, once set up (under ulimit -v the streams take room) */
     uint64_t configured;       /* what the configuration and its memory schedule allow now */
     double ep_t0;              /* when the epoch (a resumed run: its part of it) began: rate, seconds */
     int64_t ep_taken0;         /* samples of the epoch taken before ep_t0 (a resumed run's) */
