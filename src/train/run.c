@@ -813,6 +813,26 @@ static int check_counts(const bfit_run *r, int64_t *ntrain)
     return BFIT_OK;
 }
 
+/* The first decision, in the room the set-up left: under ulimit -v the
+ * staging and the streams took room that the capacity read before them
+ * still counted (resnet50 under 3 GB: its first step was planned at 34 in
+ * room for less, and a kernel was then refused). Not even micro-batch 1
+ * fitting is said as at any step (bfit_run_wait_for_memory). */
+static int first_decision(bfit_run *r)
+{
+    int rc;
+
+    bfit_run_watch_device(r);
+    if (bfit_arena_capacity(r->s.arena) != r->base_capacity)
+        bfit_run_memory_now(r);
+    r->base_capacity = bfit_arena_capacity(r->s.arena); /* the start event's: what the first step gets */
+    r->pos.d.size = sizeof r->pos.d;
+    while ((rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) == BFIT_ENOMEM)
+        if ((rc = bfit_run_wait_for_memory(r)) != BFIT_OK)
+            return rc;
+    return rc;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
@@ -871,10 +891,7 @@ static int setup(bfit_run *r)
         return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK)
         return rc;
-    bfit_run_watch_device(r); /* under ulimit -v the staging and the streams took room */
-    r->base_capacity = bfit_arena_capacity(r->s.arena); /* the start event's: what the first step gets */
-    r->pos.d.size = sizeof r->pos.d;
-    if ((rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) != BFIT_OK)
+    if ((rc = first_decision(r)) != BFIT_OK)
         return rc;
     r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->pos.d.batch;
     if ((rc = finish_schedule(r)) != BFIT_OK || (rc = alloc_stats_snap(r)) != BFIT_OK)

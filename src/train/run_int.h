@@ -198,6 +198,7 @@ void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, 
 int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto);
 void bfit_run_watch_device(bfit_run *r);
 uint64_t bfit_run_free_for_step(const bfit_run *r);
+void bfit_run_memory_now(bfit_run *r); /* the controller told the capacity and what is free now */
 /* memwait.c: not even micro-batch 1 fits: wait for memory to come back
  * (a shared device) or fail with BFIT_ENOMEM saying what is missing */
 int bfit_run_wait_for_memory(bfit_run *r);

@@ -41,4 +41,27 @@ else
   fail "cnn under 1 GB: exit $?"
   tail -3 "$tmp/out"
 fi
+# the controller made its first decision with the capacity read before
+# the streams opened: under 420 MB the small CNN's start planned micro-batch
+# 512 (a peak of 75 MB) in a budget of 61 MB, and its first step was
+# refused and shrank; the starting plan fits the budget the start states
+if run_limited 420000 "$tmp/cnn512.jsonl" --model "$src/models/cnn.cfg" --data synthetic --batch 512 --max-steps 1 \
+  --eval-samples 8 --threads 2 --device cpu; then
+  python3 - "$tmp/cnn512.jsonl" <<'PY' && pass || fail "cnn under 420 MB: the starting plan"
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["event"] == "start":
+        p = e["plan"]
+        if p["peak"] > p["budget"]:
+            print("start: micro-batch %d planned at %d bytes in a budget of %d" % (p["m"], p["peak"], p["budget"]))
+            sys.exit(1)
+        sys.exit(0)
+print("no start event")
+sys.exit(1)
+PY
+else
+  fail "cnn under 420 MB: exit $?"
+  tail -3 "$tmp/out"
+fi
 finish
