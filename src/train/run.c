@@ -816,20 +816,25 @@ static int check_counts(const bfit_run *r, int64_t *ntrain)
 /* The first decision, in the room the set-up left: under ulimit -v the
  * staging and the streams took room that the capacity read before them
  * still counted (resnet50 under 3 GB: its first step was planned at 34 in
- * room for less, and a kernel was then refused). Not even micro-batch 1
- * fitting is said as at any step (bfit_run_wait_for_memory). */
+ * room for less, and a kernel was then refused). */
 static int first_decision(bfit_run *r)
 {
+    uint64_t before = r->base_capacity;
     int rc;
 
     bfit_run_watch_device(r);
-    if (bfit_arena_capacity(r->s.arena) != r->base_capacity)
-        bfit_run_memory_now(r);
     r->base_capacity = bfit_arena_capacity(r->s.arena); /* the start event's: what the first step gets */
+    if (r->base_capacity != before)
+        bfit_run_memory_now(r);
     r->pos.d.size = sizeof r->pos.d;
-    while ((rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) == BFIT_ENOMEM)
-        if ((rc = bfit_run_wait_for_memory(r)) != BFIT_OK)
-            return rc;
+    rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d);
+    if (rc == BFIT_ENOMEM && r->base_capacity != before) {
+        /* not even micro-batch 1 fits in what is left: decided in what was
+         * there, the first step's reservation is refused, and it fails as
+         * any step would (the limit named, a checkpoint, the CLI's exit 3) */
+        bfit_controller_set_memory(r->ctl, before, before > r->fixed_bytes ? before - r->fixed_bytes : 0);
+        rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d);
+    }
     return rc;
 }
 
