@@ -52,7 +52,7 @@ static int limit_refusal(const bfit_run *r, uint64_t need, uint64_t miss)
     bfit_as_room(&limit, &room);
     return bfit_fail(BFIT_ENOMEM, "out of host memory: not even micro-batch 1 fits at step %lld: it needs %s, %s "
                      "is missing; the address-space limit (ulimit -v) of %s leaves %s unmapped, and %s is "
-                     "kept beside the step for oneDNN's kernels and threads: raise ulimit -v",
+                     "kept beside the step for oneDNN's kernels: raise ulimit -v",
                      (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                      bfit_format_size(miss, s2, sizeof s2), bfit_format_size(limit, s3, sizeof s3),
                      bfit_format_size(room, s4, sizeof s4), bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5));

@@ -1,6 +1,7 @@
 /* run.c - setting a training run up: checking the configuration, the
  * session (device, arena, model, data), the controller with the plan as its
  * memory model, parameters, optimizer, gradient norms and streams. */
+#include "base/aslimit.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/outpath.h"
@@ -298,6 +299,25 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
 
 uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 
+/* The memory read from a CPU under an address-space limit: neither the
+ * margin nor --memory is what to change, the limit is. BFIT_OK if none. */
+static int limit_says(const bfit_run *r, uint64_t need, uint64_t budget)
+{
+    bfit_device_info di;
+    uint64_t limit, room;
+    char s1[32], s2[32], s3[32], s4[32], s5[32];
+
+    bfit_device_info_get(r->s.dev, &di);
+    if (!di.limited || !bfit_as_room(&limit, &room))
+        return BFIT_OK;
+    return bfit_fail(BFIT_ENOMEM, "out of host memory: training needs %s even at micro-batch 1, but %s is allowed "
+                     "(the memory less the margin): the address-space limit (ulimit -v) of %s leaves %s unmapped, "
+                     "and %s is kept beside the step for oneDNN's kernels: raise ulimit -v",
+                     bfit_format_size(need, s1, sizeof s1), bfit_format_size(budget, s2, sizeof s2),
+                     bfit_format_size(limit, s3, sizeof s3), bfit_format_size(room, s4, sizeof s4),
+                     bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5));
+}
+
 /* Say how far from fitting a model is that does not fit even m = 1. */
 int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
@@ -318,6 +338,8 @@ int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
     need = p1.peak + r->pc.extra;
     bfit_format_size(need, s1, sizeof s1);
     bfit_format_size(budget, s2, sizeof s2);
+    if (!r->cfg.memory && limit_says(r, need, budget) != BFIT_OK)
+        return BFIT_ENOMEM;
     if (r->cfg.margin > 0 && need <= r->base_capacity && (pct = bfit_margin_for(need, r->base_capacity)) >= 0)
         return bfit_fail_field(BFIT_ENOMEM, "margin", "training needs %s even at micro-batch 1, but the %g%% margin "
                                "leaves %s of %s: a margin of at most %.2f trains (or a memory of at least %s)", s1,
