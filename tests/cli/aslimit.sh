@@ -55,4 +55,10 @@ limited 3000000 0 "confirmed: a real step ran at" find --model resnet50 --data s
 # much that it refuses what runs
 limited 400000 0 "test accuracy" train --model "$src/models/cnn.cfg" --data synthetic --max-steps 2 --eval-samples 8 \
   --threads 2 --device cpu
+# 8 threads map about 72 MiB each (a stack, glibc's malloc arena), made
+# with the device: under 600 MB no room is left for the kernels, which was
+# said as "cannot tell the device's free memory: set the memory capacity";
+# the limit and the threads are named
+limited 600000 1 "address-space limit \\(ulimit -v\\) of .* leaves .* once the device and its 8 threads are set up.*raise ulimit -v or use fewer threads" \
+  train --model "$src/models/cnn.cfg" --data synthetic --max-steps 1 --eval-samples 8 --threads 8 --device cpu
 finish
