@@ -18,13 +18,20 @@
 #define BFIT_AS_KERNEL_ROOM ((uint64_t)16 << 20)
 
 /* Room kept free under a limit when the device's free memory is told,
- * beside the step's plan, so that a step's kernels are made in it: on
- * resnet50 (2 threads) they grew the address space by about 115 MiB over
- * the first step. Threads add their stacks (8 MiB) and glibc's per-thread
- * heaps (64 MiB each): machines with more cores may need more, not
- * measured here; there BFIT_AS_KERNEL_ROOM still refuses before a crash.
- * 256 MiB refused the small CNN under 400 MB, which trains there. */
-#define BFIT_AS_HEADROOM ((uint64_t)128 << 20)
+ * beside the step's plan, so that a step's kernels are made in it. What
+ * the threads map is not in it but counted in the room, being mapped
+ * before the room is read: the compute threads' stacks and malloc arenas
+ * (glibc: 64 MiB each, made at a thread's first heap call, which oneDNN's
+ * threads made inside the first step) when the CPU device is made
+ * (bfit_cpu_make_arenas), a stream's loader threads' when it is made.
+ * Measured on resnet50 (ulimit -v, oversubscribed on 2 cores), the address
+ * space then grew over the first steps and evaluation by 76, 77, 77 and
+ * 78 MiB on 1, 2, 4 and 8 threads (with the arenas made in the step: 76,
+ * 141, 269 and 526 MiB, 64 MiB a thread beyond the first): the room kept
+ * does not grow with the threads. 96 MiB keeps a margin; 128 MiB (with the
+ * arenas made up front) refused the small CNN at batch 512 under 420 MB on
+ * 2 threads, which trains there (tests/cli/aslimit_log.sh). */
+#define BFIT_AS_HEADROOM ((uint64_t)96 << 20)
 
 /* 1 and the limit and the room left under it (limit less the address
  * space mapped now, 0 when past it) if this process has an address-space

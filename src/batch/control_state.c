@@ -25,3 +25,9 @@ int bfit_controller_state_set(bfit_controller *c, const bfit_controller_state *s
     c->st = *s;
     return BFIT_OK;
 }
+
+void bfit_controller_set_memory(bfit_controller *c, uint64_t capacity, uint64_t free_bytes)
+{
+    c->st.capacity = capacity;
+    c->st.free = free_bytes;
+}

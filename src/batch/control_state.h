@@ -71,5 +71,9 @@ void bfit_controller_state_get(const bfit_controller *c, bfit_controller_state *
  * controller unchanged, for a state it cannot have (m or E below 1, a
  * throughput slot or noise average that is not finite...). */
 int bfit_controller_state_set(bfit_controller *c, const bfit_controller_state *s);
+/* The memory there is now (the capacity, and what is free for a step),
+ * told before the first decision or between steps: the controller learns
+ * it otherwise only from a step it observed. */
+void bfit_controller_set_memory(bfit_controller *c, uint64_t capacity, uint64_t free_bytes);
 
 #endif

@@ -57,6 +57,7 @@ struct bfit_stream {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int quit, sync_ok;
+    int started;             /* threads that have run (and mapped their malloc arena) */
     int64_t made;            /* samples the loader threads made, */
     double busy_s;           /*   in this many seconds of their time */
     job job;
@@ -136,8 +137,10 @@ static void *worker(void *arg)
     bfit_stream *s = ((void **)arg)[0];
     bfit_img_scratch *sc = ((void **)arg)[1];
 
-    free(arg);
+    free(arg); /* its first heap call: glibc makes its malloc arena (64 MiB of address space) */
     pthread_mutex_lock(&s->mu);
+    s->started++;
+    pthread_cond_broadcast(&s->cv);
     for (;;) {
         while (!s->quit && !(s->job.state == JOB_RUNNING && s->job.next < s->job.n))
             pthread_cond_wait(&s->cv, &s->mu);
@@ -391,6 +394,12 @@ static int start_threads(bfit_stream *s)
             return BFIT_ESTATE;
         }
     }
+    /* Under ulimit -v a run reads the room left once its streams are open:
+     * what the threads map (stacks, malloc arenas) must be mapped by then. */
+    pthread_mutex_lock(&s->mu);
+    while (s->started < s->nthreads)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     return BFIT_OK;
 }
 

@@ -461,6 +461,7 @@ static int cpu_set_threads(bfit_device *base, int threads, int cpus)
     if ((rc = bfit_cpu_pin(d, threads, cpus)) != BFIT_OK)
         return rc;
     d->threads = threads;
+    bfit_cpu_make_arenas(threads);
     return BFIT_OK;
 }
 
@@ -526,6 +527,7 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
         return bfit_fail(BFIT_EDEVICE, "oneDNN: cannot create the CPU engine");
     }
     d->bf16_f32 = !bfit_cpu_bf16_native(d->eng);
+    bfit_cpu_make_arenas(d->threads > 0 ? d->threads : omp_get_max_threads());
     *out = &d->base;
     bfit_optime_attach(*out);
     return BFIT_OK;

@@ -12,6 +12,13 @@ uint64_t bfit_run_free_for_step(const bfit_run *r)
     return bfit_arena_available(r->s.arena) + bfit_model_step_bytes(r->s.M);
 }
 
+/* Tell the controller what memory there is now (it learns it otherwise
+ * only from a step it observed). */
+void bfit_run_memory_now(bfit_run *r)
+{
+    bfit_controller_set_memory(r->ctl, bfit_arena_capacity(r->s.arena), bfit_run_free_for_step(r));
+}
+
 /* Apply the memory schedule's changes due by step `upto` (another tenant
  * taking or returning memory, simulated). The step's blocks are handed back
  * on a change, so the next reservation is made under the new capacity. */

@@ -23,17 +23,6 @@ static uint64_t missing_for_one(bfit_run *r, uint64_t *need)
     return a > b ? a : b;
 }
 
-/* Tell the controller what memory there is now (it learns it otherwise
- * only from a step it observed). */
-static void controller_memory_now(bfit_run *r)
-{
-    bfit_controller_state cs;
-    bfit_controller_state_get(r->ctl, &cs);
-    cs.capacity = bfit_arena_capacity(r->s.arena);
-    cs.free = bfit_run_free_for_step(r);
-    bfit_controller_state_set(r->ctl, &cs);
-}
-
 static void nap(bfit_run *r, double s)
 {
     for (double slept = 0; slept < s && !bfit_run_stop_requested(r); slept += 0.1) {
@@ -63,7 +52,7 @@ static int limit_refusal(const bfit_run *r, uint64_t need, uint64_t miss)
     bfit_as_room(&limit, &room);
     return bfit_fail(BFIT_ENOMEM, "out of host memory: not even micro-batch 1 fits at step %lld: it needs %s, %s "
                      "is missing; the address-space limit (ulimit -v) of %s leaves %s unmapped, and %s is "
-                     "kept beside the step for oneDNN's kernels and threads: raise ulimit -v",
+                     "kept beside the step for oneDNN's kernels: raise ulimit -v",
                      (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                      bfit_format_size(miss, s2, sizeof s2), bfit_format_size(limit, s3, sizeof s3),
                      bfit_format_size(room, s4, sizeof s4), bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5));
@@ -83,7 +72,7 @@ int bfit_run_wait_for_memory(bfit_run *r)
 
     bfit_device_info_get(r->s.dev, &di);
     if (miss == 0) {
-        controller_memory_now(r);
+        bfit_run_memory_now(r);
         return BFIT_OK;
     }
     if (r->wait_until == 0)
@@ -107,7 +96,7 @@ int bfit_run_wait_for_memory(bfit_run *r)
         bfit_log_event(&r->lg, "memory_back", "\"step\":%lld,\"waited\":%.3f", (long long)r->pos.step, now - t0);
         bfit_log_say(&r->lg, "batchfit: step %lld: memory came back after %s", (long long)r->pos.step + 1,
                      bfit_format_secs(now - t0, s3, sizeof s3));
-        controller_memory_now(r);
+        bfit_run_memory_now(r);
         return BFIT_OK;
     }
     r->pos.res.stopped = BFIT_ENOMEM;

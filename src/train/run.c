@@ -1,6 +1,7 @@
 /* run.c - setting a training run up: checking the configuration, the
  * session (device, arena, model, data), the controller with the plan as its
  * memory model, parameters, optimizer, gradient norms and streams. */
+#include "base/aslimit.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/outpath.h"
@@ -299,6 +300,25 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
 
 uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 
+/* The memory read from a CPU under an address-space limit: neither the
+ * margin nor --memory is what to change, the limit is. BFIT_OK if none. */
+static int limit_says(const bfit_run *r, uint64_t need, uint64_t budget)
+{
+    bfit_device_info di;
+    uint64_t limit, room;
+    char s1[32], s2[32], s3[32], s4[32], s5[32];
+
+    bfit_device_info_get(r->s.dev, &di);
+    if (!di.limited || !bfit_as_room(&limit, &room))
+        return BFIT_OK;
+    return bfit_fail(BFIT_ENOMEM, "out of host memory: training needs %s even at micro-batch 1, but %s is allowed "
+                     "(the memory less the margin): the address-space limit (ulimit -v) of %s leaves %s unmapped, "
+                     "and %s is kept beside the step for oneDNN's kernels: raise ulimit -v",
+                     bfit_format_size(need, s1, sizeof s1), bfit_format_size(budget, s2, sizeof s2),
+                     bfit_format_size(limit, s3, sizeof s3), bfit_format_size(room, s4, sizeof s4),
+                     bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5));
+}
+
 /* Say how far from fitting a model is that does not fit even m = 1. */
 int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
 {
@@ -319,6 +339,8 @@ int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget)
     need = p1.peak + r->pc.extra;
     bfit_format_size(need, s1, sizeof s1);
     bfit_format_size(budget, s2, sizeof s2);
+    if (!r->cfg.memory && limit_says(r, need, budget) != BFIT_OK)
+        return BFIT_ENOMEM;
     if (r->cfg.margin > 0 && need <= r->base_capacity && (pct = bfit_margin_for(need, r->base_capacity)) >= 0)
         return bfit_fail_field(BFIT_ENOMEM, "margin", "training needs %s even at micro-batch 1, but the %g%% margin "
                                "leaves %s of %s: a margin of at most %.2f trains (or a memory of at least %s)", s1,
@@ -815,6 +837,31 @@ static int check_counts(const bfit_run *r, int64_t *ntrain)
     return BFIT_OK;
 }
 
+/* The first decision, in the room the set-up left: under ulimit -v the
+ * staging and the streams took room that the capacity read before them
+ * still counted (resnet50 under 3 GB: its first step was planned at 34 in
+ * room for less, and a kernel was then refused). */
+static int first_decision(bfit_run *r)
+{
+    uint64_t before = r->base_capacity;
+    int rc;
+
+    bfit_run_watch_device(r);
+    r->base_capacity = bfit_arena_capacity(r->s.arena); /* the start event's: what the first step gets */
+    if (r->base_capacity != before)
+        bfit_run_memory_now(r);
+    r->pos.d.size = sizeof r->pos.d;
+    rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d);
+    if (rc == BFIT_ENOMEM && r->base_capacity != before) {
+        /* not even micro-batch 1 fits in what is left: decided in what was
+         * there, the first step's reservation is refused, and it fails as
+         * any step would (the limit named, a checkpoint, the CLI's exit 3) */
+        bfit_controller_set_memory(r->ctl, before, before > r->fixed_bytes ? before - r->fixed_bytes : 0);
+        rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d);
+    }
+    return rc;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
@@ -873,9 +920,7 @@ static int setup(bfit_run *r)
         return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK)
         return rc;
-    bfit_run_watch_device(r); /* under ulimit -v the staging and the streams took room */
-    r->pos.d.size = sizeof r->pos.d;
-    if ((rc = bfit_controller_next(r->ctl, 0, 0, &r->pos.d)) != BFIT_OK)
+    if ((rc = first_decision(r)) != BFIT_OK)
         return rc;
     r->E0 = r->cfg.lr_ref_batch ? r->cfg.lr_ref_batch : r->pos.d.batch;
     if ((rc = finish_schedule(r)) != BFIT_OK || (rc = alloc_stats_snap(r)) != BFIT_OK)

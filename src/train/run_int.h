@@ -121,7 +121,7 @@ struct bfit_run {
     run_pos pos;               /* at the last step boundary (during a step: moving from it) */
     int64_t per_epoch;         /* samples per epoch */
     int eval_m;                /* the evaluation's micro-batch */
-    uint64_t base_capacity;    /* at the start */
+    uint64_t base_capacity;    /* at the start, once set up (under ulimit -v the streams take room) */
     uint64_t configured;       /* what the configuration and its memory schedule allow now */
     double ep_t0;              /* when the epoch (a resumed run: its part of it) began: rate, seconds */
     int64_t ep_taken0;         /* samples of the epoch taken before ep_t0 (a resumed run's) */
@@ -198,6 +198,7 @@ void bfit_run_log_change(bfit_run *r, const bfit_batch_decision *d, int prev_m, 
 int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto);
 void bfit_run_watch_device(bfit_run *r);
 uint64_t bfit_run_free_for_step(const bfit_run *r);
+void bfit_run_memory_now(bfit_run *r); /* the controller told the capacity and what is free now */
 /* memwait.c: not even micro-batch 1 fits: wait for memory to come back
  * (a shared device) or fail with BFIT_ENOMEM saying what is missing */
 int bfit_run_wait_for_memory(bfit_run *r);

@@ -5,3 +5,8 @@ find_program(BFIT_BASH bash REQUIRED) # (cached by whichever file comes first)
 add_test(NAME cli_aslimit
          COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/aslimit.sh $<TARGET_FILE:batchfit_cli> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_aslimit PROPERTIES TIMEOUT 600 LABELS nosan WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# what the log says under a limit: tests/cli/aslimit_log.sh (seconds)
+add_test(NAME cli_aslimit_log
+         COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/aslimit_log.sh $<TARGET_FILE:batchfit_cli>
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_aslimit_log PROPERTIES TIMEOUT 120 LABELS nosan WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
