@@ -937,6 +937,72 @@ static void test_pad(void **st)
     pb_free(m);
 }
 
+/* x [N,4,5,5] -> op (kernel k, stride s, pads p, ceil_mode c) -> GlobalAveragePool -> Flatten -> Gemm. */
+static pbw *pool_graph(const char *op, int64_t k, int64_t s, int64_t p, int64_t c)
+{
+    static const int64_t in[4] = {-1, 4, 5, 5};
+    const int64_t ks[2] = {k, k}, ss[2] = {s, s}, ps[4] = {p, p, p, p};
+    const char *x[1] = {"x"}, *y[1] = {"y"}, *q[1] = {"q"}, *fl[1] = {"f"};
+    pbw *g = pb_new(), *n = node(op, "pool", x, 1, y, 1);
+    attr_ints(n, "kernel_shape", ks, 2);
+    attr_ints(n, "strides", ss, 2);
+    attr_ints(n, "pads", ps, 4);
+    attr_int(n, "ceil_mode", c);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("GlobalAveragePool", "gap", y, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, fl, 1));
+    fc_head(g, "f");
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* The output side of the model's first layer, loaded from m. */
+static int first_out(const pbw *m, bfit_shape *out)
+{
+    bfit_model *M;
+    tdev t;
+    int rc;
+    tdev_open(&t, 1);
+    rc = bfit_model_load_onnx(m->b, m->n, "t.onnx", t.dev, &M);
+    if (rc == BFIT_OK) {
+        *out = M->nodes[0].l->out;
+        bfit_model_free(M);
+    }
+    tdev_close(&t);
+    return rc;
+}
+
+/* ceil_mode=1: a max pool's output rounded up as PyTorch rounds it (5x5
+ * by 2x2/2: 3x3, floor 2x2; padded by 1: 3x3, not the 4x4 whose last
+ * window would start in the padding); an average pool's only where the
+ * sizes agree, else refused saying why (PyTorch's divisor at those
+ * windows is not batchfit's). onnx_torch ceil_cnn checks the values. */
+static void test_pool_ceil(void **st)
+{
+    static const struct { const char *op; int64_t k, s, p; int out; } ok[] = {
+        {"MaxPool", 2, 2, 0, 3}, {"MaxPool", 2, 2, 1, 3}, {"MaxPool", 3, 2, 0, 2}, {"AveragePool", 3, 2, 0, 2}};
+    bfit_shape out;
+    pbw *m;
+    (void)st;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        m = model(pool_graph(ok[i].op, ok[i].k, ok[i].s, ok[i].p, 1));
+        if (first_out(m, &out) != BFIT_OK)
+            fail_msg("%s %lld/%lld pad %lld: %s", ok[i].op, (long long)ok[i].k, (long long)ok[i].s,
+                     (long long)ok[i].p, bfit_errmsg());
+        assert_int_equal(out.h, ok[i].out);
+        assert_int_equal(out.w, ok[i].out);
+        pb_free(m);
+    }
+    m = model(pool_graph("AveragePool", 2, 2, 0, 1));
+    assert_int_equal(first_out(m, &out), BFIT_EINVAL);
+    if (!strstr(bfit_errmsg(), "node 'pool' (AveragePool, opset 17) with inputs 'x' [N,4,5,5]: ceil_mode=1 makes "
+                               "the output 3x3 (floor: 2x2), and PyTorch averages those last windows over their "
+                               "part inside the input and padding, where batchfit divides by the kernel: export "
+                               "the AvgPool2d with ceil_mode=False"))
+        fail_msg("%s", bfit_errmsg());
+    pb_free(m);
+}
+
 /* Not a model at all, and models batchfit cannot train. */
 static void test_not_a_model(void **st)
 {
@@ -1190,6 +1256,7 @@ int main(void)
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic),
         cmocka_unit_test(test_pad),
+        cmocka_unit_test(test_pool_ceil),
         cmocka_unit_test(test_grouped_conv_gradcheck),
         cmocka_unit_test(test_clip_gradcheck),
         cmocka_unit_test(test_concat_gradcheck),
