@@ -303,6 +303,25 @@ static pbw *cast_graph(int64_t to)
     return g;
 }
 
+/* x [N,4] -> Reshape(x, Cast(c, to)) -> the classifier, c the initializer
+ * [0, v] (int64, or float when f is given: [0, f]); it loads when the cast
+ * gives [0, 4] (0: the batch kept). */
+static pbw *cast_const_graph(int64_t to, int64_t v, const float *f)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2};
+    const int64_t iv[2] = {0, v};
+    const float fv[2] = {0, f ? *f : 0};
+    const char *ci[1] = {"c"}, *co[1] = {"t"}, *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n = node("Cast", "cast", ci, 1, co, 1);
+    attr_int(n, "to", to);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 5, f ? tensor("c", d2, 1, fv, 2) : tensor_i64("c", d2, 1, iv, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
 /* Load the bytes; on failure check the graph is left empty and, if want is
  * given, that the message says it. Returns the status. */
 static int load(const pbw *m, bfit_graph_desc *g, const char *want)
@@ -748,6 +767,57 @@ static void test_host_cast(void **st)
         assert_int_equal(load(m, &g, want), BFIT_EINVAL);
         pb_free(m);
     }
+}
+
+/* Host casts to narrower integers wrap as ONNX (and numpy's astype) say:
+ * the higher bits dropped, two's complement for the signed types; each of
+ * these gives 4, the Reshape's width. A float out of the type's range is
+ * undefined in ONNX and refused; a batch-dependent integer whose cast
+ * would wrap for some micro-batch is refused, one that fits loads. */
+static void test_host_cast_wrap(void **st)
+{
+    static const struct { int64_t to, v; } ok[] = {
+        {BFIT_ONNX_INT8, 260},     {BFIT_ONNX_INT8, -252},     {BFIT_ONNX_UINT8, 260},
+        {BFIT_ONNX_UINT8, -252},   {BFIT_ONNX_INT16, 65540},   {BFIT_ONNX_UINT16, -65532},
+        {BFIT_ONNX_INT32, (INT64_C(1) << 32) + 4}, {BFIT_ONNX_UINT32, -(INT64_C(1) << 32) + 4},
+        {BFIT_ONNX_INT64, 4},      {BFIT_ONNX_UINT64, 4}};
+    const float f4 = 4.75f, big = 300.0f, huge = 1e30f;
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        m = model(cast_const_graph(ok[i].to, ok[i].v, NULL));
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("%lld to type %lld: %s", (long long)ok[i].v, (long long)ok[i].to, bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    /* 252 is -4 in int8: a Reshape to [0, -4] */
+    m = model(cast_const_graph(BFIT_ONNX_INT8, 252, NULL));
+    assert_int_equal(load(m, &g, "node 'reshape'"), BFIT_EINVAL);
+    pb_free(m);
+    m = model(cast_const_graph(BFIT_ONNX_INT32, 0, &f4)); /* truncated toward zero */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_const_graph(BFIT_ONNX_INT8, 0, &big));
+    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 'c' [2] float: the float 300 cast to "
+                                 "the ONNX type 3 is out of its range, which ONNX leaves undefined"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(cast_const_graph(BFIT_ONNX_INT64, 0, &huge));
+    assert_int_equal(load(m, &g, "the float 1e+30 cast to the ONNX type 7 is out of its range"), BFIT_EINVAL);
+    pb_free(m);
+    m = model(cast_graph(BFIT_ONNX_INT32)); /* Shape [m, 4]: m up to 2^24 fits */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_graph(BFIT_ONNX_INT16));
+    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 's' (computed on the host): the "
+                                 "batch-dependent integer 1 * batch + 0 cast to the ONNX type 5 (int16) wraps around "
+                                 "for some micro-batches (1 to 16777216)"),
+                     BFIT_EINVAL);
+    pb_free(m);
 }
 
 /* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
@@ -1252,6 +1322,7 @@ int main(void)
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_gelu_op),
         cmocka_unit_test(test_host_cast),
+        cmocka_unit_test(test_host_cast_wrap),
         cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic),
