@@ -1073,6 +1073,37 @@ static void test_pool_ceil(void **st)
     pb_free(m);
 }
 
+/* Opsets 21 to 28 changed nothing batchfit reads but types (and Cast's
+ * float-8 rules, and wrote down the ceil_mode rule it follows): a max pool
+ * with ceil_mode and a host Cast load at each. A later opset is refused,
+ * saying which opsets are read and what to export with. */
+static void test_opset_range(void **st)
+{
+    static const int ok[] = {21, 22, 23, 24, 25, 28};
+    bfit_graph_desc g;
+    bfit_shape out;
+    pbw *m;
+    (void)st;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        m = model_op(pool_graph("MaxPool", 2, 2, 0, 1), ok[i]);
+        if (first_out(m, &out) != BFIT_OK)
+            fail_msg("opset %d: %s", ok[i], bfit_errmsg());
+        assert_int_equal(out.h, 3);
+        pb_free(m);
+        m = model_op(cast_const_graph(BFIT_ONNX_INT8, 260, NULL), ok[i]);
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("opset %d: %s", ok[i], bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    m = model_op(gemm_graph(NULL), 29);
+    assert_int_equal(load(m, &g, "t.onnx: opset 29 is newer than batchfit reads (7 to 28: what later opsets change in "
+                                 "the operators it reads has not been gone through): export the model with "
+                                 "torch.onnx.export(..., opset_version=17), or another opset from 7 to 28"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* Not a model at all, and models batchfit cannot train. */
 static void test_not_a_model(void **st)
 {
@@ -1328,6 +1359,7 @@ int main(void)
         cmocka_unit_test(test_shape_arithmetic),
         cmocka_unit_test(test_pad),
         cmocka_unit_test(test_pool_ceil),
+        cmocka_unit_test(test_opset_range),
         cmocka_unit_test(test_grouped_conv_gradcheck),
         cmocka_unit_test(test_clip_gradcheck),
         cmocka_unit_test(test_concat_gradcheck),
