@@ -322,6 +322,30 @@ static pbw *cast_const_graph(int64_t to, int64_t v, const float *f)
     return g;
 }
 
+/* x [N,4] -> Reshape(x, Cast(Cast(c, to), int64) - k) -> the classifier,
+ * c = [0, v] and k = [0, v - 4] - r: it loads when the cast to `to` rounds
+ * v down by r. */
+static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2};
+    const int64_t cv[2] = {0, v}, kv[2] = {0, v - 4 - r};
+    const char *ci[1] = {"c"}, *fo[1] = {"f"}, *io[1] = {"i"}, *si[2] = {"i", "k"}, *so[1] = {"t"};
+    const char *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n = node("Cast", "tofloat", ci, 1, fo, 1);
+    attr_int(n, "to", to);
+    pmsg(g, 1, n);
+    n = node("Cast", "back", fo, 1, io, 1);
+    attr_int(n, "to", BFIT_ONNX_INT64);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Sub", "sub", si, 2, so, 1));
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 5, tensor_i64("c", d2, 1, cv, 2));
+    pmsg(g, 5, tensor_i64("k", d2, 1, kv, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
 /* Load the bytes; on failure check the graph is left empty and, if want is
  * given, that the message says it. Returns the status. */
 static int load(const pbw *m, bfit_graph_desc *g, const char *want)
@@ -773,7 +797,8 @@ static void test_host_cast(void **st)
  * the higher bits dropped, two's complement for the signed types; each of
  * these gives 4, the Reshape's width. A float out of the type's range is
  * undefined in ONNX and refused; a batch-dependent integer whose cast
- * would wrap for some micro-batch is refused, one that fits loads. */
+ * would wrap for some micro-batch is refused, one that fits loads. A cast
+ * to a float type rounds to that type. */
 static void test_host_cast_wrap(void **st)
 {
     static const struct { int64_t to, v; } ok[] = {
@@ -808,6 +833,25 @@ static void test_host_cast_wrap(void **st)
     m = model(cast_const_graph(BFIT_ONNX_INT64, 0, &huge));
     assert_int_equal(load(m, &g, "the float 1e+30 cast to the ONNX type 7 is out of its range"), BFIT_EINVAL);
     pb_free(m);
+    /* to a float type, rounded to it (ties to even): 2^24 + 1 in float is 2^24, 2049 in float16 2048,
+     * 257 in bfloat16 256, 2^53 + 1 in double 2^53; 70000 in float16 is infinity, out of int64's range */
+    {
+        static const struct { int64_t to, v, r; } rd[] = {
+            {BFIT_ONNX_FLOAT, (1 << 24) + 1, 1}, {BFIT_ONNX_FLOAT16, 2049, 1}, {BFIT_ONNX_BFLOAT16, 257, 1},
+            {BFIT_ONNX_FLOAT16, 2047, 0}, {BFIT_ONNX_DOUBLE, (INT64_C(1) << 53) + 1, 1}};
+        for (size_t i = 0; i < sizeof rd / sizeof rd[0]; i++) {
+            m = model(cast_round_graph(rd[i].to, rd[i].v, rd[i].r));
+            if (load(m, &g, NULL) != BFIT_OK)
+                fail_msg("%lld to type %lld: %s", (long long)rd[i].v, (long long)rd[i].to, bfit_errmsg());
+            bfit_graph_fini(&g);
+            pb_free(m);
+        }
+        m = model(cast_round_graph(BFIT_ONNX_FLOAT16, 70000, 0));
+        assert_int_equal(load(m, &g, "node 'back' (Cast, opset 17) with inputs 'f' (computed on the host): the "
+                                     "float inf cast to the ONNX type 7 is out of its range"),
+                         BFIT_EINVAL);
+        pb_free(m);
+    }
     m = model(cast_graph(BFIT_ONNX_INT32)); /* Shape [m, 4]: m up to 2^24 fits */
     assert_int_equal(load(m, &g, NULL), BFIT_OK);
     bfit_graph_fini(&g);

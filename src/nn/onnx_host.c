@@ -12,6 +12,7 @@
  * refused at load, naming the node. Floats (constants) are plain numbers. */
 #include "base/err.h"
 #include "base/values.h"
+#include "device/half.h"
 #include "nn/onnx_int.h"
 
 #include <math.h>
@@ -539,6 +540,20 @@ static int cast_float_int(onnx_lower *L, int64_t to, double f, int64_t *ob)
     return BFIT_OK;
 }
 
+/* v cast to a float type: rounded to it (nearest, ties to even; past
+ * float16's range, infinity), as ONNX's Cast does, through float (exact
+ * for integers below 2^24 and for a float32 tensor's values). */
+static double round_to(int64_t to, double v)
+{
+    if (to == BFIT_ONNX_FLOAT)
+        return (double)(float)v;
+    if (to == BFIT_ONNX_FLOAT16)
+        return (double)bfit_f16_to_f32(bfit_f32_to_f16((float)v));
+    if (to == BFIT_ONNX_BFLOAT16)
+        return (double)bfit_bf16_to_f32(bfit_f32_to_bf16((float)v));
+    return v;
+}
+
 /* Cast between integer types keeps a * m + b (wrapped into narrower
  * types); to or from float, constants only. */
 static int cast(onnx_lower *L)
@@ -561,7 +576,7 @@ static int cast(onnx_lower *L)
         if (isf && !x->isf && x->a[i])
             return bfit_onnx_refuse(L, "a batch-dependent integer cast to a float");
         if (isf)
-            o->f[i] = x->isf ? x->f[i] : (double)x->b[i];
+            o->f[i] = round_to(to, x->isf ? x->f[i] : (double)x->b[i]);
         else if (to == BFIT_ONNX_BOOL)
             o->b[i] = x->isf ? x->f[i] != 0 : (x->a[i] || x->b[i]);
         else if (x->isf)
