@@ -346,6 +346,30 @@ static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
     return g;
 }
 
+/* x [N,4] -> Reshape(x, Where(Cast(Shape(x) - [d, 0], bool), [0, 4], [1, 4]))
+ * -> the classifier: [0, 4] where N - d is never 0. */
+static pbw *cast_bool_graph(int64_t d)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2}, av[2] = {0, 4}, bv[2] = {1, 4};
+    const int64_t kv[2] = {d, 0};
+    const char *x[1] = {"x"}, *so[1] = {"s"}, *si[2] = {"s", "k"}, *mo[1] = {"m"}, *co[1] = {"c"};
+    const char *wi[3] = {"c", "a", "b"}, *wo[1] = {"t"}, *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n;
+    pmsg(g, 1, node("Shape", "shape", x, 1, so, 1));
+    pmsg(g, 1, node("Sub", "sub", si, 2, mo, 1));
+    n = node("Cast", "cast", mo, 1, co, 1);
+    attr_int(n, "to", BFIT_ONNX_BOOL);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Where", "where", wi, 3, wo, 1));
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 5, tensor_i64("k", d2, 1, kv, 2));
+    pmsg(g, 5, tensor_i64("a", d2, 1, av, 2));
+    pmsg(g, 5, tensor_i64("b", d2, 1, bv, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
 /* Load the bytes; on failure check the graph is left empty and, if want is
  * given, that the message says it. Returns the status. */
 static int load(const pbw *m, bfit_graph_desc *g, const char *want)
@@ -798,7 +822,8 @@ static void test_host_cast(void **st)
  * these gives 4, the Reshape's width. A float out of the type's range is
  * undefined in ONNX and refused; a batch-dependent integer whose cast
  * would wrap for some micro-batch is refused, one that fits loads. A cast
- * to a float type rounds to that type. */
+ * to a float type rounds to that type; one to bool of a batch-dependent
+ * integer is true for every batch or refused. */
 static void test_host_cast_wrap(void **st)
 {
     static const struct { int64_t to, v; } ok[] = {
@@ -852,6 +877,18 @@ static void test_host_cast_wrap(void **st)
                          BFIT_EINVAL);
         pb_free(m);
     }
+    /* to bool: the batch is never 0, so true for every batch; the batch less 2 is false at 2 only */
+    m = model(cast_bool_graph(0));
+    if (load(m, &g, NULL) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_bool_graph(2));
+    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 'm' (computed on the host): the "
+                                 "batch-dependent integer 1 * batch + -2 cast to bool is false at the micro-batch 2 "
+                                 "and true at the others"),
+                     BFIT_EINVAL);
+    pb_free(m);
     m = model(cast_graph(BFIT_ONNX_INT32)); /* Shape [m, 4]: m up to 2^24 fits */
     assert_int_equal(load(m, &g, NULL), BFIT_OK);
     bfit_graph_fini(&g);

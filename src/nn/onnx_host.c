@@ -520,6 +520,22 @@ static int cast_int(onnx_lower *L, int64_t to, int64_t a, int64_t b, int64_t *oa
     return BFIT_OK;
 }
 
+/* An integer a * m + b cast to bool: nonzero. True for every micro-batch
+ * when no m from 1 to BFIT_BATCH_MAX makes it 0; else it depends on m. */
+static int cast_bool(onnx_lower *L, int64_t a, int64_t b, int64_t *ob)
+{
+    /* zero at m = -b / a, when a divides b (INT64_MIN / -1 would trap) */
+    int64_t q = a && !(a == -1 && b == INT64_MIN) && b % a == 0 ? b / a : 0;
+
+    *ob = a || b;
+    if (q <= -1 && q >= -(int64_t)BFIT_BATCH_MAX)
+        return bfit_onnx_refuse(L, "the batch-dependent integer %lld * batch + %lld cast to bool is false at the "
+                                   "micro-batch %lld and true at the others: batchfit computes shapes that hold for "
+                                   "every batch",
+                                (long long)a, (long long)b, (long long)-q);
+    return BFIT_OK;
+}
+
 /* A float of x cast to an integer type: truncated toward zero; out of the
  * type's range (or NaN) ONNX leaves it undefined, so it is refused. */
 static int cast_float_int(onnx_lower *L, int64_t to, double f, int64_t *ob)
@@ -577,8 +593,10 @@ static int cast(onnx_lower *L)
             return bfit_onnx_refuse(L, "a batch-dependent integer cast to a float");
         if (isf)
             o->f[i] = round_to(to, x->isf ? x->f[i] : (double)x->b[i]);
+        else if (to == BFIT_ONNX_BOOL && x->isf)
+            o->b[i] = x->f[i] != 0;
         else if (to == BFIT_ONNX_BOOL)
-            o->b[i] = x->isf ? x->f[i] != 0 : (x->a[i] || x->b[i]);
+            rc = cast_bool(L, x->a[i], x->b[i], &o->b[i]);
         else if (x->isf)
             rc = cast_float_int(L, to, x->f[i], &o->b[i]);
         else
