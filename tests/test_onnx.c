@@ -370,6 +370,25 @@ static pbw *cast_bool_graph(int64_t d)
     return g;
 }
 
+/* x [N,4] -> Reshape(x, Cast(Shape(x) * k, to)) -> the classifier. */
+static pbw *scaled_cast_graph(const int64_t k[2], int64_t to)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2};
+    const char *x[1] = {"x"}, *so[1] = {"s"}, *mi[2] = {"s", "k"}, *mo[1] = {"m"}, *co[1] = {"t"};
+    const char *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n;
+    pmsg(g, 1, node("Shape", "shape", x, 1, so, 1));
+    pmsg(g, 1, node("Mul", "mul", mi, 2, mo, 1));
+    n = node("Cast", "cast", mo, 1, co, 1);
+    attr_int(n, "to", to);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 5, tensor_i64("k", d2, 1, k, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
 /* Load the bytes; on failure check the graph is left empty and, if want is
  * given, that the message says it. Returns the status. */
 static int load(const pbw *m, bfit_graph_desc *g, const char *want)
@@ -889,6 +908,15 @@ static void test_host_cast_wrap(void **st)
                                  "and true at the others"),
                      BFIT_EINVAL);
     pb_free(m);
+    /* 2^40 times the batch leaves int64 for large batches: refused as int64, not uint64 */
+    {
+        static const int64_t k[2] = {INT64_C(1) << 40, 1};
+        m = model(scaled_cast_graph(k, BFIT_ONNX_INT64));
+        assert_int_equal(load(m, &g, "the batch-dependent integer 1099511627776 * batch + 0 cast to the ONNX type 7 "
+                                     "(int64) wraps around"),
+                         BFIT_EINVAL);
+        pb_free(m);
+    }
     m = model(cast_graph(BFIT_ONNX_INT32)); /* Shape [m, 4]: m up to 2^24 fits */
     assert_int_equal(load(m, &g, NULL), BFIT_OK);
     bfit_graph_fini(&g);

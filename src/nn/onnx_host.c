@@ -478,7 +478,7 @@ static int reshape_host(onnx_lower *L)
  * rest; *sgn: signed. */
 static int narrow_bits(int64_t to, int *sgn)
 {
-    *sgn = to == BFIT_ONNX_INT8 || to == BFIT_ONNX_INT16 || to == BFIT_ONNX_INT32;
+    *sgn = to == BFIT_ONNX_INT8 || to == BFIT_ONNX_INT16 || to == BFIT_ONNX_INT32 || to == BFIT_ONNX_INT64;
     return to == BFIT_ONNX_INT8 || to == BFIT_ONNX_UINT8     ? 8
            : to == BFIT_ONNX_INT16 || to == BFIT_ONNX_UINT16 ? 16
            : to == BFIT_ONNX_INT32 || to == BFIT_ONNX_UINT32 ? 32
