@@ -428,12 +428,13 @@ static void test_conv(void **st)
 
 /* ---- pooling ------------------------------------------------------------------------------ */
 
+/* ceil: the output size of PyTorch's ceil_mode (max pools) */
 static bfit_op_desc pool_desc(bfit_op_kind kind, int64_t n, int64_t c, int64_t ih, int64_t iw, int64_t k, int64_t s,
-                              int64_t p, int max, int training)
+                              int64_t p, int max, int training, int ceil)
 {
     bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32};
-    d.u.pool = (typeof(d.u.pool)){n, c, ih, iw, (ih + 2 * p - k) / s + 1, (iw + 2 * p - k) / s + 1, k, k, s, s, p, p,
-                                  max, training, 0, 0};
+    d.u.pool = (typeof(d.u.pool)){n, c, ih, iw, bfit_pool_out(ih, k, s, p, ceil), bfit_pool_out(iw, k, s, p, ceil),
+                                  k, k, s, s, p, p, max, training, 0, 0};
     return d;
 }
 
@@ -441,12 +442,12 @@ static bfit_op_desc pool_desc(bfit_op_kind kind, int64_t n, int64_t c, int64_t i
  * ties) or a mean of at most 9 terms; backward sums at most 4 overlapping
  * windows' gradients, in another order than oneDNN. The saved indices are
  * each device's own format and are not compared. */
-static void pool_case(int64_t ih, int64_t iw, int64_t k, int64_t s, int64_t p, int max)
+static void pool_case(int64_t ih, int64_t iw, int64_t k, int64_t s, int64_t p, int max, int ceil)
 {
     const int64_t n = 2, c = 3;
-    bfit_op_desc f = pool_desc(BFIT_OP_POOL_FWD, n, c, ih, iw, k, s, p, max, 1);
-    bfit_op_desc b = pool_desc(BFIT_OP_POOL_BWD, n, c, ih, iw, k, s, p, max, 1);
-    bfit_op_desc e = pool_desc(BFIT_OP_POOL_FWD, n, c, ih, iw, k, s, p, max, 0);
+    bfit_op_desc f = pool_desc(BFIT_OP_POOL_FWD, n, c, ih, iw, k, s, p, max, 1, ceil);
+    bfit_op_desc b = pool_desc(BFIT_OP_POOL_BWD, n, c, ih, iw, k, s, p, max, 1, ceil);
+    bfit_op_desc e = pool_desc(BFIT_OP_POOL_FWD, n, c, ih, iw, k, s, p, max, 0, ceil);
     int64_t xs = n * c * ih * iw, ys = n * c * f.u.pool.oh * f.u.pool.ow;
     dbuf x = db_rand(xs, -1, 1, 21), y = db_new((size_t)ys * 4), dy = db_rand(ys, -1, 1, 22);
     dbuf dx = db_new((size_t)xs * 4);
@@ -482,11 +483,16 @@ static void test_pool(void **st)
 {
     (void)st;
     for (int max = 0; max < 2; max++) {
-        pool_case(9, 8, 3, 2, 1, max); /* overlapping windows with padding */
-        pool_case(8, 8, 2, 2, 0, max); /* the usual 2x2 */
-        pool_case(7, 5, 5, 1, 0, max); /* stride 1, heavy overlap */
+        pool_case(9, 8, 3, 2, 1, max, 0); /* overlapping windows with padding */
+        pool_case(8, 8, 2, 2, 0, max, 0); /* the usual 2x2 */
+        pool_case(7, 5, 5, 1, 0, max, 0); /* stride 1, heavy overlap */
     }
-    pool_case(7, 7, 7, 1, 0, 0); /* global average pooling */
+    pool_case(7, 7, 7, 1, 0, 0, 0); /* global average pooling */
+    /* ceil_mode max pools, the last windows past the edge: 7x9 -> 4x5 (floor 3x4), 8x8 -> 5x5 padded (4x4),
+     * and a 16x16 window (oneDNN's on the cpu) 27x27 -> 3x3 (2x2) */
+    pool_case(7, 9, 2, 2, 0, 1, 1);
+    pool_case(8, 8, 3, 2, 1, 1, 1);
+    pool_case(27, 27, 16, 10, 0, 1, 1);
 }
 
 /* ---- batch and layer normalisation ---------------------------------------------------------- */

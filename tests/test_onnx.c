@@ -303,6 +303,92 @@ static pbw *cast_graph(int64_t to)
     return g;
 }
 
+/* x [N,4] -> Reshape(x, Cast(c, to)) -> the classifier, c the initializer
+ * [0, v] (int64, or float when f is given: [0, f]); it loads when the cast
+ * gives [0, 4] (0: the batch kept). */
+static pbw *cast_const_graph(int64_t to, int64_t v, const float *f)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2};
+    const int64_t iv[2] = {0, v};
+    const float fv[2] = {0, f ? *f : 0};
+    const char *ci[1] = {"c"}, *co[1] = {"t"}, *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n = node("Cast", "cast", ci, 1, co, 1);
+    attr_int(n, "to", to);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 5, f ? tensor("c", d2, 1, fv, 2) : tensor_i64("c", d2, 1, iv, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
+/* x [N,4] -> Reshape(x, Cast(Cast(c, to), int64) - k) -> the classifier,
+ * c = [0, v] and k = [0, v - 4] - r: it loads when the cast to `to` rounds
+ * v down by r. */
+static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2};
+    const int64_t cv[2] = {0, v}, kv[2] = {0, v - 4 - r};
+    const char *ci[1] = {"c"}, *fo[1] = {"f"}, *io[1] = {"i"}, *si[2] = {"i", "k"}, *so[1] = {"t"};
+    const char *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n = node("Cast", "tofloat", ci, 1, fo, 1);
+    attr_int(n, "to", to);
+    pmsg(g, 1, n);
+    n = node("Cast", "back", fo, 1, io, 1);
+    attr_int(n, "to", BFIT_ONNX_INT64);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Sub", "sub", si, 2, so, 1));
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 5, tensor_i64("c", d2, 1, cv, 2));
+    pmsg(g, 5, tensor_i64("k", d2, 1, kv, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
+/* x [N,4] -> Reshape(x, Where(Cast(Shape(x) - [d, 0], bool), [0, 4], [1, 4]))
+ * -> the classifier: [0, 4] where N - d is never 0. */
+static pbw *cast_bool_graph(int64_t d)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2}, av[2] = {0, 4}, bv[2] = {1, 4};
+    const int64_t kv[2] = {d, 0};
+    const char *x[1] = {"x"}, *so[1] = {"s"}, *si[2] = {"s", "k"}, *mo[1] = {"m"}, *co[1] = {"c"};
+    const char *wi[3] = {"c", "a", "b"}, *wo[1] = {"t"}, *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n;
+    pmsg(g, 1, node("Shape", "shape", x, 1, so, 1));
+    pmsg(g, 1, node("Sub", "sub", si, 2, mo, 1));
+    n = node("Cast", "cast", mo, 1, co, 1);
+    attr_int(n, "to", BFIT_ONNX_BOOL);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Where", "where", wi, 3, wo, 1));
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 5, tensor_i64("k", d2, 1, kv, 2));
+    pmsg(g, 5, tensor_i64("a", d2, 1, av, 2));
+    pmsg(g, 5, tensor_i64("b", d2, 1, bv, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
+/* x [N,4] -> Reshape(x, Cast(Shape(x) * k, to)) -> the classifier. */
+static pbw *scaled_cast_graph(const int64_t k[2], int64_t to)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2};
+    const char *x[1] = {"x"}, *so[1] = {"s"}, *mi[2] = {"s", "k"}, *mo[1] = {"m"}, *co[1] = {"t"};
+    const char *ri[2] = {"x", "t"}, *ro[1] = {"r"};
+    pbw *g = pb_new(), *n;
+    pmsg(g, 1, node("Shape", "shape", x, 1, so, 1));
+    pmsg(g, 1, node("Mul", "mul", mi, 2, mo, 1));
+    n = node("Cast", "cast", mo, 1, co, 1);
+    attr_int(n, "to", to);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    pmsg(g, 5, tensor_i64("k", d2, 1, k, 2));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
 /* Load the bytes; on failure check the graph is left empty and, if want is
  * given, that the message says it. Returns the status. */
 static int load(const pbw *m, bfit_graph_desc *g, const char *want)
@@ -830,6 +916,99 @@ static void test_host_cast(void **st)
     }
 }
 
+/* Host casts to narrower integers wrap as ONNX (and numpy's astype) say:
+ * the higher bits dropped, two's complement for the signed types; each of
+ * these gives 4, the Reshape's width. A float out of the type's range is
+ * undefined in ONNX and refused; a batch-dependent integer whose cast
+ * would wrap for some micro-batch is refused, one that fits loads. A cast
+ * to a float type rounds to that type; one to bool of a batch-dependent
+ * integer is true for every batch or refused. */
+static void test_host_cast_wrap(void **st)
+{
+    static const struct { int64_t to, v; } ok[] = {
+        {BFIT_ONNX_INT8, 260},     {BFIT_ONNX_INT8, -252},     {BFIT_ONNX_UINT8, 260},
+        {BFIT_ONNX_UINT8, -252},   {BFIT_ONNX_INT16, 65540},   {BFIT_ONNX_UINT16, -65532},
+        {BFIT_ONNX_INT32, (INT64_C(1) << 32) + 4}, {BFIT_ONNX_UINT32, -(INT64_C(1) << 32) + 4},
+        {BFIT_ONNX_INT64, 4},      {BFIT_ONNX_UINT64, 4}};
+    const float f4 = 4.75f, big = 300.0f, huge = 1e30f;
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        m = model(cast_const_graph(ok[i].to, ok[i].v, NULL));
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("%lld to type %lld: %s", (long long)ok[i].v, (long long)ok[i].to, bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    /* 252 is -4 in int8: a Reshape to [0, -4] */
+    m = model(cast_const_graph(BFIT_ONNX_INT8, 252, NULL));
+    assert_int_equal(load(m, &g, "node 'reshape'"), BFIT_EINVAL);
+    pb_free(m);
+    m = model(cast_const_graph(BFIT_ONNX_INT32, 0, &f4)); /* truncated toward zero */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_const_graph(BFIT_ONNX_INT8, 0, &big));
+    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 'c' [2] float: the float 300 cast to "
+                                 "the ONNX type 3 is out of its range, which ONNX leaves undefined"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(cast_const_graph(BFIT_ONNX_INT64, 0, &huge));
+    assert_int_equal(load(m, &g, "the float 1e+30 cast to the ONNX type 7 is out of its range"), BFIT_EINVAL);
+    pb_free(m);
+    /* to a float type, rounded to it (ties to even): 2^24 + 1 in float is 2^24, 2049 in float16 2048,
+     * 257 in bfloat16 256, 2^53 + 1 in double 2^53; 70000 in float16 is infinity, out of int64's range */
+    {
+        static const struct { int64_t to, v, r; } rd[] = {
+            {BFIT_ONNX_FLOAT, (1 << 24) + 1, 1}, {BFIT_ONNX_FLOAT16, 2049, 1}, {BFIT_ONNX_BFLOAT16, 257, 1},
+            {BFIT_ONNX_FLOAT16, 2047, 0}, {BFIT_ONNX_DOUBLE, (INT64_C(1) << 53) + 1, 1}};
+        for (size_t i = 0; i < sizeof rd / sizeof rd[0]; i++) {
+            m = model(cast_round_graph(rd[i].to, rd[i].v, rd[i].r));
+            if (load(m, &g, NULL) != BFIT_OK)
+                fail_msg("%lld to type %lld: %s", (long long)rd[i].v, (long long)rd[i].to, bfit_errmsg());
+            bfit_graph_fini(&g);
+            pb_free(m);
+        }
+        m = model(cast_round_graph(BFIT_ONNX_FLOAT16, 70000, 0));
+        assert_int_equal(load(m, &g, "node 'back' (Cast, opset 17) with inputs 'f' (computed on the host): the "
+                                     "float inf cast to the ONNX type 7 is out of its range"),
+                         BFIT_EINVAL);
+        pb_free(m);
+    }
+    /* to bool: the batch is never 0, so true for every batch; the batch less 2 is false at 2 only */
+    m = model(cast_bool_graph(0));
+    if (load(m, &g, NULL) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_bool_graph(2));
+    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 'm' (computed on the host): the "
+                                 "batch-dependent integer 1 * batch + -2 cast to bool is false at the micro-batch 2 "
+                                 "and true at the others"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    /* 2^40 times the batch leaves int64 for large batches: refused as int64, not uint64 */
+    {
+        static const int64_t k[2] = {INT64_C(1) << 40, 1};
+        m = model(scaled_cast_graph(k, BFIT_ONNX_INT64));
+        assert_int_equal(load(m, &g, "the batch-dependent integer 1099511627776 * batch + 0 cast to the ONNX type 7 "
+                                     "(int64) wraps around"),
+                         BFIT_EINVAL);
+        pb_free(m);
+    }
+    m = model(cast_graph(BFIT_ONNX_INT32)); /* Shape [m, 4]: m up to 2^24 fits */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_graph(BFIT_ONNX_INT16));
+    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 's' (computed on the host): the "
+                                 "batch-dependent integer 1 * batch + 0 cast to the ONNX type 5 (int16) wraps around "
+                                 "for some micro-batches (1 to 16777216)"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
 static void test_unsupported_op(void **st)
 {
@@ -1013,6 +1192,103 @@ static void test_pad(void **st)
                                  "host), 'zero' [] float, 'axes' [4] int64: the axes input (opset 18 on: pads for "
                                  "the listed axes only) is not supported: give the pads of every dimension, without "
                                  "axes"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
+/* x [N,4,5,5] -> op (kernel k, stride s, pads p, ceil_mode c) -> GlobalAveragePool -> Flatten -> Gemm. */
+static pbw *pool_graph(const char *op, int64_t k, int64_t s, int64_t p, int64_t c)
+{
+    static const int64_t in[4] = {-1, 4, 5, 5};
+    const int64_t ks[2] = {k, k}, ss[2] = {s, s}, ps[4] = {p, p, p, p};
+    const char *x[1] = {"x"}, *y[1] = {"y"}, *q[1] = {"q"}, *fl[1] = {"f"};
+    pbw *g = pb_new(), *n = node(op, "pool", x, 1, y, 1);
+    attr_ints(n, "kernel_shape", ks, 2);
+    attr_ints(n, "strides", ss, 2);
+    attr_ints(n, "pads", ps, 4);
+    attr_int(n, "ceil_mode", c);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("GlobalAveragePool", "gap", y, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, fl, 1));
+    fc_head(g, "f");
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* The output side of the model's first layer, loaded from m. */
+static int first_out(const pbw *m, bfit_shape *out)
+{
+    bfit_model *M;
+    tdev t;
+    int rc;
+    tdev_open(&t, 1);
+    rc = bfit_model_load_onnx(m->b, m->n, "t.onnx", t.dev, &M);
+    if (rc == BFIT_OK) {
+        *out = M->nodes[0].l->out;
+        bfit_model_free(M);
+    }
+    tdev_close(&t);
+    return rc;
+}
+
+/* ceil_mode=1: a max pool's output rounded up as PyTorch rounds it (5x5
+ * by 2x2/2: 3x3, floor 2x2; padded by 1: 3x3, not the 4x4 whose last
+ * window would start in the padding); an average pool's only where the
+ * sizes agree, else refused saying why (PyTorch's divisor at those
+ * windows is not batchfit's). onnx_torch ceil_cnn checks the values. */
+static void test_pool_ceil(void **st)
+{
+    static const struct { const char *op; int64_t k, s, p; int out; } ok[] = {
+        {"MaxPool", 2, 2, 0, 3}, {"MaxPool", 2, 2, 1, 3}, {"MaxPool", 3, 2, 0, 2}, {"AveragePool", 3, 2, 0, 2}};
+    bfit_shape out;
+    pbw *m;
+    (void)st;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        m = model(pool_graph(ok[i].op, ok[i].k, ok[i].s, ok[i].p, 1));
+        if (first_out(m, &out) != BFIT_OK)
+            fail_msg("%s %lld/%lld pad %lld: %s", ok[i].op, (long long)ok[i].k, (long long)ok[i].s,
+                     (long long)ok[i].p, bfit_errmsg());
+        assert_int_equal(out.h, ok[i].out);
+        assert_int_equal(out.w, ok[i].out);
+        pb_free(m);
+    }
+    m = model(pool_graph("AveragePool", 2, 2, 0, 1));
+    assert_int_equal(first_out(m, &out), BFIT_EINVAL);
+    if (!strstr(bfit_errmsg(), "node 'pool' (AveragePool, opset 17) with inputs 'x' [N,4,5,5]: ceil_mode=1 makes "
+                               "the output 3x3 (floor: 2x2), and PyTorch averages those last windows over their "
+                               "part inside the input and padding, where batchfit divides by the kernel: export "
+                               "the AvgPool2d with ceil_mode=False"))
+        fail_msg("%s", bfit_errmsg());
+    pb_free(m);
+}
+
+/* Opsets 21 to 28 changed nothing batchfit reads but types (and Cast's
+ * float-8 rules, and wrote down the ceil_mode rule it follows): a max pool
+ * with ceil_mode and a host Cast load at each. A later opset is refused,
+ * saying which opsets are read and what to export with. */
+static void test_opset_range(void **st)
+{
+    static const int ok[] = {21, 22, 23, 24, 25, 28};
+    bfit_graph_desc g;
+    bfit_shape out;
+    pbw *m;
+    (void)st;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        m = model_op(pool_graph("MaxPool", 2, 2, 0, 1), ok[i]);
+        if (first_out(m, &out) != BFIT_OK)
+            fail_msg("opset %d: %s", ok[i], bfit_errmsg());
+        assert_int_equal(out.h, 3);
+        pb_free(m);
+        m = model_op(cast_const_graph(BFIT_ONNX_INT8, 260, NULL), ok[i]);
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("opset %d: %s", ok[i], bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    m = model_op(gemm_graph(NULL), 29);
+    assert_int_equal(load(m, &g, "t.onnx: opset 29 is newer than batchfit reads (7 to 28: what later opsets change in "
+                                 "the operators it reads has not been gone through): export the model with "
+                                 "torch.onnx.export(..., opset_version=17), or another opset from 7 to 28"),
                      BFIT_EINVAL);
     pb_free(m);
 }
@@ -1267,10 +1543,13 @@ int main(void)
         cmocka_unit_test(test_gelu_op),
         cmocka_unit_test(test_host_cast),
         cmocka_unit_test(test_param_activations),
+        cmocka_unit_test(test_host_cast_wrap),
         cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic),
         cmocka_unit_test(test_pad),
+        cmocka_unit_test(test_pool_ceil),
+        cmocka_unit_test(test_opset_range),
         cmocka_unit_test(test_grouped_conv_gradcheck),
         cmocka_unit_test(test_clip_gradcheck),
         cmocka_unit_test(test_concat_gradcheck),

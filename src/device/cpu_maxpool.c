@@ -386,13 +386,16 @@ size_t bfit_cpu_maxpool_saved(const bfit_op_desc *d)
                : 0;
 }
 
-/* Take the op if it is a 2x2/2 unpadded max pool of f32 or bf16 (*done = 1). */
+/* Take the op if it is a 2x2/2 unpadded max pool of f32 or bf16 (*done = 1)
+ * whose windows lie inside the input (not a ceil_mode one of an odd size:
+ * cpu_maxpool_k.c clips those). */
 int bfit_cpu_maxpool2_init(cpu_op *op, int *done)
 {
     const bfit_op_desc *d = &op->base.desc;
 
     *done = d->u.pool.max && d->u.pool.kh == 2 && d->u.pool.kw == 2 && d->u.pool.sh == 2 && d->u.pool.sw == 2 &&
-            d->u.pool.ph == 0 && d->u.pool.pw == 0 && (d->dtype == BFIT_F32 || d->dtype == BFIT_BF16);
+            d->u.pool.ph == 0 && d->u.pool.pw == 0 && 2 * d->u.pool.oh <= d->u.pool.ih &&
+            2 * d->u.pool.ow <= d->u.pool.iw && (d->dtype == BFIT_F32 || d->dtype == BFIT_BF16);
     if (!*done)
         return BFIT_OK;
     op->ws = 0;

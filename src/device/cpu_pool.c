@@ -94,10 +94,9 @@ static int check_desc(const bfit_op_desc *d)
                          "padding %lldx%lld; padding must be below the kernel)",
                          (long long)ih, (long long)iw, (long long)kh, (long long)kw, (long long)sh,
                          (long long)sw, (long long)ph, (long long)pw);
-    if (ih + 2 * ph < kh || iw + 2 * pw < kw || d->u.pool.oh != (ih + 2 * ph - kh) / sh + 1 ||
-        d->u.pool.ow != (iw + 2 * pw - kw) / sw + 1)
+    if (ih + 2 * ph < kh || iw + 2 * pw < kw || !bfit_pool_out_ok(d))
         return bfit_fail(BFIT_EINVAL, "cpu pool: output %lldx%lld does not match input %lldx%lld, kernel %lldx%lld, "
-                         "stride %lldx%lld, padding %lldx%lld",
+                         "stride %lldx%lld, padding %lldx%lld (floor, or ceil_mode for a max pool)",
                          (long long)d->u.pool.oh, (long long)d->u.pool.ow, (long long)ih, (long long)iw,
                          (long long)kh, (long long)kw, (long long)sh, (long long)sw, (long long)ph,
                          (long long)pw);
@@ -114,6 +113,10 @@ static int make_prims(cpu_op *op, int base, int64_t n, size_t *ws, size_t *saved
     int64_t dd[4] = {n, d->u.pool.c, d->u.pool.oh, d->u.pool.ow};
     dnnl_dims_t strides = {d->u.pool.sh, d->u.pool.sw}, kernel = {d->u.pool.kh, d->u.pool.kw};
     dnnl_dims_t pad = {d->u.pool.ph, d->u.pool.pw};
+    /* the right and bottom padding that reaches the last window's end: the
+     * left's, or more for a max pool's ceil_mode (which max pooling ignores) */
+    dnnl_dims_t pad_r = {(d->u.pool.oh - 1) * d->u.pool.sh + d->u.pool.kh - d->u.pool.ih - d->u.pool.ph,
+                         (d->u.pool.ow - 1) * d->u.pool.sw + d->u.pool.kw - d->u.pool.iw - d->u.pool.pw};
     dnnl_alg_kind_t alg = d->u.pool.max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
     /* the backward pd's hint must be a training forward; an eval forward
      * keeps no indices */
@@ -127,10 +130,11 @@ static int make_prims(cpu_op *op, int base, int64_t n, size_t *ws, size_t *saved
 
     if ((rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md_dt(&dst, 4, dd, d->dtype)))
         return rc;
-    /* padding_r = padding_l: oneDNN checks the output size with the same
-     * floor division as PyTorch */
+    /* pad_r is at least pad: oneDNN checks the output size with a floor
+     * division over the padding both sides */
+    pad_r[0] = pad_r[0] > pad[0] ? pad_r[0] : pad[0], pad_r[1] = pad_r[1] > pad[1] ? pad_r[1] : pad[1];
     CPU_TRY(dnnl_pooling_forward_desc_init(&fd, train ? dnnl_forward_training : dnnl_forward_inference, alg, &src,
-                                           &dst, strides, kernel, pad, pad),
+                                           &dst, strides, kernel, pad, pad_r),
             "pooling forward descriptor");
     if ((rc = bfit_cpu_attr_user_scratchpad(&attr)) != BFIT_OK)
         return rc;
@@ -138,7 +142,7 @@ static int make_prims(cpu_op *op, int base, int64_t n, size_t *ws, size_t *saved
     if (rc == BFIT_OK)
         *saved = md_bytes(qmd(op->pd[base + P_FWD], dnnl_query_workspace_md));
     if (rc == BFIT_OK && d->kind == BFIT_OP_POOL_BWD) {
-        s = dnnl_pooling_backward_desc_init(&bd, alg, &src, &dst, strides, kernel, pad, pad);
+        s = dnnl_pooling_backward_desc_init(&bd, alg, &src, &dst, strides, kernel, pad, pad_r);
         rc = s != dnnl_success ? bfit_cpu_dnnl_check(s, "pooling backward descriptor")
                                : bfit_cpu_pd_create(op, base + P_BWD, &bd, attr, op->pd[base + P_FWD], ws);
     }

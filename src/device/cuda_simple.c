@@ -61,10 +61,9 @@ static int pool_init(cuda_op *op)
                          "padding %lldx%lld; padding must be below the kernel)",
                          (long long)ih, (long long)iw, (long long)kh, (long long)kw, (long long)sh, (long long)sw,
                          (long long)ph, (long long)pw);
-    if (ih + 2 * ph < kh || iw + 2 * pw < kw || d->u.pool.oh != (ih + 2 * ph - kh) / sh + 1 ||
-        d->u.pool.ow != (iw + 2 * pw - kw) / sw + 1)
+    if (ih + 2 * ph < kh || iw + 2 * pw < kw || !bfit_pool_out_ok(d))
         return bfit_fail(BFIT_EINVAL, "cuda pool: output %lldx%lld does not match input %lldx%lld, kernel %lldx%lld, "
-                         "stride %lldx%lld, padding %lldx%lld",
+                         "stride %lldx%lld, padding %lldx%lld (floor, or ceil_mode for a max pool)",
                          (long long)d->u.pool.oh, (long long)d->u.pool.ow, (long long)ih, (long long)iw, (long long)kh,
                          (long long)kw, (long long)sh, (long long)sw, (long long)ph, (long long)pw);
     /* training max: each output's argmax position (int32), forward to backward */

@@ -157,7 +157,9 @@ typedef struct bfit_op_desc {
            channels innermost; channels a multiple of it), not nchw, so that no layout changes
            between such layers (bfit_device_layout_block says which the device computes in) */
         struct { int64_t n, ic, ih, iw, oc, oh, ow, kh, kw, sh, sw, ph, pw; int bias, groups, blk_src, blk_dst; } conv;
-        /* avg pooling counts padding like PyTorch's default (count_include_pad) */
+        /* avg pooling counts padding like PyTorch's default (count_include_pad); oh, ow PyTorch's floor
+           size, or for max pooling its ceil_mode size (bfit_pool_out): windows past the right or bottom
+           edge see only the input there */
         struct { int64_t n, c, ih, iw, oh, ow, kh, kw, sh, sw, ph, pw; int max, training, blk_src, blk_dst; } pool;
         /* scale/shift [c]; mean/var [c]; training: batch statistics (biased var), and with
            args.rmean/rvar the running statistics moved PyTorch's way by momentum. blk (the cpu
@@ -201,6 +203,27 @@ typedef struct bfit_op_desc {
 
 /* A MATMUL's dst is f32 whatever its inputs: a parameter gradient. */
 static inline int bfit_mm_dst_f32(const bfit_op_desc *d) { return d->accumulate || d->u.mm.grad; }
+
+/* A pool's output size along an axis of in (kernel k, stride s, padding p on
+ * both sides, in + 2p >= k): PyTorch's floor, or with ceil its ceil_mode,
+ * rounded up less a last window that would start past the input and the
+ * left padding, so that every window holds an input. */
+static inline int64_t bfit_pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int ceil)
+{
+    int64_t o = (in + 2 * p - k + (ceil ? s - 1 : 0)) / s + 1;
+    return ceil && (o - 1) * s >= in + p ? o - 1 : o;
+}
+
+/* The pool's output size is its input's floor size, or for max pooling the ceil one. */
+static inline int bfit_pool_out_ok(const bfit_op_desc *d)
+{
+    int64_t ih = d->u.pool.ih, iw = d->u.pool.iw, kh = d->u.pool.kh, kw = d->u.pool.kw;
+    int64_t sh = d->u.pool.sh, sw = d->u.pool.sw, ph = d->u.pool.ph, pw = d->u.pool.pw;
+    for (int c = 0; c <= d->u.pool.max; c++)
+        if (d->u.pool.oh == bfit_pool_out(ih, kh, sh, ph, c) && d->u.pool.ow == bfit_pool_out(iw, kw, sw, pw, c))
+            return 1;
+    return 0;
+}
 
 /* Coefficients of one optimizer update (args.hyper), computed on the host
  * in double and rounded where PyTorch rounds them (src/optim/optim.c). */

@@ -55,6 +55,7 @@ typedef struct bfit_layer_cfg {
     int kh, kw;         /* conv/pool kernel */
     int sh, sw;         /* stride (pool default: kernel) */
     int ph, pw;         /* zero padding */
+    int ceil;           /* maxpool: PyTorch's ceil_mode, the output size rounded up (bfit_pool_out) */
     int bias;           /* linear/conv: has bias (default 1) */
     float p;            /* dropout probability */
     float eps;          /* norms (default 1e-5) */

@@ -59,7 +59,13 @@ static int init(bfit_layer *l, char *err, size_t errlen)
                  in.w + 2 * g[5], in.h + 2 * g[4], in.w + 2 * g[5]);
         return BFIT_EINVAL;
     }
-    l->out = bfit_shape_chw(in.c, (in.h + 2 * g[4] - g[0]) / g[2] + 1, (in.w + 2 * g[5] - g[1]) / g[3] + 1);
+    if (l->cfg.ceil && l->vt->kind != BFIT_L_MAXPOOL) {
+        /* PyTorch divides a ceil window by its part in the input and padding, batchfit by the kernel */
+        snprintf(err, errlen, "%s: ceil_mode is for max pooling only", name);
+        return BFIT_EINVAL;
+    }
+    l->out = bfit_shape_chw(in.c, (int)bfit_pool_out(in.h, g[0], g[2], g[4], l->cfg.ceil),
+                            (int)bfit_pool_out(in.w, g[1], g[3], g[5], l->cfg.ceil));
     return BFIT_OK;
 }
 

@@ -638,9 +638,15 @@ static int load(void *buf, size_t len, int mapped, const char *source, bfit_grap
     memset(&L, 0, sizeof L);
     bfit_graph_init(g, source);
     rc = bfit_onnx_parse(buf, len, source, &om);
-    if (rc == BFIT_OK && om->opset && om->opset < 7)
+    if (rc == BFIT_OK && om->opset && om->opset < BFIT_ONNX_OPSET_MIN)
         rc = bfit_fail(BFIT_EINVAL, "%s: opset %lld is older than batchfit reads (7 and later; torch.onnx.export "
                                     "with opset_version=17)", om->source, (long long)om->opset);
+    if (rc == BFIT_OK && om->opset > BFIT_ONNX_OPSET_MAX)
+        rc = bfit_fail(BFIT_EINVAL, "%s: opset %lld is newer than batchfit reads (%d to %d: what later opsets "
+                                    "change in the operators it reads has not been gone through): export the model "
+                                    "with torch.onnx.export(..., opset_version=17), or another opset from %d to %d",
+                       om->source, (long long)om->opset, BFIT_ONNX_OPSET_MIN, BFIT_ONNX_OPSET_MAX,
+                       BFIT_ONNX_OPSET_MIN, BFIT_ONNX_OPSET_MAX);
     if (rc == BFIT_OK)
         rc = bfit_wsrc_new(buf, len, mapped, om, &g->wsrc);
     if (rc != BFIT_OK) { /* the source did not take them */

@@ -82,6 +82,15 @@ typedef struct bfit_onnx_vi {
     int64_t dim[BFIT_ONNX_MAXD];  /* -1: a symbolic or unknown dimension */
 } bfit_onnx_vi;
 
+/* The default domain's opsets read: from 7 to the newest one whose changes
+ * to the operators batchfit reads have been gone through (onnx/onnx's
+ * docs/Changelog.md to opset 28: from 21 on only new types, the float-8
+ * rules of Cast-24, and MaxPool-22 and AveragePool-22 saying that a
+ * ceil_mode window starting in the right padding is dropped, as batchfit
+ * drops it; docs/onnx.md). A later opset may redefine one of them. */
+#define BFIT_ONNX_OPSET_MIN 7
+#define BFIT_ONNX_OPSET_MAX 28
+
 typedef struct bfit_onnx_model {
     int64_t ir_version;
     int64_t opset;                /* of the default domain; 0: none imported */

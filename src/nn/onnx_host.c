@@ -11,6 +11,8 @@
  * times m, m divided unevenly, a comparison whose answer depends on m) is
  * refused at load, naming the node. Floats (constants) are plain numbers. */
 #include "base/err.h"
+#include "base/values.h"
+#include "device/half.h"
 #include "nn/onnx_int.h"
 
 #include <math.h>
@@ -472,12 +474,109 @@ static int reshape_host(onnx_lower *L)
     return reshaped(L, x, nd, dim);
 }
 
-/* Cast between integer types keeps a * m + b; to or from float, constants only. */
+/* The width in bits of an ONNX integer type narrower than 64, 0 for the
+ * rest; *sgn: signed. */
+static int narrow_bits(int64_t to, int *sgn)
+{
+    *sgn = to == BFIT_ONNX_INT8 || to == BFIT_ONNX_INT16 || to == BFIT_ONNX_INT32 || to == BFIT_ONNX_INT64;
+    return to == BFIT_ONNX_INT8 || to == BFIT_ONNX_UINT8     ? 8
+           : to == BFIT_ONNX_INT16 || to == BFIT_ONNX_UINT16 ? 16
+           : to == BFIT_ONNX_INT32 || to == BFIT_ONNX_UINT32 ? 32
+                                                             : 0;
+}
+
+/* v in a type of `bits` bits: ONNX's integer-to-integer rule, the higher
+ * bits dropped and the rest read in two's complement when signed (numpy's
+ * astype: 260 to int8 is 4, -1 to uint8 255). */
+static int64_t wrap(int64_t v, int bits, int sgn)
+{
+    uint64_t u = (uint64_t)v & ((UINT64_C(1) << bits) - 1);
+    return sgn && u >> (bits - 1) ? (int64_t)u - (int64_t)(UINT64_C(1) << bits) : (int64_t)u;
+}
+
+/* An integer of x (a * m + b, m a micro-batch of 1 to BFIT_BATCH_MAX) cast
+ * to `to`: wrapped, and refused where the wrap would depend on m (it is not
+ * affine then) or where a uint64 would be beyond the host's int64. */
+static int cast_int(onnx_lower *L, int64_t to, int64_t a, int64_t b, int64_t *oa, int64_t *ob)
+{
+    int sgn, bits = narrow_bits(to, &sgn);
+    int64_t lo, hi; /* at m = 1 and the largest m: an affine value's extremes */
+    int over = __builtin_add_overflow(b, a, &lo) || __builtin_mul_overflow(a, (int64_t)BFIT_BATCH_MAX, &hi) ||
+               __builtin_add_overflow(hi, b, &hi);
+
+    *oa = a, *ob = b;
+    if (a && (over || (bits && (wrap(lo, bits, sgn) != lo || wrap(hi, bits, sgn) != hi)) ||
+              (to == BFIT_ONNX_UINT64 && (lo < 0 || hi < 0))))
+        return bfit_onnx_refuse(L, "the batch-dependent integer %lld * batch + %lld cast to the ONNX type %lld "
+                                   "(%s%d) wraps around for some micro-batches (1 to %d): batchfit computes shapes "
+                                   "that hold for every batch",
+                                (long long)a, (long long)b, (long long)to, sgn ? "int" : "uint", bits ? bits : 64,
+                                BFIT_BATCH_MAX);
+    if (!a && to == BFIT_ONNX_UINT64 && b < 0)
+        return bfit_onnx_refuse(L, "%lld cast to uint64 is %llu, beyond the host's 64-bit signed integers",
+                                (long long)b, (unsigned long long)b);
+    if (bits)
+        *ob = wrap(b, bits, sgn);
+    return BFIT_OK;
+}
+
+/* An integer a * m + b cast to bool: nonzero. True for every micro-batch
+ * when no m from 1 to BFIT_BATCH_MAX makes it 0; else it depends on m. */
+static int cast_bool(onnx_lower *L, int64_t a, int64_t b, int64_t *ob)
+{
+    /* zero at m = -b / a, when a divides b (INT64_MIN / -1 would trap) */
+    int64_t q = a && !(a == -1 && b == INT64_MIN) && b % a == 0 ? b / a : 0;
+
+    *ob = a || b;
+    if (q <= -1 && q >= -(int64_t)BFIT_BATCH_MAX)
+        return bfit_onnx_refuse(L, "the batch-dependent integer %lld * batch + %lld cast to bool is false at the "
+                                   "micro-batch %lld and true at the others: batchfit computes shapes that hold for "
+                                   "every batch",
+                                (long long)a, (long long)b, (long long)-q);
+    return BFIT_OK;
+}
+
+/* A float of x cast to an integer type: truncated toward zero; out of the
+ * type's range (or NaN) ONNX leaves it undefined, so it is refused. */
+static int cast_float_int(onnx_lower *L, int64_t to, double f, int64_t *ob)
+{
+    int sgn, bits = narrow_bits(to, &sgn);
+    double t = trunc(f), lo = 0, hi = 18446744073709551616.0; /* [lo, hi): uint64 */
+
+    if (bits)
+        lo = sgn ? -ldexp(1, bits - 1) : 0, hi = ldexp(1, sgn ? bits - 1 : bits);
+    else if (to == BFIT_ONNX_INT64)
+        lo = -ldexp(1, 63), hi = ldexp(1, 63);
+    if (to == BFIT_ONNX_UINT64)
+        hi = ldexp(1, 63); /* the host's integers are int64 */
+    if (!(t >= lo && t < hi))
+        return bfit_onnx_refuse(L, "the float %g cast to the ONNX type %lld is out of its range, which ONNX leaves "
+                                   "undefined", f, (long long)to);
+    *ob = (int64_t)t;
+    return BFIT_OK;
+}
+
+/* v cast to a float type: rounded to it (nearest, ties to even; past
+ * float16's range, infinity), as ONNX's Cast does, through float (exact
+ * for integers below 2^24 and for a float32 tensor's values). */
+static double round_to(int64_t to, double v)
+{
+    if (to == BFIT_ONNX_FLOAT)
+        return (double)(float)v;
+    if (to == BFIT_ONNX_FLOAT16)
+        return (double)bfit_f16_to_f32(bfit_f32_to_f16((float)v));
+    if (to == BFIT_ONNX_BFLOAT16)
+        return (double)bfit_bf16_to_f32(bfit_f32_to_bf16((float)v));
+    return v;
+}
+
+/* Cast between integer types keeps a * m + b (wrapped into narrower
+ * types); to or from float, constants only. */
 static int cast(onnx_lower *L)
 {
     hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
     int64_t to;
-    int isf, rc;
+    int isf, rc = BFIT_OK;
     if (!x || (rc = bfit_onnx_attr_int(L, "to", 1, &to)) != BFIT_OK)
         return BFIT_EINVAL;
     /* the 8-bit floats (opset 19), 4-bit types (21) and the rest would be
@@ -489,17 +588,21 @@ static int cast(onnx_lower *L)
     isf = to == BFIT_ONNX_FLOAT || to == BFIT_ONNX_DOUBLE || to == BFIT_ONNX_FLOAT16 || to == BFIT_ONNX_BFLOAT16;
     if (!(o = bfit_onnx_hval_new(L, isf, x->nd, x->dim)))
         return BFIT_EINVAL;
-    for (int64_t i = 0; i < x->n; i++) {
+    for (int64_t i = 0; i < x->n && rc == BFIT_OK; i++) {
         if (isf && !x->isf && x->a[i])
             return bfit_onnx_refuse(L, "a batch-dependent integer cast to a float");
         if (isf)
-            o->f[i] = x->isf ? x->f[i] : (double)x->b[i];
+            o->f[i] = round_to(to, x->isf ? x->f[i] : (double)x->b[i]);
+        else if (to == BFIT_ONNX_BOOL && x->isf)
+            o->b[i] = x->f[i] != 0;
+        else if (to == BFIT_ONNX_BOOL)
+            rc = cast_bool(L, x->a[i], x->b[i], &o->b[i]);
         else if (x->isf)
-            o->b[i] = to == BFIT_ONNX_BOOL ? x->f[i] != 0 : (int64_t)x->f[i];
+            rc = cast_float_int(L, to, x->f[i], &o->b[i]);
         else
-            o->a[i] = x->a[i], o->b[i] = to == BFIT_ONNX_BOOL ? (x->a[i] || x->b[i]) : x->b[i];
+            rc = cast_int(L, to, x->a[i], x->b[i], &o->a[i], &o->b[i]);
     }
-    return put_out(L, o);
+    return rc != BFIT_OK ? rc : put_out(L, o);
 }
 
 /* Slice's starts, ends, axes and steps: inputs 1 to 4 (opset 10 and later),

@@ -60,13 +60,32 @@ static int window(onnx_lower *L, const int64_t *wdims, win *w)
     return BFIT_OK;
 }
 
-static int ceil_mode_off(onnx_lower *L)
+/* ceil_mode=1 (nn.MaxPool2d(ceil_mode=True)): a max pool's output rounded
+ * up as PyTorch rounds it, its last windows clipped to the input. An
+ * average's only where it changes no size: PyTorch divides such a window by
+ * its part in the input and padding, batchfit's average by the kernel. */
+static int ceil_mode(onnx_lower *L, const oval *x, const win *g, int pad[2], int max, int *ceil)
 {
-    int64_t c;
+    int64_t c, oh, ow, fh, fw;
     int rc = bfit_onnx_attr_int(L, "ceil_mode", 0, &c);
-    if (rc == BFIT_OK && c)
-        return bfit_onnx_refuse(L, "ceil_mode=1 is not supported (PyTorch's default, floor, is)");
-    return rc;
+
+    *ceil = 0;
+    if (rc != BFIT_OK || !c)
+        return rc;
+    if (x->shape.h + 2 * (g->p[0] + pad[0]) < g->k[0] || x->shape.w + 2 * (g->p[1] + pad[1]) < g->k[1])
+        return BFIT_OK; /* the layer says what is wrong with the window */
+    oh = bfit_pool_out(x->shape.h, g->k[0], g->s[0], g->p[0] + pad[0], 1);
+    ow = bfit_pool_out(x->shape.w, g->k[1], g->s[1], g->p[1] + pad[1], 1);
+    fh = bfit_pool_out(x->shape.h, g->k[0], g->s[0], g->p[0] + pad[0], 0);
+    fw = bfit_pool_out(x->shape.w, g->k[1], g->s[1], g->p[1] + pad[1], 0);
+    *ceil = max;
+    if (max || (oh == fh && ow == fw))
+        return BFIT_OK;
+    return bfit_onnx_refuse(L, "ceil_mode=1 makes the output %lldx%lld (floor: %lldx%lld), and PyTorch averages "
+                               "those last windows over their part inside the input and padding, where batchfit "
+                               "divides by the kernel: export the AvgPool2d with ceil_mode=False, or pad the input "
+                               "so that its windows fit",
+                            (long long)oh, (long long)ow, (long long)fh, (long long)fw);
 }
 
 /* An image input, with the pads of a Pad before it taken over when allowed. */
@@ -320,7 +339,8 @@ static int pool(onnx_lower *L, int max)
 
     /* a max pool pads with -inf, not the zeros a Pad gives: only average pooling takes a Pad over */
     if ((rc = image_in(L, !max, &x, pad)) != BFIT_OK || (rc = window(L, NULL, &g)) != BFIT_OK ||
-        (rc = ceil_mode_off(L)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "count_include_pad", 0, &cip)) ||
+        (rc = ceil_mode(L, x, &g, pad, max, &c.ceil)) != BFIT_OK ||
+        (rc = bfit_onnx_attr_int(L, "count_include_pad", 0, &cip)) ||
         (rc = bfit_onnx_attr_int(L, "storage_order", 0, &order)))
         return rc;
     /* batchfit's average pooling counts the padding, as PyTorch's default */

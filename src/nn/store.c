@@ -220,12 +220,13 @@ static void regen_cheap(bfit_model *M)
 
 /* ---- nChw8c / nChw16c chains on the cpu ------------------------------------- */
 
-/* A 2x2/2 unpadded max pool (cpu_maxpool_blk.c's) */
+/* A 2x2/2 unpadded max pool (cpu_maxpool_blk.c's; a ceil_mode one is
+ * cpu_maxpool_kblk.c's, which clips the windows at the edge) */
 static int pool2(const bfit_layer *l)
 {
     const bfit_layer_cfg *c = &l->cfg;
     return c->kind == BFIT_L_MAXPOOL && c->kh == 2 && c->kw == 2 && (c->sh == 2 || c->sh == 0) &&
-           (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0;
+           (c->sw == 2 || c->sw == 0) && c->ph == 0 && c->pw == 0 && !c->ceil;
 }
 
 /* Another max pool of at most 255 window positions (cpu_maxpool_kblk.c's:

@@ -10,7 +10,7 @@ and Tanh, param_act_cnn, a small CNN with LeakyReLU, ELU and Softplus (beta 1
 and 2), and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
 and an AvgPool2d's (each a Pad in the file), at 32x32, build() says which; 10
 classes; pad_cnn_op9 is pad_cnn exported at opset 9, where Pad's pads are an
-attribute) it writes NAME.onnx and NAME_ref.safetensors holding:
+attribute; ceil_cnn, max pools with ceil_mode=True, at 48x48) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels
   loss64, loss32                    the mean cross-entropy (F64 scalars)
   g64.P (F64), g32.P (F32)          the gradient of every parameter P (state_dict
@@ -248,12 +248,33 @@ class FPad(torch.nn.Module):
         return torch.nn.functional.pad(x, self.pads)
 
 
+class CeilCnn(torch.nn.Module):
+    """Max pools with ceil_mode=True where ceil and floor differ (GoogLeNet's and SqueezeNet's): 3x3/2 48 -> 24
+    (floor 23), 2x2/2 23 -> 12 (11), 3x3/2 padded by 1 12 -> 7 (6), and a 16x16/10 one (256 positions: oneDNN's
+    rather than our loops) 48 -> 5 (4) beside them; an AvgPool2d with ceil_mode=True where the sizes agree."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.a = nn.Sequential(nn.MaxPool2d(3, 2, ceil_mode=True), nn.Conv2d(8, 16, 2, bias=False),
+                               nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+                               nn.MaxPool2d(3, 2, padding=1, ceil_mode=True), nn.AvgPool2d(3, 1))
+        self.b = nn.MaxPool2d(16, 10, ceil_mode=True)
+        self.head = nn.Sequential(nn.AvgPool2d(3, 2, ceil_mode=True), nn.Flatten(), nn.Linear(24 * 2 * 2, CLASSES))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(torch.cat([self.a(x), self.b(x)], 1))
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
     the same structure, 2 blocks of width 64 with 4 heads, and act_cnn, a small CNN with the smooth activations
     (SiLU, exported as x * Sigmoid(x); Sigmoid; Tanh) at 32x32; pad_cnn (and pad_cnn_op9), a small CNN at 32x32
-    padded by nn.ZeroPad2d(1), an AvgPool2d's padding and F.pad(x, (2, 2, 1, 1)), each exported as a Pad."""
+    padded by nn.ZeroPad2d(1), an AvgPool2d's padding and F.pad(x, (2, 2, 1, 1)), each exported as a Pad;
+    ceil_cnn (CeilCnn) at 48x48."""
     from torchvision.models.vision_transformer import VisionTransformer
     if name == "act_cnn":
         nn = torch.nn
@@ -274,6 +295,8 @@ def build(name):
                              nn.AvgPool2d(2, padding=1),  # 17x17
                              FPad((2, 2, 1, 1)), nn.Conv2d(8, 16, 3), nn.BatchNorm2d(16), nn.ReLU(),  # 17x19
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
+    if name == "ceil_cnn":
+        return CeilCnn(), 48
     if name == "efficientnet_b0":  # stochastic depth off: its Bernoulli does not export in training mode
         return torchvision.models.efficientnet_b0(num_classes=CLASSES, stochastic_depth_prob=0.0), SIZE
     if name == "vit_b_16":

@@ -9,7 +9,11 @@ is written:
 - gelu_op20.onnx: opset 20, the Gelu operator (approximate absent), as
   PyTorch 2.x exports nn.GELU() at opset_version=20;
 - gelu_op20_tanh.onnx: opset 20, Gelu with approximate="tanh"
-  (nn.GELU(approximate='tanh')).
+  (nn.GELU(approximate='tanh'));
+- gelu_op28.onnx: gelu_op20.onnx at opset 28, the newest batchfit reads
+  (opsets 21 to 28 changed none of these operators but their types);
+- gelu_op29.onnx: the same at opset 29, which batchfit refuses (not
+  reviewed).
 
 Built with onnx.helper (onnx 1.12, whose checker stops at opset 17: the
 files are written without it).
@@ -54,10 +58,11 @@ def model(form, opset):
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
                               initializer=weights())
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="gelu_op20.py")
-    m.ir_version = 9 if opset >= 20 else 8
+    m.ir_version = 10 if opset >= 21 else 9 if opset >= 20 else 8
     return m
 
 
 if __name__ == "__main__":
-    for name, form, opset in [("gelu_erf", "erf", 17), ("gelu_op20", "none", 20), ("gelu_op20_tanh", "tanh", 20)]:
+    for name, form, opset in [("gelu_erf", "erf", 17), ("gelu_op20", "none", 20), ("gelu_op20_tanh", "tanh", 20),
+                              ("gelu_op28", "none", 28), ("gelu_op29", "none", 29)]:
         onnx.save(model(form, opset), name + ".onnx")

@@ -13,8 +13,10 @@
  * its plan. act_cnn (a small CNN with SiLU, Sigmoid and Tanh) is checked
  * as the CNNs are, and so are pad_cnn and pad_cnn_op9 (its export at opset
  * 9): a small CNN whose paddings (nn.ZeroPad2d, an AvgPool2d's, F.pad) are
- * Pad nodes folded into the Conv or AveragePool after them, and
- * param_act_cnn: LeakyReLU, ELU and Softplus (beta 2: Mul, Softplus, Div). NAME
+ * Pad nodes folded into the Conv or AveragePool after them,
+ * param_act_cnn: LeakyReLU, ELU and Softplus (beta 2: Mul, Softplus, Div),
+ * and ceil_cnn: max pools with ceil_mode=True where ceil and floor sizes
+ * differ. NAME
  * resnet50_224: the import plans as the resnet50 preset does. Exit 77 (skipped) when the exports are missing (no
  * torchvision). */
 #include <setjmp.h>
@@ -559,7 +561,7 @@ int main(int argc, char **argv)
     if (argc != 2) {
         fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
                         "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0, pad_cnn, pad_cnn_op9, "
-                        "param_act_cnn)\n");
+                        "param_act_cnn, ceil_cnn)\n");
         return 2;
     }
     name = argv[1];
