@@ -1,7 +1,8 @@
 /* test_tokens.c - token data and training a token model: token files
  * written and read back (uint16 and uint32 ids, the header byte for byte,
  * llm.c's files without a vocabulary), refused when broken (magic, version,
- * size, an id outside the vocabulary), a token file split into train and
+ * size, a header cut right after the magic, an id outside the vocabulary
+ * or, with none stated, past an int32 vocabulary), a token file split into train and
  * test by blocks of ids and read in blocks, text as bytes split into train
  * and test by blocks of lines, samples labelled with the next tokens through the
  * shuffling stream, and runs of a small GPT: the loss is normalised by the
@@ -174,6 +175,64 @@ static void test_refusals(void **st)
     expect_bad(b, sizeof b, BFIT_EFORMAT, "not a token file");
     tmp_path(p, sizeof p, "missing.bin");
     assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_EIO);
+}
+
+/* The largest ids: a header without a vocabulary (0, llm.c's) makes it the
+ * largest id + 1, an int32 as every vocabulary is, so id 2^31 - 1 is
+ * refused as 2^31 is, and neither message speaks of a vocabulary of 0 as
+ * the header's (the first was read, its vocabulary the largest id + 1
+ * overflowing to -2^31: "give it vocab=-2147483648 or more"; the second
+ * "outside the vocabulary of 0 that its header gives"). With no vocabulary
+ * 2^31 - 2 is the largest id, and the vocabulary 2^31 - 1. */
+static void test_id_limits(void **st)
+{
+    unsigned char b[1024 + 12] = {0};
+    char p[300];
+    int32_t *ids;
+    int64_t n;
+    int v;
+    (void)st;
+    b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
+    b[4] = 2, b[8] = 3; /* 3 uint32 ids, no vocabulary */
+    b[1024] = 5, b[1032] = 3;
+    b[1028] = 0xff, b[1029] = 0xff, b[1030] = 0xff, b[1031] = 0x7f; /* 2^31 - 1 */
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "bad.bin: id 2147483647 at position 1 (the id at byte 1028) is beyond the "
+               "ids of a token file whose header gives no vocabulary (0): the vocabulary is then the largest id + 1, "
+               "at most 2147483647, so ids are 0 to 2147483646");
+    b[1028] = b[1029] = b[1030] = 0, b[1031] = 0x80; /* 2^31 */
+    expect_bad(b, sizeof b, BFIT_EFORMAT, "bad.bin: id 2147483648 at position 1 (the id at byte 1028) is beyond the "
+               "ids of a token file whose header gives no vocabulary (0)");
+    b[1028] = 0xfe, b[1029] = b[1030] = 0xff, b[1031] = 0x7f; /* 2^31 - 2: the vocabulary 2^31 - 1 */
+    tmp_path(p, sizeof p, "most.bin");
+    put_bytes(p, b, (long)(sizeof b));
+    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[1], INT32_MAX - 1);
+    assert_int_equal(v, INT32_MAX);
+    free(ids);
+}
+
+/* A file of 4 to 7 bytes beginning with the magic is a token file cut
+ * inside its header, as one of 8 to 1023 bytes is (it was "not data for a
+ * token model: it reads kjv, a token file ... or a text whose name ends in
+ * .txt": the magic alone did not make it a token file). */
+static void test_magic_alone(void **st)
+{
+    unsigned char b[6] = {20240520 & 0xff, (20240520 >> 8) & 0xff, (20240520 >> 16) & 0xff, 20240520 >> 24, 1, 0};
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    bfit_dataset *d = NULL;
+    char p[300];
+    (void)st;
+    o.seq = 2;
+    tmp_path(p, sizeof p, "magic.bin");
+    for (long len = 4; len <= 6; len++) {
+        put_bytes(p, b, len);
+        assert_true(bfit_tokens_is_file(p));
+        assert_int_equal(bfit_dataset_load(p, 1, &o, &d), BFIT_EFORMAT);
+        assert_null(d);
+        if (!strstr(bfit_errmsg(), "bytes, shorter than a token file's header of 1024 bytes"))
+            fail_msg("%ld bytes: %s", len, bfit_errmsg());
+    }
 }
 
 /* Lines go to test in blocks of 100, every 20th block: 5% of the lines,
@@ -742,6 +801,8 @@ int main(void)
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_llmc_file),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_id_limits),
+        cmocka_unit_test(test_magic_alone),
         cmocka_unit_test(test_text_split),
         cmocka_unit_test(test_text_file_blocks),
         cmocka_unit_test(test_token_file_split),

@@ -21,12 +21,13 @@ static uint32_t le32(const unsigned char *p)
 
 int bfit_tokens_is_file(const char *path)
 {
-    unsigned char h[8];
+    unsigned char h[4];
     FILE *f = fopen(path, "rb");
     int yes = 0;
     if (f) {
-        /* the magic alone: a version we do not read is refused as such (read_header), not read as CSV */
-        yes = fread(h, 1, 8, f) == 8 && le32(h) == BFIT_TOKENS_MAGIC;
+        /* the magic alone: a version we do not read, or a header cut short, is refused as such (read_header),
+         * not read as CSV */
+        yes = fread(h, 1, 4, f) == 4 && le32(h) == BFIT_TOKENS_MAGIC;
         fclose(f);
     }
     return yes;
@@ -111,7 +112,13 @@ static int take_ids(tok_read *t, const unsigned char *b, size_t m)
     for (size_t j = 0; j < m; j++, t->at++) {
         const unsigned char *p = b + j * (size_t)t->width;
         uint32_t v = t->width == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : le32(p);
-        if (v > INT32_MAX || (t->vocab && (int64_t)v >= t->vocab))
+        /* no vocabulary: it is the largest id + 1, which must fit an int32 as a stated one does */
+        if (!t->vocab && v >= INT32_MAX)
+            return bfit_fail(BFIT_EFORMAT, "%s: id %u at position %lld (the id at byte %lld) is beyond the ids of a "
+                             "token file whose header gives no vocabulary (0): the vocabulary is then the largest "
+                             "id + 1, at most %d, so ids are 0 to %d", t->path, v, (long long)t->at,
+                             (long long)(HDR_INTS * 4 + t->at * t->width), INT32_MAX, INT32_MAX - 1);
+        if (t->vocab && (int64_t)v >= t->vocab)
             return bfit_fail(BFIT_EFORMAT, "%s: id %u at position %lld is outside the vocabulary of %d that its "
                              "header gives (the id at byte %lld): a vocabulary above every id, or 0 (the largest "
                              "id + 1), would be right", t->path, v, (long long)t->at, t->vocab,
