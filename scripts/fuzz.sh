@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fuzz.sh [SECONDS | --ci] [TARGET...] - build the libFuzzer harnesses
 # (fuzz/, with clang, ASan and UBSan) in build-fuzz and run each for SECONDS
-# (default 300): spec, idx, csv, safetensors, ckpt, onnx, img.
+# (default 300): spec, idx, csv, safetensors, ckpt, onnx, img, tokfile.
 #   scripts/fuzz.sh            5 minutes each; new inputs kept in build-fuzz/corpus/NAME
 #   scripts/fuzz.sh 3600 csv   an hour on the CSV loader
 #   scripts/fuzz.sh --ci       15 s each from the committed seeds only (scripts/test.sh);
@@ -23,7 +23,7 @@ elif [[ "${1:-}" =~ ^[0-9]+$ ]]; then
   shift
 fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(spec idx csv safetensors ckpt onnx img)
+[ ${#targets[@]} -gt 0 ] || targets=(spec idx csv safetensors ckpt onnx img tokfile)
 
 # clang with libFuzzer's runtime (Debian: clang-14, libclang-rt-14-dev; and
 # libomp-14-dev for OpenMP under clang)
@@ -50,7 +50,7 @@ fi
 failed=()
 for t in "${targets[@]}"; do
   bin=$dir/fuzz/fuzz_$t
-  [ -x "$bin" ] || { echo "fuzz: no target '$t' (spec, idx, csv, safetensors, ckpt, onnx, img)" >&2; exit 2; }
+  [ -x "$bin" ] || { echo "fuzz: no target '$t' (spec, idx, csv, safetensors, ckpt, onnx, img, tokfile)" >&2; exit 2; }
   art=$dir/artifacts/$t
   mkdir -p "$art"
   if [ "$ci" -eq 1 ]; then # what CI finds depends on the committed seeds only
