@@ -41,6 +41,25 @@ static int teardown(void **st)
 
 static uint32_t le32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
 
+/* A token file's header into b[0, 16): magic, version, count, vocabulary,
+ * little-endian (the rest of its 1024 bytes the caller's zeros). */
+static void put_header(unsigned char *b, uint32_t version, uint32_t count, uint32_t vocab)
+{
+    const uint32_t v[4] = {20240520, version, count, vocab};
+    for (int k = 0; k < 16; k++)
+        b[k] = (unsigned char)(v[k / 4] >> (8 * (k % 4)));
+}
+
+/* The size bytes of b as the token file `name` in the test's folder, read
+ * back: it must load. */
+static void read_good(const unsigned char *b, size_t size, const char *name, int32_t **ids, int64_t *n, int *v)
+{
+    char p[300];
+    tmp_path(p, sizeof p, name);
+    put_bytes(p, b, (long)size);
+    assert_int_equal(bfit_tokens_read(p, ids, n, v), BFIT_OK);
+}
+
 static void roundtrip(int vocab, int width)
 {
     char p[300];
@@ -86,20 +105,15 @@ static void test_roundtrip(void **st)
 static void test_llmc_file(void **st)
 {
     unsigned char b[1024 + 6] = {0};
-    char p[300];
     int32_t *ids;
     int64_t n;
     int v;
     (void)st;
-    b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
-    b[4] = 1;
-    b[8] = 3;
+    put_header(b, 1, 3, 0);
     b[1024] = 0x50, b[1025] = 0xc4; /* 50256 = 0xc450, GPT-2's <|endoftext|> */
     b[1026] = 7;
     b[1028] = 0x10, b[1029] = 0x27; /* 10000 */
-    tmp_path(p, sizeof p, "llmc.bin");
-    put_bytes(p, b, (long)(sizeof b));
-    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
+    read_good(b, sizeof b, "llmc.bin", &ids, &n, &v);
     assert_int_equal(n, 3);
     assert_int_equal(ids[0], 50256);
     assert_int_equal(ids[1], 7);
@@ -131,12 +145,9 @@ static void test_refusals(void **st)
     int64_t n;
     int v;
     (void)st;
-    b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
-    b[4] = 1, b[8] = 4, b[12] = 5; /* 4 uint16 ids of a vocabulary of 5 */
+    put_header(b, 1, 4, 5); /* 4 uint16 ids of a vocabulary of 5 */
     b[1024] = 1, b[1026] = 4, b[1028] = 2, b[1030] = 3;
-    tmp_path(p, sizeof p, "good.bin");
-    put_bytes(p, b, (long)(sizeof b));
-    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
+    read_good(b, sizeof b, "good.bin", &ids, &n, &v);
     free(ids);
     /* cut short by a whole id, by half of one, inside the header; an id too many: each says what is wrong,
      * where, and what would be right (the first was "the header says 4 ids of 2 bytes, the file holds 6
@@ -186,26 +197,24 @@ static void test_refusals(void **st)
  * 2^31 - 2 is the largest id, and the vocabulary 2^31 - 1. */
 static void test_id_limits(void **st)
 {
+    uint32_t three[3] = {5, INT32_MAX, 3}; /* the second at byte 1028 */
     unsigned char b[1024 + 12] = {0};
-    char p[300];
     int32_t *ids;
     int64_t n;
     int v;
     (void)st;
-    b[0] = 20240520 & 0xff, b[1] = (20240520 >> 8) & 0xff, b[2] = (20240520 >> 16) & 0xff, b[3] = 20240520 >> 24;
-    b[4] = 2, b[8] = 3; /* 3 uint32 ids, no vocabulary */
-    b[1024] = 5, b[1032] = 3;
-    b[1028] = 0xff, b[1029] = 0xff, b[1030] = 0xff, b[1031] = 0x7f; /* 2^31 - 1 */
+    put_header(b, 2, 3, 0); /* uint32 ids, no vocabulary */
+    memcpy(b + 1024, three, sizeof three); /* little-endian: x86-64, the library's machine */
     expect_bad(b, sizeof b, BFIT_EFORMAT, "bad.bin: id 2147483647 at position 1 (the id at byte 1028) is beyond the "
                "ids of a token file whose header gives no vocabulary (0): the vocabulary is then the largest id + 1, "
                "at most 2147483647, so ids are 0 to 2147483646");
-    b[1028] = b[1029] = b[1030] = 0, b[1031] = 0x80; /* 2^31 */
+    three[1] = 1u << 31;
+    memcpy(b + 1024, three, sizeof three);
     expect_bad(b, sizeof b, BFIT_EFORMAT, "bad.bin: id 2147483648 at position 1 (the id at byte 1028) is beyond the "
                "ids of a token file whose header gives no vocabulary (0)");
-    b[1028] = 0xfe, b[1029] = b[1030] = 0xff, b[1031] = 0x7f; /* 2^31 - 2: the vocabulary 2^31 - 1 */
-    tmp_path(p, sizeof p, "most.bin");
-    put_bytes(p, b, (long)(sizeof b));
-    assert_int_equal(bfit_tokens_read(p, &ids, &n, &v), BFIT_OK);
+    three[1] = INT32_MAX - 1; /* the vocabulary 2^31 - 1 */
+    memcpy(b + 1024, three, sizeof three);
+    read_good(b, sizeof b, "most.bin", &ids, &n, &v);
     assert_int_equal(n, 3);
     assert_int_equal(ids[1], INT32_MAX - 1);
     assert_int_equal(v, INT32_MAX);
@@ -218,11 +227,12 @@ static void test_id_limits(void **st)
  * .txt": the magic alone did not make it a token file). */
 static void test_magic_alone(void **st)
 {
-    unsigned char b[6] = {20240520 & 0xff, (20240520 >> 8) & 0xff, (20240520 >> 16) & 0xff, 20240520 >> 24, 1, 0};
+    unsigned char b[16];
     bfit_data_opts o = BFIT_DATA_OPTS_INIT;
     bfit_dataset *d = NULL;
     char p[300];
     (void)st;
+    put_header(b, 1, 0, 0);
     o.seq = 2;
     tmp_path(p, sizeof p, "magic.bin");
     for (long len = 4; len <= 6; len++) {
