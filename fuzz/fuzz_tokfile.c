@@ -5,9 +5,9 @@
  * a token file), and whether the header's count is set to the ids the
  * file holds (else the fuzzer rarely gets past the size check to the ids).
  * The second, with the count set, may repeat the ids to 18-25 blocks of
- * 4096 more: either side of the first test block (the 20th, after a whole
- * span of 20 too) and reads of many 64 KiB blocks, which inputs of a few
- * KiB never reach (8 of its 256 values only: such a file costs hundreds of
+ * 4096 more: either side of where the first test block (the 20th) begins
+ * and ends, and reads of many 64 KiB blocks, which inputs of a few KiB
+ * never reach (8 of its 256 values only: such a file costs hundreds of
  * small ones). A data set that loads is also checked against its
  * vocabulary and its first samples taken through the shuffling stream, as
  * a run does. */
