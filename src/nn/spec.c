@@ -312,6 +312,8 @@ static const layer_kw layer_kws[] = {
     {"leakyrelu", BFIT_L_LEAKYRELU, P_NONE, OB(O_SLOPE), "leakyrelu [slope=S]"},
     {"elu", BFIT_L_ELU, P_NONE, OB(O_ALPHA), "elu [alpha=A]"},
     {"softplus", BFIT_L_SOFTPLUS, P_NONE, OB(O_BETA) | OB(O_THRESHOLD), "softplus [beta=B] [threshold=T]"},
+    {"selu", BFIT_L_SELU, P_NONE, 0, "selu"},
+    {"celu", BFIT_L_CELU, P_NONE, OB(O_ALPHA), "celu [alpha=A]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
@@ -323,8 +325,8 @@ static const layer_kw layer_kws[] = {
 
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
-    "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "flatten",
-    "dropout", "batchnorm", "layernorm", "embed", "attention",
+    "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "selu", "celu",
+    "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -362,8 +364,8 @@ static int unknown_layer(const parser *p, tok t)
         return fail_at(p, t.s, "unknown layer `%s`; did you mean `%s`?", show(t, b, sizeof b), guess);
     return fail_at(p, t.s,
                    "unknown layer `%s` (known: linear, conv, maxpool, avgpool, gap, relu, gelu, sigmoid, silu, tanh, "
-                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, flatten, dropout, batchnorm, layernorm, embed, "
-                   "attention, residual)",
+                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, selu, celu, flatten, dropout, batchnorm, "
+                   "layernorm, embed, attention, residual)",
                    show(t, b, sizeof b));
 }
 
@@ -428,18 +430,21 @@ static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fs
     }
 }
 
-/* leakyrelu's slope, elu's alpha, softplus's beta (not 0: it divides) and
- * threshold: any finite number, as PyTorch's */
+/* leakyrelu's slope, elu's and celu's alpha, softplus's beta and threshold:
+ * any finite number, as PyTorch's; not 0 where it divides (softplus's beta,
+ * celu's alpha) */
 static int act_param(const parser *p, int o, tok val, bfit_layer_cfg *c)
 {
     static const char *const what[] = {"leakyrelu's slope", "elu's alpha", "softplus's beta",
                                        "softplus's threshold"};
+    int celu = c->kind == BFIT_L_CELU, divides = o == O_BETA || celu;
+    const char *name = celu ? "celu's alpha" : what[o - O_SLOPE];
     float *f = o == O_BETA ? &c->beta : o == O_THRESHOLD ? &c->threshold : &c->alpha;
     char b[64];
-    int rc = parse_float(p, val, what[o - O_SLOPE], -1e30, 1, 1e30, 1, f);
+    int rc = parse_float(p, val, name, -1e30, 1, 1e30, 1, f);
 
-    if (rc == BFIT_OK && o == O_BETA && *f == 0)
-        return fail_at(p, val.s, "softplus's beta must not be 0 (softplus divides by it), got `%s`",
+    if (rc == BFIT_OK && divides && *f == 0)
+        return fail_at(p, val.s, "%s must not be 0 (%s divides by it), got `%s`", name, celu ? "celu" : "softplus",
                        show(val, b, sizeof b));
     return rc;
 }
