@@ -758,11 +758,12 @@ static pbw *softplus_beta_graph(float b, float d, int swap)
     return gemm_rest(g);
 }
 
-/* LeakyRelu and Elu keep their alpha, ONNX's default (0.01, 1) when it is
- * absent; Softplus is softplus with beta 1 and PyTorch's threshold 20 (the
+/* LeakyRelu, Elu and Celu keep their alpha, ONNX's default (0.01, 1, 1)
+ * when it is absent; Selu is selu with its defaults (nn.SELU's; torch.onnx
+ * writes no attribute) given or absent, and refused with others; Softplus is softplus with beta 1 and PyTorch's threshold 20 (the
  * same function in f32); Mul by b, Softplus, Div by b (either order of the
  * Mul) is one softplus of beta b; a Div by another number, and an alpha
- * that is not finite, are refused at the node. */
+ * that is not finite (or celu's 0), are refused at the node. */
 static void test_param_activations(void **st)
 {
     static const struct {
@@ -770,7 +771,8 @@ static void test_param_activations(void **st)
         float alpha, want;
         bfit_layer_kind kind;
     } ok[] = {{"LeakyRelu", NAN, 0.01f, BFIT_L_LEAKYRELU}, {"LeakyRelu", -0.2f, -0.2f, BFIT_L_LEAKYRELU},
-              {"Elu", NAN, 1.0f, BFIT_L_ELU}, {"Elu", 0.5f, 0.5f, BFIT_L_ELU}};
+              {"Elu", NAN, 1.0f, BFIT_L_ELU}, {"Elu", 0.5f, 0.5f, BFIT_L_ELU},
+              {"Celu", NAN, 1.0f, BFIT_L_CELU}, {"Celu", -0.5f, -0.5f, BFIT_L_CELU}};
     bfit_graph_desc g;
     pbw *m;
     (void)st;
@@ -783,6 +785,24 @@ static void test_param_activations(void **st)
         bfit_graph_fini(&g);
         pb_free(m);
     }
+    for (int i = 0; i < 2; i++) { /* alpha absent, or ONNX's default: the float of PyTorch's */
+        m = model(alpha_graph("Selu", i ? 1.67326319217681884765625f : NAN));
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nnodes, 2);
+        assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_SELU);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    m = model(alpha_graph("Selu", 2.0f));
+    assert_int_equal(load(m, &g, "node 'act' (Selu, opset 17) with inputs 'h' [N,3]: alpha 2, gamma 1.05070102: "
+                                 "batchfit reads only nn.SELU's (ONNX's defaults, 1.67326319 and 1.05070102)"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(alpha_graph("Celu", 0.0f));
+    assert_int_equal(load(m, &g, "node 'act' (Celu, opset 17) with inputs 'h' [N,3]: alpha 0: batchfit needs a "
+                                 "finite, nonzero alpha"),
+                     BFIT_EINVAL);
+    pb_free(m);
     m = model(gemm_graph("Softplus"));
     assert_int_equal(load(m, &g, NULL), BFIT_OK);
     assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_SOFTPLUS);
@@ -1010,13 +1030,28 @@ static void test_host_cast_wrap(void **st)
 }
 
 /* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
+/* nn.PReLU after a Linear, as torch 1.13 exports it: Gemm, then PRelu(h,
+ * slope) with the slope a [1] initializer; an operator batchfit does not
+ * read (Selu was the example until batchfit read it). */
+static pbw *prelu_graph(void)
+{
+    static const int64_t sd[1] = {1};
+    static const float slope = 0.25f;
+    const char *si[2] = {"h", "slope"}, *so[1] = {"logits"};
+    pbw *g = pb_new();
+    gemm_node(g, "fc", "h");
+    pmsg(g, 1, node("PRelu", "last", si, 2, so, 1));
+    pmsg(g, 5, tensor("slope", sd, 1, &slope, 1));
+    return gemm_rest(g);
+}
+
 static void test_unsupported_op(void **st)
 {
     bfit_graph_desc g;
-    pbw *m = model(gemm_graph("Selu"));
+    pbw *m = model(prelu_graph());
     (void)st;
-    assert_int_equal(load(m, &g, "t.onnx: node 'last' (Selu, opset 17) with inputs 'h' [N,3]: batchfit does not "
-                                 "support the operator Selu"),
+    assert_int_equal(load(m, &g, "t.onnx: node 'last' (PRelu, opset 17) with inputs 'h' [N,3], 'slope' [1] float: "
+                                 "batchfit does not support the operator PRelu"),
                      BFIT_EINVAL);
     pb_free(m);
     m = model(gemm_graph("Softmax"));
