@@ -346,6 +346,8 @@ static const bad bads[] = {
     {"input 784\nsoftplus treshold=5\n", 0, "t.cfg:2:10: ",
      {"softplus has no option `treshold`", "did you mean `threshold`?"}},
     {"input 784\nsoftplus beta=2 beta=3\n", 0, "t.cfg:2:17: ", {"duplicate option", "`beta=3` sets beta"}},
+    {"input 1x8x8\nmaxpool 2 ceil=2\n", 0, "t.cfg:2:16: ", {"ceil must be 0 or 1, got `2`"}},
+    {"input 1x8x8\navgpool 2 ceil=1\n", 0, "t.cfg:2:11: ", {"avgpool has no option `ceil`"}},
     {"input 784\nselu alpha=1\n", 0, "t.cfg:2:6: ", {"selu takes no options, got `alpha=1`"}},
     {"input 784\ncelu alpha=0\n", 0, "t.cfg:2:12: ", {"celu's alpha must not be 0 (celu divides by it), got `0`"}},
     {"input 784\ncelu alpha=-0.0\n", 0, "t.cfg:2:12: ", {"celu's alpha must not be 0"}},
@@ -524,6 +526,36 @@ static void test_shape_check(void **st)
     expect_shape_error("input 1x4x4\nconv 8 k=5\nflatten\nlinear 10\n", "t.cfg:2:1: ", "conv 8 k=5", "1x4x4");
     expect_shape_error("input 1x4x4\nmaxpool 2 stride=3 pad=1\nmaxpool 3 stride=1\nflatten\nlinear 10\n",
                        "t.cfg:3:1: ", "maxpool 3 stride=1", "1x2x2");
+    /* a ceil_mode max pool says so: its output size is not the floor one */
+    expect_shape_error("input 1x4x4\nmaxpool 3 stride=2 pad=2 ceil=1\nflatten\nlinear 10\n", "t.cfg:2:1: ",
+                       "maxpool 3 stride=2 pad=2 ceil=1 gets 1x4x4", NULL);
+}
+
+/* maxpool's ceil=1 is PyTorch's ceil_mode (an ONNX MaxPool's ceil_mode=1):
+ * 5x5 by 3/2 gives 3x3 (floor: 2x2); a pool from an import, where no
+ * spec line set it, is described with it too. */
+static void test_pool_ceil(void **st)
+{
+    bfit_graph_desc g;
+    (void)st;
+    assert_int_equal(parse("input 1x5x5\nmaxpool 3 stride=2 ceil=1\nmaxpool 3 stride=2 ceil=0\nflatten\n"
+                           "linear 2\n",
+                           &g),
+                     BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.ceil, 1);
+    assert_int_equal(g.nodes[1].cfg.ceil, 0);
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_EFORMAT); /* 3x3 by the floor 3/2 pool: 1x1, then */
+    bfit_graph_fini(&g);
+    assert_int_equal(parse("input 1x5x5\nmaxpool 3 stride=2 ceil=1\nflatten\nlinear 2\n", &g), BFIT_OK);
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_OK);
+    bfit_graph_fini(&g);
+    assert_int_equal(parse("input 1x4x4\nmaxpool 3 stride=2 pad=2\nflatten\nlinear 10\n", &g), BFIT_OK);
+    g.nodes[0].line = 0; /* as an ONNX import makes it */
+    g.nodes[0].cfg.ceil = 1;
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_EFORMAT);
+    if (!strstr(bfit_errmsg(), "node 0: maxpool 3 stride=2 pad=2 ceil=1 gets 1x4x4"))
+        fail_msg("got: %s", bfit_errmsg());
+    bfit_graph_fini(&g);
 }
 
 /* ---- files --------------------------------------------------------------- */
@@ -745,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_size_limits),
         cmocka_unit_test(test_shape_check),
+        cmocka_unit_test(test_pool_ceil),
         cmocka_unit_test(test_pool_before_relu),
         cmocka_unit_test(test_model_files),
         cmocka_unit_test(test_file_errors_name_the_file),
