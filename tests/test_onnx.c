@@ -323,12 +323,12 @@ static pbw *cast_const_graph(int64_t to, int64_t v, const float *f)
 }
 
 /* x [N,4] -> Reshape(x, Cast(Cast(c, to), int64) - k) -> the classifier,
- * c = [0, v] and k = [0, v - 4] - r: it loads when the cast to `to` rounds
- * v down by r. */
-static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
+ * c the initializer [0, v] (message c), k = [0, want - 4]: it loads when
+ * the casts give want. */
+static pbw *cast_round_graph_c(int64_t to, pbw *c, int64_t want)
 {
     static const int64_t in[2] = {-1, 4}, d2[1] = {2};
-    const int64_t cv[2] = {0, v}, kv[2] = {0, v - 4 - r};
+    const int64_t kv[2] = {0, want - 4};
     const char *ci[1] = {"c"}, *fo[1] = {"f"}, *io[1] = {"i"}, *si[2] = {"i", "k"}, *so[1] = {"t"};
     const char *ri[2] = {"x", "t"}, *ro[1] = {"r"};
     pbw *g = pb_new(), *n = node("Cast", "tofloat", ci, 1, fo, 1);
@@ -340,10 +340,33 @@ static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
     pmsg(g, 1, node("Sub", "sub", si, 2, so, 1));
     pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
     fc_head(g, "r");
-    pmsg(g, 5, tensor_i64("c", d2, 1, cv, 2));
+    pmsg(g, 5, c);
     pmsg(g, 5, tensor_i64("k", d2, 1, kv, 2));
     pmsg(g, 11, value_info("x", in, 2));
     return g;
+}
+
+/* The same with c = [0, v] int64: it loads when the cast to `to` rounds v
+ * down by r. */
+static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
+{
+    static const int64_t d2[1] = {2};
+    const int64_t cv[2] = {0, v};
+    return cast_round_graph_c(to, tensor_i64("c", d2, 1, cv, 2), v - r);
+}
+
+/* The same with c = [0, v] a double initializer (raw_data): it loads when
+ * v cast to `to`, then to int64, is want. */
+static pbw *cast_round_graph_f64(int64_t to, double v, int64_t want)
+{
+    static const int64_t d2[1] = {2};
+    const double cv[2] = {0, v};
+    pbw *t = pb_new();
+    pint(t, 1, d2[0]);
+    pint(t, 2, BFIT_ONNX_DOUBLE);
+    pstr(t, 8, "c");
+    pbytes(t, 9, cv, sizeof cv);
+    return cast_round_graph_c(to, t, want);
 }
 
 /* x [N,4] -> Reshape(x, Where(Cast(Shape(x) - [d, 0], bool), [0, 4], [1, 4]))
@@ -990,6 +1013,19 @@ static void test_host_cast_wrap(void **st)
             bfit_graph_fini(&g);
             pb_free(m);
         }
+        /* once, from the double: 1026.5 + 2^-30 lies just above the tie between float16's 1026 and 1027,
+         * so it is 1027; through float (which rounds it to the tie 1026.5), then to even, it was 1026.
+         * Alike 2^30 + 2^22 + 1 in bfloat16 (2^30 + 2^23; through float 2^30 + 2^22, then 2^30). */
+        m = model(cast_round_graph_f64(BFIT_ONNX_FLOAT16, 1026.5 + ldexp(1, -30), 1027));
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("1026.5 + 2^-30 to float16: %s", bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
+        m = model(cast_round_graph(BFIT_ONNX_BFLOAT16, (1 << 30) + (1 << 22) + 1, 1 - (1 << 22)));
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("2^30 + 2^22 + 1 to bfloat16: %s", bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
         m = model(cast_round_graph(BFIT_ONNX_FLOAT16, 70000, 0));
         assert_int_equal(load(m, &g, "node 'back' (Cast, opset 17) with inputs 'f' (computed on the host): the "
                                      "float inf cast to the ONNX type 7 is out of its range"),
