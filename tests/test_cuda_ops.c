@@ -632,20 +632,22 @@ static void test_lnorm(void **st)
 /* relu, clip and leaky relu are exact; the others' erf/tanh/exp are
  * different libm codes (CUDA's and oneDNN's approximations), a few ulp
  * apart. lo, hi: clip's bounds, hardsigmoid's alpha and beta, leaky relu's
- * slope, elu's alpha, softplus's beta and threshold (crossed by [-4, 4]). */
+ * slope, elu's alpha, softplus's beta and threshold (crossed by [-4, 4]),
+ * selu's alpha and scale (PyTorch's), celu's alpha. */
 static void test_eltwise(void **st)
 {
     const int64_t n = 10007;
     (void)st;
-    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_SOFTPLUS; alg++) {
+    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_CELU; alg++) {
         bfit_op_desc d = {.kind = BFIT_OP_ELTWISE_FWD, .dtype = BFIT_F32};
         dbuf x = db_rand(n, -4, 4, 51 + alg), y = db_new(n * 4), dy = db_rand(n, -1, 1, 54), dx = db_new(n * 4);
         double tol = alg == BFIT_ELT_RELU || alg == BFIT_ELT_CLIP || alg == BFIT_ELT_LEAKYRELU ? 0 : 1e-5;
         float lo = alg == BFIT_ELT_HARDSIGMOID ? 0.25f
                    : alg == BFIT_ELT_ELU       ? 0.75f
                    : alg == BFIT_ELT_SOFTPLUS  ? 2.0f
+                   : alg == BFIT_ELT_SELU      ? BFIT_SELU_ALPHA
                                                : -0.5f,
-              hi = alg == BFIT_ELT_HARDSIGMOID ? 0.375f : 2.0f;
+              hi = alg == BFIT_ELT_HARDSIGMOID ? 0.375f : alg == BFIT_ELT_SELU ? BFIT_SELU_SCALE : 2.0f;
         bfit_op_args a[NS];
         d.u.elt = (typeof(d.u.elt)){.n = n, .alg = (bfit_eltwise_alg)alg, .lo = lo, .hi = hi};
         memset(a, 0, sizeof a);

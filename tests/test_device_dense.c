@@ -263,6 +263,10 @@ static void test_eltwise_rejects(void **st)
         {BFIT_ELT_ELU, 8, 0, 0, -INFINITY, 0, "elu needs a finite alpha, got -inf"},
         {BFIT_ELT_SOFTPLUS, 8, 0, 0, 0, 20, "softplus needs a finite, nonzero beta and a finite threshold, got beta 0"},
         {BFIT_ELT_SOFTPLUS, 8, 0, 0, 1, NAN, "got beta 1, threshold nan"},
+        {BFIT_ELT_SELU, 8, 0, 0, 1, INFINITY, "selu needs a finite alpha and scale, got alpha 1, scale inf"},
+        {BFIT_ELT_CELU, 8, 0, 0, 0, 0, "celu needs a finite, nonzero alpha, got 0"},
+        {BFIT_ELT_CELU, 8, 0, 0, NAN, 0, "celu needs a finite, nonzero alpha, got nan"},
+        {BFIT_ELT_CELU, 8, 1, 0, 1, 0, "only relu's and clip's backward can use the output"},
         {BFIT_ELT_ELU, 8, 1, 0, 1, 0, "only relu's and clip's backward can use the output"},
         {(bfit_eltwise_alg)99, 8, 0, 0, 0, 0, "unknown algorithm 99"},
     };
@@ -287,6 +291,9 @@ static void test_eltwise_rejects(void **st)
 #define ELU_ALPHA 0.5f
 #define SP_BETA 2.0f /* softplus's; its threshold crossed by inputs of [-4, 4] */
 #define SP_THRESH 3.0f
+#define SELU_ALPHA 1.6732632423543772848 /* PyTorch's SELU */
+#define SELU_SCALE 1.0507009873554804934
+#define CELU_ALPHA -1.5f /* celu's (any but 0) */
 
 /* The op's lo and hi in these checks. */
 static void elt_lo_hi(bfit_eltwise_alg alg, float *lo, float *hi)
@@ -296,6 +303,8 @@ static void elt_lo_hi(bfit_eltwise_alg alg, float *lo, float *hi)
     case BFIT_ELT_LEAKYRELU: *lo = LEAKY_SLOPE, *hi = 0; return;
     case BFIT_ELT_ELU: *lo = ELU_ALPHA, *hi = 0; return;
     case BFIT_ELT_SOFTPLUS: *lo = SP_BETA, *hi = SP_THRESH; return;
+    case BFIT_ELT_SELU: *lo = (float)SELU_ALPHA, *hi = (float)SELU_SCALE; return;
+    case BFIT_ELT_CELU: *lo = CELU_ALPHA, *hi = 0; return;
     default: *lo = CLIP_LO, *hi = CLIP_HI; return;
     }
 }
@@ -339,6 +348,12 @@ static double ref_elt(bfit_eltwise_alg alg, double x, double *deriv)
     case BFIT_ELT_SOFTPLUS: /* PyTorch's: x itself above the threshold */
         *deriv = SP_BETA * x > SP_THRESH ? 1 : 1 / (1 + exp(-SP_BETA * x));
         return SP_BETA * x > SP_THRESH ? x : log1p(exp(SP_BETA * x)) / SP_BETA;
+    case BFIT_ELT_SELU: /* the slope at 0 the left one, as PyTorch's */
+        *deriv = SELU_SCALE * (x > 0 ? 1 : SELU_ALPHA * exp(x));
+        return SELU_SCALE * (x > 0 ? x : SELU_ALPHA * expm1(x));
+    case BFIT_ELT_CELU:
+        *deriv = x > 0 ? 1 : exp(x / CELU_ALPHA);
+        return x > 0 ? x : CELU_ALPHA * expm1(x / CELU_ALPHA);
     default: {
         double u = c * (x + 0.044715 * x * x * x), th = tanh(u);
         *deriv = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 3 * 0.044715 * x * x);
@@ -428,7 +443,7 @@ static void test_gelu_sweep(void **st)
 static void test_eltwise(void **st)
 {
     static const int64_t ns[] = {1, 7, 1001};
-    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_SOFTPLUS; alg++)
+    for (int alg = BFIT_ELT_RELU; alg <= BFIT_ELT_CELU; alg++)
         for (size_t s = 0; s < 3; s++)
             check_eltwise(*st, (bfit_eltwise_alg)alg, ns[s]);
 }
@@ -492,6 +507,8 @@ static void test_eltwise_bf16(void **st)
         check_eltwise16(*st, BFIT_ELT_LEAKYRELU, 0, ns[s]);
         check_eltwise16(*st, BFIT_ELT_ELU, 0, ns[s]);
         check_eltwise16(*st, BFIT_ELT_SOFTPLUS, 0, ns[s]);
+        check_eltwise16(*st, BFIT_ELT_SELU, 0, ns[s]);
+        check_eltwise16(*st, BFIT_ELT_CELU, 0, ns[s]);
     }
 }
 

@@ -111,8 +111,9 @@ static void test_gc_act(void **st)
     gc("hardswish 2x3x3 m=7", cfg_of(BFIT_L_HARDSWISH), S(2, 3, 3), 7);
 }
 
-/* leakyrelu and elu (alpha != 1) have a kink at 0, skipped as relu's;
- * softplus's threshold (20 / beta) lies outside the inputs drawn */
+/* leakyrelu, elu (alpha != 1) and selu have a kink at 0, skipped as
+ * relu's; softplus's threshold (20 / beta) lies outside the inputs drawn;
+ * celu's slope is 1 on both sides of 0, whatever its alpha */
 static void test_gc_act_param(void **st)
 {
     bfit_layer_cfg lr = cfg_of(BFIT_L_LEAKYRELU), e = cfg_of(BFIT_L_ELU), sp = cfg_of(BFIT_L_SOFTPLUS);
@@ -138,6 +139,15 @@ static void test_gc_act_param(void **st)
     gc("softplus beta 2 2x3x3 m=7", sp, S(2, 3, 3), 7);
     sp.beta = -1.5f;
     gc("softplus beta -1.5 7 m=5", sp, V(7), 5);
+    c.label = "selu 2x3x3 m=7";
+    c.cfg = cfg_of(BFIT_L_SELU);
+    gc_assert(&c);
+    gc("celu 7 m=1", cfg_of(BFIT_L_CELU), V(7), 1);
+    e = cfg_of(BFIT_L_CELU);
+    e.alpha = 0.5f;
+    gc("celu 0.5 2x3x3 m=7", e, S(2, 3, 3), 7);
+    e.alpha = -2.0f;
+    gc("celu -2 7 m=5", e, V(7), 5);
 }
 
 static void test_gc_flatten_dropout(void **st)
@@ -899,6 +909,16 @@ static void test_errors(void **st)
     c.beta = 1, c.threshold = -INFINITY;
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_non_null(strstr(err, "got beta 1, threshold -inf"));
+    c = cfg_of(BFIT_L_CELU);
+    c.alpha = 0; /* celu divides by it, as PyTorch's refuses */
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "celu needs a finite, nonzero alpha, got 0");
+    c.alpha = -INFINITY;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "celu needs a finite, nonzero alpha, got -inf");
+    c.alpha = NAN;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "celu needs a finite, nonzero alpha, got nan");
     assert_null(l);
     /* a sequence is scored per token (token models, issue 15): one row of
      * class scores per token, the output (probabilities) shaped alike */

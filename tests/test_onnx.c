@@ -323,12 +323,12 @@ static pbw *cast_const_graph(int64_t to, int64_t v, const float *f)
 }
 
 /* x [N,4] -> Reshape(x, Cast(Cast(c, to), int64) - k) -> the classifier,
- * c = [0, v] and k = [0, v - 4] - r: it loads when the cast to `to` rounds
- * v down by r. */
-static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
+ * c the initializer [0, v] (message c), k = [0, want - 4]: it loads when
+ * the casts give want. */
+static pbw *cast_round_graph_c(int64_t to, pbw *c, int64_t want)
 {
     static const int64_t in[2] = {-1, 4}, d2[1] = {2};
-    const int64_t cv[2] = {0, v}, kv[2] = {0, v - 4 - r};
+    const int64_t kv[2] = {0, want - 4};
     const char *ci[1] = {"c"}, *fo[1] = {"f"}, *io[1] = {"i"}, *si[2] = {"i", "k"}, *so[1] = {"t"};
     const char *ri[2] = {"x", "t"}, *ro[1] = {"r"};
     pbw *g = pb_new(), *n = node("Cast", "tofloat", ci, 1, fo, 1);
@@ -340,10 +340,33 @@ static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
     pmsg(g, 1, node("Sub", "sub", si, 2, so, 1));
     pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
     fc_head(g, "r");
-    pmsg(g, 5, tensor_i64("c", d2, 1, cv, 2));
+    pmsg(g, 5, c);
     pmsg(g, 5, tensor_i64("k", d2, 1, kv, 2));
     pmsg(g, 11, value_info("x", in, 2));
     return g;
+}
+
+/* The same with c = [0, v] int64: it loads when the cast to `to` rounds v
+ * down by r. */
+static pbw *cast_round_graph(int64_t to, int64_t v, int64_t r)
+{
+    static const int64_t d2[1] = {2};
+    const int64_t cv[2] = {0, v};
+    return cast_round_graph_c(to, tensor_i64("c", d2, 1, cv, 2), v - r);
+}
+
+/* The same with c = [0, v] a double initializer (raw_data): it loads when
+ * v cast to `to`, then to int64, is want. */
+static pbw *cast_round_graph_f64(int64_t to, double v, int64_t want)
+{
+    static const int64_t d2[1] = {2};
+    const double cv[2] = {0, v};
+    pbw *t = pb_new();
+    pint(t, 1, d2[0]);
+    pint(t, 2, BFIT_ONNX_DOUBLE);
+    pstr(t, 8, "c");
+    pbytes(t, 9, cv, sizeof cv);
+    return cast_round_graph_c(to, t, want);
 }
 
 /* x [N,4] -> Reshape(x, Where(Cast(Shape(x) - [d, 0], bool), [0, 4], [1, 4]))
@@ -758,11 +781,12 @@ static pbw *softplus_beta_graph(float b, float d, int swap)
     return gemm_rest(g);
 }
 
-/* LeakyRelu and Elu keep their alpha, ONNX's default (0.01, 1) when it is
- * absent; Softplus is softplus with beta 1 and PyTorch's threshold 20 (the
+/* LeakyRelu, Elu and Celu keep their alpha, ONNX's default (0.01, 1, 1)
+ * when it is absent; Selu is selu with its defaults (nn.SELU's; torch.onnx
+ * writes no attribute) given or absent, and refused with others; Softplus is softplus with beta 1 and PyTorch's threshold 20 (the
  * same function in f32); Mul by b, Softplus, Div by b (either order of the
  * Mul) is one softplus of beta b; a Div by another number, and an alpha
- * that is not finite, are refused at the node. */
+ * that is not finite (or celu's 0), are refused at the node. */
 static void test_param_activations(void **st)
 {
     static const struct {
@@ -770,7 +794,8 @@ static void test_param_activations(void **st)
         float alpha, want;
         bfit_layer_kind kind;
     } ok[] = {{"LeakyRelu", NAN, 0.01f, BFIT_L_LEAKYRELU}, {"LeakyRelu", -0.2f, -0.2f, BFIT_L_LEAKYRELU},
-              {"Elu", NAN, 1.0f, BFIT_L_ELU}, {"Elu", 0.5f, 0.5f, BFIT_L_ELU}};
+              {"Elu", NAN, 1.0f, BFIT_L_ELU}, {"Elu", 0.5f, 0.5f, BFIT_L_ELU},
+              {"Celu", NAN, 1.0f, BFIT_L_CELU}, {"Celu", -0.5f, -0.5f, BFIT_L_CELU}};
     bfit_graph_desc g;
     pbw *m;
     (void)st;
@@ -783,6 +808,24 @@ static void test_param_activations(void **st)
         bfit_graph_fini(&g);
         pb_free(m);
     }
+    for (int i = 0; i < 2; i++) { /* alpha absent, or ONNX's default: the float of PyTorch's */
+        m = model(alpha_graph("Selu", i ? 1.67326319217681884765625f : NAN));
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nnodes, 2);
+        assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_SELU);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    m = model(alpha_graph("Selu", 2.0f));
+    assert_int_equal(load(m, &g, "node 'act' (Selu, opset 17) with inputs 'h' [N,3]: alpha 2, gamma 1.05070102: "
+                                 "batchfit reads only nn.SELU's (ONNX's defaults, 1.67326319 and 1.05070102)"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(alpha_graph("Celu", 0.0f));
+    assert_int_equal(load(m, &g, "node 'act' (Celu, opset 17) with inputs 'h' [N,3]: alpha 0: batchfit needs a "
+                                 "finite, nonzero alpha"),
+                     BFIT_EINVAL);
+    pb_free(m);
     m = model(gemm_graph("Softplus"));
     assert_int_equal(load(m, &g, NULL), BFIT_OK);
     assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_SOFTPLUS);
@@ -970,6 +1013,19 @@ static void test_host_cast_wrap(void **st)
             bfit_graph_fini(&g);
             pb_free(m);
         }
+        /* once, from the double: 1026.5 + 2^-30 lies just above the tie between float16's 1026 and 1027,
+         * so it is 1027; through float (which rounds it to the tie 1026.5), then to even, it was 1026.
+         * Alike 2^30 + 2^22 + 1 in bfloat16 (2^30 + 2^23; through float 2^30 + 2^22, then 2^30). */
+        m = model(cast_round_graph_f64(BFIT_ONNX_FLOAT16, 1026.5 + ldexp(1, -30), 1027));
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("1026.5 + 2^-30 to float16: %s", bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
+        m = model(cast_round_graph(BFIT_ONNX_BFLOAT16, (1 << 30) + (1 << 22) + 1, 1 - (1 << 22)));
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("2^30 + 2^22 + 1 to bfloat16: %s", bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
         m = model(cast_round_graph(BFIT_ONNX_FLOAT16, 70000, 0));
         assert_int_equal(load(m, &g, "node 'back' (Cast, opset 17) with inputs 'f' (computed on the host): the "
                                      "float inf cast to the ONNX type 7 is out of its range"),
@@ -1010,13 +1066,28 @@ static void test_host_cast_wrap(void **st)
 }
 
 /* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
+/* nn.PReLU after a Linear, as torch 1.13 exports it: Gemm, then PRelu(h,
+ * slope) with the slope a [1] initializer; an operator batchfit does not
+ * read (Selu was the example until batchfit read it). */
+static pbw *prelu_graph(void)
+{
+    static const int64_t sd[1] = {1};
+    static const float slope = 0.25f;
+    const char *si[2] = {"h", "slope"}, *so[1] = {"logits"};
+    pbw *g = pb_new();
+    gemm_node(g, "fc", "h");
+    pmsg(g, 1, node("PRelu", "last", si, 2, so, 1));
+    pmsg(g, 5, tensor("slope", sd, 1, &slope, 1));
+    return gemm_rest(g);
+}
+
 static void test_unsupported_op(void **st)
 {
     bfit_graph_desc g;
-    pbw *m = model(gemm_graph("Selu"));
+    pbw *m = model(prelu_graph());
     (void)st;
-    assert_int_equal(load(m, &g, "t.onnx: node 'last' (Selu, opset 17) with inputs 'h' [N,3]: batchfit does not "
-                                 "support the operator Selu"),
+    assert_int_equal(load(m, &g, "t.onnx: node 'last' (PRelu, opset 17) with inputs 'h' [N,3], 'slope' [1] float: "
+                                 "batchfit does not support the operator PRelu"),
                      BFIT_EINVAL);
     pb_free(m);
     m = model(gemm_graph("Softmax"));

@@ -768,7 +768,7 @@ static void test_cheap_regen_smooth(void **st)
     }
 }
 
-/* The same with leakyrelu, elu and softplus (their parameters not
+/* The same with leakyrelu, elu, softplus, selu and celu (their parameters not
  * PyTorch's defaults) after batch norms (tests/fixtures/param-act-mini.cfg):
  * each output regenerated from its input, kept for the backward anyway;
  * measured = planned, lean or not, each recomputation; f32 and bf16. */
@@ -776,12 +776,12 @@ static void test_cheap_regen_param_act(void **st)
 {
     static const char *model = "tests/fixtures/param-act-mini.cfg";
     static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
-    static const bfit_layer_kind kinds[] = {BFIT_L_LEAKYRELU, BFIT_L_ELU, BFIT_L_SOFTPLUS};
+    static const bfit_layer_kind kinds[] = {BFIT_L_LEAKYRELU, BFIT_L_ELU, BFIT_L_SOFTPLUS, BFIT_L_SELU, BFIT_L_CELU};
     static const bfit_recompute_kind rk[] = {BFIT_RECOMPUTE_NONE, BFIT_RECOMPUTE_BLOCKS, BFIT_RECOMPUTE_SQRT};
     bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(regen_against_kept(model, prec[i], kinds, 3), 3);
+        assert_int_equal(regen_against_kept(model, prec[i], kinds, 5), 5);
         for (int lean = 0; lean <= 1; lean++)
             for (unsigned k = 0; k < sizeof rk / sizeof rk[0]; k++) {
                 bfit_storage sto = {prec[i], lean, rk[k]};

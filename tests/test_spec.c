@@ -171,8 +171,8 @@ static void test_every_layer_and_option(void **st)
     bfit_graph_fini(&g);
 }
 
-/* leakyrelu, elu and softplus: PyTorch's defaults, then each parameter
- * (a negative slope or beta included: PyTorch allows them) */
+/* leakyrelu, elu, softplus, selu and celu: PyTorch's defaults, then each
+ * parameter (a negative slope, beta or alpha included: PyTorch allows them) */
 static void test_param_activations(void **st)
 {
     const char *text = "input 10\n"
@@ -182,13 +182,16 @@ static void test_param_activations(void **st)
                        "elu alpha=0.5\n"                  /* 3 */
                        "softplus\n"                       /* 4 */
                        "softplus threshold=5 beta=-2\n"   /* 5 */
+                       "selu\n"                           /* 6 */
+                       "celu\n"                           /* 7 */
+                       "celu alpha=-0.5\n"                /* 8 */
                        "linear 2\n";
     bfit_graph_desc g;
     const bfit_node_desc *n;
     (void)st;
 
     assert_int_equal(parse(text, &g), BFIT_OK);
-    assert_int_equal(g.nnodes, 7);
+    assert_int_equal(g.nnodes, 10);
     n = g.nodes;
     assert_node(&g, 0, BFIT_L_LEAKYRELU, 0, -1, 2, 1);
     assert_true(n[0].cfg.alpha == 0.01f);
@@ -200,6 +203,10 @@ static void test_param_activations(void **st)
     assert_node(&g, 4, BFIT_L_SOFTPLUS, 4, -1, 6, 1);
     assert_true(n[4].cfg.beta == 1.0f && n[4].cfg.threshold == 20.0f);
     assert_true(n[5].cfg.beta == -2.0f && n[5].cfg.threshold == 5.0f);
+    assert_node(&g, 6, BFIT_L_SELU, 6, -1, 8, 1);
+    assert_node(&g, 7, BFIT_L_CELU, 7, -1, 9, 1);
+    assert_true(n[7].cfg.alpha == 1.0f);
+    assert_true(n[8].cfg.alpha == -0.5f);
     bfit_graph_fini(&g);
 }
 
@@ -339,6 +346,13 @@ static const bad bads[] = {
     {"input 784\nsoftplus treshold=5\n", 0, "t.cfg:2:10: ",
      {"softplus has no option `treshold`", "did you mean `threshold`?"}},
     {"input 784\nsoftplus beta=2 beta=3\n", 0, "t.cfg:2:17: ", {"duplicate option", "`beta=3` sets beta"}},
+    {"input 1x8x8\nmaxpool 2 ceil=2\n", 0, "t.cfg:2:16: ", {"ceil must be 0 or 1, got `2`"}},
+    {"input 1x8x8\navgpool 2 ceil=1\n", 0, "t.cfg:2:11: ", {"avgpool has no option `ceil`"}},
+    {"input 784\nselu alpha=1\n", 0, "t.cfg:2:6: ", {"selu takes no options, got `alpha=1`"}},
+    {"input 784\ncelu alpha=0\n", 0, "t.cfg:2:12: ", {"celu's alpha must not be 0 (celu divides by it), got `0`"}},
+    {"input 784\ncelu alpha=-0.0\n", 0, "t.cfg:2:12: ", {"celu's alpha must not be 0"}},
+    {"input 784\ncelu alpha=1e31\n", 0, "t.cfg:2:12: ", {"celu's alpha must be in (-1e+30, 1e+30)"}},
+    {"input 784\ncelu alpha=nan\n", 0, "t.cfg:2:12: ", {"bad number `nan` for celu's alpha"}},
     {"input 784\nbatchnorm 3\n", 0, "t.cfg:2:11: ", {"batchnorm takes only options"}},
     {"input 784\nlinear 10 20\n", 0, "t.cfg:2:11: ", {"unexpected `20`", "linear N"}},
     {"relu\n", 0, "t.cfg:1:1: ", {"begins with `input"}},
@@ -512,6 +526,36 @@ static void test_shape_check(void **st)
     expect_shape_error("input 1x4x4\nconv 8 k=5\nflatten\nlinear 10\n", "t.cfg:2:1: ", "conv 8 k=5", "1x4x4");
     expect_shape_error("input 1x4x4\nmaxpool 2 stride=3 pad=1\nmaxpool 3 stride=1\nflatten\nlinear 10\n",
                        "t.cfg:3:1: ", "maxpool 3 stride=1", "1x2x2");
+    /* a ceil_mode max pool says so: its output size is not the floor one */
+    expect_shape_error("input 1x4x4\nmaxpool 3 stride=2 pad=2 ceil=1\nflatten\nlinear 10\n", "t.cfg:2:1: ",
+                       "maxpool 3 stride=2 pad=2 ceil=1 gets 1x4x4", NULL);
+}
+
+/* maxpool's ceil=1 is PyTorch's ceil_mode (an ONNX MaxPool's ceil_mode=1):
+ * 5x5 by 3/2 gives 3x3 (floor: 2x2); a pool from an import, where no
+ * spec line set it, is described with it too. */
+static void test_pool_ceil(void **st)
+{
+    bfit_graph_desc g;
+    (void)st;
+    assert_int_equal(parse("input 1x5x5\nmaxpool 3 stride=2 ceil=1\nmaxpool 3 stride=2 ceil=0\nflatten\n"
+                           "linear 2\n",
+                           &g),
+                     BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.ceil, 1);
+    assert_int_equal(g.nodes[1].cfg.ceil, 0);
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_EFORMAT); /* 3x3 by the floor 3/2 pool: 1x1, then */
+    bfit_graph_fini(&g);
+    assert_int_equal(parse("input 1x5x5\nmaxpool 3 stride=2 ceil=1\nflatten\nlinear 2\n", &g), BFIT_OK);
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_OK);
+    bfit_graph_fini(&g);
+    assert_int_equal(parse("input 1x4x4\nmaxpool 3 stride=2 pad=2\nflatten\nlinear 10\n", &g), BFIT_OK);
+    g.nodes[0].line = 0; /* as an ONNX import makes it */
+    g.nodes[0].cfg.ceil = 1;
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_EFORMAT);
+    if (!strstr(bfit_errmsg(), "node 0: maxpool 3 stride=2 pad=2 ceil=1 gets 1x4x4"))
+        fail_msg("got: %s", bfit_errmsg());
+    bfit_graph_fini(&g);
 }
 
 /* ---- files --------------------------------------------------------------- */
@@ -733,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_size_limits),
         cmocka_unit_test(test_shape_check),
+        cmocka_unit_test(test_pool_ceil),
         cmocka_unit_test(test_pool_before_relu),
         cmocka_unit_test(test_model_files),
         cmocka_unit_test(test_file_errors_name_the_file),

@@ -1,6 +1,6 @@
 /* cpu_eltwise.c - ELTWISE_FWD/BWD on oneDNN: relu, the two gelus (the erf one in f32 is ours,
  * cpu_gelu.c), clip, sigmoid, silu, tanh, hardswish, leaky relu and elu
- * (hardsigmoid and softplus, which oneDNN 2.6 lacks, by cuda_core.h's per-element function) over a
+ * (hardsigmoid, softplus, selu and celu, which oneDNN 2.6 lacks, by cuda_core.h's per-element function) over a
  * flat array of n elements (the shape does not matter elementwise). The
  * backward takes the forward's input (src), which every algorithm here
  * supports; relu may instead take the forward's output (use_dst), which
@@ -242,10 +242,11 @@ static int run_bits_bwd(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-/* ---- hardsigmoid and softplus: the function the CUDA kernel runs ---------- */
+/* ---- hardsigmoid, softplus, selu, celu: the function the CUDA kernel runs - */
 
 /* Per element, in f32 (bfit_ld/bfit_st convert bf16): oneDNN 2.6 has no
- * hardsigmoid, and its soft_relu has neither beta nor threshold. The
+ * hardsigmoid, selu or celu, and its soft_relu has neither beta nor
+ * threshold (its elu has no scale, for selu, or input scale, for celu). The
  * bfit_eltwise_alg is cuda_core.h's BK_ number. */
 static int run_own(cpu_op *op, const bfit_op_args *a)
 {
@@ -388,6 +389,8 @@ int bfit_cpu_eltwise_init(cpu_op *op)
     case BFIT_ELT_ELU: alg = dnnl_eltwise_elu, alpha = d->u.elt.lo; break; /* alpha (e^x - 1) at x <= 0 */
     case BFIT_ELT_HARDSIGMOID:
     case BFIT_ELT_SOFTPLUS:
+    case BFIT_ELT_SELU:
+    case BFIT_ELT_CELU:
         op->ws = op->saved = 0;
         op->run = run_own;
         return BFIT_OK;

@@ -79,9 +79,10 @@ BK_HD void bk_stx(void *p, int dt, int64_t i, float v)
 
 /* alg: bfit_eltwise_alg (device.h), whose order these follow; clip's
  * bounds are the op's, and so are hardsigmoid's alpha and beta (lo, hi),
- * leaky relu's slope and elu's alpha (lo), softplus's beta and threshold */
+ * leaky relu's slope, elu's and celu's alpha (lo), softplus's beta and threshold,
+ * selu's alpha and scale */
 enum { BK_RELU, BK_GELU_ERF, BK_GELU_TANH, BK_CLIP, BK_SIGMOID, BK_SILU, BK_TANH, BK_HARDSIGMOID, BK_HARDSWISH,
-       BK_LEAKYRELU, BK_ELU, BK_SOFTPLUS };
+       BK_LEAKYRELU, BK_ELU, BK_SOFTPLUS, BK_SELU, BK_CELU };
 
 #define BK_SQRT1_2 0.70710678118654752440f
 #define BK_SQRT2_PI 0.79788456080286535588f /* sqrt(2 / pi) */
@@ -95,13 +96,15 @@ BK_HD float bk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 BK_HD float bk_log1pexp(float t) { return fmaxf(t, 0.0f) + log1pf(expf(-fabsf(t))); }
 
 /* relu as oneDNN's with alpha 0 (x * 0 keeps a NaN a NaN); leaky relu,
- * elu and softplus as PyTorch's */
+ * elu, softplus, selu and celu as PyTorch's */
 BK_HD float bk_act(int alg, float x, float lo, float hi)
 {
     switch (alg) {
     case BK_LEAKYRELU: return x > 0.0f ? x : x * lo;
     case BK_ELU: return x > 0.0f ? x : lo * expm1f(x);
     case BK_SOFTPLUS: return lo * x > hi ? x : bk_log1pexp(lo * x) / lo;
+    case BK_SELU: return x > 0.0f ? x * hi : expm1f(x) * (lo * hi); /* alpha scale in float, as PyTorch's */
+    case BK_CELU: return x > 0.0f ? x : lo * expm1f(x / lo);
     case BK_RELU: return x > 0.0f ? x : x * 0.0f;
     case BK_GELU_ERF: return 0.5f * x * (1.0f + erff(x * BK_SQRT1_2));
     case BK_GELU_TANH: return 0.5f * x * (1.0f + tanhf(BK_SQRT2_PI * x * (1.0f + BK_GELU_C * x * x)));
@@ -117,7 +120,7 @@ BK_HD float bk_act(int alg, float x, float lo, float hi)
 /* f'(x) dy; clip's passes strictly inside (lo, hi), as PyTorch's hardtanh,
  * so x may be its output; hardsigmoid's strictly inside its ramp, as
  * PyTorch's; hardswish's is oneDNN's (0 at x <= -3, dy at x >= 3); leaky
- * relu's and elu's take the slope at 0 from the left, as PyTorch's;
+ * relu's, elu's, selu's and celu's take the slope at 0 from the left, as PyTorch's;
  * softplus's is sigmoid(beta x) (1 past 88, where PyTorch's e^t / (e^t + 1)
  * is inf / inf), dy above the threshold */
 BK_HD float bk_act_grad(int alg, float x, float dy, float lo, float hi)
@@ -127,6 +130,8 @@ BK_HD float bk_act_grad(int alg, float x, float dy, float lo, float hi)
     case BK_LEAKYRELU: return x > 0.0f ? dy : dy * lo;
     case BK_ELU: return x > 0.0f ? dy : dy * lo * expf(x);
     case BK_SOFTPLUS: return lo * x > hi ? dy : dy * bk_sigmoid(lo * x);
+    case BK_SELU: return x > 0.0f ? dy * hi : dy * (lo * hi) * expf(x);
+    case BK_CELU: return x > 0.0f ? dy : dy * expf(x / lo);
     case BK_RELU: return x > 0.0f ? dy : dy * 0.0f;
     case BK_GELU_ERF:
         return dy * (0.5f * (1.0f + erff(x * BK_SQRT1_2)) + x * BK_INV_SQRT_2PI * expf(-0.5f * x * x));

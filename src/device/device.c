@@ -372,7 +372,8 @@ const char *bfit_op_cpu_only(const bfit_op_desc *d)
     }
 }
 
-/* The parameters of leaky relu, elu and softplus: finite (beta nonzero). */
+/* The parameters of leaky relu, elu, softplus, selu and celu: finite (beta
+ * and celu's alpha nonzero: they divide). */
 static int eltwise_check_params(const bfit_op_desc *d)
 {
     float lo = d->u.elt.lo, hi = d->u.elt.hi;
@@ -385,6 +386,11 @@ static int eltwise_check_params(const bfit_op_desc *d)
     if (d->u.elt.alg == BFIT_ELT_SOFTPLUS && !(fin && lo != 0 && hi > -1e30f && hi < 1e30f))
         return bfit_fail(BFIT_EINVAL, "eltwise: softplus needs a finite, nonzero beta and a finite threshold, got "
                          "beta %g, threshold %g", (double)lo, (double)hi);
+    if (d->u.elt.alg == BFIT_ELT_SELU && !(fin && hi > -1e30f && hi < 1e30f))
+        return bfit_fail(BFIT_EINVAL, "eltwise: selu needs a finite alpha and scale, got alpha %g, scale %g",
+                         (double)lo, (double)hi);
+    if (d->u.elt.alg == BFIT_ELT_CELU && !(fin && lo != 0))
+        return bfit_fail(BFIT_EINVAL, "eltwise: celu needs a finite, nonzero alpha, got %g", (double)lo);
     return BFIT_OK;
 }
 
@@ -393,7 +399,7 @@ static int eltwise_check(const bfit_op_desc *d)
 {
     if (d->u.elt.n < 1)
         return bfit_fail(BFIT_EINVAL, "eltwise: need at least one element, got %lld", (long long)d->u.elt.n);
-    if ((unsigned)d->u.elt.alg > BFIT_ELT_SOFTPLUS)
+    if ((unsigned)d->u.elt.alg > BFIT_ELT_CELU)
         return bfit_fail(BFIT_EINVAL, "eltwise: unknown algorithm %d", (int)d->u.elt.alg);
     if ((d->u.elt.use_dst && d->u.elt.alg != BFIT_ELT_RELU && d->u.elt.alg != BFIT_ELT_CLIP) ||
         (d->u.elt.bits && d->u.elt.alg != BFIT_ELT_RELU))

@@ -127,8 +127,11 @@ typedef enum {
     BFIT_ELT_HARDSWISH,   /* x * min(max(x + 3, 0), 6) / 6 */
     BFIT_ELT_LEAKYRELU,   /* x > 0 ? x : lo x (lo: the negative slope; PyTorch's LeakyReLU) */
     BFIT_ELT_ELU,         /* x > 0 ? x : lo (e^x - 1) (lo: alpha; PyTorch's ELU) */
-    BFIT_ELT_SOFTPLUS     /* lo x > hi ? x : log(1 + e^(lo x)) / lo (lo: beta, hi: the threshold;
+    BFIT_ELT_SOFTPLUS,    /* lo x > hi ? x : log(1 + e^(lo x)) / lo (lo: beta, hi: the threshold;
                              PyTorch's Softplus) */
+    BFIT_ELT_SELU,        /* hi (x > 0 ? x : lo (e^x - 1)) (lo, hi: alpha and scale, finite; the selu
+                             layer's are PyTorch's SELU's, layer.h's BFIT_SELU_ALPHA and _SCALE) */
+    BFIT_ELT_CELU         /* x > 0 ? x : lo (e^(x / lo) - 1) (lo: alpha, not 0; PyTorch's CELU) */
 } bfit_eltwise_alg;
 
 #define BFIT_OP_MAXCAT 32 /* inputs of one concatenation */

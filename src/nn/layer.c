@@ -26,7 +26,8 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_TANH] = &bfit_tanh_vt,           [BFIT_L_HARDSIGMOID] = &bfit_hardsigmoid_vt,
     [BFIT_L_HARDSWISH] = &bfit_hardswish_vt, [BFIT_L_SCALE] = &bfit_chscale_vt,
     [BFIT_L_LEAKYRELU] = &bfit_leakyrelu_vt, [BFIT_L_ELU] = &bfit_elu_vt,
-    [BFIT_L_SOFTPLUS] = &bfit_softplus_vt,
+    [BFIT_L_SOFTPLUS] = &bfit_softplus_vt,  [BFIT_L_SELU] = &bfit_selu_vt,
+    [BFIT_L_CELU] = &bfit_celu_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -40,7 +41,7 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_SELECT] = "select",   [BFIT_L_SIGMOID] = "sigmoid",  [BFIT_L_SILU] = "silu",
     [BFIT_L_TANH] = "tanh",       [BFIT_L_HARDSIGMOID] = "hardsigmoid", [BFIT_L_HARDSWISH] = "hardswish",
     [BFIT_L_SCALE] = "scale",     [BFIT_L_LEAKYRELU] = "leakyrelu", [BFIT_L_ELU] = "elu",
-    [BFIT_L_SOFTPLUS] = "softplus",
+    [BFIT_L_SOFTPLUS] = "softplus", [BFIT_L_SELU] = "selu",    [BFIT_L_CELU] = "celu",
 };
 
 static void unprepare(bfit_layer *l);
@@ -127,7 +128,7 @@ bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind)
     c.momentum = 0.1f;
     c.p = 0.5f;
     c.causal = 1;
-    c.alpha = kind == BFIT_L_LEAKYRELU ? 0.01f : kind == BFIT_L_ELU ? 1.0f : 1.0f / 6.0f; /* PyTorch's */
+    c.alpha = kind == BFIT_L_LEAKYRELU ? 0.01f : kind == BFIT_L_ELU || kind == BFIT_L_CELU ? 1.0f : 1.0f / 6.0f; /* PyTorch's */
     c.beta = kind == BFIT_L_SOFTPLUS ? 1.0f : 0.5f;
     c.threshold = 20.0f;
     return c;

@@ -46,8 +46,15 @@ typedef enum {
     BFIT_L_ELU,        /* x > 0 ? x : alpha (e^x - 1) (PyTorch's ELU: alpha default 1) */
     BFIT_L_SOFTPLUS,   /* log(1 + e^(beta x)) / beta, x where beta x > threshold (PyTorch's Softplus:
                           beta 1, threshold 20 by default) */
+    BFIT_L_SELU,       /* scale (x > 0 ? x : alpha (e^x - 1)), PyTorch's SELU's fixed alpha and scale
+                          (BFIT_SELU_ALPHA, BFIT_SELU_SCALE) */
+    BFIT_L_CELU,       /* x > 0 ? x : alpha (e^(x / alpha) - 1) (PyTorch's CELU: alpha not 0, default 1) */
     BFIT_L_COUNT
 } bfit_layer_kind;
+
+/* SELU's constants, PyTorch's (and ONNX's Selu defaults), as float */
+#define BFIT_SELU_ALPHA 1.6732632423543772848170429916717f
+#define BFIT_SELU_SCALE 1.0507009873554804934193349852946f
 
 typedef struct bfit_layer_cfg {
     bfit_layer_kind kind;
@@ -71,7 +78,7 @@ typedef struct bfit_layer_cfg {
     int groups;         /* conv: channel groups (PyTorch's groups; 0 or 1: dense) */
     float lo, hi;       /* clip bounds */
     float alpha, beta;  /* hardsigmoid: min(max(alpha x + beta, 0), 1) (default 1/6, 1/2); leakyrelu:
-                           alpha the negative slope (0.01); elu: alpha (1); softplus: beta (1) */
+                           alpha the negative slope (0.01); elu, celu: alpha (1); softplus: beta (1) */
     float threshold;    /* softplus: linear where beta x > threshold (default 20) */
     int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
     bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]) */
@@ -295,7 +302,7 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt, bfit_clip_vt, bfit_concat_vt,
     bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
     bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt, bfit_leakyrelu_vt, bfit_elu_vt,
-    bfit_softplus_vt;
+    bfit_softplus_vt, bfit_selu_vt, bfit_celu_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

@@ -1,8 +1,8 @@
 /* layer_act.c - elementwise activations: relu, gelu (PyTorch's default
  * erf form), clip (ReLU6 and its kin: hardtanh), sigmoid, silu (x *
  * sigmoid(x), PyTorch's SiLU), tanh, hardsigmoid and hardswish
- * (MobileNetV3's), leakyrelu, elu and softplus (with PyTorch's parameters
- * and defaults). Any input shape; the output has the
+ * (MobileNetV3's), leakyrelu, elu, softplus, selu and celu (with PyTorch's
+ * parameters and defaults). Any input shape; the output has the
  * same shape. The backward
  * reads the forward's input; relu's may read its output instead, or only a
  * sign bit per element kept in its saved bytes (l->mode), whichever the
@@ -31,6 +31,8 @@ static bfit_eltwise_alg alg_of(const bfit_layer *l)
     case BFIT_L_LEAKYRELU: return BFIT_ELT_LEAKYRELU;
     case BFIT_L_ELU: return BFIT_ELT_ELU;
     case BFIT_L_SOFTPLUS: return BFIT_ELT_SOFTPLUS;
+    case BFIT_L_SELU: return BFIT_ELT_SELU;
+    case BFIT_L_CELU: return BFIT_ELT_CELU;
     default: return BFIT_ELT_RELU;
     }
 }
@@ -54,8 +56,8 @@ static int init_hardsigmoid(bfit_layer *l, char *err, size_t errlen)
     return init(l, err, errlen);
 }
 
-/* Leaky relu's slope, elu's alpha, softplus's beta (nonzero) and threshold:
- * finite, as PyTorch's */
+/* Leaky relu's slope, elu's alpha, softplus's beta (nonzero) and threshold,
+ * celu's alpha (nonzero: it divides): finite, as PyTorch's */
 static int init_param(bfit_layer *l, char *err, size_t errlen)
 {
     const bfit_layer_cfg *c = &l->cfg;
@@ -75,6 +77,10 @@ static int init_param(bfit_layer *l, char *err, size_t errlen)
                  (double)c->beta, (double)c->threshold);
         return BFIT_EINVAL;
     }
+    if (c->kind == BFIT_L_CELU && !(fin && c->alpha != 0)) {
+        snprintf(err, errlen, "celu needs a finite, nonzero alpha, got %g", (double)c->alpha);
+        return BFIT_EINVAL;
+    }
     return init(l, err, errlen);
 }
 
@@ -84,8 +90,10 @@ static void elt_params(const bfit_layer_cfg *c, float *lo, float *hi)
     switch (c->kind) {
     case BFIT_L_HARDSIGMOID: *lo = c->alpha, *hi = c->beta; return;
     case BFIT_L_LEAKYRELU:
-    case BFIT_L_ELU: *lo = c->alpha, *hi = 0; return;
+    case BFIT_L_ELU:
+    case BFIT_L_CELU: *lo = c->alpha, *hi = 0; return;
     case BFIT_L_SOFTPLUS: *lo = c->beta, *hi = c->threshold; return;
+    case BFIT_L_SELU: *lo = BFIT_SELU_ALPHA, *hi = BFIT_SELU_SCALE; return;
     default: *lo = c->lo, *hi = c->hi; return;
     }
 }
@@ -187,9 +195,11 @@ const bfit_layer_vt bfit_hardsigmoid_vt = {
     .unprepare = NULL,
 };
 
-/* Their backward reads x, as PyTorch's: elu's from y (y + alpha) would
- * round differently, softplus has none, and leaky relu's from y holds only
- * for a slope >= 0 (a kind's modes do not depend on its parameters). */
+/* Their backward reads x, as PyTorch's: elu's (selu's, celu's) from y
+ * would round differently, softplus has none, and leaky relu's from y holds
+ * only for a slope >= 0 (a kind's modes do not depend on its parameters). */
 ACT_VT_XI(bfit_leakyrelu_vt, BFIT_L_LEAKYRELU, init_param);
 ACT_VT_XI(bfit_elu_vt, BFIT_L_ELU, init_param);
 ACT_VT_XI(bfit_softplus_vt, BFIT_L_SOFTPLUS, init_param);
+ACT_VT_X(bfit_selu_vt, BFIT_L_SELU);
+ACT_VT_XI(bfit_celu_vt, BFIT_L_CELU, init_param);

@@ -113,8 +113,10 @@ void bfit_onnx_model_free(bfit_onnx_model *m);
 /* Element bytes of an ONNX data type (0: not a numeric type we read). */
 size_t bfit_onnx_dtype_size(int dtype);
 const char *bfit_onnx_dtype_name(int dtype);
-/* The tensor's values converted to f32 / int64 (numel of them). */
+/* The tensor's values converted to f32 / f64 / int64 (numel of them); f64
+ * keeps a double tensor's values whole. */
 int bfit_onnx_tensor_f32(const bfit_onnx_tensor *t, float *out);
+int bfit_onnx_tensor_f64(const bfit_onnx_tensor *t, double *out);
 int bfit_onnx_tensor_i64(const bfit_onnx_tensor *t, int64_t *out);
 
 /* s as a C string in buf (truncated to fit). */

@@ -1,7 +1,7 @@
 /* onnx_act.c - the activations with a parameter onto batchfit's layers:
- * LeakyRelu (nn.LeakyReLU), Elu (nn.ELU) and Softplus (nn.Softplus), and
- * the pattern PyTorch exports nn.Softplus(beta) with beta != 1 as:
- * Mul(x, beta), Softplus, Div(beta). */
+ * LeakyRelu (nn.LeakyReLU), Elu (nn.ELU), Softplus (nn.Softplus), Selu
+ * (nn.SELU) and Celu (nn.CELU), and the pattern PyTorch exports
+ * nn.Softplus(beta) with beta != 1 as: Mul(x, beta), Softplus, Div(beta). */
 #include "base/err.h"
 #include "nn/onnx_int.h"
 
@@ -17,6 +17,41 @@ static int with_alpha(onnx_lower *L, bfit_layer_kind kind, float dflt)
         return rc;
     if (!(c.alpha > -1e30f && c.alpha < 1e30f))
         return bfit_onnx_refuse(L, "alpha %g: batchfit needs a finite alpha", (double)c.alpha);
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* Selu(alpha, gamma): the selu layer computes PyTorch's nn.SELU, whose
+ * constants are ONNX's defaults (as float); torch.onnx writes neither. */
+static int selu(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SELU);
+    float al, ga;
+    oval *x;
+    int rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK ||
+        (rc = bfit_onnx_attr_float(L, "alpha", BFIT_SELU_ALPHA, &al)) != BFIT_OK ||
+        (rc = bfit_onnx_attr_float(L, "gamma", BFIT_SELU_SCALE, &ga)) != BFIT_OK)
+        return rc;
+    if (al != BFIT_SELU_ALPHA || ga != BFIT_SELU_SCALE)
+        return bfit_onnx_refuse(L, "alpha %.9g, gamma %.9g: batchfit reads only nn.SELU's (ONNX's defaults, "
+                                   "%.9g and %.9g)",
+                                (double)al, (double)ga, (double)BFIT_SELU_ALPHA, (double)BFIT_SELU_SCALE);
+    return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+}
+
+/* Celu(alpha), default 1: nn.CELU(alpha); alpha 0 divides by 0 (PyTorch
+ * refuses it too). */
+static int celu(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CELU);
+    oval *x;
+    int rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK || (rc = bfit_onnx_attr_float(L, "alpha", 1.0f, &c.alpha)))
+        return rc;
+    if (!(c.alpha > -1e30f && c.alpha < 1e30f && c.alpha != 0))
+        return bfit_onnx_refuse(L, "alpha %g: batchfit needs a finite, nonzero alpha", (double)c.alpha);
     return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
 }
 
@@ -80,6 +115,10 @@ int bfit_onnx_lower_act(onnx_lower *L, int *rc)
         *rc = with_alpha(L, BFIT_L_ELU, 1.0f);
     else if (bfit_onnx_streq(op, "Softplus"))
         *rc = softplus(L);
+    else if (bfit_onnx_streq(op, "Selu"))
+        *rc = selu(L);
+    else if (bfit_onnx_streq(op, "Celu"))
+        *rc = celu(L);
     else if (bfit_onnx_streq(op, "Mul"))
         return softplus_beta(L, rc);
     else

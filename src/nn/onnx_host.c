@@ -85,13 +85,8 @@ hval *bfit_onnx_host(onnx_lower *L, oval *v, int k)
           t->dtype == BFIT_ONNX_BFLOAT16;
     if (!(h = bfit_onnx_hval_new(L, isf, t->ndim, t->dim)))
         return NULL;
-    if (isf) {
-        float *f = malloc(sizeof *f * (size_t)(h->n + 1));
-        int rc = f ? bfit_onnx_tensor_f32(t, f) : bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
-        for (int64_t i = 0; rc == BFIT_OK && i < h->n; i++)
-            h->f[i] = f[i];
-        free(f);
-        if (rc != BFIT_OK)
+    if (isf) { /* as doubles: a double's Cast to float16 rounds once, from it */
+        if (bfit_onnx_tensor_f64(t, h->f) != BFIT_OK)
             return NULL;
     } else if (bfit_onnx_tensor_i64(t, h->b) != BFIT_OK) {
         return NULL;
@@ -556,17 +551,34 @@ static int cast_float_int(onnx_lower *L, int64_t to, double f, int64_t *ob)
     return BFIT_OK;
 }
 
-/* v cast to a float type: rounded to it (nearest, ties to even; past
- * float16's range, infinity), as ONNX's Cast does, through float (exact
- * for integers below 2^24 and for a float32 tensor's values). */
+/* v rounded to a binary float of `frac` fraction bits, least normal
+ * exponent emin and largest finite max: nearest, ties to even (the default
+ * rounding mode's nearbyint), once from the double; past max, infinity. */
+static double round_bits(double v, int frac, int emin, double max)
+{
+    int e;
+    double r;
+
+    if (!isfinite(v) || v == 0)
+        return v;
+    e = ilogb(v);
+    e = (e < emin ? emin : e) - frac; /* the exponent of v's last place there (subnormals: emin's) */
+    r = ldexp(nearbyint(ldexp(v, -e)), e);
+    return fabs(r) > max ? copysign(INFINITY, v) : r;
+}
+
+/* v cast to a float type: rounded to it once (nearest, ties to even; past
+ * its range, infinity), as ONNX's Cast does. Not through float: a double
+ * just past a float16 tie (1026.5 + 2^-30) would become the tie there, then
+ * round to even (1026, not 1027); alike int64 to bfloat16. */
 static double round_to(int64_t to, double v)
 {
     if (to == BFIT_ONNX_FLOAT)
         return (double)(float)v;
     if (to == BFIT_ONNX_FLOAT16)
-        return (double)bfit_f16_to_f32(bfit_f32_to_f16((float)v));
+        return round_bits(v, 10, -14, 65504.0);
     if (to == BFIT_ONNX_BFLOAT16)
-        return (double)bfit_bf16_to_f32(bfit_f32_to_bf16((float)v));
+        return round_bits(v, 7, -126, ldexp(255, 120)); /* (2 - 2^-7) 2^127 */
     return v;
 }
 
@@ -730,12 +742,12 @@ static int constant_of_shape(onnx_lower *L)
     if ((rc = ints_of(L, 0, dim, BFIT_ONNX_MAXD, &nd)) != BFIT_OK)
         return rc;
     if (v && v->t) {
-        float f;
+        double f;
         int64_t i;
         if (v->t->numel != 1)
             return bfit_onnx_refuse(L, "value must hold one element");
         isf = v->t->dtype == BFIT_ONNX_FLOAT || v->t->dtype == BFIT_ONNX_DOUBLE;
-        if ((isf ? bfit_onnx_tensor_f32(v->t, &f) : bfit_onnx_tensor_i64(v->t, &i)) != BFIT_OK)
+        if ((isf ? bfit_onnx_tensor_f64(v->t, &f) : bfit_onnx_tensor_i64(v->t, &i)) != BFIT_OK)
             return BFIT_EFORMAT;
         val = isf ? f : (double)i;
     }

@@ -400,23 +400,27 @@ static int64_t to_i64(int dtype, uint64_t b)
     }
 }
 
+enum { WANT_I64, WANT_F32, WANT_F64 };
+
 typedef struct conv_ud {
-    int dtype, want_f32;
+    int dtype, want;
     void *out;
 } conv_ud;
 
 static void put(void *ud, int64_t i, uint64_t bits)
 {
     conv_ud *c = ud;
-    if (c->want_f32)
+    if (c->want == WANT_F32)
         ((float *)c->out)[i] = (float)to_double(c->dtype, bits);
+    else if (c->want == WANT_F64)
+        ((double *)c->out)[i] = to_double(c->dtype, bits);
     else
         ((int64_t *)c->out)[i] = to_i64(c->dtype, bits);
 }
 
-static int convert(const bfit_onnx_tensor *t, void *out, int want_f32)
+static int convert(const bfit_onnx_tensor *t, void *out, int want)
 {
-    conv_ud c = {t->dtype, want_f32, out};
+    conv_ud c = {t->dtype, want, out};
     size_t es = bfit_onnx_dtype_size(t->dtype);
     int64_t cnt;
     pb r = {t->msg, t->msg + t->msg_len, t->msg, "tensor", "tensor"};
@@ -429,8 +433,9 @@ static int convert(const bfit_onnx_tensor *t, void *out, int want_f32)
     return each_typed(t, &r, put, &c, &cnt);
 }
 
-int bfit_onnx_tensor_f32(const bfit_onnx_tensor *t, float *out) { return convert(t, out, 1); }
-int bfit_onnx_tensor_i64(const bfit_onnx_tensor *t, int64_t *out) { return convert(t, out, 0); }
+int bfit_onnx_tensor_f32(const bfit_onnx_tensor *t, float *out) { return convert(t, out, WANT_F32); }
+int bfit_onnx_tensor_f64(const bfit_onnx_tensor *t, double *out) { return convert(t, out, WANT_F64); }
+int bfit_onnx_tensor_i64(const bfit_onnx_tensor *t, int64_t *out) { return convert(t, out, WANT_I64); }
 
 const char *bfit_onnx_cstr(bfit_onnx_str s, char *buf, size_t len)
 {

@@ -240,10 +240,10 @@ bad:
 /* ---- layers and their options -------------------------------------------- */
 
 enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_VOCAB, O_POS,
-       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_SLOPE, O_ALPHA, O_BETA, O_THRESHOLD, O_COUNT };
+       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_SLOPE, O_ALPHA, O_BETA, O_THRESHOLD, O_CEIL, O_COUNT };
 /* The cfg fields an option sets: giving one field twice is an error. */
 enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_VOCAB, F_POS, F_TYPES, F_CAUSAL, F_LEAN,
-       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_COUNT };
+       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_CEIL, F_COUNT };
 #define FB(f) (1u << (f))
 #define OB(o) (1u << (o))
 
@@ -275,13 +275,14 @@ static const struct {
     [O_ALPHA] = {"alpha", FB(F_ALPHA)},
     [O_BETA] = {"beta", FB(F_BETA)},
     [O_THRESHOLD] = {"threshold", FB(F_THRESHOLD)},
+    [O_CEIL] = {"ceil", FB(F_CEIL)},
 };
 
 static const char *const field_names[F_COUNT] = {
     "the kernel height", "the kernel width", "the vertical stride", "the horizontal stride",
     "the vertical padding", "the horizontal padding", "bias", "the dropout probability", "eps", "momentum",
     "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std", "the slope or alpha",
-    "beta", "the threshold",
+    "beta", "the threshold", "ceil",
 };
 
 enum { P_NONE, P_UNITS, P_KERNEL, P_PROB }; /* what a layer's one positional number is */
@@ -299,7 +300,7 @@ typedef struct layer_kw {
 static const layer_kw layer_kws[] = {
     {"linear", BFIT_L_LINEAR, P_UNITS, OB(O_BIAS) | OB(O_TIE) | OB(O_STD), "linear N [bias=0|1] [tie=0|1] [std=S]"},
     {"conv", BFIT_L_CONV, P_UNITS, O_WINDOW | OB(O_BIAS), "conv N k=K [stride=S] [pad=P] [bias=0|1]"},
-    {"maxpool", BFIT_L_MAXPOOL, P_KERNEL, O_WINDOW, "maxpool K [stride=S] [pad=P]"},
+    {"maxpool", BFIT_L_MAXPOOL, P_KERNEL, O_WINDOW | OB(O_CEIL), "maxpool K [stride=S] [pad=P] [ceil=0|1]"},
     {"avgpool", BFIT_L_AVGPOOL, P_KERNEL, O_WINDOW, "avgpool K [stride=S] [pad=P]"},
     {"gap", BFIT_L_GAP, P_NONE, 0, "gap"},
     {"relu", BFIT_L_RELU, P_NONE, 0, "relu"},
@@ -312,6 +313,8 @@ static const layer_kw layer_kws[] = {
     {"leakyrelu", BFIT_L_LEAKYRELU, P_NONE, OB(O_SLOPE), "leakyrelu [slope=S]"},
     {"elu", BFIT_L_ELU, P_NONE, OB(O_ALPHA), "elu [alpha=A]"},
     {"softplus", BFIT_L_SOFTPLUS, P_NONE, OB(O_BETA) | OB(O_THRESHOLD), "softplus [beta=B] [threshold=T]"},
+    {"selu", BFIT_L_SELU, P_NONE, 0, "selu"},
+    {"celu", BFIT_L_CELU, P_NONE, OB(O_ALPHA), "celu [alpha=A]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
@@ -323,8 +326,8 @@ static const layer_kw layer_kws[] = {
 
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
-    "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "flatten",
-    "dropout", "batchnorm", "layernorm", "embed", "attention",
+    "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "selu", "celu",
+    "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -362,8 +365,8 @@ static int unknown_layer(const parser *p, tok t)
         return fail_at(p, t.s, "unknown layer `%s`; did you mean `%s`?", show(t, b, sizeof b), guess);
     return fail_at(p, t.s,
                    "unknown layer `%s` (known: linear, conv, maxpool, avgpool, gap, relu, gelu, sigmoid, silu, tanh, "
-                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, flatten, dropout, batchnorm, layernorm, embed, "
-                   "attention, residual)",
+                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, selu, celu, flatten, dropout, batchnorm, "
+                   "layernorm, embed, attention, residual)",
                    show(t, b, sizeof b));
 }
 
@@ -428,18 +431,21 @@ static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fs
     }
 }
 
-/* leakyrelu's slope, elu's alpha, softplus's beta (not 0: it divides) and
- * threshold: any finite number, as PyTorch's */
+/* leakyrelu's slope, elu's and celu's alpha, softplus's beta and threshold:
+ * any finite number, as PyTorch's; not 0 where it divides (softplus's beta,
+ * celu's alpha) */
 static int act_param(const parser *p, int o, tok val, bfit_layer_cfg *c)
 {
     static const char *const what[] = {"leakyrelu's slope", "elu's alpha", "softplus's beta",
                                        "softplus's threshold"};
+    int celu = c->kind == BFIT_L_CELU, divides = o == O_BETA || celu;
+    const char *name = celu ? "celu's alpha" : what[o - O_SLOPE];
     float *f = o == O_BETA ? &c->beta : o == O_THRESHOLD ? &c->threshold : &c->alpha;
     char b[64];
-    int rc = parse_float(p, val, what[o - O_SLOPE], -1e30, 1, 1e30, 1, f);
+    int rc = parse_float(p, val, name, -1e30, 1, 1e30, 1, f);
 
-    if (rc == BFIT_OK && o == O_BETA && *f == 0)
-        return fail_at(p, val.s, "softplus's beta must not be 0 (softplus divides by it), got `%s`",
+    if (rc == BFIT_OK && divides && *f == 0)
+        return fail_at(p, val.s, "%s must not be 0 (%s divides by it), got `%s`", name, celu ? "celu" : "softplus",
                        show(val, b, sizeof b));
     return rc;
 }
@@ -482,10 +488,14 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
         if (o != O_PH)
             c->pw = v;
         return rc;
-    case O_BIAS: case O_CAUSAL: case O_LEAN: case O_TIE:
+    case O_BIAS: case O_CAUSAL: case O_LEAN: case O_TIE: case O_CEIL:
         if (!is(val, "0") && !is(val, "1"))
             return fail_at(p, val.s, "%s must be 0 or 1, got `%s`", opts[o].key, show(val, b, sizeof b));
-        *(o == O_BIAS ? &c->bias : o == O_CAUSAL ? &c->causal : o == O_LEAN ? &c->lean : &c->tie) = val.s[0] == '1';
+        *(o == O_BIAS     ? &c->bias
+          : o == O_CAUSAL ? &c->causal
+          : o == O_LEAN   ? &c->lean
+          : o == O_CEIL   ? &c->ceil
+                          : &c->tie) = val.s[0] == '1';
         return BFIT_OK;
     case O_VOCAB:
         return parse_int(p, val, 1, "vocab", &c->vocab);
@@ -867,6 +877,8 @@ static char *describe(const bfit_layer_cfg *c, char *buf, size_t len)
         cat(buf, len, " ph=%d pw=%d", c->ph, c->pw);
     else if (c->ph)
         cat(buf, len, " pad=%d", c->ph);
+    if (c->ceil) /* PyTorch's ceil_mode (an ONNX MaxPool's): the output size differs */
+        cat(buf, len, " ceil=1");
     return buf;
 }
 

@@ -181,7 +181,7 @@ static int cheap(const bfit_model *M, int i)
     static const bfit_layer_kind k[] = {BFIT_L_BATCHNORM, BFIT_L_RELU, BFIT_L_CLIP, BFIT_L_ADD, BFIT_L_MAXPOOL,
                                         BFIT_L_SIGMOID, BFIT_L_SILU, BFIT_L_TANH, BFIT_L_GELU,
                                         BFIT_L_HARDSIGMOID, BFIT_L_HARDSWISH, BFIT_L_SCALE, BFIT_L_LEAKYRELU,
-                                        BFIT_L_ELU, BFIT_L_SOFTPLUS};
+                                        BFIT_L_ELU, BFIT_L_SOFTPLUS, BFIT_L_SELU, BFIT_L_CELU};
     for (unsigned j = 0; j < sizeof k / sizeof k[0]; j++)
         if (is(M, i, k[j]))
             return 1;
@@ -252,7 +252,8 @@ static int elementwise(const bfit_layer *l)
 {
     static const bfit_layer_kind k[] = {BFIT_L_RELU,      BFIT_L_CLIP,      BFIT_L_SIGMOID, BFIT_L_SILU,
                                         BFIT_L_TANH,      BFIT_L_GELU,      BFIT_L_HARDSIGMOID,
-                                        BFIT_L_HARDSWISH, BFIT_L_LEAKYRELU, BFIT_L_ELU,     BFIT_L_SOFTPLUS};
+                                        BFIT_L_HARDSWISH, BFIT_L_LEAKYRELU, BFIT_L_ELU,     BFIT_L_SOFTPLUS,
+                                        BFIT_L_SELU,      BFIT_L_CELU};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (l->cfg.kind == k[i])
             return l->nin == 1;

@@ -6,8 +6,8 @@ what PyTorch computes on them: the oracle of tests/test_onnx_torch.c.
 For each NAME (the CNNs resnet18, mobilenet_v2, mobilenet_v3_small,
 efficientnet_b0 (stochastic depth off) and densenet121 at 64x64; the
 transformers vit_b_16 and vit_small and act_cnn, a small CNN with SiLU, Sigmoid
-and Tanh, param_act_cnn, a small CNN with LeakyReLU, ELU and Softplus (beta 1
-and 2), and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
+and Tanh, param_act_cnn, a small CNN with LeakyReLU, ELU, Softplus (beta 1
+and 2), SELU and CELU(0.5), and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
 and an AvgPool2d's (each a Pad in the file), at 32x32, build() says which; 10
 classes; pad_cnn_op9 is pad_cnn exported at opset 9, where Pad's pads are an
 attribute; ceil_cnn, max pools with ceil_mode=True, at 48x48) it writes NAME.onnx and NAME_ref.safetensors holding:
@@ -93,7 +93,7 @@ def perturb_bn(model, g):
 
 
 KINKED = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.LeakyReLU,
-          torch.nn.ELU)  # ELU's gradient jumps at 0 unless alpha is 1
+          torch.nn.ELU, torch.nn.SELU)  # ELU's gradient jumps at 0 unless alpha is 1, SELU's always (CELU's not)
 TAU = 2e-5  # how far from a kink at least, relative to the activation's RMS (away_from_kinks says why)
 TAU_F32 = 10  # and how many times float32's largest error at that activation input
 FUNCTIONAL_RELU_AFTER = {"densenet121": ["features.norm5"]}  # batch norms followed by F.relu, not a module
@@ -288,6 +288,8 @@ def build(name):
                              nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ELU(0.5),
                              nn.Conv2d(8, 16, 3, padding=1), nn.Softplus(),
                              nn.Conv2d(16, 16, 3, padding=1), nn.LeakyReLU(), nn.Softplus(beta=2),
+                             nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.SELU(),
+                             nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.CELU(0.5),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
     if name in ("pad_cnn", "pad_cnn_op9"):  # every padding a Pad node before the Conv or AveragePool that takes it
         nn = torch.nn

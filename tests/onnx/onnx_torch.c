@@ -14,7 +14,8 @@
  * as the CNNs are, and so are pad_cnn and pad_cnn_op9 (its export at opset
  * 9): a small CNN whose paddings (nn.ZeroPad2d, an AvgPool2d's, F.pad) are
  * Pad nodes folded into the Conv or AveragePool after them,
- * param_act_cnn: LeakyReLU, ELU and Softplus (beta 2: Mul, Softplus, Div),
+ * param_act_cnn: LeakyReLU, ELU, Softplus (beta 2: Mul, Softplus, Div),
+ * SELU and CELU(0.5),
  * and ceil_cnn: max pools with ceil_mode=True where ceil and floor sizes
  * differ. NAME
  * resnet50_224: the import plans as the resnet50 preset does. Exit 77 (skipped) when the exports are missing (no

@@ -80,7 +80,7 @@ class Case:
             self.cfg.update(lo=0.0, hi=6.0)
         if kind == "hardsigmoid":
             self.cfg.update(alpha=f32(1.0 / 6.0), beta=0.5)
-        if kind in ("leakyrelu", "elu"):  # PyTorch's defaults: negative_slope 0.01, alpha 1
+        if kind in ("leakyrelu", "elu", "celu"):  # PyTorch's defaults: negative_slope 0.01, alpha 1
             self.cfg.update(alpha=f32(0.01) if kind == "leakyrelu" else 1.0)
         if kind == "softplus":
             self.cfg.update(beta=1.0, threshold=20.0)
@@ -256,6 +256,10 @@ def run_case(c, outdir):
         y = F.leaky_relu(x[0], cfg["alpha"])
     elif k == "elu":
         y = F.elu(x[0], cfg["alpha"])
+    elif k == "selu":
+        y = F.selu(x[0])
+    elif k == "celu":
+        y = F.celu(x[0], cfg["alpha"])
     elif k == "softplus":  # linear where beta x > threshold
         y = F.softplus(x[0], cfg["beta"], cfg["threshold"])
     elif k == "scale":  # [m, C, H, W] by [m, C, 1, 1]: a squeeze-and-excitation gate
@@ -378,6 +382,12 @@ def cases():
     add("softplus_m1_3x5x7", "softplus", [(3, 5, 7)], 1, x_scale=4.0)
     add("softplus_m2_37_beta2_threshold1.5", "softplus", [(37,)], 2, x_scale=2.0, beta=2.0, threshold=1.5)
     add("softplus_m3_37_beta-1.5", "softplus", [(37,)], 3, x_scale=4.0, beta=-1.5)
+    # nn.SELU (fixed constants), nn.CELU: its default, another alpha and a negative one
+    add("selu_m1_3x5x7", "selu", [(3, 5, 7)], 1, x_scale=4.0)
+    add("selu_m7_37", "selu", [(37,)], 7)
+    add("celu_m1_3x5x7", "celu", [(3, 5, 7)], 1, x_scale=4.0)
+    add("celu_m7_37_alpha0.5", "celu", [(37,)], 7, x_scale=4.0, alpha=0.5)
+    add("celu_m2_37_alpha-2", "celu", [(37,)], 2, x_scale=4.0, alpha=-2.0)
     add("scale_m3_4x5x6_by_4x1x1", "scale", [(4, 5, 6), (4,)], 3)
     add("scale_m1_16x3x3_by_16x1x1", "scale", [(16, 3, 3), (16, 1, 1)], 1)
     add("flatten_m7_3x5x7", "flatten", [(3, 5, 7)], 7)
