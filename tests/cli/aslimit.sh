@@ -59,6 +59,23 @@ limited 400000 0 "test accuracy" train --model "$src/models/cnn.cfg" --data synt
 # with the device: under 600 MB no room is left for the kernels, which was
 # said as "cannot tell the device's free memory: set the memory capacity";
 # the limit and the threads are named
-limited 600000 1 "address-space limit \\(ulimit -v\\) of .* leaves .* once the device and its 8 threads are set up.*raise ulimit -v or use fewer threads" \
+no_room="^batchfit: error: out of host memory: the address-space limit \\(ulimit -v\\) of .* leaves .* once the device and its 8 threads are set up.*raise ulimit -v or use fewer threads"
+limited 600000 1 "$no_room" \
   train --model "$src/models/cnn.cfg" --data synthetic --max-steps 1 --eval-samples 8 --threads 8 --device cpu
+# every command that reads the device's free memory says it the same way:
+# plan said "--memory: cannot tell the device's free memory: give one"
+limited 600000 1 "$no_room" plan --model "$src/models/cnn.cfg" --threads 8 --device cpu
+# (and with --json, no plan: nothing on stdout, as train and find print none)
+out=$(bash -c 'ulimit -v 600000 && exec "$@"' _ "$bin" plan --model "$src/models/cnn.cfg" --threads 8 --device cpu \
+  --json 2>/dev/null)
+[ -z "$out" ] && pass || fail "plan --json with no room printed: $out"
+limited 600000 1 "$no_room" find --model "$src/models/cnn.cfg" --data synthetic --threads 8 --device cpu
+limited 600000 1 "$no_room" find --model "$src/models/cnn.cfg" --data synthetic --largest-only --threads 8 --device cpu
+if "$bin" train --model "$src/models/cnn.cfg" --data synthetic --max-steps 1 --eval-samples 8 --threads 2 \
+  --device cpu --save "$tmp/cnn.safetensors" >/dev/null 2>&1; then
+  limited 600000 1 "$no_room" eval --model "$src/models/cnn.cfg" --weights "$tmp/cnn.safetensors" --data synthetic \
+    --threads 8 --device cpu
+else
+  fail "cnn: weights for eval not saved"
+fi
 finish
