@@ -51,6 +51,25 @@ limited 1550000 0 "test accuracy .* \\(200 samples\\)" train --model resnet50 --
 # whose confirming step was then refused a kernel; it takes the room left
 limited 3000000 0 "confirmed: a real step ran at" find --model resnet50 --data synthetic --largest-only --threads 2 \
   --device cpu
+# the small CNN's find under 400 MB planned its largest (1132) in the room
+# read before the stream for it was made, whose loader thread then took the
+# room kept for kernels: the confirming step was refused one ("raise ulimit
+# -v or lower the batch", a batch find chose); it plans in what is left
+limited 400000 0 "confirmed: a real step ran at" find --model "$src/models/cnn.cfg" --data synthetic --largest-only \
+  --threads 2 --device cpu
+# under 300 MB the stream's loader thread leaves no room for the model (as
+# train is refused at step 1): find said to give --memory; the limit is
+# what to raise
+out=$(bash -c 'ulimit -v 300000 && exec "$@"' _ "$bin" find --model "$src/models/cnn.cfg" --data synthetic \
+  --largest-only --threads 2 --device cpu 2>&1)
+rc=$?
+if [ "$rc" -eq 1 ] && grep -qE "out of host memory: .*the address-space limit \(ulimit -v\) of [0-9.]+ MiB left beside the data, the stream and their threads.*raise ulimit -v" <<<"$out" &&
+  ! grep -q -- "--memory" <<<"$out"; then
+  pass
+else
+  fail "cnn find under 300 MB: exit $rc (want 1, the limit named, not --memory)"
+  echo "$out" | tail -2
+fi
 # the small CNN trains under 400 MB: the room kept for kernels is not so
 # much that it refuses what runs
 limited 400000 0 "test accuracy" train --model "$src/models/cnn.cfg" --data synthetic --max-steps 2 --eval-samples 8 \
