@@ -50,7 +50,7 @@ static int limit_refusal(const bfit_run *r, uint64_t need, uint64_t miss)
     char s1[32], s2[32], s3[32], s4[32], s5[32], hint[256];
 
     bfit_as_room(&limit, &room);
-    bfit_run_eval_hint(r, hint, sizeof hint);
+    bfit_run_eval_hint(r, miss + bfit_run_headroom_short(), hint, sizeof hint);
     return bfit_fail(BFIT_ENOMEM, "out of host memory: not even micro-batch 1 fits at step %lld: it needs %s, %s "
                      "is missing; the address-space limit (ulimit -v) of %s leaves %s unmapped, and %s is "
                      "kept beside the step for oneDNN's kernels: raise ulimit -v%s",
