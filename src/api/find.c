@@ -4,6 +4,7 @@
 #include "api/config_int.h"
 #include "api/find_int.h"
 #include "api/result.h"
+#include "base/aslimit.h"
 #include "base/err.h"
 #include "base/outpath.h"
 #include "batch/solve.h"
@@ -11,6 +12,22 @@
 #include <stdlib.h>
 
 static const char *fmt(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
+
+/* The capacity was the room an address-space limit left: the limit is
+ * what to raise, not --memory (BFIT_ENOMEM kept). The room is not read
+ * again: what took it (the data, the stream) is freed by now. */
+static int limit_no_fit(const bfit_find_cfg *fc, const char *hint)
+{
+    uint64_t limit, room;
+    char b1[32], b2[32];
+
+    if (!bfit_as_room(&limit, &room))
+        return bfit_fail(BFIT_ENOMEM, "%s: %s%s", fc->model, bfit_errmsg(), hint);
+    return bfit_fail(BFIT_ENOMEM, "out of host memory: %s: %s; that memory is what the address-space limit "
+                     "(ulimit -v) of %s left beside the data, the stream and their threads, less %s kept for "
+                     "oneDNN's kernels: raise ulimit -v%s", fc->model, bfit_errmsg(), fmt(limit, b1),
+                     fmt(BFIT_AS_HEADROOM, b2), hint);
+}
 
 /* Nothing fits: say what memory would (BFIT_ENOMEM kept). */
 static int explain_no_fit(const bfit_find_cfg *fc, const bfit_probe_result *r, int rc)
@@ -23,6 +40,8 @@ static int explain_no_fit(const bfit_find_cfg *fc, const bfit_probe_result *r, i
     if (r->p1.bytes[BFIT_MEM_OPTIMIZER])
         snprintf(hint, sizeof hint, ", or hold no optimizer state (%s of it): --optimizer sgd --momentum 0",
                  fmt(r->p1.bytes[BFIT_MEM_OPTIMIZER], b1));
+    if (r->limited)
+        return limit_no_fit(fc, hint);
     if (margin > 0)
         return bfit_fail(BFIT_ENOMEM, "%s: %s; give --memory of at least %s for batch 1 (%s with --margin 0)%s",
                          fc->model, bfit_errmsg(),

@@ -224,11 +224,8 @@ static int open_device(const bfit_config *c, const bfit_graph_desc *g, plan_args
             return bfit_errfield()[0] ? rc : bfit_fail_field(rc, "device", "%s", bfit_errmsg());
         *dev = *own;
     }
-    if (!a->memory) {
-        uint64_t total;
-        if (bfit_device_memory(*dev, &a->memory, &total) != BFIT_OK || !a->memory)
-            return bfit_fail_field(BFIT_EINVAL, "memory", "cannot tell the device's free memory: give one, e.g. 16GiB");
-    }
+    if (!a->memory && (rc = bfit_device_free_memory(*dev, &a->memory)) != BFIT_OK)
+        return rc;
     if (!(*arena = bfit_device_arena_new(*dev, a->memory)))
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     return BFIT_OK;
@@ -243,7 +240,7 @@ int bfit_plan(const bfit_config *c, bfit_result **out)
     bfit_arena *arena = NULL;
     bfit_model *M = NULL;
     bfit_result *res;
-    int rc;
+    int rc, planned;
 
     if (!out)
         return bfit_fail(BFIT_EINVAL, "bfit_plan needs somewhere to put the result");
@@ -267,12 +264,15 @@ int bfit_plan(const bfit_config *c, bfit_result **out)
     if (rc == BFIT_OK)
         rc = report_plan(&a, M, &opt, res);
 out:
+    /* no arena: the device or its memory failed, and nothing was planned
+     * (no room under ulimit -v is BFIT_ENOMEM too) */
+    planned = arena != NULL;
     bfit_result_close(res);
     bfit_model_free(M);
     bfit_arena_free(arena);
     bfit_device_free(own);
     bfit_graph_fini(&g);
-    if (rc != BFIT_OK && rc != BFIT_ENOMEM) {
+    if (rc != BFIT_OK && (rc != BFIT_ENOMEM || !planned)) {
         bfit_result_free(res); /* nothing planned to say */
         return rc;
     }

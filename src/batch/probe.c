@@ -471,6 +471,7 @@ static void capacity_now(probe *p)
 
     if (!room_now(p, &cap) || cap >= res->capacity)
         return;
+    res->limited = 1;
     res->capacity = cap;
     res->budget = bfit_plan_budget(res->capacity, p->cfg->margin);
     p->step_budget = res->budget > res->held_other ? res->budget - res->held_other : 0;
@@ -722,7 +723,7 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
     probe p;
     snapshot snap = {0};
     bfit_optim *o = NULL;
-    uint64_t old_capacity;
+    uint64_t old_capacity, budget;
     int rc, restore_rc;
     char a[32], b[32];
 
@@ -738,6 +739,17 @@ int bfit_probe_run(bfit_model *M, const bfit_dataset *d, const bfit_stream_cfg *
         goto out;
     capacity_now(&p);
     rc = plan_phase(&p);
+    /* the stream and staging for the largest take room under ulimit -v (a
+     * prefetching loader thread maps 72 MiB: the small CNN's confirming
+     * step under 400 MB was refused a kernel): made first, and planned
+     * again in what they leave; the stream holds the smaller answer too */
+    if (rc == BFIT_OK)
+        rc = ensure_stream(&p, res->plan_m);
+    budget = res->budget;
+    if (rc == BFIT_OK)
+        capacity_now(&p);
+    if (rc == BFIT_OK && res->budget < budget)
+        rc = plan_phase(&p);
     if (rc != BFIT_OK)
         goto out;
     bfit_arena_set_capacity(p.arena, res->budget);
@@ -905,6 +917,7 @@ int bfit_probe_find(const bfit_find_cfg *cfg, bfit_probe_result *res)
         bfit_device_info di;
         bfit_device_info_get(ss.dev, &di);
         res->threads = di.threads;
+        res->limited = di.limited && !cfg->memory; /* the room the limit left was read */
     }
     res->params = bfit_model_param_count(ss.M);
     set_input(res, ss.M);

@@ -81,6 +81,8 @@ typedef struct bfit_probe_result {
     uint64_t capacity;       /* device memory planned for */
     uint64_t budget;         /* capacity * (1 - margin): the arena's capacity during the probe */
     uint64_t held_other;     /* held in the arena besides the model's parameters and gradients */
+    int limited;             /* the capacity is the room an address-space limit (ulimit -v) left:
+                                the limit, not the memory given, is what to raise */
     bfit_step_plan p1;            /* the plan at m = 1: the fixed part per category */
     bfit_probe_no_fit no_fit;
     uint64_t missing;        /* no_fit: bytes over the capacity or budget */

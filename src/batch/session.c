@@ -1,8 +1,6 @@
 /* session.c - the shared set-up of a run (see session.h). */
-#include "base/aslimit.h"
 #include "base/err.h"
 #include "base/rand.h"
-#include "base/text.h"
 #include "batch/session.h"
 #include "nn/needs.h"
 #include "nn/zoo.h"
@@ -33,29 +31,9 @@ static int open_device(bfit_session *s, const bfit_session_cfg *c, const char *n
     return rc;
 }
 
-/* The device told no free memory: under an address-space limit, because
- * the limit leaves no more than the room kept beside a step (the threads'
- * stacks and malloc arenas, made with the device, took the rest). */
-static int no_memory(const bfit_session *s)
-{
-    bfit_device_info di;
-    uint64_t limit, room;
-    char s1[32], s2[32], s3[32];
-
-    bfit_device_info_get(s->dev, &di);
-    if (!di.limited || !bfit_as_room(&limit, &room))
-        return bfit_fail(BFIT_EINVAL, "cannot tell the device's free memory: set the memory capacity");
-    return bfit_fail(BFIT_ENOMEM, "out of host memory: the address-space limit (ulimit -v) of %s leaves %s unmapped "
-                     "once the device and its %d threads are set up, no more than the %s kept beside a step for "
-                     "oneDNN's kernels (each thread beyond the first maps about 72 MiB): raise ulimit -v or use fewer "
-                     "threads",
-                     bfit_format_size(limit, s1, sizeof s1), bfit_format_size(room, s2, sizeof s2), di.threads,
-                     bfit_format_size(BFIT_AS_HEADROOM, s3, sizeof s3));
-}
-
 int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
 {
-    uint64_t memory = c->memory, total;
+    uint64_t memory = c->memory;
     int rc;
 
     memset(s, 0, sizeof *s);
@@ -68,10 +46,8 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
         rc = bfit_graph_set_attention(&s->g, c->attention == BFIT_ATTN_LEAN);
     if (rc != BFIT_OK || (rc = open_device(s, c, c->device_name)) != BFIT_OK)
         return rc;
-    if (!memory && bfit_device_memory(s->dev, &memory, &total) != BFIT_OK)
-        memory = 0;
-    if (!memory)
-        return no_memory(s);
+    if (!memory && (rc = bfit_device_free_memory(s->dev, &memory)) != BFIT_OK)
+        return rc;
     s->arena = bfit_device_arena_new(s->dev, memory);
     if (!s->arena)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");

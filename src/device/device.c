@@ -1,6 +1,8 @@
 /* device.c - backend-independent entry points: opening a device by name and
  * dispatching through its table. */
+#include "base/aslimit.h"
 #include "base/err.h"
+#include "base/text.h"
 #include "device/device.h"
 #include "device/optime.h"
 
@@ -323,6 +325,31 @@ int bfit_device_memory(bfit_device *d, uint64_t *free_bytes, uint64_t *total_byt
     if (total_bytes)
         *total_bytes = t;
     return rc;
+}
+
+/* Under an address-space limit the device told no room because the limit
+ * leaves no more than the room kept beside a step (the threads' stacks and
+ * malloc arenas, made with the device, took the rest): that is said, not
+ * that the memory is unknown. */
+int bfit_device_free_memory(bfit_device *d, uint64_t *out)
+{
+    bfit_device_info di;
+    uint64_t total, limit, room;
+    char s1[32], s2[32], s3[32];
+    int rc = bfit_device_memory(d, out, &total);
+
+    if (rc == BFIT_OK && *out)
+        return BFIT_OK;
+    *out = 0;
+    bfit_device_info_get(d, &di);
+    if (rc != BFIT_OK || !di.limited || !bfit_as_room(&limit, &room))
+        return bfit_fail_field(BFIT_EINVAL, "memory", "cannot tell the device's free memory: give one, e.g. 16GiB");
+    return bfit_fail(BFIT_ENOMEM, "out of host memory: the address-space limit (ulimit -v) of %s leaves %s unmapped "
+                     "once the device and its %d threads are set up, no more than the %s kept beside a step for "
+                     "oneDNN's kernels (each thread beyond the first maps about 72 MiB): raise ulimit -v or use fewer "
+                     "threads",
+                     bfit_format_size(limit, s1, sizeof s1), bfit_format_size(room, s2, sizeof s2), di.threads,
+                     bfit_format_size(BFIT_AS_HEADROOM, s3, sizeof s3));
 }
 
 const bfit_block_source *bfit_device_blocks(const bfit_device *d) { return &d->blocks; }

@@ -57,6 +57,11 @@ int bfit_device_open(const char *name, const bfit_device_cfg *cfg, bfit_device *
 const bfit_block_source *bfit_device_blocks(const bfit_device *d);
 /* An arena of capacity bytes over d's memory. */
 bfit_arena *bfit_device_arena_new(bfit_device *d, uint64_t capacity);
+/* The memory a run takes when none is given: what the device has free, in
+ * *out. None free is refused saying why: under an address-space limit,
+ * BFIT_ENOMEM naming the limit, the room left and the threads; else
+ * BFIT_EINVAL on option "memory" (give one). Every command asks here. */
+int bfit_device_free_memory(bfit_device *d, uint64_t *out);
 
 
 typedef struct bfit_op bfit_op;

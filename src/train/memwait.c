@@ -47,15 +47,17 @@ static void say_waiting(bfit_run *r, uint64_t need, uint64_t miss, double limit)
 static int limit_refusal(const bfit_run *r, uint64_t need, uint64_t miss)
 {
     uint64_t limit = 0, room = 0;
-    char s1[32], s2[32], s3[32], s4[32], s5[32];
+    char s1[32], s2[32], s3[32], s4[32], s5[32], hint[256];
 
     bfit_as_room(&limit, &room);
+    bfit_run_eval_hint(r, miss + bfit_run_headroom_short(), hint, sizeof hint);
     return bfit_fail(BFIT_ENOMEM, "out of host memory: not even micro-batch 1 fits at step %lld: it needs %s, %s "
                      "is missing; the address-space limit (ulimit -v) of %s leaves %s unmapped, and %s is "
-                     "kept beside the step for oneDNN's kernels: raise ulimit -v",
+                     "kept beside the step for oneDNN's kernels: raise ulimit -v%s",
                      (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                      bfit_format_size(miss, s2, sizeof s2), bfit_format_size(limit, s3, sizeof s3),
-                     bfit_format_size(room, s4, sizeof s4), bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5));
+                     bfit_format_size(room, s4, sizeof s4), bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5),
+                     hint);
 }
 
 /* Not even micro-batch 1 fits. On a device shared with other processes

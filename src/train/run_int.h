@@ -188,6 +188,14 @@ typedef struct run_outputs {
  * outputs; with a report and no log, the log is a temporary file. */
 int bfit_run_create(const bfit_train_cfg *cfg, bfit_run **out, int *logged, run_outputs *o);
 int bfit_run_plan_fits_msg(bfit_run *r, uint64_t budget);
+/* Under an address-space limit, with short_by bytes missing for a step:
+ * ", or lower --eval-batch: ..." in buf when the evaluation's micro-batch
+ * sized the staging and the test stream beyond training's by at least that
+ * much, else "". */
+void bfit_run_eval_hint(const bfit_run *r, uint64_t short_by, char *buf, size_t n);
+/* What a step under an address-space limit lacks besides the arena's
+ * missing bytes: the part of the room kept for kernels that is not left. */
+uint64_t bfit_run_headroom_short(void);
 uint64_t bfit_run_plan_one(bfit_run *r); /* the plan's bytes at micro-batch 1, the run's extra included */
 uint64_t bfit_run_plan_bytes(bfit_run *r, int m); /* at micro-batch m (in E's units), the extra included */
 int bfit_run_plan_seqs(const bfit_run *r, int m); /* the sequences (samples) micro-batch m is planned as */

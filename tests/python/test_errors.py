@@ -15,7 +15,7 @@ import batchfit
 import numpy as np
 import pytest
 
-from conftest import toy_data
+from conftest import cli, toy_data
 
 
 def raises(kind, fn, field=None, match=None):
@@ -271,3 +271,44 @@ def test_image_errors_name_the_keyword(tmp_path):
     (tmp_path / "img" / "b" / "1.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
     raises(ValueError, lambda: batchfit.train(str(spec), data=data, max_steps=1, mean=[0.5] * 3, std=[0.2] * 3),
            "data", "1.png")
+
+
+_NO_ROOM = """
+import resource, sys, batchfit
+resource.setrlimit(resource.RLIMIT_AS, (600000 << 10, resource.RLIM_INFINITY))
+cnn, weights, name = sys.argv[1:4]
+call = {
+    "plan": lambda: batchfit.plan(cnn, threads=8, device="cpu"),
+    "find": lambda: batchfit.find(cnn, data="synthetic", threads=8, device="cpu"),
+    "evaluate": lambda: batchfit.evaluate(cnn, weights, data="synthetic", threads=8, device="cpu"),
+    "train": lambda: batchfit.train(cnn, "synthetic", max_steps=1, eval_samples=8, threads=8, device="cpu",
+                                    weights=False),
+}[name]
+try:
+    call()
+    print(name, "ran")
+except batchfit.Error as e:
+    print(name, type(e).__name__, repr(e.field), e)
+"""
+
+
+def test_no_room_under_an_address_space_limit(tmp_path):
+    """Under ulimit -v, 8 threads' stacks and malloc arenas leave the CNN no
+    room beside a step: plan, find, evaluate and train each raise
+    OutOfMemoryError naming the limit and the threads (plan raised
+    InvalidArgumentError on `memory`, 'cannot tell the device's free
+    memory'). Each in a child of its own: the limit is the process's, and
+    train's thread would make a second OpenMP team beside the first's (8
+    more threads, which libgomp, failing to make them, exits on)."""
+    cnn = os.path.join(os.path.dirname(__file__), "..", "..", "models", "cnn.cfg")
+    weights = tmp_path / "cnn.safetensors"
+    cli("train", "--model", cnn, "--data", "synthetic", "--max-steps", 1, "--eval-samples", 8, "--threads", 2,
+        "--device", "cpu", "--save", weights)
+    for name in ("plan", "find", "evaluate", "train"):
+        r = subprocess.run([sys.executable, "-c", _NO_ROOM, cnn, str(weights), name], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        ln = r.stdout.strip()
+        assert " OutOfMemoryError '' out of host memory: the address-space limit (ulimit -v) of " in ln, ln
+        assert "once the device and its 8 threads are set up" in ln, ln
+        assert "raise ulimit -v or use fewer threads" in ln, ln
