@@ -346,8 +346,8 @@ int bfit_device_free_memory(bfit_device *d, uint64_t *out)
         return bfit_fail_field(BFIT_EINVAL, "memory", "cannot tell the device's free memory: give one, e.g. 16GiB");
     return bfit_fail(BFIT_ENOMEM, "out of host memory: the address-space limit (ulimit -v) of %s leaves %s unmapped "
                      "once the device and its %d threads are set up, no more than the %s kept beside a step for "
-                     "oneDNN's kernels (each thread beyond the first maps about 72 MiB): raise ulimit -v or use fewer "
-                     "threads",
+                     "oneDNN's kernels: raise ulimit -v or use fewer threads (each maps its stack, and a malloc heap "
+                     "of 64 MiB of its own unless MALLOC_ARENA_MAX=1)",
                      bfit_format_size(limit, s1, sizeof s1), bfit_format_size(room, s2, sizeof s2), di.threads,
                      bfit_format_size(BFIT_AS_HEADROOM, s3, sizeof s3));
 }

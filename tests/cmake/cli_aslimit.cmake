@@ -10,3 +10,11 @@ add_test(NAME cli_aslimit_log
          COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/aslimit_log.sh $<TARGET_FILE:batchfit_cli>
                  ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_aslimit_log PROPERTIES TIMEOUT 120 LABELS nosan WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# --eval-batch named where lowering it makes up what a step lacks, at
+# the edge found by bisection: tests/cli/aslimit_eval.sh (exit 77: no
+# Fashion-MNIST)
+add_test(NAME cli_aslimit_eval
+         COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/aslimit_eval.sh $<TARGET_FILE:batchfit_cli>
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_aslimit_eval PROPERTIES TIMEOUT 300 LABELS nosan SKIP_RETURN_CODE 77
+                     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# aslimit_eval.sh BATCHFIT SOURCE_DIR - under an address-space limit
+# (ulimit -v) a step refused for want of room names --eval-batch when a
+# smaller evaluation batch makes up what is missing. The edge is found by
+# bisection rather than written as a limit: it moves by a MiB or so with
+# what the threads map, and a fixed limit 0.9 MiB from it was a coin toss.
+# Not under the sanitizers (no limit can be set beside ASan's shadow).
+set -u
+bin=$1
+src=$2
+. "$src/tests/cli/lib.sh"
+
+[ -d /usr/share/datasets/fashion-mnist ] || { echo "no fashion-mnist: skipped"; exit 77; }
+
+# run KB EVAL_BATCH: Fashion-MNIST's CNN, one step, under ulimit -v KB;
+# the output in $tmp/out, the exit code returned. With a malloc heap per
+# thread (MALLOC_ARENA_MAX given, which the CLI keeps; a Python process has
+# them): with the one heap the CLI keeps under a limit, the evaluation's
+# plan sizes the staging small wherever the room is short
+run() {
+  MALLOC_ARENA_MAX=8 bash -c 'ulimit -v "$0" && exec "$@"' "$1" "$bin" train --model "$src/models/cnn.cfg" --data fashion-mnist \
+    --max-steps 1 --eval-batch "$2" --eval-samples 2000 --threads 2 --device cpu >"$tmp/out" 2>&1
+}
+
+# the largest limit (within 512 KB) at which --eval-batch 10000 (the
+# staging and the test stream hold what evaluation's plan fits, some 1700
+# samples, about 10 MiB beyond training's 128) is refused at step 1
+lo=400000 hi=700000
+run $lo 10000
+[ $? -eq 3 ] || fail "under $lo KB --eval-batch 10000 should be refused at step 1 (exit 3): $(tail -1 "$tmp/out")"
+run $hi 10000 || fail "under $hi KB --eval-batch 10000 should train: $(tail -1 "$tmp/out")"
+while [ $((hi - lo)) -gt 512 ]; do
+  mid=$(((lo + hi) / 2))
+  if run $mid 10000; then hi=$mid; else lo=$mid; fi
+done
+run $lo 10000
+rc=$?
+# there the step lacks less than 512 KB (and what the threads vary by):
+# the evaluation's 10 MiB beyond training's makes it up, so it is named,
+# and --eval-batch 100 trains at the same limit
+if [ $rc -eq 3 ] && grep -qE "out of host memory: .*raise ulimit -v, or lower --eval-batch: the host staging and the \
+test stream each hold [0-9]+ evaluation samples" "$tmp/out"; then
+  pass
+else
+  fail "under $lo KB (the edge) --eval-batch 10000: exit $rc (want 3, naming --eval-batch): $(tail -1 "$tmp/out")"
+fi
+echo "the edge: $lo KB"
+run $lo 100 && pass || fail "under $lo KB --eval-batch 100 should train: $(tail -1 "$tmp/out")"
+finish
