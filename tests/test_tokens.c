@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -243,6 +244,51 @@ static void test_magic_alone(void **st)
         if (!strstr(bfit_errmsg(), "bytes, shorter than a token file's header of 1024 bytes"))
             fail_msg("%ld bytes: %s", len, bfit_errmsg());
     }
+}
+
+/* A token file is told by its magic before anything reads it as a list of
+ * images: uint16 ids can spell a list's line ("a.png,1\n", after an id
+ * 0x0a0a that ends the first line), which made it a list of one image
+ * (a.png not found). And the sniff for a list holds a line of 8 KiB at
+ * most: getline held a token file up to its first 0x0a byte, the whole of
+ * one without (peak RSS grew by the file's size). */
+static void test_token_not_list(void **st)
+{
+    static const uint16_t spell[] = {0x0a0a, 0x2e61, 0x6e70, 0x2c67, 0x0a31}; /* "\n\na.png,1\n" */
+    enum { N = 4096 };
+    unsigned char b[1024 + 2 * N] = {0};
+    uint16_t ids[N];
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    bfit_dataset *d = NULL;
+    struct rusage ru0, ru1;
+    char p[300];
+    FILE *f;
+    (void)st;
+    for (int i = 0; i < N; i++)
+        ids[i] = (uint16_t)(i < 5 ? spell[i] : 0x6161); /* 'aa': no newline byte after the spelled line */
+    put_header(b, 1, N, 0x10000);
+    memcpy(b + 1024, ids, sizeof ids);
+    tmp_path(p, sizeof p, "spells.bin");
+    put_bytes(p, b, sizeof b);
+    o.seq = 8;
+    assert_int_equal(bfit_dataset_load(p, 1, &o, &d), BFIT_OK);
+    assert_true(bfit_dataset_is_tokens(d));
+    bfit_dataset_free(d);
+
+    /* 64 MiB without a newline byte, then a list's line */
+    tmp_path(p, sizeof p, "oneline.csv");
+    assert_non_null(f = fopen(p, "wb"));
+    memset(b, 'a', sizeof b);
+    for (long k = 0; k < (64l << 20) / (long)sizeof b; k++)
+        assert_int_equal(fwrite(b, 1, sizeof b, f), sizeof b);
+    fputs("\na.png,1\n", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(getrusage(RUSAGE_SELF, &ru0), 0);
+    assert_false(bfit_img_is_list(p, 0)); /* no list has such a line */
+    assert_int_equal(getrusage(RUSAGE_SELF, &ru1), 0);
+    if (ru1.ru_maxrss - ru0.ru_maxrss > 16 * 1024) /* KiB */
+        fail_msg("peak RSS grew by %ld KiB reading the first line", ru1.ru_maxrss - ru0.ru_maxrss);
+    unlink(p);
 }
 
 /* Lines go to test in blocks of 100, every 20th block: 5% of the lines,
@@ -808,6 +854,7 @@ static void test_seq_max_one(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_token_not_list), /* first: its peak RSS check needs the process small */
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_llmc_file),
         cmocka_unit_test(test_refusals),

@@ -388,16 +388,17 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
                          ? "kjv, a token file or a .txt file (a token model's data)"
                          : "fashion-mnist, a folder of class folders of images, an MNIST-format directory, "
                            "IMAGES,LABELS IDX files, or a CSV file");
-    if ((S_ISDIR(st.st_mode) && has_subfolder(spec)) || (!S_ISDIR(st.st_mode) && bfit_img_is_list(spec, o->seq > 0)))
-        return images(spec, train, o, out);
-    if (S_ISDIR(st.st_mode))
-        return load_dir(spec, train, o->nclasses, out);
+    /* a token file first: its magic says what it is, where its ids could read as a line of a list */
     if (bfit_tokens_is_file(spec) && o->lines) /* ids have no newline byte to cut them at */
         return bfit_fail_field(BFIT_EINVAL, "seq_max", "%s is a token file, which has no lines: --seq-max makes a "
                                "text's lines the samples; leave it out (windows of the model's tokens) or give the "
                                "text (a .txt file)", spec);
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->whole || o->tokens_whole ? -1 : train, o->seq, out);
+    if ((S_ISDIR(st.st_mode) && has_subfolder(spec)) || (!S_ISDIR(st.st_mode) && bfit_img_is_list(spec, o->seq > 0)))
+        return images(spec, train, o, out);
+    if (S_ISDIR(st.st_mode))
+        return load_dir(spec, train, o->nclasses, out);
     if (strlen(spec) > 4 && strcmp(spec + strlen(spec) - 4, ".txt") == 0)
         return o->lines ? bfit_dataset_load_text_lines(spec, o->whole ? -1 : train, o->seq, out)
                         : bfit_dataset_load_text(spec, o->whole ? -1 : train, o->seq, out);

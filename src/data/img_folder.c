@@ -405,12 +405,30 @@ static int line_names_file(char *line)
 
 /* Data lines (neither blank nor # comments) read to decide list or not. */
 #define LIST_SNIFF_LINES 64
+/* A line a list can hold: a path (PATH_MAX 4096) and a label. */
+#define LIST_LINE_MAX 8192
+
+/* The next line without its '\n' into buf: 1, 0 at the end of the file,
+ * -1 for a line too long to be a list's, which is not read further (a token
+ * file or a text of one line can be hundreds of MB: getline held it whole). */
+static int sniff_line(FILE *f, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int c;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (n + 1 >= cap)
+            return -1;
+        buf[n++] = (char)c;
+    }
+    buf[n] = '\0';
+    return c != EOF || n > 0;
+}
 
 int bfit_img_is_list(const char *path, int text_ok)
 {
     FILE *f = fopen(path, "r");
-    char *line = NULL;
-    size_t cap = 0, n = strlen(path);
+    char *line;
+    size_t n = strlen(path);
     int yes = 0, seen = 0, txt = n > 4 && !strcmp(path + n - 4, ".txt");
 
     if (!f)
@@ -419,11 +437,22 @@ int bfit_img_is_list(const char *path, int text_ok)
         fclose(f);
         return 1;
     }
+    if (!(line = malloc(LIST_LINE_MAX))) { /* not a list as far as can be told: the reader says the rest */
+        fclose(f);
+        return 0;
+    }
     /* a .txt read as text for a token model decides by its first line only,
      * so that a text's later line that happens to name an image does not
      * make it a list; elsewhere a list's first line may be the wrong one */
-    while (!yes && getline(&line, &cap, f) > 0 && seen < (text_ok && txt ? 1 : LIST_SNIFF_LINES)) {
-        if (line[strspn(line, " \r\n")] == '\0' || line[0] == '#')
+    while (!yes && seen < (text_ok && txt ? 1 : LIST_SNIFF_LINES)) {
+        int got = sniff_line(f, line, LIST_LINE_MAX);
+        if (got < 0) { /* no list has such a line: it is some other file */
+            seen++;
+            break;
+        }
+        if (got == 0)
+            break;
+        if (line[strspn(line, " \r")] == '\0' || line[0] == '#')
             continue;
         seen++;
         yes = line_names_file(line);
