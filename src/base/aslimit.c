@@ -1,5 +1,6 @@
 /* aslimit.c - the address-space limit and the room it leaves (aslimit.h). */
 #include "base/aslimit.h"
+#include "batchfit.h" /* bfit_format_size */
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -38,4 +39,18 @@ int bfit_as_room(uint64_t *limit, uint64_t *room)
     *limit = (uint64_t)rl.rlim_cur;
     *room = used < *limit ? *limit - used : 0;
     return 1;
+}
+
+void bfit_as_raise(uint64_t raise, char *buf, size_t n)
+{
+    uint64_t limit, room, kib;
+    char s1[32];
+
+    if (!raise || !bfit_as_room(&limit, &room)) {
+        snprintf(buf, n, "raise ulimit -v");
+        return;
+    }
+    kib = (limit + raise + (1u << 20) - 1) / (1u << 20) * 1024; /* up to a whole MiB */
+    snprintf(buf, n, "raise ulimit -v by at least %s (`ulimit -v %llu` or more)",
+             bfit_format_size(raise, s1, sizeof s1), (unsigned long long)kib);
 }

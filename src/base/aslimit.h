@@ -8,6 +8,7 @@
 #ifndef BFIT_ASLIMIT_H
 #define BFIT_ASLIMIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Room that oneDNN must have to make one kernel (its code, the primitive).
@@ -38,6 +39,15 @@
  * limit, 0 if none (or it cannot be read). Allocates nothing on the heap
  * (a run asks between steps, which allocate nothing there). */
 int bfit_as_room(uint64_t *limit, uint64_t *room);
+
+/* "raise ulimit -v by at least RAISE (`ulimit -v N` or more)" into buf,
+ * N in KiB as ulimit -v takes it: the limit plus raise rounded up to a
+ * whole MiB. Raise is what the refusal computed the device lacks; the room
+ * a rerun gets grows with the limit byte for byte (the CNN under ulimit -v
+ * at set-up: 5.71 MiB short under 220,000 KiB, an edge at 225,844 said,
+ * 225,830 refused and 225,860 trained). "raise ulimit -v" alone when raise
+ * is 0 or there is no limit. */
+void bfit_as_raise(uint64_t raise, char *buf, size_t n);
 
 /* This process's mapped address space and resident memory
  * (/proc/self/statm), 1 if read, else 0 with both 0. Read with open/read

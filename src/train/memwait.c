@@ -6,6 +6,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/text.h"
+#include "batch/solve.h"
 #include "train/run_int.h"
 
 #include <time.h>
@@ -42,21 +43,37 @@ static void say_waiting(bfit_run *r, uint64_t need, uint64_t miss, double limit)
                  bfit_format_size(miss, s2, sizeof s2), bfit_format_secs(limit, s3, sizeof s3));
 }
 
-/* Under an address-space limit what is missing is room under it (--memory
- * is not what to change): say the limit and what it leaves. */
-static int limit_refusal(const bfit_run *r, uint64_t need, uint64_t miss)
+/* What a rerun's limit must add for micro-batch 1: the room it gets grows
+ * with the limit byte for byte, the budget by 1 - margin of it; and the
+ * room kept for kernels where it is short now. */
+static uint64_t limit_raise(bfit_run *r)
 {
-    uint64_t limit = 0, room = 0;
-    char s1[32], s2[32], s3[32], s4[32], s5[32], hint[256];
+    uint64_t cap = bfit_arena_capacity(r->s.arena), need, step_need, a, b;
+    need = bfit_run_plan_one(r);
+    step_need = need > r->fixed_bytes ? need - r->fixed_bytes : 0;
+    a = bfit_capacity_for(need, r->cfg.margin);
+    a = a > cap ? a - cap : 0;
+    b = step_need > bfit_run_free_for_step(r) ? step_need - bfit_run_free_for_step(r) : 0;
+    return (a > b ? a : b) + bfit_run_headroom_short();
+}
+
+/* Under an address-space limit what is missing is room under it (--memory
+ * is not what to change): say the limit, what it leaves and what to raise
+ * it to. */
+static int limit_refusal(bfit_run *r, uint64_t need, uint64_t miss)
+{
+    uint64_t limit = 0, room = 0, raise = limit_raise(r);
+    char s1[32], s2[32], s3[32], s4[32], s5[32], hint[256], fix[128];
 
     bfit_as_room(&limit, &room);
-    bfit_run_eval_hint(r, miss + bfit_run_headroom_short(), hint, sizeof hint);
+    bfit_as_raise(raise, fix, sizeof fix);
+    bfit_run_eval_hint(r, raise, hint, sizeof hint);
     return bfit_fail(BFIT_ENOMEM, "out of host memory: not even micro-batch 1 fits at step %lld: it needs %s, %s "
                      "is missing; the address-space limit (ulimit -v) of %s leaves %s unmapped, and %s is "
-                     "kept beside the step for oneDNN's kernels: raise ulimit -v%s",
+                     "kept beside the step for oneDNN's kernels: %s%s",
                      (long long)r->pos.step + 1, bfit_format_size(need, s1, sizeof s1),
                      bfit_format_size(miss, s2, sizeof s2), bfit_format_size(limit, s3, sizeof s3),
-                     bfit_format_size(room, s4, sizeof s4), bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5),
+                     bfit_format_size(room, s4, sizeof s4), bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5), fix,
                      hint);
 }
 

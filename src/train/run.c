@@ -301,23 +301,31 @@ static void controller_config(bfit_run *r, bfit_controller_config *cc)
 uint64_t bfit_run_plan_one(bfit_run *r) { return plan_bytes(&r->pc, 1); }
 
 /* The memory read from a CPU under an address-space limit: neither the
- * margin nor --memory is what to change, the limit is. BFIT_OK if none. */
+ * margin nor --memory is what to change, the limit is, by what the
+ * capacity lacks (the room a rerun gets grows with the limit byte for
+ * byte, measured: bfit_as_raise) and, where the capacity is 0, what the
+ * room lacked of the room kept for kernels. BFIT_OK if none. */
 static int limit_says(const bfit_run *r, uint64_t need, uint64_t budget)
 {
     bfit_device_info di;
-    uint64_t limit, room;
-    char s1[32], s2[32], s3[32], s4[32], s5[32], hint[256];
+    uint64_t limit, room, cap;
+    char s1[32], s2[32], s3[32], s4[32], s5[32], hint[256], fix[128];
 
     bfit_device_info_get(r->s.dev, &di);
     if (!di.limited || !bfit_as_room(&limit, &room))
         return BFIT_OK;
-    bfit_run_eval_hint(r, (need > budget ? need - budget : 0) + bfit_run_headroom_short(), hint, sizeof hint);
+    cap = bfit_capacity_for(need, r->cfg.margin);
+    cap = cap > r->base_capacity ? cap - r->base_capacity : 0;
+    if (!r->base_capacity) /* the room was short of the room kept for kernels too (read again now: a bit less) */
+        cap += bfit_run_headroom_short();
+    bfit_as_raise(cap, fix, sizeof fix);
+    bfit_run_eval_hint(r, cap, hint, sizeof hint);
     return bfit_fail(BFIT_ENOMEM, "out of host memory: training needs %s even at micro-batch 1, but %s is allowed "
                      "(the memory less the margin): the address-space limit (ulimit -v) of %s leaves %s unmapped, "
-                     "and %s is kept beside the step for oneDNN's kernels: raise ulimit -v%s",
+                     "and %s is kept beside the step for oneDNN's kernels: %s%s",
                      bfit_format_size(need, s1, sizeof s1), bfit_format_size(budget, s2, sizeof s2),
                      bfit_format_size(limit, s3, sizeof s3), bfit_format_size(room, s4, sizeof s4),
-                     bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5), hint);
+                     bfit_format_size(BFIT_AS_HEADROOM, s5, sizeof s5), fix, hint);
 }
 
 /* Say how far from fitting a model is that does not fit even m = 1. */

@@ -38,7 +38,7 @@ rc=$?
 # there the step lacks less than 512 KB (and what the threads vary by):
 # the evaluation's 10 MiB beyond training's makes it up, so it is named,
 # and --eval-batch 100 trains at the same limit
-if [ $rc -eq 3 ] && grep -qE "out of host memory: .*raise ulimit -v, or lower --eval-batch: the host staging and the \
+if [ $rc -eq 3 ] && grep -qE "out of host memory: .*raise ulimit -v by at least [0-9.]+ [KM]iB \(\`ulimit -v [0-9]+\` or more\), or lower --eval-batch: the host staging and the \
 test stream each hold [0-9]+ evaluation samples" "$tmp/out"; then
   pass
 else
