@@ -1,5 +1,7 @@
 /* err.c - the thread's last error message. */
 #include "base/err.h"
+#include "base/aslimit.h"
+#include "batchfit.h" /* bfit_format_size */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,12 +19,30 @@ void bfit_clear_error(void)
     field[0] = '\0';
 }
 
+/* Host memory that ran out under an address-space limit ran out of room
+ * under it, long before RAM: a message that does not say so already (a
+ * data set's, a buffer's: "out of host memory for 512 samples" under 600
+ * MB) names the limit, what it leaves and what to do. */
+static void name_limit(int code)
+{
+    uint64_t limit, room;
+    size_t n = strlen(msg);
+    char s1[32], s2[32];
+
+    if (code != BFIT_ENOMEM || !strstr(msg, "out of host memory") || strstr(msg, "ulimit") ||
+        !bfit_as_room(&limit, &room))
+        return;
+    snprintf(msg + n, sizeof msg - n, ": the address-space limit (ulimit -v) of %s leaves %s unmapped: raise "
+             "ulimit -v", bfit_format_size(limit, s1, sizeof s1), bfit_format_size(room, s2, sizeof s2));
+}
+
 int bfit_vfail(int code, const char *fmt, va_list ap)
 {
     char b[sizeof msg]; /* the arguments may be the message itself */
     vsnprintf(b, sizeof b, fmt, ap);
     memcpy(msg, b, sizeof msg);
     field[0] = '\0';
+    name_limit(code);
     return code;
 }
 

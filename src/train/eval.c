@@ -294,6 +294,55 @@ static int eval_session(const bfit_eval_cfg *cfg, int normalize, const float *me
     return rc;
 }
 
+/* The samples bfit_evaluate scores: --samples of the test set, or all. */
+static int64_t eval_count(const bfit_eval_cfg *cfg, const bfit_dataset *test)
+{
+    int64_t n = bfit_dataset_count(test);
+    return cfg->samples && cfg->samples < n ? cfg->samples : n;
+}
+
+/* Its micro-batch at most: --batch (or 1000), never more than it scores
+ * (its staging is sized by it). */
+static int eval_want(const bfit_eval_cfg *cfg, const bfit_dataset *test)
+{
+    int64_t want = cfg->batch ? cfg->batch : 1000, n = eval_count(cfg, test);
+    return (int)(n > 0 && n < want ? n : want);
+}
+
+/* bfit_evaluate's micro-batch. Under an address-space limit (no --memory
+ * given) the room was read before the data and the weights were loaded,
+ * and the host staging and the test stream (m samples each) take room the
+ * arena would count too: resnet50's 512 synthetic samples (616 MB of
+ * staging) took the room kept for kernels, and evaluation was refused a
+ * kernel under every limit up to 4 GB. The room is read again, and m is
+ * the largest whose plan fits beside its staging; the arena keeps the rest. */
+static int choose_saved_eval_batch(bfit_session *s, const bfit_eval_cfg *cfg, int want, int *m)
+{
+    uint64_t host = 2 * (sizeof(float) * (uint64_t)bfit_shape_numel(s->M->input) +
+                         sizeof(int32_t) * (uint64_t)s->M->labels_per_sample);
+    uint64_t free_b, total, cap;
+    bfit_device_info di;
+    bfit_arena_stats st;
+    int lo = 0, hi = want, k;
+
+    bfit_device_info_get(s->dev, &di);
+    if (cfg->memory || !di.limited || bfit_device_memory(s->dev, &free_b, &total) != BFIT_OK)
+        return choose_eval_batch(s->M, s->arena, 0, want, m);
+    bfit_arena_stats_get(s->arena, &st);
+    cap = st.reserved + free_b;
+    while (lo < hi) { /* the largest k whose plan fits in the room less k samples' staging */
+        int mid = lo + (hi - lo + 1) / 2;
+        bfit_arena_set_capacity(s->arena, cap > host * (uint64_t)mid ? cap - host * (uint64_t)mid : 0);
+        if (choose_eval_batch(s->M, s->arena, 0, mid, &k) == BFIT_OK && k >= mid)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    k = lo > 1 ? lo : 1;
+    bfit_arena_set_capacity(s->arena, cap > host * (uint64_t)k ? cap - host * (uint64_t)k : 0);
+    return choose_eval_batch(s->M, s->arena, 0, k, m);
+}
+
 int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int64_t *n, int64_t *skipped)
 {
     bfit_session s;
@@ -311,7 +360,7 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
         goto out;
     if ((rc = eval_session(cfg, cfg->normalize && found >= 0, found > 0 ? mean : NULL, found > 0 ? std : NULL,
                            &s)) != BFIT_OK ||
-        (rc = choose_eval_batch(s.M, s.arena, 0, cfg->batch ? cfg->batch : 1000, &m)) != BFIT_OK)
+        (rc = choose_saved_eval_batch(&s, cfg, eval_want(cfg, s.test), &m)) != BFIT_OK)
         goto out;
     memset(&sc, 0, sizeof sc);
     sc.max_take = m;
@@ -325,9 +374,7 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
     if (!sx || !sy)
         rc = bfit_fail(BFIT_ENOMEM, "out of host memory");
     if (rc == BFIT_OK && (rc = bfit_stream_new(s.test, &sc, &st.s)) == BFIT_OK &&
-        (rc = evaluate(s.M, &st, m, 0, cfg->samples && cfg->samples < bfit_dataset_count(s.test) ? cfg->samples
-                                                                                              : bfit_dataset_count(s.test),
-                       sx, sy, &ev, NULL)) == BFIT_OK) {
+        (rc = evaluate(s.M, &st, m, 0, eval_count(cfg, s.test), sx, sy, &ev, NULL)) == BFIT_OK) {
         eval_means(&ev);
         *loss = ev.test_loss;
         *acc = ev.test_acc;

@@ -128,6 +128,30 @@ out=$(bash -c 'ulimit -v 180000 && exec "$@"' _ "$bin" plan --model "$src/models
 [ -z "$out" ] && pass || fail "plan --json with no room printed: $out"
 limited 180000 1 "$no_room" find --model "$src/models/cnn.cfg" --data synthetic --threads 8 --device cpu
 limited 180000 1 "$no_room" find --model "$src/models/cnn.cfg" --data synthetic --largest-only --threads 8 --device cpu
+# eval of saved weights read the room before its data and weights were
+# loaded, and sized its staging and test stream (1000 samples of a
+# 3x224x224 input, 1.2 GB) beside a plan that filled the room: a model of
+# that input was refused under 700 MB to 1.5 GB (and resnet50 a kernel
+# under 4 GB); now they are in the room read again
+cat >"$tmp/big.cfg" <<'EOF'
+input 3x224x224
+conv 8 k=4 stride=4
+relu
+avgpool 56
+flatten
+linear 10
+EOF
+if "$bin" train --model "$tmp/big.cfg" --data synthetic --batch 8 --max-steps 1 --eval-samples 8 --threads 2 \
+  --device cpu --save "$tmp/big.safetensors" >/dev/null 2>&1; then
+  limited 1000000 0 "test accuracy .* on 512 samples" eval --model "$tmp/big.cfg" --weights "$tmp/big.safetensors" \
+    --data synthetic --threads 2 --device cpu
+  # host memory that runs out under a limit names it (it said "out of host
+  # memory for 512 samples")
+  limited 500000 1 "out of host memory for 512 samples: the address-space limit \\(ulimit -v\\) of .* leaves .* unmapped: raise ulimit -v" \
+    eval --model "$tmp/big.cfg" --weights "$tmp/big.safetensors" --data synthetic --threads 2 --device cpu
+else
+  fail "big.cfg: weights for eval not saved"
+fi
 if "$bin" train --model "$src/models/cnn.cfg" --data synthetic --max-steps 1 --eval-samples 8 --threads 2 \
   --device cpu --save "$tmp/cnn.safetensors" >/dev/null 2>&1; then
   limited 180000 1 "$no_room" eval --model "$src/models/cnn.cfg" --weights "$tmp/cnn.safetensors" --data synthetic \
