@@ -167,8 +167,9 @@ int bfit_cpu_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_byte
  * so: oneDNN would crash on the allocation it does not check. */
 int bfit_cpu_kernel_room(const char *what);
 /* Under an address-space limit, the malloc arenas of a team of `threads`
- * made now, so that the room read between steps counts them. */
-void bfit_cpu_make_arenas(int threads);
+ * made now, so that the room read between steps counts them; BFIT_ENOMEM
+ * if the room cannot hold the threads' stacks (libgomp would exit). */
+int bfit_cpu_make_arenas(int threads);
 
 /* cpu_pin.c: the team of `threads` on `cpus` of the allowed CPUs (0: on
  * all of them again); the CPUs the caller's thread may run on, 0 where

@@ -458,10 +458,10 @@ static int cpu_set_threads(bfit_device *base, int threads, int cpus)
     int rc;
     if (d->depth > 0)
         return bfit_fail(BFIT_ESTATE, "cpu: the thread count cannot change inside a device call");
-    if ((rc = bfit_cpu_pin(d, threads, cpus)) != BFIT_OK)
+    /* the team made (or refused) first: placing it makes it otherwise */
+    if ((rc = bfit_cpu_make_arenas(threads)) != BFIT_OK || (rc = bfit_cpu_pin(d, threads, cpus)) != BFIT_OK)
         return rc;
     d->threads = threads;
-    bfit_cpu_make_arenas(threads);
     return BFIT_OK;
 }
 
@@ -527,7 +527,10 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
         return bfit_fail(BFIT_EDEVICE, "oneDNN: cannot create the CPU engine");
     }
     d->bf16_f32 = !bfit_cpu_bf16_native(d->eng);
-    bfit_cpu_make_arenas(d->threads > 0 ? d->threads : omp_get_max_threads());
+    if ((rc = bfit_cpu_make_arenas(d->threads > 0 ? d->threads : omp_get_max_threads())) != BFIT_OK) {
+        cpu_destroy(&d->base);
+        return rc;
+    }
     *out = &d->base;
     bfit_optime_attach(*out);
     return BFIT_OK;

@@ -15,6 +15,7 @@
 #include "device/cpu.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,21 +365,80 @@ int bfit_cpu_kernel_room(const char *what)
                      bfit_format_size(need, s3, sizeof s3), what);
 }
 
+/* OMP_STACKSIZE (libgomp reads GOMP_STACKSIZE too): a size in KiB, or
+ * with B, K, M or G; 0 if not set or not read (the default then). */
+static uint64_t omp_stack_env(void)
+{
+    const char *e = getenv("OMP_STACKSIZE") ? getenv("OMP_STACKSIZE") : getenv("GOMP_STACKSIZE");
+    char *end;
+    unsigned long long v;
+
+    if (!e || !*e)
+        return 0;
+    v = strtoull(e, &end, 10);
+    while (*end == ' ')
+        end++;
+    switch (*end) {
+    case 'b': case 'B': return v;
+    case 'm': case 'M': return (uint64_t)v << 20;
+    case 'g': case 'G': return (uint64_t)v << 30;
+    default: return (uint64_t)v << 10;
+    }
+}
+
+/* The stack (and guard page) each thread libgomp makes maps. */
+static uint64_t omp_thread_stack(void)
+{
+    uint64_t env = omp_stack_env();
+    pthread_attr_t a;
+    size_t size = (size_t)8 << 20;
+
+    if (env)
+        return env + 4096;
+    if (pthread_getattr_default_np(&a) == 0) {
+        pthread_attr_getstacksize(&a, &size);
+        pthread_attr_destroy(&a);
+    }
+    return (uint64_t)size + 4096;
+}
+
+/* The largest team this thread's parallel regions have had: libgomp keeps
+ * one per calling thread and makes only the threads it lacks. */
+static _Thread_local int team_made = 1;
+
 /* Under an address-space limit, each compute thread's malloc arena is made
  * now: glibc gives a thread its own (64 MiB of address space) at its first
  * heap call, which oneDNN's threads make inside the first step, beside a
  * room that was read without them (resnet50 under ulimit -v: the step's
  * address space grew by 76 MiB on 1 thread, 64 MiB more per thread). Made
- * here, they are mapped when the room is read, and counted in it. */
-void bfit_cpu_make_arenas(int threads)
+ * here, they are mapped when the room is read, and counted in it. First the
+ * room for the threads' stacks is checked: libgomp exits the process when
+ * it cannot make a thread (Python's train, in a thread of its own, after a
+ * plan under 600 MB with 8 threads: "libgomp: Thread creation failed"). */
+int bfit_cpu_make_arenas(int threads)
 {
-    uint64_t limit, room;
+    uint64_t limit, room, stack, need;
+    char s1[32], s2[32], s3[32], s4[32];
 
     if (threads < 2 || !bfit_as_room(&limit, &room))
-        return;
+        return BFIT_OK;
+    if (threads > team_made) {
+        stack = omp_thread_stack();
+        need = (uint64_t)(threads - team_made) * stack + BFIT_AS_KERNEL_ROOM;
+        if (room < need)
+            return bfit_fail(BFIT_ENOMEM, "out of host memory: the address-space limit (ulimit -v) of %s leaves %s: "
+                             "the device's %d more threads (OpenMP makes a team for each calling thread) map %s of "
+                             "stack each, and a kernel needs %s: raise ulimit -v or use fewer threads",
+                             bfit_format_size(limit, s1, sizeof s1),
+                             bfit_format_size(room, s2, sizeof s2), threads - team_made,
+                             bfit_format_size(stack, s3, sizeof s3),
+                             bfit_format_size(BFIT_AS_KERNEL_ROOM, s4, sizeof s4));
+    }
 #pragma omp parallel num_threads(threads)
     {
         void *volatile p = malloc(1); /* volatile: not elided with its free */
         free(p);
     }
+    team_made = threads > team_made ? threads : team_made;
+    return BFIT_OK;
 }

@@ -33,17 +33,21 @@ while [ $((hi - lo)) -gt 512 ]; do
   mid=$(((lo + hi) / 2))
   if run $mid 10000; then hi=$mid; else lo=$mid; fi
 done
-run $lo 10000
+# 2 MiB under it the step lacks some 2 MiB: the edge found moves with
+# what the threads map (with a heap each, by the order they first
+# allocate: a recheck at the edge itself failed once in a loaded ctest
+# run), and the evaluation's 10 MiB beyond training's still makes it up
+# (named 2, 4 and 8 MiB under it), so it is named, and --eval-batch 100
+# trains at the same limit
+kb=$((lo - 2048))
+run $kb 10000
 rc=$?
-# there the step lacks less than 512 KB (and what the threads vary by):
-# the evaluation's 10 MiB beyond training's makes it up, so it is named,
-# and --eval-batch 100 trains at the same limit
 if [ $rc -eq 3 ] && grep -qE "out of host memory: .*raise ulimit -v by at least [0-9.]+ [KM]iB \(\`ulimit -v [0-9]+\` or more\), or lower --eval-batch: the host staging and the \
 test stream each hold [0-9]+ evaluation samples" "$tmp/out"; then
   pass
 else
-  fail "under $lo KB (the edge) --eval-batch 10000: exit $rc (want 3, naming --eval-batch): $(tail -1 "$tmp/out")"
+  fail "under $kb KB (2 MiB under the edge) --eval-batch 10000: exit $rc (want 3, naming --eval-batch): $(tail -1 "$tmp/out")"
 fi
 echo "the edge: $lo KB"
-run $lo 100 && pass || fail "under $lo KB --eval-batch 100 should train: $(tail -1 "$tmp/out")"
+run $kb 100 && pass || fail "under $kb KB --eval-batch 100 should train: $(tail -1 "$tmp/out")"
 finish

@@ -297,9 +297,8 @@ def test_no_room_under_an_address_space_limit(tmp_path):
     room beside a step: plan, find, evaluate and train each raise
     OutOfMemoryError naming the limit and the threads (plan raised
     InvalidArgumentError on `memory`, 'cannot tell the device's free
-    memory'). Each in a child of its own: the limit is the process's, and
-    train's thread would make a second OpenMP team beside the first's (8
-    more threads, which libgomp, failing to make them, exits on)."""
+    memory'). Each in a child of its own: the limit is the process's (one
+    process running them one after another: the next test)."""
     cnn = os.path.join(os.path.dirname(__file__), "..", "..", "models", "cnn.cfg")
     weights = tmp_path / "cnn.safetensors"
     cli("train", "--model", cnn, "--data", "synthetic", "--max-steps", 1, "--eval-samples", 8, "--threads", 2,
@@ -312,3 +311,35 @@ def test_no_room_under_an_address_space_limit(tmp_path):
         assert " OutOfMemoryError '' out of host memory: the address-space limit (ulimit -v) of " in ln, ln
         assert "once the device and its 8 threads are set up" in ln, ln
         assert "raise ulimit -v or use fewer threads" in ln, ln
+
+
+_ONE_PROCESS = """
+import resource, sys, batchfit
+resource.setrlimit(resource.RLIMIT_AS, (600000 << 10, resource.RLIM_INFINITY))
+cnn = sys.argv[1]
+for name, call in (("plan", lambda: batchfit.plan(cnn, threads=8, device="cpu")),
+                   ("train", lambda: batchfit.train(cnn, "synthetic", max_steps=1, eval_samples=8, threads=8,
+                                                    device="cpu", weights=False))):
+    try:
+        call()
+        print(name, "ran", flush=True)
+    except batchfit.Error as e:
+        print(name, type(e).__name__, e, flush=True)
+"""
+
+
+def test_no_room_for_a_second_team(tmp_path):
+    """plan then train in one process under ulimit -v, 8 threads each: train
+    runs in a thread of its own, for which libgomp makes a team of its own,
+    and with no room for 7 more stacks it exited the process ("libgomp:
+    Thread creation failed"). Now train raises OutOfMemoryError saying the
+    threads' stacks do not fit, and the process goes on."""
+    cnn = os.path.join(os.path.dirname(__file__), "..", "..", "models", "cnn.cfg")
+    r = subprocess.run([sys.executable, "-c", _ONE_PROCESS, cnn], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 2, r.stdout + r.stderr
+    assert lines[0].startswith("plan OutOfMemoryError out of host memory: the address-space limit"), lines[0]
+    assert lines[1].startswith("train OutOfMemoryError out of host memory: the address-space limit"), lines[1]
+    assert "the device's 7 more threads (OpenMP makes a team for each calling thread) map" in lines[1], lines[1]
+    assert "raise ulimit -v or use fewer threads" in lines[1], lines[1]
