@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -362,36 +363,41 @@ static int make_tables(bfit_stream *s)
 }
 
 /* The loader threads (cfg.loader_threads, at least one with prefetching)
- * and, with prefetching, the staging buffers of the next take. */
+ * and, with prefetching, the staging buffers of the next take; a failure
+ * says what (a thread without room for its stack is out of host memory:
+ * it said "cannot start the loader threads", the limit unnamed). */
 static int start_threads(bfit_stream *s)
 {
-    int n = s->cfg.loader_threads > 0 ? s->cfg.loader_threads : 1;
+    int n = s->cfg.loader_threads > 0 ? s->cfg.loader_threads : 1, err;
 
     if (s->cfg.prefetch) {
         s->px = malloc((size_t)s->cfg.max_take * (size_t)s->numel * sizeof *s->px);
         s->py = malloc((size_t)s->cfg.max_take * (size_t)s->nlab * sizeof *s->py);
         if (!s->px || !s->py)
-            return BFIT_ENOMEM;
+            return bfit_fail(BFIT_ENOMEM, "out of host memory for a stream's next %d samples", s->cfg.max_take);
     }
     s->threads = calloc((size_t)n, sizeof *s->threads);
     s->scratch = calloc((size_t)n, sizeof *s->scratch);
     if (!s->threads || !s->scratch)
-        return BFIT_ENOMEM;
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for a stream's loader threads");
     if (pthread_mutex_init(&s->mu, NULL))
-        return BFIT_ESTATE;
+        return bfit_fail(BFIT_ESTATE, "cannot start the loader threads");
     if (pthread_cond_init(&s->cv, NULL)) {
         pthread_mutex_destroy(&s->mu);
-        return BFIT_ESTATE;
+        return bfit_fail(BFIT_ESTATE, "cannot start the loader threads");
     }
     s->sync_ok = 1;
     for (; s->nthreads < n; s->nthreads++) {
         void **arg = malloc(2 * sizeof *arg);
         if (!arg)
-            return BFIT_ENOMEM;
+            return bfit_fail(BFIT_ENOMEM, "out of host memory for a stream's loader threads");
         arg[0] = s, arg[1] = &s->scratch[s->nthreads];
-        if (pthread_create(&s->threads[s->nthreads], NULL, worker, arg)) {
+        if ((err = pthread_create(&s->threads[s->nthreads], NULL, worker, arg)) != 0) {
             free(arg);
-            return BFIT_ESTATE;
+            /* EAGAIN: no room for its stack (under ulimit -v: err.c names the limit) or too many threads */
+            return bfit_fail(err == EAGAIN || err == ENOMEM ? BFIT_ENOMEM : BFIT_ESTATE, "%s: cannot start "
+                             "loader thread %d of %d (%s)", err == EAGAIN || err == ENOMEM ? "out of host memory"
+                             : "stream", s->nthreads + 1, n, strerror(err));
         }
     }
     /* Under ulimit -v a run reads the room left once its streams are open:
@@ -438,8 +444,10 @@ int bfit_stream_new(const bfit_dataset *d, const bfit_stream_cfg *cfg, bfit_stre
     }
     set_epoch(s, 0);
     s->chunk = d->img ? 1 : 64;
-    if ((cfg->prefetch || cfg->loader_threads > 1) && (rc = start_threads(s)))
-        goto out_fail;
+    if ((cfg->prefetch || cfg->loader_threads > 1) && (rc = start_threads(s))) {
+        bfit_stream_free(s); /* the message is start_threads' */
+        return rc;
+    }
     *out = s;
     return BFIT_OK;
 out_fail:

@@ -49,6 +49,15 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
     limited $((n - 2048)) 1 "training needs .* even at micro-batch 1, .*raise ulimit -v by at least" train \
       --model "$src/models/cnn.cfg" --data fashion-mnist --max-steps 1 --threads 2 --device cpu
   fi
+  # a loader thread with no room for its stack said "cannot start the
+  # loader threads", the limit unnamed: 64 of them (8 MiB of stack each)
+  # under 300 MB
+  if /usr/bin/python3 "$src/scripts/img_folders.py" fmnist "$tmp/fm" --per-class 2 --format png >/dev/null; then
+    limited 300000 1 "out of host memory: cannot start loader thread [0-9]+ of 64 \\(.*\\): the address-space limit \\(ulimit -v\\) of .* leaves .* unmapped: raise ulimit -v" \
+      train --model "$src/models/cnn.cfg" --data "$tmp/fm" --max-steps 1 --threads 2 --loader-threads 64 --device cpu
+  else
+    fail "no image folder made for the loader threads' case"
+  fi
   # a looser limit trains where a tighter one does: with a malloc heap per
   # thread where the limit left room for one, this CNN trained under 300
   # and 330 MB and was refused at step 1 under 350 to 400 MB
