@@ -8,16 +8,7 @@
 set -u
 bin=$1
 src=$2
-. "$src/tests/cli/lib.sh"
-
-# limited KB CODE PATTERN ARGS...: `batchfit ARGS` under ulimit -v KB
-limited() {
-  local kb=$1 code=$2 pat=$3
-  shift 3
-  expect "$code" "$pat" bash -c 'ulimit -v "$0" && exec "$@"' "$kb" "$bin" "$@"
-}
-
-limit_msg="out of host memory: .*address-space limit \\(ulimit -v\\) of [0-9.]+ [KMG]iB leaves .*raise ulimit -v"
+. "$src/tests/cli/aslimit_lib.sh"
 
 # (the CPU device: a GPU's driver maps far more than these limits)
 # resnet50 at batch 2: under 1 GB not even micro-batch 1 leaves the room

@@ -9,16 +9,7 @@
 set -u
 bin=$1
 src=$2
-. "$src/tests/cli/lib.sh"
-
-# limited KB CODE PATTERN ARGS...: `batchfit ARGS` under ulimit -v KB
-limited() {
-  local kb=$1 code=$2 pat=$3
-  shift 3
-  expect "$code" "$pat" bash -c 'ulimit -v "$0" && exec "$@"' "$kb" "$bin" "$@"
-}
-
-limit_msg="out of host memory: .*address-space limit \\(ulimit -v\\) of [0-9.]+ [KMG]iB leaves .*raise ulimit -v"
+. "$src/tests/cli/aslimit_lib.sh"
 
 # (where a smaller --eval-batch makes up what a step lacks it is named:
 # tests/cli/aslimit_eval.sh)
