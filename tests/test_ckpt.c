@@ -248,6 +248,64 @@ static void test_memory_comes_back(void **st)
     tshared_close(dev);
 }
 
+/* Another process holds the shared device's memory when the run starts
+ * (no --memory: the capacity is what is free, the ceiling all the device
+ * has): it waits for it (W, then B before the first step), its capacity
+ * grows with what comes back, and it ends as the undisturbed run does. Not
+ * back within the wait, or with no wait: refused at the start, saying what
+ * other processes hold, nothing saved; the log ends with the error. */
+static void test_wait_to_start(void **st)
+{
+    char ref[300], w[300], lg[300], ev[512];
+    bfit_device *dev = shared_device();
+    bfit_train_cfg c = small_run();
+    bfit_train_result r;
+    double t0;
+    FILE *f;
+    (void)st;
+    tmp_path(ref, sizeof ref, "ref3.st");
+    tmp_path(w, sizeof w, "start.st");
+    tmp_path(lg, sizeof lg, "start.jsonl");
+    reference(ref);
+    c.device = dev;
+    c.wait_for_memory = 60;
+    c.save = w;
+    c.log = lg;
+    tshared_free = 4096; /* micro-batch 1 needs more */
+    polls = 0;
+    back_after = 4; /* read at the device's opening, the set-up's watch, then twice in the wait */
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_OK);
+    back_after = 0;
+    event_letters(lg, ev, sizeof ev);
+    printf("  events: %s\n", ev);
+    assert_memory_equal(ev, "WMB", 3); /* waited, the capacity grew past the start's, back */
+    assert_null(strchr(ev, 'X'));
+    assert_int_equal(r.steps, 4 * NS / 32);
+    assert_same_tensors(ref, w);
+    remove(w);
+
+    tshared_free = 4096; /* it does not come back */
+    c.wait_for_memory = 0.3;
+    t0 = bfit_clock_mono();
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_ENOMEM);
+    printf("  %s (%.2f s)\n", bfit_errmsg(), bfit_clock_mono() - t0);
+    assert_true(bfit_clock_mono() - t0 >= 0.3);
+    assert_string_equal(bfit_errfield(), "wait_for_memory");
+    assert_non_null(strstr(bfit_errmsg(), "other processes hold the rest (4.00 KiB free of 8.00 GiB); waited"));
+    assert_int_equal(r.steps, 0);
+    assert_null(f = fopen(w, "rb"));
+    event_letters(lg, ev, sizeof ev);
+    assert_string_equal(ev, "WX");
+
+    c.wait_for_memory = 0;
+    assert_int_equal(bfit_train_from(&c, &r), BFIT_ENOMEM);
+    printf("  %s\n", bfit_errmsg());
+    assert_non_null(strstr(bfit_errmsg(), "free of 8.00 GiB): --wait-for-memory waits for them"));
+    event_letters(lg, ev, sizeof ev);
+    assert_string_equal(ev, "X");
+    tshared_close(dev);
+}
+
 /* A stop requested while the run waits for memory: the wait ends at once,
  * the step is abandoned, a checkpoint of its start is written and the run
  * returns BFIT_ESTOPPED; resumed, it ends as the undisturbed run does. */
@@ -617,6 +675,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wait_then_checkpoint),
         cmocka_unit_test(test_memory_comes_back),
+        cmocka_unit_test(test_wait_to_start),
         cmocka_unit_test(test_stop_while_waiting),
         cmocka_unit_test(test_resume_keeps_totals),
         cmocka_unit_test(test_old_checkpoints_resume),

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <cmocka.h>
 
 #include "base/err.h"
@@ -269,6 +270,35 @@ static void test_plan_op_limit(void **st)
     bfit_device_free(d);
 }
 
+/* CUDA's runtime maps address space of its own as it starts: under ulimit
+ * -v it fails with an out-of-memory that said nothing of the limit (an
+ * H200 under 4,000,000 KB, 2026-12-04). Under a limit the message names
+ * it; without one, and for another device error, it is as given. The soft
+ * limit set here (64 TiB) refuses nothing and is put back. */
+static void test_cuda_start_names_limit(void **st)
+{
+    static const char gpu[] = "cuda: no usable GPU: out of memory (cudaErrorMemoryAllocation)";
+    struct rlimit old, lim;
+    (void)st;
+    assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+    if (old.rlim_cur == RLIM_INFINITY) {
+        bfit_fail(BFIT_EDEVICE, "%s", gpu);
+        assert_string_equal(bfit_errmsg(), gpu);
+    }
+    lim = old;
+    lim.rlim_cur = old.rlim_max == RLIM_INFINITY || old.rlim_max > (1ull << 46) ? 1ull << 46 : old.rlim_max;
+    assert_int_equal(setrlimit(RLIMIT_AS, &lim), 0);
+    bfit_fail(BFIT_EDEVICE, "%s", gpu);
+    print_message("%s\n", bfit_errmsg());
+    assert_memory_equal(bfit_errmsg(), gpu, sizeof gpu - 1);
+    assert_non_null(strstr(bfit_errmsg(), ": the CUDA driver maps more as it starts than the address-space limit "
+                                          "(ulimit -v) of 64.00 TiB leaves"));
+    assert_non_null(strstr(bfit_errmsg(), "unmapped: raise ulimit -v or lift it"));
+    bfit_fail(BFIT_EDEVICE, "cuda: no usable GPU: no CUDA-capable device is detected (cudaErrorNoDevice)");
+    assert_null(strstr(bfit_errmsg(), "ulimit"));
+    assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_cpu_supports),    cmocka_unit_test(test_auto_choice),
         cmocka_unit_test(test_auto_refuses),    cmocka_unit_test(test_ways_marks_rows),
         cmocka_unit_test(test_plan_op_limit),   cmocka_unit_test(test_cpu_only_needs),
+        cmocka_unit_test(test_cuda_start_names_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,9 @@
 # plan, train, find), optime (op times of a gpt2 and a resnet50 step), algos (a
 # few plans per convolution algorithm choice: each category and the time taken),
 # ctest (the tests whose names match BFIT_CTEST_RE, each failure's output
-# shown), stop (SIGTERM and resume, six runs on the GPU), and run.sh's phases (plan cotenant ways speed finders; test runs
+# shown), stop (SIGTERM and resume, six runs on the GPU), wait
+# (--wait-for-memory beside a co-tenant that takes the GPU's memory), aslimit
+# (the GPU under ulimit -v), and run.sh's phases (plan cotenant ways speed finders; test runs
 # the whole suite). Each stage has its own time limit,
 # and the next runs whatever the last did.
 set -uo pipefail
@@ -106,14 +108,46 @@ s_stop() { # SIGTERM at a random moment on the GPU (cnn: 60 epochs, about 30 s
   done
   ls "$d"
 }
+s_wait() { # --wait-for-memory on a shared GPU: a co-tenant leaves about 1.25 GiB
+  # free (what wide.cfg's micro-batch 1 needs beside the run's own context)
+  # and gives it back after 25 s: the run waits, then trains; then after 30 s
+  # against a wait of 5 s: refused at the start (exit 1), nothing lost
+  local cot=$b/bench/bfit_cotenant p
+  local run=(--model bench/gpu/wide.cfg --data synthetic --device cuda --batch 2 --epochs 1 --epoch-samples 8)
+  "$cot" 0 "take=-1280,wait=25,free" >"$out/wait-cot1.jsonl" 2>&1 &
+  p=$!
+  sleep 5
+  timeout 120 "$bf" train "${run[@]}" --wait-for-memory 90 --log "$out/wait-1.jsonl"
+  echo "wait 1 (memory back within the wait): exit $? (want 0)"
+  wait "$p"
+  "$cot" 0 "take=-1280,wait=30,free" >"$out/wait-cot2.jsonl" 2>&1 &
+  p=$!
+  sleep 5
+  timeout 120 "$bf" train "${run[@]}" --wait-for-memory 5s --log "$out/wait-2.jsonl"
+  echo "wait 2 (not back within 5 s): exit $? (want 1)"
+  wait "$p"
+}
+s_aslimit() { # the GPU under an address-space limit (ulimit -v): CUDA's driver
+  # maps address space of its own; what does each command say?
+  local kb
+  for kb in 4000000 64000000; do
+    echo "== ulimit -v $kb: train --device cuda"
+    (ulimit -v "$kb" && timeout 30 "$bf" train --model cnn --data synthetic --device cuda --batch 128 --epochs 1 \
+      --epoch-samples 4096 2>&1 | grep -v "^epoch"; echo "exit ${PIPESTATUS[0]}")
+  done
+  echo "== ulimit -v 4000000: train --device auto, plan --device cuda"
+  (ulimit -v 4000000 && timeout 30 "$bf" train --model cnn --data synthetic --batch 128 --epochs 1 \
+    --epoch-samples 2048 2>&1 | grep -v "^epoch"; echo "exit ${PIPESTATUS[0]}")
+  (ulimit -v 4000000 && timeout 30 "$bf" plan --model cnn --device cuda --batch 1,64; echo "exit $?")
+}
 s_ctest() {
-  (cd "$b" && timeout 240 ctest -j8 --output-on-failure -R "${BFIT_CTEST_RE:-.}" -E "^mpi_")
+  (cd "$b" && timeout 240 ctest -j"${BFIT_CTEST_J:-8}" --output-on-failure -R "${BFIT_CTEST_RE:-.}" -E "^mpi_")
 }
 for st in "$@"; do
   t=$(date +%s)
   echo "==== $st" >&2
   case $st in
-    env | cuda | smoke | optime | ctest | algos | stop) "s_$st" >"$out/$st.log" 2>&1 ;;
+    env | cuda | smoke | optime | ctest | algos | stop | wait | aslimit) "s_$st" >"$out/$st.log" 2>&1 ;;
     *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1
        rc=$?
        # the phase's own files one level up: the device tool brings back

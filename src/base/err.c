@@ -28,12 +28,18 @@ static void name_limit(int code)
     uint64_t limit, room;
     size_t n = strlen(msg);
     char s1[32], s2[32];
+    /* CUDA's runtime maps address space of its own as it starts: an H200 under
+     * 4,000,000 KB said only "no usable GPU: out of memory" (64,000,000 KB trained) */
+    int cuda = code == BFIT_EDEVICE && strstr(msg, "(cudaErrorMemoryAllocation)");
 
-    if (code != BFIT_ENOMEM || !strstr(msg, "out of host memory") || strstr(msg, "ulimit") ||
-        !bfit_as_room(&limit, &room))
+    if ((code != BFIT_ENOMEM || !strstr(msg, "out of host memory")) && !cuda)
         return;
-    snprintf(msg + n, sizeof msg - n, ": the address-space limit (ulimit -v) of %s leaves %s unmapped: raise "
-             "ulimit -v", bfit_format_size(limit, s1, sizeof s1), bfit_format_size(room, s2, sizeof s2));
+    if (strstr(msg, "ulimit") || !bfit_as_room(&limit, &room))
+        return;
+    snprintf(msg + n, sizeof msg - n, ": %sthe address-space limit (ulimit -v) of %s leaves %s unmapped: raise "
+             "ulimit -v%s", cuda ? "the CUDA driver maps more as it starts than " : "",
+             bfit_format_size(limit, s1, sizeof s1), bfit_format_size(room, s2, sizeof s2),
+             cuda ? " or lift it" : "");
 }
 
 int bfit_vfail(int code, const char *fmt, va_list ap)

@@ -136,3 +136,68 @@ int bfit_run_wait_for_memory(bfit_run *r)
                            di.shared ? bfit_format_secs(r->waited, s3, sizeof s3) : "",
                            di.shared ? " for it to come back" : "");
 }
+
+/* At the start, micro-batch 1 lacks what other processes hold: the device
+ * is shared, its whole memory (r->configured, the ceiling) would hold it,
+ * and no memory schedule set the capacity. Bytes missing now, 0 if none. */
+static uint64_t start_missing(bfit_run *r, uint64_t *need)
+{
+    bfit_device_info di;
+    uint64_t budget = bfit_plan_budget(bfit_arena_capacity(r->s.arena), r->cfg.margin);
+
+    bfit_device_info_get(r->s.dev, &di);
+    *need = bfit_run_plan_one(r);
+    if (!di.shared || di.limited || r->pos.nmem > 0 || *need == UINT64_MAX ||
+        *need > bfit_plan_budget(r->configured, r->cfg.margin))
+        return 0;
+    return *need > budget ? *need - budget : 0;
+}
+
+int bfit_run_start_short_of_shared(bfit_run *r)
+{
+    uint64_t need;
+    return start_missing(r, &need) > 0;
+}
+
+/* Not even micro-batch 1 fits in what a shared device has free at the
+ * start (bfit_run_start_short_of_shared): wait for it as a step would, up to
+ * cfg.wait_for_memory, reading the device again (the capacity follows it up
+ * to the ceiling). BFIT_OK when it may fit now; else BFIT_ENOMEM saying what
+ * the others hold and how long it waited (nothing to checkpoint yet). */
+int bfit_run_wait_to_start(bfit_run *r)
+{
+    double t0 = bfit_clock_mono(), delay = 0.05, now = t0;
+    uint64_t need, miss = start_missing(r, &need), free_b = 0, total = 0;
+    char s1[32], s2[32], s3[32], s4[32], s5[32];
+
+    if (r->wait_until == 0) {
+        r->wait_until = t0 + r->cfg.wait_for_memory;
+        if (r->cfg.wait_for_memory > 0)
+            say_waiting(r, need, miss, r->cfg.wait_for_memory);
+    }
+    while (miss && now < r->wait_until && !bfit_run_stop_requested(r)) {
+        double left = r->wait_until - now;
+        nap(r, delay < left ? delay : left);
+        delay = delay * 2 < 5 ? delay * 2 : 5;
+        bfit_run_watch_device(r);
+        miss = start_missing(r, &need);
+        now = bfit_clock_mono();
+    }
+    r->waited += now - t0;
+    if (bfit_run_stop_requested(r))
+        return bfit_fail(BFIT_ESTOPPED, "stopped on request while waiting for memory to start");
+    if (miss == 0) {
+        bfit_log_event(&r->lg, "memory_back", "\"step\":0,\"waited\":%.3f", r->waited);
+        bfit_log_say(&r->lg, "batchfit: memory came back after %s", bfit_format_secs(r->waited, s3, sizeof s3));
+        r->wait_until = 0;
+        return BFIT_OK;
+    }
+    bfit_device_memory(r->s.dev, &free_b, &total);
+    return bfit_fail_field(BFIT_ENOMEM, "wait_for_memory", "not even micro-batch 1 fits in what the device has free: "
+                           "it needs %s, %s is missing; other processes hold the rest (%s free of %s)%s%s%s",
+                           bfit_format_size(need, s1, sizeof s1), bfit_format_size(miss, s2, sizeof s2),
+                           bfit_format_size(free_b, s4, sizeof s4), bfit_format_size(total, s5, sizeof s5),
+                           r->cfg.wait_for_memory > 0 ? "; waited " : ": --wait-for-memory waits for them",
+                           r->cfg.wait_for_memory > 0 ? bfit_format_secs(r->waited, s3, sizeof s3) : "",
+                           r->cfg.wait_for_memory > 0 ? " for it to come back" : "");
+}

@@ -894,6 +894,21 @@ static int first_decision(bfit_run *r)
     return rc;
 }
 
+/* The most memory the run may have: --memory, or on a device shared with
+ * other processes all of it but what this process holds outside the arena
+ * (the capacity follows what is free up to this, so memory another process
+ * held at the start comes back to the run); else what was free at the start. */
+static uint64_t ceiling(bfit_run *r)
+{
+    bfit_device_info di;
+    uint64_t cap = bfit_arena_capacity(r->s.arena), free_b, total;
+
+    bfit_device_info_get(r->s.dev, &di);
+    if (r->cfg.memory || !di.shared || di.limited || bfit_device_memory(r->s.dev, &free_b, &total) != BFIT_OK)
+        return cap;
+    return total > di.overhead && total - di.overhead > cap ? total - di.overhead : cap;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
@@ -914,7 +929,7 @@ static int setup(bfit_run *r)
         r->lg.ud = r->cfg.cb_ud;
         r->log_open = 1;
     }
-    r->configured = bfit_arena_capacity(r->s.arena);
+    r->configured = ceiling(r);
     bfit_run_apply_memory_schedule(r, 0);
     bfit_run_watch_device(r);
     r->base_capacity = bfit_arena_capacity(r->s.arena);
@@ -948,6 +963,13 @@ static int setup(bfit_run *r)
     controller_config(r, &cc);
     r->fixed_bytes = cc.fixed_bytes;
     rc = bfit_controller_new(&cc, &r->ctl);
+    while (rc == BFIT_ENOMEM && bfit_run_start_short_of_shared(r)) { /* another process holds it */
+        if ((rc = bfit_run_wait_to_start(r)) != BFIT_OK)
+            return rc;
+        r->base_capacity = bfit_arena_capacity(r->s.arena);
+        controller_config(r, &cc);
+        rc = bfit_controller_new(&cc, &r->ctl);
+    }
     if (rc == BFIT_ENOMEM)
         return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK)

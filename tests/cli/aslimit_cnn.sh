@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# aslimit_cnn.sh BATCHFIT SOURCE_DIR - small models under an address-space
+# aslimit_cnn.sh BATCHFIT SOURCE_DIR [PYTHON] - small models under an address-space
 # limit (ulimit -v): Fashion-MNIST's CNN refused at set-up with the limit to
 # raise to, and training where a tighter limit did; 8 threads with no room
 # beside a step said by every command; eval of a large input. (resnet50's
@@ -9,6 +9,7 @@
 set -u
 bin=$1
 src=$2
+py=${3:-/usr/bin/python3} # with numpy: it makes an image folder
 . "$src/tests/cli/aslimit_lib.sh"
 
 # (where a smaller --eval-batch makes up what a step lacks it is named:
@@ -43,7 +44,7 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
   # a loader thread with no room for its stack said "cannot start the
   # loader threads", the limit unnamed: 64 of them (8 MiB of stack each)
   # under 300 MB
-  if /usr/bin/python3 "$src/scripts/img_folders.py" fmnist "$tmp/fm" --per-class 2 --format png >/dev/null; then
+  if "$py" "$src/scripts/img_folders.py" fmnist "$tmp/fm" --per-class 2 --format png >/dev/null; then
     limited 300000 1 "out of host memory: cannot start loader thread [0-9]+ of 64 \\(.*\\): the address-space limit \\(ulimit -v\\) of .* leaves .* unmapped: raise ulimit -v" \
       train --model "$src/models/cnn.cfg" --data "$tmp/fm" --max-steps 1 --threads 2 --loader-threads 64 --device cpu
   else

@@ -9,7 +9,7 @@ set_tests_properties(cli_aslimit PROPERTIES TIMEOUT 600 LABELS nosan WORKING_DIR
 # the small CNN's cases: tests/cli/aslimit_cnn.sh
 add_test(NAME cli_aslimit_cnn
          COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/aslimit_cnn.sh $<TARGET_FILE:batchfit_cli>
-                 ${PROJECT_SOURCE_DIR})
+                 ${PROJECT_SOURCE_DIR} ${BFIT_PYTHON})
 set_tests_properties(cli_aslimit_cnn PROPERTIES TIMEOUT 300 LABELS nosan WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 # what the log says under a limit: tests/cli/aslimit_log.sh (seconds)
 add_test(NAME cli_aslimit_log
