@@ -38,19 +38,29 @@ int bfit_device_cuda_new(int index, bfit_device **out) { return bfit_device_cuda
 static void *plugin;
 static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
 static char plugin_err[1024];
+static int plugin_err_found; /* plugin_err is about a file that is there */
 
+/* The error kept is the first file's that is there and does not load (an
+ * undefined symbol, another build's), else the first: a module in the build
+ * directory that did not load was reported as the install directory's
+ * missing file (the H200, 2026-12-04). */
 static void *try_open(const char *path, char *why, size_t n)
 {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h && !why[0])
-        snprintf(why, n, "%s", dlerror());
+    const char *e = h ? NULL : dlerror();
+    int found = !h && access(path, F_OK) == 0;
+
+    if (!h && (!why[0] || (found && !plugin_err_found))) {
+        snprintf(why, n, "%.1000s", e ? e : path);
+        plugin_err_found = found;
+    }
     return h;
 }
 
 static void load_plugin(void)
 {
     const char *env = getenv("BFIT_CUDA_PLUGIN");
-    char exe[4096], path[4200], *slash;
+    char exe[4096], path[4200] = "", *slash;
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
 
     plugin_err[0] = '\0';
@@ -63,13 +73,16 @@ static void load_plugin(void)
         if ((slash = strrchr(exe, '/'))) {
             *slash = '\0';
             snprintf(path, sizeof path, "%s/../lib/batchfit/libbatchfit_cuda.so", exe);
-            if ((plugin = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
+            if ((plugin = try_open(path, plugin_err, sizeof plugin_err)))
                 return;
         }
     }
     if ((plugin = try_open(BFIT_CUDA_PLUGIN_INSTALL, plugin_err, sizeof plugin_err)))
         return;
     plugin = try_open(BFIT_CUDA_PLUGIN_BUILD, plugin_err, sizeof plugin_err);
+    if (!plugin && !plugin_err_found) /* none is there: say where it was looked for */
+        snprintf(plugin_err, sizeof plugin_err, "it is in none of %.300s%s%.300s, %.300s", path, path[0] ? ", " : "",
+                 BFIT_CUDA_PLUGIN_INSTALL, BFIT_CUDA_PLUGIN_BUILD);
 }
 
 /* Whether the NVIDIA driver's library loads. Without it no GPU can open, and
