@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "batch/plan.h"
+#include "batch/session.h"
 #include "device/device.h"
 #include "nn/zoo.h"
 #include "tensor/safetensors.h"
@@ -622,10 +623,25 @@ static void test_final_eval_failure_saves(void **st)
     assert_false(file_exists(mid));
 }
 
+/* "synthetic" data is 512 samples unless they would pass 512 MiB a set,
+ * then as many as fit in it, at least 8: 512 of 3x2048x2048 were 24 GiB a
+ * set (a GPU run spent about 110 s making them). */
+static void test_synthetic_count(void **st)
+{
+    (void)st;
+    assert_int_equal(bfit_synthetic_count(bfit_shape_chw(1, 28, 28)), 512);
+    assert_int_equal(bfit_synthetic_count(bfit_shape_chw(3, 224, 224)), 512); /* 294 MiB: ResNet-50's */
+    assert_int_equal(bfit_synthetic_count(bfit_shape_chw(1, 1024, 256)), 512); /* 1 MiB each: the edge */
+    assert_int_equal(bfit_synthetic_count(bfit_shape_chw(1, 1024, 257)), 510); /* 512 MiB / 1,052,672 B */
+    assert_int_equal(bfit_synthetic_count(bfit_shape_chw(3, 2048, 2048)), 10);
+    assert_int_equal(bfit_synthetic_count(bfit_shape_chw(3, 8192, 8192)), 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_object),
+        cmocka_unit_test(test_synthetic_count),
         cmocka_unit_test(test_eval_batch_mlp),
         cmocka_unit_test(test_eval_batch_cnn),
         cmocka_unit_test(test_error_event),

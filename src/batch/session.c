@@ -10,6 +10,11 @@
 #include <string.h>
 
 #define SYNTHETIC_COUNT 512 /* samples of "synthetic" data; streams cycle through them */
+/* ... fewer where they would pass this many bytes a set (at least 8): 512
+ * samples of 3x2048x2048 were 24 GiB a set, and a run on a GPU spent about
+ * 110 s making them (the H200, 2026-12-04); ResNet-50's 224x224 stay 512 */
+#define SYNTHETIC_BYTES (512ull << 20)
+#define SYNTHETIC_FEWEST 8
 
 /* The device asked for, or the one --device auto chooses for the model in
  * the run's precision; the choice and its reason are kept for the log. */
@@ -73,9 +78,16 @@ static int synthetic_tokens(const bfit_model *M, uint64_t seed, bfit_dataset **o
     return rc;
 }
 
+int bfit_synthetic_count(bfit_shape input)
+{
+    uint64_t each = (uint64_t)bfit_shape_numel(input) * sizeof(float), most = each ? SYNTHETIC_BYTES / each : 0;
+    return most >= SYNTHETIC_COUNT ? SYNTHETIC_COUNT : most > SYNTHETIC_FEWEST ? (int)most : SYNTHETIC_FEWEST;
+}
+
 static int synthetic_data(const bfit_model *M, uint64_t seed, bfit_dataset **out)
 {
-    int64_t numel = bfit_shape_numel(M->input), n = (int64_t)SYNTHETIC_COUNT * numel;
+    int count = bfit_synthetic_count(M->input);
+    int64_t numel = bfit_shape_numel(M->input), n = (int64_t)count * numel;
     float *x;
     int32_t *y;
     int rc;
@@ -83,17 +95,17 @@ static int synthetic_data(const bfit_model *M, uint64_t seed, bfit_dataset **out
     if (M->input_dtype == BFIT_I32)
         return synthetic_tokens(M, seed, out);
     x = malloc(sizeof *x * (size_t)n);
-    y = malloc(sizeof *y * SYNTHETIC_COUNT);
+    y = malloc(sizeof *y * (size_t)count);
     if (!x || !y) {
         free(x);
         free(y);
-        return bfit_fail(BFIT_ENOMEM, "out of host memory for %d synthetic samples", SYNTHETIC_COUNT);
+        return bfit_fail(BFIT_ENOMEM, "out of host memory for %d synthetic samples", count);
     }
     for (int64_t i = 0; i < n; i++)
         x[i] = (float)(bfit_rand_unit(seed, (uint64_t)i) - 0.5);
-    for (int i = 0; i < SYNTHETIC_COUNT; i++)
+    for (int i = 0; i < count; i++)
         y[i] = i % M->nclasses;
-    rc = bfit_dataset_from_floats(M->input, SYNTHETIC_COUNT, M->nclasses, x, y, out);
+    rc = bfit_dataset_from_floats(M->input, count, M->nclasses, x, y, out);
     free(x);
     free(y);
     return rc;

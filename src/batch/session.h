@@ -65,6 +65,9 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c);
  * build the model on it (nothing of it must be allocated yet): how a run
  * resolves conv_algo auto. */
 int bfit_session_reopen(bfit_session *s, const bfit_session_cfg *c, bfit_conv_algo algo);
+/* The samples of "synthetic" data of this input shape (images; a token
+ * model's are windows): 512, fewer where they would pass 512 MiB (at least 8). */
+int bfit_synthetic_count(bfit_shape input);
 /* Release everything (safe on a zeroed or half-opened session). */
 void bfit_session_close(bfit_session *s);
 
