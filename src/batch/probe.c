@@ -451,15 +451,9 @@ static int rungs_for(int smallest, int largest)
 static int room_now(const probe *p, uint64_t *cap)
 {
     bfit_device_info di;
-    bfit_arena_stats st;
-    uint64_t free_b, total;
 
     bfit_device_info_get(p->M->dev, &di);
-    if (!di.limited || bfit_device_memory(p->M->dev, &free_b, &total) != BFIT_OK)
-        return 0;
-    bfit_arena_stats_get(p->arena, &st);
-    *cap = st.reserved + free_b;
-    return 1;
+    return di.limited && bfit_device_room(p->M->dev, p->arena, cap, NULL) == BFIT_OK;
 }
 
 /* The search takes the room left once everything is loaded, or it finds a

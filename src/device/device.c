@@ -344,6 +344,21 @@ int bfit_device_memory(bfit_device *d, uint64_t *free_bytes, uint64_t *total_byt
  * leaves no more than the room kept beside a step (the threads' stacks and
  * malloc arenas, made with the device, took the rest): that is said, not
  * that the memory is unknown. */
+int bfit_device_room(bfit_device *d, const bfit_arena *a, uint64_t *room, uint64_t *free_b)
+{
+    bfit_arena_stats st;
+    uint64_t f = 0;
+    int rc = bfit_device_memory(d, &f, NULL);
+
+    if (rc != BFIT_OK)
+        return rc;
+    bfit_arena_stats_get(a, &st);
+    *room = st.reserved + f;
+    if (free_b)
+        *free_b = f;
+    return BFIT_OK;
+}
+
 int bfit_device_free_memory(bfit_device *d, uint64_t *out)
 {
     bfit_device_info di;

@@ -62,6 +62,11 @@ bfit_arena *bfit_device_arena_new(bfit_device *d, uint64_t capacity);
  * BFIT_ENOMEM naming the limit, the room left and the threads; else
  * BFIT_EINVAL on option "memory" (give one). Every command asks here. */
 int bfit_device_free_memory(bfit_device *d, uint64_t *out);
+/* The room an arena over d has now: what it holds (its blocks) and what the
+ * device has free, in *room (and the free part in *free_b, may be NULL).
+ * What a run, find and evaluation follow where the device's free memory moves
+ * outside the arena (a shared GPU, the CPU under ulimit -v). */
+int bfit_device_room(bfit_device *d, const bfit_arena *a, uint64_t *room, uint64_t *free_b);
 
 
 typedef struct bfit_op bfit_op;

@@ -285,6 +285,11 @@ int64_t bfit_model_param_count(const bfit_model *M)
     return n;
 }
 
+uint64_t bfit_model_sample_host_bytes(const bfit_model *M)
+{
+    return sizeof(float) * (uint64_t)bfit_shape_numel(M->input) + sizeof(int32_t) * (uint64_t)M->labels_per_sample;
+}
+
 int bfit_model_min_batch(const bfit_model *M)
 {
     int m = 1;

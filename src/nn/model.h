@@ -248,6 +248,9 @@ int64_t bfit_model_param_count(const bfit_model *M); /* trainable scalars */
 /* The smallest micro-batch a training step can run: 1, or more where a
  * layer needs it (batch norm over vectors needs two values per channel). */
 int bfit_model_min_batch(const bfit_model *M);
+/* A sample's bytes in the host's staging: its input as f32 and its labels
+ * as int32 (labels_per_sample). */
+uint64_t bfit_model_sample_host_bytes(const bfit_model *M);
 /* A token model's embedding vocabulary: its ids are [0, vocab); 0 for a
  * model whose input is not token ids. */
 int bfit_model_vocab(const bfit_model *M);

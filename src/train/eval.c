@@ -318,18 +318,13 @@ static int eval_want(const bfit_eval_cfg *cfg, const bfit_dataset *test)
  * the largest whose plan fits beside its staging; the arena keeps the rest. */
 static int choose_saved_eval_batch(bfit_session *s, const bfit_eval_cfg *cfg, int want, int *m)
 {
-    uint64_t host = 2 * (sizeof(float) * (uint64_t)bfit_shape_numel(s->M->input) +
-                         sizeof(int32_t) * (uint64_t)s->M->labels_per_sample);
-    uint64_t free_b, total, cap;
+    uint64_t host = 2 * bfit_model_sample_host_bytes(s->M), cap;
     bfit_device_info di;
-    bfit_arena_stats st;
     int lo = 0, hi = want, k;
 
     bfit_device_info_get(s->dev, &di);
-    if (cfg->memory || !di.limited || bfit_device_memory(s->dev, &free_b, &total) != BFIT_OK)
+    if (cfg->memory || !di.limited || bfit_device_room(s->dev, s->arena, &cap, NULL) != BFIT_OK)
         return choose_eval_batch(s->M, s->arena, 0, want, m);
-    bfit_arena_stats_get(s->arena, &st);
-    cap = st.reserved + free_b;
     while (lo < hi) { /* the largest k whose plan fits in the room less k samples' staging */
         int mid = lo + (hi - lo + 1) / 2;
         bfit_arena_set_capacity(s->arena, cap > host * (uint64_t)mid ? cap - host * (uint64_t)mid : 0);

@@ -56,15 +56,13 @@ int bfit_run_apply_memory_schedule(bfit_run *r, int64_t upto)
 void bfit_run_watch_device(bfit_run *r)
 {
     bfit_device_info di;
-    bfit_arena_stats st;
-    uint64_t free_b, total, cap, now;
+    uint64_t free_b, room, cap, now;
     char s1[32], s2[32];
 
     bfit_device_info_get(r->s.dev, &di);
-    if (!(di.shared || di.limited) || bfit_device_memory(r->s.dev, &free_b, &total) != BFIT_OK)
+    if (!(di.shared || di.limited) || bfit_device_room(r->s.dev, r->s.arena, &room, &free_b) != BFIT_OK)
         return;
-    bfit_arena_stats_get(r->s.arena, &st);
-    cap = st.reserved + free_b < r->configured ? st.reserved + free_b : r->configured;
+    cap = room < r->configured ? room : r->configured;
     now = bfit_arena_capacity(r->s.arena);
     if (cap == now || (cap > now ? cap - now : now - cap) < WATCH_STEP)
         return;

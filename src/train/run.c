@@ -470,8 +470,7 @@ uint64_t bfit_run_headroom_short(void)
  * a smaller --eval-batch did not help. */
 void bfit_run_eval_hint(const bfit_run *r, uint64_t short_by, char *buf, size_t n)
 {
-    size_t sample = sizeof(float) * (size_t)bfit_shape_numel(r->s.M->input) +
-                    sizeof(int32_t) * (size_t)r->s.M->labels_per_sample;
+    uint64_t sample = bfit_model_sample_host_bytes(r->s.M);
     uint64_t beyond = r->eval_m > r->max_take ? (uint64_t)(r->eval_m - r->max_take) * sample * 2 : 0;
     char s1[32];
 
@@ -503,7 +502,7 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
         return rc;
     r->eval_m = eval_most(r);
     most = r->max_take > r->eval_m ? r->max_take : r->eval_m;
-    bytes = (size_t)most * (sizeof(float) * (size_t)numel + sizeof(int32_t) * (size_t)r->s.M->labels_per_sample);
+    bytes = (size_t)most * (size_t)bfit_model_sample_host_bytes(r->s.M);
     r->stage_x = malloc(sizeof(float) * (size_t)most * (size_t)numel);
     r->stage_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)r->s.M->labels_per_sample);
     if (c->seq_max) { /* sorting a step's sequences and packing a micro-batch at its length */
