@@ -43,6 +43,28 @@ static void say_waiting(bfit_run *r, uint64_t need, uint64_t miss, double limit)
                  bfit_format_size(miss, s2, sizeof s2), bfit_format_secs(limit, s3, sizeof s3));
 }
 
+typedef uint64_t (*missing_fn)(bfit_run *r, uint64_t *need);
+
+/* Read the device with a growing interval (to 5 s) until nothing is
+ * missing, r->wait_until has passed or a stop is asked: what is missing
+ * then; the seconds it took in *took (also added to r->waited). */
+static uint64_t poll(bfit_run *r, missing_fn missing, uint64_t miss, uint64_t *need, double *took)
+{
+    double t0 = bfit_clock_mono(), now = t0, delay = 0.05;
+
+    while (miss && now < r->wait_until && !bfit_run_stop_requested(r)) {
+        double left = r->wait_until - now;
+        nap(r, delay < left ? delay : left);
+        delay = delay * 2 < 5 ? delay * 2 : 5;
+        bfit_run_watch_device(r);
+        miss = missing(r, need);
+        now = bfit_clock_mono();
+    }
+    *took = now - t0;
+    r->waited += *took;
+    return miss;
+}
+
 /* What a rerun's limit must add for micro-batch 1: the room it gets grows
  * with the limit byte for byte, the budget by 1 - margin of it; and the
  * room kept for kernels where it is short now. */
@@ -85,7 +107,7 @@ static int limit_refusal(bfit_run *r, uint64_t need, uint64_t miss)
 int bfit_run_wait_for_memory(bfit_run *r)
 {
     bfit_device_info di;
-    double t0 = bfit_clock_mono(), delay = 0.05, now = t0;
+    double now = bfit_clock_mono(), took;
     uint64_t need, miss = missing_for_one(r, &need);
     char s1[32], s2[32], s3[32];
 
@@ -95,26 +117,18 @@ int bfit_run_wait_for_memory(bfit_run *r)
         return BFIT_OK;
     }
     if (r->wait_until == 0)
-        r->wait_until = t0 + (di.shared ? r->cfg.wait_for_memory : 0);
+        r->wait_until = now + (di.shared ? r->cfg.wait_for_memory : 0);
     if (now < r->wait_until)
         say_waiting(r, need, miss, r->wait_until - now);
-    while (miss && now < r->wait_until && !bfit_run_stop_requested(r)) {
-        double left = r->wait_until - now;
-        nap(r, delay < left ? delay : left);
-        delay = delay * 2 < 5 ? delay * 2 : 5;
-        bfit_run_watch_device(r);
-        miss = missing_for_one(r, &need);
-        now = bfit_clock_mono();
-    }
-    r->waited += now - t0;
-    r->step_waited += now - t0;
+    miss = poll(r, missing_for_one, miss, &need, &took);
+    r->step_waited += took;
     if (bfit_run_stop_requested(r))
         return bfit_fail(BFIT_ESTOPPED, "stopped on request while waiting for memory in step %lld: the run is at "
                          "step %lld", (long long)r->pos.step + 1, (long long)r->pos.step);
     if (miss == 0) {
-        bfit_log_event(&r->lg, "memory_back", "\"step\":%lld,\"waited\":%.3f", (long long)r->pos.step, now - t0);
+        bfit_log_event(&r->lg, "memory_back", "\"step\":%lld,\"waited\":%.3f", (long long)r->pos.step, took);
         bfit_log_say(&r->lg, "batchfit: step %lld: memory came back after %s", (long long)r->pos.step + 1,
-                     bfit_format_secs(now - t0, s3, sizeof s3));
+                     bfit_format_secs(took, s3, sizeof s3));
         bfit_run_memory_now(r);
         return BFIT_OK;
     }
@@ -166,24 +180,16 @@ int bfit_run_start_short_of_shared(bfit_run *r)
  * the others hold and how long it waited (nothing to checkpoint yet). */
 int bfit_run_wait_to_start(bfit_run *r)
 {
-    double t0 = bfit_clock_mono(), delay = 0.05, now = t0;
     uint64_t need, miss = start_missing(r, &need), free_b = 0, total = 0;
     char s1[32], s2[32], s3[32], s4[32], s5[32];
+    double took;
 
     if (r->wait_until == 0) {
-        r->wait_until = t0 + r->cfg.wait_for_memory;
+        r->wait_until = bfit_clock_mono() + r->cfg.wait_for_memory;
         if (r->cfg.wait_for_memory > 0)
             say_waiting(r, need, miss, r->cfg.wait_for_memory);
     }
-    while (miss && now < r->wait_until && !bfit_run_stop_requested(r)) {
-        double left = r->wait_until - now;
-        nap(r, delay < left ? delay : left);
-        delay = delay * 2 < 5 ? delay * 2 : 5;
-        bfit_run_watch_device(r);
-        miss = start_missing(r, &need);
-        now = bfit_clock_mono();
-    }
-    r->waited += now - t0;
+    miss = poll(r, start_missing, miss, &need, &took);
     if (bfit_run_stop_requested(r))
         return bfit_fail(BFIT_ESTOPPED, "stopped on request while waiting for memory to start");
     if (miss == 0) {
