@@ -3,6 +3,8 @@
 #include "batchfit.h" /* bfit_format_size */
 
 #include <fcntl.h>
+#include <malloc.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -53,4 +55,15 @@ void bfit_as_raise(uint64_t raise, char *buf, size_t n)
     kib = (limit + raise + (1u << 20) - 1) / (1u << 20) * 1024; /* up to a whole MiB */
     snprintf(buf, n, "raise ulimit -v by at least %s (`ulimit -v %llu` or more)",
              bfit_format_size(raise, s1, sizeof s1), (unsigned long long)kib);
+}
+
+void bfit_as_one_heap(void)
+{
+    struct rlimit rl;
+
+    if (getenv("MALLOC_ARENA_MAX") || getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return;
+#ifdef M_ARENA_MAX
+    mallopt(M_ARENA_MAX, 1);
+#endif
 }

@@ -49,6 +49,17 @@ int bfit_as_room(uint64_t *limit, uint64_t *room);
  * raise is 0 or there is no limit. */
 void bfit_as_raise(uint64_t raise, char *buf, size_t n);
 
+/* Under an address-space limit, one malloc heap for every thread (glibc's
+ * M_ARENA_MAX 1) unless the environment's MALLOC_ARENA_MAX says otherwise:
+ * glibc gives a thread that allocates a heap of 64 MiB of address space of
+ * its own while the limit leaves room for one, so the room a step had
+ * depended on how many were made (Python training Fashion-MNIST's CNN on 2
+ * threads was refused under 350 to 500 MB and trained under 600; with one
+ * heap from 350 MB). Devices call it as they are made, before their
+ * threads; a training step does not allocate, so no thread waits on the
+ * heap. Arenas made before stay (glibc applies the limit to the next). */
+void bfit_as_one_heap(void);
+
 /* This process's mapped address space and resident memory
  * (/proc/self/statm), 1 if read, else 0 with both 0. Read with open/read
  * into the stack: no heap (stdio's fopen would allocate). */

@@ -55,7 +55,9 @@ static void wait_policy(char **argv)
  * many were made: Fashion-MNIST's CNN trained under 300 MB, was refused
  * under 350 to 400 MB and trained from 450 MB. One heap for every thread:
  * a training step does not allocate, so no thread waits on it. Set before
- * any thread is made; the user's MALLOC_ARENA_MAX, if set, stands. */
+ * any thread is made (the signal thread's included: the library sets it too,
+ * but as its devices are made, bfit_as_one_heap, not reachable from here);
+ * the user's MALLOC_ARENA_MAX, if set, stands. */
 static void one_heap_under_limit(void)
 {
     struct rlimit rl;

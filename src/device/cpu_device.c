@@ -508,6 +508,7 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
     *out = NULL;
     if (c.threads < 0)
         return bfit_fail(BFIT_EINVAL, "cpu: threads must be >= 0 (0: OpenMP's setting), got %d", c.threads);
+    bfit_as_one_heap(); /* before the threads are made (bfit_cpu_make_arenas) */
     if ((rc = bfit_cpu_isa_init()) != BFIT_OK) /* a bad $BFIT_CPU_ISA, or a CPU the build cannot run on */
         return rc;
     d = calloc(1, sizeof *d);

@@ -117,6 +117,7 @@ int bfit_device_cuda_new_cfg(int index, const bfit_cuda_cfg *cfg, bfit_device **
     int rc;
 
     *out = NULL;
+    bfit_as_one_heap(); /* before CUDA's threads and the streams' */
     pthread_once(&plugin_once, load_plugin);
     if (!plugin)
         return bfit_fail(BFIT_EDEVICE, "the CUDA backend (libbatchfit_cuda.so) could not be loaded: %s; set "
@@ -363,7 +364,8 @@ int bfit_device_free_memory(bfit_device *d, uint64_t *out)
 {
     bfit_device_info di;
     uint64_t total, limit, room;
-    char s1[32], s2[32], s3[32];
+    char s1[32], s2[32], s3[32], heaps[128] = "";
+    const char *arenas = getenv("MALLOC_ARENA_MAX");
     int rc = bfit_device_memory(d, out, &total);
 
     if (rc == BFIT_OK && *out)
@@ -372,12 +374,13 @@ int bfit_device_free_memory(bfit_device *d, uint64_t *out)
     bfit_device_info_get(d, &di);
     if (rc != BFIT_OK || !di.limited || !bfit_as_room(&limit, &room))
         return bfit_fail_field(BFIT_EINVAL, "memory", "cannot tell the device's free memory: give one, e.g. 16GiB");
+    if (arenas && strcmp(arenas, "1")) /* else one heap for all (bfit_as_one_heap) */
+        snprintf(heaps, sizeof heaps, ", and a malloc heap of 64 MiB of its own: MALLOC_ARENA_MAX is %.16s", arenas);
     return bfit_fail(BFIT_ENOMEM, "out of host memory: the address-space limit (ulimit -v) of %s leaves %s unmapped "
                      "once the device and its %d threads are set up, no more than the %s kept beside a step for "
-                     "oneDNN's kernels: raise ulimit -v or use fewer threads (each maps its stack, and a malloc heap "
-                     "of 64 MiB of its own unless MALLOC_ARENA_MAX=1)",
+                     "oneDNN's kernels: raise ulimit -v or use fewer threads (each maps its stack%s)",
                      bfit_format_size(limit, s1, sizeof s1), bfit_format_size(room, s2, sizeof s2), di.threads,
-                     bfit_format_size(BFIT_AS_HEADROOM, s3, sizeof s3));
+                     bfit_format_size(BFIT_AS_HEADROOM, s3, sizeof s3), heaps);
 }
 
 const bfit_block_source *bfit_device_blocks(const bfit_device *d) { return &d->blocks; }
