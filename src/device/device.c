@@ -341,10 +341,6 @@ int bfit_device_memory(bfit_device *d, uint64_t *free_bytes, uint64_t *total_byt
     return rc;
 }
 
-/* Under an address-space limit the device told no room because the limit
- * leaves no more than the room kept beside a step (the threads' stacks and
- * malloc arenas, made with the device, took the rest): that is said, not
- * that the memory is unknown. */
 int bfit_device_room(bfit_device *d, const bfit_arena *a, uint64_t *room, uint64_t *free_b)
 {
     bfit_arena_stats st;
@@ -360,6 +356,10 @@ int bfit_device_room(bfit_device *d, const bfit_arena *a, uint64_t *room, uint64
     return BFIT_OK;
 }
 
+/* Under an address-space limit the device told no room because the limit
+ * leaves no more than the room kept beside a step (the threads' stacks and
+ * malloc arenas, made with the device, took the rest): that is said, not
+ * that the memory is unknown. */
 int bfit_device_free_memory(bfit_device *d, uint64_t *out)
 {
     bfit_device_info di;

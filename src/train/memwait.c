@@ -167,23 +167,20 @@ static uint64_t start_missing(bfit_run *r, uint64_t *need)
     return *need > budget ? *need - budget : 0;
 }
 
-int bfit_run_start_short_of_shared(bfit_run *r)
-{
-    uint64_t need;
-    return start_missing(r, &need) > 0;
-}
-
-/* Not even micro-batch 1 fits in what a shared device has free at the
- * start (bfit_run_start_short_of_shared): wait for it as a step would, up to
- * cfg.wait_for_memory, reading the device again (the capacity follows it up
- * to the ceiling). BFIT_OK when it may fit now; else BFIT_ENOMEM saying what
- * the others hold and how long it waited (nothing to checkpoint yet). */
+/* Not even micro-batch 1 fits at the start. Where what it lacks is what
+ * other processes hold of a shared device, wait for it as a step would, up
+ * to cfg.wait_for_memory, reading the device again (the capacity follows it
+ * up to the ceiling): BFIT_OK when it may fit now; else BFIT_ENOMEM saying
+ * what the others hold and how long it waited (nothing to checkpoint yet).
+ * Elsewhere BFIT_ENOMEM saying how far from fitting the model is. */
 int bfit_run_wait_to_start(bfit_run *r)
 {
     uint64_t need, miss = start_missing(r, &need), free_b = 0, total = 0;
     char s1[32], s2[32], s3[32], s4[32], s5[32];
     double took;
 
+    if (miss == 0)
+        return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
     if (r->wait_until == 0) {
         r->wait_until = bfit_clock_mono() + r->cfg.wait_for_memory;
         if (r->cfg.wait_for_memory > 0)

@@ -908,6 +908,24 @@ static uint64_t ceiling(bfit_run *r)
     return total > di.overhead && total - di.overhead > cap ? total - di.overhead : cap;
 }
 
+/* The controller, in the capacity there is; where not even micro-batch 1
+ * fits, after waiting for what other processes hold of a shared device
+ * (memwait.c), or refused saying why. */
+static int new_controller(bfit_run *r, bfit_controller_config *cc)
+{
+    int rc;
+
+    controller_config(r, cc);
+    r->fixed_bytes = cc->fixed_bytes;
+    while ((rc = bfit_controller_new(cc, &r->ctl)) == BFIT_ENOMEM) {
+        if ((rc = bfit_run_wait_to_start(r)) != BFIT_OK)
+            return rc;
+        r->base_capacity = bfit_arena_capacity(r->s.arena);
+        controller_config(r, cc);
+    }
+    return rc;
+}
+
 static int setup(bfit_run *r)
 {
     bfit_controller_config cc;
@@ -959,19 +977,8 @@ static int setup(bfit_run *r)
     r->pc.M = r->s.M;
     if (r->cfg.fail_nth_alloc)
         bfit_arena_fail_nth(r->s.arena, r->cfg.fail_nth_alloc);
-    controller_config(r, &cc);
-    r->fixed_bytes = cc.fixed_bytes;
-    rc = bfit_controller_new(&cc, &r->ctl);
-    while (rc == BFIT_ENOMEM && bfit_run_start_short_of_shared(r)) { /* another process holds it */
-        if ((rc = bfit_run_wait_to_start(r)) != BFIT_OK)
-            return rc;
-        r->base_capacity = bfit_arena_capacity(r->s.arena);
-        controller_config(r, &cc);
-        rc = bfit_controller_new(&cc, &r->ctl);
-    }
-    if (rc == BFIT_ENOMEM)
-        return bfit_run_plan_fits_msg(r, bfit_plan_budget(r->base_capacity, r->cfg.margin));
-    if (rc != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK || (rc = open_streams(r, &cc)) != BFIT_OK)
+    if ((rc = new_controller(r, &cc)) != BFIT_OK || (rc = take_fixed(r)) != BFIT_OK ||
+        (rc = open_streams(r, &cc)) != BFIT_OK)
         return rc;
     if ((rc = first_decision(r)) != BFIT_OK)
         return rc;

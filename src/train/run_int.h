@@ -210,9 +210,9 @@ void bfit_run_memory_now(bfit_run *r); /* the controller told the capacity and w
 /* memwait.c: not even micro-batch 1 fits: wait for memory to come back
  * (a shared device) or fail with BFIT_ENOMEM saying what is missing */
 int bfit_run_wait_for_memory(bfit_run *r);
-/* ... and at the start, where micro-batch 1 lacks what other processes hold
- * of a shared device (the first says whether it does) */
-int bfit_run_start_short_of_shared(bfit_run *r);
+/* ... and at the start: BFIT_OK to try again, where it waited for what
+ * other processes held of a shared device; else why not even micro-batch 1
+ * fits */
 int bfit_run_wait_to_start(bfit_run *r);
 /* train.c: the metadata of a weights file (format first); bufs[0..1] are to be freed */
 #define RUN_META_MAX 8
