@@ -300,7 +300,12 @@ def test_no_room_under_an_address_space_limit(tmp_path):
     memory'). Each in a child of its own: the limit is the process's (one
     process running them one after another: the next test). Under 200 MB:
     with the one malloc heap the library keeps under a limit, 72 MiB are
-    left (with a heap per thread this was so under 600 MB)."""
+    left (with a heap per thread this was so under 600 MB). train's call
+    runs in a thread the package makes, which can get a malloc heap of its
+    own (64 MiB) before the library's first device sets one heap for all;
+    whether it does depends on glibc's timing (the fresh clone's checking
+    pass, 2026-12-04), and then the device's check for its threads' stacks
+    refuses first, naming the limit and the threads too."""
     cnn = os.path.join(os.path.dirname(__file__), "..", "..", "models", "cnn.cfg")
     weights = tmp_path / "cnn.safetensors"
     cli("train", "--model", cnn, "--data", "synthetic", "--max-steps", 1, "--eval-samples", 8, "--threads", 2,
@@ -311,7 +316,8 @@ def test_no_room_under_an_address_space_limit(tmp_path):
         assert r.returncode == 0, r.stderr
         ln = r.stdout.strip()
         assert " OutOfMemoryError '' out of host memory: the address-space limit (ulimit -v) of " in ln, ln
-        assert "once the device and its 8 threads are set up" in ln, ln
+        assert ("once the device and its 8 threads are set up" in ln or
+                (name == "train" and "the device's 7 more threads (OpenMP makes a team" in ln)), ln
         assert "raise ulimit -v or use fewer threads" in ln, ln
 
 
