@@ -13,7 +13,8 @@
 # shown), stop (SIGTERM and resume, six runs on the GPU), wait
 # (--wait-for-memory beside a co-tenant that takes the GPU's memory), aslimit
 # (the GPU under ulimit -v), memcheck (compute-sanitizer over test_cuda_ops'
-# op tests), and run.sh's phases (plan cotenant ways speed finders; test runs
+# op tests), torch2 (the machine's PyTorch 2.x exports torchvision's models,
+# batchfit plans and trains them: bench/gpu/torch2.py), and run.sh's phases (plan cotenant ways speed finders; test runs
 # the whole suite). Each stage has its own time limit,
 # and the next runs whatever the last did.
 set -uo pipefail
@@ -143,13 +144,16 @@ s_aslimit() { # the GPU under an address-space limit (ulimit -v): CUDA's driver
   (ulimit -v 4000000 && timeout 30 "$bf" plan --model cnn --device cuda --batch 1,64; echo "exit $?")
 }
 s_memcheck() { # compute-sanitizer's memcheck over test_cuda_ops' op tests (its
-  # training steps skipped: slow under it); never run yet (written 2026-12-04,
-  # when KINDS.md had seen it find a planted out-of-bounds write on Firecracker)
+  # training steps skipped: slow under it). Its first run (2026-12-04, run 9)
+  # took 4 s and found no error; 3 tests failed for want of BFIT_SOURCE_DIR
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   [ -n "$cs" ] || { echo "device.sh: no compute-sanitizer here"; return 3; }
-  (cd "$b/tests" && BFIT_TEST_SKIP='test_training*' timeout 400 "$cs" --tool memcheck --error-exitcode 9 \
+  (cd "$b/tests" && BFIT_SOURCE_DIR=$src BFIT_TEST_SKIP='test_training*' timeout "${BFIT_MEMCHECK_S:-400}" "$cs" --tool memcheck --error-exitcode 9 \
     ./test_cuda_ops)
+}
+s_torch2() { # the machine's PyTorch 2.x exports torchvision's models; batchfit plans and trains them
+  timeout 900 "$PYTHON" bench/gpu/torch2.py "$bf" "$out/torch2" ${BFIT_TORCH2_MODELS:-}
 }
 s_ctest() {
   (cd "$b" && timeout 240 ctest -j"${BFIT_CTEST_J:-8}" --output-on-failure -R "${BFIT_CTEST_RE:-.}" -E "^mpi_")
@@ -158,7 +162,7 @@ for st in "$@"; do
   t=$(date +%s)
   echo "==== $st" >&2
   case $st in
-    env | cuda | smoke | optime | ctest | algos | stop | wait | aslimit | memcheck) "s_$st" >"$out/$st.log" 2>&1 ;;
+    env | cuda | smoke | optime | ctest | algos | stop | wait | aslimit | memcheck | torch2) "s_$st" >"$out/$st.log" 2>&1 ;;
     *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1
        rc=$?
        # the phase's own files one level up: the device tool brings back

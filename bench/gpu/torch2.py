@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""torch2.py BATCHFIT OUTDIR [NAME...]: the GPU machine's own PyTorch (2.x,
+where the project's tests run Debian's 1.13) exports torchvision's models to
+ONNX as batchfit.torch.export does (opset 17, training mode, a dynamic
+batch; the TorchScript exporter, dynamo=False, where torch has the choice),
+and each file is planned and trained by batchfit on the GPU: does an export
+of the PyTorch users have import, plan and train? Also says which of the
+Python package's own dependencies (cffi, onnx, numpy) this Python has.
+
+Models (10 classes): resnet18 and the ones whose layers reach the GPU's newer
+ops: mobilenet_v3_small and efficientnet_b0 (squeeze-and-excitation's channel
+scaling), densenet121 (concatenations), vit_b_16 at 224x224 (the class
+token's concatenation, the patches' transpose, the position embedding's add
+and the class token's slice)."""
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import torch
+import torchvision
+
+MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "vit_b_16"]
+
+
+def have(mod):
+    try:
+        m = importlib.import_module(mod)
+        return getattr(m, "__version__", "present")
+    except Exception as e:  # a missing or broken package: say which
+        return f"missing ({type(e).__name__}: {e})"
+
+
+def build(name):
+    if name == "efficientnet_b0":  # stochastic depth's Bernoulli does not export in training mode
+        return torchvision.models.efficientnet_b0(num_classes=10, stochastic_depth_prob=0.0)
+    return getattr(torchvision.models, name)(num_classes=10)
+
+
+def export(name, path):
+    kw = dict(opset_version=17, do_constant_folding=False, input_names=["input"], output_names=["logits"],
+              dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+              training=torch.onnx.TrainingMode.TRAINING)
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kw["dynamo"] = False
+    torch.manual_seed(0)
+    m = build(name).train()
+    t = time.time()
+    with warnings.catch_warnings():  # the tracer's notes on torchvision's Python
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (torch.randn(2, 3, 224, 224),), path, **kw)
+    print(f"{name}: exported in {time.time() - t:.1f} s, {os.path.getsize(path):,} bytes", flush=True)
+
+
+def run(cmd, limit):
+    t = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    lines = [l for l in (p.stdout + p.stderr).splitlines() if not l.startswith("epoch")]
+    print(f"$ {' '.join(cmd)}\n" + "\n".join(lines[-8:]) + f"\n(exit {p.returncode}, {time.time() - t:.1f} s)", flush=True)
+    return p.returncode
+
+
+def main():
+    bf, out = sys.argv[1], sys.argv[2]
+    names = sys.argv[3:] or MODELS
+    os.makedirs(out, exist_ok=True)
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, torchvision {torchvision.__version__}")
+    for mod in ("cffi", "onnx", "onnxscript", "numpy"):
+        print(f"  {mod}: {have(mod)}")
+    bad = 0
+    for name in names:
+        path = os.path.join(out, name + ".onnx")
+        try:
+            export(name, path)
+        except Exception as e:  # the exporter's many kinds
+            print(f"{name}: the export failed: {type(e).__name__}: {str(e)[:400]}")
+            bad += 1
+            continue
+        bad += run([bf, "plan", "--model", path, "--device", "cuda", "--batch", "1,32"], 120) != 0
+        bad += run([bf, "train", "--model", path, "--data", "synthetic", "--device", "cuda", "--batch", "32",
+                    "--epochs", "1", "--epoch-samples", "256", "--log", os.path.join(out, name + ".jsonl")], 240) != 0
+        os.remove(path)
+    print(f"torch2.py: {bad} failure(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
