@@ -23,6 +23,7 @@ module in PyTorch as batchfit evaluated it, feed it inputs standardised
 the same way (result.normalization holds the figures).
 """
 import errno
+import inspect
 import os
 import shutil
 import tempfile
@@ -47,6 +48,10 @@ def export(module, example_input, path, training=True):
     _check(module, example_input)
     kw = dict(opset_version=OPSET, do_constant_folding=False, input_names=["input"], output_names=["logits"],
               dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    if "dynamo" in inspect.signature(_torch.onnx.export).parameters:
+        # PyTorch 2.9 on exports with torch.export by default, which needs onnxscript
+        # and has no training mode; the TorchScript exporter is what the import knows
+        kw["dynamo"] = False
     modes = [_torch.onnx.TrainingMode.TRAINING, _torch.onnx.TrainingMode.PRESERVE] if training else \
         [_torch.onnx.TrainingMode.PRESERVE]
     if example_input.dim() >= 1 and example_input.shape[0] == 1:
