@@ -13,7 +13,11 @@ The library is looked for, in order:
 import os
 import re
 
-import cffi
+try:
+    import cffi
+except ImportError as _e:  # name the package and where it comes from, not only the module
+    raise ImportError(f"batchfit loads libbatchfit with cffi, which this Python lacks ({_e}): install it "
+                      f"(Debian: apt-get install python3-cffi; elsewhere: pip install cffi)") from _e
 
 # The public declarations the package uses, as include/batchfit.h has them
 # (structs the package only passes through are left incomplete).

@@ -125,8 +125,13 @@ def _put_back(module, saved):
 def _put_back_in_file(path, saved):
     """The file's initializers are the buffers after that forward: write the
     module's own there (the names are the state_dict's)."""
-    import onnx
-    import onnx.numpy_helper
+    try:
+        import onnx
+        import onnx.numpy_helper
+    except ImportError as e:
+        raise ImportError(f"batchfit.torch writes the module's buffers into the ONNX file with the onnx package, "
+                          f"which this Python lacks ({e}): install it (Debian: apt-get install python3-onnx; "
+                          f"elsewhere: pip install onnx)") from e
     m, changed = onnx.load(path), False
     for init in m.graph.initializer:
         t = saved.get(init.name)

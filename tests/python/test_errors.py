@@ -99,6 +99,41 @@ def test_not_the_library(tmp_path):
     assert "AttributeError" not in r.stderr, r.stderr
 
 
+_WITHOUT = """
+import sys
+class Block:  # an import of the named package fails as where it is not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == sys.argv[1]:
+            raise ModuleNotFoundError(f"No module named '{name}'")
+sys.meta_path.insert(0, Block())
+exec(sys.argv[2])
+"""
+
+
+def without(package, code):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(batchfit.__file__)))
+    return subprocess.run([sys.executable, "-c", _WITHOUT, package, code], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_missing_dependency_is_named():
+    """Without cffi the import says which package and how to get it, not only
+    'No module named cffi' from inside the package; without onnx so does
+    batchfit.torch's export (it writes the module's buffers into the file)."""
+    r = without("cffi", "import batchfit")
+    assert r.returncode != 0
+    assert "ImportError: batchfit loads libbatchfit with cffi, which this Python lacks" in r.stderr, r.stderr
+    assert "apt-get install python3-cffi" in r.stderr and "pip install cffi" in r.stderr, r.stderr
+    pytest.importorskip("torch")
+    r = without("onnx", "import tempfile, torch, batchfit.torch as bt\n"
+                "bt.export(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)), torch.zeros(1, 4), "
+                "tempfile.mkdtemp() + '/m.onnx')")
+    assert r.returncode != 0
+    assert "batchfit.torch writes the module's buffers into the ONNX file with the onnx package, which this " \
+           "Python lacks" in r.stderr, r.stderr
+    assert "apt-get install python3-onnx" in r.stderr, r.stderr
+
+
 def test_a_float_size_is_bytes():
     want = batchfit.plan("mlp", memory=1_500_000_000, batch=[1]).json
     assert batchfit.plan("mlp", memory=1.5e9, batch=[1]).json == want
