@@ -63,6 +63,44 @@ def run(cmd, limit):
     return p.returncode
 
 
+PY_TRAIN = """
+import copy, sys, torch, batchfit, batchfit.torch as bt
+class SE(torch.nn.Module):  # a squeeze-and-excitation gate: the channel scaling op on the GPU
+    def __init__(self, c):
+        super().__init__()
+        self.f = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Conv2d(c, 4, 1), torch.nn.ReLU(),
+                                     torch.nn.Conv2d(4, c, 1), torch.nn.Sigmoid())
+    def forward(self, x):
+        return x * self.f(x)
+torch.manual_seed(0)
+nn = torch.nn
+m = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), SE(16), nn.MaxPool2d(2),
+                  nn.Flatten(), nn.Linear(16 * 14 * 14, 10)).to(sys.argv[1])
+start = copy.deepcopy(m.state_dict())
+print("plan:", bt.plan(m, torch.zeros(1, 1, 28, 28, device=sys.argv[1]), device=sys.argv[1], batch=[64]).peak)
+bt.train(m, data="fashion-mnist", device=sys.argv[1], epochs=1, batch=64, seed=1, epoch_samples=6000, eval_samples=1000)
+r = m.batchfit_result
+moved = [k for k in start if not torch.equal(start[k], m.state_dict()[k])]
+dev = {str(t.device) for t in m.state_dict().values()}
+where = [e.get("device") for e in r.events if e.get("event") == "start"]
+print(f"trained on {where}: test accuracy {r.test_accuracy:.4f}, {r.steps} steps; "
+      f"{len(moved)} of {len(start)} tensors changed; back on {dev}")
+m.eval()
+"""
+
+
+def python_package(bf):
+    """batchfit.torch with this Python: a module on the GPU in, trained there, out."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"),
+               BATCHFIT_LIB=os.path.join(os.path.dirname(bf), "libbatchfit.so.0"), BATCHFIT_CLI=bf)
+    t = time.time()
+    p = subprocess.run([sys.executable, "-c", PY_TRAIN, os.environ.get("TORCH2_DEVICE", "cuda")], env=env, capture_output=True, text=True, timeout=300)
+    print(f"batchfit.torch on the GPU:\n{p.stdout}{p.stderr[-3000:]}(exit {p.returncode}, {time.time() - t:.1f} s)",
+          flush=True)
+    return p.returncode
+
+
 def main():
     bf, out = sys.argv[1], sys.argv[2]
     names = sys.argv[3:] or MODELS
@@ -71,6 +109,10 @@ def main():
     for mod in ("cffi", "onnx", "onnxscript", "numpy"):
         print(f"  {mod}: {have(mod)}")
     bad = 0
+    if all(not have(mod).startswith("missing") for mod in ("cffi", "onnx", "numpy")):
+        bad += python_package(bf) != 0
+    else:
+        print("batchfit.torch on the GPU: not tried (a dependency above is missing)")
     for name in names:
         path = os.path.join(out, name + ".onnx")
         try:
