@@ -11,13 +11,22 @@
  * weights, in f32 and (cnn, gpt-nano) bf16. The transformer ops (attention
  * in every variant, embeddings, the padded loss), casts and the 16-bit
  * paths of their own (GemmEx, cuDNN in bf16, 16-bit norms) are compared op
- * by op. (Their kernels' per-thread work is also checked on the host, GPU
- * or not, by tests/test_kernel_core.c.)
+ * by op, and so are the ONNX imports' ops on rows, columns and channels
+ * (concatenation, slices, transposition, broadcast add, channel gates),
+ * f32 and bf16, whose models (a gate and concatenations built here, a ViT,
+ * a DenseNet block) are planned and trained as the others. (Their kernels'
+ * per-thread work is also checked on the host, GPU or not, by
+ * tests/test_kernel_core.c.)
  *
  * Tolerances, and why. Elementwise ops with the same float operations
  * (add, scale, relu, dropout with the same mask function, the cross-entropy
  * gradient, SGD and AdamW, which the GPU computes with the CPU's exact
- * rounding) must be equal to the last bit (the sign of a zero aside). Sums
+ * rounding) must be equal to the last bit (the sign of a zero aside); so
+ * must copies (concatenation, slices, transposition: compared byte for
+ * byte), one-product ops (broadcast add, the channel gate and its input
+ * gradient) and the sums made in the CPU's order (a broadcast input's
+ * gradient). The channel gate's scale gradient is a double sum in another
+ * order: 1e-6 relative (f32), a bf16 ulp (bf16). Sums
  * in double (reduce rows, the loss, norms) agree to double rounding. Sums
  * in float in another order (matmul, convolution, pooling gradients,
  * normalisations) differ by rounding: the bounds below are a few times the
@@ -45,15 +54,21 @@
 #include "batch/plan.h"
 #include "device/device.h"
 #include "nn/model.h"
+#include "nn/needs.h"
 #include "nn/zoo.h"
 #include "optim/optim.h"
 
 #define SKIP 77
+/* ONNX models of the fuzzer's seeds, from the source tree: a tiny ViT and
+ * a DenseNet block */
+#define VIT_TINY "fuzz/corpus/onnx/vit_tiny.onnx"
+#define DENSE_BLOCK "fuzz/corpus/onnx/dense_block.onnx"
+#define SE_MINI "tests/fixtures/se-mini.onnx" /* MobileNetV3's block: depthwise convolution, hardswish, a gate */
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
 static const char *const side_name[NS] = {"cpu", "cuda (fastest)", "cuda (lean)"};
 static bfit_device *dev[NS];
 static bfit_arena *ar[NS];
-static char models_dir[512];
+static char models_dir[512], src_dir[512];
 
 /* ---- devices -------------------------------------------------------------------- */
 
@@ -64,6 +79,7 @@ static int setup(void **st)
     const char *src = getenv("BFIT_SOURCE_DIR");
     (void)st;
     snprintf(models_dir, sizeof models_dir, "%s/models", src ? src : "..");
+    snprintf(src_dir, sizeof src_dir, "%s", src ? src : "..");
     c.threads = 2;
     g.policy = BFIT_CUDA_FASTEST;
     g.conv_chunk = 0;
@@ -313,6 +329,7 @@ static void test_matmul(void **st)
 
 typedef struct conv_shape {
     int64_t n, ic, ih, iw, oc, kh, kw, sh, sw, ph, pw;
+    int groups; /* 1: dense */
 } conv_shape;
 
 static bfit_op_desc conv_desc(bfit_op_kind kind, const conv_shape *c, int bias, int acc)
@@ -320,7 +337,7 @@ static bfit_op_desc conv_desc(bfit_op_kind kind, const conv_shape *c, int bias, 
     bfit_op_desc d = {.kind = kind, .dtype = BFIT_F32, .accumulate = acc};
     d.u.conv = (typeof(d.u.conv)){c->n,  c->ic, c->ih, c->iw, c->oc, (c->ih + 2 * c->ph - c->kh) / c->sh + 1,
                                   (c->iw + 2 * c->pw - c->kw) / c->sw + 1, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw,
-                                  bias, 1, 0, 0};
+                                  bias, c->groups > 1 ? c->groups : 1, 0, 0};
     return d;
 }
 
@@ -333,7 +350,7 @@ static bfit_op_desc conv_desc(bfit_op_kind kind, const conv_shape *c, int bias, 
 static void conv_case(const conv_shape *c)
 {
     bfit_op_desc f = conv_desc(BFIT_OP_CONV_FWD, c, 1, 0);
-    int64_t xs = c->n * c->ic * c->ih * c->iw, ws = c->oc * c->ic * c->kh * c->kw;
+    int64_t xs = c->n * c->ic * c->ih * c->iw, ws = c->oc * (c->ic / (c->groups > 1 ? c->groups : 1)) * c->kh * c->kw;
     int64_t ys = c->n * c->oc * f.u.conv.oh * f.u.conv.ow;
     dbuf x = db_rand(xs, -1, 1, 11), w = db_rand(ws, -0.5f, 0.5f, 12), b = db_rand(c->oc, -1, 1, 13);
     dbuf y = db_new((size_t)ys * 4), dy = db_rand(ys, -1, 1, 14), dx = db_new((size_t)xs * 4);
@@ -341,6 +358,9 @@ static void conv_case(const conv_shape *c)
     const bfit_op_kind kinds[] = {BFIT_OP_CONV_FWD, BFIT_OP_CONV_BWD_DATA, BFIT_OP_CONV_BWD_WEIGHTS};
     bfit_op_args a[NS];
 
+    print_message("  conv n %lld %lldx%lldx%lld -> %lld k %lldx%lld s %lld groups %d\n", (long long)c->n,
+                  (long long)c->ic, (long long)c->ih, (long long)c->iw, (long long)c->oc, (long long)c->kh,
+                  (long long)c->kw, (long long)c->sh, c->groups > 1 ? c->groups : 1);
     for (int bias = 0; bias < 2; bias++) {
         f = conv_desc(BFIT_OP_CONV_FWD, c, bias, 0);
         memset(a, 0, sizeof a);
@@ -388,7 +408,7 @@ static void conv_case(const conv_shape *c)
  * for the record of a GPU run. */
 static void report_stem_ws(void)
 {
-    const conv_shape c = {1, 3, 224, 224, 64, 7, 7, 2, 2, 3, 3};
+    const conv_shape c = {1, 3, 224, 224, 64, 7, 7, 2, 2, 3, 3, 1};
     const bfit_op_kind kinds[] = {BFIT_OP_CONV_FWD, BFIT_OP_CONV_BWD_DATA, BFIT_OP_CONV_BWD_WEIGHTS};
     const int64_t ns[] = {1, 32, 256};
     for (int t = 0; t < 2; t++)
@@ -415,10 +435,16 @@ static void report_stem_ws(void)
 static void test_conv(void **st)
 {
     const conv_shape shapes[] = {
-        {3, 5, 11, 9, 7, 3, 2, 2, 1, 1, 0},    /* odd sizes, strides and padding */
-        {2, 16, 12, 12, 24, 3, 3, 1, 1, 1, 1}, /* a usual 3x3 "same" layer */
-        {4, 8, 7, 7, 16, 1, 1, 1, 1, 0, 0},    /* 1x1 */
-        {2, 3, 32, 32, 8, 5, 5, 2, 2, 2, 2},   /* a stem */
+        {3, 5, 11, 9, 7, 3, 2, 2, 1, 1, 0, 1},    /* odd sizes, strides and padding */
+        {2, 16, 12, 12, 24, 3, 3, 1, 1, 1, 1, 1}, /* a usual 3x3 "same" layer */
+        {4, 8, 7, 7, 16, 1, 1, 1, 1, 0, 0, 1},    /* 1x1 */
+        {2, 3, 32, 32, 8, 5, 5, 2, 2, 2, 2, 1},   /* a stem */
+        /* grouped: depthwise (MobileNet's, EfficientNet's), strided, 5x5, with a channel multiplier, and 3 groups */
+        {2, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 16},
+        {3, 24, 9, 9, 24, 3, 3, 2, 2, 1, 1, 24},
+        {2, 8, 14, 14, 8, 5, 5, 1, 1, 2, 2, 8},
+        {2, 4, 8, 8, 8, 3, 3, 1, 1, 1, 1, 4},
+        {2, 12, 10, 10, 18, 3, 3, 1, 1, 1, 1, 3},
     };
     (void)st;
     for (unsigned i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -1168,7 +1194,7 @@ static void test_ops_bf16(void **st)
         db_free(&x), db_free(&w), db_free(&b), db_free(&y);
     }
     {
-        conv_shape cs = {3, 16, 12, 12, 24, 3, 3, 1, 1, 1, 1}; /* lean: a chunk of 2, a tail of 1 */
+        conv_shape cs = {3, 16, 12, 12, 24, 3, 3, 1, 1, 1, 1, 1}; /* lean: a chunk of 2, a tail of 1 */
         bfit_op_desc f = conv_desc(BFIT_OP_CONV_FWD, &cs, 1, 0);
         int64_t xs = cs.n * cs.ic * cs.ih * cs.iw, ws = cs.oc * cs.ic * cs.kh * cs.kw, ys = cs.n * cs.oc * 144;
         dbuf x = db_rand_t(t, xs, -1, 1, 251), w = db_rand_t(t, ws, -0.5f, 0.5f, 252), b = db_rand(cs.oc, -1, 1, 253);
@@ -1275,17 +1301,279 @@ static void test_ops_bf16(void **st)
     }
 }
 
+/* ---- rows and columns: concatenation, slices, transposition, broadcast add --------------------------- */
+
+/* A concatenation of n inputs (cols[k] columns each, over rows; bit k of
+ * bcast: input k is one row for every row, its gradient f32 and added),
+ * forward and backward into gradients of random values (add: bit k adds
+ * into them, the others overwrite; skip: bit k has no gradient, NULL).
+ * same: input 1 is input 0 again, as concat(x, x) makes it, its gradient
+ * the same buffer, added the second time. Copies, adds of two values and
+ * the broadcast sums (double, row order on both) are equal to the bit. */
+static void concat_case(bfit_dtype t, int64_t rows, int n, const int64_t *cols, uint32_t bcast, uint32_t add,
+                        uint32_t skip, int same)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_CONCAT_FWD, .dtype = t};
+    dbuf x[BFIT_OP_MAXCAT], g[BFIT_OP_MAXCAT], y, dy;
+    const void *srcs[NS][BFIT_OP_MAXCAT];
+    void *dsts[NS][BFIT_OP_MAXCAT];
+    int64_t ld = 0;
+    bfit_op_args a[NS];
+    char what[160];
+
+    d.u.concat.rows = rows;
+    d.u.concat.n = n;
+    d.u.concat.bcast = bcast;
+    for (int k = 0; k < n; k++) {
+        int b = bcast >> k & 1;
+        int64_t xn = (b ? 1 : rows) * cols[k];
+        d.u.concat.cols[k] = cols[k];
+        ld += cols[k];
+        x[k] = same && k == 1 ? x[0] : db_rand_t(t, xn, -2, 2, 300 + (uint64_t)k);
+        g[k] = same && k == 1 ? g[0] : db_rand_t(b ? BFIT_F32 : t, xn, -1, 1, 340 + (uint64_t)k);
+        for (int s = 0; s < NS; s++) {
+            srcs[s][k] = x[k].d[s];
+            dsts[s][k] = skip >> k & 1 ? NULL : g[k].d[s];
+        }
+    }
+    y = db_rand_t(t, rows * ld, -1, 1, 380);
+    dy = db_rand_t(t, rows * ld, -1, 1, 381);
+    snprintf(what, sizeof what, "concat of %d inputs over %lld rows (%lld columns; broadcast %#x, add %#x, skip %#x%s)",
+             n, (long long)rows, (long long)ld, bcast, add, skip, same ? ", input 1 is input 0" : "");
+    memset(a, 0, sizeof a);
+    ARG(a, dst, y);
+    for (int s = 0; s < NS; s++)
+        a[s].srcs = srcs[s];
+    run_op(&d, a);
+    cmp_bytes(&y, what);
+    d.kind = BFIT_OP_CONCAT_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy);
+    for (int s = 0; s < NS; s++)
+        a[s].dsts = dsts[s], a[s].add_mask = add;
+    run_op(&d, a);
+    for (int k = 0; k < n; k++) {
+        char w2[200];
+        if (skip >> k & 1 || (same && k == 1))
+            continue;
+        snprintf(w2, sizeof w2, "%s backward, input %d%s", what, k, bcast >> k & 1 ? " (broadcast, f32)" : "");
+        cmp_bytes(&g[k], w2);
+    }
+    for (int k = 0; k < n; k++)
+        if (!(same && k == 1))
+            db_free(&x[k]), db_free(&g[k]);
+    db_free(&y), db_free(&dy);
+}
+
+static void test_concat(void **st)
+{
+    static const int64_t c3[] = {3, 1, 7}, c5[] = {40, 1, 17, 64, 5}, cls[] = {24, 16 * 24}, two[] = {9, 9};
+    int64_t c32[BFIT_OP_MAXCAT];
+    (void)st;
+    for (int k = 0; k < BFIT_OP_MAXCAT; k++)
+        c32[k] = 1 + k % 3;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        concat_case(t, 5, 3, c3, 0, 0, 0, 0);
+        concat_case(t, 5, 3, c3, 0, 0x2, 0, 0);
+        concat_case(t, 33, 5, c5, 0, 0x15, 0x8, 0); /* adds, sets and a skipped input */
+        concat_case(t, 300, 5, c5, 0, 0x1f, 0, 0);  /* every gradient added */
+        concat_case(t, 4, 2, cls, 0x1, 0x1, 0, 0);  /* a ViT's class token before 16 tokens */
+        concat_case(t, 7, 2, cls, 0x1, 0x3, 0, 0);
+        concat_case(t, 6, 2, two, 0, 0x2, 0, 1);    /* concat(x, x): set, then added */
+        concat_case(t, 3, BFIT_OP_MAXCAT, c32, 0x80000001u, 0x55555555u, 0x100, 0);
+    }
+}
+
+/* Each sample's matrix transposed: equal to the bit. */
+static void transpose_case(bfit_dtype t, int64_t n, int64_t A, int64_t B)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_TRANSPOSE, .dtype = t};
+    dbuf x = db_rand_t(t, n * A * B, -2, 2, 401), y = db_rand_t(t, n * A * B, -1, 1, 402);
+    bfit_op_args a[NS];
+    char what[96];
+    d.u.tr = (typeof(d.u.tr)){n, A, B};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y);
+    run_op(&d, a);
+    snprintf(what, sizeof what, "transpose of %lld samples %lld x %lld (%s)", (long long)n, (long long)A, (long long)B,
+             bfit_dtype_name(t));
+    cmp_bytes(&y, what);
+    db_free(&x), db_free(&y);
+}
+
+/* dst = src + a row (f32) in every row, one rounding: equal to the bit;
+ * also in place (dst = src, as a layer may run it). */
+static void add_rows_case(bfit_dtype t, int64_t M, int64_t N)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_ADD_ROWS, .dtype = t};
+    dbuf x = db_rand_t(t, M * N, -2, 2, 411), b = db_rand(N, -1, 1, 412), y = db_rand_t(t, M * N, -1, 1, 413);
+    bfit_op_args a[NS];
+    char what[96];
+    d.u.rows = (typeof(d.u.rows)){M, N};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, bias, b), ARG(a, dst, y);
+    run_op(&d, a);
+    snprintf(what, sizeof what, "broadcast add %lld x %lld (%s)", (long long)M, (long long)N, bfit_dtype_name(t));
+    cmp_bytes(&y, what);
+    ARG(a, dst, x); /* in place */
+    run_op(&d, a);
+    strcat(what, " in place");
+    cmp_bytes(&x, what);
+    db_free(&x), db_free(&b), db_free(&y);
+}
+
+/* Columns [off, off + len) of [rows, ld], and back into a buffer of
+ * random values, which must end zero outside them: equal to the bit. */
+static void slice_case(bfit_dtype t, int64_t rows, int64_t ld, int64_t off, int64_t len)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_SLICE_FWD, .dtype = t};
+    dbuf x = db_rand_t(t, rows * ld, -2, 2, 421), y = db_rand_t(t, rows * len, -1, 1, 422);
+    dbuf dy = db_rand_t(t, rows * len, -1, 1, 423), dx = db_rand_t(t, rows * ld, -1, 1, 424);
+    bfit_op_args a[NS];
+    char what[112];
+    d.u.slice = (typeof(d.u.slice)){rows, ld, off, len};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y);
+    run_op(&d, a);
+    snprintf(what, sizeof what, "slice [%lld, %lld) of %lld x %lld (%s)", (long long)off, (long long)(off + len),
+             (long long)rows, (long long)ld, bfit_dtype_name(t));
+    cmp_bytes(&y, what);
+    d.kind = BFIT_OP_SLICE_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy), ARG(a, diff_src, dx);
+    run_op(&d, a);
+    strcat(what, " backward");
+    cmp_bytes(&dx, what);
+    db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
+}
+
+static void test_rows_ops(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        transpose_case(t, 3, 5, 7);
+        transpose_case(t, 2, 64, 33); /* a ViT's channels to its tokens */
+        transpose_case(t, 1, 1, 9);
+        add_rows_case(t, 7, 13);
+        add_rows_case(t, 129, 64);
+        slice_case(t, 4, 17 * 24, 0, 24); /* a ViT's head reading its class token */
+        slice_case(t, 7, 30, 11, 19);
+        slice_case(t, 3, 8, 0, 8);
+        slice_case(t, 5, 9, 8, 1);
+    }
+}
+
+/* ---- channel gates ---------------------------------------------------------------------------------- */
+
+/* [n, c, hw] times a scale per (sample, channel), [n, c]: forward and the
+ * input's gradient one product each (equal to the bit); the scales'
+ * gradient a sum over hw in double, in another order on the GPU (a warp's
+ * tree) than the CPU's, so equal but where a double rounding tips the
+ * float: 1e-6 relative (f32), one bf16 ulp (bf16). Backward with both
+ * gradients, the scales' only (diff_src NULL) and the input's only (dst
+ * NULL). hw: below a warp, odd, 1, several loops of a warp. */
+static void chscale_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_CHSCALE_FWD, .dtype = t};
+    int64_t N = n * c * hw;
+    dbuf x = db_rand_t(t, N, -2, 2, 431), s = db_rand_t(t, n * c, 0, 1, 432), y = db_rand_t(t, N, -1, 1, 433);
+    dbuf dy = db_rand_t(t, N, -1, 1, 434), dx = db_rand_t(t, N, -1, 1, 435), ds = db_rand_t(t, n * c, -1, 1, 436);
+    double rel = t == BFIT_F32 ? 1e-6 : 1.0 / 256, abs_ = t == BFIT_F32 ? 1e-7 : 1e-4;
+    bfit_op_args a[NS];
+    char what[160], w2[320];
+
+    d.u.chs = (typeof(d.u.chs)){n, c, hw, 0};
+    snprintf(what, sizeof what, "channel scaling n %lld c %lld hw %lld (%s)", (long long)n, (long long)c,
+             (long long)hw, bfit_dtype_name(t));
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, src2, s), ARG(a, dst, y);
+    run_op(&d, a);
+    cmp_bytes(&y, what);
+    d.kind = BFIT_OP_CHSCALE_BWD;
+    for (int v = 0; v < 3; v++) { /* both, the scales' gradient only, the input's only */
+        memset(a, 0, sizeof a);
+        ARG(a, src, x), ARG(a, src2, s), ARG(a, diff_dst, dy);
+        if (v != 1)
+            ARG(a, diff_src, dx);
+        if (v != 2)
+            ARG(a, dst, ds);
+        run_op(&d, a);
+        snprintf(w2, sizeof w2, "%s backward%s, input gradient", what, v == 2 ? " (input only)" : "");
+        if (v != 1)
+            cmp_bytes(&dx, w2);
+        snprintf(w2, sizeof w2, "%s backward%s, scales' gradient", what, v == 1 ? " (diff_src NULL)" : "");
+        cmp_t(t, &ds, n * c, rel, abs_, w2);
+    }
+    db_free(&x), db_free(&s), db_free(&y), db_free(&dy), db_free(&dx), db_free(&ds);
+}
+
+static void test_chscale(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        chscale_case(t, 2, 3, 5);
+        chscale_case(t, 3, 7, 63);
+        chscale_case(t, 2, 16, 1);
+        chscale_case(t, 4, 5, 300);
+        chscale_case(t, 2, 24, 49 * 5); /* a late MobileNetV3 gate's 7x7, over several loops */
+    }
+}
+
 /* ---- whole models ---------------------------------------------------------------------------------- */
 
-/* The model in models/file on device s drawing on arena (NULL: shapes
- * and parameter list only). */
+/* A squeeze-and-excitation gate and concatenations, which no spec keyword
+ * makes (ONNX imports do; this one has both in one small graph): 3x9x7 -> conv 8 -> relu = a; gate = sigmoid(linear 8 (relu
+ * (linear 4 (gap a)))); b = scale(a, gate); c = conv 6 k=1 (b); d =
+ * concat(b, c, a); e = concat(c, d); f = concat(e, e) -> gap -> linear 10.
+ * Backward, e's concatenation writes c's gradient and d's adds into it
+ * (add_mask), and f's hands e both its halves, the second added to the
+ * first in the same buffer. */
+static int add_kind(bfit_graph_desc *g, bfit_layer_kind k, int in0, int in1)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(k);
+    return bfit_graph_add(g, &c, in0, in1, 0, 0);
+}
+
+static void gate_graph(bfit_graph_desc *g)
+{
+    bfit_layer_cfg cv = bfit_layer_cfg_default(BFIT_L_CONV), c1 = cv, cat = bfit_layer_cfg_default(BFIT_L_CONCAT);
+    bfit_layer_cfg l4 = bfit_layer_cfg_default(BFIT_L_LINEAR), l8 = l4, l10 = l4;
+    int a, gate, b, c, d, e, f, in[3];
+
+    bfit_graph_init(g, "gate-concat (test_cuda_ops.c)");
+    g->input = bfit_shape_chw(3, 9, 7);
+    g->input_dtype = BFIT_F32;
+    cv.units = 8, cv.kh = cv.kw = 3, cv.ph = cv.pw = 1;
+    c1.units = 6, c1.kh = c1.kw = 1;
+    l4.units = 4, l8.units = 8, l10.units = 10;
+    cat.axis = 0;
+    a = add_kind(g, BFIT_L_RELU, bfit_graph_add(g, &cv, 0, -1, 0, 0), -1);
+    gate = bfit_graph_add(g, &l4, add_kind(g, BFIT_L_GAP, a, -1), -1, 0, 0);
+    gate = bfit_graph_add(g, &l8, add_kind(g, BFIT_L_RELU, gate, -1), -1, 0, 0);
+    b = add_kind(g, BFIT_L_SCALE, a, add_kind(g, BFIT_L_SIGMOID, gate, -1));
+    c = bfit_graph_add(g, &c1, b, -1, 0, 0);
+    in[0] = b, in[1] = c, in[2] = a;
+    d = bfit_graph_add_n(g, &cat, in, 3, 0, 0);
+    e = bfit_graph_add(g, &cat, c, d, 0, 0);
+    f = add_kind(g, BFIT_L_GAP, bfit_graph_add(g, &cat, e, e, 0, 0), -1);
+    assert_true(bfit_graph_add(g, &l10, f, -1, 0, 0) > 0);
+}
+
+/* The model of file on device s drawing on arena (NULL: shapes and
+ * parameter list only): file is in models/, or a path from the source
+ * tree, or "@gate" (gate_graph). */
 static bfit_model *model_on(const char *file, int s, bfit_arena *arena)
 {
     char path[700];
     bfit_graph_desc g;
     bfit_model *M = NULL;
-    snprintf(path, sizeof path, "%s/%s", models_dir, file);
-    if (bfit_model_source_load(path, &g) != BFIT_OK)
+    snprintf(path, sizeof path, "%s/%s", strchr(file, '/') ? src_dir : models_dir, file);
+    if (!strcmp(file, "@gate"))
+        gate_graph(&g);
+    else if (bfit_model_source_load(path, &g) != BFIT_OK)
         fail_msg("%s: %s", path, bfit_errmsg());
     if (bfit_model_new(&g, dev[s], arena, &M) != BFIT_OK)
         fail_msg("%s on %s: %s", file, side_name[s], bfit_errmsg());
@@ -1624,6 +1912,65 @@ static void test_training_bf16(void **st)
     (void)st;
     compare_training("cnn.cfg", BFIT_BF16);
     compare_training("gpt-nano.cfg", BFIT_BF16);
+    compare_training("@gate", BFIT_BF16);
+    compare_training(VIT_TINY, BFIT_BF16);
+    compare_training(DENSE_BLOCK, BFIT_BF16);
+    compare_training(SE_MINI, BFIT_BF16);
+}
+
+/* The models of the ops on rows, columns, channel gates and grouped
+ * convolutions: the GPU makes every op they need, in f32 and bf16
+ * (cuda_supports, and no op left that only the cpu has). */
+static void test_needs_new_ops(void **st)
+{
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI};
+    (void)st;
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < 2; t++) {
+            bfit_graph_desc g;
+            bfit_op_needs nd;
+            char path[700], why[512] = "";
+            int ok;
+            snprintf(path, sizeof path, "%s/%s", src_dir, files[i]);
+            if (i == 0)
+                gate_graph(&g);
+            else if (bfit_model_source_load(path, &g) != BFIT_OK)
+                fail_msg("%s: %s", path, bfit_errmsg());
+            if (bfit_graph_op_needs(&g, t ? BFIT_BF16 : BFIT_F32, &nd) != BFIT_OK)
+                fail_msg("%s: its ops: %s", files[i], bfit_errmsg());
+            bfit_graph_fini(&g);
+            ok = bfit_device_supports_needs(dev[GPU], &nd, why, sizeof why);
+            if (!ok)
+                fail_msg("%s in %s on %s: refused: %s", files[i], t ? "bf16" : "f32", side_name[GPU], why);
+        }
+}
+
+/* The planned peak is the measured one for the new ops' models too (none
+ * has a workspace on either device). */
+static void test_plan_new_ops(void **st)
+{
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI};
+    bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    for (int f = 0; f < 4; f++)
+        for (int s = GPU; s < NS; s++)
+            for (int t = 0; t < 2; t++) {
+                measured_step(files[f], s, &sgd, 1, t ? BFIT_BF16 : BFIT_F32);
+                measured_step(files[f], s, &sgd, 7, t ? BFIT_BF16 : BFIT_F32);
+            }
+}
+
+/* Training through a channel gate and concatenations (gate_graph), a ViT
+ * (transposition, the class token's broadcast concatenation, the positions'
+ * broadcast add, the slice its head reads) and a DenseNet block
+ * (concatenations), as test_training_matches_cpu. */
+static void test_training_new_ops(void **st)
+{
+    (void)st;
+    compare_training("@gate", BFIT_F32);
+    compare_training(VIT_TINY, BFIT_F32);
+    compare_training(DENSE_BLOCK, BFIT_F32);
+    compare_training(SE_MINI, BFIT_F32);
 }
 
 int main(void)
@@ -1653,6 +2000,12 @@ int main(void)
         cmocka_unit_test(test_xent_ignore),
         cmocka_unit_test(test_cast),
         cmocka_unit_test(test_ops_bf16),
+        cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_rows_ops),
+        cmocka_unit_test(test_chscale),
+        cmocka_unit_test(test_needs_new_ops),
+        cmocka_unit_test(test_plan_new_ops),
+        cmocka_unit_test(test_training_new_ops),
     };
     bfit_device *g = NULL;
 

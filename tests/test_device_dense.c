@@ -619,6 +619,145 @@ static void test_chscale(void **st)
     check_chscale(*st, BFIT_BF16, 2, 64, 1000, 16);
 }
 
+/* ---- PRELU ---- */
+
+/* One PRELU case's host data: x and dy as the op's dtype holds them (bf16
+ * by truncation), zeros among x; the slopes f32, of both signs. */
+typedef struct prelu_case {
+    bfit_dtype dt;
+    int64_t n, c, hw, ns;
+    int B;
+    float *x, *g, *w;
+} prelu_case;
+
+static void prelu_put(const prelu_case *p, tbuf *b, const float *v)
+{
+    for (int64_t i = 0; i < p->n * p->c * p->hw; i++) {
+        int64_t k = blk_index(i, p->c, p->hw, p->B);
+        if (p->dt == BFIT_F32)
+            TB_F(*b)[k] = v[i];
+        else
+            ((uint16_t *)b->h)[k] = top16(v[i]);
+    }
+}
+
+static double prelu_get(const prelu_case *p, const tbuf *b, int64_t i)
+{
+    int64_t k = blk_index(i, p->c, p->hw, p->B);
+    return p->dt == BFIT_F32 ? TB_F(*b)[k] : widen16(((const uint16_t *)b->h)[k]);
+}
+
+/* The backward (dx when asked; the slopes' gradient added to dw0 or set)
+ * on the device; the gradient comes back in dw. */
+static void prelu_bwd(tdev *t, const prelu_case *p, int acc, int want_dx, const float *dw0, float *dw, tbuf *dx)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_PRELU_BWD, .dtype = p->dt, .accumulate = acc,
+                      .u.prelu = {p->n, p->c, p->hw, p->ns == 1, p->B}};
+    size_t es = bfit_dtype_size(p->dt), big = (size_t)(p->n * p->c * p->hw);
+    tbuf x = tbuf_new(t, big * es), g = tbuf_new(t, big * es), w = tbuf_new(t, (size_t)p->ns * 4),
+         gw = tbuf_new(t, (size_t)p->ns * 4);
+    bfit_op_args a = {0};
+
+    prelu_put(p, &x, p->x), prelu_put(p, &g, p->g);
+    memcpy(w.h, p->w, (size_t)p->ns * 4), memcpy(gw.h, dw0, (size_t)p->ns * 4);
+    memset(dx->h, 0x7f, big * es); /* left so where dx is not asked */
+    tbuf_up(t, &x), tbuf_up(t, &g), tbuf_up(t, &w), tbuf_up(t, &gw), tbuf_up(t, dx);
+    a = (bfit_op_args){.src = x.d, .weights = w.d, .diff_dst = g.d, .diff_src = want_dx ? dx->d : NULL,
+                       .diff_weights = gw.d};
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &gw), tbuf_down(t, dx);
+    memcpy(dw, gw.h, (size_t)p->ns * 4);
+    tbuf_free(t, &x), tbuf_free(t, &g), tbuf_free(t, &w), tbuf_free(t, &gw);
+}
+
+/* The slopes' gradient against its definition: the sum of dy x where
+ * x <= 0 over the slope's elements (in double; f32 rounding per term of
+ * the magnitude), added to dw0 or not. */
+static void prelu_check_dw(const prelu_case *p, int acc, const float *dw0, const float *dw)
+{
+    for (int64_t j = 0; j < p->ns; j++) {
+        double s = acc ? dw0[j] : 0, mag = fabs(s);
+        for (int64_t i = 0; i < p->n * p->c * p->hw; i++)
+            if ((p->ns == 1 || i / p->hw % p->c == j) && p->x[i] <= 0)
+                s += (double)p->g[i] * p->x[i], mag += fabs((double)p->g[i] * p->x[i]);
+        assert_close(dw[j], s, 4 * FEPS * (mag + FEPS), acc ? "prelu dw added" : "prelu dw set", j);
+    }
+}
+
+/* PRELU (the cpu device only: another refuses it by name), f32 and bf16,
+ * one slope (ns 1) or one per channel, against the definition: y = x > 0 ?
+ * x : a x, dx = dy (x > 0 ? 1 : a), da = the sum of dy x where x <= 0 (f32
+ * whatever the data's dtype), set or added; the backward without dx leaves
+ * its buffer alone. B: the data in nChw{B}c, whose slope gradient is the
+ * plain layout's bit for bit (the same sums in the same order). */
+static void check_prelu(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t hw, int shared, int B)
+{
+    prelu_case p = {dt, n, c, hw, shared ? 1 : c, B, NULL, NULL, NULL};
+    int64_t big = n * c * hw;
+    size_t es = bfit_dtype_size(dt);
+    bfit_op_desc d = {.kind = BFIT_OP_PRELU_FWD, .dtype = dt, .u.prelu = {n, c, hw, shared, B}};
+    tbuf x = tbuf_new(t, (size_t)big * es), y = tbuf_new(t, (size_t)big * es), w = tbuf_new(t, (size_t)p.ns * 4),
+         dx = tbuf_new(t, (size_t)big * es);
+    double tol = dt == BFIT_F32 ? FEPS : 1.0 / 128; /* bf16: an output's rounding, relative */
+    float *dw0 = malloc((size_t)p.ns * 4), *dw = malloc((size_t)p.ns * 4), *dwp = malloc((size_t)p.ns * 4);
+    bfit_op_args a = {0};
+
+    p.x = malloc((size_t)big * 4), p.g = malloc((size_t)big * 4), p.w = TB_F(w);
+    for (int64_t i = 0; i < big; i++) {
+        float v = i % 9 == 4 ? 0.0f : urand(2), g = urand(1);
+        p.x[i] = dt == BFIT_F32 ? v : (float)widen16(top16(v));
+        p.g[i] = dt == BFIT_F32 ? g : (float)widen16(top16(g));
+    }
+    for (int64_t j = 0; j < p.ns; j++)
+        p.w[j] = urand(0.5f), dw0[j] = urand(1);
+    prelu_put(&p, &x, p.x);
+    tbuf_up(t, &x), tbuf_up(t, &w);
+    a.src = x.d, a.weights = w.d, a.dst = y.d;
+    if (run_op(t, &d, &a) == BFIT_EDEVICE) {
+        print_message("  prelu: not on this device (the cpu's only)\n");
+        goto done;
+    }
+    tbuf_down(t, &y);
+    prelu_bwd(t, &p, 1, 1, dw0, dw, &dx);
+    prelu_check_dw(&p, 1, dw0, dw);
+    for (int64_t i = 0; i < big; i++) {
+        float a_i = p.w[shared ? 0 : i / hw % c];
+        double r = p.x[i] > 0 ? p.x[i] : (double)a_i * p.x[i], gr = p.x[i] > 0 ? p.g[i] : (double)a_i * p.g[i];
+        assert_close(prelu_get(&p, &y, i), r, tol * (fabs(r) + FEPS), "prelu fwd", i);
+        assert_close(prelu_get(&p, &dx, i), gr, tol * (fabs(gr) + FEPS), "prelu dx", i);
+    }
+    prelu_bwd(t, &p, 0, 0, dw0, dw, &dx); /* the gradient set, no dx */
+    prelu_check_dw(&p, 0, dw0, dw);
+    for (int64_t i = 0; i < big * (int64_t)es; i++)
+        assert_int_equal(((unsigned char *)dx.h)[i], 0x7f);
+    if (B) { /* the plain layout's sums */
+        p.B = 0;
+        prelu_bwd(t, &p, 0, 1, dw0, dwp, &dx);
+        assert_memory_equal(dw, dwp, (size_t)p.ns * 4);
+    }
+done:
+    tbuf_free(t, &x), tbuf_free(t, &y), tbuf_free(t, &w), tbuf_free(t, &dx);
+    free(p.x), free(p.g), free(dw0), free(dw), free(dwp);
+}
+
+static void test_prelu(void **st)
+{
+    check_prelu(*st, BFIT_F32, 3, 5, 7, 0, 0);
+    check_prelu(*st, BFIT_F32, 3, 5, 7, 1, 0);
+    check_prelu(*st, BFIT_F32, 4, 1, 37, 1, 0);   /* a vector's one slope: one row per sample */
+    check_prelu(*st, BFIT_F32, 2, 37, 1, 0, 0);   /* a vector's slope per feature */
+    check_prelu(*st, BFIT_F32, 2, 64, 1000, 0, 0); /* past the threads' threshold */
+    check_prelu(*st, BFIT_F32, 2, 64, 1000, 1, 0);
+    check_prelu(*st, BFIT_BF16, 3, 5, 7, 0, 0);
+    check_prelu(*st, BFIT_BF16, 3, 5, 7, 1, 0);
+    check_prelu(*st, BFIT_F32, 3, 16, 7, 0, 8); /* nChw8c, two blocks */
+    check_prelu(*st, BFIT_F32, 2, 32, 5, 1, 16);
+    check_prelu(*st, BFIT_F32, 2, 64, 1000, 0, 16);
+    check_prelu(*st, BFIT_BF16, 3, 16, 7, 1, 8);
+    check_prelu(*st, BFIT_BF16, 2, 32, 5, 0, 16);
+    check_prelu(*st, BFIT_BF16, 2, 64, 1000, 0, 8);
+}
+
 /* Forward and backward of relu keeping 1 bit per element, f32 and bf16,
  * against the definition element by element: bits[i] = x > 0 (for 16-bit
  * floats, the bits read as a signed integer > 0: a NaN of clear sign
@@ -1731,7 +1870,7 @@ int main(void)
         cmocka_unit_test(test_matmul_rejects), cmocka_unit_test(test_eltwise_rejects), cmocka_unit_test(test_eltwise),
         cmocka_unit_test(test_eltwise_bf16),
         cmocka_unit_test(test_gelu_sweep),
-        cmocka_unit_test(test_chscale),
+        cmocka_unit_test(test_chscale),       cmocka_unit_test(test_prelu),
         cmocka_unit_test(test_op_times),
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_lnorm_threads_same_bits),

@@ -1,6 +1,7 @@
-/* test_kernel_core.c - the CUDA backend's attention, embedding and
- * activation kernels' per-thread work (src/device/cuda_core.h), run on the
- * host, against the CPU device's ops on the same data.
+/* test_kernel_core.c - the CUDA backend's attention, embedding,
+ * activation, copy (concatenation, slices, transposition, broadcast add)
+ * and channel-gate kernels' per-thread work (src/device/cuda_core.h), run
+ * on the host, against the CPU device's ops on the same data.
  *
  * Each CUDA thread of those kernels calls one function of cuda_core.h for
  * its row part or element and nothing else; here a loop calls the same
@@ -16,7 +17,9 @@
  * f32 results agree to a few ulps of f32 (1e-5 relative with a 1e-6 floor
  * for values near zero); bf16 outputs are rounded once from such f32 values
  * on both sides, so they may differ by one bf16 ulp (2^-8 relative). The
- * embedding sums are in the CPU's order: equal. */
+ * embedding sums are in the CPU's order: equal; so are copies and
+ * one-product results. The channel gate's scale gradient adds a warp's 32
+ * parts in its shuffle tree, in double: 1e-6 relative (f32), a bf16 ulp. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -394,12 +397,230 @@ static void test_activations(void **st)
     act_case(BFIT_ELT_CLIP, 1);
 }
 
+/* ---- copies: concatenation, slices, transposition, broadcast add -------------------------- */
+
+static void run_desc(const bfit_op_desc *d, bfit_op_args *o)
+{
+    bfit_op *op;
+    tbuf ws;
+    assert_int_equal(bfit_op_new(td.dev, d, &op), BFIT_OK);
+    ws = op_ws(op);
+    run1(op, o, &ws);
+    tbuf_free(&td, &ws);
+    bfit_op_free(op);
+}
+
+/* the element's bits, as a copy kernel moves them */
+static void copy_el(bfit_dtype t, const void *src, int64_t si, void *dst, int64_t di)
+{
+    memcpy((char *)dst + di * (int64_t)esz(t), (const char *)src + si * (int64_t)esz(t), esz(t));
+}
+
+/* A concatenation of three inputs, the first broadcast when bcast (a
+ * class token), forward and backward as cuda_concat.c launches them, input
+ * by input: the copies' index maps, the adds (input 1's gradient added)
+ * and the broadcast sum, against cpu_concat.c: equal. */
+static void concat_case(bfit_dtype t, int64_t rows, int bcast)
+{
+    const int64_t cols[3] = {5, 33, 1}, ld = 39;
+    bfit_op_desc d = {.kind = BFIT_OP_CONCAT_FWD, .dtype = t};
+    tbuf x[3], g[3], y = tbuf_new(&td, (size_t)(rows * ld) * esz(t)), dy = rand_buf(t, rows * ld, -1, 1, 83);
+    void *gh[3], *yh = malloc(y.bytes);
+    const void *srcs[3];
+    void *dsts[3];
+    bfit_op_args o = {0};
+    char what[96];
+
+    d.u.concat.rows = rows, d.u.concat.n = 3, d.u.concat.bcast = (uint32_t)bcast;
+    for (int k = 0; k < 3; k++) {
+        int b = k == 0 && bcast;
+        d.u.concat.cols[k] = cols[k];
+        x[k] = rand_buf(t, (b ? 1 : rows) * cols[k], -2, 2, 80 + (uint64_t)k);
+        g[k] = rand_buf(b ? BFIT_F32 : t, (b ? 1 : rows) * cols[k], -1, 1, 90 + (uint64_t)k);
+        gh[k] = malloc(g[k].bytes);
+        memcpy(gh[k], g[k].h, g[k].bytes);
+        srcs[k] = x[k].d, dsts[k] = g[k].d;
+    }
+    o.srcs = srcs, o.dst = y.d;
+    run_desc(&d, &o);
+    for (int k = 0, off = 0; k < 3; off += (int)cols[k], k++) {
+        bk_copy2d c = {rows, cols[k], k == 0 && bcast ? 0 : cols[k], 0, ld, off};
+        for (int64_t el = 0; el < rows * cols[k]; el++) {
+            int64_t si, di;
+            bk_copy2d_at(&c, el, &si, &di);
+            copy_el(t, x[k].h, si, yh, di);
+        }
+    }
+    snprintf(what, sizeof what, "concat forward (%s, %lld rows%s)", bfit_dtype_name(t), (long long)rows,
+             bcast ? ", a broadcast input" : "");
+    cmp(what, t, yh, &y, rows * ld, 0, 0);
+
+    d.kind = BFIT_OP_CONCAT_BWD;
+    memset(&o, 0, sizeof o);
+    o.diff_dst = dy.d, o.dsts = dsts, o.add_mask = 0x2;
+    run_desc(&d, &o);
+    for (int k = 0, off = 0; k < 3; off += (int)cols[k], k++) {
+        bk_copy2d c = {rows, cols[k], ld, off, cols[k], 0};
+        for (int64_t j = 0; k == 0 && bcast && j < cols[k]; j++)
+            bk_col_sum(dy.h, (int)t, gh[k], rows, ld, off, j);
+        for (int64_t el = 0; !(k == 0 && bcast) && el < rows * cols[k]; el++) {
+            int64_t si, di;
+            bk_copy2d_at(&c, el, &si, &di);
+            if (k == 1)
+                bk_copy2d_add(&c, dy.h, gh[k], (int)t, el);
+            else
+                copy_el(t, dy.h, si, gh[k], di);
+        }
+        snprintf(what, sizeof what, "concat backward (%s), input %d (%s)", bfit_dtype_name(t), k,
+                 k == 0 && bcast ? "broadcast" : k == 1 ? "added" : "set");
+        cmp(what, k == 0 && bcast ? BFIT_F32 : t, gh[k], &g[k], (k == 0 && bcast ? 1 : rows) * cols[k], 0, 0);
+    }
+    for (int k = 0; k < 3; k++)
+        tbuf_free(&td, &x[k]), tbuf_free(&td, &g[k]), free(gh[k]);
+    tbuf_free(&td, &y), tbuf_free(&td, &dy), free(yh);
+}
+
+/* Transposition, the broadcast add and a slice with its backward (which
+ * writes every element: zeros outside the slice), from cuda_core.h's
+ * index maps, against cpu_concat.c: equal. */
+static void rows_case(bfit_dtype t)
+{
+    const int64_t n = 3, A = 5, B = 7, rows = 4, ld = 11, off = 3, len = 6;
+    bfit_op_desc d = {.kind = BFIT_OP_TRANSPOSE, .dtype = t};
+    tbuf x = rand_buf(t, n * A * B, -2, 2, 101), y = tbuf_new(&td, x.bytes), b = rand_buf(BFIT_F32, B, -1, 1, 102);
+    tbuf s = tbuf_new(&td, (size_t)(rows * len) * esz(t)), ds = tbuf_new(&td, (size_t)(rows * ld) * esz(t));
+    tbuf sx = rand_buf(t, rows * ld, -2, 2, 103);
+    void *h = malloc(x.bytes > ds.bytes ? x.bytes : ds.bytes);
+    bk_copy2d c = {rows, len, ld, off, len, 0};
+    bfit_op_args o = {0};
+
+    d.u.tr = (typeof(d.u.tr)){n, A, B};
+    o.src = x.d, o.dst = y.d;
+    run_desc(&d, &o);
+    for (int64_t el = 0; el < n * A * B; el++)
+        copy_el(t, x.h, bk_tr_at(A, B, el), h, el);
+    cmp("transpose", t, h, &y, n * A * B, 0, 0);
+
+    d = (bfit_op_desc){.kind = BFIT_OP_ADD_ROWS, .dtype = t};
+    d.u.rows = (typeof(d.u.rows)){n * A, B};
+    o.src = x.d, o.bias = b.d, o.dst = y.d;
+    run_desc(&d, &o);
+    for (int64_t el = 0; el < n * A * B; el++)
+        bk_add_rows_one(x.h, TB_F(b), h, (int)t, B, el);
+    cmp("broadcast add", t, h, &y, n * A * B, 0, 0);
+
+    d = (bfit_op_desc){.kind = BFIT_OP_SLICE_FWD, .dtype = t};
+    d.u.slice = (typeof(d.u.slice)){rows, ld, off, len};
+    memset(&o, 0, sizeof o);
+    o.src = sx.d, o.dst = s.d;
+    run_desc(&d, &o);
+    for (int64_t el = 0; el < rows * len; el++) {
+        int64_t si, di;
+        bk_copy2d_at(&c, el, &si, &di);
+        copy_el(t, sx.h, si, h, di);
+    }
+    cmp("slice", t, h, &s, rows * len, 0, 0);
+    d.kind = BFIT_OP_SLICE_BWD;
+    memset(&o, 0, sizeof o);
+    o.diff_dst = s.d, o.diff_src = ds.d; /* the slice back into its place */
+    run_desc(&d, &o);
+    for (int64_t el = 0; el < rows * ld; el++) {
+        int64_t i = bk_slice_bwd_at(ld, off, len, el);
+        if (i >= 0)
+            copy_el(t, s.h, i, h, el);
+        else
+            bfit_st(h, t, el, 0.0f);
+    }
+    cmp("slice backward", t, h, &ds, rows * ld, 0, 0);
+    tbuf_free(&td, &x), tbuf_free(&td, &y), tbuf_free(&td, &b), tbuf_free(&td, &s), tbuf_free(&td, &ds);
+    tbuf_free(&td, &sx), free(h);
+}
+
+static void test_copies(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        concat_case(t, 7, 0);
+        concat_case(t, 4, 1);
+        rows_case(t);
+    }
+}
+
+/* ---- channel gates ---------------------------------------------------------------------- */
+
+/* the lanes' sums as a warp's shuffle tree adds them (cuda_chscale.cu) */
+static double warp_tree(double *v)
+{
+    for (int o = PARTS / 2; o > 0; o >>= 1)
+        for (int l = 0; l < o; l++)
+            v[l] += v[l + o];
+    return v[0];
+}
+
+/* CHSCALE forward and backward as cuda_chscale.cu's threads do them: the
+ * products equal to the CPU's; the scales' gradient, 32 parts added in a
+ * tree against the CPU's one sum in element order, each in double from
+ * exact products: 1e-6 relative (f32), a bf16 ulp (bf16). Backward also
+ * without diff_src. */
+static void chscale_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw)
+{
+    const int64_t rows = n * c, N = rows * hw;
+    bfit_op_desc d = {.kind = BFIT_OP_CHSCALE_FWD, .dtype = t};
+    tbuf x = rand_buf(t, N, -2, 2, 111), s = rand_buf(t, rows, 0, 1, 112), y = tbuf_new(&td, x.bytes);
+    tbuf dy = rand_buf(t, N, -1, 1, 113), dx = tbuf_new(&td, x.bytes), ds = tbuf_new(&td, s.bytes);
+    void *yh = malloc(x.bytes), *dxh = malloc(x.bytes), *dsh = malloc(s.bytes);
+    double rel = t == BFIT_F32 ? 1e-6 : 1.0 / 256;
+    bfit_op_args o = {0};
+    char what[96];
+
+    d.u.chs = (typeof(d.u.chs)){n, c, hw, 0};
+    o.src = x.d, o.src2 = s.d, o.dst = y.d;
+    run_desc(&d, &o);
+    for (int64_t el = 0; el < N; el++)
+        bk_chs_fwd_one(x.h, s.h, yh, (int)t, hw, el);
+    snprintf(what, sizeof what, "channel scaling (%s, hw %lld)", bfit_dtype_name(t), (long long)hw);
+    cmp(what, t, yh, &y, N, 0, 0);
+    d.kind = BFIT_OP_CHSCALE_BWD;
+    for (int v = 0; v < 2; v++) {
+        memset(&o, 0, sizeof o);
+        o.src = x.d, o.src2 = s.d, o.diff_dst = dy.d, o.diff_src = v ? NULL : dx.d, o.dst = ds.d;
+        run_desc(&d, &o);
+        for (int64_t r = 0; r < rows; r++) {
+            double part[PARTS];
+            for (int l = 0; l < PARTS; l++)
+                part[l] = bk_chs_bwd_part(x.h, s.h, dy.h, v ? NULL : dxh, (int)t, r, hw, l, PARTS);
+            bfit_st(dsh, t, r, (float)warp_tree(part));
+        }
+        if (!v)
+            cmp("channel scaling backward, input gradient", t, dxh, &dx, N, 0, 0);
+        cmp(v ? "channel scaling backward, scales' gradient alone" : "channel scaling backward, scales' gradient", t,
+            dsh, &ds, rows, rel, 1e-7);
+    }
+    tbuf_free(&td, &x), tbuf_free(&td, &s), tbuf_free(&td, &y), tbuf_free(&td, &dy), tbuf_free(&td, &dx);
+    tbuf_free(&td, &ds), free(yh), free(dxh), free(dsh);
+}
+
+static void test_chscale(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        chscale_case(t, 2, 3, 5);   /* fewer elements than a warp's lanes */
+        chscale_case(t, 3, 4, 63);  /* odd */
+        chscale_case(t, 2, 5, 1);
+        chscale_case(t, 2, 3, 700); /* many per lane */
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_copies),
+        cmocka_unit_test(test_chscale),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

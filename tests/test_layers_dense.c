@@ -150,6 +150,34 @@ static void test_gc_act_param(void **st)
     gc("celu -2 7 m=5", e, V(7), 5);
 }
 
+/* prelu: the input's and the slopes' gradients, one slope or one per
+ * channel (feature of a vector), its kink at 0 skipped as relu's; the
+ * slopes' gradient is linear in them (exact central differences) */
+static void test_gc_prelu(void **st)
+{
+    bfit_layer_cfg p = cfg_of(BFIT_L_PRELU);
+    gc_case c = {.label = "prelu 3x5x5 m=7", .cfg = p, .nin = 1, .in = {S(3, 5, 5)}, .m = 7, .kink_gap = 0.02};
+    (void)st;
+    gc_assert(&c);
+    c.label = "prelu channels=3 slope=-0.3 3x5x5 m=7";
+    c.cfg.units = 3;
+    c.cfg.alpha = -0.3f;
+    gc_assert(&c);
+    c.label = "prelu channels=7 7 m=1";
+    c.cfg.units = 7;
+    c.in[0] = V(7);
+    c.m = 1;
+    gc_assert(&c);
+    c.label = "prelu 7 m=5";
+    c.cfg = p;
+    c.m = 5;
+    gc_assert(&c);
+    c.label = "prelu seq 5x3 m=3";
+    c.in[0] = Q(5, 3);
+    c.m = 3;
+    gc_assert(&c);
+}
+
 static void test_gc_flatten_dropout(void **st)
 {
     bfit_layer_cfg d = cfg_of(BFIT_L_DROPOUT);
@@ -919,6 +947,18 @@ static void test_errors(void **st)
     c.alpha = NAN;
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_string_equal(err, "celu needs a finite, nonzero alpha, got nan");
+    /* prelu: one slope, or one per channel of an image or feature of a vector */
+    c = cfg_of(BFIT_L_PRELU);
+    c.units = 3;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "prelu has one slope, or one per channel of an image CxHxW or feature of a vector: "
+                             "channels=3 does not fit the input 4");
+    in[0] = Q(5, 3);
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "channels=3 does not fit the input 5x3 (a sequence: one slope only)"));
+    c.units = 1, c.alpha = NAN;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "prelu needs a finite initial slope, got nan");
     assert_null(l);
     /* a sequence is scored per token (token models, issue 15): one row of
      * class scores per token, the output (probabilities) shaped alike */
@@ -935,7 +975,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gc_linear),     cmocka_unit_test(test_gc_sequences),
         cmocka_unit_test(test_gc_act),
-        cmocka_unit_test(test_gc_act_param),
+        cmocka_unit_test(test_gc_act_param),  cmocka_unit_test(test_gc_prelu),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_scale),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),

@@ -37,6 +37,7 @@
 #include "gradcheck.h"
 #include "nn/model.h"
 #include "nn/onnx.h"
+#include "nn/wsrc.h"
 #include "nn/zoo.h"
 #include "tdev.h"
 #include "train/weights.h"
@@ -1065,10 +1066,9 @@ static void test_host_cast_wrap(void **st)
     pb_free(m);
 }
 
-/* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
 /* nn.PReLU after a Linear, as torch 1.13 exports it: Gemm, then PRelu(h,
- * slope) with the slope a [1] initializer; an operator batchfit does not
- * read (Selu was the example until batchfit read it). */
+ * slope) with the slope a [1] initializer (fuzz/corpus/onnx/prelu_head.onnx
+ * is such an export). */
 static pbw *prelu_graph(void)
 {
     static const int64_t sd[1] = {1};
@@ -1081,13 +1081,124 @@ static pbw *prelu_graph(void)
     return gemm_rest(g);
 }
 
+/* x [N,4,3,3] -> PRelu(x, s) -> GlobalAveragePool, Flatten, Gemm -> logits.
+ * The slope: the initializer act.weight of dims wd (nw of them) itself, or
+ * with unsq (torch.onnx's export of nn.PReLU on an image) an Unsqueeze of
+ * it by the constant axes [1, 2]; with constant, a Constant node's tensor
+ * rather than an initializer. */
+static pbw *prelu_image_graph(const int64_t *wd, int nw, int unsq, int constant)
+{
+    static const int64_t in[4] = {-1, 4, 3, 3}, ad[1] = {2}, axes[2] = {1, 2};
+    const char *ui[2] = {"act.weight", "axes"}, *uo[1] = {"s"}, *pi[2] = {"x", unsq ? "s" : "act.weight"},
+               *y[1] = {"y"}, *q[1] = {"q"}, *f[1] = {"f"}, *co[1] = {"act.weight"};
+    pbw *g = pb_new();
+    int64_t n = 1;
+    for (int d = 0; d < nw; d++)
+        n *= wd[d];
+    if (constant) {
+        pbw *c = node("Constant", "c", NULL, 0, co, 1), *a = attr_new("value");
+        pmsg(a, 5, tensor("act.weight", wd, nw, NULL, n));
+        attr_put(c, a, 4);
+        pmsg(g, 1, c);
+    }
+    if (unsq)
+        pmsg(g, 1, node("Unsqueeze", "unsq", ui, 2, uo, 1));
+    pmsg(g, 1, node("PRelu", "act", pi, 2, y, 1));
+    pmsg(g, 1, node("GlobalAveragePool", "pool", y, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, f, 1));
+    fc_head(g, "f");
+    if (!constant)
+        pmsg(g, 5, tensor("act.weight", wd, nw, NULL, n));
+    pmsg(g, 5, tensor_i64("axes", ad, 1, axes, 2));
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* The prelu layer of graph m's first node: its slopes and the name and
+ * dims its starting weights have in the file. */
+static void expect_prelu(const pbw *m, int node, int units, const char *name, int ndim)
+{
+    bfit_graph_desc g;
+    const bfit_wsrc_entry *e;
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[node].cfg.kind, BFIT_L_PRELU);
+    assert_int_equal(g.nodes[node].cfg.units, units);
+    assert_non_null(e = bfit_wsrc_find(g.wsrc, node, 0));
+    assert_string_equal(e->name, name);
+    assert_int_equal(e->t->ndim, ndim);
+    assert_int_equal(e->t->numel, units);
+    bfit_graph_fini(&g);
+}
+
+/* PRelu (nn.PReLU): one slope or one per channel, from a [1], [C] or
+ * [C,1,1] initializer or an Unsqueeze of one, named as the module's
+ * state_dict; a slope ONNX broadcasts otherwise (along W), or one that is
+ * no initializer, is refused saying what batchfit takes. */
+static void test_prelu(void **st)
+{
+    static const int64_t c[1] = {4}, one[1] = {1}, c11[3] = {4, 1, 1}, w[1] = {3}, c1[2] = {4, 1};
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    m = model(prelu_graph());
+    expect_prelu(m, 1, 1, "slope", 1);
+    pb_free(m);
+    m = model(prelu_image_graph(c, 1, 1, 0)); /* nn.PReLU(4) on an image */
+    expect_prelu(m, 0, 4, "act.weight", 1);
+    pb_free(m);
+    m = model(prelu_image_graph(one, 1, 1, 0)); /* nn.PReLU() on an image */
+    expect_prelu(m, 0, 1, "act.weight", 1);
+    pb_free(m);
+    m = model(prelu_image_graph(c11, 3, 0, 0)); /* the Unsqueeze folded into the initializer */
+    expect_prelu(m, 0, 4, "act.weight", 3);
+    pb_free(m);
+    m = model(prelu_image_graph(one, 1, 0, 0));
+    expect_prelu(m, 0, 1, "act.weight", 1);
+    pb_free(m);
+    m = model(prelu_image_graph(w, 1, 0, 0));
+    assert_int_equal(load(m, &g, "node 'act' (PRelu, opset 17) with inputs 'x' [N,4,3,3], 'act.weight' [3] float: "
+                                 "the slope's shape [3] broadcasts over the input otherwise than batchfit's prelu: "
+                                 "one slope, or one per channel of an image [N,C,H,W] ([C,1,1]) or of a vector "
+                                 "[N,C] ([C]), as nn.PReLU(C) applies along dimension 1"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(prelu_image_graph(c1, 2, 0, 0)); /* [4,1]: along H */
+    assert_int_equal(load(m, &g, "the slope's shape [4,1] broadcasts over the input otherwise"), BFIT_EINVAL);
+    pb_free(m);
+    m = model(prelu_image_graph(c11, 3, 0, 1));
+    assert_int_equal(load(m, &g, "the slope must be an initializer, or an Unsqueeze of one (nn.PReLU's export): "
+                                 "batchfit learns it as the layer's weight"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
+/* x [N,4,3,3] -> InstanceNormalization(x, scale, bias) -> GlobalAveragePool,
+ * Flatten, Gemm -> logits: nn.InstanceNorm2d's export, an operator batchfit
+ * does not read (PRelu, Selu were the example until batchfit read them). */
+static pbw *instnorm_graph(void)
+{
+    static const int64_t in[4] = {-1, 4, 3, 3}, cd[1] = {4};
+    const char *ii[3] = {"x", "scale", "bias"}, *y[1] = {"y"}, *q[1] = {"q"}, *f[1] = {"f"};
+    pbw *g = pb_new();
+    pmsg(g, 1, node("InstanceNormalization", "norm", ii, 3, y, 1));
+    pmsg(g, 1, node("GlobalAveragePool", "pool", y, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, f, 1));
+    fc_head(g, "f");
+    pmsg(g, 5, tensor("scale", cd, 1, NULL, 4));
+    pmsg(g, 5, tensor("bias", cd, 1, NULL, 4));
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
 static void test_unsupported_op(void **st)
 {
     bfit_graph_desc g;
-    pbw *m = model(prelu_graph());
+    pbw *m = model(instnorm_graph());
     (void)st;
-    assert_int_equal(load(m, &g, "t.onnx: node 'last' (PRelu, opset 17) with inputs 'h' [N,3], 'slope' [1] float: "
-                                 "batchfit does not support the operator PRelu"),
+    assert_int_equal(load(m, &g, "t.onnx: node 'norm' (InstanceNormalization, opset 17) with inputs 'x' [N,4,3,3], "
+                                 "'scale' [4] float, 'bias' [4] float: batchfit does not support the operator "
+                                 "InstanceNormalization"),
                      BFIT_EINVAL);
     pb_free(m);
     m = model(gemm_graph("Softmax"));
@@ -1609,6 +1720,7 @@ int main(void)
         cmocka_unit_test(test_size_mismatch),
         cmocka_unit_test(test_cycle),
         cmocka_unit_test(test_undefined_input),
+        cmocka_unit_test(test_prelu),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_gelu_op),

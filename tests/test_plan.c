@@ -827,6 +827,29 @@ static void test_cheap_regen_se(void **st)
     }
 }
 
+/* prelu after convolutions and between linear layers
+ * (tests/fixtures/prelu-mini.cfg): lean regenerates each prelu's output
+ * from its input, which its backward reads anyway; the same gradients bit
+ * for bit as keeping them, a smaller step, and measured = planned, lean or
+ * not, each recomputation; f32 and bf16. */
+static void test_cheap_regen_prelu(void **st)
+{
+    static const char *model = "tests/fixtures/prelu-mini.cfg";
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const bfit_layer_kind prelu = BFIT_L_PRELU;
+    static const bfit_recompute_kind rk[] = {BFIT_RECOMPUTE_NONE, BFIT_RECOMPUTE_BLOCKS, BFIT_RECOMPUTE_SQRT};
+    bfit_optim_cfg oc = bfit_optim_cfg_default(BFIT_OPT_ADAMW);
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        assert_true(regen_against_kept(model, prec[i], &prelu, 1) >= 3);
+        for (int lean = 0; lean <= 1; lean++)
+            for (unsigned k = 0; k < sizeof rk / sizeof rk[0]; k++) {
+                bfit_storage sto = {prec[i], lean, rk[k]};
+                measured_step_st(model, &oc, 16, &sto, 0, 16);
+            }
+    }
+}
+
 /* The device's own block can be none: with AVX-512's bf16 instructions
  * oneDNN's bf16 convolutions take plain or channels-last data, not nChw16c
  * (the H200's host, 2026-12-04), so no layer chains in a block there, and a
@@ -1018,6 +1041,57 @@ static void test_blocked_bnorm_grads(void **st)
     blocked_grads("tests/fixtures/se-mini.onnx", BFIT_BF16, 2, 0, 1, 2);
 }
 
+/* prelu joins the layout chains (store.c): in prelu-mini (no batch norm)
+ * its per-channel and one-slope layers after the first two convolutions
+ * take and give the device's block (or a forced one), and the gradients
+ * of a step are the plain layout's bit for bit: the slopes' sums go row by
+ * row in one order in either layout (cpu_prelu.c). f32 and bf16. */
+static void test_blocked_prelu_same_grads(void **st)
+{
+    static const char *model = "tests/fixtures/prelu-mini.cfg";
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const int force[] = {0, 8, 16};
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_store_cfg sc = bfit_store_cfg_default();
+        bfit_step_plan plain, blocked;
+        int64_t n1, n2;
+        float *a, *b;
+        rig r;
+        rig_new(&r, model, BIG);
+        sc.precision = prec[i];
+        bfit_test_control(BFIT_TC_LAYOUT, 1);
+        a = fresh_grads(&r, &sc, 16, &plain, &n1);
+        bfit_model_unreserve(r.M);
+        for (int f = 0; f < 3; f++) {
+            int devB = bfit_device_layout_block(r.dev, prec[i]), B = devB && force[f] ? force[f] : devB, n = 0;
+            bfit_test_control(BFIT_TC_LAYOUT, force[f]);
+            assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+            for (int j = 0; j < r.M->n; j++) {
+                const bfit_layer *l = r.M->nodes[j].l;
+                n += l->cfg.kind == BFIT_L_PRELU && l->blk_in == B && l->blk_out == B;
+            }
+            if (B == 0) {
+                no_block(model, prec[i]);
+                continue;
+            }
+            assert_int_equal(n, 2);
+            assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &blocked), BFIT_OK);
+            b = step_grads(&r, 16, &n2);
+            assert_int_equal(n1, n2);
+            assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+            print_message("%s %s at 16: %d prelus in nChw%dc; peak %llu plain, %llu blocked\n", model,
+                          bfit_dtype_name(prec[i]), n, B, (unsigned long long)plain.peak,
+                          (unsigned long long)blocked.peak);
+            bfit_model_unreserve(r.M);
+            free(b);
+        }
+        bfit_test_control(BFIT_TC_LAYOUT, 0);
+        free(a);
+        trig_free(&r);
+    }
+}
+
 /* The cnn's relus run after their max pools (graph.c): a step's loss and
  * gradients are those of the spec's order bit for bit, the relus cover the
  * pools' outputs, and the plan is smaller. f32 and bf16, at 32. */
@@ -1071,6 +1145,8 @@ int main(void)
         cmocka_unit_test(test_cheap_regen_param_act),
         cmocka_unit_test(test_cheap_regen_gelu),
         cmocka_unit_test(test_cheap_regen_se),
+        cmocka_unit_test(test_cheap_regen_prelu),
+        cmocka_unit_test(test_blocked_prelu_same_grads),
         cmocka_unit_test(test_blocked_same_grads),
         cmocka_unit_test(test_blocked_bnorm_grads),
         cmocka_unit_test(test_pool_first_same_grads),

@@ -210,6 +210,33 @@ static void test_param_activations(void **st)
     bfit_graph_fini(&g);
 }
 
+/* prelu: one slope starting at PyTorch's 0.25, or channels=C (nn.PReLU(C)),
+ * its initial slope given by slope=S; the channels are checked against the
+ * input when the shapes are (test_shape_check) */
+static void test_prelu(void **st)
+{
+    const char *text = "input 4x6x6\n"
+                       "prelu\n"                          /* 0 */
+                       "prelu channels=4 slope=-0.1\n"     /* 1 */
+                       "flatten\n"                        /* 2 */
+                       "linear 5\n"                       /* 3 */
+                       "prelu slope=0.5 channels=5\n";     /* 4 */
+    bfit_graph_desc g;
+    const bfit_node_desc *n;
+    (void)st;
+
+    assert_int_equal(parse(text, &g), BFIT_OK);
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_OK);
+    n = g.nodes;
+    assert_node(&g, 0, BFIT_L_PRELU, 0, -1, 2, 1);
+    assert_true(n[0].cfg.units == 1 && n[0].cfg.alpha == 0.25f);
+    assert_node(&g, 1, BFIT_L_PRELU, 1, -1, 3, 1);
+    assert_true(n[1].cfg.units == 4 && n[1].cfg.alpha == -0.1f);
+    assert_node(&g, 4, BFIT_L_PRELU, 4, -1, 6, 1);
+    assert_true(n[4].cfg.units == 5 && n[4].cfg.alpha == 0.5f);
+    bfit_graph_fini(&g);
+}
+
 static void test_residual_wiring(void **st)
 {
     const char *text =
@@ -353,6 +380,11 @@ static const bad bads[] = {
     {"input 784\ncelu alpha=-0.0\n", 0, "t.cfg:2:12: ", {"celu's alpha must not be 0"}},
     {"input 784\ncelu alpha=1e31\n", 0, "t.cfg:2:12: ", {"celu's alpha must be in (-1e+30, 1e+30)"}},
     {"input 784\ncelu alpha=nan\n", 0, "t.cfg:2:12: ", {"bad number `nan` for celu's alpha"}},
+    {"input 784\nprelu 3\n", 0, "t.cfg:2:7: ", {"unexpected `3`", "prelu takes only options"}},
+    {"input 784\nprelu channels=0\n", 0, "t.cfg:2:16: ", {"prelu's channels (its slopes) must be at least 1"}},
+    {"input 784\nprelu slope=inf\n", 0, "t.cfg:2:13: ", {"bad number `inf` for prelu's initial slope"}},
+    {"input 784\nprelu alpha=0.1\n", 0, "t.cfg:2:7: ", {"prelu has no option `alpha`", "options: slope, channels"}},
+    {"input 784\nprelu channels=2 channels=3\n", 0, "t.cfg:2:18: ", {"duplicate option", "sets the slopes"}},
     {"input 784\nbatchnorm 3\n", 0, "t.cfg:2:11: ", {"batchnorm takes only options"}},
     {"input 784\nlinear 10 20\n", 0, "t.cfg:2:11: ", {"unexpected `20`", "linear N"}},
     {"relu\n", 0, "t.cfg:1:1: ", {"begins with `input"}},
@@ -520,6 +552,9 @@ static void test_shape_check(void **st)
     /* a sequence's projection is a linear per position, no batch norm */
     expect_shape_error("input tokens=32\nembed 32 vocab=256\nresidual {\nlayernorm\nlinear 64\n}\nlinear 256\n",
                        "t.cfg:3:1: ", "body gives 32x64 but its input is 32x32", "`linear 64`, `}`");
+    /* prelu's slopes: one, or one per channel of the input */
+    expect_shape_error("input 3x8x8\nprelu channels=4\nflatten\nlinear 10\n", "t.cfg:2:1: ",
+                       "channels=4 does not fit the input 3x8x8", NULL);
     /* the loss needs class scores */
     expect_shape_error("input 1x28x28\nconv 8 k=3\n", "t.cfg:2:1: ", "the last layer gives 8x26x26", "flatten");
     /* a window larger than the input: the layer or the guard says so */
@@ -771,6 +806,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_layer_and_option),
         cmocka_unit_test(test_param_activations),
+        cmocka_unit_test(test_prelu),
         cmocka_unit_test(test_residual_wiring),
         cmocka_unit_test(test_text_details),
         cmocka_unit_test(test_bad_specs),

@@ -57,11 +57,12 @@ static int need_fits(void *ud, int m)
 int bfit_largest_under(bfit_need_fn need, void *ud, uint64_t budget, int hi, int m0, uint64_t n0)
 {
     need_ctx c = {need, ud, budget};
-    int lo = m0, top = hi + 1, g = m0 + 1;
+    int lo = m0, top, g;
     double xa = m0, ya = (double)n0;
 
     if (hi < 1 || hi == INT_MAX || m0 < 1 || m0 > hi || n0 > budget) /* INT_MAX: no room for top */
         return bfit_largest_fit(need_fits, &c, hi);
+    top = hi + 1, g = m0 + 1; /* after the check: at INT_MAX they would overflow */
     for (int step = 0; step < BFIT_SOLVE_SECANT && top - lo > 1; step++) {
         uint64_t y;
         double slope, next;

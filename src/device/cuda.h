@@ -141,8 +141,9 @@ void cuda_stage_init(cuda_device *d);
 void cuda_stage_fini(cuda_device *d);
 int cuda_mem_info(bfit_device *d, uint64_t *free_bytes, uint64_t *total_bytes);
 /* Checking mode: every non-NULL pointer of an op's arguments is device
- * memory of this GPU. */
-int cuda_check_args(cuda_device *d, const bfit_op_args *a, const char *what);
+ * memory of this GPU, with the first nlist of its list (a concatenation's
+ * srcs or dsts). */
+int cuda_check_args(cuda_device *d, const bfit_op_args *a, int nlist, const char *what);
 
 /* cuda_coll.c: collectives over a group of processes (NCCL; untested) */
 int cuda_coll_open(bfit_device *d, const bfit_coll_host *h, void **state);
@@ -155,6 +156,8 @@ int cuda_matmul_init(cuda_op *op);  /* MATMUL (cuBLAS) */
 int cuda_conv_init(cuda_op *op);    /* CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS (cuDNN) */
 int cuda_bnorm_init(cuda_op *op);   /* BNORM_FWD, BNORM_BWD (cuDNN and statistics kernels) */
 int cuda_attn_init(cuda_op *op);    /* ATTN_FWD, ATTN_BWD (cuBLAS and our kernels) */
+int cuda_concat_init(cuda_op *op);  /* CONCAT_FWD/BWD, TRANSPOSE, ADD_ROWS, SLICE_FWD/BWD (cuda_concat.cu) */
+int cuda_chscale_init(cuda_op *op); /* CHSCALE_FWD/BWD (cuda_chscale.cu) */
 int cuda_simple_init(cuda_op *op);  /* everything else: our own kernels */
 void cuda_dnn_fini(cuda_op *op);    /* destroys the cuDNN descriptors an op made */
 

@@ -1,6 +1,7 @@
 /* cuda_core.h - the per-thread work of the CUDA backend's activation,
- * embedding and attention kernels (cuda_elt.cu, cuda_attn.cu), written once
- * for the GPU and the host.
+ * embedding, attention, copy (concatenation, transposition, slices) and
+ * channel-gate kernels (cuda_elt.cu, cuda_attn.cu, cuda_concat.cu,
+ * cuda_chscale.cu), written once for the GPU and the host.
  *
  * Each kernel thread calls one of these functions for its element, row or
  * column, and does nothing else; so the same code, compiled as C on the
@@ -291,6 +292,100 @@ BK_HD void bk_attn_part_ds(const float *p, float *dp, int64_t T, float d, int64_
 {
     for (int64_t j = j0; j < T; j += step)
         dp[j] = p[j] * (dp[j] - d);
+}
+
+/* ---- copies: concatenation, slices, transposition ---------------------------------- */
+
+/* A copy of rows x cols elements between two row-major buffers: source
+ * row r's elements start at r sld + soff (sld 0: one row for every row, a
+ * broadcast input), the destination's at r dld + doff. A concatenation's
+ * input k is such a copy into (or, backward, out of) its columns of the
+ * output's rows; a slice is one out of (or into) its columns. */
+typedef struct bk_copy2d {
+    int64_t rows, cols, sld, soff, dld, doff;
+} bk_copy2d;
+
+/* Element el (row-major over rows x cols) of the copy: its offsets in the
+ * source and the destination. */
+BK_HD void bk_copy2d_at(const bk_copy2d *c, int64_t el, int64_t *si, int64_t *di)
+{
+    int64_t r = el / c->cols, j = el - r * c->cols;
+    *si = r * c->sld + c->soff + j;
+    *di = r * c->dld + c->doff + j;
+}
+
+/* The backward's accumulating copy: dst (+)= src at element el, in f32,
+ * rounded once to dt (cpu_concat.c's slice_back). */
+BK_HD void bk_copy2d_add(const bk_copy2d *c, const void *src, void *dst, int dt, int64_t el)
+{
+    int64_t si, di;
+    bk_copy2d_at(c, el, &si, &di);
+    bk_stx(dst, dt, di, bk_ldx(dst, dt, di) + bk_ldx(src, dt, si));
+}
+
+/* A broadcast input's gradient, column j: g[j] += the sum over the rows of
+ * dy[r, off + j], in double in row order as cpu_concat.c's sum_rows, so
+ * equal to the CPU's bit for bit. */
+BK_HD void bk_col_sum(const void *dy, int dt, float *g, int64_t rows, int64_t ld, int64_t off, int64_t j)
+{
+    double s = 0;
+    for (int64_t r = 0; r < rows; r++)
+        s += bk_ldx(dy, dt, r * ld + off + j);
+    g[j] += (float)s;
+}
+
+/* SLICE_BWD's element el of diff_src [rows, ld]: the offset in diff_dst
+ * [rows, len] it takes, or -1 where it is outside columns [off, off + len)
+ * (a zero). */
+BK_HD int64_t bk_slice_bwd_at(int64_t ld, int64_t off, int64_t len, int64_t el)
+{
+    int64_t r = el / ld, c = el - r * ld - off;
+    return c >= 0 && c < len ? r * len + c : -1;
+}
+
+/* TRANSPOSE's element el of dst [n, b, a]: its offset in src [n, a, b]. */
+BK_HD int64_t bk_tr_at(int64_t a, int64_t b, int64_t el)
+{
+    int64_t s = el / (a * b), k = el - s * a * b, j = k / a, i = k - j * a;
+    return (s * a + i) * b + j;
+}
+
+/* ADD_ROWS: y[el] = x[el] + bias[el % N] in f32, rounded once to dt (y may
+ * be x). */
+BK_HD void bk_add_rows_one(const void *x, const float *bias, void *y, int dt, int64_t N, int64_t el)
+{
+    bk_stx(y, dt, el, bk_ldx(x, dt, el) + bias[el % N]);
+}
+
+/* ---- channel gates (CHSCALE) ---------------------------------------------------------- */
+
+/* Forward: y[el] = x[el] s[el / hw], one rounding (cpu_chscale.c's). */
+BK_HD void bk_chs_fwd_one(const void *x, const void *s, void *y, int dt, int64_t hw, int64_t el)
+{
+    bk_stx(y, dt, el, bk_ldx(x, dt, el) * bk_ldx(s, dt, el / hw));
+}
+
+/* Backward on channel row r ([hw] of [n c, hw]), part j0 of step parts
+ * (a warp's lanes; the host test runs the parts in a loop): dx = dy s for
+ * the part's elements (dx not NULL; dx may be dy), and the part's sum of
+ * dy x in double (x NULL: 0). Each product of two floats is exact in
+ * double, so the row's sum differs from the CPU's (one sum in element
+ * order) only by the rounding of double additions in another order; the
+ * float stored from it is the CPU's but where that sum lies within a few
+ * double ulps of a midpoint between floats. */
+BK_HD double bk_chs_bwd_part(const void *x, const void *s, const void *dy, void *dx, int dt, int64_t r, int64_t hw,
+                             int64_t j0, int64_t step)
+{
+    float sr = dx ? bk_ldx(s, dt, r) : 0.0f;
+    double acc = 0;
+    for (int64_t j = r * hw + j0; j < (r + 1) * hw; j += step) {
+        float g = bk_ldx(dy, dt, j);
+        if (x)
+            acc += (double)g * (double)bk_ldx(x, dt, j);
+        if (dx)
+            bk_stx(dx, dt, j, g * sr);
+    }
+    return acc;
 }
 
 #endif

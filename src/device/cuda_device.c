@@ -1,7 +1,9 @@
 /* cuda_device.c - the CUDA backend: opening a GPU (stream, cuBLAS and cuDNN
  * handles), error conversion, the op life cycle and the device's table.
  * Memory and transfers are in cuda_mem.c; the op families in cuda_blas.c
- * (matmul), cuda_dnn.c (convolution, batch norm) and cuda_simple.c (our own
+ * (matmul), cuda_dnn.c (convolution, batch norm), cuda_attn.c (attention),
+ * cuda_concat.c (concatenation, slices, transposition, broadcast add),
+ * cuda_chscale.c (channel gates) and cuda_simple.c (the rest of our own
  * kernels, cuda_*.cu).
  *
  * Nothing here allocates device memory: ops report the workspace they need
@@ -89,6 +91,14 @@ static int op_init(cuda_op *op)
     case BFIT_OP_BNORM_BWD: return cuda_bnorm_init(op);
     case BFIT_OP_ATTN_FWD:
     case BFIT_OP_ATTN_BWD: return cuda_attn_init(op);
+    case BFIT_OP_CONCAT_FWD:
+    case BFIT_OP_CONCAT_BWD:
+    case BFIT_OP_TRANSPOSE:
+    case BFIT_OP_ADD_ROWS:
+    case BFIT_OP_SLICE_FWD:
+    case BFIT_OP_SLICE_BWD: return cuda_concat_init(op);
+    case BFIT_OP_CHSCALE_FWD:
+    case BFIT_OP_CHSCALE_BWD: return cuda_chscale_init(op);
     default: return cuda_simple_init(op);
     }
 }
@@ -139,11 +149,13 @@ static int cuda_op_run(bfit_op *base, const bfit_op_args *a)
     cuda_op *op = (cuda_op *)base;
     cuda_device *d = (cuda_device *)base->dev;
     const char *name = cuda_kind_name(base->desc.kind);
+    bfit_op_kind k = base->desc.kind;
+    int nlist = k == BFIT_OP_CONCAT_FWD || k == BFIT_OP_CONCAT_BWD ? base->desc.u.concat.n : 0; /* srcs, dsts */
     cudaError_t e;
     int rc = cuda_enter(d, name);
 
     if (rc == BFIT_OK && d->check)
-        rc = cuda_check_args(d, a, name);
+        rc = cuda_check_args(d, a, nlist, name);
     if (rc != BFIT_OK || (rc = op->run(op, a)) != BFIT_OK)
         return rc;
     d->queued[d->nqueued++ % 4] = name;
@@ -243,7 +255,15 @@ static int kind_made(bfit_op_kind k)
     case BFIT_OP_EMBED_FWD:
     case BFIT_OP_EMBED_BWD:
     case BFIT_OP_ATTN_FWD:
-    case BFIT_OP_ATTN_BWD: return 1;
+    case BFIT_OP_ATTN_BWD:
+    case BFIT_OP_CONCAT_FWD:
+    case BFIT_OP_CONCAT_BWD:
+    case BFIT_OP_TRANSPOSE:
+    case BFIT_OP_ADD_ROWS:
+    case BFIT_OP_SLICE_FWD:
+    case BFIT_OP_SLICE_BWD:
+    case BFIT_OP_CHSCALE_FWD:
+    case BFIT_OP_CHSCALE_BWD: return 1;
     default: return 0;
     }
 }

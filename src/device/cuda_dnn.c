@@ -95,6 +95,12 @@ static int within_limit(const char *what, const char *tensor, int64_t elems)
 
 /* ---- convolution ------------------------------------------------------------------ */
 
+/* groups 0 or 1 is dense (device.h) */
+static int groups_of(const bfit_op_desc *d)
+{
+    return d->u.conv.groups > 1 ? d->u.conv.groups : 1;
+}
+
 static int check_conv(const bfit_op_desc *d)
 {
     int rc;
@@ -111,8 +117,11 @@ static int check_conv(const bfit_op_desc *d)
                          (long long)v[11], (long long)v[12]);
     if ((rc = within_limit("conv", "input", v[0] * v[1] * v[2] * v[3])) != BFIT_OK ||
         (rc = within_limit("conv", "output", v[0] * v[4] * v[5] * v[6])) != BFIT_OK ||
-        (rc = within_limit("conv", "weight", v[4] * v[1] * v[7] * v[8])) != BFIT_OK)
+        (rc = within_limit("conv", "weight", v[4] * (v[1] / groups_of(d)) * v[7] * v[8])) != BFIT_OK)
         return rc;
+    if (d->u.conv.ic % groups_of(d) || d->u.conv.oc % groups_of(d))
+        return bfit_fail(BFIT_EINVAL, "cuda conv: %d groups do not divide %lld input and %lld output channels",
+                         groups_of(d), (long long)v[1], (long long)v[4]);
     if (d->u.conv.ih + 2 * d->u.conv.ph < d->u.conv.kh || d->u.conv.iw + 2 * d->u.conv.pw < d->u.conv.kw ||
         d->u.conv.oh != (d->u.conv.ih + 2 * d->u.conv.ph - d->u.conv.kh) / d->u.conv.sh + 1 ||
         d->u.conv.ow != (d->u.conv.iw + 2 * d->u.conv.pw - d->u.conv.kw) / d->u.conv.sw + 1)
@@ -131,14 +140,16 @@ static int conv_descs(cuda_op *op)
     if ((rc = tensor4(&op->tb, BFIT_F32, 1, d->u.conv.oc, 1, 1, "conv bias descriptor")))
         return rc;
     CUDNN_TRY(cudnnCreateFilterDescriptor(&op->tw), "conv filter descriptor");
+    /* grouped (depthwise where groups = ic): weights [oc, ic/groups, kh, kw], as PyTorch's */
     CUDNN_TRY(cudnnSetFilter4dDescriptor(op->tw, dnn_type(d->dtype), CUDNN_TENSOR_NCHW, (int)d->u.conv.oc,
-                                         (int)d->u.conv.ic, (int)d->u.conv.kh, (int)d->u.conv.kw),
+                                         (int)(d->u.conv.ic / groups_of(d)), (int)d->u.conv.kh, (int)d->u.conv.kw),
               "conv filter descriptor");
     CUDNN_TRY(cudnnCreateConvolutionDescriptor(&op->conv), "convolution descriptor");
     /* PyTorch's conv is a cross-correlation; dilation 1; f32 accumulation */
     CUDNN_TRY(cudnnSetConvolution2dDescriptor(op->conv, (int)d->u.conv.ph, (int)d->u.conv.pw, (int)d->u.conv.sh,
                                               (int)d->u.conv.sw, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
               "convolution descriptor");
+    CUDNN_TRY(cudnnSetConvolutionGroupCount(op->conv, groups_of(d)), "convolution group count");
     /* f32: no tensor cores (no TF32); 16-bit: tensor cores, f32 accumulation */
     CUDNN_TRY(cudnnSetConvolutionMathType(op->conv, d->dtype == BFIT_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
               "convolution math type");

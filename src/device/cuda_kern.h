@@ -189,6 +189,34 @@ cudaError_t bk_attn_p_again(cudaStream_t s, const bk_attn *a, const int32_t *len
 cudaError_t bk_attn_ds(cudaStream_t s, const bk_attn *a, const int32_t *lens, const float *p, float *dp, int64_t g0,
                        int64_t lanes);
 
+/* ---- cuda_concat.cu: copies between rows and columns (cuda_core.h's) ------------- */
+
+/* The copy c (bk_copy2d) from src to dst: the elements' bits, or with add
+ * dst += src in f32 rounded once (a gradient another consumer wrote
+ * first). The source and the destination do not overlap. */
+cudaError_t bk_copy2d_run(cudaStream_t s, int dt, const bk_copy2d *c, const void *src, void *dst, int add);
+/* g[j] += the sum over rows of dy[r, off + j], j < cols, in double in row
+ * order (a broadcast input's f32 gradient): the CPU's bit for bit */
+cudaError_t bk_col_sum_rows(cudaStream_t s, int dt, const void *dy, float *g, int64_t rows, int64_t ld,
+                            int64_t off, int64_t cols);
+/* dx [rows, ld] = dy [rows, len] in columns [off, off + len), 0 elsewhere */
+cudaError_t bk_slice_bwd(cudaStream_t s, int dt, const void *dy, void *dx, int64_t rows, int64_t ld, int64_t off,
+                         int64_t len);
+/* y [n, b, a] = x [n, a, b] transposed, sample by sample */
+cudaError_t bk_transpose(cudaStream_t s, int dt, const void *x, void *y, int64_t n, int64_t a, int64_t b);
+/* y [M, N] = x + bias [N] (f32), rounded once; y may be x */
+cudaError_t bk_add_rows(cudaStream_t s, int dt, const void *x, const float *bias, void *y, int64_t M, int64_t N);
+
+/* ---- cuda_chscale.cu: channel gates (cuda_core.h's) ------------------------------ */
+
+/* y [rows, hw] = x times sc[row] (rows = n c; sc of dtype dt) */
+cudaError_t bk_chs_fwd(cudaStream_t s, int dt, const void *x, const void *sc, void *y, int64_t rows, int64_t hw);
+/* dx = dy sc[row] (dx NULL: skipped; dx may be dy) and ds[row] = the sum
+ * over the row of dy x (ds NULL: skipped), of dtype dt: a warp per row,
+ * in double (bk_chs_bwd_part says how it may differ from the CPU's) */
+cudaError_t bk_chs_bwd(cudaStream_t s, int dt, const void *x, const void *sc, const void *dy, void *dx, void *ds,
+                       int64_t rows, int64_t hw);
+
 #ifdef __cplusplus
 }
 #endif

@@ -256,7 +256,7 @@ static int on_device(const cuda_device *d, const void *p)
     return at.type == cudaMemoryTypeDevice && at.device == d->index;
 }
 
-int cuda_check_args(cuda_device *d, const bfit_op_args *a, const char *what)
+int cuda_check_args(cuda_device *d, const bfit_op_args *a, int nlist, const char *what)
 {
     const void *p[] = {a->src,         a->src2,      a->weights,    a->bias,     a->diff_dst, a->scale,
                        a->shift,       a->dst,       a->diff_src,   a->diff_weights, a->diff_bias, a->diff_scale,
@@ -270,5 +270,11 @@ int cuda_check_args(cuda_device *d, const bfit_op_args *a, const char *what)
         if (p[i] && !on_device(d, p[i]))
             return bfit_fail(BFIT_EINVAL, "%s (checking mode): %s: %s is not memory of this GPU (a host pointer "
                                           "passed where the device's is needed)", d->name, what, nm[i]);
+    for (int i = 0; i < nlist && i < BFIT_OP_MAXCAT; i++) {
+        const void *q = a->srcs ? a->srcs[i] : a->dsts ? a->dsts[i] : NULL;
+        if (q && !on_device(d, q))
+            return bfit_fail(BFIT_EINVAL, "%s (checking mode): %s: %s[%d] is not memory of this GPU", d->name, what,
+                             a->srcs ? "srcs" : "dsts", i);
+    }
     return BFIT_OK;
 }

@@ -405,27 +405,21 @@ const char *bfit_op_kind_name(bfit_op_kind k)
         [BFIT_OP_CONCAT_FWD] = "concatenation forward", [BFIT_OP_CONCAT_BWD] = "concatenation backward",
         [BFIT_OP_TRANSPOSE] = "transpose", [BFIT_OP_ADD_ROWS] = "broadcast add", [BFIT_OP_SLICE_FWD] = "slice",
         [BFIT_OP_SLICE_BWD] = "slice backward", [BFIT_OP_CHSCALE_FWD] = "channel scaling",
-        [BFIT_OP_CHSCALE_BWD] = "channel scaling backward",
+        [BFIT_OP_CHSCALE_BWD] = "channel scaling backward", [BFIT_OP_PRELU_FWD] = "prelu",
+        [BFIT_OP_PRELU_BWD] = "prelu backward",
     };
     return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
 }
 
-/* What only the CPU device has (the layers of ONNX imports): another device
- * refuses it here, by name, rather than run an op that ignores it. */
+/* What only the CPU device has (layers of ONNX imports; the GPU has
+ * concatenation, slices, transposition, broadcast add, channel gates and
+ * grouped convolutions since 2026-12-04): another device refuses it here,
+ * by name, rather than run an op that ignores it. */
 const char *bfit_op_cpu_only(const bfit_op_desc *d)
 {
     switch (d->kind) {
-    case BFIT_OP_CONV_FWD:
-    case BFIT_OP_CONV_BWD_DATA:
-    case BFIT_OP_CONV_BWD_WEIGHTS: return d->u.conv.groups > 1 ? "grouped convolution" : NULL;
-    case BFIT_OP_CONCAT_FWD:
-    case BFIT_OP_CONCAT_BWD: return "concatenation";
-    case BFIT_OP_TRANSPOSE: return "transposition";
-    case BFIT_OP_ADD_ROWS: return "broadcast add";
-    case BFIT_OP_SLICE_FWD:
-    case BFIT_OP_SLICE_BWD: return "slicing";
-    case BFIT_OP_CHSCALE_FWD:
-    case BFIT_OP_CHSCALE_BWD: return "channel scaling";
+    case BFIT_OP_PRELU_FWD:
+    case BFIT_OP_PRELU_BWD: return "prelu";
     default: return NULL;
     }
 }

@@ -121,6 +121,10 @@ typedef enum {
                                  squeeze-and-excitation's gate) */
     BFIT_OP_CHSCALE_BWD,      /* diff_src [n, c, hw] = diff_dst x src2 (NULL: skipped); dst [n, c] = the
                                  sum over hw of diff_dst x src (the scales' gradient; NULL: skipped) */
+    BFIT_OP_PRELU_FWD,        /* dst [n, c, hw] = src > 0 ? src : weights[c] src (PyTorch's PReLU: a learned
+                                 slope per channel, or with u.prelu.shared one for all) */
+    BFIT_OP_PRELU_BWD,        /* diff_src = diff_dst (src > 0 ? 1 : weights[c]) (NULL: skipped);
+                                 diff_weights (+)= the sum over n and hw of diff_dst src where src <= 0 */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -151,9 +155,9 @@ typedef enum {
  * f32 master weights under mixed precision). f32 whatever desc.dtype:
  * biases; parameter gradients (diff_weights, diff_bias, diff_scale,
  * diff_shift, a MATMUL dst that accumulates or has mm.grad, REDUCE_ROWS
- * dst); norm scale, shift and statistics; XENT probabilities (FWD dst, BWD
- * src) and stats; and everything SCALE, NORMS, SGD and ADAMW touch
- * (desc.dtype must be f32 for them). */
+ * dst); norm scale, shift and statistics; PRELU's slopes; XENT
+ * probabilities (FWD dst, BWD src) and stats; and everything SCALE, NORMS,
+ * SGD and ADAMW touch (desc.dtype must be f32 for them). */
 typedef struct bfit_op_desc {
     bfit_op_kind kind;
     bfit_dtype dtype;  /* of the data tensors (see above) */
@@ -211,6 +215,10 @@ typedef struct bfit_op_desc {
         /* CHSCALE: blk (the cpu only, f32): 0, or 8 or 16: src, dst and their gradients in
            nChw8c / nChw16c, as conv's; src2 and its gradient [n, c] either way */
         struct { int64_t n, c, hw; int blk; } chs;
+        /* PRELU: weights and diff_weights f32 [c], or [1] with shared; blk as CHSCALE's (the cpu only,
+           f32 and bf16); the backward's workspace holds a partial sum per (sample, channel), so that
+           the slopes' gradient has one order whatever the threads and layout */
+        struct { int64_t n, c, hw; int shared, blk; } prelu;
     } u;
 } bfit_op_desc;
 

@@ -423,12 +423,14 @@ void bfit_onnx_unavail(onnx_lower *L, int from, const char *why)
 
 
 /* Initializer p must be f32 and have the shape the layer gives its parameter. */
-static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, int k)
+static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, bfit_layer_kind kind)
 {
     char nm[128], a[96], b[96];
     int same = p->t->ndim == want->ndim;
     for (int d = 0; same && d < want->ndim; d++)
         same = p->t->dim[d] == want->dim[d];
+    /* prelu's slopes as ONNX broadcasts them ([C,1,1]), its handler has checked */
+    same = same || (kind == BFIT_L_PRELU && p->t->numel == bfit_param_numel(want));
     bfit_onnx_cstr(p->name, nm, sizeof nm);
     if (p->t->dtype != BFIT_ONNX_FLOAT)
         return bfit_onnx_refuse(L, "the %s '%s' is %s: batchfit trains f32 weights (export the model in float32)",
@@ -436,7 +438,6 @@ static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, int
     if (!same)
         return bfit_onnx_refuse(L, "the %s '%s' has the shape %s, the layer wants %s", want->name, nm,
                                 bfit_dims_str(p->t->dim, p->t->ndim, ",", a, sizeof a), bfit_dims_str(want->dim, want->ndim, ",", b, sizeof b));
-    (void)k;
     return BFIT_OK;
 }
 
@@ -460,7 +461,7 @@ int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, in
         if (params[k] && (k >= l->nparams || !params[k]->t))
             rc = bfit_onnx_refuse(L, "input %d cannot be a parameter of this layer", k + 2);
         else if (params[k])
-            rc = check_param(L, params[k], &l->params[k], k);
+            rc = check_param(L, params[k], &l->params[k], cfg->kind);
     if (rc == BFIT_OK && (id = bfit_graph_add_n(L->g, cfg, ids, nin, 0, 0)) < 0)
         rc = id;
     for (int k = 0; k < nparams && rc == BFIT_OK; k++)

@@ -1,8 +1,10 @@
 /* onnx_act.c - the activations with a parameter onto batchfit's layers:
  * LeakyRelu (nn.LeakyReLU), Elu (nn.ELU), Softplus (nn.Softplus), Selu
- * (nn.SELU) and Celu (nn.CELU), and the pattern PyTorch exports
- * nn.Softplus(beta) with beta != 1 as: Mul(x, beta), Softplus, Div(beta). */
+ * (nn.SELU), Celu (nn.CELU) and PRelu (nn.PReLU, its slopes learned), and
+ * the pattern PyTorch exports nn.Softplus(beta) with beta != 1 as: Mul(x,
+ * beta), Softplus, Div(beta). */
 #include "base/err.h"
+#include "base/text.h"
 #include "nn/onnx_int.h"
 
 /* LeakyRelu(alpha), ONNX's default 0.01; Elu(alpha), ONNX's default 1.0:
@@ -105,6 +107,67 @@ static int softplus_beta(onnx_lower *L, int *rc)
     return 1;
 }
 
+/* The initializer a PRelu's slope is: input 1 itself, or what an
+ * Unsqueeze on the host made it from (torch.onnx unsqueezes nn.PReLU's
+ * [C] or [1] weight to [C,1,1] for an image); NULL if neither. */
+static oval *slope_init(onnx_lower *L, oval *s)
+{
+    const bfit_onnx_node *u;
+    oval *src;
+
+    if (!s || s->kind != OV_HOST)
+        return NULL;
+    if (s->t && s->init >= 0)
+        return s;
+    if (s->t || s->producer < 0)
+        return NULL;
+    u = &L->om->nodes[s->producer];
+    if (!bfit_onnx_streq(u->op, "Unsqueeze") || u->nin < 1 || !(src = bfit_onnx_val(L, u->in[0])))
+        return NULL;
+    return src->kind == OV_HOST && src->t && src->init >= 0 ? src : NULL;
+}
+
+/* How many slopes ONNX's broadcast of a slope of dims d (nd of them) over
+ * x gives the prelu layer: 1 for a single number, the channels for one per
+ * channel (dimension 1 of an image [N,C,H,W] or vector [N,C]: d right-aligned
+ * to x puts C there and 1 elsewhere); 0 for anything else. */
+static int slopes_of(const oval *x, const int64_t *d, int nd)
+{
+    int64_t n = 1;
+    int at = nd - (x->rank - 1), per_channel = bfit_shape_is_image(x->shape) && at >= 0 && nd <= x->rank;
+
+    for (int k = 0; k < nd; k++) {
+        n *= d[k];
+        per_channel = per_channel && (k == at ? d[k] == x->shape.c : d[k] == 1);
+    }
+    return n == 1 && nd <= x->rank ? 1 : per_channel ? x->shape.c : 0;
+}
+
+/* PRelu(x, slope): the prelu layer, its slopes the file's initializer
+ * (named as the module's state_dict has it, act.weight [C] or [1]). */
+static int prelu(onnx_lower *L)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_PRELU);
+    oval *x, *s = bfit_onnx_in(L, 1), *w = slope_init(L, s);
+    const int64_t *d;
+    char sh[64];
+    int nd, rc;
+
+    if ((rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK)
+        return rc;
+    if (!w)
+        return bfit_onnx_refuse(L, "the slope must be an initializer, or an Unsqueeze of one (nn.PReLU's export): "
+                                   "batchfit learns it as the layer's weight");
+    d = s->t ? s->t->dim : s->h->dim;
+    nd = s->t ? s->t->ndim : s->h->nd;
+    if (!(c.units = slopes_of(x, d, nd)))
+        return bfit_onnx_refuse(L, "the slope's shape %s broadcasts over the input otherwise than batchfit's "
+                                   "prelu: one slope, or one per channel of an image [N,C,H,W] ([C,1,1]) or of a "
+                                   "vector [N,C] ([C]), as nn.PReLU(C) applies along dimension 1",
+                                bfit_dims_str(d, nd, ",", sh, sizeof sh));
+    return bfit_onnx_emit(L, &c, &x, 1, &w, 1);
+}
+
 int bfit_onnx_lower_act(onnx_lower *L, int *rc)
 {
     const bfit_onnx_str op = L->nd->op;
@@ -119,6 +182,8 @@ int bfit_onnx_lower_act(onnx_lower *L, int *rc)
         *rc = selu(L);
     else if (bfit_onnx_streq(op, "Celu"))
         *rc = celu(L);
+    else if (bfit_onnx_streq(op, "PRelu"))
+        *rc = prelu(L);
     else if (bfit_onnx_streq(op, "Mul"))
         return softplus_beta(L, rc);
     else

@@ -133,7 +133,7 @@ int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, i
 void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
 
 /* ---- the activations with a parameter (onnx_act.c) ---- */
-/* LeakyRelu, Elu, Softplus, Selu, Celu, and the Mul that starts nn.Softplus(beta)'s
+/* LeakyRelu, Elu, Softplus, Selu, Celu, PRelu, and the Mul that starts nn.Softplus(beta)'s
  * export: 1 and the result if the node is one, 0 if not. */
 int bfit_onnx_lower_act(onnx_lower *L, int *rc);
 

@@ -240,10 +240,11 @@ bad:
 /* ---- layers and their options -------------------------------------------- */
 
 enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_VOCAB, O_POS,
-       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_SLOPE, O_ALPHA, O_BETA, O_THRESHOLD, O_CEIL, O_COUNT };
+       O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_SLOPE, O_ALPHA, O_BETA, O_THRESHOLD, O_CEIL, O_CHANNELS,
+       O_COUNT };
 /* The cfg fields an option sets: giving one field twice is an error. */
 enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_VOCAB, F_POS, F_TYPES, F_CAUSAL, F_LEAN,
-       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_CEIL, F_COUNT };
+       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_CEIL, F_CHANNELS, F_COUNT };
 #define FB(f) (1u << (f))
 #define OB(o) (1u << (o))
 
@@ -276,13 +277,14 @@ static const struct {
     [O_BETA] = {"beta", FB(F_BETA)},
     [O_THRESHOLD] = {"threshold", FB(F_THRESHOLD)},
     [O_CEIL] = {"ceil", FB(F_CEIL)},
+    [O_CHANNELS] = {"channels", FB(F_CHANNELS)},
 };
 
 static const char *const field_names[F_COUNT] = {
     "the kernel height", "the kernel width", "the vertical stride", "the horizontal stride",
     "the vertical padding", "the horizontal padding", "bias", "the dropout probability", "eps", "momentum",
     "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std", "the slope or alpha",
-    "beta", "the threshold", "ceil",
+    "beta", "the threshold", "ceil", "the slopes",
 };
 
 enum { P_NONE, P_UNITS, P_KERNEL, P_PROB }; /* what a layer's one positional number is */
@@ -315,6 +317,7 @@ static const layer_kw layer_kws[] = {
     {"softplus", BFIT_L_SOFTPLUS, P_NONE, OB(O_BETA) | OB(O_THRESHOLD), "softplus [beta=B] [threshold=T]"},
     {"selu", BFIT_L_SELU, P_NONE, 0, "selu"},
     {"celu", BFIT_L_CELU, P_NONE, OB(O_ALPHA), "celu [alpha=A]"},
+    {"prelu", BFIT_L_PRELU, P_NONE, OB(O_CHANNELS) | OB(O_SLOPE), "prelu [channels=1|C] [slope=S]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
@@ -327,7 +330,7 @@ static const layer_kw layer_kws[] = {
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
     "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "selu", "celu",
-    "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
+    "prelu", "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -365,7 +368,7 @@ static int unknown_layer(const parser *p, tok t)
         return fail_at(p, t.s, "unknown layer `%s`; did you mean `%s`?", show(t, b, sizeof b), guess);
     return fail_at(p, t.s,
                    "unknown layer `%s` (known: linear, conv, maxpool, avgpool, gap, relu, gelu, sigmoid, silu, tanh, "
-                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, selu, celu, flatten, dropout, batchnorm, "
+                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, selu, celu, prelu, flatten, dropout, batchnorm, "
                    "layernorm, embed, attention, residual)",
                    show(t, b, sizeof b));
 }
@@ -431,15 +434,15 @@ static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fs
     }
 }
 
-/* leakyrelu's slope, elu's and celu's alpha, softplus's beta and threshold:
- * any finite number, as PyTorch's; not 0 where it divides (softplus's beta,
- * celu's alpha) */
+/* leakyrelu's slope (prelu's initial one), elu's and celu's alpha,
+ * softplus's beta and threshold: any finite number, as PyTorch's; not 0
+ * where it divides (softplus's beta, celu's alpha) */
 static int act_param(const parser *p, int o, tok val, bfit_layer_cfg *c)
 {
     static const char *const what[] = {"leakyrelu's slope", "elu's alpha", "softplus's beta",
                                        "softplus's threshold"};
     int celu = c->kind == BFIT_L_CELU, divides = o == O_BETA || celu;
-    const char *name = celu ? "celu's alpha" : what[o - O_SLOPE];
+    const char *name = celu ? "celu's alpha" : c->kind == BFIT_L_PRELU ? "prelu's initial slope" : what[o - O_SLOPE];
     float *f = o == O_BETA ? &c->beta : o == O_THRESHOLD ? &c->threshold : &c->alpha;
     char b[64];
     int rc = parse_float(p, val, name, -1e30, 1, 1e30, 1, f);
@@ -501,6 +504,8 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
         return parse_int(p, val, 1, "vocab", &c->vocab);
     case O_POS:
         return parse_int(p, val, 0, "positions", &c->positions);
+    case O_CHANNELS: /* 1, or the input's channels: the layer checks which */
+        return parse_int(p, val, 1, "prelu's channels (its slopes)", &c->units);
     case O_TYPES:
         return parse_int(p, val, 0, "types", &c->types);
     case O_P:

@@ -43,10 +43,12 @@ has() {
 seeds=$src/fuzz/corpus/onnx
 # an operator batchfit lacks: its node, op, opset and input shapes (a model that fails to load is a failure, 1,
 # not a usage error: the option names a file, the file says what is wrong)
-# (nn.PReLU: a Linear and a PReLU, exported by torch 1.13; unsupported_selu.onnx was the example until batchfit
-# read Selu)
-run 1 plan --model "$seeds/unsupported_prelu.onnx" --memory 1GiB &&
-  has "$err" "unsupported_prelu.onnx: node '/act/PRelu' \(PRelu, opset 17\) with inputs '/fc/Gemm_output_0' \[N,3\], 'act.weight' \[1\] float: batchfit does not support the operator PRelu"
+# (nn.InstanceNorm2d between a Conv2d and a Linear, exported by torch 1.13; unsupported_selu.onnx, then
+# unsupported_prelu.onnx were the example until batchfit read Selu and PRelu)
+run 1 plan --model "$seeds/unsupported_instancenorm.onnx" --memory 1GiB &&
+  has "$err" "unsupported_instancenorm.onnx: node '/norm/InstanceNormalization' \(InstanceNormalization, opset 17\) with inputs '/conv/Conv_output_0' \[N,2,3,3\], '/norm/Constant_output_0' \[2\] float, '/norm/Constant_1_output_0' \[2\] float: batchfit does not support the operator InstanceNormalization"
+# a Linear and a PReLU (unsupported_prelu.onnx until batchfit read PRelu)
+run 0 plan --model "$seeds/prelu_head.onnx" --memory 1GiB && has "$out" "largest batch"
 # a Linear and a SELU (unsupported_selu.onnx until batchfit read Selu)
 run 0 plan --model "$seeds/selu_head.onnx" --memory 1GiB && has "$out" "largest batch"
 # a Linear and a Softplus (unsupported_softplus.onnx until batchfit read Softplus)

@@ -7,7 +7,8 @@ For each NAME (the CNNs resnet18, mobilenet_v2, mobilenet_v3_small,
 efficientnet_b0 (stochastic depth off) and densenet121 at 64x64; the
 transformers vit_b_16 and vit_small and act_cnn, a small CNN with SiLU, Sigmoid
 and Tanh, param_act_cnn, a small CNN with LeakyReLU, ELU, Softplus (beta 1
-and 2), SELU and CELU(0.5), and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
+and 2), SELU and CELU(0.5), prelu_cnn, a small CNN with nn.PReLU(C) and nn.PReLU() (on images, and
+per feature between Linear layers), and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
 and an AvgPool2d's (each a Pad in the file), at 32x32, build() says which; 10
 classes; pad_cnn_op9 is pad_cnn exported at opset 9, where Pad's pads are an
 attribute; ceil_cnn, max pools with ceil_mode=True, at 48x48) it writes NAME.onnx and NAME_ref.safetensors holding:
@@ -69,9 +70,12 @@ def write_safetensors(path, tensors):
 def perturb_bn(model, g):
     """Batch and layer norms' affine parameters (and running statistics) away from 1/0 (and 0/1) so that they
     matter; a ViT's head, which torchvision starts at zero (every gradient below it would be zero), and its class
-    token (zero too) drawn at random."""
+    token (zero too) drawn at random; PReLU's slopes away from their common 0.25, of both signs."""
     from torchvision.models.vision_transformer import VisionTransformer
     for mod in model.modules():
+        if isinstance(mod, torch.nn.PReLU):
+            with torch.no_grad():
+                mod.weight.copy_(0.6 * torch.rand(mod.weight.shape, generator=g) - 0.2)
         if isinstance(mod, torch.nn.LayerNorm):
             c = mod.normalized_shape[0]
             with torch.no_grad():
@@ -93,7 +97,8 @@ def perturb_bn(model, g):
 
 
 KINKED = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.LeakyReLU,
-          torch.nn.ELU, torch.nn.SELU)  # ELU's gradient jumps at 0 unless alpha is 1, SELU's always (CELU's not)
+          torch.nn.ELU, torch.nn.SELU, torch.nn.PReLU)  # ELU's gradient jumps at 0 unless alpha is 1, SELU's always
+# (CELU's not)
 TAU = 2e-5  # how far from a kink at least, relative to the activation's RMS (away_from_kinks says why)
 TAU_F32 = 10  # and how many times float32's largest error at that activation input
 FUNCTIONAL_RELU_AFTER = {"densenet121": ["features.norm5"]}  # batch norms followed by F.relu, not a module
@@ -157,7 +162,8 @@ def away_from_kinks(model, name, x):
                 near |= ((t - k).abs() < tau * rms).transpose(0, 1).reshape(t.shape[1], -1).any(1)
             if not near.any():
                 return t
-            width = bn.num_features if isinstance(bn, torch.nn.BatchNorm2d) else bn.out_channels if bn else 0
+            width = (bn.num_features if isinstance(bn, torch.nn.BatchNorm2d) else
+                     bn.out_features if isinstance(bn, torch.nn.Linear) else bn.out_channels if bn else 0)
             assert width == t.shape[1], "no batch norm or biased convolution to shift before a kink"
             sign = torch.where(torch.rand(t.shape[1], generator=g) < 0.5, -1.0, 1.0).double()
             d = near.double() * sign * (4 + 4 * torch.rand(t.shape[1], generator=g).double()) * tau * rms
@@ -183,8 +189,8 @@ def away_from_kinks(model, name, x):
     for mod in m.modules():
         if isinstance(mod, torch.nn.BatchNorm2d):
             hooks.append(mod.register_forward_hook(bn_hook))
-        elif isinstance(mod, torch.nn.Conv2d) and mod.bias is not None:
-            hooks.append(mod.register_forward_hook(conv_hook))
+        elif isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)) and mod.bias is not None:
+            hooks.append(mod.register_forward_hook(conv_hook))  # a Linear's: a PReLU per feature after it
         elif isinstance(mod, KINKED):
             hooks.append(mod.register_forward_pre_hook(act_pre))
     with torch.no_grad():
@@ -291,6 +297,13 @@ def build(name):
                              nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.SELU(),
                              nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.CELU(0.5),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
+    if name == "prelu_cnn":  # PReLU(C) exports as Unsqueeze of its [C] weight to [C,1,1], then PRelu
+        nn = torch.nn
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.PReLU(8),
+                             nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.PReLU(),
+                             nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.PReLU(16),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 32), nn.PReLU(32),
+                             nn.Linear(32, 32), nn.PReLU(), nn.Linear(32, CLASSES)), 32
     if name in ("pad_cnn", "pad_cnn_op9"):  # every padding a Pad node before the Conv or AveragePool that takes it
         nn = torch.nn
         return nn.Sequential(nn.ZeroPad2d(1), nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(),

@@ -15,7 +15,9 @@
  * 9): a small CNN whose paddings (nn.ZeroPad2d, an AvgPool2d's, F.pad) are
  * Pad nodes folded into the Conv or AveragePool after them,
  * param_act_cnn: LeakyReLU, ELU, Softplus (beta 2: Mul, Softplus, Div),
- * SELU and CELU(0.5),
+ * SELU and CELU(0.5), prelu_cnn: nn.PReLU(C) and nn.PReLU() on images
+ * and after Linear layers (their slopes learned: gradients, the step,
+ * the state_dict),
  * and ceil_cnn: max pools with ceil_mode=True where ceil and floor sizes
  * differ. NAME
  * resnet50_224: the import plans as the resnet50 preset does. Exit 77 (skipped) when the exports are missing (no
@@ -562,7 +564,7 @@ int main(int argc, char **argv)
     if (argc != 2) {
         fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
                         "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0, pad_cnn, pad_cnn_op9, "
-                        "param_act_cnn, ceil_cnn)\n");
+                        "param_act_cnn, ceil_cnn, prelu_cnn)\n");
         return 2;
     }
     name = argv[1];

@@ -84,6 +84,8 @@ class Case:
             self.cfg.update(alpha=f32(0.01) if kind == "leakyrelu" else 1.0)
         if kind == "softplus":
             self.cfg.update(beta=1.0, threshold=20.0)
+        if kind == "prelu":  # nn.PReLU(): one slope (units), starting at 0.25; the case draws them
+            self.cfg.update(units=1)
         if kind == "concat":
             self.cfg.update(axis=0)
         if kind in ("embed", "attention"):
@@ -220,6 +222,8 @@ def run_case(c, outdir):
         pshape = (C,) if H == 1 and W == 1 else (C, H, W)
         params["weight"] = c.uniform(pshape, 0.7, 1.3)
         params["bias"] = c.uniform(pshape, -0.3, 0.3)
+    elif k == "prelu":  # slopes of both signs
+        params["weight"] = c.uniform((cfg["units"],), -0.5, 0.5)
     if not c.seq:
         p = {n: leaf(t) for n, t in params.items()}
         st = {n: t.clone() for n, t in state.items()}
@@ -264,6 +268,8 @@ def run_case(c, outdir):
         y = F.softplus(x[0], cfg["beta"], cfg["threshold"])
     elif k == "scale":  # [m, C, H, W] by [m, C, 1, 1]: a squeeze-and-excitation gate
         y = x[0] * x[1]
+    elif k == "prelu":  # along dimension 1: an image's channels, a vector's (Fx1x1) features
+        y = F.prelu(x[0], p["weight"])
     elif k == "clip":
         y = F.hardtanh(x[0], cfg["lo"], cfg["hi"])  # ReLU6 at [0, 6]: its gradient only strictly inside
     elif k == "concat":
@@ -388,6 +394,14 @@ def cases():
     add("celu_m1_3x5x7", "celu", [(3, 5, 7)], 1, x_scale=4.0)
     add("celu_m7_37_alpha0.5", "celu", [(37,)], 7, x_scale=4.0, alpha=0.5)
     add("celu_m2_37_alpha-2", "celu", [(37,)], 2, x_scale=4.0, alpha=-2.0)
+    # nn.PReLU() and nn.PReLU(C): one slope, one per channel or feature; the 16x24x24 ones take the
+    # parallel loops (rows of 576 x 64 elements)
+    add("prelu_m1_3x5x7", "prelu", [(3, 5, 7)], 1)
+    add("prelu_m7_3x5x7_channels3", "prelu", [(3, 5, 7)], 7, units=3)
+    add("prelu_m3_37", "prelu", [(37,)], 3)
+    add("prelu_m2_37_channels37", "prelu", [(37,)], 2, units=37)
+    add("prelu_m4_16x24x24_channels16", "prelu", [(16, 24, 24)], 4, units=16)
+    add("prelu_m4_16x24x24", "prelu", [(16, 24, 24)], 4)
     add("scale_m3_4x5x6_by_4x1x1", "scale", [(4, 5, 6), (4,)], 3)
     add("scale_m1_16x3x3_by_16x1x1", "scale", [(16, 3, 3), (16, 1, 1)], 1)
     add("flatten_m7_3x5x7", "flatten", [(3, 5, 7)], 7)

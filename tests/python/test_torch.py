@@ -175,18 +175,49 @@ def test_squeeze_excitation_trains_and_comes_back(onnx_import, fmnist):
     assert_torch_agrees(m, res, fmnist)
 
 
-class Smooth(torch.nn.Module):
-    """A conv, then PReLU: an operator batchfit does not read (selu was
-    the example until batchfit read it)."""
+class Parametric(torch.nn.Module):
+    """PReLU with a slope per channel after a conv, and one slope after a linear layer."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                     torch.nn.PReLU(8), torch.nn.MaxPool2d(2))
+        self.f = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 32), torch.nn.PReLU(),
+                                     torch.nn.Linear(32, 10))
+
+    def forward(self, x):
+        return self.f(self.c(x))
+
+
+def test_prelu_trains_and_comes_back(onnx_import, fmnist):
+    """nn.PReLU's slopes (one per channel, one in all) train and come back
+    into the module's state_dict, and PyTorch running the trained module
+    gets batchfit's test accuracy."""
+    m = Parametric()
+    start = copy.deepcopy(m.state_dict())
+    bt.train(m, data="fashion-mnist", epochs=1, batch=64, seed=1, epoch_samples=3000, eval_samples=1000,
+             memory="512MiB", threads=2)
+    res, trained = m.batchfit_result, m.state_dict()
+    assert trained["c.2.weight"].shape == (8,) and trained["f.2.weight"].shape == (1,)
+    for k in ("c.2.weight", "f.2.weight", "c.0.weight", "f.1.weight"):
+        assert not torch.equal(start[k], trained[k]), k
+    assert res.test_accuracy > 0.5, res.test_accuracy
+    assert_torch_agrees(m, res, fmnist)
+
+
+class Normed(torch.nn.Module):
+    """A conv, then InstanceNorm2d: an operator batchfit does not read (selu,
+    then prelu were the example until batchfit read them)."""
 
     def __init__(self):
         super().__init__()
         self.c = torch.nn.Conv2d(1, 4, 3, padding=1)
-        self.a = torch.nn.PReLU()
+        self.n = torch.nn.InstanceNorm2d(4)
         self.f = torch.nn.Linear(4 * 28 * 28, 10)
 
     def forward(self, x):
-        return self.f(torch.flatten(self.a(self.c(x)), 1))
+        return self.f(torch.flatten(self.n(self.c(x)), 1))
 
 
 class Gated(torch.nn.Module):
@@ -214,9 +245,9 @@ def test_an_operator_it_cannot_read_names_the_module(onnx_import, tmp_path, monk
     the module where the library named the temporary file, which is gone."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the export's directory goes there
     with pytest.raises(batchfit.InvalidArgumentError) as e:
-        bt.plan(Smooth(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+        bt.plan(Normed(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
     msg = str(e.value)
-    assert "the Smooth module's ONNX export" in msg and "PRelu" in msg, msg
+    assert "the Normed module's ONNX export" in msg and "InstanceNormalization" in msg, msg
     assert "batchfit-torch-" not in msg, msg
     assert e.value.field == "model"
     assert list(tmp_path.iterdir()) == []  # the export's directory removed
