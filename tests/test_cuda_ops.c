@@ -12,9 +12,10 @@
  * in every variant, embeddings, the padded loss), casts and the 16-bit
  * paths of their own (GemmEx, cuDNN in bf16, 16-bit norms) are compared op
  * by op, and so are the ONNX imports' ops on rows, columns and channels
- * (concatenation, slices, transposition, broadcast add, channel gates),
- * f32 and bf16, whose models (a gate and concatenations built here, a ViT,
- * a DenseNet block) are planned and trained as the others. (Their kernels'
+ * (concatenation, slices, transposition, broadcast add, channel gates,
+ * PReLU), f32 and bf16, whose models (a gate and concatenations built
+ * here, a ViT, a DenseNet block, MobileNetV3's block, PReLUs) are planned
+ * and trained as the others. (Their kernels'
  * per-thread work is also checked on the host, GPU or not, by
  * tests/test_kernel_core.c.)
  *
@@ -26,8 +27,8 @@
  * byte), one-product ops (broadcast add, the channel gate and its input
  * gradient) and the sums made in the CPU's order (a broadcast input's
  * gradient). The channel gate's scale gradient is a double sum in another
- * order: 1e-6 relative (f32), a bf16 ulp (bf16). Sums
- * in double (reduce rows, the loss, norms) agree to double rounding. Sums
+ * order: 1e-6 relative (f32), a bf16 ulp (bf16); so are PReLU's rows, then
+ * added in the CPU's order into f32 slope gradients: 1e-6. Sums in double (reduce rows, the loss, norms) agree to double rounding. Sums
  * in float in another order (matmul, convolution, pooling gradients,
  * normalisations) differ by rounding: the bounds below are a few times the
  * f32 error of such sums at these sizes,
@@ -64,6 +65,8 @@
 #define VIT_TINY "fuzz/corpus/onnx/vit_tiny.onnx"
 #define DENSE_BLOCK "fuzz/corpus/onnx/dense_block.onnx"
 #define SE_MINI "tests/fixtures/se-mini.onnx" /* MobileNetV3's block: depthwise convolution, hardswish, a gate */
+#define PRELU_MINI "tests/fixtures/prelu-mini.cfg" /* prelu per channel, shared, per feature */
+#define PRELU_HEAD "fuzz/corpus/onnx/prelu_head.onnx" /* nn.PReLU after a Linear */
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
 static const char *const side_name[NS] = {"cpu", "cuda (fastest)", "cuda (lean)"};
 static bfit_device *dev[NS];
@@ -1522,6 +1525,73 @@ static void test_chscale(void **st)
     }
 }
 
+/* ---- PReLU -------------------------------------------------------------------------------------------- */
+
+/* [n, c, hw] with a slope per channel or one for all (f32): forward and
+ * the input's gradient one product each (equal to the bit); the slopes'
+ * gradient sums each row in double in another order on the GPU (a warp's
+ * tree) than the CPU's, then the rows in the CPU's order, so equal but
+ * where a double rounding tips the float: 1e-6 relative, 1e-6 absolute
+ * (accumulating adds that float to the old value). Backward setting and
+ * accumulating, with and without diff_src, and in place (diff_src =
+ * diff_dst). The workspace is poisoned (pop_new). */
+static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int shared)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_PRELU_FWD, .dtype = t, .u.prelu = {n, c, hw, shared, 0}};
+    int64_t N = n * c * hw, ns = shared ? 1 : c;
+    dbuf x = db_rand_t(t, N, -2, 2, 441), w = db_rand(ns, -0.5f, 0.5f, 442), y = db_rand_t(t, N, -1, 1, 443);
+    dbuf dy = db_rand_t(t, N, -1, 1, 444), dx = db_rand_t(t, N, -1, 1, 445), dw = db_rand(ns, -1, 1, 446);
+    void *dy0 = malloc(dy.bytes), *dw0 = malloc(dw.bytes);
+    bfit_op_args a[NS];
+    char what[160], w2[320];
+
+    assert_true(dy0 && dw0);
+    memcpy(dy0, dy.h, dy.bytes), memcpy(dw0, dw.h, dw.bytes);
+    snprintf(what, sizeof what, "prelu n %lld c %lld hw %lld %s (%s)", (long long)n, (long long)c, (long long)hw,
+             shared ? "shared" : "per channel", bfit_dtype_name(t));
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, weights, w), ARG(a, dst, y);
+    run_op(&d, a);
+    cmp_bytes(&y, what);
+    d.kind = BFIT_OP_PRELU_BWD;
+    for (int v = 0; v < 5; v++) { /* bit 0: accumulate; bit 1: no diff_src; 4: in place, setting */
+        d.accumulate = v & 1;
+        memcpy(dy.h, dy0, dy.bytes), memcpy(dw.h, dw0, dw.bytes);
+        db_up(&dy), db_up(&dw);
+        memset(a, 0, sizeof a);
+        ARG(a, src, x), ARG(a, weights, w), ARG(a, diff_dst, dy), ARG(a, diff_weights, dw);
+        if (v == 4)
+            ARG(a, diff_src, dy);
+        else if (!(v & 2))
+            ARG(a, diff_src, dx);
+        run_op(&d, a);
+        snprintf(w2, sizeof w2, "%s backward (%s%s), input gradient", what, v & 1 ? "accumulating" : "setting",
+                 v == 4 ? ", in place" : "");
+        if (!(v & 2))
+            cmp_bytes(v == 4 ? &dy : &dx, w2);
+        snprintf(w2, sizeof w2, "%s backward (%s%s), slopes' gradient", what, v & 1 ? "accumulating" : "setting",
+                 v & 2 ? ", diff_src NULL" : v == 4 ? ", in place" : "");
+        cmp_f32(&dw, ns, 1e-6, 1e-6, w2);
+    }
+    db_free(&x), db_free(&w), db_free(&y), db_free(&dy), db_free(&dx), db_free(&dw);
+    free(dy0), free(dw0);
+}
+
+static void test_prelu(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        for (int shared = 0; shared < 2; shared++) {
+            prelu_case(t, 2, 3, 5, shared);
+            prelu_case(t, 3, 7, 63, shared);
+            prelu_case(t, 8, 32, 1, shared);    /* a vector's features: a row per element */
+            prelu_case(t, 4, 5, 300, shared);   /* several loops of a warp */
+            prelu_case(t, 2, 16, 64 * 64, shared); /* many rows' sums for one shared slope */
+        }
+    }
+}
+
 /* ---- whole models ---------------------------------------------------------------------------------- */
 
 /* A squeeze-and-excitation gate and concatenations, which no spec keyword
@@ -1916,16 +1986,17 @@ static void test_training_bf16(void **st)
     compare_training(VIT_TINY, BFIT_BF16);
     compare_training(DENSE_BLOCK, BFIT_BF16);
     compare_training(SE_MINI, BFIT_BF16);
+    compare_training(PRELU_MINI, BFIT_BF16);
 }
 
-/* The models of the ops on rows, columns, channel gates and grouped
- * convolutions: the GPU makes every op they need, in f32 and bf16
- * (cuda_supports, and no op left that only the cpu has). */
+/* The models of the ops on rows, columns, channel gates, grouped
+ * convolutions and PReLU: the GPU makes every op they need, in f32 and
+ * bf16 (cuda_supports, and no op left that only the cpu has). */
 static void test_needs_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, PRELU_HEAD};
     (void)st;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
         for (int t = 0; t < 2; t++) {
             bfit_graph_desc g;
             bfit_op_needs nd;
@@ -1945,14 +2016,14 @@ static void test_needs_new_ops(void **st)
         }
 }
 
-/* The planned peak is the measured one for the new ops' models too (none
- * has a workspace on either device). */
+/* The planned peak is the measured one for the new ops' models too (of
+ * their ops only PReLU's backward has a workspace: a double per row). */
 static void test_plan_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI};
     bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
-    for (int f = 0; f < 4; f++)
+    for (int f = 0; f < 5; f++)
         for (int s = GPU; s < NS; s++)
             for (int t = 0; t < 2; t++) {
                 measured_step(files[f], s, &sgd, 1, t ? BFIT_BF16 : BFIT_F32);
@@ -1962,8 +2033,9 @@ static void test_plan_new_ops(void **st)
 
 /* Training through a channel gate and concatenations (gate_graph), a ViT
  * (transposition, the class token's broadcast concatenation, the positions'
- * broadcast add, the slice its head reads) and a DenseNet block
- * (concatenations), as test_training_matches_cpu. */
+ * broadcast add, the slice its head reads), a DenseNet block
+ * (concatenations), MobileNetV3's block and PReLUs (prelu-mini.cfg: per
+ * channel, shared, per feature), as test_training_matches_cpu. */
 static void test_training_new_ops(void **st)
 {
     (void)st;
@@ -1971,6 +2043,7 @@ static void test_training_new_ops(void **st)
     compare_training(VIT_TINY, BFIT_F32);
     compare_training(DENSE_BLOCK, BFIT_F32);
     compare_training(SE_MINI, BFIT_F32);
+    compare_training(PRELU_MINI, BFIT_F32);
 }
 
 int main(void)
@@ -2003,6 +2076,7 @@ int main(void)
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_rows_ops),
         cmocka_unit_test(test_chscale),
+        cmocka_unit_test(test_prelu),
         cmocka_unit_test(test_needs_new_ops),
         cmocka_unit_test(test_plan_new_ops),
         cmocka_unit_test(test_training_new_ops),

@@ -84,19 +84,22 @@ static void test_cpu_supports(void **st)
     bfit_device_free(d);
 }
 
-/* ONNX imports may make ops only the CPU device has (prelu after a Linear):
- * the needs name the first made, which rules out any other device (the
- * recorder stands in for one here), and auto takes the CPU even where a GPU
- * is. A MobileNet block (grouped convolution, clip) and a ViT
- * (transposition, broadcast add, slices, concatenation) were such until the
- * CUDA device made them (2026-12-04): their needs name none now. */
+/* ONNX imports could make ops only the CPU device had: the needs name the
+ * first made (bfit_op_cpu_only), which rules out any other device (the
+ * recorder stands in for one here). A MobileNet block (grouped
+ * convolution, clip), a ViT (transposition, broadcast add, slices,
+ * concatenation), a DenseNet block, MobileNetV3's block (channel gates;
+ * the GPU has these since 2026-12-04) and a PReLU head (since the CUDA
+ * device made PRELU) were such: no import is now, so what is left to check
+ * is that their needs, and the cnn preset's, name none and rule out no
+ * device. */
 static void test_cpu_only_needs(void **st)
 {
-    static const char *const files[1][2] = {{"fuzz/corpus/onnx/prelu_head.onnx", "prelu"}};
     static const char *const gpu_too[] = {"fuzz/corpus/onnx/mobilenet_block.onnx", "fuzz/corpus/onnx/vit_tiny.onnx",
-                                          "fuzz/corpus/onnx/dense_block.onnx", "tests/fixtures/se-mini.onnx"};
+                                          "fuzz/corpus/onnx/dense_block.onnx", "tests/fixtures/se-mini.onnx",
+                                          "fuzz/corpus/onnx/prelu_head.onnx"};
     bfit_op_needs nd, none;
-    bfit_device *cpu, *rec, *d;
+    bfit_device *cpu, *rec;
     char path[1024], why[512];
     (void)st;
     assert_int_equal(bfit_device_cpu_new(NULL, &cpu), BFIT_OK);
@@ -104,24 +107,14 @@ static void test_cpu_only_needs(void **st)
     needs_of("cnn", BFIT_F32, &nd);
     assert_null(nd.cpu_only);
     assert_true(bfit_device_supports_needs(rec, &nd, why, sizeof why));
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         src_path(path, sizeof path, gpu_too[i]);
         needs_of(path, BFIT_F32, &nd);
         if (nd.cpu_only)
             fail_msg("%s: only the cpu has its %s", gpu_too[i], nd.cpu_only);
-    }
-    for (int i = 0; i < 1; i++) {
-        src_path(path, sizeof path, files[i][0]);
-        needs_of(path, BFIT_F32, &nd);
-        assert_non_null(nd.cpu_only);
-        assert_string_equal(nd.cpu_only, files[i][1]);
+        if (!bfit_device_supports_needs(rec, &nd, why, sizeof why))
+            fail_msg("%s: another device is ruled out: %s", gpu_too[i], why);
         assert_true(bfit_device_supports_needs(cpu, &nd, why, sizeof why));
-        assert_false(bfit_device_supports_needs(rec, &nd, why, sizeof why));
-        assert_non_null(strstr(why, "(only the cpu device has it yet)"));
-        assert_int_equal(bfit_device_open_for_model(NULL, NULL, path, BFIT_F32, &d, why, sizeof why), BFIT_OK);
-        print_message("  auto for %s: %s\n", files[i][0], why);
-        assert_string_equal(bfit_device_name(d), "cpu");
-        bfit_device_free(d);
     }
     bfit_device_free(rec);
     bfit_device_free(cpu);

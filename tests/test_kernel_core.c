@@ -1,6 +1,6 @@
 /* test_kernel_core.c - the CUDA backend's attention, embedding,
- * activation, copy (concatenation, slices, transposition, broadcast add)
- * and channel-gate kernels' per-thread work (src/device/cuda_core.h), run
+ * activation, copy (concatenation, slices, transposition, broadcast add),
+ * channel-gate and PReLU kernels' per-thread work (src/device/cuda_core.h), run
  * on the host, against the CPU device's ops on the same data.
  *
  * Each CUDA thread of those kernels calls one function of cuda_core.h for
@@ -19,7 +19,9 @@
  * on both sides, so they may differ by one bf16 ulp (2^-8 relative). The
  * embedding sums are in the CPU's order: equal; so are copies and
  * one-product results. The channel gate's scale gradient adds a warp's 32
- * parts in its shuffle tree, in double: 1e-6 relative (f32), a bf16 ulp. */
+ * parts in its shuffle tree, in double: 1e-6 relative (f32), a bf16 ulp;
+ * so do PReLU's rows, whose sums are then added in the CPU's order into
+ * f32 slope gradients: 1e-6. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -613,6 +615,77 @@ static void test_chscale(void **st)
     }
 }
 
+/* ---- PReLU ------------------------------------------------------------------------------- */
+
+/* PRELU forward and backward as cuda_prelu.cu's threads do them: the
+ * output and the input's gradient one product each (equal to the CPU's);
+ * each row's slope-gradient sum, 32 parts added in a warp's tree against
+ * the CPU's one sum in element order, both in double from exact products,
+ * then the rows in the CPU's order: equal but where a double rounding tips
+ * the float, 1e-6 relative (and 1e-6 absolute: the accumulating case adds
+ * that float to dw). Set and accumulate, with and without diff_src;
+ * slopes shared or per channel. */
+static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int shared)
+{
+    const int64_t rows = n * c, N = rows * hw, ns = shared ? 1 : c;
+    bk_prelu p = {n, c, hw, shared, (int)t};
+    bfit_op_desc d = {.kind = BFIT_OP_PRELU_FWD, .dtype = t, .u.prelu = {n, c, hw, shared, 0}};
+    tbuf x = rand_buf(t, N, -2, 2, 121), a = rand_buf(BFIT_F32, ns, -0.5f, 0.5f, 122), y = tbuf_new(&td, x.bytes);
+    tbuf dy = rand_buf(t, N, -1, 1, 123), dx = tbuf_new(&td, x.bytes), dw = rand_buf(BFIT_F32, ns, -1, 1, 124);
+    void *yh = malloc(x.bytes), *dxh = malloc(x.bytes);
+    float *dwh = malloc(dw.bytes), *dw0 = malloc(dw.bytes);
+    double *rs = malloc((size_t)rows * sizeof(double));
+    bfit_op_args o = {0};
+    char what[128];
+
+    memcpy(dw0, dw.h, dw.bytes);
+    o.src = x.d, o.weights = a.d, o.dst = y.d;
+    run_desc(&d, &o);
+    for (int64_t el = 0; el < N; el++)
+        bk_prelu_fwd_one(&p, x.h, a.h, yh, el);
+    snprintf(what, sizeof what, "prelu (%s, hw %lld, %s)", bfit_dtype_name(t), (long long)hw,
+             shared ? "shared" : "per channel");
+    cmp(what, t, yh, &y, N, 0, 0);
+    d.kind = BFIT_OP_PRELU_BWD;
+    for (int v = 0; v < 4; v++) { /* bit 0: accumulate; bit 1: no diff_src */
+        d.accumulate = v & 1;
+        memcpy(dw.h, dw0, dw.bytes), memcpy(dwh, dw0, dw.bytes);
+        tbuf_up(&td, &dw);
+        memset(&o, 0, sizeof o);
+        o.src = x.d, o.weights = a.d, o.diff_dst = dy.d, o.diff_src = v & 2 ? NULL : dx.d, o.diff_weights = dw.d;
+        run_desc(&d, &o);
+        for (int64_t r = 0; r < rows; r++) {
+            double part[PARTS];
+            for (int l = 0; l < PARTS; l++)
+                part[l] = bk_prelu_bwd_part(&p, x.h, a.h, dy.h, v & 2 ? NULL : dxh, r, l, PARTS);
+            rs[r] = warp_tree(part);
+        }
+        for (int64_t j = 0; j < ns; j++)
+            bk_prelu_slope_grad(&p, rs, dwh, d.accumulate, j);
+        snprintf(what, sizeof what, "prelu backward (%s, hw %lld, %s, %s%s)", bfit_dtype_name(t), (long long)hw,
+                 shared ? "shared" : "per channel", v & 1 ? "accumulating" : "setting", v & 2 ? ", no diff_src" : "");
+        if (!(v & 2))
+            cmp(what, t, dxh, &dx, N, 0, 0);
+        cmp(what, BFIT_F32, dwh, &dw, ns, 1e-6, 1e-6);
+    }
+    tbuf_free(&td, &x), tbuf_free(&td, &a), tbuf_free(&td, &y), tbuf_free(&td, &dy), tbuf_free(&td, &dx);
+    tbuf_free(&td, &dw), free(yh), free(dxh), free(dwh), free(dw0), free(rs);
+}
+
+static void test_prelu(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        for (int shared = 0; shared < 2; shared++) {
+            prelu_case(t, 2, 3, 5, shared);   /* fewer elements than a warp's lanes */
+            prelu_case(t, 3, 4, 63, shared);  /* odd */
+            prelu_case(t, 4, 5, 1, shared);   /* a vector's features */
+            prelu_case(t, 2, 3, 700, shared); /* many per lane */
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -621,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_copies),
         cmocka_unit_test(test_chscale),
+        cmocka_unit_test(test_prelu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,7 @@
 /* cuda_core.h - the per-thread work of the CUDA backend's activation,
- * embedding, attention, copy (concatenation, transposition, slices) and
- * channel-gate kernels (cuda_elt.cu, cuda_attn.cu, cuda_concat.cu,
- * cuda_chscale.cu), written once for the GPU and the host.
+ * embedding, attention, copy (concatenation, transposition, slices),
+ * channel-gate and PReLU kernels (cuda_elt.cu, cuda_attn.cu, cuda_concat.cu,
+ * cuda_chscale.cu, cuda_prelu.cu), written once for the GPU and the host.
  *
  * Each kernel thread calls one of these functions for its element, row or
  * column, and does nothing else; so the same code, compiled as C on the
@@ -386,6 +386,59 @@ BK_HD double bk_chs_bwd_part(const void *x, const void *s, const void *dy, void 
             bk_stx(dx, dt, j, g * sr);
     }
     return acc;
+}
+
+/* ---- PReLU (PRELU) ---------------------------------------------------------------------- */
+
+/* [n, c, hw] in rows of hw (sample, channel); a: the f32 slopes, one per
+ * channel or (shared) a[0] for all. */
+typedef struct bk_prelu {
+    int64_t n, c, hw;
+    int shared, dt;
+} bk_prelu;
+
+BK_HD float bk_prelu_slope(const bk_prelu *p, const float *a, int64_t r) { return a[p->shared ? 0 : r % p->c]; }
+
+/* Forward: y[el] = x > 0 ? x : a x, one rounding (cpu_prelu.c's). */
+BK_HD void bk_prelu_fwd_one(const bk_prelu *p, const void *x, const float *a, void *y, int64_t el)
+{
+    float v = bk_ldx(x, p->dt, el);
+    bk_stx(y, p->dt, el, v > 0 ? v : bk_prelu_slope(p, a, el / p->hw) * v);
+}
+
+/* Backward on row r, part j0 of step parts (a warp's lanes; the host test
+ * runs the parts in a loop): dx = x > 0 ? dy : a dy (dx not NULL; dx may
+ * be dy: each element is read before it is written), and the part's sum
+ * of dy x where x <= 0, in double. The products are exact in double, so
+ * the row's sum differs from the CPU's (one sum in element order) only by
+ * the rounding of double additions in another order. */
+BK_HD double bk_prelu_bwd_part(const bk_prelu *p, const void *x, const float *a, const void *dy, void *dx, int64_t r,
+                               int64_t j0, int64_t step)
+{
+    float s = bk_prelu_slope(p, a, r);
+    double acc = 0;
+    for (int64_t j = r * p->hw + j0; j < (r + 1) * p->hw; j += step) {
+        float v = bk_ldx(x, p->dt, j), g = bk_ldx(dy, p->dt, j);
+        if (v <= 0)
+            acc += (double)g * (double)v;
+        if (dx)
+            bk_stx(dx, p->dt, j, v > 0 ? g : s * g);
+    }
+    return acc;
+}
+
+/* Slope j's gradient from the rows' sums rs [n c]: its rows by sample, then
+ * channel (every channel for a shared slope), in double, set or (acc)
+ * added to dw[j] in f32: cpu_prelu.c's order, so equal to the CPU's given
+ * the same row sums. */
+BK_HD void bk_prelu_slope_grad(const bk_prelu *p, const double *rs, float *dw, int acc, int64_t j)
+{
+    int64_t lo = p->shared ? 0 : j, hi = p->shared ? p->c : j + 1;
+    double s = 0;
+    for (int64_t k = 0; k < p->n; k++)
+        for (int64_t ch = lo; ch < hi; ch++)
+            s += rs[k * p->c + ch];
+    dw[j] = acc ? dw[j] + (float)s : (float)s;
 }
 
 #endif

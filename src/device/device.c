@@ -411,15 +411,14 @@ const char *bfit_op_kind_name(bfit_op_kind k)
     return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
 }
 
-/* What only the CPU device has (layers of ONNX imports; the GPU has
- * concatenation, slices, transposition, broadcast add, channel gates and
- * grouped convolutions since 2026-12-04): another device refuses it here,
- * by name, rather than run an op that ignores it. */
+/* What only the CPU device has: another device refuses it here, by name,
+ * rather than run an op that ignores it. Nothing is CPU-only now (the GPU
+ * has concatenation, slices, transposition, broadcast add, channel gates
+ * and grouped convolutions since 2026-12-04, and PReLU since); the
+ * mechanism stays for the next op the CPU gets first. */
 const char *bfit_op_cpu_only(const bfit_op_desc *d)
 {
     switch (d->kind) {
-    case BFIT_OP_PRELU_FWD:
-    case BFIT_OP_PRELU_BWD: return "prelu";
     default: return NULL;
     }
 }

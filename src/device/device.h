@@ -414,15 +414,15 @@ int bfit_device_cuda_new(int index, bfit_device **out);
 
 /* The (kind, dtype) pairs a model's ops take: bit t of dtypes[k] is set
  * when an op of kind k on dtype t is made (src/nn/needs.c fills it);
- * cpu_only names the first op only the CPU device makes (a grouped
- * convolution, clip, the ops of ONNX imports: bfit_op_cpu_only), or NULL. */
+ * cpu_only names the first op only the CPU device makes (bfit_op_cpu_only;
+ * none now), or NULL. */
 typedef struct bfit_op_needs {
     unsigned dtypes[BFIT_OP_COUNT];
     const char *cpu_only;
 } bfit_op_needs;
 
-/* What an op of desc is, when only the CPU device makes it ("grouped
- * convolution", "transposition"...), else NULL. */
+/* What an op of desc is, when only the CPU device makes it (a name, such
+ * as "prelu" was), else NULL: NULL for every op now. */
 const char *bfit_op_cpu_only(const bfit_op_desc *desc);
 
 static inline void bfit_op_needs_add(bfit_op_needs *nd, bfit_op_kind k, bfit_dtype t)
