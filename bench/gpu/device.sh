@@ -13,7 +13,7 @@
 # shown), stop (SIGTERM and resume, six runs on the GPU), wait
 # (--wait-for-memory beside a co-tenant that takes the GPU's memory), aslimit
 # (the GPU under ulimit -v), memcheck (compute-sanitizer over test_cuda_ops'
-# op tests), torch2 (the machine's PyTorch 2.x exports torchvision's models,
+# op tests), devcheck (the same in the device's checking mode), torch2 (the machine's PyTorch 2.x exports torchvision's models,
 # batchfit plans and trains them: bench/gpu/torch2.py), and run.sh's phases (plan cotenant ways speed finders; test runs
 # the whole suite). Each stage has its own time limit,
 # and the next runs whatever the last did.
@@ -152,6 +152,10 @@ s_memcheck() { # compute-sanitizer's memcheck over test_cuda_ops' op tests (its
   (cd "$b/tests" && BFIT_SOURCE_DIR=$src BFIT_TEST_SKIP='test_training*' timeout "${BFIT_MEMCHECK_S:-400}" "$cs" --tool memcheck --error-exitcode 9 \
     ./test_cuda_ops)
 }
+s_devcheck() { # test_cuda_ops' op tests in the device's checking mode (BFIT_DEVICE_CHECK=1:
+  # every pointer an op is given must lie in an arena block of the right size)
+  (cd "$b/tests" && BFIT_DEVICE_CHECK=1 BFIT_SOURCE_DIR=$src BFIT_TEST_SKIP='test_training*' timeout 240 ./test_cuda_ops)
+}
 s_torch2() { # the machine's PyTorch 2.x exports torchvision's models; batchfit plans and trains them
   timeout 900 "$PYTHON" bench/gpu/torch2.py "$bf" "$out/torch2" ${BFIT_TORCH2_MODELS:-}
 }
@@ -162,7 +166,7 @@ for st in "$@"; do
   t=$(date +%s)
   echo "==== $st" >&2
   case $st in
-    env | cuda | smoke | optime | ctest | algos | stop | wait | aslimit | memcheck | torch2) "s_$st" >"$out/$st.log" 2>&1 ;;
+    env | cuda | smoke | optime | ctest | algos | stop | wait | aslimit | memcheck | devcheck | torch2) "s_$st" >"$out/$st.log" 2>&1 ;;
     *) bash bench/gpu/run.sh "$st" "$out/kit" >"$out/$st.log" 2>&1
        rc=$?
        # the phase's own files one level up: the device tool brings back
