@@ -13,18 +13,10 @@
 
 #include <string.h>
 
-static int64_t total_cols(const bfit_op_desc *d)
-{
-    int64_t c = 0;
-    for (int k = 0; k < d->u.concat.n; k++)
-        c += d->u.concat.cols[k];
-    return c;
-}
-
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
-    int64_t rows = d->u.concat.rows, ld = total_cols(d);
+    int64_t rows = d->u.concat.rows, ld = bfit_op_concat_cols(d);
     size_t es = bfit_dtype_size(d->dtype);
 
     if (!a->srcs || !a->dst)
@@ -83,7 +75,7 @@ static void sum_rows(const void *dy, float *g, bfit_dtype t, int64_t rows, int64
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
-    int64_t ld = total_cols(d), off = 0;
+    int64_t ld = bfit_op_concat_cols(d), off = 0;
 
     if (!a->dsts || !a->diff_dst)
         return bfit_fail(BFIT_EINVAL, "concat backward: dsts and diff_dst are required");

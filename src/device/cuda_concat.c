@@ -17,18 +17,10 @@
 static cudaStream_t stream(const cuda_op *op) { return cuda_dev(op)->stream; }
 static int dt(const cuda_op *op) { return (int)op->base.desc.dtype; }
 
-static int64_t total_cols(const bfit_op_desc *d)
-{
-    int64_t c = 0;
-    for (int k = 0; k < d->u.concat.n; k++)
-        c += d->u.concat.cols[k];
-    return c;
-}
-
 static int run_concat_fwd(cuda_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
-    int64_t ld = total_cols(d), off = 0;
+    int64_t ld = bfit_op_concat_cols(d), off = 0;
     cudaError_t e;
 
     if (!a->srcs || !a->dst)
@@ -49,7 +41,7 @@ static int run_concat_fwd(cuda_op *op, const bfit_op_args *a)
 static int run_concat_bwd(cuda_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
-    int64_t ld = total_cols(d), off = 0, rows = d->u.concat.rows;
+    int64_t ld = bfit_op_concat_cols(d), off = 0, rows = d->u.concat.rows;
     cudaError_t e;
 
     if (!a->dsts || !a->diff_dst)

@@ -424,6 +424,15 @@ typedef struct bfit_op_needs {
 /* What an op of desc is, when only the CPU device makes it (a name, such
  * as "prelu" was), else NULL: NULL for every op now. */
 const char *bfit_op_cpu_only(const bfit_op_desc *desc);
+/* A concatenation's output columns: the sum of its inputs' (CONCAT_FWD/BWD).
+ * Inline: the CUDA module reaches no library function but its host table. */
+static inline int64_t bfit_op_concat_cols(const bfit_op_desc *d)
+{
+    int64_t c = 0;
+    for (int k = 0; k < d->u.concat.n; k++)
+        c += d->u.concat.cols[k];
+    return c;
+}
 
 static inline void bfit_op_needs_add(bfit_op_needs *nd, bfit_op_kind k, bfit_dtype t)
 {

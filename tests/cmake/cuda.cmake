@@ -12,3 +12,14 @@ set_tests_properties(test_cuda_ops_on_cpu PROPERTIES TIMEOUT 900
 add_test(NAME test_cuda_ops_on_cpu_bf16 COMMAND test_cuda_ops)
 set_tests_properties(test_cuda_ops_on_cpu_bf16 PROPERTIES TIMEOUT 900
   ENVIRONMENT "${cuda_on_cpu_env};BFIT_TEST_ONLY=test_training_bf16" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+# The CUDA module reaches the library only through its host table
+# (cuda_plugin.h): a call of a library function links, but the module then
+# fails to load on a GPU machine, and test_cuda_ops says "skipped" (run 8's
+# third call). Where the module is built, none of its undefined symbols may
+# be one of ours.
+if(TARGET batchfit_cuda)
+  add_test(NAME cuda_module_symbols COMMAND sh -c
+    "u=$(nm -D --undefined-only \"$1\" | awk '$2 ~ /^bfit_/ {print $2}'); [ -z \"$u\" ] || { echo \"$1 needs the library's $u, which a module cannot reach (only the host table in src/device/cuda_plugin.h)\"; exit 1; }; echo \"$1: no undefined bfit_ symbol\""
+    sh $<TARGET_FILE:batchfit_cuda>)
+  set_tests_properties(cuda_module_symbols PROPERTIES TIMEOUT 60)
+endif()
