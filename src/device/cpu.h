@@ -11,7 +11,7 @@
 
 #include "device/device.h"
 
-#define CPU_MAXOPEN 32 /* distinct blocks one device call may touch */
+#define CPU_MAXOPEN (BFIT_OP_MAXCAT + 8) /* distinct blocks one device call may touch: a concatenation's inputs and more */
 
 /* oneDNN 3 names a pointer to a constant memory descriptor this way; 2.6
  * passes descriptors by pointer to a struct. The alias keeps our code in
