@@ -173,12 +173,7 @@ int bfit_cpu_concat_init(cpu_op *op)
 
     if (d->kind != BFIT_OP_CONCAT_FWD && d->kind != BFIT_OP_CONCAT_BWD)
         return rows_init(op);
-    if (d->u.concat.rows < 1 || d->u.concat.n < 1 || d->u.concat.n > BFIT_OP_MAXCAT)
-        return bfit_fail(BFIT_EINVAL, "concat: %lld rows of %d inputs (1 to %d inputs)", (long long)d->u.concat.rows,
-                         d->u.concat.n, BFIT_OP_MAXCAT);
-    for (int k = 0; k < d->u.concat.n; k++)
-        if (d->u.concat.cols[k] < 1)
-            return bfit_fail(BFIT_EINVAL, "concat: input %d has %lld columns", k, (long long)d->u.concat.cols[k]);
+    /* the shape was checked by bfit_op_new (device.c) */
     op->ws = op->saved = 0;
     op->run = d->kind == BFIT_OP_CONCAT_FWD ? run_fwd : run_bwd;
     return BFIT_OK;

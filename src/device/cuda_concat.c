@@ -132,12 +132,7 @@ int cuda_concat_init(cuda_op *op)
     op->ws = op->saved = 0;
     if (d->kind != BFIT_OP_CONCAT_FWD && d->kind != BFIT_OP_CONCAT_BWD)
         return rows_init(op);
-    if (d->u.concat.rows < 1 || d->u.concat.n < 1 || d->u.concat.n > BFIT_OP_MAXCAT)
-        return bfit_fail(BFIT_EINVAL, "concat: %lld rows of %d inputs (1 to %d inputs)", (long long)d->u.concat.rows,
-                         d->u.concat.n, BFIT_OP_MAXCAT);
-    for (int k = 0; k < d->u.concat.n; k++)
-        if (d->u.concat.cols[k] < 1)
-            return bfit_fail(BFIT_EINVAL, "concat: input %d has %lld columns", k, (long long)d->u.concat.cols[k]);
+    /* the shape was checked by bfit_op_new (device.c) */
     op->run = d->kind == BFIT_OP_CONCAT_FWD ? run_concat_fwd : run_concat_bwd;
     return BFIT_OK;
 }

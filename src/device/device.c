@@ -465,6 +465,18 @@ static int eltwise_check(const bfit_op_desc *d)
     return eltwise_check_params(d);
 }
 
+/* A concatenation's shape, for every device alike. */
+static int concat_check(const bfit_op_desc *d)
+{
+    if (d->u.concat.rows < 1 || d->u.concat.n < 1 || d->u.concat.n > BFIT_OP_MAXCAT)
+        return bfit_fail(BFIT_EINVAL, "concat: %lld rows of %d inputs (1 to %d inputs)", (long long)d->u.concat.rows,
+                         d->u.concat.n, BFIT_OP_MAXCAT);
+    for (int k = 0; k < d->u.concat.n; k++)
+        if (d->u.concat.cols[k] < 1)
+            return bfit_fail(BFIT_EINVAL, "concat: input %d has %lld columns", k, (long long)d->u.concat.cols[k]);
+    return BFIT_OK;
+}
+
 int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
 {
     const char *what;
@@ -479,6 +491,8 @@ int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
         return bfit_fail(BFIT_EINVAL, "device: parameters and their gradients are f32: an op of kind %d must be f32",
                          (int)desc->kind);
     if ((desc->kind == BFIT_OP_ELTWISE_FWD || desc->kind == BFIT_OP_ELTWISE_BWD) && eltwise_check(desc) != BFIT_OK)
+        return BFIT_EINVAL;
+    if ((desc->kind == BFIT_OP_CONCAT_FWD || desc->kind == BFIT_OP_CONCAT_BWD) && concat_check(desc) != BFIT_OK)
         return BFIT_EINVAL;
     /* the recorder notes it in the needs, which then rule out every other device */
     if ((what = bfit_op_cpu_only(desc)) && strcmp(d->vt->name, "cpu") != 0 && strcmp(d->vt->name, "recorder") != 0)
