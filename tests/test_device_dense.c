@@ -1859,6 +1859,43 @@ static void test_adamw(void **st)
     }
 }
 
+/* The shapes of concatenations and the ops on rows are checked in
+ * bfit_op_new, for every device alike: the CPU and the recorder (which
+ * stands for any other here) refuse the same bad shapes with the same
+ * message, naming what is wrong. */
+static void test_rows_ops_reject(void **st)
+{
+    struct { bfit_op_desc d; const char *msg; } bad[5];
+    bfit_op_needs none;
+    bfit_device *devs[2];
+    bfit_op *op;
+    memset(bad, 0, sizeof bad);
+    bad[0].d = (bfit_op_desc){.kind = BFIT_OP_CONCAT_FWD, .dtype = BFIT_F32};
+    bad[0].d.u.concat.rows = 4, bad[0].d.u.concat.n = BFIT_OP_MAXCAT + 1;
+    bad[0].msg = "concat: 4 rows of 33 inputs (1 to 32 inputs)";
+    bad[1].d = (bfit_op_desc){.kind = BFIT_OP_CONCAT_BWD, .dtype = BFIT_F32};
+    bad[1].d.u.concat.rows = 4, bad[1].d.u.concat.n = 2, bad[1].d.u.concat.cols[0] = 3;
+    bad[1].msg = "concat: input 1 has 0 columns";
+    bad[2].d = (bfit_op_desc){.kind = BFIT_OP_TRANSPOSE, .dtype = BFIT_F32};
+    bad[2].d.u.tr.n = 2, bad[2].d.u.tr.a = 0, bad[2].d.u.tr.b = 5;
+    bad[2].msg = "transpose: sizes must be positive, got n 2, 0 x 5";
+    bad[3].d = (bfit_op_desc){.kind = BFIT_OP_ADD_ROWS, .dtype = BFIT_F32};
+    bad[3].d.u.rows.M = -1, bad[3].d.u.rows.N = 3;
+    bad[3].msg = "broadcast add: sizes must be positive, got -1 x 3";
+    bad[4].d = (bfit_op_desc){.kind = BFIT_OP_SLICE_BWD, .dtype = BFIT_F32};
+    bad[4].d.u.slice.rows = 2, bad[4].d.u.slice.ld = 8, bad[4].d.u.slice.off = 6, bad[4].d.u.slice.len = 3;
+    bad[4].msg = "slice: columns [6, 9) of 8, 2 rows";
+    devs[0] = ((tdev *)*st)->dev;
+    assert_int_equal(bfit_device_recorder_new(&none, &devs[1]), BFIT_OK);
+    for (int v = 0; v < 2; v++)
+        for (int i = 0; i < 5; i++) {
+            assert_int_equal(bfit_op_new(devs[v], &bad[i].d, &op), BFIT_EINVAL);
+            if (!strstr(bfit_errmsg(), bad[i].msg))
+                fail_msg("%s, case %d: '%s', not '%s'", v ? "recorder" : "cpu", i, bfit_errmsg(), bad[i].msg);
+        }
+    bfit_device_free(devs[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1867,6 +1904,7 @@ int main(void)
         cmocka_unit_test(test_eltwise_bf16),
         cmocka_unit_test(test_gelu_sweep),
         cmocka_unit_test(test_chscale),       cmocka_unit_test(test_prelu),
+        cmocka_unit_test(test_rows_ops_reject),
         cmocka_unit_test(test_op_times),
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_lnorm_threads_same_bits),

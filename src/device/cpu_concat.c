@@ -142,29 +142,13 @@ static int run_slice(cpu_op *op, const bfit_op_args *a)
     return BFIT_OK;
 }
 
+/* the shapes were checked by bfit_op_new (device.c) */
 static int rows_init(cpu_op *op)
 {
-    const bfit_op_desc *d = &op->base.desc;
+    const bfit_op_kind k = op->base.desc.kind;
     op->ws = op->saved = 0;
-    switch (d->kind) {
-    case BFIT_OP_TRANSPOSE:
-        if (d->u.tr.n < 1 || d->u.tr.a < 1 || d->u.tr.b < 1)
-            return bfit_fail(BFIT_EINVAL, "transpose: bad sizes");
-        op->run = run_transpose;
-        return BFIT_OK;
-    case BFIT_OP_ADD_ROWS:
-        if (d->u.rows.M < 1 || d->u.rows.N < 1)
-            return bfit_fail(BFIT_EINVAL, "broadcast add: bad sizes");
-        op->run = run_add_rows;
-        return BFIT_OK;
-    default:
-        if (d->u.slice.rows < 1 || d->u.slice.len < 1 || d->u.slice.off < 0 ||
-            d->u.slice.off + d->u.slice.len > d->u.slice.ld)
-            return bfit_fail(BFIT_EINVAL, "slice: columns [%lld, %lld) of %lld", (long long)d->u.slice.off,
-                             (long long)(d->u.slice.off + d->u.slice.len), (long long)d->u.slice.ld);
-        op->run = run_slice;
-        return BFIT_OK;
-    }
+    op->run = k == BFIT_OP_TRANSPOSE ? run_transpose : k == BFIT_OP_ADD_ROWS ? run_add_rows : run_slice;
+    return BFIT_OK;
 }
 
 int bfit_cpu_concat_init(cpu_op *op)

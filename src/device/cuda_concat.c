@@ -98,31 +98,12 @@ static int run_slice(cuda_op *op, const bfit_op_args *a)
                          "slice backward");
 }
 
+/* the shapes were checked by bfit_op_new (device.c) */
 static int rows_init(cuda_op *op)
 {
-    const bfit_op_desc *d = &op->base.desc;
-    switch (d->kind) {
-    case BFIT_OP_TRANSPOSE:
-        if (d->u.tr.n < 1 || d->u.tr.a < 1 || d->u.tr.b < 1)
-            return bfit_fail(BFIT_EINVAL, "transpose: sizes must be positive, got n %lld, %lld x %lld",
-                             (long long)d->u.tr.n, (long long)d->u.tr.a, (long long)d->u.tr.b);
-        op->run = run_transpose;
-        return BFIT_OK;
-    case BFIT_OP_ADD_ROWS:
-        if (d->u.rows.M < 1 || d->u.rows.N < 1)
-            return bfit_fail(BFIT_EINVAL, "broadcast add: sizes must be positive, got %lld x %lld",
-                             (long long)d->u.rows.M, (long long)d->u.rows.N);
-        op->run = run_add_rows;
-        return BFIT_OK;
-    default:
-        if (d->u.slice.rows < 1 || d->u.slice.len < 1 || d->u.slice.off < 0 ||
-            d->u.slice.off + d->u.slice.len > d->u.slice.ld)
-            return bfit_fail(BFIT_EINVAL, "slice: columns [%lld, %lld) of %lld, %lld rows", (long long)d->u.slice.off,
-                             (long long)(d->u.slice.off + d->u.slice.len), (long long)d->u.slice.ld,
-                             (long long)d->u.slice.rows);
-        op->run = run_slice;
-        return BFIT_OK;
-    }
+    const bfit_op_kind k = op->base.desc.kind;
+    op->run = k == BFIT_OP_TRANSPOSE ? run_transpose : k == BFIT_OP_ADD_ROWS ? run_add_rows : run_slice;
+    return BFIT_OK;
 }
 
 int cuda_concat_init(cuda_op *op)

@@ -465,6 +465,25 @@ static int eltwise_check(const bfit_op_desc *d)
     return eltwise_check_params(d);
 }
 
+/* The shapes of the ops on rows and columns (transpose, broadcast add,
+ * slices), for every device alike. */
+static int rows_check(const bfit_op_desc *d)
+{
+    if (d->kind == BFIT_OP_TRANSPOSE && (d->u.tr.n < 1 || d->u.tr.a < 1 || d->u.tr.b < 1))
+        return bfit_fail(BFIT_EINVAL, "transpose: sizes must be positive, got n %lld, %lld x %lld",
+                         (long long)d->u.tr.n, (long long)d->u.tr.a, (long long)d->u.tr.b);
+    if (d->kind == BFIT_OP_ADD_ROWS && (d->u.rows.M < 1 || d->u.rows.N < 1))
+        return bfit_fail(BFIT_EINVAL, "broadcast add: sizes must be positive, got %lld x %lld", (long long)d->u.rows.M,
+                         (long long)d->u.rows.N);
+    if ((d->kind == BFIT_OP_SLICE_FWD || d->kind == BFIT_OP_SLICE_BWD) &&
+        (d->u.slice.rows < 1 || d->u.slice.len < 1 || d->u.slice.off < 0 ||
+         d->u.slice.off + d->u.slice.len > d->u.slice.ld))
+        return bfit_fail(BFIT_EINVAL, "slice: columns [%lld, %lld) of %lld, %lld rows", (long long)d->u.slice.off,
+                         (long long)(d->u.slice.off + d->u.slice.len), (long long)d->u.slice.ld,
+                         (long long)d->u.slice.rows);
+    return BFIT_OK;
+}
+
 /* A concatenation's shape, for every device alike. */
 static int concat_check(const bfit_op_desc *d)
 {
@@ -493,6 +512,8 @@ int bfit_op_new(bfit_device *d, const bfit_op_desc *desc, bfit_op **out)
     if ((desc->kind == BFIT_OP_ELTWISE_FWD || desc->kind == BFIT_OP_ELTWISE_BWD) && eltwise_check(desc) != BFIT_OK)
         return BFIT_EINVAL;
     if ((desc->kind == BFIT_OP_CONCAT_FWD || desc->kind == BFIT_OP_CONCAT_BWD) && concat_check(desc) != BFIT_OK)
+        return BFIT_EINVAL;
+    if (rows_check(desc) != BFIT_OK)
         return BFIT_EINVAL;
     /* the recorder notes it in the needs, which then rule out every other device */
     if ((what = bfit_op_cpu_only(desc)) && strcmp(d->vt->name, "cpu") != 0 && strcmp(d->vt->name, "recorder") != 0)
