@@ -30,9 +30,7 @@ __global__ void k_chs_bwd(const void *x, const void *sc, const void *dy, void *d
     const int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
 
     for (int64_t r = w0; r < rows; r += nw) {
-        double v = bk_chs_bwd_part(ds ? x : NULL, sc, dy, dx, dt, r, hw, lane, 32);
-        for (int o = 16; o > 0; o >>= 1)
-            v += __shfl_down_sync(0xffffffffu, v, o);
+        double v = bk_warp_sum_down(bk_chs_bwd_part(ds ? x : NULL, sc, dy, dx, dt, r, hw, lane, 32));
         if (ds && lane == 0)
             bk_stx(ds, dt, r, (float)v);
     }

@@ -67,6 +67,16 @@ __device__ __forceinline__ uint64_t bk_mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* Sum of v over a warp by a shuffle-down tree: lane 0 ends with ((v0 +
+ * v16) + (v8 + v24)) + ..., the order test_kernel_core repeats on the host
+ * (the other lanes hold partial sums). Every lane must take part. */
+__device__ __forceinline__ double bk_warp_sum_down(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* Sum of v over a block of NT threads (NT a multiple of 32, at most 1024):
  * shuffles within warps, then the warps' sums in order. The tree is fixed
  * by NT alone, so the result is the same on every run and every GPU. The

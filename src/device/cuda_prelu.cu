@@ -29,9 +29,7 @@ __global__ void k_prelu_bwd(bk_prelu p, const void *x, const float *a, const voi
     const int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5, rows = p.n * p.c;
 
     for (int64_t r = w0; r < rows; r += nw) {
-        double v = bk_prelu_bwd_part(&p, x, a, dy, dx, r, lane, 32);
-        for (int o = 16; o > 0; o >>= 1)
-            v += __shfl_down_sync(0xffffffffu, v, o);
+        double v = bk_warp_sum_down(bk_prelu_bwd_part(&p, x, a, dy, dx, r, lane, 32));
         if (rs && lane == 0)
             rs[r] = v;
     }
