@@ -1,6 +1,7 @@
 """batchfit from Python: the exact memory plan, the batch finder and
 training with the batch size managed, on the C library (libbatchfit.so)
-through cffi's ABI mode (no compiler needed).
+through ctypes (no compiler and no package beyond Python's own needed;
+NumPy for arrays and weights).
 
     import batchfit
     p = batchfit.plan("resnet18", memory="11GiB", batch=[1, 32, 64])

@@ -1,5 +1,6 @@
 """The calls: each a thin wrapper of one library call, its keyword arguments
 the command line's options (docs/python.md)."""
+import ctypes
 import os
 import re
 import shutil
@@ -7,7 +8,7 @@ import tempfile
 
 from . import _errors, _run
 from ._config import Config, OPTIONS, default_threads, show
-from ._lib import ffi, lib, text
+from ._lib import Owned, lib, text
 from ._results import Find, Plan, Result, Training, take
 
 
@@ -26,9 +27,9 @@ def parse_size(s):
     """"512MiB", "1.5GiB", "8GB" in bytes."""
     if not isinstance(s, str):
         raise _errors.ArgumentTypeError(f"parse_size: give text such as '8GiB', not {type(s).__name__}")
-    out = ffi.new("uint64_t *")
-    _errors.check(lib.bfit_parse_size(s.encode(), out))
-    return int(out[0])
+    out = ctypes.c_uint64()
+    _errors.check(lib.bfit_parse_size(s.encode(), ctypes.byref(out)))
+    return int(out.value)
 
 
 def format_size(n):
@@ -38,7 +39,7 @@ def format_size(n):
         raise _errors.ArgumentTypeError(f"format_size: give a whole number of bytes, not {type(n).__name__}")
     if not 0 <= n < 2**64:
         raise _errors.InvalidArgumentError(f"format_size: {n} bytes is out of range: expected 0 to 2^64-1")
-    buf = ffi.new("char[]", 32)
+    buf = ctypes.create_string_buffer(32)
     return text(lib.bfit_format_size(int(n), buf, len(buf)))
 
 
@@ -84,7 +85,7 @@ def _failure(cfg, rc, state, res):
 def _finish(cfg, rc, r, state, result_cls):
     """The result of a command, or its exception (with the result, where
     the command got far enough to make one)."""
-    res = result_cls(*take(r)) if r != ffi.NULL else None
+    res = result_cls(*take(r)) if r is not None else None
     if rc != _errors.OK:
         raise _failure(cfg, rc, state, res)
     return res
@@ -92,12 +93,12 @@ def _finish(cfg, rc, r, state, result_cls):
 
 def _direct(command, cfg, result_cls):
     """A call that runs to its end in this thread (the GIL released meanwhile)."""
-    out = ffi.new("bfit_result **")
-    rc = getattr(lib, "bfit_" + command)(cfg.c, out)
+    out = ctypes.c_void_p()
+    rc = getattr(lib, "bfit_" + command)(cfg.c, ctypes.byref(out))
     state = {}
     if rc != _errors.OK:
         state = {"msg": text(lib.bfit_errmsg()) or text(lib.bfit_strerror(rc)), "field": text(lib.bfit_errfield())}
-    return _finish(cfg, rc, out[0], state, result_cls)
+    return _finish(cfg, rc, out.value, state, result_cls)
 
 
 def _here(options):
@@ -189,13 +190,32 @@ def read_weights(path):
 def _read_tensors(path):
     """The floating tensors of a safetensors file, and its normalisation
     statistics ({"mean": [...], "std": [...]}, or None)."""
-    import numpy as np
+    np = _numpy()
+    tp = ctypes.c_void_p()
+    _errors.check(lib.bfit_tensors_open(_path("path", path), ctypes.byref(tp)))
+    t = Owned(tp.value, lib.bfit_tensors_free)
+    try:
+        return _tensors(path, t, np)
+    finally:
+        t.close()
 
-    tp = ffi.new("bfit_tensors **")
-    _errors.check(lib.bfit_tensors_open(_path("path", path), tp))
-    t = ffi.gc(tp[0], lib.bfit_tensors_free)
+
+def _numpy():
+    """NumPy, which arrays in and weights out need (plan, find and the rest
+    do not): its absence named with where it comes from."""
+    try:
+        import numpy
+    except ImportError as e:
+        raise ImportError(f"batchfit passes arrays and reads weights with NumPy, which this Python lacks ({e}): "
+                          f"install it (Debian: apt-get install python3-numpy; elsewhere: pip install numpy), or "
+                          f"give weights=False and data as a file or data set name") from e
+    return numpy
+
+
+def _tensors(path, t, np):
+    """_read_tensors's reading, from the open file t."""
     out = {}
-    dims = ffi.new("int64_t[8]")
+    dims = (ctypes.c_int64 * 8)()
     for i in range(lib.bfit_tensors_count(t)):
         name = text(lib.bfit_tensors_name(t, i))
         dtype = text(lib.bfit_tensors_dtype(t, i))
@@ -205,7 +225,7 @@ def _read_tensors(path):
         if nd < 0 or nd > 8:
             raise _errors.FormatError(f"{path}: tensor {name} has {nd} dimensions")
         a = np.empty([dims[k] for k in range(nd)], dtype=np.float32)
-        _errors.check(lib.bfit_tensors_read(t, i, ffi.cast("float *", a.ctypes.data), a.size))
+        _errors.check(lib.bfit_tensors_read(t, i, a.ctypes.data, a.size))
         out[name] = a
     mean, std = (text(lib.bfit_tensors_meta(t, k)) for k in (b"normalize_mean", b"normalize_std"))
     norm = {"mean": [float(v) for v in mean.split(",")], "std": [float(v) for v in std.split(",")]} \
@@ -224,7 +244,7 @@ def _set_data(cfg, which, data):
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise _errors.ArgumentTypeError(f"{field}: give a data set name, a path, or arrays (x, y), not "
                                         f"{type(data).__name__}", field, _errors.EINVAL)
-    import numpy as np
+    np = _numpy()
 
     try:
         x = np.ascontiguousarray(data[0], dtype=np.float32)  # no copy when it is float32 already
@@ -246,9 +266,8 @@ def _set_data(cfg, which, data):
                                            f"{y.max()}", field, _errors.EINVAL)
     y = np.ascontiguousarray(y, dtype=np.int32)
     n = x.shape[0]
-    xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", y)
-    cfg.keep += [x, y, xp, yp]  # the library reads them in place until the run ends
-    _errors.check(lib.bfit_config_set_arrays(cfg.c, which, xp, yp, n, x.size // n))
+    cfg.keep += [x, y]  # the library reads them in place until the run ends
+    _errors.check(lib.bfit_config_set_arrays(cfg.c, which, x.ctypes.data, y.ctypes.data, n, x.size // n))
 
 
 def train(model, data=None, *, test_data=None, on_event=None, progress=False, weights=True, keep_events=True,
@@ -270,6 +289,8 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     for, and raises batchfit.Interrupted (a KeyboardInterrupt)."""
     if isinstance(weights, (str, bytes, os.PathLike)):  # the starting weights, not whether to read them
         options["weights"], weights = weights, True
+    if weights:
+        _numpy()  # before the run, not after it: a finished training is not thrown away for want of it
     cfg = Config(model=_model(model), **options)
     _set_data(cfg, 0, data)
     _set_data(cfg, 1, test_data)
@@ -281,7 +302,7 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
         if p:
             p.close()
             p = None
-        res = Training(*take(r), events=ev.events) if r != ffi.NULL else None
+        res = Training(*take(r), events=ev.events) if r is not None else None
         if ev.error is not None:
             raise ev.error
         if rc == _errors.ESTOPPED and interrupted:
@@ -339,7 +360,7 @@ def _weights_path(cfg, options, weights, made):
         cfg.set("save", os.path.join(ck, "weights.safetensors"))
         return
     if options.get("resume") is not None:  # the checkpoint's run may have recorded a path: say where, afresh
-        found = ffi.new("char[]", 4096)
+        found = ctypes.create_string_buffer(4096)
         _errors.check(lib.bfit_checkpoint_find(_path("resume", options["resume"]), found, len(found)))
         cfg.set("save", os.path.join(os.path.dirname(text(found)), "weights.safetensors"))
         return

@@ -12,18 +12,20 @@ import re
 import reprlib
 
 from . import _errors
-from ._lib import ffi, lib, text
+import ctypes
+
+from ._lib import Owned, lib, text
 
 
 def _options():
     """name ('_'-spelt) -> what it takes ("" for a flag, "SIZE", "N", ...)."""
     out, i = {}, 0
-    takes, cmds = ffi.new("const char **"), ffi.new("const char **")
+    takes, cmds = ctypes.c_void_p(), ctypes.c_void_p()
     while True:
-        name = lib.bfit_config_option(i, takes, cmds)
-        if name == ffi.NULL:
+        name = lib.bfit_config_option(i, ctypes.byref(takes), ctypes.byref(cmds))
+        if name is None:
             return out
-        out[text(name).replace("-", "_")] = (text(takes[0]), text(cmds[0]))
+        out[text(name).replace("-", "_")] = (text(takes.value), text(cmds.value))
         i += 1
 
 
@@ -148,9 +150,9 @@ class Config:
 
     def __init__(self, **options):
         p = lib.bfit_config_new()
-        if p == ffi.NULL:
+        if p is None:
             raise _errors.last(_errors.ENOMEM)
-        self.c = ffi.gc(p, lib.bfit_config_free)
+        self.c = Owned(p, lib.bfit_config_free)
         self.keep = []
         self.texts = {}  # option -> the text set, to tell which option a library message is about
         for name, value in options.items():
@@ -172,6 +174,6 @@ class Config:
         self.texts[name.replace("-", "_")] = t
 
     def get(self, name):
-        buf = ffi.new("char[]", 4096)
+        buf = ctypes.create_string_buffer(4096)
         _errors.check(lib.bfit_config_get(self.c, name.encode(), buf, len(buf)))
         return text(buf)

@@ -1,6 +1,7 @@
-"""The shared library, loaded with cffi in ABI mode: the declarations of
-include/batchfit.h that the package calls, and where libbatchfit.so is
-found. No compiler is involved on the user's side.
+"""The shared library, loaded with ctypes from Python's standard library:
+the prototypes of include/batchfit.h that the package calls, and where
+libbatchfit.so is found. No compiler and no package beyond Python's own are
+involved (NumPy only where arrays go in or weights come out).
 
 The library is looked for, in order:
   1. the file the environment's BATCHFIT_LIB names (and only there, if set);
@@ -9,94 +10,75 @@ The library is looked for, in order:
   3. the build tree of a source checkout (build/libbatchfit.so.0 beside
      python/), for the tests and for working in the repository;
   4. the dynamic linker's own search (ldconfig, LD_LIBRARY_PATH).
+
+ctypes releases the GIL for the length of each call (CDLL), as the package
+needs: a training call runs on a worker thread while the caller's thread
+waits for Ctrl-C, and the event callback takes the GIL back on that worker.
 """
+import ctypes
 import os
-import re
+from ctypes import CFUNCTYPE, POINTER, c_char_p, c_double, c_int, c_int64, c_size_t, c_uint64, c_void_p
 
-try:
-    import cffi
-except ImportError as _e:  # name the package and where it comes from, not only the module
-    raise ImportError(f"batchfit loads libbatchfit with cffi, which this Python lacks ({_e}): install it "
-                      f"(Debian: apt-get install python3-cffi; elsewhere: pip install cffi)") from _e
+P = c_void_p  # every library object (bfit_config *, bfit_result *, FILE *, ...) is opaque here
+PP = POINTER(c_void_p)
+I64P = POINTER(c_int64)
+EVENT_FN = CFUNCTYPE(None, c_void_p, c_char_p)  # bfit_event_fn: (void *ud, const char *json)
 
-# The public declarations the package uses, as include/batchfit.h has them
-# (structs the package only passes through are left incomplete).
-CDEF = r"""
-typedef int sig_atomic_t;
-typedef struct _IO_FILE FILE;
-
-const char *bfit_version(void);
-int bfit_version_number(void);
-const char *bfit_errmsg(void);
-const char *bfit_errfield(void);
-const char *bfit_strerror(int code);
-int bfit_parse_size(const char *text, uint64_t *out);
-char *bfit_format_size(uint64_t bytes, char *buf, size_t len);
-
-typedef struct bfit_config bfit_config;
-bfit_config *bfit_config_new(void);
-void bfit_config_free(bfit_config *c);
-int bfit_config_set(bfit_config *c, const char *name, const char *value);
-int bfit_config_set_int(bfit_config *c, const char *name, int64_t value);
-int bfit_config_set_double(bfit_config *c, const char *name, double value);
-int bfit_config_get(const bfit_config *c, const char *name, char *buf, size_t len);
-const char *bfit_config_option(int i, const char **takes, const char **commands);
-int bfit_config_check(const bfit_config *c, const char *command);
-int bfit_config_set_progress(bfit_config *c, FILE *human);
-int bfit_config_set_stop_flag(bfit_config *c, volatile sig_atomic_t *flag);
-
-struct bfit_step_info;
-struct bfit_eval_info;
-struct bfit_batch_decision;
-typedef void (*bfit_step_fn)(void *ud, const struct bfit_step_info *s);
-typedef void (*bfit_eval_fn)(void *ud, const struct bfit_eval_info *e);
-typedef void (*bfit_change_fn)(void *ud, const struct bfit_batch_decision *d, int64_t step);
-typedef void (*bfit_event_fn)(void *ud, const char *json);
-int bfit_config_set_callbacks(bfit_config *c, bfit_step_fn on_step, bfit_eval_fn on_eval,
-                              bfit_change_fn on_batch_change, bfit_event_fn on_event, void *ud);
-int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int32_t *labels, int64_t n,
-                           int64_t sample_floats);
-
-typedef struct bfit_result bfit_result;
-void bfit_result_free(bfit_result *r);
-const char *bfit_result_json(const bfit_result *r);
-int bfit_result_print(const bfit_result *r, FILE *f);
-
-int bfit_plan(const bfit_config *c, bfit_result **out);
-int bfit_find(const bfit_config *c, bfit_result **out);
-int bfit_train(const bfit_config *c, bfit_result **out);
-int bfit_evaluate(const bfit_config *c, bfit_result **out);
-int bfit_report_write(const char *log_path, const char *html_path);
-int bfit_checkpoint_find(const char *file_or_dir, char *path, size_t len);
-
-typedef struct bfit_tensors bfit_tensors;
-int bfit_tensors_open(const char *path, bfit_tensors **out);
-void bfit_tensors_free(bfit_tensors *t);
-int bfit_tensors_count(const bfit_tensors *t);
-const char *bfit_tensors_name(const bfit_tensors *t, int i);
-const char *bfit_tensors_dtype(const bfit_tensors *t, int i);
-int bfit_tensors_shape(const bfit_tensors *t, int i, int64_t *dims, int max);
-int64_t bfit_tensors_numel(const bfit_tensors *t, int i);
-int bfit_tensors_read(const bfit_tensors *t, int i, float *out, int64_t n);
-const char *bfit_tensors_meta(const bfit_tensors *t, const char *key);
-"""
+# name: (return type, argument types), as include/batchfit.h declares them.
+# `const char *` results stay addresses (P) so that NULL is told from "",
+# and text() reads them.
+PROTOTYPES = {
+    "bfit_version": (P, []),
+    "bfit_version_number": (c_int, []),
+    "bfit_errmsg": (P, []),
+    "bfit_errfield": (P, []),
+    "bfit_strerror": (P, [c_int]),
+    "bfit_parse_size": (c_int, [c_char_p, POINTER(c_uint64)]),
+    "bfit_format_size": (P, [c_uint64, c_char_p, c_size_t]),
+    "bfit_config_new": (P, []),
+    "bfit_config_free": (None, [P]),
+    "bfit_config_set": (c_int, [P, c_char_p, c_char_p]),
+    "bfit_config_set_int": (c_int, [P, c_char_p, c_int64]),
+    "bfit_config_set_double": (c_int, [P, c_char_p, c_double]),
+    "bfit_config_get": (c_int, [P, c_char_p, c_char_p, c_size_t]),
+    "bfit_config_option": (P, [c_int, PP, PP]),
+    "bfit_config_check": (c_int, [P, c_char_p]),
+    "bfit_config_set_progress": (c_int, [P, P]),
+    "bfit_config_set_stop_flag": (c_int, [P, POINTER(c_int)]),  # sig_atomic_t is int on Linux
+    "bfit_config_set_callbacks": (c_int, [P, P, P, P, EVENT_FN, P]),
+    "bfit_config_set_arrays": (c_int, [P, c_int, P, P, c_int64, c_int64]),
+    "bfit_result_free": (None, [P]),
+    "bfit_result_json": (P, [P]),
+    "bfit_result_print": (c_int, [P, P]),
+    "bfit_plan": (c_int, [P, PP]),
+    "bfit_find": (c_int, [P, PP]),
+    "bfit_train": (c_int, [P, PP]),
+    "bfit_evaluate": (c_int, [P, PP]),
+    "bfit_report_write": (c_int, [c_char_p, c_char_p]),
+    "bfit_checkpoint_find": (c_int, [c_char_p, c_char_p, c_size_t]),
+    "bfit_tensors_open": (c_int, [c_char_p, PP]),
+    "bfit_tensors_free": (None, [P]),
+    "bfit_tensors_count": (c_int, [P]),
+    "bfit_tensors_name": (P, [P, c_int]),
+    "bfit_tensors_dtype": (P, [P, c_int]),
+    "bfit_tensors_shape": (c_int, [P, c_int, I64P, c_int]),
+    "bfit_tensors_numel": (c_int64, [P, c_int]),
+    "bfit_tensors_read": (c_int, [P, c_int, P, c_int64]),
+    "bfit_tensors_meta": (P, [P, c_char_p]),
+}
 
 # From the C library: a stream for the library's progress lines, and one
 # that gathers a result's text in memory.
-LIBC_CDEF = r"""
-FILE *fdopen(int fd, const char *mode);
-FILE *open_memstream(char **ptr, size_t *sizeloc);
-int setvbuf(FILE *stream, char *buf, int mode, size_t size);
-int fclose(FILE *stream);
-void free(void *p);
-"""
+LIBC_PROTOTYPES = {
+    "fdopen": (P, [c_int, c_char_p]),
+    "open_memstream": (P, [PP, POINTER(c_size_t)]),
+    "setvbuf": (c_int, [P, P, c_int, c_size_t]),
+    "fclose": (c_int, [P]),
+    "free": (None, [P]),
+}
 
 SONAME = "libbatchfit.so.0"
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-ffi = cffi.FFI()
-ffi.cdef(CDEF)
-ffi.cdef(LIBC_CDEF)
 
 
 def _candidates():
@@ -145,7 +127,7 @@ def _load():
             tried.append(f"{path} ({why}): no such file")
             continue
         try:
-            return ffi.dlopen(path), path
+            return ctypes.CDLL(path), path
         except OSError as e:
             tried.append(f"{path} ({why}): {e}")
     raise ImportError("batchfit: cannot load the shared library libbatchfit.so; tried:\n  " + "\n  ".join(tried) +
@@ -153,27 +135,59 @@ def _load():
                       "BATCHFIT_LIB to the file")
 
 
-lib, LIBRARY_PATH = _load_quiet_waits()
-libc = ffi.dlopen(None)
-
-# Everything the package calls must be there: a library older than the
-# package fails here, by name, rather than in the middle of a call.
-_missing = []
-_names = re.findall(r"\b(bfit_\w+)\(", CDEF)
-for _name in _names:
-    try:
-        getattr(lib, _name)
-    except AttributeError:
-        _missing.append(_name)
-if "bfit_version" in _missing:  # not even the version: another library under the name
-    raise ImportError(f"batchfit: {LIBRARY_PATH} is not libbatchfit: it lacks bfit_version and {len(_missing) - 1} "
-                      f"more of the {len(_names)} functions the package calls; point BATCHFIT_LIB at "
-                      f"libbatchfit.so.0 (scripts/build.sh build makes build/libbatchfit.so.0)")
-if _missing:
-    raise ImportError(f"batchfit: {LIBRARY_PATH} lacks {', '.join(_missing)}: it is older than this package "
-                      f"(library {ffi.string(lib.bfit_version()).decode()}); rebuild or reinstall it")
+def _declare(handle, prototypes):
+    """Set each function's types; returns the names the library lacks."""
+    missing = []
+    for name, (res, args) in prototypes.items():
+        try:
+            f = getattr(handle, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        f.restype, f.argtypes = res, args
+    return missing
 
 
 def text(p):
-    """A C string from the library as str ('' for NULL)."""
-    return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else ""
+    """A C string from the library (an address, bytes or a char buffer) as
+    str ('' for NULL)."""
+    if p is None:
+        return ""
+    if isinstance(p, int):
+        p = ctypes.string_at(p)
+    elif not isinstance(p, bytes):
+        p = p.value
+    return p.decode("utf-8", "replace")
+
+
+lib, LIBRARY_PATH = _load_quiet_waits()
+libc = ctypes.CDLL(None)
+_declare(libc, LIBC_PROTOTYPES)
+
+# Everything the package calls must be there: a library older than the
+# package fails here, by name, rather than in the middle of a call.
+_missing = _declare(lib, PROTOTYPES)
+if "bfit_version" in _missing:  # not even the version: another library under the name
+    raise ImportError(f"batchfit: {LIBRARY_PATH} is not libbatchfit: it lacks bfit_version and {len(_missing) - 1} "
+                      f"more of the {len(PROTOTYPES)} functions the package calls; point BATCHFIT_LIB at "
+                      f"libbatchfit.so.0 (scripts/build.sh build makes build/libbatchfit.so.0)")
+if _missing:
+    raise ImportError(f"batchfit: {LIBRARY_PATH} lacks {', '.join(_missing)}: it is older than this package "
+                      f"(library {text(lib.bfit_version())}); rebuild or reinstall it")
+
+
+class Owned:
+    """A library object freed with `free` when the last reference goes (or at
+    close()); passes as its address to the prototypes above."""
+
+    def __init__(self, address, free):
+        self._as_parameter_ = address
+        self._free = free
+
+    def close(self):
+        if self._as_parameter_ is not None:
+            self._free(self._as_parameter_)
+            self._as_parameter_ = None
+
+    def __del__(self):
+        self.close()

@@ -4,9 +4,10 @@ docs/embedding.md lists), the figures people ask for first as attributes,
 and `str()` / `repr()` giving the text the command line prints (`.text`:
 exactly, with its last newline, which print() adds)."""
 import collections.abc
+import ctypes
 import json
 
-from ._lib import ffi, lib, libc, text
+from ._lib import lib, libc, text
 
 CATEGORIES = ("params", "grads", "optimizer", "statistics", "activations", "act_grads", "workspace", "input")
 
@@ -15,15 +16,15 @@ def take(r):
     """The JSON (a dict) and the text of a library result; frees it."""
     try:
         data = json.loads(text(lib.bfit_result_json(r)))
-        ptr, size = ffi.new("char **"), ffi.new("size_t *")
-        f = libc.open_memstream(ptr, size)
+        ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
+        f = libc.open_memstream(ctypes.byref(ptr), ctypes.byref(size))
         out = ""
-        if f != ffi.NULL:
+        if f is not None:
             lib.bfit_result_print(r, f)
             libc.fclose(f)
-            if ptr[0] != ffi.NULL:
-                out = ffi.string(ptr[0], size[0]).decode("utf-8", "replace")
-                libc.free(ptr[0])
+            if ptr.value is not None:
+                out = ctypes.string_at(ptr.value, size.value).decode("utf-8", "replace")
+                libc.free(ptr)
         return data, out
     finally:
         lib.bfit_result_free(r)

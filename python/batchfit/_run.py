@@ -10,6 +10,7 @@ the run still ends at its boundary on the worker thread. Events reach
 there stops the run and is raised by the call. The library's progress
 lines go through a pipe to sys.stderr (or the given stream) only when asked
 for."""
+import ctypes
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import sys
 import threading
 
 from . import _errors
-from ._lib import ffi, lib, libc, text
+from ._lib import EVENT_FN, lib, libc, text
 
 
 class _Progress:
@@ -28,11 +29,11 @@ class _Progress:
         self.out = out
         r, w = os.pipe()
         self.f = libc.fdopen(w, b"w")
-        if self.f == ffi.NULL:
+        if self.f is None:
             os.close(r)
             os.close(w)
             raise _errors.FileError("progress: cannot open a stream for the progress lines", "progress")
-        libc.setvbuf(self.f, ffi.NULL, 1, 0)  # _IOLBF: a line at a time
+        libc.setvbuf(self.f, None, 1, 0)  # _IOLBF: a line at a time
         self.t = threading.Thread(target=self._copy, args=(r,), name="batchfit-progress", daemon=True)
         self.t.start()
 
@@ -93,11 +94,11 @@ class _Events:
                                             "on_event", _errors.EINVAL)
         self.user, self.flag, self.keep = user, flag, keep
         self.events, self.error = [], None
-        self.cb = ffi.callback("bfit_event_fn", self._on_event)
+        self.cb = EVENT_FN(self._on_event)
 
     def _on_event(self, ud, line):
         try:
-            ev = json.loads(ffi.string(line).decode("utf-8", "replace"))
+            ev = json.loads(line.decode("utf-8", "replace"))
             if self.keep:
                 self.events.append(ev)
             if self.user is not None and self.error is None:
@@ -105,7 +106,7 @@ class _Events:
         except BaseException as e:  # stop the run and raise it from the call
             if self.error is None:
                 self.error = e
-            self.flag[0] = 1
+            self.flag.value = 1
 
 
 def _wait(worker, flag):
@@ -116,7 +117,7 @@ def _wait(worker, flag):
         if asked:
             raise KeyboardInterrupt("batchfit: a second Ctrl-C: not waiting for the run to stop")
         asked.append(signum)
-        flag[0] = 1
+        flag.value = 1
 
     old = None
     if threading.current_thread() is threading.main_thread():
@@ -135,18 +136,18 @@ def _wait(worker, flag):
 
 def call(cfg, command, on_event=None, stoppable=False, keep_events=True):
     """lib.bfit_<command>(cfg) on a worker thread: returns (rc, result or
-    NULL, its message and field, the events, whether Ctrl-C stopped it)."""
-    flag = ffi.new("sig_atomic_t *")
+    None, its message and field, the events, whether Ctrl-C stopped it)."""
+    flag = ctypes.c_int(0)  # the library's volatile sig_atomic_t
     ev = _Events(on_event, flag, keep_events)
     cfg.keep += [flag, ev]
-    _errors.check(lib.bfit_config_set_callbacks(cfg.c, ffi.NULL, ffi.NULL, ffi.NULL, ev.cb, ffi.NULL))
+    _errors.check(lib.bfit_config_set_callbacks(cfg.c, None, None, None, ev.cb, None))
     if stoppable:
-        _errors.check(lib.bfit_config_set_stop_flag(cfg.c, flag))
-    out = ffi.new("bfit_result **")
+        _errors.check(lib.bfit_config_set_stop_flag(cfg.c, ctypes.byref(flag)))
+    out = ctypes.c_void_p()
     state = {}
 
     def work():
-        rc = getattr(lib, "bfit_" + command)(cfg.c, out)
+        rc = getattr(lib, "bfit_" + command)(cfg.c, ctypes.byref(out))
         state["rc"] = rc
         if rc != _errors.OK:  # the message is this thread's
             state["msg"] = text(lib.bfit_errmsg()) or text(lib.bfit_strerror(rc))
@@ -155,4 +156,4 @@ def call(cfg, command, on_event=None, stoppable=False, keep_events=True):
     worker = threading.Thread(target=work, name="batchfit-" + command, daemon=True)
     interrupted = _wait(worker, flag)
     rc = state.get("rc", _errors.ESTATE)
-    return rc, out[0], state, ev, interrupted
+    return rc, out.value, state, ev, interrupted

@@ -6,7 +6,7 @@
 set -euo pipefail
 build=$1
 py=$2
-"$py" -c 'import cffi, numpy' 2>/dev/null || { echo "python_install: skipped: $py lacks cffi or numpy"; exit 77; }
+"$py" -c 'import ctypes' 2>/dev/null || { echo "python_install: skipped: $py lacks ctypes"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null

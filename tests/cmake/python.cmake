@@ -1,7 +1,7 @@
 # python.cmake - the Python package (python/batchfit) under pytest, one CTest
 # test per file of tests/python, against the shared library and command line
 # of this build (BATCHFIT_LIB, BATCHFIT_CLI). Skipped (77) where
-# /usr/bin/python3 lacks cffi, NumPy or pytest, and the torch tests where
+# /usr/bin/python3 lacks NumPy or pytest, and the torch tests where
 # torch or the ONNX import is missing (tests/python/run.py says why).
 # Not under the sanitizers: an instrumented library cannot be loaded into an
 # uninstrumented interpreter without preloading the runtime.

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """run.py TEST_FILE...: the Python package's tests under pytest, for CTest
 (tests/cmake/python.cmake). Exit 77, which CTest reports as skipped, when
-/usr/bin/python3 lacks what the package needs (cffi, NumPy, pytest) or when
+/usr/bin/python3 lacks what the tests need (NumPy, pytest) or when
 every test of the file skipped (torch or the ONNX import missing: the
 reasons are printed); otherwise pytest's exit status."""
 import importlib.util
 import sys
 
-missing = [m for m in ("cffi", "numpy", "pytest") if importlib.util.find_spec(m) is None]
+missing = [m for m in ("numpy", "pytest") if importlib.util.find_spec(m) is None]
 if missing:
-    print(f"run.py: skipped: {sys.executable} lacks {', '.join(missing)} (scripts/setup.sh installs python3-cffi, "
-          "python3-numpy and python3-pytest)")
+    print(f"run.py: skipped: {sys.executable} lacks {', '.join(missing)} (scripts/setup.sh installs python3-numpy and "
+          "python3-pytest)")
     sys.exit(77)
 
 import pytest  # noqa: E402

@@ -117,13 +117,25 @@ def without(package, code):
 
 
 def test_a_missing_dependency_is_named():
-    """Without cffi the import says which package and how to get it, not only
-    'No module named cffi' from inside the package; without onnx so does
-    batchfit.torch's export (it writes the module's buffers into the file)."""
-    r = without("cffi", "import batchfit")
-    assert r.returncode != 0
-    assert "ImportError: batchfit loads libbatchfit with cffi, which this Python lacks" in r.stderr, r.stderr
-    assert "apt-get install python3-cffi" in r.stderr and "pip install cffi" in r.stderr, r.stderr
+    """The package needs nothing beyond Python's standard library to load the
+    library (ctypes; it used cffi, which a pip environment may lack): plan runs
+    with cffi and NumPy blocked. Without NumPy, arrays in and weights out say
+    which package and how to get it, before any training (a finished run is
+    not lost for it); without onnx so does batchfit.torch's export (it writes
+    the module's buffers into the file)."""
+    plan = "import batchfit\nprint(batchfit.plan('mlp', memory='1GiB', batch=[1]).largest_batch)"
+    for blocked in ("cffi", "numpy"):
+        r = without(blocked, plan)
+        assert r.returncode == 0, r.stderr
+        assert int(r.stdout) > 0, r.stdout
+    for call in ("batchfit.train('mlp', data=([[0.0] * 784], [0]), epochs=1)",
+                 "batchfit.train('mlp', epochs=1, max_steps=1)", "batchfit.read_weights('w.safetensors')"):
+        r = without("numpy", "import batchfit\n" + call)
+        assert r.returncode != 0, call
+        assert "ImportError: batchfit passes arrays and reads weights with NumPy, which this Python lacks" in \
+            r.stderr, r.stderr
+        assert "apt-get install python3-numpy" in r.stderr and "pip install numpy" in r.stderr, r.stderr
+        assert "step " not in r.stderr, r.stderr  # no training ran
     pytest.importorskip("torch")
     r = without("onnx", "import tempfile, torch, batchfit.torch as bt\n"
                 "bt.export(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)), torch.zeros(1, 4), "
