@@ -1175,10 +1175,10 @@ static void test_cast(void **st)
  * kernels, the loss from bf16 logits. Inputs are bf16 already, so both
  * devices multiply the same values; sums in f32 in other orders, results
  * rounded once: to about an ulp of bf16 (f32 gradients: 1e-3). */
-static void test_ops_bf16(void **st)
+/* matmul in bf16: six settings of accumulation, bias and an f32 gradient */
+static void bf16_matmul(void)
 {
     const bfit_dtype t = BFIT_BF16;
-    (void)st;
     for (int c = 0; c < 6; c++) { /* matmul: (acc, bias); 4, 5: an f32 gradient set (mm.grad) */
         const int64_t M = 37, N = 29, K = 53;
         int grad = c >= 4, acc = !grad && (c & 1), bias = !grad && ((c >> 1) & 1);
@@ -1196,112 +1196,133 @@ static void test_ops_bf16(void **st)
             cmp_t(t, &y, M * N, BF_REL, BF_ABS, "bf16 matmul");
         db_free(&x), db_free(&w), db_free(&b), db_free(&y);
     }
+}
+
+/* convolution forward, backward data and weights in bf16 */
+static void bf16_conv(void)
+{
+    const bfit_dtype t = BFIT_BF16;
+    conv_shape cs = {3, 16, 12, 12, 24, 3, 3, 1, 1, 1, 1, 1}; /* lean: a chunk of 2, a tail of 1 */
+    bfit_op_desc f = conv_desc(BFIT_OP_CONV_FWD, &cs, 1, 0);
+    int64_t xs = cs.n * cs.ic * cs.ih * cs.iw, ws = cs.oc * cs.ic * cs.kh * cs.kw, ys = cs.n * cs.oc * 144;
+    dbuf x = db_rand_t(t, xs, -1, 1, 251), w = db_rand_t(t, ws, -0.5f, 0.5f, 252), b = db_rand(cs.oc, -1, 1, 253);
+    dbuf y = db_new((size_t)ys * 2), dy = db_rand_t(t, ys, -1, 1, 254), dx = db_new((size_t)xs * 2);
+    dbuf dw = db_rand(ws, -1, 1, 255), db = db_rand(cs.oc, -1, 1, 256);
+    bfit_op_args a[NS];
+    f.dtype = t;
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, weights, w), ARG(a, bias, b), ARG(a, dst, y);
+    run_op(&f, a);
+    cmp_t(t, &y, ys, BF_REL, 4 * BF_ABS, "bf16 conv forward with bias");
+    f = conv_desc(BFIT_OP_CONV_BWD_DATA, &cs, 1, 0);
+    f.dtype = t;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy), ARG(a, weights, w), ARG(a, diff_src, dx);
+    run_op(&f, a);
+    cmp_t(t, &dx, xs, BF_REL, 4 * BF_ABS, "bf16 conv backward data");
+    f = conv_desc(BFIT_OP_CONV_BWD_WEIGHTS, &cs, 1, 1);
+    f.dtype = t;
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, diff_dst, dy), ARG(a, diff_weights, dw), ARG(a, diff_bias, db);
+    run_op(&f, a);
+    /* the GPU rounds the weight gradient (sums of 432 products, ~12) to bf16 before adding it: 0.05;
+     * lean's chunks are rounded each (~10 and ~7): 0.07 at most */
+    cmp_f32(&dw, ws, BF_REL, 0.1, "bf16 conv backward weights into f32 (accumulating)");
+    cmp_f32(&db, cs.oc, 1e-4, 1e-3, "bf16 conv backward bias into f32 (accumulating)");
+    db_free(&x), db_free(&w), db_free(&b), db_free(&y), db_free(&dy), db_free(&dx), db_free(&dw), db_free(&db);
+}
+
+/* batch norm forward and backward in bf16, from the input and from the output */
+static void bf16_bnorm(void)
+{
+    const bfit_dtype t = BFIT_BF16;
+    const int64_t n = 4, c = 3, h = 5, w = 6, xs = n * c * h * w;
+    bfit_op_desc d = {.kind = BFIT_OP_BNORM_FWD, .dtype = t};
+    dbuf x = db_rand_t(t, xs, 1, 3, 261), y = db_new((size_t)xs * 2), g = db_rand(c, 0.5f, 1.5f, 262);
+    dbuf sh = db_rand(c, -1, 1, 263), mean = db_new((size_t)c * 4), var = db_new((size_t)c * 4);
+    dbuf rm = db_rand(c, -0.5f, 0.5f, 264), rv = db_rand(c, 0.5f, 2, 265), dy = db_rand_t(t, xs, -1, 1, 266);
+    dbuf dx = db_new((size_t)xs * 2), dg = db_rand(c, -1, 1, 267), dsh = db_rand(c, -1, 1, 268);
+    bfit_op_args a[NS];
+    d.u.bnorm = (typeof(d.u.bnorm)){.n = n, .c = c, .h = h, .w = w, .eps = 1e-5f, .momentum = 0.1f, .training = 1};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
+    ARG(a, rmean, rm), ARG(a, rvar, rv);
+    run_op(&d, a);
+    cmp_t(t, &y, xs, BF_REL, BF_ABS, "bf16 batch norm forward");
+    cmp_f32(&var, c, 1e-5, 1e-6, "bf16 batch norm variance");
+    cmp_f32(&rv, c, 1e-5, 1e-6, "bf16 batch norm running variance");
+    d.kind = BFIT_OP_BNORM_BWD;
+    d.accumulate = 1;
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, diff_dst, dy), ARG(a, scale, g), ARG(a, mean, mean), ARG(a, var, var);
+    ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
+    run_op(&d, a);
+    cmp_t(t, &dx, xs, BF_REL, BF_ABS, "bf16 batch norm backward data");
+    cmp_f32(&dg, c, 1e-3, 1e-3, "bf16 batch norm backward scale");
+    cmp_f32(&dsh, c, 1e-4, 1e-4, "bf16 batch norm backward shift");
+    d.u.bnorm.use_dst = 1;
+    memset(a, 0, sizeof a);
+    ARG(a, src, y), ARG(a, diff_dst, dy), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean);
+    ARG(a, var, var), ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
+    run_op(&d, a);
+    cmp_t(t, &dx, xs, BF_REL, BF_ABS, "bf16 batch norm backward data from the output");
+    cmp_f32(&dg, c, 1e-3, 1e-3, "bf16 batch norm backward scale from the output");
+    cmp_f32(&dsh, c, 1e-4, 1e-4, "bf16 batch norm backward shift from the output");
+    check_bn_ws(&d);
+    db_free(&x), db_free(&y), db_free(&g), db_free(&sh), db_free(&mean), db_free(&var), db_free(&rm);
+    db_free(&rv), db_free(&dy), db_free(&dx), db_free(&dg), db_free(&dsh);
+}
+
+/* layer norm forward and backward in bf16, then the loss from its output */
+static void bf16_lnorm_xent(void)
+{
+    const bfit_dtype t = BFIT_BF16;
+    const int64_t rows = 37, cols = 300, n = rows * cols;
+    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = t, .accumulate = 1};
+    dbuf x = db_rand_t(t, n, -2, 3, 271), y = db_new((size_t)n * 2), g = db_rand(cols, 0.5f, 1.5f, 272);
+    dbuf sh = db_rand(cols, -1, 1, 273), mean = db_new((size_t)rows * 4), var = db_new((size_t)rows * 4);
+    dbuf dy = db_rand_t(t, n, -1, 1, 274), dx = db_new((size_t)n * 2), dg = db_rand(cols, -1, 1, 275);
+    dbuf dsh = db_rand(cols, -1, 1, 276), p = db_new((size_t)n * 4), lab = db_labels(rows, (int)cols, 277);
+    dbuf stats = db_new(2 * sizeof(double));
+    bfit_op_args a[NS];
+    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
+    run_op(&d, a);
+    cmp_t(t, &y, n, BF_REL, BF_ABS, "bf16 layer norm forward");
+    d.kind = BFIT_OP_LNORM_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, mean, mean), ARG(a, var, var), ARG(a, diff_dst, dy), ARG(a, scale, g);
+    ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
+    run_op(&d, a);
+    cmp_t(t, &dx, n, BF_REL, BF_ABS, "bf16 layer norm backward data");
+    cmp_f32(&dg, cols, 1e-3, 1e-3, "bf16 layer norm backward scale");
+    /* the loss from the bf16 output as logits */
+    d = (bfit_op_desc){.kind = BFIT_OP_XENT_FWD, .dtype = t};
+    d.u.xent = (typeof(d.u.xent)){rows, cols, 0};
+    memset(stats.h, 0, stats.bytes);
+    db_up(&stats);
+    memset(a, 0, sizeof a);
     {
-        conv_shape cs = {3, 16, 12, 12, 24, 3, 3, 1, 1, 1, 1, 1}; /* lean: a chunk of 2, a tail of 1 */
-        bfit_op_desc f = conv_desc(BFIT_OP_CONV_FWD, &cs, 1, 0);
-        int64_t xs = cs.n * cs.ic * cs.ih * cs.iw, ws = cs.oc * cs.ic * cs.kh * cs.kw, ys = cs.n * cs.oc * 144;
-        dbuf x = db_rand_t(t, xs, -1, 1, 251), w = db_rand_t(t, ws, -0.5f, 0.5f, 252), b = db_rand(cs.oc, -1, 1, 253);
-        dbuf y = db_new((size_t)ys * 2), dy = db_rand_t(t, ys, -1, 1, 254), dx = db_new((size_t)xs * 2);
-        dbuf dw = db_rand(ws, -1, 1, 255), db = db_rand(cs.oc, -1, 1, 256);
-        bfit_op_args a[NS];
-        f.dtype = t;
-        memset(a, 0, sizeof a);
-        ARG(a, src, x), ARG(a, weights, w), ARG(a, bias, b), ARG(a, dst, y);
-        run_op(&f, a);
-        cmp_t(t, &y, ys, BF_REL, 4 * BF_ABS, "bf16 conv forward with bias");
-        f = conv_desc(BFIT_OP_CONV_BWD_DATA, &cs, 1, 0);
-        f.dtype = t;
-        memset(a, 0, sizeof a);
-        ARG(a, diff_dst, dy), ARG(a, weights, w), ARG(a, diff_src, dx);
-        run_op(&f, a);
-        cmp_t(t, &dx, xs, BF_REL, 4 * BF_ABS, "bf16 conv backward data");
-        f = conv_desc(BFIT_OP_CONV_BWD_WEIGHTS, &cs, 1, 1);
-        f.dtype = t;
-        memset(a, 0, sizeof a);
-        ARG(a, src, x), ARG(a, diff_dst, dy), ARG(a, diff_weights, dw), ARG(a, diff_bias, db);
-        run_op(&f, a);
-        /* the GPU rounds the weight gradient (sums of 432 products, ~12) to bf16 before adding it: 0.05;
-         * lean's chunks are rounded each (~10 and ~7): 0.07 at most */
-        cmp_f32(&dw, ws, BF_REL, 0.1, "bf16 conv backward weights into f32 (accumulating)");
-        cmp_f32(&db, cs.oc, 1e-4, 1e-3, "bf16 conv backward bias into f32 (accumulating)");
-        db_free(&x), db_free(&w), db_free(&b), db_free(&y), db_free(&dy), db_free(&dx), db_free(&dw), db_free(&db);
+        pop pf;
+        pop_new(&pf, &d);
+        ARG(a, src, y), ARG(a, dst, p), ARG(a, labels, lab), ARG(a, stats, stats);
+        pop_run(&pf, a);
+        pop_free(&pf);
     }
-    {
-        const int64_t n = 4, c = 3, h = 5, w = 6, xs = n * c * h * w;
-        bfit_op_desc d = {.kind = BFIT_OP_BNORM_FWD, .dtype = t};
-        dbuf x = db_rand_t(t, xs, 1, 3, 261), y = db_new((size_t)xs * 2), g = db_rand(c, 0.5f, 1.5f, 262);
-        dbuf sh = db_rand(c, -1, 1, 263), mean = db_new((size_t)c * 4), var = db_new((size_t)c * 4);
-        dbuf rm = db_rand(c, -0.5f, 0.5f, 264), rv = db_rand(c, 0.5f, 2, 265), dy = db_rand_t(t, xs, -1, 1, 266);
-        dbuf dx = db_new((size_t)xs * 2), dg = db_rand(c, -1, 1, 267), dsh = db_rand(c, -1, 1, 268);
-        bfit_op_args a[NS];
-        d.u.bnorm = (typeof(d.u.bnorm)){.n = n, .c = c, .h = h, .w = w, .eps = 1e-5f, .momentum = 0.1f, .training = 1};
-        memset(a, 0, sizeof a);
-        ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
-        ARG(a, rmean, rm), ARG(a, rvar, rv);
-        run_op(&d, a);
-        cmp_t(t, &y, xs, BF_REL, BF_ABS, "bf16 batch norm forward");
-        cmp_f32(&var, c, 1e-5, 1e-6, "bf16 batch norm variance");
-        cmp_f32(&rv, c, 1e-5, 1e-6, "bf16 batch norm running variance");
-        d.kind = BFIT_OP_BNORM_BWD;
-        d.accumulate = 1;
-        memset(a, 0, sizeof a);
-        ARG(a, src, x), ARG(a, diff_dst, dy), ARG(a, scale, g), ARG(a, mean, mean), ARG(a, var, var);
-        ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
-        run_op(&d, a);
-        cmp_t(t, &dx, xs, BF_REL, BF_ABS, "bf16 batch norm backward data");
-        cmp_f32(&dg, c, 1e-3, 1e-3, "bf16 batch norm backward scale");
-        cmp_f32(&dsh, c, 1e-4, 1e-4, "bf16 batch norm backward shift");
-        d.u.bnorm.use_dst = 1;
-        memset(a, 0, sizeof a);
-        ARG(a, src, y), ARG(a, diff_dst, dy), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean);
-        ARG(a, var, var), ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
-        run_op(&d, a);
-        cmp_t(t, &dx, xs, BF_REL, BF_ABS, "bf16 batch norm backward data from the output");
-        cmp_f32(&dg, c, 1e-3, 1e-3, "bf16 batch norm backward scale from the output");
-        cmp_f32(&dsh, c, 1e-4, 1e-4, "bf16 batch norm backward shift from the output");
-        check_bn_ws(&d);
-        db_free(&x), db_free(&y), db_free(&g), db_free(&sh), db_free(&mean), db_free(&var), db_free(&rm);
-        db_free(&rv), db_free(&dy), db_free(&dx), db_free(&dg), db_free(&dsh);
-    }
-    {
-        const int64_t rows = 37, cols = 300, n = rows * cols;
-        bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = t, .accumulate = 1};
-        dbuf x = db_rand_t(t, n, -2, 3, 271), y = db_new((size_t)n * 2), g = db_rand(cols, 0.5f, 1.5f, 272);
-        dbuf sh = db_rand(cols, -1, 1, 273), mean = db_new((size_t)rows * 4), var = db_new((size_t)rows * 4);
-        dbuf dy = db_rand_t(t, n, -1, 1, 274), dx = db_new((size_t)n * 2), dg = db_rand(cols, -1, 1, 275);
-        dbuf dsh = db_rand(cols, -1, 1, 276), p = db_new((size_t)n * 4), lab = db_labels(rows, (int)cols, 277);
-        dbuf stats = db_new(2 * sizeof(double));
-        bfit_op_args a[NS];
-        d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f};
-        memset(a, 0, sizeof a);
-        ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
-        run_op(&d, a);
-        cmp_t(t, &y, n, BF_REL, BF_ABS, "bf16 layer norm forward");
-        d.kind = BFIT_OP_LNORM_BWD;
-        memset(a, 0, sizeof a);
-        ARG(a, src, x), ARG(a, mean, mean), ARG(a, var, var), ARG(a, diff_dst, dy), ARG(a, scale, g);
-        ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
-        run_op(&d, a);
-        cmp_t(t, &dx, n, BF_REL, BF_ABS, "bf16 layer norm backward data");
-        cmp_f32(&dg, cols, 1e-3, 1e-3, "bf16 layer norm backward scale");
-        /* the loss from the bf16 output as logits */
-        d = (bfit_op_desc){.kind = BFIT_OP_XENT_FWD, .dtype = t};
-        d.u.xent = (typeof(d.u.xent)){rows, cols, 0};
-        memset(stats.h, 0, stats.bytes);
-        db_up(&stats);
-        memset(a, 0, sizeof a);
-        {
-            pop pf;
-            pop_new(&pf, &d);
-            ARG(a, src, y), ARG(a, dst, p), ARG(a, labels, lab), ARG(a, stats, stats);
-            pop_run(&pf, a);
-            pop_free(&pf);
-        }
-        cmp_f32(&p, n, 1e-6, 1e-7, "bf16 cross-entropy probabilities");
-        cmp_f64(&stats, 2, 1e-9, "bf16 cross-entropy loss and hits");
-        db_free(&x), db_free(&y), db_free(&g), db_free(&sh), db_free(&mean), db_free(&var), db_free(&dy);
-        db_free(&dx), db_free(&dg), db_free(&dsh), db_free(&p), db_free(&lab), db_free(&stats);
-    }
+    cmp_f32(&p, n, 1e-6, 1e-7, "bf16 cross-entropy probabilities");
+    cmp_f64(&stats, 2, 1e-9, "bf16 cross-entropy loss and hits");
+    db_free(&x), db_free(&y), db_free(&g), db_free(&sh), db_free(&mean), db_free(&var), db_free(&dy);
+    db_free(&dx), db_free(&dg), db_free(&dsh), db_free(&p), db_free(&lab), db_free(&stats);
+}
+
+static void test_ops_bf16(void **st)
+{
+    (void)st;
+    bf16_matmul();
+    bf16_conv();
+    bf16_bnorm();
+    bf16_lnorm_xent();
 }
 
 /* ---- rows and columns: concatenation, slices, transposition, broadcast add --------------------------- */
