@@ -10,7 +10,7 @@ pkgs=(build-essential cmake pkg-config libdnnl-dev zlib1g-dev libcjson-dev libcm
       bible-kjv # the King James Bible: the `kjv` token data set (scripts/kjv.sh)
       chromium # chromium: tests/cli/report.sh renders the run report headless
       # the Python package (python/batchfit: ctypes, NumPy arrays) and its tests;
-      # batchfit.torch exports modules with torch.onnx (python3-onnx), docs/python.md uses torchvision
+      # the tests build and read ONNX files with python3-onnx, docs/python.md uses torchvision
       python3-numpy python3-pytest python3-onnx python3-torchvision
       libopenmpi-dev openmpi-bin # data-parallel training (mpirun) and its tests (label mpi)
       # scripts/fuzz.sh: clang with libFuzzer's runtime (libclang_rt.fuzzer is in

@@ -31,7 +31,7 @@ import warnings
 
 import torch as _torch
 
-from . import _api, _errors
+from . import _api, _errors, _onnx_inits
 from ._config import show
 from ._lib import LIBRARY_PATH
 
@@ -124,25 +124,22 @@ def _put_back(module, saved):
 
 def _put_back_in_file(path, saved):
     """The file's initializers are the buffers after that forward: write the
-    module's own there (the names are the state_dict's)."""
+    module's own there (the names are the state_dict's), in place, without
+    the onnx package (_onnx_inits)."""
     try:
-        import onnx
-        import onnx.numpy_helper
-    except ImportError as e:
-        raise ImportError(f"batchfit.torch writes the module's buffers into the ONNX file with the onnx package, "
-                          f"which this Python lacks ({e}): install it (Debian: apt-get install python3-onnx; "
-                          f"elsewhere: pip install onnx)") from e
-    m, changed = onnx.load(path), False
-    for init in m.graph.initializer:
-        t = saved.get(init.name)
-        if t is None:
-            continue
-        want = onnx.numpy_helper.from_array(t.cpu().numpy(), init.name)
-        if want.raw_data != init.raw_data or list(want.dims) != list(init.dims):
-            init.CopyFrom(want)
-            changed = True
-    if changed:
-        onnx.save(m, path)
+        _onnx_inits.rewrite(path, {n: _bytes(t) for n, t in saved.items()})
+    except ValueError as e:
+        raise _errors.FormatError(f"batchfit.torch: cannot put the module's buffers back into its export: {e}") \
+            from None
+
+
+def _bytes(t):
+    """A tensor's bytes as ONNX's raw_data holds them (any dtype, 0-d too)."""
+    u = t.detach().cpu().contiguous().reshape(-1).view(_torch.uint8)
+    try:
+        return u.numpy().tobytes()
+    except RuntimeError:  # a torch without NumPy
+        return bytes(u.tolist())
 
 
 def _device_of(module):
