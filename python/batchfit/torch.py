@@ -206,9 +206,12 @@ def _example_for(data, example_input):
         return _torch.zeros((1,) + tuple(data[0].shape[1:]))
     if data is None or (isinstance(data, str) and data == "fashion-mnist"):
         return _torch.zeros(1, 1, 28, 28)
-    raise _errors.InvalidArgumentError("example_input: give a tensor of one sample (torch.zeros(1, C, H, W)) for "
-                                       f"data {show(data)}: the export needs the input's shape", "example_input",
-                                       _errors.EINVAL)
+    folder = isinstance(data, (str, os.PathLike)) and os.path.isdir(data)
+    why = ("the model's input size is what batchfit resizes and crops the folder's images to, and a module "
+           "that pools adaptively has none of its own: torchvision's models take torch.zeros(1, 3, 224, 224)"
+           if folder else "the export needs the input's shape")
+    raise _errors.InvalidArgumentError(f"example_input: give a tensor of one sample (torch.zeros(1, C, H, W)) for "
+                                       f"data {show(data)}: {why}", "example_input", _errors.EINVAL)
 
 
 def load_weights(module, weights):

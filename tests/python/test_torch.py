@@ -101,6 +101,19 @@ def test_arguments_of_the_wrong_type(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_image_folder_needs_the_example(tmp_path):
+    """Data that does not give the input's shape (an image folder: the model's
+    size decides how its images are resized) asks for example_input, saying
+    why and what torchvision's models take; nothing is exported or trained."""
+    (tmp_path / "imgs" / "a").mkdir(parents=True)
+    for data, why in ((tmp_path / "imgs", "what batchfit resizes and crops the folder's images to, and a module "
+                       "that pools adaptively has none of its own: torchvision's models take "
+                       "torch.zeros(1, 3, 224, 224)"), ("some.csv", "the export needs the input's shape")):
+        with pytest.raises(batchfit.InvalidArgumentError) as e:
+            bt.train(small_cnn(), data=str(data), epochs=1)
+        assert e.value.field == "example_input" and why in str(e.value), str(e.value)
+
+
 def test_a_wrong_example_is_not_blamed_on_training_mode(onnx_import):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a warning would fail the call
