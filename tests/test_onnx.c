@@ -960,6 +960,80 @@ static void test_host_cast(void **st)
     }
 }
 
+/* to a float type, rounded to it (ties to even): 2^24 + 1 in float is 2^24, 2049 in float16 2048,
+ * 257 in bfloat16 256, 2^53 + 1 in double 2^53; 70000 in float16 is infinity, out of int64's range */
+static void host_cast_rounds(void)
+{
+    bfit_graph_desc g;
+    pbw *m;
+    static const struct { int64_t to, v, r; } rd[] = {
+        {BFIT_ONNX_FLOAT, (1 << 24) + 1, 1}, {BFIT_ONNX_FLOAT16, 2049, 1}, {BFIT_ONNX_BFLOAT16, 257, 1},
+        {BFIT_ONNX_FLOAT16, 2047, 0}, {BFIT_ONNX_DOUBLE, (INT64_C(1) << 53) + 1, 1}};
+    for (size_t i = 0; i < sizeof rd / sizeof rd[0]; i++) {
+        m = model(cast_round_graph(rd[i].to, rd[i].v, rd[i].r));
+        if (load(m, &g, NULL) != BFIT_OK)
+            fail_msg("%lld to type %lld: %s", (long long)rd[i].v, (long long)rd[i].to, bfit_errmsg());
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    /* once, from the double: 1026.5 + 2^-30 lies just above the tie between float16's 1026 and 1027,
+     * so it is 1027; through float (which rounds it to the tie 1026.5), then to even, it was 1026.
+     * Alike 2^30 + 2^22 + 1 in bfloat16 (2^30 + 2^23; through float 2^30 + 2^22, then 2^30). */
+    m = model(cast_round_graph_f64(BFIT_ONNX_FLOAT16, 1026.5 + ldexp(1, -30), 1027));
+    if (load(m, &g, NULL) != BFIT_OK)
+        fail_msg("1026.5 + 2^-30 to float16: %s", bfit_errmsg());
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_round_graph(BFIT_ONNX_BFLOAT16, (1 << 30) + (1 << 22) + 1, 1 - (1 << 22)));
+    if (load(m, &g, NULL) != BFIT_OK)
+        fail_msg("2^30 + 2^22 + 1 to bfloat16: %s", bfit_errmsg());
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_round_graph(BFIT_ONNX_FLOAT16, 70000, 0));
+    assert_int_equal(load(m, &g, "node 'back' (Cast, opset 17) with inputs 'f' (computed on the host): the "
+                                 "float inf cast to the ONNX type 7 is out of its range"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
+/* casts of batch-dependent integers: to bool, and ones that wrap for large batches */
+static void host_cast_batch(void)
+{
+    bfit_graph_desc g;
+    pbw *m;
+    /* to bool: the batch is never 0, so true for every batch; the batch less 2 is false at 2 only */
+    m = model(cast_bool_graph(0));
+    if (load(m, &g, NULL) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_bool_graph(2));
+    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 'm' (computed on the host): the "
+                                 "batch-dependent integer 1 * batch + -2 cast to bool is false at the micro-batch 2 "
+                                 "and true at the others"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    /* 2^40 times the batch leaves int64 for large batches: refused as int64, not uint64 */
+    {
+        static const int64_t k[2] = {INT64_C(1) << 40, 1};
+        m = model(scaled_cast_graph(k, BFIT_ONNX_INT64));
+        assert_int_equal(load(m, &g, "the batch-dependent integer 1099511627776 * batch + 0 cast to the ONNX type 7 "
+                                     "(int64) wraps around"),
+                         BFIT_EINVAL);
+        pb_free(m);
+    }
+    m = model(cast_graph(BFIT_ONNX_INT32)); /* Shape [m, 4]: m up to 2^24 fits */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(cast_graph(BFIT_ONNX_INT16));
+    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 's' (computed on the host): the "
+                                 "batch-dependent integer 1 * batch + 0 cast to the ONNX type 5 (int16) wraps around "
+                                 "for some micro-batches (1 to 16777216)"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* Host casts to narrower integers wrap as ONNX (and numpy's astype) say:
  * the higher bits dropped, two's complement for the signed types; each of
  * these gives 4, the Reshape's width. A float out of the type's range is
@@ -1001,69 +1075,8 @@ static void test_host_cast_wrap(void **st)
     m = model(cast_const_graph(BFIT_ONNX_INT64, 0, &huge));
     assert_int_equal(load(m, &g, "the float 1e+30 cast to the ONNX type 7 is out of its range"), BFIT_EINVAL);
     pb_free(m);
-    /* to a float type, rounded to it (ties to even): 2^24 + 1 in float is 2^24, 2049 in float16 2048,
-     * 257 in bfloat16 256, 2^53 + 1 in double 2^53; 70000 in float16 is infinity, out of int64's range */
-    {
-        static const struct { int64_t to, v, r; } rd[] = {
-            {BFIT_ONNX_FLOAT, (1 << 24) + 1, 1}, {BFIT_ONNX_FLOAT16, 2049, 1}, {BFIT_ONNX_BFLOAT16, 257, 1},
-            {BFIT_ONNX_FLOAT16, 2047, 0}, {BFIT_ONNX_DOUBLE, (INT64_C(1) << 53) + 1, 1}};
-        for (size_t i = 0; i < sizeof rd / sizeof rd[0]; i++) {
-            m = model(cast_round_graph(rd[i].to, rd[i].v, rd[i].r));
-            if (load(m, &g, NULL) != BFIT_OK)
-                fail_msg("%lld to type %lld: %s", (long long)rd[i].v, (long long)rd[i].to, bfit_errmsg());
-            bfit_graph_fini(&g);
-            pb_free(m);
-        }
-        /* once, from the double: 1026.5 + 2^-30 lies just above the tie between float16's 1026 and 1027,
-         * so it is 1027; through float (which rounds it to the tie 1026.5), then to even, it was 1026.
-         * Alike 2^30 + 2^22 + 1 in bfloat16 (2^30 + 2^23; through float 2^30 + 2^22, then 2^30). */
-        m = model(cast_round_graph_f64(BFIT_ONNX_FLOAT16, 1026.5 + ldexp(1, -30), 1027));
-        if (load(m, &g, NULL) != BFIT_OK)
-            fail_msg("1026.5 + 2^-30 to float16: %s", bfit_errmsg());
-        bfit_graph_fini(&g);
-        pb_free(m);
-        m = model(cast_round_graph(BFIT_ONNX_BFLOAT16, (1 << 30) + (1 << 22) + 1, 1 - (1 << 22)));
-        if (load(m, &g, NULL) != BFIT_OK)
-            fail_msg("2^30 + 2^22 + 1 to bfloat16: %s", bfit_errmsg());
-        bfit_graph_fini(&g);
-        pb_free(m);
-        m = model(cast_round_graph(BFIT_ONNX_FLOAT16, 70000, 0));
-        assert_int_equal(load(m, &g, "node 'back' (Cast, opset 17) with inputs 'f' (computed on the host): the "
-                                     "float inf cast to the ONNX type 7 is out of its range"),
-                         BFIT_EINVAL);
-        pb_free(m);
-    }
-    /* to bool: the batch is never 0, so true for every batch; the batch less 2 is false at 2 only */
-    m = model(cast_bool_graph(0));
-    if (load(m, &g, NULL) != BFIT_OK)
-        fail_msg("%s", bfit_errmsg());
-    bfit_graph_fini(&g);
-    pb_free(m);
-    m = model(cast_bool_graph(2));
-    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 'm' (computed on the host): the "
-                                 "batch-dependent integer 1 * batch + -2 cast to bool is false at the micro-batch 2 "
-                                 "and true at the others"),
-                     BFIT_EINVAL);
-    pb_free(m);
-    /* 2^40 times the batch leaves int64 for large batches: refused as int64, not uint64 */
-    {
-        static const int64_t k[2] = {INT64_C(1) << 40, 1};
-        m = model(scaled_cast_graph(k, BFIT_ONNX_INT64));
-        assert_int_equal(load(m, &g, "the batch-dependent integer 1099511627776 * batch + 0 cast to the ONNX type 7 "
-                                     "(int64) wraps around"),
-                         BFIT_EINVAL);
-        pb_free(m);
-    }
-    m = model(cast_graph(BFIT_ONNX_INT32)); /* Shape [m, 4]: m up to 2^24 fits */
-    assert_int_equal(load(m, &g, NULL), BFIT_OK);
-    bfit_graph_fini(&g);
-    pb_free(m);
-    m = model(cast_graph(BFIT_ONNX_INT16));
-    assert_int_equal(load(m, &g, "node 'cast' (Cast, opset 17) with inputs 's' (computed on the host): the "
-                                 "batch-dependent integer 1 * batch + 0 cast to the ONNX type 5 (int16) wraps around "
-                                 "for some micro-batches (1 to 16777216)"),
-                     BFIT_EINVAL);
-    pb_free(m);
+    host_cast_rounds();
+    host_cast_batch();
 }
 
 /* nn.PReLU after a Linear, as torch 1.13 exports it: Gemm, then PRelu(h,
