@@ -36,6 +36,30 @@ static int teardown(void **st)
     return tmp_teardown();
 }
 
+/* The inputs and the probabilities, for the Python oracle. */
+static void write_io(const char *io, float *x, float *probs)
+{
+    bfit_st_tensor t[2];
+    memset(t, 0, sizeof t);
+    t[0].name = "x";
+    t[0].dtype = "F32";
+    t[0].ndim = 4;
+    t[0].shape[0] = N;
+    t[0].shape[1] = 1;
+    t[0].shape[2] = 28;
+    t[0].shape[3] = 28;
+    t[0].data = x;
+    t[0].nbytes = N * 784 * sizeof(float);
+    t[1].name = "probs";
+    t[1].dtype = "F32";
+    t[1].ndim = 2;
+    t[1].shape[0] = N;
+    t[1].shape[1] = 10;
+    t[1].data = probs;
+    t[1].nbytes = N * 10 * sizeof(float);
+    assert_int_equal(bfit_st_write(io, t, 2, NULL, NULL, 0), BFIT_OK);
+}
+
 /* Train briefly, then compute probabilities for the first N test samples
  * with the saved weights and write them with the inputs for Python. The
  * model is models/NAME.cfg, or the spec text when one is given. */
@@ -101,27 +125,7 @@ static void check_spec(const char *name, const char *text)
     assert_int_equal(bfit_model_set_input(M, x, y, N), BFIT_OK);
     assert_int_equal(bfit_model_forward(M, 0), BFIT_OK);
     assert_int_equal(bfit_model_read_probs(M, probs), BFIT_OK);
-    {
-        bfit_st_tensor t[2];
-        memset(t, 0, sizeof t);
-        t[0].name = "x";
-        t[0].dtype = "F32";
-        t[0].ndim = 4;
-        t[0].shape[0] = N;
-        t[0].shape[1] = 1;
-        t[0].shape[2] = 28;
-        t[0].shape[3] = 28;
-        t[0].data = x;
-        t[0].nbytes = N * 784 * sizeof(float);
-        t[1].name = "probs";
-        t[1].dtype = "F32";
-        t[1].ndim = 2;
-        t[1].shape[0] = N;
-        t[1].shape[1] = 10;
-        t[1].data = probs;
-        t[1].nbytes = N * 10 * sizeof(float);
-        assert_int_equal(bfit_st_write(io, t, 2, NULL, NULL, 0), BFIT_OK);
-    }
+    write_io(io, x, probs);
     snprintf(cmd, sizeof cmd, "%s %s/tests/oracle/weights_check.py %s %s %s", py, src, spec, wpath, io);
     assert_int_equal(system(cmd), 0);
 
