@@ -88,8 +88,12 @@ def _check(module, example_input):
 
 def _export_in(module, example_input, path, modes, kw):
     """torch.onnx.export in the first of modes that exports; a warning only
-    where training mode failed and the module's own mode then exported."""
-    first = None
+    where training mode failed and the module's own mode then exported.
+    A failure is kept as its message only: the exception's traceback holds
+    the failed export's graph objects, and while they lived PyTorch 1.13's
+    next export failed ("Unable to cast from non-held to held instance"),
+    the graph's addresses reused under the stale Python wrappers."""
+    first = last = None
     for mode in modes:
         try:
             with warnings.catch_warnings():  # the tracer's notes on the module's Python, not the user's concern
@@ -97,15 +101,15 @@ def _export_in(module, example_input, path, modes, kw):
                 warnings.filterwarnings("ignore", message="ONNX Preprocess - Removing mutation")
                 _torch.onnx.export(module, (example_input,), path, training=mode, **kw)
         except Exception as e:  # torch's exporter raises many kinds
-            first = first or e
-            last = e
+            last = f"{type(e).__name__}: {e}" if not str(e) else str(e)
+            first = first or last
             continue
         if first is not None:
             warnings.warn(f"batchfit.torch: the module does not export in training mode ({first}); exporting it "
                           f"in its own mode", stacklevel=4)
         return
     raise _errors.InvalidArgumentError(f"model: PyTorch could not export the module to ONNX: {last}", "model",
-                                       _errors.EINVAL) from last
+                                       _errors.EINVAL)
 
 
 def _cuda_devices(module):

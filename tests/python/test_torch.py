@@ -114,6 +114,24 @@ def test_an_image_folder_needs_the_example(tmp_path):
         assert e.value.field == "example_input" and why in str(e.value), str(e.value)
 
 
+def test_exports_after_failed_ones(tmp_path):
+    """A failed export leaves nothing behind that breaks the next: with the
+    failures' exceptions kept (their tracebacks hold the graph), PyTorch
+    1.13's export after two failed ones of convnext_tiny (its stochastic
+    depth's bernoulli_ does not export) raised "Unable to cast from non-held
+    to held instance" for a model that exports alone (2026-12-04)."""
+    torchvision = pytest.importorskip("torchvision")
+    x = torch.zeros(1, 3, 32, 32)
+    for i in range(2):
+        try:
+            bt.export(torchvision.models.convnext_tiny(num_classes=10), x, tmp_path / "bad.onnx")
+            pytest.skip("this torch exports convnext_tiny in training mode")
+        except batchfit.InvalidArgumentError as e:
+            assert "could not export" in str(e) and e.__cause__ is None, str(e)
+    bt.export(torchvision.models.resnet18(num_classes=10), x, tmp_path / "resnet18.onnx")
+    assert (tmp_path / "resnet18.onnx").stat().st_size > 10**6
+
+
 def test_a_wrong_example_is_not_blamed_on_training_mode(onnx_import):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a warning would fail the call
