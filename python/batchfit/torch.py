@@ -44,7 +44,10 @@ def export(module, example_input, path, training=True):
     of the input (and output) dynamic, the parameters as initializers under
     their state_dict names. training=True exports in training mode (batch
     norm with batch statistics, dropout active), falling back to the
-    module's own mode, with a warning, where the export cannot. Returns path."""
+    module's own mode, with a warning, where the export cannot. Stochastic
+    depth (torchvision's StochasticDepth, timm's DropPath) is left out, with
+    a warning: it does not export in training mode. The module's modes,
+    buffers and drop probabilities are as they were afterwards. Returns path."""
     _check(module, example_input)
     kw = dict(opset_version=OPSET, do_constant_folding=False, input_names=["input"], output_names=["logits"],
               dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
@@ -62,16 +65,45 @@ def export(module, example_input, path, training=True):
     if not os.path.isdir(folder):
         raise _errors.FileNotFound(f"{path}: cannot write the ONNX file: the folder {folder} does not exist",
                                    "path", errno=errno.ENOENT)
-    was = module.training
+    # each submodule's own mode (a frozen batch norm in a training module): the export sets them all alike
+    own = [(m, m.training) for m in module.modules()]
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}
+    dropped = _without_drop_paths(module, training)
     try:
         with _torch.random.fork_rng(devices=_cuda_devices(module)):  # a traced dropout draws from the RNG
             _export_in(module, example_input, path, modes, kw)
     finally:
-        module.train(was)
+        for m, t in own:
+            m.training = t
+        for m, attr, p in dropped:
+            setattr(m, attr, p)
         _put_back(module, saved)
     _put_back_in_file(path, saved)
+    if dropped:
+        warnings.warn(f"batchfit.torch: {len(dropped)} stochastic depth module(s) ({type(dropped[0][0]).__name__}, "
+                      f"drop probability up to {max(p for _, _, p in dropped):g}) are left out of the export: "
+                      f"PyTorch cannot export their per-sample drop in training mode and batchfit has no such "
+                      f"layer, so the module trains without them (its dropout layers stay)", stacklevel=3)
     return path
+
+
+# Drop-path modules as torchvision (ops.StochasticDepth) and timm (DropPath) write them, with the
+# attribute holding the drop probability: their in-place bernoulli_ does not export in training mode.
+_DROP_PATHS = {"StochasticDepth": "p", "DropPath": "drop_prob"}
+
+
+def _without_drop_paths(module, training):
+    """Set the probability of every drop path that would drop (exported in
+    training mode, or in its own) to 0, where it is the identity in either
+    mode; returns [(submodule, attribute, probability)] to put back."""
+    off = []
+    for m in module.modules():
+        attr = _DROP_PATHS.get(type(m).__name__)
+        p = getattr(m, attr, None) if attr else None
+        if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0 and (training or m.training):
+            off.append((m, attr, p))
+            setattr(m, attr, 0.0)
+    return off
 
 
 def _check(module, example_input):

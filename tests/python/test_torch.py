@@ -6,6 +6,7 @@ on the same standardised test samples agrees. Skipped without torch, or
 when the library cannot read ONNX files (the ONNX import, --model
 FILE.onnx, not built in)."""
 import copy
+import re
 import tempfile
 import warnings
 
@@ -130,6 +131,45 @@ def test_exports_after_failed_ones(tmp_path):
             assert "could not export" in str(e) and e.__cause__ is None, str(e)
     bt.export(torchvision.models.resnet18(num_classes=10), x, tmp_path / "resnet18.onnx")
     assert (tmp_path / "resnet18.onnx").stat().st_size > 10**6
+
+
+def test_stochastic_depth_is_left_out(onnx_import):
+    """torchvision's efficientnet_b0 as a user makes it (training mode,
+    stochastic depth 0.2) did not export at all: its StochasticDepth's
+    bernoulli_ does not export in training mode. Now the drop paths are left
+    out with a warning saying so, and the module comes back as it was: its
+    drop probabilities, and each submodule's own mode (a frozen batch norm
+    stays in eval mode, which the export's train(True) and the restoring
+    train(was) set to training before)."""
+    torchvision = pytest.importorskip("torchvision")
+
+    class DropPath(torch.nn.Module):  # timm's, as its drop_path() writes it
+        def __init__(self, drop_prob):
+            super().__init__()
+            self.drop_prob = drop_prob
+
+        def forward(self, x):
+            if self.drop_prob == 0.0 or not self.training:
+                return x
+            keep = 1 - self.drop_prob
+            return x * x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep) / keep
+
+    m = torchvision.models.efficientnet_b0(num_classes=10)
+    depths = [s.p for s in m.modules() if type(s).__name__ == "StochasticDepth"]
+    assert len(depths) == 16 and max(depths) > 0.18  # 0.2 * i / 16 for block i
+    m.features[0][1].eval()  # a frozen batch norm
+    own = [s.training for s in m.modules()]
+    want = f"{sum(p > 0 for p in depths)} stochastic depth module(s) (StochasticDepth, drop probability up to " \
+           f"{max(depths):g}) are left out of the export"
+    with pytest.warns(UserWarning, match=re.escape(want)):
+        p = bt.plan(m, torch.zeros(1, 3, 64, 64), memory="2GiB", batch=[2])
+    assert p.peak[2] > 0
+    assert [s.p for s in m.modules() if type(s).__name__ == "StochasticDepth"] == depths
+    assert [s.training for s in m.modules()] == own and not m.features[0][1].training
+    c = torch.nn.Sequential(*small_cnn()[:4], DropPath(0.3), *small_cnn()[4:])
+    with pytest.warns(UserWarning, match=r"1 stochastic depth module\(s\) \(DropPath, drop probability up to 0\.3\)"):
+        bt.plan(c, torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+    assert c[4].drop_prob == 0.3
 
 
 def test_a_wrong_example_is_not_blamed_on_training_mode(onnx_import):
