@@ -187,19 +187,6 @@ def read_weights(path):
     return _read_tensors(path)[0]
 
 
-def _read_tensors(path):
-    """The floating tensors of a safetensors file, and its normalisation
-    statistics ({"mean": [...], "std": [...]}, or None)."""
-    np = _numpy()
-    tp = ctypes.c_void_p()
-    _errors.check(lib.bfit_tensors_open(_path("path", path), ctypes.byref(tp)))
-    t = Owned(tp.value, lib.bfit_tensors_free)
-    try:
-        return _tensors(path, t, np)
-    finally:
-        t.close()
-
-
 def _numpy():
     """NumPy, which arrays in and weights out need (plan, find and the rest
     do not): its absence named with where it comes from."""
@@ -212,8 +199,13 @@ def _numpy():
     return numpy
 
 
-def _tensors(path, t, np):
-    """_read_tensors's reading, from the open file t."""
+def _read_tensors(path):
+    """The floating tensors of a safetensors file, and its normalisation
+    statistics ({"mean": [...], "std": [...]}, or None)."""
+    np = _numpy()
+    tp = ctypes.c_void_p()
+    _errors.check(lib.bfit_tensors_open(_path("path", path), ctypes.byref(tp)))
+    t = Owned(tp.value, lib.bfit_tensors_free)  # freed when the call's last reference goes
     out = {}
     dims = (ctypes.c_int64 * 8)()
     for i in range(lib.bfit_tensors_count(t)):

@@ -5,6 +5,7 @@ it unset: every flag is off by default), None leaves an option at the
 library's default, and an int for a size (`memory=2**30`) is bytes. The
 library parses and checks every value as the command line's are, so the
 messages (and did-you-mean for a misspelt name) are the command's."""
+import ctypes
 import math
 import numbers
 import os
@@ -12,8 +13,6 @@ import re
 import reprlib
 
 from . import _errors
-import ctypes
-
 from ._lib import Owned, lib, text
 
 
