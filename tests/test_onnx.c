@@ -1185,6 +1185,99 @@ static void test_prelu(void **st)
     pb_free(m);
 }
 
+/* x [N,4,3,3] -> Transpose (perm p1) -> LayerNormalization over the last
+ * axis -> Transpose (perm p2) -> Mul(ls.gamma of dims gd, nd of them, .)
+ * -> GlobalAveragePool, Flatten, Gemm -> logits: torchvision's LayerNorm2d
+ * and a ConvNeXt block's layer scale, with p1 [0,2,3,1] and p2 [0,3,1,2]. */
+static pbw *channels_last_graph(const int64_t *p1, const int64_t *p2, const int64_t *gd, int nd)
+{
+    static const int64_t in[4] = {-1, 4, 3, 3}, cd[1] = {4};
+    const char *x[1] = {"x"}, *t[1] = {"t"}, *li[3] = {"t", "ln.weight", "ln.bias"}, *n[1] = {"n"}, *u[1] = {"u"},
+               *mi[2] = {"ls.gamma", "u"}, *y[1] = {"y"}, *q[1] = {"q"}, *f[1] = {"f"};
+    pbw *g = pb_new(), *a = node("Transpose", "to_cl", x, 1, t, 1), *b = node("Transpose", "to_cf", n, 1, u, 1);
+    int64_t k = 1;
+    for (int d = 0; d < nd; d++)
+        k *= gd[d];
+    attr_ints(a, "perm", p1, 4);
+    attr_ints(b, "perm", p2, 4);
+    pmsg(g, 1, a);
+    pmsg(g, 1, node("LayerNormalization", "ln", li, 3, n, 1));
+    pmsg(g, 1, b);
+    pmsg(g, 1, node("Mul", "ls", mi, 2, y, 1));
+    pmsg(g, 1, node("GlobalAveragePool", "pool", y, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, f, 1));
+    fc_head(g, "f");
+    pmsg(g, 5, tensor("ln.weight", cd, 1, NULL, 4));
+    pmsg(g, 5, tensor("ln.bias", cd, 1, NULL, 4));
+    pmsg(g, 5, tensor("ls.gamma", gd, nd, NULL, k));
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* A permute to channels-last and back around a layer norm becomes
+ * transposes to tokens [H*W, C] and back to the image, the layer norm over
+ * C between them; a Mul by a learned [C,1,1] a depthwise 1x1 convolution
+ * whose weight is that initializer (named and shaped as the file has it).
+ * Other permutes, and a learned tensor that is no per-channel scale, are
+ * refused saying what batchfit reads. */
+static void test_channels_last(void **st)
+{
+    static const int64_t cl[4] = {0, 2, 3, 1}, cf[4] = {0, 3, 1, 2}, g3[3] = {4, 1, 1}, g4[4] = {1, 4, 1, 1},
+                         g1[1] = {4}, g11[3] = {1, 1, 4};
+    bfit_graph_desc g;
+    const bfit_wsrc_entry *e;
+    int64_t dim[BFIT_PARAM_MAXD];
+    bfit_model *M;
+    tdev t;
+    pbw *m = model(channels_last_graph(cl, cf, g3, 3));
+    (void)st;
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_TRANSPOSE);
+    assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_LAYERNORM);
+    assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_TRANSPOSE);
+    assert_true(bfit_shape_eq(g.nodes[2].cfg.to, bfit_shape_chw(4, 3, 3)));
+    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_CONV);
+    assert_int_equal(g.nodes[3].cfg.groups, 4);
+    assert_int_equal(g.nodes[3].cfg.kh * g.nodes[3].cfg.kw, 1);
+    assert_int_equal(g.nodes[3].cfg.bias, 0);
+    assert_non_null(e = bfit_wsrc_find(g.wsrc, 3, 0));
+    assert_string_equal(e->name, "ls.gamma");
+    tdev_open(&t, 1);
+    assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
+    assert_true(bfit_shape_eq(M->nodes[0].l->out, bfit_shape_seq(9, 4)));
+    assert_true(bfit_shape_eq(M->nodes[2].l->out, bfit_shape_chw(4, 3, 3)));
+    assert_int_equal(M->nodes[3].l->params[0].ndim, 4); /* the convolution's [4,1,1,1] */
+    assert_int_equal(bfit_model_param_dims(M, 3, 0, dim), 3); /* files keep the [4,1,1] PyTorch has */
+    assert_true(dim[0] == 4 && dim[1] == 1 && dim[2] == 1);
+    bfit_model_free(M);
+    tdev_close(&t);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(channels_last_graph(cl, cf, g4, 4)); /* [1,C,1,1] */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_CONV);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(channels_last_graph(cl, cf, g1, 1)); /* [C] broadcasts along W */
+    assert_int_equal(load(m, &g, "node 'ls' (Mul, opset 17) with inputs 'ls.gamma' [4] float, 'u' [N,4,3,3]: a Mul "
+                                 "by a learned tensor is read as a layer scale: an image [N,C,H,W] times [C,1,1] "
+                                 "or [1,C,1,1] (ConvNeXt's); this is not one"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(channels_last_graph(cl, cf, g11, 3));
+    assert_int_equal(load(m, &g, "this is not one"), BFIT_EINVAL);
+    pb_free(m);
+    m = model(channels_last_graph(cf, cl, g3, 3)); /* the other way round: not channels-last */
+    assert_int_equal(load(m, &g, "node 'to_cl' (Transpose, opset 17) with inputs 'x' [N,4,3,3]: batchfit transposes "
+                                 "the last two dimensions of [batch, a, b] (perm [0, 2, 1]), an image [batch, C, H, "
+                                 "W] to channels-last (perm [0, 2, 3, 1]) and back (perm [0, 3, 1, 2])"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(channels_last_graph(cl, cl, g3, 3));
+    assert_int_equal(load(m, &g, "node 'to_cf' (Transpose, opset 17) with inputs 'n' [N,3,3,4]"), BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* x [N,4,3,3] -> InstanceNormalization(x, scale, bias) -> GlobalAveragePool,
  * Flatten, Gemm -> logits: nn.InstanceNorm2d's export, an operator batchfit
  * does not read (PRelu, Selu were the example until batchfit read them). */
@@ -1590,8 +1683,8 @@ static void test_token_layers_gradcheck(void **st)
 {
     bfit_layer_cfg rs = bfit_layer_cfg_default(BFIT_L_RESHAPE), tr = bfit_layer_cfg_default(BFIT_L_TRANSPOSE);
     bfit_layer_cfg cls = bfit_layer_cfg_default(BFIT_L_CLS), addp = bfit_layer_cfg_default(BFIT_L_ADDP);
-    bfit_layer_cfg sel = bfit_layer_cfg_default(BFIT_L_SELECT);
-    gc_case k[6];
+    bfit_layer_cfg sel = bfit_layer_cfg_default(BFIT_L_SELECT), back = tr;
+    gc_case k[8];
     bfit_layer *l;
     bfit_shape in = bfit_shape_seq(5, 4);
     char err[256];
@@ -1606,6 +1699,9 @@ static void test_token_layers_gradcheck(void **st)
     k[4] = one("select token 0 of 5x4 m=2", sel, in, 2);
     sel.units = 3;
     k[5] = one("select token 3 of 5x4 m=3", sel, in, 3);
+    k[6] = one("transpose 3x2x4 -> 8x3 m=2", tr, bfit_shape_chw(3, 2, 4), 2); /* to channels-last */
+    back.to = bfit_shape_chw(3, 2, 4);
+    k[7] = one("transpose 8x3 -> 3x2x4 m=2", back, bfit_shape_seq(8, 3), 2); /* and back */
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         gc_assert(&k[i]);
     sel.units = 5; /* one past the last token */
@@ -1614,6 +1710,9 @@ static void test_token_layers_gradcheck(void **st)
     rs.to = bfit_shape_seq(4, 4);
     assert_int_equal(bfit_layer_new(&rs, NULL, &in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_non_null(strstr(err, "the element counts differ"));
+    back.to = bfit_shape_chw(4, 2, 2); /* [5, 4] is no [H*W, C] of that image */
+    assert_int_equal(bfit_layer_new(&back, NULL, &in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_non_null(strstr(err, "transpose of 5x4 to the image 4x2x2: the image wants a sample [H*W, C]"));
 }
 
 /* A concatenation's backward adds into an input's gradient when dx_add says
@@ -1734,6 +1833,7 @@ int main(void)
         cmocka_unit_test(test_cycle),
         cmocka_unit_test(test_undefined_input),
         cmocka_unit_test(test_prelu),
+        cmocka_unit_test(test_channels_last),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_gelu_op),

@@ -31,7 +31,8 @@ typedef enum {
     BFIT_L_CLIP,       /* min(max(x, lo), hi): ReLU6 (an ONNX Clip) */
     BFIT_L_CONCAT,     /* 1 to BFIT_LAYER_MAXIN inputs side by side along dimension `axis` of a sample */
     BFIT_L_RESHAPE,    /* the sample's elements in the shape `to` (a copy) */
-    BFIT_L_TRANSPOSE,  /* a sample [a, b] -> [b, a] (a ViT's image channels to tokens) */
+    BFIT_L_TRANSPOSE,  /* a sample [a, b] -> [b, a] (a ViT's image channels to tokens); an image CxHxW -> [H*W, C]
+                          and back (ConvNeXt's channels-last) */
     BFIT_L_CLS,        /* a learned token before a sample's tokens: [T, C] -> [T+1, C] (ViT's class token) */
     BFIT_L_ADDP,       /* a learned tensor of the sample's shape added (ViT's position embedding) */
     BFIT_L_SELECT,     /* token `units` of [T, C] -> [C] (ViT's head reads the class token) */
@@ -84,7 +85,8 @@ typedef struct bfit_layer_cfg {
                            prelu: alpha the slopes' initial value (0.25) */
     float threshold;    /* softplus: linear where beta x > threshold (default 20) */
     int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
-    bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]) */
+    bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]);
+                           transpose: the image a sample [H*W, C] goes back to (nd 0: none) */
 } bfit_layer_cfg;
 
 /* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1, causal 1). */

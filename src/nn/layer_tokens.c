@@ -51,30 +51,51 @@ const bfit_layer_vt bfit_reshape_vt = {
 
 /* ---- transpose ----------------------------------------------------------------- */
 
+/* The matrix [a, b] each sample is transposed as: a sample [a, b] itself,
+ * or an image CxHxW as [C, H*W] (to channels-last: ConvNeXt's permute to
+ * [N, H, W, C], held as tokens [H*W, C]); the output is [b, a], or the image
+ * cfg.to when a sample [H*W, C] goes back to CxHxW. */
+static void transpose_ab(const bfit_layer *l, int *a, int *b)
+{
+    const bfit_shape *x = &l->in[0];
+    *a = x->nd == 3 ? x->c : x->d[0];
+    *b = x->nd == 3 ? x->h * x->w : x->d[1];
+}
+
 static int transpose_init(bfit_layer *l, char *err, size_t errlen)
 {
-    char a[48];
-    if (l->in[0].nd != 2) {
-        snprintf(err, errlen, "transpose takes a sample of two dimensions [a, b], got %s",
-                 bfit_shape_str(l->in[0], a, sizeof a));
+    const bfit_shape *to = &l->cfg.to;
+    char s[48], t[48];
+    int a, b;
+
+    if (l->in[0].nd != 2 && l->in[0].nd != 3) {
+        snprintf(err, errlen, "transpose takes a sample [a, b] or an image CxHxW, got %s",
+                 bfit_shape_str(l->in[0], s, sizeof s));
         return BFIT_EINVAL;
     }
-    l->out = bfit_shape_seq(l->in[0].d[1], l->in[0].d[0]);
+    transpose_ab(l, &a, &b);
+    if (to->nd == 3 && (l->in[0].nd != 2 || to->c != b || (int64_t)to->h * to->w != a)) {
+        snprintf(err, errlen, "transpose of %s to the image %s: the image wants a sample [H*W, C]",
+                 bfit_shape_str(l->in[0], s, sizeof s), bfit_shape_str(*to, t, sizeof t));
+        return BFIT_EINVAL;
+    }
+    l->out = to->nd == 3 ? *to : bfit_shape_seq(b, a);
     return BFIT_OK;
 }
 
 static int transpose_prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_TRANSPOSE, .dtype = l->dtype};
-    int rc;
+    int rc, a, b;
+    transpose_ab(l, &a, &b);
     d.u.tr.n = m;
-    d.u.tr.a = l->in[0].d[0];
-    d.u.tr.b = l->in[0].d[1];
+    d.u.tr.a = a;
+    d.u.tr.b = b;
     need->saved = need->ws_fwd = need->ws_bwd = 0;
     if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK || !training)
         return rc;
-    d.u.tr.a = l->in[0].d[1]; /* the gradient goes back the other way */
-    d.u.tr.b = l->in[0].d[0];
+    d.u.tr.a = b; /* the gradient goes back the other way */
+    d.u.tr.b = a;
     return bfit_op_new(l->dev, &d, &l->ops[OP_BWD]);
 }
 

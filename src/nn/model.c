@@ -441,6 +441,17 @@ const char *bfit_model_param_name(const bfit_model *M, int node, int k)
     return e ? e->name : NULL;
 }
 
+int bfit_model_param_dims(const bfit_model *M, int node, int k, int64_t *dim)
+{
+    const bfit_wsrc_entry *e = bfit_wsrc_find(M->wsrc, node, k);
+    const bfit_param *p = &M->nodes[node].l->params[k];
+    int file = e && e->t->ndim >= 1 && e->t->ndim <= BFIT_PARAM_MAXD && e->t->numel == bfit_param_numel(p);
+    int nd = file ? e->t->ndim : p->ndim;
+    for (int d = 0; d < BFIT_PARAM_MAXD; d++)
+        dim[d] = d >= nd ? 1 : file ? e->t->dim[d] : p->dim[d];
+    return nd;
+}
+
 int bfit_model_zero_grads(bfit_model *M) { return M->grad_block ? bfit_gradset_zero(M) : BFIT_OK; }
 
 int bfit_model_stats_reset(bfit_model *M)

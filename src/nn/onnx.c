@@ -269,7 +269,9 @@ static void describe(const oval *v, char *buf, size_t len)
     u = (size_t)snprintf(buf, len, "'%s' ", bfit_onnx_cstr(v->name, nm, sizeof nm));
     if (u >= len)
         return;
-    if (v->kind == OV_DEVICE) {
+    if (v->kind == OV_DEVICE && v->cl[0]) { /* as ONNX has it: [N,H,W,C] */
+        snprintf(buf + u, len - u, "[N,%d,%d,%d]", v->cl[0], v->cl[1], v->shape.d[1]);
+    } else if (v->kind == OV_DEVICE) {
         u += (size_t)snprintf(buf + u, len - u, "[N");
         for (int d = 0; d < v->shape.nd && u < len; d++)
             u += (size_t)snprintf(buf + u, len - u, ",%d", v->shape.d[d]);
@@ -423,14 +425,32 @@ void bfit_onnx_unavail(onnx_lower *L, int from, const char *why)
 
 
 /* Initializer p must be f32 and have the shape the layer gives its parameter. */
+/* The same dimensions once those of 1 are left out. */
+static int squeezed_eq(const int64_t *a, int na, const int64_t *b, int nb)
+{
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < na && a[i] == 1)
+            i++;
+        while (j < nb && b[j] == 1)
+            j++;
+        if (i == na || j == nb)
+            return i == na && j == nb;
+        if (a[i++] != b[j++])
+            return 0;
+    }
+}
+
 static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, bfit_layer_kind kind)
 {
     char nm[128], a[96], b[96];
     int same = p->t->ndim == want->ndim;
     for (int d = 0; same && d < want->ndim; d++)
         same = p->t->dim[d] == want->dim[d];
-    /* prelu's slopes as ONNX broadcasts them ([C,1,1]), its handler has checked */
-    same = same || (kind == BFIT_L_PRELU && p->t->numel == bfit_param_numel(want));
+    /* PReLU's slopes as ONNX broadcasts them ([C,1,1]), a layer scale's [C,1,1] as a depthwise 1x1
+       convolution's [C,1,1,1]: the handler has checked, the numbers are in the same order */
+    same = same || ((kind == BFIT_L_PRELU || kind == BFIT_L_CONV) && p->t->numel == bfit_param_numel(want) &&
+                    squeezed_eq(p->t->dim, p->t->ndim, want->dim, want->ndim));
     bfit_onnx_cstr(p->name, nm, sizeof nm);
     if (p->t->dtype != BFIT_ONNX_FLOAT)
         return bfit_onnx_refuse(L, "the %s '%s' is %s: batchfit trains f32 weights (export the model in float32)",
@@ -474,6 +494,11 @@ int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, in
         o->shape = l->out;
         o->pad[0] = o->pad[1] = 0;
         bfit_onnx_set_rank(o, &l->out);
+        /* channels-last stays so through layers over the last dimension (layer norm, linear, activations,
+           adds): the tokens keep their positions */
+        if (nin && in[0]->cl[0] && cfg->kind != BFIT_L_RESHAPE && cfg->kind != BFIT_L_TRANSPOSE &&
+            l->out.nd == 2 && (int64_t)l->out.d[0] == (int64_t)in[0]->cl[0] * in[0]->cl[1])
+            bfit_onnx_set_cl(o, in[0]->cl[0], in[0]->cl[1]);
     }
     bfit_layer_free(l);
     return rc;

@@ -110,6 +110,16 @@ void bfit_onnx_set_rank(oval *v, const bfit_shape *s)
     v->ra[0] = 1, v->rb[0] = 0;
     for (int d = 0; d < s->nd; d++)
         v->ra[d + 1] = 0, v->rb[d + 1] = s->d[d];
+    v->cl[0] = v->cl[1] = 0;
+}
+
+void bfit_onnx_set_cl(oval *v, int h, int w)
+{
+    v->rank = 4;
+    v->ra[0] = 1, v->rb[0] = 0;
+    v->ra[1] = v->ra[2] = v->ra[3] = 0;
+    v->rb[1] = h, v->rb[2] = w, v->rb[3] = v->shape.d[1];
+    v->cl[0] = h, v->cl[1] = w;
 }
 
 /* Output 0 is h. */

@@ -44,6 +44,8 @@ typedef struct oval {
     int id;                       /* the graph description's value (0: the model input) */
     bfit_shape shape;             /* per sample */
     int pad[2];                   /* a Pad's zero padding (h, w) waiting for the Conv or AveragePool after it */
+    int cl[2];                    /* H and W of a value ONNX sees channels-last, [N,H,W,C], held as tokens
+                                     [H*W, C] (the same bytes); 0: none */
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
     int init;                     /* initializer index, -1: none */
@@ -131,6 +133,8 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc);
 int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb);
 /* The ONNX shape of a device value: [m, its sample's dimensions]. */
 void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
+/* Device value v, tokens [h*w, C], is ONNX's channels-last [m, h, w, C]. */
+void bfit_onnx_set_cl(oval *v, int h, int w);
 
 /* ---- the activations with a parameter (onnx_act.c) ---- */
 /* LeakyRelu, Elu, Softplus, Selu, Celu, PRelu, and the Mul that starts nn.Softplus(beta)'s

@@ -258,6 +258,28 @@ static int hardsigmoid(onnx_lower *L)
  * its gate, as a squeeze-and-excitation block ends; of two [N,C] (a gated
  * vector), the same with H = W = 1. Both of one rank: ONNX broadcasts
  * [N,C] against [N,C,1,1] to something else. */
+/* An image times a learned [C,1,1] (ConvNeXt's layer scale): a depthwise
+ * 1x1 convolution without bias, the initializer its weight (its C numbers
+ * in the same order: the gradient sums dy x over the batch and the map). */
+static int layer_scale(onnx_lower *L, oval *g)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CONV);
+    const bfit_onnx_tensor *t = g->t;
+    oval *x, *par[2] = {g, NULL};
+    int rc = bfit_onnx_dev_in(L, bfit_onnx_in(L, 0) == g ? 1 : 0, &x);
+
+    if (rc != BFIT_OK)
+        return rc;
+    if (!bfit_shape_is_image(x->shape) || x->cl[0] || t->numel != x->shape.c || t->ndim < 3 ||
+        t->dim[t->ndim - 1] != 1 || t->dim[t->ndim - 2] != 1 || (t->ndim == 4 && t->dim[0] != 1) || t->ndim > 4)
+        return bfit_onnx_refuse(L, "a Mul by a learned tensor is read as a layer scale: an image [N,C,H,W] times "
+                                   "[C,1,1] or [1,C,1,1] (ConvNeXt's); this is not one");
+    c.units = c.groups = x->shape.c;
+    c.kh = c.kw = 1;
+    c.bias = 0;
+    return bfit_onnx_emit(L, &c, &x, 1, par, 2);
+}
+
 static int mul(onnx_lower *L)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SCALE);
@@ -270,6 +292,9 @@ static int mul(onnx_lower *L)
                                    "at node '%s'): batchfit reads only the exact GELU (approximate='none'): export "
                                    "the model with nn.GELU()",
                                 bfit_onnx_cstr(L->om->nodes[end].name, nm, sizeof nm));
+    for (int k = 0; k < 2; k++)
+        if ((t = bfit_onnx_in(L, k)) && t->kind == OV_HOST && t->t && t->init >= 0)
+            return layer_scale(L, t);
     if ((rc = bfit_onnx_dev_in(L, 0, &x[0])) != BFIT_OK || (rc = bfit_onnx_dev_in(L, 1, &x[1])) != BFIT_OK)
         return rc;
     if (bfit_shape_is_vector(x[0]->shape) && !bfit_shape_is_vector(x[1]->shape))

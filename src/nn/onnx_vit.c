@@ -5,6 +5,10 @@
  * - Reshape and Transpose of device tensors that keep the batch first (the
  *   patch embedding's channels to tokens): a reshape (a copy, or nothing
  *   when the sample's shape stays) and a transpose of each sample;
+ * - Transpose of an image to channels-last [N,H,W,C] and back (ConvNeXt's
+ *   permutes around its layer norms and Linear layers): tokens [H*W, C],
+ *   the same bytes, which the layers over the last axis below take as they
+ *   are; the value remembers H and W for the way back;
  * - MatMul by a transposed initializer (nn.Linear on tokens), with the Add
  *   of its bias folded in: a linear layer;
  * - LayerNormalization over the last axis: layernorm;
@@ -139,13 +143,20 @@ static int transpose(onnx_lower *L, oval *x)
         o->init = x->init;
         return BFIT_OK;
     }
-    if (np == 3 && perm[0] == 0 && perm[1] == 2 && perm[2] == 1 && x->shape.nd == 2) {
-        if ((rc = bfit_onnx_emit(L, &c, &x, 1, NULL, 0)) != BFIT_OK)
-            return rc;
-        return BFIT_OK;
+    if (np == 3 && perm[0] == 0 && perm[1] == 2 && perm[2] == 1 && x->shape.nd == 2 && !x->cl[0])
+        return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+    if (np == 4 && perm[0] == 0 && perm[1] == 2 && perm[2] == 3 && perm[3] == 1 && bfit_shape_is_image(x->shape)) {
+        if ((rc = bfit_onnx_emit(L, &c, &x, 1, NULL, 0)) == BFIT_OK) /* to channels-last: tokens [H*W, C] */
+            bfit_onnx_set_cl(bfit_onnx_out(L, 0), x->shape.h, x->shape.w);
+        return rc;
     }
-    return bfit_onnx_refuse(L, "batchfit transposes the last two dimensions of [batch, a, b] (perm [0, 2, 1]) "
-                               "outside attention blocks, not this");
+    if (np == 4 && perm[0] == 0 && perm[1] == 3 && perm[2] == 1 && perm[3] == 2 && x->cl[0]) {
+        c.to = bfit_shape_chw(x->shape.d[1], x->cl[0], x->cl[1]); /* back to channels-first */
+        return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
+    }
+    return bfit_onnx_refuse(L, "batchfit transposes the last two dimensions of [batch, a, b] (perm [0, 2, 1]), "
+                               "an image [batch, C, H, W] to channels-last (perm [0, 2, 3, 1]) and back (perm "
+                               "[0, 3, 1, 2]) outside attention blocks, not this");
 }
 
 /* ---- layers ------------------------------------------------------------------ */

@@ -29,6 +29,7 @@ static int list_params(const bfit_model *M, named **out, int *n)
             else
                 snprintf(v[k].name, sizeof v[k].name, "%d.%s", i, M->nodes[i].l->params[j].name);
             v[k].p = &M->nodes[i].l->params[j];
+            v[k].ndim = bfit_model_param_dims(M, i, j, v[k].dim);
             k++;
         }
     *out = v;
@@ -66,9 +67,9 @@ int bfit_weights_save_ex(const bfit_model *M, const char *path, const bfit_st_te
     for (int i = 0; i < n && rc == BFIT_OK; i++) {
         t[i].name = v[i].name;
         t[i].dtype = "F32";
-        t[i].ndim = v[i].p->ndim;
-        for (int d = 0; d < v[i].p->ndim; d++)
-            t[i].shape[d] = v[i].p->dim[d];
+        t[i].ndim = v[i].ndim;
+        for (int d = 0; d < v[i].ndim; d++)
+            t[i].shape[d] = v[i].dim[d];
         t[i].data = host + off;
         t[i].nbytes = bfit_param_bytes(v[i].p);
         rc = bfit_device_download(M->dev, host + off, v[i].p->data, t[i].nbytes);
@@ -142,20 +143,20 @@ static int check_tensors(const named *v, int n, const bfit_st_file *f, const cha
         if (!t)
             return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is missing: the weights are for another model", path,
                              v[i].name);
-        if (t->ndim != v[i].p->ndim || bfit_st_numel(t) != bfit_param_numel(v[i].p)) {
+        if (t->ndim != v[i].ndim || bfit_st_numel(t) != bfit_param_numel(v[i].p)) {
             char a[96], b[96];
             return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, the model wants %s: the weights are for another "
                              "model", path, v[i].name, bfit_dims_str(t->shape, t->ndim, " x ", a, sizeof a),
-                             bfit_dims_str(v[i].p->dim, v[i].p->ndim, " x ", b, sizeof b));
+                             bfit_dims_str(v[i].dim, v[i].ndim, " x ", b, sizeof b));
         }
         if (!bfit_st_is_float(t))
             return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' is %s, an integer type: a parameter's weights are "
                              "floating point (F32, F64, F16 or BF16)", path, v[i].name, t->dtype);
         for (int d = 0; d < t->ndim; d++)
-            if (t->shape[d] != v[i].p->dim[d])
+            if (t->shape[d] != v[i].dim[d])
                 return bfit_fail(BFIT_EFORMAT, "%s: tensor '%s' dimension %d is %lld, the model wants %lld: the "
                                  "weights are for another model", path, v[i].name, d, (long long)t->shape[d],
-                                 (long long)v[i].p->dim[d]);
+                                 (long long)v[i].dim[d]);
     }
     for (int i = 0; i < bfit_st_count(f); i++)
         nfile += !bfit_weights_ckpt_tensor(bfit_st_get(f, i)->name);

@@ -19,9 +19,12 @@
 /* Whether a tensor of that name is a checkpoint's own (one of the above). */
 int bfit_weights_ckpt_tensor(const char *name);
 
-/* A parameter with its name in files. */
+/* A parameter with its name and shape in files (the model file's, where
+ * it gives one: PyTorch's state_dict). */
 typedef struct bfit_wparam {
     char name[128];
+    int ndim;
+    int64_t dim[BFIT_PARAM_MAXD];
     bfit_param *p;
 } bfit_wparam;
 /* The parameters in model order with their names (free *out). */

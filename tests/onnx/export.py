@@ -11,7 +11,9 @@ and 2), SELU and CELU(0.5), prelu_cnn, a small CNN with nn.PReLU(C) and nn.PReLU
 per feature between Linear layers), and pad_cnn, a small CNN whose zero padding is nn.ZeroPad2d, F.pad
 and an AvgPool2d's (each a Pad in the file), at 32x32, build() says which; 10
 classes; pad_cnn_op9 is pad_cnn exported at opset 9, where Pad's pads are an
-attribute; ceil_cnn, max pools with ceil_mode=True, at 48x48) it writes NAME.onnx and NAME_ref.safetensors holding:
+attribute; ceil_cnn, max pools with ceil_mode=True, at 48x48; convnext_mini, torchvision's ConvNeXt
+with two stages of width 16 and 32 at 32x32: its blocks' permutes to channels-last and back, layer norms
+over channels, Linear layers on [N,H,W,C] and layer scales) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels
   loss64, loss32                    the mean cross-entropy (F64 scalars)
   g64.P (F64), g32.P (F32)          the gradient of every parameter P (state_dict
@@ -280,7 +282,7 @@ def build(name):
     the same structure, 2 blocks of width 64 with 4 heads, and act_cnn, a small CNN with the smooth activations
     (SiLU, exported as x * Sigmoid(x); Sigmoid; Tanh) at 32x32; pad_cnn (and pad_cnn_op9), a small CNN at 32x32
     padded by nn.ZeroPad2d(1), an AvgPool2d's padding and F.pad(x, (2, 2, 1, 1)), each exported as a Pad;
-    ceil_cnn (CeilCnn) at 48x48."""
+    ceil_cnn (CeilCnn) at 48x48; convnext_mini, its layer scales drawn in [0.5, 1.5)."""
     from torchvision.models.vision_transformer import VisionTransformer
     if name == "act_cnn":
         nn = torch.nn
@@ -312,6 +314,14 @@ def build(name):
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
     if name == "ceil_cnn":
         return CeilCnn(), 48
+    if name == "convnext_mini":  # torchvision's ConvNeXt, two stages: channels-last blocks, LayerNorm2d, layer scale
+        from torchvision.models.convnext import CNBlock, CNBlockConfig, ConvNeXt
+        model = ConvNeXt([CNBlockConfig(16, 32, 2), CNBlockConfig(32, None, 1)], num_classes=CLASSES)
+        with torch.no_grad():  # the layer scales away from their 1e-6, so that the blocks matter
+            for mod in model.modules():
+                if isinstance(mod, CNBlock):
+                    mod.layer_scale.uniform_(0.5, 1.5)
+        return model, 32
     if name == "efficientnet_b0":  # stochastic depth off: its Bernoulli does not export in training mode
         return torchvision.models.efficientnet_b0(num_classes=CLASSES, stochastic_depth_prob=0.0), SIZE
     if name == "vit_b_16":
