@@ -287,14 +287,14 @@ static void test_train_loss_mid_epoch(void **state)
  * the 1x1 conv 16->24 (98,304), the gates' four 1x1 convs on 1x1 (64 each)
  * and the linear 24->10 (240), the others with their input gradient:
  * 4 x 36,864 + 6 x 135,664. */
-static void test_profile_flops_grouped(void **st)
+static double profile_flops(const char *file)
 {
     bfit_config *c = bfit_config_new();
     bfit_result *res = NULL;
     char model[4096];
-    (void)st;
+    double f;
     assert_non_null(c);
-    src_path(model, sizeof model, "tests/fixtures/se-mini.onnx");
+    src_path(model, sizeof model, file);
     assert_int_equal(bfit_config_set(c, "model", model), BFIT_OK);
     assert_int_equal(bfit_config_set(c, "batch", "2"), BFIT_OK);
     assert_int_equal(bfit_config_set(c, "repeats", "1"), BFIT_OK);
@@ -303,9 +303,28 @@ static void test_profile_flops_grouped(void **st)
     assert_int_equal(bfit_config_set(c, "device", "cpu"), BFIT_OK);
     if (bfit_profile(c, &res) != BFIT_OK)
         fail_msg("profile: %s", bfit_errmsg());
-    assert_true(bfit_result_number(res, "flops_per_sample") == 4.0 * 36864 + 6.0 * 135664);
+    f = bfit_result_number(res, "flops_per_sample");
     bfit_result_free(res);
     bfit_config_free(c);
+    return f;
+}
+
+static void test_profile_flops_grouped(void **st)
+{
+    (void)st;
+    assert_true(profile_flops("tests/fixtures/se-mini.onnx") == 4.0 * 36864 + 6.0 * 135664);
+}
+
+/* The same on fuzz/corpus/onnx/vit_tiny.onnx: a linear layer on tokens
+ * counts every token's product (before 2026-12-05 it took the token count
+ * for the input features). 3x8x8 in 4x4 patches, 5 tokens of 8: the patch
+ * conv 3->8 on 2x2 (1,536 MACs, the first layer), then per token the
+ * in_proj 8->24 (960 for 5 tokens), out_proj and the MLP's two 8->8 (320
+ * each), and the head 8->3 on the class token (24). */
+static void test_profile_flops_tokens(void **st)
+{
+    (void)st;
+    assert_true(profile_flops("fuzz/corpus/onnx/vit_tiny.onnx") == 4.0 * 1536 + 6.0 * (960 + 3 * 320 + 24));
 }
 
 int main(void)
@@ -316,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_option_list), cmocka_unit_test(test_auto_with_defaults),
         cmocka_unit_test(test_train_result_unmeasured), cmocka_unit_test(test_train_loss_mid_epoch),
         cmocka_unit_test(test_profile_flops_grouped),
+        cmocka_unit_test(test_profile_flops_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

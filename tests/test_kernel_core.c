@@ -538,6 +538,26 @@ static void rows_case(bfit_dtype t)
     tbuf_free(&td, &sx), free(h);
 }
 
+/* A transposition larger than cpu_concat.c's 32 x 32 tiles, neither side a
+ * multiple of them (ConvNeXt's [C, H*W]): the same index map. */
+static void transpose_case(bfit_dtype t, int64_t n, int64_t A, int64_t B)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_TRANSPOSE, .dtype = t};
+    tbuf x = rand_buf(t, n * A * B, -2, 2, 104), y = tbuf_new(&td, x.bytes);
+    void *h = malloc(x.bytes);
+    bfit_op_args o = {0};
+    char what[64];
+
+    d.u.tr = (typeof(d.u.tr)){n, A, B};
+    o.src = x.d, o.dst = y.d;
+    run_desc(&d, &o);
+    for (int64_t el = 0; el < n * A * B; el++)
+        copy_el(t, x.h, bk_tr_at(A, B, el), h, el);
+    snprintf(what, sizeof what, "transpose %lld x %lld x %lld", (long long)n, (long long)A, (long long)B);
+    cmp(what, t, h, &y, n * A * B, 0, 0);
+    tbuf_free(&td, &x), tbuf_free(&td, &y), free(h);
+}
+
 static void test_copies(void **st)
 {
     (void)st;
@@ -546,6 +566,8 @@ static void test_copies(void **st)
         concat_case(t, 7, 0);
         concat_case(t, 4, 1);
         rows_case(t);
+        transpose_case(t, 3, 37, 70);
+        transpose_case(t, 2, 96, 64);
     }
 }
 

@@ -93,17 +93,37 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
 
 /* ---- transpose, broadcast add, slices ------------------------------------------ */
 
+/* One sample's [A, B] to [B, A] in tiles of TT x TT, so that both sides
+ * stay in cache (ConvNeXt's [C, H*W] to [H*W, C]: one element at a time it
+ * was 9% of the step); elements of 2 or 4 bytes, as the dtypes are. */
+#define TT 32
+#define TRANSPOSE_TILE(T)                                                                                          \
+    static void tile_##T(const T *x, T *y, int64_t A, int64_t B, int64_t i0, int64_t j0)                         \
+    {                                                                                                              \
+        int64_t i1 = i0 + TT < A ? i0 + TT : A, j1 = j0 + TT < B ? j0 + TT : B;                                    \
+        for (int64_t j = j0; j < j1; j++)                                                                          \
+            for (int64_t i = i0; i < i1; i++)                                                                      \
+                y[j * A + i] = x[i * B + j];                                                                       \
+    }
+TRANSPOSE_TILE(uint16_t)
+TRANSPOSE_TILE(uint32_t)
+
 static int run_transpose(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
-    int64_t n = d->u.tr.n, A = d->u.tr.a, B = d->u.tr.b;
+    int64_t n = d->u.tr.n, A = d->u.tr.a, B = d->u.tr.b, ti = (A + TT - 1) / TT, tj = (B + TT - 1) / TT;
     size_t es = bfit_dtype_size(d->dtype);
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "transpose: src and dst are required");
-    BFIT_PAR_FOR_IF(n * A * B > BFIT_PAR_MIN, for (int64_t s = 0; s < n; s++) for (int64_t i = 0; i < A; i++)
-        for (int64_t j = 0; j < B; j++)
-            memcpy((char *)a->dst + (size_t)((s * B + j) * A + i) * es,
-                   (const char *)a->src + (size_t)((s * A + i) * B + j) * es, es););
+    if (es != 2 && es != 4)
+        return bfit_fail(BFIT_EINVAL, "transpose: elements of %zu bytes", es);
+    BFIT_PAR_FOR_IF(n * A * B > BFIT_PAR_MIN, for (int64_t t = 0; t < n * ti * tj; t++) {
+        int64_t s = t / (ti * tj), i0 = t / tj % ti * TT, j0 = t % tj * TT;
+        if (es == 4)
+            tile_uint32_t((const uint32_t *)a->src + s * A * B, (uint32_t *)a->dst + s * A * B, A, B, i0, j0);
+        else
+            tile_uint16_t((const uint16_t *)a->src + s * A * B, (uint16_t *)a->dst + s * A * B, A, B, i0, j0);
+    });
     return BFIT_OK;
 }
 

@@ -83,8 +83,9 @@ static double step_flops_per_sample(const bfit_model *M)
     for (int i = 0; i < M->n; i++) {
         const bfit_layer *l = M->nodes[i].l;
         double macs;
-        if (l->cfg.kind == BFIT_L_LINEAR)
-            macs = (double)l->in[0].c * l->cfg.units;
+        if (l->cfg.kind == BFIT_L_LINEAR) /* per output element, a dot product over the input features: on
+                                             tokens [T, C] (a ViT's, ConvNeXt's) each token's */
+            macs = (double)bfit_shape_numel(l->out) * (double)l->params[0].dim[1];
         else if (l->cfg.kind == BFIT_L_CONV) /* a group's outputs see its share of the inputs */
             macs = (double)l->cfg.units * l->in[0].c / (l->cfg.groups > 1 ? l->cfg.groups : 1) * l->cfg.kh *
                    l->cfg.kw * l->out.h * l->out.w;

@@ -322,8 +322,8 @@ def build(name):
                 if isinstance(mod, CNBlock):
                     mod.layer_scale.uniform_(0.5, 1.5)
         return model, 32
-    if name == "efficientnet_b0":  # stochastic depth off: its Bernoulli does not export in training mode
-        return torchvision.models.efficientnet_b0(num_classes=CLASSES, stochastic_depth_prob=0.0), SIZE
+    if name in ("efficientnet_b0", "convnext_tiny"):  # stochastic depth off: Bernoulli does not export in training
+        return getattr(torchvision.models, name)(num_classes=CLASSES, stochastic_depth_prob=0.0), SIZE
     if name == "vit_b_16":
         return torchvision.models.vit_b_16(image_size=32, num_classes=CLASSES), 32
     if name == "vit_small":
