@@ -101,8 +101,14 @@ def peer_blas(spec):
     """[(name, LD_LIBRARY_PATH dirs)] of --peer-blas that are installed, and
     a note for each that is not."""
     peers, notes = [], []
+    known = dict(i.split("=", 1) for i in default_peer_blas().split(","))
     for item in spec.split(","):
-        name, dirs = item.split("=", 1)
+        name, sep, dirs = item.partition("=")
+        if not sep and name in known:  # a known BLAS by its name alone
+            dirs = known[name]
+        elif not sep or not name or not dirs:
+            sys.exit(f"compare.py: --peer-blas {spec}: '{item}' is not NAME=DIR[:DIR...] or one of "
+                     f"{', '.join(known)}")
         if os.path.exists(os.path.join(dirs.split(":")[0], "libblas.so.3")):
             peers.append((name, dirs))
         else:

@@ -1409,19 +1409,19 @@ static void test_concat(void **st)
     }
 }
 
-/* Each sample's matrix transposed: equal to the bit. */
-static void transpose_case(bfit_dtype t, int64_t n, int64_t A, int64_t B)
+/* Each sample's matrix (of blocks of q elements) transposed: equal to the bit. */
+static void transpose_case(bfit_dtype t, int64_t n, int64_t A, int64_t B, int64_t q)
 {
     bfit_op_desc d = {.kind = BFIT_OP_TRANSPOSE, .dtype = t};
-    dbuf x = db_rand_t(t, n * A * B, -2, 2, 401), y = db_rand_t(t, n * A * B, -1, 1, 402);
+    dbuf x = db_rand_t(t, n * A * B * q, -2, 2, 401), y = db_rand_t(t, n * A * B * q, -1, 1, 402);
     bfit_op_args a[NS];
     char what[96];
-    d.u.tr = (typeof(d.u.tr)){n, A, B};
+    d.u.tr = (typeof(d.u.tr)){n, A, B, q};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y);
     run_op(&d, a);
-    snprintf(what, sizeof what, "transpose of %lld samples %lld x %lld (%s)", (long long)n, (long long)A, (long long)B,
-             bfit_dtype_name(t));
+    snprintf(what, sizeof what, "transpose of %lld samples %lld x %lld of %lld (%s)", (long long)n, (long long)A,
+             (long long)B, (long long)q, bfit_dtype_name(t));
     cmp_bytes(&y, what);
     db_free(&x), db_free(&y);
 }
@@ -1477,9 +1477,11 @@ static void test_rows_ops(void **st)
     (void)st;
     for (int i = 0; i < 2; i++) {
         bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
-        transpose_case(t, 3, 5, 7);
-        transpose_case(t, 2, 64, 33); /* a ViT's channels to its tokens */
-        transpose_case(t, 1, 1, 9);
+        transpose_case(t, 3, 5, 7, 1);
+        transpose_case(t, 2, 64, 33, 1); /* a ViT's channels to its tokens */
+        transpose_case(t, 1, 1, 9, 1);
+        transpose_case(t, 2, 96, 64, 1); /* ConvNeXt's channels to channels-last */
+        transpose_case(t, 2, 2, 24, 16); /* ShuffleNet's channel shuffle of 4x4 maps */
         add_rows_case(t, 7, 13);
         add_rows_case(t, 129, 64);
         slice_case(t, 4, 17 * 24, 0, 24); /* a ViT's head reading its class token */

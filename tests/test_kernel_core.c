@@ -496,11 +496,11 @@ static void rows_case(bfit_dtype t)
     bk_copy2d c = {rows, len, ld, off, len, 0};
     bfit_op_args o = {0};
 
-    d.u.tr = (typeof(d.u.tr)){n, A, B};
+    d.u.tr = (typeof(d.u.tr)){n, A, B, 1};
     o.src = x.d, o.dst = y.d;
     run_desc(&d, &o);
     for (int64_t el = 0; el < n * A * B; el++)
-        copy_el(t, x.h, bk_tr_at(A, B, el), h, el);
+        copy_el(t, x.h, bk_tr_at(A, B, 1, el), h, el);
     cmp("transpose", t, h, &y, n * A * B, 0, 0);
 
     d = (bfit_op_desc){.kind = BFIT_OP_ADD_ROWS, .dtype = t};
@@ -539,22 +539,24 @@ static void rows_case(bfit_dtype t)
 }
 
 /* A transposition larger than cpu_concat.c's 32 x 32 tiles, neither side a
- * multiple of them (ConvNeXt's [C, H*W]): the same index map. */
-static void transpose_case(bfit_dtype t, int64_t n, int64_t A, int64_t B)
+ * multiple of them (ConvNeXt's [C, H*W]), or of blocks of q elements (a
+ * channel shuffle's maps): the same index map. */
+static void transpose_case(bfit_dtype t, int64_t n, int64_t A, int64_t B, int64_t q)
 {
     bfit_op_desc d = {.kind = BFIT_OP_TRANSPOSE, .dtype = t};
-    tbuf x = rand_buf(t, n * A * B, -2, 2, 104), y = tbuf_new(&td, x.bytes);
+    tbuf x = rand_buf(t, n * A * B * q, -2, 2, 104), y = tbuf_new(&td, x.bytes);
     void *h = malloc(x.bytes);
     bfit_op_args o = {0};
-    char what[64];
+    char what[80];
 
-    d.u.tr = (typeof(d.u.tr)){n, A, B};
+    d.u.tr = (typeof(d.u.tr)){n, A, B, q};
     o.src = x.d, o.dst = y.d;
     run_desc(&d, &o);
-    for (int64_t el = 0; el < n * A * B; el++)
-        copy_el(t, x.h, bk_tr_at(A, B, el), h, el);
-    snprintf(what, sizeof what, "transpose %lld x %lld x %lld", (long long)n, (long long)A, (long long)B);
-    cmp(what, t, h, &y, n * A * B, 0, 0);
+    for (int64_t el = 0; el < n * A * B * q; el++)
+        copy_el(t, x.h, bk_tr_at(A, B, q, el), h, el);
+    snprintf(what, sizeof what, "transpose %lld x %lld x %lld of %lld", (long long)n, (long long)A, (long long)B,
+             (long long)q);
+    cmp(what, t, h, &y, n * A * B * q, 0, 0);
     tbuf_free(&td, &x), tbuf_free(&td, &y), free(h);
 }
 
@@ -566,8 +568,10 @@ static void test_copies(void **st)
         concat_case(t, 7, 0);
         concat_case(t, 4, 1);
         rows_case(t);
-        transpose_case(t, 3, 37, 70);
-        transpose_case(t, 2, 96, 64);
+        transpose_case(t, 3, 37, 70, 1);
+        transpose_case(t, 2, 96, 64, 1);
+        transpose_case(t, 2, 2, 12, 9); /* ShuffleNet's channel shuffle: [2, C/2] maps of 3x3 */
+        transpose_case(t, 3, 3, 4, 5);
     }
 }
 

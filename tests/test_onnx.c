@@ -1278,6 +1278,82 @@ static void test_channels_last(void **st)
     pb_free(m);
 }
 
+/* x [N,4,3,3] -> Slice channels [0, 2) and [2, end) (x.chunk(2, dim=1),
+ * the second's step `step`) -> Concat of them the other way round ->
+ * Reshape to [N, 2, 2, 3, 3] -> Transpose (perm p) -> Reshape to back
+ * (N first) -> GlobalAveragePool, Flatten, Gemm -> logits: ShuffleNetV2's
+ * channel operations. */
+static pbw *shuffle_graph(const int64_t *p, const int64_t *back, int64_t step)
+{
+    static const int64_t in[4] = {-1, 4, 3, 3}, one[1] = {1}, five[1] = {5}, four[1] = {4}, z[1] = {0},
+                         two[1] = {2}, end[1] = {INT64_MAX}, ax[1] = {1}, split[5] = {0, 2, 2, 3, 3};
+    const char *a[4] = {"x", "zero", "two", "axis"}, *b[5] = {"x", "two", "end", "axis", "step"}, *x1[1] = {"x1"},
+               *x2[1] = {"x2"}, *ci[2] = {"x2", "x1"}, *cat[1] = {"cat"}, *ri[2] = {"cat", "split"}, *v[1] = {"v"},
+               *t[1] = {"t"}, *bi[2] = {"t", "back"}, *y[1] = {"y"}, *q[1] = {"q"}, *f[1] = {"f"};
+    const int64_t stepv[1] = {step};
+    pbw *g = pb_new(), *c = node("Concat", "cat", ci, 2, cat, 1), *tr = node("Transpose", "swap", v, 1, t, 1);
+    pmsg(g, 1, node("Slice", "chunk0", a, 4, x1, 1));
+    pmsg(g, 1, node("Slice", "chunk1", b, 5, x2, 1));
+    attr_int(c, "axis", 1);
+    pmsg(g, 1, c);
+    pmsg(g, 1, node("Reshape", "split", ri, 2, v, 1));
+    attr_ints(tr, "perm", p, 5);
+    pmsg(g, 1, tr);
+    pmsg(g, 1, node("Reshape", "merge", bi, 2, y, 1));
+    pmsg(g, 1, node("GlobalAveragePool", "pool", y, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, f, 1));
+    fc_head(g, "f");
+    pmsg(g, 5, tensor_i64("zero", one, 1, z, 1));
+    pmsg(g, 5, tensor_i64("two", one, 1, two, 1));
+    pmsg(g, 5, tensor_i64("end", one, 1, end, 1));
+    pmsg(g, 5, tensor_i64("axis", one, 1, ax, 1));
+    pmsg(g, 5, tensor_i64("step", one, 1, stepv, 1));
+    pmsg(g, 5, tensor_i64("split", five, 1, split, 5));
+    pmsg(g, 5, tensor_i64("back", four, 1, back, 4));
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* Slices of an image's channels become select layers of those channels;
+ * the 5-d Reshape, Transpose and Reshape back of a channel shuffle one
+ * transpose of the channels in 2 groups. A step, another permutation or
+ * another shape back is refused saying what batchfit reads. */
+static void test_channel_shuffle(void **st)
+{
+    static const int64_t p[5] = {0, 2, 1, 3, 4}, other[5] = {0, 1, 2, 4, 3}, back[4] = {0, -1, 3, 3},
+                         wrong[4] = {0, 4, 9, 1};
+    bfit_graph_desc g;
+    pbw *m = model(shuffle_graph(p, back, 1));
+    (void)st;
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_SELECT);
+    assert_int_equal(g.nodes[0].cfg.units, 0);
+    assert_true(bfit_shape_eq(g.nodes[0].cfg.to, bfit_shape_chw(2, 3, 3)));
+    assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_SELECT);
+    assert_int_equal(g.nodes[1].cfg.units, 2);
+    assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_CONCAT);
+    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_TRANSPOSE);
+    assert_int_equal(g.nodes[3].cfg.groups, 2);
+    assert_int_equal(g.nodes[4].cfg.kind, BFIT_L_GAP);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(shuffle_graph(p, back, 2));
+    assert_int_equal(load(m, &g, "node 'chunk1' (Slice, opset 17) with inputs 'x' [N,4,3,3], 'two' [1] int64, "
+                                 "'end' [1] int64, 'axis' [1] int64, 'step' [1] int64: batchfit slices an image "
+                                 "[N,C,H,W] along its channels (axis 1, step 1"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(shuffle_graph(other, back, 1));
+    assert_int_equal(load(m, &g, "node 'swap' (Transpose, opset 17) with inputs 'v' (a channel shuffle's 5-d view): "
+                                 "batchfit reads a 5-d view only as a channel shuffle"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(shuffle_graph(p, wrong, 1));
+    assert_int_equal(load(m, &g, "node 'merge' (Reshape, opset 17)"), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "then reshaped to [N, C, H, W] (ShuffleNet's)"));
+    pb_free(m);
+}
+
 /* x [N,4,3,3] -> InstanceNormalization(x, scale, bias) -> GlobalAveragePool,
  * Flatten, Gemm -> logits: nn.InstanceNorm2d's export, an operator batchfit
  * does not read (PRelu, Selu were the example until batchfit read them). */
@@ -1683,8 +1759,8 @@ static void test_token_layers_gradcheck(void **st)
 {
     bfit_layer_cfg rs = bfit_layer_cfg_default(BFIT_L_RESHAPE), tr = bfit_layer_cfg_default(BFIT_L_TRANSPOSE);
     bfit_layer_cfg cls = bfit_layer_cfg_default(BFIT_L_CLS), addp = bfit_layer_cfg_default(BFIT_L_ADDP);
-    bfit_layer_cfg sel = bfit_layer_cfg_default(BFIT_L_SELECT), back = tr;
-    gc_case k[8];
+    bfit_layer_cfg sel = bfit_layer_cfg_default(BFIT_L_SELECT), back = tr, shuf = tr, chs = sel;
+    gc_case k[10];
     bfit_layer *l;
     bfit_shape in = bfit_shape_seq(5, 4);
     char err[256];
@@ -1702,6 +1778,11 @@ static void test_token_layers_gradcheck(void **st)
     k[6] = one("transpose 3x2x4 -> 8x3 m=2", tr, bfit_shape_chw(3, 2, 4), 2); /* to channels-last */
     back.to = bfit_shape_chw(3, 2, 4);
     k[7] = one("transpose 8x3 -> 3x2x4 m=2", back, bfit_shape_seq(8, 3), 2); /* and back */
+    shuf.groups = 3;
+    k[8] = one("channel shuffle 6x2x2 in 3 groups m=2", shuf, bfit_shape_chw(6, 2, 2), 2);
+    chs.units = 1;
+    chs.to = bfit_shape_chw(2, 2, 3);
+    k[9] = one("select channels [1, 3) of 4x2x3 m=2", chs, bfit_shape_chw(4, 2, 3), 2);
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         gc_assert(&k[i]);
     sel.units = 5; /* one past the last token */
@@ -1834,6 +1915,7 @@ int main(void)
         cmocka_unit_test(test_undefined_input),
         cmocka_unit_test(test_prelu),
         cmocka_unit_test(test_channels_last),
+        cmocka_unit_test(test_channel_shuffle),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_gelu_op),

@@ -112,9 +112,16 @@ static int run_transpose(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t n = d->u.tr.n, A = d->u.tr.a, B = d->u.tr.b, ti = (A + TT - 1) / TT, tj = (B + TT - 1) / TT;
-    size_t es = bfit_dtype_size(d->dtype);
+    size_t es = bfit_dtype_size(d->dtype), q = d->u.tr.inner > 1 ? (size_t)d->u.tr.inner * es : 0;
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "transpose: src and dst are required");
+    if (q) { /* blocks of q bytes (a channel shuffle's maps): a copy each */
+        BFIT_PAR_FOR_IF(n * A * B * d->u.tr.inner > BFIT_PAR_MIN, for (int64_t e = 0; e < n * A * B; e++) {
+            int64_t s = e / (A * B), j = e / A % B, i = e % A;
+            memcpy((char *)a->dst + (size_t)e * q, (const char *)a->src + (size_t)((s * A + i) * B + j) * q, q);
+        });
+        return BFIT_OK;
+    }
     if (es != 2 && es != 4)
         return bfit_fail(BFIT_EINVAL, "transpose: elements of %zu bytes", es);
     BFIT_PAR_FOR_IF(n * A * B > BFIT_PAR_MIN, for (int64_t t = 0; t < n * ti * tj; t++) {

@@ -68,7 +68,8 @@ static int run_transpose(cuda_op *op, const bfit_op_args *a)
     const bfit_op_desc *d = &op->base.desc;
     if (!a->src || !a->dst)
         return bfit_fail(BFIT_EINVAL, "transpose: src and dst are required");
-    return cuda_launched(bk_transpose(stream(op), dt(op), a->src, a->dst, d->u.tr.n, d->u.tr.a, d->u.tr.b),
+    return cuda_launched(bk_transpose(stream(op), dt(op), a->src, a->dst, d->u.tr.n, d->u.tr.a, d->u.tr.b,
+                                      d->u.tr.inner > 1 ? d->u.tr.inner : 1),
                          "transpose");
 }
 

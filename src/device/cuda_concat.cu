@@ -78,15 +78,17 @@ extern "C" cudaError_t bk_slice_bwd(cudaStream_t s, int dt, const void *dy, void
 
 /* Writes in order, reads strided: the transposes made (a ViT's patches to
  * tokens, a few MB) are a small part of a step. */
-template <class U> __global__ void k_transpose(const U *x, U *y, int64_t n, int64_t a, int64_t b)
+template <class U> __global__ void k_transpose(const U *x, U *y, int64_t n, int64_t a, int64_t b, int64_t q)
 {
-    BK_FOR(el, n * a * b) y[el] = x[bk_tr_at(a, b, el)];
+    BK_FOR(el, n * a * b * q) y[el] = x[bk_tr_at(a, b, q, el)];
 }
 
-extern "C" cudaError_t bk_transpose(cudaStream_t s, int dt, const void *x, void *y, int64_t n, int64_t a, int64_t b)
+extern "C" cudaError_t bk_transpose(cudaStream_t s, int dt, const void *x, void *y, int64_t n, int64_t a, int64_t b,
+                                    int64_t q)
 {
     BK_BITS(dt, U,
-            k_transpose<U><<<bk_grid(n * a * b, BK_THREADS), BK_THREADS, 0, s>>>((const U *)x, (U *)y, n, a, b));
+            k_transpose<U><<<bk_grid(n * a * b * q, BK_THREADS), BK_THREADS, 0, s>>>((const U *)x, (U *)y, n, a, b,
+                                                                                     q));
     return cudaGetLastError();
 }
 

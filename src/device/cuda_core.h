@@ -343,11 +343,11 @@ BK_HD int64_t bk_slice_bwd_at(int64_t ld, int64_t off, int64_t len, int64_t el)
     return c >= 0 && c < len ? r * len + c : -1;
 }
 
-/* TRANSPOSE's element el of dst [n, b, a]: its offset in src [n, a, b]. */
-BK_HD int64_t bk_tr_at(int64_t a, int64_t b, int64_t el)
+/* TRANSPOSE's element el of dst [n, b, a, q]: its offset in src [n, a, b, q]. */
+BK_HD int64_t bk_tr_at(int64_t a, int64_t b, int64_t q, int64_t el)
 {
-    int64_t s = el / (a * b), k = el - s * a * b, j = k / a, i = k - j * a;
-    return (s * a + i) * b + j;
+    int64_t r = el % q, e = el / q, s = e / (a * b), k = e - s * a * b, j = k / a, i = k - j * a;
+    return ((s * a + i) * b + j) * q + r;
 }
 
 /* ADD_ROWS: y[el] = x[el] + bias[el % N] in f32, rounded once to dt (y may

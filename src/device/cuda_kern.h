@@ -203,7 +203,7 @@ cudaError_t bk_col_sum_rows(cudaStream_t s, int dt, const void *dy, float *g, in
 cudaError_t bk_slice_bwd(cudaStream_t s, int dt, const void *dy, void *dx, int64_t rows, int64_t ld, int64_t off,
                          int64_t len);
 /* y [n, b, a] = x [n, a, b] transposed, sample by sample */
-cudaError_t bk_transpose(cudaStream_t s, int dt, const void *x, void *y, int64_t n, int64_t a, int64_t b);
+cudaError_t bk_transpose(cudaStream_t s, int dt, const void *x, void *y, int64_t n, int64_t a, int64_t b, int64_t q);
 /* y [M, N] = x + bias [N] (f32), rounded once; y may be x */
 cudaError_t bk_add_rows(cudaStream_t s, int dt, const void *x, const float *bias, void *y, int64_t M, int64_t N);
 

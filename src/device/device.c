@@ -469,9 +469,9 @@ static int eltwise_check(const bfit_op_desc *d)
  * slices), for every device alike. */
 static int rows_check(const bfit_op_desc *d)
 {
-    if (d->kind == BFIT_OP_TRANSPOSE && (d->u.tr.n < 1 || d->u.tr.a < 1 || d->u.tr.b < 1))
-        return bfit_fail(BFIT_EINVAL, "transpose: sizes must be positive, got n %lld, %lld x %lld",
-                         (long long)d->u.tr.n, (long long)d->u.tr.a, (long long)d->u.tr.b);
+    if (d->kind == BFIT_OP_TRANSPOSE && (d->u.tr.n < 1 || d->u.tr.a < 1 || d->u.tr.b < 1 || d->u.tr.inner < 0))
+        return bfit_fail(BFIT_EINVAL, "transpose: sizes must be positive, got n %lld, %lld x %lld, inner %lld",
+                         (long long)d->u.tr.n, (long long)d->u.tr.a, (long long)d->u.tr.b, (long long)d->u.tr.inner);
     if (d->kind == BFIT_OP_ADD_ROWS && (d->u.rows.M < 1 || d->u.rows.N < 1))
         return bfit_fail(BFIT_EINVAL, "broadcast add: sizes must be positive, got %lld x %lld", (long long)d->u.rows.M,
                          (long long)d->u.rows.N);

@@ -113,7 +113,8 @@ typedef enum {
     BFIT_OP_CONCAT_FWD,       /* dst [rows, sum cols] = the srcs[k] [rows, cols[k]] side by side */
     BFIT_OP_CONCAT_BWD,       /* dsts[k] [rows, cols[k]] = (or += where bit k of add_mask) its columns of
                                  diff_dst; a NULL dsts[k] is skipped */
-    BFIT_OP_TRANSPOSE,        /* dst [n, b, a] = src [n, a, b] transposed, sample by sample */
+    BFIT_OP_TRANSPOSE,        /* dst [n, b, a, q] = src [n, a, b, q] transposed, sample by sample: q (inner,
+                                 0 taken as 1) elements move together (a channel shuffle moves maps) */
     BFIT_OP_ADD_ROWS,         /* dst [M, N] = src [M, N] + bias [N] (bias f32 whatever desc.dtype) */
     BFIT_OP_SLICE_FWD,        /* dst [rows, len] = columns [off, off + len) of src [rows, ld] */
     BFIT_OP_SLICE_BWD,        /* diff_src [rows, ld] = diff_dst in columns [off, off + len), 0 elsewhere */
@@ -209,7 +210,7 @@ typedef struct bfit_op_desc {
         /* rows of n inputs side by side: cols[k] elements of input k a row; bcast bit k: input k is
            one row used for every row (a learned token: its gradient sums the rows, always added) */
         struct { int64_t rows; int n; int64_t cols[BFIT_OP_MAXCAT]; uint32_t bcast; } concat;
-        struct { int64_t n, a, b; } tr;
+        struct { int64_t n, a, b, inner; } tr;
         struct { int64_t M, N; } rows;
         struct { int64_t rows, ld, off, len; } slice;
         /* CHSCALE: blk (the cpu only, f32): 0, or 8 or 16: src, dst and their gradients in

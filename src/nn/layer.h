@@ -32,10 +32,12 @@ typedef enum {
     BFIT_L_CONCAT,     /* 1 to BFIT_LAYER_MAXIN inputs side by side along dimension `axis` of a sample */
     BFIT_L_RESHAPE,    /* the sample's elements in the shape `to` (a copy) */
     BFIT_L_TRANSPOSE,  /* a sample [a, b] -> [b, a] (a ViT's image channels to tokens); an image CxHxW -> [H*W, C]
-                          and back (ConvNeXt's channels-last) */
+                          and back (ConvNeXt's channels-last); with `groups` g an image's channels as
+                          [g, C/g] -> [C/g, g] (ShuffleNet's channel shuffle) */
     BFIT_L_CLS,        /* a learned token before a sample's tokens: [T, C] -> [T+1, C] (ViT's class token) */
     BFIT_L_ADDP,       /* a learned tensor of the sample's shape added (ViT's position embedding) */
-    BFIT_L_SELECT,     /* token `units` of [T, C] -> [C] (ViT's head reads the class token) */
+    BFIT_L_SELECT,     /* token `units` of [T, C] -> [C] (ViT's head reads the class token); with `to` an
+                          image's channels [units, units + to.c) (ShuffleNet's chunks) */
     BFIT_L_SIGMOID,    /* 1 / (1 + e^-x) */
     BFIT_L_SILU,       /* x * sigmoid(x) (swish; PyTorch's SiLU) */
     BFIT_L_TANH,
@@ -86,7 +88,8 @@ typedef struct bfit_layer_cfg {
     float threshold;    /* softplus: linear where beta x > threshold (default 20) */
     int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
     bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]);
-                           transpose: the image a sample [H*W, C] goes back to (nd 0: none) */
+                           transpose: the image a sample [H*W, C] goes back to (nd 0: none); select: the
+                           image of the channels taken */
 } bfit_layer_cfg;
 
 /* Defaults for a kind (bias 1, eps 1e-5, momentum 0.1, stride 1, causal 1). */

@@ -2,7 +2,10 @@
  * torchvision's VisionTransformer exports it: the patch embedding's channels
  * become tokens (reshape, then transpose [C, T] -> [T, C]), a learned class
  * token goes first, a learned position embedding is added, and the head
- * reads the class token back (select). Reshape copies (as flatten does). */
+ * reads the class token back (select). Reshape copies (as flatten does).
+ * Transpose also takes an image to channels-last and back (ConvNeXt) and
+ * shuffles its channels (ShuffleNet); select also takes a range of an
+ * image's channels (ShuffleNet's chunks). */
 #include "base/err.h"
 #include "nn/layer.h"
 
@@ -51,46 +54,56 @@ const bfit_layer_vt bfit_reshape_vt = {
 
 /* ---- transpose ----------------------------------------------------------------- */
 
-/* The matrix [a, b] each sample is transposed as: a sample [a, b] itself,
- * or an image CxHxW as [C, H*W] (to channels-last: ConvNeXt's permute to
- * [N, H, W, C], held as tokens [H*W, C]); the output is [b, a], or the image
+/* The matrix [a, b] of blocks of q elements each sample is transposed as:
+ * a sample [a, b] itself, or an image CxHxW as [C, H*W] (to channels-last:
+ * ConvNeXt's permute to [N, H, W, C], held as tokens [H*W, C]), or with
+ * groups g an image as [g, C/g] blocks of H*W (ShuffleNet's channel
+ * shuffle: the image keeps its shape). The output is [b, a], or the image
  * cfg.to when a sample [H*W, C] goes back to CxHxW. */
-static void transpose_ab(const bfit_layer *l, int *a, int *b)
+static void transpose_ab(const bfit_layer *l, int *a, int *b, int *q)
 {
     const bfit_shape *x = &l->in[0];
-    *a = x->nd == 3 ? x->c : x->d[0];
-    *b = x->nd == 3 ? x->h * x->w : x->d[1];
+    int g = l->cfg.groups > 1 && x->nd == 3 ? l->cfg.groups : 0;
+    *a = g ? g : x->nd == 3 ? x->c : x->d[0];
+    *b = g ? x->c / g : x->nd == 3 ? x->h * x->w : x->d[1];
+    *q = g ? x->h * x->w : 1;
 }
 
 static int transpose_init(bfit_layer *l, char *err, size_t errlen)
 {
     const bfit_shape *to = &l->cfg.to;
     char s[48], t[48];
-    int a, b;
+    int a, b, q;
 
     if (l->in[0].nd != 2 && l->in[0].nd != 3) {
         snprintf(err, errlen, "transpose takes a sample [a, b] or an image CxHxW, got %s",
                  bfit_shape_str(l->in[0], s, sizeof s));
         return BFIT_EINVAL;
     }
-    transpose_ab(l, &a, &b);
+    if (l->cfg.groups > 1 && (l->in[0].nd != 3 || l->in[0].c % l->cfg.groups || to->nd)) {
+        snprintf(err, errlen, "a channel shuffle of %d groups takes an image of channels in whole groups, got %s",
+                 l->cfg.groups, bfit_shape_str(l->in[0], s, sizeof s));
+        return BFIT_EINVAL;
+    }
+    transpose_ab(l, &a, &b, &q);
     if (to->nd == 3 && (l->in[0].nd != 2 || to->c != b || (int64_t)to->h * to->w != a)) {
         snprintf(err, errlen, "transpose of %s to the image %s: the image wants a sample [H*W, C]",
                  bfit_shape_str(l->in[0], s, sizeof s), bfit_shape_str(*to, t, sizeof t));
         return BFIT_EINVAL;
     }
-    l->out = to->nd == 3 ? *to : bfit_shape_seq(b, a);
+    l->out = to->nd == 3 ? *to : q > 1 || l->cfg.groups > 1 ? l->in[0] : bfit_shape_seq(b, a);
     return BFIT_OK;
 }
 
 static int transpose_prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_TRANSPOSE, .dtype = l->dtype};
-    int rc, a, b;
-    transpose_ab(l, &a, &b);
+    int rc, a, b, q;
+    transpose_ab(l, &a, &b, &q);
     d.u.tr.n = m;
     d.u.tr.a = a;
     d.u.tr.b = b;
+    d.u.tr.inner = q;
     need->saved = need->ws_fwd = need->ws_bwd = 0;
     if ((rc = bfit_op_new(l->dev, &d, &l->ops[OP_FWD])) != BFIT_OK || !training)
         return rc;
@@ -257,17 +270,34 @@ const bfit_layer_vt bfit_addp_vt = {
     .prepare = addp_prepare, .init_params = addp_init_params, .forward = addp_fwd, .backward = addp_bwd,
 };
 
-/* ---- one token of the sample ------------------------------------------------------ */
+/* ---- one token of the sample, or channels of an image ---------------------------- */
+
+/* Token `units` of [T, C], or with cfg.to an image's channels [units,
+ * units + to.c) (ShuffleNet's x.chunk(2, dim=1)): the columns [off, off +
+ * len) of each sample. */
+static void select_cols(const bfit_layer *l, int64_t *off, int64_t *len)
+{
+    int64_t row = l->cfg.to.nd == 3 ? (int64_t)l->in[0].h * l->in[0].w : l->in[0].d[1];
+    *off = (int64_t)l->cfg.units * row;
+    *len = l->cfg.to.nd == 3 ? l->cfg.to.c * row : row;
+}
 
 static int select_init(bfit_layer *l, char *err, size_t errlen)
 {
+    const bfit_shape *x = &l->in[0], *to = &l->cfg.to;
     char a[48];
-    if (l->in[0].nd != 2 || l->cfg.units < 0 || l->cfg.units >= l->in[0].d[0]) {
-        snprintf(err, errlen, "select takes token %d of tokens [T, C], got %s", l->cfg.units,
-                 bfit_shape_str(l->in[0], a, sizeof a));
+    if (to->nd == 3 && (x->nd != 3 || to->h != x->h || to->w != x->w || l->cfg.units < 0 || to->c < 1 ||
+                        l->cfg.units > x->c - to->c)) {
+        snprintf(err, errlen, "select takes channels [%d, %d) of an image, got %s", l->cfg.units,
+                 l->cfg.units + to->c, bfit_shape_str(*x, a, sizeof a));
         return BFIT_EINVAL;
     }
-    l->out = bfit_shape_vec(l->in[0].d[1]);
+    if (to->nd != 3 && (x->nd != 2 || l->cfg.units < 0 || l->cfg.units >= x->d[0])) {
+        snprintf(err, errlen, "select takes token %d of tokens [T, C], got %s", l->cfg.units,
+                 bfit_shape_str(*x, a, sizeof a));
+        return BFIT_EINVAL;
+    }
+    l->out = to->nd == 3 ? *to : bfit_shape_vec(x->d[1]);
     return BFIT_OK;
 }
 
@@ -276,8 +306,7 @@ static int select_prepare(bfit_layer *l, int m, int training, bfit_layer_need *n
     bfit_op_desc d = {.kind = BFIT_OP_SLICE_FWD, .dtype = l->dtype};
     d.u.slice.rows = m;
     d.u.slice.ld = bfit_shape_numel(l->in[0]);
-    d.u.slice.off = (int64_t)l->cfg.units * l->in[0].d[1];
-    d.u.slice.len = l->in[0].d[1];
+    select_cols(l, &d.u.slice.off, &d.u.slice.len);
     return bfit_layer_op_pair(l, &d, BFIT_OP_SLICE_BWD, training, need);
 }
 

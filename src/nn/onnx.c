@@ -285,6 +285,7 @@ static void describe(const oval *v, char *buf, size_t len)
             snprintf(buf + u, len - u, "] %s", bfit_onnx_dtype_name(v->t->dtype));
     } else {
         snprintf(buf + u, len - u, "(%s)", v->kind == OV_HOST    ? "computed on the host"
+                                           : v->kind == OV_VIEW && v->shuf[0] ? "a channel shuffle's 5-d view"
                                            : v->kind == OV_VIEW  ? "inside an attention block"
                                            : v->kind == OV_WT    ? "a transposed initializer"
                                            : v->kind == OV_BCAST ? "an initializer broadcast over the batch"
@@ -617,8 +618,8 @@ static int lower_node(onnx_lower *L, int i)
         if (v && v->kind == OV_UNAVAIL)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
     }
-    if (bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_act(L, &rc) || bfit_onnx_lower_vit(L, &rc) ||
-        bfit_onnx_lower_cnn(L, &rc))
+    if (bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_shuffle(L, &rc) || bfit_onnx_lower_act(L, &rc) ||
+        bfit_onnx_lower_vit(L, &rc) || bfit_onnx_lower_cnn(L, &rc))
         return rc;
     return bfit_onnx_refuse(L, "batchfit does not support the operator %s: docs/onnx.md lists what it does and "
                                "what to do about the rest", bfit_onnx_cstr(nd->op, op, sizeof op));

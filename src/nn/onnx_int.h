@@ -46,6 +46,8 @@ typedef struct oval {
     int pad[2];                   /* a Pad's zero padding (h, w) waiting for the Conv or AveragePool after it */
     int cl[2];                    /* H and W of a value ONNX sees channels-last, [N,H,W,C], held as tokens
                                      [H*W, C] (the same bytes); 0: none */
+    int shuf[2];                  /* OV_VIEW of a channel shuffle (onnx_shuffle.c): its groups, and 1 once
+                                     transposed; the image's id and shape are the value's */
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
     int init;                     /* initializer index, -1: none */
@@ -140,6 +142,9 @@ void bfit_onnx_set_cl(oval *v, int h, int w);
 /* LeakyRelu, Elu, Softplus, Selu, Celu, PRelu, and the Mul that starts nn.Softplus(beta)'s
  * export: 1 and the result if the node is one, 0 if not. */
 int bfit_onnx_lower_act(onnx_lower *L, int *rc);
+
+/* ---- ShuffleNet's chunks and channel shuffle (onnx_shuffle.c) ---- */
+int bfit_onnx_lower_shuffle(onnx_lower *L, int *rc);
 
 /* ---- the transformer's operators (onnx_vit.c, onnx_attn.c) ---- */
 int bfit_onnx_lower_vit(onnx_lower *L, int *rc);

@@ -13,7 +13,8 @@ and an AvgPool2d's (each a Pad in the file), at 32x32, build() says which; 10
 classes; pad_cnn_op9 is pad_cnn exported at opset 9, where Pad's pads are an
 attribute; ceil_cnn, max pools with ceil_mode=True, at 48x48; convnext_mini, torchvision's ConvNeXt
 with two stages of width 16 and 32 at 32x32: its blocks' permutes to channels-last and back, layer norms
-over channels, Linear layers on [N,H,W,C] and layer scales) it writes NAME.onnx and NAME_ref.safetensors holding:
+over channels, Linear layers on [N,H,W,C] and layer scales; shufflenet_v2_x0_5 at 64x64: channel chunks
+and shuffles) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels
   loss64, loss32                    the mean cross-entropy (F64 scalars)
   g64.P (F64), g32.P (F32)          the gradient of every parameter P (state_dict
