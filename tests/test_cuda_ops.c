@@ -67,6 +67,8 @@
 #define SE_MINI "tests/fixtures/se-mini.onnx" /* MobileNetV3's block: depthwise convolution, hardswish, a gate */
 #define PRELU_MINI "tests/fixtures/prelu-mini.cfg" /* prelu per channel, shared, per feature */
 #define PRELU_HEAD "fuzz/corpus/onnx/prelu_head.onnx" /* nn.PReLU after a Linear */
+/* ConvNeXt's channels-last block and layer scale, a ShuffleNetV2 unit (tests/fixtures/cnx_shuffle_mini.py) */
+#define CNX_SHUFFLE "fuzz/corpus/onnx/cnx_shuffle_mini.onnx"
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
 static const char *const side_name[NS] = {"cpu", "cuda (fastest)", "cuda (lean)"};
 static bfit_device *dev[NS];
@@ -2010,6 +2012,7 @@ static void test_training_bf16(void **st)
     compare_training(DENSE_BLOCK, BFIT_BF16);
     compare_training(SE_MINI, BFIT_BF16);
     compare_training(PRELU_MINI, BFIT_BF16);
+    compare_training(CNX_SHUFFLE, BFIT_BF16);
 }
 
 /* The models of the ops on rows, columns, channel gates, grouped
@@ -2017,9 +2020,9 @@ static void test_training_bf16(void **st)
  * bf16 (cuda_supports, and no op left that only the cpu has). */
 static void test_needs_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, PRELU_HEAD};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, PRELU_HEAD, CNX_SHUFFLE};
     (void)st;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         for (int t = 0; t < 2; t++) {
             bfit_graph_desc g;
             bfit_op_needs nd;
@@ -2043,10 +2046,10 @@ static void test_needs_new_ops(void **st)
  * their ops only PReLU's backward has a workspace: a double per row). */
 static void test_plan_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE};
     bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
-    for (int f = 0; f < 5; f++)
+    for (int f = 0; f < 6; f++)
         for (int s = GPU; s < NS; s++)
             for (int t = 0; t < 2; t++) {
                 measured_step(files[f], s, &sgd, 1, t ? BFIT_BF16 : BFIT_F32);
@@ -2057,8 +2060,10 @@ static void test_plan_new_ops(void **st)
 /* Training through a channel gate and concatenations (gate_graph), a ViT
  * (transposition, the class token's broadcast concatenation, the positions'
  * broadcast add, the slice its head reads), a DenseNet block
- * (concatenations), MobileNetV3's block and PReLUs (prelu-mini.cfg: per
- * channel, shared, per feature), as test_training_matches_cpu. */
+ * (concatenations), MobileNetV3's block, PReLUs (prelu-mini.cfg: per
+ * channel, shared, per feature) and ConvNeXt's and ShuffleNet's parts
+ * (channels-last transposes, channel slices and shuffles), as
+ * test_training_matches_cpu. */
 static void test_training_new_ops(void **st)
 {
     (void)st;
@@ -2067,6 +2072,7 @@ static void test_training_new_ops(void **st)
     compare_training(DENSE_BLOCK, BFIT_F32);
     compare_training(SE_MINI, BFIT_F32);
     compare_training(PRELU_MINI, BFIT_F32);
+    compare_training(CNX_SHUFFLE, BFIT_F32);
 }
 
 int main(void)
