@@ -322,3 +322,29 @@ def test_an_operator_it_cannot_read_names_the_module(onnx_import, tmp_path, monk
     assert "batchfit-torch-" not in msg, msg
     assert e.value.field == "model"
     assert list(tmp_path.iterdir()) == []  # the export's directory removed
+
+
+def test_convnext_and_shufflenet_train_and_come_back(onnx_import):
+    """torchvision's ConvNeXt (its permutes to channels-last and back, layer
+    scales) and ShuffleNetV2 (chunks, channel shuffles) train on arrays and
+    every parameter comes back moved, in the module's own shapes (the layer
+    scale [C,1,1]); before 2026-12-05 both were refused at their first
+    Transpose or Reshape."""
+    from torchvision.models import shufflenet_v2_x0_5
+    from torchvision.models.convnext import CNBlock, CNBlockConfig, ConvNeXt
+    torch.manual_seed(0)
+    cnx = ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], num_classes=10)
+    with torch.no_grad():  # from their 1e-6, so that the blocks' own parameters get gradients that move them
+        for mod in cnx.modules():
+            if isinstance(mod, CNBlock):
+                mod.layer_scale.fill_(0.5)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((96, 3, 32, 32)).astype(np.float32)
+    y = rng.integers(0, 10, 96)
+    for m in (cnx, shufflenet_v2_x0_5(num_classes=10)):
+        start = copy.deepcopy(m.state_dict())
+        bt.train(m, data=(x, y), epochs=1, batch=32, memory="1GiB", threads=2)
+        assert m.batchfit_result.steps == 3
+        for name, p in m.named_parameters():
+            assert p.shape == start[name].shape and not torch.equal(p.detach(), start[name]), name
+    assert cnx.features[1][0].layer_scale.shape == (16, 1, 1)
