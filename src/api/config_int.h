@@ -93,6 +93,11 @@ void bfit_opt_default_text(const bfit_config *c, const bfit_opt *o, char *buf, s
 /* The defaults of every option (bfit_config_new). */
 void bfit_config_defaults(bfit_config *c);
 
+/* precision.c: the precision a command runs in: the one given, or for
+ * auto bf16 where the device the command opens computes it natively
+ * (bfit_device_info.bf16_fast), else f32. */
+int bfit_config_precision(const bfit_config *c, bfit_dtype *out);
+
 /* resolve.c: what each command reads, from the options. BFIT_EINVAL naming
  * the option for a given option the command does not read, or options that
  * contradict each other. */

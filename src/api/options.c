@@ -261,7 +261,13 @@ static int set_named(bfit_config *c, const bfit_opt *o, const char *v)
     const char *n = o->name;
     if (!strcmp(n, "optimizer")) rc = bfit_optim_kind_parse(v, &c->opt_kind);
     else if (!strcmp(n, "schedule")) rc = bfit_lr_sched_parse(v, &c->sched_kind);
-    else if (!strcmp(n, "precision")) rc = bfit_precision_parse(v, &c->t.storage.precision);
+    else if (!strcmp(n, "precision") && v && !strcmp(v, "auto"))
+        rc = BFIT_OK, c->t.precision_auto = 1, c->t.storage.precision = BFIT_F32;
+    else if (!strcmp(n, "precision") && (rc = bfit_precision_parse(v, &c->t.storage.precision)) == BFIT_OK)
+        c->t.precision_auto = 0;
+    else if (!strcmp(n, "precision"))
+        return bfit_fail_field(BFIT_EINVAL, field(o), "unknown precision '%s' (valid: f32, bf16, f16, auto)",
+                               v ? v : "");
     else if (!strcmp(n, "recompute")) rc = bfit_recompute_parse(v, &c->t.storage.recompute);
     else if (!strcmp(n, "conv-algo")) rc = bfit_conv_algo_parse(v, &c->t.conv_algo);
     else if (!strcmp(n, "csv-header")) rc = bfit_csv_header_parse(v, &c->t.csv_header);
@@ -432,7 +438,7 @@ static const bfit_opt table[] = {
     {"gamma", "X", T, set_dbl, OFF(gamma), 1e-9, 1, NULL},
     {"clip", "X", T, set_dbl, OFF(t.clip), 1e-12, 1e12, NULL},
     /* precision and storage */
-    {"precision", "f32|bf16|f16", P | F | T | D | X, set_named, 0, 0, 0, NULL},
+    {"precision", "f32|bf16|f16|auto", P | F | T | D | X, set_named, 0, 0, 0, NULL},
     {"recompute", "none|blocks|sqrt|auto", P | F | T, set_named, 0, 0, 0, NULL},
     {"no-lean", "", P | F | T, set_flag, OFF(t.storage.lean), 0, 0, NULL},
     {"loss-scale", "none|dynamic|S", T, set_loss_scale, 0, 1e-7, 1e30, NULL},
@@ -559,7 +565,8 @@ void bfit_opt_default_text(const bfit_config *c, const bfit_opt *o, char *buf, s
     else if (!strcmp(n, "csv-header"))
         snprintf(buf, len, "%s", bfit_csv_header_name(c->t.csv_header));
     else if (!strcmp(n, "precision"))
-        snprintf(buf, len, "%s", c->t.storage.precision == BFIT_BF16 ? "bf16" : c->t.storage.precision == BFIT_F16 ? "f16" : "f32");
+        snprintf(buf, len, "%s", c->t.precision_auto ? "auto" : c->t.storage.precision == BFIT_BF16 ? "bf16"
+                                 : c->t.storage.precision == BFIT_F16 ? "f16" : "f32");
     else if (!strcmp(n, "dist"))
         snprintf(buf, len, "%s", c->t.dist == BFIT_DIST_ON ? "on" : c->t.dist == BFIT_DIST_OFF ? "off" : "auto");
     else if (!strcmp(n, "lr-scaling"))

@@ -52,7 +52,7 @@ static int plan_args_of(const bfit_config *c, plan_args *a, bfit_optim_cfg *opt)
                                c->t.auto_batch ? "auto" : "adaptive");
     if (a->measure && !a->ways)
         return bfit_fail_field(BFIT_EINVAL, "measure", "times the rows of ways: set ways too");
-    if (a->ways && (a->eval || a->nbatch || a->st.recompute || a->st.precision || !a->st.lean))
+    if (a->ways && (a->eval || a->nbatch || a->st.recompute || a->st.precision || c->t.precision_auto || !a->st.lean))
         return bfit_fail_field(BFIT_EINVAL, "ways", "plans its own rows of training steps: leave out eval, batch, "
                                "precision, recompute and no-lean");
     if (a->eval && c->mom_set)
@@ -68,6 +68,9 @@ static int plan_args_of(const bfit_config *c, plan_args *a, bfit_optim_cfg *opt)
             return rc;
         bfit_graph_fini(&g);
     }
+    if ((rc = bfit_config_precision(c, &a->st.precision)) != BFIT_OK)
+        return rc;
+    a->precision_auto = c->t.precision_auto;
     return bfit_config_optim(c, opt);
 }
 

@@ -16,7 +16,8 @@ typedef struct plan_args {
     double margin;
     int eval, ways, measure, lean;
     bfit_opt_kind kind;
-    bfit_storage st;          /* as asked (auto not resolved) */
+    bfit_storage st;          /* as asked (recompute auto not resolved; precision auto resolved) */
+    int precision_auto;       /* st.precision was chosen for the device */
     const int *batch;         /* sizes asked for, sorted */
     int nbatch;
     char device_why[512];     /* which device, and why (device auto) */

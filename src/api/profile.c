@@ -41,6 +41,8 @@ static int step(const bfit_config *c, bfit_result *res)
     bfit_profile_result r;
     int rc;
 
+    if ((rc = bfit_config_precision(c, &pc.precision)) != BFIT_OK)
+        return rc;
     if (c->warmup_set)
         pc.warmup = c->warmup < 1 ? 1 : (int)c->warmup;
     if (c->nbatches != 1)

@@ -24,7 +24,11 @@ int bfit_device_new(const bfit_config *c, bfit_device **out)
         cc.conv_algo = c->t.conv_algo;
         cc.host = c->t.host;
     }
-    if (c && c->t.model) /* auto chooses for the model it will run */
-        return bfit_device_open_for_model(c->t.device_name, &cc, c->t.model, c->t.storage.precision, out, NULL, 0);
+    if (c && c->t.model) { /* auto chooses for the model it will run */
+        bfit_dtype t;
+        if ((rc = bfit_config_precision(c, &t)) != BFIT_OK)
+            return rc;
+        return bfit_device_open_for_model(c->t.device_name, &cc, c->t.model, t, out, NULL, 0);
+    }
     return bfit_device_open(c ? c->t.device_name : NULL, &cc, out);
 }

@@ -52,9 +52,10 @@ void cli_print(const bfit_result *res, int json);
     "                        row, recomputing the matrix in backward (lean)\n"
 
 #define CLI_STORAGE_HELP \
-    "  --precision f32|bf16|f16  activations, their gradients and compute in this\n" \
-    "                        precision; master weights and optimizer state f32\n" \
-    "                        (default f32)\n" \
+    "  --precision f32|bf16|f16|auto  activations, their gradients and compute in\n" \
+    "                        this precision; master weights and optimizer state\n" \
+    "                        f32 (default f32; auto: bf16 where the device computes\n" \
+    "                        it natively, else f32)\n" \
     "  --recompute none|blocks|sqrt|auto  regenerate activations in backward instead\n" \
     "                        of keeping them: at residual-block boundaries, every\n" \
     "                        ~sqrt(n) blocks, or auto: the least recomputed work that\n" \

@@ -383,6 +383,9 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
     out->shared = 0;   /* host RAM: MemAvailable moves with the page cache; not followed */
     out->limited = bfit_as_room(&limit, &room); /* the host buffers, the data and oneDNN share the limit */
     out->overhead = 0;
+    /* AVX-512 alone emulates bf16 (0.44x of f32 on the main job's CNN, docs/performance.md) */
+    out->bf16_fast = !d->bf16_f32 && (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core_bf16) ==
+                                         dnnl_cpu_isa_avx512_core_bf16;
 }
 
 static void cpu_destroy(bfit_device *base)

@@ -200,6 +200,7 @@ static void cuda_info(const bfit_device *base, bfit_device_info *out)
     out->shared = 1;
     out->limited = 0;
     out->overhead = d->overhead;
+    out->bf16_fast = d->cc_major >= 8; /* tensor cores take bf16 from Ampere on */
 }
 
 static void cuda_destroy(bfit_device *base)

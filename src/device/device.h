@@ -293,6 +293,9 @@ typedef struct bfit_device_info {
     uint64_t overhead;       /* device bytes held outside the arena (a GPU's context and library
                                 handles), as measured when the device was opened; 0 if none or
                                 unknown */
+    int bf16_fast;           /* bf16 is computed natively, faster than f32: a CPU with AVX512_BF16 or
+                                AMX (as oneDNN sees it, $ONEDNN_MAX_CPU_ISA included), a GPU of compute
+                                capability 8.0 or later (--precision auto takes bf16 there) */
 } bfit_device_info;
 
 /* What a device says of its state now, for the run's monitor events: as

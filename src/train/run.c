@@ -773,9 +773,12 @@ static int resolve_storage(bfit_run *r)
     if (bfit_plan_compute(r->s.M, &c->opt, target, 1, &p) != BFIT_OK)
         p.flops = p.regen_flops = 0;
     r->regen_share = p.flops > 0 ? p.regen_flops / p.flops : 0.0; /* for the start event */
-    if (c->storage.recompute != BFIT_RECOMPUTE_NONE || c->storage.precision != BFIT_F32)
-        bfit_log_say(&r->lg, "batchfit: storage: %s%s, recompute %s%s%s: %.1f%% of a step's work is recomputed at "
-                     "micro-batch %d", bfit_dtype_name(st.precision), st.lean ? " lean" : "",
+    if (c->storage.recompute != BFIT_RECOMPUTE_NONE || c->storage.precision != BFIT_F32 || c->precision_auto)
+        bfit_log_say(&r->lg, "batchfit: storage: %s%s%s, recompute %s%s%s: %.1f%% of a step's work is recomputed at "
+                     "micro-batch %d", bfit_dtype_name(st.precision),
+                     !c->precision_auto ? "" : st.precision == BFIT_BF16 ? " (precision auto: native here)"
+                                                                         : " (precision auto: no native bf16 here)",
+                     st.lean ? " lean" : "",
                      bfit_recompute_name(c->storage.recompute), c->storage.recompute == BFIT_RECOMPUTE_AUTO ? " -> " : "",
                      c->storage.recompute == BFIT_RECOMPUTE_AUTO ? bfit_recompute_name(st.recompute) : "",
                      p.flops > 0 ? 100 * p.regen_flops / p.flops : 0.0, target);

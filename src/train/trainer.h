@@ -100,6 +100,8 @@ typedef struct bfit_train_cfg {
     bfit_device *device;       /* train on this device (not owned); NULL: open device_name */
     const char *device_name;   /* "cpu", "cuda", "cuda:N", "auto"; NULL: auto */
     bfit_conv_algo conv_algo;  /* GPU convolution algorithms (fastest default) */
+    int precision_auto;        /* --precision auto: storage.precision was chosen for the device (the
+                                  API's precision.c: bf16 where it is native) */
     bfit_storage storage;      /* precision, lean, recomputation (auto: for the target micro-batch:
                                   micro_batch, else batch, else batch_max) */
     int loss_scale;            /* BFIT_LOSS_SCALE_*: dynamic loss scaling (default: for f16 only) */

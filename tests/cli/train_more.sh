@@ -23,7 +23,15 @@ done
 expect 0 "storage: BF16 lean, recompute auto -> cuts: [0-9.]+% of a step's work is recomputed at micro-batch 32" \
   "$bf" train --model "$rm_" --precision bf16 --recompute auto --memory 12MiB --epoch-samples 256 --eval-samples 100 \
   --batch 32 --max-steps 2 --threads 2
-expect 2 "--precision: unknown precision 'f64' \(valid: f32, bf16, f16\)" "$bf" train --model "$m" --precision f64
+expect 2 "--precision: unknown precision 'f64' \(valid: f32, bf16, f16, auto\)" "$bf" train --model "$m" --precision f64
+# --precision auto: bf16 where the CPU computes it natively (AVX512_BF16 or AMX, as /proc/cpuinfo says and
+# oneDNN uses), else f32; with oneDNN capped below them (AVX-512 alone emulates bf16, slower than f32) f32
+if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo; then want="BF16 \(precision auto: native here\)"; else
+  want="F32 \(precision auto: no native bf16 here\)"; fi
+expect 0 "batchfit: storage: $want lean" "$bf" train --model "$m" --precision auto --max-steps 2 --epoch-samples 256 \
+  --eval-samples 100 --threads 2
+ONEDNN_MAX_CPU_ISA=AVX512_CORE expect 0 "batchfit: storage: F32 \(precision auto: no native bf16 here\) lean" "$bf" \
+  train --model "$m" --precision auto --max-steps 2 --epoch-samples 256 --eval-samples 100 --threads 2
 expect 2 "--recompute: unknown recomputation 'all' \(valid: none, blocks, sqrt, auto\)" "$bf" train --model "$m" \
   --recompute all
 expect 1 "f16" "$bf" train --model "$m" --precision f16 --max-steps 1

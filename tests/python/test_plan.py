@@ -45,6 +45,16 @@ def test_text_is_the_commands(capsys):
     assert p["optimizer"] == "adamw" and p["precision"] == "BF16"
 
 
+def test_precision_auto():
+    """precision="auto" plans in bf16 where this CPU computes it natively (AVX512_BF16 or AMX in
+    /proc/cpuinfo), else in f32, and says so; "auto" reads back as given."""
+    with open("/proc/cpuinfo") as f:
+        native = any(w in ("avx512_bf16", "amx_bf16") for w in f.read().split())
+    p = batchfit.plan("cnn", memory="1GiB", batch=(8,), precision="auto", threads=2)
+    assert p["precision"] == ("BF16" if native else "F32"), p["precision"]
+    assert ("(precision auto: native here)" if native else "(precision auto: no native bf16 here)") in p.text
+
+
 def test_ways_and_flags():
     _, want, _ = cli_json("plan", "--model", "cnn", "--memory", "1GiB", "--ways", "--threads", "2")
     p = batchfit.plan("cnn", memory=2**30, ways=True, threads=2)  # an int for a size is bytes
