@@ -11,7 +11,8 @@ Models (10 classes): resnet18 and the ones whose layers reach the GPU's newer
 ops: mobilenet_v3_small and efficientnet_b0 (squeeze-and-excitation's channel
 scaling), densenet121 (concatenations), vit_b_16 at 224x224 (the class
 token's concatenation, the patches' transpose, the position embedding's add
-and the class token's slice)."""
+and the class token's slice), convnext_tiny (channels-last transposes, layer
+scales) and shufflenet_v2_x1_0 (channel slices and shuffles)."""
 import importlib
 import inspect
 import os
@@ -23,7 +24,8 @@ import warnings
 import torch
 import torchvision
 
-MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "vit_b_16"]
+MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "vit_b_16", "convnext_tiny",
+          "shufflenet_v2_x1_0"]
 
 
 def have(mod):
@@ -35,8 +37,8 @@ def have(mod):
 
 
 def build(name):
-    if name == "efficientnet_b0":  # stochastic depth's Bernoulli does not export in training mode
-        return torchvision.models.efficientnet_b0(num_classes=10, stochastic_depth_prob=0.0)
+    if name in ("efficientnet_b0", "convnext_tiny"):  # stochastic depth's Bernoulli does not export in training
+        return getattr(torchvision.models, name)(num_classes=10, stochastic_depth_prob=0.0)
     return getattr(torchvision.models, name)(num_classes=10)
 
 
