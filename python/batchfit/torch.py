@@ -259,6 +259,13 @@ def load_weights(module, weights):
         if name in state:
             t = state[name]
             state[name] = _torch.from_numpy(w).reshape(t.shape).to(device=t.device, dtype=t.dtype)
+    # ONNX does not tell parameters from buffers: a buffer batchfit learned (a Mul by a [C,1,1] one is read
+    # as a layer scale) is one PyTorch would not have trained
+    learned = [n for n, _ in module.named_buffers() if n in weights and not n.endswith(("running_mean", "running_var"))]
+    if learned:
+        warnings.warn(f"batchfit.torch: {len(learned)} buffer(s) were trained as parameters (ONNX does not say which "
+                      f"initializers are buffers; a Mul by one of [C,1,1] is read as a learned layer scale): "
+                      f"{', '.join(learned[:5])}", stacklevel=3)
     module.load_state_dict(state)
     return [n for n, p in module.named_parameters() if n not in weights]
 

@@ -348,3 +348,28 @@ def test_convnext_and_shufflenet_train_and_come_back(onnx_import):
         for name, p in m.named_parameters():
             assert p.shape == start[name].shape and not torch.equal(p.detach(), start[name]), name
     assert cnx.features[1][0].layer_scale.shape == (16, 1, 1)
+
+
+class ScaledByBuffer(torch.nn.Module):
+    """A fixed per-channel scale kept as a buffer: ONNX has it as an initializer, like a parameter."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.register_buffer("scale", torch.full((4, 1, 1), 0.5))
+        self.f = torch.nn.Linear(4 * 28 * 28, 10)
+
+    def forward(self, x):
+        return self.f(torch.flatten(self.c(x) * self.scale, 1))
+
+
+def test_a_buffer_trained_as_a_layer_scale_is_named(onnx_import):
+    """The Mul by the buffer is read as a learned layer scale; the module gets it back trained, and the
+    package says so by name rather than silently."""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((64, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, 64)
+    m = ScaledByBuffer()
+    with pytest.warns(UserWarning, match=r"1 buffer\(s\) were trained as parameters .*: scale"):
+        bt.train(m, data=(x, y), epochs=1, batch=32, memory="512MiB", threads=2)
+    assert not torch.equal(m.scale, torch.full((4, 1, 1), 0.5))
