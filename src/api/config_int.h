@@ -95,7 +95,8 @@ void bfit_config_defaults(bfit_config *c);
 
 /* precision.c: the precision a command runs in: the one given, or for
  * auto bf16 where the device the command opens computes it natively
- * (bfit_device_info.bf16_fast), else f32. */
+ * (bfit_device_info.bf16_fast), else f32. The commands call it as they
+ * start; the option checks (bfit_config_check) open no device. */
 int bfit_config_precision(const bfit_config *c, bfit_dtype *out);
 
 /* resolve.c: what each command reads, from the options. BFIT_EINVAL naming

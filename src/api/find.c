@@ -83,7 +83,7 @@ int bfit_find(const bfit_config *c, bfit_result **out)
     if (!out)
         return bfit_fail(BFIT_EINVAL, "bfit_find needs somewhere to put the result");
     *out = NULL;
-    if ((rc = bfit_config_find_cfg(c, &fc)) != BFIT_OK)
+    if ((rc = bfit_config_find_cfg(c, &fc)) != BFIT_OK || (rc = bfit_config_precision(c, &fc.storage.precision)) != BFIT_OK)
         return rc;
     if (c->plot && (rc = bfit_outpath_check("plot", c->plot)) != BFIT_OK)
         return rc; /* now, not after the measurements */

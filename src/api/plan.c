@@ -68,9 +68,7 @@ static int plan_args_of(const bfit_config *c, plan_args *a, bfit_optim_cfg *opt)
             return rc;
         bfit_graph_fini(&g);
     }
-    if ((rc = bfit_config_precision(c, &a->st.precision)) != BFIT_OK)
-        return rc;
-    a->precision_auto = c->t.precision_auto;
+    a->precision_auto = c->t.precision_auto; /* resolved by bfit_plan: a check of the options opens no device */
     return bfit_config_optim(c, opt);
 }
 
@@ -248,7 +246,8 @@ int bfit_plan(const bfit_config *c, bfit_result **out)
     if (!out)
         return bfit_fail(BFIT_EINVAL, "bfit_plan needs somewhere to put the result");
     *out = NULL;
-    if ((rc = plan_args_of(c, &a, &opt)) != BFIT_OK || (rc = load_graph(c, &g)) != BFIT_OK)
+    if ((rc = plan_args_of(c, &a, &opt)) != BFIT_OK || (rc = bfit_config_precision(c, &a.st.precision)) != BFIT_OK ||
+        (rc = load_graph(c, &g)) != BFIT_OK)
         return rc;
     if (!(res = bfit_result_make())) {
         bfit_graph_fini(&g);

@@ -1,8 +1,10 @@
 /* precision.c - --precision auto: bf16 where the device a command runs on
  * computes it natively and faster than f32 (bfit_device_info.bf16_fast: a
  * CPU with AVX512_BF16 or AMX, a GPU of compute capability 8.0 or later),
- * else f32. It is resolved once, when a command builds what it runs from
- * the configuration, before anything reads the precision (the device's
+ * else f32. It is resolved once, when a command starts (bfit_plan,
+ * bfit_train, bfit_run_new, bfit_find, bfit_profile, bfit_device_new; not
+ * bfit_config_check, which opens no device), before anything reads the
+ * precision (the device's
  * choice for the model, the plan, a checkpoint's configuration): the
  * device is opened as the command opens it (auto choosing for the model in
  * bf16), asked, and closed. On a CPU with AVX-512 but no AVX512_BF16 bf16

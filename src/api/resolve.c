@@ -174,8 +174,6 @@ int bfit_config_train_cfg(const bfit_config *c, bfit_train_cfg *t)
         return bfit_fail_field(BFIT_EINVAL, "init", "chooses the starting weights, and weights gives them: give one "
                                "of them");
     *t = c->t;
-    if ((rc = bfit_config_precision(c, &t->storage.precision)) != BFIT_OK)
-        return rc;
     t->init_weights = c->weights;
     t->seq = c->seq;
     t->attention = c->attn_set ? (c->attn_lean ? BFIT_ATTN_LEAN : BFIT_ATTN_STORED) : BFIT_ATTN_MODEL;
@@ -248,8 +246,6 @@ int bfit_config_find_cfg(const bfit_config *c, bfit_find_cfg *f)
     f->device_name = c->t.device_name;
     f->conv_algo = c->t.conv_algo;
     f->storage = c->t.storage;
-    if ((rc = bfit_config_precision(c, &f->storage.precision)) != BFIT_OK)
-        return rc;
     f->memory = c->t.memory;
     f->threads = c->t.threads;
     f->normalize = c->t.normalize;

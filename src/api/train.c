@@ -42,7 +42,9 @@ int bfit_run_new(const bfit_config *c, bfit_run **out)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     }
     /* the data sets of the caller's arrays live as long as the run: its configuration holds them */
-    if ((rc = bfit_config_train_cfg(k->c, &t)) != BFIT_OK || (rc = bfit_config_given_json(k->c, &k->given)) != BFIT_OK ||
+    if ((rc = bfit_config_train_cfg(k->c, &t)) != BFIT_OK ||
+        (rc = bfit_config_precision(k->c, &t.storage.precision)) != BFIT_OK ||
+        (rc = bfit_config_given_json(k->c, &k->given)) != BFIT_OK ||
         (rc = bfit_config_arrays_sets(k->c, &t, k->c->arr_sets)) != BFIT_OK) {
         keep_free(k);
         return rc;
@@ -157,7 +159,8 @@ int bfit_train(const bfit_config *c, bfit_result **out)
         return bfit_fail(BFIT_EINVAL, "bfit_train needs somewhere to put the result");
     *out = NULL;
 
-    if ((rc = bfit_config_train_cfg(c, &t)) != BFIT_OK || (rc = bfit_config_given_json(c, &given)) != BFIT_OK ||
+    if ((rc = bfit_config_train_cfg(c, &t)) != BFIT_OK || (rc = bfit_config_precision(c, &t.storage.precision)) != BFIT_OK ||
+        (rc = bfit_config_given_json(c, &given)) != BFIT_OK ||
         (rc = bfit_config_arrays_sets(c, &t, sets)) != BFIT_OK) {
         free(given);
         return rc;

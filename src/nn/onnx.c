@@ -425,7 +425,6 @@ void bfit_onnx_unavail(onnx_lower *L, int from, const char *why)
 }
 
 
-/* Initializer p must be f32 and have the shape the layer gives its parameter. */
 /* The same dimensions once those of 1 are left out. */
 static int squeezed_eq(const int64_t *a, int na, const int64_t *b, int nb)
 {
@@ -442,6 +441,7 @@ static int squeezed_eq(const int64_t *a, int na, const int64_t *b, int nb)
     }
 }
 
+/* Initializer p must be f32 and have the shape the layer gives its parameter. */
 static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, bfit_layer_kind kind)
 {
     char nm[128], a[96], b[96];
@@ -450,7 +450,7 @@ static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, bfi
         same = p->t->dim[d] == want->dim[d];
     /* PReLU's slopes as ONNX broadcasts them ([C,1,1]), a layer scale's [C,1,1] as a depthwise 1x1
        convolution's [C,1,1,1]: the handler has checked, the numbers are in the same order */
-    same = same || ((kind == BFIT_L_PRELU || kind == BFIT_L_CONV) && p->t->numel == bfit_param_numel(want) &&
+    same = same || ((kind == BFIT_L_PRELU || kind == BFIT_L_CONV) &&
                     squeezed_eq(p->t->dim, p->t->ndim, want->dim, want->ndim));
     bfit_onnx_cstr(p->name, nm, sizeof nm);
     if (p->t->dtype != BFIT_ONNX_FLOAT)
