@@ -63,8 +63,7 @@ static void print_storage(const plan_report *r)
     bfit_storage st = bfit_model_storage(r->M);
     const bfit_step_plan *p = &r->pr.shown[r->pr.nshown - 1];
     fprintf(f, "storage: %s%s%s, recompute %s", bfit_dtype_name(st.precision),
-            !r->a->precision_auto ? "" : st.precision == BFIT_BF16 ? " (precision auto: native here)"
-                                                                   : " (precision auto: no native bf16 here)",
+            r->a->precision_auto ? bfit_precision_auto_note(st.precision) : "",
             st.lean ? " lean" : "", bfit_recompute_name(r->a->st.recompute));
     if (r->a->st.recompute == BFIT_RECOMPUTE_AUTO)
         fprintf(f, " (chose the values to keep: %s)", bfit_recompute_name(st.recompute));

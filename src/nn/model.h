@@ -47,6 +47,8 @@ typedef struct bfit_storage {
 bfit_storage bfit_storage_default(void);
 /* "f32", "bf16", "f16" (case-insensitive); BFIT_EINVAL naming the valid ones. */
 int bfit_precision_parse(const char *name, bfit_dtype *out);
+/* What the plan and the train log add after a precision --precision auto chose. */
+const char *bfit_precision_auto_note(bfit_dtype chosen);
 /* "none", "blocks", "sqrt", "auto"; BFIT_EINVAL naming the valid ones. */
 int bfit_recompute_parse(const char *name, bfit_recompute_kind *out);
 const char *bfit_recompute_name(bfit_recompute_kind k);

@@ -254,10 +254,6 @@ static int hardsigmoid(onnx_lower *L)
     return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
 }
 
-/* Mul of an image [N,C,H,W] by [N,C,1,1] (either order): each channel by
- * its gate, as a squeeze-and-excitation block ends; of two [N,C] (a gated
- * vector), the same with H = W = 1. Both of one rank: ONNX broadcasts
- * [N,C] against [N,C,1,1] to something else. */
 /* An image times a learned [C,1,1] (ConvNeXt's layer scale): a depthwise
  * 1x1 convolution without bias, the initializer its weight (its C numbers
  * in the same order: the gradient sums dy x over the batch and the map). */
@@ -280,6 +276,10 @@ static int layer_scale(onnx_lower *L, oval *g)
     return bfit_onnx_emit(L, &c, &x, 1, par, 2);
 }
 
+/* Mul of an image [N,C,H,W] by [N,C,1,1] (either order): each channel by
+ * its gate, as a squeeze-and-excitation block ends; of two [N,C] (a gated
+ * vector), the same with H = W = 1. Both of one rank: ONNX broadcasts
+ * [N,C] against [N,C,1,1] to something else. */
 static int mul(onnx_lower *L)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SCALE);

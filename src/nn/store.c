@@ -49,6 +49,11 @@ int bfit_precision_parse(const char *name, bfit_dtype *out)
     return bfit_fail(BFIT_EINVAL, "unknown precision '%s' (valid: f32, bf16, f16)", name ? name : "");
 }
 
+const char *bfit_precision_auto_note(bfit_dtype chosen)
+{
+    return chosen == BFIT_BF16 ? " (precision auto: native here)" : " (precision auto: no native bf16 here)";
+}
+
 static const char *const recompute_names[BFIT_RECOMPUTE_COUNT] = {"none", "blocks", "sqrt", "cuts", "auto"};
 
 const char *bfit_recompute_name(bfit_recompute_kind k)

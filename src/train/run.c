@@ -776,8 +776,7 @@ static int resolve_storage(bfit_run *r)
     if (c->storage.recompute != BFIT_RECOMPUTE_NONE || c->storage.precision != BFIT_F32 || c->precision_auto)
         bfit_log_say(&r->lg, "batchfit: storage: %s%s%s, recompute %s%s%s: %.1f%% of a step's work is recomputed at "
                      "micro-batch %d", bfit_dtype_name(st.precision),
-                     !c->precision_auto ? "" : st.precision == BFIT_BF16 ? " (precision auto: native here)"
-                                                                         : " (precision auto: no native bf16 here)",
+                     c->precision_auto ? bfit_precision_auto_note(st.precision) : "",
                      st.lean ? " lean" : "",
                      bfit_recompute_name(c->storage.recompute), c->storage.recompute == BFIT_RECOMPUTE_AUTO ? " -> " : "",
                      c->storage.recompute == BFIT_RECOMPUTE_AUTO ? bfit_recompute_name(st.recompute) : "",
