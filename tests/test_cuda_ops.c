@@ -28,7 +28,9 @@
  * gradient) and the sums made in the CPU's order (a broadcast input's
  * gradient). The channel gate's scale gradient is a double sum in another
  * order: 1e-6 relative (f32), a bf16 ulp (bf16); so are PReLU's rows, then
- * added in the CPU's order into f32 slope gradients: 1e-6. Sums in double (reduce rows, the loss, norms) agree to double rounding. Sums
+ * added in the CPU's order into f32 slope gradients: 1e-6 (with hw == 1
+ * PReLU sums in the CPU's order: equal to the bit). Sums in double (reduce
+ * rows, the loss, norms) agree to double rounding. Sums
  * in float in another order (matmul, convolution, pooling gradients,
  * normalisations) differ by rounding: the bounds below are a few times the
  * f32 error of such sums at these sizes,
@@ -1552,17 +1554,19 @@ static void test_chscale(void **st)
 
 /* ---- PReLU -------------------------------------------------------------------------------------------- */
 
-/* [n, c, hw] with a slope per channel or one for all (f32): forward and
- * the input's gradient one product each (equal to the bit); the slopes'
- * gradient sums each row in double in another order on the GPU (a warp's
- * tree) than the CPU's, then the rows in the CPU's order, so equal but
- * where a double rounding tips the float: 1e-6 relative, 1e-6 absolute
- * (accumulating adds that float to the old value). Backward setting and
- * accumulating, with and without diff_src, and in place (diff_src =
- * diff_dst). The workspace is poisoned (pop_new). */
-static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int shared)
+/* [n, c, hw] with a slope per channel or one for all (f32), PReLU or
+ * linear (LayerScale): forward and the input's gradient one product each
+ * (equal to the bit); the slopes' gradient sums each row in double in
+ * another order on the GPU (a warp's tree) than the CPU's, then the rows in
+ * the CPU's order, so equal but where a double rounding tips the float:
+ * 1e-6 relative, 1e-6 absolute (accumulating adds that float to the old
+ * value); with hw == 1 it sums parts of 256 samples per channel in the
+ * CPU's order: equal to the bit. Backward setting and accumulating, with
+ * and without diff_src, in place (diff_src = diff_dst), and without
+ * diff_weights (dx alone). The workspace is poisoned (pop_new). */
+static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int shared, int lin)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_PRELU_FWD, .dtype = t, .u.prelu = {n, c, hw, shared, 0}};
+    bfit_op_desc d = {.kind = BFIT_OP_PRELU_FWD, .dtype = t, .u.prelu = {n, c, hw, shared, 0, lin}};
     int64_t N = n * c * hw, ns = shared ? 1 : c;
     dbuf x = db_rand_t(t, N, -2, 2, 441), w = db_rand(ns, -0.5f, 0.5f, 442), y = db_rand_t(t, N, -1, 1, 443);
     dbuf dy = db_rand_t(t, N, -1, 1, 444), dx = db_rand_t(t, N, -1, 1, 445), dw = db_rand(ns, -1, 1, 446);
@@ -1572,31 +1576,38 @@ static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int share
 
     assert_true(dy0 && dw0);
     memcpy(dy0, dy.h, dy.bytes), memcpy(dw0, dw.h, dw.bytes);
-    snprintf(what, sizeof what, "prelu n %lld c %lld hw %lld %s (%s)", (long long)n, (long long)c, (long long)hw,
-             shared ? "shared" : "per channel", bfit_dtype_name(t));
+    snprintf(what, sizeof what, "prelu n %lld c %lld hw %lld %s%s (%s)", (long long)n, (long long)c, (long long)hw,
+             shared ? "shared" : "per channel", lin ? " linear" : "", bfit_dtype_name(t));
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, weights, w), ARG(a, dst, y);
     run_op(&d, a);
     cmp_bytes(&y, what);
     d.kind = BFIT_OP_PRELU_BWD;
-    for (int v = 0; v < 5; v++) { /* bit 0: accumulate; bit 1: no diff_src; 4: in place, setting */
+    for (int v = 0; v < 6; v++) { /* bit 0: accumulate; bit 1: no diff_src; 4: in place, setting; 5: dx alone */
         d.accumulate = v & 1;
         memcpy(dy.h, dy0, dy.bytes), memcpy(dw.h, dw0, dw.bytes);
         db_up(&dy), db_up(&dw);
         memset(a, 0, sizeof a);
-        ARG(a, src, x), ARG(a, weights, w), ARG(a, diff_dst, dy), ARG(a, diff_weights, dw);
+        ARG(a, src, x), ARG(a, weights, w), ARG(a, diff_dst, dy);
+        if (v != 5)
+            ARG(a, diff_weights, dw);
         if (v == 4)
             ARG(a, diff_src, dy);
         else if (!(v & 2))
             ARG(a, diff_src, dx);
         run_op(&d, a);
         snprintf(w2, sizeof w2, "%s backward (%s%s), input gradient", what, v & 1 ? "accumulating" : "setting",
-                 v == 4 ? ", in place" : "");
-        if (!(v & 2))
+                 v == 4 ? ", in place" : v == 5 ? ", diff_weights NULL" : "");
+        if (!(v & 2) || v == 5)
             cmp_bytes(v == 4 ? &dy : &dx, w2);
+        if (v == 5)
+            continue;
         snprintf(w2, sizeof w2, "%s backward (%s%s), slopes' gradient", what, v & 1 ? "accumulating" : "setting",
                  v & 2 ? ", diff_src NULL" : v == 4 ? ", in place" : "");
-        cmp_f32(&dw, ns, 1e-6, 1e-6, w2);
+        if (hw == 1)
+            cmp_bytes(&dw, w2);
+        else
+            cmp_f32(&dw, ns, 1e-6, 1e-6, w2);
     }
     db_free(&x), db_free(&w), db_free(&y), db_free(&dy), db_free(&dx), db_free(&dw);
     free(dy0), free(dw0);
@@ -1605,14 +1616,17 @@ static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int share
 static void test_prelu(void **st)
 {
     (void)st;
-    for (int i = 0; i < 2; i++) {
-        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+    for (int i = 0; i < 4; i++) {
+        bfit_dtype t = i & 1 ? BFIT_BF16 : BFIT_F32;
+        int lin = i >> 1;
         for (int shared = 0; shared < 2; shared++) {
-            prelu_case(t, 2, 3, 5, shared);
-            prelu_case(t, 3, 7, 63, shared);
-            prelu_case(t, 8, 32, 1, shared);    /* a vector's features: a row per element */
-            prelu_case(t, 4, 5, 300, shared);   /* several loops of a warp */
-            prelu_case(t, 2, 16, 64 * 64, shared); /* many rows' sums for one shared slope */
+            prelu_case(t, 2, 3, 5, shared, lin);
+            prelu_case(t, 3, 7, 63, shared, lin);
+            prelu_case(t, 8, 32, 1, shared, lin);         /* a vector's features: one chunk */
+            prelu_case(t, 4, 5, 300, shared, lin);        /* several loops of a warp */
+            prelu_case(t, 2, 16, 64 * 64, shared, lin);   /* many rows' sums for one shared slope */
+            prelu_case(t, 600, 37, 1, shared, lin);       /* tokens: chunks of 256, the last partial */
+            prelu_case(t, 32 * 197, 384, 1, shared, lin); /* a ViT's tokens, LayerScale's shape */
         }
     }
 }
@@ -2043,7 +2057,8 @@ static void test_needs_new_ops(void **st)
 }
 
 /* The planned peak is the measured one for the new ops' models too (of
- * their ops only PReLU's backward has a workspace: a double per row). */
+ * their ops only PReLU's backward has a workspace: a double per row, or
+ * with hw == 1 per chunk of 256 samples and channel). */
 static void test_plan_new_ops(void **st)
 {
     const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE};

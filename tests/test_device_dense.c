@@ -622,11 +622,12 @@ static void test_chscale(void **st)
 /* ---- PRELU ---- */
 
 /* One PRELU case's host data: x and dy as the op's dtype holds them (bf16
- * by truncation), zeros among x; the slopes f32, of both signs. */
+ * by truncation), zeros among x; the slopes f32, of both signs. lin: the
+ * linear op (LayerScale's y = a x). */
 typedef struct prelu_case {
     bfit_dtype dt;
     int64_t n, c, hw, ns;
-    int B;
+    int B, lin;
     float *x, *g, *w;
 } prelu_case;
 
@@ -647,12 +648,18 @@ static double prelu_get(const prelu_case *p, const tbuf *b, int64_t i)
     return p->dt == BFIT_F32 ? TB_F(*b)[k] : widen16(((const uint16_t *)b->h)[k]);
 }
 
+static bfit_op_desc prelu_desc(const prelu_case *p, bfit_op_kind kind, int acc)
+{
+    return (bfit_op_desc){.kind = kind, .dtype = p->dt, .accumulate = acc,
+                          .u.prelu = {p->n, p->c, p->hw, p->ns == 1, p->B, p->lin}};
+}
+
 /* The backward (dx when asked; the slopes' gradient added to dw0 or set)
- * on the device; the gradient comes back in dw. */
+ * on the device; the gradient comes back in dw. want_dx 2: dx in place of
+ * dy (dx's buffer holds dy). */
 static void prelu_bwd(tdev *t, const prelu_case *p, int acc, int want_dx, const float *dw0, float *dw, tbuf *dx)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_PRELU_BWD, .dtype = p->dt, .accumulate = acc,
-                      .u.prelu = {p->n, p->c, p->hw, p->ns == 1, p->B}};
+    bfit_op_desc d = prelu_desc(p, BFIT_OP_PRELU_BWD, acc);
     size_t es = bfit_dtype_size(p->dt), big = (size_t)(p->n * p->c * p->hw);
     tbuf x = tbuf_new(t, big * es), g = tbuf_new(t, big * es), w = tbuf_new(t, (size_t)p->ns * 4),
          gw = tbuf_new(t, (size_t)p->ns * 4);
@@ -660,10 +667,13 @@ static void prelu_bwd(tdev *t, const prelu_case *p, int acc, int want_dx, const 
 
     prelu_put(p, &x, p->x), prelu_put(p, &g, p->g);
     memcpy(w.h, p->w, (size_t)p->ns * 4), memcpy(gw.h, dw0, (size_t)p->ns * 4);
-    memset(dx->h, 0x7f, big * es); /* left so where dx is not asked */
+    if (want_dx == 2)
+        prelu_put(p, dx, p->g);
+    else
+        memset(dx->h, 0x7f, big * es); /* left so where dx is not asked */
     tbuf_up(t, &x), tbuf_up(t, &g), tbuf_up(t, &w), tbuf_up(t, &gw), tbuf_up(t, dx);
-    a = (bfit_op_args){.src = x.d, .weights = w.d, .diff_dst = g.d, .diff_src = want_dx ? dx->d : NULL,
-                       .diff_weights = gw.d};
+    a = (bfit_op_args){.src = x.d, .weights = w.d, .diff_dst = want_dx == 2 ? dx->d : g.d,
+                       .diff_src = want_dx ? dx->d : NULL, .diff_weights = gw.d};
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     tbuf_down(t, &gw), tbuf_down(t, dx);
     memcpy(dw, gw.h, (size_t)p->ns * 4);
@@ -671,35 +681,77 @@ static void prelu_bwd(tdev *t, const prelu_case *p, int acc, int want_dx, const 
 }
 
 /* The slopes' gradient against its definition: the sum of dy x where
- * x <= 0 over the slope's elements (in double; f32 rounding per term of
- * the magnitude), added to dw0 or not. */
+ * x <= 0 (linear: everywhere) over the slope's elements (in double; f32
+ * rounding per term of the magnitude), added to dw0 or not. */
 static void prelu_check_dw(const prelu_case *p, int acc, const float *dw0, const float *dw)
 {
     for (int64_t j = 0; j < p->ns; j++) {
         double s = acc ? dw0[j] : 0, mag = fabs(s);
         for (int64_t i = 0; i < p->n * p->c * p->hw; i++)
-            if ((p->ns == 1 || i / p->hw % p->c == j) && p->x[i] <= 0)
+            if ((p->ns == 1 || i / p->hw % p->c == j) && (p->x[i] <= 0 || p->lin))
                 s += (double)p->g[i] * p->x[i], mag += fabs((double)p->g[i] * p->x[i]);
         assert_close(dw[j], s, 4 * FEPS * (mag + FEPS), acc ? "prelu dw added" : "prelu dw set", j);
     }
 }
 
+/* The backward's workspace: a double per row, or with hw == 1 per chunk
+ * of 256 samples and channel (the planner reads it) */
+static void prelu_check_ws(tdev *t, const prelu_case *p)
+{
+    bfit_op_desc d = prelu_desc(p, BFIT_OP_PRELU_BWD, 0);
+    int64_t rows = p->hw == 1 ? (p->n + 255) / 256 : p->n;
+    bfit_op *op;
+
+    assert_int_equal(bfit_op_new(t->dev, &d, &op), BFIT_OK);
+    assert_int_equal(bfit_op_workspace_bytes(op), (size_t)(rows * p->c) * sizeof(double));
+    bfit_op_free(op);
+}
+
+/* The backward's other forms against the full one (dx and dw0 set): without
+ * dx it leaves dx's buffer alone and sets the same gradient; in place (dx
+ * = dy) the same bits; in the plain layout (B) the same gradient bits. */
+static void prelu_check_forms(tdev *t, prelu_case *p, tbuf *dx, const float *dw0, float *dw)
+{
+    size_t es = bfit_dtype_size(p->dt), big = (size_t)(p->n * p->c * p->hw);
+    float *dwp = malloc((size_t)p->ns * 4);
+    void *dx1 = malloc(big * es);
+
+    prelu_bwd(t, p, 0, 1, dw0, dw, dx);
+    memcpy(dx1, dx->h, big * es);
+    prelu_bwd(t, p, 0, 0, dw0, dwp, dx); /* the gradient set, no dx */
+    prelu_check_dw(p, 0, dw0, dwp);
+    assert_memory_equal(dw, dwp, (size_t)p->ns * 4);
+    for (size_t i = 0; i < big * es; i++)
+        assert_int_equal(((unsigned char *)dx->h)[i], 0x7f);
+    prelu_bwd(t, p, 0, 2, dw0, dwp, dx); /* in place */
+    assert_memory_equal(dx->h, dx1, big * es);
+    assert_memory_equal(dw, dwp, (size_t)p->ns * 4);
+    if (p->B) { /* the plain layout's sums */
+        int B = p->B;
+        p->B = 0;
+        prelu_bwd(t, p, 0, 1, dw0, dwp, dx);
+        assert_memory_equal(dw, dwp, (size_t)p->ns * 4);
+        p->B = B;
+    }
+    free(dwp), free(dx1);
+}
+
 /* PRELU on the cpu device (the GPU's against it: test_cuda_ops), f32 and bf16,
  * one slope (ns 1) or one per channel, against the definition: y = x > 0 ?
  * x : a x, dx = dy (x > 0 ? 1 : a), da = the sum of dy x where x <= 0 (f32
- * whatever the data's dtype), set or added; the backward without dx leaves
- * its buffer alone. B: the data in nChw{B}c, whose slope gradient is the
- * plain layout's bit for bit (the same sums in the same order). */
-static void check_prelu(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t hw, int shared, int B)
+ * whatever the data's dtype), set or added; linear (lin): y = a x, dx = a
+ * dy, da = the sum of dy x. B: the data in nChw{B}c, whose slope gradient
+ * is the plain layout's bit for bit (the same sums in the same order). */
+static void check_prelu(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t hw, int shared, int B, int lin)
 {
-    prelu_case p = {dt, n, c, hw, shared ? 1 : c, B, NULL, NULL, NULL};
+    prelu_case p = {dt, n, c, hw, shared ? 1 : c, B, lin, NULL, NULL, NULL};
     int64_t big = n * c * hw;
     size_t es = bfit_dtype_size(dt);
-    bfit_op_desc d = {.kind = BFIT_OP_PRELU_FWD, .dtype = dt, .u.prelu = {n, c, hw, shared, B}};
+    bfit_op_desc d = prelu_desc(&p, BFIT_OP_PRELU_FWD, 0);
     tbuf x = tbuf_new(t, (size_t)big * es), y = tbuf_new(t, (size_t)big * es), w = tbuf_new(t, (size_t)p.ns * 4),
          dx = tbuf_new(t, (size_t)big * es);
     double tol = dt == BFIT_F32 ? FEPS : 1.0 / 128; /* bf16: an output's rounding, relative */
-    float *dw0 = malloc((size_t)p.ns * 4), *dw = malloc((size_t)p.ns * 4), *dwp = malloc((size_t)p.ns * 4);
+    float *dw0 = malloc((size_t)p.ns * 4), *dw = malloc((size_t)p.ns * 4);
     bfit_op_args a = {0};
 
     p.x = malloc((size_t)big * 4), p.g = malloc((size_t)big * 4), p.w = TB_F(w);
@@ -719,39 +771,44 @@ static void check_prelu(tdev *t, bfit_dtype dt, int64_t n, int64_t c, int64_t hw
     prelu_check_dw(&p, 1, dw0, dw);
     for (int64_t i = 0; i < big; i++) {
         float a_i = p.w[shared ? 0 : i / hw % c];
-        double r = p.x[i] > 0 ? p.x[i] : (double)a_i * p.x[i], gr = p.x[i] > 0 ? p.g[i] : (double)a_i * p.g[i];
+        int pass = p.x[i] > 0 && !lin; /* the identity's side */
+        double r = pass ? p.x[i] : (double)a_i * p.x[i], gr = pass ? p.g[i] : (double)a_i * p.g[i];
         assert_close(prelu_get(&p, &y, i), r, tol * (fabs(r) + FEPS), "prelu fwd", i);
         assert_close(prelu_get(&p, &dx, i), gr, tol * (fabs(gr) + FEPS), "prelu dx", i);
     }
-    prelu_bwd(t, &p, 0, 0, dw0, dw, &dx); /* the gradient set, no dx */
-    prelu_check_dw(&p, 0, dw0, dw);
-    for (int64_t i = 0; i < big * (int64_t)es; i++)
-        assert_int_equal(((unsigned char *)dx.h)[i], 0x7f);
-    if (B) { /* the plain layout's sums */
-        p.B = 0;
-        prelu_bwd(t, &p, 0, 1, dw0, dwp, &dx);
-        assert_memory_equal(dw, dwp, (size_t)p.ns * 4);
-    }
+    prelu_check_forms(t, &p, &dx, dw0, dw);
+    prelu_check_ws(t, &p);
     tbuf_free(t, &x), tbuf_free(t, &y), tbuf_free(t, &w), tbuf_free(t, &dx);
-    free(p.x), free(p.g), free(dw0), free(dw), free(dwp);
+    free(p.x), free(p.g), free(dw0), free(dw);
 }
 
 static void test_prelu(void **st)
 {
-    check_prelu(*st, BFIT_F32, 3, 5, 7, 0, 0);
-    check_prelu(*st, BFIT_F32, 3, 5, 7, 1, 0);
-    check_prelu(*st, BFIT_F32, 4, 1, 37, 1, 0);   /* a vector's one slope: one row per sample */
-    check_prelu(*st, BFIT_F32, 2, 37, 1, 0, 0);   /* a vector's slope per feature */
-    check_prelu(*st, BFIT_F32, 2, 64, 1000, 0, 0); /* past the threads' threshold */
-    check_prelu(*st, BFIT_F32, 2, 64, 1000, 1, 0);
-    check_prelu(*st, BFIT_BF16, 3, 5, 7, 0, 0);
-    check_prelu(*st, BFIT_BF16, 3, 5, 7, 1, 0);
-    check_prelu(*st, BFIT_F32, 3, 16, 7, 0, 8); /* nChw8c, two blocks */
-    check_prelu(*st, BFIT_F32, 2, 32, 5, 1, 16);
-    check_prelu(*st, BFIT_F32, 2, 64, 1000, 0, 16);
-    check_prelu(*st, BFIT_BF16, 3, 16, 7, 1, 8);
-    check_prelu(*st, BFIT_BF16, 2, 32, 5, 0, 16);
-    check_prelu(*st, BFIT_BF16, 2, 64, 1000, 0, 8);
+    for (int lin = 0; lin < 2; lin++) {
+        check_prelu(*st, BFIT_F32, 3, 5, 7, 0, 0, lin);
+        check_prelu(*st, BFIT_F32, 3, 5, 7, 1, 0, lin);
+        check_prelu(*st, BFIT_F32, 4, 1, 37, 1, 0, lin);    /* a vector's one slope: one row per sample */
+        check_prelu(*st, BFIT_F32, 2, 37, 1, 0, 0, lin);    /* a vector's slope per feature */
+        check_prelu(*st, BFIT_F32, 2, 64, 1000, 0, 0, lin); /* past the threads' threshold */
+        check_prelu(*st, BFIT_F32, 2, 64, 1000, 1, 0, lin);
+        check_prelu(*st, BFIT_BF16, 3, 5, 7, 0, 0, lin);
+        check_prelu(*st, BFIT_BF16, 3, 5, 7, 1, 0, lin);
+        check_prelu(*st, BFIT_F32, 3, 16, 7, 0, 8, lin); /* nChw8c, two blocks */
+        check_prelu(*st, BFIT_F32, 2, 32, 5, 1, 16, lin);
+        check_prelu(*st, BFIT_F32, 2, 64, 1000, 0, 16, lin);
+        check_prelu(*st, BFIT_BF16, 3, 16, 7, 1, 8, lin);
+        check_prelu(*st, BFIT_BF16, 2, 32, 5, 0, 16, lin);
+        check_prelu(*st, BFIT_BF16, 2, 64, 1000, 0, 8, lin);
+        /* hw == 1 (tokens [n, c]): chunks of 256 samples, the last partial */
+        check_prelu(*st, BFIT_F32, 600, 37, 1, 0, 0, lin);
+        check_prelu(*st, BFIT_F32, 513, 5, 1, 1, 0, lin);
+        check_prelu(*st, BFIT_F32, 300, 200, 1, 0, 0, lin); /* threads; tiles of columns, the last partial */
+        check_prelu(*st, BFIT_F32, 300, 200, 1, 1, 0, lin);
+        check_prelu(*st, BFIT_F32, 256, 3, 1, 0, 0, lin);   /* one whole chunk */
+        check_prelu(*st, BFIT_BF16, 600, 37, 1, 0, 0, lin);
+        check_prelu(*st, BFIT_BF16, 300, 200, 1, 1, 0, lin);
+        check_prelu(*st, BFIT_BF16, 257, 16, 1, 0, 8, lin); /* nChw8c with hw 1: the plain layout */
+    }
 }
 
 /* Forward and backward of relu keeping 1 bit per element, f32 and bf16,

@@ -21,7 +21,8 @@
  * one-product results. The channel gate's scale gradient adds a warp's 32
  * parts in its shuffle tree, in double: 1e-6 relative (f32), a bf16 ulp;
  * so do PReLU's rows, whose sums are then added in the CPU's order into
- * f32 slope gradients: 1e-6. */
+ * f32 slope gradients: 1e-6; with hw == 1 PReLU's parts are the CPU's own
+ * sums: equal to the bit. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -643,36 +644,73 @@ static void test_chscale(void **st)
 
 /* ---- PReLU ------------------------------------------------------------------------------- */
 
+/* The backward's partial sums as cuda_prelu.cu's threads make them, dx
+ * too (dx not NULL): hw > 1, a row's 32 parts added in a warp's tree, into
+ * rs [n c]; hw == 1, a thread per part (chunk of BK_PRELU_CH samples,
+ * channel), into rs [ceil(n / CH) c]. */
+static void prelu_host_sums(const bk_prelu *p, const tbuf *x, const tbuf *a, const tbuf *dy, void *dx, double *rs)
+{
+    if (p->hw == 1) {
+        for (int64_t t = 0; t < bk_prelu_chunks(p) * p->c; t++)
+            rs[t] = bk_prelu_col_part(p, x->h, a->h, dy->h, dx, t);
+        return;
+    }
+    for (int64_t r = 0; r < p->n * p->c; r++) {
+        double part[PARTS];
+        for (int l = 0; l < PARTS; l++)
+            part[l] = bk_prelu_bwd_part(p, x->h, a->h, dy->h, dx, r, l, PARTS);
+        rs[r] = warp_tree(part);
+    }
+}
+
+/* The input's gradient alone (no diff_weights): a thread per element, equal
+ * to the CPU's. */
+static void prelu_dx_only(const bk_prelu *p, bfit_op_desc d, const tbuf *x, const tbuf *a, const tbuf *dy, tbuf *dx,
+                          void *dxh, const char *what)
+{
+    const int64_t N = p->n * p->c * p->hw;
+    bfit_op_args o = {0};
+
+    o.src = x->d, o.weights = a->d, o.diff_dst = dy->d, o.diff_src = dx->d;
+    run_desc(&d, &o);
+    for (int64_t el = 0; el < N; el++)
+        bk_prelu_dx_one(p, x->h, a->h, dy->h, dxh, el);
+    cmp(what, (bfit_dtype)p->dt, dxh, dx, N, 0, 0);
+}
+
 /* PRELU forward and backward as cuda_prelu.cu's threads do them: the
  * output and the input's gradient one product each (equal to the CPU's);
- * each row's slope-gradient sum, 32 parts added in a warp's tree against
- * the CPU's one sum in element order, both in double from exact products,
- * then the rows in the CPU's order: equal but where a double rounding tips
- * the float, 1e-6 relative (and 1e-6 absolute: the accumulating case adds
- * that float to dw). Set and accumulate, with and without diff_src;
- * slopes shared or per channel. */
-static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int shared)
+ * with hw > 1 each row's slope-gradient sum, 32 parts added in a warp's
+ * tree against the CPU's one sum in element order, both in double from
+ * exact products, then the rows in the CPU's order: equal but where a
+ * double rounding tips the float, 1e-6 relative (and 1e-6 absolute: the
+ * accumulating case adds that float to dw); with hw == 1 the parts are the
+ * CPU's sums in the CPU's order: the same bits. Set and accumulate, with
+ * and without diff_src, and dx alone; slopes shared or per channel;
+ * PReLU or linear (LayerScale). */
+static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int shared, int lin)
 {
-    const int64_t rows = n * c, N = rows * hw, ns = shared ? 1 : c;
-    bk_prelu p = {n, c, hw, shared, (int)t};
-    bfit_op_desc d = {.kind = BFIT_OP_PRELU_FWD, .dtype = t, .u.prelu = {n, c, hw, shared, 0}};
+    const int64_t N = n * c * hw, ns = shared ? 1 : c, nr = hw == 1 ? (n + BK_PRELU_CH - 1) / BK_PRELU_CH : n;
+    bk_prelu p = {n, c, hw, shared, (int)t, lin};
+    bfit_op_desc d = {.kind = BFIT_OP_PRELU_FWD, .dtype = t, .u.prelu = {n, c, hw, shared, 0, lin}};
     tbuf x = rand_buf(t, N, -2, 2, 121), a = rand_buf(BFIT_F32, ns, -0.5f, 0.5f, 122), y = tbuf_new(&td, x.bytes);
     tbuf dy = rand_buf(t, N, -1, 1, 123), dx = tbuf_new(&td, x.bytes), dw = rand_buf(BFIT_F32, ns, -1, 1, 124);
     void *yh = malloc(x.bytes), *dxh = malloc(x.bytes);
     float *dwh = malloc(dw.bytes), *dw0 = malloc(dw.bytes);
-    double *rs = malloc((size_t)rows * sizeof(double));
+    double *rs = malloc((size_t)(nr * c) * sizeof(double));
     bfit_op_args o = {0};
-    char what[128];
+    char what[160];
 
     memcpy(dw0, dw.h, dw.bytes);
     o.src = x.d, o.weights = a.d, o.dst = y.d;
     run_desc(&d, &o);
     for (int64_t el = 0; el < N; el++)
         bk_prelu_fwd_one(&p, x.h, a.h, yh, el);
-    snprintf(what, sizeof what, "prelu (%s, hw %lld, %s)", bfit_dtype_name(t), (long long)hw,
-             shared ? "shared" : "per channel");
+    snprintf(what, sizeof what, "prelu (%s, n %lld, hw %lld, %s%s)", bfit_dtype_name(t), (long long)n, (long long)hw,
+             shared ? "shared" : "per channel", lin ? ", linear" : "");
     cmp(what, t, yh, &y, N, 0, 0);
     d.kind = BFIT_OP_PRELU_BWD;
+    prelu_dx_only(&p, d, &x, &a, &dy, &dx, dxh, what);
     for (int v = 0; v < 4; v++) { /* bit 0: accumulate; bit 1: no diff_src */
         d.accumulate = v & 1;
         memcpy(dw.h, dw0, dw.bytes), memcpy(dwh, dw0, dw.bytes);
@@ -680,19 +718,17 @@ static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int share
         memset(&o, 0, sizeof o);
         o.src = x.d, o.weights = a.d, o.diff_dst = dy.d, o.diff_src = v & 2 ? NULL : dx.d, o.diff_weights = dw.d;
         run_desc(&d, &o);
-        for (int64_t r = 0; r < rows; r++) {
-            double part[PARTS];
-            for (int l = 0; l < PARTS; l++)
-                part[l] = bk_prelu_bwd_part(&p, x.h, a.h, dy.h, v & 2 ? NULL : dxh, r, l, PARTS);
-            rs[r] = warp_tree(part);
-        }
+        prelu_host_sums(&p, &x, &a, &dy, v & 2 ? NULL : dxh, rs);
         for (int64_t j = 0; j < ns; j++)
             bk_prelu_slope_grad(&p, rs, dwh, d.accumulate, j);
-        snprintf(what, sizeof what, "prelu backward (%s, hw %lld, %s, %s%s)", bfit_dtype_name(t), (long long)hw,
-                 shared ? "shared" : "per channel", v & 1 ? "accumulating" : "setting", v & 2 ? ", no diff_src" : "");
+        snprintf(what, sizeof what, "prelu backward (%s, n %lld, hw %lld, %s%s, %s%s)", bfit_dtype_name(t),
+                 (long long)n, (long long)hw, shared ? "shared" : "per channel", lin ? ", linear" : "",
+                 v & 1 ? "accumulating" : "setting", v & 2 ? ", no diff_src" : "");
         if (!(v & 2))
             cmp(what, t, dxh, &dx, N, 0, 0);
-        cmp(what, BFIT_F32, dwh, &dw, ns, 1e-6, 1e-6);
+        cmp(what, BFIT_F32, dwh, &dw, ns, hw == 1 ? 0 : 1e-6, hw == 1 ? 0 : 1e-6);
+        if (hw == 1 && memcmp(dwh, dw.h, dw.bytes))
+            fail_msg("%s: the slopes' gradient is not the cpu's bit for bit", what);
     }
     tbuf_free(&td, &x), tbuf_free(&td, &a), tbuf_free(&td, &y), tbuf_free(&td, &dy), tbuf_free(&td, &dx);
     tbuf_free(&td, &dw), free(yh), free(dxh), free(dwh), free(dw0), free(rs);
@@ -701,13 +737,16 @@ static void prelu_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int share
 static void test_prelu(void **st)
 {
     (void)st;
-    for (int i = 0; i < 2; i++) {
-        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+    for (int i = 0; i < 4; i++) {
+        bfit_dtype t = i & 1 ? BFIT_BF16 : BFIT_F32;
+        int lin = i >> 1;
         for (int shared = 0; shared < 2; shared++) {
-            prelu_case(t, 2, 3, 5, shared);   /* fewer elements than a warp's lanes */
-            prelu_case(t, 3, 4, 63, shared);  /* odd */
-            prelu_case(t, 4, 5, 1, shared);   /* a vector's features */
-            prelu_case(t, 2, 3, 700, shared); /* many per lane */
+            prelu_case(t, 2, 3, 5, shared, lin);   /* fewer elements than a warp's lanes */
+            prelu_case(t, 3, 4, 63, shared, lin);  /* odd */
+            prelu_case(t, 4, 5, 1, shared, lin);   /* a vector's features: one chunk */
+            prelu_case(t, 2, 3, 700, shared, lin); /* many per lane */
+            prelu_case(t, 600, 37, 1, shared, lin); /* tokens: chunks of 256, the last partial */
+            prelu_case(t, 512, 130, 1, shared, lin); /* whole chunks; the cpu's column tiles */
         }
     }
 }

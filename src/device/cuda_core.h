@@ -391,27 +391,47 @@ BK_HD double bk_chs_bwd_part(const void *x, const void *s, const void *dy, void 
 /* ---- PReLU (PRELU) ---------------------------------------------------------------------- */
 
 /* [n, c, hw] in rows of hw (sample, channel); a: the f32 slopes, one per
- * channel or (shared) a[0] for all. */
+ * channel or (shared) a[0] for all; linear: y = a x for x > 0 too (a
+ * learned scale, LayerScale). */
 typedef struct bk_prelu {
     int64_t n, c, hw;
-    int shared, dt;
+    int shared, dt, linear;
 } bk_prelu;
+
+/* With hw == 1 (channels innermost: vectors, tokens) the slopes' gradient
+ * is summed in parts of BK_PRELU_CH samples per channel, part (q, j) at
+ * q c + j of the workspace, instead of a sum per single-element row: a
+ * c-th of the workspace and no warp per element. cpu_prelu.c uses the same
+ * chunks, so the two give the same bits. */
+#define BK_PRELU_CH 256
+
+BK_HD int64_t bk_prelu_chunks(const bk_prelu *p) { return (p->n + BK_PRELU_CH - 1) / BK_PRELU_CH; }
 
 BK_HD float bk_prelu_slope(const bk_prelu *p, const float *a, int64_t r) { return a[p->shared ? 0 : r % p->c]; }
 
-/* Forward: y[el] = x > 0 ? x : a x, one rounding (cpu_prelu.c's). */
+/* Forward: y[el] = x > 0 (and not linear) ? x : a x, one rounding
+ * (cpu_prelu.c's). */
 BK_HD void bk_prelu_fwd_one(const bk_prelu *p, const void *x, const float *a, void *y, int64_t el)
 {
     float v = bk_ldx(x, p->dt, el);
-    bk_stx(y, p->dt, el, v > 0 ? v : bk_prelu_slope(p, a, el / p->hw) * v);
+    bk_stx(y, p->dt, el, v > 0 && !p->linear ? v : bk_prelu_slope(p, a, p->hw == 1 ? el : el / p->hw) * v);
+}
+
+/* The input's gradient alone (no slopes' gradient asked), element el:
+ * dx = x > 0 (and not linear) ? dy : a dy; dx may be dy. */
+BK_HD void bk_prelu_dx_one(const bk_prelu *p, const void *x, const float *a, const void *dy, void *dx, int64_t el)
+{
+    float v = bk_ldx(x, p->dt, el), g = bk_ldx(dy, p->dt, el);
+    bk_stx(dx, p->dt, el, v > 0 && !p->linear ? g : bk_prelu_slope(p, a, p->hw == 1 ? el : el / p->hw) * g);
 }
 
 /* Backward on row r, part j0 of step parts (a warp's lanes; the host test
- * runs the parts in a loop): dx = x > 0 ? dy : a dy (dx not NULL; dx may
- * be dy: each element is read before it is written), and the part's sum
- * of dy x where x <= 0, in double. The products are exact in double, so
- * the row's sum differs from the CPU's (one sum in element order) only by
- * the rounding of double additions in another order. */
+ * runs the parts in a loop): dx = x > 0 (and not linear) ? dy : a dy (dx
+ * not NULL; dx may be dy: each element is read before it is written), and
+ * the part's sum of dy x where x <= 0 (linear: everywhere), in double. The
+ * products are exact in double, so the row's sum differs from the CPU's
+ * (one sum in element order) only by the rounding of double additions in
+ * another order. */
 BK_HD double bk_prelu_bwd_part(const bk_prelu *p, const void *x, const float *a, const void *dy, void *dx, int64_t r,
                                int64_t j0, int64_t step)
 {
@@ -419,23 +439,44 @@ BK_HD double bk_prelu_bwd_part(const bk_prelu *p, const void *x, const float *a,
     double acc = 0;
     for (int64_t j = r * p->hw + j0; j < (r + 1) * p->hw; j += step) {
         float v = bk_ldx(x, p->dt, j), g = bk_ldx(dy, p->dt, j);
-        if (v <= 0)
+        if (v <= 0 || p->linear)
             acc += (double)g * (double)v;
         if (dx)
-            bk_stx(dx, p->dt, j, v > 0 ? g : s * g);
+            bk_stx(dx, p->dt, j, v > 0 && !p->linear ? g : s * g);
     }
     return acc;
 }
 
-/* Slope j's gradient from the rows' sums rs [n c]: its rows by sample, then
- * channel (every channel for a shared slope), in double, set or (acc)
- * added to dw[j] in f32: cpu_prelu.c's order, so equal to the CPU's given
- * the same row sums. */
+/* hw == 1, part t = q c + j: channel j of samples [q CH, (q + 1) CH) (n
+ * at most), dx as bk_prelu_bwd_part's (dx NULL: skipped), and the sum of
+ * dy x where x <= 0 (linear: everywhere) in sample order, in double: the
+ * CPU's sum for the part, bit for bit. Threads of consecutive t read
+ * consecutive channels of a sample: coalesced. */
+BK_HD double bk_prelu_col_part(const bk_prelu *p, const void *x, const float *a, const void *dy, void *dx, int64_t t)
+{
+    int64_t c = p->c, j = t % c, k0 = t / c * BK_PRELU_CH, k1 = k0 + BK_PRELU_CH < p->n ? k0 + BK_PRELU_CH : p->n;
+    float s = a[p->shared ? 0 : j];
+    double acc = 0;
+    for (int64_t i = k0 * c + j; i < k1 * c; i += c) {
+        float v = bk_ldx(x, p->dt, i), g = bk_ldx(dy, p->dt, i);
+        if (v <= 0 || p->linear)
+            acc += (double)g * (double)v;
+        if (dx)
+            bk_stx(dx, p->dt, i, v > 0 && !p->linear ? g : s * g);
+    }
+    return acc;
+}
+
+/* Slope j's gradient from the partial sums rs: the rows' [n c] (hw > 1)
+ * or the parts' [ceil(n / CH) c] (hw == 1); its rows (parts) by sample
+ * (chunk), then channel (every channel for a shared slope), in double,
+ * set or (acc) added to dw[j] in f32: cpu_prelu.c's order, so equal to
+ * the CPU's given the same partial sums. */
 BK_HD void bk_prelu_slope_grad(const bk_prelu *p, const double *rs, float *dw, int acc, int64_t j)
 {
-    int64_t lo = p->shared ? 0 : j, hi = p->shared ? p->c : j + 1;
+    int64_t lo = p->shared ? 0 : j, hi = p->shared ? p->c : j + 1, nr = p->hw == 1 ? bk_prelu_chunks(p) : p->n;
     double s = 0;
-    for (int64_t k = 0; k < p->n; k++)
+    for (int64_t k = 0; k < nr; k++)
         for (int64_t ch = lo; ch < hi; ch++)
             s += rs[k * p->c + ch];
     dw[j] = acc ? dw[j] + (float)s : (float)s;

@@ -219,12 +219,15 @@ cudaError_t bk_chs_bwd(cudaStream_t s, int dt, const void *x, const void *sc, co
 
 /* ---- cuda_prelu.cu: PReLU (cuda_core.h's) ----------------------------------------- */
 
-/* y [n c, hw] = x > 0 ? x : a x (a: f32 slopes, bk_prelu's) */
+/* y [n c, hw] = x > 0 ? x : a x (linear: a x; a: f32 slopes, bk_prelu's) */
 cudaError_t bk_prelu_fwd(cudaStream_t s, const bk_prelu *p, const void *x, const float *a, void *y);
-/* dx = dy (x > 0 ? 1 : a) (dx NULL: skipped; dx may be dy); with dw, a
- * warp per row sums dy x where x <= 0 in double into rs [n c] (a workspace),
- * then a thread per slope adds its rows in the CPU's order into dw, set or
- * (acc) added (bk_prelu_bwd_part says where it may differ from the CPU's) */
+/* dx = dy (x > 0 ? 1 : a) (linear: a dy; dx NULL: skipped; dx may be dy);
+ * with dw, the sums of dy x where x <= 0 (linear: everywhere) in double
+ * into rs (a workspace): a warp per row, rs [n c], for hw > 1
+ * (bk_prelu_bwd_part says where it may differ from the CPU's); for hw == 1
+ * a thread per part of BK_PRELU_CH samples and a channel, rs
+ * [ceil(n / CH) c], the CPU's bits; then a thread per slope adds its rows
+ * (parts) in the CPU's order into dw, set or (acc) added */
 cudaError_t bk_prelu_bwd(cudaStream_t s, const bk_prelu *p, const void *x, const float *a, const void *dy, void *dx,
                          float *dw, int acc, double *rs);
 

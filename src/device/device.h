@@ -123,9 +123,11 @@ typedef enum {
     BFIT_OP_CHSCALE_BWD,      /* diff_src [n, c, hw] = diff_dst x src2 (NULL: skipped); dst [n, c] = the
                                  sum over hw of diff_dst x src (the scales' gradient; NULL: skipped) */
     BFIT_OP_PRELU_FWD,        /* dst [n, c, hw] = src > 0 ? src : weights[c] src (PyTorch's PReLU: a learned
-                                 slope per channel, or with u.prelu.shared one for all) */
+                                 slope per channel, or with u.prelu.shared one for all); with
+                                 u.prelu.linear weights[c] src everywhere (a learned scale: LayerScale) */
     BFIT_OP_PRELU_BWD,        /* diff_src = diff_dst (src > 0 ? 1 : weights[c]) (NULL: skipped);
-                                 diff_weights (+)= the sum over n and hw of diff_dst src where src <= 0 */
+                                 diff_weights (+)= the sum over n and hw of diff_dst src where src <= 0
+                                 (linear: weights[c] and every src) */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -218,8 +220,11 @@ typedef struct bfit_op_desc {
         struct { int64_t n, c, hw; int blk; } chs;
         /* PRELU: weights and diff_weights f32 [c], or [1] with shared; blk as CHSCALE's (the cpu only,
            f32 and bf16); the backward's workspace holds a partial sum per (sample, channel), so that
-           the slopes' gradient has one order whatever the threads and layout */
-        struct { int64_t n, c, hw; int shared, blk; } prelu;
+           the slopes' gradient has one order whatever the threads and layout; with hw == 1 (channels
+           innermost: vectors, tokens) one per (chunk of 256 samples, channel) instead (cuda_core.h's
+           BK_PRELU_CH), ceil(n / 256) c doubles, the same bits on every device; linear: the slope
+           applies to src > 0 too, y = weights[c] src (LayerScale) */
+        struct { int64_t n, c, hw; int shared, blk, linear; } prelu;
     } u;
 } bfit_op_desc;
 
