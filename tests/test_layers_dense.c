@@ -178,6 +178,28 @@ static void test_gc_prelu(void **st)
     gc_assert(&c);
 }
 
+/* layerscale: the input's and the scales' gradients, one scale per channel
+ * of an image, feature of a vector or feature of a sequence's tokens (both
+ * gradients linear: exact central differences) */
+static void test_gc_layerscale(void **st)
+{
+    bfit_layer_cfg p = cfg_of(BFIT_L_LAYERSCALE);
+    gc_case c = {.label = "layerscale 3x5x5 m=7", .cfg = p, .nin = 1, .in = {S(3, 5, 5)}, .m = 7};
+    (void)st;
+    c.cfg.alpha = -0.7f;
+    gc_assert(&c);
+    c.label = "layerscale 7 m=1 init=1";
+    c.cfg.alpha = 1.0f;
+    c.in[0] = V(7);
+    c.m = 1;
+    gc_assert(&c);
+    c.label = "layerscale seq 5x3 m=3";
+    c.cfg = p;
+    c.in[0] = Q(5, 3);
+    c.m = 3;
+    gc_assert(&c);
+}
+
 static void test_gc_flatten_dropout(void **st)
 {
     bfit_layer_cfg d = cfg_of(BFIT_L_DROPOUT);
@@ -960,6 +982,22 @@ static void test_errors(void **st)
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_string_equal(err, "prelu needs a finite initial slope, got nan");
     assert_null(l);
+    /* layerscale: its count is the input's channels (features), taken from it when 0 */
+    c = cfg_of(BFIT_L_LAYERSCALE);
+    c.units = 4;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "layerscale has one scale per channel of an image CxHxW or feature of a vector or of "
+                             "a sequence [T, C]: 4 scales do not fit the input 5x3");
+    c.units = 0;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_OK);
+    assert_int_equal(l->params[0].ndim, 1);
+    assert_int_equal(l->params[0].dim[0], 3);
+    assert_true(bfit_shape_eq(l->out, Q(5, 3)));
+    bfit_layer_free(l);
+    c.alpha = INFINITY;
+    assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
+    assert_string_equal(err, "layerscale needs a finite initial scale, got inf");
+    assert_null(l);
     /* a sequence is scored per token (token models, issue 15): one row of
      * class scores per token, the output (probabilities) shaped alike */
     c = cfg_of(BFIT_L_XENT);
@@ -976,6 +1014,7 @@ int main(void)
         cmocka_unit_test(test_gc_linear),     cmocka_unit_test(test_gc_sequences),
         cmocka_unit_test(test_gc_act),
         cmocka_unit_test(test_gc_act_param),  cmocka_unit_test(test_gc_prelu),
+        cmocka_unit_test(test_gc_layerscale),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_scale),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),

@@ -1278,6 +1278,89 @@ static void test_channels_last(void **st)
     pb_free(m);
 }
 
+/* x [N,4,3,3] -> Transpose to channels-last -> LayerNormalization over C ->
+ * Mul by a learned gd (the original ConvNeXt's gamma [C]) -> Transpose
+ * back -> GlobalAveragePool, Flatten -> Mul by a learned [4] (a vector's
+ * scale) -> Gemm -> logits. */
+static pbw *token_scale_graph(const int64_t *gd, int nd)
+{
+    static const int64_t in[4] = {-1, 4, 3, 3}, cd[1] = {4}, cl[4] = {0, 2, 3, 1}, cf[4] = {0, 3, 1, 2};
+    const char *x[1] = {"x"}, *t[1] = {"t"}, *li[3] = {"t", "ln.weight", "ln.bias"}, *n[1] = {"n"}, *u[1] = {"u"},
+               *mi[2] = {"n", "gamma"}, *q[1] = {"q"}, *f[1] = {"f"}, *hi[2] = {"head.gamma", "f"},
+               *s[1] = {"s"}, *fs[1] = {"fs"};
+    pbw *g = pb_new(), *a = node("Transpose", "to_cl", x, 1, t, 1), *b = node("Transpose", "to_cf", s, 1, u, 1);
+    int64_t k = 1;
+    for (int d = 0; d < nd; d++)
+        k *= gd[d];
+    attr_ints(a, "perm", cl, 4);
+    attr_ints(b, "perm", cf, 4);
+    pmsg(g, 1, a);
+    pmsg(g, 1, node("LayerNormalization", "ln", li, 3, n, 1));
+    pmsg(g, 1, node("Mul", "ls", mi, 2, s, 1));
+    pmsg(g, 1, b);
+    pmsg(g, 1, node("GlobalAveragePool", "pool", u, 1, q, 1));
+    pmsg(g, 1, node("Flatten", "flat", q, 1, f, 1));
+    pmsg(g, 1, node("Mul", "hs", hi, 2, fs, 1));
+    fc_head(g, "fs");
+    pmsg(g, 5, tensor("ln.weight", cd, 1, NULL, 4));
+    pmsg(g, 5, tensor("ln.bias", cd, 1, NULL, 4));
+    pmsg(g, 5, tensor("gamma", gd, nd, NULL, k));
+    pmsg(g, 5, tensor("head.gamma", cd, 1, NULL, 4));
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* A Mul of channels-last tokens or of a vector by a learned [C] (or [1,1,C]:
+ * ones before C) is the layerscale layer, the initializer its weight, kept
+ * in the file's shape; a learned tensor with more than C numbers, or of a
+ * higher rank than the tokens, is refused saying what batchfit reads. */
+static void test_token_scale(void **st)
+{
+    static const int64_t g1[1] = {4}, g3[3] = {1, 1, 4}, g2[2] = {3, 4}, g5[5] = {1, 1, 1, 1, 4};
+    bfit_graph_desc g;
+    const bfit_wsrc_entry *e;
+    int64_t dim[BFIT_PARAM_MAXD];
+    bfit_model *M;
+    tdev t;
+    pbw *m = model(token_scale_graph(g1, 1));
+    (void)st;
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_LAYERNORM);
+    assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_LAYERSCALE);
+    assert_int_equal(g.nodes[2].cfg.units, 4);
+    assert_non_null(e = bfit_wsrc_find(g.wsrc, 2, 0));
+    assert_string_equal(e->name, "gamma");
+    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_TRANSPOSE);
+    assert_int_equal(g.nodes[5].cfg.kind, BFIT_L_LAYERSCALE);
+    assert_non_null(e = bfit_wsrc_find(g.wsrc, 5, 0));
+    assert_string_equal(e->name, "head.gamma");
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(token_scale_graph(g3, 3)); /* [1,1,C]: files keep it so */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_LAYERSCALE);
+    tdev_open(&t, 1);
+    assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
+    assert_true(bfit_shape_eq(M->nodes[2].l->out, bfit_shape_seq(9, 4)));
+    assert_int_equal(M->nodes[2].l->params[0].ndim, 1);
+    assert_int_equal(bfit_model_param_dims(M, 2, 0, dim), 3);
+    assert_true(dim[0] == 1 && dim[1] == 1 && dim[2] == 4);
+    bfit_model_free(M);
+    tdev_close(&t);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(token_scale_graph(g2, 2)); /* a number per token and feature: not a layer scale */
+    assert_int_equal(load(m, &g, "node 'ls' (Mul, opset 17) with inputs 'n' [N,3,3,4], 'gamma' [3,4] float: a Mul "
+                                 "by a learned tensor is read as a layer scale: tokens [N,T,C] or a vector [N,C] "
+                                 "times [C] (timm's LayerScale), or an image [N,C,H,W] times [C,1,1] (torchvision's "
+                                 "ConvNeXt); this is not one"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(token_scale_graph(g5, 5));
+    assert_int_equal(load(m, &g, "this is not one"), BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* x [N,4,3,3] -> Slice channels [0, 2) and [2, end) (x.chunk(2, dim=1),
  * the second's step `step`) -> Concat of them the other way round ->
  * Reshape to [N, 2, 2, 3, 3] -> Transpose (perm p) -> Reshape to back
@@ -1914,7 +1997,7 @@ int main(void)
         cmocka_unit_test(test_cycle),
         cmocka_unit_test(test_undefined_input),
         cmocka_unit_test(test_prelu),
-        cmocka_unit_test(test_channels_last),
+        cmocka_unit_test(test_channels_last), cmocka_unit_test(test_token_scale),
         cmocka_unit_test(test_channel_shuffle),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),

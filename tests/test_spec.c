@@ -237,6 +237,32 @@ static void test_prelu(void **st)
     bfit_graph_fini(&g);
 }
 
+/* layerscale: a scale per channel (feature) starting at timm's 1e-5, or at
+ * init=V; its count is the input's, taken when the layer is made */
+static void test_layerscale(void **st)
+{
+    const char *text = "input 4x6x6\n"
+                       "layerscale\n"          /* 0 */
+                       "layerscale init=0.1\n" /* 1 */
+                       "flatten\n"             /* 2 */
+                       "linear 5\n"            /* 3 */
+                       "layerscale init=-2\n"; /* 4 */
+    bfit_graph_desc g;
+    const bfit_node_desc *n;
+    (void)st;
+
+    assert_int_equal(parse(text, &g), BFIT_OK);
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_OK);
+    n = g.nodes;
+    assert_node(&g, 0, BFIT_L_LAYERSCALE, 0, -1, 2, 1);
+    assert_true(n[0].cfg.units == 0 && n[0].cfg.alpha == 1e-5f);
+    assert_node(&g, 1, BFIT_L_LAYERSCALE, 1, -1, 3, 1);
+    assert_true(n[1].cfg.alpha == 0.1f);
+    assert_node(&g, 4, BFIT_L_LAYERSCALE, 4, -1, 6, 1);
+    assert_true(n[4].cfg.alpha == -2.0f);
+    bfit_graph_fini(&g);
+}
+
 static void test_residual_wiring(void **st)
 {
     const char *text =
@@ -385,6 +411,10 @@ static const bad bads[] = {
     {"input 784\nprelu slope=inf\n", 0, "t.cfg:2:13: ", {"bad number `inf` for prelu's initial slope"}},
     {"input 784\nprelu alpha=0.1\n", 0, "t.cfg:2:7: ", {"prelu has no option `alpha`", "options: slope, channels"}},
     {"input 784\nprelu channels=2 channels=3\n", 0, "t.cfg:2:18: ", {"duplicate option", "sets the slopes"}},
+    {"input 784\nlayerscale 3\n", 0, "t.cfg:2:12: ", {"unexpected `3`", "layerscale takes only options"}},
+    {"input 784\nlayerscale init=nan\n", 0, "t.cfg:2:17: ", {"bad number `nan` for layerscale's initial scale"}},
+    {"input 784\nlayerscale slope=1\n", 0, "t.cfg:2:12: ", {"layerscale has no option `slope`", "options: init"}},
+    {"input 784\nlayerscale init=1 init=2\n", 0, "t.cfg:2:19: ", {"duplicate option"}},
     {"input 784\nbatchnorm 3\n", 0, "t.cfg:2:11: ", {"batchnorm takes only options"}},
     {"input 784\nlinear 10 20\n", 0, "t.cfg:2:11: ", {"unexpected `20`", "linear N"}},
     {"relu\n", 0, "t.cfg:1:1: ", {"begins with `input"}},
@@ -806,7 +836,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_layer_and_option),
         cmocka_unit_test(test_param_activations),
-        cmocka_unit_test(test_prelu),
+        cmocka_unit_test(test_prelu), cmocka_unit_test(test_layerscale),
         cmocka_unit_test(test_residual_wiring),
         cmocka_unit_test(test_text_details),
         cmocka_unit_test(test_bad_specs),

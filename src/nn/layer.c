@@ -28,6 +28,7 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_LEAKYRELU] = &bfit_leakyrelu_vt, [BFIT_L_ELU] = &bfit_elu_vt,
     [BFIT_L_SOFTPLUS] = &bfit_softplus_vt,  [BFIT_L_SELU] = &bfit_selu_vt,
     [BFIT_L_CELU] = &bfit_celu_vt,           [BFIT_L_PRELU] = &bfit_prelu_vt,
+    [BFIT_L_LAYERSCALE] = &bfit_layerscale_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -42,7 +43,7 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_TANH] = "tanh",       [BFIT_L_HARDSIGMOID] = "hardsigmoid", [BFIT_L_HARDSWISH] = "hardswish",
     [BFIT_L_SCALE] = "scale",     [BFIT_L_LEAKYRELU] = "leakyrelu", [BFIT_L_ELU] = "elu",
     [BFIT_L_SOFTPLUS] = "softplus", [BFIT_L_SELU] = "selu",    [BFIT_L_CELU] = "celu",
-    [BFIT_L_PRELU] = "prelu",
+    [BFIT_L_PRELU] = "prelu",     [BFIT_L_LAYERSCALE] = "layerscale",
 };
 
 static void unprepare(bfit_layer *l);
@@ -130,7 +131,7 @@ bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind)
     c.p = 0.5f;
     c.causal = 1;
     c.alpha = kind == BFIT_L_LEAKYRELU ? 0.01f : kind == BFIT_L_ELU || kind == BFIT_L_CELU ? 1.0f
-              : kind == BFIT_L_PRELU ? 0.25f : 1.0f / 6.0f; /* PyTorch's */
+              : kind == BFIT_L_PRELU ? 0.25f : kind == BFIT_L_LAYERSCALE ? 1e-5f : 1.0f / 6.0f; /* PyTorch's, timm's */
     if (kind == BFIT_L_PRELU)
         c.units = 1; /* nn.PReLU(): one slope */
     c.beta = kind == BFIT_L_SOFTPLUS ? 1.0f : 0.5f;

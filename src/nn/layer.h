@@ -54,6 +54,8 @@ typedef enum {
     BFIT_L_CELU,       /* x > 0 ? x : alpha (e^(x / alpha) - 1) (PyTorch's CELU: alpha not 0, default 1) */
     BFIT_L_PRELU,      /* x > 0 ? x : a x with learned slopes a: `units` of them, 1 or one per channel of
                           CxHxW (feature of a vector); PyTorch's PReLU, starting at alpha (0.25) */
+    BFIT_L_LAYERSCALE, /* a x with learned scales a, one per channel of CxHxW or feature of a vector or
+                          sequence [T, C] (timm's LayerScale, ConvNeXt's gamma), starting at alpha (1e-5) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -63,7 +65,8 @@ typedef enum {
 
 typedef struct bfit_layer_cfg {
     bfit_layer_kind kind;
-    int units;          /* linear: out features; conv: out channels; prelu: slopes (1 or the channels) */
+    int units;          /* linear: out features; conv: out channels; prelu: slopes (1 or the channels);
+                           layerscale: the input's channels (0: taken from the input) */
     int kh, kw;         /* conv/pool kernel */
     int sh, sw;         /* stride (pool default: kernel) */
     int ph, pw;         /* zero padding */
@@ -84,7 +87,7 @@ typedef struct bfit_layer_cfg {
     float lo, hi;       /* clip bounds */
     float alpha, beta;  /* hardsigmoid: min(max(alpha x + beta, 0), 1) (default 1/6, 1/2); leakyrelu:
                            alpha the negative slope (0.01); elu, celu: alpha (1); softplus: beta (1);
-                           prelu: alpha the slopes' initial value (0.25) */
+                           prelu: alpha the slopes' initial value (0.25); layerscale: the scales' (1e-5) */
     float threshold;    /* softplus: linear where beta x > threshold (default 20) */
     int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
     bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]);
@@ -310,7 +313,8 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_layernorm_vt, bfit_add_vt, bfit_xent_vt, bfit_embed_vt, bfit_attention_vt, bfit_clip_vt, bfit_concat_vt,
     bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
     bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt, bfit_leakyrelu_vt, bfit_elu_vt,
-    bfit_softplus_vt, bfit_selu_vt, bfit_celu_vt, bfit_prelu_vt;
+    bfit_softplus_vt, bfit_selu_vt, bfit_celu_vt, bfit_prelu_vt,
+    bfit_layerscale_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

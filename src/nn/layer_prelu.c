@@ -1,17 +1,39 @@
-/* layer_prelu.c - `prelu`: PyTorch's nn.PReLU, y = x where x > 0, else a x,
- * with the slopes a learned: one for the whole input (units 1,
- * nn.PReLU()), or one per channel of an image CxHxW or feature of a vector
- * (units C, nn.PReLU(C), which PyTorch applies along dimension 1). They
- * start at alpha (PyTorch's 0.25) and take no weight decay, as biases and
- * norms do not (PyTorch's documentation advises none for them).
- * The backward reads x: the slopes' gradient is the sum of dy x where
- * x <= 0. The slopes stay f32 under mixed precision, as a norm's scale. */
+/* layer_prelu.c - a learned number per channel that multiplies x, one op
+ * (PRELU_FWD/BWD) for both layers:
+ * - `prelu`: PyTorch's nn.PReLU, y = x where x > 0, else a x: one slope for
+ *   the whole input (units 1, nn.PReLU()), or one per channel of an image
+ *   CxHxW or feature of a vector (units C, nn.PReLU(C), which PyTorch
+ *   applies along dimension 1); starting at alpha (PyTorch's 0.25);
+ * - `layerscale`: timm's LayerScale, the original ConvNeXt's gamma, y = a x
+ *   everywhere, one scale per channel of an image, feature of a vector or
+ *   feature (last dimension) of a sequence [T, C]; starting at alpha
+ *   (timm's 1e-5).
+ * Neither takes weight decay, as biases and norms do not (PyTorch's
+ * documentation advises none for PReLU; timm leaves 1-d parameters out).
+ * The backward reads x: the slopes' gradient is the sum of dy x (prelu's
+ * where x <= 0). The slopes stay f32 under mixed precision, as a norm's
+ * scale. */
 #include "base/err.h"
 #include "nn/layer.h"
 
 #include <stdio.h>
 
 enum { OP_FWD, OP_BWD, OP_BWD_SET };
+
+static int init_common(bfit_layer *l, char *err, size_t errlen)
+{
+    const char *name = bfit_layer_kind_name(l->cfg.kind);
+
+    if (!(l->cfg.alpha > -1e30f && l->cfg.alpha < 1e30f)) {
+        snprintf(err, errlen, "%s needs a finite initial %s, got %g", name,
+                 l->cfg.kind == BFIT_L_PRELU ? "slope" : "scale", (double)l->cfg.alpha);
+        return BFIT_EINVAL;
+    }
+    l->out = l->in[0];
+    l->nparams = 1;
+    l->params[0] = (bfit_param){.name = "weight", .ndim = 1, .dim = {l->cfg.units}, .trainable = 1};
+    return BFIT_OK;
+}
 
 static int init(bfit_layer *l, char *err, size_t errlen)
 {
@@ -24,29 +46,42 @@ static int init(bfit_layer *l, char *err, size_t errlen)
                  bfit_shape_is_image(in) ? "" : " (a sequence: one slope only)");
         return BFIT_EINVAL;
     }
-    if (!(l->cfg.alpha > -1e30f && l->cfg.alpha < 1e30f)) {
-        snprintf(err, errlen, "prelu needs a finite initial slope, got %g", (double)l->cfg.alpha);
+    return init_common(l, err, errlen);
+}
+
+/* A layer scale's count is the input's channels (features): a sequence's
+ * last dimension; units 0 takes it from the input. */
+static int init_layerscale(bfit_layer *l, char *err, size_t errlen)
+{
+    bfit_shape in = l->in[0];
+    int c = in.nd == 2 ? in.d[1] : in.c;
+    char buf[48];
+
+    if (in.nd < 1 || in.nd > 3 || (l->cfg.units && l->cfg.units != c)) {
+        snprintf(err, errlen, "layerscale has one scale per channel of an image CxHxW or feature of a vector or of "
+                 "a sequence [T, C]: %d scales do not fit the input %s", l->cfg.units,
+                 bfit_shape_str(in, buf, sizeof buf));
         return BFIT_EINVAL;
     }
-    l->out = in;
-    l->nparams = 1;
-    l->params[0] = (bfit_param){.name = "weight", .ndim = 1, .dim = {l->cfg.units}, .trainable = 1};
-    return BFIT_OK;
+    l->cfg.units = c;
+    return init_common(l, err, errlen);
 }
 
 /* An image's rows are its channels even for one slope, so that a layout
  * chain's blocks (store.c) sum them in the plain layout's order; a vector's
- * or sequence's elements are one row per sample for one slope. */
+ * or sequence's elements are one row per sample for one slope; a
+ * sequence's scales per feature see [m T, C, 1], its tokens as samples. */
 static bfit_op_desc prelu_desc(const bfit_layer *l, bfit_op_kind kind, int m, int accumulate)
 {
     bfit_op_desc d = {.kind = kind, .dtype = l->dtype, .accumulate = accumulate};
     bfit_shape in = l->in[0];
-    int rows_are_channels = in.nd == 3 || l->cfg.units > 1;
+    int rows_are_channels = in.nd == 3 || l->cfg.units > 1, seq = in.nd == 2 && rows_are_channels;
 
-    d.u.prelu.n = m;
-    d.u.prelu.c = rows_are_channels ? in.c : 1;
-    d.u.prelu.hw = rows_are_channels ? (int64_t)in.h * in.w : bfit_shape_numel(in);
-    d.u.prelu.shared = l->cfg.units == 1;
+    d.u.prelu.n = seq ? (int64_t)m * in.d[0] : m;
+    d.u.prelu.c = seq ? in.d[1] : rows_are_channels ? in.c : 1;
+    d.u.prelu.hw = seq ? 1 : rows_are_channels ? (int64_t)in.h * in.w : bfit_shape_numel(in);
+    d.u.prelu.shared = l->cfg.units == 1 && l->cfg.kind == BFIT_L_PRELU;
+    d.u.prelu.linear = l->cfg.kind == BFIT_L_LAYERSCALE;
     d.u.prelu.blk = l->blk_in; /* a layout chain's block (store.c): the output's too */
     return d;
 }
@@ -104,4 +139,17 @@ const bfit_layer_vt bfit_prelu_vt = {
     .forward = forward,
     .backward = backward,
     .unprepare = NULL, /* ops are freed generically */
+};
+
+const bfit_layer_vt bfit_layerscale_vt = {
+    .kind = BFIT_L_LAYERSCALE,
+    .nin = 1,
+    .grad_set = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
+    .init = init_layerscale,
+    .prepare = prepare,
+    .init_params = init_params,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
 };

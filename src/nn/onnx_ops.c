@@ -254,6 +254,28 @@ static int hardsigmoid(onnx_lower *L)
     return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
 }
 
+/* Mul of tokens [N,T,C] (a channels-last image [N,H,W,C] among them) or a
+ * vector [N,C] by a learned [C] (or [1,C], [1,1,C], ...: its last
+ * dimension C, the others 1): the layerscale layer, one scale per feature
+ * (timm's LayerScale, the original ConvNeXt's gamma), the initializer its
+ * weight. */
+static int token_scale(onnx_lower *L, oval *x, oval *g)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_LAYERSCALE);
+    const bfit_onnx_tensor *t = g->t;
+    oval *par[1] = {g};
+    int ok = x->shape.nd == 1 || x->shape.nd == 2, C = x->shape.nd == 2 ? x->shape.d[1] : x->shape.c;
+
+    for (int d = 0; ok && d + 1 < t->ndim; d++)
+        ok = t->dim[d] == 1;
+    if (!ok || t->ndim < 1 || t->ndim > x->rank || t->dim[t->ndim - 1] != C)
+        return bfit_onnx_refuse(L, "a Mul by a learned tensor is read as a layer scale: tokens [N,T,C] or a "
+                                   "vector [N,C] times [C] (timm's LayerScale), or an image [N,C,H,W] times "
+                                   "[C,1,1] (torchvision's ConvNeXt); this is not one");
+    c.units = C;
+    return bfit_onnx_emit(L, &c, &x, 1, par, 1);
+}
+
 /* An image times a learned [C,1,1] (ConvNeXt's layer scale): a depthwise
  * 1x1 convolution without bias, the initializer its weight (its C numbers
  * in the same order: the gradient sums dy x over the batch and the map). */
@@ -266,8 +288,10 @@ static int layer_scale(onnx_lower *L, oval *g)
 
     if (rc != BFIT_OK)
         return rc;
-    if (!bfit_shape_is_image(x->shape) || x->cl[0] || t->numel != x->shape.c || t->ndim < 3 ||
-        t->dim[t->ndim - 1] != 1 || t->dim[t->ndim - 2] != 1 || (t->ndim == 4 && t->dim[0] != 1) || t->ndim > 4)
+    if (!bfit_shape_is_image(x->shape) || bfit_shape_is_vector(x->shape) || x->cl[0])
+        return token_scale(L, x, g);
+    if (t->numel != x->shape.c || t->ndim < 3 || t->dim[t->ndim - 1] != 1 || t->dim[t->ndim - 2] != 1 ||
+        (t->ndim == 4 && t->dim[0] != 1) || t->ndim > 4)
         return bfit_onnx_refuse(L, "a Mul by a learned tensor is read as a layer scale: an image [N,C,H,W] times "
                                    "[C,1,1] or [1,C,1,1] (ConvNeXt's); this is not one");
     c.units = c.groups = x->shape.c;

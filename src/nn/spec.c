@@ -241,7 +241,7 @@ bad:
 
 enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_VOCAB, O_POS,
        O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_SLOPE, O_ALPHA, O_BETA, O_THRESHOLD, O_CEIL, O_CHANNELS,
-       O_COUNT };
+       O_INIT, O_COUNT };
 /* The cfg fields an option sets: giving one field twice is an error. */
 enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_VOCAB, F_POS, F_TYPES, F_CAUSAL, F_LEAN,
        F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_CEIL, F_CHANNELS, F_COUNT };
@@ -278,12 +278,13 @@ static const struct {
     [O_THRESHOLD] = {"threshold", FB(F_THRESHOLD)},
     [O_CEIL] = {"ceil", FB(F_CEIL)},
     [O_CHANNELS] = {"channels", FB(F_CHANNELS)},
+    [O_INIT] = {"init", FB(F_ALPHA)},
 };
 
 static const char *const field_names[F_COUNT] = {
     "the kernel height", "the kernel width", "the vertical stride", "the horizontal stride",
     "the vertical padding", "the horizontal padding", "bias", "the dropout probability", "eps", "momentum",
-    "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std", "the slope or alpha",
+    "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std", "the slope, alpha or initial value",
     "beta", "the threshold", "ceil", "the slopes",
 };
 
@@ -318,6 +319,7 @@ static const layer_kw layer_kws[] = {
     {"selu", BFIT_L_SELU, P_NONE, 0, "selu"},
     {"celu", BFIT_L_CELU, P_NONE, OB(O_ALPHA), "celu [alpha=A]"},
     {"prelu", BFIT_L_PRELU, P_NONE, OB(O_CHANNELS) | OB(O_SLOPE), "prelu [channels=1|C] [slope=S]"},
+    {"layerscale", BFIT_L_LAYERSCALE, P_NONE, OB(O_INIT), "layerscale [init=V]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
@@ -330,7 +332,7 @@ static const layer_kw layer_kws[] = {
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
     "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "selu", "celu",
-    "prelu", "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
+    "prelu", "layerscale", "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -368,7 +370,8 @@ static int unknown_layer(const parser *p, tok t)
         return fail_at(p, t.s, "unknown layer `%s`; did you mean `%s`?", show(t, b, sizeof b), guess);
     return fail_at(p, t.s,
                    "unknown layer `%s` (known: linear, conv, maxpool, avgpool, gap, relu, gelu, sigmoid, silu, tanh, "
-                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, selu, celu, prelu, flatten, dropout, batchnorm, "
+                   "hardsigmoid, hardswish, leakyrelu, elu, softplus, selu, celu, prelu, layerscale, flatten, dropout, "
+                   "batchnorm, "
                    "layernorm, embed, attention, residual)",
                    show(t, b, sizeof b));
 }
@@ -434,15 +437,19 @@ static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fs
     }
 }
 
-/* leakyrelu's slope (prelu's initial one), elu's and celu's alpha,
- * softplus's beta and threshold: any finite number, as PyTorch's; not 0
- * where it divides (softplus's beta, celu's alpha) */
+/* leakyrelu's slope (prelu's initial one, layerscale's initial scale),
+ * elu's and celu's alpha, softplus's beta and threshold: any finite
+ * number, as PyTorch's; not 0 where it divides (softplus's beta, celu's
+ * alpha) */
 static int act_param(const parser *p, int o, tok val, bfit_layer_cfg *c)
 {
     static const char *const what[] = {"leakyrelu's slope", "elu's alpha", "softplus's beta",
                                        "softplus's threshold"};
     int celu = c->kind == BFIT_L_CELU, divides = o == O_BETA || celu;
-    const char *name = celu ? "celu's alpha" : c->kind == BFIT_L_PRELU ? "prelu's initial slope" : what[o - O_SLOPE];
+    const char *name = celu                            ? "celu's alpha"
+                       : c->kind == BFIT_L_PRELU       ? "prelu's initial slope"
+                       : c->kind == BFIT_L_LAYERSCALE  ? "layerscale's initial scale"
+                                                       : what[o - O_SLOPE];
     float *f = o == O_BETA ? &c->beta : o == O_THRESHOLD ? &c->threshold : &c->alpha;
     char b[64];
     int rc = parse_float(p, val, name, -1e30, 1, 1e30, 1, f);
@@ -514,7 +521,7 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
         return parse_float(p, val, "eps", 0, 1, 1, 0, &c->eps);
     case O_STD:
         return parse_float(p, val, "std (the weights' initial spread)", 0, 1, 1, 0, &c->std);
-    case O_SLOPE: case O_ALPHA: case O_BETA: case O_THRESHOLD:
+    case O_SLOPE: case O_ALPHA: case O_BETA: case O_THRESHOLD: case O_INIT:
         return act_param(p, o, val, c);
     default: /* O_MOM */
         return parse_float(p, val, "momentum", 0, 0, 1, 0, &c->momentum);

@@ -186,7 +186,8 @@ static int cheap(const bfit_model *M, int i)
     static const bfit_layer_kind k[] = {BFIT_L_BATCHNORM, BFIT_L_RELU, BFIT_L_CLIP, BFIT_L_ADD, BFIT_L_MAXPOOL,
                                         BFIT_L_SIGMOID, BFIT_L_SILU, BFIT_L_TANH, BFIT_L_GELU,
                                         BFIT_L_HARDSIGMOID, BFIT_L_HARDSWISH, BFIT_L_SCALE, BFIT_L_LEAKYRELU,
-                                        BFIT_L_ELU, BFIT_L_SOFTPLUS, BFIT_L_SELU, BFIT_L_CELU, BFIT_L_PRELU};
+                                        BFIT_L_ELU, BFIT_L_SOFTPLUS, BFIT_L_SELU, BFIT_L_CELU, BFIT_L_PRELU,
+                                        BFIT_L_LAYERSCALE};
     for (unsigned j = 0; j < sizeof k / sizeof k[0]; j++)
         if (is(M, i, k[j]))
             return 1;
@@ -267,7 +268,7 @@ static int elementwise(const bfit_layer *l)
 
 /* Layers that take a blocked input: dense and depthwise convolutions
  * (MobileNet's, EfficientNet's: oneDNN's jit_dw computes in the block),
- * activations (prelu's slopes per channel too), max pools of such windows,
+ * activations (prelu's slopes and layer scales per channel too), max pools of such windows,
  * batch norms, global average pools (one value per channel out, the same
  * bytes in either layout), residual adds (elementwise: both inputs and the
  * output in one layout), and a squeeze-and-excitation block's channel
@@ -277,7 +278,7 @@ static int takes_blocked(const bfit_layer *l)
     int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || dw || elementwise(l) || pool2(l) ||
            pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_ADD || global_avg(l) ||
-           l->cfg.kind == BFIT_L_SCALE || l->cfg.kind == BFIT_L_PRELU;
+           l->cfg.kind == BFIT_L_SCALE || l->cfg.kind == BFIT_L_PRELU || l->cfg.kind == BFIT_L_LAYERSCALE;
 }
 
 /* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
@@ -316,7 +317,7 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
         return was;
     }
     if (((elementwise(l) || pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_SCALE ||
-          l->cfg.kind == BFIT_L_PRELU) &&
+          l->cfg.kind == BFIT_L_PRELU || l->cfg.kind == BFIT_L_LAYERSCALE) &&
          blk[u] != blk[w]) ||
         (pool2(l) && blk[w] && !blk[u])) {
         was = blk[u] || blk[w];

@@ -14,7 +14,8 @@ classes; pad_cnn_op9 is pad_cnn exported at opset 9, where Pad's pads are an
 attribute; ceil_cnn, max pools with ceil_mode=True, at 48x48; convnext_mini, torchvision's ConvNeXt
 with two stages of width 16 and 32 at 32x32: its blocks' permutes to channels-last and back, layer norms
 over channels, Linear layers on [N,H,W,C] and layer scales; shufflenet_v2_x0_5 at 64x64: channel chunks
-and shuffles) it writes NAME.onnx and NAME_ref.safetensors holding:
+and shuffles; layerscale_mini at 32x32: learned scales [C] on channels-last tokens (the original ConvNeXt's
+gamma), on a ViT block's tokens (timm's LayerScale) and on a vector) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels
   loss64, loss32                    the mean cross-entropy (F64 scalars)
   g64.P (F64), g32.P (F32)          the gradient of every parameter P (state_dict
@@ -277,13 +278,62 @@ class CeilCnn(torch.nn.Module):
         return self.head(torch.cat([self.a(x), self.b(x)], 1))
 
 
+class OrigCNBlock(torch.nn.Module):
+    """The original ConvNeXt's block (facebookresearch/ConvNeXt, not torchvision's): the layer scale gamma [C]
+    multiplies channels-last tokens [N,H,W,C], before the permute back."""
+
+    def __init__(self, dim):
+        super().__init__()
+        nn = torch.nn
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1, self.act, self.pwconv2 = nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.empty(dim).uniform_(0.5, 1.5))  # away from its 1e-6: the block matters
+
+    def forward(self, x):
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        y = self.gamma * self.pwconv2(self.act(self.pwconv1(self.norm(y))))
+        return x + y.permute(0, 3, 1, 2)
+
+
+class LayerScaleMini(torch.nn.Module):
+    """Learned per-feature scales where images, tokens and vectors meet them: an OrigCNBlock; torchvision's
+    ViT encoder block with timm's LayerScale (ls1, ls2: x * gamma [C]) on its attention's and MLP's outputs,
+    over the 16 tokens of a 4x4 map (ViT's reshape and permute); a vector's scale before the head."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        from torchvision.models.vision_transformer import EncoderBlock
+        self.stem = nn.Conv2d(3, 16, 8, stride=8)  # 32x32 -> 4x4
+        self.cn = OrigCNBlock(16)
+        self.enc = EncoderBlock(num_heads=2, hidden_dim=16, mlp_dim=32, dropout=0.0, attention_dropout=0.0)
+        self.ls1 = nn.Parameter(torch.empty(16).uniform_(0.5, 1.5))
+        self.ls2 = nn.Parameter(torch.empty(16).uniform_(0.5, 1.5))
+        self.ln = nn.LayerNorm(16)
+        self.ls_head = nn.Parameter(torch.empty(16).uniform_(0.5, 1.5))
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        x = self.cn(self.stem(x))
+        n, c, h, w = x.shape
+        x = x.reshape(n, c, h * w).permute(0, 2, 1)  # tokens [N, 16, C], as ViT's _process_input
+        e = self.enc
+        y = e.ln_1(x)
+        a, _ = e.self_attention(y, y, y, need_weights=False)
+        x = x + self.ls1 * a
+        x = x + self.ls2 * e.mlp(e.ln_2(x))
+        return self.head(self.ls_head * self.ln(x)[:, 0])
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
     the same structure, 2 blocks of width 64 with 4 heads, and act_cnn, a small CNN with the smooth activations
     (SiLU, exported as x * Sigmoid(x); Sigmoid; Tanh) at 32x32; pad_cnn (and pad_cnn_op9), a small CNN at 32x32
     padded by nn.ZeroPad2d(1), an AvgPool2d's padding and F.pad(x, (2, 2, 1, 1)), each exported as a Pad;
-    ceil_cnn (CeilCnn) at 48x48; convnext_mini, its layer scales drawn in [0.5, 1.5)."""
+    ceil_cnn (CeilCnn) at 48x48; convnext_mini, its layer scales drawn in [0.5, 1.5); layerscale_mini
+    (LayerScaleMini) at 32x32."""
     from torchvision.models.vision_transformer import VisionTransformer
     if name == "act_cnn":
         nn = torch.nn
@@ -315,6 +365,8 @@ def build(name):
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
     if name == "ceil_cnn":
         return CeilCnn(), 48
+    if name == "layerscale_mini":
+        return LayerScaleMini(), 32
     if name == "convnext_mini":  # torchvision's ConvNeXt, two stages: channels-last blocks, LayerNorm2d, layer scale
         from torchvision.models.convnext import CNBlock, CNBlockConfig, ConvNeXt
         model = ConvNeXt([CNBlockConfig(16, 32, 2), CNBlockConfig(32, None, 1)], num_classes=CLASSES)

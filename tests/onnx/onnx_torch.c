@@ -22,7 +22,10 @@
  * differ, and convnext_mini: torchvision's ConvNeXt of two small stages
  * (permutes to channels-last and back, layer norms over channels, Linear
  * layers on [N,H,W,C], learned layer scales), and shufflenet_v2_x0_5
- * (torchvision's: x.chunk(2, dim=1) and channel shuffles). NAME
+ * (torchvision's: x.chunk(2, dim=1) and channel shuffles), and
+ * layerscale_mini: learned scales [C] on channels-last tokens (the original
+ * ConvNeXt's gamma), on a ViT block's tokens (timm's LayerScale) and on a
+ * vector. NAME
  * resnet50_224: the import plans as the resnet50 preset does. Exit 77 (skipped) when the exports are missing (no
  * torchvision). */
 #include <setjmp.h>
@@ -567,7 +570,7 @@ int main(int argc, char **argv)
     if (argc != 2) {
         fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
                         "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0, pad_cnn, pad_cnn_op9, "
-                        "param_act_cnn, ceil_cnn, prelu_cnn, convnext_mini, shufflenet_v2_x0_5)\n");
+                        "param_act_cnn, ceil_cnn, prelu_cnn, convnext_mini, shufflenet_v2_x0_5, layerscale_mini)\n");
         return 2;
     }
     name = argv[1];

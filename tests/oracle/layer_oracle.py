@@ -18,8 +18,8 @@ bias, eps, momentum, p, in0, in1, m, training, loss_scale, params), plus
 scale_<tensor> where a result is much smaller than the terms summed into it
 (cancellation), so the test judges its error against the terms' size.
 in0/in1 are "CxHxW" for images and vectors (F as Fx1x1), and "TxF" for a
-sequence of T tokens of F features (cases added with seq=1: linear and
-layernorm, which act on each token).
+sequence of T tokens of F features (cases added with seq=1: linear,
+layernorm and layerscale, which act on each token).
 
 Inputs and parameters are drawn as float32; torch then computes in float64
 from those exact values, so the expected results are the float32 problem's
@@ -69,7 +69,7 @@ class Case:
     def __init__(self, idx, label, kind, shapes, m, training=1, seq=0, **cfg):
         self.idx, self.label, self.kind, self.m, self.training, self.seq = idx, label, kind, m, training, seq
         if seq:  # [T, F] as given
-            assert kind in ("linear", "layernorm", "embed", "attention", "xent") and all(len(s) == 2 for s in shapes)
+            assert kind in ("linear", "layernorm", "embed", "attention", "xent", "layerscale") and all(len(s) == 2 for s in shapes)
             self.shapes = [tuple(s) for s in shapes]
         else:
             self.shapes = [tuple(s) + (1,) * (3 - len(s)) for s in shapes]  # CxHxW
@@ -149,6 +149,10 @@ def run_seq(c, x, params):
     k, cfg, Fdim = c.kind, c.cfg, c.shapes[0][1]
     if k == "attention":
         return run_attention(c, x[0], c.lens), {}
+    if k == "layerscale":  # timm's LayerScale: x * gamma, gamma [F] along the last dimension
+        params["weight"] = c.uniform((Fdim,), -1.5, 1.5)
+        p = {"weight": leaf(params["weight"])}
+        return x[0] * p["weight"], p
     if k == "linear":
         mod = torch.nn.Linear(Fdim, cfg["units"], bias=bool(cfg["bias"]), dtype=torch.float64)
         params["weight"] = c.uniform((cfg["units"], Fdim), -0.5, 0.5)
@@ -224,6 +228,8 @@ def run_case(c, outdir):
         params["bias"] = c.uniform(pshape, -0.3, 0.3)
     elif k == "prelu":  # slopes of both signs
         params["weight"] = c.uniform((cfg["units"],), -0.5, 0.5)
+    elif k == "layerscale":  # scales of both signs, one per channel (feature)
+        params["weight"] = c.uniform((C,), -1.5, 1.5)
     if not c.seq:
         p = {n: leaf(t) for n, t in params.items()}
         st = {n: t.clone() for n, t in state.items()}
@@ -270,6 +276,8 @@ def run_case(c, outdir):
         y = x[0] * x[1]
     elif k == "prelu":  # along dimension 1: an image's channels, a vector's (Fx1x1) features
         y = F.prelu(x[0], p["weight"])
+    elif k == "layerscale":  # torchvision's ConvNeXt's layer_scale [C, 1, 1]; a vector's as Cx1x1
+        y = x[0] * p["weight"].view(-1, 1, 1)
     elif k == "clip":
         y = F.hardtanh(x[0], cfg["lo"], cfg["hi"])  # ReLU6 at [0, 6]: its gradient only strictly inside
     elif k == "concat":
@@ -402,6 +410,13 @@ def cases():
     add("prelu_m2_37_channels37", "prelu", [(37,)], 2, units=37)
     add("prelu_m4_16x24x24_channels16", "prelu", [(16, 24, 24)], 4, units=16)
     add("prelu_m4_16x24x24", "prelu", [(16, 24, 24)], 4)
+    # layerscale: one scale per channel of an image, feature of a vector or of a sequence's tokens; the
+    # 16x24x24 and T=300 ones take the parallel loops, T=300 x m=2 rows cross the gradient's 256-row parts
+    add("layerscale_m3_3x5x7", "layerscale", [(3, 5, 7)], 3)
+    add("layerscale_m4_16x24x24", "layerscale", [(16, 24, 24)], 4)
+    add("layerscale_m2_37", "layerscale", [(37,)], 2)
+    add("layerscale_seq_m3_T5_7", "layerscale", [(5, 7)], 3, seq=1)
+    add("layerscale_seq_m2_T300_24", "layerscale", [(300, 24)], 2, seq=1)
     add("scale_m3_4x5x6_by_4x1x1", "scale", [(4, 5, 6), (4,)], 3)
     add("scale_m1_16x3x3_by_16x1x1", "scale", [(16, 3, 3), (16, 1, 1)], 1)
     add("flatten_m7_3x5x7", "flatten", [(3, 5, 7)], 7)
