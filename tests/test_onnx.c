@@ -1216,8 +1216,8 @@ static pbw *channels_last_graph(const int64_t *p1, const int64_t *p2, const int6
 
 /* A permute to channels-last and back around a layer norm becomes
  * transposes to tokens [H*W, C] and back to the image, the layer norm over
- * C between them; a Mul by a learned [C,1,1] a depthwise 1x1 convolution
- * whose weight is that initializer (named and shaped as the file has it).
+ * C between them; a Mul by a learned [C,1,1] a layerscale whose weight is
+ * that initializer (named and shaped as the file has it).
  * Other permutes, and a learned tensor that is no per-channel scale, are
  * refused saying what batchfit reads. */
 static void test_channels_last(void **st)
@@ -1236,17 +1236,15 @@ static void test_channels_last(void **st)
     assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_LAYERNORM);
     assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_TRANSPOSE);
     assert_true(bfit_shape_eq(g.nodes[2].cfg.to, bfit_shape_chw(4, 3, 3)));
-    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_CONV);
-    assert_int_equal(g.nodes[3].cfg.groups, 4);
-    assert_int_equal(g.nodes[3].cfg.kh * g.nodes[3].cfg.kw, 1);
-    assert_int_equal(g.nodes[3].cfg.bias, 0);
+    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_LAYERSCALE);
+    assert_int_equal(g.nodes[3].cfg.units, 4);
     assert_non_null(e = bfit_wsrc_find(g.wsrc, 3, 0));
     assert_string_equal(e->name, "ls.gamma");
     tdev_open(&t, 1);
     assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
     assert_true(bfit_shape_eq(M->nodes[0].l->out, bfit_shape_seq(9, 4)));
     assert_true(bfit_shape_eq(M->nodes[2].l->out, bfit_shape_chw(4, 3, 3)));
-    assert_int_equal(M->nodes[3].l->params[0].ndim, 4); /* the convolution's [4,1,1,1] */
+    assert_int_equal(M->nodes[3].l->params[0].ndim, 1); /* the layer's [4] */
     assert_int_equal(bfit_model_param_dims(M, 3, 0, dim), 3); /* files keep the [4,1,1] PyTorch has */
     assert_true(dim[0] == 4 && dim[1] == 1 && dim[2] == 1);
     bfit_model_free(M);
@@ -1255,7 +1253,7 @@ static void test_channels_last(void **st)
     pb_free(m);
     m = model(channels_last_graph(cl, cf, g4, 4)); /* [1,C,1,1] */
     assert_int_equal(load(m, &g, NULL), BFIT_OK);
-    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_CONV);
+    assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_LAYERSCALE);
     bfit_graph_fini(&g);
     pb_free(m);
     m = model(channels_last_graph(cl, cf, g1, 1)); /* [C] broadcasts along W */

@@ -448,10 +448,9 @@ static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, bfi
     int same = p->t->ndim == want->ndim;
     for (int d = 0; same && d < want->ndim; d++)
         same = p->t->dim[d] == want->dim[d];
-    /* PReLU's slopes as ONNX broadcasts them ([C,1,1]), a layer scale's [C,1,1] as a depthwise 1x1
-       convolution's [C,1,1,1], a token layer scale's [1,1,C] as [C]: the handler has checked, the
-       numbers are in the same order */
-    same = same || ((kind == BFIT_L_PRELU || kind == BFIT_L_CONV || kind == BFIT_L_LAYERSCALE) &&
+    /* PReLU's slopes and layer scales as ONNX broadcasts them ([C,1,1], [1,1,C]) for the layer's [C]:
+       the handler has checked, the numbers are in the same order */
+    same = same || ((kind == BFIT_L_PRELU || kind == BFIT_L_LAYERSCALE) &&
                     squeezed_eq(p->t->dim, p->t->ndim, want->dim, want->ndim));
     bfit_onnx_cstr(p->name, nm, sizeof nm);
     if (p->t->dtype != BFIT_ONNX_FLOAT)

@@ -276,14 +276,19 @@ static int token_scale(onnx_lower *L, oval *x, oval *g)
     return bfit_onnx_emit(L, &c, &x, 1, par, 1);
 }
 
-/* An image times a learned [C,1,1] (ConvNeXt's layer scale): a depthwise
- * 1x1 convolution without bias, the initializer its weight (its C numbers
- * in the same order: the gradient sums dy x over the batch and the map). */
+/* An image times a learned [C,1,1] or [1,C,1,1] (torchvision's ConvNeXt's
+ * layer scale): the layerscale layer, the initializer its weight (its C
+ * numbers in the same order; files keep the initializer's shape). Until
+ * 2026-12-05 a depthwise 1x1 convolution: the same gradients, but three
+ * oneDNN primitives where one elementwise op serves, 9% more activation
+ * bytes a sample in ConvNeXt-T's plan, and weight decay, which timm and the
+ * original ConvNeXt leave off such scales; tokens and vectors go to
+ * token_scale. */
 static int layer_scale(onnx_lower *L, oval *g)
 {
-    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CONV);
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_LAYERSCALE);
     const bfit_onnx_tensor *t = g->t;
-    oval *x, *par[2] = {g, NULL};
+    oval *x, *par[1] = {g};
     int rc = bfit_onnx_dev_in(L, bfit_onnx_in(L, 0) == g ? 1 : 0, &x);
 
     if (rc != BFIT_OK)
@@ -294,10 +299,8 @@ static int layer_scale(onnx_lower *L, oval *g)
         (t->ndim == 4 && t->dim[0] != 1) || t->ndim > 4)
         return bfit_onnx_refuse(L, "a Mul by a learned tensor is read as a layer scale: an image [N,C,H,W] times "
                                    "[C,1,1] or [1,C,1,1] (ConvNeXt's); this is not one");
-    c.units = c.groups = x->shape.c;
-    c.kh = c.kw = 1;
-    c.bias = 0;
-    return bfit_onnx_emit(L, &c, &x, 1, par, 2);
+    c.units = x->shape.c;
+    return bfit_onnx_emit(L, &c, &x, 1, par, 1);
 }
 
 /* Mul of an image [N,C,H,W] by [N,C,1,1] (either order): each channel by
