@@ -71,6 +71,8 @@
 #define PRELU_HEAD "fuzz/corpus/onnx/prelu_head.onnx" /* nn.PReLU after a Linear */
 /* ConvNeXt's channels-last block and layer scale, a ShuffleNetV2 unit (tests/fixtures/cnx_shuffle_mini.py) */
 #define CNX_SHUFFLE "fuzz/corpus/onnx/cnx_shuffle_mini.onnx"
+/* self-attention written out as timm's Attention (tests/onnx/mhsa_refusals.py) */
+#define MHSA_OK "fuzz/corpus/onnx/mhsa_ok.onnx"
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
 static const char *const side_name[NS] = {"cpu", "cuda (fastest)", "cuda (lean)"};
 static bfit_device *dev[NS];
@@ -2027,6 +2029,7 @@ static void test_training_bf16(void **st)
     compare_training(SE_MINI, BFIT_BF16);
     compare_training(PRELU_MINI, BFIT_BF16);
     compare_training(CNX_SHUFFLE, BFIT_BF16);
+    compare_training(MHSA_OK, BFIT_BF16);
 }
 
 /* The models of the ops on rows, columns, channel gates, grouped
@@ -2034,9 +2037,9 @@ static void test_training_bf16(void **st)
  * bf16 (cuda_supports, and no op left that only the cpu has). */
 static void test_needs_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, PRELU_HEAD, CNX_SHUFFLE};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, PRELU_HEAD, CNX_SHUFFLE, MHSA_OK};
     (void)st;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         for (int t = 0; t < 2; t++) {
             bfit_graph_desc g;
             bfit_op_needs nd;
@@ -2061,10 +2064,10 @@ static void test_needs_new_ops(void **st)
  * with hw == 1 per chunk of 256 samples and channel). */
 static void test_plan_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE, MHSA_OK};
     bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
-    for (int f = 0; f < 6; f++)
+    for (int f = 0; f < 7; f++)
         for (int s = GPU; s < NS; s++)
             for (int t = 0; t < 2; t++) {
                 measured_step(files[f], s, &sgd, 1, t ? BFIT_BF16 : BFIT_F32);
@@ -2088,6 +2091,7 @@ static void test_training_new_ops(void **st)
     compare_training(SE_MINI, BFIT_F32);
     compare_training(PRELU_MINI, BFIT_F32);
     compare_training(CNX_SHUFFLE, BFIT_F32);
+    compare_training(MHSA_OK, BFIT_F32);
 }
 
 int main(void)

@@ -293,6 +293,18 @@ static void describe(const oval *v, char *buf, size_t len)
     }
 }
 
+/* The node reads a hand-written attention's view (onnx_mhsa.c): its refusal
+ * says what is wrong there, the note about unmatched Softmaxes would not. */
+static int in_mhsa(onnx_lower *L)
+{
+    for (int k = 0; k < L->nd->nin; k++) {
+        const oval *v = bfit_onnx_in(L, k);
+        if (v && v->kind == OV_VIEW && v->att[0])
+            return 1;
+    }
+    return 0;
+}
+
 int bfit_onnx_refuse(onnx_lower *L, const char *fmt, ...)
 {
     char msg[1024], ins[1024] = "", nm[128], op[64], one[192];
@@ -302,10 +314,11 @@ int bfit_onnx_refuse(onnx_lower *L, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (L->attn_miss) { /* the likely cause: an attention the matcher did not take whole */
+    if (L->attn_miss && !in_mhsa(L)) { /* the likely cause: an attention the matcher did not take whole */
         size_t n = strlen(msg);
         snprintf(msg + n, sizeof msg - n, " (the graph's Softmax '%s' is not an attention block batchfit knows: "
-                 "nn.MultiheadAttention batch first, without a mask or dropout on the attention weights)",
+                 "nn.MultiheadAttention batch first, without a mask or dropout on the attention weights, or one "
+                 "written out as timm's or minGPT's)",
                  bfit_onnx_cstr(L->om->nodes[L->attn_miss - 1].name, nm, sizeof nm));
     }
     for (int k = 0; k < L->nd->nin && u < sizeof ins; k++) {
@@ -618,7 +631,8 @@ static int lower_node(onnx_lower *L, int i)
         if (v && v->kind == OV_UNAVAIL)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
     }
-    if (bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_shuffle(L, &rc) || bfit_onnx_lower_act(L, &rc) ||
+    if (bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_shuffle(L, &rc) ||
+        bfit_onnx_lower_act(L, &rc) ||
         bfit_onnx_lower_vit(L, &rc) || bfit_onnx_lower_cnn(L, &rc))
         return rc;
     return bfit_onnx_refuse(L, "batchfit does not support the operator %s: docs/onnx.md lists what it does and "

@@ -17,8 +17,9 @@
  * other nodes are then checked against it (the slices take q, k, v in that
  * order, the reshapes give H heads of d) and compute nothing. Their
  * tensors keep their ONNX shapes (affine in the batch) for the Shape nodes
- * that read them. Another attention (a mask, timm's fused qkv reshape) is
- * refused at the node that does not fit. */
+ * that read them. Attention written out by hand (timm's fused qkv reshape,
+ * minGPT's split) is onnx_mhsa.c's; another (a mask) is refused at the
+ * node that does not fit. */
 #include "base/err.h"
 #include "nn/onnx_int.h"
 

@@ -3,7 +3,8 @@
  * what PyTorch's F.pad export computes to give Pad its pads list (Shape,
  * Gather, Unsqueeze, Squeeze, Concat, Reshape, Cast, Add, Sub, Mul, Div,
  * Slice (negative steps too), ConstantOfShape, Equal, Where, Expand, and
- * Transpose of integers, on host values).
+ * Transpose of integers, on host values; Pow of floats: a hand-written
+ * attention's k.size(-1) ** 0.5).
  *
  * The batch is free, so an integer is kept as a * m + b for the
  * micro-batch m, and every result holds for every m at once: Shape of a
@@ -172,7 +173,7 @@ static int64_t norm_axis(int64_t a, int nd) { return a < 0 ? a + nd : a; }
 
 /* ---- elementwise with broadcasting ------------------------------------------ */
 
-enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ };
+enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ, E_POW };
 
 static int overflow(onnx_lower *L) { return bfit_onnx_refuse(L, "shape arithmetic beyond 64-bit integers"); }
 
@@ -226,6 +227,7 @@ static double fop(int op, double x, double y)
     case E_SUB: return x - y;
     case E_MUL: return x * y;
     case E_DIV: return x / y;
+    case E_POW: return pow(x, y);
     default: return x == y;
     }
 }
@@ -270,6 +272,8 @@ static int elementwise(onnx_lower *L, int op)
         return BFIT_EINVAL;
     if ((rc = bshape(L, x, y, &nd, dim)) != BFIT_OK)
         return rc;
+    if (op == E_POW && !x->isf && !y->isf)
+        return bfit_onnx_refuse(L, "a Pow of integers is not shape arithmetic batchfit follows (floats: it is)");
     isf = (x->isf || y->isf) && op != E_EQ;
     if (!(o = bfit_onnx_hval_new(L, isf, nd, dim)))
         return BFIT_EINVAL;
@@ -847,7 +851,7 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
     } ops[] = {{"Gather", gather},           {"Concat", concat},   {"Reshape", reshape_host},
                {"Cast", cast},               {"Slice", slice_host}, {"ConstantOfShape", constant_of_shape},
                {"Where", where},             {"Expand", expand_host},  {"Transpose", transpose_host}};
-    static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal"};
+    static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal", "Pow"};
 
     if (bfit_onnx_streq(L->nd->op, "Shape")) {
         *rc = shape(L);
@@ -874,7 +878,7 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
             *rc = ops[i].fn(L);
             return 1;
         }
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (bfit_onnx_streq(L->nd->op, ew[i])) {
             *rc = elementwise(L, i);
             return 1;

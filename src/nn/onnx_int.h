@@ -48,6 +48,10 @@ typedef struct oval {
                                      [H*W, C] (the same bytes); 0: none */
     int shuf[2];                  /* OV_VIEW of a channel shuffle (onnx_shuffle.c): its groups, and 1 once
                                      transposed; the image's id and shape are the value's */
+    int att[3];                   /* OV_VIEW inside self-attention written out by hand (onnx_mhsa.c): its
+                                     stage (0: none), heads, and which of q, k, v (0-2; -1: all or none);
+                                     the projection's (or the attention output's) id and shape */
+    double att_scale;             /* there: the factor on the scores so far */
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
     int init;                     /* initializer index, -1: none */
@@ -145,6 +149,9 @@ int bfit_onnx_lower_act(onnx_lower *L, int *rc);
 
 /* ---- ShuffleNet's chunks and channel shuffle (onnx_shuffle.c) ---- */
 int bfit_onnx_lower_shuffle(onnx_lower *L, int *rc);
+
+/* ---- self-attention written out by hand: timm's, minGPT's (onnx_mhsa.c) ---- */
+int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc);
 
 /* ---- the transformer's operators (onnx_vit.c, onnx_attn.c) ---- */
 int bfit_onnx_lower_vit(onnx_lower *L, int *rc);

@@ -64,6 +64,17 @@ run 1 train --model "$src/tests/onnx/five_classes.onnx" --max-steps 1 --threads 
 # an attention that is not nn.MultiheadAttention's plain export (dropout on its weights): the refusal says so
 run 1 plan --model "$src/tests/onnx/vit_attn_dropout.onnx" --memory 1GiB &&
   has "$err" "the graph's Softmax '/encoder/layers/encoder_layer_0/self_attention/Softmax' is not an attention block batchfit knows"
+# self-attention written out by hand (tests/onnx/mhsa_refusals.py writes the three files; export.py's mhsa_mini
+# has the forms batchfit reads): what the attention layer does not do is refused where it shows, saying what
+# (before 2026-12-05 every hand-written attention was refused at its first Reshape or Split)
+run 0 train --model "$seeds/mhsa_ok.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 &&
+  has "$out" "test accuracy"
+run 1 plan --model "$src/tests/onnx/mhsa_noscale.onnx" --memory 1GiB &&
+  has "$err" "mhsa_noscale.onnx: node '/attn/Softmax' \(Softmax, opset 17\) with inputs '/attn/Mul_output_0' \(inside an attention block\): the scores are scaled by 1; batchfit's attention scales them by 1/sqrt\(head size\) = 0.5 \(head size 4\)$"
+run 1 plan --model "$src/tests/onnx/mhsa_causal.onnx" --memory 1GiB &&
+  has "$err" "mhsa_causal.onnx: node '/attn/Where' \(Where, opset 17\) .*: a mask on the attention's scores \(masked_fill, a causal mask\) is not read"
+run 1 plan --model "$src/tests/onnx/mhsa_dropout.onnx" --memory 1GiB &&
+  has "$err" "mhsa_dropout.onnx: node '/attn/drop/Dropout' \(Dropout, opset 17\) .*: dropout of ratio 0.1 inside the attention: batchfit's attention layer has none"
 # GELU's tanh approximation (tests/onnx/gelu_tanh.onnx: Flatten, Linear(48, 8), nn.GELU(approximate='tanh'),
 # Linear(8, 3), exported as export.py does): refused where it starts, saying only the exact GELU is read
 # (before 2026-12-04 the x * x was taken as a product of two tensors and a constant's Mul was blamed)

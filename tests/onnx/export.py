@@ -326,6 +326,71 @@ class LayerScaleMini(torch.nn.Module):
         return self.head(self.ls_head * self.ln(x)[:, 0])
 
 
+class TimmAttention(torch.nn.Module):
+    """timm's Attention written out: one qkv Linear reshaped to [B, T, 3, H, d] and permuted; q, k, v by
+    unbind (a Split and Squeezes) or by index (Gathers); the scale on q (index) or on the scores (unbind);
+    attn_drop and proj_drop at timm's p = 0."""
+
+    def __init__(self, dim, heads, unbind):
+        super().__init__()
+        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.attn_drop, self.proj_drop = torch.nn.Dropout(0.0), torch.nn.Dropout(0.0)  # timm's defaults
+        self.heads, self.scale, self.unbind = heads, (dim // heads) ** -0.5, unbind
+
+    def forward(self, x):
+        B, T, C = x.shape
+        qkv = self.qkv(x).reshape(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        if self.unbind:
+            q, k, v = qkv.unbind(0)
+            attn = (q @ k.transpose(-2, -1)) * self.scale
+        else:
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            attn = (q * self.scale) @ k.transpose(-2, -1)
+        x = (self.attn_drop(attn.softmax(dim=-1)) @ v).transpose(1, 2).reshape(B, T, C)
+        return self.proj_drop(self.proj(x))
+
+
+class GptAttention(torch.nn.Module):
+    """minGPT's self-attention without its causal mask: c_attn split into q, k, v along the features, each
+    viewed as heads and transposed; the scores divided by sqrt(d)."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.c_attn, self.c_proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / (k.size(-1) ** 0.5)
+        y = (att.softmax(dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MhsaMini(torch.nn.Module):
+    """Hand-written self-attention in three pre-norm blocks over the 16 tokens of a 4x4 map of width 32:
+    timm's (unbind, then by index) and minGPT's, 4, 2 and 8 heads; a GELU MLP after the last."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Conv2d(3, 32, 8, stride=8)
+        self.attn = nn.ModuleList([TimmAttention(32, 4, True), TimmAttention(32, 2, False), GptAttention(32, 8)])
+        self.norms = nn.ModuleList([nn.LayerNorm(32) for _ in range(3)])
+        self.mlp = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+        self.head = nn.Linear(32, CLASSES)
+
+    def forward(self, x):
+        x = self.stem(x)
+        n, c, h, w = x.shape
+        x = x.reshape(n, c, h * w).permute(0, 2, 1)
+        for a, ln in zip(self.attn, self.norms):
+            x = x + a(ln(x))
+        x = x + self.mlp(x)
+        return self.head(x[:, 0])
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
@@ -365,6 +430,8 @@ def build(name):
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
     if name == "ceil_cnn":
         return CeilCnn(), 48
+    if name == "mhsa_mini":
+        return MhsaMini(), 32
     if name == "layerscale_mini":
         return LayerScaleMini(), 32
     if name == "convnext_mini":  # torchvision's ConvNeXt, two stages: channels-last blocks, LayerNorm2d, layer scale

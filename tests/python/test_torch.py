@@ -350,26 +350,30 @@ def test_convnext_and_shufflenet_train_and_come_back(onnx_import):
     assert cnx.features[1][0].layer_scale.shape == (16, 1, 1)
 
 
-def test_layer_scales_on_tokens_train_and_come_back(onnx_import):
-    """Learned [C] scales where tokens and vectors meet them (tests/onnx/export.py's LayerScaleMini: the
-    original ConvNeXt's gamma on channels-last tokens, timm's LayerScale in a ViT block, a vector's scale)
-    train on arrays and come back moved, each in its own [16]; before 2026-12-05 the first was refused."""
+@pytest.mark.parametrize("name", ["layerscale_mini", "mhsa_mini"])
+def test_hand_written_blocks_train_and_come_back(onnx_import, name):
+    """Modules as users write them (tests/onnx/export.py): LayerScaleMini's learned [C] scales on
+    channels-last tokens (the original ConvNeXt's gamma), in a ViT block (timm's LayerScale) and on a vector;
+    MhsaMini's self-attention written out as timm's Attention (unbind, index) and minGPT's. They train on
+    arrays and every parameter comes back moved, in its own shape; before 2026-12-05 each was refused at
+    load (the first gamma's Mul, the first attention's Reshape)."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
     from export import build
     torch.manual_seed(0)
-    m, size = build("layerscale_mini")
+    m, size = build(name)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((64, 3, size, size)).astype(np.float32)
     y = rng.integers(0, 10, 64)
     start = copy.deepcopy(m.state_dict())
     bt.train(m, data=(x, y), epochs=1, batch=32, memory="512MiB", threads=2)
     assert m.batchfit_result.steps == 2
-    for name, p in m.named_parameters():
-        assert p.shape == start[name].shape and not torch.equal(p.detach(), start[name]), name
-    for name in ("cn.gamma", "ls1", "ls2", "ls_head"):
-        assert m.state_dict()[name].shape == (16,)
+    for pname, p in m.named_parameters():
+        assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
+    if name == "layerscale_mini":
+        for pname in ("cn.gamma", "ls1", "ls2", "ls_head"):
+            assert m.state_dict()[pname].shape == (16,)
 
 
 class ScaledByBuffer(torch.nn.Module):

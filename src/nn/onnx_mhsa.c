@@ -1,0 +1,370 @@
+/* onnx_mhsa.c - self-attention written out by hand, as PyTorch 1.13
+ * exports it (opset 17, a dynamic batch), mapped onto batchfit's attention
+ * layer. Two ways of writing it, both common in users' code:
+ *
+ * - timm's Attention: qkv(x).reshape(B, T, 3, H, d).permute(2, 0, 3, 1, 4),
+ *   then q, k, v = qkv.unbind(0) (a Split and three Squeezes) or qkv[0],
+ *   qkv[1], qkv[2] (Gathers);
+ * - minGPT's: q, k, v = c_attn(x).split(C, dim=2), each .view(B, T, H, d)
+ *   .transpose(1, 2);
+ *
+ * then (q @ k.transpose(-2, -1)) scaled by 1/sqrt(d) (a Mul or Div of the
+ * scores, or of q before), softmax over the keys, @ v, .transpose(1, 2)
+ * .reshape(B, T, C). Nothing may mask the scores (a causal mask is
+ * refused where it meets them).
+ *
+ * The tensors between the projection and the final Reshape have the heads
+ * or the batch where batchfit keeps neither, so each becomes a view
+ * (OV_VIEW: att[] says which stage, how many heads, which of q, k, v) of the
+ * projection's tokens [T, 3C], whose columns are q | k | v with head h in
+ * columns h d .. (h + 1) d of each: the attention layer's input. The MatMul
+ * by v emits the layer; its output [T, C] is then viewed as [N, H, T, d]
+ * until the Reshape back, which is that output. A view read by any other
+ * node, or in another order, is refused there, saying what batchfit reads.
+ * The projections themselves are MatMuls by transposed initializers:
+ * linear layers, as elsewhere. */
+#include "base/err.h"
+#include "nn/onnx_int.h"
+
+#include <math.h>
+#include <stdint.h>
+
+enum {
+    S_QKV5 = 1, /* [N, T, 3, H, d]: the projection reshaped (timm) */
+    S_QKV3,     /* [3, N, H, T, d]: permuted */
+    S_PART,     /* [1, N, H, T, d]: one of the three, split */
+    S_TOK,      /* [N, T, C]: one of q, k, v split from the projection's columns (minGPT) */
+    S_TOK4,     /* [N, T, H, d]: reshaped */
+    S_HEADS,    /* [N, H, T, d]: q, k or v by heads */
+    S_KT,       /* [N, H, d, T]: k transposed */
+    S_SCORES,   /* [N, H, T, T]: q k^T (times att_scale) */
+    S_PROBS,    /* [N, H, T, T]: the softmax */
+    S_OUT,      /* [N, H, T, d]: the attention layer's output [T, C] as heads */
+    S_OUT_T     /* [N, T, H, d]: transposed back */
+};
+
+#define BATCH INT64_MIN /* a view's dimension that is the batch */
+
+static const char *const WANT =
+    "batchfit reads self-attention written out the way timm's Attention (qkv(x).reshape(B, T, 3, H, d).permute(2, "
+    "0, 3, 1, 4), then unbind or [0], [1], [2]) or minGPT (c_attn(x).split(C, dim=2), each .view(B, T, H, d)"
+    ".transpose(1, 2)) writes it: softmax(q @ k.transpose(-2, -1) / sqrt(d), dim=-1) @ v, then .transpose(1, 2)"
+    ".reshape(B, T, C), with no mask";
+
+/* Output k is a view of device value x at a stage, its ONNX dimensions
+ * dims[0..rank) (BATCH: the batch). */
+static void mview(onnx_lower *L, int k, const oval *x, int stage, int heads, int part, double scale, int rank,
+                  const int64_t *dims)
+{
+    oval *o = bfit_onnx_out(L, k);
+    bfit_onnx_str name = o->name;
+    int producer = o->producer;
+
+    *o = *x;
+    o->name = name, o->producer = producer;
+    o->kind = OV_VIEW;
+    o->att[0] = stage, o->att[1] = heads, o->att[2] = part;
+    o->att_scale = scale;
+    o->rank = rank;
+    for (int d = 0; d < rank; d++)
+        o->ra[d] = dims[d] == BATCH, o->rb[d] = dims[d] == BATCH ? 0 : dims[d];
+}
+
+/* Output 0 is view v again, its scores' factor now scale. */
+static void same(onnx_lower *L, const oval *v, double scale)
+{
+    oval *o = bfit_onnx_out(L, 0);
+    bfit_onnx_str name = o->name;
+    int producer = o->producer;
+
+    *o = *v;
+    o->name = name, o->producer = producer;
+    o->att_scale = scale;
+}
+
+/* The Reshape's target (input 1): the batch first (or 0 copying it), the
+ * rest constants into d[0..); their count, or -1. */
+static int target(onnx_lower *L, const oval *x, int64_t *d, int max)
+{
+    hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
+    if (!t || t->isf || t->nd != 1 || t->n < 2 || t->n - 1 > max ||
+        !(bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0) || (t->a[0] == 0 && (t->b[0] == 0 || t->b[0] == -1))))
+        return -1;
+    for (int64_t k = 1; k < t->n; k++) {
+        if (t->a[k])
+            return -1;
+        d[k - 1] = t->b[k] == 0 && k < x->rank ? x->rb[k] : t->b[k];
+    }
+    return (int)t->n - 1;
+}
+
+/* -1 in d[0..n) is what the others leave of total (one at most). */
+static int infer(int64_t *d, int n, int64_t total)
+{
+    int64_t known = 1;
+    int at = -1;
+    for (int k = 0; k < n; k++) {
+        if (d[k] == -1 && at < 0)
+            at = k;
+        else if (d[k] < 1)
+            return 0;
+        else
+            known *= d[k];
+    }
+    if (at >= 0 && known > 0 && total % known == 0)
+        d[at] = total / known;
+    return at < 0 ? known == total : total % known == 0;
+}
+
+/* The attribute's ints are exactly p[0..n). */
+static int perm_is(onnx_lower *L, const int64_t *p, int n)
+{
+    int64_t v[BFIT_ONNX_MAXATTR];
+    int got = 0;
+    if (bfit_onnx_attr_ints(L, "perm", v, 0, &got) != BFIT_OK || got != n)
+        return 0;
+    for (int k = 0; k < n; k++)
+        if (v[k] != p[k])
+            return 0;
+    return 1;
+}
+
+/* The start of a block: a Reshape of the projection's tokens [T, 3C] to
+ * [N, T, 3, H, d] (timm), or a Split of them into three [T, C] along the
+ * last axis (minGPT). 0 where the node is neither (another handler's). */
+static int entry(onnx_lower *L, oval *x, int *rc)
+{
+    int64_t T = x->shape.d[0], C3 = x->shape.d[1], d[4];
+
+    if (bfit_onnx_streq(L->nd->op, "Reshape")) {
+        if (target(L, x, d, 4) != 4 || d[0] != T || d[1] != 3 || !infer(d + 2, 2, C3 / 3) || C3 % 3)
+            return 0;
+        mview(L, 0, x, S_QKV5, (int)d[2], -1, 1, 5, (int64_t[]){BATCH, T, 3, d[2], d[3]});
+    } else { /* Split */
+        int64_t axis = 0, s[3];
+        int n = 0;
+        if (L->nd->nout != 3 || bfit_onnx_attr_int(L, "axis", 0, &axis) != BFIT_OK || (axis != 2 && axis != -1) ||
+            C3 % 3)
+            return 0;
+        if (bfit_onnx_in(L, 1) && (bfit_onnx_host_i64(L, 1, s, 3, &n) != BFIT_OK || n != 3 || s[0] != C3 / 3 ||
+                                   s[1] != C3 / 3 || s[2] != C3 / 3))
+            return 0;
+        for (int k = 0; k < 3; k++)
+            mview(L, k, x, S_TOK, 0, k, 1, 3, (int64_t[]){BATCH, T, C3 / 3});
+    }
+    *rc = BFIT_OK;
+    return 1;
+}
+
+/* From the projection's 5-d view to q, k, v by heads (timm). */
+static int qkv_parts(onnx_lower *L, oval *v)
+{
+    int64_t T = v->shape.d[0], H = v->att[1], hd = v->shape.d[1] / 3 / H;
+    int64_t heads[4] = {BATCH, H, T, hd}, axis = 0;
+    hval *h;
+    int n = 0;
+
+    if (v->att[0] == S_QKV5 && bfit_onnx_streq(L->nd->op, "Transpose") && perm_is(L, (int64_t[]){2, 0, 3, 1, 4}, 5)) {
+        mview(L, 0, v, S_QKV3, (int)H, -1, 1, 5, (int64_t[]){3, BATCH, H, T, hd});
+        return BFIT_OK;
+    }
+    if (v->att[0] == S_QKV3 && bfit_onnx_streq(L->nd->op, "Split") && L->nd->nout == 3 &&
+        bfit_onnx_attr_int(L, "axis", 0, &axis) == BFIT_OK && axis == 0) {
+        for (int k = 0; k < 3; k++)
+            mview(L, k, v, S_PART, (int)H, k, 1, 5, (int64_t[]){1, BATCH, H, T, hd});
+        return BFIT_OK;
+    }
+    if (v->att[0] == S_QKV3 && bfit_onnx_streq(L->nd->op, "Gather") &&
+        bfit_onnx_attr_int(L, "axis", 0, &axis) == BFIT_OK && axis == 0 && (h = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1)) &&
+        !h->isf && h->nd == 0 && h->n == 1 && !h->a[0] && h->b[0] >= -3 && h->b[0] <= 2) {
+        mview(L, 0, v, S_HEADS, (int)H, (int)(h->b[0] < 0 ? h->b[0] + 3 : h->b[0]), 1, 4, heads); /* qkv[i] */
+        return BFIT_OK;
+    }
+    if (v->att[0] == S_PART && bfit_onnx_streq(L->nd->op, "Squeeze") &&
+        (!bfit_onnx_in(L, 1) || (bfit_onnx_host_i64(L, 1, &axis, 1, &n) == BFIT_OK && n == 1 && axis == 0))) {
+        mview(L, 0, v, S_HEADS, (int)H, v->att[2], 1, 4, heads);
+        return BFIT_OK;
+    }
+    return bfit_onnx_refuse(L, "%s", WANT);
+}
+
+/* From minGPT's split q, k or v [N, T, C] to [N, H, T, d]. */
+static int tok_parts(onnx_lower *L, oval *v)
+{
+    int64_t T = v->shape.d[0], C = v->shape.d[1] / 3, d[3];
+
+    if (v->att[0] == S_TOK && bfit_onnx_streq(L->nd->op, "Reshape") && target(L, v, d, 3) == 3 && d[0] == T &&
+        infer(d + 1, 2, C)) {
+        mview(L, 0, v, S_TOK4, (int)d[1], v->att[2], 1, 4, (int64_t[]){BATCH, T, d[1], d[2]});
+        return BFIT_OK;
+    }
+    if (v->att[0] == S_TOK4 && bfit_onnx_streq(L->nd->op, "Transpose") && perm_is(L, (int64_t[]){0, 2, 1, 3}, 4)) {
+        mview(L, 0, v, S_HEADS, v->att[1], v->att[2], 1, 4, (int64_t[]){BATCH, v->att[1], T, C / v->att[1]});
+        return BFIT_OK;
+    }
+    /* k.transpose(1, 2) then .transpose(-2, -1): the export makes them one */
+    if (v->att[0] == S_TOK4 && v->att[2] == 1 && bfit_onnx_streq(L->nd->op, "Transpose") &&
+        perm_is(L, (int64_t[]){0, 2, 3, 1}, 4)) {
+        mview(L, 0, v, S_KT, v->att[1], 1, 1, 4, (int64_t[]){BATCH, v->att[1], C / v->att[1], T});
+        return BFIT_OK;
+    }
+    return bfit_onnx_refuse(L, "%s", WANT);
+}
+
+/* A Mul or Div of q or the scores by one constant: the factor noted. */
+static int scaled(onnx_lower *L, oval *v)
+{
+    int div = bfit_onnx_streq(L->nd->op, "Div"), k = bfit_onnx_in(L, 0) == v ? 1 : 0;
+    oval *c = bfit_onnx_in(L, k);
+    double f = 0;
+
+    if ((div && k == 0) || !c || !bfit_onnx_scalar(L, c->name, &f) || !(f != 0 && isfinite(f)) ||
+        (v->att[0] == S_HEADS && v->att[2] != 0))
+        return bfit_onnx_refuse(L, "%s (the scale a constant on q or the scores)", WANT);
+    same(L, v, v->att_scale * (div ? 1 / f : f));
+    return BFIT_OK;
+}
+
+/* k^T, then q k^T: the scores (q and k of one projection). */
+static int scores(onnx_lower *L, oval *v)
+{
+    int64_t T = v->shape.d[0], H = v->att[1], hd = v->shape.d[1] / 3 / H;
+    oval *q = bfit_onnx_in(L, 0), *k = bfit_onnx_in(L, 1);
+
+    if (v->att[0] == S_HEADS && v->att[2] == 1 && bfit_onnx_streq(L->nd->op, "Transpose") &&
+        perm_is(L, (int64_t[]){0, 1, 3, 2}, 4)) {
+        mview(L, 0, v, S_KT, (int)H, 1, 1, 4, (int64_t[]){BATCH, H, hd, T});
+        return BFIT_OK;
+    }
+    if (bfit_onnx_streq(L->nd->op, "MatMul") && q == v && q->att[0] == S_HEADS && q->att[2] == 0 && k &&
+        k->kind == OV_VIEW && k->att[0] == S_KT && k->id == q->id) {
+        mview(L, 0, v, S_SCORES, (int)H, -1, q->att_scale, 4, (int64_t[]){BATCH, H, T, T});
+        return BFIT_OK;
+    }
+    return bfit_onnx_refuse(L, "%s", WANT);
+}
+
+/* Softmax over the keys of scores scaled by 1/sqrt(d), the attention
+ * layer's scale. */
+static int softmax(onnx_lower *L, oval *v)
+{
+    int64_t T = v->shape.d[0], H = v->att[1], hd = v->shape.d[1] / 3 / H, axis = -1;
+    double want = 1 / sqrt((double)hd);
+    int rc;
+
+    if ((rc = bfit_onnx_attr_int(L, "axis", -1, &axis)) != BFIT_OK)
+        return rc;
+    if (axis != -1 && axis != 3)
+        return bfit_onnx_refuse(L, "the attention's softmax must run over the keys (the last axis)");
+    if (fabs(v->att_scale - want) > 1e-6 * want)
+        return bfit_onnx_refuse(L, "the scores are scaled by %g; batchfit's attention scales them by 1/sqrt(head "
+                                   "size) = %g (head size %lld)", v->att_scale, want, (long long)hd);
+    mview(L, 0, v, S_PROBS, (int)H, -1, 1, 4, (int64_t[]){BATCH, H, T, T});
+    return BFIT_OK;
+}
+
+/* probs @ v: the attention layer over the projection's tokens, its output
+ * [T, C] viewed as [N, H, T, d] until the Reshape back. */
+static int attend(onnx_lower *L, oval *p)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_ATTENTION);
+    oval *v = bfit_onnx_in(L, 1), x, y;
+    int64_t T = p->shape.d[0], H = p->att[1], hd = p->shape.d[1] / 3 / H;
+    int rc;
+
+    if (bfit_onnx_in(L, 0) != p || !v || v->kind != OV_VIEW || v->att[0] != S_HEADS || v->att[2] != 2 ||
+        v->id != p->id)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    x = *p;
+    x.kind = OV_DEVICE;
+    c.units = (int)H;
+    c.causal = 0;
+    if ((rc = bfit_onnx_emit(L, &c, (oval *const[]){&x}, 1, NULL, 0)) != BFIT_OK)
+        return rc;
+    y = *bfit_onnx_out(L, 0);
+    mview(L, 0, &y, S_OUT, (int)H, -1, 1, 4, (int64_t[]){BATCH, H, T, hd});
+    return BFIT_OK;
+}
+
+/* The output's transpose back to [N, T, H, d] and reshape to [N, T, C]. */
+static int back(onnx_lower *L, oval *v)
+{
+    int64_t T = v->shape.d[0], C = v->shape.d[1], H = v->att[1], d[2];
+
+    if (v->att[0] == S_OUT && bfit_onnx_streq(L->nd->op, "Transpose") && perm_is(L, (int64_t[]){0, 2, 1, 3}, 4)) {
+        mview(L, 0, v, S_OUT_T, (int)H, -1, 1, 4, (int64_t[]){BATCH, T, H, C / H});
+        return BFIT_OK;
+    }
+    if (v->att[0] == S_OUT_T && bfit_onnx_streq(L->nd->op, "Reshape") && target(L, v, d, 2) == 2 && d[0] == T &&
+        (d[1] == C || d[1] == -1)) {
+        oval y = *v;
+        y.kind = OV_DEVICE;
+        y.att[0] = y.att[1] = y.att[2] = 0;
+        bfit_onnx_alias(L, &y);
+        bfit_onnx_set_rank(bfit_onnx_out(L, 0), &y.shape);
+        return BFIT_OK;
+    }
+    return bfit_onnx_refuse(L, "%s", WANT);
+}
+
+/* Dropout of ratio 0 on a view (timm's attn_drop at its default p = 0.):
+ * the view itself; any other ratio has no place in the attention layer. */
+static int dropout0(onnx_lower *L, oval *v)
+{
+    float ratio = 0.5f;
+    int n, rc;
+
+    if ((rc = bfit_onnx_attr_float(L, "ratio", ratio, &ratio)) != BFIT_OK ||
+        (bfit_onnx_in(L, 1) && (rc = bfit_onnx_host_f32(L, 1, &ratio, 1, &n)) != BFIT_OK))
+        return rc;
+    if (ratio != 0)
+        return bfit_onnx_refuse(L, "dropout of ratio %g inside the attention: batchfit's attention layer has none "
+                                   "(export the module with p = 0 there, dropout elsewhere is kept)", (double)ratio);
+    same(L, v, v->att_scale);
+    bfit_onnx_unavail(L, 1, "the mask output of Dropout");
+    return BFIT_OK;
+}
+
+int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc)
+{
+    oval *v = NULL;
+
+    if (bfit_onnx_streq(L->nd->op, "Shape"))
+        return 0;
+    for (int k = 0; k < L->nd->nin && !v; k++) {
+        oval *u = bfit_onnx_in(L, k);
+        v = u && u->kind == OV_VIEW && u->att[0] ? u : NULL;
+    }
+    if (!v) {
+        oval *x = bfit_onnx_in(L, 0);
+        if (!x || x->kind != OV_DEVICE || x->shape.nd != 2 || x->cl[0] ||
+            !(bfit_onnx_streq(L->nd->op, "Reshape") || bfit_onnx_streq(L->nd->op, "Split")))
+            return 0;
+        return entry(L, x, rc);
+    }
+    if (bfit_onnx_streq(L->nd->op, "Dropout") && bfit_onnx_in(L, 0) == v) {
+        *rc = dropout0(L, v);
+        return 1;
+    }
+    switch (v->att[0]) {
+    case S_QKV5: case S_QKV3: case S_PART: *rc = qkv_parts(L, v); break;
+    case S_TOK: case S_TOK4: *rc = tok_parts(L, v); break;
+    case S_HEADS:
+    case S_SCORES:
+        if (v->att[0] == S_SCORES && (bfit_onnx_streq(L->nd->op, "Where") || bfit_onnx_streq(L->nd->op, "Add"))) {
+            *rc = bfit_onnx_refuse(L, "a mask on the attention's scores (masked_fill, a causal mask) is not read: "
+                                      "batchfit's attention over an image's tokens attends to all of them (language "
+                                      "models: the gpt2 preset)");
+            break;
+        }
+        *rc = bfit_onnx_streq(L->nd->op, "Mul") || bfit_onnx_streq(L->nd->op, "Div") ? scaled(L, v)
+              : v->att[0] == S_SCORES && bfit_onnx_streq(L->nd->op, "Softmax") ? softmax(L, v)
+              : v->att[0] == S_HEADS && v->att[2] == 2 ? bfit_onnx_refuse(L, "%s", WANT)
+                                                        : scores(L, v);
+        break;
+    case S_KT: *rc = scores(L, v); break;
+    case S_PROBS: *rc = bfit_onnx_streq(L->nd->op, "MatMul") ? attend(L, v) : bfit_onnx_refuse(L, "%s", WANT); break;
+    default: *rc = back(L, v); break;
+    }
+    return 1;
+}
