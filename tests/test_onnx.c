@@ -1469,6 +1469,58 @@ static void test_unsupported_op(void **st)
     pb_free(m);
 }
 
+/* x [N,4] -> Reshape(x, Cast(op(c[, e]), int64)) -> the classifier: c the
+ * float initializer [0, v], e a float scalar for Pow (NULL: Sqrt); with c
+ * NULL, op of the integer Shape(x) instead. It loads when op gives [0, 4]. */
+static pbw *float_arith_graph(const char *op, const float *c, const float *e)
+{
+    static const int64_t in[2] = {-1, 4}, d2[1] = {2};
+    const char *oi[2] = {c ? "c" : "s", "e"}, *oo[1] = {"f"}, *co[1] = {"t"}, *ri[2] = {"x", "t"}, *ro[1] = {"r"},
+               *si[1] = {"x"}, *so[1] = {"s"};
+    pbw *g = pb_new(), *n = node("Cast", "cast", oo, 1, co, 1);
+    if (!c)
+        pmsg(g, 1, node("Shape", "shape", si, 1, so, 1));
+    pmsg(g, 1, node(op, "arith", oi, e ? 2 : 1, oo, 1));
+    attr_int(n, "to", 7);
+    pmsg(g, 1, n);
+    pmsg(g, 1, node("Reshape", "reshape", ri, 2, ro, 1));
+    fc_head(g, "r");
+    if (c)
+        pmsg(g, 5, tensor("c", d2, 1, c, 2));
+    if (e)
+        pmsg(g, 5, tensor("e", NULL, 0, e, 1));
+    pmsg(g, 11, value_info("x", in, 2));
+    return g;
+}
+
+/* Pow and Sqrt of floats run on the host (a hand-written attention's
+ * k.size(-1) ** 0.5, PyTorch 2's export of scaled_dot_product_attention);
+ * of the integer shape they are refused. */
+static void test_host_float_pow_sqrt(void **st)
+{
+    static const float sq[2] = {0, 16}, base[2] = {0, 2}, two = 2;
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    m = model(float_arith_graph("Sqrt", sq, NULL));
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_LINEAR); /* the Reshape kept [4]: nothing computed */
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(float_arith_graph("Pow", base, &two));
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = model(float_arith_graph("Pow", sq, &two)); /* [0, 256]: a sample of 4 cannot take it */
+    assert_int_equal(load(m, &g, "node 'reshape' (Reshape, opset 17)"), BFIT_EINVAL);
+    pb_free(m);
+    m = model(float_arith_graph("Sqrt", NULL, NULL));
+    assert_int_equal(load(m, &g, "node 'arith' (Sqrt, opset 17) with inputs 's' (computed on the host): a Sqrt of "
+                                 "integers is not shape arithmetic batchfit follows (floats: it is)"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* Integer shape arithmetic runs on the host, as a * batch + b: what holds
  * for every batch size loads (the Reshape then keeps the sample as it is
  * and computes nothing), what does not is refused at its node. */
@@ -2005,7 +2057,7 @@ int main(void)
         cmocka_unit_test(test_host_cast_wrap),
         cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
-        cmocka_unit_test(test_shape_arithmetic),
+        cmocka_unit_test(test_shape_arithmetic), cmocka_unit_test(test_host_float_pow_sqrt),
         cmocka_unit_test(test_pad),
         cmocka_unit_test(test_pool_ceil),
         cmocka_unit_test(test_opset_range),

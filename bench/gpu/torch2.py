@@ -12,7 +12,10 @@ ops: mobilenet_v3_small and efficientnet_b0 (squeeze-and-excitation's channel
 scaling), densenet121 (concatenations), vit_b_16 at 224x224 (the class
 token's concatenation, the patches' transpose, the position embedding's add
 and the class token's slice), convnext_tiny (channels-last transposes, layer
-scales) and shufflenet_v2_x1_0 (channel slices and shuffles)."""
+scales) and shufflenet_v2_x1_0 (channel slices and shuffles); sdpa_vit, two
+timm-style blocks whose attention is F.scaled_dot_product_attention (PyTorch
+2 only: its export scales q and k^T by sqrt(scale), which Debian's 1.13
+cannot show; onnx_mhsa.c reads it)."""
 import importlib
 import inspect
 import os
@@ -25,7 +28,38 @@ import torch
 import torchvision
 
 MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "vit_b_16", "convnext_tiny",
-          "shufflenet_v2_x1_0"]
+          "shufflenet_v2_x1_0", "sdpa_vit"]
+
+
+class SdpaBlock(torch.nn.Module):
+    """timm's pre-norm block with its fused attention: F.scaled_dot_product_attention."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        nn = torch.nn
+        self.n1, self.qkv, self.proj, self.heads = nn.LayerNorm(dim), nn.Linear(dim, 3 * dim), nn.Linear(dim, dim), heads
+        self.n2, self.mlp = nn.LayerNorm(dim), nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.n1(x)).reshape(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        x = x + self.proj(a.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp(self.n2(x))
+
+
+class SdpaVit(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem, self.blocks = torch.nn.Conv2d(3, 192, 16, stride=16), torch.nn.Sequential(SdpaBlock(192, 3),
+                                                                                             SdpaBlock(192, 3))
+        self.norm, self.head = torch.nn.LayerNorm(192), torch.nn.Linear(192, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        n, c, h, w = x.shape
+        x = self.blocks(x.reshape(n, c, h * w).permute(0, 2, 1))
+        return self.head(self.norm(x)[:, 0])
 
 
 def have(mod):
@@ -37,6 +71,8 @@ def have(mod):
 
 
 def build(name):
+    if name == "sdpa_vit":
+        return SdpaVit()
     if name in ("efficientnet_b0", "convnext_tiny"):  # stochastic depth's Bernoulli does not export in training
         return getattr(torchvision.models, name)(num_classes=10, stochastic_depth_prob=0.0)
     return getattr(torchvision.models, name)(num_classes=10)

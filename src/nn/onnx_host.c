@@ -3,8 +3,9 @@
  * what PyTorch's F.pad export computes to give Pad its pads list (Shape,
  * Gather, Unsqueeze, Squeeze, Concat, Reshape, Cast, Add, Sub, Mul, Div,
  * Slice (negative steps too), ConstantOfShape, Equal, Where, Expand, and
- * Transpose of integers, on host values; Pow of floats: a hand-written
- * attention's k.size(-1) ** 0.5).
+ * Transpose of integers, on host values; Pow and Sqrt of floats: a
+ * hand-written attention's k.size(-1) ** 0.5, PyTorch 2's export of
+ * scaled_dot_product_attention).
  *
  * The batch is free, so an integer is kept as a * m + b for the
  * micro-batch m, and every result holds for every m at once: Shape of a
@@ -598,6 +599,22 @@ static double round_to(int64_t to, double v)
 
 /* Cast between integer types keeps a * m + b (wrapped into narrower
  * types); to or from float, constants only. */
+/* Sqrt of floats (PyTorch 2's scaled_dot_product_attention export takes
+ * the square root of its 1/sqrt(d) scale); of integers it is refused. */
+static int sqrt_host(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
+    if (!x)
+        return BFIT_EINVAL;
+    if (!x->isf)
+        return bfit_onnx_refuse(L, "a Sqrt of integers is not shape arithmetic batchfit follows (floats: it is)");
+    if (!(o = bfit_onnx_hval_new(L, 1, x->nd, x->dim)))
+        return BFIT_EINVAL;
+    for (int64_t i = 0; i < x->n; i++)
+        o->f[i] = sqrt(x->f[i]);
+    return put_out(L, o);
+}
+
 static int cast(onnx_lower *L)
 {
     hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
@@ -850,7 +867,8 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
         int (*fn)(onnx_lower *L);
     } ops[] = {{"Gather", gather},           {"Concat", concat},   {"Reshape", reshape_host},
                {"Cast", cast},               {"Slice", slice_host}, {"ConstantOfShape", constant_of_shape},
-               {"Where", where},             {"Expand", expand_host},  {"Transpose", transpose_host}};
+               {"Where", where},             {"Expand", expand_host},  {"Transpose", transpose_host},
+               {"Sqrt", sqrt_host}};
     static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal", "Pow"};
 
     if (bfit_onnx_streq(L->nd->op, "Shape")) {

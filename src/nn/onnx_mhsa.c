@@ -9,9 +9,10 @@
  *   .transpose(1, 2);
  *
  * then (q @ k.transpose(-2, -1)) scaled by 1/sqrt(d) (a Mul or Div of the
- * scores, or of q before), softmax over the keys, @ v, .transpose(1, 2)
- * .reshape(B, T, C). Nothing may mask the scores (a causal mask is
- * refused where it meets them).
+ * scores, or of q before, or of q and k^T by its square root as PyTorch 2
+ * exports F.scaled_dot_product_attention), softmax over the keys, @ v,
+ * .transpose(1, 2).reshape(B, T, C). Nothing may mask the scores (a causal
+ * mask is refused where it meets them).
  *
  * The tensors between the projection and the final Reshape have the heads
  * or the batch where batchfit keeps neither, so each becomes a view
@@ -220,7 +221,7 @@ static int scaled(onnx_lower *L, oval *v)
 
     if ((div && k == 0) || !c || !bfit_onnx_scalar(L, c->name, &f) || !(f != 0 && isfinite(f)) ||
         (v->att[0] == S_HEADS && v->att[2] != 0))
-        return bfit_onnx_refuse(L, "%s (the scale a constant on q or the scores)", WANT);
+        return bfit_onnx_refuse(L, "%s (the scale a constant on q, k^T or the scores)", WANT);
     same(L, v, v->att_scale * (div ? 1 / f : f));
     return BFIT_OK;
 }
@@ -238,7 +239,7 @@ static int scores(onnx_lower *L, oval *v)
     }
     if (bfit_onnx_streq(L->nd->op, "MatMul") && q == v && q->att[0] == S_HEADS && q->att[2] == 0 && k &&
         k->kind == OV_VIEW && k->att[0] == S_KT && k->id == q->id) {
-        mview(L, 0, v, S_SCORES, (int)H, -1, q->att_scale, 4, (int64_t[]){BATCH, H, T, T});
+        mview(L, 0, v, S_SCORES, (int)H, -1, q->att_scale * k->att_scale, 4, (int64_t[]){BATCH, H, T, T});
         return BFIT_OK;
     }
     return bfit_onnx_refuse(L, "%s", WANT);
@@ -362,7 +363,9 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc)
               : v->att[0] == S_HEADS && v->att[2] == 2 ? bfit_onnx_refuse(L, "%s", WANT)
                                                         : scores(L, v);
         break;
-    case S_KT: *rc = scores(L, v); break;
+    case S_KT: /* PyTorch 2 exports scaled_dot_product_attention with sqrt(scale) on q and on k^T */
+        *rc = bfit_onnx_streq(L->nd->op, "Mul") || bfit_onnx_streq(L->nd->op, "Div") ? scaled(L, v) : scores(L, v);
+        break;
     case S_PROBS: *rc = bfit_onnx_streq(L->nd->op, "MatMul") ? attend(L, v) : bfit_onnx_refuse(L, "%s", WANT); break;
     default: *rc = back(L, v); break;
     }

@@ -368,16 +368,33 @@ class GptAttention(torch.nn.Module):
         return self.c_proj(y)
 
 
+class Sdpa2Attention(TimmAttention):
+    """timm's form scaled as PyTorch 2 exports F.scaled_dot_product_attention: q and k^T each times
+    sqrt(1/sqrt(d)) before their MatMul (there a Sqrt of the scale computed from the shape; here constants)."""
+
+    def __init__(self, dim, heads):
+        super().__init__(dim, heads, True)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        r = self.scale ** 0.5
+        attn = (q * r) @ (k.transpose(-2, -1) * r)
+        return self.proj((attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C))
+
+
 class MhsaMini(torch.nn.Module):
-    """Hand-written self-attention in three pre-norm blocks over the 16 tokens of a 4x4 map of width 32:
-    timm's (unbind, then by index) and minGPT's, 4, 2 and 8 heads; a GELU MLP after the last."""
+    """Hand-written self-attention in four pre-norm blocks over the 16 tokens of a 4x4 map of width 32:
+    timm's (unbind, then by index), minGPT's and PyTorch 2's scaled_dot_product_attention's export, 4, 2, 8
+    and 4 heads; a GELU MLP after the last."""
 
     def __init__(self):
         super().__init__()
         nn = torch.nn
         self.stem = nn.Conv2d(3, 32, 8, stride=8)
-        self.attn = nn.ModuleList([TimmAttention(32, 4, True), TimmAttention(32, 2, False), GptAttention(32, 8)])
-        self.norms = nn.ModuleList([nn.LayerNorm(32) for _ in range(3)])
+        self.attn = nn.ModuleList([TimmAttention(32, 4, True), TimmAttention(32, 2, False), GptAttention(32, 8),
+                                   Sdpa2Attention(32, 4)])
+        self.norms = nn.ModuleList([nn.LayerNorm(32) for _ in range(4)])
         self.mlp = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
         self.head = nn.Linear(32, CLASSES)
 
