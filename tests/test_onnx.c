@@ -921,7 +921,8 @@ static void test_squeeze_excitation(void **st)
         }
         m = model(se_graph_axes(0.25f, "x", "s", c, 1));
         assert_int_equal(load(m, &g, "node 'squeeze' (ReduceMean, opset 17) with inputs 'x' [N,4,3,3]: only the "
-                                     "mean over H and W of an image [N,C,H,W] (axes 2 and 3) is supported"),
+                                     "mean over H and W of an image [N,C,H,W] (axes 2 and 3), or over the tokens "
+                                     "of [N,T,C] (axis 1), is supported"),
                          BFIT_EINVAL);
         pb_free(m);
     }
@@ -1306,6 +1307,53 @@ static pbw *token_scale_graph(const int64_t *gd, int nd)
     pmsg(g, 5, tensor("head.gamma", cd, 1, NULL, 4));
     pmsg(g, 11, value_info("x", in, 4));
     return g;
+}
+
+/* x [N,4,3,3] -> Transpose to channels-last [N,3,3,4] -> ReduceMean over
+ * axes ax (keepdims keep) -> Gemm -> logits. */
+static pbw *cl_mean_graph(const int64_t *ax, int nax, int64_t keep)
+{
+    static const int64_t in[4] = {-1, 4, 3, 3}, cl[4] = {0, 2, 3, 1};
+    const char *x[1] = {"x"}, *t[1] = {"t"}, *f[1] = {"f"};
+    pbw *g = pb_new(), *a = node("Transpose", "to_cl", x, 1, t, 1), *r = node("ReduceMean", "mean", t, 1, f, 1);
+    attr_ints(a, "perm", cl, 4);
+    attr_ints(r, "axes", ax, nax);
+    attr_int(r, "keepdims", keep);
+    pmsg(g, 1, a);
+    pmsg(g, 1, r);
+    fc_head(g, "f");
+    pmsg(g, 11, value_info("x", in, 4));
+    return g;
+}
+
+/* The mean over a channels-last image's H and W (tokens [H*W, C]) is a
+ * transpose of the tokens to an image [C, H*W, 1] and `gap` (mhsa_mini's
+ * head checks the same over a ViT's tokens against PyTorch); over C, or
+ * keeping the dimensions, it is refused. */
+static void test_token_mean(void **st)
+{
+    static const int64_t hw[2] = {1, 2}, neg[2] = {-2, -3}, c[1] = {3};
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    for (int k = 0; k < 2; k++) {
+        m = model(cl_mean_graph(k ? neg : hw, 2, 0));
+        assert_int_equal(load(m, &g, NULL), BFIT_OK);
+        assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_TRANSPOSE);
+        assert_true(bfit_shape_eq(g.nodes[1].cfg.to, bfit_shape_chw(4, 9, 1)));
+        assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_GAP);
+        assert_int_equal(g.nodes[3].cfg.kind, BFIT_L_LINEAR);
+        bfit_graph_fini(&g);
+        pb_free(m);
+    }
+    m = model(cl_mean_graph(c, 1, 0));
+    assert_int_equal(load(m, &g, "node 'mean' (ReduceMean, opset 17) with inputs 't' [N,3,3,4]: batchfit averages "
+                                 "tokens [N,T,C] over T"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = model(cl_mean_graph(hw, 2, 1));
+    assert_int_equal(load(m, &g, "not this"), BFIT_EINVAL);
+    pb_free(m);
 }
 
 /* A Mul of channels-last tokens or of a vector by a learned [C] (or [1,1,C]:
@@ -2047,7 +2095,7 @@ int main(void)
         cmocka_unit_test(test_cycle),
         cmocka_unit_test(test_undefined_input),
         cmocka_unit_test(test_prelu),
-        cmocka_unit_test(test_channels_last), cmocka_unit_test(test_token_scale),
+        cmocka_unit_test(test_channels_last), cmocka_unit_test(test_token_scale), cmocka_unit_test(test_token_mean),
         cmocka_unit_test(test_channel_shuffle),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),

@@ -261,6 +261,14 @@ static int softmax(onnx_lower *L, oval *v)
         return bfit_onnx_refuse(L, "the scores are scaled by %g; batchfit's attention scales them by 1/sqrt(head "
                                    "size) = %g (head size %lld)", v->att_scale, want, (long long)hd);
     mview(L, 0, v, S_PROBS, (int)H, -1, 1, 4, (int64_t[]){BATCH, H, T, T});
+    /* this Softmax is an attention batchfit knows: a refusal further on
+     * names the next one no block took, if any (onnx.c's note) */
+    if (L->attn_miss == L->ndi + 1) {
+        L->attn_miss = 0;
+        for (int i = L->ndi + 1; i < L->om->nnodes && !L->attn_miss; i++)
+            if (bfit_onnx_streq(L->om->nodes[i].op, "Softmax") && !L->done[i])
+                L->attn_miss = i + 1;
+    }
     return BFIT_OK;
 }
 

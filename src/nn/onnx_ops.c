@@ -364,20 +364,50 @@ static int global_pool(onnx_lower *L) { return whole_mean(L, 1); }
 /* ReduceMean over H and W (x.mean((2, 3)), a hand-written
  * squeeze-and-excitation's squeeze): the axes an attribute (opset < 18)
  * or a constant input. */
+/* The mean over the tokens of [N,T,C] (x.mean(dim=1): a ViT's average
+ * pool, Swin's head), or over a channels-last image's H and W: the tokens
+ * transposed to an image [C, T, 1], then `gap`, two layers batchfit has. */
+static int token_mean(onnx_lower *L, oval *x, const int64_t *ax, int n, int64_t keep)
+{
+    bfit_layer_cfg tr = bfit_layer_cfg_default(BFIT_L_TRANSPOSE), gap = bfit_layer_cfg_default(BFIT_L_GAP);
+    int T = x->shape.d[0], C = x->shape.d[1], rc, ok;
+    oval *o = bfit_onnx_out(L, 0), v;
+
+    if (x->cl[0]) /* [N,H,W,C]: axes 1 and 2 */
+        ok = n == 2 && ((ax[0] == 1 || ax[0] == -3) + (ax[1] == 1 || ax[1] == -3) == 1) &&
+             ((ax[0] == 2 || ax[0] == -2) + (ax[1] == 2 || ax[1] == -2) == 1);
+    else
+        ok = n == 1 && (ax[0] == 1 || ax[0] == -2);
+    if (!ok || keep)
+        return bfit_onnx_refuse(L, "batchfit averages tokens [N,T,C] over T (axis 1, keepdims 0: x.mean(dim=1)), "
+                                   "a channels-last image [N,H,W,C] over H and W, and an image [N,C,H,W] over H "
+                                   "and W; not this");
+    tr.to = bfit_shape_chw(C, T, 1);
+    if ((rc = bfit_onnx_emit(L, &tr, &x, 1, NULL, 0)) != BFIT_OK)
+        return rc;
+    v = *o;
+    x = &v;
+    return bfit_onnx_emit(L, &gap, &x, 1, NULL, 0);
+}
+
 static int reduce_mean(onnx_lower *L)
 {
     int64_t ax[BFIT_ONNX_MAXATTR], keep;
     int n = 0, got = 0, rc, h = 0, w = 0;
+    oval *x = bfit_onnx_in(L, 0);
 
     if ((rc = bfit_onnx_attr_int(L, "keepdims", 1, &keep)) != BFIT_OK ||
         (rc = bfit_onnx_attr_ints(L, "axes", ax, 0, &got)) != BFIT_OK)
         return rc;
     if (!got && bfit_onnx_in(L, 1) && (rc = bfit_onnx_host_i64(L, 1, ax, 8, &got)) != BFIT_OK)
         return rc;
+    if (x && x->kind == OV_DEVICE && x->shape.nd == 2)
+        return token_mean(L, x, ax, got, keep);
     for (int i = 0; i < got; i++, n++)
         h += ax[i] == 2 || ax[i] == -2, w += ax[i] == 3 || ax[i] == -1;
     if (n != 2 || h != 1 || w != 1)
-        return bfit_onnx_refuse(L, "only the mean over H and W of an image [N,C,H,W] (axes 2 and 3) is supported");
+        return bfit_onnx_refuse(L, "only the mean over H and W of an image [N,C,H,W] (axes 2 and 3), or over the "
+                                   "tokens of [N,T,C] (axis 1), is supported");
     return whole_mean(L, keep != 0);
 }
 

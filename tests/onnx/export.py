@@ -386,7 +386,7 @@ class Sdpa2Attention(TimmAttention):
 class MhsaMini(torch.nn.Module):
     """Hand-written self-attention in four pre-norm blocks over the 16 tokens of a 4x4 map of width 32:
     timm's (unbind, then by index), minGPT's and PyTorch 2's scaled_dot_product_attention's export, 4, 2, 8
-    and 4 heads; a GELU MLP after the last."""
+    and 4 heads; a GELU MLP after the last; the head reads the tokens' mean."""
 
     def __init__(self):
         super().__init__()
@@ -405,7 +405,7 @@ class MhsaMini(torch.nn.Module):
         for a, ln in zip(self.attn, self.norms):
             x = x + a(ln(x))
         x = x + self.mlp(x)
-        return self.head(x[:, 0])
+        return self.head(x.mean(dim=1))  # the tokens' average (timm's global_pool="avg")
 
 
 def build(name):
