@@ -200,6 +200,32 @@ static void test_gc_layerscale(void **st)
     gc_assert(&c);
 }
 
+/* groupnorm: the input's, scale's and shift's gradients, groups of one,
+ * several and all channels, on images and a vector */
+static void test_gc_groupnorm(void **st)
+{
+    bfit_layer_cfg g = cfg_of(BFIT_L_GROUPNORM);
+    gc_case c = {.label = "groupnorm 2 4x3x3 m=3", .cfg = g, .nin = 1, .in = {S(4, 3, 3)}, .m = 3};
+    (void)st;
+    c.cfg.units = 2;
+    gc_assert(&c);
+    c.label = "groupnorm 4 4x3x3 m=2 (instance norm)";
+    c.cfg.units = 4;
+    c.m = 2;
+    gc_assert(&c);
+    c.label = "groupnorm 1 6x2x2 m=2 eps=0.1";
+    c.cfg.units = 1;
+    c.cfg.eps = 0.1f;
+    c.in[0] = S(6, 2, 2);
+    gc_assert(&c);
+    c.label = "groupnorm 3 6 m=4 (a vector)";
+    c.cfg = g;
+    c.cfg.units = 3;
+    c.in[0] = V(6);
+    c.m = 4;
+    gc_assert(&c);
+}
+
 static void test_gc_flatten_dropout(void **st)
 {
     bfit_layer_cfg d = cfg_of(BFIT_L_DROPOUT);
@@ -1014,7 +1040,7 @@ int main(void)
         cmocka_unit_test(test_gc_linear),     cmocka_unit_test(test_gc_sequences),
         cmocka_unit_test(test_gc_act),
         cmocka_unit_test(test_gc_act_param),  cmocka_unit_test(test_gc_prelu),
-        cmocka_unit_test(test_gc_layerscale),
+        cmocka_unit_test(test_gc_layerscale), cmocka_unit_test(test_gc_groupnorm),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_scale),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),

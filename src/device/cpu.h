@@ -266,5 +266,6 @@ int bfit_cpu_attn_init(cpu_op *op);     /* ATTN_FWD, ATTN_BWD */
 int bfit_cpu_concat_init(cpu_op *op);   /* CONCAT_FWD/BWD, TRANSPOSE, ADD_ROWS, SLICE_FWD/BWD (rows and columns) */
 int bfit_cpu_chscale_init(cpu_op *op);  /* CHSCALE_FWD/BWD (a gate per channel) */
 int bfit_cpu_prelu_init(cpu_op *op);    /* PRELU_FWD/BWD (a learned slope per channel, or one) */
+int bfit_cpu_gnorm_init(cpu_op *op);    /* GNORM_FWD/BWD (group normalisation, PyTorch's GroupNorm) */
 
 #endif

@@ -406,19 +406,22 @@ const char *bfit_op_kind_name(bfit_op_kind k)
         [BFIT_OP_TRANSPOSE] = "transpose", [BFIT_OP_ADD_ROWS] = "broadcast add", [BFIT_OP_SLICE_FWD] = "slice",
         [BFIT_OP_SLICE_BWD] = "slice backward", [BFIT_OP_CHSCALE_FWD] = "channel scaling",
         [BFIT_OP_CHSCALE_BWD] = "channel scaling backward", [BFIT_OP_PRELU_FWD] = "prelu",
-        [BFIT_OP_PRELU_BWD] = "prelu backward",
+        [BFIT_OP_PRELU_BWD] = "prelu backward", [BFIT_OP_GNORM_FWD] = "group norm forward",
+        [BFIT_OP_GNORM_BWD] = "group norm backward",
     };
     return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
 }
 
 /* What only the CPU device has: another device refuses it here, by name,
- * rather than run an op that ignores it. Nothing is CPU-only now (the GPU
- * has concatenation, slices, transposition, broadcast add, channel gates
- * and grouped convolutions since 2026-12-04, and PReLU since); the
- * mechanism stays for the next op the CPU gets first. */
+ * rather than run an op that ignores it. Group normalisation (2026-12-05)
+ * is the CPU's first; the GPU has everything else (concatenation, slices,
+ * transposition, broadcast add, channel gates and grouped convolutions
+ * since 2026-12-04, and PReLU since). */
 const char *bfit_op_cpu_only(const bfit_op_desc *d)
 {
     switch (d->kind) {
+    case BFIT_OP_GNORM_FWD:
+    case BFIT_OP_GNORM_BWD: return "group normalisation (groupnorm)";
     default: return NULL;
     }
 }

@@ -128,6 +128,12 @@ typedef enum {
     BFIT_OP_PRELU_BWD,        /* diff_src = diff_dst (src > 0 ? 1 : weights[c]) (NULL: skipped);
                                  diff_weights (+)= the sum over n and hw of diff_dst src where src <= 0
                                  (linear: weights[c] and every src) */
+    BFIT_OP_GNORM_FWD,        /* group normalisation (PyTorch's GroupNorm): src [n, c, hw] in u.gnorm.groups
+                                 groups of c/groups channels, each (sample, group) normalised over its
+                                 c/groups * hw elements (biased variance), then scale[c] x + shift[c];
+                                 mean and var f32 [n groups] written */
+    BFIT_OP_GNORM_BWD,        /* diff_src (NULL: skipped; may be diff_dst) from src, mean, var, diff_dst,
+                                 scale; diff_scale and diff_shift f32 [c] (+)= their gradients */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -225,6 +231,10 @@ typedef struct bfit_op_desc {
            BK_PRELU_CH), ceil(n / 256) c doubles, the same bits on every device; linear: the slope
            applies to src > 0 too, y = weights[c] src (LayerScale) */
         struct { int64_t n, c, hw; int shared, blk, linear; } prelu;
+        /* GNORM: scale, shift and their gradients f32 whatever desc.dtype; plain nchw; the backward's
+           workspace holds two doubles per (sample, channel), the scale's and shift's partial sums, so
+           that their gradients have one order whatever the threads */
+        struct { int64_t n, c, hw; int groups; float eps; } gnorm;
     } u;
 } bfit_op_desc;
 

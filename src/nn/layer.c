@@ -28,7 +28,7 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_LEAKYRELU] = &bfit_leakyrelu_vt, [BFIT_L_ELU] = &bfit_elu_vt,
     [BFIT_L_SOFTPLUS] = &bfit_softplus_vt,  [BFIT_L_SELU] = &bfit_selu_vt,
     [BFIT_L_CELU] = &bfit_celu_vt,           [BFIT_L_PRELU] = &bfit_prelu_vt,
-    [BFIT_L_LAYERSCALE] = &bfit_layerscale_vt,
+    [BFIT_L_LAYERSCALE] = &bfit_layerscale_vt, [BFIT_L_GROUPNORM] = &bfit_groupnorm_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -43,7 +43,7 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_TANH] = "tanh",       [BFIT_L_HARDSIGMOID] = "hardsigmoid", [BFIT_L_HARDSWISH] = "hardswish",
     [BFIT_L_SCALE] = "scale",     [BFIT_L_LEAKYRELU] = "leakyrelu", [BFIT_L_ELU] = "elu",
     [BFIT_L_SOFTPLUS] = "softplus", [BFIT_L_SELU] = "selu",    [BFIT_L_CELU] = "celu",
-    [BFIT_L_PRELU] = "prelu",     [BFIT_L_LAYERSCALE] = "layerscale",
+    [BFIT_L_PRELU] = "prelu",     [BFIT_L_LAYERSCALE] = "layerscale", [BFIT_L_GROUPNORM] = "groupnorm",
 };
 
 static void unprepare(bfit_layer *l);

@@ -56,6 +56,8 @@ typedef enum {
                           CxHxW (feature of a vector); PyTorch's PReLU, starting at alpha (0.25) */
     BFIT_L_LAYERSCALE, /* a x with learned scales a, one per channel of CxHxW or feature of a vector or
                           sequence [T, C] (timm's LayerScale, ConvNeXt's gamma), starting at alpha (1e-5) */
+    BFIT_L_GROUPNORM,  /* over each sample's `units` groups of channels of CxHxW (or a vector), then a learned
+                          scale and shift per channel (PyTorch's GroupNorm) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -66,7 +68,8 @@ typedef enum {
 typedef struct bfit_layer_cfg {
     bfit_layer_kind kind;
     int units;          /* linear: out features; conv: out channels; prelu: slopes (1 or the channels);
-                           layerscale: the input's channels (0: taken from the input) */
+                           layerscale: the input's channels (0: taken from the input); groupnorm: the
+                           groups */
     int kh, kw;         /* conv/pool kernel */
     int sh, sw;         /* stride (pool default: kernel) */
     int ph, pw;         /* zero padding */
@@ -314,7 +317,7 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
     bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt, bfit_leakyrelu_vt, bfit_elu_vt,
     bfit_softplus_vt, bfit_selu_vt, bfit_celu_vt, bfit_prelu_vt,
-    bfit_layerscale_vt;
+    bfit_layerscale_vt, bfit_groupnorm_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

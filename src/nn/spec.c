@@ -320,6 +320,7 @@ static const layer_kw layer_kws[] = {
     {"celu", BFIT_L_CELU, P_NONE, OB(O_ALPHA), "celu [alpha=A]"},
     {"prelu", BFIT_L_PRELU, P_NONE, OB(O_CHANNELS) | OB(O_SLOPE), "prelu [channels=1|C] [slope=S]"},
     {"layerscale", BFIT_L_LAYERSCALE, P_NONE, OB(O_INIT), "layerscale [init=V]"},
+    {"groupnorm", BFIT_L_GROUPNORM, P_UNITS, OB(O_EPS), "groupnorm G [eps=E]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
@@ -332,7 +333,7 @@ static const layer_kw layer_kws[] = {
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
     "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "selu", "celu",
-    "prelu", "layerscale", "flatten", "dropout", "batchnorm", "layernorm", "embed", "attention",
+    "prelu", "layerscale", "flatten", "dropout", "batchnorm", "layernorm", "groupnorm", "embed", "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -405,6 +406,7 @@ static const char *units_name(bfit_layer_kind k)
     case BFIT_L_LINEAR: return "linear's output features";
     case BFIT_L_EMBED: return "embed's width";
     case BFIT_L_ATTENTION: return "attention's heads";
+    case BFIT_L_GROUPNORM: return "groupnorm's groups";
     default: return "conv's output channels";
     }
 }
@@ -579,6 +581,7 @@ static int layer_line(parser *p, tok *t, int n)
                        kw->kind == BFIT_L_LINEAR      ? "its number of output features"
                        : kw->kind == BFIT_L_EMBED     ? "its width"
                        : kw->kind == BFIT_L_ATTENTION ? "its number of heads"
+                       : kw->kind == BFIT_L_GROUPNORM ? "its number of groups"
                                                       : "its number of output channels",
                        kw->usage);
     if (kw->kind == BFIT_L_EMBED && !fs.by[F_VOCAB].s)

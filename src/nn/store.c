@@ -177,13 +177,13 @@ static void recompute(bfit_model *M, const bfit_store_cfg *c)
 }
 
 /* Layers whose forward is cheap next to a convolution or a matmul: a few
- * operations per element (batch norm: two passes for its statistics and
+ * operations per element (batch and group norms: two passes for their statistics and
  * one to apply them; the sigmoids and tanh an exp, gelu an erf), so
  * regenerating their output in backward costs little time, where keeping
  * it costs a whole tensor (a transformer's T x 4C per block, for gelu). */
 static int cheap(const bfit_model *M, int i)
 {
-    static const bfit_layer_kind k[] = {BFIT_L_BATCHNORM, BFIT_L_RELU, BFIT_L_CLIP, BFIT_L_ADD, BFIT_L_MAXPOOL,
+    static const bfit_layer_kind k[] = {BFIT_L_BATCHNORM, BFIT_L_GROUPNORM, BFIT_L_RELU, BFIT_L_CLIP, BFIT_L_ADD, BFIT_L_MAXPOOL,
                                         BFIT_L_SIGMOID, BFIT_L_SILU, BFIT_L_TANH, BFIT_L_GELU,
                                         BFIT_L_HARDSIGMOID, BFIT_L_HARDSWISH, BFIT_L_SCALE, BFIT_L_LEAKYRELU,
                                         BFIT_L_ELU, BFIT_L_SOFTPLUS, BFIT_L_SELU, BFIT_L_CELU, BFIT_L_PRELU,

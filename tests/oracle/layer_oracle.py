@@ -230,6 +230,9 @@ def run_case(c, outdir):
         params["weight"] = c.uniform((cfg["units"],), -0.5, 0.5)
     elif k == "layerscale":  # scales of both signs, one per channel (feature)
         params["weight"] = c.uniform((C,), -1.5, 1.5)
+    elif k == "groupnorm":
+        params["weight"] = c.uniform((C,), 0.7, 1.3)
+        params["bias"] = c.uniform((C,), -0.3, 0.3)
     if not c.seq:
         p = {n: leaf(t) for n, t in params.items()}
         st = {n: t.clone() for n, t in state.items()}
@@ -278,6 +281,8 @@ def run_case(c, outdir):
         y = F.prelu(x[0], p["weight"])
     elif k == "layerscale":  # torchvision's ConvNeXt's layer_scale [C, 1, 1]; a vector's as Cx1x1
         y = x[0] * p["weight"].view(-1, 1, 1)
+    elif k == "groupnorm":  # nn.GroupNorm(units, C); a vector's as Cx1x1
+        y = F.group_norm(x[0], cfg["units"], p["weight"], p["bias"], cfg["eps"])
     elif k == "clip":
         y = F.hardtanh(x[0], cfg["lo"], cfg["hi"])  # ReLU6 at [0, 6]: its gradient only strictly inside
     elif k == "concat":
@@ -417,6 +422,13 @@ def cases():
     add("layerscale_m2_37", "layerscale", [(37,)], 2)
     add("layerscale_seq_m3_T5_7", "layerscale", [(5, 7)], 3, seq=1)
     add("layerscale_seq_m2_T300_24", "layerscale", [(300, 24)], 2, seq=1)
+    # groupnorm: groups of several channels, of one (instance norm), all in one (layer norm); the 32x16x16
+    # one takes the parallel loops
+    add("groupnorm_m3_4x5x7_g2", "groupnorm", [(4, 5, 7)], 3, units=2)
+    add("groupnorm_m2_6x3x3_g6", "groupnorm", [(6, 3, 3)], 2, units=6)
+    add("groupnorm_m2_6x3x3_g1_eps1e-3", "groupnorm", [(6, 3, 3)], 2, units=1, eps=1e-3)
+    add("groupnorm_m4_12_g3", "groupnorm", [(12,)], 4, units=3)
+    add("groupnorm_m4_32x16x16_g8", "groupnorm", [(32, 16, 16)], 4, units=8)
     add("scale_m3_4x5x6_by_4x1x1", "scale", [(4, 5, 6), (4,)], 3)
     add("scale_m1_16x3x3_by_16x1x1", "scale", [(16, 3, 3), (16, 1, 1)], 1)
     add("flatten_m7_3x5x7", "flatten", [(3, 5, 7)], 7)
