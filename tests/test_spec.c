@@ -263,6 +263,31 @@ static void test_layerscale(void **st)
     bfit_graph_fini(&g);
 }
 
+/* groupnorm G: G groups (the positional number), eps as the other norms */
+static void test_groupnorm(void **st)
+{
+    const char *text = "input 8x6x6\n"
+                       "groupnorm 2\n"          /* 0 */
+                       "groupnorm 8 eps=1e-3\n" /* 1 */
+                       "flatten\n"              /* 2 */
+                       "linear 6\n"             /* 3 */
+                       "groupnorm 3\n";         /* 4: a vector's 6 features in 3 groups */
+    bfit_graph_desc g;
+    const bfit_node_desc *n;
+    (void)st;
+
+    assert_int_equal(parse(text, &g), BFIT_OK);
+    assert_int_equal(bfit_spec_check_shapes(&g), BFIT_OK);
+    n = g.nodes;
+    assert_node(&g, 0, BFIT_L_GROUPNORM, 0, -1, 2, 1);
+    assert_true(n[0].cfg.units == 2 && n[0].cfg.eps == 1e-5f);
+    assert_node(&g, 1, BFIT_L_GROUPNORM, 1, -1, 3, 1);
+    assert_true(n[1].cfg.units == 8 && n[1].cfg.eps == 1e-3f);
+    assert_node(&g, 4, BFIT_L_GROUPNORM, 4, -1, 6, 1);
+    assert_true(n[4].cfg.units == 3);
+    bfit_graph_fini(&g);
+}
+
 static void test_residual_wiring(void **st)
 {
     const char *text =
@@ -415,6 +440,9 @@ static const bad bads[] = {
     {"input 784\nlayerscale init=nan\n", 0, "t.cfg:2:17: ", {"bad number `nan` for layerscale's initial scale"}},
     {"input 784\nlayerscale slope=1\n", 0, "t.cfg:2:12: ", {"layerscale has no option `slope`", "options: init"}},
     {"input 784\nlayerscale init=1 init=2\n", 0, "t.cfg:2:19: ", {"duplicate option"}},
+    {"input 784\ngroupnorm\n", 0, "t.cfg:2:1: ", {"groupnorm needs its number of groups", "groupnorm G [eps=E]"}},
+    {"input 784\ngroupnorm 0\n", 0, "t.cfg:2:11: ", {"groupnorm's groups must be at least 1"}},
+    {"input 784\ngroupnorm 2 eps=0\n", 0, "t.cfg:2:17: ", {"eps must be in (0, 1], got `0`"}},
     {"input 784\nbatchnorm 3\n", 0, "t.cfg:2:11: ", {"batchnorm takes only options"}},
     {"input 784\nlinear 10 20\n", 0, "t.cfg:2:11: ", {"unexpected `20`", "linear N"}},
     {"relu\n", 0, "t.cfg:1:1: ", {"begins with `input"}},
@@ -585,6 +613,9 @@ static void test_shape_check(void **st)
     /* prelu's slopes: one, or one per channel of the input */
     expect_shape_error("input 3x8x8\nprelu channels=4\nflatten\nlinear 10\n", "t.cfg:2:1: ",
                        "channels=4 does not fit the input 3x8x8", NULL);
+    /* groupnorm's groups divide the channels */
+    expect_shape_error("input 8x4x4\ngroupnorm 3\nflatten\nlinear 10\n", "t.cfg:2:1: ",
+                       "3 groups do not fit the input 8x4x4", NULL);
     /* the loss needs class scores */
     expect_shape_error("input 1x28x28\nconv 8 k=3\n", "t.cfg:2:1: ", "the last layer gives 8x26x26", "flatten");
     /* a window larger than the input: the layer or the guard says so */
@@ -837,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_every_layer_and_option),
         cmocka_unit_test(test_param_activations),
         cmocka_unit_test(test_prelu), cmocka_unit_test(test_layerscale),
+        cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_residual_wiring),
         cmocka_unit_test(test_text_details),
         cmocka_unit_test(test_bad_specs),

@@ -286,6 +286,7 @@ static void describe(const oval *v, char *buf, size_t len)
     } else {
         snprintf(buf + u, len - u, "(%s)", v->kind == OV_HOST    ? "computed on the host"
                                            : v->kind == OV_VIEW && v->shuf[0] ? "a channel shuffle's 5-d view"
+                                           : v->kind == OV_VIEW && v->gn[0]   ? "inside a group norm"
                                            : v->kind == OV_VIEW  ? "inside an attention block"
                                            : v->kind == OV_WT    ? "a transposed initializer"
                                            : v->kind == OV_BCAST ? "an initializer broadcast over the batch"
@@ -631,7 +632,8 @@ static int lower_node(onnx_lower *L, int i)
         if (v && v->kind == OV_UNAVAIL)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
     }
-    if (bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_shuffle(L, &rc) ||
+    if (bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) || bfit_onnx_lower_host(L, &rc) ||
+        bfit_onnx_lower_shuffle(L, &rc) ||
         bfit_onnx_lower_act(L, &rc) ||
         bfit_onnx_lower_vit(L, &rc) || bfit_onnx_lower_cnn(L, &rc))
         return rc;

@@ -107,10 +107,7 @@ static int softplus_beta(onnx_lower *L, int *rc)
     return 1;
 }
 
-/* The initializer a PRelu's slope is: input 1 itself, or what an
- * Unsqueeze on the host made it from (torch.onnx unsqueezes nn.PReLU's
- * [C] or [1] weight to [C,1,1] for an image); NULL if neither. */
-static oval *slope_init(onnx_lower *L, oval *s)
+oval *bfit_onnx_param_init(onnx_lower *L, oval *s)
 {
     const bfit_onnx_node *u;
     oval *src;
@@ -148,7 +145,7 @@ static int slopes_of(const oval *x, const int64_t *d, int nd)
 static int prelu(onnx_lower *L)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_PRELU);
-    oval *x, *s = bfit_onnx_in(L, 1), *w = slope_init(L, s);
+    oval *x, *s = bfit_onnx_in(L, 1), *w = bfit_onnx_param_init(L, s);
     const int64_t *d;
     char sh[64];
     int nd, rc;

@@ -52,6 +52,10 @@ typedef struct oval {
                                      stage (0: none), heads, and which of q, k, v (0-2; -1: all or none);
                                      the projection's (or the attention output's) id and shape */
     double att_scale;             /* there: the factor on the scores so far */
+    int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
+                                     and groups; the image's id and shape are the value's */
+    float gn_eps;                 /* there: InstanceNormalization's epsilon */
+    bfit_onnx_str gn_w;           /* there, after the Mul: the scale's initializer */
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
     int init;                     /* initializer index, -1: none */
@@ -143,6 +147,10 @@ void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
 void bfit_onnx_set_cl(oval *v, int h, int w);
 
 /* ---- the activations with a parameter (onnx_act.c) ---- */
+/* The initializer a learned input is: s itself, or what an Unsqueeze on the
+ * host made it from (torch.onnx unsqueezes nn.PReLU's and nn.GroupNorm's
+ * [C] weights to [C,1,1] for an image); NULL if neither. */
+oval *bfit_onnx_param_init(onnx_lower *L, oval *s);
 /* LeakyRelu, Elu, Softplus, Selu, Celu, PRelu, and the Mul that starts nn.Softplus(beta)'s
  * export: 1 and the result if the node is one, 0 if not. */
 int bfit_onnx_lower_act(onnx_lower *L, int *rc);
@@ -152,6 +160,9 @@ int bfit_onnx_lower_shuffle(onnx_lower *L, int *rc);
 
 /* ---- self-attention written out by hand: timm's, minGPT's (onnx_mhsa.c) ---- */
 int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc);
+
+/* ---- nn.GroupNorm's export (onnx_gnorm.c) ---- */
+int bfit_onnx_lower_gnorm(onnx_lower *L, int *rc);
 
 /* ---- the transformer's operators (onnx_vit.c, onnx_attn.c) ---- */
 int bfit_onnx_lower_vit(onnx_lower *L, int *rc);

@@ -43,10 +43,14 @@ has() {
 seeds=$src/fuzz/corpus/onnx
 # an operator batchfit lacks: its node, op, opset and input shapes (a model that fails to load is a failure, 1,
 # not a usage error: the option names a file, the file says what is wrong)
-# (nn.InstanceNorm2d between a Conv2d and a Linear, exported by torch 1.13; unsupported_selu.onnx, then
-# unsupported_prelu.onnx were the example until batchfit read Selu and PRelu)
+# (nn.Upsample between a Conv2d and a Linear, tests/fixtures/unsupported_resize.py; unsupported_selu.onnx,
+# unsupported_prelu.onnx, then unsupported_instancenorm.onnx were the example until batchfit read Selu, PRelu
+# and InstanceNormalization)
+run 1 plan --model "$seeds/unsupported_resize.onnx" --memory 1GiB &&
+  has "$err" "unsupported_resize.onnx: node '/1/Resize' \(Resize, opset 17\) with inputs '/0/Conv_output_0' \[N,2,3,3\], \(none\), '/1/Concat_output_0' \(computed on the host\): batchfit does not support the operator Resize: docs/onnx.md lists"
+# nn.InstanceNorm2d's default (affine=False: constants for its scale and bias) is refused at its node, saying so
 run 1 plan --model "$seeds/unsupported_instancenorm.onnx" --memory 1GiB &&
-  has "$err" "unsupported_instancenorm.onnx: node '/norm/InstanceNormalization' \(InstanceNormalization, opset 17\) with inputs '/conv/Conv_output_0' \[N,2,3,3\], '/norm/Constant_output_0' \[2\] float, '/norm/Constant_1_output_0' \[2\] float: batchfit does not support the operator InstanceNormalization"
+  has "$err" "unsupported_instancenorm.onnx: node '/norm/InstanceNormalization' \(InstanceNormalization, opset 17\) with inputs '/conv/Conv_output_0' \[N,2,3,3\], '/norm/Constant_output_0' \[2\] float, '/norm/Constant_1_output_0' \[2\] float: batchfit reads InstanceNormalization of an image \[N,C,H,W\] with a learned scale and bias \(nn.InstanceNorm2d\(C, affine=True\): groupnorm with C groups\); nn.InstanceNorm2d's default affine=False has neither: use affine=True"
 # a Linear and a PReLU (unsupported_prelu.onnx until batchfit read PRelu)
 run 0 plan --model "$seeds/prelu_head.onnx" --memory 1GiB && has "$out" "largest batch"
 # a Linear and a SELU (unsupported_selu.onnx until batchfit read Selu)
@@ -75,6 +79,10 @@ run 1 plan --model "$src/tests/onnx/mhsa_causal.onnx" --memory 1GiB &&
   has "$err" "mhsa_causal.onnx: node '/attn/Where' \(Where, opset 17\) .*: a mask on the attention's scores \(masked_fill, a causal mask\) is not read"
 run 1 plan --model "$src/tests/onnx/mhsa_dropout.onnx" --memory 1GiB &&
   has "$err" "mhsa_dropout.onnx: node '/attn/drop/Dropout' \(Dropout, opset 17\) .*: dropout of ratio 0.1 inside the attention: batchfit's attention layer has none"
+# nn.GroupNorm(affine=False) (tests/onnx/norm_refusals.py; export.py's gn_cnn has the forms batchfit reads):
+# refused at its Mul by a constant
+run 1 plan --model "$src/tests/onnx/gn_noaffine.onnx" --memory 1GiB &&
+  has "$err" "gn_noaffine.onnx: node '/1/Mul' \(Mul, opset 17\) .*inside a group norm.*: batchfit reads nn.GroupNorm's export: .*\(affine=True: batchfit's groupnorm learns them\)"
 # GELU's tanh approximation (tests/onnx/gelu_tanh.onnx: Flatten, Linear(48, 8), nn.GELU(approximate='tanh'),
 # Linear(8, 3), exported as export.py does): refused where it starts, saying only the exact GELU is read
 # (before 2026-12-04 the x * x was taken as a product of two tensors and a constant's Mul was blamed)

@@ -138,8 +138,8 @@ def away_from_kinks(model, name, x):
     whole term of the gradient wrong or right. Every activation input of the
     float64 forward pass ends at least TAU x its RMS away from a kink, by
     shifting the bias of
-    the batch norm that feeds it (the channel's values move together;
-    running statistics do not depend on the bias), or of the convolution
+    the batch (group, instance) norm that feeds it (the channel's values move
+    together; running statistics do not depend on the bias), or of the convolution
     (a squeeze-and-excitation block's, with a bias and no batch norm). One
     forward pass, nudging as it goes; the model keeps the new biases.
     The distance is TAU of the RMS, or TAU_F32 times float32's largest
@@ -166,7 +166,8 @@ def away_from_kinks(model, name, x):
                 near |= ((t - k).abs() < tau * rms).transpose(0, 1).reshape(t.shape[1], -1).any(1)
             if not near.any():
                 return t
-            width = (bn.num_features if isinstance(bn, torch.nn.BatchNorm2d) else
+            width = (bn.num_features if isinstance(bn, (torch.nn.BatchNorm2d, torch.nn.InstanceNorm2d)) else
+                     bn.num_channels if isinstance(bn, torch.nn.GroupNorm) else
                      bn.out_features if isinstance(bn, torch.nn.Linear) else bn.out_channels if bn else 0)
             assert width == t.shape[1], "no batch norm or biased convolution to shift before a kink"
             sign = torch.where(torch.rand(t.shape[1], generator=g) < 0.5, -1.0, 1.0).double()
@@ -191,7 +192,7 @@ def away_from_kinks(model, name, x):
         return (fix(inp[0].clone(), kinks, last.get(inp[0].shape[1]), names[mod]),)
 
     for mod in m.modules():
-        if isinstance(mod, torch.nn.BatchNorm2d):
+        if isinstance(mod, (torch.nn.BatchNorm2d, torch.nn.GroupNorm, torch.nn.InstanceNorm2d)):
             hooks.append(mod.register_forward_hook(bn_hook))
         elif isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)) and mod.bias is not None:
             hooks.append(mod.register_forward_hook(conv_hook))  # a Linear's: a PReLU per feature after it
@@ -408,6 +409,35 @@ class MhsaMini(torch.nn.Module):
         return self.head(x.mean(dim=1))  # the tokens' average (timm's global_pool="avg")
 
 
+class GnCnn(torch.nn.Module):
+    """Group and instance normalisation as users put them in a CNN: GroupNorm(4, 16) after the stem, a
+    residual block with GroupNorm(8, 16) and GroupNorm(16, 16) (instance norm as groups of one),
+    InstanceNorm2d(16, affine=True); their weights and biases drawn away from 1 and 0 so that they matter.
+    (GroupNorm of a vector [N, C] does not export from PyTorch 1.13: its symbolic unsqueezes the weight along
+    no axes.)"""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False), nn.GroupNorm(4, 16), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.GroupNorm(8, 16), nn.ReLU(),
+                                   nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.GroupNorm(16, 16))
+        self.inorm = nn.Sequential(nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.InstanceNorm2d(16, affine=True),
+                                   nn.ReLU())
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES))
+        self.act = nn.ReLU()
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, (nn.GroupNorm, nn.InstanceNorm2d)):
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = self.act(x + self.block(x))
+        return self.head(self.inorm(x))
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
@@ -447,6 +477,8 @@ def build(name):
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, CLASSES)), 32
     if name == "ceil_cnn":
         return CeilCnn(), 48
+    if name == "gn_cnn":
+        return GnCnn(), 32
     if name == "mhsa_mini":
         return MhsaMini(), 32
     if name == "layerscale_mini":

@@ -26,7 +26,9 @@
  * layerscale_mini: learned scales [C] on channels-last tokens (the original
  * ConvNeXt's gamma), on a ViT block's tokens (timm's LayerScale) and on a
  * vector, and mhsa_mini: self-attention written out by hand as timm's
- * Attention (unbind, indexing) and minGPT write it. NAME
+ * Attention (unbind, indexing) and minGPT write it, and gn_cnn: GroupNorm
+ * (groups of several channels and of one) and InstanceNorm2d(affine=True).
+ * NAME
  * resnet50_224: the import plans as the resnet50 preset does. Exit 77 (skipped) when the exports are missing (no
  * torchvision). */
 #include <setjmp.h>
@@ -571,7 +573,8 @@ int main(int argc, char **argv)
     if (argc != 2) {
         fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
                         "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0, pad_cnn, pad_cnn_op9, "
-                        "param_act_cnn, ceil_cnn, prelu_cnn, convnext_mini, shufflenet_v2_x0_5, layerscale_mini, mhsa_mini)\n");
+                        "param_act_cnn, ceil_cnn, prelu_cnn, convnext_mini, shufflenet_v2_x0_5, layerscale_mini, mhsa_mini, "
+                        "gn_cnn)\n");
         return 2;
     }
     name = argv[1];
