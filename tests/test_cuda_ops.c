@@ -58,6 +58,7 @@
 #include "device/device.h"
 #include "nn/model.h"
 #include "nn/needs.h"
+#include "nn/spec.h"
 #include "nn/zoo.h"
 #include "optim/optim.h"
 
@@ -73,6 +74,8 @@
 #define CNX_SHUFFLE "fuzz/corpus/onnx/cnx_shuffle_mini.onnx"
 /* self-attention written out as timm's Attention (tests/onnx/mhsa_refusals.py) */
 #define MHSA_OK "fuzz/corpus/onnx/mhsa_ok.onnx"
+/* group norms (gn_graph): groups of four channels, of one, all in one, a vector's */
+#define GN_MINI "@gnorm"
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
 static const char *const side_name[NS] = {"cpu", "cuda (fastest)", "cuda (lean)"};
 static bfit_device *dev[NS];
@@ -1633,6 +1636,105 @@ static void test_prelu(void **st)
     }
 }
 
+/* ---- group normalisation ---------------------------------------------------------------------------- */
+
+/* The backward on the CPU's statistics (uploaded to every device), setting
+ * and accumulating, with and without diff_src, in place (diff_src =
+ * diff_dst); the workspace poisoned (pop_new). dx is the CPU's formula in
+ * double, rounded once, on (sample, channel) sums that a warp adds in
+ * another order (double roundings) and either compiler may fuse: at most
+ * an ulp of its dtype apart (1e-6 relative, f32; 2^-7, bf16) but near
+ * zero, where the terms' double error (~1e-15) bounds it. The scale's and
+ * shift's gradients add those sums in the CPU's order: with hw below a
+ * warp (BK_GN_WARP) a thread sums a row in element order, the CPU's sum of
+ * exact products, so they equal the CPU's to the bit; else 1e-6 relative
+ * and absolute (accumulating adds the float to the old value). */
+static void gnorm_bwd_case(bfit_op_desc d, const dbuf *x, const dbuf *sc, const dbuf *mean, const dbuf *var,
+                           const char *what)
+{
+    const bfit_dtype t = d.dtype;
+    const int64_t c = d.u.gnorm.c, N = d.u.gnorm.n * c * d.u.gnorm.hw;
+    dbuf dy = db_rand_t(t, N, -1, 1, 457), dx = db_rand_t(t, N, -1, 1, 458);
+    dbuf dsc = db_rand(c, -1, 1, 459), dsh = db_rand(c, -1, 1, 460);
+    void *dy0 = malloc(dy.bytes), *p0 = malloc(2 * dsc.bytes);
+    bfit_op_args a[NS];
+    char w2[320];
+
+    assert_true(dy0 && p0);
+    memcpy(dy0, dy.h, dy.bytes), memcpy(p0, dsc.h, dsc.bytes), memcpy((char *)p0 + dsc.bytes, dsh.h, dsh.bytes);
+    d.kind = BFIT_OP_GNORM_BWD;
+    for (int v = 0; v < 5; v++) { /* bit 0: accumulate; bit 1: no diff_src; 4: in place, setting */
+        d.accumulate = v & 1;
+        memcpy(dy.h, dy0, dy.bytes), memcpy(dsc.h, p0, dsc.bytes), memcpy(dsh.h, (char *)p0 + dsc.bytes, dsh.bytes);
+        db_up(&dy), db_up(&dsc), db_up(&dsh);
+        memset(a, 0, sizeof a);
+        ARG(a, src, *x), ARG(a, scale, *sc), ARG(a, mean, *mean), ARG(a, var, *var), ARG(a, diff_dst, dy);
+        ARG(a, diff_scale, dsc), ARG(a, diff_shift, dsh);
+        if (v == 4)
+            ARG(a, diff_src, dy);
+        else if (!(v & 2))
+            ARG(a, diff_src, dx);
+        run_op(&d, a);
+        snprintf(w2, sizeof w2, "%s backward (%s%s)", what, v & 1 ? "accumulating" : "setting",
+                 v & 2 ? ", diff_src NULL" : v == 4 ? ", in place" : "");
+        if (!(v & 2))
+            cmp_t(t, v == 4 ? &dy : &dx, N, t == BFIT_F32 ? 1e-6 : 1.0 / 128, 1e-9, w2);
+        if (d.u.gnorm.hw < 32) {
+            cmp_bytes(&dsc, w2), cmp_bytes(&dsh, w2);
+        } else {
+            cmp_f32(&dsc, c, 1e-6, 1e-6, w2), cmp_f32(&dsh, c, 1e-6, 1e-6, w2);
+        }
+    }
+    db_free(&dy), db_free(&dx), db_free(&dsc), db_free(&dsh);
+    free(dy0), free(p0);
+}
+
+/* [n, c, hw] in g groups, f32 scale and shift. Forward: each (sample,
+ * group) row's mean and variance are double sums, a warp's tree on the GPU
+ * against the CPU's one ordered sum, so the f32 statistics are equal but
+ * where a double rounding tips the float (1e-6 relative); y is one float
+ * formula either compiler may fuse (xhat scale + shift): an ulp (1e-6
+ * relative and absolute near zero, f32; 2^-7 relative, bf16). Data offset
+ * from zero, so that the mean matters. */
+static void gnorm_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int g)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_GNORM_FWD, .dtype = t, .u.gnorm = {n, c, hw, g, 1e-5f}};
+    int64_t N = n * c * hw, rows = n * g;
+    dbuf x = db_rand_t(t, N, -1, 3, 451), sc = db_rand(c, 0.5f, 1.5f, 452), sh = db_rand(c, -1, 1, 453);
+    dbuf y = db_rand_t(t, N, -1, 1, 454), mean = db_rand(rows, -1, 1, 455), var = db_rand(rows, -1, 1, 456);
+    bfit_op_args a[NS];
+    char what[160];
+
+    snprintf(what, sizeof what, "group norm n %lld c %lld hw %lld, %d groups (%s)", (long long)n, (long long)c,
+             (long long)hw, g, bfit_dtype_name(t));
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, sc), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
+    run_op(&d, a);
+    cmp_f32(&mean, rows, 1e-6, 0, what), cmp_f32(&var, rows, 1e-6, 0, what);
+    cmp_t(t, &y, N, t == BFIT_F32 ? 1e-6 : 1.0 / 128, 1e-6, what);
+    db_down(&mean, CPU, mean.h), db_down(&var, CPU, var.h);
+    db_up(&mean), db_up(&var);
+    gnorm_bwd_case(d, &x, &sc, &mean, &var, what);
+    db_free(&x), db_free(&sc), db_free(&sh), db_free(&y), db_free(&mean), db_free(&var);
+}
+
+static void test_gnorm(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        gnorm_case(t, 2, 6, 5, 3);          /* groups of two channels, rows shorter than a warp */
+        gnorm_case(t, 3, 4, 1, 1);          /* a vector in one group (layer norm) */
+        gnorm_case(t, 8, 12, 1, 3);         /* a vector in groups */
+        gnorm_case(t, 2, 6, 7, 6);          /* a group a channel (instance norm) */
+        gnorm_case(t, 2, 16, 9, 2);         /* rows longer than a warp, channel rows shorter */
+        gnorm_case(t, 2, 8, 40, 2);         /* channel rows of a warp's parts */
+        gnorm_case(t, 3, 5, 300, 5);        /* many per lane */
+        gnorm_case(t, 4, 64, 16 * 16, 32);  /* PyTorch's usual 32 groups */
+        gnorm_case(t, 2, 32, 32 * 32, 1);   /* rows of 32768 */
+    }
+}
+
 /* ---- whole models ---------------------------------------------------------------------------------- */
 
 /* A squeeze-and-excitation gate and concatenations, which no spec keyword
@@ -1673,9 +1775,24 @@ static void gate_graph(bfit_graph_desc *g)
     assert_true(bfit_graph_add(g, &l10, f, -1, 0, 0) > 0);
 }
 
+/* group norms of every kind the kernels tell apart: 16x16 and 8x8 maps
+ * (channel rows a warp's), 4x4 (a thread's) and a vector; written here, as
+ * tests/fixtures is not this test's */
+static void gn_graph(bfit_graph_desc *g)
+{
+    static const char spec[] = "input 3x16x16\n"
+                               "conv 16 k=3 pad=1\ngroupnorm 4\nrelu\nmaxpool 2\n"
+                               "conv 16 k=3 pad=1\ngroupnorm 16\nrelu\nmaxpool 2\n"
+                               "conv 32 k=3 pad=1\ngroupnorm 1 eps=1e-3\nrelu\nflatten\n"
+                               "linear 24\ngroupnorm 3\nrelu\nlinear 10\n";
+    if (bfit_spec_parse(spec, sizeof spec - 1, "gn-mini (test_cuda_ops.c)", g) != BFIT_OK ||
+        bfit_spec_check_shapes(g) != BFIT_OK)
+        fail_msg("gn-mini: %s", bfit_errmsg());
+}
+
 /* The model of file on device s drawing on arena (NULL: shapes and
  * parameter list only): file is in models/, or a path from the source
- * tree, or "@gate" (gate_graph). */
+ * tree, or "@gate" (gate_graph), or "@gnorm" (gn_graph). */
 static bfit_model *model_on(const char *file, int s, bfit_arena *arena)
 {
     char path[700];
@@ -1684,6 +1801,8 @@ static bfit_model *model_on(const char *file, int s, bfit_arena *arena)
     snprintf(path, sizeof path, "%s/%s", strchr(file, '/') ? src_dir : models_dir, file);
     if (!strcmp(file, "@gate"))
         gate_graph(&g);
+    else if (!strcmp(file, GN_MINI))
+        gn_graph(&g);
     else if (bfit_model_source_load(path, &g) != BFIT_OK)
         fail_msg("%s: %s", path, bfit_errmsg());
     if (bfit_model_new(&g, dev[s], arena, &M) != BFIT_OK)
@@ -2094,6 +2213,33 @@ static void test_training_new_ops(void **st)
     compare_training(MHSA_OK, BFIT_F32);
 }
 
+/* The group norms' model (gn_graph) on the GPU: every op it needs made in
+ * f32 and bf16 (none left that only the cpu has), the planned peak the
+ * measured one (the backward's workspace declared at op creation), and a
+ * few training steps against the CPU, as test_training_matches_cpu. */
+static void test_gnorm_model(void **st)
+{
+    bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
+    (void)st;
+    for (int t = 0; t < 2; t++) {
+        bfit_graph_desc g;
+        bfit_op_needs nd;
+        char why[512] = "";
+        gn_graph(&g);
+        if (bfit_graph_op_needs(&g, t ? BFIT_BF16 : BFIT_F32, &nd) != BFIT_OK)
+            fail_msg("gn-mini: its ops: %s", bfit_errmsg());
+        bfit_graph_fini(&g);
+        if (nd.cpu_only || !bfit_device_supports_needs(dev[GPU], &nd, why, sizeof why))
+            fail_msg("gn-mini in %s on %s: refused: %s", t ? "bf16" : "f32", side_name[GPU],
+                     nd.cpu_only ? nd.cpu_only : why);
+        for (int s = GPU; s < NS; s++) {
+            measured_step(GN_MINI, s, &sgd, 1, t ? BFIT_BF16 : BFIT_F32);
+            measured_step(GN_MINI, s, &sgd, 7, t ? BFIT_BF16 : BFIT_F32);
+        }
+        compare_training(GN_MINI, t ? BFIT_BF16 : BFIT_F32);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2125,9 +2271,11 @@ int main(void)
         cmocka_unit_test(test_rows_ops),
         cmocka_unit_test(test_chscale),
         cmocka_unit_test(test_prelu),
+        cmocka_unit_test(test_gnorm),
         cmocka_unit_test(test_needs_new_ops),
         cmocka_unit_test(test_plan_new_ops),
         cmocka_unit_test(test_training_new_ops),
+        cmocka_unit_test(test_gnorm_model),
     };
     bfit_device *g = NULL;
 

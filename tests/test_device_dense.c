@@ -1065,6 +1065,129 @@ static void test_lnorm(void **st)
             check_lnorm(*st, sizes[s][0], sizes[s][1], acc);
 }
 
+/* ---- GNORM ---- */
+
+typedef struct gn_case {
+    int64_t n, c, hw, g, k;
+    tbuf x, sc, sh, y, mean, var, dy, dx, dsc, dsh;
+} gn_case;
+
+/* The forward against double loops: each (sample, group) row's mean and
+ * biased variance, then y = xhat scale + shift. The op sums in double and
+ * rounds once (half an ulp of the statistics); y is float work from the
+ * f32 statistics: x - mean and its product with rstd carry an ulp of |x| +
+ * |mean| times rstd, then two float operations; 4 eps of those bounds.
+ * Each element's error bound on xhat goes to exh for the backward. */
+static void gn_check_fwd(gn_case *k, double eps, double *exh)
+{
+    const float *x = TB_F(k->x), *sc = TB_F(k->sc), *sh = TB_F(k->sh), *y = TB_F(k->y);
+    for (int64_t r = 0; r < k->n * k->g; r++) {
+        double mu = 0, v = 0, rs;
+        for (int64_t i = r * k->k; i < (r + 1) * k->k; i++)
+            mu += x[i];
+        mu /= (double)k->k;
+        for (int64_t i = r * k->k; i < (r + 1) * k->k; i++)
+            v += (x[i] - mu) * (x[i] - mu);
+        v /= (double)k->k;
+        rs = 1 / sqrt(v + eps);
+        assert_close(TB_F(k->mean)[r], mu, FEPS * fabs(mu) + 1e-12, "gnorm mean", r);
+        assert_close(TB_F(k->var)[r], v, FEPS * v + 1e-12, "gnorm var", r);
+        for (int64_t i = r * k->k; i < (r + 1) * k->k; i++) {
+            int64_t ch = (r % k->g) * (k->c / k->g) + (i - r * k->k) / k->hw;
+            double xh = (x[i] - mu) * rs, ry = xh * sc[ch] + sh[ch];
+            exh[i] = 4 * FEPS * (rs * (fabs(x[i]) + fabs(mu)) + fabs(xh));
+            assert_close(y[i], ry, exh[i] * fabs(sc[ch]) + 4 * FEPS * (fabs(xh * sc[ch]) + fabs(sh[ch])), "gnorm y",
+                         i);
+        }
+    }
+}
+
+/* The backward against double loops on the f32 statistics the op reads:
+ * dx = rstd (dy scale - the row's mean of dy scale - xhat m2), m2 the
+ * row's mean of dy scale xhat. The op's sums are double; its xhat is float
+ * work (error exh, as the forward's), so its m2 is off by up to me, the
+ * row's mean of |dy scale| exh, and dx by rstd (exh |m2| + |xhat| me) and
+ * a few float roundings of its terms. The scale's gradient carries the sum
+ * of |dy| exh, its rounding to float and the accumulate's addition. dy:
+ * the host's copy from before the op (which may have written dx over it). */
+static void gn_check_bwd(gn_case *k, double eps, const double *exh, const float *dy, int dx_ok, int acc,
+                         const float *p0)
+{
+    const float *x = TB_F(k->x), *sc = TB_F(k->sc), *dx = TB_F(k->dx);
+    double *rdg = calloc((size_t)(3 * k->c), sizeof(double)), *rdb = rdg + k->c, *edg = rdb + k->c;
+
+    for (int64_t r = 0; r < k->n * k->g; r++) {
+        double mu = TB_F(k->mean)[r], rs = 1 / sqrt((double)TB_F(k->var)[r] + eps), m1 = 0, m2 = 0, me = 0;
+        int64_t c0 = (r % k->g) * (k->c / k->g), at = r * k->k;
+        for (int64_t i = at; i < at + k->k; i++) {
+            int64_t ch = c0 + (i - at) / k->hw;
+            double xh = (x[i] - mu) * rs;
+            m1 += dy[i] * (double)sc[ch], m2 += dy[i] * (double)sc[ch] * xh, me += fabs(dy[i] * sc[ch]) * exh[i];
+            rdg[ch] += dy[i] * xh, rdb[ch] += dy[i], edg[ch] += fabs(dy[i]) * exh[i];
+        }
+        m1 /= (double)k->k, m2 /= (double)k->k, me /= (double)k->k;
+        for (int64_t i = at; i < at + k->k && dx_ok; i++) {
+            int64_t ch = c0 + (i - at) / k->hw;
+            double xh = (x[i] - mu) * rs, g = dy[i] * (double)sc[ch], rdx = rs * (g - m1 - xh * m2);
+            double tol = rs * (exh[i] * fabs(m2) + fabs(xh) * me) + 4 * FEPS * fabs(rdx);
+            assert_close(dx[i], rdx, tol + 4 * FEPS * rs * (fabs(g) + fabs(m1) + fabs(xh * m2)), "gnorm dx", i);
+        }
+    }
+    for (int64_t ch = 0; ch < k->c; ch++) {
+        double eg = acc ? p0[ch] + rdg[ch] : rdg[ch], eb = acc ? p0[k->c + ch] + rdb[ch] : rdb[ch];
+        assert_close(TB_F(k->dsc)[ch], eg, edg[ch] + 2 * FEPS * (fabs(eg) + fabs(p0[ch])) + 1e-12, "gnorm dscale",
+                     ch);
+        assert_close(TB_F(k->dsh)[ch], eb, 2 * FEPS * (fabs(eb) + fabs(p0[k->c + ch])) + 1e-12, "gnorm dshift", ch);
+    }
+    free(rdg);
+}
+
+/* One forward and backward: v bit 0 accumulate, bit 1 no diff_src, 4 dx = dy (setting). */
+static void check_gnorm(tdev *t, int64_t n, int64_t c, int64_t hw, int64_t g, int v)
+{
+    const double eps = 1e-5;
+    const int64_t N = n * c * hw;
+    gn_case k = {n, c, hw, g, c / g * hw, frand(t, N, 2), frand(t, c, 1), frand(t, c, 1), frand(t, N, 1),
+                 frand(t, n * g, 1), frand(t, n * g, 1), frand(t, N, 1), frand(t, N, 1), frand(t, c, 1),
+                 frand(t, c, 1)};
+    bfit_op_desc d = {.kind = BFIT_OP_GNORM_FWD, .dtype = BFIT_F32, .u.gnorm = {n, c, hw, (int)g, (float)eps}};
+    bfit_op_args a = {0};
+    float *dy0 = fcopy(TB_F(k.dy), N), *p0 = malloc(2 * (size_t)c * sizeof(float));
+    double *exh = malloc((size_t)N * sizeof(double));
+    tbuf *dxb = v == 4 ? &k.dy : &k.dx;
+    tbuf *all[] = {&k.x, &k.sc, &k.sh, &k.y, &k.mean, &k.var, &k.dy, &k.dx, &k.dsc, &k.dsh};
+
+    memcpy(p0, TB_F(k.dsc), (size_t)c * sizeof(float)), memcpy(p0 + c, TB_F(k.dsh), (size_t)c * sizeof(float));
+    a.src = k.x.d, a.dst = k.y.d, a.scale = k.sc.d, a.shift = k.sh.d, a.mean = k.mean.d, a.var = k.var.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, &k.y), tbuf_down(t, &k.mean), tbuf_down(t, &k.var);
+    gn_check_fwd(&k, eps, exh);
+    d.kind = BFIT_OP_GNORM_BWD, d.accumulate = v & 1;
+    a = (bfit_op_args){0};
+    a.src = k.x.d, a.mean = k.mean.d, a.var = k.var.d, a.diff_dst = k.dy.d, a.scale = k.sc.d;
+    a.diff_src = v & 2 ? NULL : dxb->d, a.diff_scale = k.dsc.d, a.diff_shift = k.dsh.d;
+    assert_int_equal(run_op(t, &d, &a), BFIT_OK);
+    tbuf_down(t, dxb), tbuf_down(t, &k.dsc), tbuf_down(t, &k.dsh);
+    if (v == 4)
+        memcpy(TB_F(k.dx), TB_F(k.dy), (size_t)N * sizeof(float));
+    gn_check_bwd(&k, eps, exh, dy0, !(v & 2), v & 1, p0);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        tbuf_free(t, all[i]);
+    free(dy0), free(p0), free(exh);
+}
+
+/* groups of several channels, one (instance norm), all (layer norm), a
+ * vector (hw 1), one element a row, and over BFIT_PAR_MIN elements (rows
+ * on the team); setting, accumulating, without diff_src, in place */
+static void test_gnorm(void **st)
+{
+    static const int64_t sizes[][4] = {{2, 6, 5, 3}, {3, 4, 1, 1}, {4, 12, 1, 3}, {2, 6, 7, 6},
+                                       {1, 1, 1, 1}, {3, 8, 33, 2}, {8, 32, 256, 8}};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int v = 0; v < 5; v++)
+            check_gnorm(*st, sizes[s][0], sizes[s][1], sizes[s][2], sizes[s][3], v);
+}
+
 /* bf16 data (x, y, dy, dx; by truncation), f32 scale, shift, statistics
  * and parameter gradients: against double loops on the widened inputs.
  * y and dx carry one bf16 rounding (|r| / 256) over the f32 work; the
@@ -1966,6 +2089,7 @@ int main(void)
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_lnorm_threads_same_bits),
         cmocka_unit_test(test_lnorm_offset),      cmocka_unit_test(test_lnorm_bf16),
+        cmocka_unit_test(test_gnorm),
         cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_xent),           cmocka_unit_test(test_xent_ties),

@@ -1,7 +1,8 @@
 /* test_kernel_core.c - the CUDA backend's attention, embedding,
  * activation, copy (concatenation, slices, transposition, broadcast add),
- * channel-gate and PReLU kernels' per-thread work (src/device/cuda_core.h), run
- * on the host, against the CPU device's ops on the same data.
+ * channel-gate, PReLU and group-norm kernels' per-thread work
+ * (src/device/cuda_core.h), run on the host, against the CPU device's ops
+ * on the same data.
  *
  * Each CUDA thread of those kernels calls one function of cuda_core.h for
  * its row part or element and nothing else; here a loop calls the same
@@ -22,7 +23,9 @@
  * parts in its shuffle tree, in double: 1e-6 relative (f32), a bf16 ulp;
  * so do PReLU's rows, whose sums are then added in the CPU's order into
  * f32 slope gradients: 1e-6; with hw == 1 PReLU's parts are the CPU's own
- * sums: equal to the bit. */
+ * sums: equal to the bit. Group normalisation's statistics and its
+ * (sample, channel) sums are a warp's too (test_gnorm says what that and
+ * fused multiply-adds allow). */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -751,6 +754,157 @@ static void test_prelu(void **st)
     }
 }
 
+/* ---- group normalisation --------------------------------------------------------------- */
+
+/* GNORM forward as cuda_gnorm.cu's warps do it: a row's 32 parts of each
+ * sum added in a warp's tree, then its outputs part by part. */
+static void gn_host_fwd(const bk_gnorm *q, const void *x, const float *sc, const float *sh, void *y, float *mean,
+                        float *var)
+{
+    for (int64_t r = 0; r < q->n * q->g; r++) {
+        double part[PARTS], mu, v;
+        for (int l = 0; l < PARTS; l++)
+            part[l] = bk_gn_part_sum(q, x, r, l, PARTS);
+        mu = warp_tree(part) / (double)q->k;
+        for (int l = 0; l < PARTS; l++)
+            part[l] = bk_gn_part_sq(q, x, r, mu, l, PARTS);
+        v = warp_tree(part) / (double)q->k;
+        mean[r] = (float)mu, var[r] = (float)v;
+        for (int l = 0; l < PARTS; l++)
+            bk_gn_fwd_part(q, x, sc, sh, y, r, (float)mu, bk_gn_rstd(v, q->eps), l, PARTS);
+    }
+}
+
+/* GNORM backward as cuda_gnorm.cu's kernels do it, in their order: the
+ * (sample, channel) parts (from BK_GN_WARP elements a row 32 parts in a
+ * warp's tree, else one in element order), with dx the rows' sums then dx
+ * element by element (dx may be dy), then the channels' gradients. */
+static void gn_host_bwd(const bk_gnorm *q, const void *x, const float *mean, const float *var, const void *dy,
+                        const float *sc, void *dx, float *dsc, float *dsh, int acc, double *ws)
+{
+    for (int64_t t = 0; t < q->n * q->c; t++) {
+        double d[2], g[PARTS], b[PARTS];
+        if (q->hw < BK_GN_WARP) {
+            bk_gn_bwd_part(q, x, dy, mean, var, t, 0, 1, ws + 2 * t);
+            continue;
+        }
+        for (int l = 0; l < PARTS; l++) {
+            bk_gn_bwd_part(q, x, dy, mean, var, t, l, PARTS, d);
+            g[l] = d[0], b[l] = d[1];
+        }
+        ws[2 * t] = warp_tree(g), ws[2 * t + 1] = warp_tree(b);
+    }
+    if (dx) {
+        for (int64_t r = 0; r < q->n * q->g; r++)
+            bk_gn_row_sums(q, ws, sc, var, ws, r);
+        for (int64_t el = 0; el < q->n * q->c * q->hw; el++)
+            bk_gn_dx_one(q, x, dy, mean, sc, ws, dx, el);
+    }
+    for (int64_t ch = 0; ch < q->c; ch++)
+        bk_gn_param_grad(q, ws, dsc, dsh, acc, ch);
+}
+
+/* The backward on the CPU's statistics (mean, var: the CPU forward's),
+ * setting and accumulating, with and without diff_src, and in place (dx =
+ * dy). dx: the CPU's formula in double, rounded once, on parts that differ
+ * from the CPU's only by the order of double additions (the warp's tree),
+ * and either side may fuse a multiply-add: the doubles differ by a few
+ * ulps of the terms, so the stored values by at most one ulp of their
+ * dtype (2^-23, f32; 2^-7 relative, bf16) but near zero, where the terms'
+ * double error (1e-15) is the bound. The scale's and shift's gradients
+ * add the parts in the CPU's order: below BK_GN_WARP the parts are the
+ * CPU's own sums (dy xhat exact in double, fused or not), so equal to the
+ * bit; above, equal but where a double rounding tips the float: 1e-6
+ * relative and absolute (accumulating adds that float to the old value). */
+static void gnorm_bwd(const bk_gnorm *q, bfit_op_desc d, const tbuf *x, const tbuf *sc, const tbuf *mean,
+                      const tbuf *var, const char *what0)
+{
+    const int64_t N = q->n * q->c * q->hw;
+    const bfit_dtype t = (bfit_dtype)q->dt;
+    const int exact = q->hw < BK_GN_WARP;
+    tbuf dy = rand_buf(t, N, -1, 1, 134), dyi = tbuf_new(&td, dy.bytes), dx = tbuf_new(&td, dy.bytes);
+    tbuf dsc = rand_buf(BFIT_F32, q->c, -1, 1, 135), dsh = rand_buf(BFIT_F32, q->c, -1, 1, 136);
+    float *p0 = malloc(2 * dsc.bytes), *gsc = malloc(dsc.bytes), *gsh = malloc(dsh.bytes);
+    void *dxh = malloc(dy.bytes);
+    double *ws = malloc((size_t)bk_gn_ws_doubles(q) * sizeof(double));
+    bfit_op_args o = {0};
+    char what[256];
+
+    memcpy(p0, dsc.h, dsc.bytes), memcpy(p0 + q->c, dsh.h, dsh.bytes);
+    d.kind = BFIT_OP_GNORM_BWD;
+    for (int v = 0; v < 5; v++) { /* bit 0: accumulate; bit 1: no diff_src; 4: in place, setting */
+        d.accumulate = v & 1;
+        memcpy(dsc.h, p0, dsc.bytes), memcpy(dsh.h, p0 + q->c, dsh.bytes), memcpy(dyi.h, dy.h, dy.bytes);
+        memcpy(gsc, p0, dsc.bytes), memcpy(gsh, p0 + q->c, dsh.bytes), memcpy(dxh, dy.h, dy.bytes);
+        tbuf_up(&td, &dsc), tbuf_up(&td, &dsh), tbuf_up(&td, &dyi);
+        memset(&o, 0, sizeof o);
+        o.src = x->d, o.scale = sc->d, o.mean = mean->d, o.var = var->d, o.diff_scale = dsc.d, o.diff_shift = dsh.d;
+        o.diff_dst = v == 4 ? dyi.d : dy.d, o.diff_src = v == 4 ? dyi.d : v & 2 ? NULL : dx.d;
+        run_desc(&d, &o);
+        gn_host_bwd(q, x->h, mean->h, var->h, v == 4 ? dxh : dy.h, sc->h, v & 2 ? NULL : dxh, gsc, gsh, v & 1, ws);
+        snprintf(what, sizeof what, "%s backward (%s%s)", what0, v & 1 ? "accumulating" : "setting",
+                 v & 2 ? ", no diff_src" : v == 4 ? ", in place" : "");
+        if (!(v & 2))
+            cmp(what, t, dxh, v == 4 ? &dyi : &dx, N, t == BFIT_F32 ? 1e-6 : 1.0 / 128, 1e-9);
+        cmp(what, BFIT_F32, gsc, &dsc, q->c, exact ? 0 : 1e-6, exact ? 0 : 1e-6);
+        cmp(what, BFIT_F32, gsh, &dsh, q->c, exact ? 0 : 1e-6, exact ? 0 : 1e-6);
+        if (exact && (memcmp(gsc, dsc.h, dsc.bytes) || memcmp(gsh, dsh.h, dsh.bytes)))
+            fail_msg("%s: the scale's or shift's gradient is not the cpu's bit for bit", what);
+    }
+    tbuf_free(&td, &dy), tbuf_free(&td, &dyi), tbuf_free(&td, &dx), tbuf_free(&td, &dsc), tbuf_free(&td, &dsh);
+    free(p0), free(gsc), free(gsh), free(dxh), free(ws);
+}
+
+/* GNORM forward against the CPU's: the statistics' sums in a warp's tree
+ * against the CPU's one ordered sum, both in double, so the f32 mean and
+ * variance equal but where a double rounding tips the float (1e-6
+ * relative); the outputs one float formula, which either side may fuse
+ * (y = xhat scale + shift): an ulp (f32: 1e-6 relative, 1e-6 absolute
+ * near zero; bf16: 2^-7 relative). Data offset from zero, so that the mean
+ * matters. Then the backward, on the CPU's statistics. */
+static void gnorm_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int64_t g)
+{
+    const int64_t N = n * c * hw, rows = n * g;
+    bk_gnorm q = bk_gn_geom(n, c, hw, g, 1e-5f, (int)t);
+    bfit_op_desc d = {.kind = BFIT_OP_GNORM_FWD, .dtype = t, .u.gnorm = {n, c, hw, (int)g, 1e-5f}};
+    tbuf x = rand_buf(t, N, -1, 3, 131), sc = rand_buf(BFIT_F32, c, 0.5f, 1.5f, 132);
+    tbuf sh = rand_buf(BFIT_F32, c, -1, 1, 133), y = tbuf_new(&td, x.bytes);
+    tbuf mean = tbuf_new(&td, (size_t)rows * sizeof(float)), var = tbuf_new(&td, (size_t)rows * sizeof(float));
+    void *yh = malloc(x.bytes);
+    float *mh = malloc(mean.bytes), *vh = malloc(var.bytes);
+    bfit_op_args o = {0};
+    char what[128];
+
+    o.src = x.d, o.dst = y.d, o.scale = sc.d, o.shift = sh.d, o.mean = mean.d, o.var = var.d;
+    run_desc(&d, &o);
+    gn_host_fwd(&q, x.h, sc.h, sh.h, yh, mh, vh);
+    snprintf(what, sizeof what, "group norm (%s, n %lld c %lld hw %lld, %lld groups)", bfit_dtype_name(t),
+             (long long)n, (long long)c, (long long)hw, (long long)g);
+    cmp(what, BFIT_F32, mh, &mean, rows, 1e-6, 0);
+    cmp(what, BFIT_F32, vh, &var, rows, 1e-6, 0);
+    cmp(what, t, yh, &y, N, t == BFIT_F32 ? 1e-6 : 1.0 / 128, 1e-6);
+    gnorm_bwd(&q, d, &x, &sc, &mean, &var, what); /* cmp left the CPU's statistics in mean.h, var.h */
+    tbuf_free(&td, &x), tbuf_free(&td, &sc), tbuf_free(&td, &sh), tbuf_free(&td, &y), tbuf_free(&td, &mean);
+    tbuf_free(&td, &var), free(yh), free(mh), free(vh);
+}
+
+static void test_gnorm(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        gnorm_case(t, 2, 6, 5, 3);    /* groups of two channels, rows shorter than a warp */
+        gnorm_case(t, 3, 4, 1, 1);    /* a vector in one group (layer norm) */
+        gnorm_case(t, 4, 12, 1, 3);   /* a vector in groups */
+        gnorm_case(t, 2, 6, 7, 6);    /* a group a channel (instance norm) */
+        gnorm_case(t, 2, 16, 9, 2);   /* rows longer than a warp, channel rows shorter */
+        gnorm_case(t, 2, 8, 40, 2);   /* channel rows of a warp's parts */
+        gnorm_case(t, 3, 5, 300, 5);  /* many per lane */
+        gnorm_case(t, 2, 32, 64, 8);  /* 8x8 images in 8 groups */
+        gnorm_case(t, 1, 64, 31, 1);  /* the threads' longest rows, all channels in one group */
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -760,6 +914,7 @@ int main(void)
         cmocka_unit_test(test_copies),
         cmocka_unit_test(test_chscale),
         cmocka_unit_test(test_prelu),
+        cmocka_unit_test(test_gnorm),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

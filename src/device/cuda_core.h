@@ -1,7 +1,8 @@
 /* cuda_core.h - the per-thread work of the CUDA backend's activation,
  * embedding, attention, copy (concatenation, transposition, slices),
- * channel-gate and PReLU kernels (cuda_elt.cu, cuda_attn.cu, cuda_concat.cu,
- * cuda_chscale.cu, cuda_prelu.cu), written once for the GPU and the host.
+ * channel-gate, PReLU and group-norm kernels (cuda_elt.cu, cuda_attn.cu,
+ * cuda_concat.cu, cuda_chscale.cu, cuda_prelu.cu, cuda_gnorm.cu), written
+ * once for the GPU and the host.
  *
  * Each kernel thread calls one of these functions for its element, row or
  * column, and does nothing else; so the same code, compiled as C on the
@@ -480,6 +481,135 @@ BK_HD void bk_prelu_slope_grad(const bk_prelu *p, const double *rs, float *dw, i
         for (int64_t ch = lo; ch < hi; ch++)
             s += rs[k * p->c + ch];
     dw[j] = acc ? dw[j] + (float)s : (float)s;
+}
+
+/* ---- group normalisation (GNORM) ------------------------------------------------------- */
+
+/* [n, c, hw] in rows (sample, group) of k = cg hw contiguous elements, cg
+ * = c / g channels a group (cpu_gnorm.c's); scale, shift, their gradients
+ * and the statistics f32 whatever dt. */
+typedef struct bk_gnorm {
+    int64_t n, c, hw, g, cg, k;
+    float eps;
+    int dt;
+} bk_gnorm;
+
+BK_HD bk_gnorm bk_gn_geom(int64_t n, int64_t c, int64_t hw, int64_t g, float eps, int dt)
+{
+    bk_gnorm q = {n, c, hw, g, c / g, c / g * hw, eps, dt};
+    return q;
+}
+
+/* The backward sums a (sample, channel) row of hw elements with a thread
+ * when hw is below this, in element order (the CPU's sums, bit for bit),
+ * else with a warp, whose lanes would mostly idle on so short a row. */
+#define BK_GN_WARP 32
+
+/* The backward's workspace, in doubles: the parts (dg, db) of each
+ * (sample, channel) at 2 (s c + ch), as the CPU's, then three per row r at
+ * 2 n c + 3 r: sg / k, sgx / k and the row's rstd (bk_gn_row_sums). */
+BK_HD int64_t bk_gn_ws_doubles(const bk_gnorm *q) { return 2 * q->n * q->c + 3 * q->n * q->g; }
+
+/* 1 / sqrt(var + eps) rounded to f32, as the CPU's: from the double
+ * variance in the forward, from the kept f32 one in the backward */
+BK_HD float bk_gn_rstd(double var, float eps) { return (float)(1.0 / sqrt(var + (double)eps)); }
+
+/* Forward on row r, part j0 of step parts (a warp's lanes; the host test
+ * runs the parts in a loop): the part's sum of x, in double. */
+BK_HD double bk_gn_part_sum(const bk_gnorm *q, const void *x, int64_t r, int64_t j0, int64_t step)
+{
+    double s = 0;
+    for (int64_t i = r * q->k + j0; i < (r + 1) * q->k; i += step)
+        s += bk_ldx(x, q->dt, i);
+    return s;
+}
+
+/* ... the part's sum of squares about the row's mean (the variance's second
+ * pass, as the CPU's: no cancellation of a large mean's square) */
+BK_HD double bk_gn_part_sq(const bk_gnorm *q, const void *x, int64_t r, double mean, int64_t j0, int64_t step)
+{
+    double s = 0;
+    for (int64_t i = r * q->k + j0; i < (r + 1) * q->k; i += step) {
+        double v = bk_ldx(x, q->dt, i) - mean;
+        s += v * v;
+    }
+    return s;
+}
+
+/* ... the part's outputs y = ((x - m) rs) scale[ch] + shift[ch] in float,
+ * rounded once to dt (m, rs: the row's mean and rstd in f32); y may be x:
+ * each element is read before it is written. */
+BK_HD void bk_gn_fwd_part(const bk_gnorm *q, const void *x, const float *sc, const float *sh, void *y, int64_t r,
+                          float m, float rs, int64_t j0, int64_t step)
+{
+    int64_t c0 = (r % q->g) * q->cg, at = r * q->k;
+    for (int64_t i = j0; i < q->k; i += step) {
+        int64_t ch = c0 + i / q->hw;
+        float xh = (bk_ldx(x, q->dt, at + i) - m) * rs;
+        bk_stx(y, q->dt, at + i, xh * sc[ch] + sh[ch]);
+    }
+}
+
+/* Backward on (sample, channel) row t = s c + ch (hw elements at t hw),
+ * part j0 of step parts: the part's sums of dy xhat and of dy into d[0],
+ * d[1], in double, xhat = (x - m) rs in f32 as the CPU recomputes it from
+ * the kept statistics. dy xhat is exact in double, so a warp's sum differs
+ * from the CPU's (one sum in element order) only by the rounding of double
+ * additions in another order; one part (step 1) is the CPU's sum. */
+BK_HD void bk_gn_bwd_part(const bk_gnorm *q, const void *x, const void *dy, const float *mean, const float *var,
+                          int64_t t, int64_t j0, int64_t step, double *d)
+{
+    int64_t r = t / q->c * q->g + t % q->c / q->cg;
+    float m = mean[r], rs = bk_gn_rstd((double)var[r], q->eps);
+    double dg = 0, db = 0;
+    for (int64_t i = t * q->hw + j0; i < (t + 1) * q->hw; i += step) {
+        double g = bk_ldx(dy, q->dt, i);
+        dg += g * (double)((bk_ldx(x, q->dt, i) - m) * rs);
+        db += g;
+    }
+    d[0] = dg, d[1] = db;
+}
+
+/* Row r's sums over its channels in channel order, sg = sum db scale and
+ * sgx = sum dg scale, divided by k, and its rstd, into the workspace's
+ * three doubles for the row (the CPU's order: equal given equal parts, but
+ * for a fused multiply-add either compiler may make). */
+BK_HD void bk_gn_row_sums(const bk_gnorm *q, const double *part, const float *sc, const float *var, double *ws,
+                          int64_t r)
+{
+    int64_t c0 = (r % q->g) * q->cg;
+    const double *p = part + 2 * (r / q->g * q->c + c0);
+    double sg = 0, sgx = 0, *o = ws + 2 * q->n * q->c + 3 * r;
+    for (int64_t j = 0; j < q->cg; j++) {
+        sg += p[2 * j + 1] * sc[c0 + j];
+        sgx += p[2 * j] * sc[c0 + j];
+    }
+    o[0] = sg / (double)q->k, o[1] = sgx / (double)q->k, o[2] = bk_gn_rstd((double)var[r], q->eps);
+}
+
+/* The input's gradient at element el: dx = rs (dy scale - sg / k - xhat
+ * sgx / k) in double, rounded once to dt, the CPU's formula (its rounding
+ * but for fused multiply-adds); dx may be dy. */
+BK_HD void bk_gn_dx_one(const bk_gnorm *q, const void *x, const void *dy, const float *mean, const float *sc,
+                        const double *ws, void *dx, int64_t el)
+{
+    int64_t r = el / q->k, ch = (r % q->g) * q->cg + el % q->k / q->hw;
+    const double *o = ws + 2 * q->n * q->c + 3 * r;
+    float rs = (float)o[2], xh = (bk_ldx(x, q->dt, el) - mean[r]) * rs;
+    double g = (double)bk_ldx(dy, q->dt, el) * sc[ch];
+    bk_stx(dx, q->dt, el, (float)(rs * (g - o[0] - xh * o[1])));
+}
+
+/* Channel ch's scale and shift gradients: its samples' parts in order, in
+ * double, set or (acc) added in f32: the CPU's order, so equal to its bits
+ * given equal parts. */
+BK_HD void bk_gn_param_grad(const bk_gnorm *q, const double *part, float *dsc, float *dsh, int acc, int64_t ch)
+{
+    double g = 0, b = 0;
+    for (int64_t s = 0; s < q->n; s++)
+        g += part[2 * (s * q->c + ch)], b += part[2 * (s * q->c + ch) + 1];
+    dsc[ch] = acc ? dsc[ch] + (float)g : (float)g;
+    dsh[ch] = acc ? dsh[ch] + (float)b : (float)b;
 }
 
 #endif

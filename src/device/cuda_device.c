@@ -3,8 +3,9 @@
  * Memory and transfers are in cuda_mem.c; the op families in cuda_blas.c
  * (matmul), cuda_dnn.c (convolution, batch norm), cuda_attn.c (attention),
  * cuda_concat.c (concatenation, slices, transposition, broadcast add),
- * cuda_chscale.c (channel gates), cuda_prelu.c (PReLU) and cuda_simple.c
- * (the rest of our own kernels, cuda_*.cu).
+ * cuda_chscale.c (channel gates), cuda_prelu.c (PReLU), cuda_gnorm.c
+ * (group normalisation) and cuda_simple.c (the rest of our own kernels,
+ * cuda_*.cu).
  *
  * Nothing here allocates device memory: ops report the workspace they need
  * and get it from the caller (the arena), cuBLAS included (its workspace is
@@ -101,6 +102,8 @@ static int op_init(cuda_op *op)
     case BFIT_OP_CHSCALE_BWD: return cuda_chscale_init(op);
     case BFIT_OP_PRELU_FWD:
     case BFIT_OP_PRELU_BWD: return cuda_prelu_init(op);
+    case BFIT_OP_GNORM_FWD:
+    case BFIT_OP_GNORM_BWD: return cuda_gnorm_init(op);
     default: return cuda_simple_init(op);
     }
 }
@@ -268,7 +271,9 @@ static int kind_made(bfit_op_kind k)
     case BFIT_OP_CHSCALE_FWD:
     case BFIT_OP_CHSCALE_BWD:
     case BFIT_OP_PRELU_FWD:
-    case BFIT_OP_PRELU_BWD: return 1;
+    case BFIT_OP_PRELU_BWD:
+    case BFIT_OP_GNORM_FWD:
+    case BFIT_OP_GNORM_BWD: return 1;
     default: return 0;
     }
 }

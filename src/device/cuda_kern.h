@@ -231,6 +231,24 @@ cudaError_t bk_prelu_fwd(cudaStream_t s, const bk_prelu *p, const void *x, const
 cudaError_t bk_prelu_bwd(cudaStream_t s, const bk_prelu *p, const void *x, const float *a, const void *dy, void *dx,
                          float *dw, int acc, double *rs);
 
+/* ---- cuda_gnorm.cu: group normalisation (cuda_core.h's) --------------------------- */
+
+/* y = ((x - mean) rstd) scale[ch] + shift[ch] per row (sample, group) of
+ * bk_gnorm's [n, c, hw] (y may be x), the rows' mean and biased variance
+ * (f32 [n g]) written: a warp per row, its sums in double in a warp's tree
+ * (the CPU's one ordered sum rounded in another order) */
+cudaError_t bk_gnorm_fwd(cudaStream_t s, const bk_gnorm *q, const void *x, const float *sc, const float *sh, void *y,
+                         float *mean, float *var);
+/* From the forward's mean and var: the (sample, channel) parts of the
+ * scale's and shift's gradients, sum dy xhat and sum dy in double, into ws
+ * [2 n c] (a warp a row from BK_GN_WARP elements, where the order of double
+ * additions may differ from the CPU's; a thread a row below it: the CPU's
+ * sums); with dx (may be dy) the rows' sums into ws's next 3 n g doubles,
+ * then dx a thread per element; then a thread per channel adds its
+ * samples' parts in the CPU's order into dsc and dsh, set or (acc) added */
+cudaError_t bk_gnorm_bwd(cudaStream_t s, const bk_gnorm *q, const void *x, const float *mean, const float *var,
+                         const void *dy, const float *sc, void *dx, float *dsc, float *dsh, int acc, double *ws);
+
 #ifdef __cplusplus
 }
 #endif

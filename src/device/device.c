@@ -413,15 +413,14 @@ const char *bfit_op_kind_name(bfit_op_kind k)
 }
 
 /* What only the CPU device has: another device refuses it here, by name,
- * rather than run an op that ignores it. Group normalisation (2026-12-05)
- * is the CPU's first; the GPU has everything else (concatenation, slices,
- * transposition, broadcast add, channel gates and grouped convolutions
- * since 2026-12-04, and PReLU since). */
+ * rather than run an op that ignores it. Nothing is CPU-only now (the GPU
+ * has concatenation, slices, transposition, broadcast add, channel gates
+ * and grouped convolutions since 2026-12-04, PReLU since, and group
+ * normalisation since 2026-12-05); the mechanism stays for the next op the
+ * CPU gets first. */
 const char *bfit_op_cpu_only(const bfit_op_desc *d)
 {
     switch (d->kind) {
-    case BFIT_OP_GNORM_FWD:
-    case BFIT_OP_GNORM_BWD: return "group normalisation (groupnorm)";
     default: return NULL;
     }
 }
