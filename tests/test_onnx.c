@@ -1483,15 +1483,18 @@ static void test_channel_shuffle(void **st)
     pb_free(m);
 }
 
-/* x [N,4,3,3] -> InstanceNormalization(x, scale, bias) -> GlobalAveragePool,
- * Flatten, Gemm -> logits: nn.InstanceNorm2d's export, an operator batchfit
- * does not read (PRelu, Selu were the example until batchfit read them). */
-static pbw *instnorm_graph(void)
+/* x [N,4,3,3] -> op(x, scale, bias) -> GlobalAveragePool, Flatten, Gemm ->
+ * logits: with op InstanceNormalization, nn.InstanceNorm2d(4, affine=True)'s
+ * export; with LRN (local response normalisation, given the two
+ * initializers it does not take), an operator batchfit does not read
+ * (PRelu, Selu, then InstanceNormalization were the example until batchfit
+ * read them). */
+static pbw *norm_graph(const char *op)
 {
     static const int64_t in[4] = {-1, 4, 3, 3}, cd[1] = {4};
     const char *ii[3] = {"x", "scale", "bias"}, *y[1] = {"y"}, *q[1] = {"q"}, *f[1] = {"f"};
     pbw *g = pb_new();
-    pmsg(g, 1, node("InstanceNormalization", "norm", ii, 3, y, 1));
+    pmsg(g, 1, node(op, "norm", ii, 3, y, 1));
     pmsg(g, 1, node("GlobalAveragePool", "pool", y, 1, q, 1));
     pmsg(g, 1, node("Flatten", "flat", q, 1, f, 1));
     fc_head(g, "f");
@@ -1501,16 +1504,28 @@ static pbw *instnorm_graph(void)
     return g;
 }
 
-/* An operator batchfit lacks: named with its node, its inputs' shapes, the opset. */
+/* An operator batchfit lacks: named with its node, its inputs' shapes, the
+ * opset. InstanceNormalization with learned scale and bias is groupnorm with
+ * a group per channel, its parameters the initializers. */
 static void test_unsupported_op(void **st)
 {
     bfit_graph_desc g;
-    pbw *m = model(instnorm_graph());
+    const bfit_wsrc_entry *e;
+    pbw *m = model(norm_graph("LRN"));
     (void)st;
-    assert_int_equal(load(m, &g, "t.onnx: node 'norm' (InstanceNormalization, opset 17) with inputs 'x' [N,4,3,3], "
-                                 "'scale' [4] float, 'bias' [4] float: batchfit does not support the operator "
-                                 "InstanceNormalization"),
+    assert_int_equal(load(m, &g, "t.onnx: node 'norm' (LRN, opset 17) with inputs 'x' [N,4,3,3], 'scale' [4] float, "
+                                 "'bias' [4] float: batchfit does not support the operator LRN"),
                      BFIT_EINVAL);
+    pb_free(m);
+    m = model(norm_graph("InstanceNormalization"));
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_GROUPNORM);
+    assert_int_equal(g.nodes[0].cfg.units, 4);
+    assert_non_null(e = bfit_wsrc_find(g.wsrc, 0, 0));
+    assert_string_equal(e->name, "scale");
+    assert_non_null(e = bfit_wsrc_find(g.wsrc, 0, 1));
+    assert_string_equal(e->name, "bias");
+    bfit_graph_fini(&g);
     pb_free(m);
     m = model(gemm_graph("Softmax"));
     assert_int_equal(load(m, &g, "ends in Softmax"), BFIT_EINVAL);
