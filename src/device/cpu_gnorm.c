@@ -31,18 +31,46 @@ static gn_geom geom(const bfit_op_desc *d)
     return q;
 }
 
-/* Row r's mean and biased variance, in double. */
+/* The sum of x[0..k) in double (sq: of (x - c)^2 instead), in 8 running
+ * sums over the elements i mod 8, then added in a fixed tree: one chain of
+ * additions would wait on each add's latency, 8 fill the vector lanes. The
+ * order is the row's own, whatever the threads. */
+static double sum8(const float *x, int64_t k, int sq, double c)
+{
+    double a[8] = {0};
+    int64_t i = 0;
+
+    for (; i + 8 <= k; i += 8)
+        for (int j = 0; j < 8; j++) {
+            double v = x[i + j] - c;
+            a[j] += sq ? v * v : x[i + j];
+        }
+    for (int j = 0; i < k; i++, j++) {
+        double v = x[i] - c;
+        a[j] += sq ? v * v : x[i];
+    }
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/* Row r's mean and biased variance, in double (f32 data: 8 running sums,
+ * sum8). */
 static void row_stats(const gn_geom *q, const void *x, int64_t r, double *mean, double *var)
 {
     int64_t at = r * q->k;
     double s = 0, ss = 0;
 
-    for (int64_t i = 0; i < q->k; i++)
-        s += bfit_ld(x, q->dt, at + i);
-    s /= (double)q->k;
-    for (int64_t i = 0; i < q->k; i++) {
-        double v = bfit_ld(x, q->dt, at + i) - s;
-        ss += v * v;
+    if (q->dt == BFIT_F32) {
+        const float *xf = (const float *)x + at;
+        s = sum8(xf, q->k, 0, 0) / (double)q->k;
+        ss = sum8(xf, q->k, 1, s);
+    } else {
+        for (int64_t i = 0; i < q->k; i++)
+            s += bfit_ld(x, q->dt, at + i);
+        s /= (double)q->k;
+        for (int64_t i = 0; i < q->k; i++) {
+            double v = bfit_ld(x, q->dt, at + i) - s;
+            ss += v * v;
+        }
     }
     *mean = s;
     *var = ss / (double)q->k;
@@ -62,6 +90,13 @@ static void fwd_row(const gn_geom *q, const bfit_op_args *a, int64_t r)
     for (int64_t j = 0; j < q->cg; j++) {
         int64_t ch = (r % q->g) * q->cg + j, at = r * q->k + j * q->hw;
         float s = sc[ch], b = sh[ch];
+        if (q->dt == BFIT_F32) {
+            const float *xf = (const float *)a->src + at;
+            float *yf = (float *)a->dst + at;
+            for (int64_t p = 0; p < q->hw; p++)
+                yf[p] = (xf[p] - m) * rs * s + b;
+            continue;
+        }
         for (int64_t p = 0; p < q->hw; p++) {
             float xh = (bfit_ld(a->src, q->dt, at + p) - m) * rs;
             bfit_st(a->dst, q->dt, at + p, xh * s + b);
@@ -93,11 +128,20 @@ static void bwd_row(const gn_geom *q, const bfit_op_args *a, int64_t r, double *
     for (int64_t j = 0; j < q->cg; j++) {
         int64_t ch = (r % q->g) * q->cg + j, at = r * q->k + j * q->hw;
         double dg = 0, db = 0;
-        for (int64_t p = 0; p < q->hw; p++) {
-            double dy = bfit_ld(a->diff_dst, q->dt, at + p);
-            double xh = (double)((bfit_ld(a->src, q->dt, at + p) - m) * rs);
-            dg += dy * xh;
-            db += dy;
+        if (q->dt == BFIT_F32) {
+            const float *xf = (const float *)a->src + at, *gf = (const float *)a->diff_dst + at;
+            for (int64_t p = 0; p < q->hw; p++) {
+                float xh = (xf[p] - m) * rs;
+                dg += (double)gf[p] * xh;
+                db += gf[p];
+            }
+        } else {
+            for (int64_t p = 0; p < q->hw; p++) {
+                double dy = bfit_ld(a->diff_dst, q->dt, at + p);
+                double xh = (double)((bfit_ld(a->src, q->dt, at + p) - m) * rs);
+                dg += dy * xh;
+                db += dy;
+            }
         }
         part[2 * ((r / q->g) * q->c + ch)] = dg;
         part[2 * ((r / q->g) * q->c + ch) + 1] = db;
@@ -109,6 +153,15 @@ static void bwd_row(const gn_geom *q, const bfit_op_args *a, int64_t r, double *
     sg /= (double)q->k, sgx /= (double)q->k;
     for (int64_t j = 0; j < q->cg; j++) {
         int64_t ch = (r % q->g) * q->cg + j, at = r * q->k + j * q->hw;
+        if (q->dt == BFIT_F32) {
+            const float *xf = (const float *)a->src + at, *gf = (const float *)a->diff_dst + at;
+            float *dx = (float *)a->diff_src + at;
+            for (int64_t p = 0; p < q->hw; p++) {
+                float xh = (xf[p] - m) * rs;
+                dx[p] = (float)(rs * ((double)gf[p] * sc[ch] - sg - xh * sgx));
+            }
+            continue;
+        }
         for (int64_t p = 0; p < q->hw; p++) {
             float xh = (bfit_ld(a->src, q->dt, at + p) - m) * rs;
             double g = (double)bfit_ld(a->diff_dst, q->dt, at + p) * sc[ch];

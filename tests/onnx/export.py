@@ -479,6 +479,8 @@ def build(name):
         return CeilCnn(), 48
     if name == "gn_cnn":
         return GnCnn(), 32
+    if name == "resnet18_gn":  # bench/: ResNet-18 with GroupNorm(32, C) for its batch norms (no onnx_torch test)
+        return torchvision.models.resnet18(num_classes=CLASSES, norm_layer=lambda c: torch.nn.GroupNorm(32, c)), SIZE
     if name == "mhsa_mini":
         return MhsaMini(), 32
     if name == "layerscale_mini":
