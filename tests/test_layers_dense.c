@@ -198,6 +198,14 @@ static void test_gc_layerscale(void **st)
     c.in[0] = Q(5, 3);
     c.m = 3;
     gc_assert(&c);
+    c.label = "layerscale channels=1 seq 5x3 m=3 (one scale)";
+    c.cfg.units = 1;
+    c.cfg.alpha = 0.6f;
+    gc_assert(&c);
+    c.label = "layerscale channels=1 3x4x4 m=2";
+    c.in[0] = S(3, 4, 4);
+    c.m = 2;
+    gc_assert(&c);
 }
 
 /* groupnorm: the input's, scale's and shift's gradients, groups of one,
@@ -1013,7 +1021,7 @@ static void test_errors(void **st)
     c.units = 4;
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_EINVAL);
     assert_string_equal(err, "layerscale has one scale per channel of an image CxHxW or feature of a vector or of "
-                             "a sequence [T, C]: 4 scales do not fit the input 5x3");
+                             "a sequence [T, C], or one for all (channels=1): 4 scales do not fit the input 5x3");
     c.units = 0;
     assert_int_equal(bfit_layer_new(&c, dev, in, 1, &l, err, sizeof err), BFIT_OK);
     assert_int_equal(l->params[0].ndim, 1);

@@ -1362,7 +1362,7 @@ static void test_token_mean(void **st)
  * higher rank than the tokens, is refused saying what batchfit reads. */
 static void test_token_scale(void **st)
 {
-    static const int64_t g1[1] = {4}, g3[3] = {1, 1, 4}, g2[2] = {3, 4}, g5[5] = {1, 1, 1, 1, 4};
+    static const int64_t g1[1] = {4}, g3[3] = {1, 1, 4}, g2[2] = {3, 4}, g5[5] = {1, 1, 1, 1, 4}, one[1] = {1};
     bfit_graph_desc g;
     const bfit_wsrc_entry *e;
     int64_t dim[BFIT_PARAM_MAXD];
@@ -1404,6 +1404,12 @@ static void test_token_scale(void **st)
     pb_free(m);
     m = model(token_scale_graph(g5, 5));
     assert_int_equal(load(m, &g, "this is not one"), BFIT_EINVAL);
+    pb_free(m);
+    m = model(token_scale_graph(one, 1)); /* one learned number: a scale for all */
+    assert_int_equal(load(m, &g, NULL), BFIT_OK);
+    assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_LAYERSCALE);
+    assert_int_equal(g.nodes[2].cfg.units, 1);
+    bfit_graph_fini(&g);
     pb_free(m);
 }
 

@@ -246,7 +246,8 @@ static void test_layerscale(void **st)
                        "layerscale init=0.1\n" /* 1 */
                        "flatten\n"             /* 2 */
                        "linear 5\n"            /* 3 */
-                       "layerscale init=-2\n"; /* 4 */
+                       "layerscale init=-2\n"  /* 4 */
+                       "layerscale channels=1\n"; /* 5: one scale */
     bfit_graph_desc g;
     const bfit_node_desc *n;
     (void)st;
@@ -260,6 +261,8 @@ static void test_layerscale(void **st)
     assert_true(n[1].cfg.alpha == 0.1f);
     assert_node(&g, 4, BFIT_L_LAYERSCALE, 4, -1, 6, 1);
     assert_true(n[4].cfg.alpha == -2.0f);
+    assert_node(&g, 5, BFIT_L_LAYERSCALE, 5, -1, 7, 1);
+    assert_true(n[5].cfg.units == 1);
     bfit_graph_fini(&g);
 }
 
@@ -438,7 +441,7 @@ static const bad bads[] = {
     {"input 784\nprelu channels=2 channels=3\n", 0, "t.cfg:2:18: ", {"duplicate option", "sets the slopes"}},
     {"input 784\nlayerscale 3\n", 0, "t.cfg:2:12: ", {"unexpected `3`", "layerscale takes only options"}},
     {"input 784\nlayerscale init=nan\n", 0, "t.cfg:2:17: ", {"bad number `nan` for layerscale's initial scale"}},
-    {"input 784\nlayerscale slope=1\n", 0, "t.cfg:2:12: ", {"layerscale has no option `slope`", "options: init"}},
+    {"input 784\nlayerscale slope=1\n", 0, "t.cfg:2:12: ", {"layerscale has no option `slope`", "options: channels, init"}},
     {"input 784\nlayerscale init=1 init=2\n", 0, "t.cfg:2:19: ", {"duplicate option"}},
     {"input 784\ngroupnorm\n", 0, "t.cfg:2:1: ", {"groupnorm needs its number of groups", "groupnorm G [eps=E]"}},
     {"input 784\ngroupnorm 0\n", 0, "t.cfg:2:11: ", {"groupnorm's groups must be at least 1"}},

@@ -6,8 +6,8 @@
  *   applies along dimension 1); starting at alpha (PyTorch's 0.25);
  * - `layerscale`: timm's LayerScale, the original ConvNeXt's gamma, y = a x
  *   everywhere, one scale per channel of an image, feature of a vector or
- *   feature (last dimension) of a sequence [T, C]; starting at alpha
- *   (timm's 1e-5).
+ *   feature (last dimension) of a sequence [T, C], or one for all
+ *   (channels=1: a learned scalar); starting at alpha (timm's 1e-5).
  * Neither takes weight decay, as biases and norms do not (PyTorch's
  * documentation advises none for PReLU; timm leaves 1-d parameters out).
  * The backward reads x: the slopes' gradient is the sum of dy x (prelu's
@@ -50,20 +50,22 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 }
 
 /* A layer scale's count is the input's channels (features): a sequence's
- * last dimension; units 0 takes it from the input. */
+ * last dimension; units 0 takes it from the input; units 1 is one scale
+ * for the whole input (a learned scalar: ReZero's alpha, SAGAN's gamma). */
 static int init_layerscale(bfit_layer *l, char *err, size_t errlen)
 {
     bfit_shape in = l->in[0];
     int c = in.nd == 2 ? in.d[1] : in.c;
     char buf[48];
 
-    if (in.nd < 1 || in.nd > 3 || (l->cfg.units && l->cfg.units != c)) {
+    if (in.nd < 1 || in.nd > 3 || (l->cfg.units && l->cfg.units != 1 && l->cfg.units != c)) {
         snprintf(err, errlen, "layerscale has one scale per channel of an image CxHxW or feature of a vector or of "
-                 "a sequence [T, C]: %d scales do not fit the input %s", l->cfg.units,
+                 "a sequence [T, C], or one for all (channels=1): %d scales do not fit the input %s", l->cfg.units,
                  bfit_shape_str(in, buf, sizeof buf));
         return BFIT_EINVAL;
     }
-    l->cfg.units = c;
+    if (!l->cfg.units)
+        l->cfg.units = c;
     return init_common(l, err, errlen);
 }
 
@@ -80,7 +82,7 @@ static bfit_op_desc prelu_desc(const bfit_layer *l, bfit_op_kind kind, int m, in
     d.u.prelu.n = seq ? (int64_t)m * in.d[0] : m;
     d.u.prelu.c = seq ? in.d[1] : rows_are_channels ? in.c : 1;
     d.u.prelu.hw = seq ? 1 : rows_are_channels ? (int64_t)in.h * in.w : bfit_shape_numel(in);
-    d.u.prelu.shared = l->cfg.units == 1 && l->cfg.kind == BFIT_L_PRELU;
+    d.u.prelu.shared = l->cfg.units == 1;
     d.u.prelu.linear = l->cfg.kind == BFIT_L_LAYERSCALE;
     d.u.prelu.blk = l->blk_in; /* a layout chain's block (store.c): the output's too */
     return d;

@@ -445,7 +445,7 @@ int bfit_model_param_dims(const bfit_model *M, int node, int k, int64_t *dim)
 {
     const bfit_wsrc_entry *e = bfit_wsrc_find(M->wsrc, node, k);
     const bfit_param *p = &M->nodes[node].l->params[k];
-    int file = e && e->t->ndim >= 1 && e->t->ndim <= BFIT_PARAM_MAXD && e->t->numel == bfit_param_numel(p);
+    int file = e && e->t->ndim <= BFIT_PARAM_MAXD && e->t->numel == bfit_param_numel(p); /* 0-d: one number */
     int nd = file ? e->t->ndim : p->ndim;
     for (int d = 0; d < BFIT_PARAM_MAXD; d++)
         dim[d] = d >= nd ? 1 : file ? e->t->dim[d] : p->dim[d];

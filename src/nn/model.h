@@ -272,9 +272,10 @@ int bfit_model_has_file_weights(const bfit_model *M);
  * name, for weights files), or NULL: none (then "<node>.<param>"). */
 const char *bfit_model_param_name(const bfit_model *M, int node, int k);
 /* The shape node's parameter k has in the model file, where it has one of
- * the same elements in another shape (a layer scale's [C,1,1], which a
- * depthwise 1x1 convolution holds as [C,1,1,1]), else its own: the number
- * of dimensions, dim[0..BFIT_PARAM_MAXD) set. */
+ * the same elements in another shape (a layer scale's [C,1,1] or [1,1,C],
+ * which the layer holds as [C]; one learned number, 0-d in the file, held
+ * as [1]), else its own: the number of dimensions (0 for a 0-d one),
+ * dim[0..BFIT_PARAM_MAXD) set. */
 int bfit_model_param_dims(const bfit_model *M, int node, int k, int64_t *dim);
 /* Start a step's gradients: the next backward's first writes set them, the
  * rest are zeroed (gradset.c). Read them only after that backward. */

@@ -258,7 +258,7 @@ static int hardsigmoid(onnx_lower *L)
  * vector [N,C] by a learned [C] (or [1,C], [1,1,C], ...: its last
  * dimension C, the others 1): the layerscale layer, one scale per feature
  * (timm's LayerScale, the original ConvNeXt's gamma), the initializer its
- * weight. */
+ * weight; of anything by one learned number, the layerscale of one scale. */
 static int token_scale(onnx_lower *L, oval *x, oval *g)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_LAYERSCALE);
@@ -266,6 +266,10 @@ static int token_scale(onnx_lower *L, oval *x, oval *g)
     oval *par[1] = {g};
     int ok = x->shape.nd == 1 || x->shape.nd == 2, C = x->shape.nd == 2 ? x->shape.d[1] : x->shape.c;
 
+    if (t->numel == 1 && t->ndim <= x->rank) { /* one learned number for all: ReZero's alpha, SAGAN's gamma */
+        c.units = 1;
+        return bfit_onnx_emit(L, &c, &x, 1, par, 1);
+    }
     for (int d = 0; ok && d + 1 < t->ndim; d++)
         ok = t->dim[d] == 1;
     if (!ok || t->ndim < 1 || t->ndim > x->rank || t->dim[t->ndim - 1] != C)
@@ -293,7 +297,7 @@ static int layer_scale(onnx_lower *L, oval *g)
 
     if (rc != BFIT_OK)
         return rc;
-    if (!bfit_shape_is_image(x->shape) || bfit_shape_is_vector(x->shape) || x->cl[0])
+    if (!bfit_shape_is_image(x->shape) || bfit_shape_is_vector(x->shape) || x->cl[0] || t->numel == 1)
         return token_scale(L, x, g);
     if (t->numel != x->shape.c || t->ndim < 3 || t->dim[t->ndim - 1] != 1 || t->dim[t->ndim - 2] != 1 ||
         (t->ndim == 4 && t->dim[0] != 1) || t->ndim > 4)

@@ -319,7 +319,7 @@ static const layer_kw layer_kws[] = {
     {"selu", BFIT_L_SELU, P_NONE, 0, "selu"},
     {"celu", BFIT_L_CELU, P_NONE, OB(O_ALPHA), "celu [alpha=A]"},
     {"prelu", BFIT_L_PRELU, P_NONE, OB(O_CHANNELS) | OB(O_SLOPE), "prelu [channels=1|C] [slope=S]"},
-    {"layerscale", BFIT_L_LAYERSCALE, P_NONE, OB(O_INIT), "layerscale [init=V]"},
+    {"layerscale", BFIT_L_LAYERSCALE, P_NONE, OB(O_INIT) | OB(O_CHANNELS), "layerscale [channels=1|C] [init=V]"},
     {"groupnorm", BFIT_L_GROUPNORM, P_UNITS, OB(O_EPS), "groupnorm G [eps=E]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
@@ -514,7 +514,8 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
     case O_POS:
         return parse_int(p, val, 0, "positions", &c->positions);
     case O_CHANNELS: /* 1, or the input's channels: the layer checks which */
-        return parse_int(p, val, 1, "prelu's channels (its slopes)", &c->units);
+        return parse_int(p, val, 1, c->kind == BFIT_L_PRELU ? "prelu's channels (its slopes)"
+                                                             : "layerscale's channels (its scales)", &c->units);
     case O_TYPES:
         return parse_int(p, val, 0, "types", &c->types);
     case O_P:

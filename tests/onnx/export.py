@@ -300,7 +300,8 @@ class OrigCNBlock(torch.nn.Module):
 class LayerScaleMini(torch.nn.Module):
     """Learned per-feature scales where images, tokens and vectors meet them: an OrigCNBlock; torchvision's
     ViT encoder block with timm's LayerScale (ls1, ls2: x * gamma [C]) on its attention's and MLP's outputs,
-    over the 16 tokens of a 4x4 map (ViT's reshape and permute); a vector's scale before the head."""
+    over the 16 tokens of a 4x4 map (ViT's reshape and permute), the attention's branch also times one learned
+    number (ReZero's alpha); a vector's scale before the head."""
 
     def __init__(self):
         super().__init__()
@@ -313,6 +314,7 @@ class LayerScaleMini(torch.nn.Module):
         self.ls2 = nn.Parameter(torch.empty(16).uniform_(0.5, 1.5))
         self.ln = nn.LayerNorm(16)
         self.ls_head = nn.Parameter(torch.empty(16).uniform_(0.5, 1.5))
+        self.rezero = nn.Parameter(torch.tensor(0.7))  # one learned number (ReZero's alpha), a 0-d parameter
         self.head = nn.Linear(16, CLASSES)
 
     def forward(self, x):
@@ -322,7 +324,7 @@ class LayerScaleMini(torch.nn.Module):
         e = self.enc
         y = e.ln_1(x)
         a, _ = e.self_attention(y, y, y, need_weights=False)
-        x = x + self.ls1 * a
+        x = x + self.rezero * (self.ls1 * a)
         x = x + self.ls2 * e.mlp(e.ln_2(x))
         return self.head(self.ls_head * self.ln(x)[:, 0])
 

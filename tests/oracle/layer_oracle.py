@@ -149,8 +149,8 @@ def run_seq(c, x, params):
     k, cfg, Fdim = c.kind, c.cfg, c.shapes[0][1]
     if k == "attention":
         return run_attention(c, x[0], c.lens), {}
-    if k == "layerscale":  # timm's LayerScale: x * gamma, gamma [F] along the last dimension
-        params["weight"] = c.uniform((Fdim,), -1.5, 1.5)
+    if k == "layerscale":  # timm's LayerScale: x * gamma, gamma [F] along the last dimension (or one number)
+        params["weight"] = c.uniform((cfg["units"] or Fdim,), -1.5, 1.5)
         p = {"weight": leaf(params["weight"])}
         return x[0] * p["weight"], p
     if k == "linear":
@@ -228,8 +228,8 @@ def run_case(c, outdir):
         params["bias"] = c.uniform(pshape, -0.3, 0.3)
     elif k == "prelu":  # slopes of both signs
         params["weight"] = c.uniform((cfg["units"],), -0.5, 0.5)
-    elif k == "layerscale":  # scales of both signs, one per channel (feature)
-        params["weight"] = c.uniform((C,), -1.5, 1.5)
+    elif k == "layerscale":  # scales of both signs, one per channel (feature), or one (units 1)
+        params["weight"] = c.uniform((cfg["units"] or C,), -1.5, 1.5)
     elif k == "groupnorm":
         params["weight"] = c.uniform((C,), 0.7, 1.3)
         params["bias"] = c.uniform((C,), -0.3, 0.3)
@@ -422,6 +422,8 @@ def cases():
     add("layerscale_m2_37", "layerscale", [(37,)], 2)
     add("layerscale_seq_m3_T5_7", "layerscale", [(5, 7)], 3, seq=1)
     add("layerscale_seq_m2_T300_24", "layerscale", [(300, 24)], 2, seq=1)
+    add("layerscale_m3_3x5x7_one", "layerscale", [(3, 5, 7)], 3, units=1)
+    add("layerscale_seq_m2_T5_7_one", "layerscale", [(5, 7)], 2, seq=1, units=1)
     # groupnorm: groups of several channels, of one (instance norm), all in one (layer norm); the 32x16x16
     # one takes the parallel loops
     add("groupnorm_m3_4x5x7_g2", "groupnorm", [(4, 5, 7)], 3, units=2)

@@ -374,6 +374,7 @@ def test_hand_written_blocks_train_and_come_back(onnx_import, name):
     if name == "layerscale_mini":
         for pname in ("cn.gamma", "ls1", "ls2", "ls_head"):
             assert m.state_dict()[pname].shape == (16,)
+        assert m.state_dict()["rezero"].shape == ()  # one learned number comes back 0-d, as the module has it
 
 
 class ScaledByBuffer(torch.nn.Module):
