@@ -27,11 +27,8 @@ static const char *const WANT =
 static oval *gview(onnx_lower *L, const oval *x, int stage, int groups, float eps)
 {
     oval *o = bfit_onnx_out(L, 0);
-    bfit_onnx_str name = o->name;
-    int producer = o->producer;
 
-    *o = *x;
-    o->name = name, o->producer = producer;
+    bfit_onnx_alias(L, x);
     o->kind = OV_VIEW;
     o->gn[0] = stage, o->gn[1] = groups;
     o->gn_eps = eps;
@@ -42,16 +39,13 @@ static oval *gview(onnx_lower *L, const oval *x, int stage, int groups, float ep
  * InstanceNormalization: the first view. 0 where it is not one. */
 static int split(onnx_lower *L, oval *x, int *rc)
 {
-    hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
-    int64_t C = x->shape.c, K = bfit_shape_numel(x->shape), G;
+    int64_t C = x->shape.c, K = bfit_shape_numel(x->shape), G, d[2];
     oval *o;
 
-    if (!t || t->isf || t->nd != 1 || t->n != 3 || t->a[1] || t->a[2] ||
-        !(bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0) || (t->a[0] == 0 && t->b[0] == 0)) ||
-        bfit_onnx_next(L, L->ndi, "InstanceNormalization") < 0)
+    if (bfit_onnx_reshape_target(L, x, d, 2) != 2 || bfit_onnx_next(L, L->ndi, "InstanceNormalization") < 0)
         return 0;
-    G = t->b[1];
-    if (G < 1 || C % G || !(t->b[2] == -1 || t->b[2] == K / G))
+    G = d[0];
+    if (G < 1 || C % G || !(d[1] == -1 || d[1] == K / G))
         return 0;
     o = gview(L, x, G_SPLIT, (int)G, 0);
     o->rank = 3;
@@ -75,14 +69,13 @@ static int all_are(onnx_lower *L, int k, int64_t n, double v)
 /* The target of the Reshape being lowered is the image's own shape. */
 static int back_to_image(onnx_lower *L, const oval *v)
 {
-    hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
-    bfit_shape s = v->shape;
-    int nd = s.nd == 1 ? 1 : 3;
+    int64_t d[3];
+    int nd = v->shape.nd == 1 ? 1 : 3;
 
-    if (!t || t->isf || t->nd != 1 || t->n != nd + 1 || !bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0))
+    if (bfit_onnx_reshape_target(L, v, d, 3) != nd)
         return 0;
-    for (int d = 0; d < nd; d++)
-        if (t->a[d + 1] || t->b[d + 1] != s.d[d])
+    for (int k = 0; k < nd; k++)
+        if (d[k] != v->shape.d[k])
             return 0;
     return 1;
 }

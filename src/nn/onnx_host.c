@@ -860,6 +860,20 @@ static int host_ints(const oval *v)
            v->t->dtype != BFIT_ONNX_FLOAT16 && v->t->dtype != BFIT_ONNX_BFLOAT16;
 }
 
+int bfit_onnx_reshape_target(onnx_lower *L, const oval *x, int64_t *d, int max)
+{
+    hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
+    if (!t || t->isf || t->nd != 1 || t->n < 2 || t->n - 1 > max ||
+        !(bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0) || (t->a[0] == 0 && (t->b[0] == 0 || t->b[0] == -1))))
+        return -1;
+    for (int64_t k = 1; k < t->n; k++) {
+        if (t->a[k])
+            return -1;
+        d[k - 1] = t->b[k] == 0 && k < x->rank ? x->rb[k] : t->b[k];
+    }
+    return (int)t->n - 1;
+}
+
 int bfit_onnx_lower_host(onnx_lower *L, int *rc)
 {
     static const struct {

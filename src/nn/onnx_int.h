@@ -143,6 +143,12 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc);
 int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb);
 /* The ONNX shape of a device value: [m, its sample's dimensions]. */
 void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
+/* The target (input 1) of the Reshape being lowered, of x, that keeps the
+ * batch first (as it is, 0 or -1): its other dimensions into d[0..max), a
+ * 0 resolved to x's dimension there (allowzero 0), -1 left as it is; their
+ * count, or -1 where the target is no such thing (a view of a block reads
+ * it: onnx_shuffle.c, onnx_mhsa.c, onnx_gnorm.c). */
+int bfit_onnx_reshape_target(onnx_lower *L, const oval *x, int64_t *d, int max);
 /* Device value v, tokens [h*w, C], is ONNX's channels-last [m, h, w, C]. */
 void bfit_onnx_set_cl(oval *v, int h, int w);
 

@@ -74,29 +74,8 @@ static void mview(onnx_lower *L, int k, const oval *x, int stage, int heads, int
 /* Output 0 is view v again, its scores' factor now scale. */
 static void same(onnx_lower *L, const oval *v, double scale)
 {
-    oval *o = bfit_onnx_out(L, 0);
-    bfit_onnx_str name = o->name;
-    int producer = o->producer;
-
-    *o = *v;
-    o->name = name, o->producer = producer;
-    o->att_scale = scale;
-}
-
-/* The Reshape's target (input 1): the batch first (or 0 copying it), the
- * rest constants into d[0..); their count, or -1. */
-static int target(onnx_lower *L, const oval *x, int64_t *d, int max)
-{
-    hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
-    if (!t || t->isf || t->nd != 1 || t->n < 2 || t->n - 1 > max ||
-        !(bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0) || (t->a[0] == 0 && (t->b[0] == 0 || t->b[0] == -1))))
-        return -1;
-    for (int64_t k = 1; k < t->n; k++) {
-        if (t->a[k])
-            return -1;
-        d[k - 1] = t->b[k] == 0 && k < x->rank ? x->rb[k] : t->b[k];
-    }
-    return (int)t->n - 1;
+    bfit_onnx_alias(L, v);
+    bfit_onnx_out(L, 0)->att_scale = scale;
 }
 
 /* -1 in d[0..n) is what the others leave of total (one at most). */
@@ -138,7 +117,7 @@ static int entry(onnx_lower *L, oval *x, int *rc)
     int64_t T = x->shape.d[0], C3 = x->shape.d[1], d[4];
 
     if (bfit_onnx_streq(L->nd->op, "Reshape")) {
-        if (target(L, x, d, 4) != 4 || d[0] != T || d[1] != 3 || !infer(d + 2, 2, C3 / 3) || C3 % 3)
+        if (bfit_onnx_reshape_target(L, x, d, 4) != 4 || d[0] != T || d[1] != 3 || !infer(d + 2, 2, C3 / 3) || C3 % 3)
             return 0;
         mview(L, 0, x, S_QKV5, (int)d[2], -1, 1, 5, (int64_t[]){BATCH, T, 3, d[2], d[3]});
     } else { /* Split */
@@ -194,7 +173,7 @@ static int tok_parts(onnx_lower *L, oval *v)
 {
     int64_t T = v->shape.d[0], C = v->shape.d[1] / 3, d[3];
 
-    if (v->att[0] == S_TOK && bfit_onnx_streq(L->nd->op, "Reshape") && target(L, v, d, 3) == 3 && d[0] == T &&
+    if (v->att[0] == S_TOK && bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_reshape_target(L, v, d, 3) == 3 && d[0] == T &&
         infer(d + 1, 2, C)) {
         mview(L, 0, v, S_TOK4, (int)d[1], v->att[2], 1, 4, (int64_t[]){BATCH, T, d[1], d[2]});
         return BFIT_OK;
@@ -304,7 +283,7 @@ static int back(onnx_lower *L, oval *v)
         mview(L, 0, v, S_OUT_T, (int)H, -1, 1, 4, (int64_t[]){BATCH, T, H, C / H});
         return BFIT_OK;
     }
-    if (v->att[0] == S_OUT_T && bfit_onnx_streq(L->nd->op, "Reshape") && target(L, v, d, 2) == 2 && d[0] == T &&
+    if (v->att[0] == S_OUT_T && bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_reshape_target(L, v, d, 2) == 2 && d[0] == T &&
         (d[1] == C || d[1] == -1)) {
         oval y = *v;
         y.kind = OV_DEVICE;

@@ -72,27 +72,11 @@ static void view(onnx_lower *L, const oval *x, int groups, int swapped, int64_t 
     o->rb[1] = d1, o->rb[2] = d2, o->rb[3] = x->shape.h, o->rb[4] = x->shape.w;
 }
 
-/* The Reshape's target (input 1) with the batch first: its other
- * dimensions into d[0..n), 0 and -1 as they were; the count, or -1. */
-static int target(onnx_lower *L, int64_t *d, int max)
-{
-    hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
-    if (!t || t->isf || t->nd != 1 || t->n < 2 || t->n - 1 > max ||
-        !(bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0) || (t->a[0] == 0 && (t->b[0] == 0 || t->b[0] == -1))))
-        return -1;
-    for (int64_t k = 1; k < t->n; k++) {
-        if (t->a[k])
-            return -1;
-        d[k - 1] = t->b[k];
-    }
-    return (int)t->n - 1;
-}
-
 /* Reshape of image x to [N, g, C/g, H, W]: the shuffle's first view. */
 static int split_groups(onnx_lower *L, oval *x)
 {
     int64_t d[4], C = x->shape.c;
-    if (target(L, d, 4) != 4 || d[2] != x->shape.h || d[3] != x->shape.w || x->cl[0])
+    if (bfit_onnx_reshape_target(L, x, d, 4) != 4 || d[2] != x->shape.h || d[3] != x->shape.w || x->cl[0])
         return 0;
     if (d[0] == -1 && d[1] > 0 && C % d[1] == 0)
         d[0] = C / d[1];
@@ -123,7 +107,7 @@ static int shuffle(onnx_lower *L, oval *x)
         view(L, x, x->shuf[0], 1, x->rb[2], x->rb[1]);
         return BFIT_OK;
     }
-    if (!bfit_onnx_streq(L->nd->op, "Reshape") || !x->shuf[1] || target(L, d, 4) != 3 ||
+    if (!bfit_onnx_streq(L->nd->op, "Reshape") || !x->shuf[1] || bfit_onnx_reshape_target(L, x, d, 4) != 3 ||
         !((d[0] == x->shape.c || d[0] == -1) && d[1] == x->shape.h && d[2] == x->shape.w))
         return bfit_onnx_refuse(L, "batchfit reads a 5-d view only as %s", want);
     img = *x;
