@@ -363,6 +363,13 @@ int bfit_layer_prepare(bfit_layer *l, int m, int training)
     return BFIT_OK;
 }
 
+char *bfit_layer_stats_at(const bfit_layer *l, void *saved, void *ws)
+{
+    if (l->prep_training)
+        return saved;
+    return (char *)ws + BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[0]));
+}
+
 int bfit_layer_op_pair(bfit_layer *l, bfit_op_desc *d, bfit_op_kind bwd, int training, bfit_layer_need *need)
 {
     int rc = bfit_op_new(l->dev, d, &l->ops[0]);

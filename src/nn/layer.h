@@ -304,6 +304,11 @@ int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need);
 /* The usual pair of ops: ops[0] from d, and when training ops[1] from d
  * with kind bwd; need's saved is set to 0 and its workspaces to the ops'. */
 int bfit_layer_op_pair(bfit_layer *l, bfit_op_desc *d, bfit_op_kind bwd, int training, bfit_layer_need *need);
+/* Where a norm's per-row statistics go for its forward: `saved` when l was
+ * prepared for training (kept for backward, whatever the forward's mode),
+ * else scratch after its forward op's (ops[0]) own workspace in ws, which
+ * the layer's ws_fwd sized so (layer_layernorm.c, layer_groupnorm.c). */
+char *bfit_layer_stats_at(const bfit_layer *l, void *saved, void *ws);
 
 /* Layer bytes per category for micro-batch m, 64-byte aligned per buffer:
  * params/grads from params[], activations = output + saved, act_grads =

@@ -76,19 +76,10 @@ static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
     bfit_fill_const(host[1], l->in[0].c, 0.0f);
 }
 
-/* mean and var: in saved when prepared for training, else after the
- * forward's own workspace (layer_layernorm.c's arrangement) */
-static char *stats(const bfit_layer *l, void *saved, void *ws)
-{
-    if (l->prep_training)
-        return saved;
-    return (char *)ws + BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[OP_FWD]));
-}
-
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
-    char *mean = stats(l, a->saved, a->ws);
+    char *mean = bfit_layer_stats_at(l, a->saved, a->ws);
 
     o.src = a->x[0];
     o.dst = a->y;

@@ -71,22 +71,12 @@ static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
     bfit_fill_const(host[1], bfit_param_numel(&l->params[1]), 0.0f);
 }
 
-/* mean/var: in saved when prepared for training (whatever the forward's
- * mode, since the workspace then has no room for them), else after the
- * scratchpad in ws */
-static char *stats(const bfit_layer *l, void *saved, void *ws)
-{
-    if (l->prep_training)
-        return saved;
-    return (char *)ws + BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[OP_FWD]));
-}
-
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
 {
     bfit_op_args o = {0};
     char *mean;
 
-    mean = stats(l, a->saved, a->ws);
+    mean = bfit_layer_stats_at(l, a->saved, a->ws);
     o.src = a->x[0];
     o.dst = a->y;
     o.scale = l->params[0].data;
