@@ -529,7 +529,7 @@ static int take_input(onnx_lower *L)
     const bfit_onnx_vi *in = NULL;
     oval *v;
     char nm[128];
-    int n = 0;
+    int n = 0, tokens;
 
     for (int i = 0; i < om->ninputs; i++)
         if ((v = bfit_onnx_val(L, om->inputs[i].name)) && v->kind != OV_HOST)
@@ -538,9 +538,13 @@ static int take_input(onnx_lower *L)
         return bfit_fail(BFIT_EINVAL, "%s: the graph has %d inputs besides its initializers: batchfit trains models "
                                       "of one input (the samples)", om->source, n);
     bfit_onnx_cstr(in->name, nm, sizeof nm);
-    if (in->elem != BFIT_ONNX_FLOAT)
-        return bfit_fail(BFIT_EINVAL, "%s: the input '%s' is %s: batchfit feeds float samples", om->source, nm,
-                         bfit_onnx_dtype_name(in->elem));
+    tokens = in->elem == BFIT_ONNX_INT64 || in->elem == BFIT_ONNX_INT32;
+    if (in->elem != BFIT_ONNX_FLOAT && !tokens)
+        return bfit_fail(BFIT_EINVAL, "%s: the input '%s' is %s: batchfit feeds float samples, or token ids (int64 "
+                                      "or int32 [batch, T])", om->source, nm, bfit_onnx_dtype_name(in->elem));
+    if (tokens && in->ndim != 2)
+        return bfit_fail(BFIT_EINVAL, "%s: the input '%s' is integers of %d dimensions: batchfit reads integers as "
+                                      "token ids [batch, T]", om->source, nm, in->ndim);
     if (in->ndim < 2 || in->ndim > 4)
         return bfit_fail(BFIT_EINVAL, "%s: the input '%s' has %d dimensions: batchfit takes [batch, C, H, W] images, "
                                       "[batch, F] vectors or [batch, T, F] sequences", om->source, nm, in->ndim);
@@ -552,7 +556,9 @@ static int take_input(onnx_lower *L)
     v = bfit_onnx_val(L, in->name);
     v->kind = OV_DEVICE;
     v->id = 0;
-    if (in->ndim == 4)
+    if (tokens) /* T ids, as `input tokens=T` (an embedding reads them) */
+        v->shape = bfit_shape_seq((int)in->dim[1], 1);
+    else if (in->ndim == 4)
         v->shape = bfit_shape_chw((int)in->dim[1], (int)in->dim[2], (int)in->dim[3]);
     else if (in->ndim == 3)
         v->shape = bfit_shape_seq((int)in->dim[1], (int)in->dim[2]);
@@ -564,7 +570,7 @@ static int take_input(onnx_lower *L)
     for (int d = 1; d < in->ndim; d++)
         v->ra[d] = 0, v->rb[d] = in->dim[d];
     L->g->input = v->shape;
-    L->g->input_dtype = BFIT_F32;
+    L->g->input_dtype = tokens ? BFIT_I32 : BFIT_F32;
     return BFIT_OK;
 }
 
@@ -591,10 +597,14 @@ static int check_output(onnx_lower *L, const oval *o)
     if (o->kind != OV_DEVICE || o->id != L->g->nnodes || o->id == 0)
         return bfit_fail(BFIT_EINVAL, "%s: the output '%s' is not computed by the model's last layer (it is the "
                                       "input, a constant, or an output batchfit does not compute)", L->om->source, nm);
+    /* a token model's scores are per token: [batch, T, vocab], the loss each token's */
+    if (L->g->input_dtype == BFIT_I32 && o->shape.nd == 2 && o->shape.d[0] == L->g->input.d[0] && o->shape.d[1] >= 2)
+        return BFIT_OK;
     if (!bfit_shape_is_vector(o->shape) || bfit_shape_numel(o->shape) < 2)
         return bfit_fail(BFIT_EINVAL, "%s: the output '%s' is [N,%s] per batch: batchfit adds softmax cross-entropy "
                                       "over class scores, so the output must be [batch, classes] logits with at least "
-                                      "2 classes", L->om->source, nm, bfit_shape_str(o->shape, sh, sizeof sh));
+                                      "2 classes (a model of token ids: [batch, T, vocab], a score per token)",
+                         L->om->source, nm, bfit_shape_str(o->shape, sh, sizeof sh));
     return BFIT_OK;
 }
 
@@ -632,7 +642,8 @@ static int lower_node(onnx_lower *L, int i)
         if (v && v->kind == OV_UNAVAIL)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
     }
-    if (bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) || bfit_onnx_lower_host(L, &rc) ||
+    if (bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) || bfit_onnx_lower_tokens(L, &rc) ||
+        bfit_onnx_lower_host(L, &rc) ||
         bfit_onnx_lower_shuffle(L, &rc) ||
         bfit_onnx_lower_act(L, &rc) ||
         bfit_onnx_lower_vit(L, &rc) || bfit_onnx_lower_cnn(L, &rc))
@@ -704,6 +715,7 @@ static int load(void *buf, size_t len, int mapped, const char *source, bfit_grap
     L.om = om;
     L.g = g;
     L.w = g->wsrc;
+    L.tok_table = -1;
     rc = lower(&L);
     free(L.v);
     free(L.slot);

@@ -45,6 +45,12 @@ hval *bfit_onnx_hval_new(onnx_lower *L, int isf, int nd, const int64_t *dim)
                             "on the host (%d)", (long long)n, nd, BFIT_ONNX_MAXHOST);
         return NULL;
     }
+    if (L->host_total + n > BFIT_ONNX_HOSTTOTAL) {
+        bfit_onnx_refuse(L, "the host values so far and this one hold more than %d elements, more than batchfit "
+                            "computes on the host for one model", BFIT_ONNX_HOSTTOTAL);
+        return NULL;
+    }
+    L->host_total += n;
     if (L->nhv == L->caphv) {
         int cap = L->caphv ? 2 * L->caphv : 64;
         hval **p = realloc(L->hv, sizeof *p * (size_t)cap);
@@ -822,6 +828,36 @@ static int where(onnx_lower *L)
     return put_out(L, o);
 }
 
+/* Range(start, limit, delta) of constants: torch.arange(T), a position
+ * embedding's indices. */
+static int range_host(onnx_lower *L)
+{
+    hval *in[3], *o;
+    double v[3], n;
+    int isf = 0;
+
+    for (int k = 0; k < 3; k++) {
+        if (!(in[k] = bfit_onnx_host(L, bfit_onnx_in(L, k), k)))
+            return BFIT_EINVAL;
+        if (in[k]->n != 1 || (!in[k]->isf && in[k]->a[0]))
+            return bfit_onnx_refuse(L, "Range's input %d must be one number that does not depend on the batch", k + 1);
+        isf |= in[k]->isf;
+        v[k] = in[k]->isf ? in[k]->f[0] : (double)in[k]->b[0];
+    }
+    if (v[2] == 0 || !isfinite(v[0]) || !isfinite(v[1]) || !isfinite(v[2]))
+        return bfit_onnx_refuse(L, "Range with the delta 0 or a number that is not finite");
+    n = ceil((v[1] - v[0]) / v[2]);
+    if (!(o = bfit_onnx_hval_new(L, isf, 1, (int64_t[]){n > 0 ? (n < 1e12 ? (int64_t)n : INT64_C(1) << 40) : 0})))
+        return BFIT_EINVAL;
+    for (int64_t j = 0; j < o->n; j++) {
+        if (isf)
+            o->f[j] = v[0] + (double)j * v[2];
+        else
+            o->b[j] = in[0]->b[0] + j * in[2]->b[0];
+    }
+    return put_out(L, o);
+}
+
 /* Expand of a host value to a constant shape (numpy's broadcasting). */
 static int expand_host(onnx_lower *L)
 {
@@ -882,7 +918,7 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
     } ops[] = {{"Gather", gather},           {"Concat", concat},   {"Reshape", reshape_host},
                {"Cast", cast},               {"Slice", slice_host}, {"ConstantOfShape", constant_of_shape},
                {"Where", where},             {"Expand", expand_host},  {"Transpose", transpose_host},
-               {"Sqrt", sqrt_host}};
+               {"Sqrt", sqrt_host},          {"Range", range_host}};
     static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal", "Pow"};
 
     if (bfit_onnx_streq(L->nd->op, "Shape")) {

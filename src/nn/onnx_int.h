@@ -20,7 +20,8 @@ enum {
     OV_UNAVAIL,  /* an output batchfit does not compute (why) */
     OV_VIEW,     /* a tensor inside a block mapped whole onto layers (an attention): only its shape */
     OV_WT,       /* the transpose of initializer t (nn.Linear's weight before a MatMul) */
-    OV_BCAST     /* initializer t broadcast over the batch (an Expand of a class token) */
+    OV_BCAST,    /* initializer t broadcast over the batch (an Expand of a class token) */
+    OV_ROWS      /* rows 0 .. rb[0]-1 of initializer t (a position table gathered by torch.arange) */
 };
 
 /* Numbers computed on the host. Integers are affine in the micro-batch m,
@@ -34,7 +35,8 @@ typedef struct hval {
     int64_t *a, *b;               /* integers (and booleans) */
     double *f;                    /* floats */
 } hval;
-#define BFIT_ONNX_MAXHOST (1 << 16) /* elements of a host value */
+#define BFIT_ONNX_MAXHOST (1 << 22)  /* elements of a host value (a causal mask of 2048 x 2048 tokens) */
+#define BFIT_ONNX_HOSTTOTAL (1 << 24) /* elements of all host values of a model together */
 
 typedef struct oval {
     bfit_onnx_str name;
@@ -52,6 +54,7 @@ typedef struct oval {
                                      stage (0: none), heads, and which of q, k, v (0-2; -1: all or none);
                                      the projection's (or the attention output's) id and shape */
     double att_scale;             /* there: the factor on the scores so far */
+    int att_causal;               /* there: a causal mask is on the scores */
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
                                      and groups; the image's id and shape are the value's */
     float gn_eps;                 /* there: InstanceNormalization's epsilon */
@@ -81,9 +84,12 @@ typedef struct onnx_lower {
     int *cons, *coff;             /* each node's consumers (node indices, by input): cons[coff[i]..coff[i+1]) */
     hval **hv;                    /* host values made, freed at the end */
     int nhv, caphv;
+    int64_t host_total;           /* their elements (at most BFIT_ONNX_HOSTTOTAL: a file cannot make the
+                                     host compute without end) */
     struct attn_match *attn;      /* attention blocks found before lowering (onnx_attn.c) */
     int nattn;
     int64_t fixed_batch;          /* the input's batch in an export without a dynamic batch, 0: dynamic */
+    int tok_table;                /* the initializer an embed layer took as its token table, -1: none */
     int attn_miss;                /* 1 + the first Softmax that is no attention block batchfit knows, 0: none
                                      (a refusal inside such a block says so) */
 } onnx_lower;
@@ -166,6 +172,9 @@ int bfit_onnx_lower_shuffle(onnx_lower *L, int *rc);
 
 /* ---- self-attention written out by hand: timm's, minGPT's (onnx_mhsa.c) ---- */
 int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc);
+
+/* ---- a language model's embeddings (onnx_tokens.c) ---- */
+int bfit_onnx_lower_tokens(onnx_lower *L, int *rc);
 
 /* ---- nn.GroupNorm's export (onnx_gnorm.c) ---- */
 int bfit_onnx_lower_gnorm(onnx_lower *L, int *rc);

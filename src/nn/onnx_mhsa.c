@@ -11,8 +11,9 @@
  * then (q @ k.transpose(-2, -1)) scaled by 1/sqrt(d) (a Mul or Div of the
  * scores, or of q before, or of q and k^T by its square root as PyTorch 2
  * exports F.scaled_dot_product_attention), softmax over the keys, @ v,
- * .transpose(1, 2).reshape(B, T, C). Nothing may mask the scores (a causal
- * mask is refused where it meets them).
+ * .transpose(1, 2).reshape(B, T, C). A mask on the scores is read if it is
+ * the causal one (a GPT's: masked_fill of a tril buffer, or an additive
+ * -inf mask); any other is refused where it meets them.
  *
  * The tensors between the projection and the final Reshape have the heads
  * or the batch where batchfit keeps neither, so each becomes a view
@@ -50,7 +51,7 @@ static const char *const WANT =
     "batchfit reads self-attention written out the way timm's Attention (qkv(x).reshape(B, T, 3, H, d).permute(2, "
     "0, 3, 1, 4), then unbind or [0], [1], [2]) or minGPT (c_attn(x).split(C, dim=2), each .view(B, T, H, d)"
     ".transpose(1, 2)) writes it: softmax(q @ k.transpose(-2, -1) / sqrt(d), dim=-1) @ v, then .transpose(1, 2)"
-    ".reshape(B, T, C), with no mask";
+    ".reshape(B, T, C), with no mask or a causal one";
 
 /* Output k is a view of device value x at a stage, its ONNX dimensions
  * dims[0..rank) (BATCH: the batch). */
@@ -205,6 +206,49 @@ static int scaled(onnx_lower *L, oval *v)
     return BFIT_OK;
 }
 
+/* Whether host value c, [.., T, T] with ones before, is the causal
+ * pattern: (nonzero where key j > query i) == hide, for a boolean c; for a
+ * float c (an additive mask), 0 where j <= i and -inf (or at most -1e4,
+ * whose exponential is 0) where j > i. */
+static int causal_pattern(const hval *c, int64_t T, int hide, int additive)
+{
+    if (c->nd < 2 || c->dim[c->nd - 1] != T || c->dim[c->nd - 2] != T || c->n != T * T || additive != c->isf)
+        return 0;
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++) {
+            int64_t e = i * T + j;
+            int on = additive ? c->f[e] <= -1e4 : (c->a[e] || c->b[e]);
+            if ((additive && !on && c->f[e] != 0) || (!additive && c->a[e]) || on != (hide ? j > i : j <= i))
+                return 0;
+        }
+    return 1;
+}
+
+/* A causal mask on the scores: masked_fill(mask, -inf) (Where(mask, fill,
+ * scores)), torch.where(keep, scores, fill), or scores + an additive mask
+ * (nn.Transformer.generate_square_subsequent_mask's). The fill must make
+ * the masked weights 0: -inf, or a number at most -1e4. */
+static int masked(onnx_lower *L, oval *v)
+{
+    int64_t T = v->shape.d[0];
+    int add = bfit_onnx_streq(L->nd->op, "Add"), k = add ? (bfit_onnx_in(L, 0) == v ? 1 : 0)
+                                                         : (bfit_onnx_in(L, 2) == v ? 2 : 1);
+    oval *m = bfit_onnx_in(L, add ? k : 0), *f = add ? NULL : bfit_onnx_in(L, 3 - k);
+    hval *c = m && m->kind == OV_HOST ? bfit_onnx_host(L, m, add ? k : 0) : NULL;
+    double fill = 0;
+
+    if (!add && (bfit_onnx_in(L, k) != v || !f || !bfit_onnx_scalar(L, f->name, &fill) || !(fill <= -1e4)))
+        return bfit_onnx_refuse(L, "batchfit reads a mask on the attention's scores only as a causal one that fills "
+                                   "with -inf (masked_fill(mask, float('-inf')), or a number at most -1e4)");
+    if (!c || !causal_pattern(c, T, add || k == 2, add))
+        return bfit_onnx_refuse(L, "the mask on the attention's scores is not the causal one (each token sees "
+                                   "itself and the tokens before it: torch.tril(torch.ones(T, T)), here T = %lld), "
+                                   "the only mask batchfit reads there", (long long)T);
+    same(L, v, v->att_scale);
+    bfit_onnx_out(L, 0)->att_causal = 1;
+    return BFIT_OK;
+}
+
 /* k^T, then q k^T: the scores (q and k of one projection). */
 static int scores(onnx_lower *L, oval *v)
 {
@@ -266,7 +310,7 @@ static int attend(onnx_lower *L, oval *p)
     x = *p;
     x.kind = OV_DEVICE;
     c.units = (int)H;
-    c.causal = 0;
+    c.causal = p->att_causal;
     if ((rc = bfit_onnx_emit(L, &c, (oval *const[]){&x}, 1, NULL, 0)) != BFIT_OK)
         return rc;
     y = *bfit_onnx_out(L, 0);
@@ -340,9 +384,7 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc)
     case S_HEADS:
     case S_SCORES:
         if (v->att[0] == S_SCORES && (bfit_onnx_streq(L->nd->op, "Where") || bfit_onnx_streq(L->nd->op, "Add"))) {
-            *rc = bfit_onnx_refuse(L, "a mask on the attention's scores (masked_fill, a causal mask) is not read: "
-                                      "batchfit's attention over an image's tokens attends to all of them (language "
-                                      "models: the gpt2 preset)");
+            *rc = masked(L, v);
             break;
         }
         *rc = bfit_onnx_streq(L->nd->op, "Mul") || bfit_onnx_streq(L->nd->op, "Div") ? scaled(L, v)

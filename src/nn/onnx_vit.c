@@ -173,6 +173,9 @@ static int matmul(onnx_lower *L, oval *x)
                                    "attention blocks, and nothing else");
     par[0] = bfit_onnx_val(L, w->t->name);
     c.units = (int)w->t->dim[0];
+    /* a head tied to the token table (nanoGPT's lm_head.weight = wte.weight): the embed layer's, not a copy */
+    if (w->init >= 0 && w->init == L->tok_table)
+        c.tie = 1, par[0] = NULL;
     if (add >= 0) { /* Add(bias, x W^T) in either order: the linear's bias */
         const bfit_onnx_node *a = &L->om->nodes[add];
         oval *b = bfit_onnx_val(L, a->in[0]);

@@ -73,7 +73,14 @@ int bfit_wsrc_add(bfit_wsrc *w, int node, int param, const bfit_onnx_tensor *t, 
         return bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
     memcpy(name, t->name.p, t->name.n);
     strcpy(name + t->name.n, sfx);
-    w->e[w->n++] = (bfit_wsrc_entry){node, param, name, t};
+    /* in (node, param) order: an ONNX embedding gets its position table after it was emitted
+       (onnx_tokens.c), when later layers may have taken theirs */
+    {
+        int i = w->n++;
+        for (; i > 0 && (w->e[i - 1].node > node || (w->e[i - 1].node == node && w->e[i - 1].param > param)); i--)
+            w->e[i] = w->e[i - 1];
+        w->e[i] = (bfit_wsrc_entry){node, param, name, t};
+    }
     return BFIT_OK;
 }
 

@@ -75,8 +75,8 @@ run 0 train --model "$seeds/mhsa_ok.onnx" --data synthetic --max-steps 2 --batch
   has "$out" "test accuracy"
 run 1 plan --model "$src/tests/onnx/mhsa_noscale.onnx" --memory 1GiB &&
   has "$err" "mhsa_noscale.onnx: node '/attn/Softmax' \(Softmax, opset 17\) with inputs '/attn/Mul_output_0' \(inside an attention block\): the scores are scaled by 1; batchfit's attention scales them by 1/sqrt\(head size\) = 0.5 \(head size 4\)$"
-run 1 plan --model "$src/tests/onnx/mhsa_causal.onnx" --memory 1GiB &&
-  has "$err" "mhsa_causal.onnx: node '/attn/Where' \(Where, opset 17\) .*: a mask on the attention's scores \(masked_fill, a causal mask\) is not read"
+run 1 plan --model "$src/tests/onnx/mhsa_mask.onnx" --memory 1GiB &&
+  has "$err" "mhsa_mask.onnx: node '/attn/Where' \(Where, opset 17\) .*: the mask on the attention's scores is not the causal one \(each token sees itself and the tokens before it: torch.tril\(torch.ones\(T, T\)\), here T = 4\), the only mask batchfit reads there$"
 run 1 plan --model "$src/tests/onnx/mhsa_dropout.onnx" --memory 1GiB &&
   has "$err" "mhsa_dropout.onnx: node '/attn/drop/Dropout' \(Dropout, opset 17\) .*: dropout of ratio 0.1 inside the attention: batchfit's attention layer has none"
 # nn.GroupNorm(affine=False) (tests/onnx/norm_refusals.py; export.py's gn_cnn has the forms batchfit reads):

@@ -4,8 +4,9 @@ written out, then token 0 and Linear(8, 3), exported by Debian's PyTorch (opset 
 dynamic batch), differing in what the attention does that batchfit's attention layer does not:
 
 - mhsa_noscale.onnx: timm's form without the 1/sqrt(d) scale (refused at the Softmax, naming the scale);
-- mhsa_causal.onnx: minGPT's form with its causal mask, masked_fill by a tril buffer (refused where the
-  mask meets the scores);
+- mhsa_mask.onnx: minGPT's form with a mask that is not causal, masked_fill by a triu buffer (a token
+  sees itself and the tokens after it; refused where the mask meets the scores: the causal mask, tril,
+  is the one batchfit reads, export.py's gpt_mini);
 - mhsa_dropout.onnx: timm's form with attn_drop p = 0.1 (refused at that Dropout);
 - mhsa_ok.onnx: timm's form as batchfit reads it, moved to fuzz/corpus/onnx/ (the fuzzer's seed;
   cli_onnx trains it; test_cuda_ops trains it on the GPU against the CPU).
@@ -25,11 +26,11 @@ class Attn(nn.Module):
         self.form = form
         self.qkv, self.proj = nn.Linear(8, 24), nn.Linear(8, 8)
         self.drop = nn.Dropout(0.1 if form == "dropout" else 0.0)
-        self.register_buffer("bias", torch.tril(torch.ones(4, 4)).view(1, 1, 4, 4))
+        self.register_buffer("bias", torch.triu(torch.ones(4, 4)).view(1, 1, 4, 4))
 
     def forward(self, x):
         B, T, C = x.shape
-        if self.form == "causal":
+        if self.form == "mask":
             q, k, v = (t.view(B, T, 2, 4).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
             att = (q @ k.transpose(-2, -1)) * (1.0 / 2.0)
             att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
@@ -53,7 +54,7 @@ class Net(nn.Module):
 
 
 def main():
-    for form in ("noscale", "causal", "dropout", "ok"):
+    for form in ("noscale", "mask", "dropout", "ok"):
         torch.manual_seed(0)
         torch.onnx.export(Net(form), torch.randn(2, 3, 8, 8), f"mhsa_{form}.onnx", opset_version=17,
                           training=TrainingMode.TRAINING, do_constant_folding=False, input_names=["input"],
