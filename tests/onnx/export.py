@@ -15,9 +15,14 @@ attribute; ceil_cnn, max pools with ceil_mode=True, at 48x48; convnext_mini, tor
 with two stages of width 16 and 32 at 32x32: its blocks' permutes to channels-last and back, layer norms
 over channels, Linear layers on [N,H,W,C] and layer scales; shufflenet_v2_x0_5 at 64x64: channel chunks
 and shuffles; layerscale_mini at 32x32: learned scales [C] on channels-last tokens (the original ConvNeXt's
-gamma), on a ViT block's tokens (timm's LayerScale) and on a vector) it writes NAME.onnx and NAME_ref.safetensors holding:
-  x [4,3,64,64] F32, y [4] I32      the samples and labels
-  loss64, loss32                    the mean cross-entropy (F64 scalars)
+gamma), on a ViT block's tokens (timm's LayerScale) and on a vector; mhsa_mini, hand-written self-attention
+(timm's, minGPT's, PyTorch 2's export) at 32x32; gn_cnn, GroupNorm and InstanceNorm2d at 32x32; and the
+token model gpt_mini, a nanoGPT of 2 blocks (vocabulary 64, context 16, width 32, 4 heads; token and
+position embeddings, causal attention by a registered tril buffer and masked_fill, LayerNorm, exact GELU,
+lm_head tied to the token table)) it writes NAME.onnx and NAME_ref.safetensors holding:
+  x [4,3,64,64] F32, y [4] I32      the samples and labels (a token model: x [4,16] I32 token ids, exported
+                                    as int64, y [4,16] I32 next-token labels, every 7th -1: padding)
+  loss64, loss32                    the mean cross-entropy (F64 scalars; a token model's over its real labels)
   g64.P (F64), g32.P (F32)          the gradient of every parameter P (state_dict
                                     names), in float64 and in float32
   after64.P (F32)                   P after one SGD step (lr 0.1, momentum 0.9), computed
@@ -28,7 +33,9 @@ with BatchNorm in training mode and dropout off (p = 0; the file keeps the
 model's ratio). Batch-norm weights, biases and running statistics are
 drawn away from torchvision's 1/0/0/1 so that they matter, and the biases
 then shifted so that no activation sits on a kink of ReLU or ReLU6
-(away_from_kinks says why). resnet18 and vit_small also
+(away_from_kinks says why; not for a token model, whose GELU is smooth).
+A tied parameter is written once, by the name named_parameters() gives it
+(gpt_mini's 'wte.weight', the file's initializer). resnet18 and vit_small also
 write NAME_fixed.onnx (exported without dynamic_axes, batch 2). NAME
 resnet50_224 is resnet50.onnx at 224x224 with 1000 classes (the preset's
 twin, for the plan), without an oracle. vit_b_16 (86M parameters) writes
@@ -42,6 +49,7 @@ import hashlib, json, os, struct, sys
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
+TOKEN_MODELS = {"gpt_mini"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -221,14 +229,16 @@ def export(model, path, x, dynamic, opset=17):
 
 
 def from_file(model, path):
-    """The model with the file's initializers (state_dict names): the oracle starts where batchfit does."""
+    """The model with the file's initializers (state_dict names): the oracle starts where batchfit does. A tied
+    parameter (gpt_mini's lm_head.weight, wte.weight's Parameter) is in the file once, by the other name."""
     import onnx
     from onnx import numpy_helper
     init = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in onnx.load(path).graph.initializer}
-    state = model.state_dict()
-    missing = [k for k in state if k not in init and not k.endswith("num_batches_tracked")]
+    state = model.state_dict(keep_vars=True)
+    alias = {k: a for k, v in state.items() if k not in init for a in init if a in state and state[a] is v}
+    missing = [k for k in state if k not in init and k not in alias and not k.endswith("num_batches_tracked")]
     assert not missing, f"{path}: initializers missing for {missing[:5]}"
-    model.load_state_dict({k: init.get(k, v) for k, v in state.items()})
+    model.load_state_dict({k: init.get(alias.get(k, k), v) for k, v in model.state_dict().items()})
 
 
 def step(model, x, y, dtype):
@@ -240,7 +250,12 @@ def step(model, x, y, dtype):
         if isinstance(mod, torch.nn.Dropout):
             mod.p = 0.0  # the comparison runs without dropout
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    loss = torch.nn.functional.cross_entropy(m(x.to(dtype)), y.long())
+    if x.dtype in (torch.int32, torch.int64):  # token ids stay integers; the mean over the real (not -1) labels
+        logits = m(x.long())
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long(),
+                                                 ignore_index=-1)
+    else:
+        loss = torch.nn.functional.cross_entropy(m(x.to(dtype)), y.long())
     opt.zero_grad()
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in m.named_parameters()}
@@ -440,6 +455,76 @@ class GnCnn(torch.nn.Module):
         return self.head(self.inorm(x))
 
 
+class CausalSelfAttention(torch.nn.Module):
+    """nanoGPT's causal self-attention without flash attention: the mask a registered tril buffer [1,1,T,T]
+    cut to the sequence and applied by masked_fill(-inf); q, k, v by nanoGPT's split along the features
+    (split) or by timm's reshape, permute and unbind; dropouts at p = 0."""
+
+    def __init__(self, C, H, T, split=True):
+        super().__init__()
+        nn = torch.nn
+        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.attn_dropout, self.resid_dropout = nn.Dropout(0.0), nn.Dropout(0.0)
+        self.n_head, self.n_embd, self.split = H, C, split
+        self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+
+    def forward(self, x):
+        import math
+        B, T, C = x.size()
+        if self.split:
+            q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+            k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        else:
+            qkv = self.c_attn(x).reshape(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = torch.nn.functional.softmax(att, dim=-1)
+        att = self.attn_dropout(att)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class GptBlock(torch.nn.Module):
+    """nanoGPT's pre-norm block: x + attn(ln_1(x)), then x + mlp(ln_2(x)) (Linear, exact GELU, Linear)."""
+
+    def __init__(self, C, H, T, split):
+        super().__init__()
+        nn = torch.nn
+        self.ln_1, self.attn = nn.LayerNorm(C), CausalSelfAttention(C, H, T, split)
+        self.ln_2 = nn.LayerNorm(C)
+        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C), nn.Dropout(0.0))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(torch.nn.Module):
+    """nanoGPT in small: token table wte [V, C] plus position table wpe [T, C] (positions by torch.arange),
+    L blocks (the even ones' attention in nanoGPT's split form, the odd ones' in timm's unbind form), a final
+    LayerNorm and lm_head tied to wte (one Parameter: state_dict has both names, named_parameters() one)."""
+
+    def __init__(self, V=64, T=16, C=32, H=4, L=2):
+        super().__init__()
+        nn = torch.nn
+        self.wte, self.wpe, self.drop = nn.Embedding(V, C), nn.Embedding(T, C), nn.Dropout(0.0)
+        self.h = nn.ModuleList([GptBlock(C, H, T, i % 2 == 0) for i in range(L)])
+        self.ln_f, self.lm_head = nn.LayerNorm(C), nn.Linear(C, V, bias=False)
+        self.wte.weight = self.lm_head.weight
+
+    def forward(self, idx):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for blk in self.h:
+            x = blk(x)
+        return self.lm_head(self.ln_f(x))
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
@@ -447,8 +532,11 @@ def build(name):
     (SiLU, exported as x * Sigmoid(x); Sigmoid; Tanh) at 32x32; pad_cnn (and pad_cnn_op9), a small CNN at 32x32
     padded by nn.ZeroPad2d(1), an AvgPool2d's padding and F.pad(x, (2, 2, 1, 1)), each exported as a Pad;
     ceil_cnn (CeilCnn) at 48x48; convnext_mini, its layer scales drawn in [0.5, 1.5); layerscale_mini
-    (LayerScaleMini) at 32x32."""
+    (LayerScaleMini) at 32x32; gpt_mini (GPT: vocabulary 64, context 16, width 32, 4 heads, 2 blocks), whose
+    "size" is its context."""
     from torchvision.models.vision_transformer import VisionTransformer
+    if name == "gpt_mini":
+        return GPT(V=64, T=16, C=32, H=4, L=2), 16
     if name == "act_cnn":
         nn = torch.nn
         return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.SiLU(),
@@ -511,10 +599,17 @@ def oracle(name):
     torch.manual_seed(26)
     model, size = build(name)
     perturb_bn(model, g)
-    x = torch.randn(M, 3, size, size, generator=g)
-    y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
-    away_from_kinks(model, name, x)
-    export(model, os.path.join(OUT, name + ".onnx"), x[:2], True, OPSET.get(name, 17))
+    if name in TOKEN_MODELS:  # ids [M, T] and next-token labels, every 7th -1 (padding the loss ignores)
+        vocab = model.wte.num_embeddings
+        x = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
+        y = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
+        y.view(-1)[6::7] = -1
+        export(model, os.path.join(OUT, name + ".onnx"), x[:2].long(), True, OPSET.get(name, 17))
+    else:
+        x = torch.randn(M, 3, size, size, generator=g)
+        y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
+        away_from_kinks(model, name, x)
+        export(model, os.path.join(OUT, name + ".onnx"), x[:2], True, OPSET.get(name, 17))
     if name in ("resnet18", "vit_small"):
         export(model, os.path.join(OUT, name + "_fixed.onnx"), x[:2], False)
     from_file(model, os.path.join(OUT, name + ".onnx"))

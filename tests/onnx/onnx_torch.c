@@ -27,7 +27,14 @@
  * ConvNeXt's gamma), on a ViT block's tokens (timm's LayerScale) and on a
  * vector, and mhsa_mini: self-attention written out by hand as timm's
  * Attention (unbind, indexing) and minGPT write it, and gn_cnn: GroupNorm
- * (groups of several channels and of one) and InstanceNorm2d(affine=True).
+ * (groups of several channels and of one) and InstanceNorm2d(affine=True),
+ * and the token model gpt_mini: a nanoGPT of 2 blocks (token and position
+ * embeddings, causal attention masked by a registered tril buffer, exact
+ * GELU, lm_head tied to the token table), whose input is int32 token ids
+ * [4, 16] and labels one per token (-1: padding, no loss): its loss is the
+ * mean over the real labels, as PyTorch's cross_entropy(ignore_index=-1),
+ * and its saved weights load back with the tied lm_head.weight as the
+ * token table's alias.
  * NAME
  * resnet50_224: the import plans as the resnet50 preset does. Exit 77 (skipped) when the exports are missing (no
  * torchvision). */
@@ -54,6 +61,7 @@ static char dir[512], onnx[600], refp[600];
 static bfit_st_file *ref;
 
 #define FEPS 1.1920929e-7 /* float32's machine epsilon */
+#define M_ORACLE 4        /* the oracle's samples */
 
 /* ---- the oracle's tensors ------------------------------------------------- */
 
@@ -151,19 +159,55 @@ static void dropout_off(bfit_model *M)
         }
 }
 
-/* The oracle's first m samples into the reserved micro-batch. */
+/* A token model: its input is int32 token ids [T], one label per token. */
+static int is_token(const bfit_model *M)
+{
+    return M->input_dtype == BFIT_I32;
+}
+
+/* The oracle's first m samples into the reserved micro-batch: images as
+ * floats, or a token model's int32 ids as they are, with their m *
+ * labels_per_sample labels. */
 static void upload_batch(bfit_model *M, int m)
 {
     const bfit_st_tensor *tx = need("x"), *ty = need("y");
-    float *x = malloc(sizeof *x * (size_t)bfit_st_numel(tx));
-    int32_t y[16];
-    assert_non_null(x);
-    assert_true(m <= 16 && bfit_st_numel(ty) >= m);
-    assert_int_equal(bfit_st_numel(tx), (int64_t)bfit_st_numel(ty) * bfit_shape_numel(M->input));
-    assert_int_equal(bfit_st_to_f32(tx, x, bfit_st_numel(tx)), BFIT_OK);
-    memcpy(y, ty->data, sizeof *y * (size_t)m);
+    int64_t L = M->labels_per_sample, n = bfit_st_numel(tx);
+    int32_t *y = malloc(sizeof *y * (size_t)(m * L));
+    void *x = malloc((is_token(M) ? sizeof(int32_t) : sizeof(float)) * (size_t)n);
+    assert_true(x && y);
+    assert_true(m <= M_ORACLE && bfit_st_numel(ty) == M_ORACLE * L && !strcmp(ty->dtype, "I32"));
+    if (is_token(M)) {
+        assert_string_equal(tx->dtype, "I32");
+        assert_int_equal(n, M_ORACLE * L); /* one id per token, one label per token */
+        memcpy(x, tx->data, sizeof(int32_t) * (size_t)n);
+    } else {
+        assert_int_equal(L, 1);
+        assert_int_equal(n, (int64_t)M_ORACLE * bfit_shape_numel(M->input));
+        assert_int_equal(bfit_st_to_f32(tx, x, n), BFIT_OK);
+    }
+    memcpy(y, ty->data, sizeof *y * (size_t)(m * L));
     assert_int_equal(bfit_model_set_input(M, x, y, m), BFIT_OK);
     free(x);
+    free(y);
+}
+
+/* The labels that count (not -1: a token model's padding) among the oracle's
+ * first m samples: what the summed loss is divided by, as PyTorch's
+ * cross_entropy(ignore_index=-1) takes the mean (m for an image model). */
+static int real_labels(const bfit_model *M, int m)
+{
+    const bfit_st_tensor *ty = need("y");
+    int64_t L = M->labels_per_sample;
+    int32_t *y = malloc(sizeof *y * (size_t)(m * L));
+    int c = 0;
+    assert_non_null(y);
+    assert_true(bfit_st_numel(ty) >= m * L);
+    memcpy(y, ty->data, sizeof *y * (size_t)(m * L));
+    for (int64_t i = 0; i < m * L; i++)
+        c += y[i] != -1;
+    free(y);
+    assert_true(c > 0);
+    return c;
 }
 
 /* Parameter p downloaded as doubles (its values, or its gradient). */
@@ -226,8 +270,6 @@ static void agree(tally *ta, const char *what, const double *ours, const double 
                  what, e, e32, tol);
 }
 
-#define M_ORACLE 4
-
 /* Loss and gradients of one step, then the SGD update and the running statistics. */
 static void test_step(void **st)
 {
@@ -236,12 +278,14 @@ static void test_step(void **st)
     tally tg = {0}, ta = {0}, tr = {0};
     char key[200];
     double loss, l64 = scalar("loss64"), l32 = scalar("loss32");
+    int nreal;
     rig r;
 
     (void)st;
     rig_open(&r, onnx);
     assert_true(bfit_model_has_file_weights(r.M));
     dropout_off(r.M);
+    nreal = real_labels(r.M, M_ORACLE);
     if (getenv("BFIT_ONNX_LEAN")) {
         bfit_store_cfg sc = bfit_store_cfg_default();
         sc.lean = atoi(getenv("BFIT_ONNX_LEAN"));
@@ -254,13 +298,14 @@ static void test_step(void **st)
     upload_batch(r.M, M_ORACLE);
     assert_int_equal(bfit_model_forward(r.M, 1), BFIT_OK);
     assert_int_equal(bfit_model_stats_read(r.M, &loss, NULL), BFIT_OK);
-    loss /= M_ORACLE;
-    print_message("%s: loss %.9f, PyTorch float64 %.9f, float32 %.9f\n", name, loss, l64, l32);
+    loss /= nreal; /* the sum over the real labels: their mean */
+    print_message("%s: loss %.9f (mean over %d labels), PyTorch float64 %.9f, float32 %.9f\n", name, loss, nreal, l64,
+                  l32);
     {
         double a = loss, b = l64, c = l32;
         agree(&tg, "loss", &a, &b, &c, 1);
     }
-    assert_int_equal(bfit_model_backward(r.M, 1.0f / M_ORACLE), BFIT_OK);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f / (float)nreal), BFIT_OK);
     /* every trainable parameter of the file, by its state_dict name */
     for (int i = 0; i < r.nw; i++) {
         const bfit_param *p = r.w[i].p;
@@ -337,7 +382,7 @@ static void test_loss(void **st)
     upload_batch(r.M, M_ORACLE);
     assert_int_equal(bfit_model_forward(r.M, 1), BFIT_OK);
     assert_int_equal(bfit_model_stats_read(r.M, &loss, NULL), BFIT_OK);
-    loss /= M_ORACLE;
+    loss /= real_labels(r.M, M_ORACLE);
     print_message("%s: loss %.9f, PyTorch float64 %.9f, float32 %.9f\n", name, loss, l64, l32);
     agree(&t, "loss", &loss, &l64, &l32, 1);
     rig_close(&r);
@@ -367,7 +412,7 @@ static void measured_step(int m)
     assert_int_equal(s0.current, p.peak);
     upload_batch(r.M, m);
     assert_int_equal(bfit_model_forward(r.M, 3), BFIT_OK);
-    assert_int_equal(bfit_model_backward(r.M, 1.0f / (float)m), BFIT_OK);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f / (float)real_labels(r.M, m)), BFIT_OK);
     assert_int_equal(bfit_optim_step(opt, 0.01), BFIT_OK);
     bfit_arena_stats_get(r.t.arena, &s1);
     print_message("%s m=%d: planned peak %llu bytes, measured %llu\n", name, m, (unsigned long long)p.peak,
@@ -428,6 +473,7 @@ static void test_state_dict(void **st)
     bfit_optim *opt = NULL;
     char wpath[700], io[700], cmd[3000];
     float *probs;
+    size_t np;
     rig r;
 
     (void)st;
@@ -443,23 +489,31 @@ static void test_state_dict(void **st)
     assert_int_equal(bfit_model_reserve(r.M, M_ORACLE, 1), BFIT_OK);
     upload_batch(r.M, M_ORACLE);
     assert_int_equal(bfit_model_forward(r.M, 9), BFIT_OK);
-    assert_int_equal(bfit_model_backward(r.M, 1.0f / M_ORACLE), BFIT_OK);
+    assert_int_equal(bfit_model_backward(r.M, 1.0f / (float)real_labels(r.M, M_ORACLE)), BFIT_OK);
     assert_int_equal(bfit_optim_step(opt, 0.1), BFIT_OK);
     assert_int_equal(bfit_weights_save(r.M, wpath, NULL, NULL, 0), BFIT_OK);
     /* evaluation: running statistics, no dropout */
     assert_int_equal(bfit_model_reserve(r.M, M_ORACLE, 0), BFIT_OK);
     upload_batch(r.M, M_ORACLE);
     assert_int_equal(bfit_model_forward(r.M, 1), BFIT_OK);
-    probs = malloc(sizeof *probs * M_ORACLE * (size_t)r.M->nclasses);
+    /* [m, nclasses], or a token model's [m, T, nclasses] */
+    np = (size_t)M_ORACLE * (size_t)r.M->labels_per_sample * (size_t)r.M->nclasses;
+    probs = malloc(sizeof *probs * np);
     assert_non_null(probs);
     assert_int_equal(bfit_model_read_probs(r.M, probs), BFIT_OK);
     {
         const bfit_st_tensor *tx = need("x");
         bfit_st_tensor t[2] = {
-            {"x", "F32", tx->ndim, {0}, tx->data, tx->nbytes},
-            {"probs", "F32", 2, {M_ORACLE, r.M->nclasses}, probs, sizeof *probs * M_ORACLE * (size_t)r.M->nclasses},
+            {"x", is_token(r.M) ? "I32" : "F32", tx->ndim, {0}, tx->data, tx->nbytes},
+            {"probs", "F32", 2, {M_ORACLE, r.M->nclasses}, probs, sizeof *probs * np},
         };
+        assert_string_equal(tx->dtype, is_token(r.M) ? "I32" : "F32");
         memcpy(t[0].shape, tx->shape, sizeof t[0].shape);
+        if (is_token(r.M)) { /* [M_ORACLE, T, V] */
+            t[1].ndim = 3;
+            t[1].shape[1] = r.M->labels_per_sample;
+            t[1].shape[2] = r.M->nclasses;
+        }
         assert_int_equal(bfit_st_write(io, t, 2, NULL, NULL, 0), BFIT_OK);
     }
     snprintf(cmd, sizeof cmd, "%s %s/tests/onnx/state_dict_check.py %s %s %s", py, src, name, wpath, io);
@@ -574,7 +628,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
                         "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0, pad_cnn, pad_cnn_op9, "
                         "param_act_cnn, ceil_cnn, prelu_cnn, convnext_mini, shufflenet_v2_x0_5, layerscale_mini, mhsa_mini, "
-                        "gn_cnn)\n");
+                        "gn_cnn, gpt_mini)\n");
         return 2;
     }
     name = argv[1];
