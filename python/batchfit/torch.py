@@ -239,13 +239,15 @@ def _example_for(data, example_input):
     if example_input is not None:
         return example_input
     if isinstance(data, (tuple, list)) and len(data) == 2 and hasattr(data[0], "shape"):
-        return _torch.zeros((1,) + tuple(data[0].shape[1:]))
+        kind = getattr(getattr(data[0], "dtype", None), "kind", "f")  # token ids: integers
+        return _torch.zeros((1,) + tuple(data[0].shape[1:]), dtype=_torch.long if kind in "iu" else _torch.float32)
     if data is None or (isinstance(data, str) and data == "fashion-mnist"):
         return _torch.zeros(1, 1, 28, 28)
     folder = isinstance(data, (str, os.PathLike)) and os.path.isdir(data)
     why = ("the model's input size is what batchfit resizes and crops the folder's images to, and a module "
            "that pools adaptively has none of its own: torchvision's models take torch.zeros(1, 3, 224, 224)"
-           if folder else "the export needs the input's shape")
+           if folder else "the export needs the input's shape; a language model's is token ids, "
+           "torch.zeros(1, T, dtype=torch.long) for T tokens of context")
     raise _errors.InvalidArgumentError(f"example_input: give a tensor of one sample (torch.zeros(1, C, H, W)) for "
                                        f"data {show(data)}: {why}", "example_input", _errors.EINVAL)
 
@@ -255,10 +257,16 @@ def load_weights(module, weights):
     state_dict's other entries (num_batches_tracked) kept; returns the
     parameters the weights did not hold."""
     state = module.state_dict()
+    # a tied weight (nanoGPT's lm_head.weight is wte.weight) is one tensor under two names and one in the
+    # weights: its other names get the same values, or load_state_dict would put the old ones back
+    shared = {state[n].data_ptr(): n for n in weights if n in state}
     for name, w in weights.items():
         if name in state:
             t = state[name]
             state[name] = _torch.from_numpy(w).reshape(t.shape).to(device=t.device, dtype=t.dtype)
+    for name, t in list(state.items()):
+        if name not in weights and t.numel() and shared.get(t.data_ptr()) not in (None, name):
+            state[name] = state[shared[t.data_ptr()]]
     # ONNX does not tell parameters from buffers: a buffer batchfit learned (a Mul by a [C,1,1] one is read
     # as a layer scale) is one PyTorch would not have trained
     learned = [n for n, _ in module.named_buffers() if n in weights and not n.endswith(("running_mean", "running_var"))]

@@ -19,7 +19,8 @@
  * tensors keep their ONNX shapes (affine in the batch) for the Shape nodes
  * that read them. Attention written out by hand (timm's fused qkv reshape,
  * minGPT's split) is onnx_mhsa.c's; another (a mask) is refused at the
- * node that does not fit. */
+ * node that does not fit, but a causal attn_mask (a GPT built of
+ * nn.TransformerEncoderLayer) makes the attention causal. */
 #include "base/err.h"
 #include "nn/onnx_int.h"
 
@@ -28,7 +29,9 @@
 #include <string.h>
 
 enum { N_XT, N_MM, N_ADD, N_SQ, N_SK, N_SV, N_RQ, N_RK, N_RV, N_QT, N_KT, N_VT, N_QD, N_MM1, N_SM, N_MM2,
-       N_TR5, N_R3, N_G, N_R4, N_TR6, N_COUNT };
+       N_TR5, N_R3, N_G, N_R4, N_TR6,
+       N_SMUL, N_MADD, /* with attn_mask: the scores times 1 plus the mask (baddbmm's export); else -1 */
+       N_COUNT };
 
 typedef struct attn_match {
     int node[N_COUNT];
@@ -36,6 +39,7 @@ typedef struct attn_match {
     oval *w_in, *b_in, *w_out, *b_out;
     int T, E, H, hd;
     int lowered;
+    int att_id;                   /* the attention layer's graph value, once lowered */
 } attn_match;
 
 /* The node producing node i's input k, if it is op (and, for a Transpose,
@@ -79,11 +83,26 @@ static oval *init_in(onnx_lower *L, int i, int k)
     return v && v->kind == OV_HOST && v->t && v->init >= 0 ? v : NULL;
 }
 
+/* The scores' MatMul before the Softmax: its input, or, with attn_mask, Add(Mul(MatMul, 1), mask) in either
+ * order (the mask's own nodes are host arithmetic, checked at the Add). */
+static int scores_mm(onnx_lower *L, int sm, int *n)
+{
+    int add = prod(L, sm, 0, "Add", -1, 0, 0), mm = prod(L, sm, 0, "MatMul", -1, 0, 0);
+    n[N_SMUL] = n[N_MADD] = -1;
+    for (int k = 0; mm < 0 && add >= 0 && k < 2; k++) {
+        int mul = prod(L, add, k, "Mul", -1, 0, 0);
+        mm = mul >= 0 ? prod(L, mul, 0, "MatMul", -1, 0, 0) : prod(L, add, k, "MatMul", -1, 0, 0);
+        if (mm >= 0)
+            n[N_SMUL] = mul, n[N_MADD] = add;
+    }
+    return mm;
+}
+
 /* Back from the Softmax: scores = (q / c) k^T, q k v slices of one projection. */
 static int match_back(onnx_lower *L, int sm, int *n)
 {
     n[N_SM] = sm;
-    if ((n[N_MM1] = prod(L, sm, 0, "MatMul", -1, 0, 0)) < 0 || (n[N_QD] = prod(L, n[N_MM1], 0, "Div", -1, 0, 0)) < 0 ||
+    if ((n[N_MM1] = scores_mm(L, sm, n)) < 0 || (n[N_QD] = prod(L, n[N_MM1], 0, "Div", -1, 0, 0)) < 0 ||
         (n[N_KT] = prod(L, n[N_MM1], 1, "Transpose", 1, 2, 0)) < 0 ||
         (n[N_QT] = prod(L, n[N_QD], 0, "Transpose", 1, 0, 2)) < 0 ||
         (n[N_RQ] = prod(L, n[N_QT], 0, "Reshape", -1, 0, 0)) < 0 || (n[N_RK] = prod(L, n[N_KT], 0, "Reshape", -1, 0, 0)) < 0 ||
@@ -116,12 +135,18 @@ static int closed(onnx_lower *L, const int *n)
 {
     static const struct { int from, to; } e[] = {
         {N_XT, N_MM}, {N_MM, N_ADD}, {N_SQ, N_RQ}, {N_SK, N_RK}, {N_SV, N_RV}, {N_RQ, N_QT}, {N_RK, N_KT},
-        {N_RV, N_VT}, {N_QT, N_QD}, {N_QD, N_MM1}, {N_KT, N_MM1}, {N_MM1, N_SM}, {N_VT, N_MM2},
+        {N_RV, N_VT}, {N_QT, N_QD}, {N_QD, N_MM1}, {N_KT, N_MM1}, {N_VT, N_MM2},
     };
-    int c[4];
+    int c[4], chain[4] = {n[N_MM1], n[N_SMUL], n[N_MADD], n[N_SM]}, from = n[N_MM1];
     for (unsigned i = 0; i < sizeof e / sizeof e[0]; i++)
         if (bfit_onnx_consumers(L, n[e[i].from], 0, c, 1) != 1 || c[0] != n[e[i].to])
             return 0;
+    for (int i = 1; i < 4; i++) /* the scores to the Softmax, through the mask's Mul and Add if there */
+        if (chain[i] >= 0) {
+            if (bfit_onnx_consumers(L, from, 0, c, 1) != 1 || c[0] != chain[i])
+                return 0;
+            from = chain[i];
+        }
     return bfit_onnx_consumers(L, n[N_ADD], 0, c, 4) == 3;
 }
 
@@ -176,7 +201,8 @@ int bfit_onnx_find_attention(onnx_lower *L)
         L->attn = p;
         L->attn[L->nattn++] = a;
         for (int k = 0; k < N_COUNT; k++)
-            L->done[a.node[k]] = 1;
+            if (a.node[k] >= 0)
+                L->done[a.node[k]] = 1;
     }
     return BFIT_OK;
 }
@@ -213,6 +239,10 @@ static void views(onnx_lower *L, const attn_match *a)
     view(L, n[N_QT], 3, bh), view(L, n[N_VT], 3, bh), view(L, n[N_QD], 3, bh), view(L, n[N_MM2], 3, bh);
     view(L, n[N_KT], 3, kt);
     view(L, n[N_MM1], 3, sc), view(L, n[N_SM], 3, sc);
+    if (n[N_MADD] >= 0)
+        view(L, n[N_MADD], 3, sc);
+    if (n[N_SMUL] >= 0)
+        view(L, n[N_SMUL], 3, sc);
     view(L, n[N_TR5], 3, heads);
     view(L, n[N_R3], 2, rows), view(L, n[N_G], 2, rows);
     view(L, n[N_R4], 3, tme);
@@ -237,10 +267,11 @@ static int lower_block(onnx_lower *L, attn_match *a)
     v = *o;
     x = &v;
     at.units = a->H;
-    at.causal = 0;
+    at.causal = 0; /* a causal attn_mask makes it causal at the mask's Add (check_mask) */
     if ((rc = bfit_onnx_emit(L, &at, &x, 1, NULL, 0)) != BFIT_OK)
         return rc;
     v = *o;
+    a->att_id = o->id;
     out.units = a->E;
     p[0] = a->w_out, p[1] = a->b_out;
     if ((rc = bfit_onnx_emit(L, &out, &x, 1, p, 2)) != BFIT_OK)
@@ -299,6 +330,28 @@ static int check_reshape(onnx_lower *L, int n, const int64_t (*want)[2], const c
     return ok ? BFIT_OK : bfit_onnx_refuse(L, "this Reshape in the attention does not give %s", what);
 }
 
+/* attn_mask: the scores times 1, plus the causal mask [T, T] (-inf above the diagonal; a bool mask is
+ * exported as such a float one too), which makes the block's attention layer causal. */
+static int check_mask(onnx_lower *L, const attn_match *a, int role)
+{
+    double one;
+    int k = bfit_onnx_in(L, 0) && bfit_onnx_in(L, 0)->kind == OV_VIEW ? 1 : 0;
+    oval *m = bfit_onnx_in(L, k);
+    hval *h;
+
+    if (role == N_SMUL)
+        return bfit_onnx_scalar(L, L->nd->in[1], &one) && one == 1
+                   ? BFIT_OK
+                   : bfit_onnx_refuse(L, "the attention's scores are scaled twice (batchfit reads them scaled by "
+                                         "1/sqrt(head size) once)");
+    if (!m || m->kind != OV_HOST || !(h = bfit_onnx_host(L, m, k)) || !bfit_onnx_causal_mask(h, a->T, 1, 1))
+        return bfit_onnx_refuse(L, "the attention's attn_mask is not the causal one (-inf where a token would see "
+                                   "a later one, 0 elsewhere: nn.Transformer.generate_square_subsequent_mask(%d)), "
+                                   "the only mask batchfit reads", a->T);
+    L->g->nodes[a->att_id - 1].cfg.causal = 1;
+    return BFIT_OK;
+}
+
 int bfit_onnx_lower_attention(onnx_lower *L, int *rc)
 {
     for (int m = 0; m < L->nattn; m++) {
@@ -322,6 +375,7 @@ int bfit_onnx_lower_attention(onnx_lower *L, int *rc)
             case N_RQ: case N_RK: case N_RV: *rc = check_reshape(L, 3, heads, "[T, N * heads, head size]"); break;
             case N_R3: *rc = check_reshape(L, 2, rows, "[T * N, E]"); break;
             case N_R4: *rc = check_reshape(L, 3, back, "[T, N, E]"); break;
+            case N_SMUL: case N_MADD: *rc = check_mask(L, a, role); break;
             case N_SM: {
                 int64_t axis = -1;
                 *rc = bfit_onnx_attr_int(L, "axis", -1, &axis);

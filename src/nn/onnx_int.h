@@ -172,6 +172,10 @@ int bfit_onnx_lower_shuffle(onnx_lower *L, int *rc);
 
 /* ---- self-attention written out by hand: timm's, minGPT's (onnx_mhsa.c) ---- */
 int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc);
+/* Whether host value c, [.., T, T] with ones before, is the causal mask: for a boolean c, nonzero where a
+ * key comes after the query (hide) or where it does not (!hide); for a float c (additive), 0 where the key
+ * does not come after the query and -inf (or at most -1e4) where it does. */
+int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive);
 
 /* ---- a language model's embeddings (onnx_tokens.c) ---- */
 int bfit_onnx_lower_tokens(onnx_lower *L, int *rc);

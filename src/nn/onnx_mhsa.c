@@ -210,7 +210,7 @@ static int scaled(onnx_lower *L, oval *v)
  * pattern: (nonzero where key j > query i) == hide, for a boolean c; for a
  * float c (an additive mask), 0 where j <= i and -inf (or at most -1e4,
  * whose exponential is 0) where j > i. */
-static int causal_pattern(const hval *c, int64_t T, int hide, int additive)
+int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive)
 {
     if (c->nd < 2 || c->dim[c->nd - 1] != T || c->dim[c->nd - 2] != T || c->n != T * T || additive != c->isf)
         return 0;
@@ -240,7 +240,7 @@ static int masked(onnx_lower *L, oval *v)
     if (!add && (bfit_onnx_in(L, k) != v || !f || !bfit_onnx_scalar(L, f->name, &fill) || !(fill <= -1e4)))
         return bfit_onnx_refuse(L, "batchfit reads a mask on the attention's scores only as a causal one that fills "
                                    "with -inf (masked_fill(mask, float('-inf')), or a number at most -1e4)");
-    if (!c || !causal_pattern(c, T, add || k == 2, add))
+    if (!c || !bfit_onnx_causal_mask(c, T, add || k == 2, add))
         return bfit_onnx_refuse(L, "the mask on the attention's scores is not the causal one (each token sees "
                                    "itself and the tokens before it: torch.tril(torch.ones(T, T)), here T = %lld), "
                                    "the only mask batchfit reads there", (long long)T);

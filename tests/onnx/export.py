@@ -19,7 +19,8 @@ gamma), on a ViT block's tokens (timm's LayerScale) and on a vector; mhsa_mini, 
 (timm's, minGPT's, PyTorch 2's export) at 32x32; gn_cnn, GroupNorm and InstanceNorm2d at 32x32; and the
 token model gpt_mini, a nanoGPT of 2 blocks (vocabulary 64, context 16, width 32, 4 heads; token and
 position embeddings, causal attention by a registered tril buffer and masked_fill, LayerNorm, exact GELU,
-lm_head tied to the token table)) it writes NAME.onnx and NAME_ref.safetensors holding:
+lm_head tied to the token table), and tgpt_mini, a GPT of nn.TransformerEncoderLayer blocks (pre-norm with a
+float causal mask, post-norm with a boolean one) and a learned position tensor) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels (a token model: x [4,16] I32 token ids, exported
                                     as int64, y [4,16] I32 next-token labels, every 7th -1: padding)
   loss64, loss32                    the mean cross-entropy (F64 scalars; a token model's over its real labels)
@@ -49,7 +50,7 @@ import hashlib, json, os, struct, sys
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
-TOKEN_MODELS = {"gpt_mini"}  # input: int token ids [M, T]; one label per token
+TOKEN_MODELS = {"gpt_mini", "tgpt_mini"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -525,6 +526,29 @@ class GPT(torch.nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+class TGpt(torch.nn.Module):
+    """A GPT of PyTorch's own layers: a token table wte, a learned position tensor [1, T, C] added, a pre-norm
+    nn.TransformerEncoderLayer (GELU) with a float causal mask (nn.Transformer.generate_square_subsequent_mask)
+    and a post-norm one with a boolean mask (True above the diagonal: not attended), a LayerNorm and an untied
+    head with a bias. The masks are buffers."""
+
+    def __init__(self, V=64, T=16, C=32, H=4):
+        super().__init__()
+        nn = torch.nn
+        self.wte, self.pos = nn.Embedding(V, C), nn.Parameter(0.5 * torch.randn(1, T, C))
+        self.pre = nn.TransformerEncoder(nn.TransformerEncoderLayer(C, H, 2 * C, dropout=0.0, activation="gelu",
+                                                                    batch_first=True, norm_first=True), 1)
+        self.post = nn.TransformerEncoder(nn.TransformerEncoderLayer(C, H, 2 * C, dropout=0.0, batch_first=True), 1,
+                                          enable_nested_tensor=False)
+        self.ln, self.head = nn.LayerNorm(C), nn.Linear(C, V)
+        self.register_buffer("fmask", nn.Transformer.generate_square_subsequent_mask(T))
+        self.register_buffer("bmask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+
+    def forward(self, idx):
+        x = self.pre(self.wte(idx) + self.pos, mask=self.fmask)
+        return self.head(self.ln(self.post(x, mask=self.bmask)))
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
@@ -532,11 +556,14 @@ def build(name):
     (SiLU, exported as x * Sigmoid(x); Sigmoid; Tanh) at 32x32; pad_cnn (and pad_cnn_op9), a small CNN at 32x32
     padded by nn.ZeroPad2d(1), an AvgPool2d's padding and F.pad(x, (2, 2, 1, 1)), each exported as a Pad;
     ceil_cnn (CeilCnn) at 48x48; convnext_mini, its layer scales drawn in [0.5, 1.5); layerscale_mini
-    (LayerScaleMini) at 32x32; gpt_mini (GPT: vocabulary 64, context 16, width 32, 4 heads, 2 blocks), whose
-    "size" is its context."""
+    (LayerScaleMini) at 32x32; gpt_mini (GPT: vocabulary 64, context 16, width 32, 4 heads, 2 blocks) and
+    tgpt_mini (TGpt: the same sizes, nn.TransformerEncoderLayer blocks with causal masks), whose "size" is
+    their context."""
     from torchvision.models.vision_transformer import VisionTransformer
     if name == "gpt_mini":
         return GPT(V=64, T=16, C=32, H=4, L=2), 16
+    if name == "tgpt_mini":
+        return TGpt(V=64, T=16, C=32, H=4), 16
     if name == "act_cnn":
         nn = torch.nn
         return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.SiLU(),
