@@ -290,17 +290,19 @@ static void describe(const oval *v, char *buf, size_t len)
                                            : v->kind == OV_VIEW  ? "inside an attention block"
                                            : v->kind == OV_WT    ? "a transposed initializer"
                                            : v->kind == OV_BCAST ? "an initializer broadcast over the batch"
+                                           : v->kind == OV_ROWS  ? "rows of a position table"
                                                                  : "not computed");
     }
 }
 
-/* The node reads a hand-written attention's view (onnx_mhsa.c): its refusal
- * says what is wrong there, the note about unmatched Softmaxes would not. */
+/* The node reads a hand-written attention's view (onnx_mhsa.c) or a
+ * position table's rows (onnx_tokens.c): its refusal says what is wrong
+ * there, the note about unmatched Softmaxes would not. */
 static int in_mhsa(onnx_lower *L)
 {
     for (int k = 0; k < L->nd->nin; k++) {
         const oval *v = bfit_onnx_in(L, k);
-        if (v && v->kind == OV_VIEW && v->att[0])
+        if (v && ((v->kind == OV_VIEW && v->att[0]) || v->kind == OV_ROWS)) /* or an embedding's (tokens) */
             return 1;
     }
     return 0;
@@ -318,8 +320,8 @@ int bfit_onnx_refuse(onnx_lower *L, const char *fmt, ...)
     if (L->attn_miss && !in_mhsa(L)) { /* the likely cause: an attention the matcher did not take whole */
         size_t n = strlen(msg);
         snprintf(msg + n, sizeof msg - n, " (the graph's Softmax '%s' is not an attention block batchfit knows: "
-                 "nn.MultiheadAttention batch first, without a mask or dropout on the attention weights, or one "
-                 "written out as timm's or minGPT's)",
+                 "nn.MultiheadAttention batch first, without dropout on the attention weights or a mask other than "
+                 "the causal one, or one written out as timm's or minGPT's)",
                  bfit_onnx_cstr(L->om->nodes[L->attn_miss - 1].name, nm, sizeof nm));
     }
     for (int k = 0; k < L->nd->nin && u < sizeof ins; k++) {

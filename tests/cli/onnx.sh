@@ -79,6 +79,25 @@ run 1 plan --model "$src/tests/onnx/mhsa_mask.onnx" --memory 1GiB &&
   has "$err" "mhsa_mask.onnx: node '/attn/Where' \(Where, opset 17\) .*: the mask on the attention's scores is not the causal one \(each token sees itself and the tokens before it: torch.tril\(torch.ones\(T, T\)\), here T = 4\), the only mask batchfit reads there$"
 run 1 plan --model "$src/tests/onnx/mhsa_dropout.onnx" --memory 1GiB &&
   has "$err" "mhsa_dropout.onnx: node '/attn/drop/Dropout' \(Dropout, opset 17\) .*: dropout of ratio 0.1 inside the attention: batchfit's attention layer has none"
+# language models (tests/onnx/token_models.py writes the files; export.py's gpt_mini and tgpt_mini are checked
+# against PyTorch): nanoGPT's GPT with a byte vocabulary trains on a text and saves its tables under their
+# PyTorch names (the tied head's weight is the token table: saved once); a mask that is not causal, or that
+# does not fill with -inf, and position rows used otherwise than added are refused where they show (before
+# 2026-12-05 every model of token ids was refused at its input)
+for i in $(seq 1 2100); do printf 'line %d: %.*s\n' "$i" $((i * 7 % 41)) "and it was so and it was good"; done >"$dir/lines.txt"
+run 0 train --model "$src/tests/onnx/gpt_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --save "$dir/gpt.safetensors" &&
+  has "$err" "training .*gpt_text.onnx on .*lines.txt: [0-9,]+ parameters.* of [0-9]+ sequences of 32 tokens" &&
+  has "$out" "test loss [0-9.]+ per token"
+grep -aq '"wte.weight"' "$dir/gpt.safetensors" && grep -aq '"wpe.weight"' "$dir/gpt.safetensors" &&
+  ! grep -aq '"lm_head.weight"' "$dir/gpt.safetensors" ||
+  { echo "FAIL: gpt.safetensors: want wte.weight and wpe.weight, and no lm_head.weight (tied)"; fails=$((fails + 1)); }
+run 1 plan --model "$src/tests/onnx/gpt_fill0.onnx" --memory 1GiB &&
+  has "$err" "gpt_fill0.onnx: node '/h.0/attn/Where' \(Where, opset 17\) .*: batchfit reads a mask on the attention's scores only as a causal one that fills with -inf"
+run 1 plan --model "$src/tests/onnx/gpt_posmul.onnx" --memory 1GiB &&
+  has "$err" "gpt_posmul.onnx: node '/Mul' \(Mul, opset 17\) with inputs '/wpe/Gather_output_0' \(rows of a position table\), .*: input 1 is rows of a position table \(a Gather by torch.arange\): batchfit reads them only added to the token embeddings$"
+run 1 plan --model "$src/tests/onnx/mha_band.onnx" --memory 1GiB &&
+  has "$err" "mha_band.onnx: node '/enc/self_attn/Add_2' \(Add, opset 17\) .*: the attention's attn_mask is not the causal one .*generate_square_subsequent_mask\(32\)\), the only mask batchfit reads$"
 # nn.GroupNorm(affine=False) (tests/onnx/norm_refusals.py; export.py's gn_cnn has the forms batchfit reads):
 # refused at its Mul by a constant
 run 1 plan --model "$src/tests/onnx/gn_noaffine.onnx" --memory 1GiB &&

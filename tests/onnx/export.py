@@ -467,6 +467,7 @@ class CausalSelfAttention(torch.nn.Module):
         self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
         self.attn_dropout, self.resid_dropout = nn.Dropout(0.0), nn.Dropout(0.0)
         self.n_head, self.n_embd, self.split = H, C, split
+        self.fill = float("-inf")  # what the mask puts in (token_models.py's gpt_fill0 puts 0, which is refused)
         self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
 
     def forward(self, x):
@@ -481,7 +482,7 @@ class CausalSelfAttention(torch.nn.Module):
             qkv = self.c_attn(x).reshape(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
             q, k, v = qkv.unbind(0)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, self.fill)
         att = torch.nn.functional.softmax(att, dim=-1)
         att = self.attn_dropout(att)
         y = att @ v

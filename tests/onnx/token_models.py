@@ -1,0 +1,73 @@
+"""Writes the language models tests/cli/onnx.sh reads (run from tests/onnx), exported by Debian's PyTorch
+(opset 17, training mode, a dynamic batch, int64 token ids [batch, T]):
+
+- gpt_text.onnx: nanoGPT's GPT (export.py's GPT) with a byte vocabulary (256 ids), 32 tokens of context,
+  width 16, 2 heads, 1 block: what batchfit trains on a text (cli_onnx), also the fuzzer's seed
+  fuzz/corpus/onnx/gpt_ok.onnx;
+- gpt_fill0.onnx: the same with masked_fill(mask, 0.0) (refused: the masked weights would not be 0);
+- gpt_posmul.onnx: the position rows scaled before the Add (refused at the Mul: batchfit adds them to
+  the token embeddings only);
+- mha_band.onnx: an nn.TransformerEncoderLayer whose attn_mask lets a token see one token after it too
+  (refused at the mask's Add: only the causal mask is read).
+
+export.py's gpt_mini and tgpt_mini are the forms batchfit reads, checked against PyTorch (onnx_torch)."""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+from torch.onnx import TrainingMode
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export import GPT  # noqa: E402
+
+
+class Fill0(GPT):
+    def __init__(self):
+        super().__init__(V=256, T=32, C=16, H=2, L=1)
+        for blk in self.h:
+            blk.attn.fill = 0.0
+
+
+class PosMul(GPT):
+    def forward(self, idx):
+        pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + 2 * self.wpe(pos)
+        for blk in self.h:
+            x = blk(x)
+        return self.lm_head(self.ln_f(x))
+
+
+class Band(nn.Module):
+    def __init__(self, V=256, T=32, C=16):
+        super().__init__()
+        self.wte, self.pos = nn.Embedding(V, C), nn.Parameter(torch.zeros(1, T, C))
+        self.enc = nn.TransformerEncoderLayer(C, 2, 2 * C, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(C, V)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(T + 1)[1:, :T])
+
+    def forward(self, idx):
+        return self.head(self.enc(self.wte(idx) + self.pos, src_mask=self.mask))
+
+
+def export(model, path):
+    torch.onnx.export(model.train(), torch.zeros(2, 32, dtype=torch.long), path, opset_version=17,
+                      training=TrainingMode.TRAINING, do_constant_folding=False, input_names=["input"],
+                      output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def main():
+    torch.manual_seed(0)
+    export(GPT(V=256, T=32, C=16, H=2, L=1), "gpt_text.onnx")
+    export(Fill0(), "gpt_fill0.onnx")
+    export(PosMul(V=256, T=32, C=16, H=2, L=1), "gpt_posmul.onnx")
+    export(Band(), "mha_band.onnx")
+    import shutil
+    shutil.copy("gpt_text.onnx", "../../fuzz/corpus/onnx/gpt_ok.onnx")
+    return 0
+
+
+if __name__ == "__main__":
+    import warnings
+    warnings.filterwarnings("ignore")
+    sys.exit(main())
