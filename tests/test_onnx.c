@@ -119,8 +119,8 @@ static pbw *tensor(const char *name, const int64_t *dims, int nd, const float *v
     return t;
 }
 
-/* ValueInfoProto of a float tensor; a dimension of -1 is the symbolic "N". */
-static pbw *value_info(const char *name, const int64_t *dims, int nd)
+/* ValueInfoProto of a tensor of ONNX type elem (1 float, 7 int64); a dimension of -1 is the symbolic "N". */
+static pbw *value_info_t(const char *name, const int64_t *dims, int nd, int elem)
 {
     pbw *v = pb_new(), *type = pb_new(), *tt = pb_new(), *shape = pb_new();
     for (int d = 0; d < nd; d++) {
@@ -131,13 +131,15 @@ static pbw *value_info(const char *name, const int64_t *dims, int nd)
             pint(dim, 1, dims[d]);
         pmsg(shape, 1, dim);
     }
-    pint(tt, 1, 1);
+    pint(tt, 1, elem);
     pmsg(tt, 2, shape);
     pmsg(type, 1, tt);
     pstr(v, 1, name);
     pmsg(v, 2, type);
     return v;
 }
+
+static pbw *value_info(const char *name, const int64_t *dims, int nd) { return value_info_t(name, dims, nd, 1); }
 
 static pbw *node(const char *op, const char *name, const char *const *in, int nin, const char *const *out, int nout)
 {
@@ -1590,6 +1592,107 @@ static void test_host_float_pow_sqrt(void **st)
     pb_free(m);
 }
 
+/* A language model's graph, as PyTorch exports nanoGPT's: ids int64 [N,4]
+ * (rank ids_nd), te = Gather(wte [8,4], ids) (along axis tok_axis), pos =
+ * Range(start, 4, 1) (start, or the batch when start < 0, is the limit then),
+ * pe = Gather(wpe [6,4], pos), h = te + pe, logits [N,4,8] = h @ wte^T. */
+static pbw *token_graph(int64_t start, int tok_axis, int ids_nd)
+{
+    static const int64_t ids3[3] = {-1, 4, 1}, out[3] = {-1, 4, 8}, td[2] = {8, 4}, pd[2] = {6, 4}, one = 1,
+                         four = 4, zero = 0;
+    int64_t ids[2] = {-1, 4};
+    const char *g1[2] = {"wte", "ids"}, *o1[1] = {"te"}, *ri[3] = {"r0", "r1", "r2"}, *ro[1] = {"pos"},
+               *g2[2] = {"wpe", "pos"}, *o2[1] = {"pe"}, *ai[2] = {"te", "pe"}, *ao[1] = {"h"}, *ti[1] = {"wte"},
+               *to[1] = {"wt"}, *mi[2] = {"h", "wt"}, *mo[1] = {"logits"}, *si[1] = {"ids"}, *so[1] = {"s"},
+               *gi[2] = {"s", "zero"}, *go[1] = {"n"};
+    pbw *g = pb_new(), *n = node("Gather", "tok", g1, 2, o1, 1), *t = node("Transpose", "wt", ti, 1, to, 1);
+    if (tok_axis)
+        attr_int(n, "axis", tok_axis);
+    pmsg(g, 1, n);
+    if (start < 0) { /* Range(0, N, 1): the batch */
+        pmsg(g, 1, node("Shape", "shape", si, 1, so, 1));
+        pmsg(g, 1, node("Gather", "batch", gi, 2, go, 1));
+        ri[0] = "zero", ri[1] = "n";
+    }
+    pmsg(g, 1, node("Range", "range", ri, 3, ro, 1));
+    pmsg(g, 1, node("Gather", "wpe", g2, 2, o2, 1));
+    pmsg(g, 1, node("Add", "add", ai, 2, ao, 1));
+    attr_ints(t, "perm", (int64_t[]){1, 0}, 2);
+    pmsg(g, 1, t);
+    pmsg(g, 1, node("MatMul", "head", mi, 2, mo, 1));
+    pstr(g, 2, "g");
+    pmsg(g, 5, tensor("wte", td, 2, NULL, 32));
+    pmsg(g, 5, tensor("wpe", pd, 2, NULL, 24));
+    pmsg(g, 5, tensor_i64("r0", NULL, 0, start < 0 ? &zero : &start, 1));
+    pmsg(g, 5, tensor_i64("r1", NULL, 0, &four, 1));
+    pmsg(g, 5, tensor_i64("r2", NULL, 0, &one, 1));
+    pmsg(g, 5, tensor_i64("zero", NULL, 0, &zero, 1));
+    pmsg(g, 11, value_info_t("ids", ids_nd == 3 ? ids3 : ids, ids_nd, 7));
+    pmsg(g, 12, value_info("logits", out, 3));
+    return g;
+}
+
+static pbw *token_model(int64_t start, int tok_axis, int ids_nd) { return model(token_graph(start, tok_axis, ids_nd)); }
+
+/* A GPT's embeddings and tied head (onnx_tokens.c): token ids make an embed
+ * layer, the position table's rows by torch.arange fold into it, the head by
+ * the token table transposed is tied to it; a position table read from row
+ * 1, a Range over the batch, a Gather of ids along axis 1 and ids of three
+ * dimensions are refused, saying so. */
+static void test_token_model(void **st)
+{
+    const bfit_wsrc_entry *e;
+    bfit_graph_desc g;
+    pbw *m;
+    (void)st;
+    m = token_model(0, 0, 2);
+    if (load(m, &g, NULL) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    assert_int_equal(g.input_dtype, BFIT_I32);
+    assert_int_equal(g.input.nd, 2);
+    assert_int_equal(g.input.d[0], 4);
+    assert_int_equal(g.input.d[1], 1);
+    assert_int_equal(g.nnodes, 2);
+    assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_EMBED);
+    assert_int_equal(g.nodes[0].cfg.vocab, 8);
+    assert_int_equal(g.nodes[0].cfg.units, 4);
+    assert_int_equal(g.nodes[0].cfg.positions, 6);
+    assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_LINEAR);
+    assert_int_equal(g.nodes[1].cfg.tie, 1);
+    assert_int_equal(g.nodes[1].cfg.units, 8);
+    assert_int_equal(g.nodes[1].cfg.bias, 0);
+    assert_non_null(e = bfit_wsrc_find(g.wsrc, 0, 0));
+    assert_string_equal(e->name, "wte");
+    assert_non_null(e = bfit_wsrc_find(g.wsrc, 0, 1));
+    assert_string_equal(e->name, "wpe");
+    assert_null(bfit_wsrc_find(g.wsrc, 1, 0)); /* the head's weight is the table, not a copy */
+    bfit_graph_fini(&g);
+    pb_free(m);
+    m = token_model(1, 0, 2);
+    assert_int_equal(load(m, &g, "node 'wpe' (Gather, opset 17) with inputs 'wpe' [6,4] float, 'pos' (computed on "
+                                 "the host): batchfit reads a Gather of a table by indices known at load as a "
+                                 "position embedding"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = token_model(-1, 0, 2);
+    assert_int_equal(load(m, &g, "node 'range' (Range, opset 17) with inputs 'zero' [] int64, 'n' (computed on the "
+                                 "host), 'r2' [] int64: Range's input 2 must be one number that does not depend on "
+                                 "the batch"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = token_model(0, 1, 2);
+    assert_int_equal(load(m, &g, "node 'tok' (Gather, opset 17) with inputs 'wte' [8,4] float, 'ids' [N,4,1]: batchfit "
+                                 "reads a Gather of token ids as nn.Embedding's (rows of the table, axis 0), not "
+                                 "along axis 1"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = token_model(0, 0, 3);
+    assert_int_equal(load(m, &g, "t.onnx: the input 'ids' is integers of 3 dimensions: batchfit reads integers as "
+                                 "token ids [batch, T]"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* Integer shape arithmetic runs on the host, as a * batch + b: what holds
  * for every batch size loads (the Reshape then keeps the sample as it is
  * and computes nothing), what does not is refused at its node. */
@@ -2127,6 +2230,7 @@ int main(void)
         cmocka_unit_test(test_squeeze_excitation),
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic), cmocka_unit_test(test_host_float_pow_sqrt),
+        cmocka_unit_test(test_token_model),
         cmocka_unit_test(test_pad),
         cmocka_unit_test(test_pool_ceil),
         cmocka_unit_test(test_opset_range),
