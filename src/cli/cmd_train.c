@@ -321,7 +321,9 @@ static int stop_code(const bfit_result *res) { return stop_sig(res) == SIGTERM ?
 static const char *launcher(void)
 {
     static char b[48];
-    snprintf(b, sizeof b, job_size > 1 ? "mpirun -np %d " : "", job_size);
+    b[0] = 0;
+    if (job_size > 1) /* clang warns of an empty format string */
+        snprintf(b, sizeof b, "mpirun -np %d ", job_size);
     return b;
 }
 

@@ -87,7 +87,7 @@ static int infer(int64_t *d, int n, int64_t total)
     for (int k = 0; k < n; k++) {
         if (d[k] == -1 && at < 0)
             at = k;
-        else if (d[k] < 1)
+        else if (d[k] < 1 || d[k] > total || known > total / d[k]) /* no product past the tensor's size */
             return 0;
         else
             known *= d[k];
