@@ -74,6 +74,9 @@
 #define CNX_SHUFFLE "fuzz/corpus/onnx/cnx_shuffle_mini.onnx"
 /* self-attention written out as timm's Attention (tests/onnx/mhsa_refusals.py) */
 #define MHSA_OK "fuzz/corpus/onnx/mhsa_ok.onnx"
+/* nanoGPT's GPT from ONNX (tests/onnx/token_models.py): token and position tables, causal attention,
+   the exact GELU and minGPT's NewGELU (the tanh form), a tied head */
+#define GPT_OK "fuzz/corpus/onnx/gpt_ok.onnx"
 /* group norms (gn_graph): groups of four channels, of one, all in one, a vector's */
 #define GN_MINI "@gnorm"
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
@@ -2149,6 +2152,7 @@ static void test_training_bf16(void **st)
     compare_training(PRELU_MINI, BFIT_BF16);
     compare_training(CNX_SHUFFLE, BFIT_BF16);
     compare_training(MHSA_OK, BFIT_BF16);
+    compare_training(GPT_OK, BFIT_BF16);
 }
 
 /* The models of the ops on rows, columns, channel gates, grouped
@@ -2156,7 +2160,8 @@ static void test_training_bf16(void **st)
  * bf16 (cuda_supports, and no op left that only the cpu has). */
 static void test_needs_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, PRELU_HEAD, CNX_SHUFFLE, MHSA_OK};
+    const char *const files[] = {"@gate",     VIT_TINY,    DENSE_BLOCK, SE_MINI, PRELU_MINI,
+                                 PRELU_HEAD, CNX_SHUFFLE, MHSA_OK,     GPT_OK};
     (void)st;
     for (int i = 0; i < 8; i++)
         for (int t = 0; t < 2; t++) {
@@ -2183,7 +2188,7 @@ static void test_needs_new_ops(void **st)
  * with hw == 1 per chunk of 256 samples and channel). */
 static void test_plan_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE, MHSA_OK};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE, MHSA_OK, GPT_OK};
     bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
     for (int f = 0; f < 7; f++)
@@ -2211,6 +2216,7 @@ static void test_training_new_ops(void **st)
     compare_training(PRELU_MINI, BFIT_F32);
     compare_training(CNX_SHUFFLE, BFIT_F32);
     compare_training(MHSA_OK, BFIT_F32);
+    compare_training(GPT_OK, BFIT_F32);
 }
 
 /* The group norms' model (gn_graph) on the GPU: every op it needs made in

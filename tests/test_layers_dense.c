@@ -99,6 +99,10 @@ static void test_gc_act(void **st)
     gc("gelu 7 m=1", g, V(7), 1);
     gc("gelu 2x3x3 m=7", g, S(2, 3, 3), 7);
     gc("gelu 1 m=5", g, V(1), 5);
+    g.tanh = 1; /* nn.GELU(approximate='tanh') */
+    gc("gelu tanh=1 7 m=1", g, V(7), 1);
+    gc("gelu tanh=1 2x3x3 m=7", g, S(2, 3, 3), 7);
+    g.tanh = 0;
     gc("sigmoid 7 m=1", cfg_of(BFIT_L_SIGMOID), V(7), 1);
     gc("sigmoid 2x3x3 m=7", cfg_of(BFIT_L_SIGMOID), S(2, 3, 3), 7);
     gc("silu 7 m=1", cfg_of(BFIT_L_SILU), V(7), 1);
@@ -554,6 +558,18 @@ static void test_fwd_act_flatten_add(void **st)
         close_to(TB_F(r.y)[i], ref, 16 * FEPS * (1 + fabs(ref)), "gelu y", i);
     }
     rig_free(&r);
+
+    {
+        bfit_layer_cfg t = cfg_of(BFIT_L_GELU);
+        t.tanh = 1;
+        rig_new(&r, t, in, 1, 7, 1);
+        assert_int_equal(rig_forward(&r), BFIT_OK);
+        for (int64_t i = 0; i < n; i++) { /* PyTorch's approximate='tanh' */
+            double x = TB_F(r.x[0])[i], ref = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+            close_to(TB_F(r.y)[i], ref, 16 * FEPS * (1 + fabs(ref)), "gelu tanh=1 y", i);
+        }
+        rig_free(&r);
+    }
 
     rig_new(&r, cfg_of(BFIT_L_FLATTEN), in, 1, 7, 1);
     assert_true(bfit_shape_eq(r.l->out, V(75)));

@@ -727,30 +727,30 @@ static pbw *gelu_graph(const char *approx)
 }
 
 /* ONNX's Gelu (opset 20, PyTorch 2.x's nn.GELU()) is the gelu layer, as the
- * erf pattern of opset 17 is; its tanh approximation, another approximate,
- * or a Gelu in a model of an opset before 20 are refused at the node. */
+ * erf pattern of opset 17 is, and with approximate='tanh' the gelu layer's
+ * tanh form (since 2026-12-05; refused before); another approximate, or a
+ * Gelu in a model of an opset before 20, is refused at the node. */
 static void test_gelu_op(void **st)
 {
-    static const char *const bad[3][2] = {
-        {"tanh", "node 'gelu' (Gelu, opset 20) with inputs 'h' [N,3]: approximate='tanh' is GELU's tanh "
-                 "approximation (nn.GELU(approximate='tanh')): batchfit reads only the exact GELU"},
+    static const char *const bad[2][2] = {
         {"erf", "node 'gelu' (Gelu, opset 20) with inputs 'h' [N,3]: approximate='erf' is not a GELU ONNX defines"},
         {NULL, "node 'gelu' (Gelu, opset 17) with inputs 'h' [N,3]: Gelu is a standard operator from opset 20 on, "
                "and the model imports opset 17"}};
-    const char *const good[2] = {NULL, "none"};
+    const char *const good[3] = {NULL, "none", "tanh"};
     bfit_graph_desc g;
     pbw *m;
     (void)st;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         m = model_op(gelu_graph(good[i]), 20);
         assert_int_equal(load(m, &g, NULL), BFIT_OK);
         assert_int_equal(g.nnodes, 2);
         assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_GELU);
+        assert_int_equal(g.nodes[1].cfg.tanh, i == 2);
         bfit_graph_fini(&g);
         pb_free(m);
     }
-    for (int i = 0; i < 3; i++) {
-        m = model_op(gelu_graph(bad[i][0]), i < 2 ? 20 : 17);
+    for (int i = 0; i < 2; i++) {
+        m = model_op(gelu_graph(bad[i][0]), i < 1 ? 20 : 17);
         assert_int_equal(load(m, &g, bad[i][1]), BFIT_EINVAL);
         pb_free(m);
     }

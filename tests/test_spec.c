@@ -428,6 +428,8 @@ static const bad bads[] = {
      {"softplus has no option `treshold`", "did you mean `threshold`?"}},
     {"input 784\nsoftplus beta=2 beta=3\n", 0, "t.cfg:2:17: ", {"duplicate option", "`beta=3` sets beta"}},
     {"input 1x8x8\nmaxpool 2 ceil=2\n", 0, "t.cfg:2:16: ", {"ceil must be 0 or 1, got `2`"}},
+    {"input 784\ngelu tanh=2\n", 0, "t.cfg:2:11: ", {"tanh must be 0 or 1, got `2`"}},
+    {"input 784\nsilu tanh=1\n", 0, "t.cfg:2:6: ", {"silu takes no options, got `tanh=1`"}},
     {"input 1x8x8\navgpool 2 ceil=1\n", 0, "t.cfg:2:11: ", {"avgpool has no option `ceil`"}},
     {"input 784\nselu alpha=1\n", 0, "t.cfg:2:6: ", {"selu takes no options, got `alpha=1`"}},
     {"input 784\ncelu alpha=0\n", 0, "t.cfg:2:12: ", {"celu's alpha must not be 0 (celu divides by it), got `0`"}},
@@ -628,6 +630,18 @@ static void test_shape_check(void **st)
     /* a ceil_mode max pool says so: its output size is not the floor one */
     expect_shape_error("input 1x4x4\nmaxpool 3 stride=2 pad=2 ceil=1\nflatten\nlinear 10\n", "t.cfg:2:1: ",
                        "maxpool 3 stride=2 pad=2 ceil=1 gets 1x4x4", NULL);
+}
+
+/* gelu's tanh=1 is PyTorch's approximate='tanh'; the default, the exact form. */
+static void test_gelu_tanh(void **st)
+{
+    bfit_graph_desc g;
+    (void)st;
+    assert_int_equal(parse("input 784\ngelu tanh=1\ngelu\ngelu tanh=0\nlinear 2\n", &g), BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.tanh, 1);
+    assert_int_equal(g.nodes[1].cfg.tanh, 0);
+    assert_int_equal(g.nodes[2].cfg.tanh, 0);
+    bfit_graph_fini(&g);
 }
 
 /* maxpool's ceil=1 is PyTorch's ceil_mode (an ONNX MaxPool's ceil_mode=1):
@@ -878,7 +892,7 @@ int main(void)
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_size_limits),
         cmocka_unit_test(test_shape_check),
-        cmocka_unit_test(test_pool_ceil),
+        cmocka_unit_test(test_pool_ceil), cmocka_unit_test(test_gelu_tanh),
         cmocka_unit_test(test_pool_before_relu),
         cmocka_unit_test(test_model_files),
         cmocka_unit_test(test_file_errors_name_the_file),

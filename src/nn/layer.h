@@ -83,6 +83,7 @@ typedef struct bfit_layer_cfg {
     int types;          /* embed: token types (BERT's segments; row 0 is added); 0: none */
     int causal;         /* attention: token i attends to tokens j <= i (default 1) */
     int lean;           /* attention: keep no attention matrix, recompute it in backward */
+    int tanh;           /* gelu: PyTorch's approximate='tanh' (GPT-2's, minGPT's NewGELU) */
     int tie;            /* linear: the weight is the embedding's token table (a tied head) */
     float std;          /* linear: weights drawn with this spread and biases 0 (GPT-2 and BERT: 0.02,
                            GPT-2's residual projections 0.02 / sqrt(2 layers)); 0: PyTorch's default */

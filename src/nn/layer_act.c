@@ -1,5 +1,5 @@
 /* layer_act.c - elementwise activations: relu, gelu (PyTorch's default
- * erf form), clip (ReLU6 and its kin: hardtanh), sigmoid, silu (x *
+ * erf form, or its tanh approximation), clip (ReLU6 and its kin: hardtanh), sigmoid, silu (x *
  * sigmoid(x), PyTorch's SiLU), tanh, hardsigmoid and hardswish
  * (MobileNetV3's), leakyrelu, elu, softplus, selu and celu (with PyTorch's
  * parameters and defaults). Any input shape; the output has the
@@ -21,7 +21,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 static bfit_eltwise_alg alg_of(const bfit_layer *l)
 {
     switch (l->cfg.kind) {
-    case BFIT_L_GELU: return BFIT_ELT_GELU_ERF;
+    case BFIT_L_GELU: return l->cfg.tanh ? BFIT_ELT_GELU_TANH : BFIT_ELT_GELU_ERF;
     case BFIT_L_CLIP: return BFIT_ELT_CLIP;
     case BFIT_L_SIGMOID: return BFIT_ELT_SIGMOID;
     case BFIT_L_SILU: return BFIT_ELT_SILU;

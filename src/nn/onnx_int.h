@@ -177,6 +177,9 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc);
  * does not come after the query and -inf (or at most -1e4) where it does. */
 int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive);
 
+/* ---- GELU's tanh approximation, recognised by what it computes (onnx_gelu.c) ---- */
+int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);
+
 /* ---- a language model's embeddings (onnx_tokens.c) ---- */
 int bfit_onnx_lower_tokens(onnx_lower *L, int *rc);
 

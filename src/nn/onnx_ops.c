@@ -166,24 +166,25 @@ static int simple(onnx_lower *L, bfit_layer_kind kind)
 }
 
 /* Gelu (opset 20; PyTorch 2.x exports nn.GELU() as it): the exact GELU,
- * the layer the opset-17 erf pattern becomes. The model spec has no tanh
- * GELU, so approximate="tanh" is refused, as its opset-17 pattern is. */
+ * the layer the opset-17 erf pattern becomes, or with approximate="tanh"
+ * the tanh form (`gelu tanh=1`, what onnx_gelu.c reads its opset-17
+ * chain as). */
 static int gelu(onnx_lower *L)
 {
     const bfit_onnx_attr *ap = bfit_onnx_attr_get(L, "approximate");
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_GELU);
+    oval *x;
+    int rc;
 
     if (L->om->opset && L->om->opset < 20)
         return bfit_onnx_refuse(L, "Gelu is a standard operator from opset 20 on, and the model imports opset %lld: "
                                    "export with opset_version=20, or at opset 17 (nn.GELU() is then Div, Erf, Add, "
                                    "Mul, Mul, which batchfit reads as GELU too)", (long long)L->om->opset);
-    if (ap && bfit_onnx_streq(ap->s, "tanh"))
-        return bfit_onnx_refuse(L, "approximate='tanh' is GELU's tanh approximation (nn.GELU(approximate='tanh')): "
-                                   "batchfit reads only the exact GELU (approximate='none'): export the model with "
-                                   "nn.GELU()");
-    if (ap && !bfit_onnx_streq(ap->s, "none"))
-        return bfit_onnx_refuse(L, "approximate='%.*s' is not a GELU ONNX defines ('none', the exact one batchfit "
-                                   "reads, or 'tanh')", (int)ap->s.n, ap->s.p);
-    return simple(L, BFIT_L_GELU);
+    if (ap && !bfit_onnx_streq(ap->s, "none") && !bfit_onnx_streq(ap->s, "tanh"))
+        return bfit_onnx_refuse(L, "approximate='%.*s' is not a GELU ONNX defines ('none', the exact one, or "
+                                   "'tanh')", (int)ap->s.n, ap->s.p);
+    c.tanh = ap && bfit_onnx_streq(ap->s, "tanh");
+    return (rc = bfit_onnx_dev_in(L, 0, &x)) != BFIT_OK ? rc : bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
 }
 
 /* Sigmoid, or with a Mul of its input by it, SiLU (nn.SiLU's export). */
@@ -319,9 +320,9 @@ static int mul(onnx_lower *L)
     char nm[128];
 
     if (end >= 0) /* else x * x is read as a product and a constant's Mul further on is blamed */
-        return bfit_onnx_refuse(L, "this Mul starts GELU's tanh approximation (nn.GELU(approximate='tanh'), ending "
-                                   "at node '%s'): batchfit reads only the exact GELU (approximate='none'): export "
-                                   "the model with nn.GELU()",
+        return bfit_onnx_refuse(L, "this Mul starts the nodes of GELU's tanh approximation (ending at node '%s') "
+                                   "but they do not compute it: batchfit reads 0.5 x (1 + tanh(sqrt(2/pi) (x + "
+                                   "0.044715 x^3))) (nn.GELU(approximate='tanh')) and the exact GELU",
                                 bfit_onnx_cstr(L->om->nodes[end].name, nm, sizeof nm));
     for (int k = 0; k < 2; k++)
         if ((t = bfit_onnx_in(L, k)) && t->kind == OV_HOST && t->t && t->init >= 0)

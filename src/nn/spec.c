@@ -241,10 +241,10 @@ bad:
 
 enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_VOCAB, O_POS,
        O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_SLOPE, O_ALPHA, O_BETA, O_THRESHOLD, O_CEIL, O_CHANNELS,
-       O_INIT, O_COUNT };
+       O_INIT, O_TANH, O_COUNT };
 /* The cfg fields an option sets: giving one field twice is an error. */
 enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_VOCAB, F_POS, F_TYPES, F_CAUSAL, F_LEAN,
-       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_CEIL, F_CHANNELS, F_COUNT };
+       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_CEIL, F_CHANNELS, F_TANH, F_COUNT };
 #define FB(f) (1u << (f))
 #define OB(o) (1u << (o))
 
@@ -279,13 +279,14 @@ static const struct {
     [O_CEIL] = {"ceil", FB(F_CEIL)},
     [O_CHANNELS] = {"channels", FB(F_CHANNELS)},
     [O_INIT] = {"init", FB(F_ALPHA)},
+    [O_TANH] = {"tanh", FB(F_TANH)},
 };
 
 static const char *const field_names[F_COUNT] = {
     "the kernel height", "the kernel width", "the vertical stride", "the horizontal stride",
     "the vertical padding", "the horizontal padding", "bias", "the dropout probability", "eps", "momentum",
     "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std", "the slope, alpha or initial value",
-    "beta", "the threshold", "ceil", "the slopes",
+    "beta", "the threshold", "ceil", "the slopes", "tanh",
 };
 
 enum { P_NONE, P_UNITS, P_KERNEL, P_PROB }; /* what a layer's one positional number is */
@@ -307,7 +308,7 @@ static const layer_kw layer_kws[] = {
     {"avgpool", BFIT_L_AVGPOOL, P_KERNEL, O_WINDOW, "avgpool K [stride=S] [pad=P]"},
     {"gap", BFIT_L_GAP, P_NONE, 0, "gap"},
     {"relu", BFIT_L_RELU, P_NONE, 0, "relu"},
-    {"gelu", BFIT_L_GELU, P_NONE, 0, "gelu"},
+    {"gelu", BFIT_L_GELU, P_NONE, OB(O_TANH), "gelu [tanh=0|1]"},
     {"sigmoid", BFIT_L_SIGMOID, P_NONE, 0, "sigmoid"},
     {"silu", BFIT_L_SILU, P_NONE, 0, "silu"},
     {"tanh", BFIT_L_TANH, P_NONE, 0, "tanh"},
@@ -500,13 +501,14 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
         if (o != O_PH)
             c->pw = v;
         return rc;
-    case O_BIAS: case O_CAUSAL: case O_LEAN: case O_TIE: case O_CEIL:
+    case O_BIAS: case O_CAUSAL: case O_LEAN: case O_TIE: case O_CEIL: case O_TANH:
         if (!is(val, "0") && !is(val, "1"))
             return fail_at(p, val.s, "%s must be 0 or 1, got `%s`", opts[o].key, show(val, b, sizeof b));
         *(o == O_BIAS     ? &c->bias
           : o == O_CAUSAL ? &c->causal
           : o == O_LEAN   ? &c->lean
           : o == O_CEIL   ? &c->ceil
+          : o == O_TANH   ? &c->tanh
                           : &c->tie) = val.s[0] == '1';
         return BFIT_OK;
     case O_VOCAB:

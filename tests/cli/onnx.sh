@@ -103,15 +103,21 @@ run 1 plan --model "$src/tests/onnx/mha_band.onnx" --memory 1GiB &&
 run 1 plan --model "$src/tests/onnx/gn_noaffine.onnx" --memory 1GiB &&
   has "$err" "gn_noaffine.onnx: node '/1/Mul' \(Mul, opset 17\) .*inside a group norm.*: batchfit reads nn.GroupNorm's export: .*\(affine=True: batchfit's groupnorm learns them\)"
 # GELU's tanh approximation (tests/onnx/gelu_tanh.onnx: Flatten, Linear(48, 8), nn.GELU(approximate='tanh'),
-# Linear(8, 3), exported as export.py does): refused where it starts, saying only the exact GELU is read
-# (before 2026-12-04 the x * x was taken as a product of two tensors and a constant's Mul was blamed)
-run 1 plan --model "$src/tests/onnx/gelu_tanh.onnx" --memory 1GiB &&
-  has "$err" "gelu_tanh.onnx: node '/2/Mul' \(Mul, opset 17\) with inputs '/1/Gemm_output_0' \[N,8\], '/1/Gemm_output_0' \[N,8\]: this Mul starts GELU's tanh approximation \(nn.GELU\(approximate='tanh'\), ending at node '/2/Mul_5'\): batchfit reads only the exact GELU \(approximate='none'\): export the model with nn.GELU\(\)"
-# ONNX's Gelu operator (opset 20, PyTorch 2.x's export of nn.GELU(); tests/onnx/gelu_op20.py writes the three
-# files: Flatten, Linear(48, 8), GELU, Linear(8, 3), the same weights): approximate="tanh" is refused at its node
-# (before 2026-12-04 every Gelu was refused as an operator batchfit lacks) ...
-run 1 plan --model "$src/tests/onnx/gelu_op20_tanh.onnx" --memory 1GiB &&
-  has "$err" "gelu_op20_tanh.onnx: node '/gelu/Gelu' \(Gelu, opset 20\) with inputs 'h' \[N,8\]: approximate='tanh' is GELU's tanh approximation \(nn.GELU\(approximate='tanh'\)\): batchfit reads only the exact GELU \(approximate='none'\): export the model with nn.GELU\(\)"
+# Linear(8, 3), exported as export.py does) loads as `gelu tanh=1` (before 2026-12-05 it was refused where it
+# starts, and before 2026-12-04 the x * x was taken as a product of two tensors and a constant's Mul was blamed)
+run 0 plan --model "$src/tests/onnx/gelu_tanh.onnx" --memory 1GiB && has "$out" "largest batch"
+# ONNX's Gelu operator (opset 20, PyTorch 2.x's export of nn.GELU(); tests/onnx/gelu_op20.py writes the
+# files: Flatten, Linear(48, 8), GELU, Linear(8, 3), the same weights): approximate="tanh", the opset-17 chain
+# of nn.GELU(approximate='tanh') and minGPT's NewGELU (torch.pow, the factors in another order) are one layer,
+# read by what they compute: the same weights after two steps, bit for bit, and not the exact GELU's; a chain
+# of the same nodes with another constant (0.05 for 0.044715) is refused, saying where it differs
+# (before 2026-12-05 all were refused, before 2026-12-04 every Gelu as an operator batchfit lacks) ...
+for v in gelu_op20_tanh gelu_tanh17 gelu_newgelu; do
+  run 0 train --model "$src/tests/onnx/$v.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 \
+    --save "$dir/$v.safetensors" && has "$out" "test accuracy"
+done
+run 1 plan --model "$src/tests/onnx/gelu_notanh.onnx" --memory 1GiB &&
+  has "$err" "gelu_notanh.onnx: node '/gelu/Mul' \(Mul, opset 17\) with inputs 'half' \[\] float, 'h' \[N,8\]: the 8 elementwise nodes from here to '/gelu/Mul_3', with a Tanh, look like GELU's tanh approximation but compute something else: -0.00289738 at x = -3, where 0.5 x \(1 \+ tanh\(sqrt\(2/pi\) \(x \+ 0.044715 x\^3\)\)\) is -0.00363739"
 # ... and the exact one trains as the opset-17 erf pattern does (which onnx_torch vit_small checks against
 # PyTorch): the same weights after two steps, bit for bit; so does it at opset 28, the newest read (21 to 28
 # changed none of its operators but their types), while opset 29 is refused, saying what is read and what to do
@@ -143,6 +149,12 @@ cmp -s <(tensors "$dir/gelu_erf.safetensors") <(tensors "$dir/gelu_op20.safetens
   { echo "FAIL: gelu_op20.onnx (the Gelu operator) trained to other weights than gelu_erf.onnx"; fails=$((fails + 1)); }
 cmp -s <(tensors "$dir/gelu_erf.safetensors") <(tensors "$dir/gelu_op28.safetensors") ||
   { echo "FAIL: gelu_op28.onnx (opset 28) trained to other weights than gelu_erf.onnx"; fails=$((fails + 1)); }
+for v in gelu_tanh17 gelu_newgelu; do
+  cmp -s <(tensors "$dir/gelu_op20_tanh.safetensors") <(tensors "$dir/$v.safetensors") ||
+    { echo "FAIL: $v.onnx trained to other weights than gelu_op20_tanh.onnx (Gelu, approximate='tanh')"; fails=$((fails + 1)); }
+done
+cmp -s <(tensors "$dir/gelu_erf.safetensors") <(tensors "$dir/gelu_op20_tanh.safetensors") &&
+  { echo "FAIL: gelu_op20_tanh.onnx trained to the exact GELU's weights (gelu_erf.onnx)"; fails=$((fails + 1)); }
 for init in file random; do
   run 0 train --model "$seeds/resnet_block.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 --init $init \
     --save "$dir/$init.safetensors" && has "$out" "test accuracy"

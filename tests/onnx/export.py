@@ -18,7 +18,8 @@ and shuffles; layerscale_mini at 32x32: learned scales [C] on channels-last toke
 gamma), on a ViT block's tokens (timm's LayerScale) and on a vector; mhsa_mini, hand-written self-attention
 (timm's, minGPT's, PyTorch 2's export) at 32x32; gn_cnn, GroupNorm and InstanceNorm2d at 32x32; and the
 token model gpt_mini, a nanoGPT of 2 blocks (vocabulary 64, context 16, width 32, 4 heads; token and
-position embeddings, causal attention by a registered tril buffer and masked_fill, LayerNorm, exact GELU,
+position embeddings, causal attention by a registered tril buffer and masked_fill, LayerNorm, the exact GELU
+and minGPT's NewGELU,
 lm_head tied to the token table), and tgpt_mini, a GPT of nn.TransformerEncoderLayer blocks (pre-norm with a
 float causal mask, post-norm with a boolean one) and a learned position tensor) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels (a token model: x [4,16] I32 token ids, exported
@@ -490,15 +491,25 @@ class CausalSelfAttention(torch.nn.Module):
         return self.resid_dropout(self.c_proj(y))
 
 
+class NewGELU(torch.nn.Module):
+    """minGPT's (and Hugging Face's gelu_new): GELU's tanh approximation written out, torch.pow and all."""
+
+    def forward(self, x):
+        import math
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 class GptBlock(torch.nn.Module):
-    """nanoGPT's pre-norm block: x + attn(ln_1(x)), then x + mlp(ln_2(x)) (Linear, exact GELU, Linear)."""
+    """nanoGPT's pre-norm block: x + attn(ln_1(x)), then x + mlp(ln_2(x)) (Linear, GELU, Linear): nanoGPT's
+    exact GELU in the split-form blocks, minGPT's NewGELU (the tanh approximation) in the others."""
 
     def __init__(self, C, H, T, split):
         super().__init__()
         nn = torch.nn
         self.ln_1, self.attn = nn.LayerNorm(C), CausalSelfAttention(C, H, T, split)
         self.ln_2 = nn.LayerNorm(C)
-        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C), nn.Dropout(0.0))
+        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU() if split else NewGELU(), nn.Linear(4 * C, C),
+                                 nn.Dropout(0.0))
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))

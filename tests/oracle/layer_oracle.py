@@ -253,8 +253,8 @@ def run_case(c, outdir):
         y = F.adaptive_avg_pool2d(x[0], 1).flatten(1)
     elif k == "relu":
         y = F.relu(x[0])
-    elif k == "gelu":
-        y = F.gelu(x[0])  # the exact (erf) form, PyTorch's default
+    elif k == "gelu":  # the exact (erf) form, PyTorch's default, or with tanh=1 its tanh approximation
+        y = F.gelu(x[0], approximate="tanh" if cfg.get("tanh") else "none")
     elif k == "sigmoid":
         y = torch.sigmoid(x[0])
     elif k == "silu":
@@ -494,6 +494,10 @@ def cases():
             lens=[0, 3])
     add("xent_seq_m3_T5_V7_padding_scale0.1", "xent", [(5, 7)], 3, seq=1, loss_scale=0.1)
     add("xent_seq_m1_T4_V300_padding_scale1", "xent", [(4, 300)], 1, seq=1, loss_scale=1.0)
+    # GELU's tanh approximation (nn.GELU(approximate='tanh'), GPT-2's and minGPT's): x_scale 3 crosses the
+    # bend where it and the exact form differ most
+    add("gelu_tanh_m1_3x5x7", "gelu", [(3, 5, 7)], 1, x_scale=3.0, tanh=1)
+    add("gelu_tanh_m7_37", "gelu", [(37,)], 7, x_scale=3.0, tanh=1)
     return L
 
 
