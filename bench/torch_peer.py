@@ -5,7 +5,7 @@ Builds the nn.Sequential equivalent of a batchfit model spec (the subset the
 shipped models use: input, conv, relu (sigmoid, silu, tanh), maxpool, avgpool, flatten, linear,
 dropout; and for token models such as models/gpt-nano.cfg: input tokens=T,
 embed, residual blocks, layernorm, attention, gelu, a tied linear head), or
-for onnx:NAME torchvision's NAME as tests/onnx/export.py builds and exports
+for onnx:NAME torchvision's NAME (or a GPT: gpt_bench) as tests/onnx/export.py builds and exports
 it for batchfit's side (64x64, 10 classes), trains it on synthetic data (random ids for a token model, the loss per
 token) with SGD momentum 0.9 and cross-entropy, and prints one key=value
 line like bench_step.c:
@@ -196,6 +196,8 @@ def build_onnx_twin(name):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "onnx"))
     import export
     model, size = export.build(name)
+    if name in export.TOKEN_MODELS:  # a language model: T token ids in, a vocabulary's scores per token out
+        return model.train(), (size,), model.wte.num_embeddings
     return model.train(), (3, size, size), export.CLASSES
 
 

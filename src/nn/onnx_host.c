@@ -858,6 +858,33 @@ static int range_host(onnx_lower *L)
     return put_out(L, o);
 }
 
+/* Trilu(x, k) of a host value: its last two dimensions' lower (upper=0) or
+ * upper triangle from diagonal k, the rest 0 (torch.tril(torch.ones(T, T))
+ * written in forward, PyTorch 2's causal mask). */
+static int trilu_host(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
+    int64_t k = 0, upper = 1, r, c;
+    int n = 0, rc;
+
+    if (!x || (rc = bfit_onnx_attr_int(L, "upper", 1, &upper)) != BFIT_OK)
+        return x ? rc : BFIT_EINVAL;
+    if (bfit_onnx_in(L, 1) && ((rc = ints_of(L, 1, &k, 1, &n)) != BFIT_OK || n != 1))
+        return rc != BFIT_OK ? rc : bfit_onnx_refuse(L, "Trilu's k must be one number");
+    if (x->nd < 2)
+        return bfit_onnx_refuse(L, "Trilu of a value of %d dimensions: it takes matrices (2 or more)", x->nd);
+    if (!(o = bfit_onnx_hval_new(L, x->isf, x->nd, x->dim)))
+        return BFIT_EINVAL;
+    r = x->dim[x->nd - 2], c = x->dim[x->nd - 1];
+    for (int64_t j = 0; j < o->n; j++) {
+        int64_t i = j / c % r, jj = j % c; /* row and column in the last two dimensions */
+        int keep = upper ? jj - i >= k : jj - i <= k;
+        if (keep)
+            take(o, j, x, j);
+    }
+    return put_out(L, o);
+}
+
 /* Expand of a host value to a constant shape (numpy's broadcasting). */
 static int expand_host(onnx_lower *L)
 {
@@ -918,7 +945,7 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
     } ops[] = {{"Gather", gather},           {"Concat", concat},   {"Reshape", reshape_host},
                {"Cast", cast},               {"Slice", slice_host}, {"ConstantOfShape", constant_of_shape},
                {"Where", where},             {"Expand", expand_host},  {"Transpose", transpose_host},
-               {"Sqrt", sqrt_host},          {"Range", range_host}};
+               {"Sqrt", sqrt_host},          {"Range", range_host}, {"Trilu", trilu_host}};
     static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal", "Pow"};
 
     if (bfit_onnx_streq(L->nd->op, "Shape")) {

@@ -92,6 +92,9 @@ run 0 train --model "$src/tests/onnx/gpt_text.onnx" --data "$dir/lines.txt" --ep
 grep -aq '"wte.weight"' "$dir/gpt.safetensors" && grep -aq '"wpe.weight"' "$dir/gpt.safetensors" &&
   ! grep -aq '"lm_head.weight"' "$dir/gpt.safetensors" ||
   { echo "FAIL: gpt.safetensors: want wte.weight and wpe.weight, and no lm_head.weight (tied)"; fails=$((fails + 1)); }
+# the mask made in forward (torch.tril(torch.ones(T, T)): a Trilu, computed on the host) trains as the buffer's
+run 0 train --model "$src/tests/onnx/gpt_trilu.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --save "$dir/gpt_trilu.safetensors" && has "$out" "test loss [0-9.]+ per token"
 run 1 plan --model "$src/tests/onnx/gpt_fill0.onnx" --memory 1GiB &&
   has "$err" "gpt_fill0.onnx: node '/h.0/attn/Where' \(Where, opset 17\) .*: batchfit reads a mask on the attention's scores only as a causal one that fills with -inf"
 run 1 plan --model "$src/tests/onnx/gpt_posmul.onnx" --memory 1GiB &&
@@ -149,6 +152,8 @@ cmp -s <(tensors "$dir/gelu_erf.safetensors") <(tensors "$dir/gelu_op20.safetens
   { echo "FAIL: gelu_op20.onnx (the Gelu operator) trained to other weights than gelu_erf.onnx"; fails=$((fails + 1)); }
 cmp -s <(tensors "$dir/gelu_erf.safetensors") <(tensors "$dir/gelu_op28.safetensors") ||
   { echo "FAIL: gelu_op28.onnx (opset 28) trained to other weights than gelu_erf.onnx"; fails=$((fails + 1)); }
+cmp -s <(tensors "$dir/gpt.safetensors") <(tensors "$dir/gpt_trilu.safetensors") ||
+  { echo "FAIL: gpt_trilu.onnx (its mask made in forward) trained to other weights than gpt_text.onnx"; fails=$((fails + 1)); }
 for v in gelu_tanh17 gelu_newgelu; do
   cmp -s <(tensors "$dir/gelu_op20_tanh.safetensors") <(tensors "$dir/$v.safetensors") ||
     { echo "FAIL: $v.onnx trained to other weights than gelu_op20_tanh.onnx (Gelu, approximate='tanh')"; fails=$((fails + 1)); }

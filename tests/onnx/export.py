@@ -51,7 +51,7 @@ import hashlib, json, os, struct, sys
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
-TOKEN_MODELS = {"gpt_mini", "tgpt_mini"}  # input: int token ids [M, T]; one label per token
+TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -469,6 +469,7 @@ class CausalSelfAttention(torch.nn.Module):
         self.attn_dropout, self.resid_dropout = nn.Dropout(0.0), nn.Dropout(0.0)
         self.n_head, self.n_embd, self.split = H, C, split
         self.fill = float("-inf")  # what the mask puts in (token_models.py's gpt_fill0 puts 0, which is refused)
+        self.tril_in_forward = False  # the mask made in forward, torch.tril(torch.ones(T, T)) (gpt_trilu)
         self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
 
     def forward(self, x):
@@ -483,7 +484,9 @@ class CausalSelfAttention(torch.nn.Module):
             qkv = self.c_attn(x).reshape(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
             q, k, v = qkv.unbind(0)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, self.fill)
+        mask = torch.tril(torch.ones(T, T, device=x.device)).view(1, 1, T, T) if self.tril_in_forward else \
+            self.bias[:, :, :T, :T]
+        att = att.masked_fill(mask == 0, self.fill)
         att = torch.nn.functional.softmax(att, dim=-1)
         att = self.attn_dropout(att)
         y = att @ v
@@ -576,6 +579,8 @@ def build(name):
         return GPT(V=64, T=16, C=32, H=4, L=2), 16
     if name == "tgpt_mini":
         return TGpt(V=64, T=16, C=32, H=4), 16
+    if name == "gpt_bench":  # bench/ only: nanoGPT at models/gpt-nano.cfg's size (bytes, 128 tokens, 4 x 128)
+        return GPT(V=256, T=128, C=128, H=4, L=4), 128
     if name == "act_cnn":
         nn = torch.nn
         return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.SiLU(),

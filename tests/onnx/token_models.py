@@ -5,6 +5,8 @@
   width 16, 2 heads, 1 block: what batchfit trains on a text (cli_onnx); with 2 blocks (the second's
   attention in timm's unbind form, its GELU minGPT's NewGELU) it is the fuzzer's seed
   fuzz/corpus/onnx/gpt_ok.onnx, which test_cuda_ops trains on the GPU against the CPU;
+- gpt_trilu.onnx: the same with its mask made in forward, torch.tril(torch.ones(T, T)) (a Trilu on the
+  host; cli_onnx trains it to gpt_text.onnx's weights, bit for bit);
 - gpt_fill0.onnx: the same with masked_fill(mask, 0.0) (refused: the masked weights would not be 0);
 - gpt_posmul.onnx: the position rows scaled before the Add (refused at the Mul: batchfit adds them to
   the token embeddings only);
@@ -28,6 +30,13 @@ class Fill0(GPT):
         super().__init__(V=256, T=32, C=16, H=2, L=1)
         for blk in self.h:
             blk.attn.fill = 0.0
+
+
+class TriluInForward(GPT):
+    def __init__(self):
+        super().__init__(V=256, T=32, C=16, H=2, L=1)
+        for blk in self.h:
+            blk.attn.tril_in_forward = True
 
 
 class PosMul(GPT):
@@ -60,6 +69,8 @@ def export(model, path):
 def main():
     torch.manual_seed(0)
     export(GPT(V=256, T=32, C=16, H=2, L=1), "gpt_text.onnx")
+    torch.manual_seed(0)  # gpt_text.onnx's weights
+    export(TriluInForward(), "gpt_trilu.onnx")
     export(Fill0(), "gpt_fill0.onnx")
     export(PosMul(V=256, T=32, C=16, H=2, L=1), "gpt_posmul.onnx")
     export(Band(), "mha_band.onnx")
