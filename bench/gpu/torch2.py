@@ -15,7 +15,10 @@ and the class token's slice), convnext_tiny (channels-last transposes, layer
 scales) and shufflenet_v2_x1_0 (channel slices and shuffles); sdpa_vit, two
 timm-style blocks whose attention is F.scaled_dot_product_attention (PyTorch
 2 only: its export scales q and k^T by sqrt(scale), which Debian's 1.13
-cannot show; onnx_mhsa.c reads it)."""
+cannot show; onnx_mhsa.c reads it); sdpa_gpt, nanoGPT with
+F.scaled_dot_product_attention(is_causal=True) (its export builds the causal
+mask from Trilu; onnx_mhsa.c reads an added causal mask), trained on
+synthetic byte tokens."""
 import importlib
 import inspect
 import os
@@ -28,7 +31,7 @@ import torch
 import torchvision
 
 MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "densenet121", "vit_b_16", "convnext_tiny",
-          "shufflenet_v2_x1_0", "sdpa_vit"]
+          "shufflenet_v2_x1_0", "sdpa_vit", "sdpa_gpt"]
 
 
 class SdpaBlock(torch.nn.Module):
@@ -62,6 +65,30 @@ class SdpaVit(torch.nn.Module):
         return self.head(self.norm(x)[:, 0])
 
 
+class SdpaGpt(torch.nn.Module):
+    """nanoGPT as it runs on PyTorch 2: F.scaled_dot_product_attention(is_causal=True), whose export makes
+    the causal mask in the graph (Expand of ones, Trilu, Where: the host's shape arithmetic), byte tokens."""
+
+    def __init__(self, V=256, T=64, C=128, H=4):
+        super().__init__()
+        nn = torch.nn
+        self.wte, self.wpe, self.heads = nn.Embedding(V, C), nn.Embedding(T, C), H
+        self.n1, self.qkv, self.proj = nn.LayerNorm(C), nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.n2, self.mlp = nn.LayerNorm(C), nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C))
+        self.nf, self.head = nn.LayerNorm(C), nn.Linear(C, V, bias=False)
+        self.wte.weight = self.head.weight
+
+    def forward(self, idx):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        q, k, v = self.qkv(self.n1(x)).split(x.shape[-1], dim=2)
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(B, T, -1))
+        x = x + self.mlp(self.n2(x))
+        return self.head(self.nf(x))
+
+
 def have(mod):
     try:
         m = importlib.import_module(mod)
@@ -73,6 +100,8 @@ def have(mod):
 def build(name):
     if name == "sdpa_vit":
         return SdpaVit()
+    if name == "sdpa_gpt":
+        return SdpaGpt()
     if name in ("efficientnet_b0", "convnext_tiny"):  # stochastic depth's Bernoulli does not export in training
         return getattr(torchvision.models, name)(num_classes=10, stochastic_depth_prob=0.0)
     return getattr(torchvision.models, name)(num_classes=10)
@@ -89,7 +118,8 @@ def export(name, path):
     t = time.time()
     with warnings.catch_warnings():  # the tracer's notes on torchvision's Python
         warnings.simplefilter("ignore")
-        torch.onnx.export(m, (torch.randn(2, 3, 224, 224),), path, **kw)
+        x = torch.zeros(2, 64, dtype=torch.long) if name == "sdpa_gpt" else torch.randn(2, 3, 224, 224)
+        torch.onnx.export(m, (x,), path, **kw)
     print(f"{name}: exported in {time.time() - t:.1f} s, {os.path.getsize(path):,} bytes", flush=True)
 
 
