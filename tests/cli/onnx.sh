@@ -92,6 +92,13 @@ run 0 train --model "$src/tests/onnx/gpt_text.onnx" --data "$dir/lines.txt" --ep
 grep -aq '"wte.weight"' "$dir/gpt.safetensors" && grep -aq '"wpe.weight"' "$dir/gpt.safetensors" &&
   ! grep -aq '"lm_head.weight"' "$dir/gpt.safetensors" ||
   { echo "FAIL: gpt.safetensors: want wte.weight and wpe.weight, and no lm_head.weight (tied)"; fails=$((fails + 1)); }
+# a character model (64 ids) trains on a text of bytes below 64 (before 2026-12-05 a text's 256 possible bytes
+# were taken as classes the model lacked), and a text with a byte beyond is refused, naming it
+for i in $(seq 1 2100); do printf '%d:%d\n' "$i" $((i * 7919 % 1000)); done >"$dir/digits.txt"
+run 0 train --model "$src/tests/onnx/gpt_chars.onnx" --data "$dir/digits.txt" --epochs 1 --batch 16 --threads 2 &&
+  has "$out" "test loss [0-9.]+ per token"
+run 1 train --model "$src/tests/onnx/gpt_chars.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --threads 2 &&
+  has "$err" "lines.txt \(train part\) holds token id [0-9]+ at position [0-9]+ \(ids counted from 0\), outside the vocabulary \[0, 64\)"
 # the mask made in forward (torch.tril(torch.ones(T, T)): a Trilu, computed on the host) trains as the buffer's
 run 0 train --model "$src/tests/onnx/gpt_trilu.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
   --optimizer adamw --threads 2 --save "$dir/gpt_trilu.safetensors" && has "$out" "test loss [0-9.]+ per token"

@@ -7,6 +7,8 @@
   fuzz/corpus/onnx/gpt_ok.onnx, which test_cuda_ops trains on the GPU against the CPU;
 - gpt_trilu.onnx: the same with its mask made in forward, torch.tril(torch.ones(T, T)) (a Trilu on the
   host; cli_onnx trains it to gpt_text.onnx's weights, bit for bit);
+- gpt_chars.onnx: the same with a vocabulary of 64 ids (a character model): it trains on a text whose
+  bytes are all below 64 and refuses one with a byte beyond, naming it;
 - gpt_fill0.onnx: the same with masked_fill(mask, 0.0) (refused: the masked weights would not be 0);
 - gpt_posmul.onnx: the position rows scaled before the Add (refused at the Mul: batchfit adds them to
   the token embeddings only);
@@ -76,6 +78,7 @@ def main():
     export(Band(), "mha_band.onnx")
     torch.manual_seed(0)
     export(GPT(V=256, T=32, C=16, H=2, L=2), "../../fuzz/corpus/onnx/gpt_ok.onnx")
+    export(GPT(V=64, T=32, C=16, H=2, L=1), "gpt_chars.onnx")
     return 0
 
 
