@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -379,6 +380,69 @@ static void test_text_file_blocks(void **st)
             free(want);
             bfit_dataset_free(d);
         }
+    free(text);
+}
+
+/* A folder of texts is one text: its .txt files (subfolders included,
+ * hidden ones and other files left out) in the order of their paths, a
+ * newline after a file that lacks one, the lines split between train and
+ * test across the files as in one file: each part's ids are those of the
+ * files' bytes put together in memory, id for id, windows and lines alike.
+ * A folder without a .txt file is refused, saying so (one of class folders
+ * without texts reads as images, which a token model refuses). */
+static void test_text_folder(void **st)
+{
+    static const char *const names[] = {"corpus/b.txt", "corpus/a/z.txt", "corpus/a/y.txt", "corpus/README.md",
+                                        "corpus/.hidden/x.txt", "corpus/.dot.txt", "corpus/c.text"};
+    size_t cap = 300000, n = 0;
+    char *text = malloc(cap), path[300], dir[300], *part[3];
+    size_t len[3] = {0};
+    bfit_data_opts o = BFIT_DATA_OPTS_INIT;
+    bfit_dataset *d = NULL;
+    (void)st;
+    tmp_path(dir, sizeof dir, "corpus");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    o.seq = 16;
+    assert_int_equal(bfit_dataset_load(dir, 1, &o, &d), BFIT_EINVAL); /* nothing yet */
+    assert_non_null(strstr(bfit_errmsg(), "corpus holds no .txt file (in it or its subfolders)"));
+    tmp_path(path, sizeof path, "corpus/a");
+    assert_int_equal(mkdir(path, 0755), 0);
+    tmp_path(path, sizeof path, "corpus/.hidden");
+    assert_int_equal(mkdir(path, 0755), 0);
+    for (int f = 0; f < 3; f++) { /* 3000 lines in all, the last file's last line without its newline */
+        part[f] = malloc(120000);
+        for (int i = 0; i < 1000; i++)
+            len[f] += (size_t)snprintf(part[f] + len[f], 120000 - len[f], "file %d line %d%s", f, i,
+                                       f == 2 && i == 999 ? "" : "\n");
+    }
+    for (int f = 0; f < 7; f++) { /* the three texts, and what is not read: a README, hidden, another suffix */
+        tmp_path(path, sizeof path, names[f]);
+        put_bytes(path, f < 3 ? part[f] : "not text\n", f < 3 ? (long)len[f] : 9);
+    }
+    /* in the order of their paths: a/y.txt (part 2: no newline at its end), a/z.txt (part 1), b.txt (part 0) */
+    for (int f = 2; f >= 0; f--) {
+        memcpy(text + n, part[f], len[f]);
+        n += len[f];
+        if (text[n - 1] != '\n')
+            text[n++] = '\n';
+    }
+    for (int train = -1; train <= 1; train++)
+        for (int lines = 0; lines <= 1; lines++) {
+            int32_t *want;
+            int64_t nwant;
+            o.whole = train < 0;
+            o.lines = lines;
+            assert_int_equal(bfit_text_tokens((unsigned char *)text, n, train, &want, &nwant), BFIT_OK);
+            if (bfit_dataset_load(dir, train < 0 ? 0 : train, &o, &d) != BFIT_OK)
+                fail_msg("%s", bfit_errmsg());
+            assert_non_null(strstr(bfit_dataset_source(d), "corpus (3 texts, "));
+            assert_int_equal(d->nids, nwant);
+            assert_memory_equal(d->ids, want, sizeof *want * (size_t)nwant);
+            free(want);
+            bfit_dataset_free(d);
+        }
+    for (int f = 0; f < 3; f++)
+        free(part[f]);
     free(text);
 }
 
@@ -862,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_magic_alone),
         cmocka_unit_test(test_text_split),
         cmocka_unit_test(test_text_file_blocks),
+        cmocka_unit_test(test_text_folder),
         cmocka_unit_test(test_token_file_split),
         cmocka_unit_test(test_token_file_blocks),
         cmocka_unit_test(test_stream_labels),

@@ -208,6 +208,17 @@ int bfit_dataset_token_lines(const char *source, const int32_t *ids, int64_t n, 
                              bfit_dataset **out);
 /* A text file's lines as variable-length byte samples (its train or test part). */
 int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_dataset **out);
+/* The bytes of n text files one after another (a newline after each that lacks one), as a text's: the
+ * train (1) or test (0) part of their lines counted across the files, or all (-1). */
+int bfit_text_files_tokens(const char *const *paths, int n, int train, int32_t **ids, int64_t *count);
+/* A data set of a text's ids (taken: freed on failure), named name: windows of seq, or its lines. */
+int bfit_dataset_text_take(const char *name, int32_t *ids, int64_t count, int train, int seq, int lines,
+                           bfit_dataset **out);
+/* A folder of texts: every .txt file in it and its subfolders (hidden ones left out), in the order of
+ * their paths, as one text (bfit_text_files_tokens), for token models. */
+int bfit_dataset_load_text_dir(const char *dir, int train, int seq, int lines, bfit_dataset **out);
+/* Whether dir holds a .txt file that bfit_dataset_load_text_dir would read. */
+int bfit_text_dir_has_text(const char *dir);
 /* A shuffling stream over variable-length samples sorts each run of this
  * many samples of its order by length, longest first (docs/data.md). */
 #define BFIT_LEN_BUCKET 1024

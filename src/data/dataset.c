@@ -385,7 +385,7 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
         return load_pair(spec, o->nclasses, out);
     if (stat(spec, &st) != 0)
         return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give %s", spec, strerror(errno), o->seq > 0
-                         ? "kjv, a token file or a .txt file (a token model's data)"
+                         ? "kjv, a token file, a .txt file or a folder of them (a token model's data)"
                          : "fashion-mnist, a folder of class folders of images, an MNIST-format directory, "
                            "IMAGES,LABELS IDX files, or a CSV file");
     /* a token file first: its magic says what it is, where its ids could read as a line of a list */
@@ -395,6 +395,10 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
                                "text (a .txt file)", spec);
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->whole || o->tokens_whole ? -1 : train, o->seq, out);
+    /* a token model's folder: its texts (a folder of class folders without one reads as images, which
+       a token model refuses, saying so) */
+    if (S_ISDIR(st.st_mode) && o->seq > 0 && (!has_subfolder(spec) || bfit_text_dir_has_text(spec)))
+        return bfit_dataset_load_text_dir(spec, o->whole ? -1 : train, o->seq, o->lines, out);
     if ((S_ISDIR(st.st_mode) && has_subfolder(spec)) || (!S_ISDIR(st.st_mode) && bfit_img_is_list(spec, o->seq > 0)))
         return images(spec, train, o, out);
     if (S_ISDIR(st.st_mode))

@@ -543,8 +543,8 @@ int bfit_dataset_load_images(const char *spec, const bfit_data_opts *o, bfit_dat
     *out = NULL;
     if (o->seq > 0)
         return bfit_fail(BFIT_EINVAL, "%s reads as images (%s), but a token model reads token ids: give it kjv, a "
-                         "token file or a text named .txt whose first line is not an image's `path,label` "
-                         "(docs/data.md)", spec, stat(spec, &st) == 0 && S_ISDIR(st.st_mode)
+                         "token file, a text named .txt whose first line is not an image's `path,label`, or a "
+                         "folder of such texts (docs/data.md)", spec, stat(spec, &st) == 0 && S_ISDIR(st.st_mode)
                          ? "a folder of class folders" : "a list whose lines name image files as `path,label`");
     if (o->img_c != 1 && o->img_c != 3)
         return bfit_fail(BFIT_EINVAL, "images of %s: the model's input has %d channels; images give 1 (gray) or "

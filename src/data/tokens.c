@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TEXT_BLOCK 100 /* text: lines go to test in blocks of this many, */
 #define TEXT_EVERY BFIT_TEST_EVERY /* every 20th block (5%) */
@@ -114,45 +115,79 @@ int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids,
     return BFIT_OK;
 }
 
-/* The same of a text file, read a block at a time: its bytes are never
- * all in memory beside their ids (4 bytes each). */
-static int text_file_tokens(const char *path, int train, int32_t **ids, int64_t *count)
+/* One file's bytes onto ids[*k ...] (at most room of them), its lines counted on from *line; a file that
+ * does not end in a newline gets one, so that the next file starts a line (sep: whether to add it). */
+static int text_file_part(const char *path, int train, int sep, int32_t *ids, int64_t room, int64_t *k,
+                          int64_t *line)
 {
-    unsigned char b[1 << 16];
-    int64_t line = 0, k = 0, pos = 0;
+    unsigned char b[1 << 16], last = '\n';
+    int64_t pos = 0;
     long len;
     size_t got;
-    int32_t *fit;
     FILE *f = fopen(path, "rb");
 
-    *ids = NULL;
     if (!f)
         return bfit_fail(BFIT_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return bfit_fail(BFIT_EIO, "%s: cannot read: %s", path, strerror(errno));
     }
-    if (!(*ids = malloc(sizeof **ids * (size_t)(len ? len : 1)))) {
-        fclose(f);
-        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %ld tokens", path, len);
-    }
     while (pos < len && (got = fread(b, 1, sizeof b, f)) > 0) {
         if ((int64_t)got > len - pos) /* grown while read: the size it had */
             got = (size_t)(len - pos);
-        k += text_part(b, got, train, &line, *ids + k);
+        if (*k + (int64_t)got > room) /* the files grew since they were measured */
+            got = (size_t)(room - *k);
+        *k += text_part(b, got, train, line, ids + *k);
         pos += (int64_t)got;
+        last = got ? b[got - 1] : last;
+        if (*k == room)
+            break;
     }
     fclose(f);
-    if (pos < len) {
+    if (pos < len && *k < room)
+        return bfit_fail(BFIT_EIO, "%s: short read", path);
+    if (sep && last != '\n' && *k < room)
+        *k += text_part((const unsigned char *)"\n", 1, train, line, ids + *k);
+    return BFIT_OK;
+}
+
+/* The bytes of n text files one after the other (a newline after each that
+ * lacks one), read a block at a time: their bytes are never all in memory
+ * beside their ids (4 bytes each). The train or test part of their lines,
+ * counted across the files, or all of them. */
+int bfit_text_files_tokens(const char *const *paths, int n, int train, int32_t **ids, int64_t *count)
+{
+    int64_t room = 0, line = 0, k = 0;
+    struct stat st;
+    int32_t *fit;
+    int rc = BFIT_OK;
+
+    *ids = NULL;
+    for (int i = 0; i < n; i++) {
+        if (stat(paths[i], &st) != 0)
+            return bfit_fail(BFIT_EIO, "%s: cannot read: %s", paths[i], strerror(errno));
+        room += (int64_t)st.st_size + (n > 1); /* and the newline a file may get */
+    }
+    if (!(*ids = malloc(sizeof **ids * (size_t)(room ? room : 1))))
+        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld tokens", n ? paths[0] : "text",
+                         (long long)room);
+    for (int i = 0; i < n && rc == BFIT_OK; i++)
+        rc = text_file_part(paths[i], train, n > 1, *ids, room, &k, &line);
+    if (rc != BFIT_OK) {
         free(*ids);
         *ids = NULL;
-        return bfit_fail(BFIT_EIO, "%s: short read", path);
+        return rc;
     }
     /* the test part is a twentieth of the text: give back the rest */
     if ((fit = realloc(*ids, sizeof **ids * (size_t)(k ? k : 1))))
         *ids = fit;
     *count = k;
     return BFIT_OK;
+}
+
+static int text_file_tokens(const char *path, int train, int32_t **ids, int64_t *count)
+{
+    return bfit_text_files_tokens(&path, 1, train, ids, count);
 }
 
 int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **out)
@@ -262,6 +297,13 @@ int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t 
     free(hist);
     *most = n;
     return BFIT_OK;
+}
+
+int bfit_dataset_text_take(const char *name, int32_t *ids, int64_t count, int train, int seq, int lines,
+                           bfit_dataset **out)
+{
+    return lines ? token_lines_take(name, ids, count, 256, seq, '\n', out)
+                 : tokens_dataset_take(name, ids, count, 256, seq, 1, train ? NULL : BFIT_TEXT_TEST_PART, out);
 }
 
 int bfit_dataset_load_text_lines(const char *path, int train, int seq, bfit_dataset **out)

@@ -82,7 +82,7 @@ static int split_groups(onnx_lower *L, oval *x)
         d[0] = C / d[1];
     if (d[1] == -1 && d[0] > 0 && C % d[0] == 0)
         d[1] = C / d[0];
-    if (d[0] < 1 || d[1] < 1 || d[0] * d[1] != C)
+    if (d[0] < 1 || d[1] < 1 || d[0] > C || C % d[0] || d[1] != C / d[0]) /* no product that overflows */
         return 0;
     view(L, x, (int)d[0], 0, d[0], d[1]);
     return 1;

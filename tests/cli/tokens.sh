@@ -63,7 +63,7 @@ expect 1 "error: $tmp/U.TXT is not data for a token model: it reads kjv, a token
 expect 1 "$tmp/l.txt reads as images \(a list whose lines name image files as \`path,label\`\), but a token model reads token ids" \
   "$bf" train --model gpt-nano --data "$tmp/l.txt" --max-steps 1 --batch 4 --threads 2
 mkdir -p "$tmp/imgs/a"
-expect 1 "$tmp/imgs reads as images \(a folder of class folders\), but a token model reads token ids: give it kjv, a token file or a text" \
+expect 1 "$tmp/imgs reads as images \(a folder of class folders\), but a token model reads token ids: give it kjv, a token file, a text .* or a folder of such texts" \
   "$bf" train --model gpt-nano --data "$tmp/imgs" --max-steps 1 --batch 4 --threads 2
 # find names a token model's input as plan does (was "input 128x1")
 expect 0 "batchfit find: gpt-nano \(preset\) on $tmp/a.txt: 842,496 parameters, input 128 tokens, 2 threads" \
@@ -74,7 +74,7 @@ expect 1 "augmentation \(crop, flip\) needs images; $tmp/a.txt \(train part\) is
   "$bf" train --model gpt-nano --data "$tmp/a.txt" --test-data "$tmp/b.txt" --augment --max-steps 1 --batch 4 --threads 2
 # a missing file names what a token model reads (was "give fashion-mnist,
 # an MNIST-format directory, IMAGES,LABELS IDX files, or a CSV file")
-expect 1 "data set '$tmp/none.txt' not found \(No such file or directory\): give kjv, a token file or a .txt file \(a token model's data\)" \
+expect 1 "data set '$tmp/none.txt' not found \(No such file or directory\): give kjv, a token file, a .txt file or a folder of them \(a token model's data\)" \
   "$bf" train --model gpt-nano --data "$tmp/none.txt" --max-steps 1 --threads 2
 # eval --seq-max scores the text's lines as a --seq-max run's evaluation
 # does (was refused: eval could only score windows of the model's T, so a
