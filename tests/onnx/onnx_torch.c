@@ -36,7 +36,8 @@
  * and its saved weights load back with the tied lm_head.weight as the
  * token table's alias.
  * NAME
- * resnet50_224: the import plans as the resnet50 preset does. Exit 77 (skipped) when the exports are missing (no
+ * resnet50_224: the import plans as the resnet50 preset does; gpt_bench (nanoGPT at
+ * gpt-nano's size) as the gpt-nano preset does, and its plan is the measured peak. Exit 77 (skipped) when the exports are missing (no
  * torchvision). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,6 +58,7 @@
 #include "tdev.h"
 
 static const char *name;
+static const char *twin; /* the preset an import is node for node (resnet50_224, gpt_bench), else NULL */
 static char dir[512], onnx[600], refp[600];
 static bfit_st_file *ref;
 
@@ -523,9 +525,11 @@ static void test_state_dict(void **st)
     rig_close(&r);
 }
 
-/* ---- resnet50 at 224x224: the preset's twin ------------------------------------------ */
+/* ---- resnet50 at 224x224, nanoGPT at gpt-nano's size: the presets' twins ------------- */
 
-/* The import is the preset node for node (same layers, same wiring), and
+/* The import is the preset node for node (same layers, same wiring; the
+ * GPT's second and fourth GELUs are minGPT's tanh form where the preset's
+ * are exact, which changes no byte), and
  * `batchfit plan --memory 9.21GiB --margin 0` answers the same for both:
  * the largest micro-batch and every byte of its plan. */
 static void test_preset_plan(void **st)
@@ -542,13 +546,16 @@ static void test_preset_plan(void **st)
     assert_int_equal(bfit_parse_size("9.21GiB", &budget), BFIT_OK);
     if (bfit_model_source_load(onnx, &a) != BFIT_OK)
         fail_msg("%s: %s", onnx, bfit_errmsg());
-    assert_int_equal(bfit_model_source_load("resnet50", &b), BFIT_OK);
+    assert_int_equal(bfit_model_source_load(twin, &b), BFIT_OK);
     assert_int_equal(a.nnodes, b.nnodes);
     for (int i = 0; i < a.nnodes; i++) {
         const bfit_layer_cfg *x = &a.nodes[i].cfg, *y = &b.nodes[i].cfg;
+        const int *u = a.nodes[i].in, *v = b.nodes[i].in;
+        /* an add's two inputs in either order: x + attn(x) is the preset's residual of attn and x */
+        int same_in = (u[0] == v[0] && u[1] == v[1]) || (x->kind == BFIT_L_ADD && u[0] == v[1] && u[1] == v[0]);
         if (x->kind != y->kind || x->units != y->units || x->kh != y->kh || x->sh != y->sh || x->ph != y->ph ||
-            x->bias != y->bias || a.nodes[i].nin != b.nodes[i].nin || a.nodes[i].in[0] != b.nodes[i].in[0] ||
-            a.nodes[i].in[1] != b.nodes[i].in[1] || x->eps != y->eps || fabsf(x->momentum - y->momentum) > 1e-6f)
+            x->bias != y->bias || a.nodes[i].nin != b.nodes[i].nin || !same_in || x->eps != y->eps || fabsf(x->momentum - y->momentum) > 1e-6f ||
+            x->vocab != y->vocab || x->positions != y->positions || x->causal != y->causal || x->tie != y->tie)
             fail_msg("node %d: the import has %s, the preset %s (or other settings or inputs)", i + 1,
                      bfit_layer_kind_name(x->kind), bfit_layer_kind_name(y->kind));
     }
@@ -558,8 +565,8 @@ static void test_preset_plan(void **st)
         assert_int_equal(bfit_plan_max_batch(M[k], &oc, 1, budget, 1 << 20, &m[k], &p1), BFIT_OK);
         assert_int_equal(bfit_plan_compute(M[k], &oc, m[k], 1, &p[k]), BFIT_OK);
     }
-    print_message("resnet50 at 224x224, 9.21GiB, margin 0: the import's largest batch %d (peak %llu bytes), the "
-                  "preset's %d (peak %llu bytes)\n", m[0], (unsigned long long)p[0].peak, m[1],
+    print_message("%s (%s's twin), 9.21GiB, margin 0: the import's largest batch %d (peak %llu bytes), the "
+                  "preset's %d (peak %llu bytes)\n", name, twin, m[0], (unsigned long long)p[0].peak, m[1],
                   (unsigned long long)p[1].peak);
     assert_int_equal(m[0], m[1]);
     for (int c = 0; c < BFIT_MEM_NCAT; c++)
@@ -605,6 +612,10 @@ int main(int argc, char **argv)
     const struct CMUnitTest resnet50[] = {
         cmocka_unit_test(test_preset_plan),
     };
+    const struct CMUnitTest gpt_bench[] = {
+        cmocka_unit_test(test_preset_plan),
+        cmocka_unit_test(test_plan_peak),
+    };
     const struct CMUnitTest vit_small[] = {
         cmocka_unit_test(test_step),
         cmocka_unit_test(test_plan_peak),
@@ -628,7 +639,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: onnx_torch NAME (resnet18, mobilenet_v2, densenet121, resnet50_224, vit_small, "
                         "vit_b_16, act_cnn, mobilenet_v3_small, efficientnet_b0, pad_cnn, pad_cnn_op9, "
                         "param_act_cnn, ceil_cnn, prelu_cnn, convnext_mini, shufflenet_v2_x0_5, layerscale_mini, mhsa_mini, "
-                        "gn_cnn, gpt_mini)\n");
+                        "gn_cnn, gpt_mini, tgpt_mini, gpt_bench)\n");
         return 2;
     }
     name = argv[1];
@@ -642,7 +653,9 @@ int main(int argc, char **argv)
     if (!strcmp(name, "resnet18"))
         return cmocka_run_group_tests_name(name, resnet18, setup, teardown);
     if (!strcmp(name, "resnet50_224"))
-        return cmocka_run_group_tests_name(name, resnet50, setup, teardown);
+        return twin = "resnet50", cmocka_run_group_tests_name(name, resnet50, setup, teardown);
+    if (!strcmp(name, "gpt_bench"))
+        return twin = "gpt-nano", cmocka_run_group_tests_name(name, gpt_bench, setup, teardown);
     if (!strcmp(name, "vit_small"))
         return cmocka_run_group_tests_name(name, vit_small, setup, teardown);
     if (!strcmp(name, "vit_b_16"))
