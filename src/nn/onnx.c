@@ -654,10 +654,59 @@ static int lower_node(onnx_lower *L, int i)
                                "what to do about the rest", bfit_onnx_cstr(nd->op, op, sizeof op));
 }
 
+/* ---- host values let go --------------------------------------------------- */
+
+/* Host values as big as a causal mask are let go once every node that reads
+ * them is lowered: a GPT's blocks each slice, compare and cast a [1, 1, T, T]
+ * mask buffer, which kept together would pass the host's budget (12 blocks of
+ * 1024 tokens: 60M elements). Small ones stay: look-aheads read constants. */
+#define HOST_LET_GO 65536
+
+/* Per value: the nodes of order[0, n) that read it (each node once). */
+static int *readers(onnx_lower *L, const int *order, int n)
+{
+    int *left = calloc((size_t)L->nv + 1, sizeof *left);
+    for (int i = 0; left && i < n; i++) {
+        const bfit_onnx_node *nd = &L->om->nodes[order[i]];
+        for (int k = 0; k < nd->nin; k++) {
+            oval *v = bfit_onnx_val(L, nd->in[k]);
+            int again = 0;
+            for (int j = 0; j < k; j++)
+                again |= bfit_onnx_val(L, nd->in[j]) == v;
+            if (v && !again)
+                left[v - L->v]++;
+        }
+    }
+    return left;
+}
+
+static void let_go(onnx_lower *L, int node, int *left)
+{
+    const bfit_onnx_node *nd = &L->om->nodes[node];
+    for (int k = 0; k < nd->nin; k++) {
+        oval *v = bfit_onnx_val(L, nd->in[k]);
+        hval *h = v ? v->h : NULL;
+        int again = 0, shared = 0;
+        for (int j = 0; j < k; j++)
+            again |= bfit_onnx_val(L, nd->in[j]) == v;
+        if (!v || again || --left[v - L->v] > 0 || !h || h->n < HOST_LET_GO)
+            continue;
+        for (int w = 0; w < L->nv && !shared; w++) /* an alias (Identity of a constant) reads the same numbers */
+            shared = &L->v[w] != v && L->v[w].h == h;
+        if (shared)
+            continue;
+        free(h->a), free(h->b), free(h->f);
+        h->a = h->b = NULL, h->f = NULL;
+        L->host_total -= h->n;
+        h->n = 0;
+        v->h = NULL;
+    }
+}
+
 static int lower(onnx_lower *L)
 {
     const bfit_onnx_model *om = L->om;
-    int *pin = NULL, *off = NULL, *order = NULL, n = 0, rc;
+    int *pin = NULL, *off = NULL, *order = NULL, *left = NULL, n = 0, rc;
     unsigned char *want = calloc((size_t)om->nnodes + 1, 1);
     oval *out = NULL;
 
@@ -673,10 +722,14 @@ static int lower(onnx_lower *L)
         if ((rc = consumers(L, pin, off)) == BFIT_OK && (rc = topo(L, want, pin, off, order, &n)) == BFIT_OK)
             rc = bfit_onnx_find_attention(L);
     }
+    if (rc == BFIT_OK && !(left = readers(L, order, n)))
+        rc = bfit_fail(BFIT_ENOMEM, "onnx: out of host memory");
     for (int i = 0; rc == BFIT_OK && i < n; i++)
-        rc = lower_node(L, order[i]);
+        if ((rc = lower_node(L, order[i])) == BFIT_OK)
+            let_go(L, order[i], left);
     if (rc == BFIT_OK)
         rc = check_output(L, out);
+    free(left);
     free(want);
     free(order);
     free(pin);

@@ -40,7 +40,8 @@ A tied parameter is written once, by the name named_parameters() gives it
 (gpt_mini's 'wte.weight', the file's initializer). resnet18 and vit_small also
 write NAME_fixed.onnx (exported without dynamic_axes, batch 2). NAME
 resnet50_224 is resnet50.onnx at 224x224 with 1000 classes (the preset's
-twin, for the plan), without an oracle. vit_b_16 (86M parameters) writes
+twin, for the plan), without an oracle, and so is gpt_long, a GPT of
+GPT-2's 1024 tokens and 12 blocks (width 16), each with its mask buffer. vit_b_16 (86M parameters) writes
 x, y, loss64 and loss32 only: the gradients of its structure are checked on
 vit_small.
 
@@ -694,6 +695,10 @@ def main():
             torch.manual_seed(50)
             export(torchvision.models.resnet50(), os.path.join(OUT, "resnet50_224.onnx"), torch.randn(2, 3, 224, 224),
                    True)
+        elif name == "gpt_long":  # GPT-2's context: 12 blocks, each with its [1, 1, 1024, 1024] mask buffer
+            torch.manual_seed(12)
+            export(GPT(V=256, T=1024, C=16, H=2, L=12), os.path.join(OUT, "gpt_long.onnx"),
+                   torch.zeros(2, 1024, dtype=torch.long), True)
         else:
             oracle(name)
         with open(sp, "w") as f:
