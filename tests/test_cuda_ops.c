@@ -628,8 +628,9 @@ static void test_bnorm(void **st)
 
 /* rows x cols with cols past one block's threads and rows past one chunk
  * of the parameter-gradient sums; backward also in place (dx over dy, as
- * the layer does for a first layer). */
-static void lnorm_case(int64_t rows, int64_t cols)
+ * the layer does for a first layer). noshift: no shift (LayerNorm(bias=
+ * False)): none given, none written (its gradient buffer keeps its values). */
+static void lnorm_case(int64_t rows, int64_t cols, int noshift)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = 1};
     int64_t n = rows * cols;
@@ -639,9 +640,11 @@ static void lnorm_case(int64_t rows, int64_t cols)
     dbuf dsh = db_rand(cols, -1, 1, 46);
     bfit_op_args a[NS];
 
-    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f};
+    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, noshift};
     memset(a, 0, sizeof a);
-    ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, mean, mean), ARG(a, var, var);
+    if (!noshift)
+        ARG(a, shift, sh);
     run_op(&d, a);
     cmp_f32(&y, n, 1e-5, 1e-5, "layer norm forward");
     cmp_f32(&mean, rows, 1e-5, 1e-6, "layer norm mean");
@@ -649,11 +652,13 @@ static void lnorm_case(int64_t rows, int64_t cols)
     d.kind = BFIT_OP_LNORM_BWD;
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, mean, mean), ARG(a, var, var), ARG(a, diff_dst, dy), ARG(a, scale, g);
-    ARG(a, diff_src, dx), ARG(a, diff_scale, dg), ARG(a, diff_shift, dsh);
+    ARG(a, diff_src, dx), ARG(a, diff_scale, dg);
+    if (!noshift)
+        ARG(a, diff_shift, dsh);
     run_op(&d, a);
     cmp_f32(&dx, n, 1e-4, 1e-4, "layer norm backward data");
     cmp_f32(&dg, cols, 1e-4, 1e-4, "layer norm backward scale (accumulating)");
-    cmp_f32(&dsh, cols, 1e-4, 1e-4, "layer norm backward shift (accumulating)");
+    cmp_f32(&dsh, cols, noshift ? 0 : 1e-4, noshift ? 0 : 1e-4, "layer norm backward shift (accumulating)");
     ARG(a, diff_src, dy); /* in place */
     run_op(&d, a);
     cmp_f32(&dy, n, 1e-4, 1e-4, "layer norm backward in place");
@@ -664,8 +669,9 @@ static void lnorm_case(int64_t rows, int64_t cols)
 static void test_lnorm(void **st)
 {
     (void)st;
-    lnorm_case(37, 300);
-    lnorm_case(600, 50);
+    lnorm_case(37, 300, 0);
+    lnorm_case(600, 50, 0);
+    lnorm_case(37, 300, 1);
 }
 
 /* ---- elementwise -------------------------------------------------------------------------------- */
@@ -1297,7 +1303,7 @@ static void bf16_lnorm_xent(void)
     dbuf dsh = db_rand(cols, -1, 1, 276), p = db_new((size_t)n * 4), lab = db_labels(rows, (int)cols, 277);
     dbuf stats = db_new(2 * sizeof(double));
     bfit_op_args a[NS];
-    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f};
+    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, 0};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
     run_op(&d, a);

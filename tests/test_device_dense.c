@@ -955,8 +955,9 @@ typedef struct ln_bufs {
     tbuf x, g, b, y, mean, var, dy, dx, dg, db;
 } ln_bufs;
 
-/* Forward then backward on the device; the outputs come back to the host. */
-static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_bufs *k)
+/* Forward then backward on the device; the outputs come back to the host.
+ * noshift: no shift given or its gradient asked (LayerNorm(bias=False)). */
+static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_bufs *k, int noshift)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = acc};
     bfit_op_args a = {0};
@@ -964,10 +965,11 @@ static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_buf
     d.u.lnorm.rows = R;
     d.u.lnorm.cols = C;
     d.u.lnorm.eps = (float)eps;
+    d.u.lnorm.noshift = noshift;
     a.src = k->x.d;
     a.dst = k->y.d;
     a.scale = k->g.d;
-    a.shift = k->b.d;
+    a.shift = noshift ? NULL : k->b.d;
     a.mean = k->mean.d;
     a.var = k->var.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
@@ -980,7 +982,7 @@ static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_buf
     a.scale = k->g.d;
     a.diff_src = k->dx.d;
     a.diff_scale = k->dg.d;
-    a.diff_shift = k->db.d;
+    a.diff_shift = noshift ? NULL : k->db.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     tbuf_down(t, &k->y);
     tbuf_down(t, &k->mean);
@@ -990,7 +992,7 @@ static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_buf
     tbuf_down(t, &k->db);
 }
 
-static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc)
+static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift)
 {
     const double eps = 1e-5;
     ln_bufs k;
@@ -1002,7 +1004,7 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc)
     float *dg0 = fcopy(dg, C), *db0 = fcopy(db, C);
     double *rdg = calloc((size_t)C, sizeof(double)), *rdb = calloc((size_t)C, sizeof(double));
 
-    lnorm_run(t, R, C, acc, eps, &k);
+    lnorm_run(t, R, C, acc, eps, &k, noshift);
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
         double mu = 0, v = 0, rs, m1 = 0, m2 = 0;
@@ -1029,7 +1031,7 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc)
         m1 /= (double)C;
         m2 /= (double)C;
         for (int64_t j = 0; j < C; j++) {
-            double xh = (xr[j] - mu) * rs, ry = xh * g[j] + b[j];
+            double xh = (xr[j] - mu) * rs, ry = xh * g[j] + (noshift ? 0 : b[j]);
             double rdx = rs * (dyr[j] * (double)g[j] - m1 - xh * m2);
             /* xhat carries the error of the statistics (sqrt(C) eps, as
              * above) plus a few roundings; dx's terms are bounded by
@@ -1045,7 +1047,10 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc)
          * up to about 2, the products carrying xhat's sqrt(C) eps, and the
          * accumulate's one addition */
         assert_close(dg[j], eg, 4 * FEPS * (double)(R + sqrt((double)C) + 2) * (2 + fabs(eg)), "lnorm diff_scale", j);
-        assert_close(db[j], eb, 4 * FEPS * (double)(R + 1) * (2 + fabs(eb)), "lnorm diff_shift", j);
+        if (noshift) /* none asked: not written */
+            assert_true(db[j] == db0[j]);
+        else
+            assert_close(db[j], eb, 4 * FEPS * (double)(R + 1) * (2 + fabs(eb)), "lnorm diff_shift", j);
     }
     {
         tbuf *all[] = {&k.x, &k.g, &k.b, &k.y, &k.mean, &k.var, &k.dy, &k.dx, &k.dg, &k.db};
@@ -1062,7 +1067,12 @@ static void test_lnorm(void **st)
     static const int64_t sizes[][2] = {{1, 7}, {7, 1}, {7, 7}, {3, 33}, {1, 1}, {5, 1000}, {257, 160}, {1030, 128}};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int acc = 0; acc < 2; acc++)
-            check_lnorm(*st, sizes[s][0], sizes[s][1], acc);
+            check_lnorm(*st, sizes[s][0], sizes[s][1], acc, 0);
+    /* without a shift (nanoGPT's LayerNorm(bias=False)): one thread, the team */
+    for (int acc = 0; acc < 2; acc++) {
+        check_lnorm(*st, 3, 33, acc, 1);
+        check_lnorm(*st, 1030, 128, acc, 1);
+    }
 }
 
 /* ---- GNORM ---- */
@@ -1192,7 +1202,7 @@ static void test_gnorm(void **st)
  * and parameter gradients: against double loops on the widened inputs.
  * y and dx carry one bf16 rounding (|r| / 256) over the f32 work; the
  * statistics and parameter gradients are f32 sums as in check_lnorm. */
-static void check_lnorm16(tdev *t, int64_t R, int64_t C)
+static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_BF16};
     bfit_op_args a = {0};
@@ -1209,13 +1219,14 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C)
         xh[i] = (uint16_t)(vb >> 16), dyh[i] = (uint16_t)(wb >> 16);
     }
     tbuf_up(t, &x), tbuf_up(t, &dy);
-    d.u.lnorm.rows = R, d.u.lnorm.cols = C, d.u.lnorm.eps = 1e-5f;
-    a.src = x.d, a.dst = y.d, a.scale = g.d, a.shift = b.d, a.mean = mean.d, a.var = var.d;
+    d.u.lnorm.rows = R, d.u.lnorm.cols = C, d.u.lnorm.eps = 1e-5f, d.u.lnorm.noshift = noshift;
+    a.src = x.d, a.dst = y.d, a.scale = g.d, a.shift = noshift ? NULL : b.d, a.mean = mean.d, a.var = var.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     d.kind = BFIT_OP_LNORM_BWD;
     a = (bfit_op_args){0};
     a.src = x.d, a.mean = mean.d, a.var = var.d, a.diff_dst = dy.d, a.scale = g.d, a.diff_src = dx.d;
-    a.diff_scale = dg.d, a.diff_shift = db.d;
+    a.diff_scale = dg.d, a.diff_shift = noshift ? NULL : db.d;
+    float *db0 = fcopy(TB_F(db), C);
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     tbuf_down(t, &y), tbuf_down(t, &mean), tbuf_down(t, &var), tbuf_down(t, &dx), tbuf_down(t, &dg), tbuf_down(t, &db);
     for (int64_t r = 0; r < R; r++) {
@@ -1238,7 +1249,7 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C)
         }
         m1 /= (double)C, m2 /= (double)C;
         for (int64_t j = 0; j < C; j++) {
-            double xh_ = (widen16(xh[r * C + j]) - mu) * rs, ry = xh_ * TB_F(g)[j] + TB_F(b)[j];
+            double xh_ = (widen16(xh[r * C + j]) - mu) * rs, ry = xh_ * TB_F(g)[j] + (noshift ? 0 : TB_F(b)[j]);
             double rdx = rs * (widen16(dyh[r * C + j]) * TB_F(g)[j] - m1 - xh_ * m2);
             assert_close(widen16(((uint16_t *)y.h)[r * C + j]), ry,
                          4 * FEPS * (sqrt((double)C) + 2) * (1 + fabs(ry)) + fabs(ry) / 256, "bf16 lnorm fwd", r * C + j);
@@ -1249,8 +1260,13 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C)
     for (int64_t j = 0; j < C; j++) {
         assert_close(TB_F(dg)[j], rdg[j], 4 * FEPS * (double)(R + sqrt((double)C) + 2) * (2 + fabs(rdg[j])),
                      "bf16 lnorm diff_scale", j);
-        assert_close(TB_F(db)[j], rdb[j], 4 * FEPS * (double)(R + 1) * (2 + fabs(rdb[j])), "bf16 lnorm diff_shift", j);
+        if (noshift) /* none asked: not written */
+            assert_true(TB_F(db)[j] == db0[j]);
+        else
+            assert_close(TB_F(db)[j], rdb[j], 4 * FEPS * (double)(R + 1) * (2 + fabs(rdb[j])), "bf16 lnorm diff_shift",
+                         j);
     }
+    free(db0);
     tbuf *all[] = {&x, &y, &dy, &dx, &g, &b, &mean, &var, &dg, &db};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         tbuf_free(t, all[i]);
@@ -1259,8 +1275,10 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C)
 
 static void test_lnorm_bf16(void **st)
 {
-    check_lnorm16(*st, 7, 33);      /* one thread */
-    check_lnorm16(*st, 1030, 128); /* the team, gpt-nano's rows */
+    check_lnorm16(*st, 7, 33, 0);      /* one thread */
+    check_lnorm16(*st, 1030, 128, 0); /* the team, gpt-nano's rows */
+    check_lnorm16(*st, 7, 33, 1);      /* without a shift */
+    check_lnorm16(*st, 1030, 128, 1);
 }
 
 /* Rows far from 0 (1e6 + [-2, 2)): the statistics' sums must not cancel
@@ -1277,7 +1295,7 @@ static void test_lnorm_offset(void **st)
     for (int64_t i = 0; i < R * C; i++)
         TB_F(k.x)[i] = 1e6f + urand(2) * (float)(1 + i / C); /* row r's spread 2 (r + 1) */
     tbuf_up(t, &k.x);
-    lnorm_run(t, R, C, 0, 1e-5, &k);
+    lnorm_run(t, R, C, 0, 1e-5, &k, 0);
     for (int64_t r = 0; r < R; r++) {
         const float *xr = TB_F(k.x) + r * C;
         double mu = 0, v = 0, rs;
@@ -1316,7 +1334,7 @@ static void test_lnorm_threads_same_bits(void **st)
         b.x = frand(&t, R * C, 2), b.g = frand(&t, C, 1), b.b = frand(&t, C, 1), b.y = frand(&t, R * C, 1);
         b.mean = frand(&t, R, 1), b.var = frand(&t, R, 1), b.dy = frand(&t, R * C, 1), b.dx = frand(&t, R * C, 1);
         b.dg = frand(&t, C, 1), b.db = frand(&t, C, 1);
-        lnorm_run(&t, R, C, 1, 1e-5, &b);
+        lnorm_run(&t, R, C, 1, 1e-5, &b, 0);
         out[k][0] = fcopy(TB_F(b.y), R * C), out[k][1] = fcopy(TB_F(b.mean), R), out[k][2] = fcopy(TB_F(b.var), R);
         out[k][3] = fcopy(TB_F(b.dx), R * C), out[k][4] = fcopy(TB_F(b.dg), C), out[k][5] = fcopy(TB_F(b.db), C);
         tbuf *all[] = {&b.x, &b.g, &b.b, &b.y, &b.mean, &b.var, &b.dy, &b.dx, &b.dg, &b.db};

@@ -261,6 +261,9 @@ static void test_gc_layernorm(void **st)
     gc("layernorm 7 m=7", c, V(7), 7);
     gc("layernorm 3x4x5 m=7", c, S(3, 4, 5), 7);
     gc("layernorm 2 m=3", c, V(2), 3);
+    c.bias = 0; /* a scale alone: nanoGPT's LayerNorm(bias=False) */
+    gc("layernorm bias=0 7 m=7", c, V(7), 7);
+    gc("layernorm bias=0 3x4x5 m=2", c, S(3, 4, 5), 2);
 }
 
 static void test_gc_add(void **st)

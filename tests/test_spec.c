@@ -429,6 +429,7 @@ static const bad bads[] = {
     {"input 784\nsoftplus beta=2 beta=3\n", 0, "t.cfg:2:17: ", {"duplicate option", "`beta=3` sets beta"}},
     {"input 1x8x8\nmaxpool 2 ceil=2\n", 0, "t.cfg:2:16: ", {"ceil must be 0 or 1, got `2`"}},
     {"input 784\ngelu tanh=2\n", 0, "t.cfg:2:11: ", {"tanh must be 0 or 1, got `2`"}},
+    {"input 784\nlayernorm bias=2\n", 0, "t.cfg:2:16: ", {"bias must be 0 or 1, got `2`"}},
     {"input 784\nsilu tanh=1\n", 0, "t.cfg:2:6: ", {"silu takes no options, got `tanh=1`"}},
     {"input 1x8x8\navgpool 2 ceil=1\n", 0, "t.cfg:2:11: ", {"avgpool has no option `ceil`"}},
     {"input 784\nselu alpha=1\n", 0, "t.cfg:2:6: ", {"selu takes no options, got `alpha=1`"}},
@@ -641,6 +642,23 @@ static void test_gelu_tanh(void **st)
     assert_int_equal(g.nodes[0].cfg.tanh, 1);
     assert_int_equal(g.nodes[1].cfg.tanh, 0);
     assert_int_equal(g.nodes[2].cfg.tanh, 0);
+    bfit_graph_fini(&g);
+}
+
+/* layernorm bias=0: a scale alone (nanoGPT's LayerNorm(bias=False)), one parameter where the default has two. */
+static void test_layernorm_nobias(void **st)
+{
+    bfit_graph_desc g;
+    bfit_model *M;
+    (void)st;
+    assert_int_equal(parse("input 6\nlayernorm bias=0\nlayernorm\nlinear 2\n", &g), BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.bias, 0);
+    assert_int_equal(g.nodes[1].cfg.bias, 1);
+    assert_int_equal(bfit_model_new(&g, NULL, NULL, &M), BFIT_OK);
+    assert_int_equal(M->nodes[0].l->nparams, 1);
+    assert_int_equal(M->nodes[1].l->nparams, 2);
+    assert_int_equal(bfit_model_param_count(M), 6 + 12 + 14);
+    bfit_model_free(M);
     bfit_graph_fini(&g);
 }
 
@@ -892,7 +910,7 @@ int main(void)
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_size_limits),
         cmocka_unit_test(test_shape_check),
-        cmocka_unit_test(test_pool_ceil), cmocka_unit_test(test_gelu_tanh),
+        cmocka_unit_test(test_pool_ceil), cmocka_unit_test(test_gelu_tanh), cmocka_unit_test(test_layernorm_nobias),
         cmocka_unit_test(test_pool_before_relu),
         cmocka_unit_test(test_model_files),
         cmocka_unit_test(test_file_errors_name_the_file),

@@ -38,9 +38,15 @@ static inline __attribute__((always_inline)) void row_fwd(const float *x, float 
     }
     double mu = s / (double)C, v = q / (double)C - mu * mu;
     float m = (float)(k + mu), vf = (float)(v > 0 ? v : 0), rs = 1.0f / sqrtf(vf + eps);
+    if (b) {
 #pragma omp simd
-    for (int64_t j = 0; j < C; j++)
-        y[j] = (x[j] - m) * rs * g[j] + b[j];
+        for (int64_t j = 0; j < C; j++)
+            y[j] = (x[j] - m) * rs * g[j] + b[j];
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < C; j++)
+            y[j] = (x[j] - m) * rs * g[j];
+    }
     *mean = m;
     *var = vf; /* biased, as PyTorch and oneDNN */
 }
@@ -93,10 +99,10 @@ static int64_t chunks(const bfit_op_desc *d) { return d->u.lnorm.rows < LN_CHUNK
 static int own_fwd(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
-    if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
+    if (!a->src || !a->dst || !a->scale || (!a->shift && !d->u.lnorm.noshift) || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
-    BFIT_CPU_PICK(ln_fwd_loop)(a->src, a->dst, a->scale, a->shift, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps,
-                               a->mean, a->var);
+    BFIT_CPU_PICK(ln_fwd_loop)(a->src, a->dst, a->scale, d->u.lnorm.noshift ? NULL : a->shift, d->u.lnorm.rows,
+                               d->u.lnorm.cols, d->u.lnorm.eps, a->mean, a->var);
     return BFIT_OK;
 }
 
@@ -106,19 +112,21 @@ static int own_bwd(cpu_op *op, const bfit_op_args *a)
     int64_t C = d->u.lnorm.cols, P = chunks(d);
     float *part = a->workspace, *gs = a->diff_scale, *gh = a->diff_shift;
 
-    if (!a->src || !a->mean || !a->var || !a->diff_dst || !a->scale || !a->diff_src || !gs || !gh || !part)
+    if (!a->src || !a->mean || !a->var || !a->diff_dst || !a->scale || !a->diff_src || !gs ||
+        (!gh && !d->u.lnorm.noshift) || !part)
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
     BFIT_CPU_PICK(ln_bwd_loop)(a->src, a->diff_dst, a->diff_src, a->scale, a->mean, a->var, d->u.lnorm.rows, C,
                                d->u.lnorm.eps, P, part);
     for (int64_t j = 0; j < C; j++) {
-        double sg = d->accumulate ? gs[j] : 0, sh = d->accumulate ? gh[j] : 0;
+        double sg = d->accumulate ? gs[j] : 0, sh = d->accumulate && !d->u.lnorm.noshift ? gh[j] : 0;
         for (int64_t p = 0; p < P; p++) {
             sg += part[p * C + j];
             sh += part[(P + p) * C + j];
         }
         gs[j] = (float)sg;
-        gh[j] = (float)sh;
+        if (!d->u.lnorm.noshift) /* the shift's gradient is computed with the others and dropped */
+            gh[j] = (float)sh;
     }
     return BFIT_OK;
 }
@@ -141,17 +149,18 @@ static const_dnnl_memory_desc_t arg_md(const cpu_op *op, int arg)
 
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
-    const cpu_arg args[] = {
+    int noshift = op->base.desc.u.lnorm.noshift;
+    const cpu_arg args[] = { /* without a shift: its slot is the last, left out */
         {DNNL_ARG_SRC, a->src, arg_md(op, DNNL_ARG_SRC)},
         {DNNL_ARG_DST, a->dst, arg_md(op, DNNL_ARG_DST)},
         {DNNL_ARG_SCALE, a->scale, arg_md(op, DNNL_ARG_SCALE)},
-        {DNNL_ARG_SHIFT, a->shift, arg_md(op, DNNL_ARG_SHIFT)},
         {DNNL_ARG_MEAN, a->mean, arg_md(op, DNNL_ARG_MEAN)},
         {DNNL_ARG_VARIANCE, a->var, arg_md(op, DNNL_ARG_VARIANCE)},
+        {DNNL_ARG_SHIFT, a->shift, noshift ? NULL : arg_md(op, DNNL_ARG_SHIFT)},
     };
-    if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
+    if (!a->src || !a->dst || !a->scale || (!a->shift && !noshift) || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
-    return bfit_cpu_exec(op, 0, args, 6, a->workspace, "layer norm forward");
+    return bfit_cpu_exec(op, 0, args, noshift ? 5 : 6, a->workspace, "layer norm forward");
 }
 
 static int run_bwd(cpu_op *op, const bfit_op_args *a)
@@ -162,32 +171,34 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     size_t off = (size_t)(op->ws - 2 * BFIT_ALIGN_UP((size_t)cols * sizeof(float)));
     float *ds = acc ? (float *)((char *)a->workspace + off) : a->diff_scale;
     float *dh = acc ? ds + BFIT_ALIGN_UP((size_t)cols * sizeof(float)) / sizeof(float) : a->diff_shift;
-    const cpu_arg args[] = {
+    int noshift = op->base.desc.u.lnorm.noshift;
+    const cpu_arg args[] = { /* without a shift: the last two slots are left out */
         {DNNL_ARG_SRC, a->src, arg_md(op, DNNL_ARG_SRC)},
         {DNNL_ARG_MEAN, a->mean, arg_md(op, DNNL_ARG_MEAN)},
         {DNNL_ARG_VARIANCE, a->var, arg_md(op, DNNL_ARG_VARIANCE)},
         {DNNL_ARG_DIFF_DST, a->diff_dst, arg_md(op, DNNL_ARG_DIFF_DST)},
         {DNNL_ARG_SCALE, a->scale, arg_md(op, DNNL_ARG_SCALE)},
-        /* oneDNN 2.6 refuses a use_shift backward without a shift argument,
-         * though the shift does not enter any gradient: any [cols] buffer */
-        {DNNL_ARG_SHIFT, a->shift ? a->shift : a->scale, arg_md(op, DNNL_ARG_SHIFT)},
         {DNNL_ARG_DIFF_SRC, a->diff_src, arg_md(op, DNNL_ARG_DIFF_SRC)},
         {DNNL_ARG_DIFF_SCALE, ds, arg_md(op, DNNL_ARG_DIFF_SCALE)},
-        {DNNL_ARG_DIFF_SHIFT, dh, arg_md(op, DNNL_ARG_DIFF_SHIFT)},
+        /* oneDNN 2.6 refuses a use_shift backward without a shift argument,
+         * though the shift does not enter any gradient: any [cols] buffer */
+        {DNNL_ARG_SHIFT, a->shift ? a->shift : a->scale, noshift ? NULL : arg_md(op, DNNL_ARG_SHIFT)},
+        {DNNL_ARG_DIFF_SHIFT, dh, noshift ? NULL : arg_md(op, DNNL_ARG_DIFF_SHIFT)},
     };
     float *gs = a->diff_scale, *gh = a->diff_shift;
     int rc;
 
-    if (!a->src || !a->mean || !a->var || !a->diff_dst || !a->scale || !a->diff_src || !gs || !gh ||
+    if (!a->src || !a->mean || !a->var || !a->diff_dst || !a->scale || !a->diff_src || !gs || (!gh && !noshift) ||
         (acc && !a->workspace))
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
-    rc = bfit_cpu_exec(op, 0, args, 9, a->workspace, "layer norm backward");
+    rc = bfit_cpu_exec(op, 0, args, noshift ? 7 : 9, a->workspace, "layer norm backward");
     if (rc != BFIT_OK || !acc)
         return rc;
     BFIT_PAR_FOR_IF(cols > 16384, for (int64_t j = 0; j < cols; j++) {
         gs[j] += ds[j];
-        gh[j] += dh[j];
+        if (!noshift)
+            gh[j] += dh[j];
     });
     return BFIT_OK;
 }
@@ -196,7 +207,7 @@ int bfit_cpu_lnorm_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
     int64_t dims[2] = {d->u.lnorm.rows, d->u.lnorm.cols};
-    unsigned flags = dnnl_use_scale | dnnl_use_shift;
+    unsigned flags = dnnl_use_scale | (d->u.lnorm.noshift ? 0 : dnnl_use_shift);
     dnnl_memory_desc_t data, stat;
     dnnl_layer_normalization_desc_t fwd, bwd;
     dnnl_primitive_attr_t attr;

@@ -121,7 +121,7 @@ __global__ void k_lnorm_fwd(const T *x, T *y, const float *scale, const float *s
             var[r] = (float)v;
         }
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
-            yr[j] = bk_to<T>(scale[j] * (float)(((double)bk_f(xr[j]) - mu) * rstd) + shift[j]);
+            yr[j] = bk_to<T>(scale[j] * (float)(((double)bk_f(xr[j]) - mu) * rstd) + (shift ? shift[j] : 0.0f));
     }
 }
 

@@ -79,9 +79,10 @@ static int pool_init(cuda_op *op)
 static int run_lnorm_fwd(cuda_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
-    if (!a->src || !a->dst || !a->scale || !a->shift || !a->mean || !a->var)
+    if (!a->src || !a->dst || !a->scale || (!a->shift && !d->u.lnorm.noshift) || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
-    return cuda_launched(bk_lnorm_fwd(stream(op), dt(op), a->src, a->dst, a->scale, a->shift, a->mean, a->var,
+    return cuda_launched(bk_lnorm_fwd(stream(op), dt(op), a->src, a->dst, a->scale,
+                                      d->u.lnorm.noshift ? NULL : a->shift, a->mean, a->var,
                                       d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps), "layer norm forward");
 }
 
@@ -89,11 +90,12 @@ static int run_lnorm_bwd(cuda_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
     if (!a->src || !a->mean || !a->var || !a->diff_dst || !a->scale || !a->diff_src || !a->diff_scale ||
-        !a->diff_shift || !a->workspace)
+        (!a->diff_shift && !d->u.lnorm.noshift) || !a->workspace)
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
+    /* without a shift its column sums are made and not written (k_colfin skips a NULL output) */
     return cuda_launched(bk_lnorm_bwd(stream(op), dt(op), a->src, a->mean, a->var, a->diff_dst, a->scale, a->diff_src,
-                                      a->diff_scale, a->diff_shift, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps,
+                                      a->diff_scale, d->u.lnorm.noshift ? NULL : a->diff_shift, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps,
                                       d->accumulate, cuda_ws(op, a)), "layer norm backward");
 }
 

@@ -1,4 +1,5 @@
-/* layer_layernorm.c - layer normalisation with an elementwise affine:
+/* layer_layernorm.c - layer normalisation with an elementwise affine (or a
+ * scale alone, bias=0):
  * over the C*H*W features of an image sample (PyTorch's nn.LayerNorm([C,H,W])),
  * of a vector (nn.LayerNorm(F)), and over the F features of each token of a
  * sequence [T, F] (nn.LayerNorm(F) applied per token).
@@ -24,7 +25,7 @@ static int init(bfit_layer *l, char *err, size_t errlen)
         return BFIT_EINVAL;
     }
     l->out = in;
-    l->nparams = 2;
+    l->nparams = l->cfg.bias ? 2 : 1; /* bias=0: scale only (nanoGPT's LayerNorm(bias=False)) */
     /* PyTorch's shapes: [F] for a vector or a token, [C,H,W] otherwise */
     l->params[0] = (bfit_param){.name = "weight", .ndim = 3, .dim = {in.c, in.h, in.w}, .trainable = 1};
     l->params[1] = (bfit_param){.name = "bias", .ndim = 3, .dim = {in.c, in.h, in.w}, .trainable = 1};
@@ -46,6 +47,7 @@ static bfit_op_desc ln_desc(const bfit_layer *l, int m, int acc)
     d.u.lnorm.rows = nrows(l, m);
     d.u.lnorm.cols = cols(l);
     d.u.lnorm.eps = l->cfg.eps;
+    d.u.lnorm.noshift = !l->cfg.bias;
     return d;
 }
 
@@ -68,7 +70,8 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 {
     bfit_fill_const(host[0], bfit_param_numel(&l->params[0]), 1.0f);
-    bfit_fill_const(host[1], bfit_param_numel(&l->params[1]), 0.0f);
+    if (l->nparams > 1)
+        bfit_fill_const(host[1], bfit_param_numel(&l->params[1]), 0.0f);
 }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
@@ -80,7 +83,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     o.src = a->x[0];
     o.dst = a->y;
     o.scale = l->params[0].data;
-    o.shift = l->params[1].data;
+    o.shift = l->nparams > 1 ? l->params[1].data : NULL;
     o.mean = mean;
     o.var = mean + stat_bytes(l, a->m);
     o.workspace = a->ws;
@@ -107,7 +110,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
      * written in place over dy, which is dead after this call */
     o.diff_src = a->dx[0] ? a->dx[0] : (void *)a->dy;
     o.diff_scale = l->params[0].grad;
-    o.diff_shift = l->params[1].grad;
+    o.diff_shift = l->nparams > 1 ? l->params[1].grad : NULL;
     o.workspace = a->ws;
     return bfit_op_run(l->ops[a->grad_set ? OP_BWD_SET : OP_BWD], &o);
 }

@@ -208,11 +208,13 @@ static int layernorm(onnx_lower *L, oval *x)
         return rc;
     if ((axis != -1 && axis != x->rank - 1) || x->shape.nd == 3)
         return bfit_onnx_refuse(L, "only a layer norm over the last dimension of tokens or vectors is supported");
-    if (!is_init(par[0]) || !is_init(par[1]))
-        return bfit_onnx_refuse(L, "the scale and the bias must be initializers");
+    /* no bias: nanoGPT's LayerNorm(bias=False), F.layer_norm(x, shape, weight, None) */
+    if (!is_init(par[0]) || (par[1] && !is_init(par[1])))
+        return bfit_onnx_refuse(L, "the scale and the bias (if any) must be initializers");
     c.eps = eps;
+    c.bias = par[1] != NULL;
     bfit_onnx_unavail(L, 1, "a statistics output of LayerNormalization");
-    return bfit_onnx_emit(L, &c, &x, 1, par, 2);
+    return bfit_onnx_emit(L, &c, &x, 1, par, c.bias ? 2 : 1);
 }
 
 /* Div(x, sqrt 2) -> Erf -> Add 1 -> Mul by x -> Mul by 0.5: the exact GELU. */

@@ -21,7 +21,8 @@ token model gpt_mini, a nanoGPT of 2 blocks (vocabulary 64, context 16, width 32
 position embeddings, causal attention by a registered tril buffer and masked_fill, LayerNorm, the exact GELU
 and minGPT's NewGELU,
 lm_head tied to the token table), and tgpt_mini, a GPT of nn.TransformerEncoderLayer blocks (pre-norm with a
-float causal mask, post-norm with a boolean one) and a learned position tensor) it writes NAME.onnx and NAME_ref.safetensors holding:
+float causal mask, post-norm with a boolean one) and a learned position tensor, and gpt_nobias, gpt_mini with
+nanoGPT's bias=False: no bias in its Linear layers and LayerNorms) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels (a token model: x [4,16] I32 token ids, exported
                                     as int64, y [4,16] I32 next-token labels, every 7th -1: padding)
   loss64, loss32                    the mean cross-entropy (F64 scalars; a token model's over its real labels)
@@ -52,7 +53,7 @@ import hashlib, json, os, struct, sys
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
-TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench"}  # input: int token ids [M, T]; one label per token
+TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -91,6 +92,9 @@ def perturb_bn(model, g):
         if isinstance(mod, torch.nn.PReLU):
             with torch.no_grad():
                 mod.weight.copy_(0.6 * torch.rand(mod.weight.shape, generator=g) - 0.2)
+        if isinstance(mod, NanoLayerNorm):
+            with torch.no_grad():
+                mod.weight.copy_(0.5 + torch.rand(mod.weight.shape, generator=g))
         if isinstance(mod, torch.nn.LayerNorm):
             c = mod.normalized_shape[0]
             with torch.no_grad():
@@ -463,10 +467,10 @@ class CausalSelfAttention(torch.nn.Module):
     cut to the sequence and applied by masked_fill(-inf); q, k, v by nanoGPT's split along the features
     (split) or by timm's reshape, permute and unbind; dropouts at p = 0."""
 
-    def __init__(self, C, H, T, split=True):
+    def __init__(self, C, H, T, split=True, bias=True):
         super().__init__()
         nn = torch.nn
-        self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.c_attn, self.c_proj = nn.Linear(C, 3 * C, bias=bias), nn.Linear(C, C, bias=bias)
         self.attn_dropout, self.resid_dropout = nn.Dropout(0.0), nn.Dropout(0.0)
         self.n_head, self.n_embd, self.split = H, C, split
         self.fill = float("-inf")  # what the mask puts in (token_models.py's gpt_fill0 puts 0, which is refused)
@@ -503,17 +507,32 @@ class NewGELU(torch.nn.Module):
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+class NanoLayerNorm(torch.nn.Module):
+    """nanoGPT's LayerNorm with bias=False: a scale alone, F.layer_norm(x, shape, weight, None)."""
+
+    def __init__(self, ndim):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(ndim))
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, self.weight.shape, self.weight, None, 1e-5)
+
+
+def layer_norm(C, bias):
+    return torch.nn.LayerNorm(C) if bias else NanoLayerNorm(C)
+
+
 class GptBlock(torch.nn.Module):
     """nanoGPT's pre-norm block: x + attn(ln_1(x)), then x + mlp(ln_2(x)) (Linear, GELU, Linear): nanoGPT's
     exact GELU in the split-form blocks, minGPT's NewGELU (the tanh approximation) in the others."""
 
-    def __init__(self, C, H, T, split):
+    def __init__(self, C, H, T, split, bias=True):
         super().__init__()
         nn = torch.nn
-        self.ln_1, self.attn = nn.LayerNorm(C), CausalSelfAttention(C, H, T, split)
-        self.ln_2 = nn.LayerNorm(C)
-        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU() if split else NewGELU(), nn.Linear(4 * C, C),
-                                 nn.Dropout(0.0))
+        self.ln_1, self.attn = layer_norm(C, bias), CausalSelfAttention(C, H, T, split, bias)
+        self.ln_2 = layer_norm(C, bias)
+        self.mlp = nn.Sequential(nn.Linear(C, 4 * C, bias=bias), nn.GELU() if split else NewGELU(),
+                                 nn.Linear(4 * C, C, bias=bias), nn.Dropout(0.0))
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -523,14 +542,15 @@ class GptBlock(torch.nn.Module):
 class GPT(torch.nn.Module):
     """nanoGPT in small: token table wte [V, C] plus position table wpe [T, C] (positions by torch.arange),
     L blocks (the even ones' attention in nanoGPT's split form, the odd ones' in timm's unbind form), a final
-    LayerNorm and lm_head tied to wte (one Parameter: state_dict has both names, named_parameters() one)."""
+    LayerNorm and lm_head tied to wte (one Parameter: state_dict has both names, named_parameters() one).
+    bias=False: nanoGPT's option, no bias in its Linear layers and LayerNorms (a scale alone)."""
 
-    def __init__(self, V=64, T=16, C=32, H=4, L=2):
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, bias=True):
         super().__init__()
         nn = torch.nn
         self.wte, self.wpe, self.drop = nn.Embedding(V, C), nn.Embedding(T, C), nn.Dropout(0.0)
-        self.h = nn.ModuleList([GptBlock(C, H, T, i % 2 == 0) for i in range(L)])
-        self.ln_f, self.lm_head = nn.LayerNorm(C), nn.Linear(C, V, bias=False)
+        self.h = nn.ModuleList([GptBlock(C, H, T, i % 2 == 0, bias) for i in range(L)])
+        self.ln_f, self.lm_head = layer_norm(C, bias), nn.Linear(C, V, bias=False)
         self.wte.weight = self.lm_head.weight
 
     def forward(self, idx):
@@ -578,6 +598,8 @@ def build(name):
     from torchvision.models.vision_transformer import VisionTransformer
     if name == "gpt_mini":
         return GPT(V=64, T=16, C=32, H=4, L=2), 16
+    if name == "gpt_nobias":
+        return GPT(V=64, T=16, C=32, H=4, L=2, bias=False), 16
     if name == "tgpt_mini":
         return TGpt(V=64, T=16, C=32, H=4), 16
     if name == "gpt_bench":  # bench/ only: nanoGPT at models/gpt-nano.cfg's size (bytes, 128 tokens, 4 x 128)

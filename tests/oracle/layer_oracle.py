@@ -158,10 +158,14 @@ def run_seq(c, x, params):
         params["weight"] = c.uniform((cfg["units"], Fdim), -0.5, 0.5)
         if cfg["bias"]:
             params["bias"] = c.uniform((cfg["units"],), -0.5, 0.5)
-    else:
+    else:  # bias 0: a scale alone (nanoGPT's LayerNorm(bias=False); PyTorch 2.1's nn.LayerNorm(bias=False))
         mod = torch.nn.LayerNorm(Fdim, eps=cfg["eps"], dtype=torch.float64)
         params["weight"] = c.uniform((Fdim,), 0.7, 1.3)
         params["bias"] = c.uniform((Fdim,), -0.3, 0.3)
+        if not cfg["bias"]:
+            del mod.bias
+            mod.register_parameter("bias", None)
+            del params["bias"]
     with torch.no_grad():
         for n, t in mod.named_parameters():
             t.copy_(params[n])
@@ -226,6 +230,8 @@ def run_case(c, outdir):
         pshape = (C,) if H == 1 and W == 1 else (C, H, W)
         params["weight"] = c.uniform(pshape, 0.7, 1.3)
         params["bias"] = c.uniform(pshape, -0.3, 0.3)
+        if not cfg["bias"]:  # a scale alone
+            del params["bias"]
     elif k == "prelu":  # slopes of both signs
         params["weight"] = c.uniform((cfg["units"],), -0.5, 0.5)
     elif k == "layerscale":  # scales of both signs, one per channel (feature), or one (units 1)
@@ -300,7 +306,8 @@ def run_case(c, outdir):
         extra["new_running_var"] = st["running_var"]
     elif k == "layernorm":
         shp = x[0].shape[1:]
-        y = F.layer_norm(x[0], shp, p["weight"].reshape(shp), p["bias"].reshape(shp), cfg["eps"])
+        y = F.layer_norm(x[0], shp, p["weight"].reshape(shp), p["bias"].reshape(shp) if "bias" in p else None,
+                         cfg["eps"])
     elif k == "add":
         y = x[0] + x[1]
     elif k == "xent" and not c.seq:
@@ -494,6 +501,9 @@ def cases():
             lens=[0, 3])
     add("xent_seq_m3_T5_V7_padding_scale0.1", "xent", [(5, 7)], 3, seq=1, loss_scale=0.1)
     add("xent_seq_m1_T4_V300_padding_scale1", "xent", [(4, 300)], 1, seq=1, loss_scale=1.0)
+    # layer norms with a scale alone (nanoGPT's LayerNorm(bias=False)): of an image, of each token
+    add("layernorm_nobias_m3_2x4x5", "layernorm", [(2, 4, 5)], 3, bias=0)
+    add("layernorm_nobias_seq_m2_T5_7", "layernorm", [(5, 7)], 2, seq=1, bias=0)
     # GELU's tanh approximation (nn.GELU(approximate='tanh'), GPT-2's and minGPT's): x_scale 3 crosses the
     # bend where it and the exact form differ most
     add("gelu_tanh_m1_3x5x7", "gelu", [(3, 5, 7)], 1, x_scale=3.0, tanh=1)
