@@ -3,6 +3,7 @@
 #include "base/rand.h"
 #include "batch/session.h"
 #include "nn/needs.h"
+#include "nn/onnx.h"
 #include "nn/zoo.h"
 
 #include <stdio.h>
@@ -163,13 +164,16 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
     if (tokens && bfit_model_vocab(s->M) > 0) { /* ids the embedding has no row for: said before any step */
         int64_t at;
         int32_t id, most;
+        char fix[96];
         bfit_dataset_ids_above(d, bfit_model_vocab(s->M), &at, &id, &most);
+        /* what to change: a spec's option, or the module an ONNX file was exported from */
+        snprintf(fix, sizeof fix, bfit_onnx_sniff(c->model) ? "export it with an nn.Embedding of %d rows or more"
+                                                            : "give it vocab=%d or more", most + 1);
         if (at >= 0)
             return bfit_fail_field(BFIT_EINVAL, d == s->test && c->test_data ? "test_data" : "data", "%s holds token "
                                    "id %d at position %lld (ids counted from 0), outside the vocabulary [0, %d) of the "
-                                   "embed of %s: give it vocab=%d or more (the data's largest id is %d)",
-                                   bfit_dataset_source(d), (int)id, (long long)at,
-                                   bfit_model_vocab(s->M), c->model, most + 1, most);
+                                   "embed of %s: %s (the data's largest id is %d)", bfit_dataset_source(d), (int)id,
+                                   (long long)at, bfit_model_vocab(s->M), c->model, fix, most);
     }
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,
