@@ -669,15 +669,9 @@ static int check_args(const bfit_model *M, const bfit_dataset *d, const bfit_str
         return bfit_fail(BFIT_EINVAL, "the model takes inputs of %s but the data set %s has samples of %s",
                          bfit_shape_str(M->input, a, sizeof a), bfit_dataset_source(d),
                          bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
-    if (bfit_dataset_classes(d) > M->nclasses) { /* token data: its ids (the labels too) must have scores */
-        int64_t at = -1;
-        int32_t id, most;
-        if (bfit_dataset_is_tokens(d))
-            bfit_dataset_ids_above(d, M->nclasses, &at, &id, &most);
-        if (!bfit_dataset_is_tokens(d) || at >= 0)
-            return bfit_fail(BFIT_EINVAL, "the model has %d class scores but the data set %s has %d classes",
-                             M->nclasses, bfit_dataset_source(d), bfit_dataset_classes(d));
-    }
+    if (!bfit_dataset_labels_fit(d, M->nclasses))
+        return bfit_fail(BFIT_EINVAL, "the model has %d class scores but the data set %s has %d classes",
+                         M->nclasses, bfit_dataset_source(d), bfit_dataset_classes(d));
     return BFIT_OK;
 }
 

@@ -184,17 +184,9 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
         "random_resized_crop")) != BFIT_OK || (rc = crop_fits(c->model, s->M->input, c->img->center_crop,
         "center_crop")) != BFIT_OK))
         return rc;
-    if (bfit_dataset_classes(d) > s->M->nclasses) {
-        /* token data's labels are its ids: a text's 256 possible bytes need not all have a score when the
-           text uses fewer (a character model's vocabulary) */
-        int64_t at = -1;
-        int32_t id, most;
-        if (tokens)
-            bfit_dataset_ids_above(d, s->M->nclasses, &at, &id, &most);
-        if (!tokens || at >= 0)
-            return bfit_fail(BFIT_EINVAL, "%s: the model has %d class scores but the data set %s has %d classes",
-                             c->model, s->M->nclasses, name, bfit_dataset_classes(d));
-    }
+    if (!bfit_dataset_labels_fit(d, s->M->nclasses)) /* a character model's text: its ids, not 256 */
+        return bfit_fail(BFIT_EINVAL, "%s: the model has %d class scores but the data set %s has %d classes",
+                         c->model, s->M->nclasses, name, bfit_dataset_classes(d));
     return BFIT_OK;
 }
 

@@ -236,6 +236,9 @@ int bfit_dataset_label_len(const bfit_dataset *d);
 void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32_t *id, int32_t *most);
 /* 1 for token data (sequences of token ids), 0 for samples of values. */
 int bfit_dataset_is_tokens(const bfit_dataset *d);
+/* Whether a model of nclasses scores has one for every label of d: its classes, or for token data (whose
+ * labels are its ids: a text's 256 possible bytes need not all occur) every id it holds. */
+int bfit_dataset_labels_fit(const bfit_dataset *d, int nclasses);
 
 int64_t bfit_dataset_count(const bfit_dataset *d);
 bfit_shape bfit_dataset_shape(const bfit_dataset *d);

@@ -84,6 +84,17 @@ int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids ? d->seq : 1; 
 
 int bfit_dataset_is_tokens(const bfit_dataset *d) { return d->ids != NULL; }
 
+int bfit_dataset_labels_fit(const bfit_dataset *d, int nclasses)
+{
+    int64_t at = -1;
+    int32_t id, most;
+    if (bfit_dataset_classes(d) <= nclasses)
+        return 1;
+    if (bfit_dataset_is_tokens(d))
+        bfit_dataset_ids_above(d, nclasses, &at, &id, &most);
+    return bfit_dataset_is_tokens(d) && at < 0;
+}
+
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
                              const int32_t *y, bfit_dataset **out)
 {
