@@ -626,27 +626,64 @@ static void test_bnorm(void **st)
     db_free(&rv), db_free(&dy), db_free(&dx), db_free(&dg), db_free(&dsh);
 }
 
+/* n values of dtype t uniform in [lo, hi) from seed, uploaded */
+static dbuf db_rand_t(bfit_dtype t, int64_t n, float lo, float hi, uint64_t seed)
+{
+    dbuf b = db_new((size_t)n * (t == BFIT_F32 ? 4 : 2));
+    for (int64_t i = 0; i < n; i++)
+        bfit_st(b.h, t, i, lo + (hi - lo) * (float)bfit_rand_unit(seed, (uint64_t)i));
+    db_up(&b);
+    return b;
+}
+
+/* cmp_f32 for data of dtype t (values converted to f32 on the host) */
+static void cmp_t(bfit_dtype t, const dbuf *b, int64_t n, double rtol, double atol, const char *what)
+{
+    void *ref = malloc(b->bytes), *got = malloc(b->bytes);
+    assert_true(ref && got);
+    db_down(b, CPU, ref);
+    for (int s = GPU; s < NS; s++) {
+        db_down(b, s, got);
+        for (int64_t i = 0; i < n; i++) {
+            double r = bfit_ld(ref, t, i), g = bfit_ld(got, t, i);
+            if (!(fabs(g - r) <= atol + rtol * fabs(r)))
+                fail_msg("%s (%s) on %s: element %lld is %.9g, the cpu's %.9g", what, bfit_dtype_name(t),
+                         side_name[s], (long long)i, g, r);
+        }
+    }
+    free(ref);
+    free(got);
+}
+
+/* one bf16 ulp relative (2^-8) and a little: both round an f32 value once,
+ * which another summation order may put on the other side of a midpoint */
+#define BF_REL (1.0 / 64)
+#define BF_ABS 2e-3
+
 /* rows x cols with cols past one block's threads and rows past one chunk
  * of the parameter-gradient sums; backward also in place (dx over dy, as
  * the layer does for a first layer). noshift: no shift (LayerNorm(bias=
- * False)): none given, none written (its gradient buffer keeps its values). */
-static void lnorm_case(int64_t rows, int64_t cols, int noshift)
+ * False)): none given, none written (its gradient buffer keeps its values).
+ * rms (noshift too): RMSNorm, in f32 or bf16 (t). */
+static void lnorm_case(bfit_dtype t, int64_t rows, int64_t cols, int noshift, int rms)
 {
-    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = 1};
+    bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = t, .accumulate = 1};
     int64_t n = rows * cols;
-    dbuf x = db_rand(n, -2, 3, 41), y = db_new((size_t)n * 4), g = db_rand(cols, 0.5f, 1.5f, 42);
+    size_t es = bfit_dtype_size(t);
+    double rel = t == BFIT_F32 ? 1e-4 : BF_REL, abs = t == BFIT_F32 ? 1e-4 : BF_ABS;
+    dbuf x = db_rand_t(t, n, -2, 3, 41), y = db_new((size_t)n * es), g = db_rand(cols, 0.5f, 1.5f, 42);
     dbuf sh = db_rand(cols, -1, 1, 43), mean = db_new((size_t)rows * 4), var = db_new((size_t)rows * 4);
-    dbuf dy = db_rand(n, -1, 1, 44), dx = db_new((size_t)n * 4), dg = db_rand(cols, -1, 1, 45);
+    dbuf dy = db_rand_t(t, n, -1, 1, 44), dx = db_new((size_t)n * es), dg = db_rand(cols, -1, 1, 45);
     dbuf dsh = db_rand(cols, -1, 1, 46);
     bfit_op_args a[NS];
 
-    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, noshift};
+    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, noshift, rms};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, mean, mean), ARG(a, var, var);
     if (!noshift)
         ARG(a, shift, sh);
     run_op(&d, a);
-    cmp_f32(&y, n, 1e-5, 1e-5, "layer norm forward");
+    cmp_t(t, &y, n, t == BFIT_F32 ? 1e-5 : BF_REL, t == BFIT_F32 ? 1e-5 : BF_ABS, "layer norm forward");
     cmp_f32(&mean, rows, 1e-5, 1e-6, "layer norm mean");
     cmp_f32(&var, rows, 1e-5, 1e-6, "layer norm variance");
     d.kind = BFIT_OP_LNORM_BWD;
@@ -656,12 +693,13 @@ static void lnorm_case(int64_t rows, int64_t cols, int noshift)
     if (!noshift)
         ARG(a, diff_shift, dsh);
     run_op(&d, a);
-    cmp_f32(&dx, n, 1e-4, 1e-4, "layer norm backward data");
-    cmp_f32(&dg, cols, 1e-4, 1e-4, "layer norm backward scale (accumulating)");
+    cmp_t(t, &dx, n, rel, abs, "layer norm backward data");
+    cmp_f32(&dg, cols, t == BFIT_F32 ? 1e-4 : 1e-3, t == BFIT_F32 ? 1e-4 : 1e-3,
+            "layer norm backward scale (accumulating)");
     cmp_f32(&dsh, cols, noshift ? 0 : 1e-4, noshift ? 0 : 1e-4, "layer norm backward shift (accumulating)");
     ARG(a, diff_src, dy); /* in place */
     run_op(&d, a);
-    cmp_f32(&dy, n, 1e-4, 1e-4, "layer norm backward in place");
+    cmp_t(t, &dy, n, rel, abs, "layer norm backward in place");
     db_free(&x), db_free(&y), db_free(&g), db_free(&sh), db_free(&mean), db_free(&var), db_free(&dy);
     db_free(&dx), db_free(&dg), db_free(&dsh);
 }
@@ -669,9 +707,11 @@ static void lnorm_case(int64_t rows, int64_t cols, int noshift)
 static void test_lnorm(void **st)
 {
     (void)st;
-    lnorm_case(37, 300, 0);
-    lnorm_case(600, 50, 0);
-    lnorm_case(37, 300, 1);
+    lnorm_case(BFIT_F32, 37, 300, 0, 0);
+    lnorm_case(BFIT_F32, 600, 50, 0, 0);
+    lnorm_case(BFIT_F32, 37, 300, 1, 0);
+    lnorm_case(BFIT_F32, 37, 300, 1, 1); /* RMSNorm */
+    lnorm_case(BFIT_BF16, 37, 300, 1, 1);
 }
 
 /* ---- elementwise -------------------------------------------------------------------------------- */
@@ -989,40 +1029,6 @@ static void test_adamw(void **st)
 
 /* ---- 16-bit data --------------------------------------------------------------------------------- */
 
-/* n values of dtype t uniform in [lo, hi) from seed, uploaded */
-static dbuf db_rand_t(bfit_dtype t, int64_t n, float lo, float hi, uint64_t seed)
-{
-    dbuf b = db_new((size_t)n * (t == BFIT_F32 ? 4 : 2));
-    for (int64_t i = 0; i < n; i++)
-        bfit_st(b.h, t, i, lo + (hi - lo) * (float)bfit_rand_unit(seed, (uint64_t)i));
-    db_up(&b);
-    return b;
-}
-
-/* cmp_f32 for data of dtype t (values converted to f32 on the host) */
-static void cmp_t(bfit_dtype t, const dbuf *b, int64_t n, double rtol, double atol, const char *what)
-{
-    void *ref = malloc(b->bytes), *got = malloc(b->bytes);
-    assert_true(ref && got);
-    db_down(b, CPU, ref);
-    for (int s = GPU; s < NS; s++) {
-        db_down(b, s, got);
-        for (int64_t i = 0; i < n; i++) {
-            double r = bfit_ld(ref, t, i), g = bfit_ld(got, t, i);
-            if (!(fabs(g - r) <= atol + rtol * fabs(r)))
-                fail_msg("%s (%s) on %s: element %lld is %.9g, the cpu's %.9g", what, bfit_dtype_name(t),
-                         side_name[s], (long long)i, g, r);
-        }
-    }
-    free(ref);
-    free(got);
-}
-
-/* one bf16 ulp relative (2^-8) and a little: both round an f32 value once,
- * which another summation order may put on the other side of a midpoint */
-#define BF_REL (1.0 / 64)
-#define BF_ABS 2e-3
-
 /* ---- attention and embeddings ----------------------------------------------------------------------- */
 
 /* Every variant: causal or not, stored or lean, padded sequences (lens) or
@@ -1303,7 +1309,7 @@ static void bf16_lnorm_xent(void)
     dbuf dsh = db_rand(cols, -1, 1, 276), p = db_new((size_t)n * 4), lab = db_labels(rows, (int)cols, 277);
     dbuf stats = db_new(2 * sizeof(double));
     bfit_op_args a[NS];
-    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, 0};
+    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, 0, 0};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
     run_op(&d, a);

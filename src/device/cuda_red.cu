@@ -102,16 +102,18 @@ extern "C" cudaError_t bk_reduce_rows(cudaStream_t s, int dt, const void *src, f
 
 template <class T>
 __global__ void k_lnorm_fwd(const T *x, T *y, const float *scale, const float *shift, float *mean, float *var,
-                            int64_t rows, int64_t cols, float eps)
+                            int64_t rows, int64_t cols, float eps, int rms)
 {
     __shared__ double sh[ROW_THREADS / 32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T *xr = x + r * cols;
         T *yr = y + r * cols;
-        double s = 0, q = 0, mu, v, rstd;
-        for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
-            s += bk_f(xr[j]);
-        mu = bk_block_sum<ROW_THREADS>(s, sh) / (double)cols;
+        double s = 0, q = 0, mu = 0, v, rstd;
+        if (!rms) { /* the same for every thread of the block: the sums' barriers are reached by all */
+            for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
+                s += bk_f(xr[j]);
+            mu = bk_block_sum<ROW_THREADS>(s, sh) / (double)cols;
+        }
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
             q += ((double)bk_f(xr[j]) - mu) * ((double)bk_f(xr[j]) - mu);
         v = bk_block_sum<ROW_THREADS>(q, sh) / (double)cols;
@@ -126,11 +128,12 @@ __global__ void k_lnorm_fwd(const T *x, T *y, const float *scale, const float *s
 }
 
 extern "C" cudaError_t bk_lnorm_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale,
-                                    const float *shift, float *mean, float *var, int64_t rows, int64_t cols, float eps)
+                                    const float *shift, float *mean, float *var, int64_t rows, int64_t cols, float eps,
+                                    int rms)
 {
     BK_DTYPE(dt, T,
              k_lnorm_fwd<T><<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>((const T *)x, (T *)y, scale, shift, mean, var,
-                                                                      rows, cols, eps));
+                                                                      rows, cols, eps, rms));
     return cudaGetLastError();
 }
 
@@ -148,11 +151,12 @@ template <class T> struct lnorm_val {
     }
 };
 
-/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy scale, per row. Each
- * thread reads then writes its own elements only, so dx may be dy. */
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy scale, per row (RMS:
+ * without mean(g), the mean being 0). Each thread reads then writes its
+ * own elements only, so dx may be dy. */
 template <class T>
 __global__ void k_lnorm_dx(const T *x, const float *mean, const float *var, const T *dy, const float *scale, T *dx,
-                           int64_t rows, int64_t cols, float eps)
+                           int64_t rows, int64_t cols, float eps, int rms)
 {
     __shared__ double sh[ROW_THREADS / 32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -163,7 +167,7 @@ __global__ void k_lnorm_dx(const T *x, const float *mean, const float *var, cons
             s1 += g;
             s2 += g * ((double)bk_f(xr[j]) - mu) * rstd;
         }
-        m1 = bk_block_sum<ROW_THREADS>(s1, sh) / (double)cols;
+        m1 = rms ? 0.0 : bk_block_sum<ROW_THREADS>(s1, sh) / (double)cols;
         m2 = bk_block_sum<ROW_THREADS>(s2, sh) / (double)cols;
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS) {
             double g = (double)bk_f(dyr[j]) * scale[j], xh = ((double)bk_f(xr[j]) - mu) * rstd;
@@ -179,7 +183,7 @@ extern "C" size_t bk_lnorm_bwd_ws(int64_t rows, int64_t cols)
 
 extern "C" cudaError_t bk_lnorm_bwd(cudaStream_t s, int dt, const void *x, const float *mean, const float *var,
                                     const void *dy, const float *scale, void *dx, float *dscale, float *dshift,
-                                    int64_t rows, int64_t cols, float eps, int acc, void *ws)
+                                    int64_t rows, int64_t cols, float eps, int rms, int acc, void *ws)
 {
     cudaError_t e;
     /* parameter gradients first: dx may overwrite dy */
@@ -193,7 +197,7 @@ extern "C" cudaError_t bk_lnorm_bwd(cudaStream_t s, int dt, const void *x, const
         return e;
     BK_DTYPE(dt, T,
              k_lnorm_dx<T><<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>((const T *)x, mean, var, (const T *)dy, scale,
-                                                                     (T *)dx, rows, cols, eps));
+                                                                     (T *)dx, rows, cols, eps, rms));
     return cudaGetLastError();
 }
 

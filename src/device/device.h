@@ -192,8 +192,10 @@ typedef struct bfit_op_desc {
            only, f32): 0, or 8 or 16: src, dst and their gradients in nChw8c / nChw16c, as conv's */
         struct { int64_t n, c, h, w; float eps, momentum; int training, use_dst, blk; } bnorm;
         /* src [rows, cols]; scale/shift [cols]; mean/var [rows]; noshift: no shift (nanoGPT's
-           LayerNorm(bias=False)): no shift argument, no diff_shift */
-        struct { int64_t rows, cols; float eps; int noshift; } lnorm;
+           LayerNorm(bias=False)): no shift argument, no diff_shift; rms (noshift too): the root mean
+           square norm (LLaMA's RMSNorm), x / sqrt(mean(x^2) + eps) scale: mean written 0, var the
+           mean of the squares; the f32 and bf16 loops our own on the cpu */
+        struct { int64_t rows, cols; float eps; int noshift, rms; } lnorm;
         /* use_dst: relu and clip; bits: relu only; clip: min(max(x, lo), hi), the gradient passed where
            lo < x < hi (PyTorch's hardtanh) */
         struct { int64_t n; bfit_eltwise_alg alg; int use_dst, bits; float lo, hi; } elt;

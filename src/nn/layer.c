@@ -29,6 +29,7 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_SOFTPLUS] = &bfit_softplus_vt,  [BFIT_L_SELU] = &bfit_selu_vt,
     [BFIT_L_CELU] = &bfit_celu_vt,           [BFIT_L_PRELU] = &bfit_prelu_vt,
     [BFIT_L_LAYERSCALE] = &bfit_layerscale_vt, [BFIT_L_GROUPNORM] = &bfit_groupnorm_vt,
+    [BFIT_L_RMSNORM] = &bfit_rmsnorm_vt,     [BFIT_L_MUL] = &bfit_mul_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -44,6 +45,7 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_SCALE] = "scale",     [BFIT_L_LEAKYRELU] = "leakyrelu", [BFIT_L_ELU] = "elu",
     [BFIT_L_SOFTPLUS] = "softplus", [BFIT_L_SELU] = "selu",    [BFIT_L_CELU] = "celu",
     [BFIT_L_PRELU] = "prelu",     [BFIT_L_LAYERSCALE] = "layerscale", [BFIT_L_GROUPNORM] = "groupnorm",
+    [BFIT_L_RMSNORM] = "rmsnorm", [BFIT_L_MUL] = "mul",
 };
 
 static void unprepare(bfit_layer *l);
@@ -90,6 +92,7 @@ void bfit_layer_flops(const bfit_layer *l, int m, double *fwd, double *bwd)
     }
     case BFIT_L_BATCHNORM:
     case BFIT_L_LAYERNORM:
+    case BFIT_L_RMSNORM:
         *fwd = 5.0 * in;
         *bwd = 8.0 * in;
         return;
@@ -126,7 +129,7 @@ bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind)
     c.kh = c.kw = 1;
     c.sh = c.sw = 1;
     c.bias = 1;
-    c.eps = 1e-5f;
+    c.eps = kind == BFIT_L_RMSNORM ? 1e-6f : 1e-5f; /* LLaMA's RMSNorm(dim, eps=1e-6) */
     c.momentum = 0.1f;
     c.p = 0.5f;
     c.causal = 1;

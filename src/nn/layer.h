@@ -58,6 +58,9 @@ typedef enum {
                           sequence [T, C] (timm's LayerScale, ConvNeXt's gamma), starting at alpha (1e-5) */
     BFIT_L_GROUPNORM,  /* over each sample's `units` groups of channels of CxHxW (or a vector), then a learned
                           scale and shift per channel (PyTorch's GroupNorm) */
+    BFIT_L_RMSNORM,    /* x / sqrt(mean(x^2) + eps) w over each token's features (or a sample's), a learned
+                          scale w: LLaMA's RMSNorm */
+    BFIT_L_MUL,        /* the elementwise product of two inputs of one shape: SwiGLU's silu(x W1) * (x W3) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -323,7 +326,7 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
     bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt, bfit_leakyrelu_vt, bfit_elu_vt,
     bfit_softplus_vt, bfit_selu_vt, bfit_celu_vt, bfit_prelu_vt,
-    bfit_layerscale_vt, bfit_groupnorm_vt;
+    bfit_layerscale_vt, bfit_groupnorm_vt, bfit_rmsnorm_vt, bfit_mul_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

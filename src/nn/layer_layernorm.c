@@ -4,6 +4,10 @@
  * of a vector (nn.LayerNorm(F)), and over the F features of each token of a
  * sequence [T, F] (nn.LayerNorm(F) applied per token).
  *
+ * `rmsnorm` is the same layer without the mean and the shift (LLaMA's
+ * RMSNorm: x / sqrt(mean(x^2) + eps) w, over a token's features), the
+ * lnorm ops' rms form.
+ *
  * The per-sample mean and variance the backward needs live in `saved`
  * (training); in evaluation they are scratch in the forward workspace,
  * after the op's scratchpad. */
@@ -21,11 +25,12 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     bfit_shape in = l->in[0];
 
     if (!(l->cfg.eps > 0)) {
-        snprintf(err, errlen, "layernorm eps must be positive, got %g", (double)l->cfg.eps);
+        snprintf(err, errlen, "%s eps must be positive, got %g", bfit_layer_kind_name(l->cfg.kind), (double)l->cfg.eps);
         return BFIT_EINVAL;
     }
     l->out = in;
-    l->nparams = l->cfg.bias ? 2 : 1; /* bias=0: scale only (nanoGPT's LayerNorm(bias=False)) */
+    /* bias=0: scale only (nanoGPT's LayerNorm(bias=False)); RMSNorm has no shift */
+    l->nparams = l->cfg.bias && l->cfg.kind == BFIT_L_LAYERNORM ? 2 : 1;
     /* PyTorch's shapes: [F] for a vector or a token, [C,H,W] otherwise */
     l->params[0] = (bfit_param){.name = "weight", .ndim = 3, .dim = {in.c, in.h, in.w}, .trainable = 1};
     l->params[1] = (bfit_param){.name = "bias", .ndim = 3, .dim = {in.c, in.h, in.w}, .trainable = 1};
@@ -47,7 +52,8 @@ static bfit_op_desc ln_desc(const bfit_layer *l, int m, int acc)
     d.u.lnorm.rows = nrows(l, m);
     d.u.lnorm.cols = cols(l);
     d.u.lnorm.eps = l->cfg.eps;
-    d.u.lnorm.noshift = !l->cfg.bias;
+    d.u.lnorm.rms = l->cfg.kind == BFIT_L_RMSNORM;
+    d.u.lnorm.noshift = l->nparams < 2;
     return d;
 }
 
@@ -117,6 +123,19 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 
 const bfit_layer_vt bfit_layernorm_vt = {
     .kind = BFIT_L_LAYERNORM,
+    .nin = 1,
+    .grad_set = 1,
+    .modes = BFIT_MODE(BFIT_MODE_X),
+    .init = init,
+    .prepare = prepare,
+    .init_params = init_params,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};
+
+const bfit_layer_vt bfit_rmsnorm_vt = {
+    .kind = BFIT_L_RMSNORM,
     .nin = 1,
     .grad_set = 1,
     .modes = BFIT_MODE(BFIT_MODE_X),

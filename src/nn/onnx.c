@@ -645,7 +645,7 @@ static int lower_node(onnx_lower *L, int i)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
     }
     if (bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) || bfit_onnx_lower_tokens(L, &rc) ||
-        bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_gelu(L, &rc) ||
+        bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_gelu(L, &rc) || bfit_onnx_lower_rms(L, &rc) ||
         bfit_onnx_lower_shuffle(L, &rc) ||
         bfit_onnx_lower_act(L, &rc) ||
         bfit_onnx_lower_vit(L, &rc) || bfit_onnx_lower_cnn(L, &rc))

@@ -180,6 +180,9 @@ int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive);
 /* ---- GELU's tanh approximation, recognised by what it computes (onnx_gelu.c) ---- */
 int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);
 
+/* ---- LLaMA's RMSNorm, SwiGLU's product, float casts (onnx_rms.c) ---- */
+int bfit_onnx_lower_rms(onnx_lower *L, int *rc);
+
 /* ---- a language model's embeddings (onnx_tokens.c) ---- */
 int bfit_onnx_lower_tokens(onnx_lower *L, int *rc);
 

@@ -326,6 +326,7 @@ static const layer_kw layer_kws[] = {
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
     {"layernorm", BFIT_L_LAYERNORM, P_NONE, OB(O_EPS) | OB(O_BIAS), "layernorm [eps=E] [bias=0|1]"},
+    {"rmsnorm", BFIT_L_RMSNORM, P_NONE, OB(O_EPS), "rmsnorm [eps=E]"},
     {"embed", BFIT_L_EMBED, P_UNITS, OB(O_VOCAB) | OB(O_POS) | OB(O_TYPES), "embed C vocab=V [positions=P] [types=K]"},
     {"attention", BFIT_L_ATTENTION, P_UNITS, OB(O_CAUSAL) | OB(O_LEAN), "attention H [causal=0|1] [lean=0|1]"},
 };
@@ -334,7 +335,8 @@ static const layer_kw layer_kws[] = {
 static const char *const keywords[] = {
     "input", "residual", "shortcut", "linear", "conv", "maxpool", "avgpool", "gap",
     "relu", "gelu", "sigmoid", "silu", "tanh", "hardsigmoid", "hardswish", "leakyrelu", "elu", "softplus", "selu", "celu",
-    "prelu", "layerscale", "flatten", "dropout", "batchnorm", "layernorm", "groupnorm", "embed", "attention",
+    "prelu", "layerscale", "flatten", "dropout", "batchnorm", "layernorm", "rmsnorm", "groupnorm", "embed",
+    "attention",
 };
 #define NKEYWORDS ((int)(sizeof keywords / sizeof keywords[0]))
 
@@ -373,8 +375,7 @@ static int unknown_layer(const parser *p, tok t)
     return fail_at(p, t.s,
                    "unknown layer `%s` (known: linear, conv, maxpool, avgpool, gap, relu, gelu, sigmoid, silu, tanh, "
                    "hardsigmoid, hardswish, leakyrelu, elu, softplus, selu, celu, prelu, layerscale, flatten, dropout, "
-                   "batchnorm, "
-                   "layernorm, embed, attention, residual)",
+                   "batchnorm, layernorm, rmsnorm, groupnorm, embed, attention, residual)",
                    show(t, b, sizeof b));
 }
 

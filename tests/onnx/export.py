@@ -22,7 +22,8 @@ position embeddings, causal attention by a registered tril buffer and masked_fil
 and minGPT's NewGELU,
 lm_head tied to the token table), and tgpt_mini, a GPT of nn.TransformerEncoderLayer blocks (pre-norm with a
 float causal mask, post-norm with a boolean one) and a learned position tensor, and gpt_nobias, gpt_mini with
-nanoGPT's bias=False: no bias in its Linear layers and LayerNorms) it writes NAME.onnx and NAME_ref.safetensors holding:
+nanoGPT's bias=False: no bias in its Linear layers and LayerNorms, and llama_mini, LLaMA's RMSNorm and SwiGLU
+feed-forward around nanoGPT's causal attention, without position embeddings) it writes NAME.onnx and NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels (a token model: x [4,16] I32 token ids, exported
                                     as int64, y [4,16] I32 next-token labels, every 7th -1: padding)
   loss64, loss32                    the mean cross-entropy (F64 scalars; a token model's over its real labels)
@@ -53,7 +54,7 @@ import hashlib, json, os, struct, sys
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
-TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias"}  # input: int token ids [M, T]; one label per token
+TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -562,6 +563,57 @@ class GPT(torch.nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+class RMSNorm(torch.nn.Module):
+    """LLaMA's RMSNorm as its reference code writes it (torch 1.13 has no nn.RMSNorm): the norm in float,
+    cast back with type_as, times the weight, which starts in [0.5, 1.5) here so that it matters."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, torch.nn.Parameter(torch.empty(dim).uniform_(0.5, 1.5))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        return self._norm(x.float()).type_as(x) * self.weight
+
+
+class FeedForward(torch.nn.Module):
+    """LLaMA's SwiGLU feed-forward: w2(silu(w1(x)) * w3(x)), no biases."""
+
+    def __init__(self, C, hidden):
+        super().__init__()
+        nn = torch.nn
+        self.w1, self.w2, self.w3 = nn.Linear(C, hidden, bias=False), nn.Linear(hidden, C, bias=False), \
+            nn.Linear(C, hidden, bias=False)
+
+    def forward(self, x):
+        return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+class Llama(torch.nn.Module):
+    """A LLaMA-style language model without rotary embeddings (batchfit does not read them yet): a token
+    table, blocks of x + attention(RMSNorm(x)) (nanoGPT's causal attention, no biases) and x +
+    SwiGLU(RMSNorm(x)), a final RMSNorm and an untied output head; no position embedding (a causal model
+    learns positions from its mask)."""
+
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=48):
+        super().__init__()
+        nn = torch.nn
+        self.wte = nn.Embedding(V, C)
+        self.norms = nn.ModuleList([RMSNorm(C) for _ in range(2 * L)])
+        self.attn = nn.ModuleList([CausalSelfAttention(C, H, T, True, bias=False) for _ in range(L)])
+        self.ffn = nn.ModuleList([FeedForward(C, hidden) for _ in range(L)])
+        self.norm, self.output = RMSNorm(C), nn.Linear(C, V, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx)
+        for i, (a, f) in enumerate(zip(self.attn, self.ffn)):
+            x = x + a(self.norms[2 * i](x))
+            x = x + f(self.norms[2 * i + 1](x))
+        return self.output(self.norm(x))
+
+
 class TGpt(torch.nn.Module):
     """A GPT of PyTorch's own layers: a token table wte, a learned position tensor [1, T, C] added, a pre-norm
     nn.TransformerEncoderLayer (GELU) with a float causal mask (nn.Transformer.generate_square_subsequent_mask)
@@ -602,6 +654,8 @@ def build(name):
         return GPT(V=64, T=16, C=32, H=4, L=2, bias=False), 16
     if name == "tgpt_mini":
         return TGpt(V=64, T=16, C=32, H=4), 16
+    if name == "llama_mini":
+        return Llama(V=64, T=16, C=32, H=4, L=2, hidden=48), 16
     if name == "gpt_bench":  # bench/ only: nanoGPT at models/gpt-nano.cfg's size (bytes, 128 tokens, 4 x 128)
         return GPT(V=256, T=128, C=128, H=4, L=4), 128
     if name == "act_cnn":
