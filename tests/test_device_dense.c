@@ -957,7 +957,7 @@ typedef struct ln_bufs {
 
 /* Forward then backward on the device; the outputs come back to the host.
  * noshift: no shift given or its gradient asked (LayerNorm(bias=False)). */
-static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_bufs *k, int noshift)
+static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_bufs *k, int noshift, int rms)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = acc};
     bfit_op_args a = {0};
@@ -966,6 +966,7 @@ static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_buf
     d.u.lnorm.cols = C;
     d.u.lnorm.eps = (float)eps;
     d.u.lnorm.noshift = noshift;
+    d.u.lnorm.rms = rms;
     a.src = k->x.d;
     a.dst = k->y.d;
     a.scale = k->g.d;
@@ -992,7 +993,8 @@ static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_buf
     tbuf_down(t, &k->db);
 }
 
-static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift)
+/* rms (noshift too): RMSNorm, the reference without the mean */
+static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift, int rms)
 {
     const double eps = 1e-5;
     ln_bufs k;
@@ -1004,11 +1006,11 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift)
     float *dg0 = fcopy(dg, C), *db0 = fcopy(db, C);
     double *rdg = calloc((size_t)C, sizeof(double)), *rdb = calloc((size_t)C, sizeof(double));
 
-    lnorm_run(t, R, C, acc, eps, &k, noshift);
+    lnorm_run(t, R, C, acc, eps, &k, noshift, rms);
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
         double mu = 0, v = 0, rs, m1 = 0, m2 = 0;
-        for (int64_t j = 0; j < C; j++)
+        for (int64_t j = 0; j < C && !rms; j++)
             mu += xr[j];
         mu /= (double)C;
         for (int64_t j = 0; j < C; j++)
@@ -1028,7 +1030,7 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift)
             rdg[j] += dyr[j] * xh;
             rdb[j] += dyr[j];
         }
-        m1 /= (double)C;
+        m1 = rms ? 0 : m1 / (double)C;
         m2 /= (double)C;
         for (int64_t j = 0; j < C; j++) {
             double xh = (xr[j] - mu) * rs, ry = xh * g[j] + (noshift ? 0 : b[j]);
@@ -1067,11 +1069,14 @@ static void test_lnorm(void **st)
     static const int64_t sizes[][2] = {{1, 7}, {7, 1}, {7, 7}, {3, 33}, {1, 1}, {5, 1000}, {257, 160}, {1030, 128}};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int acc = 0; acc < 2; acc++)
-            check_lnorm(*st, sizes[s][0], sizes[s][1], acc, 0);
-    /* without a shift (nanoGPT's LayerNorm(bias=False)): one thread, the team */
+            check_lnorm(*st, sizes[s][0], sizes[s][1], acc, 0, 0);
+    /* without a shift (nanoGPT's LayerNorm(bias=False)), and RMSNorm: one thread, the team */
     for (int acc = 0; acc < 2; acc++) {
-        check_lnorm(*st, 3, 33, acc, 1);
-        check_lnorm(*st, 1030, 128, acc, 1);
+        check_lnorm(*st, 3, 33, acc, 1, 0);
+        check_lnorm(*st, 1030, 128, acc, 1, 0);
+        check_lnorm(*st, 3, 33, acc, 1, 1);
+        check_lnorm(*st, 1030, 128, acc, 1, 1);
+        check_lnorm(*st, 1, 1, acc, 1, 1);
     }
 }
 
@@ -1202,7 +1207,7 @@ static void test_gnorm(void **st)
  * and parameter gradients: against double loops on the widened inputs.
  * y and dx carry one bf16 rounding (|r| / 256) over the f32 work; the
  * statistics and parameter gradients are f32 sums as in check_lnorm. */
-static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift)
+static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift, int rms)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_BF16};
     bfit_op_args a = {0};
@@ -1219,7 +1224,7 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift)
         xh[i] = (uint16_t)(vb >> 16), dyh[i] = (uint16_t)(wb >> 16);
     }
     tbuf_up(t, &x), tbuf_up(t, &dy);
-    d.u.lnorm.rows = R, d.u.lnorm.cols = C, d.u.lnorm.eps = 1e-5f, d.u.lnorm.noshift = noshift;
+    d.u.lnorm.rows = R, d.u.lnorm.cols = C, d.u.lnorm.eps = 1e-5f, d.u.lnorm.noshift = noshift, d.u.lnorm.rms = rms;
     a.src = x.d, a.dst = y.d, a.scale = g.d, a.shift = noshift ? NULL : b.d, a.mean = mean.d, a.var = var.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     d.kind = BFIT_OP_LNORM_BWD;
@@ -1231,7 +1236,7 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift)
     tbuf_down(t, &y), tbuf_down(t, &mean), tbuf_down(t, &var), tbuf_down(t, &dx), tbuf_down(t, &dg), tbuf_down(t, &db);
     for (int64_t r = 0; r < R; r++) {
         double mu = 0, v = 0, rs, m1 = 0, m2 = 0;
-        for (int64_t j = 0; j < C; j++)
+        for (int64_t j = 0; j < C && !rms; j++)
             mu += widen16(xh[r * C + j]);
         mu /= (double)C;
         for (int64_t j = 0; j < C; j++)
@@ -1247,7 +1252,7 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift)
             rdg[j] += dyv * xh_;
             rdb[j] += dyv;
         }
-        m1 /= (double)C, m2 /= (double)C;
+        m1 = rms ? 0 : m1 / (double)C, m2 /= (double)C;
         for (int64_t j = 0; j < C; j++) {
             double xh_ = (widen16(xh[r * C + j]) - mu) * rs, ry = xh_ * TB_F(g)[j] + (noshift ? 0 : TB_F(b)[j]);
             double rdx = rs * (widen16(dyh[r * C + j]) * TB_F(g)[j] - m1 - xh_ * m2);
@@ -1275,10 +1280,12 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift)
 
 static void test_lnorm_bf16(void **st)
 {
-    check_lnorm16(*st, 7, 33, 0);      /* one thread */
-    check_lnorm16(*st, 1030, 128, 0); /* the team, gpt-nano's rows */
-    check_lnorm16(*st, 7, 33, 1);      /* without a shift */
-    check_lnorm16(*st, 1030, 128, 1);
+    check_lnorm16(*st, 7, 33, 0, 0);      /* one thread */
+    check_lnorm16(*st, 1030, 128, 0, 0); /* the team, gpt-nano's rows */
+    check_lnorm16(*st, 7, 33, 1, 0);      /* without a shift */
+    check_lnorm16(*st, 1030, 128, 1, 0);
+    check_lnorm16(*st, 7, 33, 1, 1);      /* RMSNorm (our own bf16 loops) */
+    check_lnorm16(*st, 1030, 128, 1, 1);
 }
 
 /* Rows far from 0 (1e6 + [-2, 2)): the statistics' sums must not cancel
@@ -1295,7 +1302,7 @@ static void test_lnorm_offset(void **st)
     for (int64_t i = 0; i < R * C; i++)
         TB_F(k.x)[i] = 1e6f + urand(2) * (float)(1 + i / C); /* row r's spread 2 (r + 1) */
     tbuf_up(t, &k.x);
-    lnorm_run(t, R, C, 0, 1e-5, &k, 0);
+    lnorm_run(t, R, C, 0, 1e-5, &k, 0, 0);
     for (int64_t r = 0; r < R; r++) {
         const float *xr = TB_F(k.x) + r * C;
         double mu = 0, v = 0, rs;
@@ -1334,7 +1341,7 @@ static void test_lnorm_threads_same_bits(void **st)
         b.x = frand(&t, R * C, 2), b.g = frand(&t, C, 1), b.b = frand(&t, C, 1), b.y = frand(&t, R * C, 1);
         b.mean = frand(&t, R, 1), b.var = frand(&t, R, 1), b.dy = frand(&t, R * C, 1), b.dx = frand(&t, R * C, 1);
         b.dg = frand(&t, C, 1), b.db = frand(&t, C, 1);
-        lnorm_run(&t, R, C, 1, 1e-5, &b, 0);
+        lnorm_run(&t, R, C, 1, 1e-5, &b, 0, 0);
         out[k][0] = fcopy(TB_F(b.y), R * C), out[k][1] = fcopy(TB_F(b.mean), R), out[k][2] = fcopy(TB_F(b.var), R);
         out[k][3] = fcopy(TB_F(b.dx), R * C), out[k][4] = fcopy(TB_F(b.dg), C), out[k][5] = fcopy(TB_F(b.db), C);
         tbuf *all[] = {&b.x, &b.g, &b.b, &b.y, &b.mean, &b.var, &b.dy, &b.dx, &b.dg, &b.db};

@@ -266,6 +266,31 @@ static void test_gc_layernorm(void **st)
     gc("layernorm bias=0 3x4x5 m=2", c, S(3, 4, 5), 2);
 }
 
+/* LLaMA's RMSNorm: over a vector, an image's features and each token's. */
+static void test_gc_rmsnorm(void **st)
+{
+    bfit_layer_cfg c = cfg_of(BFIT_L_RMSNORM);
+    (void)st;
+    gc("rmsnorm 7 m=1", c, V(7), 1);
+    gc("rmsnorm 7 m=7", c, V(7), 7);
+    gc("rmsnorm 3x4x5 m=2", c, S(3, 4, 5), 2);
+    gc("rmsnorm seq 5x7 m=3", c, Q(5, 7), 3);
+    gc("rmsnorm seq 1x13 m=1", c, Q(1, 13), 1);
+}
+
+/* The product of two tensors (SwiGLU's): both inputs' gradients. */
+static void test_gc_mul(void **st)
+{
+    gc_case c = {.label = "mul 3x2x2 m=7", .cfg = cfg_of(BFIT_L_MUL), .nin = 2, .in = {S(3, 2, 2), S(3, 2, 2)},
+                 .m = 7};
+    (void)st;
+    gc_assert(&c);
+    c.label = "mul seq 5x7 m=3";
+    c.in[0] = c.in[1] = Q(5, 7);
+    c.m = 3;
+    gc_assert(&c);
+}
+
 static void test_gc_add(void **st)
 {
     gc_case c = {.label = "add 3x2x2 m=7", .cfg = cfg_of(BFIT_L_ADD), .nin = 2, .in = {S(3, 2, 2), S(3, 2, 2)}, .m = 7};
@@ -1069,7 +1094,8 @@ int main(void)
         cmocka_unit_test(test_gc_act_param),  cmocka_unit_test(test_gc_prelu),
         cmocka_unit_test(test_gc_layerscale), cmocka_unit_test(test_gc_groupnorm),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
-        cmocka_unit_test(test_gc_scale),
+        cmocka_unit_test(test_gc_scale),      cmocka_unit_test(test_gc_rmsnorm),
+        cmocka_unit_test(test_gc_mul),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),
         cmocka_unit_test(test_fwd_linear),    cmocka_unit_test(test_fwd_act_flatten_add),
         cmocka_unit_test(test_linear_init),

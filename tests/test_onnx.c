@@ -936,7 +936,7 @@ static void test_squeeze_excitation(void **st)
     m = model(se_graph(0.25f, "x", "x"));
     assert_int_equal(load(m, &g, "node 'excite' (Mul, opset 17) with inputs 'x' [N,4,3,3], 'x' [N,4,3,3]: only an "
                                  "image [N,C,H,W] times [N,C,1,1] (a gate per channel, as squeeze-and-excitation's), "
-                                 "or [N,C] times [N,C], is supported"),
+                                 "or two different tensors of one shape, is supported"),
                      BFIT_EINVAL);
     pb_free(m);
 }

@@ -662,6 +662,26 @@ static void test_layernorm_nobias(void **st)
     bfit_graph_fini(&g);
 }
 
+/* rmsnorm: LLaMA's RMSNorm, eps 1e-6 unless given, a scale alone; it takes no bias=. */
+static void test_rmsnorm(void **st)
+{
+    bfit_graph_desc g;
+    bfit_model *M;
+    (void)st;
+    assert_int_equal(parse("input 6\nrmsnorm\nrmsnorm eps=1e-5\nlinear 2\n", &g), BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_RMSNORM);
+    assert_true(g.nodes[0].cfg.eps == 1e-6f);
+    assert_true(g.nodes[1].cfg.eps == 1e-5f);
+    assert_int_equal(bfit_model_new(&g, NULL, NULL, &M), BFIT_OK);
+    assert_int_equal(M->nodes[0].l->nparams, 1);
+    assert_int_equal(bfit_model_param_count(M), 6 + 6 + 14);
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    assert_int_equal(parse("input 6\nrmsnorm bias=0\nlinear 2\n", &g), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), "t.cfg:2:9: rmsnorm has no option `bias` (options: eps)"));
+    assert_int_equal(parse("input 6\nrmsnorm eps=0\nlinear 2\n", &g), BFIT_EFORMAT);
+}
+
 /* maxpool's ceil=1 is PyTorch's ceil_mode (an ONNX MaxPool's ceil_mode=1):
  * 5x5 by 3/2 gives 3x3 (floor: 2x2); a pool from an import, where no
  * spec line set it, is described with it too. */
@@ -911,6 +931,7 @@ int main(void)
         cmocka_unit_test(test_size_limits),
         cmocka_unit_test(test_shape_check),
         cmocka_unit_test(test_pool_ceil), cmocka_unit_test(test_gelu_tanh), cmocka_unit_test(test_layernorm_nobias),
+        cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_pool_before_relu),
         cmocka_unit_test(test_model_files),
         cmocka_unit_test(test_file_errors_name_the_file),

@@ -334,7 +334,7 @@ static int mul(onnx_lower *L)
     if (x[0]->rank != x[1]->rank || !bfit_shape_is_image(x[0]->shape) || !bfit_shape_is_vector(x[1]->shape) ||
         bfit_shape_numel(x[1]->shape) != x[0]->shape.c)
         return bfit_onnx_refuse(L, "only an image [N,C,H,W] times [N,C,1,1] (a gate per channel, as "
-                                   "squeeze-and-excitation's), or two tensors of one shape, is supported");
+                                   "squeeze-and-excitation's), or two different tensors of one shape, is supported");
     return bfit_onnx_emit(L, &c, x, 2, NULL, 0);
 }
 

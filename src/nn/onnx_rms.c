@@ -175,14 +175,16 @@ static int rms_op(onnx_lower *L, oval *x)
 }
 
 /* Mul of two computed tensors of one shape: `mul`. 0 where the shapes
- * differ (a gate per channel is `scale`, onnx_ops.c). */
+ * differ (a gate per channel is `scale`, onnx_ops.c), and for two vectors,
+ * which `scale` has multiplied since before `mul` (the same numbers). */
 static int product(onnx_lower *L, int *rc)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_MUL);
     oval *a = bfit_onnx_in(L, 0), *b = bfit_onnx_in(L, 1), *x[2];
 
     if (L->nd->nin != 2 || !a || !b || a->kind != OV_DEVICE || b->kind != OV_DEVICE || a == b ||
-        a->rank != b->rank || !bfit_shape_eq(a->shape, b->shape) || a->pad[0] || a->pad[1] || b->pad[0] || b->pad[1])
+        a->rank != b->rank || !bfit_shape_eq(a->shape, b->shape) || bfit_shape_is_vector(a->shape) || a->pad[0] ||
+        a->pad[1] || b->pad[0] || b->pad[1])
         return 0;
     x[0] = a, x[1] = b;
     *rc = bfit_onnx_emit(L, &c, x, 2, NULL, 0);

@@ -69,7 +69,8 @@ class Case:
     def __init__(self, idx, label, kind, shapes, m, training=1, seq=0, **cfg):
         self.idx, self.label, self.kind, self.m, self.training, self.seq = idx, label, kind, m, training, seq
         if seq:  # [T, F] as given
-            assert kind in ("linear", "layernorm", "embed", "attention", "xent", "layerscale") and all(len(s) == 2 for s in shapes)
+            assert kind in ("linear", "layernorm", "embed", "attention", "xent", "layerscale", "rmsnorm", "mul") and \
+                all(len(s) == 2 for s in shapes)
             self.shapes = [tuple(s) for s in shapes]
         else:
             self.shapes = [tuple(s) + (1,) * (3 - len(s)) for s in shapes]  # CxHxW
@@ -143,12 +144,23 @@ def run_embed(c, ids, params):
     return y, p
 
 
+def rms_norm(x, w, eps, dims):
+    """LLaMA's RMSNorm, as its reference code writes it: x * rsqrt(mean(x^2) + eps) * w."""
+    return x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps) * w
+
+
 def run_seq(c, x, params):
     """linear / layernorm on [m, T, F]: torch's modules, which act on the last
     dimension, so on each token. Returns (y, the module's parameters)."""
     k, cfg, Fdim = c.kind, c.cfg, c.shapes[0][1]
     if k == "attention":
         return run_attention(c, x[0], c.lens), {}
+    if k == "mul":  # SwiGLU's product of two branches
+        return x[0] * x[1], {}
+    if k == "rmsnorm":  # LLaMA's RMSNorm over each token's features
+        params["weight"] = c.uniform((Fdim,), 0.7, 1.3)
+        p = {"weight": leaf(params["weight"])}
+        return rms_norm(x[0], p["weight"], cfg["eps"], (-1,)), p
     if k == "layerscale":  # timm's LayerScale: x * gamma, gamma [F] along the last dimension (or one number)
         params["weight"] = c.uniform((cfg["units"] or Fdim,), -1.5, 1.5)
         p = {"weight": leaf(params["weight"])}
@@ -232,6 +244,8 @@ def run_case(c, outdir):
         params["bias"] = c.uniform(pshape, -0.3, 0.3)
         if not cfg["bias"]:  # a scale alone
             del params["bias"]
+    elif k == "rmsnorm":
+        params["weight"] = c.uniform((C,) if H == 1 and W == 1 else (C, H, W), 0.7, 1.3)
     elif k == "prelu":  # slopes of both signs
         params["weight"] = c.uniform((cfg["units"],), -0.5, 0.5)
     elif k == "layerscale":  # scales of both signs, one per channel (feature), or one (units 1)
@@ -308,8 +322,10 @@ def run_case(c, outdir):
         shp = x[0].shape[1:]
         y = F.layer_norm(x[0], shp, p["weight"].reshape(shp), p["bias"].reshape(shp) if "bias" in p else None,
                          cfg["eps"])
-    elif k == "add":
-        y = x[0] + x[1]
+    elif k in ("add", "mul"):
+        y = x[0] + x[1] if k == "add" else x[0] * x[1]
+    elif k == "rmsnorm":  # over all of a sample's features, as layernorm on an image or a vector
+        y = rms_norm(x[0], p["weight"].reshape(x[0].shape[1:]), cfg["eps"], (1, 2, 3))
     elif k == "xent" and not c.seq:
         labels = torch.randint(0, C, (m,), generator=c.g, dtype=torch.int64)
         loss_scale = f32(cfg.pop("loss_scale"))
@@ -508,6 +524,14 @@ def cases():
     # bend where it and the exact form differ most
     add("gelu_tanh_m1_3x5x7", "gelu", [(3, 5, 7)], 1, x_scale=3.0, tanh=1)
     add("gelu_tanh_m7_37", "gelu", [(37,)], 7, x_scale=3.0, tanh=1)
+    # LLaMA's RMSNorm (eps 1e-6, as its code; 1e-5 as Llama 2's) and SwiGLU's product of two branches
+    add("rmsnorm_seq_m3_T5_7", "rmsnorm", [(5, 7)], 3, seq=1, eps=1e-6)
+    add("rmsnorm_seq_m1_T4_64_eps1e-5", "rmsnorm", [(4, 64)], 1, seq=1, eps=1e-5)
+    add("rmsnorm_m7_37", "rmsnorm", [(37,)], 7, eps=1e-6)
+    add("rmsnorm_m2_3x4x5", "rmsnorm", [(3, 4, 5)], 2, eps=1e-6)
+    add("mul_seq_m3_T5_7", "mul", [(5, 7), (5, 7)], 3, seq=1)
+    add("mul_m2_3x4x5", "mul", [(3, 4, 5), (3, 4, 5)], 2)
+    add("mul_m7_37", "mul", [(37,), (37,)], 7)
     return L
 
 
