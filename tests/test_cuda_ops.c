@@ -77,6 +77,8 @@
 /* nanoGPT's GPT from ONNX (tests/onnx/token_models.py): token and position tables, causal attention,
    the exact GELU and minGPT's NewGELU (the tanh form), a tied head */
 #define GPT_OK "fuzz/corpus/onnx/gpt_ok.onnx"
+/* a LLaMA-style model from ONNX (tests/onnx/llama_models.py): RMSNorm, SwiGLU's product, causal attention */
+#define LLAMA_OK "fuzz/corpus/onnx/llama_ok.onnx"
 /* group norms (gn_graph): groups of four channels, of one, all in one, a vector's */
 #define GN_MINI "@gnorm"
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
@@ -1569,6 +1571,7 @@ static void test_chscale(void **st)
         chscale_case(t, 2, 16, 1);
         chscale_case(t, 4, 5, 300);
         chscale_case(t, 2, 24, 49 * 5); /* a late MobileNetV3 gate's 7x7, over several loops */
+        chscale_case(t, 3, 4099, 1);    /* the mul layer's product of two tensors: a thread per element */
     }
 }
 
@@ -2165,6 +2168,7 @@ static void test_training_bf16(void **st)
     compare_training(CNX_SHUFFLE, BFIT_BF16);
     compare_training(MHSA_OK, BFIT_BF16);
     compare_training(GPT_OK, BFIT_BF16);
+    compare_training(LLAMA_OK, BFIT_BF16);
 }
 
 /* The models of the ops on rows, columns, channel gates, grouped
@@ -2173,9 +2177,9 @@ static void test_training_bf16(void **st)
 static void test_needs_new_ops(void **st)
 {
     const char *const files[] = {"@gate",     VIT_TINY,    DENSE_BLOCK, SE_MINI, PRELU_MINI,
-                                 PRELU_HEAD, CNX_SHUFFLE, MHSA_OK,     GPT_OK};
+                                 PRELU_HEAD, CNX_SHUFFLE, MHSA_OK,     GPT_OK,  LLAMA_OK};
     (void)st;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < (int)(sizeof files / sizeof files[0]); i++)
         for (int t = 0; t < 2; t++) {
             bfit_graph_desc g;
             bfit_op_needs nd;
@@ -2200,10 +2204,11 @@ static void test_needs_new_ops(void **st)
  * with hw == 1 per chunk of 256 samples and channel). */
 static void test_plan_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE, MHSA_OK, GPT_OK};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE, MHSA_OK, GPT_OK,
+                                 LLAMA_OK};
     bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
-    for (int f = 0; f < 7; f++)
+    for (int f = 0; f < (int)(sizeof files / sizeof files[0]); f++)
         for (int s = GPU; s < NS; s++)
             for (int t = 0; t < 2; t++) {
                 measured_step(files[f], s, &sgd, 1, t ? BFIT_BF16 : BFIT_F32);
@@ -2229,6 +2234,7 @@ static void test_training_new_ops(void **st)
     compare_training(CNX_SHUFFLE, BFIT_F32);
     compare_training(MHSA_OK, BFIT_F32);
     compare_training(GPT_OK, BFIT_F32);
+    compare_training(LLAMA_OK, BFIT_F32);
 }
 
 /* The group norms' model (gn_graph) on the GPU: every op it needs made in

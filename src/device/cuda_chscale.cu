@@ -36,9 +36,24 @@ __global__ void k_chs_bwd(const void *x, const void *sc, const void *dy, void *d
     }
 }
 
+/* One position per row (the `mul` layer: two tensors' elementwise
+ * product): a thread per element, the same part function. */
+__global__ void k_chs_bwd1(const void *x, const void *sc, const void *dy, void *dx, void *ds, int dt, int64_t rows)
+{
+    BK_FOR(r, rows)
+    {
+        double v = bk_chs_bwd_part(ds ? x : NULL, sc, dy, dx, dt, r, 1, 0, 1);
+        if (ds)
+            bk_stx(ds, dt, r, (float)v);
+    }
+}
+
 extern "C" cudaError_t bk_chs_bwd(cudaStream_t s, int dt, const void *x, const void *sc, const void *dy, void *dx,
                                   void *ds, int64_t rows, int64_t hw)
 {
-    k_chs_bwd<<<bk_grid(rows * 32, BK_THREADS), BK_THREADS, 0, s>>>(x, sc, dy, dx, ds, dt, rows, hw);
+    if (hw == 1)
+        k_chs_bwd1<<<bk_grid(rows, BK_THREADS), BK_THREADS, 0, s>>>(x, sc, dy, dx, ds, dt, rows);
+    else
+        k_chs_bwd<<<bk_grid(rows * 32, BK_THREADS), BK_THREADS, 0, s>>>(x, sc, dy, dx, ds, dt, rows, hw);
     return cudaGetLastError();
 }

@@ -61,12 +61,22 @@ static int mean_last(onnx_lower *L, int r, int rank)
     return keep && have && (ax == -1 || ax == rank - 1);
 }
 
+/* Node j is a Cast to float (the attribute read from the node: see mean_last). */
+static int float_cast(onnx_lower *L, int j)
+{
+    const bfit_onnx_node *nd = &L->om->nodes[j];
+    for (int i = 0; i < nd->nattr; i++)
+        if (bfit_onnx_streq(nd->attr[i].name, "to"))
+            return nd->attr[i].type == BFIT_ONNX_A_INT && nd->attr[i].i == ONNX_FLOAT;
+    return 0;
+}
+
 /* The weight's Mul after node i (past Casts to float): its index, *w the
  * weight (an initializer of the layer's [C]), -1 where there is none. */
 static int weight_mul(onnx_lower *L, int i, oval **w)
 {
     int j;
-    while ((j = bfit_onnx_next(L, i, "Cast")) >= 0)
+    while ((j = bfit_onnx_next(L, i, "Cast")) >= 0 && float_cast(L, j))
         i = j;
     if ((j = bfit_onnx_next(L, i, "Mul")) < 0)
         return -1;
@@ -80,8 +90,10 @@ static int weight_mul(onnx_lower *L, int i, oval **w)
     return -1;
 }
 
-/* From Pow(x, 2) or Mul(x, x): the chain's nodes into ch[] (the weight's
- * Mul last), its count, or 0 where this is not RMSNorm's start; eps set. */
+/* From Pow(x, 2) or Mul(x, x): the chain's nodes into ch[] up to the
+ * Casts after the norm, its count, or 0 where this is not RMSNorm's start,
+ * -1 where the mean is not over the last axis, kept, -2 where what comes
+ * after it is not RMSNorm; eps set. */
 static int chain(onnx_lower *L, const oval *x, int *ch, double *eps)
 {
     int n = 0, i = L->ndi, sq = 0, sqrt_at;
@@ -94,28 +106,30 @@ static int chain(onnx_lower *L, const oval *x, int *ch, double *eps)
     if (!sq || (i = bfit_onnx_next(L, i, "ReduceMean")) < 0)
         return 0;
     ch[n++] = i;
-    if (!mean_last(L, i, x->rank) || (i = bfit_onnx_next(L, i, "Add")) < 0)
+    if (!mean_last(L, i, x->rank))
         return -1;
+    if ((i = bfit_onnx_next(L, i, "Add")) < 0)
+        return -2;
     ch[n++] = i;
     if (operand(L, i, 0, x, eps) != 2 && operand(L, i, 1, x, eps) != 2)
-        return -1;
+        return -2;
     if ((i = bfit_onnx_next(L, i, "Sqrt")) < 0)
-        return -1;
+        return -2;
     ch[n++] = sqrt_at = i;
     if ((i = bfit_onnx_next(L, sqrt_at, "Div")) >= 0 && operand(L, i, 0, x, &c) == 1) {
         ch[n++] = i; /* x / sqrt(...) */
     } else {
         if (i >= 0 && !(operand(L, i, 0, x, &c) == 2 && c == 1)) /* 1 / sqrt(...) */
-            return -1;
+            return -2;
         if (i < 0 && (i = bfit_onnx_next(L, sqrt_at, "Reciprocal")) < 0)
-            return -1;
+            return -2;
         ch[n++] = i;
         if ((i = bfit_onnx_next(L, i, "Mul")) < 0 ||
             (operand(L, i, 0, x, &c) != 1 && operand(L, i, 1, x, &c) != 1))
-            return -1;
+            return -2;
         ch[n++] = i;
     }
-    for (int j; n < MAXCH && (j = bfit_onnx_next(L, i, "Cast")) >= 0; i = j)
+    for (int j; n < MAXCH && (j = bfit_onnx_next(L, i, "Cast")) >= 0 && float_cast(L, j); i = j)
         ch[n++] = j; /* .type_as(x): lowered as the casts they are, float to float */
     return n;
 }
@@ -131,7 +145,10 @@ static int rms_chain(onnx_lower *L, oval *x, int *rc)
 
     if (n == 0)
         return 0;
-    if (n < 0)
+    if (n == -1)
+        *rc = bfit_onnx_refuse(L, "this squares a tensor and takes a mean, as RMSNorm does, but not over the last "
+                                  "dimension alone with keepdim: %s", WANT);
+    else if (n < 0)
         *rc = bfit_onnx_refuse(L, "this squares a tensor and takes its mean over the last dimension, as RMSNorm "
                                   "does, but what follows is not RMSNorm: %s", WANT);
     else if ((wm = weight_mul(L, ch[n - 1], &w)) < 0)

@@ -102,6 +102,27 @@ run 1 train --model "$src/tests/onnx/gpt_chars.onnx" --data "$dir/lines.txt" --e
 # the mask made in forward (torch.tril(torch.ones(T, T)): a Trilu, computed on the host) trains as the buffer's
 run 0 train --model "$src/tests/onnx/gpt_trilu.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
   --optimizer adamw --threads 2 --save "$dir/gpt_trilu.safetensors" && has "$out" "test loss [0-9.]+ per token"
+# LLaMA's RMSNorm and SwiGLU (tests/onnx/llama_models.py; export.py's llama_mini is checked against PyTorch):
+# the model trains on a text, in f32 and bf16, and saves every weight under its PyTorch name (before
+# 2026-12-05 it was refused at the RMSNorm's Cast)
+run 0 train --model "$src/tests/onnx/llama_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --save "$dir/llama.safetensors" && has "$out" "test loss [0-9.]+ per token"
+for w in wte.weight norms.0.weight norms.1.weight attn.0.c_attn.weight ffn.0.w1.weight ffn.0.w2.weight \
+  ffn.0.w3.weight norm.weight output.weight; do
+  grep -aq "\"$w\"" "$dir/llama.safetensors" || { echo "FAIL: llama.safetensors: no $w"; fails=$((fails + 1)); }
+done
+run 0 train --model "$src/tests/onnx/llama_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --precision bf16 && has "$out" "test loss [0-9.]+ per token"
+# RMSNorm written four ways (tests/onnx/rms_forms.py: LLaMA's code as PyTorch 1.13 exports it, x * x and
+# Reciprocal, x / sqrt at opset 18, the opset-23 RMSNormalization) trains to the same weights, bit for bit
+for v in rms_torch rms_recip rms_div rms_op23; do
+  run 0 train --model "$src/tests/onnx/$v.onnx" --data synthetic --max-steps 2 --batch 8 --threads 2 \
+    --save "$dir/$v.safetensors" && has "$out" "test accuracy"
+done
+run 1 plan --model "$src/tests/onnx/rms_noweight.onnx" --memory 1GiB &&
+  has "$err" "rms_noweight.onnx: node '/1/Pow' \(Pow, opset 17\) .*: RMSNorm without its weight \(a Mul by a parameter \[C\] after the norm\): batchfit's rmsnorm learns one"
+run 1 plan --model "$src/tests/onnx/rms_batch.onnx" --memory 1GiB &&
+  has "$err" "rms_batch.onnx: node '/1/Pow' \(Pow, opset 17\) .*: this squares a tensor and takes a mean, as RMSNorm does, but not over the last dimension alone with keepdim"
 run 1 plan --model "$src/tests/onnx/gpt_fill0.onnx" --memory 1GiB &&
   has "$err" "gpt_fill0.onnx: node '/h.0/attn/Where' \(Where, opset 17\) .*: batchfit reads a mask on the attention's scores only as a causal one that fills with -inf"
 run 1 plan --model "$src/tests/onnx/gpt_posmul.onnx" --memory 1GiB &&
@@ -155,6 +176,10 @@ done
 tensors() { [ -s "$1" ] && tail -c +$((9 + $(od -An -tu8 -N8 "$1"))) "$1"; } # nothing for a missing file
 cmp -s <(tensors "$dir/vit_tiny.safetensors") <(tensors "$dir/vit_tiny_fixed.safetensors") ||
   { echo "FAIL: vit_tiny_fixed.onnx trained to other weights than vit_tiny.onnx"; fails=$((fails + 1)); }
+for v in rms_recip rms_div rms_op23; do
+  cmp -s <(tensors "$dir/rms_torch.safetensors") <(tensors "$dir/$v.safetensors") ||
+    { echo "FAIL: $v.onnx trained to other weights than rms_torch.onnx"; fails=$((fails + 1)); }
+done
 cmp -s <(tensors "$dir/gelu_erf.safetensors") <(tensors "$dir/gelu_op20.safetensors") ||
   { echo "FAIL: gelu_op20.onnx (the Gelu operator) trained to other weights than gelu_erf.onnx"; fails=$((fails + 1)); }
 cmp -s <(tensors "$dir/gelu_erf.safetensors") <(tensors "$dir/gelu_op28.safetensors") ||
