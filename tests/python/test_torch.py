@@ -415,6 +415,40 @@ def test_a_gpt_trains_on_text_and_comes_back(onnx_import, tmp_path):
         assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
 
 
+def test_a_llama_trains_on_text_and_comes_back(onnx_import, tmp_path):
+    """A LLaMA-style language model (tests/onnx/export.py's Llama: RMSNorm as LLaMA's code writes it, with its
+    float casts, SwiGLU's silu(w1(x)) * w3(x), causal attention without biases, an untied head) trains on a
+    text: PyTorch's own loss on it falls below half, and every parameter comes back moved, the RMSNorm
+    weights among them. Before 2026-12-05 it was refused at the RMSNorm's Cast."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
+    from export import Llama
+    torch.manual_seed(0)
+    T, V = 16, 256
+    m = Llama(V=V, T=T, C=32, H=4, L=2, hidden=64)
+    rng = np.random.default_rng(0)
+    lines = ["".join(str((s + i) % 10) for i in range(30)) for s in rng.integers(0, 10, 2100)]
+    text = tmp_path / "digits.txt"
+    text.write_text("\n".join(lines) + "\n")
+    ids = torch.tensor(list(text.read_bytes()[:(T + 1) * 64]), dtype=torch.long).view(64, T + 1)
+
+    def loss(mod):
+        mod.eval()
+        with torch.no_grad():
+            lg = mod(ids[:, :T])
+        return torch.nn.functional.cross_entropy(lg.reshape(-1, V), ids[:, 1:].reshape(-1)).item()
+
+    start, before = copy.deepcopy(m.state_dict()), loss(m)
+    bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
+             optimizer="adamw", memory="512MiB", threads=2)
+    after = loss(m)
+    assert after < 0.5 * before, (before, after)
+    assert torch.equal(m.norms[0].weight.detach(), torch.from_numpy(m.batchfit_result.weights["norms.0.weight"]))
+    for pname, p in m.named_parameters():
+        assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
+
+
 class ScaledByBuffer(torch.nn.Module):
     """A fixed per-channel scale kept as a buffer: ONNX has it as an initializer, like a parameter."""
 
