@@ -53,6 +53,9 @@ typedef struct oval {
     int att[3];                   /* OV_VIEW inside self-attention written out by hand (onnx_mhsa.c): its
                                      stage (0: none), heads, and which of q, k, v (0-2; -1: all or none);
                                      the projection's (or the attention output's) id and shape */
+    int att_sep;                  /* there: q, k and v are separate projections (LLaMA's wq, wk, wv), the
+                                     view's id and shape one of them [T, C], not [T, 3C] */
+    int att_qk[2];                /* there, the scores and after: q's and k's ids (separate projections) */
     double att_scale;             /* there: the factor on the scores so far */
     int att_causal;               /* there: a causal mask is on the scores */
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)

@@ -8,6 +8,9 @@
  * - minGPT's: q, k, v = c_attn(x).split(C, dim=2), each .view(B, T, H, d)
  *   .transpose(1, 2);
  *
+ * - LLaMA's and Hugging Face's: q, k, v each a projection of its own
+ *   (wq(x), wk(x), wv(x)), each .view(B, T, H, d).transpose(1, 2);
+ *
  * then (q @ k.transpose(-2, -1)) scaled by 1/sqrt(d) (a Mul or Div of the
  * scores, or of q before, or of q and k^T by its square root as PyTorch 2
  * exports F.scaled_dot_product_attention), softmax over the keys, @ v,
@@ -24,7 +27,9 @@
  * until the Reshape back, which is that output. A view read by any other
  * node, or in another order, is refused there, saying what batchfit reads.
  * The projections themselves are MatMuls by transposed initializers:
- * linear layers, as elsewhere. */
+ * linear layers, as elsewhere. Separate projections are views of their
+ * own [T, C] each (att_sep), whose roles the MatMuls tell; the MatMul by v
+ * then concatenates the three into the layer's [T, 3C]. */
 #include "base/err.h"
 #include "nn/onnx_int.h"
 
@@ -51,7 +56,8 @@ static const char *const WANT =
     "batchfit reads self-attention written out the way timm's Attention (qkv(x).reshape(B, T, 3, H, d).permute(2, "
     "0, 3, 1, 4), then unbind or [0], [1], [2]) or minGPT (c_attn(x).split(C, dim=2), each .view(B, T, H, d)"
     ".transpose(1, 2)) writes it: softmax(q @ k.transpose(-2, -1) / sqrt(d), dim=-1) @ v, then .transpose(1, 2)"
-    ".reshape(B, T, C), with no mask or a causal one";
+    ".reshape(B, T, C), with no mask or a causal one; or q, k, v each from its own projection, each .view(B, T, "
+    "H, d).transpose(1, 2), as LLaMA's wq, wk, wv";
 
 /* Output k is a view of device value x at a stage, its ONNX dimensions
  * dims[0..rank) (BATCH: the batch). */
@@ -110,17 +116,49 @@ static int perm_is(onnx_lower *L, const int64_t *p, int n)
     return 1;
 }
 
+/* Node i is a Transpose whose perm is a or b (4 numbers each); read from
+ * the node itself, not the one being lowered, so nothing is refused. */
+static int perm_of(onnx_lower *L, int i, const int64_t *a, const int64_t *b)
+{
+    const bfit_onnx_node *nd = &L->om->nodes[i];
+    for (int k = 0; k < nd->nattr; k++) {
+        const bfit_onnx_attr *at = &nd->attr[k];
+        int ea = 1, eb = 1;
+        if (!bfit_onnx_streq(at->name, "perm"))
+            continue;
+        if (at->type != BFIT_ONNX_A_INTS || at->nints != 4)
+            return 0;
+        for (int j = 0; j < 4; j++)
+            ea &= at->ints[j] == a[j], eb &= at->ints[j] == b[j];
+        return ea || eb;
+    }
+    return 0;
+}
+
+/* The columns of the view's tokens per head's q, k or v: C of [T, C]
+ * (separate projections) or of [T, 3C] (one projection). */
+static int64_t qkv_cols(const oval *v) { return v->shape.d[1] / (v->att_sep ? 1 : 3); }
+
 /* The start of a block: a Reshape of the projection's tokens [T, 3C] to
  * [N, T, 3, H, d] (timm), or a Split of them into three [T, C] along the
- * last axis (minGPT). 0 where the node is neither (another handler's). */
+ * last axis (minGPT), or a Reshape of a separate projection [T, C] to
+ * [N, T, H, d] that a Transpose takes to heads (LLaMA's). 0 where the
+ * node is none of these (another handler's). */
 static int entry(onnx_lower *L, oval *x, int *rc)
 {
     int64_t T = x->shape.d[0], C3 = x->shape.d[1], d[4];
 
-    if (bfit_onnx_streq(L->nd->op, "Reshape")) {
-        if (bfit_onnx_reshape_target(L, x, d, 4) != 4 || d[0] != T || d[1] != 3 || !infer(d + 2, 2, C3 / 3) || C3 % 3)
+    if (bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_reshape_target(L, x, d, 4) == 4) {
+        if (d[0] != T || d[1] != 3 || !infer(d + 2, 2, C3 / 3) || C3 % 3)
             return 0;
         mview(L, 0, x, S_QKV5, (int)d[2], -1, 1, 5, (int64_t[]){BATCH, T, 3, d[2], d[3]});
+    } else if (bfit_onnx_streq(L->nd->op, "Reshape")) { /* one of separate q, k, v to [N, T, H, d] */
+        int tr = bfit_onnx_next(L, L->ndi, "Transpose");
+        if (tr < 0 || bfit_onnx_reshape_target(L, x, d, 3) != 3 || d[0] != T || !infer(d + 1, 2, C3) ||
+            !perm_of(L, tr, (int64_t[]){0, 2, 1, 3}, (int64_t[]){0, 2, 3, 1}))
+            return 0;
+        mview(L, 0, x, S_TOK4, (int)d[1], -1, 1, 4, (int64_t[]){BATCH, T, d[1], d[2]});
+        bfit_onnx_out(L, 0)->att_sep = 1;
     } else { /* Split */
         int64_t axis = 0, s[3];
         int n = 0;
@@ -169,10 +207,11 @@ static int qkv_parts(onnx_lower *L, oval *v)
     return bfit_onnx_refuse(L, "%s", WANT);
 }
 
-/* From minGPT's split q, k or v [N, T, C] to [N, H, T, d]. */
+/* From minGPT's split q, k or v [N, T, C] to [N, H, T, d] (and a separate
+ * projection's, which entry() has reshaped). */
 static int tok_parts(onnx_lower *L, oval *v)
 {
-    int64_t T = v->shape.d[0], C = v->shape.d[1] / 3, d[3];
+    int64_t T = v->shape.d[0], C = qkv_cols(v), d[3];
 
     if (v->att[0] == S_TOK && bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_reshape_target(L, v, d, 3) == 3 && d[0] == T &&
         infer(d + 1, 2, C)) {
@@ -184,7 +223,7 @@ static int tok_parts(onnx_lower *L, oval *v)
         return BFIT_OK;
     }
     /* k.transpose(1, 2) then .transpose(-2, -1): the export makes them one */
-    if (v->att[0] == S_TOK4 && v->att[2] == 1 && bfit_onnx_streq(L->nd->op, "Transpose") &&
+    if (v->att[0] == S_TOK4 && (v->att[2] == 1 || v->att_sep) && bfit_onnx_streq(L->nd->op, "Transpose") &&
         perm_is(L, (int64_t[]){0, 2, 3, 1}, 4)) {
         mview(L, 0, v, S_KT, v->att[1], 1, 1, 4, (int64_t[]){BATCH, v->att[1], C / v->att[1], T});
         return BFIT_OK;
@@ -252,27 +291,32 @@ static int masked(onnx_lower *L, oval *v)
 /* k^T, then q k^T: the scores (q and k of one projection). */
 static int scores(onnx_lower *L, oval *v)
 {
-    int64_t T = v->shape.d[0], H = v->att[1], hd = v->shape.d[1] / 3 / H;
+    int64_t T = v->shape.d[0], H = v->att[1], hd = qkv_cols(v) / H;
     oval *q = bfit_onnx_in(L, 0), *k = bfit_onnx_in(L, 1);
+    int one, sep;
 
-    if (v->att[0] == S_HEADS && v->att[2] == 1 && bfit_onnx_streq(L->nd->op, "Transpose") &&
+    if (v->att[0] == S_HEADS && (v->att[2] == 1 || v->att_sep) && bfit_onnx_streq(L->nd->op, "Transpose") &&
         perm_is(L, (int64_t[]){0, 1, 3, 2}, 4)) {
         mview(L, 0, v, S_KT, (int)H, 1, 1, 4, (int64_t[]){BATCH, H, hd, T});
         return BFIT_OK;
     }
-    if (bfit_onnx_streq(L->nd->op, "MatMul") && q == v && q->att[0] == S_HEADS && q->att[2] == 0 && k &&
-        k->kind == OV_VIEW && k->att[0] == S_KT && k->id == q->id) {
-        mview(L, 0, v, S_SCORES, (int)H, -1, q->att_scale * k->att_scale, 4, (int64_t[]){BATCH, H, T, T});
-        return BFIT_OK;
-    }
-    return bfit_onnx_refuse(L, "%s", WANT);
+    if (!bfit_onnx_streq(L->nd->op, "MatMul") || q != v || q->att[0] != S_HEADS || !k || k->kind != OV_VIEW ||
+        k->att[0] != S_KT || k->att_sep != q->att_sep || k->att[1] != H)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    one = !q->att_sep && q->att[2] == 0 && k->id == q->id;
+    sep = q->att_sep && q->att[2] == -1 && k->id != q->id && bfit_shape_eq(k->shape, q->shape);
+    if (!one && !sep)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    mview(L, 0, v, S_SCORES, (int)H, -1, q->att_scale * k->att_scale, 4, (int64_t[]){BATCH, H, T, T});
+    bfit_onnx_out(L, 0)->att_qk[0] = q->id, bfit_onnx_out(L, 0)->att_qk[1] = k->id;
+    return BFIT_OK;
 }
 
 /* Softmax over the keys of scores scaled by 1/sqrt(d), the attention
  * layer's scale. */
 static int softmax(onnx_lower *L, oval *v)
 {
-    int64_t T = v->shape.d[0], H = v->att[1], hd = v->shape.d[1] / 3 / H, axis = -1;
+    int64_t T = v->shape.d[0], H = v->att[1], hd = qkv_cols(v) / H, axis = -1;
     double want = 1 / sqrt((double)hd);
     int rc;
 
@@ -295,20 +339,51 @@ static int softmax(onnx_lower *L, oval *v)
     return BFIT_OK;
 }
 
-/* probs @ v: the attention layer over the projection's tokens, its output
- * [T, C] viewed as [N, H, T, d] until the Reshape back. */
+/* Separate projections q, k, v (ids), each of shape *base, side by side:
+ * the attention layer's [T, 3C] input, into *x. */
+static int concat_qkv(onnx_lower *L, const oval *base, int q, int k, int v, oval *x)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_CONCAT);
+    oval part[3];
+    int ids[3] = {q, k, v}, rc;
+
+    if (q == k || q == v || k == v)
+        return bfit_onnx_refuse(L, "q, k and v come from separate projections but two of them are one tensor: "
+                                   "batchfit reads three projections, or one of 3C columns");
+    for (int i = 0; i < 3; i++) {
+        part[i] = *base;
+        part[i].kind = OV_DEVICE;
+        part[i].id = ids[i];
+        part[i].att[0] = part[i].att_sep = 0;
+    }
+    c.axis = 1; /* a token's features */
+    if ((rc = bfit_onnx_emit(L, &c, (oval *const[]){&part[0], &part[1], &part[2]}, 3, NULL, 0)) != BFIT_OK)
+        return rc;
+    *x = *bfit_onnx_out(L, 0);
+    return BFIT_OK;
+}
+
+/* probs @ v: the attention layer over the projection's tokens (separate
+ * projections concatenated first), its output [T, C] viewed as
+ * [N, H, T, d] until the Reshape back. */
 static int attend(onnx_lower *L, oval *p)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_ATTENTION);
     oval *v = bfit_onnx_in(L, 1), x, y;
-    int64_t T = p->shape.d[0], H = p->att[1], hd = p->shape.d[1] / 3 / H;
+    int64_t T = p->shape.d[0], H = p->att[1], hd = qkv_cols(p) / H;
     int rc;
 
-    if (bfit_onnx_in(L, 0) != p || !v || v->kind != OV_VIEW || v->att[0] != S_HEADS || v->att[2] != 2 ||
-        v->id != p->id)
+    if (bfit_onnx_in(L, 0) != p || !v || v->kind != OV_VIEW || v->att[0] != S_HEADS || v->att_sep != p->att_sep ||
+        v->att[1] != H)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    if (!p->att_sep && (v->att[2] != 2 || v->id != p->id))
+        return bfit_onnx_refuse(L, "%s", WANT);
+    if (p->att_sep && (v->att[2] != -1 || !bfit_shape_eq(v->shape, p->shape)))
         return bfit_onnx_refuse(L, "%s", WANT);
     x = *p;
     x.kind = OV_DEVICE;
+    if (p->att_sep && (rc = concat_qkv(L, p, p->att_qk[0], p->att_qk[1], v->id, &x)) != BFIT_OK)
+        return rc;
     c.units = (int)H;
     c.causal = p->att_causal;
     if ((rc = bfit_onnx_emit(L, &c, (oval *const[]){&x}, 1, NULL, 0)) != BFIT_OK)
@@ -376,6 +451,15 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc)
     }
     if (bfit_onnx_streq(L->nd->op, "Dropout") && bfit_onnx_in(L, 0) == v) {
         *rc = dropout0(L, v);
+        return 1;
+    }
+    if (bfit_onnx_streq(L->nd->op, "Cast") && bfit_onnx_in(L, 0) == v) { /* LLaMA's softmax(scores.float()) */
+        int64_t to = 0;
+        if ((*rc = bfit_onnx_attr_int(L, "to", 0, &to)) == BFIT_OK && to != 1)
+            *rc = bfit_onnx_refuse(L, "a Cast inside the attention to the ONNX type %lld: batchfit reads casts to "
+                                      "float there (export the model in float32)", (long long)to);
+        else if (*rc == BFIT_OK)
+            same(L, v, v->att_scale);
         return 1;
     }
     switch (v->att[0]) {

@@ -102,13 +102,13 @@ run 1 train --model "$src/tests/onnx/gpt_chars.onnx" --data "$dir/lines.txt" --e
 # the mask made in forward (torch.tril(torch.ones(T, T)): a Trilu, computed on the host) trains as the buffer's
 run 0 train --model "$src/tests/onnx/gpt_trilu.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
   --optimizer adamw --threads 2 --save "$dir/gpt_trilu.safetensors" && has "$out" "test loss [0-9.]+ per token"
-# LLaMA's RMSNorm and SwiGLU (tests/onnx/llama_models.py; export.py's llama_mini is checked against PyTorch):
-# the model trains on a text, in f32 and bf16, and saves every weight under its PyTorch name (before
-# 2026-12-05 it was refused at the RMSNorm's Cast)
+# LLaMA's RMSNorm, SwiGLU and attention of separate wq, wk, wv (tests/onnx/llama_models.py; export.py's
+# llama_mini is checked against PyTorch): the model trains on a text, in f32 and bf16, and saves every weight
+# under its PyTorch name (before 2026-12-05 it was refused at the RMSNorm's Cast)
 run 0 train --model "$src/tests/onnx/llama_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
   --optimizer adamw --threads 2 --save "$dir/llama.safetensors" && has "$out" "test loss [0-9.]+ per token"
 for w in wte.weight norms.0.weight norms.1.weight attn.0.c_attn.weight ffn.0.w1.weight ffn.0.w2.weight \
-  ffn.0.w3.weight norm.weight output.weight; do
+  ffn.0.w3.weight attn.1.wq.weight attn.1.wk.weight attn.1.wv.weight attn.1.wo.weight norm.weight output.weight; do
   grep -aq "\"$w\"" "$dir/llama.safetensors" || { echo "FAIL: llama.safetensors: no $w"; fails=$((fails + 1)); }
 done
 run 0 train --model "$src/tests/onnx/llama_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \

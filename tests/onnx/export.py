@@ -591,25 +591,55 @@ class FeedForward(torch.nn.Module):
         return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
 
 
+class LlamaAttention(torch.nn.Module):
+    """LLaMA's Attention as its reference code writes it, without rotary embeddings and the cache: q, k and v
+    from separate projections wq, wk, wv (no biases), each .view(B, T, H, d).transpose(1, 2), the scores
+    divided by sqrt(d), the additive causal mask the model makes in forward, the softmax in float and cast
+    back (type_as), wo."""
+
+    def __init__(self, C, H):
+        super().__init__()
+        nn = torch.nn
+        self.wq, self.wk = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
+        self.wv, self.wo = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
+        self.n_heads, self.head_dim = H, C // H
+
+    def forward(self, x, mask):
+        import math
+        B, T, _ = x.shape
+        xq = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        keys = self.wk(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        values = self.wv(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)
+        scores = torch.nn.functional.softmax((scores + mask).float(), dim=-1).type_as(xq)
+        out = torch.matmul(scores, values).transpose(1, 2).contiguous().view(B, T, -1)
+        return self.wo(out)
+
+
 class Llama(torch.nn.Module):
     """A LLaMA-style language model without rotary embeddings (batchfit does not read them yet): a token
-    table, blocks of x + attention(RMSNorm(x)) (nanoGPT's causal attention, no biases) and x +
-    SwiGLU(RMSNorm(x)), a final RMSNorm and an untied output head; no position embedding (a causal model
-    learns positions from its mask)."""
+    table, blocks of x + attention(RMSNorm(x)) and x + SwiGLU(RMSNorm(x)), a final RMSNorm and an untied
+    output head; no position embedding (a causal model learns positions from its mask). The even blocks'
+    attention is nanoGPT's (one projection c_attn, no biases), the odd ones' LLaMA's own (wq, wk, wv, with
+    the mask made in forward as LLaMA's Transformer makes it: torch.full of -inf, torch.triu)."""
 
     def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=48):
         super().__init__()
         nn = torch.nn
         self.wte = nn.Embedding(V, C)
         self.norms = nn.ModuleList([RMSNorm(C) for _ in range(2 * L)])
-        self.attn = nn.ModuleList([CausalSelfAttention(C, H, T, True, bias=False) for _ in range(L)])
+        self.attn = nn.ModuleList([CausalSelfAttention(C, H, T, True, bias=False) if i % 2 == 0 else
+                                   LlamaAttention(C, H) for i in range(L)])
         self.ffn = nn.ModuleList([FeedForward(C, hidden) for _ in range(L)])
         self.norm, self.output = RMSNorm(C), nn.Linear(C, V, bias=False)
 
     def forward(self, idx):
+        T = idx.shape[1]
+        mask = torch.triu(torch.full((T, T), float("-inf"), device=idx.device), diagonal=1)
         x = self.wte(idx)
         for i, (a, f) in enumerate(zip(self.attn, self.ffn)):
-            x = x + a(self.norms[2 * i](x))
+            h = self.norms[2 * i](x)
+            x = x + (a(h) if i % 2 == 0 else a(h, mask))
             x = x + f(self.norms[2 * i + 1](x))
         return self.output(self.norm(x))
 

@@ -2,11 +2,12 @@
 exported by Debian's PyTorch as token_models.py exports its GPTs (opset 17, training mode, a dynamic batch,
 int64 token ids [batch, 32]):
 
-- llama_text.onnx: export.py's Llama (RMSNorm, nanoGPT's causal attention without biases, SwiGLU,
-  no position embedding, an untied head) with a byte vocabulary (256 ids), 32 tokens of context, width 16,
-  2 heads, 1 block, a SwiGLU of 32: what cli_onnx trains on a text;
-- ../../fuzz/corpus/onnx/llama_ok.onnx: the same with 2 blocks, the fuzzer's seed, which test_cuda_ops
-  trains on the GPU against the CPU.
+- llama_text.onnx: export.py's Llama (RMSNorm, SwiGLU, no position embedding, an untied head; the first
+  block's attention nanoGPT's, the second's LLaMA's own with wq, wk, wv and the mask made in forward) with a
+  byte vocabulary (256 ids), 32 tokens of context, width 16, 2 heads, 2 blocks, a SwiGLU of 32: what
+  cli_onnx trains on a text;
+- ../../fuzz/corpus/onnx/llama_ok.onnx: the same file, the fuzzer's seed, which test_cuda_ops trains on the
+  GPU against the CPU.
 
 export.py's llama_mini is the same structure checked against PyTorch (onnx_torch)."""
 import os
@@ -20,10 +21,9 @@ from token_models import export  # noqa: E402
 
 
 def main():
-    torch.manual_seed(0)
-    export(Llama(V=256, T=32, C=16, H=2, L=1, hidden=32), "llama_text.onnx")
-    torch.manual_seed(0)
-    export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32), "../../fuzz/corpus/onnx/llama_ok.onnx")
+    for path in ("llama_text.onnx", "../../fuzz/corpus/onnx/llama_ok.onnx"):
+        torch.manual_seed(0)
+        export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32), path)
 
 
 if __name__ == "__main__":
