@@ -1736,6 +1736,47 @@ static void gnorm_case(bfit_dtype t, int64_t n, int64_t c, int64_t hw, int g)
     db_free(&x), db_free(&sc), db_free(&sh), db_free(&y), db_free(&mean), db_free(&var);
 }
 
+/* ---- rotary embeddings ---------------------------------------------------------------------------- */
+
+/* Forward and backward against the CPU's: the angles' tables are made the
+ * same way on both (double cos and sin of rope.h's float angle), the turns
+ * are two products and a sum each, so within an f32 rounding (bf16: one
+ * ulp). Heads of 2, 8 and 64 columns, LLaMA 1's and LLaMA 3's bases; the
+ * workspace (the tables) is the harness's, poisoned. */
+static void rope_case(bfit_dtype t, int64_t n, int64_t T, int64_t C, int64_t d, float theta)
+{
+    bfit_op_desc dsc = {.kind = BFIT_OP_ROPE_FWD, .dtype = t};
+    int64_t N = n * T * C;
+    size_t es = bfit_dtype_size(t);
+    dbuf x = db_rand_t(t, N, -2, 2, 461), y = db_new((size_t)N * es), dy = db_rand_t(t, N, -1, 1, 462);
+    dbuf dx = db_new((size_t)N * es);
+    double rel = t == BFIT_F32 ? 1e-5 : BF_REL, abs_ = t == BFIT_F32 ? 1e-6 : BF_ABS;
+    bfit_op_args a[NS];
+
+    dsc.u.rope = (typeof(dsc.u.rope)){n, T, C, d, theta};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y);
+    run_op(&dsc, a);
+    cmp_t(t, &y, N, rel, abs_, "rotary embedding forward");
+    dsc.kind = BFIT_OP_ROPE_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy), ARG(a, diff_src, dx);
+    run_op(&dsc, a);
+    cmp_t(t, &dx, N, rel, abs_, "rotary embedding backward");
+    db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
+}
+
+static void test_rope(void **st)
+{
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_dtype t = i ? BFIT_BF16 : BFIT_F32;
+        rope_case(t, 3, 5, 12, 2, 10000.0f);
+        rope_case(t, 2, 33, 64, 8, 10000.0f);
+        rope_case(t, 2, 300, 256, 64, 500000.0f);
+    }
+}
+
 static void test_gnorm(void **st)
 {
     (void)st;
@@ -2295,7 +2336,7 @@ int main(void)
         cmocka_unit_test(test_rows_ops),
         cmocka_unit_test(test_chscale),
         cmocka_unit_test(test_prelu),
-        cmocka_unit_test(test_gnorm),
+        cmocka_unit_test(test_gnorm),          cmocka_unit_test(test_rope),
         cmocka_unit_test(test_needs_new_ops),
         cmocka_unit_test(test_plan_new_ops),
         cmocka_unit_test(test_training_new_ops),

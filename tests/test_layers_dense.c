@@ -291,6 +291,19 @@ static void test_gc_mul(void **st)
     gc_assert(&c);
 }
 
+/* Rotary embeddings: heads of 4 and of 2 columns; a linear map, so the
+ * differences are exact but for rounding. */
+static void test_gc_rope(void **st)
+{
+    bfit_layer_cfg c = cfg_of(BFIT_L_ROPE);
+    (void)st;
+    c.units = 4;
+    gc("rope seq 5x8 d=4 m=2", c, Q(5, 8), 2);
+    c.units = 2;
+    c.theta = 500000.0f;
+    gc("rope seq 3x6 d=2 m=3 base 5e5", c, Q(3, 6), 3);
+}
+
 static void test_gc_add(void **st)
 {
     gc_case c = {.label = "add 3x2x2 m=7", .cfg = cfg_of(BFIT_L_ADD), .nin = 2, .in = {S(3, 2, 2), S(3, 2, 2)}, .m = 7};
@@ -1095,7 +1108,7 @@ int main(void)
         cmocka_unit_test(test_gc_layerscale), cmocka_unit_test(test_gc_groupnorm),
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_scale),      cmocka_unit_test(test_gc_rmsnorm),
-        cmocka_unit_test(test_gc_mul),
+        cmocka_unit_test(test_gc_mul),        cmocka_unit_test(test_gc_rope),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),
         cmocka_unit_test(test_fwd_linear),    cmocka_unit_test(test_fwd_act_flatten_add),
         cmocka_unit_test(test_linear_init),

@@ -208,6 +208,13 @@ cudaError_t bk_transpose(cudaStream_t s, int dt, const void *x, void *y, int64_t
 /* y [M, N] = x + bias [N] (f32), rounded once; y may be x */
 cudaError_t bk_add_rows(cudaStream_t s, int dt, const void *x, const float *bias, void *y, int64_t M, int64_t N);
 
+/* ---- cuda_rope.cu: rotary position embeddings ------------------------------------ */
+
+/* y = x turned pair by pair (back: by the opposite angles), x [n, T, C] in heads of d; cs the workspace's
+ * T d floats, the angles' cos and sin written first (rope.h) */
+cudaError_t bk_rope(cudaStream_t s, int dt, const void *x, void *y, float *cs, int64_t n, int64_t T, int64_t C,
+                    int64_t d, float theta, int back);
+
 /* ---- cuda_chscale.cu: channel gates (cuda_core.h's) ------------------------------ */
 
 /* y [rows, hw] = x times sc[row] (rows = n c; sc of dtype dt) */

@@ -134,6 +134,11 @@ typedef enum {
                                  mean and var f32 [n groups] written */
     BFIT_OP_GNORM_BWD,        /* diff_src (NULL: skipped; may be diff_dst) from src, mean, var, diff_dst,
                                  scale; diff_scale and diff_shift f32 [c] (+)= their gradients */
+    BFIT_OP_ROPE_FWD,         /* rotary position embedding (RoPE, Hugging Face's rotate_half form): src
+                                 [n, T, C] in heads of d columns; in each head column j < d/2 and j + d/2
+                                 of token t turn by the angle t theta^(-2j/d): dst[j] = x[j] cos - x[j +
+                                 d/2] sin, dst[j + d/2] = x[j + d/2] cos + x[j] sin (dst not src) */
+    BFIT_OP_ROPE_BWD,         /* diff_src = diff_dst turned back (the rotation's transpose) */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -238,6 +243,8 @@ typedef struct bfit_op_desc {
            workspace holds two doubles per (sample, channel), the scale's and shift's partial sums, so
            that their gradients have one order whatever the threads */
         struct { int64_t n, c, hw; int groups; float eps; } gnorm;
+        /* ROPE: d even, dividing C; the angles' cos and sin in the workspace, T d floats (bfit_rope_angle) */
+        struct { int64_t n, T, C, d; float theta; } rope;
     } u;
 } bfit_op_desc;
 

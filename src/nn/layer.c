@@ -30,6 +30,7 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_CELU] = &bfit_celu_vt,           [BFIT_L_PRELU] = &bfit_prelu_vt,
     [BFIT_L_LAYERSCALE] = &bfit_layerscale_vt, [BFIT_L_GROUPNORM] = &bfit_groupnorm_vt,
     [BFIT_L_RMSNORM] = &bfit_rmsnorm_vt,     [BFIT_L_MUL] = &bfit_mul_vt,
+    [BFIT_L_ROPE] = &bfit_rope_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -45,7 +46,7 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_SCALE] = "scale",     [BFIT_L_LEAKYRELU] = "leakyrelu", [BFIT_L_ELU] = "elu",
     [BFIT_L_SOFTPLUS] = "softplus", [BFIT_L_SELU] = "selu",    [BFIT_L_CELU] = "celu",
     [BFIT_L_PRELU] = "prelu",     [BFIT_L_LAYERSCALE] = "layerscale", [BFIT_L_GROUPNORM] = "groupnorm",
-    [BFIT_L_RMSNORM] = "rmsnorm", [BFIT_L_MUL] = "mul",
+    [BFIT_L_RMSNORM] = "rmsnorm", [BFIT_L_MUL] = "mul",         [BFIT_L_ROPE] = "rope",
 };
 
 static void unprepare(bfit_layer *l);
@@ -139,6 +140,7 @@ bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind)
         c.units = 1; /* nn.PReLU(): one slope */
     c.beta = kind == BFIT_L_SOFTPLUS ? 1.0f : 0.5f;
     c.threshold = 20.0f;
+    c.theta = 10000.0f; /* RoPE's base in LLaMA and GPT-NeoX */
     return c;
 }
 

@@ -61,6 +61,8 @@ typedef enum {
     BFIT_L_RMSNORM,    /* x / sqrt(mean(x^2) + eps) w over each token's features (or a sample's), a learned
                           scale w: LLaMA's RMSNorm */
     BFIT_L_MUL,        /* the elementwise product of two inputs of one shape: SwiGLU's silu(x W1) * (x W3) */
+    BFIT_L_ROPE,       /* rotary position embedding of a sequence [T, C] in heads of `units` columns, base
+                          `theta` (Hugging Face's rotate_half form: LLaMA's q and k) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -96,6 +98,7 @@ typedef struct bfit_layer_cfg {
                            alpha the negative slope (0.01); elu, celu: alpha (1); softplus: beta (1);
                            prelu: alpha the slopes' initial value (0.25); layerscale: the scales' (1e-5) */
     float threshold;    /* softplus: linear where beta x > threshold (default 20) */
+    float theta;        /* rope: the angles' base (default 10000) */
     int axis;           /* concat: the sample's dimension joined (0: channels of CxHxW) */
     bfit_shape to;      /* reshape: the new shape; addp: the learned tensor's dims (PyTorch's, e.g. [1, T, C]);
                            transpose: the image a sample [H*W, C] goes back to (nd 0: none); select: the
@@ -326,7 +329,7 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
     bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt, bfit_leakyrelu_vt, bfit_elu_vt,
     bfit_softplus_vt, bfit_selu_vt, bfit_celu_vt, bfit_prelu_vt,
-    bfit_layerscale_vt, bfit_groupnorm_vt, bfit_rmsnorm_vt, bfit_mul_vt;
+    bfit_layerscale_vt, bfit_groupnorm_vt, bfit_rmsnorm_vt, bfit_mul_vt, bfit_rope_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

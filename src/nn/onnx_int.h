@@ -56,6 +56,7 @@ typedef struct oval {
     int att_sep;                  /* there: q, k and v are separate projections (LLaMA's wq, wk, wv), the
                                      view's id and shape one of them [T, C], not [T, 3C] */
     int att_qk[2];                /* there, the scores and after: q's and k's ids (separate projections) */
+    float att_theta;              /* there, on the way through a rotary embedding: its base, read from a table */
     double att_scale;             /* there: the factor on the scores so far */
     int att_causal;               /* there: a causal mask is on the scores */
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
@@ -182,6 +183,12 @@ int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive);
 
 /* ---- GELU's tanh approximation, recognised by what it computes (onnx_gelu.c) ---- */
 int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);
+
+/* ---- rotary embeddings on q or k by heads (onnx_rope.c): the stage of q, k or v by heads [N, H, T, d]
+   (onnx_mhsa.c's), and the first of the rope's own stages; for a node reading view v at one of them, 1
+   (rc set: a view, the rope layer, or a refusal), 0 where a node reading q by heads starts none ---- */
+enum { BFIT_ATT_HEADS = 6, BFIT_ATT_ROPE = 32 };
+int bfit_onnx_rope(onnx_lower *L, oval *v, int *rc);
 
 /* ---- LLaMA's RMSNorm, SwiGLU's product, float casts (onnx_rms.c) ---- */
 int bfit_onnx_lower_rms(onnx_lower *L, int *rc);

@@ -42,13 +42,15 @@ enum {
     S_PART,     /* [1, N, H, T, d]: one of the three, split */
     S_TOK,      /* [N, T, C]: one of q, k, v split from the projection's columns (minGPT) */
     S_TOK4,     /* [N, T, H, d]: reshaped */
-    S_HEADS,    /* [N, H, T, d]: q, k or v by heads */
+    S_HEADS,    /* [N, H, T, d]: q, k or v by heads (BFIT_ATT_HEADS: rotary embeddings start here) */
     S_KT,       /* [N, H, d, T]: k transposed */
     S_SCORES,   /* [N, H, T, T]: q k^T (times att_scale) */
     S_PROBS,    /* [N, H, T, T]: the softmax */
     S_OUT,      /* [N, H, T, d]: the attention layer's output [T, C] as heads */
     S_OUT_T     /* [N, T, H, d]: transposed back */
 };
+
+_Static_assert((int)S_HEADS == (int)BFIT_ATT_HEADS && (int)S_OUT_T < (int)BFIT_ATT_ROPE, "onnx_rope.c's stages");
 
 #define BATCH INT64_MIN /* a view's dimension that is the batch */
 
@@ -462,11 +464,15 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc)
             same(L, v, v->att_scale);
         return 1;
     }
+    if (v->att[0] >= BFIT_ATT_ROPE)
+        return bfit_onnx_rope(L, v, rc);
     switch (v->att[0]) {
     case S_QKV5: case S_QKV3: case S_PART: *rc = qkv_parts(L, v); break;
     case S_TOK: case S_TOK4: *rc = tok_parts(L, v); break;
     case S_HEADS:
     case S_SCORES:
+        if (v->att[0] == S_HEADS && bfit_onnx_rope(L, v, rc))
+            break;
         if (v->att[0] == S_SCORES && (bfit_onnx_streq(L->nd->op, "Where") || bfit_onnx_streq(L->nd->op, "Add"))) {
             *rc = masked(L, v);
             break;

@@ -102,7 +102,7 @@ run 1 train --model "$src/tests/onnx/gpt_chars.onnx" --data "$dir/lines.txt" --e
 # the mask made in forward (torch.tril(torch.ones(T, T)): a Trilu, computed on the host) trains as the buffer's
 run 0 train --model "$src/tests/onnx/gpt_trilu.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
   --optimizer adamw --threads 2 --save "$dir/gpt_trilu.safetensors" && has "$out" "test loss [0-9.]+ per token"
-# LLaMA's RMSNorm, SwiGLU and attention of separate wq, wk, wv (tests/onnx/llama_models.py; export.py's
+# LLaMA's RMSNorm, SwiGLU, attention of separate wq, wk, wv with rotary embeddings (tests/onnx/llama_models.py; export.py's
 # llama_mini is checked against PyTorch): the model trains on a text, in f32 and bf16, and saves every weight
 # under its PyTorch name (before 2026-12-05 it was refused at the RMSNorm's Cast)
 run 0 train --model "$src/tests/onnx/llama_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
@@ -113,6 +113,11 @@ for w in wte.weight norms.0.weight norms.1.weight attn.0.c_attn.weight ffn.0.w1.
 done
 run 0 train --model "$src/tests/onnx/llama_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
   --optimizer adamw --threads 2 --precision bf16 && has "$out" "test loss [0-9.]+ per token"
+# rotary embeddings on one projection to 3C, or with tables of other angles, are refused where they show
+run 1 plan --model "$src/tests/onnx/rope_fused.onnx" --memory 1GiB &&
+  has "$err" "rope_fused.onnx: node '/h.0/attn/Mul' \(Mul, opset 17\) .*: rotary embeddings \(or another product of q or k by heads\) on q and k of one projection to 3C: batchfit reads them on separate projections"
+run 1 plan --model "$src/tests/onnx/rope_badsin.onnx" --memory 1GiB &&
+  has "$err" "rope_badsin.onnx: node '/attn.1/Mul_1' \(Mul, opset 17\) .*: the sin table is not a rotary embedding's of 32 tokens and 8 columns a head, for any base \(its value at token 1, column 0\)"
 # RMSNorm written four ways (tests/onnx/rms_forms.py: LLaMA's code as PyTorch 1.13 exports it, x * x and
 # Reciprocal, x / sqrt at opset 18, the opset-23 RMSNormalization) trains to the same weights, bit for bit
 for v in rms_torch rms_recip rms_div rms_op23; do

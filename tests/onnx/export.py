@@ -591,18 +591,48 @@ class FeedForward(torch.nn.Module):
         return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
 
 
-class LlamaAttention(torch.nn.Module):
-    """LLaMA's Attention as its reference code writes it, without rotary embeddings and the cache: q, k and v
-    from separate projections wq, wk, wv (no biases), each .view(B, T, H, d).transpose(1, 2), the scores
-    divided by sqrt(d), the additive causal mask the model makes in forward, the softmax in float and cast
-    back (type_as), wo."""
+class Rotary(torch.nn.Module):
+    """Rotary embeddings' tables as Hugging Face's LlamaRotaryEmbedding makes them: cos and sin of
+    t * inv_freq for t < T, the frequencies twice over (torch.cat((freqs, freqs))), cached as buffers
+    [T, d], cut to the sequence (lit-gpt's build_rope_cache keeps them so)."""
 
-    def __init__(self, C, H):
+    def __init__(self, d, T, base=10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))
+        freqs = torch.einsum("i,j->ij", torch.arange(T).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+
+    def forward(self, T):
+        return self.cos_cached[:T], self.sin_cached[:T]
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    """Hugging Face's q cos + rotate_half(q) sin, the tables [T, d] broadcast over the batch and heads.
+    (Hugging Face's own squeezes and gathers the tables by position ids: torch 1.13 exports the squeezes
+    as If nodes, which batchfit does not read.)"""
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+class LlamaAttention(torch.nn.Module):
+    """LLaMA's Attention as Hugging Face's LlamaAttention writes it, without the cache: q, k and v from
+    separate projections wq, wk, wv (no biases), each .view(B, T, H, d).transpose(1, 2), q and k turned by
+    rotary embeddings (rope: Rotary, apply_rotary_pos_emb), the scores divided by sqrt(d), the additive
+    causal mask the model makes in forward, the softmax in float and cast back (type_as), wo."""
+
+    def __init__(self, C, H, T=None, rope=False):
         super().__init__()
         nn = torch.nn
         self.wq, self.wk = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
         self.wv, self.wo = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
         self.n_heads, self.head_dim = H, C // H
+        self.rotary = Rotary(C // H, T) if rope else None
 
     def forward(self, x, mask):
         import math
@@ -610,6 +640,9 @@ class LlamaAttention(torch.nn.Module):
         xq = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         keys = self.wk(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         values = self.wv(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        if self.rotary is not None:
+            cos, sin = self.rotary(T)
+            xq, keys = apply_rotary_pos_emb(xq, keys, cos, sin)
         scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)
         scores = torch.nn.functional.softmax((scores + mask).float(), dim=-1).type_as(xq)
         out = torch.matmul(scores, values).transpose(1, 2).contiguous().view(B, T, -1)
@@ -617,19 +650,19 @@ class LlamaAttention(torch.nn.Module):
 
 
 class Llama(torch.nn.Module):
-    """A LLaMA-style language model without rotary embeddings (batchfit does not read them yet): a token
-    table, blocks of x + attention(RMSNorm(x)) and x + SwiGLU(RMSNorm(x)), a final RMSNorm and an untied
-    output head; no position embedding (a causal model learns positions from its mask). The even blocks'
-    attention is nanoGPT's (one projection c_attn, no biases), the odd ones' LLaMA's own (wq, wk, wv, with
-    the mask made in forward as LLaMA's Transformer makes it: torch.full of -inf, torch.triu)."""
+    """A LLaMA-style language model: a token table, blocks of x + attention(RMSNorm(x)) and x +
+    SwiGLU(RMSNorm(x)), a final RMSNorm and an untied output head. The even blocks' attention is nanoGPT's
+    (one projection c_attn, no biases, no position information but its mask), the odd ones' LLaMA's own
+    (wq, wk, wv, rotary embeddings with rope, the mask made in forward as LLaMA's Transformer makes it:
+    torch.full of -inf, torch.triu)."""
 
-    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=48):
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=48, rope=True):
         super().__init__()
         nn = torch.nn
         self.wte = nn.Embedding(V, C)
         self.norms = nn.ModuleList([RMSNorm(C) for _ in range(2 * L)])
         self.attn = nn.ModuleList([CausalSelfAttention(C, H, T, True, bias=False) if i % 2 == 0 else
-                                   LlamaAttention(C, H) for i in range(L)])
+                                   LlamaAttention(C, H, T, rope) for i in range(L)])
         self.ffn = nn.ModuleList([FeedForward(C, hidden) for _ in range(L)])
         self.norm, self.output = RMSNorm(C), nn.Linear(C, V, bias=False)
 

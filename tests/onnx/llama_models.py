@@ -9,6 +9,11 @@ int64 token ids [batch, 32]):
 - ../../fuzz/corpus/onnx/llama_ok.onnx: the same file, the fuzzer's seed, which test_cuda_ops trains on the
   GPU against the CPU.
 
+- rope_fused.onnx: nanoGPT's GPT (one projection c_attn to 3C) with rotary embeddings on its q and k
+  (refused: batchfit reads them on separate projections);
+- rope_badsin.onnx: llama_text.onnx with a sin table of twice the angles (refused at its Mul, naming the
+  first position that differs).
+
 export.py's llama_mini is the same structure checked against PyTorch (onnx_torch)."""
 import os
 import sys
@@ -16,14 +21,42 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import Llama  # noqa: E402
+from export import GPT, CausalSelfAttention, Llama, Rotary, apply_rotary_pos_emb  # noqa: E402
 from token_models import export  # noqa: E402
+
+
+class FusedRope(CausalSelfAttention):
+    """nanoGPT's attention (q, k, v split from one projection) with rotary embeddings on q and k."""
+
+    def __init__(self, C, H, T):
+        super().__init__(C, H, T, True, bias=False)
+        self.rotary = Rotary(C // H, T)
+
+    def forward(self, x):
+        import math
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        cos, sin = self.rotary(T)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = torch.nn.functional.softmax(att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf")), dim=-1)
+        return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
 
 
 def main():
     for path in ("llama_text.onnx", "../../fuzz/corpus/onnx/llama_ok.onnx"):
         torch.manual_seed(0)
         export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32), path)
+    torch.manual_seed(0)
+    m = GPT(V=256, T=32, C=16, H=2, L=1, bias=False)
+    m.h[0].attn = FusedRope(16, 2, 32)
+    export(m, "rope_fused.onnx")
+    torch.manual_seed(0)
+    m = Llama(V=256, T=32, C=16, H=2, L=2, hidden=32)
+    r = m.attn[1].rotary
+    r.sin_cached.copy_(torch.sin(2 * torch.atan2(r.sin_cached, r.cos_cached)))
+    export(m, "rope_badsin.onnx")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ class Case:
     def __init__(self, idx, label, kind, shapes, m, training=1, seq=0, **cfg):
         self.idx, self.label, self.kind, self.m, self.training, self.seq = idx, label, kind, m, training, seq
         if seq:  # [T, F] as given
-            assert kind in ("linear", "layernorm", "embed", "attention", "xent", "layerscale", "rmsnorm", "mul") and \
+            assert kind in ("linear", "layernorm", "embed", "attention", "xent", "layerscale", "rmsnorm", "mul",
+                            "rope") and \
                 all(len(s) == 2 for s in shapes)
             self.shapes = [tuple(s) for s in shapes]
         else:
@@ -157,6 +158,15 @@ def run_seq(c, x, params):
         return run_attention(c, x[0], c.lens), {}
     if k == "mul":  # SwiGLU's product of two branches
         return x[0] * x[1], {}
+    if k == "rope":  # Hugging Face's LLaMA: q cos + rotate_half(q) sin on each head of d columns
+        T, d = c.shapes[0][0], cfg["units"]
+        inv = 1.0 / (cfg["theta"] ** (torch.arange(0, d, 2).float() / d))
+        ang = torch.outer(torch.arange(T).float(), inv)
+        emb = torch.cat((ang, ang), dim=-1)
+        cos, sin = emb.cos().double(), emb.sin().double()  # float32 tables, as the module's buffers
+        q = x[0].reshape(x[0].shape[0], T, Fdim // d, d).transpose(1, 2)
+        rot = torch.cat((-q[..., d // 2:], q[..., :d // 2]), dim=-1)
+        return (q * cos + rot * sin).transpose(1, 2).reshape(x[0].shape), {}
     if k == "rmsnorm":  # LLaMA's RMSNorm over each token's features
         params["weight"] = c.uniform((Fdim,), 0.7, 1.3)
         p = {"weight": leaf(params["weight"])}
@@ -532,6 +542,9 @@ def cases():
     add("mul_seq_m3_T5_7", "mul", [(5, 7), (5, 7)], 3, seq=1)
     add("mul_m2_3x4x5", "mul", [(3, 4, 5), (3, 4, 5)], 2)
     add("mul_m7_37", "mul", [(37,), (37,)], 7)
+    # rotary embeddings (LLaMA's q and k): heads of 4 and of 8 columns, LLaMA 1's base and LLaMA 3's
+    add("rope_seq_m3_T5_C12_d4", "rope", [(5, 12)], 3, seq=1, units=4, theta=10000.0)
+    add("rope_seq_m2_T9_C16_d8_base5e5", "rope", [(9, 16)], 2, seq=1, units=8, theta=500000.0)
     return L
 
 

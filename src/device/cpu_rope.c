@@ -1,0 +1,69 @@
+/* cpu_rope.c - ROPE_FWD/BWD: a rotary position embedding on the tokens of
+ * [n, T, C], each head of d columns turning its pairs (j, j + d/2) by the
+ * token's angles (rope.h), in any float dtype.
+ *
+ * The cos and sin of the T x d/2 angles are made once per call into the
+ * workspace (the op's, in the arena), then every sample's tokens read them:
+ * a table of T d floats against n T C rotations. */
+#include "base/err.h"
+#include "device/cpu.h"
+#include "device/half.h"
+#include "device/rope.h"
+
+static void table(const bfit_op_desc *d, float *cs)
+{
+    int64_t T = d->u.rope.T, h = d->u.rope.d / 2;
+    BFIT_PAR_ROWS_IF(T * h > BFIT_PAR_MIN, for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < h; j++) {
+            double a = bfit_rope_angle(t, j, d->u.rope.d, d->u.rope.theta);
+            cs[(t * h + j) * 2] = (float)cos(a);
+            cs[(t * h + j) * 2 + 1] = (float)sin(a);
+        }
+    });
+}
+
+/* y = x turned by +angle (forward) or -angle (back: the transpose) */
+static void turn(const bfit_op_desc *d, const float *cs, const void *x, void *y, float sign)
+{
+    bfit_dtype dt = d->dtype;
+    int64_t T = d->u.rope.T, C = d->u.rope.C, D = d->u.rope.d, h = D / 2, rows = d->u.rope.n * T;
+    BFIT_PAR_ROWS_IF(rows * C > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) {
+        const float *c = cs + (r % T) * h * 2;
+        for (int64_t k = r * C; k < (r + 1) * C; k += D)
+            for (int64_t j = 0; j < h; j++) {
+                float a = bfit_ld(x, dt, k + j), b = bfit_ld(x, dt, k + j + h), co = c[2 * j], si = sign * c[2 * j + 1];
+                bfit_st(y, dt, k + j, a * co - b * si);
+                bfit_st(y, dt, k + j + h, b * co + a * si);
+            }
+    });
+}
+
+static int run(cpu_op *op, const bfit_op_args *a)
+{
+    const bfit_op_desc *d = &op->base.desc;
+    int fwd = d->kind == BFIT_OP_ROPE_FWD;
+    const void *x = fwd ? a->src : a->diff_dst;
+    void *y = fwd ? a->dst : a->diff_src;
+
+    if (!x || !y || !a->workspace)
+        return bfit_fail(BFIT_EINVAL, "rotary embedding: %s and a workspace are required",
+                         fwd ? "src, dst" : "diff_dst, diff_src");
+    table(d, a->workspace);
+    turn(d, a->workspace, x, y, fwd ? 1.0f : -1.0f);
+    return BFIT_OK;
+}
+
+int bfit_cpu_rope_init(cpu_op *op)
+{
+    const bfit_op_desc *d = &op->base.desc;
+
+    if (d->u.rope.n < 1 || d->u.rope.T < 1 || d->u.rope.d < 2 || d->u.rope.d % 2 || d->u.rope.C % d->u.rope.d ||
+        !(d->u.rope.theta > 0))
+        return bfit_fail(BFIT_EINVAL, "rotary embedding: n %lld and T %lld positive, heads of d %lld (even) dividing "
+                         "C %lld, theta %g positive", (long long)d->u.rope.n, (long long)d->u.rope.T,
+                         (long long)d->u.rope.d, (long long)d->u.rope.C, (double)d->u.rope.theta);
+    op->ws = BFIT_ALIGN_UP((size_t)(d->u.rope.T * d->u.rope.d) * sizeof(float));
+    op->saved = 0;
+    op->run = run;
+    return BFIT_OK;
+}
