@@ -106,6 +106,25 @@ static void bwd_blk_bf16(const uint16_t *x, const uint16_t *s, const uint16_t *d
     });
 }
 
+/* One position per row (the `mul` layer's elementwise product): plain
+ * vectors; each product rounded once, as the rows' double sums of one term
+ * round it. dx or ds may be dy: each element of dy is read first. */
+static void prod_f32(const float *x, const float *s, float *y, int64_t n)
+{
+    BFIT_PAR_FOR_IF(n > BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) y[i] = x[i] * s[i];);
+}
+
+static void prod_bwd_f32(const float *x, const float *s, const float *dy, float *dx, float *ds, int64_t n)
+{
+    BFIT_PAR_FOR_IF(n > BFIT_PAR_MIN, for (int64_t i = 0; i < n; i++) {
+        float g = dy[i], xi = x ? x[i] : 0.0f, si = s[i];
+        if (dx)
+            dx[i] = g * si;
+        if (ds)
+            ds[i] = g * xi;
+    });
+}
+
 static int run_fwd(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -117,6 +136,8 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
         fwd_blk(a->src, a->src2, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
     else if (d->u.chs.blk)
         fwd_blk_bf16(a->src, a->src2, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
+    else if (d->dtype == BFIT_F32 && hw == 1)
+        prod_f32(a->src, a->src2, a->dst, rows);
     else if (d->dtype == BFIT_F32)
         fwd_f32(a->src, a->src2, a->dst, rows, hw);
     else
@@ -171,6 +192,8 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
         bwd_blk(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
     else if (d->u.chs.blk)
         bwd_blk_bf16(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, d->u.chs.n, d->u.chs.c, hw, d->u.chs.blk);
+    else if (d->dtype == BFIT_F32 && hw == 1 && a->src2)
+        prod_bwd_f32(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, rows);
     else if (d->dtype == BFIT_F32)
         bwd_f32(a->src, a->src2, a->diff_dst, a->diff_src, a->dst, rows, hw);
     else

@@ -10,31 +10,48 @@
 #include "device/half.h"
 #include "device/rope.h"
 
+/* cs: per token t, the d/2 cos, then the d/2 sin (rope.h's angles: the
+ * frequencies once, then t times each, as Hugging Face's float32 outer) */
 static void table(const bfit_op_desc *d, float *cs)
 {
     int64_t T = d->u.rope.T, h = d->u.rope.d / 2;
+    float inv[4096];
+    for (int64_t j = 0; j < h; j++)
+        inv[j] = bfit_rope_inv(j, d->u.rope.d, d->u.rope.theta);
     BFIT_PAR_ROWS_IF(T * h > BFIT_PAR_MIN, for (int64_t t = 0; t < T; t++) {
         for (int64_t j = 0; j < h; j++) {
-            double a = bfit_rope_angle(t, j, d->u.rope.d, d->u.rope.theta);
-            cs[(t * h + j) * 2] = (float)cos(a);
-            cs[(t * h + j) * 2 + 1] = (float)sin(a);
+            double a = (float)t * inv[j];
+            cs[t * 2 * h + j] = (float)cos(a);
+            cs[t * 2 * h + h + j] = (float)sin(a);
         }
     });
 }
 
-/* y = x turned by +angle (forward) or -angle (back: the transpose) */
+/* y = x turned by +angle (forward) or -angle (back: the transpose); f32 in
+ * plain loops the compiler vectorises, other dtypes through bfit_ld/st */
 static void turn(const bfit_op_desc *d, const float *cs, const void *x, void *y, float sign)
 {
     bfit_dtype dt = d->dtype;
     int64_t T = d->u.rope.T, C = d->u.rope.C, D = d->u.rope.d, h = D / 2, rows = d->u.rope.n * T;
     BFIT_PAR_ROWS_IF(rows * C > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) {
-        const float *c = cs + (r % T) * h * 2;
-        for (int64_t k = r * C; k < (r + 1) * C; k += D)
-            for (int64_t j = 0; j < h; j++) {
-                float a = bfit_ld(x, dt, k + j), b = bfit_ld(x, dt, k + j + h), co = c[2 * j], si = sign * c[2 * j + 1];
-                bfit_st(y, dt, k + j, a * co - b * si);
-                bfit_st(y, dt, k + j + h, b * co + a * si);
+        const float *co = cs + (r % T) * 2 * h, *si = co + h;
+        for (int64_t k = r * C; k < (r + 1) * C; k += D) {
+            if (dt == BFIT_F32) {
+                const float *xa = (const float *)x + k, *xb = xa + h;
+                float *ya = (float *)y + k, *yb = ya + h;
+                for (int64_t j = 0; j < h; j++) {
+                    float a = xa[j], b = xb[j], s = sign * si[j];
+                    ya[j] = a * co[j] - b * s;
+                    yb[j] = b * co[j] + a * s;
+                }
+            } else {
+                for (int64_t j = 0; j < h; j++) {
+                    float a = bfit_ld(x, dt, k + j), b = bfit_ld(x, dt, k + j + h), s = sign * si[j];
+                    bfit_st(y, dt, k + j, a * co[j] - b * s);
+                    bfit_st(y, dt, k + j + h, b * co[j] + a * s);
+                }
             }
+        }
     });
 }
 
@@ -58,9 +75,9 @@ int bfit_cpu_rope_init(cpu_op *op)
     const bfit_op_desc *d = &op->base.desc;
 
     if (d->u.rope.n < 1 || d->u.rope.T < 1 || d->u.rope.d < 2 || d->u.rope.d % 2 || d->u.rope.C % d->u.rope.d ||
-        !(d->u.rope.theta > 0))
-        return bfit_fail(BFIT_EINVAL, "rotary embedding: n %lld and T %lld positive, heads of d %lld (even) dividing "
-                         "C %lld, theta %g positive", (long long)d->u.rope.n, (long long)d->u.rope.T,
+        d->u.rope.d > 8192 || !(d->u.rope.theta > 0))
+        return bfit_fail(BFIT_EINVAL, "rotary embedding: n %lld and T %lld positive, heads of d %lld (even, at most "
+                         "8192) dividing C %lld, theta %g positive", (long long)d->u.rope.n, (long long)d->u.rope.T,
                          (long long)d->u.rope.d, (long long)d->u.rope.C, (double)d->u.rope.theta);
     op->ws = BFIT_ALIGN_UP((size_t)(d->u.rope.T * d->u.rope.d) * sizeof(float));
     op->saved = 0;

@@ -17,10 +17,15 @@
 #define BFIT_ROPE_HD
 #endif
 
+/* pair j's frequency, theta^(-2j/d), as a float */
+static inline BFIT_ROPE_HD float bfit_rope_inv(int64_t j, int64_t d, float theta)
+{
+    return (float)(1.0 / pow((double)theta, (double)(2 * j) / (double)d));
+}
+
 static inline BFIT_ROPE_HD float bfit_rope_angle(int64_t t, int64_t j, int64_t d, float theta)
 {
-    float inv = (float)(1.0 / pow((double)theta, (double)(2 * j) / (double)d));
-    return (float)t * inv;
+    return (float)t * bfit_rope_inv(j, d, theta);
 }
 
 #endif

@@ -54,7 +54,7 @@ import hashlib, json, os, struct, sys
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
-TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"}  # input: int token ids [M, T]; one label per token
+TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -672,7 +672,7 @@ class Llama(torch.nn.Module):
         x = self.wte(idx)
         for i, (a, f) in enumerate(zip(self.attn, self.ffn)):
             h = self.norms[2 * i](x)
-            x = x + (a(h) if i % 2 == 0 else a(h, mask))
+            x = x + (a(h, mask) if isinstance(a, LlamaAttention) else a(h))
             x = x + f(self.norms[2 * i + 1](x))
         return self.output(self.norm(x))
 
@@ -719,6 +719,11 @@ def build(name):
         return TGpt(V=64, T=16, C=32, H=4), 16
     if name == "llama_mini":
         return Llama(V=64, T=16, C=32, H=4, L=2, hidden=48), 16
+    if name == "llama_bench":  # bench/ only: gpt_bench's size (bytes, 128 tokens, 4 x 128), LLaMA's block in all
+        model = Llama(V=256, T=128, C=128, H=4, L=4, hidden=352)
+        for i in range(0, 4, 2):  # every block LLaMA's attention: wq, wk, wv, rotary embeddings
+            model.attn[i] = LlamaAttention(128, 4, 128, True)
+        return model, 128
     if name == "gpt_bench":  # bench/ only: nanoGPT at models/gpt-nano.cfg's size (bytes, 128 tokens, 4 x 128)
         return GPT(V=256, T=128, C=128, H=4, L=4), 128
     if name == "act_cnn":
