@@ -74,11 +74,8 @@ int bfit_cpu_rope_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
 
-    if (d->u.rope.n < 1 || d->u.rope.T < 1 || d->u.rope.d < 2 || d->u.rope.d % 2 || d->u.rope.C % d->u.rope.d ||
-        d->u.rope.d > 8192 || !(d->u.rope.theta > 0))
-        return bfit_fail(BFIT_EINVAL, "rotary embedding: n %lld and T %lld positive, heads of d %lld (even, at most "
-                         "8192) dividing C %lld, theta %g positive", (long long)d->u.rope.n, (long long)d->u.rope.T,
-                         (long long)d->u.rope.d, (long long)d->u.rope.C, (double)d->u.rope.theta);
+    if (!bfit_rope_ok(d))
+        return bfit_fail(BFIT_EINVAL, BFIT_ROPE_BAD, BFIT_ROPE_BAD_ARGS(d));
     op->ws = BFIT_ALIGN_UP((size_t)(d->u.rope.T * d->u.rope.d) * sizeof(float));
     op->saved = 0;
     op->run = run;

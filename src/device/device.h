@@ -248,6 +248,17 @@ typedef struct bfit_op_desc {
     } u;
 } bfit_op_desc;
 
+/* A ROPE's sizes hold: n and T positive, heads of an even d (at most 8192) dividing C, a positive base. */
+static inline int bfit_rope_ok(const bfit_op_desc *d)
+{
+    return d->u.rope.n >= 1 && d->u.rope.T >= 1 && d->u.rope.d >= 2 && d->u.rope.d % 2 == 0 && d->u.rope.d <= 8192 &&
+           d->u.rope.C % d->u.rope.d == 0 && d->u.rope.theta > 0;
+}
+#define BFIT_ROPE_BAD "rotary embedding: n %lld and T %lld positive, heads of d %lld (even, at most 8192) dividing C " \
+                      "%lld, theta %g positive"
+#define BFIT_ROPE_BAD_ARGS(d) (long long)(d)->u.rope.n, (long long)(d)->u.rope.T, (long long)(d)->u.rope.d, \
+                              (long long)(d)->u.rope.C, (double)(d)->u.rope.theta
+
 /* A MATMUL's dst is f32 whatever its inputs: a parameter gradient. */
 static inline int bfit_mm_dst_f32(const bfit_op_desc *d) { return d->accumulate || d->u.mm.grad; }
 

@@ -1,9 +1,17 @@
-/* layer_chscale.c - `scale`: each channel of an image multiplied by its own
- * number, the sample's second input (C of them, a vector or Cx1x1): the
- * gate of a squeeze-and-excitation block, x * sigmoid(fc(pool(x))) in
- * MobileNetV3 and EfficientNet (ONNX: a Mul of [N,C,H,W] by [N,C,1,1]).
+/* layer_chscale.c - products of two inputs, one op (CHSCALE):
+ *
+ * - `scale`: each channel of an image multiplied by its own number, the
+ *   sample's second input (C of them, a vector or Cx1x1): the gate of a
+ *   squeeze-and-excitation block, x * sigmoid(fc(pool(x))) in MobileNetV3
+ *   and EfficientNet (ONNX: a Mul of [N,C,H,W] by [N,C,1,1]);
+ * - `mul`: the elementwise product of two inputs of one shape, y = a b:
+ *   SwiGLU's silu(x W1) * (x W3) in LLaMA's feed-forward (a Mul of two
+ *   computed tensors): the gate with one position per channel, [n, K] by
+ *   [n, K], K the sample's elements.
+ *
  * The backward reads both inputs: dx = dy s, ds = the sum over H and W of
- * dy x. */
+ * dy x (for `mul` the one term: db = dy a); each element of dy is read
+ * before the gradients' elements at its index are written. */
 #include "base/err.h"
 #include "nn/layer.h"
 
@@ -33,6 +41,29 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     d.u.chs.c = l->in[0].c;
     d.u.chs.hw = (int64_t)l->in[0].h * l->in[0].w;
     d.u.chs.blk = l->blk_in; /* a layout chain's block (store.c): the output's too */
+    return bfit_layer_op_pair(l, &d, BFIT_OP_CHSCALE_BWD, training, need);
+}
+
+static int mul_init(bfit_layer *l, char *err, size_t errlen)
+{
+    char a[48], b[48];
+
+    if (!bfit_shape_eq(l->in[0], l->in[1])) {
+        snprintf(err, errlen, "mul multiplies two inputs of the same shape elementwise, got %s and %s",
+                 bfit_shape_str(l->in[0], a, sizeof a), bfit_shape_str(l->in[1], b, sizeof b));
+        return BFIT_EINVAL;
+    }
+    l->out = l->in[0];
+    return BFIT_OK;
+}
+
+static int mul_prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_CHSCALE_FWD, .dtype = l->dtype};
+
+    d.u.chs.n = m;
+    d.u.chs.c = bfit_shape_numel(l->in[0]);
+    d.u.chs.hw = 1;
     return bfit_layer_op_pair(l, &d, BFIT_OP_CHSCALE_BWD, training, need);
 }
 
@@ -66,6 +97,18 @@ const bfit_layer_vt bfit_chscale_vt = {
     .modes = BFIT_MODE(BFIT_MODE_X),
     .init = init,
     .prepare = prepare,
+    .init_params = NULL,
+    .forward = forward,
+    .backward = backward,
+    .unprepare = NULL,
+};
+
+const bfit_layer_vt bfit_mul_vt = {
+    .kind = BFIT_L_MUL,
+    .nin = 2,
+    .modes = BFIT_MODE(BFIT_MODE_X),
+    .init = mul_init,
+    .prepare = mul_prepare,
     .init_params = NULL,
     .forward = forward,
     .backward = backward,

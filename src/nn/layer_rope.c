@@ -20,9 +20,9 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     int d = l->cfg.units;
     char a[48];
 
-    if (in.nd != 2 || d < 2 || d % 2 || in.d[1] % d || !(l->cfg.theta > 0)) {
-        snprintf(err, errlen, "rope turns a sequence [T, C] in heads of d columns (d even, dividing C) with a "
-                              "positive base, got %s, d %d, base %g", bfit_shape_str(in, a, sizeof a), d,
+    if (in.nd != 2 || d < 2 || d % 2 || d > 8192 || in.d[1] % d || !(l->cfg.theta > 0)) {
+        snprintf(err, errlen, "rope turns a sequence [T, C] in heads of d columns (d even, at most 8192, dividing "
+                              "C) with a positive base, got %s, d %d, base %g", bfit_shape_str(in, a, sizeof a), d,
                  (double)l->cfg.theta);
         return BFIT_EINVAL;
     }

@@ -377,20 +377,9 @@ def test_hand_written_blocks_train_and_come_back(onnx_import, name):
         assert m.state_dict()["rezero"].shape == ()  # one learned number comes back 0-d, as the module has it
 
 
-def test_a_gpt_trains_on_text_and_comes_back(onnx_import, tmp_path):
-    """A language model as nanoGPT writes it (tests/onnx/export.py's gpt_mini: nn.Embedding tables for
-    tokens and positions, causal self-attention with a tril buffer and masked_fill, a head tied to the
-    token table; here with a byte vocabulary) trains on a text: PyTorch's own loss on the text falls, every parameter comes back
-    moved, and the tie holds (lm_head.weight is wte.weight, batchfit's trained table). Before
-    2026-12-05 its integer input was refused at load."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
-    from export import GPT
-    torch.manual_seed(0)
-    T, V = 16, 256  # a text is bytes: 256 ids
-    m = GPT(V=V, T=T, C=32, H=4, L=2)
-    # lines of digits counting on from a random start, which a model learns
+def digits_text(tmp_path, T, V):
+    """A text of lines of digits counting on from a random start, which a model learns, and PyTorch's own loss
+    of a module of context T and vocabulary V on 64 of its windows."""
     rng = np.random.default_rng(0)
     lines = ["".join(str((s + i) % 10) for i in range(30)) for s in rng.integers(0, 10, 2100)]
     text = tmp_path / "digits.txt"
@@ -404,6 +393,23 @@ def test_a_gpt_trains_on_text_and_comes_back(onnx_import, tmp_path):
             lg = mod(ids[:, :T])
         return torch.nn.functional.cross_entropy(lg.reshape(-1, V), ids[:, 1:].reshape(-1)).item()
 
+    return text, loss
+
+
+def test_a_gpt_trains_on_text_and_comes_back(onnx_import, tmp_path):
+    """A language model as nanoGPT writes it (tests/onnx/export.py's gpt_mini: nn.Embedding tables for
+    tokens and positions, causal self-attention with a tril buffer and masked_fill, a head tied to the
+    token table; here with a byte vocabulary) trains on a text: PyTorch's own loss on the text falls, every parameter comes back
+    moved, and the tie holds (lm_head.weight is wte.weight, batchfit's trained table). Before
+    2026-12-05 its integer input was refused at load."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
+    from export import GPT
+    torch.manual_seed(0)
+    T, V = 16, 256  # a text is bytes: 256 ids
+    m = GPT(V=V, T=T, C=32, H=4, L=2)
+    text, loss = digits_text(tmp_path, T, V)
     start, before = copy.deepcopy(m.state_dict()), loss(m)
     bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
              optimizer="adamw", memory="512MiB", threads=2)
@@ -427,18 +433,7 @@ def test_a_llama_trains_on_text_and_comes_back(onnx_import, tmp_path):
     torch.manual_seed(0)
     T, V = 16, 256
     m = Llama(V=V, T=T, C=32, H=4, L=2, hidden=64)
-    rng = np.random.default_rng(0)
-    lines = ["".join(str((s + i) % 10) for i in range(30)) for s in rng.integers(0, 10, 2100)]
-    text = tmp_path / "digits.txt"
-    text.write_text("\n".join(lines) + "\n")
-    ids = torch.tensor(list(text.read_bytes()[:(T + 1) * 64]), dtype=torch.long).view(64, T + 1)
-
-    def loss(mod):
-        mod.eval()
-        with torch.no_grad():
-            lg = mod(ids[:, :T])
-        return torch.nn.functional.cross_entropy(lg.reshape(-1, V), ids[:, 1:].reshape(-1)).item()
-
+    text, loss = digits_text(tmp_path, T, V)
     start, before = copy.deepcopy(m.state_dict()), loss(m)
     bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
              optimizer="adamw", memory="512MiB", threads=2)
