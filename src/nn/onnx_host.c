@@ -5,7 +5,8 @@
  * Slice (negative steps too), ConstantOfShape, Equal, Where, Expand, and
  * Transpose of integers, on host values; Pow and Sqrt of floats: a
  * hand-written attention's k.size(-1) ** 0.5, PyTorch 2's export of
- * scaled_dot_product_attention).
+ * scaled_dot_product_attention; MatMul, Cos and Sin of floats: rotary
+ * embeddings' tables made in forward).
  *
  * The batch is free, so an integer is kept as a * m + b for the
  * micro-batch m, and every result holds for every m at once: Shape of a
@@ -605,19 +606,73 @@ static double round_to(int64_t to, double v)
 
 /* Cast between integer types keeps a * m + b (wrapped into narrower
  * types); to or from float, constants only. */
-/* Sqrt of floats (PyTorch 2's scaled_dot_product_attention export takes
- * the square root of its 1/sqrt(d) scale); of integers it is refused. */
-static int sqrt_host(onnx_lower *L)
+/* f of floats, elementwise: Sqrt (PyTorch 2's scaled_dot_product_attention
+ * export takes the square root of its 1/sqrt(d) scale), Cos and Sin (the
+ * tables of rotary embeddings made in forward, Hugging Face's
+ * LlamaRotaryEmbedding); of integers they are refused. */
+static int unary(onnx_lower *L, double (*f)(double), const char *what)
 {
     hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *o;
     if (!x)
         return BFIT_EINVAL;
     if (!x->isf)
-        return bfit_onnx_refuse(L, "a Sqrt of integers is not shape arithmetic batchfit follows (floats: it is)");
+        return bfit_onnx_refuse(L, "a %s of integers is not shape arithmetic batchfit follows (floats: it is)", what);
     if (!(o = bfit_onnx_hval_new(L, 1, x->nd, x->dim)))
         return BFIT_EINVAL;
     for (int64_t i = 0; i < x->n; i++)
-        o->f[i] = sqrt(x->f[i]);
+        o->f[i] = f(x->f[i]);
+    return put_out(L, o);
+}
+
+static int sqrt_host(onnx_lower *L) { return unary(L, sqrt, "Sqrt"); }
+static int cos_host(onnx_lower *L) { return unary(L, cos, "Cos"); }
+static int sin_host(onnx_lower *L) { return unary(L, sin, "Sin"); }
+
+#define HOST_MATMUL_MACS (1 << 26) /* multiply-adds a host MatMul may take: tables, not a model */
+
+/* MatMul of floats [.., M, K] by [.., K, N], the dimensions before the
+ * last two equal or 1 (broadcast): Hugging Face's rotary frequencies
+ * inv_freq[None, :, None] @ position_ids[:, None, :], in double. */
+static int matmul_host(onnx_lower *L)
+{
+    hval *x = bfit_onnx_host(L, bfit_onnx_in(L, 0), 0), *y = x ? bfit_onnx_host(L, bfit_onnx_in(L, 1), 1) : NULL, *o;
+    int64_t dim[BFIT_ONNX_MAXD], M, K, N, batch = 1;
+    int nd;
+
+    if (!x || !y)
+        return BFIT_EINVAL;
+    nd = x->nd;
+    if (!x->isf || !y->isf || nd < 2 || y->nd != nd || x->dim[nd - 1] != y->dim[nd - 2])
+        return bfit_onnx_refuse(L, "batchfit multiplies host floats [.., M, K] by [.., K, N] of one rank only");
+    M = x->dim[nd - 2], K = x->dim[nd - 1], N = y->dim[nd - 1];
+    for (int d = 0; d < nd - 2; d++) {
+        if (x->dim[d] != y->dim[d] && x->dim[d] != 1 && y->dim[d] != 1)
+            return bfit_onnx_refuse(L, "the dimensions before the last two must be equal or 1");
+        dim[d] = x->dim[d] > y->dim[d] ? x->dim[d] : y->dim[d];
+        batch *= dim[d];
+    }
+    dim[nd - 2] = M, dim[nd - 1] = N;
+    if ((double)batch * (double)M * (double)N * (double)K > HOST_MATMUL_MACS)
+        return bfit_onnx_refuse(L, "a host MatMul of %g multiply-adds: more than batchfit computes at load",
+                                (double)batch * (double)M * (double)N * (double)K);
+    if (!(o = bfit_onnx_hval_new(L, 1, nd, dim)))
+        return BFIT_EINVAL;
+    for (int64_t b = 0; b < batch; b++) {
+        int64_t xb = 0, yb = 0, rest = b, sx = 1, sy = 1;
+        for (int d = nd - 3; d >= 0; d--) { /* the batch index b into each input's, broadcast */
+            int64_t i = rest % dim[d];
+            rest /= dim[d];
+            xb += (x->dim[d] == 1 ? 0 : i) * sx, yb += (y->dim[d] == 1 ? 0 : i) * sy;
+            sx *= x->dim[d], sy *= y->dim[d];
+        }
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; k++)
+                    acc += x->f[(xb * M + i) * K + k] * y->f[(yb * K + k) * N + j];
+                o->f[(b * M + i) * N + j] = acc;
+            }
+    }
     return put_out(L, o);
 }
 
@@ -945,7 +1000,8 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
     } ops[] = {{"Gather", gather},           {"Concat", concat},   {"Reshape", reshape_host},
                {"Cast", cast},               {"Slice", slice_host}, {"ConstantOfShape", constant_of_shape},
                {"Where", where},             {"Expand", expand_host},  {"Transpose", transpose_host},
-               {"Sqrt", sqrt_host},          {"Range", range_host}, {"Trilu", trilu_host}};
+               {"Sqrt", sqrt_host},          {"Range", range_host}, {"Trilu", trilu_host},
+               {"Cos", cos_host},            {"Sin", sin_host},     {"MatMul", matmul_host}};
     static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal", "Pow"};
 
     if (bfit_onnx_streq(L->nd->op, "Shape")) {
@@ -965,8 +1021,10 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
             x->init >= 0 && x->t->dtype == BFIT_ONNX_FLOAT && x->t->ndim == s->n && x->t->dim[0] == 1)
             return 0;
     }
-    /* a float matrix's transpose is nn.Linear's weight before a MatMul (onnx_vit.c) */
-    if (bfit_onnx_streq(L->nd->op, "Transpose") && !host_ints(bfit_onnx_in(L, 0)))
+    /* a float matrix's transpose is nn.Linear's weight before a MatMul (onnx_vit.c); floats computed on the
+       host (rotary embeddings' frequencies) are transposed here */
+    if (bfit_onnx_streq(L->nd->op, "Transpose") && !host_ints(bfit_onnx_in(L, 0)) &&
+        (!bfit_onnx_in(L, 0) || bfit_onnx_in(L, 0)->t))
         return 0;
     for (unsigned i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (bfit_onnx_streq(L->nd->op, ops[i].op)) {

@@ -181,6 +181,12 @@ done
 tensors() { [ -s "$1" ] && tail -c +$((9 + $(od -An -tu8 -N8 "$1"))) "$1"; } # nothing for a missing file
 cmp -s <(tensors "$dir/vit_tiny.safetensors") <(tensors "$dir/vit_tiny_fixed.safetensors") ||
   { echo "FAIL: vit_tiny_fixed.onnx trained to other weights than vit_tiny.onnx"; fails=$((fails + 1)); }
+# the rotary tables made in forward (Hugging Face's LlamaRotaryEmbedding since transformers 4.38: a MatMul of
+# inv_freq by the positions, Cos, Sin, on the host) train as the buffers' do: llama_text.onnx's weights
+run 0 train --model "$src/tests/onnx/llama_hfrope.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --save "$dir/llama_hfrope.safetensors" && has "$out" "test loss [0-9.]+ per token"
+cmp -s <(tensors "$dir/llama.safetensors") <(tensors "$dir/llama_hfrope.safetensors") ||
+  { echo "FAIL: llama_hfrope.onnx trained to other weights than llama_text.onnx"; fails=$((fails + 1)); }
 for v in rms_recip rms_div rms_op23; do
   cmp -s <(tensors "$dir/rms_torch.safetensors") <(tensors "$dir/$v.safetensors") ||
     { echo "FAIL: $v.onnx trained to other weights than rms_torch.onnx"; fails=$((fails + 1)); }

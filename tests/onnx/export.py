@@ -608,6 +608,21 @@ class Rotary(torch.nn.Module):
         return self.cos_cached[:T], self.sin_cached[:T]
 
 
+class HFRotary(torch.nn.Module):
+    """Hugging Face's LlamaRotaryEmbedding since transformers 4.38: the tables made in forward from inv_freq
+    and the positions (inv_freq[None, :, None] @ position_ids[:, None, :], then cos and sin), [1, T, d]."""
+
+    def __init__(self, d, base=10000.0):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, d, 2).float() / d)), persistent=False)
+
+    def forward(self, x, position_ids):
+        inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
 def rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
@@ -632,7 +647,7 @@ class LlamaAttention(torch.nn.Module):
         self.wq, self.wk = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
         self.wv, self.wo = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
         self.n_heads, self.head_dim = H, C // H
-        self.rotary = Rotary(C // H, T) if rope else None
+        self.rotary = (HFRotary(C // H) if rope == "hf" else Rotary(C // H, T)) if rope else None
 
     def forward(self, x, mask):
         import math
@@ -640,7 +655,10 @@ class LlamaAttention(torch.nn.Module):
         xq = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         keys = self.wk(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         values = self.wv(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        if self.rotary is not None:
+        if isinstance(self.rotary, HFRotary):  # the tables [1, T, d] unsqueezed over the heads, as HF does
+            cos, sin = self.rotary(x, torch.arange(T, device=x.device).unsqueeze(0))
+            xq, keys = apply_rotary_pos_emb(xq, keys, cos.unsqueeze(1), sin.unsqueeze(1))
+        elif self.rotary is not None:
             cos, sin = self.rotary(T)
             xq, keys = apply_rotary_pos_emb(xq, keys, cos, sin)
         scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)

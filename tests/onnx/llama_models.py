@@ -9,6 +9,9 @@ int64 token ids [batch, 32]):
 - ../../fuzz/corpus/onnx/llama_ok.onnx: the same file, the fuzzer's seed, which test_cuda_ops trains on the
   GPU against the CPU.
 
+- llama_hfrope.onnx: llama_text.onnx with the rotary tables made in forward as Hugging Face's
+  LlamaRotaryEmbedding makes them since transformers 4.38 (a MatMul of inv_freq by the positions, Cos and
+  Sin, on the host): the same weights, which cli_onnx trains to llama_text.onnx's bit for bit;
 - rope_fused.onnx: nanoGPT's GPT (one projection c_attn to 3C) with rotary embeddings on its q and k
   (refused: batchfit reads them on separate projections);
 - rope_badsin.onnx: llama_text.onnx with a sin table of twice the angles (refused at its Mul, naming the
@@ -48,6 +51,9 @@ def main():
     for path in ("llama_text.onnx", "../../fuzz/corpus/onnx/llama_ok.onnx"):
         torch.manual_seed(0)
         export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32), path)
+    torch.manual_seed(0)
+    m = Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, rope="hf")
+    export(m, "llama_hfrope.onnx")
     torch.manual_seed(0)
     m = GPT(V=256, T=32, C=16, H=2, L=1, bias=False)
     m.h[0].attn = FusedRope(16, 2, 32)
