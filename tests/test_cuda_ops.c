@@ -1766,6 +1766,31 @@ static void rope_case(bfit_dtype t, int64_t n, int64_t T, int64_t C, int64_t d, 
     db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
 }
 
+/* Repeated heads and their summed gradients against the CPU's: copies are
+ * exact bytes; a sum of r values in order is the CPU's order too. */
+static void repeat_case(bfit_dtype t, int64_t rows, int64_t g, int64_t r, int64_t d)
+{
+    bfit_op_desc dsc = {.kind = BFIT_OP_REPEAT_FWD, .dtype = t};
+    int64_t N = rows * g * d, R = N * r;
+    size_t es = bfit_dtype_size(t);
+    dbuf x = db_rand_t(t, N, -2, 2, 471), y = db_new((size_t)R * es), dy = db_rand_t(t, R, -1, 1, 472);
+    dbuf dx = db_new((size_t)N * es);
+    bfit_op_args a[NS];
+
+    dsc.u.rep = (typeof(dsc.u.rep)){rows, g, r, d};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y);
+    run_op(&dsc, a);
+    cmp_bytes(&y, "head repeat");
+    dsc.kind = BFIT_OP_REPEAT_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy), ARG(a, diff_src, dx);
+    run_op(&dsc, a);
+    /* the same order of f32 adds; bf16 rounds the sum once, as the CPU's bfit_st */
+    cmp_t(t, &dx, N, t == BFIT_F32 ? 1e-6 : BF_REL, t == BFIT_F32 ? 1e-7 : BF_ABS, "head repeat backward");
+    db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
+}
+
 static void test_rope(void **st)
 {
     (void)st;
@@ -1774,6 +1799,8 @@ static void test_rope(void **st)
         rope_case(t, 3, 5, 12, 2, 10000.0f);
         rope_case(t, 2, 33, 64, 8, 10000.0f);
         rope_case(t, 2, 300, 256, 64, 500000.0f);
+        repeat_case(t, 7, 2, 3, 4);    /* grouped-query attention's heads, in the same test */
+        repeat_case(t, 600, 8, 4, 64); /* LLaMA 3 8B's 8 key and value heads for 32 query heads */
     }
 }
 

@@ -304,6 +304,18 @@ static void test_gc_rope(void **st)
     gc("rope seq 3x6 d=2 m=3 base 5e5", c, Q(3, 6), 3);
 }
 
+/* Repeated heads (grouped-query attention): each input feeds r outputs,
+ * whose gradients its own sums. */
+static void test_gc_repeat(void **st)
+{
+    bfit_layer_cfg c = cfg_of(BFIT_L_REPEAT);
+    (void)st;
+    c.units = 4, c.groups = 3;
+    gc("repeat seq 5x8 d=4 r=3 m=2", c, Q(5, 8), 2);
+    c.units = 2, c.groups = 2;
+    gc("repeat seq 3x2 d=2 r=2 m=3", c, Q(3, 2), 3);
+}
+
 static void test_gc_add(void **st)
 {
     gc_case c = {.label = "add 3x2x2 m=7", .cfg = cfg_of(BFIT_L_ADD), .nin = 2, .in = {S(3, 2, 2), S(3, 2, 2)}, .m = 7};
@@ -1109,6 +1121,7 @@ int main(void)
         cmocka_unit_test(test_gc_flatten_dropout), cmocka_unit_test(test_gc_layernorm),
         cmocka_unit_test(test_gc_scale),      cmocka_unit_test(test_gc_rmsnorm),
         cmocka_unit_test(test_gc_mul),        cmocka_unit_test(test_gc_rope),
+        cmocka_unit_test(test_gc_repeat),
         cmocka_unit_test(test_gc_add),        cmocka_unit_test(test_gc_xent),
         cmocka_unit_test(test_fwd_linear),    cmocka_unit_test(test_fwd_act_flatten_add),
         cmocka_unit_test(test_linear_init),

@@ -268,5 +268,6 @@ int bfit_cpu_chscale_init(cpu_op *op);  /* CHSCALE_FWD/BWD (a gate per channel) 
 int bfit_cpu_prelu_init(cpu_op *op);    /* PRELU_FWD/BWD (a learned slope per channel, or one) */
 int bfit_cpu_gnorm_init(cpu_op *op);    /* GNORM_FWD/BWD (group normalisation, PyTorch's GroupNorm) */
 int bfit_cpu_rope_init(cpu_op *op);     /* ROPE_FWD/BWD (rotary position embeddings) */
+int bfit_cpu_repeat_init(cpu_op *op);   /* REPEAT_FWD/BWD (grouped-query attention's repeated heads) */
 
 #endif

@@ -159,6 +159,7 @@ int cuda_attn_init(cuda_op *op);    /* ATTN_FWD, ATTN_BWD (cuBLAS and our kernel
 int cuda_concat_init(cuda_op *op);  /* CONCAT_FWD/BWD, TRANSPOSE, ADD_ROWS, SLICE_FWD/BWD (cuda_concat.cu) */
 int cuda_chscale_init(cuda_op *op); /* CHSCALE_FWD/BWD (cuda_chscale.cu) */
 int cuda_rope_init(cuda_op *op);    /* ROPE_FWD/BWD (cuda_rope.cu) */
+int cuda_repeat_init(cuda_op *op);  /* REPEAT_FWD/BWD (cuda_repeat.cu) */
 int cuda_prelu_init(cuda_op *op);   /* PRELU_FWD/BWD (cuda_prelu.cu) */
 int cuda_gnorm_init(cuda_op *op);   /* GNORM_FWD/BWD (cuda_gnorm.cu) */
 int cuda_simple_init(cuda_op *op);  /* everything else: our own kernels */

@@ -208,6 +208,12 @@ cudaError_t bk_transpose(cudaStream_t s, int dt, const void *x, void *y, int64_t
 /* y [M, N] = x + bias [N] (f32), rounded once; y may be x */
 cudaError_t bk_add_rows(cudaStream_t s, int dt, const void *x, const float *bias, void *y, int64_t M, int64_t N);
 
+/* ---- cuda_repeat.cu: grouped-query attention's repeated heads ---------------------- */
+
+/* back 0: y [rows, g r d] from x [rows, g d]; back 1: x = the sum of y's r copies of each head */
+cudaError_t bk_repeat(cudaStream_t s, int dt, const void *x, void *y, int64_t rows, int64_t g, int64_t r, int64_t d,
+                      int back);
+
 /* ---- cuda_rope.cu: rotary position embeddings ------------------------------------ */
 
 /* y = x turned pair by pair (back: by the opposite angles), x [n, T, C] in heads of d; cs the workspace's

@@ -408,7 +408,8 @@ const char *bfit_op_kind_name(bfit_op_kind k)
         [BFIT_OP_CHSCALE_BWD] = "channel scaling backward", [BFIT_OP_PRELU_FWD] = "prelu",
         [BFIT_OP_PRELU_BWD] = "prelu backward", [BFIT_OP_GNORM_FWD] = "group norm forward",
         [BFIT_OP_GNORM_BWD] = "group norm backward", [BFIT_OP_ROPE_FWD] = "rotary embedding",
-        [BFIT_OP_ROPE_BWD] = "rotary embedding backward",
+        [BFIT_OP_ROPE_BWD] = "rotary embedding backward", [BFIT_OP_REPEAT_FWD] = "head repeat",
+        [BFIT_OP_REPEAT_BWD] = "head repeat backward",
     };
     return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
 }

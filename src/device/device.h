@@ -139,6 +139,9 @@ typedef enum {
                                  of token t turn by the angle t theta^(-2j/d): dst[j] = x[j] cos - x[j +
                                  d/2] sin, dst[j + d/2] = x[j + d/2] cos + x[j] sin (dst not src) */
     BFIT_OP_ROPE_BWD,         /* diff_src = diff_dst turned back (the rotation's transpose) */
+    BFIT_OP_REPEAT_FWD,       /* grouped-query attention's key and value heads repeated: src [rows, g d] in g
+                                 heads of d -> dst [rows, g r d], head q of dst = head q / r of src */
+    BFIT_OP_REPEAT_BWD,       /* diff_src [rows, g d] = the sum of each head's r copies in diff_dst, in order */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -245,6 +248,7 @@ typedef struct bfit_op_desc {
         struct { int64_t n, c, hw; int groups; float eps; } gnorm;
         /* ROPE: d even, dividing C; the angles' cos and sin in the workspace, T d floats (bfit_rope_angle) */
         struct { int64_t n, T, C, d; float theta; } rope;
+        struct { int64_t rows, g, r, d; } rep;
     } u;
 } bfit_op_desc;
 

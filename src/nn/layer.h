@@ -63,6 +63,8 @@ typedef enum {
     BFIT_L_MUL,        /* the elementwise product of two inputs of one shape: SwiGLU's silu(x W1) * (x W3) */
     BFIT_L_ROPE,       /* rotary position embedding of a sequence [T, C] in heads of `units` columns, base
                           `theta` (Hugging Face's rotate_half form: LLaMA's q and k) */
+    BFIT_L_REPEAT,     /* a sequence's heads of `units` columns each repeated `groups` times: [T, g d] ->
+                          [T, g groups d] (grouped-query attention's keys and values) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -329,7 +331,8 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_reshape_vt, bfit_transpose_vt, bfit_cls_vt, bfit_addp_vt, bfit_select_vt, bfit_sigmoid_vt, bfit_silu_vt,
     bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt, bfit_leakyrelu_vt, bfit_elu_vt,
     bfit_softplus_vt, bfit_selu_vt, bfit_celu_vt, bfit_prelu_vt,
-    bfit_layerscale_vt, bfit_groupnorm_vt, bfit_rmsnorm_vt, bfit_mul_vt, bfit_rope_vt;
+    bfit_layerscale_vt, bfit_groupnorm_vt, bfit_rmsnorm_vt, bfit_mul_vt, bfit_rope_vt,
+    bfit_repeat_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

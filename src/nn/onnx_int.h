@@ -57,6 +57,7 @@ typedef struct oval {
                                      view's id and shape one of them [T, C], not [T, 3C] */
     int att_qk[2];                /* there, the scores and after: q's and k's ids (separate projections) */
     float att_theta;              /* there, on the way through a rotary embedding: its base, read from a table */
+    int att_rep;                  /* there, on the way through repeated heads: the copies of each */
     double att_scale;             /* there: the factor on the scores so far */
     int att_causal;               /* there: a causal mask is on the scores */
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
@@ -187,8 +188,10 @@ int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);
 /* ---- rotary embeddings on q or k by heads (onnx_rope.c): the stage of q, k or v by heads [N, H, T, d]
    (onnx_mhsa.c's), and the first of the rope's own stages; for a node reading view v at one of them, 1
    (rc set: a view, the rope layer, or a refusal), 0 where a node reading q by heads starts none ---- */
-enum { BFIT_ATT_HEADS = 6, BFIT_ATT_ROPE = 32 };
+enum { BFIT_ATT_HEADS = 6, BFIT_ATT_ROPE = 32, BFIT_ATT_GQA = 48 };
 int bfit_onnx_rope(onnx_lower *L, oval *v, int *rc);
+/* ---- grouped-query attention's repeated keys and values (onnx_gqa.c), as bfit_onnx_rope ---- */
+int bfit_onnx_gqa(onnx_lower *L, oval *v, int *rc);
 
 /* ---- LLaMA's RMSNorm, SwiGLU's product, float casts (onnx_rms.c) ---- */
 int bfit_onnx_lower_rms(onnx_lower *L, int *rc);

@@ -464,6 +464,8 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc)
             same(L, v, v->att_scale);
         return 1;
     }
+    if (v->att[0] >= BFIT_ATT_GQA)
+        return bfit_onnx_gqa(L, v, rc);
     if (v->att[0] >= BFIT_ATT_ROPE)
         return bfit_onnx_rope(L, v, rc);
     switch (v->att[0]) {
@@ -471,7 +473,7 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc)
     case S_TOK: case S_TOK4: *rc = tok_parts(L, v); break;
     case S_HEADS:
     case S_SCORES:
-        if (v->att[0] == S_HEADS && bfit_onnx_rope(L, v, rc))
+        if (v->att[0] == S_HEADS && (bfit_onnx_rope(L, v, rc) || bfit_onnx_gqa(L, v, rc)))
             break;
         if (v->att[0] == S_SCORES && (bfit_onnx_streq(L->nd->op, "Where") || bfit_onnx_streq(L->nd->op, "Add"))) {
             *rc = masked(L, v);

@@ -623,6 +623,14 @@ class HFRotary(torch.nn.Module):
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
 
+def repeat_kv(x, n_rep):
+    """Hugging Face's: grouped-query attention's key and value heads [B, Hkv, T, d], each repeated n_rep times."""
+    b, hkv, t, d = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(b, hkv, n_rep, t, d).reshape(b, hkv * n_rep, t, d)
+
+
 def rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
@@ -641,26 +649,27 @@ class LlamaAttention(torch.nn.Module):
     rotary embeddings (rope: Rotary, apply_rotary_pos_emb), the scores divided by sqrt(d), the additive
     causal mask the model makes in forward, the softmax in float and cast back (type_as), wo."""
 
-    def __init__(self, C, H, T=None, rope=False):
+    def __init__(self, C, H, T=None, rope=False, kv_heads=None):
         super().__init__()
         nn = torch.nn
-        self.wq, self.wk = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
-        self.wv, self.wo = nn.Linear(C, C, bias=False), nn.Linear(C, C, bias=False)
-        self.n_heads, self.head_dim = H, C // H
+        self.n_heads, self.head_dim, self.n_kv = H, C // H, kv_heads or H
+        self.wq, self.wk = nn.Linear(C, C, bias=False), nn.Linear(C, self.n_kv * (C // H), bias=False)
+        self.wv, self.wo = nn.Linear(C, self.n_kv * (C // H), bias=False), nn.Linear(C, C, bias=False)
         self.rotary = (HFRotary(C // H) if rope == "hf" else Rotary(C // H, T)) if rope else None
 
     def forward(self, x, mask):
         import math
         B, T, _ = x.shape
         xq = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        keys = self.wk(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        values = self.wv(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        keys = self.wk(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        values = self.wv(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
         if isinstance(self.rotary, HFRotary):  # the tables [1, T, d] unsqueezed over the heads, as HF does
             cos, sin = self.rotary(x, torch.arange(T, device=x.device).unsqueeze(0))
             xq, keys = apply_rotary_pos_emb(xq, keys, cos.unsqueeze(1), sin.unsqueeze(1))
         elif self.rotary is not None:
             cos, sin = self.rotary(T)
             xq, keys = apply_rotary_pos_emb(xq, keys, cos, sin)
+        keys, values = repeat_kv(keys, self.n_heads // self.n_kv), repeat_kv(values, self.n_heads // self.n_kv)
         scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)
         scores = torch.nn.functional.softmax((scores + mask).float(), dim=-1).type_as(xq)
         out = torch.matmul(scores, values).transpose(1, 2).contiguous().view(B, T, -1)
@@ -671,16 +680,17 @@ class Llama(torch.nn.Module):
     """A LLaMA-style language model: a token table, blocks of x + attention(RMSNorm(x)) and x +
     SwiGLU(RMSNorm(x)), a final RMSNorm and an untied output head. The even blocks' attention is nanoGPT's
     (one projection c_attn, no biases, no position information but its mask), the odd ones' LLaMA's own
-    (wq, wk, wv, rotary embeddings with rope, the mask made in forward as LLaMA's Transformer makes it:
+    (wq, wk, wv, rotary embeddings with rope, kv_heads key and value heads (grouped-query attention,
+    Hugging Face's repeat_kv) when given, the mask made in forward as LLaMA's Transformer makes it:
     torch.full of -inf, torch.triu)."""
 
-    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=48, rope=True):
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=48, rope=True, kv_heads=None):
         super().__init__()
         nn = torch.nn
         self.wte = nn.Embedding(V, C)
         self.norms = nn.ModuleList([RMSNorm(C) for _ in range(2 * L)])
         self.attn = nn.ModuleList([CausalSelfAttention(C, H, T, True, bias=False) if i % 2 == 0 else
-                                   LlamaAttention(C, H, T, rope) for i in range(L)])
+                                   LlamaAttention(C, H, T, rope, kv_heads) for i in range(L)])
         self.ffn = nn.ModuleList([FeedForward(C, hidden) for _ in range(L)])
         self.norm, self.output = RMSNorm(C), nn.Linear(C, V, bias=False)
 
@@ -735,8 +745,8 @@ def build(name):
         return GPT(V=64, T=16, C=32, H=4, L=2, bias=False), 16
     if name == "tgpt_mini":
         return TGpt(V=64, T=16, C=32, H=4), 16
-    if name == "llama_mini":
-        return Llama(V=64, T=16, C=32, H=4, L=2, hidden=48), 16
+    if name == "llama_mini":  # the second block's attention grouped-query: 4 query heads, 2 key and value heads
+        return Llama(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
     if name == "llama_bench":  # bench/ only: gpt_bench's size (bytes, 128 tokens, 4 x 128), LLaMA's block in all
         model = Llama(V=256, T=128, C=128, H=4, L=4, hidden=352)
         for i in range(0, 4, 2):  # every block LLaMA's attention: wq, wk, wv, rotary embeddings

@@ -3,7 +3,8 @@ exported by Debian's PyTorch as token_models.py exports its GPTs (opset 17, trai
 int64 token ids [batch, 32]):
 
 - llama_text.onnx: export.py's Llama (RMSNorm, SwiGLU, no position embedding, an untied head; the first
-  block's attention nanoGPT's, the second's LLaMA's own with wq, wk, wv and the mask made in forward) with a
+  block's attention nanoGPT's, the second's LLaMA's own with wq, wk, wv, rotary embeddings, one key and
+  value head for its two query heads (multi-query attention) and the mask made in forward) with a
   byte vocabulary (256 ids), 32 tokens of context, width 16, 2 heads, 2 blocks, a SwiGLU of 32: what
   cli_onnx trains on a text;
 - ../../fuzz/corpus/onnx/llama_ok.onnx: the same file, the fuzzer's seed, which test_cuda_ops trains on the
@@ -50,16 +51,16 @@ class FusedRope(CausalSelfAttention):
 def main():
     for path in ("llama_text.onnx", "../../fuzz/corpus/onnx/llama_ok.onnx"):
         torch.manual_seed(0)
-        export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32), path)
+        export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, kv_heads=1), path)
     torch.manual_seed(0)
-    m = Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, rope="hf")
+    m = Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, rope="hf", kv_heads=1)
     export(m, "llama_hfrope.onnx")
     torch.manual_seed(0)
     m = GPT(V=256, T=32, C=16, H=2, L=1, bias=False)
     m.h[0].attn = FusedRope(16, 2, 32)
     export(m, "rope_fused.onnx")
     torch.manual_seed(0)
-    m = Llama(V=256, T=32, C=16, H=2, L=2, hidden=32)
+    m = Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, kv_heads=1)
     r = m.attn[1].rotary
     r.sin_cached.copy_(torch.sin(2 * torch.atan2(r.sin_cached, r.cos_cached)))
     export(m, "rope_badsin.onnx")

@@ -70,7 +70,7 @@ class Case:
         self.idx, self.label, self.kind, self.m, self.training, self.seq = idx, label, kind, m, training, seq
         if seq:  # [T, F] as given
             assert kind in ("linear", "layernorm", "embed", "attention", "xent", "layerscale", "rmsnorm", "mul",
-                            "rope") and \
+                            "rope", "repeat") and \
                 all(len(s) == 2 for s in shapes)
             self.shapes = [tuple(s) for s in shapes]
         else:
@@ -158,6 +158,12 @@ def run_seq(c, x, params):
         return run_attention(c, x[0], c.lens), {}
     if k == "mul":  # SwiGLU's product of two branches
         return x[0] * x[1], {}
+    if k == "repeat":  # Hugging Face's repeat_kv: each head of d columns repeated (grouped-query attention)
+        T, d, r = c.shapes[0][0], cfg["units"], cfg["groups"]
+        hk = x[0].reshape(x[0].shape[0], T, Fdim // d, d).transpose(1, 2)
+        b, g = hk.shape[0], hk.shape[1]
+        rep = hk[:, :, None, :, :].expand(b, g, r, T, d).reshape(b, g * r, T, d)
+        return rep.transpose(1, 2).reshape(b, T, g * r * d), {}
     if k == "rope":  # Hugging Face's LLaMA: q cos + rotate_half(q) sin on each head of d columns
         T, d = c.shapes[0][0], cfg["units"]
         inv = 1.0 / (cfg["theta"] ** (torch.arange(0, d, 2).float() / d))
@@ -545,6 +551,9 @@ def cases():
     # rotary embeddings (LLaMA's q and k): heads of 4 and of 8 columns, LLaMA 1's base and LLaMA 3's
     add("rope_seq_m3_T5_C12_d4", "rope", [(5, 12)], 3, seq=1, units=4, theta=10000.0)
     add("rope_seq_m2_T9_C16_d8_base5e5", "rope", [(9, 16)], 2, seq=1, units=8, theta=500000.0)
+    # grouped-query attention's repeated keys and values: 2 heads of 4 repeated 3 times, 1 head of 8 twice
+    add("repeat_seq_m3_T5_C8_d4_r3", "repeat", [(5, 8)], 3, seq=1, units=4, groups=3)
+    add("repeat_seq_m2_T7_C8_d8_r2", "repeat", [(7, 8)], 2, seq=1, units=8, groups=2)
     return L
 
 
