@@ -650,6 +650,13 @@ static int lower_node(onnx_lower *L, int i)
         bfit_onnx_lower_act(L, &rc) ||
         bfit_onnx_lower_vit(L, &rc) || bfit_onnx_lower_cnn(L, &rc))
         return rc;
+    if (bfit_onnx_streq(nd->op, "Loop") || bfit_onnx_streq(nd->op, "SequenceEmpty") ||
+        bfit_onnx_streq(nd->op, "SplitToSequence") || bfit_onnx_streq(nd->op, "ConcatFromSequence"))
+        return bfit_onnx_refuse(L, "batchfit does not run ONNX loops and sequences (%s), which torch 1.13 exports "
+                                   "torch.repeat_interleave as: for grouped-query attention repeat the key and "
+                                   "value heads as Hugging Face's repeat_kv does, x[:, :, None, :, :].expand(B, "
+                                   "Hkv, r, T, d).reshape(B, Hkv * r, T, d) (the same heads in the same order)",
+                                bfit_onnx_cstr(nd->op, op, sizeof op));
     return bfit_onnx_refuse(L, "batchfit does not support the operator %s: docs/onnx.md lists what it does and "
                                "what to do about the rest", bfit_onnx_cstr(nd->op, op, sizeof op));
 }

@@ -118,6 +118,9 @@ run 1 plan --model "$src/tests/onnx/rope_fused.onnx" --memory 1GiB &&
   has "$err" "rope_fused.onnx: node '/h.0/attn/Mul' \(Mul, opset 17\) .*: rotary embeddings \(or another product of q or k by heads\) on q and k of one projection to 3C: batchfit reads them on separate projections"
 run 1 plan --model "$src/tests/onnx/rope_badsin.onnx" --memory 1GiB &&
   has "$err" "rope_badsin.onnx: node '/attn.1/Mul_1' \(Mul, opset 17\) .*: the sin table is not a rotary embedding's of 32 tokens and 8 columns a head, for any base \(its value at token 1, column 0\)"
+# torch.repeat_interleave's export (a Loop over ONNX sequences) is refused, saying what to write instead
+run 1 plan --model "$src/tests/onnx/gqa_interleave.onnx" --memory 1GiB &&
+  has "$err" "gqa_interleave.onnx: node '/attn.1/SequenceEmpty' \(SequenceEmpty, opset 17\) with inputs \(none\): batchfit does not run ONNX loops and sequences \(SequenceEmpty\), which torch 1.13 exports torch.repeat_interleave as: for grouped-query attention repeat the key and value heads as Hugging Face's repeat_kv does"
 # RMSNorm written four ways (tests/onnx/rms_forms.py: LLaMA's code as PyTorch 1.13 exports it, x * x and
 # Reciprocal, x / sqrt at opset 18, the opset-23 RMSNormalization) trains to the same weights, bit for bit
 for v in rms_torch rms_recip rms_div rms_op23; do

@@ -13,6 +13,9 @@ int64 token ids [batch, 32]):
 - llama_hfrope.onnx: llama_text.onnx with the rotary tables made in forward as Hugging Face's
   LlamaRotaryEmbedding makes them since transformers 4.38 (a MatMul of inv_freq by the positions, Cos and
   Sin, on the host): the same weights, which cli_onnx trains to llama_text.onnx's bit for bit;
+- gqa_interleave.onnx: llama_text.onnx with its key and value heads repeated by torch.repeat_interleave,
+  which torch 1.13 exports as a Loop over ONNX sequences (refused, saying to write repeat_kv's expand and
+  reshape, which give the same heads in the same order);
 - rope_fused.onnx: nanoGPT's GPT (one projection c_attn to 3C) with rotary embeddings on its q and k
   (refused: batchfit reads them on separate projections);
 - rope_badsin.onnx: llama_text.onnx with a sin table of twice the angles (refused at its Mul, naming the
@@ -48,6 +51,15 @@ class FusedRope(CausalSelfAttention):
         return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
 
 
+def interleave():
+    import export as E
+    kv = E.repeat_kv
+    E.repeat_kv = lambda x, n: x if n == 1 else torch.repeat_interleave(x, n, dim=1)
+    torch.manual_seed(0)
+    export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, kv_heads=1), "gqa_interleave.onnx")
+    E.repeat_kv = kv
+
+
 def main():
     for path in ("llama_text.onnx", "../../fuzz/corpus/onnx/llama_ok.onnx"):
         torch.manual_seed(0)
@@ -55,6 +67,7 @@ def main():
     torch.manual_seed(0)
     m = Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, rope="hf", kv_heads=1)
     export(m, "llama_hfrope.onnx")
+    interleave()
     torch.manual_seed(0)
     m = GPT(V=256, T=32, C=16, H=2, L=1, bias=False)
     m.h[0].attn = FusedRope(16, 2, 32)
