@@ -1278,6 +1278,93 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift, int rms)
     free(rdg), free(rdb);
 }
 
+/* ---- ROPE, REPEAT ---- */
+
+/* Rotary embeddings against double loops of Hugging Face's formula on the
+ * same float angles, in f32 and bf16 (x rounded to bf16 by truncation, the
+ * result one bf16 rounding off), forward and back; the backward turns a
+ * forward's output back to its input (a rotation's transpose is its
+ * inverse). Repeated heads: copies, and their gradients' sums. */
+static void check_rope(tdev *t, bfit_dtype dt, int64_t n, int64_t T, int64_t C, int64_t d, float theta)
+{
+    bfit_op_desc o = {.kind = BFIT_OP_ROPE_FWD, .dtype = dt, .u.rope = {n, T, C, d, theta}};
+    bfit_op_args a = {0};
+    int64_t N = n * T * C, h = d / 2;
+    size_t es = bfit_dtype_size(dt);
+    tbuf x = tbuf_new(t, (size_t)N * es), y = tbuf_new(t, (size_t)N * es), z = tbuf_new(t, (size_t)N * es);
+    double tol = dt == BFIT_F32 ? 8 * FEPS : 1.0 / 128;
+
+    for (int64_t i = 0; i < N; i++) {
+        float v = urand(2);
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        if (dt == BFIT_F32)
+            ((float *)x.h)[i] = v;
+        else
+            ((uint16_t *)x.h)[i] = (uint16_t)(b >> 16);
+    }
+    tbuf_up(t, &x);
+    a.src = x.d, a.dst = y.d;
+    assert_int_equal(run_op(t, &o, &a), BFIT_OK);
+    o.kind = BFIT_OP_ROPE_BWD;
+    a = (bfit_op_args){0};
+    a.diff_dst = y.d, a.diff_src = z.d;
+    assert_int_equal(run_op(t, &o, &a), BFIT_OK);
+    tbuf_down(t, &y), tbuf_down(t, &z);
+    for (int64_t i = 0; i < N; i++) {
+        int64_t tok = i / C % T, col = i % C % d, j = col % h, base = i - col;
+        double an = (float)tok * (float)(1.0 / pow((double)theta, (double)(2 * j) / (double)d));
+        double x1 = dt == BFIT_F32 ? ((float *)x.h)[base + j] : widen16(((uint16_t *)x.h)[base + j]);
+        double x2 = dt == BFIT_F32 ? ((float *)x.h)[base + j + h] : widen16(((uint16_t *)x.h)[base + j + h]);
+        double ref = col < h ? x1 * cos(an) - x2 * sin(an) : x2 * cos(an) + x1 * sin(an);
+        double got = dt == BFIT_F32 ? ((float *)y.h)[i] : widen16(((uint16_t *)y.h)[i]);
+        double back = dt == BFIT_F32 ? ((float *)z.h)[i] : widen16(((uint16_t *)z.h)[i]);
+        double xi = col < h ? x1 : x2;
+        assert_close(got, ref, tol * (1 + fabs(ref)) * 2, "rope fwd", i);
+        assert_close(back, xi, tol * 4 * (1 + fabs(xi)), "rope bwd (turned back)", i);
+    }
+    tbuf_free(t, &x), tbuf_free(t, &y), tbuf_free(t, &z);
+}
+
+static void check_repeat(tdev *t, int64_t rows, int64_t g, int64_t r, int64_t d)
+{
+    bfit_op_desc o = {.kind = BFIT_OP_REPEAT_FWD, .dtype = BFIT_F32, .u.rep = {rows, g, r, d}};
+    bfit_op_args a = {0};
+    int64_t N = rows * g * d;
+    tbuf x = frand(t, N, 1), y = frand(t, N * r, 1), dy = frand(t, N * r, 1), dx = frand(t, N, 1);
+
+    a.src = x.d, a.dst = y.d;
+    assert_int_equal(run_op(t, &o, &a), BFIT_OK);
+    o.kind = BFIT_OP_REPEAT_BWD;
+    a = (bfit_op_args){0};
+    a.diff_dst = dy.d, a.diff_src = dx.d;
+    assert_int_equal(run_op(t, &o, &a), BFIT_OK);
+    tbuf_down(t, &y), tbuf_down(t, &dx);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t q = 0; q < g * r; q++)
+            for (int64_t j = 0; j < d; j++)
+                assert_true(TB_F(y)[(i * g * r + q) * d + j] == TB_F(x)[(i * g + q / r) * d + j]);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t q = 0; q < g; q++)
+            for (int64_t j = 0; j < d; j++) {
+                double s = 0;
+                for (int64_t c = 0; c < r; c++)
+                    s += TB_F(dy)[(i * g * r + q * r + c) * d + j];
+                assert_close(TB_F(dx)[(i * g + q) * d + j], s, 4 * FEPS * (double)r * 2, "repeat bwd", j);
+            }
+    tbuf_free(t, &x), tbuf_free(t, &y), tbuf_free(t, &dy), tbuf_free(t, &dx);
+}
+
+static void test_rope_repeat(void **st)
+{
+    check_rope(*st, BFIT_F32, 3, 5, 12, 4, 10000.0f);
+    check_rope(*st, BFIT_F32, 2, 300, 256, 64, 500000.0f); /* the team */
+    check_rope(*st, BFIT_BF16, 3, 5, 12, 4, 10000.0f);
+    check_rope(*st, BFIT_BF16, 2, 300, 256, 64, 500000.0f);
+    check_repeat(*st, 7, 2, 3, 4);
+    check_repeat(*st, 600, 8, 4, 64);
+}
+
 static void test_lnorm_bf16(void **st)
 {
     check_lnorm16(*st, 7, 33, 0, 0);      /* one thread */
@@ -2114,6 +2201,7 @@ int main(void)
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_lnorm_threads_same_bits),
         cmocka_unit_test(test_lnorm_offset),      cmocka_unit_test(test_lnorm_bf16),
+        cmocka_unit_test(test_rope_repeat),
         cmocka_unit_test(test_gnorm),
         cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),

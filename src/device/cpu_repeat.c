@@ -6,6 +6,8 @@
 #include "device/cpu.h"
 #include "device/half.h"
 
+#include <string.h>
+
 static int run(cpu_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -15,15 +17,33 @@ static int run(cpu_op *op, const bfit_op_args *a)
     if (d->kind == BFIT_OP_REPEAT_FWD) {
         if (!a->src || !a->dst)
             return bfit_fail(BFIT_EINVAL, "head repeat: src and dst are required");
+        size_t es = bfit_dtype_size(t), head = (size_t)D * es; /* a copy: the bytes, whatever the dtype */
+        const char *x = a->src;
+        char *y = a->dst;
         BFIT_PAR_ROWS_IF(rows * g * r * D > BFIT_PAR_MIN, for (int64_t i = 0; i < rows; i++) {
             for (int64_t h = 0; h < g * r; h++)
-                for (int64_t j = 0; j < D; j++)
-                    bfit_st(a->dst, t, (i * g * r + h) * D + j, bfit_ld(a->src, t, (i * g + h / r) * D + j));
+                memcpy(y + (size_t)(i * g * r + h) * head, x + (size_t)(i * g + h / r) * head, head);
         });
         return BFIT_OK;
     }
     if (!a->diff_dst || !a->diff_src)
         return bfit_fail(BFIT_EINVAL, "head repeat backward: diff_dst and diff_src are required");
+    if (t == BFIT_F32) { /* the same sums, in vectors across a head's columns */
+        const float *dy = a->diff_dst;
+        float *dx = a->diff_src;
+        BFIT_PAR_ROWS_IF(rows * g * r * D > BFIT_PAR_MIN, for (int64_t i = 0; i < rows; i++) {
+            for (int64_t h = 0; h < g; h++) {
+                float *o = dx + (i * g + h) * D;
+                const float *c0 = dy + (i * g * r + h * r) * D;
+                for (int64_t j = 0; j < D; j++)
+                    o[j] = c0[j];
+                for (int64_t c = 1; c < r; c++)
+                    for (int64_t j = 0; j < D; j++)
+                        o[j] += c0[c * D + j];
+            }
+        });
+        return BFIT_OK;
+    }
     BFIT_PAR_ROWS_IF(rows * g * r * D > BFIT_PAR_MIN, for (int64_t i = 0; i < rows; i++) {
         for (int64_t h = 0; h < g; h++)
             for (int64_t j = 0; j < D; j++) {

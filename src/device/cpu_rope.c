@@ -27,8 +27,8 @@ static void table(const bfit_op_desc *d, float *cs)
     });
 }
 
-/* y = x turned by +angle (forward) or -angle (back: the transpose); f32 in
- * plain loops the compiler vectorises, other dtypes through bfit_ld/st */
+/* y = x turned by +angle (forward) or -angle (back: the transpose); f32 and
+ * bf16 in plain loops the compiler vectorises, f16 through bfit_ld/st */
 static void turn(const bfit_op_desc *d, const float *cs, const void *x, void *y, float sign)
 {
     bfit_dtype dt = d->dtype;
@@ -43,6 +43,14 @@ static void turn(const bfit_op_desc *d, const float *cs, const void *x, void *y,
                     float a = xa[j], b = xb[j], s = sign * si[j];
                     ya[j] = a * co[j] - b * s;
                     yb[j] = b * co[j] + a * s;
+                }
+            } else if (dt == BFIT_BF16) {
+                const uint16_t *xa = (const uint16_t *)x + k, *xb = xa + h;
+                uint16_t *ya = (uint16_t *)y + k, *yb = ya + h;
+                for (int64_t j = 0; j < h; j++) {
+                    float a = bfit_bf16_to_f32(xa[j]), b = bfit_bf16_to_f32(xb[j]), s = sign * si[j];
+                    ya[j] = bfit_f32_to_bf16(a * co[j] - b * s);
+                    yb[j] = bfit_f32_to_bf16(b * co[j] + a * s);
                 }
             } else {
                 for (int64_t j = 0; j < h; j++) {
