@@ -210,9 +210,10 @@ cudaError_t bk_add_rows(cudaStream_t s, int dt, const void *x, const float *bias
 
 /* ---- cuda_repeat.cu: grouped-query attention's repeated heads ---------------------- */
 
-/* back 0: y [rows, g r d] from x [rows, g d]; back 1: x = the sum of y's r copies of each head */
-cudaError_t bk_repeat(cudaStream_t s, int dt, const void *x, void *y, int64_t rows, int64_t g, int64_t r, int64_t d,
-                      int back);
+/* back 0: out [rows, g r d] from in [rows, g d]; back 1: out [rows, g d] = the sum of in's r copies of each
+ * head (in [rows, g r d]) */
+cudaError_t bk_repeat(cudaStream_t s, int dt, const void *in, void *out, int64_t rows, int64_t g, int64_t r,
+                      int64_t d, int back);
 
 /* ---- cuda_rope.cu: rotary position embeddings ------------------------------------ */
 

@@ -12,9 +12,8 @@ static int run(cuda_op *op, const bfit_op_args *a)
 
     if (!in || !out)
         return bfit_fail(BFIT_EINVAL, "head repeat: %s are required", back ? "diff_dst and diff_src" : "src and dst");
-    /* bk_repeat takes (x, y) as the forward's: backward's x is diff_src (written), y diff_dst (read) */
-    return cuda_launched(bk_repeat(cuda_dev(op)->stream, (int)d->dtype, back ? out : in, back ? (void *)in : out,
-                                   d->u.rep.rows, d->u.rep.g, d->u.rep.r, d->u.rep.d, back),
+    return cuda_launched(bk_repeat(cuda_dev(op)->stream, (int)d->dtype, in, out, d->u.rep.rows, d->u.rep.g,
+                                   d->u.rep.r, d->u.rep.d, back),
                          back ? "head repeat backward" : "head repeat");
 }
 

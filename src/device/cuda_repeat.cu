@@ -24,12 +24,12 @@ __global__ void k_repeat_back(const void *dy, void *dx, int dt, int64_t rows, in
     }
 }
 
-extern "C" cudaError_t bk_repeat(cudaStream_t s, int dt, const void *x, void *y, int64_t rows, int64_t g, int64_t r,
-                                 int64_t d, int back)
+extern "C" cudaError_t bk_repeat(cudaStream_t s, int dt, const void *in, void *out, int64_t rows, int64_t g,
+                                 int64_t r, int64_t d, int back)
 {
     if (back)
-        k_repeat_back<<<bk_grid(rows * g * d, BK_THREADS), BK_THREADS, 0, s>>>(y, (void *)x, dt, rows, g, r, d);
+        k_repeat_back<<<bk_grid(rows * g * d, BK_THREADS), BK_THREADS, 0, s>>>(in, out, dt, rows, g, r, d);
     else
-        k_repeat<<<bk_grid(rows * g * r * d, BK_THREADS), BK_THREADS, 0, s>>>(x, y, dt, rows, g, r, d);
+        k_repeat<<<bk_grid(rows * g * r * d, BK_THREADS), BK_THREADS, 0, s>>>(in, out, dt, rows, g, r, d);
     return cudaGetLastError();
 }

@@ -333,13 +333,15 @@ int bfit_onnx_refuse(onnx_lower *L, const char *fmt, ...)
                      (long long)L->om->opset, L->nd->nin ? ins : "(none)", msg);
 }
 
-const bfit_onnx_attr *bfit_onnx_attr_get(onnx_lower *L, const char *name)
+const bfit_onnx_attr *bfit_onnx_node_attr(const bfit_onnx_node *nd, const char *name)
 {
-    for (int i = 0; i < L->nd->nattr; i++)
-        if (bfit_onnx_streq(L->nd->attr[i].name, name))
-            return &L->nd->attr[i];
+    for (int i = 0; i < nd->nattr; i++)
+        if (bfit_onnx_streq(nd->attr[i].name, name))
+            return &nd->attr[i];
     return NULL;
 }
+
+const bfit_onnx_attr *bfit_onnx_attr_get(onnx_lower *L, const char *name) { return bfit_onnx_node_attr(L->nd, name); }
 
 int bfit_onnx_attr_int(onnx_lower *L, const char *name, int64_t dflt, int64_t *out)
 {

@@ -16,7 +16,7 @@
 
 enum { G_UNSQ = BFIT_ATT_GQA, G_EXP };
 
-#define BATCH INT64_MIN
+#define BATCH BFIT_ONNX_BATCH
 
 static const char *const WANT =
     "batchfit reads grouped-query attention's repeated keys and values as Hugging Face's repeat_kv writes them: "
@@ -26,12 +26,9 @@ static const char *const WANT =
 /* Output 0 is view v at a stage, its ONNX dimensions dims[0..rank) (BATCH: the batch). */
 static void gview(onnx_lower *L, const oval *v, int stage, int rank, const int64_t *dims)
 {
-    oval *o = bfit_onnx_out(L, 0);
     bfit_onnx_alias(L, v);
-    o->att[0] = stage;
-    o->rank = rank;
-    for (int d = 0; d < rank; d++)
-        o->ra[d] = dims[d] == BATCH, o->rb[d] = dims[d] == BATCH ? 0 : dims[d];
+    bfit_onnx_out(L, 0)->att[0] = stage;
+    bfit_onnx_set_dims(bfit_onnx_out(L, 0), rank, dims);
 }
 
 /* Input k of the node being lowered is the n host ints want (BATCH: the batch, a * m + b with a 1, b 0). */
@@ -53,12 +50,9 @@ int bfit_onnx_gqa(onnx_lower *L, oval *v, int *rc)
     int64_t T = v->shape.d[0], g = v->att[1], d = v->shape.d[1] / (g ? g : 1), r = v->att_rep;
 
     if (v->att[0] == BFIT_ATT_HEADS) { /* a start: Unsqueeze at axis 2 (opset 13: an input; before: an attribute) */
-        const bfit_onnx_attr *ax = NULL;
+        const bfit_onnx_attr *ax = bfit_onnx_node_attr(L->nd, "axes");
         if (!bfit_onnx_streq(op, "Unsqueeze"))
             return 0;
-        for (int i = 0; i < L->nd->nattr; i++)
-            if (bfit_onnx_streq(L->nd->attr[i].name, "axes"))
-                ax = &L->nd->attr[i];
         if (L->nd->nin > 1 ? !ints_are(L, 1, (int64_t[]){2}, 1)
                            : !ax || ax->type != BFIT_ONNX_A_INTS || ax->nints != 1 || ax->ints[0] != 2)
             return 0;

@@ -122,6 +122,13 @@ void bfit_onnx_set_rank(oval *v, const bfit_shape *s)
     v->cl[0] = v->cl[1] = 0;
 }
 
+void bfit_onnx_set_dims(oval *v, int rank, const int64_t *dims)
+{
+    v->rank = rank;
+    for (int d = 0; d < rank; d++)
+        v->ra[d] = dims[d] == BFIT_ONNX_BATCH, v->rb[d] = dims[d] == BFIT_ONNX_BATCH ? 0 : dims[d];
+}
+
 void bfit_onnx_set_cl(oval *v, int h, int w)
 {
     v->rank = 4;

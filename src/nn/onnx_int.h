@@ -112,6 +112,9 @@ int bfit_onnx_refuse(onnx_lower *L, const char *fmt, ...) __attribute__((format(
 
 /* Attributes: the value or the default; an attribute of another type is refused. */
 const bfit_onnx_attr *bfit_onnx_attr_get(onnx_lower *L, const char *name);
+/* Any node's attribute, or NULL: a look-ahead reads it without refusing (the readers below refuse on the
+   node being lowered). */
+const bfit_onnx_attr *bfit_onnx_node_attr(const bfit_onnx_node *nd, const char *name);
 int bfit_onnx_attr_int(onnx_lower *L, const char *name, int64_t dflt, int64_t *out);
 int bfit_onnx_attr_float(onnx_lower *L, const char *name, float dflt, float *out);
 /* An ints attribute of exactly n values (n 0: any up to BFIT_ONNX_MAXATTR, count in *got); absent: *got 0. */
@@ -154,6 +157,9 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc);
 int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb);
 /* The ONNX shape of a device value: [m, its sample's dimensions]. */
 void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
+/* v's ONNX shape is dims[0..rank), BFIT_ONNX_BATCH where it is the batch (a view's: onnx_mhsa.c's and after) */
+#define BFIT_ONNX_BATCH INT64_MIN
+void bfit_onnx_set_dims(oval *v, int rank, const int64_t *dims);
 /* The target (input 1) of the Reshape being lowered, of x, that keeps the
  * batch first (as it is, 0 or -1): its other dimensions into d[0..max), a
  * 0 resolved to x's dimension there (allowzero 0), -1 left as it is; their

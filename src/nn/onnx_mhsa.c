@@ -52,7 +52,7 @@ enum {
 
 _Static_assert((int)S_HEADS == (int)BFIT_ATT_HEADS && (int)S_OUT_T < (int)BFIT_ATT_ROPE, "onnx_rope.c's stages");
 
-#define BATCH INT64_MIN /* a view's dimension that is the batch */
+#define BATCH BFIT_ONNX_BATCH /* a view's dimension that is the batch */
 
 static const char *const WANT =
     "batchfit reads self-attention written out the way timm's Attention (qkv(x).reshape(B, T, 3, H, d).permute(2, "
@@ -75,9 +75,7 @@ static void mview(onnx_lower *L, int k, const oval *x, int stage, int heads, int
     o->kind = OV_VIEW;
     o->att[0] = stage, o->att[1] = heads, o->att[2] = part;
     o->att_scale = scale;
-    o->rank = rank;
-    for (int d = 0; d < rank; d++)
-        o->ra[d] = dims[d] == BATCH, o->rb[d] = dims[d] == BATCH ? 0 : dims[d];
+    bfit_onnx_set_dims(o, rank, dims);
 }
 
 /* Output 0 is view v again, its scores' factor now scale. */
@@ -122,19 +120,13 @@ static int perm_is(onnx_lower *L, const int64_t *p, int n)
  * the node itself, not the one being lowered, so nothing is refused. */
 static int perm_of(onnx_lower *L, int i, const int64_t *a, const int64_t *b)
 {
-    const bfit_onnx_node *nd = &L->om->nodes[i];
-    for (int k = 0; k < nd->nattr; k++) {
-        const bfit_onnx_attr *at = &nd->attr[k];
-        int ea = 1, eb = 1;
-        if (!bfit_onnx_streq(at->name, "perm"))
-            continue;
-        if (at->type != BFIT_ONNX_A_INTS || at->nints != 4)
-            return 0;
-        for (int j = 0; j < 4; j++)
-            ea &= at->ints[j] == a[j], eb &= at->ints[j] == b[j];
-        return ea || eb;
-    }
-    return 0;
+    const bfit_onnx_attr *at = bfit_onnx_node_attr(&L->om->nodes[i], "perm");
+    int ea = 1, eb = 1;
+    if (!at || at->type != BFIT_ONNX_A_INTS || at->nints != 4)
+        return 0;
+    for (int j = 0; j < 4; j++)
+        ea &= at->ints[j] == a[j], eb &= at->ints[j] == b[j];
+    return ea || eb;
 }
 
 /* The columns of the view's tokens per head's q, k or v: C of [T, C]

@@ -37,23 +37,14 @@ static int operand(onnx_lower *L, int i, int k, const oval *x, double *c)
     return v->kind != OV_DEVICE && bfit_onnx_scalar(L, v->name, c) ? 2 : 0;
 }
 
-/* ReduceMean node r takes the mean over the last of rank's axes, kept. The
- * attributes read from the node itself: the attribute readers refuse on
- * the node being lowered. */
+/* ReduceMean node r takes the mean over the last of rank's axes, kept. */
 static int mean_last(onnx_lower *L, int r, int rank)
 {
     const bfit_onnx_node *nd = &L->om->nodes[r];
-    const bfit_onnx_attr *axes = NULL;
+    const bfit_onnx_attr *axes = bfit_onnx_node_attr(nd, "axes"), *kd = bfit_onnx_node_attr(nd, "keepdims");
     double ax = 0;
-    int keep = 1, have = 0;
+    int keep = !kd || (kd->type == BFIT_ONNX_A_INT && kd->i == 1), have = 0;
 
-    for (int i = 0; i < nd->nattr; i++) {
-        const bfit_onnx_attr *a = &nd->attr[i];
-        if (bfit_onnx_streq(a->name, "keepdims"))
-            keep = a->type == BFIT_ONNX_A_INT && a->i == 1;
-        else if (bfit_onnx_streq(a->name, "axes"))
-            axes = a;
-    }
     if (axes && axes->type == BFIT_ONNX_A_INTS && axes->nints == 1)
         ax = (double)axes->ints[0], have = 1;
     else if (!axes && nd->nin > 1) /* opset 18: the axes an input */
@@ -61,14 +52,11 @@ static int mean_last(onnx_lower *L, int r, int rank)
     return keep && have && (ax == -1 || ax == rank - 1);
 }
 
-/* Node j is a Cast to float (the attribute read from the node: see mean_last). */
+/* Node j is a Cast to float. */
 static int float_cast(onnx_lower *L, int j)
 {
-    const bfit_onnx_node *nd = &L->om->nodes[j];
-    for (int i = 0; i < nd->nattr; i++)
-        if (bfit_onnx_streq(nd->attr[i].name, "to"))
-            return nd->attr[i].type == BFIT_ONNX_A_INT && nd->attr[i].i == ONNX_FLOAT;
-    return 0;
+    const bfit_onnx_attr *to = bfit_onnx_node_attr(&L->om->nodes[j], "to");
+    return to && to->type == BFIT_ONNX_A_INT && to->i == ONNX_FLOAT;
 }
 
 /* The weight's Mul after node i (past Casts to float): its index, *w the
