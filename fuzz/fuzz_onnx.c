@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     if (bfit_onnx_parse(d, n, "fuzz.onnx", &m) == BFIT_OK)
         convert_all(m);
     bfit_onnx_model_free(m);
-    if (bfit_onnx_load_buffer(d, n, "fuzz.onnx", &g) != BFIT_OK)
+    if (bfit_onnx_load_buffer(d, n, "fuzz.onnx", 0, &g) != BFIT_OK)
         return 0;
     if (bfit_model_new(&g, NULL, NULL, &M) == BFIT_OK) {
         for (int i = 0; i < M->n; i++)

@@ -1889,7 +1889,7 @@ static bfit_model *model_on(const char *file, int s, bfit_arena *arena)
         gate_graph(&g);
     else if (!strcmp(file, GN_MINI))
         gn_graph(&g);
-    else if (bfit_model_source_load(path, &g) != BFIT_OK)
+    else if (bfit_model_source_load(path, 0, &g) != BFIT_OK)
         fail_msg("%s: %s", path, bfit_errmsg());
     if (bfit_model_new(&g, dev[s], arena, &M) != BFIT_OK)
         fail_msg("%s on %s: %s", file, side_name[s], bfit_errmsg());
@@ -2256,7 +2256,7 @@ static void test_needs_new_ops(void **st)
             snprintf(path, sizeof path, "%s/%s", src_dir, files[i]);
             if (i == 0)
                 gate_graph(&g);
-            else if (bfit_model_source_load(path, &g) != BFIT_OK)
+            else if (bfit_model_source_load(path, 0, &g) != BFIT_OK)
                 fail_msg("%s: %s", path, bfit_errmsg());
             if (bfit_graph_op_needs(&g, t ? BFIT_BF16 : BFIT_F32, &nd) != BFIT_OK)
                 fail_msg("%s: its ops: %s", files[i], bfit_errmsg());

@@ -26,7 +26,7 @@ static int has(const bfit_op_needs *nd, bfit_op_kind k, bfit_dtype t) { return (
 static void needs_of(const char *model, bfit_dtype t, bfit_op_needs *nd)
 {
     bfit_graph_desc g;
-    if (bfit_model_source_load(model, &g) != BFIT_OK)
+    if (bfit_model_source_load(model, 0, &g) != BFIT_OK)
         fail_msg("%s: %s", model, bfit_errmsg());
     if (bfit_graph_op_needs(&g, t, nd) != BFIT_OK)
         fail_msg("needs of %s: %s", model, bfit_errmsg());
@@ -135,7 +135,7 @@ static void test_auto_choice(void **st)
     bfit_device *d = NULL;
     char why[512];
     (void)st;
-    assert_int_equal(bfit_device_open_for_model(NULL, NULL, "cnn", BFIT_F32, &d, why, sizeof why), BFIT_OK);
+    assert_int_equal(bfit_device_open_for_model(NULL, NULL, "cnn", 0, BFIT_F32, &d, why, sizeof why), BFIT_OK);
     print_message("  auto: %s\n", why);
     if (gpu_present()) {
         assert_string_equal(bfit_device_name(d), "cuda:0");
@@ -146,7 +146,7 @@ static void test_auto_choice(void **st)
     }
     bfit_device_free(d);
     /* a name is opened as asked */
-    assert_int_equal(bfit_device_open_for_model("cpu", NULL, "no-such-model", BFIT_F16, &d, why, sizeof why), BFIT_OK);
+    assert_int_equal(bfit_device_open_for_model("cpu", NULL, "no-such-model", 0, BFIT_F16, &d, why, sizeof why), BFIT_OK);
     assert_string_equal(why, "cpu, as asked");
     bfit_device_free(d);
 }
@@ -159,7 +159,7 @@ static void test_auto_refuses(void **st)
     (void)st;
     if (gpu_present())
         skip();
-    assert_int_equal(bfit_device_open_for_model("auto", NULL, "mlp", BFIT_F16, &d, why, sizeof why), BFIT_EINVAL);
+    assert_int_equal(bfit_device_open_for_model("auto", NULL, "mlp", 0, BFIT_F16, &d, why, sizeof why), BFIT_EINVAL);
     assert_null(d);
     assert_non_null(strstr(bfit_errmsg(), "no device here runs this model"));
     assert_non_null(strstr(bfit_errmsg(), "the cpu does not run"));
@@ -208,7 +208,7 @@ static void ways_with(int in_supports, const char *marked)
         patched.op_new = refuse_op_new;
     d->vt = &patched;
     a = bfit_device_arena_new(d, 1ull << 30);
-    assert_int_equal(bfit_model_source_load("cnn", &g), BFIT_OK);
+    assert_int_equal(bfit_model_source_load("cnn", 0, &g), BFIT_OK);
     assert_int_equal(bfit_plan_ways(&g, d, a, &opt, 256ull << 20, 0, w), BFIT_OK);
     for (int i = 0; i < BFIT_WAYS; i++) {
         int f32 = w[i].storage.precision == BFIT_F32;
@@ -261,7 +261,7 @@ static void test_plan_op_limit(void **st)
     patched = *cpu_vt;
     patched.op_new = small_convs;
     d->vt = &patched;
-    assert_int_equal(bfit_model_source_load("cnn", &g), BFIT_OK);
+    assert_int_equal(bfit_model_source_load("cnn", 0, &g), BFIT_OK);
     assert_int_equal(bfit_model_new(&g, d, NULL, &M), BFIT_OK);
     assert_int_equal(bfit_plan_max_batch(M, &opt, 1, 64ull << 30, 100000, &m, NULL), BFIT_OK);
     assert_int_equal(m, 100);

@@ -41,7 +41,7 @@ static void rig_graph(rig *r, bfit_graph_desc *g)
 static void rig_new(rig *r, const char *src, int seq, int lean)
 {
     bfit_graph_desc g;
-    if (bfit_model_source_load(src, &g) != BFIT_OK)
+    if (bfit_model_source_load(src, 0, &g) != BFIT_OK)
         fail_msg("%s: %s", src, bfit_errmsg());
     if (seq)
         assert_int_equal(bfit_graph_set_seq(&g, seq, "seq"), BFIT_OK);
@@ -93,7 +93,7 @@ static void test_preset_sizes(void **st)
     for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) {
         bfit_graph_desc g;
         bfit_model *M;
-        assert_int_equal(bfit_model_source_load(want[i].name, &g), BFIT_OK);
+        assert_int_equal(bfit_model_source_load(want[i].name, 0, &g), BFIT_OK);
         assert_int_equal(bfit_model_new(&g, NULL, NULL, &M), BFIT_OK);
         print_message("  %s: %lld parameters\n", want[i].name, (long long)bfit_model_param_count(M));
         assert_int_equal(bfit_model_param_count(M), want[i].params);

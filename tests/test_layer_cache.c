@@ -48,7 +48,7 @@ static void open_model_as(fixture *f, const char *name, int params)
     counting.op_new = count_op_new;
     f->dev->vt = &counting;
     f->arena = bfit_device_arena_new(f->dev, 2ull << 30);
-    assert_int_equal(bfit_model_source_load(name, &g), BFIT_OK);
+    assert_int_equal(bfit_model_source_load(name, 0, &g), BFIT_OK);
     assert_int_equal(bfit_model_new(&g, f->dev, f->arena, &f->M), BFIT_OK);
     bfit_graph_fini(&g);
     if (!params)

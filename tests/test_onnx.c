@@ -119,14 +119,15 @@ static pbw *tensor(const char *name, const int64_t *dims, int nd, const float *v
     return t;
 }
 
-/* ValueInfoProto of a tensor of ONNX type elem (1 float, 7 int64); a dimension of -1 is the symbolic "N". */
+/* ValueInfoProto of a tensor of ONNX type elem (1 float, 7 int64); a dimension of -1 is the symbolic "N", one
+ * of -2 the symbolic "T". */
 static pbw *value_info_t(const char *name, const int64_t *dims, int nd, int elem)
 {
     pbw *v = pb_new(), *type = pb_new(), *tt = pb_new(), *shape = pb_new();
     for (int d = 0; d < nd; d++) {
         pbw *dim = pb_new();
         if (dims[d] < 0)
-            pstr(dim, 2, "N");
+            pstr(dim, 2, dims[d] == -2 ? "T" : "N");
         else
             pint(dim, 1, dims[d]);
         pmsg(shape, 1, dim);
@@ -417,9 +418,9 @@ static pbw *scaled_cast_graph(const int64_t k[2], int64_t to)
 
 /* Load the bytes; on failure check the graph is left empty and, if want is
  * given, that the message says it. Returns the status. */
-static int load(const pbw *m, bfit_graph_desc *g, const char *want)
+static int load_seq(const pbw *m, int seq, bfit_graph_desc *g, const char *want)
 {
-    int rc = bfit_onnx_load_buffer(m->b, m->n, "t.onnx", g);
+    int rc = bfit_onnx_load_buffer(m->b, m->n, "t.onnx", seq, g);
     if (rc == BFIT_OK)
         return rc;
     assert_int_equal(g->nnodes, 0);
@@ -429,6 +430,8 @@ static int load(const pbw *m, bfit_graph_desc *g, const char *want)
         fail_msg("expected \"%s\" in: %s", want, bfit_errmsg());
     return rc;
 }
+
+static int load(const pbw *m, bfit_graph_desc *g, const char *want) { return load_seq(m, 0, g, want); }
 
 /* ---- good models -------------------------------------------------------------- */
 
@@ -492,7 +495,7 @@ static void test_truncated(void **st)
     int truncated = 0;
     (void)st;
     for (size_t k = 0; k < m->n; k++) {
-        int rc = bfit_onnx_load_buffer(m->b, k, "t.onnx", &g);
+        int rc = bfit_onnx_load_buffer(m->b, k, "t.onnx", 0, &g);
         if (rc == BFIT_OK)
             fail_msg("the first %zu of %zu bytes loaded as a model", k, m->n);
         assert_int_equal(g.nnodes, 0);
@@ -1594,13 +1597,14 @@ static void test_host_float_pow_sqrt(void **st)
 
 /* A language model's graph, as PyTorch exports nanoGPT's: ids int64 [N,4]
  * (rank ids_nd), te = Gather(wte [8,4], ids) (along axis tok_axis), pos =
- * Range(start, 4, 1) (start, or the batch when start < 0, is the limit then),
- * pe = Gather(wpe [6,4], pos), h = te + pe, logits [N,4,8] = h @ wte^T. */
+ * Range(start, 4, 1) (start, or the batch when start is -1, is the limit
+ * then; start -2: ids [N,T], T symbolic, and Range(0, T, 1) of their shape,
+ * as an export with a dynamic sequence), pe = Gather(wpe [6,4], pos), h =
+ * te + pe, logits [N,4,8] = h @ wte^T. */
 static pbw *token_graph(int64_t start, int tok_axis, int ids_nd)
 {
-    static const int64_t ids3[3] = {-1, 4, 1}, out[3] = {-1, 4, 8}, td[2] = {8, 4}, pd[2] = {6, 4}, one = 1,
-                         four = 4, zero = 0;
-    int64_t ids[2] = {-1, 4};
+    static const int64_t ids3[3] = {-1, 4, 1}, td[2] = {8, 4}, pd[2] = {6, 4}, one = 1, four = 4, zero = 0;
+    int64_t ids[2] = {-1, start == -2 ? -2 : 4}, out[3] = {-1, start == -2 ? -2 : 4, 8};
     const char *g1[2] = {"wte", "ids"}, *o1[1] = {"te"}, *ri[3] = {"r0", "r1", "r2"}, *ro[1] = {"pos"},
                *g2[2] = {"wpe", "pos"}, *o2[1] = {"pe"}, *ai[2] = {"te", "pe"}, *ao[1] = {"h"}, *ti[1] = {"wte"},
                *to[1] = {"wt"}, *mi[2] = {"h", "wt"}, *mo[1] = {"logits"}, *si[1] = {"ids"}, *so[1] = {"s"},
@@ -1609,8 +1613,9 @@ static pbw *token_graph(int64_t start, int tok_axis, int ids_nd)
     if (tok_axis)
         attr_int(n, "axis", tok_axis);
     pmsg(g, 1, n);
-    if (start < 0) { /* Range(0, N, 1): the batch */
+    if (start < 0) { /* Range(0, N, 1): the batch; or T, dimension 1 */
         pmsg(g, 1, node("Shape", "shape", si, 1, so, 1));
+        gi[1] = start == -2 ? "r2" : "zero";
         pmsg(g, 1, node("Gather", "batch", gi, 2, go, 1));
         ri[0] = "zero", ri[1] = "n";
     }
@@ -1690,6 +1695,41 @@ static void test_token_model(void **st)
     assert_int_equal(load(m, &g, "t.onnx: the input 'ids' is integers of 3 dimensions: batchfit reads integers as "
                                  "token ids [batch, T]"),
                      BFIT_EINVAL);
+    pb_free(m);
+}
+
+/* An export with a dynamic sequence (ids [N,T], T symbolic): lowered at the
+ * length given (--seq), its Range over T worked out there; without one, or
+ * with one past the position table's rows, refused saying so. */
+static void test_token_dynamic_seq(void **st)
+{
+    bfit_graph_desc g;
+    pbw *m = token_model(-2, 0, 2);
+    (void)st;
+    assert_int_equal(load(m, &g, "t.onnx: the sequence length of the input 'ids' (dimension 1, 'T') is not fixed "
+                                 "in the export (a dynamic axis): give the length to train and plan at with --seq N"),
+                     BFIT_EINVAL);
+    for (int seq = 1; seq <= 6; seq++) {
+        if (load_seq(m, seq, &g, NULL) != BFIT_OK)
+            fail_msg("seq %d: %s", seq, bfit_errmsg());
+        assert_int_equal(g.input_dtype, BFIT_I32);
+        assert_int_equal(g.input.d[0], seq);
+        assert_int_equal(g.nnodes, 2);
+        assert_int_equal(g.nodes[0].cfg.kind, BFIT_L_EMBED);
+        assert_int_equal(g.nodes[0].cfg.positions, 6);
+        bfit_graph_fini(&g);
+    }
+    assert_int_equal(load_seq(m, 7, &g, "node 'wpe' (Gather, opset 17) with inputs 'wpe' [6,4] float, 'pos' "
+                                        "(computed on the host): the positions 0 .. 6 run past the 6 rows of the "
+                                        "position table: the model has 6 positions, the longest sequence it takes "
+                                        "(--seq at most 6)"),
+                     BFIT_EINVAL);
+    pb_free(m);
+    m = token_model(0, 0, 2); /* a T fixed in the file: the length given does not bind it */
+    if (load_seq(m, 2, &g, NULL) != BFIT_OK)
+        fail_msg("%s", bfit_errmsg());
+    assert_int_equal(g.input.d[0], 4);
+    bfit_graph_fini(&g);
     pb_free(m);
 }
 
@@ -2231,6 +2271,7 @@ int main(void)
         cmocka_unit_test(test_not_a_model),
         cmocka_unit_test(test_shape_arithmetic), cmocka_unit_test(test_host_float_pow_sqrt),
         cmocka_unit_test(test_token_model),
+        cmocka_unit_test(test_token_dynamic_seq),
         cmocka_unit_test(test_pad),
         cmocka_unit_test(test_pool_ceil),
         cmocka_unit_test(test_opset_range),

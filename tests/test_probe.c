@@ -93,7 +93,7 @@ static void rig_new(rig *r, const char *model, uint64_t capacity)
     bfit_graph_desc g;
     rig_device(r, capacity);
     if (model)
-        assert_int_equal(bfit_model_source_load(model, &g), BFIT_OK);
+        assert_int_equal(bfit_model_source_load(model, 0, &g), BFIT_OK);
     else if (bfit_spec_parse(bn_spec, sizeof bn_spec - 1, "bn.cfg", &g) != BFIT_OK)
         fail_msg("%s", bfit_errmsg());
     assert_int_equal(bfit_model_new(&g, r->dev, r->arena, &r->M), BFIT_OK);

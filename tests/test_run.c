@@ -325,7 +325,7 @@ static uint64_t eval_1000_need(const char *model)
     bfit_step_plan pe, pt;
     bfit_optim_cfg o = bfit_optim_cfg_default(BFIT_OPT_SGD);
     tdev_open(&t, 2);
-    assert_int_equal(bfit_model_source_load(model, &g), BFIT_OK);
+    assert_int_equal(bfit_model_source_load(model, 0, &g), BFIT_OK);
     assert_int_equal(bfit_model_new(&g, t.dev, t.arena, &M), BFIT_OK);
     assert_int_equal(bfit_plan_compute(M, NULL, 1000, 0, &pe), BFIT_OK);
     assert_int_equal(bfit_plan_compute(M, &o, 1, 1, &pt), BFIT_OK);

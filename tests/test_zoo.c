@@ -249,23 +249,23 @@ static void test_source_load(void **st)
 
     /* a preset name */
     assert_int_equal(bfit_model_source_is_file("resnet50"), 0);
-    assert_int_equal(bfit_model_source_load("resnet50", &g), BFIT_OK);
+    assert_int_equal(bfit_model_source_load("resnet50", 0, &g), BFIT_OK);
     assert_shape(g.input, 3, 224, 224);
     bfit_graph_fini(&g);
     /* a path */
     snprintf(path, sizeof path, "%s/cnn.cfg", models_dir);
     assert_int_equal(bfit_model_source_is_file(path), 1);
-    assert_int_equal(bfit_model_source_load(path, &g), BFIT_OK);
+    assert_int_equal(bfit_model_source_load(path, 0, &g), BFIT_OK);
     assert_int_equal(g.nnodes, 10);
     bfit_graph_fini(&g);
     /* looks like a file, is not there: a file error, not "unknown preset" */
     assert_int_equal(bfit_model_source_is_file("nope.cfg"), 1);
-    assert_int_equal(bfit_model_source_load("nope.cfg", &g), BFIT_EIO);
+    assert_int_equal(bfit_model_source_load("nope.cfg", 0, &g), BFIT_EIO);
     assert_non_null(strstr(bfit_errmsg(), "nope.cfg"));
-    assert_int_equal(bfit_model_source_load("no/such", &g), BFIT_EIO);
+    assert_int_equal(bfit_model_source_load("no/such", 0, &g), BFIT_EIO);
     bfit_graph_fini(&g);
     /* neither: an unknown preset */
-    assert_int_equal(bfit_model_source_load("nope", &g), BFIT_EINVAL);
+    assert_int_equal(bfit_model_source_load("nope", 0, &g), BFIT_EINVAL);
     assert_non_null(strstr(bfit_errmsg(), "resnet18"));
     bfit_graph_fini(&g);
     /* an existing file without '/' or .cfg is a spec file */
@@ -274,7 +274,7 @@ static void test_source_load(void **st)
     fputs("input 8\nlinear 3\n", f);
     fclose(f);
     assert_int_equal(bfit_model_source_is_file("zoo_test_spec"), 1);
-    assert_int_equal(bfit_model_source_load("zoo_test_spec", &g), BFIT_OK);
+    assert_int_equal(bfit_model_source_load("zoo_test_spec", 0, &g), BFIT_OK);
     assert_int_equal(g.nnodes, 1);
     bfit_graph_fini(&g);
     unlink("zoo_test_spec");

@@ -67,7 +67,7 @@ static int arrays_agree(const bfit_config *c)
 static int input_shape(const bfit_config *c, bfit_shape *shape)
 {
     bfit_graph_desc g;
-    int rc = bfit_model_source_load(c->t.model, &g), tokens;
+    int rc = bfit_model_source_load(c->t.model, bfit_config_seq(c), &g), tokens;
     if (rc != BFIT_OK)
         return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
     *shape = g.input;

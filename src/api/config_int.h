@@ -98,6 +98,9 @@ void bfit_config_defaults(bfit_config *c);
  * (bfit_device_info.bf16_fast), else f32. The commands call it as they
  * start; the option checks (bfit_config_check) open no device. */
 int bfit_config_precision(const bfit_config *c, bfit_dtype *out);
+/* The token length the model is loaded at: seq-max's, or seq's (0: the
+ * model's own; bfit_model_source_load's seq). */
+static inline int bfit_config_seq(const bfit_config *c) { return c->t.seq_max ? c->t.seq_max : c->seq; }
 
 /* resolve.c: what each command reads, from the options. BFIT_EINVAL naming
  * the option for a given option the command does not read, or options that

@@ -8,11 +8,11 @@
 #include <math.h>
 
 /* A token model's figures are per token: its input is token ids. */
-static int is_token_model(const char *model)
+static int is_token_model(const char *model, int seq)
 {
     bfit_graph_desc g;
     int tokens;
-    if (bfit_model_source_load(model, &g) != BFIT_OK)
+    if (bfit_model_source_load(model, seq, &g) != BFIT_OK)
         return 0;
     tokens = g.input_dtype == BFIT_I32;
     bfit_graph_fini(&g);
@@ -53,7 +53,7 @@ int bfit_evaluate(const bfit_config *c, bfit_result **out)
     cJSON_AddNumberToObject(res->root, "accuracy", acc);
     if (skipped) /* --skip-bad-images only */
         cJSON_AddNumberToObject(res->root, "images_skipped", (double)skipped);
-    if ((f = bfit_result_out(res)) && is_token_model(e.model))
+    if ((f = bfit_result_out(res)) && is_token_model(e.model, e.seq_max ? e.seq_max : e.seq))
         fprintf(f, "test loss %.4f per token (%.4f bits), next-token accuracy %.2f%% on %lld sequences\n", loss,
                 loss / 0.69314718055994531, 100 * acc, (long long)n);
     else if (f)

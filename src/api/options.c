@@ -409,7 +409,7 @@ static const bfit_opt table[] = {
     {"mean", "M,M,M", F | T | E, set_norm, 0, 0, 0, NULL},
     {"std", "S,S,S", F | T | E, set_norm, 0, 0, 0, NULL},
     {"seq-max", "N", T | E, set_int, OFF(t.seq_max), 1, 1 << 24, NULL},
-    {"seq", "N", P | F | T | E, set_int, OFF(seq), 1, 1 << 24, NULL},
+    {"seq", "N", P | F | T | E | D | X, set_int, OFF(seq), 1, 1 << 24, NULL},
     {"attention", "stored|lean", P | F | T, set_attention, 0, 0, 0, NULL},
     /* batch and memory */
     {"batch", "N|auto|adaptive", P | T | X, set_batch, 0, 1, BMAX, "batch adaptive"},

@@ -20,7 +20,7 @@ static const char *fmt(uint64_t b, char *buf) { return bfit_format_size(b, buf, 
 /* The model's graph from its source, at the asked sequence length. */
 static int load_graph(const bfit_config *c, bfit_graph_desc *g)
 {
-    int rc = bfit_model_source_load(c->t.model, g);
+    int rc = bfit_model_source_load(c->t.model, c->seq, g);
     if (rc != BFIT_OK)
         return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
     if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq, "seq")) != BFIT_OK) ||

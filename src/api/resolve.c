@@ -66,7 +66,7 @@ int bfit_config_need_model(const bfit_config *c, unsigned cmd)
                                    "ONNX file)", c->t.model);
         if (!bfit_model_source_is_file(c->t.model)) {
             bfit_graph_desc g;
-            if (bfit_model_source_load(c->t.model, &g) != BFIT_OK) /* its message lists the presets */
+            if (bfit_model_source_load(c->t.model, 0, &g) != BFIT_OK) /* its message lists the presets */
                 return bfit_fail_field(BFIT_EINVAL, "model", "%s", bfit_errmsg());
             bfit_graph_fini(&g);
         }

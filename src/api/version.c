@@ -28,7 +28,7 @@ int bfit_device_new(const bfit_config *c, bfit_device **out)
         bfit_dtype t;
         if ((rc = bfit_config_precision(c, &t)) != BFIT_OK)
             return rc;
-        return bfit_device_open_for_model(c->t.device_name, &cc, c->t.model, t, out, NULL, 0);
+        return bfit_device_open_for_model(c->t.device_name, &cc, c->t.model, bfit_config_seq(c), t, out, NULL, 0);
     }
     return bfit_device_open(c ? c->t.device_name : NULL, &cc, out);
 }

@@ -43,7 +43,7 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     int rc;
 
     memset(s, 0, sizeof *s);
-    rc = bfit_model_source_load(c->model, &s->g);
+    rc = bfit_model_source_load(c->model, c->seq_max ? c->seq_max : c->seq, &s->g);
     if (rc == BFIT_OK && c->seq_max)
         rc = bfit_graph_set_seq(&s->g, c->seq_max, "seq_max");
     else if (rc == BFIT_OK && c->seq)

@@ -72,8 +72,8 @@ int bfit_model_device_open(const char *name, const bfit_device_cfg *cfg, const b
     return bfit_device_open_auto(cfg, &nd, out, why, why ? n : 0);
 }
 
-int bfit_device_open_for_model(const char *name, const bfit_device_cfg *cfg, const char *model, bfit_dtype precision,
-                               bfit_device **out, char *why, size_t n)
+int bfit_device_open_for_model(const char *name, const bfit_device_cfg *cfg, const char *model, int seq,
+                               bfit_dtype precision, bfit_device **out, char *why, size_t n)
 {
     bfit_graph_desc g;
     int rc;
@@ -81,7 +81,7 @@ int bfit_device_open_for_model(const char *name, const bfit_device_cfg *cfg, con
     *out = NULL;
     if (name && strcmp(name, "auto") != 0)
         return bfit_model_device_open(name, cfg, NULL, precision, out, why, n);
-    if ((rc = bfit_model_source_load(model, &g)) != BFIT_OK)
+    if ((rc = bfit_model_source_load(model, seq, &g)) != BFIT_OK)
         return rc;
     rc = bfit_model_device_open(name, cfg, &g, precision, out, why, n);
     bfit_graph_fini(&g);

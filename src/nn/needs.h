@@ -17,8 +17,9 @@ int bfit_model_device_open(const char *name, const bfit_device_cfg *cfg, const b
                            bfit_dtype precision, bfit_device **out, char *why, size_t n);
 
 /* The same for a model named as the model option takes it (a preset, spec
- * or file), loaded only to choose; its load's error if it cannot be. */
-int bfit_device_open_for_model(const char *name, const bfit_device_cfg *cfg, const char *model, bfit_dtype precision,
-                               bfit_device **out, char *why, size_t n);
+ * or file; seq as bfit_model_source_load takes it), loaded only to choose;
+ * its load's error if it cannot be. */
+int bfit_device_open_for_model(const char *name, const bfit_device_cfg *cfg, const char *model, int seq,
+                               bfit_dtype precision, bfit_device **out, char *why, size_t n);
 
 #endif

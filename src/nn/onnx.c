@@ -525,6 +525,34 @@ int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, in
 
 /* ---- the graph's input and output -------------------------------------------- */
 
+/* The input's sample dimensions into dim[1..): fixed in the file, or a
+ * token model's T left symbolic by the export (dynamic_axes), which takes
+ * the length asked for: the host's shape arithmetic (Range, the masks'
+ * Slices, the Reshapes) then works it out at that T, as at a fixed one. */
+static int sample_dims(onnx_lower *L, const bfit_onnx_vi *in, int tokens, const char *nm, int64_t *dim)
+{
+    char sym[64];
+    for (int d = 1; d < in->ndim; d++) {
+        dim[d] = in->dim[d];
+        if (dim[d] >= 1 && dim[d] <= 0x7fffffff)
+            continue;
+        bfit_onnx_cstr(in->dim_name[d], sym, sizeof sym);
+        if (tokens && d == 1 && L->seq > 0) {
+            dim[d] = L->seq;
+            continue;
+        }
+        if (tokens && d == 1)
+            return bfit_fail(BFIT_EINVAL, "%s: the sequence length of the input '%s' (dimension 1%s%s%s) is not "
+                                          "fixed in the export (a dynamic axis): give the length to train and plan "
+                                          "at with --seq N",
+                             L->om->source, nm, sym[0] ? ", '" : "", sym, sym[0] ? "'" : "");
+        return bfit_fail(BFIT_EINVAL, "%s: dimension %d of the input '%s'%s%s%s is not a fixed size: export with a "
+                                      "fixed sample shape (only the batch, dimension 0, may vary)",
+                         L->om->source, d, nm, sym[0] ? " ('" : "", sym, sym[0] ? "')" : "");
+    }
+    return BFIT_OK;
+}
+
 /* The one graph input that is not an initializer: the model's samples,
  * [batch, C, H, W], [batch, F] or [batch, T, F], whatever the batch says. */
 static int take_input(onnx_lower *L)
@@ -533,7 +561,8 @@ static int take_input(onnx_lower *L)
     const bfit_onnx_vi *in = NULL;
     oval *v;
     char nm[128];
-    int n = 0, tokens;
+    int64_t dim[BFIT_ONNX_MAXD];
+    int n = 0, tokens, rc;
 
     for (int i = 0; i < om->ninputs; i++)
         if ((v = bfit_onnx_val(L, om->inputs[i].name)) && v->kind != OV_HOST)
@@ -552,27 +581,24 @@ static int take_input(onnx_lower *L)
     if (in->ndim < 2 || in->ndim > 4)
         return bfit_fail(BFIT_EINVAL, "%s: the input '%s' has %d dimensions: batchfit takes [batch, C, H, W] images, "
                                       "[batch, F] vectors or [batch, T, F] sequences", om->source, nm, in->ndim);
-    for (int d = 1; d < in->ndim; d++)
-        if (in->dim[d] < 1 || in->dim[d] > 0x7fffffff)
-            return bfit_fail(BFIT_EINVAL, "%s: dimension %d of the input '%s' is not a fixed size: export with a "
-                                          "fixed sample shape (only the batch, dimension 0, may vary)",
-                             om->source, d, nm);
+    if ((rc = sample_dims(L, in, tokens, nm, dim)) != BFIT_OK)
+        return rc;
     v = bfit_onnx_val(L, in->name);
     v->kind = OV_DEVICE;
     v->id = 0;
     if (tokens) /* T ids, as `input tokens=T` (an embedding reads them) */
-        v->shape = bfit_shape_seq((int)in->dim[1], 1);
+        v->shape = bfit_shape_seq((int)dim[1], 1);
     else if (in->ndim == 4)
-        v->shape = bfit_shape_chw((int)in->dim[1], (int)in->dim[2], (int)in->dim[3]);
+        v->shape = bfit_shape_chw((int)dim[1], (int)dim[2], (int)dim[3]);
     else if (in->ndim == 3)
-        v->shape = bfit_shape_seq((int)in->dim[1], (int)in->dim[2]);
+        v->shape = bfit_shape_seq((int)dim[1], (int)dim[2]);
     else
-        v->shape = bfit_shape_vec((int)in->dim[1]);
+        v->shape = bfit_shape_vec((int)dim[1]);
     v->rank = in->ndim;
     v->ra[0] = 1, v->rb[0] = 0;
     L->fixed_batch = in->dim[0] > 0 ? in->dim[0] : 0;
     for (int d = 1; d < in->ndim; d++)
-        v->ra[d] = 0, v->rb[d] = in->dim[d];
+        v->ra[d] = 0, v->rb[d] = dim[d];
     L->g->input = v->shape;
     L->g->input_dtype = tokens ? BFIT_I32 : BFIT_F32;
     return BFIT_OK;
@@ -747,7 +773,7 @@ static int lower(onnx_lower *L)
 }
 
 /* Lower om (read from buf, which the graph's weight source takes over) into g. */
-static int load(void *buf, size_t len, int mapped, const char *source, bfit_graph_desc *g)
+static int load(void *buf, size_t len, int mapped, const char *source, int seq, bfit_graph_desc *g)
 {
     bfit_onnx_model *om = NULL;
     onnx_lower L;
@@ -780,6 +806,7 @@ static int load(void *buf, size_t len, int mapped, const char *source, bfit_grap
     L.g = g;
     L.w = g->wsrc;
     L.tok_table = -1;
+    L.seq = seq;
     rc = lower(&L);
     free(L.v);
     free(L.slot);
@@ -798,7 +825,7 @@ static int load(void *buf, size_t len, int mapped, const char *source, bfit_grap
     return rc;
 }
 
-int bfit_onnx_load_file(const char *path, bfit_graph_desc *g)
+int bfit_onnx_load_file(const char *path, int seq, bfit_graph_desc *g)
 {
     struct stat st;
     void *map;
@@ -817,10 +844,10 @@ int bfit_onnx_load_file(const char *path, bfit_graph_desc *g)
     close(fd);
     if (map == MAP_FAILED)
         return bfit_fail(BFIT_EIO, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size, strerror(errno));
-    return load(map, (size_t)st.st_size, 1, path, g);
+    return load(map, (size_t)st.st_size, 1, path, seq, g);
 }
 
-int bfit_onnx_load_buffer(const void *buf, size_t len, const char *source, bfit_graph_desc *g)
+int bfit_onnx_load_buffer(const void *buf, size_t len, const char *source, int seq, bfit_graph_desc *g)
 {
     void *copy = malloc(len ? len : 1);
     if (!copy) {
@@ -828,7 +855,7 @@ int bfit_onnx_load_buffer(const void *buf, size_t len, const char *source, bfit_
         return bfit_fail(BFIT_ENOMEM, "onnx: out of host memory for a model of %zu bytes", len);
     }
     memcpy(copy, buf, len);
-    return load(copy, len, 0, source ? source : "onnx", g);
+    return load(copy, len, 0, source ? source : "onnx", seq, g);
 }
 
 int bfit_onnx_sniff(const char *path)

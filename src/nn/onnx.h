@@ -80,6 +80,7 @@ typedef struct bfit_onnx_vi {
     int elem;                     /* 0: not given */
     int ndim;                     /* -1: no shape given */
     int64_t dim[BFIT_ONNX_MAXD];  /* -1: a symbolic or unknown dimension */
+    bfit_onnx_str dim_name[BFIT_ONNX_MAXD]; /* a symbolic one's dim_param ("batch", "T"), or empty */
 } bfit_onnx_vi;
 
 /* The default domain's opsets read: from 7 to the newest one whose changes
@@ -129,10 +130,13 @@ int bfit_onnx_streq(bfit_onnx_str s, const char *c);
  * keeps the mapping (g->wsrc) for the starting weights. On failure g is
  * left empty. BFIT_EIO, BFIT_EFORMAT (the file), BFIT_EINVAL (an operator
  * or a combination batchfit does not support, named with its node, its
- * inputs' shapes and the opset). */
-int bfit_onnx_load_file(const char *path, bfit_graph_desc *g);
+ * inputs' shapes and the opset). seq > 0: the length a token model's T
+ * takes where the export left it symbolic (dynamic_axes); such a model
+ * without one is refused, saying to give it. A T fixed in the file stays
+ * (bfit_graph_set_seq changes it after). */
+int bfit_onnx_load_file(const char *path, int seq, bfit_graph_desc *g);
 /* The same from len bytes in memory (copied: the caller's buffer may go). */
-int bfit_onnx_load_buffer(const void *buf, size_t len, const char *source, bfit_graph_desc *g);
+int bfit_onnx_load_buffer(const void *buf, size_t len, const char *source, int seq, bfit_graph_desc *g);
 /* Whether the file at path is an ONNX model: its name ends in .onnx, or its
  * first bytes are a ModelProto's (field 1, ir_version). */
 int bfit_onnx_sniff(const char *path);

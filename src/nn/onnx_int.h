@@ -94,6 +94,7 @@ typedef struct onnx_lower {
     struct attn_match *attn;      /* attention blocks found before lowering (onnx_attn.c) */
     int nattn;
     int64_t fixed_batch;          /* the input's batch in an export without a dynamic batch, 0: dynamic */
+    int seq;                      /* the length a symbolic T of token ids takes (--seq), 0: none given */
     int tok_table;                /* the initializer an embed layer took as its token table, -1: none */
     int attn_miss;                /* 1 + the first Softmax that is no attention block batchfit knows, 0: none
                                      (a refusal inside such a block says so) */

@@ -273,6 +273,12 @@ static int masked(onnx_lower *L, oval *v)
     if (!add && (bfit_onnx_in(L, k) != v || !f || !bfit_onnx_scalar(L, f->name, &fill) || !(fill <= -1e4)))
         return bfit_onnx_refuse(L, "batchfit reads a mask on the attention's scores only as a causal one that fills "
                                    "with -inf (masked_fill(mask, float('-inf')), or a number at most -1e4)");
+    if (c && c->nd >= 2 && c->dim[c->nd - 1] == c->dim[c->nd - 2] && c->dim[c->nd - 1] < T)
+        return bfit_onnx_refuse(L, "the mask on the attention's scores is %lld x %lld for %lld tokens: the model's "
+                                   "mask (a buffer cut to the sequence) has %lld positions, the longest sequence it "
+                                   "takes (--seq at most %lld)", (long long)c->dim[c->nd - 1],
+                                (long long)c->dim[c->nd - 1], (long long)T, (long long)c->dim[c->nd - 1],
+                                (long long)c->dim[c->nd - 1]);
     if (!c || !bfit_onnx_causal_mask(c, T, add || k == 2, add))
         return bfit_onnx_refuse(L, "the mask on the attention's scores is not the causal one (each token sees "
                                    "itself and the tokens before it: torch.tril(torch.ones(T, T)), here T = %lld), "

@@ -594,8 +594,9 @@ static int parse_node(pb *outer, const uint8_t *p, size_t n, bfit_onnx_node *nd)
     return BFIT_OK;
 }
 
-/* TensorShapeProto.Dimension: dim_value, or dim_param (symbolic: -1). */
-static int parse_dim(pb *r, const uint8_t *p, size_t n, int64_t *d)
+/* TensorShapeProto.Dimension: dim_value, or dim_param (symbolic: -1, its
+ * name kept for messages). */
+static int parse_dim(pb *r, const uint8_t *p, size_t n, int64_t *d, bfit_onnx_str *name)
 {
     pb q = sub(r, p, n, r->what);
     uint32_t field;
@@ -609,6 +610,12 @@ static int parse_dim(pb *r, const uint8_t *p, size_t n, int64_t *d)
             if ((rc = want(&q, field, wt, WT_VARINT)) != BFIT_OK || (rc = varint(&q, &v)) != BFIT_OK)
                 return rc;
             *d = (int64_t)v < 0 ? -1 : (int64_t)v;
+        } else if (field == 2) {
+            const uint8_t *b;
+            size_t len;
+            if ((rc = want(&q, field, wt, WT_LEN)) != BFIT_OK || (rc = bytes(&q, &b, &len)) != BFIT_OK)
+                return rc;
+            name->p = (const char *)b, name->n = len;
         } else if ((rc = skip(&q, wt)) != BFIT_OK) {
             return rc;
         }
@@ -679,8 +686,9 @@ static int parse_tensor_type(pb *r, pb t, bfit_onnx_vi *v)
             return rc;
         if (v->ndim == BFIT_ONNX_MAXD)
             return bad(&shape, "a value has more than %d dimensions", BFIT_ONNX_MAXD);
-        if ((rc = parse_dim(&shape, b, len, &v->dim[v->ndim++])) != BFIT_OK)
+        if ((rc = parse_dim(&shape, b, len, &v->dim[v->ndim], &v->dim_name[v->ndim])) != BFIT_OK)
             return rc;
+        v->ndim++;
     }
     return BFIT_OK;
 }

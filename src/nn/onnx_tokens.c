@@ -55,11 +55,18 @@ static int position_rows(onnx_lower *L, oval *table)
 
     if (!ix || (rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
         return ix ? rc : BFIT_EINVAL;
-    if (axis != 0 || ix->isf || ix->nd != 1 || ix->n < 1 || ix->n > table->t->dim[0])
+    if (axis != 0 || ix->isf || ix->nd != 1 || ix->n < 1)
         goto refuse;
     for (int64_t i = 0; i < ix->n; i++)
         if (ix->a[i] || ix->b[i] != i)
             goto refuse;
+    if (ix->n > table->t->dim[0]) { /* a length past the table's: a T given to a symbolic one */
+        L->attn_miss = 0; /* the length is the cause: the attentions' masks are too short for it as well */
+        return bfit_onnx_refuse(L, "the positions 0 .. %lld run past the %lld rows of the position table: the model "
+                                   "has %lld positions, the longest sequence it takes (--seq at most %lld)",
+                                (long long)ix->n - 1, (long long)table->t->dim[0], (long long)table->t->dim[0],
+                                (long long)table->t->dim[0]);
+    }
     o->kind = OV_ROWS;
     o->t = table->t;
     o->init = table->init;

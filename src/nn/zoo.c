@@ -342,10 +342,10 @@ int bfit_model_source_is_file(const char *s)
 
 int bfit_model_source_is_onnx(const char *s) { return bfit_model_source_is_file(s) && bfit_onnx_sniff(s); }
 
-int bfit_model_source_load(const char *name_or_path, bfit_graph_desc *g)
+int bfit_model_source_load(const char *name_or_path, int seq, bfit_graph_desc *g)
 {
     if (bfit_model_source_is_file(name_or_path))
-        return bfit_onnx_sniff(name_or_path) ? bfit_onnx_load_file(name_or_path, g)
+        return bfit_onnx_sniff(name_or_path) ? bfit_onnx_load_file(name_or_path, seq, g)
                                              : bfit_spec_parse_file(name_or_path, g);
     return bfit_zoo_build(name_or_path, g);
 }
@@ -387,7 +387,7 @@ int bfit_model_load(const char *preset_or_spec, bfit_device *dev, bfit_model **o
     *out = NULL;
     if (!preset_or_spec)
         return bfit_fail_field(BFIT_EINVAL, "model", "is required: a preset name or a spec file");
-    rc = bfit_model_source_load(preset_or_spec, &g);
+    rc = bfit_model_source_load(preset_or_spec, 0, &g);
     if (rc != BFIT_OK)
         return rc;
     /* planning needs ops but no memory: the model gets no arena */
@@ -404,7 +404,7 @@ int bfit_model_load_onnx(const void *buf, size_t len, const char *source, bfit_d
     *out = NULL;
     if (!buf && len)
         return bfit_fail(BFIT_EINVAL, "onnx: no buffer for %zu bytes", len);
-    if ((rc = bfit_onnx_load_buffer(buf ? buf : "", len, source, &g)) != BFIT_OK)
+    if ((rc = bfit_onnx_load_buffer(buf ? buf : "", len, source, 0, &g)) != BFIT_OK)
         return rc;
     rc = bfit_model_new(&g, dev, NULL, out);
     bfit_graph_fini(&g);

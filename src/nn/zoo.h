@@ -31,8 +31,12 @@ int bfit_model_source_is_onnx(const char *name_or_path);
  * (bfit_onnx_sniff) goes through bfit_onnx_load_file, another file through
  * bfit_spec_parse_file (BFIT_EIO/BFIT_EFORMAT), anything else through
  * bfit_zoo_build (BFIT_EINVAL for an unknown name, whose message also says
- * how to give a file). On failure g is left empty. */
-int bfit_model_source_load(const char *name_or_path, bfit_graph_desc *g);
+ * how to give a file). seq > 0: the length an ONNX token model whose
+ * export left T symbolic is lowered at (bfit_onnx_load_file; 0 refuses
+ * such a model, saying to give --seq); other sources ignore it, and a
+ * caller that wants their length changed calls bfit_graph_set_seq after.
+ * On failure g is left empty. */
+int bfit_model_source_load(const char *name_or_path, int seq, bfit_graph_desc *g);
 
 /* A token model's sequence length: the input becomes seq tokens (at most
  * the model's positions). BFIT_EINVAL (field `option`, the name the length

@@ -228,7 +228,7 @@ static int saved_norm(const bfit_eval_cfg *cfg, float **mean, float **std, int *
 {
     bfit_graph_desc g;
     bfit_model *shape_only = NULL;
-    int rc = bfit_model_source_load(cfg->model, &g), c;
+    int rc = bfit_model_source_load(cfg->model, cfg->seq_max ? cfg->seq_max : cfg->seq, &g), c;
 
     *found = 0;
     if (rc == BFIT_OK) {

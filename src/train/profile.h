@@ -15,6 +15,7 @@ typedef struct bfit_profile_cfg {
     int threads;             /* 0: OpenMP's */
     double rep_seconds;      /* about how long a timed repetition runs (at least 2 steps) */
     bfit_dtype precision;
+    int seq;                 /* token models: the length, as plan --seq (0: the model's) */
 } bfit_profile_cfg;
 
 typedef struct bfit_profile_result {

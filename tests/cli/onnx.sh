@@ -190,6 +190,28 @@ run 0 train --model "$src/tests/onnx/llama_hfrope.onnx" --data "$dir/lines.txt" 
   --optimizer adamw --threads 2 --save "$dir/llama_hfrope.safetensors" && has "$out" "test loss [0-9.]+ per token"
 cmp -s <(tensors "$dir/llama.safetensors") <(tensors "$dir/llama_hfrope.safetensors") ||
   { echo "FAIL: llama_hfrope.onnx trained to other weights than llama_text.onnx"; fails=$((fails + 1)); }
+# the sequence a dynamic axis of the export (dynamic_axes {1: "T"}): lowered at the length --seq gives, the
+# same model as the fixed export at 32 (the same weights, bit for bit); a shorter length trains; without a
+# length, or past the positions its table or mask buffer holds, refused saying so (before 2026-12-05 every
+# such export was refused as "not a fixed size"); plan checks a length as an option (exit 2, as for a fixed T)
+run 0 train --model "$src/tests/onnx/gpt_dyn.onnx" --seq 32 --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --save "$dir/gpt_dyn.safetensors" &&
+  has "$err" "training .*gpt_dyn.onnx on .*lines.txt: .* of [0-9]+ sequences of 32 tokens"
+cmp -s <(tensors "$dir/gpt.safetensors") <(tensors "$dir/gpt_dyn.safetensors") ||
+  { echo "FAIL: gpt_dyn.onnx at --seq 32 trained to other weights than gpt_text.onnx"; fails=$((fails + 1)); }
+run 0 train --model "$src/tests/onnx/llama_dyn.onnx" --seq 32 --data "$dir/lines.txt" --epochs 1 --batch 16 \
+  --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/llama_dyn.safetensors" && has "$out" "test loss [0-9.]+ per token"
+cmp -s <(tensors "$dir/llama.safetensors") <(tensors "$dir/llama_dyn.safetensors") ||
+  { echo "FAIL: llama_dyn.onnx at --seq 32 trained to other weights than llama_text.onnx"; fails=$((fails + 1)); }
+run 0 train --model "$src/tests/onnx/gpt_dyn.onnx" --seq 16 --data "$dir/lines.txt" --epochs 1 --batch 16 --threads 2 &&
+  has "$err" "of [0-9]+ sequences of 16 tokens" && has "$out" "test loss [0-9.]+ per token"
+run 0 plan --model "$src/tests/onnx/llama_dyn.onnx" --seq 8 --memory 1GiB && has "$out" "input 8 tokens"
+run 1 plan --model "$src/tests/onnx/gpt_dyn.onnx" --memory 1GiB &&
+  has "$err" "gpt_dyn.onnx: the sequence length of the input 'input' \(dimension 1, 'T'\) is not fixed in the export \(a dynamic axis\): give the length to train and plan at with --seq N"
+run 1 train --model "$src/tests/onnx/gpt_dyn.onnx" --seq 33 --data "$dir/lines.txt" --epochs 1 --threads 2 &&
+  has "$err" "node '/wpe/Gather' .*: the positions 0 .. 32 run past the 32 rows of the position table: the model has 32 positions, the longest sequence it takes \(--seq at most 32\)"
+run 2 plan --model "$src/tests/onnx/llama_dyn.onnx" --seq 64 --memory 1GiB &&
+  has "$err" "the mask on the attention's scores is 32 x 32 for 64 tokens: the model's mask \(a buffer cut to the sequence\) has 32 positions, the longest sequence it takes \(--seq at most 32\)"
 for v in rms_recip rms_div rms_op23; do
   cmp -s <(tensors "$dir/rms_torch.safetensors") <(tensors "$dir/$v.safetensors") ||
     { echo "FAIL: $v.onnx trained to other weights than rms_torch.onnx"; fails=$((fails + 1)); }

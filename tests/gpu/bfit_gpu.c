@@ -104,7 +104,7 @@ static int setup_new(bfit_device *dev, const char *model, bfit_dtype t, int m, b
         free_b = 8ull << 30;
     if (!(s->arena = bfit_device_arena_new(dev, free_b)))
         return BFIT_ENOMEM;
-    if ((rc = bfit_model_source_load(model, &g)) != BFIT_OK)
+    if ((rc = bfit_model_source_load(model, 0, &g)) != BFIT_OK)
         return rc;
     rc = bfit_model_new(&g, dev, s->arena, &s->M);
     bfit_graph_fini(&g);

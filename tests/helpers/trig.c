@@ -31,7 +31,7 @@ void trig_model(trig *r, bfit_graph_desc *g)
 void trig_load(trig *r, const char *src)
 {
     bfit_graph_desc g;
-    if (bfit_model_source_load(src, &g) != BFIT_OK)
+    if (bfit_model_source_load(src, 0, &g) != BFIT_OK)
         fail_msg("%s: %s", src, bfit_errmsg());
     trig_model(r, &g);
 }

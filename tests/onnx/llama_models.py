@@ -10,6 +10,8 @@ int64 token ids [batch, 32]):
 - ../../fuzz/corpus/onnx/llama_ok.onnx: the same file, the fuzzer's seed, which test_cuda_ops trains on the
   GPU against the CPU.
 
+- llama_dyn.onnx: llama_text.onnx exported with the sequence a dynamic axis too: at --seq 32 it trains to
+  llama_text.onnx's weights bit for bit; past its mask buffer's 32 positions it is refused saying so;
 - llama_hfrope.onnx: llama_text.onnx with the rotary tables made in forward as Hugging Face's
   LlamaRotaryEmbedding makes them since transformers 4.38 (a MatMul of inv_freq by the positions, Cos and
   Sin, on the host): the same weights, which cli_onnx trains to llama_text.onnx's bit for bit;
@@ -64,6 +66,8 @@ def main():
     for path in ("llama_text.onnx", "../../fuzz/corpus/onnx/llama_ok.onnx"):
         torch.manual_seed(0)
         export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, kv_heads=1), path)
+    torch.manual_seed(0)
+    export(Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, kv_heads=1), "llama_dyn.onnx", dynamic_t=True)
     torch.manual_seed(0)
     m = Llama(V=256, T=32, C=16, H=2, L=2, hidden=32, rope="hf", kv_heads=1)
     export(m, "llama_hfrope.onnx")

@@ -136,7 +136,7 @@ static void rig_open(rig *r, const char *path)
 {
     bfit_graph_desc g;
     tdev_open(&r->t, 2);
-    if (bfit_model_source_load(path, &g) != BFIT_OK)
+    if (bfit_model_source_load(path, 0, &g) != BFIT_OK)
         fail_msg("%s: %s", path, bfit_errmsg());
     if (bfit_model_new(&g, r->t.dev, r->t.arena, &r->M) != BFIT_OK)
         fail_msg("%s: %s", path, bfit_errmsg());
@@ -545,9 +545,9 @@ static void test_preset_plan(void **st)
 
     (void)st;
     assert_int_equal(bfit_parse_size("9.21GiB", &budget), BFIT_OK);
-    if (bfit_model_source_load(onnx, &a) != BFIT_OK)
+    if (bfit_model_source_load(onnx, 0, &a) != BFIT_OK)
         fail_msg("%s: %s", onnx, bfit_errmsg());
-    assert_int_equal(bfit_model_source_load(twin, &b), BFIT_OK);
+    assert_int_equal(bfit_model_source_load(twin, 0, &b), BFIT_OK);
     assert_int_equal(a.nnodes, b.nnodes);
     for (int i = 0; i < a.nnodes; i++) {
         const bfit_layer_cfg *x = &a.nodes[i].cfg, *y = &b.nodes[i].cfg;
@@ -597,7 +597,7 @@ static void test_long_context(void **st)
     tdev t;
 
     (void)st;
-    if (bfit_model_source_load(onnx, &g) != BFIT_OK)
+    if (bfit_model_source_load(onnx, 0, &g) != BFIT_OK)
         fail_msg("%s: %s", onnx, bfit_errmsg());
     assert_int_equal(g.input.d[0], 1024);
     for (int i = 0; i < g.nnodes; i++)

@@ -7,6 +7,9 @@
   fuzz/corpus/onnx/gpt_ok.onnx, which test_cuda_ops trains on the GPU against the CPU;
 - gpt_trilu.onnx: the same with its mask made in forward, torch.tril(torch.ones(T, T)) (a Trilu on the
   host; cli_onnx trains it to gpt_text.onnx's weights, bit for bit);
+- gpt_dyn.onnx: gpt_text.onnx exported with the sequence a dynamic axis too (dynamic_axes {1: "T"}): it
+  loads at the length --seq gives (cli_onnx trains it at 32 to gpt_text.onnx's weights, bit for bit), and
+  without one, or past its 32 positions, it is refused saying so;
 - gpt_chars.onnx: the same with a vocabulary of 64 ids (a character model): it trains on a text whose
   bytes are all below 64 and refuses one with a byte beyond, naming it;
 - gpt_fill0.onnx: the same with masked_fill(mask, 0.0) (refused: the masked weights would not be 0);
@@ -62,10 +65,12 @@ class Band(nn.Module):
         return self.head(self.enc(self.wte(idx) + self.pos, src_mask=self.mask))
 
 
-def export(model, path):
+def export(model, path, dynamic_t=False):
+    """dynamic_t: the sequence a dynamic axis too ('T'), as exports for variable lengths write it."""
+    axes = {0: "batch", 1: "T"} if dynamic_t else {0: "batch"}
     torch.onnx.export(model.train(), torch.zeros(2, 32, dtype=torch.long), path, opset_version=17,
                       training=TrainingMode.TRAINING, do_constant_folding=False, input_names=["input"],
-                      output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+                      output_names=["logits"], dynamic_axes={"input": axes, "logits": axes})
 
 
 def main():
@@ -73,6 +78,8 @@ def main():
     export(GPT(V=256, T=32, C=16, H=2, L=1), "gpt_text.onnx")
     torch.manual_seed(0)  # gpt_text.onnx's weights
     export(TriluInForward(), "gpt_trilu.onnx")
+    torch.manual_seed(0)
+    export(GPT(V=256, T=32, C=16, H=2, L=1), "gpt_dyn.onnx", dynamic_t=True)
     export(Fill0(), "gpt_fill0.onnx")
     export(PosMul(V=256, T=32, C=16, H=2, L=1), "gpt_posmul.onnx")
     export(Band(), "mha_band.onnx")

@@ -194,3 +194,19 @@ def test_start_from_saved_weights(small_spec, tmp_path):
     assert again.json["test_loss"] == pytest.approx(first.json["test_loss"], rel=1e-6)
     assert drawn.json["test_loss"] != pytest.approx(first.json["test_loss"], rel=1e-3)
     assert set(again.weights) == set(first.weights)
+
+
+def test_an_export_with_a_dynamic_sequence_takes_seq(tmp_path):
+    """An ONNX language model exported with the sequence a dynamic axis (tests/onnx/gpt_dyn.onnx) trains at the
+    length seq gives; without one it is refused, saying to give it. Before 2026-12-05 it was refused as an
+    input of no fixed size."""
+    import os
+    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx", "gpt_dyn.onnx")
+    text = tmp_path / "lines.txt"
+    text.write_text("".join(f"line {i}: {'and it was so and it was good'[:i * 7 % 41]}\n" for i in range(1, 2101)))
+    r = batchfit.train(model=model, data=str(text), seq=16, epochs=1, batch=16, lr=3e-3, optimizer="adamw",
+                       memory="256MiB", threads=2)
+    assert r.steps > 0 and np.isfinite(r["test_loss"]), r.json
+    assert r.weights["wpe.weight"].shape == (32, 16)  # the model's 32 positions, trained at 16
+    with pytest.raises(ValueError, match=r"dimension 1, 'T'\) is not fixed in the export .*--seq N"):
+        batchfit.train(model=model, data=str(text), epochs=1, batch=16, memory="256MiB", threads=2)
