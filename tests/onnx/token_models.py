@@ -9,7 +9,8 @@
   host; cli_onnx trains it to gpt_text.onnx's weights, bit for bit);
 - gpt_dyn.onnx: gpt_text.onnx exported with the sequence a dynamic axis too (dynamic_axes {1: "T"}): it
   loads at the length --seq gives (cli_onnx trains it at 32 to gpt_text.onnx's weights, bit for bit), and
-  without one, or past its 32 positions, it is refused saying so;
+  without one, or past its 32 positions, it is refused saying so (also the fuzzer's seed
+  fuzz/corpus/onnx/gpt_dyn.onnx, which fuzz_onnx loads at 8 tokens);
 - gpt_chars.onnx: the same with a vocabulary of 64 ids (a character model): it trains on a text whose
   bytes are all below 64 and refuses one with a byte beyond, naming it;
 - gpt_fill0.onnx: the same with masked_fill(mask, 0.0) (refused: the masked weights would not be 0);
@@ -78,8 +79,9 @@ def main():
     export(GPT(V=256, T=32, C=16, H=2, L=1), "gpt_text.onnx")
     torch.manual_seed(0)  # gpt_text.onnx's weights
     export(TriluInForward(), "gpt_trilu.onnx")
-    torch.manual_seed(0)
-    export(GPT(V=256, T=32, C=16, H=2, L=1), "gpt_dyn.onnx", dynamic_t=True)
+    for path in ("gpt_dyn.onnx", "../../fuzz/corpus/onnx/gpt_dyn.onnx"):
+        torch.manual_seed(0)
+        export(GPT(V=256, T=32, C=16, H=2, L=1), path, dynamic_t=True)
     export(Fill0(), "gpt_fill0.onnx")
     export(PosMul(V=256, T=32, C=16, H=2, L=1), "gpt_posmul.onnx")
     export(Band(), "mha_band.onnx")
