@@ -1092,13 +1092,16 @@ static void test_attention(void **st)
             attn_case(t ? BFIT_BF16 : BFIT_F32, k & 1, (k >> 1) & 1, (k >> 2) & 1);
 }
 
-/* Lookups and the gradients' sums in row order on both: equal. */
+/* Lookups and the gradients' sums in row order on both: equal; also with
+ * the token rows scaled by sqrt(C) and a constant position table (the
+ * Transformer tutorial's), whose buffer neither writes. */
 static void test_embedding(void **st)
 {
     const int64_t n = 4, T = 19, C = 24, V = 50, P = 32;
     (void)st;
-    for (int t = 0; t < 2; t++) {
-        bfit_dtype dt = t ? BFIT_BF16 : BFIT_F32;
+    for (int t = 0; t < 4; t++) {
+        bfit_dtype dt = t & 1 ? BFIT_BF16 : BFIT_F32;
+        int fixed = t >= 2;
         bfit_op_desc d = {.kind = BFIT_OP_EMBED_FWD, .dtype = dt};
         dbuf ids = db_new((size_t)(n * T) * 4), tok = db_rand(V * C, -1, 1, 211), pos = db_rand(P * C, -1, 1, 212);
         dbuf typ = db_rand(C, -1, 1, 213), y = db_new((size_t)(n * T * C) * 4), dy = db_rand_t(dt, n * T * C, -1, 1, 214);
@@ -1107,7 +1110,7 @@ static void test_embedding(void **st)
         for (int64_t r = 0; r < n * T; r++)
             ((int32_t *)ids.h)[r] = (int32_t)((r * 13) % 7 + (r % 5 == 0 ? 40 : 0)); /* repeats */
         db_up(&ids);
-        d.u.embed = (typeof(d.u.embed)){n, T, C, V, P, 1};
+        d.u.embed = (typeof(d.u.embed)){n, T, C, V, P, 1, fixed, fixed ? sqrtf((float)C) : 1.0f};
         memset(a, 0, sizeof a);
         ARG(a, src, ids), ARG(a, weights, tok), ARG(a, bias, pos), ARG(a, shift, typ), ARG(a, dst, y);
         run_op(&d, a);

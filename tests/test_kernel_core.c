@@ -268,10 +268,12 @@ static void test_attention(void **st)
 
 /* ---- embeddings ------------------------------------------------------------------------- */
 
-static void embed_case(bfit_dtype t, int P, int types)
+/* scale: the token rows' factor (1: none); fixed: the positions a constant, left without a gradient (the
+ * op must not write diff_bias even when given one) */
+static void embed_case(bfit_dtype t, int P, int types, float scale, int fixed)
 {
     const int64_t n = 3, T = 5, C = 7, V = 11;
-    bk_embed e = {n, T, C, V, P, types, (int)t};
+    bk_embed e = {n, T, C, V, P, types, (int)t, scale};
     bfit_op_desc d = {.kind = BFIT_OP_EMBED_FWD, .dtype = t};
     tbuf ids = tbuf_new(&td, (size_t)(n * T) * sizeof(int32_t));
     tbuf tok = rand_buf(BFIT_F32, V * C, -1, 1, 3), pos = rand_buf(BFIT_F32, (P ? P : 1) * C, -1, 1, 4);
@@ -289,7 +291,7 @@ static void embed_case(bfit_dtype t, int P, int types)
         TB_I(ids)[r] = (int32_t)((r * 7) % 4 + (r == 3 ? 9 : 0));
     tbuf_up(&td, &ids);
     memcpy(htok, dtok.h, dtok.bytes), memcpy(hpos, dpos.h, dpos.bytes), memcpy(htyp, dtyp.h, dtyp.bytes);
-    d.u.embed = (typeof(d.u.embed)){n, T, C, V, P, types};
+    d.u.embed = (typeof(d.u.embed)){n, T, C, V, P, types, fixed, scale};
     assert_int_equal(bfit_op_new(td.dev, &d, &op), BFIT_OK);
     o.src = ids.d, o.weights = tok.d, o.bias = P ? pos.d : NULL, o.shift = types ? typ.d : NULL, o.dst = y.d;
     ws = op_ws(op);
@@ -312,13 +314,13 @@ static void embed_case(bfit_dtype t, int P, int types)
     for (int64_t k = 0; k < 4; k++)
         for (int64_t c = 0; c < C; c++)
             bk_embed_bwd_tok(&e, TB_I(ids), dy.h, htok, c, k * 3, (k + 1) * 3);
-    for (int64_t tt = 0; P && tt < T; tt++)
+    for (int64_t tt = 0; P && !fixed && tt < T; tt++)
         for (int64_t c = 0; c < C; c++)
             bk_embed_bwd_pos(&e, dy.h, hpos, tt, c);
     for (int64_t c = 0; types && c < C; c++)
         bk_embed_bwd_pos(&e, dy.h, htyp, -1, c);
     cmp("embedding backward, tokens", BFIT_F32, htok, &dtok, V * C, 0, 0);
-    if (P)
+    if (P) /* fixed: the buffer as it was */
         cmp("embedding backward, positions", BFIT_F32, hpos, &dpos, P * C, 0, 0);
     if (types)
         cmp("embedding backward, token type", BFIT_F32, htyp, &dtyp, C, 0, 0);
@@ -331,10 +333,14 @@ static void embed_case(bfit_dtype t, int P, int types)
 static void test_embedding(void **st)
 {
     (void)st;
-    embed_case(BFIT_F32, 0, 0);
-    embed_case(BFIT_F32, 8, 1);
-    embed_case(BFIT_BF16, 5, 0);
-    embed_case(BFIT_BF16, 6, 1);
+    embed_case(BFIT_F32, 0, 0, 1.0f, 0);
+    embed_case(BFIT_F32, 8, 1, 1.0f, 0);
+    embed_case(BFIT_BF16, 5, 0, 1.0f, 0);
+    embed_case(BFIT_BF16, 6, 1, 1.0f, 0);
+    /* the Transformer tutorial's embeddings: scaled by sqrt(C), a constant (sinusoidal) position table */
+    embed_case(BFIT_F32, 8, 0, sqrtf(7.0f), 1);
+    embed_case(BFIT_BF16, 6, 1, sqrtf(7.0f), 1);
+    embed_case(BFIT_F32, 5, 1, 2.5f, 0);
 }
 
 /* ---- activations ------------------------------------------------------------------- */

@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import warnings
 
+import numpy as _np
 import torch as _torch
 
 from . import _api, _errors, _onnx_inits
@@ -257,6 +258,7 @@ def load_weights(module, weights):
     state_dict's other entries (num_batches_tracked) kept; returns the
     parameters the weights did not hold."""
     state = module.state_dict()
+    before = {n: t.detach().cpu().numpy() for n, t in module.named_buffers() if n in weights}
     # a tied weight (nanoGPT's lm_head.weight is wte.weight) is one tensor under two names and one in the
     # weights: its other names get the same values, or load_state_dict would put the old ones back
     shared = {state[n].data_ptr(): n for n in weights if n in state}
@@ -268,8 +270,10 @@ def load_weights(module, weights):
         if name not in weights and t.numel() and shared.get(t.data_ptr()) not in (None, name):
             state[name] = state[shared[t.data_ptr()]]
     # ONNX does not tell parameters from buffers: a buffer batchfit learned (a Mul by a [C,1,1] one is read
-    # as a layer scale) is one PyTorch would not have trained
-    learned = [n for n, _ in module.named_buffers() if n in weights and not n.endswith(("running_mean", "running_var"))]
+    # as a layer scale) is one PyTorch would not have trained; one it held constant (a sinusoidal position
+    # table) comes back as it was
+    learned = [n for n in before if not n.endswith(("running_mean", "running_var")) and
+               not _np.array_equal(before[n].reshape(-1), _np.asarray(weights[n]).reshape(-1))]
     if learned:
         warnings.warn(f"batchfit.torch: {len(learned)} buffer(s) were trained as parameters (ONNX does not say which "
                       f"initializers are buffers; a Mul by one of [C,1,1] is read as a learned layer scale): "

@@ -23,13 +23,16 @@ static int check_ids(const int32_t *ids, int64_t n, int64_t V)
     return BFIT_OK;
 }
 
+/* The token rows' factor (0 in a desc that sets none: 1). */
+static float tok_scale(const bfit_op_desc *d) { return d->u.embed.scale != 0.0f ? d->u.embed.scale : 1.0f; }
+
 static void fwd_row(const bfit_op_desc *d, const bfit_op_args *a, int64_t r)
 {
     int64_t C = d->u.embed.C, t = r % d->u.embed.T, id = ((const int32_t *)a->src)[r];
     const float *w = (const float *)a->weights + id * C, *p = a->bias ? (const float *)a->bias + t * C : NULL;
-    const float *ty = a->shift;
+    const float *ty = a->shift, s = tok_scale(d);
     for (int64_t c = 0; c < C; c++) {
-        float v = w[c] + (p ? p[c] : 0.0f) + (ty ? ty[c] : 0.0f);
+        float v = s * w[c] + (p ? p[c] : 0.0f) + (ty ? ty[c] : 0.0f); /* s = 1: w[c] exactly */
         if (d->dtype == BFIT_F32)
             ((float *)a->dst)[r * C + c] = v;
         else
@@ -58,8 +61,9 @@ static void bwd_cols(const bfit_op_desc *d, const bfit_op_args *a, int64_t c0, i
 {
     int64_t C = d->u.embed.C, T = d->u.embed.T, rows = d->u.embed.n * T, n = c1 - c0;
     const int32_t *ids = a->src;
-    float *dw = (float *)a->diff_weights + c0, *dp = a->diff_bias ? (float *)a->diff_bias + c0 : NULL;
-    float *dt = a->diff_shift ? (float *)a->diff_shift + c0 : NULL, buf[COL_BLOCK];
+    float *dw = (float *)a->diff_weights + c0;
+    float *dp = a->diff_bias && !d->u.embed.pos_fixed ? (float *)a->diff_bias + c0 : NULL;
+    float *dt = a->diff_shift ? (float *)a->diff_shift + c0 : NULL, buf[COL_BLOCK], s = tok_scale(d);
     for (int64_t r = 0; r < rows; r++) {
         const float *g = buf;
         float *w = dw + ids[r] * C;
@@ -68,7 +72,7 @@ static void bwd_cols(const bfit_op_desc *d, const bfit_op_args *a, int64_t c0, i
         else
             bfit_cpu_widen(a->diff_dst, d->dtype, r * C + c0, buf, n);
         for (int64_t c = 0; c < n; c++)
-            w[c] += g[c];
+            w[c] += s * g[c];
         for (int64_t c = 0; dp && c < n; c++)
             dp[r % T * C + c] += g[c];
         for (int64_t c = 0; dt && c < n; c++)
@@ -82,10 +86,11 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
     int64_t C = d->u.embed.C, rows = d->u.embed.n * d->u.embed.T, nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
     int rc;
 
-    if (!a->src || !a->diff_dst || !a->diff_weights || (d->u.embed.P && !a->diff_bias) ||
+    if (!a->src || !a->diff_dst || !a->diff_weights || (d->u.embed.P && !d->u.embed.pos_fixed && !a->diff_bias) ||
         (d->u.embed.types && !a->diff_shift))
         return bfit_fail(BFIT_EINVAL, "embedding backward: src (the ids), diff_dst, diff_weights%s%s are required",
-                         d->u.embed.P ? ", diff_bias" : "", d->u.embed.types ? ", diff_shift" : "");
+                         d->u.embed.P && !d->u.embed.pos_fixed ? ", diff_bias" : "",
+                         d->u.embed.types ? ", diff_shift" : "");
     if ((rc = check_ids(a->src, rows, d->u.embed.V)) != BFIT_OK)
         return rc;
     BFIT_PAR_FOR_IF(rows * C > BFIT_PAR_MIN && nblk > 1, for (int64_t b = 0; b < nblk; b++) {

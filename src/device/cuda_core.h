@@ -42,10 +42,11 @@ typedef struct bk_attn {
 } bk_attn;
 
 /* EMBED: n sequences of T tokens, C features, V ids, P positions (0: none);
- * types: the token-type table's row 0 is added */
+ * types: the token-type table's row 0 is added; scale: the token rows' factor */
 typedef struct bk_embed {
     int64_t n, T, C, V, P;
     int types, dt;
+    float scale;
 } bk_embed;
 
 /* Element i of a buffer of dtype dt (0 f32, 1 bf16, 2 f16) as f32, and back
@@ -157,7 +158,7 @@ BK_HD void bk_embed_fwd_one(const bk_embed *e, const int32_t *ids, const float *
                             const float *type, void *y, int64_t el)
 {
     int64_t r = el / e->C, c = el - r * e->C, t = r % e->T;
-    float v = tok[(int64_t)ids[r] * e->C + c] + (pos ? pos[t * e->C + c] : 0.0f) + (type ? type[c] : 0.0f);
+    float v = e->scale * tok[(int64_t)ids[r] * e->C + c] + (pos ? pos[t * e->C + c] : 0.0f) + (type ? type[c] : 0.0f);
     bk_stx(y, e->dt, el, v);
 }
 
@@ -170,7 +171,7 @@ BK_HD void bk_embed_bwd_tok(const bk_embed *e, const int32_t *ids, const void *d
     for (int64_t r = 0; r < rows; r++) {
         int64_t id = ids[r];
         if (id >= lo && id < hi)
-            dtok[id * e->C + c] += bk_ldx(dy, e->dt, r * e->C + c);
+            dtok[id * e->C + c] += e->scale * bk_ldx(dy, e->dt, r * e->C + c);
     }
 }
 

@@ -260,7 +260,7 @@ static int run_cast(cuda_op *op, const bfit_op_args *a)
 static bk_embed embed_geom(const bfit_op_desc *d)
 {
     bk_embed e = {d->u.embed.n, d->u.embed.T, d->u.embed.C, d->u.embed.V, d->u.embed.P, d->u.embed.types,
-                  (int)d->dtype};
+                  (int)d->dtype, d->u.embed.scale != 0.0f ? d->u.embed.scale : 1.0f};
     return e;
 }
 
@@ -280,12 +280,13 @@ static int run_embed_bwd(cuda_op *op, const bfit_op_args *a)
 {
     const bfit_op_desc *d = &op->base.desc;
     bk_embed e = embed_geom(d);
-    if (!a->src || !a->diff_dst || !a->diff_weights || (d->u.embed.P && !a->diff_bias) ||
+    int dpos = d->u.embed.P && !d->u.embed.pos_fixed; /* a constant table gets no gradient */
+    if (!a->src || !a->diff_dst || !a->diff_weights || (dpos && !a->diff_bias) ||
         (d->u.embed.types && !a->diff_shift))
         return bfit_fail(BFIT_EINVAL, "embedding backward: src (the ids), diff_dst, diff_weights%s%s are required",
-                         d->u.embed.P ? ", diff_bias" : "", d->u.embed.types ? ", diff_shift" : "");
+                         dpos ? ", diff_bias" : "", d->u.embed.types ? ", diff_shift" : "");
     return cuda_launched(bk_embed_bwd(stream(op), &e, a->src, a->diff_dst, a->diff_weights,
-                                      d->u.embed.P ? a->diff_bias : NULL, d->u.embed.types ? a->diff_shift : NULL),
+                                      dpos ? a->diff_bias : NULL, d->u.embed.types ? a->diff_shift : NULL),
                          "embedding backward");
 }
 

@@ -99,11 +99,12 @@ typedef enum {
     BFIT_OP_SGD,              /* dst (params) updated from src (grads), state0 the momentum buffer or NULL */
     BFIT_OP_ADAMW,            /* dst (params) updated from src (grads), state0/state1 the moments */
     BFIT_OP_CAST,             /* dst[n] (u.cast.to) = src[n] (dtype), rounded to nearest even */
-    BFIT_OP_EMBED_FWD,        /* dst[n,T,C] = weights[id] + bias[t] (positions, or none) + shift[0] (token
+    BFIT_OP_EMBED_FWD,        /* dst[n,T,C] = scale weights[id] + bias[t] (positions, or none) + shift[0] (token
                                  type 0, or none); src: the ids, device int32 [n,T], each in [0, V);
                                  the tables f32 whatever desc.dtype */
-    BFIT_OP_EMBED_BWD,        /* diff_weights[id] += diff_dst rows, diff_bias[t] +=, diff_shift[0] +=
-                                 (always accumulated: parameter gradients); src: the ids */
+    BFIT_OP_EMBED_BWD,        /* diff_weights[id] += scale diff_dst rows, diff_bias[t] += (not with
+                                 pos_fixed), diff_shift[0] += (always accumulated: parameter gradients);
+                                 src: the ids */
     BFIT_OP_ATTN_FWD,         /* multi-head self-attention: src [n,T,3C] (q | k | v, head h in columns
                                  h*hs of each), dst [n,T,C]; training stores the probabilities
                                  [n,H,T,T] (desc.dtype) in `saved`, or (lean) the log-sum-exp of each
@@ -220,8 +221,10 @@ typedef struct bfit_op_desc {
         struct { int64_t n; } adamw;
         struct { int64_t n; bfit_dtype to; } cast;
         /* n sequences of T tokens, C features; V ids; P positions (0: none, else T <= P);
-           types: a token-type table (BERT's segments) of which row 0 is added */
-        struct { int64_t n, T, C, V, P; int types; } embed;
+           types: a token-type table (BERT's segments) of which row 0 is added; scale: the
+           token rows times it (0: 1; the Transformer tutorial's sqrt(C)); pos_fixed: the
+           positions a constant (a sinusoidal buffer), given no gradient */
+        struct { int64_t n, T, C, V, P; int types, pos_fixed; float scale; } embed;
         /* n sequences of T tokens, H heads of hs features (C = H hs); scores scaled by
            1/sqrt(hs); causal: token i attends to j <= i; with args.lens, only to j < lens[b]
            (a key-padding mask); lean: keep no probabilities */

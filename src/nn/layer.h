@@ -87,6 +87,9 @@ typedef struct bfit_layer_cfg {
     float momentum;     /* batch norm running-stat momentum (default 0.1, PyTorch's meaning) */
     int vocab;          /* embed: token ids in [0, vocab) */
     int positions;      /* embed: learned positions (0: none; else T <= positions) */
+    int pos_fixed;      /* embed: the positions a constant table (a sinusoidal buffer of an ONNX file), not
+                           trained: no gradient, no optimizer state, the file's values even with --init random */
+    float escale;       /* embed: the token rows times this (0: 1; the Transformer tutorial's sqrt(C)) */
     int types;          /* embed: token types (BERT's segments; row 0 is added); 0: none */
     int causal;         /* attention: token i attends to tokens j <= i (default 1) */
     int lean;           /* attention: keep no attention matrix, recompute it in backward */

@@ -6,7 +6,12 @@
  *
  * PyTorch: nn.Embedding(vocab, C)(ids) + nn.Embedding(positions, C)(arange(T))
  * (+ nn.Embedding(types, C)(zeros)). The backward reads the ids (its input)
- * and adds each token's gradient row into the rows it read. */
+ * and adds each token's gradient row into the rows it read.
+ *
+ * From ONNX also the Transformer tutorial's form, nn.Embedding(vocab, C)(ids)
+ * * sqrt(C) + pe[:, :T]: the token rows scaled (escale), and the positions a
+ * sinusoidal buffer (pos_fixed: a parameter that is not trained, whose
+ * values are the file's). */
 #include "base/err.h"
 #include "nn/layer.h"
 
@@ -42,8 +47,8 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     l->out = bfit_shape_seq(in.d[0], c->units);
     l->params[k++] = (bfit_param){.name = "weight", .ndim = 2, .dim = {c->vocab, c->units}, .trainable = 1, .decay = 1};
     if (c->positions)
-        l->params[k++] =
-            (bfit_param){.name = "pos_weight", .ndim = 2, .dim = {c->positions, c->units}, .trainable = 1, .decay = 1};
+        l->params[k++] = (bfit_param){.name = "pos_weight", .ndim = 2, .dim = {c->positions, c->units},
+                                      .trainable = !c->pos_fixed, .decay = !c->pos_fixed};
     if (c->types)
         l->params[k++] =
             (bfit_param){.name = "type_weight", .ndim = 2, .dim = {c->types, c->units}, .trainable = 1, .decay = 1};
@@ -61,6 +66,8 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     d.u.embed.V = l->cfg.vocab;
     d.u.embed.P = l->cfg.positions;
     d.u.embed.types = l->cfg.types;
+    d.u.embed.pos_fixed = l->cfg.pos_fixed;
+    d.u.embed.scale = l->cfg.escale != 0.0f ? l->cfg.escale : 1.0f;
     return bfit_layer_op_pair(l, &d, BFIT_OP_EMBED_BWD, training, need);
 }
 
@@ -93,7 +100,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.src = a->x[0];
     o.diff_dst = a->dy;
     o.diff_weights = l->params[0].grad;
-    o.diff_bias = pos_table(l) ? pos_table(l)->grad : NULL;
+    o.diff_bias = pos_table(l) && !l->cfg.pos_fixed ? pos_table(l)->grad : NULL;
     o.diff_shift = type_table(l) ? type_table(l)->grad : NULL;
     return bfit_op_run(l->ops[OP_BWD], &o);
 }

@@ -420,8 +420,10 @@ int bfit_model_init_params(bfit_model *M, uint64_t seed)
         for (int k = 0; k < L->nparams && rc == BFIT_OK; k++) {
             if (L->params[k].shared) /* its owner's values stand */
                 continue;
-            rc = M->init_random ? 0 : bfit_wsrc_upload(M->wsrc, i, k, M->dev, L->params[k].data,
-                                                       bfit_param_bytes(&L->params[k]));
+            /* a constant of the file (a buffer: not trained) is the file's even when the rest is drawn */
+            rc = M->init_random && L->params[k].trainable ? 0
+                                                          : bfit_wsrc_upload(M->wsrc, i, k, M->dev, L->params[k].data,
+                                                                             bfit_param_bytes(&L->params[k]));
             if (rc == 0) /* not in the file: drawn */
                 rc = bfit_device_upload(M->dev, L->params[k].data, host[k], bfit_param_bytes(&L->params[k]));
             else if (rc == 1)

@@ -10,12 +10,22 @@
  *   as its positions (`positions=P`), as GPT-2's wte + wpe is one layer in
  *   batchfit.
  *
+ * - Mul(token embedding, a number): the embed layer's scale (the PyTorch
+ *   Transformer tutorial's `embedding(src) * math.sqrt(d_model)`);
+ * - Add(token embedding, a table's first T rows cut on the host, `pe[:, :T]`,
+ *   or an initializer [1, T, C] of sinusoids): the embed layer's positions;
+ *   a table of sinusoids (the tutorial's PositionalEncoding buffer, in
+ *   either layout) is a constant the layer does not train, any other table
+ *   (minGPT's `pos_emb[:, :t, :]`) is learned.
+ *
  * A head tied to the token table (lm_head.weight = wte.weight: a MatMul by
  * the same initializer transposed) becomes `linear V tie=1` in onnx_vit.c;
  * the causal mask on the scores is read in onnx_mhsa.c. */
 #include "base/err.h"
 #include "nn/onnx_int.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int is_table(const oval *v)
@@ -99,11 +109,134 @@ static int add_positions(onnx_lower *L, oval *x, oval *r)
     return bfit_wsrc_add(L->w, x->id - 1, 1, r->t, L->param_used[r->init]++);
 }
 
+/* The embed node whose output x is, read by the node being lowered alone and
+ * without positions yet (what it adds or scales can fold into it); NULL if
+ * not. */
+static bfit_node_desc *bare_embed(onnx_lower *L, const oval *x)
+{
+    bfit_node_desc *d = x && x->kind == OV_DEVICE && x->id > 0 && x->id <= L->g->nnodes ? &L->g->nodes[x->id - 1]
+                                                                                       : NULL;
+    int use;
+    if (!d || d->cfg.kind != BFIT_L_EMBED || d->cfg.positions || x->shape.nd != 2 || x->producer < 0 ||
+        bfit_onnx_consumers(L, x->producer, 0, &use, 1) != 1)
+        return NULL;
+    return d;
+}
+
+/* Whether rows [0, T) of table [P, C] are sinusoids: each column pair (sin,
+ * cos) one frequency w, as the Transformer tutorial's PositionalEncoding
+ * (pairs 2i, 2i+1) or tensor2tensor's and fairseq's (i, i + C/2) make them,
+ * w read from row 1. PyTorch rounds t w and the sines to float: the error
+ * grows with t, bounded here by 1e-5 + 2.5e-7 t (a learned table is off by
+ * far more). */
+static int sinusoids(const float *tab, int64_t P, int64_t T, int64_t C)
+{
+    int64_t rows = T < 2 ? 2 : T;
+    if (C % 2 || P < 2)
+        return 0;
+    if (rows > P)
+        rows = P;
+    for (int half = 0; half < 2; half++) {
+        int ok = 1;
+        for (int64_t i = 0; ok && i < C / 2; i++) {
+            int64_t cs = half ? i : 2 * i, cc = half ? i + C / 2 : 2 * i + 1;
+            double w = atan2(tab[C + cs], tab[C + cc]);
+            for (int64_t t = 0; ok && t < rows; t++) {
+                double tol = 1e-5 + 2.5e-7 * (double)t;
+                ok = fabs(tab[t * C + cs] - sin(w * (double)t)) <= tol && fabs(tab[t * C + cc] - cos(w * (double)t)) <= tol;
+            }
+        }
+        if (ok)
+            return 1;
+    }
+    return 0;
+}
+
+/* The initializer [P, C] or [1, P, C] whose first T rows host value h
+ * ([T, C] or [1, T, C]) is: h's own, or the one a Slice cut it from (pe[:,
+ * :T]); NULL if neither, or if the numbers differ. */
+static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C)
+{
+    oval *t = h->init >= 0 && h->t ? h : NULL;
+    hval *hv;
+    float *f;
+    int ok;
+
+    if (!t && h->producer >= 0 && bfit_onnx_streq(L->om->nodes[h->producer].op, "Slice"))
+        t = bfit_onnx_val(L, L->om->nodes[h->producer].in[0]);
+    if (!t || t->kind != OV_HOST || t->init < 0 || !t->t || t->t->dtype != BFIT_ONNX_FLOAT ||
+        !(t->t->ndim == 2 || (t->t->ndim == 3 && t->t->dim[0] == 1)) || t->t->dim[t->t->ndim - 1] != C ||
+        t->t->dim[t->t->ndim - 2] < T || t->t->dim[t->t->ndim - 2] > 0x7fffffff)
+        return NULL;
+    if (!(hv = bfit_onnx_host(L, h, k)) || !hv->isf || hv->n != T * C || !(hv->nd == 2 || (hv->nd == 3 && hv->dim[0] == 1)))
+        return NULL;
+    if (!(f = malloc(sizeof *f * (size_t)t->t->numel)))
+        return NULL;
+    ok = bfit_onnx_tensor_f32(t->t, f) == BFIT_OK;
+    for (int64_t i = 0; ok && i < T * C; i++)
+        ok = (double)f[i] == hv->f[i];
+    free(f);
+    return ok ? t : NULL;
+}
+
+/* Add(token embedding, the first T rows of a table): the embed layer's
+ * positions, constant where the table is sinusoids. 0 where h is no such
+ * rows (a learned [1, T, C] whole: addp, onnx_vit.c). */
+static int table_positions(onnx_lower *L, bfit_node_desc *d, oval *x, oval *h, int k, int *rc)
+{
+    int64_t T = x->shape.d[0], C = x->shape.d[1], P;
+    oval *t = rows_of(L, h, k, T, C);
+    float *f;
+    int sin;
+
+    if (!t)
+        return 0;
+    P = t->t->dim[t->t->ndim - 2];
+    if (!(f = malloc(sizeof *f * (size_t)t->t->numel))) {
+        *rc = bfit_fail(BFIT_ENOMEM, "onnx: out of host memory reading a position table");
+        return 1;
+    }
+    *rc = bfit_onnx_tensor_f32(t->t, f);
+    sin = *rc == BFIT_OK && sinusoids(f, P, T, C);
+    free(f);
+    if (*rc != BFIT_OK || (!sin && h == t)) /* a learned table whole is addp's */
+        return *rc != BFIT_OK;
+    d->cfg.positions = (int)P;
+    d->cfg.pos_fixed = sin;
+    bfit_onnx_alias(L, x);
+    *rc = bfit_wsrc_add(L->w, x->id - 1, 1, t->t, L->param_used[t->init]++);
+    return 1;
+}
+
+/* A Mul by a number, or an Add of a table's rows, on the token embedding:
+ * folded into its embed layer, 1 (rc set); 0 if the node is no such thing. */
+static int fold_into_embed(onnx_lower *L, oval *a, oval *b, int *rc)
+{
+    int hk = a && a->kind == OV_HOST ? 0 : 1; /* the host input's index */
+    oval *x = hk ? a : b, *h = hk ? b : a;
+    bfit_node_desc *d;
+    double s;
+
+    if (L->nd->nin != 2 || !a || !b || h->kind != OV_HOST || !(d = bare_embed(L, x)))
+        return 0;
+    if (bfit_onnx_streq(L->nd->op, "Mul")) { /* the tutorial's * sqrt(d_model), before the positions */
+        if (d->cfg.escale != 0.0f || !bfit_onnx_scalar(L, h->name, &s) || !isfinite(s) || s == 0)
+            return 0;
+        d->cfg.escale = (float)s;
+        bfit_onnx_alias(L, x);
+        *rc = BFIT_OK;
+        return 1;
+    }
+    return bfit_onnx_streq(L->nd->op, "Add") && table_positions(L, d, x, h, hk, rc);
+}
+
 int bfit_onnx_lower_tokens(onnx_lower *L, int *rc)
 {
     oval *a = bfit_onnx_in(L, 0), *b = bfit_onnx_in(L, 1);
     int gather = bfit_onnx_streq(L->nd->op, "Gather");
 
+    if (fold_into_embed(L, a, b, rc))
+        return 1;
     if (gather && is_table(a) && b && b->kind == OV_DEVICE && b->id == 0 && L->g->input_dtype == BFIT_I32)
         *rc = token_table(L, a, b);
     else if (gather && is_table(a) && b && b->kind == OV_HOST && (!b->h || !b->h->isf) &&

@@ -23,7 +23,11 @@ and minGPT's NewGELU,
 lm_head tied to the token table), and tgpt_mini, a GPT of nn.TransformerEncoderLayer blocks (pre-norm with a
 float causal mask, post-norm with a boolean one) and a learned position tensor, and gpt_nobias, gpt_mini with
 nanoGPT's bias=False: no bias in its Linear layers and LayerNorms, and llama_mini, LLaMA's RMSNorm and SwiGLU
-feed-forward around nanoGPT's causal attention, without position embeddings) it writes NAME.onnx and NAME_ref.safetensors holding:
+feed-forward around nanoGPT's causal attention, without position embeddings; tut_mini, the PyTorch Transformer
+tutorial's language model batch first (embeddings times sqrt(C), a sinusoidal position buffer, post-norm
+nn.TransformerEncoder layers under a causal mask), tut_halves, the same with the sinusoids in halves and no
+scale, and tut_learned, minGPT's learned position parameter cut to the sequence) it writes NAME.onnx and
+NAME_ref.safetensors holding:
   x [4,3,64,64] F32, y [4] I32      the samples and labels (a token model: x [4,16] I32 token ids, exported
                                     as int64, y [4,16] I32 next-token labels, every 7th -1: padding)
   loss64, loss32                    the mean cross-entropy (F64 scalars; a token model's over its real labels)
@@ -32,7 +36,8 @@ feed-forward around nanoGPT's causal attention, without position embeddings) it 
   after64.P (F32)                   P after one SGD step (lr 0.1, momentum 0.9), computed
                                     in float64
   run64.B.running_mean/var (F64),   batch norms' running statistics after the step's
-  run32.B.running_mean/var (F32)    forward, in float64 and in float32
+  run32.B.running_mean/var (F32)    forward, in float64 and in float32 (and a sinusoidal buffer
+                                    P.pe, which the step leaves as it was)
 with BatchNorm in training mode and dropout off (p = 0; the file keeps the
 model's ratio). Batch-norm weights, biases and running statistics are
 drawn away from torchvision's 1/0/0/1 so that they matter, and the biases
@@ -54,7 +59,8 @@ import hashlib, json, os, struct, sys
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
-TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench"}  # input: int token ids [M, T]; one label per token
+TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
+                "tut_halves", "tut_learned"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -728,6 +734,57 @@ class TGpt(torch.nn.Module):
         return self.head(self.ln(self.post(x, mask=self.bmask)))
 
 
+class PositionalEncoding(torch.nn.Module):
+    """The PyTorch Transformer tutorial's sinusoidal positions (batch first): a buffer pe [1, max_len, C] of
+    sin at the even columns and cos at the odd ones (halves: sin in the first C/2 columns, cos in the others,
+    as tensor2tensor and fairseq lay them out; then a buffer [max_len, C]), x + pe[:, :T], then dropout."""
+
+    def __init__(self, C, max_len=64, halves=False, p=0.2):  # the tutorial's dropout
+        super().__init__()
+        import math
+        pos = torch.arange(max_len).unsqueeze(1)
+        div = torch.exp(torch.arange(0, C, 2) * (-math.log(10000.0) / C))
+        pe = torch.zeros(max_len, C)
+        if halves:
+            pe[:, :C // 2], pe[:, C // 2:] = torch.sin(pos * div), torch.cos(pos * div)
+        else:
+            pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * div), torch.cos(pos * div)
+        self.halves = halves
+        self.register_buffer("pe", pe if halves else pe.unsqueeze(0))
+        self.dropout = torch.nn.Dropout(p)
+
+    def forward(self, x):
+        return self.dropout(x + (self.pe[:x.size(1)] if self.halves else self.pe[:, :x.size(1)]))
+
+
+class TutorialLM(torch.nn.Module):
+    """The PyTorch Transformer tutorial's language model, batch first and causal: nn.Embedding scaled by
+    sqrt(C), PositionalEncoding's sinusoids, nn.TransformerEncoder (post-norm layers, attention without dropout:
+    batchfit's has none) under a float causal mask, a Linear to the vocabulary. pos="learned": minGPT's
+    position parameter pos_emb [1, max_len, C] cut to the sequence (x + pos_emb[:, :T]) instead."""
+
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, pos="sin", scale=True):
+        super().__init__()
+        nn = torch.nn
+        self.embedding, self.C, self.scale = nn.Embedding(V, C), C, scale
+        if pos == "learned":
+            self.pos_emb = nn.Parameter(0.5 * torch.randn(1, 2 * T, C))
+        else:
+            self.pos_encoder = PositionalEncoding(C, 4 * T, halves=pos == "halves")
+        layer = nn.TransformerEncoderLayer(C, H, 2 * C, dropout=0.0, batch_first=True)
+        self.transformer_encoder = nn.TransformerEncoder(layer, L, enable_nested_tensor=False)
+        self.linear = nn.Linear(C, V)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(T))
+
+    def forward(self, src):
+        import math
+        x = self.embedding(src)
+        if self.scale:
+            x = x * math.sqrt(self.C)
+        x = x + self.pos_emb[:, :src.size(1)] if hasattr(self, "pos_emb") else self.pos_encoder(x)
+        return self.linear(self.transformer_encoder(x, self.mask))
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
@@ -745,6 +802,12 @@ def build(name):
         return GPT(V=64, T=16, C=32, H=4, L=2, bias=False), 16
     if name == "tgpt_mini":
         return TGpt(V=64, T=16, C=32, H=4), 16
+    if name == "tut_mini":  # the Transformer tutorial's: embeddings times sqrt(C), sinusoids at even and odd columns
+        return TutorialLM(V=64, T=16, C=32, H=4, L=2), 16
+    if name == "tut_halves":  # sinusoids in halves, a buffer [max_len, C], no scale
+        return TutorialLM(V=64, T=16, C=32, H=4, L=1, pos="halves", scale=False), 16
+    if name == "tut_learned":  # minGPT's learned position parameter, longer than the sequence, cut to it
+        return TutorialLM(V=64, T=16, C=32, H=4, L=1, pos="learned"), 16
     if name == "llama_mini":  # the second block's attention grouped-query: 4 query heads, 2 key and value heads
         return Llama(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
     if name == "llama_bench":  # bench/ only: gpt_bench's size (bytes, 128 tokens, 4 x 128), LLaMA's block in all
@@ -817,7 +880,7 @@ def oracle(name):
     model, size = build(name)
     perturb_bn(model, g)
     if name in TOKEN_MODELS:  # ids [M, T] and next-token labels, every 7th -1 (padding the loss ignores)
-        vocab = model.wte.num_embeddings
+        vocab = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding)).num_embeddings
         x = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y.view(-1)[6::7] = -1
@@ -845,8 +908,8 @@ def oracle(name):
         t["g64." + n] = g64[n]
         t["g32." + n] = g32[n]
         t["after64." + n] = s64[n].float()
-    for n, v in s64.items():
-        if n.endswith("running_mean") or n.endswith("running_var"):
+    for n, v in s64.items():  # batch norms' statistics; constants (a sinusoidal buffer), which stay as they were
+        if n.endswith("running_mean") or n.endswith("running_var") or n.endswith(".pe"):
             t["run64." + n] = v
             t["run32." + n] = s32[n]
     write_safetensors(os.path.join(OUT, name + "_ref.safetensors"), t)

@@ -16,6 +16,10 @@
 - gpt_fill0.onnx: the same with masked_fill(mask, 0.0) (refused: the masked weights would not be 0);
 - gpt_posmul.onnx: the position rows scaled before the Add (refused at the Mul: batchfit adds them to
   the token embeddings only);
+- tut_text.onnx: the PyTorch Transformer tutorial's language model (export.py's TutorialLM: embeddings times
+  sqrt(C), the sinusoidal PositionalEncoding buffer and its dropout, an nn.TransformerEncoderLayer under a
+  causal mask) with a byte vocabulary, 32 tokens, width 16, 2 heads, 1 layer: it trains on a text, and its
+  sinusoids come back as they were (a buffer);
 - mha_band.onnx: an nn.TransformerEncoderLayer whose attn_mask lets a token see one token after it too
   (refused at the mask's Add: only the causal mask is read).
 
@@ -28,7 +32,7 @@ import torch.nn as nn
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import GPT  # noqa: E402
+from export import GPT, TutorialLM  # noqa: E402
 
 
 class Fill0(GPT):
@@ -88,6 +92,8 @@ def main():
     torch.manual_seed(0)
     export(GPT(V=256, T=32, C=16, H=2, L=2), "../../fuzz/corpus/onnx/gpt_ok.onnx")
     export(GPT(V=64, T=32, C=16, H=2, L=1), "gpt_chars.onnx")
+    torch.manual_seed(0)
+    export(TutorialLM(V=256, T=32, C=16, H=2, L=1), "tut_text.onnx")
     return 0
 
 

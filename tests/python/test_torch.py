@@ -444,6 +444,31 @@ def test_a_llama_trains_on_text_and_comes_back(onnx_import, tmp_path):
         assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
 
 
+def test_the_transformer_tutorials_model_trains_and_comes_back(onnx_import, tmp_path):
+    """The PyTorch Transformer tutorial's language model (tests/onnx/export.py's TutorialLM: embeddings times
+    sqrt(C), the sinusoidal PositionalEncoding buffer with its dropout, nn.TransformerEncoder under a causal
+    mask) trains on a text: PyTorch's own loss falls below half, every parameter comes back moved, and the
+    sinusoids come back as they were, bit for bit (a buffer: not trained). Before 2026-12-05 it was refused
+    at the Mul by sqrt(C)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
+    from export import TutorialLM
+    torch.manual_seed(0)
+    T, V = 16, 256
+    m = TutorialLM(V=V, T=T, C=32, H=4, L=2)
+    text, loss = digits_text(tmp_path, T, V)
+    start, before, pe = copy.deepcopy(m.state_dict()), loss(m), m.pos_encoder.pe.clone()
+    bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
+             optimizer="adamw", memory="512MiB", threads=2)
+    after = loss(m)
+    assert after < 0.5 * before, (before, after)
+    assert torch.equal(m.pos_encoder.pe, pe)
+    assert m.batchfit_result.weights["pos_encoder.pe"].shape == tuple(pe.shape)
+    for pname, p in m.named_parameters():
+        assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
+
+
 class ScaledByBuffer(torch.nn.Module):
     """A fixed per-channel scale kept as a buffer: ONNX has it as an initializer, like a parameter."""
 
