@@ -232,6 +232,8 @@ static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
     cfg->p = meta_float(f, "p", cfg->p);
     cfg->vocab = meta_int(f, "vocab", cfg->vocab);
     cfg->positions = meta_int(f, "positions", cfg->positions);
+    cfg->pos_fixed = meta_int(f, "pos_fixed", cfg->pos_fixed);
+    cfg->escale = meta_float(f, "escale", cfg->escale);
     cfg->types = meta_int(f, "types", cfg->types);
     cfg->causal = meta_int(f, "causal", cfg->causal);
     cfg->lean = meta_int(f, "lean", cfg->lean);

@@ -34,7 +34,7 @@ static bfit_shape Q(int t, int f) { return bfit_shape_seq(t, f); }
  * O(1) inputs. A wrong gradient (a head's columns swapped, the mask missing,
  * a transposed product, a position's row mixed up) is off by O(1). */
 
-static void gc_embed(const char *label, int C, int V, int P, int types, int T, int m)
+static void gc_embed_at(const char *label, int C, int V, int P, int types, int T, int m, float scale, int fixed)
 {
     gc_case c = {.label = label, .nin = 1, .in = {Q(T, 1)}, .m = m, .token_vocab = V};
     c.cfg = bfit_layer_cfg_default(BFIT_L_EMBED);
@@ -42,7 +42,14 @@ static void gc_embed(const char *label, int C, int V, int P, int types, int T, i
     c.cfg.vocab = V;
     c.cfg.positions = P;
     c.cfg.types = types;
+    c.cfg.escale = scale;
+    c.cfg.pos_fixed = fixed;
     gc_assert(&c);
+}
+
+static void gc_embed(const char *label, int C, int V, int P, int types, int T, int m)
+{
+    gc_embed_at(label, C, V, P, types, T, m, 0.0f, 0);
 }
 
 static void test_gc_embed(void **st)
@@ -53,6 +60,9 @@ static void test_gc_embed(void **st)
     gc_embed("embed C5 V3 nopos T7 m2", 5, 3, 0, 0, 7, 2); /* ids repeat: rows add up */
     gc_embed("embed C4 V9 P5 types2 T5 m2", 4, 9, 5, 2, 5, 2);
     gc_embed("embed C33 V7 P40 T40 m1", 33, 7, 40, 0, 40, 1); /* more columns than a block */
+    /* the Transformer tutorial's: the token rows times sqrt(C), a constant position table */
+    gc_embed_at("embed C6 V11 P8 T5 m2 scaled fixed", 6, 11, 8, 0, 5, 2, sqrtf(6.0f), 1);
+    gc_embed_at("embed C4 V9 P5 types2 T5 m2 scaled", 4, 9, 5, 2, 5, 2, 2.5f, 0);
 }
 
 static void gc_attn(const char *label, int H, int hs, int T, int m, int causal, int lean)

@@ -26,6 +26,7 @@ from those exact values, so the expected results are the float32 problem's
 true answers, rounded once to float32. test_layers_torch compares the C
 layers against them.
 """
+import math
 import json
 import os
 import struct
@@ -92,6 +93,8 @@ class Case:
             self.cfg.update(axis=0)
         if kind in ("embed", "attention"):
             self.cfg.update(vocab=0, positions=0, types=0, causal=1, lean=0)
+        if kind == "embed":  # the token rows' factor (0: 1), the positions a constant
+            self.cfg.update(escale=0.0, pos_fixed=0)
         self.cfg.update(cfg)
         self.lens = self.cfg.pop("lens", None)  # attention's key-padding mask, carried as tensor "lens"
         self.g = torch.Generator().manual_seed(7919 * (idx + 1))
@@ -129,17 +132,20 @@ def run_attention(c, x, lens=None):
 
 
 def run_embed(c, ids, params):
-    """Token + position (+ token type 0) embeddings of ids [m, T]."""
+    """Token + position (+ token type 0) embeddings of ids [m, T]; the token rows times escale (the Transformer
+    tutorial's sqrt(C)), the positions a constant with pos_fixed (a sinusoidal buffer: no gradient)."""
     cfg, (T, _) = c.cfg, c.shapes[0]
     params["weight"] = c.uniform((cfg["vocab"], cfg["units"]))
     if cfg["positions"]:
         params["pos_weight"] = c.uniform((cfg["positions"], cfg["units"]))
     if cfg["types"]:
         params["type_weight"] = c.uniform((cfg["types"], cfg["units"]))
-    p = {n: leaf(t) for n, t in params.items()}
+    p = {n: leaf(t) for n, t in params.items() if not (n == "pos_weight" and cfg["pos_fixed"])}
     y = F.embedding(ids, p["weight"])
+    if cfg["escale"]:
+        y = y * cfg["escale"]
     if cfg["positions"]:
-        y = y + F.embedding(torch.arange(T), p["pos_weight"])
+        y = y + F.embedding(torch.arange(T), p.get("pos_weight", params["pos_weight"]))
     if cfg["types"]:
         y = y + F.embedding(torch.zeros(T, dtype=torch.int64), p["type_weight"])
     return y, p
@@ -516,6 +522,10 @@ def cases():
     add("embed_m1_T5_C6_V11_P8", "embed", [(5, 1)], 1, seq=1, units=6, vocab=11, positions=8)
     add("embed_m3_T7_C5_V4_nopos", "embed", [(7, 1)], 3, seq=1, units=5, vocab=4)
     add("embed_m2_T5_C8_V9_P5_types2", "embed", [(5, 1)], 2, seq=1, units=8, vocab=9, positions=5, types=2)
+    # the Transformer tutorial's: token rows times sqrt(C), a constant position table longer than T
+    add("embed_m2_T5_C8_V9_P7_scaled_fixed", "embed", [(5, 1)], 2, seq=1, units=8, vocab=9, positions=7,
+        escale=f32(math.sqrt(8)), pos_fixed=1)
+    add("embed_m3_T4_C6_V5_P4_scaled", "embed", [(4, 1)], 3, seq=1, units=6, vocab=5, positions=4, escale=2.5)
     for lean in (0, 1):
         tag = "_lean" if lean else ""
         add("attention_m1_T1_H1_hs4_causal" + tag, "attention", [(1, 12)], 1, seq=1, units=1, lean=lean)
