@@ -1034,9 +1034,11 @@ static void test_adamw(void **st)
 /* ---- attention and embeddings ----------------------------------------------------------------------- */
 
 /* Every variant: causal or not, stored or lean, padded sequences (lens) or
- * not, f32 and bf16; T past a warp, a sequence of padding alone. The GPU
- * sums in another order than oneDNN's sgemm: f32 to 1e-4, bf16 to an ulp. */
-static void attn_case(bfit_dtype t, int causal, int lean, int padded)
+ * not, f32 and bf16, without and with dropout on the weights (one mask on
+ * both: the same seed's); T past a warp, a sequence of padding alone. The
+ * GPU sums in another order than oneDNN's sgemm: f32 to 1e-4, bf16 to an
+ * ulp. */
+static void attn_case(bfit_dtype t, int causal, int lean, int padded, float drop)
 {
     const int64_t n = 3, T = 37, H = 2, hs = 16, C = H * hs;
     bfit_op_desc f = {.kind = BFIT_OP_ATTN_FWD, .dtype = t}, b;
@@ -1049,9 +1051,9 @@ static void attn_case(bfit_dtype t, int causal, int lean, int padded)
 
     ((int32_t *)lens.h)[0] = 20, ((int32_t *)lens.h)[1] = 37, ((int32_t *)lens.h)[2] = 0;
     db_up(&lens);
-    snprintf(what, sizeof what, "attention%s%s%s", causal ? " causal" : "", lean ? " lean" : "",
-             padded ? " padded" : "");
-    f.u.attn = (typeof(f.u.attn)){n, T, H, hs, causal, lean, 1};
+    snprintf(what, sizeof what, "attention%s%s%s%s", causal ? " causal" : "", lean ? " lean" : "",
+             padded ? " padded" : "", drop > 0 ? " dropout" : "");
+    f.u.attn = (typeof(f.u.attn)){n, T, H, hs, causal, lean, 1, drop};
     b = f;
     b.kind = BFIT_OP_ATTN_BWD;
     pop_new(&pf, &f);
@@ -1059,6 +1061,8 @@ static void attn_case(bfit_dtype t, int causal, int lean, int padded)
     ARG(a, src, x), ARG(a, dst, y);
     if (padded)
         ARG(a, lens, lens);
+    for (int s = 0; s < NS; s++)
+        a[s].seed = 77;
     pop_run(&pf, a);
     cmp_t(t, &y, n * T * C, rel, abs_, what);
     {
@@ -1076,7 +1080,7 @@ static void attn_case(bfit_dtype t, int causal, int lean, int padded)
     if (padded)
         ARG(a, lens, lens);
     for (int s = 0; s < NS; s++)
-        a[s].saved = pf.saved[s];
+        a[s].saved = pf.saved[s], a[s].seed = 77;
     run_op(&b, a);
     strcat(what, " backward");
     cmp_t(t, &dx, n * T * 3 * C, t == BFIT_F32 ? 1e-3 : BF_REL, t == BFIT_F32 ? 1e-5 : BF_ABS, what);
@@ -1088,8 +1092,8 @@ static void test_attention(void **st)
 {
     (void)st;
     for (int t = 0; t < 2; t++)
-        for (int k = 0; k < 8; k++)
-            attn_case(t ? BFIT_BF16 : BFIT_F32, k & 1, (k >> 1) & 1, (k >> 2) & 1);
+        for (int k = 0; k < 16; k++)
+            attn_case(t ? BFIT_BF16 : BFIT_F32, k & 1, (k >> 1) & 1, (k >> 2) & 1, k & 8 ? 0.3f : 0.0f);
 }
 
 /* Lookups and the gradients' sums in row order on both: equal; also with

@@ -95,7 +95,16 @@ static tbuf op_ws(bfit_op *op) { return tbuf_new(&td, bfit_op_workspace_bytes(op
 typedef struct acase {
     bfit_dtype t;
     int causal, lean, padded;
+    float drop; /* dropout on the weights (the mask of seed ACASE_SEED) */
 } acase;
+#define ACASE_SEED 4321
+
+/* dropout's mask on lane's T x T matrix m, element by element as k_attn_drop's threads */
+static void h_drop(const bk_attn *a, const int32_t *lens, float *m, int64_t lane)
+{
+    for (int64_t el = 0; a->drop > 0 && el < a->T * a->T; el++)
+        bk_attn_drop_el(a, lens, m, lane, el);
+}
 
 #define PARTS 32 /* a warp's lanes */
 
@@ -154,6 +163,7 @@ static void h_fwd(const bk_attn *a, const acase *c, const void *x, const int32_t
         h_scores(a, a->scale, q + th, q, s);
         for (int64_t i = 0; i < a->T; i++)
             h_softmax(a, lens, s + i * a->T, lane, i, c->lean ? NULL : saved, c->lean ? saved : NULL);
+        h_drop(a, lens, s, lane);
         h_apply(a, 1.0f, s, 0, q + 2 * th, yh + lane * th);
     }
     for (int64_t el = 0; el < L * th; el++)
@@ -180,6 +190,7 @@ static void h_bwd(const bk_attn *a, const acase *c, const void *x, const int32_t
         if (c->lean)
             h_scores(a, a->scale, k, q, p);
         h_scores(a, 1.0f, v, g, ds);
+        h_drop(a, lens, ds, lane);
         for (int64_t i = 0; i < a->T; i++) {
             int64_t nk = bk_attn_row_keys(a, lens, lane, i);
             double d = 0;
@@ -190,6 +201,7 @@ static void h_bwd(const bk_attn *a, const acase *c, const void *x, const int32_t
             for (int l = 0; l < PARTS; l++)
                 bk_attn_part_ds(p + i * a->T, ds + i * a->T, a->T, (float)d, l, PARTS);
         }
+        h_drop(a, lens, p, lane);
         h_apply(a, 1.0f, p, 1, g, dq + 2 * th);
         h_apply(a, a->scale, ds, 0, k, dq);
         h_apply(a, a->scale, ds, 1, q, dq + th);
@@ -203,7 +215,7 @@ static void attn_case(const acase *c, int64_t hs)
 {
     const int64_t n = 2, T = 37, H = 2, C = H * hs;
     bfit_op_desc d = {.kind = BFIT_OP_ATTN_FWD, .dtype = c->t};
-    bk_attn a = {n, T, H, hs, c->causal, c->lean, 1, (int)c->t, (float)(1.0 / sqrt((double)hs))};
+    bk_attn a = {n, T, H, hs, c->causal, c->lean, 1, (int)c->t, (float)(1.0 / sqrt((double)hs)), 0, 0, 0};
     double rel = c->t == BFIT_F32 ? 1e-5 : 1.0 / 128, fl = c->t == BFIT_F32 ? 1e-6 : 1e-3;
     tbuf x = rand_buf(c->t, n * T * 3 * C, -2, 2, 1), dy = rand_buf(c->t, n * T * C, -1, 1, 2);
     tbuf y = tbuf_new(&td, (size_t)(n * T * C) * esz(c->t)), dx = tbuf_new(&td, (size_t)(n * T * 3 * C) * esz(c->t));
@@ -217,17 +229,22 @@ static void attn_case(const acase *c, int64_t hs)
     TB_I(lens)[0] = 6; /* padding after 6 tokens */
     TB_I(lens)[1] = 37;
     tbuf_up(&td, &lens);
-    d.u.attn = (typeof(d.u.attn)){n, T, H, hs, c->causal, c->lean, 1};
+    d.u.attn = (typeof(d.u.attn)){n, T, H, hs, c->causal, c->lean, 1, c->drop};
+    if (c->drop > 0) { /* as cuda_attn.c's geom */
+        a.drop = c->drop;
+        a.seed = bk_mix64(ACASE_SEED);
+        a.thresh = (uint64_t)((double)c->drop * 4294967296.0);
+    }
     assert_int_equal(bfit_op_new(td.dev, &d, &fwd), BFIT_OK);
     d.kind = BFIT_OP_ATTN_BWD;
     assert_int_equal(bfit_op_new(td.dev, &d, &bwd), BFIT_OK);
     saved = tbuf_new(&td, bfit_op_saved_bytes(fwd));
     sh = calloc(1, saved.bytes);
-    snprintf(what, sizeof what, "attention %s%s%s%s", bfit_dtype_name(c->t), c->causal ? " causal" : "",
-             c->lean ? " lean" : "", c->padded ? " padded" : "");
+    snprintf(what, sizeof what, "attention %s%s%s%s%s", bfit_dtype_name(c->t), c->causal ? " causal" : "",
+             c->lean ? " lean" : "", c->padded ? " padded" : "", c->drop > 0 ? " dropout" : "");
 
     /* forward: y and what is kept */
-    o.src = x.d, o.dst = y.d, o.saved = saved.d, o.lens = c->padded ? lens.d : NULL;
+    o.src = x.d, o.dst = y.d, o.saved = saved.d, o.lens = c->padded ? lens.d : NULL, o.seed = ACASE_SEED;
     ws = op_ws(fwd);
     run1(fwd, &o, &ws);
     tbuf_free(&td, &ws);
@@ -241,6 +258,7 @@ static void attn_case(const acase *c, int64_t hs)
     /* backward from the cpu's saved values */
     memset(&o, 0, sizeof o);
     o.src = x.d, o.diff_dst = dy.d, o.diff_src = dx.d, o.saved = saved.d, o.lens = c->padded ? lens.d : NULL;
+    o.seed = ACASE_SEED;
     ws = op_ws(bwd);
     run1(bwd, &o, &ws);
     tbuf_free(&td, &ws);
@@ -259,8 +277,8 @@ static void test_attention(void **st)
 {
     (void)st;
     for (int t = 0; t < 2; t++)
-        for (int k = 0; k < 8; k++) {
-            acase c = {t ? BFIT_BF16 : BFIT_F32, k & 1, (k >> 1) & 1, (k >> 2) & 1};
+        for (int k = 0; k < 16; k++) { /* 8 on: dropout on the weights, the GPU's mask against the CPU's */
+            acase c = {t ? BFIT_BF16 : BFIT_F32, k & 1, (k >> 1) & 1, (k >> 2) & 1, k & 8 ? 0.3f : 0.0f};
             attn_case(&c, 5);
             attn_case(&c, 80); /* a head wider than a warp's parts */
         }

@@ -398,6 +398,7 @@ static void run_backward(casectx *c)
 
     memset(&b, 0, sizeof b);
     b.m = c->m;
+    b.seed = 12345; /* the forward's: attention draws its dropout's mask again */
     for (int i = 0; i < c->nin; i++)
         b.x[i] = c->x[i].d;
     b.y = c->y.d;

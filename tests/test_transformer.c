@@ -65,14 +65,20 @@ static void test_gc_embed(void **st)
     gc_embed_at("embed C4 V9 P5 types2 T5 m2 scaled", 4, 9, 5, 2, 5, 2, 2.5f, 0);
 }
 
-static void gc_attn(const char *label, int H, int hs, int T, int m, int causal, int lean)
+static void gc_attn_p(const char *label, int H, int hs, int T, int m, int causal, int lean, float p)
 {
     gc_case c = {.label = label, .nin = 1, .in = {Q(T, 3 * H * hs)}, .m = m};
     c.cfg = bfit_layer_cfg_default(BFIT_L_ATTENTION);
     c.cfg.units = H;
     c.cfg.causal = causal;
     c.cfg.lean = lean;
+    c.cfg.p = p;
     gc_assert(&c);
+}
+
+static void gc_attn(const char *label, int H, int hs, int T, int m, int causal, int lean)
+{
+    gc_attn_p(label, H, hs, T, m, causal, lean, 0.0f);
 }
 
 static void test_gc_attention(void **st)
@@ -91,6 +97,12 @@ static void test_gc_attention(void **st)
         GC(2, 4, 70, 1, 1); /* two row blocks of 64 */
         GC(2, 4, 70, 1, 0);
 #undef GC
+        /* dropout on the weights: one mask for a seed, drawn again in backward (a fixed function of
+         * the input, so finite differences apply) */
+        snprintf(b, sizeof b, "attention H2 hs3 T9 m2 causal %s dropout 0.3", lean ? "lean" : "stored");
+        gc_attn_p(b, 2, 3, 9, 2, 1, lean, 0.3f);
+        snprintf(b, sizeof b, "attention H2 hs4 T70 m1 bidir %s dropout 0.1", lean ? "lean" : "stored");
+        gc_attn_p(b, 2, 4, 70, 1, 0, lean, 0.1f);
     }
 }
 

@@ -21,6 +21,13 @@
  * point of 16-bit storage), L in f32 (it is small, and exp(S - L) would
  * amplify its rounding).
  *
+ * Dropout on the weights (training, p > 0: nn.MultiheadAttention's
+ * dropout, BERT's and GPT-2's attention dropout): Y = D V with D = P kept
+ * by a mask and scaled by 1/(1-p); backward dV = D^T dY and dP = the mask
+ * of dY V^T scaled alike, before dS as above. The mask is a pure function
+ * of (seed, lane, row, column), as the dropout op's is of (seed, index):
+ * drawn again in backward, never stored.
+ *
  * Lanes run in parallel, one per thread, each with its own scratch in the
  * workspace; a lane's results never depend on which thread ran it. A causal
  * lane works in row blocks so that the scores above the diagonal are mostly
@@ -28,6 +35,7 @@
  * blocks that skip the rows above them. The softmax's loops are vectors
  * (bfit_expf, cpu_exp.h), compiled for each instruction set. */
 #include "base/err.h"
+#include "base/rand.h"
 #include "device/cpu.h"
 #include "device/cpu_exp.h"
 #include "device/cpu_isa.h"
@@ -44,6 +52,9 @@ typedef struct attn {
     float scale;
     int causal, lean, training;
     bfit_dtype dt; /* of src, dst, diff_dst, diff_src (and a stored P) */
+    float drop;       /* dropout on the weights (training), 0: none */
+    uint64_t seed;    /* the call's, mixed: the mask's */
+    uint64_t thresh;  /* keep where the 32-bit hash is >= drop 2^32 */
 } attn;
 
 /* A lane's operands as f32 rows: in the op's buffers (f32) or converted
@@ -56,17 +67,24 @@ typedef struct view {
 } view;
 
 /* A scratch slot's parts (NULL: not needed): P, dP (T x T), the lane's
- * q | k | v, its y (forward) or dy (backward), its dq | dk | dv. */
+ * q | k | v, its y (forward) or dy (backward), its dq | dk | dv, and with
+ * dropout D (T x T). */
 typedef struct slot {
-    float *p, *dp, *qkv, *y, *dqkv;
+    float *p, *dp, *qkv, *y, *dqkv, *d;
 } slot;
 
-static attn dims(const bfit_op_desc *d)
+/* seed: the call's (args.seed), for dropout's mask */
+static attn dims(const bfit_op_desc *d, uint64_t seed)
 {
     attn a = {d->u.attn.n, d->u.attn.T, d->u.attn.H, d->u.attn.hs, 0, d->u.attn.T, 0, d->u.attn.causal,
-              d->u.attn.lean, d->u.attn.training, d->dtype};
+              d->u.attn.lean, d->u.attn.training, d->dtype, 0, 0, 0};
     a.C = a.H * a.hs;
     a.scale = (float)(1.0 / sqrt((double)a.hs));
+    if (a.training && d->u.attn.p > 0) {
+        a.drop = d->u.attn.p;
+        a.seed = bfit_mix64(seed);
+        a.thresh = (uint64_t)((double)a.drop * 4294967296.0);
+    }
     return a;
 }
 
@@ -94,21 +112,22 @@ static size_t vec_bytes(const attn *a, int k) { return BFIT_ALIGN_UP((size_t)(k 
 static size_t slot_parts(const attn *a, int bwd, char *base, slot *s)
 {
     int half = a->dt != BFIT_F32;
-    size_t sz[5] = {
+    size_t sz[6] = {
         bwd ? (a->lean || half ? tt_bytes(a) : 0) : (a->training && !a->lean && !half ? 0 : tt_bytes(a)),
         bwd ? tt_bytes(a) : 0,
         half ? vec_bytes(a, 3) : 0,
         half ? vec_bytes(a, 1) : 0,
         half && bwd ? vec_bytes(a, 3) : 0,
+        a->drop > 0 ? tt_bytes(a) : 0,
     };
-    float *at[5];
+    float *at[6];
     size_t off = 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         at[i] = base && sz[i] ? (float *)(base + off) : NULL;
         off += sz[i];
     }
     if (s)
-        *s = (slot){at[0], at[1], at[2], at[3], at[4]};
+        *s = (slot){at[0], at[1], at[2], at[3], at[4], at[5]};
     return off;
 }
 
@@ -200,13 +219,32 @@ static int times_p(const attn *a, float alpha, const float *P, const float *B, i
     return 0;
 }
 
-/* Forward of one lane: P into p, each row's L into lse if given, Y. */
-static int fwd_lane(const attn *a, const view *w, float *p, float *lse)
+/* Dropout's mask on lane `lane`'s T x T matrix src into dst (in place when
+ * they are one): kept entries scaled by 1/(1-p), the others 0; columns past
+ * a row's keys are 0 in dst (src need not hold them). */
+static void drop_rows(const attn *a, int64_t lane, const float *src, float *dst)
+{
+    const float inv = 1.0f / (1.0f - a->drop);
+    for (int64_t i = 0; i < a->T; i++) {
+        int64_t nj = keys_to(a, i + 1);
+        uint64_t at = a->seed + (uint64_t)((lane * a->T + i) * a->T);
+        for (int64_t j = 0; j < nj; j++)
+            dst[i * a->T + j] = (bfit_mix64(at + (uint64_t)j) >> 32) >= a->thresh ? src[i * a->T + j] * inv : 0.0f;
+        for (int64_t j = nj; j < a->T; j++)
+            dst[i * a->T + j] = 0.0f;
+    }
+}
+
+/* Forward of one lane: P into p, each row's L into lse if given, Y (of P,
+ * or with dropout of D, made in d). */
+static int fwd_lane(const attn *a, int64_t lane, const view *w, float *p, float *lse, float *d)
 {
     if (scores(a, w, p))
         return -1;
     BFIT_CPU_PICK(softmax_rows)(a, p, lse);
-    return times_p(a, 1.0f, p, w->v, w->ld, w->y, w->ldy);
+    if (a->drop > 0)
+        drop_rows(a, lane, p, d);
+    return times_p(a, 1.0f, a->drop > 0 ? d : p, w->v, w->ld, w->y, w->ldy);
 }
 
 /* T rows of hs columns between a 16-bit buffer (element off, rows of ld)
@@ -299,7 +337,7 @@ static int fwd_one(const attn *a0, const bfit_op_args *o, int64_t lane, int64_t 
     float *lse = a->training && a->lean ? (float *)o->saved + lane * a->T : NULL;
     int64_t yoff = lane / a->H * a->T * a->C + lane % a->H * a->hs, tt = a->T * a->T;
 
-    if (fwd_lane(a, &w, p, lse))
+    if (fwd_lane(a, lane, &w, p, lse, sl.d))
         return -1;
     if (a->dt == BFIT_F32)
         return 0;
@@ -311,7 +349,7 @@ static int fwd_one(const attn *a0, const bfit_op_args *o, int64_t lane, int64_t 
 
 static int run_fwd(cpu_op *op, const bfit_op_args *o)
 {
-    attn a = dims(&op->base.desc);
+    attn a = dims(&op->base.desc, o->seed);
     int64_t nslots = (int64_t)(intptr_t)op->extra;
 
     if (!o->src || !o->dst || (a.training && !o->saved) || (op->ws && !o->workspace))
@@ -385,7 +423,8 @@ static int p_t_times(const attn *a, float alpha, const float *P, const float *B,
     return 0;
 }
 
-static int bwd_lane(const attn *a, const view *w, const float *p, float *dp)
+/* d: with dropout, scratch for D */
+static int bwd_lane(const attn *a, int64_t lane, const view *w, const float *p, float *dp, float *d)
 {
     /* dP = dY V^T: a row block needs only its columns */
     for (int64_t r0 = 0; r0 < a->T; r0 += ROW_BLOCK) {
@@ -393,7 +432,11 @@ static int bwd_lane(const attn *a, const view *w, const float *p, float *dp)
         if (sgemm('N', 'T', r1 - r0, nc, a->hs, 1.0f, w->dy + r0 * w->ldy, w->ldy, w->v, w->ld, dp + r0 * a->T, a->T))
             return -1;
     }
-    if (p_t_times(a, 1.0f, p, w->dy, w->ldy, w->dv, w->ld))
+    if (a->drop > 0) { /* dV = D^T dY; the gradient reaching P is the mask's of dD */
+        drop_rows(a, lane, p, d);
+        drop_rows(a, lane, dp, dp);
+    }
+    if (p_t_times(a, 1.0f, a->drop > 0 ? d : p, w->dy, w->ldy, w->dv, w->ld))
         return -1;
     BFIT_CPU_PICK(softmax_bwd)(a, p, dp);
     if (times_p(a, a->scale, dp, w->k, w->ld, w->dq, w->ld))
@@ -423,7 +466,7 @@ static int bwd_one(const attn *a0, const bfit_op_args *o, int64_t lane, int64_t 
     const float *p = bwd_p(a, o, &w, &sl, lane);
     int64_t off = lane / a->H * a->T * 3 * a->C + lane % a->H * a->hs;
 
-    if (!p || bwd_lane(a, &w, p, sl.dp))
+    if (!p || bwd_lane(a, lane, &w, p, sl.dp, sl.d))
         return -1;
     for (int k = 0; a->dt != BFIT_F32 && k < 3; k++)
         cols_out(a, sl.dqkv + k * a->hs, w.ld, o->diff_src, off + k * a->C, 3 * a->C);
@@ -432,7 +475,7 @@ static int bwd_one(const attn *a0, const bfit_op_args *o, int64_t lane, int64_t 
 
 static int run_bwd(cpu_op *op, const bfit_op_args *o)
 {
-    attn a = dims(&op->base.desc);
+    attn a = dims(&op->base.desc, o->seed);
     int64_t nslots = (int64_t)(intptr_t)op->extra;
 
     if (!o->src || !o->diff_dst || !o->diff_src || !o->saved || !o->workspace)
@@ -445,7 +488,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *o)
 int bfit_cpu_attn_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
-    attn a = dims(d);
+    attn a = dims(d, 0);
     int64_t slots = slots_of(&a);
     size_t kept = a.lean ? sizeof(float) : (size_t)a.T * bfit_dtype_size(a.dt); /* per row: L, or P's row */
 
@@ -457,6 +500,8 @@ int bfit_cpu_attn_init(cpu_op *op)
                          bfit_dtype_name(a.dt));
     if (d->kind == BFIT_OP_ATTN_BWD && !a.training)
         return bfit_fail(BFIT_EINVAL, "attention backward: the op must be made for training");
+    if (!(d->u.attn.p >= 0 && d->u.attn.p < 1))
+        return bfit_fail(BFIT_EINVAL, "attention: dropout probability must be in [0, 1), got %g", (double)d->u.attn.p);
     op->extra = (void *)(intptr_t)slots;
     op->saved = !a.training ? 0 : BFIT_ALIGN_UP((size_t)(a.n * a.H * a.T) * kept);
     op->ws = (size_t)slots * slot_parts(&a, d->kind == BFIT_OP_ATTN_BWD, NULL, NULL);

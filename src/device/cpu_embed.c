@@ -10,6 +10,8 @@
 #include "device/cpu.h"
 #include "device/half.h"
 
+#include <math.h>
+
 #define COL_BLOCK 16
 
 /* Ids are checked on the host before upload (bfit_model_check_tokens); the
@@ -32,7 +34,8 @@ static void fwd_row(const bfit_op_desc *d, const bfit_op_args *a, int64_t r)
     const float *w = (const float *)a->weights + id * C, *p = a->bias ? (const float *)a->bias + t * C : NULL;
     const float *ty = a->shift, s = tok_scale(d);
     for (int64_t c = 0; c < C; c++) {
-        float v = s * w[c] + (p ? p[c] : 0.0f) + (ty ? ty[c] : 0.0f); /* s = 1: w[c] exactly */
+        /* fmaf: one rounding, as the GPU's kernel and cuda_core.h's host copy round (s = 1: w[c] + p[c]) */
+        float v = fmaf(s, w[c], p ? p[c] : 0.0f) + (ty ? ty[c] : 0.0f);
         if (d->dtype == BFIT_F32)
             ((float *)a->dst)[r * C + c] = v;
         else
@@ -72,7 +75,7 @@ static void bwd_cols(const bfit_op_desc *d, const bfit_op_args *a, int64_t c0, i
         else
             bfit_cpu_widen(a->diff_dst, d->dtype, r * C + c0, buf, n);
         for (int64_t c = 0; c < n; c++)
-            w[c] += s * g[c];
+            w[c] = fmaf(s, g[c], w[c]); /* as fwd_row: one rounding everywhere */
         for (int64_t c = 0; dp && c < n; c++)
             dp[r % T * C + c] += g[c];
         for (int64_t c = 0; dt && c < n; c++)

@@ -20,7 +20,11 @@
  * S, P, dS [T, T]:
  *   S = Q K^T:   S^T = op_T(K) Q      "scores" (also dP = dY V^T: S^T = op_T(V) dY)
  *   Y = P V:     Y^T = V P            "apply"  (also dQ = dS K)
- *   dV = P^T dY: dV^T = dY op_T(P)    "apply transposed" (also dK = dS^T Q) */
+ *   dV = P^T dY: dV^T = dY op_T(P)    "apply transposed" (also dK = dS^T Q)
+ *
+ * Dropout on the weights (p > 0) as cpu_attn.c: the group's P masked in
+ * place after the softmax has kept it (Y = D V); backward the mask of dP
+ * before dS, then P masked in place for dV = D^T dY. */
 #include "base/err.h"
 #include "device/cuda.h"
 
@@ -30,10 +34,16 @@ typedef struct attn_ws {
     float *qkvh, *yh, *dqkvh, *s, *ds;
 } attn_ws;
 
-static bk_attn geom(const bfit_op_desc *d)
+/* seed: the call's (args.seed), for dropout's mask */
+static bk_attn geom(const bfit_op_desc *d, uint64_t seed)
 {
     bk_attn a = {d->u.attn.n, d->u.attn.T, d->u.attn.H, d->u.attn.hs, d->u.attn.causal, d->u.attn.lean,
-                 d->u.attn.training, (int)d->dtype, (float)(1.0 / sqrt((double)d->u.attn.hs))};
+                 d->u.attn.training, (int)d->dtype, (float)(1.0 / sqrt((double)d->u.attn.hs)), 0, 0, 0};
+    if (a.training && d->u.attn.p > 0) {
+        a.drop = d->u.attn.p;
+        a.seed = bk_mix64(seed);
+        a.thresh = (uint64_t)((double)a.drop * 4294967296.0);
+    }
     return a;
 }
 
@@ -125,7 +135,7 @@ static attn_ws enter(cuda_op *op, const bfit_op_args *o, const bk_attn *a, int b
 static int run_fwd(cuda_op *op, const bfit_op_args *o)
 {
     cuda_device *dev = cuda_dev(op);
-    bk_attn a = geom(&op->base.desc);
+    bk_attn a = geom(&op->base.desc, o->seed);
     const int64_t L = a.n * a.H, G = group_of(&a, 0), th = a.T * a.hs;
     int rc;
     attn_ws w;
@@ -145,6 +155,8 @@ static int run_fwd(cuda_op *op, const bfit_op_args *o)
                                                 a.training && !a.lean ? o->saved : NULL,
                                                 a.training && a.lean ? (float *)o->saved : NULL),
                                 "attention forward (softmax)")) ||
+            (a.drop > 0 && (rc = cuda_launched(bk_attn_drop(dev->stream, &a, o->lens, w.s, g0, g),
+                                               "attention forward (dropout)"))) ||
             (rc = apply(dev, &a, 1.0f, w.s, 0, q + 2 * th, 3 * th, w.yh + g0 * th, th, g)))
             return rc;
     }
@@ -164,7 +176,11 @@ static int bwd_group(cuda_device *dev, const bk_attn *a, const bfit_op_args *o, 
         (rc = cuda_launched(bk_attn_p_again(dev->stream, a, o->lens, o->saved, w->s, g0, g),
                             "attention backward (P)")) ||
         (rc = scores(dev, a, 1.0f, v, 3 * th, dy, th, w->ds, g)) ||
+        (a->drop > 0 && (rc = cuda_launched(bk_attn_drop(dev->stream, a, o->lens, w->ds, g0, g),
+                                            "attention backward (dropout of dP)"))) ||
         (rc = cuda_launched(bk_attn_ds(dev->stream, a, o->lens, w->s, w->ds, g0, g), "attention backward (dS)")) ||
+        (a->drop > 0 && (rc = cuda_launched(bk_attn_drop(dev->stream, a, o->lens, w->s, g0, g),
+                                            "attention backward (dropout of P)"))) ||
         (rc = apply(dev, a, 1.0f, w->s, 1, dy, th, dq + 2 * th, 3 * th, g)) ||
         (rc = apply(dev, a, a->scale, w->ds, 0, k, 3 * th, dq, 3 * th, g)))
         return rc;
@@ -174,7 +190,7 @@ static int bwd_group(cuda_device *dev, const bk_attn *a, const bfit_op_args *o, 
 static int run_bwd(cuda_op *op, const bfit_op_args *o)
 {
     cuda_device *dev = cuda_dev(op);
-    bk_attn a = geom(&op->base.desc);
+    bk_attn a = geom(&op->base.desc, o->seed);
     const int64_t L = a.n * a.H, G = group_of(&a, 1);
     int rc;
     attn_ws w;
@@ -198,7 +214,7 @@ static int run_bwd(cuda_op *op, const bfit_op_args *o)
 int cuda_attn_init(cuda_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
-    bk_attn a = geom(d);
+    bk_attn a = geom(d, 0);
     size_t kept = a.lean ? sizeof(float) : (size_t)a.T * (d->dtype == BFIT_F32 ? 4 : 2);
     int bwd = d->kind == BFIT_OP_ATTN_BWD;
 
@@ -210,6 +226,8 @@ int cuda_attn_init(cuda_op *op)
                          (long long)a.T);
     if (bwd && !a.training)
         return bfit_fail(BFIT_EINVAL, "attention backward: the op must be made for training");
+    if (!(d->u.attn.p >= 0 && d->u.attn.p < 1))
+        return bfit_fail(BFIT_EINVAL, "attention: dropout probability must be in [0, 1), got %g", (double)d->u.attn.p);
     op->saved = !a.training ? 0 : BFIT_ALIGN_UP((size_t)(a.n * a.H * a.T) * kept);
     op->ws = layout(&a, bwd, cuda_dev(op)->blas_ws, NULL, NULL) + CUDA_WS_ALIGN;
     op->run = bwd ? run_bwd : run_fwd;

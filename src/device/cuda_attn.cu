@@ -131,6 +131,11 @@ __global__ void k_attn_ds(bk_attn a, const int32_t *lens, const float *p, float 
     }
 }
 
+__global__ void k_attn_drop(bk_attn a, const int32_t *lens, float *m, int64_t g0, int64_t n)
+{
+    BK_FOR(el, n) bk_attn_drop_el(&a, lens, m, g0, el);
+}
+
 static unsigned rows_grid(int64_t rows) { return bk_grid(rows * 32, ATTN_THREADS); }
 
 extern "C" cudaError_t bk_attn_gather(cudaStream_t s, const bk_attn *a, const void *src, float *dst, int qkv)
@@ -158,6 +163,14 @@ extern "C" cudaError_t bk_attn_p_again(cudaStream_t s, const bk_attn *a, const i
                                        int64_t g0, int64_t lanes)
 {
     k_attn_p<<<rows_grid(lanes * a->T), ATTN_THREADS, 0, s>>>(*a, lens, saved, p, g0, lanes * a->T);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bk_attn_drop(cudaStream_t s, const bk_attn *a, const int32_t *lens, float *m, int64_t g0,
+                                    int64_t lanes)
+{
+    int64_t n = lanes * a->T * a->T;
+    k_attn_drop<<<bk_grid(n, BK_THREADS), BK_THREADS, 0, s>>>(*a, lens, m, g0, n);
     return cudaGetLastError();
 }
 

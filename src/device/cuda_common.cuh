@@ -57,16 +57,6 @@ static inline unsigned bk_grid(int64_t n, int threads)
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)gridDim.x * blockDim.x)
 
-/* splitmix64's finaliser: the same function as bfit_mix64 (src/base/rand.h),
- * so a dropout mask is the CPU's bit for bit. */
-__device__ __forceinline__ uint64_t bk_mix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 /* Sum of v over a warp by a shuffle-down tree: lane 0 ends with ((v0 +
  * v16) + (v8 + v24)) + ..., the order test_kernel_core repeats on the host
  * (the other lanes hold partial sums). Every lane must take part. */

@@ -34,12 +34,26 @@
 #define BK_HD static inline
 #endif
 
-/* ATTN: n sequences of T tokens, H heads of hs features; dt the data's */
+/* ATTN: n sequences of T tokens, H heads of hs features; dt the data's;
+ * drop: dropout on the weights (0: none), its mask by seed (the call's,
+ * mixed) and thresh as cpu_attn.c draws it */
 typedef struct bk_attn {
     int64_t n, T, H, hs;
     int causal, lean, training, dt;
     float scale; /* 1 / sqrt(hs) */
+    float drop;
+    uint64_t seed, thresh;
 } bk_attn;
+
+/* splitmix64's finaliser: the same function as bfit_mix64 (src/base/rand.h),
+ * so a dropout mask (cuda_elt.cu's, the attention's) is the CPU's bit for bit */
+BK_HD uint64_t bk_mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
 
 /* EMBED: n sequences of T tokens, C features, V ids, P positions (0: none);
  * types: the token-type table's row 0 is added; scale: the token rows' factor */
@@ -158,7 +172,8 @@ BK_HD void bk_embed_fwd_one(const bk_embed *e, const int32_t *ids, const float *
                             const float *type, void *y, int64_t el)
 {
     int64_t r = el / e->C, c = el - r * e->C, t = r % e->T;
-    float v = e->scale * tok[(int64_t)ids[r] * e->C + c] + (pos ? pos[t * e->C + c] : 0.0f) + (type ? type[c] : 0.0f);
+    /* fmaf: one rounding on the GPU, the host and the CPU device alike */
+    float v = fmaf(e->scale, tok[(int64_t)ids[r] * e->C + c], pos ? pos[t * e->C + c] : 0.0f) + (type ? type[c] : 0.0f);
     bk_stx(y, e->dt, el, v);
 }
 
@@ -171,7 +186,7 @@ BK_HD void bk_embed_bwd_tok(const bk_embed *e, const int32_t *ids, const void *d
     for (int64_t r = 0; r < rows; r++) {
         int64_t id = ids[r];
         if (id >= lo && id < hi)
-            dtok[id * e->C + c] += e->scale * bk_ldx(dy, e->dt, r * e->C + c);
+            dtok[id * e->C + c] = fmaf(e->scale, bk_ldx(dy, e->dt, r * e->C + c), dtok[id * e->C + c]);
     }
 }
 
@@ -294,6 +309,17 @@ BK_HD void bk_attn_part_ds(const float *p, float *dp, int64_t T, float d, int64_
 {
     for (int64_t j = j0; j < T; j += step)
         dp[j] = p[j] * (dp[j] - d);
+}
+
+/* Dropout's mask on element el of a group's [G, T, T] matrix m (lane g0 +
+ * row / T, query row % T, key j), in place, as cpu_attn.c's drop_rows: kept
+ * entries times 1/(1-p), the others 0, and 0 past the row's keys. */
+BK_HD void bk_attn_drop_el(const bk_attn *a, const int32_t *lens, float *m, int64_t g0, int64_t el)
+{
+    int64_t r = el / a->T, j = el - r * a->T, lane = g0 + r / a->T, i = r % a->T;
+    uint64_t h = bk_mix64(a->seed + (uint64_t)((lane * a->T + i) * a->T + j));
+    int keep = j < bk_attn_row_keys(a, lens, lane, i) && (h >> 32) >= a->thresh;
+    m[el] = keep ? m[el] * (1.0f / (1.0f - a->drop)) : 0.0f;
 }
 
 /* ---- copies: concatenation, slices, transposition ---------------------------------- */

@@ -189,6 +189,8 @@ cudaError_t bk_attn_p_again(cudaStream_t s, const bk_attn *a, const int32_t *len
                             int64_t g0, int64_t lanes);
 cudaError_t bk_attn_ds(cudaStream_t s, const bk_attn *a, const int32_t *lens, const float *p, float *dp, int64_t g0,
                        int64_t lanes);
+/* dropout's mask on a group's [lanes, T, T] matrix m, in place (bk_attn_drop_el) */
+cudaError_t bk_attn_drop(cudaStream_t s, const bk_attn *a, const int32_t *lens, float *m, int64_t g0, int64_t lanes);
 
 /* ---- cuda_concat.cu: copies between rows and columns (cuda_core.h's) ------------- */
 

@@ -227,8 +227,10 @@ typedef struct bfit_op_desc {
         struct { int64_t n, T, C, V, P; int types, pos_fixed; float scale; } embed;
         /* n sequences of T tokens, H heads of hs features (C = H hs); scores scaled by
            1/sqrt(hs); causal: token i attends to j <= i; with args.lens, only to j < lens[b]
-           (a key-padding mask); lean: keep no probabilities */
-        struct { int64_t n, T, H, hs; int causal, lean, training; } attn;
+           (a key-padding mask); lean: keep no probabilities; p: dropout on the weights in
+           training (0: none), its mask f(args.seed, lane, row, column), the same in forward
+           and backward (the caller passes both the same seed) */
+        struct { int64_t n, T, H, hs; int causal, lean, training; float p; } attn;
         /* rows of n inputs side by side: cols[k] elements of input k a row; bcast bit k: input k is
            one row used for every row (a learned token: its gradient sums the rows, always added) */
         struct { int64_t rows; int n; int64_t cols[BFIT_OP_MAXCAT]; uint32_t bcast; } concat;
@@ -313,7 +315,7 @@ typedef struct bfit_op_args {
     float loss_scale;        /* XENT_BWD scale, e.g. 1/E */
     float alpha;             /* SCALE */
     float hyper[BFIT_OP_NHYPER]; /* SGD/ADAMW step coefficients */
-    uint64_t seed;           /* DROPOUT_FWD: mask = f(seed, index) */
+    uint64_t seed;           /* DROPOUT_FWD: mask = f(seed, index); ATTN_FWD and ATTN_BWD with p > 0 */
     const void *const *srcs; /* CONCAT_FWD: the inputs */
     void *const *dsts;       /* CONCAT_BWD: the inputs' gradients */
     uint32_t add_mask;       /* CONCAT_BWD: bit k set: dsts[k] is added to */

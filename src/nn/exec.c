@@ -90,6 +90,7 @@ static int run_backward(bfit_model *M, int i, float loss_scale)
     a.labels = bfit_model_labels(M);
     a.lens = bfit_model_lens(M);
     a.loss_scale = loss_scale;
+    a.seed = M->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i; /* the forward's: run_forward */
     a.dx_add = M->lay.dx_add ? M->lay.dx_add[i] : 0;
     a.grad_set = M->grads_stale && M->nodes[i].grad_set;
     rc = bfit_layer_backward(L, &a);

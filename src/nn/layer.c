@@ -133,7 +133,7 @@ bfit_layer_cfg bfit_layer_cfg_default(bfit_layer_kind kind)
     c.bias = 1;
     c.eps = kind == BFIT_L_RMSNORM ? 1e-6f : 1e-5f; /* LLaMA's RMSNorm(dim, eps=1e-6) */
     c.momentum = 0.1f;
-    c.p = 0.5f;
+    c.p = kind == BFIT_L_DROPOUT ? 0.5f : 0.0f; /* attention's dropout on its weights: none unless asked */
     c.causal = 1;
     c.alpha = kind == BFIT_L_LEAKYRELU ? 0.01f : kind == BFIT_L_ELU || kind == BFIT_L_CELU ? 1.0f
               : kind == BFIT_L_PRELU ? 0.25f : kind == BFIT_L_LAYERSCALE ? 1e-5f : 1.0f / 6.0f; /* PyTorch's, timm's */

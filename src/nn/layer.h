@@ -82,7 +82,7 @@ typedef struct bfit_layer_cfg {
     int ph, pw;         /* zero padding */
     int ceil;           /* maxpool: PyTorch's ceil_mode, the output size rounded up (bfit_pool_out) */
     int bias;           /* linear/conv: has bias (default 1) */
-    float p;            /* dropout probability */
+    float p;            /* dropout probability (dropout: default 0.5); attention: on its weights (default 0) */
     float eps;          /* norms (default 1e-5) */
     float momentum;     /* batch norm running-stat momentum (default 0.1, PyTorch's meaning) */
     int vocab;          /* embed: token ids in [0, vocab) */
@@ -152,6 +152,7 @@ typedef struct bfit_bwd_args {
     const int32_t *labels;     /* XENT */
     const int32_t *lens;       /* ATTENTION, as in forward */
     float loss_scale;          /* XENT: dL/dloss_i, e.g. 1/E for a mean over the optimizer step */
+    uint64_t seed;             /* the forward's (attention draws its dropout's mask again) */
     uint32_t dx_add;           /* bit k: add into dx[k] rather than overwrite it (a layer whose vt has
                                   dx_add: another consumer of that input wrote its gradient first) */
     int grad_set;              /* set the parameter gradients rather than add to them (a layer whose vt

@@ -15,7 +15,11 @@
  *
  * With the sequences' real lengths (a->lens, which the model stages when it
  * has bidirectional attention) the keys of padding are masked, as PyTorch's
- * key_padding_mask does: a padded sequence trains as the unpadded one. */
+ * key_padding_mask does: a padded sequence trains as the unpadded one.
+ *
+ * cfg.p: dropout on the attention weights in training (nn.MultiheadAttention's
+ * dropout), its mask drawn from the step's seed in forward and again in
+ * backward: no memory. */
 #include "base/err.h"
 #include "nn/layer.h"
 
@@ -33,6 +37,10 @@ static int init(bfit_layer *l, char *err, size_t errlen)
         snprintf(err, errlen, "attention expects a sequence of queries, keys and values [T, 3C] (a `linear 3C` "
                               "before it), got %s",
                  bfit_shape_str(in, buf, sizeof buf));
+        return BFIT_EINVAL;
+    }
+    if (!(l->cfg.p >= 0.0f && l->cfg.p < 1.0f)) {
+        snprintf(err, errlen, "attention's dropout probability must be in [0, 1), got %g", (double)l->cfg.p);
         return BFIT_EINVAL;
     }
     if (H < 1 || (in.d[1] / 3) % H != 0) {
@@ -55,6 +63,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     d.u.attn.causal = l->cfg.causal;
     d.u.attn.lean = l->cfg.lean;
     d.u.attn.training = training;
+    d.u.attn.p = training ? l->cfg.p : 0.0f;
     if ((rc = bfit_layer_op_pair(l, &d, BFIT_OP_ATTN_BWD, training, need)) != BFIT_OK)
         return rc;
     need->saved = bfit_op_saved_bytes(l->ops[OP_FWD]); /* probabilities, or log-sum-exps */
@@ -70,6 +79,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     o.saved = l->prep_training ? a->saved : NULL;
     o.workspace = a->ws;
     o.lens = a->lens;
+    o.seed = a->seed;
     return bfit_op_run(l->ops[OP_FWD], &o);
 }
 
@@ -85,6 +95,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.diff_src = a->dx[0];
     o.workspace = a->ws;
     o.lens = a->lens;
+    o.seed = a->seed;
     return bfit_op_run(l->ops[OP_BWD], &o);
 }
 

@@ -191,6 +191,7 @@ static int backward(gc_ctx *c, const gc_case *k)
     b.labels = c->labels.d;
     b.lens = c->lens.d;
     b.loss_scale = 1.0f;
+    b.seed = c->seed; /* the forward's: attention draws its dropout's mask again */
     if (bfit_layer_backward(c->l, &b) != BFIT_OK)
         return -1;
     /* the analytic gradients come to the host once; the forwards below

@@ -93,6 +93,8 @@ class Case:
             self.cfg.update(axis=0)
         if kind in ("embed", "attention"):
             self.cfg.update(vocab=0, positions=0, types=0, causal=1, lean=0)
+        if kind == "attention":  # dropout on the weights: none unless a case asks
+            self.cfg.update(p=0.0)
         if kind == "embed":  # the token rows' factor (0: 1), the positions a constant
             self.cfg.update(escale=0.0, pos_fixed=0)
         self.cfg.update(cfg)
@@ -109,9 +111,31 @@ def leaf(t):
     return t.clone().requires_grad_(True)
 
 
+SEED = 12345  # the seed test_layers_torch.c gives forward and backward
+
+
+def mix64(x):
+    """src/base/rand.h's bfit_mix64 (splitmix64's finaliser) on 64-bit integers."""
+    M = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & M
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
+    return x ^ (x >> 31)
+
+
+def attention_keep(m, H, T, p, seed=SEED):
+    """The mask batchfit's attention draws for dropout p on its weights [m, H, T, T]: element (lane, i, j),
+    lane = b H + h, kept when the high 32 bits of mix64(mix64(seed) + (lane T + i) T + j) are at least
+    p 2^32 (cpu_attn.c's drop_rows). Written here from the formula, not taken from batchfit."""
+    s, thresh, M = mix64(seed), int(f32(p) * 4294967296.0), (1 << 64) - 1
+    keep = [(mix64((s + e) & M) >> 32) >= thresh for e in range(m * H * T * T)]
+    return torch.tensor(keep, dtype=torch.bool).reshape(m, H, T, T)
+
+
 def run_attention(c, x, lens=None):
     """Multi-head self-attention on x [m, T, 3C] (q | k | v), GPT-2's way:
     scores q k^T / sqrt(hs), masked above the diagonal when causal, softmax,
+    dropout (p: attention_keep's mask, the kept weights times 1/(1-p)),
     times v; heads side by side in the output [m, T, C]. lens: each
     sequence's real length, the keys after it masked (key_padding_mask;
     a length of 0 keeps one key, as batchfit does, so no row is empty)."""
@@ -128,6 +152,8 @@ def run_attention(c, x, lens=None):
         keep = torch.arange(T)[None, :] < torch.tensor([max(n, 1) for n in lens])[:, None]  # [m, T]
         att = att.masked_fill(~keep[:, None, None, :], float("-inf"))
     att = torch.softmax(att, dim=-1)
+    if c.cfg["p"] > 0:
+        att = att * attention_keep(m, H, T, c.cfg["p"]) * f32(1.0 / f32(1.0 - f32(c.cfg["p"])))
     return (att @ v).transpose(1, 2).reshape(m, T, C)
 
 
@@ -541,6 +567,11 @@ def cases():
             causal=0, lean=lean, lens=[70, 37])
         add("attention_m2_T5_H1_hs4_causal_pad_0_3" + tag, "attention", [(5, 12)], 2, seq=1, units=1, lean=lean,
             lens=[0, 3])
+        # dropout on the weights (nn.MultiheadAttention's dropout): batchfit's mask, written out in Python
+        add("attention_m3_T5_H2_hs3_causal_drop0.3" + tag, "attention", [(5, 18)], 3, seq=1, units=2, lean=lean,
+            p=0.3)
+        add("attention_m2_T70_H2_hs8_bidir_drop0.1_pad_70_37" + tag, "attention", [(70, 48)], 2, seq=1, units=2,
+            causal=0, lean=lean, lens=[70, 37], p=0.1)
     add("xent_seq_m3_T5_V7_padding_scale0.1", "xent", [(5, 7)], 3, seq=1, loss_scale=0.1)
     add("xent_seq_m1_T4_V300_padding_scale1", "xent", [(4, 300)], 1, seq=1, loss_scale=1.0)
     # layer norms with a scale alone (nanoGPT's LayerNorm(bias=False)): of an image, of each token
