@@ -682,6 +682,23 @@ static void test_rmsnorm(void **st)
     assert_int_equal(parse("input 6\nrmsnorm eps=0\nlinear 2\n", &g), BFIT_EFORMAT);
 }
 
+/* attention's p is the dropout on its weights: none unless given (a
+ * dropout layer's default stays 0.5), and a probability below 1. */
+static void test_attention_dropout(void **st)
+{
+    bfit_graph_desc g;
+    (void)st;
+    assert_int_equal(parse("input tokens=8\nembed 6 vocab=3\nlinear 18\nattention 2 p=0.1\nlinear 18\n"
+                           "attention 2\ndropout\nlinear 3\n", &g), BFIT_OK);
+    assert_int_equal(g.nodes[2].cfg.kind, BFIT_L_ATTENTION);
+    assert_true(g.nodes[2].cfg.p == 0.1f);
+    assert_true(g.nodes[4].cfg.p == 0.0f);
+    assert_true(g.nodes[5].cfg.p == 0.5f);
+    bfit_graph_fini(&g);
+    assert_int_equal(parse("input tokens=8\nembed 6 vocab=3\nlinear 18\nattention 2 p=1\n", &g), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), "t.cfg:4:15: attention's dropout p must be in [0, 1), got `1`"));
+}
+
 /* maxpool's ceil=1 is PyTorch's ceil_mode (an ONNX MaxPool's ceil_mode=1):
  * 5x5 by 3/2 gives 3x3 (floor: 2x2); a pool from an import, where no
  * spec line set it, is described with it too. */
@@ -932,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_shape_check),
         cmocka_unit_test(test_pool_ceil), cmocka_unit_test(test_gelu_tanh), cmocka_unit_test(test_layernorm_nobias),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_attention_dropout),
         cmocka_unit_test(test_pool_before_relu),
         cmocka_unit_test(test_model_files),
         cmocka_unit_test(test_file_errors_name_the_file),

@@ -320,7 +320,7 @@ int bfit_onnx_refuse(onnx_lower *L, const char *fmt, ...)
     if (L->attn_miss && !in_mhsa(L)) { /* the likely cause: an attention the matcher did not take whole */
         size_t n = strlen(msg);
         snprintf(msg + n, sizeof msg - n, " (the graph's Softmax '%s' is not an attention block batchfit knows: "
-                 "nn.MultiheadAttention batch first, without dropout on the attention weights or a mask other than "
+                 "nn.MultiheadAttention batch first, without a mask other than "
                  "the causal one, or one written out as timm's or minGPT's)",
                  bfit_onnx_cstr(L->om->nodes[L->attn_miss - 1].name, nm, sizeof nm));
     }

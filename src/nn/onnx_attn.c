@@ -31,6 +31,7 @@
 enum { N_XT, N_MM, N_ADD, N_SQ, N_SK, N_SV, N_RQ, N_RK, N_RV, N_QT, N_KT, N_VT, N_QD, N_MM1, N_SM, N_MM2,
        N_TR5, N_R3, N_G, N_R4, N_TR6,
        N_SMUL, N_MADD, /* with attn_mask: the scores times 1 plus the mask (baddbmm's export); else -1 */
+       N_DROP,         /* the dropout on the weights (nn.MultiheadAttention(dropout=p) in training); else -1 */
        N_COUNT };
 
 typedef struct attn_match {
@@ -40,6 +41,7 @@ typedef struct attn_match {
     int T, E, H, hd;
     int lowered;
     int att_id;                   /* the attention layer's graph value, once lowered */
+    float drop;                   /* N_DROP's ratio */
 } attn_match;
 
 /* The node producing node i's input k, if it is op (and, for a Transpose,
@@ -108,7 +110,9 @@ static int match_back(onnx_lower *L, int sm, int *n)
         (n[N_RQ] = prod(L, n[N_QT], 0, "Reshape", -1, 0, 0)) < 0 || (n[N_RK] = prod(L, n[N_KT], 0, "Reshape", -1, 0, 0)) < 0 ||
         (n[N_SQ] = prod(L, n[N_RQ], 0, "Slice", -1, 0, 0)) < 0 || (n[N_SK] = prod(L, n[N_RK], 0, "Slice", -1, 0, 0)) < 0)
         return 0;
-    if ((n[N_MM2] = bfit_onnx_next(L, sm, "MatMul")) < 0 || (n[N_VT] = prod(L, n[N_MM2], 1, "Transpose", 1, 0, 2)) < 0 ||
+    n[N_DROP] = bfit_onnx_next(L, sm, "Dropout");
+    if ((n[N_MM2] = bfit_onnx_next(L, n[N_DROP] >= 0 ? n[N_DROP] : sm, "MatMul")) < 0 ||
+        (n[N_VT] = prod(L, n[N_MM2], 1, "Transpose", 1, 0, 2)) < 0 ||
         (n[N_RV] = prod(L, n[N_VT], 0, "Reshape", -1, 0, 0)) < 0 || (n[N_SV] = prod(L, n[N_RV], 0, "Slice", -1, 0, 0)) < 0)
         return 0;
     if (!same_in(L, n[N_SQ], n[N_SK]) || !same_in(L, n[N_SQ], n[N_SV]) ||
@@ -150,6 +154,19 @@ static int closed(onnx_lower *L, const int *n)
     return bfit_onnx_consumers(L, n[N_ADD], 0, c, 4) == 3;
 }
 
+/* Dropout node i's ratio, read ahead (an attribute before opset 12, then
+ * input 1, default 0.5): 1 if it is a number in [0, 1). */
+static int drop_ratio(onnx_lower *L, int i, float *out)
+{
+    const bfit_onnx_node *nd = &L->om->nodes[i];
+    const bfit_onnx_attr *at = bfit_onnx_node_attr(nd, "ratio");
+    double r = at ? at->f : 0.5;
+    if (nd->nin > 1 && nd->in[1].n && !bfit_onnx_scalar(L, nd->in[1], &r))
+        return 0;
+    *out = (float)r;
+    return r >= 0 && r < 1;
+}
+
 /* Weights, sizes and the scale; 1 if they are nn.MultiheadAttention's. */
 static int weights(onnx_lower *L, attn_match *a)
 {
@@ -176,6 +193,8 @@ static int weights(onnx_lower *L, attn_match *a)
         a->w_out->t->dim[0] != a->E || a->w_out->t->dim[1] != a->E || a->b_out->t->numel != a->E)
         return 0;
     if (!bfit_onnx_scalar(L, L->om->nodes[n[N_QD]].in[1], &c) || c <= 0)
+        return 0;
+    if (n[N_DROP] >= 0 && !drop_ratio(L, n[N_DROP], &a->drop))
         return 0;
     a->hd = (int)lround(c * c);
     if (a->hd < 1 || a->E % a->hd || fabs(c - sqrt((double)a->hd)) > 1e-5 * c)
@@ -239,6 +258,8 @@ static void views(onnx_lower *L, const attn_match *a)
     view(L, n[N_QT], 3, bh), view(L, n[N_VT], 3, bh), view(L, n[N_QD], 3, bh), view(L, n[N_MM2], 3, bh);
     view(L, n[N_KT], 3, kt);
     view(L, n[N_MM1], 3, sc), view(L, n[N_SM], 3, sc);
+    if (n[N_DROP] >= 0)
+        view(L, n[N_DROP], 3, sc);
     if (n[N_MADD] >= 0)
         view(L, n[N_MADD], 3, sc);
     if (n[N_SMUL] >= 0)
@@ -268,6 +289,7 @@ static int lower_block(onnx_lower *L, attn_match *a)
     x = &v;
     at.units = a->H;
     at.causal = 0; /* a causal attn_mask makes it causal at the mask's Add (check_mask) */
+    at.p = a->drop;
     if ((rc = bfit_onnx_emit(L, &at, &x, 1, NULL, 0)) != BFIT_OK)
         return rc;
     v = *o;
@@ -376,6 +398,10 @@ int bfit_onnx_lower_attention(onnx_lower *L, int *rc)
             case N_R3: *rc = check_reshape(L, 2, rows, "[T * N, E]"); break;
             case N_R4: *rc = check_reshape(L, 3, back, "[T, N, E]"); break;
             case N_SMUL: case N_MADD: *rc = check_mask(L, a, role); break;
+            case N_DROP: /* its ratio is the attention layer's dropout */
+                bfit_onnx_unavail(L, 1, "the mask output of Dropout");
+                *rc = BFIT_OK;
+                break;
             case N_SM: {
                 int64_t axis = -1;
                 *rc = bfit_onnx_attr_int(L, "axis", -1, &axis);

@@ -60,6 +60,7 @@ typedef struct oval {
     int att_rep;                  /* there, on the way through repeated heads: the copies of each */
     double att_scale;             /* there: the factor on the scores so far */
     int att_causal;               /* there: a causal mask is on the scores */
+    float att_drop;               /* there, on the probabilities: the dropout on them (timm's attn_drop) */
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
                                      and groups; the image's id and shape are the value's */
     float gn_eps;                 /* there: InstanceNormalization's epsilon */

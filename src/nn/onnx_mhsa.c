@@ -386,6 +386,7 @@ static int attend(onnx_lower *L, oval *p)
         return rc;
     c.units = (int)H;
     c.causal = p->att_causal;
+    c.p = p->att_drop;
     if ((rc = bfit_onnx_emit(L, &c, (oval *const[]){&x}, 1, NULL, 0)) != BFIT_OK)
         return rc;
     y = *bfit_onnx_out(L, 0);
@@ -414,9 +415,11 @@ static int back(onnx_lower *L, oval *v)
     return bfit_onnx_refuse(L, "%s", WANT);
 }
 
-/* Dropout of ratio 0 on a view (timm's attn_drop at its default p = 0.):
- * the view itself; any other ratio has no place in the attention layer. */
-static int dropout0(onnx_lower *L, oval *v)
+/* Dropout on a view: of ratio 0 (timm's attn_drop at its default p = 0.)
+ * the view itself; on the probabilities (timm's attn_drop(attn), nanoGPT's
+ * attn_dropout, before the product with v) the attention layer's dropout on
+ * its weights; elsewhere inside the attention it has no place. */
+static int dropout_in(onnx_lower *L, oval *v)
 {
     float ratio = 0.5f;
     int n, rc;
@@ -424,10 +427,13 @@ static int dropout0(onnx_lower *L, oval *v)
     if ((rc = bfit_onnx_attr_float(L, "ratio", ratio, &ratio)) != BFIT_OK ||
         (bfit_onnx_in(L, 1) && (rc = bfit_onnx_host_f32(L, 1, &ratio, 1, &n)) != BFIT_OK))
         return rc;
-    if (ratio != 0)
-        return bfit_onnx_refuse(L, "dropout of ratio %g inside the attention: batchfit's attention layer has none "
-                                   "(export the module with p = 0 there, dropout elsewhere is kept)", (double)ratio);
+    if (ratio != 0 && (v->att[0] != S_PROBS || v->att_drop != 0 || !(ratio > 0 && ratio < 1)))
+        return bfit_onnx_refuse(L, "dropout of ratio %g inside the attention, not on its weights (the softmax's "
+                                   "output): batchfit's attention layer drops only those (export the module with "
+                                   "p = 0 there, dropout elsewhere is kept)", (double)ratio);
     same(L, v, v->att_scale);
+    if (ratio != 0)
+        bfit_onnx_out(L, 0)->att_drop = ratio;
     bfit_onnx_unavail(L, 1, "the mask output of Dropout");
     return BFIT_OK;
 }
@@ -450,7 +456,7 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc)
         return entry(L, x, rc);
     }
     if (bfit_onnx_streq(L->nd->op, "Dropout") && bfit_onnx_in(L, 0) == v) {
-        *rc = dropout0(L, v);
+        *rc = dropout_in(L, v);
         return 1;
     }
     if (bfit_onnx_streq(L->nd->op, "Cast") && bfit_onnx_in(L, 0) == v) { /* LLaMA's softmax(scores.float()) */

@@ -328,7 +328,8 @@ static const layer_kw layer_kws[] = {
     {"layernorm", BFIT_L_LAYERNORM, P_NONE, OB(O_EPS) | OB(O_BIAS), "layernorm [eps=E] [bias=0|1]"},
     {"rmsnorm", BFIT_L_RMSNORM, P_NONE, OB(O_EPS), "rmsnorm [eps=E]"},
     {"embed", BFIT_L_EMBED, P_UNITS, OB(O_VOCAB) | OB(O_POS) | OB(O_TYPES), "embed C vocab=V [positions=P] [types=K]"},
-    {"attention", BFIT_L_ATTENTION, P_UNITS, OB(O_CAUSAL) | OB(O_LEAN), "attention H [causal=0|1] [lean=0|1]"},
+    {"attention", BFIT_L_ATTENTION, P_UNITS, OB(O_CAUSAL) | OB(O_LEAN) | OB(O_P),
+     "attention H [causal=0|1] [lean=0|1] [p=P]"},
 };
 #define NLAYER_KWS ((int)(sizeof layer_kws / sizeof layer_kws[0]))
 
@@ -522,7 +523,8 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
     case O_TYPES:
         return parse_int(p, val, 0, "types", &c->types);
     case O_P:
-        return parse_float(p, val, "dropout's p", 0, 0, 1, 1, &c->p);
+        return parse_float(p, val, c->kind == BFIT_L_ATTENTION ? "attention's dropout p" : "dropout's p", 0, 0, 1, 1,
+                           &c->p);
     case O_EPS:
         return parse_float(p, val, "eps", 0, 1, 1, 0, &c->eps);
     case O_STD:

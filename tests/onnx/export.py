@@ -263,6 +263,8 @@ def step(model, x, y, dtype):
     for mod in m.modules():
         if isinstance(mod, torch.nn.Dropout):
             mod.p = 0.0  # the comparison runs without dropout
+        if isinstance(mod, torch.nn.MultiheadAttention):
+            mod.dropout = 0.0  # on its weights too
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     if x.dtype in (torch.int32, torch.int64):  # token ids stay integers; the mean over the real (not -1) labels
         logits = m(x.long())
@@ -759,11 +761,11 @@ class PositionalEncoding(torch.nn.Module):
 
 class TutorialLM(torch.nn.Module):
     """The PyTorch Transformer tutorial's language model, batch first and causal: nn.Embedding scaled by
-    sqrt(C), PositionalEncoding's sinusoids, nn.TransformerEncoder (post-norm layers, attention without dropout:
-    batchfit's has none) under a float causal mask, a Linear to the vocabulary. pos="learned": minGPT's
-    position parameter pos_emb [1, max_len, C] cut to the sequence (x + pos_emb[:, :T]) instead."""
+    sqrt(C), PositionalEncoding's sinusoids, nn.TransformerEncoder (post-norm layers; dropout: the tutorial's
+    0.2, on the attention weights too) under a float causal mask, a Linear to the vocabulary. pos="learned":
+    minGPT's position parameter pos_emb [1, max_len, C] cut to the sequence (x + pos_emb[:, :T]) instead."""
 
-    def __init__(self, V=64, T=16, C=32, H=4, L=2, pos="sin", scale=True):
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, pos="sin", scale=True, dropout=0.0):
         super().__init__()
         nn = torch.nn
         self.embedding, self.C, self.scale = nn.Embedding(V, C), C, scale
@@ -771,7 +773,7 @@ class TutorialLM(torch.nn.Module):
             self.pos_emb = nn.Parameter(0.5 * torch.randn(1, 2 * T, C))
         else:
             self.pos_encoder = PositionalEncoding(C, 4 * T, halves=pos == "halves")
-        layer = nn.TransformerEncoderLayer(C, H, 2 * C, dropout=0.0, batch_first=True)
+        layer = nn.TransformerEncoderLayer(C, H, 2 * C, dropout=dropout, batch_first=True)
         self.transformer_encoder = nn.TransformerEncoder(layer, L, enable_nested_tensor=False)
         self.linear = nn.Linear(C, V)
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(T))
@@ -802,8 +804,8 @@ def build(name):
         return GPT(V=64, T=16, C=32, H=4, L=2, bias=False), 16
     if name == "tgpt_mini":
         return TGpt(V=64, T=16, C=32, H=4), 16
-    if name == "tut_mini":  # the Transformer tutorial's: embeddings times sqrt(C), sinusoids at even and odd columns
-        return TutorialLM(V=64, T=16, C=32, H=4, L=2), 16
+    if name == "tut_mini":  # the Transformer tutorial's: embeddings times sqrt(C), sinusoids, its dropout 0.2
+        return TutorialLM(V=64, T=16, C=32, H=4, L=2, dropout=0.2), 16
     if name == "tut_halves":  # sinusoids in halves, a buffer [max_len, C], no scale
         return TutorialLM(V=64, T=16, C=32, H=4, L=1, pos="halves", scale=False), 16
     if name == "tut_learned":  # minGPT's learned position parameter, longer than the sequence, cut to it

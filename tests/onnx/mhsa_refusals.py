@@ -7,7 +7,10 @@ dynamic batch), differing in what the attention does that batchfit's attention l
 - mhsa_mask.onnx: minGPT's form with a mask that is not causal, masked_fill by a triu buffer (a token
   sees itself and the tokens after it; refused where the mask meets the scores: the causal mask, tril,
   is the one batchfit reads, export.py's gpt_mini);
-- mhsa_dropout.onnx: timm's form with attn_drop p = 0.1 (refused at that Dropout);
+- mhsa_dropout.onnx: timm's form with attn_drop p = 0.1 (refused at that Dropout until 2026-12-05; since,
+  the attention layer's dropout on its weights: cli_onnx trains it);
+- mhsa_qdrop.onnx: timm's form with a dropout of p = 0.1 on q (refused at that Dropout: the attention layer
+  drops only its weights);
 - mhsa_ok.onnx: timm's form as batchfit reads it, moved to fuzz/corpus/onnx/ (the fuzzer's seed;
   cli_onnx trains it; test_cuda_ops trains it on the GPU against the CPU).
 
@@ -25,7 +28,7 @@ class Attn(nn.Module):
         super().__init__()
         self.form = form
         self.qkv, self.proj = nn.Linear(8, 24), nn.Linear(8, 8)
-        self.drop = nn.Dropout(0.1 if form == "dropout" else 0.0)
+        self.drop = nn.Dropout(0.1 if form in ("dropout", "qdrop") else 0.0)
         self.register_buffer("bias", torch.triu(torch.ones(4, 4)).view(1, 1, 4, 4))
 
     def forward(self, x):
@@ -36,8 +39,11 @@ class Attn(nn.Module):
             att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
         else:
             q, k, v = self.qkv(x).reshape(B, T, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+            if self.form == "qdrop":
+                q = self.drop(q)
             att = q @ k.transpose(-2, -1) * (1.0 if self.form == "noscale" else 0.5)
-        y = (self.drop(att.softmax(dim=-1)) @ v).transpose(1, 2).reshape(B, T, C)
+        att = att.softmax(dim=-1)
+        y = ((att if self.form == "qdrop" else self.drop(att)) @ v).transpose(1, 2).reshape(B, T, C)
         return self.proj(y)
 
 
@@ -54,7 +60,7 @@ class Net(nn.Module):
 
 
 def main():
-    for form in ("noscale", "mask", "dropout", "ok"):
+    for form in ("noscale", "mask", "dropout", "qdrop", "ok"):
         torch.manual_seed(0)
         torch.onnx.export(Net(form), torch.randn(2, 3, 8, 8), f"mhsa_{form}.onnx", opset_version=17,
                           training=TrainingMode.TRAINING, do_constant_folding=False, input_names=["input"],

@@ -151,15 +151,19 @@ static void rig_close(rig *r)
     tdev_close(&r->t);
 }
 
-/* The file's dropout keeps its ratio; the comparison runs without it. */
+/* The file's dropout keeps its ratio; the comparison runs without it (an
+ * attention layer's on its weights too: the Transformer tutorial's 0.2). */
 static void dropout_off(bfit_model *M)
 {
-    for (int i = 0; i < M->n; i++)
-        if (M->nodes[i].l->cfg.kind == BFIT_L_DROPOUT) {
-            print_message("%s: dropout layer %d: p = %g in the file\n", name, i + 1, (double)M->nodes[i].l->cfg.p);
-            assert_true(fabsf(M->nodes[i].l->cfg.p - 0.2f) < 1e-6f); /* torchvision's MobileNetV2 head */
-            M->nodes[i].l->cfg.p = 0;
-        }
+    for (int i = 0; i < M->n; i++) {
+        bfit_layer_cfg *c = &M->nodes[i].l->cfg;
+        if (c->kind != BFIT_L_DROPOUT && !(c->kind == BFIT_L_ATTENTION && c->p > 0))
+            continue;
+        print_message("%s: %s layer %d: p = %g in the file\n", name, bfit_layer_kind_name(c->kind), i + 1,
+                      (double)c->p);
+        assert_true(fabsf(c->p - 0.2f) < 1e-6f); /* torchvision's MobileNetV2 head, the tutorial's */
+        c->p = 0;
+    }
 }
 
 /* A token model: its input is int32 token ids [T], one label per token. */

@@ -16,7 +16,7 @@
 - gpt_fill0.onnx: the same with masked_fill(mask, 0.0) (refused: the masked weights would not be 0);
 - gpt_posmul.onnx: the position rows scaled before the Add (refused at the Mul: batchfit adds them to
   the token embeddings only);
-- tut_text.onnx: the PyTorch Transformer tutorial's language model (export.py's TutorialLM: embeddings times
+- tut_text.onnx: the PyTorch Transformer tutorial's language model (export.py's TutorialLM, its dropout 0.2: embeddings times
   sqrt(C), the sinusoidal PositionalEncoding buffer and its dropout, an nn.TransformerEncoderLayer under a
   causal mask) with a byte vocabulary, 32 tokens, width 16, 2 heads, 1 layer: it trains on a text, and its
   sinusoids come back as they were (a buffer);
@@ -93,7 +93,7 @@ def main():
     export(GPT(V=256, T=32, C=16, H=2, L=2), "../../fuzz/corpus/onnx/gpt_ok.onnx")
     export(GPT(V=64, T=32, C=16, H=2, L=1), "gpt_chars.onnx")
     torch.manual_seed(0)
-    export(TutorialLM(V=256, T=32, C=16, H=2, L=1), "tut_text.onnx")
+    export(TutorialLM(V=256, T=32, C=16, H=2, L=1, dropout=0.2), "tut_text.onnx")
     return 0
 
 
