@@ -227,6 +227,17 @@ static const char *encoder =
     "layernorm\n"
     "linear 11\n";
 
+/* The same with dropout on its attention weights (BERT's 0.1): workspace for the mask's products, no
+ * memory kept for the mask. */
+static const char *encoder_drop =
+    "input tokens=16\n"
+    "embed 8 vocab=11 positions=16\n"
+    "residual {\n linear 24\n attention 2 causal=0 p=0.1\n linear 8\n}\n"
+    "layernorm\n"
+    "residual {\n linear 16\n gelu\n linear 8\n}\n"
+    "layernorm\n"
+    "linear 11\n";
+
 /* The summed loss and every parameter gradient (concatenated, host) of the
  * sequences [first, first + m) of x, y (rows of 16), at length T. */
 static double enc_grads(rig *r, const int32_t *x, const int32_t *y, int m, int T, float *g, int64_t ng)
@@ -300,6 +311,53 @@ static void padded_vs_alone(int lean, int masked, double *dloss, double *dgrad)
     free(gb);
     free(g1);
     trig_free(&r);
+}
+
+/* encoder_drop's summed loss and gradients of one padded batch (x, y: 3 rows of 16), its blocks kept or
+ * recomputed in backward (rec), or its attention's dropout off (p0). */
+static double drop_grads(int rec, int p0, const int32_t *x, const int32_t *y, float *g, int64_t ng)
+{
+    bfit_store_cfg sc = bfit_store_cfg_default();
+    double loss;
+    rig r;
+    rig_text(&r, encoder_drop);
+    for (int i = 0; p0 && i < r.M->n; i++)
+        if (r.M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION)
+            r.M->nodes[i].l->cfg.p = 0;
+    sc.recompute = rec ? BFIT_RECOMPUTE_BLOCKS : BFIT_RECOMPUTE_NONE;
+    assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 5), BFIT_OK);
+    loss = enc_grads(&r, x, y, 3, 16, g, ng);
+    trig_free(&r);
+    return loss;
+}
+
+/* Dropout on the attention weights redraws its mask in backward, and in a
+ * recomputation of the block from the same seed: recomputing the blocks
+ * gives the kept run's loss and gradients bit for bit; without the dropout
+ * they differ (the mask is there). */
+static void test_attention_dropout_recomputed(void **st)
+{
+    int32_t x[3 * 16], y[3 * 16];
+    uint64_t s = 91;
+    int64_t ng = 4096, diff = 0;
+    float *ga = calloc((size_t)ng, sizeof *ga), *gb = calloc((size_t)ng, sizeof *gb), *gc = calloc((size_t)ng, 4);
+    double la, lb, lc;
+    (void)st;
+    for (int i = 0; i < 3 * 16; i++)
+        x[i] = (int32_t)(rnd(&s) % 11), y[i] = (int32_t)(rnd(&s) % 11);
+    la = drop_grads(0, 0, x, y, ga, ng);
+    lb = drop_grads(1, 0, x, y, gb, ng);
+    lc = drop_grads(0, 1, x, y, gc, ng);
+    for (int64_t k = 0; k < ng; k++)
+        diff += ga[k] != gc[k];
+    print_message("  encoder, attention dropout 0.1: loss kept %.7f, recomputed %.7f, without dropout %.7f; %lld of "
+                  "the gradients differ without it\n", la, lb, lc, (long long)diff);
+    assert_true(la == lb);
+    assert_memory_equal(ga, gb, sizeof *ga * (size_t)ng);
+    assert_true(la != lc && diff > 100);
+    free(ga), free(gb), free(gc);
 }
 
 static void test_padded_is_unpadded(void **st)
@@ -382,6 +440,9 @@ static void test_measured_equals_planned(void **st)
     measured_step("gpt-nano", 77, 1, BFIT_RECOMPUTE_NONE, BFIT_OPT_SGD, 2, BFIT_BF16);
     measured_step("gpt-nano", 32, 0, BFIT_RECOMPUTE_BLOCKS, BFIT_OPT_ADAMW, 2, BFIT_BF16);
     measured_step(encoder, 16, 0, BFIT_RECOMPUTE_NONE, BFIT_OPT_ADAMW, 3, BFIT_BF16);
+    /* dropout on the attention weights: its products' scratch in the workspace, the mask never kept */
+    measured_step(encoder_drop, 16, 0, BFIT_RECOMPUTE_NONE, BFIT_OPT_ADAMW, 3, BFIT_F32);
+    measured_step(encoder_drop, 16, 0, BFIT_RECOMPUTE_BLOCKS, BFIT_OPT_SGD, 2, BFIT_BF16);
 }
 
 /* ---- the plan against the sequence length ---- */
@@ -513,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_spec_file_is_preset),
         cmocka_unit_test(test_model_gradient),
         cmocka_unit_test(test_padded_is_unpadded),
+        cmocka_unit_test(test_attention_dropout_recomputed),
         cmocka_unit_test(test_measured_equals_planned),
         cmocka_unit_test(test_plan_grows_with_seq),
         cmocka_unit_test(test_set_seq),
