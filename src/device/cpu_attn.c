@@ -219,19 +219,27 @@ static int times_p(const attn *a, float alpha, const float *P, const float *B, i
     return 0;
 }
 
-/* Dropout's mask on lane `lane`'s T x T matrix src into dst (in place when
- * they are one): kept entries scaled by 1/(1-p), the others 0; columns past
- * a row's keys are 0 in dst (src need not hold them). */
-static void drop_rows(const attn *a, int64_t lane, const float *src, float *dst)
+/* Dropout's mask on lane `lane`'s T x T matrix src into dst, and (g not
+ * NULL) on g in place, one draw for both: kept entries scaled by 1/(1-p),
+ * the others 0; columns past a row's keys are 0 (src and g need not hold
+ * them). */
+static void drop_rows(const attn *a, int64_t lane, const float *src, float *dst, float *g)
 {
     const float inv = 1.0f / (1.0f - a->drop);
     for (int64_t i = 0; i < a->T; i++) {
-        int64_t nj = keys_to(a, i + 1);
+        int64_t nj = keys_to(a, i + 1), r = i * a->T;
         uint64_t at = a->seed + (uint64_t)((lane * a->T + i) * a->T);
-        for (int64_t j = 0; j < nj; j++)
-            dst[i * a->T + j] = (bfit_mix64(at + (uint64_t)j) >> 32) >= a->thresh ? src[i * a->T + j] * inv : 0.0f;
-        for (int64_t j = nj; j < a->T; j++)
-            dst[i * a->T + j] = 0.0f;
+        for (int64_t j = 0; j < nj; j++) {
+            int keep = (bfit_mix64(at + (uint64_t)j) >> 32) >= a->thresh;
+            dst[r + j] = keep ? src[r + j] * inv : 0.0f;
+            if (g)
+                g[r + j] = keep ? g[r + j] * inv : 0.0f;
+        }
+        for (int64_t j = nj; j < a->T; j++) {
+            dst[r + j] = 0.0f;
+            if (g)
+                g[r + j] = 0.0f;
+        }
     }
 }
 
@@ -243,7 +251,7 @@ static int fwd_lane(const attn *a, int64_t lane, const view *w, float *p, float 
         return -1;
     BFIT_CPU_PICK(softmax_rows)(a, p, lse);
     if (a->drop > 0)
-        drop_rows(a, lane, p, d);
+        drop_rows(a, lane, p, d, NULL);
     return times_p(a, 1.0f, a->drop > 0 ? d : p, w->v, w->ld, w->y, w->ldy);
 }
 
@@ -432,10 +440,8 @@ static int bwd_lane(const attn *a, int64_t lane, const view *w, const float *p, 
         if (sgemm('N', 'T', r1 - r0, nc, a->hs, 1.0f, w->dy + r0 * w->ldy, w->ldy, w->v, w->ld, dp + r0 * a->T, a->T))
             return -1;
     }
-    if (a->drop > 0) { /* dV = D^T dY; the gradient reaching P is the mask's of dD */
-        drop_rows(a, lane, p, d);
-        drop_rows(a, lane, dp, dp);
-    }
+    if (a->drop > 0) /* dV = D^T dY; the gradient reaching P is the mask's of dD */
+        drop_rows(a, lane, p, d, dp);
     if (p_t_times(a, 1.0f, a->drop > 0 ? d : p, w->dy, w->ldy, w->dv, w->ld))
         return -1;
     BFIT_CPU_PICK(softmax_bwd)(a, p, dp);
