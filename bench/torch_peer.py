@@ -197,7 +197,8 @@ def build_onnx_twin(name):
     import export
     model, size = export.build(name)
     if name in export.TOKEN_MODELS:  # a language model: T token ids in, a vocabulary's scores per token out
-        return model.train(), (size,), model.wte.num_embeddings
+        emb = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))  # the token table
+        return model.train(), (size,), emb.num_embeddings
     return model.train(), (3, size, size), export.CLASSES
 
 

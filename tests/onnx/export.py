@@ -60,7 +60,7 @@ import hashlib, json, os, struct, sys
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
-                "tut_halves", "tut_learned"}  # input: int token ids [M, T]; one label per token
+                "tut_halves", "tut_learned", "tut_bench", "tut_bench0"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -817,6 +817,8 @@ def build(name):
         for i in range(0, 4, 2):  # every block LLaMA's attention: wq, wk, wv, rotary embeddings
             model.attn[i] = LlamaAttention(128, 4, 128, True)
         return model, 128
+    if name in ("tut_bench", "tut_bench0"):  # bench/ only: the tutorial's model at gpt_bench's size, dropout 0.1 or 0
+        return TutorialLM(V=256, T=128, C=128, H=4, L=4, dropout=0.1 if name == "tut_bench" else 0.0), 128
     if name == "gpt_bench":  # bench/ only: nanoGPT at models/gpt-nano.cfg's size (bytes, 128 tokens, 4 x 128)
         return GPT(V=256, T=128, C=128, H=4, L=4), 128
     if name == "act_cnn":
