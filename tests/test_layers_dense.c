@@ -60,6 +60,10 @@ static void test_gc_linear(void **st)
     c.units = 13;
     c.bias = 0;
     gc("linear 9->13 no bias m=7", c, V(9), 7);
+    c.bias = 1;
+    c.wt = 1; /* transformers' Conv1D: the weight [in, out] */
+    gc("linear 9->13 weight [in, out] m=7", c, V(9), 7);
+    gc("linear 6->13 weight [in, out] on tokens m=2", c, bfit_shape_seq(5, 6), 2);
 }
 
 /* Sequences [T, F]: linear and layernorm act on each token's F features.

@@ -1,6 +1,9 @@
 /* layer_linear.c - fully connected layer, PyTorch's nn.Linear:
  * y[rows,out] = x[rows,in] W[out,in]^T + b, over the last dimension: a
- * vector sample is one row, a sequence of T tokens T rows.
+ * vector sample is one row, a sequence of T tokens T rows. With cfg.wt the
+ * weight is stored [in, out] and y = x W + b (transformers' Conv1D, GPT-2's
+ * layers): the same matmuls with the weight's operand the other way round,
+ * so the file's tensor is used and saved as it is.
  *
  * Three matmuls and a row reduction, all on oneDNN/OpenMP ops prepared for
  * the micro-batch. Weight and bias gradients are accumulated by the ops
@@ -35,11 +38,17 @@ static int init(bfit_layer *l, char *err, size_t errlen)
         snprintf(err, errlen, "linear needs a positive number of output features, got %d", l->cfg.units);
         return BFIT_EINVAL;
     }
+    if (l->cfg.wt && l->cfg.tie) {
+        snprintf(err, errlen, "linear: a weight stored [in, out] (wt) cannot be the token table [vocab, C] (tie)");
+        return BFIT_EINVAL;
+    }
     l->out = in.nd == 2 ? bfit_shape_seq(in.d[0], l->cfg.units) : bfit_shape_vec(l->cfg.units);
     l->nparams = l->cfg.bias ? 2 : 1;
     /* tie: the model points the weight at the embedding's [vocab, C] table */
     l->params[0] = (bfit_param){.name = "weight", .ndim = 2, .dim = {l->cfg.units, features(l)}, .trainable = 1,
                                 .decay = 1, .multiplies = 1, .shared = l->cfg.tie};
+    if (l->cfg.wt)
+        l->params[0].dim[0] = features(l), l->params[0].dim[1] = l->cfg.units;
     if (l->cfg.bias)
         l->params[1] = (bfit_param){.name = "bias", .ndim = 1, .dim = {l->cfg.units}, .trainable = 1};
     return BFIT_OK;
@@ -64,9 +73,11 @@ static int new_mm(bfit_layer *l, int slot, int64_t M, int64_t N, int64_t K, int 
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 
-/* dW[out,in] (+)= dy^T x: dy is stored [m,out] = [K,M] */
+/* dW[out,in] (+)= dy^T x: dy is stored [m,out] = [K,M]; wt: dW[in,out] (+)= x^T dy */
 static bfit_op_desc dw_desc(const bfit_layer *l, int m, int dst)
 {
+    if (l->cfg.wt)
+        return mm_desc(l, features(l), l->cfg.units, m * rows(l), 1, 0, 0, dst);
     return mm_desc(l, l->cfg.units, features(l), m * rows(l), 1, 0, 0, dst);
 }
 
@@ -113,15 +124,15 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     int64_t in = features(l), out = l->cfg.units, M = m * rows(l);
     int rc;
 
-    /* y = x W^T: W is stored [out,in] = [N,K], hence trans_weights */
-    if ((rc = new_mm(l, OP_FWD, M, out, in, 0, 1, l->cfg.bias, MM_OUT)) != BFIT_OK)
+    /* y = x W^T: W is stored [out,in] = [N,K], hence trans_weights (wt: [in,out] = [K,N]) */
+    if ((rc = new_mm(l, OP_FWD, M, out, in, 0, !l->cfg.wt, l->cfg.bias, MM_OUT)) != BFIT_OK)
         return rc;
     if (training) {
         bfit_op_desc w = dw_desc(l, m, MM_ADD), b = db_desc(l, m, 1);
         if ((rc = bfit_op_new(l->dev, &w, &l->ops[OP_DW])) != BFIT_OK)
             return rc;
-        /* dx[m,in] = dy[m,out] W[out,in] */
-        if ((rc = new_mm(l, OP_DX, M, in, out, 0, 0, 0, MM_OUT)) != BFIT_OK)
+        /* dx[m,in] = dy[m,out] W[out,in] (wt: W[in,out]^T) */
+        if ((rc = new_mm(l, OP_DX, M, in, out, 0, l->cfg.wt, 0, MM_OUT)) != BFIT_OK)
             return rc;
         if (l->cfg.bias && (rc = bfit_op_new(l->dev, &b, &l->ops[OP_DB])) != BFIT_OK)
             return rc;
@@ -165,8 +176,8 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
 
     if ((rc = grad_ops(l, a, &dw, &db)) != BFIT_OK)
         return rc;
-    o.src = a->dy;
-    o.weights = a->x[0];
+    o.src = l->cfg.wt ? a->x[0] : a->dy; /* dW = dy^T x, or x^T dy */
+    o.weights = l->cfg.wt ? a->dy : a->x[0];
     o.dst = l->params[0].grad;
     o.workspace = a->ws;
     if ((rc = bfit_op_run(dw, &o)) != BFIT_OK)

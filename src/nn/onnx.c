@@ -271,6 +271,8 @@ static void describe(const oval *v, char *buf, size_t len)
         return;
     if (v->kind == OV_DEVICE && v->cl[0]) { /* as ONNX has it: [N,H,W,C] */
         snprintf(buf + u, len - u, "[N,%d,%d,%d]", v->cl[0], v->cl[1], v->shape.d[1]);
+    } else if (v->kind == OV_DEVICE && v->rows) { /* tokens flattened into rows: [N*T,C] */
+        snprintf(buf + u, len - u, "[N*%d,%d]", v->shape.d[0], v->shape.d[1]);
     } else if (v->kind == OV_DEVICE) {
         u += (size_t)snprintf(buf + u, len - u, "[N");
         for (int d = 0; d < v->shape.nd && u < len; d++)
@@ -671,6 +673,11 @@ static int lower_node(onnx_lower *L, int i)
         oval *v = bfit_onnx_in(L, k);
         if (v && v->kind == OV_UNAVAIL)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
+        if (v && v->kind == OV_DEVICE && v->rows && !bfit_onnx_streq(nd->op, "Gemm") &&
+            !bfit_onnx_streq(nd->op, "Reshape") && !bfit_onnx_streq(nd->op, "Shape"))
+            return bfit_onnx_refuse(L, "input %d is tokens flattened into rows [N*T, C] (x.view(-1, C)): batchfit "
+                                       "reads them only as transformers' Conv1D does, into a Gemm (addmm) and viewed "
+                                       "back to [N, T, C]", k + 1);
     }
     if (bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) || bfit_onnx_lower_tokens(L, &rc) ||
         bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_gelu(L, &rc) || bfit_onnx_lower_rms(L, &rc) ||

@@ -48,6 +48,8 @@ typedef struct oval {
     int pad[2];                   /* a Pad's zero padding (h, w) waiting for the Conv or AveragePool after it */
     int cl[2];                    /* H and W of a value ONNX sees channels-last, [N,H,W,C], held as tokens
                                      [H*W, C] (the same bytes); 0: none */
+    int rows;                     /* tokens [T, C] a sample that ONNX sees flattened into rows [N*T, C]
+                                     (transformers' Conv1D: x.view(-1, C), addmm, view back) */
     int shuf[2];                  /* OV_VIEW of a channel shuffle (onnx_shuffle.c): its groups, and 1 once
                                      transposed; the image's id and shape are the value's */
     int att[3];                   /* OV_VIEW inside self-attention written out by hand (onnx_mhsa.c): its

@@ -464,11 +464,13 @@ static int flatten(onnx_lower *L)
     return simple(L, BFIT_L_FLATTEN);
 }
 
-/* Gemm(A, B, C) = A B^T + C: nn.Linear's export (transB=1, alpha = beta = 1). */
+/* Gemm(A, B, C) = A B^T + C: nn.Linear's export (transB=1, alpha = beta =
+ * 1); or A B + C, B [in, out] (transB=0: transformers' Conv1D, torch.addmm
+ * on tokens flattened into rows, which stay rows). */
 static int gemm(onnx_lower *L)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_LINEAR);
-    oval *x, *w = bfit_onnx_in(L, 1), *b = bfit_onnx_in(L, 2), *par[2];
+    oval *x, *w = bfit_onnx_in(L, 1), *b = bfit_onnx_in(L, 2), *par[2], *o;
     int64_t ta, tb;
     float alpha, beta;
     int rc;
@@ -477,18 +479,24 @@ static int gemm(onnx_lower *L)
         (rc = bfit_onnx_attr_int(L, "transB", 0, &tb)) || (rc = bfit_onnx_attr_float(L, "alpha", 1, &alpha)) ||
         (rc = bfit_onnx_attr_float(L, "beta", 1, &beta)))
         return rc;
-    if (ta || !tb || alpha != 1 || beta != 1)
-        return bfit_onnx_refuse(L, "only A B^T + C (transA=0, transB=1, alpha=beta=1: nn.Linear's export) is "
-                                   "supported, this is transA=%lld transB=%lld alpha=%g beta=%g",
-                                (long long)ta, (long long)tb, (double)alpha, (double)beta);
+    if (ta || alpha != 1 || beta != 1)
+        return bfit_onnx_refuse(L, "only A B^T + C and A B + C (transA=0, alpha=beta=1: nn.Linear's export, "
+                                   "transformers' Conv1D) are supported, this is transA=%lld transB=%lld alpha=%g "
+                                   "beta=%g", (long long)ta, (long long)tb, (double)alpha, (double)beta);
     if (!w || w->kind != OV_HOST || !w->t || w->t->ndim != 2 || (b && (b->kind != OV_HOST || !b->t)))
-        return bfit_onnx_refuse(L, "B (and C) must be initializers, B [out, in]");
+        return bfit_onnx_refuse(L, "B (and C) must be initializers, B [out, in] (transB=1) or [in, out]");
     if (b && b->t->ndim != 1)
         return bfit_onnx_refuse(L, "C must be a vector [out] (a bias)");
-    c.units = (int)w->t->dim[0];
+    c.units = (int)w->t->dim[tb ? 0 : 1];
+    c.wt = !tb;
     c.bias = b != NULL;
     par[0] = w, par[1] = b;
-    return bfit_onnx_emit(L, &c, &x, 1, par, 2);
+    if ((rc = bfit_onnx_emit(L, &c, &x, 1, par, 2)) != BFIT_OK || !x->rows)
+        return rc;
+    o = bfit_onnx_out(L, 0); /* rows in, rows out: [N*T, out] */
+    bfit_onnx_set_dims(o, 2, (int64_t[]){0, c.units});
+    o->ra[0] = x->ra[0], o->rows = 1;
+    return BFIT_OK;
 }
 
 static int add(onnx_lower *L)

@@ -55,7 +55,8 @@ static int token_table(onnx_lower *L, oval *table, oval *ids)
     return rc;
 }
 
-/* Gather(table, arange(T)): rows 0 .. T-1, a position table's. */
+/* Gather(table, arange(T)): rows 0 .. T-1, a position table's; the
+ * indices [T], or [1, T] (GPT-2's position_ids, arange(T).unsqueeze(0)). */
 static int position_rows(onnx_lower *L, oval *table)
 {
     hval *ix = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
@@ -65,7 +66,7 @@ static int position_rows(onnx_lower *L, oval *table)
 
     if (!ix || (rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
         return ix ? rc : BFIT_EINVAL;
-    if (axis != 0 || ix->isf || ix->nd != 1 || ix->n < 1)
+    if (axis != 0 || ix->isf || !(ix->nd == 1 || (ix->nd == 2 && ix->dim[0] == 1)) || ix->n < 1)
         goto refuse;
     for (int64_t i = 0; i < ix->n; i++)
         if (ix->a[i] || ix->b[i] != i)

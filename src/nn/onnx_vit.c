@@ -75,17 +75,51 @@ static int is_init(const oval *v) { return v && v->kind == OV_HOST && v->t && v-
 /* ---- shapes ------------------------------------------------------------------ */
 
 /* Reshape of a device tensor: the target's first dimension is the batch. */
+/* Tokens [N, T, C] viewed as rows [N*T, C] (-1 or T times the batch, then
+ * C), or such rows viewed back as [N, T, C]: transformers' Conv1D around
+ * its addmm (a Gemm, onnx_ops.c). The same bytes: no layer. 1 and rc set
+ * if the Reshape is one of these, 0 if not. */
+static int token_rows(onnx_lower *L, oval *x, const hval *t, int *rc)
+{
+    int64_t T = x->shape.nd == 2 ? x->shape.d[0] : 0, C = x->shape.nd == 2 ? x->shape.d[1] : 0;
+    oval *o = bfit_onnx_out(L, 0);
+
+    if (!x->rows && x->rank == 3 && t->n == 2 && !t->a[1] && t->b[1] == C &&
+        ((!t->a[0] && t->b[0] == -1) || bfit_onnx_affine_is(L, t->a[0], t->b[0], T, 0))) {
+        bfit_onnx_alias(L, x);
+        bfit_onnx_set_dims(o, 2, (int64_t[]){0, C});
+        o->ra[0] = T, o->rb[0] = 0, o->rows = 1;
+        *rc = BFIT_OK;
+        return 1;
+    }
+    if (!x->rows)
+        return 0;
+    if (t->n == 3 && (bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0) || (!t->a[0] && t->b[0] == -1)) && !t->a[1] &&
+        t->b[1] == T && !t->a[2] && t->b[2] == C) {
+        bfit_onnx_alias(L, x);
+        o->rows = 0;
+        bfit_onnx_set_rank(o, &x->shape);
+        *rc = BFIT_OK;
+        return 1;
+    }
+    *rc = bfit_onnx_refuse(L, "tokens flattened into rows [N*%lld, %lld] (transformers' Conv1D) come back only as "
+                              "[N, %lld, %lld]", (long long)T, (long long)C, (long long)T, (long long)C);
+    return 1;
+}
+
 static int reshape(onnx_lower *L, oval *x)
 {
     hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
     int64_t pd[BFIT_ONNX_MAXD], total = bfit_shape_numel(x->shape), known = 1;
-    int n = 0, infer = -1;
+    int n = 0, infer = -1, rc;
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_RESHAPE);
     bfit_shape s;
     oval *o;
 
     if (!t)
         return BFIT_EINVAL;
+    if (!t->isf && t->nd == 1 && token_rows(L, x, t, &rc))
+        return rc;
     if (t->isf || t->nd != 1 || t->n < 2 || t->n > 4 ||
         !(bfit_onnx_affine_is(L, t->a[0], t->b[0], 1, 0) || (t->a[0] == 0 && (t->b[0] == 0 || t->b[0] == -1))))
         return bfit_onnx_refuse(L, "the target shape must keep the batch first and give the sample 1 to 3 "
@@ -111,10 +145,10 @@ static int reshape(onnx_lower *L, oval *x)
                                                      : bfit_shape_chw((int)pd[0], (int)pd[1], (int)pd[2]);
     if (bfit_shape_numel(s) != total)
         return bfit_onnx_refuse(L, "%lld elements a sample cannot take that shape", (long long)total);
-    if (s.nd == x->shape.nd && bfit_shape_eq(s, x->shape)) {
+    if ((s.nd == x->shape.nd && bfit_shape_eq(s, x->shape)) ||
+        (x->id == 0 && L->g->input_dtype == BFIT_I32 && n == 1)) { /* token ids [N, T] as they are (GPT-2's view(-1, T)) */
         bfit_onnx_alias(L, x);
     } else {
-        int rc;
         c.to = s;
         if ((rc = bfit_onnx_emit(L, &c, &x, 1, NULL, 0)) != BFIT_OK)
             return rc;

@@ -228,6 +228,21 @@ run 0 train --model "$src/tests/onnx/tut_text.onnx" --data "$dir/lines.txt" --ma
   [ "$(crc "$dir/tut.safetensors" pos_encoder.pe)" = "$(crc "$dir/tut1.safetensors" pos_encoder.pe)" ] &&
   [ "$(crc "$dir/tut.safetensors" embedding.weight)" != "$(crc "$dir/tut1.safetensors" embedding.weight)" ] ||
   { echo "FAIL: tut_text.onnx: pos_encoder.pe trained, or missing, or embedding.weight not trained"; fails=$((fails + 1)); }
+# transformers' GPT-2 as its code writes it (Conv1D: x.view(-1, C), addmm by a weight [in, out], viewed back;
+# the attention's torch.where with float32's lowest number; dropout 0.1): it trains and saves each Conv1D
+# weight [in, out] under GPT2LMHeadModel's name, lm_head tied (before 2026-12-05 refused at the ids' Reshape);
+# the rows used otherwise than by a Conv1D are refused
+run 0 train --model "$src/tests/onnx/hfgpt2_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --save "$dir/hfgpt2.safetensors" && has "$out" "test loss [0-9.]+ per token"
+for w in 'transformer.h.0.attn.c_attn.weight":{"dtype":"F32","shape":\[16,48\]' \
+  'transformer.h.0.mlp.c_fc.weight":{"dtype":"F32","shape":\[16,64\]' \
+  'transformer.h.0.mlp.c_proj.weight":{"dtype":"F32","shape":\[64,16\]' 'transformer.wte.weight"'; do
+  head -c 4096 "$dir/hfgpt2.safetensors" | grep -aq "\"$w" || { echo "FAIL: hfgpt2.safetensors: no $w"; fails=$((fails + 1)); }
+done
+! head -c 4096 "$dir/hfgpt2.safetensors" | grep -aq '"lm_head.weight"' ||
+  { echo "FAIL: hfgpt2.safetensors holds lm_head.weight (tied to transformer.wte.weight)"; fails=$((fails + 1)); }
+run 1 plan --model "$src/tests/onnx/rows_relu.onnx" --memory 1GiB &&
+  has "$err" "rows_relu.onnx: node '/Relu' \(Relu, opset 17\) with inputs '/Reshape_output_0' \[N\*32,16\]: input 1 is tokens flattened into rows \[N\*T, C\] \(x.view\(-1, C\)\): batchfit reads them only as transformers' Conv1D does"
 for v in rms_recip rms_div rms_op23; do
   cmp -s <(tensors "$dir/rms_torch.safetensors") <(tensors "$dir/$v.safetensors") ||
     { echo "FAIL: $v.onnx trained to other weights than rms_torch.onnx"; fails=$((fails + 1)); }

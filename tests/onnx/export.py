@@ -60,7 +60,7 @@ import hashlib, json, os, struct, sys
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
-                "tut_halves", "tut_learned", "tut_bench", "tut_bench0"}  # input: int token ids [M, T]; one label per token
+                "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -787,6 +787,103 @@ class TutorialLM(torch.nn.Module):
         return self.linear(self.transformer_encoder(x, self.mask))
 
 
+class Conv1D(torch.nn.Module):
+    """transformers' Conv1D (GPT-2's linear layers): a weight [in, out] (Linear's transposed) and a bias, the
+    tokens flattened into rows for torch.addmm and viewed back."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = torch.nn.Parameter(0.02 * torch.randn(nx, nf))
+        self.bias = torch.nn.Parameter(0.02 * torch.randn(nf))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class HFGPT2Attention(torch.nn.Module):
+    """GPT-2's attention as transformers writes it (GPT2Attention, eager, no cache): c_attn a Conv1D to 3C split
+    into q, k, v, heads by view and permute, the scores divided by torch.full([], sqrt(d)), the causal mask a bool
+    tril buffer [1, 1, P, P] cut to [key_length - query_length : key_length, :key_length] and applied by
+    torch.where with float32's lowest number, softmax, .type(value.dtype), attn_dropout, the heads merged back
+    by permute and view, c_proj and resid_dropout."""
+
+    def __init__(self, C, H, P, p=0.0):
+        super().__init__()
+        self.H, self.d = H, C // H
+        self.register_buffer("bias", torch.tril(torch.ones((P, P), dtype=torch.bool)).view(1, 1, P, P),
+                             persistent=False)
+        self.c_attn, self.c_proj = Conv1D(3 * C, C), Conv1D(C, C)
+        self.attn_dropout, self.resid_dropout = torch.nn.Dropout(p), torch.nn.Dropout(p)
+
+    def _split_heads(self, t):
+        return t.view(t.size()[:-1] + (self.H, self.d)).permute(0, 2, 1, 3)
+
+    def _merge_heads(self, t):
+        t = t.permute(0, 2, 1, 3).contiguous()
+        return t.view(t.size()[:-2] + (self.H * self.d,))
+
+    def forward(self, x):
+        q, k, v = self.c_attn(x).split(self.H * self.d, dim=2)
+        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        w = torch.matmul(q, k.transpose(-1, -2))
+        w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype, device=w.device)
+        ql, kl = q.size(-2), k.size(-2)
+        causal_mask = self.bias[:, :, kl - ql:kl, :kl]
+        mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
+        w = torch.where(causal_mask, w.to(w.dtype), mask_value)
+        w = torch.nn.functional.softmax(w, dim=-1).type(v.dtype)
+        y = torch.matmul(self.attn_dropout(w), v)
+        return self.resid_dropout(self.c_proj(self._merge_heads(y)))
+
+
+class HFGPT2Block(torch.nn.Module):
+    """transformers' GPT2Block: x + attn(ln_1(x)), then x + mlp(ln_2(x)), the MLP Conv1D c_fc (4C), gelu_new (as
+    NewGELU), Conv1D c_proj, dropout."""
+
+    def __init__(self, C, H, P, p=0.0):
+        super().__init__()
+        nn = torch.nn
+        self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(C), HFGPT2Attention(C, H, P, p), nn.LayerNorm(C)
+        self.mlp = nn.ModuleDict({"c_fc": Conv1D(4 * C, C), "c_proj": Conv1D(C, 4 * C)})
+        self.act, self.drop = NewGELU(), nn.Dropout(p)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.drop(self.mlp["c_proj"](self.act(self.mlp["c_fc"](self.ln_2(x)))))
+
+
+class HFGPT2(torch.nn.Module):
+    """transformers' GPT2LMHeadModel in small (GPT2Model's forward without cache or masks): the ids viewed
+    [-1, T], position ids torch.arange(0, T).unsqueeze(0), wte + wpe, dropout, the blocks, ln_f, the hidden
+    states viewed back, lm_head tied to wte. Written here after transformers' code (not installed on Debian),
+    state_dict names as GPT2LMHeadModel's (transformer.h.0.attn.c_attn.weight, ...)."""
+
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, p=0.0):
+        super().__init__()
+        nn = torch.nn
+        self.transformer = nn.Module()
+        tr = self.transformer
+        tr.wte, tr.wpe, tr.drop = nn.Embedding(V, C), nn.Embedding(T, C), nn.Dropout(p)
+        tr.h = nn.ModuleList(HFGPT2Block(C, H, T, p) for _ in range(L))
+        tr.ln_f = nn.LayerNorm(C)
+        self.lm_head = nn.Linear(C, V, bias=False)
+        self.lm_head.weight = tr.wte.weight
+
+    def forward(self, input_ids):
+        tr = self.transformer
+        shape = input_ids.size()
+        input_ids = input_ids.view(-1, shape[-1])
+        position_ids = torch.arange(0, shape[-1], dtype=torch.long, device=input_ids.device).unsqueeze(0)
+        h = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))
+        for blk in tr.h:
+            h = blk(h)
+        h = tr.ln_f(h).view((-1,) + shape[1:] + (h.size(-1),))
+        return self.lm_head(h)
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
@@ -817,6 +914,8 @@ def build(name):
         for i in range(0, 4, 2):  # every block LLaMA's attention: wq, wk, wv, rotary embeddings
             model.attn[i] = LlamaAttention(128, 4, 128, True)
         return model, 128
+    if name == "hfgpt2_mini":  # transformers' GPT-2 as its code writes it: Conv1D, torch.where, dropout 0.2 (GPT-2's 0.1)
+        return HFGPT2(V=64, T=16, C=32, H=4, L=2, p=0.2), 16
     if name in ("tut_bench", "tut_bench0"):  # bench/ only: the tutorial's model at gpt_bench's size, dropout 0.1 or 0
         return TutorialLM(V=256, T=128, C=128, H=4, L=4, dropout=0.1 if name == "tut_bench" else 0.0), 128
     if name == "gpt_bench":  # bench/ only: nanoGPT at models/gpt-nano.cfg's size (bytes, 128 tokens, 4 x 128)

@@ -20,6 +20,12 @@
   sqrt(C), the sinusoidal PositionalEncoding buffer and its dropout, an nn.TransformerEncoderLayer under a
   causal mask) with a byte vocabulary, 32 tokens, width 16, 2 heads, 1 layer: it trains on a text, and its
   sinusoids come back as they were (a buffer);
+- hfgpt2_text.onnx: transformers' GPT-2 as its code writes it (export.py's HFGPT2: Conv1D layers, the
+  attention's torch.where with float32's lowest number, dropout 0.1, lm_head tied) with a byte vocabulary,
+  32 tokens, width 16, 2 heads, 1 block: it trains on a text, its Conv1D weights saved [in, out] under
+  GPT2LMHeadModel's names;
+- rows_relu.onnx: gpt_text's model with a ReLU on its embeddings flattened into rows (refused: rows are
+  read only into a Conv1D's addmm);
 - mha_band.onnx: an nn.TransformerEncoderLayer whose attn_mask lets a token see one token after it too
   (refused at the mask's Add: only the causal mask is read).
 
@@ -32,7 +38,7 @@ import torch.nn as nn
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import GPT, TutorialLM  # noqa: E402
+from export import GPT, HFGPT2, TutorialLM  # noqa: E402
 
 
 class Fill0(GPT):
@@ -53,6 +59,20 @@ class PosMul(GPT):
     def forward(self, idx):
         pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
         x = self.wte(idx) + 2 * self.wpe(pos)
+        for blk in self.h:
+            x = blk(x)
+        return self.lm_head(self.ln_f(x))
+
+
+class RowsRelu(GPT):
+    """gpt_text's model with a ReLU on the embeddings flattened into rows, x.view(-1, C), viewed back: refused
+    (rows are read only into a Conv1D's addmm)."""
+
+    def forward(self, idx):
+        B, T = idx.shape
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        x = torch.relu(x.view(-1, x.size(-1))).view(B, T, -1)
         for blk in self.h:
             x = blk(x)
         return self.lm_head(self.ln_f(x))
@@ -94,6 +114,10 @@ def main():
     export(GPT(V=64, T=32, C=16, H=2, L=1), "gpt_chars.onnx")
     torch.manual_seed(0)
     export(TutorialLM(V=256, T=32, C=16, H=2, L=1, dropout=0.2), "tut_text.onnx")
+    torch.manual_seed(0)
+    export(HFGPT2(V=256, T=32, C=16, H=2, L=1, p=0.1), "hfgpt2_text.onnx")
+    torch.manual_seed(0)
+    export(RowsRelu(V=256, T=32, C=16, H=2, L=1), "rows_relu.onnx")
     return 0
 
 

@@ -213,6 +213,12 @@ def run_seq(c, x, params):
         params["weight"] = c.uniform((cfg["units"] or Fdim,), -1.5, 1.5)
         p = {"weight": leaf(params["weight"])}
         return x[0] * p["weight"], p
+    if k == "linear" and cfg.get("wt"):  # transformers' Conv1D: weight [in, out], torch.addmm on the rows
+        params["weight"] = c.uniform((Fdim, cfg["units"]), -0.5, 0.5)
+        params["bias"] = c.uniform((cfg["units"],), -0.5, 0.5)
+        p = {n: leaf(t) for n, t in params.items()}
+        rows = torch.addmm(p["bias"], x[0].reshape(-1, Fdim), p["weight"])
+        return rows.reshape(x[0].shape[:-1] + (cfg["units"],)), p
     if k == "linear":
         mod = torch.nn.Linear(Fdim, cfg["units"], bias=bool(cfg["bias"]), dtype=torch.float64)
         params["weight"] = c.uniform((cfg["units"], Fdim), -0.5, 0.5)
@@ -539,6 +545,9 @@ def cases():
     add("linear_seq_m1_T5_3to6", "linear", [(5, 3)], 1, seq=1, units=6)
     add("linear_seq_m3_T1_37to13_nobias", "linear", [(1, 37)], 3, seq=1, units=13, bias=0)
     add("linear_seq_m3_T5_64to9", "linear", [(5, 64)], 3, seq=1, units=9)
+    # transformers' Conv1D (GPT-2's layers): the weight [in, out]
+    add("linear_seq_m3_T5_7to4_conv1d", "linear", [(5, 7)], 3, seq=1, units=4, wt=1)
+    add("linear_seq_m2_T3_37to13_conv1d", "linear", [(3, 37)], 2, seq=1, units=13, wt=1)
     add("layernorm_seq_m1_T1_7", "layernorm", [(1, 7)], 1, seq=1)
     add("layernorm_seq_m3_T5_7", "layernorm", [(5, 7)], 3, seq=1)
     add("layernorm_seq_m1_T5_3", "layernorm", [(5, 3)], 1, seq=1)
