@@ -444,6 +444,30 @@ def test_a_llama_trains_on_text_and_comes_back(onnx_import, tmp_path):
         assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
 
 
+def test_transformers_gpt2_trains_and_comes_back(onnx_import, tmp_path):
+    """GPT-2 as transformers writes it (tests/onnx/export.py's HFGPT2: Conv1D layers with weights [in, out],
+    the attention's torch.where, dropout 0.1, lm_head tied to wte) trains on a text: PyTorch's own loss falls
+    below half, every parameter comes back moved, each Conv1D weight in its own [in, out] shape, and the tie
+    holds. Before 2026-12-05 it was refused at the ids' Reshape."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
+    from export import HFGPT2
+    torch.manual_seed(0)
+    T, V = 16, 256
+    m = HFGPT2(V=V, T=T, C=32, H=4, L=2, p=0.1)
+    text, loss = digits_text(tmp_path, T, V)
+    start, before = copy.deepcopy(m.state_dict()), loss(m)
+    bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
+             optimizer="adamw", memory="512MiB", threads=2)
+    after = loss(m)
+    assert after < 0.5 * before, (before, after)
+    assert m.lm_head.weight is m.transformer.wte.weight
+    assert m.batchfit_result.weights["transformer.h.0.attn.c_attn.weight"].shape == (32, 96)
+    for pname, p in m.named_parameters():
+        assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
+
+
 def test_the_transformer_tutorials_model_trains_and_comes_back(onnx_import, tmp_path):
     """The PyTorch Transformer tutorial's language model (tests/onnx/export.py's TutorialLM: embeddings times
     sqrt(C), the sinusoidal PositionalEncoding buffer with its dropout, nn.TransformerEncoder under a causal
