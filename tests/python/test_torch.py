@@ -396,101 +396,73 @@ def digits_text(tmp_path, T, V):
     return text, loss
 
 
-def test_a_gpt_trains_on_text_and_comes_back(onnx_import, tmp_path):
-    """A language model as nanoGPT writes it (tests/onnx/export.py's gpt_mini: nn.Embedding tables for
-    tokens and positions, causal self-attention with a tril buffer and masked_fill, a head tied to the
-    token table; here with a byte vocabulary) trains on a text: PyTorch's own loss on the text falls, every parameter comes back
-    moved, and the tie holds (lm_head.weight is wte.weight, batchfit's trained table). Before
-    2026-12-05 its integer input was refused at load."""
+def language_model(name, **kw):
+    """tests/onnx/export.py's module NAME (GPT, Llama, HFGPT2, TutorialLM), built with seed 0."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
-    from export import GPT
+    import export
     torch.manual_seed(0)
-    T, V = 16, 256  # a text is bytes: 256 ids
-    m = GPT(V=V, T=T, C=32, H=4, L=2)
+    return getattr(export, name)(**kw)
+
+
+def trains_on_text(m, tmp_path, T, V=256):
+    """m (context T, vocabulary V: a text is bytes) trained by batchfit.torch for an epoch on digits_text:
+    PyTorch's own loss on the text falls below half, and every parameter comes back moved."""
     text, loss = digits_text(tmp_path, T, V)
     start, before = copy.deepcopy(m.state_dict()), loss(m)
     bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
              optimizer="adamw", memory="512MiB", threads=2)
     after = loss(m)
     assert after < 0.5 * before, (before, after)
-    assert m.lm_head.weight is m.wte.weight
-    assert torch.equal(m.wte.weight.detach(), torch.from_numpy(m.batchfit_result.weights["wte.weight"]))
     for pname, p in m.named_parameters():
         assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
+
+
+def test_a_gpt_trains_on_text_and_comes_back(onnx_import, tmp_path):
+    """A language model as nanoGPT writes it (tests/onnx/export.py's gpt_mini: nn.Embedding tables for
+    tokens and positions, causal self-attention with a tril buffer and masked_fill, a head tied to the
+    token table; here with a byte vocabulary) trains on a text (trains_on_text), and the tie holds
+    (lm_head.weight is wte.weight, batchfit's trained table). Before 2026-12-05 its integer input was refused
+    at load."""
+    m = language_model("GPT", V=256, T=16, C=32, H=4, L=2)
+    trains_on_text(m, tmp_path, 16)
+    assert m.lm_head.weight is m.wte.weight
+    assert torch.equal(m.wte.weight.detach(), torch.from_numpy(m.batchfit_result.weights["wte.weight"]))
 
 
 def test_a_llama_trains_on_text_and_comes_back(onnx_import, tmp_path):
     """A LLaMA-style language model (tests/onnx/export.py's Llama: RMSNorm as LLaMA's code writes it, with its
     float casts, SwiGLU's silu(w1(x)) * w3(x), causal attention without biases, an untied head) trains on a
-    text: PyTorch's own loss on it falls below half, and every parameter comes back moved, the RMSNorm
-    weights among them. Before 2026-12-05 it was refused at the RMSNorm's Cast."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
-    from export import Llama
-    torch.manual_seed(0)
-    T, V = 16, 256
-    m = Llama(V=V, T=T, C=32, H=4, L=2, hidden=64)
-    text, loss = digits_text(tmp_path, T, V)
-    start, before = copy.deepcopy(m.state_dict()), loss(m)
-    bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
-             optimizer="adamw", memory="512MiB", threads=2)
-    after = loss(m)
-    assert after < 0.5 * before, (before, after)
+    text (trains_on_text), the RMSNorm weights among those that move. Before 2026-12-05 it was refused at the
+    RMSNorm's Cast."""
+    m = language_model("Llama", V=256, T=16, C=32, H=4, L=2, hidden=64)
+    trains_on_text(m, tmp_path, 16)
     assert torch.equal(m.norms[0].weight.detach(), torch.from_numpy(m.batchfit_result.weights["norms.0.weight"]))
-    for pname, p in m.named_parameters():
-        assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
 
 
 def test_transformers_gpt2_trains_and_comes_back(onnx_import, tmp_path):
     """GPT-2 as transformers writes it (tests/onnx/export.py's HFGPT2: Conv1D layers with weights [in, out],
-    the attention's torch.where, dropout 0.1, lm_head tied to wte) trains on a text: PyTorch's own loss falls
-    below half, every parameter comes back moved, each Conv1D weight in its own [in, out] shape, and the tie
-    holds. Before 2026-12-05 it was refused at the ids' Reshape."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
-    from export import HFGPT2
-    torch.manual_seed(0)
-    T, V = 16, 256
-    m = HFGPT2(V=V, T=T, C=32, H=4, L=2, p=0.1)
-    text, loss = digits_text(tmp_path, T, V)
-    start, before = copy.deepcopy(m.state_dict()), loss(m)
-    bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
-             optimizer="adamw", memory="512MiB", threads=2)
-    after = loss(m)
-    assert after < 0.5 * before, (before, after)
+    the attention's torch.where, dropout 0.1, lm_head tied to wte) trains on a text (trains_on_text), each
+    Conv1D weight back in its own [in, out] shape, and the tie holds. Before 2026-12-05 it was refused at the
+    ids' Reshape."""
+    m = language_model("HFGPT2", V=256, T=16, C=32, H=4, L=2, p=0.1)
+    trains_on_text(m, tmp_path, 16)
     assert m.lm_head.weight is m.transformer.wte.weight
     assert m.batchfit_result.weights["transformer.h.0.attn.c_attn.weight"].shape == (32, 96)
-    for pname, p in m.named_parameters():
-        assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
 
 
 def test_the_transformer_tutorials_model_trains_and_comes_back(onnx_import, tmp_path):
     """The PyTorch Transformer tutorial's language model (tests/onnx/export.py's TutorialLM: embeddings times
     sqrt(C), the sinusoidal PositionalEncoding buffer with its dropout, nn.TransformerEncoder under a causal
-    mask) trains on a text: PyTorch's own loss falls below half, every parameter comes back moved, and the
+    mask, the tutorial's dropout 0.2, on the attention weights too) trains on a text (trains_on_text), and the
     sinusoids come back as they were, bit for bit (a buffer: not trained). Before 2026-12-05 it was refused
     at the Mul by sqrt(C)."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
-    from export import TutorialLM
-    torch.manual_seed(0)
-    T, V = 16, 256
-    m = TutorialLM(V=V, T=T, C=32, H=4, L=2, dropout=0.2)  # the tutorial's, on the attention weights too
-    text, loss = digits_text(tmp_path, T, V)
-    start, before, pe = copy.deepcopy(m.state_dict()), loss(m), m.pos_encoder.pe.clone()
-    bt.train(m, data=str(text), example_input=torch.zeros(1, T, dtype=torch.long), epochs=1, batch=32, lr=3e-3,
-             optimizer="adamw", memory="512MiB", threads=2)
-    after = loss(m)
-    assert after < 0.5 * before, (before, after)
+    m = language_model("TutorialLM", V=256, T=16, C=32, H=4, L=2, dropout=0.2)
+    pe = m.pos_encoder.pe.clone()
+    trains_on_text(m, tmp_path, 16)
     assert torch.equal(m.pos_encoder.pe, pe)
     assert m.batchfit_result.weights["pos_encoder.pe"].shape == tuple(pe.shape)
-    for pname, p in m.named_parameters():
-        assert p.shape == start[pname].shape and not torch.equal(p.detach(), start[pname]), pname
 
 
 class ScaledByBuffer(torch.nn.Module):
