@@ -79,6 +79,11 @@
 #define GPT_OK "fuzz/corpus/onnx/gpt_ok.onnx"
 /* a LLaMA-style model from ONNX (tests/onnx/llama_models.py): RMSNorm, SwiGLU's product, causal attention */
 #define LLAMA_OK "fuzz/corpus/onnx/llama_ok.onnx"
+/* the PyTorch Transformer tutorial's model, dropout 0.2 (tests/onnx/token_models.py): the embeddings scaled,
+   a constant sinusoidal position table, dropout on the attention weights */
+#define TUT_OK "tests/onnx/tut_text.onnx"
+/* GPT-2 as transformers writes it (tests/onnx/token_models.py): Conv1D layers (weights [in, out]), dropout 0.1 */
+#define HFGPT2_OK "tests/onnx/hfgpt2_text.onnx"
 /* group norms (gn_graph): groups of four channels, of one, all in one, a vector's */
 #define GN_MINI "@gnorm"
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
@@ -2244,6 +2249,8 @@ static void test_training_bf16(void **st)
     compare_training(MHSA_OK, BFIT_BF16);
     compare_training(GPT_OK, BFIT_BF16);
     compare_training(LLAMA_OK, BFIT_BF16);
+    compare_training(TUT_OK, BFIT_BF16);
+    compare_training(HFGPT2_OK, BFIT_BF16);
 }
 
 /* The models of the ops on rows, columns, channel gates, grouped
@@ -2251,8 +2258,8 @@ static void test_training_bf16(void **st)
  * bf16 (cuda_supports, and no op left that only the cpu has). */
 static void test_needs_new_ops(void **st)
 {
-    const char *const files[] = {"@gate",     VIT_TINY,    DENSE_BLOCK, SE_MINI, PRELU_MINI,
-                                 PRELU_HEAD, CNX_SHUFFLE, MHSA_OK,     GPT_OK,  LLAMA_OK};
+    const char *const files[] = {"@gate",     VIT_TINY,    DENSE_BLOCK, SE_MINI, PRELU_MINI, PRELU_HEAD,
+                                 CNX_SHUFFLE, MHSA_OK,     GPT_OK,      LLAMA_OK, TUT_OK,    HFGPT2_OK};
     (void)st;
     for (int i = 0; i < (int)(sizeof files / sizeof files[0]); i++)
         for (int t = 0; t < 2; t++) {
@@ -2279,8 +2286,8 @@ static void test_needs_new_ops(void **st)
  * with hw == 1 per chunk of 256 samples and channel). */
 static void test_plan_new_ops(void **st)
 {
-    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI, PRELU_MINI, CNX_SHUFFLE, MHSA_OK, GPT_OK,
-                                 LLAMA_OK};
+    const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI,  PRELU_MINI, CNX_SHUFFLE, MHSA_OK, GPT_OK,
+                                 LLAMA_OK, TUT_OK,  HFGPT2_OK};
     bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
     for (int f = 0; f < (int)(sizeof files / sizeof files[0]); f++)
@@ -2310,6 +2317,8 @@ static void test_training_new_ops(void **st)
     compare_training(MHSA_OK, BFIT_F32);
     compare_training(GPT_OK, BFIT_F32);
     compare_training(LLAMA_OK, BFIT_F32);
+    compare_training(TUT_OK, BFIT_F32);
+    compare_training(HFGPT2_OK, BFIT_F32);
 }
 
 /* The group norms' model (gn_graph) on the GPU: every op it needs made in

@@ -29,7 +29,8 @@ int bfit_config_precision(const bfit_config *c, bfit_dtype *out)
         cc.threads = c->t.threads;
         cc.conv_algo = c->t.conv_algo;
         cc.host = c->t.host;
-        rc = c->t.model ? bfit_device_open_for_model(c->t.device_name, &cc, c->t.model, bfit_config_seq(c), BFIT_BF16, &d, NULL, 0)
+        rc = c->t.model ? bfit_device_open_for_model(c->t.device_name, &cc, c->t.model, bfit_config_seq(c), BFIT_BF16,
+                                                     &d, NULL, 0)
                         : bfit_device_open(c->t.device_name, &cc, &d);
         if (rc != BFIT_OK) /* the device's, unless it named another option (the model, read to choose) */
             return bfit_errfield()[0] ? rc : bfit_fail_field(rc, "device", "%s", bfit_errmsg());

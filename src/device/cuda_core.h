@@ -173,7 +173,8 @@ BK_HD void bk_embed_fwd_one(const bk_embed *e, const int32_t *ids, const float *
 {
     int64_t r = el / e->C, c = el - r * e->C, t = r % e->T;
     /* fmaf: one rounding on the GPU, the host and the CPU device alike */
-    float v = fmaf(e->scale, tok[(int64_t)ids[r] * e->C + c], pos ? pos[t * e->C + c] : 0.0f) + (type ? type[c] : 0.0f);
+    float v = fmaf(e->scale, tok[(int64_t)ids[r] * e->C + c], pos ? pos[t * e->C + c] : 0.0f) +
+              (type ? type[c] : 0.0f);
     bk_stx(y, e->dt, el, v);
 }
 

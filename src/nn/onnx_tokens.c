@@ -144,7 +144,8 @@ static int sinusoids(const float *tab, int64_t P, int64_t T, int64_t C)
             double w = atan2(tab[C + cs], tab[C + cc]);
             for (int64_t t = 0; ok && t < rows; t++) {
                 double tol = 1e-5 + 2.5e-7 * (double)t;
-                ok = fabs(tab[t * C + cs] - sin(w * (double)t)) <= tol && fabs(tab[t * C + cc] - cos(w * (double)t)) <= tol;
+                ok = fabs(tab[t * C + cs] - sin(w * (double)t)) <= tol &&
+                     fabs(tab[t * C + cc] - cos(w * (double)t)) <= tol;
             }
         }
         if (ok)
@@ -169,7 +170,8 @@ static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C)
         !(t->t->ndim == 2 || (t->t->ndim == 3 && t->t->dim[0] == 1)) || t->t->dim[t->t->ndim - 1] != C ||
         t->t->dim[t->t->ndim - 2] < T || t->t->dim[t->t->ndim - 2] > 0x7fffffff)
         return NULL;
-    if (!(hv = bfit_onnx_host(L, h, k)) || !hv->isf || hv->n != T * C || !(hv->nd == 2 || (hv->nd == 3 && hv->dim[0] == 1)))
+    if (!(hv = bfit_onnx_host(L, h, k)) || !hv->isf || hv->n != T * C ||
+        !(hv->nd == 2 || (hv->nd == 3 && hv->dim[0] == 1)))
         return NULL;
     if (!(f = malloc(sizeof *f * (size_t)t->t->numel)))
         return NULL;

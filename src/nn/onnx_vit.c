@@ -146,7 +146,8 @@ static int reshape(onnx_lower *L, oval *x)
     if (bfit_shape_numel(s) != total)
         return bfit_onnx_refuse(L, "%lld elements a sample cannot take that shape", (long long)total);
     if ((s.nd == x->shape.nd && bfit_shape_eq(s, x->shape)) ||
-        (x->id == 0 && L->g->input_dtype == BFIT_I32 && n == 1)) { /* token ids [N, T] as they are (GPT-2's view(-1, T)) */
+        (x->id == 0 && L->g->input_dtype == BFIT_I32 && n == 1)) { /* token ids [N, T] as they are: GPT-2's
+                                                                      input_ids.view(-1, T) */
         bfit_onnx_alias(L, x);
     } else {
         c.to = s;
