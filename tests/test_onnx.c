@@ -120,14 +120,14 @@ static pbw *tensor(const char *name, const int64_t *dims, int nd, const float *v
 }
 
 /* ValueInfoProto of a tensor of ONNX type elem (1 float, 7 int64); a dimension of -1 is the symbolic "N", one
- * of -2 the symbolic "T". */
+ * of -2 the symbolic "T", one of -3 the symbolic "batch". */
 static pbw *value_info_t(const char *name, const int64_t *dims, int nd, int elem)
 {
     pbw *v = pb_new(), *type = pb_new(), *tt = pb_new(), *shape = pb_new();
     for (int d = 0; d < nd; d++) {
         pbw *dim = pb_new();
         if (dims[d] < 0)
-            pstr(dim, 2, dims[d] == -2 ? "T" : "N");
+            pstr(dim, 2, dims[d] == -2 ? "T" : dims[d] == -3 ? "batch" : "N");
         else
             pint(dim, 1, dims[d]);
         pmsg(shape, 1, dim);
@@ -1725,6 +1725,18 @@ static void test_token_dynamic_seq(void **st)
                                         "(--seq at most 6)"),
                      BFIT_EINVAL);
     pb_free(m);
+    { /* the batch in dimension 1 ([T, batch], nn.Transformer's default layout): refused saying so, --seq or not */
+        static const int64_t sf[2] = {4, -3};
+        pbw *gr = pb_new();
+        pmsg(gr, 11, value_info_t("ids", sf, 2, 7));
+        pstr(gr, 2, "g");
+        m = model(gr);
+        for (int seq = 0; seq <= 4; seq += 4)
+            assert_int_equal(load_seq(m, seq, &g, "t.onnx: the input 'ids' has its batch in dimension 1 ('batch') "
+                                                  "and dimension 0 fixed at 4: batchfit takes the batch first"),
+                             BFIT_EINVAL);
+        pb_free(m);
+    }
     m = token_model(0, 0, 2); /* a T fixed in the file: the length given does not bind it */
     if (load_seq(m, 2, &g, NULL) != BFIT_OK)
         fail_msg("%s", bfit_errmsg());

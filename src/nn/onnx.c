@@ -539,6 +539,12 @@ static int sample_dims(onnx_lower *L, const bfit_onnx_vi *in, int tokens, const 
         if (dim[d] >= 1 && dim[d] <= 0x7fffffff)
             continue;
         bfit_onnx_cstr(in->dim_name[d], sym, sizeof sym);
+        if (d == 1 && in->dim[0] >= 1 && strcasestr(sym, "batch")) /* nn.Transformer's default, [T, batch] */
+            return bfit_fail(BFIT_EINVAL, "%s: the input '%s' has its batch in dimension 1 ('%s') and dimension 0 "
+                                          "fixed at %lld: batchfit takes the batch first ([batch, T]): export the "
+                                          "module batch first (nn.TransformerEncoderLayer(..., batch_first=True), "
+                                          "the input [batch, T]) with dynamic_axes {0: 'batch'}",
+                             L->om->source, nm, sym, (long long)in->dim[0]);
         if (tokens && d == 1 && L->seq > 0) {
             dim[d] = L->seq;
             continue;
