@@ -1725,15 +1725,16 @@ static void test_token_dynamic_seq(void **st)
                                         "(--seq at most 6)"),
                      BFIT_EINVAL);
     pb_free(m);
-    { /* the batch in dimension 1 ([T, batch], nn.Transformer's default layout): refused saying so, --seq or not */
-        static const int64_t sf[2] = {4, -3};
+    { /* float samples with the batch in dimension 1 ([T, batch, F]): refused saying so, --seq or not (token ids
+         [T, batch], nn.Transformer's default layout, are read: onnx_torch tut_seqfirst) */
+        static const int64_t sf[3] = {4, -3, 5};
         pbw *gr = pb_new();
-        pmsg(gr, 11, value_info_t("ids", sf, 2, 7));
+        pmsg(gr, 11, value_info_t("x", sf, 3, 1));
         pstr(gr, 2, "g");
         m = model(gr);
         for (int seq = 0; seq <= 4; seq += 4)
-            assert_int_equal(load_seq(m, seq, &g, "t.onnx: the input 'ids' has its batch in dimension 1 ('batch') "
-                                                  "and dimension 0 fixed at 4: batchfit takes the batch first"),
+            assert_int_equal(load_seq(m, seq, &g, "t.onnx: the input 'x' has its batch in dimension 1 ('batch'): "
+                                                  "batchfit reads that layout for token ids [T, batch] only"),
                              BFIT_EINVAL);
         pb_free(m);
     }

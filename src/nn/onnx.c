@@ -514,7 +514,7 @@ int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, in
         o->id = id;
         o->shape = l->out;
         o->pad[0] = o->pad[1] = 0;
-        bfit_onnx_set_rank(o, &l->out);
+        bfit_onnx_set_rank(L, o, &l->out);
         /* channels-last stays so through layers over the last dimension (layer norm, linear, activations,
            adds): the tokens keep their positions */
         if (nin && in[0]->cl[0] && cfg->kind != BFIT_L_RESHAPE && cfg->kind != BFIT_L_TRANSPOSE &&
@@ -539,12 +539,15 @@ static int sample_dims(onnx_lower *L, const bfit_onnx_vi *in, int tokens, const 
         if (dim[d] >= 1 && dim[d] <= 0x7fffffff)
             continue;
         bfit_onnx_cstr(in->dim_name[d], sym, sizeof sym);
-        if (d == 1 && in->dim[0] >= 1 && strcasestr(sym, "batch")) /* nn.Transformer's default, [T, batch] */
-            return bfit_fail(BFIT_EINVAL, "%s: the input '%s' has its batch in dimension 1 ('%s') and dimension 0 "
-                                          "fixed at %lld: batchfit takes the batch first ([batch, T]): export the "
-                                          "module batch first (nn.TransformerEncoderLayer(..., batch_first=True), "
-                                          "the input [batch, T]) with dynamic_axes {0: 'batch'}",
-                             L->om->source, nm, sym, (long long)in->dim[0]);
+        if (d == 1 && in->dim[0] >= 1 && strcasestr(sym, "batch")) { /* nn.Transformer's default, [T, batch] */
+            if (!tokens || in->dim[0] > 0x7fffffff)
+                return bfit_fail(BFIT_EINVAL, "%s: the input '%s' has its batch in dimension 1 ('%s'): batchfit "
+                                              "reads that layout for token ids [T, batch] only; export the module "
+                                              "batch first", L->om->source, nm, sym);
+            L->seq_first = 1; /* T is dimension 0 */
+            dim[1] = in->dim[0];
+            continue;
+        }
         if (tokens && d == 1 && L->seq > 0) {
             dim[d] = L->seq;
             continue;
@@ -604,9 +607,11 @@ static int take_input(onnx_lower *L)
         v->shape = bfit_shape_vec((int)dim[1]);
     v->rank = in->ndim;
     v->ra[0] = 1, v->rb[0] = 0;
-    L->fixed_batch = in->dim[0] > 0 ? in->dim[0] : 0;
+    L->fixed_batch = in->dim[0] > 0 && !L->seq_first ? in->dim[0] : 0;
     for (int d = 1; d < in->ndim; d++)
         v->ra[d] = 0, v->rb[d] = dim[d];
+    if (L->seq_first) /* the ids [T, batch] */
+        v->ra[0] = 0, v->rb[0] = dim[1], v->ra[1] = 1, v->rb[1] = 0;
     L->g->input = v->shape;
     L->g->input_dtype = tokens ? BFIT_I32 : BFIT_F32;
     return BFIT_OK;

@@ -20,7 +20,10 @@
  * that read them. Attention written out by hand (timm's fused qkv reshape,
  * minGPT's split) is onnx_mhsa.c's; another (a mask) is refused at the
  * node that does not fit, but a causal attn_mask (a GPT built of
- * nn.TransformerEncoderLayer) makes the attention causal. */
+ * nn.TransformerEncoderLayer) makes the attention causal. A model of token
+ * ids [T, batch] (L->seq_first: nn.Transformer's default layout) has no
+ * transposes around the block: its input and output are [T, N, E] already,
+ * as the block works inside. */
 #include "base/err.h"
 #include "nn/onnx_int.h"
 
@@ -122,16 +125,22 @@ static int match_back(onnx_lower *L, int sm, int *n)
     n[N_MM] = prod(L, n[N_ADD], 0, "MatMul", -1, 0, 0);
     if (n[N_MM] < 0)
         n[N_MM] = prod(L, n[N_ADD], 1, "MatMul", -1, 0, 0);
+    if (L->seq_first) { /* the tokens [T, N, E] as they come */
+        n[N_XT] = -1;
+        return n[N_MM] >= 0;
+    }
     return n[N_MM] >= 0 && (n[N_XT] = prod(L, n[N_MM], 0, "Transpose", 1, 0, 2)) >= 0;
 }
 
 /* Forward from the second MatMul: heads back together, out_proj, batch first again. */
 static int match_forward(onnx_lower *L, int *n)
 {
+    n[N_TR6] = -1; /* [T, batch] tokens: the block's output is the Reshape's */
     return (n[N_TR5] = bfit_onnx_next(L, n[N_MM2], "Transpose")) >= 0 && perm_is(L, n[N_TR5], 1, 0, 2) &&
            (n[N_R3] = bfit_onnx_next(L, n[N_TR5], "Reshape")) >= 0 && (n[N_G] = bfit_onnx_next(L, n[N_R3], "Gemm")) >= 0 &&
            (n[N_R4] = bfit_onnx_next(L, n[N_G], "Reshape")) >= 0 &&
-           (n[N_TR6] = bfit_onnx_next(L, n[N_R4], "Transpose")) >= 0 && perm_is(L, n[N_TR6], 1, 0, 2);
+           (L->seq_first ||
+            ((n[N_TR6] = bfit_onnx_next(L, n[N_R4], "Transpose")) >= 0 && perm_is(L, n[N_TR6], 1, 0, 2)));
 }
 
 /* Each tensor inside is read by the block's next node only (Shape nodes aside). */
@@ -143,7 +152,7 @@ static int closed(onnx_lower *L, const int *n)
     };
     int c[4], chain[4] = {n[N_MM1], n[N_SMUL], n[N_MADD], n[N_SM]}, from = n[N_MM1];
     for (unsigned i = 0; i < sizeof e / sizeof e[0]; i++)
-        if (bfit_onnx_consumers(L, n[e[i].from], 0, c, 1) != 1 || c[0] != n[e[i].to])
+        if (n[e[i].from] >= 0 && (bfit_onnx_consumers(L, n[e[i].from], 0, c, 1) != 1 || c[0] != n[e[i].to]))
             return 0;
     for (int i = 1; i < 4; i++) /* the scores to the Softmax, through the mask's Mul and Add if there */
         if (chain[i] >= 0) {
@@ -176,7 +185,7 @@ static int weights(onnx_lower *L, attn_match *a)
     int wnode = wt ? wt->producer : -1;
     int64_t ta = 0, tb = 0;
 
-    a->x = bfit_onnx_val(L, L->om->nodes[n[N_XT]].in[0]);
+    a->x = bfit_onnx_val(L, L->om->nodes[n[N_XT] >= 0 ? n[N_XT] : n[N_MM]].in[0]);
     a->b_in = init_in(L, n[N_ADD], 0) ? init_in(L, n[N_ADD], 0) : init_in(L, n[N_ADD], 1);
     a->w_in = wnode >= 0 && bfit_onnx_streq(L->om->nodes[wnode].op, "Transpose") ? init_in(L, wnode, 0) : NULL;
     a->w_out = init_in(L, n[N_G], 1);
@@ -251,7 +260,8 @@ static void views(onnx_lower *L, const attn_match *a)
     const int64_t heads[3][2] = {{0, T}, {H, 0}, {0, d}}, bh[3][2] = {{H, 0}, {0, T}, {0, d}};
     const int64_t kt[3][2] = {{H, 0}, {0, d}, {0, T}}, sc[3][2] = {{H, 0}, {0, T}, {0, T}}, rows[2][2] = {{T, 0}, {0, E}};
 
-    view(L, n[N_XT], 3, tme);
+    if (n[N_XT] >= 0)
+        view(L, n[N_XT], 3, tme);
     view(L, n[N_MM], 3, tm3e), view(L, n[N_ADD], 3, tm3e);
     view(L, n[N_SQ], 3, tme), view(L, n[N_SK], 3, tme), view(L, n[N_SV], 3, tme);
     view(L, n[N_RQ], 3, heads), view(L, n[N_RK], 3, heads), view(L, n[N_RV], 3, heads);
@@ -266,7 +276,8 @@ static void views(onnx_lower *L, const attn_match *a)
         view(L, n[N_SMUL], 3, sc);
     view(L, n[N_TR5], 3, heads);
     view(L, n[N_R3], 2, rows), view(L, n[N_G], 2, rows);
-    view(L, n[N_R4], 3, tme);
+    if (n[N_TR6] >= 0) /* else the Reshape's output is the block's */
+        view(L, n[N_R4], 3, tme);
 }
 
 /* linear (in_proj) -> attention -> linear (out_proj), at the block's entry. */
@@ -298,7 +309,7 @@ static int lower_block(onnx_lower *L, attn_match *a)
     p[0] = a->w_out, p[1] = a->b_out;
     if ((rc = bfit_onnx_emit(L, &out, &x, 1, p, 2)) != BFIT_OK)
         return rc;
-    exit = bfit_onnx_val(L, L->om->nodes[a->node[N_TR6]].out[0]);
+    exit = bfit_onnx_val(L, L->om->nodes[a->node[a->node[N_TR6] >= 0 ? N_TR6 : N_R4]].out[0]);
     name = exit->name, producer = exit->producer;
     *exit = *o;
     exit->name = name, exit->producer = producer;
@@ -378,12 +389,12 @@ int bfit_onnx_lower_attention(onnx_lower *L, int *rc)
 {
     for (int m = 0; m < L->nattn; m++) {
         attn_match *a = &L->attn[m];
-        int role = -1;
+        int role = -1, first = a->node[N_XT] >= 0 ? N_XT : N_MM; /* the block's entry */
         for (int k = 0; k < N_COUNT && role < 0; k++)
             role = a->node[k] == L->ndi ? k : -1;
         if (role < 0)
             continue;
-        if (!a->lowered && role != N_XT) {
+        if (!a->lowered && role != first) {
             *rc = bfit_onnx_refuse(L, "a node of an attention block comes before the block's input");
             return 1;
         }
@@ -391,8 +402,11 @@ int bfit_onnx_lower_attention(onnx_lower *L, int *rc)
             int64_t T = a->T, E = a->E;
             const int64_t heads[3][2] = {{0, T}, {a->H, 0}, {0, a->hd}}, rows[2][2] = {{T, 0}, {0, E}};
             const int64_t back[3][2] = {{0, T}, {1, 0}, {0, E}};
+            if (role == first) {
+                *rc = lower_block(L, a);
+                return 1;
+            }
             switch (role) {
-            case N_XT: *rc = lower_block(L, a); break;
             case N_SQ: case N_SK: case N_SV: *rc = check_slice(L, a, role - N_SQ); break;
             case N_RQ: case N_RK: case N_RV: *rc = check_reshape(L, 3, heads, "[T, N * heads, head size]"); break;
             case N_R3: *rc = check_reshape(L, 2, rows, "[T * N, E]"); break;

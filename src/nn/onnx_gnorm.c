@@ -120,7 +120,7 @@ static int staged(onnx_lower *L, oval *v)
     }
     if (v->gn[0] == G_NORM && bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_in(L, 0) == v && back_to_image(L, v)) {
         gview(L, v, G_BACK, v->gn[1], v->gn_eps);
-        bfit_onnx_set_rank(bfit_onnx_out(L, 0), &v->shape);
+        bfit_onnx_set_rank(L, bfit_onnx_out(L, 0), &v->shape);
         return BFIT_OK;
     }
     if (v->gn[0] == G_BACK && bfit_onnx_streq(L->nd->op, "Mul") && (w = per_channel(L, v, bfit_onnx_in(L, 0) == v ? 1 : 0))) {

@@ -113,12 +113,14 @@ int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, i
            !__builtin_add_overflow(c, wb, &c) && b == c;
 }
 
-void bfit_onnx_set_rank(oval *v, const bfit_shape *s)
+void bfit_onnx_set_rank(const onnx_lower *L, oval *v, const bfit_shape *s)
 {
     v->rank = 1 + s->nd;
     v->ra[0] = 1, v->rb[0] = 0;
     for (int d = 0; d < s->nd; d++)
         v->ra[d + 1] = 0, v->rb[d + 1] = s->d[d];
+    if (L->seq_first && s->nd == 2) /* tokens [T, batch, C] */
+        v->ra[0] = 0, v->rb[0] = s->d[0], v->ra[1] = 1, v->rb[1] = 0;
     v->cl[0] = v->cl[1] = 0;
 }
 

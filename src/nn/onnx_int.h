@@ -98,6 +98,8 @@ typedef struct onnx_lower {
     int nattn;
     int64_t fixed_batch;          /* the input's batch in an export without a dynamic batch, 0: dynamic */
     int seq;                      /* the length a symbolic T of token ids takes (--seq), 0: none given */
+    int seq_first;                /* token ids [T, batch] (nn.Transformer's default layout): every token tensor
+                                     is [T, batch, C] in the file, [batch, T, C] on the device, the same math */
     int tok_table;                /* the initializer an embed layer took as its token table, -1: none */
     int attn_miss;                /* 1 + the first Softmax that is no attention block batchfit knows, 0: none
                                      (a refusal inside such a block says so) */
@@ -160,7 +162,7 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc);
  * wa * B + wb. */
 int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb);
 /* The ONNX shape of a device value: [m, its sample's dimensions]. */
-void bfit_onnx_set_rank(oval *v, const bfit_shape *s);
+void bfit_onnx_set_rank(const onnx_lower *L, oval *v, const bfit_shape *s);
 /* v's ONNX shape is dims[0..rank), BFIT_ONNX_BATCH where it is the batch (a view's: onnx_mhsa.c's and after) */
 #define BFIT_ONNX_BATCH INT64_MIN
 void bfit_onnx_set_dims(oval *v, int rank, const int64_t *dims);

@@ -409,7 +409,7 @@ static int back(onnx_lower *L, oval *v)
         y.kind = OV_DEVICE;
         y.att[0] = y.att[1] = y.att[2] = 0;
         bfit_onnx_alias(L, &y);
-        bfit_onnx_set_rank(bfit_onnx_out(L, 0), &y.shape);
+        bfit_onnx_set_rank(L, bfit_onnx_out(L, 0), &y.shape);
         return BFIT_OK;
     }
     return bfit_onnx_refuse(L, "%s", WANT);

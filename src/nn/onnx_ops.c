@@ -458,7 +458,7 @@ static int flatten(onnx_lower *L)
         oval *o = bfit_onnx_out(L, 0);
         bfit_onnx_alias(L, x);
         o->shape = bfit_shape_vec((int)bfit_shape_numel(x->shape));
-        bfit_onnx_set_rank(o, &o->shape);
+        bfit_onnx_set_rank(L, o, &o->shape);
         return BFIT_OK;
     }
     return simple(L, BFIT_L_FLATTEN);

@@ -154,12 +154,22 @@ static int sinusoids(const float *tab, int64_t P, int64_t T, int64_t C)
     return 0;
 }
 
-/* The initializer [P, C] or [1, P, C] whose first T rows host value h
- * ([T, C] or [1, T, C]) is: h's own, or the one a Slice cut it from (pe[:,
- * :T]); NULL if neither, or if the numbers differ. */
+/* P of a table [P, C], [1, P, C] (batch first) or [P, 1, C] ([T, batch],
+ * the tutorial's pe as published): its rows in one run; -1 if not such. */
+static int64_t rows_dim(const int64_t *dim, int nd, int64_t C)
+{
+    if (nd < 2 || nd > 3 || dim[nd - 1] != C)
+        return -1;
+    return nd == 2 ? dim[0] : dim[0] == 1 ? dim[1] : dim[1] == 1 ? dim[0] : -1;
+}
+
+/* The initializer (a table of P rows, rows_dim) whose first T rows host
+ * value h (T rows, rows_dim) is: h's own, or the one a Slice cut it from
+ * (pe[:, :T], pe[:T]); NULL if neither, or if the numbers differ. */
 static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C)
 {
     oval *t = h->init >= 0 && h->t ? h : NULL;
+    int64_t P;
     hval *hv;
     float *f;
     int ok;
@@ -167,11 +177,9 @@ static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C)
     if (!t && h->producer >= 0 && bfit_onnx_streq(L->om->nodes[h->producer].op, "Slice"))
         t = bfit_onnx_val(L, L->om->nodes[h->producer].in[0]);
     if (!t || t->kind != OV_HOST || t->init < 0 || !t->t || t->t->dtype != BFIT_ONNX_FLOAT ||
-        !(t->t->ndim == 2 || (t->t->ndim == 3 && t->t->dim[0] == 1)) || t->t->dim[t->t->ndim - 1] != C ||
-        t->t->dim[t->t->ndim - 2] < T || t->t->dim[t->t->ndim - 2] > 0x7fffffff)
+        (P = rows_dim(t->t->dim, t->t->ndim, C)) < T || P > 0x7fffffff)
         return NULL;
-    if (!(hv = bfit_onnx_host(L, h, k)) || !hv->isf || hv->n != T * C ||
-        !(hv->nd == 2 || (hv->nd == 3 && hv->dim[0] == 1)))
+    if (!(hv = bfit_onnx_host(L, h, k)) || !hv->isf || hv->n != T * C || rows_dim(hv->dim, hv->nd, C) != T)
         return NULL;
     if (!(f = malloc(sizeof *f * (size_t)t->t->numel)))
         return NULL;
@@ -194,7 +202,7 @@ static int table_positions(onnx_lower *L, bfit_node_desc *d, oval *x, oval *h, i
 
     if (!t)
         return 0;
-    P = t->t->dim[t->t->ndim - 2];
+    P = rows_dim(t->t->dim, t->t->ndim, C);
     if (!(f = malloc(sizeof *f * (size_t)t->t->numel))) {
         *rc = bfit_fail(BFIT_ENOMEM, "onnx: out of host memory reading a position table");
         return 1;

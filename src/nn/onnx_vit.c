@@ -98,7 +98,7 @@ static int token_rows(onnx_lower *L, oval *x, const hval *t, int *rc)
         t->b[1] == T && !t->a[2] && t->b[2] == C) {
         bfit_onnx_alias(L, x);
         o->rows = 0;
-        bfit_onnx_set_rank(o, &x->shape);
+        bfit_onnx_set_rank(L, o, &x->shape);
         *rc = BFIT_OK;
         return 1;
     }
@@ -155,7 +155,7 @@ static int reshape(onnx_lower *L, oval *x)
             return rc;
     }
     o = bfit_onnx_out(L, 0);
-    bfit_onnx_set_rank(o, &s);
+    bfit_onnx_set_rank(L, o, &s);
     return BFIT_OK;
 }
 

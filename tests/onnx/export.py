@@ -60,7 +60,7 @@ import hashlib, json, os, struct, sys
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
-                "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini"}  # input: int token ids [M, T]; one label per token
+                "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -232,12 +232,15 @@ def away_from_kinks(model, name, x):
 OPSET = {"pad_cnn_op9": 9}  # the rest at 17
 
 
-def export(model, path, x, dynamic, opset=17):
-    """Export a copy (tracing in training mode moves its batch norms' running statistics)."""
+def export(model, path, x, dynamic, opset=17, seq_first=False):
+    """Export a copy (tracing in training mode moves its batch norms' running statistics); seq_first: token ids
+    [T, batch] in (x as given, [batch, T], transposed), scores [T, batch, V] out."""
     import copy
     m = copy.deepcopy(model)
     m.train()
-    axes = {"input": {0: "batch"}, "logits": {0: "batch"}} if dynamic else None
+    b = 1 if seq_first else 0
+    axes = {"input": {b: "batch"}, "logits": {b: "batch"}} if dynamic else None
+    x = x.t() if seq_first else x
     torch.onnx.export(m, x, path, opset_version=opset, training=TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["input"], output_names=["logits"], dynamic_axes=axes)
 
@@ -267,7 +270,7 @@ def step(model, x, y, dtype):
             mod.dropout = 0.0  # on its weights too
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     if x.dtype in (torch.int32, torch.int64):  # token ids stay integers; the mean over the real (not -1) labels
-        logits = m(x.long())
+        logits = m(x.long().t()).transpose(0, 1) if getattr(m, "seq_first", False) else m(x.long())
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long(),
                                                  ignore_index=-1)
     else:
@@ -736,6 +739,34 @@ class TGpt(torch.nn.Module):
         return self.head(self.ln(self.post(x, mask=self.bmask)))
 
 
+class TutorialSeqFirst(torch.nn.Module):
+    """The PyTorch Transformer tutorial's model as published: batch_first=False, src [T, batch], pe a buffer
+    [max_len, 1, C] sliced pe[:x.size(0)], embeddings times sqrt(C), nn.TransformerEncoder (post-norm, dropout
+    0.2 everywhere) under generate_square_subsequent_mask, a Linear to the vocabulary; scores [T, batch, V].
+    seq_first tells export() and step() the layout."""
+    seq_first = True
+
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, dropout=0.2):
+        super().__init__()
+        import math
+        nn = torch.nn
+        pos = torch.arange(4 * T).unsqueeze(1)
+        div = torch.exp(torch.arange(0, C, 2) * (-math.log(10000.0) / C))
+        pe = torch.zeros(4 * T, 1, C)
+        pe[:, 0, 0::2], pe[:, 0, 1::2] = torch.sin(pos * div), torch.cos(pos * div)
+        self.register_buffer("pe", pe)
+        self.embedding, self.C, self.drop = nn.Embedding(V, C), C, nn.Dropout(dropout)
+        self.transformer_encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(C, H, 2 * C, dropout), L,
+                                                         enable_nested_tensor=False)
+        self.linear = nn.Linear(C, V)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(T))
+
+    def forward(self, src):
+        import math
+        x = self.drop(self.embedding(src) * math.sqrt(self.C) + self.pe[:src.size(0)])
+        return self.linear(self.transformer_encoder(x, self.mask))
+
+
 class PositionalEncoding(torch.nn.Module):
     """The PyTorch Transformer tutorial's sinusoidal positions (batch first): a buffer pe [1, max_len, C] of
     sin at the even columns and cos at the odd ones (halves: sin in the first C/2 columns, cos in the others,
@@ -903,6 +934,8 @@ def build(name):
         return TGpt(V=64, T=16, C=32, H=4), 16
     if name == "tut_mini":  # the Transformer tutorial's: embeddings times sqrt(C), sinusoids, its dropout 0.2
         return TutorialLM(V=64, T=16, C=32, H=4, L=2, dropout=0.2), 16
+    if name == "tut_seqfirst":  # the tutorial as published: [T, batch] throughout
+        return TutorialSeqFirst(V=64, T=16, C=32, H=4, L=2), 16
     if name == "tut_halves":  # sinusoids in halves, a buffer [max_len, C], no scale
         return TutorialLM(V=64, T=16, C=32, H=4, L=1, pos="halves", scale=False), 16
     if name == "tut_learned":  # minGPT's learned position parameter, longer than the sequence, cut to it
@@ -987,7 +1020,8 @@ def oracle(name):
         x = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y.view(-1)[6::7] = -1
-        export(model, os.path.join(OUT, name + ".onnx"), x[:2].long(), True, OPSET.get(name, 17))
+        export(model, os.path.join(OUT, name + ".onnx"), x[:2].long(), True, OPSET.get(name, 17),
+               getattr(model, "seq_first", False))
     else:
         x = torch.randn(M, 3, size, size, generator=g)
         y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
@@ -1012,7 +1046,7 @@ def oracle(name):
         t["g32." + n] = g32[n]
         t["after64." + n] = s64[n].float()
     for n, v in s64.items():  # batch norms' statistics; constants (a sinusoidal buffer), which stay as they were
-        if n.endswith("running_mean") or n.endswith("running_var") or n.endswith(".pe"):
+        if n.endswith("running_mean") or n.endswith("running_var") or n == "pe" or n.endswith(".pe"):
             t["run64." + n] = v
             t["run32." + n] = s32[n]
     write_safetensors(os.path.join(OUT, name + "_ref.safetensors"), t)

@@ -106,7 +106,9 @@ def main():
     data, _ = read_safetensors(io)
     x = data["x"]
     with torch.no_grad():
-        if x.dtype == torch.int32:  # token ids: probabilities per token over the vocabulary
+        if x.dtype == torch.int32 and getattr(model, "seq_first", False):  # [T, batch] in and out
+            probs = torch.softmax(model(x.long().t()).transpose(0, 1), dim=-1)
+        elif x.dtype == torch.int32:  # token ids: probabilities per token over the vocabulary
             probs = torch.softmax(model(x.long()), dim=-1)
         else:
             probs = torch.softmax(model(x), dim=1)

@@ -20,6 +20,8 @@
   sqrt(C), the sinusoidal PositionalEncoding buffer and its dropout, an nn.TransformerEncoderLayer under a
   causal mask) with a byte vocabulary, 32 tokens, width 16, 2 heads, 1 layer: it trains on a text, and its
   sinusoids come back as they were (a buffer);
+- tut_seqfirst.onnx: the tutorial's model as published (export.py's TutorialSeqFirst: batch_first=False, ids
+  [T, batch], pe [max_len, 1, C], dropout 0.2), the batch a dynamic axis in dimension 1: it trains on a text;
 - hfgpt2_text.onnx: transformers' GPT-2 as its code writes it (export.py's HFGPT2: Conv1D layers, the
   attention's torch.where with float32's lowest number, dropout 0.1, lm_head tied) with a byte vocabulary,
   32 tokens, width 16, 2 heads, 1 block: it trains on a text, its Conv1D weights saved [in, out] under
@@ -38,7 +40,7 @@ import torch.nn as nn
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import GPT, HFGPT2, TutorialLM  # noqa: E402
+from export import GPT, HFGPT2, TutorialLM, TutorialSeqFirst  # noqa: E402
 
 
 class Fill0(GPT):
@@ -91,9 +93,12 @@ class Band(nn.Module):
 
 
 def export(model, path, dynamic_t=False):
-    """dynamic_t: the sequence a dynamic axis too ('T'), as exports for variable lengths write it."""
-    axes = {0: "batch", 1: "T"} if dynamic_t else {0: "batch"}
-    torch.onnx.export(model.train(), torch.zeros(2, 32, dtype=torch.long), path, opset_version=17,
+    """dynamic_t: the sequence a dynamic axis too ('T'), as exports for variable lengths write it; a model whose
+    seq_first is set takes [T, batch] ids, the batch dimension 1."""
+    seq_first = getattr(model, "seq_first", False)
+    axes = {0: "batch", 1: "T"} if dynamic_t else {1: "batch"} if seq_first else {0: "batch"}
+    x = torch.zeros(32, 2, dtype=torch.long) if seq_first else torch.zeros(2, 32, dtype=torch.long)
+    torch.onnx.export(model.train(), x, path, opset_version=17,
                       training=TrainingMode.TRAINING, do_constant_folding=False, input_names=["input"],
                       output_names=["logits"], dynamic_axes={"input": axes, "logits": axes})
 
@@ -114,6 +119,8 @@ def main():
     export(GPT(V=64, T=32, C=16, H=2, L=1), "gpt_chars.onnx")
     torch.manual_seed(0)
     export(TutorialLM(V=256, T=32, C=16, H=2, L=1, dropout=0.2), "tut_text.onnx")
+    torch.manual_seed(0)
+    export(TutorialSeqFirst(V=256, T=32, C=16, H=2, L=1), "tut_seqfirst.onnx")
     torch.manual_seed(0)
     export(HFGPT2(V=256, T=32, C=16, H=2, L=1, p=0.1), "hfgpt2_text.onnx")
     torch.manual_seed(0)
