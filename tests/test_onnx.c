@@ -1738,6 +1738,25 @@ static void test_token_dynamic_seq(void **st)
                              BFIT_EINVAL);
         pb_free(m);
     }
+    { /* token ids [T, batch] read, but an op whose meaning depends on where the batch is refused in them */
+        static const int64_t ids[2] = {4, -3}, td[2] = {8, 4};
+        const char *gi[2] = {"wte", "ids"}, *go[1] = {"te"}, *ti[1] = {"te"}, *to[1] = {"y"};
+        pbw *gr = pb_new(), *t = node("Transpose", "swap", ti, 1, to, 1);
+        pmsg(gr, 1, node("Gather", "tok", gi, 2, go, 1));
+        attr_ints(t, "perm", (int64_t[]){1, 0, 2}, 3);
+        pmsg(gr, 1, t);
+        pstr(gr, 2, "g");
+        pmsg(gr, 5, tensor("wte", td, 2, NULL, 32));
+        pmsg(gr, 11, value_info_t("ids", ids, 2, 7));
+        pmsg(gr, 12, value_info("y", (int64_t[]){4, -3, 4}, 3));
+        m = model(gr);
+        assert_int_equal(load(m, &g, "node 'swap' (Transpose, opset 17) with inputs 'te' [N,4,4]: a model of token "
+                                     "ids [T, batch] (nn.Transformer's default layout): batchfit reads its "
+                                     "element-wise ops, Linear, LayerNorm and nn.MultiheadAttention in that layout, "
+                                     "not a Transpose of its tokens"),
+                         BFIT_EINVAL);
+        pb_free(m);
+    }
     m = token_model(0, 0, 2); /* a T fixed in the file: the length given does not bind it */
     if (load_seq(m, 2, &g, NULL) != BFIT_OK)
         fail_msg("%s", bfit_errmsg());

@@ -665,6 +665,20 @@ static int not_softmax(onnx_lower *L, const oval *o)
 
 /* ---- lowering ------------------------------------------------------------------ */
 
+/* Ops whose meaning depends on which dimension is the batch: in a [T, batch]
+ * model only the attention blocks' own (onnx_attn.c, lowered before this
+ * check) are read. */
+static int layout_op(const bfit_onnx_node *nd)
+{
+    static const char *const ops[] = {"Transpose", "Reshape", "Concat", "Split", "Slice", "Flatten", "Squeeze",
+                                      "Unsqueeze", "ReduceMean", "ReduceSum", "Expand", "Tile", "Pad", "Softmax",
+                                      "GlobalAveragePool", "Gather"};
+    for (unsigned k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        if (bfit_onnx_streq(nd->op, ops[k]))
+            return 1;
+    return 0;
+}
+
 static int lower_node(onnx_lower *L, int i)
 {
     const bfit_onnx_node *nd = &L->om->nodes[i];
@@ -684,6 +698,11 @@ static int lower_node(onnx_lower *L, int i)
         oval *v = bfit_onnx_in(L, k);
         if (v && v->kind == OV_UNAVAIL)
             return bfit_onnx_refuse(L, "input %d is %s, which batchfit does not compute", k + 1, v->why);
+        if (k == 0 && v && v->kind == OV_DEVICE && L->seq_first && layout_op(nd))
+            return bfit_onnx_refuse(L, "a model of token ids [T, batch] (nn.Transformer's default layout): batchfit "
+                                       "reads its element-wise ops, Linear, LayerNorm and nn.MultiheadAttention in "
+                                       "that layout, not a %.*s of its tokens: export the module batch first "
+                                       "(batch_first=True, the ids [batch, T])", (int)nd->op.n, nd->op.p);
         if (v && v->kind == OV_DEVICE && v->rows && !bfit_onnx_streq(nd->op, "Gemm") &&
             !bfit_onnx_streq(nd->op, "Reshape") && !bfit_onnx_streq(nd->op, "Shape"))
             return bfit_onnx_refuse(L, "input %d is tokens flattened into rows [N*T, C] (x.view(-1, C)): batchfit "
