@@ -376,6 +376,26 @@ char *bfit_layer_stats_at(const bfit_layer *l, void *saved, void *ws)
     return (char *)ws + BFIT_ALIGN_UP(bfit_op_workspace_bytes(l->ops[0]));
 }
 
+int bfit_layer_fwd1(bfit_layer *l, const bfit_fwd_args *a)
+{
+    bfit_op_args o = {0};
+    o.src = a->x[0];
+    o.dst = a->y;
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[0], &o);
+}
+
+int bfit_layer_bwd1(bfit_layer *l, const bfit_bwd_args *a)
+{
+    bfit_op_args o = {0};
+    if (!a->dx[0])
+        return BFIT_OK;
+    o.diff_dst = a->dy;
+    o.diff_src = a->dx[0];
+    o.workspace = a->ws;
+    return bfit_op_run(l->ops[1], &o);
+}
+
 int bfit_layer_op_pair(bfit_layer *l, bfit_op_desc *d, bfit_op_kind bwd, int training, bfit_layer_need *need)
 {
     int rc = bfit_op_new(l->dev, d, &l->ops[0]);

@@ -319,6 +319,10 @@ int bfit_layer_query(bfit_layer *l, int m, int training, bfit_layer_need *need);
 /* The usual pair of ops: ops[0] from d, and when training ops[1] from d
  * with kind bwd; need's saved is set to 0 and its workspaces to the ops'. */
 int bfit_layer_op_pair(bfit_layer *l, bfit_op_desc *d, bfit_op_kind bwd, int training, bfit_layer_need *need);
+/* Such a pair run on one input: ops[0] from x[0] to y, ops[1] from dy to
+ * dx[0] (nothing when no one wants dx[0]), each with the workspace. */
+int bfit_layer_fwd1(bfit_layer *l, const bfit_fwd_args *a);
+int bfit_layer_bwd1(bfit_layer *l, const bfit_bwd_args *a);
 /* Where a norm's per-row statistics go for its forward: `saved` when l was
  * prepared for training (kept for backward, whatever the forward's mode),
  * else scratch after its forward op's (ops[0]) own workspace in ws, which

@@ -10,8 +10,6 @@
 
 #include <stdio.h>
 
-enum { OP_FWD, OP_BWD };
-
 static int init(bfit_layer *l, char *err, size_t errlen)
 {
     bfit_shape in = l->in[0];
@@ -39,26 +37,6 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     return bfit_layer_op_pair(l, &d, BFIT_OP_REPEAT_BWD, training, need);
 }
 
-static int forward(bfit_layer *l, const bfit_fwd_args *a)
-{
-    bfit_op_args o = {0};
-
-    o.src = a->x[0];
-    o.dst = a->y;
-    return bfit_op_run(l->ops[OP_FWD], &o);
-}
-
-static int backward(bfit_layer *l, const bfit_bwd_args *a)
-{
-    bfit_op_args o = {0};
-
-    if (!a->dx[0])
-        return BFIT_OK;
-    o.diff_dst = a->dy;
-    o.diff_src = a->dx[0];
-    return bfit_op_run(l->ops[OP_BWD], &o);
-}
-
 const bfit_layer_vt bfit_repeat_vt = {
     .kind = BFIT_L_REPEAT,
     .nin = 1,
@@ -66,7 +44,7 @@ const bfit_layer_vt bfit_repeat_vt = {
     .init = init,
     .prepare = prepare,
     .init_params = NULL,
-    .forward = forward,
-    .backward = backward,
+    .forward = bfit_layer_fwd1,
+    .backward = bfit_layer_bwd1,
     .unprepare = NULL,
 };

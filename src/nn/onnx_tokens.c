@@ -165,8 +165,9 @@ static int64_t rows_dim(const int64_t *dim, int nd, int64_t C)
 
 /* The initializer (a table of P rows, rows_dim) whose first T rows host
  * value h (T rows, rows_dim) is: h's own, or the one a Slice cut it from
- * (pe[:, :T], pe[:T]); NULL if neither, or if the numbers differ. */
-static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C)
+ * (pe[:, :T], pe[:T]), its numbers as floats into *tab (the caller frees
+ * them); NULL if neither, or if the numbers differ. */
+static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C, float **tab)
 {
     oval *t = h->init >= 0 && h->t ? h : NULL;
     int64_t P;
@@ -174,6 +175,7 @@ static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C)
     float *f;
     int ok;
 
+    *tab = NULL;
     if (!t && h->producer >= 0 && bfit_onnx_streq(L->om->nodes[h->producer].op, "Slice"))
         t = bfit_onnx_val(L, L->om->nodes[h->producer].in[0]);
     if (!t || t->kind != OV_HOST || t->init < 0 || !t->t || t->t->dtype != BFIT_ONNX_FLOAT ||
@@ -186,8 +188,12 @@ static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C)
     ok = bfit_onnx_tensor_f32(t->t, f) == BFIT_OK;
     for (int64_t i = 0; ok && i < T * C; i++)
         ok = (double)f[i] == hv->f[i];
-    free(f);
-    return ok ? t : NULL;
+    if (!ok) {
+        free(f);
+        return NULL;
+    }
+    *tab = f;
+    return t;
 }
 
 /* Add(token embedding, the first T rows of a table): the embed layer's
@@ -196,22 +202,17 @@ static oval *rows_of(onnx_lower *L, oval *h, int k, int64_t T, int64_t C)
 static int table_positions(onnx_lower *L, bfit_node_desc *d, oval *x, oval *h, int k, int *rc)
 {
     int64_t T = x->shape.d[0], C = x->shape.d[1], P;
-    oval *t = rows_of(L, h, k, T, C);
     float *f;
+    oval *t = rows_of(L, h, k, T, C, &f);
     int sin;
 
     if (!t)
         return 0;
     P = rows_dim(t->t->dim, t->t->ndim, C);
-    if (!(f = malloc(sizeof *f * (size_t)t->t->numel))) {
-        *rc = bfit_fail(BFIT_ENOMEM, "onnx: out of host memory reading a position table");
-        return 1;
-    }
-    *rc = bfit_onnx_tensor_f32(t->t, f);
-    sin = *rc == BFIT_OK && sinusoids(f, P, T, C);
+    sin = sinusoids(f, P, T, C);
     free(f);
-    if (*rc != BFIT_OK || (!sin && h == t)) /* a learned table whole is addp's */
-        return *rc != BFIT_OK;
+    if (!sin && h == t) /* a learned table whole is addp's */
+        return 0;
     d->cfg.positions = (int)P;
     d->cfg.pos_fixed = sin;
     bfit_onnx_alias(L, x);
