@@ -564,25 +564,59 @@ static int sample_dims(onnx_lower *L, const bfit_onnx_vi *in, int tokens, const 
     return BFIT_OK;
 }
 
-/* The one graph input that is not an initializer: the model's samples,
- * [batch, C, H, W], [batch, F] or [batch, T, F], whatever the batch says. */
+/* A token model's second input, [batch, T] (transformers' attention_mask),
+ * ids [batch, T] being the first: the padding mask onnx_keymask.c follows
+ * to the attention's scores. Not fed: batchfit knows the padding. */
+static int take_keymask(onnx_lower *L, const bfit_onnx_vi *in, const bfit_onnx_vi *ids, int64_t T)
+{
+    oval *v = bfit_onnx_val(L, in->name);
+    char nm[128], idn[128];
+    int type = in->elem == BFIT_ONNX_INT64 || in->elem == BFIT_ONNX_INT32 || in->elem == BFIT_ONNX_BOOL ||
+               in->elem == BFIT_ONNX_FLOAT;
+
+    bfit_onnx_cstr(in->name, nm, sizeof nm);
+    bfit_onnx_cstr(ids->name, idn, sizeof idn);
+    if (!type || in->ndim != 2 || (in->dim[0] > 0 && in->dim[0] != ids->dim[0]) || (in->dim[1] > 0 && in->dim[1] != T)
+        || L->seq_first)
+        return bfit_fail(BFIT_EINVAL, "%s: the second input '%s' is %s of %d dimensions: besides the token ids "
+                                      "('%s' [batch, %lld]) batchfit reads one input, the attention mask "
+                                      "(attention_mask: int64, int32, bool or float [batch, %lld], 1 for a token and "
+                                      "0 for padding) of a batch-first model",
+                         L->om->source, nm, bfit_onnx_dtype_name(in->elem), in->ndim, idn, (long long)T,
+                         (long long)T);
+    v->kind = OV_KEYMASK;
+    v->km[0] = 1, v->km[1] = (int)T, v->km[2] = 0; /* KM_KEEP */
+    v->rank = 2;
+    v->ra[0] = 1, v->rb[0] = 0, v->ra[1] = 0, v->rb[1] = T;
+    return BFIT_OK;
+}
+
+/* The graph input that is not an initializer: the model's samples,
+ * [batch, C, H, W], [batch, F] or [batch, T, F], whatever the batch says;
+ * a token model's may be followed by its attention mask. */
 static int take_input(onnx_lower *L)
 {
     const bfit_onnx_model *om = L->om;
-    const bfit_onnx_vi *in = NULL;
+    const bfit_onnx_vi *in = NULL, *mask = NULL;
     oval *v;
     char nm[128];
     int64_t dim[BFIT_ONNX_MAXD];
     int n = 0, tokens, rc;
 
     for (int i = 0; i < om->ninputs; i++)
-        if ((v = bfit_onnx_val(L, om->inputs[i].name)) && v->kind != OV_HOST)
-            in = &om->inputs[i], n++;
-    if (n != 1)
+        if ((v = bfit_onnx_val(L, om->inputs[i].name)) && v->kind != OV_HOST) {
+            if (!in)
+                in = &om->inputs[i];
+            else
+                mask = &om->inputs[i];
+            n++;
+        }
+    tokens = in && (in->elem == BFIT_ONNX_INT64 || in->elem == BFIT_ONNX_INT32);
+    if (n != 1 && !(n == 2 && tokens))
         return bfit_fail(BFIT_EINVAL, "%s: the graph has %d inputs besides its initializers: batchfit trains models "
-                                      "of one input (the samples)", om->source, n);
+                                      "of one input (the samples; a model of token ids may have a second, its "
+                                      "attention mask)", om->source, n);
     bfit_onnx_cstr(in->name, nm, sizeof nm);
-    tokens = in->elem == BFIT_ONNX_INT64 || in->elem == BFIT_ONNX_INT32;
     if (in->elem != BFIT_ONNX_FLOAT && !tokens)
         return bfit_fail(BFIT_EINVAL, "%s: the input '%s' is %s: batchfit feeds float samples, or token ids (int64 "
                                       "or int32 [batch, T])", om->source, nm, bfit_onnx_dtype_name(in->elem));
@@ -614,7 +648,7 @@ static int take_input(onnx_lower *L)
         v->ra[0] = 0, v->rb[0] = dim[1], v->ra[1] = 1, v->rb[1] = 0;
     L->g->input = v->shape;
     L->g->input_dtype = tokens ? BFIT_I32 : BFIT_F32;
-    return BFIT_OK;
+    return mask ? take_keymask(L, mask, in, dim[1]) : BFIT_OK;
 }
 
 /* The graph's one output and the node that makes it (-1: none). */
@@ -709,7 +743,7 @@ static int lower_node(onnx_lower *L, int i)
                                        "reads them only as transformers' Conv1D does, into a Gemm (addmm) and viewed "
                                        "back to [N, T, C]", k + 1);
     }
-    if (bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) || bfit_onnx_lower_tokens(L, &rc) ||
+    if (bfit_onnx_lower_keymask(L, &rc) || bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) || bfit_onnx_lower_tokens(L, &rc) ||
         bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_gelu(L, &rc) || bfit_onnx_lower_rms(L, &rc) ||
         bfit_onnx_lower_shuffle(L, &rc) ||
         bfit_onnx_lower_act(L, &rc) ||

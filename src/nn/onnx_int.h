@@ -21,7 +21,8 @@ enum {
     OV_VIEW,     /* a tensor inside a block mapped whole onto layers (an attention): only its shape */
     OV_WT,       /* the transpose of initializer t (nn.Linear's weight before a MatMul) */
     OV_BCAST,    /* initializer t broadcast over the batch (an Expand of a class token) */
-    OV_ROWS      /* rows 0 .. rb[0]-1 of initializer t (a position table gathered by torch.arange) */
+    OV_ROWS,     /* rows 0 .. rb[0]-1 of initializer t (a position table gathered by torch.arange) */
+    OV_KEYMASK   /* the attention_mask input on its way to the scores (onnx_keymask.c): km, rank, ra, rb */
 };
 
 /* Numbers computed on the host. Integers are affine in the micro-batch m,
@@ -66,6 +67,8 @@ typedef struct oval {
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
                                      and groups; the image's id and shape are the value's */
     float gn_eps;                 /* there: InstanceNormalization's epsilon */
+    int km[3];                    /* OV_KEYMASK: its form (onnx_keymask.c), the keys' T, 1 once a causal mask
+                                     is added to it */
     bfit_onnx_str gn_w;           /* there, after the Mul: the scale's initializer */
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
@@ -194,13 +197,16 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc);
  * does not come after the query and -inf (or at most -1e4) where it does. */
 int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive);
 
+/* ---- a language model's attention_mask input (onnx_keymask.c): 1 (rc set) for a node reading it ---- */
+int bfit_onnx_lower_keymask(onnx_lower *L, int *rc);
+
 /* ---- GELU's tanh approximation, recognised by what it computes (onnx_gelu.c) ---- */
 int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);
 
 /* ---- rotary embeddings on q or k by heads (onnx_rope.c): the stage of q, k or v by heads [N, H, T, d]
    (onnx_mhsa.c's), and the first of the rope's own stages; for a node reading view v at one of them, 1
    (rc set: a view, the rope layer, or a refusal), 0 where a node reading q by heads starts none ---- */
-enum { BFIT_ATT_HEADS = 6, BFIT_ATT_ROPE = 32, BFIT_ATT_GQA = 48 };
+enum { BFIT_ATT_HEADS = 6, BFIT_ATT_SCORES = 8, BFIT_ATT_ROPE = 32, BFIT_ATT_GQA = 48 };
 int bfit_onnx_rope(onnx_lower *L, oval *v, int *rc);
 /* ---- grouped-query attention's repeated keys and values (onnx_gqa.c), as bfit_onnx_rope ---- */
 int bfit_onnx_gqa(onnx_lower *L, oval *v, int *rc);

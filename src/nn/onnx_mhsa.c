@@ -50,7 +50,8 @@ enum {
     S_OUT_T     /* [N, T, H, d]: transposed back */
 };
 
-_Static_assert((int)S_HEADS == (int)BFIT_ATT_HEADS && (int)S_OUT_T < (int)BFIT_ATT_ROPE, "onnx_rope.c's stages");
+_Static_assert((int)S_HEADS == (int)BFIT_ATT_HEADS && (int)S_SCORES == (int)BFIT_ATT_SCORES &&
+                   (int)S_OUT_T < (int)BFIT_ATT_ROPE, "onnx_rope.c's and onnx_keymask.c's stages");
 
 #define BATCH BFIT_ONNX_BATCH /* a view's dimension that is the batch */
 
@@ -103,6 +104,18 @@ static int infer(int64_t *d, int n, int64_t total)
     return at < 0 ? known == total : total % known == 0;
 }
 
+/* A reshape target [-1, a, b] of tokens [T, total] (DistilBERT's
+ * x.view(bs, -1, H, d)) with a b = total: the -1 is T. */
+static void t_first(int64_t *d, int n, int64_t T, int64_t total)
+{
+    int64_t p = 1;
+    for (int k = 1; k < n; k++)
+        if (d[k] < 1 || d[k] > total || (p *= d[k]) > total)
+            return;
+    if (d[0] == -1 && p == total)
+        d[0] = T;
+}
+
 /* The attribute's ints are exactly p[0..n). */
 static int perm_is(onnx_lower *L, const int64_t *p, int n)
 {
@@ -148,7 +161,8 @@ static int entry(onnx_lower *L, oval *x, int *rc)
         mview(L, 0, x, S_QKV5, (int)d[2], -1, 1, 5, (int64_t[]){BATCH, T, 3, d[2], d[3]});
     } else if (bfit_onnx_streq(L->nd->op, "Reshape")) { /* one of separate q, k, v to [N, T, H, d] */
         int tr = bfit_onnx_next(L, L->ndi, "Transpose");
-        if (tr < 0 || bfit_onnx_reshape_target(L, x, d, 3) != 3 || d[0] != T || !infer(d + 1, 2, C3) ||
+        if (tr < 0 || bfit_onnx_reshape_target(L, x, d, 3) != 3 || (t_first(d, 3, T, C3), d[0] != T) ||
+            !infer(d + 1, 2, C3) ||
             !perm_of(L, tr, (int64_t[]){0, 2, 1, 3}, (int64_t[]){0, 2, 3, 1}))
             return 0;
         mview(L, 0, x, S_TOK4, (int)d[1], -1, 1, 4, (int64_t[]){BATCH, T, d[1], d[2]});
@@ -207,8 +221,8 @@ static int tok_parts(onnx_lower *L, oval *v)
 {
     int64_t T = v->shape.d[0], C = qkv_cols(v), d[3];
 
-    if (v->att[0] == S_TOK && bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_reshape_target(L, v, d, 3) == 3 && d[0] == T &&
-        infer(d + 1, 2, C)) {
+    if (v->att[0] == S_TOK && bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_reshape_target(L, v, d, 3) == 3 &&
+        (t_first(d, 3, T, C), d[0] == T) && infer(d + 1, 2, C)) {
         mview(L, 0, v, S_TOK4, (int)d[1], v->att[2], 1, 4, (int64_t[]){BATCH, T, d[1], d[2]});
         return BFIT_OK;
     }
@@ -233,7 +247,8 @@ static int scaled(onnx_lower *L, oval *v)
     double f = 0;
 
     if ((div && k == 0) || !c || !bfit_onnx_scalar(L, c->name, &f) || !(f != 0 && isfinite(f)) ||
-        (v->att[0] == S_HEADS && v->att[2] != 0))
+        (v->att[0] == S_HEADS && v->att[2] != 0 && !v->att_sep))
+        /* a separate projection's role shows at the MatMuls: a factor on v is refused there (attend) */
         return bfit_onnx_refuse(L, "%s (the scale a constant on q, k^T or the scores)", WANT);
     same(L, v, v->att_scale * (div ? 1 / f : f));
     return BFIT_OK;
@@ -380,6 +395,8 @@ static int attend(onnx_lower *L, oval *p)
         return bfit_onnx_refuse(L, "%s", WANT);
     if (p->att_sep && (v->att[2] != -1 || !bfit_shape_eq(v->shape, p->shape)))
         return bfit_onnx_refuse(L, "%s", WANT);
+    if (v->att_scale != 1)
+        return bfit_onnx_refuse(L, "%s (the scale a constant on q, k^T or the scores, not on v)", WANT);
     x = *p;
     x.kind = OV_DEVICE;
     if (p->att_sep && (rc = concat_qkv(L, p, p->att_qk[0], p->att_qk[1], v->id, &x)) != BFIT_OK)
@@ -403,8 +420,8 @@ static int back(onnx_lower *L, oval *v)
         mview(L, 0, v, S_OUT_T, (int)H, -1, 1, 4, (int64_t[]){BATCH, T, H, C / H});
         return BFIT_OK;
     }
-    if (v->att[0] == S_OUT_T && bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_reshape_target(L, v, d, 2) == 2 && d[0] == T &&
-        (d[1] == C || d[1] == -1)) {
+    if (v->att[0] == S_OUT_T && bfit_onnx_streq(L->nd->op, "Reshape") && bfit_onnx_reshape_target(L, v, d, 2) == 2 &&
+        (t_first(d, 2, T, C), d[0] == T) && (d[1] == C || d[1] == -1)) {
         oval y = *v;
         y.kind = OV_DEVICE;
         y.att[0] = y.att[1] = y.att[2] = 0;

@@ -55,12 +55,13 @@ vit_small.
 The exports are cached: OUTDIR/NAME.stamp holds a hash of this script and
 the torch version, and a second run with the same stamp does nothing. Exit
 77 (skipped) without torch or torchvision."""
-import hashlib, json, os, struct, sys
+import hashlib, json, math, os, struct, sys
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
-                "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst"}  # input: int token ids [M, T]; one label per token
+                "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
+                "hfgpt2_mask", "distilbert_mini"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -234,15 +235,29 @@ OPSET = {"pad_cnn_op9": 9}  # the rest at 17
 
 def export(model, path, x, dynamic, opset=17, seq_first=False):
     """Export a copy (tracing in training mode moves its batch norms' running statistics); seq_first: token ids
-    [T, batch] in (x as given, [batch, T], transposed), scores [T, batch, V] out."""
+    [T, batch] in (x as given, [batch, T], transposed), scores [T, batch, V] out. A model with mask_input takes
+    a second input, attention_mask [batch, T] (int64, all ones here), as transformers' exports do."""
     import copy
     m = copy.deepcopy(model)
     m.train()
     b = 1 if seq_first else 0
     axes = {"input": {b: "batch"}, "logits": {b: "batch"}} if dynamic else None
     x = x.t() if seq_first else x
+    names = ["input"]
+    if getattr(model, "mask_input", False):
+        x, names = (x, torch.ones_like(x)), names + ["attention_mask"]
+        if axes:
+            axes["attention_mask"] = {0: "batch"}
     torch.onnx.export(m, x, path, opset_version=opset, training=TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=["input"], output_names=["logits"], dynamic_axes=axes)
+                      input_names=names, output_names=["logits"], dynamic_axes=axes)
+
+
+def padding_mask(y):
+    """The attention_mask of ids whose labels y end in -1s (padding): 1 up to a sequence's last label that counts,
+    0 after it, as batchfit takes each sequence's length from its labels."""
+    n = torch.arange(y.shape[1]).expand_as(y)
+    last = torch.where(y >= 0, n, torch.full_like(n, -1)).max(dim=1, keepdim=True).values
+    return (n <= last).long()
 
 
 def from_file(model, path):
@@ -270,7 +285,10 @@ def step(model, x, y, dtype):
             mod.dropout = 0.0  # on its weights too
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     if x.dtype in (torch.int32, torch.int64):  # token ids stay integers; the mean over the real (not -1) labels
-        logits = m(x.long().t()).transpose(0, 1) if getattr(m, "seq_first", False) else m(x.long())
+        if getattr(m, "mask_input", False):
+            logits = m(x.long(), padding_mask(y))
+        else:
+            logits = m(x.long().t()).transpose(0, 1) if getattr(m, "seq_first", False) else m(x.long())
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long(),
                                                  ignore_index=-1)
     else:
@@ -856,7 +874,7 @@ class HFGPT2Attention(torch.nn.Module):
         t = t.permute(0, 2, 1, 3).contiguous()
         return t.view(t.size()[:-2] + (self.H * self.d,))
 
-    def forward(self, x):
+    def forward(self, x, attention_mask=None):
         q, k, v = self.c_attn(x).split(self.H * self.d, dim=2)
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
         w = torch.matmul(q, k.transpose(-1, -2))
@@ -865,6 +883,8 @@ class HFGPT2Attention(torch.nn.Module):
         causal_mask = self.bias[:, :, kl - ql:kl, :kl]
         mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
         w = torch.where(causal_mask, w.to(w.dtype), mask_value)
+        if attention_mask is not None:  # the padding's keys: GPT2Model made it additive
+            w = w + attention_mask
         w = torch.nn.functional.softmax(w, dim=-1).type(v.dtype)
         y = torch.matmul(self.attn_dropout(w), v)
         return self.resid_dropout(self.c_proj(self._merge_heads(y)))
@@ -881,8 +901,8 @@ class HFGPT2Block(torch.nn.Module):
         self.mlp = nn.ModuleDict({"c_fc": Conv1D(4 * C, C), "c_proj": Conv1D(C, 4 * C)})
         self.act, self.drop = NewGELU(), nn.Dropout(p)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, attention_mask=None):
+        x = x + self.attn(self.ln_1(x), attention_mask)
         return x + self.drop(self.mlp["c_proj"](self.act(self.mlp["c_fc"](self.ln_2(x)))))
 
 
@@ -903,16 +923,108 @@ class HFGPT2(torch.nn.Module):
         self.lm_head = nn.Linear(C, V, bias=False)
         self.lm_head.weight = tr.wte.weight
 
-    def forward(self, input_ids):
+    def forward(self, input_ids, attention_mask=None):
         tr = self.transformer
         shape = input_ids.size()
         input_ids = input_ids.view(-1, shape[-1])
+        batch_size = input_ids.shape[0]
         position_ids = torch.arange(0, shape[-1], dtype=torch.long, device=input_ids.device).unsqueeze(0)
+        if attention_mask is not None:  # GPT2Model's: 1 a token, 0 padding, made additive for every block
+            attention_mask = attention_mask.view(batch_size, -1)
+            attention_mask = attention_mask[:, None, None, :]
+            attention_mask = attention_mask.to(dtype=tr.wte.weight.dtype)
+            attention_mask = (1.0 - attention_mask) * torch.finfo(tr.wte.weight.dtype).min
         h = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))
         for blk in tr.h:
-            h = blk(h)
+            h = blk(h, attention_mask)
         h = tr.ln_f(h).view((-1,) + shape[1:] + (h.size(-1),))
         return self.lm_head(h)
+
+
+class DistilBertAttention(torch.nn.Module):
+    """transformers' DistilBERT MultiHeadSelfAttention: q_lin, k_lin, v_lin, each viewed (bs, -1, H, d) and
+    transposed, q divided by sqrt(d), the padding's keys filled with float32's lowest number by
+    (mask == 0).view(bs, 1, 1, k_length).expand_as(scores) and masked_fill, softmax, dropout, out_lin."""
+
+    def __init__(self, C, H, p=0.0):
+        super().__init__()
+        nn = torch.nn
+        self.H, self.C = H, C
+        self.q_lin, self.k_lin, self.v_lin, self.out_lin = (nn.Linear(C, C) for _ in range(4))
+        self.dropout = nn.Dropout(p)
+
+    def forward(self, x, mask):
+        bs, q_length, dim = x.size()
+        k_length = x.size(1)
+        dph = self.C // self.H
+        mask_reshp = (bs, 1, 1, k_length)
+
+        def shape(t):
+            return t.view(bs, -1, self.H, dph).transpose(1, 2)
+
+        def unshape(t):
+            return t.transpose(1, 2).contiguous().view(bs, -1, self.H * dph)
+
+        q, k, v = shape(self.q_lin(x)), shape(self.k_lin(x)), shape(self.v_lin(x))
+        q = q / math.sqrt(dph)
+        scores = torch.matmul(q, k.transpose(2, 3))
+        mask = (mask == 0).view(mask_reshp).expand_as(scores)
+        scores = scores.masked_fill(mask, torch.tensor(torch.finfo(scores.dtype).min))
+        weights = self.dropout(torch.nn.functional.softmax(scores, dim=-1))
+        return self.out_lin(unshape(torch.matmul(weights, v)))
+
+
+class DistilBertBlock(torch.nn.Module):
+    """transformers' DistilBERT TransformerBlock (post-norm): sa_layer_norm(attention(x) + x), then
+    output_layer_norm(ffn(h) + h), the FFN lin1, exact GELU, lin2, dropout."""
+
+    def __init__(self, C, H, hidden, p=0.0):
+        super().__init__()
+        nn = torch.nn
+        self.attention, self.sa_layer_norm = DistilBertAttention(C, H, p), nn.LayerNorm(C, eps=1e-12)
+        self.ffn = nn.ModuleDict({"lin1": nn.Linear(C, hidden), "lin2": nn.Linear(hidden, C)})
+        self.drop, self.output_layer_norm = nn.Dropout(p), nn.LayerNorm(C, eps=1e-12)
+
+    def forward(self, x, mask):
+        h = self.sa_layer_norm(self.attention(x, mask) + x)
+        f = self.drop(self.ffn["lin2"](torch.nn.functional.gelu(self.ffn["lin1"](h))))
+        return self.output_layer_norm(f + h)
+
+
+class DistilBert(torch.nn.Module):
+    """transformers' DistilBertForMaskedLM in small, written after its code (not installed on Debian): word and
+    position embeddings (position_ids a buffer cut to the sequence), LayerNorm, dropout, bidirectional blocks
+    that mask the padding's keys by the attention_mask input (1 a token, 0 padding), vocab_transform, GELU,
+    vocab_layer_norm, vocab_projector tied to the word embeddings; state_dict names as the module's
+    (distilbert.transformer.layer.0.attention.q_lin.weight, ...)."""
+
+    mask_input = True
+
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.0):
+        super().__init__()
+        nn = torch.nn
+        self.distilbert = nn.Module()
+        db = self.distilbert
+        db.embeddings = nn.Module()
+        emb = db.embeddings
+        emb.word_embeddings, emb.position_embeddings = nn.Embedding(V, C), nn.Embedding(T, C)
+        emb.LayerNorm, emb.dropout = nn.LayerNorm(C, eps=1e-12), nn.Dropout(p)
+        emb.register_buffer("position_ids", torch.arange(T).expand((1, -1)), persistent=False)
+        db.transformer = nn.Module()
+        db.transformer.layer = nn.ModuleList(DistilBertBlock(C, H, hidden, p) for _ in range(L))
+        self.vocab_transform, self.vocab_layer_norm = nn.Linear(C, C), nn.LayerNorm(C, eps=1e-12)
+        self.vocab_projector = nn.Linear(C, V)
+        self.vocab_projector.weight = emb.word_embeddings.weight
+
+    def forward(self, input_ids, attention_mask):
+        emb = self.distilbert.embeddings
+        x = emb.word_embeddings(input_ids)
+        position_ids = emb.position_ids[:, :x.size(1)]
+        h = emb.dropout(emb.LayerNorm(x + emb.position_embeddings(position_ids)))
+        for blk in self.distilbert.transformer.layer:
+            h = blk(h, attention_mask)
+        h = self.vocab_layer_norm(torch.nn.functional.gelu(self.vocab_transform(h)))
+        return self.vocab_projector(h)
 
 
 def build(name):
@@ -947,6 +1059,12 @@ def build(name):
         for i in range(0, 4, 2):  # every block LLaMA's attention: wq, wk, wv, rotary embeddings
             model.attn[i] = LlamaAttention(128, 4, 128, True)
         return model, 128
+    if name == "hfgpt2_mask":  # the same with GPT2Model's attention_mask input, (1 - mask) * lowest, added
+        model = HFGPT2(V=64, T=16, C=32, H=4, L=2, p=0.2)
+        model.mask_input = True
+        return model, 16
+    if name == "distilbert_mini":  # transformers' DistilBERT: bidirectional, the padding's keys masked_fill'ed
+        return DistilBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16  # (its default dropout is 0.1)
     if name == "hfgpt2_mini":  # transformers' GPT-2 as its code writes it: Conv1D, torch.where, dropout 0.2 (GPT-2's 0.1)
         return HFGPT2(V=64, T=16, C=32, H=4, L=2, p=0.2), 16
     if name in ("tut_bench", "tut_bench0"):  # bench/ only: the tutorial's model at gpt_bench's size, dropout 0.1 or 0
@@ -1020,6 +1138,8 @@ def oracle(name):
         x = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y.view(-1)[6::7] = -1
+        if getattr(model, "mask_input", False):  # padded sequences: their keys masked by attention_mask
+            y[1, 11:], y[3, 5:] = -1, -1
         export(model, os.path.join(OUT, name + ".onnx"), x[:2].long(), True, OPSET.get(name, 17),
                getattr(model, "seq_first", False))
     else:

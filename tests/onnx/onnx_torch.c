@@ -509,19 +509,22 @@ static void test_state_dict(void **st)
     assert_non_null(probs);
     assert_int_equal(bfit_model_read_probs(r.M, probs), BFIT_OK);
     {
-        const bfit_st_tensor *tx = need("x");
-        bfit_st_tensor t[2] = {
+        const bfit_st_tensor *tx = need("x"), *ty = need("y");
+        bfit_st_tensor t[3] = {
             {"x", is_token(r.M) ? "I32" : "F32", tx->ndim, {0}, tx->data, tx->nbytes},
             {"probs", "F32", 2, {M_ORACLE, r.M->nclasses}, probs, sizeof *probs * np},
+            {"y", "I32", ty->ndim, {0}, ty->data, ty->nbytes}, /* a padded sequence's attention_mask */
         };
         assert_string_equal(tx->dtype, is_token(r.M) ? "I32" : "F32");
         memcpy(t[0].shape, tx->shape, sizeof t[0].shape);
+        memcpy(t[2].shape, ty->shape, sizeof t[2].shape);
+        assert_string_equal(ty->dtype, "I32");
         if (is_token(r.M)) { /* [M_ORACLE, T, V] */
             t[1].ndim = 3;
             t[1].shape[1] = r.M->labels_per_sample;
             t[1].shape[2] = r.M->nclasses;
         }
-        assert_int_equal(bfit_st_write(io, t, 2, NULL, NULL, 0), BFIT_OK);
+        assert_int_equal(bfit_st_write(io, t, 3, NULL, NULL, 0), BFIT_OK);
     }
     snprintf(cmd, sizeof cmd, "%s %s/tests/onnx/state_dict_check.py %s %s %s", py, src, name, wpath, io);
     assert_int_equal(system(cmd), 0);

@@ -1,0 +1,294 @@
+/* onnx_keymask.c - a language model's attention_mask, the second graph input
+ * transformers' exports have (1 for a token, 0 for padding, [batch, T]),
+ * followed to the attention scores it masks.
+ *
+ * batchfit does not feed it: it knows each sequence's length from its
+ * labels (exec.c), and its attention layer masks the keys of padding where
+ * padding could reach a real token (bidirectional attention; causal
+ * attention needs no mask, padding coming after every real token). So the
+ * mask is read only to check that it is that: the padding's keys hidden from
+ * every query, by the forms transformers and hand-written models use:
+ *
+ * - GPT-2's and BERT's: mask[:, None, None, :].to(float), (1.0 - m) times
+ *   float32's lowest number (or -10000.0), added to the scores;
+ * - DistilBERT's: (mask == 0).view(bs, 1, 1, T).expand_as(scores), then
+ *   scores.masked_fill(that, lowest);
+ * - BART's and CLIP's _expand_mask: inverted.masked_fill(inverted.to(bool),
+ *   lowest), possibly plus an additive causal mask, added to the scores.
+ *
+ * Each value on the way is an OV_KEYMASK: its form (what it holds at a
+ * token and at padding) and its ONNX shape, the batch first and the keys
+ * last. Anything else reading it is refused, saying what batchfit reads. */
+#include "base/err.h"
+#include "nn/onnx_int.h"
+
+#include <math.h>
+
+enum { KM_KEEP = 1, KM_PAD, KM_BKEEP, KM_BPAD, KM_ADD }; /* numbers 1 at a token, 1 at padding, the booleans,
+                                                             0 at a token and -inf or at most -1e4 at padding */
+
+static const char *const WANT =
+    "batchfit reads a model's attention_mask (1 for a token, 0 for padding, [batch, T]) only as the mask of the "
+    "padding's keys on the attention scores, written as transformers writes it: mask[:, None, None, :], cast to "
+    "float, (1.0 - mask) * torch.finfo(float).min added to the scores (GPT-2, BERT), or scores.masked_fill((mask "
+    "== 0).view(B, 1, 1, T).expand_as(scores), min) (DistilBERT); batchfit masks those keys itself, from each "
+    "sequence's length";
+
+static int pad_value(int form) { return form == KM_PAD || form == KM_BPAD; } /* at padding; 1 - it at a token */
+static int is_bool(int form) { return form == KM_BKEEP || form == KM_BPAD; }
+
+/* Output 0 is mask x in form, its ONNX shape dims[0..rank) (BFIT_ONNX_BATCH: the batch). */
+static void km_out(onnx_lower *L, const oval *x, int form, int rank, const int64_t *dims)
+{
+    oval *o = bfit_onnx_out(L, 0);
+    bfit_onnx_str name = o->name;
+    int producer = o->producer;
+
+    *o = *x;
+    o->name = name, o->producer = producer;
+    o->km[0] = form;
+    bfit_onnx_set_dims(o, rank, dims);
+}
+
+/* x's dimensions, the batch BFIT_ONNX_BATCH. */
+static int dims_of(const oval *x, int64_t *d)
+{
+    for (int k = 0; k < x->rank; k++)
+        d[k] = x->ra[k] ? BFIT_ONNX_BATCH : x->rb[k];
+    return x->rank;
+}
+
+/* The mask's shape: the batch first, the keys (T) last, ones between or not. */
+static int well_formed(const oval *x, const int64_t *d, int rank)
+{
+    if (rank < 2 || rank > 4 || d[0] != BFIT_ONNX_BATCH || d[rank - 1] != x->km[1])
+        return 0;
+    for (int k = 1; k < rank - 1; k++)
+        if (d[k] < 1)
+            return 0;
+    return 1;
+}
+
+/* mask.view(B, -1), .view(B, 1, 1, T) */
+static int reshape(onnx_lower *L, const oval *x)
+{
+    int64_t d[BFIT_ONNX_MAXD], known = 1, T = x->km[1];
+    int n = bfit_onnx_reshape_target(L, x, d + 1, 3), at = -1;
+
+    for (int k = 1; k <= n; k++)
+        if (d[k] == -1 && at < 0)
+            at = k;
+        else if (d[k] < 1 || d[k] > T)
+            return bfit_onnx_refuse(L, "%s", WANT);
+        else
+            known *= d[k];
+    if (n < 1 || T % known)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    if (at > 0)
+        d[at] = T / known;
+    d[0] = BFIT_ONNX_BATCH;
+    if (!well_formed(x, d, n + 1))
+        return bfit_onnx_refuse(L, "%s", WANT);
+    km_out(L, x, x->km[0], n + 1, d);
+    return BFIT_OK;
+}
+
+/* mask[:, None, None, :], mask.unsqueeze(1) */
+static int unsqueeze(onnx_lower *L, const oval *x)
+{
+    int64_t axes[BFIT_ONNX_MAXD], d[BFIT_ONNX_MAXD];
+    int na = 0, rank, rc;
+    unsigned mark = 0;
+
+    rc = bfit_onnx_in(L, 1) ? bfit_onnx_host_i64(L, 1, axes, BFIT_ONNX_MAXD, &na)
+                            : bfit_onnx_attr_ints(L, "axes", axes, 0, &na);
+    if (rc != BFIT_OK)
+        return rc;
+    rank = x->rank + na;
+    for (int i = 0; i < na && rank <= 4; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+        if (a <= 0 || a >= rank - 1) /* neither the batch's place nor the keys' */
+            return bfit_onnx_refuse(L, "%s", WANT);
+        mark |= 1u << a;
+    }
+    if (rank > 4)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    for (int k = 0, j = 0; k < rank; k++) {
+        if (mark >> k & 1) {
+            d[k] = 1;
+            continue;
+        }
+        d[k] = x->ra[j] ? BFIT_ONNX_BATCH : x->rb[j];
+        j++;
+    }
+    km_out(L, x, x->km[0], rank, d);
+    return BFIT_OK;
+}
+
+/* .expand_as(scores), .expand(B, 1, T, T): ones grown, the batch and the keys kept */
+static int expand(onnx_lower *L, const oval *x)
+{
+    hval *s = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
+    int64_t d[BFIT_ONNX_MAXD];
+    int rank;
+
+    if (!s)
+        return BFIT_EINVAL;
+    if (s->isf || s->nd != 1 || s->n != x->rank)
+        return bfit_onnx_refuse(L, "%s (expanded to another rank)", WANT);
+    rank = dims_of(x, d);
+    for (int k = 0; k < rank; k++) {
+        int batch = bfit_onnx_affine_is(L, s->a[k], s->b[k], 1, 0);
+        if (k == 0 ? !batch && !(s->a[k] == 0 && s->b[k] == 1) : s->a[k] != 0)
+            return bfit_onnx_refuse(L, "%s", WANT);
+        if (k > 0 && d[k] == 1 && s->b[k] > 1)
+            d[k] = s->b[k];
+        else if (k > 0 && s->b[k] != 1 && s->b[k] != d[k])
+            return bfit_onnx_refuse(L, "%s", WANT);
+    }
+    if (!well_formed(x, d, rank))
+        return bfit_onnx_refuse(L, "%s", WANT);
+    km_out(L, x, x->km[0], rank, d);
+    return BFIT_OK;
+}
+
+/* .to(float), .to(bool), .long() */
+static int cast(onnx_lower *L, const oval *x)
+{
+    int64_t to = 0, d[BFIT_ONNX_MAXD];
+    int form = x->km[0], rc;
+
+    if ((rc = bfit_onnx_attr_int(L, "to", 0, &to)) != BFIT_OK)
+        return rc;
+    if (to == BFIT_ONNX_BOOL)
+        form = form == KM_KEEP ? KM_BKEEP : form == KM_PAD || form == KM_ADD ? KM_BPAD : form;
+    else if (to == BFIT_ONNX_FLOAT || to == BFIT_ONNX_DOUBLE || (form != KM_ADD && (to == BFIT_ONNX_INT64 ||
+                                                                                   to == BFIT_ONNX_INT32)))
+        form = form == KM_BKEEP ? KM_KEEP : form == KM_BPAD ? KM_PAD : form;
+    else
+        return bfit_onnx_refuse(L, "%s (cast to the ONNX type %lld)", WANT, (long long)to);
+    km_out(L, x, form, dims_of(x, d), d);
+    return BFIT_OK;
+}
+
+/* The other input of a two-input node, a host scalar: 1 and *c, else 0. */
+static int other_scalar(onnx_lower *L, const oval *x, double *c)
+{
+    oval *o = bfit_onnx_in(L, bfit_onnx_in(L, 0) == x ? 1 : 0);
+    return L->nd->nin == 2 && o && o->kind == OV_HOST && bfit_onnx_scalar(L, o->name, c);
+}
+
+/* mask == 0, ~mask, 1.0 - mask, (1.0 - mask) * min */
+static int arith(onnx_lower *L, const oval *x)
+{
+    int form = x->km[0], pv = pad_value(form);
+    int64_t d[BFIT_ONNX_MAXD];
+    double c = 0;
+
+    if (bfit_onnx_streq(L->nd->op, "Not") && is_bool(form))
+        form = form == KM_BKEEP ? KM_BPAD : KM_BKEEP;
+    else if (bfit_onnx_streq(L->nd->op, "Equal") && form != KM_ADD && other_scalar(L, x, &c) && (c == 0 || c == 1))
+        form = c == pv ? KM_BPAD : KM_BKEEP; /* true where the value is c */
+    else if (bfit_onnx_streq(L->nd->op, "Sub") && (form == KM_KEEP || form == KM_PAD) && bfit_onnx_in(L, 1) == x &&
+             other_scalar(L, x, &c) && c == 1)
+        form = form == KM_KEEP ? KM_PAD : KM_KEEP;
+    else if (bfit_onnx_streq(L->nd->op, "Mul") && form == KM_PAD && other_scalar(L, x, &c) && isfinite(c) && c <= -1e4)
+        form = KM_ADD;
+    else
+        return bfit_onnx_refuse(L, "%s", WANT);
+    km_out(L, x, form, dims_of(x, d), d);
+    return BFIT_OK;
+}
+
+/* Whether value v holds 0 wherever mask m is at a token: a scalar 0, or a mask 0 at its tokens. */
+static int zero_at_tokens(onnx_lower *L, oval *v)
+{
+    double c = 1;
+    if (v && v->kind == OV_KEYMASK)
+        return v->km[0] == KM_PAD || v->km[0] == KM_ADD;
+    return v && v->kind == OV_HOST && bfit_onnx_scalar(L, v->name, &c) && c == 0;
+}
+
+/* The fill at padding: -inf or a number at most -1e4 (its exponential 0). */
+static int hides(onnx_lower *L, oval *v)
+{
+    double c = 0;
+    return v && v->kind == OV_HOST && bfit_onnx_scalar(L, v->name, &c) && c <= -1e4;
+}
+
+/* A mask made additive by masked_fill (BART's _expand_mask), or a causal
+ * mask added to one: 1 (the output made), else 0. */
+static int combine(onnx_lower *L, oval *x)
+{
+    oval *a = bfit_onnx_in(L, 0), *b = bfit_onnx_in(L, 1), *c = bfit_onnx_in(L, 2);
+    int64_t d[BFIT_ONNX_MAXD];
+    hval *h;
+
+    if (bfit_onnx_streq(L->nd->op, "Where") && L->nd->nin == 3 && a && a->kind == OV_KEYMASK && is_bool(a->km[0])) {
+        int at_pad = a->km[0] == KM_BPAD; /* the condition true at padding: Where(cond, fill, rest) */
+        if (!hides(L, at_pad ? b : c) || !zero_at_tokens(L, at_pad ? c : b))
+            return 0;
+        km_out(L, a, KM_ADD, dims_of(a, d), d);
+        return 1;
+    }
+    if (bfit_onnx_streq(L->nd->op, "Add") && x->km[0] == KM_ADD && L->nd->nin == 2) {
+        oval *o = a == x ? b : a;
+        if (!o || o->kind != OV_HOST || !(h = bfit_onnx_host(L, o, a == x ? 1 : 0)) ||
+            !bfit_onnx_causal_mask(h, x->km[1], 1, 1))
+            return 0;
+        km_out(L, x, KM_ADD, dims_of(x, d), d);
+        bfit_onnx_out(L, 0)->km[2] = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* The scores [B, H, T, T] plus the additive mask, or filled where it is
+ * padding: the attention's scores as they were (batchfit masks the keys),
+ * causal if the mask brought a causal one. */
+static int on_scores(onnx_lower *L, oval *s, oval *m)
+{
+    int64_t d[BFIT_ONNX_MAXD], T = s->shape.d[0];
+    int add = bfit_onnx_streq(L->nd->op, "Add"), rank = dims_of(m, d), ok;
+
+    if (add)
+        ok = m->km[0] == KM_ADD;
+    else /* masked_fill(pad, fill): Where(pad, fill, scores); torch.where(keep, scores, fill) */
+        ok = bfit_onnx_in(L, 0) == m && ((m->km[0] == KM_BPAD && bfit_onnx_in(L, 2) == s && hides(L, bfit_onnx_in(L, 1))) ||
+                                          (m->km[0] == KM_BKEEP && bfit_onnx_in(L, 1) == s && hides(L, bfit_onnx_in(L, 2))));
+    if (!ok || rank != 4 || (d[1] != 1 && d[1] != s->att[1]) || (d[2] != 1 && d[2] != T) || d[3] != T)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    bfit_onnx_alias(L, s);
+    bfit_onnx_out(L, 0)->att_causal |= m->km[2];
+    return BFIT_OK;
+}
+
+int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
+{
+    oval *m = NULL, *s = NULL;
+
+    for (int k = 0; k < L->nd->nin; k++) {
+        oval *u = bfit_onnx_in(L, k);
+        if (u && u->kind == OV_KEYMASK && !m)
+            m = u;
+        if (u && u->kind == OV_VIEW && u->att[0] == BFIT_ATT_SCORES)
+            s = u;
+    }
+    if (!m || bfit_onnx_streq(L->nd->op, "Shape")) /* a mask's shape is the host's */
+        return 0;
+    if (s && (bfit_onnx_streq(L->nd->op, "Add") || bfit_onnx_streq(L->nd->op, "Where")))
+        *rc = on_scores(L, s, m);
+    else if (bfit_onnx_streq(L->nd->op, "Reshape"))
+        *rc = reshape(L, m);
+    else if (bfit_onnx_streq(L->nd->op, "Unsqueeze"))
+        *rc = unsqueeze(L, m);
+    else if (bfit_onnx_streq(L->nd->op, "Expand"))
+        *rc = expand(L, m);
+    else if (bfit_onnx_streq(L->nd->op, "Cast"))
+        *rc = cast(L, m);
+    else if (bfit_onnx_streq(L->nd->op, "Where") || bfit_onnx_streq(L->nd->op, "Add"))
+        *rc = combine(L, m) ? BFIT_OK : bfit_onnx_refuse(L, "%s", WANT);
+    else
+        *rc = arith(L, m);
+    return 1;
+}
