@@ -293,18 +293,20 @@ static void describe(const oval *v, char *buf, size_t len)
                                            : v->kind == OV_WT    ? "a transposed initializer"
                                            : v->kind == OV_BCAST ? "an initializer broadcast over the batch"
                                            : v->kind == OV_ROWS  ? "rows of a position table"
+                                           : v->kind == OV_KEYMASK ? "the attention mask, or made from it"
                                                                  : "not computed");
     }
 }
 
-/* The node reads a hand-written attention's view (onnx_mhsa.c) or a
- * position table's rows (onnx_tokens.c): its refusal says what is wrong
- * there, the note about unmatched Softmaxes would not. */
+/* The node reads a hand-written attention's view (onnx_mhsa.c), a
+ * position table's rows (onnx_tokens.c) or the attention mask
+ * (onnx_keymask.c): its refusal says what is wrong there, the note about
+ * unmatched Softmaxes would not. */
 static int in_mhsa(onnx_lower *L)
 {
     for (int k = 0; k < L->nd->nin; k++) {
         const oval *v = bfit_onnx_in(L, k);
-        if (v && ((v->kind == OV_VIEW && v->att[0]) || v->kind == OV_ROWS)) /* or an embedding's (tokens) */
+        if (v && ((v->kind == OV_VIEW && v->att[0]) || v->kind == OV_ROWS || v->kind == OV_KEYMASK))
             return 1;
     }
     return 0;
@@ -585,7 +587,7 @@ static int take_keymask(onnx_lower *L, const bfit_onnx_vi *in, const bfit_onnx_v
                          L->om->source, nm, bfit_onnx_dtype_name(in->elem), in->ndim, idn, (long long)T,
                          (long long)T);
     v->kind = OV_KEYMASK;
-    v->km[0] = 1, v->km[1] = (int)T, v->km[2] = 0; /* KM_KEEP */
+    v->km[0] = 1, v->km[1] = (int)T; /* KM_KEEP */
     v->rank = 2;
     v->ra[0] = 1, v->rb[0] = 0, v->ra[1] = 0, v->rb[1] = T;
     return BFIT_OK;

@@ -67,8 +67,7 @@ typedef struct oval {
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
                                      and groups; the image's id and shape are the value's */
     float gn_eps;                 /* there: InstanceNormalization's epsilon */
-    int km[3];                    /* OV_KEYMASK: its form (onnx_keymask.c), the keys' T, 1 once a causal mask
-                                     is added to it */
+    int km[2];                    /* OV_KEYMASK: its form (onnx_keymask.c) and the keys' T */
     bfit_onnx_str gn_w;           /* there, after the Mul: the scale's initializer */
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */

@@ -13,8 +13,9 @@
  *   float32's lowest number (or -10000.0), added to the scores;
  * - DistilBERT's: (mask == 0).view(bs, 1, 1, T).expand_as(scores), then
  *   scores.masked_fill(that, lowest);
- * - BART's and CLIP's _expand_mask: inverted.masked_fill(inverted.to(bool),
- *   lowest), possibly plus an additive causal mask, added to the scores.
+ * - BART's _expand_mask: mask[:, None, None, :].expand(B, 1, T, T), cast
+ *   to float, inverted = 1.0 - it, inverted.masked_fill(inverted.to(bool),
+ *   lowest) added to the scores.
  *
  * Each value on the way is an OV_KEYMASK: its form (what it holds at a
  * token and at padding) and its ONNX shape, the batch first and the keys
@@ -108,7 +109,8 @@ static int unsqueeze(onnx_lower *L, const oval *x)
     for (int i = 0; i < na && rank <= 4; i++) {
         int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
         if (a <= 0 || a >= rank - 1) /* neither the batch's place nor the keys' */
-            return bfit_onnx_refuse(L, "%s", WANT);
+            return bfit_onnx_refuse(L, "%s (here a dimension inserted %s: the mask would not be along the keys)",
+                                    WANT, a <= 0 ? "before the batch" : "after the tokens");
         mark |= 1u << a;
     }
     if (rank > 4)
@@ -216,31 +218,21 @@ static int hides(onnx_lower *L, oval *v)
     return v && v->kind == OV_HOST && bfit_onnx_scalar(L, v->name, &c) && c <= -1e4;
 }
 
-/* A mask made additive by masked_fill (BART's _expand_mask), or a causal
- * mask added to one: 1 (the output made), else 0. */
-static int combine(onnx_lower *L, oval *x)
+/* A mask made additive by masked_fill (BART's _expand_mask):
+ * Where(padding, fill, 0 at the tokens): 1 (the output made), else 0. */
+static int fill_at_pad(onnx_lower *L)
 {
     oval *a = bfit_onnx_in(L, 0), *b = bfit_onnx_in(L, 1), *c = bfit_onnx_in(L, 2);
     int64_t d[BFIT_ONNX_MAXD];
-    hval *h;
+    int at_pad;
 
-    if (bfit_onnx_streq(L->nd->op, "Where") && L->nd->nin == 3 && a && a->kind == OV_KEYMASK && is_bool(a->km[0])) {
-        int at_pad = a->km[0] == KM_BPAD; /* the condition true at padding: Where(cond, fill, rest) */
-        if (!hides(L, at_pad ? b : c) || !zero_at_tokens(L, at_pad ? c : b))
-            return 0;
-        km_out(L, a, KM_ADD, dims_of(a, d), d);
-        return 1;
-    }
-    if (bfit_onnx_streq(L->nd->op, "Add") && x->km[0] == KM_ADD && L->nd->nin == 2) {
-        oval *o = a == x ? b : a;
-        if (!o || o->kind != OV_HOST || !(h = bfit_onnx_host(L, o, a == x ? 1 : 0)) ||
-            !bfit_onnx_causal_mask(h, x->km[1], 1, 1))
-            return 0;
-        km_out(L, x, KM_ADD, dims_of(x, d), d);
-        bfit_onnx_out(L, 0)->km[2] = 1;
-        return 1;
-    }
-    return 0;
+    if (L->nd->nin != 3 || !a || a->kind != OV_KEYMASK || !is_bool(a->km[0]))
+        return 0;
+    at_pad = a->km[0] == KM_BPAD; /* the condition true at padding: Where(cond, fill, rest) */
+    if (!hides(L, at_pad ? b : c) || !zero_at_tokens(L, at_pad ? c : b))
+        return 0;
+    km_out(L, a, KM_ADD, dims_of(a, d), d);
+    return 1;
 }
 
 /* The scores [B, H, T, T] plus the additive mask, or filled where it is
@@ -256,10 +248,12 @@ static int on_scores(onnx_lower *L, oval *s, oval *m)
     else /* masked_fill(pad, fill): Where(pad, fill, scores); torch.where(keep, scores, fill) */
         ok = bfit_onnx_in(L, 0) == m && ((m->km[0] == KM_BPAD && bfit_onnx_in(L, 2) == s && hides(L, bfit_onnx_in(L, 1))) ||
                                           (m->km[0] == KM_BKEEP && bfit_onnx_in(L, 1) == s && hides(L, bfit_onnx_in(L, 2))));
+    if (!ok && !add && !hides(L, bfit_onnx_in(L, 1)) && !hides(L, bfit_onnx_in(L, 2)))
+        return bfit_onnx_refuse(L, "%s (here the fill leaves the padding's weights above 0: fill with -inf or a "
+                                   "number at most -1e4)", WANT);
     if (!ok || rank != 4 || (d[1] != 1 && d[1] != s->att[1]) || (d[2] != 1 && d[2] != T) || d[3] != T)
         return bfit_onnx_refuse(L, "%s", WANT);
     bfit_onnx_alias(L, s);
-    bfit_onnx_out(L, 0)->att_causal |= m->km[2];
     return BFIT_OK;
 }
 
@@ -286,8 +280,8 @@ int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
         *rc = expand(L, m);
     else if (bfit_onnx_streq(L->nd->op, "Cast"))
         *rc = cast(L, m);
-    else if (bfit_onnx_streq(L->nd->op, "Where") || bfit_onnx_streq(L->nd->op, "Add"))
-        *rc = combine(L, m) ? BFIT_OK : bfit_onnx_refuse(L, "%s", WANT);
+    else if (bfit_onnx_streq(L->nd->op, "Where"))
+        *rc = fill_at_pad(L) ? BFIT_OK : bfit_onnx_refuse(L, "%s", WANT);
     else
         *rc = arith(L, m);
     return 1;

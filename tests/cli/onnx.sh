@@ -249,6 +249,28 @@ done
   { echo "FAIL: hfgpt2.safetensors holds lm_head.weight (tied to transformer.wte.weight)"; fails=$((fails + 1)); }
 run 1 plan --model "$src/tests/onnx/rows_relu.onnx" --memory 1GiB &&
   has "$err" "rows_relu.onnx: node '/Relu' \(Relu, opset 17\) with inputs '/Reshape_output_0' \[N\*32,16\]: input 1 is tokens flattened into rows \[N\*T, C\] \(x.view\(-1, C\)\): batchfit reads them only as transformers' Conv1D does"
+# an attention_mask input, transformers' exports' second (tests/onnx/mask_models.py; before 2026-12-05 refused
+# as a second input): read to the scores and checked to mask the padding's keys, which batchfit does itself
+# from each sequence's length, so on lines padded to --seq-max GPT-2 with it trains to GPT-2's weights without
+# it, and DistilBERT's masked_fill, BART's _expand_mask and no mask to one another's, bit for bit
+for v in hfgpt2_text hfgpt2_mask distilbert_text distilbert_expand distilbert_nomask; do
+  run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 16 \
+    --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-pad.safetensors" &&
+    has "$out" "per token .*padding [0-9.]+% of the positions computed"
+done
+for v in hfgpt2_mask:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text; do
+  cmp -s <(tensors "$dir/${v%%:*}-pad.safetensors") <(tensors "$dir/${v##*:}-pad.safetensors") ||
+    { echo "FAIL: ${v%%:*}.onnx trained to other weights than ${v##*:}.onnx on padded lines"; fails=$((fails + 1)); }
+done
+km="batchfit reads a model's attention_mask \(1 for a token, 0 for padding, \[batch, T\]\) only as the mask of the padding's keys"
+run 1 plan --model "$src/tests/onnx/mask_pool.onnx" --memory 1GiB &&
+  has "$err" "mask_pool.onnx: node '/Unsqueeze_1' \(Unsqueeze, opset 17\) with inputs 'attention_mask' \(the attention mask, or made from it\), '/Constant_4_output_0' \[1\] int64: $km.* \(here a dimension inserted after the tokens: the mask would not be along the keys\)$"
+run 1 plan --model "$src/tests/onnx/mask_query.onnx" --memory 1GiB &&
+  has "$err" "mask_query.onnx: node '/Unsqueeze_2' \(Unsqueeze, opset 17\).*: $km.* \(here a dimension inserted after the tokens"
+run 1 plan --model "$src/tests/onnx/mask_fill0.onnx" --memory 1GiB &&
+  has "$err" "mask_fill0.onnx: node '/layer.0/attention/Where' \(Where, opset 17\).*: $km.* \(here the fill leaves the padding's weights above 0: fill with -inf or a number at most -1e4\)$"
+run 1 plan --model "$src/tests/onnx/mask_3d.onnx" --memory 1GiB &&
+  has "$err" "mask_3d.onnx: the second input 'attention_mask' is int64 of 3 dimensions: besides the token ids \('input' \[batch, 32\]\) batchfit reads one input, the attention mask \(attention_mask: int64, int32, bool or float \[batch, 32\], 1 for a token and 0 for padding\) of a batch-first model$"
 for v in rms_recip rms_div rms_op23; do
   cmp -s <(tensors "$dir/rms_torch.safetensors") <(tensors "$dir/$v.safetensors") ||
     { echo "FAIL: $v.onnx trained to other weights than rms_torch.onnx"; fails=$((fails + 1)); }

@@ -941,6 +941,15 @@ class HFGPT2(torch.nn.Module):
         return self.lm_head(h)
 
 
+def expand_mask(mask, dtype):
+    """transformers' _expand_mask (BART's encoder, CLIP's; LLaMA's before 4.35): [B, T] to an additive
+    [B, 1, T, T], 0 at a token and float32's lowest number at padding."""
+    bsz, src_len = mask.size()
+    expanded = mask[:, None, None, :].expand(bsz, 1, src_len, src_len).to(dtype)
+    inverted = 1.0 - expanded
+    return inverted.masked_fill(inverted.to(torch.bool), torch.finfo(dtype).min)
+
+
 class DistilBertAttention(torch.nn.Module):
     """transformers' DistilBERT MultiHeadSelfAttention: q_lin, k_lin, v_lin, each viewed (bs, -1, H, d) and
     transposed, q divided by sqrt(d), the padding's keys filled with float32's lowest number by
@@ -952,6 +961,7 @@ class DistilBertAttention(torch.nn.Module):
         self.H, self.C = H, C
         self.q_lin, self.k_lin, self.v_lin, self.out_lin = (nn.Linear(C, C) for _ in range(4))
         self.dropout = nn.Dropout(p)
+        self.fill = None  # masked_fill's value: float32's lowest number (DistilBERT's), or another (a refusal)
 
     def forward(self, x, mask):
         bs, q_length, dim = x.size()
@@ -968,8 +978,12 @@ class DistilBertAttention(torch.nn.Module):
         q, k, v = shape(self.q_lin(x)), shape(self.k_lin(x)), shape(self.v_lin(x))
         q = q / math.sqrt(dph)
         scores = torch.matmul(q, k.transpose(2, 3))
-        mask = (mask == 0).view(mask_reshp).expand_as(scores)
-        scores = scores.masked_fill(mask, torch.tensor(torch.finfo(scores.dtype).min))
+        if mask is not None and mask.dtype.is_floating_point:  # already additive (expand_mask's)
+            scores = scores + mask
+        elif mask is not None:
+            mask = (mask == 0).view(mask_reshp).expand_as(scores)
+            fill = torch.finfo(scores.dtype).min if self.fill is None else self.fill
+            scores = scores.masked_fill(mask, torch.tensor(fill))
         weights = self.dropout(torch.nn.functional.softmax(scores, dim=-1))
         return self.out_lin(unshape(torch.matmul(weights, v)))
 
@@ -1000,8 +1014,9 @@ class DistilBert(torch.nn.Module):
 
     mask_input = True
 
-    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.0):
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.0, expand_mask=False):
         super().__init__()
+        self.expand_mask = expand_mask  # the mask made additive first, as BART's _expand_mask makes it
         nn = torch.nn
         self.distilbert = nn.Module()
         db = self.distilbert
@@ -1016,9 +1031,11 @@ class DistilBert(torch.nn.Module):
         self.vocab_projector = nn.Linear(C, V)
         self.vocab_projector.weight = emb.word_embeddings.weight
 
-    def forward(self, input_ids, attention_mask):
+    def forward(self, input_ids, attention_mask=None):
         emb = self.distilbert.embeddings
         x = emb.word_embeddings(input_ids)
+        if attention_mask is not None and self.expand_mask:
+            attention_mask = expand_mask(attention_mask, x.dtype)
         position_ids = emb.position_ids[:, :x.size(1)]
         h = emb.dropout(emb.LayerNorm(x + emb.position_embeddings(position_ids)))
         for blk in self.distilbert.transformer.layer:

@@ -1,0 +1,87 @@
+"""Writes the models with an attention_mask input (a second graph input, [batch, T]: 1 for a token, 0 for
+padding, as transformers' exports have it) that tests/cli/onnx.sh reads (run from tests/onnx), exported by
+Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
+
+- hfgpt2_mask.onnx: token_models.py's hfgpt2_text.onnx (transformers' GPT-2 as export.py's HFGPT2 writes it,
+  the same weights) with GPT2Model's attention_mask, (1 - mask) * lowest added to the scores of every block:
+  cli_onnx trains it on lines padded to --seq-max to hfgpt2_text.onnx's weights, bit for bit;
+- distilbert_text.onnx: transformers' DistilBERT (export.py's DistilBert: bidirectional, the padding's keys
+  masked_fill'ed with (mask == 0).view(B, 1, 1, T).expand_as(scores)), a byte vocabulary, 32 tokens, width
+  16, 2 heads, 1 block; distilbert_expand.onnx the same weights with the mask made additive first by
+  BART's _expand_mask; distilbert_nomask.onnx the same weights without the input: the three train to the
+  same weights, bit for bit (batchfit masks the padding's keys of a bidirectional attention itself);
+- mask_pool.onnx: hfgpt2_text's model that also multiplies its embeddings by mask.unsqueeze(-1) (refused:
+  the mask is read only on the attention's scores);
+- mask_query.onnx: the mask on the queries, mask[:, None, :, None] (refused);
+- mask_fill0.onnx: DistilBERT's masked_fill with 0.0 (refused: the masked weights would not be 0);
+- mask_3d.onnx: a second input [batch, T, 1] (refused at the input)."""
+import os
+import sys
+
+import torch
+from torch.onnx import TrainingMode
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export import HFGPT2, DistilBert  # noqa: E402
+
+
+class MaskPool(HFGPT2):
+    def forward(self, input_ids, attention_mask):
+        tr = self.transformer
+        pos = torch.arange(0, input_ids.size(1), dtype=torch.long).unsqueeze(0)
+        h = (tr.wte(input_ids) + tr.wpe(pos)) * attention_mask.unsqueeze(-1).to(torch.float32)
+        for blk in tr.h:
+            h = blk(h)
+        return self.lm_head(tr.ln_f(h))
+
+
+class MaskQuery(HFGPT2):
+    def forward(self, input_ids, attention_mask):
+        tr = self.transformer
+        pos = torch.arange(0, input_ids.size(1), dtype=torch.long).unsqueeze(0)
+        m = (1.0 - attention_mask[:, None, :, None].to(torch.float32)) * torch.finfo(torch.float32).min
+        h = tr.wte(input_ids) + tr.wpe(pos)
+        for blk in tr.h:
+            h = blk(h, m)
+        return self.lm_head(tr.ln_f(h))
+
+
+class Mask3d(HFGPT2):
+    def forward(self, input_ids, attention_mask):
+        return super().forward(input_ids, attention_mask[:, :, 0])
+
+
+def export(model, path, mask=True, mask_shape=None):
+    x = torch.zeros(2, 32, dtype=torch.long)
+    names, args, axes = ["input"], x, {"input": {0: "batch"}, "logits": {0: "batch"}}
+    if mask:
+        m = torch.ones(mask_shape or (2, 32), dtype=torch.long)
+        names, args, axes["attention_mask"] = names + ["attention_mask"], (x, m), {0: "batch"}
+    torch.onnx.export(model.train(), args, path, opset_version=17, training=TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=names, output_names=["logits"], dynamic_axes=axes)
+
+
+def main():
+    torch.manual_seed(0)  # token_models.py's hfgpt2_text.onnx
+    export(HFGPT2(V=256, T=32, C=16, H=2, L=1, p=0.1), "hfgpt2_mask.onnx")
+    for path, form in (("distilbert_text.onnx", {}), ("distilbert_expand.onnx", {"expand_mask": True}),
+                       ("distilbert_nomask.onnx", None)):
+        torch.manual_seed(1)
+        export(DistilBert(V=256, T=32, C=16, H=2, L=1, hidden=32, p=0.1, **(form or {})), path, form is not None)
+    torch.manual_seed(0)
+    export(MaskPool(V=256, T=32, C=16, H=2, L=1), "mask_pool.onnx")
+    torch.manual_seed(0)
+    export(MaskQuery(V=256, T=32, C=16, H=2, L=1), "mask_query.onnx")
+    torch.manual_seed(1)
+    model = DistilBert(V=256, T=32, C=16, H=2, L=1, hidden=32)
+    model.distilbert.transformer.layer[0].attention.fill = 0.0
+    export(model, "mask_fill0.onnx")
+    torch.manual_seed(0)
+    export(Mask3d(V=256, T=32, C=16, H=2, L=1), "mask_3d.onnx", mask_shape=(2, 32, 1))
+    return 0
+
+
+if __name__ == "__main__":
+    import warnings
+    warnings.filterwarnings("ignore")
+    sys.exit(main())
