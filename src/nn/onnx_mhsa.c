@@ -9,14 +9,16 @@
  *   .transpose(1, 2);
  *
  * - LLaMA's and Hugging Face's: q, k, v each a projection of its own
- *   (wq(x), wk(x), wv(x)), each .view(B, T, H, d).transpose(1, 2);
+ *   (wq(x), wk(x), wv(x)), each .view(B, T, H, d).transpose(1, 2), or
+ *   .view(bs, -1, H, d) as DistilBERT's (the -1 is T);
  *
  * then (q @ k.transpose(-2, -1)) scaled by 1/sqrt(d) (a Mul or Div of the
  * scores, or of q before, or of q and k^T by its square root as PyTorch 2
  * exports F.scaled_dot_product_attention), softmax over the keys, @ v,
  * .transpose(1, 2).reshape(B, T, C). A mask on the scores is read if it is
  * the causal one (a GPT's: masked_fill of a tril buffer, or an additive
- * -inf mask); any other is refused where it meets them.
+ * -inf mask) or the padding's keys from an attention_mask input
+ * (onnx_keymask.c); any other is refused where it meets them.
  *
  * The tensors between the projection and the final Reshape have the heads
  * or the batch where batchfit keeps neither, so each becomes a view

@@ -452,6 +452,17 @@ def test_transformers_gpt2_trains_and_comes_back(onnx_import, tmp_path):
     assert m.batchfit_result.weights["transformer.h.0.attn.c_attn.weight"].shape == (32, 96)
 
 
+def test_distilbert_trains_and_comes_back(onnx_import, tmp_path):
+    """DistilBERT as transformers writes it (tests/onnx/export.py's DistilBert: q_lin, k_lin, v_lin with biases
+    viewed (bs, -1, H, d), q divided by sqrt(d), bidirectional post-norm blocks, vocab_projector tied to the word
+    embeddings; exported without its attention_mask, which batchfit.torch does not pass) trains on a text
+    (trains_on_text) and the tie holds. Before 2026-12-05 it was refused at the views' -1."""
+    m = language_model("DistilBert", V=256, T=16, C=32, H=4, L=2, hidden=64, p=0.1)
+    trains_on_text(m, tmp_path, 16)
+    assert m.vocab_projector.weight is m.distilbert.embeddings.word_embeddings.weight
+    assert m.batchfit_result.weights["distilbert.transformer.layer.0.attention.q_lin.weight"].shape == (32, 32)
+
+
 def test_the_transformer_tutorials_model_trains_and_comes_back(onnx_import, tmp_path):
     """The PyTorch Transformer tutorial's language model (tests/onnx/export.py's TutorialLM: embeddings times
     sqrt(C), the sinusoidal PositionalEncoding buffer with its dropout, nn.TransformerEncoder under a causal
