@@ -34,7 +34,10 @@
  * [4, 16] and labels one per token (-1: padding, no loss): its loss is the
  * mean over the real labels, as PyTorch's cross_entropy(ignore_index=-1),
  * and its saved weights load back with the tied lm_head.weight as the
- * token table's alias.
+ * token table's alias; hfgpt2_mask and distilbert_mini (transformers'
+ * GPT-2 and DistilBERT with a second input, attention_mask) on sequences
+ * two of which are padded (their last labels -1), PyTorch given the mask
+ * those lengths make, the probabilities compared at the tokens.
  * NAME
  * resnet50_224: the import plans as the resnet50 preset does; gpt_bench (nanoGPT at
  * gpt-nano's size) as the gpt-nano preset does, and its plan is the measured peak; gpt_long (GPT-2's 1024
