@@ -251,14 +251,14 @@ run 1 plan --model "$src/tests/onnx/rows_relu.onnx" --memory 1GiB &&
   has "$err" "rows_relu.onnx: node '/Relu' \(Relu, opset 17\) with inputs '/Reshape_output_0' \[N\*32,16\]: input 1 is tokens flattened into rows \[N\*T, C\] \(x.view\(-1, C\)\): batchfit reads them only as transformers' Conv1D does"
 # an attention_mask input, transformers' exports' second (tests/onnx/mask_models.py; before 2026-12-05 refused
 # as a second input): read to the scores and checked to mask the padding's keys, which batchfit does itself
-# from each sequence's length, so on lines padded to --seq-max GPT-2 with it trains to GPT-2's weights without
-# it, and DistilBERT's masked_fill, BART's _expand_mask and no mask to one another's, bit for bit
-for v in hfgpt2_text hfgpt2_mask distilbert_text distilbert_expand distilbert_nomask; do
+# from each sequence's length, so on lines padded to --seq-max GPT-2 with it (also with the sequence a dynamic
+# axis, as transformers.onnx exports it) trains to GPT-2's weights without it, and DistilBERT's masked_fill, BART's _expand_mask and no mask to one another's, bit for bit
+for v in hfgpt2_text hfgpt2_mask hfgpt2_mask_dyn distilbert_text distilbert_expand distilbert_nomask; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 16 \
     --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-pad.safetensors" &&
     has "$out" "per token .*padding [0-9.]+% of the positions computed"
 done
-for v in hfgpt2_mask:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text; do
+for v in hfgpt2_mask:hfgpt2_text hfgpt2_mask_dyn:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text; do
   cmp -s <(tensors "$dir/${v%%:*}-pad.safetensors") <(tensors "$dir/${v##*:}-pad.safetensors") ||
     { echo "FAIL: ${v%%:*}.onnx trained to other weights than ${v##*:}.onnx on padded lines"; fails=$((fails + 1)); }
 done

@@ -5,6 +5,8 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
 - hfgpt2_mask.onnx: token_models.py's hfgpt2_text.onnx (transformers' GPT-2 as export.py's HFGPT2 writes it,
   the same weights) with GPT2Model's attention_mask, (1 - mask) * lowest added to the scores of every block:
   cli_onnx trains it on lines padded to --seq-max to hfgpt2_text.onnx's weights, bit for bit;
+- hfgpt2_mask_dyn.onnx: the same as transformers.onnx's causal-lm export names and shapes it: inputs
+  input_ids and attention_mask, batch and sequence dynamic axes of both (cli_onnx: to the same weights);
 - distilbert_text.onnx: transformers' DistilBERT (export.py's DistilBert: bidirectional, the padding's keys
   masked_fill'ed with (mask == 0).view(B, 1, 1, T).expand_as(scores)), a byte vocabulary, 32 tokens, width
   16, 2 heads, 1 block; distilbert_expand.onnx the same weights with the mask made additive first by
@@ -51,12 +53,14 @@ class Mask3d(HFGPT2):
         return super().forward(input_ids, attention_mask[:, :, 0])
 
 
-def export(model, path, mask=True, mask_shape=None):
+def export(model, path, mask=True, mask_shape=None, dynamic_t=False):
     x = torch.zeros(2, 32, dtype=torch.long)
-    names, args, axes = ["input"], x, {"input": {0: "batch"}, "logits": {0: "batch"}}
+    ax = {0: "batch", 1: "sequence"} if dynamic_t else {0: "batch"}
+    ids = "input_ids" if dynamic_t else "input"
+    names, args, axes = [ids], x, {ids: ax, "logits": ax}
     if mask:
         m = torch.ones(mask_shape or (2, 32), dtype=torch.long)
-        names, args, axes["attention_mask"] = names + ["attention_mask"], (x, m), {0: "batch"}
+        names, args, axes["attention_mask"] = names + ["attention_mask"], (x, m), ax
     torch.onnx.export(model.train(), args, path, opset_version=17, training=TrainingMode.TRAINING,
                       do_constant_folding=False, input_names=names, output_names=["logits"], dynamic_axes=axes)
 
@@ -64,6 +68,8 @@ def export(model, path, mask=True, mask_shape=None):
 def main():
     torch.manual_seed(0)  # token_models.py's hfgpt2_text.onnx
     export(HFGPT2(V=256, T=32, C=16, H=2, L=1, p=0.1), "hfgpt2_mask.onnx")
+    torch.manual_seed(0)
+    export(HFGPT2(V=256, T=32, C=16, H=2, L=1, p=0.1), "hfgpt2_mask_dyn.onnx", dynamic_t=True)
     for path, form in (("distilbert_text.onnx", {}), ("distilbert_expand.onnx", {"expand_mask": True}),
                        ("distilbert_nomask.onnx", None)):
         torch.manual_seed(1)
