@@ -587,7 +587,8 @@ static int take_keymask(onnx_lower *L, const bfit_onnx_vi *in, const bfit_onnx_v
                          L->om->source, nm, bfit_onnx_dtype_name(in->elem), in->ndim, idn, (long long)T,
                          (long long)T);
     v->kind = OV_KEYMASK;
-    v->km[0] = 1, v->km[1] = (int)T; /* KM_KEEP */
+    v->km[0] = 1, v->km[1] = (int)T, v->km[2] = 0; /* KM_KEEP */
+    L->keymask = 1;
     v->rank = 2;
     v->ra[0] = 1, v->rb[0] = 0, v->ra[1] = 0, v->rb[1] = T;
     return BFIT_OK;

@@ -35,6 +35,7 @@ enum { N_XT, N_MM, N_ADD, N_SQ, N_SK, N_SV, N_RQ, N_RK, N_RV, N_QT, N_KT, N_VT, 
        N_TR5, N_R3, N_G, N_R4, N_TR6,
        N_SMUL, N_MADD, /* with attn_mask: the scores times 1 plus the mask (baddbmm's export); else -1 */
        N_DROP,         /* the dropout on the weights (nn.MultiheadAttention(dropout=p) in training); else -1 */
+       N_KTS,          /* k.transpose(0, 1) read only for its size (src_len, with key_padding_mask); else -1 */
        N_COUNT };
 
 typedef struct attn_match {
@@ -113,6 +114,15 @@ static int match_back(onnx_lower *L, int sm, int *n)
         (n[N_RQ] = prod(L, n[N_QT], 0, "Reshape", -1, 0, 0)) < 0 || (n[N_RK] = prod(L, n[N_KT], 0, "Reshape", -1, 0, 0)) < 0 ||
         (n[N_SQ] = prod(L, n[N_RQ], 0, "Slice", -1, 0, 0)) < 0 || (n[N_SK] = prod(L, n[N_RK], 0, "Slice", -1, 0, 0)) < 0)
         return 0;
+    n[N_KTS] = -1;
+    {
+        int c[2];
+        if (bfit_onnx_consumers(L, n[N_RK], 0, c, 2) == 2) /* k.size(1) for key_padding_mask's view */
+            for (int j = 0; j < 2; j++)
+                if (c[j] != n[N_KT] && bfit_onnx_streq(L->om->nodes[c[j]].op, "Transpose") &&
+                    perm_is(L, c[j], 1, 0, 2) && bfit_onnx_consumers(L, c[j], 0, c, 1) == 0)
+                    n[N_KTS] = c[j];
+    }
     n[N_DROP] = bfit_onnx_next(L, sm, "Dropout");
     if ((n[N_MM2] = bfit_onnx_next(L, n[N_DROP] >= 0 ? n[N_DROP] : sm, "MatMul")) < 0 ||
         (n[N_VT] = prod(L, n[N_MM2], 1, "Transpose", 1, 0, 2)) < 0 ||
@@ -151,9 +161,12 @@ static int closed(onnx_lower *L, const int *n)
         {N_RV, N_VT}, {N_QT, N_QD}, {N_QD, N_MM1}, {N_KT, N_MM1}, {N_VT, N_MM2},
     };
     int c[4], chain[4] = {n[N_MM1], n[N_SMUL], n[N_MADD], n[N_SM]}, from = n[N_MM1];
-    for (unsigned i = 0; i < sizeof e / sizeof e[0]; i++)
-        if (n[e[i].from] >= 0 && (bfit_onnx_consumers(L, n[e[i].from], 0, c, 1) != 1 || c[0] != n[e[i].to]))
+    for (unsigned i = 0; i < sizeof e / sizeof e[0]; i++) {
+        int two = e[i].from == N_RK && n[N_KTS] >= 0; /* and N_KTS, read for its size */
+        if (n[e[i].from] >= 0 && (bfit_onnx_consumers(L, n[e[i].from], 0, c, 2) != 1 + two ||
+                                  (c[0] != n[e[i].to] && (!two || c[1] != n[e[i].to]))))
             return 0;
+    }
     for (int i = 1; i < 4; i++) /* the scores to the Softmax, through the mask's Mul and Add if there */
         if (chain[i] >= 0) {
             if (bfit_onnx_consumers(L, from, 0, c, 1) != 1 || c[0] != chain[i])
@@ -267,6 +280,8 @@ static void views(onnx_lower *L, const attn_match *a)
     view(L, n[N_RQ], 3, heads), view(L, n[N_RK], 3, heads), view(L, n[N_RV], 3, heads);
     view(L, n[N_QT], 3, bh), view(L, n[N_VT], 3, bh), view(L, n[N_QD], 3, bh), view(L, n[N_MM2], 3, bh);
     view(L, n[N_KT], 3, kt);
+    if (n[N_KTS] >= 0)
+        view(L, n[N_KTS], 3, bh);
     view(L, n[N_MM1], 3, sc), view(L, n[N_SM], 3, sc);
     if (n[N_DROP] >= 0)
         view(L, n[N_DROP], 3, sc);
@@ -377,6 +392,15 @@ static int check_mask(onnx_lower *L, const attn_match *a, int role)
                    ? BFIT_OK
                    : bfit_onnx_refuse(L, "the attention's scores are scaled twice (batchfit reads them scaled by "
                                          "1/sqrt(head size) once)");
+    if (m && m->kind == OV_KEYMASK) { /* key_padding_mask: the padding's keys, which the layer masks itself */
+        int causal = 0;
+        if (!bfit_onnx_keymask_on(L, m, a->H, a->T, &causal))
+            return bfit_onnx_refuse(L, "the attention's mask is made from the attention mask input but is not "
+                                       "its padding's keys: batchfit reads src_key_padding_mask (True at padding), "
+                                       "with or without a causal attn_mask");
+        L->g->nodes[a->att_id - 1].cfg.causal |= causal;
+        return BFIT_OK;
+    }
     if (!m || m->kind != OV_HOST || !(h = bfit_onnx_host(L, m, k)) || !bfit_onnx_causal_mask(h, a->T, 1, 1))
         return bfit_onnx_refuse(L, "the attention's attn_mask is not the causal one (-inf where a token would see "
                                    "a later one, 0 elsewhere: nn.Transformer.generate_square_subsequent_mask(%d)), "

@@ -67,7 +67,8 @@ typedef struct oval {
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
                                      and groups; the image's id and shape are the value's */
     float gn_eps;                 /* there: InstanceNormalization's epsilon */
-    int km[2];                    /* OV_KEYMASK: its form (onnx_keymask.c) and the keys' T */
+    int km[3];                    /* OV_KEYMASK: its form (onnx_keymask.c), the keys' T, and 1 where a causal
+                                     mask is in it */
     bfit_onnx_str gn_w;           /* there, after the Mul: the scale's initializer */
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
@@ -103,6 +104,7 @@ typedef struct onnx_lower {
     int seq_first;                /* token ids [T, batch] (nn.Transformer's default layout): every token tensor
                                      is [T, batch, C] in the file, [batch, T, C] on the device, the same math */
     int tok_table;                /* the initializer an embed layer took as its token table, -1: none */
+    int keymask;                  /* the graph has an attention mask input (onnx_keymask.c) */
     int attn_miss;                /* 1 + the first Softmax that is no attention block batchfit knows, 0: none
                                      (a refusal inside such a block says so) */
 } onnx_lower;
@@ -198,6 +200,9 @@ int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive);
 
 /* ---- a language model's attention_mask input (onnx_keymask.c): 1 (rc set) for a node reading it ---- */
 int bfit_onnx_lower_keymask(onnx_lower *L, int *rc);
+/* Whether m is an attention mask made additive, [B * heads, 1 or T, T] (nn.MultiheadAttention's), and
+ * whether a causal mask is in it (*causal). */
+int bfit_onnx_keymask_on(onnx_lower *L, const oval *m, int heads, int64_t T, int *causal);
 
 /* ---- GELU's tanh approximation, recognised by what it computes (onnx_gelu.c) ---- */
 int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);

@@ -15,18 +15,25 @@
  *   scores.masked_fill(that, lowest);
  * - BART's _expand_mask: mask[:, None, None, :].expand(B, 1, T, T), cast
  *   to float, inverted = 1.0 - it, inverted.masked_fill(inverted.to(bool),
- *   lowest) added to the scores.
+ *   lowest) added to the scores;
+ * - nn.MultiheadAttention's key_padding_mask (nn.TransformerEncoderLayer's
+ *   src_key_padding_mask, True at padding), as torch 1.13 writes it:
+ *   .view(B, 1, 1, T).expand(-1, H, -1, -1).reshape(B * H, 1, T), a float
+ *   mask made of it (zeros_like, masked_fill_ with -inf), or a causal
+ *   attn_mask masked_fill'ed with it, added to the scores (onnx_attn.c).
  *
  * Each value on the way is an OV_KEYMASK: its form (what it holds at a
- * token and at padding) and its ONNX shape, the batch first and the keys
- * last. Anything else reading it is refused, saying what batchfit reads. */
+ * token and at padding) and its ONNX shape, the batch first (ra[0] sample's
+ * rows of it where the heads went into it, else 1) and the keys last.
+ * Anything else reading it is refused, saying what batchfit reads. */
 #include "base/err.h"
 #include "nn/onnx_int.h"
 
 #include <math.h>
 
-enum { KM_KEEP = 1, KM_PAD, KM_BKEEP, KM_BPAD, KM_ADD }; /* numbers 1 at a token, 1 at padding, the booleans,
-                                                             0 at a token and -inf or at most -1e4 at padding */
+enum { KM_KEEP = 1, KM_PAD, KM_BKEEP, KM_BPAD, KM_ADD, KM_ZERO }; /* numbers 1 at a token, 1 at padding, the
+                                                                      booleans, 0 at a token and -inf or at most
+                                                                      -1e4 at padding, zeros of its shape */
 
 static const char *const WANT =
     "batchfit reads a model's attention_mask (1 for a token, 0 for padding, [batch, T]) only as the mask of the "
@@ -38,7 +45,8 @@ static const char *const WANT =
 static int pad_value(int form) { return form == KM_PAD || form == KM_BPAD; } /* at padding; 1 - it at a token */
 static int is_bool(int form) { return form == KM_BKEEP || form == KM_BPAD; }
 
-/* Output 0 is mask x in form, its ONNX shape dims[0..rank) (BFIT_ONNX_BATCH: the batch). */
+/* Output 0 is mask x in form, its ONNX shape dims[0..rank) (dims[0]: the
+ * batch, as many rows a sample as x's). */
 static void km_out(onnx_lower *L, const oval *x, int form, int rank, const int64_t *dims)
 {
     oval *o = bfit_onnx_out(L, 0);
@@ -49,6 +57,7 @@ static void km_out(onnx_lower *L, const oval *x, int form, int rank, const int64
     o->name = name, o->producer = producer;
     o->km[0] = form;
     bfit_onnx_set_dims(o, rank, dims);
+    o->ra[0] = x->ra[0], o->rb[0] = 0;
 }
 
 /* x's dimensions, the batch BFIT_ONNX_BATCH. */
@@ -70,27 +79,57 @@ static int well_formed(const oval *x, const int64_t *d, int rank)
     return 1;
 }
 
-/* mask.view(B, -1), .view(B, 1, 1, T) */
+/* The rows a sample the target's first dimension a * m + b gives (the
+ * batch times the heads merged into it), 0 if it is none. */
+static int64_t rows_of(const onnx_lower *L, int64_t a, int64_t b)
+{
+    if (a > 0 && b == 0)
+        return a;
+    if (a == 0 && L->fixed_batch > 0 && b > 0 && b % L->fixed_batch == 0) /* the batch baked in */
+        return b / L->fixed_batch;
+    return 0;
+}
+
+/* mask.view(B, -1), .view(B, 1, 1, T); nn.MultiheadAttention's
+ * .reshape(B * H, 1, T) of [B, H, 1, T], the heads merged into the batch */
 static int reshape(onnx_lower *L, const oval *x)
 {
-    int64_t d[BFIT_ONNX_MAXD], known = 1, T = x->km[1];
-    int n = bfit_onnx_reshape_target(L, x, d + 1, 3), at = -1;
+    hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);
+    int64_t d[BFIT_ONNX_MAXD], known = 1, per = x->ra[0], rows, lead = x->ra[0];
+    int n, at = -1;
 
-    for (int k = 1; k <= n; k++)
+    if (!t)
+        return BFIT_EINVAL;
+    for (int k = 1; k < x->rank; k++)
+        per *= x->rb[k]; /* numbers a sample */
+    n = (int)t->n;
+    if (t->isf || t->nd != 1 || n < 2 || n > 4)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    rows = t->a[0] == 0 && t->b[0] == 0 ? x->ra[0] : rows_of(L, t->a[0], t->b[0]); /* 0: x's (allowzero 0) */
+    for (int k = 1; k < x->rank && lead < rows; k++) /* merging x's leading dimensions into the batch */
+        lead *= x->rb[k];
+    if (rows < 1 || lead != rows)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    for (int k = 1; k < n; k++) {
+        if (t->a[k])
+            return bfit_onnx_refuse(L, "%s", WANT);
+        d[k] = t->b[k] == 0 && k < x->rank ? x->rb[k] : t->b[k]; /* 0: x's there (allowzero 0) */
         if (d[k] == -1 && at < 0)
             at = k;
-        else if (d[k] < 1 || d[k] > T)
+        else if (d[k] < 1 || d[k] > per)
             return bfit_onnx_refuse(L, "%s", WANT);
         else
             known *= d[k];
-    if (n < 1 || T % known)
+    }
+    if (per % (rows * known))
         return bfit_onnx_refuse(L, "%s", WANT);
     if (at > 0)
-        d[at] = T / known;
+        d[at] = per / rows / known;
     d[0] = BFIT_ONNX_BATCH;
-    if (!well_formed(x, d, n + 1))
+    if (!well_formed(x, d, n) || (at < 0 && rows * known != per))
         return bfit_onnx_refuse(L, "%s", WANT);
-    km_out(L, x, x->km[0], n + 1, d);
+    km_out(L, x, x->km[0], n, d);
+    bfit_onnx_out(L, 0)->ra[0] = rows;
     return BFIT_OK;
 }
 
@@ -140,7 +179,7 @@ static int expand(onnx_lower *L, const oval *x)
         return bfit_onnx_refuse(L, "%s (expanded to another rank)", WANT);
     rank = dims_of(x, d);
     for (int k = 0; k < rank; k++) {
-        int batch = bfit_onnx_affine_is(L, s->a[k], s->b[k], 1, 0);
+        int batch = bfit_onnx_affine_is(L, s->a[k], s->b[k], x->ra[0], 0);
         if (k == 0 ? !batch && !(s->a[k] == 0 && s->b[k] == 1) : s->a[k] != 0)
             return bfit_onnx_refuse(L, "%s", WANT);
         if (k > 0 && d[k] == 1 && s->b[k] > 1)
@@ -187,6 +226,8 @@ static int arith(onnx_lower *L, const oval *x)
     int64_t d[BFIT_ONNX_MAXD];
     double c = 0;
 
+    if (form == KM_ZERO)
+        return bfit_onnx_refuse(L, "%s", WANT);
     if (bfit_onnx_streq(L->nd->op, "Not") && is_bool(form))
         form = form == KM_BKEEP ? KM_BPAD : KM_BKEEP;
     else if (bfit_onnx_streq(L->nd->op, "Equal") && form != KM_ADD && other_scalar(L, x, &c) && (c == 0 || c == 1))
@@ -196,6 +237,8 @@ static int arith(onnx_lower *L, const oval *x)
         form = form == KM_KEEP ? KM_PAD : KM_KEEP;
     else if (bfit_onnx_streq(L->nd->op, "Mul") && form == KM_PAD && other_scalar(L, x, &c) && isfinite(c) && c <= -1e4)
         form = KM_ADD;
+    else if (bfit_onnx_streq(L->nd->op, "Mul") && form == KM_ADD && other_scalar(L, x, &c) && c == 1)
+        ; /* baddbmm's beta on nn.MultiheadAttention's mask */
     else
         return bfit_onnx_refuse(L, "%s", WANT);
     km_out(L, x, form, dims_of(x, d), d);
@@ -207,7 +250,7 @@ static int zero_at_tokens(onnx_lower *L, oval *v)
 {
     double c = 1;
     if (v && v->kind == OV_KEYMASK)
-        return v->km[0] == KM_PAD || v->km[0] == KM_ADD;
+        return v->km[0] == KM_PAD || v->km[0] == KM_ADD || v->km[0] == KM_ZERO;
     return v && v->kind == OV_HOST && bfit_onnx_scalar(L, v->name, &c) && c == 0;
 }
 
@@ -218,21 +261,57 @@ static int hides(onnx_lower *L, oval *v)
     return v && v->kind == OV_HOST && bfit_onnx_scalar(L, v->name, &c) && c <= -1e4;
 }
 
-/* A mask made additive by masked_fill (BART's _expand_mask):
- * Where(padding, fill, 0 at the tokens): 1 (the output made), else 0. */
+/* A mask made additive by masked_fill: Where(padding, fill, 0 at the
+ * tokens) (BART's _expand_mask, nn.MultiheadAttention's zeros_like and
+ * masked_fill_), or a causal attn_mask [T, T] or [1, T, T] masked_fill'ed
+ * at padding (nn.MultiheadAttention given both masks), which the output
+ * then carries (km[2]): 1 (the output made), else 0. */
 static int fill_at_pad(onnx_lower *L)
 {
-    oval *a = bfit_onnx_in(L, 0), *b = bfit_onnx_in(L, 1), *c = bfit_onnx_in(L, 2);
+    oval *a = bfit_onnx_in(L, 0), *b = bfit_onnx_in(L, 1), *c = bfit_onnx_in(L, 2), *rest;
     int64_t d[BFIT_ONNX_MAXD];
-    int at_pad;
+    int at_pad, rank;
+    hval *h;
 
     if (L->nd->nin != 3 || !a || a->kind != OV_KEYMASK || !is_bool(a->km[0]))
         return 0;
     at_pad = a->km[0] == KM_BPAD; /* the condition true at padding: Where(cond, fill, rest) */
-    if (!hides(L, at_pad ? b : c) || !zero_at_tokens(L, at_pad ? c : b))
+    rest = at_pad ? c : b;
+    if (!hides(L, at_pad ? b : c))
         return 0;
-    km_out(L, a, KM_ADD, dims_of(a, d), d);
+    rank = dims_of(a, d);
+    if (zero_at_tokens(L, rest)) {
+        km_out(L, a, KM_ADD, rank, d); /* a causal mask in the condition stays */
+        bfit_onnx_out(L, 0)->km[2] |= rest->kind == OV_KEYMASK ? rest->km[2] : 0;
+        return 1;
+    }
+    if (!rest || rest->kind != OV_HOST || !(h = bfit_onnx_host(L, rest, at_pad ? 2 : 1)) || h->nd > rank ||
+        !bfit_onnx_causal_mask(h, a->km[1], 1, 1) || rank < 3 || d[rank - 2] != 1)
+        return 0;
+    d[rank - 2] = a->km[1]; /* [.., 1, T] with [T, T]: a row a query */
+    km_out(L, a, KM_ADD, rank, d);
+    bfit_onnx_out(L, 0)->km[2] = 1;
     return 1;
+}
+
+/* A boolean causal attn_mask (True where a key comes after the query),
+ * [T, T] or [1, T, T], or'ed with the padding (nn.MultiheadAttention
+ * given both): the padding's mask carrying the causal one, [.., T, T]. */
+static int or_causal(onnx_lower *L, const oval *x)
+{
+    oval *o = bfit_onnx_in(L, bfit_onnx_in(L, 0) == x ? 1 : 0);
+    int64_t d[BFIT_ONNX_MAXD];
+    int rank = dims_of(x, d);
+    hval *h;
+
+    if (x->km[0] != KM_BPAD || L->nd->nin != 2 || !o || o->kind != OV_HOST ||
+        !(h = bfit_onnx_host(L, o, bfit_onnx_in(L, 0) == x ? 1 : 0)) || h->nd > rank ||
+        !bfit_onnx_causal_mask(h, x->km[1], 1, 0) || rank < 3 || d[rank - 2] != 1)
+        return bfit_onnx_refuse(L, "%s", WANT);
+    d[rank - 2] = x->km[1];
+    km_out(L, x, KM_BPAD, rank, d);
+    bfit_onnx_out(L, 0)->km[2] = 1;
+    return BFIT_OK;
 }
 
 /* The scores [B, H, T, T] plus the additive mask, or filled where it is
@@ -251,15 +330,59 @@ static int on_scores(onnx_lower *L, oval *s, oval *m)
     if (!ok && !add && !hides(L, bfit_onnx_in(L, 1)) && !hides(L, bfit_onnx_in(L, 2)))
         return bfit_onnx_refuse(L, "%s (here the fill leaves the padding's weights above 0: fill with -inf or a "
                                    "number at most -1e4)", WANT);
-    if (!ok || rank != 4 || (d[1] != 1 && d[1] != s->att[1]) || (d[2] != 1 && d[2] != T) || d[3] != T)
+    if (!ok || rank != 4 || m->ra[0] != 1 || (d[1] != 1 && d[1] != s->att[1]) || (d[2] != 1 && d[2] != T) ||
+        d[3] != T)
         return bfit_onnx_refuse(L, "%s", WANT);
     bfit_onnx_alias(L, s);
+    bfit_onnx_out(L, 0)->att_causal |= m->km[2];
     return BFIT_OK;
+}
+
+int bfit_onnx_keymask_on(onnx_lower *L, const oval *m, int heads, int64_t T, int *causal)
+{
+    int64_t d[BFIT_ONNX_MAXD];
+    int rank = dims_of(m, d);
+
+    (void)L;
+    *causal = m->km[2];
+    return m->kind == OV_KEYMASK && m->km[0] == KM_ADD && rank == 3 && m->ra[0] == heads &&
+           (d[1] == 1 || d[1] == T) && d[2] == T;
+}
+
+/* torch.zeros_like(mask): ConstantOfShape of 0 at a shape that holds the
+ * batch (Shape of a mask), where a model has one: KM_ZERO of that shape
+ * (the host makes no tensor a batch long). 1 (rc set) if so, else 0. */
+static int zeros_like(onnx_lower *L, int *rc)
+{
+    oval *s = bfit_onnx_in(L, 0), z = {0};
+    const bfit_onnx_attr *v = bfit_onnx_attr_get(L, "value");
+    hval *h;
+    double f = 0;
+    int64_t d[BFIT_ONNX_MAXD];
+
+    if (!L->keymask || !s || s->kind != OV_HOST || !(h = s->h) || h->isf || h->nd != 1 || h->n < 2 ||
+        h->n > 4 || !h->a[0] || h->b[0])
+        return 0;
+    if (v && v->t && (v->t->numel != 1 || bfit_onnx_tensor_f64(v->t, &f) != BFIT_OK || f != 0))
+        return 0;
+    for (int k = 1; k < h->n; k++)
+        if (h->a[k] || h->b[k] < 1)
+            return 0;
+    z.kind = OV_KEYMASK, z.km[1] = (int)h->b[h->n - 1], z.ra[0] = h->a[0];
+    d[0] = BFIT_ONNX_BATCH;
+    for (int k = 1; k < h->n; k++)
+        d[k] = h->b[k];
+    km_out(L, &z, KM_ZERO, (int)h->n, d);
+    *rc = BFIT_OK;
+    return 1;
 }
 
 int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
 {
     oval *m = NULL, *s = NULL;
+
+    if (bfit_onnx_streq(L->nd->op, "ConstantOfShape"))
+        return zeros_like(L, rc);
 
     for (int k = 0; k < L->nd->nin; k++) {
         oval *u = bfit_onnx_in(L, k);
@@ -282,6 +405,8 @@ int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
         *rc = cast(L, m);
     else if (bfit_onnx_streq(L->nd->op, "Where"))
         *rc = fill_at_pad(L) ? BFIT_OK : bfit_onnx_refuse(L, "%s", WANT);
+    else if (bfit_onnx_streq(L->nd->op, "Or"))
+        *rc = or_causal(L, m);
     else
         *rc = arith(L, m);
     return 1;

@@ -61,7 +61,7 @@ OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
-                "hfgpt2_mask", "distilbert_mini"}  # input: int token ids [M, T]; one label per token
+                "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -738,10 +738,12 @@ class TGpt(torch.nn.Module):
     """A GPT of PyTorch's own layers: a token table wte, a learned position tensor [1, T, C] added, a pre-norm
     nn.TransformerEncoderLayer (GELU) with a float causal mask (nn.Transformer.generate_square_subsequent_mask)
     and a post-norm one with a boolean mask (True above the diagonal: not attended), a LayerNorm and an untied
-    head with a bias. The masks are buffers."""
+    head with a bias. The masks are buffers. mask_input: forward takes attention_mask (1 a token, 0 padding) and
+    gives both encoders src_key_padding_mask=(attention_mask == 0); causal=False: no causal masks (bidirectional)."""
 
-    def __init__(self, V=64, T=16, C=32, H=4):
+    def __init__(self, V=64, T=16, C=32, H=4, mask_input=False, causal=True):
         super().__init__()
+        self.mask_input, self.causal = mask_input, causal
         nn = torch.nn
         self.wte, self.pos = nn.Embedding(V, C), nn.Parameter(0.5 * torch.randn(1, T, C))
         self.pre = nn.TransformerEncoder(nn.TransformerEncoderLayer(C, H, 2 * C, dropout=0.0, activation="gelu",
@@ -749,12 +751,15 @@ class TGpt(torch.nn.Module):
         self.post = nn.TransformerEncoder(nn.TransformerEncoderLayer(C, H, 2 * C, dropout=0.0, batch_first=True), 1,
                                           enable_nested_tensor=False)
         self.ln, self.head = nn.LayerNorm(C), nn.Linear(C, V)
-        self.register_buffer("fmask", nn.Transformer.generate_square_subsequent_mask(T))
-        self.register_buffer("bmask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+        if causal:
+            self.register_buffer("fmask", nn.Transformer.generate_square_subsequent_mask(T))
+            self.register_buffer("bmask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
 
-    def forward(self, idx):
-        x = self.pre(self.wte(idx) + self.pos, mask=self.fmask)
-        return self.head(self.ln(self.post(x, mask=self.bmask)))
+    def forward(self, idx, attention_mask=None):
+        kpm = None if attention_mask is None else attention_mask == 0
+        fmask, bmask = (self.fmask, self.bmask) if self.causal else (None, None)  # noqa (buffers if causal)
+        x = self.pre(self.wte(idx) + self.pos, mask=fmask, src_key_padding_mask=kpm)
+        return self.head(self.ln(self.post(x, mask=bmask, src_key_padding_mask=kpm)))
 
 
 class TutorialSeqFirst(torch.nn.Module):
@@ -1061,6 +1066,10 @@ def build(name):
         return GPT(V=64, T=16, C=32, H=4, L=2, bias=False), 16
     if name == "tgpt_mini":
         return TGpt(V=64, T=16, C=32, H=4), 16
+    if name == "tgpt_kpm":  # with src_key_padding_mask from an attention_mask input besides the causal masks
+        return TGpt(V=64, T=16, C=32, H=4, mask_input=True), 16
+    if name == "tenc_kpm":  # the same bidirectional: src_key_padding_mask only
+        return TGpt(V=64, T=16, C=32, H=4, mask_input=True, causal=False), 16
     if name == "tut_mini":  # the Transformer tutorial's: embeddings times sqrt(C), sinusoids, its dropout 0.2
         return TutorialLM(V=64, T=16, C=32, H=4, L=2, dropout=0.2), 16
     if name == "tut_seqfirst":  # the tutorial as published: [T, batch] throughout
