@@ -330,6 +330,9 @@ static int on_scores(onnx_lower *L, oval *s, oval *m)
     if (!ok && !add && !hides(L, bfit_onnx_in(L, 1)) && !hides(L, bfit_onnx_in(L, 2)))
         return bfit_onnx_refuse(L, "%s (here the fill leaves the padding's weights above 0: fill with -inf or a "
                                    "number at most -1e4)", WANT);
+    if (!ok && !add && m->km[0] == KM_BKEEP && bfit_onnx_in(L, 0) == m && hides(L, bfit_onnx_in(L, 1)))
+        return bfit_onnx_refuse(L, "%s (here the fill is where the mask is 1: it would hide the tokens and keep the "
+                                   "padding)", WANT);
     if (!ok || rank != 4 || m->ra[0] != 1 || (d[1] != 1 && d[1] != s->att[1]) || (d[2] != 1 && d[2] != T) ||
         d[3] != T)
         return bfit_onnx_refuse(L, "%s", WANT);
@@ -403,8 +406,14 @@ int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
         *rc = expand(L, m);
     else if (bfit_onnx_streq(L->nd->op, "Cast"))
         *rc = cast(L, m);
+    else if (bfit_onnx_streq(L->nd->op, "Where") && !fill_at_pad(L))
+        *rc = bfit_onnx_refuse(L, "%s%s", WANT, m == bfit_onnx_in(L, 0) && m->km[0] == KM_BKEEP &&
+                                                        hides(L, bfit_onnx_in(L, 1))
+                                                    ? " (here the fill is where the mask is 1: it would hide the "
+                                                      "tokens and keep the padding)"
+                                                    : "");
     else if (bfit_onnx_streq(L->nd->op, "Where"))
-        *rc = fill_at_pad(L) ? BFIT_OK : bfit_onnx_refuse(L, "%s", WANT);
+        *rc = BFIT_OK;
     else if (bfit_onnx_streq(L->nd->op, "Or"))
         *rc = or_causal(L, m);
     else

@@ -55,13 +55,21 @@ void bfit_run_sort_by_length(bfit_run *r, int E)
     memcpy(r->stage_y, r->pack_y, (size_t)E * T * sizeof(int32_t));
 }
 
-/* The model at the length of micro-batch [done, done + want). */
+/* The model at the length of micro-batch [done, done + want). A model
+ * that takes no other length than its own (an imported learned position
+ * tensor [1, T, C] added whole) runs every micro-batch at it, padded: the
+ * same losses, the padding computed. */
 int bfit_run_trim(bfit_run *r, int done)
 {
-    int L = (seq_len(r, done) + LEN_ROUND - 1) / LEN_ROUND * LEN_ROUND; /* sorted: the first is the longest */
-    if (L > r->cfg.seq_max)
+    int L = (seq_len(r, done) + LEN_ROUND - 1) / LEN_ROUND * LEN_ROUND, rc; /* sorted: the first is the longest */
+    if (L > r->cfg.seq_max || r->len_fixed)
         L = r->cfg.seq_max;
-    return bfit_model_set_seq(r->s.M, L > 0 ? L : 1);
+    rc = bfit_model_set_seq(r->s.M, L > 0 ? L : 1);
+    if (rc == BFIT_EINVAL && L != r->cfg.seq_max) {
+        r->len_fixed = 1;
+        rc = bfit_model_set_seq(r->s.M, r->cfg.seq_max);
+    }
+    return rc;
 }
 
 /* The bytes a micro-batch is sized by: micro-batch m's (planned at the

@@ -92,6 +92,8 @@ struct bfit_run {
     /* host staging of one micro-batch, uploaded to the device */
     float *stage_x;
     int32_t *stage_y;
+    int len_fixed;             /* --seq-max: the model takes only its own length (a learned position tensor
+                                  added whole), so every micro-batch runs at it, padded */
     int max_take;
     double *micro_sq;          /* noise scale: per micro-batch */
     double full_sq;            /*   and of the step's mean gradient */

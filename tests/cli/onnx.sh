@@ -252,13 +252,18 @@ run 1 plan --model "$src/tests/onnx/rows_relu.onnx" --memory 1GiB &&
 # an attention_mask input, transformers' exports' second (tests/onnx/mask_models.py; before 2026-12-05 refused
 # as a second input): read to the scores and checked to mask the padding's keys, which batchfit does itself
 # from each sequence's length, so on lines padded to --seq-max GPT-2 with it (also with the sequence a dynamic
-# axis, as transformers.onnx exports it) trains to GPT-2's weights without it, and DistilBERT's masked_fill, BART's _expand_mask and no mask to one another's, bit for bit
-for v in hfgpt2_text hfgpt2_mask hfgpt2_mask_dyn distilbert_text distilbert_expand distilbert_nomask; do
+# axis, as transformers.onnx exports it) trains to GPT-2's weights without it, DistilBERT's masked_fill, BART's
+# _expand_mask and no mask to one another's, and nn.TransformerEncoder given src_key_padding_mask to itself
+# without it, bit for bit (TGpt adds its learned positions [1, 32, 16] whole, so it takes no other length: each
+# micro-batch runs at 32, padded; before 2026-12-05 --seq-max failed on such a model at its first shorter one)
+for v in hfgpt2_text hfgpt2_mask hfgpt2_mask_dyn distilbert_text distilbert_expand distilbert_nomask tgpt_kpm \
+  tgpt_nokpm; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 16 \
     --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-pad.safetensors" &&
     has "$out" "per token .*padding [0-9.]+% of the positions computed"
 done
-for v in hfgpt2_mask:hfgpt2_text hfgpt2_mask_dyn:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text; do
+for v in hfgpt2_mask:hfgpt2_text hfgpt2_mask_dyn:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text \
+  tgpt_kpm:tgpt_nokpm; do
   cmp -s <(tensors "$dir/${v%%:*}-pad.safetensors") <(tensors "$dir/${v##*:}-pad.safetensors") ||
     { echo "FAIL: ${v%%:*}.onnx trained to other weights than ${v##*:}.onnx on padded lines"; fails=$((fails + 1)); }
 done
@@ -269,6 +274,8 @@ run 1 plan --model "$src/tests/onnx/mask_query.onnx" --memory 1GiB &&
   has "$err" "mask_query.onnx: node '/Unsqueeze_2' \(Unsqueeze, opset 17\).*: $km.* \(here a dimension inserted after the tokens"
 run 1 plan --model "$src/tests/onnx/mask_fill0.onnx" --memory 1GiB &&
   has "$err" "mask_fill0.onnx: node '/layer.0/attention/Where' \(Where, opset 17\).*: $km.* \(here the fill leaves the padding's weights above 0: fill with -inf or a number at most -1e4\)$"
+run 1 plan --model "$src/tests/onnx/mask_inverted.onnx" --memory 1GiB &&
+  has "$err" "mask_inverted.onnx: node '/pre/layers.0/self_attn/Where_1' \(Where, opset 17\).*: $km.* \(here the fill is where the mask is 1: it would hide the tokens and keep the padding\)$"
 run 1 plan --model "$src/tests/onnx/mask_3d.onnx" --memory 1GiB &&
   has "$err" "mask_3d.onnx: the second input 'attention_mask' is int64 of 3 dimensions: besides the token ids \('input' \[batch, 32\]\) batchfit reads one input, the attention mask \(attention_mask: int64, int32, bool or float \[batch, 32\], 1 for a token and 0 for padding\) of a batch-first model$"
 for v in rms_recip rms_div rms_op23; do

@@ -12,6 +12,11 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   16, 2 heads, 1 block; distilbert_expand.onnx the same weights with the mask made additive first by
   BART's _expand_mask; distilbert_nomask.onnx the same weights without the input: the three train to the
   same weights, bit for bit (batchfit masks the padding's keys of a bidirectional attention itself);
+- tgpt_kpm.onnx: export.py's TGpt (nn.TransformerEncoderLayer blocks under a float and a boolean causal
+  mask) given src_key_padding_mask=(attention_mask == 0), a byte vocabulary, 32 tokens, width 16, 2 heads;
+  tgpt_nokpm.onnx the same weights without the input: they train to the same weights, bit for bit;
+- mask_inverted.onnx: the same with src_key_padding_mask=(attention_mask == 1), the tokens hidden instead of
+  the padding (refused);
 - mask_pool.onnx: hfgpt2_text's model that also multiplies its embeddings by mask.unsqueeze(-1) (refused:
   the mask is read only on the attention's scores);
 - mask_query.onnx: the mask on the queries, mask[:, None, :, None] (refused);
@@ -24,7 +29,7 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import HFGPT2, DistilBert  # noqa: E402
+from export import HFGPT2, DistilBert, TGpt  # noqa: E402
 
 
 class MaskPool(HFGPT2):
@@ -46,6 +51,11 @@ class MaskQuery(HFGPT2):
         for blk in tr.h:
             h = blk(h, m)
         return self.lm_head(tr.ln_f(h))
+
+
+class MaskInverted(TGpt):
+    def forward(self, idx, attention_mask):
+        return super().forward(idx, 1 - attention_mask)
 
 
 class Mask3d(HFGPT2):
@@ -74,6 +84,11 @@ def main():
                        ("distilbert_nomask.onnx", None)):
         torch.manual_seed(1)
         export(DistilBert(V=256, T=32, C=16, H=2, L=1, hidden=32, p=0.1, **(form or {})), path, form is not None)
+    for path, mask in (("tgpt_kpm.onnx", True), ("tgpt_nokpm.onnx", False)):
+        torch.manual_seed(2)
+        export(TGpt(V=256, T=32, C=16, H=2, mask_input=mask), path, mask)
+    torch.manual_seed(2)
+    export(MaskInverted(V=256, T=32, C=16, H=2, mask_input=True), "mask_inverted.onnx")
     torch.manual_seed(0)
     export(MaskPool(V=256, T=32, C=16, H=2, L=1), "mask_pool.onnx")
     torch.manual_seed(0)
