@@ -20,7 +20,9 @@
  * that read them. Attention written out by hand (timm's fused qkv reshape,
  * minGPT's split) is onnx_mhsa.c's; another (a mask) is refused at the
  * node that does not fit, but a causal attn_mask (a GPT built of
- * nn.TransformerEncoderLayer) makes the attention causal. A model of token
+ * nn.TransformerEncoderLayer) makes the attention causal, and a
+ * key_padding_mask made of an attention mask input (onnx_keymask.c) is
+ * the padding's keys the layer masks itself. A model of token
  * ids [T, batch] (L->seq_first: nn.Transformer's default layout) has no
  * transposes around the block: its input and output are [T, N, E] already,
  * as the block works inside. */
