@@ -48,19 +48,25 @@ def export(module, example_input, path, training=True):
     module's own mode, with a warning, where the export cannot. Stochastic
     depth (torchvision's StochasticDepth, timm's DropPath) is left out, with
     a warning: it does not export in training mode. The module's modes,
-    buffers and drop probabilities are as they were afterwards. Returns path."""
+    buffers and drop probabilities are as they were afterwards. example_input
+    may be a pair (token ids, attention_mask) for a language model whose
+    forward takes the mask: the file then has it as a second input, which
+    batchfit reads as the padding's keys. Returns path."""
     _check(module, example_input)
-    kw = dict(opset_version=OPSET, do_constant_folding=False, input_names=["input"], output_names=["logits"],
-              dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    pair = isinstance(example_input, tuple)
+    names = ["input", "attention_mask"] if pair else ["input"]
+    kw = dict(opset_version=OPSET, do_constant_folding=False, input_names=names, output_names=["logits"],
+              dynamic_axes={**{n: {0: "batch"} for n in names}, "logits": {0: "batch"}})
     if "dynamo" in inspect.signature(_torch.onnx.export).parameters:
         # PyTorch 2.9 on exports with torch.export by default, which needs onnxscript
         # and has no training mode; the TorchScript exporter is what the import knows
         kw["dynamo"] = False
     modes = [_torch.onnx.TrainingMode.TRAINING, _torch.onnx.TrainingMode.PRESERVE] if training else \
         [_torch.onnx.TrainingMode.PRESERVE]
-    if example_input.dim() >= 1 and example_input.shape[0] == 1:
+    inputs = example_input if pair else (example_input,)
+    if inputs[0].dim() >= 1 and inputs[0].shape[0] == 1:
         # two samples: batch norm in training mode wants more than one value per channel
-        example_input = _torch.cat([example_input, example_input])
+        inputs = tuple(_torch.cat([t, t]) for t in inputs)
     path = os.fspath(path)
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
@@ -72,7 +78,7 @@ def export(module, example_input, path, training=True):
     dropped = _without_drop_paths(module, training)
     try:
         with _torch.random.fork_rng(devices=_cuda_devices(module)):  # a traced dropout draws from the RNG
-            _export_in(module, example_input, path, modes, kw)
+            _export_in(module, inputs, path, modes, kw)
     finally:
         for m, t in own:
             m.training = t
@@ -112,6 +118,14 @@ def _check(module, example_input):
     if not isinstance(module, _torch.nn.Module):
         raise _errors.ArgumentTypeError(f"module: give a torch.nn.Module, not {type(module).__name__}", "module",
                                         _errors.EINVAL)
+    if isinstance(example_input, tuple) and len(example_input) == 2 and \
+            all(isinstance(t, _torch.Tensor) for t in example_input):
+        ids, mask = example_input
+        if ids.dtype not in (_torch.int64, _torch.int32) or ids.dim() != 2 or mask.shape != ids.shape:
+            raise _errors.InvalidArgumentError(
+                f"example_input: a pair is (token ids, attention_mask), both [batch, T] and the ids integers, not "
+                f"{ids.dtype} {list(ids.shape)} and {list(mask.shape)}", "example_input", _errors.EINVAL)
+        return
     if not isinstance(example_input, _torch.Tensor):
         hint = " (torch.from_numpy makes one of an array)" if hasattr(example_input, "__array__") else ""
         raise _errors.ArgumentTypeError(f"example_input: give a tensor of one or more samples "
@@ -119,7 +133,7 @@ def _check(module, example_input):
                                         "example_input", _errors.EINVAL)
 
 
-def _export_in(module, example_input, path, modes, kw):
+def _export_in(module, inputs, path, modes, kw):
     """torch.onnx.export in the first of modes that exports; a warning only
     where training mode failed and the module's own mode then exported.
     A failure is kept as its message only: the exception's traceback holds
@@ -132,7 +146,7 @@ def _export_in(module, example_input, path, modes, kw):
             with warnings.catch_warnings():  # the tracer's notes on the module's Python, not the user's concern
                 warnings.simplefilter("ignore", _torch.jit.TracerWarning)
                 warnings.filterwarnings("ignore", message="ONNX Preprocess - Removing mutation")
-                _torch.onnx.export(module, (example_input,), path, training=mode, **kw)
+                _torch.onnx.export(module, inputs, path, training=mode, **kw)
         except Exception as e:  # torch's exporter raises many kinds
             last = f"{type(e).__name__}: {e}" if not str(e) else str(e)
             first = first or last
@@ -197,7 +211,9 @@ class _Exported:
         self.name = "".join(c if c.isalnum() or c in "-_" else "_" for c in type(module).__name__) or "module"
         self.path = os.path.join(self.dir, self.name + ".onnx")
         try:
-            export(module, example_input.to(_device_of(module)), self.path)
+            dev = _device_of(module)
+            export(module, tuple(t.to(dev) for t in example_input) if isinstance(example_input, tuple)
+                   else example_input.to(dev), self.path)
         except BaseException:
             self.close()
             raise

@@ -463,6 +463,38 @@ def test_distilbert_trains_and_comes_back(onnx_import, tmp_path):
     assert m.batchfit_result.weights["distilbert.transformer.layer.0.attention.q_lin.weight"].shape == (32, 32)
 
 
+def test_a_module_that_takes_an_attention_mask_trains(onnx_import, tmp_path):
+    """A language model whose forward requires attention_mask (tests/onnx/export.py's DistilBert, its mask
+    argument made required) trains given example_input=(ids, mask): the export has the mask as a second input,
+    which batchfit reads as the padding's keys. Given the ids alone, its export fails, saying so."""
+    class NeedsMask(language_model("DistilBert", V=256, T=16, C=32, H=4, L=1, hidden=64).__class__):
+        def forward(self, input_ids, attention_mask):
+            return super().forward(input_ids, attention_mask)
+
+    class Ones(torch.nn.Module):  # PyTorch's loss on the text: no padding, every token kept
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids):
+            return self.inner(ids, torch.ones_like(ids))
+
+    torch.manual_seed(0)
+    m = NeedsMask(V=256, T=16, C=32, H=4, L=1, hidden=64)
+    ids = torch.zeros(1, 16, dtype=torch.long)
+    with pytest.raises(batchfit.Error, match="attention_mask"):
+        bt.plan(m, ids, memory="1GiB")
+    with pytest.raises(batchfit.InvalidArgumentError, match="a pair is \\(token ids, attention_mask\\)"):
+        bt.plan(m, (ids, torch.ones(1, 8)), memory="1GiB")
+    text, loss = digits_text(tmp_path, 16, 256)
+    start, before = copy.deepcopy(m.state_dict()), loss(Ones(m))
+    bt.train(m, data=str(text), example_input=(ids, torch.ones_like(ids)), epochs=1, batch=32, lr=3e-3,
+             optimizer="adamw", memory="512MiB", threads=2)
+    assert loss(Ones(m)) < 0.5 * before
+    for pname, p in m.named_parameters():
+        assert not torch.equal(p.detach(), start[pname]), pname
+
+
 def test_the_transformer_tutorials_model_trains_and_comes_back(onnx_import, tmp_path):
     """The PyTorch Transformer tutorial's language model (tests/onnx/export.py's TutorialLM: embeddings times
     sqrt(C), the sinusoidal PositionalEncoding buffer with its dropout, nn.TransformerEncoder under a causal
