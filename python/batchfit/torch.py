@@ -155,7 +155,10 @@ def _export_in(module, inputs, path, modes, kw):
             warnings.warn(f"batchfit.torch: the module does not export in training mode ({first}); exporting it "
                           f"in its own mode", stacklevel=4)
         return
-    raise _errors.InvalidArgumentError(f"model: PyTorch could not export the module to ONNX: {last}", "model",
+    hint = ""
+    if "missing 1 required positional argument: 'attention_mask'" in last and len(inputs) == 1:
+        hint = " (give example_input=(ids, attention_mask), both [1, T], for a forward that takes the mask)"
+    raise _errors.InvalidArgumentError(f"model: PyTorch could not export the module to ONNX: {last}{hint}", "model",
                                        _errors.EINVAL)
 
 

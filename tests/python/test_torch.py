@@ -482,7 +482,7 @@ def test_a_module_that_takes_an_attention_mask_trains(onnx_import, tmp_path):
     torch.manual_seed(0)
     m = NeedsMask(V=256, T=16, C=32, H=4, L=1, hidden=64)
     ids = torch.zeros(1, 16, dtype=torch.long)
-    with pytest.raises(batchfit.Error, match="attention_mask"):
+    with pytest.raises(batchfit.InvalidArgumentError, match="give example_input=\\(ids, attention_mask\\)"):
         bt.plan(m, ids, memory="1GiB")
     with pytest.raises(batchfit.InvalidArgumentError, match="a pair is \\(token ids, attention_mask\\)"):
         bt.plan(m, (ids, torch.ones(1, 8)), memory="1GiB")
