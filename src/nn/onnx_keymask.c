@@ -245,13 +245,25 @@ static int arith(onnx_lower *L, const oval *x)
     return BFIT_OK;
 }
 
-/* Whether value v holds 0 wherever mask m is at a token: a scalar 0, or a mask 0 at its tokens. */
-static int zero_at_tokens(onnx_lower *L, oval *v)
+/* Whether value v holds 0 wherever mask m is at a token: a scalar 0, zeros
+ * (torch.zeros_like in an export of a fixed batch: a constant), or a mask
+ * 0 at its tokens. */
+static int zero_at_tokens(onnx_lower *L, oval *v, int k)
 {
     double c = 1;
+    hval *h;
     if (v && v->kind == OV_KEYMASK)
         return v->km[0] == KM_PAD || v->km[0] == KM_ADD || v->km[0] == KM_ZERO;
-    return v && v->kind == OV_HOST && bfit_onnx_scalar(L, v->name, &c) && c == 0;
+    if (!v || v->kind != OV_HOST)
+        return 0;
+    if (bfit_onnx_scalar(L, v->name, &c))
+        return c == 0;
+    if (!(h = bfit_onnx_host(L, v, k)) || !h->isf)
+        return 0;
+    for (int64_t i = 0; i < h->n; i++)
+        if (h->f[i] != 0)
+            return 0;
+    return 1;
 }
 
 /* The fill at padding: -inf or a number at most -1e4 (its exponential 0). */
@@ -280,7 +292,7 @@ static int fill_at_pad(onnx_lower *L)
     if (!hides(L, at_pad ? b : c))
         return 0;
     rank = dims_of(a, d);
-    if (zero_at_tokens(L, rest)) {
+    if (zero_at_tokens(L, rest, at_pad ? 2 : 1)) {
         km_out(L, a, KM_ADD, rank, d); /* a causal mask in the condition stays */
         bfit_onnx_out(L, 0)->km[2] |= rest->kind == OV_KEYMASK ? rest->km[2] : 0;
         return 1;

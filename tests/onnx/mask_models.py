@@ -14,7 +14,8 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   same weights, bit for bit (batchfit masks the padding's keys of a bidirectional attention itself);
 - tgpt_kpm.onnx: export.py's TGpt (nn.TransformerEncoderLayer blocks under a float and a boolean causal
   mask) given src_key_padding_mask=(attention_mask == 0), a byte vocabulary, 32 tokens, width 16, 2 heads;
-  tgpt_nokpm.onnx the same weights without the input: they train to the same weights, bit for bit;
+  tgpt_nokpm.onnx the same weights without the input: they train to the same weights, bit for bit; so does
+  tgpt_kpm_fixed.onnx, exported without dynamic axes at a batch of 4 (the mask's zeros a constant there);
 - mask_inverted.onnx: the same with src_key_padding_mask=(attention_mask == 1), the tokens hidden instead of
   the padding (refused);
 - mask_pool.onnx: hfgpt2_text's model that also multiplies its embeddings by mask.unsqueeze(-1) (refused:
@@ -63,14 +64,16 @@ class Mask3d(HFGPT2):
         return super().forward(input_ids, attention_mask[:, :, 0])
 
 
-def export(model, path, mask=True, mask_shape=None, dynamic_t=False):
-    x = torch.zeros(2, 32, dtype=torch.long)
+def export(model, path, mask=True, mask_shape=None, dynamic_t=False, fixed=0):
+    x = torch.zeros(fixed or 2, 32, dtype=torch.long)
     ax = {0: "batch", 1: "sequence"} if dynamic_t else {0: "batch"}
     ids = "input_ids" if dynamic_t else "input"
     names, args, axes = [ids], x, {ids: ax, "logits": ax}
     if mask:
-        m = torch.ones(mask_shape or (2, 32), dtype=torch.long)
+        m = torch.ones(mask_shape or tuple(x.shape), dtype=torch.long)
         names, args, axes["attention_mask"] = names + ["attention_mask"], (x, m), ax
+    if fixed:
+        axes = None
     torch.onnx.export(model.train(), args, path, opset_version=17, training=TrainingMode.TRAINING,
                       do_constant_folding=False, input_names=names, output_names=["logits"], dynamic_axes=axes)
 
@@ -84,9 +87,9 @@ def main():
                        ("distilbert_nomask.onnx", None)):
         torch.manual_seed(1)
         export(DistilBert(V=256, T=32, C=16, H=2, L=1, hidden=32, p=0.1, **(form or {})), path, form is not None)
-    for path, mask in (("tgpt_kpm.onnx", True), ("tgpt_nokpm.onnx", False)):
+    for path, mask, fixed in (("tgpt_kpm.onnx", True, 0), ("tgpt_nokpm.onnx", False, 0), ("tgpt_kpm_fixed.onnx", True, 4)):
         torch.manual_seed(2)
-        export(TGpt(V=256, T=32, C=16, H=2, mask_input=mask), path, mask)
+        export(TGpt(V=256, T=32, C=16, H=2, mask_input=mask), path, mask, fixed=fixed)
     torch.manual_seed(2)
     export(MaskInverted(V=256, T=32, C=16, H=2, mask_input=True), "mask_inverted.onnx")
     torch.manual_seed(0)
