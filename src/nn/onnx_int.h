@@ -49,6 +49,8 @@ typedef struct oval {
     int pad[2];                   /* a Pad's zero padding (h, w) waiting for the Conv or AveragePool after it */
     int cl[2];                    /* H and W of a value ONNX sees channels-last, [N,H,W,C], held as tokens
                                      [H*W, C] (the same bytes); 0: none */
+    int typerow;                  /* OV_ROWS: row 0 of a token type table for every token (BERT's token_type_ids,
+                                     all 0), not positions */
     int rows;                     /* tokens [T, C] a sample that ONNX sees flattened into rows [N*T, C]
                                      (transformers' Conv1D: x.view(-1, C), addmm, view back) */
     int shuf[2];                  /* OV_VIEW of a channel shuffle (onnx_shuffle.c): its groups, and 1 once

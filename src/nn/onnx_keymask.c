@@ -364,21 +364,28 @@ int bfit_onnx_keymask_on(onnx_lower *L, const oval *m, int heads, int64_t T, int
            (d[1] == 1 || d[1] == T) && d[2] == T;
 }
 
-/* torch.zeros_like(mask): ConstantOfShape of 0 at a shape that holds the
- * batch (Shape of a mask), where a model has one: KM_ZERO of that shape
- * (the host makes no tensor a batch long). 1 (rc set) if so, else 0. */
-static int zeros_like(onnx_lower *L, int *rc)
+/* ConstantOfShape at a shape that holds the batch, which the host cannot
+ * make (a tensor a batch long): torch.zeros_like(mask) where a model has
+ * an attention mask, KM_ZERO of that shape; or torch.ones(B, T) of a
+ * token model (BERT's attention mask when none is given, every token
+ * kept), an attention mask of its own, KM_KEEP. 1 (rc set) if so, else 0. */
+static int made_mask(onnx_lower *L, int *rc)
 {
     oval *s = bfit_onnx_in(L, 0), z = {0};
     const bfit_onnx_attr *v = bfit_onnx_attr_get(L, "value");
     hval *h;
     double f = 0;
     int64_t d[BFIT_ONNX_MAXD];
+    int ones;
 
-    if (!L->keymask || !s || s->kind != OV_HOST || !(h = s->h) || h->isf || h->nd != 1 || h->n < 2 ||
-        h->n > 4 || !h->a[0] || h->b[0])
+    if (!s || s->kind != OV_HOST || !(h = s->h) || h->isf || h->nd != 1 || h->n < 2 || h->n > 4 || !h->a[0] ||
+        h->b[0])
         return 0;
-    if (v && v->t && (v->t->numel != 1 || bfit_onnx_tensor_f64(v->t, &f) != BFIT_OK || f != 0))
+    if (v && v->t && (v->t->numel != 1 || bfit_onnx_tensor_f64(v->t, &f) != BFIT_OK))
+        return 0;
+    ones = f == 1 && h->n == 2 && h->a[0] == 1 && L->g->input_dtype == BFIT_I32 && !L->seq_first &&
+           h->b[1] == L->g->input.d[0];
+    if (!(f == 0 && L->keymask) && !ones)
         return 0;
     for (int k = 1; k < h->n; k++)
         if (h->a[k] || h->b[k] < 1)
@@ -387,7 +394,7 @@ static int zeros_like(onnx_lower *L, int *rc)
     d[0] = BFIT_ONNX_BATCH;
     for (int k = 1; k < h->n; k++)
         d[k] = h->b[k];
-    km_out(L, &z, KM_ZERO, (int)h->n, d);
+    km_out(L, &z, ones ? KM_KEEP : KM_ZERO, (int)h->n, d);
     *rc = BFIT_OK;
     return 1;
 }
@@ -397,7 +404,7 @@ int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
     oval *m = NULL, *s = NULL;
 
     if (bfit_onnx_streq(L->nd->op, "ConstantOfShape"))
-        return zeros_like(L, rc);
+        return made_mask(L, rc);
 
     for (int k = 0; k < L->nd->nin; k++) {
         oval *u = bfit_onnx_in(L, k);

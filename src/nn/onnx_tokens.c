@@ -18,6 +18,11 @@
  *   either layout) is a constant the layer does not train, any other table
  *   (minGPT's `pos_emb[:, :t, :]`) is learned.
  *
+ * - Gather(table [K, C], zeros [1, T]) (BERT's token_type_ids, a buffer of
+ *   zeros cut to the sequence and expanded over the batch): row 0 of a
+ *   token type table for every token (OV_ROWS, typerow), and its Add to the
+ *   token embeddings the embed layer's types (`types=K`, row 0 added).
+ *
  * A head tied to the token table (lm_head.weight = wte.weight: a MatMul by
  * the same initializer transposed) becomes `linear V tie=1` in onnx_vit.c;
  * the causal mask on the scores is read in onnx_mhsa.c. */
@@ -68,10 +73,15 @@ static int position_rows(onnx_lower *L, oval *table)
         return ix ? rc : BFIT_EINVAL;
     if (axis != 0 || ix->isf || !(ix->nd == 1 || (ix->nd == 2 && ix->dim[0] == 1)) || ix->n < 1)
         goto refuse;
-    for (int64_t i = 0; i < ix->n; i++)
-        if (ix->a[i] || ix->b[i] != i)
+    o->typerow = ix->n > 1; /* all 0: BERT's token types */
+    for (int64_t i = 0; i < ix->n; i++) {
+        if (ix->a[i] || (ix->b[i] != i && ix->b[i] != 0))
             goto refuse;
-    if (ix->n > table->t->dim[0]) { /* a length past the table's: a T given to a symbolic one */
+        o->typerow &= ix->b[i] == 0;
+        if (ix->b[i] != i && !o->typerow)
+            goto refuse;
+    }
+    if (ix->n > table->t->dim[0] && !o->typerow) { /* a length past the table's: a T given to a symbolic one */
         L->attn_miss = 0; /* the length is the cause: the attentions' masks are too short for it as well */
         return bfit_onnx_refuse(L, "the positions 0 .. %lld run past the %lld rows of the position table: the model "
                                    "has %lld positions, the longest sequence it takes (--seq at most %lld)",
@@ -87,27 +97,75 @@ static int position_rows(onnx_lower *L, oval *table)
     return BFIT_OK;
 refuse:
     return bfit_onnx_refuse(L, "batchfit reads a Gather of a table by indices known at load as a position embedding "
-                               "(nn.Embedding(P, C)(torch.arange(T)): the rows 0 .. T-1, along axis 0), not this");
+                               "(nn.Embedding(P, C)(torch.arange(T)): the rows 0 .. T-1, along axis 0), or as "
+                               "BERT's token types (all 0: row 0 for every token), not this");
 }
 
-/* Add(token embedding, position rows): the embed layer's positions. */
+/* Add(token embedding, row 0 of a type table for every token): the embed
+ * layer's types, its last parameter (after the positions, which may come
+ * later: onnx_tokens.c's add_positions moves it past them). */
+static int add_types(onnx_lower *L, bfit_node_desc *d, oval *x, oval *r)
+{
+    if (d->cfg.types)
+        return bfit_onnx_refuse(L, "a second token type table added to the token embeddings");
+    if (r->t->dim[0] > 0x7fffffff)
+        return bfit_onnx_refuse(L, "a token type table of %lld rows is more than batchfit reads",
+                                (long long)r->t->dim[0]);
+    d->cfg.types = (int)r->t->dim[0];
+    bfit_onnx_alias(L, x);
+    return bfit_wsrc_add(L->w, x->id - 1, d->cfg.positions ? 2 : 1, r->t, L->param_used[r->init]++);
+}
+
+/* Add(token embedding, position rows): the embed layer's positions (or,
+ * rows of a type table, its types). */
 static int add_positions(onnx_lower *L, oval *x, oval *r)
 {
     bfit_node_desc *d = x->id > 0 && x->id <= L->g->nnodes ? &L->g->nodes[x->id - 1] : NULL;
-    int use;
+    int use, rc;
 
-    if (!d || d->cfg.kind != BFIT_L_EMBED || d->cfg.positions || x->shape.nd != 2 ||
+    if (!d || d->cfg.kind != BFIT_L_EMBED || (d->cfg.positions && !r->typerow) || x->shape.nd != 2 ||
         r->rb[0] != x->shape.d[0] || r->rb[1] != x->shape.d[1] || x->producer < 0 ||
         bfit_onnx_consumers(L, x->producer, 0, &use, 1) != 1)
-        return bfit_onnx_refuse(L, "batchfit adds a position table's rows (nn.Embedding(P, C)(torch.arange(T))) to "
-                                   "the token embeddings [N, T, C] right after the token table's Gather, and "
-                                   "nowhere else");
+        return bfit_onnx_refuse(L, "batchfit adds a position table's rows (nn.Embedding(P, C)(torch.arange(T))), "
+                                   "and BERT's token type rows, to the token embeddings [N, T, C] right after the "
+                                   "token table's Gather, and nowhere else");
+    if (r->typerow)
+        return add_types(L, d, x, r);
     if (r->t->dim[0] > 0x7fffffff)
         return bfit_onnx_refuse(L, "a position table of %lld rows is more than batchfit reads",
                                 (long long)r->t->dim[0]);
+    if (d->cfg.types && (rc = bfit_wsrc_move(L->w, x->id - 1, 1, 2)) != BFIT_OK) /* the types after positions */
+        return rc;
     d->cfg.positions = (int)r->t->dim[0];
     bfit_onnx_alias(L, x);
     return bfit_wsrc_add(L->w, x->id - 1, 1, r->t, L->param_used[r->init]++);
+}
+
+/* BERT's token_type_ids: a buffer's zeros [1, T] expanded over the batch,
+ * read only by Gathers of a table: those rows are the same for every
+ * sequence, so the Gather reads the zeros themselves (broadcast). 1 (rc
+ * set) if so, else 0. */
+static int types_over_batch(onnx_lower *L, oval *x, oval *s, int *rc)
+{
+    hval *h = x && x->kind == OV_HOST ? bfit_onnx_host(L, x, 0) : NULL, *sh;
+    int c[4], n, batch = 0;
+
+    if (!h || h->isf || h->nd != 2 || h->dim[0] != 1 || !s || s->kind != OV_HOST || !(sh = s->h) || sh->isf ||
+        sh->n != 2 || sh->a[1] || sh->b[1] != h->dim[1])
+        return 0;
+    batch = bfit_onnx_affine_is(L, sh->a[0], sh->b[0], 1, 0) && (sh->a[0] || L->fixed_batch > 0);
+    n = bfit_onnx_consumers(L, L->ndi, 0, c, 4);
+    for (int k = 0; batch && k < n; k++)
+        batch = bfit_onnx_streq(L->om->nodes[c[k]].op, "Gather") && L->om->nodes[c[k]].nin == 2 &&
+                bfit_onnx_val(L, L->om->nodes[c[k]].in[1]) == bfit_onnx_out(L, 0) &&
+                is_table(bfit_onnx_val(L, L->om->nodes[c[k]].in[0]));
+    for (int64_t i = 0; batch && i < h->n; i++)
+        batch = !h->a[i] && h->b[i] == 0;
+    if (!batch || n < 1)
+        return 0;
+    bfit_onnx_alias(L, x);
+    *rc = BFIT_OK;
+    return 1;
 }
 
 /* The embed node whose output x is, read by the node being lowered alone and
@@ -248,6 +306,8 @@ int bfit_onnx_lower_tokens(onnx_lower *L, int *rc)
     int gather = bfit_onnx_streq(L->nd->op, "Gather");
 
     if (fold_into_embed(L, a, b, rc))
+        return 1;
+    if (bfit_onnx_streq(L->nd->op, "Expand") && types_over_batch(L, a, b, rc))
         return 1;
     if (gather && is_table(a) && b && b->kind == OV_DEVICE && b->id == 0 && L->g->input_dtype == BFIT_I32)
         *rc = token_table(L, a, b);

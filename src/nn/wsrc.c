@@ -101,6 +101,26 @@ const bfit_wsrc_entry *bfit_wsrc_find(const bfit_wsrc *w, int node, int param)
     return NULL;
 }
 
+int bfit_wsrc_move(bfit_wsrc *w, int node, int from, int to)
+{
+    const bfit_wsrc_entry *f = bfit_wsrc_find(w, node, from);
+    int i;
+
+    if (!f || bfit_wsrc_find(w, node, to))
+        return bfit_fail(BFIT_EINVAL, "onnx: no parameter %d of node %d to move, or %d taken", from, node, to);
+    i = (int)(f - w->e);
+    w->e[i].param = to;
+    for (; i + 1 < w->n && w->e[i + 1].node == node && w->e[i + 1].param < to; i++) { /* keep (node, param) order */
+        bfit_wsrc_entry t = w->e[i];
+        w->e[i] = w->e[i + 1], w->e[i + 1] = t;
+    }
+    for (; i > 0 && w->e[i - 1].node == node && w->e[i - 1].param > to; i--) {
+        bfit_wsrc_entry t = w->e[i];
+        w->e[i] = w->e[i - 1], w->e[i - 1] = t;
+    }
+    return BFIT_OK;
+}
+
 int bfit_wsrc_upload(const bfit_wsrc *w, int node, int param, bfit_device *dev, void *dst, size_t bytes)
 {
     const bfit_wsrc_entry *e = bfit_wsrc_find(w, node, param);

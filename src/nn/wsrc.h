@@ -30,6 +30,9 @@ const bfit_onnx_model *bfit_wsrc_model(const bfit_wsrc *w);
  * ".copy": an exporter's merged constants become parameters of their own). */
 int bfit_wsrc_add(bfit_wsrc *w, int node, int param, const bfit_onnx_tensor *t, int copy);
 const bfit_wsrc_entry *bfit_wsrc_find(const bfit_wsrc *w, int node, int param);
+/* Node's parameter from becomes its parameter to (an embedding's type table moves past the position table
+   added after it); BFIT_OK, or BFIT_EINVAL where there is none or to is taken. */
+int bfit_wsrc_move(bfit_wsrc *w, int node, int from, int to);
 int bfit_wsrc_count(const bfit_wsrc *w);
 
 /* Upload the file's values of (node, param) as f32 into the device buffer

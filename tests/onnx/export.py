@@ -61,7 +61,8 @@ OUT = sys.argv[1] if __name__ == "__main__" else None
 M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
-                "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm"}  # input: int token ids [M, T]; one label per token
+                "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
+                "hfbert_mini"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -1049,6 +1050,106 @@ class DistilBert(torch.nn.Module):
         return self.vocab_projector(h)
 
 
+class BertSelfAttention(torch.nn.Module):
+    """transformers' BertSelfAttention (absolute positions, no cache): query, key, value, each
+    transpose_for_scores'd (view to x.size()[:-1] + (H, d), permute(0, 2, 1, 3)), the scores divided by
+    sqrt(d), plus the extended attention mask, softmax, dropout, the heads merged by permute and view."""
+
+    def __init__(self, C, H, p):
+        super().__init__()
+        nn = torch.nn
+        self.H, self.d = H, C // H
+        self.query, self.key, self.value = nn.Linear(C, C), nn.Linear(C, C), nn.Linear(C, C)
+        self.dropout = nn.Dropout(p)
+
+    def transpose_for_scores(self, x):
+        return x.view(x.size()[:-1] + (self.H, self.d)).permute(0, 2, 1, 3)
+
+    def forward(self, hidden_states, attention_mask):
+        mixed_query_layer = self.query(hidden_states)
+        key_layer = self.transpose_for_scores(self.key(hidden_states))
+        value_layer = self.transpose_for_scores(self.value(hidden_states))
+        query_layer = self.transpose_for_scores(mixed_query_layer)
+        scores = torch.matmul(query_layer, key_layer.transpose(-1, -2)) / math.sqrt(self.d)
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        probs = self.dropout(torch.nn.functional.softmax(scores, dim=-1))
+        context = torch.matmul(probs, value_layer).permute(0, 2, 1, 3).contiguous()
+        return context.view(context.size()[:-2] + (self.H * self.d,))
+
+
+class BertLayer(torch.nn.Module):
+    """transformers' BertLayer: attention.self, attention.output (dense, dropout, LayerNorm(h + input)),
+    intermediate (dense, exact GELU), output (dense, dropout, LayerNorm(h + input)); post-norm, eps 1e-12."""
+
+    def __init__(self, C, H, hidden, p):
+        super().__init__()
+        nn = torch.nn
+        self.attention = nn.Module()
+        self.attention.self = BertSelfAttention(C, H, p)
+        self.attention.output = nn.Module()
+        self.attention.output.dense, self.attention.output.LayerNorm = nn.Linear(C, C), nn.LayerNorm(C, eps=1e-12)
+        self.intermediate = nn.Module()
+        self.intermediate.dense = nn.Linear(C, hidden)
+        self.output = nn.Module()
+        self.output.dense, self.output.LayerNorm = nn.Linear(hidden, C), nn.LayerNorm(C, eps=1e-12)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x, mask):
+        a = self.attention.output.LayerNorm(self.drop(self.attention.output.dense(self.attention.self(x, mask))) + x)
+        h = torch.nn.functional.gelu(self.intermediate.dense(a))
+        return self.output.LayerNorm(self.drop(self.output.dense(h)) + a)
+
+
+class HFBert(torch.nn.Module):
+    """transformers' BertForMaskedLM in small, written after its code (not installed on Debian): word, token
+    type and position embeddings (token_type_ids and position_ids buffers cut to the sequence, the types
+    expanded over the batch: all 0), LayerNorm, dropout, post-norm layers whose attention adds the extended
+    attention mask ((1.0 - mask[:, None, None, :]) * lowest; an all-ones mask made in forward when none is
+    given), the MLM head (transform dense, GELU, LayerNorm; decoder tied to the word embeddings, its bias
+    cls.predictions.bias); state_dict names as the module's (bert.encoder.layer.0.attention.self.query.weight)."""
+
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.0, types=2, mask_input=True):
+        super().__init__()
+        nn = torch.nn
+        self.mask_input = mask_input
+        self.bert = nn.Module()
+        e = self.bert.embeddings = nn.Module()
+        e.word_embeddings, e.position_embeddings = nn.Embedding(V, C), nn.Embedding(T, C)
+        e.token_type_embeddings = nn.Embedding(types, C)
+        e.LayerNorm, e.dropout = nn.LayerNorm(C, eps=1e-12), nn.Dropout(p)
+        e.register_buffer("position_ids", torch.arange(T).expand((1, -1)), persistent=False)
+        e.register_buffer("token_type_ids", torch.zeros((1, T), dtype=torch.long), persistent=False)
+        self.bert.encoder = nn.Module()
+        self.bert.encoder.layer = nn.ModuleList(BertLayer(C, H, hidden, p) for _ in range(L))
+        self.cls = nn.Module()
+        pr = self.cls.predictions = nn.Module()
+        pr.transform = nn.Module()
+        pr.transform.dense, pr.transform.LayerNorm = nn.Linear(C, C), nn.LayerNorm(C, eps=1e-12)
+        pr.decoder = nn.Linear(C, V, bias=False)
+        pr.bias = nn.Parameter(0.02 * torch.randn(V))
+        pr.decoder.bias = pr.bias
+        pr.decoder.weight = e.word_embeddings.weight
+
+    def forward(self, input_ids, attention_mask=None):
+        e = self.bert.embeddings
+        batch_size, seq_length = input_ids.size()
+        if attention_mask is None:
+            attention_mask = torch.ones((batch_size, seq_length), device=input_ids.device)
+        token_type_ids = e.token_type_ids[:, :seq_length].expand(batch_size, seq_length)
+        ext = attention_mask[:, None, None, :].to(dtype=e.word_embeddings.weight.dtype)
+        ext = (1.0 - ext) * torch.finfo(e.word_embeddings.weight.dtype).min
+        position_ids = e.position_ids[:, 0:seq_length]
+        x = e.word_embeddings(input_ids) + e.token_type_embeddings(token_type_ids)
+        x = x + e.position_embeddings(position_ids)
+        h = e.dropout(e.LayerNorm(x))
+        for layer in self.bert.encoder.layer:
+            h = layer(h, ext)
+        pr = self.cls.predictions
+        h = pr.transform.LayerNorm(torch.nn.functional.gelu(pr.transform.dense(h)))
+        return pr.decoder(h)
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
@@ -1091,6 +1192,8 @@ def build(name):
         return model, 16
     if name == "distilbert_mini":  # transformers' DistilBERT: bidirectional, the padding's keys masked_fill'ed
         return DistilBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16  # (its default dropout is 0.1)
+    if name == "hfbert_mini":  # transformers' BERT for masked LM: token types, the extended attention mask
+        return HFBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "hfgpt2_mini":  # transformers' GPT-2 as its code writes it: Conv1D, torch.where, dropout 0.2 (GPT-2's 0.1)
         return HFGPT2(V=64, T=16, C=32, H=4, L=2, p=0.2), 16
     if name in ("tut_bench", "tut_bench0"):  # bench/ only: the tutorial's model at gpt_bench's size, dropout 0.1 or 0

@@ -12,6 +12,11 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   16, 2 heads, 1 block; distilbert_expand.onnx the same weights with the mask made additive first by
   BART's _expand_mask; distilbert_nomask.onnx the same weights without the input: the three train to the
   same weights, bit for bit (batchfit masks the padding's keys of a bidirectional attention itself);
+- hfbert_text.onnx: transformers' BERT for masked LM (export.py's HFBert: token types from a buffer of zeros
+  expanded over the batch, the extended attention mask, post-norm layers, the MLM head tied), a byte
+  vocabulary, 32 tokens, width 16, 2 heads, 1 layer, with the attention_mask input; hfbert_nomask.onnx the
+  same weights exported from the ids alone (BertModel then makes an all-ones mask in forward): they train
+  to the same weights, bit for bit;
 - tgpt_kpm.onnx: export.py's TGpt (nn.TransformerEncoderLayer blocks under a float and a boolean causal
   mask) given src_key_padding_mask=(attention_mask == 0), a byte vocabulary, 32 tokens, width 16, 2 heads;
   tgpt_nokpm.onnx the same weights without the input: they train to the same weights, bit for bit; so does
@@ -30,7 +35,7 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import HFGPT2, DistilBert, TGpt  # noqa: E402
+from export import HFGPT2, DistilBert, HFBert, TGpt  # noqa: E402
 
 
 class MaskPool(HFGPT2):
@@ -87,6 +92,9 @@ def main():
                        ("distilbert_nomask.onnx", None)):
         torch.manual_seed(1)
         export(DistilBert(V=256, T=32, C=16, H=2, L=1, hidden=32, p=0.1, **(form or {})), path, form is not None)
+    for path, mask in (("hfbert_text.onnx", True), ("hfbert_nomask.onnx", False)):
+        torch.manual_seed(3)
+        export(HFBert(V=256, T=32, C=16, H=2, L=1, hidden=32, p=0.1, mask_input=mask), path, mask)
     for path, mask, fixed in (("tgpt_kpm.onnx", True, 0), ("tgpt_nokpm.onnx", False, 0), ("tgpt_kpm_fixed.onnx", True, 4)):
         torch.manual_seed(2)
         export(TGpt(V=256, T=32, C=16, H=2, mask_input=mask), path, mask, fixed=fixed)
