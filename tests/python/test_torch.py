@@ -463,6 +463,19 @@ def test_distilbert_trains_and_comes_back(onnx_import, tmp_path):
     assert m.batchfit_result.weights["distilbert.transformer.layer.0.attention.q_lin.weight"].shape == (32, 32)
 
 
+def test_bert_trains_and_comes_back(onnx_import, tmp_path):
+    """BERT as transformers writes it (tests/onnx/export.py's HFBert: BertForMaskedLM in small, token types from
+    a buffer of zeros, the all-ones attention mask BertModel makes when none is given, post-norm layers, the MLM
+    head tied to the word embeddings with its own bias) trains on a text (trains_on_text), the token type table
+    among the parameters that move, and both ties hold. Before 2026-12-05 it was refused at the token types'
+    Expand."""
+    m = language_model("HFBert", V=256, T=16, C=32, H=4, L=2, hidden=64, p=0.1, mask_input=False)
+    trains_on_text(m, tmp_path, 16)
+    pr = m.cls.predictions
+    assert pr.decoder.weight is m.bert.embeddings.word_embeddings.weight and pr.decoder.bias is pr.bias
+    assert m.batchfit_result.weights["bert.embeddings.token_type_embeddings.weight"].shape == (2, 32)
+
+
 def test_a_module_that_takes_an_attention_mask_trains(onnx_import, tmp_path):
     """A language model whose forward requires attention_mask (tests/onnx/export.py's DistilBert, its mask
     argument made required) trains given example_input=(ids, mask): the export has the mask as a second input,
