@@ -68,13 +68,15 @@ static int dims_of(const oval *x, int64_t *d)
     return x->rank;
 }
 
+#define KM_MAXDIM (1 << 16) /* a dimension of a mask: heads or tokens (a file's numbers stay far from overflow) */
+
 /* The mask's shape: the batch first, the keys (T) last, ones between or not. */
 static int well_formed(const oval *x, const int64_t *d, int rank)
 {
     if (rank < 2 || rank > 4 || d[0] != BFIT_ONNX_BATCH || d[rank - 1] != x->km[1])
         return 0;
     for (int k = 1; k < rank - 1; k++)
-        if (d[k] < 1)
+        if (d[k] < 1 || d[k] > KM_MAXDIM)
             return 0;
     return 1;
 }
@@ -83,10 +85,10 @@ static int well_formed(const oval *x, const int64_t *d, int rank)
  * batch times the heads merged into it), 0 if it is none. */
 static int64_t rows_of(const onnx_lower *L, int64_t a, int64_t b)
 {
-    if (a > 0 && b == 0)
+    if (a > 0 && a <= KM_MAXDIM && b == 0)
         return a;
-    if (a == 0 && L->fixed_batch > 0 && b > 0 && b % L->fixed_batch == 0) /* the batch baked in */
-        return b / L->fixed_batch;
+    if (a == 0 && L->fixed_batch > 0 && b > 0 && b % L->fixed_batch == 0 && b / L->fixed_batch <= KM_MAXDIM)
+        return b / L->fixed_batch; /* the batch baked in */
     return 0;
 }
 
@@ -100,8 +102,9 @@ static int reshape(onnx_lower *L, const oval *x)
 
     if (!t)
         return BFIT_EINVAL;
-    for (int k = 1; k < x->rank; k++)
-        per *= x->rb[k]; /* numbers a sample */
+    for (int k = 1; k < x->rank; k++) /* numbers a sample */
+        if (__builtin_mul_overflow(per, x->rb[k], &per))
+            return bfit_onnx_refuse(L, "%s", WANT);
     n = (int)t->n;
     if (t->isf || t->nd != 1 || n < 2 || n > 4)
         return bfit_onnx_refuse(L, "%s", WANT);
@@ -116,12 +119,10 @@ static int reshape(onnx_lower *L, const oval *x)
         d[k] = t->b[k] == 0 && k < x->rank ? x->rb[k] : t->b[k]; /* 0: x's there (allowzero 0) */
         if (d[k] == -1 && at < 0)
             at = k;
-        else if (d[k] < 1 || d[k] > per)
+        else if (d[k] < 1 || d[k] > per || __builtin_mul_overflow(known, d[k], &known) || known > per)
             return bfit_onnx_refuse(L, "%s", WANT);
-        else
-            known *= d[k];
     }
-    if (per % (rows * known))
+    if (rows > per || known > per / rows || per % (rows * known))
         return bfit_onnx_refuse(L, "%s", WANT);
     if (at > 0)
         d[at] = per / rows / known;
@@ -182,7 +183,7 @@ static int expand(onnx_lower *L, const oval *x)
         int batch = bfit_onnx_affine_is(L, s->a[k], s->b[k], x->ra[0], 0);
         if (k == 0 ? !batch && !(s->a[k] == 0 && s->b[k] == 1) : s->a[k] != 0)
             return bfit_onnx_refuse(L, "%s", WANT);
-        if (k > 0 && d[k] == 1 && s->b[k] > 1)
+        if (k > 0 && d[k] == 1 && s->b[k] > 1 && s->b[k] <= KM_MAXDIM)
             d[k] = s->b[k];
         else if (k > 0 && s->b[k] != 1 && s->b[k] != d[k])
             return bfit_onnx_refuse(L, "%s", WANT);
@@ -388,8 +389,10 @@ static int made_mask(onnx_lower *L, int *rc)
     if (!(f == 0 && L->keymask) && !ones)
         return 0;
     for (int k = 1; k < h->n; k++)
-        if (h->a[k] || h->b[k] < 1)
+        if (h->a[k] || h->b[k] < 1 || h->b[k] > KM_MAXDIM)
             return 0;
+    if (h->a[0] > KM_MAXDIM)
+        return 0;
     z.kind = OV_KEYMASK, z.km[1] = (int)h->b[h->n - 1], z.ra[0] = h->a[0];
     d[0] = BFIT_ONNX_BATCH;
     for (int k = 1; k < h->n; k++)
