@@ -467,6 +467,33 @@ static uint64_t per_seq(const char *model, int seq, int lean, bfit_step_plan *p)
  * Lean keeps no T^2 term beyond the workspace, so its per-sequence bytes
  * are linear in T. Checked on bert-base (12 layers, 12 heads), where the
  * kept activations are the peak. */
+/* A classifier of token ids (one label a sequence) with bidirectional
+ * attention: no padding is known, so every key is attended to. Its lengths
+ * were taken from its one label before 2026-12-05: each sequence was 1
+ * token long to the attention (or 0 for a label -1). */
+static void test_classifier_attends_to_all(void **st)
+{
+    static const char *cls = "input tokens=16\n"
+                             "embed 8 vocab=11 positions=16\n"
+                             "residual {\n linear 24\n attention 2 causal=0\n linear 8\n}\n"
+                             "flatten\n"
+                             "linear 3\n";
+    int32_t x[2 * 16] = {0}, y[2] = {2, 0};
+    rig r;
+
+    (void)st;
+    rig_text(&r, cls);
+    assert_int_equal(r.M->labels_per_sample, 1);
+    assert_true(r.M->seq_lens);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 5), BFIT_OK);
+    assert_int_equal(bfit_model_reserve(r.M, 2, 1), BFIT_OK);
+    assert_int_equal(bfit_model_set_input(r.M, x, y, 2), BFIT_OK);
+    assert_int_equal(r.M->stage_lens[0], 16);
+    assert_int_equal(r.M->stage_lens[1], 16);
+    trig_free(&r);
+}
+
 static void test_plan_grows_with_seq(void **st)
 {
     const int T = 128;
@@ -576,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_padded_is_unpadded),
         cmocka_unit_test(test_attention_dropout_recomputed),
         cmocka_unit_test(test_measured_equals_planned),
+        cmocka_unit_test(test_classifier_attends_to_all),
         cmocka_unit_test(test_plan_grows_with_seq),
         cmocka_unit_test(test_set_seq),
         cmocka_unit_test(test_spec_errors),

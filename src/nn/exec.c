@@ -133,10 +133,13 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
 }
 
 /* Each sequence's real length, from its labels as the trainer trims
- * (step.c): up to its last label that counts; without labels, all of it. */
+ * (step.c): up to its last label that counts; without labels, or with one
+ * label a sequence (a classifier of token ids: no padding known), all of it. */
 static int upload_lens(bfit_model *M, const int32_t *labels, int n)
 {
-    int T = M->labels_per_sample;
+    int T = M->input.d[0];
+    if (M->labels_per_sample != T)
+        labels = NULL;
     if (n > M->stage_lens_n) { /* grows with the largest micro-batch, then stays */
         int32_t *p = realloc(M->stage_lens, sizeof *p * (size_t)n);
         if (!p)
