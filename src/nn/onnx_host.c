@@ -190,7 +190,7 @@ static int64_t norm_axis(int64_t a, int nd) { return a < 0 ? a + nd : a; }
 
 /* ---- elementwise with broadcasting ------------------------------------------ */
 
-enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ, E_POW };
+enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ, E_POW, E_LT, E_GT }; /* E_EQ, E_LT, E_GT: booleans out */
 
 static int overflow(onnx_lower *L) { return bfit_onnx_refuse(L, "shape arithmetic beyond 64-bit integers"); }
 
@@ -221,6 +221,12 @@ static int affine(onnx_lower *L, int op, int64_t xa, int64_t xb, int64_t ya, int
         *oa = xa / yb, *ob = xb / yb; /* C truncates toward 0, as ONNX's integer Div */
         if (xa && xb % yb)
             return bfit_onnx_refuse(L, "an uneven division of a size that depends on the batch");
+        return BFIT_OK;
+    case E_LT:
+    case E_GT: /* an order that holds for every m or for none (xa == ya), else it depends */
+        if (xa != ya)
+            return bfit_onnx_refuse(L, "a comparison whose answer depends on the batch size");
+        *oa = 0, *ob = op == E_LT ? xb < yb : xb > yb;
         return BFIT_OK;
     default: /* E_EQ: m >= 1; equal for every m, for none, or it depends */
         *oa = 0;
@@ -291,7 +297,7 @@ static int elementwise(onnx_lower *L, int op)
         return rc;
     if (op == E_POW && !x->isf && !y->isf)
         return bfit_onnx_refuse(L, "a Pow of integers is not shape arithmetic batchfit follows (floats: it is)");
-    isf = (x->isf || y->isf) && op != E_EQ;
+    isf = (x->isf || y->isf) && op != E_EQ && op != E_LT && op != E_GT;
     if (!(o = bfit_onnx_hval_new(L, isf, nd, dim)))
         return BFIT_EINVAL;
     for (int64_t j = 0; j < o->n; j++) {
@@ -303,7 +309,7 @@ static int elementwise(onnx_lower *L, int op)
             if (isf)
                 o->f[j] = fop(op, a, b);
             else
-                o->b[j] = a == b;
+                o->b[j] = op == E_LT ? a < b : op == E_GT ? a > b : a == b;
         } else if ((rc = affine(L, op, x->a[i], x->b[i], y->a[k], y->b[k], &o->a[j], &o->b[j])) != BFIT_OK) {
             return rc;
         }
@@ -1011,7 +1017,7 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
                {"Where", where},             {"Expand", expand_host},  {"Transpose", transpose_host},
                {"Sqrt", sqrt_host},          {"Range", range_host}, {"Trilu", trilu_host},
                {"Cos", cos_host},            {"Sin", sin_host},     {"MatMul", matmul_host}};
-    static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal", "Pow"};
+    static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Equal", "Pow", "Less", "Greater"};
 
     if (bfit_onnx_streq(L->nd->op, "Shape")) {
         *rc = shape(L);
@@ -1040,7 +1046,7 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc)
             *rc = ops[i].fn(L);
             return 1;
         }
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < (int)(sizeof ew / sizeof ew[0]); i++)
         if (bfit_onnx_streq(L->nd->op, ew[i])) {
             *rc = elementwise(L, i);
             return 1;

@@ -299,7 +299,7 @@ static int fill_at_pad(onnx_lower *L)
         return 1;
     }
     if (!rest || rest->kind != OV_HOST || !(h = bfit_onnx_host(L, rest, at_pad ? 2 : 1)) || h->nd > rank ||
-        !bfit_onnx_causal_mask(h, a->km[1], 1, 1) || rank < 3 || d[rank - 2] != 1)
+        !bfit_onnx_causal_mask(h, a->km[1], 1, 1) || rank < 3 || (d[rank - 2] != 1 && d[rank - 2] != a->km[1]))
         return 0;
     d[rank - 2] = a->km[1]; /* [.., 1, T] with [T, T]: a row a query */
     km_out(L, a, KM_ADD, rank, d);
@@ -402,12 +402,36 @@ static int made_mask(onnx_lower *L, int *rc)
     return 1;
 }
 
+/* A causal mask made on the host, [1, 1, T, T], expanded over the batch
+ * (transformers' _make_causal_mask: mask[None, None].expand(bsz, 1, T, T)):
+ * the same for every sequence, so the mask itself, which broadcasts
+ * alike where the scores read it. 1 (rc set) if so, else 0. */
+static int causal_over_batch(onnx_lower *L, int *rc)
+{
+    oval *x = bfit_onnx_in(L, 0), *s = bfit_onnx_in(L, 1);
+    hval *h = x && x->kind == OV_HOST ? bfit_onnx_host(L, x, 0) : NULL, *sh;
+
+    if (!h || h->nd < 2 || !s || s->kind != OV_HOST || !(sh = s->h) || sh->isf || sh->nd != 1 || sh->n != h->nd ||
+        !bfit_onnx_affine_is(L, sh->a[0], sh->b[0], 1, 0) || (!sh->a[0] && L->fixed_batch <= 0) || h->dim[0] != 1)
+        return 0;
+    for (int k = 1; k < sh->n; k++)
+        if (sh->a[k] || (sh->b[k] != h->dim[k] && !(h->dim[k] == 1 && sh->b[k] == 1)))
+            return 0;
+    if (!bfit_onnx_causal_mask(h, h->dim[h->nd - 1], 1, h->isf) && !bfit_onnx_causal_mask(h, h->dim[h->nd - 1], 0, 0))
+        return 0;
+    bfit_onnx_alias(L, x);
+    *rc = BFIT_OK;
+    return 1;
+}
+
 int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
 {
     oval *m = NULL, *s = NULL;
 
     if (bfit_onnx_streq(L->nd->op, "ConstantOfShape"))
         return made_mask(L, rc);
+    if (bfit_onnx_streq(L->nd->op, "Expand") && causal_over_batch(L, rc))
+        return 1;
 
     for (int k = 0; k < L->nd->nin; k++) {
         oval *u = bfit_onnx_in(L, k);

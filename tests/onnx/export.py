@@ -62,7 +62,7 @@ M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
-                "hfbert_mini", "hfbert_bench"}  # input: int token ids [M, T]; one label per token
+                "hfbert_mini", "hfbert_bench", "llama_mask"}  # input: int token ids [M, T]; one label per token
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -735,6 +735,34 @@ class Llama(torch.nn.Module):
         return self.output(self.norm(x))
 
 
+class HFLlamaMask(Llama):
+    """export.py's Llama with its mask made as transformers (4.36, 4.37) makes LLaMA's 4-d mask: the causal one
+    by _make_causal_mask (torch.full of the lowest number, masked_fill_ where arange < arange + 1 viewed [T, 1],
+    [None, None] expanded over the batch), and with an attention_mask (1 a token, 0 padding) that mask
+    masked_fill'ed where _expand_mask's is not 0 (AttentionMaskConverter.to_4d). mask_input: forward takes
+    attention_mask."""
+
+    def __init__(self, *a, mask_input=True, **kw):
+        super().__init__(*a, **kw)
+        self.mask_input = mask_input
+
+    def forward(self, idx, attention_mask=None):
+        bsz, T = idx.shape
+        dtype = self.wte.weight.dtype
+        causal = torch.full((T, T), torch.finfo(dtype).min, device=idx.device, dtype=dtype)
+        cond = torch.arange(causal.size(-1), device=idx.device)
+        causal.masked_fill_(cond < (cond + 1).view(causal.size(-1), 1), 0)
+        causal = causal.to(dtype)[None, None, :, :].expand(bsz, 1, T, T)
+        mask = causal if attention_mask is None else \
+            causal.masked_fill(expand_mask(attention_mask, dtype).bool(), torch.finfo(dtype).min)
+        x = self.wte(idx)
+        for i, (a, f) in enumerate(zip(self.attn, self.ffn)):
+            h = self.norms[2 * i](x)
+            x = x + (a(h, mask) if isinstance(a, LlamaAttention) else a(h))
+            x = x + f(self.norms[2 * i + 1](x))
+        return self.output(self.norm(x))
+
+
 class TGpt(torch.nn.Module):
     """A GPT of PyTorch's own layers: a token table wte, a learned position tensor [1, T, C] added, a pre-norm
     nn.TransformerEncoderLayer (GELU) with a float causal mask (nn.Transformer.generate_square_subsequent_mask)
@@ -1192,6 +1220,8 @@ def build(name):
         return model, 16
     if name == "distilbert_mini":  # transformers' DistilBERT: bidirectional, the padding's keys masked_fill'ed
         return DistilBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16  # (its default dropout is 0.1)
+    if name == "llama_mask":  # llama_mini's blocks, the mask transformers 4.36 makes from an attention_mask
+        return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
     if name == "hfbert_mini":  # transformers' BERT for masked LM: token types, the extended attention mask
         return HFBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "hfbert_bench":  # bench/ only: BERT at gpt_bench's size (bytes, 128 tokens, 4 x 128), dropout 0.1
