@@ -17,6 +17,11 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   vocabulary, 32 tokens, width 16, 2 heads, 1 layer, with the attention_mask input; hfbert_nomask.onnx the
   same weights exported from the ids alone (BertModel then makes an all-ones mask in forward): they train
   to the same weights, bit for bit;
+- llama_mask.onnx: export.py's Llama (its second block LLaMA's attention with rotary embeddings) with its
+  mask made as transformers 4.36 makes LLaMA's (HFLlamaMask: _make_causal_mask expanded over the batch,
+  masked_fill'ed at padding by _expand_mask's), a byte vocabulary, 32 tokens, width 16, 2 heads, 2 blocks;
+  llama_nomask.onnx the same weights exported from the ids alone (the causal mask only): they train to the
+  same weights, bit for bit;
 - tgpt_kpm.onnx: export.py's TGpt (nn.TransformerEncoderLayer blocks under a float and a boolean causal
   mask) given src_key_padding_mask=(attention_mask == 0), a byte vocabulary, 32 tokens, width 16, 2 heads;
   tgpt_nokpm.onnx the same weights without the input: they train to the same weights, bit for bit; so does
@@ -35,7 +40,7 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import HFGPT2, DistilBert, HFBert, TGpt  # noqa: E402
+from export import HFGPT2, DistilBert, HFBert, HFLlamaMask, TGpt  # noqa: E402
 
 
 class MaskPool(HFGPT2):
@@ -95,6 +100,9 @@ def main():
     for path, mask in (("hfbert_text.onnx", True), ("hfbert_nomask.onnx", False)):
         torch.manual_seed(3)
         export(HFBert(V=256, T=32, C=16, H=2, L=1, hidden=32, p=0.1, mask_input=mask), path, mask)
+    for path, mask in (("llama_mask.onnx", True), ("llama_nomask.onnx", False)):
+        torch.manual_seed(4)
+        export(HFLlamaMask(V=256, T=32, C=16, H=2, L=2, hidden=32, mask_input=mask), path, mask)
     for path, mask, fixed in (("tgpt_kpm.onnx", True, 0), ("tgpt_nokpm.onnx", False, 0), ("tgpt_kpm_fixed.onnx", True, 4)):
         torch.manual_seed(2)
         export(TGpt(V=256, T=32, C=16, H=2, mask_input=mask), path, mask, fixed=fixed)
