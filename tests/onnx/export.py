@@ -727,7 +727,10 @@ class Llama(torch.nn.Module):
     def forward(self, idx):
         T = idx.shape[1]
         mask = torch.triu(torch.full((T, T), float("-inf"), device=idx.device), diagonal=1)
-        x = self.wte(idx)
+        return self.blocks(self.wte(idx), mask)
+
+    def blocks(self, x, mask):
+        """The blocks (LLaMA's attention given mask), the final norm, the head."""
         for i, (a, f) in enumerate(zip(self.attn, self.ffn)):
             h = self.norms[2 * i](x)
             x = x + (a(h, mask) if isinstance(a, LlamaAttention) else a(h))
@@ -755,12 +758,7 @@ class HFLlamaMask(Llama):
         causal = causal.to(dtype)[None, None, :, :].expand(bsz, 1, T, T)
         mask = causal if attention_mask is None else \
             causal.masked_fill(expand_mask(attention_mask, dtype).bool(), torch.finfo(dtype).min)
-        x = self.wte(idx)
-        for i, (a, f) in enumerate(zip(self.attn, self.ffn)):
-            h = self.norms[2 * i](x)
-            x = x + (a(h, mask) if isinstance(a, LlamaAttention) else a(h))
-            x = x + f(self.norms[2 * i + 1](x))
-        return self.output(self.norm(x))
+        return self.blocks(self.wte(idx), mask)
 
 
 class TGpt(torch.nn.Module):
