@@ -260,7 +260,7 @@ run 1 plan --model "$src/tests/onnx/rows_relu.onnx" --memory 1GiB &&
 for v in hfgpt2_text hfgpt2_mask hfgpt2_mask_dyn distilbert_text distilbert_expand distilbert_nomask tgpt_kpm \
   tgpt_nokpm hfbert_text hfbert_nomask llama_mask llama_nomask; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 16 \
-    --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-pad.safetensors" &&
+    --max-steps 40 --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-pad.safetensors" &&
     has "$out" "per token .*padding [0-9.]+% of the positions computed"
 done
 for v in hfgpt2_mask:hfgpt2_text hfgpt2_mask_dyn:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text \
@@ -271,7 +271,7 @@ done
 # the same exported at a fixed batch of 4 (no dynamic axes: the mask's zeros_like a constant [8, 1, 32])
 for v in tgpt_kpm tgpt_kpm_fixed; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 4 \
-    --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-4.safetensors" && has "$out" "per token"
+    --max-steps 40 --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-4.safetensors" && has "$out" "per token"
 done
 cmp -s <(tensors "$dir/tgpt_kpm-4.safetensors") <(tensors "$dir/tgpt_kpm_fixed-4.safetensors") ||
   { echo "FAIL: tgpt_kpm_fixed.onnx (a fixed batch) trained to other weights than tgpt_kpm.onnx"; fails=$((fails + 1)); }
