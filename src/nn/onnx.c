@@ -746,7 +746,8 @@ static int lower_node(onnx_lower *L, int i)
                                        "reads them only as transformers' Conv1D does, into a Gemm (addmm) and viewed "
                                        "back to [N, T, C]", k + 1);
     }
-    if (bfit_onnx_lower_keymask(L, &rc) || bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) || bfit_onnx_lower_tokens(L, &rc) ||
+    if (bfit_onnx_lower_keymask(L, &rc) || bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) ||
+        bfit_onnx_lower_tokens(L, &rc) ||
         bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_gelu(L, &rc) || bfit_onnx_lower_rms(L, &rc) ||
         bfit_onnx_lower_shuffle(L, &rc) ||
         bfit_onnx_lower_act(L, &rc) ||

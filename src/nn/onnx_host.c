@@ -993,6 +993,18 @@ static int host_ints(const oval *v)
            v->t->dtype != BFIT_ONNX_FLOAT16 && v->t->dtype != BFIT_ONNX_BFLOAT16;
 }
 
+int bfit_onnx_over_batch(const onnx_lower *L, const hval *h, const oval *s)
+{
+    const hval *sh = s && s->kind == OV_HOST ? s->h : NULL;
+    if (!h || h->nd < 1 || h->dim[0] != 1 || !sh || sh->isf || sh->nd != 1 || sh->n != h->nd ||
+        !bfit_onnx_affine_is(L, sh->a[0], sh->b[0], 1, 0) || (!sh->a[0] && L->fixed_batch <= 0))
+        return 0;
+    for (int k = 1; k < sh->n; k++)
+        if (sh->a[k] || sh->b[k] != h->dim[k])
+            return 0;
+    return 1;
+}
+
 int bfit_onnx_reshape_target(onnx_lower *L, const oval *x, int64_t *d, int max)
 {
     hval *t = bfit_onnx_host(L, bfit_onnx_in(L, 1), 1);

@@ -408,15 +408,11 @@ static int made_mask(onnx_lower *L, int *rc)
  * alike where the scores read it. 1 (rc set) if so, else 0. */
 static int causal_over_batch(onnx_lower *L, int *rc)
 {
-    oval *x = bfit_onnx_in(L, 0), *s = bfit_onnx_in(L, 1);
-    hval *h = x && x->kind == OV_HOST ? bfit_onnx_host(L, x, 0) : NULL, *sh;
+    oval *x = bfit_onnx_in(L, 0);
+    hval *h = x && x->kind == OV_HOST ? bfit_onnx_host(L, x, 0) : NULL;
 
-    if (!h || h->nd < 2 || !s || s->kind != OV_HOST || !(sh = s->h) || sh->isf || sh->nd != 1 || sh->n != h->nd ||
-        !bfit_onnx_affine_is(L, sh->a[0], sh->b[0], 1, 0) || (!sh->a[0] && L->fixed_batch <= 0) || h->dim[0] != 1)
+    if (!h || h->nd < 2 || !bfit_onnx_over_batch(L, h, bfit_onnx_in(L, 1)))
         return 0;
-    for (int k = 1; k < sh->n; k++)
-        if (sh->a[k] || (sh->b[k] != h->dim[k] && !(h->dim[k] == 1 && sh->b[k] == 1)))
-            return 0;
     if (!bfit_onnx_causal_mask(h, h->dim[h->nd - 1], 1, h->isf) && !bfit_onnx_causal_mask(h, h->dim[h->nd - 1], 0, 0))
         return 0;
     bfit_onnx_alias(L, x);

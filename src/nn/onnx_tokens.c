@@ -147,13 +147,12 @@ static int add_positions(onnx_lower *L, oval *x, oval *r)
  * set) if so, else 0. */
 static int types_over_batch(onnx_lower *L, oval *x, oval *s, int *rc)
 {
-    hval *h = x && x->kind == OV_HOST ? bfit_onnx_host(L, x, 0) : NULL, *sh;
-    int c[4], n, batch = 0;
+    hval *h = x && x->kind == OV_HOST ? bfit_onnx_host(L, x, 0) : NULL;
+    int c[4], n, batch;
 
-    if (!h || h->isf || h->nd != 2 || h->dim[0] != 1 || !s || s->kind != OV_HOST || !(sh = s->h) || sh->isf ||
-        sh->n != 2 || sh->a[1] || sh->b[1] != h->dim[1])
+    if (!h || h->isf || h->nd != 2)
         return 0;
-    batch = bfit_onnx_affine_is(L, sh->a[0], sh->b[0], 1, 0) && (sh->a[0] || L->fixed_batch > 0);
+    batch = bfit_onnx_over_batch(L, h, s);
     n = bfit_onnx_consumers(L, L->ndi, 0, c, 4);
     for (int k = 0; batch && k < n; k++)
         batch = bfit_onnx_streq(L->om->nodes[c[k]].op, "Gather") && L->om->nodes[c[k]].nin == 2 &&
