@@ -159,7 +159,8 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
     if (tokens && s->M->labels_per_sample != bfit_dataset_label_len(d))
         return bfit_fail_field(BFIT_EINVAL, "data", "%s gives one vector of class scores per sample, but the token "
                                "data %s has a label per token (%d per sample: the next token): end the model with "
-                               "scores per token (a `linear V` on the sequence, without `flatten`)", c->model, name,
+                               "scores per token (a `linear V` on the sequence, without `flatten`), or give a "
+                               "classifier a folder of class folders of texts (docs/data.md)", c->model, name,
                                bfit_dataset_label_len(d));
     if (tokens && bfit_model_vocab(s->M) > 0) { /* ids the embedding has no row for: said before any step */
         int64_t at;
@@ -204,7 +205,7 @@ static int match_test_classes(bfit_session *s, const bfit_session_cfg *c)
     if (c->class_names)
         return bfit_dataset_match_classes(s->test_own, c->class_names, c->nclass_names,
                                           c->class_names_from ? c->class_names_from : "the weights");
-    if (!t || t == s->test || !bfit_dataset_is_images(t) || !bfit_dataset_is_images(s->test_own))
+    if (!t || t == s->test || !bfit_dataset_class_name(t, 0) || !bfit_dataset_class_name(s->test_own, 0))
         return BFIT_OK;
     if (!(names = malloc(sizeof *names * (size_t)bfit_dataset_classes(t))))
         return bfit_fail(BFIT_ENOMEM, "out of host memory for class names");
@@ -239,6 +240,13 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
     o.header = c->csv_header == BFIT_CSV_HEADER_YES ? 1 : c->csv_header == BFIT_CSV_HEADER_NO ? 0 : -1;
     o.seq = s->M->input_dtype == BFIT_I32 ? s->M->input.d[0] : 0; /* token data: the model's T */
     o.lines = c->seq_max > 0;
+    /* a classifier of token ids: texts with a class each (a folder of class folders of texts) */
+    o.classes = s->M->input_dtype == BFIT_I32 && !s->M->per_token;
+    if (o.classes && o.lines)
+        return bfit_fail_field(BFIT_EINVAL, "seq_max", "makes a text's lines a language model's samples, but %s "
+                               "gives one vector of class scores per sequence: a classifier's samples are its texts, "
+                               "each cut to the model's %d tokens; leave --seq-max out", c->model,
+                               s->M->input.d[0]);
     o.tokens_whole = c->tokens_whole;
     if (s->M->input.nd == 3 && s->M->input_dtype != BFIT_I32) { /* images are made to the model's shape */
         o.img_c = s->M->input.c, o.img_h = s->M->input.h, o.img_w = s->M->input.w;

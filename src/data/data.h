@@ -29,6 +29,8 @@ typedef struct bfit_data_opts {
     int seq;       /* token data (a token file, or a .txt file as bytes): tokens per sample, the
                       model's T; 0 for other data */
     int lines;     /* text: samples are its lines, of at most seq tokens, padded (variable length) */
+    int classes;   /* a folder of class folders of texts: one sample a text, one label a text (a classifier
+                      of token ids, bfit_dataset_load_text_classes) */
     int whole;     /* text or token file: all of it, not the train or test part (a file given as the
                       test data) */
     /* image folders and list files (docs/data.md, "Image folders"): */
@@ -40,7 +42,7 @@ typedef struct bfit_data_opts {
                                 (2026-12-04): a checkpoint's run from then (bfit_train_cfg.tokens_split) */
 } bfit_data_opts;
 
-#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define BFIT_DATA_OPTS_INIT {0, -1, -1, ',', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* How a run, an evaluation or find takes a CSV file's first row. Auto: a
  * header when it holds only names, data when it holds only numbers, an
@@ -151,7 +153,7 @@ int bfit_img_loader_threads(const bfit_img_opts *o, int compute_threads);
  * BFIT_EIO / BFIT_EFORMAT naming the folder or file:line. */
 int bfit_dataset_load_images(const char *spec, const bfit_data_opts *o, bfit_dataset **out);
 int bfit_dataset_is_images(const bfit_dataset *d);
-/* Class c's name (a folder's name, a list's label), NULL if not images. */
+/* Class c's name (a folder's name, a list's label), NULL for classes without names (IDX, CSV, tokens). */
 const char *bfit_dataset_class_name(const bfit_dataset *d, int c);
 /* A test set's classes by the names a model was trained on (names[0..n),
  * by index: the training folder's, or the weights' `classes`): each of d's
@@ -217,6 +219,14 @@ int bfit_dataset_text_take(const char *name, int32_t *ids, int64_t count, int tr
 /* A folder of texts: every .txt file in it and its subfolders (hidden ones left out), in the order of
  * their paths, as one text (bfit_text_files_tokens), for token models. */
 int bfit_dataset_load_text_dir(const char *dir, int train, int seq, int lines, bfit_dataset **out);
+/* A folder of class folders of texts, for a classifier of token ids: each .txt file one sample of its
+ * first seq bytes (256 ids), padded with id -1 (the sequence's end), labelled by its class folder; the
+ * classes numbered as an image folder's (sorted names, hidden folders left out), a class's texts in the
+ * order of their paths; train 1: all but every 20th text of each class, 0: those, -1: all. BFIT_EFORMAT
+ * naming the folder or file (no class folders, a class without texts, an empty text). */
+int bfit_dataset_load_text_classes(const char *dir, int train, int seq, bfit_dataset **out);
+/* 1 for texts with a class each (bfit_dataset_load_text_classes): token ids, one label a sample. */
+int bfit_dataset_is_text_classes(const bfit_dataset *d);
 /* Whether dir holds a .txt file that bfit_dataset_load_text_dir would read. */
 int bfit_text_dir_has_text(const char *dir);
 /* A shuffling stream over variable-length samples sorts each run of this
@@ -229,7 +239,7 @@ int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i);
  * it, at most all of them; *most gets it. What a step of a token budget
  * may need to stage (docs/train.md). BFIT_EINVAL for data without tokens. */
 int bfit_dataset_most_for_tokens(const bfit_dataset *d, int64_t tokens, int64_t *most);
-/* Labels per sample: 1, or seq for token data. */
+/* Labels per sample: 1, or seq for token data (a next token each; texts with classes: 1). */
 int bfit_dataset_label_len(const bfit_dataset *d);
 /* Token data: the first id at or above vocab (*id, at *at in the data's
  * ids; *at -1 if none) and the largest id (*most). */

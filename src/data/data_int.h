@@ -13,11 +13,8 @@
 typedef struct bfit_imgset {
     char *paths;          /* every path, NUL-terminated, one buffer */
     int64_t *off;         /* count offsets into paths */
-    char *names;          /* class names, NUL-terminated, one buffer */
-    int64_t *name_off;    /* nclasses offsets into names */
     bfit_img_tf tf;       /* the evaluation transform; streams switch rrc and hflip on */
     int skip_bad;         /* a bad file: the next good one instead, counted */
-    int numbered;         /* a list file of class indices: the names are the numbers, no one's names */
     atomic_llong skipped; /* bad files met (and skipped) so far */
     int64_t other;        /* files of other types in the folder, ignored */
 } bfit_imgset;
@@ -35,6 +32,9 @@ struct bfit_dataset {
     int seq;          /* token data: tokens (and labels) per sample; 0 otherwise */
     int64_t *starts;  /* token lines: sample i is ids[starts[i], +lens[i]), labels one further, padded */
     int32_t *lens;    /*   to seq with id 0 and label -1; NULL: fixed windows */
+    char *names;      /* class names (image and text folders, list files), NUL-terminated, one buffer; */
+    int64_t *name_off; /*   nclasses offsets into it; NULL: classes without names (IDX, CSV) */
+    int numbered;     /* a list file of class indices: the names are the numbers, no one's names */
     char note[256];   /* what the loader decided (a CSV's header, an image folder's oddities), "" if nothing */
     int borrowed;     /* f32 and labels are the caller's (bfit_dataset_borrow_floats): not freed */
     bfit_imgset *img; /* an image folder (img_folder.c), or NULL */
@@ -49,6 +49,11 @@ int bfit_tokens_read_part(const char *path, int train, int32_t **ids, int64_t *c
 /* A data set with everything but the sample and label arrays, which the
  * loader fills (it owns them from here on: bfit_dataset_free frees them). */
 int bfit_data_alloc(const char *source, bfit_dataset **out);
+
+/* The .txt files under dir and its subfolders (hidden ones left out), sorted by path: *n of them in
+ * *paths (bfit_text_paths_free). BFIT_EIO naming a folder that cannot be listed. */
+int bfit_text_paths(const char *dir, char ***paths, int *n);
+void bfit_text_paths_free(char **paths, int n);
 
 /* The sample order of one epoch: perm[k] is the index of the k-th sample.
  * Depends only on (seed, epoch): Fisher-Yates driven by a counter-based

@@ -50,6 +50,8 @@ void bfit_dataset_free(bfit_dataset *d)
     free(d->ids);
     free(d->starts);
     free(d->lens);
+    free(d->names);
+    free(d->name_off);
     bfit_imgset_free(d->img);
     free(d->source);
     free(d);
@@ -76,13 +78,14 @@ int bfit_dataset_classes(const bfit_dataset *d) { return d->nclasses; }
 const char *bfit_dataset_source(const bfit_dataset *d) { return d->source; }
 int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i)
 {
-    if (d->ids) /* token data: the first label */
+    if (d->ids && !d->labels) /* token data: the first label */
         return d->ids[(d->starts ? d->starts[i] : i * d->seq) + 1];
     return d->labels[i];
 }
-int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids ? d->seq : 1; }
+int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids && !d->labels ? d->seq : 1; }
 
 int bfit_dataset_is_tokens(const bfit_dataset *d) { return d->ids != NULL; }
+int bfit_dataset_is_text_classes(const bfit_dataset *d) { return d->ids && d->labels; }
 
 int bfit_dataset_labels_fit(const bfit_dataset *d, int nclasses)
 {
@@ -90,9 +93,10 @@ int bfit_dataset_labels_fit(const bfit_dataset *d, int nclasses)
     int32_t id, most;
     if (bfit_dataset_classes(d) <= nclasses)
         return 1;
-    if (bfit_dataset_is_tokens(d))
-        bfit_dataset_ids_above(d, nclasses, &at, &id, &most);
-    return bfit_dataset_is_tokens(d) && at < 0;
+    if (bfit_dataset_label_len(d) == 1) /* labels are classes */
+        return 0;
+    bfit_dataset_ids_above(d, nclasses, &at, &id, &most);
+    return at < 0;
 }
 
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,
@@ -406,6 +410,9 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
                                "text (a .txt file)", spec);
     if (bfit_tokens_is_file(spec))
         return bfit_dataset_load_tokens(spec, o->whole || o->tokens_whole ? -1 : train, o->seq, out);
+    /* a classifier of token ids: a folder of class folders of texts */
+    if (S_ISDIR(st.st_mode) && o->seq > 0 && o->classes)
+        return bfit_dataset_load_text_classes(spec, o->whole ? -1 : train, o->seq, out);
     /* a token model's folder: its texts (a folder of class folders without one reads as images, which
        a token model refuses, saying so) */
     if (S_ISDIR(st.st_mode) && o->seq > 0 && (!has_subfolder(spec) || bfit_text_dir_has_text(spec)))

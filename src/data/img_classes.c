@@ -1,4 +1,5 @@
-/* img_classes.c - the class names of image data sets: that they are text
+/* img_classes.c - the class names of image folders and list files (and of
+ * text folders, text_classes.c): that they are text
  * (UTF-8, as the weights' JSON metadata must hold them), and a test set's
  * classes matched by name to the classes a model was trained on, so that a
  * test folder holding some of the training folder's classes is labelled as
@@ -109,7 +110,7 @@ static int unknown_classes(const bfit_dataset *d, const int *map, const char *co
         nu += map[c] < 0;
     for (int c = 0; c < d->nclasses; c++)
         if (map[c] < 0)
-            list_add(unknown, sizeof unknown, k++, 10, nu, d->img->names + d->img->name_off[c]);
+            list_add(unknown, sizeof unknown, k++, 10, nu, d->names + d->name_off[c]);
     for (int j = 0; j < n; j++)
         list_add(known, sizeof known, j, 10, n, names[j]);
     return bfit_fail(BFIT_EINVAL, "%s: class%s %s %s not among the %d classes of %s: %s. A test set's classes "
@@ -139,9 +140,9 @@ static int renumber(bfit_dataset *d, const int *map, const char *const *names, i
     }
     for (int64_t i = 0; i < d->count; i++)
         d->labels[i] = map[d->labels[i]];
-    free(d->img->names);
-    free(d->img->name_off);
-    d->img->names = buf, d->img->name_off = off;
+    free(d->names);
+    free(d->name_off);
+    d->names = buf, d->name_off = off;
     d->nclasses = n;
     return BFIT_OK;
 }
@@ -149,15 +150,15 @@ static int renumber(bfit_dataset *d, const int *map, const char *const *names, i
 int bfit_dataset_match_classes(bfit_dataset *d, const char *const *names, int n, const char *whose)
 {
     named *sorted;
-    int *map, rc = BFIT_OK, same = d && d->img && d->nclasses == n;
+    int *map, rc = BFIT_OK, same = d && d->names && d->nclasses == n;
 
     /* numbers are indices already: a list of them, or a model trained on one
      * (its names 0..n-1) against a folder of names, which nothing can match */
-    if (!d || !d->img || d->img->numbered || n < 1)
+    if (!d || !d->names || d->numbered || n < 1)
         return BFIT_OK;
     if (numbers_only(names, n))
         for (int c = 0; c < d->nclasses; c++)
-            if (!is_index(d->img->names + d->img->name_off[c]))
+            if (!is_index(d->names + d->name_off[c]))
                 return BFIT_OK;
     sorted = malloc((size_t)n * sizeof *sorted);
     map = malloc((size_t)d->nclasses * sizeof *map);
@@ -170,7 +171,7 @@ int bfit_dataset_match_classes(bfit_dataset *d, const char *const *names, int n,
         sorted[j] = (named){names[j], j};
     qsort(sorted, (size_t)n, sizeof *sorted, by_named); /* a model may have thousands of classes */
     for (int c = 0; c < d->nclasses; c++) {
-        named key = {d->img->names + d->img->name_off[c], 0}, *hit;
+        named key = {d->names + d->name_off[c], 0}, *hit;
         hit = bsearch(&key, sorted, (size_t)n, sizeof *sorted, by_named);
         map[c] = hit ? hit->index : -1;
         same = same && map[c] == c;

@@ -471,8 +471,6 @@ void bfit_imgset_free(bfit_imgset *g)
         return;
     free(g->paths);
     free(g->off);
-    free(g->names);
-    free(g->name_off);
     free(g);
 }
 
@@ -516,11 +514,11 @@ static int make_set(const char *spec, const bfit_data_opts *o, lister *L, strbuf
         d->labels[i] = L->e[i].label;
     }
     g->paths = L->paths.b, L->paths.b = NULL;
-    g->names = names->b, names->b = NULL;
-    g->name_off = offs;
+    d->names = names->b, names->b = NULL;
+    d->name_off = offs;
     g->tf = (bfit_img_tf){o->img_c, o->img_h, o->img_w, o->img_resize, 0, 0, !o->img_no_dct};
     g->skip_bad = o->img_skip_bad;
-    g->numbered = numbered;
+    d->numbered = numbered;
     g->other = L->other;
     atomic_init(&g->skipped, 0);
     d->img = g;
@@ -570,7 +568,7 @@ int bfit_dataset_is_images(const bfit_dataset *d) { return d && d->img != NULL; 
 
 const char *bfit_dataset_class_name(const bfit_dataset *d, int c)
 {
-    return d->img && c >= 0 && c < d->nclasses ? d->img->names + d->img->name_off[c] : NULL;
+    return d->names && c >= 0 && c < d->nclasses ? d->names + d->name_off[c] : NULL;
 }
 
 const char *bfit_dataset_image_path(const bfit_dataset *d, int64_t i)

@@ -61,9 +61,11 @@ void bfit_data_sample(const bfit_sample_fn *f, int64_t epoch, int64_t idx, float
     const int64_t plane = (int64_t)H * W, numel = C * plane;
     int dy = 0, dx = 0, flip = 0;
 
-    if (d->ids && d->starts) { /* a line: its ids, then id 0 as padding */
-        memcpy(out, d->ids + d->starts[idx], sizeof *d->ids * (size_t)d->lens[idx]);
-        memset((int32_t *)out + d->lens[idx], 0, sizeof *d->ids * (size_t)(d->seq - d->lens[idx]));
+    if (d->ids && d->starts) { /* a line: its ids, then id 0 as padding (its labels -1 say where it ends); */
+        int32_t *o = (int32_t *)out, pad = d->labels ? -1 : 0; /* a text with a class: -1, its only mark */
+        memcpy(o, d->ids + d->starts[idx], sizeof *d->ids * (size_t)d->lens[idx]);
+        for (int j = d->lens[idx]; j < d->seq; j++)
+            o[j] = pad;
         return;
     }
     if (d->ids) { /* token ids, as int32 in the sample buffer */

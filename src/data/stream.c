@@ -82,15 +82,15 @@ static int produce(const bfit_stream *s, bfit_img_scratch *sc, bfit_cursor at, i
             }
             continue;
         }
-        if (s->d->starts) { /* a line's next ids, then -1 (padding) */
+        if (s->d->labels) /* a sample's class (a text's too) */
+            y[k] = s->d->labels[idx];
+        else if (s->d->starts) { /* a line's next ids, then -1 (padding) */
             int32_t *yk = y + (size_t)k * (size_t)s->nlab;
             memcpy(yk, s->d->ids + s->d->starts[idx] + 1, sizeof *y * (size_t)s->d->lens[idx]);
             for (int j = s->d->lens[idx]; j < s->nlab; j++)
                 yk[j] = -1;
         } else if (s->d->ids) /* the next seq ids */
             memcpy(y + (size_t)k * (size_t)s->nlab, s->d->ids + idx * s->d->seq + 1, sizeof *y * (size_t)s->nlab);
-        else
-            y[k] = s->d->labels[idx];
         bfit_data_sample(&s->fn, at.epoch, idx, x + k * s->numel);
     }
     return BFIT_OK;

@@ -72,41 +72,54 @@ static int walk(const char *dir, int depth, paths *ps)
 
 static int by_path(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int bfit_text_dir_has_text(const char *dir)
+int bfit_text_paths(const char *dir, char ***out, int *n)
 {
     paths ps = {0};
-    int n = walk(dir, 0, &ps) == BFIT_OK ? ps.n : 0;
-    for (int i = 0; i < ps.n; i++)
-        free(ps.p[i]);
-    free(ps.p);
+    int rc = walk(dir, 0, &ps);
+    if (rc != BFIT_OK) {
+        bfit_text_paths_free(ps.p, ps.n);
+        ps.p = NULL, ps.n = 0;
+    } else if (ps.n)
+        qsort(ps.p, (size_t)ps.n, sizeof *ps.p, by_path);
+    *out = ps.p, *n = ps.n;
+    return rc;
+}
+
+void bfit_text_paths_free(char **p, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(p[i]);
+    free(p);
+}
+
+int bfit_text_dir_has_text(const char *dir)
+{
+    char **p;
+    int n;
+    if (bfit_text_paths(dir, &p, &n) != BFIT_OK)
+        return 0;
+    bfit_text_paths_free(p, n);
     return n > 0;
 }
 
 int bfit_dataset_load_text_dir(const char *dir, int train, int seq, int lines, bfit_dataset **out)
 {
-    paths ps = {0};
+    char **p = NULL, name[4096];
     int32_t *ids = NULL;
     int64_t count = 0;
-    char name[4096];
-    int rc;
+    int n = 0, rc;
 
     *out = NULL;
-    if ((rc = walk(dir, 0, &ps)) != BFIT_OK)
-        goto done;
-    if (!ps.n) {
+    if ((rc = bfit_text_paths(dir, &p, &n)) != BFIT_OK)
+        return rc;
+    if (!n)
         rc = bfit_fail(BFIT_EINVAL, "%s holds no .txt file (in it or its subfolders): a token model reads a folder "
                                     "of texts, each a file whose name ends in .txt", dir);
-        goto done;
+    else if ((rc = bfit_text_files_tokens((const char *const *)p, n, train, &ids, &count)) == BFIT_OK) {
+        snprintf(name, sizeof name, "%s (%d text%s, %s%s)", dir, n, n == 1 ? "" : "s",
+                 train < 0 ? "whole" : train ? "train part" : "test part", lines ? ", lines" : "");
+        rc = bfit_dataset_text_take(name, ids, count, train, seq, lines, out);
     }
-    qsort(ps.p, (size_t)ps.n, sizeof *ps.p, by_path);
-    if ((rc = bfit_text_files_tokens((const char *const *)ps.p, ps.n, train, &ids, &count)) != BFIT_OK)
-        goto done;
-    snprintf(name, sizeof name, "%s (%d text%s, %s%s)", dir, ps.n, ps.n == 1 ? "" : "s",
-             train < 0 ? "whole" : train ? "train part" : "test part", lines ? ", lines" : "");
-    rc = bfit_dataset_text_take(name, ids, count, train, seq, lines, out);
-done:
-    for (int i = 0; i < ps.n; i++)
-        free(ps.p[i]);
-    free(ps.p);
+    bfit_text_paths_free(p, n);
     return rc;
 }

@@ -135,11 +135,12 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
 /* Each sequence's real length, from its labels as the trainer trims
  * (step.c): up to its last label that counts; without labels, or with one
  * label a sequence (a classifier of token ids: no padding known), all of it. */
-static int upload_lens(bfit_model *M, const int32_t *labels, int n)
+/* Each sequence's real length: up to its last label that counts (a label
+ * per token), or, with one label a sequence, up to its -1 padding ids (a
+ * text with a class); T where neither says. */
+static int upload_lens(bfit_model *M, const int32_t *ids, const int32_t *labels, int n)
 {
-    int T = M->input.d[0];
-    if (M->labels_per_sample != T)
-        labels = NULL;
+    int T = M->input.d[0], per_token = M->per_token;
     if (n > M->stage_lens_n) { /* grows with the largest micro-batch, then stays */
         int32_t *p = realloc(M->stage_lens, sizeof *p * (size_t)n);
         if (!p)
@@ -148,7 +149,7 @@ static int upload_lens(bfit_model *M, const int32_t *labels, int n)
         M->stage_lens_n = n;
     }
     for (int i = 0; i < n; i++) {
-        const int32_t *y = labels ? labels + (size_t)i * (size_t)T : NULL;
+        const int32_t *y = per_token ? labels ? labels + (size_t)i * (size_t)T : NULL : ids + (size_t)i * (size_t)T;
         int len = T;
         while (y && len > 0 && y[len - 1] < 0)
             len--;
@@ -170,7 +171,7 @@ int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, in
         rc = bfit_device_upload(M->dev, (void *)bfit_model_labels(M), labels,
                                 (size_t)n * (size_t)M->labels_per_sample * sizeof(int32_t));
     if (rc == BFIT_OK && M->seq_lens)
-        rc = upload_lens(M, labels, n);
+        rc = upload_lens(M, x, labels, n);
     return rc;
 }
 

@@ -270,6 +270,7 @@ void bfit_model_free(bfit_model *M)
     free(M->keep);
     free(M->stage16);
     free(M->stage_lens);
+    free(M->stage_ids);
     bfit_wsrc_release(M->wsrc);
     free(M);
 }
@@ -624,12 +625,37 @@ int bfit_model_reserve(bfit_model *M, int m, int training)
 
 /* n samples of f32 (or token ids) from the host into the input block, in the
  * model's input dtype: 16-bit inputs are converted here, on the host. */
+int bfit_model_padded(const int32_t *ids, int64_t cnt)
+{
+    for (int64_t i = 0; i < cnt; i++)
+        if (ids[i] < 0)
+            return 1;
+    return 0;
+}
+
+/* Ids with -1 padding (checked) uploaded with id 0 in its place. */
+static int upload_unpadded(bfit_model *M, const int32_t *ids, int64_t cnt)
+{
+    if (cnt > M->stage_ids_n) { /* grows with the largest micro-batch, then stays */
+        int32_t *p = realloc(M->stage_ids, sizeof *p * (size_t)cnt);
+        if (!p)
+            return bfit_fail(BFIT_ENOMEM, "model: out of host memory for %lld token ids", (long long)cnt);
+        M->stage_ids = p;
+        M->stage_ids_n = cnt;
+    }
+    for (int64_t i = 0; i < cnt; i++)
+        M->stage_ids[i] = ids[i] < 0 ? 0 : ids[i];
+    return bfit_device_upload(M->dev, M->block[BFIT_MEM_INPUT], M->stage_ids, (size_t)cnt * sizeof(int32_t));
+}
+
 int bfit_model_upload_samples(bfit_model *M, const void *x, int n)
 {
     int64_t cnt = (int64_t)n * bfit_shape_numel(M->input);
     uint16_t *h;
     int rc;
 
+    if (M->input_dtype == BFIT_I32 && bfit_model_padded(x, cnt)) /* the embedding reads padding as id 0 */
+        return upload_unpadded(M, x, cnt);
     if (M->input_dtype == BFIT_F32 || M->input_dtype == BFIT_I32)
         return bfit_device_upload(M->dev, M->block[BFIT_MEM_INPUT], x, (size_t)cnt * bfit_dtype_size(M->input_dtype));
     h = M->stage16;
@@ -671,17 +697,28 @@ int bfit_model_vocab(const bfit_model *M)
     return M->input_dtype == BFIT_I32 && E && E->cfg.kind == BFIT_L_EMBED ? E->cfg.vocab : 0;
 }
 
-/* Token ids of n samples, checked on the host (a GPU's lookup cannot refuse). */
+/* Token ids of n samples, checked on the host (a GPU's lookup cannot refuse).
+ * -1 is padding after a sequence's last token (a text with a class, whose
+ * one label cannot say where it ends): only there, after one token at least. */
 int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n)
 {
     const bfit_layer *E = M->nodes[0].l;
-    int64_t cnt = (int64_t)n * bfit_shape_numel(M->input);
+    int64_t T = bfit_shape_numel(M->input);
     if (M->input_dtype != BFIT_I32 || E->cfg.kind != BFIT_L_EMBED)
         return BFIT_OK;
-    for (int64_t i = 0; i < cnt; i++)
-        if (ids[i] < 0 || ids[i] >= E->cfg.vocab)
-            return bfit_fail(BFIT_EINVAL, "token id %d at position %lld of sample %lld is outside the vocabulary [0, %d)",
-                             (int)ids[i], (long long)(i % bfit_shape_numel(M->input)),
-                             (long long)(i / bfit_shape_numel(M->input)), E->cfg.vocab);
+    for (int64_t k = 0; k < n; k++) {
+        const int32_t *x = ids + k * T;
+        int64_t len = T;
+        while (len > 0 && x[len - 1] == -1)
+            len--;
+        if (!len)
+            return bfit_fail(BFIT_EINVAL, "sample %lld has no token: its %lld ids are all -1 (padding)", (long long)k,
+                             (long long)T);
+        for (int64_t i = 0; i < len; i++)
+            if (x[i] < 0 || x[i] >= E->cfg.vocab)
+                return bfit_fail(BFIT_EINVAL, "token id %d at position %lld of sample %lld is outside the vocabulary "
+                                 "[0, %d)%s", (int)x[i], (long long)i, (long long)k, E->cfg.vocab,
+                                 x[i] == -1 ? " (-1 pads a sequence only after its last token)" : "");
+    }
     return BFIT_OK;
 }

@@ -165,6 +165,8 @@ typedef struct bfit_model {
                               its last label that counts) for its key-padding mask */
     int32_t *stage_lens;   /* host staging of those lengths */
     int stage_lens_n;
+    int32_t *stage_ids;    /* host staging of ids with padding (-1) made 0 */
+    int64_t stage_ids_n;
     int n;                 /* nodes, the loss last */
     bfit_node *nodes;
     int in0_consumers;     /* consumers of the model input */
@@ -306,10 +308,14 @@ uint64_t bfit_model_step_bytes(const bfit_model *M);
 /* Upload n = M->m samples (host: f32, or int32 token ids) and their labels
  * (labels_per_sample each) into the reserved input block; 16-bit inputs are
  * converted on the host. Token ids and labels are checked here, on the host.
- * A model with bidirectional attention also gets each sequence's real
- * length: up to its last label that counts (all T without labels). */
+ * Token ids may end in -1, padding (uploaded as id 0). A model with
+ * bidirectional attention also gets each sequence's real length: up to its
+ * last label that counts (all T without labels), or with one label a
+ * sequence (a classifier) up to its -1 padding. */
 int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n);
 int bfit_model_upload_samples(bfit_model *M, const void *x, int n);
+/* Whether cnt ids hold padding (-1). */
+int bfit_model_padded(const int32_t *ids, int64_t cnt);
 int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n);
 int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n);
 /* The labels in the reserved input block (device). */

@@ -289,7 +289,7 @@ static const char *const field_names[F_COUNT] = {
     "beta", "the threshold", "ceil", "the slopes", "tanh",
 };
 
-enum { P_NONE, P_UNITS, P_KERNEL, P_PROB }; /* what a layer's one positional number is */
+enum { P_NONE, P_UNITS, P_KERNEL, P_PROB, P_INDEX }; /* what a layer's one positional number is */
 
 #define O_WINDOW (OB(O_K) | OB(O_KH) | OB(O_KW) | OB(O_STRIDE) | OB(O_SH) | OB(O_SW) | OB(O_PAD) | OB(O_PH) | OB(O_PW))
 
@@ -323,6 +323,7 @@ static const layer_kw layer_kws[] = {
     {"layerscale", BFIT_L_LAYERSCALE, P_NONE, OB(O_INIT) | OB(O_CHANNELS), "layerscale [channels=1|C] [init=V]"},
     {"groupnorm", BFIT_L_GROUPNORM, P_UNITS, OB(O_EPS), "groupnorm G [eps=E]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
+    {"select", BFIT_L_SELECT, P_INDEX, 0, "select I (token I's features, 0 the first)"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
     {"layernorm", BFIT_L_LAYERNORM, P_NONE, OB(O_EPS) | OB(O_BIAS), "layernorm [eps=E] [bias=0|1]"},
@@ -428,6 +429,8 @@ static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fs
     switch (kw->pos) {
     case P_UNITS:
         return parse_int(p, t, 1, units_name(kw->kind), &c->units);
+    case P_INDEX: /* select's token */
+        return parse_int(p, t, 0, "select's token", &c->units);
     case P_KERNEL:
         if ((rc = mark(p, fs, FB(F_KH) | FB(F_KW), t)) != BFIT_OK)
             return rc;

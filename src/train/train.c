@@ -15,7 +15,7 @@
 /* What a weights file says of itself; test_accuracy only where an
  * evaluation of these very weights finished (a failed last evaluation, or
  * a run stopped between, measured nothing). */
-/* An image folder's class names, by index, as a JSON array: what a user
+/* An image or text folder's class names, by index, as a JSON array: what a user
  * of the weights needs to name a prediction. */
 static int class_names_json(const bfit_dataset *d, char **out)
 {
@@ -59,7 +59,7 @@ int bfit_run_weights_meta(bfit_run *r, const char **keys, const char **vals, int
         keys[k] = "normalize", vals[k++] = "none";
     }
     bufs[2] = NULL;
-    if (rc == BFIT_OK && r->s.train && bfit_dataset_is_images(r->s.train)) {
+    if (rc == BFIT_OK && r->s.train && bfit_dataset_class_name(r->s.train, 0)) {
         if ((rc = class_names_json(r->s.train, &bufs[2])) == BFIT_OK)
             keys[k] = "classes", vals[k++] = bufs[2];
     }

@@ -62,7 +62,8 @@ M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
-                "hfbert_mini", "hfbert_bench", "llama_mask"}  # input: int token ids [M, T]; one label per token
+                "hfbert_mini", "hfbert_bench", "llama_mask",
+                "distilbert_cls", "hfbert_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -261,6 +262,12 @@ def padding_mask(y):
     return (n <= last).long()
 
 
+def ids_mask(x):
+    """A classifier's ids as batchfit takes them (-1 after a sequence's last token) as transformers takes them:
+    the ids (padding id 0) and the attention_mask (1 a token, 0 padding)."""
+    return x.clamp(min=0).long(), (x >= 0).long()
+
+
 def from_file(model, path):
     """The model with the file's initializers (state_dict names): the oracle starts where batchfit does. A tied
     parameter (gpt_mini's lm_head.weight, wte.weight's Parameter) is in the file once, by the other name."""
@@ -285,7 +292,9 @@ def step(model, x, y, dtype):
         if isinstance(mod, torch.nn.MultiheadAttention):
             mod.dropout = 0.0  # on its weights too
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    if x.dtype in (torch.int32, torch.int64):  # token ids stay integers; the mean over the real (not -1) labels
+    if x.dtype in (torch.int32, torch.int64) and getattr(m, "seq_classes", False):  # padding: -1 ids
+        loss = torch.nn.functional.cross_entropy(m(*ids_mask(x)), y.long())
+    elif x.dtype in (torch.int32, torch.int64):  # token ids stay integers; the mean over the real (not -1) labels
         if getattr(m, "mask_input", False):
             logits = m(x.long(), padding_mask(y))
         else:
@@ -1063,7 +1072,7 @@ class DistilBert(torch.nn.Module):
         self.vocab_projector = nn.Linear(C, V)
         self.vocab_projector.weight = emb.word_embeddings.weight
 
-    def forward(self, input_ids, attention_mask=None):
+    def body(self, input_ids, attention_mask=None):
         emb = self.distilbert.embeddings
         x = emb.word_embeddings(input_ids)
         if attention_mask is not None and self.expand_mask:
@@ -1072,8 +1081,31 @@ class DistilBert(torch.nn.Module):
         h = emb.dropout(emb.LayerNorm(x + emb.position_embeddings(position_ids)))
         for blk in self.distilbert.transformer.layer:
             h = blk(h, attention_mask)
+        return h
+
+    def forward(self, input_ids, attention_mask=None):
+        h = self.body(input_ids, attention_mask)
         h = self.vocab_layer_norm(torch.nn.functional.gelu(self.vocab_transform(h)))
         return self.vocab_projector(h)
+
+
+class DistilBertCls(DistilBert):
+    """transformers' DistilBertForSequenceClassification in small, after its code: DistilBERT's body, the first
+    token's hidden state (hidden_state[:, 0]) through pre_classifier, ReLU, dropout (seq_classif_dropout) and
+    classifier: class scores per sequence."""
+
+    seq_classes = True
+
+    def __init__(self, classes=CLASSES, **kw):
+        super().__init__(**kw)
+        nn, C = torch.nn, self.distilbert.embeddings.word_embeddings.embedding_dim
+        del self.vocab_transform, self.vocab_layer_norm, self.vocab_projector
+        self.pre_classifier, self.classifier = nn.Linear(C, C), nn.Linear(C, classes)
+        self.dropout = nn.Dropout(kw.get("p", 0.0))
+
+    def forward(self, input_ids, attention_mask=None):
+        pooled = self.body(input_ids, attention_mask)[:, 0]
+        return self.classifier(self.dropout(torch.nn.functional.relu(self.pre_classifier(pooled))))
 
 
 class BertSelfAttention(torch.nn.Module):
@@ -1157,7 +1189,7 @@ class HFBert(torch.nn.Module):
         pr.decoder.bias = pr.bias
         pr.decoder.weight = e.word_embeddings.weight
 
-    def forward(self, input_ids, attention_mask=None):
+    def body(self, input_ids, attention_mask=None):
         e = self.bert.embeddings
         batch_size, seq_length = input_ids.size()
         if attention_mask is None:
@@ -1171,9 +1203,33 @@ class HFBert(torch.nn.Module):
         h = e.dropout(e.LayerNorm(x))
         for layer in self.bert.encoder.layer:
             h = layer(h, ext)
+        return h
+
+    def forward(self, input_ids, attention_mask=None):
+        h = self.body(input_ids, attention_mask)
         pr = self.cls.predictions
         h = pr.transform.LayerNorm(torch.nn.functional.gelu(pr.transform.dense(h)))
         return pr.decoder(h)
+
+
+class HFBertCls(HFBert):
+    """transformers' BertForSequenceClassification in small, after its code: BERT's body, its pooler (dense and
+    tanh on the first token's hidden state: bert.pooler.dense), dropout and classifier: class scores per
+    sequence."""
+
+    seq_classes = True
+
+    def __init__(self, classes=CLASSES, **kw):
+        super().__init__(**kw)
+        nn, C = torch.nn, self.bert.embeddings.word_embeddings.embedding_dim
+        del self.cls
+        self.bert.pooler = nn.Module()
+        self.bert.pooler.dense = nn.Linear(C, C)
+        self.dropout, self.classifier = nn.Dropout(kw.get("p", 0.0)), nn.Linear(C, classes)
+
+    def forward(self, input_ids, attention_mask=None):
+        pooled = torch.tanh(self.bert.pooler.dense(self.body(input_ids, attention_mask)[:, 0]))
+        return self.classifier(self.dropout(pooled))
 
 
 def build(name):
@@ -1220,6 +1276,10 @@ def build(name):
         return DistilBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16  # (its default dropout is 0.1)
     if name == "llama_mask":  # llama_mini's blocks, the mask transformers 4.36 makes from an attention_mask
         return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
+    if name == "distilbert_cls":  # DistilBertForSequenceClassification: the first token's state, class scores
+        return DistilBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
+    if name == "hfbert_cls":  # BertForSequenceClassification: the pooler's tanh on the first token, class scores
+        return HFBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "hfbert_mini":  # transformers' BERT for masked LM: token types, the extended attention mask
         return HFBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "hfbert_bench":  # bench/ only: BERT at gpt_bench's size (bytes, 128 tokens, 4 x 128), dropout 0.1
@@ -1297,9 +1357,12 @@ def oracle(name):
         x = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y.view(-1)[6::7] = -1
-        if getattr(model, "mask_input", False):  # padded sequences: their keys masked by attention_mask
+        if getattr(model, "seq_classes", False):  # a class a sequence; padded ones end in id -1, batchfit's mark
+            y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
+            x[1, 11:], x[3, 5:] = -1, -1
+        elif getattr(model, "mask_input", False):  # padded sequences: their keys masked by attention_mask
             y[1, 11:], y[3, 5:] = -1, -1
-        export(model, os.path.join(OUT, name + ".onnx"), x[:2].long(), True, OPSET.get(name, 17),
+        export(model, os.path.join(OUT, name + ".onnx"), x[:2].clamp(min=0).long(), True, OPSET.get(name, 17),
                getattr(model, "seq_first", False))
     else:
         x = torch.randn(M, 3, size, size, generator=g)

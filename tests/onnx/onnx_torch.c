@@ -169,7 +169,8 @@ static void dropout_off(bfit_model *M)
     }
 }
 
-/* A token model: its input is int32 token ids [T], one label per token. */
+/* A token model: its input is int32 token ids [T], one label per token (a
+ * classifier's: one per sequence, its padding ids -1). */
 static int is_token(const bfit_model *M)
 {
     return M->input_dtype == BFIT_I32;
@@ -188,7 +189,8 @@ static void upload_batch(bfit_model *M, int m)
     assert_true(m <= M_ORACLE && bfit_st_numel(ty) == M_ORACLE * L && !strcmp(ty->dtype, "I32"));
     if (is_token(M)) {
         assert_string_equal(tx->dtype, "I32");
-        assert_int_equal(n, M_ORACLE * L); /* one id per token, one label per token */
+        assert_int_equal(n, (int64_t)M_ORACLE * bfit_shape_numel(M->input)); /* one id per token */
+        assert_true(L == 1 || L == bfit_shape_numel(M->input));              /* a label per token or sequence */
         memcpy(x, tx->data, sizeof(int32_t) * (size_t)n);
     } else {
         assert_int_equal(L, 1);
@@ -522,7 +524,7 @@ static void test_state_dict(void **st)
         memcpy(t[0].shape, tx->shape, sizeof t[0].shape);
         memcpy(t[2].shape, ty->shape, sizeof t[2].shape);
         assert_string_equal(ty->dtype, "I32");
-        if (is_token(r.M)) { /* [M_ORACLE, T, V] */
+        if (is_token(r.M) && r.M->labels_per_sample > 1) { /* [M_ORACLE, T, V] */
             t[1].ndim = 3;
             t[1].shape[1] = r.M->labels_per_sample;
             t[1].shape[2] = r.M->nclasses;

@@ -108,6 +108,9 @@ def main():
     with torch.no_grad():
         if x.dtype == torch.int32 and getattr(model, "seq_first", False):  # [T, batch] in and out
             probs = torch.softmax(model(x.long().t()).transpose(0, 1), dim=-1)
+        elif x.dtype == torch.int32 and getattr(model, "seq_classes", False):  # class scores per sequence
+            from export import ids_mask
+            probs = torch.softmax(model(*ids_mask(x)), dim=-1)
         elif x.dtype == torch.int32 and getattr(model, "mask_input", False):  # padded sequences, as batchfit's
             from export import padding_mask
             probs = torch.softmax(model(x.long(), padding_mask(data["y"])), dim=-1)
@@ -121,7 +124,7 @@ def main():
         return 1
     gap = (probs - data["probs"]).abs()
     extra = ""
-    if getattr(model, "mask_input", False):  # the tokens' probabilities: a padding position's have no loss, and
+    if getattr(model, "mask_input", False) and not getattr(model, "seq_classes", False):  # the tokens' probabilities: a padding position's have no loss, and
         gap = gap[padding_mask(data["y"]).bool()]  # a causal model's padding sees padding in batchfit, not here
         extra += f"; at the {gap.shape[0]} tokens of the padded sequences"
     diff = gap.max().item()
