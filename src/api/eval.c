@@ -7,15 +7,20 @@
 
 #include <math.h>
 
-/* A token model's figures are per token: its input is token ids. */
+/* A language model's figures are per token: its input is token ids and it
+ * scores every token (a classifier of token ids scores a sequence). */
 static int is_token_model(const char *model, int seq)
 {
     bfit_graph_desc g;
+    bfit_model *M = NULL;
     int tokens;
     if (bfit_model_source_load(model, seq, &g) != BFIT_OK)
         return 0;
-    tokens = g.input_dtype == BFIT_I32;
+    if (bfit_model_new(&g, NULL, NULL, &M) != BFIT_OK) /* the shapes only */
+        M = NULL;
     bfit_graph_fini(&g);
+    tokens = M && M->input_dtype == BFIT_I32 && M->per_token;
+    bfit_model_free(M);
     return tokens;
 }
 

@@ -245,8 +245,7 @@ int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c)
     if (o.classes && o.lines)
         return bfit_fail_field(BFIT_EINVAL, "seq_max", "makes a text's lines a language model's samples, but %s "
                                "gives one vector of class scores per sequence: a classifier's samples are its texts, "
-                               "each cut to the model's %d tokens; leave --seq-max out", c->model,
-                               s->M->input.d[0]);
+                               "each cut to the model's length (its `input tokens=T`); leave --seq-max out", c->model);
     o.tokens_whole = c->tokens_whole;
     if (s->M->input.nd == 3 && s->M->input_dtype != BFIT_I32) { /* images are made to the model's shape */
         o.img_c = s->M->input.c, o.img_h = s->M->input.h, o.img_w = s->M->input.w;

@@ -544,3 +544,51 @@ def test_a_buffer_trained_as_a_layer_scale_is_named(onnx_import):
     with pytest.warns(UserWarning, match=r"1 buffer\(s\) were trained as parameters .*: scale"):
         bt.train(m, data=(x, y), epochs=1, batch=32, memory="512MiB", threads=2)
     assert not torch.equal(m.scale, torch.full((4, 1, 1), 0.5))
+
+
+def word_classes(root, n, T, seed):
+    """root/animals and root/tools: n texts each of 1 to 8 words drawn from the class's own words. Returns
+    PyTorch's (ids, attention_mask, labels) of them, each text's first T bytes, padded with id 0."""
+    import random
+    r = random.Random(seed)
+    words = {"animals": "cat dog horse otter badger heron newt lynx".split(),
+             "tools": "saw drill hammer chisel wrench plane rasp vise".split()}
+    ids = torch.zeros(2 * n, T, dtype=torch.long)
+    mask = torch.zeros(2 * n, T, dtype=torch.long)
+    labels = []
+    for c, (name, ws) in enumerate(sorted(words.items())):
+        (root / name).mkdir(parents=True)
+        for i in range(n):
+            b = (" ".join(r.choice(ws) for _ in range(r.randint(1, 8))) + "\n").encode()
+            (root / name / f"{i:03d}.txt").write_bytes(b)
+            b = b[:T]
+            k = len(labels)
+            ids[k, :len(b)], mask[k, :len(b)] = torch.tensor(list(b)), 1
+            labels.append(c)
+    return ids, mask, torch.tensor(labels)
+
+
+def test_a_sequence_classifier_trains_on_class_folders(onnx_import, tmp_path):
+    """transformers' DistilBertForSequenceClassification (tests/onnx/export.py's DistilBertCls: the first token's
+    state through pre_classifier, ReLU and classifier) trains on a folder of class folders of texts: batchfit
+    pads each text with -1 and masks the padding's keys, PyTorch's accuracy on other texts, given their
+    attention_mask, goes from chance to above 90%, and the weights come back whole. Before 2026-12-05 a token
+    model had no data of one label a sequence."""
+    m = language_model("DistilBertCls", V=256, T=32, C=32, H=4, L=1, hidden=64, classes=2)
+    ids, mask, y = word_classes(tmp_path / "test", 100, 32, 2)
+    word_classes(tmp_path / "train", 300, 32, 1)
+
+    def accuracy():
+        m.eval()
+        with torch.no_grad():
+            return (m(ids, mask).argmax(1) == y).float().mean().item()
+
+    start, before = copy.deepcopy(m.state_dict()), accuracy()
+    bt.train(m, data=str(tmp_path / "train"), example_input=(ids[:1], mask[:1]), epochs=3, batch=16, lr=3e-3,
+             optimizer="adamw", memory="512MiB", threads=2, seed=1)
+    after = accuracy()
+    print(f"accuracy before {before:.3f}, after {after:.3f}, batchfit's {m.batchfit_result.test_accuracy:.3f}")
+    assert before < 0.7 and after > 0.9, (before, after)
+    assert m.batchfit_result.test_accuracy > 0.9
+    for pname, p in m.named_parameters():
+        assert not torch.equal(p.detach(), start[pname]), pname

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# text_classes.sh BATCHFIT SRC - a classifier of token ids trained on a
+# folder of class folders of texts: it learns (the held-out part's accuracy),
+# saves its classes, evaluates on a test folder of some of them; what is
+# refused (--seq-max, a test class it never learned, token data for a
+# classifier) and what a language model still reads there (one text).
+set -u
+bf=$1
+src=$2
+. "$(dirname "$0")/lib.sh"
+
+# texts/: 'animals' and 'tools', 400 texts each of 1 to 12 words drawn from
+# their own words (a text's class is in any of its words; lengths from 3 to
+# 100 bytes, so most sequences are padded to the model's 64)
+python3 - "$tmp" <<'PY'
+import os, random, sys
+r = random.Random(7)
+words = {"animals": "cat dog horse otter badger heron newt lynx mole wren".split(),
+         "tools": "saw drill hammer chisel wrench plane rasp vise awl file".split()}
+for c, ws in words.items():
+    for i in range(400):
+        d = os.path.join(sys.argv[1], "texts", c, "batch%d" % (i % 3))
+        os.makedirs(d, exist_ok=True)
+        open(os.path.join(d, "%03d.txt" % i), "w").write(" ".join(r.choice(ws) for _ in range(r.randint(1, 12))) + "\n")
+os.makedirs(os.path.join(sys.argv[1], "only_tools", "tools"))
+for i in range(30):
+    open(os.path.join(sys.argv[1], "only_tools", "tools", "%d.txt" % i), "w").write(
+        " ".join(r.choice(words["tools"]) for _ in range(r.randint(1, 12))) + "\n")
+os.makedirs(os.path.join(sys.argv[1], "other", "plants"))
+open(os.path.join(sys.argv[1], "other", "plants", "1.txt"), "w").write("fern moss\n")
+PY
+cat >"$tmp/cls.cfg" <<'EOF'
+input tokens=64
+embed 32 vocab=256 positions=64
+residual {
+  layernorm
+  linear 96
+  attention 2 causal=0
+  linear 32
+}
+residual {
+  layernorm
+  linear 64
+  gelu
+  linear 32
+}
+layernorm
+select 0
+linear 2
+EOF
+
+# trains: each class's every 20th text held out (40), accuracy on them
+expect 0 "test accuracy (9[0-9]|100)\.[0-9]+% \(40 samples\)" \
+  "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --epochs 4 --batch 16 --lr 3e-3 --optimizer adamw \
+  --threads 2 --seed 1 --save "$tmp/w.st"
+grep -q '"classes":"\[\\"animals\\",\\"tools\\"\]"' "$tmp/w.st" && pass || fail "w.st: classes not saved: $(head -c 400 "$tmp/w.st" | strings | head -3)"
+# evaluated on a folder of one of its classes: 'tools' is the weights' class 1, not the folder's own 0
+expect 0 "test accuracy (9[0-9]|100)\.[0-9]+% on 30 samples" \
+  "$bf" eval --model "$tmp/cls.cfg" --weights "$tmp/w.st" --test-data "$tmp/only_tools" --threads 2
+expect 1 "class plants is not among the 2 classes of .*w.st.*animals, tools" \
+  "$bf" eval --model "$tmp/cls.cfg" --weights "$tmp/w.st" --test-data "$tmp/other" --threads 2
+# --data is read as train reads it: its test part, every 20th text of each class (1 of 30 here)
+expect 0 "test accuracy [0-9.]+% on 1 samples" \
+  "$bf" eval --model "$tmp/cls.cfg" --weights "$tmp/w.st" --data "$tmp/only_tools" --threads 2
+
+# --seq-max is a language model's lines: refused for a classifier
+expect 1 "--seq-max: makes a text's lines a language model's samples, but .*cls.cfg gives one vector of class scores per sequence: a classifier's samples are its texts, each cut to the model's length \\(its \`input tokens=T\`\\); leave --seq-max out" \
+  "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --seq-max 32 --max-steps 1 --threads 2
+# a classifier on a text: it has no classes, and the error says what to give
+printf 'a text, not a folder of classes\n%.0s' $(seq 40) >"$tmp/a.txt"
+cp "$tmp/a.txt" "$tmp/a2.txt"
+expect 1 "has a label per token .* or give a classifier a folder of class folders of texts" \
+  "$bf" train --model "$tmp/cls.cfg" --data "$tmp/a.txt" --test-data "$tmp/a2.txt" --max-steps 1 --threads 2
+# a folder of texts without class folders
+expect 1 "has no class folders: a classifier of texts reads a folder of one folder per class" \
+  "$bf" train --model "$tmp/cls.cfg" --data "$tmp/only_tools/tools" --max-steps 1 --threads 2
+# a language model reads the same folder as one text (its next tokens), as before
+expect 0 "test loss [0-9.]+ per token" \
+  "$bf" train --model gpt-nano --data "$tmp/texts" --test-data "$tmp/a.txt" --max-steps 1 --batch 2 --threads 2
+finish
