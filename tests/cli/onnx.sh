@@ -268,6 +268,25 @@ for v in hfgpt2_mask:hfgpt2_text hfgpt2_mask_dyn:hfgpt2_text distilbert_expand:d
   cmp -s <(tensors "$dir/${v%%:*}-pad.safetensors") <(tensors "$dir/${v##*:}-pad.safetensors") ||
     { echo "FAIL: ${v%%:*}.onnx trained to other weights than ${v##*:}.onnx on padded lines"; fails=$((fails + 1)); }
 done
+# sequence classifiers (transformers' DistilBertForSequenceClassification and BertForSequenceClassification,
+# tests/onnx/mask_models.py) on a folder of class folders of texts, each text padded with -1 to 64 tokens:
+# DistilBERT with its attention_mask and without it train to the same weights (batchfit masks the padding's
+# keys from each text's length), and the class names come back with the weights
+for c in short long; do
+  mkdir -p "$dir/cls/$c"
+  for i in $(seq 1 60); do
+    if [ $c = short ]; then printf 'a %.*s\n' $((i % 9)) "bbbbbbbbb"; else printf 'c %.*s and more\n' $((i % 40 + 9)) \
+      "ddddddddddddddddddddddddddddddddddddddddddddddddd"; fi >"$dir/cls/$c/$i.txt"
+  done
+done
+for v in distilbert_cls distilbert_cls_nomask hfbert_cls; do
+  run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/cls" --epochs 1 --batch 8 --max-steps 20 --lr 3e-3 \
+    --optimizer adamw --threads 2 --save "$dir/$v.safetensors" && has "$out" "test accuracy [0-9.]+% after"
+done
+cmp -s <(tensors "$dir/distilbert_cls.safetensors") <(tensors "$dir/distilbert_cls_nomask.safetensors") ||
+  { echo "FAIL: distilbert_cls.onnx trained to other weights than distilbert_cls_nomask.onnx"; fails=$((fails + 1)); }
+head -c 8192 "$dir/hfbert_cls.safetensors" | grep -aq '"classes":"\[\\"long\\",\\"short\\"\]"' ||
+  { echo "FAIL: hfbert_cls.safetensors: no classes [long, short]"; fails=$((fails + 1)); }
 # the same exported at a fixed batch of 4 (no dynamic axes: the mask's zeros_like a constant [8, 1, 32])
 for v in tgpt_kpm tgpt_kpm_fixed; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 4 \

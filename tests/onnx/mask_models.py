@@ -26,6 +26,12 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   mask) given src_key_padding_mask=(attention_mask == 0), a byte vocabulary, 32 tokens, width 16, 2 heads;
   tgpt_nokpm.onnx the same weights without the input: they train to the same weights, bit for bit; so does
   tgpt_kpm_fixed.onnx, exported without dynamic axes at a batch of 4 (the mask's zeros a constant there);
+- distilbert_cls.onnx: transformers' DistilBertForSequenceClassification (export.py's DistilBertCls: the first
+  token's state through pre_classifier, ReLU, dropout and classifier, 2 classes), a byte vocabulary, 64
+  tokens, width 32, 2 heads, 1 block, with the attention_mask input; distilbert_cls_nomask.onnx the same
+  weights from the ids alone: on a folder of class folders of texts they train to the same weights, bit for
+  bit; hfbert_cls.onnx: BertForSequenceClassification (export.py's HFBertCls: the pooler's tanh on the first
+  token), the same size, with the attention_mask input;
 - mask_inverted.onnx: the same with src_key_padding_mask=(attention_mask == 1), the tokens hidden instead of
   the padding (refused);
 - mask_pool.onnx: hfgpt2_text's model that also multiplies its embeddings by mask.unsqueeze(-1) (refused:
@@ -40,7 +46,7 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import HFGPT2, DistilBert, HFBert, HFLlamaMask, TGpt  # noqa: E402
+from export import HFGPT2, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, TGpt  # noqa: E402
 
 
 class MaskPool(HFGPT2):
@@ -74,8 +80,8 @@ class Mask3d(HFGPT2):
         return super().forward(input_ids, attention_mask[:, :, 0])
 
 
-def export(model, path, mask=True, mask_shape=None, dynamic_t=False, fixed=0):
-    x = torch.zeros(fixed or 2, 32, dtype=torch.long)
+def export(model, path, mask=True, mask_shape=None, dynamic_t=False, fixed=0, T=32):
+    x = torch.zeros(fixed or 2, T, dtype=torch.long)
     ax = {0: "batch", 1: "sequence"} if dynamic_t else {0: "batch"}
     ids = "input_ids" if dynamic_t else "input"
     names, args, axes = [ids], x, {ids: ax, "logits": ax}
@@ -106,6 +112,11 @@ def main():
     for path, mask, fixed in (("tgpt_kpm.onnx", True, 0), ("tgpt_nokpm.onnx", False, 0), ("tgpt_kpm_fixed.onnx", True, 4)):
         torch.manual_seed(2)
         export(TGpt(V=256, T=32, C=16, H=2, mask_input=mask), path, mask, fixed=fixed)
+    for path, mask in (("distilbert_cls.onnx", True), ("distilbert_cls_nomask.onnx", False)):
+        torch.manual_seed(5)
+        export(DistilBertCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2), path, mask, T=64)
+    torch.manual_seed(6)
+    export(HFBertCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2), "hfbert_cls.onnx", T=64)
     torch.manual_seed(2)
     export(MaskInverted(V=256, T=32, C=16, H=2, mask_input=True), "mask_inverted.onnx")
     torch.manual_seed(0)
