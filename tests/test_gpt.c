@@ -468,9 +468,10 @@ static uint64_t per_seq(const char *model, int seq, int lean, bfit_step_plan *p)
  * are linear in T. Checked on bert-base (12 layers, 12 heads), where the
  * kept activations are the peak. */
 /* A classifier of token ids (one label a sequence) with bidirectional
- * attention: no padding is known, so every key is attended to. Its lengths
- * were taken from its one label before 2026-12-05: each sequence was 1
- * token long to the attention (or 0 for a label -1). */
+ * attention: without padding every key is attended to (its lengths were
+ * taken from its one label before 2026-12-05: each sequence was 1 token
+ * long to the attention, or 0 for a label -1); a sequence's padding is its
+ * trailing -1 ids (a text with a class), and -1 anywhere else is refused. */
 static void test_classifier_attends_to_all(void **st)
 {
     static const char *cls = "input tokens=16\n"
@@ -491,6 +492,22 @@ static void test_classifier_attends_to_all(void **st)
     assert_int_equal(bfit_model_set_input(r.M, x, y, 2), BFIT_OK);
     assert_int_equal(r.M->stage_lens[0], 16);
     assert_int_equal(r.M->stage_lens[1], 16);
+    /* a text with a class: its padding ids -1 say where it ends (the embedding is given id 0 there) */
+    for (int i = 5; i < 16; i++)
+        x[i] = -1;
+    x[16 + 15] = -1;
+    assert_int_equal(bfit_model_set_input(r.M, x, y, 2), BFIT_OK);
+    assert_int_equal(r.M->stage_lens[0], 5);
+    assert_int_equal(r.M->stage_lens[1], 15);
+    /* -1 only after the last token, and a token at least */
+    x[16 + 3] = -1;
+    assert_int_equal(bfit_model_set_input(r.M, x, y, 2), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "token id -1 at position 3 of sample 1 is outside the vocabulary [0, 11) "
+                                          "(-1 pads a sequence only after its last token)"));
+    for (int i = 0; i < 16; i++)
+        x[16 + i] = -1;
+    assert_int_equal(bfit_model_set_input(r.M, x, y, 2), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "sample 1 has no token: its 16 ids are all -1 (padding)"));
     trig_free(&r);
 }
 
