@@ -1803,6 +1803,33 @@ static void repeat_case(bfit_dtype t, int64_t rows, int64_t g, int64_t r, int64_
     db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
 }
 
+/* The mean of each sequence's real tokens and its gradient against the
+ * CPU's: the same f32 sums in token order, one division. */
+static void seqmean_case(bfit_dtype t, int64_t n, int64_t T, int64_t C)
+{
+    bfit_op_desc dsc = {.kind = BFIT_OP_SEQMEAN_FWD, .dtype = t};
+    size_t es = bfit_dtype_size(t);
+    dbuf x = db_rand_t(t, n * T * C, -2, 2, 481), y = db_new((size_t)(n * C) * es);
+    dbuf dy = db_rand_t(t, n * C, -1, 1, 482), dx = db_new((size_t)(n * T * C) * es), lens = db_new((size_t)n * 4);
+    bfit_op_args a[NS];
+
+    for (int64_t i = 0; i < n; i++) /* all, some, one, none (counted as one) */
+        ((int32_t *)lens.h)[i] = (int32_t)(i % 4 == 0 ? T : i % 4 == 1 ? (T + 1) / 2 : i % 4 == 2 ? 1 : 0);
+    db_up(&lens);
+    dsc.u.seqm = (typeof(dsc.u.seqm)){n, T, C};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, lens, lens);
+    run_op(&dsc, a);
+    cmp_t(t, &y, n * C, t == BFIT_F32 ? 1e-6 : BF_REL, t == BFIT_F32 ? 1e-7 : BF_ABS, "mean of the tokens");
+    dsc.kind = BFIT_OP_SEQMEAN_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy), ARG(a, diff_src, dx), ARG(a, lens, lens);
+    run_op(&dsc, a);
+    cmp_t(t, &dx, n * T * C, t == BFIT_F32 ? 1e-6 : BF_REL, t == BFIT_F32 ? 1e-7 : BF_ABS,
+          "mean of the tokens backward");
+    db_free(&x), db_free(&y), db_free(&dy), db_free(&dx), db_free(&lens);
+}
+
 static void test_rope(void **st)
 {
     (void)st;
@@ -1813,6 +1840,8 @@ static void test_rope(void **st)
         rope_case(t, 2, 300, 256, 64, 500000.0f);
         repeat_case(t, 7, 2, 3, 4);    /* grouped-query attention's heads, in the same test */
         repeat_case(t, 600, 8, 4, 64); /* LLaMA 3 8B's 8 key and value heads for 32 query heads */
+        seqmean_case(t, 5, 7, 3);      /* a sentence classifier's pooling, in the same test */
+        seqmean_case(t, 8, 128, 768);  /* BERT-base's width, 128 tokens */
     }
 }
 

@@ -289,8 +289,6 @@ static void test_sequence_refused(void **st)
         expect_shape_error(conv_cfg(4, 1, 1, 1, 1, 0, 0, 1), q, got);
         expect_shape_error(pool_cfg(BFIT_L_MAXPOOL, 1, 1, 1, 1, 0, 0), q, "maxpool expects an image CxHxW");
         expect_shape_error(pool_cfg(BFIT_L_AVGPOOL, 1, 1, 1, 1, 0, 0), q, "avgpool expects an image CxHxW");
-        expect_shape_error(pool_cfg(BFIT_L_GAP, 1, 1, 1, 1, 0, 0), q, "gap expects an image CxHxW");
-        expect_shape_error(pool_cfg(BFIT_L_GAP, 1, 1, 1, 1, 0, 0), q, got);
         expect_shape_error(bfit_layer_cfg_default(BFIT_L_BATCHNORM), q,
                            "batchnorm expects an image CxHxW or a vector");
         expect_shape_error(bfit_layer_cfg_default(BFIT_L_BATCHNORM), q, got);

@@ -139,6 +139,26 @@ static void test_gc_attention_masked(void **st)
         }
 }
 
+/* The mean of a sequence's real tokens (gap on tokens [T, C]): the padded
+ * rows' gradients are checked to be 0; a length of 0 counts one token. */
+static void test_gc_token_mean(void **st)
+{
+    static const int32_t l3[] = {6, 3, 1}, l0[] = {0, 4};
+    gc_case c = {.label = "gap on tokens T6 C5 lens 6,3,1", .nin = 1, .in = {Q(6, 5)}, .m = 3, .lens = l3};
+    (void)st;
+    c.cfg = bfit_layer_cfg_default(BFIT_L_GAP);
+    gc_assert(&c);
+    c.label = "gap on tokens T4 C3 lens 0,4";
+    c.in[0] = Q(4, 3);
+    c.m = 2;
+    c.lens = l0;
+    gc_assert(&c);
+    c.label = "gap on tokens T7 C2 (no lens)";
+    c.in[0] = Q(7, 2);
+    c.lens = NULL;
+    gc_assert(&c);
+}
+
 static void test_gc_token_loss(void **st)
 {
     /* gradcheck gives every fifth token label -1 (padding) */
@@ -722,6 +742,7 @@ int main(void)
         cmocka_unit_test(test_gc_embed),
         cmocka_unit_test(test_gc_attention),
         cmocka_unit_test(test_gc_attention_masked),
+        cmocka_unit_test(test_gc_token_mean),
         cmocka_unit_test(test_gc_token_loss),
         cmocka_unit_test(test_attention_forward_values),
         cmocka_unit_test(test_masked_is_trimmed),

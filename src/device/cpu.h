@@ -269,5 +269,6 @@ int bfit_cpu_prelu_init(cpu_op *op);    /* PRELU_FWD/BWD (a learned slope per ch
 int bfit_cpu_gnorm_init(cpu_op *op);    /* GNORM_FWD/BWD (group normalisation, PyTorch's GroupNorm) */
 int bfit_cpu_rope_init(cpu_op *op);     /* ROPE_FWD/BWD (rotary position embeddings) */
 int bfit_cpu_repeat_init(cpu_op *op);   /* REPEAT_FWD/BWD (grouped-query attention's repeated heads) */
+int bfit_cpu_seqmean_init(cpu_op *op);  /* SEQMEAN_FWD/BWD (the mean of a sequence's real tokens) */
 
 #endif

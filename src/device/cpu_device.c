@@ -245,6 +245,8 @@ static int op_init_kind(cpu_op *op)
     case BFIT_OP_ROPE_BWD: return bfit_cpu_rope_init(op);
     case BFIT_OP_REPEAT_FWD:
     case BFIT_OP_REPEAT_BWD: return bfit_cpu_repeat_init(op);
+    case BFIT_OP_SEQMEAN_FWD:
+    case BFIT_OP_SEQMEAN_BWD: return bfit_cpu_seqmean_init(op);
     default: return bfit_cpu_simple_init(op);
     }
 }

@@ -108,6 +108,8 @@ static int op_init(cuda_op *op)
     case BFIT_OP_ROPE_BWD: return cuda_rope_init(op);
     case BFIT_OP_REPEAT_FWD:
     case BFIT_OP_REPEAT_BWD: return cuda_repeat_init(op);
+    case BFIT_OP_SEQMEAN_FWD:
+    case BFIT_OP_SEQMEAN_BWD: return cuda_seqmean_init(op);
     default: return cuda_simple_init(op);
     }
 }
@@ -281,7 +283,9 @@ static int kind_made(bfit_op_kind k)
     case BFIT_OP_ROPE_FWD:
     case BFIT_OP_ROPE_BWD:
     case BFIT_OP_REPEAT_FWD:
-    case BFIT_OP_REPEAT_BWD: return 1;
+    case BFIT_OP_REPEAT_BWD:
+    case BFIT_OP_SEQMEAN_FWD:
+    case BFIT_OP_SEQMEAN_BWD: return 1;
     default: return 0;
     }
 }

@@ -217,6 +217,13 @@ cudaError_t bk_add_rows(cudaStream_t s, int dt, const void *x, const float *bias
 cudaError_t bk_repeat(cudaStream_t s, int dt, const void *in, void *out, int64_t rows, int64_t g, int64_t r,
                       int64_t d, int back);
 
+/* ---- cuda_seqmean.cu: the mean of a sequence's real tokens ---------------------------- */
+
+/* back 0: out [n, C] = the mean of in [n, T, C] over t < lens[i] (NULL: T); back 1: out [n, T, C] = in [n, C] / len
+ * at the real tokens, 0 at padding */
+cudaError_t bk_seqmean(cudaStream_t s, int dt, const void *in, void *out, const int32_t *lens, int64_t n, int64_t T,
+                       int64_t C, int back);
+
 /* ---- cuda_rope.cu: rotary position embeddings ------------------------------------ */
 
 /* y = x turned pair by pair (back: by the opposite angles), x [n, T, C] in heads of d; cs the workspace's

@@ -143,6 +143,9 @@ typedef enum {
     BFIT_OP_REPEAT_FWD,       /* grouped-query attention's key and value heads repeated: src [rows, g d] in g
                                  heads of d -> dst [rows, g r d], head q of dst = head q / r of src */
     BFIT_OP_REPEAT_BWD,       /* diff_src [rows, g d] = the sum of each head's r copies in diff_dst, in order */
+    BFIT_OP_SEQMEAN_FWD,      /* dst [n, C] = the mean of src [n, T, C] over each sequence's real tokens,
+                                 t < args.lens[i] (NULL: all T), summed in f32 in order */
+    BFIT_OP_SEQMEAN_BWD,      /* diff_src [n, T, C] = diff_dst [n, C] / len at the real tokens, 0 at padding */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -254,6 +257,7 @@ typedef struct bfit_op_desc {
         /* ROPE: d even, dividing C; the angles' cos and sin in the workspace, T d floats (bfit_rope_angle) */
         struct { int64_t n, T, C, d; float theta; } rope;
         struct { int64_t rows, g, r, d; } rep;
+        struct { int64_t n, T, C; } seqm;
     } u;
 } bfit_op_desc;
 
@@ -308,8 +312,8 @@ typedef struct bfit_op_args {
     void *saved;             /* op state kept from forward to backward (bfit_op_saved_bytes) */
     void *workspace;         /* scratch, bfit_op_workspace_bytes, contents not kept */
     const int32_t *labels;   /* XENT: [M] class indices */
-    const int32_t *lens;     /* ATTN: [n] real tokens of each sequence, the rest padding whose keys
-                                are ignored; NULL: all T real */
+    const int32_t *lens;     /* ATTN, SEQMEAN: [n] real tokens of each sequence, the rest padding (whose
+                                keys attention ignores, which the mean leaves out); NULL: all T real */
     void *stats;             /* XENT_FWD, NORMS: f64 results (see the kinds) */
     void *state0, *state1;   /* NORMS: the previous copy; SGD/ADAMW: optimizer state */
     float loss_scale;        /* XENT_BWD scale, e.g. 1/E */

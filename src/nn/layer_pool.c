@@ -1,6 +1,7 @@
 /* layer_pool.c - pooling layers: max (nn.MaxPool2d), average (nn.AvgPool2d
  * with count_include_pad) and global average (CxHxW -> C, nn.AdaptiveAvgPool2d(1)
- * then flatten).
+ * then flatten; on a sequence TxC -> C, the mean of its real tokens: a
+ * sentence classifier's pooling, the padding left out).
  *
  * One oneDNN pooling op forward and one backward. Training max pooling keeps
  * the argmax indices from forward to backward: that is the layer's `saved`. */
@@ -31,6 +32,10 @@ static int init(bfit_layer *l, char *err, size_t errlen)
     char buf[48];
     int g[6];
 
+    if (l->vt->kind == BFIT_L_GAP && in.nd == 2) { /* tokens [T, C]: their mean */
+        l->out = bfit_shape_vec(in.d[1]);
+        return BFIT_OK;
+    }
     if (!bfit_shape_is_image(in)) {
         snprintf(err, errlen, "%s expects an image CxHxW, got the sequence %s", name, bfit_shape_str(in, buf, sizeof buf));
         return BFIT_EINVAL;
@@ -94,10 +99,22 @@ static int new_op(bfit_layer *l, int slot, bfit_op_kind kind, int m, int trainin
     return bfit_op_new(l->dev, &d, &l->ops[slot]);
 }
 
+/* A sequence's mean over its real tokens (a->lens). */
+static int seq_prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
+{
+    bfit_op_desc d = {.kind = BFIT_OP_SEQMEAN_FWD, .dtype = l->dtype};
+    d.u.seqm.n = m;
+    d.u.seqm.T = l->in[0].d[0];
+    d.u.seqm.C = l->in[0].d[1];
+    return bfit_layer_op_pair(l, &d, BFIT_OP_SEQMEAN_BWD, training, need);
+}
+
 static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     int rc;
 
+    if (l->in[0].nd == 2)
+        return seq_prepare(l, m, training, need);
     if ((rc = new_op(l, OP_FWD, BFIT_OP_POOL_FWD, m, training)) != BFIT_OK)
         return rc;
     need->saved = training ? bfit_op_saved_bytes(l->ops[OP_FWD]) : 0;
@@ -119,6 +136,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
     o.dst = a->y;
     o.saved = a->saved;
     o.workspace = a->ws;
+    o.lens = a->lens;
     return bfit_op_run(l->ops[OP_FWD], &o);
 }
 
@@ -132,6 +150,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.diff_src = a->dx[0];
     o.saved = a->saved;
     o.workspace = a->ws;
+    o.lens = a->lens;
     return bfit_op_run(l->ops[OP_BWD], &o);
 }
 

@@ -71,7 +71,7 @@ class Case:
         self.idx, self.label, self.kind, self.m, self.training, self.seq = idx, label, kind, m, training, seq
         if seq:  # [T, F] as given
             assert kind in ("linear", "layernorm", "embed", "attention", "xent", "layerscale", "rmsnorm", "mul",
-                            "rope", "repeat") and \
+                            "rope", "repeat", "gap") and \
                 all(len(s) == 2 for s in shapes)
             self.shapes = [tuple(s) for s in shapes]
         else:
@@ -188,6 +188,11 @@ def run_seq(c, x, params):
     k, cfg, Fdim = c.kind, c.cfg, c.shapes[0][1]
     if k == "attention":
         return run_attention(c, x[0], c.lens), {}
+    if k == "gap":  # the mean of each sequence's real tokens (a sentence classifier's pooling): [m, T, C] -> [m, C]
+        T = c.shapes[0][0]
+        n = torch.tensor(c.lens if c.lens is not None else [T] * x[0].shape[0])
+        keep = (torch.arange(T)[None, :] < n[:, None]).double()[..., None]
+        return (x[0] * keep).sum(1) / keep.sum(1), {}
     if k == "mul":  # SwiGLU's product of two branches
         return x[0] * x[1], {}
     if k == "repeat":  # Hugging Face's repeat_kv: each head of d columns repeated (grouped-query attention)
@@ -581,6 +586,9 @@ def cases():
             p=0.3)
         add("attention_m2_T70_H2_hs8_bidir_drop0.1_pad_70_37" + tag, "attention", [(70, 48)], 2, seq=1, units=2,
             causal=0, lean=lean, lens=[70, 37], p=0.1)
+    # the mean of a sequence's tokens (gap on tokens), its padding left out
+    add("gap_seq_m3_T6_5_pad_6_3_1", "gap", [(6, 5)], 3, seq=1, lens=[6, 3, 1])
+    add("gap_seq_m2_T4_7", "gap", [(4, 7)], 2, seq=1)
     add("xent_seq_m3_T5_V7_padding_scale0.1", "xent", [(5, 7)], 3, seq=1, loss_scale=0.1)
     add("xent_seq_m1_T4_V300_padding_scale1", "xent", [(4, 300)], 1, seq=1, loss_scale=1.0)
     # layer norms with a scale alone (nanoGPT's LayerNorm(bias=False)): of an image, of each token
