@@ -399,7 +399,8 @@ int bfit_dataset_load(const char *spec, int train, const bfit_data_opts *o, bfit
     if (stat(spec, &st) != 0 && strchr(spec, ','))
         return load_pair(spec, o->nclasses, out);
     if (stat(spec, &st) != 0)
-        return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give %s", spec, strerror(errno), o->seq > 0
+        return bfit_fail(BFIT_EIO, "data set '%s' not found (%s): give %s", spec, strerror(errno), o->classes
+                         ? "a folder of class folders of texts (a classifier of token ids' data)" : o->seq > 0
                          ? "kjv, a token file, a .txt file or a folder of them (a token model's data)"
                          : "fashion-mnist, a folder of class folders of images, an MNIST-format directory, "
                            "IMAGES,LABELS IDX files, or a CSV file");

@@ -63,6 +63,14 @@ expect 1 "class plants is not among the 2 classes of .*w.st.*animals, tools" \
 expect 0 "test accuracy [0-9.]+% on 1 samples" \
   "$bf" eval --model "$tmp/cls.cfg" --weights "$tmp/w.st" --data "$tmp/only_tools" --threads 2
 
+# the mean of the real tokens (gap on a sequence) instead of the first token's features
+sed 's/^select 0$/gap/' "$tmp/cls.cfg" >"$tmp/mean.cfg"
+expect 0 "test accuracy (9[0-9]|100)\.[0-9]+% \(40 samples\)" \
+  "$bf" train --model "$tmp/mean.cfg" --data "$tmp/texts" --epochs 4 --batch 16 --lr 3e-3 --optimizer adamw \
+  --threads 2 --seed 1
+expect 1 "data set '$tmp/nope' not found \(No such file or directory\): give a folder of class folders of texts" \
+  "$bf" train --model "$tmp/mean.cfg" --data "$tmp/nope" --max-steps 1 --threads 2
+
 # --seq-max is a language model's lines: refused for a classifier
 expect 1 "--seq-max: makes a text's lines a language model's samples, but .*cls.cfg gives one vector of class scores per sequence: a classifier's samples are its texts, each cut to the model's length \\(its \`input tokens=T\`\\); leave --seq-max out" \
   "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --seq-max 32 --max-steps 1 --threads 2
