@@ -274,6 +274,19 @@ BFIT_API int bfit_config_set_source(bfit_config *c, int which, bfit_take_fn take
 BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int32_t *labels, int64_t n,
                                     int64_t sample_floats);
 
+/* Token ids in the caller's memory, for a classifier of token ids (a token
+ * model whose scores are one vector per sequence: `select 0` or `gap`, then
+ * `linear N`), as bfit_config_set_arrays's samples are: ids holds n
+ * sequences of T int32 ids (T the model's), each padded after its last
+ * token with -1 (a sequence of fewer than T tokens: the model masks its
+ * padding), labels n class indices from 0. They train exactly as the same
+ * texts in a folder of class folders of texts do (docs/data.md), read in
+ * place, not copied. ids and labels NULL: back to the option. BFIT_EINVAL
+ * naming "data" or "test_data" (an id below -1, -1 before a token, a
+ * sequence of padding alone: when the run starts, naming the sequence). */
+BFIT_API int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, const int32_t *labels,
+                                          int64_t n, int64_t T);
+
 /* A host allocator for the CPU device's memory blocks (Lua's lua_Alloc):
  * NULL functions mean aligned_alloc/free. A block it refuses is out of
  * memory (the run shrinks its micro-batch, or fails with BFIT_ENOMEM).

@@ -263,6 +263,17 @@ static void test_refused(void **state)
     fails(bfit_config_set_arrays(c, 0, x, NULL, N, F), BFIT_EINVAL, "data", "both the samples and the labels");
     fails(bfit_config_set_arrays(c, 1, x, y, 0, F), BFIT_EINVAL, "test_data", "0 samples is out of range");
     fails(bfit_config_set_arrays(c, 0, x, y, N, 0), BFIT_EINVAL, "data", "floats per sample");
+    /* token arrays: the same checks; a float model refuses them (tests/python test_token_arrays_*: the rest) */
+    {
+        static int32_t ids[N * F];
+        fails(bfit_config_set_token_arrays(c, 2, ids, y, N, F), BFIT_EINVAL, "", "which is 0 (training) or 1 (test)");
+        fails(bfit_config_set_token_arrays(c, 0, NULL, y, N, F), BFIT_EINVAL, "data", "both the samples and the labels");
+        fails(bfit_config_set_token_arrays(c, 0, ids, y, N, 0), BFIT_EINVAL, "data", "ids per sequence: expected the "
+              "model's T");
+        assert_int_equal(bfit_config_set_token_arrays(c, 0, ids, y, N, F), BFIT_OK);
+        fails(bfit_train(c, &r), BFIT_EINVAL, "data", "arrays hold token ids, but");
+        assert_int_equal(bfit_config_set_token_arrays(c, 0, NULL, NULL, 0, 0), BFIT_OK);
+    }
 
     /* the model's input is F floats */
     assert_int_equal(bfit_config_set_arrays(c, 0, x, y, N / 2, 2 * F), BFIT_OK);

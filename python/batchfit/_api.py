@@ -237,9 +237,10 @@ def _set_data(cfg, which, data):
         raise _errors.ArgumentTypeError(f"{field}: give a data set name, a path, or arrays (x, y), not "
                                         f"{type(data).__name__}", field, _errors.EINVAL)
     np = _numpy()
+    ids = getattr(getattr(data[0], "dtype", None), "kind", "f") in "iu"  # token ids: a classifier's sequences
 
     try:
-        x = np.ascontiguousarray(data[0], dtype=np.float32)  # no copy when it is float32 already
+        x = np.asarray(data[0]) if ids else np.ascontiguousarray(data[0], dtype=np.float32)  # no copy if float32
         y = np.asarray(data[1])
     except (TypeError, ValueError) as e:
         raise _errors.ArgumentTypeError(f"{field}: the arrays (x, y) must be numeric: {e}", field,
@@ -258,6 +259,16 @@ def _set_data(cfg, which, data):
                                            f"{y.max()}", field, _errors.EINVAL)
     y = np.ascontiguousarray(y, dtype=np.int32)
     n = x.shape[0]
+    if ids:  # [n, T] int32, -1 after each sequence's last token
+        if x.ndim != 2 or (x.size and (x.min() < -1 or x.max() > 2**31 - 1)):
+            raise _errors.InvalidArgumentError(f"{field}: token ids x must be [n, T] (a sequence a row), ids from 0 "
+                                               f"and -1 after a sequence's last token (padding); got shape {x.shape}"
+                                               + (f", ids {x.min()} to {x.max()}" if x.size else ""), field,
+                                               _errors.EINVAL)
+        x = np.ascontiguousarray(x, dtype=np.int32)
+        cfg.keep += [x, y]
+        _errors.check(lib.bfit_config_set_token_arrays(cfg.c, which, x.ctypes.data, y.ctypes.data, n, x.shape[1]))
+        return
     cfg.keep += [x, y]  # the library reads them in place until the run ends
     _errors.check(lib.bfit_config_set_arrays(cfg.c, which, x.ctypes.data, y.ctypes.data, n, x.size // n))
 
@@ -267,7 +278,9 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     """Train `model` (a preset, a spec file or an ONNX file) on `data`: a data
     set name ("fashion-mnist", the default), a path, or NumPy arrays (x, y)
     read in place (x float32 samples in the model's input layout, y integer
-    labels), shuffled and normalised exactly as a file of them would be.
+    labels), shuffled and normalised exactly as a file of them would be; for
+    a classifier of token ids x is integer ids [n, T], each sequence padded
+    with -1 after its last token (as a folder of class folders of texts).
     Options are `batchfit train`'s (batch="auto", epochs, lr, seed,
     checkpoint, log, save, ...). on_event gets each event of the run's log
     as a dict (start, step, batch_change with its reason, eval, memory,

@@ -13,31 +13,60 @@
 
 static const char *const which_field[2] = {"data", "test_data"};
 
+int bfit_config_has_arrays(const bfit_config *c, int which) { return c->arr[which].x || c->arr[which].ids; }
+
+/* The checks both kinds of arrays share. */
+static int arrays_given(bfit_config *c, int which, const void *x, const int32_t *labels, int64_t n, int64_t per,
+                        const char *per_what)
+{
+    if (!x || !labels)
+        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: give both the samples and the labels");
+    if (n < 1 || n > INT32_MAX)
+        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: %lld samples is out of range: expected 1 "
+                               "to %d", (long long)n, INT32_MAX);
+    if (per < 1)
+        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: %lld %s", (long long)per, per_what);
+    (void)c;
+    return BFIT_OK;
+}
+
 int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int32_t *labels, int64_t n,
                            int64_t sample_floats)
 {
+    int rc;
     if (!c || (which != 0 && which != 1))
         return bfit_fail(BFIT_EINVAL, "bfit_config_set_arrays: which is 0 (training) or 1 (test)");
     if (!x && !labels) { /* back to the "data" (or "test-data") option */
         memset(&c->arr[which], 0, sizeof c->arr[which]);
         return BFIT_OK;
     }
-    if (!x || !labels)
-        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: give both the samples and the labels");
-    if (n < 1 || n > INT32_MAX)
-        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: %lld samples is out of range: expected 1 "
-                               "to %d", (long long)n, INT32_MAX);
-    if (sample_floats < 1)
-        return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: %lld floats per sample: expected the size "
-                               "of the model's input (784 for 1x28x28)", (long long)sample_floats);
+    if ((rc = arrays_given(c, which, x, labels, n, sample_floats, "floats per sample: expected the size of the "
+                           "model's input (784 for 1x28x28)")) != BFIT_OK)
+        return rc;
     c->arr[which] = (struct bfit_cfg_arrays){.x = x, .y = labels, .n = n, .floats = sample_floats};
+    return BFIT_OK;
+}
+
+int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, const int32_t *labels, int64_t n,
+                                 int64_t T)
+{
+    int rc;
+    if (!c || (which != 0 && which != 1))
+        return bfit_fail(BFIT_EINVAL, "bfit_config_set_token_arrays: which is 0 (training) or 1 (test)");
+    if (!ids && !labels) {
+        memset(&c->arr[which], 0, sizeof c->arr[which]);
+        return BFIT_OK;
+    }
+    if ((rc = arrays_given(c, which, ids, labels, n, T, "ids per sequence: expected the model's T")) != BFIT_OK)
+        return rc;
+    c->arr[which] = (struct bfit_cfg_arrays){.ids = ids, .y = labels, .n = n, .floats = T};
     return BFIT_OK;
 }
 
 int bfit_config_arrays_check(const bfit_config *c, unsigned cmd, const char *cmd_name)
 {
     for (int w = 0; w < 2; w++)
-        if (c->arr[w].x && cmd != CMD_TRAIN && cmd != CMD_EVAL)
+        if (bfit_config_has_arrays(c, w) && cmd != CMD_TRAIN && cmd != CMD_EVAL)
             return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s does not read arrays (bfit_config_set_arrays "
                                    "is for train and eval): give a data set by name or path", cmd_name);
     return BFIT_OK;
@@ -48,7 +77,7 @@ static int arrays_agree(const bfit_config *c)
 {
     int i;
     for (int w = 0; w < 2; w++) {
-        if (!c->arr[w].x)
+        if (!bfit_config_has_arrays(c, w))
             continue;
         if (bfit_opt_find(w ? "test-data" : "data", &i) && c->given[i])
             return bfit_fail_field(BFIT_EINVAL, which_field[w], "is given and so are %s arrays: give one of them",
@@ -63,23 +92,43 @@ static int arrays_agree(const bfit_config *c)
     return BFIT_OK;
 }
 
-/* The model's input shape, from its source. */
+/* The model's input shape, from its source: floats for float arrays, token
+ * ids for token arrays. */
 static int input_shape(const bfit_config *c, bfit_shape *shape)
 {
     bfit_graph_desc g;
-    int rc = bfit_model_source_load(c->t.model, bfit_config_seq(c), &g), tokens;
+    int rc = bfit_model_source_load(c->t.model, bfit_config_seq(c), &g), tokens, w = bfit_config_has_arrays(c, 0) ? 0 : 1;
     if (rc != BFIT_OK)
         return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
     *shape = g.input;
     tokens = g.input_dtype == BFIT_I32;
     bfit_graph_fini(&g);
-    if (tokens)
-        return bfit_fail_field(BFIT_EINVAL, which_field[c->arr[0].x ? 0 : 1], "arrays hold float samples, but %s "
-                               "takes token ids: give its token data as a file", c->t.model);
+    if (tokens && c->arr[w].x)
+        return bfit_fail_field(BFIT_EINVAL, which_field[w], "arrays hold float samples, but %s takes token ids: give "
+                               "a classifier's ids as int32 arrays (bfit_config_set_token_arrays; Python: an integer "
+                               "array), or a language model's token data as a file", c->t.model);
+    if (!tokens && c->arr[w].ids)
+        return bfit_fail_field(BFIT_EINVAL, which_field[w], "arrays hold token ids, but %s takes samples of floats "
+                               "(its input is not `input tokens=T`)", c->t.model);
     return BFIT_OK;
 }
 
 static const char *const names[2] = {"(arrays)", "(test arrays)"};
+
+/* Token arrays of set w as a data set of sequences of T ids. */
+static int borrow_tokens(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **out)
+{
+    const struct bfit_cfg_arrays *a = &c->arr[w];
+    int rc;
+
+    if (a->floats != shape.d[0])
+        return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s takes sequences of %d token ids but the %s arrays "
+                               "hold %lld ids per sequence", c->t.model, shape.d[0], w ? "test" : "training",
+                               (long long)a->floats);
+    if ((rc = bfit_dataset_borrow_tokens(names[w], a->ids, a->n, (int)a->floats, a->y, out)) != BFIT_OK)
+        return bfit_fail_field(rc, which_field[w], "%s", bfit_errmsg());
+    return BFIT_OK;
+}
 
 /* The arrays of set w as a data set of the model's input shape. */
 static int borrow(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **out)
@@ -88,6 +137,8 @@ static int borrow(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **
     char sh[48];
     int rc;
 
+    if (a->ids)
+        return borrow_tokens(c, w, shape, out);
     if (a->floats != bfit_shape_numel(shape))
         return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s takes samples of %s (%lld floats) but the %s "
                                "arrays hold %lld floats per sample", c->t.model, bfit_shape_str(shape, sh, sizeof sh),
@@ -108,12 +159,12 @@ int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_datase
     int rc;
 
     own[0] = own[1] = NULL;
-    if (!c->arr[0].x && !c->arr[1].x)
+    if (!bfit_config_has_arrays(c, 0) && !bfit_config_has_arrays(c, 1))
         return BFIT_OK;
     if ((rc = arrays_agree(c)) != BFIT_OK || (rc = input_shape(c, &shape)) != BFIT_OK)
         return rc;
     for (int w = 0; w < 2 && rc == BFIT_OK; w++)
-        if (c->arr[w].x)
+        if (bfit_config_has_arrays(c, w))
             rc = borrow(c, w, shape, &own[w]);
     if (rc != BFIT_OK) {
         bfit_dataset_free(own[0]);
@@ -136,12 +187,12 @@ int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_datase
 int bfit_config_arrays_eval(const bfit_config *c, bfit_dataset **own)
 {
     bfit_shape shape;
-    int rc, w = c->arr[1].x ? 1 : 0;
+    int rc, w = bfit_config_has_arrays(c, 1) ? 1 : 0;
 
     *own = NULL;
-    if (!c->arr[0].x && !c->arr[1].x)
+    if (!bfit_config_has_arrays(c, 0) && !bfit_config_has_arrays(c, 1))
         return BFIT_OK;
-    if (c->arr[0].x && c->arr[1].x)
+    if (bfit_config_has_arrays(c, 0) && bfit_config_has_arrays(c, 1))
         return bfit_fail_field(BFIT_EINVAL, "test_data", "eval scores one set: give either the test arrays or the "
                                "training arrays, not both");
     if ((rc = arrays_agree(c)) != BFIT_OK || (rc = input_shape(c, &shape)) != BFIT_OK)

@@ -62,8 +62,9 @@ struct bfit_config {
     /* samples in the caller's memory (arrays.c), by which: 0 training, 1 test */
     struct bfit_cfg_arrays {
         const float *x;
+        const int32_t *ids;    /* token arrays (bfit_config_set_token_arrays) instead of x */
         const int32_t *y;
-        int64_t n, floats;     /* samples, floats per sample */
+        int64_t n, floats;     /* samples, floats (or ids) per sample */
     } arr[2];
     bfit_dataset *arr_sets[2]; /* a run's own configuration: the data sets made of them (owned, not copied) */
 };
@@ -121,6 +122,8 @@ int bfit_config_plan_check(const bfit_config *c, bfit_optim_cfg *o);
  * BFIT_EINVAL naming the option for arrays that disagree with the model or
  * the other options. Nothing to do without arrays. */
 int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_dataset *own[2]);
+/* Whether set which (0 training, 1 test) comes from arrays (of floats or of token ids). */
+int bfit_config_has_arrays(const bfit_config *c, int which);
 /* BFIT_EINVAL for arrays set for a command other than train. */
 int bfit_config_arrays_check(const bfit_config *c, unsigned cmd, const char *cmd_name);
 /* eval: the arrays given (the test ones, or else the training ones) as the

@@ -133,7 +133,7 @@ static int train_agrees(const bfit_config *c)
     if (t->lr_rule == BFIT_LR_ADASCALE && !t->auto_batch && !t->adaptive)
         return bfit_fail_field(BFIT_EINVAL, "lr_scaling", "adascale needs the noise scale: use it with `batch` auto (or "
                                "adaptive)");
-    if (t->train_source && !t->test_source && !c->arr[1].x && !given(c, "test-data") && !given(c, "data"))
+    if (t->train_source && !t->test_source && !bfit_config_has_arrays(c, 1) && !given(c, "test-data") && !given(c, "data"))
         return bfit_fail_field(BFIT_EINVAL, "test_data", "the training samples come from a source "
                                "(bfit_config_set_source 0): give the test samples too (a test source, test arrays "
                                "or test-data), else the evaluation would read the default data set, "

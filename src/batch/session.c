@@ -156,6 +156,10 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
                                bfit_shape_str(s->M->input, a, sizeof a));
     /* token data labels every token; a model ending in one score vector per
      * sample (`flatten`, `linear N`) has room for one label per sample */
+    if (tokens && s->M->per_token && bfit_dataset_label_len(d) == 1 && s->M->labels_per_sample > 1)
+        return bfit_fail_field(BFIT_EINVAL, "data", "%s scores every token (a language model), but %s holds one "
+                               "class a sequence: a classifier ends in `select 0` (or `gap`) and `linear N` "
+                               "(docs/model-spec.md), or give a language model its text", c->model, name);
     if (tokens && s->M->labels_per_sample != bfit_dataset_label_len(d))
         return bfit_fail_field(BFIT_EINVAL, "data", "%s gives one vector of class scores per sample, but the token "
                                "data %s has a label per token (%d per sample: the next token): end the model with "

@@ -129,6 +129,14 @@ int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, cons
 int bfit_dataset_borrow_floats(const char *source, bfit_shape shape, int64_t count, const float *x,
                                const int32_t *y, bfit_dataset **out);
 
+/* Sequences of token ids with a class each, in the caller's memory (read in place, as borrow_floats):
+ * ids [count, seq], each sequence's padding -1 after its last token; labels [count] from 0. As a folder of
+ * class folders of texts makes them (bfit_dataset_load_text_classes): the same samples train alike.
+ * BFIT_EINVAL naming the sequence and position of an id below -1, a -1 before a token, or a sequence of
+ * padding alone. */
+int bfit_dataset_borrow_tokens(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y,
+                               bfit_dataset **out);
+
 /* ---- image folders (src/data/img_*.c; docs/data.md, "Image folders") ------- */
 /* The options of image folders, as a run, an evaluation and find take them. */
 typedef struct bfit_img_opts {

@@ -46,8 +46,8 @@ void bfit_dataset_free(bfit_dataset *d)
     if (!d->borrowed) {
         free(d->f32);
         free(d->labels);
+        free(d->ids);
     }
-    free(d->ids);
     free(d->starts);
     free(d->lens);
     free(d->names);
@@ -97,6 +97,61 @@ int bfit_dataset_labels_fit(const bfit_dataset *d, int nclasses)
         return 0;
     bfit_dataset_ids_above(d, nclasses, &at, &id, &most);
     return at < 0;
+}
+
+/* Sequence i's real length: its ids up to the -1 padding after them. */
+static int token_len(const char *source, const int32_t *x, int64_t i, int seq, int32_t *len)
+{
+    int n = seq;
+    while (n > 0 && x[n - 1] == -1)
+        n--;
+    if (!n)
+        return bfit_fail(BFIT_EINVAL, "%s: sequence %lld is padding alone (its %d ids are -1): a sequence needs a "
+                         "token", source, (long long)i, seq);
+    for (int k = 0; k < n; k++)
+        if (x[k] < 0)
+            return bfit_fail(BFIT_EINVAL, "%s: sequence %lld holds id %d at position %d: ids are from 0, and -1 "
+                             "pads a sequence only after its last token", source, (long long)i, (int)x[k], k);
+    *len = n;
+    return BFIT_OK;
+}
+
+int bfit_dataset_borrow_tokens(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y,
+                               bfit_dataset **out)
+{
+    bfit_dataset *d = NULL;
+    int rc;
+
+    *out = NULL;
+    if (!ids || !y || count < 1 || count > INT32_MAX || seq < 1)
+        return bfit_fail(BFIT_EINVAL, "%s: token arrays need ids, labels, 1 to %d sequences and a length of 1 or more",
+                         source, INT32_MAX);
+    if ((rc = bfit_data_alloc(source, &d)) != BFIT_OK)
+        return rc;
+    d->borrowed = 1;
+    d->starts = malloc(sizeof *d->starts * (size_t)count);
+    d->lens = malloc(sizeof *d->lens * (size_t)count);
+    if (!d->starts || !d->lens)
+        rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld sequences", source, (long long)count);
+    for (int64_t i = 0; rc == BFIT_OK && i < count; i++) {
+        d->starts[i] = i * seq;
+        rc = token_len(source, ids + i * seq, i, seq, &d->lens[i]);
+        if (rc == BFIT_OK && y[i] < 0)
+            rc = bfit_fail(BFIT_EINVAL, "label of sequence %lld is %d: labels are class indices from 0", (long long)i,
+                           (int)y[i]);
+        if (rc == BFIT_OK && y[i] >= d->nclasses)
+            d->nclasses = y[i] + 1;
+    }
+    if (rc != BFIT_OK) {
+        bfit_dataset_free(d);
+        return rc;
+    }
+    d->ids = (int32_t *)ids, d->nids = count * seq, d->labels = (int32_t *)y;
+    d->seq = seq;
+    d->shape = bfit_shape_seq(seq, 1);
+    d->count = count;
+    *out = d;
+    return BFIT_OK;
 }
 
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,

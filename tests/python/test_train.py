@@ -210,3 +210,84 @@ def test_an_export_with_a_dynamic_sequence_takes_seq(tmp_path):
     assert r.weights["wpe.weight"].shape == (32, 16)  # the model's 32 positions, trained at 16
     with pytest.raises(ValueError, match=r"dimension 1, 'T'\) is not fixed in the export .*--seq N"):
         batchfit.train(model=model, data=str(text), epochs=1, batch=16, memory="256MiB", threads=2)
+
+
+CLS_SPEC = """input tokens=32
+embed 16 vocab=256 positions=32
+residual {
+  layernorm
+  linear 48
+  attention 2 causal=0
+  linear 16
+}
+layernorm
+gap
+linear 2
+"""
+
+
+def texts_and_ids(root, per_class, seed, T=32):
+    """root/a and root/b: per_class texts each (a few words of the class's own, some longer than T bytes),
+    and the same texts as a classifier's arrays in the folder's order (class a's by name, then b's): ids
+    [n, T] of their first T bytes, -1 after a text's last byte, and their classes."""
+    import random
+    r = random.Random(seed)
+    words = {"a": "cat dog horse otter badger heron".split(), "b": "saw drill hammer chisel wrench plane".split()}
+    ids, labels = [], []
+    for c, name in enumerate("ab"):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            b = (" ".join(r.choice(words[name]) for _ in range(r.randint(1, 9))) + "\n").encode()
+            (root / name / f"{i:02d}.txt").write_bytes(b)
+            ids.append(list(b[:T]) + [-1] * (T - len(b[:T])))
+            labels.append(c)
+    return np.array(ids, dtype=np.int64), np.array(labels)
+
+
+def test_token_arrays_train_as_their_folder(tmp_path):
+    """A classifier's token ids as NumPy arrays (x integer [n, T], -1 after each sequence's last token, y a
+    class each) train to the same weights, bit for bit, as the same texts in a folder of class folders of texts
+    (19 a class: every text in the train part), and another seed does not. Before 2026-12-05 arrays held float
+    samples only ("give its token data as a file")."""
+    spec = tmp_path / "cls.cfg"
+    spec.write_text(CLS_SPEC)
+    x, y = texts_and_ids(tmp_path / "train", 19, 1)
+    xt, yt = texts_and_ids(tmp_path / "test", 10, 2)
+    opts = dict(epochs=2, batch=8, seed=3, lr=3e-3, optimizer="adamw", memory="256MiB", threads=2)
+    want = batchfit.train(str(spec), data=str(tmp_path / "train"), test_data=str(tmp_path / "test"), **opts)
+    got = batchfit.train(str(spec), data=(x, y), test_data=(xt, yt), **opts)
+    assert sorted(got.weights) == sorted(want.weights)
+    for name, w in want.weights.items():
+        assert np.array_equal(bits(got.weights[name]), bits(w)), name
+    for k in ("test_accuracy", "test_loss", "train_loss", "steps", "samples"):
+        assert got[k] == want[k], k
+    other = batchfit.train(str(spec), data=(x, y), test_data=(xt, yt), **dict(opts, seed=4))
+    assert not all(np.array_equal(bits(other.weights[n]), bits(w)) for n, w in want.weights.items())
+
+
+def test_token_arrays_refused(tmp_path):
+    """What token arrays may not hold, named: -1 before a token, a sequence of padding alone, ids below -1, a
+    language model given one class a sequence, a float model given ids."""
+    spec = tmp_path / "cls.cfg"
+    spec.write_text(CLS_SPEC)
+    x, y = texts_and_ids(tmp_path / "train", 5, 1)
+    bad = x.copy()
+    bad[3, 2] = -1
+    with pytest.raises(batchfit.InvalidArgumentError, match="sequence 3 holds id -1 at position 2: ids are from 0, "
+                                                           "and -1 pads a sequence only after its last token"):
+        batchfit.train(str(spec), data=(bad, y), max_steps=1, threads=2)
+    bad = x.copy()
+    bad[4, :] = -1
+    with pytest.raises(batchfit.InvalidArgumentError, match="sequence 4 is padding alone"):
+        batchfit.train(str(spec), data=(bad, y), max_steps=1, threads=2)
+    bad[4, 0] = -2
+    with pytest.raises(batchfit.InvalidArgumentError, match="ids from 0 and -1 after a sequence's last token"):
+        batchfit.train(str(spec), data=(bad, y), max_steps=1, threads=2)
+    with pytest.raises(batchfit.InvalidArgumentError, match="gpt-nano scores every token \\(a language model\\), "
+                                                           "but \\(arrays\\) holds one class a sequence"):
+        batchfit.train("gpt-nano", data=(np.zeros((4, 128), dtype=np.int64), np.zeros(4, dtype=int)), max_steps=1, threads=2)
+    with pytest.raises(batchfit.InvalidArgumentError, match="arrays hold token ids, but .* takes samples of floats"):
+        batchfit.train("mlp", data=(x, y), max_steps=1, threads=2)
+    with pytest.raises(batchfit.InvalidArgumentError, match="arrays hold float samples, but .*cls.cfg takes token ids: "
+                                                           "give a classifier's ids as int32 arrays"):
+        batchfit.train(str(spec), data=(x.astype(np.float32), y), max_steps=1, threads=2)
