@@ -371,7 +371,8 @@ static int global_pool(onnx_lower *L) { return whole_mean(L, 1); }
  * or a constant input. */
 /* The mean over the tokens of [N,T,C] (x.mean(dim=1): a ViT's average
  * pool, Swin's head), or over a channels-last image's H and W: the tokens
- * transposed to an image [C, T, 1], then `gap`, two layers batchfit has. */
+ * transposed to an image [C, T, 1], then `gap`, two layers batchfit has; in
+ * a model of token ids `gap` on the tokens, the mean of the real ones. */
 static int token_mean(onnx_lower *L, oval *x, const int64_t *ax, int n, int64_t keep)
 {
     bfit_layer_cfg tr = bfit_layer_cfg_default(BFIT_L_TRANSPOSE), gap = bfit_layer_cfg_default(BFIT_L_GAP);
@@ -387,6 +388,10 @@ static int token_mean(onnx_lower *L, oval *x, const int64_t *ax, int n, int64_t 
         return bfit_onnx_refuse(L, "batchfit averages tokens [N,T,C] over T (axis 1, keepdims 0: x.mean(dim=1)), "
                                    "a channels-last image [N,H,W,C] over H and W, and an image [N,C,H,W] over H "
                                    "and W; not this");
+    /* a model of token ids: the mean of each sequence's real tokens, its padding left out (batchfit pads
+       and masks sequences itself, as it masks the padding's keys of an attention) */
+    if (L->g->input_dtype == BFIT_I32 && !x->cl[0])
+        return bfit_onnx_emit(L, &gap, &x, 1, NULL, 0);
     tr.to = bfit_shape_chw(C, T, 1);
     if ((rc = bfit_onnx_emit(L, &tr, &x, 1, NULL, 0)) != BFIT_OK)
         return rc;

@@ -63,7 +63,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
-                "distilbert_cls", "hfbert_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "distilbert_cls", "hfbert_cls", "meanpool_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -1108,6 +1108,27 @@ class DistilBertCls(DistilBert):
         return self.classifier(self.dropout(torch.nn.functional.relu(self.pre_classifier(pooled))))
 
 
+class MeanPoolCls(DistilBert):
+    """A sentence classifier as users write one on an encoder (sentence-transformers' pooling): DistilBERT's
+    body, the mean of the tokens (under the attention_mask when given, (h * m).sum(1) / m.sum(1); exported
+    from the ids alone, h.mean(1)), then a linear classifier."""
+
+    seq_classes = True
+
+    def __init__(self, classes=CLASSES, **kw):
+        super().__init__(**kw)
+        C = self.distilbert.embeddings.word_embeddings.embedding_dim
+        del self.vocab_transform, self.vocab_layer_norm, self.vocab_projector
+        self.classifier = torch.nn.Linear(C, classes)
+
+    def forward(self, input_ids, attention_mask=None):
+        h = self.body(input_ids, attention_mask)
+        if attention_mask is None:
+            return self.classifier(h.mean(1))
+        m = attention_mask[..., None].to(h.dtype)
+        return self.classifier((h * m).sum(1) / m.sum(1))
+
+
 class BertSelfAttention(torch.nn.Module):
     """transformers' BertSelfAttention (absolute positions, no cache): query, key, value, each
     transpose_for_scores'd (view to x.size()[:-1] + (H, d), permute(0, 2, 1, 3)), the scores divided by
@@ -1278,6 +1299,10 @@ def build(name):
         return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
     if name == "distilbert_cls":  # DistilBertForSequenceClassification: the first token's state, class scores
         return DistilBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
+    if name == "meanpool_cls":  # the mean of the tokens, exported from the ids alone (x.mean(1)): the real ones
+        model = MeanPoolCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2)
+        model.mask_input = False
+        return model, 16
     if name == "hfbert_cls":  # BertForSequenceClassification: the pooler's tanh on the first token, class scores
         return HFBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "hfbert_mini":  # transformers' BERT for masked LM: token types, the extended attention mask
