@@ -196,6 +196,8 @@ def build_onnx_twin(name):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "onnx"))
     import export
     model, size = export.build(name)
+    if getattr(model, "seq_classes", False):  # a classifier of token ids: T ids in, class scores out
+        return model.train(), (size,), model.classifier.out_features
     if name in export.TOKEN_MODELS:  # a language model: T token ids in, a vocabulary's scores per token out
         emb = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))  # the token table
         return model.train(), (size,), emb.num_embeddings
@@ -225,8 +227,12 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model, shape, classes = build_onnx_twin(path[5:]) if path.startswith("onnx:") else build(path)
-    tokens = len(shape) == 1
-    if tokens:  # ids in, a label per token
+    tokens = len(shape) == 1 and not getattr(model, "seq_classes", False)
+    if len(shape) == 1 and not tokens:  # a classifier of token ids: ids in, a class a sequence
+        emb = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))
+        x = torch.randint(0, emb.num_embeddings, (batch, *shape))
+        y = torch.randint(0, classes, (batch,))
+    elif tokens:  # ids in, a label per token
         x = torch.randint(0, classes, (batch, *shape))
         y = torch.randint(0, classes, (batch * shape[0],))
     else:

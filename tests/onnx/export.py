@@ -63,7 +63,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
-                "distilbert_cls", "hfbert_cls", "meanpool_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -1299,6 +1299,10 @@ def build(name):
         return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
     if name == "distilbert_cls":  # DistilBertForSequenceClassification: the first token's state, class scores
         return DistilBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
+    if name == "distilbert_cls_bench":  # bench/ only: hfbert_bench's size, DistilBERT's classifier of 2 classes
+        model = DistilBertCls(V=256, T=128, C=128, H=4, L=4, hidden=512, p=0.1, classes=2)
+        model.mask_input = False
+        return model, 128
     if name == "meanpool_cls":  # the mean of the tokens, exported from the ids alone (x.mean(1)): the real ones
         model = MeanPoolCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2)
         model.mask_input = False
@@ -1383,7 +1387,7 @@ def oracle(name):
         y = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y.view(-1)[6::7] = -1
         if getattr(model, "seq_classes", False):  # a class a sequence; padded ones end in id -1, batchfit's mark
-            y = torch.randint(0, CLASSES, (M,), generator=g).to(torch.int32)
+            y = torch.randint(0, model.classifier.out_features, (M,), generator=g).to(torch.int32)
             x[1, 11:], x[3, 5:] = -1, -1
         elif getattr(model, "mask_input", False):  # padded sequences: their keys masked by attention_mask
             y[1, 11:], y[3, 5:] = -1, -1
