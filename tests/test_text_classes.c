@@ -118,8 +118,8 @@ static void test_classes_and_split(void **st)
     assert_int_equal(bfit_dataset_sample_len(d, 0), 5);
     take(d, 23, x, &y); /* pos 3: its first 16 bytes, no padding */
     assert_int_equal(y, 1);
-    assert_memory_equal(x, ((int32_t[]){'p', 'o', 's', ' ', '3', ' ', 'i', 's', ' ', 'l', 'o', 'n', 'g', 'e', 'r', ' '}),
-                        sizeof x);
+    assert_memory_equal(x, ((int32_t[]){'p', 'o', 's', ' ', '3', ' ', 'i', 's', ' ', 'l', 'o', 'n', 'g', 'e', 'r',
+                                        ' '}), sizeof x);
     take(d, 40, x, &y); /* the last: more/20.txt */
     assert_int_equal(y, 1);
     assert_int_equal(x[4], '2');

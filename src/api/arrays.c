@@ -97,7 +97,8 @@ static int arrays_agree(const bfit_config *c)
 static int input_shape(const bfit_config *c, bfit_shape *shape)
 {
     bfit_graph_desc g;
-    int rc = bfit_model_source_load(c->t.model, bfit_config_seq(c), &g), tokens, w = bfit_config_has_arrays(c, 0) ? 0 : 1;
+    int rc = bfit_model_source_load(c->t.model, bfit_config_seq(c), &g), tokens;
+    int w = bfit_config_has_arrays(c, 0) ? 0 : 1;
     if (rc != BFIT_OK)
         return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
     *shape = g.input;

@@ -82,8 +82,12 @@ static int grow(texts *t, int seq)
 {
     if (t->n == t->cap) {
         int64_t cap = t->cap ? 2 * t->cap : 256;
-        int32_t *l = realloc(t->lens, sizeof *l * (size_t)cap), *y = l ? realloc(t->labels, sizeof *y * (size_t)cap) : NULL;
-        int64_t *s = y ? realloc(t->starts, sizeof *s * (size_t)cap) : NULL;
+        int32_t *l = realloc(t->lens, sizeof *l * (size_t)cap), *y = NULL;
+        int64_t *s = NULL;
+        if (l)
+            y = realloc(t->labels, sizeof *y * (size_t)cap);
+        if (y)
+            s = realloc(t->starts, sizeof *s * (size_t)cap);
         if (l)
             t->lens = l;
         if (y)
