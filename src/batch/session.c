@@ -140,6 +140,19 @@ static int no_image_options(const bfit_img_opts *o, const char *name)
                            name);
 }
 
+/* " (a, b, c)": a folder's class names, the first 10 (aclImdb's train/ holds unsup/ beside neg/ and pos/:
+ * a third class a user did not mean); "" for classes without names. */
+static void class_names(const bfit_dataset *d, char *buf, size_t len)
+{
+    size_t k = 0;
+    int n = bfit_dataset_classes(d);
+    buf[0] = '\0';
+    for (int i = 0; i < n && i < 10 && bfit_dataset_class_name(d, i) && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? ", " : " (", bfit_dataset_class_name(d, i));
+    if (k && k < len)
+        snprintf(buf + k, len - k, "%s)", n > 10 ? ", ..." : "");
+}
+
 static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bfit_dataset *d)
 {
     char a[32], b[32];
@@ -189,9 +202,12 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
         "random_resized_crop")) != BFIT_OK || (rc = crop_fits(c->model, s->M->input, c->img->center_crop,
         "center_crop")) != BFIT_OK))
         return rc;
-    if (!bfit_dataset_labels_fit(d, s->M->nclasses)) /* a character model's text: its ids, not 256 */
-        return bfit_fail(BFIT_EINVAL, "%s: the model has %d class scores but the data set %s has %d classes",
-                         c->model, s->M->nclasses, name, bfit_dataset_classes(d));
+    if (!bfit_dataset_labels_fit(d, s->M->nclasses)) { /* a character model's text: its ids, not 256 */
+        char names[512];
+        class_names(d, names, sizeof names);
+        return bfit_fail(BFIT_EINVAL, "%s: the model has %d class scores but the data set %s has %d classes%s",
+                         c->model, s->M->nclasses, name, bfit_dataset_classes(d), names);
+    }
     return BFIT_OK;
 }
 

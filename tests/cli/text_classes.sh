@@ -71,6 +71,12 @@ expect 0 "test accuracy (9[0-9]|100)\.[0-9]+% \(40 samples\)" \
 expect 1 "data set '$tmp/nope' not found \(No such file or directory\): give a folder of class folders of texts" \
   "$bf" train --model "$tmp/mean.cfg" --data "$tmp/nope" --max-steps 1 --threads 2
 
+# a third folder beside the classes (aclImdb's train/unsup) is a third class: the error names them
+mkdir -p "$tmp/texts3/unsup" && cp -r "$tmp/texts/animals" "$tmp/texts/tools" "$tmp/texts3/" &&
+  cp "$tmp/only_tools/tools/1.txt" "$tmp/texts3/unsup/"
+expect 1 "cls.cfg: the model has 2 class scores but the data set $tmp/texts3 has 3 classes \(animals, tools, unsup\)" \
+  "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts3" --max-steps 1 --threads 2
+
 # --seq-max is a language model's lines: refused for a classifier
 expect 1 "--seq-max: makes a text's lines a language model's samples, but .*cls.cfg gives one vector of class scores per sequence: a classifier's samples are its texts, each cut to the model's length \\(its \`input tokens=T\`\\); leave --seq-max out" \
   "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --seq-max 32 --max-steps 1 --threads 2
