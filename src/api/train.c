@@ -84,10 +84,10 @@ static void result_json(const bfit_train_result *r, cJSON *o)
         cJSON_AddNumberToObject(o, "images_skipped", (double)r->images_skipped);
     cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
     cJSON_AddNumberToObject(o, "noise_scale", r->noise_scale);
-    if (r->tokens) {
-        cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);
+    if (r->tokens || r->tokens_computed) /* a classifier of token ids: the positions computed alone */
         cJSON_AddNumberToObject(o, "tokens_computed", (double)r->tokens_computed);
-    }
+    if (r->tokens)
+        cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);
     cJSON_AddStringToObject(o, "stopped", r->stopped == BFIT_ESTOPPED ? "request"
                                           : r->stopped == BFIT_ENOMEM ? "memory" : "");
     if (r->stopped == BFIT_ESTOPPED && r->stop_flag) /* a stop flag's (a signal handler's) */
@@ -113,6 +113,11 @@ static void result_text(const bfit_train_result *r, FILE *f)
                 r->test_loss, r->test_loss / 0.69314718055994531, r->epochs, (long long)r->steps, r->seconds,
                 r->seconds > 0 ? (double)r->tokens / r->seconds : 0.0,
                 r->tokens_computed ? 100.0 * (1.0 - (double)r->tokens / (double)r->tokens_computed) : 0.0);
+    else if (r->tokens_computed && r->samples) /* a classifier of token ids: each micro-batch at its longest */
+        fprintf(f, "test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s; %.1f "
+                "token positions computed a sequence)\n", 100 * r->test_acc, r->epochs, (long long)r->steps,
+                r->seconds, r->seconds > 0 ? (double)r->samples / r->seconds : 0.0,
+                (double)r->tokens_computed / (double)r->samples);
     else
         fprintf(f, "test accuracy %.2f%% after %d epoch(s), %lld steps, %.1f s training (%.0f samples/s)\n",
                 100 * r->test_acc, r->epochs, (long long)r->steps, r->seconds,

@@ -132,7 +132,8 @@ static void restore(bfit_model *M, bfit_seq_slot *s)
         q->acc = NULL;
     }
     M->input = bfit_shape_seq(s->T, 1);
-    M->labels_per_sample = s->T;
+    if (M->per_token) /* a classifier's label is the sequence's */
+        M->labels_per_sample = s->T;
     bfit_layout_fini(&M->lay);
     if (s->m && bfit_model_blocks_fit(M, &s->lay)) {
         M->lay = s->lay;
@@ -201,7 +202,8 @@ int bfit_model_set_seq(bfit_model *M, int T)
         return bfit_fail_field(rc, "seq", "%s", msg);
     }
     M->input = M->seq_val[0];
-    M->labels_per_sample = T;
+    if (M->per_token) /* a classifier's label is the sequence's, whatever its length */
+        M->labels_per_sample = T;
     M->m = 0; /* the next reserve lays the step out at T, in the blocks held if they fit */
     return BFIT_OK;
 }

@@ -164,6 +164,8 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
     /* variable-length runs evaluate whole rows, at the longest length */
     if (r->cfg.seq_max && (rc = bfit_model_set_seq(r->s.M, r->cfg.seq_max)) != BFIT_OK)
         return rc;
+    if (r->cls_T && (rc = bfit_model_set_seq(r->s.M, r->cls_T)) != BFIT_OK) /* a classifier's staged rows */
+        return rc;
     /* no larger than the samples evaluated */
     rc = choose_eval_batch(r->s.M, r->s.arena, r->cfg.margin, to - from < r->eval_m ? (int)(to - from > 0 ? to - from
                                                                                                        : 1) : r->eval_m,

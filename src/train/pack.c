@@ -72,6 +72,46 @@ int bfit_run_trim(bfit_run *r, int done)
     return rc;
 }
 
+/* ---- a classifier of token ids (cls_T) ----
+ * Its padded sequences (-1 after the last token) run at the micro-batch's
+ * longest, rounded to LEN_ROUND, as --seq-max lines do: the padding past it
+ * is not computed. The lengths within a step are similar: a shuffling
+ * stream sorts each 1024 sequences of an epoch's order by length. */
+static int ids_len(const int32_t *x, int T)
+{
+    int n = T;
+    while (n > 0 && x[n - 1] < 0)
+        n--;
+    return n;
+}
+
+int bfit_run_trim_cls(bfit_run *r, int done, int want)
+{
+    int L = 1, rc;
+    for (int i = done; i < done + want; i++) {
+        int n = ids_len((const int32_t *)r->stage_x + (size_t)i * (size_t)r->cls_T, r->cls_T);
+        L = n > L ? n : L;
+    }
+    L = (L + LEN_ROUND - 1) / LEN_ROUND * LEN_ROUND;
+    if (L > r->cls_T || r->len_fixed)
+        L = r->cls_T;
+    rc = bfit_model_set_seq(r->s.M, L);
+    if (rc == BFIT_EINVAL && L != r->cls_T) { /* a model of one length (a learned [1, T, C] added whole) */
+        r->len_fixed = 1;
+        rc = bfit_model_set_seq(r->s.M, r->cls_T);
+    }
+    return rc;
+}
+
+void bfit_run_pack_cls(bfit_run *r, int done, int want, const float **x)
+{
+    size_t T = (size_t)r->cls_T, L = (size_t)r->s.M->input.d[0];
+    for (int i = 0; i < want; i++)
+        memcpy(r->pack_x + (size_t)i * L, (const int32_t *)r->stage_x + (size_t)(done + i) * T, L * sizeof(int32_t));
+    *x = (const float *)r->pack_x;
+    r->pos.res.tokens_computed += (int64_t)want * (int64_t)L;
+}
+
 /* The bytes a micro-batch is sized by: micro-batch m's (planned at the
  * longest length). With a token budget and m = E (memory does not bound m
  * and nothing caps it) all the step may take now, within the margin: a

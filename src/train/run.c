@@ -211,14 +211,14 @@ static uint64_t plan_bytes(void *ud, int m)
 {
     plan_ctx *pc = ud;
     bfit_step_plan p;
-    int b = seqs_of(pc, m), L = pc->vary ? pc->M->input.d[0] : 0, rc;
+    int b = seqs_of(pc, m), L = pc->vary ? pc->M->input.d[0] : 0, T = pc->T ? pc->T : pc->cls_T, rc;
     unsigned h = (unsigned)b * 2654435761u % PLAN_MEMO;
     if (pc->memo_m[h] == b)
         return pc->memo_b[h];
-    rc = L && L != pc->T ? bfit_model_set_seq(pc->M, pc->T) : BFIT_OK;
+    rc = L && L != T ? bfit_model_set_seq(pc->M, T) : BFIT_OK;
     if (rc == BFIT_OK)
         rc = bfit_plan_compute(pc->M, pc->opt, b, 1, &p);
-    if (L && L != pc->T && bfit_model_set_seq(pc->M, L) != BFIT_OK && rc == BFIT_OK)
+    if (L && L != T && bfit_model_set_seq(pc->M, L) != BFIT_OK && rc == BFIT_OK)
         rc = BFIT_ESTATE;
     if (rc != BFIT_OK) {
         /* no plan: to the controller it does not fit, but the run says why */
@@ -505,6 +505,9 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     bytes = (size_t)most * (size_t)bfit_model_sample_host_bytes(r->s.M);
     r->stage_x = malloc(sizeof(float) * (size_t)most * (size_t)numel);
     r->stage_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)r->s.M->labels_per_sample);
+    /* a classifier of token ids: its padded sequences packed at each micro-batch's longest */
+    if (r->cls_T && !(r->pack_x = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel)))
+        return staging_fail(r, most, bytes + sizeof(int32_t) * (size_t)most * (size_t)numel);
     if (c->seq_max) { /* sorting a step's sequences and packing a micro-batch at its length */
         r->pack_x = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
         r->pack_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
@@ -790,7 +793,10 @@ static int token_setup(bfit_run *r)
 {
     bfit_model *M = r->s.M;
     r->pc.T = M->per_token ? M->input.d[0] : 0;
-    r->pc.vary = r->cfg.seq_max > 0;
+    /* a classifier of token ids: its padded sequences run at each micro-batch's longest (pack.c) */
+    r->cls_T = M->input_dtype == BFIT_I32 && !M->per_token && !r->cfg.seq_max ? M->input.d[0] : 0;
+    r->pc.cls_T = r->cls_T;
+    r->pc.vary = r->cfg.seq_max > 0 || r->cls_T;
     r->pc.tokens = r->cfg.batch_tokens;
     if (r->cfg.batch_tokens && !r->pc.T)
         return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "counts tokens, and %s is not a token model (its input "

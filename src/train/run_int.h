@@ -29,7 +29,8 @@ typedef struct plan_ctx {
     const bfit_optim_cfg *opt;
     uint64_t extra;            /* fixed bytes the run adds (gradient norms) */
     int T;                     /* a token model's longest length: the plan is made there (0: not one) */
-    int vary;                  /*   its length varies (seq_max): the model is put at T to plan */
+    int vary;                  /*   its length varies (seq_max, or cls_T): the model is put at T (or cls_T) to plan */
+    int cls_T;                 /* a classifier of token ids: its T, where the plan is made (0: not one) */
     int tokens;                /* batch_tokens: m counts tokens, ceil(m / T) sequences */
     int memo_m[PLAN_MEMO];     /* by sequences (samples) */
     uint64_t memo_b[PLAN_MEMO];
@@ -92,6 +93,8 @@ struct bfit_run {
     /* host staging of one micro-batch, uploaded to the device */
     float *stage_x;
     int32_t *stage_y;
+    int cls_T;                 /* a classifier of token ids: its T (the staged rows' length); each micro-batch
+                                  runs at its longest sequence, rounded to 16 (0: not a classifier of ids) */
     int len_fixed;             /* --seq-max: the model takes only its own length (a learned position tensor
                                   added whole), so every micro-batch runs at it, padded */
     int max_take;
@@ -274,5 +277,9 @@ int bfit_run_micro_size(bfit_run *r, int done, int left, int *want);
 void bfit_run_sort_by_length(bfit_run *r, int E);
 int bfit_run_trim(bfit_run *r, int done);
 void bfit_run_pack(bfit_run *r, int done, int want, const float **x, const int32_t **y);
+/* A classifier of token ids (cls_T): the model put at the longest sequence of staged samples
+ * [done, done + want), rounded to 16; those samples packed at it (*x into the pack buffer). */
+int bfit_run_trim_cls(bfit_run *r, int done, int want);
+void bfit_run_pack_cls(bfit_run *r, int done, int want, const float **x);
 
 #endif

@@ -137,6 +137,8 @@ static int micro_step(bfit_run *r, int64_t U, int done, int want, int k)
 
     if (r->cfg.seq_max)
         bfit_run_pack(r, done, want, &x, &y);
+    else if (r->cls_T)
+        bfit_run_pack_cls(r, done, want, &x);
     else if (r->s.M->per_token)
         r->pos.res.tokens_computed += (int64_t)want * r->s.M->labels_per_sample;
 
@@ -218,6 +220,9 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
     if (r->step_count < 1)
         return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
                          (long long)r->pos.step + 1, *n);
+    /* the ladder times whole staged rows: a classifier at its full length */
+    if (r->cfg.auto_batch && r->cls_T && (rc = bfit_model_set_seq(r->s.M, r->cls_T)) != BFIT_OK)
+        return rc;
     if (r->cfg.auto_batch && (rc = bfit_run_ladder(r, E)) != BFIT_OK)
         return rc;
     while (done < *n) {
@@ -230,6 +235,7 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
         if (r->cfg.seq_max && (rc = bfit_run_trim(r, done)) != BFIT_OK)
             return rc;
         if ((rc = bfit_run_micro_size(r, done, *n - done, &want)) != BFIT_OK ||
+            (r->cls_T && (rc = bfit_run_trim_cls(r, done, want)) != BFIT_OK) ||
             (rc = reserve(r, want, &retry)) != BFIT_OK)
             return rc;
         if (retry)

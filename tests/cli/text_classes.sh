@@ -54,6 +54,19 @@ expect 0 "test accuracy (9[0-9]|100)\.[0-9]+% \(40 samples\)" \
   "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --epochs 4 --batch 16 --lr 3e-3 --optimizer adamw \
   --threads 2 --seed 1 --save "$tmp/w.st"
 grep -q '"classes":"\[\\"animals\\",\\"tools\\"\]"' "$tmp/w.st" && pass || fail "w.st: classes not saved: $(head -c 400 "$tmp/w.st" | strings | head -3)"
+# each micro-batch runs at its longest text, rounded to 16, not at the model's 64: the texts are 3 to 100
+# bytes (cut to 64), 35.5 on average, so fewer than 48 positions a sequence are computed (64 before 2026-12-05)
+"$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --epochs 1 --batch 16 --lr 3e-3 --optimizer adamw \
+  --threads 2 --seed 1 --json >"$tmp/trim.json" 2>/dev/null
+python3 - "$tmp/trim.json" <<'PY' && pass || fail "positions computed a sequence: $(cat "$tmp/trim.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+per = r["tokens_computed"] / r["samples"]
+print(f"  {per:.1f} token positions computed a sequence of at most 64")
+sys.exit(0 if 16 <= per < 48 else 1)
+PY
+expect 0 "test accuracy [0-9.]+% after 1 epoch\(s\), [0-9]+ steps, [0-9.]+ s training \([0-9]+ samples/s; [0-9.]+ token positions computed a sequence\)" \
+  "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --epochs 1 --batch 16 --lr 3e-3 --optimizer adamw --threads 2
 # evaluated on a folder of one of its classes: 'tools' is the weights' class 1, not the folder's own 0
 expect 0 "test accuracy (9[0-9]|100)\.[0-9]+% on 30 samples" \
   "$bf" eval --model "$tmp/cls.cfg" --weights "$tmp/w.st" --test-data "$tmp/only_tools" --threads 2
