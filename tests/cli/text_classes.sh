@@ -90,6 +90,10 @@ mkdir -p "$tmp/texts3/unsup" && cp -r "$tmp/texts/animals" "$tmp/texts/tools" "$
 expect 1 "cls.cfg: the model has 2 class scores but the data set $tmp/texts3 has 3 classes \(animals, tools, unsup\)" \
   "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts3" --max-steps 1 --threads 2
 
+# the shipped example (models/text-cls.cfg, 2 classes, 128 tokens) trains on the same folder
+expect 0 "test accuracy [0-9.]+% after 1 epoch\(s\), 3 steps" \
+  "$bf" train --model "$src/models/text-cls.cfg" --data "$tmp/texts" --max-steps 3 --batch 8 --threads 2
+
 # --seq-max is a language model's lines: refused for a classifier
 expect 1 "--seq-max: makes a text's lines a language model's samples, but .*cls.cfg gives one vector of class scores per sequence: a classifier's samples are its texts, each cut to the model's length \\(its \`input tokens=T\`\\); leave --seq-max out" \
   "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --seq-max 32 --max-steps 1 --threads 2
