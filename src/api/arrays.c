@@ -16,7 +16,7 @@ static const char *const which_field[2] = {"data", "test_data"};
 int bfit_config_has_arrays(const bfit_config *c, int which) { return c->arr[which].x || c->arr[which].ids; }
 
 /* The checks both kinds of arrays share. */
-static int arrays_given(bfit_config *c, int which, const void *x, const int32_t *labels, int64_t n, int64_t per,
+static int arrays_given(int which, const void *x, const int32_t *labels, int64_t n, int64_t per,
                         const char *per_what)
 {
     if (!x || !labels)
@@ -26,7 +26,6 @@ static int arrays_given(bfit_config *c, int which, const void *x, const int32_t 
                                "to %d", (long long)n, INT32_MAX);
     if (per < 1)
         return bfit_fail_field(BFIT_EINVAL, which_field[which], "arrays: %lld %s", (long long)per, per_what);
-    (void)c;
     return BFIT_OK;
 }
 
@@ -40,7 +39,7 @@ int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int3
         memset(&c->arr[which], 0, sizeof c->arr[which]);
         return BFIT_OK;
     }
-    if ((rc = arrays_given(c, which, x, labels, n, sample_floats, "floats per sample: expected the size of the "
+    if ((rc = arrays_given(which, x, labels, n, sample_floats, "floats per sample: expected the size of the "
                            "model's input (784 for 1x28x28)")) != BFIT_OK)
         return rc;
     c->arr[which] = (struct bfit_cfg_arrays){.x = x, .y = labels, .n = n, .floats = sample_floats};
@@ -57,7 +56,7 @@ int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, 
         memset(&c->arr[which], 0, sizeof c->arr[which]);
         return BFIT_OK;
     }
-    if ((rc = arrays_given(c, which, ids, labels, n, T, "ids per sequence: expected the model's T")) != BFIT_OK)
+    if ((rc = arrays_given(which, ids, labels, n, T, "ids per sequence: expected the model's T")) != BFIT_OK)
         return rc;
     c->arr[which] = (struct bfit_cfg_arrays){.ids = ids, .y = labels, .n = n, .floats = T};
     return BFIT_OK;

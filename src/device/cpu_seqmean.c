@@ -14,12 +14,12 @@ static int64_t seq_len(const int32_t *lens, int64_t i, int64_t T)
     return n < 1 ? 1 : n > T ? T : n;
 }
 
-static int run(cpu_op *op, const bfit_op_desc *d, const bfit_op_args *a)
+static int run(cpu_op *op, const bfit_op_args *a)
 {
+    const bfit_op_desc *d = &op->base.desc;
     int64_t N = d->u.seqm.n, T = d->u.seqm.T, C = d->u.seqm.C;
     bfit_dtype t = d->dtype;
 
-    (void)op;
     if (d->kind == BFIT_OP_SEQMEAN_FWD) {
         if (!a->src || !a->dst)
             return bfit_fail(BFIT_EINVAL, "mean of the tokens: src and dst are required");
@@ -46,8 +46,6 @@ static int run(cpu_op *op, const bfit_op_desc *d, const bfit_op_args *a)
     return BFIT_OK;
 }
 
-static int run_op(cpu_op *op, const bfit_op_args *a) { return run(op, &op->base.desc, a); }
-
 int bfit_cpu_seqmean_init(cpu_op *op)
 {
     const bfit_op_desc *d = &op->base.desc;
@@ -56,6 +54,6 @@ int bfit_cpu_seqmean_init(cpu_op *op)
         return bfit_fail(BFIT_EINVAL, "mean of the tokens: n %lld, T %lld and C %lld must be positive",
                          (long long)d->u.seqm.n, (long long)d->u.seqm.T, (long long)d->u.seqm.C);
     op->ws = op->saved = 0;
-    op->run = run_op;
+    op->run = run;
     return BFIT_OK;
 }

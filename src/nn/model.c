@@ -627,10 +627,10 @@ int bfit_model_reserve(bfit_model *M, int m, int training)
 
 /* n samples of f32 (or token ids) from the host into the input block, in the
  * model's input dtype: 16-bit inputs are converted here, on the host. */
-int bfit_model_padded(const int32_t *ids, int64_t cnt)
+int bfit_model_padded(const int32_t *ids, int n, int64_t T)
 {
-    for (int64_t i = 0; i < cnt; i++)
-        if (ids[i] < 0)
+    for (int i = 0; i < n; i++) /* checked: -1 only after a sequence's last token */
+        if (ids[(int64_t)(i + 1) * T - 1] < 0)
             return 1;
     return 0;
 }
@@ -656,7 +656,8 @@ int bfit_model_upload_samples(bfit_model *M, const void *x, int n)
     uint16_t *h;
     int rc;
 
-    if (M->input_dtype == BFIT_I32 && bfit_model_padded(x, cnt)) /* the embedding reads padding as id 0 */
+    /* the embedding reads padding as id 0 */
+    if (M->input_dtype == BFIT_I32 && bfit_model_padded(x, n, bfit_shape_numel(M->input)))
         return upload_unpadded(M, x, cnt);
     if (M->input_dtype == BFIT_F32 || M->input_dtype == BFIT_I32)
         return bfit_device_upload(M->dev, M->block[BFIT_MEM_INPUT], x, (size_t)cnt * bfit_dtype_size(M->input_dtype));

@@ -314,8 +314,8 @@ uint64_t bfit_model_step_bytes(const bfit_model *M);
  * sequence (a classifier) up to its -1 padding. */
 int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n);
 int bfit_model_upload_samples(bfit_model *M, const void *x, int n);
-/* Whether cnt ids hold padding (-1). */
-int bfit_model_padded(const int32_t *ids, int64_t cnt);
+/* Whether n sequences of T ids (checked, bfit_model_check_tokens) hold padding: a -1 last. */
+int bfit_model_padded(const int32_t *ids, int n, int64_t T);
 int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n);
 int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n);
 /* The labels in the reserved input block (device). */
