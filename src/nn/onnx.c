@@ -286,12 +286,14 @@ static void describe(const oval *v, char *buf, size_t len)
         if (u < len)
             snprintf(buf + u, len - u, "] %s", bfit_onnx_dtype_name(v->t->dtype));
     } else {
-        snprintf(buf + u, len - u, "(%s)", v->kind == OV_HOST    ? "computed on the host"
+        snprintf(buf + u, len - u, "(%s)", v->kind == OV_HOST && v->why ? v->why
+                                           : v->kind == OV_HOST  ? "computed on the host"
                                            : v->kind == OV_VIEW && v->shuf[0] ? "a channel shuffle's 5-d view"
                                            : v->kind == OV_VIEW && v->gn[0]   ? "inside a group norm"
                                            : v->kind == OV_VIEW  ? "inside an attention block"
                                            : v->kind == OV_WT    ? "a transposed initializer"
                                            : v->kind == OV_BCAST ? "an initializer broadcast over the batch"
+                                           : v->kind == OV_ROWS && v->typerow ? "row 0 of a table for every token"
                                            : v->kind == OV_ROWS  ? "rows of a position table"
                                            : v->kind == OV_KEYMASK ? "the attention mask, or made from it"
                                                                  : "not computed");
@@ -594,13 +596,95 @@ static int take_keymask(onnx_lower *L, const bfit_onnx_vi *in, const bfit_onnx_v
     return BFIT_OK;
 }
 
+/* A graph input's type and shape as the file has it: "int64 [batch, 16]". */
+static const char *vi_str(const bfit_onnx_vi *in, char *buf, size_t len)
+{
+    char sym[48];
+    size_t u = (size_t)snprintf(buf, len, "%s [", bfit_onnx_dtype_name(in->elem));
+    for (int d = 0; d < in->ndim && u < len; d++)
+        if (in->dim[d] > 0)
+            u += (size_t)snprintf(buf + u, len - u, "%s%lld", d ? ", " : "", (long long)in->dim[d]);
+        else
+            u += (size_t)snprintf(buf + u, len - u, "%s%s", d ? ", " : "",
+                                  bfit_onnx_cstr(in->dim_name[d], sym, sizeof sym)[0] ? sym : "?");
+    if (u < len)
+        snprintf(buf + u, len - u, "]");
+    return buf;
+}
+
+/* A token model's inputs batchfit knows without feeding them, by
+ * transformers' names: token_type_ids (one segment: 0 at every token) and
+ * position_ids (0 .. T-1: batchfit pads after a sequence's tokens). Each
+ * is the same for every sequence, so it is the host value [1, T] that
+ * readers broadcast, as BERT's buffer of zeros and GPT-2's
+ * arange(T).unsqueeze(0) made in forward are. 1 (rc set) if in is one. */
+static int take_implied(onnx_lower *L, const bfit_onnx_vi *in, const bfit_onnx_vi *ids, int64_t T, int *rc)
+{
+    oval *v = bfit_onnx_val(L, in->name);
+    int64_t dim[2] = {1, T};
+    char nm[128], idn[128], sh[128];
+    int types, ok;
+    hval *h;
+
+    bfit_onnx_cstr(in->name, nm, sizeof nm);
+    bfit_onnx_cstr(ids->name, idn, sizeof idn);
+    types = !strcmp(nm, "token_type_ids");
+    if (!types && strcmp(nm, "position_ids"))
+        return 0;
+    ok = (in->elem == BFIT_ONNX_INT64 || in->elem == BFIT_ONNX_INT32) && in->ndim == 2 && !L->seq_first &&
+         (in->dim[0] <= 0 || in->dim[0] == ids->dim[0]) && (in->dim[1] <= 0 || in->dim[1] == T);
+    if (!ok || T > BFIT_ONNX_MAXHOST) {
+        *rc = bfit_fail(BFIT_EINVAL, "%s: the input '%s' is %s: batchfit reads %s as integers [batch, %lld], as "
+                                     "the token ids '%s' of a batch-first model (%s)",
+                        L->om->source, nm, vi_str(in, sh, sizeof sh), nm, (long long)T, idn,
+                        types ? "one segment: 0 at every token" : "0 .. T-1 at every sequence");
+        return 1;
+    }
+    if (!(h = bfit_onnx_hval_new(L, 0, 2, dim))) {
+        *rc = BFIT_ENOMEM;
+        return 1;
+    }
+    for (int64_t i = 0; i < T; i++)
+        h->b[i] = types ? 0 : i;
+    v->kind = OV_HOST;
+    v->h = h;
+    v->init = -1;
+    v->why = types ? "token_type_ids, read as 0 at every token" : "position_ids, read as 0 .. T-1";
+    *rc = BFIT_OK;
+    return 1;
+}
+
+/* A token model's inputs after its ids: the attention mask (any name,
+ * one) and the inputs take_implied knows. */
+static int take_more(onnx_lower *L, const bfit_onnx_vi *const *more, int n, const bfit_onnx_vi *ids, int64_t T)
+{
+    const bfit_onnx_vi *mask = NULL;
+    char nm[128], two[128];
+    int rc = BFIT_OK;
+
+    for (int i = 0; i < n && rc == BFIT_OK; i++) {
+        if (take_implied(L, more[i], ids, T, &rc))
+            continue;
+        if (mask)
+            return bfit_fail(BFIT_EINVAL, "%s: the inputs '%s' and '%s' besides the token ids: batchfit reads one "
+                                          "attention mask (attention_mask, 1 for a token and 0 for padding) and "
+                                          "token_type_ids and position_ids by those names (each sequence one "
+                                          "segment, its positions 0 .. T-1)",
+                             L->om->source, bfit_onnx_cstr(mask->name, two, sizeof two),
+                             bfit_onnx_cstr(more[i]->name, nm, sizeof nm));
+        rc = take_keymask(L, mask = more[i], ids, T);
+    }
+    return rc;
+}
+
 /* The graph input that is not an initializer: the model's samples,
  * [batch, C, H, W], [batch, F] or [batch, T, F], whatever the batch says;
- * a token model's may be followed by its attention mask. */
+ * a token model's may be followed by its attention mask, token_type_ids
+ * and position_ids. */
 static int take_input(onnx_lower *L)
 {
     const bfit_onnx_model *om = L->om;
-    const bfit_onnx_vi *in = NULL, *mask = NULL;
+    const bfit_onnx_vi *in = NULL, *more[4];
     oval *v;
     char nm[128];
     int64_t dim[BFIT_ONNX_MAXD];
@@ -610,15 +694,15 @@ static int take_input(onnx_lower *L)
         if ((v = bfit_onnx_val(L, om->inputs[i].name)) && v->kind != OV_HOST) {
             if (!in)
                 in = &om->inputs[i];
-            else
-                mask = &om->inputs[i];
+            else if (n <= 4)
+                more[n - 1] = &om->inputs[i];
             n++;
         }
     tokens = in && (in->elem == BFIT_ONNX_INT64 || in->elem == BFIT_ONNX_INT32);
-    if (n != 1 && !(n == 2 && tokens))
+    if (n < 1 || (n > 1 && !tokens) || n > 4)
         return bfit_fail(BFIT_EINVAL, "%s: the graph has %d inputs besides its initializers: batchfit trains models "
-                                      "of one input (the samples; a model of token ids may have a second, its "
-                                      "attention mask)", om->source, n);
+                                      "of one input (the samples; a model of token ids may also have its attention "
+                                      "mask, token_type_ids and position_ids)", om->source, n);
     bfit_onnx_cstr(in->name, nm, sizeof nm);
     if (in->elem != BFIT_ONNX_FLOAT && !tokens)
         return bfit_fail(BFIT_EINVAL, "%s: the input '%s' is %s: batchfit feeds float samples, or token ids (int64 "
@@ -651,7 +735,7 @@ static int take_input(onnx_lower *L)
         v->ra[0] = 0, v->rb[0] = dim[1], v->ra[1] = 1, v->rb[1] = 0;
     L->g->input = v->shape;
     L->g->input_dtype = tokens ? BFIT_I32 : BFIT_F32;
-    return mask ? take_keymask(L, mask, in, dim[1]) : BFIT_OK;
+    return take_more(L, more, n - 1, in, dim[1]);
 }
 
 /* The graph's one output and the node that makes it (-1: none). */

@@ -75,7 +75,8 @@ typedef struct oval {
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
     int init;                     /* initializer index, -1: none */
-    const char *why;              /* OV_UNAVAIL: what the value is (an output batchfit does not compute) */
+    const char *why;              /* OV_UNAVAIL: what the value is (an output batchfit does not compute); OV_HOST:
+                                     a graph input batchfit knows without feeding it (token_type_ids) */
     hval *h;                      /* OV_HOST: its numbers, once read or computed */
     /* device and OV_VIEW: the ONNX shape, the batch's dimension included, each a * m + b */
     int rank;

@@ -108,6 +108,10 @@ static int add_types(onnx_lower *L, bfit_node_desc *d, oval *x, oval *r)
 {
     if (d->cfg.types)
         return bfit_onnx_refuse(L, "a second token type table added to the token embeddings");
+    if (r->init == L->tok_table) /* GPT-2's wte(token_type_ids): a copy of row 0 would train apart from it */
+        return bfit_onnx_refuse(L, "the token types are rows of the token table itself (GPT-2's "
+                                   "wte(token_type_ids)): batchfit reads a table of its own as the types; export "
+                                   "without token_type_ids");
     if (r->t->dim[0] > 0x7fffffff)
         return bfit_onnx_refuse(L, "a token type table of %lld rows is more than batchfit reads",
                                 (long long)r->t->dim[0]);

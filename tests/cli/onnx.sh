@@ -257,13 +257,13 @@ run 1 plan --model "$src/tests/onnx/rows_relu.onnx" --memory 1GiB &&
 # without it, BERT exported from the ids alone (its all-ones mask made in forward) to BERT with the mask,
 # and LLaMA with transformers 4.36's 4-d mask to LLaMA with its causal mask alone, bit for bit (TGpt adds its learned positions [1, 32, 16] whole, so it takes no other length: each
 # micro-batch runs at 32, padded; before 2026-12-05 --seq-max failed on such a model at its first shorter one)
-for v in hfgpt2_text hfgpt2_mask hfgpt2_mask_dyn distilbert_text distilbert_expand distilbert_nomask tgpt_kpm \
+for v in hfgpt2_text hfgpt2_mask hfgpt2_mask_dyn hfgpt2_pos distilbert_text distilbert_expand distilbert_nomask tgpt_kpm \
   tgpt_nokpm hfbert_text hfbert_nomask llama_mask llama_nomask; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 16 \
     --max-steps 40 --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-pad.safetensors" &&
     has "$out" "per token .*padding [0-9.]+% of the positions computed"
 done
-for v in hfgpt2_mask:hfgpt2_text hfgpt2_mask_dyn:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text \
+for v in hfgpt2_mask:hfgpt2_text hfgpt2_mask_dyn:hfgpt2_text hfgpt2_pos:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text \
   tgpt_kpm:tgpt_nokpm hfbert_nomask:hfbert_text llama_mask:llama_nomask; do
   cmp -s <(tensors "$dir/${v%%:*}-pad.safetensors") <(tensors "$dir/${v##*:}-pad.safetensors") ||
     { echo "FAIL: ${v%%:*}.onnx trained to other weights than ${v##*:}.onnx on padded lines"; fails=$((fails + 1)); }
@@ -287,6 +287,22 @@ cmp -s <(tensors "$dir/distilbert_cls.safetensors") <(tensors "$dir/distilbert_c
   { echo "FAIL: distilbert_cls.onnx trained to other weights than distilbert_cls_nomask.onnx"; fails=$((fails + 1)); }
 head -c 8192 "$dir/hfbert_cls.safetensors" | grep -aq '"classes":"\[\\"long\\",\\"short\\"\]"' ||
   { echo "FAIL: hfbert_cls.safetensors: no classes [long, short]"; fails=$((fails + 1)); }
+# BertForSequenceClassification's four inputs as optimum exports them (input_ids, attention_mask,
+# token_type_ids, position_ids, the sequence a dynamic axis; since 2026-12-05) train to the weights of the file
+# with the mask alone: batchfit reads the types as one segment and the positions as 0 .. T-1 (hfgpt2_pos,
+# GPT-2 given position_ids, above); GPT-2 looking its token types up in wte itself, and token_type_ids of
+# another shape, and an input of a name batchfit does not know beside the mask, are refused
+run 0 train --model "$src/tests/onnx/hfbert_cls_inputs.onnx" --seq 64 --data "$dir/cls" --epochs 1 --batch 8 \
+  --max-steps 20 --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/hfbert_cls_inputs.safetensors" &&
+  has "$out" "test accuracy [0-9.]+% after"
+cmp -s <(tensors "$dir/hfbert_cls_inputs.safetensors") <(tensors "$dir/hfbert_cls.safetensors") ||
+  { echo "FAIL: hfbert_cls_inputs.onnx trained to other weights than hfbert_cls.onnx"; fails=$((fails + 1)); }
+run 2 plan --model "$src/tests/onnx/hfgpt2_types.onnx" --seq 32 --memory 1GiB &&
+  has "$err" "hfgpt2_types.onnx: node '/Add_1' \(Add, opset 17\) with inputs '/Add_output_0' \[N,32,16\], '/wte_1/Gather_output_0' \(row 0 of a table for every token\): the token types are rows of the token table itself \(GPT-2's wte\(token_type_ids\)\)"
+run 2 plan --model "$src/tests/onnx/segment_ids.onnx" --seq 64 --memory 1GiB &&
+  has "$err" "segment_ids.onnx: the inputs 'attention_mask' and 'segment_ids' besides the token ids: batchfit reads one attention mask \(attention_mask, 1 for a token and 0 for padding\) and token_type_ids and position_ids by those names"
+run 1 plan --model "$src/tests/onnx/types_1.onnx" --memory 1GiB &&
+  has "$err" "types_1.onnx: the input 'token_type_ids' is int64 \[batch, 1\]: batchfit reads token_type_ids as integers \[batch, 64\], as the token ids 'input' of a batch-first model \(one segment: 0 at every token\)"
 # the same exported at a fixed batch of 4 (no dynamic axes: the mask's zeros_like a constant [8, 1, 32])
 for v in tgpt_kpm tgpt_kpm_fixed; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 4 \

@@ -63,7 +63,8 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
-                "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
+                "hfgpt2_pos"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -238,7 +239,8 @@ OPSET = {"pad_cnn_op9": 9}  # the rest at 17
 def export(model, path, x, dynamic, opset=17, seq_first=False):
     """Export a copy (tracing in training mode moves its batch norms' running statistics); seq_first: token ids
     [T, batch] in (x as given, [batch, T], transposed), scores [T, batch, V] out. A model with mask_input takes
-    a second input, attention_mask [batch, T] (int64, all ones here), as transformers' exports do."""
+    a second input, attention_mask [batch, T] (int64, all ones here), as transformers' exports do; one with
+    more_inputs those after it, by name, as forward takes them: token_type_ids (zeros), position_ids (0 .. T-1)."""
     import copy
     m = copy.deepcopy(model)
     m.train()
@@ -247,9 +249,10 @@ def export(model, path, x, dynamic, opset=17, seq_first=False):
     x = x.t() if seq_first else x
     names = ["input"]
     if getattr(model, "mask_input", False):
-        x, names = (x, torch.ones_like(x)), names + ["attention_mask"]
+        more = getattr(model, "more_inputs", ())
+        x, names = (x, torch.ones_like(x), {n: implied(n, x) for n in more}), names + ["attention_mask", *more]
         if axes:
-            axes["attention_mask"] = {0: "batch"}
+            axes.update({n: {0: "batch"} for n in names[1:]})
     torch.onnx.export(m, x, path, opset_version=opset, training=TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=names, output_names=["logits"], dynamic_axes=axes)
 
@@ -260,6 +263,14 @@ def padding_mask(y):
     n = torch.arange(y.shape[1]).expand_as(y)
     last = torch.where(y >= 0, n, torch.full_like(n, -1)).max(dim=1, keepdim=True).values
     return (n <= last).long()
+
+
+def implied(name, ids):
+    """What transformers' forward makes of token_type_ids and position_ids when not given, [batch, T]: one
+    segment (zeros) and the positions 0 .. T-1 from each sequence's start (padding after the tokens)."""
+    if name == "token_type_ids":
+        return torch.zeros_like(ids, dtype=torch.long)
+    return torch.arange(ids.shape[1]).expand(ids.shape[0], -1).contiguous()
 
 
 def ids_mask(x):
@@ -293,10 +304,12 @@ def step(model, x, y, dtype):
             mod.dropout = 0.0  # on its weights too
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     if x.dtype in (torch.int32, torch.int64) and getattr(m, "seq_classes", False):  # padding: -1 ids
-        loss = torch.nn.functional.cross_entropy(m(*ids_mask(x)), y.long())
+        ids, mask = ids_mask(x)
+        loss = torch.nn.functional.cross_entropy(m(ids, mask, **{n: implied(n, ids) for n in getattr(m, "more_inputs", ())}),
+                                                 y.long())
     elif x.dtype in (torch.int32, torch.int64):  # token ids stay integers; the mean over the real (not -1) labels
         if getattr(m, "mask_input", False):
-            logits = m(x.long(), padding_mask(y))
+            logits = m(x.long(), padding_mask(y), **{n: implied(n, x) for n in getattr(m, "more_inputs", ())})
         else:
             logits = m(x.long().t()).transpose(0, 1) if getattr(m, "seq_first", False) else m(x.long())
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long(),
@@ -964,18 +977,24 @@ class HFGPT2(torch.nn.Module):
         self.lm_head = nn.Linear(C, V, bias=False)
         self.lm_head.weight = tr.wte.weight
 
-    def forward(self, input_ids, attention_mask=None):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
         tr = self.transformer
         shape = input_ids.size()
         input_ids = input_ids.view(-1, shape[-1])
         batch_size = input_ids.shape[0]
-        position_ids = torch.arange(0, shape[-1], dtype=torch.long, device=input_ids.device).unsqueeze(0)
+        if position_ids is not None:  # given: GPT2Model views it as the ids
+            position_ids = position_ids.view(-1, shape[-1])
+        else:
+            position_ids = torch.arange(0, shape[-1], dtype=torch.long, device=input_ids.device).unsqueeze(0)
         if attention_mask is not None:  # GPT2Model's: 1 a token, 0 padding, made additive for every block
             attention_mask = attention_mask.view(batch_size, -1)
             attention_mask = attention_mask[:, None, None, :]
             attention_mask = attention_mask.to(dtype=tr.wte.weight.dtype)
             attention_mask = (1.0 - attention_mask) * torch.finfo(tr.wte.weight.dtype).min
-        h = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))
+        h = tr.wte(input_ids) + tr.wpe(position_ids)
+        if token_type_ids is not None:  # GPT2Model's: the types' rows of wte itself, added
+            h = h + tr.wte(token_type_ids.view(-1, shape[-1]))
+        h = tr.drop(h)
         for blk in tr.h:
             h = blk(h, attention_mask)
         h = tr.ln_f(h).view((-1,) + shape[1:] + (h.size(-1),))
@@ -1210,15 +1229,17 @@ class HFBert(torch.nn.Module):
         pr.decoder.bias = pr.bias
         pr.decoder.weight = e.word_embeddings.weight
 
-    def body(self, input_ids, attention_mask=None):
+    def body(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
         e = self.bert.embeddings
         batch_size, seq_length = input_ids.size()
         if attention_mask is None:
             attention_mask = torch.ones((batch_size, seq_length), device=input_ids.device)
-        token_type_ids = e.token_type_ids[:, :seq_length].expand(batch_size, seq_length)
+        if token_type_ids is None:
+            token_type_ids = e.token_type_ids[:, :seq_length].expand(batch_size, seq_length)
         ext = attention_mask[:, None, None, :].to(dtype=e.word_embeddings.weight.dtype)
         ext = (1.0 - ext) * torch.finfo(e.word_embeddings.weight.dtype).min
-        position_ids = e.position_ids[:, 0:seq_length]
+        if position_ids is None:
+            position_ids = e.position_ids[:, 0:seq_length]
         x = e.word_embeddings(input_ids) + e.token_type_embeddings(token_type_ids)
         x = x + e.position_embeddings(position_ids)
         h = e.dropout(e.LayerNorm(x))
@@ -1248,8 +1269,9 @@ class HFBertCls(HFBert):
         self.bert.pooler.dense = nn.Linear(C, C)
         self.dropout, self.classifier = nn.Dropout(kw.get("p", 0.0)), nn.Linear(C, classes)
 
-    def forward(self, input_ids, attention_mask=None):
-        pooled = torch.tanh(self.bert.pooler.dense(self.body(input_ids, attention_mask)[:, 0]))
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
+        pooled = torch.tanh(self.bert.pooler.dense(self.body(input_ids, attention_mask, token_type_ids,
+                                                             position_ids)[:, 0]))
         return self.classifier(self.dropout(pooled))
 
 
@@ -1293,6 +1315,10 @@ def build(name):
         model = HFGPT2(V=64, T=16, C=32, H=4, L=2, p=0.2)
         model.mask_input = True
         return model, 16
+    if name == "hfgpt2_pos":  # the same with position_ids too (optimum's GPT-2 export: ids, mask, positions)
+        model = HFGPT2(V=64, T=16, C=32, H=4, L=2, p=0.2)
+        model.mask_input, model.more_inputs = True, ("position_ids",)
+        return model, 16
     if name == "distilbert_mini":  # transformers' DistilBERT: bidirectional, the padding's keys masked_fill'ed
         return DistilBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16  # (its default dropout is 0.1)
     if name == "llama_mask":  # llama_mini's blocks, the mask transformers 4.36 makes from an attention_mask
@@ -1309,6 +1335,10 @@ def build(name):
         return model, 16
     if name == "hfbert_cls":  # BertForSequenceClassification: the pooler's tanh on the first token, class scores
         return HFBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
+    if name == "hfbert_cls_inputs":  # the same with BertForSequenceClassification's four inputs, as optimum exports it
+        model = HFBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2)
+        model.more_inputs = ("token_type_ids", "position_ids")
+        return model, 16
     if name == "hfbert_mini":  # transformers' BERT for masked LM: token types, the extended attention mask
         return HFBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "hfbert_bench":  # bench/ only: BERT at gpt_bench's size (bytes, 128 tokens, 4 x 128), dropout 0.1

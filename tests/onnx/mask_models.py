@@ -32,6 +32,17 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   weights from the ids alone: on a folder of class folders of texts they train to the same weights, bit for
   bit; hfbert_cls.onnx: BertForSequenceClassification (export.py's HFBertCls: the pooler's tanh on the first
   token), the same size, with the attention_mask input;
+- hfbert_cls_inputs.onnx: hfbert_cls.onnx's weights with BertForSequenceClassification's four inputs as
+  optimum exports them (input_ids, attention_mask, token_type_ids, position_ids; batch and sequence dynamic
+  axes): it trains to hfbert_cls.onnx's weights, bit for bit (batchfit reads the types as one segment, 0 at
+  every token, and the positions as 0 .. T-1);
+- hfgpt2_pos.onnx: hfgpt2_text.onnx's weights with input_ids, attention_mask and position_ids (optimum's
+  GPT-2 export without the cache): to hfgpt2_text.onnx's weights, bit for bit;
+- hfgpt2_types.onnx: GPT-2 given token_type_ids, which it looks up in wte itself (refused: a copy of row 0
+  would train apart from the word embeddings);
+- segment_ids.onnx: hfbert_cls_inputs.onnx with token_type_ids called segment_ids, a name batchfit does not
+  know (refused: a second mask, it says what it reads by which names);
+- types_1.onnx: hfbert_cls with token_type_ids [batch, 1], one a sequence (refused at the input);
 - mask_inverted.onnx: the same with src_key_padding_mask=(attention_mask == 1), the tokens hidden instead of
   the padding (refused);
 - mask_pool.onnx: hfgpt2_text's model that also multiplies its embeddings by mask.unsqueeze(-1) (refused:
@@ -46,7 +57,7 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import HFGPT2, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, TGpt  # noqa: E402
+from export import HFGPT2, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, TGpt, implied  # noqa: E402
 
 
 class MaskPool(HFGPT2):
@@ -80,7 +91,9 @@ class Mask3d(HFGPT2):
         return super().forward(input_ids, attention_mask[:, :, 0])
 
 
-def export(model, path, mask=True, mask_shape=None, dynamic_t=False, fixed=0, T=32):
+def export(model, path, mask=True, mask_shape=None, dynamic_t=False, fixed=0, T=32, more=()):
+    """more: the inputs after the mask forward also takes, by name (export.py's implied: token_type_ids zeros,
+    position_ids 0 .. T-1), or (name, tensor) pairs."""
     x = torch.zeros(fixed or 2, T, dtype=torch.long)
     ax = {0: "batch", 1: "sequence"} if dynamic_t else {0: "batch"}
     ids = "input_ids" if dynamic_t else "input"
@@ -88,10 +101,26 @@ def export(model, path, mask=True, mask_shape=None, dynamic_t=False, fixed=0, T=
     if mask:
         m = torch.ones(mask_shape or tuple(x.shape), dtype=torch.long)
         names, args, axes["attention_mask"] = names + ["attention_mask"], (x, m), ax
+    if more:
+        kw = dict(n if isinstance(n, tuple) else (n, implied(n, x)) for n in more)
+        args, names = args + (kw,), names + list(kw)
+        axes.update({n: ax for n in kw})
     if fixed:
         axes = None
     torch.onnx.export(model.train(), args, path, opset_version=17, training=TrainingMode.TRAINING,
                       do_constant_folding=False, input_names=names, output_names=["logits"], dynamic_axes=axes)
+
+
+def renamed(src, path, old, new):
+    """src with its input old called new (a name batchfit does not know)."""
+    import onnx
+    m = onnx.load(src)
+    for v in list(m.graph.input):
+        if v.name == old:
+            v.name = new
+    for nd in m.graph.node:
+        nd.input[:] = [new if i == old else i for i in nd.input]
+    onnx.save(m, path)
 
 
 def main():
@@ -117,6 +146,17 @@ def main():
         export(DistilBertCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2), path, mask, T=64)
     torch.manual_seed(6)
     export(HFBertCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2), "hfbert_cls.onnx", T=64)
+    torch.manual_seed(6)
+    export(HFBertCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2), "hfbert_cls_inputs.onnx", T=64,
+           dynamic_t=True, more=("token_type_ids", "position_ids"))
+    renamed("hfbert_cls_inputs.onnx", "segment_ids.onnx", "token_type_ids", "segment_ids")
+    torch.manual_seed(0)
+    export(HFGPT2(V=256, T=32, C=16, H=2, L=1, p=0.1), "hfgpt2_pos.onnx", dynamic_t=True, more=("position_ids",))
+    torch.manual_seed(0)
+    export(HFGPT2(V=256, T=32, C=16, H=2, L=1, p=0.1), "hfgpt2_types.onnx", dynamic_t=True, more=("token_type_ids",))
+    torch.manual_seed(6)
+    export(HFBertCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2), "types_1.onnx", T=64,
+           more=(("token_type_ids", torch.zeros(2, 1, dtype=torch.long)),))
     torch.manual_seed(2)
     export(MaskInverted(V=256, T=32, C=16, H=2, mask_input=True), "mask_inverted.onnx")
     torch.manual_seed(0)
