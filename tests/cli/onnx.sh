@@ -258,13 +258,13 @@ run 1 plan --model "$src/tests/onnx/rows_relu.onnx" --memory 1GiB &&
 # and LLaMA with transformers 4.36's 4-d mask to LLaMA with its causal mask alone, bit for bit (TGpt adds its learned positions [1, 32, 16] whole, so it takes no other length: each
 # micro-batch runs at 32, padded; before 2026-12-05 --seq-max failed on such a model at its first shorter one)
 for v in hfgpt2_text hfgpt2_mask hfgpt2_mask_dyn hfgpt2_pos distilbert_text distilbert_expand distilbert_nomask tgpt_kpm \
-  tgpt_nokpm hfbert_text hfbert_nomask llama_mask llama_nomask; do
+  tgpt_nokpm hfbert_text hfbert_nomask llama_mask llama_nomask llama_pos; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/lines.txt" --seq-max 32 --epochs 1 --batch 16 \
     --max-steps 40 --lr 3e-3 --optimizer adamw --threads 2 --save "$dir/$v-pad.safetensors" &&
     has "$out" "per token .*padding [0-9.]+% of the positions computed"
 done
 for v in hfgpt2_mask:hfgpt2_text hfgpt2_mask_dyn:hfgpt2_text hfgpt2_pos:hfgpt2_text distilbert_expand:distilbert_text distilbert_nomask:distilbert_text \
-  tgpt_kpm:tgpt_nokpm hfbert_nomask:hfbert_text llama_mask:llama_nomask; do
+  tgpt_kpm:tgpt_nokpm hfbert_nomask:hfbert_text llama_mask:llama_nomask llama_pos:llama_mask; do
   cmp -s <(tensors "$dir/${v%%:*}-pad.safetensors") <(tensors "$dir/${v##*:}-pad.safetensors") ||
     { echo "FAIL: ${v%%:*}.onnx trained to other weights than ${v##*:}.onnx on padded lines"; fails=$((fails + 1)); }
 done

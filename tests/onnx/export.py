@@ -64,7 +64,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -709,14 +709,15 @@ class LlamaAttention(torch.nn.Module):
         self.wv, self.wo = nn.Linear(C, self.n_kv * (C // H), bias=False), nn.Linear(C, C, bias=False)
         self.rotary = (HFRotary(C // H) if rope == "hf" else Rotary(C // H, T)) if rope else None
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, position_ids=None):
         import math
         B, T, _ = x.shape
         xq = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         keys = self.wk(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
         values = self.wv(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
         if isinstance(self.rotary, HFRotary):  # the tables [1, T, d] unsqueezed over the heads, as HF does
-            cos, sin = self.rotary(x, torch.arange(T, device=x.device).unsqueeze(0))
+            pos = torch.arange(T, device=x.device).unsqueeze(0) if position_ids is None else position_ids
+            cos, sin = self.rotary(x, pos)
             xq, keys = apply_rotary_pos_emb(xq, keys, cos.unsqueeze(1), sin.unsqueeze(1))
         elif self.rotary is not None:
             cos, sin = self.rotary(T)
@@ -751,11 +752,11 @@ class Llama(torch.nn.Module):
         mask = torch.triu(torch.full((T, T), float("-inf"), device=idx.device), diagonal=1)
         return self.blocks(self.wte(idx), mask)
 
-    def blocks(self, x, mask):
-        """The blocks (LLaMA's attention given mask), the final norm, the head."""
+    def blocks(self, x, mask, position_ids=None):
+        """The blocks (LLaMA's attention given mask and the positions), the final norm, the head."""
         for i, (a, f) in enumerate(zip(self.attn, self.ffn)):
             h = self.norms[2 * i](x)
-            x = x + (a(h, mask) if isinstance(a, LlamaAttention) else a(h))
+            x = x + (a(h, mask, position_ids) if isinstance(a, LlamaAttention) else a(h))
             x = x + f(self.norms[2 * i + 1](x))
         return self.output(self.norm(x))
 
@@ -771,7 +772,7 @@ class HFLlamaMask(Llama):
         super().__init__(*a, **kw)
         self.mask_input = mask_input
 
-    def forward(self, idx, attention_mask=None):
+    def forward(self, idx, attention_mask=None, position_ids=None):
         bsz, T = idx.shape
         dtype = self.wte.weight.dtype
         causal = torch.full((T, T), torch.finfo(dtype).min, device=idx.device, dtype=dtype)
@@ -780,7 +781,7 @@ class HFLlamaMask(Llama):
         causal = causal.to(dtype)[None, None, :, :].expand(bsz, 1, T, T)
         mask = causal if attention_mask is None else \
             causal.masked_fill(expand_mask(attention_mask, dtype).bool(), torch.finfo(dtype).min)
-        return self.blocks(self.wte(idx), mask)
+        return self.blocks(self.wte(idx), mask, position_ids)
 
 
 class TGpt(torch.nn.Module):
@@ -1323,6 +1324,10 @@ def build(name):
         return DistilBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16  # (its default dropout is 0.1)
     if name == "llama_mask":  # llama_mini's blocks, the mask transformers 4.36 makes from an attention_mask
         return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
+    if name == "llama_pos":  # llama_mask with transformers 4.38's rotary tables made from a position_ids input
+        model = HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf")
+        model.more_inputs = ("position_ids",)
+        return model, 16
     if name == "distilbert_cls":  # DistilBertForSequenceClassification: the first token's state, class scores
         return DistilBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "distilbert_cls_bench":  # bench/ only: hfbert_bench's size, DistilBERT's classifier of 2 classes

@@ -22,6 +22,9 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   masked_fill'ed at padding by _expand_mask's), a byte vocabulary, 32 tokens, width 16, 2 heads, 2 blocks;
   llama_nomask.onnx the same weights exported from the ids alone (the causal mask only): they train to the
   same weights, bit for bit;
+- llama_pos.onnx: llama_mask.onnx's weights with its rotary tables made as transformers 4.38 makes them, from
+  a position_ids input (input, attention_mask, position_ids, as optimum exports LLaMA): to llama_mask.onnx's
+  weights, bit for bit;
 - tgpt_kpm.onnx: export.py's TGpt (nn.TransformerEncoderLayer blocks under a float and a boolean causal
   mask) given src_key_padding_mask=(attention_mask == 0), a byte vocabulary, 32 tokens, width 16, 2 heads;
   tgpt_nokpm.onnx the same weights without the input: they train to the same weights, bit for bit; so does
@@ -138,6 +141,8 @@ def main():
     for path, mask in (("llama_mask.onnx", True), ("llama_nomask.onnx", False)):
         torch.manual_seed(4)
         export(HFLlamaMask(V=256, T=32, C=16, H=2, L=2, hidden=32, mask_input=mask), path, mask)
+    torch.manual_seed(4)
+    export(HFLlamaMask(V=256, T=32, C=16, H=2, L=2, hidden=32, rope="hf"), "llama_pos.onnx", more=("position_ids",))
     for path, mask, fixed in (("tgpt_kpm.onnx", True, 0), ("tgpt_nokpm.onnx", False, 0), ("tgpt_kpm_fixed.onnx", True, 4)):
         torch.manual_seed(2)
         export(TGpt(V=256, T=32, C=16, H=2, mask_input=mask), path, mask, fixed=fixed)
