@@ -1803,9 +1803,9 @@ static void repeat_case(bfit_dtype t, int64_t rows, int64_t g, int64_t r, int64_
     db_free(&x), db_free(&y), db_free(&dy), db_free(&dx);
 }
 
-/* The mean of each sequence's real tokens and its gradient against the
- * CPU's: the same f32 sums in token order, one division. */
-static void seqmean_case(bfit_dtype t, int64_t n, int64_t T, int64_t C)
+/* The mean of each sequence's real tokens (or its last one) and its
+ * gradient against the CPU's: the same f32 sums in token order, one division. */
+static void seqmean_case(bfit_dtype t, int64_t n, int64_t T, int64_t C, int last)
 {
     bfit_op_desc dsc = {.kind = BFIT_OP_SEQMEAN_FWD, .dtype = t};
     size_t es = bfit_dtype_size(t);
@@ -1816,7 +1816,7 @@ static void seqmean_case(bfit_dtype t, int64_t n, int64_t T, int64_t C)
     for (int64_t i = 0; i < n; i++) /* all, some, one, none (counted as one) */
         ((int32_t *)lens.h)[i] = (int32_t)(i % 4 == 0 ? T : i % 4 == 1 ? (T + 1) / 2 : i % 4 == 2 ? 1 : 0);
     db_up(&lens);
-    dsc.u.seqm = (typeof(dsc.u.seqm)){n, T, C};
+    dsc.u.seqm = (typeof(dsc.u.seqm)){n, T, C, last};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y), ARG(a, lens, lens);
     run_op(&dsc, a);
@@ -1840,8 +1840,10 @@ static void test_rope(void **st)
         rope_case(t, 2, 300, 256, 64, 500000.0f);
         repeat_case(t, 7, 2, 3, 4);    /* grouped-query attention's heads, in the same test */
         repeat_case(t, 600, 8, 4, 64); /* LLaMA 3 8B's 8 key and value heads for 32 query heads */
-        seqmean_case(t, 5, 7, 3);      /* a sentence classifier's pooling, in the same test */
-        seqmean_case(t, 8, 128, 768);  /* BERT-base's width, 128 tokens */
+        seqmean_case(t, 5, 7, 3, 0);     /* a sentence classifier's pooling, in the same test */
+        seqmean_case(t, 8, 128, 768, 0); /* BERT-base's width, 128 tokens */
+        seqmean_case(t, 5, 7, 3, 1);     /* GPT-2's classifier: the last real token */
+        seqmean_case(t, 8, 128, 768, 1);
     }
 }
 

@@ -157,6 +157,19 @@ static void test_gc_token_mean(void **st)
     c.in[0] = Q(7, 2);
     c.lens = NULL;
     gc_assert(&c);
+    /* each sequence's last real token (GPT-2's classifier), the same lengths */
+    c.cfg = bfit_layer_cfg_default(BFIT_L_SELECT);
+    c.cfg.units = -1;
+    c.label = "select last T6 C5 lens 6,3,1";
+    c.in[0] = Q(6, 5);
+    c.m = 3;
+    c.lens = l3;
+    gc_assert(&c);
+    c.label = "select last T4 C3 lens 0,4";
+    c.in[0] = Q(4, 3);
+    c.m = 2;
+    c.lens = l0;
+    gc_assert(&c);
 }
 
 static void test_gc_token_loss(void **st)

@@ -220,9 +220,9 @@ cudaError_t bk_repeat(cudaStream_t s, int dt, const void *in, void *out, int64_t
 /* ---- cuda_seqmean.cu: the mean of a sequence's real tokens ---------------------------- */
 
 /* back 0: out [n, C] = the mean of in [n, T, C] over t < lens[i] (NULL: T); back 1: out [n, T, C] = in [n, C] / len
- * at the real tokens, 0 at padding */
+ * at the real tokens, 0 at padding; last: the last real token alone, t = len - 1 */
 cudaError_t bk_seqmean(cudaStream_t s, int dt, const void *in, void *out, const int32_t *lens, int64_t n, int64_t T,
-                       int64_t C, int back);
+                       int64_t C, int last, int back);
 
 /* ---- cuda_rope.cu: rotary position embeddings ------------------------------------ */
 

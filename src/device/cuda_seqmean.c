@@ -1,5 +1,6 @@
 /* cuda_seqmean.c - SEQMEAN_FWD/BWD on the GPU (cuda_seqmean.cu): the mean of
- * each sequence's real tokens, and its gradient spread over them. */
+ * each sequence's real tokens (or its last one), and its gradient spread over
+ * them. */
 #include "base/err.h"
 #include "device/cuda.h"
 
@@ -14,7 +15,7 @@ static int run(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "mean of the tokens: %s are required",
                          back ? "diff_dst and diff_src" : "src and dst");
     return cuda_launched(bk_seqmean(cuda_dev(op)->stream, (int)d->dtype, in, out, a->lens, d->u.seqm.n,
-                                    d->u.seqm.T, d->u.seqm.C, back),
+                                    d->u.seqm.T, d->u.seqm.C, d->u.seqm.last, back),
                          back ? "mean of the tokens backward" : "mean of the tokens");
 }
 

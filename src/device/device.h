@@ -144,8 +144,10 @@ typedef enum {
                                  heads of d -> dst [rows, g r d], head q of dst = head q / r of src */
     BFIT_OP_REPEAT_BWD,       /* diff_src [rows, g d] = the sum of each head's r copies in diff_dst, in order */
     BFIT_OP_SEQMEAN_FWD,      /* dst [n, C] = the mean of src [n, T, C] over each sequence's real tokens,
-                                 t < args.lens[i] (NULL: all T), summed in f32 in order */
-    BFIT_OP_SEQMEAN_BWD,      /* diff_src [n, T, C] = diff_dst [n, C] / len at the real tokens, 0 at padding */
+                                 t < args.lens[i] (NULL: all T), summed in f32 in order; with u.seqm.last
+                                 its last real token, t = len - 1 (GPT-2's classifier) */
+    BFIT_OP_SEQMEAN_BWD,      /* diff_src [n, T, C] = diff_dst [n, C] / len at the real tokens, 0 at padding;
+                                 with last diff_dst at the last real token, 0 elsewhere */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -257,7 +259,7 @@ typedef struct bfit_op_desc {
         /* ROPE: d even, dividing C; the angles' cos and sin in the workspace, T d floats (bfit_rope_angle) */
         struct { int64_t n, T, C, d; float theta; } rope;
         struct { int64_t rows, g, r, d; } rep;
-        struct { int64_t n, T, C; } seqm;
+        struct { int64_t n, T, C; int last; } seqm; /* last: the last real token instead of the mean */
     } u;
 } bfit_op_desc;
 

@@ -36,8 +36,9 @@ typedef enum {
                           [g, C/g] -> [C/g, g] (ShuffleNet's channel shuffle) */
     BFIT_L_CLS,        /* a learned token before a sample's tokens: [T, C] -> [T+1, C] (ViT's class token) */
     BFIT_L_ADDP,       /* a learned tensor of the sample's shape added (ViT's position embedding) */
-    BFIT_L_SELECT,     /* token `units` of [T, C] -> [C] (ViT's head reads the class token); with `to` an
-                          image's channels [units, units + to.c) (ShuffleNet's chunks) */
+    BFIT_L_SELECT,     /* token `units` of [T, C] -> [C] (ViT's head reads the class token; -1: each sequence's
+                          last real token, GPT-2's classifier); with `to` an image's channels [units, units +
+                          to.c) (ShuffleNet's chunks) */
     BFIT_L_SIGMOID,    /* 1 / (1 + e^-x) */
     BFIT_L_SILU,       /* x * sigmoid(x) (swish; PyTorch's SiLU) */
     BFIT_L_TANH,

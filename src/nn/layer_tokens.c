@@ -292,7 +292,7 @@ static int select_init(bfit_layer *l, char *err, size_t errlen)
                  l->cfg.units + to->c, bfit_shape_str(*x, a, sizeof a));
         return BFIT_EINVAL;
     }
-    if (to->nd != 3 && (x->nd != 2 || l->cfg.units < 0 || l->cfg.units >= x->d[0])) {
+    if (to->nd != 3 && (x->nd != 2 || l->cfg.units < -1 || l->cfg.units >= x->d[0])) {
         snprintf(err, errlen, "select takes token %d of tokens [T, C], got %s", l->cfg.units,
                  bfit_shape_str(*x, a, sizeof a));
         return BFIT_EINVAL;
@@ -304,6 +304,14 @@ static int select_init(bfit_layer *l, char *err, size_t errlen)
 static int select_prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 {
     bfit_op_desc d = {.kind = BFIT_OP_SLICE_FWD, .dtype = l->dtype};
+    if (l->cfg.units == -1) { /* where each sequence ends: the mean op's one-token form */
+        d = (bfit_op_desc){.kind = BFIT_OP_SEQMEAN_FWD, .dtype = l->dtype};
+        d.u.seqm.n = m;
+        d.u.seqm.T = l->in[0].d[0];
+        d.u.seqm.C = l->in[0].d[1];
+        d.u.seqm.last = 1;
+        return bfit_layer_op_pair(l, &d, BFIT_OP_SEQMEAN_BWD, training, need);
+    }
     d.u.slice.rows = m;
     d.u.slice.ld = bfit_shape_numel(l->in[0]);
     select_cols(l, &d.u.slice.off, &d.u.slice.len);
@@ -315,6 +323,7 @@ static int select_fwd(bfit_layer *l, const bfit_fwd_args *a)
     bfit_op_args o = {0};
     o.src = a->x[0];
     o.dst = a->y;
+    o.lens = a->lens;
     return bfit_op_run(l->ops[OP_FWD], &o);
 }
 
@@ -325,6 +334,7 @@ static int select_bwd(bfit_layer *l, const bfit_bwd_args *a)
         return BFIT_OK;
     o.diff_dst = a->dy;
     o.diff_src = a->dx[0];
+    o.lens = a->lens;
     return bfit_op_run(l->ops[OP_BWD], &o);
 }
 

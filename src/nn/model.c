@@ -112,9 +112,10 @@ static int wire(bfit_model *M)
     for (int i = 0; i < M->n; i++) {
         np += M->nodes[i].l->nparams;
         /* a token model's padding (an image's tokens are all real: a ViT from ONNX): the keys of a
-           bidirectional attention, the tokens of a mean */
+           bidirectional attention, the tokens of a mean, where each sequence ends */
         M->seq_lens |= ((M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION && !M->nodes[i].l->cfg.causal) ||
-                        (M->nodes[i].l->cfg.kind == BFIT_L_GAP && M->nodes[i].l->in[0].nd == 2)) &&
+                        (M->nodes[i].l->cfg.kind == BFIT_L_GAP && M->nodes[i].l->in[0].nd == 2) ||
+                        (M->nodes[i].l->cfg.kind == BFIT_L_SELECT && M->nodes[i].l->cfg.units == -1)) &&
                        M->input_dtype == BFIT_I32;
     }
     M->params = calloc((size_t)np + 1, sizeof *M->params);

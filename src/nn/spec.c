@@ -323,7 +323,7 @@ static const layer_kw layer_kws[] = {
     {"layerscale", BFIT_L_LAYERSCALE, P_NONE, OB(O_INIT) | OB(O_CHANNELS), "layerscale [channels=1|C] [init=V]"},
     {"groupnorm", BFIT_L_GROUPNORM, P_UNITS, OB(O_EPS), "groupnorm G [eps=E]"},
     {"flatten", BFIT_L_FLATTEN, P_NONE, 0, "flatten"},
-    {"select", BFIT_L_SELECT, P_INDEX, 0, "select I (token I's features, 0 the first)"},
+    {"select", BFIT_L_SELECT, P_INDEX, 0, "select I|last (token I's features, 0 the first; last: each sequence's last real token)"},
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
     {"layernorm", BFIT_L_LAYERNORM, P_NONE, OB(O_EPS) | OB(O_BIAS), "layernorm [eps=E] [bias=0|1]"},
@@ -429,8 +429,12 @@ static int positional(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fs
     switch (kw->pos) {
     case P_UNITS:
         return parse_int(p, t, 1, units_name(kw->kind), &c->units);
-    case P_INDEX: /* select's token */
-        return parse_int(p, t, 0, "select's token", &c->units);
+    case P_INDEX: /* select's token; last: each sequence's last real token (-1) */
+        if (t.n == 4 && !memcmp(t.s, "last", 4)) {
+            c->units = -1;
+            return BFIT_OK;
+        }
+        return parse_int(p, t, 0, "select's token (or last)", &c->units);
     case P_KERNEL:
         if ((rc = mark(p, fs, FB(F_KH) | FB(F_KW), t)) != BFIT_OK)
             return rc;

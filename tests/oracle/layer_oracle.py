@@ -71,7 +71,7 @@ class Case:
         self.idx, self.label, self.kind, self.m, self.training, self.seq = idx, label, kind, m, training, seq
         if seq:  # [T, F] as given
             assert kind in ("linear", "layernorm", "embed", "attention", "xent", "layerscale", "rmsnorm", "mul",
-                            "rope", "repeat", "gap") and \
+                            "rope", "repeat", "gap", "select") and \
                 all(len(s) == 2 for s in shapes)
             self.shapes = [tuple(s) for s in shapes]
         else:
@@ -193,6 +193,12 @@ def run_seq(c, x, params):
         n = torch.tensor(c.lens if c.lens is not None else [T] * x[0].shape[0])
         keep = (torch.arange(T)[None, :] < n[:, None]).double()[..., None]
         return (x[0] * keep).sum(1) / keep.sum(1), {}
+    if k == "select":  # token `units` of [m, T, C]; -1: each sequence's last real token (GPT-2's classifier)
+        if cfg["units"] >= 0:
+            return x[0][:, cfg["units"]], {}
+        T = c.shapes[0][0]
+        last = [min(max(n, 1), T) - 1 for n in (c.lens if c.lens is not None else [T] * x[0].shape[0])]
+        return x[0][torch.arange(x[0].shape[0]), torch.tensor(last)], {}
     if k == "mul":  # SwiGLU's product of two branches
         return x[0] * x[1], {}
     if k == "repeat":  # Hugging Face's repeat_kv: each head of d columns repeated (grouped-query attention)
@@ -589,6 +595,9 @@ def cases():
     # the mean of a sequence's tokens (gap on tokens), its padding left out
     add("gap_seq_m3_T6_5_pad_6_3_1", "gap", [(6, 5)], 3, seq=1, lens=[6, 3, 1])
     add("gap_seq_m2_T4_7", "gap", [(4, 7)], 2, seq=1)
+    add("select_last_m3_T6_5_pad_6_3_1", "select", [(6, 5)], 3, seq=1, units=-1, lens=[6, 3, 1])
+    add("select_last_m2_T4_7", "select", [(4, 7)], 2, seq=1, units=-1)
+    add("select_seq_m2_T5_3_token2", "select", [(5, 3)], 2, seq=1, units=2)
     add("xent_seq_m3_T5_V7_padding_scale0.1", "xent", [(5, 7)], 3, seq=1, loss_scale=0.1)
     add("xent_seq_m1_T4_V300_padding_scale1", "xent", [(4, 300)], 1, seq=1, loss_scale=1.0)
     # layer norms with a scale alone (nanoGPT's LayerNorm(bias=False)): of an image, of each token
