@@ -22,7 +22,8 @@ enum {
     OV_WT,       /* the transpose of initializer t (nn.Linear's weight before a MatMul) */
     OV_BCAST,    /* initializer t broadcast over the batch (an Expand of a class token) */
     OV_ROWS,     /* rows 0 .. rb[0]-1 of initializer t (a position table gathered by torch.arange) */
-    OV_KEYMASK   /* the attention_mask input on its way to the scores (onnx_keymask.c): km, rank, ra, rb */
+    OV_KEYMASK,  /* the attention_mask input on its way to the scores (onnx_keymask.c): km, rank, ra, rb */
+    OV_LAST      /* each sequence's last token being picked (onnx_last.c): its stage `last`, rank, ra, rb */
 };
 
 /* Numbers computed on the host. Integers are affine in the micro-batch m,
@@ -69,6 +70,7 @@ typedef struct oval {
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
                                      and groups; the image's id and shape are the value's */
     float gn_eps;                 /* there: InstanceNormalization's epsilon */
+    int last;                     /* OV_LAST: the stage (onnx_last.c); at its scores as rows, id and shape */
     int km[3];                    /* OV_KEYMASK: its form (onnx_keymask.c), the keys' T, and 1 where a causal
                                      mask is in it */
     bfit_onnx_str gn_w;           /* there, after the Mul: the scale's initializer */
@@ -209,6 +211,9 @@ int bfit_onnx_lower_keymask(onnx_lower *L, int *rc);
 /* Whether m is an attention mask made additive, [B * heads, 1 or T, T] (nn.MultiheadAttention's), and
  * whether a causal mask is in it (*causal). */
 int bfit_onnx_keymask_on(onnx_lower *L, const oval *m, int heads, int64_t T, int *causal);
+
+/* ---- each sequence's last token, as GPT2ForSequenceClassification picks it (onnx_last.c) ---- */
+int bfit_onnx_lower_last(onnx_lower *L, int *rc);
 
 /* ---- GELU's tanh approximation, recognised by what it computes (onnx_gelu.c) ---- */
 int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);

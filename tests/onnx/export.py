@@ -64,7 +64,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos", "llama_pos"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos", "gpt2_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -273,10 +273,10 @@ def implied(name, ids):
     return torch.arange(ids.shape[1]).expand(ids.shape[0], -1).contiguous()
 
 
-def ids_mask(x):
+def ids_mask(x, pad=0):
     """A classifier's ids as batchfit takes them (-1 after a sequence's last token) as transformers takes them:
-    the ids (padding id 0) and the attention_mask (1 a token, 0 padding)."""
-    return x.clamp(min=0).long(), (x >= 0).long()
+    the ids (padding id pad) and the attention_mask (1 a token, 0 padding)."""
+    return torch.where(x >= 0, x, pad).long(), (x >= 0).long()
 
 
 def from_file(model, path):
@@ -304,7 +304,7 @@ def step(model, x, y, dtype):
             mod.dropout = 0.0  # on its weights too
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     if x.dtype in (torch.int32, torch.int64) and getattr(m, "seq_classes", False):  # padding: -1 ids
-        ids, mask = ids_mask(x)
+        ids, mask = ids_mask(x, getattr(m, "pad_id", 0))
         loss = torch.nn.functional.cross_entropy(m(ids, mask, **{n: implied(n, ids) for n in getattr(m, "more_inputs", ())}),
                                                  y.long())
     elif x.dtype in (torch.int32, torch.int64):  # token ids stay integers; the mean over the real (not -1) labels
@@ -978,7 +978,7 @@ class HFGPT2(torch.nn.Module):
         self.lm_head = nn.Linear(C, V, bias=False)
         self.lm_head.weight = tr.wte.weight
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
+    def body(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
         tr = self.transformer
         shape = input_ids.size()
         input_ids = input_ids.view(-1, shape[-1])
@@ -998,8 +998,34 @@ class HFGPT2(torch.nn.Module):
         h = tr.drop(h)
         for blk in tr.h:
             h = blk(h, attention_mask)
-        h = tr.ln_f(h).view((-1,) + shape[1:] + (h.size(-1),))
-        return self.lm_head(h)
+        return tr.ln_f(h).view((-1,) + shape[1:] + (h.size(-1),))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
+        return self.lm_head(self.body(input_ids, attention_mask, token_type_ids, position_ids))
+
+
+class HFGPT2Cls(HFGPT2):
+    """transformers' GPT2ForSequenceClassification in small, after its code (4.3x; LLaMA's and Mistral's
+    classifiers pick their token alike): GPT2Model's hidden states, `score` (a Linear without a bias) on every
+    token, then the scores of each sequence's last token before its first pad token, torch.eq(input_ids,
+    pad_token_id).int().argmax(-1) - 1 modulo T (no pad token: the last token), logits[torch.arange(batch),
+    that]. pad_id: the pad token's id (the vocabulary's last here; GPT-2's eos in practice)."""
+
+    seq_classes = True
+
+    def __init__(self, classes=CLASSES, pad_id=None, **kw):
+        super().__init__(**kw)
+        del self.lm_head
+        self.score = torch.nn.Linear(self.transformer.wte.embedding_dim, classes, bias=False)
+        self.pad_id = self.transformer.wte.num_embeddings - 1 if pad_id is None else pad_id
+        self.mask_input = True
+
+    def forward(self, input_ids, attention_mask=None):
+        logits = self.score(self.body(input_ids, attention_mask))
+        batch_size = input_ids.shape[0]
+        sequence_lengths = torch.eq(input_ids, self.pad_id).int().argmax(-1) - 1
+        sequence_lengths = sequence_lengths % input_ids.shape[-1]
+        return logits[torch.arange(batch_size, device=logits.device), sequence_lengths]
 
 
 def expand_mask(mask, dtype):
@@ -1324,6 +1350,8 @@ def build(name):
         return DistilBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16  # (its default dropout is 0.1)
     if name == "llama_mask":  # llama_mini's blocks, the mask transformers 4.36 makes from an attention_mask
         return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
+    if name == "gpt2_cls":  # GPT2ForSequenceClassification: the scores of each sequence's last real token
+        return HFGPT2Cls(V=64, T=16, C=32, H=4, L=2, p=0.2), 16
     if name == "llama_pos":  # llama_mask with transformers 4.38's rotary tables made from a position_ids input
         model = HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf")
         model.more_inputs = ("position_ids",)
@@ -1422,7 +1450,10 @@ def oracle(name):
         y = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y.view(-1)[6::7] = -1
         if getattr(model, "seq_classes", False):  # a class a sequence; padded ones end in id -1, batchfit's mark
-            y = torch.randint(0, model.classifier.out_features, (M,), generator=g).to(torch.int32)
+            head = model.score if hasattr(model, "score") else model.classifier
+            y = torch.randint(0, head.out_features, (M,), generator=g).to(torch.int32)
+            if hasattr(model, "pad_id"):  # the pad token only at padding, where PyTorch looks for it
+                x[x == model.pad_id] = model.pad_id - 1
             x[1, 11:], x[3, 5:] = -1, -1
         elif getattr(model, "mask_input", False):  # padded sequences: their keys masked by attention_mask
             y[1, 11:], y[3, 5:] = -1, -1

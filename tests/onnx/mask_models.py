@@ -46,6 +46,10 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
 - segment_ids.onnx: hfbert_cls_inputs.onnx with token_type_ids called segment_ids, a name batchfit does not
   know (refused: a second mask, it says what it reads by which names);
 - types_1.onnx: hfbert_cls with token_type_ids [batch, 1], one a sequence (refused at the input);
+- gpt2_cls.onnx: transformers' GPT2ForSequenceClassification (export.py's HFGPT2Cls: score on every token, the
+  scores of each sequence's last token before its first pad token), a byte vocabulary (the pad token 255),
+  64 tokens, width 16, 2 heads, 1 block, 2 classes, with the attention_mask input: read as `select last`;
+- gpt2_cls_first.onnx: the same picking the first pad token's scores (no - 1; refused);
 - mask_inverted.onnx: the same with src_key_padding_mask=(attention_mask == 1), the tokens hidden instead of
   the padding (refused);
 - mask_pool.onnx: hfgpt2_text's model that also multiplies its embeddings by mask.unsqueeze(-1) (refused:
@@ -60,7 +64,7 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import HFGPT2, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, TGpt, implied  # noqa: E402
+from export import HFGPT2, HFGPT2Cls, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, TGpt, implied  # noqa: E402
 
 
 class MaskPool(HFGPT2):
@@ -114,6 +118,15 @@ def export(model, path, mask=True, mask_shape=None, dynamic_t=False, fixed=0, T=
                       do_constant_folding=False, input_names=names, output_names=["logits"], dynamic_axes=axes)
 
 
+class GPT2ClsFirst(HFGPT2Cls):
+    """GPT2ForSequenceClassification's pick without its - 1: the scores of each sequence's first pad token."""
+
+    def forward(self, input_ids, attention_mask=None):
+        logits = self.score(self.body(input_ids, attention_mask))
+        first = torch.eq(input_ids, self.pad_id).int().argmax(-1) % input_ids.shape[-1]
+        return logits[torch.arange(input_ids.shape[0]), first]
+
+
 def renamed(src, path, old, new):
     """src with its input old called new (a name batchfit does not know)."""
     import onnx
@@ -162,6 +175,10 @@ def main():
     torch.manual_seed(6)
     export(HFBertCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2), "types_1.onnx", T=64,
            more=(("token_type_ids", torch.zeros(2, 1, dtype=torch.long)),))
+    torch.manual_seed(7)
+    export(HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls.onnx", T=64)
+    torch.manual_seed(7)
+    export(GPT2ClsFirst(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls_first.onnx", T=64)
     torch.manual_seed(2)
     export(MaskInverted(V=256, T=32, C=16, H=2, mask_input=True), "mask_inverted.onnx")
     torch.manual_seed(0)

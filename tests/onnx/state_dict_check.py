@@ -110,7 +110,7 @@ def main():
             probs = torch.softmax(model(x.long().t()).transpose(0, 1), dim=-1)
         elif x.dtype == torch.int32 and getattr(model, "seq_classes", False):  # class scores per sequence
             from export import ids_mask
-            probs = torch.softmax(model(*ids_mask(x)), dim=-1)
+            probs = torch.softmax(model(*ids_mask(x, getattr(model, "pad_id", 0))), dim=-1)
         elif x.dtype == torch.int32 and getattr(model, "mask_input", False):  # padded sequences, as batchfit's
             from export import padding_mask
             probs = torch.softmax(model(x.long(), padding_mask(data["y"])), dim=-1)

@@ -1,0 +1,197 @@
+/* onnx_last.c - the scores of each sequence's last real token, as
+ * transformers' GPT2ForSequenceClassification (and LLaMA's, Mistral's, of
+ * transformers 4.3x) picks them:
+ *
+ *     sequence_lengths = torch.eq(input_ids, pad_token_id).int().argmax(-1) - 1
+ *     sequence_lengths = sequence_lengths % input_ids.shape[-1]
+ *     pooled_logits = logits[torch.arange(batch_size), sequence_lengths]
+ *
+ * exported as Equal, Cast, ArgMax, Sub, Mod on the ids, Range over the batch
+ * times T, Add, and a Gather of the scores flattened to rows [N*T, K].
+ * batchfit knows where each sequence ends (its ids end in -1s: padding), so
+ * the chain is followed, checked to be that one, and becomes `select last`;
+ * the ids are not compared with the pad token (a text holding the pad
+ * token's id is read to its end). Each value on the way is an OV_LAST, its
+ * stage in `last`; anything else reading one is refused. */
+#include "base/err.h"
+#include "nn/onnx_int.h"
+
+#include <string.h>
+
+enum {
+    LS_PAD = 1, /* [B, T]: 1 where the id is the pad token (Equal, and its Cast) */
+    LS_FIRST,   /* [B]: the first pad token's place, 0 where none (ArgMax) */
+    LS_FIRST1,  /* [B]: that - 1 */
+    LS_END,     /* [B]: that modulo T: the last real token's place */
+    LS_BATCH,   /* [B]: each sequence's number (Range(0, batch)) */
+    LS_BATCHT,  /* [B]: that times T: its first row in the flattened scores */
+    LS_ROW,     /* [B]: the last real token's row there */
+    LS_ROWS     /* [N*T, K]: the scores (a device value's id and shape) flattened into rows */
+};
+
+static const char *const WANT =
+    "batchfit reads each sequence's last token as transformers' GPT2ForSequenceClassification picks it: "
+    "sequence_lengths = torch.eq(input_ids, pad_token_id).int().argmax(-1) - 1, sequence_lengths % "
+    "input_ids.shape[-1], logits[torch.arange(batch_size), sequence_lengths]";
+
+/* The token models' T: the ids' length. */
+static int64_t ids_T(const onnx_lower *L) { return L->g->input.d[0]; }
+
+/* Output 0 at stage st, rank 1 [B] (rank 2 [B, T] for LS_PAD). */
+static void last_out(onnx_lower *L, int st)
+{
+    oval *o = bfit_onnx_out(L, 0);
+    o->kind = OV_LAST;
+    o->last = st;
+    o->rank = st == LS_PAD ? 2 : 1;
+    o->ra[0] = 1, o->rb[0] = 0;
+    o->ra[1] = 0, o->rb[1] = ids_T(L);
+}
+
+static int at(const oval *v, int st) { return v && v->kind == OV_LAST && v->last == st; }
+
+/* Whether v is the one number n (a host value, the batch not in it). */
+static int is_num(onnx_lower *L, oval *v, int64_t n)
+{
+    hval *h = v && v->kind == OV_HOST ? bfit_onnx_host(L, v, 0) : NULL;
+    return h && h->n == 1 && (h->isf ? h->f[0] == (double)n : !h->a[0] && h->b[0] == n);
+}
+
+/* Range(0, batch, 1) read by a Mul alone (times T): each sequence's number
+ * (the batch a constant in an export at a fixed batch). Another Range over
+ * the batch is the host's to refuse. */
+static int batch_range(onnx_lower *L)
+{
+    if (bfit_onnx_next(L, L->ndi, "Mul") < 0)
+        return 0;
+    hval *h = bfit_onnx_in(L, 1) && bfit_onnx_in(L, 1)->kind == OV_HOST ? bfit_onnx_host(L, bfit_onnx_in(L, 1), 1)
+                                                                        : NULL;
+    if (!h || h->isf || h->n != 1 || !bfit_onnx_affine_is(L, h->a[0], h->b[0], 1, 0) ||
+        !is_num(L, bfit_onnx_in(L, 0), 0) || !is_num(L, bfit_onnx_in(L, 2), 1))
+        return 0;
+    last_out(L, LS_BATCH);
+    return 1;
+}
+
+/* Equal(ids, c) either way round, c one integer: the pad token's places.
+ * 1 (rc set) if the ids are compared, else 0. */
+static int pad_equal(onnx_lower *L, oval *a, oval *b, int *rc)
+{
+    oval *ids = a && a->kind == OV_DEVICE ? a : b, *c = ids == a ? b : a;
+    hval *h = c && c->kind == OV_HOST ? bfit_onnx_host(L, c, 0) : NULL;
+    if (!ids || ids->kind != OV_DEVICE || ids->id != 0 || L->g->input_dtype != BFIT_I32 || L->seq_first)
+        return 0;
+    if (!h || h->isf || h->n != 1 || h->a[0])
+        *rc = bfit_onnx_refuse(L, "the token ids compared with something other than one number (the pad "
+                                  "token's id): %s", WANT);
+    else
+        last_out(L, LS_PAD);
+    return 1;
+}
+
+/* ArgMax of the pad token's places along the tokens: the first one. */
+static int first_pad(onnx_lower *L)
+{
+    int64_t axis, keep, lastix;
+    int rc;
+    if ((rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK ||
+        (rc = bfit_onnx_attr_int(L, "keepdims", 1, &keep)) != BFIT_OK ||
+        (rc = bfit_onnx_attr_int(L, "select_last_index", 0, &lastix)) != BFIT_OK)
+        return rc;
+    if ((axis != 1 && axis != -1) || keep || lastix)
+        return bfit_onnx_refuse(L, "ArgMax of the pad token's places with axis %lld, keepdims %lld, "
+                                   "select_last_index %lld: %s (axis -1, keepdims 0, the first)",
+                                (long long)axis, (long long)keep, (long long)lastix, WANT);
+    last_out(L, LS_FIRST);
+    return BFIT_OK;
+}
+
+/* Gather(scores as rows, each sequence's last row): `select last` on the
+ * scores [T, K] a sample. */
+static int gather_last(onnx_lower *L, oval *rows)
+{
+    bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_SELECT);
+    oval x = *rows;
+    const oval *px = &x;
+    int64_t axis;
+    int rc;
+
+    if ((rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
+        return rc;
+    if (axis != 0)
+        return bfit_onnx_refuse(L, "a Gather of the scores' rows along axis %lld: %s", (long long)axis, WANT);
+    x.kind = OV_DEVICE;
+    x.last = 0;
+    c.units = -1;
+    return bfit_onnx_emit(L, &c, (oval *const *)&px, 1, NULL, 0);
+}
+
+/* Flatten(axis 2) of per-token values [N, T, K] of a token model: rows. */
+static int flatten_rows(onnx_lower *L, oval *x)
+{
+    int64_t axis;
+    int rc;
+    if (!x || x->kind != OV_DEVICE || x->shape.nd != 2 || x->shape.d[0] != ids_T(L) ||
+        L->g->input_dtype != BFIT_I32 || x->cl[0] || x->rows)
+        return 0;
+    if ((rc = bfit_onnx_attr_int(L, "axis", 1, &axis)) != BFIT_OK || axis != 2)
+        return 0; /* Flatten(axis 1) of tokens: the CNN handler's */
+    bfit_onnx_alias(L, x);
+    bfit_onnx_out(L, 0)->kind = OV_LAST;
+    bfit_onnx_out(L, 0)->last = LS_ROWS;
+    return 1;
+}
+
+/* One step of the chain, if the node is one (rc set); 0 if not. */
+static int step(onnx_lower *L, const char *op, oval *a, oval *b, int *rc)
+{
+    *rc = BFIT_OK;
+    if (!strcmp(op, "Equal"))
+        return pad_equal(L, a, b, rc);
+    if (!strcmp(op, "Cast") && at(a, LS_PAD))
+        last_out(L, LS_PAD);
+    else if (!strcmp(op, "ArgMax") && at(a, LS_PAD))
+        *rc = first_pad(L);
+    else if (!strcmp(op, "Sub") && at(a, LS_FIRST) && is_num(L, b, 1))
+        last_out(L, LS_FIRST1);
+    else if (!strcmp(op, "Mod") && at(a, LS_FIRST1) && is_num(L, b, ids_T(L)))
+        last_out(L, LS_END);
+    else if (!strcmp(op, "Mul") && ((at(a, LS_BATCH) && is_num(L, b, ids_T(L))) ||
+                                    (at(b, LS_BATCH) && is_num(L, a, ids_T(L)))))
+        last_out(L, LS_BATCHT);
+    else if (!strcmp(op, "Add") && ((at(a, LS_END) && at(b, LS_BATCHT)) || (at(b, LS_END) && at(a, LS_BATCHT))))
+        last_out(L, LS_ROW);
+    else if (!strcmp(op, "Gather") && at(a, LS_ROWS) && at(b, LS_ROW))
+        *rc = gather_last(L, a);
+    else
+        return 0;
+    return 1;
+}
+
+int bfit_onnx_lower_last(onnx_lower *L, int *rc)
+{
+    oval *a = bfit_onnx_in(L, 0), *b = L->nd->nin > 1 ? bfit_onnx_in(L, 1) : NULL;
+    char op[32];
+
+    bfit_onnx_cstr(L->nd->op, op, sizeof op);
+    if (!strcmp(op, "Range") && L->nd->nin == 3)
+        return batch_range(L) ? (*rc = BFIT_OK, 1) : 0;
+    if (!strcmp(op, "Flatten") && flatten_rows(L, a))
+        return *rc = BFIT_OK, 1;
+    if (!strcmp(op, "Shape"))
+        return 0; /* the host's: a stage's shape */
+    if (step(L, op, a, b, rc))
+        return 1;
+    for (int k = 0; k < L->nd->nin; k++)
+        if (bfit_onnx_in(L, k) && bfit_onnx_in(L, k)->kind == OV_LAST) {
+            if (bfit_onnx_in(L, k)->last == LS_ROWS)
+                *rc = bfit_onnx_refuse(L, "input %d is per-token values flattened into rows [N*T, C] (Flatten(axis="
+                                          "2)): batchfit reads those only as a Gather of each sequence's last "
+                                          "token: %s", k + 1, WANT);
+            else
+                *rc = bfit_onnx_refuse(L, "input %d is part of picking each sequence's last token (its place so "
+                                          "far), read here otherwise: %s", k + 1, WANT);
+            return 1;
+        }
+    return 0;
+}
