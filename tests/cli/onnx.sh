@@ -294,6 +294,8 @@ run 0 train --model "$src/tests/onnx/gpt2_cls.onnx" --data "$dir/cls" --epochs 1
   --optimizer adamw --threads 2 && has "$out" "test accuracy [0-9.]+% after 1 epoch\(s\), 15 steps"
 run 1 plan --model "$src/tests/onnx/gpt2_cls_first.onnx" --memory 1GiB &&
   has "$err" "gpt2_cls_first.onnx: node '/Mod' \(Mod, opset 17\) with inputs '/ArgMax_output_0' \(on the way to each sequence's last token\), '/Gather_output_0' \(computed on the host\): input 1 is part of picking each sequence's last token \(its place so far\), read here otherwise: batchfit reads each sequence's last token as transformers' GPT2ForSequenceClassification picks it"
+run 1 plan --model "$src/tests/onnx/gpt2_cls_lastpad.onnx" --memory 1GiB &&
+  has "$err" "gpt2_cls_lastpad.onnx: node '/ArgMax' \(ArgMax, opset 17\) with inputs '/Cast_3_output_0' \(on the way to each sequence's last token\): ArgMax of the pad token's places with axis -1, keepdims 0, select_last_index 1: batchfit reads"
 # BertForSequenceClassification's four inputs as optimum exports them (input_ids, attention_mask,
 # token_type_ids, position_ids, the sequence a dynamic axis; since 2026-12-05) train to the weights of the file
 # with the mask alone: batchfit reads the types as one segment and the positions as 0 .. T-1 (hfgpt2_pos,

@@ -50,6 +50,8 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   scores of each sequence's last token before its first pad token), a byte vocabulary (the pad token 255),
   64 tokens, width 16, 2 heads, 1 block, 2 classes, with the attention_mask input: read as `select last`;
 - gpt2_cls_first.onnx: the same picking the first pad token's scores (no - 1; refused);
+- gpt2_cls_lastpad.onnx: gpt2_cls.onnx with its ArgMax taking the last pad token (select_last_index=1;
+  refused);
 - mask_inverted.onnx: the same with src_key_padding_mask=(attention_mask == 1), the tokens hidden instead of
   the padding (refused);
 - mask_pool.onnx: hfgpt2_text's model that also multiplies its embeddings by mask.unsqueeze(-1) (refused:
@@ -127,6 +129,18 @@ class GPT2ClsFirst(HFGPT2Cls):
         return logits[torch.arange(input_ids.shape[0]), first]
 
 
+def argmax_last(src, path):
+    """src with its ArgMax taking the last maximum (select_last_index=1): the last pad token's place."""
+    import onnx
+    m = onnx.load(src)
+    for nd in m.graph.node:
+        if nd.op_type == "ArgMax":
+            kept = [a for a in nd.attribute if a.name != "select_last_index"]
+            del nd.attribute[:]
+            nd.attribute.extend(kept + [onnx.helper.make_attribute("select_last_index", 1)])
+    onnx.save(m, path)
+
+
 def renamed(src, path, old, new):
     """src with its input old called new (a name batchfit does not know)."""
     import onnx
@@ -177,6 +191,7 @@ def main():
            more=(("token_type_ids", torch.zeros(2, 1, dtype=torch.long)),))
     torch.manual_seed(7)
     export(HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls.onnx", T=64)
+    argmax_last("gpt2_cls.onnx", "gpt2_cls_lastpad.onnx")
     torch.manual_seed(7)
     export(GPT2ClsFirst(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls_first.onnx", T=64)
     torch.manual_seed(2)
