@@ -1,13 +1,19 @@
 /* onnx_last.c - the scores of each sequence's last real token, as
- * transformers' GPT2ForSequenceClassification (and LLaMA's, Mistral's, of
- * transformers 4.3x) picks them:
+ * transformers' GPT2ForSequenceClassification (and LLaMA's, Mistral's) picks
+ * them, up to 4.44:
  *
  *     sequence_lengths = torch.eq(input_ids, pad_token_id).int().argmax(-1) - 1
  *     sequence_lengths = sequence_lengths % input_ids.shape[-1]
  *     pooled_logits = logits[torch.arange(batch_size), sequence_lengths]
  *
  * exported as Equal, Cast, ArgMax, Sub, Mod on the ids, Range over the batch
- * times T, Add, and a Gather of the scores flattened to rows [N*T, K].
+ * times T, Add, and a Gather of the scores flattened to rows [N*T, K]; and
+ * from 4.45 on, the last token that is not the pad token:
+ *
+ *     non_pad_mask = (input_ids != pad_token_id).int()
+ *     last_non_pad_token = (torch.arange(T) * non_pad_mask).argmax(-1)
+ *
+ * (Equal, Not, Cast, Mul by a Range over the tokens, ArgMax).
  * batchfit knows where each sequence ends (its ids end in -1s: padding), so
  * the chain is followed, checked to be that one, and becomes `select last`;
  * the ids are not compared with the pad token (a text holding the pad
@@ -20,6 +26,8 @@
 
 enum {
     LS_PAD = 1, /* [B, T]: 1 where the id is the pad token (Equal, and its Cast) */
+    LS_REAL,    /* [B, T]: 1 where it is not (Not, and its Cast) */
+    LS_REALIX,  /* [B, T]: each token's place where it is not, else 0 (times arange(T)) */
     LS_FIRST,   /* [B]: the first pad token's place, 0 where none (ArgMax) */
     LS_FIRST1,  /* [B]: that - 1 */
     LS_END,     /* [B]: that modulo T: the last real token's place */
@@ -32,7 +40,8 @@ enum {
 static const char *const WANT =
     "batchfit reads each sequence's last token as transformers' GPT2ForSequenceClassification picks it: "
     "sequence_lengths = torch.eq(input_ids, pad_token_id).int().argmax(-1) - 1, sequence_lengths % "
-    "input_ids.shape[-1], logits[torch.arange(batch_size), sequence_lengths]";
+    "input_ids.shape[-1], logits[torch.arange(batch_size), sequence_lengths] (or, from transformers 4.45 on, "
+    "sequence_lengths = (torch.arange(T) * (input_ids != pad_token_id).int()).argmax(-1))";
 
 /* The token models' T: the ids' length. */
 static int64_t ids_T(const onnx_lower *L) { return L->g->input.d[0]; }
@@ -43,7 +52,7 @@ static void last_out(onnx_lower *L, int st)
     oval *o = bfit_onnx_out(L, 0);
     o->kind = OV_LAST;
     o->last = st;
-    o->rank = st == LS_PAD ? 2 : 1;
+    o->rank = st == LS_PAD || st == LS_REAL || st == LS_REALIX ? 2 : 1;
     o->ra[0] = 1, o->rb[0] = 0;
     o->ra[1] = 0, o->rb[1] = ids_T(L);
 }
@@ -89,8 +98,21 @@ static int pad_equal(onnx_lower *L, oval *a, oval *b, int *rc)
     return 1;
 }
 
-/* ArgMax of the pad token's places along the tokens: the first one. */
-static int first_pad(onnx_lower *L)
+/* Whether v is the host's 0 .. T-1 (torch.arange(T)). */
+static int is_arange(onnx_lower *L, oval *v)
+{
+    hval *h = v && v->kind == OV_HOST ? bfit_onnx_host(L, v, 0) : NULL;
+    if (!h || h->isf || h->nd != 1 || h->n != ids_T(L))
+        return 0;
+    for (int64_t i = 0; i < h->n; i++)
+        if (h->a[i] || h->b[i] != i)
+            return 0;
+    return 1;
+}
+
+/* ArgMax along the tokens, the first maximum: of the pad token's places
+ * (the first one), or of the real tokens' places (the last real one). */
+static int first_max(onnx_lower *L, int st)
 {
     int64_t axis, keep, lastix;
     int rc;
@@ -99,10 +121,11 @@ static int first_pad(onnx_lower *L)
         (rc = bfit_onnx_attr_int(L, "select_last_index", 0, &lastix)) != BFIT_OK)
         return rc;
     if ((axis != 1 && axis != -1) || keep || lastix)
-        return bfit_onnx_refuse(L, "ArgMax of the pad token's places with axis %lld, keepdims %lld, "
-                                   "select_last_index %lld: %s (axis -1, keepdims 0, the first)",
-                                (long long)axis, (long long)keep, (long long)lastix, WANT);
-    last_out(L, LS_FIRST);
+        return bfit_onnx_refuse(L, "ArgMax of the %s places with axis %lld, keepdims %lld, select_last_index "
+                                   "%lld: %s (axis -1, keepdims 0, the first)",
+                                st == LS_FIRST ? "pad token's" : "real tokens'", (long long)axis, (long long)keep,
+                                (long long)lastix, WANT);
+    last_out(L, st);
     return BFIT_OK;
 }
 
@@ -148,10 +171,14 @@ static int step(onnx_lower *L, const char *op, oval *a, oval *b, int *rc)
     *rc = BFIT_OK;
     if (!strcmp(op, "Equal"))
         return pad_equal(L, a, b, rc);
-    if (!strcmp(op, "Cast") && at(a, LS_PAD))
-        last_out(L, LS_PAD);
-    else if (!strcmp(op, "ArgMax") && at(a, LS_PAD))
-        *rc = first_pad(L);
+    if (!strcmp(op, "Cast") && (at(a, LS_PAD) || at(a, LS_REAL)))
+        last_out(L, a->last);
+    else if (!strcmp(op, "Not") && at(a, LS_PAD))
+        last_out(L, LS_REAL);
+    else if (!strcmp(op, "Mul") && ((at(a, LS_REAL) && is_arange(L, b)) || (at(b, LS_REAL) && is_arange(L, a))))
+        last_out(L, LS_REALIX);
+    else if (!strcmp(op, "ArgMax") && (at(a, LS_PAD) || at(a, LS_REALIX)))
+        *rc = first_max(L, at(a, LS_PAD) ? LS_FIRST : LS_END);
     else if (!strcmp(op, "Sub") && at(a, LS_FIRST) && is_num(L, b, 1))
         last_out(L, LS_FIRST1);
     else if (!strcmp(op, "Mod") && at(a, LS_FIRST1) && is_num(L, b, ids_T(L)))

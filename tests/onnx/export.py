@@ -1009,7 +1009,9 @@ class HFGPT2Cls(HFGPT2):
     classifiers pick their token alike): GPT2Model's hidden states, `score` (a Linear without a bias) on every
     token, then the scores of each sequence's last token before its first pad token, torch.eq(input_ids,
     pad_token_id).int().argmax(-1) - 1 modulo T (no pad token: the last token), logits[torch.arange(batch),
-    that]. pad_id: the pad token's id (the vocabulary's last here; GPT-2's eos in practice)."""
+    that]; since_445: as transformers 4.45 on picks it, the last token that is not the pad token,
+    (torch.arange(T) * (input_ids != pad_token_id).int()).argmax(-1). pad_id: the pad token's id (the
+    vocabulary's last here; GPT-2's eos in practice)."""
 
     seq_classes = True
 
@@ -1023,8 +1025,13 @@ class HFGPT2Cls(HFGPT2):
     def forward(self, input_ids, attention_mask=None):
         logits = self.score(self.body(input_ids, attention_mask))
         batch_size = input_ids.shape[0]
-        sequence_lengths = torch.eq(input_ids, self.pad_id).int().argmax(-1) - 1
-        sequence_lengths = sequence_lengths % input_ids.shape[-1]
+        if getattr(self, "since_445", False):  # transformers 4.45 on: the last token that is not the pad token
+            non_pad_mask = (input_ids != self.pad_id).to(logits.device, torch.int32)
+            token_indices = torch.arange(input_ids.shape[-1], device=logits.device, dtype=torch.int32)
+            sequence_lengths = (token_indices * non_pad_mask).argmax(-1)
+        else:
+            sequence_lengths = torch.eq(input_ids, self.pad_id).int().argmax(-1) - 1
+            sequence_lengths = sequence_lengths % input_ids.shape[-1]
         return logits[torch.arange(batch_size, device=logits.device), sequence_lengths]
 
 

@@ -49,6 +49,8 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
 - gpt2_cls.onnx: transformers' GPT2ForSequenceClassification (export.py's HFGPT2Cls: score on every token, the
   scores of each sequence's last token before its first pad token), a byte vocabulary (the pad token 255),
   64 tokens, width 16, 2 heads, 1 block, 2 classes, with the attention_mask input: read as `select last`;
+- gpt2_cls_445.onnx: the same weights picking the token as transformers 4.45 on does (the last token that is
+  not the pad token): trains to gpt2_cls.onnx's weights, bit for bit;
 - gpt2_cls_first.onnx: the same picking the first pad token's scores (no - 1; refused);
 - gpt2_cls_lastpad.onnx: gpt2_cls.onnx with its ArgMax taking the last pad token (select_last_index=1;
   refused);
@@ -192,6 +194,10 @@ def main():
     torch.manual_seed(7)
     export(HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls.onnx", T=64)
     argmax_last("gpt2_cls.onnx", "gpt2_cls_lastpad.onnx")
+    torch.manual_seed(7)
+    model = HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2)
+    model.since_445 = True
+    export(model, "gpt2_cls_445.onnx", T=64)
     torch.manual_seed(7)
     export(GPT2ClsFirst(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls_first.onnx", T=64)
     torch.manual_seed(2)
