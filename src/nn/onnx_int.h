@@ -23,7 +23,8 @@ enum {
     OV_BCAST,    /* initializer t broadcast over the batch (an Expand of a class token) */
     OV_ROWS,     /* rows 0 .. rb[0]-1 of initializer t (a position table gathered by torch.arange) */
     OV_KEYMASK,  /* the attention_mask input on its way to the scores (onnx_keymask.c): km, rank, ra, rb */
-    OV_LAST      /* each sequence's last token being picked (onnx_last.c): its stage `last`, rank, ra, rb */
+    OV_LAST,     /* each sequence's last token being picked (onnx_last.c): its stage `last`, rank, ra, rb */
+    OV_POOL      /* a mean of the real tokens weighted by the attention mask (onnx_pool.c): its stage `pool` */
 };
 
 /* Numbers computed on the host. Integers are affine in the micro-batch m,
@@ -71,6 +72,7 @@ typedef struct oval {
                                      and groups; the image's id and shape are the value's */
     float gn_eps;                 /* there: InstanceNormalization's epsilon */
     int last;                     /* OV_LAST: the stage (onnx_last.c); at its scores as rows, id and shape */
+    int pool;                     /* OV_POOL: the stage (onnx_pool.c); id and shape the tokens averaged */
     int km[3];                    /* OV_KEYMASK: its form (onnx_keymask.c), the keys' T, and 1 where a causal
                                      mask is in it */
     bfit_onnx_str gn_w;           /* there, after the Mul: the scale's initializer */
@@ -211,6 +213,11 @@ int bfit_onnx_lower_keymask(onnx_lower *L, int *rc);
 /* Whether m is an attention mask made additive, [B * heads, 1 or T, T] (nn.MultiheadAttention's), and
  * whether a causal mask is in it (*causal). */
 int bfit_onnx_keymask_on(onnx_lower *L, const oval *m, int heads, int64_t T, int *causal);
+
+/* ---- the mean of the real tokens weighted by the attention mask (onnx_pool.c) ---- */
+/* A node reading the token mask m [B, T, 1 or C] (mask.unsqueeze(-1)): h times it, or its sum. */
+int bfit_onnx_tokmask(onnx_lower *L, oval *m, int T);
+int bfit_onnx_lower_pool(onnx_lower *L, int *rc);
 
 /* ---- each sequence's last token, as GPT2ForSequenceClassification picks it (onnx_last.c) ---- */
 int bfit_onnx_lower_last(onnx_lower *L, int *rc);

@@ -31,9 +31,11 @@
 
 #include <math.h>
 
-enum { KM_KEEP = 1, KM_PAD, KM_BKEEP, KM_BPAD, KM_ADD, KM_ZERO }; /* numbers 1 at a token, 1 at padding, the
-                                                                      booleans, 0 at a token and -inf or at most
-                                                                      -1e4 at padding, zeros of its shape */
+enum { KM_KEEP = 1, KM_PAD, KM_BKEEP, KM_BPAD, KM_ADD, KM_ZERO, KM_TOK }; /* numbers 1 at a token, 1 at
+                                                                      padding, the booleans, 0 at a token and -inf
+                                                                      or at most -1e4 at padding, zeros of its
+                                                                      shape; 1 at a token [B, T, 1 or C], the
+                                                                      weights of a mean (onnx_pool.c) */
 
 static const char *const WANT =
     "batchfit reads a model's attention_mask (1 for a token, 0 for padding, [batch, T]) only as the mask of the "
@@ -145,6 +147,10 @@ static int unsqueeze(onnx_lower *L, const oval *x)
                             : bfit_onnx_attr_ints(L, "axes", axes, 0, &na);
     if (rc != BFIT_OK)
         return rc;
+    if (x->rank == 2 && (x->km[0] == KM_KEEP || x->km[0] == KM_BKEEP) && na == 1 && (axes[0] == -1 || axes[0] == 2)) {
+        km_out(L, x, KM_TOK, 3, (int64_t[]){BFIT_ONNX_BATCH, x->km[1], 1}); /* mask.unsqueeze(-1): a mean's */
+        return BFIT_OK;
+    }
     rank = x->rank + na;
     for (int i = 0; i < na && rank <= 4; i++) {
         int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
@@ -178,6 +184,13 @@ static int expand(onnx_lower *L, const oval *x)
         return BFIT_EINVAL;
     if (s->isf || s->nd != 1 || s->n != x->rank)
         return bfit_onnx_refuse(L, "%s (expanded to another rank)", WANT);
+    if (x->km[0] == KM_TOK) { /* .expand(h.size()): [B, T, 1] to [B, T, C] */
+        if (!bfit_onnx_affine_is(L, s->a[0], s->b[0], 1, 0) || s->a[1] || s->b[1] != x->km[1] || s->a[2] ||
+            s->b[2] < 1 || s->b[2] > (1 << 24) || (x->rb[2] != 1 && x->rb[2] != s->b[2]))
+            return bfit_onnx_refuse(L, "%s (expanded to another shape than [batch, %d, C])", WANT, x->km[1]);
+        km_out(L, x, KM_TOK, 3, (int64_t[]){BFIT_ONNX_BATCH, x->km[1], s->b[2]});
+        return BFIT_OK;
+    }
     rank = dims_of(x, d);
     for (int k = 0; k < rank; k++) {
         int batch = bfit_onnx_affine_is(L, s->a[k], s->b[k], x->ra[0], 0);
@@ -202,6 +215,8 @@ static int cast(onnx_lower *L, const oval *x)
 
     if ((rc = bfit_onnx_attr_int(L, "to", 0, &to)) != BFIT_OK)
         return rc;
+    if (form == KM_TOK && to == BFIT_ONNX_BOOL)
+        return bfit_onnx_refuse(L, "%s (the mean's weights cast to bool)", WANT);
     if (to == BFIT_ONNX_BOOL)
         form = form == KM_KEEP ? KM_BKEEP : form == KM_PAD || form == KM_ADD ? KM_BPAD : form;
     else if (to == BFIT_ONNX_FLOAT || to == BFIT_ONNX_DOUBLE || (form != KM_ADD && (to == BFIT_ONNX_INT64 ||
@@ -438,6 +453,10 @@ int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
     }
     if (!m || bfit_onnx_streq(L->nd->op, "Shape")) /* a mask's shape is the host's */
         return 0;
+    if (m->km[0] == KM_TOK && !bfit_onnx_streq(L->nd->op, "Expand") && !bfit_onnx_streq(L->nd->op, "Cast")) {
+        *rc = bfit_onnx_tokmask(L, m, m->km[1]);
+        return 1;
+    }
     if (s && (bfit_onnx_streq(L->nd->op, "Add") || bfit_onnx_streq(L->nd->op, "Where")))
         *rc = on_scores(L, s, m);
     else if (bfit_onnx_streq(L->nd->op, "Reshape"))

@@ -64,7 +64,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos", "llama_pos", "gpt2_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -1163,8 +1163,10 @@ class DistilBertCls(DistilBert):
 
 class MeanPoolCls(DistilBert):
     """A sentence classifier as users write one on an encoder (sentence-transformers' pooling): DistilBERT's
-    body, the mean of the tokens (under the attention_mask when given, (h * m).sum(1) / m.sum(1); exported
-    from the ids alone, h.mean(1)), then a linear classifier."""
+    body, the mean of the tokens (under the attention_mask when given, as sentence-transformers' mean_pooling
+    writes it, m = mask.unsqueeze(-1).expand(h.size()).float(), torch.sum(h * m, 1) / torch.clamp(m.sum(1),
+    min=1e-9), or with simple_pool (h * mask[..., None]).sum(1) / mask[..., None].sum(1); exported from the
+    ids alone, h.mean(1)), then a linear classifier."""
 
     seq_classes = True
 
@@ -1178,8 +1180,11 @@ class MeanPoolCls(DistilBert):
         h = self.body(input_ids, attention_mask)
         if attention_mask is None:
             return self.classifier(h.mean(1))
-        m = attention_mask[..., None].to(h.dtype)
-        return self.classifier((h * m).sum(1) / m.sum(1))
+        if getattr(self, "simple_pool", False):
+            m = attention_mask[..., None].to(h.dtype)
+            return self.classifier((h * m).sum(1) / m.sum(1))
+        m = attention_mask.unsqueeze(-1).expand(h.size()).float()
+        return self.classifier(torch.sum(h * m, 1) / torch.clamp(m.sum(1), min=1e-9))
 
 
 class BertSelfAttention(torch.nn.Module):
@@ -1369,6 +1374,8 @@ def build(name):
         model = DistilBertCls(V=256, T=128, C=128, H=4, L=4, hidden=512, p=0.1, classes=2)
         model.mask_input = False
         return model, 128
+    if name == "meanpool_mask":  # the same given the attention_mask: sentence-transformers' mean_pooling by it
+        return MeanPoolCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "meanpool_cls":  # the mean of the tokens, exported from the ids alone (x.mean(1)): the real ones
         model = MeanPoolCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2)
         model.mask_input = False

@@ -46,6 +46,11 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
 - segment_ids.onnx: hfbert_cls_inputs.onnx with token_type_ids called segment_ids, a name batchfit does not
   know (refused: a second mask, it says what it reads by which names);
 - types_1.onnx: hfbert_cls with token_type_ids [batch, 1], one a sequence (refused at the input);
+- meanpool_st.onnx: a sentence classifier on DistilBERT's body (export.py's MeanPoolCls) pooling by
+  sentence-transformers' mean_pooling (attention_mask.unsqueeze(-1).expand(h.size()).float(), torch.sum(h * m,
+  1) / torch.clamp(m.sum(1), min=1e-9)); meanpool_simple.onnx the same weights pooling by (h * m).sum(1) /
+  m.sum(1), m = attention_mask[..., None]; meanpool_nomask.onnx the same weights exported from the ids alone
+  (h.mean(1)): the three train to the same weights, bit for bit (each the mean of the real tokens);
 - gpt2_cls.onnx: transformers' GPT2ForSequenceClassification (export.py's HFGPT2Cls: score on every token, the
   scores of each sequence's last token before its first pad token), a byte vocabulary (the pad token 255),
   64 tokens, width 16, 2 heads, 1 block, 2 classes, with the attention_mask input: read as `select last`;
@@ -68,7 +73,8 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import HFGPT2, HFGPT2Cls, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, TGpt, implied  # noqa: E402
+from export import (HFGPT2, HFGPT2Cls, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, MeanPoolCls,  # noqa: E402
+                    TGpt, implied)
 
 
 class MaskPool(HFGPT2):
@@ -194,6 +200,12 @@ def main():
     torch.manual_seed(7)
     export(HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls.onnx", T=64)
     argmax_last("gpt2_cls.onnx", "gpt2_cls_lastpad.onnx")
+    for path, mask, simple in (("meanpool_st.onnx", True, False), ("meanpool_simple.onnx", True, True),
+                               ("meanpool_nomask.onnx", False, False)):
+        torch.manual_seed(8)
+        model = MeanPoolCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2)
+        model.simple_pool = simple
+        export(model, path, mask, T=64)
     torch.manual_seed(7)
     model = HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2)
     model.since_445 = True

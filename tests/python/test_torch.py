@@ -592,3 +592,26 @@ def test_a_sequence_classifier_trains_on_class_folders(onnx_import, tmp_path):
     assert m.batchfit_result.test_accuracy > 0.9
     for pname, p in m.named_parameters():
         assert not torch.equal(p.detach(), start[pname]), pname
+
+
+def test_sentence_transformers_pooling_trains_on_class_folders(onnx_import, tmp_path):
+    """A sentence classifier as users write one on an encoder: DistilBERT's body, sentence-transformers'
+    mean_pooling by the attention_mask (mask.unsqueeze(-1).expand(h.size()).float(), torch.sum(h * m, 1) /
+    torch.clamp(m.sum(1), min=1e-9); tests/onnx/export.py's MeanPoolCls), a linear classifier. batchfit reads
+    the pooling as the mean of each text's real tokens (before 2026-12-05 refused at the mask's Unsqueeze):
+    PyTorch's accuracy on other texts, given their mask, goes from chance to above 90%."""
+    m = language_model("MeanPoolCls", V=256, T=32, C=32, H=4, L=1, hidden=64, classes=2)
+    ids, mask, y = word_classes(tmp_path / "test", 100, 32, 2)
+    word_classes(tmp_path / "train", 300, 32, 1)
+
+    def accuracy():
+        m.eval()
+        with torch.no_grad():
+            return (m(ids, mask).argmax(1) == y).float().mean().item()
+
+    before = accuracy()
+    bt.train(m, data=str(tmp_path / "train"), example_input=(ids[:1], mask[:1]), epochs=3, batch=16, lr=3e-3,
+             optimizer="adamw", memory="512MiB", threads=2, seed=1)
+    after = accuracy()
+    print(f"accuracy before {before:.3f}, after {after:.3f}, batchfit's {m.batchfit_result.test_accuracy:.3f}")
+    assert before < 0.7 and after > 0.9, (before, after)
