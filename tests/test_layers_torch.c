@@ -233,6 +233,7 @@ static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
     cfg->vocab = meta_int(f, "vocab", cfg->vocab);
     cfg->positions = meta_int(f, "positions", cfg->positions);
     cfg->pos_fixed = meta_int(f, "pos_fixed", cfg->pos_fixed);
+    cfg->pos_off = meta_int(f, "pos_off", cfg->pos_off);
     cfg->escale = meta_float(f, "escale", cfg->escale);
     cfg->types = meta_int(f, "types", cfg->types);
     cfg->causal = meta_int(f, "causal", cfg->causal);

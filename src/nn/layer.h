@@ -90,6 +90,8 @@ typedef struct bfit_layer_cfg {
     int positions;      /* embed: learned positions (0: none; else T <= positions) */
     int pos_fixed;      /* embed: the positions a constant table (a sinusoidal buffer of an ONNX file), not
                            trained: no gradient, no optimizer state, the file's values even with --init random */
+    int pos_off;        /* embed: token t's position row is t + pos_off (RoBERTa's start after its padding_idx);
+                           rows before it get no gradient */
     float escale;       /* embed: the token rows times this (0: 1; the Transformer tutorial's sqrt(C)) */
     int types;          /* embed: token types (BERT's segments; row 0 is added); 0: none */
     int causal;         /* attention: token i attends to tokens j <= i (default 1) */

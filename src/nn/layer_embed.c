@@ -32,16 +32,17 @@ static int init(bfit_layer *l, char *err, size_t errlen)
                  bfit_shape_str(in, buf, sizeof buf));
         return BFIT_EINVAL;
     }
-    if (c->units < 1 || c->vocab < 1 || c->positions < 0 || c->types < 0) {
+    if (c->units < 1 || c->vocab < 1 || c->positions < 0 || c->types < 0 || c->pos_off < 0) {
         snprintf(err, errlen, "embed needs a width and a vocabulary of at least 1 (got %d and %d), and positions and "
                               "types of at least 0",
                  c->units, c->vocab);
         return BFIT_EINVAL;
     }
-    if (c->positions && in.d[0] > c->positions) {
-        snprintf(err, errlen, "embed has %d positions but the input has %d tokens: give positions=%d or more, or a "
+    if (c->positions && in.d[0] > c->positions - c->pos_off) {
+        snprintf(err, errlen, "embed has %d positions%s but the input has %d tokens: give positions=%d or more, or a "
                               "shorter input",
-                 c->positions, in.d[0], in.d[0]);
+                 c->positions - c->pos_off, c->pos_off ? " after its first rows" : "", in.d[0],
+                 in.d[0] + c->pos_off);
         return BFIT_EINVAL;
     }
     l->out = bfit_shape_seq(in.d[0], c->units);
@@ -64,7 +65,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
     d.u.embed.T = l->in[0].d[0];
     d.u.embed.C = l->cfg.units;
     d.u.embed.V = l->cfg.vocab;
-    d.u.embed.P = l->cfg.positions;
+    d.u.embed.P = l->cfg.positions ? l->cfg.positions - l->cfg.pos_off : 0; /* the rows from pos_off on */
     d.u.embed.types = l->cfg.types;
     d.u.embed.pos_fixed = l->cfg.pos_fixed;
     d.u.embed.scale = l->cfg.escale != 0.0f ? l->cfg.escale : 1.0f;
@@ -79,6 +80,8 @@ static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 }
 
 static const bfit_param *pos_table(const bfit_layer *l) { return l->cfg.positions ? &l->params[1] : NULL; }
+/* Position row pos_off of the table p (data or grad), where token 0's is. */
+static void *pos_rows(const bfit_layer *l, void *p) { return (float *)p + (size_t)l->cfg.pos_off * l->cfg.units; }
 static const bfit_param *type_table(const bfit_layer *l) { return l->cfg.types ? &l->params[l->nparams - 1] : NULL; }
 
 static int forward(bfit_layer *l, const bfit_fwd_args *a)
@@ -87,7 +90,7 @@ static int forward(bfit_layer *l, const bfit_fwd_args *a)
 
     o.src = a->x[0];
     o.weights = l->params[0].data;
-    o.bias = pos_table(l) ? pos_table(l)->data : NULL;
+    o.bias = pos_table(l) ? pos_rows(l, pos_table(l)->data) : NULL;
     o.shift = type_table(l) ? type_table(l)->data : NULL;
     o.dst = a->y;
     return bfit_op_run(l->ops[OP_FWD], &o);
@@ -100,7 +103,7 @@ static int backward(bfit_layer *l, const bfit_bwd_args *a)
     o.src = a->x[0];
     o.diff_dst = a->dy;
     o.diff_weights = l->params[0].grad;
-    o.diff_bias = pos_table(l) && !l->cfg.pos_fixed ? pos_table(l)->grad : NULL;
+    o.diff_bias = pos_table(l) && !l->cfg.pos_fixed ? pos_rows(l, pos_table(l)->grad) : NULL;
     o.diff_shift = type_table(l) ? type_table(l)->grad : NULL;
     return bfit_op_run(l->ops[OP_BWD], &o);
 }

@@ -296,7 +296,7 @@ static void describe(const oval *v, char *buf, size_t len)
                                            : v->kind == OV_ROWS && v->typerow ? "row 0 of a table for every token"
                                            : v->kind == OV_ROWS  ? "rows of a position table"
                                            : v->kind == OV_KEYMASK ? "the attention mask, or made from it"
-                                           : v->kind == OV_LAST  ? "on the way to each sequence's last token"
+                                           : v->kind == OV_PADID ? "made by comparing the ids with the pad token"
                                            : v->kind == OV_POOL  ? "a part of the mean of the real tokens"
                                                                  : "not computed");
     }
@@ -833,7 +833,7 @@ static int lower_node(onnx_lower *L, int i)
                                        "back to [N, T, C]", k + 1);
     }
     if (bfit_onnx_lower_keymask(L, &rc) || bfit_onnx_lower_mhsa(L, &rc) || bfit_onnx_lower_gnorm(L, &rc) ||
-        bfit_onnx_lower_tokens(L, &rc) || bfit_onnx_lower_last(L, &rc) || bfit_onnx_lower_pool(L, &rc) ||
+        bfit_onnx_lower_tokens(L, &rc) || bfit_onnx_lower_padid(L, &rc) || bfit_onnx_lower_pool(L, &rc) ||
         bfit_onnx_lower_host(L, &rc) || bfit_onnx_lower_gelu(L, &rc) || bfit_onnx_lower_rms(L, &rc) ||
         bfit_onnx_lower_shuffle(L, &rc) ||
         bfit_onnx_lower_act(L, &rc) ||

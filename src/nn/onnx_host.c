@@ -327,7 +327,7 @@ static int shape(onnx_lower *L)
     int rc;
 
     if (!x || (x->kind != OV_DEVICE && x->kind != OV_VIEW && x->kind != OV_HOST && x->kind != OV_KEYMASK &&
-               x->kind != OV_LAST && x->kind != OV_POOL))
+               x->kind != OV_PADID && x->kind != OV_POOL))
         return bfit_onnx_refuse(L, "the input's shape is not known");
     if ((rc = bfit_onnx_attr_int(L, "start", 0, &start)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "end", 64, &end)))
         return rc;

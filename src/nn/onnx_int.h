@@ -23,7 +23,7 @@ enum {
     OV_BCAST,    /* initializer t broadcast over the batch (an Expand of a class token) */
     OV_ROWS,     /* rows 0 .. rb[0]-1 of initializer t (a position table gathered by torch.arange) */
     OV_KEYMASK,  /* the attention_mask input on its way to the scores (onnx_keymask.c): km, rank, ra, rb */
-    OV_LAST,     /* each sequence's last token being picked (onnx_last.c): its stage `last`, rank, ra, rb */
+    OV_PADID,    /* made by comparing the ids with the pad token (onnx_padid.c): its stage `padid`, rank, ra, rb */
     OV_POOL      /* a mean of the real tokens weighted by the attention mask (onnx_pool.c): its stage `pool` */
 };
 
@@ -71,7 +71,8 @@ typedef struct oval {
     int gn[2];                    /* OV_VIEW inside a group norm's export (onnx_gnorm.c): its stage (0: none)
                                      and groups; the image's id and shape are the value's */
     float gn_eps;                 /* there: InstanceNormalization's epsilon */
-    int last;                     /* OV_LAST: the stage (onnx_last.c); at its scores as rows, id and shape */
+    int padid;                    /* OV_PADID: the stage (onnx_padid.c); at the scores as rows, id and shape */
+    int pos_off;                  /* OV_PADID at RoBERTa's positions, OV_ROWS: token 0's row of the table */
     int pool;                     /* OV_POOL: the stage (onnx_pool.c); id and shape the tokens averaged */
     int km[3];                    /* OV_KEYMASK: its form (onnx_keymask.c), the keys' T, and 1 where a causal
                                      mask is in it */
@@ -219,8 +220,9 @@ int bfit_onnx_keymask_on(onnx_lower *L, const oval *m, int heads, int64_t T, int
 int bfit_onnx_tokmask(onnx_lower *L, oval *m, int T);
 int bfit_onnx_lower_pool(onnx_lower *L, int *rc);
 
-/* ---- each sequence's last token, as GPT2ForSequenceClassification picks it (onnx_last.c) ---- */
-int bfit_onnx_lower_last(onnx_lower *L, int *rc);
+/* ---- the ids compared with the pad token: RoBERTa's positions, GPT2ForSequenceClassification's last
+   token (onnx_padid.c) ---- */
+int bfit_onnx_lower_padid(onnx_lower *L, int *rc);
 
 /* ---- GELU's tanh approximation, recognised by what it computes (onnx_gelu.c) ---- */
 int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);

@@ -13,6 +13,9 @@
 #include "base/err.h"
 #include "nn/onnx_int.h"
 
+/* A refusal here knows its cause: no Softmax the attention matcher left is blamed for it. */
+#define REFUSE(L, ...) ((L)->attn_miss = 0, bfit_onnx_refuse((L), __VA_ARGS__))
+
 enum {
     PS_H = 1, /* h [B, T, C] times the token mask: h's id and shape */
     PS_SUM,   /* [B, C]: that summed over the tokens (h's id and shape) */
@@ -62,7 +65,7 @@ int bfit_onnx_tokmask(onnx_lower *L, oval *m, int T)
     if (bfit_onnx_streq(L->nd->op, "Mul") && L->nd->nin == 2 && h && h->kind == OV_DEVICE && h->shape.nd == 2 &&
         h->shape.d[0] == T && !h->cl[0] && !h->rows && (c == 1 || c == h->shape.d[1])) {
         if (bfit_onnx_next(L, L->ndi, "ReduceSum") < 0) /* the padding zeroed and read on: not a mean */
-            return bfit_onnx_refuse(L, "%s (here the tokens times the mask are read by another node than their "
+            return REFUSE(L, "%s (here the tokens times the mask are read by another node than their "
                                        "sum over the tokens)", WANT);
         pool_out(L, h, PS_H, 0);
         return BFIT_OK;
@@ -71,7 +74,7 @@ int bfit_onnx_tokmask(onnx_lower *L, oval *m, int T)
         pool_out(L, m, PS_COUNT, c);
         return BFIT_OK;
     }
-    return bfit_onnx_refuse(L, "%s", WANT);
+    return REFUSE(L, "%s", WANT);
 }
 
 /* Clip(count, min) with 0 < min <= 1 and no max: every sequence has a
@@ -107,6 +110,6 @@ int bfit_onnx_lower_pool(onnx_lower *L, int *rc)
         bfit_onnx_set_rank(L, &x, &x.shape);
         *rc = bfit_onnx_emit(L, &gap, (oval *const *)&px, 1, NULL, 0);
     } else
-        *rc = bfit_onnx_refuse(L, "%s (here the mean's parts read otherwise)", WANT);
+        *rc = REFUSE(L, "%s (here the mean's parts read otherwise)", WANT);
     return 1;
 }

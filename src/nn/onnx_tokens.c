@@ -141,6 +141,7 @@ static int add_positions(onnx_lower *L, oval *x, oval *r)
     if (d->cfg.types && (rc = bfit_wsrc_move(L->w, x->id - 1, 1, 2)) != BFIT_OK) /* the types after positions */
         return rc;
     d->cfg.positions = (int)r->t->dim[0];
+    d->cfg.pos_off = r->pos_off; /* RoBERTa's, after its padding_idx (onnx_padid.c) */
     bfit_onnx_alias(L, x);
     return bfit_wsrc_add(L->w, x->id - 1, 1, r->t, L->param_used[r->init]++);
 }

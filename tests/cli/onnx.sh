@@ -299,9 +299,15 @@ done
 cmp -s <(tensors "$dir/gpt2_cls.safetensors") <(tensors "$dir/gpt2_cls_445.safetensors") ||
   { echo "FAIL: gpt2_cls_445.onnx trained to other weights than gpt2_cls.onnx"; fails=$((fails + 1)); }
 run 1 plan --model "$src/tests/onnx/gpt2_cls_first.onnx" --memory 1GiB &&
-  has "$err" "gpt2_cls_first.onnx: node '/Mod' \(Mod, opset 17\) with inputs '/ArgMax_output_0' \(on the way to each sequence's last token\), '/Gather_output_0' \(computed on the host\): input 1 is part of picking each sequence's last token \(its place so far\), read here otherwise: batchfit reads each sequence's last token as transformers' GPT2ForSequenceClassification picks it"
+  has "$err" "gpt2_cls_first.onnx: node '/Mod' \(Mod, opset 17\) with inputs '/ArgMax_output_0' \(made by comparing the ids with the pad token\), '/Gather_output_0' \(computed on the host\): input 1 is part of picking each sequence's last token \(its place so far\), read here otherwise: batchfit reads each sequence's last token as transformers' GPT2ForSequenceClassification picks it"
 run 1 plan --model "$src/tests/onnx/gpt2_cls_lastpad.onnx" --memory 1GiB &&
-  has "$err" "gpt2_cls_lastpad.onnx: node '/ArgMax' \(ArgMax, opset 17\) with inputs '/Cast_3_output_0' \(on the way to each sequence's last token\): ArgMax of the pad token's places with axis -1, keepdims 0, select_last_index 1: batchfit reads"
+  has "$err" "gpt2_cls_lastpad.onnx: node '/ArgMax' \(ArgMax, opset 17\) with inputs '/Cast_3_output_0' \(made by comparing the ids with the pad token\): ArgMax of the pad token's places with axis -1, keepdims 0, select_last_index 1: batchfit reads"
+# RobertaForSequenceClassification (since 2026-12-05): its positions, made from the ids after padding_idx, read as
+# the position table's rows from padding_idx + 1 on; the cumulative sum reversed is refused
+run 0 train --model "$src/tests/onnx/roberta_cls.onnx" --data "$dir/cls" --epochs 1 --batch 8 --max-steps 20 \
+  --lr 3e-3 --optimizer adamw --threads 2 && has "$out" "test accuracy [0-9.]+% after 1 epoch\(s\), 15 steps"
+run 1 plan --model "$src/tests/onnx/roberta_reverse.onnx" --memory 1GiB &&
+  has "$err" "roberta_reverse.onnx: node '/CumSum' \(CumSum, opset 17\) .*: a CumSum of the real tokens other than over the tokens, inclusive and forward"
 # a mean of the tokens weighted by the attention_mask (since 2026-12-05), as sentence-transformers' mean_pooling
 # writes it and without its expand and clamp, trains to the weights of the mean exported from the ids alone
 for v in meanpool_st meanpool_simple meanpool_nomask; do

@@ -64,7 +64,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -1314,6 +1314,45 @@ class HFBertCls(HFBert):
         return self.classifier(self.dropout(pooled))
 
 
+class HFRobertaCls(HFBert):
+    """transformers' RobertaForSequenceClassification in small, after its code: BERT's layers under RoBERTa's
+    embeddings (word and position tables with padding_idx, the positions made from the ids by
+    create_position_ids_from_input_ids: (torch.cumsum(mask, dim=1) * mask).long() + padding_idx, mask =
+    input_ids.ne(padding_idx), so the table has T + padding_idx + 1 rows; one token type), no pooler, and
+    RobertaClassificationHead (dropout, dense, tanh, dropout, out_proj on the first token's state)."""
+
+    seq_classes = True
+
+    def __init__(self, classes=CLASSES, pad_id=1, **kw):
+        super().__init__(types=1, **kw)
+        nn, e = torch.nn, self.bert.embeddings
+        V, C, T = e.word_embeddings.num_embeddings, e.word_embeddings.embedding_dim, e.position_embeddings.num_embeddings
+        e.word_embeddings = nn.Embedding(V, C, padding_idx=pad_id)
+        e.position_embeddings = nn.Embedding(T + pad_id + 1, C, padding_idx=pad_id)
+        self.roberta, self.pad_id = self.bert, pad_id
+        del self.bert, self.cls
+        self.classifier = nn.Module()
+        self.classifier.dense, self.classifier.out_proj = nn.Linear(C, C), nn.Linear(C, classes)
+        self.classifier.dropout = nn.Dropout(kw.get("p", 0.0))
+
+    def forward(self, input_ids, attention_mask=None):
+        e = self.roberta.embeddings
+        batch_size, seq_length = input_ids.size()
+        if attention_mask is None:
+            attention_mask = torch.ones((batch_size, seq_length), device=input_ids.device)
+        mask = input_ids.ne(self.pad_id).int()
+        position_ids = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + self.pad_id
+        token_type_ids = e.token_type_ids[:, :seq_length].expand(batch_size, seq_length)
+        ext = attention_mask[:, None, None, :].to(dtype=e.word_embeddings.weight.dtype)
+        ext = (1.0 - ext) * torch.finfo(e.word_embeddings.weight.dtype).min
+        x = e.word_embeddings(input_ids) + e.token_type_embeddings(token_type_ids)
+        h = e.dropout(e.LayerNorm(x + e.position_embeddings(position_ids)))
+        for layer in self.roberta.encoder.layer:
+            h = layer(h, ext)
+        c = self.classifier
+        return c.out_proj(c.dropout(torch.tanh(c.dense(c.dropout(h[:, 0])))))
+
+
 def build(name):
     """The module and its image size: torchvision's CNNs at 64x64, its ViT-B/16 at 32x32 (2x2 patches and the
     class token: 5 tokens; the position embedding is made for that size), vit_small, a VisionTransformer of
@@ -1374,6 +1413,8 @@ def build(name):
         model = DistilBertCls(V=256, T=128, C=128, H=4, L=4, hidden=512, p=0.1, classes=2)
         model.mask_input = False
         return model, 128
+    if name == "roberta_cls":  # RobertaForSequenceClassification: positions after padding_idx, made from the ids
+        return HFRobertaCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "meanpool_mask":  # the same given the attention_mask: sentence-transformers' mean_pooling by it
         return MeanPoolCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "meanpool_cls":  # the mean of the tokens, exported from the ids alone (x.mean(1)): the real ones
@@ -1464,7 +1505,7 @@ def oracle(name):
         y = torch.randint(0, vocab, (M, size), generator=g).to(torch.int32)
         y.view(-1)[6::7] = -1
         if getattr(model, "seq_classes", False):  # a class a sequence; padded ones end in id -1, batchfit's mark
-            head = model.score if hasattr(model, "score") else model.classifier
+            head = model.score if hasattr(model, "score") else getattr(model.classifier, "out_proj", model.classifier)
             y = torch.randint(0, head.out_features, (M,), generator=g).to(torch.int32)
             if hasattr(model, "pad_id"):  # the pad token only at padding, where PyTorch looks for it
                 x[x == model.pad_id] = model.pad_id - 1

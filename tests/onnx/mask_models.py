@@ -46,6 +46,10 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
 - segment_ids.onnx: hfbert_cls_inputs.onnx with token_type_ids called segment_ids, a name batchfit does not
   know (refused: a second mask, it says what it reads by which names);
 - types_1.onnx: hfbert_cls with token_type_ids [batch, 1], one a sequence (refused at the input);
+- roberta_cls.onnx: transformers' RobertaForSequenceClassification (export.py's HFRobertaCls: the positions
+  made from the ids after padding_idx 1, create_position_ids_from_input_ids), a byte vocabulary, 64 tokens,
+  width 32, 2 heads, 1 layer, 2 classes, with the attention_mask input; roberta_reverse.onnx the same with
+  its CumSum reversed (refused);
 - meanpool_st.onnx: a sentence classifier on DistilBERT's body (export.py's MeanPoolCls) pooling by
   sentence-transformers' mean_pooling (attention_mask.unsqueeze(-1).expand(h.size()).float(), torch.sum(h * m,
   1) / torch.clamp(m.sum(1), min=1e-9)); meanpool_simple.onnx the same weights pooling by (h * m).sum(1) /
@@ -73,8 +77,8 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import (HFGPT2, HFGPT2Cls, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, MeanPoolCls,  # noqa: E402
-                    TGpt, implied)
+from export import (HFGPT2, HFGPT2Cls, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, HFRobertaCls,  # noqa: E402
+                    MeanPoolCls, TGpt, implied)
 
 
 class MaskPool(HFGPT2):
@@ -137,15 +141,16 @@ class GPT2ClsFirst(HFGPT2Cls):
         return logits[torch.arange(input_ids.shape[0]), first]
 
 
-def argmax_last(src, path):
-    """src with its ArgMax taking the last maximum (select_last_index=1): the last pad token's place."""
+def with_attr(src, path, op, name, value):
+    """src with every op node's attribute name set to value (gpt2_cls_lastpad.onnx: the ArgMax's
+    select_last_index=1, the last pad token's place)."""
     import onnx
     m = onnx.load(src)
     for nd in m.graph.node:
-        if nd.op_type == "ArgMax":
-            kept = [a for a in nd.attribute if a.name != "select_last_index"]
+        if nd.op_type == op:
+            kept = [a for a in nd.attribute if a.name != name]
             del nd.attribute[:]
-            nd.attribute.extend(kept + [onnx.helper.make_attribute("select_last_index", 1)])
+            nd.attribute.extend(kept + [onnx.helper.make_attribute(name, value)])
     onnx.save(m, path)
 
 
@@ -199,7 +204,10 @@ def main():
            more=(("token_type_ids", torch.zeros(2, 1, dtype=torch.long)),))
     torch.manual_seed(7)
     export(HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls.onnx", T=64)
-    argmax_last("gpt2_cls.onnx", "gpt2_cls_lastpad.onnx")
+    with_attr("gpt2_cls.onnx", "gpt2_cls_lastpad.onnx", "ArgMax", "select_last_index", 1)
+    torch.manual_seed(9)
+    export(HFRobertaCls(V=256, T=64, C=32, H=2, L=1, hidden=64, p=0.1, classes=2), "roberta_cls.onnx", T=64)
+    with_attr("roberta_cls.onnx", "roberta_reverse.onnx", "CumSum", "reverse", 1)
     for path, mask, simple in (("meanpool_st.onnx", True, False), ("meanpool_simple.onnx", True, True),
                                ("meanpool_nomask.onnx", False, False)):
         torch.manual_seed(8)

@@ -96,7 +96,7 @@ class Case:
         if kind == "attention":  # dropout on the weights: none unless a case asks
             self.cfg.update(p=0.0)
         if kind == "embed":  # the token rows' factor (0: 1), the positions a constant
-            self.cfg.update(escale=0.0, pos_fixed=0)
+            self.cfg.update(escale=0.0, pos_fixed=0, pos_off=0)
         self.cfg.update(cfg)
         self.lens = self.cfg.pop("lens", None)  # attention's key-padding mask, carried as tensor "lens"
         self.g = torch.Generator().manual_seed(7919 * (idx + 1))
@@ -171,7 +171,7 @@ def run_embed(c, ids, params):
     if cfg["escale"]:
         y = y * cfg["escale"]
     if cfg["positions"]:
-        y = y + F.embedding(torch.arange(T), p.get("pos_weight", params["pos_weight"]))
+        y = y + F.embedding(torch.arange(T) + cfg["pos_off"], p.get("pos_weight", params["pos_weight"]))
     if cfg["types"]:
         y = y + F.embedding(torch.zeros(T, dtype=torch.int64), p["type_weight"])
     return y, p
@@ -567,6 +567,7 @@ def cases():
     # transformers: embeddings of token ids [T] (in0 "Tx1"), attention on [T, 3C], the per-token loss
     add("embed_m1_T5_C6_V11_P8", "embed", [(5, 1)], 1, seq=1, units=6, vocab=11, positions=8)
     add("embed_m3_T7_C5_V4_nopos", "embed", [(7, 1)], 3, seq=1, units=5, vocab=4)
+    add("embed_m2_T5_C4_V9_P9_off2", "embed", [(5, 1)], 2, seq=1, units=4, vocab=9, positions=9, pos_off=2)  # RoBERTa's
     add("embed_m2_T5_C8_V9_P5_types2", "embed", [(5, 1)], 2, seq=1, units=8, vocab=9, positions=5, types=2)
     # the Transformer tutorial's: token rows times sqrt(C), a constant position table longer than T
     add("embed_m2_T5_C8_V9_P7_scaled_fixed", "embed", [(5, 1)], 2, seq=1, units=8, vocab=9, positions=7,

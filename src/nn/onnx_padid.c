@@ -1,6 +1,19 @@
-/* onnx_last.c - the scores of each sequence's last real token, as
+/* onnx_padid.c - what a model computes by comparing its ids with the pad
+ * token: RoBERTa's positions, and the scores of each sequence's last real
+ * token.
+ *
+ * RoBERTa's create_position_ids_from_input_ids numbers the tokens after its
+ * padding_idx, padding_idx + 1 .. (padding_idx at padding):
+ *
+ *     mask = input_ids.ne(padding_idx).int()
+ *     (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + padding_idx
+ *
+ * (Equal, Not, Cast, CumSum, Mul, Cast, Add): the rows of the position table
+ * from padding_idx + 1 on, the embed layer's pos_off; a padding's own row
+ * is read by nothing a loss reads (its keys are masked, its labels -1).
+ *
  * transformers' GPT2ForSequenceClassification (and LLaMA's, Mistral's) picks
- * them, up to 4.44:
+ * the last real token's scores, up to 4.44:
  *
  *     sequence_lengths = torch.eq(input_ids, pad_token_id).int().argmax(-1) - 1
  *     sequence_lengths = sequence_lengths % input_ids.shape[-1]
@@ -17,10 +30,13 @@
  * batchfit knows where each sequence ends (its ids end in -1s: padding), so
  * the chain is followed, checked to be that one, and becomes `select last`;
  * the ids are not compared with the pad token (a text holding the pad
- * token's id is read to its end). Each value on the way is an OV_LAST, its
- * stage in `last`; anything else reading one is refused. */
+ * token's id is read to its end). Each value on the way is an OV_PADID, its
+ * stage in `padid`; anything else reading one is refused. */
 #include "base/err.h"
 #include "nn/onnx_int.h"
+
+/* A refusal here knows its cause: no Softmax the attention matcher left is blamed for it. */
+#define REFUSE(L, ...) ((L)->attn_miss = 0, bfit_onnx_refuse((L), __VA_ARGS__))
 
 #include <string.h>
 
@@ -28,6 +44,9 @@ enum {
     LS_PAD = 1, /* [B, T]: 1 where the id is the pad token (Equal, and its Cast) */
     LS_REAL,    /* [B, T]: 1 where it is not (Not, and its Cast) */
     LS_REALIX,  /* [B, T]: each token's place where it is not, else 0 (times arange(T)) */
+    LS_CUM,     /* [B, T]: the real tokens up to each (CumSum over the tokens): t + 1 at a real token */
+    LS_POS1,    /* [B, T]: that times LS_REAL: t + 1 at a real token, 0 at padding */
+    LS_POS,     /* [B, T]: that plus padding_idx: RoBERTa's positions, t + pos_off at a real token */
     LS_FIRST,   /* [B]: the first pad token's place, 0 where none (ArgMax) */
     LS_FIRST1,  /* [B]: that - 1 */
     LS_END,     /* [B]: that modulo T: the last real token's place */
@@ -50,14 +69,15 @@ static int64_t ids_T(const onnx_lower *L) { return L->g->input.d[0]; }
 static void last_out(onnx_lower *L, int st)
 {
     oval *o = bfit_onnx_out(L, 0);
-    o->kind = OV_LAST;
-    o->last = st;
-    o->rank = st == LS_PAD || st == LS_REAL || st == LS_REALIX ? 2 : 1;
+    o->kind = OV_PADID;
+    o->padid = st;
+    o->rank = st == LS_PAD || st == LS_REAL || st == LS_REALIX || st == LS_CUM || st == LS_POS1 || st == LS_POS
+                  ? 2 : 1;
     o->ra[0] = 1, o->rb[0] = 0;
     o->ra[1] = 0, o->rb[1] = ids_T(L);
 }
 
-static int at(const oval *v, int st) { return v && v->kind == OV_LAST && v->last == st; }
+static int at(const oval *v, int st) { return v && v->kind == OV_PADID && v->padid == st; }
 
 /* Whether v is the one number n (a host value, the batch not in it). */
 static int is_num(onnx_lower *L, oval *v, int64_t n)
@@ -91,7 +111,7 @@ static int pad_equal(onnx_lower *L, oval *a, oval *b, int *rc)
     if (!ids || ids->kind != OV_DEVICE || ids->id != 0 || L->g->input_dtype != BFIT_I32 || L->seq_first)
         return 0;
     if (!h || h->isf || h->n != 1 || h->a[0])
-        *rc = bfit_onnx_refuse(L, "the token ids compared with something other than one number (the pad "
+        *rc = REFUSE(L, "the token ids compared with something other than one number (the pad "
                                   "token's id): %s", WANT);
     else
         last_out(L, LS_PAD);
@@ -121,7 +141,7 @@ static int first_max(onnx_lower *L, int st)
         (rc = bfit_onnx_attr_int(L, "select_last_index", 0, &lastix)) != BFIT_OK)
         return rc;
     if ((axis != 1 && axis != -1) || keep || lastix)
-        return bfit_onnx_refuse(L, "ArgMax of the %s places with axis %lld, keepdims %lld, select_last_index "
+        return REFUSE(L, "ArgMax of the %s places with axis %lld, keepdims %lld, select_last_index "
                                    "%lld: %s (axis -1, keepdims 0, the first)",
                                 st == LS_FIRST ? "pad token's" : "real tokens'", (long long)axis, (long long)keep,
                                 (long long)lastix, WANT);
@@ -142,9 +162,9 @@ static int gather_last(onnx_lower *L, oval *rows)
     if ((rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
         return rc;
     if (axis != 0)
-        return bfit_onnx_refuse(L, "a Gather of the scores' rows along axis %lld: %s", (long long)axis, WANT);
+        return REFUSE(L, "a Gather of the scores' rows along axis %lld: %s", (long long)axis, WANT);
     x.kind = OV_DEVICE;
-    x.last = 0;
+    x.padid = 0;
     c.units = -1;
     return bfit_onnx_emit(L, &c, (oval *const *)&px, 1, NULL, 0);
 }
@@ -160,9 +180,64 @@ static int flatten_rows(onnx_lower *L, oval *x)
     if ((rc = bfit_onnx_attr_int(L, "axis", 1, &axis)) != BFIT_OK || axis != 2)
         return 0; /* Flatten(axis 1) of tokens: the CNN handler's */
     bfit_onnx_alias(L, x);
-    bfit_onnx_out(L, 0)->kind = OV_LAST;
-    bfit_onnx_out(L, 0)->last = LS_ROWS;
+    bfit_onnx_out(L, 0)->kind = OV_PADID;
+    bfit_onnx_out(L, 0)->padid = LS_ROWS;
     return 1;
+}
+
+/* CumSum over the tokens (axis 1), inclusive, forward. */
+static int cumsum_tokens(onnx_lower *L)
+{
+    int64_t ax[1], excl, rev;
+    int n = 0, rc;
+    if ((rc = bfit_onnx_host_i64(L, 1, ax, 1, &n)) != BFIT_OK || (rc = bfit_onnx_attr_int(L, "exclusive", 0, &excl)) ||
+        (rc = bfit_onnx_attr_int(L, "reverse", 0, &rev)))
+        return rc;
+    if (n != 1 || (ax[0] != 1 && ax[0] != -1) || excl || rev)
+        return REFUSE(L, "a CumSum of the real tokens other than over the tokens, inclusive and forward: "
+                                   "batchfit reads RoBERTa's positions, torch.cumsum(input_ids.ne(padding_idx)."
+                                   "int(), dim=1) * mask + padding_idx");
+    last_out(L, LS_CUM);
+    return BFIT_OK;
+}
+
+/* Add(t + 1 at the real tokens, padding_idx): RoBERTa's positions. */
+static int positions(onnx_lower *L, oval *c)
+{
+    hval *h = c && c->kind == OV_HOST ? bfit_onnx_host(L, c, 1) : NULL;
+    if (!h || h->isf || h->n != 1 || h->a[0] || h->b[0] < 0 || h->b[0] > (1 << 24))
+        return REFUSE(L, "RoBERTa's positions plus something other than one number at least 0 (its "
+                                   "padding_idx)");
+    last_out(L, LS_POS);
+    bfit_onnx_out(L, 0)->pos_off = (int)h->b[0] + 1;
+    return BFIT_OK;
+}
+
+/* Gather(position table, RoBERTa's positions): rows pos_off .. pos_off + T - 1 of it. */
+static int position_rows(onnx_lower *L, oval *table, const oval *pos)
+{
+    oval *o = bfit_onnx_out(L, 0);
+    int64_t axis;
+    int rc;
+    if ((rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
+        return rc;
+    if (axis != 0 || table->t->dim[0] > 0x7fffffff || table->t->dim[0] < ids_T(L) + pos->pos_off)
+        return REFUSE(L, "the positions %d .. %lld run past the %lld rows of the position table (--seq at "
+                                   "most %lld)", pos->pos_off, (long long)(ids_T(L) + pos->pos_off - 1),
+                                (long long)table->t->dim[0], (long long)table->t->dim[0] - pos->pos_off);
+    o->kind = OV_ROWS;
+    o->t = table->t;
+    o->init = table->init;
+    o->rank = 2;
+    o->ra[0] = o->ra[1] = 0;
+    o->rb[0] = ids_T(L), o->rb[1] = table->t->dim[1];
+    o->pos_off = pos->pos_off;
+    return BFIT_OK;
+}
+
+static int is_table(const oval *v)
+{
+    return v && v->kind == OV_HOST && v->t && v->init >= 0 && v->t->ndim == 2 && v->t->dtype == BFIT_ONNX_FLOAT;
 }
 
 /* One step of the chain, if the node is one (rc set); 0 if not. */
@@ -171,8 +246,16 @@ static int step(onnx_lower *L, const char *op, oval *a, oval *b, int *rc)
     *rc = BFIT_OK;
     if (!strcmp(op, "Equal"))
         return pad_equal(L, a, b, rc);
-    if (!strcmp(op, "Cast") && (at(a, LS_PAD) || at(a, LS_REAL)))
-        last_out(L, a->last);
+    if (!strcmp(op, "Cast") && (at(a, LS_PAD) || at(a, LS_REAL) || at(a, LS_CUM) || at(a, LS_POS1)))
+        last_out(L, a->padid);
+    else if (!strcmp(op, "CumSum") && at(a, LS_REAL))
+        *rc = cumsum_tokens(L);
+    else if (!strcmp(op, "Mul") && ((at(a, LS_CUM) && at(b, LS_REAL)) || (at(b, LS_CUM) && at(a, LS_REAL))))
+        last_out(L, LS_POS1);
+    else if (!strcmp(op, "Add") && (at(a, LS_POS1) || at(b, LS_POS1)))
+        *rc = positions(L, at(a, LS_POS1) ? b : a);
+    else if (!strcmp(op, "Gather") && is_table(a) && at(b, LS_POS))
+        *rc = position_rows(L, a, b);
     else if (!strcmp(op, "Not") && at(a, LS_PAD))
         last_out(L, LS_REAL);
     else if (!strcmp(op, "Mul") && ((at(a, LS_REAL) && is_arange(L, b)) || (at(b, LS_REAL) && is_arange(L, a))))
@@ -195,7 +278,7 @@ static int step(onnx_lower *L, const char *op, oval *a, oval *b, int *rc)
     return 1;
 }
 
-int bfit_onnx_lower_last(onnx_lower *L, int *rc)
+int bfit_onnx_lower_padid(onnx_lower *L, int *rc)
 {
     oval *a = bfit_onnx_in(L, 0), *b = L->nd->nin > 1 ? bfit_onnx_in(L, 1) : NULL;
     char op[32];
@@ -210,13 +293,18 @@ int bfit_onnx_lower_last(onnx_lower *L, int *rc)
     if (step(L, op, a, b, rc))
         return 1;
     for (int k = 0; k < L->nd->nin; k++)
-        if (bfit_onnx_in(L, k) && bfit_onnx_in(L, k)->kind == OV_LAST) {
-            if (bfit_onnx_in(L, k)->last == LS_ROWS)
-                *rc = bfit_onnx_refuse(L, "input %d is per-token values flattened into rows [N*T, C] (Flatten(axis="
+        if (bfit_onnx_in(L, k) && bfit_onnx_in(L, k)->kind == OV_PADID) {
+            if (bfit_onnx_in(L, k)->padid == LS_ROWS)
+                *rc = REFUSE(L, "input %d is per-token values flattened into rows [N*T, C] (Flatten(axis="
                                           "2)): batchfit reads those only as a Gather of each sequence's last "
                                           "token: %s", k + 1, WANT);
+            else if (bfit_onnx_in(L, k)->padid >= LS_CUM && bfit_onnx_in(L, k)->padid <= LS_POS)
+                *rc = REFUSE(L, "input %d is part of RoBERTa's positions, read here otherwise: batchfit "
+                                          "reads (torch.cumsum(mask, dim=1) * mask).long() + padding_idx, mask = "
+                                          "input_ids.ne(padding_idx).int(), only as the indices of a position "
+                                          "table's Gather", k + 1);
             else
-                *rc = bfit_onnx_refuse(L, "input %d is part of picking each sequence's last token (its place so "
+                *rc = REFUSE(L, "input %d is part of picking each sequence's last token (its place so "
                                           "far), read here otherwise: %s", k + 1, WANT);
             return 1;
         }
