@@ -144,32 +144,22 @@ static void test_gc_attention_masked(void **st)
 static void test_gc_token_mean(void **st)
 {
     static const int32_t l3[] = {6, 3, 1}, l0[] = {0, 4};
-    gc_case c = {.label = "gap on tokens T6 C5 lens 6,3,1", .nin = 1, .in = {Q(6, 5)}, .m = 3, .lens = l3};
+    gc_case c = {.nin = 1, .m = 3};
     (void)st;
-    c.cfg = bfit_layer_cfg_default(BFIT_L_GAP);
-    gc_assert(&c);
-    c.label = "gap on tokens T4 C3 lens 0,4";
-    c.in[0] = Q(4, 3);
-    c.m = 2;
-    c.lens = l0;
-    gc_assert(&c);
-    c.label = "gap on tokens T7 C2 (no lens)";
-    c.in[0] = Q(7, 2);
-    c.lens = NULL;
-    gc_assert(&c);
-    /* each sequence's last real token (GPT-2's classifier), the same lengths */
-    c.cfg = bfit_layer_cfg_default(BFIT_L_SELECT);
-    c.cfg.units = -1;
-    c.label = "select last T6 C5 lens 6,3,1";
-    c.in[0] = Q(6, 5);
-    c.m = 3;
-    c.lens = l3;
-    gc_assert(&c);
-    c.label = "select last T4 C3 lens 0,4";
-    c.in[0] = Q(4, 3);
-    c.m = 2;
-    c.lens = l0;
-    gc_assert(&c);
+    /* the mean of each sequence's real tokens, and its last real token (GPT-2's classifier) */
+    for (int last = 0; last < 2; last++) {
+        c.cfg = bfit_layer_cfg_default(last ? BFIT_L_SELECT : BFIT_L_GAP);
+        c.cfg.units = last ? -1 : c.cfg.units;
+        c.label = last ? "select last T6 C5 lens 6,3,1" : "gap on tokens T6 C5 lens 6,3,1";
+        c.in[0] = Q(6, 5), c.m = 3, c.lens = l3;
+        gc_assert(&c);
+        c.label = last ? "select last T4 C3 lens 0,4" : "gap on tokens T4 C3 lens 0,4";
+        c.in[0] = Q(4, 3), c.m = 2, c.lens = l0;
+        gc_assert(&c);
+        c.label = last ? "select last T7 C2 (no lens)" : "gap on tokens T7 C2 (no lens)";
+        c.in[0] = Q(7, 2), c.lens = NULL;
+        gc_assert(&c);
+    }
 }
 
 static void test_gc_token_loss(void **st)

@@ -568,39 +568,9 @@ def word_classes(root, n, T, seed):
     return ids, mask, torch.tensor(labels)
 
 
-def test_a_sequence_classifier_trains_on_class_folders(onnx_import, tmp_path):
-    """transformers' DistilBertForSequenceClassification (tests/onnx/export.py's DistilBertCls: the first token's
-    state through pre_classifier, ReLU and classifier) trains on a folder of class folders of texts: batchfit
-    pads each text with -1 and masks the padding's keys, PyTorch's accuracy on other texts, given their
-    attention_mask, goes from chance to above 90%, and the weights come back whole. Before 2026-12-05 a token
-    model had no data of one label a sequence."""
-    m = language_model("DistilBertCls", V=256, T=32, C=32, H=4, L=1, hidden=64, classes=2)
-    ids, mask, y = word_classes(tmp_path / "test", 100, 32, 2)
-    word_classes(tmp_path / "train", 300, 32, 1)
-
-    def accuracy():
-        m.eval()
-        with torch.no_grad():
-            return (m(ids, mask).argmax(1) == y).float().mean().item()
-
-    start, before = copy.deepcopy(m.state_dict()), accuracy()
-    bt.train(m, data=str(tmp_path / "train"), example_input=(ids[:1], mask[:1]), epochs=3, batch=16, lr=3e-3,
-             optimizer="adamw", memory="512MiB", threads=2, seed=1)
-    after = accuracy()
-    print(f"accuracy before {before:.3f}, after {after:.3f}, batchfit's {m.batchfit_result.test_accuracy:.3f}")
-    assert before < 0.7 and after > 0.9, (before, after)
-    assert m.batchfit_result.test_accuracy > 0.9
-    for pname, p in m.named_parameters():
-        assert not torch.equal(p.detach(), start[pname]), pname
-
-
-def test_sentence_transformers_pooling_trains_on_class_folders(onnx_import, tmp_path):
-    """A sentence classifier as users write one on an encoder: DistilBERT's body, sentence-transformers'
-    mean_pooling by the attention_mask (mask.unsqueeze(-1).expand(h.size()).float(), torch.sum(h * m, 1) /
-    torch.clamp(m.sum(1), min=1e-9); tests/onnx/export.py's MeanPoolCls), a linear classifier. batchfit reads
-    the pooling as the mean of each text's real tokens (before 2026-12-05 refused at the mask's Unsqueeze):
-    PyTorch's accuracy on other texts, given their mask, goes from chance to above 90%."""
-    m = language_model("MeanPoolCls", V=256, T=32, C=32, H=4, L=1, hidden=64, classes=2)
+def classifier_on_word_classes(m, tmp_path):
+    """m trained by batchfit.torch on word_classes' folders (300 texts a class, 3 epochs): PyTorch's own
+    accuracy on 200 other texts, given their attention_mask, before and after."""
     ids, mask, y = word_classes(tmp_path / "test", 100, 32, 2)
     word_classes(tmp_path / "train", 300, 32, 1)
 
@@ -614,4 +584,30 @@ def test_sentence_transformers_pooling_trains_on_class_folders(onnx_import, tmp_
              optimizer="adamw", memory="512MiB", threads=2, seed=1)
     after = accuracy()
     print(f"accuracy before {before:.3f}, after {after:.3f}, batchfit's {m.batchfit_result.test_accuracy:.3f}")
+    return before, after
+
+
+def test_a_sequence_classifier_trains_on_class_folders(onnx_import, tmp_path):
+    """transformers' DistilBertForSequenceClassification (tests/onnx/export.py's DistilBertCls: the first token's
+    state through pre_classifier, ReLU and classifier) trains on a folder of class folders of texts: batchfit
+    pads each text with -1 and masks the padding's keys, PyTorch's accuracy on other texts, given their
+    attention_mask, goes from chance to above 90%, and the weights come back whole. Before 2026-12-05 a token
+    model had no data of one label a sequence."""
+    m = language_model("DistilBertCls", V=256, T=32, C=32, H=4, L=1, hidden=64, classes=2)
+    start = copy.deepcopy(m.state_dict())
+    before, after = classifier_on_word_classes(m, tmp_path)
+    assert before < 0.7 and after > 0.9, (before, after)
+    assert m.batchfit_result.test_accuracy > 0.9
+    for pname, p in m.named_parameters():
+        assert not torch.equal(p.detach(), start[pname]), pname
+
+
+def test_sentence_transformers_pooling_trains_on_class_folders(onnx_import, tmp_path):
+    """A sentence classifier as users write one on an encoder: DistilBERT's body, sentence-transformers'
+    mean_pooling by the attention_mask (mask.unsqueeze(-1).expand(h.size()).float(), torch.sum(h * m, 1) /
+    torch.clamp(m.sum(1), min=1e-9); tests/onnx/export.py's MeanPoolCls), a linear classifier. batchfit reads
+    the pooling as the mean of each text's real tokens (before 2026-12-05 refused at the mask's Unsqueeze):
+    PyTorch's accuracy on other texts, given their mask, goes from chance to above 90%."""
+    before, after = classifier_on_word_classes(
+        language_model("MeanPoolCls", V=256, T=32, C=32, H=4, L=1, hidden=64, classes=2), tmp_path)
     assert before < 0.7 and after > 0.9, (before, after)
