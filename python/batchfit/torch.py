@@ -51,7 +51,9 @@ def export(module, example_input, path, training=True):
     buffers and drop probabilities are as they were afterwards. example_input
     may be a pair (token ids, attention_mask) for a language model whose
     forward takes the mask: the file then has it as a second input, which
-    batchfit reads as the padding's keys. Returns path."""
+    batchfit reads as the padding's keys. A forward that returns more than
+    the scores (transformers' ModelOutput, a dict, a tuple) is exported with
+    its scores alone: the logits, or its first tensor. Returns path."""
     _check(module, example_input)
     pair = isinstance(example_input, tuple)
     names = ["input", "attention_mask"] if pair else ["input"]
@@ -77,8 +79,8 @@ def export(module, example_input, path, training=True):
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}
     dropped = _without_drop_paths(module, training)
     try:
-        with _torch.random.fork_rng(devices=_cuda_devices(module)):  # a traced dropout draws from the RNG
-            _export_in(module, inputs, path, modes, kw)
+        with _torch.random.fork_rng(devices=_cuda_devices(module)), _ScoresOnly(module):
+            _export_in(module, inputs, path, modes, kw)  # (a traced dropout draws from the RNG)
     finally:
         for m, t in own:
             m.training = t
@@ -97,6 +99,45 @@ def export(module, example_input, path, training=True):
 # Drop-path modules as torchvision (ops.StochasticDepth) and timm (DropPath) write them, with the
 # attribute holding the drop probability: their in-place bernoulli_ does not export in training mode.
 _DROP_PATHS = {"StochasticDepth": "p", "DropPath": "drop_prob"}
+
+
+def _scores(out):
+    """The scores in what a forward returned: a tensor itself; transformers'
+    ModelOutput's or a dict's logits; a tuple's first tensor
+    (return_dict=False: (logits, past_key_values, ...) without labels)."""
+    if isinstance(out, _torch.Tensor):
+        return out
+    logits = out.get("logits") if isinstance(out, dict) else getattr(out, "logits", None)
+    if isinstance(logits, _torch.Tensor):
+        return logits
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], _torch.Tensor):
+        return out[0]
+    what = f"a dict of {sorted(out)[:4]}" if isinstance(out, dict) else type(out).__name__
+    raise _errors.InvalidArgumentError(f"model: its forward returns {what}: batchfit trains on the class scores, a "
+                                       f"tensor, a dict's or ModelOutput's 'logits', or a tuple's first tensor",
+                                       "model", _errors.EINVAL)
+
+
+class _ScoresOnly:
+    """While exporting, the module's forward returns its scores alone
+    (_scores): an ONNX graph of one output, the parameters' names as they
+    were (the forward is replaced on the instance, not wrapped in another
+    module)."""
+
+    def __init__(self, module):
+        self.module, self.own = module, module.__dict__.get("forward")
+
+    def __enter__(self):
+        forward = self.module.forward
+        self.module.forward = lambda *a, **k: _scores(forward(*a, **k))
+        return self
+
+    def __exit__(self, *exc):
+        if self.own is None:
+            del self.module.forward
+        else:
+            self.module.forward = self.own
+        return False
 
 
 def _without_drop_paths(module, training):

@@ -75,6 +75,46 @@ def test_export_leaves_the_module_as_it_was(onnx_import, tmp_path):
         assert np.array_equal(inits[k], start[k].numpy()), k
 
 
+class MoreThanScores(torch.nn.Module):
+    """small_cnn whose forward returns more than its scores, as transformers' models do: a ModelOutput
+    (an object with .logits and more), a dict with 'logits', or a tuple (return_dict=False)."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.net, self.kind = small_cnn(), kind
+
+    def forward(self, x):
+        y = self.net(x)
+        if self.kind == "modeloutput":
+            import types
+            return types.SimpleNamespace(loss=None, logits=y, hidden_states=x.flatten(1))
+        if self.kind == "dict":
+            return {"logits": y, "past_key_values": x * 2}
+        if self.kind == "tuple":
+            return y, x.sum(1)
+        return {"hidden": y}
+
+
+def test_a_forward_returning_more_than_its_scores(onnx_import, tmp_path):
+    """A forward returning a ModelOutput, a dict or a tuple exports its scores alone: one output, the
+    parameters under the module's own names, the plan the plain module's; the module's forward is its own
+    again afterwards. Before 2026-12-05: "the graph has 2 outputs". A dict without 'logits' is refused."""
+    import onnx
+    x = torch.zeros(1, 1, 28, 28)
+    want = bt.plan(small_cnn(), x, memory="1GiB", batch=[1, 32], threads=2)
+    for kind in ("modeloutput", "dict", "tuple"):
+        m = MoreThanScores(kind)
+        g = onnx.load(bt.export(m, x, tmp_path / f"{kind}.onnx")).graph
+        assert [o.name for o in g.output] == ["logits"], kind
+        assert {i.name for i in g.initializer} >= {n for n, _ in m.named_parameters()}, kind
+        got = bt.plan(m, x, memory="1GiB", batch=[1, 32], threads=2)
+        assert got["plans"] == want["plans"] and got["parameters"] == want["parameters"], kind
+        assert "forward" not in m.__dict__ and not isinstance(m(x), torch.Tensor), kind
+    with pytest.raises(batchfit.InvalidArgumentError, match=r"its forward returns a dict of \['hidden'\]: batchfit "
+                       r"trains on the class scores"):
+        bt.export(MoreThanScores("other"), x, tmp_path / "other.onnx")
+
+
 def test_export_to_a_missing_folder(onnx_import, tmp_path):
     """The path's folder is checked first: a FileNotFoundError naming it, no
     warning about training mode."""
