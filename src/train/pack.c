@@ -85,6 +85,27 @@ static int ids_len(const int32_t *x, int T)
     return n;
 }
 
+/* Real tokens of staged classifier row i. */
+static int cls_len(const bfit_run *r, int i)
+{
+    return ids_len((const int32_t *)r->stage_x + (size_t)i * (size_t)r->cls_T, r->cls_T);
+}
+
+void bfit_run_sort_cls(bfit_run *r, int E)
+{
+    size_t T = (size_t)r->cls_T;
+    for (int i = 0; i < E; i++)
+        r->order[i] = (int64_t)cls_len(r, i) << 32 | (uint32_t)~(uint32_t)i;
+    qsort(r->order, (size_t)E, sizeof *r->order, by_len_desc);
+    for (int i = 0; i < E; i++) {
+        int j = (int)~(uint32_t)(r->order[i] & 0xffffffffu);
+        memcpy(r->pack_x + (size_t)i * T, (const int32_t *)r->stage_x + (size_t)j * T, T * sizeof(int32_t));
+        r->pack_y[i] = r->stage_y[j];
+    }
+    memcpy(r->stage_x, r->pack_x, (size_t)E * T * sizeof(int32_t));
+    memcpy(r->stage_y, r->pack_y, (size_t)E * sizeof(int32_t));
+}
+
 int bfit_run_trim_cls(bfit_run *r, int done, int want)
 {
     int L = 1, rc;
@@ -141,7 +162,7 @@ int bfit_run_micro_size(bfit_run *r, int done, int left, int *want)
 {
     int L = r->s.M->input.d[0], i = (L + 15) / 16, b, cap;
     uint64_t bytes;
-    if (!r->fit_seqs) {
+    if (!r->fit_seqs || (r->cls_T && !r->cls_sorted)) {
         int least = bfit_model_min_batch(r->s.M);
         *want = left < r->pos.m ? left : r->pos.m;
         if (left - *want > 0 && left - *want < least && left - least >= least)
@@ -167,8 +188,9 @@ int bfit_run_micro_size(bfit_run *r, int done, int left, int *want)
         b = cap < 1 ? 1 : cap < b ? cap : b;
     }
     b = left < b ? left : b;
-    for (int j = 1; r->cfg.seq_max && j < b; j++)
-        if (2 * ((seq_len(r, done + j) + LEN_ROUND - 1) / LEN_ROUND * LEN_ROUND) <= L) {
+    for (int j = 1; (r->cfg.seq_max || r->cls_sorted) && j < b; j++)
+        if (2 * (((r->cls_sorted ? cls_len(r, done + j) : seq_len(r, done + j)) + LEN_ROUND - 1) / LEN_ROUND *
+                 LEN_ROUND) <= L) {
             b = j;
             break;
         }

@@ -506,8 +506,14 @@ static int open_streams(bfit_run *r, const bfit_controller_config *cc)
     r->stage_x = malloc(sizeof(float) * (size_t)most * (size_t)numel);
     r->stage_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)r->s.M->labels_per_sample);
     /* a classifier of token ids: its padded sequences packed at each micro-batch's longest */
-    if (r->cls_T && !(r->pack_x = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel)))
-        return staging_fail(r, most, bytes + sizeof(int32_t) * (size_t)most * (size_t)numel);
+    if (r->cls_T) { /* and sorted by length, with their labels */
+        r->pack_x = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
+        r->pack_y = malloc(sizeof(int32_t) * (size_t)most);
+        r->order = malloc(sizeof *r->order * (size_t)most);
+        bytes += (size_t)most * (sizeof(int32_t) * (size_t)(numel + 1) + sizeof *r->order);
+        if (!r->pack_x || !r->pack_y || !r->order)
+            return staging_fail(r, most, bytes);
+    }
     if (c->seq_max) { /* sorting a step's sequences and packing a micro-batch at its length */
         r->pack_x = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
         r->pack_y = malloc(sizeof(int32_t) * (size_t)most * (size_t)numel);
@@ -804,9 +810,10 @@ static int token_setup(bfit_run *r)
     if (r->cfg.batch_tokens && r->dp)
         return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "data-parallel training of token models is not "
                                "supported yet: train them in one process");
-    if (!r->cfg.seq_max && !r->cfg.batch_tokens)
+    /* a classifier of token ids in one process is sized by length too: more of its short sequences fit */
+    if (!r->cfg.seq_max && !r->cfg.batch_tokens && (!r->cls_T || r->dp))
         return BFIT_OK;
-    r->nfit = r->pc.T / 16 + 2;
+    r->nfit = (r->pc.T ? r->pc.T : r->cls_T) / 16 + 2;
     if (!(r->fit_seqs = calloc((size_t)r->nfit, sizeof *r->fit_seqs)))
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
     return BFIT_OK;

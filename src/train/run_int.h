@@ -95,6 +95,8 @@ struct bfit_run {
     int32_t *stage_y;
     int cls_T;                 /* a classifier of token ids: its T (the staged rows' length); each micro-batch
                                   runs at its longest sequence, rounded to 16 (0: not a classifier of ids) */
+    int cls_sorted;            /* a classifier's step sorted by length, its micro-batches sized at it (the step
+                                  spans several micro-batches; one of them all takes the step as it came) */
     int len_fixed;             /* --seq-max: the model takes only its own length (a learned position tensor
                                   added whole), so every micro-batch runs at it, padded */
     int max_take;
@@ -278,7 +280,10 @@ void bfit_run_sort_by_length(bfit_run *r, int E);
 int bfit_run_trim(bfit_run *r, int done);
 void bfit_run_pack(bfit_run *r, int done, int want, const float **x, const int32_t **y);
 /* A classifier of token ids (cls_T): the model put at the longest sequence of staged samples
- * [done, done + want), rounded to 16; those samples packed at it (*x into the pack buffer). */
+ * [done, done + want), rounded to 16; those samples packed at it (*x into the pack buffer). Sized by
+ * length (fit_seqs: one process, a step of more than one micro-batch: cls_sorted), the step's E staged
+ * sequences first sorted longest first with their labels. */
+void bfit_run_sort_cls(bfit_run *r, int E);
 int bfit_run_trim_cls(bfit_run *r, int done, int want);
 void bfit_run_pack_cls(bfit_run *r, int done, int want, const float **x);
 

@@ -195,6 +195,10 @@ static int stage(bfit_run *r, int E, int *n)
     *n = got;
     if (r->cfg.seq_max)
         bfit_run_sort_by_length(r, got);
+    /* a classifier's step of several micro-batches: sorted, so that each is sized at its longest */
+    r->cls_sorted = r->cls_T && r->fit_seqs && r->pos.m < got;
+    if (r->cls_sorted)
+        bfit_run_sort_cls(r, got);
     return BFIT_OK;
 }
 
@@ -233,6 +237,8 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
                              "was abandoned, the run is at step %lld", (long long)r->pos.step + 1, done, *n,
                              (long long)r->pos.step);
         if (r->cfg.seq_max && (rc = bfit_run_trim(r, done)) != BFIT_OK)
+            return rc;
+        if (r->cls_sorted && (rc = bfit_run_trim_cls(r, done, 1)) != BFIT_OK) /* sorted: the longest */
             return rc;
         if ((rc = bfit_run_micro_size(r, done, *n - done, &want)) != BFIT_OK ||
             (r->cls_T && (rc = bfit_run_trim_cls(r, done, want)) != BFIT_OK) ||

@@ -65,6 +65,20 @@ per = r["tokens_computed"] / r["samples"]
 print(f"  {per:.1f} token positions computed a sequence of at most 64")
 sys.exit(0 if 16 <= per < 48 else 1)
 PY
+# where memory bounds the micro-batch (11 sequences of 64 tokens in 2500 KiB), the step's sequences sorted by
+# length fill micro-batches of more at their shorter lengths (since 2026-12-05): fewer micro-steps than
+# ceil(E / 11) a step (57 of 72 when written)
+"$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --memory 2500KiB --epochs 1 --batch 32 --lr 3e-3 \
+  --optimizer adamw --threads 2 --seed 1 --log "$tmp/fit.jsonl" >/dev/null 2>&1
+python3 - "$tmp/fit.jsonl" <<'PY' && pass || fail "micro-steps of sequences sized by length: $(head -c 300 "$tmp/fit.jsonl")"
+import json, math, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+m = next(e["micro_batch"] for e in ev if e["event"] == "start")
+st = [e for e in ev if e["event"] == "step"]
+k, full = sum(e["k"] for e in st), sum(math.ceil(e["E"] / e["m"]) for e in st)
+print(f"  micro-batch {m} at 64 tokens: {k} micro-steps in {len(st)} steps, {full} at 64")
+sys.exit(0 if st and m < 32 and k < full else 1)
+PY
 expect 0 "test accuracy [0-9.]+% after 1 epoch\(s\), [0-9]+ steps, [0-9.]+ s training \([0-9]+ samples/s; [0-9.]+ token positions computed a sequence\)" \
   "$bf" train --model "$tmp/cls.cfg" --data "$tmp/texts" --epochs 1 --batch 16 --lr 3e-3 --optimizer adamw --threads 2
 # evaluated on a folder of one of its classes: 'tools' is the weights' class 1, not the folder's own 0
