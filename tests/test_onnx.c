@@ -217,6 +217,8 @@ static pbw *model(pbw *graph) { return model_op(graph, 17); }
 static void gemm_node(pbw *g, const char *name, const char *out)
 {
     const char *gi[3] = {"x", "fc.weight", "fc.bias"}, *go[1] = {out};
+    if (!strcmp(name, "fc2")) /* another layer: weights of its own (a shared weight is refused) */
+        gi[1] = "fc2.weight", gi[2] = "fc2.bias";
     pbw *n = node("Gemm", name, gi, 3, go, 1);
     attr_int(n, "transB", 1);
     pmsg(g, 1, n);
@@ -664,11 +666,54 @@ static pbw *silu_graph(const char *a, const char *b)
     const char *si[1] = {"h"}, *so[1] = {"s"}, *mi[2] = {a, b}, *mo[1] = {"logits"};
     pbw *g = pb_new();
     gemm_node(g, "fc", "h");
-    if (!strcmp(a, "x2"))
+    if (!strcmp(a, "x2")) {
+        static const int64_t wd[2] = {3, 4}, bd[1] = {3};
         gemm_node(g, "fc2", "x2");
+        pmsg(g, 5, tensor("fc2.weight", wd, 2, NULL, 12));
+        pmsg(g, 5, tensor("fc2.bias", bd, 1, NULL, 3));
+    }
     pmsg(g, 1, node("Sigmoid", "sig", si, 1, so, 1));
     pmsg(g, 1, node("Mul", "mul", mi, 2, mo, 1));
     return gemm_rest(g);
+}
+
+/* One Linear applied twice (its weight read by two Gemms): refused, since
+ * batchfit would train a copy for each place; an exporter's alias of merged
+ * equal constants (an Identity: another name) stays a parameter of its own. */
+static void test_shared_weight(void **st)
+{
+    const char *gi[3] = {"x", "fc.weight", "fc.bias"}, *go[1] = {"x2"}, *si[1] = {"h"}, *so[1] = {"s"};
+    const char *mi[2] = {"x2", "s"}, *mo[1] = {"logits"}, *ii[2] = {"fc.weight", "fc.bias"};
+    const char *io[2] = {"fc2.weight", "fc2.bias"};
+    bfit_graph_desc g;
+    pbw *m, *n;
+    (void)st;
+    for (int alias = 0; alias < 2; alias++) {
+        pbw *gr = pb_new();
+        gemm_node(gr, "fc", "h");
+        if (alias) { /* the second reads the weight and bias by Identities' names */
+            pmsg(gr, 1, node("Identity", "same", ii, 1, io, 1));
+            pmsg(gr, 1, node("Identity", "same_b", ii + 1, 1, io + 1, 1));
+            gi[1] = "fc2.weight", gi[2] = "fc2.bias";
+        }
+        n = node("Gemm", "fc_again", gi, 3, go, 1);
+        attr_int(n, "transB", 1);
+        pmsg(gr, 1, n);
+        pmsg(gr, 1, node("Sigmoid", "sig", si, 1, so, 1));
+        pmsg(gr, 1, node("Mul", "mul", mi, 2, mo, 1));
+        m = model(gemm_rest(gr));
+        if (alias) {
+            assert_int_equal(load(m, &g, NULL), BFIT_OK);
+            assert_int_equal(g.nnodes, 4); /* two linears, the sigmoid, the product */
+            bfit_graph_fini(&g);
+        } else {
+            assert_int_equal(load(m, &g, "node 'fc_again' (Gemm, opset 17) with inputs 'x' [N,4], 'fc.weight' [3,4] "
+                                         "float, 'fc.bias' [3] float: the parameter 'fc.weight' is already another "
+                                         "layer's: the module is applied twice"),
+                             BFIT_EINVAL);
+        }
+        pb_free(m);
+    }
 }
 
 /* nn.SiLU's export, x * Sigmoid(x) (either order), is one silu layer; a
@@ -2295,6 +2340,7 @@ int main(void)
         cmocka_unit_test(test_channel_shuffle),
         cmocka_unit_test(test_unsupported_op),
         cmocka_unit_test(test_silu),
+        cmocka_unit_test(test_shared_weight),
         cmocka_unit_test(test_gelu_op),
         cmocka_unit_test(test_host_cast),
         cmocka_unit_test(test_param_activations),

@@ -437,6 +437,7 @@ void bfit_onnx_alias(onnx_lower *L, const oval *x)
     *o = *x;
     o->name = name;
     o->producer = producer;
+    o->preads = 0; /* another name: an exporter's merged constants are parameters of their own */
 }
 
 void bfit_onnx_unavail(onnx_lower *L, int from, const char *why)
@@ -494,7 +495,7 @@ int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, in
     bfit_shape shp[BFIT_LAYER_MAXIN];
     int ids[BFIT_LAYER_MAXIN], id, rc = BFIT_OK;
     bfit_layer *l = NULL;
-    char err[512];
+    char err[512], nm[128];
     oval *o;
 
     if (nin > BFIT_LAYER_MAXIN)
@@ -507,10 +508,18 @@ int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, in
     for (int k = 0; k < nparams && rc == BFIT_OK; k++)
         if (params[k] && (k >= l->nparams || !params[k]->t))
             rc = bfit_onnx_refuse(L, "input %d cannot be a parameter of this layer", k + 2);
+        else if (params[k] && params[k]->preads) /* a second layer reads the name itself: the weights are shared */
+            rc = bfit_onnx_refuse(L, "the parameter '%s' is already another layer's: the module is applied twice "
+                                     "(its weights shared between the two places), and batchfit gives each layer "
+                                     "parameters of its own, which would train apart; apply a module once",
+                                  bfit_onnx_cstr(params[k]->name, nm, sizeof nm));
         else if (params[k])
             rc = check_param(L, params[k], &l->params[k], cfg->kind);
     if (rc == BFIT_OK && (id = bfit_graph_add_n(L->g, cfg, ids, nin, 0, 0)) < 0)
         rc = id;
+    for (int k = 0; k < nparams && rc == BFIT_OK; k++)
+        if (params[k])
+            params[k]->preads++;
     for (int k = 0; k < nparams && rc == BFIT_OK; k++)
         if (params[k]) /* a second reader (the exporter merges equal constants) gets a copy of its own */
             rc = bfit_wsrc_add(L->w, id - 1, k, params[k]->t, L->param_used[params[k]->init]++);

@@ -80,6 +80,9 @@ typedef struct oval {
     /* host */
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
     int init;                     /* initializer index, -1: none */
+    int preads;                   /* the layers that took this value (an initializer or its alias) as a parameter */
+    int src;                      /* OV_WT: the value transposed, an index into the values (an initializer or an
+                                     Identity's alias of one) */
     const char *why;              /* OV_UNAVAIL: what the value is (an output batchfit does not compute); OV_HOST:
                                      a graph input batchfit knows without feeding it (token_type_ids) */
     hval *h;                      /* OV_HOST: its numbers, once read or computed */

@@ -176,6 +176,7 @@ static int transpose(onnx_lower *L, oval *x)
         o->kind = OV_WT;
         o->t = x->t;
         o->init = x->init;
+        o->src = (int)(x - L->v);
         return BFIT_OK;
     }
     if (np == 3 && perm[0] == 0 && perm[1] == 2 && perm[2] == 1 && x->shape.nd == 2 && !x->cl[0])
@@ -206,7 +207,7 @@ static int matmul(onnx_lower *L, oval *x)
     if (!w || w->kind != OV_WT)
         return bfit_onnx_refuse(L, "batchfit runs MatMul by a transposed initializer (nn.Linear's export) outside "
                                    "attention blocks, and nothing else");
-    par[0] = bfit_onnx_val(L, w->t->name);
+    par[0] = &L->v[w->src]; /* by the name the graph reads: an exporter's alias of merged constants is another */
     c.units = (int)w->t->dim[0];
     /* a head tied to the token table (nanoGPT's lm_head.weight = wte.weight): the embed layer's, not a copy */
     if (w->init >= 0 && w->init == L->tok_table)

@@ -115,6 +115,23 @@ def test_a_forward_returning_more_than_its_scores(onnx_import, tmp_path):
         bt.export(MoreThanScores("other"), x, tmp_path / "other.onnx")
 
 
+def test_a_module_applied_twice_is_refused(onnx_import):
+    """A Linear applied twice shares its weights between the two places; batchfit would give each a copy
+    that trains apart (before 2026-12-05 it did, silently, saving 'fc.weight.1' beside 'fc.weight'): refused,
+    naming the parameter."""
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.fc, self.out = torch.nn.Linear(784, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 10)
+
+        def forward(self, x):
+            return self.out(torch.relu(self.fc(torch.relu(self.fc(self.inp(x.flatten(1)))))))
+
+    with pytest.raises(batchfit.InvalidArgumentError, match=r"the parameter 'fc.weight' is already another "
+                                                            r"layer's: the module is applied twice"):
+        bt.plan(Twice(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+
+
 def test_export_to_a_missing_folder(onnx_import, tmp_path):
     """The path's folder is checked first: a FileNotFoundError naming it, no
     warning about training mode."""
