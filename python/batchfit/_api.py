@@ -1,5 +1,6 @@
 """The calls: each a thin wrapper of one library call, its keyword arguments
 the command line's options (docs/python.md)."""
+import collections.abc
 import ctypes
 import os
 import re
@@ -225,14 +226,50 @@ def _read_tensors(path):
     return out, norm
 
 
+def _from_tokenizer(field, enc):
+    """A tokenizer's output with labels ({"input_ids", "attention_mask", "labels"}: transformers'
+    BatchEncoding plus the classes) as token arrays (x, y): the ids where the mask is 1, -1 after (batchfit
+    pads after a sequence's tokens, as a tokenizer with padding_side="right" does)."""
+    np = _numpy()
+    known = {"input_ids", "attention_mask", "labels", "token_type_ids"}
+    if "input_ids" not in enc or "labels" not in enc or set(enc) - known:
+        raise _errors.InvalidArgumentError(f"{field}: a tokenizer's output takes input_ids and labels (and "
+                                           f"attention_mask, token_type_ids); got {sorted(enc)}", field,
+                                           _errors.EINVAL)
+    ids = np.asarray(enc["input_ids"])
+    mask = np.asarray(enc["attention_mask"]) if "attention_mask" in enc else np.ones(ids.shape, dtype=bool)
+    if ids.ndim != 2 or mask.shape != ids.shape or ids.dtype.kind not in "iu":
+        raise _errors.InvalidArgumentError(f"{field}: input_ids must be integer ids [n, T] and attention_mask of "
+                                           f"their shape; got {ids.dtype} {ids.shape} and {mask.shape}", field,
+                                           _errors.EINVAL)
+    mask = mask != 0
+    late = np.argwhere(mask[:, 1:] & ~mask[:, :-1])  # a token after padding
+    if late.size:
+        r, t = late[0]
+        raise _errors.InvalidArgumentError(f"{field}: sequence {r} has a token at position {t + 1} after padding: "
+                                           f"batchfit pads after a sequence's tokens (a tokenizer's "
+                                           f"padding_side=\"right\")", field, _errors.EINVAL)
+    types = np.asarray(enc.get("token_type_ids", np.zeros(mask.shape, dtype=np.int64)))
+    pairs = np.argwhere((types != 0) & mask) if types.shape == mask.shape else np.argwhere(types != 0)
+    if pairs.size:
+        r = int(pairs[0][0])
+        raise _errors.InvalidArgumentError(f"{field}: sequence {r} has token type 1: batchfit trains one segment a "
+                                           f"sequence (token_type_ids all 0), not sentence pairs", field,
+                                           _errors.EINVAL)
+    return np.where(mask, ids, -1).astype(np.int32), enc["labels"]
+
+
 def _set_data(cfg, which, data):
-    """data (which 0) or test_data (1): a name or path, or arrays (x, y)."""
+    """data (which 0) or test_data (1): a name or path, arrays (x, y), or a
+    tokenizer's output with labels."""
     field = "test_data" if which else "data"
     if data is None:
         return
     if isinstance(data, (str, os.PathLike)):
         cfg.set(field, data)
         return
+    if isinstance(data, collections.abc.Mapping):
+        data = _from_tokenizer(field, data)
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise _errors.ArgumentTypeError(f"{field}: give a data set name, a path, or arrays (x, y), not "
                                         f"{type(data).__name__}", field, _errors.EINVAL)
@@ -280,8 +317,10 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     read in place (x float32 samples in the model's input layout, y integer
     labels), shuffled and normalised exactly as a file of them would be; for
     a classifier of token ids x is integer ids [n, T], each sequence padded
-    with -1 after its last token (as a folder of class folders of texts).
-    Options are `batchfit train`'s (batch="auto", epochs, lr, seed,
+    with -1 after its last token (as a folder of class folders of texts), or
+    a tokenizer's output with the labels, {"input_ids", "attention_mask",
+    "labels"} (transformers' BatchEncoding, right-padded: the ids where the
+    mask is 1). Options are `batchfit train`'s (batch="auto", epochs, lr, seed,
     checkpoint, log, save, ...). on_event gets each event of the run's log
     as a dict (start, step, batch_change with its reason, eval, memory,
     end, ...), in order. progress=True prints the library's progress lines.

@@ -22,6 +22,7 @@ and standard deviation (unless no_normalize=True): to use the trained
 module in PyTorch as batchfit evaluated it, feed it inputs standardised
 the same way (result.normalization holds the figures).
 """
+import collections.abc
 import errno
 import inspect
 import os
@@ -299,6 +300,9 @@ def _example_for(data, example_input):
     """A tensor of one sample: given, from the arrays' shape, or Fashion-MNIST's."""
     if example_input is not None:
         return example_input
+    if isinstance(data, collections.abc.Mapping) and hasattr(data.get("input_ids"), "shape"):
+        ids = _torch.zeros((1, data["input_ids"].shape[-1]), dtype=_torch.long)  # a tokenizer's output
+        return (ids, _torch.ones_like(ids)) if "attention_mask" in data else ids
     if isinstance(data, (tuple, list)) and len(data) == 2 and hasattr(data[0], "shape"):
         kind = getattr(getattr(data[0], "dtype", None), "kind", "f")  # token ids: integers
         return _torch.zeros((1,) + tuple(data[0].shape[1:]), dtype=_torch.long if kind in "iu" else _torch.float32)

@@ -659,6 +659,22 @@ def test_a_sequence_classifier_trains_on_class_folders(onnx_import, tmp_path):
         assert not torch.equal(p.detach(), start[pname]), pname
 
 
+def test_a_classifier_trains_on_a_tokenizers_output(onnx_import, tmp_path):
+    """DistilBertForSequenceClassification given a tokenizer's output with labels ({"input_ids",
+    "attention_mask", "labels"}, right-padded with id 0, as transformers' BatchEncoding holds it) and no
+    example_input (the pair is made from it): PyTorch's accuracy on other texts goes above 90%."""
+    m = language_model("DistilBertCls", V=256, T=32, C=32, H=4, L=1, hidden=64, classes=2)
+    ids, mask, y = word_classes(tmp_path / "test", 100, 32, 2)
+    tids, tmask, ty = word_classes(tmp_path / "train", 300, 32, 1)
+    bt.train(m, data={"input_ids": tids.numpy(), "attention_mask": tmask.numpy(), "labels": ty.numpy()}, epochs=3,
+             batch=16, lr=3e-3, optimizer="adamw", memory="512MiB", threads=2, seed=1)
+    m.eval()
+    with torch.no_grad():
+        after = (m(ids, mask).argmax(1) == y).float().mean().item()
+    print(f"accuracy after {after:.3f}")
+    assert after > 0.9, after
+
+
 def test_sentence_transformers_pooling_trains_on_class_folders(onnx_import, tmp_path):
     """A sentence classifier as users write one on an encoder: DistilBERT's body, sentence-transformers'
     mean_pooling by the attention_mask (mask.unsqueeze(-1).expand(h.size()).float(), torch.sum(h * m, 1) /

@@ -265,6 +265,36 @@ def test_token_arrays_train_as_their_folder(tmp_path):
     assert not all(np.array_equal(bits(other.weights[n]), bits(w)) for n, w in want.weights.items())
 
 
+def test_a_tokenizers_output_trains_as_its_arrays(tmp_path):
+    """A tokenizer's output with labels ({"input_ids", "attention_mask", "token_type_ids", "labels"}, as
+    transformers' BatchEncoding right-padded with a pad id, the types all 0) trains to the same weights, bit
+    for bit, as the token arrays padded with -1; left padding, token type 1 and other keys are refused."""
+    spec = tmp_path / "cls.cfg"
+    spec.write_text(CLS_SPEC)
+    x, y = texts_and_ids(tmp_path / "train", 19, 1)
+    mask = (x >= 0).astype(np.int64)
+    enc = {"input_ids": np.where(x >= 0, x, 7).astype(np.int64), "attention_mask": mask,
+           "token_type_ids": np.zeros_like(mask), "labels": y}
+    opts = dict(epochs=1, batch=8, seed=3, lr=3e-3, optimizer="adamw", memory="256MiB", threads=2)
+    want = batchfit.train(str(spec), data=(x, y), test_data=(x, y), **opts)
+    got = batchfit.train(str(spec), data=enc, test_data=enc, **opts)
+    for name, w in want.weights.items():
+        assert np.array_equal(bits(got.weights[name]), bits(w)), name
+    assert got["test_accuracy"] == want["test_accuracy"]
+    left = dict(enc, attention_mask=mask[:, ::-1].copy())
+    with pytest.raises(batchfit.InvalidArgumentError, match="data: sequence [0-9]+ has a token at position [0-9]+ after "
+                                                           "padding: batchfit pads after a sequence's tokens"):
+        batchfit.train(str(spec), data=left, max_steps=1, threads=2)
+    pair = dict(enc, token_type_ids=mask.copy())
+    with pytest.raises(batchfit.InvalidArgumentError, match="data: sequence 0 has token type 1: batchfit trains "
+                                                           "one segment a sequence"):
+        batchfit.train(str(spec), data=pair, max_steps=1, threads=2)
+    with pytest.raises(batchfit.InvalidArgumentError, match=r"test_data: a tokenizer's output takes input_ids and "
+                                                           r"labels .*; got \['input_ids', 'special_tokens_mask'\]"):
+        batchfit.train(str(spec), data=enc, test_data={"input_ids": x, "special_tokens_mask": mask}, max_steps=1,
+                       threads=2)
+
+
 def test_token_arrays_refused(tmp_path):
     """What token arrays may not hold, named: -1 before a token, a sequence of padding alone, ids below -1, a
     language model given one class a sequence, a float model given ids."""
