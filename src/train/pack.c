@@ -40,19 +40,24 @@ static int by_len_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0; /* (length << 32 | ~index): longest first, then by index */
 }
 
-void bfit_run_sort_by_length(bfit_run *r, int E)
+/* The step's E staged rows (T ids and ny labels each) sorted by len, longest first. */
+static void sort_rows(bfit_run *r, int E, size_t T, size_t ny, int (*len)(const bfit_run *, int))
 {
-    size_t T = (size_t)r->cfg.seq_max;
     for (int i = 0; i < E; i++)
-        r->order[i] = (int64_t)seq_len(r, i) << 32 | (uint32_t)~(uint32_t)i;
+        r->order[i] = (int64_t)len(r, i) << 32 | (uint32_t)~(uint32_t)i;
     qsort(r->order, (size_t)E, sizeof *r->order, by_len_desc);
     for (int i = 0; i < E; i++) {
         int j = (int)~(uint32_t)(r->order[i] & 0xffffffffu);
         memcpy(r->pack_x + (size_t)i * T, (const int32_t *)r->stage_x + (size_t)j * T, T * sizeof(int32_t));
-        memcpy(r->pack_y + (size_t)i * T, r->stage_y + (size_t)j * T, T * sizeof(int32_t));
+        memcpy(r->pack_y + (size_t)i * ny, r->stage_y + (size_t)j * ny, ny * sizeof(int32_t));
     }
     memcpy(r->stage_x, r->pack_x, (size_t)E * T * sizeof(int32_t));
-    memcpy(r->stage_y, r->pack_y, (size_t)E * T * sizeof(int32_t));
+    memcpy(r->stage_y, r->pack_y, (size_t)E * ny * sizeof(int32_t));
+}
+
+void bfit_run_sort_by_length(bfit_run *r, int E)
+{
+    sort_rows(r, E, (size_t)r->cfg.seq_max, (size_t)r->cfg.seq_max, seq_len);
 }
 
 /* The model at the length of micro-batch [done, done + want). A model
@@ -91,20 +96,7 @@ static int cls_len(const bfit_run *r, int i)
     return ids_len((const int32_t *)r->stage_x + (size_t)i * (size_t)r->cls_T, r->cls_T);
 }
 
-void bfit_run_sort_cls(bfit_run *r, int E)
-{
-    size_t T = (size_t)r->cls_T;
-    for (int i = 0; i < E; i++)
-        r->order[i] = (int64_t)cls_len(r, i) << 32 | (uint32_t)~(uint32_t)i;
-    qsort(r->order, (size_t)E, sizeof *r->order, by_len_desc);
-    for (int i = 0; i < E; i++) {
-        int j = (int)~(uint32_t)(r->order[i] & 0xffffffffu);
-        memcpy(r->pack_x + (size_t)i * T, (const int32_t *)r->stage_x + (size_t)j * T, T * sizeof(int32_t));
-        r->pack_y[i] = r->stage_y[j];
-    }
-    memcpy(r->stage_x, r->pack_x, (size_t)E * T * sizeof(int32_t));
-    memcpy(r->stage_y, r->pack_y, (size_t)E * sizeof(int32_t));
-}
+void bfit_run_sort_cls(bfit_run *r, int E) { sort_rows(r, E, (size_t)r->cls_T, 1, cls_len); }
 
 int bfit_run_trim_cls(bfit_run *r, int done, int want)
 {
