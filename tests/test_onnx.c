@@ -677,39 +677,45 @@ static pbw *silu_graph(const char *a, const char *b)
     return gemm_rest(g);
 }
 
-/* One Linear applied twice (its weight read by two Gemms): refused, since
- * batchfit would train a copy for each place; an exporter's alias of merged
- * equal constants (an Identity: another name) stays a parameter of its own. */
+/* One Linear applied twice (its weight and bias read by two Gemms): the
+ * second layer shares the first's parameters (cfg.share); read through an
+ * Identity's other name (an exporter's merged equal constants) each is a
+ * parameter of its own; the weight shared and the bias not is refused. */
 static void test_shared_weight(void **st)
 {
-    const char *gi[3] = {"x", "fc.weight", "fc.bias"}, *go[1] = {"x2"}, *si[1] = {"h"}, *so[1] = {"s"};
-    const char *mi[2] = {"x2", "s"}, *mo[1] = {"logits"}, *ii[2] = {"fc.weight", "fc.bias"};
-    const char *io[2] = {"fc2.weight", "fc2.bias"};
+    const char *go[1] = {"x2"}, *si[1] = {"h"}, *so[1] = {"s"}, *mi[2] = {"x2", "s"}, *mo[1] = {"logits"};
+    const char *ii[2] = {"fc.weight", "fc.bias"}, *io[2] = {"fc2.weight", "fc2.bias"};
+    static const int64_t bd[1] = {3};
     bfit_graph_desc g;
     pbw *m, *n;
     (void)st;
-    for (int alias = 0; alias < 2; alias++) {
+    for (int form = 0; form < 3; form++) { /* shared, aliased, half shared */
+        const char *gi[3] = {"x", form == 1 ? "fc2.weight" : "fc.weight", form ? "fc2.bias" : "fc.bias"};
         pbw *gr = pb_new();
         gemm_node(gr, "fc", "h");
-        if (alias) { /* the second reads the weight and bias by Identities' names */
+        if (form == 1) {
             pmsg(gr, 1, node("Identity", "same", ii, 1, io, 1));
             pmsg(gr, 1, node("Identity", "same_b", ii + 1, 1, io + 1, 1));
-            gi[1] = "fc2.weight", gi[2] = "fc2.bias";
         }
+        if (form == 2)
+            pmsg(gr, 5, tensor("fc2.bias", bd, 1, NULL, 3));
         n = node("Gemm", "fc_again", gi, 3, go, 1);
         attr_int(n, "transB", 1);
         pmsg(gr, 1, n);
         pmsg(gr, 1, node("Sigmoid", "sig", si, 1, so, 1));
         pmsg(gr, 1, node("Mul", "mul", mi, 2, mo, 1));
         m = model(gemm_rest(gr));
-        if (alias) {
+        if (form < 2) {
             assert_int_equal(load(m, &g, NULL), BFIT_OK);
             assert_int_equal(g.nnodes, 4); /* two linears, the sigmoid, the product */
+            assert_int_equal(g.nodes[1].cfg.kind, BFIT_L_LINEAR);
+            assert_int_equal(g.nodes[1].cfg.share, form ? 0 : 1); /* the first node's parameters */
+            assert_int_equal(bfit_wsrc_count(g.wsrc), form ? 4 : 2);
             bfit_graph_fini(&g);
         } else {
             assert_int_equal(load(m, &g, "node 'fc_again' (Gemm, opset 17) with inputs 'x' [N,4], 'fc.weight' [3,4] "
-                                         "float, 'fc.bias' [3] float: the parameter 'fc.weight' is already another "
-                                         "layer's: the module is applied twice"),
+                                         "float, 'fc2.bias' [3] float: the parameter 'fc.weight' is another "
+                                         "layer's too, and this layer's others are not that layer's"),
                              BFIT_EINVAL);
         }
         pb_free(m);

@@ -12,7 +12,7 @@
  * Backward runs the nodes in reverse order (layout.c, schedule: every node
  * with a trainable parameter, every micro-batch), so the first write to a
  * gradient is its last node's in the graph; a tied table is written first
- * by its head. A node sets when its layer can and it is the first writer of
+ * by its head, a module applied twice by its last place. A node sets when its layer can and it is the first writer of
  * every trainable parameter it has. */
 #include "base/err.h"
 #include "nn/model.h"
@@ -22,7 +22,8 @@
 /* The owner of p's memory: p, or the parameter a shared one is. */
 static const bfit_param *owner(const bfit_model *M, int node, const bfit_param *p)
 {
-    return p->shared && M->nodes[node].tied ? M->nodes[node].tied : p;
+    (void)M, (void)node;
+    return p->shared && p->owner ? p->owner : p;
 }
 
 static int index_of(const bfit_model *M, const bfit_param *p)

@@ -98,6 +98,8 @@ typedef struct bfit_layer_cfg {
     int lean;           /* attention: keep no attention matrix, recompute it in backward */
     int tanh;           /* gelu: PyTorch's approximate='tanh' (GPT-2's, minGPT's NewGELU) */
     int tie;            /* linear: the weight is the embedding's token table (a tied head) */
+    int share;          /* the node (1-based, before this one, of the same kind) whose parameters are
+                           this layer's too: a module applied twice (ONNX); 0: its own */
     int wt;             /* linear: the weight stored [in, out] (transformers' Conv1D: x W + b), not nn.Linear's
                            [out, in] (x W^T + b) */
     float std;          /* linear: weights drawn with this spread and biases 0 (GPT-2 and BERT: 0.02,

@@ -151,14 +151,40 @@ static int wire(bfit_model *M)
     return BFIT_OK;
 }
 
+/* A layer that shares node s's parameters (cfg.share = s + 1: a module
+ * applied twice): each of them is s's, which must be of its kind and shapes. */
+static int share_params(bfit_model *M, const bfit_graph_desc *g, int i)
+{
+    bfit_layer *L = M->nodes[i].l, *O;
+    int s = L->cfg.share - 1, same;
+
+    if (s < 0 || s >= i)
+        return node_error(g, &g->nodes[i], "shares the parameters of a node that does not come before it");
+    O = M->nodes[s].l;
+    same = O->cfg.kind == L->cfg.kind && O->nparams == L->nparams && !O->cfg.share;
+    for (int k = 0; k < L->nparams && same; k++)
+        same = L->params[k].ndim == O->params[k].ndim && L->params[k].trainable == O->params[k].trainable &&
+               !memcmp(L->params[k].dim, O->params[k].dim, sizeof L->params[k].dim);
+    if (!same)
+        return node_error(g, &g->nodes[i], "shares the parameters of a layer of another kind or shape");
+    for (int k = 0; k < L->nparams; k++) {
+        L->params[k].shared = 1;
+        L->params[k].owner = &O->params[k];
+    }
+    return BFIT_OK;
+}
+
 /* A tied head's weight is the table of the nearest embedding before it,
  * which must have its shape; the table then multiplies (a compute copy
- * under mixed precision). */
+ * under mixed precision). A module applied twice shares its first place's. */
 static int tie_params(bfit_model *M, const bfit_graph_desc *g)
 {
     for (int i = 0; i < M->n; i++) {
         bfit_layer *L = M->nodes[i].l;
-        for (int k = 0; k < L->nparams; k++) {
+        int rc;
+        if (L->cfg.share && (rc = share_params(M, g, i)) != BFIT_OK)
+            return rc;
+        for (int k = 0; k < L->nparams && !L->cfg.share; k++) {
             bfit_param *p = &L->params[k], *o = NULL;
             char msg[256];
             if (!p->shared)
@@ -174,7 +200,7 @@ static int tie_params(bfit_model *M, const bfit_graph_desc *g)
                 return node_error(g, &g->nodes[i], msg);
             }
             o->multiplies = 1;
-            M->nodes[i].tied = o;
+            p->owner = o;
         }
     }
     return BFIT_OK;
@@ -184,13 +210,13 @@ static int tie_params(bfit_model *M, const bfit_graph_desc *g)
 static void point_tied(bfit_model *M)
 {
     for (int i = 0; i < M->n; i++)
-        for (int k = 0; k < M->nodes[i].l->nparams && M->nodes[i].tied; k++) {
+        for (int k = 0; k < M->nodes[i].l->nparams; k++) {
             bfit_param *p = &M->nodes[i].l->params[k];
-            if (!p->shared)
+            if (!p->shared || !p->owner)
                 continue;
-            p->data = M->nodes[i].tied->data;
-            p->grad = M->nodes[i].tied->grad;
-            p->cdata = M->nodes[i].tied->cdata;
+            p->data = p->owner->data;
+            p->grad = p->owner->grad;
+            p->cdata = p->owner->cdata;
         }
 }
 

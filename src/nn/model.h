@@ -127,8 +127,6 @@ typedef struct bfit_node {
     int in[BFIT_LAYER_MAXIN];        /* value ids, -1 past l->nin */
     int nconsumers;                  /* of this node's output value */
     bfit_op *acc;                    /* adds a temp gradient into its value's (tmp_input >= 0) */
-    bfit_param *tied;                /* the parameter its shared one is (a tied head: the embedding's
-                                        table), NULL: none */
     int grad_set;                    /* its backward sets its parameters' gradients in a step's first
                                         micro-batch (gradset.c) */
 } bfit_node;

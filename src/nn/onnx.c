@@ -489,13 +489,34 @@ static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, bfi
     return BFIT_OK;
 }
 
+/* The node (1-based) whose parameters the layer's are, where a module is
+ * applied twice (its parameters read by name a second time), all of them at
+ * the same places; 0 where none is; < 0 (refused) where only some are. */
+static int shared_with(onnx_lower *L, const bfit_layer *l, oval *const *params, int nparams)
+{
+    int share = 0, all = nparams >= l->nparams;
+    char nm[128];
+    for (int k = 0; k < nparams; k++)
+        if (params[k] && params[k]->preads)
+            share = params[k]->pnode;
+    for (int k = 0; share && k < l->nparams; k++)
+        all &= params[k] && params[k]->preads && params[k]->pnode == share && params[k]->pk == k;
+    if (share && !all)
+        return bfit_onnx_refuse(L, "the parameter '%s' is another layer's too, and this layer's others are not "
+                                   "that layer's: batchfit shares a module applied twice, all of its parameters",
+                                bfit_onnx_cstr(params[0] && params[0]->preads ? params[0]->name
+                                               : params[nparams > 1 ? 1 : 0]->name, nm, sizeof nm));
+    return share;
+}
+
 int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, int nin, oval *const *params,
                    int nparams)
 {
     bfit_shape shp[BFIT_LAYER_MAXIN];
-    int ids[BFIT_LAYER_MAXIN], id, rc = BFIT_OK;
+    int ids[BFIT_LAYER_MAXIN], id, rc = BFIT_OK, share;
     bfit_layer *l = NULL;
-    char err[512], nm[128];
+    bfit_layer_cfg c;
+    char err[512];
     oval *o;
 
     if (nin > BFIT_LAYER_MAXIN)
@@ -508,21 +529,20 @@ int bfit_onnx_emit(onnx_lower *L, const bfit_layer_cfg *cfg, oval *const *in, in
     for (int k = 0; k < nparams && rc == BFIT_OK; k++)
         if (params[k] && (k >= l->nparams || !params[k]->t))
             rc = bfit_onnx_refuse(L, "input %d cannot be a parameter of this layer", k + 2);
-        else if (params[k] && params[k]->preads) /* a second layer reads the name itself: the weights are shared */
-            rc = bfit_onnx_refuse(L, "the parameter '%s' is already another layer's: the module is applied twice "
-                                     "(its weights shared between the two places), and batchfit gives each layer "
-                                     "parameters of its own, which would train apart; apply a module once",
-                                  bfit_onnx_cstr(params[k]->name, nm, sizeof nm));
         else if (params[k])
             rc = check_param(L, params[k], &l->params[k], cfg->kind);
-    if (rc == BFIT_OK && (id = bfit_graph_add_n(L->g, cfg, ids, nin, 0, 0)) < 0)
+    /* a second layer reading the names themselves: a module applied twice, its parameters the first's */
+    if (rc == BFIT_OK && (share = shared_with(L, l, params, nparams)) < 0)
+        rc = share;
+    c = *cfg;
+    c.share = rc == BFIT_OK ? share : 0;
+    if (rc == BFIT_OK && (id = bfit_graph_add_n(L->g, &c, ids, nin, 0, 0)) < 0)
         rc = id;
-    for (int k = 0; k < nparams && rc == BFIT_OK; k++)
-        if (params[k])
-            params[k]->preads++;
-    for (int k = 0; k < nparams && rc == BFIT_OK; k++)
-        if (params[k]) /* a second reader (the exporter merges equal constants) gets a copy of its own */
+    for (int k = 0; k < nparams && rc == BFIT_OK && !c.share; k++)
+        if (params[k]) { /* a reader of another name (the exporter merges equal constants) gets a copy of its own */
+            params[k]->preads++, params[k]->pnode = id, params[k]->pk = k;
             rc = bfit_wsrc_add(L->w, id - 1, k, params[k]->t, L->param_used[params[k]->init]++);
+        }
     if (rc == BFIT_OK) {
         o = bfit_onnx_out(L, 0);
         o->kind = OV_DEVICE;

@@ -81,6 +81,7 @@ typedef struct oval {
     const bfit_onnx_tensor *t;    /* an initializer's or a Constant's tensor */
     int init;                     /* initializer index, -1: none */
     int preads;                   /* the layers that took this value (an initializer or its alias) as a parameter */
+    int pnode, pk;                /* the first of them (a node id, 1-based) and the parameter it is there */
     int src;                      /* OV_WT: the value transposed, an index into the values (an initializer or an
                                      Identity's alias of one) */
     const char *why;              /* OV_UNAVAIL: what the value is (an output batchfit does not compute); OV_HOST:

@@ -89,7 +89,9 @@ typedef struct bfit_param {
     int multiplies;     /* the weights a matmul or convolution multiplies by: under mixed
                            precision they get a compute copy in the layer's dtype */
     int shared;         /* another layer's parameter (a tied head's weight is the embedding's
-                           table): the model points data, grad and cdata at it and counts it once */
+                           table; a module applied twice): the model points data, grad and cdata at
+                           its owner and counts it once */
+    struct bfit_param *owner; /* shared: the parameter it is (set by the model) */
     void *data;
     void *grad;         /* NULL when not trainable */
     void *cdata;        /* the compute copy (refreshed after each update), NULL: none */

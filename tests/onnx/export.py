@@ -1314,6 +1314,23 @@ class HFBertCls(HFBert):
         return self.classifier(self.dropout(pooled))
 
 
+class SharedMlp(torch.nn.Module):
+    """A module applied twice: one Linear and one LayerNorm used at two places (ALBERT's shared layers in
+    small), their gradients the sum of both places'."""
+
+    def __init__(self, size=8):
+        super().__init__()
+        nn = torch.nn
+        self.inp, self.fc, self.norm = nn.Linear(3 * size * size, 32), nn.Linear(32, 32), nn.LayerNorm(32)
+        self.head = nn.Linear(32, CLASSES)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x.flatten(1)))
+        for _ in range(2):
+            h = self.norm(h + torch.relu(self.fc(h)))
+        return self.head(h)
+
+
 class HFRobertaCls(HFBert):
     """transformers' RobertaForSequenceClassification in small, after its code: BERT's layers under RoBERTa's
     embeddings (word and position tables with padding_idx, the positions made from the ids by
@@ -1413,6 +1430,8 @@ def build(name):
         model = DistilBertCls(V=256, T=128, C=128, H=4, L=4, hidden=512, p=0.1, classes=2)
         model.mask_input = False
         return model, 128
+    if name == "shared_mlp":  # a Linear and a LayerNorm each applied twice: their weights shared
+        return SharedMlp(8), 8
     if name == "roberta_cls":  # RobertaForSequenceClassification: positions after padding_idx, made from the ids
         return HFRobertaCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "meanpool_mask":  # the same given the attention_mask: sentence-transformers' mean_pooling by it

@@ -115,10 +115,11 @@ def test_a_forward_returning_more_than_its_scores(onnx_import, tmp_path):
         bt.export(MoreThanScores("other"), x, tmp_path / "other.onnx")
 
 
-def test_a_module_applied_twice_is_refused(onnx_import):
-    """A Linear applied twice shares its weights between the two places; batchfit would give each a copy
-    that trains apart (before 2026-12-05 it did, silently, saving 'fc.weight.1' beside 'fc.weight'): refused,
-    naming the parameter."""
+def test_a_module_applied_twice_shares_its_weights(onnx_import):
+    """A Linear applied twice shares its weights between the two places: batchfit's plan counts them once,
+    PyTorch's count (before 2026-12-05 each place got a copy that trained apart: 'fc.weight.1' saved beside
+    'fc.weight', 13,274 parameters for 13,002). Training: test_hand_written_blocks_train_and_come_back's
+    shared_mlp; the gradients against PyTorch's: onnx_torch shared_mlp."""
     class Twice(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -127,9 +128,9 @@ def test_a_module_applied_twice_is_refused(onnx_import):
         def forward(self, x):
             return self.out(torch.relu(self.fc(torch.relu(self.fc(self.inp(x.flatten(1)))))))
 
-    with pytest.raises(batchfit.InvalidArgumentError, match=r"the parameter 'fc.weight' is already another "
-                                                            r"layer's: the module is applied twice"):
-        bt.plan(Twice(), torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+    m = Twice()
+    got = bt.plan(m, torch.zeros(1, 1, 28, 28), memory="1GiB", batch=[1])
+    assert got["parameters"] == sum(p.numel() for p in m.parameters()) == 13002
 
 
 def test_export_to_a_missing_folder(onnx_import, tmp_path):
@@ -407,13 +408,14 @@ def test_convnext_and_shufflenet_train_and_come_back(onnx_import):
     assert cnx.features[1][0].layer_scale.shape == (16, 1, 1)
 
 
-@pytest.mark.parametrize("name", ["layerscale_mini", "mhsa_mini"])
+@pytest.mark.parametrize("name", ["layerscale_mini", "mhsa_mini", "shared_mlp"])
 def test_hand_written_blocks_train_and_come_back(onnx_import, name):
     """Modules as users write them (tests/onnx/export.py): LayerScaleMini's learned [C] scales on
     channels-last tokens (the original ConvNeXt's gamma), in a ViT block (timm's LayerScale) and on a vector;
-    MhsaMini's self-attention written out as timm's Attention (unbind, index) and minGPT's. They train on
-    arrays and every parameter comes back moved, in its own shape; before 2026-12-05 each was refused at
-    load (the first gamma's Mul, the first attention's Reshape)."""
+    MhsaMini's self-attention written out as timm's Attention (unbind, index) and minGPT's; SharedMlp's Linear
+    and LayerNorm each applied twice (their weights shared; before 2026-12-05 trained apart as copies). They
+    train on arrays and every parameter comes back moved, in its own shape; before 2026-12-05 the first two
+    were refused at load (the first gamma's Mul, the first attention's Reshape)."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "onnx"))
