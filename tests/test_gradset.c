@@ -13,6 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "base/err.h"
 #include "base/testctl.h"
 #include "device/device.h"
 #include "nn/spec.h"
@@ -185,6 +186,38 @@ static void test_tokens(void **st)
     assert_true(set_equals_added("gpt-nano", BFIT_F32, 2) > 0);
 }
 
+/* A module applied twice (cfg.share, as the ONNX import sets it): the
+ * second linear's parameters are the first's (one tensor each, counted
+ * once, its gradient set by the later place and added to by the earlier);
+ * a layer of another kind or shape cannot share them. */
+static void test_shared_module(void **st)
+{
+    static const char spec[] = "input 8\nlinear 8\nrelu\nlinear 8\nrelu\nlinear 4\n";
+    static const char other[] = "input 8\nlinear 8\nrelu\nlayernorm\nlinear 4\n";
+    bfit_graph_desc g;
+    bfit_model *M = NULL;
+    trig r;
+    (void)st;
+    trig_open(&r, 2, BIG);
+    assert_int_equal(bfit_spec_parse(spec, strlen(spec), "t.cfg", &g), BFIT_OK);
+    g.nodes[2].cfg.share = 1;
+    trig_model(&r, &g);
+    assert_int_equal(r.M->nparams, 4); /* 6 without sharing */
+    assert_ptr_equal(r.M->nodes[2].l->params[0].data, r.M->nodes[0].l->params[0].data);
+    assert_ptr_equal(r.M->nodes[2].l->params[1].grad, r.M->nodes[0].l->params[1].grad);
+    assert_true(r.M->nodes[2].grad_set);  /* the later place sets, */
+    assert_false(r.M->nodes[0].grad_set); /* the earlier adds */
+    trig_free(&r);
+    trig_open(&r, 2, BIG);
+    assert_int_equal(bfit_spec_parse(other, strlen(other), "t.cfg", &g), BFIT_OK);
+    g.nodes[2].cfg.share = 1;
+    assert_int_not_equal(bfit_model_new(&g, r.dev, r.arena, &M), BFIT_OK);
+    assert_null(M);
+    assert_non_null(strstr(bfit_errmsg(), "shares the parameters of a layer of another kind or shape"));
+    bfit_graph_fini(&g);
+    trig_free(&r);
+}
+
 /* Other paths of the ops that set: batch norms in nchw and backward from
  * their input (not lean: oneDNN's), convolutions' weight gradients as one
  * product over the samples (cpu_conv_gemm.c); and recomputation. */
@@ -211,6 +244,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_images),
         cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_shared_module),
         cmocka_unit_test(test_other_paths),
     };
     store = bfit_store_cfg_default();
