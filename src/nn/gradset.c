@@ -20,11 +20,7 @@
 #include <stdlib.h>
 
 /* The owner of p's memory: p, or the parameter a shared one is. */
-static const bfit_param *owner(const bfit_model *M, int node, const bfit_param *p)
-{
-    (void)M, (void)node;
-    return p->shared && p->owner ? p->owner : p;
-}
+static const bfit_param *owner(const bfit_param *p) { return p->shared && p->owner ? p->owner : p; }
 
 static int index_of(const bfit_model *M, const bfit_param *p)
 {
@@ -47,7 +43,7 @@ int bfit_gradset_plan(bfit_model *M)
         const bfit_layer *L = M->nodes[i].l;
         int set = L->vt->grad_set, any = 0;
         for (int k = 0; k < L->nparams; k++) {
-            int j = L->params[k].trainable ? index_of(M, owner(M, i, &L->params[k])) : -1;
+            int j = L->params[k].trainable ? index_of(M, owner(&L->params[k])) : -1;
             if (j >= 0) {
                 any = 1;
                 set &= !seen[j];
@@ -55,7 +51,7 @@ int bfit_gradset_plan(bfit_model *M)
         }
         M->nodes[i].grad_set = set && any;
         for (int k = 0; k < L->nparams; k++) {
-            int j = L->params[k].trainable ? index_of(M, owner(M, i, &L->params[k])) : -1;
+            int j = L->params[k].trainable ? index_of(M, owner(&L->params[k])) : -1;
             if (j >= 0 && !seen[j]) {
                 seen[j] = 1;
                 M->grad_zero[j] = !M->nodes[i].grad_set;

@@ -495,17 +495,17 @@ static int check_param(onnx_lower *L, const oval *p, const bfit_param *want, bfi
 static int shared_with(onnx_lower *L, const bfit_layer *l, oval *const *params, int nparams)
 {
     int share = 0, all = nparams >= l->nparams;
+    const oval *read = NULL; /* a parameter another layer took */
     char nm[128];
     for (int k = 0; k < nparams; k++)
         if (params[k] && params[k]->preads)
-            share = params[k]->pnode;
+            share = params[k]->pnode, read = params[k];
     for (int k = 0; share && k < l->nparams; k++)
         all &= params[k] && params[k]->preads && params[k]->pnode == share && params[k]->pk == k;
     if (share && !all)
         return bfit_onnx_refuse(L, "the parameter '%s' is another layer's too, and this layer's others are not "
                                    "that layer's: batchfit shares a module applied twice, all of its parameters",
-                                bfit_onnx_cstr(params[0] && params[0]->preads ? params[0]->name
-                                               : params[nparams > 1 ? 1 : 0]->name, nm, sizeof nm));
+                                bfit_onnx_cstr(read->name, nm, sizeof nm));
     return share;
 }
 

@@ -243,6 +243,10 @@ int bfit_onnx_gqa(onnx_lower *L, oval *v, int *rc);
 int bfit_onnx_lower_rms(onnx_lower *L, int *rc);
 
 /* ---- a language model's embeddings (onnx_tokens.c) ---- */
+/* Whether v is a float matrix initializer (an embedding's table). */
+int bfit_onnx_is_table(const oval *v);
+/* Output 0 is rows off .. off + n - 1 of table (OV_ROWS: the embed layer's positions). */
+void bfit_onnx_rows_out(onnx_lower *L, const oval *table, int64_t n, int off);
 int bfit_onnx_lower_tokens(onnx_lower *L, int *rc);
 
 /* ---- nn.GroupNorm's export (onnx_gnorm.c) ---- */

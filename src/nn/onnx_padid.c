@@ -216,7 +216,6 @@ static int positions(onnx_lower *L, oval *c)
 /* Gather(position table, RoBERTa's positions): rows pos_off .. pos_off + T - 1 of it. */
 static int position_rows(onnx_lower *L, oval *table, const oval *pos)
 {
-    oval *o = bfit_onnx_out(L, 0);
     int64_t axis;
     int rc;
     if ((rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
@@ -225,19 +224,8 @@ static int position_rows(onnx_lower *L, oval *table, const oval *pos)
         return REFUSE(L, "the positions %d .. %lld run past the %lld rows of the position table (--seq at "
                                    "most %lld)", pos->pos_off, (long long)(ids_T(L) + pos->pos_off - 1),
                                 (long long)table->t->dim[0], (long long)table->t->dim[0] - pos->pos_off);
-    o->kind = OV_ROWS;
-    o->t = table->t;
-    o->init = table->init;
-    o->rank = 2;
-    o->ra[0] = o->ra[1] = 0;
-    o->rb[0] = ids_T(L), o->rb[1] = table->t->dim[1];
-    o->pos_off = pos->pos_off;
+    bfit_onnx_rows_out(L, table, ids_T(L), pos->pos_off);
     return BFIT_OK;
-}
-
-static int is_table(const oval *v)
-{
-    return v && v->kind == OV_HOST && v->t && v->init >= 0 && v->t->ndim == 2 && v->t->dtype == BFIT_ONNX_FLOAT;
 }
 
 /* One step of the chain, if the node is one (rc set); 0 if not. */
@@ -254,7 +242,7 @@ static int step(onnx_lower *L, const char *op, oval *a, oval *b, int *rc)
         last_out(L, LS_POS1);
     else if (!strcmp(op, "Add") && (at(a, LS_POS1) || at(b, LS_POS1)))
         *rc = positions(L, at(a, LS_POS1) ? b : a);
-    else if (!strcmp(op, "Gather") && is_table(a) && at(b, LS_POS))
+    else if (!strcmp(op, "Gather") && bfit_onnx_is_table(a) && at(b, LS_POS))
         *rc = position_rows(L, a, b);
     else if (!strcmp(op, "Not") && at(a, LS_PAD))
         last_out(L, LS_REAL);

@@ -33,9 +33,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int is_table(const oval *v)
+int bfit_onnx_is_table(const oval *v)
 {
     return v && v->kind == OV_HOST && v->t && v->init >= 0 && v->t->ndim == 2 && v->t->dtype == BFIT_ONNX_FLOAT;
+}
+
+void bfit_onnx_rows_out(onnx_lower *L, const oval *table, int64_t n, int off)
+{
+    oval *o = bfit_onnx_out(L, 0);
+    o->kind = OV_ROWS;
+    o->t = table->t;
+    o->init = table->init;
+    o->rank = 2;
+    o->ra[0] = o->ra[1] = 0;
+    o->rb[0] = n, o->rb[1] = table->t->dim[1];
+    o->pos_off = off;
 }
 
 /* Gather(table, ids): the token embedding. */
@@ -88,12 +100,7 @@ static int position_rows(onnx_lower *L, oval *table)
                                 (long long)ix->n - 1, (long long)table->t->dim[0], (long long)table->t->dim[0],
                                 (long long)table->t->dim[0]);
     }
-    o->kind = OV_ROWS;
-    o->t = table->t;
-    o->init = table->init;
-    o->rank = 2;
-    o->ra[0] = o->ra[1] = 0;
-    o->rb[0] = ix->n, o->rb[1] = table->t->dim[1];
+    bfit_onnx_rows_out(L, table, ix->n, 0);
     return BFIT_OK;
 refuse:
     return bfit_onnx_refuse(L, "batchfit reads a Gather of a table by indices known at load as a position embedding "
@@ -162,7 +169,7 @@ static int types_over_batch(onnx_lower *L, oval *x, oval *s, int *rc)
     for (int k = 0; batch && k < n; k++)
         batch = bfit_onnx_streq(L->om->nodes[c[k]].op, "Gather") && L->om->nodes[c[k]].nin == 2 &&
                 bfit_onnx_val(L, L->om->nodes[c[k]].in[1]) == bfit_onnx_out(L, 0) &&
-                is_table(bfit_onnx_val(L, L->om->nodes[c[k]].in[0]));
+                bfit_onnx_is_table(bfit_onnx_val(L, L->om->nodes[c[k]].in[0]));
     for (int64_t i = 0; batch && i < h->n; i++)
         batch = !h->a[i] && h->b[i] == 0;
     if (!batch || n < 1)
@@ -313,9 +320,9 @@ int bfit_onnx_lower_tokens(onnx_lower *L, int *rc)
         return 1;
     if (bfit_onnx_streq(L->nd->op, "Expand") && types_over_batch(L, a, b, rc))
         return 1;
-    if (gather && is_table(a) && b && b->kind == OV_DEVICE && b->id == 0 && L->g->input_dtype == BFIT_I32)
+    if (gather && bfit_onnx_is_table(a) && b && b->kind == OV_DEVICE && b->id == 0 && L->g->input_dtype == BFIT_I32)
         *rc = token_table(L, a, b);
-    else if (gather && is_table(a) && b && b->kind == OV_HOST && (!b->h || !b->h->isf) &&
+    else if (gather && bfit_onnx_is_table(a) && b && b->kind == OV_HOST && (!b->h || !b->h->isf) &&
              (!b->t || (b->t->dtype != BFIT_ONNX_FLOAT && b->t->dtype != BFIT_ONNX_DOUBLE)))
         *rc = position_rows(L, a);
     else if (bfit_onnx_streq(L->nd->op, "Add") && a && b && a->kind == OV_DEVICE && b->kind == OV_ROWS)
