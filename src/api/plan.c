@@ -17,16 +17,24 @@
 
 static const char *fmt(uint64_t b, char *buf) { return bfit_format_size(b, buf, 32); }
 
+/* The asked sequence length and attention kind set on a loaded graph
+ * (freed when it cannot take them). */
+static int graph_options(const bfit_config *c, bfit_graph_desc *g)
+{
+    int rc = BFIT_OK;
+    if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq, "seq")) != BFIT_OK) ||
+        (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK))
+        bfit_graph_fini(g);
+    return rc;
+}
+
 /* The model's graph from its source, at the asked sequence length. */
 static int load_graph(const bfit_config *c, bfit_graph_desc *g)
 {
     int rc = bfit_model_source_load(c->t.model, c->seq, g);
     if (rc != BFIT_OK)
         return bfit_fail_field(rc, "model", "%s", bfit_errmsg());
-    if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq, "seq")) != BFIT_OK) ||
-        (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK))
-        bfit_graph_fini(g);
-    return rc;
+    return graph_options(c, g);
 }
 
 /* The options plan reads, checked against each other. */
@@ -62,11 +70,15 @@ static int plan_args_of(const bfit_config *c, plan_args *a, bfit_optim_cfg *opt)
         if (a->batch[i] > BFIT_PLAN_LIMIT)
             return bfit_fail_field(BFIT_EINVAL, "batch", "%d is out of range: expected 1 to %d", a->batch[i],
                                    BFIT_PLAN_LIMIT);
-    if (c->seq || c->attn_set) { /* a length or attention the model cannot take is a bad option */
+    /* A length or attention kind the model cannot take is a bad option; a
+     * model that does not load is not (bfit_plan says why, as train does). */
+    if (c->seq || c->attn_set) {
         bfit_graph_desc g;
-        if ((rc = load_graph(c, &g)) != BFIT_OK)
-            return rc;
-        bfit_graph_fini(&g);
+        if (bfit_model_source_load(c->t.model, c->seq, &g) == BFIT_OK) {
+            if ((rc = graph_options(c, &g)) != BFIT_OK)
+                return rc;
+            bfit_graph_fini(&g);
+        }
     }
     a->precision_auto = c->t.precision_auto; /* resolved by bfit_plan: a check of the options opens no device */
     return bfit_config_optim(c, opt);
