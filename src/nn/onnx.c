@@ -296,7 +296,7 @@ static void describe(const oval *v, char *buf, size_t len)
                                            : v->kind == OV_ROWS && v->typerow ? "row 0 of a table for every token"
                                            : v->kind == OV_ROWS  ? "rows of a position table"
                                            : v->kind == OV_KEYMASK ? "the attention mask, or made from it"
-                                           : v->kind == OV_PADID ? "made by comparing the ids with the pad token"
+                                           : v->kind == OV_PADID ? bfit_onnx_padid_what(v)
                                            : v->kind == OV_POOL  ? "a part of the mean of the real tokens"
                                                                  : "not computed");
     }

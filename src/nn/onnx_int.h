@@ -227,6 +227,7 @@ int bfit_onnx_lower_pool(onnx_lower *L, int *rc);
 /* ---- the ids compared with the pad token: RoBERTa's positions, GPT2ForSequenceClassification's last
    token (onnx_padid.c) ---- */
 int bfit_onnx_lower_padid(onnx_lower *L, int *rc);
+const char *bfit_onnx_padid_what(const oval *v); /* what an OV_PADID holds, for messages */
 
 /* ---- GELU's tanh approximation, recognised by what it computes (onnx_gelu.c) ---- */
 int bfit_onnx_lower_gelu(onnx_lower *L, int *rc);

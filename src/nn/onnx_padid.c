@@ -86,12 +86,21 @@ static int is_num(onnx_lower *L, oval *v, int64_t n)
     return h && h->n == 1 && (h->isf ? h->f[0] == (double)n : !h->a[0] && h->b[0] == n);
 }
 
-/* Range(0, batch, 1) read by a Mul alone (times T): each sequence's number
- * (the batch a constant in an export at a fixed batch). Another Range over
- * the batch is the host's to refuse. */
+/* Range(0, batch, 1) read by a Mul alone (times T) or a Gather alone (the
+ * scores of every sequence, logits[torch.arange(B), -1]): each sequence's
+ * number (the batch a constant in an export at a fixed batch). Another
+ * Range over the batch is the host's to refuse. */
 static int batch_range(onnx_lower *L)
 {
-    if (bfit_onnx_next(L, L->ndi, "Mul") < 0)
+    int g = bfit_onnx_next(L, L->ndi, "Gather");
+    if (g >= 0) { /* the indices of samples' values (made later, or so far), not of a table (wpe(arange(B))) */
+        const bfit_onnx_node *n = &L->om->nodes[g];
+        oval *x = n->nin == 2 ? bfit_onnx_val(L, n->in[0]) : NULL;
+        if (n->nin != 2 || (x && x->kind != OV_NONE && x->kind != OV_DEVICE) ||
+            bfit_onnx_val(L, n->in[1]) != bfit_onnx_out(L, 0))
+            g = -1;
+    }
+    if (bfit_onnx_next(L, L->ndi, "Mul") < 0 && g < 0)
         return 0;
     hval *h = bfit_onnx_in(L, 1) && bfit_onnx_in(L, 1)->kind == OV_HOST ? bfit_onnx_host(L, bfit_onnx_in(L, 1), 1)
                                                                         : NULL;
@@ -167,6 +176,24 @@ static int gather_last(onnx_lower *L, oval *rows)
     x.padid = 0;
     c.units = -1;
     return bfit_onnx_emit(L, &c, (oval *const *)&px, 1, NULL, 0);
+}
+
+/* Gather(x, each sequence's number, axis 0): x, every sample in its place
+ * (GPT2ForSequenceClassification without a pad token: its token picked
+ * before, logits[:, -1] as a `select`). */
+static int gather_batch(onnx_lower *L, oval *x)
+{
+    int64_t axis;
+    int rc;
+    if ((rc = bfit_onnx_attr_int(L, "axis", 0, &axis)) != BFIT_OK)
+        return rc;
+    if (axis != 0 || !x || x->kind != OV_DEVICE)
+        return REFUSE(L, "torch.arange(batch) as the indices of a Gather along axis %lld%s: batchfit reads it "
+                         "only as the batch in its own order, the indices along axis 0 of the samples' values "
+                         "(logits[torch.arange(batch_size), ...])", (long long)axis,
+                      x && x->kind == OV_DEVICE ? "" : " of something not computed from the samples");
+    bfit_onnx_alias(L, x);
+    return BFIT_OK;
 }
 
 /* Flatten(axis 2) of per-token values [N, T, K] of a token model: rows. */
@@ -261,9 +288,16 @@ static int step(onnx_lower *L, const char *op, oval *a, oval *b, int *rc)
         last_out(L, LS_ROW);
     else if (!strcmp(op, "Gather") && at(a, LS_ROWS) && at(b, LS_ROW))
         *rc = gather_last(L, a);
+    else if (!strcmp(op, "Gather") && at(b, LS_BATCH))
+        *rc = gather_batch(L, a);
     else
         return 0;
     return 1;
+}
+
+const char *bfit_onnx_padid_what(const oval *v)
+{
+    return v->padid == LS_BATCH ? "torch.arange(batch)" : "made by comparing the ids with the pad token";
 }
 
 int bfit_onnx_lower_padid(onnx_lower *L, int *rc)

@@ -365,6 +365,11 @@ static int gather(onnx_lower *L, oval *x)
         return bfit_onnx_refuse(L, "batchfit gathers one token (a constant index along dimension 1 of [N, T, C]) "
                                    "only");
     c.units = (int)(ix->b[0] < 0 ? ix->b[0] + x->shape.d[0] : ix->b[0]);
+    /* Token ids end in padding where a text is shorter than T: their last
+     * token (h[:, -1]) is each text's last, `select last`, as PyTorch picks
+     * it on the text alone (GPT-2's classifier without a pad token). */
+    if (c.units == x->shape.d[0] - 1 && L->g->input_dtype == BFIT_I32 && !L->seq_first)
+        c.units = -1;
     return bfit_onnx_emit(L, &c, &x, 1, NULL, 0);
 }
 

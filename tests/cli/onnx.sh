@@ -290,14 +290,19 @@ head -c 8192 "$dir/hfbert_cls.safetensors" | grep -aq '"classes":"\[\\"long\\",\
 # GPT2ForSequenceClassification (tests/onnx/mask_models.py; since 2026-12-05): the scores of each sequence's last
 # token before its first pad token, read as `select last` (each text's last byte), and as transformers 4.45 on
 # picks it (the last token that is not the pad token) to the same weights; picking the first pad token's
-# scores instead (no - 1), or the last pad token's, is refused
-for v in gpt2_cls gpt2_cls_445; do
+# scores instead (no - 1), or the last pad token's, is refused. Without a pad token (logits[torch.arange(B), -1]:
+# each text's last token, as PyTorch picks it on the text alone) to the same weights too
+for v in gpt2_cls gpt2_cls_445 gpt2_cls_nopad; do
   run 0 train --model "$src/tests/onnx/$v.onnx" --data "$dir/cls" --epochs 1 --batch 8 --max-steps 20 --lr 3e-3 \
     --optimizer adamw --threads 2 --save "$dir/$v.safetensors" &&
     has "$out" "test accuracy [0-9.]+% after 1 epoch\(s\), 15 steps"
 done
-cmp -s <(tensors "$dir/gpt2_cls.safetensors") <(tensors "$dir/gpt2_cls_445.safetensors") ||
-  { echo "FAIL: gpt2_cls_445.onnx trained to other weights than gpt2_cls.onnx"; fails=$((fails + 1)); }
+for v in gpt2_cls_445 gpt2_cls_nopad; do
+  cmp -s <(tensors "$dir/gpt2_cls.safetensors") <(tensors "$dir/$v.safetensors") ||
+    { echo "FAIL: $v.onnx trained to other weights than gpt2_cls.onnx"; fails=$((fails + 1)); }
+done
+run 1 plan --model "$src/tests/onnx/gpt2_cls_batchaxis.onnx" --memory 1GiB &&
+  has "$err" "gpt2_cls_batchaxis.onnx: node '/Gather_3' \(Gather, opset 17\) with inputs '/score/MatMul_output_0' \[N,64,2\], '/Range_1_output_0' \(torch.arange\(batch\)\): torch.arange\(batch\) as the indices of a Gather along axis 1: batchfit reads it only as the batch in its own order"
 run 1 plan --model "$src/tests/onnx/gpt2_cls_first.onnx" --memory 1GiB &&
   has "$err" "gpt2_cls_first.onnx: node '/Mod' \(Mod, opset 17\) with inputs '/ArgMax_output_0' \(made by comparing the ids with the pad token\), '/Gather_output_0' \(computed on the host\): input 1 is part of picking each sequence's last token \(its place so far\), read here otherwise: batchfit reads each sequence's last token as transformers' GPT2ForSequenceClassification picks it"
 run 1 plan --model "$src/tests/onnx/gpt2_cls_lastpad.onnx" --memory 1GiB &&

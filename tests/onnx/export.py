@@ -1010,8 +1010,9 @@ class HFGPT2Cls(HFGPT2):
     token, then the scores of each sequence's last token before its first pad token, torch.eq(input_ids,
     pad_token_id).int().argmax(-1) - 1 modulo T (no pad token: the last token), logits[torch.arange(batch),
     that]; since_445: as transformers 4.45 on picks it, the last token that is not the pad token,
-    (torch.arange(T) * (input_ids != pad_token_id).int()).argmax(-1). pad_id: the pad token's id (the
-    vocabulary's last here; GPT-2's eos in practice)."""
+    (torch.arange(T) * (input_ids != pad_token_id).int()).argmax(-1); no_pad: as it picks it without a pad token
+    (GPT-2's config has none; transformers then takes batches of one), logits[torch.arange(batch), -1]. pad_id:
+    the pad token's id (the vocabulary's last here; GPT-2's eos in practice)."""
 
     seq_classes = True
 
@@ -1025,6 +1026,10 @@ class HFGPT2Cls(HFGPT2):
     def forward(self, input_ids, attention_mask=None):
         logits = self.score(self.body(input_ids, attention_mask))
         batch_size = input_ids.shape[0]
+        if getattr(self, "no_pad", False):  # config.pad_token_id None (GPT-2's own): the last token, batch 1
+            return logits[torch.arange(batch_size, device=logits.device), -1]
+        if getattr(self, "batch_tokens", False):  # a mistake: the batch's numbers as the tokens picked
+            return logits[:, torch.arange(batch_size, device=logits.device)][:, -1]
         if getattr(self, "since_445", False):  # transformers 4.45 on: the last token that is not the pad token
             non_pad_mask = (input_ids != self.pad_id).to(logits.device, torch.int32)
             token_indices = torch.arange(input_ids.shape[-1], device=logits.device, dtype=torch.int32)

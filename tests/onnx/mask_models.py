@@ -60,6 +60,11 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
   64 tokens, width 16, 2 heads, 1 block, 2 classes, with the attention_mask input: read as `select last`;
 - gpt2_cls_445.onnx: the same weights picking the token as transformers 4.45 on does (the last token that is
   not the pad token): trains to gpt2_cls.onnx's weights, bit for bit;
+- gpt2_cls_nopad.onnx: the same weights picking the token as transformers does without a pad token
+  (logits[torch.arange(batch), -1]: the last token of a text given alone): trains to gpt2_cls.onnx's weights,
+  bit for bit (batchfit's texts end in padding; their last token is each text's last);
+- gpt2_cls_batchaxis.onnx: the same weights indexing the tokens by torch.arange(batch) (refused: a Range over
+  the batch is read only as the batch's own order);
 - gpt2_cls_first.onnx: the same picking the first pad token's scores (no - 1; refused);
 - gpt2_cls_lastpad.onnx: gpt2_cls.onnx with its ArgMax taking the last pad token (select_last_index=1;
   refused);
@@ -218,6 +223,14 @@ def main():
     model = HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2)
     model.since_445 = True
     export(model, "gpt2_cls_445.onnx", T=64)
+    torch.manual_seed(7)
+    model = HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2)
+    model.no_pad = True
+    export(model, "gpt2_cls_nopad.onnx", T=64)
+    torch.manual_seed(7)
+    model = HFGPT2Cls(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2)
+    model.batch_tokens = True
+    export(model, "gpt2_cls_batchaxis.onnx", T=64)
     torch.manual_seed(7)
     export(GPT2ClsFirst(V=256, T=64, C=16, H=2, L=1, p=0.1, classes=2), "gpt2_cls_first.onnx", T=64)
     torch.manual_seed(2)
