@@ -64,7 +64,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -784,6 +784,27 @@ class HFLlamaMask(Llama):
         return self.blocks(self.wte(idx), mask, position_ids)
 
 
+class HFLlamaCls(HFLlamaMask):
+    """transformers' LlamaForSequenceClassification in small (Mistral's and Qwen2's are the same module):
+    HFLlamaMask's body and final norm, `score` (a Linear without a bias) on every token, then the scores of each
+    sequence's last token before its first pad token, picked as GPT-2's classifier picks them (HFGPT2Cls, up to
+    transformers 4.44). pad_id: the vocabulary's last token."""
+
+    seq_classes = True
+
+    def __init__(self, classes=CLASSES, **kw):
+        super().__init__(**kw)
+        self.output = torch.nn.Identity()
+        self.score = torch.nn.Linear(self.wte.embedding_dim, classes, bias=False)
+        self.pad_id = self.wte.num_embeddings - 1
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        logits = self.score(super().forward(input_ids, attention_mask, position_ids))
+        sequence_lengths = torch.eq(input_ids, self.pad_id).int().argmax(-1) - 1
+        sequence_lengths = sequence_lengths % input_ids.shape[-1]
+        return logits[torch.arange(input_ids.shape[0], device=logits.device), sequence_lengths]
+
+
 class TGpt(torch.nn.Module):
     """A GPT of PyTorch's own layers: a token table wte, a learned position tensor [1, T, C] added, a pre-norm
     nn.TransformerEncoderLayer (GELU) with a float causal mask (nn.Transformer.generate_square_subsequent_mask)
@@ -1425,6 +1446,8 @@ def build(name):
         return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
     if name == "gpt2_cls":  # GPT2ForSequenceClassification: the scores of each sequence's last real token
         return HFGPT2Cls(V=64, T=16, C=32, H=4, L=2, p=0.2), 16
+    if name == "llama_cls":  # LlamaForSequenceClassification: llama_mask's body, the last real token's scores
+        return HFLlamaCls(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf"), 16
     if name == "llama_pos":  # llama_mask with transformers 4.38's rotary tables made from a position_ids input
         model = HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf")
         model.more_inputs = ("position_ids",)
