@@ -1000,8 +1000,8 @@ int bfit_onnx_over_batch(const onnx_lower *L, const hval *h, const oval *s)
     if (!h || h->nd < 1 || h->dim[0] != 1 || !sh || sh->isf || sh->nd != 1 || sh->n != h->nd ||
         !bfit_onnx_affine_is(L, sh->a[0], sh->b[0], 1, 0) || (!sh->a[0] && L->fixed_batch <= 0))
         return 0;
-    for (int k = 1; k < sh->n; k++)
-        if (sh->a[k] || sh->b[k] != h->dim[k])
+    for (int k = 1; k < sh->n; k++) /* h's own size, or 1: h's there (expand(B, 1, -1, -1)'s -1 made 1) */
+        if (sh->a[k] || (sh->b[k] != h->dim[k] && sh->b[k] != 1))
             return 0;
     return 1;
 }

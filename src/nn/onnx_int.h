@@ -177,8 +177,9 @@ int bfit_onnx_lower_host(onnx_lower *L, int *rc);
  * batch B (where tracing baked B into the constants), as the constant
  * wa * B + wb. */
 int bfit_onnx_affine_is(const onnx_lower *L, int64_t a, int64_t b, int64_t wa, int64_t wb);
-/* Whether host value h, [1, ...], is expanded by shape s (an Expand's input 1) to [batch, the same ...]:
- * the same for every sequence (BERT's token types, a causal mask), so readers that broadcast may take h. */
+/* Whether host value h, [1, ...], is expanded by shape s (an Expand's input 1) to [batch, the same ...]
+ * (s's other sizes h's or 1): the same for every sequence (BERT's token types, a causal mask), so readers
+ * that broadcast may take h. */
 int bfit_onnx_over_batch(const onnx_lower *L, const hval *h, const oval *s);
 /* The ONNX shape of a device value: [m, its sample's dimensions]. */
 void bfit_onnx_set_rank(const onnx_lower *L, oval *v, const bfit_shape *s);

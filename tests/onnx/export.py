@@ -64,7 +64,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls", "llama_442"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -784,6 +784,34 @@ class HFLlamaMask(Llama):
         return self.blocks(self.wte(idx), mask, position_ids)
 
 
+class HFLlamaMask442(Llama):
+    """export.py's Llama with its mask made as transformers 4.42 to 4.44 make LLaMA's (LlamaModel.
+    _update_causal_mask, eager attention, no cache): torch.full((T, target), lowest), torch.triu(.., 1), times
+    arange(target) > cache_position.reshape(-1, 1), [None, None].expand(B, 1, -1, -1), cut to the keys where
+    the attention reads it; target is T + 1 without an attention_mask. mask_input: forward takes
+    attention_mask, and the padding is written into a clone by a slice assignment (a ScatterND in the
+    export), as transformers does (refused: export from the ids alone)."""
+
+    def __init__(self, *a, mask_input=False, **kw):
+        super().__init__(*a, **kw)
+        self.mask_input = mask_input
+
+    def forward(self, idx, attention_mask=None):
+        x = self.wte(idx)
+        T, lowest = idx.shape[1], torch.finfo(x.dtype).min
+        cache_position = torch.arange(0, T, device=idx.device)
+        target = attention_mask.shape[-1] if attention_mask is not None else T + 1
+        causal = torch.triu(torch.full((T, target), lowest, dtype=x.dtype, device=idx.device), diagonal=1)
+        causal *= torch.arange(target, device=idx.device) > cache_position.reshape(-1, 1)
+        causal = causal[None, None, :, :].expand(x.shape[0], 1, -1, -1)
+        if attention_mask is not None:
+            causal = causal.clone()
+            n = attention_mask.shape[-1]
+            padding = (causal[:, :, :, :n] + attention_mask[:, None, None, :]) == 0
+            causal[:, :, :, :n] = causal[:, :, :, :n].masked_fill(padding, lowest)
+        return self.blocks(x, causal[:, :, :, :x.shape[1]])
+
+
 class HFLlamaCls(HFLlamaMask):
     """transformers' LlamaForSequenceClassification in small (Mistral's and Qwen2's are the same module):
     HFLlamaMask's body and final norm, `score` (a Linear without a bias) on every token, then the scores of each
@@ -1446,6 +1474,8 @@ def build(name):
         return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
     if name == "gpt2_cls":  # GPT2ForSequenceClassification: the scores of each sequence's last real token
         return HFGPT2Cls(V=64, T=16, C=32, H=4, L=2, p=0.2), 16
+    if name == "llama_442":  # llama_pos's blocks, the causal mask as transformers 4.42 makes it from the ids alone
+        return HFLlamaMask442(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf"), 16
     if name == "llama_cls":  # LlamaForSequenceClassification: llama_mask's body, the last real token's scores
         return HFLlamaCls(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf"), 16
     if name == "llama_pos":  # llama_mask with transformers 4.38's rotary tables made from a position_ids input

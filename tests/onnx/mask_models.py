@@ -68,6 +68,11 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch, int64 ids and mask):
 - gpt2_cls_first.onnx: the same picking the first pad token's scores (no - 1; refused);
 - gpt2_cls_lastpad.onnx: gpt2_cls.onnx with its ArgMax taking the last pad token (select_last_index=1;
   refused);
+- llama_442.onnx: llama_nomask.onnx's weights with the causal mask made as transformers 4.42 to 4.44 make
+  LLaMA's without an attention_mask (export.py's HFLlamaMask442: [T, T + 1] expanded over the batch by
+  expand(B, 1, -1, -1), cut to the keys): trains to llama_nomask.onnx's weights, bit for bit;
+- llama_442_mask.onnx: the same with its attention_mask, the padding written into a clone of the causal mask
+  by a slice assignment (a ScatterND; refused, saying to export from the ids alone);
 - mask_inverted.onnx: the same with src_key_padding_mask=(attention_mask == 1), the tokens hidden instead of
   the padding (refused);
 - mask_pool.onnx: hfgpt2_text's model that also multiplies its embeddings by mask.unsqueeze(-1) (refused:
@@ -82,8 +87,8 @@ import torch
 from torch.onnx import TrainingMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import (HFGPT2, HFGPT2Cls, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask, HFRobertaCls,  # noqa: E402
-                    MeanPoolCls, TGpt, implied)
+from export import (HFGPT2, HFGPT2Cls, DistilBert, DistilBertCls, HFBert, HFBertCls, HFLlamaMask,  # noqa: E402
+                    HFLlamaMask442, HFRobertaCls, MeanPoolCls, TGpt, implied)
 
 
 class MaskPool(HFGPT2):
@@ -188,6 +193,9 @@ def main():
         export(HFLlamaMask(V=256, T=32, C=16, H=2, L=2, hidden=32, mask_input=mask), path, mask)
     torch.manual_seed(4)
     export(HFLlamaMask(V=256, T=32, C=16, H=2, L=2, hidden=32, rope="hf"), "llama_pos.onnx", more=("position_ids",))
+    for path, mask in (("llama_442.onnx", False), ("llama_442_mask.onnx", True)):
+        torch.manual_seed(4)
+        export(HFLlamaMask442(V=256, T=32, C=16, H=2, L=2, hidden=32, mask_input=mask), path, mask)
     for path, mask, fixed in (("tgpt_kpm.onnx", True, 0), ("tgpt_nokpm.onnx", False, 0), ("tgpt_kpm_fixed.onnx", True, 4)):
         torch.manual_seed(2)
         export(TGpt(V=256, T=32, C=16, H=2, mask_input=mask), path, mask, fixed=fixed)
