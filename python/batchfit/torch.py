@@ -39,6 +39,7 @@ from ._lib import LIBRARY_PATH
 
 OPSET = 17
 _ONNX_MISSING = "a model spec is plain text"  # what a library without the ONNX import says of an .onnx file
+_FROM_IDS = "export the model from input_ids alone"  # the library's refusal of a causal mask's slice assignment
 
 
 def export(module, example_input, path, training=True):
@@ -283,17 +284,38 @@ class _Exported:
             e.args = (e.message,)
 
 
+def _on_export(module, example_input, call):
+    """call(path) on the module's export. A causal model whose attention_mask
+    batchfit does not read (transformers 4.42 on write the padding into the
+    causal mask by a slice assignment) is exported again from the token ids
+    alone, with a warning: its padding comes after every real token, so it
+    trains the same."""
+    try:
+        with _Exported(module, example_input) as ex:
+            return call(ex.path)
+    except _errors.Error as e:
+        if not (isinstance(example_input, tuple) and _FROM_IDS in str(e)):
+            raise
+        why = e
+    params = list(inspect.signature(module.forward).parameters.values())
+    if len(params) < 2 or params[1].default is inspect.Parameter.empty:  # forward needs its mask
+        raise why
+    warnings.warn(f"batchfit.torch: {type(module).__name__} was exported from the token ids alone: batchfit does "
+                  f"not read the way it applies its attention_mask (a causal mask that does not need it, batchfit "
+                  f"padding after the tokens); its message: {why}", stacklevel=3)
+    with _Exported(module, example_input[0]) as ex:
+        return call(ex.path)
+
+
 def plan(module, example_input, **options):
     """batchfit.plan of the module (exported to ONNX with example_input, a
     tensor of one or more samples): the memory batchfit needs to train it."""
-    with _Exported(module, example_input) as ex:
-        return _api.plan(ex.path, **options)
+    return _on_export(module, example_input, lambda path: _api.plan(path, **options))
 
 
 def find(module, example_input, **options):
     """batchfit.find of the module (exported to ONNX with example_input)."""
-    with _Exported(module, example_input) as ex:
-        return _api.find(ex.path, **options)
+    return _on_export(module, example_input, lambda path: _api.find(path, **options))
 
 
 def _example_for(data, example_input):
@@ -354,8 +376,7 @@ def train(module, data=None, example_input=None, **options):
     example_input (one sample) is needed only for data that is neither
     arrays nor Fashion-MNIST. A Ctrl-C leaves the module as it was."""
     options.pop("weights", None)
-    with _Exported(module, _example_for(data, example_input)) as ex:
-        res = _api.train(ex.path, data=data, **options)
+    res = _on_export(module, _example_for(data, example_input), lambda path: _api.train(path, data=data, **options))
     untouched = load_weights(module, res.weights)
     if untouched:
         warnings.warn(f"batchfit.torch: {len(untouched)} parameter(s) were not in batchfit's weights and keep their "

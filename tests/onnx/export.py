@@ -812,11 +812,17 @@ class HFLlamaMask442(Llama):
         return self.blocks(x, causal[:, :, :, :x.shape[1]])
 
 
-class HFLlamaCls(HFLlamaMask):
-    """transformers' LlamaForSequenceClassification in small (Mistral's and Qwen2's are the same module):
-    HFLlamaMask's body and final norm, `score` (a Linear without a bias) on every token, then the scores of each
-    sequence's last token before its first pad token, picked as GPT-2's classifier picks them (HFGPT2Cls, up to
-    transformers 4.44). pad_id: the vocabulary's last token."""
+def last_before_pad(logits, input_ids, pad_id):
+    """transformers' pick (GPT2ForSequenceClassification's, LLaMA's, up to 4.44) of each sequence's scores at
+    its last token before its first pad token: torch.eq(input_ids, pad).int().argmax(-1) - 1 modulo T."""
+    sequence_lengths = torch.eq(input_ids, pad_id).int().argmax(-1) - 1
+    sequence_lengths = sequence_lengths % input_ids.shape[-1]
+    return logits[torch.arange(input_ids.shape[0], device=logits.device), sequence_lengths]
+
+
+class LlamaClsHead:
+    """LlamaForSequenceClassification's head on a LLaMA body class (the mixin first): the body's final norm,
+    `score` (a Linear without a bias) on every token, last_before_pad. pad_id: the vocabulary's last token."""
 
     seq_classes = True
 
@@ -826,11 +832,18 @@ class HFLlamaCls(HFLlamaMask):
         self.score = torch.nn.Linear(self.wte.embedding_dim, classes, bias=False)
         self.pad_id = self.wte.num_embeddings - 1
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None):
-        logits = self.score(super().forward(input_ids, attention_mask, position_ids))
-        sequence_lengths = torch.eq(input_ids, self.pad_id).int().argmax(-1) - 1
-        sequence_lengths = sequence_lengths % input_ids.shape[-1]
-        return logits[torch.arange(input_ids.shape[0], device=logits.device), sequence_lengths]
+    def forward(self, input_ids, attention_mask=None, **kw):
+        return last_before_pad(self.score(super().forward(input_ids, attention_mask, **kw)), input_ids, self.pad_id)
+
+
+class HFLlamaCls(LlamaClsHead, HFLlamaMask):
+    """transformers' LlamaForSequenceClassification in small (Mistral's and Qwen2's are the same module) as
+    4.36 and 4.37 write it: HFLlamaMask's body, LlamaClsHead."""
+
+
+class HFLlamaCls442(LlamaClsHead, HFLlamaMask442):
+    """The same as transformers 4.42 to 4.44 write it: HFLlamaMask442's body (its attention_mask, when given,
+    written into the causal mask by a slice assignment), LlamaClsHead."""
 
 
 class TGpt(torch.nn.Module):
@@ -1083,7 +1096,7 @@ class HFGPT2Cls(HFGPT2):
             non_pad_mask = (input_ids != self.pad_id).to(logits.device, torch.int32)
             token_indices = torch.arange(input_ids.shape[-1], device=logits.device, dtype=torch.int32)
             sequence_lengths = (token_indices * non_pad_mask).argmax(-1)
-        else:
+        else:  # last_before_pad's lines, here in forward: the committed gpt2_cls.onnx keeps its node names
             sequence_lengths = torch.eq(input_ids, self.pad_id).int().argmax(-1) - 1
             sequence_lengths = sequence_lengths % input_ids.shape[-1]
         return logits[torch.arange(batch_size, device=logits.device), sequence_lengths]

@@ -677,6 +677,38 @@ def test_a_classifier_trains_on_a_tokenizers_output(onnx_import, tmp_path):
     assert after > 0.9, after
 
 
+def test_a_causal_mask_batchfit_does_not_read_is_left_out(onnx_import, tmp_path):
+    """transformers' LlamaForSequenceClassification as 4.42 to 4.44 write it (tests/onnx/export.py's
+    HFLlamaCls442: the attention_mask added to the causal mask made in forward, written back by a slice
+    assignment, which batchfit refuses), given a tokenizer's output with its mask: batchfit.torch exports it again
+    from the ids alone, saying so, and it trains: PyTorch's accuracy on 200 other texts, given their mask, goes
+    above 90%. Before 2026-12-06 the refusal ended the call. A forward that needs its mask keeps the refusal."""
+    m = language_model("HFLlamaCls442", V=256, T=32, C=32, H=4, L=2, hidden=64, classes=2, rope="hf")
+    m.pad_id = 0  # word_classes pads with 0, as the tokenizer's pad token
+    ids, mask, y = word_classes(tmp_path / "test", 100, 32, 2)
+    tids, tmask, ty = word_classes(tmp_path / "train", 300, 32, 1)
+    data = {"input_ids": tids.numpy(), "attention_mask": tmask.numpy(), "labels": ty.numpy()}
+    with pytest.warns(UserWarning, match="HFLlamaCls442 was exported from the token ids alone: .*export the model "
+                                         "from input_ids alone"):
+        bt.train(m, data=data, epochs=3, batch=16, lr=3e-3, optimizer="adamw", memory="512MiB", threads=2, seed=1)
+    m.eval()
+    with torch.no_grad():
+        after = (m(ids, mask).argmax(1) == y).float().mean().item()
+    print(f"accuracy after {after:.3f}")
+    assert after > 0.9, after
+
+    class NeedsMask(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids, attention_mask)
+
+    with pytest.raises(batchfit.InvalidArgumentError, match="export the model from input_ids alone"):
+        bt.plan(NeedsMask(m), (ids[:1], mask[:1]), memory="512MiB")
+
+
 def test_sentence_transformers_pooling_trains_on_class_folders(onnx_import, tmp_path):
     """A sentence classifier as users write one on an encoder: DistilBERT's body, sentence-transformers'
     mean_pooling by the attention_mask (mask.unsqueeze(-1).expand(h.size()).float(), torch.sum(h * m, 1) /
