@@ -671,8 +671,9 @@ static void cmp_t(bfit_dtype t, const dbuf *b, int64_t n, double rtol, double at
  * of the parameter-gradient sums; backward also in place (dx over dy, as
  * the layer does for a first layer). noshift: no shift (LayerNorm(bias=
  * False)): none given, none written (its gradient buffer keeps its values).
- * rms (noshift too): RMSNorm, in f32 or bf16 (t). */
-static void lnorm_case(bfit_dtype t, int64_t rows, int64_t cols, int noshift, int rms)
+ * rms (noshift too): RMSNorm, in f32 or bf16 (t); goff added to its scale
+ * (Gemma's 1 + w). */
+static void lnorm_case(bfit_dtype t, int64_t rows, int64_t cols, int noshift, int rms, float goff)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = t, .accumulate = 1};
     int64_t n = rows * cols;
@@ -684,7 +685,7 @@ static void lnorm_case(bfit_dtype t, int64_t rows, int64_t cols, int noshift, in
     dbuf dsh = db_rand(cols, -1, 1, 46);
     bfit_op_args a[NS];
 
-    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, noshift, rms};
+    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, noshift, rms, goff};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, mean, mean), ARG(a, var, var);
     if (!noshift)
@@ -714,11 +715,13 @@ static void lnorm_case(bfit_dtype t, int64_t rows, int64_t cols, int noshift, in
 static void test_lnorm(void **st)
 {
     (void)st;
-    lnorm_case(BFIT_F32, 37, 300, 0, 0);
-    lnorm_case(BFIT_F32, 600, 50, 0, 0);
-    lnorm_case(BFIT_F32, 37, 300, 1, 0);
-    lnorm_case(BFIT_F32, 37, 300, 1, 1); /* RMSNorm */
-    lnorm_case(BFIT_BF16, 37, 300, 1, 1);
+    lnorm_case(BFIT_F32, 37, 300, 0, 0, 0);
+    lnorm_case(BFIT_F32, 600, 50, 0, 0, 0);
+    lnorm_case(BFIT_F32, 37, 300, 1, 0, 0);
+    lnorm_case(BFIT_F32, 37, 300, 1, 1, 0); /* RMSNorm */
+    lnorm_case(BFIT_BF16, 37, 300, 1, 1, 0);
+    lnorm_case(BFIT_F32, 37, 300, 1, 1, 1); /* Gemma's: 1 + w */
+    lnorm_case(BFIT_BF16, 37, 300, 1, 1, 1);
 }
 
 /* ---- elementwise -------------------------------------------------------------------------------- */
@@ -1323,7 +1326,7 @@ static void bf16_lnorm_xent(void)
     dbuf dsh = db_rand(cols, -1, 1, 276), p = db_new((size_t)n * 4), lab = db_labels(rows, (int)cols, 277);
     dbuf stats = db_new(2 * sizeof(double));
     bfit_op_args a[NS];
-    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, 0, 0};
+    d.u.lnorm = (typeof(d.u.lnorm)){rows, cols, 1e-5f, 0, 0, 0};
     memset(a, 0, sizeof a);
     ARG(a, src, x), ARG(a, dst, y), ARG(a, scale, g), ARG(a, shift, sh), ARG(a, mean, mean), ARG(a, var, var);
     run_op(&d, a);

@@ -270,7 +270,8 @@ static void test_gc_layernorm(void **st)
     gc("layernorm bias=0 3x4x5 m=2", c, S(3, 4, 5), 2);
 }
 
-/* LLaMA's RMSNorm: over a vector, an image's features and each token's. */
+/* LLaMA's RMSNorm: over a vector, an image's features and each token's;
+ * Gemma's (offset: the scale 1 + w). */
 static void test_gc_rmsnorm(void **st)
 {
     bfit_layer_cfg c = cfg_of(BFIT_L_RMSNORM);
@@ -280,6 +281,9 @@ static void test_gc_rmsnorm(void **st)
     gc("rmsnorm 3x4x5 m=2", c, S(3, 4, 5), 2);
     gc("rmsnorm seq 5x7 m=3", c, Q(5, 7), 3);
     gc("rmsnorm seq 1x13 m=1", c, Q(1, 13), 1);
+    c.offset = 1;
+    gc("rmsnorm offset=1 7 m=7", c, V(7), 7);
+    gc("rmsnorm offset=1 seq 5x7 m=3", c, Q(5, 7), 3);
 }
 
 /* The product of two tensors (SwiGLU's): both inputs' gradients. */

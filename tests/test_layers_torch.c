@@ -239,6 +239,7 @@ static int config(casectx *c, bfit_layer_cfg *cfg, bfit_shape *in)
     cfg->causal = meta_int(f, "causal", cfg->causal);
     cfg->lean = meta_int(f, "lean", cfg->lean);
     cfg->tanh = meta_int(f, "tanh", cfg->tanh);
+    cfg->offset = meta_int(f, "offset", cfg->offset);
     cfg->wt = meta_int(f, "wt", cfg->wt);
     cfg->theta = meta_float(f, "theta", cfg->theta);
     cfg->groups = meta_int(f, "groups", cfg->groups);

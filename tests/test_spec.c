@@ -662,7 +662,8 @@ static void test_layernorm_nobias(void **st)
     bfit_graph_fini(&g);
 }
 
-/* rmsnorm: LLaMA's RMSNorm, eps 1e-6 unless given, a scale alone; it takes no bias=. */
+/* rmsnorm: LLaMA's RMSNorm, eps 1e-6 unless given, a scale alone; it takes no bias=. offset=1: Gemma's,
+ * the scale 1 + w, w starting at 0; other values and other layers refused. */
 static void test_rmsnorm(void **st)
 {
     bfit_graph_desc g;
@@ -678,8 +679,25 @@ static void test_rmsnorm(void **st)
     bfit_model_free(M);
     bfit_graph_fini(&g);
     assert_int_equal(parse("input 6\nrmsnorm bias=0\nlinear 2\n", &g), BFIT_EFORMAT);
-    assert_non_null(strstr(bfit_errmsg(), "t.cfg:2:9: rmsnorm has no option `bias` (options: eps)"));
+    assert_non_null(strstr(bfit_errmsg(), "t.cfg:2:9: rmsnorm has no option `bias` (options: eps, offset)"));
     assert_int_equal(parse("input 6\nrmsnorm eps=0\nlinear 2\n", &g), BFIT_EFORMAT);
+    assert_int_equal(parse("input 6\nrmsnorm offset=1\nlinear 2\n", &g), BFIT_OK);
+    assert_int_equal(g.nodes[0].cfg.offset, 1);
+    assert_int_equal(bfit_model_new(&g, NULL, NULL, &M), BFIT_OK);
+    {
+        float w[6] = {-1, -1, -1, -1, -1, -1}, *const host[] = {w};
+        bfit_layer *l = M->nodes[0].l;
+        assert_int_equal(bfit_model_param_count(M), 6 + 14);
+        l->vt->init_params(l, 1, host);
+        for (int i = 0; i < 6; i++)
+            assert_true(w[i] == 0.0f); /* 1 + 0: a scale of 1 */
+    }
+    bfit_model_free(M);
+    bfit_graph_fini(&g);
+    assert_int_equal(parse("input 6\nrmsnorm offset=2\nlinear 2\n", &g), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), "t.cfg:2:16: offset must be 0 or 1, got `2`"));
+    assert_int_equal(parse("input 6\nlayernorm offset=1\nlinear 2\n", &g), BFIT_EFORMAT);
+    assert_non_null(strstr(bfit_errmsg(), "layernorm has no option `offset`"));
 }
 
 /* attention's p is the dropout on its weights: none unless given (a

@@ -15,7 +15,7 @@
  * placed after the scratchpad in the workspace, then is added.
  *
  * RMS (LLaMA's RMSNorm, u.lnorm.rms): the same loops without the mean, in
- * f32 and bf16 alike. */
+ * f32 and bf16 alike; goff, added to every scale, is Gemma's (1 + w). */
 #include "base/err.h"
 #include "device/cpu.h"
 #include "device/cpu_isa.h"
@@ -28,7 +28,8 @@
 #define LN_CHUNKS 16 /* backward's row chunks: partial column sums, added in order */
 
 static inline __attribute__((always_inline)) void row_fwd(const float *x, float *y, const float *g, const float *b,
-                                                          int64_t C, float eps, int rms, float *mean, float *var)
+                                                          int64_t C, float eps, int rms, float off, float *mean,
+                                                          float *var)
 {
     /* one pass, shifted by the row's first value: |mean - x0| is at most
      * sqrt(C) standard deviations, so the subtraction below cancels at
@@ -45,11 +46,11 @@ static inline __attribute__((always_inline)) void row_fwd(const float *x, float 
     if (b) {
 #pragma omp simd
         for (int64_t j = 0; j < C; j++)
-            y[j] = (x[j] - m) * rs * g[j] + b[j];
+            y[j] = (x[j] - m) * rs * (g[j] + off) + b[j];
     } else {
 #pragma omp simd
         for (int64_t j = 0; j < C; j++)
-            y[j] = (x[j] - m) * rs * g[j];
+            y[j] = (x[j] - m) * rs * (g[j] + off);
     }
     *mean = m;
     *var = vf; /* biased, as PyTorch and oneDNN; RMS: the mean square */
@@ -57,14 +58,14 @@ static inline __attribute__((always_inline)) void row_fwd(const float *x, float 
 
 /* dx of one row, and its terms added to the chunk's column sums pg, pb */
 static inline __attribute__((always_inline)) void row_bwd(const float *x, const float *dy, float *dx, const float *g,
-                                                          int64_t C, float eps, int rms, float m, float var,
-                                                          float *pg, float *pb)
+                                                          int64_t C, float eps, int rms, float off, float m,
+                                                          float var, float *pg, float *pb)
 {
     float rs = 1.0f / sqrtf(var + eps); /* the forward's, from what it saved */
     double a = 0, c = 0;
 #pragma omp simd reduction(+ : a, c)
     for (int64_t j = 0; j < C; j++) {
-        float gj = dy[j] * g[j];
+        float gj = dy[j] * (g[j] + off);
         a += gj;
         c += (double)gj * ((x[j] - m) * rs);
     }
@@ -74,28 +75,28 @@ static inline __attribute__((always_inline)) void row_bwd(const float *x, const 
         float d = dy[j], xh = (x[j] - m) * rs; /* read before dx is written: dx may be dy (the layer's in place) */
         pg[j] += d * xh;
         pb[j] += d;
-        dx[j] = rs * (d * g[j] - af - xh * cf);
+        dx[j] = rs * (d * (g[j] + off) - af - xh * cf);
     }
 }
 
 BFIT_CPU_VARIANTS(void, ln_fwd_loop,
                   (const float *x, float *y, const float *g, const float *b, int64_t R, int64_t C, float eps,
-                   int rms, float *mean, float *var),
+                   int rms, float off, float *mean, float *var),
                   { BFIT_PAR_ROWS_IF(R * C > BFIT_PAR_MIN, for (int64_t r = 0; r < R; r++)
-                                row_fwd(x + r * C, y + r * C, g, b, C, eps, rms, mean + r, var + r);); })
+                                row_fwd(x + r * C, y + r * C, g, b, C, eps, rms, off, mean + r, var + r);); })
 
 /* part: P chunks' column sums of dy xhat, then P of dy, each C floats */
 BFIT_CPU_VARIANTS(void, ln_bwd_loop,
                   (const float *x, const float *dy, float *dx, const float *g, const float *mean, const float *var,
-                   int64_t R, int64_t C, float eps, int rms, int64_t P, float *part),
+                   int64_t R, int64_t C, float eps, int rms, float off, int64_t P, float *part),
                   {
                       BFIT_PAR_ROWS_IF(R * C > BFIT_PAR_MIN, for (int64_t p = 0; p < P; p++) {
                           float *pg = part + p * C, *pb = part + (P + p) * C;
                           for (int64_t j = 0; j < C; j++)
                               pg[j] = pb[j] = 0.0f;
                           for (int64_t r = R * p / P; r < R * (p + 1) / P; r++)
-                              row_bwd(x + r * C, dy + r * C, dx + r * C, g, C, eps, rms, mean[r], var[r], pg,
-                                      pb);
+                              row_bwd(x + r * C, dy + r * C, dx + r * C, g, C, eps, rms, off, mean[r], var[r],
+                                      pg, pb);
                       });
                   })
 
@@ -105,8 +106,8 @@ static int64_t chunks(const bfit_op_desc *d) { return d->u.lnorm.rows < LN_CHUNK
  * The f32 loops' arithmetic on each value read as f32: sums in double, the
  * same chunks of rows for the weight's gradient. */
 
-static void rms_fwd_bf16(const uint16_t *x, uint16_t *y, const float *g, int64_t R, int64_t C, float eps, float *mean,
-                         float *var)
+static void rms_fwd_bf16(const uint16_t *x, uint16_t *y, const float *g, int64_t R, int64_t C, float eps, float off,
+                         float *mean, float *var)
 {
     BFIT_PAR_ROWS_IF(R * C > BFIT_PAR_MIN, for (int64_t r = 0; r < R; r++) {
         const uint16_t *xr = x + r * C;
@@ -118,14 +119,14 @@ static void rms_fwd_bf16(const uint16_t *x, uint16_t *y, const float *g, int64_t
         }
         float vf = (float)(q / (double)C), rs = 1.0f / sqrtf(vf + eps);
         for (int64_t j = 0; j < C; j++)
-            yr[j] = bfit_f32_to_bf16(bfit_bf16_to_f32(xr[j]) * rs * g[j]);
+            yr[j] = bfit_f32_to_bf16(bfit_bf16_to_f32(xr[j]) * rs * (g[j] + off));
         mean[r] = 0.0f;
         var[r] = vf;
     });
 }
 
 static void rms_bwd_bf16(const uint16_t *x, const uint16_t *dy, uint16_t *dx, const float *g, const float *var,
-                         int64_t R, int64_t C, float eps, int64_t P, float *part)
+                         int64_t R, int64_t C, float eps, float off, int64_t P, float *part)
 {
     BFIT_PAR_ROWS_IF(R * C > BFIT_PAR_MIN, for (int64_t p = 0; p < P; p++) {
         float *pg = part + p * C, *pb = part + (P + p) * C;
@@ -137,13 +138,13 @@ static void rms_bwd_bf16(const uint16_t *x, const uint16_t *dy, uint16_t *dx, co
             float rs = 1.0f / sqrtf(var[r] + eps);
             double c = 0;
             for (int64_t j = 0; j < C; j++)
-                c += (double)(bfit_bf16_to_f32(dyr[j]) * g[j]) * (bfit_bf16_to_f32(xr[j]) * rs);
+                c += (double)(bfit_bf16_to_f32(dyr[j]) * (g[j] + off)) * (bfit_bf16_to_f32(xr[j]) * rs);
             float cf = (float)(c / (double)C);
             for (int64_t j = 0; j < C; j++) {
                 float d = bfit_bf16_to_f32(dyr[j]), xh = bfit_bf16_to_f32(xr[j]) * rs; /* dx may be dy */
                 pg[j] += d * xh;
                 pb[j] += d;
-                dxr[j] = bfit_f32_to_bf16(rs * (d * g[j] - xh * cf));
+                dxr[j] = bfit_f32_to_bf16(rs * (d * (g[j] + off) - xh * cf));
             }
         }
     });
@@ -155,11 +156,12 @@ static int own_fwd(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->dst || !a->scale || (!a->shift && !d->u.lnorm.noshift) || !a->mean || !a->var)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
     if (d->dtype == BFIT_BF16) /* RMS only: a bf16 layer norm is oneDNN's */
-        rms_fwd_bf16(a->src, a->dst, a->scale, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps, a->mean, a->var);
+        rms_fwd_bf16(a->src, a->dst, a->scale, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps, d->u.lnorm.goff,
+                     a->mean, a->var);
     else
         BFIT_CPU_PICK(ln_fwd_loop)(a->src, a->dst, a->scale, d->u.lnorm.noshift ? NULL : a->shift,
-                                   d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps, d->u.lnorm.rms, a->mean,
-                                   a->var);
+                                   d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps, d->u.lnorm.rms, d->u.lnorm.goff,
+                                   a->mean, a->var);
     return BFIT_OK;
 }
 
@@ -174,11 +176,11 @@ static int own_bwd(cpu_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "layer norm backward: src, mean, var, diff_dst, scale, diff_src, "
                                       "diff_scale, diff_shift and a workspace are required");
     if (d->dtype == BFIT_BF16)
-        rms_bwd_bf16(a->src, a->diff_dst, a->diff_src, a->scale, a->var, d->u.lnorm.rows, C, d->u.lnorm.eps, P,
-                     part);
+        rms_bwd_bf16(a->src, a->diff_dst, a->diff_src, a->scale, a->var, d->u.lnorm.rows, C, d->u.lnorm.eps,
+                     d->u.lnorm.goff, P, part);
     else
         BFIT_CPU_PICK(ln_bwd_loop)(a->src, a->diff_dst, a->diff_src, a->scale, a->mean, a->var, d->u.lnorm.rows,
-                                   C, d->u.lnorm.eps, d->u.lnorm.rms, P, part);
+                                   C, d->u.lnorm.eps, d->u.lnorm.rms, d->u.lnorm.goff, P, part);
     for (int64_t j = 0; j < C; j++) {
         double sg = d->accumulate ? gs[j] : 0, sh = d->accumulate && !d->u.lnorm.noshift ? gh[j] : 0;
         for (int64_t p = 0; p < P; p++) {
@@ -282,6 +284,9 @@ int bfit_cpu_lnorm_init(cpu_op *op)
         return bfit_fail(BFIT_EINVAL, "layer norm: eps must be positive, got %g", (double)d->u.lnorm.eps);
     if (d->u.lnorm.rms && (!d->u.lnorm.noshift || (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16)))
         return bfit_fail(BFIT_EINVAL, "RMS norm: no shift (noshift), in f32 or bf16");
+    if (d->u.lnorm.goff != 0 && !(d->u.lnorm.rms && isfinite(d->u.lnorm.goff)))
+        return bfit_fail(BFIT_EINVAL, "layer norm: an offset of the scale (%g) is the RMS norm's only",
+                         (double)d->u.lnorm.goff);
     if (d->dtype == BFIT_F32 || d->u.lnorm.rms)
         return own_init(op);
     if ((rc = bfit_cpu_md_dt(&data, 2, dims, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md(&stat, 1, dims)) != BFIT_OK)

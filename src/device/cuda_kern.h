@@ -97,14 +97,15 @@ cudaError_t bk_reduce_rows(cudaStream_t s, int dt, const void *src, float *dst, 
                            void *ws);
 
 /* Layer norm over the cols of [rows, cols]; statistics in double. rms: no
- * mean (written 0; var the mean square) and no shift: RMSNorm. */
+ * mean (written 0; var the mean square) and no shift: RMSNorm. goff is
+ * added to every scale (Gemma's 1 + w). */
 cudaError_t bk_lnorm_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale, const float *shift,
-                         float *mean, float *var, int64_t rows, int64_t cols, float eps, int rms);
+                         float *mean, float *var, int64_t rows, int64_t cols, float eps, int rms, float goff);
 /* dx may alias dy (the parameter gradients are taken first). */
 size_t bk_lnorm_bwd_ws(int64_t rows, int64_t cols);
 cudaError_t bk_lnorm_bwd(cudaStream_t s, int dt, const void *x, const float *mean, const float *var, const void *dy,
                          const float *scale, void *dx, float *dscale, float *dshift, int64_t rows, int64_t cols,
-                         float eps, int rms, int acc, void *ws);
+                         float eps, int rms, float goff, int acc, void *ws);
 
 /* Softmax rows of x[M, N] into p (f32); with labels, stats[0] += sum of
  * -log p[label] and stats[1] += rows whose first arg-max is the label, via

@@ -102,7 +102,7 @@ extern "C" cudaError_t bk_reduce_rows(cudaStream_t s, int dt, const void *src, f
 
 template <class T>
 __global__ void k_lnorm_fwd(const T *x, T *y, const float *scale, const float *shift, float *mean, float *var,
-                            int64_t rows, int64_t cols, float eps, int rms)
+                            int64_t rows, int64_t cols, float eps, int rms, float goff)
 {
     __shared__ double sh[ROW_THREADS / 32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -123,17 +123,18 @@ __global__ void k_lnorm_fwd(const T *x, T *y, const float *scale, const float *s
             var[r] = (float)v;
         }
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS)
-            yr[j] = bk_to<T>(scale[j] * (float)(((double)bk_f(xr[j]) - mu) * rstd) + (shift ? shift[j] : 0.0f));
+            yr[j] = bk_to<T>((scale[j] + goff) * (float)(((double)bk_f(xr[j]) - mu) * rstd) +
+                             (shift ? shift[j] : 0.0f));
     }
 }
 
 extern "C" cudaError_t bk_lnorm_fwd(cudaStream_t s, int dt, const void *x, void *y, const float *scale,
                                     const float *shift, float *mean, float *var, int64_t rows, int64_t cols, float eps,
-                                    int rms)
+                                    int rms, float goff)
 {
     BK_DTYPE(dt, T,
              k_lnorm_fwd<T><<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>((const T *)x, (T *)y, scale, shift, mean, var,
-                                                                      rows, cols, eps, rms));
+                                                                      rows, cols, eps, rms, goff));
     return cudaGetLastError();
 }
 
@@ -151,26 +152,26 @@ template <class T> struct lnorm_val {
     }
 };
 
-/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy scale, per row (RMS:
- * without mean(g), the mean being 0). Each thread reads then writes its
- * own elements only, so dx may be dy. */
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy (scale + goff), per
+ * row (RMS: without mean(g), the mean being 0). Each thread reads then
+ * writes its own elements only, so dx may be dy. */
 template <class T>
 __global__ void k_lnorm_dx(const T *x, const float *mean, const float *var, const T *dy, const float *scale, T *dx,
-                           int64_t rows, int64_t cols, float eps, int rms)
+                           int64_t rows, int64_t cols, float eps, int rms, float goff)
 {
     __shared__ double sh[ROW_THREADS / 32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T *xr = x + r * cols, *dyr = dy + r * cols;
         double mu = mean[r], rstd = 1.0 / sqrt((double)var[r] + (double)eps), s1 = 0, s2 = 0, m1, m2;
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS) {
-            double g = (double)bk_f(dyr[j]) * scale[j];
+            double g = (double)bk_f(dyr[j]) * (scale[j] + goff);
             s1 += g;
             s2 += g * ((double)bk_f(xr[j]) - mu) * rstd;
         }
         m1 = rms ? 0.0 : bk_block_sum<ROW_THREADS>(s1, sh) / (double)cols;
         m2 = bk_block_sum<ROW_THREADS>(s2, sh) / (double)cols;
         for (int64_t j = threadIdx.x; j < cols; j += ROW_THREADS) {
-            double g = (double)bk_f(dyr[j]) * scale[j], xh = ((double)bk_f(xr[j]) - mu) * rstd;
+            double g = (double)bk_f(dyr[j]) * (scale[j] + goff), xh = ((double)bk_f(xr[j]) - mu) * rstd;
             dx[r * cols + j] = bk_to<T>((float)(rstd * (g - m1 - xh * m2)));
         }
     }
@@ -183,7 +184,7 @@ extern "C" size_t bk_lnorm_bwd_ws(int64_t rows, int64_t cols)
 
 extern "C" cudaError_t bk_lnorm_bwd(cudaStream_t s, int dt, const void *x, const float *mean, const float *var,
                                     const void *dy, const float *scale, void *dx, float *dscale, float *dshift,
-                                    int64_t rows, int64_t cols, float eps, int rms, int acc, void *ws)
+                                    int64_t rows, int64_t cols, float eps, int rms, float goff, int acc, void *ws)
 {
     cudaError_t e;
     /* parameter gradients first: dx may overwrite dy */
@@ -197,7 +198,7 @@ extern "C" cudaError_t bk_lnorm_bwd(cudaStream_t s, int dt, const void *x, const
         return e;
     BK_DTYPE(dt, T,
              k_lnorm_dx<T><<<bk_grid(rows, 1), ROW_THREADS, 0, s>>>((const T *)x, mean, var, (const T *)dy, scale,
-                                                                     (T *)dx, rows, cols, eps, rms));
+                                                                     (T *)dx, rows, cols, eps, rms, goff));
     return cudaGetLastError();
 }
 

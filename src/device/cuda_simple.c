@@ -83,7 +83,8 @@ static int run_lnorm_fwd(cuda_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "layer norm forward: src, dst, scale, shift, mean and var are required");
     return cuda_launched(bk_lnorm_fwd(stream(op), dt(op), a->src, a->dst, a->scale,
                                       d->u.lnorm.noshift ? NULL : a->shift, a->mean, a->var,
-                                      d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps, d->u.lnorm.rms),
+                                      d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps, d->u.lnorm.rms,
+                                      d->u.lnorm.goff),
                          "layer norm forward");
 }
 
@@ -97,7 +98,8 @@ static int run_lnorm_bwd(cuda_op *op, const bfit_op_args *a)
     /* without a shift its column sums are made and not written (k_colfin skips a NULL output) */
     return cuda_launched(bk_lnorm_bwd(stream(op), dt(op), a->src, a->mean, a->var, a->diff_dst, a->scale, a->diff_src,
                                       a->diff_scale, d->u.lnorm.noshift ? NULL : a->diff_shift, d->u.lnorm.rows, d->u.lnorm.cols, d->u.lnorm.eps,
-                                      d->u.lnorm.rms, d->accumulate, cuda_ws(op, a)), "layer norm backward");
+                                      d->u.lnorm.rms, d->u.lnorm.goff, d->accumulate, cuda_ws(op, a)),
+                         "layer norm backward");
 }
 
 /* ---- activations, add, scale, dropout ------------------------------------------------ */
@@ -323,6 +325,9 @@ static int lnorm_init(cuda_op *op)
         return bfit_fail(BFIT_EINVAL, "layer norm: eps must be positive, got %g", (double)d->u.lnorm.eps);
     if (d->u.lnorm.rms && !d->u.lnorm.noshift)
         return bfit_fail(BFIT_EINVAL, "RMS norm: no shift (noshift)");
+    if (d->u.lnorm.goff != 0 && !(d->u.lnorm.rms && isfinite(d->u.lnorm.goff)))
+        return bfit_fail(BFIT_EINVAL, "layer norm: an offset of the scale (%g) is the RMS norm's only",
+                         (double)d->u.lnorm.goff);
     op->ws = d->kind == BFIT_OP_LNORM_BWD ? WS_PAD(bk_lnorm_bwd_ws(d->u.lnorm.rows, d->u.lnorm.cols)) : 0;
     op->run = d->kind == BFIT_OP_LNORM_FWD ? run_lnorm_fwd : run_lnorm_bwd;
     return BFIT_OK;

@@ -209,7 +209,8 @@ typedef struct bfit_op_desc {
            LayerNorm(bias=False)): no shift argument, no diff_shift; rms (noshift too): the root mean
            square norm (LLaMA's RMSNorm), x / sqrt(mean(x^2) + eps) scale: mean written 0, var the
            mean of the squares; the f32 and bf16 loops our own on the cpu */
-        struct { int64_t rows, cols; float eps; int noshift, rms; } lnorm;
+        struct { int64_t rows, cols; float eps; int noshift, rms; float goff; } lnorm; /* goff: added to each scale
+                                                                                   (RMS: Gemma's 1 + w) */
         /* use_dst: relu and clip; bits: relu only; clip: min(max(x, lo), hi), the gradient passed where
            lo < x < hi (PyTorch's hardtanh) */
         struct { int64_t n; bfit_eltwise_alg alg; int use_dst, bits; float lo, hi; } elt;

@@ -60,7 +60,7 @@ typedef enum {
     BFIT_L_GROUPNORM,  /* over each sample's `units` groups of channels of CxHxW (or a vector), then a learned
                           scale and shift per channel (PyTorch's GroupNorm) */
     BFIT_L_RMSNORM,    /* x / sqrt(mean(x^2) + eps) w over each token's features (or a sample's), a learned
-                          scale w: LLaMA's RMSNorm */
+                          scale w (offset: 1 + w, Gemma's): LLaMA's RMSNorm */
     BFIT_L_MUL,        /* the elementwise product of two inputs of one shape: SwiGLU's silu(x W1) * (x W3) */
     BFIT_L_ROPE,       /* rotary position embedding of a sequence [T, C] in heads of `units` columns, base
                           `theta` (Hugging Face's rotate_half form: LLaMA's q and k) */
@@ -97,6 +97,7 @@ typedef struct bfit_layer_cfg {
     int causal;         /* attention: token i attends to tokens j <= i (default 1) */
     int lean;           /* attention: keep no attention matrix, recompute it in backward */
     int tanh;           /* gelu: PyTorch's approximate='tanh' (GPT-2's, minGPT's NewGELU) */
+    int offset;         /* rmsnorm: 1 where the scale is 1 + weight (Gemma's RMSNorm, the weight starting at 0) */
     int tie;            /* linear: the weight is the embedding's token table (a tied head) */
     int share;          /* the node (1-based, before this one, of the same kind) whose parameters are
                            this layer's too: a module applied twice (ONNX); 0: its own */

@@ -6,7 +6,8 @@
  *
  * `rmsnorm` is the same layer without the mean and the shift (LLaMA's
  * RMSNorm: x / sqrt(mean(x^2) + eps) w, over a token's features), the
- * lnorm ops' rms form.
+ * lnorm ops' rms form; with `offset` the scale is 1 + w (Gemma's RMSNorm,
+ * w starting at 0), the ops adding the 1 as they read w.
  *
  * The per-sample mean and variance the backward needs live in `saved`
  * (training); in evaluation they are scratch in the forward workspace,
@@ -26,6 +27,11 @@ static int init(bfit_layer *l, char *err, size_t errlen)
 
     if (!(l->cfg.eps > 0)) {
         snprintf(err, errlen, "%s eps must be positive, got %g", bfit_layer_kind_name(l->cfg.kind), (double)l->cfg.eps);
+        return BFIT_EINVAL;
+    }
+    if (l->cfg.offset && (l->cfg.kind != BFIT_L_RMSNORM || l->cfg.offset != 1)) {
+        snprintf(err, errlen, "an offset of the scale is rmsnorm's, and 1 (1 + w): got %d on %s", l->cfg.offset,
+                 bfit_layer_kind_name(l->cfg.kind));
         return BFIT_EINVAL;
     }
     l->out = in;
@@ -53,6 +59,7 @@ static bfit_op_desc ln_desc(const bfit_layer *l, int m, int acc)
     d.u.lnorm.cols = cols(l);
     d.u.lnorm.eps = l->cfg.eps;
     d.u.lnorm.rms = l->cfg.kind == BFIT_L_RMSNORM;
+    d.u.lnorm.goff = (float)l->cfg.offset;
     d.u.lnorm.noshift = l->nparams < 2;
     return d;
 }
@@ -75,7 +82,7 @@ static int prepare(bfit_layer *l, int m, int training, bfit_layer_need *need)
 
 static void init_params(bfit_layer *l, uint64_t seed, float *const *host)
 {
-    bfit_fill_const(host[0], bfit_param_numel(&l->params[0]), 1.0f);
+    bfit_fill_const(host[0], bfit_param_numel(&l->params[0]), 1.0f - (float)l->cfg.offset); /* a scale of 1 */
     if (l->nparams > 1)
         bfit_fill_const(host[1], bfit_param_numel(&l->params[1]), 0.0f);
 }

@@ -6,7 +6,9 @@
  *   last axis, kept -> Add eps -> Sqrt -> Reciprocal or Div(1, .) -> Mul by
  *   x (or Div(x, sqrt) at once) -> Cast back (.type_as(x)) -> Mul by the
  *   weight [C] (either order): one `rmsnorm` layer, emitted at the Pow. The
- *   opset-23 RMSNormalization over the last axis is the same layer.
+ *   opset-23 RMSNormalization over the last axis is the same layer. Gemma's
+ *   RMSNorm multiplies by (1.0 + weight.float()) (Cast, Add of 1): the
+ *   layer's `offset`, the weight the file's (starting at 0).
  * - A Mul of two computed tensors of one shape is `mul` (SwiGLU's
  *   silu(x W1) * (x W3); the SiLU itself is the Sigmoid's, onnx_ops.c).
  * - Cast of a float tensor to float (x.float(), .type_as(x) in f32) is the
@@ -21,7 +23,8 @@
 
 static const char *const WANT =
     "batchfit reads RMSNorm as x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight (or x divided by "
-    "the square root), the mean over the last dimension, eps a constant, weight a parameter [C]";
+    "the square root), the mean over the last dimension, eps a constant, weight a parameter [C] (or 1.0 + "
+    "weight, Gemma's)";
 
 static int is_init(const oval *v) { return v && v->kind == OV_HOST && v->t && v->init >= 0; }
 
@@ -59,9 +62,40 @@ static int float_cast(onnx_lower *L, int j)
     return to && to->type == BFIT_ONNX_A_INT && to->i == ONNX_FLOAT;
 }
 
+/* Gemma's scale, 1.0 + weight.float(): v made by an Add of 1 to an
+ * initializer or its Cast to float, each read by the next alone (the Mul
+ * node mul last). The initializer, those nodes into nodes[] (*n of them),
+ * or NULL. */
+static oval *one_plus(onnx_lower *L, int mul, const oval *v, int *nodes, int *n)
+{
+    int a = v ? v->producer : -1;
+    const bfit_onnx_node *nd = a >= 0 ? &L->om->nodes[a] : NULL;
+    double one = 0;
+
+    if (!nd || !bfit_onnx_streq(nd->op, "Add") || nd->nin != 2 || bfit_onnx_next(L, a, "Mul") != mul)
+        return NULL;
+    for (int k = 0; k < 2; k++) {
+        oval *u = bfit_onnx_val(L, nd->in[k]), *w;
+        int c = u ? u->producer : -1;
+        if (!u || !bfit_onnx_scalar(L, nd->in[1 - k], &one) || one != 1)
+            continue;
+        nodes[(*n)++] = a;
+        if (is_init(u))
+            return u;
+        if (c >= 0 && bfit_onnx_streq(L->om->nodes[c].op, "Cast") && float_cast(L, c) &&
+            bfit_onnx_next(L, c, "Add") == a && is_init(w = bfit_onnx_val(L, L->om->nodes[c].in[0]))) {
+            nodes[(*n)++] = c;
+            return w;
+        }
+        (*n)--;
+    }
+    return NULL;
+}
+
 /* The weight's Mul after node i (past Casts to float): its index, *w the
- * weight (an initializer of the layer's [C]), -1 where there is none. */
-static int weight_mul(onnx_lower *L, int i, oval **w)
+ * weight (an initializer of the layer's [C]; *off 1 where the Mul is by 1 +
+ * it, Gemma's, its nodes into more[], *nmore), -1 where there is none. */
+static int weight_mul(onnx_lower *L, int i, oval **w, int *off, int *more, int *nmore)
 {
     int j;
     while ((j = bfit_onnx_next(L, i, "Cast")) >= 0 && float_cast(L, j))
@@ -72,6 +106,10 @@ static int weight_mul(onnx_lower *L, int i, oval **w)
         oval *v = bfit_onnx_val(L, L->om->nodes[j].in[k]);
         if (v && v->producer != i && is_init(v)) {
             *w = v;
+            return j;
+        }
+        if (v && v->producer != i && (*w = one_plus(L, j, v, more, nmore)) != NULL) {
+            *off = 1;
             return j;
         }
     }
@@ -128,7 +166,7 @@ static int rms_chain(onnx_lower *L, oval *x, int *rc)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_RMSNORM);
     double eps = 0;
-    int ch[MAXCH], n = chain(L, x, ch, &eps), wm;
+    int ch[MAXCH], n = chain(L, x, ch, &eps), wm, off = 0, more[2], nmore = 0;
     oval *w = NULL;
 
     if (n == 0)
@@ -139,7 +177,7 @@ static int rms_chain(onnx_lower *L, oval *x, int *rc)
     else if (n < 0)
         *rc = bfit_onnx_refuse(L, "this squares a tensor and takes its mean over the last dimension, as RMSNorm "
                                   "does, but what follows is not RMSNorm: %s", WANT);
-    else if ((wm = weight_mul(L, ch[n - 1], &w)) < 0)
+    else if ((wm = weight_mul(L, ch[n - 1], &w, &off, more, &nmore)) < 0)
         *rc = bfit_onnx_refuse(L, "RMSNorm without its weight (a Mul by a parameter [C] after the norm): "
                                   "batchfit's rmsnorm learns one; %s", WANT);
     else if (!(eps > 0 && eps <= 1))
@@ -149,10 +187,13 @@ static int rms_chain(onnx_lower *L, oval *x, int *rc)
                                   "the features of a token or a vector");
     else {
         c.eps = (float)eps;
+        c.offset = off;
         if ((*rc = bfit_onnx_emit(L, &c, &x, 1, &w, 1)) != BFIT_OK)
             return 1;
         for (int k = 0; k < n; k++)
             L->done[ch[k]] = 1;
+        for (int k = 0; k < nmore; k++) /* Gemma's 1 + w: in the layer */
+            L->done[more[k]] = 1;
         L->done[wm] = 1;
         bfit_onnx_move_out(L, L->ndi, wm, "a step of RMSNorm, which batchfit computes whole");
     }

@@ -241,10 +241,10 @@ bad:
 
 enum { O_K, O_KH, O_KW, O_STRIDE, O_SH, O_SW, O_PAD, O_PH, O_PW, O_BIAS, O_P, O_EPS, O_MOM, O_VOCAB, O_POS,
        O_TYPES, O_CAUSAL, O_LEAN, O_TIE, O_STD, O_SLOPE, O_ALPHA, O_BETA, O_THRESHOLD, O_CEIL, O_CHANNELS,
-       O_INIT, O_TANH, O_COUNT };
+       O_INIT, O_TANH, O_OFFSET, O_COUNT };
 /* The cfg fields an option sets: giving one field twice is an error. */
 enum { F_KH, F_KW, F_SH, F_SW, F_PH, F_PW, F_BIAS, F_P, F_EPS, F_MOM, F_VOCAB, F_POS, F_TYPES, F_CAUSAL, F_LEAN,
-       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_CEIL, F_CHANNELS, F_TANH, F_COUNT };
+       F_TIE, F_STD, F_ALPHA, F_BETA, F_THRESHOLD, F_CEIL, F_CHANNELS, F_TANH, F_OFFSET, F_COUNT };
 #define FB(f) (1u << (f))
 #define OB(o) (1u << (o))
 
@@ -280,13 +280,14 @@ static const struct {
     [O_CHANNELS] = {"channels", FB(F_CHANNELS)},
     [O_INIT] = {"init", FB(F_ALPHA)},
     [O_TANH] = {"tanh", FB(F_TANH)},
+    [O_OFFSET] = {"offset", FB(F_OFFSET)},
 };
 
 static const char *const field_names[F_COUNT] = {
     "the kernel height", "the kernel width", "the vertical stride", "the horizontal stride",
     "the vertical padding", "the horizontal padding", "bias", "the dropout probability", "eps", "momentum",
     "the vocabulary", "the positions", "the token types", "causal", "lean", "tie", "std", "the slope, alpha or initial value",
-    "beta", "the threshold", "ceil", "the slopes", "tanh",
+    "beta", "the threshold", "ceil", "the slopes", "tanh", "offset",
 };
 
 enum { P_NONE, P_UNITS, P_KERNEL, P_PROB, P_INDEX }; /* what a layer's one positional number is */
@@ -327,7 +328,7 @@ static const layer_kw layer_kws[] = {
     {"dropout", BFIT_L_DROPOUT, P_PROB, OB(O_P), "dropout [p=P]"},
     {"batchnorm", BFIT_L_BATCHNORM, P_NONE, OB(O_EPS) | OB(O_MOM), "batchnorm [eps=E] [momentum=M]"},
     {"layernorm", BFIT_L_LAYERNORM, P_NONE, OB(O_EPS) | OB(O_BIAS), "layernorm [eps=E] [bias=0|1]"},
-    {"rmsnorm", BFIT_L_RMSNORM, P_NONE, OB(O_EPS), "rmsnorm [eps=E]"},
+    {"rmsnorm", BFIT_L_RMSNORM, P_NONE, OB(O_EPS) | OB(O_OFFSET), "rmsnorm [eps=E] [offset=0|1]"},
     {"embed", BFIT_L_EMBED, P_UNITS, OB(O_VOCAB) | OB(O_POS) | OB(O_TYPES), "embed C vocab=V [positions=P] [types=K]"},
     {"attention", BFIT_L_ATTENTION, P_UNITS, OB(O_CAUSAL) | OB(O_LEAN) | OB(O_P),
      "attention H [causal=0|1] [lean=0|1] [p=P]"},
@@ -510,7 +511,7 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
         if (o != O_PH)
             c->pw = v;
         return rc;
-    case O_BIAS: case O_CAUSAL: case O_LEAN: case O_TIE: case O_CEIL: case O_TANH:
+    case O_BIAS: case O_CAUSAL: case O_LEAN: case O_TIE: case O_CEIL: case O_TANH: case O_OFFSET:
         if (!is(val, "0") && !is(val, "1"))
             return fail_at(p, val.s, "%s must be 0 or 1, got `%s`", opts[o].key, show(val, b, sizeof b));
         *(o == O_BIAS     ? &c->bias
@@ -518,6 +519,7 @@ static int option(const parser *p, const layer_kw *kw, bfit_layer_cfg *c, fset *
           : o == O_LEAN   ? &c->lean
           : o == O_CEIL   ? &c->ceil
           : o == O_TANH   ? &c->tanh
+          : o == O_OFFSET ? &c->offset
                           : &c->tie) = val.s[0] == '1';
         return BFIT_OK;
     case O_VOCAB:

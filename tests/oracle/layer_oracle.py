@@ -216,10 +216,11 @@ def run_seq(c, x, params):
         q = x[0].reshape(x[0].shape[0], T, Fdim // d, d).transpose(1, 2)
         rot = torch.cat((-q[..., d // 2:], q[..., :d // 2]), dim=-1)
         return (q * cos + rot * sin).transpose(1, 2).reshape(x[0].shape), {}
-    if k == "rmsnorm":  # LLaMA's RMSNorm over each token's features
-        params["weight"] = c.uniform((Fdim,), 0.7, 1.3)
+    if k == "rmsnorm":  # LLaMA's RMSNorm over each token's features; offset: Gemma's, times 1 + w
+        off = cfg.get("offset", 0)
+        params["weight"] = c.uniform((Fdim,), 0.7 - off, 1.3 - off)
         p = {"weight": leaf(params["weight"])}
-        return rms_norm(x[0], p["weight"], cfg["eps"], (-1,)), p
+        return rms_norm(x[0], off + p["weight"], cfg["eps"], (-1,)), p
     if k == "layerscale":  # timm's LayerScale: x * gamma, gamma [F] along the last dimension (or one number)
         params["weight"] = c.uniform((cfg["units"] or Fdim,), -1.5, 1.5)
         p = {"weight": leaf(params["weight"])}
@@ -613,6 +614,8 @@ def cases():
     add("rmsnorm_seq_m1_T4_64_eps1e-5", "rmsnorm", [(4, 64)], 1, seq=1, eps=1e-5)
     add("rmsnorm_m7_37", "rmsnorm", [(37,)], 7, eps=1e-6)
     add("rmsnorm_m2_3x4x5", "rmsnorm", [(3, 4, 5)], 2, eps=1e-6)
+    # Gemma's RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), w about 0
+    add("rmsnorm_seq_m3_T5_7_offset", "rmsnorm", [(5, 7)], 3, seq=1, eps=1e-6, offset=1)
     add("mul_seq_m3_T5_7", "mul", [(5, 7), (5, 7)], 3, seq=1)
     add("mul_m2_3x4x5", "mul", [(3, 4, 5), (3, 4, 5)], 2)
     add("mul_m7_37", "mul", [(37,), (37,)], 7)
