@@ -64,7 +64,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls", "llama_442"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls", "llama_442", "gemma_mini", "gemma_wide"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -701,13 +701,14 @@ class LlamaAttention(torch.nn.Module):
     rotary embeddings (rope: Rotary, apply_rotary_pos_emb), the scores divided by sqrt(d), the additive
     causal mask the model makes in forward, the softmax in float and cast back (type_as), wo."""
 
-    def __init__(self, C, H, T=None, rope=False, kv_heads=None):
+    def __init__(self, C, H, T=None, rope=False, kv_heads=None, head_dim=None):
         super().__init__()
         nn = torch.nn
-        self.n_heads, self.head_dim, self.n_kv = H, C // H, kv_heads or H
-        self.wq, self.wk = nn.Linear(C, C, bias=False), nn.Linear(C, self.n_kv * (C // H), bias=False)
-        self.wv, self.wo = nn.Linear(C, self.n_kv * (C // H), bias=False), nn.Linear(C, C, bias=False)
-        self.rotary = (HFRotary(C // H) if rope == "hf" else Rotary(C // H, T)) if rope else None
+        d = head_dim or C // H  # Gemma 7B's: 16 heads of 256 on a width of 3072
+        self.n_heads, self.head_dim, self.n_kv = H, d, kv_heads or H
+        self.wq, self.wk = nn.Linear(C, H * d, bias=False), nn.Linear(C, self.n_kv * d, bias=False)
+        self.wv, self.wo = nn.Linear(C, self.n_kv * d, bias=False), nn.Linear(H * d, C, bias=False)
+        self.rotary = (HFRotary(d) if rope == "hf" else Rotary(d, T)) if rope else None
 
     def forward(self, x, mask, position_ids=None):
         import math
@@ -810,6 +811,65 @@ class HFLlamaMask442(Llama):
             padding = (causal[:, :, :, :n] + attention_mask[:, None, None, :]) == 0
             causal[:, :, :, :n] = causal[:, :, :, :n].masked_fill(padding, lowest)
         return self.blocks(x, causal[:, :, :, :x.shape[1]])
+
+
+class GemmaRMSNorm(torch.nn.Module):
+    """transformers' GemmaRMSNorm: the norm in float, times (1.0 + weight.float()), the weight starting at 0."""
+
+    def __init__(self, C, eps=1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, torch.nn.Parameter(torch.zeros(C))
+
+    def forward(self, x):
+        out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return (out * (1.0 + self.weight.float())).type_as(x)
+
+
+class GemmaMLP(torch.nn.Module):
+    """transformers' GemmaMLP: down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)), no biases (GeGLU)."""
+
+    def __init__(self, C, hidden):
+        super().__init__()
+        nn = torch.nn
+        self.gate_proj, self.up_proj = nn.Linear(C, hidden, bias=False), nn.Linear(C, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, C, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(torch.nn.functional.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class HFGemma(torch.nn.Module):
+    """transformers' GemmaForCausalLM in small, after its code (not installed on Debian): the token table
+    scaled by sqrt(C) (normalizer, a tensor of the embeddings' dtype), blocks of x + attention(RMSNorm(x)) and
+    x + GeGLU(RMSNorm(x)), every norm GemmaRMSNorm (1 + weight), LLaMA's attention (export.py's LlamaAttention
+    with transformers 4.38's rotary tables, multi-query: one key and value head as Gemma 2B; head_dim: heads
+    of that many columns, H of them wider than C as Gemma 7B's), the causal mask as transformers 4.42 makes it
+    from the ids alone, a final norm and the head tied to the table."""
+
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=64, kv_heads=1, head_dim=None):
+        super().__init__()
+        nn = torch.nn
+        self.embed_tokens = nn.Embedding(V, C)
+        self.attn = nn.ModuleList([LlamaAttention(C, H, T, "hf", kv_heads, head_dim) for _ in range(L)])
+        self.mlp = nn.ModuleList([GemmaMLP(C, hidden) for _ in range(L)])
+        self.norms = nn.ModuleList([GemmaRMSNorm(C) for _ in range(2 * L)])
+        self.norm = GemmaRMSNorm(C)
+        for n in list(self.norms) + [self.norm]:  # away from 0, as a trained model's are
+            n.weight.data.uniform_(-0.5, 0.5)
+        self.lm_head = nn.Linear(C, V, bias=False)
+        self.lm_head.weight = self.embed_tokens.weight
+
+    def forward(self, idx):
+        x = self.embed_tokens(idx)
+        x = x * torch.tensor(x.shape[-1] ** 0.5, dtype=x.dtype)
+        T, lowest = idx.shape[1], torch.finfo(x.dtype).min
+        causal = torch.triu(torch.full((T, T + 1), lowest, dtype=x.dtype, device=idx.device), diagonal=1)
+        causal *= torch.arange(T + 1, device=idx.device) > torch.arange(0, T, device=idx.device).reshape(-1, 1)
+        mask = causal[None, None, :, :].expand(x.shape[0], 1, -1, -1)[:, :, :, :T]
+        for i, (a, f) in enumerate(zip(self.attn, self.mlp)):
+            x = x + a(self.norms[2 * i](x), mask)
+            x = x + f(self.norms[2 * i + 1](x))
+        return self.lm_head(self.norm(x))
 
 
 def last_before_pad(logits, input_ids, pad_id):
@@ -1487,6 +1547,10 @@ def build(name):
         return HFLlamaMask(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2), 16
     if name == "gpt2_cls":  # GPT2ForSequenceClassification: the scores of each sequence's last real token
         return HFGPT2Cls(V=64, T=16, C=32, H=4, L=2, p=0.2), 16
+    if name == "gemma_mini":  # Gemma's block: (1 + w) RMSNorms, GeGLU, sqrt(C)-scaled tied embeddings, MQA
+        return HFGemma(V=64, T=16, C=32, H=4, L=2, hidden=64, kv_heads=1), 16
+    if name == "gemma_wide":  # gemma_mini with Gemma 7B's heads: 4 of 8 columns (32) on a width of 24
+        return HFGemma(V=64, T=16, C=24, H=4, L=2, hidden=64, kv_heads=2, head_dim=8), 16
     if name == "llama_442":  # llama_pos's blocks, the causal mask as transformers 4.42 makes it from the ids alone
         return HFLlamaMask442(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf"), 16
     if name == "llama_cls":  # LlamaForSequenceClassification: llama_mask's body, the last real token's scores
