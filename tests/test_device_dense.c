@@ -957,7 +957,8 @@ typedef struct ln_bufs {
 
 /* Forward then backward on the device; the outputs come back to the host.
  * noshift: no shift given or its gradient asked (LayerNorm(bias=False)). */
-static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_bufs *k, int noshift, int rms)
+static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_bufs *k, int noshift, int rms,
+                      float goff)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_F32, .accumulate = acc};
     bfit_op_args a = {0};
@@ -967,6 +968,7 @@ static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_buf
     d.u.lnorm.eps = (float)eps;
     d.u.lnorm.noshift = noshift;
     d.u.lnorm.rms = rms;
+    d.u.lnorm.goff = goff;
     a.src = k->x.d;
     a.dst = k->y.d;
     a.scale = k->g.d;
@@ -993,8 +995,9 @@ static void lnorm_run(tdev *t, int64_t R, int64_t C, int acc, double eps, ln_buf
     tbuf_down(t, &k->db);
 }
 
-/* rms (noshift too): RMSNorm, the reference without the mean */
-static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift, int rms)
+/* rms (noshift too): RMSNorm, the reference without the mean; goff added
+ * to every scale (Gemma's 1 + w) */
+static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift, int rms, float goff)
 {
     const double eps = 1e-5;
     ln_bufs k;
@@ -1006,7 +1009,7 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift, int
     float *dg0 = fcopy(dg, C), *db0 = fcopy(db, C);
     double *rdg = calloc((size_t)C, sizeof(double)), *rdb = calloc((size_t)C, sizeof(double));
 
-    lnorm_run(t, R, C, acc, eps, &k, noshift, rms);
+    lnorm_run(t, R, C, acc, eps, &k, noshift, rms, goff);
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
         double mu = 0, v = 0, rs, m1 = 0, m2 = 0;
@@ -1024,7 +1027,7 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift, int
         assert_close(mean[r], mu, 4 * FEPS * (sqrt((double)C) + 2) * 2, "lnorm mean", r);
         assert_close(var[r], v, 8 * FEPS * (sqrt((double)C) + 2) * 4, "lnorm var", r);
         for (int64_t j = 0; j < C; j++) {
-            double xh = (xr[j] - mu) * rs, dxh = dyr[j] * (double)g[j];
+            double xh = (xr[j] - mu) * rs, dxh = dyr[j] * ((double)g[j] + goff);
             m1 += dxh;
             m2 += dxh * xh;
             rdg[j] += dyr[j] * xh;
@@ -1033,8 +1036,8 @@ static void check_lnorm(tdev *t, int64_t R, int64_t C, int acc, int noshift, int
         m1 = rms ? 0 : m1 / (double)C;
         m2 /= (double)C;
         for (int64_t j = 0; j < C; j++) {
-            double xh = (xr[j] - mu) * rs, ry = xh * g[j] + (noshift ? 0 : b[j]);
-            double rdx = rs * (dyr[j] * (double)g[j] - m1 - xh * m2);
+            double xh = (xr[j] - mu) * rs, ry = xh * ((double)g[j] + goff) + (noshift ? 0 : b[j]);
+            double rdx = rs * (dyr[j] * ((double)g[j] + goff) - m1 - xh * m2);
             /* xhat carries the error of the statistics (sqrt(C) eps, as
              * above) plus a few roundings; dx's terms are bounded by
              * rs * (|dy g| + means) <= 3 rs. (Measured: about 1 eps.) */
@@ -1069,14 +1072,16 @@ static void test_lnorm(void **st)
     static const int64_t sizes[][2] = {{1, 7}, {7, 1}, {7, 7}, {3, 33}, {1, 1}, {5, 1000}, {257, 160}, {1030, 128}};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int acc = 0; acc < 2; acc++)
-            check_lnorm(*st, sizes[s][0], sizes[s][1], acc, 0, 0);
+            check_lnorm(*st, sizes[s][0], sizes[s][1], acc, 0, 0, 0);
     /* without a shift (nanoGPT's LayerNorm(bias=False)), and RMSNorm: one thread, the team */
     for (int acc = 0; acc < 2; acc++) {
-        check_lnorm(*st, 3, 33, acc, 1, 0);
-        check_lnorm(*st, 1030, 128, acc, 1, 0);
-        check_lnorm(*st, 3, 33, acc, 1, 1);
-        check_lnorm(*st, 1030, 128, acc, 1, 1);
-        check_lnorm(*st, 1, 1, acc, 1, 1);
+        check_lnorm(*st, 3, 33, acc, 1, 0, 0);
+        check_lnorm(*st, 1030, 128, acc, 1, 0, 0);
+        check_lnorm(*st, 3, 33, acc, 1, 1, 0);
+        check_lnorm(*st, 1030, 128, acc, 1, 1, 0);
+        check_lnorm(*st, 1, 1, acc, 1, 1, 0);
+        check_lnorm(*st, 3, 33, acc, 1, 1, 1); /* Gemma's: 1 + w */
+        check_lnorm(*st, 1030, 128, acc, 1, 1, 1);
     }
 }
 
@@ -1207,7 +1212,7 @@ static void test_gnorm(void **st)
  * and parameter gradients: against double loops on the widened inputs.
  * y and dx carry one bf16 rounding (|r| / 256) over the f32 work; the
  * statistics and parameter gradients are f32 sums as in check_lnorm. */
-static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift, int rms)
+static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift, int rms, float goff)
 {
     bfit_op_desc d = {.kind = BFIT_OP_LNORM_FWD, .dtype = BFIT_BF16};
     bfit_op_args a = {0};
@@ -1225,6 +1230,7 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift, int rms)
     }
     tbuf_up(t, &x), tbuf_up(t, &dy);
     d.u.lnorm.rows = R, d.u.lnorm.cols = C, d.u.lnorm.eps = 1e-5f, d.u.lnorm.noshift = noshift, d.u.lnorm.rms = rms;
+    d.u.lnorm.goff = goff;
     a.src = x.d, a.dst = y.d, a.scale = g.d, a.shift = noshift ? NULL : b.d, a.mean = mean.d, a.var = var.d;
     assert_int_equal(run_op(t, &d, &a), BFIT_OK);
     d.kind = BFIT_OP_LNORM_BWD;
@@ -1247,15 +1253,16 @@ static void check_lnorm16(tdev *t, int64_t R, int64_t C, int noshift, int rms)
         assert_close(TB_F(var)[r], v, 8 * FEPS * (sqrt((double)C) + 2) * 4, "bf16 lnorm var", r);
         for (int64_t j = 0; j < C; j++) {
             double xh_ = (widen16(xh[r * C + j]) - mu) * rs, dyv = widen16(dyh[r * C + j]);
-            m1 += dyv * TB_F(g)[j];
-            m2 += dyv * TB_F(g)[j] * xh_;
+            m1 += dyv * (TB_F(g)[j] + goff);
+            m2 += dyv * (TB_F(g)[j] + goff) * xh_;
             rdg[j] += dyv * xh_;
             rdb[j] += dyv;
         }
         m1 = rms ? 0 : m1 / (double)C, m2 /= (double)C;
         for (int64_t j = 0; j < C; j++) {
-            double xh_ = (widen16(xh[r * C + j]) - mu) * rs, ry = xh_ * TB_F(g)[j] + (noshift ? 0 : TB_F(b)[j]);
-            double rdx = rs * (widen16(dyh[r * C + j]) * TB_F(g)[j] - m1 - xh_ * m2);
+            double xh_ = (widen16(xh[r * C + j]) - mu) * rs;
+            double ry = xh_ * (TB_F(g)[j] + goff) + (noshift ? 0 : TB_F(b)[j]);
+            double rdx = rs * (widen16(dyh[r * C + j]) * (TB_F(g)[j] + goff) - m1 - xh_ * m2);
             assert_close(widen16(((uint16_t *)y.h)[r * C + j]), ry,
                          4 * FEPS * (sqrt((double)C) + 2) * (1 + fabs(ry)) + fabs(ry) / 256, "bf16 lnorm fwd", r * C + j);
             assert_close(widen16(((uint16_t *)dx.h)[r * C + j]), rdx,
@@ -1367,12 +1374,14 @@ static void test_rope_repeat(void **st)
 
 static void test_lnorm_bf16(void **st)
 {
-    check_lnorm16(*st, 7, 33, 0, 0);      /* one thread */
-    check_lnorm16(*st, 1030, 128, 0, 0); /* the team, gpt-nano's rows */
-    check_lnorm16(*st, 7, 33, 1, 0);      /* without a shift */
-    check_lnorm16(*st, 1030, 128, 1, 0);
-    check_lnorm16(*st, 7, 33, 1, 1);      /* RMSNorm (our own bf16 loops) */
-    check_lnorm16(*st, 1030, 128, 1, 1);
+    check_lnorm16(*st, 7, 33, 0, 0, 0);      /* one thread */
+    check_lnorm16(*st, 1030, 128, 0, 0, 0); /* the team, gpt-nano's rows */
+    check_lnorm16(*st, 7, 33, 1, 0, 0);      /* without a shift */
+    check_lnorm16(*st, 1030, 128, 1, 0, 0);
+    check_lnorm16(*st, 7, 33, 1, 1, 0);      /* RMSNorm (our own bf16 loops) */
+    check_lnorm16(*st, 1030, 128, 1, 1, 0);
+    check_lnorm16(*st, 7, 33, 1, 1, 1);      /* Gemma's: 1 + w */
+    check_lnorm16(*st, 1030, 128, 1, 1, 1);
 }
 
 /* Rows far from 0 (1e6 + [-2, 2)): the statistics' sums must not cancel
@@ -1389,7 +1398,7 @@ static void test_lnorm_offset(void **st)
     for (int64_t i = 0; i < R * C; i++)
         TB_F(k.x)[i] = 1e6f + urand(2) * (float)(1 + i / C); /* row r's spread 2 (r + 1) */
     tbuf_up(t, &k.x);
-    lnorm_run(t, R, C, 0, 1e-5, &k, 0, 0);
+    lnorm_run(t, R, C, 0, 1e-5, &k, 0, 0, 0);
     for (int64_t r = 0; r < R; r++) {
         const float *xr = TB_F(k.x) + r * C;
         double mu = 0, v = 0, rs;
@@ -1428,7 +1437,7 @@ static void test_lnorm_threads_same_bits(void **st)
         b.x = frand(&t, R * C, 2), b.g = frand(&t, C, 1), b.b = frand(&t, C, 1), b.y = frand(&t, R * C, 1);
         b.mean = frand(&t, R, 1), b.var = frand(&t, R, 1), b.dy = frand(&t, R * C, 1), b.dx = frand(&t, R * C, 1);
         b.dg = frand(&t, C, 1), b.db = frand(&t, C, 1);
-        lnorm_run(&t, R, C, 1, 1e-5, &b, 0, 0);
+        lnorm_run(&t, R, C, 1, 1e-5, &b, 0, 0, 0);
         out[k][0] = fcopy(TB_F(b.y), R * C), out[k][1] = fcopy(TB_F(b.mean), R), out[k][2] = fcopy(TB_F(b.var), R);
         out[k][3] = fcopy(TB_F(b.dx), R * C), out[k][4] = fcopy(TB_F(b.dg), C), out[k][5] = fcopy(TB_F(b.db), C);
         tbuf *all[] = {&b.x, &b.g, &b.b, &b.y, &b.mean, &b.var, &b.dy, &b.dx, &b.dg, &b.db};
