@@ -79,6 +79,8 @@
 #define GPT_OK "fuzz/corpus/onnx/gpt_ok.onnx"
 /* a LLaMA-style model from ONNX (tests/onnx/llama_models.py): RMSNorm, SwiGLU's product, causal attention */
 #define LLAMA_OK "fuzz/corpus/onnx/llama_ok.onnx"
+/* Gemma's block from ONNX (tests/onnx/llama_models.py's gemma_text.onnx): (1 + w) RMSNorms, GeGLU, MQA */
+#define GEMMA_OK "fuzz/corpus/onnx/gemma_ok.onnx"
 /* the PyTorch Transformer tutorial's model, dropout 0.2 (tests/onnx/token_models.py): the embeddings scaled,
    a constant sinusoidal position table, dropout on the attention weights */
 #define TUT_OK "tests/onnx/tut_text.onnx"
@@ -2283,6 +2285,7 @@ static void test_training_bf16(void **st)
     compare_training(MHSA_OK, BFIT_BF16);
     compare_training(GPT_OK, BFIT_BF16);
     compare_training(LLAMA_OK, BFIT_BF16);
+    compare_training(GEMMA_OK, BFIT_BF16);
     compare_training(TUT_OK, BFIT_BF16);
     compare_training(HFGPT2_OK, BFIT_BF16);
 }
@@ -2293,7 +2296,8 @@ static void test_training_bf16(void **st)
 static void test_needs_new_ops(void **st)
 {
     const char *const files[] = {"@gate",     VIT_TINY,    DENSE_BLOCK, SE_MINI, PRELU_MINI, PRELU_HEAD,
-                                 CNX_SHUFFLE, MHSA_OK,     GPT_OK,      LLAMA_OK, TUT_OK,    HFGPT2_OK};
+                                 CNX_SHUFFLE, MHSA_OK,     GPT_OK,      LLAMA_OK, TUT_OK,    HFGPT2_OK,
+                                 GEMMA_OK};
     (void)st;
     for (int i = 0; i < (int)(sizeof files / sizeof files[0]); i++)
         for (int t = 0; t < 2; t++) {
@@ -2321,7 +2325,7 @@ static void test_needs_new_ops(void **st)
 static void test_plan_new_ops(void **st)
 {
     const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI,  PRELU_MINI, CNX_SHUFFLE, MHSA_OK, GPT_OK,
-                                 LLAMA_OK, TUT_OK,  HFGPT2_OK};
+                                 LLAMA_OK, TUT_OK,  HFGPT2_OK, GEMMA_OK};
     bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
     for (int f = 0; f < (int)(sizeof files / sizeof files[0]); f++)
@@ -2351,6 +2355,7 @@ static void test_training_new_ops(void **st)
     compare_training(MHSA_OK, BFIT_F32);
     compare_training(GPT_OK, BFIT_F32);
     compare_training(LLAMA_OK, BFIT_F32);
+    compare_training(GEMMA_OK, BFIT_F32);
     compare_training(TUT_OK, BFIT_F32);
     compare_training(HFGPT2_OK, BFIT_F32);
 }

@@ -117,6 +117,15 @@ for w in wte.weight norms.0.weight norms.1.weight attn.0.c_attn.weight ffn.0.w1.
 done
 run 0 train --model "$src/tests/onnx/llama_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
   --optimizer adamw --threads 2 --precision bf16 && has "$out" "test loss [0-9.]+ per token"
+# Gemma's block (tests/onnx/llama_models.py's gemma_text.onnx; export.py's gemma_mini is checked against
+# PyTorch; since 2026-12-06): its (1 + w) RMSNorms trained and saved as the file has them, in f32 and bf16
+run 0 train --model "$src/tests/onnx/gemma_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --save "$dir/gemma.safetensors" && has "$out" "test loss [0-9.]+ per token"
+for w in embed_tokens.weight norms.0.weight norms.3.weight attn.0.wq.weight mlp.1.gate_proj.weight norm.weight; do
+  grep -aq "\"$w\"" "$dir/gemma.safetensors" || { echo "FAIL: gemma.safetensors: no $w"; fails=$((fails + 1)); }
+done
+run 0 train --model "$src/tests/onnx/gemma_text.onnx" --data "$dir/lines.txt" --epochs 1 --batch 16 --lr 3e-3 \
+  --optimizer adamw --threads 2 --precision bf16 && has "$out" "test loss [0-9.]+ per token"
 # rotary embeddings on one projection to 3C, or with tables of other angles, are refused where they show
 run 1 plan --model "$src/tests/onnx/rope_fused.onnx" --memory 1GiB &&
   has "$err" "rope_fused.onnx: node '/h.0/attn/Mul' \(Mul, opset 17\) .*: rotary embeddings \(or another product of q or k by heads\) on q and k of one projection to 3C: batchfit reads them on separate projections"

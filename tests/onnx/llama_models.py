@@ -21,7 +21,11 @@ int64 token ids [batch, 32]):
 - rope_fused.onnx: nanoGPT's GPT (one projection c_attn to 3C) with rotary embeddings on its q and k
   (refused: batchfit reads them on separate projections);
 - rope_badsin.onnx: llama_text.onnx with a sin table of twice the angles (refused at its Mul, naming the
-  first position that differs).
+  first position that differs);
+- gemma_text.onnx: export.py's HFGemma (transformers' GemmaForCausalLM in small: (1 + w) RMSNorms, GeGLU,
+  embeddings scaled by sqrt(C) and tied to the head, one key and value head) with a byte vocabulary, 32
+  tokens, width 16, 2 heads, 2 blocks, a GeGLU of 32: what cli_onnx trains on a text, in f32 and bf16;
+  ../../fuzz/corpus/onnx/gemma_ok.onnx the same file, a fuzz seed test_cuda_ops trains on the GPU.
 
 export.py's llama_mini is the same structure checked against PyTorch (onnx_torch)."""
 import os
@@ -30,7 +34,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import GPT, CausalSelfAttention, Llama, Rotary, apply_rotary_pos_emb  # noqa: E402
+from export import GPT, CausalSelfAttention, HFGemma, Llama, Rotary, apply_rotary_pos_emb  # noqa: E402
 from token_models import export  # noqa: E402
 
 
@@ -81,6 +85,10 @@ def main():
     r = m.attn[1].rotary
     r.sin_cached.copy_(torch.sin(2 * torch.atan2(r.sin_cached, r.cos_cached)))
     export(m, "rope_badsin.onnx")
+    torch.manual_seed(0)
+    for path in ("gemma_text.onnx", "../../fuzz/corpus/onnx/gemma_ok.onnx"):
+        torch.manual_seed(0)
+        export(HFGemma(V=256, T=32, C=16, H=2, L=2, hidden=32, kv_heads=1), path)
 
 
 if __name__ == "__main__":
