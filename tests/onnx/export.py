@@ -64,7 +64,7 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls", "llama_442", "gemma_mini", "gemma_wide"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls", "llama_442", "gemma_mini", "gemma_wide", "qwen2_mini"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -701,13 +701,13 @@ class LlamaAttention(torch.nn.Module):
     rotary embeddings (rope: Rotary, apply_rotary_pos_emb), the scores divided by sqrt(d), the additive
     causal mask the model makes in forward, the softmax in float and cast back (type_as), wo."""
 
-    def __init__(self, C, H, T=None, rope=False, kv_heads=None, head_dim=None):
+    def __init__(self, C, H, T=None, rope=False, kv_heads=None, head_dim=None, qkv_bias=False):
         super().__init__()
         nn = torch.nn
-        d = head_dim or C // H  # Gemma 7B's: 16 heads of 256 on a width of 3072
+        d, b = head_dim or C // H, qkv_bias  # Gemma 7B's: 16 heads of 256 on a width of 3072; Qwen2's biases
         self.n_heads, self.head_dim, self.n_kv = H, d, kv_heads or H
-        self.wq, self.wk = nn.Linear(C, H * d, bias=False), nn.Linear(C, self.n_kv * d, bias=False)
-        self.wv, self.wo = nn.Linear(C, self.n_kv * d, bias=False), nn.Linear(H * d, C, bias=False)
+        self.wq, self.wk = nn.Linear(C, H * d, bias=b), nn.Linear(C, self.n_kv * d, bias=b)
+        self.wv, self.wo = nn.Linear(C, self.n_kv * d, bias=b), nn.Linear(H * d, C, bias=False)
         self.rotary = (HFRotary(d) if rope == "hf" else Rotary(d, T)) if rope else None
 
     def forward(self, x, mask, position_ids=None):
@@ -735,16 +735,16 @@ class Llama(torch.nn.Module):
     SwiGLU(RMSNorm(x)), a final RMSNorm and an untied output head. The even blocks' attention is nanoGPT's
     (one projection c_attn, no biases, no position information but its mask), the odd ones' LLaMA's own
     (wq, wk, wv, rotary embeddings with rope, kv_heads key and value heads (grouped-query attention,
-    Hugging Face's repeat_kv) when given, the mask made in forward as LLaMA's Transformer makes it:
-    torch.full of -inf, torch.triu)."""
+    Hugging Face's repeat_kv) when given, biases on q, k and v with qkv_bias (Qwen2's), the mask made in
+    forward as LLaMA's Transformer makes it: torch.full of -inf, torch.triu)."""
 
-    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=48, rope=True, kv_heads=None):
+    def __init__(self, V=64, T=16, C=32, H=4, L=2, hidden=48, rope=True, kv_heads=None, qkv_bias=False):
         super().__init__()
         nn = torch.nn
         self.wte = nn.Embedding(V, C)
         self.norms = nn.ModuleList([RMSNorm(C) for _ in range(2 * L)])
         self.attn = nn.ModuleList([CausalSelfAttention(C, H, T, True, bias=False) if i % 2 == 0 else
-                                   LlamaAttention(C, H, T, rope, kv_heads) for i in range(L)])
+                                   LlamaAttention(C, H, T, rope, kv_heads, qkv_bias=qkv_bias) for i in range(L)])
         self.ffn = nn.ModuleList([FeedForward(C, hidden) for _ in range(L)])
         self.norm, self.output = RMSNorm(C), nn.Linear(C, V, bias=False)
 
@@ -1551,6 +1551,8 @@ def build(name):
         return HFGemma(V=64, T=16, C=32, H=4, L=2, hidden=64, kv_heads=1), 16
     if name == "gemma_wide":  # gemma_mini with Gemma 7B's heads: 4 of 8 columns (32) on a width of 24
         return HFGemma(V=64, T=16, C=24, H=4, L=2, hidden=64, kv_heads=2, head_dim=8), 16
+    if name == "qwen2_mini":  # llama_442 with Qwen2's biases on q, k and v (not on o)
+        return HFLlamaMask442(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf", qkv_bias=True), 16
     if name == "llama_442":  # llama_pos's blocks, the causal mask as transformers 4.42 makes it from the ids alone
         return HFLlamaMask442(V=64, T=16, C=32, H=4, L=2, hidden=48, kv_heads=2, rope="hf"), 16
     if name == "llama_cls":  # LlamaForSequenceClassification: llama_mask's body, the last real token's scores
