@@ -287,6 +287,18 @@ BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, c
 BFIT_API int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, const int32_t *labels,
                                           int64_t n, int64_t T);
 
+/* A language model's token data in the caller's memory: n int32 ids, one
+ * stream cut into samples of the model's T ids, each labelled with the T
+ * ids that follow, exactly as the same ids in a token file (docs/data.md,
+ * "Token files"): as the training data (which 0) its train part (every
+ * 20th block of 4096 ids held out), tested on its test part unless test
+ * data is given; as the test data (1) read whole. The vocabulary is the
+ * largest id + 1 (ids from 0). Copied when a run starts (its part), read
+ * until then. ids NULL: back to the option. BFIT_EINVAL naming "data" or
+ * "test_data" (an id below 0, too few ids for one sample, a model not of
+ * token ids: when the run starts, naming the position). */
+BFIT_API int bfit_config_set_token_stream(bfit_config *c, int which, const int32_t *ids, int64_t n);
+
 /* A host allocator for the CPU device's memory blocks (Lua's lua_Alloc):
  * NULL functions mean aligned_alloc/free. A block it refuses is out of
  * memory (the run shrinks its micro-batch, or fails with BFIT_ENOMEM).

@@ -3,7 +3,8 @@
  * bit for bit, and the same test accuracy as a CSV file of them, with the
  * same seed and options; a run made from them outlives its configuration;
  * arrays that disagree with the model or the options are refused naming
- * the option. Public API only. */
+ * the option; a language model's token stream trains as its token file.
+ * Public API only. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -311,6 +312,69 @@ static void test_refused(void **state)
     bfit_config_free(c);
 }
 
+/* A token stream in memory (bfit_config_set_token_stream) trains as the
+ * same ids in a token file (llm.c's format, written here, vocabulary 0):
+ * split alike into a train and a test part (every 20th block of 4096 ids),
+ * the same weights bit for bit and the same test loss; read, never written;
+ * refused where it cannot serve, naming the option and position. */
+static void test_token_stream(void **state)
+{
+    enum { NT = 20 * 4096 + 100 };
+    static int32_t ids[NT], copy[NT];
+    static uint16_t u16[NT];
+    char tspec[128], tok[128], wf[128], ws[128];
+    int32_t hdr[256] = {20240520, 1, NT, 0};
+    bfit_config *c;
+    bfit_result *r = NULL;
+    double loss[2];
+    FILE *f;
+    (void)state;
+    for (int i = 0; i < NT; i++)
+        ids[i] = (int32_t)((i * 7 + i / 13) % 24), u16[i] = (uint16_t)ids[i];
+    memcpy(copy, ids, sizeof ids);
+    snprintf(tspec, sizeof tspec, "%s/lm.cfg", dir);
+    snprintf(tok, sizeof tok, "%s/ids.bin", dir);
+    assert_non_null(f = fopen(tspec, "w"));
+    fprintf(f, "input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2\n linear 16\n}\n"
+               "layernorm\nlinear 24\n");
+    fclose(f);
+    assert_non_null(f = fopen(tok, "wb"));
+    assert_int_equal(fwrite(hdr, sizeof hdr, 1, f), 1);
+    assert_int_equal(fwrite(u16, sizeof u16, 1, f), 1);
+    fclose(f);
+    for (int k = 0; k < 2; k++) {
+        bfit_result *res = NULL;
+        snprintf(k ? ws : wf, sizeof wf, "%s/%s.safetensors", dir, k ? "stream" : "tokfile");
+        c = config(k ? ws : wf, 7);
+        assert_int_equal(bfit_config_set(c, "model", tspec), BFIT_OK);
+        assert_int_equal(bfit_config_set_int(c, "epochs", 1), BFIT_OK);
+        assert_int_equal(bfit_config_set_int(c, "max-steps", 30), BFIT_OK);
+        assert_int_equal(k ? bfit_config_set_token_stream(c, 0, ids, NT) : bfit_config_set(c, "data", tok), BFIT_OK);
+        if (bfit_train(c, &res) != BFIT_OK)
+            fail_msg("train: %s", bfit_errmsg());
+        loss[k] = bfit_result_number(res, "test_loss");
+        bfit_result_free(res);
+        bfit_config_free(c);
+    }
+    assert_true(same_weights(wf, ws));
+    assert_true(loss[0] == loss[1] && loss[1] > 0);
+    assert_memory_equal(copy, ids, sizeof ids);
+
+    c = config(ws, 7);
+    fails(bfit_config_set_token_stream(c, 2, ids, NT), BFIT_EINVAL, "", "which is 0 (training) or 1 (test)");
+    fails(bfit_config_set_token_stream(c, 0, ids, 1), BFIT_EINVAL, "data", "a token stream of 1 ids");
+    assert_int_equal(bfit_config_set_token_stream(c, 0, ids, NT), BFIT_OK); /* a float model: refused */
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "a token stream is a language model's data, but");
+    assert_int_equal(bfit_config_set(c, "model", tspec), BFIT_OK);
+    ids[4097] = -1;
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "(arrays): id -1 at position 4097: token ids are 0 to");
+    ids[4097] = copy[4097];
+    assert_int_equal(bfit_config_set_token_stream(c, 0, ids, 5000), BFIT_OK); /* no test part: said so */
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "a token file's test part is every 20th block of 4096 ids");
+    assert_null(r);
+    bfit_config_free(c);
+}
+
 /* eval scores arrays with the weights' saved normalisation: the figures
  * of the training's last evaluation on the same test arrays, bit for bit. */
 static void test_eval_arrays(void **state)
@@ -355,7 +419,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_file), cmocka_unit_test(test_test_arrays),
         cmocka_unit_test(test_run_outlives_config), cmocka_unit_test(test_refused), cmocka_unit_test(test_eval_arrays),
-        cmocka_unit_test(test_many_features_saved),
+        cmocka_unit_test(test_many_features_saved), cmocka_unit_test(test_token_stream),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

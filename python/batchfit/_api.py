@@ -259,6 +259,19 @@ def _from_tokenizer(field, enc):
     return np.where(mask, ids, -1).astype(np.int32), enc["labels"]
 
 
+def _set_stream(cfg, which, field, ids):
+    """A language model's token ids, one stream (a tokenizer's ids of a corpus, concatenated): read as a
+    token file's, copied into int32 once (the library copies the part it trains on when the run starts)."""
+    np = _numpy()
+    if ids.size and (ids.min() < 0 or ids.max() > 2**31 - 2):
+        bad = int(np.argmax((ids < 0) | (ids > 2**31 - 2)))
+        raise _errors.InvalidArgumentError(f"{field}: token id {ids[bad]} at position {bad}: ids are 0 to "
+                                           f"{2**31 - 2}", field, _errors.EINVAL)
+    ids = np.ascontiguousarray(ids, dtype=np.int32)
+    cfg.keep.append(ids)
+    _errors.check(lib.bfit_config_set_token_stream(cfg.c, which, ids.ctypes.data, ids.size))
+
+
 def _set_data(cfg, which, data):
     """data (which 0) or test_data (1): a name or path, arrays (x, y), or a
     tokenizer's output with labels."""
@@ -270,6 +283,9 @@ def _set_data(cfg, which, data):
         return
     if isinstance(data, collections.abc.Mapping):
         data = _from_tokenizer(field, data)
+    if getattr(data, "ndim", None) == 1 and getattr(getattr(data, "dtype", None), "kind", "f") in "iu":
+        _set_stream(cfg, which, field, data)
+        return
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise _errors.ArgumentTypeError(f"{field}: give a data set name, a path, or arrays (x, y), not "
                                         f"{type(data).__name__}", field, _errors.EINVAL)
@@ -320,7 +336,10 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     with -1 after its last token (as a folder of class folders of texts), or
     a tokenizer's output with the labels, {"input_ids", "attention_mask",
     "labels"} (transformers' BatchEncoding, right-padded: the ids where the
-    mask is 1). Options are `batchfit train`'s (batch="auto", epochs, lr, seed,
+    mask is 1); for a language model a 1-d integer array of token ids, one
+    stream cut into windows of the model's T, exactly as the same ids in a
+    token file (as the training data its train part, every 20th block of
+    4096 ids held out for the test unless test_data is given). Options are `batchfit train`'s (batch="auto", epochs, lr, seed,
     checkpoint, log, save, ...). on_event gets each event of the run's log
     as a dict (start, step, batch_change with its reason, eval, memory,
     end, ...), in order. progress=True prints the library's progress lines.

@@ -13,7 +13,10 @@
 
 static const char *const which_field[2] = {"data", "test_data"};
 
-int bfit_config_has_arrays(const bfit_config *c, int which) { return c->arr[which].x || c->arr[which].ids; }
+int bfit_config_has_arrays(const bfit_config *c, int which)
+{
+    return c->arr[which].x || c->arr[which].ids || c->arr[which].stream;
+}
 
 /* The checks both kinds of arrays share. */
 static int arrays_given(int which, const void *x, const int32_t *labels, int64_t n, int64_t per,
@@ -62,6 +65,20 @@ int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, 
     return BFIT_OK;
 }
 
+int bfit_config_set_token_stream(bfit_config *c, int which, const int32_t *ids, int64_t n)
+{
+    if (!c || (which != 0 && which != 1))
+        return bfit_fail(BFIT_EINVAL, "bfit_config_set_token_stream: which is 0 (training) or 1 (test)");
+    memset(&c->arr[which], 0, sizeof c->arr[which]);
+    if (!ids) /* back to the "data" (or "test-data") option */
+        return BFIT_OK;
+    if (n < 2)
+        return bfit_fail_field(BFIT_EINVAL, which_field[which], "a token stream of %lld ids: a sample needs its ids "
+                               "and the ids after them, 2 or more", (long long)n);
+    c->arr[which] = (struct bfit_cfg_arrays){.stream = ids, .n = n};
+    return BFIT_OK;
+}
+
 int bfit_config_arrays_check(const bfit_config *c, unsigned cmd, const char *cmd_name)
 {
     for (int w = 0; w < 2; w++)
@@ -103,10 +120,14 @@ static int input_shape(const bfit_config *c, bfit_shape *shape)
     *shape = g.input;
     tokens = g.input_dtype == BFIT_I32;
     bfit_graph_fini(&g);
+    if (!tokens && c->arr[w].stream)
+        return bfit_fail_field(BFIT_EINVAL, which_field[w], "a token stream is a language model's data, but %s "
+                               "takes samples of floats (its input is not `input tokens=T`)", c->t.model);
     if (tokens && c->arr[w].x)
         return bfit_fail_field(BFIT_EINVAL, which_field[w], "arrays hold float samples, but %s takes token ids: give "
                                "a classifier's ids as int32 arrays (bfit_config_set_token_arrays; Python: an integer "
-                               "array), or a language model's token data as a file", c->t.model);
+                               "array [n, T]), or a language model's as one stream (bfit_config_set_token_stream; "
+                               "Python: a 1-d integer array) or a token file", c->t.model);
     if (!tokens && c->arr[w].ids)
         return bfit_fail_field(BFIT_EINVAL, which_field[w], "arrays hold token ids, but %s takes samples of floats "
                                "(its input is not `input tokens=T`)", c->t.model);
@@ -130,6 +151,19 @@ static int borrow_tokens(const bfit_config *c, int w, bfit_shape shape, bfit_dat
     return BFIT_OK;
 }
 
+/* The token stream of set w: part (1 train, 0 test, -1 all) of it, in
+ * windows of the model's T. */
+static int stream_part(const bfit_config *c, int w, bfit_shape shape, int part, bfit_dataset **out)
+{
+    int rc;
+    if (c->t.seq_max)
+        return bfit_fail_field(BFIT_EINVAL, "seq_max", "makes a text's lines the samples; a token stream is cut "
+                               "into windows of the model's T (or seq): leave seq_max out");
+    if ((rc = bfit_dataset_token_stream(names[w], c->arr[w].stream, c->arr[w].n, part, shape.d[0], out)) != BFIT_OK)
+        return bfit_fail_field(rc, which_field[w], "%s", bfit_errmsg());
+    return BFIT_OK;
+}
+
 /* The arrays of set w as a data set of the model's input shape. */
 static int borrow(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **out)
 {
@@ -137,6 +171,8 @@ static int borrow(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **
     char sh[48];
     int rc;
 
+    if (a->stream) /* as a token file: the training data its train part, the test data whole */
+        return stream_part(c, w, shape, w ? -1 : 1, out);
     if (a->ids)
         return borrow_tokens(c, w, shape, out);
     if (a->floats != bfit_shape_numel(shape))
@@ -156,16 +192,19 @@ static int borrow(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **
 int bfit_config_arrays_sets(const bfit_config *c, bfit_train_cfg *t, bfit_dataset *own[2])
 {
     bfit_shape shape;
-    int rc;
+    int rc, split;
 
     own[0] = own[1] = NULL;
     if (!bfit_config_has_arrays(c, 0) && !bfit_config_has_arrays(c, 1))
         return BFIT_OK;
     if ((rc = arrays_agree(c)) != BFIT_OK || (rc = input_shape(c, &shape)) != BFIT_OK)
         return rc;
+    split = c->arr[0].stream && !bfit_config_has_arrays(c, 1) && !c->t.test_data;
     for (int w = 0; w < 2 && rc == BFIT_OK; w++)
         if (bfit_config_has_arrays(c, w))
             rc = borrow(c, w, shape, &own[w]);
+    if (rc == BFIT_OK && split) /* alone: tested on its test part, as a token file is */
+        rc = stream_part(c, 0, shape, 0, &own[1]);
     if (rc != BFIT_OK) {
         bfit_dataset_free(own[0]);
         bfit_dataset_free(own[1]);
@@ -197,5 +236,7 @@ int bfit_config_arrays_eval(const bfit_config *c, bfit_dataset **own)
                                "training arrays, not both");
     if ((rc = arrays_agree(c)) != BFIT_OK || (rc = input_shape(c, &shape)) != BFIT_OK)
         return rc;
+    if (w == 0 && c->arr[0].stream) /* as a token file given as the data: its test part */
+        return stream_part(c, 0, shape, 0, own);
     return borrow(c, w, shape, own);
 }

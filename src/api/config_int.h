@@ -63,6 +63,7 @@ struct bfit_config {
     struct bfit_cfg_arrays {
         const float *x;
         const int32_t *ids;    /* token arrays (bfit_config_set_token_arrays) instead of x */
+        const int32_t *stream; /* a language model's token stream (bfit_config_set_token_stream): n ids */
         const int32_t *y;
         int64_t n, floats;     /* samples, floats (or ids) per sample */
     } arr[2];

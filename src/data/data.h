@@ -190,6 +190,11 @@ int bfit_tokens_is_file(const char *path);
 int bfit_tokens_read(const char *path, int32_t **ids, int64_t *count, int *vocab);
 /* Write one (atomically): uint16 ids when vocab <= 65536, else uint32. */
 int bfit_tokens_write(const char *path, const int32_t *ids, int64_t count, int vocab);
+/* The train part (train 1), test part (0) or all (-1) of n ids in memory,
+ * split as a token file's: a malloc'd copy, *vocab the largest id + 1 (a
+ * header's vocabulary 0). An id below 0 is refused, naming its position. */
+int bfit_tokens_part(const char *source, const int32_t *ids, int64_t n, int train, int32_t **part, int64_t *count,
+                     int *vocab);
 /* Byte-level tokens of n bytes of text: the train part (train 1) or the
  * test part (0): lines in blocks of 100, every 20th block to test (5%). */
 int bfit_text_tokens(const unsigned char *b, size_t n, int train, int32_t **ids, int64_t *count);
@@ -208,6 +213,9 @@ int bfit_dataset_from_tokens(const char *source, const int32_t *ids, int64_t n, 
 /* A token file's train part (train 1), test part (0) or all of it (-1),
  * read a block at a time into the data set's ids. */
 int bfit_dataset_load_tokens(const char *path, int train, int seq, bfit_dataset **out);
+/* The same of a stream of n ids in memory (bfit_tokens_part), named source. */
+int bfit_dataset_token_stream(const char *source, const int32_t *ids, int64_t n, int train, int seq,
+                              bfit_dataset **out);
 /* A text file as bytes (256 ids), its train or test part. */
 int bfit_dataset_load_text(const char *path, int train, int seq, bfit_dataset **out);
 /* Variable-length samples: documents ending with id sep (a line and its

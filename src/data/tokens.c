@@ -88,6 +88,21 @@ int bfit_dataset_load_tokens(const char *path, int train, int seq, bfit_dataset 
     return tokens_dataset_take(name, ids, n, vocab, seq, 1, train ? NULL : BFIT_TOKENS_TEST_PART, out);
 }
 
+int bfit_dataset_token_stream(const char *source, const int32_t *ids, int64_t n, int train, int seq,
+                              bfit_dataset **out)
+{
+    int32_t *part;
+    int64_t k;
+    char name[512];
+    int vocab, rc;
+
+    *out = NULL;
+    if ((rc = bfit_tokens_part(source, ids, n, train, &part, &k, &vocab)) != BFIT_OK)
+        return rc;
+    snprintf(name, sizeof name, "%s%s", source, train < 0 ? "" : train ? " (train part)" : " (test part)");
+    return tokens_dataset_take(name, part, k, vocab, seq, 1, train ? NULL : BFIT_TOKENS_TEST_PART, out);
+}
+
 /* The bytes of b[0, n) in the train or the test part (blocks of TEXT_BLOCK
  * lines, every TEXT_EVERY-th to test), or all of them (train < 0), into
  * ids; *line counts the lines before b and after it. Returns the ids. */

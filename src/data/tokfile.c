@@ -171,6 +171,30 @@ out:
     return BFIT_OK;
 }
 
+int bfit_tokens_part(const char *source, const int32_t *ids, int64_t n, int train, int32_t **part, int64_t *count,
+                     int *vocab)
+{
+    int64_t k = 0, size = token_part_size(n, train);
+    int32_t most = -1, *p;
+
+    *part = NULL;
+    for (int64_t i = 0; i < n; i++) { /* checked whole, whichever part is taken: the two parts agree */
+        if (ids[i] < 0 || ids[i] == INT32_MAX)
+            return bfit_fail(BFIT_EINVAL, "%s: id %d at position %lld: token ids are 0 to %d", source, (int)ids[i],
+                             (long long)i, INT32_MAX - 1);
+        most = ids[i] > most ? ids[i] : most;
+    }
+    if (!(p = malloc(sizeof *p * (size_t)(size ? size : 1))))
+        return bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld ids", source, (long long)size);
+    for (int64_t i = 0; i < n; i++)
+        if (train < 0 || token_in_test(i) == !train)
+            p[k++] = ids[i];
+    *part = p;
+    *count = k;
+    *vocab = most + 1;
+    return BFIT_OK;
+}
+
 int bfit_tokens_read(const char *path, int32_t **ids, int64_t *count, int *vocab)
 {
     return bfit_tokens_read_part(path, -1, ids, count, vocab);

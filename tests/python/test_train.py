@@ -295,6 +295,52 @@ def test_a_tokenizers_output_trains_as_its_arrays(tmp_path):
                        threads=2)
 
 
+LM_SPEC = ("input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2\n linear 16\n}\n"
+           "layernorm\nlinear 24\n")
+
+
+def token_file(path, ids):
+    """ids as llm.c's token file (uint16, the header's vocabulary 0: the largest id + 1)."""
+    head = np.zeros(256, dtype="<i4")
+    head[:4] = (20240520, 1, ids.size, 0)
+    path.write_bytes(head.tobytes() + ids.astype("<u2").tobytes())
+
+
+def test_a_token_stream_trains_as_its_token_file(tmp_path):
+    """A language model's token ids as one 1-d integer array (a tokenizer's ids of a corpus) train as the same
+    ids in a token file: alone, split into a train and a test part as the file is; beside test ids, each read
+    whole. The same weights, bit for bit, and the same test loss. Before 2026-12-06 a language model's ids had
+    to be written to a file first. An id below 0 is refused, naming its position."""
+    spec = tmp_path / "lm.cfg"
+    spec.write_text(LM_SPEC)
+    i = np.arange(20 * 4096 + 100)
+    ids = ((i * 7 + i // 13) % 24).astype(np.int64)
+    token_file(tmp_path / "ids.bin", ids)
+    token_file(tmp_path / "test.bin", ids[:3000])
+    opts = dict(epochs=1, max_steps=30, batch=16, seed=5, lr=3e-3, optimizer="adamw", memory="256MiB", threads=2)
+    for test, ftest in ((None, None), (ids[:3000], "test.bin")):
+        want = batchfit.train(str(spec), data=str(tmp_path / "ids.bin"),
+                              test_data=str(tmp_path / ftest) if ftest else None, **opts)
+        got = batchfit.train(str(spec), data=ids, test_data=test, **opts)
+        for name, w in want.weights.items():
+            assert np.array_equal(bits(got.weights[name]), bits(w)), (ftest, name)
+        assert got["test_loss"] == want["test_loss"] and got["samples"] == want["samples"], ftest
+    # evaluate: the stream as data its test part, as test_data whole, each as its file
+    w = tmp_path / "w.safetensors"
+    batchfit.train(str(spec), data=ids, save=str(w), **opts)
+    for kw, fkw in (({"data": ids}, {"data": str(tmp_path / "ids.bin")}),
+                    ({"test_data": ids[:3000]}, {"test_data": str(tmp_path / "test.bin")})):
+        got, want = batchfit.evaluate(str(spec), str(w), **kw), batchfit.evaluate(str(spec), str(w), **fkw)
+        assert got["loss"] == want["loss"] and got["samples"] == want["samples"] > 0, sorted(kw)
+    bad = ids.copy()
+    bad[4097] = -3
+    with pytest.raises(batchfit.InvalidArgumentError, match="data: token id -3 at position 4097: ids are 0 to"):
+        batchfit.train(str(spec), data=bad, max_steps=1, threads=2)
+    with pytest.raises(batchfit.InvalidArgumentError, match="a token stream is a language model's data, but mlp takes "
+                                                           "samples of floats"):
+        batchfit.train("mlp", data=ids, max_steps=1, threads=2)
+
+
 def test_token_arrays_refused(tmp_path):
     """What token arrays may not hold, named: -1 before a token, a sequence of padding alone, ids below -1, a
     language model given one class a sequence, a float model given ids."""
