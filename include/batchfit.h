@@ -274,14 +274,23 @@ BFIT_API int bfit_config_set_source(bfit_config *c, int which, bfit_take_fn take
 BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int32_t *labels, int64_t n,
                                     int64_t sample_floats);
 
+/* A token's segment (BERT's token_type_ids: 0 the first sentence of a pair,
+ * 1 the second) rides in the high bits of its id, id | type <<
+ * BFIT_TOKEN_TYPE_SHIFT, for a model with token types (an embed layer's
+ * `types`, an ONNX export's token_type_ids input): ids below 2^24, types
+ * below the model's count. Type 0 is the id itself. */
+#define BFIT_TOKEN_TYPE_SHIFT 24
+#define BFIT_TOKEN_ID_MASK ((1 << BFIT_TOKEN_TYPE_SHIFT) - 1)
+
 /* Token ids in the caller's memory, for a classifier of token ids (a token
  * model whose scores are one vector per sequence: `select 0` or `gap`, then
  * `linear N`), as bfit_config_set_arrays's samples are: ids holds n
  * sequences of T int32 ids (T the model's), each padded after its last
  * token with -1 (a sequence of fewer than T tokens: the model masks its
- * padding), labels n class indices from 0. They train exactly as the same
- * texts in a folder of class folders of texts do (docs/data.md), read in
- * place, not copied. ids and labels NULL: back to the option. BFIT_EINVAL
+ * padding), labels n class indices from 0; a sentence pair's second
+ * segment is its ids | 1 << BFIT_TOKEN_TYPE_SHIFT (a model with token
+ * types). They train exactly as the same texts in a folder of class
+ * folders of texts do (docs/data.md), read in place, not copied. ids and labels NULL: back to the option. BFIT_EINVAL
  * naming "data" or "test_data" (an id below -1, -1 before a token, a
  * sequence of padding alone: when the run starts, naming the sequence). */
 BFIT_API int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, const int32_t *labels,

@@ -287,7 +287,8 @@ static void test_attention(void **st)
 /* ---- embeddings ------------------------------------------------------------------------- */
 
 /* scale: the token rows' factor (1: none); fixed: the positions a constant, left without a gradient (the
- * op must not write diff_bias even when given one) */
+ * op must not write diff_bias even when given one); types: the token-type table's rows (above 1: the rows'
+ * types in their ids' high bits, sentence pairs) */
 static void embed_case(bfit_dtype t, int P, int types, float scale, int fixed)
 {
     const int64_t n = 3, T = 5, C = 7, V = 11;
@@ -295,10 +296,10 @@ static void embed_case(bfit_dtype t, int P, int types, float scale, int fixed)
     bfit_op_desc d = {.kind = BFIT_OP_EMBED_FWD, .dtype = t};
     tbuf ids = tbuf_new(&td, (size_t)(n * T) * sizeof(int32_t));
     tbuf tok = rand_buf(BFIT_F32, V * C, -1, 1, 3), pos = rand_buf(BFIT_F32, (P ? P : 1) * C, -1, 1, 4);
-    tbuf typ = rand_buf(BFIT_F32, C, -1, 1, 5), dy = rand_buf(t, n * T * C, -1, 1, 6);
+    tbuf typ = rand_buf(BFIT_F32, (types ? types : 1) * C, -1, 1, 5), dy = rand_buf(t, n * T * C, -1, 1, 6);
     tbuf y = tbuf_new(&td, (size_t)(n * T * C) * esz(t));
     tbuf dtok = rand_buf(BFIT_F32, V * C, -1, 1, 7), dpos = rand_buf(BFIT_F32, (P ? P : 1) * C, -1, 1, 8);
-    tbuf dtyp = rand_buf(BFIT_F32, C, -1, 1, 9);
+    tbuf dtyp = rand_buf(BFIT_F32, (types ? types : 1) * C, -1, 1, 9);
     float *htok = malloc(dtok.bytes), *hpos = malloc(dpos.bytes), *htyp = malloc(dtyp.bytes);
     void *yh = malloc(y.bytes);
     bfit_op *op;
@@ -306,7 +307,8 @@ static void embed_case(bfit_dtype t, int P, int types, float scale, int fixed)
     tbuf ws;
 
     for (int64_t r = 0; r < n * T; r++) /* repeats: several rows into one table row */
-        TB_I(ids)[r] = (int32_t)((r * 7) % 4 + (r == 3 ? 9 : 0));
+        TB_I(ids)[r] = (int32_t)((r * 7) % 4 + (r == 3 ? 9 : 0)) |
+                       (types > 1 ? (int32_t)(r % T * types / T) << BFIT_TOKEN_TYPE_SHIFT : 0);
     tbuf_up(&td, &ids);
     memcpy(htok, dtok.h, dtok.bytes), memcpy(hpos, dpos.h, dpos.bytes), memcpy(htyp, dtyp.h, dtyp.bytes);
     d.u.embed = (typeof(d.u.embed)){n, T, C, V, P, types, fixed, scale};
@@ -334,14 +336,15 @@ static void embed_case(bfit_dtype t, int P, int types, float scale, int fixed)
             bk_embed_bwd_tok(&e, TB_I(ids), dy.h, htok, c, k * 3, (k + 1) * 3);
     for (int64_t tt = 0; P && !fixed && tt < T; tt++)
         for (int64_t c = 0; c < C; c++)
-            bk_embed_bwd_pos(&e, dy.h, hpos, tt, c);
-    for (int64_t c = 0; types && c < C; c++)
-        bk_embed_bwd_pos(&e, dy.h, htyp, -1, c);
+            bk_embed_bwd_pos(&e, NULL, dy.h, hpos, tt, c);
+    for (int64_t k = 0; k < types; k++)
+        for (int64_t c = 0; c < C; c++)
+            bk_embed_bwd_pos(&e, TB_I(ids), dy.h, htyp, k, c);
     cmp("embedding backward, tokens", BFIT_F32, htok, &dtok, V * C, 0, 0);
     if (P) /* fixed: the buffer as it was */
         cmp("embedding backward, positions", BFIT_F32, hpos, &dpos, P * C, 0, 0);
     if (types)
-        cmp("embedding backward, token type", BFIT_F32, htyp, &dtyp, C, 0, 0);
+        cmp("embedding backward, token types", BFIT_F32, htyp, &dtyp, types * C, 0, 0);
     bfit_op_free(op);
     tbuf_free(&td, &ids), tbuf_free(&td, &tok), tbuf_free(&td, &pos), tbuf_free(&td, &typ), tbuf_free(&td, &dy);
     tbuf_free(&td, &y), tbuf_free(&td, &dtok), tbuf_free(&td, &dpos), tbuf_free(&td, &dtyp);
@@ -359,6 +362,9 @@ static void test_embedding(void **st)
     embed_case(BFIT_F32, 8, 0, sqrtf(7.0f), 1);
     embed_case(BFIT_BF16, 6, 1, sqrtf(7.0f), 1);
     embed_case(BFIT_F32, 5, 1, 2.5f, 0);
+    /* sentence pairs: each token's type (of 2, of 3) in its id's high bits */
+    embed_case(BFIT_F32, 8, 2, 1.0f, 0);
+    embed_case(BFIT_BF16, 6, 3, 1.0f, 0);
 }
 
 /* ---- activations ------------------------------------------------------------------- */

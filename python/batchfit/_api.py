@@ -229,7 +229,8 @@ def _read_tensors(path):
 def _from_tokenizer(field, enc):
     """A tokenizer's output with labels ({"input_ids", "attention_mask", "labels"}: transformers'
     BatchEncoding plus the classes) as token arrays (x, y): the ids where the mask is 1, -1 after (batchfit
-    pads after a sequence's tokens, as a tokenizer with padding_side="right" does)."""
+    pads after a sequence's tokens, as a tokenizer with padding_side="right" does); token_type_ids (sentence
+    pairs) in each id's high bits, id | type << 24 (the library's BFIT_TOKEN_TYPE_SHIFT)."""
     np = _numpy()
     known = {"input_ids", "attention_mask", "labels", "token_type_ids"}
     if "input_ids" not in enc or "labels" not in enc or set(enc) - known:
@@ -250,13 +251,19 @@ def _from_tokenizer(field, enc):
                                            f"batchfit pads after a sequence's tokens (a tokenizer's "
                                            f"padding_side=\"right\")", field, _errors.EINVAL)
     types = np.asarray(enc.get("token_type_ids", np.zeros(mask.shape, dtype=np.int64)))
-    pairs = np.argwhere((types != 0) & mask) if types.shape == mask.shape else np.argwhere(types != 0)
-    if pairs.size:
-        r = int(pairs[0][0])
-        raise _errors.InvalidArgumentError(f"{field}: sequence {r} has token type 1: batchfit trains one segment a "
-                                           f"sequence (token_type_ids all 0), not sentence pairs", field,
-                                           _errors.EINVAL)
-    return np.where(mask, ids, -1).astype(np.int32), enc["labels"]
+    if types.shape != mask.shape or types.dtype.kind not in "iub":
+        raise _errors.InvalidArgumentError(f"{field}: token_type_ids must be integers of input_ids' shape "
+                                           f"{mask.shape}; got {types.dtype} {types.shape}", field, _errors.EINVAL)
+    ids = np.where(mask, ids, -1)
+    if (types[mask] != 0).any():  # sentence pairs: each token's segment in its id's high bits
+        bad = np.argwhere(mask & ((types < 0) | (types > 127) | (ids >= 1 << 24)))
+        if bad.size:
+            r, t = bad[0]
+            raise _errors.InvalidArgumentError(f"{field}: sequence {r}, position {t}: id {ids[r, t]} of type "
+                                               f"{types[r, t]}: with token types, ids are below 2^24 and types 0 "
+                                               f"to 127", field, _errors.EINVAL)
+        ids = np.where(mask, ids | types.astype(np.int64) << 24, -1)
+    return ids.astype(np.int32), enc["labels"]
 
 
 def _set_stream(cfg, which, field, ids):

@@ -182,6 +182,7 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
     if (tokens && bfit_model_vocab(s->M) > 0) { /* ids the embedding has no row for: said before any step */
         int64_t at;
         int32_t id, most;
+        int type;
         char fix[96];
         bfit_dataset_ids_above(d, bfit_model_vocab(s->M), &at, &id, &most);
         /* what to change: a spec's option, or the module an ONNX file was exported from */
@@ -192,6 +193,13 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
                                    "id %d at position %lld (ids counted from 0), outside the vocabulary [0, %d) of the "
                                    "embed of %s: %s (the data's largest id is %d)", bfit_dataset_source(d), (int)id,
                                    (long long)at, bfit_model_vocab(s->M), c->model, fix, most);
+        if ((at = bfit_dataset_type_above(d, bfit_model_types(s->M), &type)) >= 0)
+            return bfit_fail_field(BFIT_EINVAL, d == s->test && c->test_data ? "test_data" : "data", "%s holds a "
+                                   "token of type %d at position %lld (ids counted from 0; sentence pairs), but %s "
+                                   "has %s", bfit_dataset_source(d), type, (long long)at, c->model,
+                                   bfit_model_types(s->M) > 1 ? "fewer token types"
+                                                              : "no token types (BERT's token_type_embeddings): "
+                                                                "give it one segment a sequence");
     }
     if (!bfit_shape_eq(bfit_dataset_shape(d), s->M->input))
         return bfit_fail(BFIT_EINVAL, "%s: the model takes inputs of %s but the data set %s has samples of %s", c->model,

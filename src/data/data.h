@@ -260,6 +260,9 @@ int bfit_dataset_label_len(const bfit_dataset *d);
 /* Token data: the first id at or above vocab (*id, at *at in the data's
  * ids; *at -1 if none) and the largest id (*most). */
 void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32_t *id, int32_t *most);
+/* A classifier's token data: the first id whose token type (a sentence
+ * pair's segment, in its high bits) is types or more (*type set), -1 if none. */
+int64_t bfit_dataset_type_above(const bfit_dataset *d, int types, int *type);
 /* 1 for token data (sequences of token ids), 0 for samples of values. */
 int bfit_dataset_is_tokens(const bfit_dataset *d);
 /* Whether a model of nclasses scores has one for every label of d: its classes, or for token data (whose

@@ -278,12 +278,24 @@ void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32
     *at = -1;
     *id = *most = 0;
     for (int64_t i = 0; d->ids && i < d->nids; i++) {
-        if (d->ids[i] >= vocab && *at < 0) {
+        /* a classifier's ids may carry a sentence pair's token type in their high bits; a language model's not */
+        int32_t v = d->labels && d->ids[i] > 0 ? d->ids[i] & BFIT_TOKEN_ID_MASK : d->ids[i];
+        if (v >= vocab && *at < 0) {
             *at = i;
-            *id = d->ids[i];
+            *id = v;
         }
-        *most = d->ids[i] > *most ? d->ids[i] : *most;
+        *most = v > *most ? v : *most;
     }
+}
+
+int64_t bfit_dataset_type_above(const bfit_dataset *d, int types, int *type)
+{
+    for (int64_t i = 0; d->ids && d->labels && i < d->nids; i++) /* a classifier's: a language model has none */
+        if (d->ids[i] > 0 && d->ids[i] >> BFIT_TOKEN_TYPE_SHIFT >= types) {
+            *type = d->ids[i] >> BFIT_TOKEN_TYPE_SHIFT;
+            return i;
+        }
+    return -1;
 }
 
 int bfit_dataset_sample_len(const bfit_dataset *d, int64_t i) { return d->lens ? d->lens[i] : d->seq; }

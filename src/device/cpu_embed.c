@@ -1,5 +1,6 @@
 /* cpu_embed.c - EMBED_FWD and EMBED_BWD: token (and position, and token
- * type 0) embeddings looked up by id, and their gradients scattered back.
+ * type) embeddings looked up by id, and their gradients scattered back. A
+ * token's type rides in its id's high bits (BFIT_TOKEN_TYPE_SHIFT).
  *
  * The backward adds many rows into the same table row (a token that occurs
  * twice). Threads split the columns, never the rows, so no two threads
@@ -16,12 +17,15 @@
 
 /* Ids are checked on the host before upload (bfit_model_check_tokens); the
  * CPU checks again because it can, and a bad id would read outside the table. */
-static int check_ids(const int32_t *ids, int64_t n, int64_t V)
+static int check_ids(const int32_t *ids, int64_t n, int64_t V, int types)
 {
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= V)
-            return bfit_fail(BFIT_EINVAL, "embedding: token id %d at position %lld is outside [0, %lld)", (int)ids[i],
-                             (long long)i, (long long)V);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = ids[i] & BFIT_TOKEN_ID_MASK, type = ids[i] >> BFIT_TOKEN_TYPE_SHIFT;
+        if (ids[i] < 0 || id >= V || type >= (types > 0 ? types : 1))
+            return bfit_fail(BFIT_EINVAL, "embedding: token id %lld of type %lld at position %lld is outside [0, %lld) "
+                             "or its types [0, %d)", (long long)id, (long long)type, (long long)i, (long long)V,
+                             types > 0 ? types : 1);
+    }
     return BFIT_OK;
 }
 
@@ -30,9 +34,11 @@ static float tok_scale(const bfit_op_desc *d) { return d->u.embed.scale != 0.0f 
 
 static void fwd_row(const bfit_op_desc *d, const bfit_op_args *a, int64_t r)
 {
-    int64_t C = d->u.embed.C, t = r % d->u.embed.T, id = ((const int32_t *)a->src)[r];
+    int32_t v0 = ((const int32_t *)a->src)[r];
+    int64_t C = d->u.embed.C, t = r % d->u.embed.T, id = v0 & BFIT_TOKEN_ID_MASK;
     const float *w = (const float *)a->weights + id * C, *p = a->bias ? (const float *)a->bias + t * C : NULL;
-    const float *ty = a->shift, s = tok_scale(d);
+    const float *ty = a->shift ? (const float *)a->shift + (int64_t)(v0 >> BFIT_TOKEN_TYPE_SHIFT) * C : NULL;
+    const float s = tok_scale(d);
     for (int64_t c = 0; c < C; c++) {
         /* fmaf: one rounding, as the GPU's kernel and cuda_core.h's host copy round (s = 1: w[c] + p[c]) */
         float v = fmaf(s, w[c], p ? p[c] : 0.0f) + (ty ? ty[c] : 0.0f);
@@ -52,7 +58,7 @@ static int run_fwd(cpu_op *op, const bfit_op_args *a)
     if (!a->src || !a->weights || !a->dst || (d->u.embed.P && !a->bias) || (d->u.embed.types && !a->shift))
         return bfit_fail(BFIT_EINVAL, "embedding forward: src (the ids), weights, dst%s%s are required",
                          d->u.embed.P ? ", bias (positions)" : "", d->u.embed.types ? ", shift (token types)" : "");
-    if ((rc = check_ids(a->src, rows, d->u.embed.V)) != BFIT_OK)
+    if ((rc = check_ids(a->src, rows, d->u.embed.V, d->u.embed.types)) != BFIT_OK)
         return rc;
     BFIT_PAR_FOR_IF(rows * d->u.embed.C > BFIT_PAR_MIN, for (int64_t r = 0; r < rows; r++) fwd_row(d, a, r););
     return BFIT_OK;
@@ -69,7 +75,8 @@ static void bwd_cols(const bfit_op_desc *d, const bfit_op_args *a, int64_t c0, i
     float *dt = a->diff_shift ? (float *)a->diff_shift + c0 : NULL, buf[COL_BLOCK], s = tok_scale(d);
     for (int64_t r = 0; r < rows; r++) {
         const float *g = buf;
-        float *w = dw + ids[r] * C;
+        float *w = dw + (int64_t)(ids[r] & BFIT_TOKEN_ID_MASK) * C;
+        float *dtr = dt ? dt + (int64_t)(ids[r] >> BFIT_TOKEN_TYPE_SHIFT) * C : NULL;
         if (d->dtype == BFIT_F32)
             g = (const float *)a->diff_dst + r * C + c0;
         else
@@ -78,8 +85,8 @@ static void bwd_cols(const bfit_op_desc *d, const bfit_op_args *a, int64_t c0, i
             w[c] = fmaf(s, g[c], w[c]); /* as fwd_row: one rounding everywhere */
         for (int64_t c = 0; dp && c < n; c++)
             dp[r % T * C + c] += g[c];
-        for (int64_t c = 0; dt && c < n; c++)
-            dt[c] += g[c];
+        for (int64_t c = 0; dtr && c < n; c++)
+            dtr[c] += g[c];
     }
 }
 
@@ -94,7 +101,7 @@ static int run_bwd(cpu_op *op, const bfit_op_args *a)
         return bfit_fail(BFIT_EINVAL, "embedding backward: src (the ids), diff_dst, diff_weights%s%s are required",
                          d->u.embed.P && !d->u.embed.pos_fixed ? ", diff_bias" : "",
                          d->u.embed.types ? ", diff_shift" : "");
-    if ((rc = check_ids(a->src, rows, d->u.embed.V)) != BFIT_OK)
+    if ((rc = check_ids(a->src, rows, d->u.embed.V, d->u.embed.types)) != BFIT_OK)
         return rc;
     BFIT_PAR_FOR_IF(rows * C > BFIT_PAR_MIN && nblk > 1, for (int64_t b = 0; b < nblk; b++) {
         int64_t c0 = b * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;

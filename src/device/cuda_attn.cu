@@ -34,28 +34,28 @@ __global__ void k_embed_bwd_tok(bk_embed e, const int32_t *ids, const void *dy, 
     }
 }
 
-/* thread (t, c) of the positions; with type, threads c of the type row after them */
-__global__ void k_embed_bwd_pos(bk_embed e, const void *dy, float *dpos, float *dtype)
+/* thread (t, c) of the positions; with type, threads (k, c) of the type rows after them */
+__global__ void k_embed_bwd_pos(bk_embed e, const int32_t *ids, const void *dy, float *dpos, float *dtype)
 {
     const int64_t np = dpos ? e.T * e.C : 0;
-    BK_FOR(t, np + (dtype ? e.C : 0))
+    BK_FOR(t, np + (dtype ? e.types * e.C : 0))
     {
         if (t < np)
-            bk_embed_bwd_pos(&e, dy, dpos, t / e.C, t % e.C);
+            bk_embed_bwd_pos(&e, NULL, dy, dpos, t / e.C, t % e.C);
         else
-            bk_embed_bwd_pos(&e, dy, dtype, -1, t - np);
+            bk_embed_bwd_pos(&e, ids, dy, dtype, (t - np) / e.C, (t - np) % e.C);
     }
 }
 
 extern "C" cudaError_t bk_embed_bwd(cudaStream_t s, const bk_embed *e, const int32_t *ids, const void *dy,
                                     float *dtok, float *dpos, float *dtype)
 {
-    int64_t per = (e->V + EMB_CHUNKS - 1) / EMB_CHUNKS, np = (dpos ? e->T * e->C : 0) + (dtype ? e->C : 0);
+    int64_t per = (e->V + EMB_CHUNKS - 1) / EMB_CHUNKS, np = (dpos ? e->T * e->C : 0) + (dtype ? e->types * e->C : 0);
     cudaError_t err;
     k_embed_bwd_tok<<<bk_grid(e->C * EMB_CHUNKS, BK_THREADS), BK_THREADS, 0, s>>>(*e, ids, dy, dtok, per);
     if ((err = cudaGetLastError()) != cudaSuccess || !np)
         return err;
-    k_embed_bwd_pos<<<bk_grid(np, BK_THREADS), BK_THREADS, 0, s>>>(*e, dy, dpos, dtype);
+    k_embed_bwd_pos<<<bk_grid(np, BK_THREADS), BK_THREADS, 0, s>>>(*e, ids, dy, dpos, dtype);
     return cudaGetLastError();
 }
 

@@ -25,6 +25,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "batchfit.h" /* BFIT_TOKEN_TYPE_SHIFT */
+
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -56,7 +58,8 @@ BK_HD uint64_t bk_mix64(uint64_t x)
 }
 
 /* EMBED: n sequences of T tokens, C features, V ids, P positions (0: none);
- * types: the token-type table's row 0 is added; scale: the token rows' factor */
+ * types: the token-type table's rows (each token's type in its id's high
+ * bits, BFIT_TOKEN_TYPE_SHIFT); scale: the token rows' factor */
 typedef struct bk_embed {
     int64_t n, T, C, V, P;
     int types, dt;
@@ -167,14 +170,14 @@ BK_HD float bk_act_grad(int alg, float x, float dy, float lo, float hi)
 
 /* ---- embeddings ----------------------------------------------------------------- */
 
-/* y[r, c] = tok[id_r, c] + pos[t, c] + type[0, c] for element e of [n T, C] */
+/* y[r, c] = tok[id_r, c] + pos[t, c] + type[type_r, c] for element e of [n T, C] */
 BK_HD void bk_embed_fwd_one(const bk_embed *e, const int32_t *ids, const float *tok, const float *pos,
                             const float *type, void *y, int64_t el)
 {
-    int64_t r = el / e->C, c = el - r * e->C, t = r % e->T;
+    int64_t r = el / e->C, c = el - r * e->C, t = r % e->T, id = ids[r] & BFIT_TOKEN_ID_MASK;
     /* fmaf: one rounding on the GPU, the host and the CPU device alike */
-    float v = fmaf(e->scale, tok[(int64_t)ids[r] * e->C + c], pos ? pos[t * e->C + c] : 0.0f) +
-              (type ? type[c] : 0.0f);
+    float v = fmaf(e->scale, tok[id * e->C + c], pos ? pos[t * e->C + c] : 0.0f) +
+              (type ? type[(int64_t)(ids[r] >> BFIT_TOKEN_TYPE_SHIFT) * e->C + c] : 0.0f);
     bk_stx(y, e->dt, el, v);
 }
 
@@ -185,22 +188,23 @@ BK_HD void bk_embed_bwd_tok(const bk_embed *e, const int32_t *ids, const void *d
 {
     int64_t rows = e->n * e->T;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t id = ids[r];
+        int64_t id = ids[r] & BFIT_TOKEN_ID_MASK;
         if (id >= lo && id < hi)
             dtok[id * e->C + c] = fmaf(e->scale, bk_ldx(dy, e->dt, r * e->C + c), dtok[id * e->C + c]);
     }
 }
 
-/* Element (t, c) of the positions' gradient; with t < 0, element c of the
- * token-type row's (every row adds to it). */
-BK_HD void bk_embed_bwd_pos(const bk_embed *e, const void *dy, float *d, int64_t t, int64_t c)
+/* Element (t, c) of the positions' gradient; with ids, element (t, c) of
+ * the token-type table's (its rows of type t add to it, in row order). */
+BK_HD void bk_embed_bwd_pos(const bk_embed *e, const int32_t *ids, const void *dy, float *d, int64_t t, int64_t c)
 {
-    if (t >= 0) {
+    if (!ids) {
         for (int64_t b = 0; b < e->n; b++)
             d[t * e->C + c] += bk_ldx(dy, e->dt, (b * e->T + t) * e->C + c);
     } else {
         for (int64_t r = 0; r < e->n * e->T; r++)
-            d[c] += bk_ldx(dy, e->dt, r * e->C + c);
+            if (ids[r] >> BFIT_TOKEN_TYPE_SHIFT == t)
+                d[t * e->C + c] += bk_ldx(dy, e->dt, r * e->C + c);
     }
 }
 

@@ -99,11 +99,12 @@ typedef enum {
     BFIT_OP_SGD,              /* dst (params) updated from src (grads), state0 the momentum buffer or NULL */
     BFIT_OP_ADAMW,            /* dst (params) updated from src (grads), state0/state1 the moments */
     BFIT_OP_CAST,             /* dst[n] (u.cast.to) = src[n] (dtype), rounded to nearest even */
-    BFIT_OP_EMBED_FWD,        /* dst[n,T,C] = scale weights[id] + bias[t] (positions, or none) + shift[0] (token
-                                 type 0, or none); src: the ids, device int32 [n,T], each in [0, V);
-                                 the tables f32 whatever desc.dtype */
+    BFIT_OP_EMBED_FWD,        /* dst[n,T,C] = scale weights[id] + bias[t] (positions, or none) + shift[type]
+                                 (token types, or none); src: the ids, device int32 [n,T], each id in [0, V)
+                                 with its type (< u.embed.types, 0 without) in the bits from
+                                 BFIT_TOKEN_TYPE_SHIFT; the tables f32 whatever desc.dtype */
     BFIT_OP_EMBED_BWD,        /* diff_weights[id] += scale diff_dst rows, diff_bias[t] += (not with
-                                 pos_fixed), diff_shift[0] += (always accumulated: parameter gradients);
+                                 pos_fixed), diff_shift[type] += (always accumulated: parameter gradients);
                                  src: the ids */
     BFIT_OP_ATTN_FWD,         /* multi-head self-attention: src [n,T,3C] (q | k | v, head h in columns
                                  h*hs of each), dst [n,T,C]; training stores the probabilities

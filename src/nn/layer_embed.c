@@ -1,11 +1,12 @@
 /* layer_embed.c - token embeddings: a sequence of T token ids (the model's
  * int32 input) -> [T, C], the sum of the token's row of a [vocab, C] table,
  * the position's row of a [positions, C] table (GPT-2's wpe, BERT's
- * position embeddings; none when positions is 0) and, for BERT, row 0 of a
- * token-type table (every token in segment 0).
+ * position embeddings; none when positions is 0) and, for BERT, the row of
+ * its segment in a token-type table (0, or a sentence pair's 1: each id's
+ * type in its high bits, BFIT_TOKEN_TYPE_SHIFT).
  *
  * PyTorch: nn.Embedding(vocab, C)(ids) + nn.Embedding(positions, C)(arange(T))
- * (+ nn.Embedding(types, C)(zeros)). The backward reads the ids (its input)
+ * (+ nn.Embedding(types, C)(token_type_ids)). The backward reads the ids (its input)
  * and adds each token's gradient row into the rows it read.
  *
  * From ONNX also the Transformer tutorial's form, nn.Embedding(vocab, C)(ids)

@@ -727,6 +727,12 @@ int bfit_model_vocab(const bfit_model *M)
     return M->input_dtype == BFIT_I32 && E && E->cfg.kind == BFIT_L_EMBED ? E->cfg.vocab : 0;
 }
 
+int bfit_model_types(const bfit_model *M)
+{
+    const bfit_layer *E = M->n ? M->nodes[0].l : NULL;
+    return bfit_model_vocab(M) && E->cfg.types > 0 ? E->cfg.types : 1;
+}
+
 /* Token ids of n samples, checked on the host (a GPU's lookup cannot refuse).
  * -1 is padding after a sequence's last token (a text with a class, whose
  * one label cannot say where it ends): only there, after one token at least. */
@@ -744,11 +750,19 @@ int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n)
         if (!len)
             return bfit_fail(BFIT_EINVAL, "sample %lld has no token: its %lld ids are all -1 (padding)", (long long)k,
                              (long long)T);
-        for (int64_t i = 0; i < len; i++)
-            if (x[i] < 0 || x[i] >= E->cfg.vocab)
+        for (int64_t i = 0; i < len; i++) {
+            int32_t id = x[i] & BFIT_TOKEN_ID_MASK, type = x[i] >> BFIT_TOKEN_TYPE_SHIFT;
+            if (x[i] < 0 || id >= E->cfg.vocab)
                 return bfit_fail(BFIT_EINVAL, "token id %d at position %lld of sample %lld is outside the vocabulary "
-                                 "[0, %d)%s", (int)x[i], (long long)i, (long long)k, E->cfg.vocab,
-                                 x[i] == -1 ? " (-1 pads a sequence only after its last token)" : "");
+                                 "[0, %d)%s", x[i] < 0 ? (int)x[i] : (int)id, (long long)i, (long long)k,
+                                 E->cfg.vocab, x[i] == -1 ? " (-1 pads a sequence only after its last token)" : "");
+            if (type >= (E->cfg.types > 0 ? E->cfg.types : 1))
+                return bfit_fail(BFIT_EINVAL, "the token at position %lld of sample %lld is of type %d (a sentence "
+                                 "pair's second segment, in its id's bits from %d), but the model %s", (long long)i,
+                                 (long long)k, (int)type, BFIT_TOKEN_TYPE_SHIFT,
+                                 E->cfg.types > 0 ? "has fewer token types" : "has no token types (BERT's "
+                                 "token_type_embeddings): one segment a sequence");
+        }
     }
     return BFIT_OK;
 }

@@ -256,6 +256,8 @@ uint64_t bfit_model_sample_host_bytes(const bfit_model *M);
 /* A token model's embedding vocabulary: its ids are [0, vocab); 0 for a
  * model whose input is not token ids. */
 int bfit_model_vocab(const bfit_model *M);
+/* The token types its embedding has rows for (a sentence pair's segments): 1 without a table. */
+int bfit_model_types(const bfit_model *M);
 
 /* Allocate the params block, the statistics block (and the grads block if
  * with_grads); OOM leaves nothing allocated. Then bfit_model_init_params

@@ -699,8 +699,8 @@ static int take_more(onnx_lower *L, const bfit_onnx_vi *const *more, int n, cons
         if (mask)
             return bfit_fail(BFIT_EINVAL, "%s: the inputs '%s' and '%s' besides the token ids: batchfit reads one "
                                           "attention mask (attention_mask, 1 for a token and 0 for padding) and "
-                                          "token_type_ids and position_ids by those names (each sequence one "
-                                          "segment, its positions 0 .. T-1)",
+                                          "token_type_ids and position_ids by those names (each token's segment "
+                                          "as the data gives it, its positions 0 .. T-1)",
                              L->om->source, bfit_onnx_cstr(mask->name, two, sizeof two),
                              bfit_onnx_cstr(more[i]->name, nm, sizeof nm));
         rc = take_keymask(L, mask = more[i], ids, T);

@@ -99,6 +99,7 @@ class Case:
             self.cfg.update(escale=0.0, pos_fixed=0, pos_off=0)
         self.cfg.update(cfg)
         self.lens = self.cfg.pop("lens", None)  # attention's key-padding mask, carried as tensor "lens"
+        self.pairs = self.cfg.pop("pairs", 0)  # embed: sentence pairs, each token's type in its id's high bits
         self.g = torch.Generator().manual_seed(7919 * (idx + 1))
 
     def uniform(self, shape, lo=-1.0, hi=1.0):
@@ -158,8 +159,9 @@ def run_attention(c, x, lens=None):
 
 
 def run_embed(c, ids, params):
-    """Token + position (+ token type 0) embeddings of ids [m, T]; the token rows times escale (the Transformer
-    tutorial's sqrt(C)), the positions a constant with pos_fixed (a sinusoidal buffer: no gradient)."""
+    """Token + position (+ token type) embeddings of ids [m, T]; the token rows times escale (the Transformer
+    tutorial's sqrt(C)), the positions a constant with pos_fixed (a sinusoidal buffer: no gradient); the types
+    c.types (sentence pairs: 0 then 1 from a point in each sequence), else 0 at every token."""
     cfg, (T, _) = c.cfg, c.shapes[0]
     params["weight"] = c.uniform((cfg["vocab"], cfg["units"]))
     if cfg["positions"]:
@@ -173,7 +175,8 @@ def run_embed(c, ids, params):
     if cfg["positions"]:
         y = y + F.embedding(torch.arange(T) + cfg["pos_off"], p.get("pos_weight", params["pos_weight"]))
     if cfg["types"]:
-        y = y + F.embedding(torch.zeros(T, dtype=torch.int64), p["type_weight"])
+        types = c.types if c.pairs else torch.zeros(T, dtype=torch.int64)
+        y = y + F.embedding(types, p["type_weight"])
     return y, p
 
 
@@ -269,6 +272,9 @@ def run_case(c, outdir):
         xs[0] = xs[0].float().double()
     if k == "embed":  # token ids, repeats included
         xs[0] = torch.randint(0, cfg["vocab"], (m, c.shapes[0][0]), generator=c.g, dtype=torch.int64)
+        if c.pairs:  # the second sentence from a point in each sequence on
+            T = c.shapes[0][0]
+            c.types = (torch.arange(T)[None, :] >= torch.randint(1, T, (m, 1), generator=c.g)).long()
     x = [leaf(t) for t in xs] if k != "embed" else [xs[0]]
 
     if k == "embed":
@@ -407,7 +413,7 @@ def run_case(c, outdir):
 
     out = {}
     for i, t in enumerate(xs):
-        out["x%d" % i] = t.to(torch.int32) if k == "embed" else t
+        out["x%d" % i] = (t | c.types << 24 if c.pairs else t).to(torch.int32) if k == "embed" else t
     out.update(params)
     out.update(state)
     if c.training:
@@ -570,6 +576,7 @@ def cases():
     add("embed_m3_T7_C5_V4_nopos", "embed", [(7, 1)], 3, seq=1, units=5, vocab=4)
     add("embed_m2_T5_C4_V9_P9_off2", "embed", [(5, 1)], 2, seq=1, units=4, vocab=9, positions=9, pos_off=2)  # RoBERTa's
     add("embed_m2_T5_C8_V9_P5_types2", "embed", [(5, 1)], 2, seq=1, units=8, vocab=9, positions=5, types=2)
+    add("embed_m3_T6_C8_V9_P6_pairs", "embed", [(6, 1)], 3, seq=1, units=8, vocab=9, positions=6, types=2, pairs=1)
     # the Transformer tutorial's: token rows times sqrt(C), a constant position table longer than T
     add("embed_m2_T5_C8_V9_P7_scaled_fixed", "embed", [(5, 1)], 2, seq=1, units=8, vocab=9, positions=7,
         escale=f32(math.sqrt(8)), pos_fixed=1)

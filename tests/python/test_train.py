@@ -268,7 +268,8 @@ def test_token_arrays_train_as_their_folder(tmp_path):
 def test_a_tokenizers_output_trains_as_its_arrays(tmp_path):
     """A tokenizer's output with labels ({"input_ids", "attention_mask", "token_type_ids", "labels"}, as
     transformers' BatchEncoding right-padded with a pad id, the types all 0) trains to the same weights, bit
-    for bit, as the token arrays padded with -1; left padding, token type 1 and other keys are refused."""
+    for bit, as the token arrays padded with -1; left padding and other keys are refused, and token type 1
+    where the model has no token types."""
     spec = tmp_path / "cls.cfg"
     spec.write_text(CLS_SPEC)
     x, y = texts_and_ids(tmp_path / "train", 19, 1)
@@ -285,9 +286,10 @@ def test_a_tokenizers_output_trains_as_its_arrays(tmp_path):
     with pytest.raises(batchfit.InvalidArgumentError, match="data: sequence [0-9]+ has a token at position [0-9]+ after "
                                                            "padding: batchfit pads after a sequence's tokens"):
         batchfit.train(str(spec), data=left, max_steps=1, threads=2)
-    pair = dict(enc, token_type_ids=mask.copy())
-    with pytest.raises(batchfit.InvalidArgumentError, match="data: sequence 0 has token type 1: batchfit trains "
-                                                           "one segment a sequence"):
+    pair = dict(enc, token_type_ids=mask.copy())  # a model without token types: sentence pairs refused
+    with pytest.raises(batchfit.InvalidArgumentError, match="data: \\(arrays\\) holds a token of type 1 at position 0 "
+                                                           "\\(ids counted from 0; sentence pairs\\), but .*cls.cfg "
+                                                           "has no token types"):
         batchfit.train(str(spec), data=pair, max_steps=1, threads=2)
     with pytest.raises(batchfit.InvalidArgumentError, match=r"test_data: a tokenizer's output takes input_ids and "
                                                            r"labels .*; got \['input_ids', 'special_tokens_mask'\]"):
