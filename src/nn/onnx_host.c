@@ -42,8 +42,13 @@ hval *bfit_onnx_hval_new(onnx_lower *L, int isf, int nd, const int64_t *dim)
         if (dim[d] == 0)
             n = 0;
     if (n > BFIT_ONNX_MAXHOST || nd > BFIT_ONNX_MAXD) {
+        char why[128] = "";
+        if (L->g->input_dtype == BFIT_I32)
+            snprintf(why, sizeof why, " (a token model's masks grow with its length, %d tokens here: a shorter "
+                     "--seq makes them smaller)", L->g->input.d[0]);
+        L->attn_miss = 0; /* the size is the cause, not a Softmax the attention matcher left */
         bfit_onnx_refuse(L, "a host value of %lld elements in %d dimensions is more than batchfit computes "
-                            "on the host (%d)", (long long)n, nd, BFIT_ONNX_MAXHOST);
+                            "on the host (%d)%s", (long long)n, nd, BFIT_ONNX_MAXHOST, why);
         return NULL;
     }
     if (L->host_total + n > BFIT_ONNX_HOSTTOTAL) {

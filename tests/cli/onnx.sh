@@ -223,6 +223,8 @@ run 1 plan --model "$src/tests/onnx/gpt_dyn.onnx" --memory 1GiB &&
   has "$err" "gpt_dyn.onnx: the sequence length of the input 'input' \(dimension 1, 'T'\) is not fixed in the export \(a dynamic axis\): give the length to train and plan at with --seq N"
 run 1 train --model "$src/tests/onnx/gpt_dyn.onnx" --seq 33 --data "$dir/lines.txt" --epochs 1 --threads 2 &&
   has "$err" "node '/wpe/Gather' .*: the positions 0 .. 32 run past the 32 rows of the position table: the model has 32 positions, the longest sequence it takes \(--seq at most 32\)"
+run 1 plan --model "$src/tests/onnx/llama_dyn.onnx" --seq 100000 --memory 1GiB &&
+  has "$err" "a host value of 10000000000 elements in 2 dimensions is more than batchfit computes on the host \(4194304\) \(a token model's masks grow with its length, 100000 tokens here: a shorter --seq makes them smaller\)$"
 run 1 plan --model "$src/tests/onnx/llama_dyn.onnx" --seq 64 --memory 1GiB &&
   has "$err" "the mask on the attention's scores is 32 x 32 for 64 tokens: the model's mask \(a buffer cut to the sequence\) has 32 positions, the longest sequence it takes \(--seq at most 32\)"
 # the PyTorch Transformer tutorial's model (embeddings times sqrt(C), a sinusoidal position buffer): it trains,
