@@ -153,7 +153,9 @@ def evaluate(model, weights, progress=False, *, data=None, test_data=None, **opt
     `model` on the test data: `data`'s test split (a name or path), the
     file test_data names (a text or token file read whole), or the samples
     of arrays (x, y) given as data or test_data, normalised as the weights
-    were trained (eval_samples, ...)."""
+    were trained (eval_samples, ...); a language model's ids as a 1-d array
+    are scored as the same ids in a token file (as data its test part, as
+    test_data whole)."""
     cfg = Config(model=_model(model), weights=weights, **_here(options))
     _set_data(cfg, 0, data)
     _set_data(cfg, 1, test_data)
