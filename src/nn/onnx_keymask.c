@@ -508,8 +508,9 @@ int bfit_onnx_lower_keymask(onnx_lower *L, int *rc)
         *rc = or_causal(L, m);
     else if (bfit_onnx_streq(L->nd->op, "Add") && plus_causal(L, m))
         *rc = bfit_onnx_refuse(L, "the attention_mask added to a causal mask made on the host: transformers 4.42 "
-                                  "and later make LLaMA's (Mistral's, Qwen2's) mask so and write the padding into "
-                                  "a copy of it by a slice assignment (a ScatterND), which batchfit does not read; "
+                                  "and later make LLaMA's mask so (and models that copy its code) and write the "
+                                  "padding into a copy of it by a slice assignment (a ScatterND), which batchfit "
+                                  "does not read; "
                                   "export the model from input_ids alone (no attention_mask): in a causal model "
                                   "padding comes after every real token, and batchfit trains it the same");
     else

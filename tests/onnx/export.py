@@ -897,7 +897,7 @@ class LlamaClsHead:
 
 
 class HFLlamaCls(LlamaClsHead, HFLlamaMask):
-    """transformers' LlamaForSequenceClassification in small (Mistral's and Qwen2's are the same module) as
+    """transformers' LlamaForSequenceClassification in small (Mistral's and Qwen2's classifiers pick alike) as
     4.36 and 4.37 write it: HFLlamaMask's body, LlamaClsHead."""
 
 
