@@ -281,6 +281,8 @@ BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, c
  * below the model's count. Type 0 is the id itself. */
 #define BFIT_TOKEN_TYPE_SHIFT 24
 #define BFIT_TOKEN_ID_MASK ((1 << BFIT_TOKEN_TYPE_SHIFT) - 1)
+#define BFIT_TOKEN_ID(v) ((v) & BFIT_TOKEN_ID_MASK)       /* of an id that is not -1 (padding) */
+#define BFIT_TOKEN_TYPE(v) ((v) >> BFIT_TOKEN_TYPE_SHIFT)
 
 /* Token ids in the caller's memory, for a classifier of token ids (a token
  * model whose scores are one vector per sequence: `select 0` or `gap`, then

@@ -228,11 +228,14 @@ def _read_tensors(path):
     return out, norm
 
 
+TOKEN_TYPE_SHIFT = 24  # batchfit.h's BFIT_TOKEN_TYPE_SHIFT: a token's segment in its id's high bits
+
+
 def _from_tokenizer(field, enc):
     """A tokenizer's output with labels ({"input_ids", "attention_mask", "labels"}: transformers'
     BatchEncoding plus the classes) as token arrays (x, y): the ids where the mask is 1, -1 after (batchfit
     pads after a sequence's tokens, as a tokenizer with padding_side="right" does); token_type_ids (sentence
-    pairs) in each id's high bits, id | type << 24 (the library's BFIT_TOKEN_TYPE_SHIFT)."""
+    pairs) in each id's high bits, id | type << TOKEN_TYPE_SHIFT."""
     np = _numpy()
     known = {"input_ids", "attention_mask", "labels", "token_type_ids"}
     if "input_ids" not in enc or "labels" not in enc or set(enc) - known:
@@ -258,13 +261,13 @@ def _from_tokenizer(field, enc):
                                            f"{mask.shape}; got {types.dtype} {types.shape}", field, _errors.EINVAL)
     ids = np.where(mask, ids, -1)
     if (types[mask] != 0).any():  # sentence pairs: each token's segment in its id's high bits
-        bad = np.argwhere(mask & ((types < 0) | (types > 127) | (ids >= 1 << 24)))
+        bad = np.argwhere(mask & ((types < 0) | (types > 127) | (ids >= 1 << TOKEN_TYPE_SHIFT)))
         if bad.size:
             r, t = bad[0]
             raise _errors.InvalidArgumentError(f"{field}: sequence {r}, position {t}: id {ids[r, t]} of type "
                                                f"{types[r, t]}: with token types, ids are below 2^24 and types 0 "
                                                f"to 127", field, _errors.EINVAL)
-        ids = np.where(mask, ids | types.astype(np.int64) << 24, -1)
+        ids = np.where(mask, ids | types.astype(np.int64) << TOKEN_TYPE_SHIFT, -1)
     return ids.astype(np.int32), enc["labels"]
 
 
@@ -348,8 +351,9 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     mask is 1); for a language model a 1-d integer array of token ids, one
     stream cut into windows of the model's T, exactly as the same ids in a
     token file (as the training data its train part, every 20th block of
-    4096 ids held out for the test unless test_data is given). Options are `batchfit train`'s (batch="auto", epochs, lr, seed,
-    checkpoint, log, save, ...). on_event gets each event of the run's log
+    4096 ids held out for the test unless test_data is given). Options are
+    `batchfit train`'s (batch="auto", epochs, lr, seed, checkpoint, log,
+    save, ...). on_event gets each event of the run's log
     as a dict (start, step, batch_change with its reason, eval, memory,
     end, ...), in order. progress=True prints the library's progress lines.
     Returns a Training result with the weights as {name: numpy array}

@@ -279,7 +279,7 @@ void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32
     *id = *most = 0;
     for (int64_t i = 0; d->ids && i < d->nids; i++) {
         /* a classifier's ids may carry a sentence pair's token type in their high bits; a language model's not */
-        int32_t v = d->labels && d->ids[i] > 0 ? d->ids[i] & BFIT_TOKEN_ID_MASK : d->ids[i];
+        int32_t v = d->labels && d->ids[i] > 0 ? BFIT_TOKEN_ID(d->ids[i]) : d->ids[i];
         if (v >= vocab && *at < 0) {
             *at = i;
             *id = v;
@@ -291,8 +291,8 @@ void bfit_dataset_ids_above(const bfit_dataset *d, int vocab, int64_t *at, int32
 int64_t bfit_dataset_type_above(const bfit_dataset *d, int types, int *type)
 {
     for (int64_t i = 0; d->ids && d->labels && i < d->nids; i++) /* a classifier's: a language model has none */
-        if (d->ids[i] > 0 && d->ids[i] >> BFIT_TOKEN_TYPE_SHIFT >= types) {
-            *type = d->ids[i] >> BFIT_TOKEN_TYPE_SHIFT;
+        if (d->ids[i] > 0 && BFIT_TOKEN_TYPE(d->ids[i]) >= types) {
+            *type = BFIT_TOKEN_TYPE(d->ids[i]);
             return i;
         }
     return -1;

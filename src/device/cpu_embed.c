@@ -20,7 +20,7 @@
 static int check_ids(const int32_t *ids, int64_t n, int64_t V, int types)
 {
     for (int64_t i = 0; i < n; i++) {
-        int64_t id = ids[i] & BFIT_TOKEN_ID_MASK, type = ids[i] >> BFIT_TOKEN_TYPE_SHIFT;
+        int64_t id = BFIT_TOKEN_ID(ids[i]), type = BFIT_TOKEN_TYPE(ids[i]);
         if (ids[i] < 0 || id >= V || type >= (types > 0 ? types : 1))
             return bfit_fail(BFIT_EINVAL, "embedding: token id %lld of type %lld at position %lld is outside [0, %lld) "
                              "or its types [0, %d)", (long long)id, (long long)type, (long long)i, (long long)V,
@@ -35,9 +35,9 @@ static float tok_scale(const bfit_op_desc *d) { return d->u.embed.scale != 0.0f 
 static void fwd_row(const bfit_op_desc *d, const bfit_op_args *a, int64_t r)
 {
     int32_t v0 = ((const int32_t *)a->src)[r];
-    int64_t C = d->u.embed.C, t = r % d->u.embed.T, id = v0 & BFIT_TOKEN_ID_MASK;
+    int64_t C = d->u.embed.C, t = r % d->u.embed.T, id = BFIT_TOKEN_ID(v0);
     const float *w = (const float *)a->weights + id * C, *p = a->bias ? (const float *)a->bias + t * C : NULL;
-    const float *ty = a->shift ? (const float *)a->shift + (int64_t)(v0 >> BFIT_TOKEN_TYPE_SHIFT) * C : NULL;
+    const float *ty = a->shift ? (const float *)a->shift + (int64_t)BFIT_TOKEN_TYPE(v0) * C : NULL;
     const float s = tok_scale(d);
     for (int64_t c = 0; c < C; c++) {
         /* fmaf: one rounding, as the GPU's kernel and cuda_core.h's host copy round (s = 1: w[c] + p[c]) */
@@ -75,8 +75,8 @@ static void bwd_cols(const bfit_op_desc *d, const bfit_op_args *a, int64_t c0, i
     float *dt = a->diff_shift ? (float *)a->diff_shift + c0 : NULL, buf[COL_BLOCK], s = tok_scale(d);
     for (int64_t r = 0; r < rows; r++) {
         const float *g = buf;
-        float *w = dw + (int64_t)(ids[r] & BFIT_TOKEN_ID_MASK) * C;
-        float *dtr = dt ? dt + (int64_t)(ids[r] >> BFIT_TOKEN_TYPE_SHIFT) * C : NULL;
+        float *w = dw + (int64_t)BFIT_TOKEN_ID(ids[r]) * C;
+        float *dtr = dt ? dt + (int64_t)BFIT_TOKEN_TYPE(ids[r]) * C : NULL;
         if (d->dtype == BFIT_F32)
             g = (const float *)a->diff_dst + r * C + c0;
         else

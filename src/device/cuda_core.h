@@ -25,7 +25,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "batchfit.h" /* BFIT_TOKEN_TYPE_SHIFT */
+#include "batchfit.h" /* BFIT_TOKEN_ID, BFIT_TOKEN_TYPE */
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
@@ -174,10 +174,10 @@ BK_HD float bk_act_grad(int alg, float x, float dy, float lo, float hi)
 BK_HD void bk_embed_fwd_one(const bk_embed *e, const int32_t *ids, const float *tok, const float *pos,
                             const float *type, void *y, int64_t el)
 {
-    int64_t r = el / e->C, c = el - r * e->C, t = r % e->T, id = ids[r] & BFIT_TOKEN_ID_MASK;
+    int64_t r = el / e->C, c = el - r * e->C, t = r % e->T, id = BFIT_TOKEN_ID(ids[r]);
     /* fmaf: one rounding on the GPU, the host and the CPU device alike */
     float v = fmaf(e->scale, tok[id * e->C + c], pos ? pos[t * e->C + c] : 0.0f) +
-              (type ? type[(int64_t)(ids[r] >> BFIT_TOKEN_TYPE_SHIFT) * e->C + c] : 0.0f);
+              (type ? type[(int64_t)BFIT_TOKEN_TYPE(ids[r]) * e->C + c] : 0.0f);
     bk_stx(y, e->dt, el, v);
 }
 
@@ -188,7 +188,7 @@ BK_HD void bk_embed_bwd_tok(const bk_embed *e, const int32_t *ids, const void *d
 {
     int64_t rows = e->n * e->T;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t id = ids[r] & BFIT_TOKEN_ID_MASK;
+        int64_t id = BFIT_TOKEN_ID(ids[r]);
         if (id >= lo && id < hi)
             dtok[id * e->C + c] = fmaf(e->scale, bk_ldx(dy, e->dt, r * e->C + c), dtok[id * e->C + c]);
     }
@@ -203,7 +203,7 @@ BK_HD void bk_embed_bwd_pos(const bk_embed *e, const int32_t *ids, const void *d
             d[t * e->C + c] += bk_ldx(dy, e->dt, (b * e->T + t) * e->C + c);
     } else {
         for (int64_t r = 0; r < e->n * e->T; r++)
-            if (ids[r] >> BFIT_TOKEN_TYPE_SHIFT == t)
+            if (BFIT_TOKEN_TYPE(ids[r]) == t)
                 d[t * e->C + c] += bk_ldx(dy, e->dt, r * e->C + c);
     }
 }

@@ -751,7 +751,7 @@ int bfit_model_check_tokens(const bfit_model *M, const int32_t *ids, int n)
             return bfit_fail(BFIT_EINVAL, "sample %lld has no token: its %lld ids are all -1 (padding)", (long long)k,
                              (long long)T);
         for (int64_t i = 0; i < len; i++) {
-            int32_t id = x[i] & BFIT_TOKEN_ID_MASK, type = x[i] >> BFIT_TOKEN_TYPE_SHIFT;
+            int32_t id = BFIT_TOKEN_ID(x[i]), type = BFIT_TOKEN_TYPE(x[i]);
             if (x[i] < 0 || id >= E->cfg.vocab)
                 return bfit_fail(BFIT_EINVAL, "token id %d at position %lld of sample %lld is outside the vocabulary "
                                  "[0, %d)%s", x[i] < 0 ? (int)x[i] : (int)id, (long long)i, (long long)k,

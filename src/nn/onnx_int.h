@@ -213,6 +213,9 @@ int bfit_onnx_lower_mhsa(onnx_lower *L, int *rc);
  * key comes after the query (hide) or where it does not (!hide); for a float c (additive), 0 where the key
  * does not come after the query and -inf (or at most -1e4) where it does. */
 int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive);
+/* The same of [.., R, K], K >= R: a key column past the queries hidden from every one (transformers 4.42's
+ * LLaMA mask of T + 1 keys, cut to the keys where the scores read it). */
+int bfit_onnx_causal_rows(const hval *c, int hide, int additive);
 
 /* ---- a language model's attention_mask input (onnx_keymask.c): 1 (rc set) for a node reading it ---- */
 int bfit_onnx_lower_keymask(onnx_lower *L, int *rc);

@@ -417,23 +417,11 @@ static int made_mask(onnx_lower *L, int *rc)
     return 1;
 }
 
-/* Whether h [.., R, K], K >= R, is causal along its rows: additive (0
- * where key j <= query i, at most -1e4 after) or boolean (hide: true after;
- * else true up to i). transformers 4.42 to 4.44 make LLaMA's [T, T + 1]
- * without an attention_mask, cut to the keys where the scores read it. */
-static int causal_rows(const hval *h, int hide)
+/* Whether h is a causal mask of some form: additive, or boolean either way
+ * round (its rows may have keys past the queries: bfit_onnx_causal_rows). */
+static int causal_any(const hval *h)
 {
-    int64_t R = h->nd >= 2 ? h->dim[h->nd - 2] : 0, K = h->nd >= 2 ? h->dim[h->nd - 1] : 0;
-    if (R < 1 || K < R || h->n != R * K)
-        return 0;
-    for (int64_t i = 0; i < R; i++)
-        for (int64_t j = 0; j < K; j++) {
-            int64_t e = i * K + j;
-            int on = h->isf ? h->f[e] <= -1e4 : (h->a[e] || h->b[e]);
-            if ((h->isf && !on && h->f[e] != 0) || (!h->isf && h->a[e]) || on != (h->isf || hide ? j > i : j <= i))
-                return 0;
-        }
-    return 1;
+    return bfit_onnx_causal_rows(h, 1, h->isf) || bfit_onnx_causal_rows(h, 0, 0);
 }
 
 /* Whether the node's other input is a causal mask made on the host. */
@@ -442,7 +430,7 @@ static int plus_causal(onnx_lower *L, const oval *m)
     int k = bfit_onnx_in(L, 0) == m ? 1 : 0;
     oval *o = L->nd->nin == 2 ? bfit_onnx_in(L, k) : NULL;
     hval *h = o && o->kind == OV_HOST ? bfit_onnx_host(L, o, k) : NULL;
-    return h && (causal_rows(h, 1) || causal_rows(h, 0));
+    return h && causal_any(h);
 }
 
 /* A causal mask made on the host, [1, 1, T, T], expanded over the batch
@@ -457,7 +445,7 @@ static int causal_over_batch(onnx_lower *L, int *rc)
 
     if (!h || h->nd < 2 || !bfit_onnx_over_batch(L, h, bfit_onnx_in(L, 1)))
         return 0;
-    if (!causal_rows(h, 1) && !causal_rows(h, 0))
+    if (!causal_any(h))
         return 0;
     bfit_onnx_alias(L, x);
     *rc = BFIT_OK;

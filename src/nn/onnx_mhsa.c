@@ -260,18 +260,24 @@ static int scaled(onnx_lower *L, oval *v)
  * pattern: (nonzero where key j > query i) == hide, for a boolean c; for a
  * float c (an additive mask), 0 where j <= i and -inf (or at most -1e4,
  * whose exponential is 0) where j > i. */
-int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive)
+int bfit_onnx_causal_rows(const hval *c, int hide, int additive)
 {
-    if (c->nd < 2 || c->dim[c->nd - 1] != T || c->dim[c->nd - 2] != T || c->n != T * T || additive != c->isf)
+    int64_t R = c->nd >= 2 ? c->dim[c->nd - 2] : 0, K = c->nd >= 2 ? c->dim[c->nd - 1] : 0;
+    if (R < 1 || K < R || c->n != R * K || additive != c->isf)
         return 0;
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++) {
-            int64_t e = i * T + j;
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < K; j++) {
+            int64_t e = i * K + j;
             int on = additive ? c->f[e] <= -1e4 : (c->a[e] || c->b[e]);
             if ((additive && !on && c->f[e] != 0) || (!additive && c->a[e]) || on != (hide ? j > i : j <= i))
                 return 0;
         }
     return 1;
+}
+
+int bfit_onnx_causal_mask(const hval *c, int64_t T, int hide, int additive)
+{
+    return c->nd >= 2 && c->dim[c->nd - 1] == T && c->dim[c->nd - 2] == T && bfit_onnx_causal_rows(c, hide, additive);
 }
 
 /* A causal mask on the scores: masked_fill(mask, -inf) (Where(mask, fill,

@@ -75,19 +75,17 @@ static oval *one_plus(onnx_lower *L, int mul, const oval *v, int *nodes, int *n)
     if (!nd || !bfit_onnx_streq(nd->op, "Add") || nd->nin != 2 || bfit_onnx_next(L, a, "Mul") != mul)
         return NULL;
     for (int k = 0; k < 2; k++) {
-        oval *u = bfit_onnx_val(L, nd->in[k]), *w;
-        int c = u ? u->producer : -1;
+        oval *u = bfit_onnx_val(L, nd->in[k]), *w = u;
+        int c = u ? u->producer : -1, cast = c >= 0 && bfit_onnx_streq(L->om->nodes[c].op, "Cast") &&
+                                             float_cast(L, c) && bfit_onnx_next(L, c, "Add") == a;
         if (!u || !bfit_onnx_scalar(L, nd->in[1 - k], &one) || one != 1)
             continue;
+        if (!is_init(w) && !(cast && is_init(w = bfit_onnx_val(L, L->om->nodes[c].in[0]))))
+            continue;
         nodes[(*n)++] = a;
-        if (is_init(u))
-            return u;
-        if (c >= 0 && bfit_onnx_streq(L->om->nodes[c].op, "Cast") && float_cast(L, c) &&
-            bfit_onnx_next(L, c, "Add") == a && is_init(w = bfit_onnx_val(L, L->om->nodes[c].in[0]))) {
+        if (w != u) /* through its Cast */
             nodes[(*n)++] = c;
-            return w;
-        }
-        (*n)--;
+        return w;
     }
     return NULL;
 }
