@@ -284,6 +284,14 @@ BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, c
 #define BFIT_TOKEN_ID(v) ((v) & BFIT_TOKEN_ID_MASK)       /* of an id that is not -1 (padding) */
 #define BFIT_TOKEN_TYPE(v) ((v) >> BFIT_TOKEN_TYPE_SHIFT)
 
+/* A language model's labels, one a token: the id it should predict, or
+ * BFIT_LABEL_PAD after a sequence's last token, or BFIT_LABEL_UNSCORED at
+ * a real token whose prediction is not scored (a masked LM's unmasked
+ * tokens: the sequence still runs to its last real token, whose keys a
+ * bidirectional attention sees). */
+#define BFIT_LABEL_PAD (-1)
+#define BFIT_LABEL_UNSCORED (-2)
+
 /* Token ids in the caller's memory, for a classifier of token ids (a token
  * model whose scores are one vector per sequence: `select 0` or `gap`, then
  * `linear N`), as bfit_config_set_arrays's samples are: ids holds n

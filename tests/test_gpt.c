@@ -313,6 +313,51 @@ static void padded_vs_alone(int lean, int masked, double *dloss, double *dgrad)
     trig_free(&r);
 }
 
+/* A masked LM labels a few tokens and leaves the others unscored (-2):
+ * they are still real tokens, whose keys the bidirectional attention sees
+ * up to the last of them; only -1 is padding. A sequence of 12 tokens, 2
+ * of them scored, padded to 16: its loss is the sequence's alone at 12,
+ * depends on the ids of its unscored tail (tokens 6-11) and not on the
+ * padding's; with the tail taken for padding (-1) the loss differs. */
+static void test_unscored_tokens_are_keys(void **st)
+{
+    int32_t x[16], x2[16], y[16], ypad[16];
+    uint64_t s = 5;
+    int64_t ng;
+    float *g;
+    double l16, l12, ltail, lpadids, lcut;
+    rig r;
+    (void)st;
+    rig_text(&r, encoder);
+    assert_int_equal(bfit_model_alloc_params(r.M, 1), BFIT_OK);
+    assert_int_equal(bfit_model_init_params(r.M, 5), BFIT_OK);
+    ng = bfit_model_param_count(r.M);
+    g = malloc(sizeof *g * (size_t)ng);
+    for (int j = 0; j < 16; j++) {
+        x[j] = j < 12 ? (int32_t)(rnd(&s) % 11) : 0;
+        y[j] = j >= 12 ? BFIT_LABEL_PAD : j == 2 || j == 5 ? (int32_t)(rnd(&s) % 11) : BFIT_LABEL_UNSCORED;
+        ypad[j] = j > 5 ? BFIT_LABEL_PAD : y[j];
+    }
+    l16 = enc_grads(&r, x, y, 1, 16, g, ng);
+    l12 = enc_grads(&r, x, y, 1, 12, g, ng);
+    lcut = enc_grads(&r, x, ypad, 1, 16, g, ng);
+    memcpy(x2, x, sizeof x);
+    for (int j = 12; j < 16; j++)
+        x2[j] = 7;
+    lpadids = enc_grads(&r, x2, y, 1, 16, g, ng);
+    for (int j = 6; j < 12; j++)
+        x2[j] = (x[j] + 3) % 11;
+    ltail = enc_grads(&r, x2, y, 1, 16, g, ng);
+    print_message("  2 of 12 tokens scored, padded to 16: loss %.7f, alone at 12 %.7f, other padding ids %.7f, "
+                  "other unscored ids %.7f, the unscored tail as padding %.7f\n", l16, l12, lpadids, ltail, lcut);
+    assert_true(fabs(l16 - l12) < 1e-5 * l12);
+    assert_true(l16 == lpadids);
+    assert_true(fabs(l16 - ltail) > 1e-4 * l16);
+    assert_true(fabs(l16 - lcut) > 1e-4 * l16);
+    free(g);
+    trig_free(&r);
+}
+
 /* encoder_drop's summed loss and gradients of one padded batch (x, y: 3 rows of 16), its blocks kept or
  * recomputed in backward (rec), or its attention's dropout off (p0). */
 static double drop_grads(int rec, int p0, const int32_t *x, const int32_t *y, float *g, int64_t ng)
@@ -618,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_spec_file_is_preset),
         cmocka_unit_test(test_model_gradient),
         cmocka_unit_test(test_padded_is_unpadded),
+        cmocka_unit_test(test_unscored_tokens_are_keys),
         cmocka_unit_test(test_attention_dropout_recomputed),
         cmocka_unit_test(test_measured_equals_planned),
         cmocka_unit_test(test_classifier_attends_to_all),

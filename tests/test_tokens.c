@@ -589,6 +589,127 @@ static void test_stream_labels(void **st)
     bfit_dataset_free(d);
 }
 
+/* Masked-LM labels (BERT's objective, --mask-tokens): over 4,000 windows
+ * of 50 ids, a share p = 0.15 of the tokens that are not special is
+ * labelled with its id, 80% of those masked in the input, 10% a random id,
+ * 10% kept; every other token is kept and labelled -2 (real, unscored);
+ * special ids never. The draws are the sample's own: a stream taken 7 at
+ * a time gives what one taken 1 at a time gives, and the next epoch other
+ * masks. */
+#define MW 50
+#define MN 4000
+static void take_all(bfit_stream *s, int step, int32_t *x, int32_t *y)
+{
+    int got;
+    for (int k = 0; k < MN; k += got) {
+        int n = MN - k < step ? MN - k : step;
+        assert_int_equal(bfit_stream_take(s, n, (float *)(x + (size_t)k * MW), y + (size_t)k * MW, &got), BFIT_OK);
+        assert_int_equal(got, n);
+    }
+}
+
+static void test_stream_masked(void **st)
+{
+    int32_t *ids = malloc(sizeof *ids * (MW * MN + 1)), *x = malloc(sizeof *x * MW * MN);
+    int32_t *y = malloc(sizeof *y * MW * MN), *x2 = malloc(sizeof *x2 * MW * MN), *y2 = malloc(sizeof *y2 * MW * MN);
+    int64_t cand = 0, lab = 0, masked = 0, kept = 0, other = 0, seen[97] = {0}, distinct = 0, same = 0;
+    bfit_dataset *d;
+    bfit_stream *s;
+    bfit_stream_cfg sc = {0};
+    (void)st;
+    for (int i = 0; i < MW * MN + 1; i++)
+        ids[i] = (int32_t)((i * 7 + 3) % 97);
+    assert_int_equal(bfit_dataset_from_tokens("mem", ids, MW * MN + 1, 97, MW, &d), BFIT_OK);
+    sc.max_take = 7;
+    sc.mlm = (bfit_mlm){.p = 0.15, .mask_id = 96, .vocab = 97, .nspecial = 2, .special = {0, 5}};
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    take_all(s, 7, x, y);
+    bfit_stream_free(s);
+    for (int i = 0; i < MW * MN; i++) {
+        int special = ids[i] == 0 || ids[i] == 5;
+        assert_true(y[i] == BFIT_LABEL_UNSCORED || (y[i] == ids[i] && !special));
+        if (y[i] == BFIT_LABEL_UNSCORED) {
+            assert_int_equal(x[i], ids[i]);
+        } else {
+            masked += x[i] == 96;
+            kept += x[i] == ids[i] && x[i] != 96; /* (96, the mask, is an id of the data too) */
+            other += x[i] != 96 && x[i] != ids[i];
+            assert_true(x[i] >= 0 && x[i] < 97);
+            distinct += x[i] != 96 && x[i] != ids[i] && !seen[x[i]]++;
+        }
+        cand += !special;
+        lab += y[i] >= 0;
+    }
+    print_message("  %lld of %lld tokens labelled (%.2f%%): masked %.1f%%, random %.1f%% (%lld ids), kept %.1f%%\n",
+                  (long long)lab, (long long)cand, 100.0 * lab / cand, 100.0 * masked / lab, 100.0 * other / lab,
+                  (long long)distinct, 100.0 * kept / lab);
+    assert_true(lab > 0.145 * cand && lab < 0.155 * cand);
+    assert_true(masked > 0.78 * lab && masked < 0.82 * lab);
+    assert_true(other > 0.085 * lab && other < 0.105 * lab); /* a random id that is the token's own is kept */
+    assert_true(kept > 0.09 * lab && kept < 0.11 * lab);
+    assert_true(distinct >= 90);
+    /* the same draws whatever the takes and the order: shuffled, 7 at a time and 1 at a time */
+    sc.seed = 3;
+    sc.shuffle = 1;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    take_all(s, 7, x, y);
+    bfit_stream_next_epoch(s);
+    take_all(s, 7, x2, y2);
+    for (int i = 0; i < MW * MN; i++)
+        same += x[i] == x2[i] && y[i] == y2[i];
+    assert_true(same < MW * MN); /* epoch 1: the other order and other masks */
+    bfit_stream_free(s);
+    sc.max_take = 1;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    take_all(s, 1, x2, y2);
+    assert_memory_equal(x, x2, sizeof *x * MW * MN);
+    assert_memory_equal(y, y2, sizeof *y * MW * MN);
+    bfit_stream_free(s);
+    bfit_dataset_free(d);
+    free(ids), free(x), free(y), free(x2), free(y2);
+}
+
+/* A line's masked-LM labels: its padding -1, at least one token labelled
+ * in a line that has one to label (BERT's max(1, round(p n))), none in a
+ * line of special ids alone; a sentence pair's segment stays in the input
+ * and is not in the label. */
+static void test_masked_lines(void **st)
+{
+    /* documents: "1 2 3 4 5 6 7 /", "9 /", "/", "4 4 /" with / = 10 (special), seq 3 */
+    int32_t ids[] = {1, 2, 3, 4, 5, 6, 7, 10, 9, 10, 10, 4, 4, 10}, x[5 * 3], y[5 * 3];
+    static const int lens[] = {3, 3, 1, 1, 2};
+    bfit_mlm m = {.p = 1e-6, .mask_id = 0, .vocab = 11, .nspecial = 1, .special = {10}};
+    bfit_sample_fn f = {.seed = 1, .mlm = &m};
+    int32_t pair[4] = {1 | 1 << BFIT_TOKEN_TYPE_SHIFT, 2 | 1 << BFIT_TOKEN_TYPE_SHIFT, 3, 4}, py[4];
+    bfit_dataset *d;
+    bfit_stream *s;
+    bfit_stream_cfg sc = {.max_take = 5, .mlm = m};
+    int got;
+    (void)st;
+    assert_int_equal(bfit_dataset_token_lines("mem", ids, 14, 11, 3, 10, &d), BFIT_OK);
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    assert_int_equal(bfit_stream_take(s, 5, (float *)x, y, &got), BFIT_OK);
+    for (int k = 0; k < 5; k++) {
+        int labelled = 0, specials = 0;
+        for (int j = 0; j < 3; j++) {
+            assert_true(j < lens[k] ? y[k * 3 + j] != BFIT_LABEL_PAD : y[k * 3 + j] == BFIT_LABEL_PAD);
+            labelled += y[k * 3 + j] >= 0;
+            specials += j < lens[k] && x[k * 3 + j] == 10;
+        }
+        assert_int_equal(labelled, specials == lens[k] ? 0 : 1); /* "7 / 9" has 2 candidates, "/" none */
+    }
+    bfit_stream_free(s);
+    bfit_dataset_free(d);
+    m.p = 1; /* every token labelled, a pair's segment kept in the input */
+    for (int i = 0; i < 4; i++) {
+        int32_t was = pair[i];
+        f.seed = 1;
+        bfit_data_mask(&f, 0, i, pair + i, py, 1, 1);
+        assert_int_equal(py[0], BFIT_TOKEN_ID(was));
+        assert_int_equal(BFIT_TOKEN_TYPE(pair[i]), BFIT_TOKEN_TYPE(was));
+    }
+}
+
 /* Lines as variable-length samples: each document (ending in its
  * separator) cut into pieces of at most seq, labels the next ids, padding
  * id 0 and label -1; a one-token document has nothing to predict. */
@@ -930,6 +1051,8 @@ int main(void)
         cmocka_unit_test(test_token_file_split),
         cmocka_unit_test(test_token_file_blocks),
         cmocka_unit_test(test_stream_labels),
+        cmocka_unit_test(test_stream_masked),
+        cmocka_unit_test(test_masked_lines),
         cmocka_unit_test(test_lines),
         cmocka_unit_test(test_length_buckets),
         cmocka_unit_test(test_training_split_invariant),

@@ -210,6 +210,7 @@ int bfit_config_eval_cfg(const bfit_config *c, bfit_eval_cfg *e)
     e->data = c->t.data;
     e->test_data = c->t.test_data;
     e->seq_max = c->t.seq_max;
+    e->mlm = c->t.mlm;
     e->seq = c->seq;
     e->batch = c->t.eval_batch;
     e->samples = c->t.eval_samples;

@@ -153,6 +153,31 @@ static void class_names(const bfit_dataset *d, char *buf, size_t len)
         snprintf(buf + k, len - k, "%s)", n > 10 ? ", ..." : "");
 }
 
+/* BERT's objective: a language model's token data, a model that scores
+ * every token and sees both sides of one, a mask id it has a row for. */
+static int check_mlm(const bfit_session *s, const bfit_session_cfg *c, const bfit_dataset *d, const char *name)
+{
+    int vocab = bfit_model_vocab(s->M);
+    if (bfit_dataset_label_len(d) == 1)
+        return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "masks the tokens of a language model's text, but %s holds "
+                               "one class a sequence (a classifier's data): leave it out", name);
+    if (!s->M->per_token)
+        return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "predicts the masked tokens, but %s gives one vector of "
+                               "scores a sequence: a masked LM ends in scores over the vocabulary at every token "
+                               "(BertForMaskedLM, `linear V` without `select`)", c->model);
+    if (bfit_model_causal(s->M))
+        return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "%s has causal attention: a token sees none after it, so a "
+                               "masked token's right side is hidden from it; masked-LM training is for bidirectional "
+                               "encoders (BERT's). Leave --mask-tokens out to train it on the next token", c->model);
+    if (c->mlm->mask_id < 0)
+        return bfit_fail_field(BFIT_EINVAL, "mask_id", "--mask-tokens needs the id a masked token becomes: give "
+                               "--mask-id (a tokenizer's mask_token_id, 103 for bert-base-uncased's [MASK])");
+    if (vocab > 0 && c->mlm->mask_id >= vocab)
+        return bfit_fail_field(BFIT_EINVAL, "mask_id", "%d is outside the vocabulary [0, %d) of %s's embedding",
+                               (int)c->mlm->mask_id, vocab, c->model);
+    return BFIT_OK;
+}
+
 static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bfit_dataset *d)
 {
     char a[32], b[32];
@@ -169,6 +194,8 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
                                bfit_shape_str(s->M->input, a, sizeof a));
     /* token data labels every token; a model ending in one score vector per
      * sample (`flatten`, `linear N`) has room for one label per sample */
+    if (tokens && c->mlm && c->mlm->p > 0 && (rc = check_mlm(s, c, d, name)) != BFIT_OK)
+        return rc;
     if (tokens && s->M->per_token && bfit_dataset_label_len(d) == 1 && s->M->labels_per_sample > 1)
         return bfit_fail_field(BFIT_EINVAL, "data", "%s scores every token (a language model), but %s holds one "
                                "class a sequence: a classifier ends in `select 0` (or `gap`) and `linear N` "

@@ -33,6 +33,8 @@ typedef struct bfit_session_cfg {
                                                  length); 0: the model's */
     int attention;                            /* BFIT_ATTN_* (nn/zoo.h): the attention layers' storage for
                                                  backward */
+    const bfit_mlm *mlm;                      /* token models: masked-LM labels if mlm->p > 0 (NULL: the
+                                                 next tokens) */
     int tokens_whole;                         /* a token file as data is all train and all test, as before
                                                  it had parts (bfit_data_opts.tokens_whole) */
     const char *const *class_names;           /* the classes the model was trained on (the weights'), to

@@ -27,6 +27,9 @@ static void help(void)
          "  --seq-max N         token models: score the text's lines, cut at N tokens, as\n"
          "                      a train --seq-max N run evaluates (default: windows of\n"
          "                      the model's length)\n"
+         "  --mask-tokens P --mask-id ID --special-ids ID,...   a masked LM: score its\n"
+         "                      masked tokens, as a train run with these evaluates (the\n"
+         "                      test set's masks are the same in every run)\n"
          "Image folders (docs/data.md): --resize N, --center-crop N, --mean M,M,M --std S,S,S,\n"
          "  --loader-threads N, --skip-bad-images, --no-dct-scaling (as train's)\n"
          "  --csv-header yes|no|auto   whether a CSV file's first row is a header (default\n"
@@ -54,6 +57,8 @@ static const struct option opts[] = {
     {"data", required_argument, 0, 1},       {"batch", required_argument, 0, 1},
     {"test-data", required_argument, 0, 1}, {"seq-max", required_argument, 0, 1},
     {"seq", required_argument, 0, 1},       {"attention", required_argument, 0, 1}, /* refused, saying why */
+    {"mask-tokens", required_argument, 0, 1}, {"mask-id", required_argument, 0, 1},
+    {"special-ids", required_argument, 0, 1},
     {"samples", required_argument, 0, 1}, {"memory", required_argument, 0, 1},
     {"threads", required_argument, 0, 1}, {"no-normalize", no_argument, 0, 1},
     {"json", no_argument, 0, 1},             {"help", no_argument, 0, 1},

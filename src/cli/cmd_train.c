@@ -58,6 +58,11 @@ static void help_batch(void)
          "                        micro-batch runs at its longest (default: windows of\n"
          "                        the model's length)\n"
          CLI_ATTENTION_HELP
+         "  --mask-tokens P       token models: BERT's masked-LM objective instead of the\n"
+         "                        next token: a share P of each sequence's tokens (0.15)\n"
+         "                        is predicted, 80% of them replaced by --mask-id ID\n"
+         "                        (the tokenizer's [MASK]), 10% by a random id, 10% kept;\n"
+         "                        --special-ids ID,... are never masked ([CLS], [SEP])\n"
          "Batch and memory:\n"
          "  --batch N|auto|adaptive  effective batch E (default 128); auto: E and the micro-\n"
          "                        batch chosen, and re-chosen as training goes, for goodput\n"
@@ -179,7 +184,8 @@ static const struct option opts[] = {
     {"epochs", required_argument, 0, 1}, {"epoch-samples", required_argument, 0, 1},
     {"eval-samples", required_argument, 0, 1}, {"max-steps", required_argument, 0, 1},
     {"seq-max", required_argument, 0, 1}, {"seq", required_argument, 0, 1},
-    {"attention", required_argument, 0, 1},
+    {"attention", required_argument, 0, 1}, {"mask-tokens", required_argument, 0, 1},
+    {"mask-id", required_argument, 0, 1}, {"special-ids", required_argument, 0, 1},
     {"augment", no_argument, 0, 1}, {"no-normalize", no_argument, 0, 1},
     {"no-prefetch", no_argument, 0, 1}, {"no-pack", no_argument, 0, 1},
     {"batch", required_argument, 0, 1},

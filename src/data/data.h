@@ -301,6 +301,25 @@ typedef struct bfit_cursor {
     int64_t pos;
 } bfit_cursor;
 
+/* BERT's masked-LM objective on token data (data/sample.c): a share p of
+ * each sequence's tokens is predicted, their labels the ids, the other
+ * real tokens' BFIT_LABEL_UNSCORED; of those predicted 80% become mask_id
+ * in the input, 10% a random id below vocab, 10% stay. p 0: next-token
+ * labels. */
+#define BFIT_MLM_SPECIAL_MAX 32
+typedef struct bfit_mlm {
+    double p;
+    int32_t mask_id;
+    int32_t vocab;
+    int nspecial; /* ids never masked: [CLS], [SEP], [PAD] */
+    int32_t special[BFIT_MLM_SPECIAL_MAX];
+} bfit_mlm;
+
+/* The special ids as text, "101,102" (mlm.c): BFIT_EINVAL naming the
+ * column of what is not an id; "" none. */
+int bfit_mlm_special_parse(const char *t, bfit_mlm *m);
+void bfit_mlm_special_text(const bfit_mlm *m, char *buf, size_t len);
+
 typedef struct bfit_stream_cfg {
     uint64_t seed;          /* shuffle and augmentation */
     int shuffle;            /* 1: a permutation per epoch; 0: dataset order (evaluation) */
@@ -316,6 +335,7 @@ typedef struct bfit_stream_cfg {
                                of variable-length samples are cut there, so the epoch is a random subset */
     int bad_unscored;       /* image folders skipping bad files: an unreadable file's sample is blank with
                                label -1, which no loss scores (an evaluation), not the next readable file's */
+    bfit_mlm mlm;           /* token data: masked-LM labels (p > 0) instead of the next ids */
 } bfit_stream_cfg;
 
 /* Make a stream over d at epoch 0, position 0. d must outlive the stream. All

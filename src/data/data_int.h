@@ -70,10 +70,17 @@ typedef struct bfit_sample_fn {
     const float *mean; /* f32 data: shape.c values, or NULL */
     const float *std;
     int bad_unscored;  /* images, skip_bad: a bad file gives a blank sample labelled -1 */
+    const bfit_mlm *mlm; /* token data: masked-LM labels if mlm->p > 0 */
 } bfit_sample_fn;
 
 /* Write dataset sample idx, as seen in epoch, into out (numel floats). */
 void bfit_data_sample(const bfit_sample_fn *f, int64_t epoch, int64_t idx, float *out);
+
+/* Token sample idx's masked-LM form in epoch: x holds its T ids (len real,
+ * then padding), made the model's input in place; y gets its T labels
+ * (the ids predicted, BFIT_LABEL_UNSCORED at the other real tokens, -1 at
+ * the padding). */
+void bfit_data_mask(const bfit_sample_fn *f, int64_t epoch, int64_t idx, int32_t *x, int32_t *y, int len, int T);
 
 /* The key of sample idx's augmentation draws in epoch. */
 uint64_t bfit_data_aug_key(uint64_t seed, int64_t epoch, int64_t idx);

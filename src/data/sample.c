@@ -13,6 +13,7 @@
 #define GOLDEN 0x9e3779b97f4a7c15ULL
 #define DOMAIN_PERM 0x7065726d75746531ULL /* keeps shuffle and augmentation draws apart */
 #define DOMAIN_AUG 0x6175676d656e7431ULL
+#define DOMAIN_MASK 0x6d61736b6c6d3031ULL
 
 /* The splitmix64 finaliser: a bijection that scatters nearby inputs. */
 static uint64_t mix64(uint64_t z)
@@ -46,6 +47,64 @@ void bfit_data_permute(uint64_t seed, int64_t epoch, int64_t n, int32_t *perm)
 uint64_t bfit_data_aug_key(uint64_t seed, int64_t epoch, int64_t idx)
 {
     return mix64(key(seed, epoch, DOMAIN_AUG) + (uint64_t)idx * GOLDEN);
+}
+
+/* ---- the masked-LM objective ---- */
+
+static int is_special(const bfit_mlm *m, int32_t id)
+{
+    for (int i = 0; i < m->nspecial; i++)
+        if (BFIT_TOKEN_ID(id) == m->special[i])
+            return 1;
+    return 0;
+}
+
+/* Token j predicted: its label the id, its input by r's low 32 bits
+ * (which the pick did not use): 8 in 10 the mask, 1 a random id, 1 kept.
+ * A sentence pair's segment stays in the input. */
+static void mask_one(const bfit_mlm *m, int32_t *x, int32_t *y, int j, uint64_t r)
+{
+    uint32_t what = (uint32_t)(((r & 0xffffffffu) * 10) >> 32);
+    int32_t type = x[j] & ~BFIT_TOKEN_ID_MASK;
+    y[j] = BFIT_TOKEN_ID(x[j]);
+    if (what < 8)
+        x[j] = m->mask_id | type;
+    else if (what == 8)
+        x[j] = (int32_t)(((mix64(r) >> 32) * (uint64_t)m->vocab) >> 32) | type;
+}
+
+/* Each real token that is not special is predicted with probability p, as
+ * transformers' DataCollatorForLanguageModeling draws them; a sequence
+ * that drew none gets one (BERT's own data maker predicts max(1, round(p
+ * n))), so that no sequence, and no step, goes unscored. */
+void bfit_data_mask(const bfit_sample_fn *f, int64_t epoch, int64_t idx, int32_t *x, int32_t *y, int len, int T)
+{
+    const bfit_mlm *m = f->mlm;
+    uint64_t k = mix64(key(f->seed, epoch, DOMAIN_MASK) + (uint64_t)idx * GOLDEN);
+    uint64_t cut = (uint64_t)(m->p * 0x1p32);
+    int picked = 0, cand = 0;
+
+    for (int j = 0; j < T; j++)
+        y[j] = j < len ? BFIT_LABEL_UNSCORED : BFIT_LABEL_PAD;
+    for (int j = 0; j < len; j++) {
+        uint64_t r = mix64(k + (uint64_t)(j + 1) * GOLDEN);
+        if (is_special(m, x[j]))
+            continue;
+        cand++;
+        if ((r >> 32) < cut) {
+            mask_one(m, x, y, j, r);
+            picked++;
+        }
+    }
+    if (picked || !cand)
+        return;
+    /* the one: the candidate of a drawn rank */
+    int at = (int)(((mix64(k) >> 32) * (uint64_t)cand) >> 32);
+    for (int j = 0; j < len; j++)
+        if (!is_special(m, x[j]) && at-- == 0) {
+            mask_one(m, x, y, j, mix64(k + (uint64_t)(j + 1) * GOLDEN));
+            return;
+        }
 }
 
 /* Value of stored element v of channel c, as the model sees it. */

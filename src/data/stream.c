@@ -84,7 +84,13 @@ static int produce(const bfit_stream *s, bfit_img_scratch *sc, bfit_cursor at, i
         }
         if (s->d->labels) /* a sample's class (a text's too) */
             y[k] = s->d->labels[idx];
-        else if (s->d->starts) { /* a line's next ids, then -1 (padding) */
+        else if (s->cfg.mlm.p > 0) { /* its own ids, some masked, and their labels */
+            int32_t *xk = (int32_t *)(x + k * s->numel);
+            bfit_data_sample(&s->fn, at.epoch, idx, x + k * s->numel);
+            bfit_data_mask(&s->fn, at.epoch, idx, xk, y + (size_t)k * (size_t)s->nlab,
+                           s->d->starts ? s->d->lens[idx] : s->d->seq, s->nlab);
+            continue;
+        } else if (s->d->starts) { /* a line's next ids, then -1 (padding) */
             int32_t *yk = y + (size_t)k * (size_t)s->nlab;
             memcpy(yk, s->d->ids + s->d->starts[idx] + 1, sizeof *y * (size_t)s->d->lens[idx]);
             for (int j = s->d->lens[idx]; j < s->nlab; j++)
@@ -327,6 +333,14 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
                              c, cfg->norm_mean[c], cfg->norm_std[c]);
     if (d->count > INT32_MAX)
         return bfit_fail(BFIT_EINVAL, "stream: %lld samples, at most %d", (long long)d->count, INT32_MAX);
+    if (cfg->mlm.p > 0 && (!d->ids || d->labels))
+        return bfit_fail(BFIT_EINVAL, "masked-LM labels need the token data of a language model; %s is %s",
+                         d->source, d->ids ? "a classifier's texts" : "not token data");
+    if (cfg->mlm.p > 0 && (cfg->mlm.p > 1 || cfg->mlm.vocab < 1 || cfg->mlm.mask_id < 0 ||
+                           cfg->mlm.mask_id >= cfg->mlm.vocab || cfg->mlm.nspecial < 0 ||
+                           cfg->mlm.nspecial > BFIT_MLM_SPECIAL_MAX))
+        return bfit_fail(BFIT_EINVAL, "stream: masked-LM share %g, mask id %d, vocabulary %d, %d special ids",
+                         cfg->mlm.p, (int)cfg->mlm.mask_id, (int)cfg->mlm.vocab, cfg->mlm.nspecial);
     return BFIT_OK;
 }
 
@@ -358,7 +372,7 @@ static int make_tables(bfit_stream *s)
     s->cfg.norm_mean = s->mean; /* the caller's arrays need not outlive us */
     s->cfg.norm_std = s->std;
     s->fn = (bfit_sample_fn){s->d, cfg->seed, cfg->aug_crop_pad, cfg->aug_hflip, cfg->aug_rrc, s->lut, s->mean, s->std,
-                             cfg->bad_unscored};
+                             cfg->bad_unscored, &s->cfg.mlm};
     return BFIT_OK;
 }
 

@@ -132,12 +132,10 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
     return BFIT_OK;
 }
 
-/* Each sequence's real length, from its labels as the trainer trims
- * (step.c): up to its last label that counts; without labels, or with one
- * label a sequence (a classifier of token ids: no padding known), all of it. */
-/* Each sequence's real length: up to its last label that counts (a label
- * per token), or, with one label a sequence, up to its -1 padding ids (a
- * text with a class); T where neither says. */
+/* Each sequence's real length: up to its last label that is not padding
+ * (a label per token: a masked LM's unscored tokens are real), or, with one
+ * label a sequence, up to its -1 padding ids (a text with a class); T where
+ * neither says. */
 static int upload_lens(bfit_model *M, const int32_t *ids, const int32_t *labels, int n)
 {
     int T = M->input.d[0], per_token = M->per_token;
@@ -151,7 +149,7 @@ static int upload_lens(bfit_model *M, const int32_t *ids, const int32_t *labels,
     for (int i = 0; i < n; i++) {
         const int32_t *y = per_token ? labels ? labels + (size_t)i * (size_t)T : NULL : ids + (size_t)i * (size_t)T;
         int len = T;
-        while (y && len > 0 && y[len - 1] < 0)
+        while (y && len > 0 && y[len - 1] == BFIT_LABEL_PAD) /* (-1 too as the ids' padding) */
             len--;
         M->stage_lens[i] = len;
     }

@@ -705,15 +705,16 @@ int bfit_model_upload_samples(bfit_model *M, const void *x, int n)
 
 /* Labels are checked here, on the host: a GPU's loss op cannot refuse them.
  * -1 is a token's padding, and outside training a sample left out (an
- * unreadable test image): training a sample model on one is an error. */
+ * unreadable test image): training a sample model on one is an error; -2
+ * a real token not scored (a masked LM's). */
 int bfit_model_check_labels(const bfit_model *M, const int32_t *labels, int n)
 {
-    int per = M->labels_per_sample, lo = per > 1 || !M->training ? -1 : 0;
+    int per = M->labels_per_sample, lo = per > 1 ? BFIT_LABEL_UNSCORED : !M->training ? BFIT_LABEL_PAD : 0;
     for (int64_t i = 0; labels && i < (int64_t)n * per; i++)
         if (labels[i] < lo || labels[i] >= M->nclasses) {
             if (per > 1)
                 return bfit_fail(BFIT_EINVAL, "cross-entropy: label %d of token %lld of sample %lld is outside "
-                                              "[0, %d) (and not -1, padding)",
+                                              "[0, %d) (and not -1, padding, nor -2, a token not scored)",
                                  (int)labels[i], (long long)(i % per), (long long)(i / per), M->nclasses);
             return bfit_fail(BFIT_EINVAL, "cross-entropy: label %d of sample %lld is outside [0, %d)", (int)labels[i],
                              (long long)i, M->nclasses);
@@ -731,6 +732,14 @@ int bfit_model_types(const bfit_model *M)
 {
     const bfit_layer *E = M->n ? M->nodes[0].l : NULL;
     return bfit_model_vocab(M) && E->cfg.types > 0 ? E->cfg.types : 1;
+}
+
+int bfit_model_causal(const bfit_model *M)
+{
+    for (int i = 0; i < M->n; i++)
+        if (M->nodes[i].l->cfg.kind == BFIT_L_ATTENTION && M->nodes[i].l->cfg.causal)
+            return 1;
+    return 0;
 }
 
 /* Token ids of n samples, checked on the host (a GPU's lookup cannot refuse).

@@ -259,6 +259,10 @@ int bfit_model_vocab(const bfit_model *M);
 /* The token types its embedding has rows for (a sentence pair's segments): 1 without a table. */
 int bfit_model_types(const bfit_model *M);
 
+/* 1 if an attention layer of M is causal (a decoder's: a token sees none
+ * after it). */
+int bfit_model_causal(const bfit_model *M);
+
 /* Allocate the params block, the statistics block (and the grads block if
  * with_grads); OOM leaves nothing allocated. Then bfit_model_init_params
  * fills the parameters with PyTorch-style init from seed (computed on the

@@ -21,7 +21,8 @@
 
 typedef enum {
     F_STR, F_INT, F_I64, F_U64, F_DBL, F_BOOL, F_NOT, F_OPT, F_SCHED, F_RULE, F_CSV, F_CONV, F_BSCHED, F_MSCHED,
-    F_PREC /* a dtype kept as its number (as checkpoints have it), shown by its name */
+    F_PREC, /* a dtype kept as its number (as checkpoints have it), shown by its name */
+    F_IDS   /* a masked LM's special ids (a bfit_mlm at off), "101,102" */
 } fkind;
 
 typedef struct field {
@@ -87,6 +88,9 @@ static const field fields[] = {
     {"skip_bad_images", "skip_bad_images", F_BOOL, C(img.skip_bad), 1},
     {"no_dct_scaling", "no_dct_scaling", F_BOOL, C(img.no_dct), 1},
     {"tokens_split", "tokens_split", F_BOOL, C(tokens_split), 1},
+    {"mask_tokens", "mask_tokens", F_DBL, C(mlm.p), 1},
+    {"mask_id", "mask_id", F_INT, C(mlm.mask_id), 1},
+    {"special_ids", "special_ids", F_IDS, C(mlm), 1},
     /* what may change when a run resumes elsewhere or later */
     {"micro_batch", "micro_batch", F_INT, C(micro_batch), 0},
     {"eval_batch", "eval_batch", F_INT, C(eval_batch), 0},
@@ -117,14 +121,15 @@ static const field fields[] = {
 #define AT(c, f, T) ((T *)((char *)(c) + (f)->off))
 
 /* Fields added after checkpoint version 2 came out: a checkpoint without
- * one is from a run that had it 0 (ints only): token budgets, the image
- * folders' options, and a token file's parts (trained on whole before). */
+ * one is from a run that had it 0 (or no ids): token budgets, the image
+ * folders' options, a token file's parts (trained on whole before), the masked LM. */
 static int added_later(const field *f)
 {
     static const char *const later[] = {"batch_tokens", "seq_max", "resize", "center_crop", "random_resized_crop",
                                         "center_crop_w", "random_resized_crop_w",
                                         "skip_bad_images", "no_dct_scaling", "loader_threads", "threads_auto",
-                                        "no_pack", "seq", "attention", "tokens_split"};
+                                        "no_pack", "seq", "attention", "tokens_split", "mask_tokens", "mask_id",
+                                        "special_ids"};
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
         if (!strcmp(f->key, later[i]))
             return 1;
@@ -172,6 +177,7 @@ static const char *text(const bfit_train_cfg *c, const field *f, char *buf, size
     case F_CONV: snprintf(buf, len, "%s", bfit_conv_algo_name(*AT(c, f, const bfit_conv_algo))); break;
     case F_BSCHED: sched_text(c->batch_schedule, c->nbatch_schedule, buf, len); break;
     case F_MSCHED: msched_text(c->memory_schedule, c->nmemory_schedule, buf, len); break;
+    case F_IDS: bfit_mlm_special_text(AT(c, f, const bfit_mlm), buf, len); break;
     }
     return buf;
 }
@@ -302,6 +308,7 @@ static int apply(bfit_train_cfg *c, const field *f, const cJSON *v, const char *
         c->nmemory_schedule = 0;
         rc = *t ? bfit_mem_schedule_parse(t, mpts, BFIT_MEM_SCHEDULE_MAX, &c->nmemory_schedule) : BFIT_OK;
         break;
+    case F_IDS: rc = bfit_mlm_special_parse(t, AT(c, f, bfit_mlm)) == BFIT_OK ? BFIT_OK : BFIT_EFORMAT; break;
     case F_STR: break;
     }
     if (rc != BFIT_OK)
@@ -372,7 +379,11 @@ int bfit_ckpt_cfg_merge(bfit_train_cfg *c, const cJSON *saved, const char *path,
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(saved, f->key);
         const char *mine, *theirs = cJSON_IsString(v) ? v->valuestring : NULL;
         if (!v && added_later(f)) { /* a checkpoint from before the field: 0 then, unless the caller says */
-            if (!is_set(c, f, b1, b2))
+            if (!is_set(c, f, b1, b2) && f->kind == F_DBL)
+                *AT(c, f, double) = 0;
+            else if (!is_set(c, f, b1, b2) && f->kind == F_IDS)
+                AT(c, f, bfit_mlm)->nspecial = 0;
+            else if (!is_set(c, f, b1, b2))
                 *AT(c, f, int) = 0;
             continue;
         }

@@ -17,7 +17,7 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
 {
     bfit_stream_cfg sc;
     memset(&sc, 0, sizeof sc);
-    sc.seed = r->cfg.seed;
+    sc.seed = shuffle ? r->cfg.seed : 0; /* a test set's masked tokens: the same in every run, and in eval's */
     sc.shuffle = shuffle;
     sc.max_take = max_take;
     sc.prefetch = prefetch;
@@ -31,7 +31,19 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
     sc.norm_mean = r->s.mean;
     sc.norm_std = r->s.std;
     sc.bad_unscored = !shuffle; /* evaluation: an unreadable image is left out, not scored as its neighbour */
+    bfit_run_mlm(&r->cfg.mlm, r->s.M, d, &sc.mlm);
     return bfit_stream_new(d, &sc, &out->s);
+}
+
+/* A stream's masked-LM settings: the run's, random ids drawn below the
+ * model's vocabulary (or the data's, for a model not led by an embed). */
+void bfit_run_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out)
+{
+    memset(out, 0, sizeof *out);
+    if (given->p <= 0 || !bfit_dataset_is_tokens(d) || bfit_dataset_label_len(d) == 1)
+        return;
+    *out = *given;
+    out->vocab = bfit_model_vocab(M) > 0 ? bfit_model_vocab(M) : bfit_dataset_classes(d);
 }
 
 /* The largest eval micro-batch up to want that fits what is free now. The
@@ -195,10 +207,11 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
                    ev->epoch, (long long)ev->step, ev->train_loss, ev->test_loss, ev->test_acc, (long long)scored,
                    ev->epoch_seconds, m, skipped_field(skipped, field, sizeof field));
     if (r->s.M->per_token) /* a token model: per token, and in bits (per byte for byte tokens) */
-        bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), next-token accuracy "
+        bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), %s accuracy "
                              "%.2f%% (%lld sequences), %.1f s",
                      ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, ev->test_loss / 0.69314718055994531,
-                     100 * ev->test_acc, (long long)ev->samples, ev->epoch_seconds);
+                     r->cfg.mlm.p > 0 ? "masked-token" : "next-token", 100 * ev->test_acc, (long long)ev->samples,
+                     ev->epoch_seconds);
     else
         bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples%s), "
                      "%.1f s", ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, 100 * ev->test_acc,
@@ -262,6 +275,7 @@ static int eval_session(const bfit_eval_cfg *cfg, int normalize, const float *me
     c.test_data = cfg->test_data;
     c.seq_max = cfg->seq_max;
     c.seq = cfg->seq;
+    c.mlm = &cfg->mlm;
     c.given_test = cfg->given_test;
     c.csv_header = cfg->csv_header;
     c.want_test = 1;
@@ -366,6 +380,7 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
     sc.loader_threads = bfit_dataset_is_images(s.test) ? bfit_img_loader_threads(&cfg->img, cfg->threads) : 0;
     sc.norm_mean = s.mean;
     sc.norm_std = s.std;
+    bfit_run_mlm(&cfg->mlm, s.M, s.test, &sc.mlm);
     sx = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(s.M->input));
     sy = malloc(sizeof(int32_t) * (size_t)m * (size_t)s.M->labels_per_sample);
     if (!sx || !sy)

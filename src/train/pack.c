@@ -17,6 +17,14 @@ int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n)
     return c;
 }
 
+int64_t bfit_run_real_tokens(const int32_t *y, int64_t n)
+{
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++)
+        c += y[i] != BFIT_LABEL_PAD;
+    return c;
+}
+
 /* ---- variable-length sequences (seq_max) ----
  * The step's sequences are sorted by length, longest first, and each
  * micro-batch runs at the length of its longest (rounded up to LEN_ROUND, so
@@ -24,12 +32,13 @@ int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n)
  * lengths fall within a step, so a micro-batch that fits fits the next. */
 #define LEN_ROUND 16
 
-/* Real tokens of staged sample i: up to its last label that counts. */
+/* Real tokens of staged sample i: up to its last label that is not
+ * padding (a masked LM's unscored tokens are real). */
 static int seq_len(const bfit_run *r, int i)
 {
     const int32_t *y = r->stage_y + (size_t)i * (size_t)r->cfg.seq_max;
     int n = r->cfg.seq_max;
-    while (n > 0 && y[n - 1] < 0)
+    while (n > 0 && y[n - 1] == BFIT_LABEL_PAD)
         n--;
     return n;
 }

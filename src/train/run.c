@@ -44,6 +44,7 @@ bfit_train_cfg bfit_train_cfg_default(void)
     c.wait_for_memory = 300;
     c.storage = bfit_storage_default();
     c.memory_schedule_rank = -1;
+    c.mlm.mask_id = -1;
     return c;
 }
 
@@ -187,6 +188,12 @@ static int check_cfg(const bfit_train_cfg *c)
                                                           "schedule");
     if (c->lr_rule == BFIT_LR_ADASCALE && !c->auto_batch && !c->adaptive)
         return bfit_fail_field(BFIT_EINVAL, "lr_rule", "adascale needs the noise scale: an auto or adaptive batch");
+    if (c->mlm.p > 0 && c->batch_tokens)
+        return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "counts the tokens that have a label, and a masked LM "
+                               "labels only those it masks: give the batch in sequences with --mask-tokens");
+    if (c->mlm.p > 0 && c->train_source)
+        return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "masks the token data batchfit reads; a data source "
+                               "(bfit_config_set_source) gives its own labels: mask them there");
     if (c->batch_tokens && c->auto_batch)
         return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "cannot be combined with an auto batch yet: give a "
                                "number of tokens, a schedule or adaptive");
@@ -386,6 +393,7 @@ static int open_session(bfit_run *r)
     sc->seed = c->seed;
     sc->seq_max = c->seq_max;
     sc->seq = c->seq;
+    sc->mlm = &c->mlm;
     sc->attention = c->attention;
     sc->tokens_whole = !c->tokens_split;
     sc->img = &c->img;
@@ -694,6 +702,14 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                                  "evaluation is all of them", (long long)c->eval_samples, (long long)tests);
         }
     }
+    /* a bidirectional model told to predict the next token sees it: the loss falls, nothing is learnt */
+    if (r->s.M->per_token && bfit_model_vocab(r->s.M) > 0 && !bfit_model_causal(r->s.M) && r->s.M->seq_lens &&
+        c->mlm.p <= 0 && !c->train_source) {
+        bfit_log_event(&r->lg, "warning", "\"what\":\"bidirectional attention trained on the next token\"");
+        bfit_log_say(&r->lg, "batchfit: warning: %s's attention is bidirectional: each token sees the next one, "
+                             "which is its label here, so it learns to copy it. Train an encoder (BERT's) as a "
+                             "masked LM: --mask-tokens 0.15 --mask-id ID", c->model);
+    }
     bfit_log_event(&r->lg, "start",
                    "\"model\":\"%s\",\"data\":\"%s\",\"params\":%lld,\"batch\":%d,\"micro_batch\":%d,"
                    "\"epochs\":%d,\"samples_per_epoch\":%lld,\"optimizer\":\"%s\",\"lr\":%g,\"lr_rule\":\"%s\","
@@ -702,7 +718,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
                    "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s},\"version\":\"%s\","
                    "\"schedule\":\"%s\",\"warmup\":%lld,\"momentum\":%g,\"nesterov\":%d,\"weight_decay\":%g,"
-                   "\"clip\":%g,\"augment\":%d,\"normalize\":%d,\"options\":%s",
+                   "\"clip\":%g,\"augment\":%d,\"normalize\":%d,\"mask_tokens\":%g,\"options\":%s",
                    model, data, (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
                    r->pos.d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
@@ -712,7 +728,7 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    bfit_recompute_name(bfit_model_storage(r->s.M).recompute), r->regen_share, plan,
                    BFIT_VERSION_STRING, bfit_lr_sched_name(c->sched.kind), (long long)c->sched.warmup_steps,
                    c->opt.kind == BFIT_OPT_SGD ? c->opt.momentum : c->opt.beta1, c->opt.nesterov, c->opt.weight_decay,
-                   c->clip, c->augment, c->normalize, c->options_json ? c->options_json : "{}");
+                   c->clip, c->augment, c->normalize, c->mlm.p, c->options_json ? c->options_json : "{}");
     bfit_log_say(&r->lg, "batchfit: device %s", r->s.device_why);
     bfit_run_monitor(r, 1);
     say_opening(r);

@@ -263,6 +263,9 @@ int bfit_ckpt_group_from_json(const struct cJSON *state, const char *path, run_g
 int bfit_run_ladder(bfit_run *r, int E);
 int bfit_run_has_batchnorm(const bfit_model *M);
 /* eval.c */
+/* A stream's masked-LM settings (eval.c): off unless given->p > 0 and d is
+ * a language model's token data. */
+void bfit_run_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out);
 int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);
 
@@ -270,6 +273,8 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
 /* What a loss over n staged samples is a sum of: the labels that count, -1
  * (a token's padding, an evaluation's unreadable image) does not. */
 int64_t bfit_run_counted(const bfit_model *M, const int32_t *y, int n);
+/* The real tokens among n per-token labels: those not padding (pack.c). */
+int64_t bfit_run_real_tokens(const int32_t *y, int64_t n);
 /* The size of the micro-batch that starts at staged sample done (*want, at
  * most left): m, or for variable lengths what fits at its length. seq_max:
  * the step's E staged sequences sorted longest first; the model put at the

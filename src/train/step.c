@@ -219,8 +219,8 @@ static int micro_steps(bfit_run *r, int E, int *n, int *k)
      * (the model is at its longest here: whole rows) */
     r->step_count = r->dp ? E : bfit_run_counted(r->s.M, r->stage_y, *n);
     U = r->cfg.batch_tokens ? r->step_count : *n;
-    if (r->s.M->per_token)
-        r->pos.res.tokens += r->step_count;
+    if (r->s.M->per_token) /* its real tokens (a masked LM labels some of them) */
+        r->pos.res.tokens += bfit_run_real_tokens(r->stage_y, (int64_t)*n * r->s.M->labels_per_sample);
     if (r->step_count < 1)
         return bfit_fail(BFIT_EINVAL, "step %lld: all %d sequences are padding: no token has a label",
                          (long long)r->pos.step + 1, *n);

@@ -123,6 +123,8 @@ typedef struct bfit_train_cfg {
                                   positions); 0: the model's. Not with seq_max, which sets the length too */
     int attention;             /* BFIT_ATTN_* (nn/zoo.h): every attention layer stored or lean (0: the
                                   model's) */
+    bfit_mlm mlm;              /* token data: BERT's masked-LM labels (mlm.p > 0; mask_id -1: not given, its
+                                  vocab the model's) instead of the next tokens */
     int tokens_split;          /* a token file as data: trained on its train part, tested on its test part
                                   (1, the default); 0: all of it for both, as a run before 2026-12-04 did
                                   (a checkpoint from then lacks the field, so it resumes so) */
@@ -224,6 +226,7 @@ typedef struct bfit_eval_cfg {
     int batch;                  /* 0: 1000 */
     int seq_max;                /* token models: score a text's lines of at most this many tokens (0: windows) */
     int seq;                    /* token models: windows of this many tokens (0: the model's length) */
+    bfit_mlm mlm;               /* token models: scored on masked-LM labels (mlm.p > 0) */
     int64_t samples;            /* 0: all */
     int threads;
     bfit_device *device;        /* NULL: open device_name (NULL: auto) */
