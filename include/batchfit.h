@@ -306,6 +306,21 @@ BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, c
 BFIT_API int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, const int32_t *labels,
                                           int64_t n, int64_t T);
 
+/* Token ids with a class a token, for a token classifier (named entities,
+ * parts of speech: transformers' *ForTokenClassification, a model whose
+ * scores are one vector per token over K classes): ids as in
+ * bfit_config_set_token_arrays (n sequences of T, -1 after each one's last
+ * token), tags n * T int32, a token's class from 0 or a negative number
+ * where it is not scored (transformers' -100: a word's later pieces,
+ * [CLS], [SEP]); after a sequence's last token they are not read. The
+ * classes are the largest tag + 1. Read in place, not copied, shuffled
+ * and padded as the token arrays are; the loss and accuracy are over the
+ * scored tokens. ids and tags NULL: back to the option. BFIT_EINVAL naming
+ * "data" or "test_data" (the ids' errors, no token with a class: when the
+ * run starts). */
+BFIT_API int bfit_config_set_token_tags(bfit_config *c, int which, const int32_t *ids, const int32_t *tags,
+                                        int64_t n, int64_t T);
+
 /* A language model's token data in the caller's memory: n int32 ids, one
  * stream cut into samples of the model's T ids, each labelled with the T
  * ids that follow, exactly as the same ids in a token file (docs/data.md,

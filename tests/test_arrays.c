@@ -375,6 +375,93 @@ static void test_token_stream(void **state)
     bfit_config_free(c);
 }
 
+/* A token classifier's tags (bfit_config_set_token_tags): a class a
+ * token, negative where none counts, not read after a sequence's last
+ * token (there 77, more classes than the model has). A bidirectional
+ * model learns each token's tag, the next id mod 3 (only its right side
+ * tells), and eval on the same arrays gives the run's last figures (the
+ * loss to rounding: other micro-batches); the refusals name what is
+ * wrong. */
+static void test_token_tags(void **state)
+{
+    enum { NS = 400, TT = 8 };
+    static int32_t ids[NS * TT], tags[NS * TT], none[NS * TT];
+    char tspec[128], cspec[128], w[128];
+    bfit_config *c;
+    bfit_result *r = NULL;
+    double acc, loss;
+    int32_t was;
+    FILE *f;
+    (void)state;
+    for (int i = 0; i < NS; i++) {
+        int len = 3 + i % 6;
+        for (int j = 0; j < TT; j++) {
+            ids[i * TT + j] = j < len ? (int32_t)((i * 7 + j * 5 + i / 3) % 24) : -1;
+            none[i * TT + j] = -100;
+        }
+        for (int j = 0; j < TT; j++)
+            tags[i * TT + j] = j >= len ? 77 : j == len - 1 || j % 3 == 2 ? -100 : ids[i * TT + j + 1] % 3;
+    }
+    snprintf(tspec, sizeof tspec, "%s/tok.cfg", dir);
+    snprintf(cspec, sizeof cspec, "%s/seqcls.cfg", dir);
+    snprintf(w, sizeof w, "%s/tags.safetensors", dir);
+    assert_non_null(f = fopen(tspec, "w"));
+    fprintf(f, "input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2 causal=0\n "
+               "linear 16\n}\nlayernorm\nlinear 3\n");
+    fclose(f);
+    assert_non_null(f = fopen(cspec, "w"));
+    fprintf(f, "input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2 causal=0\n "
+               "linear 16\n}\nselect 0\nlinear 3\n");
+    fclose(f);
+    c = config(w, 3);
+    assert_int_equal(bfit_config_set(c, "model", tspec), BFIT_OK);
+    assert_int_equal(bfit_config_set_int(c, "epochs", 8), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "optimizer", "adamw"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "lr", "0.01"), BFIT_OK);
+    assert_int_equal(bfit_config_set_token_tags(c, 0, ids, tags, NS, TT), BFIT_OK);
+    if (bfit_train(c, &r) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    acc = bfit_result_number(r, "test_accuracy");
+    loss = bfit_result_number(r, "test_loss");
+    bfit_result_free(r);
+    r = NULL;
+    print_message("  tags: test accuracy %.4f, loss %.4f (chance: a third)\n", acc, loss);
+    assert_true(acc > 0.6);
+    bfit_config_free(c);
+
+    c = bfit_config_new();
+    assert_int_equal(bfit_config_set(c, "model", tspec), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "weights", w), BFIT_OK);
+    assert_int_equal(bfit_config_set_token_tags(c, 1, ids, tags, NS, TT), BFIT_OK);
+    if (bfit_evaluate(c, &r) != BFIT_OK)
+        fail_msg("eval: %s", bfit_errmsg());
+    /* the same tokens scored; the loss summed in eval's micro-batches, not the run's: to rounding */
+    assert_true(bfit_result_number(r, "accuracy") == acc && fabs(bfit_result_number(r, "loss") - loss) < 1e-9 * loss);
+    bfit_result_free(r);
+    r = NULL;
+    bfit_config_free(c);
+
+    c = config(w, 3);
+    assert_int_equal(bfit_config_set(c, "model", tspec), BFIT_OK);
+    assert_int_equal(bfit_config_set_token_tags(c, 0, ids, none, NS, TT), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "no token has a tag");
+    was = tags[1];
+    tags[1] = 5;
+    assert_int_equal(bfit_config_set_token_tags(c, 0, ids, tags, NS, TT), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "", "has 3 class scores but the data set (arrays) has 6 classes");
+    tags[1] = was;
+    assert_int_equal(bfit_config_set(c, "mask-tokens", "0.15"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "mask-id", "1"), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "mask_tokens", "holds a class a token (a token classifier's tags)");
+    bfit_config_free(c);
+    c = config(w, 3);
+    assert_int_equal(bfit_config_set_token_tags(c, 0, ids, tags, NS, TT), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "model", cspec), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "has a label per token (8 per sample: its tags)");
+    assert_null(r);
+    bfit_config_free(c);
+}
+
 /* eval scores arrays with the weights' saved normalisation: the figures
  * of the training's last evaluation on the same test arrays, bit for bit. */
 static void test_eval_arrays(void **state)
@@ -420,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_same_as_file), cmocka_unit_test(test_test_arrays),
         cmocka_unit_test(test_run_outlives_config), cmocka_unit_test(test_refused), cmocka_unit_test(test_eval_arrays),
         cmocka_unit_test(test_many_features_saved), cmocka_unit_test(test_token_stream),
+        cmocka_unit_test(test_token_tags),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

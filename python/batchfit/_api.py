@@ -284,6 +284,24 @@ def _set_stream(cfg, which, field, ids):
     _errors.check(lib.bfit_config_set_token_stream(cfg.c, which, ids.ctypes.data, ids.size))
 
 
+def _set_tags(cfg, which, field, x, y):
+    """Token ids [n, T] (-1 after each sequence's last token) and a class a token [n, T] (a token classifier's
+    tags; -100, or any negative number, where a token is not scored, as transformers writes them)."""
+    np = _numpy()
+    if x.ndim != 2 or y.shape != x.shape or y.dtype.kind not in "iu":
+        raise _errors.InvalidArgumentError(f"{field}: a token classifier's tags are integers of the ids' shape "
+                                           f"[n, T], a class a token; got ids {x.shape}, tags {y.dtype} {y.shape}",
+                                           field, _errors.EINVAL)
+    if x.size and (x.min() < -1 or x.max() > 2**31 - 1):
+        raise _errors.InvalidArgumentError(f"{field}: token ids are from 0, and -1 after a sequence's last token; "
+                                           f"got {x.min()} to {x.max()}", field, _errors.EINVAL)
+    x = np.ascontiguousarray(x, dtype=np.int32)
+    y = np.ascontiguousarray(np.clip(y, -1, 2**31 - 1), dtype=np.int32)  # -100: not scored, as any negative
+    cfg.keep += [x, y]
+    _errors.check(lib.bfit_config_set_token_tags(cfg.c, which, x.ctypes.data, y.ctypes.data, x.shape[0],
+                                                 x.shape[1]))
+
+
 def _set_data(cfg, which, data):
     """data (which 0) or test_data (1): a name or path, arrays (x, y), or a
     tokenizer's output with labels."""
@@ -313,6 +331,9 @@ def _set_data(cfg, which, data):
     if y.dtype.kind not in "iufcb":
         raise _errors.ArgumentTypeError(f"{field}: labels y must be integers (class indices), not {y.dtype}", field,
                                         _errors.EINVAL)
+    if ids and y.ndim == 2:  # a class a token: a token classifier's tags
+        _set_tags(cfg, which, field, x, y)
+        return
     if y.dtype.kind not in "iub":
         raise _errors.InvalidArgumentError(f"{field}: labels y must be integers (class indices), not {y.dtype}",
                                            field, _errors.EINVAL)

@@ -49,6 +49,7 @@ PROTOTYPES = {
     "bfit_config_set_arrays": (c_int, [P, c_int, P, P, c_int64, c_int64]),
     "bfit_config_set_token_arrays": (c_int, [P, c_int, P, P, c_int64, c_int64]),
     "bfit_config_set_token_stream": (c_int, [P, c_int, P, c_int64]),
+    "bfit_config_set_token_tags": (c_int, [P, c_int, P, P, c_int64, c_int64]),
     "bfit_result_free": (None, [P]),
     "bfit_result_json": (P, [P]),
     "bfit_result_print": (c_int, [P, P]),

@@ -65,6 +65,22 @@ int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, 
     return BFIT_OK;
 }
 
+int bfit_config_set_token_tags(bfit_config *c, int which, const int32_t *ids, const int32_t *tags, int64_t n,
+                               int64_t T)
+{
+    int rc;
+    if (!c || (which != 0 && which != 1))
+        return bfit_fail(BFIT_EINVAL, "bfit_config_set_token_tags: which is 0 (training) or 1 (test)");
+    if (!ids && !tags) {
+        memset(&c->arr[which], 0, sizeof c->arr[which]);
+        return BFIT_OK;
+    }
+    if ((rc = arrays_given(which, ids, tags, n, T, "ids per sequence: expected the model's T")) != BFIT_OK)
+        return rc;
+    c->arr[which] = (struct bfit_cfg_arrays){.ids = ids, .y = tags, .n = n, .floats = T, .tags = 1};
+    return BFIT_OK;
+}
+
 int bfit_config_set_token_stream(bfit_config *c, int which, const int32_t *ids, int64_t n)
 {
     if (!c || (which != 0 && which != 1))
@@ -136,7 +152,8 @@ static int input_shape(const bfit_config *c, bfit_shape *shape)
 
 static const char *const names[2] = {"(arrays)", "(test arrays)"};
 
-/* Token arrays of set w as a data set of sequences of T ids. */
+/* Token arrays of set w as a data set of sequences of T ids, a class each
+ * or a class a token (tags). */
 static int borrow_tokens(const bfit_config *c, int w, bfit_shape shape, bfit_dataset **out)
 {
     const struct bfit_cfg_arrays *a = &c->arr[w];
@@ -146,7 +163,8 @@ static int borrow_tokens(const bfit_config *c, int w, bfit_shape shape, bfit_dat
         return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s takes sequences of %d token ids but the %s arrays "
                                "hold %lld ids per sequence", c->t.model, shape.d[0], w ? "test" : "training",
                                (long long)a->floats);
-    if ((rc = bfit_dataset_borrow_tokens(names[w], a->ids, a->n, (int)a->floats, a->y, out)) != BFIT_OK)
+    if ((rc = (a->tags ? bfit_dataset_borrow_token_tags : bfit_dataset_borrow_tokens)(names[w], a->ids, a->n,
+                                                                                        (int)a->floats, a->y, out)))
         return bfit_fail_field(rc, which_field[w], "%s", bfit_errmsg());
     return BFIT_OK;
 }

@@ -66,6 +66,7 @@ struct bfit_config {
         const int32_t *stream; /* a language model's token stream (bfit_config_set_token_stream): n ids */
         const int32_t *y;
         int64_t n, floats;     /* samples, floats (or ids) per sample */
+        int tags;              /* token arrays: y holds a class a token (bfit_config_set_token_tags), n * floats */
     } arr[2];
     bfit_dataset *arr_sets[2]; /* a run's own configuration: the data sets made of them (owned, not copied) */
 };

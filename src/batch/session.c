@@ -158,9 +158,10 @@ static void class_names(const bfit_dataset *d, char *buf, size_t len)
 static int check_mlm(const bfit_session *s, const bfit_session_cfg *c, const bfit_dataset *d, const char *name)
 {
     int vocab = bfit_model_vocab(s->M);
-    if (bfit_dataset_label_len(d) == 1)
+    if (bfit_dataset_label_len(d) == 1 || bfit_dataset_is_tags(d))
         return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "masks the tokens of a language model's text, but %s holds "
-                               "one class a sequence (a classifier's data): leave it out", name);
+                               "%s: leave it out", name, bfit_dataset_is_tags(d) ? "a class a token (a token "
+                               "classifier's tags)" : "one class a sequence (a classifier's data)");
     if (!s->M->per_token)
         return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "predicts the masked tokens, but %s gives one vector of "
                                "scores a sequence: a masked LM ends in scores over the vocabulary at every token "
@@ -202,10 +203,10 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
                                "(docs/model-spec.md), or give a language model its text", c->model, name);
     if (tokens && s->M->labels_per_sample != bfit_dataset_label_len(d))
         return bfit_fail_field(BFIT_EINVAL, "data", "%s gives one vector of class scores per sample, but the token "
-                               "data %s has a label per token (%d per sample: the next token): end the model with "
+                               "data %s has a label per token (%d per sample: %s): end the model with "
                                "scores per token (a `linear V` on the sequence, without `flatten`), or give a "
                                "classifier a folder of class folders of texts (docs/data.md)", c->model, name,
-                               bfit_dataset_label_len(d));
+                               bfit_dataset_label_len(d), bfit_dataset_is_tags(d) ? "its tags" : "the next token");
     if (tokens && bfit_model_vocab(s->M) > 0) { /* ids the embedding has no row for: said before any step */
         int64_t at;
         int32_t id, most;

@@ -134,6 +134,14 @@ int bfit_dataset_borrow_floats(const char *source, bfit_shape shape, int64_t cou
  * class folders of texts makes them (bfit_dataset_load_text_classes): the same samples train alike.
  * BFIT_EINVAL naming the sequence and position of an id below -1, a -1 before a token, or a sequence of
  * padding alone. */
+/* The same with a class a token (a token classifier's tags: NER's), tags [count, seq] in the caller's
+ * memory: a token's class from 0, or a negative number at a token not scored (transformers' -100: a
+ * word's later pieces, [CLS], [SEP]); what they hold after a sequence's last token is not read. The
+ * classes are the largest tag + 1. BFIT_EINVAL as above, or where no token has a class. */
+int bfit_dataset_borrow_token_tags(const char *source, const int32_t *ids, int64_t count, int seq,
+                                   const int32_t *tags, bfit_dataset **out);
+/* 1 if d's labels are its tokens' tags (bfit_dataset_borrow_token_tags). */
+int bfit_dataset_is_tags(const bfit_dataset *d);
 int bfit_dataset_borrow_tokens(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y,
                                bfit_dataset **out);
 

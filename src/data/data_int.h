@@ -32,6 +32,8 @@ struct bfit_dataset {
     int seq;          /* token data: tokens (and labels) per sample; 0 otherwise */
     int64_t *starts;  /* token lines: sample i is ids[starts[i], +lens[i]), labels one further, padded */
     int32_t *lens;    /*   to seq with id 0 and label -1; NULL: fixed windows */
+    int32_t *tags;    /* token arrays of a token classifier: count * seq classes, a token's own (negative: not
+                         scored), borrowed; NULL: the labels are the next ids */
     char *names;      /* class names (image and text folders, list files), NUL-terminated, one buffer; */
     int64_t *name_off; /*   nclasses offsets into it; NULL: classes without names (IDX, CSV) */
     int numbered;     /* a list file of class indices: the names are the numbers, no one's names */

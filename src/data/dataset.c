@@ -78,6 +78,8 @@ int bfit_dataset_classes(const bfit_dataset *d) { return d->nclasses; }
 const char *bfit_dataset_source(const bfit_dataset *d) { return d->source; }
 int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i)
 {
+    if (d->tags) /* a token classifier's: its first token's tag */
+        return d->tags[i * d->seq];
     if (d->ids && !d->labels) /* token data: the first label */
         return d->ids[(d->starts ? d->starts[i] : i * d->seq) + 1];
     return d->labels[i];
@@ -85,6 +87,7 @@ int32_t bfit_dataset_label(const bfit_dataset *d, int64_t i)
 int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids && !d->labels ? d->seq : 1; }
 
 int bfit_dataset_is_tokens(const bfit_dataset *d) { return d->ids != NULL; }
+int bfit_dataset_is_tags(const bfit_dataset *d) { return d->tags != NULL; }
 int bfit_dataset_is_text_classes(const bfit_dataset *d) { return d->ids && d->labels; }
 
 int bfit_dataset_labels_fit(const bfit_dataset *d, int nclasses)
@@ -93,7 +96,7 @@ int bfit_dataset_labels_fit(const bfit_dataset *d, int nclasses)
     int32_t id, most;
     if (bfit_dataset_classes(d) <= nclasses)
         return 1;
-    if (bfit_dataset_label_len(d) == 1) /* labels are classes */
+    if (bfit_dataset_label_len(d) == 1 || d->tags) /* labels are classes */
         return 0;
     bfit_dataset_ids_above(d, nclasses, &at, &id, &most);
     return at < 0;
@@ -116,8 +119,22 @@ static int token_len(const char *source, const int32_t *x, int64_t i, int seq, i
     return BFIT_OK;
 }
 
-int bfit_dataset_borrow_tokens(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y,
-                               bfit_dataset **out)
+/* Sequence i's label (one a sequence), or its tags' classes (a tag a
+ * token) into d->nclasses. */
+static int take_labels(bfit_dataset *d, int64_t i, const int32_t *y, int tags)
+{
+    if (!tags && y[i] < 0)
+        return bfit_fail(BFIT_EINVAL, "label of sequence %lld is %d: labels are class indices from 0", (long long)i,
+                         (int)y[i]);
+    for (int j = 0; j < (tags ? d->lens[i] : 1); j++) {
+        int32_t v = tags ? y[i * d->seq + j] : y[i];
+        d->nclasses = v >= d->nclasses ? v + 1 : d->nclasses;
+    }
+    return BFIT_OK;
+}
+
+static int borrow_ids(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y, int tags,
+                      bfit_dataset **out)
 {
     bfit_dataset *d = NULL;
     int rc;
@@ -129,29 +146,44 @@ int bfit_dataset_borrow_tokens(const char *source, const int32_t *ids, int64_t c
     if ((rc = bfit_data_alloc(source, &d)) != BFIT_OK)
         return rc;
     d->borrowed = 1;
+    d->seq = seq;
     d->starts = malloc(sizeof *d->starts * (size_t)count);
     d->lens = malloc(sizeof *d->lens * (size_t)count);
     if (!d->starts || !d->lens)
         rc = bfit_fail(BFIT_ENOMEM, "%s: out of host memory for %lld sequences", source, (long long)count);
     for (int64_t i = 0; rc == BFIT_OK && i < count; i++) {
         d->starts[i] = i * seq;
-        rc = token_len(source, ids + i * seq, i, seq, &d->lens[i]);
-        if (rc == BFIT_OK && y[i] < 0)
-            rc = bfit_fail(BFIT_EINVAL, "label of sequence %lld is %d: labels are class indices from 0", (long long)i,
-                           (int)y[i]);
-        if (rc == BFIT_OK && y[i] >= d->nclasses)
-            d->nclasses = y[i] + 1;
+        if ((rc = token_len(source, ids + i * seq, i, seq, &d->lens[i])) == BFIT_OK)
+            rc = take_labels(d, i, y, tags);
     }
+    if (rc == BFIT_OK && tags && !d->nclasses)
+        rc = bfit_fail(BFIT_EINVAL, "%s: no token has a tag (each is negative: not scored): a token's class is from 0",
+                       source);
     if (rc != BFIT_OK) {
         bfit_dataset_free(d);
         return rc;
     }
-    d->ids = (int32_t *)ids, d->nids = count * seq, d->labels = (int32_t *)y;
-    d->seq = seq;
+    d->ids = (int32_t *)ids, d->nids = count * seq;
+    if (tags)
+        d->tags = (int32_t *)y;
+    else
+        d->labels = (int32_t *)y;
     d->shape = bfit_shape_seq(seq, 1);
     d->count = count;
     *out = d;
     return BFIT_OK;
+}
+
+int bfit_dataset_borrow_tokens(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y,
+                               bfit_dataset **out)
+{
+    return borrow_ids(source, ids, count, seq, y, 0, out);
+}
+
+int bfit_dataset_borrow_token_tags(const char *source, const int32_t *ids, int64_t count, int seq,
+                                   const int32_t *tags, bfit_dataset **out)
+{
+    return borrow_ids(source, ids, count, seq, tags, 1, out);
 }
 
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,

@@ -84,6 +84,12 @@ static int produce(const bfit_stream *s, bfit_img_scratch *sc, bfit_cursor at, i
         }
         if (s->d->labels) /* a sample's class (a text's too) */
             y[k] = s->d->labels[idx];
+        else if (s->d->tags) { /* a class a token: unscored where negative, padding after the last */
+            const int32_t *t = s->d->tags + idx * s->d->seq;
+            int32_t *yk = y + (size_t)k * (size_t)s->nlab;
+            for (int j = 0; j < s->nlab; j++)
+                yk[j] = j >= s->d->lens[idx] ? BFIT_LABEL_PAD : t[j] < 0 ? BFIT_LABEL_UNSCORED : t[j];
+        }
         else if (s->cfg.mlm.p > 0) { /* its own ids, some masked, and their labels */
             int32_t *xk = (int32_t *)(x + k * s->numel);
             bfit_data_sample(&s->fn, at.epoch, idx, x + k * s->numel);
@@ -333,7 +339,7 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
                              c, cfg->norm_mean[c], cfg->norm_std[c]);
     if (d->count > INT32_MAX)
         return bfit_fail(BFIT_EINVAL, "stream: %lld samples, at most %d", (long long)d->count, INT32_MAX);
-    if (cfg->mlm.p > 0 && (!d->ids || d->labels))
+    if (cfg->mlm.p > 0 && (!d->ids || d->labels || d->tags))
         return bfit_fail(BFIT_EINVAL, "masked-LM labels need the token data of a language model; %s is %s",
                          d->source, d->ids ? "a classifier's texts" : "not token data");
     if (cfg->mlm.p > 0 && (cfg->mlm.p > 1 || cfg->mlm.vocab < 1 || cfg->mlm.mask_id < 0 ||

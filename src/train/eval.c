@@ -35,6 +35,11 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
     return bfit_stream_new(d, &sc, &out->s);
 }
 
+const char *bfit_token_acc_name(const bfit_mlm *mlm, int tags)
+{
+    return tags ? "token" : mlm && mlm->p > 0 ? "masked-token" : "next-token";
+}
+
 /* A stream's masked-LM settings: the run's, random ids drawn below the
  * model's vocabulary (or the data's, for a model not led by an embed). */
 void bfit_run_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out)
@@ -210,7 +215,7 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
         bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), %s accuracy "
                              "%.2f%% (%lld sequences), %.1f s",
                      ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, ev->test_loss / 0.69314718055994531,
-                     r->cfg.mlm.p > 0 ? "masked-token" : "next-token", 100 * ev->test_acc, (long long)ev->samples,
+                     bfit_token_acc_name(&r->cfg.mlm, bfit_dataset_is_tags(r->s.train)), 100 * ev->test_acc, (long long)ev->samples,
                      ev->epoch_seconds);
     else
         bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples%s), "

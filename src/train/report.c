@@ -511,7 +511,7 @@ static void status(FILE *f, const rp_log *L)
                    "(%s accuracy %.2f%%), %.1f s of training (%s tokens/s); peak memory %s; %.0f batch "
                    "change%s, %.0f out-of-memory recover%s.</p>\n",
                 bfit_thousands(jnum(L->end, "steps", 0), b1, sizeof b1), bfit_thousands(tokens, b2, sizeof b2),
-                jnum(L->end, "test_loss", 0), jnum(L->start, "mask_tokens", 0) > 0 ? "masked-token" : "next-token",
+                jnum(L->end, "test_loss", 0), jstr(L->start, "token_accuracy", "next-token"),
                 100 * jnum(L->end, "test_acc", 0), secs,
                 bfit_thousands(secs > 0 ? tokens / secs : 0, b3, sizeof b3),
                 bfit_format_size((uint64_t)jnum(L->end, "peak", 0), b4, sizeof b4), jnum(L->end, "batch_changes", 0),

@@ -218,6 +218,10 @@ void bfit_run_result_get(const bfit_run *r, bfit_train_result *res);
  * checkpoint first when cfg.checkpoint is set (res->checkpoint). */
 int bfit_train_from(const bfit_train_cfg *cfg, bfit_train_result *res);
 
+/* What a token model's accuracy counts: "next-token", "masked-token" (a
+ * masked LM) or "token" (a token classifier's tags). */
+const char *bfit_token_acc_name(const bfit_mlm *mlm, int tags);
+
 /* Evaluate a model's saved weights on a data set's test split. */
 typedef struct bfit_eval_cfg {
     const char *model, *weights, *data;

@@ -1441,6 +1441,20 @@ class HFBertCls(HFBert):
         return self.classifier(self.dropout(pooled))
 
 
+class HFBertTok(HFBert):
+    """transformers' BertForTokenClassification in small, after its code: BERT's body without a pooler,
+    dropout and a classifier on every token's hidden state: class scores per token (named entities)."""
+
+    def __init__(self, classes=CLASSES, **kw):
+        super().__init__(**kw)
+        nn, C = torch.nn, self.bert.embeddings.word_embeddings.embedding_dim
+        del self.cls
+        self.dropout, self.classifier = nn.Dropout(kw.get("p", 0.0)), nn.Linear(C, classes)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None):
+        return self.classifier(self.dropout(self.body(input_ids, attention_mask, token_type_ids, position_ids)))
+
+
 class SharedMlp(torch.nn.Module):
     """A module applied twice: one Linear and one LayerNorm used at two places (ALBERT's shared layers in
     small), their gradients the sum of both places'."""

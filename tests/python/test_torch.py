@@ -769,6 +769,48 @@ def sentence_pairs(n, T, seed):
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "labels": np.array(labels)}
 
 
+def tagged(n, T, seed):
+    """A tokenizer's output for token classification (named entities, as transformers' examples align word
+    labels to tokens): random letters, 6 to T tokens a sequence, right-padded; each token's tag is the next
+    token's id mod 3 (only its right side tells), -100 (not scored) at every fifth token (a word's later
+    pieces), the last and the padding."""
+    r = np.random.default_rng(seed)
+    ids, mask = np.zeros((n, T), dtype=np.int64), np.zeros((n, T), dtype=np.int64)
+    tags = np.full((n, T), -100, dtype=np.int64)
+    for k in range(n):
+        m = int(r.integers(6, T + 1))
+        ids[k, :m], mask[k, :m] = r.integers(97, 123, m), 1
+        tags[k, :m - 1] = ids[k, 1:m] % 3
+        tags[k, 0:m:5] = -100
+    return {"input_ids": ids, "attention_mask": mask, "labels": tags}
+
+
+def test_a_token_classifier_trains_on_tags(onnx_import, tmp_path):
+    """transformers' BertForTokenClassification (export.py's HFBertTok) given a tokenizer's output with a label a
+    token (-100 where none counts, as transformers' examples align them): batchfit trains it on the scored
+    tokens, each sequence's padding masked. PyTorch's accuracy over the scored tokens of 300 other sequences,
+    given their mask, goes from chance (a third) to above 90%, and batchfit's own test accuracy on them is
+    PyTorch's (the same tokens counted, the same predictions). Before 2026-12-06 a label a token was refused."""
+    T = 24
+    m = language_model("HFBertTok", V=128, T=T, C=32, H=4, L=2, hidden=64, p=0.0, classes=3)
+    test, train = tagged(300, T, 2), tagged(2000, T, 1)
+
+    def accuracy():
+        m.eval()
+        with torch.no_grad():
+            out = m(torch.tensor(test["input_ids"]), torch.tensor(test["attention_mask"]))
+        scored = test["labels"] >= 0
+        return (out.argmax(-1).numpy() == test["labels"])[scored].mean()
+
+    before = accuracy()
+    bt.train(m, data=train, test_data=test, epochs=6, batch=32, lr=3e-3, optimizer="adamw", memory="512MiB",
+             threads=2, seed=1)
+    after, theirs = accuracy(), m.batchfit_result.test_accuracy
+    print(f"token accuracy before {before:.3f}, after {after:.3f}; batchfit's {theirs:.4f}")
+    assert before < 0.45 and after > 0.9, (before, after)
+    assert abs(theirs - after) < 2e-3, (theirs, after)
+
+
 def test_sentence_pairs_train_by_their_token_types(onnx_import, tmp_path):
     """transformers' BertForSequenceClassification (export.py's HFBertCls) given a tokenizer's output of
     sentence pairs (token_type_ids 1 for the second sentence): batchfit adds each token's type row (the id
