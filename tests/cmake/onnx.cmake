@@ -13,7 +13,7 @@ foreach(name resnet18 mobilenet_v2 densenet121 resnet50_224 vit_small vit_b_16 a
              shufflenet_v2_x0_5 layerscale_mini mhsa_mini
              gn_cnn gpt_mini tgpt_mini gpt_bench gpt_long gpt_nobias llama_mini tut_mini tut_halves tut_learned
              hfgpt2_mini tut_seqfirst hfgpt2_mask distilbert_mini tgpt_kpm tenc_kpm hfbert_mini llama_mask
-             distilbert_cls hfbert_cls meanpool_cls hfbert_cls_inputs hfgpt2_pos llama_pos gpt2_cls meanpool_mask roberta_cls shared_mlp llama_cls llama_442 gemma_mini gemma_wide qwen2_mini)
+             distilbert_cls hfbert_cls meanpool_cls hfbert_cls_inputs hfgpt2_pos llama_pos gpt2_cls meanpool_mask roberta_cls shared_mlp llama_cls llama_442 gemma_mini gemma_wide qwen2_mini hfbert_tok)
   if(BFIT_PYTHON)
     add_test(NAME onnx_export_${name}
              COMMAND ${BFIT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/onnx/export.py ${BFIT_ONNX_DIR} ${name})

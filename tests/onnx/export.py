@@ -64,7 +64,8 @@ TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini"
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
                 "hfbert_mini", "hfbert_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
-                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls", "llama_442", "gemma_mini", "gemma_wide", "qwen2_mini"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
+                "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls", "llama_442", "gemma_mini", "gemma_wide", "qwen2_mini",
+                "hfbert_tok"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
 LOSS_ONLY = {"vit_b_16"}  # 86M parameters: the loss only (vit_small checks the gradients of the same structure)
 
 try:
@@ -258,10 +259,10 @@ def export(model, path, x, dynamic, opset=17, seq_first=False):
 
 
 def padding_mask(y):
-    """The attention_mask of ids whose labels y end in -1s (padding): 1 up to a sequence's last label that counts,
-    0 after it, as batchfit takes each sequence's length from its labels."""
+    """The attention_mask of ids whose labels y end in -1s (padding): 1 up to a sequence's last label that is not
+    padding, 0 after it, as batchfit takes each sequence's length from its labels."""
     n = torch.arange(y.shape[1]).expand_as(y)
-    last = torch.where(y >= 0, n, torch.full_like(n, -1)).max(dim=1, keepdim=True).values
+    last = torch.where(y != -1, n, torch.full_like(n, -1)).max(dim=1, keepdim=True).values  # -2: real, unscored
     return (n <= last).long()
 
 
@@ -312,8 +313,8 @@ def step(model, x, y, dtype):
             logits = m(x.long(), padding_mask(y), **{n: implied(n, x) for n in getattr(m, "more_inputs", ())})
         else:
             logits = m(x.long().t()).transpose(0, 1) if getattr(m, "seq_first", False) else m(x.long())
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long(),
-                                                 ignore_index=-1)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 y.reshape(-1).long().clamp(min=-1), ignore_index=-1)
     else:
         loss = torch.nn.functional.cross_entropy(m(x.to(dtype)), y.long())
     opt.zero_grad()
@@ -1445,6 +1446,8 @@ class HFBertTok(HFBert):
     """transformers' BertForTokenClassification in small, after its code: BERT's body without a pooler,
     dropout and a classifier on every token's hidden state: class scores per token (named entities)."""
 
+    tok_classes = True
+
     def __init__(self, classes=CLASSES, **kw):
         super().__init__(**kw)
         nn, C = torch.nn, self.bert.embeddings.word_embeddings.embedding_dim
@@ -1593,6 +1596,8 @@ def build(name):
         return model, 16
     if name == "hfbert_cls":  # BertForSequenceClassification: the pooler's tanh on the first token, class scores
         return HFBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
+    if name == "hfbert_tok":  # BertForTokenClassification: class scores per token
+        return HFBertTok(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2, classes=5), 16
     if name == "hfbert_cls_inputs":  # the same with BertForSequenceClassification's four inputs, as optimum exports it
         model = HFBertCls(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2)
         model.more_inputs = ("token_type_ids", "position_ids")
@@ -1680,6 +1685,10 @@ def oracle(name):
             if hasattr(model, "pad_id"):  # the pad token only at padding, where PyTorch looks for it
                 x[x == model.pad_id] = model.pad_id - 1
             x[1, 11:], x[3, 5:] = -1, -1
+        elif getattr(model, "tok_classes", False):  # a class a token, -2 at real tokens not scored (a tail too)
+            y = torch.randint(0, model.classifier.out_features, (M, size), generator=g).to(torch.int32)
+            y[1, 11:], y[3, 5:] = -1, -1
+            y[0, 3::4], y[2, 0] = -2, -2
         elif getattr(model, "mask_input", False):  # padded sequences: their keys masked by attention_mask
             y[1, 11:], y[3, 5:] = -1, -1
         export(model, os.path.join(OUT, name + ".onnx"), x[:2].clamp(min=0).long(), True, OPSET.get(name, 17),

@@ -203,7 +203,8 @@ static void upload_batch(bfit_model *M, int m)
     free(y);
 }
 
-/* The labels that count (not -1: a token model's padding) among the oracle's
+/* The labels that count (from 0: not -1, a token model's padding, nor -2,
+ * a real token not scored) among the oracle's
  * first m samples: what the summed loss is divided by, as PyTorch's
  * cross_entropy(ignore_index=-1) takes the mean (m for an image model). */
 static int real_labels(const bfit_model *M, int m)
@@ -216,7 +217,7 @@ static int real_labels(const bfit_model *M, int m)
     assert_true(bfit_st_numel(ty) >= m * L);
     memcpy(y, ty->data, sizeof *y * (size_t)(m * L));
     for (int64_t i = 0; i < m * L; i++)
-        c += y[i] != -1;
+        c += y[i] >= 0; /* -1 padding, -2 a real token not scored */
     free(y);
     assert_true(c > 0);
     return c;
