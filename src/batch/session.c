@@ -169,10 +169,10 @@ static int check_mlm(const bfit_session *s, const bfit_session_cfg *c, const bfi
     if (bfit_model_causal(s->M))
         return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "%s has causal attention: a token sees none after it, so a "
                                "masked token's right side is hidden from it; masked-LM training is for bidirectional "
-                               "encoders (BERT's). Leave --mask-tokens out to train it on the next token", c->model);
+                               "encoders (BERT's). Leave mask_tokens out to train it on the next token", c->model);
     if (c->mlm->mask_id < 0)
-        return bfit_fail_field(BFIT_EINVAL, "mask_id", "--mask-tokens needs the id a masked token becomes: give "
-                               "--mask-id (a tokenizer's mask_token_id, 103 for bert-base-uncased's [MASK])");
+        return bfit_fail_field(BFIT_EINVAL, "mask_id", "mask_tokens needs the id a masked token becomes: give "
+                               "mask_id (a tokenizer's mask_token_id, 103 for bert-base-uncased's [MASK])");
     if (vocab > 0 && c->mlm->mask_id >= vocab)
         return bfit_fail_field(BFIT_EINVAL, "mask_id", "%d is outside the vocabulary [0, %d) of %s's embedding",
                                (int)c->mlm->mask_id, vocab, c->model);

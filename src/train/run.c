@@ -190,7 +190,7 @@ static int check_cfg(const bfit_train_cfg *c)
         return bfit_fail_field(BFIT_EINVAL, "lr_rule", "adascale needs the noise scale: an auto or adaptive batch");
     if (c->mlm.p > 0 && c->batch_tokens)
         return bfit_fail_field(BFIT_EINVAL, "batch_tokens", "counts the tokens that have a label, and a masked LM "
-                               "labels only those it masks: give the batch in sequences with --mask-tokens");
+                               "labels only those it masks: give the batch in sequences with mask_tokens");
     if (c->mlm.p > 0 && c->train_source)
         return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "masks the token data batchfit reads; a data source "
                                "(bfit_config_set_source) gives its own labels: mask them there");
