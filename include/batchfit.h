@@ -300,7 +300,9 @@ BFIT_API int bfit_config_set_arrays(bfit_config *c, int which, const float *x, c
  * padding), labels n class indices from 0; a sentence pair's second
  * segment is its ids | 1 << BFIT_TOKEN_TYPE_SHIFT (a model with token
  * types). They train exactly as the same texts in a folder of class
- * folders of texts do (docs/data.md), read in place, not copied. ids and labels NULL: back to the option. BFIT_EINVAL
+ * folders of texts do (docs/data.md), read in place, not copied. labels NULL: sequences without classes,
+ * each its own sample for a masked LM ("mask-tokens"), labelled by the tokens it masks (the vocabulary the
+ * largest id + 1). ids and labels NULL: back to the option. BFIT_EINVAL
  * naming "data" or "test_data" (an id below -1, -1 before a token, a
  * sequence of padding alone: when the run starts, naming the sequence). */
 BFIT_API int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, const int32_t *labels,

@@ -469,6 +469,44 @@ static void test_token_tags(void **state)
     bfit_config_free(c);
 }
 
+/* Token arrays without labels (bfit_config_set_token_arrays, labels NULL)
+ * are a masked LM's sequences: they train with mask-tokens, read in place;
+ * without it they are refused, saying what they are for. */
+static void test_token_seqs(void **state)
+{
+    enum { NS = 300, TT = 8 };
+    static int32_t ids[NS * TT], copy[NS * TT];
+    char mspec[128], w[128];
+    bfit_config *c;
+    bfit_result *r = NULL;
+    FILE *f;
+    (void)state;
+    for (int i = 0; i < NS * TT; i++)
+        ids[i] = i % TT < 3 + (i / TT) % 6 ? (int32_t)((i * 5 + i / 7) % 20) : -1;
+    memcpy(copy, ids, sizeof ids);
+    snprintf(mspec, sizeof mspec, "%s/mlm.cfg", dir);
+    snprintf(w, sizeof w, "%s/mlm.safetensors", dir);
+    assert_non_null(f = fopen(mspec, "w"));
+    fprintf(f, "input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2 causal=0\n "
+               "linear 16\n}\nlayernorm\nlinear 24\n");
+    fclose(f);
+    c = config(w, 3);
+    assert_int_equal(bfit_config_set(c, "model", mspec), BFIT_OK);
+    assert_int_equal(bfit_config_set_token_arrays(c, 0, ids, NULL, NS, TT), BFIT_OK);
+    fails(bfit_train(c, &r), BFIT_EINVAL, "data", "(arrays) holds token sequences without labels, which train a "
+                                                  "masked LM: give mask_tokens and mask_id");
+    bfit_result_free(r);
+    r = NULL;
+    assert_int_equal(bfit_config_set(c, "mask-tokens", "0.15"), BFIT_OK);
+    assert_int_equal(bfit_config_set(c, "mask-id", "23"), BFIT_OK);
+    if (bfit_train(c, &r) != BFIT_OK)
+        fail_msg("train: %s", bfit_errmsg());
+    assert_true(bfit_result_number(r, "test_loss") > 0 && bfit_result_number(r, "steps") > 0);
+    assert_memory_equal(copy, ids, sizeof ids); /* read, never written: the masks are made in the staging */
+    bfit_result_free(r);
+    bfit_config_free(c);
+}
+
 /* eval scores arrays with the weights' saved normalisation: the figures
  * of the training's last evaluation on the same test arrays, bit for bit. */
 static void test_eval_arrays(void **state)
@@ -515,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_run_outlives_config), cmocka_unit_test(test_refused), cmocka_unit_test(test_eval_arrays),
         cmocka_unit_test(test_many_features_saved), cmocka_unit_test(test_token_stream),
         cmocka_unit_test(test_token_tags),
+        cmocka_unit_test(test_token_seqs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -232,16 +232,15 @@ TOKEN_TYPE_SHIFT = 24  # batchfit.h's BFIT_TOKEN_TYPE_SHIFT: a token's segment i
 
 
 def _from_tokenizer(field, enc):
-    """A tokenizer's output with labels ({"input_ids", "attention_mask", "labels"}: transformers'
+    """A tokenizer's output ({"input_ids", "attention_mask", "labels"}: transformers'
     BatchEncoding plus the classes) as token arrays (x, y): the ids where the mask is 1, -1 after (batchfit
     pads after a sequence's tokens, as a tokenizer with padding_side="right" does); token_type_ids (sentence
     pairs) in each id's high bits, id | type << TOKEN_TYPE_SHIFT."""
     np = _numpy()
     known = {"input_ids", "attention_mask", "labels", "token_type_ids"}
-    if "input_ids" not in enc or "labels" not in enc or set(enc) - known:
-        raise _errors.InvalidArgumentError(f"{field}: a tokenizer's output takes input_ids and labels (and "
-                                           f"attention_mask, token_type_ids); got {sorted(enc)}", field,
-                                           _errors.EINVAL)
+    if "input_ids" not in enc or set(enc) - known:
+        raise _errors.InvalidArgumentError(f"{field}: a tokenizer's output takes input_ids (and attention_mask, "
+                                           f"token_type_ids, labels); got {sorted(enc)}", field, _errors.EINVAL)
     ids = np.asarray(enc["input_ids"])
     mask = np.asarray(enc["attention_mask"]) if "attention_mask" in enc else np.ones(ids.shape, dtype=bool)
     if ids.ndim != 2 or mask.shape != ids.shape or ids.dtype.kind not in "iu":
@@ -268,7 +267,7 @@ def _from_tokenizer(field, enc):
                                                f"{types[r, t]}: with token types, ids are below 2^24 and types 0 "
                                                f"to 127", field, _errors.EINVAL)
         ids = np.where(mask, ids | types.astype(np.int64) << TOKEN_TYPE_SHIFT, -1)
-    return ids.astype(np.int32), enc["labels"]
+    return ids.astype(np.int32), enc.get("labels")  # None: a masked LM's sequences
 
 
 def _set_stream(cfg, which, field, ids):
@@ -304,7 +303,7 @@ def _set_tags(cfg, which, field, x, y):
 
 def _set_data(cfg, which, data):
     """data (which 0) or test_data (1): a name or path, arrays (x, y), or a
-    tokenizer's output with labels."""
+    tokenizer's output (with labels; without, a masked LM's sequences)."""
     field = "test_data" if which else "data"
     if data is None:
         return
@@ -321,6 +320,15 @@ def _set_data(cfg, which, data):
                                         f"{type(data).__name__}", field, _errors.EINVAL)
     np = _numpy()
     ids = getattr(getattr(data[0], "dtype", None), "kind", "f") in "iu"  # token ids: a classifier's sequences
+    if ids and data[1] is None:  # sequences without labels: a masked LM's (mask_tokens)
+        x = np.asarray(data[0])
+        if x.ndim != 2 or (x.size and (x.min() < -1 or x.max() > 2**31 - 1)):
+            raise _errors.InvalidArgumentError(f"{field}: token ids must be [n, T], from 0, and -1 after a "
+                                               f"sequence's last token; got {x.shape}", field, _errors.EINVAL)
+        x = np.ascontiguousarray(x, dtype=np.int32)
+        cfg.keep.append(x)
+        _errors.check(lib.bfit_config_set_token_arrays(cfg.c, which, x.ctypes.data, None, x.shape[0], x.shape[1]))
+        return
 
     try:
         x = np.asarray(data[0]) if ids else np.ascontiguousarray(data[0], dtype=np.float32)  # no copy if float32

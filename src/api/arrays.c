@@ -59,7 +59,8 @@ int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, 
         memset(&c->arr[which], 0, sizeof c->arr[which]);
         return BFIT_OK;
     }
-    if ((rc = arrays_given(which, ids, labels, n, T, "ids per sequence: expected the model's T")) != BFIT_OK)
+    /* labels NULL: a masked LM's sequences, labelled by the tokens it masks */
+    if ((rc = arrays_given(which, ids, labels ? labels : ids, n, T, "ids per sequence: expected the model's T")))
         return rc;
     c->arr[which] = (struct bfit_cfg_arrays){.ids = ids, .y = labels, .n = n, .floats = T};
     return BFIT_OK;
@@ -163,8 +164,12 @@ static int borrow_tokens(const bfit_config *c, int w, bfit_shape shape, bfit_dat
         return bfit_fail_field(BFIT_EINVAL, which_field[w], "%s takes sequences of %d token ids but the %s arrays "
                                "hold %lld ids per sequence", c->t.model, shape.d[0], w ? "test" : "training",
                                (long long)a->floats);
-    if ((rc = (a->tags ? bfit_dataset_borrow_token_tags : bfit_dataset_borrow_tokens)(names[w], a->ids, a->n,
-                                                                                        (int)a->floats, a->y, out)))
+    if (!a->y)
+        rc = bfit_dataset_borrow_token_seqs(names[w], a->ids, a->n, (int)a->floats, out);
+    else
+        rc = (a->tags ? bfit_dataset_borrow_token_tags : bfit_dataset_borrow_tokens)(names[w], a->ids, a->n,
+                                                                                    (int)a->floats, a->y, out);
+    if (rc)
         return bfit_fail_field(rc, which_field[w], "%s", bfit_errmsg());
     return BFIT_OK;
 }

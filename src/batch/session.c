@@ -197,6 +197,11 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
      * sample (`flatten`, `linear N`) has room for one label per sample */
     if (tokens && c->mlm && c->mlm->p > 0 && (rc = check_mlm(s, c, d, name)) != BFIT_OK)
         return rc;
+    if (bfit_dataset_is_unlabelled(d) && !(c->mlm && c->mlm->p > 0))
+        return bfit_fail_field(BFIT_EINVAL, d == s->test && d != s->train ? "test_data" : "data", "%s holds token "
+                               "sequences without labels, which train a masked LM: give mask_tokens and mask_id "
+                               "(a language model on the next token takes its text as one stream, a classifier "
+                               "a label a sequence)", bfit_dataset_source(d));
     if (tokens && s->M->per_token && bfit_dataset_label_len(d) == 1 && s->M->labels_per_sample > 1)
         return bfit_fail_field(BFIT_EINVAL, "data", "%s scores every token (a language model), but %s holds one "
                                "class a sequence: a classifier ends in `select 0` (or `gap`) and `linear N` "

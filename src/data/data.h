@@ -142,6 +142,11 @@ int bfit_dataset_borrow_token_tags(const char *source, const int32_t *ids, int64
                                    const int32_t *tags, bfit_dataset **out);
 /* 1 if d's labels are its tokens' tags (bfit_dataset_borrow_token_tags). */
 int bfit_dataset_is_tags(const bfit_dataset *d);
+/* Token sequences without labels (ids as above): a masked LM's, whose labels are the tokens it masks
+ * (bfit_mlm); the vocabulary the largest id + 1. */
+int bfit_dataset_borrow_token_seqs(const char *source, const int32_t *ids, int64_t count, int seq,
+                                   bfit_dataset **out);
+int bfit_dataset_is_unlabelled(const bfit_dataset *d);
 int bfit_dataset_borrow_tokens(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y,
                                bfit_dataset **out);
 

@@ -32,6 +32,7 @@ struct bfit_dataset {
     int seq;          /* token data: tokens (and labels) per sample; 0 otherwise */
     int64_t *starts;  /* token lines: sample i is ids[starts[i], +lens[i]), labels one further, padded */
     int32_t *lens;    /*   to seq with id 0 and label -1; NULL: fixed windows */
+    int unlabelled;   /* token arrays without labels: a masked LM's sequences (its labels the tokens masked) */
     int32_t *tags;    /* token arrays of a token classifier: count * seq classes, a token's own (negative: not
                          scored), borrowed; NULL: the labels are the next ids */
     char *names;      /* class names (image and text folders, list files), NUL-terminated, one buffer; */

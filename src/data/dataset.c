@@ -88,6 +88,7 @@ int bfit_dataset_label_len(const bfit_dataset *d) { return d->ids && !d->labels 
 
 int bfit_dataset_is_tokens(const bfit_dataset *d) { return d->ids != NULL; }
 int bfit_dataset_is_tags(const bfit_dataset *d) { return d->tags != NULL; }
+int bfit_dataset_is_unlabelled(const bfit_dataset *d) { return d->unlabelled; }
 int bfit_dataset_is_text_classes(const bfit_dataset *d) { return d->ids && d->labels; }
 
 int bfit_dataset_labels_fit(const bfit_dataset *d, int nclasses)
@@ -119,10 +120,18 @@ static int token_len(const char *source, const int32_t *x, int64_t i, int seq, i
     return BFIT_OK;
 }
 
+enum { LABELS_ONE, LABELS_TAGS, LABELS_NONE };
+
 /* Sequence i's label (one a sequence), or its tags' classes (a tag a
- * token) into d->nclasses. */
-static int take_labels(bfit_dataset *d, int64_t i, const int32_t *y, int tags)
+ * token), or without labels its ids (a vocabulary) into d->nclasses. */
+static int take_labels(bfit_dataset *d, int64_t i, const int32_t *ids, const int32_t *y, int kind)
 {
+    int tags = kind == LABELS_TAGS;
+    for (int j = 0; kind == LABELS_NONE && j < d->lens[i]; j++)
+        d->nclasses = BFIT_TOKEN_ID(ids[i * d->seq + j]) >= d->nclasses ? BFIT_TOKEN_ID(ids[i * d->seq + j]) + 1
+                                                                         : d->nclasses;
+    if (kind == LABELS_NONE)
+        return BFIT_OK;
     if (!tags && y[i] < 0)
         return bfit_fail(BFIT_EINVAL, "label of sequence %lld is %d: labels are class indices from 0", (long long)i,
                          (int)y[i]);
@@ -133,14 +142,14 @@ static int take_labels(bfit_dataset *d, int64_t i, const int32_t *y, int tags)
     return BFIT_OK;
 }
 
-static int borrow_ids(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y, int tags,
+static int borrow_ids(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y, int kind,
                       bfit_dataset **out)
 {
     bfit_dataset *d = NULL;
-    int rc;
+    int rc, tags = kind == LABELS_TAGS;
 
     *out = NULL;
-    if (!ids || !y || count < 1 || count > INT32_MAX || seq < 1)
+    if (!ids || (!y && kind != LABELS_NONE) || count < 1 || count > INT32_MAX || seq < 1)
         return bfit_fail(BFIT_EINVAL, "%s: token arrays need ids, labels, 1 to %d sequences and a length of 1 or more",
                          source, INT32_MAX);
     if ((rc = bfit_data_alloc(source, &d)) != BFIT_OK)
@@ -154,7 +163,7 @@ static int borrow_ids(const char *source, const int32_t *ids, int64_t count, int
     for (int64_t i = 0; rc == BFIT_OK && i < count; i++) {
         d->starts[i] = i * seq;
         if ((rc = token_len(source, ids + i * seq, i, seq, &d->lens[i])) == BFIT_OK)
-            rc = take_labels(d, i, y, tags);
+            rc = take_labels(d, i, ids, y, kind);
     }
     if (rc == BFIT_OK && tags && !d->nclasses)
         rc = bfit_fail(BFIT_EINVAL, "%s: no token has a tag (each is negative: not scored): a token's class is from 0",
@@ -164,6 +173,7 @@ static int borrow_ids(const char *source, const int32_t *ids, int64_t count, int
         return rc;
     }
     d->ids = (int32_t *)ids, d->nids = count * seq;
+    d->unlabelled = kind == LABELS_NONE;
     if (tags)
         d->tags = (int32_t *)y;
     else
@@ -177,13 +187,19 @@ static int borrow_ids(const char *source, const int32_t *ids, int64_t count, int
 int bfit_dataset_borrow_tokens(const char *source, const int32_t *ids, int64_t count, int seq, const int32_t *y,
                                bfit_dataset **out)
 {
-    return borrow_ids(source, ids, count, seq, y, 0, out);
+    return borrow_ids(source, ids, count, seq, y, LABELS_ONE, out);
+}
+
+int bfit_dataset_borrow_token_seqs(const char *source, const int32_t *ids, int64_t count, int seq,
+                                   bfit_dataset **out)
+{
+    return borrow_ids(source, ids, count, seq, NULL, LABELS_NONE, out);
 }
 
 int bfit_dataset_borrow_token_tags(const char *source, const int32_t *ids, int64_t count, int seq,
                                    const int32_t *tags, bfit_dataset **out)
 {
-    return borrow_ids(source, ids, count, seq, tags, 1, out);
+    return borrow_ids(source, ids, count, seq, tags, LABELS_TAGS, out);
 }
 
 int bfit_dataset_from_floats(bfit_shape shape, int64_t count, int nclasses, const float *x,

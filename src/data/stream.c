@@ -339,6 +339,9 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
                              c, cfg->norm_mean[c], cfg->norm_std[c]);
     if (d->count > INT32_MAX)
         return bfit_fail(BFIT_EINVAL, "stream: %lld samples, at most %d", (long long)d->count, INT32_MAX);
+    if (d->unlabelled && !(cfg->mlm.p > 0))
+        return bfit_fail(BFIT_EINVAL, "%s: token sequences without labels are a masked LM's: give masked-LM labels",
+                         d->source);
     if (cfg->mlm.p > 0 && (!d->ids || d->labels || d->tags))
         return bfit_fail(BFIT_EINVAL, "masked-LM labels need the token data of a language model; %s is %s",
                          d->source, d->ids ? "a classifier's texts" : "not token data");

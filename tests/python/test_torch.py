@@ -540,8 +540,9 @@ def test_a_masked_lm_learns_what_only_the_right_side_tells(onnx_import, tmp_path
     on a corpus of pairs (b, (b + 3) % 10), one stream of ids: a pair's first token is told only by the token
     after it. BertForMaskedLM in small (export.py's HFBert), trained by batchfit.torch, then measured by
     PyTorch: each first token masked alone, predicted from the model's scores, from chance (10%) to above
-    95%. The same model trained on the next token (what batchfit did before 2026-12-06 and warns about now)
-    learns to copy the token after, which is wrong here: about chance."""
+    95%, given the corpus as one stream or as a tokenizer's padded rows without labels (each its own sequence).
+    The same model trained on the next token (what batchfit did before 2026-12-06 and warns about now) learns
+    to copy the token after, which is wrong here: about chance."""
     V, T, MASK = 16, 16, 10
     rng = np.random.default_rng(1)
 
@@ -561,18 +562,23 @@ def test_a_masked_lm_learns_what_only_the_right_side_tells(onnx_import, tmp_path
                 right += (m(x)[:, j].argmax(-1).numpy() == test[:, j]).sum()
         return right / (len(test) * T // 2)
 
+    # a tokenizer's output without labels: each row a sequence, 6 to 16 tokens (pairs kept whole), padded
+    rows = train[:len(train) // T * T].reshape(-1, T).copy()
+    lens = 2 * rng.integers(3, T // 2 + 1, len(rows))
+    mask = (np.arange(T)[None, :] < lens[:, None]).astype(np.int64)
+    enc = {"input_ids": np.where(mask == 1, rows, 0), "attention_mask": mask}
     got = {}
-    for masked in (True, False):
+    for how, data in (("stream", train), ("rows", enc), ("next token", train)):
         m = language_model("HFBert", V=V, T=T, C=32, H=4, L=2, hidden=64, p=0.1, mask_input=False)
         before = accuracy(m)
-        opts = {"mask_tokens": 0.15, "mask_id": MASK} if masked else {}
-        bt.train(m, data=train, test_data=held, example_input=torch.zeros(1, T, dtype=torch.long), epochs=4,
+        opts = {"mask_tokens": 0.15, "mask_id": MASK} if how != "next token" else {}
+        bt.train(m, data=data, test_data=held, example_input=torch.zeros(1, T, dtype=torch.long), epochs=4,
                  batch=32, lr=3e-3, optimizer="adamw", memory="512MiB", threads=2, seed=1, **opts)
-        got[masked] = (before, accuracy(m))
-    print(f"masked LM: accuracy before {got[True][0]:.3f}, after {got[True][1]:.3f}; trained on the next token: "
-          f"{got[False][1]:.3f}")
-    assert got[True][0] < 0.2 and got[True][1] > 0.95, got
-    assert got[False][1] < 0.3, got
+        got[how] = (before, accuracy(m))
+    print(f"masked LM: accuracy before {got['stream'][0]:.3f}, after {got['stream'][1]:.3f} (a stream), "
+          f"{got['rows'][1]:.3f} (a tokenizer's rows); trained on the next token: {got['next token'][1]:.3f}")
+    assert got["stream"][0] < 0.2 and got["stream"][1] > 0.95 and got["rows"][1] > 0.95, got
+    assert got["next token"][1] < 0.3, got
 
 
 def test_a_module_that_takes_an_attention_mask_trains(onnx_import, tmp_path):

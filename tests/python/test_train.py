@@ -291,9 +291,15 @@ def test_a_tokenizers_output_trains_as_its_arrays(tmp_path):
                                                            "\\(ids counted from 0; sentence pairs\\), but .*cls.cfg "
                                                            "has no token types"):
         batchfit.train(str(spec), data=pair, max_steps=1, threads=2)
-    with pytest.raises(batchfit.InvalidArgumentError, match=r"test_data: a tokenizer's output takes input_ids and "
-                                                           r"labels .*; got \['input_ids', 'special_tokens_mask'\]"):
+    with pytest.raises(batchfit.InvalidArgumentError, match=r"test_data: a tokenizer's output takes input_ids \(and "
+                                                           r".*labels\); got \['input_ids', 'special_tokens_mask'\]"):
         batchfit.train(str(spec), data=enc, test_data={"input_ids": x, "special_tokens_mask": mask}, max_steps=1,
+                       threads=2)
+    # without labels: a masked LM's sequences, refused for anything else
+    with pytest.raises(batchfit.InvalidArgumentError, match=r"test_data: \(test arrays\) holds token sequences "
+                                                           r"without labels, which train a masked LM: give "
+                                                           r"mask_tokens and mask_id"):
+        batchfit.train(str(spec), data=enc, test_data={"input_ids": x, "attention_mask": mask}, max_steps=1,
                        threads=2)
 
 
