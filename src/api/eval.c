@@ -60,8 +60,9 @@ int bfit_evaluate(const bfit_config *c, bfit_result **out)
         cJSON_AddNumberToObject(res->root, "images_skipped", (double)skipped);
     if ((f = bfit_result_out(res)) && is_token_model(e.model, e.seq_max ? e.seq_max : e.seq))
         fprintf(f, "test loss %.4f per token (%.4f bits), %s accuracy %.2f%% on %lld sequences\n", loss,
-                loss / 0.69314718055994531, bfit_token_acc_name(&e.mlm, c->arr[1].ids ? c->arr[1].tags : c->arr[0].tags),
-                100 * acc, (long long)n);
+                loss / 0.69314718055994531,
+                bfit_token_acc_name(&e.mlm, c->arr[1].ids ? c->arr[1].tags : c->arr[0].tags), 100 * acc,
+                (long long)n);
     else if (f)
         fprintf(f, "test loss %.4f, test accuracy %.2f%% on %lld samples%s%s%s\n", loss, 100 * acc, (long long)n,
                 skipped ? " (" : "", skipped ? bfit_eval_skipped_str(skipped, note, sizeof note) + 2 : "",

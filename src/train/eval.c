@@ -215,7 +215,8 @@ static int evaluate_run(bfit_run *r, bfit_eval_info *ev)
         bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f per token (%.4f bits), %s accuracy "
                              "%.2f%% (%lld sequences), %.1f s",
                      ev->epoch, r->cfg.epochs, ev->train_loss, ev->test_loss, ev->test_loss / 0.69314718055994531,
-                     bfit_token_acc_name(&r->cfg.mlm, bfit_dataset_is_tags(r->s.train)), 100 * ev->test_acc, (long long)ev->samples,
+                     bfit_token_acc_name(&r->cfg.mlm, r->s.train && bfit_dataset_is_tags(r->s.train)),
+                     100 * ev->test_acc, (long long)ev->samples,
                      ev->epoch_seconds);
     else
         bfit_log_say(&r->lg, "epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%% (%lld samples%s), "

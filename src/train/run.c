@@ -718,7 +718,8 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    "\"adaptive\":%d,\"auto\":%d,\"batch_tokens\":%d,\"precision\":\"%s\",\"lean\":%d,\"recompute\":\"%s\","
                    "\"recompute_chosen\":\"%s\",\"recomputed_share\":%.4f,\"plan\":{%s},\"version\":\"%s\","
                    "\"schedule\":\"%s\",\"warmup\":%lld,\"momentum\":%g,\"nesterov\":%d,\"weight_decay\":%g,"
-                   "\"clip\":%g,\"augment\":%d,\"normalize\":%d,\"mask_tokens\":%g,\"token_accuracy\":\"%s\",\"options\":%s",
+                   "\"clip\":%g,\"augment\":%d,\"normalize\":%d,\"mask_tokens\":%g,\"token_accuracy\":\"%s\","
+                   "\"options\":%s",
                    model, data, (long long)bfit_model_param_count(r->s.M), r->pos.d.batch,
                    r->pos.d.m, c->epochs, (long long)r->per_epoch, bfit_optim_kind_name(c->opt.kind), c->lr,
                    bfit_lr_rule_name(cc->rule), (unsigned long long)c->seed, (unsigned long long)r->base_capacity,
@@ -729,7 +730,8 @@ static void log_start(bfit_run *r, const bfit_controller_config *cc)
                    BFIT_VERSION_STRING, bfit_lr_sched_name(c->sched.kind), (long long)c->sched.warmup_steps,
                    c->opt.kind == BFIT_OPT_SGD ? c->opt.momentum : c->opt.beta1, c->opt.nesterov, c->opt.weight_decay,
                    c->clip, c->augment, c->normalize, c->mlm.p,
-                   bfit_token_acc_name(&c->mlm, r->s.train && bfit_dataset_is_tags(r->s.train)), c->options_json ? c->options_json : "{}");
+                   bfit_token_acc_name(&c->mlm, r->s.train && bfit_dataset_is_tags(r->s.train)),
+                   c->options_json ? c->options_json : "{}");
     bfit_log_say(&r->lg, "batchfit: device %s", r->s.device_why);
     bfit_run_monitor(r, 1);
     say_opening(r);
