@@ -375,6 +375,17 @@ static void test_token_stream(void **state)
     bfit_config_free(c);
 }
 
+/* A bidirectional encoder of 8 tokens (ids below 24) ending in head, as a
+ * spec file at path. */
+static void write_encoder(const char *path, const char *head)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2 causal=0\n "
+               "linear 16\n}\n%s", head);
+    fclose(f);
+}
+
 /* A token classifier's tags (bfit_config_set_token_tags): a class a
  * token, negative where none counts, not read after a sequence's last
  * token (there 77, more classes than the model has). A bidirectional
@@ -391,7 +402,6 @@ static void test_token_tags(void **state)
     bfit_result *r = NULL;
     double acc, loss;
     int32_t was;
-    FILE *f;
     (void)state;
     for (int i = 0; i < NS; i++) {
         int len = 3 + i % 6;
@@ -405,14 +415,8 @@ static void test_token_tags(void **state)
     snprintf(tspec, sizeof tspec, "%s/tok.cfg", dir);
     snprintf(cspec, sizeof cspec, "%s/seqcls.cfg", dir);
     snprintf(w, sizeof w, "%s/tags.safetensors", dir);
-    assert_non_null(f = fopen(tspec, "w"));
-    fprintf(f, "input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2 causal=0\n "
-               "linear 16\n}\nlayernorm\nlinear 3\n");
-    fclose(f);
-    assert_non_null(f = fopen(cspec, "w"));
-    fprintf(f, "input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2 causal=0\n "
-               "linear 16\n}\nselect 0\nlinear 3\n");
-    fclose(f);
+    write_encoder(tspec, "layernorm\nlinear 3\n");
+    write_encoder(cspec, "select 0\nlinear 3\n");
     c = config(w, 3);
     assert_int_equal(bfit_config_set(c, "model", tspec), BFIT_OK);
     assert_int_equal(bfit_config_set_int(c, "epochs", 8), BFIT_OK);
@@ -479,17 +483,13 @@ static void test_token_seqs(void **state)
     char mspec[128], w[128];
     bfit_config *c;
     bfit_result *r = NULL;
-    FILE *f;
     (void)state;
     for (int i = 0; i < NS * TT; i++)
         ids[i] = i % TT < 3 + (i / TT) % 6 ? (int32_t)((i * 5 + i / 7) % 20) : -1;
     memcpy(copy, ids, sizeof ids);
     snprintf(mspec, sizeof mspec, "%s/mlm.cfg", dir);
     snprintf(w, sizeof w, "%s/mlm.safetensors", dir);
-    assert_non_null(f = fopen(mspec, "w"));
-    fprintf(f, "input tokens=8\nembed 16 vocab=24 positions=8\nresidual {\n linear 48\n attention 2 causal=0\n "
-               "linear 16\n}\nlayernorm\nlinear 24\n");
-    fclose(f);
+    write_encoder(mspec, "layernorm\nlinear 24\n");
     c = config(w, 3);
     assert_int_equal(bfit_config_set(c, "model", mspec), BFIT_OK);
     assert_int_equal(bfit_config_set_token_arrays(c, 0, ids, NULL, NS, TT), BFIT_OK);
