@@ -122,21 +122,18 @@ static int token_len(const char *source, const int32_t *x, int64_t i, int seq, i
 
 enum { LABELS_ONE, LABELS_TAGS, LABELS_NONE };
 
-/* Sequence i's label (one a sequence), or its tags' classes (a tag a
- * token), or without labels its ids (a vocabulary) into d->nclasses. */
+/* Sequence i's label (one a sequence), its tags' classes (a tag a token;
+ * negative: not scored) or, without labels, its ids (a vocabulary) into
+ * d->nclasses. */
 static int take_labels(bfit_dataset *d, int64_t i, const int32_t *ids, const int32_t *y, int kind)
 {
-    int tags = kind == LABELS_TAGS;
-    for (int j = 0; kind == LABELS_NONE && j < d->lens[i]; j++)
-        d->nclasses = BFIT_TOKEN_ID(ids[i * d->seq + j]) >= d->nclasses ? BFIT_TOKEN_ID(ids[i * d->seq + j]) + 1
-                                                                         : d->nclasses;
-    if (kind == LABELS_NONE)
-        return BFIT_OK;
-    if (!tags && y[i] < 0)
+    const int32_t *row = kind == LABELS_NONE ? ids + i * d->seq : kind == LABELS_TAGS ? y + i * d->seq : y + i;
+    int n = kind == LABELS_ONE ? 1 : d->lens[i];
+    if (kind == LABELS_ONE && y[i] < 0)
         return bfit_fail(BFIT_EINVAL, "label of sequence %lld is %d: labels are class indices from 0", (long long)i,
                          (int)y[i]);
-    for (int j = 0; j < (tags ? d->lens[i] : 1); j++) {
-        int32_t v = tags ? y[i * d->seq + j] : y[i];
+    for (int j = 0; j < n; j++) {
+        int32_t v = kind == LABELS_NONE ? BFIT_TOKEN_ID(row[j]) : row[j];
         d->nclasses = v >= d->nclasses ? v + 1 : d->nclasses;
     }
     return BFIT_OK;
