@@ -86,6 +86,7 @@
 #define TUT_OK "tests/onnx/tut_text.onnx"
 /* GPT-2 as transformers writes it (tests/onnx/token_models.py): Conv1D layers (weights [in, out]), dropout 0.1 */
 #define HFGPT2_OK "tests/onnx/hfgpt2_text.onnx"
+#define HFBERT_OK "tests/onnx/hfbert_text.onnx" /* bidirectional: the lengths from the labels matter */
 /* group norms (gn_graph): groups of four channels, of one, all in one, a vector's */
 #define GN_MINI "@gnorm"
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
@@ -1959,10 +1960,15 @@ static void batch(const bfit_model *M, int m, int k, void *x, int32_t *y)
         for (int64_t i = 0; i < m * per; i++)
             ((float *)x)[i] = (float)bfit_rand_unit(1000 + (uint64_t)k, (uint64_t)i);
     }
-    for (int64_t i = 0; i < nl; i++)
-        y[i] = M->labels_per_sample > 1 && i % M->labels_per_sample >= M->labels_per_sample - 3
-                   ? -1
-                   : (int32_t)(bfit_rand_unit(2000 + (uint64_t)k, (uint64_t)i) * M->nclasses);
+    /* a token model's: the last 3 padding, the one before and every fifth real but unscored (a masked
+       LM's: the sequence runs to its last real token) */
+    for (int64_t i = 0; i < nl; i++) {
+        int64_t L = M->labels_per_sample, j = i % L;
+        y[i] = L > 1 && j >= L - 3                     ? BFIT_LABEL_PAD
+               : L > 1 && (j == L - 4 || j % 5 == 1) ? BFIT_LABEL_UNSCORED
+                                                        : (int32_t)(bfit_rand_unit(2000 + (uint64_t)k, (uint64_t)i) *
+                                                                    M->nclasses);
+    }
 }
 
 static bfit_storage storage_of(bfit_dtype t)
@@ -2288,6 +2294,7 @@ static void test_training_bf16(void **st)
     compare_training(GEMMA_OK, BFIT_BF16);
     compare_training(TUT_OK, BFIT_BF16);
     compare_training(HFGPT2_OK, BFIT_BF16);
+    compare_training(HFBERT_OK, BFIT_BF16);
 }
 
 /* The models of the ops on rows, columns, channel gates, grouped
@@ -2358,6 +2365,7 @@ static void test_training_new_ops(void **st)
     compare_training(GEMMA_OK, BFIT_F32);
     compare_training(TUT_OK, BFIT_F32);
     compare_training(HFGPT2_OK, BFIT_F32);
+    compare_training(HFBERT_OK, BFIT_F32);
 }
 
 /* The group norms' model (gn_graph) on the GPU: every op it needs made in
