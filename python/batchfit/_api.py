@@ -380,7 +380,11 @@ def train(model, data=None, *, test_data=None, on_event=None, progress=False, we
     mask is 1); for a language model a 1-d integer array of token ids, one
     stream cut into windows of the model's T, exactly as the same ids in a
     token file (as the training data its train part, every 20th block of
-    4096 ids held out for the test unless test_data is given). Options are
+    4096 ids held out for the test unless test_data is given); for an
+    encoder trained as BERT (mask_tokens=0.15, mask_id=, special_ids=) that
+    stream, or a tokenizer's output without labels (each row a sequence);
+    for a token classifier a tokenizer's output whose labels are [n, T], a
+    class a token, -100 where none counts (or arrays (ids, tags)). Options are
     `batchfit train`'s (batch="auto", epochs, lr, seed, checkpoint, log,
     save, ...). on_event gets each event of the run's log
     as a dict (start, step, batch_change with its reason, eval, memory,
