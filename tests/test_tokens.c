@@ -947,6 +947,30 @@ static void test_variable_length_bidirectional(void **st)
     assert_true(a.loss[a.n - 1] < 0.7 * a.loss[0]);
 }
 
+/* A data source gives its own labels: masked-LM options beside one are
+ * refused before any step, naming the option. */
+static void test_source_not_masked(void **st)
+{
+    char p[300], spec[600];
+    ttok train = tokens(16);
+    bfit_source ts = ttok_source(&train);
+    bfit_train_cfg c = bfit_train_cfg_default();
+    bfit_train_result res;
+    (void)st;
+    tmp_path(p, sizeof p, "tiny_mlm.cfg");
+    snprintf(spec, sizeof spec, SPEC_FMT, " causal=0");
+    put_text(p, spec);
+    c.device_name = "cpu";
+    c.model = p;
+    c.train_source = &ts;
+    c.batch = 8;
+    c.mlm.p = 0.15;
+    c.mlm.mask_id = 12;
+    assert_int_equal(bfit_train_from(&c, &res), BFIT_EINVAL);
+    assert_string_equal(bfit_errfield(), "mask_tokens");
+    assert_non_null(strstr(bfit_errmsg(), "a data source (bfit_config_set_source) gives its own labels"));
+}
+
 /* A token model trained on a text file as bytes: the weights it saves (the
  * tied head's table once) load for bfit_evaluate, which gives the run's test
  * loss per token on the file's test part. */
@@ -1058,6 +1082,7 @@ int main(void)
         cmocka_unit_test(test_training_split_invariant),
         cmocka_unit_test(test_variable_length),
         cmocka_unit_test(test_variable_length_bidirectional),
+        cmocka_unit_test(test_source_not_masked),
         cmocka_unit_test(test_save_and_evaluate),
         cmocka_unit_test(test_seq_max_one),
     };

@@ -61,5 +61,6 @@ expect 2 "--mask-tokens: .*2.*expected" "$bf" train --model "$tmp/enc.cfg" "${ru
 sed 's/linear 256$/select 0\nlinear 2/' "$tmp/enc.cfg" >"$tmp/cls.cfg"
 expect 1 "--mask-tokens: masks the tokens of a language model's text, but .*cls holds one class a sequence" "$bf" \
   train --model "$tmp/cls.cfg" --data "$tmp/cls" "${mask[@]}" --max-steps 1 --threads 2
-expect 0 "" test ! -e "$tmp/none.st"
+expect 1 "--mask-tokens: predicts the masked tokens, but .*cls.cfg gives one vector of scores a sequence" "$bf" \
+  train --model "$tmp/cls.cfg" --data "$tmp/t.txt" "${mask[@]}" --max-steps 1 --threads 2
 finish
