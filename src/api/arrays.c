@@ -49,37 +49,35 @@ int bfit_config_set_arrays(bfit_config *c, int which, const float *x, const int3
     return BFIT_OK;
 }
 
-int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, const int32_t *labels, int64_t n,
-                                 int64_t T)
+/* Token arrays of set which: y a class a sequence, a class a token (tags),
+ * or NULL (a masked LM's sequences); ids and y NULL: back to the option. */
+static int set_tokens(bfit_config *c, const char *fn, int which, const int32_t *ids, const int32_t *y, int tags,
+                      int64_t n, int64_t T)
 {
     int rc;
     if (!c || (which != 0 && which != 1))
-        return bfit_fail(BFIT_EINVAL, "bfit_config_set_token_arrays: which is 0 (training) or 1 (test)");
-    if (!ids && !labels) {
+        return bfit_fail(BFIT_EINVAL, "%s: which is 0 (training) or 1 (test)", fn);
+    if (!ids && !y) {
         memset(&c->arr[which], 0, sizeof c->arr[which]);
         return BFIT_OK;
     }
-    /* labels NULL: a masked LM's sequences, labelled by the tokens it masks */
-    if ((rc = arrays_given(which, ids, labels ? labels : ids, n, T, "ids per sequence: expected the model's T")))
+    if ((rc = arrays_given(which, ids, y || tags ? y : ids, n, T, "ids per sequence: expected the model's T")))
         return rc;
-    c->arr[which] = (struct bfit_cfg_arrays){.ids = ids, .y = labels, .n = n, .floats = T};
+    c->arr[which] = (struct bfit_cfg_arrays){.ids = ids, .y = y, .n = n, .floats = T, .tags = tags};
     return BFIT_OK;
+}
+
+int bfit_config_set_token_arrays(bfit_config *c, int which, const int32_t *ids, const int32_t *labels, int64_t n,
+                                 int64_t T)
+{
+    /* labels NULL: a masked LM's sequences, labelled by the tokens it masks */
+    return set_tokens(c, "bfit_config_set_token_arrays", which, ids, labels, 0, n, T);
 }
 
 int bfit_config_set_token_tags(bfit_config *c, int which, const int32_t *ids, const int32_t *tags, int64_t n,
                                int64_t T)
 {
-    int rc;
-    if (!c || (which != 0 && which != 1))
-        return bfit_fail(BFIT_EINVAL, "bfit_config_set_token_tags: which is 0 (training) or 1 (test)");
-    if (!ids && !tags) {
-        memset(&c->arr[which], 0, sizeof c->arr[which]);
-        return BFIT_OK;
-    }
-    if ((rc = arrays_given(which, ids, tags, n, T, "ids per sequence: expected the model's T")) != BFIT_OK)
-        return rc;
-    c->arr[which] = (struct bfit_cfg_arrays){.ids = ids, .y = tags, .n = n, .floats = T, .tags = 1};
-    return BFIT_OK;
+    return set_tokens(c, "bfit_config_set_token_tags", which, ids, tags, 1, n, T);
 }
 
 int bfit_config_set_token_stream(bfit_config *c, int which, const int32_t *ids, int64_t n)

@@ -89,8 +89,7 @@ static int produce(const bfit_stream *s, bfit_img_scratch *sc, bfit_cursor at, i
             int32_t *yk = y + (size_t)k * (size_t)s->nlab;
             for (int j = 0; j < s->nlab; j++)
                 yk[j] = j >= s->d->lens[idx] ? BFIT_LABEL_PAD : t[j] < 0 ? BFIT_LABEL_UNSCORED : t[j];
-        }
-        else if (s->cfg.mlm.p > 0) { /* its own ids, some masked, and their labels */
+        } else if (s->cfg.mlm.p > 0) { /* its own ids, some masked, and their labels */
             int32_t *xk = (int32_t *)(x + k * s->numel);
             bfit_data_sample(&s->fn, at.epoch, idx, x + k * s->numel);
             bfit_data_mask(&s->fn, at.epoch, idx, xk, y + (size_t)k * (size_t)s->nlab,
@@ -344,7 +343,7 @@ static int check_cfg(const bfit_dataset *d, const bfit_stream_cfg *cfg)
                          d->source);
     if (cfg->mlm.p > 0 && (!d->ids || d->labels || d->tags))
         return bfit_fail(BFIT_EINVAL, "masked-LM labels need the token data of a language model; %s is %s",
-                         d->source, d->ids ? "a classifier's texts" : "not token data");
+                         d->source, d->tags ? "a token classifier's tags" : d->ids ? "a classifier's texts" : "not token data");
     if (cfg->mlm.p > 0 && (cfg->mlm.p > 1 || cfg->mlm.vocab < 1 || cfg->mlm.mask_id < 0 ||
                            cfg->mlm.mask_id >= cfg->mlm.vocab || cfg->mlm.nspecial < 0 ||
                            cfg->mlm.nspecial > BFIT_MLM_SPECIAL_MAX))
