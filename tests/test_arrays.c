@@ -507,6 +507,65 @@ static void test_token_seqs(void **state)
     bfit_config_free(c);
 }
 
+/* A masked LM's head runs at its masked tokens only (nn/head.c): the run's
+ * figures are those of the head at every token (BFIT_TEST_FULL_HEAD=1,
+ * what transformers' BertForMaskedLM computes) but for rounding (the head's
+ * weight gradients sum over other rows: the full head's have zeros among
+ * them), in less memory; the saved weights keep the names of the model as
+ * written. */
+static void test_gathered_head(void **state)
+{
+    enum { NS = 240, TT = 32 };
+    static int32_t ids[NS * TT];
+    char mspec[128], w[2][128];
+    double loss[2], train[2], acc[2], peak[2];
+    bfit_tensors *t[2];
+    (void)state;
+    for (int i = 0; i < NS * TT; i++)
+        ids[i] = i % TT < 12 + (i / TT) % 20 ? (int32_t)((i * 5 + i / 7) % 20) : -1;
+    snprintf(mspec, sizeof mspec, "%s/mlmhead.cfg", dir);
+    {
+        FILE *f = fopen(mspec, "w");
+        assert_non_null(f);
+        fprintf(f, "input tokens=%d\nembed 16 vocab=24 positions=%d\nresidual {\n linear 48\n attention 2 causal=0\n "
+                   "linear 16\n}\nlayernorm\nlinear 16\ngelu\nlayernorm\nlinear 24\n", TT, TT);
+        fclose(f);
+    }
+    for (int k = 0; k < 2; k++) {
+        bfit_config *c;
+        bfit_result *r = NULL;
+        snprintf(w[k], sizeof w[k], "%s/mlmhead%d.safetensors", dir, k);
+        c = config(w[k], 3);
+        assert_int_equal(bfit_config_set(c, "model", mspec), BFIT_OK);
+        assert_int_equal(bfit_config_set_token_arrays(c, 0, ids, NULL, NS, TT), BFIT_OK);
+        assert_int_equal(bfit_config_set(c, "mask-tokens", "0.15"), BFIT_OK);
+        assert_int_equal(bfit_config_set(c, "mask-id", "23"), BFIT_OK);
+        assert_int_equal(setenv("BFIT_TEST_FULL_HEAD", k ? "1" : "0", 1), 0);
+        if (bfit_train(c, &r) != BFIT_OK)
+            fail_msg("train: %s", bfit_errmsg());
+        loss[k] = bfit_result_number(r, "test_loss");
+        train[k] = bfit_result_number(r, "train_loss");
+        acc[k] = bfit_result_number(r, "test_accuracy");
+        peak[k] = bfit_result_number(r, "peak_bytes");
+        bfit_result_free(r);
+        bfit_config_free(c);
+    }
+    unsetenv("BFIT_TEST_FULL_HEAD");
+    print_message("  gathered / every token: test loss %.9f / %.9f, train loss %.9f / %.9f, accuracy %.6f / %.6f, "
+                  "peak %.0f / %.0f bytes\n", loss[0], loss[1], train[0], train[1], acc[0], acc[1], peak[0], peak[1]);
+    assert_true(fabs(loss[0] - loss[1]) <= 1e-7 * loss[1] && fabs(train[0] - train[1]) <= 1e-7 * train[1]);
+    assert_true(acc[0] == acc[1]);
+    assert_true(peak[0] < peak[1]);
+    /* the head's layers (after the inserted gather) keep their numbers: the same names */
+    assert_int_equal(bfit_tensors_open(w[0], &t[0]), BFIT_OK);
+    assert_int_equal(bfit_tensors_open(w[1], &t[1]), BFIT_OK);
+    assert_int_equal(bfit_tensors_count(t[0]), bfit_tensors_count(t[1]));
+    for (int i = 0; i < bfit_tensors_count(t[0]); i++)
+        assert_string_equal(bfit_tensors_name(t[0], i), bfit_tensors_name(t[1], i));
+    bfit_tensors_free(t[0]);
+    bfit_tensors_free(t[1]);
+}
+
 /* eval scores arrays with the weights' saved normalisation: the figures
  * of the training's last evaluation on the same test arrays, bit for bit. */
 static void test_eval_arrays(void **state)
@@ -553,7 +612,7 @@ int main(void)
         cmocka_unit_test(test_run_outlives_config), cmocka_unit_test(test_refused), cmocka_unit_test(test_eval_arrays),
         cmocka_unit_test(test_many_features_saved), cmocka_unit_test(test_token_stream),
         cmocka_unit_test(test_token_tags),
-        cmocka_unit_test(test_token_seqs),
+        cmocka_unit_test(test_token_seqs), cmocka_unit_test(test_gathered_head),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

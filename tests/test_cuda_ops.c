@@ -1836,6 +1836,46 @@ static void seqmean_case(bfit_dtype t, int64_t n, int64_t T, int64_t C, int last
     db_free(&x), db_free(&y), db_free(&dy), db_free(&dx), db_free(&lens);
 }
 
+/* Rows gathered and put back against the CPU's: copies, compared byte for
+ * byte. Each sample takes K distinct rows in a shuffled order, every fourth
+ * index negative (a row of zeros forward, nothing put back). */
+static void gather_case(bfit_dtype t, int64_t n, int64_t T, int64_t K, int64_t C)
+{
+    bfit_op_desc dsc = {.kind = BFIT_OP_GATHER_FWD, .dtype = t};
+    size_t es = bfit_dtype_size(t);
+    dbuf x = db_rand_t(t, n * T * C, -2, 2, 491), y = db_new((size_t)(n * K * C) * es);
+    dbuf dy = db_rand_t(t, n * K * C, -1, 1, 492), dx = db_new((size_t)(n * T * C) * es);
+    dbuf rows = db_new((size_t)(n * K) * 4);
+    int32_t *perm = malloc((size_t)T * sizeof *perm), *r = rows.h;
+    bfit_op_args a[NS];
+
+    assert_non_null(perm);
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t j = 0; j < T; j++)
+            perm[j] = (int32_t)j;
+        for (int64_t j = T - 1; j > 0; j--) { /* Fisher-Yates */
+            int64_t q = (int64_t)(bfit_rand_unit(493 + (uint64_t)i, (uint64_t)j) * (double)(j + 1)) % (j + 1);
+            int32_t v = perm[j];
+            perm[j] = perm[q], perm[q] = v;
+        }
+        for (int64_t k = 0; k < K; k++)
+            r[i * K + k] = k % 4 == 3 ? -1 : perm[k];
+    }
+    free(perm);
+    db_up(&rows);
+    dsc.u.gat = (typeof(dsc.u.gat)){n, T, K, C};
+    memset(a, 0, sizeof a);
+    ARG(a, src, x), ARG(a, dst, y), ARG(a, rows, rows);
+    run_op(&dsc, a);
+    cmp_bytes(&y, "rows gather");
+    dsc.kind = BFIT_OP_GATHER_BWD;
+    memset(a, 0, sizeof a);
+    ARG(a, diff_dst, dy), ARG(a, diff_src, dx), ARG(a, rows, rows);
+    run_op(&dsc, a);
+    cmp_bytes(&dx, "rows gather backward");
+    db_free(&x), db_free(&y), db_free(&dy), db_free(&dx), db_free(&rows);
+}
+
 static void test_rope(void **st)
 {
     (void)st;
@@ -1850,6 +1890,8 @@ static void test_rope(void **st)
         seqmean_case(t, 8, 128, 768, 0); /* BERT-base's width, 128 tokens */
         seqmean_case(t, 5, 7, 3, 1);     /* GPT-2's classifier: the last real token */
         seqmean_case(t, 8, 128, 768, 1);
+        gather_case(t, 3, 7, 4, 5);      /* a masked LM's head at its masked tokens, in the same test */
+        gather_case(t, 8, 128, 20, 768); /* BERT-base's width, 15% of 128 tokens */
     }
 }
 

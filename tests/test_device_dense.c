@@ -1372,6 +1372,90 @@ static void test_rope_repeat(void **st)
     check_repeat(*st, 600, 8, 4, 64);
 }
 
+/* ---- GATHER ---- */
+
+/* Rows gathered by hand-built indices (out of order, a negative one: zeros)
+ * and their gradient put back (zeros elsewhere), exact: copies, no sums.
+ * Small integers are exact in bf16 too. */
+static void check_gather(tdev *t, bfit_dtype dt)
+{
+    enum { n = 2, T = 4, K = 3, C = 2 };
+    static const int32_t idx[n * K] = {2, -1, 0, 3, 0, 1};
+    bfit_op_desc o = {.kind = BFIT_OP_GATHER_FWD, .dtype = dt, .u.gat = {n, T, K, C}};
+    bfit_op_args a = {0};
+    size_t es = bfit_dtype_size(dt);
+    tbuf x = tbuf_new(t, n * T * C * es), y = tbuf_new(t, n * K * C * es), rows = tbuf_new(t, sizeof idx);
+    tbuf dy = tbuf_new(t, n * K * C * es), dx = tbuf_new(t, n * T * C * es);
+
+    for (int i = 0; i < n * T * C; i++)
+        bfit_st(x.h, dt, i, (float)(i / (T * C) * 100 + i / C % T * 10 + i % C + 1));
+    for (int i = 0; i < n * K * C; i++)
+        bfit_st(dy.h, dt, i, -(float)(i + 1));
+    memcpy(rows.h, idx, sizeof idx);
+    tbuf_up(t, &x), tbuf_up(t, &dy), tbuf_up(t, &rows);
+    tbuf_up(t, &y), tbuf_up(t, &dx); /* NaN-filled: a row left unwritten shows */
+    a.src = x.d, a.dst = y.d, a.rows = rows.d;
+    assert_int_equal(run_op(t, &o, &a), BFIT_OK);
+    o.kind = BFIT_OP_GATHER_BWD;
+    a = (bfit_op_args){0};
+    a.diff_dst = dy.d, a.diff_src = dx.d, a.rows = rows.d;
+    assert_int_equal(run_op(t, &o, &a), BFIT_OK);
+    tbuf_down(t, &y), tbuf_down(t, &dx);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < K; k++)
+            for (int c = 0; c < C; c++) {
+                int r = idx[i * K + k];
+                float ref = r < 0 ? 0.0f : (float)(i * 100 + r * 10 + c + 1);
+                assert_true(bfit_ld(y.h, dt, (i * K + k) * C + c) == ref);
+            }
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < T; r++)
+            for (int c = 0; c < C; c++) {
+                float ref = 0.0f;
+                for (int k = 0; k < K; k++)
+                    if (idx[i * K + k] == r)
+                        ref = -(float)((i * K + k) * C + c + 1);
+                assert_true(bfit_ld(dx.h, dt, (i * T + r) * C + c) == ref);
+            }
+    tbuf_free(t, &x), tbuf_free(t, &y), tbuf_free(t, &rows), tbuf_free(t, &dy), tbuf_free(t, &dx);
+}
+
+/* An index past the sample is refused, by sample, k and index, before
+ * anything is written; so is K > T when the op is made. */
+static void check_gather_refused(tdev *t, bfit_op_kind kind)
+{
+    static const int32_t idx[2 * 2] = {1, 0, 0, 3};
+    bfit_op_desc o = {.kind = kind, .dtype = BFIT_F32, .u.gat = {2, 3, 2, 4}};
+    bfit_op_args a = {0};
+    tbuf in = frand(t, 2 * 3 * 4, 1), out = frand(t, 2 * 3 * 4, 1), rows = tbuf_new(t, sizeof idx);
+    float *was = fcopy(TB_F(out), 2 * 3 * 4);
+
+    memcpy(rows.h, idx, sizeof idx);
+    tbuf_up(t, &rows);
+    a.rows = rows.d;
+    if (kind == BFIT_OP_GATHER_FWD)
+        a.src = in.d, a.dst = out.d;
+    else
+        a.diff_dst = in.d, a.diff_src = out.d;
+    assert_int_equal(run_op(t, &o, &a), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "sample 1, k 1: row 3"));
+    tbuf_down(t, &out);
+    assert_memory_equal(TB_F(out), was, 2 * 3 * 4 * sizeof(float));
+    o.u.gat.K = 4;
+    assert_int_equal(run_op(t, &o, &a), BFIT_EINVAL);
+    assert_non_null(strstr(bfit_errmsg(), "K <= T"));
+    free(was);
+    tbuf_free(t, &in), tbuf_free(t, &out), tbuf_free(t, &rows);
+}
+
+static void test_gather(void **st)
+{
+    check_gather(*st, BFIT_F32);
+    check_gather(*st, BFIT_BF16);
+    check_gather_refused(*st, BFIT_OP_GATHER_FWD);
+    check_gather_refused(*st, BFIT_OP_GATHER_BWD);
+}
+
 static void test_lnorm_bf16(void **st)
 {
     check_lnorm16(*st, 7, 33, 0, 0, 0);      /* one thread */
@@ -2210,7 +2294,7 @@ int main(void)
         cmocka_unit_test(test_relu_bits),      cmocka_unit_test(test_cast),
         cmocka_unit_test(test_lnorm),          cmocka_unit_test(test_lnorm_threads_same_bits),
         cmocka_unit_test(test_lnorm_offset),      cmocka_unit_test(test_lnorm_bf16),
-        cmocka_unit_test(test_rope_repeat),
+        cmocka_unit_test(test_rope_repeat),   cmocka_unit_test(test_gather),
         cmocka_unit_test(test_gnorm),
         cmocka_unit_test(test_reduce_rows),
         cmocka_unit_test(test_add),            cmocka_unit_test(test_dropout),

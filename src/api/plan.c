@@ -7,6 +7,7 @@
 #include "api/plan_int.h"
 #include "api/result.h"
 #include "base/err.h"
+#include "batch/session.h"
 #include "batch/solve.h"
 #include "nn/needs.h"
 #include "nn/zoo.h"
@@ -23,9 +24,10 @@ static int graph_options(const bfit_config *c, bfit_graph_desc *g)
 {
     int rc = BFIT_OK;
     if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq, "seq")) != BFIT_OK) ||
-        (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK))
+        (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK) ||
+        (rc = bfit_session_gather_head(g, c->t.mlm.p)) < 0) /* a masked LM's, as its run has it */
         bfit_graph_fini(g);
-    return rc;
+    return rc < 0 ? rc : BFIT_OK;
 }
 
 /* The model's graph from its source, at the asked sequence length. */

@@ -91,6 +91,9 @@ static void text_header(const plan_report *r, FILE *f)
         fprintf(f, "a sample is a sequence of %d tokens; attention %s\n", r->M->input.d[0],
                a->lean ? "lean (a log-sum-exp per row kept, the matrix recomputed in backward)"
                        : "stored (each head's T x T probabilities kept for backward)");
+    if (r->M->gather) /* --mask-tokens */
+        fprintf(f, "a masked LM: its head runs at the masked tokens only, %d rows of each sequence's %d (what "
+                   "--mask-tokens draws, with room to spare)\n", bfit_model_loss_rows(r->M), r->M->input.d[0]);
     if (a->eval)
         fprintf(f, "inference step (--eval): parameters only, no gradients or optimizer state\n");
     else if (r->opt->kind == BFIT_OPT_ADAMW)
@@ -210,6 +213,8 @@ int bfit_plan_json(const plan_report *r, cJSON *root)
         cJSON_AddNumberToObject(root, "seq", r->M->input.d[0]);
         cJSON_AddStringToObject(root, "attention", a->lean ? "lean" : "stored");
     }
+    if (r->M->gather) /* a masked LM's head at its masked tokens: rows of each sequence */
+        cJSON_AddNumberToObject(root, "head_rows", bfit_model_loss_rows(r->M));
     cJSON_AddNumberToObject(root, "classes", r->M->nclasses);
     cJSON_AddNumberToObject(root, "parameters", (double)bfit_model_param_count(r->M));
     cJSON_AddStringToObject(root, "mode", a->eval ? "eval" : "training");

@@ -29,6 +29,8 @@ typedef enum {
                                    spreads them again) */
     BFIT_TC_CONV_GEMM,          /* 1: the cpu takes every dense f32 nchw weight gradient as one product over
                                    the samples (cpu_conv_gemm.c), not only where oneDNN would take its gemm */
+    BFIT_TC_FULL_HEAD,          /* 1: a masked LM's head runs at every token, its masked ones not gathered first
+                                   (session.c; tests and benches compare) */
     BFIT_TC_COUNT
 } bfit_test_op;
 

@@ -1,6 +1,7 @@
 /* session.c - the shared set-up of a run (see session.h). */
 #include "base/err.h"
 #include "base/rand.h"
+#include "base/testctl.h"
 #include "batch/session.h"
 #include "nn/needs.h"
 #include "nn/onnx.h"
@@ -37,6 +38,19 @@ static int open_device(bfit_session *s, const bfit_session_cfg *c, const char *n
     return rc;
 }
 
+int bfit_session_gather_head(bfit_graph_desc *g, double p)
+{
+    bfit_model *M = NULL;
+    int rc;
+    if (!(p > 0) || bfit_test_value(BFIT_TC_FULL_HEAD))
+        return 0;
+    if (bfit_model_new(g, NULL, NULL, &M) != BFIT_OK) /* the shapes only; a bad model is said when it is built */
+        return 0;
+    rc = M->per_token && M->input_dtype == BFIT_I32 && !bfit_model_causal(M);
+    bfit_model_free(M);
+    return rc ? bfit_graph_gather_head(g, bfit_mlm_max_pred(p, g->input.d[0])) : 0;
+}
+
 int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
 {
     uint64_t memory = c->memory;
@@ -57,6 +71,8 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     s->arena = bfit_device_arena_new(s->dev, memory);
     if (!s->arena)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
+    if ((rc = bfit_session_gather_head(&s->g, c->mlm ? c->mlm->p : 0)) < 0)
+        return rc;
     return bfit_model_new(&s->g, s->dev, s->arena, &s->M);
 }
 

@@ -60,6 +60,11 @@ typedef struct bfit_session {
 
 /* Phase one: device, arena, and the model (no device memory yet). */
 int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c);
+/* A masked LM (share p > 0 of a model scoring every token, its attention
+ * bidirectional) runs its head at the tokens it masks only: g gets the
+ * gather (nn/head.c), 1. Other models, and one refused later (check_mlm),
+ * stay as they are: 0. < 0: an error. */
+int bfit_session_gather_head(bfit_graph_desc *g, double p);
 /* Phase two: the data sets, checked against the model's input shape and
  * classes, and the normalisation statistics of the training split. */
 int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c);

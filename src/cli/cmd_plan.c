@@ -21,6 +21,8 @@ static void help(void)
          "                        or an ONNX file exported from PyTorch (docs/onnx.md)\n"
          CLI_SEQ_HELP
          CLI_ATTENTION_HELP
+         "  --mask-tokens P       a masked LM (train's option): its head planned at the\n"
+         "                        masked tokens only, as its run computes it\n"
          "  --memory SIZE         device memory, e.g. 11GiB, 512MiB, 8GB (default: what\n"
          "                        the device has free: available RAM on the cpu)\n"
          "  --margin F            fraction of memory kept free, 0 <= F < 1 (default 0.1)\n"
@@ -62,6 +64,7 @@ static const struct option opts[] = {
     {"no-lean", no_argument, 0, 1},     {"ways", no_argument, 0, 1},
     {"measure", no_argument, 0, 1},
     {"seq", required_argument, 0, 1},       {"attention", required_argument, 0, 1},
+    {"mask-tokens", required_argument, 0, 1},
     {0, 0, 0, 0}};
 
 static const char *const local[] = {"json", NULL};

@@ -326,12 +326,18 @@ typedef struct bfit_mlm {
     int32_t vocab;
     int nspecial; /* ids never masked: [CLS], [SEP], [PAD] */
     int32_t special[BFIT_MLM_SPECIAL_MAX];
+    int max_pred; /* a sequence's draws beyond this many are not taken (the head's gathered rows); 0: all */
 } bfit_mlm;
 
 /* The special ids as text, "101,102" (mlm.c): BFIT_EINVAL naming the
  * column of what is not an id; "" none. */
 int bfit_mlm_special_parse(const char *t, bfit_mlm *m);
 void bfit_mlm_special_text(const bfit_mlm *m, char *buf, size_t len);
+/* The masked tokens a head gathers from a sequence of T at share p: the
+ * mean p T plus 4 standard deviations, rounded up, and one, at most T (37
+ * of 128 at p 0.15): a sequence draws more about once in 50,000 (T 32 to
+ * 512). */
+int bfit_mlm_max_pred(double p, int T);
 
 typedef struct bfit_stream_cfg {
     uint64_t seed;          /* shuffle and augmentation */

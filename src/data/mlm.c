@@ -1,10 +1,11 @@
 /* mlm.c - the masked-LM objective's special ids as text: how an option
  * and a checkpoint spell them ("101,102,0"), parsed and written in one
- * place. */
+ * place; and how many masked tokens a gathered head takes a sequence. */
 #include "base/err.h"
 #include "data/data.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,4 +37,10 @@ void bfit_mlm_special_text(const bfit_mlm *m, char *buf, size_t len)
     buf[0] = '\0';
     for (int i = 0; i < m->nspecial && used < len; i++)
         used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? "," : "", (int)m->special[i]);
+}
+
+int bfit_mlm_max_pred(double p, int T)
+{
+    double mu = p * T, k = ceil(mu + 4 * sqrt(mu * (1 - p))) + 1;
+    return k < T ? (int)k : T;
 }

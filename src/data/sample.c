@@ -91,7 +91,7 @@ void bfit_data_mask(const bfit_sample_fn *f, int64_t epoch, int64_t idx, int32_t
         if (is_special(m, x[j]))
             continue;
         cand++;
-        if ((r >> 32) < cut) {
+        if ((r >> 32) < cut && (!m->max_pred || picked < m->max_pred)) {
             mask_one(m, x, y, j, r);
             picked++;
         }

@@ -270,5 +270,6 @@ int bfit_cpu_gnorm_init(cpu_op *op);    /* GNORM_FWD/BWD (group normalisation, P
 int bfit_cpu_rope_init(cpu_op *op);     /* ROPE_FWD/BWD (rotary position embeddings) */
 int bfit_cpu_repeat_init(cpu_op *op);   /* REPEAT_FWD/BWD (grouped-query attention's repeated heads) */
 int bfit_cpu_seqmean_init(cpu_op *op);  /* SEQMEAN_FWD/BWD (the mean of a sequence's real tokens) */
+int bfit_cpu_gather_init(cpu_op *op);   /* GATHER_FWD/BWD (the rows of each sample that args.rows names) */
 
 #endif

@@ -247,6 +247,8 @@ static int op_init_kind(cpu_op *op)
     case BFIT_OP_REPEAT_BWD: return bfit_cpu_repeat_init(op);
     case BFIT_OP_SEQMEAN_FWD:
     case BFIT_OP_SEQMEAN_BWD: return bfit_cpu_seqmean_init(op);
+    case BFIT_OP_GATHER_FWD:
+    case BFIT_OP_GATHER_BWD: return bfit_cpu_gather_init(op);
     default: return bfit_cpu_simple_init(op);
     }
 }
@@ -353,15 +355,15 @@ static int cpu_op_run(bfit_op *base, const bfit_op_args *a)
 {
     cpu_op *op = (cpu_op *)base;
     cpu_device *d = (cpu_device *)base->dev;
-    const void *p[24 + BFIT_OP_MAXCAT] = {a->src,  a->src2,      a->weights,   a->bias,      a->diff_dst,   a->scale,
+    const void *p[25 + BFIT_OP_MAXCAT] = {a->src,  a->src2,      a->weights,   a->bias,      a->diff_dst,   a->scale,
                        a->shift, a->dst,       a->diff_src,  a->diff_weights, a->diff_bias, a->diff_scale,
                        a->diff_shift, a->mean, a->var,       a->rmean,     a->rvar,       a->saved,
-                       a->workspace, a->labels, a->lens,     a->stats,     a->state0,    a->state1};
-    const char *nm[24 + BFIT_OP_MAXCAT] = {"src", "src2", "weights", "bias", "diff_dst", "scale", "shift", "dst",
+                       a->workspace, a->labels, a->lens,     a->stats,     a->state0,    a->state1, a->rows};
+    const char *nm[25 + BFIT_OP_MAXCAT] = {"src", "src2", "weights", "bias", "diff_dst", "scale", "shift", "dst",
                                      "diff_src", "diff_weights", "diff_bias", "diff_scale", "diff_shift", "mean",
                                      "var", "rmean", "rvar", "saved", "workspace", "labels", "lens", "stats",
-                                     "state0", "state1"};
-    int rc = bfit_cpu_enter(d, p, nm, list_ptrs(base, a, p, nm, 24), "op");
+                                     "state0", "state1", "rows"};
+    int rc = bfit_cpu_enter(d, p, nm, list_ptrs(base, a, p, nm, 25), "op");
     if (rc != BFIT_OK)
         return rc;
     if (op->serial == CPU_SERIAL_ALL) {

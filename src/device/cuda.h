@@ -161,6 +161,7 @@ int cuda_chscale_init(cuda_op *op); /* CHSCALE_FWD/BWD (cuda_chscale.cu) */
 int cuda_rope_init(cuda_op *op);    /* ROPE_FWD/BWD (cuda_rope.cu) */
 int cuda_repeat_init(cuda_op *op);  /* REPEAT_FWD/BWD (cuda_repeat.cu) */
 int cuda_seqmean_init(cuda_op *op); /* SEQMEAN_FWD/BWD (cuda_seqmean.cu) */
+int cuda_gather_init(cuda_op *op);  /* GATHER_FWD/BWD (cuda_gather.cu) */
 int cuda_prelu_init(cuda_op *op);   /* PRELU_FWD/BWD (cuda_prelu.cu) */
 int cuda_gnorm_init(cuda_op *op);   /* GNORM_FWD/BWD (cuda_gnorm.cu) */
 int cuda_simple_init(cuda_op *op);  /* everything else: our own kernels */

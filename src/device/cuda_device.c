@@ -110,6 +110,8 @@ static int op_init(cuda_op *op)
     case BFIT_OP_REPEAT_BWD: return cuda_repeat_init(op);
     case BFIT_OP_SEQMEAN_FWD:
     case BFIT_OP_SEQMEAN_BWD: return cuda_seqmean_init(op);
+    case BFIT_OP_GATHER_FWD:
+    case BFIT_OP_GATHER_BWD: return cuda_gather_init(op);
     default: return cuda_simple_init(op);
     }
 }
@@ -285,7 +287,9 @@ static int kind_made(bfit_op_kind k)
     case BFIT_OP_REPEAT_FWD:
     case BFIT_OP_REPEAT_BWD:
     case BFIT_OP_SEQMEAN_FWD:
-    case BFIT_OP_SEQMEAN_BWD: return 1;
+    case BFIT_OP_SEQMEAN_BWD:
+    case BFIT_OP_GATHER_FWD:
+    case BFIT_OP_GATHER_BWD: return 1;
     default: return 0;
     }
 }

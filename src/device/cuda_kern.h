@@ -225,6 +225,13 @@ cudaError_t bk_repeat(cudaStream_t s, int dt, const void *in, void *out, int64_t
 cudaError_t bk_seqmean(cudaStream_t s, int dt, const void *in, void *out, const int32_t *lens, int64_t n, int64_t T,
                        int64_t C, int last, int back);
 
+/* ---- cuda_gather.cu: the rows of each sample that a list names ------------------------ */
+
+/* back 0: out [n, K, C] = row rows[i K + k] of sample i of in [n, T, C], zeros where it is negative; back 1:
+ * out [n, T, C] = zeros but those rows, in [n, K, C]'s (distinct in a sample); an index >= T is skipped */
+cudaError_t bk_gather(cudaStream_t s, int dt, const void *in, void *out, const int32_t *rows, int64_t n, int64_t T,
+                      int64_t K, int64_t C, int back);
+
 /* ---- cuda_rope.cu: rotary position embeddings ------------------------------------ */
 
 /* y = x turned pair by pair (back: by the opposite angles), x [n, T, C] in heads of d; cs the workspace's

@@ -261,11 +261,12 @@ int cuda_check_args(cuda_device *d, const bfit_op_args *a, int nlist, const char
     const void *p[] = {a->src,         a->src2,      a->weights,    a->bias,     a->diff_dst, a->scale,
                        a->shift,       a->dst,       a->diff_src,   a->diff_weights, a->diff_bias, a->diff_scale,
                        a->diff_shift,  a->mean,      a->var,        a->rmean,    a->rvar,     a->saved,
-                       a->workspace,   a->labels,    a->lens,       a->stats,    a->state0,   a->state1};
+                       a->workspace,   a->labels,    a->lens,       a->stats,    a->state0,   a->state1,
+                       a->rows};
     static const char *const nm[] = {"src", "src2", "weights", "bias", "diff_dst", "scale", "shift", "dst",
                                      "diff_src", "diff_weights", "diff_bias", "diff_scale", "diff_shift", "mean",
                                      "var", "rmean", "rvar", "saved", "workspace", "labels", "lens", "stats",
-                                     "state0", "state1"};
+                                     "state0", "state1", "rows"};
     for (unsigned i = 0; i < sizeof p / sizeof p[0]; i++)
         if (p[i] && !on_device(d, p[i]))
             return bfit_fail(BFIT_EINVAL, "%s (checking mode): %s: %s is not memory of this GPU (a host pointer "

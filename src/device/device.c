@@ -410,7 +410,8 @@ const char *bfit_op_kind_name(bfit_op_kind k)
         [BFIT_OP_GNORM_BWD] = "group norm backward", [BFIT_OP_ROPE_FWD] = "rotary embedding",
         [BFIT_OP_ROPE_BWD] = "rotary embedding backward", [BFIT_OP_REPEAT_FWD] = "head repeat",
         [BFIT_OP_REPEAT_BWD] = "head repeat backward", [BFIT_OP_SEQMEAN_FWD] = "mean of the tokens",
-        [BFIT_OP_SEQMEAN_BWD] = "mean of the tokens backward",
+        [BFIT_OP_SEQMEAN_BWD] = "mean of the tokens backward", [BFIT_OP_GATHER_FWD] = "rows gather",
+        [BFIT_OP_GATHER_BWD] = "rows gather backward",
     };
     return (unsigned)k < BFIT_OP_COUNT && names[k] ? names[k] : "?";
 }

@@ -149,6 +149,11 @@ typedef enum {
                                  its last real token, t = len - 1 (GPT-2's classifier) */
     BFIT_OP_SEQMEAN_BWD,      /* diff_src [n, T, C] = diff_dst [n, C] / len at the real tokens, 0 at padding;
                                  with last diff_dst at the last real token, 0 elsewhere */
+    BFIT_OP_GATHER_FWD,       /* dst [n, K, C] = the rows of src [n, T, C] that args.rows [n, K] names (row k of
+                                 sample i is src row rows[i K + k] of that sample), a row of zeros where it is
+                                 negative: a masked LM's head at its masked tokens only */
+    BFIT_OP_GATHER_BWD,       /* diff_src [n, T, C] = diff_dst's rows where args.rows names them (distinct in a
+                                 sample), 0 elsewhere */
     BFIT_OP_COUNT
 } bfit_op_kind;
 
@@ -262,6 +267,7 @@ typedef struct bfit_op_desc {
         struct { int64_t n, T, C, d; float theta; } rope;
         struct { int64_t rows, g, r, d; } rep;
         struct { int64_t n, T, C; int last; } seqm; /* last: the last real token instead of the mean */
+        struct { int64_t n, T, K, C; } gat; /* GATHER: K <= T rows of each sample's T */
     } u;
 } bfit_op_desc;
 
@@ -318,6 +324,7 @@ typedef struct bfit_op_args {
     const int32_t *labels;   /* XENT: [M] class indices */
     const int32_t *lens;     /* ATTN, SEQMEAN: [n] real tokens of each sequence, the rest padding (whose
                                 keys attention ignores, which the mean leaves out); NULL: all T real */
+    const int32_t *rows;     /* GATHER: [n, K] the rows taken of each sample, each in [0, T) or negative */
     void *stats;             /* XENT_FWD, NORMS: f64 results (see the kinds) */
     void *state0, *state1;   /* NORMS: the previous copy; SGD/ADAMW: optimizer state */
     float loss_scale;        /* XENT_BWD scale, e.g. 1/E */

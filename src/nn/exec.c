@@ -39,6 +39,8 @@ const int32_t *bfit_model_lens(bfit_model *M)
     return M->lay.lens_off == BFIT_OFF_NONE ? NULL : (const int32_t *)at(M, BFIT_MEM_INPUT, M->lay.lens_off);
 }
 
+static const int32_t *gathered_rows(bfit_model *M) { return (const int32_t *)at(M, BFIT_MEM_INPUT, M->lay.rows_off); }
+
 /* One forward of node i: the first (writing the forward buffers and moving
  * running statistics) or a regeneration (the same output into its copy). */
 static int run_forward(bfit_model *M, int i, uint64_t seed, int regen)
@@ -59,6 +61,7 @@ static int run_forward(bfit_model *M, int i, uint64_t seed, int regen)
     a.seed = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i; /* regenerations redraw the same dropout */
     a.labels = bfit_model_labels(M);
     a.lens = bfit_model_lens(M);
+    a.rows = gathered_rows(M);
     a.stats = regen ? NULL : M->stats;
     rc = bfit_layer_forward(L, &a);
     if (rc != BFIT_OK)
@@ -89,6 +92,7 @@ static int run_backward(bfit_model *M, int i, float loss_scale)
     a.ws = M->block[BFIT_MEM_WORKSPACE];
     a.labels = bfit_model_labels(M);
     a.lens = bfit_model_lens(M);
+    a.rows = gathered_rows(M);
     a.loss_scale = loss_scale;
     a.seed = M->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i; /* the forward's: run_forward */
     a.dx_add = M->lay.dx_add ? M->lay.dx_add[i] : 0;
@@ -156,6 +160,45 @@ static int upload_lens(bfit_model *M, const int32_t *ids, const int32_t *labels,
     return bfit_device_upload(M->dev, (void *)bfit_model_lens(M), M->stage_lens, (size_t)n * sizeof(int32_t));
 }
 
+/* A gathered head's labels: of each sample's T, the K that count (from 0) in
+ * order, and the rows they were at, -1 past them (padding: no loss, a row of
+ * zeros gathered). The data caps a masked LM's draws at K; more is refused. */
+static int upload_gathered(bfit_model *M, const int32_t *labels, int n)
+{
+    int T = M->labels_per_sample, K = bfit_model_loss_rows(M);
+    int64_t need = 2 * (int64_t)n * K;
+    int32_t *lab, *rows;
+    int rc;
+
+    if (need > M->stage_rows_n) { /* grows with the largest micro-batch, then stays */
+        int32_t *p = realloc(M->stage_rows, sizeof *p * (size_t)need);
+        if (!p)
+            return bfit_fail(BFIT_ENOMEM, "model: out of host memory for %d samples' gathered rows", n);
+        M->stage_rows = p;
+        M->stage_rows_n = need;
+    }
+    lab = M->stage_rows;
+    rows = lab + (size_t)n * (size_t)K;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        for (int t = 0; t < T; t++) {
+            if (labels[(size_t)i * (size_t)T + (size_t)t] < 0)
+                continue;
+            if (k == K)
+                return bfit_fail_field(BFIT_EINVAL, "labels", "sample %d labels more than the %d tokens the "
+                                                              "masked LM's head takes a sequence", i, K);
+            lab[(size_t)i * (size_t)K + (size_t)k] = labels[(size_t)i * (size_t)T + (size_t)t];
+            rows[(size_t)i * (size_t)K + (size_t)k++] = t;
+        }
+        for (; k < K; k++)
+            lab[(size_t)i * (size_t)K + (size_t)k] = rows[(size_t)i * (size_t)K + (size_t)k] = BFIT_LABEL_PAD;
+    }
+    rc = bfit_device_upload(M->dev, (void *)bfit_model_labels(M), lab, (size_t)n * (size_t)K * sizeof(int32_t));
+    if (rc == BFIT_OK)
+        rc = bfit_device_upload(M->dev, (void *)gathered_rows(M), rows, (size_t)n * (size_t)K * sizeof(int32_t));
+    return rc;
+}
+
 int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n)
 {
     int rc;
@@ -165,7 +208,9 @@ int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, in
         (M->input_dtype == BFIT_I32 && (rc = bfit_model_check_tokens(M, x, n)) != BFIT_OK))
         return rc;
     rc = bfit_model_upload_samples(M, x, n);
-    if (rc == BFIT_OK && labels)
+    if (rc == BFIT_OK && labels && M->gather)
+        rc = upload_gathered(M, labels, n);
+    else if (rc == BFIT_OK && labels)
         rc = bfit_device_upload(M->dev, (void *)bfit_model_labels(M), labels,
                                 (size_t)n * (size_t)M->labels_per_sample * sizeof(int32_t));
     if (rc == BFIT_OK && M->seq_lens)
@@ -178,5 +223,5 @@ int bfit_model_read_probs(bfit_model *M, float *host)
     if (!M->m)
         return bfit_fail(BFIT_ESTATE, "model: no micro-batch reserved");
     return bfit_device_download(M->dev, host, fwd_loc(M, M->n),
-                                (size_t)M->m * (size_t)M->labels_per_sample * (size_t)M->nclasses * sizeof(float));
+                                (size_t)M->m * (size_t)bfit_model_loss_rows(M) * (size_t)M->nclasses * sizeof(float));
 }

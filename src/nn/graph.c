@@ -40,6 +40,7 @@ int bfit_graph_add_n(bfit_graph_desc *g, const bfit_layer_cfg *cfg, const int *i
         n->in[k] = k < nin ? in[k] : -1;
     n->line = line;
     n->col = col;
+    n->inserted = 0;
     return g->nnodes;
 }
 

@@ -14,6 +14,8 @@ typedef struct bfit_node_desc {
     int in[BFIT_LAYER_MAXIN]; /* value ids; unused ones -1 */
     int nin;
     int line, col;   /* where the spec defined it; 0 for graphs built in C */
+    int inserted;    /* added by a rewrite (bfit_graph_gather_head): the nodes after it keep their numbers
+                        for names, weights and init (bfit_node.id) */
 } bfit_node_desc;
 
 struct bfit_wsrc;
@@ -38,6 +40,11 @@ int bfit_graph_add_n(bfit_graph_desc *g, const bfit_layer_cfg *cfg, const int *i
 /* Turn each relu read only by the max pool after it into the pool then the
  * relu, which compute the same (graph.c); bfit_model_new does so. */
 void bfit_graph_pool_before_relu(bfit_node_desc *nodes, int n);
+/* A masked LM's head at its masked tokens (head.c): a gather of K rows a
+ * sample (BFIT_L_GATHER) inserted before the chain of token-wise nodes that
+ * ends the graph (BERT's transform and decoder). 1: inserted; 0: the graph
+ * ends in no such chain holding a linear, left as it was; < 0: an error. */
+int bfit_graph_gather_head(bfit_graph_desc *g, int K);
 void bfit_graph_fini(bfit_graph_desc *g);
 
 #endif

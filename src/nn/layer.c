@@ -31,6 +31,7 @@ static const bfit_layer_vt *const vts[BFIT_L_COUNT] = {
     [BFIT_L_LAYERSCALE] = &bfit_layerscale_vt, [BFIT_L_GROUPNORM] = &bfit_groupnorm_vt,
     [BFIT_L_RMSNORM] = &bfit_rmsnorm_vt,     [BFIT_L_MUL] = &bfit_mul_vt,
     [BFIT_L_ROPE] = &bfit_rope_vt,           [BFIT_L_REPEAT] = &bfit_repeat_vt,
+    [BFIT_L_GATHER] = &bfit_gather_vt,
 };
 
 static const char *const kind_names[BFIT_L_COUNT] = {
@@ -47,7 +48,7 @@ static const char *const kind_names[BFIT_L_COUNT] = {
     [BFIT_L_SOFTPLUS] = "softplus", [BFIT_L_SELU] = "selu",    [BFIT_L_CELU] = "celu",
     [BFIT_L_PRELU] = "prelu",     [BFIT_L_LAYERSCALE] = "layerscale", [BFIT_L_GROUPNORM] = "groupnorm",
     [BFIT_L_RMSNORM] = "rmsnorm", [BFIT_L_MUL] = "mul",         [BFIT_L_ROPE] = "rope",
-    [BFIT_L_REPEAT] = "repeat",
+    [BFIT_L_REPEAT] = "repeat",   [BFIT_L_GATHER] = "gather",
 };
 
 static void unprepare(bfit_layer *l);

@@ -66,6 +66,8 @@ typedef enum {
                           `theta` (Hugging Face's rotate_half form: LLaMA's q and k) */
     BFIT_L_REPEAT,     /* a sequence's heads of `units` columns each repeated `groups` times: [T, g d] ->
                           [T, g groups d] (grouped-query attention's keys and values) */
+    BFIT_L_GATHER,     /* the K rows of [T, C] that the loss scores -> [K, C] (a masked LM's head at its masked
+                          tokens; inserted by bfit_graph_gather_head, not a spec keyword) */
     BFIT_L_COUNT
 } bfit_layer_kind;
 
@@ -146,6 +148,7 @@ typedef struct bfit_fwd_args {
                                   (batch norm leaves its running statistics alone) */
     const int32_t *labels;     /* XENT: [m] class indices (device) */
     const int32_t *lens;       /* ATTENTION: [m] real tokens of each sequence (device), NULL: all */
+    const int32_t *rows;       /* GATHER: [m, K] the rows each sample's loss scores (device), -1 past them */
     void *stats;               /* XENT: device f64[2], += the summed loss and the samples right */
 } bfit_fwd_args;
 
@@ -159,6 +162,7 @@ typedef struct bfit_bwd_args {
     void *ws;                  /* need.ws_bwd bytes */
     const int32_t *labels;     /* XENT */
     const int32_t *lens;       /* ATTENTION, as in forward */
+    const int32_t *rows;       /* GATHER, as in forward */
     float loss_scale;          /* XENT: dL/dloss_i, e.g. 1/E for a mean over the optimizer step */
     uint64_t seed;             /* the forward's (attention draws its dropout's mask again) */
     uint32_t dx_add;           /* bit k: add into dx[k] rather than overwrite it (a layer whose vt has
@@ -348,7 +352,7 @@ extern const bfit_layer_vt bfit_linear_vt, bfit_conv_vt, bfit_maxpool_vt, bfit_a
     bfit_tanh_vt, bfit_hardsigmoid_vt, bfit_hardswish_vt, bfit_chscale_vt, bfit_leakyrelu_vt, bfit_elu_vt,
     bfit_softplus_vt, bfit_selu_vt, bfit_celu_vt, bfit_prelu_vt,
     bfit_layerscale_vt, bfit_groupnorm_vt, bfit_rmsnorm_vt, bfit_mul_vt, bfit_rope_vt,
-    bfit_repeat_vt;
+    bfit_repeat_vt, bfit_gather_vt;
 
 /* Deterministic init helpers shared by layers (host buffers): uniform(-bound,
  * bound) from a counter-based generator so results do not depend on call

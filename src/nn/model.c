@@ -44,11 +44,15 @@ static int check_tokens_wiring(const bfit_graph_desc *g, const bfit_node_desc *d
 static int build_nodes(bfit_model *M, const bfit_graph_desc *g, bfit_shape *val)
 {
     char err[512];
-    int rc;
+    int rc, inserted = 0;
 
     val[0] = g->input;
     for (int i = 0; i < g->nnodes; i++) {
         const bfit_node_desc *d = &g->nodes[i];
+        M->nodes[i].id = i - inserted;
+        inserted += d->inserted;
+        if (d->cfg.kind == BFIT_L_GATHER)
+            M->gather = i + 1;
         bfit_shape in[BFIT_LAYER_MAXIN];
         for (int k = 0; k < d->nin; k++) {
             if (d->in[k] < 0 || d->in[k] > i)
@@ -86,11 +90,13 @@ static int add_loss(bfit_model *M, const bfit_graph_desc *g, bfit_shape last)
     if (rc != BFIT_OK)
         return node_error(g, &g->nodes[g->nnodes - 1], err);
     M->nodes[g->nnodes].in[0] = g->nnodes;
+    M->nodes[g->nnodes].id = g->nnodes > 0 ? M->nodes[g->nnodes - 1].id + 1 : 0;
     for (int k = 1; k < BFIT_LAYER_MAXIN; k++)
         M->nodes[g->nnodes].in[k] = -1;
     M->n = g->nnodes + 1;
     M->nclasses = last.nd == 2 ? last.d[1] : last.c; /* a vector may be Cx1x1 */
-    M->labels_per_sample = last.nd == 2 ? last.d[0] : 1;
+    /* a label a token of the input, gathered or not */
+    M->labels_per_sample = last.nd == 2 ? M->gather ? M->input.d[0] : last.d[0] : 1;
     M->per_token = last.nd == 2;
     return BFIT_OK;
 }
@@ -299,6 +305,7 @@ void bfit_model_free(bfit_model *M)
     free(M->keep);
     free(M->stage16);
     free(M->stage_lens);
+    free(M->stage_rows);
     free(M->stage_ids);
     bfit_wsrc_release(M->wsrc);
     free(M);
@@ -446,13 +453,14 @@ int bfit_model_init_params(bfit_model *M, uint64_t seed)
             return bfit_fail(BFIT_ENOMEM, "model: out of host memory initialising parameters");
         for (int k = 0; k < L->nparams; k++)
             host[k] = buf + (size_t)most * (size_t)k;
-        L->vt->init_params(L, seed * 1000003ull + (uint64_t)i * 7919ull, host);
+        L->vt->init_params(L, seed * 1000003ull + (uint64_t)M->nodes[i].id * 7919ull, host);
         for (int k = 0; k < L->nparams && rc == BFIT_OK; k++) {
             if (L->params[k].shared) /* its owner's values stand */
                 continue;
             /* a constant of the file (a buffer: not trained) is the file's even when the rest is drawn */
             rc = M->init_random && L->params[k].trainable ? 0
-                                                          : bfit_wsrc_upload(M->wsrc, i, k, M->dev, L->params[k].data,
+                                                          : bfit_wsrc_upload(M->wsrc, M->nodes[i].id, k, M->dev,
+                                                                             L->params[k].data,
                                                                              bfit_param_bytes(&L->params[k]));
             if (rc == 0) /* not in the file: drawn */
                 rc = bfit_device_upload(M->dev, L->params[k].data, host[k], bfit_param_bytes(&L->params[k]));
@@ -469,13 +477,13 @@ int bfit_model_has_file_weights(const bfit_model *M) { return bfit_wsrc_count(M-
 
 const char *bfit_model_param_name(const bfit_model *M, int node, int k)
 {
-    const bfit_wsrc_entry *e = bfit_wsrc_find(M->wsrc, node, k);
+    const bfit_wsrc_entry *e = bfit_wsrc_find(M->wsrc, M->nodes[node].id, k);
     return e ? e->name : NULL;
 }
 
 int bfit_model_param_dims(const bfit_model *M, int node, int k, int64_t *dim)
 {
-    const bfit_wsrc_entry *e = bfit_wsrc_find(M->wsrc, node, k);
+    const bfit_wsrc_entry *e = bfit_wsrc_find(M->wsrc, M->nodes[node].id, k);
     const bfit_param *p = &M->nodes[node].l->params[k];
     int file = e && e->t->ndim <= BFIT_PARAM_MAXD && e->t->numel == bfit_param_numel(p); /* 0-d: one number */
     int nd = file ? e->t->ndim : p->ndim;

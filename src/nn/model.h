@@ -100,6 +100,8 @@ typedef struct bfit_layout {
     uint32_t *dx_add;                /* per node: bit k, its backward adds into input k's gradient (a
                                         concatenation: another consumer wrote it first), or NULL */
     uint64_t labels_off;             /* input block: labels after the samples */
+    uint64_t rows_off;               /* input block: with a gather (model.h's gather), the rows each
+                                        sample's loss scores, int32 [m, K] after the lengths; else NONE */
     uint64_t lens_off;               /* input block: the sequences' real lengths after the labels
                                         (int32 [m]; a model with bidirectional attention), or NONE */
     double flops, regen_flops;       /* of the step, and of its regenerations (a part of it) */
@@ -127,6 +129,8 @@ typedef struct bfit_node {
     int in[BFIT_LAYER_MAXIN];        /* value ids, -1 past l->nin */
     int nconsumers;                  /* of this node's output value */
     bfit_op *acc;                    /* adds a temp gradient into its value's (tmp_input >= 0) */
+    int id;                          /* its number in the model as written (a gather inserted before it
+                                        does not count: graph.h's inserted): names, file weights, init */
     int grad_set;                    /* its backward sets its parameters' gradients in a step's first
                                         micro-batch (gradset.c) */
 } bfit_node;
@@ -163,6 +167,10 @@ typedef struct bfit_model {
                               its last label that counts) for its key-padding mask */
     int32_t *stage_lens;   /* host staging of those lengths */
     int stage_lens_n;
+    int gather;            /* 1 + the node of a masked LM's gather (head.c), 0 none: the loss reads K labels a
+                              sample, those that count, where the rows gathered were (exec.c compacts them) */
+    int32_t *stage_rows;   /* host staging of the compacted labels and their rows, [2, m, K] */
+    int64_t stage_rows_n;
     int32_t *stage_ids;    /* host staging of ids with padding (-1) made 0 */
     int64_t stage_ids_n;
     int n;                 /* nodes, the loss last */
@@ -207,6 +215,13 @@ typedef struct bfit_model {
     uint64_t seq_tick;
     bfit_shape *seq_val;   /* [n + 1]: the values' shapes while reshaping */
 } bfit_model;
+
+/* The labels the loss reads a sample: labels_per_sample, or with a gather its K
+ * rows at the model's length now. */
+static inline int bfit_model_loss_rows(const bfit_model *M)
+{
+    return M->gather ? M->nodes[M->gather - 1].l->out.d[0] : M->labels_per_sample;
+}
 
 /* Build layers from a graph description (shape inference; no device memory).
  * Errors name file:line:col of the node at fault. dev and arena may be NULL

@@ -49,6 +49,7 @@ void bfit_run_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset
         return;
     *out = *given;
     out->vocab = bfit_model_vocab(M) > 0 ? bfit_model_vocab(M) : bfit_dataset_classes(d);
+    out->max_pred = M->gather ? M->nodes[M->gather - 1].l->cfg.units : 0; /* what its head gathers */
 }
 
 /* The largest eval micro-batch up to want that fits what is free now. The

@@ -27,7 +27,7 @@ static int list_params(const bfit_model *M, named **out, int *n)
             if (bfit_model_param_name(M, i, j)) /* a model file's (PyTorch's state_dict name) */
                 snprintf(v[k].name, sizeof v[k].name, "%s", bfit_model_param_name(M, i, j));
             else
-                snprintf(v[k].name, sizeof v[k].name, "%d.%s", i, M->nodes[i].l->params[j].name);
+                snprintf(v[k].name, sizeof v[k].name, "%d.%s", M->nodes[i].id, M->nodes[i].l->params[j].name);
             v[k].p = &M->nodes[i].l->params[j];
             v[k].ndim = bfit_model_param_dims(M, i, j, v[k].dim);
             k++;
