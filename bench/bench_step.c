@@ -11,7 +11,10 @@
  * (default 3) are not timed; the last of them sets how many steps a timed
  * rep runs (about REP_SECONDS, default 0.5, at least 2 steps); samples/s is
  * the median over REPS (default 5). BFIT_BENCH_PRECISION=bf16 (or f16) runs
- * the step in that precision. Peak resident memory is ru_maxrss of this
+ * the step in that precision; BFIT_BENCH_MASK=0.15 a masked LM's step (that
+ * share of the tokens scored, its head gathered as its run's; the peer
+ * scores the same share with its head at every token, as transformers').
+ * Peak resident memory is ru_maxrss of this
  * process. With BFIT_OPTIME=1 each device op is waited for and timed, and
  * op_share is the ops' share of the timed steps (bench/overhead.py). torch_peer.py does the same on the PyTorch side.
  */
@@ -46,12 +49,13 @@ static double num(const bfit_result *r, const char *k) { return bfit_result_numb
 
 static int bench_step(bfit_config *c, const char *model, int batch, int reps, int warmup, int threads, double rep_s)
 {
-    const char *prec = getenv("BFIT_BENCH_PRECISION");
+    const char *prec = getenv("BFIT_BENCH_PRECISION"), *mask = getenv("BFIT_BENCH_MASK");
     bfit_result *r = NULL;
 
     if (set(c, "model", "%s", model) || set(c, "batch", "%d", batch) || set(c, "repeats", "%d", reps) ||
         set(c, "warmup", "%d", warmup) || set(c, "threads", "%d", threads) || set(c, "rep-seconds", "%g", rep_s) ||
-        set(c, "device", "cpu") || (prec && *prec && set(c, "precision", "%s", prec)) || bfit_profile(c, &r) != BFIT_OK)
+        set(c, "device", "cpu") || (prec && *prec && set(c, "precision", "%s", prec)) ||
+        (mask && *mask && set(c, "mask-tokens", "%s", mask)) || bfit_profile(c, &r) != BFIT_OK)
         return -1;
     printf("side=batchfit batch=%d samples_per_s=%.1f ", batch, num(r, "samples_per_s"));
     if (!isnan(num(r, "tokens_per_s")))

@@ -204,6 +204,9 @@ def build_onnx_twin(name):
     return model.train(), (3, size, size), export.CLASSES
 
 
+MASK = float(os.environ.get("BFIT_BENCH_MASK") or 0)  # bench_step.c's: a masked LM's share of scored tokens
+
+
 def loaded_blas():
     """The BLAS (and LAPACK) library files mapped into this process."""
     found = []
@@ -235,6 +238,8 @@ def main():
     elif tokens:  # ids in, a label per token
         x = torch.randint(0, classes, (batch, *shape))
         y = torch.randint(0, classes, (batch * shape[0],))
+        if MASK > 0:  # a masked LM's: p of them scored, -100 (ignored) elsewhere; the head at every token, as
+            y[torch.rand(y.shape) >= MASK] = -100  # transformers' BertForMaskedLM computes it
     else:
         x = torch.rand(batch, *shape)
         y = torch.randint(0, classes, (batch,))

@@ -87,6 +87,7 @@
 /* GPT-2 as transformers writes it (tests/onnx/token_models.py): Conv1D layers (weights [in, out]), dropout 0.1 */
 #define HFGPT2_OK "tests/onnx/hfgpt2_text.onnx"
 #define HFBERT_OK "tests/onnx/hfbert_text.onnx" /* bidirectional: the lengths from the labels matter */
+#define HFBERT_GATHERED "@hfbert_gathered" /* HFBERT_OK with a masked LM's head at 5 rows (nn/head.c) */
 /* group norms (gn_graph): groups of four channels, of one, all in one, a vector's */
 #define GN_MINI "@gnorm"
 enum { CPU = 0, GPU = 1, LEAN = 2, NS = 3 };
@@ -1976,12 +1977,16 @@ static bfit_model *model_on(const char *file, int s, bfit_arena *arena)
     bfit_graph_desc g;
     bfit_model *M = NULL;
     snprintf(path, sizeof path, "%s/%s", strchr(file, '/') ? src_dir : models_dir, file);
+    if (!strcmp(file, HFBERT_GATHERED))
+        snprintf(path, sizeof path, "%s/%s", src_dir, HFBERT_OK);
     if (!strcmp(file, "@gate"))
         gate_graph(&g);
     else if (!strcmp(file, GN_MINI))
         gn_graph(&g);
     else if (bfit_model_source_load(path, 0, &g) != BFIT_OK)
         fail_msg("%s: %s", path, bfit_errmsg());
+    if (!strcmp(file, HFBERT_GATHERED) && bfit_graph_gather_head(&g, 5) != 1)
+        fail_msg("%s: no head to gather: %s", path, bfit_errmsg());
     if (bfit_model_new(&g, dev[s], arena, &M) != BFIT_OK)
         fail_msg("%s on %s: %s", file, side_name[s], bfit_errmsg());
     bfit_graph_fini(&g);
@@ -2010,6 +2015,12 @@ static void batch(const bfit_model *M, int m, int k, void *x, int32_t *y)
                : L > 1 && (j == L - 4 || j % 5 == 1) ? BFIT_LABEL_UNSCORED
                                                         : (int32_t)(bfit_rand_unit(2000 + (uint64_t)k, (uint64_t)i) *
                                                                     M->nclasses);
+    }
+    for (int64_t i = 0, scored = 0; M->gather && i < nl; i++) { /* a gathered head's K a sample at most */
+        scored = i % M->labels_per_sample ? scored : 0;
+        scored += y[i] >= 0;
+        if (y[i] >= 0 && scored > bfit_model_loss_rows(M) - 1) /* one row of zeros left */
+            y[i] = BFIT_LABEL_UNSCORED;
     }
 }
 
@@ -2337,6 +2348,7 @@ static void test_training_bf16(void **st)
     compare_training(TUT_OK, BFIT_BF16);
     compare_training(HFGPT2_OK, BFIT_BF16);
     compare_training(HFBERT_OK, BFIT_BF16);
+    compare_training(HFBERT_GATHERED, BFIT_BF16);
 }
 
 /* The models of the ops on rows, columns, channel gates, grouped
@@ -2408,6 +2420,7 @@ static void test_training_new_ops(void **st)
     compare_training(TUT_OK, BFIT_F32);
     compare_training(HFGPT2_OK, BFIT_F32);
     compare_training(HFBERT_OK, BFIT_F32);
+    compare_training(HFBERT_GATHERED, BFIT_F32);
 }
 
 /* The group norms' model (gn_graph) on the GPU: every op it needs made in

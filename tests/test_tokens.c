@@ -665,6 +665,27 @@ static void test_stream_masked(void **st)
     assert_memory_equal(x, x2, sizeof *x * MW * MN);
     assert_memory_equal(y, y2, sizeof *y * MW * MN);
     bfit_stream_free(s);
+    /* capped at 5 a window (a gathered head's rows, max_pred): a window's first 5 draws as before, the
+       tokens after them not drawn (their input as it was, no label) */
+    sc.mlm.max_pred = 5;
+    assert_int_equal(bfit_stream_new(d, &sc, &s), BFIT_OK);
+    take_all(s, 1, x2, y2);
+    bfit_stream_free(s);
+    same = 0;
+    for (int w = 0; w < MN; w++) {
+        int before = 0, after = 0;
+        for (int j = 0; j < MW; j++) {
+            int i = w * MW + j, kept_draw = y[i] >= 0 && before < 5;
+            before += y[i] >= 0;
+            after += y2[i] >= 0;
+            assert_int_equal(y2[i], kept_draw ? y[i] : BFIT_LABEL_UNSCORED);
+            assert_int_equal(x2[i], kept_draw || y[i] < 0 ? x[i] : y[i]); /* an undrawn token: itself */
+        }
+        assert_true(after == (before < 5 ? before : 5));
+        same += before > 5;
+    }
+    print_message("  capped at 5: %lld of %d windows had drawn more\n", (long long)same, MN);
+    assert_true(same > MN / 4);
     bfit_dataset_free(d);
     free(ids), free(x), free(y), free(x2), free(y2);
 }

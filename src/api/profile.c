@@ -38,7 +38,7 @@ static int step(const bfit_config *c, bfit_result *res)
     bfit_profile_cfg pc = {.model = c->t.model, .device_name = c->t.device_name, .batch = c->t.batch,
                            .reps = c->probe.repeats, .warmup = 3, .threads = c->t.threads,
                            .rep_seconds = c->rep_seconds, .precision = c->t.storage.precision,
-                           .seq = c->seq};
+                           .seq = c->seq, .mask = c->t.mlm.p};
     bfit_profile_result r;
     int rc;
 

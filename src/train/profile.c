@@ -8,6 +8,8 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "batch/plan.h"
+#include "batch/session.h"
+#include "data/data.h"
 #include "device/device.h"
 #include "nn/model.h"
 #include "nn/zoo.h"
@@ -115,9 +117,22 @@ static int open_device(const char *name, int threads, bfit_device **dev, bfit_ar
     return *arena ? BFIT_OK : BFIT_ENOMEM;
 }
 
+/* A label per token, or with a masked LM's share p one at a drawn p of the
+ * tokens (up to the head's rows) and none elsewhere. */
+static void random_labels(bfit_model *M, int32_t *y, int batch, double p, uint64_t *seed)
+{
+    int T = M->labels_per_sample, K = M->gather ? bfit_model_loss_rows(M) : T;
+    for (int i = 0; i < batch; i++)
+        for (int t = 0, k = 0; t < T; t++) {
+            int draw = !(p > 0) || ((double)rng(seed) / 4294967296.0 < p && k < K);
+            k += draw;
+            y[(int64_t)i * T + t] = draw ? (int32_t)(rng(seed) % (uint32_t)M->nclasses) : BFIT_LABEL_UNSCORED;
+        }
+}
+
 /* Random samples and labels (token ids and a label per token for a token
  * model), uploaded into the reserved input. */
-static int random_input(bfit_model *M, int batch, uint64_t *seed)
+static int random_input(bfit_model *M, int batch, double p, uint64_t *seed)
 {
     int64_t n = (int64_t)batch * bfit_shape_numel(M->input), nl = (int64_t)batch * M->labels_per_sample;
     float *x = malloc(sizeof *x * (size_t)n); /* f32 or int32: 4 bytes either way */
@@ -130,8 +145,7 @@ static int random_input(bfit_model *M, int batch, uint64_t *seed)
             else
                 x[i] = (float)rng(seed) / 4294967296.0f;
         }
-        for (int64_t i = 0; i < nl; i++)
-            y[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
+        random_labels(M, y, (int)(nl / M->labels_per_sample), p, seed);
         rc = bfit_model_set_input(M, x, y, batch);
     }
     free(x);
@@ -210,17 +224,19 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     if ((rc = open_device(pc->device_name, pc->threads, &dev, &arena)) != BFIT_OK ||
         (rc = bfit_model_source_load(pc->model, pc->seq, &g)) != BFIT_OK ||
         (pc->seq && (rc = bfit_graph_set_seq(&g, pc->seq, "seq")) != BFIT_OK) ||
-        (rc = bfit_model_new(&g, dev, arena, &M)) != BFIT_OK || (rc = set_precision(M, pc->precision)) != BFIT_OK ||
+        (rc = bfit_session_gather_head(&g, pc->mask)) < 0 || (rc = bfit_model_new(&g, dev, arena, &M)) != BFIT_OK || (rc = set_precision(M, pc->precision)) != BFIT_OK ||
         (rc = bfit_model_alloc_params(M, 1)) != BFIT_OK ||
         (rc = bfit_model_init_params(M, 1)) != BFIT_OK)
         goto out;
     oc.momentum = 0.9;
     if ((rc = bfit_optim_new(&oc, M->trainable, M->ntrainable, dev, arena, &opt)) != BFIT_OK ||
-        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = random_input(M, batch, &seed)) != BFIT_OK)
+        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = random_input(M, batch, pc->mask, &seed)) != BFIT_OK)
         goto out;
     /* the loss per label, as the peer's mean (a token model's per token:
      * per sequence, SGD at 0.01 diverged to NaN within 20 steps) */
     units = (int64_t)batch * (M->labels_per_sample > 0 ? M->labels_per_sample : 1);
+    if (pc->mask > 0) /* the scored ones, about p of them */
+        units = (int64_t)((double)units * pc->mask + 0.5) > 0 ? (int64_t)((double)units * pc->mask + 0.5) : 1;
     if ((rc = timed_reps(pc, dev, M, opt, units, rate, cpu_rate, &nsteps, &loss, &ops, &wall)) != BFIT_OK)
         goto out;
     memset(res, 0, sizeof *res);

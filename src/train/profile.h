@@ -16,6 +16,8 @@ typedef struct bfit_profile_cfg {
     double rep_seconds;      /* about how long a timed repetition runs (at least 2 steps) */
     bfit_dtype precision;
     int seq;                 /* token models: the length, as plan --seq (0: the model's) */
+    double mask;             /* a masked LM's share of scored tokens (mask-tokens), its head gathered as its
+                                run's; 0: every token scored */
 } bfit_profile_cfg;
 
 typedef struct bfit_profile_result {

@@ -62,7 +62,7 @@ M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
                 "hfgpt2_mask", "distilbert_mini", "tgpt_kpm", "tenc_kpm",
-                "hfbert_mini", "hfbert_bench", "llama_mask",
+                "hfbert_mini", "hfbert_bench", "hfbert_vocab_bench", "llama_mask",
                 "distilbert_cls", "hfbert_cls", "meanpool_cls", "distilbert_cls_bench", "hfbert_cls_inputs",
                 "hfgpt2_pos", "llama_pos", "gpt2_cls", "meanpool_mask", "roberta_cls", "llama_cls", "llama_442", "gemma_mini", "gemma_wide", "qwen2_mini",
                 "hfbert_tok"}  # input: int token ids [M, T]; one label per token (a *_cls: per sequence)
@@ -1606,6 +1606,8 @@ def build(name):
         return HFBert(V=64, T=16, C=32, H=4, L=2, hidden=64, p=0.2), 16
     if name == "hfbert_bench":  # bench/ only: BERT at gpt_bench's size (bytes, 128 tokens, 4 x 128), dropout 0.1
         return HFBert(V=256, T=128, C=128, H=4, L=4, hidden=512, p=0.1, mask_input=False), 128
+    if name == "hfbert_vocab_bench":  # bench/ only: the same with bert-base-uncased's vocabulary (a masked LM's head)
+        return HFBert(V=30522, T=128, C=128, H=4, L=4, hidden=512, p=0.1, mask_input=False), 128
     if name == "hfgpt2_mini":  # transformers' GPT-2 as its code writes it: Conv1D, torch.where, dropout 0.2 (GPT-2's 0.1)
         return HFGPT2(V=64, T=16, C=32, H=4, L=2, p=0.2), 16
     if name in ("tut_bench", "tut_bench0"):  # bench/ only: the tutorial's model at gpt_bench's size, dropout 0.1 or 0
