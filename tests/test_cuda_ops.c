@@ -2386,7 +2386,7 @@ static void test_needs_new_ops(void **st)
 static void test_plan_new_ops(void **st)
 {
     const char *const files[] = {"@gate", VIT_TINY, DENSE_BLOCK, SE_MINI,  PRELU_MINI, CNX_SHUFFLE, MHSA_OK, GPT_OK,
-                                 LLAMA_OK, TUT_OK,  HFGPT2_OK, GEMMA_OK};
+                                 LLAMA_OK, TUT_OK,  HFGPT2_OK, GEMMA_OK, HFBERT_GATHERED};
     bfit_optim_cfg sgd = bfit_optim_cfg_default(BFIT_OPT_SGD);
     (void)st;
     for (int f = 0; f < (int)(sizeof files / sizeof files[0]); f++)

@@ -136,20 +136,28 @@ int bfit_model_backward(bfit_model *M, float loss_scale)
     return BFIT_OK;
 }
 
+/* A host staging of ints that grows with the largest micro-batch, then stays. */
+static int stage_grow(int32_t **buf, int64_t *have, int64_t need, const char *what)
+{
+    int32_t *p;
+    if (need <= *have)
+        return BFIT_OK;
+    if (!(p = realloc(*buf, sizeof *p * (size_t)need)))
+        return bfit_fail(BFIT_ENOMEM, "model: out of host memory for %lld %s", (long long)need, what);
+    *buf = p;
+    *have = need;
+    return BFIT_OK;
+}
+
 /* Each sequence's real length: up to its last label that is not padding
  * (a label per token: a masked LM's unscored tokens are real), or, with one
  * label a sequence, up to its -1 padding ids (a text with a class); T where
  * neither says. */
 static int upload_lens(bfit_model *M, const int32_t *ids, const int32_t *labels, int n)
 {
-    int T = M->input.d[0], per_token = M->per_token;
-    if (n > M->stage_lens_n) { /* grows with the largest micro-batch, then stays */
-        int32_t *p = realloc(M->stage_lens, sizeof *p * (size_t)n);
-        if (!p)
-            return bfit_fail(BFIT_ENOMEM, "model: out of host memory for %d sequence lengths", n);
-        M->stage_lens = p;
-        M->stage_lens_n = n;
-    }
+    int T = M->input.d[0], per_token = M->per_token, rc;
+    if ((rc = stage_grow(&M->stage_lens, &M->stage_lens_n, n, "sequence lengths")) != BFIT_OK)
+        return rc;
     for (int i = 0; i < n; i++) {
         const int32_t *y = per_token ? labels ? labels + (size_t)i * (size_t)T : NULL : ids + (size_t)i * (size_t)T;
         int len = T;
@@ -166,17 +174,11 @@ static int upload_lens(bfit_model *M, const int32_t *ids, const int32_t *labels,
 static int upload_gathered(bfit_model *M, const int32_t *labels, int n)
 {
     int T = M->labels_per_sample, K = bfit_model_loss_rows(M);
-    int64_t need = 2 * (int64_t)n * K;
     int32_t *lab, *rows;
     int rc;
 
-    if (need > M->stage_rows_n) { /* grows with the largest micro-batch, then stays */
-        int32_t *p = realloc(M->stage_rows, sizeof *p * (size_t)need);
-        if (!p)
-            return bfit_fail(BFIT_ENOMEM, "model: out of host memory for %d samples' gathered rows", n);
-        M->stage_rows = p;
-        M->stage_rows_n = need;
-    }
+    if ((rc = stage_grow(&M->stage_rows, &M->stage_rows_n, 2 * (int64_t)n * K, "gathered labels and rows")) != BFIT_OK)
+        return rc;
     lab = M->stage_rows;
     rows = lab + (size_t)n * (size_t)K;
     for (int i = 0; i < n; i++) {

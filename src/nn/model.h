@@ -166,7 +166,7 @@ typedef struct bfit_model {
     int seq_lens;          /* has bidirectional attention: stages each sequence's real length (up to
                               its last label that counts) for its key-padding mask */
     int32_t *stage_lens;   /* host staging of those lengths */
-    int stage_lens_n;
+    int64_t stage_lens_n;
     int gather;            /* 1 + the node of a masked LM's gather (head.c), 0 none: the loss reads K labels a
                               sample, those that count, where the rows gathered were (exec.c compacts them) */
     int32_t *stage_rows;   /* host staging of the compacted labels and their rows, [2, m, K] */
