@@ -417,9 +417,9 @@ static const bfit_opt table[] = {
     {"seq-max", "N", T | E, set_int, OFF(t.seq_max), 1, 1 << 24, NULL},
     {"seq", "N", P | F | T | E | D | X, set_int, OFF(seq), 1, 1 << 24, NULL},
     {"attention", "stored|lean", P | F | T, set_attention, 0, 0, 0, NULL},
-    {"mask-tokens", "P", P | T | E | X, set_dbl, OFF(t.mlm.p), 1e-6, 1, NULL},
-    {"mask-id", "ID", T | E, set_int, OFF(t.mlm.mask_id), 0, BFIT_TOKEN_ID_MASK, NULL},
-    {"special-ids", "ID,...", T | E, set_special, 0, 0, 0, NULL},
+    {"mask-tokens", "P", P | F | T | E | X, set_dbl, OFF(t.mlm.p), 1e-6, 1, NULL},
+    {"mask-id", "ID", F | T | E, set_int, OFF(t.mlm.mask_id), 0, BFIT_TOKEN_ID_MASK, NULL},
+    {"special-ids", "ID,...", F | T | E, set_special, 0, 0, 0, NULL},
     /* batch and memory */
     {"batch", "N|auto|adaptive", P | T | X, set_batch, 0, 1, BMAX, "batch adaptive"},
     {"batch-tokens", "N|adaptive", T, set_batch_tokens, 0, 1, BMAX, "batch adaptive"},

@@ -256,6 +256,7 @@ int bfit_config_find_cfg(const bfit_config *c, bfit_find_cfg *f)
     f->seed = c->t.seed;
     f->limit = c->limit;
     f->seq = c->seq;
+    f->mlm = c->t.mlm;
     f->attention = c->attn_set ? (c->attn_lean ? BFIT_ATTN_LEAN : BFIT_ATTN_STORED) : BFIT_ATTN_MODEL;
     f->probe = c->probe;
     f->probe.margin = c->t.margin;

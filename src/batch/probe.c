@@ -42,6 +42,7 @@ bfit_find_cfg bfit_find_cfg_default(void)
     c.opt = bfit_optim_cfg_default(BFIT_OPT_SGD);
     c.probe = bfit_probe_cfg_default();
     c.storage = bfit_storage_default();
+    c.mlm.mask_id = -1;
     return c;
 }
 
@@ -846,6 +847,7 @@ static void train_stream_cfg(const bfit_find_cfg *cfg, const bfit_session *ss, b
     sc->aug_hflip = cfg->augment;
     sc->norm_mean = ss->mean;
     sc->norm_std = ss->std;
+    bfit_session_mlm(&cfg->mlm, ss->M, ss->train, &sc->mlm);
 }
 
 static void session_cfg(const bfit_find_cfg *cfg, bfit_session_cfg *sc_)
@@ -865,6 +867,7 @@ static void session_cfg(const bfit_find_cfg *cfg, bfit_session_cfg *sc_)
     sc_->normalize = cfg->normalize;
     sc_->seed = cfg->seed;
     sc_->img = &cfg->img;
+    sc_->mlm = &cfg->mlm;
 }
 
 int bfit_probe_loader_alone(const bfit_find_cfg *cfg, int take, int64_t samples, double *rate, int *threads)

@@ -146,6 +146,7 @@ typedef struct bfit_find_cfg {
     int limit;              /* 0: the training set's size (no micro-batch is larger) */
     int seq;                /* token models: windows of seq tokens (0: the model's length) */
     int attention;          /* BFIT_ATTN_* (nn/zoo.h): every attention layer stored or lean (0: the model's) */
+    bfit_mlm mlm;           /* token data: a masked LM's labels (p > 0), its head gathered, as a run's */
     bfit_optim_cfg opt;     /* whose state is planned and held */
     bfit_probe_cfg probe;   /* capacity and limit are set from the fields above */
 } bfit_find_cfg;

@@ -51,6 +51,16 @@ int bfit_session_gather_head(bfit_graph_desc *g, double p)
     return rc ? bfit_graph_gather_head(g, bfit_mlm_max_pred(p, g->input.d[0])) : 0;
 }
 
+void bfit_session_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out)
+{
+    memset(out, 0, sizeof *out);
+    if (given->p <= 0 || !bfit_dataset_is_tokens(d) || bfit_dataset_label_len(d) == 1)
+        return;
+    *out = *given;
+    out->vocab = bfit_model_vocab(M) > 0 ? bfit_model_vocab(M) : bfit_dataset_classes(d);
+    out->max_pred = M->gather ? M->nodes[M->gather - 1].l->cfg.units : 0; /* what its head gathers */
+}
+
 int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
 {
     uint64_t memory = c->memory;

@@ -65,6 +65,11 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c);
  * gather (nn/head.c), 1. Other models, and one refused later (check_mlm),
  * stay as they are: 0. < 0: an error. */
 int bfit_session_gather_head(bfit_graph_desc *g, double p);
+/* A stream's masked-LM settings: given's, random ids drawn below the
+ * model's vocabulary (or the data's, for a model not led by an embed), the
+ * draws capped at the rows its head gathers; off unless given->p > 0 and d
+ * is a language model's token data. */
+void bfit_session_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out);
 /* Phase two: the data sets, checked against the model's input shape and
  * classes, and the normalisation statistics of the training split. */
 int bfit_session_open_data(bfit_session *s, const bfit_session_cfg *c);

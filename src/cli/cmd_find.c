@@ -34,7 +34,9 @@ static void help(void)
          "                        ids for a token model); for token models kjv, a\n"
          "                        token file or a .txt file (docs/data.md)\n"
          CLI_SEQ_HELP
-         CLI_ATTENTION_HELP,
+         CLI_ATTENTION_HELP
+         "  --mask-tokens P --mask-id ID --special-ids ID,...   a masked LM: its steps\n"
+         "                        as train's (docs/train.md), its head gathered\n",
           stdout);
     fputs(cli_help_images, stdout);
     puts("  --csv-header yes|no|auto   whether a CSV file's first row is a header\n"
@@ -99,6 +101,8 @@ static const struct option opts[] = {
     {"no-lean", no_argument, 0, 1},
     {"csv-header", required_argument, 0, 1},
     {"seq", required_argument, 0, 1}, {"attention", required_argument, 0, 1},
+    {"mask-tokens", required_argument, 0, 1}, {"mask-id", required_argument, 0, 1},
+    {"special-ids", required_argument, 0, 1},
     {0, 0, 0, 0}};
 
 static const char *const local[] = {"json", NULL};

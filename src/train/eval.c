@@ -31,25 +31,13 @@ int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int ma
     sc.norm_mean = r->s.mean;
     sc.norm_std = r->s.std;
     sc.bad_unscored = !shuffle; /* evaluation: an unreadable image is left out, not scored as its neighbour */
-    bfit_run_mlm(&r->cfg.mlm, r->s.M, d, &sc.mlm);
+    bfit_session_mlm(&r->cfg.mlm, r->s.M, d, &sc.mlm);
     return bfit_stream_new(d, &sc, &out->s);
 }
 
 const char *bfit_token_acc_name(const bfit_mlm *mlm, int tags)
 {
     return tags ? "token" : mlm && mlm->p > 0 ? "masked-token" : "next-token";
-}
-
-/* A stream's masked-LM settings: the run's, random ids drawn below the
- * model's vocabulary (or the data's, for a model not led by an embed). */
-void bfit_run_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out)
-{
-    memset(out, 0, sizeof *out);
-    if (given->p <= 0 || !bfit_dataset_is_tokens(d) || bfit_dataset_label_len(d) == 1)
-        return;
-    *out = *given;
-    out->vocab = bfit_model_vocab(M) > 0 ? bfit_model_vocab(M) : bfit_dataset_classes(d);
-    out->max_pred = M->gather ? M->nodes[M->gather - 1].l->cfg.units : 0; /* what its head gathers */
 }
 
 /* The largest eval micro-batch up to want that fits what is free now. The
@@ -387,7 +375,7 @@ int bfit_evaluate_from(const bfit_eval_cfg *cfg, double *loss, double *acc, int6
     sc.loader_threads = bfit_dataset_is_images(s.test) ? bfit_img_loader_threads(&cfg->img, cfg->threads) : 0;
     sc.norm_mean = s.mean;
     sc.norm_std = s.std;
-    bfit_run_mlm(&cfg->mlm, s.M, s.test, &sc.mlm);
+    bfit_session_mlm(&cfg->mlm, s.M, s.test, &sc.mlm);
     sx = malloc(sizeof(float) * (size_t)m * (size_t)bfit_shape_numel(s.M->input));
     sy = malloc(sizeof(int32_t) * (size_t)m * (size_t)s.M->labels_per_sample);
     if (!sx || !sy)

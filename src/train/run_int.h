@@ -263,9 +263,6 @@ int bfit_ckpt_group_from_json(const struct cJSON *state, const char *path, run_g
 int bfit_run_ladder(bfit_run *r, int E);
 int bfit_run_has_batchnorm(const bfit_model *M);
 /* eval.c */
-/* A stream's masked-LM settings (eval.c): off unless given->p > 0 and d is
- * a language model's token data. */
-void bfit_run_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out);
 int bfit_run_open_stream(bfit_run *r, const bfit_dataset *d, int shuffle, int max_take, int prefetch, int augment,
                     bfit_feed *out);
 

@@ -43,6 +43,15 @@ expect 1 "--mask-tokens: the checkpoint .* holds 0\.15, not 0\.3" "$bf" train --
   --mask-tokens 0.3 --mask-id 1 --special-ids 10 --epochs 2 --resume "$tmp/ck"
 expect 1 "--special-ids: .*holds 10, not 10,11" "$bf" train --model "$tmp/enc.cfg" "${run[@]}" "${mask[@]}" \
   --special-ids 10,11 --epochs 2 --resume "$tmp/ck"
+# the head at the masked tokens only (14 rows of 32 here, what 0.15 draws with room): plan says so and plans
+# less a sequence; find confirms a larger largest batch with real masked steps
+expect 0 "a masked LM: its head runs at the masked tokens only, 14 rows of each sequence's 32" "$bf" plan \
+  --model "$tmp/enc.cfg" --memory 16MiB "${mask[0]}" "${mask[1]}"
+largest() { "$bf" find --model "$tmp/enc.cfg" --data "$tmp/t.txt" --seq 32 --memory 16MiB --threads 2 "$@" 2>&1 |
+  grep -o 'largest batch: [0-9]* .*confirmed: a real step ran' | grep -o '^largest batch: [0-9]*' | grep -o '[0-9]*$'; }
+all=$(largest)
+some=$(largest "${mask[@]}")
+if [ -n "$all" ] && [ -n "$some" ] && [ "$some" -gt "$all" ]; then pass; else fail "find: largest $all, masked $some"; fi
 # a bidirectional model on the next token: trains, warned
 expect 0 "warning: .*enc.cfg's attention is bidirectional: each token sees the next one.*--mask-tokens 0.15" \
   "$bf" train --model "$tmp/enc.cfg" "${run[@]}" --max-steps 2
