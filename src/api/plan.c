@@ -25,7 +25,7 @@ static int graph_options(const bfit_config *c, bfit_graph_desc *g)
     int rc = BFIT_OK;
     if ((c->seq && (rc = bfit_graph_set_seq(g, c->seq, "seq")) != BFIT_OK) ||
         (c->attn_set && (rc = bfit_graph_set_attention(g, c->attn_lean)) != BFIT_OK) ||
-        (rc = bfit_session_gather_head(g, c->t.mlm.p)) < 0) /* a masked LM's, as its run has it */
+        (rc = bfit_session_gather_head(g, c->t.mlm.p, c->t.model)) < 0) /* a masked LM's, as its run has it */
         bfit_graph_fini(g);
     return rc < 0 ? rc : BFIT_OK;
 }

@@ -38,7 +38,28 @@ static int open_device(bfit_session *s, const bfit_session_cfg *c, const char *n
     return rc;
 }
 
-int bfit_session_gather_head(bfit_graph_desc *g, double p)
+/* A model a masked LM can be: token ids in, scores at every token,
+ * attention that sees both sides; else BFIT_EINVAL, said when model names
+ * it. (A classifier's data is refused apart: check_mlm.) */
+static int mlm_model(const bfit_model *M, const char *model)
+{
+    if (M->input_dtype == BFIT_I32 && M->per_token && !bfit_model_causal(M))
+        return BFIT_OK;
+    if (!model)
+        return BFIT_EINVAL;
+    if (M->input_dtype != BFIT_I32)
+        return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "masks token ids, but %s's input is not token ids",
+                               model);
+    if (!M->per_token)
+        return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "predicts the masked tokens, but %s gives one vector of "
+                               "scores a sequence: a masked LM ends in scores over the vocabulary at every token "
+                               "(BertForMaskedLM, `linear V` without `select`)", model);
+    return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "%s has causal attention: a token sees none after it, so a "
+                           "masked token's right side is hidden from it; masked-LM training is for bidirectional "
+                           "encoders (BERT's). Leave mask_tokens out to train it on the next token", model);
+}
+
+int bfit_session_gather_head(bfit_graph_desc *g, double p, const char *refuse)
 {
     bfit_model *M = NULL;
     int rc;
@@ -46,9 +67,11 @@ int bfit_session_gather_head(bfit_graph_desc *g, double p)
         return 0;
     if (bfit_model_new(g, NULL, NULL, &M) != BFIT_OK) /* the shapes only; a bad model is said when it is built */
         return 0;
-    rc = M->per_token && M->input_dtype == BFIT_I32 && !bfit_model_causal(M);
+    rc = mlm_model(M, refuse);
     bfit_model_free(M);
-    return rc ? bfit_graph_gather_head(g, bfit_mlm_max_pred(p, g->input.d[0])) : 0;
+    if (rc != BFIT_OK)
+        return refuse ? rc : 0;
+    return bfit_graph_gather_head(g, bfit_mlm_max_pred(p, g->input.d[0]));
 }
 
 void bfit_session_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out)
@@ -81,7 +104,7 @@ int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c)
     s->arena = bfit_device_arena_new(s->dev, memory);
     if (!s->arena)
         return bfit_fail(BFIT_ENOMEM, "out of host memory");
-    if ((rc = bfit_session_gather_head(&s->g, c->mlm ? c->mlm->p : 0)) < 0)
+    if ((rc = bfit_session_gather_head(&s->g, c->mlm ? c->mlm->p : 0, NULL)) < 0)
         return rc;
     return bfit_model_new(&s->g, s->dev, s->arena, &s->M);
 }
@@ -188,14 +211,8 @@ static int check_mlm(const bfit_session *s, const bfit_session_cfg *c, const bfi
         return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "masks the tokens of a language model's text, but %s holds "
                                "%s: leave it out", name, bfit_dataset_is_tags(d) ? "a class a token (a token "
                                "classifier's tags)" : "one class a sequence (a classifier's data)");
-    if (!s->M->per_token)
-        return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "predicts the masked tokens, but %s gives one vector of "
-                               "scores a sequence: a masked LM ends in scores over the vocabulary at every token "
-                               "(BertForMaskedLM, `linear V` without `select`)", c->model);
-    if (bfit_model_causal(s->M))
-        return bfit_fail_field(BFIT_EINVAL, "mask_tokens", "%s has causal attention: a token sees none after it, so a "
-                               "masked token's right side is hidden from it; masked-LM training is for bidirectional "
-                               "encoders (BERT's). Leave mask_tokens out to train it on the next token", c->model);
+    if (mlm_model(s->M, c->model) != BFIT_OK)
+        return BFIT_EINVAL;
     if (c->mlm->mask_id < 0)
         return bfit_fail_field(BFIT_EINVAL, "mask_id", "mask_tokens needs the id a masked token becomes: give "
                                "mask_id (a tokenizer's mask_token_id, 103 for bert-base-uncased's [MASK])");

@@ -62,9 +62,10 @@ typedef struct bfit_session {
 int bfit_session_open_model(bfit_session *s, const bfit_session_cfg *c);
 /* A masked LM (share p > 0 of a model scoring every token, its attention
  * bidirectional) runs its head at the tokens it masks only: g gets the
- * gather (nn/head.c), 1. Other models, and one refused later (check_mlm),
- * stay as they are: 0. < 0: an error. */
-int bfit_session_gather_head(bfit_graph_desc *g, double p);
+ * gather (nn/head.c), 1. Other models stay as they are: 0, or with refuse
+ * (the model's name) BFIT_EINVAL saying why it is no masked LM (a run
+ * refuses later, its data named too: check_mlm). < 0: an error. */
+int bfit_session_gather_head(bfit_graph_desc *g, double p, const char *refuse);
 /* A stream's masked-LM settings: given's, random ids drawn below the
  * model's vocabulary (or the data's, for a model not led by an embed), the
  * draws capped at the rows its head gathers; off unless given->p > 0 and d

@@ -44,9 +44,12 @@ expect 1 "--mask-tokens: the checkpoint .* holds 0\.15, not 0\.3" "$bf" train --
 expect 1 "--special-ids: .*holds 10, not 10,11" "$bf" train --model "$tmp/enc.cfg" "${run[@]}" "${mask[@]}" \
   --special-ids 10,11 --epochs 2 --resume "$tmp/ck"
 # the head at the masked tokens only (14 rows of 32 here, what 0.15 draws with room): plan says so and plans
-# less a sequence; find confirms a larger largest batch with real masked steps
+# less a sequence (and refuses a causal model, as train does); find confirms a larger largest batch with real
+# masked steps
 expect 0 "a masked LM: its head runs at the masked tokens only, 14 rows of each sequence's 32" "$bf" plan \
   --model "$tmp/enc.cfg" --memory 16MiB "${mask[0]}" "${mask[1]}"
+expect 1 "--mask-tokens: .*dec.cfg has causal attention: a token sees none after it" "$bf" plan \
+  --model "$tmp/dec.cfg" --memory 16MiB "${mask[0]}" "${mask[1]}"
 largest() { "$bf" find --model "$tmp/enc.cfg" --data "$tmp/t.txt" --seq 32 --memory 16MiB --threads 2 "$@" 2>&1 |
   grep -o 'largest batch: [0-9]* .*confirmed: a real step ran' | grep -o '^largest batch: [0-9]*' | grep -o '[0-9]*$'; }
 all=$(largest)
