@@ -206,6 +206,8 @@ int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, in
     int rc;
     if (!M->m || n != M->m)
         return bfit_fail(BFIT_ESTATE, "model: %d samples given for a micro-batch of %d", n, M->m);
+    if (M->gather && !labels) /* its labels say which rows its head runs at */
+        return bfit_fail(BFIT_ESTATE, "model: a masked LM's head gathers the rows its labels score: give them");
     if ((rc = bfit_model_check_labels(M, labels, n)) != BFIT_OK ||
         (M->input_dtype == BFIT_I32 && (rc = bfit_model_check_tokens(M, x, n)) != BFIT_OK))
         return rc;
