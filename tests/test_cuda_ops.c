@@ -1985,7 +1985,7 @@ static bfit_model *model_on(const char *file, int s, bfit_arena *arena)
         gn_graph(&g);
     else if (bfit_model_source_load(path, 0, &g) != BFIT_OK)
         fail_msg("%s: %s", path, bfit_errmsg());
-    if (!strcmp(file, HFBERT_GATHERED) && bfit_graph_gather_head(&g, 5) != 1)
+    if (!strcmp(file, HFBERT_GATHERED) && bfit_graph_gather_head(&g, 5, 0.15) != 1)
         fail_msg("%s: no head to gather: %s", path, bfit_errmsg());
     if (bfit_model_new(&g, dev[s], arena, &M) != BFIT_OK)
         fail_msg("%s on %s: %s", file, side_name[s], bfit_errmsg());

@@ -71,7 +71,7 @@ int bfit_session_gather_head(bfit_graph_desc *g, double p, const char *refuse)
     bfit_model_free(M);
     if (rc != BFIT_OK)
         return refuse ? rc : 0;
-    return bfit_graph_gather_head(g, bfit_mlm_max_pred(p, g->input.d[0]));
+    return bfit_graph_gather_head(g, bfit_mlm_max_pred(p, g->input.d[0]), p);
 }
 
 void bfit_session_mlm(const bfit_mlm *given, const bfit_model *M, const bfit_dataset *d, bfit_mlm *out)

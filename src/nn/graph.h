@@ -41,10 +41,11 @@ int bfit_graph_add_n(bfit_graph_desc *g, const bfit_layer_cfg *cfg, const int *i
  * relu, which compute the same (graph.c); bfit_model_new does so. */
 void bfit_graph_pool_before_relu(bfit_node_desc *nodes, int n);
 /* A masked LM's head at its masked tokens (head.c): a gather of K rows a
- * sample (BFIT_L_GATHER) inserted before the chain of token-wise nodes that
- * ends the graph (BERT's transform and decoder). 1: inserted; 0: the graph
- * ends in no such chain holding a linear, left as it was; < 0: an error. */
-int bfit_graph_gather_head(bfit_graph_desc *g, int K);
+ * sample (BFIT_L_GATHER; cfg.p the share p of masked tokens K was sized for)
+ * inserted before the chain of token-wise nodes that ends the graph (BERT's
+ * transform and decoder). 1: inserted; 0: the graph ends in no such chain
+ * holding a linear, left as it was; < 0: an error. */
+int bfit_graph_gather_head(bfit_graph_desc *g, int K, double p);
 void bfit_graph_fini(bfit_graph_desc *g);
 
 #endif

@@ -52,7 +52,7 @@ static int head_start(const bfit_graph_desc *g)
     return linear ? i : -1;
 }
 
-int bfit_graph_gather_head(bfit_graph_desc *g, int K)
+int bfit_graph_gather_head(bfit_graph_desc *g, int K, double p)
 {
     bfit_layer_cfg c = bfit_layer_cfg_default(BFIT_L_GATHER);
     int s, rc;
@@ -65,6 +65,7 @@ int bfit_graph_gather_head(bfit_graph_desc *g, int K)
     if ((s = head_start(g)) < 0)
         return 0;
     c.units = K;
+    c.p = (float)p;
     /* appended, then moved to before node s: values from s + 1 on move up one */
     if ((rc = bfit_graph_add(g, &c, g->nodes[s].in[0], -1, g->nodes[s].line, g->nodes[s].col)) < 0)
         return rc;

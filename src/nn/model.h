@@ -332,6 +332,11 @@ uint64_t bfit_model_step_bytes(const bfit_model *M);
  * last label that counts (all T without labels), or with one label a
  * sequence (a classifier) up to its -1 padding. */
 int bfit_model_set_input(bfit_model *M, const void *x, const int32_t *labels, int n);
+/* m random samples and labels set as the input (synth.c): for a step that is
+ * only timed; a token model's ids of its vocabulary, with a masked LM's share
+ * p > 0 (a gathered head's own where 0) a label at p of the tokens. *seed
+ * moves on. */
+int bfit_model_random_input(bfit_model *M, int m, double p, uint64_t *seed);
 int bfit_model_upload_samples(bfit_model *M, const void *x, int n);
 /* Whether n sequences of T ids (checked, bfit_model_check_tokens) hold padding: a -1 last. */
 int bfit_model_padded(const int32_t *ids, int n, int64_t T);

@@ -57,15 +57,6 @@ static double median(double *v, int n)
 }
 
 
-/* xorshift: synthetic inputs need only be reproducible, not good */
-static uint32_t rng(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return (uint32_t)(*s >> 32);
-}
-
 /* FLOPs of a training step per sample that the linear and conv layers do:
  * 2 MACs each for forward, weight gradient, and input gradient, the last
  * only where the layer's input needs a gradient (not for the first such
@@ -115,42 +106,6 @@ static int open_device(const char *name, int threads, bfit_device **dev, bfit_ar
         return rc;
     *arena = bfit_device_arena_new(*dev, bfit_host_available_memory());
     return *arena ? BFIT_OK : BFIT_ENOMEM;
-}
-
-/* A label per token, or with a masked LM's share p one at a drawn p of the
- * tokens (up to the head's rows) and none elsewhere. */
-static void random_labels(bfit_model *M, int32_t *y, int batch, double p, uint64_t *seed)
-{
-    int T = M->labels_per_sample, K = M->gather ? bfit_model_loss_rows(M) : T;
-    for (int i = 0; i < batch; i++)
-        for (int t = 0, k = 0; t < T; t++) {
-            int draw = !(p > 0) || ((double)rng(seed) / 4294967296.0 < p && k < K);
-            k += draw;
-            y[(int64_t)i * T + t] = draw ? (int32_t)(rng(seed) % (uint32_t)M->nclasses) : BFIT_LABEL_UNSCORED;
-        }
-}
-
-/* Random samples and labels (token ids and a label per token for a token
- * model), uploaded into the reserved input. */
-static int random_input(bfit_model *M, int batch, double p, uint64_t *seed)
-{
-    int64_t n = (int64_t)batch * bfit_shape_numel(M->input), nl = (int64_t)batch * M->labels_per_sample;
-    float *x = malloc(sizeof *x * (size_t)n); /* f32 or int32: 4 bytes either way */
-    int32_t *y = malloc(sizeof *y * (size_t)nl);
-    int rc = BFIT_ENOMEM;
-    if (x && y) {
-        for (int64_t i = 0; i < n; i++) {
-            if (M->input_dtype == BFIT_I32)
-                ((int32_t *)x)[i] = (int32_t)(rng(seed) % (uint32_t)M->nclasses);
-            else
-                x[i] = (float)rng(seed) / 4294967296.0f;
-        }
-        random_labels(M, y, (int)(nl / M->labels_per_sample), p, seed);
-        rc = bfit_model_set_input(M, x, y, batch);
-    }
-    free(x);
-    free(y);
-    return rc;
 }
 
 /* The trainer's step, n times: reserve (a no-op at the same m), forward,
@@ -230,7 +185,7 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
         goto out;
     oc.momentum = 0.9;
     if ((rc = bfit_optim_new(&oc, M->trainable, M->ntrainable, dev, arena, &opt)) != BFIT_OK ||
-        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = random_input(M, batch, pc->mask, &seed)) != BFIT_OK)
+        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = bfit_model_random_input(M, batch, pc->mask, &seed)) != BFIT_OK)
         goto out;
     /* the loss per label, as the peer's mean (a token model's per token:
      * per sequence, SGD at 0.01 diverged to NaN within 20 steps) */

@@ -170,6 +170,11 @@ run 2 --model mlp --frob && has "$err" "^batchfit: error: unknown option '--frob
 run 2 --model mlp --memory && has "$err" "^batchfit: error: option --memory needs a value$"
 run 2 --model mlp extra && has "$err" "^batchfit: error: unexpected argument 'extra'$"
 run 2 && has "$err" "^batchfit: error: --model: is required"
+# a token model's ways measured: its steps on ids of its vocabulary and a label a token (each row failed on
+# labels read past the samples' count before)
+run 0 --model gpt-nano --seq 16 --memory 48MiB --ways --measure && has "$out" "^f32 +[0-9]+ +[0-9]+ .*s +[0-9.]+$" &&
+    has "$out" "^bf16 \+ recompute auto +[0-9]+ +[0-9]+ .*s +[0-9.]+$" && ! grep -q "failed" "$out" ||
+    { echo "FAIL: gpt-nano's ways measured"; fails=$((fails + 1)); }
 # ways where no row trains even micro-batch 1: no fit, exit 1 (was 0)
 run 1 --model gpt-nano --memory 1KiB --ways && has "$err" "no way trains even micro-batch 1 in 921 B"
 
