@@ -17,6 +17,11 @@ A step is zero_grad, forward, loss, backward, optimizer step. WARMUP steps
 runs (about REP_SECONDS, default 0.5, at least 2); samples/s is the median
 over REPS (default 5). Peak resident memory is ru_maxrss of this process.
 
+BFIT_BENCH_MASK=0.15 (bench_step.c's too) scores that share of a token model's
+labels, the rest -100, its head at every token as transformers' BertForMaskedLM
+computes it; with BFIT_BENCH_PEER_GATHER=1 as well, export.py's HFBert runs its
+head on the scored rows only (NVIDIA's BERT: the arithmetic batchfit does).
+
 Debian's PyTorch does its dense products (linear layers; convolutions go
 through oneDNN) through whatever libblas.so.3 the process loads, so the line
 also says which BLAS that was (blas=, from /proc/self/maps): compare.py
@@ -205,6 +210,17 @@ def build_onnx_twin(name):
 
 
 MASK = float(os.environ.get("BFIT_BENCH_MASK") or 0)  # bench_step.c's: a masked LM's share of scored tokens
+# with MASK, the head at the scored tokens only, as NVIDIA's BERT (and batchfit) run it: export.py's HFBert
+GATHER = os.environ.get("BFIT_BENCH_PEER_GATHER") == "1"
+
+
+def gathered_loss(model, x, y, lossf):
+    """HFBert's head at the rows whose label counts (y != -100), gathered after its body."""
+    h = model.body(x)
+    keep = y != -100
+    pr = model.cls.predictions
+    h = pr.transform.LayerNorm(torch.nn.functional.gelu(pr.transform.dense(h.reshape(-1, h.shape[-1])[keep])))
+    return lossf(pr.decoder(h), y[keep])
 
 
 def loaded_blas():
@@ -252,8 +268,11 @@ def main():
         for _ in range(n):
             t_step = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            out = model(x)
-            loss = lossf(out.reshape(-1, classes) if tokens else out, y)
+            if GATHER and MASK > 0:
+                loss = gathered_loss(model, x, y, lossf)
+            else:
+                out = model(x)
+                loss = lossf(out.reshape(-1, classes) if tokens else out, y)
             loss.backward()
             opt.step()
             t_step = time.perf_counter() - t_step
