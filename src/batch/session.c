@@ -225,15 +225,18 @@ static int check_mlm(const bfit_session *s, const bfit_session_cfg *c, const bfi
 static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bfit_dataset *d)
 {
     char a[32], b[32];
-    const char *name = c->data ? c->data : bfit_dataset_source(d);
+    /* the option that named d: a test set of its own (a file, arrays) is test_data's */
+    int own = d == s->test && ((c->test_data && !s->test_is_data) || (c->given_test && c->given_test != c->given_train));
+    const char *opt = own ? "test_data" : "data", *given = own ? c->test_data : c->data;
+    const char *name = given ? given : bfit_dataset_source(d);
     int tokens = bfit_dataset_is_tokens(d), rc;
     if (s->M->input_dtype == BFIT_I32 && !tokens)
-        return bfit_fail_field(BFIT_EINVAL, "data", "%s is a token model (its input is %d token ids) but the data "
-                               "set %s%s holds samples of %s: give it token data, e.g. --data kjv, a token file or "
-                               "a .txt file (docs/data.md)", c->model, s->M->input.d[0], name,
-                               c->data ? "" : " (the default)", bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
+        return bfit_fail_field(BFIT_EINVAL, opt, "%s is a token model (its input is %d token ids) but the data "
+                               "set %s%s holds samples of %s: give it token data, e.g. kjv, a token file or a .txt "
+                               "file (docs/data.md)", c->model, s->M->input.d[0], name,
+                               given ? "" : " (the default)", bfit_shape_str(bfit_dataset_shape(d), b, sizeof b));
     if (s->M->input_dtype != BFIT_I32 && tokens)
-        return bfit_fail_field(BFIT_EINVAL, "data", "the data set %s holds token ids, for token models (`input "
+        return bfit_fail_field(BFIT_EINVAL, opt, "the data set %s holds token ids, for token models (`input "
                                "tokens=T`), but %s takes inputs of %s", name, c->model,
                                bfit_shape_str(s->M->input, a, sizeof a));
     /* token data labels every token; a model ending in one score vector per
@@ -241,16 +244,16 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
     if (tokens && c->mlm && c->mlm->p > 0 && (rc = check_mlm(s, c, d, name)) != BFIT_OK)
         return rc;
     if (bfit_dataset_is_unlabelled(d) && !(c->mlm && c->mlm->p > 0))
-        return bfit_fail_field(BFIT_EINVAL, d == s->test && d != s->train ? "test_data" : "data", "%s holds token "
+        return bfit_fail_field(BFIT_EINVAL, opt, "%s holds token "
                                "sequences without labels, which train a masked LM: give mask_tokens and mask_id "
                                "(a language model on the next token takes its text as one stream, a classifier "
                                "a label a sequence)", bfit_dataset_source(d));
     if (tokens && s->M->per_token && bfit_dataset_label_len(d) == 1 && s->M->labels_per_sample > 1)
-        return bfit_fail_field(BFIT_EINVAL, "data", "%s scores every token (a language model), but %s holds one "
+        return bfit_fail_field(BFIT_EINVAL, opt, "%s scores every token (a language model), but %s holds one "
                                "class a sequence: a classifier ends in `select 0` (or `gap`) and `linear N` "
                                "(docs/model-spec.md), or give a language model its text", c->model, name);
     if (tokens && s->M->labels_per_sample != bfit_dataset_label_len(d))
-        return bfit_fail_field(BFIT_EINVAL, "data", "%s gives one vector of class scores per sample, but the token "
+        return bfit_fail_field(BFIT_EINVAL, opt, "%s gives one vector of class scores per sample, but the token "
                                "data %s has a label per token (%d per sample: %s): end the model with "
                                "scores per token (a `linear V` on the sequence, without `flatten`), or give a "
                                "classifier a folder of class folders of texts (docs/data.md)", c->model, name,
@@ -265,12 +268,12 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
         snprintf(fix, sizeof fix, bfit_onnx_sniff(c->model) ? "export it with an nn.Embedding of %d rows or more"
                                                             : "give it vocab=%d or more", most + 1);
         if (at >= 0)
-            return bfit_fail_field(BFIT_EINVAL, d == s->test && c->test_data ? "test_data" : "data", "%s holds token "
+            return bfit_fail_field(BFIT_EINVAL, opt, "%s holds token "
                                    "id %d at position %lld (ids counted from 0), outside the vocabulary [0, %d) of the "
                                    "embed of %s: %s (the data's largest id is %d)", bfit_dataset_source(d), (int)id,
                                    (long long)at, bfit_model_vocab(s->M), c->model, fix, most);
         if ((at = bfit_dataset_type_above(d, bfit_model_types(s->M), &type)) >= 0)
-            return bfit_fail_field(BFIT_EINVAL, d == s->test && c->test_data ? "test_data" : "data", "%s holds a "
+            return bfit_fail_field(BFIT_EINVAL, opt, "%s holds a "
                                    "token of type %d at position %lld (ids counted from 0; sentence pairs), but %s "
                                    "has %s", bfit_dataset_source(d), type, (long long)at, c->model,
                                    bfit_model_types(s->M) > 1 ? "fewer token types"

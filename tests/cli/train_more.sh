@@ -74,8 +74,11 @@ expect 1 "tensor '0.weight' is missing: the weights are for another model" \
 printf '\n%.0s' $(seq 5000) >"$tmp/blank.txt"
 expect 1 "--data: $tmp/blank.txt \(train part, lines\) has no training samples: with --seq-max" \
   "$bf" train --model gpt-nano --data "$tmp/blank.txt" --seq-max 64 --batch 8 --max-steps 3
-expect 1 "--data: gpt-nano is a token model \(its input is 128 token ids\) but the data set fashion-mnist holds samples of 1x28x28: give it token data, e.g. --data kjv" \
+expect 1 "--data: gpt-nano is a token model \(its input is 128 token ids\) but the data set fashion-mnist holds samples of 1x28x28: give it token data, e.g. kjv" \
   "$bf" train --model gpt-nano --max-steps 1
+# a test set of its own that does not fit the model is the test data's fault, and named so
+expect 1 "--test-data: gpt-nano is a token model \(its input is 128 token ids\) but the data set fashion-mnist holds samples of 1x28x28" \
+  "$bf" train --model gpt-nano --data kjv --test-data fashion-mnist --max-steps 1
 expect 1 "--seq-max: must be 1 to 128 \(the model's positions\), got 129" "$bf" train --model gpt-nano --seq-max 129 \
   --max-steps 1
 expect 2 "--batch-tokens: --batch and --batch-tokens both give the effective batch" "$bf" train --model gpt-nano --batch 8 \
