@@ -226,7 +226,8 @@ static int check_data(const bfit_session *s, const bfit_session_cfg *c, const bf
 {
     char a[32], b[32];
     /* the option that named d: a test set of its own (a file, arrays) is test_data's */
-    int own = d == s->test && ((c->test_data && !s->test_is_data) || (c->given_test && c->given_test != c->given_train));
+    int own = d == s->test &&
+              ((c->test_data && !s->test_is_data) || (c->given_test && c->given_test != c->given_train));
     const char *opt = own ? "test_data" : "data", *given = own ? c->test_data : c->data;
     const char *name = given ? given : bfit_dataset_source(d);
     int tokens = bfit_dataset_is_tokens(d), rc;

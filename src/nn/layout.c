@@ -271,7 +271,8 @@ static int lay_needs(bfit_model *M, bfit_layout *lay, bfit_layer_need *need)
         lay->bytes[BFIT_MEM_INPUT] += BFIT_ALIGN_UP((uint64_t)lay->m * sizeof(int32_t));
     lay->rows_off = M->gather ? lay->bytes[BFIT_MEM_INPUT] : BFIT_OFF_NONE;
     if (M->gather)
-        lay->bytes[BFIT_MEM_INPUT] += BFIT_ALIGN_UP((uint64_t)lay->m * (uint64_t)bfit_model_loss_rows(M) * sizeof(int32_t));
+        lay->bytes[BFIT_MEM_INPUT] +=
+            BFIT_ALIGN_UP((uint64_t)lay->m * (uint64_t)bfit_model_loss_rows(M) * sizeof(int32_t));
     lay->no_reuse[BFIT_MEM_INPUT] = lay->bytes[BFIT_MEM_INPUT];
     return BFIT_OK;
 }

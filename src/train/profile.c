@@ -179,13 +179,15 @@ int bfit_profile_step(const bfit_profile_cfg *pc, bfit_profile_result *res)
     if ((rc = open_device(pc->device_name, pc->threads, &dev, &arena)) != BFIT_OK ||
         (rc = bfit_model_source_load(pc->model, pc->seq, &g)) != BFIT_OK ||
         (pc->seq && (rc = bfit_graph_set_seq(&g, pc->seq, "seq")) != BFIT_OK) ||
-        (rc = bfit_session_gather_head(&g, pc->mask, pc->model)) < 0 || (rc = bfit_model_new(&g, dev, arena, &M)) != BFIT_OK || (rc = set_precision(M, pc->precision)) != BFIT_OK ||
+        (rc = bfit_session_gather_head(&g, pc->mask, pc->model)) < 0 ||
+        (rc = bfit_model_new(&g, dev, arena, &M)) != BFIT_OK || (rc = set_precision(M, pc->precision)) != BFIT_OK ||
         (rc = bfit_model_alloc_params(M, 1)) != BFIT_OK ||
         (rc = bfit_model_init_params(M, 1)) != BFIT_OK)
         goto out;
     oc.momentum = 0.9;
     if ((rc = bfit_optim_new(&oc, M->trainable, M->ntrainable, dev, arena, &opt)) != BFIT_OK ||
-        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK || (rc = bfit_model_random_input(M, batch, pc->mask, &seed)) != BFIT_OK)
+        (rc = bfit_model_reserve(M, batch, 1)) != BFIT_OK ||
+        (rc = bfit_model_random_input(M, batch, pc->mask, &seed)) != BFIT_OK)
         goto out;
     /* the loss per label, as the peer's mean (a token model's per token:
      * per sequence, SGD at 0.01 diverged to NaN within 20 steps) */
