@@ -527,8 +527,10 @@ static void test_gathered_head(void **state)
     {
         FILE *f = fopen(mspec, "w");
         assert_non_null(f);
+        /* post-norm, as BERT: the last layer's layer norm and feed-forward are gathered too */
         fprintf(f, "input tokens=%d\nembed 16 vocab=24 positions=%d\nresidual {\n linear 48\n attention 2 causal=0\n "
-                   "linear 16\n}\nlayernorm\nlinear 16\ngelu\nlayernorm\nlinear 24\n", TT, TT);
+                   "linear 16\n}\nlayernorm\nresidual {\n linear 32\n gelu\n linear 16\n}\nlayernorm\nlinear 16\n"
+                   "gelu\nlayernorm\nlinear 24\n", TT, TT);
         fclose(f);
     }
     for (int k = 0; k < 2; k++) {

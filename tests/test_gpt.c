@@ -313,6 +313,52 @@ static void padded_vs_alone(int lean, int masked, double *dloss, double *dgrad)
     trig_free(&r);
 }
 
+/* Where a masked LM's head is gathered (nn/head.c): after the last add
+ * that reads the attention, before everything token-wise after it; in a
+ * post-norm encoder (BERT's) so before the last layer's layer norm and
+ * feed-forward, whose residual add reads the gathered rows too; nowhere in
+ * a model whose end holds no linear. */
+static void test_gather_placement(void **st)
+{
+    static const char *const enc = "input tokens=16\nembed 16 vocab=24 positions=16\nresidual {\n linear 48\n "
+                                   "attention 2 causal=0\n linear 16\n}\nlayernorm\n";
+    char spec[512];
+    bfit_graph_desc g;
+    int at[3] = {0}, want_in[3], readers[3] = {0}, kinds[3][2] = {{0}}, ffn = -1;
+    (void)st;
+    for (int c = 0; c < 3; c++) {
+        snprintf(spec, sizeof spec, "%s%s", enc,
+                 c == 0 ? "linear 16\ngelu\nlayernorm\nlinear 24\n"
+                 : c == 1 ? "residual {\n linear 32\n gelu\n linear 16\n}\nlayernorm\nlinear 16\ngelu\nlayernorm\nlinear 24\n"
+                          : "gelu\n");
+        assert_int_equal(bfit_spec_parse(spec, strlen(spec), "t.cfg", &g), BFIT_OK);
+        /* the value the head starts from: the add after the attention, which the first layer norm reads */
+        for (int i = 0; i < g.nnodes; i++)
+            if (g.nodes[i].cfg.kind == BFIT_L_LAYERNORM) {
+                want_in[c] = g.nodes[i].in[0];
+                break;
+            }
+        assert_int_equal(bfit_graph_gather_head(&g, 5, 0.15), c == 2 ? 0 : 1);
+        for (int i = 0; i < g.nnodes; i++)
+            if (g.nodes[i].cfg.kind == BFIT_L_GATHER)
+                at[c] = i + 1;
+        for (int i = 0; at[c] && i < g.nnodes; i++)
+            for (int k = 0; k < g.nodes[i].nin; k++)
+                if (g.nodes[i].in[k] == at[c] && readers[c] < 2)
+                    kinds[c][readers[c]++] = g.nodes[i].cfg.kind;
+        if (at[c])
+            assert_int_equal(g.nodes[at[c] - 1].in[0], want_in[c]);
+        for (int i = 0; c == 1 && i < g.nnodes; i++)
+            if (g.nodes[i].cfg.kind == BFIT_L_LINEAR && g.nodes[i].cfg.units == 32)
+                ffn = i;
+        bfit_graph_fini(&g);
+    }
+    /* the layer norm alone reads the rows; in case 1 the feed-forward (its linear 32) comes after them */
+    assert_true(at[0] && readers[0] == 1 && kinds[0][0] == BFIT_L_LAYERNORM);
+    assert_true(at[1] && readers[1] == 1 && kinds[1][0] == BFIT_L_LAYERNORM && ffn > at[1] - 1);
+    assert_int_equal(at[2], 0); /* ends in a layer norm and a GELU: no linear after the encoder's last add */
+}
+
 /* A masked LM labels a few tokens and leaves the others unscored (-2):
  * they are still real tokens, whose keys the bidirectional attention sees
  * up to the last of them; only -1 is padding. A sequence of 12 tokens, 2
@@ -663,7 +709,7 @@ int main(void)
         cmocka_unit_test(test_spec_file_is_preset),
         cmocka_unit_test(test_model_gradient),
         cmocka_unit_test(test_padded_is_unpadded),
-        cmocka_unit_test(test_unscored_tokens_are_keys),
+        cmocka_unit_test(test_unscored_tokens_are_keys), cmocka_unit_test(test_gather_placement),
         cmocka_unit_test(test_attention_dropout_recomputed),
         cmocka_unit_test(test_measured_equals_planned),
         cmocka_unit_test(test_classifier_attends_to_all),

@@ -42,9 +42,10 @@ int bfit_graph_add_n(bfit_graph_desc *g, const bfit_layer_cfg *cfg, const int *i
 void bfit_graph_pool_before_relu(bfit_node_desc *nodes, int n);
 /* A masked LM's head at its masked tokens (head.c): a gather of K rows a
  * sample (BFIT_L_GATHER; cfg.p the share p of masked tokens K was sized for)
- * inserted before the chain of token-wise nodes that ends the graph (BERT's
- * transform and decoder). 1: inserted; 0: the graph ends in no such chain
- * holding a linear, left as it was; < 0: an error. */
+ * inserted before the token-wise nodes that end the graph, all reading one
+ * value made before them (BERT's: the last layer after its attention's add,
+ * and the head). 1: inserted; 0: the graph ends in no such run holding a
+ * linear, left as it was; < 0: an error. */
 int bfit_graph_gather_head(bfit_graph_desc *g, int K, double p);
 void bfit_graph_fini(bfit_graph_desc *g);
 
