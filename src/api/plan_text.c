@@ -200,10 +200,11 @@ static void add_cats(cJSON *o, const bfit_step_plan *p)
         cJSON_AddNumberToObject(o, row_name(rows[k]), (double)p->bytes[rows[k]]);
 }
 
-int bfit_plan_json(const plan_report *r, cJSON *root)
+/* The model, the options and the storage the plan is of. */
+static void json_setup(const plan_report *r, cJSON *root)
 {
     const plan_args *a = r->a;
-    cJSON *o, *arr;
+    bfit_storage st = bfit_model_storage(r->M);
     char sh[32];
 
     cJSON_AddStringToObject(root, "model", a->model);
@@ -230,14 +231,18 @@ int bfit_plan_json(const plan_report *r, cJSON *root)
     cJSON_AddNumberToObject(root, "memory", (double)a->memory);
     cJSON_AddNumberToObject(root, "margin", a->margin);
     cJSON_AddNumberToObject(root, "budget", (double)r->pr.budget);
-    {
-        bfit_storage st = bfit_model_storage(r->M);
-        cJSON_AddStringToObject(root, "precision", bfit_dtype_name(st.precision));
-        cJSON_AddBoolToObject(root, "lean", st.lean);
-        cJSON_AddStringToObject(root, "recompute", bfit_recompute_name(a->st.recompute));
-        cJSON_AddStringToObject(root, "recompute_chosen", bfit_recompute_name(st.recompute));
-    }
+    cJSON_AddStringToObject(root, "precision", bfit_dtype_name(st.precision));
+    cJSON_AddBoolToObject(root, "lean", st.lean);
+    cJSON_AddStringToObject(root, "recompute", bfit_recompute_name(a->st.recompute));
+    cJSON_AddStringToObject(root, "recompute_chosen", bfit_recompute_name(st.recompute));
+}
 
+int bfit_plan_json(const plan_report *r, cJSON *root)
+{
+    const plan_args *a = r->a;
+    cJSON *o, *arr;
+
+    json_setup(r, root);
     o = cJSON_AddObjectToObject(root, "fixed");
     for (int k = 0; k < NFIXED; k++)
         cJSON_AddNumberToObject(o, row_name(rows[k]), (double)r->pr.p1.bytes[rows[k]]);

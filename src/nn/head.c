@@ -46,10 +46,10 @@ static int region_input(const bfit_graph_desc *g, int s)
 
 /* The first node of the head: the earliest s from which every node works
  * token by token (adds and products of such values too) and all of them
- * read one value made before s, *u: the encoder's last output, or, in a
- * post-norm encoder (BERT's), the last layer's state before its feed-
- * forward, whose residual add reads it too. -1 where no such run holds a
- * linear (nothing worth skipping). */
+ * read one value made before s, *u: the add after the last attention (in a
+ * post-norm encoder, BERT's, the last layer norms and the feed-forward, its
+ * residual add reading the normed rows twice, come after it). -1 where no
+ * such run holds a linear (nothing worth skipping). */
 static int head_start(const bfit_graph_desc *g, int *u)
 {
     int best = -1, linear = 0;

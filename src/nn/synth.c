@@ -29,14 +29,16 @@ static void random_labels(const bfit_model *M, int32_t *y, int m, double p, uint
 
 int bfit_model_random_input(bfit_model *M, int m, double p, uint64_t *seed)
 {
-    if (M->gather && !(p > 0)) /* the share its head was sized for */
-        p = M->nodes[M->gather - 1].l->cfg.p;
     int64_t n = (int64_t)m * bfit_shape_numel(M->input), nl = (int64_t)m * M->labels_per_sample;
     uint32_t V = (uint32_t)(bfit_model_vocab(M) > 0 ? bfit_model_vocab(M) : M->nclasses);
     float *x = malloc(sizeof *x * (size_t)n); /* f32 or int32: 4 bytes either way */
     int32_t *y = malloc(sizeof *y * (size_t)nl);
-    int rc = bfit_fail(BFIT_ENOMEM, "model: out of host memory for %d random samples", m);
-    if (x && y) {
+    int rc;
+    if (M->gather && !(p > 0)) /* the share its head was sized for */
+        p = M->nodes[M->gather - 1].l->cfg.p;
+    if (!x || !y)
+        rc = bfit_fail(BFIT_ENOMEM, "model: out of host memory for %d random samples", m);
+    else {
         for (int64_t i = 0; i < n; i++) {
             if (M->input_dtype == BFIT_I32)
                 ((int32_t *)x)[i] = (int32_t)(rng(seed) % V);

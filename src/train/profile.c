@@ -9,7 +9,6 @@
 #include "base/err.h"
 #include "batch/plan.h"
 #include "batch/session.h"
-#include "data/data.h"
 #include "device/device.h"
 #include "nn/model.h"
 #include "nn/zoo.h"
