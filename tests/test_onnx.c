@@ -1594,6 +1594,23 @@ static void test_unsupported_op(void **st)
     pb_free(m);
 }
 
+/* A second output (GoogLeNet's auxiliary scores in training mode) is
+ * refused, naming the outputs and the remedy. */
+static void test_two_outputs(void **st)
+{
+    static const int64_t out[2] = {-1, 4};
+    bfit_graph_desc g;
+    pbw *gr = gemm_graph(NULL), *m;
+    (void)st;
+    pmsg(gr, 12, value_info("x", out, 2));
+    m = model(gr);
+    assert_int_equal(load(m, &g, "t.onnx: the graph has 2 outputs ('logits', 'x'): batchfit trains models with one "
+                                 "output, the class scores (logits); export a module whose forward returns them "
+                                 "alone (torchvision's GoogLeNet and Inception3: aux_logits=False)"),
+                     BFIT_EINVAL);
+    pb_free(m);
+}
+
 /* x [N,4] -> Reshape(x, Cast(op(c[, e]), int64)) -> the classifier: c the
  * float initializer [0, v], e a float scalar for Pow (NULL: Sqrt); with c
  * NULL, op of the integer Shape(x) instead. It loads when op gives [0, 4]. */
@@ -2345,6 +2362,7 @@ int main(void)
         cmocka_unit_test(test_channels_last), cmocka_unit_test(test_token_scale), cmocka_unit_test(test_token_mean),
         cmocka_unit_test(test_channel_shuffle),
         cmocka_unit_test(test_unsupported_op),
+        cmocka_unit_test(test_two_outputs),
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_shared_weight),
         cmocka_unit_test(test_gelu_op),

@@ -773,11 +773,18 @@ static int take_input(onnx_lower *L)
 static int find_output(onnx_lower *L, oval **out)
 {
     const bfit_onnx_model *om = L->om;
-    char nm[128];
+    char nm[128], names[400] = "";
 
-    if (om->noutputs != 1)
-        return bfit_fail(BFIT_EINVAL, "%s: the graph has %d outputs: batchfit trains models with one output, the "
-                                      "class scores (logits)", om->source, om->noutputs);
+    if (om->noutputs != 1) {
+        for (int i = 0; i < om->noutputs && i < 4; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'%s", i ? ", " : "",
+                     bfit_onnx_cstr(om->outputs[i].name, nm, sizeof nm), i == 3 && om->noutputs > 4 ? ", ..." : "");
+        /* GoogLeNet and Inception3 in training mode return their auxiliary heads' scores beside the logits */
+        return bfit_fail(BFIT_EINVAL, "%s: the graph has %d outputs (%s): batchfit trains models with one output, "
+                                      "the class scores (logits); export a module whose forward returns them alone "
+                                      "(torchvision's GoogLeNet and Inception3: aux_logits=False)",
+                         om->source, om->noutputs, names);
+    }
     if (!(*out = bfit_onnx_val(L, om->outputs[0].name)))
         return bfit_fail(BFIT_EFORMAT, "%s: the graph's output '%s' is not defined by any node", om->source,
                          bfit_onnx_cstr(om->outputs[0].name, nm, sizeof nm));

@@ -4,7 +4,8 @@ Debian's PyTorch (opset 17, training mode, a dynamic batch) and, for each,
 what PyTorch computes on them: the oracle of tests/test_onnx_torch.c.
 
 For each NAME (the CNNs resnet18, mobilenet_v2, mobilenet_v3_small,
-efficientnet_b0 (stochastic depth off) and densenet121 at 64x64; the
+efficientnet_b0 (stochastic depth off), densenet121, googlenet (no auxiliary heads), regnet_y_400mf,
+squeezenet1_1 and mnasnet0_5 at 64x64, and inception_v3 (no auxiliary head) at 128x128; the
 transformers vit_b_16 and vit_small and act_cnn, a small CNN with SiLU, Sigmoid
 and Tanh, param_act_cnn, a small CNN with LeakyReLU, ELU, Softplus (beta 1
 and 2), SELU and CELU(0.5), prelu_cnn, a small CNN with nn.PReLU(C) and nn.PReLU() (on images, and
@@ -290,7 +291,10 @@ def from_file(model, path):
     alias = {k: a for k, v in state.items() if k not in init for a in init if a in state and state[a] is v}
     missing = [k for k in state if k not in init and k not in alias and not k.endswith("num_batches_tracked")]
     assert not missing, f"{path}: initializers missing for {missing[:5]}"
-    model.load_state_dict({k: init.get(alias.get(k, k), v) for k, v in model.state_dict().items()})
+    sd = model.state_dict()  # its _metadata too: MNASNet's loading reads its version there
+    for k, v in sd.items():
+        sd[k] = init.get(alias.get(k, k), v)
+    model.load_state_dict(sd)
 
 
 def step(model, x, y, dtype):
@@ -1660,8 +1664,11 @@ def build(name):
                 if isinstance(mod, CNBlock):
                     mod.layer_scale.uniform_(0.5, 1.5)
         return model, 32
-    if name in ("efficientnet_b0", "convnext_tiny"):  # stochastic depth off: Bernoulli does not export in training
-        return getattr(torchvision.models, name)(num_classes=CLASSES, stochastic_depth_prob=0.0), SIZE
+    if name in ("efficientnet_b0", "efficientnet_v2_s", "convnext_tiny"):  # stochastic depth off: Bernoulli does
+        return getattr(torchvision.models, name)(num_classes=CLASSES, stochastic_depth_prob=0.0), SIZE  # not export
+    if name in ("googlenet", "inception_v3"):  # one output: no auxiliary heads (their sum is the user's loss)
+        return getattr(torchvision.models, name)(num_classes=CLASSES, aux_logits=False, init_weights=True), \
+            (128 if name == "inception_v3" else SIZE)  # Inception-v3 at 128: 2x2 at its last blocks
     if name == "vit_b_16":
         return torchvision.models.vit_b_16(image_size=32, num_classes=CLASSES), 32
     if name == "vit_small":
@@ -1714,6 +1721,11 @@ def oracle(name):
     l64, g64, s64 = step(model, x, y, torch.float64)
     l32, g32, s32 = step(model, x, y, torch.float32)
     t = {"x": x, "y": y, "loss64": l64.reshape(()), "loss32": l32.double().reshape(())}
+    ps = sorted({float(mod.p if isinstance(mod, torch.nn.Dropout) else mod.dropout) for mod in model.modules()
+                 if isinstance(mod, torch.nn.Dropout) and mod.p > 0
+                 or isinstance(mod, torch.nn.MultiheadAttention) and mod.dropout > 0})
+    if ps:  # the module's dropout ratios (the file must keep them; the comparison runs without)
+        t["dropout"] = torch.tensor(ps, dtype=torch.float64)
     for n in g64:
         t["g64." + n] = g64[n]
         t["g32." + n] = g32[n]
