@@ -1092,6 +1092,65 @@ static void test_blocked_prelu_same_grads(void **st)
     }
 }
 
+/* Concatenations along the channels join the layout chains (store.c): in
+ * concat-mini (tests/fixtures/concat_mini.py: GoogLeNet's block, DenseNet's
+ * reuse, no batch norm) the concatenations of whole blocks take and give
+ * the block, the one of 8 + 24 channels only in blocks of 8, and the
+ * gradients of a step are the plain layout's bit for bit (the same copies
+ * and sums; an input read by two concatenations gets both gradients added
+ * as in nchw). f32 and bf16, the device's block and each forced. */
+static void test_blocked_concat_same_grads(void **st)
+{
+    static const char *model = "tests/fixtures/concat-mini.onnx";
+    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
+    static const int force[] = {0, 8, 16};
+    (void)st;
+    for (int i = 0; i < 2; i++) {
+        bfit_store_cfg sc = bfit_store_cfg_default();
+        bfit_step_plan plain, blocked;
+        int64_t n1, n2;
+        float *a, *b;
+        rig r;
+        rig_new(&r, model, BIG);
+        sc.precision = prec[i];
+        bfit_test_control(BFIT_TC_LAYOUT, 1);
+        a = fresh_grads(&r, &sc, 16, &plain, &n1);
+        bfit_model_unreserve(r.M);
+        for (int f = 0; f < 3; f++) {
+            int devB = bfit_device_layout_block(r.dev, prec[i]), B = devB && force[f] ? force[f] : devB;
+            int cat = 0, cats = 0, pools = 0;
+            bfit_test_control(BFIT_TC_LAYOUT, force[f]);
+            assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
+            for (int j = 0; j < r.M->n; j++) {
+                const bfit_layer *l = r.M->nodes[j].l;
+                cats += l->cfg.kind == BFIT_L_CONCAT;
+                cat += l->cfg.kind == BFIT_L_CONCAT && l->blk_in == B && l->blk_out == B;
+                pools += l->cfg.kind == BFIT_L_MAXPOOL && l->blk_in == B && l->blk_out == B;
+            }
+            assert_int_equal(cats, 4);
+            if (B == 0) {
+                no_block(model, prec[i]);
+                continue;
+            }
+            /* GoogLeNet's, DenseNet's two; the last (8 + 24) in blocks of 8 only */
+            assert_int_equal(cat, B == 8 ? 4 : 3);
+            assert_true(pools >= 1); /* the branch's 3x3/1 pool, between blocked values */
+            assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &blocked), BFIT_OK);
+            b = step_grads(&r, 16, &n2);
+            assert_int_equal(n1, n2);
+            assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
+            print_message("%s %s at 16: %d of 4 concatenations in nChw%dc; peak %llu plain, %llu blocked\n", model,
+                          bfit_dtype_name(prec[i]), cat, B, (unsigned long long)plain.peak,
+                          (unsigned long long)blocked.peak);
+            bfit_model_unreserve(r.M);
+            free(b);
+        }
+        bfit_test_control(BFIT_TC_LAYOUT, 0);
+        free(a);
+        trig_free(&r);
+    }
+}
+
 /* The cnn's relus run after their max pools (graph.c): a step's loss and
  * gradients are those of the spec's order bit for bit, the relus cover the
  * pools' outputs, and the plan is smaller. f32 and bf16, at 32. */
@@ -1149,6 +1208,7 @@ int main(void)
         cmocka_unit_test(test_blocked_prelu_same_grads),
         cmocka_unit_test(test_blocked_same_grads),
         cmocka_unit_test(test_blocked_bnorm_grads),
+        cmocka_unit_test(test_blocked_concat_same_grads),
         cmocka_unit_test(test_pool_first_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),

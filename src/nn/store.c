@@ -266,19 +266,32 @@ static int elementwise(const bfit_layer *l)
     return 0;
 }
 
+/* A concatenation of images along their channels (GoogLeNet's and
+ * Inception's branches, DenseNet's features, SqueezeNet's expands). With
+ * every input in whole blocks, a sample's input is one run of bytes in
+ * nChwBc as in nchw, and starts at the same place in the output's
+ * (channel offset c: c/B blocks of H W B values = c H W values): the same
+ * copies (cpu_concat.c's rows and columns) in either layout. */
+static int channel_concat(const bfit_layer *l)
+{
+    return l->cfg.kind == BFIT_L_CONCAT && l->cfg.axis == 0 && bfit_shape_is_image(l->out);
+}
+
 /* Layers that take a blocked input: dense and depthwise convolutions
  * (MobileNet's, EfficientNet's: oneDNN's jit_dw computes in the block),
  * activations (prelu's slopes and layer scales per channel too), max pools of such windows,
  * batch norms, global average pools (one value per channel out, the same
  * bytes in either layout), residual adds (elementwise: both inputs and the
- * output in one layout), and a squeeze-and-excitation block's channel
- * scale */
+ * output in one layout), a squeeze-and-excitation block's channel
+ * scale, and concatenations along the channels (all inputs and the output
+ * in one layout) */
 static int takes_blocked(const bfit_layer *l)
 {
     int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || dw || elementwise(l) || pool2(l) ||
            pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_ADD || global_avg(l) ||
-           l->cfg.kind == BFIT_L_SCALE || l->cfg.kind == BFIT_L_PRELU || l->cfg.kind == BFIT_L_LAYERSCALE;
+           l->cfg.kind == BFIT_L_SCALE || l->cfg.kind == BFIT_L_PRELU || l->cfg.kind == BFIT_L_LAYERSCALE ||
+           channel_concat(l);
 }
 
 /* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
@@ -299,9 +312,29 @@ static int may_block(const bfit_model *M, int v, int B)
     return 1;
 }
 
+/* A concatenation's inputs and output in one layout, or all plain; 1 if
+ * one was blocked and is no more. */
+static int unblock_concat(const bfit_model *M, uint8_t *blk, int i)
+{
+    const bfit_node *n = &M->nodes[i];
+    int same = 1, was = blk[i + 1];
+
+    for (int k = 0; k < n->l->nin; k++)
+        same &= n->in[k] >= 0 && blk[n->in[k]] == blk[i + 1];
+    if (same)
+        return 0;
+    for (int k = 0; k < n->l->nin; k++)
+        if (n->in[k] >= 0) {
+            was |= blk[n->in[k]];
+            blk[n->in[k]] = 0;
+        }
+    blk[i + 1] = 0;
+    return was;
+}
+
 /* Node i's layer cannot join its values' layouts (an activation or batch
  * norm between a blocked and a plain value, a pool from plain to blocked, an add
- * of two layouts): all of them plain then; 1 if one was blocked. */
+ * or a concatenation of two layouts): all of them plain then; 1 if one was blocked. */
 static int unblock(const bfit_model *M, uint8_t *blk, int i)
 {
     const bfit_layer *l = M->nodes[i].l;
@@ -309,6 +342,8 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
 
     if (u < 0)
         return 0;
+    if (l->cfg.kind == BFIT_L_CONCAT)
+        return unblock_concat(M, blk, i);
     if (l->cfg.kind == BFIT_L_ADD && x >= 0) {
         if (blk[u] == blk[x] && blk[x] == blk[w])
             return 0;
