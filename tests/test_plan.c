@@ -1092,13 +1092,33 @@ static void test_blocked_prelu_same_grads(void **st)
     }
 }
 
+/* The largest over M's parameters of max |a - b| / max |a| (gradients in
+ * the parameters' order, as fresh_grads gives them). */
+static double worst_rel(const bfit_model *M, const float *a, const float *b)
+{
+    double worst = 0;
+    int64_t at = 0;
+    for (int i = 0; i < M->ntrainable; i++) {
+        int64_t k = (int64_t)(bfit_param_bytes(M->trainable[i]) / sizeof(float));
+        double big = 0, diff = 0;
+        for (int64_t e = at; e < at + k; e++)
+            big = fmax(big, fabs(a[e])), diff = fmax(diff, fabs((double)a[e] - b[e]));
+        worst = fmax(worst, diff / fmax(big, 1e-30));
+        at += k;
+    }
+    return worst;
+}
+
 /* Concatenations along the channels join the layout chains (store.c): in
- * concat-mini (tests/fixtures/concat_mini.py: GoogLeNet's block, DenseNet's
- * reuse, no batch norm) the concatenations of whole blocks take and give
- * the block, the one of 8 + 24 channels only in blocks of 8, and the
- * gradients of a step are the plain layout's bit for bit (the same copies
- * and sums; an input read by two concatenations gets both gradients added
- * as in nchw). f32 and bf16, the device's block and each forced. */
+ * concat-mini (tests/fixtures/concat_mini.py: GoogLeNet's block with
+ * Inception's average pool branch, DenseNet's reuse and transition, no
+ * batch norm) the concatenations of whole blocks take and give the block,
+ * the one of 8 + 24 channels only in blocks of 8, the average pools too
+ * (in f32: oneDNN's on nChw8c/16c), and the gradients of a step are the
+ * plain layout's bit for bit (the same copies and sums; an input read by two
+ * concatenations gets both gradients added as in nchw), or within 1e-6
+ * where an average pool is blocked. f32 and bf16, the device's block and
+ * each forced. */
 static void test_blocked_concat_same_grads(void **st)
 {
     static const char *model = "tests/fixtures/concat-mini.onnx";
@@ -1118,14 +1138,16 @@ static void test_blocked_concat_same_grads(void **st)
         bfit_model_unreserve(r.M);
         for (int f = 0; f < 3; f++) {
             int devB = bfit_device_layout_block(r.dev, prec[i]), B = devB && force[f] ? force[f] : devB;
-            int cat = 0, cats = 0, pools = 0;
+            int cat = 0, cats = 0, maxp = 0, avgp = 0;
+            double worst;
             bfit_test_control(BFIT_TC_LAYOUT, force[f]);
             assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
             for (int j = 0; j < r.M->n; j++) {
                 const bfit_layer *l = r.M->nodes[j].l;
                 cats += l->cfg.kind == BFIT_L_CONCAT;
                 cat += l->cfg.kind == BFIT_L_CONCAT && l->blk_in == B && l->blk_out == B;
-                pools += l->cfg.kind == BFIT_L_MAXPOOL && l->blk_in == B && l->blk_out == B;
+                maxp += l->cfg.kind == BFIT_L_MAXPOOL && l->blk_in == B && l->blk_out == B;
+                avgp += l->cfg.kind == BFIT_L_AVGPOOL && l->blk_in == B && l->blk_out == B;
             }
             assert_int_equal(cats, 4);
             if (B == 0) {
@@ -1134,14 +1156,23 @@ static void test_blocked_concat_same_grads(void **st)
             }
             /* GoogLeNet's, DenseNet's two; the last (8 + 24) in blocks of 8 only */
             assert_int_equal(cat, B == 8 ? 4 : 3);
-            assert_true(pools >= 1); /* the branch's 3x3/1 pool, between blocked values */
+            /* f32: the branch's 3x3/1 pools and the transition's; bf16's average pools are nchw (oneDNN's
+             * computed in f32, cpu_bf16.c), so is their input, the stem's output, and its max pool then */
+            assert_true(maxp >= (prec[i] == BFIT_F32));
+            assert_int_equal(avgp, prec[i] == BFIT_F32 ? 2 : 0);
             assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &blocked), BFIT_OK);
             b = step_grads(&r, 16, &n2);
             assert_int_equal(n1, n2);
-            assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
-            print_message("%s %s at 16: %d of 4 concatenations in nChw%dc; peak %llu plain, %llu blocked\n", model,
-                          bfit_dtype_name(prec[i]), cat, B, (unsigned long long)plain.peak,
-                          (unsigned long long)blocked.peak);
+            worst = worst_rel(r.M, a, b);
+            print_message("%s %s at 16: %d of 4 concatenations in nChw%dc; peak %llu plain, %llu blocked; "
+                          "gradients within %.3g of the plain layout's\n", model, bfit_dtype_name(prec[i]), cat, B,
+                          (unsigned long long)plain.peak, (unsigned long long)blocked.peak, worst);
+            /* bit for bit, but where oneDNN's average pools run blocked: its kernels for the two layouts
+             * may add a window in other orders (seen: 1.06e-7 in nChw8c, 0 in nChw16c) */
+            if (avgp)
+                assert_true(worst <= 1e-6);
+            else
+                assert_true(worst == 0);
             bfit_model_unreserve(r.M);
             free(b);
         }

@@ -1,5 +1,5 @@
-/* cpu_pool.c - 2-d average pooling on oneDNN, forward and backward, plain
- * nchw layout; max pools are our own (2x2 of stride 2: cpu_maxpool.c;
+/* cpu_pool.c - 2-d average pooling on oneDNN, forward and backward, in
+ * nchw or (f32, a layout chain's) nChw8c/16c; max pools are our own (2x2 of stride 2: cpu_maxpool.c;
  * others: cpu_maxpool_k.c), but for windows of over 255 positions, and so
  * are global average pools (cpu_avgpool_g.c).
  *
@@ -128,7 +128,12 @@ static int make_prims(cpu_op *op, int base, int64_t n, size_t *ws, size_t *saved
     size_t hint_ws = 0;
     int rc;
 
-    if ((rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype)) != BFIT_OK || (rc = bfit_cpu_md_dt(&dst, 4, dd, d->dtype)))
+    if (d->u.pool.blk_src) /* an f32 average pool in a layout chain (init checked it) */
+        rc = bfit_cpu_md_blocked(&src, sd, d->dtype, d->u.pool.blk_src);
+    else
+        rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype);
+    if (rc != BFIT_OK || (rc = d->u.pool.blk_dst ? bfit_cpu_md_blocked(&dst, dd, d->dtype, d->u.pool.blk_dst)
+                                                 : bfit_cpu_md_dt(&dst, 4, dd, d->dtype)) != BFIT_OK)
         return rc;
     /* pad_r is at least pad: oneDNN checks the output size with a floor
      * division over the padding both sides */
@@ -164,10 +169,13 @@ int bfit_cpu_pool_init(cpu_op *op)
     if ((rc = bfit_cpu_maxpool2_init(op, &own)) != BFIT_OK || own || (rc = bfit_cpu_maxpool_k_init(op, &own)) != BFIT_OK ||
         own || (rc = bfit_cpu_avgpool_g_init(op, &own)) != BFIT_OK || own)
         return rc;
-    if (d->u.pool.blk_src || d->u.pool.blk_dst) /* none of ours took it; oneDNN's pools here take nchw */
+    /* none of ours took it: oneDNN's take a block for f32 average pools, computed natively */
+    if ((d->u.pool.blk_src || d->u.pool.blk_dst) &&
+        (d->u.pool.max || d->dtype != BFIT_F32 || d->u.pool.blk_src != d->u.pool.blk_dst ||
+         d->u.pool.c % d->u.pool.blk_src || chunk_of(op) != n))
         return bfit_fail(BFIT_EINVAL, "cpu pool: nChw8c/16c only for 2x2/2 unpadded max pools of f32 or bf16, "
-                                      "other max pools of f32 (in and out in one block) and global average "
-                                      "pools of f32");
+                                      "other max pools of f32 (in and out in one block) and average pools of "
+                                      "f32 (in and out in one block of whole blocks)");
     op->ws = 0;
     op->run = run;
     c = chunk_of(op);

@@ -253,6 +253,14 @@ static int global_avg(const bfit_layer *l)
                                     c->ph == 0 && c->pw == 0 && l->out.h == 1 && l->out.w == 1);
 }
 
+/* Another average pool of f32 (DenseNet's transitions' 2x2/2, Inception's
+ * branches' 3x3/1): oneDNN's pooling takes nChw8c/16c itself
+ * (cpu_pool.c), its input and output in one layout */
+static int avg_blk(const bfit_layer *l)
+{
+    return l->cfg.kind == BFIT_L_AVGPOOL && !global_avg(l) && l->dtype == BFIT_F32;
+}
+
 /* An activation of one input: element by element, any layout */
 static int elementwise(const bfit_layer *l)
 {
@@ -283,15 +291,15 @@ static int channel_concat(const bfit_layer *l)
  * batch norms, global average pools (one value per channel out, the same
  * bytes in either layout), residual adds (elementwise: both inputs and the
  * output in one layout), a squeeze-and-excitation block's channel
- * scale, and concatenations along the channels (all inputs and the output
- * in one layout) */
+ * scale, f32 average pools, and concatenations along the channels (all
+ * inputs and the output in one layout) */
 static int takes_blocked(const bfit_layer *l)
 {
     int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
     return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || dw || elementwise(l) || pool2(l) ||
            pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_ADD || global_avg(l) ||
            l->cfg.kind == BFIT_L_SCALE || l->cfg.kind == BFIT_L_PRELU || l->cfg.kind == BFIT_L_LAYERSCALE ||
-           channel_concat(l);
+           channel_concat(l) || avg_blk(l);
 }
 
 /* Value v (v >= 1) may be blocked: channels in whole blocks of B, made by
@@ -351,7 +359,7 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
         blk[u] = blk[x] = blk[w] = 0;
         return was;
     }
-    if (((elementwise(l) || pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_SCALE ||
+    if (((elementwise(l) || pool_k(l) || avg_blk(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_SCALE ||
           l->cfg.kind == BFIT_L_PRELU || l->cfg.kind == BFIT_L_LAYERSCALE) &&
          blk[u] != blk[w]) ||
         (pool2(l) && blk[w] && !blk[u])) {
