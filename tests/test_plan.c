@@ -1041,57 +1041,6 @@ static void test_blocked_bnorm_grads(void **st)
     blocked_grads("tests/fixtures/se-mini.onnx", BFIT_BF16, 2, 0, 1, 2);
 }
 
-/* prelu joins the layout chains (store.c): in prelu-mini (no batch norm)
- * its per-channel and one-slope layers after the first two convolutions
- * take and give the device's block (or a forced one), and the gradients
- * of a step are the plain layout's bit for bit: the slopes' sums go row by
- * row in one order in either layout (cpu_prelu.c). f32 and bf16. */
-static void test_blocked_prelu_same_grads(void **st)
-{
-    static const char *model = "tests/fixtures/prelu-mini.cfg";
-    static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
-    static const int force[] = {0, 8, 16};
-    (void)st;
-    for (int i = 0; i < 2; i++) {
-        bfit_store_cfg sc = bfit_store_cfg_default();
-        bfit_step_plan plain, blocked;
-        int64_t n1, n2;
-        float *a, *b;
-        rig r;
-        rig_new(&r, model, BIG);
-        sc.precision = prec[i];
-        bfit_test_control(BFIT_TC_LAYOUT, 1);
-        a = fresh_grads(&r, &sc, 16, &plain, &n1);
-        bfit_model_unreserve(r.M);
-        for (int f = 0; f < 3; f++) {
-            int devB = bfit_device_layout_block(r.dev, prec[i]), B = devB && force[f] ? force[f] : devB, n = 0;
-            bfit_test_control(BFIT_TC_LAYOUT, force[f]);
-            assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-            for (int j = 0; j < r.M->n; j++) {
-                const bfit_layer *l = r.M->nodes[j].l;
-                n += l->cfg.kind == BFIT_L_PRELU && l->blk_in == B && l->blk_out == B;
-            }
-            if (B == 0) {
-                no_block(model, prec[i]);
-                continue;
-            }
-            assert_int_equal(n, 2);
-            assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &blocked), BFIT_OK);
-            b = step_grads(&r, 16, &n2);
-            assert_int_equal(n1, n2);
-            assert_memory_equal(a, b, (size_t)n1 * sizeof *a);
-            print_message("%s %s at 16: %d prelus in nChw%dc; peak %llu plain, %llu blocked\n", model,
-                          bfit_dtype_name(prec[i]), n, B, (unsigned long long)plain.peak,
-                          (unsigned long long)blocked.peak);
-            bfit_model_unreserve(r.M);
-            free(b);
-        }
-        bfit_test_control(BFIT_TC_LAYOUT, 0);
-        free(a);
-        trig_free(&r);
-    }
-}
-
 /* The largest over M's parameters of max |a - b| / max |a| (gradients in
  * the parameters' order, as fresh_grads gives them). */
 static double worst_rel(const bfit_model *M, const float *a, const float *b)
@@ -1101,30 +1050,29 @@ static double worst_rel(const bfit_model *M, const float *a, const float *b)
     for (int i = 0; i < M->ntrainable; i++) {
         int64_t k = (int64_t)(bfit_param_bytes(M->trainable[i]) / sizeof(float));
         double big = 0, diff = 0;
-        for (int64_t e = at; e < at + k; e++)
-            big = fmax(big, fabs(a[e])), diff = fmax(diff, fabs((double)a[e] - b[e]));
+        for (int64_t e = at; e < at + k; e++) {
+            double d = fabs((double)a[e] - b[e]);
+            big = fmax(big, fabs(a[e]));
+            diff = fmax(diff, isnan(d) ? INFINITY : d); /* fmax would pass a NaN over */
+        }
         worst = fmax(worst, diff / fmax(big, 1e-30));
         at += k;
     }
     return worst;
 }
 
-/* Concatenations along the channels join the layout chains (store.c): in
- * concat-mini (tests/fixtures/concat_mini.py: GoogLeNet's block with
- * Inception's average pool branch, DenseNet's reuse and transition, no
- * batch norm) the concatenations of whole blocks take and give the block,
- * the one of 8 + 24 channels only in blocks of 8, the average pools too
- * (in f32: oneDNN's on nChw8c/16c), and the gradients of a step are the
- * plain layout's bit for bit (the same copies and sums; an input read by two
- * concatenations gets both gradients added as in nchw), or within 1e-6
- * where an average pool is blocked. f32 and bf16, the device's block and
- * each forced. */
-static void test_blocked_concat_same_grads(void **st)
+/* Checks a blocked configuration of block B (layers marked as the test
+ * expects) and returns the largest relative difference from the plain
+ * layout's gradients it allows. */
+typedef double (*blk_check)(const bfit_model *M, int B, bfit_dtype prec);
+
+/* model at 16, f32 and bf16: the plain layout's gradients, then for the
+ * device's block and each forced one, check()'s marks and a step's
+ * gradients within what check() allows. */
+static void blocked_runs(const char *model, blk_check check)
 {
-    static const char *model = "tests/fixtures/concat-mini.onnx";
     static const bfit_dtype prec[] = {BFIT_F32, BFIT_BF16};
     static const int force[] = {0, 8, 16};
-    (void)st;
     for (int i = 0; i < 2; i++) {
         bfit_store_cfg sc = bfit_store_cfg_default();
         bfit_step_plan plain, blocked;
@@ -1138,41 +1086,24 @@ static void test_blocked_concat_same_grads(void **st)
         bfit_model_unreserve(r.M);
         for (int f = 0; f < 3; f++) {
             int devB = bfit_device_layout_block(r.dev, prec[i]), B = devB && force[f] ? force[f] : devB;
-            int cat = 0, cats = 0, maxp = 0, avgp = 0;
-            double worst;
+            double tol, worst;
             bfit_test_control(BFIT_TC_LAYOUT, force[f]);
             assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
-            for (int j = 0; j < r.M->n; j++) {
-                const bfit_layer *l = r.M->nodes[j].l;
-                cats += l->cfg.kind == BFIT_L_CONCAT;
-                cat += l->cfg.kind == BFIT_L_CONCAT && l->blk_in == B && l->blk_out == B;
-                maxp += l->cfg.kind == BFIT_L_MAXPOOL && l->blk_in == B && l->blk_out == B;
-                avgp += l->cfg.kind == BFIT_L_AVGPOOL && l->blk_in == B && l->blk_out == B;
-            }
-            assert_int_equal(cats, 4);
             if (B == 0) {
                 no_block(model, prec[i]);
                 continue;
             }
-            /* GoogLeNet's, DenseNet's two; the last (8 + 24) in blocks of 8 only */
-            assert_int_equal(cat, B == 8 ? 4 : 3);
-            /* f32: the branch's 3x3/1 pools and the transition's; bf16's average pools are nchw (oneDNN's
-             * computed in f32, cpu_bf16.c), so is their input, the stem's output, and its max pool then */
-            assert_true(maxp >= (prec[i] == BFIT_F32));
-            assert_int_equal(avgp, prec[i] == BFIT_F32 ? 2 : 0);
+            tol = check(r.M, B, prec[i]);
             assert_int_equal(bfit_plan_compute(r.M, NULL, 16, 1, &blocked), BFIT_OK);
             b = step_grads(&r, 16, &n2);
             assert_int_equal(n1, n2);
             worst = worst_rel(r.M, a, b);
-            print_message("%s %s at 16: %d of 4 concatenations in nChw%dc; peak %llu plain, %llu blocked; "
-                          "gradients within %.3g of the plain layout's\n", model, bfit_dtype_name(prec[i]), cat, B,
-                          (unsigned long long)plain.peak, (unsigned long long)blocked.peak, worst);
-            /* bit for bit, but where oneDNN's average pools run blocked: its kernels for the two layouts
-             * may add a window in other orders (seen: 1.06e-7 in nChw8c, 0 in nChw16c) */
-            if (avgp)
-                assert_true(worst <= 1e-6);
-            else
-                assert_true(worst == 0);
+            print_message("%s %s at 16 in nChw%dc: peak %llu plain, %llu blocked; gradients within %.3g of the "
+                          "plain layout's (allowed %.3g)\n", model, bfit_dtype_name(prec[i]), B,
+                          (unsigned long long)plain.peak, (unsigned long long)blocked.peak, worst, tol);
+            if (tol == 0)
+                assert_memory_equal(a, b, (size_t)n1 * sizeof *a); /* the bits, signed zeros too */
+            assert_true(worst <= tol);
             bfit_model_unreserve(r.M);
             free(b);
         }
@@ -1180,6 +1111,71 @@ static void test_blocked_concat_same_grads(void **st)
         free(a);
         trig_free(&r);
     }
+}
+
+/* prelu-mini: its per-channel and one-slope layers after the first two
+ * convolutions take and give the block; bit for bit. */
+static double prelu_marks(const bfit_model *M, int B, bfit_dtype prec)
+{
+    int n = 0;
+    (void)prec;
+    for (int j = 0; j < M->n; j++) {
+        const bfit_layer *l = M->nodes[j].l;
+        n += l->cfg.kind == BFIT_L_PRELU && l->blk_in == B && l->blk_out == B;
+    }
+    assert_int_equal(n, 2);
+    return 0;
+}
+
+/* prelu joins the layout chains (store.c): in prelu-mini (no batch norm)
+ * its per-channel and one-slope layers after the first two convolutions
+ * take and give the device's block (or a forced one), and the gradients
+ * of a step are the plain layout's bit for bit: the slopes' sums go row by
+ * row in one order in either layout (cpu_prelu.c). f32 and bf16. */
+static void test_blocked_prelu_same_grads(void **st)
+{
+    (void)st;
+    blocked_runs("tests/fixtures/prelu-mini.cfg", prelu_marks);
+}
+
+/* concat-mini: the concatenations of whole blocks take and give the block,
+ * the one of 8 + 24 channels only in blocks of 8; in f32 the max pools and
+ * the average pools too. Bit for bit, but where oneDNN's average pools run
+ * blocked: its kernels for the two layouts may add a window in other orders
+ * (seen: 1.06e-7 in nChw8c, 0 in nChw16c). */
+static double concat_marks(const bfit_model *M, int B, bfit_dtype prec)
+{
+    int cat = 0, cats = 0, maxp = 0, avgp = 0;
+    for (int j = 0; j < M->n; j++) {
+        const bfit_layer *l = M->nodes[j].l;
+        int in_blk = l->blk_in == B && l->blk_out == B;
+        cats += l->cfg.kind == BFIT_L_CONCAT;
+        cat += l->cfg.kind == BFIT_L_CONCAT && in_blk;
+        maxp += l->cfg.kind == BFIT_L_MAXPOOL && in_blk;
+        avgp += l->cfg.kind == BFIT_L_AVGPOOL && in_blk;
+    }
+    assert_int_equal(cats, 4);
+    /* GoogLeNet's, DenseNet's two; the last (8 + 24) in blocks of 8 only */
+    assert_int_equal(cat, B == 8 ? 4 : 3);
+    /* f32: the branch's 3x3/1 pools and the transition's; bf16's average pools are nchw (oneDNN's
+     * computed in f32, cpu_bf16.c), so is their input, the stem's output, and its max pool then */
+    assert_true(maxp >= (prec == BFIT_F32));
+    assert_int_equal(avgp, prec == BFIT_F32 ? 2 : 0);
+    print_message("concat-mini %s: %d of 4 concatenations in nChw%dc\n", bfit_dtype_name(prec), cat, B);
+    return avgp ? 1e-6 : 0;
+}
+
+/* Concatenations along the channels join the layout chains (store.c): in
+ * concat-mini (tests/fixtures/concat_mini.py: GoogLeNet's block with
+ * Inception's average pool branch, DenseNet's reuse and transition, no
+ * batch norm) the gradients of a step are the plain layout's bit for bit
+ * (the same copies and sums; an input read by two concatenations gets both
+ * gradients added as in nchw), or within 1e-6 where an average pool is
+ * blocked. f32 and bf16, the device's block and each forced. */
+static void test_blocked_concat_same_grads(void **st)
+{
+    (void)st;
+    blocked_runs("tests/fixtures/concat-mini.onnx", concat_marks);
 }
 
 /* The cnn's relus run after their max pools (graph.c): a step's loss and
