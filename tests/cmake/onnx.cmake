@@ -10,7 +10,7 @@ target_link_libraries(onnx_torch PRIVATE bfit_testhelp)
 
 foreach(name resnet18 mobilenet_v2 densenet121 resnet50_224 vit_small vit_b_16 act_cnn mobilenet_v3_small
              efficientnet_b0 pad_cnn pad_cnn_op9 param_act_cnn ceil_cnn prelu_cnn convnext_mini
-             shufflenet_v2_x0_5 layerscale_mini mhsa_mini googlenet regnet_y_400mf squeezenet1_1 mnasnet0_5
+             shufflenet_v2_x0_5 layerscale_mini mhsa_mini regnet_y_400mf squeezenet1_1 mnasnet0_5
              gn_cnn gpt_mini tgpt_mini gpt_bench gpt_long gpt_nobias llama_mini tut_mini tut_halves tut_learned
              hfgpt2_mini tut_seqfirst hfgpt2_mask distilbert_mini tgpt_kpm tenc_kpm hfbert_mini llama_mask
              distilbert_cls hfbert_cls meanpool_cls hfbert_cls_inputs hfgpt2_pos llama_pos gpt2_cls meanpool_mask roberta_cls shared_mlp llama_cls llama_442 gemma_mini gemma_wide qwen2_mini hfbert_tok)
@@ -44,5 +44,6 @@ endif()
 find_program(BFIT_BASH bash REQUIRED)
 add_test(NAME cli_onnx
          COMMAND ${BFIT_BASH} ${PROJECT_SOURCE_DIR}/tests/cli/onnx.sh $<TARGET_FILE:batchfit_cli> ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_onnx PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 120
+# 50 s under the sanitizers and checking mode on a quiet machine, 120 on a loaded one (2026-12-06)
+set_tests_properties(cli_onnx PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" TIMEOUT 300
                      PASS_REGULAR_EXPRESSION "all ONNX CLI checks passed")
