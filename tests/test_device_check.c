@@ -60,11 +60,15 @@ static void *dalloc(bfit_arena *a, size_t n)
 typedef struct reader {
     bfit_device *dev;
     bfit_arena *arena;
-    void *p; /* NULL: the child allocates and uploads itself */
+    void *p;      /* NULL: the child allocates and uploads itself */
+    int spans;    /* the child runs this many spans of key first (device.h) */
+    int inside;   /* and reads inside the last of them, not after it */
+    uint64_t key;
 } reader;
 
-/* The child: (allocate and upload 1.5f, then) read the first float on the
- * host. Exits 0 when it read 1.5f, 2 when another value, 3 on an error. */
+/* The child: (allocate and upload 1.5f, run spans, then) read the first
+ * float on the host. Exits 0 when it read 1.5f, 2 when another value, 3 on
+ * an error. */
 static void child_read(const reader *r)
 {
     void *p = r->p;
@@ -72,6 +76,13 @@ static void child_read(const reader *r)
     if (!p && (bfit_arena_alloc(r->arena, 256, BFIT_MEM_OTHER, &p) != BFIT_OK ||
                bfit_device_upload(r->dev, p, &v, sizeof v) != BFIT_OK))
         _exit(3);
+    for (int i = 1; i <= r->spans; i++) {
+        if (bfit_device_span_begin(r->dev, r->key) != BFIT_OK)
+            _exit(3);
+        if (i == r->spans && r->inside)
+            break;
+        bfit_device_span_end(r->dev);
+    }
     v = *(volatile const float *)p;
     _exit(v == 1.5f ? 0 : 2);
 }
@@ -111,7 +122,7 @@ static void test_host_read_crashes(void **st)
 {
     bfit_arena *a;
     bfit_device *d = open_dev(1, 0, &a);
-    reader r = {d, a, NULL};
+    reader r = {d, a, NULL, 0, 0, 0};
     bfit_device_info info;
     float v = 1.5f, back = 0;
     (void)st;
@@ -147,7 +158,7 @@ static void test_host_read_works_unchecked(void **st)
 {
     bfit_arena *a;
     bfit_device *d = open_dev(0, 0, &a);
-    reader r = {d, a, NULL};
+    reader r = {d, a, NULL, 0, 0, 0};
     int status;
     (void)st;
     status = read_in_child(&r);
@@ -186,7 +197,7 @@ static void test_host_pointer_refused(void **st)
     bfit_device *d = open_dev(1, 0, &a);
     float *host = aligned_alloc(64, 64 * sizeof(float)), back[16];
     float *x = dalloc(a, 64 * sizeof(float)), *y = dalloc(a, 64 * sizeof(float));
-    reader r = {d, a, x};
+    reader r = {d, a, x, 0, 0, 0};
     (void)st;
     for (int i = 0; i < 64; i++)
         host[i] = (float)i;
@@ -210,6 +221,77 @@ static void test_host_pointer_refused(void **st)
         assert_true(back[i] == (float)(16 + i) + (float)(32 + i));
     free(host);
     close_dev(d, a);
+}
+
+/* ---- (b2) spans: checked call by call at first, then open ------------------ */
+
+static void assert_read_ok(int status)
+{
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("the host read inside an open span did not read the value: %s %d",
+                 WIFSIGNALED(status) ? "signal" : "exit code",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+/* A span (a model's forward, its backward, an optimizer step) keeps every
+ * block closed between its calls its first two runs per key, so a host
+ * access in it crashes there; from the third it runs with every block open,
+ * still refusing a host pointer as a device argument; after it, the blocks
+ * are closed again, a block the arena took during it too. Checking mode 2
+ * checks every run. */
+static void test_span_checked_then_open(void **st)
+{
+    bfit_arena *a;
+    bfit_device *d = open_dev(1, 0, &a), *plain;
+    float v = 1.5f, back = 0, host[4] = {0};
+    reader r = {d, a, dalloc(a, 256), 0, 1, 7};
+    char *big;
+    (void)st;
+    assert_int_equal(bfit_device_upload(d, r.p, &v, sizeof v), BFIT_OK);
+    r.spans = 1;
+    assert_segv(read_in_child(&r));
+    r.spans = 2;
+    assert_segv(read_in_child(&r));
+    r.spans = 3;
+    assert_read_ok(read_in_child(&r));
+    r.inside = 0; /* after the third span's end */
+    assert_segv(read_in_child(&r));
+    /* here: two checked runs of key 7, then an open one */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(bfit_device_span_begin(d, 7), BFIT_OK);
+        bfit_device_span_end(d);
+    }
+    assert_int_equal(bfit_device_span_begin(d, 7), BFIT_OK);
+    assert_refused(bfit_device_copy(d, r.p, host, sizeof host), "source is not device memory");
+    assert_refused(bfit_device_upload(d, r.p, r.p, sizeof v), "upload: the host buffer is device memory");
+    /* a block taken inside the open span (bigger than the first's room) is open to its calls */
+    big = dalloc(a, 4u << 20);
+    assert_int_equal(bfit_device_upload(d, big + (4u << 20) - sizeof v, &v, sizeof v), BFIT_OK);
+    assert_int_equal(bfit_device_download(d, &back, big + (4u << 20) - sizeof v, sizeof back), BFIT_OK);
+    assert_true(back == 1.5f);
+    bfit_device_span_end(d);
+    r.inside = 1;
+    r.spans = 1; /* key 7's fourth run: open */
+    assert_read_ok(read_in_child(&r));
+    r.key = 8; /* another key's first: checked */
+    assert_segv(read_in_child(&r));
+    r.p = big + (4u << 20) - sizeof v;
+    r.spans = 0;
+    assert_segv(read_in_child(&r));
+    close_dev(d, a);
+    /* check 2 (BFIT_DEVICE_CHECK=2) checks every run of a span */
+    d = open_dev(2, 0, &a);
+    r = (reader){d, a, dalloc(a, 256), 5, 1, 7};
+    assert_int_equal(bfit_device_upload(d, r.p, &v, sizeof v), BFIT_OK);
+    assert_segv(read_in_child(&r));
+    close_dev(d, a);
+    /* outside the checking mode a span does nothing */
+    plain = open_dev(0, 0, &a);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(bfit_device_span_begin(plain, 7), BFIT_OK);
+        bfit_device_span_end(plain);
+    }
+    close_dev(plain, a);
 }
 
 /* ---- (c) a device pointer is not a host buffer ---------------------------- */
@@ -600,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_host_read_crashes),
         cmocka_unit_test(test_host_read_works_unchecked),
         cmocka_unit_test(test_host_pointer_refused),
+        cmocka_unit_test(test_span_checked_then_open),
         cmocka_unit_test(test_transfer_host_side_refused),
         cmocka_unit_test(test_check_from_env),
         cmocka_unit_test(test_threads_restored),

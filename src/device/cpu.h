@@ -12,6 +12,7 @@
 #include "device/device.h"
 
 #define CPU_MAXOPEN (BFIT_OP_MAXCAT + 8) /* distinct blocks one device call may touch: a concatenation's inputs and more */
+#define CPU_SPANS 16 /* span keys the checking mode counts (a model's forward and backward at a few shapes) */
 
 /* oneDNN 3 names a pointer to a constant memory descriptor this way; 2.6
  * passes descriptors by pointer to a struct. The alias keeps our code in
@@ -32,7 +33,7 @@ typedef struct cpu_device {
     int threads;          /* > 0: set around each device call */
     int saved_threads;    /* the caller's, restored on leaving */
     int depth;            /* device calls in progress (a call may make another) */
-    int check;            /* opaque-memory checking mode */
+    int check;            /* opaque-memory checking mode: 1, 2 with every span's calls checked */
     int bf16_f32;         /* oneDNN has no bf16 kernels for this CPU: bf16 primitives compute in f32
                              between f32 copies of their arguments (cpu_bf16.c) */
     bfit_host_alloc host; /* where blocks come from outside the checking mode */
@@ -40,6 +41,10 @@ typedef struct cpu_device {
     int nblocks, cap_blocks;
     int open[CPU_MAXOPEN]; /* blocks opened by the call in progress */
     int nopen;
+    uint64_t span_key[CPU_SPANS]; /* checking mode: the spans seen (bfit_device_span_begin) */
+    int span_seen[CPU_SPANS];     /* how many times each began */
+    int span_next;                /* the entry a new key takes */
+    int span_all;                 /* a span has every block open */
     char detail[96];
     double mon_cpu, mon_wall; /* process CPU seconds and the clock at the last sample (cpu_sample) */
     /* --threads auto's packing (cpu_pin.c): the team's threads on fewer CPUs */
@@ -152,6 +157,9 @@ int bfit_cpu_exec(cpu_op *op, int p, const cpu_arg *args, int nargs, void *scrat
  * memory; what names it says which argument, for the message. */
 int bfit_cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *names, int n, const char *what);
 void bfit_cpu_leave(cpu_device *d);
+/* The table's spans (device.h bfit_device_span_begin). */
+int bfit_cpu_span_begin(bfit_device *d, uint64_t key);
+void bfit_cpu_span_end(bfit_device *d);
 
 /* cpu_mem.c: the block source, transfers and memory query of the table */
 void bfit_cpu_blocks_init(cpu_device *d);

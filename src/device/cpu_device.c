@@ -389,7 +389,7 @@ static void cpu_info(const bfit_device *base, bfit_device_info *out)
     out->detail = d->detail;
     out->threads = t;
     out->cpus = bfit_cpu_allowed(d);
-    out->check = d->check;
+    out->check = d->check != 0;
     out->shared = 0;   /* host RAM: MemAvailable moves with the page cache; not followed */
     out->limited = bfit_as_room(&limit, &room); /* the host buffers, the data and oneDNN share the limit */
     out->overhead = 0;
@@ -505,13 +505,17 @@ static const bfit_device_vt cpu_vt = {
     .sample = cpu_sample,
     .set_threads = cpu_set_threads,
     .layout_block = cpu_layout_block,
+    .span_begin = bfit_cpu_span_begin,
+    .span_end = bfit_cpu_span_end,
 };
 
 
+/* BFIT_DEVICE_CHECK: 0 or unset off, 2 every call of every span checked
+ * (cpu_mem.c), anything else on */
 static int check_from_env(void)
 {
     const char *e = getenv("BFIT_DEVICE_CHECK");
-    return e && *e && strcmp(e, "0") != 0;
+    return !e || !*e || !strcmp(e, "0") ? 0 : !strcmp(e, "2") ? 2 : 1;
 }
 
 int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
@@ -531,7 +535,7 @@ int bfit_device_cpu_new(const bfit_device_cfg *cfg, bfit_device **out)
         return bfit_fail(BFIT_ENOMEM, "cpu: cannot allocate the device");
     d->base.vt = &cpu_vt;
     d->threads = c.threads;
-    d->check = c.check < 0 ? check_from_env() : c.check != 0;
+    d->check = c.check < 0 ? check_from_env() : c.check >= 2 ? 2 : c.check != 0;
     if (c.host)
         d->host = *c.host;
     bfit_cpu_blocks_init(d);

@@ -71,6 +71,8 @@ int bfit_cpu_enter(cpu_device *d, const void *const *ptrs, const char *const *na
             return bfit_fail(BFIT_EINVAL, "cpu (checking mode): %s: %s is not device memory (a host pointer "
                                           "passed where the device's is needed)", what, names[i]);
         }
+        if (d->span_all)
+            continue; /* a span opened every block (bfit_cpu_span_begin) */
         for (int k = 0; k < d->nopen; k++)
             seen |= d->open[k] == b;
         if (seen)
@@ -93,6 +95,62 @@ void bfit_cpu_leave(cpu_device *d)
     d->nopen = 0;
     if (d->threads > 0)
         omp_set_num_threads(d->saved_threads);
+}
+
+/* ---- spans ----------------------------------------------------------------- */
+
+/* A span's calls are checked one by one this many times per key: its first
+ * run, and one more for what a first run may set up and the next skip. A
+ * host access in a span comes from code every run of it runs (the key
+ * changes with what its branches depend on: exec.c); after these, the span
+ * runs with every block open, as one call. cli_onnx under the sanitizers
+ * spent half its time toggling protection, 38 us a toggle here. */
+#define SPAN_CHECKED 2
+
+static void protect_all(cpu_device *d, int prot)
+{
+    for (int b = 0; b < d->nblocks; b++)
+        protect(&d->blocks[b], prot);
+}
+
+int bfit_cpu_span_begin(bfit_device *base, uint64_t key)
+{
+    cpu_device *d = (cpu_device *)base;
+    int k, rc;
+
+    if (d->check != 1 || d->depth > 0 || d->span_all)
+        return BFIT_OK; /* not checking, checking every call (2), or inside a call or a span */
+    for (k = 0; k < CPU_SPANS && !(d->span_seen[k] > 0 && d->span_key[k] == key); k++)
+        ;
+    if (k == CPU_SPANS) {
+        k = d->span_next;
+        d->span_next = (k + 1) % CPU_SPANS;
+        d->span_key[k] = key;
+        d->span_seen[k] = 0;
+    }
+    if (++d->span_seen[k] <= SPAN_CHECKED)
+        return BFIT_OK;
+    if ((rc = bfit_cpu_enter(d, NULL, NULL, 0, "span")) != BFIT_OK)
+        return rc;
+    for (int b = 0; b < d->nblocks; b++)
+        if (protect(&d->blocks[b], PROT_READ | PROT_WRITE) != BFIT_OK) {
+            protect_all(d, PROT_NONE);
+            bfit_cpu_leave(d);
+            return BFIT_EDEVICE;
+        }
+    d->span_all = 1;
+    return BFIT_OK;
+}
+
+void bfit_cpu_span_end(bfit_device *base)
+{
+    cpu_device *d = (cpu_device *)base;
+
+    if (!d->span_all || d->depth != 1)
+        return; /* the span was checked call by call (or this end is not its) */
+    d->span_all = 0;
+    protect_all(d, PROT_NONE);
+    bfit_cpu_leave(d);
 }
 
 /* A host pointer must not be device memory (an upload from a device buffer
@@ -147,6 +205,10 @@ static int check_block_alloc(cpu_device *d, size_t n, void **out)
     }
     if (!(p = map_huge(len)))
         return BFIT_ENOMEM;
+    if (d->span_all && mprotect(p, len, PROT_READ | PROT_WRITE) != 0) { /* a span has every block open */
+        munmap(p, len);
+        return BFIT_ENOMEM;
+    }
     for (at = 0; at < d->nblocks && d->blocks[at].p < (char *)p; at++)
         ;
     memmove(&d->blocks[at + 1], &d->blocks[at], (size_t)(d->nblocks - at) * sizeof *d->blocks);

@@ -585,6 +585,17 @@ int bfit_device_sync(bfit_device *d) { return d->vt->sync(d); }
 
 int bfit_device_layout_block(bfit_device *d, bfit_dtype t) { return d->vt->layout_block ? d->vt->layout_block(d, t) : 0; }
 
+int bfit_device_span_begin(bfit_device *d, uint64_t key)
+{
+    return d->vt->span_begin ? d->vt->span_begin(d, key) : BFIT_OK;
+}
+
+void bfit_device_span_end(bfit_device *d)
+{
+    if (d->vt->span_end)
+        d->vt->span_end(d);
+}
+
 int bfit_device_set_threads(bfit_device *d, int threads, int cpus)
 {
     if (!d->vt->set_threads)

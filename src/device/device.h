@@ -38,8 +38,10 @@ typedef struct bfit_device_cfg {
     int threads;                 /* CPU: > 0: ops run on this many threads (set around each device
                                     call and restored); 0: OpenMP's own setting, untouched */
     int check;                   /* 1: op arguments must be device memory, and on the CPU device
-                                    memory is inaccessible (PROT_NONE) outside device calls; -1:
-                                    from the environment (BFIT_DEVICE_CHECK=1), 0: off */
+                                    memory is inaccessible (PROT_NONE) outside device calls, a
+                                    span's after its first runs (bfit_device_span_begin); 2: the
+                                    same inside spans too; -1: from the environment
+                                    (BFIT_DEVICE_CHECK=1 or 2), 0: off */
     const bfit_host_alloc *host; /* CPU: where device blocks come from; NULL: aligned_alloc
                                     (the checking mode maps its own pages) */
     bfit_conv_algo conv_algo;    /* GPU: fastest (default) or lean; auto is resolved by a run */
@@ -440,6 +442,10 @@ typedef struct bfit_device_vt {
     /* the channel block its convolutions compute in for data of dtype t
      * (8, 16), 0 for none; NULL: none */
     int (*layout_block)(bfit_device *d, bfit_dtype t);
+    /* a span of calls that repeats the same way every step (a forward, a
+     * backward), named by key; NULL: nothing to do (see bfit_device_span_begin) */
+    int (*span_begin)(bfit_device *d, uint64_t key);
+    void (*span_end)(bfit_device *d);
 } bfit_device_vt;
 
 struct bfit_device {
@@ -558,6 +564,16 @@ int bfit_device_set_threads(bfit_device *d, int threads, int cpus);
  * blk_dst); 0 where they take plain nchw only (a GPU). The CPU's is what
  * oneDNN chooses on this machine: 16 with AVX-512, 8 with AVX2. */
 int bfit_device_layout_block(bfit_device *d, bfit_dtype t);
+/* Spans: calls the caller makes the same way every step (a model's forward,
+ * its backward), named by a key that changes when their arguments' shapes,
+ * places or branches may (the micro-batch, the layout, training or not).
+ * The CPU checking mode toggles block protection twice a call, a system call
+ * each; it checks a span's calls one by one its first times per key
+ * (cpu_mem.c), then opens every block for the span, still checking each
+ * argument to be device memory. Other devices do nothing. Spans do not
+ * nest; every successful begin is followed by an end. */
+int bfit_device_span_begin(bfit_device *d, uint64_t key);
+void bfit_device_span_end(bfit_device *d);
 
 /* Every op starts with this header so the generic functions can dispatch. */
 struct bfit_op {

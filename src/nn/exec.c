@@ -109,29 +109,58 @@ static int run_backward(bfit_model *M, int i, float loss_scale)
     return BFIT_OK;
 }
 
+/* The key of a forward's or a backward's span of device calls (device.h):
+ * what the places of its arguments and its branches depend on. */
+static uint64_t span_key(const bfit_model *M, int backward, float loss_scale)
+{
+    uint32_t scale;
+    uint64_t h = 14695981039346656037ull, v[8 + BFIT_SHAPE_MAXD];
+    int n = 0;
+
+    memcpy(&scale, &loss_scale, sizeof scale);
+    v[n++] = (uintptr_t)M;
+    v[n++] = (uintptr_t)M->lay.act; /* a layout of its own per sequence length (seq.c) */
+    v[n++] = (uintptr_t)M->block[BFIT_MEM_ACTIVATIONS];
+    v[n++] = (uintptr_t)M->block[BFIT_MEM_INPUT];
+    v[n++] = (uint64_t)M->m << 2 | (uint64_t)M->training << 1 | (uint64_t)backward;
+    v[n++] = (uint64_t)M->grads_stale << 32 | scale;
+    for (int i = 0; i < BFIT_SHAPE_MAXD; i++)
+        v[n++] = (uint64_t)(uint32_t)M->input.d[i];
+    for (int i = 0; i < n; i++)
+        h = (h ^ v[i]) * 1099511628211ull;
+    return h;
+}
+
 int bfit_model_forward(bfit_model *M, uint64_t seed)
 {
+    int rc;
+
     if (!M->m)
         return bfit_fail(BFIT_ESTATE, "model: forward without a reserved micro-batch");
     M->seed = seed;
-    for (int t = 0; t < M->n; t++) {
-        int rc = run_forward(M, M->lay.act[t].node, seed, 0);
-        if (rc != BFIT_OK)
-            return rc;
-    }
-    return BFIT_OK;
+    if ((rc = bfit_device_span_begin(M->dev, span_key(M, 0, 1.0f))) != BFIT_OK)
+        return rc;
+    for (int t = 0; t < M->n && rc == BFIT_OK; t++)
+        rc = run_forward(M, M->lay.act[t].node, seed, 0);
+    bfit_device_span_end(M->dev);
+    return rc;
 }
 
 int bfit_model_backward(bfit_model *M, float loss_scale)
 {
+    int rc;
+
     if (!M->m || !M->training)
         return bfit_fail(BFIT_ESTATE, "model: backward needs a micro-batch reserved for training");
-    for (int t = M->n; t < M->lay.nact; t++) {
+    if ((rc = bfit_device_span_begin(M->dev, span_key(M, 1, loss_scale))) != BFIT_OK)
+        return rc;
+    for (int t = M->n; t < M->lay.nact && rc == BFIT_OK; t++) {
         const bfit_act *a = &M->lay.act[t];
-        int rc = a->kind == BFIT_ACT_REGEN ? run_forward(M, a->node, M->seed, 1) : run_backward(M, a->node, loss_scale);
-        if (rc != BFIT_OK)
-            return rc; /* stale stays: a retry of the step sets them again */
+        rc = a->kind == BFIT_ACT_REGEN ? run_forward(M, a->node, M->seed, 1) : run_backward(M, a->node, loss_scale);
     }
+    bfit_device_span_end(M->dev);
+    if (rc != BFIT_OK)
+        return rc; /* stale stays: a retry of the step sets them again */
     M->grads_stale = 0; /* set: the next micro-batches add */
     return BFIT_OK;
 }

@@ -111,15 +111,18 @@ void bfit_gradnorm_free(bfit_gradnorm *g)
 /* Run every tensor's NORMS (with its copy when tracking) and download. */
 static int collect(bfit_gradnorm *g, int with_copy)
 {
-    int rc;
-    for (int i = 0; i < g->n; i++) {
+    int rc = bfit_device_span_begin(g->dev, (uintptr_t)g * 2 + (with_copy != 0)); /* device.h */
+
+    for (int i = 0; i < g->n && rc == BFIT_OK; i++) {
         bfit_op_args a = {0};
         a.src = g->t[i].p->grad;
         a.state0 = with_copy ? g->t[i].copy : NULL;
         a.stats = (char *)g->block + (size_t)i * 2 * sizeof(double);
-        if ((rc = bfit_op_run(g->t[i].norms, &a)) != BFIT_OK)
-            return rc;
+        rc = bfit_op_run(g->t[i].norms, &a);
     }
+    bfit_device_span_end(g->dev);
+    if (rc != BFIT_OK)
+        return rc;
     return bfit_device_download(g->dev, g->host, g->block, (size_t)g->n * 2 * sizeof(double));
 }
 

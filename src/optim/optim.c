@@ -301,14 +301,18 @@ static void adamw_hyper(const bfit_optim *o, double lr, int decay, bfit_op_args 
 
 int bfit_optim_step(bfit_optim *o, double lr)
 {
+    int rc;
+
     if (!o)
         return bfit_fail(BFIT_EINVAL, "optimizer: NULL");
     if (!(lr >= 0 && isfinite(lr)))
         return bfit_fail(BFIT_EINVAL, "optimizer: learning rate %g must be finite and >= 0", lr);
-    for (int k = 0; k < o->nslot; k++) {
+    /* one span of device calls (device.h), the first step apart (SGD's momentum starts there) */
+    if ((rc = bfit_device_span_begin(o->dev, (uintptr_t)o * 2 + (o->steps == 0))) != BFIT_OK)
+        return rc;
+    for (int k = 0; k < o->nslot && rc == BFIT_OK; k++) {
         const slot *s = &o->slot[k];
         bfit_op_args a = {0};
-        int rc;
         if (!s->op)
             continue;
         if (o->cfg.kind == BFIT_OPT_SGD)
@@ -321,9 +325,12 @@ int bfit_optim_step(bfit_optim *o, double lr)
         a.state1 = s->s1;
         rc = bfit_op_run(s->op, &a);
         if (rc != BFIT_OK)
-            return bfit_fail_prefix(rc, "%s update of parameter %d (%s): ", kind_names[o->cfg.kind], s->param_index,
-                                    s->p->name ? s->p->name : "?");
+            bfit_fail_prefix(rc, "%s update of parameter %d (%s): ", kind_names[o->cfg.kind], s->param_index,
+                             s->p->name ? s->p->name : "?");
     }
+    bfit_device_span_end(o->dev);
+    if (rc != BFIT_OK)
+        return rc;
     o->steps++;
     return BFIT_OK;
 }
