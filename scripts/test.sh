@@ -28,7 +28,8 @@ scripts/build.sh build
 # where bf16 is computed in f32 (src/device/cpu_bf16.c), on any machine
 check=(env BFIT_DEVICE_CHECK=1 BFIT_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2)
 (cd build && "${check[@]}" ctest --output-on-failure -j2 -L nosan -LE nocheck)
-scripts/build.sh build-asan -DBFIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# (the ONNX exports are PyTorch's, the same for both builds: made once, in build/onnx)
+scripts/build.sh build-asan -DBFIT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBFIT_ONNX_DIR="$PWD/build/onnx"
 # protect_shadow_gap=0: the CUDA driver maps memory where ASan would keep
 # its guard (harmless without a GPU); the CUDA libraries' lifetime
 # allocations are not our leaks
