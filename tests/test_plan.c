@@ -1178,6 +1178,40 @@ static void test_blocked_concat_same_grads(void **st)
     blocked_runs("tests/fixtures/concat-mini.onnx", concat_marks);
 }
 
+/* grouped-mini: a convolution takes or gives the block where its groups'
+ * channels are whole blocks on that side: in nChw8c all three grouped
+ * convolutions both ways; in nChw16c the one of 16 a group both ways, the
+ * one of 16 in and 32 out a group its input only (its output goes to the
+ * relu before the one of 8 a group, which stays nchw). Bit for bit. */
+static double grouped_marks(const bfit_model *M, int B, bfit_dtype prec)
+{
+    int n = 0, in = 0, out = 0;
+    (void)prec;
+    for (int j = 0; j < M->n; j++) {
+        const bfit_layer *l = M->nodes[j].l;
+        if (l->cfg.kind != BFIT_L_CONV || l->cfg.groups <= 1)
+            continue;
+        n++;
+        in += l->blk_in == B;
+        out += l->blk_out == B;
+    }
+    assert_int_equal(n, 3);
+    assert_int_equal(in, B == 8 ? 3 : 2);
+    assert_int_equal(out, B == 8 ? 3 : 1);
+    return 0;
+}
+
+/* Grouped convolutions join the layout chains (store.c) where each group's
+ * channels are whole blocks (ResNeXt's, RegNet's): the step's gradients are
+ * the plain layout's bit for bit (oneDNN computes in the same blocked
+ * layout either way, reordering the plain one). f32 and bf16, the device's
+ * block and each forced. */
+static void test_blocked_grouped_same_grads(void **st)
+{
+    (void)st;
+    blocked_runs("tests/fixtures/grouped-mini.onnx", grouped_marks);
+}
+
 /* The cnn's relus run after their max pools (graph.c): a step's loss and
  * gradients are those of the spec's order bit for bit, the relus cover the
  * pools' outputs, and the plan is smaller. f32 and bf16, at 32. */
@@ -1236,6 +1270,7 @@ int main(void)
         cmocka_unit_test(test_blocked_same_grads),
         cmocka_unit_test(test_blocked_bnorm_grads),
         cmocka_unit_test(test_blocked_concat_same_grads),
+        cmocka_unit_test(test_blocked_grouped_same_grads),
         cmocka_unit_test(test_pool_first_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),

@@ -280,6 +280,17 @@ static int impl_is_gemm(const_dnnl_primitive_desc_t pd)
            strstr(impl, "gemm") != NULL;
 }
 
+/* Groups with a blocked side: depthwise, or each group's channels in whole
+ * blocks of that side (a block never spans two groups). */
+static int blk_groups_ok(const bfit_op_desc *d)
+{
+    int64_t g = groups(d), ic = d->u.conv.ic, oc = d->u.conv.oc;
+    if (g == 1 || (g == ic && oc == ic))
+        return 1;
+    return (ic / g) % (d->u.conv.blk_src ? d->u.conv.blk_src : 1) == 0 &&
+           (oc / g) % (d->u.conv.blk_dst ? d->u.conv.blk_dst : 1) == 0;
+}
+
 /* Check the geometry: PyTorch's floor rule for the output size. */
 static int check_desc(const bfit_op_desc *d)
 {
@@ -302,11 +313,10 @@ static int check_desc(const bfit_op_desc *d)
                          (long long)d->u.conv.oh, (long long)d->u.conv.ow, (long long)ih, (long long)iw,
                          (long long)kh, (long long)kw, (long long)sh, (long long)sw, (long long)ph,
                          (long long)pw);
-    if (!blk_ok(d->u.conv.blk_src, ic) || !blk_ok(d->u.conv.blk_dst, oc) ||
-        ((d->u.conv.blk_src || d->u.conv.blk_dst) && groups(d) > 1 && (groups(d) != ic || oc != ic)))
+    if (!blk_ok(d->u.conv.blk_src, ic) || !blk_ok(d->u.conv.blk_dst, oc) || !blk_groups_ok(d))
         return bfit_fail(BFIT_EINVAL, "cpu conv: blocked layouts take a block of 8 or 16 channels, whole blocks and "
-                         "no groups but depthwise (blocks %d in, %d out; %lld in, %lld out, %lld groups)", d->u.conv.blk_src,
-                         d->u.conv.blk_dst, (long long)ic, (long long)oc, (long long)groups(d));
+                         "groups of whole blocks or depthwise (blocks %d in, %d out; %lld in, %lld out, %lld groups)",
+                         d->u.conv.blk_src, d->u.conv.blk_dst, (long long)ic, (long long)oc, (long long)groups(d));
     if (lim > 0 && (n * oc * d->u.conv.oh * d->u.conv.ow > lim || n * ic * ih * iw > lim))
         return bfit_fail(BFIT_ENOMEM, "cpu conv: a tensor of over %lld elements (a test's limit, as cuDNN's 2^31 - 1): "
                          "use a smaller micro-batch", (long long)lim);

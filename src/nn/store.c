@@ -285,18 +285,21 @@ static int channel_concat(const bfit_layer *l)
     return l->cfg.kind == BFIT_L_CONCAT && l->cfg.axis == 0 && bfit_shape_is_image(l->out);
 }
 
-/* Layers that take a blocked input: dense and depthwise convolutions
- * (MobileNet's, EfficientNet's: oneDNN's jit_dw computes in the block),
+/* Layers that take a blocked input (of B channels a block): dense and
+ * depthwise convolutions (MobileNet's, EfficientNet's: oneDNN's jit_dw
+ * computes in the block), grouped ones whose groups are whole blocks,
  * activations (prelu's slopes and layer scales per channel too), max pools of such windows,
  * batch norms, global average pools (one value per channel out, the same
  * bytes in either layout), residual adds (elementwise: both inputs and the
  * output in one layout), a squeeze-and-excitation block's channel
  * scale, f32 average pools, and concatenations along the channels (all
  * inputs and the output in one layout) */
-static int takes_blocked(const bfit_layer *l)
+static int takes_blocked(const bfit_layer *l, int B)
 {
-    int dw = l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c && l->out.c == l->in[0].c;
-    return (l->cfg.kind == BFIT_L_CONV && l->cfg.groups <= 1) || dw || elementwise(l) || pool2(l) ||
+    int g = l->cfg.groups, dw = l->cfg.kind == BFIT_L_CONV && g > 1 && g == l->in[0].c && l->out.c == l->in[0].c;
+    /* grouped (ResNeXt's, RegNet's): each group's channels in whole blocks */
+    int grouped = l->cfg.kind == BFIT_L_CONV && g > 1 && !dw && (l->in[0].c / g) % B == 0 && (l->out.c / g) % B == 0;
+    return (l->cfg.kind == BFIT_L_CONV && g <= 1) || dw || grouped || elementwise(l) || pool2(l) ||
            pool_k(l) || l->cfg.kind == BFIT_L_BATCHNORM || l->cfg.kind == BFIT_L_ADD || global_avg(l) ||
            l->cfg.kind == BFIT_L_SCALE || l->cfg.kind == BFIT_L_PRELU || l->cfg.kind == BFIT_L_LAYERSCALE ||
            channel_concat(l) || avg_blk(l);
@@ -310,12 +313,12 @@ static int may_block(const bfit_model *M, int v, int B)
     /* a 1x1 map is the same bytes either way: blocked, it would only steer
      * oneDNN to other kernels (its reference backward for an SE block's
      * squeeze of fewer than 16 channels) */
-    if (!bfit_shape_is_image(p->out) || p->out.c % B || (p->out.h == 1 && p->out.w == 1) || !takes_blocked(p) ||
+    if (!bfit_shape_is_image(p->out) || p->out.c % B || (p->out.h == 1 && p->out.w == 1) || !takes_blocked(p, B) ||
         !M->nodes[v - 1].nconsumers)
         return 0;
     for (int j = v; j < M->n; j++)
         for (int k = 0; k < M->nodes[j].l->nin; k++)
-            if (M->nodes[j].in[k] == v && !takes_blocked(M->nodes[j].l))
+            if (M->nodes[j].in[k] == v && !takes_blocked(M->nodes[j].l, B))
                 return 0;
     return 1;
 }
