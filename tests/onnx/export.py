@@ -82,11 +82,12 @@ def up_to_date(name, stamp):
 
 # every name up to date (a second build's tests given the first's directory, scripts/test.sh): done
 # before torch loads
-if __name__ == "__main__" and len(sys.argv) > 2 and torch_version() and \
-        all(up_to_date(n, stamp_of(torch_version())) for n in sys.argv[2:]):
-    for n in sys.argv[2:]:
-        print(f"export.py: {n}: up to date in {OUT}")
-    sys.exit(0)
+if __name__ == "__main__" and len(sys.argv) > 2 and torch_version():
+    _stamp = stamp_of(torch_version())
+    if all(up_to_date(n, _stamp) for n in sys.argv[2:]):
+        for n in sys.argv[2:]:
+            print(f"export.py: {n}: up to date in {OUT}")
+        sys.exit(0)
 M, SIZE, CLASSES = 4, 64, 10
 TOKEN_MODELS = {"gpt_mini", "tgpt_mini", "gpt_bench", "gpt_nobias", "llama_mini", "llama_bench", "tut_mini",
                 "tut_halves", "tut_learned", "tut_bench", "tut_bench0", "hfgpt2_mini", "tut_seqfirst",
