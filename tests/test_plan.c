@@ -860,6 +860,16 @@ static void no_block(const char *model, bfit_dtype prec)
                   bfit_dtype_name(prec));
 }
 
+/* The block M's chains are marked with: the forced one, else the device's
+ * as bfit_model_pick_block takes it for M */
+static int chain_block(const bfit_model *M, bfit_device *dev, bfit_dtype prec, int force)
+{
+    int devB = bfit_device_layout_block(dev, prec), B = devB && force ? force : devB;
+    if (devB && !force)
+        assert_int_equal(bfit_model_pick_block(M, devB, &B), BFIT_OK);
+    return B;
+}
+
 /* On the cpu the cnn's activations between its convolutions, relus and max
  * pools stay blocked (store.c), in the block the device's convolutions
  * compute in (8 with AVX2, 16 with AVX-512) or, as a test may force, the
@@ -886,11 +896,11 @@ static void test_blocked_same_grads(void **st)
             assert_false(r.M->nodes[j].l->blk_in || r.M->nodes[j].l->blk_out);
         bfit_model_unreserve(r.M);
         for (int f = 0; f < 3; f++) {
-            int devB = bfit_device_layout_block(r.dev, prec[i]), B = devB && force[f] ? force[f] : devB, marked = 0;
+            int B = chain_block(r.M, r.dev, prec[i], force[f]), marked = 0;
             bfit_step_plan blocked;
             int64_t n2;
             float *b;
-            assert_true(B == 8 || B == 16 || !devB);
+            assert_true(B == 8 || B == 16 || B == 0);
             bfit_test_control(BFIT_TC_LAYOUT, force[f]);
             assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
             /* as it runs (model.c): conv 32 -> pool -> relu -> conv 64 -> pool (nchw out) -> relu -> flatten */
@@ -960,7 +970,7 @@ static void blocked_grads(const char *model, bfit_dtype prec, int min_bn, int mi
     bfit_model_unreserve(r.M);
     assert_true(!a32 || n32 == n1);
     for (int f = 0; f < 3; f++) {
-        int devB = bfit_device_layout_block(r.dev, prec), B = devB && force[f] ? force[f] : devB;
+        int B = chain_block(r.M, r.dev, prec, force[f]);
         int bn = 0, add = 0, dw = 0, scale = 0;
         int marked = 0;
         double worst = 0, all = 0;
@@ -1085,7 +1095,7 @@ static void blocked_runs(const char *model, blk_check check)
         a = fresh_grads(&r, &sc, 16, &plain, &n1);
         bfit_model_unreserve(r.M);
         for (int f = 0; f < 3; f++) {
-            int devB = bfit_device_layout_block(r.dev, prec[i]), B = devB && force[f] ? force[f] : devB;
+            int B = chain_block(r.M, r.dev, prec[i], force[f]);
             double tol, worst;
             bfit_test_control(BFIT_TC_LAYOUT, force[f]);
             assert_int_equal(bfit_model_configure(r.M, &sc), BFIT_OK);
@@ -1212,6 +1222,62 @@ static void test_blocked_grouped_same_grads(void **st)
     blocked_runs("tests/fixtures/grouped-mini.onnx", grouped_marks);
 }
 
+/* regnet-mini (RegNet-Y's blocks, groups of 8 channels): in nChw8c the two
+ * grouped convolutions take and give the block; in nChw16c neither. Bit for
+ * bit. Where the device computes in 16, the model's chains use 8
+ * (bfit_model_pick_block; chain_block expects it). */
+static double regnet_marks(const bfit_model *M, int B, bfit_dtype prec)
+{
+    int n = 0, both = 0;
+    (void)prec;
+    for (int j = 0; j < M->n; j++) {
+        const bfit_layer *l = M->nodes[j].l;
+        if (l->cfg.kind != BFIT_L_CONV || l->cfg.groups <= 1)
+            continue;
+        n++;
+        both += l->blk_in == B && l->blk_out == B;
+        assert_true(B == 8 || (l->blk_in == 0 && l->blk_out == 0));
+    }
+    assert_int_equal(n, 2);
+    assert_int_equal(both, B == 8 ? 2 : 0);
+    return 0;
+}
+
+static void test_blocked_regnet_same_grads(void **st)
+{
+    (void)st;
+    blocked_runs("tests/fixtures/regnet-mini.onnx", regnet_marks);
+}
+
+/* The block per model (store.c bfit_model_pick_block): 16 halves to 8 where
+ * blocks of 8 keep more than half of the convolutions' inputs and outputs
+ * in chains that 16 leaves out (regnet-mini: about 60%), never with a
+ * depthwise convolution (dw-mini); grouped-mini (one of three grouped
+ * convolutions left out at 16), resnet-mini and the cnn keep 16; 8 and 0
+ * (no blocks) stay. Whatever the machine: the device's own block is not asked. */
+static void test_block_pick(void **st)
+{
+    static const struct {
+        const char *model;
+        int at16;
+    } c[] = {{"tests/fixtures/regnet-mini.onnx", 8}, {"tests/fixtures/grouped-mini.onnx", 16},
+             {"tests/fixtures/dw-mini.onnx", 16},    {"resnet-mini.cfg", 16},
+             {"cnn", 16}};
+    (void)st;
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        int pick = -1;
+        rig r;
+        rig_new(&r, c[i].model, BIG);
+        assert_int_equal(bfit_model_pick_block(r.M, 16, &pick), BFIT_OK);
+        assert_int_equal(pick, c[i].at16);
+        assert_int_equal(bfit_model_pick_block(r.M, 8, &pick), BFIT_OK);
+        assert_int_equal(pick, 8);
+        assert_int_equal(bfit_model_pick_block(r.M, 0, &pick), BFIT_OK);
+        assert_int_equal(pick, 0);
+        trig_free(&r);
+    }
+}
+
 /* The cnn's relus run after their max pools (graph.c): a step's loss and
  * gradients are those of the spec's order bit for bit, the relus cover the
  * pools' outputs, and the plan is smaller. f32 and bf16, at 32. */
@@ -1271,6 +1337,8 @@ int main(void)
         cmocka_unit_test(test_blocked_bnorm_grads),
         cmocka_unit_test(test_blocked_concat_same_grads),
         cmocka_unit_test(test_blocked_grouped_same_grads),
+        cmocka_unit_test(test_blocked_regnet_same_grads),
+        cmocka_unit_test(test_block_pick),
         cmocka_unit_test(test_pool_first_same_grads),
         cmocka_unit_test(test_measured_equals_planned_adamw),
         cmocka_unit_test(test_measured_equals_planned_plain_sgd),

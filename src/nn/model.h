@@ -234,6 +234,10 @@ void bfit_model_free(bfit_model *M);
  * layers' dtypes and backward modes and the values to regenerate. */
 bfit_store_cfg bfit_store_cfg_default(void);
 int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c);
+/* The block of channels M's layout chains use on a device that computes in
+ * B (its layout block): B, or 8 for 16 where that keeps far more of the
+ * convolutions' inputs and outputs in chains (groups of 8 channels). */
+int bfit_model_pick_block(const bfit_model *M, int B, int *pick);
 /* Refresh the compute copies of the parameters (mixed precision) from the f32
  * masters: after init, an optimizer step, a load. Nothing without copies. */
 int bfit_model_refresh_copies(bfit_model *M);

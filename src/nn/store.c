@@ -373,8 +373,81 @@ static int unblock(const bfit_model *M, uint8_t *blk, int i)
     return 0;
 }
 
+/* blk[v] = 1 for each value kept in blocks of B channels (none if B is 0) */
+static void mark_blocked(const bfit_model *M, uint8_t *blk, int B)
+{
+    int changed = 1;
+
+    blk[0] = 0;
+    for (int v = 1; v <= M->n; v++)
+        blk[v] = B && may_block(M, v, B);
+    while (changed) {
+        changed = 0;
+        for (int i = 0; i < M->n; i++)
+            changed |= unblock(M, blk, i);
+    }
+}
+
+/* The elements of the convolutions' inputs and outputs left in nchw under
+ * blk (each one oneDNN reorders into its block and back, forward and
+ * backward); *all the elements of all of them. */
+static int64_t plain_conv_io(const bfit_model *M, const uint8_t *blk, int64_t *all)
+{
+    int64_t plain = 0;
+
+    *all = 0;
+    for (int i = 0; i < M->n; i++) {
+        const bfit_layer *l = M->nodes[i].l;
+        int u = M->nodes[i].in[0];
+        if (l->cfg.kind != BFIT_L_CONV || u < 0)
+            continue;
+        *all += bfit_shape_numel(l->in[0]) + bfit_shape_numel(l->out);
+        plain += (blk[u] ? 0 : bfit_shape_numel(l->in[0])) + (blk[i + 1] ? 0 : bfit_shape_numel(l->out));
+    }
+    return plain;
+}
+
+static int has_depthwise(const bfit_model *M)
+{
+    for (int i = 0; i < M->n; i++) {
+        const bfit_layer *l = M->nodes[i].l;
+        if (l->cfg.kind == BFIT_L_CONV && l->cfg.groups > 1 && l->cfg.groups == l->in[0].c)
+            return 1;
+    }
+    return 0;
+}
+
+/* A device computing in 16 channels a block also runs nChw8c (oneDNN's
+ * AVX2 kernels, slower there: resnet18's step 8% slower, regnet_x_400mf's
+ * 17%, mnasnet0_5's 3.5x with its depthwise convolutions, measured on an
+ * AVX-512 EPYC). Blocks of 8 pay only where they keep in chains more than
+ * half of the convolutions' inputs and outputs that blocks of 16 leave to
+ * reorders: RegNet-Y's groups of 8 channels (regnet_y_400mf 1.10-1.17x,
+ * f32 and bf16; resnext50_32x4d, whose groups of 8 are one stage of four,
+ * was 12-16% slower). docs/performance.md "The block chosen per model". */
+int bfit_model_pick_block(const bfit_model *M, int B, int *pick)
+{
+    uint8_t *blk = malloc((size_t)M->n + 1);
+    int64_t all, at_b, at_half;
+
+    if (!blk)
+        return bfit_fail(BFIT_ENOMEM, "model: out of host memory choosing layouts");
+    *pick = B;
+    if (B == 16 && !has_depthwise(M)) {
+        mark_blocked(M, blk, B);
+        at_b = plain_conv_io(M, blk, &all);
+        mark_blocked(M, blk, B / 2);
+        at_half = plain_conv_io(M, blk, &all);
+        if (2 * (at_b - at_half) > all)
+            *pick = B / 2;
+    }
+    free(blk);
+    return BFIT_OK;
+}
+
 /* The cpu's convolutions compute in blocks of B channels (nChw16c with
- * AVX-512, nChw8c with AVX2: the device says) and oneDNN reorders to and
+ * AVX-512, nChw8c with AVX2: the device says; bfit_model_pick_block may
+ * halve 16) and oneDNN reorders to and
  * from nchw around each (a fifth of the cnn's step): activations between
  * convolutions, activation layers, max pools, f32 batch norms and
  * depthwise convolutions and residual adds stay blocked instead. An
@@ -393,26 +466,21 @@ static int choose_layouts(bfit_model *M)
     int B = M->dev && (M->store.precision == BFIT_F32 || M->store.precision == BFIT_BF16)
                 ? bfit_device_layout_block(M->dev, M->store.precision)
                 : 0;
-    int changed = 1;
-
-    if (B && t)
-        B = t == 8 || t == 16 ? (int)t : 0; /* a test's: plain, or the other block */
+    int rc = BFIT_OK;
 
     if (!blk)
         return bfit_fail(BFIT_ENOMEM, "model: out of host memory choosing layouts");
-    blk[0] = 0;
-    for (int v = 1; v <= M->n; v++)
-        blk[v] = B && may_block(M, v, B);
-    while (changed) {
-        changed = 0;
-        for (int i = 0; i < M->n; i++)
-            changed |= unblock(M, blk, i);
-    }
+    if (B && t)
+        B = t == 8 || t == 16 ? (int)t : 0; /* a test's: plain, or the other block */
+    else if ((rc = bfit_model_pick_block(M, B, &B)) != BFIT_OK)
+        goto out;
+    mark_blocked(M, blk, B);
     for (int i = 0; i < M->n; i++)
         bfit_layer_set_blocked(M->nodes[i].l, M->nodes[i].in[0] >= 0 && blk[M->nodes[i].in[0]] ? B : 0,
                                blk[i + 1] ? B : 0);
+out:
     free(blk);
-    return BFIT_OK;
+    return rc;
 }
 
 int bfit_model_configure(bfit_model *M, const bfit_store_cfg *c)
