@@ -96,11 +96,36 @@ static const float *stat_row(const void *p, bfit_dtype t, int64_t at, int64_t st
     return buf;
 }
 
-/* Channel k's values in rows of at most ROW: sample i, offset j0. */
-#define FOR_ROWS(n, c, hw, k, at, len)                                                                                 \
-    for (int64_t i_ = 0; i_ < (n); i_++)                                                                               \
-        for (int64_t j0_ = 0, at = (i_ * (c) + (k)) * (hw), len = (hw) < ROW ? (hw) : ROW; j0_ < (hw);               \
-             j0_ += ROW, at += ROW, len = (hw)-j0_ < ROW ? (hw)-j0_ : ROW)
+/* Where a row of stat_row's is computed: p itself for one piece of f32,
+ * else buf, which put_row then stores. */
+static float *row_out(void *p, bfit_dtype t, int64_t at, int64_t cnt, int64_t j0, float *buf)
+{
+    return cnt == 1 ? out_row(p, t, at + j0, buf) : buf;
+}
+
+/* The row v (len values, stat_row's shape) back into p. */
+static void put_row(void *p, bfit_dtype t, int64_t at, int64_t stride, int64_t cnt, int64_t w, int64_t j0,
+                    int64_t len, const float *v)
+{
+    if (cnt == 1) {
+        narrow(p, t, at + j0, len, v);
+        return;
+    }
+    for (int64_t i = 0; i < cnt; i++, at += stride)
+        if (t == BFIT_F32)
+            memcpy((float *)p + at, v + i * w, (size_t)w * sizeof(float));
+        else
+            bfit_cpu_bf16_cast(v + i * w, (uint16_t *)p + at, w, 1);
+}
+
+/* Channel k's values (nchw) in stat_row's rows: from sample i on, cnt
+ * samples' maps when a map is shorter than ROW (DenseNet's 2x2 at 64x64:
+ * a row per sample was 4 values, each a call and a loop), else one
+ * sample's from offset j0; at is the first piece's start, stride the next's. */
+#define FOR_ROWS(n, c, hw, k, i, j0, cnt, at)                                                                          \
+    for (int64_t i = 0, per_ = (hw) < ROW ? ROW / (hw) : 1, cnt = (n) < per_ ? (n) : per_, at = (k) * (hw); i < (n); \
+         i += per_, cnt = (n)-i < per_ ? (n)-i : per_, at = (i * (c) + (k)) * (hw))                                  \
+        for (int64_t j0 = 0; j0 < (hw); j0 += ROW)
 
 /* Chan, Golub and LeVeque's update: the statistics of a set of *cn values
  * (mean *m, sum of squared deviations from it *q) joined by those of nb
@@ -163,13 +188,14 @@ static void fwd_own(const bfit_op_desc *d, const bfit_op_args *a)
         /* y in f32 as the blocked loops' (one subtraction and one FMA):
          * in double it took twice the vectors */
         mf = (float)m, sc = (float)(g[k] / sqrt(v + d->u.bnorm.eps)), sh = b[k];
-        FOR_ROWS(n, c, hw, k, at, len) {
-            const float *x = widen(a->src, t, at, len, xb);
-            float *y = out_row(a->dst, t, at, yb);
+        FOR_ROWS(n, c, hw, k, i, j0, cnt, at) {
+            int64_t len;
+            const float *x = stat_row(a->src, t, at, c * hw, cnt, hw, j0, xb, &len);
+            float *y = row_out(a->dst, t, at, cnt, j0, yb);
 #pragma omp simd
             for (int64_t j = 0; j < len; j++)
                 y[j] = fmaf(x[j] - mf, sc, sh);
-            narrow(a->dst, t, at, len, y);
+            put_row(a->dst, t, at, c * hw, cnt, hw, j0, len, y);
         }
     }
 }
@@ -383,8 +409,10 @@ static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
         double coef = g[k] * rstd, off = from_dst ? b[k] : mean[k];
         double inv = from_dst ? (g[k] != 0.0f ? 1.0 / g[k] : 0.0) : rstd;
         float xb[ROW], gb[ROW], ob[ROW], fo, fa, fb, fc;
-        FOR_ROWS(n, c, hw, k, at, len) {
-            const float *x = widen(a->src, t, at, len, xb), *dy = widen(a->diff_dst, t, at, len, gb);
+        FOR_ROWS(n, c, hw, k, i, j0, pieces, at) {
+            int64_t len;
+            const float *x = stat_row(a->src, t, at, c * hw, pieces, hw, j0, xb, &len);
+            const float *dy = stat_row(a->diff_dst, t, at, c * hw, pieces, hw, j0, gb, &len);
 #pragma omp simd reduction(+ : sdy, sdyx)
             for (int64_t j = 0; j < len; j++) {
                 sdy += dy[j];
@@ -398,13 +426,15 @@ static void bwd_own(const bfit_op_desc *d, const bfit_op_args *a, int from_dst)
         mdy = sdy / cnt, mdyx = sdyx / cnt;
         /* dx in f32 as blk_dx's: in double it took twice the vectors */
         fo = (float)off, fa = (float)coef, fb = (float)(-coef * inv * mdyx), fc = (float)(-coef * mdy);
-        FOR_ROWS(n, c, hw, k, at, len) {
-            const float *x = widen(a->src, t, at, len, xb), *dy = widen(a->diff_dst, t, at, len, gb);
-            float *dx = out_row(a->diff_src, t, at, ob);
+        FOR_ROWS(n, c, hw, k, i, j0, pieces, at) {
+            int64_t len;
+            const float *x = stat_row(a->src, t, at, c * hw, pieces, hw, j0, xb, &len);
+            const float *dy = stat_row(a->diff_dst, t, at, c * hw, pieces, hw, j0, gb, &len);
+            float *dx = row_out(a->diff_src, t, at, pieces, j0, ob);
 #pragma omp simd
             for (int64_t j = 0; j < len; j++)
                 dx[j] = fmaf(fa, dy[j], fmaf(fb, x[j] - fo, fc));
-            narrow(a->diff_src, t, at, len, dx);
+            put_row(a->diff_src, t, at, c * hw, pieces, hw, j0, len, dx);
         }
     }
 }

@@ -1,5 +1,5 @@
 /* cpu_pool.c - 2-d average pooling on oneDNN, forward and backward, in
- * nchw or (f32, a layout chain's) nChw8c/16c; max pools are our own (2x2 of stride 2: cpu_maxpool.c;
+ * nchw or (f32 and bf16, a layout chain's) nChw8c/16c; max pools are our own (2x2 of stride 2: cpu_maxpool.c;
  * others: cpu_maxpool_k.c), but for windows of over 255 positions, and so
  * are global average pools (cpu_avgpool_g.c).
  *
@@ -128,7 +128,7 @@ static int make_prims(cpu_op *op, int base, int64_t n, size_t *ws, size_t *saved
     size_t hint_ws = 0;
     int rc;
 
-    if (d->u.pool.blk_src) /* an f32 average pool in a layout chain (init checked it) */
+    if (d->u.pool.blk_src) /* an average pool in a layout chain (init checked it) */
         rc = bfit_cpu_md_blocked(&src, sd, d->dtype, d->u.pool.blk_src);
     else
         rc = bfit_cpu_md_dt(&src, 4, sd, d->dtype);
@@ -169,13 +169,21 @@ int bfit_cpu_pool_init(cpu_op *op)
     if ((rc = bfit_cpu_maxpool2_init(op, &own)) != BFIT_OK || own || (rc = bfit_cpu_maxpool_k_init(op, &own)) != BFIT_OK ||
         own || (rc = bfit_cpu_avgpool_g_init(op, &own)) != BFIT_OK || own)
         return rc;
-    /* none of ours took it: oneDNN's take a block for f32 average pools, computed natively */
+    /* none of ours took it: oneDNN's take a block for average pools of f32,
+     * and of bf16 whose windows do not overlap: its blocked bf16 kernels
+     * (jit:avx512_core_bf16) add an input's shares of overlapping windows
+     * in bf16 (Inception's 3x3/1: dx 1.4% off; nchw's add in f32), and
+     * give a lone share its one rounding. A sample's whole blocks are one
+     * run of bytes: chunks of samples (bf16 computed in f32) start where in
+     * nchw. */
     if ((d->u.pool.blk_src || d->u.pool.blk_dst) &&
-        (d->u.pool.max || d->dtype != BFIT_F32 || d->u.pool.blk_src != d->u.pool.blk_dst ||
-         d->u.pool.c % d->u.pool.blk_src || chunk_of(op) != n))
+        (d->u.pool.max || (d->dtype != BFIT_F32 && d->dtype != BFIT_BF16) ||
+         (d->dtype == BFIT_BF16 && (d->u.pool.kh > d->u.pool.sh || d->u.pool.kw > d->u.pool.sw)) ||
+         d->u.pool.blk_src != d->u.pool.blk_dst || d->u.pool.c % d->u.pool.blk_src))
         return bfit_fail(BFIT_EINVAL, "cpu pool: nChw8c/16c only for 2x2/2 unpadded max pools of f32 or bf16, "
                                       "other max pools of f32 (in and out in one block) and average pools of "
-                                      "f32 (in and out in one block of whole blocks)");
+                                      "f32, or of bf16 whose windows do not overlap (in and out in one block "
+                                      "of whole blocks)");
     op->ws = 0;
     op->run = run;
     c = chunk_of(op);

@@ -253,12 +253,15 @@ static int global_avg(const bfit_layer *l)
                                     c->ph == 0 && c->pw == 0 && l->out.h == 1 && l->out.w == 1);
 }
 
-/* Another average pool of f32 (DenseNet's transitions' 2x2/2, Inception's
- * branches' 3x3/1): oneDNN's pooling takes nChw8c/16c itself
- * (cpu_pool.c), its input and output in one layout */
+/* Another average pool (DenseNet's transitions' 2x2/2, Inception's
+ * branches' 3x3/1): oneDNN's pooling takes nChw8c/16c itself (cpu_pool.c),
+ * its input and output in one layout; in bf16 only windows side by side
+ * (DenseNet's: bfit_cpu_pool_init says why) */
 static int avg_blk(const bfit_layer *l)
 {
-    return l->cfg.kind == BFIT_L_AVGPOOL && !global_avg(l) && l->dtype == BFIT_F32;
+    const bfit_layer_cfg *c = &l->cfg;
+    int apart = (c->kh <= c->sh || c->sh == 0) && (c->kw <= c->sw || c->sw == 0);
+    return c->kind == BFIT_L_AVGPOOL && !global_avg(l) && (l->dtype == BFIT_F32 || (l->dtype == BFIT_BF16 && apart));
 }
 
 /* An activation of one input: element by element, any layout */
