@@ -143,6 +143,10 @@ int bfit_cpu_attr_user_scratchpad(dnnl_primitive_attr_t *attr);
  * kernels, f32 copies of its bf16 arguments (cpu_bf16.c), so pd_ws[p]. */
 int bfit_cpu_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
                        const_dnnl_primitive_desc_t hint, size_t *ws);
+/* The same with op's bf16 arguments computed in f32 whatever the CPU (where
+ * oneDNN's bf16 kernel is less exact than its f32 one: cpu_pool.c) */
+int bfit_cpu_pd_create_f32(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                           const_dnnl_primitive_desc_t hint, size_t *ws);
 /* Execute prim[p] with (arg, pointer, md) triples; NULL pointers are
  * skipped. The primitive's scratchpad, if any, is placed at `scratch` (the
  * start of the op's workspace). A given p must always be called with the

@@ -74,14 +74,14 @@ size_t bfit_cpu_pd_scratch(const_dnnl_primitive_desc_t pd)
     return smd ? dnnl_memory_desc_get_size(smd) : 0;
 }
 
-int bfit_cpu_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
-                       const_dnnl_primitive_desc_t hint, size_t *ws)
+static int pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                     const_dnnl_primitive_desc_t hint, size_t *ws, int in_f32)
 {
     size_t end;
     int rc;
 
     op->nstage[p] = 0;
-    if (cpu_dev(op)->bf16_f32) {
+    if (in_f32) {
         if ((rc = bfit_cpu_bf16_pd_create(op, p, op_desc, attr, hint, &end)) != BFIT_OK)
             return rc;
     } else {
@@ -92,6 +92,18 @@ int bfit_cpu_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primit
     if (end > *ws)
         *ws = end;
     return BFIT_OK;
+}
+
+int bfit_cpu_pd_create(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                       const_dnnl_primitive_desc_t hint, size_t *ws)
+{
+    return pd_create(op, p, op_desc, attr, hint, ws, cpu_dev(op)->bf16_f32);
+}
+
+int bfit_cpu_pd_create_f32(cpu_op *op, int p, const void *op_desc, const_dnnl_primitive_attr_t attr,
+                           const_dnnl_primitive_desc_t hint, size_t *ws)
+{
+    return pd_create(op, p, op_desc, attr, hint, ws, 1);
 }
 
 /* The memory object in op's cache slot for (prim p, slot i), pointed at ptr;

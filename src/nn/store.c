@@ -254,14 +254,12 @@ static int global_avg(const bfit_layer *l)
 }
 
 /* Another average pool (DenseNet's transitions' 2x2/2, Inception's
- * branches' 3x3/1): oneDNN's pooling takes nChw8c/16c itself (cpu_pool.c),
- * its input and output in one layout; in bf16 only windows side by side
- * (DenseNet's: bfit_cpu_pool_init says why) */
+ * branches' 3x3/1): oneDNN's pooling takes nChw8c/16c itself, bf16 too
+ * (cpu_pool.c; computed in f32 where the CPU has no bf16, and where the
+ * windows overlap), its input and output in one layout */
 static int avg_blk(const bfit_layer *l)
 {
-    const bfit_layer_cfg *c = &l->cfg;
-    int apart = (c->kh <= c->sh || c->sh == 0) && (c->kw <= c->sw || c->sw == 0);
-    return c->kind == BFIT_L_AVGPOOL && !global_avg(l) && (l->dtype == BFIT_F32 || (l->dtype == BFIT_BF16 && apart));
+    return l->cfg.kind == BFIT_L_AVGPOOL && !global_avg(l) && (l->dtype == BFIT_F32 || l->dtype == BFIT_BF16);
 }
 
 /* An activation of one input: element by element, any layout */
