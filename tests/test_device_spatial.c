@@ -856,7 +856,8 @@ static const pool_case pool16_cases[] = {
     {8, 64, 64, 64, 2, 2, 2, 2, 0, 0}, /* chunked where computed in f32, as the first (blocked only) */
 };
 enum { POOL16_BLOCKED_ONLY = 6 }; /* the last case: test_avgpool_blocked_bf16's (in nchw, the first's path) */
-_Static_assert(sizeof pool16_cases / sizeof pool16_cases[0] == POOL16_BLOCKED_ONLY + 1, "the blocked-only case is last");
+_Static_assert(sizeof pool16_cases / sizeof pool16_cases[0] == POOL16_BLOCKED_ONLY + 1,
+               "the blocked-only case is last");
 
 /* One case of pool16_cases; B: x, y and their gradients in nChw{B}c (an
  * average pool in a layout chain), or 0 */
